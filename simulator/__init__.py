@@ -1,0 +1,20 @@
+"""trainsim: a discrete-event simulator of GPU clusters training large models.
+
+Public API: `load_scenario(path, overrides)` reads and validates a scenario file; `simulate(loaded)` runs it
+and returns a `Result` with the summary, the timeline DataFrame and the topology. Imported lazily so that
+`import simulator.units` stays light.
+"""
+
+__all__ = ["load_scenario", "simulate", "Result"]
+
+
+def __getattr__(name: str):
+    if name == "load_scenario":
+        from simulator.config.loader import load_scenario
+
+        return load_scenario
+    if name in ("simulate", "Result"):
+        from simulator import simulation
+
+        return getattr(simulation, name)
+    raise AttributeError(f"module 'simulator' has no attribute {name!r}")

@@ -1,0 +1,77 @@
+"""GPU specifications shipped with trainsim: dense peak FLOP/s per precision, HBM capacity and bandwidth.
+
+Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
+- A100 40GB / 80GB SXM: NVIDIA A100 datasheet (312 TFLOP/s BF16/FP16, 156 TF32, 19.5 FP32; HBM2 1,555 GB/s for
+  40GB, HBM2e 2,039 GB/s for 80GB). No FP8 tensor cores.
+- H100 SXM: NVIDIA H100 datasheet (989 BF16/FP16, 1,979 FP8, 494.5 TF32, 67 FP32; HBM3 3.35 TB/s).
+- H200 SXM: NVIDIA H200 datasheet (same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s).
+- B200 (HGX): NVIDIA DGX/HGX B200 figures divided per GPU (2,250 BF16/FP16, 4,500 FP8, 1,125 TF32, ~75 FP32;
+  192 GB HBM3e at 8 TB/s).
+HBM capacity is the marketed size read as decimal bytes (80 GB = 80e9), slightly below what the parts really hold,
+which leaves a little room for the CUDA context and the allocator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from simulator.errors import ScenarioError
+
+PRECISIONS = ("fp8", "bf16", "fp16", "tf32", "fp32")
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model: dense peak FLOP/s by precision, HBM capacity (bytes) and HBM bandwidth (bytes/s).
+
+    ``fp32`` is the CUDA-core (non-tensor) rate, used for elementwise kernels; ``tf32`` is the tensor-core rate.
+    """
+
+    name: str
+    peak_flops: MappingProxyType = field(hash=False)
+    hbm_bytes: float
+    hbm_bandwidth: float
+
+    def peak(self, precision: str, where: str = "training.precision") -> float:
+        """Dense peak FLOP/s at ``precision``; a precision this GPU lacks (fp8 on A100) is a ScenarioError."""
+        if precision not in self.peak_flops:
+            raise ScenarioError(
+                f"GPU '{self.name}' has no {precision!r} peak",
+                field=where,
+                allowed=", ".join(self.peak_flops),
+            )
+        return self.peak_flops[precision]
+
+
+def _spec(name: str, hbm_bytes: float, hbm_bandwidth: float, **tflops: float) -> GPUSpec:
+    peaks = {precision: tflops[precision] * 1e12 for precision in PRECISIONS if precision in tflops}
+    return GPUSpec(name, MappingProxyType(peaks), hbm_bytes, hbm_bandwidth)
+
+
+_A100_TFLOPS = dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5)
+_H100_TFLOPS = dict(fp8=1979.0, bf16=989.0, fp16=989.0, tf32=494.5, fp32=67.0)
+
+GPUS: MappingProxyType = MappingProxyType({
+    spec.name: spec
+    for spec in (
+        _spec("a100-40gb", 40e9, 1.555e12, **_A100_TFLOPS),
+        _spec("a100-80gb", 80e9, 2.039e12, **_A100_TFLOPS),
+        _spec("h100-sxm", 80e9, 3.35e12, **_H100_TFLOPS),
+        _spec("h200", 141e9, 4.8e12, **_H100_TFLOPS),
+        _spec("b200", 192e9, 8.0e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1125.0, fp32=75.0),
+    )
+})
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Names of the GPUs in the catalog, in catalog order."""
+    return tuple(GPUS)
+
+
+def get_gpu(name: str, where: str = "cluster.gpu") -> GPUSpec:
+    """The catalog entry for ``name``; an unknown name is a ScenarioError listing the known ones."""
+    try:
+        return GPUS[name]
+    except (KeyError, TypeError):
+        raise ScenarioError(f"unknown GPU {name!r}", field=where, allowed=", ".join(GPUS)) from None

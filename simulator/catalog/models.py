@@ -1,0 +1,154 @@
+"""Transformer model presets (Llama 3, GPT-3, the Megatron-LM SC21 Table 1 sizes) and parameter counting.
+
+Shapes come from the Llama 3 paper (8B/70B/405B: RMSNorm, SwiGLU, GQA with 8 KV heads, RoPE, untied output
+layer), GPT-3 (Brown et al. 2020; vocabulary padded to 51,200 as Megatron-LM does) and Narayanan et al. SC21
+Table 1 (GPT-style: LayerNorm, biases, GeLU MLP of 4h, learned positions for 2,048 tokens, tied embeddings,
+dropout, vocabulary 51,200).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from simulator.errors import ScenarioError
+
+NORMS = ("rmsnorm", "layernorm")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer: depth, widths, attention heads (``kv_heads`` < ``heads`` means GQA) and options.
+
+    ``max_positions`` is the length of the learned position table when ``learned_positions`` (GPT style);
+    rotary models (Llama) have no position parameters.
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    gated_mlp: bool
+    tied_embeddings: bool = False
+    norm: str = "rmsnorm"
+    bias: bool = False
+    learned_positions: bool = False
+    max_positions: int = 0
+    dropout: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
+            if getattr(self, name) < 1:
+                raise ScenarioError(f"{name} must be at least 1, got {getattr(self, name)}", field=f"model.{name}")
+        if self.norm not in NORMS:
+            raise ScenarioError(f"unknown norm {self.norm!r}", field="model.norm", allowed=", ".join(NORMS))
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise ScenarioError(
+                f"hidden {self.hidden}, heads {self.heads}, kv_heads {self.kv_heads} do not divide evenly",
+                field="model.heads", allowed="heads dividing hidden, kv_heads dividing heads",
+            )
+        if self.learned_positions and self.max_positions < 1:
+            raise ScenarioError("learned positions need max_positions >= 1", field="model.max_positions")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden // self.heads
+
+    def norm_params(self) -> int:
+        """Parameters of one normalisation layer (LayerNorm has a bias, RMSNorm does not)."""
+        return 2 * self.hidden if self.norm == "layernorm" else self.hidden
+
+    def attention_params(self) -> int:
+        """Q, K, V and output projection weights (and biases) of one layer."""
+        q_width = self.heads * self.head_dim
+        kv_width = self.kv_heads * self.head_dim
+        weights = self.hidden * (q_width + 2 * kv_width) + q_width * self.hidden
+        biases = (q_width + 2 * kv_width + self.hidden) if self.bias else 0
+        return weights + biases
+
+    def mlp_params(self) -> int:
+        """MLP weights (three matrices when gated, else two) and biases of one layer."""
+        matrices = 3 if self.gated_mlp else 2
+        weights = matrices * self.hidden * self.ffn_hidden
+        biases = ((matrices - 1) * self.ffn_hidden + self.hidden) if self.bias else 0
+        return weights + biases
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer (attention, MLP and its two norms)."""
+        return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
+
+    def embedding_params(self) -> int:
+        """Token embedding table plus the learned position table, if any."""
+        positions = self.max_positions * self.hidden if self.learned_positions else 0
+        return self.vocab * self.hidden + positions
+
+    def head_params(self) -> int:
+        """Final norm plus the output layer (zero extra weights when tied to the embedding)."""
+        output = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.norm_params() + output
+
+    def num_params(self) -> int:
+        """Total parameter count, every weight counted once."""
+        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+
+
+def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelSpec:
+    return ModelSpec(name, layers, hidden, ffn, heads, kv_heads=8, vocab=128256, gated_mlp=True)
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+    return ModelSpec(
+        name, layers, hidden, 4 * hidden, heads, kv_heads=heads, vocab=51200, gated_mlp=False,
+        tied_embeddings=True, norm="layernorm", bias=True, learned_positions=True, max_positions=2048, dropout=True,
+    )
+
+
+# Narayanan et al., SC21, Table 1: (name from the params column, heads, hidden, layers).
+_MEGATRON_SC21 = (
+    ("megatron-1.7b", 24, 2304, 24),
+    ("megatron-3.6b", 32, 3072, 30),
+    ("megatron-7.5b", 32, 4096, 36),
+    ("megatron-18.4b", 48, 6144, 40),
+    ("megatron-39.1b", 64, 8192, 48),
+    ("megatron-76.1b", 80, 10240, 60),
+    ("megatron-145.6b", 96, 12288, 80),
+    ("megatron-310.1b", 128, 16384, 96),
+    ("megatron-529.6b", 128, 20480, 105),
+    ("megatron-1t", 160, 25600, 128),
+)
+
+MODELS: MappingProxyType = MappingProxyType({
+    spec.name: spec
+    for spec in (
+        _llama("llama3-8b", 32, 4096, 14336, 32),
+        _llama("llama3-70b", 80, 8192, 28672, 64),
+        _llama("llama3-405b", 126, 16384, 53248, 128),
+        _gpt("gpt3-175b", 96, 12288, 96),
+        *(_gpt(name, layers, hidden, heads) for name, heads, hidden, layers in _MEGATRON_SC21),
+    )
+})
+
+MEGATRON_SC21_NAMES = tuple(row[0] for row in _MEGATRON_SC21)
+
+
+def model_names() -> tuple[str, ...]:
+    """Names of the model presets, in catalog order."""
+    return tuple(MODELS)
+
+
+def get_model(name: str, where: str = "model.preset") -> ModelSpec:
+    """The preset called ``name``; an unknown name is a ScenarioError listing the presets."""
+    try:
+        return MODELS[name]
+    except (KeyError, TypeError):
+        raise ScenarioError(f"unknown model preset {name!r}", field=where, allowed=", ".join(MODELS)) from None
+
+
+def megatron_param_formula(layers: int, hidden: int, vocab: int, seq_len: int) -> float:
+    """Narayanan et al. (SC21) parameter count P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))."""
+    l, h = layers, hidden
+    return 12 * l * h**2 * (1 + 13 / (12 * h) + (vocab + seq_len) / (12 * l * h))

@@ -1,0 +1,116 @@
+"""The `trainsim` command line: a thin layer over the library; user mistakes exit with status 2 and one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from simulator.errors import InputError, SimulationError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from simulator import load_scenario, simulate
+    from simulator.report.writers import write_outputs
+
+    loaded = load_scenario(args.scenario, args.set)
+    result = simulate(loaded)
+    write_outputs(Path(args.out), result.summary, result.timeline, result.topology.gpu_host)
+    print(f"wrote {args.out}/summary.json, timeline.parquet, trace.json "
+          f"({len(result.timeline)} events, makespan {result.summary['makespan_s']:.6g} s)")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from simulator import load_scenario
+    from simulator.simulation import build_topology, validate
+
+    loaded = load_scenario(args.scenario, args.set)
+    topology = build_topology(loaded)
+    validate(loaded, topology)
+    print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")
+    return 0
+
+
+def _cmd_collective(args: argparse.Namespace) -> int:
+    from simulator.collectives.sweep import collective_sweep, format_table
+    from simulator.units import parse_size_range
+
+    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
+    bad = [item for item in args.set if "=" not in item]
+    if bad:
+        raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+    rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
+                            sizes=parse_size_range(args.sizes), efficiency=args.efficiency, mode=args.network,
+                            chunk=args.chunk)
+    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
+    return 0
+
+
+def _cmd_topo(args: argparse.Namespace) -> int:
+    from simulator.topology.describe import describe_topology, draw_topology
+    from simulator.topology.loader import load_topology
+
+    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
+    topology = load_topology(args.file, overrides)
+    if args.action == "describe":
+        print(describe_topology(topology))
+    else:
+        draw_topology(topology, Path(args.output))
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainsim", description="Simulate GPU clusters training large models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a scenario and write summary.json, timeline.parquet, trace.json")
+    run.add_argument("scenario")
+    run.add_argument("--out", required=True, help="output folder")
+    run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
+    run.set_defaults(func=_cmd_run)
+
+    validate = sub.add_parser("validate", help="check a scenario and its topology without running it")
+    validate.add_argument("scenario")
+    validate.add_argument("--set", action="append", default=[], metavar="a.b=VALUE")
+    validate.set_defaults(func=_cmd_validate)
+
+    coll = sub.add_parser("collective", help="time one collective over a size range, like nccl-tests")
+    coll.add_argument("--topology", required=True, help="bundled topology name or YAML file")
+    coll.add_argument("--op", default="all_reduce")
+    coll.add_argument("--algorithm", default="auto")
+    coll.add_argument("--ranks", type=int, default=0, help="number of GPUs (default: all)")
+    coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
+    coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
+    coll.add_argument("--efficiency", default="calibrated", help="calibrated (default) or ideal (line rate)")
+    coll.add_argument("--network", default="flow", choices=["flow", "analytic"])
+    coll.add_argument("--chunk", default=None, help="pipelining chunk size, e.g. 4MiB (default: off)")
+    coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
+    coll.set_defaults(func=_cmd_collective)
+
+    topo = sub.add_parser("topo", help="describe or draw a topology")
+    topo.add_argument("action", choices=["describe", "draw"])
+    topo.add_argument("file", help="bundled topology name or YAML file")
+    topo.add_argument("-o", "--output", default="topology.png")
+    topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE")
+    topo.set_defaults(func=_cmd_topo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `trainsim` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SimulationError as exc:
+        print(f"simulation error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

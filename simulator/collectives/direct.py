@@ -1,0 +1,43 @@
+"""Direct (pairwise) algorithms: every rank talks to every other rank without relaying through a third.
+
+All-to-all, all-gather and reduce-scatter run as p-1 phases of shifted pairs (in phase k, rank i sends to
+rank i+k), each moving nbytes/p: (p-1) a + (p-1)/p n b. Broadcast and reduce are a star around the root.
+"""
+
+from __future__ import annotations
+
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "send_recv")
+
+
+def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
+    """p-1 phases; in phase k every rank i sends ``nbytes`` to rank (i + k) mod p."""
+    size = len(ranks)
+    return [Phase(tuple(Transfer(ranks[i], ranks[(i + shift) % size], nbytes) for i in range(size)))
+            for shift in range(1, size)]
+
+
+def star(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool) -> list[Phase]:
+    """One phase: the root sends ``nbytes`` to every other rank, or every other rank sends to the root."""
+    center = ranks[root]
+    pairs = [(r, center) if toward_root else (center, r) for r in ranks if r != center]
+    return [Phase(tuple(Transfer(a, b, nbytes) for a, b in pairs))] if pairs else []
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Pairwise all-to-all / all-gather / reduce-scatter (all-reduce = both), star broadcast / reduce,
+    and send/recv as one transfer."""
+    ranks, n = request.ranks, request.nbytes
+    if request.op == "send_recv":
+        return [Phase((Transfer(ranks[0], ranks[1], n),))]
+    if request.op in ("all_to_all", "all_gather", "reduce_scatter"):
+        return shifted_pairs(ranks, n / len(ranks))
+    if request.op == "all_reduce":
+        return shifted_pairs(ranks, n / len(ranks)) * 2
+    if request.op in ("broadcast", "reduce"):
+        return star(ranks, request.root, n, toward_root=request.op == "reduce")
+    raise ScenarioError(f"algorithm 'direct' does not implement {request.op}", field="collectives.algorithm",
+                        allowed=", ".join(OPS))

@@ -1,0 +1,71 @@
+"""Two-level (hierarchical) collectives: rings inside each host, and per-rail collectives across hosts
+among the GPUs that share a local position, all rails in parallel.
+
+With g group members per host and N hosts, all-reduce costs
+2(g-1) a_in + 2(g-1)/g n b_in + 2(N-1) a_out + 2(N-1)/N (n/g) b_out.
+"""
+
+from __future__ import annotations
+
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.ring import group_by_host, merge_parallel, ring_phase
+from simulator.collectives.tree import binomial_phases
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+
+
+def host_grid(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """Members per host (rows), the same count g on every host; column j is rail j's group across hosts."""
+    hosts = group_by_host(request.ranks, topology)
+    sizes = sorted({len(members) for members in hosts})
+    if len(sizes) > 1:
+        raise ScenarioError(f"hierarchical {request.op} needs the same number of group members on every host, "
+                            f"got {', '.join(map(str, sizes))}", field="collectives.algorithm",
+                            allowed="ring, tree or direct for uneven groups")
+    return hosts
+
+
+def _rings(rings: list[list[int]], nbytes_per_step: float, steps: int, *, rails: bool) -> list[Phase]:
+    """All ``rings`` stepping together ``steps`` times; rail rings (``rails``) run on their rail's channel."""
+    if steps == 0 or len(rings[0]) < 2:
+        return []
+    return [ring_phase(rings, nbytes_per_step, steps, channels=None if rails else [0] * len(rings))]
+
+
+def _root_host_star(members: list[int], root: int, nbytes: float, *, toward_root: bool) -> list[Phase]:
+    """Root sends its host mates their 1/g piece (scatter), or gathers theirs (``toward_root``)."""
+    others = [r for r in members if r != root]
+    if not others:
+        return []
+    pairs = [(r, root) if toward_root else (root, r) for r in others]
+    return [Phase(tuple(Transfer(a, b, nbytes) for a, b in pairs))]
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Intra-host rings + per-rail inter-host rings (binomial trees for broadcast/reduce), rails in parallel."""
+    if request.op not in OPS:
+        raise ScenarioError(f"algorithm 'hierarchical' does not implement {request.op}",
+                            field="collectives.algorithm",
+                            allowed=f"hierarchical for {', '.join(OPS)}; direct for {request.op}")
+    hosts = host_grid(request, topology)
+    g, count = len(hosts[0]), len(hosts)
+    rails = [[members[j] for members in hosts] for j in range(g)]
+    n, piece = request.nbytes, request.nbytes / g
+    if request.op == "all_reduce":
+        return (_rings(hosts, piece, g - 1, rails=False) + _rings(rails, piece / count, 2 * (count - 1), rails=True)
+                + _rings(hosts, piece, g - 1, rails=False))
+    if request.op == "reduce_scatter":
+        return _rings(hosts, piece, g - 1, rails=False) + _rings(rails, piece / count, count - 1, rails=True)
+    if request.op == "all_gather":
+        return _rings(rails, piece / count, count - 1, rails=True) + _rings(hosts, piece, g - 1, rails=False)
+    root = request.ranks[request.root]
+    root_host = next(h for h, members in enumerate(hosts) if root in members)
+    toward_root = request.op == "reduce"
+    across = merge_parallel([binomial_phases(tuple(rail), root_host, piece, toward_root=toward_root, channel=j)
+                             for j, rail in enumerate(rails)]) if count > 1 else []
+    star = _root_host_star(hosts[root_host], root, piece, toward_root=toward_root)
+    if toward_root:
+        return _rings(hosts, piece, g - 1, rails=False) + across + star
+    return star + across + _rings(hosts, piece, g - 1, rails=False)

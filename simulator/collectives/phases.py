@@ -1,0 +1,47 @@
+"""The phase IR: every collective algorithm turns into a list of phases of point-to-point transfers.
+
+A phase is a batch of transfers that start together; the next phase starts when every transfer of this one
+has finished (the step barrier of a ring or a tree level). ``repeat`` folds k identical consecutive steps
+into one phase: each transfer then carries ``repeat`` times its bytes and pays ``repeat`` times its path
+latency, which equals k separate steps exactly whenever the rates stay constant over the phase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """``nbytes`` from GPU ``src`` to GPU ``dst`` (global GPU indices) over route ``channel``."""
+
+    src: int
+    dst: int
+    nbytes: float
+    channel: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Transfers that run concurrently, ``repeat`` times back to back."""
+
+    transfers: tuple[Transfer, ...]
+    repeat: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRequest:
+    """What an algorithm is asked to plan.
+
+    ``ranks`` are global GPU indices in group order (rank 0 of the group first); ``nbytes`` is the per-rank
+    buffer size as nccl-tests counts it (for all_gather the gathered output, for all_to_all the total a rank
+    sends); ``root`` is a position in ``ranks`` for broadcast/reduce; ``chunk_bytes`` is the pipelining
+    chunk (None = no chunking); ``channels`` is how many parallel rings/trees to use.
+    """
+
+    op: str
+    ranks: tuple[int, ...]
+    nbytes: float
+    root: int = 0
+    chunk_bytes: float | None = None
+    channels: int = 1

@@ -1,0 +1,120 @@
+"""The one registry of collective algorithms, by name, and the `auto` rule that picks one per collective.
+
+`auto` compares alpha-beta estimates built from the topology's own links (latency and bottleneck bandwidth
+of an intra-host and a cross-host path of the group) and takes the cheapest candidate; docs/collectives.md
+states the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from simulator.collectives import direct, halving_doubling, hierarchical, ring, tree
+from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.collectives.ring import channel_count, group_by_host
+from simulator.collectives.tree import chunk_count
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+PRIMITIVES = ("broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+
+Planner = Callable[[CollectiveRequest, Topology], list[Phase]]
+
+ALGORITHMS: dict[str, tuple[Planner, tuple[str, ...]]] = {
+    "ring": (ring.plan, ring.OPS),
+    "tree": (tree.plan, tree.OPS),
+    "hierarchical": (hierarchical.plan, hierarchical.OPS),
+    "direct": (direct.plan, direct.OPS),
+    "halving_doubling": (halving_doubling.plan, halving_doubling.OPS),
+}
+"""name -> (planner, primitives it implements). send_recv is one transfer whatever the algorithm."""
+
+ALGORITHM_NAMES = ", ".join([*ALGORITHMS, "auto"])
+
+
+def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: str = "auto") -> list[Phase]:
+    """Check ``request``, resolve ``algorithm`` (a registered name or "auto") and return its phases."""
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise ScenarioError(f"unknown algorithm {algorithm!r}", field="collectives.algorithm",
+                            allowed=ALGORITHM_NAMES)
+    check_request(request, topology)
+    if len(request.ranks) < 2 or request.nbytes == 0:
+        return []
+    if request.op == "send_recv":
+        return direct.plan(request, topology)
+    if algorithm == "auto":
+        algorithm = choose_algorithm(request, topology)
+    planner, ops = ALGORITHMS[algorithm]
+    if request.op not in ops:
+        able = ", ".join(name for name, (_, supported) in ALGORITHMS.items() if request.op in supported)
+        raise ScenarioError(f"algorithm {algorithm!r} does not implement {request.op}",
+                            field="collectives.algorithm", allowed=f"{able} or auto")
+    return planner(request, topology)
+
+
+def check_request(request: CollectiveRequest, topology: Topology) -> None:
+    """Reject a request no algorithm can plan, naming the field and what would be accepted."""
+    if request.op not in PRIMITIVES:
+        raise ScenarioError(f"unknown collective {request.op!r}", field="op", allowed=", ".join(PRIMITIVES))
+    ranks = request.ranks
+    if not ranks or len(set(ranks)) != len(ranks):
+        raise ScenarioError(f"group {ranks} must list distinct GPUs", field="group", allowed="distinct GPU indices")
+    if any(not 0 <= r < topology.num_gpus for r in ranks):
+        raise ScenarioError(f"group {ranks} names a GPU the cluster lacks", field="group",
+                            allowed=f"GPU indices 0..{topology.num_gpus - 1}")
+    if request.op == "send_recv" and len(ranks) != 2:
+        raise ScenarioError(f"send_recv takes (src, dst), got {ranks}", field="group", allowed="two GPU indices")
+    if not (math.isfinite(request.nbytes) and request.nbytes >= 0):
+        raise ScenarioError(f"size {request.nbytes!r} is not a byte count", field="nbytes",
+                            allowed="zero or a positive size")
+    if not 0 <= request.root < len(ranks):
+        raise ScenarioError(f"root {request.root} is not a position in the group", field="root",
+                            allowed=f"0..{len(ranks) - 1}")
+    if request.chunk_bytes is not None and not request.chunk_bytes > 0:
+        raise ScenarioError(f"chunk {request.chunk_bytes!r} must be positive", field="collectives.chunk",
+                            allowed="a positive size, or none to turn chunking off")
+    if request.channels < 0:
+        raise ScenarioError(f"channels {request.channels} is negative", field="collectives.channels",
+                            allowed="0 (one per rail) or a positive count")
+
+
+def link_costs(topology: Topology, src: int, dst: int) -> tuple[float, float]:
+    """(latency s, bottleneck bytes/s) of the route from ``src`` to ``dst`` at nominal link bandwidth."""
+    path = topology.path(src, dst)
+    return topology.path_latency(src, dst), float(min(topology.link_bandwidth[i] for i in path))
+
+
+def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float]:
+    """Alpha-beta time estimates (seconds) of the candidates `auto` weighs for this request."""
+    size, n = len(request.ranks), request.nbytes
+    hosts = group_by_host(request.ranks, topology)
+    widest = max(hosts, key=len)
+    a_in, b_in = link_costs(topology, widest[0], widest[1]) if len(widest) > 1 else (0.0, math.inf)
+    a_out, b_out = link_costs(topology, hosts[0][0], hosts[1][0]) if len(hosts) > 1 else (a_in, b_in)
+    if request.op in ("broadcast", "reduce"):
+        chunks = chunk_count(n, request.chunk_bytes)
+        return {"ring": (size + chunks - 2) * (a_out + n / chunks / b_out),
+                "tree": math.ceil(math.log2(size)) * (a_out + n / b_out)}
+    channels = channel_count(request, topology, hosts)
+    chunks = chunk_count(n / 2, request.chunk_bytes)
+    found = {"ring": 2 * (size - 1) * (a_out + n / (size * channels * b_out)),
+             "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
+    g, count = len(hosts[0]), len(hosts)
+    if count > 1 and g > 1 and all(len(members) == g for members in hosts):
+        found["hierarchical"] = (2 * (g - 1) * (a_in + n / (g * b_in))
+                                 + 2 * (count - 1) * (a_out + n / (g * count * b_out)))
+    return found
+
+
+def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
+    """The `auto` rule: direct for all_to_all / send_recv; ring for reduce_scatter / all_gather and for
+    all_reduce inside one host; otherwise the cheapest alpha-beta estimate (ties go to the first listed)."""
+    if request.op in ("all_to_all", "send_recv"):
+        return "direct"
+    if request.op in ("reduce_scatter", "all_gather"):
+        return "ring"
+    if request.op == "all_reduce" and len({topology.gpu_host[r] for r in request.ranks}) == 1:
+        return "ring"
+    costs = estimates(request, topology)
+    return min(costs, key=costs.get)

@@ -1,0 +1,108 @@
+"""Ring algorithms: all-reduce, reduce-scatter and all-gather over one ring per channel, and the
+pipelined chain (a ring cut open at the root) for broadcast and reduce.
+
+Across hosts the rings are rail-aligned as NCCL builds them: inside each host a channel's ring enters and
+leaves through GPUs whose local indices match those of the neighbouring hosts, so every cross-host hop
+stays on one rail and a host's channels together use all of its NICs.
+"""
+
+from __future__ import annotations
+
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.tree import chunk_count, pipelined_phases
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+
+RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1, "all_gather": lambda n: n - 1}
+"""Ring steps per op for n ranks; each step moves nbytes / n per rank (split over the channels)."""
+
+
+def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]:
+    """The group's members per host, hosts in order of first appearance, members by local index."""
+    hosts: dict[int, list[int]] = {}
+    for rank in ranks:
+        hosts.setdefault(topology.gpu_host[rank], []).append(rank)
+    return [sorted(members, key=lambda r: topology.gpu_local[r]) for members in hosts.values()]
+
+
+def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> int:
+    """``request.channels`` when set (> 0); else across hosts one ring per rail that the group can use
+    (at most its smallest per-host member count, since only that many distinct exit GPUs exist); else 1."""
+    if request.channels > 0:
+        return request.channels
+    if len(hosts) < 2:
+        return 1
+    return max(1, min(topology.rails, min(len(members) for members in hosts)))
+
+
+def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:
+    """One channel's ring: hosts in turn, alternating direction, each entered at the local index the
+    previous host left from, so that cross-host hops join GPUs with equal local indices (one rail)."""
+    if len(hosts) == 1:
+        members = hosts[0]
+        start = channel % len(members)
+        return members[start:] + members[:start]
+    order: list[int] = []
+    exit_local = None
+    for index, members in enumerate(hosts):
+        size = len(members)
+        locals_ = [topology.gpu_local[r] for r in members]
+        start = locals_.index(exit_local) if exit_local in locals_ else channel % size
+        step = 1 if index % 2 == 0 else -1
+        visit = [members[(start + step * i) % size] for i in range(size)]
+        order += visit
+        exit_local = topology.gpu_local[visit[-1]]
+    return order
+
+
+def ring_phase(rings: list[list[int]], nbytes_per_step: float, steps: int,
+               channels: list[int] | None = None) -> Phase:
+    """One phase: every ring member sends ``nbytes_per_step`` to its successor, ``steps`` times; ring k runs
+    on ``channels[k]`` (default: channel k)."""
+    channels = channels or list(range(len(rings)))
+    transfers = tuple(Transfer(ring[i], ring[(i + 1) % len(ring)], nbytes_per_step, channel)
+                      for channel, ring in zip(channels, rings) for i in range(len(ring)))
+    return Phase(transfers, repeat=steps)
+
+
+def chain_phases(order: list[int], nbytes: float, chunk_bytes: float | None, channel: int, *,
+                 toward_root: bool) -> list[Phase]:
+    """Pipelined chain from ``order[0]`` (or toward it): with L chunks, N-1+L-1 steps of one chunk."""
+    hops = len(order) - 1
+    if toward_root:
+        edges = [(order[i + 1], order[i], channel, hops - 1 - i) for i in range(hops)]
+    else:
+        edges = [(order[i], order[i + 1], channel, i) for i in range(hops)]
+    return pipelined_phases(edges, nbytes, chunk_count(nbytes, chunk_bytes))
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Ring all-reduce / reduce-scatter / all-gather as ONE phase (``repeat`` = ring steps); broadcast and
+    reduce as a pipelined chain along each channel's ring, the buffer split over the channels."""
+    if request.op not in OPS:
+        raise ScenarioError(f"algorithm 'ring' does not implement {request.op}", field="collectives.algorithm",
+                            allowed=f"ring for {', '.join(OPS)}; direct for {request.op}")
+    size = len(request.ranks)
+    hosts = group_by_host(request.ranks, topology)
+    channels = channel_count(request, topology, hosts)
+    rings = [ring_order(hosts, topology, c) for c in range(channels)]
+    if request.op in RING_STEPS:
+        return [ring_phase(rings, request.nbytes / (size * channels), RING_STEPS[request.op](size))]
+    root = request.ranks[request.root]
+    per_channel = request.nbytes / channels
+    chains = []
+    for channel, ring in enumerate(rings):
+        start = ring.index(root)
+        chains.append(chain_phases(ring[start:] + ring[:start], per_channel, request.chunk_bytes, channel,
+                                   toward_root=request.op == "reduce"))
+    return merge_parallel(chains)
+
+
+def merge_parallel(plans: list[list[Phase]]) -> list[Phase]:
+    """Run same-shaped plans side by side: phase i of the result holds phase i of every plan."""
+    if len(plans) == 1:
+        return plans[0]
+    return [Phase(tuple(t for phase in group for t in phase.transfers), repeat=group[0].repeat)
+            for group in zip(*plans)]

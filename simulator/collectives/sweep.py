@@ -1,0 +1,48 @@
+"""`trainsim collective`: time one collective over a range of sizes, reported as nccl-tests does."""
+
+from __future__ import annotations
+
+from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.errors import ScenarioError
+from simulator.network.calibration import resolve_efficiency
+from simulator.simulation import NetworkSettings, run_ops
+from simulator.topology.loader import load_topology
+from simulator.units import format_size, parse_size
+from simulator.workload.ops import COMM_STREAM, CollectiveOp
+
+
+def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,
+                     sizes: list[float], efficiency: str = "calibrated", mode: str = "flow",
+                     chunk: str | None = None) -> list[dict]:
+    """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes)."""
+    topology = load_topology(topology_name, overrides)
+    ranks = ranks or topology.num_gpus
+    if not 2 <= ranks <= topology.num_gpus:
+        raise ScenarioError(f"{ranks} ranks do not fit {topology.name} ({topology.num_gpus} GPUs)",
+                            field="--ranks", allowed=f"2..{topology.num_gpus}")
+    settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(resolve_efficiency(efficiency,
+                                                                                       "--efficiency").items())),
+                               algorithm=algorithm, chunk_bytes=parse_size(chunk) if chunk else None)
+    group = tuple(range(ranks))
+    if op == "send_recv":
+        group = (0, ranks - 1)
+    rows = []
+    for nbytes in sizes:
+        ops = [CollectiveOp(id=i, rank=rank, stream=COMM_STREAM, name=op, op=op, group=group, nbytes=nbytes,
+                            key=op, algorithm=algorithm) for i, rank in enumerate(group)]
+        result, _ = run_ops(topology, ops, settings)
+        time_s = result.makespan_s
+        algbw = nbytes / time_s / 1e9
+        rows.append({"op": op, "algorithm": algorithm, "ranks": len(group), "bytes": nbytes, "time_s": time_s,
+                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s)."""
+    header = f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}"
+    lines = [f"# {rows[0]['op']} algorithm={rows[0]['algorithm']} ranks={rows[0]['ranks']}" if rows else "", header]
+    for row in rows:
+        lines.append(f"{format_size(row['bytes']):>12} {int(row['bytes']):>14d} {row['time_s'] * 1e6:>12.2f} "
+                     f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,124 @@
+"""Tree algorithms: NCCL-style double binary tree all-reduce and binomial-tree broadcast / reduce.
+
+Also home of `pipelined_phases`, which turns any tree (a chain is a tree too) whose edges start at known
+step offsets into phases of chunk-sized transfers; consecutive steps with the same active edges share one
+phase through ``repeat``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_reduce", "broadcast", "reduce")
+
+Edge = tuple[int, int, int, int]
+"""(src GPU, dst GPU, channel, first step): the edge carries chunk j at step ``first step + j``."""
+
+
+def chunk_count(nbytes: float, chunk_bytes: float | None) -> int:
+    """How many pipeline chunks a buffer of ``nbytes`` splits into (1 when chunking is off)."""
+    if not chunk_bytes or nbytes <= chunk_bytes:
+        return 1
+    return math.ceil(nbytes / chunk_bytes)
+
+
+def pipelined_phases(edges: list[Edge], nbytes: float, chunks: int) -> list[Phase]:
+    """Phases that move ``nbytes`` in ``chunks`` equal chunks over ``edges`` as a pipeline.
+
+    At step s the active edges are those whose first step lies in ``[s - chunks + 1, s]``; the set only
+    changes when s reaches a first step or a first step plus ``chunks``, so each stretch between two such
+    breakpoints is one phase whose ``repeat`` is the stretch length.
+    """
+    if not edges or nbytes <= 0:
+        return []
+    chunk = nbytes / chunks
+    breakpoints = sorted({e[3] for e in edges} | {e[3] + chunks for e in edges})
+    phases = []
+    for start, stop in zip(breakpoints, breakpoints[1:]):
+        active = tuple(Transfer(src, dst, chunk, channel) for src, dst, channel, first in edges
+                       if start - chunks < first <= start)
+        if active:
+            phases.append(Phase(active, repeat=stop - start))
+    return phases
+
+
+def in_order_tree(size: int) -> tuple[list[int], list[int], list[int]]:
+    """Parent, height and depth of each position 0..size-1 in a binary tree (parent -1 for the root, 0).
+
+    Positions 1..size-1 form an in-order tree where a position's level follows its lowest set bit (odd
+    positions are leaves); position 0 sits on top with that tree as its only child.
+    """
+    parent, depth, height = [-1] * size, [0] * size, [0] * size
+
+    def build(low: int, high: int, above: int) -> None:
+        if low > high:
+            return
+        top = max(range(low, high + 1), key=lambda p: p & -p)
+        parent[top], depth[top] = above, depth[above] + 1
+        build(low, top - 1, top)
+        build(top + 1, high, top)
+
+    build(1, size - 1, 0)
+    for p in sorted(range(1, size), key=lambda q: -depth[q]):
+        height[parent[p]] = max(height[parent[p]], height[p] + 1)
+    return parent, height, depth
+
+
+def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int, int]]]:
+    """Two complementary binary trees over ``ranks``: per tree, (child, parent, child height, parent depth).
+
+    The second tree mirrors positions (even sizes) or shifts them by one (odd sizes), so a rank that is
+    interior in one tree is a leaf in the other and every rank's links carry about the same load.
+    """
+    size = len(ranks)
+    parent, height, depth = in_order_tree(size)
+    trees = []
+    for mapping in (lambda p: p, (lambda p: size - 1 - p) if size % 2 == 0 else (lambda p: (p - 1) % size)):
+        trees.append([(ranks[mapping(p)], ranks[mapping(parent[p])], height[p], depth[parent[p]])
+                      for p in range(size) if parent[p] >= 0])
+    return trees
+
+
+def double_tree_all_reduce(request: CollectiveRequest) -> list[Phase]:
+    """Each tree reduces half the buffer up to its root, then broadcasts it down, pipelined in chunks."""
+    half = request.nbytes / 2
+    chunks = chunk_count(half, request.chunk_bytes)
+    trees = double_binary_tree(request.ranks)
+    up = [(child, parent, index, h) for index, tree in enumerate(trees) for child, parent, h, _ in tree]
+    down = [(parent, child, index, d) for index, tree in enumerate(trees) for child, parent, _, d in tree]
+    return pipelined_phases(up, half, chunks) + pipelined_phases(down, half, chunks)
+
+
+def binomial_rounds(size: int) -> list[list[tuple[int, int]]]:
+    """Broadcast rounds over positions 0..size-1 from position 0: round k sends i -> i + 2**k for i < 2**k."""
+    rounds = []
+    span = 1
+    while span < size:
+        rounds.append([(i, i + span) for i in range(span) if i + span < size])
+        span *= 2
+    return rounds
+
+
+def binomial_phases(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_root: bool,
+                    channel: int = 0) -> list[Phase]:
+    """Binomial-tree broadcast from (or reduce toward, reversed) position ``root``: ceil(log2 p) rounds of n."""
+    size = len(ranks)
+    order = [ranks[(root + i) % size] for i in range(size)]
+    rounds = binomial_rounds(size)
+    if toward_root:
+        rounds = [[(b, a) for a, b in pairs] for pairs in reversed(rounds)]
+    return [Phase(tuple(Transfer(order[a], order[b], nbytes, channel) for a, b in pairs)) for pairs in rounds]
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Double binary tree all-reduce; binomial-tree broadcast and reduce (not pipelined: see docs)."""
+    if request.op == "all_reduce":
+        return double_tree_all_reduce(request)
+    if request.op in ("broadcast", "reduce"):
+        return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
+    raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm",
+                        allowed=f"tree for {', '.join(OPS)}; ring, direct or halving_doubling for {request.op}")

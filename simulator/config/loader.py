@@ -1,0 +1,144 @@
+"""Load a scenario: read YAML with line numbers, apply `--set a.b=value` overrides, validate into the schema.
+
+Every failure becomes one ScenarioError naming the file, the line, the field path and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from simulator.config.schema import Scenario
+from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_yaml_text, read_yaml
+from simulator.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A validated scenario plus where it came from, so later checks can point at the right line."""
+
+    scenario: Scenario
+    source: str
+    lines: dict
+
+    def error(self, path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
+        """A ScenarioError located at ``path`` in this scenario's file."""
+        return ScenarioError(problem, field=dotted(path), allowed=allowed, file=self.source,
+                             line=line_of(self.lines, path))
+
+
+def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
+    """Apply ``a.b=value`` strings (values parsed as YAML scalars) to a nested dict, returning a new dict."""
+    import copy
+
+    result = copy.deepcopy(data)
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value", file=source)
+        key, raw = item.split("=", 1)
+        parts = [part for part in key.strip().split(".") if part]
+        if not parts:
+            raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value", file=source)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = result
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--set {item!r}: {part} is not a section", field=key, file=source)
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
+    """The field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
+    current: object = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return ""
+        annotation = fields[part].annotation
+        current = _model_in(annotation)
+    fields = getattr(current, "model_fields", None)
+    return ", ".join(fields) if fields else ""
+
+
+def _model_in(annotation: object) -> object:
+    """The pydantic model inside an annotation such as ``Model``, ``list[Model]`` or ``Model | None``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none")
+
+
+def _is_type_tag(part: object) -> bool:
+    """Whether a pydantic error location part names a union member type rather than a field."""
+    return isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _TYPE_TAGS)
+
+
+def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,
+                     error: type[ScenarioError] = ScenarioError) -> ScenarioError:
+    """The first pydantic error as a located one-line ScenarioError."""
+    errors = exc.errors(include_url=False)
+    cleaned = [tuple(part for part in error["loc"] if not _is_type_tag(part)) for error in errors]
+    deepest = max(range(len(errors)), key=lambda i: (len(cleaned[i]), -i))
+    first, loc = errors[deepest], cleaned[deepest]
+    kind = first["type"]
+    message = first["msg"]
+    allowed = ""
+    if kind == "extra_forbidden":
+        message = f"unknown key {loc[-1]!r}"
+        allowed = _allowed_keys(model, loc[:-1])
+    elif kind == "missing":
+        message = "required field is missing"
+    elif kind == "literal_error":
+        expected = first.get("ctx", {}).get("expected", "")
+        message = f"{first.get('input')!r} is not a valid choice"
+        allowed = expected.replace("'", "")
+    elif message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+        if " (allowed: " in message and message.endswith(")"):
+            message, allowed = message[:-1].split(" (allowed: ", 1)
+    return error(message, field=dotted(loc), allowed=allowed, file=source, line=line_of(lines, loc))
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> LoadedScenario:
+    """Read, override and validate a scenario file; raise ScenarioError on any problem."""
+    source = str(path)
+    data, lines = read_yaml(path, ScenarioError)
+    return scenario_from_data(data, lines, source, overrides)
+
+
+def scenario_from_text(text: str, source: str = "<text>", overrides: list[str] | None = None) -> LoadedScenario:
+    """Like `load_scenario` for YAML text already in memory (tests, notebooks)."""
+    data, lines = parse_yaml_text(text, source, ScenarioError)
+    return scenario_from_data(data, lines, source, overrides)
+
+
+def scenario_from_data(data: object, lines: dict, source: str, overrides: list[str] | None) -> LoadedScenario:
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
+                            file=source, line=1)
+    if overrides:
+        data = apply_overrides(data, overrides, source)
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, Scenario, source, lines) from None
+    return LoadedScenario(scenario, source, lines)

@@ -1,0 +1,208 @@
+"""The scenario schema: frozen pydantic models that reject unknown keys, with quantities parsed from unit strings.
+
+Sections grow with features; each is optional except `cluster`. Quantities stay strings in YAML ("1 GiB",
+"400 Gb/s") and become SI floats here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from simulator.errors import InputError
+from simulator.units import parse_duration, parse_size
+
+
+def _size(value: object) -> float:
+    try:
+        return parse_size(value)
+    except InputError as exc:
+        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+
+
+def _optional_size(value: object) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off")):
+        return None
+    return _size(value)
+
+
+def _duration(value: object) -> float:
+    try:
+        return parse_duration(value)
+    except InputError as exc:
+        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+
+
+Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
+Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+OptionalSize = Annotated[Union[float, None], BeforeValidator(_optional_size)]
+
+PRIMITIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
+
+
+class Section(BaseModel):
+    """Base of every section: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterConfig(BaseModel):
+    """`topology` is a bundled name or a path; every other key overrides a builder parameter of that topology."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    topology: str
+
+    def overrides(self) -> dict:
+        return dict(self.model_extra or {})
+
+
+class NetworkConfig(Section):
+    """`model`: flow (max-min sharing) or analytic (no contention); `efficiency`: calibrated, ideal or per class."""
+
+    model: Literal["flow", "analytic"] = "flow"
+    efficiency: Union[Literal["calibrated", "ideal"], dict[str, Annotated[float, Field(gt=0, le=1)]]] = "calibrated"
+
+
+class CollectivesConfig(Section):
+    """Defaults for every collective: algorithm, pipelining chunk (none = off) and channels (0 = one per rail)."""
+
+    algorithm: str = "auto"
+    chunk: OptionalSize = None
+    channels: int = Field(default=0, ge=0)
+
+
+class RunConfig(Section):
+    """Run-level settings: the seed of the run's random generator."""
+
+    seed: int = 0
+
+
+class CollectiveItem(Section):
+    """One collective or transfer in a communication-only scenario.
+
+    `group`: "all", a list of GPU indices, or a range "A-B" (inclusive); for send_recv, `src` and `dst`.
+    `stream`: items on one stream run in file order, items on different streams concurrently (and contend);
+    `after`: names of items that must finish first (on the members they share); `repeat` runs it k times.
+    """
+
+    op: Literal[PRIMITIVES]  # type: ignore[valid-type]
+    bytes: Size
+    name: str | None = None
+    group: Union[Literal["all"], list[int], str] = "all"
+    src: int | None = None
+    dst: int | None = None
+    root: int = 0
+    algorithm: str | None = None
+    stream: str = "comm"
+    after: list[str] = []
+    repeat: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _send_recv_endpoints(self) -> "CollectiveItem":
+        if self.op == "send_recv" and (self.src is None or self.dst is None):
+            raise ValueError("send_recv needs src and dst GPU indices")
+        if self.op != "send_recv" and (self.src is not None or self.dst is not None):
+            raise ValueError("src/dst apply to send_recv only; use group for collectives")
+        return self
+
+
+class SyntheticModel(Section):
+    """Fixed per-stage costs for schedule studies: per stage per micro-batch forward and backward time.
+
+    The backward splits evenly into input-grad and weight-grad; P2P is free unless `p2p_bytes` is given.
+    """
+
+    stages: int = Field(ge=1)
+    forward: Duration
+    backward: Duration
+    p2p_bytes: Size = 0.0
+
+
+class ModelConfig(Section):
+    """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model."""
+
+    preset: str | None = None
+    layers: int | None = Field(default=None, ge=1)
+    hidden: int | None = Field(default=None, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    heads: int | None = Field(default=None, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    vocab: int | None = Field(default=None, ge=1)
+    gated_mlp: bool | None = None
+    synthetic: SyntheticModel | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ModelConfig":
+        explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
+        if self.synthetic is not None and (self.preset or explicit):
+            raise ValueError("give either synthetic costs or a model (preset/dimensions), not both")
+        if self.synthetic is None and self.preset is None and len(explicit) < 3:
+            raise ValueError("a model needs a preset, or at least layers, hidden and heads")
+        return self
+
+
+class TrainingConfig(Section):
+    """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp)."""
+
+    seq_len: int = Field(default=2048, ge=1)
+    global_batch: int | None = Field(default=None, ge=1)
+    micro_batch: int = Field(default=1, ge=1)
+    microbatches: int | None = Field(default=None, ge=1)
+    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
+    recompute: Literal["none", "selective", "full"] = "none"
+    optimizer: Literal["adam", "sgd"] = "adam"
+
+
+class PipelineConfig(Section):
+    """Pipeline schedule by name (`custom` reads the CSV action table `table`) and interleaving depth."""
+
+    schedule: str = "1f1b"
+    virtual_stages: int = Field(default=1, ge=1)
+    table: str | None = None
+    first_last_fewer_layers: bool = False
+
+
+class DDPConfig(Section):
+    """PyTorch DDP gradient buckets and whether their all-reduces overlap the backward."""
+
+    bucket: Size = 25 * 2**20
+    overlap: bool = True
+
+
+class ParallelismConfig(Section):
+    """Degrees, placement order (innermost first) and the sharding / bucketing choices."""
+
+    tp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int | None = Field(default=None, ge=1)
+    order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
+    sequence_parallel: bool = False
+    pipeline: PipelineConfig = PipelineConfig()
+    zero: int = Field(default=0, ge=0, le=3)
+    fsdp: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] | None = None
+    ddp: DDPConfig = DDPConfig()
+
+
+class Scenario(Section):
+    """A whole scenario file: a cluster plus either a training step (model, training, parallelism) or a
+    communication-only workload list."""
+
+    cluster: ClusterConfig
+    network: NetworkConfig = NetworkConfig()
+    collectives: CollectivesConfig = CollectivesConfig()
+    run: RunConfig = RunConfig()
+    workload: list[CollectiveItem] = []
+    model: ModelConfig | None = None
+    training: TrainingConfig = TrainingConfig()
+    parallelism: ParallelismConfig = ParallelismConfig()
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _one_workload(self) -> "Scenario":
+        if self.model is not None and self.workload:
+            raise ValueError("give either a training step (model) or a workload list, not both")
+        if self.model is None and not self.workload:
+            raise ValueError("nothing to simulate: add a model (training step) or a workload list")
+        return self

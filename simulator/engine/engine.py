@@ -1,0 +1,150 @@
+"""The SimPy engine: every rank's streams execute their ops in order; collectives run on the network model.
+
+An op runs when its dependencies are done and its stream is free. A collective (or send/recv) starts when the
+last member of its group arrives; its phases then run on the shared `Network`, so concurrent collectives
+contend for links. A run that ends with ops left over is a deadlock, reported with the ranks and the op.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import simpy
+
+from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.errors import SimulationError
+from simulator.metrics.events import EventLog
+from simulator.workload.ops import CollectiveOp, ComputeOp, Op
+
+Planner = Callable[[CollectiveRequest, str], list[Phase]]
+"""(request, algorithm name) -> phases; supplied by the caller so the engine stays free of algorithm choice."""
+
+
+@dataclass
+class _Rendezvous:
+    """Members of one collective that have arrived so far, and the event that fires when it completes."""
+
+    template: CollectiveOp
+    arrived: dict[int, float] = field(default_factory=dict)
+    done: simpy.Event | None = None
+
+
+@dataclass
+class EngineResult:
+    """What a run produced: the event log and the time the last op finished."""
+
+    log: EventLog
+    makespan_s: float
+    ops_executed: int
+
+
+class Engine:
+    """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
+    collective's phases on the network; ``planner`` turns a collective op into phases. Ops on
+    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done."""
+
+    def __init__(self, env: simpy.Environment, planner: Planner, run_plan: Callable, log: EventLog,
+                 default_algorithm: str = "auto", chunk_bytes: float | None = None, channels: int | None = None,
+                 async_streams: frozenset[str] = frozenset()):
+        self.env = env
+        self.planner = planner
+        self.run_plan = run_plan
+        self.log = log
+        self.default_algorithm = default_algorithm
+        self.chunk_bytes = chunk_bytes
+        self.channels = channels
+        self.async_streams = async_streams
+        self._done: dict[int, simpy.Event] = {}
+        self._rendezvous: dict[str, _Rendezvous] = {}
+        self._pending: dict[tuple[int, str], Op] = {}
+        self._executed = 0
+
+    def run(self, ops: Iterable[Op]) -> EngineResult:
+        """Run every op to completion and return the log; raise SimulationError on a deadlock."""
+        streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
+        for op in ops:
+            if op.id in self._done:
+                raise SimulationError(f"duplicate op id {op.id} ({op.name})")
+            self._done[op.id] = self.env.event()
+            streams[(op.rank, op.stream)].append(op)
+        for op_list in streams.values():
+            for op in op_list:
+                missing = [dep for dep in op.deps if dep not in self._done]
+                if missing:
+                    raise SimulationError(f"op {op.name!r} on rank {op.rank} depends on unknown op ids {missing}")
+        for (rank, stream), op_list in sorted(streams.items()):
+            if stream in self.async_streams:
+                for op in op_list:
+                    self.env.process(self._stream(rank, f"{stream}#{op.id}", [op]))
+            else:
+                self.env.process(self._stream(rank, stream, op_list))
+        self.env.run()
+        if self._pending:
+            raise SimulationError(self._deadlock_report())
+        return EngineResult(self.log, self.env.now, self._executed)
+
+    def _stream(self, rank: int, stream: str, ops: list[Op]):
+        for op in ops:
+            self._pending[(rank, stream)] = op
+            waits = [self._done[dep] for dep in op.deps if not self._done[dep].triggered]
+            if len(waits) == 1:
+                yield waits[0]
+            elif waits:
+                yield self.env.all_of(waits)
+            if isinstance(op, ComputeOp):
+                start = self.env.now
+                if op.duration > 0:
+                    yield self.env.timeout(op.duration)
+                self.log.record("compute", rank, stream, op.name, start, self.env.now, category=op.category,
+                                nbytes=op.hbm_bytes, flops=op.flops)
+            elif isinstance(op, CollectiveOp):
+                yield self._join(op)
+            else:
+                raise SimulationError(f"op {op.name!r} has unsupported type {type(op).__name__}")
+            del self._pending[(rank, stream)]
+            self._executed += 1
+            self._done[op.id].succeed()
+
+    def _join(self, op: CollectiveOp) -> simpy.Event:
+        """Register ``op.rank`` as arrived; start the collective when the whole group is there."""
+        meeting = self._rendezvous.get(op.key)
+        if meeting is None:
+            meeting = _Rendezvous(template=op, done=self.env.event())
+            self._rendezvous[op.key] = meeting
+        if op.rank not in op.group:
+            raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
+        if op.group != meeting.template.group or op.op != meeting.template.op:
+            raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {meeting.template.op} over "
+                                  f"{meeting.template.group} vs {op.op} over {op.group}")
+        meeting.arrived[op.rank] = self.env.now
+        if len(meeting.arrived) == len(op.group):
+            del self._rendezvous[op.key]
+            self.env.process(self._collective(meeting))
+        return meeting.done
+
+    def _collective(self, meeting: _Rendezvous):
+        op = meeting.template
+        algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
+        request = CollectiveRequest(op=op.op, ranks=op.group, nbytes=op.nbytes, root=op.root,
+                                    chunk_bytes=self.chunk_bytes, channels=self.channels or 0)
+        phases = self.planner(request, algorithm)
+        start = self.env.now
+        yield from self.run_plan(self.env, phases, op.key)
+        for rank in op.group:
+            self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
+                            nbytes=op.nbytes, key=op.key)
+        meeting.done.succeed()
+
+    def _deadlock_report(self) -> str:
+        lines = []
+        for key, meeting in sorted(self._rendezvous.items()):
+            op = meeting.template
+            missing = [rank for rank in op.group if rank not in meeting.arrived]
+            lines.append(f"collective {op.name!r} ({op.op}, key {key}) waits for ranks {missing}; "
+                         f"arrived: {sorted(meeting.arrived)}")
+        if not lines:
+            for (rank, stream), op in sorted(self._pending.items())[:8]:
+                lines.append(f"rank {rank} stream {stream!r} blocked at {op.name!r} (waits for ops {list(op.deps)})")
+        return "deadlock: " + "; ".join(lines)

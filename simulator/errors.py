@@ -1,0 +1,60 @@
+"""Errors a user can cause (bad scenario or topology) and errors the simulation can hit (deadlock).
+
+User errors render as one line, ``FILE:LINE: field.path: problem (allowed: ...)``, which the CLI prints
+before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+
+class TrainsimError(Exception):
+    """Base class of every error trainsim raises on purpose."""
+
+
+class InputError(TrainsimError):
+    """A mistake in a user's input, located by file, line and field path."""
+
+    def __init__(self, problem: str, *, field: str = "", allowed: str = "", file: str = "", line: int | None = None):
+        self.problem = problem
+        self.field = field
+        self.allowed = allowed
+        self.file = file
+        self.line = line
+        super().__init__(self.render())
+
+    def located(self, file: str | None = None, line: int | None = None, field_prefix: str = "") -> "InputError":
+        """A copy of this error with its location filled in where it was not known yet."""
+        field = self.field
+        if field_prefix:
+            field = f"{field_prefix}.{field}" if field else field_prefix
+        return type(self)(
+            self.problem,
+            field=field,
+            allowed=self.allowed,
+            file=self.file or (file or ""),
+            line=self.line if self.line is not None else line,
+        )
+
+    def render(self) -> str:
+        where = self.file or "<input>"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        text = f"{where}: {self.field}: {self.problem}" if self.field else f"{where}: {self.problem}"
+        if self.allowed:
+            text += f" (allowed: {self.allowed})"
+        return text
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class ScenarioError(InputError):
+    """The scenario file (or a --set override) is not valid."""
+
+
+class TopologyError(InputError):
+    """The topology file or its parameters describe no usable cluster."""
+
+
+class SimulationError(TrainsimError):
+    """The simulation could not finish, e.g. a collective that some ranks never joined (deadlock)."""

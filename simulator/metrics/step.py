@@ -1,0 +1,79 @@
+"""Step metrics from the event log: step time, throughput, MFU/HFU, pipeline bubble, communication ratio and
+exposed communication per parallelism kind. Pure functions of the timeline DataFrame."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.metrics.intervals import covered, uncovered
+
+PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
+COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
+
+
+def _rank_arrays(frame: pd.DataFrame) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per rank, per category, the (starts, ends) of its intervals."""
+    result: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    rows = frame[frame["kind"] != "flow"]
+    for (rank, category), group in rows.groupby(["rank", "category"], sort=True):
+        result.setdefault(int(rank), {})[category] = (group["start_s"].to_numpy(), group["end_s"].to_numpy())
+    return result
+
+
+def _cat(arrays: dict[str, tuple[np.ndarray, np.ndarray]], categories) -> tuple[np.ndarray, np.ndarray]:
+    parts = [arrays[c] for c in categories if c in arrays]
+    if not parts:
+        return np.empty(0), np.empty(0)
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def bubble_fraction(frame: pd.DataFrame) -> float:
+    """Mean over ranks of the compute stream's idle share of the pipeline window.
+
+    The window runs from 0 to the end of the last forward/backward op of any rank, so pipeline fill, drain
+    and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
+    (p-1)/(m+p-1) for 1F1B.
+    """
+    compute = frame[frame["category"].isin(PIPELINE_CATEGORIES)]
+    if compute.empty:
+        return 0.0
+    window = float(compute["end_s"].max())
+    busy = compute.assign(d=compute["end_s"] - compute["start_s"]).groupby("rank")["d"].sum()
+    return float(np.mean(1.0 - busy.to_numpy() / window)) if window > 0 else 0.0
+
+
+def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
+    """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
+    communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
+    arrays = _rank_arrays(frame)
+    compute_categories = (*PIPELINE_CATEGORIES, "optimizer", "compute")
+    ratios, exposed = [], {kind: [] for kind in COMM_KINDS}
+    totals = {kind: [] for kind in COMM_KINDS}
+    for per_category in arrays.values():
+        cs, ce = _cat(per_category, compute_categories)
+        all_s, all_e = _cat(per_category, COMM_KINDS)
+        ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
+        for kind in COMM_KINDS:
+            ks, ke = _cat(per_category, (kind,))
+            totals[kind].append(covered(ks, ke))
+            exposed[kind].append(uncovered(ks, ke, cs, ce))
+    mean = lambda values: float(np.mean(values)) if values else 0.0  # noqa: E731
+    return {
+        "comm_ratio": mean(ratios),
+        "exposed_comm_s": {kind: mean(exposed[kind]) for kind in COMM_KINDS},
+        "comm_s": {kind: mean(totals[kind]) for kind in COMM_KINDS},
+    }
+
+
+def traffic_bytes(frame: pd.DataFrame) -> dict:
+    """Bytes each rank sent on the network per kind, mean over ranks (from flow rows, by collective category)."""
+    collectives = frame[frame["kind"] == "collective"]
+    categories = dict(zip(collectives["key"], collectives["category"]))
+    flows = frame[frame["kind"] == "flow"]
+    if flows.empty:
+        return {kind: 0.0 for kind in COMM_KINDS}
+    kinds = flows["name"].map(categories).fillna("")
+    ranks = max(int(frame.loc[frame["rank"] >= 0, "rank"].nunique()), 1)
+    sums = flows.groupby(kinds)["bytes"].sum()
+    return {kind: float(sums.get(kind, 0.0)) / ranks for kind in COMM_KINDS}

@@ -1,0 +1,323 @@
+"""The network model a SimPy run sends its transfers through: flows sharing directed links max-min fairly.
+
+A transfer first waits its latency without using bandwidth, then becomes a fluid flow of its bytes. In
+``flow`` mode the rates of all active flows (of every phase and collective) are max-min fair on every
+directed link and are re-solved only when flows start or end, only for the flows connected to the change
+through shared links, and once per simulated instant however many flows changed. In ``analytic`` mode a
+transfer never waits for others: it takes its latency plus its bytes over its path's bottleneck capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import simpy
+
+from simulator.errors import ScenarioError
+from simulator.metrics.events import EventLog
+from simulator.network.maxmin import grouped_max_min_rates
+from simulator.topology.graph import LINK_CLASSES, Topology
+
+MODES = ("flow", "analytic")
+FINISH_TOLERANCE = 1e-9
+"""A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
+_AFTER_NORMAL_EVENTS = 2
+"""SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
+
+
+class FlowRequest(NamedTuple):
+    """One transfer of a phase: ``nbytes`` over link ids ``path`` after ``latency`` seconds.
+
+    ``src``/``dst`` (global GPU indices) only label the event-log row; plain 3- or 5-tuples work as well.
+    """
+
+    path: tuple[int, ...]
+    nbytes: float
+    latency: float
+    src: int = -1
+    dst: int = -1
+
+
+class _Phase:
+    """The transfers of one ``run_phase`` call still running, and the event that fires when none is."""
+
+    __slots__ = ("event", "pending", "key")
+
+    def __init__(self, event: simpy.Event, pending: int, key: str):
+        self.event = event
+        self.pending = pending
+        self.key = key
+
+
+class _Flow:
+    """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries."""
+
+    __slots__ = ("seq", "path", "nbytes", "remaining", "rate", "last_update", "version", "phase",
+                 "posted_s", "src", "dst")
+
+    def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
+                 src: int, dst: int):
+        self.seq = seq
+        self.path = path
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.last_update = posted_s
+        self.version = 0
+        self.phase = phase
+        self.posted_s = posted_s
+        self.src = src
+        self.dst = dst
+
+
+class _EndOfInstant(simpy.Event):
+    """An event processed after every ordinary event already due at the current simulated time."""
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, _AFTER_NORMAL_EVENTS)
+
+
+class Network:
+    """Transfers over a compiled ``Topology``; ``efficiency`` scales each link class's bandwidth.
+
+    Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (max-min solves) and
+    ``resolved_flows`` (flows summed over all solves, i.e. the work the solves did).
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: dict[str, float] | None = None,
+                 mode: str = "flow", log: EventLog | None = None):
+        if mode not in MODES:
+            raise ScenarioError(f"unknown network mode {mode!r}", field="network.mode", allowed=", ".join(MODES))
+        self.env = env
+        self.topology = topology
+        self.mode = mode
+        self.log = log
+        self.capacity = effective_capacity(topology, efficiency or {})
+        self.flows_simulated = 0
+        self.resolves = 0
+        self.resolved_flows = 0
+        self._bottleneck: dict[tuple[int, ...], float] = {}
+        self._link_flows: dict[int, set[_Flow]] = {}
+        self._active = 0
+        self._starting: list[_Flow] = []
+        self._touched_links: set[int] = set()
+        self._batch_pending = False
+        self._by_finish: list[tuple[float, int, int, _Flow]] = []
+        self._by_ready: list[tuple[float, int, int, _Flow]] = []
+        self._wake_time: float | None = None
+        self._wake_version = 0
+
+    def transfer(self, path: tuple[int, ...], nbytes: float, latency: float = 0.0, *, src: int = -1,
+                 dst: int = -1, key: str = "") -> simpy.Event:
+        """One transfer: an event that succeeds when ``nbytes`` have crossed ``path`` after ``latency``."""
+        return self.run_phase(((path, nbytes, latency, src, dst),), key=key)
+
+    def run_phase(self, transfers: Sequence[tuple], *, key: str = "") -> simpy.Event:
+        """Start a batch of transfers now; the event succeeds when all of them have finished.
+
+        Each item is ``(path, nbytes, latency)`` or ``(path, nbytes, latency, src, dst)`` (see FlowRequest).
+        A transfer with no bytes, or with an empty path (a GPU to itself), finishes right after its latency.
+        """
+        if not transfers:
+            return self.env.event().succeed()
+        if self.mode == "analytic":
+            return self._run_analytic(transfers, key)
+        phase = _Phase(self.env.event(), len(transfers), key)
+        now = self.env.now
+        by_latency: dict[float, list[_Flow]] = {}
+        for item in transfers:
+            src, dst = (item[3], item[4]) if len(item) == 5 else (-1, -1)
+            flow = _Flow(self.flows_simulated, tuple(item[0]), float(item[1]), phase, now, src, dst)
+            self.flows_simulated += 1
+            by_latency.setdefault(float(item[2]), []).append(flow)
+        for latency, flows in by_latency.items():
+            if latency > 0:
+                self.env.timeout(latency, value=flows).callbacks.append(self._on_latency_over)
+            else:
+                self._begin(flows)
+        return phase.event
+
+    def _run_analytic(self, transfers: Sequence[tuple], key: str) -> simpy.Event:
+        """Contention-free phase: each transfer takes latency + bytes / bottleneck capacity."""
+        now = self.env.now
+        durations = []
+        for item in transfers:
+            path, nbytes = tuple(item[0]), float(item[1])
+            busy = nbytes / self._bottleneck_of(path) if nbytes > 0 and path else 0.0
+            durations.append(float(item[2]) + busy)
+        self.flows_simulated += len(transfers)
+        done = self.env.timeout(max(durations))
+        if self.log is not None:
+            def record(_event: simpy.Event) -> None:
+                for item, duration in zip(transfers, durations):
+                    src, dst = (item[3], item[4]) if len(item) == 5 else (-1, -1)
+                    self._record(src, dst, key, now, now + duration, float(item[1]))
+            done.callbacks.append(record)
+        return done
+
+    def _bottleneck_of(self, path: tuple[int, ...]) -> float:
+        bottleneck = self._bottleneck.get(path)
+        if bottleneck is None:
+            bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
+        return bottleneck
+
+    def _on_latency_over(self, event: simpy.Event) -> None:
+        self._begin(event.value)
+
+    def _begin(self, flows: list[_Flow]) -> None:
+        """Make ``flows`` active now (or finish the empty ones) and ask for one re-solve at this instant."""
+        now = self.env.now
+        for flow in flows:
+            if flow.nbytes <= 0 or not flow.path:
+                self._finish(flow, now)
+            else:
+                flow.last_update = now
+                self._starting.append(flow)
+        if self._starting:
+            self._request_batch()
+
+    def _request_batch(self) -> None:
+        if not self._batch_pending:
+            self._batch_pending = True
+            _EndOfInstant(self.env).callbacks.append(self._apply_batch)
+
+    def _apply_batch(self, _event: simpy.Event) -> None:
+        """Register the flows that started, re-solve the component the changes touched, re-arm the wake-up."""
+        self._batch_pending = False
+        touched = self._touched_links
+        self._touched_links = set()
+        link_flows = self._link_flows
+        for flow in self._starting:
+            for link in flow.path:
+                touched.add(link)
+                members = link_flows.get(link)
+                if members is None:
+                    link_flows[link] = {flow}
+                else:
+                    members.add(flow)
+        self._active += len(self._starting)
+        self._starting = []
+        component = self._component(touched)
+        if component:
+            self._resolve(component)
+        self._arm_wake_up()
+
+    def _component(self, seeds: set[int]) -> list[_Flow]:
+        """Active flows connected to links ``seeds`` through shared links, in posting order."""
+        link_flows = self._link_flows
+        seen_links = set(seeds)
+        stack = list(seeds)
+        found: set[_Flow] = set()
+        while stack:
+            for flow in link_flows.get(stack.pop(), ()):
+                if flow not in found:
+                    found.add(flow)
+                    for link in flow.path:
+                        if link not in seen_links:
+                            seen_links.add(link)
+                            stack.append(link)
+        return sorted(found, key=lambda f: f.seq)
+
+    def _resolve(self, component: list[_Flow]) -> None:
+        """New max-min rates for ``component``; only flows whose rate changes are brought up to date."""
+        self.resolves += 1
+        self.resolved_flows += len(component)
+        group_of_path: dict[tuple[int, ...], int] = {}
+        flow_group = []
+        for flow in component:
+            group = group_of_path.get(flow.path)
+            if group is None:
+                group = group_of_path[flow.path] = len(group_of_path)
+            flow_group.append(group)
+        groups = np.array(flow_group, dtype=np.int64)
+        weight = np.bincount(groups, minlength=len(group_of_path)).astype(float)
+        group_rates = grouped_max_min_rates(list(group_of_path), weight, self.capacity).tolist()
+        now = self.env.now
+        for flow, group in zip(component, flow_group):
+            rate = group_rates[group]
+            if rate == flow.rate:
+                continue
+            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
+            flow.last_update = now
+            flow.rate = rate
+            flow.version += 1
+            finish = now + flow.remaining / rate
+            ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
+            heapq.heappush(self._by_finish, (finish, flow.seq, flow.version, flow))
+            heapq.heappush(self._by_ready, (ready, flow.seq, flow.version, flow))
+        if len(self._by_finish) > 4 * self._active + 1024:
+            self._by_finish = self._fresh(self._by_finish)
+            self._by_ready = self._fresh(self._by_ready)
+
+    @staticmethod
+    def _fresh(heap: list[tuple[float, int, int, _Flow]]) -> list[tuple[float, int, int, _Flow]]:
+        """The heap without entries made stale by a rate change or a finished flow."""
+        live = [entry for entry in heap if entry[2] == entry[3].version]
+        heapq.heapify(live)
+        return live
+
+    def _arm_wake_up(self) -> None:
+        """Make sure exactly one live wake-up is scheduled, at the earliest finish time."""
+        heap = self._by_finish
+        while heap and heap[0][2] != heap[0][3].version:
+            heapq.heappop(heap)
+        if not heap:
+            self._wake_time = None
+            return
+        finish = heap[0][0]
+        if finish != self._wake_time:
+            self._wake_time = finish
+            self._wake_version += 1
+            delay = max(finish - self.env.now, 0.0)
+            self.env.timeout(delay, value=self._wake_version).callbacks.append(self._on_wake_up)
+
+    def _on_wake_up(self, event: simpy.Event) -> None:
+        """Finish every flow within tolerance of done at the wake-up time; stale wake-ups do nothing."""
+        if event.value != self._wake_version:
+            return
+        due = self._wake_time
+        self._wake_time = None
+        now = self.env.now
+        heap = self._by_ready
+        while heap and heap[0][0] <= due:
+            _, _, version, flow = heapq.heappop(heap)
+            if version != flow.version:
+                continue
+            for link in flow.path:
+                members = self._link_flows[link]
+                members.discard(flow)
+                if not members:
+                    del self._link_flows[link]
+                self._touched_links.add(link)
+            self._active -= 1
+            self._finish(flow, now)
+        self._request_batch()
+
+    def _finish(self, flow: _Flow, now: float) -> None:
+        flow.version = -1
+        if self.log is not None:
+            self._record(flow.src, flow.dst, flow.phase.key, flow.posted_s, now, flow.nbytes)
+        phase = flow.phase
+        phase.pending -= 1
+        if phase.pending == 0:
+            phase.event.succeed()
+
+    def _record(self, src: int, dst: int, key: str, start_s: float, end_s: float, nbytes: float) -> None:
+        self.log.record("flow", src, "net", key, start_s, end_s, nbytes=nbytes, src=src, dst=dst, key=key)
+
+
+def effective_capacity(topology: Topology, efficiency: dict[str, float]) -> np.ndarray:
+    """Each directed link's usable bytes/s: its bandwidth times its class's efficiency (default 1)."""
+    for link_class, value in efficiency.items():
+        field = f"network.efficiency.{link_class}"
+        if link_class not in LINK_CLASSES:
+            raise ScenarioError(f"unknown link class {link_class!r}", field=field, allowed=", ".join(LINK_CLASSES))
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+            raise ScenarioError(f"efficiency {value!r} is out of range", field=field, allowed="a number in (0, 1]")
+    scale = np.array([efficiency.get(c, 1.0) for c in topology.link_class], dtype=float)
+    return topology.link_bandwidth * scale

@@ -1,0 +1,63 @@
+"""The 4D layout: TP x CP x PP x DP ranks placed on GPUs in a given order, and the process groups.
+
+Rank r's coordinates come from a mixed-radix split of r with the innermost dimension first, so with the
+default order [tp, cp, pp, dp] the TP group of a rank is a block of consecutive GPUs (one node). Rank r runs
+on GPU r.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+DIMENSIONS = ("tp", "cp", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees per dimension and their order (innermost first)."""
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    order: tuple[str, ...] = DIMENSIONS
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    def degree(self, dim: str) -> int:
+        return getattr(self, dim)
+
+    @cached_property
+    def _strides(self) -> dict[str, int]:
+        strides, stride = {}, 1
+        for dim in self.order:
+            strides[dim] = stride
+            stride *= self.degree(dim)
+        return strides
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """{'tp': i, 'cp': j, 'pp': k, 'dp': l} of ``rank``."""
+        return {dim: (rank // self._strides[dim]) % self.degree(dim) for dim in self.order}
+
+    def rank_of(self, **coords: int) -> int:
+        """The rank at the given coordinates (missing ones are 0)."""
+        return sum(coords.get(dim, 0) * self._strides[dim] for dim in self.order)
+
+    def group(self, dim: str, rank: int) -> tuple[int, ...]:
+        """The ranks that differ from ``rank`` only in ``dim``, in coordinate order."""
+        base = rank - self.coords(rank)[dim] * self._strides[dim]
+        return tuple(base + i * self._strides[dim] for i in range(self.degree(dim)))
+
+    def combined_group(self, dims: tuple[str, ...], rank: int) -> tuple[int, ...]:
+        """The ranks that differ from ``rank`` only in the dimensions ``dims`` (e.g. dp x cp for gradients)."""
+        members = [rank]
+        for dim in dims:
+            members = [m for base in members for m in self.group(dim, base)]
+        return tuple(sorted(members))
+
+    def stage_ranks(self, stage: int) -> list[int]:
+        """Every rank of pipeline stage ``stage``."""
+        return [r for r in range(self.world) if self.coords(r)["pp"] == stage]

@@ -1,0 +1,216 @@
+"""Per-rank memory: model state (params, grads, optimizer) under ZeRO/FSDP sharding, activations by recompute mode.
+
+Model state follows Rajbhandari et al. (ZeRO, SC20): with mixed precision and Adam a parameter costs 2 B (16-bit
+weight) + 2 B (16-bit gradient) + 12 B (fp32 master weight, momentum, variance). ZeRO-1 shards the optimizer
+state over the shard group, ZeRO-2 also the gradients, ZeRO-3 also the weights. Activations follow Korthikanti et
+al. ("Reducing activation recomputation in large transformer models", 2022), generalised term by term to gated
+MLPs, grouped-query attention and models without dropout; docs/cost-model.md lists the terms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.catalog.models import ModelSpec
+from simulator.errors import ScenarioError
+from simulator.workload.transformer import RECOMPUTE_MODES, ShardShape, kv_heads_per_rank, validate_shard
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
+STATE_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+FSDP_STRATEGIES = ("no_shard", "shard_grad_op", "full_shard", "hybrid_shard")
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of the weights, the gradients and the optimizer state (fp32 master weights included)."""
+
+    param: float
+    grad: float
+    optimizer: float
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """ZeRO ``stage`` (0-3) and ``degree``, the number of ranks the sharded state is split over."""
+
+    stage: int
+    degree: int
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes one rank holds, by category."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float = 0.0
+    buffers: float = 0.0
+
+    @property
+    def model_state(self) -> float:
+        """Weights + gradients + optimizer state."""
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        """Everything: model state, activations and buffers."""
+        return self.model_state + self.activations + self.buffers
+
+
+def state_bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> StateBytes:
+    """Bytes per parameter for a training precision and optimizer.
+
+    16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, 2 B grads and a 4 B fp32
+    master copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy.
+    Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
+    """
+    if precision not in STATE_PRECISIONS:
+        raise ScenarioError(
+            f"unknown precision {precision!r}", field="training.precision", allowed=", ".join(STATE_PRECISIONS)
+        )
+    if optimizer not in OPTIMIZERS:
+        raise ScenarioError(f"unknown optimizer {optimizer!r}", field="training.optimizer", allowed=", ".join(OPTIMIZERS))
+    moments = {"adam": 8.0, "adamw": 8.0, "sgd_momentum": 4.0, "sgd": 0.0}[optimizer]
+    if precision == "fp32":
+        return StateBytes(4.0, 4.0, moments)
+    return StateBytes(2.0, 2.0, 4.0 + moments)
+
+
+def fsdp_sharding(strategy: str, dp: int, shard_group: int | None = None) -> Sharding:
+    """The ZeRO equivalent of a PyTorch FSDP strategy over ``dp`` data-parallel ranks.
+
+    full_shard = ZeRO-3 over dp; shard_grad_op = ZeRO-2 over dp; hybrid_shard = ZeRO-3 within groups of
+    ``shard_group`` ranks, replicated across groups; no_shard = plain DDP.
+    """
+    if strategy not in FSDP_STRATEGIES:
+        raise ScenarioError(
+            f"unknown FSDP strategy {strategy!r}", field="parallelism.fsdp", allowed=", ".join(FSDP_STRATEGIES)
+        )
+    if strategy == "hybrid_shard":
+        if shard_group is None or shard_group < 1 or dp % shard_group:
+            raise ScenarioError(
+                f"hybrid_shard needs a shard group size dividing dp {dp}, got {shard_group}",
+                field="parallelism.shard_group", allowed=f"divisors of {dp}",
+            )
+        return Sharding(3, shard_group)
+    return Sharding({"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}[strategy], dp)
+
+
+def model_state_memory(
+    num_params: float, sharding: Sharding = Sharding(0, 1), precision: str = "bf16", optimizer: str = "adam"
+) -> MemoryBreakdown:
+    """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``."""
+    if sharding.stage not in ZERO_STAGES:
+        raise ScenarioError(
+            f"unknown ZeRO stage {sharding.stage}", field="parallelism.zero_stage", allowed="0, 1, 2, 3"
+        )
+    if sharding.degree < 1:
+        raise ScenarioError(
+            f"shard degree {sharding.degree} must be >= 1", field="parallelism.dp", allowed="positive integers"
+        )
+    per_param = state_bytes_per_param(precision, optimizer)
+    n = sharding.degree
+    return MemoryBreakdown(
+        params=num_params * per_param.param / (n if sharding.stage >= 3 else 1),
+        grads=num_params * per_param.grad / (n if sharding.stage >= 2 else 1),
+        optimizer=num_params * per_param.optimizer / (n if sharding.stage >= 1 else 1),
+    )
+
+
+def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_stage: bool) -> float:
+    """Parameters one tensor-parallel rank of a pipeline stage holds (norms are replicated, not split).
+
+    The first stage holds the embedding (vocabulary split t ways); the last holds the final norm and the output
+    layer, or a copy of the embedding when tied (Megatron keeps that copy on the last stage).
+    """
+    norms = 2 * model.norm_params()
+    per_layer = (model.layer_params() - norms) / tp + norms
+    total = layers * per_layer
+    if first_stage:
+        total += model.embedding_params() / tp
+    if last_stage:
+        output = model.vocab * model.hidden / tp
+        if model.tied_embeddings and first_stage:
+            output = 0.0
+        total += model.norm_params() + output
+    return total
+
+
+def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: str = "none") -> float:
+    """Bytes one layer keeps for the backward pass of one micro-batch on one rank.
+
+    For a GPT layer (FFN 4h, multi-head attention, dropout, 16-bit) this is Korthikanti et al.'s
+    s b h (34 + 5 a s / h) without tensor parallelism, s b h (10 + 24/t + 5 a s/(h t)) with it, s b h/t (34 + ...)
+    with sequence parallelism; selective recompute drops the score term; full recompute keeps the layer input.
+    """
+    validate_shard(model, shard)
+    if recompute not in RECOMPUTE_MODES:
+        raise ScenarioError(
+            f"unknown recompute mode {recompute!r}", field="training.recompute", allowed=", ".join(RECOMPUTE_MODES)
+        )
+    t, d = shard.tp, shard.dtype_bytes
+    tokens, h = shard.tokens, model.hidden
+    replicated_tokens = shard.pointwise_tokens
+    if recompute == "full":
+        return d * replicated_tokens * h
+    mask = 1.0 if model.dropout else 0.0
+    q_width = model.heads * model.head_dim / t
+    kv_width = kv_heads_per_rank(model, t) * model.head_dim
+    ffn = model.ffn_hidden / t
+    # Outside the tensor-parallel region (split by SP): two norm inputs, the QKV and MLP inputs, two dropout masks.
+    outside = replicated_tokens * (2 * d * h + 2 * d * h + 2 * mask * h)
+    # Inside it: Q, K, V, the output-projection input, and the MLP intermediates.
+    mlp_intermediates = 3 * d * ffn if model.gated_mlp else 2 * d * ffn
+    inside = tokens * (d * (q_width + 2 * kv_width) + d * q_width + mlp_intermediates)
+    if recompute == "selective":
+        return outside + inside
+    # Scores: softmax output (d bytes), and with dropout its mask (1 byte) and dropped copy (d bytes), per head.
+    per_score = d + (1 + d) * mask
+    scores = per_score * tokens * shard.seq_len * model.heads / t
+    return outside + inside + scores
+
+
+def head_activation_bytes(model: ModelSpec, shard: ShardShape) -> float:
+    """Bytes the last stage keeps for the loss: fp32 logits, 4 s b V / t (Korthikanti et al.)."""
+    return 4.0 * shard.tokens * model.vocab / shard.tp
+
+
+def zero3_gather_buffer_bytes(model: ModelSpec, tp: int, prefetch_layers: int = 2, param_bytes: float = 2.0) -> float:
+    """Bytes of unsharded weights ZeRO-3/FSDP keeps gathered: the running layer plus the prefetched ones."""
+    return prefetch_layers * math.ceil(model.layer_params() / tp) * param_bytes
+
+
+def rank_memory(
+    model: ModelSpec,
+    shard: ShardShape,
+    *,
+    layers: int,
+    in_flight: int,
+    recompute: str = "none",
+    sharding: Sharding = Sharding(0, 1),
+    precision: str = "bf16",
+    optimizer: str = "adam",
+    first_stage: bool = True,
+    last_stage: bool = True,
+    buffer_bytes: float = 0.0,
+) -> MemoryBreakdown:
+    """Peak memory of one rank of a pipeline stage holding ``layers`` layers and ``in_flight`` micro-batches.
+
+    ``in_flight`` comes from the pipeline schedule (1F1B: p - stage index; GPipe: all micro-batches);
+    ``buffer_bytes`` are communication buffers and workspaces the caller accounts for.
+    """
+    params = rank_params(model, shard.tp, layers, first_stage, last_stage)
+    state = model_state_memory(params, sharding, precision, optimizer)
+    per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute)
+    if last_stage:
+        per_micro_batch += head_activation_bytes(model, shard)
+    return MemoryBreakdown(
+        params=state.params,
+        grads=state.grads,
+        optimizer=state.optimizer,
+        activations=in_flight * per_micro_batch,
+        buffers=buffer_bytes,
+    )

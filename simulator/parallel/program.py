@@ -1,0 +1,311 @@
+"""Turn a training step into per-rank ops: pipeline actions, TP/SP/CP collectives, P2P between stages,
+DDP gradient buckets, ZeRO/FSDP gathers and reduce-scatters, and the optimizer step.
+
+Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `dp` runs gradient
+buckets and ZeRO-1/2 parameter gathers; `zero` runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous
+P2P sends and receives (each runs as soon as its data is ready, like isend/irecv).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.parallel.layout import Layout
+from simulator.parallel.work import Block, StageWork
+from simulator.schedules.base import Action, Schedule
+from simulator.workload.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
+
+DP_STREAM = "dp"
+ZERO_STREAM = "zero"
+PP_STREAM = "pp"
+ASYNC_STREAMS = frozenset({PP_STREAM})
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How data-parallel replicas share state: ``stage`` 0 (DDP) to 3 (ZeRO-3 / FSDP full shard);
+    ``shard_size`` > 0 shards within groups of that many DP ranks and all-reduces across them (HSDP)."""
+
+    stage: int = 0
+    shard_size: int = 0
+    bucket_bytes: float = 25 * 2**20
+    overlap: bool = True
+    grad_bytes: float = 2.0
+    param_bytes: float = 2.0
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Everything the program builder needs: layout, schedule (per pipeline rank), per-virtual-stage work."""
+
+    layout: Layout
+    schedule: Schedule
+    stages: tuple[StageWork, ...]
+    virtual_stages: int
+    microbatches: int
+    sequence_parallel: bool
+    sharding: Sharding
+    optimizer_s: float
+    recompute_comm: bool = False
+
+
+class ProgramBuilder:
+    """Accumulates ops with unique ids; one instance builds one step for a set of ranks."""
+
+    def __init__(self, plan: StepPlan):
+        self.plan = plan
+        self.ops: list[Op] = []
+        self._grad_ready: dict[tuple[int, int, int], int] = {}
+        self._grad_counts: dict[tuple[int, int, int], int] = {}
+        self._dp_ops: dict[int, list[int]] = {}
+
+    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM) -> int:
+        op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
+                       duration=duration, flops=flops)
+        self.ops.append(op)
+        return op.id
+
+    def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
+                    key: str, deps: list[int], category: str, root: int = 0) -> int:
+        item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
+                            category=category, op=op, group=group, nbytes=nbytes, key=key, root=root)
+        self.ops.append(item)
+        if stream == DP_STREAM:
+            self._dp_ops.setdefault(rank, []).append(item.id)
+        return item.id
+
+    def build(self, ranks: list[int] | None = None) -> list[Op]:
+        """Ops of every rank (or of ``ranks``), in a deterministic order."""
+        layout = self.plan.layout
+        for rank in ranks if ranks is not None else range(layout.world):
+            self._rank_program(rank)
+        return self.ops
+
+    def _rank_program(self, rank: int) -> None:
+        plan, layout = self.plan, self.plan.layout
+        coords = layout.coords(rank)
+        pp_rank = coords["pp"]
+        actions = plan.schedule[pp_rank]
+        last_grad_action = self._last_grad_actions(actions)
+        tag = f"{coords['tp']}.{coords['cp']}.{coords['dp']}"
+        for index, action in enumerate(actions):
+            vstage = action.chunk * layout.pp + pp_rank
+            work = plan.stages[vstage]
+            final = index in last_grad_action
+            if action.kind == "F":
+                self._forward(rank, action, vstage, work, tag)
+            elif action.kind in ("B", "BW"):
+                self._backward(rank, action, vstage, work, tag, weights=action.kind == "BW", final=final)
+            else:
+                self._weight_grads(rank, action, vstage, work, final)
+        self._data_parallel(rank)
+
+    def _last_grad_actions(self, actions: list[Action]) -> set[int]:
+        """Indices of the actions that finish each chunk's weight gradients (last BW or W per chunk)."""
+        last: dict[int, int] = {}
+        for index, action in enumerate(actions):
+            if action.kind in ("W", "BW"):
+                last[action.chunk] = index
+        return set(last.values())
+
+    def _peer(self, rank: int, vstage: int) -> int:
+        layout = self.plan.layout
+        coords = layout.coords(rank)
+        coords["pp"] = vstage % layout.pp
+        return layout.rank_of(**coords)
+
+    def _p2p_key(self, direction: str, mb: int, src_vstage: int, tag: str) -> str:
+        return f"pp.{direction}.mb{mb}.vs{src_vstage}.{tag}"
+
+    def _receive(self, rank: int, direction: str, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
+        src = self._peer(rank, src_vstage)
+        nbytes = self.plan.stages[src_vstage].p2p_bytes
+        if src == rank or nbytes <= 0:
+            return []
+        key = self._p2p_key(direction, mb, src_vstage, tag)
+        return [self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes, key,
+                                 [], "pp")]
+
+    def _send(self, rank: int, direction: str, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
+        dst = self._peer(rank, dst_vstage)
+        nbytes = self.plan.stages[vstage].p2p_bytes
+        if dst == rank or nbytes <= 0:
+            return
+        key = self._p2p_key(direction, mb, vstage, tag)
+        self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
+                         [last_op], "pp")
+
+    def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
+                       before: bool) -> list[int]:
+        """The TP collective bracketing a block: with SP, all-gather before and reduce-scatter after;
+        without, an all-reduce after (Megatron's f/g operators)."""
+        plan, layout = self.plan, self.plan.layout
+        if layout.tp == 1 or block.tp_bytes <= 0:
+            return deps
+        if before and not plan.sequence_parallel:
+            return deps
+        op = ("all_gather" if before else "reduce_scatter") if plan.sequence_parallel else "all_reduce"
+        group = layout.group("tp", rank)
+        key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        return [self._collective(rank, COMPUTE_STREAM, f"tp {op} {block.name}", op, group, block.tp_bytes, key,
+                                 deps, "tp")]
+
+    def _cp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int) -> list[int]:
+        layout = self.plan.layout
+        if layout.cp == 1 or block.cp_bytes <= 0:
+            return deps
+        op = "all_gather" if phase == "fwd" else "reduce_scatter"
+        group = layout.group("cp", rank)
+        key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
+                                 deps, "cp")]
+
+    def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
+        mb = action.microbatch
+        deps = self._receive(rank, "fwd", mb, vstage - 1, work, tag) if vstage > 0 else []
+        last = None
+        for block in work.blocks:
+            deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd")
+            deps = self._cp_collective(rank, block, "fwd", deps, mb, vstage)
+            deps = self._tp_collective(rank, block, "fwd", deps, mb, vstage, before=True)
+            last = self._compute(rank, f"F{mb} {block.name}", block.forward_s, deps, "forward", block.forward_flops)
+            deps = self._tp_collective(rank, block, "fwd", [last], mb, vstage, before=False)
+        if vstage + 1 < len(self.plan.stages) and deps:
+            self._send(rank, "fwd", mb, vstage, vstage + 1, deps[-1], tag)
+
+    def _backward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str, *, weights: bool,
+                  final: bool) -> None:
+        mb = action.microbatch
+        last_stage = len(self.plan.stages) - 1
+        deps = self._receive(rank, "bwd", mb, vstage + 1, work, tag) if vstage < last_stage else []
+        for block in reversed(work.blocks):
+            deps = deps + self._zero3_gather(rank, block, vstage, mb, "bwd")
+            if block.recompute_s > 0:
+                deps = [self._compute(rank, f"R{mb} {block.name}", block.recompute_s, deps, "recompute",
+                                      block.recompute_flops)]
+                if self.plan.recompute_comm:
+                    deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=False)
+            deps = self._tp_collective(rank, block, "bwd", deps, mb, vstage, before=True)
+            duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
+            name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
+            flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
+            op_id = self._compute(rank, name, duration, deps, "backward", flops)
+            if weights:
+                self._grads_done(rank, vstage, block, op_id, final)
+            deps = self._tp_collective(rank, block, "bwd", [op_id], mb, vstage, before=False)
+            deps = self._cp_collective(rank, block, "bwd", deps, mb, vstage)
+        if vstage > 0 and deps:
+            self._send(rank, "bwd", mb, vstage, vstage - 1, deps[-1], tag)
+
+    @staticmethod
+    def _input_share(block: Block) -> float:
+        total = block.backward_input_s + block.backward_weight_s
+        return block.backward_input_s / total if total > 0 else 0.5
+
+    def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
+        mb = action.microbatch
+        for block in reversed(work.blocks):
+            flops = block.backward_flops * (1 - self._input_share(block))
+            op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops)
+            self._grads_done(rank, vstage, block, op_id, final)
+
+    def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
+        """Record the op that finished a block's gradients; ZeRO-3 reduce-scatters them every micro-batch."""
+        sharding = self.plan.sharding
+        if sharding.stage == 3 and block.params > 0 and self._dp_size() > 1:
+            group = self._shard_group(rank)
+            key = f"zero3.rs.{block.name}.vs{vstage}.op{self._grad_count(rank, vstage, block)}.{group[0]}"
+            rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {block.name}", "reduce_scatter", group,
+                                  block.params * sharding.grad_bytes, key, [op_id], "dp")
+            if final and sharding.shard_size and self._replica_group(rank):
+                replicas = self._replica_group(rank)
+                self._collective(rank, DP_STREAM, f"all_reduce shard {block.name}", "all_reduce", replicas,
+                                 block.params * sharding.grad_bytes / len(group), f"hsdp.ar.{block.name}.vs{vstage}."
+                                 f"{replicas[0]}", [rs], "dp")
+            op_id = rs
+        if final:
+            self._grad_ready[(rank, vstage, id(block))] = op_id
+
+    def _grad_count(self, rank: int, vstage: int, block: Block) -> int:
+        key = (rank, vstage, id(block))
+        count = self._grad_counts.get(key, 0)
+        self._grad_counts[key] = count + 1
+        return count
+
+    def _dp_size(self) -> int:
+        return self.plan.layout.dp * self.plan.layout.cp
+
+    def _dp_group(self, rank: int) -> tuple[int, ...]:
+        return self.plan.layout.combined_group(("dp", "cp"), rank)
+
+    def _shard_group(self, rank: int) -> tuple[int, ...]:
+        group = self._dp_group(rank)
+        size = self.plan.sharding.shard_size
+        if not size:
+            return group
+        position = group.index(rank)
+        start = position - position % size
+        return group[start:start + size]
+
+    def _replica_group(self, rank: int) -> tuple[int, ...]:
+        size = self.plan.sharding.shard_size
+        group = self._dp_group(rank)
+        if not size or size >= len(group):
+            return ()
+        position = group.index(rank) % size
+        return group[position::size]
+
+    def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: str) -> list[int]:
+        """ZeRO-3 gathers each block's parameters before use, on the prefetch stream (one block ahead)."""
+        sharding = self.plan.sharding
+        if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
+            return []
+        group = self._shard_group(rank)
+        key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        return [self._collective(rank, ZERO_STREAM, f"all_gather params {block.name}", "all_gather", group,
+                                 block.params * sharding.param_bytes, key, [], "dp")]
+
+    def _data_parallel(self, rank: int) -> None:
+        """Gradient buckets (DDP all-reduce or ZeRO-1/2 reduce-scatter), the optimizer, ZeRO-1/2 param gather."""
+        plan, sharding = self.plan, self.plan.sharding
+        layout = plan.layout
+        pp_rank = layout.coords(rank)["pp"]
+        vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]
+        ready = [(vs, block) for vs in reversed(vstages) for block in reversed(plan.stages[vs].blocks)
+                 if (rank, vs, id(block)) in self._grad_ready]
+        grad_ops = [self._grad_ready[(rank, vs, id(block))] for vs, block in ready]
+        bucket_ops: list[int] = []
+        if self._dp_size() > 1 and sharding.stage < 3:
+            op = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
+            group = self._dp_group(rank)
+            for index, (deps, nbytes) in enumerate(self._buckets(rank, ready)):
+                deps = deps if sharding.overlap else grad_ops
+                key = f"dp.bucket{index}.pp{pp_rank}.{group[0]}"
+                bucket_ops.append(self._collective(rank, DP_STREAM, f"{op} bucket {index}", op, group, nbytes, key,
+                                                   deps, "dp"))
+        optimizer_deps = bucket_ops or grad_ops
+        if sharding.stage == 3 and self._dp_size() > 1:
+            optimizer_deps = self._dp_ops.get(rank, [])
+        step = self._compute(rank, "optimizer step", plan.optimizer_s, optimizer_deps, "optimizer")
+        if self._dp_size() > 1 and sharding.stage in (1, 2):
+            group = self._dp_group(rank)
+            params = sum(plan.stages[vs].params for vs in vstages)
+            self._collective(rank, DP_STREAM, "all_gather params", "all_gather", group, params * sharding.param_bytes,
+                             f"zero.ag.pp{pp_rank}.{group[0]}", [step], "dp")
+
+    def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
+        """Gradients in reverse forward order, cut into buckets of at least ``bucket_bytes``."""
+        sharding = self.plan.sharding
+        buckets, deps, size = [], [], 0.0
+        for vs, block in ready:
+            if block.params <= 0:
+                continue
+            deps.append(self._grad_ready[(rank, vs, id(block))])
+            size += block.params * sharding.grad_bytes
+            if size >= sharding.bucket_bytes:
+                buckets.append((deps, size))
+                deps, size = [], 0.0
+        if deps:
+            buckets.append((deps, size))
+        return buckets

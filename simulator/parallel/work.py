@@ -1,0 +1,48 @@
+"""The per-GPU work of one micro-batch on one virtual pipeline stage, as blocks between TP collectives.
+
+A transformer layer is two blocks (attention and MLP); each block's compute is bracketed by tensor-parallel
+communication (all-reduce, or all-gather + reduce-scatter with sequence parallelism). The program builder
+turns blocks into ops; the cost model (or a synthetic spec) fills them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Compute between TP collectives, per micro-batch on one GPU.
+
+    Times are seconds; ``backward_input_s``/``backward_weight_s`` split the backward (zero-bubble schedules run
+    them apart); ``recompute_s`` is forward work redone before the backward. ``tp_bytes`` is the size of the TP
+    collective after the block (0 = none); ``cp_bytes`` the KV gathered across the CP group before it;
+    ``params`` the parameters this GPU holds for the block (after TP split), for gradient buckets and ZeRO.
+    ``layer`` groups blocks into layers (ZeRO-3 gathers and frees a layer at a time).
+    """
+
+    name: str
+    layer: int
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    recompute_s: float = 0.0
+    forward_flops: float = 0.0
+    backward_flops: float = 0.0
+    recompute_flops: float = 0.0
+    tp_bytes: float = 0.0
+    cp_bytes: float = 0.0
+    params: float = 0.0
+    memory_bound: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """All blocks of one virtual stage in forward order, and the activation bytes sent to the next stage."""
+
+    blocks: tuple[Block, ...]
+    p2p_bytes: float
+
+    @property
+    def params(self) -> float:
+        return sum(block.params for block in self.blocks)

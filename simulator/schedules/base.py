@@ -1,0 +1,120 @@
+"""The vocabulary of pipeline schedules: the Action type, shape checks and the completeness check of a table.
+
+A schedule is a list of action lists, one per pipeline rank; each rank runs its list in order. Chunk ``c`` on
+rank ``r`` is virtual stage ``c * p + r`` (Megatron's interleaved layout; with one chunk, stage = rank).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from simulator.errors import ScenarioError
+
+ActionKind = Literal["F", "B", "W", "BW"]
+ACTION_KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
+
+STAGES_FIELD = "parallelism.pp"
+MICROBATCHES_FIELD = "parallelism.pipeline.microbatches"
+VIRTUAL_STAGES_FIELD = "parallelism.pipeline.virtual_stages"
+SCHEDULE_FIELD = "parallelism.pipeline.schedule"
+TABLE_FIELD = "parallelism.pipeline.table"
+
+_ACTION_PATTERN = re.compile(r"^(BW|F|B|W)(\d+)(?:C(\d+))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One pipeline step on one rank: F forward, B input-grad backward, W weight-grad, BW the whole backward."""
+
+    kind: ActionKind
+    microbatch: int
+    chunk: int = 0
+
+    def __str__(self) -> str:
+        suffix = f"c{self.chunk}" if self.chunk else ""
+        return f"{self.kind}{self.microbatch}{suffix}"
+
+
+Schedule = list[list[Action]]
+ScheduleBuilder = Callable[[int, int, int], Schedule]
+
+
+def parse_action(text: str) -> Action:
+    """Read an action written as its str ("F3", "B0c1", "W5", "BW2"); raises ValueError when it is not one."""
+    match = _ACTION_PATTERN.match(text.strip().upper())
+    if match is None:
+        raise ValueError(f"'{text}' is not an action")
+    kind, microbatch, chunk = match.groups()
+    return Action(kind, int(microbatch), int(chunk) if chunk else 0)
+
+
+def format_schedule(schedule: Schedule) -> str:
+    """The schedule as text, one line per rank ("r0: F0 F1 B0 ..."), for logs, docs and failure messages."""
+    return "\n".join(f"r{rank}: " + " ".join(str(a) for a in actions) for rank, actions in enumerate(schedule))
+
+
+def check_shape(p: int, m: int, v: int = 1) -> None:
+    """Reject pipeline sizes no schedule can run: fewer than one stage, micro-batch or chunk."""
+    for value, field, name in ((p, STAGES_FIELD, "pipeline stages"), (m, MICROBATCHES_FIELD, "micro-batches"),
+                               (v, VIRTUAL_STAGES_FIELD, "chunks per rank")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ScenarioError(f"{name} must be a whole number >= 1, got {value!r}", field=field,
+                                allowed="integers >= 1")
+
+
+def require_single_chunk(name: str, v: int) -> None:
+    """Schedules that keep one model chunk per rank refuse v > 1, pointing at the interleaved one."""
+    if v != 1:
+        raise ScenarioError(f"schedule '{name}' keeps one chunk per rank, got virtual_stages = {v}",
+                            field=VIRTUAL_STAGES_FIELD, allowed="1 (use 'interleaved' for more chunks per rank)")
+
+
+def validate_schedule(schedule: Schedule, p: int, m: int, v: int = 1, *, field: str = SCHEDULE_FIELD,
+                      file: str = "") -> None:
+    """Check that a table has p ranks and runs, on every rank, each (micro-batch, chunk) once forward and once
+    backward (one BW, or one B followed later by one W), backward after forward."""
+    if len(schedule) != p:
+        raise ScenarioError(f"the schedule has {len(schedule)} ranks, the pipeline has {p} stages",
+                            field=field, allowed=f"{p} rows", file=file)
+    expected = {(mb, c) for mb in range(m) for c in range(v)}
+    for rank, actions in enumerate(schedule):
+        counts = Counter((a.kind, a.microbatch, a.chunk) for a in actions)
+        duplicated = [k for k, n in counts.items() if n > 1]
+        if duplicated:
+            kind, mb, c = duplicated[0]
+            raise ScenarioError(f"rank {rank} runs {Action(kind, mb, c)} {counts[duplicated[0]]} times",
+                                field=field, allowed="each action once per rank", file=file)
+        for action in actions:
+            if (action.microbatch, action.chunk) not in expected:
+                raise ScenarioError(f"rank {rank} runs {action}, outside micro-batches 0..{m - 1} and chunks "
+                                    f"0..{v - 1}", field=field, allowed=f"micro-batches < {m}, chunks < {v}",
+                                    file=file)
+        _check_rank_order(rank, actions, expected, field, file)
+
+
+def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int, int]], field: str,
+                      file: str) -> None:
+    position = {(a.kind, a.microbatch, a.chunk): i for i, a in enumerate(actions)}
+    for mb, c in sorted(expected):
+        label = str(Action("F", mb, c))[1:]
+        forward = position.get(("F", mb, c))
+        whole = position.get(("BW", mb, c))
+        grad = position.get(("B", mb, c))
+        weight = position.get(("W", mb, c))
+        if forward is None:
+            problem = f"rank {rank} never runs F{label}"
+        elif whole is not None and (grad is not None or weight is not None):
+            problem = f"rank {rank} runs BW{label} and also a split B/W for it"
+        elif whole is None and (grad is None or weight is None):
+            problem = f"rank {rank} needs BW{label}, or both B{label} and W{label}"
+        elif (whole if whole is not None else grad) < forward:
+            problem = f"rank {rank} runs the backward of {label} before F{label}"
+        elif whole is None and weight < grad:
+            problem = f"rank {rank} runs W{label} before B{label}"
+        else:
+            continue
+        raise ScenarioError(problem, field=field, allowed="F, then BW or B ... W, for every micro-batch and chunk",
+                            file=file)

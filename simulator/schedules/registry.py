@@ -1,0 +1,46 @@
+"""The one registry of pipeline schedules by name, and the lookup that turns a name into a builder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.errors import ScenarioError
+from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Schedule, ScheduleBuilder
+from simulator.schedules.custom_csv import csv_schedule
+from simulator.schedules.gpipe import gpipe
+from simulator.schedules.interleaved import interleaved
+from simulator.schedules.one_f_one_b import one_f_one_b
+from simulator.schedules.zero_bubble import zb_h1
+
+CUSTOM_SCHEDULE = "custom"
+
+SCHEDULES: dict[str, ScheduleBuilder] = {
+    "gpipe": gpipe,
+    "1f1b": one_f_one_b,
+    "interleaved": interleaved,
+    "zb-h1": zb_h1,
+}
+
+
+def schedule_names() -> list[str]:
+    """Every name get_schedule accepts: the registered schedules and 'custom' (a CSV table)."""
+    return [*SCHEDULES, CUSTOM_SCHEDULE]
+
+
+def get_schedule(name: str, table: str | Path | None = None) -> ScheduleBuilder:
+    """The builder ``(p, m, v) -> per-rank actions`` for ``name``; 'custom' reads the CSV action table ``table``."""
+    if name == CUSTOM_SCHEDULE:
+        if table is None:
+            raise ScenarioError("schedule 'custom' needs a CSV action table", field=TABLE_FIELD,
+                                allowed="a path to a CSV file, one row of actions per rank")
+        return csv_schedule(table)
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise ScenarioError(f"unknown schedule '{name}'", field=SCHEDULE_FIELD,
+                            allowed=", ".join(schedule_names())) from None
+
+
+def build_schedule(name: str, p: int, m: int, v: int = 1, table: str | Path | None = None) -> Schedule:
+    """The per-rank action lists of schedule ``name`` for p stages, m micro-batches and v chunks per rank."""
+    return get_schedule(name, table)(p, m, v)

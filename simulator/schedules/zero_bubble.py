@@ -1,0 +1,61 @@
+"""ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): 1F1B with the weight-grad pass split out.
+
+The backward splits into B (input grad, on the critical path between stages) and W (weight grad, local only).
+Starting from the 1F1B order of rank r:
+- head: the first r backwards run as B alone; their W's are deferred (a FIFO), so gradients reach upstream ranks
+  sooner and rank r keeps pace with its neighbours in the steady state;
+- tail: the last min(p - r, m) backwards (the last steady one and the cool-down, where 1F1B waits on downstream
+  ranks) each run B alone followed by the oldest deferred W, which fills the wait;
+- remaining deferred W's run at the end; every other backward is whole (BW), and a B directly followed by its own
+  W is written as one BW.
+The bubble drops from (p - 1)(F + B + W) to (p - 1)(F + B - W); activations held stay within p (rank 0's 1F1B
+peak), since rank r defers at most r weight grads on top of its p - r in-flight micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from simulator.schedules.base import Action, Schedule, check_shape, require_single_chunk
+from simulator.schedules.one_f_one_b import one_f_one_b_order
+
+
+def _zb_h1_rank(p: int, m: int, rank: int) -> list[Action]:
+    tail_start = m - min(p - rank, m)
+    head_end = min(rank, tail_start)
+    deferred: deque[int] = deque()
+    actions: list[Action] = []
+    for kind, mb in one_f_one_b_order(p, m, rank):
+        if kind == "F":
+            actions.append(Action("F", mb))
+        elif mb < head_end:
+            actions.append(Action("B", mb))
+            deferred.append(mb)
+        elif mb >= tail_start:
+            actions.append(Action("B", mb))
+            deferred.append(mb)
+            actions.append(Action("W", deferred.popleft()))
+        else:
+            actions.append(Action("BW", mb))
+    actions.extend(Action("W", mb) for mb in deferred)
+    return _merge_adjacent_backwards(actions)
+
+
+def _merge_adjacent_backwards(actions: list[Action]) -> list[Action]:
+    """Write each B immediately followed by its own W as one whole backward BW."""
+    merged: list[Action] = []
+    for action in actions:
+        previous = merged[-1] if merged else None
+        if (action.kind == "W" and previous is not None and previous.kind == "B"
+                and previous.microbatch == action.microbatch and previous.chunk == action.chunk):
+            merged[-1] = Action("BW", action.microbatch, action.chunk)
+        else:
+            merged.append(action)
+    return merged
+
+
+def zb_h1(p: int, m: int, v: int = 1) -> Schedule:
+    """The ZB-H1 order for p ranks and m micro-batches (one chunk per rank)."""
+    check_shape(p, m, v)
+    require_single_chunk("zb-h1", v)
+    return [_zb_h1_rank(p, m, rank) for rank in range(p)]

@@ -1,0 +1,129 @@
+"""One run of a scenario: build the cluster, turn the workload into per-rank ops, execute them, summarise.
+
+This is the single path behind `trainsim run` and `simulator.simulate`; the collective benchmark reuses it
+through `run_ops`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import simpy
+
+from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.collectives.execute import run_plan
+from simulator.collectives.registry import plan_collective
+from simulator.config.loader import LoadedScenario
+from simulator.engine.engine import Engine, EngineResult
+from simulator.errors import TopologyError
+from simulator.metrics.events import EventLog
+from simulator.network.calibration import resolve_efficiency
+from simulator.network.model import Network
+from simulator.topology.graph import Topology
+from simulator.topology.loader import load_topology
+from simulator.workload.comm_program import build_comm_program
+from simulator.workload.ops import Op
+
+
+@dataclass
+class Result:
+    """A finished run: the summary (what summary.json holds), the timeline and the cluster it ran on."""
+
+    summary: dict
+    timeline: pd.DataFrame
+    topology: Topology
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    """How transfers are costed: flow or analytic model, per-class efficiency, collective defaults."""
+
+    mode: str = "flow"
+    efficiency: tuple[tuple[str, float], ...] = ()
+    algorithm: str = "auto"
+    chunk_bytes: float | None = None
+    channels: int = 0
+
+
+def build_topology(loaded: LoadedScenario) -> Topology:
+    """The scenario's cluster; topology errors in overrides point at the scenario's `cluster` section."""
+    cluster = loaded.scenario.cluster
+    try:
+        return load_topology(cluster.topology, cluster.overrides())
+    except TopologyError as exc:
+        if exc.file:
+            raise
+        path = ("cluster", exc.field) if exc.field in cluster.overrides() else ("cluster", "topology")
+        located = loaded.error(path, exc.problem, exc.allowed)
+        raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
+                            line=located.line) from None
+
+
+def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings) -> tuple[EngineResult, Network]:
+    """Execute ops on a fresh environment and network; the shared core of every run."""
+    env = simpy.Environment()
+    log = EventLog()
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
+    engine = Engine(
+        env,
+        planner=lambda request, algorithm: plan_collective(request, topology, algorithm),
+        run_plan=lambda env_, phases, key: run_plan(env_, network, topology, phases, key),
+        log=log,
+        default_algorithm=settings.algorithm,
+        chunk_bytes=settings.chunk_bytes,
+        channels=settings.channels,
+    )
+    return engine.run(ops), network
+
+
+def network_settings(loaded: LoadedScenario) -> NetworkSettings:
+    scenario = loaded.scenario
+    efficiency = resolve_efficiency(scenario.network.efficiency)
+    return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
+                           algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
+                           channels=scenario.collectives.channels)
+
+
+def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
+    """Per workload item: time from its first start to its last end, algbw and busbw (nccl-tests factors)."""
+    rows = []
+    collectives = frame[frame["kind"] == "collective"]
+    spans = collectives.groupby("key").agg(start=("start_s", "min"), end=("end_s", "max"))
+    seen: set[str] = set()
+    for op in ops:
+        if op.key in seen:
+            continue
+        seen.add(op.key)
+        span = spans.loc[op.key]
+        time_s = float(span["end"] - span["start"])
+        algbw = op.nbytes / time_s / 1e9 if time_s > 0 else float("inf")
+        rows.append({"name": op.key, "op": op.op, "ranks": len(op.group), "bytes": op.nbytes, "time_s": time_s,
+                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op.op, len(op.group))})
+    return rows
+
+
+def validate(loaded: LoadedScenario, topology: Topology) -> None:
+    """Every check a run makes before the clock starts, without running it."""
+    network_settings(loaded)
+    build_comm_program(loaded, topology.num_gpus)
+
+
+def simulate(loaded: LoadedScenario) -> Result:
+    """Run a loaded scenario to completion."""
+    topology = build_topology(loaded)
+    ops = build_comm_program(loaded, topology.num_gpus)
+    settings = network_settings(loaded)
+    result, network = run_ops(topology, ops, settings)
+    frame = result.log.to_frame()
+    summary = {
+        "scenario": loaded.source,
+        "topology": topology.name,
+        "gpus": topology.num_gpus,
+        "makespan_s": result.makespan_s,
+        "collectives": collective_table(frame, ops),
+        "ops_executed": result.ops_executed,
+        "flows_simulated": int(network.flows_started),
+        "seed": loaded.scenario.run.seed,
+    }
+    return Result(summary, frame, topology)

@@ -1,0 +1,469 @@
+"""Topology builders, in one registry by name: NVSwitch and PCIe servers, fat-tree clusters, GB200 NVL72, graphs.
+
+Each builder declares its parameters (unit kind and default), so topology files, a scenario's `cluster:` block and
+`--set` overrides are validated the same way. Default latencies follow NCCL's Simple-protocol per-hop figures
+(tuning.cc): a GPU-to-GPU NVLink path costs 3.4 us, a cross-node path about 14 us, split over the path's links.
+Routers are structured (plain lists and integer arithmetic, no networkx) so a 16k-GPU cluster routes in microseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import networkx as nx
+
+from simulator.errors import InputError, TopologyError
+from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, Topology, add_link
+from simulator.units import parse_bandwidth, parse_duration
+
+
+@dataclass(frozen=True)
+class Param:
+    """One builder parameter: how to read it (count, index, ratio, bandwidth, duration, text, mapping, list), default.
+
+    ``default`` is written as a user would write it (e.g. "450 GB/s") and parsed like user input; None means the
+    parameter is required unless ``optional`` is set.
+    """
+
+    kind: str
+    default: object = None
+    doc: str = ""
+    choices: tuple = ()
+    optional: bool = False
+
+
+def _read_integer(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+        raise InputError(f"expected a whole number, got {value!r}", allowed="an integer such as 8")
+    return int(value)
+
+
+def _read_ratio(value: object) -> float:
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError(f"expected a ratio, got {value!r}", allowed="a positive number such as 2 or '2:1'")
+    try:
+        if ":" in text:
+            high, low = text.split(":", 1)
+            ratio = float(high) / float(low)
+        else:
+            ratio = float(text)
+    except (ValueError, ZeroDivisionError):
+        raise InputError(f"cannot read ratio {value!r}", allowed="a positive number such as 2 or '2:1'") from None
+    if not math.isfinite(ratio):
+        raise InputError(f"ratio {value!r} is not finite", allowed="a positive number such as 2 or '2:1'")
+    return ratio
+
+
+def _read_typed(value: object, type_: type, what: str) -> object:
+    if not isinstance(value, type_):
+        raise InputError(f"expected {what}, got {value!r}", allowed=what)
+    return value
+
+
+_READERS: dict[str, Callable[[object], object]] = {
+    "count": _read_integer,
+    "index": _read_integer,
+    "ratio": _read_ratio,
+    "bandwidth": parse_bandwidth,
+    "duration": parse_duration,
+    "text": lambda v: _read_typed(v, str, "a string"),
+    "mapping": lambda v: _read_typed(v, dict, "a mapping of parameters"),
+    "list": lambda v: _read_typed(v, list, "a list"),
+}
+
+
+def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> dict:
+    """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in."""
+    where = prefix.rstrip(".")
+    if not isinstance(raw, dict):
+        raise TopologyError(f"expected a mapping of parameters, got {raw!r}", field=where)
+    for key in raw:
+        if key not in spec:
+            raise TopologyError(f"unknown parameter {key!r}", field=f"{prefix}{key}", allowed=", ".join(spec))
+    parsed = {}
+    for name, param in spec.items():
+        value = raw.get(name, param.default)
+        if value is None:
+            if not param.optional:
+                raise TopologyError("missing required parameter", field=f"{prefix}{name}")
+            parsed[name] = None
+            continue
+        try:
+            result = _READERS[param.kind](value)
+        except InputError as exc:
+            raise TopologyError(exc.problem, field=f"{prefix}{name}", allowed=exc.allowed) from None
+        if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
+            raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
+        if param.kind == "index" and result < 0:
+            raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}", allowed="0, 1, 2, ...")
+        if param.choices and result not in param.choices:
+            raise TopologyError(f"{value!r} is not supported", field=f"{prefix}{name}",
+                                allowed=", ".join(map(str, param.choices)))
+        parsed[name] = result
+    return parsed
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A named topology builder: its parameter table and the function that turns parsed parameters into a graph."""
+
+    build: Callable[[dict, str], Topology]
+    parameters: dict[str, Param]
+    summary: str
+
+    def __call__(self, raw: dict, name: str = "") -> Topology:
+        return self.build(read_parameters(self.parameters, raw), name)
+
+
+# ---------------------------------------------------------------------------------------------- servers (domains)
+
+NVSWITCH_NODE_PARAMETERS = {
+    "gpus": Param("count", 8, "GPUs in the server"),
+    "nvlink_bandwidth": Param("bandwidth", "450 GB/s", "NVLink bandwidth per GPU, per direction"),
+    "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency (half on each of the two links)"),
+    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
+}
+PCIE_NODE_PARAMETERS = {
+    "gpus": Param("count", 8, "GPUs in the server"),
+    "gpus_per_switch": Param("count", 2, "GPUs behind each PCIe switch"),
+    "pcie_bandwidth": Param("bandwidth", "32 GB/s", "bandwidth of every PCIe link, per direction (Gen4 x16)"),
+    "pcie_latency": Param("duration", "3.4 us", "GPU-to-GPU latency under one switch (half per link)"),
+    "gpu_model": Param("text", "a100-80gb", "GPU model name in the catalog"),
+}
+
+
+@dataclass
+class Fabric:
+    """Flat routing tables shared by every builder: each GPU's way up to its domain root and into the network.
+
+    ``uplinks[i]`` lists the nodes from GPU i up to the root of its NVLink/PCIe domain; GPUs of one domain meet
+    at their lowest common node. Across domains the route is GPU -> NIC -> leaf [-> spine [-> core -> spine]]
+    -> leaf -> NIC -> GPU, with the spine/core picked by an integer mix of (src, dst, channel).
+    """
+
+    gpus: list[str] = field(default_factory=list)
+    gpu_host: list[int] = field(default_factory=list)
+    gpu_local: list[int] = field(default_factory=list)
+    domain: list[int] = field(default_factory=list)
+    uplinks: list[tuple[str, ...]] = field(default_factory=list)
+    nic: list[str] = field(default_factory=list)
+    leaf: list[int] = field(default_factory=list)
+    leaf_names: list[str] = field(default_factory=list)
+    leaf_pod: list[int] = field(default_factory=list)
+    spine_names: list[list[str]] = field(default_factory=list)
+    core_names: list[str] = field(default_factory=list)
+
+    def route(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
+        """Node names from GPU ``src`` to GPU ``dst``; ``channel`` spreads flows over spines."""
+        if self.domain[src] == self.domain[dst]:
+            up, down = self.uplinks[src], self.uplinks[dst]
+            meet = next(i for i, node in enumerate(up) if node in down)
+            return [self.gpus[src], *up[:meet + 1], *reversed(down[:down.index(up[meet])]), self.gpus[dst]]
+        low, high = self.leaf[src], self.leaf[dst]
+        path = [self.gpus[src], self.nic[src], self.leaf_names[low]]
+        if low != high:
+            mix = (src * 0x9E3779B1 + dst * 0x85EBCA77 + channel * 0xC2B2AE3D) & 0xFFFFFFFF
+            mix ^= mix >> 15
+            pod_a, pod_b = self.leaf_pod[low], self.leaf_pod[high]
+            spine = mix % len(self.spine_names[pod_a])
+            path.append(self.spine_names[pod_a][spine])
+            if pod_a != pod_b:
+                path += [self.core_names[(mix // len(self.spine_names[pod_a])) % len(self.core_names)],
+                         self.spine_names[pod_b][spine]]
+            path.append(self.leaf_names[high])
+        return path + [self.nic[dst], self.gpus[dst]]
+
+
+def _add_nvswitch_domain(graph: nx.DiGraph, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
+                         gpus_per_host: int = 0) -> None:
+    """GPUs on one non-blocking NVSwitch node; a lone GPU needs no switch.
+
+    The domain is one host, or with ``gpus_per_host`` several hosts (NVL72 trays) numbered from ``host``.
+    """
+    switch = f"{prefix}nvswitch"
+    base = len(fabric.gpus)
+    per_host = gpus_per_host or p["gpus"]
+    for index in range(p["gpus"]):
+        gpu = f"{prefix}gpu{index}"
+        graph.add_node(gpu, kind="gpu", host=host + index // per_host, nvlink_domain=domain)
+        fabric.gpus.append(gpu)
+        fabric.gpu_host.append(host + index // per_host)
+        fabric.gpu_local.append(index % per_host)
+        fabric.domain.append(domain)
+        fabric.uplinks.append((switch,))
+    if p["gpus"] > 1:
+        graph.add_node(switch, kind="nvswitch", nvlink_domain=domain, **({} if gpus_per_host else {"host": host}))
+        for gpu in fabric.gpus[base:]:
+            add_link(graph, gpu, switch, bandwidth=p["nvlink_bandwidth"], latency=p["nvlink_latency"] / 2,
+                     link_class="nvlink")
+
+
+def _add_pcie_domain(graph: nx.DiGraph, fabric: Fabric, prefix: str, host: int, domain: int, p: dict) -> None:
+    """GPUs behind PCIe switches, which a host bridge joins; every link has the same bandwidth."""
+    bridge = f"{prefix}host_bridge"
+    graph.add_node(bridge, kind="host_bridge", host=host)
+    half = p["pcie_latency"] / 2
+    for local in range(p["gpus"]):
+        switch = f"{prefix}pcie_switch{local // p['gpus_per_switch']}"
+        if switch not in graph:
+            graph.add_node(switch, kind="pcie_switch", host=host)
+            add_link(graph, switch, bridge, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
+        gpu = f"{prefix}gpu{local}"
+        graph.add_node(gpu, kind="gpu", host=host)
+        add_link(graph, gpu, switch, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
+        fabric.gpus.append(gpu)
+        fabric.gpu_host.append(host)
+        fabric.gpu_local.append(local)
+        fabric.domain.append(domain)
+        fabric.uplinks.append((switch, bridge))
+
+
+NODE_TYPES = {
+    "nvswitch_node": (NVSWITCH_NODE_PARAMETERS, _add_nvswitch_domain),
+    "pcie_node": (PCIE_NODE_PARAMETERS, _add_pcie_domain),
+}
+
+
+def _topology(name: str, graph: nx.DiGraph, fabric: Fabric, rails: int, gpu_model: str, params: dict) -> Topology:
+    return Topology(name=name, graph=graph, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
+                    rails=rails, gpu_model=gpu_model, router=fabric.route, params=params)
+
+
+def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
+    def build(p: dict, name: str) -> Topology:
+        graph, fabric = nx.DiGraph(), Fabric()
+        NODE_TYPES[node_kind][1](graph, fabric, "h0/", 0, 0, p)
+        return _topology(name or node_kind, graph, fabric, 1, p["gpu_model"], {"kind": node_kind, **p})
+    return build
+
+
+# ---------------------------------------------------------------------------------------------- fat-tree network
+
+FABRIC_PARAMETERS = {
+    "nic_bandwidth": Param("bandwidth", "400 Gb/s", "bandwidth of each NIC port, per direction"),
+    "nic_latency": Param("duration", "6.5 us", "GPU-to-leaf latency, half on GPU-NIC, half on NIC-leaf"),
+    "nic_pcie_bandwidth": Param("bandwidth", "64 GB/s", "GPU-to-NIC PCIe link, per direction (Gen5 x16)"),
+    "switch_latency": Param("duration", "0.5 us", "latency of each switch-to-switch link"),
+    "link_class": Param("text", "infiniband", "network link class", choices=("infiniband", "ethernet")),
+    "leaf_ports": Param("count", 32, "downlinks (NIC ports) per leaf switch"),
+    "spines": Param("count", 8, "spine switches (per pod with tiers: 3)"),
+    "oversubscription": Param("ratio", 1, "leaf downlink : uplink bandwidth, e.g. 2 or '2:1'"),
+    "tiers": Param("count", 2, "switch tiers: 2 = leaf/spine, 3 = leaf/spine/core in pods", choices=(2, 3)),
+    "pods": Param("count", 1, "pods (with tiers: 3); leaf groups are split evenly over them"),
+    "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
+}
+
+
+def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
+    """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
+    per_gpu_latency = p["nic_latency"] / 2
+    link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
+    groups = -(-len(host_gpus) // p["leaf_ports"])
+    pods = p["pods"]
+    if p["tiers"] == 2 and (pods > 1 or p["cores"]):
+        raise TopologyError("pods and cores need tiers: 3", field="pods" if pods > 1 else "cores",
+                            allowed="tiers: 3, or leave pods and cores out")
+    if p["tiers"] == 3 and not 2 <= pods <= groups:
+        raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
+                            allowed=f"2 to {groups} (one leaf group = {p['leaf_ports']} hosts)")
+    fabric.nic = [""] * len(fabric.gpus)
+    fabric.leaf = [0] * len(fabric.gpus)
+    fabric.leaf_names = [f"leaf{q}.r{r}" for q in range(groups) for r in range(nics)]
+    groups_per_pod = -(-groups // pods)
+    fabric.leaf_pod = [(index // nics) // groups_per_pod for index in range(len(fabric.leaf_names))]
+    for index, leaf in enumerate(fabric.leaf_names):
+        graph.add_node(leaf, kind="switch", tier=1, rail=index % nics, pod=fabric.leaf_pod[index])
+    for host, members in enumerate(host_gpus):
+        for rail in range(nics):
+            nic = f"h{host}/nic{rail}"
+            graph.add_node(nic, kind="nic", host=host, rail=rail)
+            add_link(graph, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
+                     latency=per_gpu_latency, link_class=link_class)
+        for local, gpu in enumerate(members):
+            rail = local * nics // len(members)
+            fabric.nic[gpu] = f"h{host}/nic{rail}"
+            fabric.leaf[gpu] = (host // p["leaf_ports"]) * nics + rail
+            add_link(graph, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
+                     latency=per_gpu_latency, link_class="pcie")
+    uplink = p["leaf_ports"] * bandwidth / p["oversubscription"] / p["spines"]
+    derived = {"leaves": len(fabric.leaf_names), "leaf_spine_bandwidth": uplink if groups * nics > 1 else None}
+    if groups * nics == 1:
+        fabric.spine_names = [[]]
+        return derived
+    fabric.spine_names = [[f"spine{s}" if pods == 1 else f"spine{pod}.{s}" for s in range(p["spines"])]
+                          for pod in range(pods)]
+    for pod, spines in enumerate(fabric.spine_names):
+        for spine in spines:
+            graph.add_node(spine, kind="switch", tier=2, pod=pod)
+        for index, leaf in enumerate(fabric.leaf_names):
+            if fabric.leaf_pod[index] == pod:
+                for spine in spines:
+                    add_link(graph, leaf, spine, bandwidth=uplink, latency=p["switch_latency"], link_class=link_class)
+    derived["spines"] = p["spines"] * pods
+    if pods > 1:
+        cores = p["cores"] or p["spines"]
+        fabric.core_names = [f"core{c}" for c in range(cores)]
+        for core in fabric.core_names:
+            graph.add_node(core, kind="switch", tier=3)
+        for pod, spines in enumerate(fabric.spine_names):
+            core_bandwidth = fabric.leaf_pod.count(pod) * uplink / cores
+            for spine in spines:
+                for core in fabric.core_names:
+                    add_link(graph, spine, core, bandwidth=core_bandwidth, latency=p["switch_latency"],
+                             link_class=link_class)
+        derived["cores"] = cores
+    return derived
+
+
+CLUSTER_PARAMETERS = {
+    "nodes": Param("count", 2, "servers (hosts)"),
+    "node": Param("mapping", {"kind": "nvswitch_node"}, "server: kind (nvswitch_node, pcie_node) + params"),
+    "nics_per_node": Param("count", None, "NICs per server; default = GPUs per server (rail-optimized)", optional=True),
+    **FABRIC_PARAMETERS,
+}
+
+
+def _read_node(raw: object) -> tuple[str, dict]:
+    node_kind = raw.get("kind", "nvswitch_node") if isinstance(raw, dict) else None
+    if node_kind not in NODE_TYPES:
+        raise TopologyError(f"unknown node kind {node_kind!r}", field="node.kind", allowed=", ".join(NODE_TYPES))
+    spec = NODE_TYPES[node_kind][0]
+    return node_kind, read_parameters(spec, {k: v for k, v in raw.items() if k != "kind"}, prefix="node.")
+
+
+def _build_cluster(p: dict, name: str) -> Topology:
+    node_kind, node = _read_node(p["node"])
+    nics = p["nics_per_node"] or node["gpus"]
+    if nics > node["gpus"]:
+        raise TopologyError(f"{nics} NICs per node but {node['gpus']} GPUs", field="nics_per_node",
+                            allowed=f"1 to {node['gpus']}")
+    graph, fabric = nx.DiGraph(), Fabric()
+    for host in range(p["nodes"]):
+        NODE_TYPES[node_kind][1](graph, fabric, f"h{host}/", host, host, node)
+    host_gpus = [list(range(h * node["gpus"], (h + 1) * node["gpus"])) for h in range(p["nodes"])]
+    derived = _add_network(graph, fabric, host_gpus, nics, p)
+    params = {"kind": "cluster", **p, "node": {"kind": node_kind, **node}, "nics_per_node": nics, **derived}
+    return _topology(name or "cluster", graph, fabric, nics, node["gpu_model"], params)
+
+
+# ---------------------------------------------------------------------------------------------- GB200 NVL72
+
+NVL72_PARAMETERS = {
+    "racks": Param("count", 1, "NVL72 racks; more than one are joined by the fat-tree network"),
+    "trays": Param("count", 18, "compute trays (hosts) per rack"),
+    "gpus_per_tray": Param("count", 4, "GPUs per compute tray"),
+    "nvlink_bandwidth": Param("bandwidth", "900 GB/s", "NVLink bandwidth per GPU, per direction (1.8 TB/s total)"),
+    "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency in the rack (half on each link)"),
+    "gpu_model": Param("text", "b200", "GPU model name in the catalog"),
+    "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
+    **FABRIC_PARAMETERS,
+}
+
+
+def _build_nvl72(p: dict, name: str) -> Topology:
+    graph, fabric = nx.DiGraph(), Fabric()
+    rack_gpus = p["trays"] * p["gpus_per_tray"]
+    domain = {"gpus": rack_gpus, **{k: p[k] for k in ("nvlink_bandwidth", "nvlink_latency")}}
+    for rack in range(p["racks"]):
+        _add_nvswitch_domain(graph, fabric, f"rack{rack}/", rack * p["trays"], rack, domain, p["gpus_per_tray"])
+    rails, derived = 1, {}
+    if p["racks"] > 1:
+        if p["nics_per_tray"] > p["gpus_per_tray"]:
+            raise TopologyError(f"{p['nics_per_tray']} NICs per tray but {p['gpus_per_tray']} GPUs",
+                                field="nics_per_tray", allowed=f"1 to {p['gpus_per_tray']}")
+        trays = p["racks"] * p["trays"]
+        host_gpus = [list(range(t * p["gpus_per_tray"], (t + 1) * p["gpus_per_tray"])) for t in range(trays)]
+        derived = _add_network(graph, fabric, host_gpus, p["nics_per_tray"], p)
+        rails = p["nics_per_tray"]
+    return _topology(name or "nvl72", graph, fabric, rails, p["gpu_model"], {"kind": "nvl72", **p, **derived})
+
+
+# ---------------------------------------------------------------------------------------------- explicit graph
+
+GRAPH_PARAMETERS = {
+    "nodes": Param("list", None, "[{name, kind, host?}]"),
+    "links": Param("list", None, "[{a, b, bandwidth, latency, class}]"),
+    "rails": Param("count", 1, "NICs per host that collectives may use as parallel channels"),
+    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
+}
+_GRAPH_NODE = {"name": Param("text"), "kind": Param("text", choices=NODE_KINDS), "host": Param("index", optional=True)}
+_GRAPH_LINK = {"a": Param("text"), "b": Param("text"), "bandwidth": Param("bandwidth"), "latency": Param("duration"),
+               "class": Param("text", choices=LINK_CLASSES)}
+
+
+def _add_graph_nodes(graph: nx.DiGraph, raw_nodes: list) -> tuple[list[str], list[int]]:
+    """Add the listed nodes; return GPU names in order and their hosts, renumbered 0.. by first GPU appearance."""
+    nodes = []
+    for index, raw in enumerate(raw_nodes):
+        try:
+            node = read_parameters(_GRAPH_NODE, raw)
+        except TopologyError as exc:
+            raise exc.located(field_prefix=f"nodes[{index}]") from None
+        if node["name"] in graph:
+            raise TopologyError(f"duplicate node {node['name']!r}", field=f"nodes[{index}].name")
+        graph.add_node(node["name"], kind=node["kind"])
+        nodes.append(node)
+    hosts: dict[tuple, int] = {}
+    gpus = [node for node in nodes if node["kind"] == "gpu"]
+    for node in gpus + [node for node in nodes if node["kind"] != "gpu" and node["host"] is not None]:
+        key = ("own", node["name"]) if node["host"] is None else ("host", node["host"])
+        graph.nodes[node["name"]]["host"] = hosts.setdefault(key, len(hosts))
+    return [node["name"] for node in gpus], [graph.nodes[node["name"]]["host"] for node in gpus]
+
+
+def _build_graph(p: dict, name: str) -> Topology:
+    graph = nx.DiGraph()
+    gpus, gpu_hosts = _add_graph_nodes(graph, p["nodes"])
+    for index, raw in enumerate(p["links"]):
+        try:
+            link = read_parameters(_GRAPH_LINK, raw)
+        except TopologyError as exc:
+            raise exc.located(field_prefix=f"links[{index}]") from None
+        for end in ("a", "b"):
+            if link[end] not in graph:
+                raise TopologyError(f"unknown node {link[end]!r}", field=f"links[{index}].{end}",
+                                    allowed="a name from nodes")
+        if graph.has_edge(link["a"], link["b"]):
+            raise TopologyError(f"duplicate link {link['a']} <-> {link['b']}", field=f"links[{index}]")
+        add_link(graph, link["a"], link["b"], bandwidth=link["bandwidth"], latency=link["latency"],
+                 link_class=link["class"])
+    if not gpus:
+        raise TopologyError("the graph has no GPU", field="nodes", allowed="at least one node with kind: gpu")
+    reached, queue = {gpus[0]}, deque([gpus[0]])
+    while queue:
+        for succ in graph.successors(queue.popleft()):
+            if succ not in reached:
+                reached.add(succ)
+                queue.append(succ)
+    stranded = [gpu for gpu in gpus if gpu not in reached]
+    if stranded:
+        raise TopologyError(f"GPU {stranded[0]!r} cannot be reached from {gpus[0]!r}", field="links",
+                            allowed="links that connect every GPU to every other")
+    gpu_local, seen = [], {}
+    for host in gpu_hosts:
+        gpu_local.append(seen.get(host, 0))
+        seen[host] = gpu_local[-1] + 1
+    return Topology(name=name or "graph", graph=graph, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
+                    rails=p["rails"], gpu_model=p["gpu_model"], router=None, params={"kind": "graph", **p})
+
+
+BUILDERS: dict[str, Builder] = {
+    "nvswitch_node": Builder(_single_node("nvswitch_node"), NVSWITCH_NODE_PARAMETERS,
+                             "one server, GPUs on a non-blocking NVSwitch"),
+    "pcie_node": Builder(_single_node("pcie_node"), PCIE_NODE_PARAMETERS,
+                         "one server, GPUs behind PCIe switches joined by a host bridge"),
+    "cluster": Builder(_build_cluster, CLUSTER_PARAMETERS, "servers on a leaf/spine(/core) fat tree, rail-optimized"),
+    "nvl72": Builder(_build_nvl72, NVL72_PARAMETERS, "GB200 NVL72 racks: 72 GPUs per NVLink domain"),
+    "graph": Builder(_build_graph, GRAPH_PARAMETERS, "explicit nodes and links, shortest-path routing"),
+}
+
+
+def build_topology(kind: object, params: dict, name: str = "") -> Topology:
+    """Build a topology with the builder registered as ``kind`` from user-form parameters."""
+    if kind not in BUILDERS:
+        raise TopologyError(f"unknown topology kind {kind!r}", field="kind", allowed=", ".join(BUILDERS))
+    return BUILDERS[kind](params, name)

@@ -1,0 +1,121 @@
+"""Human-readable summaries of a topology (`trainsim topo`): node and link counts, per-tier bisection, a drawing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from simulator.errors import TopologyError
+from simulator.topology.graph import Topology
+from simulator.units import format_bandwidth, format_duration
+
+MAX_DRAWN_NODES = 512
+_SWITCH_TIERS = {1: "leaf", 2: "spine", 3: "core"}
+_ROLE_ORDER = ("GPU", "NVSwitch", "PCIe switch", "host bridge", "NIC", "leaf", "spine", "core", "switch")
+_DRAW_LAYER = {"GPU": 0, "NVSwitch": -1, "PCIe switch": -1, "host bridge": -2, "NIC": 1, "leaf": 2, "spine": 3,
+               "core": 4, "switch": 2}
+_CLASS_COLOURS = {"nvlink": "tab:green", "pcie": "tab:orange", "infiniband": "tab:blue", "ethernet": "tab:purple",
+                  "c2c": "tab:red"}
+
+
+def _role(attrs: dict) -> str:
+    kind = attrs["kind"]
+    if kind == "switch":
+        return _SWITCH_TIERS.get(attrs.get("tier"), "switch")
+    return {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch", "host_bridge": "host bridge",
+            "nic": "NIC"}[kind]
+
+
+def _shared_domain(a: dict, b: dict) -> object:
+    """The NVLink domain or host both ends of a link belong to, or None when the link leaves it."""
+    for key in ("nvlink_domain", "host"):
+        if key in a and key in b and a[key] == b[key]:
+            return (key, a[key])
+    return None
+
+
+def physical_links(topo: Topology) -> list[tuple[str, str, dict]]:
+    """Each full-duplex link once, as (end a, end b, edge attributes)."""
+    return [(u, v, data) for u, v, data in topo.graph.edges(data=True) if u < v]
+
+
+def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
+    """Per link tier (e.g. 'GPU-NVSwitch', 'leaf-spine'): half its per-direction capacity, per domain where local.
+
+    In a folded Clos with links spread evenly, half the links of a tier cross a cut that splits the GPUs in two,
+    so this is the tier's bisection bandwidth. Tiers inside a host or NVLink domain are reported per domain
+    (third item: the number of domains, 0 for network tiers).
+    """
+    totals: dict[tuple[str, str], float] = {}
+    domains: dict[tuple[str, str], set] = {}
+    nodes = topo.graph.nodes
+    for u, v, data in physical_links(topo):
+        roles = tuple(sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index))
+        totals[roles] = totals.get(roles, 0.0) + data["bandwidth"]
+        domains.setdefault(roles, set()).add(_shared_domain(nodes[u], nodes[v]))
+    result = []
+    for roles in sorted(totals, key=lambda r: (_ROLE_ORDER.index(r[1]), _ROLE_ORDER.index(r[0]))):
+        local = None not in domains[roles]
+        count = len(domains[roles]) if local else 0
+        result.append(("-".join(roles), totals[roles] / 2 / (count or 1), count))
+    return result
+
+
+def describe_topology(topo: Topology) -> str:
+    """A multi-line text summary: GPUs and hosts, nodes per kind, link groups, bisection bandwidth per tier."""
+    per_host = Counter(topo.gpu_host)
+    sizes = sorted(set(per_host.values()))
+    lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
+             f" on {topo.num_hosts} hosts, {'/'.join(map(str, sizes))} GPUs per host, {topo.rails} rail(s)"]
+    if topo.params.get("description"):
+        lines.append(f"  {' '.join(str(topo.params['description']).split())}")
+    roles = Counter(_role(attrs) for _, attrs in topo.graph.nodes(data=True))
+    lines.append("nodes:")
+    lines += [f"  {role:<12} {roles[role]:>7}" for role in _ROLE_ORDER if roles[role]]
+    groups = Counter((data["link_class"], data["bandwidth"], data["latency"]) for _, _, data in physical_links(topo))
+    lines.append("links (full duplex; bandwidth per direction, latency per link):")
+    for (link_class, bandwidth, latency), count in sorted(groups.items()):
+        lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
+    lines.append("bisection bandwidth per tier (per direction):")
+    for tier, bandwidth, domains in tier_bisection(topo):
+        scope = f"each of {domains} hosts/NVLink domains" if domains else "whole fabric"
+        lines.append(f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})")
+    return "\n".join(lines)
+
+
+def draw_topology(topo: Topology, path: str | Path) -> Path:
+    """Draw a small topology as a layered PNG (GPUs in the middle, NVLink/PCIe below, network above).
+
+    Uses a bare matplotlib Figure (Agg canvas), so no pyplot state or display is involved.
+    """
+    if topo.graph.number_of_nodes() > MAX_DRAWN_NODES:
+        raise TopologyError(f"topology {topo.name} has {topo.graph.number_of_nodes()} nodes, too many to draw",
+                            field="nodes", allowed=f"at most {MAX_DRAWN_NODES} nodes (use a smaller nodes=)")
+    layers: dict[int, list[str]] = {}
+    for node, attrs in topo.graph.nodes(data=True):
+        layers.setdefault(_DRAW_LAYER[_role(attrs)], []).append(node)
+    widest = max(len(members) for members in layers.values())
+    position = {node: ((i + 0.5) * widest / len(members), layer)
+                for layer, members in layers.items() for i, node in enumerate(members)}
+    figure = Figure(figsize=(min(4 + widest * 0.35, 40), 2 + 1.2 * len(layers)))
+    axes = figure.subplots()
+    for u, v, data in physical_links(topo):
+        (x0, y0), (x1, y1) = position[u], position[v]
+        axes.plot([x0, x1], [y0, y1], color=_CLASS_COLOURS.get(data["link_class"], "grey"), linewidth=0.6,
+                  alpha=0.7, zorder=1)
+    for layer, members in layers.items():
+        axes.scatter([position[n][0] for n in members], [layer] * len(members), s=30, zorder=2,
+                     color="black" if layer == 0 else "white", edgecolors="black")
+    for link_class, colour in _CLASS_COLOURS.items():
+        if link_class in topo.link_class:
+            axes.plot([], [], color=colour, label=link_class)
+    axes.set_yticks(sorted(layers), [_role(topo.graph.nodes[layers[k][0]]) for k in sorted(layers)])
+    axes.set_xticks([])
+    axes.set_title(f"{topo.name}: {topo.num_gpus} GPUs, {topo.num_hosts} hosts")
+    axes.legend(loc="upper right", fontsize="small")
+    figure.tight_layout()
+    path = Path(path)
+    figure.savefig(path, dpi=120)
+    return path

@@ -1,0 +1,105 @@
+"""The cluster graph: GPUs, switches and NICs as nodes, full-duplex links as pairs of directed edges.
+
+A `Topology` wraps a networkx DiGraph built by one of the builders and compiles it once into flat arrays
+(link capacity, latency, class) plus a route cache, so that the network model never touches networkx while
+the clock runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+
+from simulator.errors import TopologyError
+
+NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
+LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
+
+Router = Callable[["Topology", int, int, int], list[str]]
+"""A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path."""
+
+
+def add_link(graph: nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float, link_class: str) -> None:
+    """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
+    if not bandwidth > 0:
+        raise TopologyError(f"link {a} <-> {b} has bandwidth {bandwidth!r}", allowed="a positive bandwidth")
+    if not latency >= 0:
+        raise TopologyError(f"link {a} <-> {b} has latency {latency!r}", allowed="zero or a positive duration")
+    for u, v in ((a, b), (b, a)):
+        graph.add_edge(u, v, bandwidth=float(bandwidth), latency=float(latency), link_class=link_class)
+
+
+@dataclass
+class Topology:
+    """A cluster graph plus the facts the collectives and the network model need, compiled for speed.
+
+    ``gpus`` lists the GPU node names in global index order; ``gpu_host[i]`` is the server (host) GPU ``i``
+    sits in and ``gpu_local[i]`` its index inside that host. ``rails`` is how many NICs a host has that
+    collectives can use as parallel channels (1 for single-node and shared-NIC topologies).
+    """
+
+    name: str
+    graph: nx.DiGraph
+    gpus: list[str]
+    gpu_host: list[int]
+    gpu_local: list[int]
+    rails: int = 1
+    gpu_model: str = "h100-sxm"
+    router: Router | None = None
+    params: dict = field(default_factory=dict)
+    link_index: dict[tuple[str, str], int] = field(init=False, repr=False)
+    link_ends: list[tuple[str, str]] = field(init=False, repr=False)
+    link_bandwidth: np.ndarray = field(init=False, repr=False)
+    link_latency: np.ndarray = field(init=False, repr=False)
+    link_class: list[str] = field(init=False, repr=False)
+    _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.link_ends = sorted(self.graph.edges())
+        self.link_index = {edge: i for i, edge in enumerate(self.link_ends)}
+        self.link_bandwidth = np.array([self.graph.edges[e]["bandwidth"] for e in self.link_ends], dtype=float)
+        self.link_latency = np.array([self.graph.edges[e]["latency"] for e in self.link_ends], dtype=float)
+        self.link_class = [self.graph.edges[e]["link_class"] for e in self.link_ends]
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def num_hosts(self) -> int:
+        return max(self.gpu_host) + 1 if self.gpu_host else 0
+
+    def host_gpus(self, host: int) -> list[int]:
+        """Global indices of the GPUs in ``host``, in local order."""
+        return [i for i, h in enumerate(self.gpu_host) if h == host]
+
+    def path(self, src: int, dst: int, channel: int = 0) -> tuple[int, ...]:
+        """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
+        key = (src, dst, channel)
+        route = self._routes.get(key)
+        if route is None:
+            nodes = self._route_nodes(src, dst, channel)
+            try:
+                route = tuple(self.link_index[(u, v)] for u, v in zip(nodes, nodes[1:]))
+            except KeyError as missing:
+                raise TopologyError(f"route {nodes} uses a link that does not exist: {missing}") from None
+            self._routes[key] = route
+        return route
+
+    def path_latency(self, src: int, dst: int, channel: int = 0) -> float:
+        """Sum of link latencies along the route from ``src`` to ``dst``."""
+        return float(sum(self.link_latency[i] for i in self.path(src, dst, channel)))
+
+    def _route_nodes(self, src: int, dst: int, channel: int) -> list[str]:
+        if src == dst:
+            return [self.gpus[src]]
+        if self.router is not None:
+            return self.router(self, src, dst, channel)
+        try:
+            return nx.shortest_path(self.graph, self.gpus[src], self.gpus[dst])
+        except nx.NetworkXNoPath:
+            raise TopologyError(f"GPU {self.gpus[dst]} cannot be reached from {self.gpus[src]}",
+                                allowed="a graph where every GPU reaches every other") from None

@@ -1,0 +1,85 @@
+"""Topology files: find a bundled one by name or read a path, apply overrides, build, and locate errors as FILE:LINE."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import simulator
+from simulator.config.yaml_source import line_of, read_yaml
+from simulator.errors import TopologyError
+from simulator.topology.builders import BUILDERS, build_topology
+from simulator.topology.graph import Topology
+
+BUNDLED_DIR = Path(simulator.__file__).resolve().parents[1] / "topologies"
+FILE_KEYS = ("kind", "name", "description")
+
+
+def list_bundled_topologies() -> list[str]:
+    """Names of the topology files shipped in the repository's topologies/ folder, sorted."""
+    return sorted(path.stem for path in BUNDLED_DIR.glob("*.yaml"))
+
+
+def resolve_topology_path(name_or_path: str) -> Path:
+    """The file a topology name refers to: a bundled name such as 'dgx-h100', else a path."""
+    text = str(name_or_path)
+    if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")):
+        path = BUNDLED_DIR / f"{text}.yaml"
+        if not path.is_file():
+            raise TopologyError(f"unknown topology {text!r}", field="topology",
+                                allowed=", ".join(list_bundled_topologies()) + ", or a path to a YAML file")
+        return path
+    return Path(text)
+
+
+def _field_path(dotted_field: str) -> tuple:
+    """``links[2].a`` -> ``('links', 2, 'a')``, the key form of yaml_source's line table."""
+    parts: list = []
+    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", dotted_field):
+        parts.append(int(index) if index else name)
+    return tuple(parts)
+
+
+def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
+    """Build the topology in a bundled or given YAML file, with top-level parameters replaced by ``overrides``.
+
+    Overrides come from a scenario's ``cluster:`` block or ``--set nodes=128``; strings such as "128" are read
+    like file values, so counts become integers.
+    """
+    path = resolve_topology_path(name_or_path)
+    data, lines = read_yaml(path, TopologyError)
+    source = str(path)
+    if not isinstance(data, dict):
+        raise TopologyError("a topology file must be a mapping with a 'kind' key", file=source, line=1)
+    kind = data.get("kind")
+    if kind not in BUILDERS:
+        problem = "missing 'kind'" if kind is None else f"unknown topology kind {kind!r}"
+        raise TopologyError(problem, field="kind", allowed=", ".join(BUILDERS), file=source,
+                            line=line_of(lines, ("kind",)))
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise TopologyError(f"expected a string, got {data[key]!r}", field=key, file=source,
+                                line=line_of(lines, (key,)))
+    parameters = BUILDERS[kind].parameters
+    for key in data:
+        if key not in FILE_KEYS and key not in parameters:
+            raise TopologyError(f"unknown key {key!r} for topology kind {kind!r}", field=str(key),
+                                allowed=", ".join(FILE_KEYS + tuple(parameters)), file=source,
+                                line=line_of(lines, (key,)))
+    params = {key: value for key, value in data.items() if key not in FILE_KEYS}
+    overridden = set()
+    for key, value in (overrides or {}).items():
+        if key not in parameters:
+            raise TopologyError(f"unknown override {key!r} for topology kind {kind!r}", field=str(key),
+                                allowed=", ".join(parameters), file=source)
+        params[key] = value
+        overridden.add(key)
+    try:
+        topology = build_topology(kind, params, data.get("name") or path.stem)
+    except TopologyError as exc:
+        field_path = _field_path(exc.field)
+        if field_path and field_path[0] in overridden:
+            raise exc.located(file=f"{source} (override)") from None
+        raise exc.located(file=source, line=line_of(lines, field_path)) from None
+    topology.params["description"] = data.get("description", "")
+    return topology

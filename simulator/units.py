@@ -1,0 +1,138 @@
+"""Quantities with units: "400 Gb/s", "450 GB/s", "25 MiB", "1.5 us", "54 d" into SI floats.
+
+Internal units are bytes, bytes per second and seconds. Bandwidth prefixes are decimal (as vendors quote
+link rates); sizes accept both decimal (KB, MB, GB, TB) and binary (KiB, MiB, GiB, TiB) prefixes.
+A bare number where a unit is needed is an error that lists the units that work.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from simulator.errors import InputError
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+SIZE_UNITS: dict[str, float] = {
+    "B": 1.0,
+    "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "PB": 1e15,
+    "KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40, "PiB": 2.0**50,
+}
+DURATION_UNITS: dict[str, float] = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
+}
+BANDWIDTH_UNITS: dict[str, float] = {
+    **{f"{p}b/s": f / 8.0 for p, f in _DECIMAL.items() if p != "K"},
+    **{f"{p}B/s": f for p, f in _DECIMAL.items() if p != "K"},
+    "Kb/s": 1e3 / 8.0, "KB/s": 1e3,
+}
+FLOPS_UNITS: dict[str, float] = {f"{p}FLOP/s": f for p, f in _DECIMAL.items() if p not in ("k",)} | {
+    f"{p}FLOPS": f for p, f in _DECIMAL.items() if p not in ("k",)
+}
+
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d].*?)?\s*$")
+
+_KINDS = {
+    "size": SIZE_UNITS,
+    "duration": DURATION_UNITS,
+    "bandwidth": BANDWIDTH_UNITS,
+    "flops": FLOPS_UNITS,
+}
+
+
+def _allowed(kind: str) -> str:
+    names = {"size": "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
+             "duration": "ns, us, ms, s, min, h, d",
+             "bandwidth": "b/s or B/s with k, M, G, T prefixes, e.g. '400 Gb/s', '450 GB/s'",
+             "flops": "FLOP/s or FLOPS with k, M, G, T, P prefixes, e.g. '989 TFLOP/s'"}
+    return names[kind]
+
+
+def parse_quantity(value: object, kind: str) -> float:
+    """Parse ``value`` (a string with a unit) as a quantity of ``kind`` and return it in SI units."""
+    table = _KINDS[kind]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"expected a {kind} with a unit, got {value!r}", allowed=_allowed(kind))
+    if isinstance(value, (int, float)):
+        if value == 0 and kind in ("size", "duration"):
+            return 0.0
+        raise InputError(f"{kind} {value!r} has no unit", allowed=_allowed(kind))
+    match = _NUMBER.match(value)
+    if not match:
+        raise InputError(f"cannot read {kind} {value!r}", allowed=_allowed(kind))
+    number, unit = float(match.group(1)), (match.group(2) or "").strip()
+    if not unit:
+        if number == 0 and kind in ("size", "duration"):
+            return 0.0
+        raise InputError(f"{kind} {value!r} has no unit", allowed=_allowed(kind))
+    if unit not in table:
+        raise InputError(f"unknown {kind} unit {unit!r} in {value!r}", allowed=_allowed(kind))
+    result = number * table[unit]
+    if not math.isfinite(result):
+        raise InputError(f"{kind} {value!r} is not finite", allowed=_allowed(kind))
+    return result
+
+
+def parse_size(value: object) -> float:
+    """Bytes from a size such as "25 MiB" or "14 GB"."""
+    return parse_quantity(value, "size")
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a duration such as "1.5 us" or "54 d"."""
+    return parse_quantity(value, "duration")
+
+
+def parse_bandwidth(value: object) -> float:
+    """Bytes per second from a bandwidth such as "400 Gb/s" (bits) or "450 GB/s" (bytes)."""
+    return parse_quantity(value, "bandwidth")
+
+
+def parse_flops(value: object) -> float:
+    """FLOP per second from a rate such as "989 TFLOP/s"."""
+    return parse_quantity(value, "flops")
+
+
+def parse_size_range(text: str) -> list[float]:
+    """Sizes from ``LOW:HIGH`` (doubling from LOW up to HIGH) or a comma list, as nccl-tests' -b/-e/-f 2."""
+    if ":" in text:
+        low_text, high_text = text.split(":", 1)
+        low, high = parse_size(low_text), parse_size(high_text)
+        if low <= 0 or high < low:
+            raise InputError(f"size range {text!r} must go from a positive size up", allowed="e.g. 1MiB:8GiB")
+        sizes = []
+        size = low
+        while size <= high * (1 + 1e-12):
+            sizes.append(size)
+            size *= 2
+        return sizes
+    sizes = [parse_size(part) for part in text.split(",")]
+    if any(size <= 0 for size in sizes):
+        raise InputError(f"sizes {text!r} must be positive", allowed="e.g. 1MiB,64MiB")
+    return sizes
+
+
+def format_size(nbytes: float) -> str:
+    """A human-readable binary size: 1073741824 -> '1 GiB'."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = SIZE_UNITS[unit]
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes:.4g} B"
+
+
+def format_duration(seconds: float) -> str:
+    """A human-readable duration: 0.0123 -> '12.3 ms'."""
+    for unit, scale in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds / 1e-9:.4g} ns"
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """A human-readable bandwidth in bytes per second: 5e10 -> '50 GB/s'."""
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if abs(bytes_per_s) >= scale:
+            return f"{bytes_per_s / scale:.4g} {unit}"
+    return f"{bytes_per_s:.4g} B/s"

@@ -1,0 +1,50 @@
+"""The op IR: what each rank's streams execute. Programs are lists of these, built before the clock starts.
+
+Ops name their dependencies by id; an op runs when its dependencies are done and its stream is free (streams
+are in-order queues, as CUDA streams are). A collective or point-to-point op appears once per member rank with
+the same ``key``; it starts when the last member arrives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COMPUTE_STREAM = "compute"
+COMM_STREAM = "comm"
+
+
+@dataclass(slots=True)
+class Op:
+    """Common fields: a unique ``id``, the ``rank`` and ``stream`` it runs on, a ``name`` and dependencies."""
+
+    id: int
+    rank: int
+    stream: str
+    name: str
+    deps: tuple[int, ...] = ()
+    category: str = ""
+
+
+@dataclass(slots=True)
+class ComputeOp(Op):
+    """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``."""
+
+    duration: float = 0.0
+    flops: float = 0.0
+    hbm_bytes: float = 0.0
+
+
+@dataclass(slots=True)
+class CollectiveOp(Op):
+    """One rank's part of a collective ``op`` over ``group`` (global GPU indices, group order).
+
+    ``key`` is shared by every member's op; ``nbytes`` is the per-rank buffer size (nccl-tests convention).
+    """
+
+    op: str = "all_reduce"
+    group: tuple[int, ...] = ()
+    nbytes: float = 0.0
+    key: str = ""
+    algorithm: str = "auto"
+    root: int = 0
+    extra: dict = field(default_factory=dict)

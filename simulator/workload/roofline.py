@@ -1,0 +1,116 @@
+"""Kernel durations from a roofline with efficiency curves: max(compute time, memory time) at achieved rates.
+
+duration = max(flops / (peak * eff_compute), hbm_bytes / (hbm_bandwidth * eff_memory)), where each efficiency is
+a plateau value times saturating factors x / (x + x_half) in the kernel's size, so small kernels run further
+below peak than large ones. The parameters live in ``Efficiency`` so a calibration can replace them as data;
+docs/cost-model.md gives the sources of the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.catalog.gpus import GPUSpec
+from simulator.errors import ScenarioError
+from simulator.workload.transformer import KERNEL_KINDS, Kernel
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Plateau efficiencies and half-saturation sizes of the roofline's efficiency curves.
+
+    matmul_peak: fraction of tensor peak a very large GEMM reaches; matmul_half_dim: smallest GEMM dimension at
+    which the tile factor is 1/2. attention_peak / attention_half_len: the same for the attention core in the key
+    length. elementwise_peak: fraction of the CUDA-core fp32 peak for elementwise FLOPs. memory_peak: fraction of
+    HBM bandwidth a streaming kernel reaches. ramp_time: launch and tail-wave loss in seconds; the rate is the
+    plateau rate times t / (t + ramp_time), t the time at the plateau rate, so every kernel takes t + ramp_time.
+    """
+
+    matmul_peak: float = 0.80
+    matmul_half_dim: float = 64.0
+    attention_peak: float = 0.65
+    attention_half_len: float = 256.0
+    elementwise_peak: float = 0.5
+    memory_peak: float = 0.85
+    ramp_time: float = 2e-6
+
+    def __post_init__(self) -> None:
+        for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ScenarioError(f"{name} {value} is outside (0, 1]", field=f"efficiency.{name}", allowed="(0, 1]")
+        for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
+            if getattr(self, name) < 0.0:
+                raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
+
+
+def _saturation(size: float, half: float) -> float:
+    """x / (x + x_half): 1/2 at ``half``, tending to 1; a size of 0 (not known) or a half of 0 gives 1."""
+    if half == 0.0 or size <= 0.0:
+        return 1.0
+    return size / (size + half)
+
+
+def compute_precision(kernel: Kernel, precision: str) -> str:
+    """Precision whose peak bounds ``kernel``: elementwise math runs on fp32 CUDA cores, attention in bf16 under fp8."""
+    if kernel.kind == "elementwise":
+        return "fp32"
+    if kernel.kind == "attention" and precision == "fp8":
+        return "bf16"
+    return precision
+
+
+def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
+    """Compute efficiency of ``kernel`` before launch/tail losses: the kind's plateau times its size factor."""
+    if kernel.kind == "matmul":
+        return efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
+    if kernel.kind == "attention":
+        return efficiency.attention_peak * _saturation(kernel.size_dim, efficiency.attention_half_len)
+    if kernel.kind == "elementwise":
+        return efficiency.elementwise_peak
+    raise ScenarioError(f"unknown kernel kind {kernel.kind!r}", field="kernel.kind", allowed=", ".join(KERNEL_KINDS))
+
+
+def compute_efficiency(kernel: Kernel, peak: float, efficiency: Efficiency) -> float:
+    """Fraction of ``peak`` FLOP/s ``kernel`` reaches: plateau x t / (t + ramp_time), t its time at the plateau."""
+    plateau = _plateau(kernel, efficiency)
+    return plateau * _saturation(kernel.flops / (peak * plateau), efficiency.ramp_time)
+
+
+def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency) -> float:
+    """Fraction of HBM ``bandwidth`` a kernel moving ``hbm_bytes`` reaches, by the same ramp as compute."""
+    streaming_time = hbm_bytes / (bandwidth * efficiency.memory_peak)
+    return efficiency.memory_peak * _saturation(streaming_time, efficiency.ramp_time)
+
+
+def roofline_times(
+    kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+) -> tuple[float, float]:
+    """(compute seconds, HBM seconds) of ``kernel`` at achieved rates; its duration is the larger."""
+    compute_time = 0.0
+    if kernel.flops > 0:
+        peak = gpu.peak(compute_precision(kernel, precision))
+        compute_time = kernel.flops / (peak * compute_efficiency(kernel, peak, efficiency))
+    memory_time = 0.0
+    if kernel.hbm_bytes > 0:
+        bandwidth = gpu.hbm_bandwidth
+        memory_time = kernel.hbm_bytes / (bandwidth * memory_efficiency(kernel.hbm_bytes, bandwidth, efficiency))
+    return compute_time, memory_time
+
+
+def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()) -> float:
+    """Seconds ``kernel`` takes on ``gpu`` at ``precision``: the slower of its compute and its HBM traffic."""
+    return max(roofline_times(kernel, gpu, precision, efficiency))
+
+
+def kernels_duration(
+    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+) -> float:
+    """Seconds a sequence of kernels takes back to back on one stream."""
+    return sum(kernel_duration(kernel, gpu, precision, efficiency) for kernel in kernels)
+
+
+def bound_by(kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()) -> str:
+    """'compute' or 'memory': which side of the roofline sets ``kernel``'s duration (for bottleneck reports)."""
+    compute_time, memory_time = roofline_times(kernel, gpu, precision, efficiency)
+    return "compute" if compute_time >= memory_time else "memory"

@@ -1,0 +1,111 @@
+"""Per-virtual-stage work from the transformer cost model (or a synthetic spec): layers cut into attention and
+MLP blocks with roofline durations, the embedding on the first stage, the output head and loss on the last."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.catalog.gpus import GPUSpec
+from simulator.catalog.models import ModelSpec
+from simulator.parallel.work import Block, StageWork
+from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
+from simulator.workload.transformer import (PassKernels, ShardShape, embedding_kernels, head_kernels,
+                                            kv_heads_per_rank, layer_kernels)
+
+ATTENTION_KERNELS = frozenset({"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"})
+
+
+@dataclass(frozen=True)
+class CostContext:
+    """What a kernel's duration depends on besides its shape."""
+
+    gpu: GPUSpec
+    precision: str
+    efficiency: Efficiency = Efficiency()
+
+
+def _part(kernels, attention: bool):
+    return tuple(k for k in kernels
+                 if (k.name.removeprefix("recompute.").split(".")[0] in ATTENTION_KERNELS) == attention)
+
+
+def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
+           params: float) -> Block:
+    def seconds(ks):
+        return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+
+    def flops(ks):
+        return sum(k.flops for k in ks)
+
+    every = kernels.forward + kernels.backward
+    compute_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[0] for k in every)
+    memory_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[1] for k in every)
+    return Block(name=name, layer=layer, forward_s=seconds(kernels.forward),
+                 backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
+                 recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
+                 backward_flops=flops(kernels.backward_input + kernels.backward_weight),
+                 recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes, params=params,
+                 memory_bound=memory_s > compute_s)
+
+
+def _split(kernels: PassKernels, attention: bool) -> PassKernels:
+    return PassKernels(_part(kernels.forward, attention), _part(kernels.recompute, attention),
+                       _part(kernels.backward_input, attention), _part(kernels.backward_weight, attention))
+
+
+def layers_per_stage(layers: int, stages: int, fewer_on_ends: bool) -> list[int]:
+    """Layers on each virtual stage: even split, or (Llama 3) one fewer on the first and the last stage.
+
+    Returns an empty list when the layers do not divide; the caller reports the error with its field.
+    """
+    if fewer_on_ends and stages >= 2:
+        if (layers + 2) % stages:
+            return []
+        per = (layers + 2) // stages
+        return [per - 1] + [per] * (stages - 2) + [per - 1]
+    if layers % stages:
+        return []
+    return [layers // stages] * stages
+
+
+def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext,
+                       counts: list[int]) -> tuple[StageWork, ...]:
+    """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i."""
+    t, c = shard.tp, shard.cp
+    layer = layer_kernels(model, shard, recompute)
+    activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
+    kv_bytes = 2 * shard.micro_batch * shard.seq_len * kv_heads_per_rank(model, t) * model.head_dim * shard.dtype_bytes
+    cp_bytes = kv_bytes if c > 1 else 0.0
+    attention_params = (model.attention_params() + model.norm_params()) / t
+    mlp_params = (model.mlp_params() + model.norm_params()) / t
+    attention = _split(layer, attention=True)
+    mlp = _split(layer, attention=False)
+    p2p_bytes = activation_bytes / (t if shard.sequence_parallel else 1)
+    stages = []
+    first_layer = 0
+    for index, count in enumerate(counts):
+        blocks = []
+        if index == 0:
+            blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
+                                 tp_bytes=activation_bytes, cp_bytes=0.0, params=model.embedding_params() / t))
+        for number in range(first_layer, first_layer + count):
+            blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
+                                 cp_bytes=cp_bytes, params=attention_params))
+            blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
+                                 params=mlp_params))
+        first_layer += count
+        if index == len(counts) - 1:
+            blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=0.0, cp_bytes=0.0,
+                                 params=model.head_params() / t))
+        stages.append(StageWork(tuple(blocks), p2p_bytes))
+    return tuple(stages)
+
+
+def synthetic_stages(stages: int, virtual: int, forward_s: float, backward_s: float,
+                     p2p_bytes: float) -> tuple[StageWork, ...]:
+    """Uniform stages with fixed costs: per virtual stage forward/v, backward split evenly into input and weight."""
+    forward = forward_s / virtual
+    half_backward = backward_s / virtual / 2
+    block = Block(name="stage", layer=0, forward_s=forward, backward_input_s=half_backward,
+                  backward_weight_s=half_backward)
+    return tuple(StageWork((block,), p2p_bytes) for _ in range(stages * virtual))

@@ -1,0 +1,157 @@
+"""A scenario's training step as a StepPlan: model and GPU from the catalog, the 4D layout with its checks,
+the pipeline schedule, per-stage work from the cost model, and the data-parallel sharding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simulator.catalog.gpus import GPUSpec, get_gpu
+from simulator.catalog.models import ModelSpec, get_model
+from simulator.config.loader import LoadedScenario
+from simulator.errors import ScenarioError
+from simulator.parallel.layout import Layout
+from simulator.parallel.program import Sharding, StepPlan
+from simulator.schedules.registry import build_schedule
+from simulator.topology.graph import Topology
+from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
+from simulator.workload.transformer import ShardShape, six_n_flops_per_token
+
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+OPTIMIZER_BYTES_PER_PARAM = 32.0
+"""HBM bytes the Adam step touches per local parameter: read fp32 master, m, v and grad (16 B), write master,
+m, v (12 B) and the low-precision copy (2-4 B)."""
+
+FSDP_STAGES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """A resolved training step: what to simulate and the facts the metrics need."""
+
+    plan: StepPlan
+    model: ModelSpec | None
+    gpu: GPUSpec
+    tokens_per_step: float
+    model_flops_per_step: float
+    seq_len: int
+    micro_batch: int
+
+
+def resolve_model(loaded: LoadedScenario) -> ModelSpec:
+    """The preset with explicit dimensions applied, or a model from dimensions alone."""
+    config = loaded.scenario.model
+    dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
+                                                     "gated_mlp") if getattr(config, name) is not None}
+    try:
+        if config.preset is not None:
+            return replace(get_model(config.preset), **dims)
+        hidden = dims["hidden"]
+        dims.setdefault("ffn_hidden", 4 * hidden)
+        dims.setdefault("kv_heads", dims["heads"])
+        dims.setdefault("vocab", 51200)
+        dims.setdefault("gated_mlp", False)
+        return ModelSpec(name="custom", **dims)
+    except ScenarioError as exc:
+        raise loaded.error(tuple(exc.field.split(".")) or ("model",), exc.problem, exc.allowed) from None
+
+
+def resolve_layout(loaded: LoadedScenario, world: int, pp: int) -> Layout:
+    """The layout with DP filled in from the GPU count; the product must equal the GPUs of the cluster."""
+    par = loaded.scenario.parallelism
+    if sorted(par.order) != ["cp", "dp", "pp", "tp"]:
+        raise loaded.error(("parallelism", "order"), f"order {par.order} must name each of tp, cp, pp, dp once",
+                           "a permutation of [tp, cp, pp, dp]")
+    fixed = par.tp * par.cp * pp
+    dp = par.dp if par.dp is not None else world // fixed
+    if fixed * dp != world:
+        raise loaded.error(("parallelism",), f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
+                           f"{fixed * dp} does not equal the cluster's {world} GPUs",
+                           f"degrees whose product is {world}")
+    return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
+
+
+def microbatch_count(loaded: LoadedScenario, dp: int) -> int:
+    training = loaded.scenario.training
+    if training.microbatches is not None:
+        return training.microbatches
+    if training.global_batch is None:
+        raise loaded.error(("training", "global_batch"), "give global_batch or microbatches",
+                           "a global batch in sequences, divisible by micro_batch x dp")
+    per_step = training.micro_batch * dp
+    if training.global_batch % per_step:
+        raise loaded.error(("training", "global_batch"), f"global_batch {training.global_batch} is not a multiple "
+                           f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
+    return training.global_batch // per_step
+
+
+def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, precision_bytes: int) -> Sharding:
+    par = loaded.scenario.parallelism
+    if par.fsdp is not None and par.zero:
+        raise loaded.error(("parallelism", "fsdp"), "give zero or fsdp, not both", "one of them")
+    stage = FSDP_STAGES[par.fsdp] if par.fsdp is not None else par.zero
+    shard_size = 0
+    if par.fsdp == "hybrid_shard":
+        group = layout.combined_group(("dp", "cp"), 0)
+        shard_size = sum(1 for rank in group if topology.gpu_host[rank] == topology.gpu_host[0])
+    return Sharding(stage=stage, shard_size=shard_size, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
+                    grad_bytes=precision_bytes, param_bytes=precision_bytes)
+
+
+def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingStep:
+    """Resolve the scenario's training step into a plan the program builder can turn into ops."""
+    scenario = loaded.scenario
+    par, training = scenario.parallelism, scenario.training
+    synthetic = scenario.model.synthetic
+    pp = par.pp
+    if synthetic is not None:
+        if par.pp not in (1, synthetic.stages):
+            raise loaded.error(("parallelism", "pp"), f"pp {par.pp} differs from the synthetic model's "
+                               f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
+        pp = synthetic.stages
+    layout = resolve_layout(loaded, topology.num_gpus, pp)
+    gpu = get_gpu(topology.gpu_model)
+    m = microbatch_count(loaded, layout.dp)
+    v = par.pipeline.virtual_stages
+    schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, par.pipeline.table)
+    precision_bytes = PRECISION_BYTES[training.precision]
+    sharding = _sharding(loaded, layout, topology, precision_bytes)
+    if synthetic is not None:
+        stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
+        plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=0.0)
+        return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch)
+    model = resolve_model(loaded)
+    _check_heads(loaded, model, layout)
+    counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
+    if not counts:
+        raise loaded.error(("parallelism", "pp"), f"{model.layers} layers do not split evenly over pp x "
+                           f"virtual_stages = {layout.pp * v} stages",
+                           "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+    shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
+                       dtype_bytes=precision_bytes)
+    cost = CostContext(gpu, training.precision)
+    stages = transformer_stages(model, shard, training.recompute, cost, counts)
+    local_params = sum(stages[c * layout.pp].params for c in range(v))
+    shard_ways = layout.dp * layout.cp if sharding.stage >= 1 else 1
+    optimizer_s = local_params / shard_ways * OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth * 0.85)
+    plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
+                    recompute_comm=training.recompute == "full")
+    tokens = m * layout.dp * training.micro_batch * training.seq_len
+    model_flops = _model_flops(model, training.seq_len) * tokens
+    return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch)
+
+
+def _model_flops(model: ModelSpec, seq_len: int) -> float:
+    """Model FLOPs per token (no recompute): 6 N plus causal attention, the convention MFU is reported in."""
+    return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5)
+
+
+def _check_heads(loaded: LoadedScenario, model: ModelSpec, layout: Layout) -> None:
+    if model.heads % layout.tp:
+        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} does not divide {model.heads} attention heads",
+                           "a divisor of the head count")
+    if model.kv_heads % layout.tp and layout.tp % model.kv_heads:
+        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} and {model.kv_heads} KV heads do not divide "
+                           "each other", "a divisor or multiple of kv_heads")
+    if model.ffn_hidden % layout.tp:
+        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} does not divide ffn_hidden {model.ffn_hidden}",
+                           "a divisor of ffn_hidden")

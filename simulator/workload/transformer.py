@@ -1,0 +1,313 @@
+"""Transformer cost model: the kernels of one layer (and of the embedding and output head) with FLOPs and HBM bytes.
+
+Every count is for one rank working on one micro-batch of ``b`` sequences of ``s`` tokens, under tensor
+parallelism ``t`` (heads, KV heads, FFN columns and vocabulary split t ways), context parallelism ``c`` (each
+rank holds s/c query tokens and attends to the whole sequence) and optional sequence parallelism (norms,
+residuals and dropout run on the rank's 1/t of the tokens). Backward passes are split into input-gradient and
+weight-gradient kernels so that schedules such as ZB-H1 can place them apart. docs/cost-model.md derives each count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.catalog.models import ModelSpec
+from simulator.errors import ScenarioError
+
+KERNEL_KINDS = ("matmul", "attention", "elementwise")
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+# FLOPs per element of the elementwise kernels (forward, backward); they are memory-bound, the counts are nominal.
+_NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
+_ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}  # gated SwiGLU, GeLU (tanh form)
+_CROSS_ENTROPY_FLOPS = (5.0, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One GPU kernel: ``flops``, HBM ``hbm_bytes`` moved, its ``kind`` and the size its efficiency depends on.
+
+    ``size_dim`` is the smallest GEMM dimension for a matmul, the key length for attention; 0 when it does not
+    apply (elementwise) or is not known, which leaves the efficiency at its plateau.
+    """
+
+    name: str
+    flops: float
+    hbm_bytes: float
+    kind: str
+    size_dim: float = 0.0
+
+
+@dataclass(frozen=True)
+class ShardShape:
+    """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP)."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    dtype_bytes: int = 2
+    grad_accum_bytes: int = 4
+
+    @property
+    def tokens(self) -> float:
+        """Query tokens a rank's matmuls process: b * s / c."""
+        return self.micro_batch * self.seq_len / self.cp
+
+    @property
+    def pointwise_tokens(self) -> float:
+        """Tokens a rank's norms and residual adds process: 1/t of ``tokens`` with sequence parallelism."""
+        return self.tokens / self.tp if self.sequence_parallel else self.tokens
+
+
+@dataclass(frozen=True)
+class AttentionCost:
+    """Attention accounting choices.
+
+    ``causal_factor``: share of the s x s score matrix computed (1/2 for a causal mask with flash-style
+    block skipping; 1 to count the full matrix, as Megatron's FLOP formula does).
+    ``backward_factor``: attention-core backward FLOPs over forward FLOPs; 2.5 for flash attention (five s x s
+    matmuls against two forward: the score product is recomputed), 2.0 for attention that keeps its scores.
+    """
+
+    causal_factor: float = 0.5
+    backward_factor: float = 2.5
+
+
+@dataclass(frozen=True)
+class PassKernels:
+    """Kernels of one unit (a layer, the embedding or the head) for one micro-batch, by pass.
+
+    ``recompute`` runs at the start of the backward pass, before ``backward_input``.
+    """
+
+    forward: tuple[Kernel, ...]
+    recompute: tuple[Kernel, ...]
+    backward_input: tuple[Kernel, ...]
+    backward_weight: tuple[Kernel, ...]
+
+    @property
+    def backward(self) -> tuple[Kernel, ...]:
+        """Everything the backward pass runs: recompute, then input gradients, then weight gradients."""
+        return self.recompute + self.backward_input + self.backward_weight
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of forward plus backward (recompute included)."""
+        return sum(kernel.flops for kernel in self.forward + self.backward)
+
+    @property
+    def hbm_bytes(self) -> float:
+        """HBM bytes of forward plus backward (recompute included)."""
+        return sum(kernel.hbm_bytes for kernel in self.forward + self.backward)
+
+
+def validate_shard(model: ModelSpec, shard: ShardShape) -> None:
+    """Reject splits the kernels cannot express: t must divide heads and FFN width, c must divide the sequence."""
+    if shard.micro_batch < 1 or shard.seq_len < 1 or shard.tp < 1 or shard.cp < 1:
+        raise ScenarioError(
+            f"micro_batch {shard.micro_batch}, seq_len {shard.seq_len}, tp {shard.tp}, cp {shard.cp} must be >= 1",
+            field="parallelism", allowed="positive integers",
+        )
+    if model.heads % shard.tp or model.ffn_hidden % shard.tp:
+        raise ScenarioError(
+            f"tp {shard.tp} does not divide {model.name}'s {model.heads} heads and FFN width {model.ffn_hidden}",
+            field="parallelism.tp", allowed=f"divisors of {math.gcd(model.heads, model.ffn_hidden)}",
+        )
+    if shard.seq_len % shard.cp:
+        raise ScenarioError(
+            f"cp {shard.cp} does not divide seq_len {shard.seq_len}", field="parallelism.cp",
+            allowed="divisors of the sequence length",
+        )
+
+
+def _check_recompute(recompute: str) -> None:
+    if recompute not in RECOMPUTE_MODES:
+        raise ScenarioError(
+            f"unknown recompute mode {recompute!r}", field="training.recompute", allowed=", ".join(RECOMPUTE_MODES)
+        )
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads a rank holds: kv_heads / t, at least one (KV heads are replicated when t exceeds them)."""
+    return max(1, math.ceil(model.kv_heads / tp))
+
+
+def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape) -> tuple[Kernel, Kernel, Kernel]:
+    """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient dW += X^T dY (fp32 accumulate)."""
+    d = shard.dtype_bytes
+    flops = 2.0 * m * n * k
+    size = min(m, n, k)
+    forward = Kernel(name, flops, d * (m * k + k * n + m * n), "matmul", size)
+    grad_input = Kernel(f"{name}.dgrad", flops, d * (m * n + k * n + m * k), "matmul", size)
+    grad_weight = Kernel(
+        f"{name}.wgrad", flops, d * (m * k + m * n) + 2 * shard.grad_accum_bytes * k * n, "matmul", size
+    )
+    return forward, grad_input, grad_weight
+
+
+def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
+    """Norm forward (read x, write y) and backward (read x and dy, write dx; weight grads fused)."""
+    elements = shard.pointwise_tokens * model.hidden
+    fwd_flops, bwd_flops = _NORM_FLOPS[model.norm]
+    d = shard.dtype_bytes
+    return (
+        Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise"),
+        Kernel(f"{name}.bwd", bwd_flops * elements, 3 * d * elements, "elementwise"),
+    )
+
+
+def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
+    """(Dropout +) residual add: read branch and skip, write sum (and a 1-byte mask); backward sums two grads."""
+    elements = shard.pointwise_tokens * model.hidden
+    d = shard.dtype_bytes
+    mask = 1.0 if model.dropout else 0.0
+    extra_flops = 2.0 if model.dropout else 0.0
+    return (
+        Kernel(name, (1 + extra_flops) * elements, (3 * d + mask) * elements, "elementwise"),
+        Kernel(f"{name}.bwd", (1 + extra_flops) * elements, (3 * d + mask) * elements, "elementwise"),
+    )
+
+
+def _attention_core(model: ModelSpec, shard: ShardShape, cost: AttentionCost) -> tuple[Kernel, Kernel]:
+    """Flash-style attention: QK^T and AV never leave on-chip memory; HBM traffic is Q, K, V, O (and grads)."""
+    d = shard.dtype_bytes
+    heads = model.heads / shard.tp
+    kv_heads = kv_heads_per_rank(model, shard.tp)
+    q_tokens = shard.tokens
+    kv_tokens = shard.micro_batch * shard.seq_len
+    q_elems = q_tokens * heads * model.head_dim
+    kv_elems = kv_tokens * kv_heads * model.head_dim
+    flops = 4.0 * q_tokens * shard.seq_len * heads * model.head_dim * cost.causal_factor
+    stats = 4.0 * q_tokens * heads
+    forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats, "attention", shard.seq_len)
+    backward = Kernel(
+        "attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems) + 2 * stats,
+        "attention", shard.seq_len,
+    )
+    return forward, backward
+
+
+def _activation(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
+    """SwiGLU (read gate and up, write one) or GeLU (read one, write one), and their backward."""
+    elements = shard.tokens * model.ffn_hidden / shard.tp
+    d = shard.dtype_bytes
+    fwd_flops, bwd_flops = _ACTIVATION_FLOPS[model.gated_mlp]
+    if model.gated_mlp:
+        return (
+            Kernel("mlp_act", fwd_flops * elements, 3 * d * elements, "elementwise"),
+            Kernel("mlp_act.bwd", bwd_flops * elements, 5 * d * elements, "elementwise"),
+        )
+    return (
+        Kernel("mlp_act", fwd_flops * elements, 2 * d * elements, "elementwise"),
+        Kernel("mlp_act.bwd", bwd_flops * elements, 3 * d * elements, "elementwise"),
+    )
+
+
+def _renamed(kernels: tuple[Kernel, ...], prefix: str) -> tuple[Kernel, ...]:
+    return tuple(Kernel(f"{prefix}{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim) for k in kernels)
+
+
+def layer_kernels(
+    model: ModelSpec, shard: ShardShape, recompute: str = "none", cost: AttentionCost = AttentionCost()
+) -> PassKernels:
+    """Kernels of one transformer layer for one micro-batch on one rank.
+
+    ``recompute``: none; selective (the attention core forward runs again in the backward); full (the whole
+    layer forward runs again in the backward).
+    """
+    validate_shard(model, shard)
+    _check_recompute(recompute)
+    t, tokens, h = shard.tp, shard.tokens, model.hidden
+    q_width = model.heads * model.head_dim / t
+    kv_width = kv_heads_per_rank(model, t) * model.head_dim
+    ffn = model.ffn_hidden / t
+
+    input_norm = _norm("input_norm", model, shard)
+    qkv = _matmul("qkv_proj", tokens, q_width + 2 * kv_width, h, shard)
+    attention = _attention_core(model, shard, cost)
+    out_proj = _matmul("out_proj", tokens, h, q_width, shard)
+    attn_residual = _residual("attn_residual", model, shard)
+    mlp_norm = _norm("mlp_norm", model, shard)
+    if model.gated_mlp:
+        mlp_in = (_matmul("mlp_gate", tokens, ffn, h, shard), _matmul("mlp_up", tokens, ffn, h, shard))
+    else:
+        mlp_in = (_matmul("mlp_fc1", tokens, ffn, h, shard),)
+    activation = _activation(model, shard)
+    mlp_out = _matmul("mlp_down" if model.gated_mlp else "mlp_fc2", tokens, h, ffn, shard)
+    mlp_residual = _residual("mlp_residual", model, shard)
+
+    forward = (
+        input_norm[0], qkv[0], attention[0], out_proj[0], attn_residual[0], mlp_norm[0],
+        *(mm[0] for mm in mlp_in), activation[0], mlp_out[0], mlp_residual[0],
+    )
+    backward_input = (
+        mlp_residual[1], mlp_out[1], activation[1], *(mm[1] for mm in reversed(mlp_in)), mlp_norm[1],
+        attn_residual[1], out_proj[1], attention[1], qkv[1], input_norm[1],
+    )
+    backward_weight = (mlp_out[2], *(mm[2] for mm in reversed(mlp_in)), out_proj[2], qkv[2])
+    recomputed = {"none": (), "selective": (attention[0],), "full": forward}[recompute]
+    return PassKernels(forward, _renamed(recomputed, "recompute."), backward_input, backward_weight)
+
+
+def embedding_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
+    """Token (and learned position) embedding of the first pipeline stage: a gather forward, a scatter-add backward.
+
+    With tensor parallelism the table is split by vocabulary; every rank still writes the full b*s/c x h output.
+    """
+    validate_shard(model, shard)
+    elements = shard.tokens * model.hidden
+    d = shard.dtype_bytes
+    tables = 2 if model.learned_positions else 1
+    forward = Kernel("embedding", (tables - 1) * elements, (tables + 1) * d * elements, "elementwise")
+    grad = Kernel(
+        "embedding.wgrad", tables * elements, (d + 2 * shard.grad_accum_bytes * tables) * elements, "elementwise"
+    )
+    return PassKernels((forward,), (), (), (grad,))
+
+
+def head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
+    """Final norm, output layer (vocabulary split t ways) and cross-entropy loss of the last pipeline stage."""
+    validate_shard(model, shard)
+    final_norm = _norm("final_norm", model, shard)
+    vocab = model.vocab / shard.tp
+    lm_head = _matmul("lm_head", shard.tokens, vocab, model.hidden, shard)
+    logits = shard.tokens * vocab
+    fwd_flops, bwd_flops = _CROSS_ENTROPY_FLOPS
+    io = (shard.dtype_bytes + 4) * logits  # read low-precision logits, keep fp32 softmax / read it, write grads
+    loss = Kernel("cross_entropy", fwd_flops * logits, io, "elementwise")
+    loss_grad = Kernel("cross_entropy.bwd", bwd_flops * logits, io, "elementwise")
+    return PassKernels(
+        (final_norm[0], lm_head[0], loss),
+        (),
+        (loss_grad, lm_head[1], final_norm[1]),
+        (lm_head[2],),
+    )
+
+
+def six_n_flops_per_token(
+    model: ModelSpec, seq_len: int, attention: bool = True, causal_factor: float = 1.0
+) -> float:
+    """Model FLOPs per trained token, 6N + 12 l (a d) s (PaLM convention; attention optional, unmasked by default)."""
+    attention_flops = 12.0 * model.layers * model.heads * model.head_dim * seq_len * causal_factor
+    return 6.0 * model.num_params() + (attention_flops if attention else 0.0)
+
+
+def megatron_flops_per_iteration(model: ModelSpec, batch: int, seq_len: int, recompute: bool = True) -> float:
+    """Narayanan et al. (SC21): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) with full recompute.
+
+    Without recompute the layers do 3 instead of 4 forward-equivalents while the output layer still does 3, so
+    F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). The formula assumes a GPT layer (FFN 4h, multi-head attention,
+    unmasked score FLOPs); for other shapes it is a convention.
+    """
+    l, h, v, s = model.layers, model.hidden, model.vocab, seq_len
+    if recompute:
+        return 96.0 * batch * s * l * h**2 * (1 + s / (6 * h) + v / (16 * l * h))
+    return 72.0 * batch * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+def megatron_flops_per_token(model: ModelSpec, seq_len: int, recompute: bool = True) -> float:
+    """The Megatron formula divided by the tokens of the batch (B s)."""
+    return megatron_flops_per_iteration(model, 1, seq_len, recompute) / seq_len

@@ -1,0 +1,107 @@
+"""GPU and model catalog: datasheet figures, preset shapes and parameter counts against published numbers."""
+
+import pytest
+
+from simulator.catalog.gpus import get_gpu, gpu_names
+from simulator.catalog.models import MEGATRON_SC21_NAMES, ModelSpec, get_model, megatron_param_formula, model_names
+from simulator.errors import ScenarioError
+
+# Narayanan et al., SC21, Table 1 (copied from shared/reference/megatron_sc21_table1.csv):
+# (preset, params in billions as printed, heads, hidden, layers).
+SC21_TABLE1 = [
+    ("megatron-1.7b", 1.7, 24, 2304, 24),
+    ("megatron-3.6b", 3.6, 32, 3072, 30),
+    ("megatron-7.5b", 7.5, 32, 4096, 36),
+    ("megatron-18.4b", 18.4, 48, 6144, 40),
+    ("megatron-39.1b", 39.1, 64, 8192, 48),
+    ("megatron-76.1b", 76.1, 80, 10240, 60),
+    ("megatron-145.6b", 145.6, 96, 12288, 80),
+    ("megatron-310.1b", 310.1, 128, 16384, 96),
+    ("megatron-529.6b", 529.6, 128, 20480, 105),
+    ("megatron-1t", 1008.0, 160, 25600, 128),
+]
+
+
+def test_gpu_figures_match_datasheets():
+    # Dense peaks and HBM from shared/reference/hardware.md (NVIDIA datasheets).
+    expected = {
+        "a100-40gb": (312e12, None, 40e9, 1.555e12),
+        "a100-80gb": (312e12, None, 80e9, 2.039e12),
+        "h100-sxm": (989e12, 1979e12, 80e9, 3.35e12),
+        "h200": (989e12, 1979e12, 141e9, 4.8e12),
+        "b200": (2250e12, 4500e12, 192e9, 8.0e12),
+    }
+    assert set(gpu_names()) == set(expected)
+    for name, (bf16, fp8, hbm, bandwidth) in expected.items():
+        gpu = get_gpu(name)
+        assert gpu.peak("bf16") == pytest.approx(bf16)
+        assert gpu.peak("fp16") == pytest.approx(bf16)
+        assert gpu.hbm_bytes == pytest.approx(hbm)
+        assert gpu.hbm_bandwidth == pytest.approx(bandwidth)
+        assert gpu.peak("fp32") < gpu.peak("tf32") < gpu.peak("bf16")
+        if fp8 is None:
+            with pytest.raises(ScenarioError) as info:
+                gpu.peak("fp8")
+            assert "bf16" in info.value.allowed
+        else:
+            assert gpu.peak("fp8") == pytest.approx(fp8)
+
+
+def test_unknown_gpu_lists_the_catalog():
+    with pytest.raises(ScenarioError) as info:
+        get_gpu("v100")
+    assert info.value.field == "cluster.gpu"
+    assert "h100-sxm" in info.value.allowed and "b200" in info.value.allowed
+
+
+def test_unknown_model_lists_the_presets():
+    with pytest.raises(ScenarioError) as info:
+        get_model("llama3-7b")
+    assert info.value.field == "model.preset"
+    assert "llama3-8b" in info.value.allowed and "megatron-1t" in info.value.allowed
+
+
+def test_llama3_shapes_and_params():
+    # Llama 3 paper: 8B ~8.03e9 (seed 003), 70B ~70.6e9, 405B ~405.8e9 (Meta model cards).
+    for name, params in (("llama3-8b", 8.03e9), ("llama3-70b", 70.6e9), ("llama3-405b", 405.8e9)):
+        model = get_model(name)
+        assert model.gated_mlp and not model.tied_embeddings and not model.learned_positions
+        assert model.kv_heads == 8 and model.vocab == 128256 and model.head_dim == 128
+        assert model.num_params() == pytest.approx(params, rel=0.002)
+    big = get_model("llama3-405b")
+    assert (big.layers, big.hidden, big.ffn_hidden, big.heads) == (126, 16384, 53248, 128)
+
+
+def test_gpt3_175b_params():
+    # Brown et al. 2020: 175B parameters; with the vocabulary padded to 51,200 the count is ~174.6e9.
+    model = get_model("gpt3-175b")
+    assert not model.gated_mlp and model.ffn_hidden == 4 * model.hidden
+    assert model.num_params() == pytest.approx(175e9, rel=0.01)
+
+
+@pytest.mark.parametrize("name, printed_b, heads, hidden, layers", SC21_TABLE1)
+def test_megatron_presets_reproduce_table1(name, printed_b, heads, hidden, layers):
+    model = get_model(name)
+    assert (model.heads, model.hidden, model.layers, model.vocab) == (heads, hidden, layers, 51200)
+    assert model.learned_positions and model.max_positions == 2048 and model.ffn_hidden == 4 * hidden
+    formula = megatron_param_formula(layers, hidden, 51200, 2048)
+    # The preset's count equals the paper's formula up to the final norm (2h), which the formula omits.
+    assert model.num_params() - formula == pytest.approx(2 * hidden, abs=1)
+    # The table prints the formula's value rounded to 0.1 B (1.652 -> "1.7"), so allow half a printed digit,
+    # and 1% for every row from 7.5B up.
+    assert abs(formula / 1e9 - printed_b) <= 0.05 + 1e-9
+    if printed_b >= 7.5:
+        assert formula == pytest.approx(printed_b * 1e9, rel=0.01)
+
+
+def test_catalog_lists_every_preset():
+    assert set(MEGATRON_SC21_NAMES) <= set(model_names())
+    assert {"llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b"} <= set(model_names())
+
+
+def test_bad_custom_model_is_a_scenario_error():
+    with pytest.raises(ScenarioError) as info:
+        ModelSpec("odd", 2, 100, 400, 3, 3, 1000, gated_mlp=False)
+    assert info.value.field == "model.heads"
+    with pytest.raises(ScenarioError):
+        ModelSpec("odd", 2, 96, 384, 3, 3, 1000, gated_mlp=False, norm="batchnorm")

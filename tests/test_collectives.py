@@ -1,0 +1,282 @@
+"""Collective algorithms against their alpha-beta closed forms (Thakur, Rabenseifner, Gropp 2005; NCCL's
+double binary tree; the two-level all-reduce of tests/data/published-results.md section 5), flow mode,
+efficiency 1, on small hand-built topologies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import networkx as nx
+import pytest
+
+from simulator.collectives import (PRIMITIVES, CollectiveRequest, bus_bandwidth, bus_bandwidth_factor,
+                                   choose_algorithm, plan_collective, time_collective)
+from simulator.collectives.ring import ring_order, group_by_host
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology, add_link
+
+KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
+ALPHA, BANDWIDTH = 5e-6, 50e9
+TOLERANCE = 0.005
+
+
+def switch_topology(size: int, bandwidth: float = BANDWIDTH, alpha: float = ALPHA) -> Topology:
+    """A non-blocking switch: each GPU one link (bandwidth B, latency a/2), so GPU-to-GPU costs a + n/B."""
+    graph = nx.DiGraph()
+    gpus = [f"gpu{i}" for i in range(size)]
+    for gpu in gpus:
+        add_link(graph, gpu, "switch", bandwidth=bandwidth, latency=alpha / 2, link_class="nvlink")
+    return Topology("switch", graph, gpus, gpu_host=[0] * size, gpu_local=list(range(size)))
+
+
+def two_level_topology(hosts: int, per_host: int, *, b_in: float, a_in: float, b_out: float,
+                       a_out: float) -> Topology:
+    """g GPUs per host on a host switch, plus one NIC per GPU to the rail switch of its local index."""
+    graph = nx.DiGraph()
+    gpus, gpu_host, gpu_local = [], [], []
+    for host in range(hosts):
+        for local in range(per_host):
+            gpu = f"h{host}g{local}"
+            gpus.append(gpu)
+            gpu_host.append(host)
+            gpu_local.append(local)
+            add_link(graph, gpu, f"host{host}", bandwidth=b_in, latency=a_in / 2, link_class="nvlink")
+            add_link(graph, gpu, f"rail{local}", bandwidth=b_out, latency=a_out / 2, link_class="infiniband")
+    return Topology("two-level", graph, gpus, gpu_host=gpu_host, gpu_local=gpu_local, rails=per_host)
+
+
+def close(simulated: float, expected: float, tolerance: float = TOLERANCE) -> bool:
+    return abs(simulated - expected) <= tolerance * expected
+
+
+SAMPLES = [(2, 8 * GIB), (3, 1 * KIB), (5, 64 * MIB), (8, 1 * MIB), (16, 8 * GIB), (64, 256 * KIB), (64, 1 * GIB)]
+
+
+@pytest.mark.parametrize("size,nbytes", SAMPLES)
+def test_ring_all_reduce_matches_closed_form(size, nbytes):
+    expected = 2 * (size - 1) * ALPHA + 2 * (size - 1) / size * nbytes / BANDWIDTH
+    assert close(time_collective(switch_topology(size), "all_reduce", "ring", size, nbytes), expected)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("size,nbytes", SAMPLES[1::2])
+def test_ring_reduce_scatter_and_all_gather(op, size, nbytes):
+    expected = (size - 1) * ALPHA + (size - 1) / size * nbytes / BANDWIDTH
+    assert close(time_collective(switch_topology(size), op, "ring", size, nbytes), expected)
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+@pytest.mark.parametrize("size,nbytes,chunk", [(2, 1 * MIB, None), (7, 64 * MIB, None), (8, 64 * MIB, 4 * MIB),
+                                               (33, 1 * GIB, 8 * MIB), (16, 1 * MIB, 4 * MIB)])
+def test_ring_chain_broadcast_and_reduce(op, size, nbytes, chunk):
+    chunks = math.ceil(nbytes / chunk) if chunk else 1
+    expected = (size - 1 + chunks - 1) * (ALPHA + nbytes / chunks / BANDWIDTH)
+    simulated = time_collective(switch_topology(size), op, "ring", size, nbytes, chunk_bytes=chunk, root=size // 2)
+    assert close(simulated, expected)
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+@pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (5, 1 * MIB), (16, 64 * MIB), (64, 8 * GIB)])
+def test_binomial_tree_broadcast_and_reduce(op, size, nbytes):
+    expected = math.ceil(math.log2(size)) * (ALPHA + nbytes / BANDWIDTH)
+    simulated = time_collective(switch_topology(size), op, "tree", size, nbytes, chunk_bytes=MIB, root=1)
+    assert close(simulated, expected)
+
+
+@pytest.mark.parametrize("size,nbytes,chunk", [(4, 1 * MIB, None), (8, 64 * MIB, None), (8, 64 * MIB, 1 * MIB),
+                                               (64, 1 * GIB, 16 * MIB), (16, 8 * GIB, 64 * MIB)])
+def test_double_binary_tree_all_reduce(size, nbytes, chunk):
+    """Per tree n/2 in L chunks c: reduce then broadcast, each H + L - 1 steps (H = log2 p) of a + 2c/B
+    (a link carries two chunks), except the single root-edge step at the end of the reduce and the start of
+    the broadcast, which carries one."""
+    height = int(math.log2(size))
+    chunks = math.ceil(nbytes / 2 / chunk) if chunk else 1
+    c = nbytes / 2 / chunks
+    expected = 2 * ((height + chunks - 2) * (ALPHA + 2 * c / BANDWIDTH) + ALPHA + c / BANDWIDTH)
+    assert close(time_collective(switch_topology(size), "all_reduce", "tree", size, nbytes, chunk_bytes=chunk),
+                 expected)
+
+
+def test_pipelined_double_tree_approaches_two_n_beta():
+    nbytes, size = 8 * GIB, 32
+    simulated = time_collective(switch_topology(size, alpha=0.0), "all_reduce", "tree", size, nbytes,
+                                chunk_bytes=4 * MIB)
+    assert close(simulated, 2 * nbytes / BANDWIDTH, tolerance=0.01)
+
+
+@pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (6, 64 * MIB), (16, 1 * GIB), (48, 8 * MIB)])
+def test_pairwise_all_to_all(size, nbytes):
+    """(p-1) a + n_sent b, with n_sent = (p-1)/p of the nccl-tests buffer (the own slice stays home)."""
+    expected = (size - 1) * ALPHA + (size - 1) / size * nbytes / BANDWIDTH
+    assert close(time_collective(switch_topology(size), "all_to_all", "direct", size, nbytes), expected)
+
+
+@pytest.mark.parametrize("op,factor", [("all_gather", 1), ("reduce_scatter", 1), ("all_reduce", 2)])
+def test_direct_pairwise_gather_scatter(op, factor):
+    size, nbytes = 12, 96 * MIB
+    expected = factor * ((size - 1) * ALPHA + (size - 1) / size * nbytes / BANDWIDTH)
+    assert close(time_collective(switch_topology(size), op, "direct", size, nbytes), expected)
+
+
+@pytest.mark.parametrize("size,nbytes", [(2, 8 * GIB), (4, 1 * KIB), (16, 64 * MIB), (64, 1 * GIB)])
+def test_halving_doubling(size, nbytes):
+    steps, volume = math.log2(size), (size - 1) / size * nbytes / BANDWIDTH
+    topology = switch_topology(size)
+    assert close(time_collective(topology, "all_reduce", "halving_doubling", size, nbytes),
+                 2 * steps * ALPHA + 2 * volume)
+    assert close(time_collective(topology, "reduce_scatter", "halving_doubling", size, nbytes),
+                 steps * ALPHA + volume)
+    assert close(time_collective(topology, "all_gather", "halving_doubling", size, nbytes), steps * ALPHA + volume)
+
+
+def test_halving_doubling_rejects_other_sizes():
+    with pytest.raises(ScenarioError, match="power-of-two"):
+        time_collective(switch_topology(6), "all_reduce", "halving_doubling", 6, MIB)
+
+
+TWO_LEVEL = dict(b_in=450e9, a_in=3e-6, b_out=50e9, a_out=14e-6)
+
+
+@pytest.mark.parametrize("hosts,per_host,nbytes", [(2, 8, 1 * GIB), (4, 4, 1 * MIB), (8, 2, 8 * GIB),
+                                                   (3, 4, 1 * KIB), (16, 4, 256 * MIB)])
+def test_hierarchical_all_reduce_matches_published_formula(hosts, per_host, nbytes):
+    """published-results.md section 5: 2(g-1) a_in + 2(g-1)/g n b_in + 2(N-1) a_out + 2(N-1)/N (n/g) b_out."""
+    g, count = per_host, hosts
+    p = TWO_LEVEL
+    expected = (2 * (g - 1) * p["a_in"] + 2 * (g - 1) / g * nbytes / p["b_in"]
+                + 2 * (count - 1) * p["a_out"] + 2 * (count - 1) / count * (nbytes / g) / p["b_out"])
+    topology = two_level_topology(hosts, per_host, **TWO_LEVEL)
+    simulated = time_collective(topology, "all_reduce", "hierarchical", hosts * per_host, nbytes)
+    assert close(simulated, expected)
+
+
+def test_hierarchical_reduce_scatter_all_gather_broadcast_reduce():
+    hosts, g, n = 4, 4, 256 * MIB
+    p = TWO_LEVEL
+    topology = two_level_topology(hosts, g, **TWO_LEVEL)
+    intra = (g - 1) * (p["a_in"] + n / g / p["b_in"])
+    rail_ring = (hosts - 1) * (p["a_out"] + n / (g * hosts) / p["b_out"])
+    rail_tree = math.log2(hosts) * (p["a_out"] + n / g / p["b_out"])
+    star = p["a_in"] + (g - 1) * n / g / p["b_in"]
+    expected = {"reduce_scatter": intra + rail_ring, "all_gather": rail_ring + intra,
+                "broadcast": star + rail_tree + intra, "reduce": intra + rail_tree + star}
+    for op, value in expected.items():
+        assert close(time_collective(topology, op, "hierarchical", hosts * g, n, root=5), value), op
+
+
+def test_hierarchical_needs_even_hosts():
+    topology = two_level_topology(2, 4, **TWO_LEVEL)
+    with pytest.raises(ScenarioError, match="same number of group members"):
+        time_collective(topology, "all_reduce", "hierarchical", [0, 1, 2, 4, 5], MIB)
+
+
+@pytest.mark.parametrize("channels,nics_used", [(1, 1), (None, 4)])
+def test_two_node_ring_uses_every_nic(channels, nics_used):
+    """Rail-aligned rings: with one ring per rail the cross-node bandwidth is the sum of the host's NICs."""
+    hosts, g, n = 2, 4, 4 * GIB
+    topology = two_level_topology(hosts, g, **TWO_LEVEL)
+    size = hosts * g
+    cross_step = TWO_LEVEL["a_out"] + n / (size * nics_used) / TWO_LEVEL["b_out"]
+    simulated = time_collective(topology, "all_reduce", "ring", size, n, channels=channels)
+    assert close(simulated, 2 * (size - 1) * cross_step)
+
+
+def test_rail_aligned_ring_order_keeps_cross_hops_on_one_rail():
+    topology = two_level_topology(4, 8, **TWO_LEVEL)
+    hosts = group_by_host(tuple(range(32)), topology)
+    for channel in range(8):
+        order = ring_order(hosts, topology, channel)
+        assert sorted(order) == list(range(32))
+        hops = [(a, b) for a, b in zip(order, order[1:] + order[:1]) if topology.gpu_host[a] != topology.gpu_host[b]]
+        assert len(hops) == 4
+        assert all(topology.gpu_local[a] == topology.gpu_local[b] for a, b in hops)
+
+
+@pytest.mark.parametrize("bandwidth,expected", [(12.5e9, 1.96), (450e9, 0.0544)])
+def test_seed_vector_7b_fp16_gradients(bandwidth, expected):
+    """[seed 000, Q1] 7e9 FP16 gradients (14e9 B), 8-GPU ring all-reduce: ~1.96 s at 12.5 GB/s, ~54 ms at
+    450 GB/s."""
+    simulated = time_collective(switch_topology(8, bandwidth=bandwidth), "all_reduce", "ring", 8, 14e9)
+    assert close(simulated, expected, tolerance=0.02)
+
+
+def test_ring_all_reduce_over_1024_ranks_is_one_phase():
+    request = CollectiveRequest("all_reduce", tuple(range(1024)), 1 * GIB)
+    phases = plan_collective(request, switch_topology(1024), "ring")
+    assert len(phases) == 1 and phases[0].repeat == 2046 and len(phases[0].transfers) == 1024
+    multi = plan_collective(replace(request, channels=0), two_level_topology(128, 8, **TWO_LEVEL), "ring")
+    assert len(multi) == 1 and len(multi[0].transfers) == 8 * 1024
+    assert {t.channel for t in multi[0].transfers} == set(range(8))
+
+
+def test_flow_and_analytic_agree_without_contention():
+    topology = switch_topology(8)
+    flow = time_collective(topology, "all_reduce", "ring", 8, 64 * MIB, mode="flow")
+    analytic = time_collective(topology, "all_reduce", "ring", 8, 64 * MIB, mode="analytic")
+    assert close(flow, analytic, tolerance=1e-9)
+
+
+def test_efficiency_scales_the_bandwidth_term():
+    topology = switch_topology(4, alpha=0.0)
+    full = time_collective(topology, "all_gather", "ring", 4, GIB)
+    slowed = time_collective(topology, "all_gather", "ring", 4, GIB, efficiency={"nvlink": 0.5})
+    assert close(slowed, 2 * full, tolerance=1e-9)
+
+
+def test_send_recv_is_one_transfer():
+    phases = plan_collective(CollectiveRequest("send_recv", (3, 5), MIB), switch_topology(8), "ring")
+    assert len(phases) == 1 and len(phases[0].transfers) == 1
+    assert close(time_collective(switch_topology(8), "send_recv", "auto", (3, 5), MIB), ALPHA + MIB / BANDWIDTH)
+
+
+def test_unknown_algorithm_lists_the_choices():
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", (0, 1), MIB), switch_topology(2), "butterfly")
+    assert "unknown algorithm 'butterfly'" in str(info.value)
+    assert info.value.allowed == "ring, tree, hierarchical, direct, halving_doubling, auto"
+
+
+def test_unsupported_primitive_names_the_algorithms_that_can():
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_to_all", (0, 1, 2), MIB), switch_topology(3), "ring")
+    assert "does not implement all_to_all" in str(info.value) and "direct" in info.value.allowed
+
+
+@pytest.mark.parametrize("bad", [dict(op="gather"), dict(ranks=(0, 0)), dict(ranks=(0, 9)), dict(nbytes=-1.0),
+                                 dict(root=2), dict(chunk_bytes=0.0)])
+def test_bad_requests_are_rejected(bad):
+    request = dict(op="all_reduce", ranks=(0, 1), nbytes=MIB) | bad
+    with pytest.raises(ScenarioError):
+        plan_collective(CollectiveRequest(**request), switch_topology(4), "ring")
+
+
+def test_auto_rule():
+    single = switch_topology(8)
+    cluster = two_level_topology(16, 8, **TWO_LEVEL)
+    everyone = tuple(range(128))
+    assert choose_algorithm(CollectiveRequest("all_reduce", tuple(range(8)), GIB), single) == "ring"
+    assert choose_algorithm(CollectiveRequest("all_to_all", everyone, GIB), cluster) == "direct"
+    assert choose_algorithm(CollectiveRequest("all_gather", everyone, GIB), cluster) == "ring"
+    assert choose_algorithm(CollectiveRequest("all_reduce", everyone, 4 * KIB), cluster) == "tree"
+    assert choose_algorithm(CollectiveRequest("all_reduce", everyone, 8 * GIB), cluster) == "ring"
+    assert choose_algorithm(CollectiveRequest("broadcast", everyone, MIB), cluster) == "tree"
+    assert choose_algorithm(CollectiveRequest("broadcast", everyone, GIB, chunk_bytes=4 * MIB), cluster) == "ring"
+
+
+def test_auto_is_never_much_slower_than_the_best_candidate():
+    cluster = two_level_topology(4, 4, **TWO_LEVEL)
+    for nbytes in (4 * KIB, 1 * MIB, 256 * MIB):
+        times = {name: time_collective(cluster, "all_reduce", name, 16, nbytes)
+                 for name in ("ring", "tree", "hierarchical")}
+        assert time_collective(cluster, "all_reduce", "auto", 16, nbytes) <= 1.5 * min(times.values())
+
+
+def test_busbw_factors_and_ring_busbw_reaches_link_speed():
+    assert bus_bandwidth_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert bus_bandwidth_factor("all_gather", 4) == pytest.approx(0.75)
+    assert bus_bandwidth_factor("broadcast", 64) == 1.0
+    assert set(PRIMITIVES) <= {"broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                               "send_recv"}
+    time_s = time_collective(switch_topology(16, alpha=0.0), "all_reduce", "ring", 16, GIB)
+    assert close(bus_bandwidth("all_reduce", 16, GIB, time_s), BANDWIDTH, tolerance=1e-6)

@@ -1,0 +1,345 @@
+"""The flow-level network model against hand-computed max-min answers and a plain step-by-step reference."""
+
+from __future__ import annotations
+
+import time
+
+import networkx as nx
+import numpy as np
+import pytest
+import simpy
+
+from simulator.errors import ScenarioError
+from simulator.metrics.events import EventLog
+from simulator.network import Network, max_min_rates
+from simulator.topology.graph import Topology, add_link
+
+GB = 1e9
+EXACT = 1e-12
+
+
+def line_topology(latency: float = 0.0) -> Topology:
+    """GPUs a - b - c; a-b carries 10 GB/s over NVLink, b-c 1 GB/s over InfiniBand."""
+    graph = nx.DiGraph()
+    add_link(graph, "a", "b", bandwidth=10 * GB, latency=latency, link_class="nvlink")
+    add_link(graph, "b", "c", bandwidth=1 * GB, latency=latency, link_class="infiniband")
+    return Topology(name="line", graph=graph, gpus=["a", "b", "c"], gpu_host=[0, 1, 2], gpu_local=[0, 0, 0])
+
+
+def dumbbell_topology(edge_latency: float = 0.0, core_latency: float = 0.0) -> Topology:
+    """GPUs g0, g1 on switch s0 and g2, g3 on s1; 100 GB/s edges, one 10 GB/s core link s0-s1."""
+    graph = nx.DiGraph()
+    for gpu, switch in (("g0", "s0"), ("g1", "s0"), ("g2", "s1"), ("g3", "s1")):
+        add_link(graph, gpu, switch, bandwidth=100 * GB, latency=edge_latency, link_class="nvlink")
+    add_link(graph, "s0", "s1", bandwidth=10 * GB, latency=core_latency, link_class="infiniband")
+    return Topology(name="dumbbell", graph=graph, gpus=["g0", "g1", "g2", "g3"], gpu_host=[0, 0, 1, 1],
+                    gpu_local=[0, 1, 0, 1])
+
+
+def run_until_done(env: simpy.Environment, event: simpy.Event) -> float:
+    env.run(until=event)
+    return env.now
+
+
+def end_times(log: EventLog) -> dict[str, float]:
+    frame = log.to_frame()
+    return dict(zip(frame["key"], frame["end_s"]))
+
+
+def reference_max_min(paths: list[tuple[int, ...]], capacity: np.ndarray) -> list[float]:
+    """Textbook progressive filling, one flow at a time, written for clarity rather than speed."""
+    remaining = {link: float(capacity[link]) for path in paths for link in path}
+    unfrozen_on = {link: 0 for link in remaining}
+    for path in paths:
+        for link in path:
+            unfrozen_on[link] += 1
+    rate = [None] * len(paths)
+    while any(r is None for r in rate):
+        shares = {link: remaining[link] / unfrozen_on[link] for link in remaining if unfrozen_on[link] > 0}
+        level = min(shares.values())
+        bottlenecks = {link for link, share in shares.items() if share <= level * (1 + 1e-12)}
+        for i, path in enumerate(paths):
+            if rate[i] is None and bottlenecks.intersection(path):
+                rate[i] = level
+                for link in path:
+                    remaining[link] -= level
+                    unfrozen_on[link] -= 1
+    return rate
+
+
+def test_single_flow_takes_path_latency_plus_bytes_over_bottleneck():
+    topo = dumbbell_topology(edge_latency=1e-6, core_latency=5e-6)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    path = topo.path(0, 2)
+    assert topo.path_latency(0, 2) == pytest.approx(7e-6, rel=EXACT)
+    done = net.transfer(path, 3 * GB, topo.path_latency(0, 2))
+    assert run_until_done(env, done) == pytest.approx(7e-6 + 3 * GB / (10 * GB), rel=EXACT)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_k_flows_on_one_link_each_get_one_kth(k):
+    topo = dumbbell_topology()
+    path = topo.path(0, 2)
+    assert max_min_rates([path] * k, topo.link_bandwidth).tolist() == pytest.approx([10 * GB / k] * k, rel=EXACT)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    done = net.run_phase([(path, 2 * GB, 0.0)] * k)
+    assert run_until_done(env, done) == pytest.approx(k * 2 * GB / (10 * GB), rel=EXACT)
+
+
+def test_classic_three_flow_example_leaves_unused_share_to_the_other_flow():
+    # a->c crosses a-b (10 GB/s) and b-c (1 GB/s); a->b only a-b; b->c only b-c. b-c is the bottleneck of
+    # a->c and b->c (0.5 GB/s each), so a->b gets the rest of a-b: 10 - 0.5 = 9.5 GB/s.
+    topo = line_topology()
+    paths = [topo.path(0, 2), topo.path(0, 1), topo.path(1, 2)]
+    assert max_min_rates(paths, topo.link_bandwidth).tolist() == pytest.approx([0.5 * GB, 9.5 * GB, 0.5 * GB],
+                                                                               rel=EXACT)
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    # 1 GB at 0.5 GB/s ends at 2 s for a->c and b->c; a->b moves 19 GB by then, then 10 GB alone at 10 GB/s.
+    for key, (src, dst, nbytes) in {"ac": (0, 2, 1 * GB), "ab": (0, 1, 29 * GB), "bc": (1, 2, 1 * GB)}.items():
+        net.transfer(topo.path(src, dst), nbytes, 0.0, src=src, dst=dst, key=key)
+    env.run()
+    assert end_times(log) == pytest.approx({"ac": 2.0, "bc": 2.0, "ab": 3.0}, rel=EXACT)
+
+
+def test_flow_that_ends_early_speeds_up_the_rest():
+    # Until 2 s: a->c and b->c at 0.5 GB/s, a->b at 9.5 GB/s. a->c (1 GB) ends at 2 s; b->c has 1 GB left and
+    # runs alone at 1 GB/s -> 3 s; a->b has 39 - 19 = 20 GB left at 10 GB/s -> 4 s.
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    for key, (src, dst, nbytes) in {"ac": (0, 2, 1 * GB), "ab": (0, 1, 39 * GB), "bc": (1, 2, 2 * GB)}.items():
+        net.transfer(topo.path(src, dst), nbytes, 0.0, key=key)
+    env.run()
+    assert end_times(log) == pytest.approx({"ac": 2.0, "bc": 3.0, "ab": 4.0}, rel=EXACT)
+
+
+def test_latency_is_waited_before_the_flow_takes_bandwidth():
+    # Over b-c (1 GB/s): "late" waits 1 s, "early" runs alone for 1 s (1 GB), then both share at 0.5 GB/s:
+    # "early" ends at 1 + 1/0.5 = 3 s; "late" has moved 1 GB by then and ends alone at 4 s.
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.transfer(topo.path(1, 2), 2 * GB, 1.0, key="late")
+    net.transfer(topo.path(1, 2), 2 * GB, 0.0, key="early")
+    env.run()
+    assert end_times(log) == pytest.approx({"early": 3.0, "late": 4.0}, rel=EXACT)
+
+
+def test_zero_byte_and_local_transfers_finish_after_their_latency():
+    topo = line_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    done = net.run_phase([(topo.path(0, 2), 0.0, 2.5e-6), (topo.path(1, 1), 1 * GB, 1e-6)])
+    assert run_until_done(env, done) == pytest.approx(2.5e-6, rel=EXACT)
+    assert net.resolves == 0
+
+
+def test_analytic_mode_ignores_contention():
+    topo = dumbbell_topology(edge_latency=1e-6)
+    path = topo.path(0, 2)
+    for mode, expected in (("analytic", 2e-6 + 0.1), ("flow", 2e-6 + 0.3)):
+        env = simpy.Environment()
+        net = Network(env, topo, mode=mode)
+        done = net.run_phase([(path, 1 * GB, 2e-6)] * 3)
+        assert run_until_done(env, done) == pytest.approx(expected, rel=EXACT)
+
+
+def test_analytic_mode_uses_the_path_bottleneck_and_logs_each_transfer():
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, mode="analytic", log=log)
+    done = net.run_phase([(topo.path(0, 2), 1 * GB, 0.0, 0, 2), (topo.path(0, 1), 1 * GB, 0.0, 0, 1)], key="p")
+    assert run_until_done(env, done) == pytest.approx(1.0, rel=EXACT)
+    frame = log.to_frame()
+    assert sorted(frame["end_s"]) == pytest.approx([0.1, 1.0], rel=EXACT)
+
+
+def test_efficiency_scales_capacity_of_its_link_class_only():
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, efficiency={"nvlink": 0.5}, log=log)
+    net.transfer(topo.path(0, 1), 5 * GB, 0.0, key="nvlink")  # 5 GB at 10 GB/s * 0.5
+    net.transfer(topo.path(1, 2), 3 * GB, 0.0, key="ib")  # 3 GB at 1 GB/s, untouched
+    env.run()
+    assert end_times(log) == pytest.approx({"nvlink": 1.0, "ib": 3.0}, rel=EXACT)
+
+
+@pytest.mark.parametrize("efficiency, field", [({"warp": 0.5}, "network.efficiency.warp"),
+                                               ({"pcie": 0.0}, "network.efficiency.pcie"),
+                                               ({"pcie": 1.5}, "network.efficiency.pcie")])
+def test_bad_efficiency_and_mode_are_scenario_errors(efficiency, field):
+    with pytest.raises(ScenarioError) as error:
+        Network(simpy.Environment(), line_topology(), efficiency=efficiency)
+    assert error.value.field == field
+    with pytest.raises(ScenarioError) as error:
+        Network(simpy.Environment(), line_topology(), mode="packet")
+    assert error.value.field == "network.mode" and "analytic" in error.value.allowed
+
+
+def test_two_concurrent_phases_sharing_a_link_each_take_longer_than_alone():
+    # Alone, 1 GB over the 10 GB/s core takes 0.1 s. Together: both at 5 GB/s until the 1 GB phase ends at
+    # 0.2 s; the 3 GB phase has 2 GB left at 10 GB/s and ends at 0.4 s (alone it would take 0.3 s).
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    small = net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)], key="small")
+    large = net.run_phase([(topo.path(1, 3), 3 * GB, 0.0)], key="large")
+    finished = {}
+    small.callbacks.append(lambda _e: finished.setdefault("small", env.now))
+    large.callbacks.append(lambda _e: finished.setdefault("large", env.now))
+    env.run()
+    assert finished == pytest.approx({"small": 0.2, "large": 0.4}, rel=EXACT)
+
+
+def test_opposite_directions_of_a_link_do_not_contend():
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    done = net.run_phase([(topo.path(0, 2), 1 * GB, 0.0), (topo.path(2, 0), 1 * GB, 0.0)])
+    assert run_until_done(env, done) == pytest.approx(0.1, rel=EXACT)
+
+
+def test_repeat_folding_equals_separate_steps_under_constant_rates():
+    # Two flows share the core link (5 GB/s each); 3 steps of (latency 2 us, 0.5 GB) back to back equal one
+    # phase of 1.5 GB with 6 us latency: 3 * (2e-6 + 0.5 / 5) s.
+    topo = dumbbell_topology()
+    paths = [topo.path(0, 2), topo.path(1, 3)]
+    steps, latency, nbytes = 3, 2e-6, 0.5 * GB
+    expected = steps * (latency + nbytes / (5 * GB))
+
+    env = simpy.Environment()
+    net = Network(env, topo)
+
+    def stepwise():
+        for _ in range(steps):
+            yield net.run_phase([(path, nbytes, latency) for path in paths])
+
+    assert run_until_done(env, env.process(stepwise())) == pytest.approx(expected, rel=EXACT)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    folded = net.run_phase([(path, steps * nbytes, steps * latency) for path in paths])
+    assert run_until_done(env, folded) == pytest.approx(expected, rel=EXACT)
+
+
+def test_a_phase_costs_one_resolve_however_many_flows_it_has():
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    done = net.run_phase([(topo.path(i % 2, 2 + i % 2), 0.1 * GB, 0.0) for i in range(64)])
+    assert run_until_done(env, done) == pytest.approx(64 * 0.1 / 10, rel=EXACT)
+    assert (net.flows_simulated, net.resolves) == (64, 1)
+
+
+def test_resolve_is_limited_to_the_component_that_changed():
+    # Four long flows g0->g2 and two short flows g2->g3 share no directed link: starting and ending the short
+    # ones re-solves only those two flows and leaves the long ones' finish time alone.
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    long_phase = net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)] * 4)
+
+    def short_later():
+        yield env.timeout(0.05)
+        yield net.run_phase([(topo.path(2, 3), 1 * GB, 0.0)] * 2)
+
+    short = env.process(short_later())
+    assert run_until_done(env, long_phase) == pytest.approx(0.4, rel=EXACT)
+    assert short.processed and (net.resolves, net.resolved_flows) == (2, 6)
+
+
+def test_log_has_one_row_per_transfer_with_its_labels():
+    topo = line_topology(latency=1e-6)
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+
+    def later():
+        yield env.timeout(1.0)
+        yield net.run_phase([(topo.path(0, 1), 10 * GB, 1e-6, 0, 1), (topo.path(2, 1), 1 * GB, 1e-6, 2, 1)],
+                            key="allgather")
+
+    env.process(later())
+    env.run()
+    frame = log.to_frame().sort_values("src").reset_index(drop=True)
+    assert list(frame["kind"]) == ["flow", "flow"] and list(frame["stream"]) == ["net", "net"]
+    assert list(frame["rank"]) == [0, 2] and list(frame["dst"]) == [1, 1]
+    assert list(frame["name"]) == ["allgather", "allgather"]
+    assert list(frame["start_s"]) == [1.0, 1.0]
+    assert list(frame["end_s"]) == pytest.approx([1.0 + 1e-6 + 1.0, 1.0 + 1e-6 + 1.0], rel=EXACT)
+    assert list(frame["bytes"]) == [10 * GB, 1 * GB]
+
+
+def test_max_min_matches_plain_progressive_filling_on_2000_random_flows():
+    rng = np.random.default_rng(7)
+    capacity = rng.uniform(1 * GB, 50 * GB, size=300)
+    distinct = [tuple(rng.choice(300, size=rng.integers(5, 8), replace=False).tolist()) for _ in range(1500)]
+    paths = distinct + [distinct[i] for i in rng.integers(0, 1500, size=500)]
+    got = max_min_rates(paths, capacity)
+    want = np.array(reference_max_min(paths, capacity))
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    load = np.zeros(300)
+    for path, rate in zip(paths, got):
+        load[list(path)] += rate
+    assert np.all(load <= capacity * (1 + 1e-9))
+
+
+def test_network_matches_a_step_by_step_reference_on_random_traffic():
+    # A random 24-GPU graph; 150 transfers with random sizes and start latencies, each its own phase.
+    rng = np.random.default_rng(3)
+    graph = nx.DiGraph()
+    names = [f"n{i}" for i in range(24)]
+    for i in range(1, 24):
+        add_link(graph, names[i], names[int(rng.integers(0, i))], bandwidth=float(rng.uniform(1, 20)) * GB,
+                 latency=0.0, link_class="infiniband")
+    for _ in range(10):
+        a, b = rng.choice(24, size=2, replace=False)
+        if not graph.has_edge(names[a], names[b]):
+            add_link(graph, names[a], names[b], bandwidth=float(rng.uniform(1, 20)) * GB, latency=0.0,
+                     link_class="ethernet")
+    topo = Topology(name="random", graph=graph, gpus=names, gpu_host=list(range(24)), gpu_local=[0] * 24)
+    pairs = [rng.choice(24, size=2, replace=False) for _ in range(150)]
+    paths = [topo.path(int(s), int(d)) for s, d in pairs]
+    sizes = rng.uniform(0.1, 5, size=150) * GB
+    starts = np.where(rng.random(150) < 0.3, 0.0, rng.uniform(0, 2, size=150))
+
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    for i in range(150):
+        net.transfer(paths[i], float(sizes[i]), float(starts[i]), key=str(i))
+    env.run()
+    got = end_times(log)
+
+    now, left, want = 0.0, sizes.copy(), {}
+    while len(want) < 150:
+        active = [i for i in range(150) if starts[i] <= now and str(i) not in want]
+        next_start = min((starts[i] for i in range(150) if starts[i] > now), default=np.inf)
+        rates = reference_max_min([paths[i] for i in active], topo.link_bandwidth) if active else []
+        step = min([next_start - now] + [left[i] / r for i, r in zip(active, rates)])
+        now += step
+        for i, r in zip(active, rates):
+            left[i] -= r * step
+            if left[i] <= 1e-9 * sizes[i]:
+                want[str(i)] = now
+    assert got == pytest.approx(want, rel=1e-8)
+    assert net.resolves < 2 * 150
+
+
+def test_max_min_on_8192_flows_is_fast():
+    # Speed guard for the hot path: 8,192 flows of 5-7 links over 4,096 links, a third sharing routes.
+    rng = np.random.default_rng(11)
+    distinct = [tuple(rng.choice(4096, size=rng.integers(5, 8), replace=False).tolist()) for _ in range(5500)]
+    paths = distinct + [distinct[i] for i in rng.integers(0, 5500, size=8192 - 5500)]
+    capacity = rng.choice([25 * GB, 50 * GB, 450 * GB], size=4096)
+    began = time.perf_counter()
+    rates = max_min_rates(paths, capacity)
+    elapsed = time.perf_counter() - began
+    assert np.all(rates > 0) and elapsed < 5.0

@@ -1,0 +1,230 @@
+"""Pipeline schedules: orders against the reference tables (p = 4, m = 8), bubbles and activations against the
+closed forms of published-results.md section 3, the CSV round trip, and the errors users can cause."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import ScenarioError, SimulationError
+from simulator.schedules import (
+    SCHEDULES,
+    Action,
+    build_schedule,
+    get_schedule,
+    load_schedule_csv,
+    parse_action,
+    parse_schedule_csv,
+    schedule_to_csv,
+    simulate_schedule,
+)
+from simulator.schedules.base import validate_schedule
+
+REFERENCE = Path(__file__).parent / "data" / "schedules_p4_m8.txt"
+EXACT = 1e-9
+
+
+def _reference_orders() -> dict[str, dict[int, list[Action]]]:
+    """Sections of the reference file, with its notation turned into trainsim's (see the file's header)."""
+    sections: dict[str, dict[int, list[Action]]] = {}
+    current = ""
+    for line in REFERENCE.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            current = line.strip("[]")
+            sections[current] = {}
+        elif line.startswith("r"):
+            rank, cells = line.split(":", 1)
+            sections[current][int(rank[1:])] = [_reference_action(cell) for cell in cells.split()]
+    return sections
+
+
+def _reference_action(cell: str) -> Action:
+    if cell.startswith("Bi"):
+        return parse_action("B" + cell[2:])
+    if cell.startswith("B"):
+        return parse_action("BW" + cell[1:])
+    return parse_action(cell)
+
+
+REFERENCE_ORDERS = _reference_orders()
+
+
+@pytest.mark.parametrize("section, name, v", [("1f1b", "1f1b", 1), ("interleaved v=2", "interleaved", 2),
+                                              ("zb-h1", "zb-h1", 1)])
+def test_orders_equal_reference(section: str, name: str, v: int) -> None:
+    schedule = build_schedule(name, 4, 8, v)
+    expected = REFERENCE_ORDERS[section]
+    assert expected, section
+    for rank, actions in expected.items():
+        assert schedule[rank] == actions, f"{name} rank {rank}"
+
+
+def test_reference_makespans_and_gpipe_order() -> None:
+    assert simulate_schedule(build_schedule("1f1b", 4, 8), 1, 1, 1).makespan == pytest.approx(33, abs=EXACT)
+    assert simulate_schedule(build_schedule("interleaved", 4, 8, 2), 1, 1, 1).makespan == pytest.approx(28.5,
+                                                                                                        abs=EXACT)
+    gpipe = build_schedule("gpipe", 4, 8)
+    assert [str(a) for a in gpipe[2]] == (
+        [f"F{i}" for i in range(8)] + [f"BW{i}" for i in range(8)])
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_bubble_fraction_gpipe_1f1b(name: str, p: int) -> None:
+    for m in range(p, 4 * p + 1):
+        timing = simulate_schedule(build_schedule(name, p, m), f=1, b=2)
+        expected = (p - 1) / (m + p - 1)
+        assert timing.bubble_fraction == pytest.approx(expected, rel=1e-3), (p, m)
+        assert timing.makespan == pytest.approx((m + p - 1) * 3, rel=1e-3)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("v", [2, 4])
+def test_bubble_fraction_interleaved(p: int, v: int) -> None:
+    for m in range(p, 4 * p + 1, p):
+        timing = simulate_schedule(build_schedule("interleaved", p, m, v), f=1, b=2)
+        assert timing.bubble_fraction == pytest.approx((p - 1) / (m * v + p - 1), rel=1e-3), (p, m, v)
+
+
+@pytest.mark.parametrize("p, m, v, percent", [(4, 8, 1, 27.3), (8, 32, 1, 17.9), (8, 128, 1, 5.2),
+                                              (8, 32, 2, 9.9), (8, 32, 4, 5.2)])
+def test_seed_bubble_figures(p: int, m: int, v: int, percent: float) -> None:
+    name = "1f1b" if v == 1 else "interleaved"
+    timing = simulate_schedule(build_schedule(name, p, m, v), f=1, b=2)
+    assert 100 * timing.bubble_fraction == pytest.approx(percent, abs=0.05)
+
+
+def test_seed_p4_m8_idle_slots() -> None:
+    timing = simulate_schedule(build_schedule("1f1b", 4, 8), f=1, b=2)
+    assert timing.makespan == pytest.approx(33, abs=EXACT)
+    assert timing.idle_per_rank == pytest.approx((9, 9, 9, 9), abs=EXACT)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("f, b, w", [(1, 1, 1), (1, 1, 0.5), (2, 1.5, 1), (1, 2, 0.25)])
+def test_zb_h1_bubble(p: int, f: float, b: float, w: float) -> None:
+    """ZB-H1 idles (p-1)(F+B-W) on every rank, vs 1F1B's (p-1)(F+B+W); the closed form holds for m >= p and
+    W <= min(F, B), the regime the paper assumes (below it the input-grad chain, (p-1) B, is the floor)."""
+    for m in range(p, 4 * p + 1):
+        zb = simulate_schedule(build_schedule("zb-h1", p, m), f, b, w)
+        assert zb.idle_per_rank == pytest.approx([(p - 1) * (f + b - w)] * p, abs=EXACT), (p, m)
+        assert zb.makespan == pytest.approx(m * (f + b + w) + (p - 1) * (f + b - w), abs=EXACT)
+        one_f_one_b = simulate_schedule(build_schedule("1f1b", p, m), f, b, w)
+        assert one_f_one_b.idle_per_rank[0] == pytest.approx((p - 1) * (f + b + w), abs=EXACT)
+
+
+def test_zb_h1_reference_makespan() -> None:
+    timing = simulate_schedule(build_schedule("zb-h1", 4, 8), 1, 1, 1)
+    assert timing.makespan == pytest.approx(27, abs=EXACT)
+
+
+@pytest.mark.parametrize("p, m", [(4, 8), (8, 32), (3, 2)])
+def test_peak_in_flight(p: int, m: int) -> None:
+    assert simulate_schedule(build_schedule("1f1b", p, m), 1, 2).peak_in_flight == tuple(
+        min(p - r, m) for r in range(p))
+    assert simulate_schedule(build_schedule("zb-h1", p, m), 1, 1, 1).peak_in_flight == tuple(
+        min(p - r, m) for r in range(p))
+    assert simulate_schedule(build_schedule("gpipe", p, m), 1, 2).peak_in_flight == (m,) * p
+
+
+def test_interleaved_peak_in_flight_reference() -> None:
+    timing = simulate_schedule(build_schedule("interleaved", 4, 8, 2), 1, 2)
+    assert timing.peak_in_flight == (11, 9, 7, 5)
+
+
+def test_dependencies_hold_in_timeline() -> None:
+    """Every forward starts after the previous virtual stage's forward ends plus the P2P delay."""
+    p, v, p2p = 4, 2, 0.1
+    timing = simulate_schedule(build_schedule("interleaved", p, 8, v), 1, 2, p2p=p2p)
+    forward_end = {(t.action.microbatch, t.action.chunk * p + r): t.end
+                   for r, rank in enumerate(timing.timeline) for t in rank if t.action.kind == "F"}
+    for r, rank in enumerate(timing.timeline):
+        for t in rank:
+            stage = t.action.chunk * p + r
+            if t.action.kind == "F" and stage > 0:
+                assert t.start >= forward_end[(t.action.microbatch, stage - 1)] + p2p - EXACT
+    no_p2p = simulate_schedule(build_schedule("interleaved", p, 8, v), 1, 2)
+    assert timing.makespan > no_p2p.makespan
+
+
+def test_action_str_and_parse() -> None:
+    assert str(Action("F", 3)) == "F3"
+    assert str(Action("B", 0, 1)) == "B0c1"
+    assert str(Action("W", 5)) == "W5"
+    assert str(Action("BW", 2)) == "BW2"
+    for text in ("F3", "B0c1", "W5", "BW2", "F7c3"):
+        assert str(parse_action(text)) == text
+    with pytest.raises(ValueError):
+        parse_action("X1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Action("F", 1).microbatch = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name, v", [("zb-h1", 1), ("interleaved", 2), ("1f1b", 1)])
+def test_custom_csv_round_trip(tmp_path: Path, name: str, v: int) -> None:
+    schedule = build_schedule(name, 4, 8, v)
+    path = tmp_path / "table.csv"
+    path.write_text("# my schedule\n" + schedule_to_csv(schedule))
+    assert load_schedule_csv(path) == schedule
+    custom = get_schedule("custom", table=path)
+    assert custom(4, 8, v) == schedule
+    with pytest.raises(ScenarioError, match="table is for p = 4"):
+        custom(4, 16, v)
+
+
+def test_custom_csv_errors(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="'Q1' is not an action") as caught:
+        parse_schedule_csv("F0,BW0\nF0,Q1\n", source="t.csv")
+    assert caught.value.line == 2 and caught.value.file == "t.csv"
+    with pytest.raises(ScenarioError, match="needs BW1, or both B1 and W1"):
+        parse_schedule_csv("F0,F1,BW0\nF0,BW0,F1,BW1\n")
+    with pytest.raises(ScenarioError, match="W0 before B0"):
+        parse_schedule_csv("F0,W0,B0\nF0,BW0\n")
+    with pytest.raises(ScenarioError, match="cannot read"):
+        load_schedule_csv(tmp_path / "missing.csv")
+    with pytest.raises(ScenarioError, match="needs a CSV action table"):
+        get_schedule("custom")
+
+
+def test_deadlock_names_ranks() -> None:
+    table = parse_schedule_csv("F0,BW0,F1,BW1\nF1,F0,BW0,BW1\n")
+    with pytest.raises(SimulationError, match=r"rank 0 at BW0; rank 1 at F1"):
+        simulate_schedule(table, 1, 2)
+
+
+def test_unknown_schedule_and_bad_sizes() -> None:
+    with pytest.raises(ScenarioError) as caught:
+        get_schedule("pipedream")
+    assert caught.value.field == "parallelism.pipeline.schedule"
+    assert caught.value.problem == "unknown schedule 'pipedream'"
+    assert caught.value.allowed == "gpipe, 1f1b, interleaved, zb-h1, custom"
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1"}
+    with pytest.raises(ScenarioError, match="multiple of 4"):
+        build_schedule("interleaved", 4, 6, 2)
+    with pytest.raises(ScenarioError, match="at least 2 chunks"):
+        build_schedule("interleaved", 4, 8, 1)
+    with pytest.raises(ScenarioError, match="one chunk per rank"):
+        build_schedule("1f1b", 4, 8, 2)
+    for p, m, v in ((0, 8, 1), (4, 0, 1), (4, 8, 0), (-1, 8, 1)):
+        for name in ("gpipe", "1f1b", "zb-h1", "interleaved"):
+            with pytest.raises(ScenarioError, match=">= 1"):
+                build_schedule(name, p, m, v)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1", "interleaved"])
+def test_schedules_complete_for_small_sizes(name: str) -> None:
+    """Every valid (p, m, v), including m < p and p = 1, gives a complete, deadlock-free order with busy time
+    m(F+B+W) per rank."""
+    for p in range(1, 6):
+        for m in range(1, 9):
+            for v in ((2, 3) if name == "interleaved" else (1,)):
+                if name == "interleaved" and m % p:
+                    continue
+                schedule = build_schedule(name, p, m, v)
+                validate_schedule(schedule, p, m, v)
+                timing = simulate_schedule(schedule, 1, 2, 0.5)
+                for rank, idle in enumerate(timing.idle_per_rank):
+                    assert timing.makespan - idle == pytest.approx(m * 3.5, abs=EXACT), (p, m, v, rank)

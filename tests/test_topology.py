@@ -1,0 +1,280 @@
+"""Topology builders, bundled files, loader overrides and errors, routing, describe/draw.
+
+Expected figures: NVLink 300 GB/s (A100) and 450 GB/s (H100) per direction, NVL72 900 GB/s per direction, HDR
+200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s, 100 GbE = 12.5 GB/s (vendor datasheets); default path latencies
+3.4 us over NVLink and 14 us across the network (NCCL tuning.cc Simple-protocol per-hop latencies).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from simulator.errors import TopologyError
+from simulator.topology.builders import BUILDERS, build_topology
+from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
+from simulator.topology.loader import list_bundled_topologies, load_topology
+
+REL = 1e-12
+
+
+def kinds(topo) -> Counter:
+    return Counter(attrs["kind"] for _, attrs in topo.graph.nodes(data=True))
+
+
+def links_between(topo, kind_a: str, kind_b: str) -> list[dict]:
+    """Physical links (each once) joining a node of kind_a to one of kind_b; switches named by tier via 'switchN'."""
+    def label(node):
+        attrs = topo.graph.nodes[node]
+        return f"switch{attrs['tier']}" if attrs["kind"] == "switch" else attrs["kind"]
+    return [data for u, v, data in topo.graph.edges(data=True) if (label(u), label(v)) == (kind_a, kind_b)]
+
+
+def route(topo, src, dst, channel=0) -> list[str]:
+    return [topo.link_ends[i][0] for i in topo.path(src, dst, channel)] + [topo.gpus[dst]]
+
+
+def route_kinds(topo, src, dst, channel=0) -> list[str]:
+    return [topo.graph.nodes[node]["kind"] for node in route(topo, src, dst, channel)]
+
+
+# ------------------------------------------------------------------------------------------------ bundled files
+
+def test_bundled_names():
+    assert list_bundled_topologies() == ["dgx-a100", "dgx-a100-cluster", "dgx-h100", "dgx-h100-cluster",
+                                         "ethernet-100g", "gb200-nvl72"]
+
+
+@pytest.mark.parametrize("name, gpu_model, nvlink", [("dgx-a100", "a100-80gb", 3.0e11),
+                                                     ("dgx-h100", "h100-sxm", 4.5e11)])
+def test_single_dgx(name, gpu_model, nvlink):
+    topo = load_topology(name)
+    assert (topo.num_gpus, topo.num_hosts, topo.rails, topo.gpu_model) == (8, 1, 1, gpu_model)
+    assert kinds(topo) == {"gpu": 8, "nvswitch": 1}
+    assert topo.graph.number_of_edges() == 2 * 8
+    assert all(data["bandwidth"] == nvlink and data["link_class"] == "nvlink"
+               for _, _, data in topo.graph.edges(data=True))
+
+
+@pytest.mark.parametrize("name, nic, spines, gpu_model", [("dgx-a100-cluster", 2.5e10, 10, "a100-80gb"),
+                                                          ("dgx-h100-cluster", 5.0e10, 16, "h100-sxm")])
+def test_dgx_clusters(name, nic, spines, gpu_model):
+    topo = load_topology(name)
+    assert (topo.num_gpus, topo.num_hosts, topo.rails, topo.gpu_model) == (16, 2, 8, gpu_model)
+    assert kinds(topo) == {"gpu": 16, "nvswitch": 2, "nic": 16, "switch": 8 + spines}
+    nvlink, gpu_nic, nic_leaf = 16, 16, 16
+    assert topo.graph.number_of_edges() == 2 * (nvlink + gpu_nic + nic_leaf + 8 * spines)
+    assert [d["bandwidth"] for d in links_between(topo, "nic", "switch1")] == [nic] * 16
+    assert {d["link_class"] for d in links_between(topo, "nic", "switch1")} == {"infiniband"}
+    leaf_ports = topo.params["leaf_ports"]
+    assert {d["bandwidth"] for d in links_between(topo, "switch1", "switch2")} == {leaf_ports * nic / spines}
+
+
+def test_ethernet_and_nvl72_files():
+    eth = load_topology("ethernet-100g")
+    assert (eth.num_gpus, eth.num_hosts, eth.rails) == (8, 8, 1)
+    assert kinds(eth) == {"gpu": 8, "nic": 8, "switch": 1}
+    assert [d["bandwidth"] for d in links_between(eth, "nic", "switch1")] == [1.25e10] * 8
+    assert route_kinds(eth, 0, 7) == ["gpu", "nic", "switch", "nic", "gpu"]
+    assert eth.path_latency(0, 7) == pytest.approx(14e-6, rel=REL)
+    nvl = load_topology("gb200-nvl72")
+    assert (nvl.num_gpus, nvl.num_hosts, nvl.gpu_model) == (72, 18, "b200")
+    assert kinds(nvl) == {"gpu": 72, "nvswitch": 1}
+    assert {d["bandwidth"] for _, _, d in nvl.graph.edges(data=True)} == {9.0e11}
+    assert nvl.gpu_host[:8] == [0, 0, 0, 0, 1, 1, 1, 1] and nvl.gpu_local[4:8] == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------------------------------------------ routing
+
+def test_same_host_path_is_two_nvlink_links():
+    topo = load_topology("dgx-h100-cluster")
+    assert len(topo.path(1, 6)) == 2
+    assert [topo.link_class[i] for i in topo.path(9, 14)] == ["nvlink", "nvlink"]
+    assert topo.path_latency(1, 6) == pytest.approx(3.4e-6, rel=REL)
+
+
+def test_rail_optimized_routes():
+    topo = load_topology("dgx-h100-cluster")
+    same_rail = route(topo, 3, 8 + 3)
+    assert route_kinds(topo, 3, 11) == ["gpu", "nic", "switch", "nic", "gpu"]
+    assert same_rail == ["h0/gpu3", "h0/nic3", "leaf0.r3", "h1/nic3", "h1/gpu3"]
+    assert topo.path_latency(3, 11) == pytest.approx(13e-6, rel=REL)
+    cross_rail = route(topo, 3, 8 + 5)
+    assert [topo.graph.nodes[n].get("tier") for n in cross_rail[2:5]] == [1, 2, 1]
+    assert cross_rail[-2:] == ["h1/nic5", "h1/gpu5"]
+    assert topo.path_latency(3, 13) == pytest.approx(14e-6, rel=REL)
+
+
+def test_spine_choice_is_deterministic_and_spreads_over_channels():
+    topo = load_topology("dgx-h100-cluster")
+    spines = {route(topo, 0, 13, channel)[3] for channel in range(64)}
+    assert len(spines) > 8
+    assert route(topo, 0, 13, 5) == build_topology("cluster", {"spines": 16, "leaf_ports": 32})._route_nodes(0, 13, 5)
+
+
+def test_shared_nics():
+    topo = build_topology("cluster", {"nodes": 2, "nics_per_node": 2})
+    assert topo.rails == 2 and kinds(topo)["nic"] == 4
+    assert [route(topo, gpu, 8)[1] for gpu in (0, 3, 4, 7)] == ["h0/nic0", "h0/nic0", "h0/nic1", "h0/nic1"]
+    assert route(topo, 0, 13)[-2] == "h1/nic1"
+
+
+def test_three_tier_routes_through_core_only_across_pods():
+    topo = build_topology("cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "tiers": 3, "pods": 2})
+    assert kinds(topo)["switch"] == 4 * 8 + 2 * 2 + 2
+    tiers = lambda s, d: [topo.graph.nodes[n].get("tier") for n in route(topo, s, d)[2:-2]]
+    assert tiers(0, 2 * 8 + 1) == [1, 2, 1]
+    assert tiers(0, 7 * 8 + 1) == [1, 2, 3, 2, 1]
+    assert topo.path_latency(0, 7 * 8 + 1) == pytest.approx(15e-6, rel=REL)
+    for src in range(0, 64, 5):
+        for dst in range(64):
+            topo.path(src, dst, src % 3)
+
+
+def test_pcie_node_routes_through_host_bridge():
+    topo = build_topology("pcie_node", {"gpus": 8, "gpus_per_switch": 2, "pcie_bandwidth": "64 GB/s"})
+    assert kinds(topo) == {"gpu": 8, "pcie_switch": 4, "host_bridge": 1}
+    assert route_kinds(topo, 0, 1) == ["gpu", "pcie_switch", "gpu"]
+    assert route_kinds(topo, 0, 7) == ["gpu", "pcie_switch", "host_bridge", "pcie_switch", "gpu"]
+    assert set(topo.link_bandwidth) == {6.4e10}
+
+
+def test_nvl72_keeps_the_rack_on_nvlink():
+    topo = build_topology("nvl72", {"racks": 2, "leaf_ports": 36})
+    assert (topo.num_gpus, topo.num_hosts, topo.rails) == (144, 36, 4)
+    assert topo.gpu_host[4] != topo.gpu_host[71]
+    assert [topo.link_class[i] for i in topo.path(4, 71)] == ["nvlink", "nvlink"]
+    assert route_kinds(topo, 0, 72) == ["gpu", "nic", "switch", "nic", "gpu"]
+    assert topo.graph.nodes["rack1/gpu0"]["nvlink_domain"] == 1
+
+
+def test_override_nodes_128_gives_1024_gpus():
+    topo = load_topology("dgx-h100-cluster", {"nodes": "128"})
+    assert (topo.num_gpus, topo.num_hosts) == (1024, 128)
+    assert topo.params["leaves"] == 128 // 32 * 8
+    assert route(topo, 0, 1023)[-2:] == ["h127/nic7", "h127/gpu7"]
+
+
+def test_oversubscription_halves_spine_bandwidth():
+    full = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8})
+    half = build_topology("cluster", {"nodes": 64, "leaf_ports": 32, "spines": 8, "oversubscription": "2:1"})
+    full_bw = {d["bandwidth"] for d in links_between(full, "switch1", "switch2")}
+    half_bw = {d["bandwidth"] for d in links_between(half, "switch1", "switch2")}
+    assert full_bw == {32 * 5e10 / 8} and half_bw == {32 * 5e10 / 8 / 2}
+
+
+# ------------------------------------------------------------------------------------------------ explicit graph
+
+def graph_params(links):
+    nodes = [{"name": "a", "kind": "gpu", "host": 0}, {"name": "b", "kind": "gpu", "host": 0},
+             {"name": "c", "kind": "gpu"}, {"name": "sw", "kind": "switch"}]
+    return {"nodes": nodes, "links": links}
+
+
+def test_graph_builder_shortest_path_and_hosts():
+    links = [{"a": "a", "b": "b", "bandwidth": "100 GB/s", "latency": "1 us", "class": "nvlink"},
+             {"a": "a", "b": "sw", "bandwidth": "400 Gb/s", "latency": "2 us", "class": "ethernet"},
+             {"a": "sw", "b": "c", "bandwidth": "25 GB/s", "latency": "3 us", "class": "infiniband"}]
+    topo = build_topology("graph", graph_params(links))
+    assert (topo.gpus, topo.gpu_host, topo.gpu_local) == (["a", "b", "c"], [0, 0, 1], [0, 1, 0])
+    assert route(topo, 1, 2) == ["b", "a", "sw", "c"]
+    assert topo.path_latency(1, 2) == pytest.approx(6e-6, rel=REL)
+    assert topo.graph.edges["a", "sw"]["bandwidth"] == 5e10
+
+
+def test_graph_builder_errors():
+    with pytest.raises(TopologyError, match="cannot be reached") as unreachable:
+        build_topology("graph", graph_params([{"a": "a", "b": "b", "bandwidth": "1 GB/s", "latency": "1 us",
+                                                "class": "pcie"}]))
+    assert unreachable.value.field == "links"
+    with pytest.raises(TopologyError) as unknown:
+        build_topology("graph", graph_params([{"a": "a", "b": "zz", "bandwidth": "1 GB/s", "latency": "1 us",
+                                                "class": "pcie"}]))
+    assert unknown.value.field == "links[0].b"
+    with pytest.raises(TopologyError) as duplicate:
+        build_topology("graph", {"nodes": [{"name": "a", "kind": "gpu"}] * 2, "links": []})
+    assert duplicate.value.field == "nodes[1].name"
+    with pytest.raises(TopologyError) as bad_class:
+        build_topology("graph", graph_params([{"a": "a", "b": "b", "bandwidth": "1 GB/s", "latency": "1 us",
+                                               "class": "fibre"}]))
+    assert bad_class.value.field == "links[0].class" and "nvlink" in bad_class.value.allowed
+
+
+# ------------------------------------------------------------------------------------------------ bad inputs
+
+@pytest.mark.parametrize("kind, params, field", [
+    ("nvswitch_node", {"gpu": 8}, "gpu"),
+    ("nvswitch_node", {"nvlink_bandwidth": 450}, "nvlink_bandwidth"),
+    ("nvswitch_node", {"nvlink_bandwidth": "-5 GB/s"}, "nvlink_bandwidth"),
+    ("nvswitch_node", {"gpus": 0}, "gpus"),
+    ("nvswitch_node", {"nvlink_latency": "3 parsecs"}, "nvlink_latency"),
+    ("cluster", {"nodes": "many"}, "nodes"),
+    ("cluster", {"node": {"kind": "toaster"}}, "node.kind"),
+    ("cluster", {"node": {"gpus": 8, "nvlink": "1 GB/s"}}, "node.nvlink"),
+    ("cluster", {"nics_per_node": 9}, "nics_per_node"),
+    ("cluster", {"link_class": "nvlink"}, "link_class"),
+    ("cluster", {"oversubscription": 0}, "oversubscription"),
+    ("cluster", {"tiers": 4}, "tiers"),
+    ("cluster", {"nodes": 64, "tiers": 3, "pods": 1}, "pods"),
+    ("cluster", {"nodes": 64, "pods": 2}, "pods"),
+])
+def test_bad_parameters_name_the_field(kind, params, field):
+    with pytest.raises(TopologyError) as error:
+        build_topology(kind, params)
+    assert error.value.field == field
+
+
+def test_unknown_parameter_lists_allowed_names():
+    with pytest.raises(TopologyError) as error:
+        build_topology("cluster", {"leafports": 8})
+    assert error.value.allowed.split(", ") == list(BUILDERS["cluster"].parameters)
+    with pytest.raises(TopologyError, match="unknown topology kind") as kind:
+        build_topology("torus", {})
+    assert "nvl72" in kind.value.allowed
+
+
+def test_loader_errors_carry_file_and_line(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("kind: cluster\nnodes: 2\nnode:\n  kind: nvswitch_node\n  nvlink_bandwidth: 450\n")
+    with pytest.raises(TopologyError) as error:
+        load_topology(str(path))
+    assert (error.value.file, error.value.line, error.value.field) == (str(path), 5, "node.nvlink_bandwidth")
+    assert str(error.value).startswith(f"{path}:5: node.nvlink_bandwidth:")
+    path.write_text("kind: cluster\nname: x\nspine: 4\n")
+    with pytest.raises(TopologyError) as unknown_key:
+        load_topology(str(path))
+    assert (unknown_key.value.line, unknown_key.value.field) == (3, "spine")
+    assert "description" in unknown_key.value.allowed and "spines" in unknown_key.value.allowed
+
+
+def test_loader_override_errors():
+    with pytest.raises(TopologyError) as unknown:
+        load_topology("dgx-h100-cluster", {"node_count": 4})
+    assert unknown.value.field == "node_count" and "nodes" in unknown.value.allowed.split(", ")
+    with pytest.raises(TopologyError) as zero:
+        load_topology("dgx-h100-cluster", {"nodes": "0"})
+    assert zero.value.field == "nodes"
+    with pytest.raises(TopologyError) as missing:
+        load_topology("dgx-h200-superpod")
+    assert missing.value.field == "topology" and "dgx-h100" in missing.value.allowed
+
+
+# ------------------------------------------------------------------------------------------------ describe / draw
+
+def test_describe_reports_counts_and_bisection():
+    topo = load_topology("dgx-h100-cluster")
+    bisection = {tier: (bandwidth, domains) for tier, bandwidth, domains in tier_bisection(topo)}
+    assert bisection["GPU-NVSwitch"] == (pytest.approx(4 * 4.5e11, rel=REL), 2)
+    assert bisection["NIC-leaf"] == (pytest.approx(8 * 5e10, rel=REL), 0)
+    assert bisection["leaf-spine"][0] == pytest.approx(8 * 16 * (32 * 5e10 / 16) / 2, rel=REL)
+    text = describe_topology(topo)
+    assert "1.8 TB/s" in text and re.search(r"infiniband +16 x +50 GB/s", text) and "spine " in text
+
+
+def test_draw_small_and_refuse_large(tmp_path):
+    out = draw_topology(load_topology("dgx-a100-cluster"), tmp_path / "a100.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(TopologyError, match="too many"):
+        draw_topology(load_topology("dgx-h100-cluster", {"nodes": 32}), tmp_path / "big.png")
