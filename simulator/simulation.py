@@ -16,7 +16,11 @@ from simulator.collectives.execute import run_plan
 from simulator.collectives.registry import plan_collective
 from simulator.config.loader import LoadedScenario
 from simulator.engine.engine import Engine, EngineResult
-from simulator.errors import TopologyError
+from simulator.errors import InputError, TopologyError
+from simulator.metrics.summary import memory_summary, training_summary
+from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
+from simulator.workload.memory_plan import layout_summary, memory_bound_share, stage_memory
+from simulator.workload.training import build_training_step
 from simulator.metrics.events import EventLog
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.model import Network
@@ -60,7 +64,8 @@ def build_topology(loaded: LoadedScenario) -> Topology:
                             line=located.line) from None
 
 
-def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings) -> tuple[EngineResult, Network]:
+def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
+            async_streams: frozenset[str] = frozenset()) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run."""
     env = simpy.Environment()
     log = EventLog()
@@ -73,6 +78,7 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings) -> tup
         default_algorithm=settings.algorithm,
         chunk_bytes=settings.chunk_bytes,
         channels=settings.channels,
+        async_streams=async_streams,
     )
     return engine.run(ops), network
 
@@ -106,12 +112,49 @@ def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
 def validate(loaded: LoadedScenario, topology: Topology) -> None:
     """Every check a run makes before the clock starts, without running it."""
     network_settings(loaded)
-    build_comm_program(loaded, topology.num_gpus)
+    if loaded.scenario.model is not None:
+        step = located(loaded, lambda: build_training_step(loaded, topology))
+        ProgramBuilder(step.plan).build()
+    else:
+        build_comm_program(loaded, topology.num_gpus)
+
+
+def located(loaded: LoadedScenario, build):
+    """Run ``build``; an input error raised without a file gets the scenario's file and the field's line."""
+    try:
+        return build()
+    except InputError as exc:
+        if exc.file:
+            raise
+        path = tuple(part for part in exc.field.split(".") if part)
+        error = loaded.error(path, exc.problem, exc.allowed)
+        raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
+                        line=error.line) from None
+
+
+def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
+    """One training step: build the plan and the per-rank programs, run them, summarise."""
+    step = located(loaded, lambda: build_training_step(loaded, topology))
+    ops = ProgramBuilder(step.plan).build()
+    result, network = run_ops(topology, ops, network_settings(loaded), async_streams=ASYNC_STREAMS)
+    frame = result.log.to_frame()
+    memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes)
+    summary = training_summary(frame, step_time_s=result.makespan_s, gpus=topology.num_gpus,
+                               simulated_ranks=topology.num_gpus, tokens_per_step=step.tokens_per_step,
+                               model_flops_per_step=step.model_flops_per_step,
+                               peak_flops=step.gpu.peak(loaded.scenario.training.precision),
+                               memory=memory, memory_bound_share=memory_bound_share(step))
+    summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
+                   layout=layout_summary(step), ops_executed=result.ops_executed,
+                   flows_simulated=int(network.flows_simulated), seed=loaded.scenario.run.seed)
+    return Result(summary, frame, topology)
 
 
 def simulate(loaded: LoadedScenario) -> Result:
-    """Run a loaded scenario to completion."""
+    """Run a loaded scenario to completion: a training step when it has a model, else its workload list."""
     topology = build_topology(loaded)
+    if loaded.scenario.model is not None:
+        return simulate_training(loaded, topology)
     ops = build_comm_program(loaded, topology.num_gpus)
     settings = network_settings(loaded)
     result, network = run_ops(topology, ops, settings)
@@ -123,7 +166,7 @@ def simulate(loaded: LoadedScenario) -> Result:
         "makespan_s": result.makespan_s,
         "collectives": collective_table(frame, ops),
         "ops_executed": result.ops_executed,
-        "flows_simulated": int(network.flows_started),
+        "flows_simulated": int(network.flows_simulated),
         "seed": loaded.scenario.run.seed,
     }
     return Result(summary, frame, topology)

@@ -9,6 +9,8 @@ import pandas as pd
 from simulator.metrics.intervals import covered, uncovered
 
 PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
+STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp")
+"""What keeps a stage busy inside an action: its kernels and the blocking TP/CP collectives between them."""
 COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
 
 
@@ -33,13 +35,14 @@ def bubble_fraction(frame: pd.DataFrame) -> float:
 
     The window runs from 0 to the end of the last forward/backward op of any rank, so pipeline fill, drain
     and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
-    (p-1)/(m+p-1) for 1F1B.
+    (p-1)/(m+p-1) for 1F1B. Blocking TP/CP collectives count as busy: they are part of a stage's work.
     """
-    compute = frame[frame["category"].isin(PIPELINE_CATEGORIES)]
-    if compute.empty:
+    pipeline = frame[frame["category"].isin(PIPELINE_CATEGORIES)]
+    if pipeline.empty:
         return 0.0
-    window = float(compute["end_s"].max())
-    busy = compute.assign(d=compute["end_s"] - compute["start_s"]).groupby("rank")["d"].sum()
+    window = float(pipeline["end_s"].max())
+    work = frame[frame["category"].isin(STAGE_WORK_CATEGORIES) & (frame["stream"] == "compute")]
+    busy = work.assign(d=work["end_s"].clip(upper=window) - work["start_s"]).groupby("rank")["d"].sum()
     return float(np.mean(1.0 - busy.to_numpy() / window)) if window > 0 else 0.0
 
 

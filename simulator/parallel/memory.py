@@ -72,7 +72,9 @@ def state_bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> S
             f"unknown precision {precision!r}", field="training.precision", allowed=", ".join(STATE_PRECISIONS)
         )
     if optimizer not in OPTIMIZERS:
-        raise ScenarioError(f"unknown optimizer {optimizer!r}", field="training.optimizer", allowed=", ".join(OPTIMIZERS))
+        raise ScenarioError(
+            f"unknown optimizer {optimizer!r}", field="training.optimizer", allowed=", ".join(OPTIMIZERS)
+        )
     moments = {"adam": 8.0, "adamw": 8.0, "sgd_momentum": 4.0, "sgd": 0.0}[optimizer]
     if precision == "fp32":
         return StateBytes(4.0, 4.0, moments)

@@ -58,6 +58,8 @@ class ProgramBuilder:
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
         self._dp_ops: dict[int, list[int]] = {}
+        self._handoff_producers: dict[str, int] = {}
+        self._handoffs: list[tuple[ComputeOp, str]] = []
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM) -> int:
@@ -80,6 +82,9 @@ class ProgramBuilder:
         layout = self.plan.layout
         for rank in ranks if ranks is not None else range(layout.world):
             self._rank_program(rank)
+        for op, key in self._handoffs:
+            if key in self._handoff_producers:
+                op.deps = (self._handoff_producers[key],)
         return self.ops
 
     def _rank_program(self, rank: int) -> None:
@@ -119,20 +124,25 @@ class ProgramBuilder:
         return f"pp.{direction}.mb{mb}.vs{src_vstage}.{tag}"
 
     def _receive(self, rank: int, direction: str, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
+        """The receive an action waits for: a P2P transfer, or a free hand-off (same GPU, or no P2P cost)
+        whose dependency on the producing op is filled in once every rank's program is built."""
         src = self._peer(rank, src_vstage)
         nbytes = self.plan.stages[src_vstage].p2p_bytes
-        if src == rank or nbytes <= 0:
-            return []
         key = self._p2p_key(direction, mb, src_vstage, tag)
+        if src == rank or nbytes <= 0:
+            handoff = self._compute(rank, f"handoff {direction} mb{mb}", 0.0, [], "pp", stream=PP_STREAM)
+            self._handoffs.append((self.ops[handoff], key))
+            return [handoff]
         return [self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes, key,
                                  [], "pp")]
 
     def _send(self, rank: int, direction: str, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
         dst = self._peer(rank, dst_vstage)
         nbytes = self.plan.stages[vstage].p2p_bytes
-        if dst == rank or nbytes <= 0:
-            return
         key = self._p2p_key(direction, mb, vstage, tag)
+        if dst == rank or nbytes <= 0:
+            self._handoff_producers[key] = last_op
+            return
         self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
                          [last_op], "pp")
 

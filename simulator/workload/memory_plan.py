@@ -1,0 +1,67 @@
+"""Memory per pipeline stage of a training step, from the memory model and the schedule's in-flight
+micro-batches, plus small facts about the step the summary reports."""
+
+from __future__ import annotations
+
+from simulator.config.loader import LoadedScenario
+from simulator.parallel import memory
+from simulator.parallel.memory import MemoryBreakdown
+from simulator.schedules.timing import peak_in_flight
+from simulator.topology.graph import Topology
+from simulator.workload.stage_work import layers_per_stage
+from simulator.workload.training import TrainingStep
+from simulator.workload.transformer import ShardShape
+
+DDP_BUCKET_COPIES = 2.0
+"""DDP keeps a flat gradient buffer per bucket being reduced and the next one being filled."""
+
+
+def stage_memory(loaded: LoadedScenario, step: TrainingStep, topology: Topology) -> list[MemoryBreakdown]:
+    """Peak memory of one rank of each pipeline stage (ranks of a stage are alike)."""
+    plan, model = step.plan, step.model
+    layout, training, par = plan.layout, loaded.scenario.training, loaded.scenario.parallelism
+    if model is None:
+        return [MemoryBreakdown(0.0, 0.0, 0.0) for _ in range(layout.pp)]
+    counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages, par.pipeline.first_last_fewer_layers)
+    shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
+                       dtype_bytes=int(plan.sharding.param_bytes))
+    dp_ways = layout.dp * layout.cp
+    degree = plan.sharding.shard_size or dp_ways
+    sharding = memory.Sharding(plan.sharding.stage if dp_ways > 1 else 0, degree)
+    result = []
+    for pp_rank in range(layout.pp):
+        vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]
+        layers = sum(counts[vs] for vs in vstages)
+        chunks_in_flight = peak_in_flight(plan.schedule[pp_rank])
+        in_flight = chunks_in_flight / plan.virtual_stages
+        buffers = 0.0
+        if dp_ways > 1 and plan.sharding.stage < 3:
+            buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
+        elif dp_ways > 1:
+            buffers = memory.zero3_gather_buffer_bytes(model, layout.tp, param_bytes=plan.sharding.param_bytes)
+        result.append(memory.rank_memory(
+            model, shard, layers=layers, in_flight=in_flight, recompute=training.recompute, sharding=sharding,
+            precision=training.precision, optimizer=training.optimizer, first_stage=0 in vstages,
+            last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers))
+    return result
+
+
+def memory_bound_share(step: TrainingStep) -> float:
+    """Share of one micro-batch's compute time spent in blocks whose HBM traffic outlasts their math."""
+    total = bound = 0.0
+    for stage in step.plan.stages:
+        for block in stage.blocks:
+            seconds = block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
+            total += seconds
+            bound += seconds if block.memory_bound else 0.0
+    return bound / total if total else 0.0
+
+
+def layout_summary(step: TrainingStep) -> dict:
+    """The resolved layout and pipeline shape, for the summary."""
+    plan = step.plan
+    layout = plan.layout
+    return {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
+            "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages,
+            "zero_stage": plan.sharding.stage, "sequence_parallel": plan.sequence_parallel,
+            "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
