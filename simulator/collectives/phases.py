@@ -36,7 +36,8 @@ class CollectiveRequest:
     ``ranks`` are global GPU indices in group order (rank 0 of the group first); ``nbytes`` is the per-rank
     buffer size as nccl-tests counts it (for all_gather the gathered output, for all_to_all the total a rank
     sends); ``root`` is a position in ``ranks`` for broadcast/reduce; ``chunk_bytes`` is the pipelining
-    chunk (None = no chunking); ``channels`` is how many parallel rings/trees to use.
+    chunk (None = no chunking); ``channels`` is how many parallel rings/trees to use (0 = one per rail
+    the group can use).
     """
 
     op: str
@@ -44,4 +45,4 @@ class CollectiveRequest:
     nbytes: float
     root: int = 0
     chunk_bytes: float | None = None
-    channels: int = 1
+    channels: int = 0
