@@ -114,7 +114,7 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
     network_settings(loaded)
     if loaded.scenario.model is not None:
         step = located(loaded, lambda: build_training_step(loaded, topology))
-        ProgramBuilder(step.plan).build()
+        ProgramBuilder(step.plan, fold=loaded.scenario.run.fold, gpu_host=topology.gpu_host).build()
     else:
         build_comm_program(loaded, topology.num_gpus)
 
@@ -135,18 +135,20 @@ def located(loaded: LoadedScenario, build):
 def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     """One training step: build the plan and the per-rank programs, run them, summarise."""
     step = located(loaded, lambda: build_training_step(loaded, topology))
-    ops = ProgramBuilder(step.plan).build()
+    builder = ProgramBuilder(step.plan, fold=loaded.scenario.run.fold, gpu_host=topology.gpu_host)
+    ops = builder.build()
     result, network = run_ops(topology, ops, network_settings(loaded), async_streams=ASYNC_STREAMS)
     frame = result.log.to_frame()
     memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes)
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=topology.num_gpus,
-                               simulated_ranks=topology.num_gpus, tokens_per_step=step.tokens_per_step,
+                               simulated_ranks=len(builder.representatives()), tokens_per_step=step.tokens_per_step,
                                model_flops_per_step=step.model_flops_per_step,
                                peak_flops=step.gpu.peak(loaded.scenario.training.precision),
                                memory=memory, memory_bound_share=memory_bound_share(step))
     summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
                    layout=layout_summary(step), ops_executed=result.ops_executed,
-                   flows_simulated=int(network.flows_simulated), seed=loaded.scenario.run.seed)
+                   flows_simulated=int(network.flows_simulated), seed=loaded.scenario.run.seed,
+                   folded=loaded.scenario.run.fold, simulated_ranks=len(builder.representatives()))
     return Result(summary, frame, topology)
 
 

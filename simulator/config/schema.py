@@ -73,9 +73,11 @@ class CollectivesConfig(Section):
 
 
 class RunConfig(Section):
-    """Run-level settings: the seed of the run's random generator."""
+    """Run-level settings: the seed of the run's random generator, and rank folding (simulate one rank per
+    pipeline stage and mirror the rest; exact for symmetric runs, `false` simulates every rank)."""
 
     seed: int = 0
+    fold: bool = True
 
 
 class CollectiveItem(Section):

@@ -59,11 +59,15 @@ class Engine:
         self._done: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._pending: dict[tuple[int, str], Op] = {}
+        self._present: frozenset[int] = frozenset()
+        self._plans: dict[tuple, list[Phase]] = {}
         self._executed = 0
 
     def run(self, ops: Iterable[Op]) -> EngineResult:
         """Run every op to completion and return the log; raise SimulationError on a deadlock."""
         streams: dict[tuple[int, str], list[Op]] = defaultdict(list)
+        ops = list(ops)
+        self._present = frozenset(op.rank for op in ops)
         for op in ops:
             if op.id in self._done:
                 raise SimulationError(f"duplicate op id {op.id} ({op.name})")
@@ -98,7 +102,7 @@ class Engine:
                 if op.duration > 0:
                     yield self.env.timeout(op.duration)
                 self.log.record("compute", rank, stream, op.name, start, self.env.now, category=op.category,
-                                nbytes=op.hbm_bytes, flops=op.flops)
+                                nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
@@ -119,22 +123,36 @@ class Engine:
             raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {meeting.template.op} over "
                                   f"{meeting.template.group} vs {op.op} over {op.group}")
         meeting.arrived[op.rank] = self.env.now
-        if len(meeting.arrived) == len(op.group):
+        if len(meeting.arrived) == sum(1 for rank in op.group if rank in self._present):
             del self._rendezvous[op.key]
             self.env.process(self._collective(meeting))
         return meeting.done
 
-    def _collective(self, meeting: _Rendezvous):
-        op = meeting.template
+    def _plan(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
+        """The phases of ``op`` over ``group``, planned once per distinct request."""
         algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-        request = CollectiveRequest(op=op.op, ranks=op.group, nbytes=op.nbytes, root=op.root,
-                                    chunk_bytes=self.chunk_bytes, channels=self.channels or 0)
-        phases = self.planner(request, algorithm)
+        cache_key = (op.op, group, op.nbytes, op.root, algorithm)
+        phases = self._plans.get(cache_key)
+        if phases is None:
+            request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
+                                        chunk_bytes=self.chunk_bytes, channels=self.channels or 0)
+            phases = self._plans[cache_key] = self.planner(request, algorithm)
+        return phases
+
+    def _collective(self, meeting: _Rendezvous):
+        """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
+        which share the fabric with it), all at once."""
+        op = meeting.template
         start = self.env.now
-        yield from self.run_plan(self.env, phases, op.key)
-        for rank in op.group:
+        if op.mirrors:
+            runs = [self.env.process(self.run_plan(self.env, self._plan(op, group), op.key))
+                    for group in (op.group, *op.mirrors)]
+            yield self.env.all_of(runs)
+        else:
+            yield from self.run_plan(self.env, self._plan(op, op.group), op.key)
+        for rank in meeting.arrived:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
-                            nbytes=op.nbytes, key=op.key)
+                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch)
         meeting.done.succeed()
 
     def _deadlock_report(self) -> str:

@@ -5,25 +5,28 @@ from __future__ import annotations
 
 import pandas as pd
 
-COLUMNS = ("kind", "rank", "stream", "name", "category", "start_s", "end_s", "bytes", "flops", "src", "dst", "key")
+COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s", "bytes", "flops", "src", "dst",
+           "key")
 
 
 class EventLog:
     """Append-only columns. ``kind`` is one of compute, collective, flow; ``rank`` is a global GPU index
-    (-1 for rows that belong to no single rank); ``src``/``dst`` are set for flows."""
+    (-1 for rows that belong to no single rank); ``src``/``dst`` are set for flows; ``microbatch`` is the
+    pipeline micro-batch an op works on (-1 for none)."""
 
     def __init__(self) -> None:
         self.columns: dict[str, list] = {name: [] for name in COLUMNS}
 
     def record(self, kind: str, rank: int, stream: str, name: str, start_s: float, end_s: float, *,
                category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
-               key: str = "") -> None:
+               key: str = "", microbatch: int = -1) -> None:
         c = self.columns
         c["kind"].append(kind)
         c["rank"].append(rank)
         c["stream"].append(stream)
         c["name"].append(name)
         c["category"].append(category)
+        c["microbatch"].append(microbatch)
         c["start_s"].append(start_s)
         c["end_s"].append(end_s)
         c["bytes"].append(nbytes)
@@ -37,5 +40,5 @@ class EventLog:
 
     def to_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self.columns)
-        return frame.astype({"rank": "int64", "src": "int64", "dst": "int64",
+        return frame.astype({"rank": "int64", "src": "int64", "dst": "int64", "microbatch": "int64",
                              "start_s": "float64", "end_s": "float64", "bytes": "float64", "flops": "float64"})

@@ -70,13 +70,14 @@ def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
 
 
 def traffic_bytes(frame: pd.DataFrame) -> dict:
-    """Bytes each rank sent on the network per kind, mean over ranks (from flow rows, by collective category)."""
+    """Bytes a GPU sends per step for each kind of communication: flow bytes of that kind over the GPUs that
+    sent them (from flow rows, matched to their collective's category; folded mirrors included)."""
     collectives = frame[frame["kind"] == "collective"]
     categories = dict(zip(collectives["key"], collectives["category"]))
     flows = frame[frame["kind"] == "flow"]
     if flows.empty:
         return {kind: 0.0 for kind in COMM_KINDS}
-    kinds = flows["name"].map(categories).fillna("")
-    ranks = max(int(frame.loc[frame["rank"] >= 0, "rank"].nunique()), 1)
-    sums = flows.groupby(kinds)["bytes"].sum()
-    return {kind: float(sums.get(kind, 0.0)) / ranks for kind in COMM_KINDS}
+    by_kind = flows.assign(comm_kind=flows["name"].map(categories).fillna(""))
+    stats = by_kind.groupby("comm_kind").agg(total=("bytes", "sum"), senders=("src", "nunique"))
+    return {kind: float(stats.loc[kind, "total"] / stats.loc[kind, "senders"]) if kind in stats.index else 0.0
+            for kind in COMM_KINDS}

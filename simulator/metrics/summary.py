@@ -14,13 +14,23 @@ COMMUNICATION_BOUND_RATIO = 0.30
 chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
 
 
-def memory_summary(per_stage: list[MemoryBreakdown], capacity_bytes: float) -> dict:
-    """Peak memory over pipeline stages, its breakdown in GiB, and whether it exceeds the GPU's HBM."""
-    worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i].total)
-    worst = per_stage[worst_stage]
-    breakdown = {name: getattr(worst, name) / GIB for name in ("params", "grads", "optimizer", "activations",
-                                                                "buffers")}
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
+
+
+def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float) -> dict:
+    """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
+    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines)."""
+    worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
+    worst = per_stage[worst_stage][0]
+    breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
+    stages = []
+    for index, (stage, in_flight) in enumerate(per_stage):
+        entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
+        entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
+                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0)
+        stages.append(entry)
     return {
+        "memory_per_stage_gib": stages,
         "peak_memory_gib": worst.total / GIB,
         "memory_breakdown_gib": breakdown,
         "memory_capacity_gib": capacity_bytes / GIB,

@@ -50,10 +50,20 @@ class StepPlan:
 
 
 class ProgramBuilder:
-    """Accumulates ops with unique ids; one instance builds one step for a set of ranks."""
+    """Accumulates ops with unique ids; one instance builds one step.
 
-    def __init__(self, plan: StepPlan):
+    With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
+    run the same program at the same times); collectives still span their full groups, and collectives that
+    cross hosts carry mirrors, the same collective of every folded replica, so the shared fabric carries all
+    of their traffic. ``gpu_host`` (GPU -> host) tells which groups cross hosts.
+    """
+
+    def __init__(self, plan: StepPlan, *, fold: bool = False, gpu_host: list[int] | None = None):
         self.plan = plan
+        self.fold = fold
+        self.gpu_host = gpu_host
+        self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._stage_ranks: dict[int, list[int]] = {}
         self.ops: list[Op] = []
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
@@ -62,25 +72,70 @@ class ProgramBuilder:
         self._handoffs: list[tuple[ComputeOp, str]] = []
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
-                 flops: float = 0.0, stream: str = COMPUTE_STREAM) -> int:
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
-                       duration=duration, flops=flops)
+                       microbatch=mb, duration=duration, flops=flops)
         self.ops.append(op)
         return op.id
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: str, root: int = 0) -> int:
+                    key: str, deps: list[int], category: str, mb: int = -1) -> int:
+        mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
-                            category=category, op=op, group=group, nbytes=nbytes, key=key, root=root)
+                            category=category, microbatch=mb, op=op, group=group, nbytes=nbytes, key=key,
+                            mirrors=mirrors)
         self.ops.append(item)
         if stream == DP_STREAM:
             self._dp_ops.setdefault(rank, []).append(item.id)
         return item.id
 
-    def build(self, ranks: list[int] | None = None) -> list[Op]:
-        """Ops of every rank (or of ``ranks``), in a deterministic order."""
+    def representatives(self) -> list[int]:
+        """The ranks that get a program: all of them, or with folding one per pipeline stage."""
         layout = self.plan.layout
-        for rank in ranks if ranks is not None else range(layout.world):
+        if self.fold:
+            return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
+        return list(range(layout.world))
+
+    def _class_of(self, rank: int) -> list[int]:
+        """The ranks equivalent to ``rank`` under folding: every rank of its pipeline stage."""
+        stage = self.plan.layout.coords(rank)["pp"]
+        members = self._stage_ranks.get(stage)
+        if members is None:
+            members = self._stage_ranks[stage] = self.plan.layout.stage_ranks(stage)
+        return members
+
+    def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The images of ``group`` under the symmetry that maps its first member onto each equivalent rank;
+        empty when the group stays inside one host (its links are then private to it)."""
+        cached = self._mirror_cache.get(group)
+        if cached is not None:
+            return cached
+        mirrors: tuple[tuple[int, ...], ...] = ()
+        if self.gpu_host is not None and len({self.gpu_host[m] for m in group}) > 1:
+            layout = self.plan.layout
+            base = layout.coords(group[0])
+            seen = {frozenset(group)}
+            images = []
+            for rank in self._class_of(group[0]):
+                shift = {dim: layout.coords(rank)[dim] - base[dim] for dim in ("tp", "cp", "dp")}
+                image = tuple(self._shifted(member, shift) for member in group)
+                if frozenset(image) not in seen:
+                    seen.add(frozenset(image))
+                    images.append(image)
+            mirrors = tuple(images)
+        self._mirror_cache[group] = mirrors
+        return mirrors
+
+    def _shifted(self, rank: int, shift: dict[str, int]) -> int:
+        layout = self.plan.layout
+        coords = layout.coords(rank)
+        for dim, delta in shift.items():
+            coords[dim] = (coords[dim] + delta) % layout.degree(dim)
+        return layout.rank_of(**coords)
+
+    def build(self) -> list[Op]:
+        """Ops of every simulated rank, in a deterministic order."""
+        for rank in self.representatives():
             self._rank_program(rank)
         for op, key in self._handoffs:
             if key in self._handoff_producers:
@@ -130,11 +185,11 @@ class ProgramBuilder:
         nbytes = self.plan.stages[src_vstage].p2p_bytes
         key = self._p2p_key(direction, mb, src_vstage, tag)
         if src == rank or nbytes <= 0:
-            handoff = self._compute(rank, f"handoff {direction} mb{mb}", 0.0, [], "pp", stream=PP_STREAM)
+            handoff = self._compute(rank, f"handoff {direction} mb{mb}", 0.0, [], "pp", stream=PP_STREAM, mb=mb)
             self._handoffs.append((self.ops[handoff], key))
             return [handoff]
         return [self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes, key,
-                                 [], "pp")]
+                                 [], "pp", mb)]
 
     def _send(self, rank: int, direction: str, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
         dst = self._peer(rank, dst_vstage)
@@ -144,7 +199,7 @@ class ProgramBuilder:
             self._handoff_producers[key] = last_op
             return
         self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
-                         [last_op], "pp")
+                         [last_op], "pp", mb)
 
     def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
@@ -159,7 +214,7 @@ class ProgramBuilder:
         group = layout.group("tp", rank)
         key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"tp {op} {block.name}", op, group, block.tp_bytes, key,
-                                 deps, "tp")]
+                                 deps, "tp", mb)]
 
     def _cp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int) -> list[int]:
         layout = self.plan.layout
@@ -169,7 +224,7 @@ class ProgramBuilder:
         group = layout.group("cp", rank)
         key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
-                                 deps, "cp")]
+                                 deps, "cp", mb)]
 
     def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
         mb = action.microbatch
@@ -179,7 +234,8 @@ class ProgramBuilder:
             deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd")
             deps = self._cp_collective(rank, block, "fwd", deps, mb, vstage)
             deps = self._tp_collective(rank, block, "fwd", deps, mb, vstage, before=True)
-            last = self._compute(rank, f"F{mb} {block.name}", block.forward_s, deps, "forward", block.forward_flops)
+            last = self._compute(rank, f"F{mb} {block.name}", block.forward_s, deps, "forward", block.forward_flops,
+                                 mb=mb)
             deps = self._tp_collective(rank, block, "fwd", [last], mb, vstage, before=False)
         if vstage + 1 < len(self.plan.stages) and deps:
             self._send(rank, "fwd", mb, vstage, vstage + 1, deps[-1], tag)
@@ -193,14 +249,14 @@ class ProgramBuilder:
             deps = deps + self._zero3_gather(rank, block, vstage, mb, "bwd")
             if block.recompute_s > 0:
                 deps = [self._compute(rank, f"R{mb} {block.name}", block.recompute_s, deps, "recompute",
-                                      block.recompute_flops)]
+                                      block.recompute_flops, mb=mb)]
                 if self.plan.recompute_comm:
                     deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=False)
             deps = self._tp_collective(rank, block, "bwd", deps, mb, vstage, before=True)
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            op_id = self._compute(rank, name, duration, deps, "backward", flops)
+            op_id = self._compute(rank, name, duration, deps, "backward", flops, mb=mb)
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._tp_collective(rank, block, "bwd", [op_id], mb, vstage, before=False)
@@ -217,7 +273,8 @@ class ProgramBuilder:
         mb = action.microbatch
         for block in reversed(work.blocks):
             flops = block.backward_flops * (1 - self._input_share(block))
-            op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops)
+            op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops,
+                                  mb=mb)
             self._grads_done(rank, vstage, block, op_id, final)
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:

@@ -16,12 +16,14 @@ DDP_BUCKET_COPIES = 2.0
 """DDP keeps a flat gradient buffer per bucket being reduced and the next one being filled."""
 
 
-def stage_memory(loaded: LoadedScenario, step: TrainingStep, topology: Topology) -> list[MemoryBreakdown]:
-    """Peak memory of one rank of each pipeline stage (ranks of a stage are alike)."""
+def stage_memory(loaded: LoadedScenario, step: TrainingStep,
+                 topology: Topology) -> list[tuple[MemoryBreakdown, float]]:
+    """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
+    activations it holds at its peak."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, loaded.scenario.training, loaded.scenario.parallelism
     if model is None:
-        return [MemoryBreakdown(0.0, 0.0, 0.0) for _ in range(layout.pp)]
+        return [(MemoryBreakdown(0.0, 0.0, 0.0), 0.0) for _ in range(layout.pp)]
     counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages, par.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
                        dtype_bytes=int(plan.sharding.param_bytes))
@@ -39,10 +41,11 @@ def stage_memory(loaded: LoadedScenario, step: TrainingStep, topology: Topology)
             buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
         elif dp_ways > 1:
             buffers = memory.zero3_gather_buffer_bytes(model, layout.tp, param_bytes=plan.sharding.param_bytes)
-        result.append(memory.rank_memory(
+        breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=training.recompute, sharding=sharding,
             precision=training.precision, optimizer=training.optimizer, first_stage=0 in vstages,
-            last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers))
+            last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers)
+        result.append((breakdown, in_flight))
     return result
 
 

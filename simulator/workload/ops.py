@@ -7,7 +7,7 @@ the same ``key``; it starts when the last member arrives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
@@ -15,7 +15,8 @@ COMM_STREAM = "comm"
 
 @dataclass(slots=True)
 class Op:
-    """Common fields: a unique ``id``, the ``rank`` and ``stream`` it runs on, a ``name`` and dependencies."""
+    """Common fields: a unique ``id``, the ``rank`` and ``stream`` it runs on, a ``name``, dependencies, the
+    ``category`` metrics group it by (forward, backward, tp, dp, ...) and the pipeline ``microbatch`` (-1: none)."""
 
     id: int
     rank: int
@@ -23,6 +24,7 @@ class Op:
     name: str
     deps: tuple[int, ...] = ()
     category: str = ""
+    microbatch: int = -1
 
 
 @dataclass(slots=True)
@@ -39,6 +41,8 @@ class CollectiveOp(Op):
     """One rank's part of a collective ``op`` over ``group`` (global GPU indices, group order).
 
     ``key`` is shared by every member's op; ``nbytes`` is the per-rank buffer size (nccl-tests convention).
+    Members without ops (folded ranks) are not waited for. ``mirrors`` are the groups of the same collective
+    among folded replicas: their flows run alongside, so the fabric sees every replica's traffic.
     """
 
     op: str = "all_reduce"
@@ -47,4 +51,4 @@ class CollectiveOp(Op):
     key: str = ""
     algorithm: str = "auto"
     root: int = 0
-    extra: dict = field(default_factory=dict)
+    mirrors: tuple[tuple[int, ...], ...] = ()
