@@ -62,6 +62,22 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from simulator.report.gantt import gantt_figure
+    from simulator.report.memory_timeline import memory_figure
+    from simulator.report.outputs import load_run_outputs, save_figure
+
+    run = load_run_outputs(Path(args.outdir))
+    if args.chart == "gantt":
+        figure = gantt_figure(run.timeline, run.summary, by=args.by)
+    else:
+        figure = memory_figure(run.timeline, run.summary)
+    output = Path(args.output or Path(args.outdir) / f"{args.chart}.png")
+    save_figure(figure, output)
+    print(f"wrote {output}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainsim", description="Simulate GPU clusters training large models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -89,6 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--chunk", default=None, help="pipelining chunk size, e.g. 4MiB (default: off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.set_defaults(func=_cmd_collective)
+
+    plot = sub.add_parser("plot", help="draw a Gantt chart or a memory timeline of a run's output folder")
+    plot.add_argument("chart", choices=["gantt", "memory"])
+    plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run ... --out`")
+    plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
+    plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
+    plot.set_defaults(func=_cmd_plot)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")
     topo.add_argument("action", choices=["describe", "draw"])

@@ -85,7 +85,7 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:
     scenario = loaded.scenario
-    efficiency = resolve_efficiency(scenario.network.efficiency)
+    efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency))
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
                            algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
                            channels=scenario.collectives.channels)

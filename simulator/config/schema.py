@@ -154,6 +154,7 @@ class TrainingConfig(Section):
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
+    attention: Literal["flash", "standard"] = "flash"
 
 
 class PipelineConfig(Section):

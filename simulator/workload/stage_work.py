@@ -9,7 +9,7 @@ from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
 from simulator.parallel.work import Block, StageWork
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
-from simulator.workload.transformer import (PassKernels, ShardShape, embedding_kernels, head_kernels,
+from simulator.workload.transformer import (AttentionCost, PassKernels, ShardShape, embedding_kernels, head_kernels,
                                             kv_heads_per_rank, layer_kernels)
 
 ATTENTION_KERNELS = frozenset({"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"})
@@ -22,6 +22,7 @@ class CostContext:
     gpu: GPUSpec
     precision: str
     efficiency: Efficiency = Efficiency()
+    attention: AttentionCost = AttentionCost()
 
 
 def _part(kernels, attention: bool):
@@ -72,7 +73,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
                        counts: list[int]) -> tuple[StageWork, ...]:
     """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i."""
     t, c = shard.tp, shard.cp
-    layer = layer_kernels(model, shard, recompute)
+    layer = layer_kernels(model, shard, recompute, cost.attention)
     activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
     kv_bytes = 2 * shard.micro_batch * shard.seq_len * kv_heads_per_rank(model, t) * model.head_dim * shard.dtype_bytes
     cp_bytes = kv_bytes if c > 1 else 0.0

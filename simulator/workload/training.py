@@ -14,7 +14,8 @@ from simulator.parallel.program import Sharding, StepPlan
 from simulator.schedules.registry import build_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
-from simulator.workload.transformer import ShardShape, six_n_flops_per_token
+from simulator.catalog.calibration import compute_efficiency
+from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
 OPTIMIZER_BYTES_PER_PARAM = 32.0
@@ -128,7 +129,8 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
                            "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes)
-    cost = CostContext(gpu, training.precision)
+    cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name),
+                       AttentionCost.for_kernel(training.attention))
     stages = transformer_stages(model, shard, training.recompute, cost, counts)
     local_params = sum(stages[c * layout.pp].params for c in range(v))
     shard_ways = layout.dp * layout.cp if sharding.stage >= 1 else 1

@@ -74,6 +74,18 @@ class AttentionCost:
 
     causal_factor: float = 0.5
     backward_factor: float = 2.5
+    flash: bool = True
+
+    @classmethod
+    def for_kernel(cls, kind: str) -> "AttentionCost":
+        """``flash`` (fused, scores stay on chip, causal blocks skipped) or ``standard`` (Megatron-LM before
+        flash attention: the full score matrix is computed and goes through HBM for softmax and dropout)."""
+        if kind == "flash":
+            return cls()
+        if kind == "standard":
+            return cls(causal_factor=1.0, backward_factor=2.0, flash=False)
+        raise ScenarioError(f"unknown attention kernel {kind!r}", field="training.attention",
+                            allowed="flash, standard")
 
 
 @dataclass(frozen=True)
@@ -172,7 +184,9 @@ def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, K
 
 
 def _attention_core(model: ModelSpec, shard: ShardShape, cost: AttentionCost) -> tuple[Kernel, Kernel]:
-    """Flash-style attention: QK^T and AV never leave on-chip memory; HBM traffic is Q, K, V, O (and grads)."""
+    """Attention core. Flash-style: QK^T and AV never leave on-chip memory; HBM traffic is Q, K, V, O (and
+    grads). Standard: the scores are written by QK^T, read and written by the fused scale-mask-softmax and by
+    dropout (plus a 1-byte mask), read by AV; the backward moves about twice that."""
     d = shard.dtype_bytes
     heads = model.heads / shard.tp
     kv_heads = kv_heads_per_rank(model, shard.tp)
@@ -182,9 +196,14 @@ def _attention_core(model: ModelSpec, shard: ShardShape, cost: AttentionCost) ->
     kv_elems = kv_tokens * kv_heads * model.head_dim
     flops = 4.0 * q_tokens * shard.seq_len * heads * model.head_dim * cost.causal_factor
     stats = 4.0 * q_tokens * heads
-    forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats, "attention", shard.seq_len)
+    score_bytes = 0.0
+    if not cost.flash:
+        scores = q_tokens * shard.seq_len * heads
+        score_bytes = scores * (4 * d + ((2 * d + 1) if model.dropout else 0.0))
+    forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats + score_bytes, "attention",
+                     shard.seq_len)
     backward = Kernel(
-        "attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems) + 2 * stats,
+        "attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems) + 2 * stats + 2 * score_bytes,
         "attention", shard.seq_len,
     )
     return forward, backward

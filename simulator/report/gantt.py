@@ -1,0 +1,163 @@
+"""Gantt chart of a training step: one row per pipeline stage (or rank) showing its forward, backward,
+weight-grad and recompute actions with their micro-batch numbers, blocking TP/CP communication, the
+asynchronous PP/DP/ZeRO traffic in a thin lane under the row, and the idle time (pipeline bubbles)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from simulator.metrics.intervals import merge
+from simulator.metrics.step import PIPELINE_CATEGORIES
+from simulator.report.outputs import (compute_stream_work, pipeline_actions, run_layout, stage_first_ranks,
+                                      stage_of, time_unit)
+
+BAR_CLASSES: dict[str, tuple[str, str]] = {
+    "forward": ("forward (F)", "#4C72B0"),
+    "backward": ("backward (B)", "#DD8452"),
+    "backward_input": ("input-grad backward (Bi)", "#F2C14E"),
+    "weight_grad": ("weight-grad (W)", "#55A868"),
+    "recompute": ("recompute (R)", "#8172B3"),
+    "optimizer": ("optimizer", "#937860"),
+    "tp_cp": ("TP/CP collective (blocking)", "#C44E52"),
+    "pp": ("PP send/recv", "#DA8BC3"),
+    "dp": ("DP/ZeRO collective", "#2A9D8F"),
+    "other_comm": ("other communication", "#64B5CD"),
+    "idle": ("idle (bubble)", "#E3E3E3"),
+}
+"""Legend entry and colour of each kind of bar; one fixed colour per kind so charts compare side by side."""
+
+MAIN_LANE = (-0.38, 0.56)
+"""(offset from the row centre, height) of the compute-stream lane."""
+SIDE_LANE = (0.22, 0.16)
+"""(offset, height) of the thin lane under it for communication on other streams."""
+MAX_LABELS = 4000
+LABEL_FONT_PT = 7.0
+
+
+def _bar_class(category: pd.Series) -> pd.Series:
+    """The BAR_CLASSES key of non-pipeline ops, from their category."""
+    mapping = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp", "zero": "dp", "optimizer": "optimizer"}
+    return category.map(mapping).fillna("other_comm")
+
+
+def _action_class(actions: pd.DataFrame) -> pd.Series:
+    """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards ("Bi...") get their own."""
+    is_input_grad = (actions["category"] == "backward") & actions["name"].str.startswith("Bi")
+    return actions["category"].where(~is_input_grad, "backward_input")
+
+
+def _row_ranks(timeline: pd.DataFrame, summary: dict, by: str, ranks) -> tuple[list[int], list[str]]:
+    """The rank drawn in each row and the row's label."""
+    present = set(timeline.loc[timeline["rank"] >= 0, "rank"].unique().tolist())
+    if ranks is not None:
+        chosen = [int(r) for r in ranks]
+    elif by == "stage":
+        chosen = []
+        for stage, first in enumerate(stage_first_ranks(summary)):
+            if first not in present:
+                first = min((r for r in present if stage_of(summary, r) == stage), default=first)
+            chosen.append(first)
+    elif by == "rank":
+        chosen = sorted(present)
+    else:
+        raise ValueError(f"by must be 'stage' or 'rank', not {by!r}")
+    labels = [f"stage {stage_of(summary, r)} (rank {r})" if by == "stage" else f"rank {r} (stage {stage_of(summary, r)})"
+              for r in chosen]
+    return chosen, labels
+
+
+def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of [0, window] not covered by the busy intervals."""
+    s, e = merge(busy_starts, np.minimum(busy_ends, window))
+    edges_start = np.concatenate([[0.0], e])
+    edges_end = np.concatenate([s, [window]])
+    keep = edges_end > edges_start
+    return edges_start[keep], edges_end[keep]
+
+
+def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
+          scale: float, zorder: float) -> None:
+    """One broken_barh call: all bars of one kind in one row; the collection's gid is 'kind:row'."""
+    if len(starts) == 0:
+        return
+    widths = (ends - starts) * scale
+    keep = widths > 0
+    spans = np.column_stack([starts[keep] * scale, widths[keep]])
+    if len(spans):
+        ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=BAR_CLASSES[kind][1], edgecolor="none",
+                       zorder=zorder, gid=f"{kind}:{row}")
+
+
+def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width: float, budget: int) -> int:
+    """Micro-batch numbers centred on the actions wide enough to hold them; returns how many were written."""
+    text = actions["microbatch"].astype(str)
+    wide = (actions["end_s"] - actions["start_s"]) * scale >= min_width * text.str.len().clip(lower=2)
+    written = 0
+    for start, end, label in zip(actions.loc[wide, "start_s"], actions.loc[wide, "end_s"], text[wide]):
+        if written >= budget:
+            break
+        ax.text((start + end) / 2 * scale, row + MAIN_LANE[0] + MAIN_LANE[1] / 2, label, ha="center",
+                va="center", fontsize=LABEL_FONT_PT, color="white", zorder=5, clip_on=True)
+        written += 1
+    return written
+
+
+def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ranks=None,
+                 max_rows: int = 64) -> Figure:
+    """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or ranks, bars are merged
+    pipeline actions labelled with their micro-batch, idle time within the pipeline window is grey, and the
+    title gives the run's bubble fraction."""
+    rows, labels = _row_ranks(timeline, summary, by, ranks)
+    total_rows = len(rows)
+    rows, labels = rows[:max_rows], labels[:max_rows]
+    ops = timeline[timeline["rank"].isin(rows) & (timeline["kind"] != "flow")]
+    pipeline_ops = timeline.loc[timeline["category"].isin(PIPELINE_CATEGORIES), "end_s"]
+    window = float(pipeline_ops.max()) if len(pipeline_ops) else 0.0
+    span = max(float(ops["end_s"].max()) if len(ops) else 0.0, window)
+    scale, unit = time_unit(span)
+
+    figure = Figure(figsize=(13, 1.6 + 0.5 * len(rows)), layout="constrained")
+    ax = figure.add_subplot()
+    axes_width_pt = 13 * 72 * 0.85
+    min_label_width = span * scale * 0.62 * LABEL_FONT_PT / axes_width_pt
+    labels_left = MAX_LABELS
+    by_rank = dict(tuple(ops.groupby("rank", sort=False)))
+    empty = ops.iloc[:0]
+    for row, rank in enumerate(rows):
+        rank_ops = by_rank.get(rank, empty)
+        work = compute_stream_work(rank_ops, rank)
+        actions = pipeline_actions(work)
+        classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
+        idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
+        _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
+        for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
+            chosen = actions[classes == kind] if len(actions) else actions
+            _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), MAIN_LANE, scale, 2)
+        on_compute = rank_ops["stream"] == "compute"
+        others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
+        other_class = _bar_class(others["category"])
+        for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
+            for lane, mask, z in ((MAIN_LANE, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
+                chosen = others[(other_class == kind) & mask.loc[others.index]]
+                _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, scale, z)
+        labels_left -= _label_actions(ax, row, actions, scale, min_label_width, labels_left)
+
+    ax.set_yticks(range(len(rows)), labels)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, span * scale * 1.005 if span > 0 else 1)
+    ax.set_xlabel(f"time ({unit})")
+    ax.grid(axis="x", color="#BBBBBB", linewidth=0.5, zorder=0)
+    ax.set_axisbelow(True)
+    layout = run_layout(summary)
+    info = summary["layout"]
+    shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
+    chunks = f", {info['virtual_stages']} chunks/stage" if info.get("virtual_stages", 1) > 1 else ""
+    ax.set_title(f"{summary.get('scenario', 'training step')}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
+                 f"dp={layout.dp}, {info.get('microbatches', '?')} micro-batches{chunks} — bubble "
+                 f"{100 * summary['bubble_fraction']:.1f}%{shown}")
+    handles = [Patch(facecolor=colour, label=label) for label, colour in BAR_CLASSES.values()]
+    figure.legend(handles=handles, loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    return figure

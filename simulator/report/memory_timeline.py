@@ -1,0 +1,84 @@
+"""Memory of a rank over the step: its stage's static memory (parameters, gradients, optimizer state, buffers)
+plus one micro-batch's activations for every micro-batch in flight, from the timeline's forward and backward
+ops; and a figure of it against the GPU's capacity.
+
+A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
+(category backward: the full B or the input-grad Bi) ends. With interleaving (v > 1 chunks per rank) each
+merged forward action brings in, and each merged backward action takes out, 1/v of a micro-batch's
+activations: an approximation that treats the chunks of a stage as equal in size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simulator.report.outputs import (compute_stream_work, pipeline_actions, stage_first_ranks, stage_of,
+                                      time_unit)
+
+GIB = 2.0**30
+STATIC_PARTS = ("params", "grads", "optimizer", "buffers")
+
+
+def _stage_entry(summary: dict, stage: int) -> dict:
+    for entry in summary["memory_per_stage_gib"]:
+        if int(entry["stage"]) == stage:
+            return entry
+    raise ValueError(f"summary has no memory entry for pipeline stage {stage}")
+
+
+def _arrivals_and_departures(work: pd.DataFrame, chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """When activation units (a micro-batch, or one chunk of one with v > 1) enter and leave the rank."""
+    if chunks == 1:
+        forward = work[work["category"] == "forward"].groupby("microbatch")["start_s"].min()
+        backward = work[work["category"] == "backward"].groupby("microbatch")["end_s"].max()
+        return forward.to_numpy(), backward.to_numpy()
+    actions = pipeline_actions(work)
+    return (actions.loc[actions["category"] == "forward", "start_s"].to_numpy(),
+            actions.loc[actions["category"] == "backward", "end_s"].to_numpy())
+
+
+def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
+    """Bytes in use on ``rank`` as a step function: columns time_s, bytes; each row holds from its time until
+    the next row's. Frees at a moment are applied before allocations at the same moment."""
+    entry = _stage_entry(summary, stage_of(summary, rank))
+    static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
+    chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
+    unit = float(entry["activation_per_microbatch"]) * GIB / chunks
+    arrivals, departures = _arrivals_and_departures(compute_stream_work(timeline, rank), chunks)
+    times = np.concatenate([arrivals, departures])
+    deltas = np.concatenate([np.full(len(arrivals), unit), np.full(len(departures), -unit)])
+    order = np.lexsort((deltas, times))
+    times, level = times[order], static + np.cumsum(deltas[order])
+    end = float(timeline["end_s"].max()) if len(timeline) else 0.0
+    frame = pd.DataFrame({"time_s": np.concatenate([[0.0], times, [max(end, times.max(initial=0.0))]]),
+                          "bytes": np.concatenate([[static], level, [level[-1] if len(level) else static]])})
+    return frame.groupby("time_s", as_index=False, sort=True)["bytes"].last()
+
+
+def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
+    """GiB in use over time on ``ranks`` (default: the first rank of every pipeline stage), with the GPU's
+    memory capacity as a dashed line."""
+    ranks = stage_first_ranks(summary) if ranks is None else [int(r) for r in ranks]
+    curves = [(rank, memory_timeline(timeline, summary, rank)) for rank in ranks]
+    span = max((float(curve["time_s"].max()) for _, curve in curves), default=0.0)
+    scale, unit = time_unit(span)
+    figure = Figure(figsize=(11, 5), layout="constrained")
+    ax = figure.add_subplot()
+    for rank, curve in curves:
+        peak = curve["bytes"].max() / GIB
+        ax.step(curve["time_s"] * scale, curve["bytes"] / GIB, where="post",
+                label=f"rank {rank} (stage {stage_of(summary, rank)}), peak {peak:.1f} GiB")
+    capacity = float(summary["memory_capacity_gib"])
+    top = max([capacity] + [curve["bytes"].max() / GIB for _, curve in curves])
+    ax.axhline(capacity, color="#C44E52", linestyle="--", label=f"capacity {capacity:.1f} GiB")
+    ax.set_xlim(0, span * scale if span > 0 else 1)
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1)
+    ax.set_xlabel(f"time ({unit})")
+    ax.set_ylabel("memory in use (GiB)")
+    ax.set_title(f"{summary.get('scenario', 'training step')}: memory per rank (static state + activations "
+                 f"of in-flight micro-batches)")
+    ax.grid(color="#DDDDDD", linewidth=0.5)
+    ax.legend(fontsize=8, loc="lower right")
+    return figure

@@ -1,0 +1,128 @@
+"""A run's output folder as the plots read it (summary.json + timeline.parquet), the rank -> pipeline stage
+map of its layout, and the pipeline actions of a rank: consecutive ops of one micro-batch merged into one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import ScenarioError
+from simulator.metrics.step import PIPELINE_CATEGORIES, STAGE_WORK_CATEGORIES
+from simulator.parallel.layout import DIMENSIONS, Layout
+
+OUTDIR_FIELD = "OUTDIR"
+OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (summary.json and timeline.parquet)"
+REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
+REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
+GAP_TOLERANCE_S = 1e-9
+"""Two ops closer than this (one nanosecond) count as back to back: the clock adds durations in floating point."""
+
+
+@dataclass(frozen=True)
+class RunOutputs:
+    """The summary dict and the timeline DataFrame of one run."""
+
+    summary: dict
+    timeline: pd.DataFrame
+
+
+def _bad_outdir(out_dir: Path, problem: str) -> ScenarioError:
+    return ScenarioError(problem, field=OUTDIR_FIELD, allowed=OUTDIR_ALLOWED, file=str(out_dir))
+
+
+def load_run_outputs(out_dir: Path) -> RunOutputs:
+    """Read a run's folder; a missing folder or file, unreadable content or missing keys is a ScenarioError
+    on the field OUTDIR."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise _bad_outdir(out_dir, "no such folder")
+    summary_path, timeline_path = out_dir / "summary.json", out_dir / "timeline.parquet"
+    for path in (summary_path, timeline_path):
+        if not path.is_file():
+            raise _bad_outdir(out_dir, f"has no {path.name}")
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _bad_outdir(out_dir, f"summary.json is not readable JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise _bad_outdir(out_dir, "summary.json is not a JSON object")
+    missing = [key for key in REQUIRED_SUMMARY_KEYS if key not in summary]
+    if missing:
+        raise _bad_outdir(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
+    try:
+        timeline = pd.read_parquet(timeline_path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+        raise _bad_outdir(out_dir, f"timeline.parquet is not readable ({type(exc).__name__})") from None
+    absent = [column for column in REQUIRED_TIMELINE_COLUMNS if column not in timeline.columns]
+    if absent:
+        raise _bad_outdir(out_dir, f"timeline.parquet has no column {', '.join(absent)}")
+    return RunOutputs(summary, timeline)
+
+
+def save_figure(figure, path: Path, dpi: int = 120) -> None:
+    """Write a matplotlib Figure to ``path`` (format from the suffix), creating the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, bbox_inches="tight")
+
+
+def run_layout(summary: dict) -> Layout:
+    """The 4D layout the run used, from summary['layout']."""
+    info = summary["layout"]
+    order = tuple(info.get("order", DIMENSIONS))
+    return Layout(tp=int(info.get("tp", 1)), cp=int(info.get("cp", 1)), pp=int(info.get("pp", 1)),
+                  dp=int(info.get("dp", 1)), order=order)
+
+
+def stage_of(summary: dict, rank: int) -> int:
+    """The pipeline stage ``rank`` belongs to."""
+    return run_layout(summary).coords(rank)["pp"]
+
+
+def stage_first_ranks(summary: dict) -> list[int]:
+    """For each pipeline stage, its rank with tp = cp = dp = 0."""
+    layout = run_layout(summary)
+    return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
+
+
+def compute_stream_work(timeline: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The ops that keep ``rank``'s compute stream busy (kernels and blocking TP/CP collectives), by start."""
+    rows = timeline[(timeline["rank"] == rank) & (timeline["stream"] == "compute")
+                    & (timeline["kind"] != "flow") & timeline["category"].isin(STAGE_WORK_CATEGORIES)]
+    return rows.sort_values(["start_s", "end_s"], kind="stable")
+
+
+def pipeline_actions(work: pd.DataFrame) -> pd.DataFrame:
+    """Merge a rank's compute-stream ops (from compute_stream_work) into actions: a run of ops of one category
+    and micro-batch with no idle gap in between (TP/CP collectives of the action fill its gaps).
+    Columns: name (of its first op), category, microbatch, start_s, end_s."""
+    starts, ends = work["start_s"].to_numpy(), work["end_s"].to_numpy()
+    previous_end = np.maximum.accumulate(ends)
+    idle_before = np.zeros(len(work), dtype=bool)
+    idle_before[1:] = starts[1:] > previous_end[:-1] + GAP_TOLERANCE_S
+    gaps_so_far = np.cumsum(idle_before)
+    is_kernel = work["category"].isin(PIPELINE_CATEGORIES).to_numpy()
+    kernels = pd.DataFrame({"name": work["name"].to_numpy()[is_kernel],
+                            "category": work["category"].to_numpy()[is_kernel],
+                            "microbatch": work["microbatch"].to_numpy()[is_kernel],
+                            "start_s": starts[is_kernel], "end_s": ends[is_kernel],
+                            "gaps": gaps_so_far[is_kernel]})
+    if kernels.empty:
+        return kernels.drop(columns="gaps")
+    changed = ((kernels["category"] != kernels["category"].shift())
+               | (kernels["microbatch"] != kernels["microbatch"].shift())
+               | (kernels["gaps"] != kernels["gaps"].shift()))
+    action_id = changed.cumsum()
+    actions = kernels.groupby(action_id, sort=True).agg(name=("name", "first"), category=("category", "first"),
+                                                          microbatch=("microbatch", "first"),
+                                                          start_s=("start_s", "min"), end_s=("end_s", "max"))
+    return actions.reset_index(drop=True)
+
+
+def time_unit(span_s: float) -> tuple[float, str]:
+    """(factor, unit) to show times of a chart spanning ``span_s`` seconds: ms below 2 s, s above."""
+    return (1.0, "s") if span_s >= 2.0 else (1e3, "ms")
