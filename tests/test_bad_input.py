@@ -119,8 +119,8 @@ def mutated(draw, base: dict) -> dict:
         container = at(data, draw(st.sampled_from(container_paths(data))))
         keys = list(container) if isinstance(container, dict) else list(range(len(container)))
         action = draw(st.sampled_from(["delete", "rename", "replace", "replace", "add"]))
-        value = draw(st.one_of(st.sampled_from(BAD_VALUES), st.text(max_size=12),
-                               st.integers(-10**6, 10**3), st.floats(allow_nan=True)))
+        value = copy.deepcopy(draw(st.one_of(st.sampled_from(BAD_VALUES), st.text(max_size=12),
+                                             st.integers(-10**6, 10**3), st.floats(allow_nan=True))))
         if action == "add" or not keys:
             if isinstance(container, dict):
                 container[draw(st.sampled_from(NEW_KEYS))] = value

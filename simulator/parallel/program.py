@@ -362,17 +362,21 @@ class ProgramBuilder:
                              f"zero.ag.pp{pp_rank}.{group[0]}", [step], "dp")
 
     def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
-        """Gradients in reverse forward order, cut into buckets of at least ``bucket_bytes``."""
+        """Gradient tensors in reverse forward order, filled into buckets until each holds ``bucket_bytes``
+        (a larger tensor makes a bucket of its own), as PyTorch DDP assigns them."""
         sharding = self.plan.sharding
         buckets, deps, size = [], [], 0.0
         for vs, block in ready:
-            if block.params <= 0:
-                continue
-            deps.append(self._grad_ready[(rank, vs, id(block))])
-            size += block.params * sharding.grad_bytes
-            if size >= sharding.bucket_bytes:
-                buckets.append((deps, size))
-                deps, size = [], 0.0
+            ready_op = self._grad_ready[(rank, vs, id(block))]
+            for tensor in reversed(block.tensors or (block.params,)):
+                if tensor <= 0:
+                    continue
+                if not deps or deps[-1] != ready_op:
+                    deps.append(ready_op)
+                size += tensor * sharding.grad_bytes
+                if size >= sharding.bucket_bytes:
+                    buckets.append((deps, size))
+                    deps, size = [], 0.0
         if deps:
             buckets.append((deps, size))
         return buckets

@@ -18,7 +18,8 @@ class Block:
     them apart); ``recompute_s`` is forward work redone before the backward. ``tp_bytes`` is the size of the TP
     collective after the block (0 = none); ``cp_bytes`` the KV gathered across the CP group before it;
     ``params`` the parameters this GPU holds for the block (after TP split), for gradient buckets and ZeRO.
-    ``layer`` groups blocks into layers (ZeRO-3 gathers and frees a layer at a time).
+    ``layer`` groups blocks into layers (ZeRO-3 gathers and frees a layer at a time); ``tensors`` splits
+    ``params`` into the parameter tensors DDP assigns to gradient buckets one by one.
     """
 
     name: str
@@ -34,6 +35,7 @@ class Block:
     cp_bytes: float = 0.0
     params: float = 0.0
     memory_bound: bool = False
+    tensors: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,14 @@ BAR_CLASSES: dict[str, tuple[str, str]] = {
 }
 """Legend entry and colour of each kind of bar; one fixed colour per kind so charts compare side by side."""
 
+COMMUNICATION_CLASSES = ("tp_cp", "pp", "dp", "other_comm")
+"""Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
+get a white edge so that back-to-back actions of one kind stay apart."""
 MAIN_LANE = (-0.38, 0.56)
 """(offset from the row centre, height) of the compute-stream lane."""
+COMM_STRIP = (MAIN_LANE[0] + 0.7 * MAIN_LANE[1], 0.3 * MAIN_LANE[1])
+"""(offset, height) of blocking collectives on the compute stream: the bottom of the main lane, so the action
+they belong to keeps its colour above them."""
 SIDE_LANE = (0.22, 0.16)
 """(offset, height) of the thin lane under it for communication on other streams."""
 MAX_LABELS = 4000
@@ -87,7 +93,9 @@ def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: t
     keep = widths > 0
     spans = np.column_stack([starts[keep] * scale, widths[keep]])
     if len(spans):
-        ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=BAR_CLASSES[kind][1], edgecolor="none",
+        colour = BAR_CLASSES[kind][1]
+        edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != "idle" else "none"
+        ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
                        zorder=zorder, gid=f"{kind}:{row}")
 
 
@@ -140,7 +148,8 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ra
         others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
         other_class = _bar_class(others["category"])
         for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
-            for lane, mask, z in ((MAIN_LANE, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
+            on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
+            for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
                 chosen = others[(other_class == kind) & mask.loc[others.index]]
                 _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, scale, z)
         labels_left -= _label_actions(ax, row, actions, scale, min_label_width, labels_left)

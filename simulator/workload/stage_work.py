@@ -31,7 +31,7 @@ def _part(kernels, attention: bool):
 
 
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
-           params: float) -> Block:
+           tensors: tuple[float, ...]) -> Block:
     def seconds(ks):
         return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
@@ -45,13 +45,29 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
-                 recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes, params=params,
-                 memory_bound=memory_s > compute_s)
+                 recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
+                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
     return PassKernels(_part(kernels.forward, attention), _part(kernels.recompute, attention),
                        _part(kernels.backward_input, attention), _part(kernels.backward_weight, attention))
+
+
+def layer_tensors(model: ModelSpec, tp: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Parameter tensors one TP rank holds of a layer's attention block and MLP block, in forward order
+    (norm, weights, biases), which is the granularity DDP buckets gradients at."""
+    norm = float(model.norm_params())
+    attention_weights = float(model.attention_params())
+    q_width = model.heads * model.head_dim
+    qkv = model.hidden * (q_width + 2 * model.kv_heads * model.head_dim)
+    attention = (norm, qkv / tp, (attention_weights - qkv) / tp)
+    mlp_total = float(model.mlp_params())
+    matrices = 3 if model.gated_mlp else 2
+    matrix = model.hidden * model.ffn_hidden
+    biases = mlp_total - matrices * matrix
+    mlp = (norm, *(matrix / tp for _ in range(matrices)), *((biases / tp,) if biases else ()))
+    return attention, mlp
 
 
 def layers_per_stage(layers: int, stages: int, fewer_on_ends: bool) -> list[int]:
@@ -77,8 +93,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
     activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
     kv_bytes = 2 * shard.micro_batch * shard.seq_len * kv_heads_per_rank(model, t) * model.head_dim * shard.dtype_bytes
     cp_bytes = kv_bytes if c > 1 else 0.0
-    attention_params = (model.attention_params() + model.norm_params()) / t
-    mlp_params = (model.mlp_params() + model.norm_params()) / t
+    attention_tensors, mlp_tensors = layer_tensors(model, t)
     attention = _split(layer, attention=True)
     mlp = _split(layer, attention=False)
     p2p_bytes = activation_bytes / (t if shard.sequence_parallel else 1)
@@ -88,16 +103,17 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
         blocks = []
         if index == 0:
             blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
-                                 tp_bytes=activation_bytes, cp_bytes=0.0, params=model.embedding_params() / t))
+                                 tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,)))
         for number in range(first_layer, first_layer + count):
             blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
-                                 cp_bytes=cp_bytes, params=attention_params))
+                                 cp_bytes=cp_bytes, tensors=attention_tensors))
             blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
-                                 params=mlp_params))
+                                 tensors=mlp_tensors))
         first_layer += count
         if index == len(counts) - 1:
+            head = (model.norm_params(), model.head_params() - model.norm_params())
             blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=0.0, cp_bytes=0.0,
-                                 params=model.head_params() / t))
+                                 tensors=tuple(tensor / t for tensor in head if tensor > 0)))
         stages.append(StageWork(tuple(blocks), p2p_bytes))
     return tuple(stages)
 
