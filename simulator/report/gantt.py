@@ -11,8 +11,8 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.intervals import merge
 from simulator.metrics.step import PIPELINE_CATEGORIES
-from simulator.report.outputs import (compute_stream_work, pipeline_actions, run_layout, stage_first_ranks,
-                                      stage_of, time_unit)
+from simulator.report.outputs import (compute_stream_work, pipeline_actions, run_layout, simulated_ranks,
+                                      stage_of, stage_representatives, time_unit)
 
 BAR_CLASSES: dict[str, tuple[str, str]] = {
     "forward": ("forward (F)", "#4C72B0"),
@@ -57,21 +57,17 @@ def _action_class(actions: pd.DataFrame) -> pd.Series:
 
 def _row_ranks(timeline: pd.DataFrame, summary: dict, by: str, ranks) -> tuple[list[int], list[str]]:
     """The rank drawn in each row and the row's label."""
-    present = set(timeline.loc[timeline["rank"] >= 0, "rank"].unique().tolist())
+    if by not in ("stage", "rank"):
+        raise ValueError(f"by must be 'stage' or 'rank', not {by!r}")
     if ranks is not None:
         chosen = [int(r) for r in ranks]
-    elif by == "stage":
-        chosen = []
-        for stage, first in enumerate(stage_first_ranks(summary)):
-            if first not in present:
-                first = min((r for r in present if stage_of(summary, r) == stage), default=first)
-            chosen.append(first)
-    elif by == "rank":
-        chosen = sorted(present)
     else:
-        raise ValueError(f"by must be 'stage' or 'rank', not {by!r}")
-    labels = [f"stage {stage_of(summary, r)} (rank {r})" if by == "stage" else f"rank {r} (stage {stage_of(summary, r)})"
-              for r in chosen]
+        chosen = stage_representatives(timeline, summary) if by == "stage" else simulated_ranks(timeline)
+    stages = [stage_of(summary, r) for r in chosen]
+    if by == "stage":
+        labels = [f"stage {s} (rank {r})" for r, s in zip(chosen, stages)]
+    else:
+        labels = [f"rank {r} (stage {s})" for r, s in zip(chosen, stages)]
     return chosen, labels
 
 

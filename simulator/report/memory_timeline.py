@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simulator.report.outputs import (compute_stream_work, pipeline_actions, stage_first_ranks, stage_of,
+from simulator.report.outputs import (compute_stream_work, pipeline_actions, stage_of, stage_representatives,
                                       time_unit)
 
 GIB = 2.0**30
@@ -58,9 +58,9 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
 
 
 def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
-    """GiB in use over time on ``ranks`` (default: the first rank of every pipeline stage), with the GPU's
+    """GiB in use over time on ``ranks`` (default: one simulated rank per pipeline stage), with the GPU's
     memory capacity as a dashed line."""
-    ranks = stage_first_ranks(summary) if ranks is None else [int(r) for r in ranks]
+    ranks = stage_representatives(timeline, summary) if ranks is None else [int(r) for r in ranks]
     curves = [(rank, memory_timeline(timeline, summary, rank)) for rank in ranks]
     span = max((float(curve["time_s"].max()) for _, curve in curves), default=0.0)
     scale, unit = time_unit(span)

@@ -89,6 +89,24 @@ def stage_first_ranks(summary: dict) -> list[int]:
     return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
 
 
+def simulated_ranks(timeline: pd.DataFrame) -> list[int]:
+    """Ranks with ops of their own in the timeline; ranks folded into a representative have only flows."""
+    rows = timeline[(timeline["rank"] >= 0) & (timeline["kind"] != "flow")]
+    return sorted(int(r) for r in rows["rank"].unique())
+
+
+def stage_representatives(timeline: pd.DataFrame, summary: dict) -> list[int]:
+    """For each pipeline stage, the rank whose ops stand for it: its tp = cp = dp = 0 rank, or where that was
+    folded away, the lowest simulated rank of the stage."""
+    present = simulated_ranks(timeline)
+    chosen = []
+    for stage, first in enumerate(stage_first_ranks(summary)):
+        if first not in present:
+            first = min((r for r in present if stage_of(summary, r) == stage), default=first)
+        chosen.append(first)
+    return chosen
+
+
 def compute_stream_work(timeline: pd.DataFrame, rank: int) -> pd.DataFrame:
     """The ops that keep ``rank``'s compute stream busy (kernels and blocking TP/CP collectives), by start."""
     rows = timeline[(timeline["rank"] == rank) & (timeline["stream"] == "compute")

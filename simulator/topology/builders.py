@@ -329,7 +329,7 @@ CLUSTER_PARAMETERS = {
 
 def _read_node(raw: object) -> tuple[str, dict]:
     node_kind = raw.get("kind", "nvswitch_node") if isinstance(raw, dict) else None
-    if node_kind not in NODE_TYPES:
+    if not isinstance(node_kind, str) or node_kind not in NODE_TYPES:
         raise TopologyError(f"unknown node kind {node_kind!r}", field="node.kind", allowed=", ".join(NODE_TYPES))
     spec = NODE_TYPES[node_kind][0]
     return node_kind, read_parameters(spec, {k: v for k, v in raw.items() if k != "kind"}, prefix="node.")
@@ -464,6 +464,6 @@ BUILDERS: dict[str, Builder] = {
 
 def build_topology(kind: object, params: dict, name: str = "") -> Topology:
     """Build a topology with the builder registered as ``kind`` from user-form parameters."""
-    if kind not in BUILDERS:
+    if not isinstance(kind, str) or kind not in BUILDERS:
         raise TopologyError(f"unknown topology kind {kind!r}", field="kind", allowed=", ".join(BUILDERS))
     return BUILDERS[kind](params, name)

@@ -52,7 +52,7 @@ def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
     if not isinstance(data, dict):
         raise TopologyError("a topology file must be a mapping with a 'kind' key", file=source, line=1)
     kind = data.get("kind")
-    if kind not in BUILDERS:
+    if not isinstance(kind, str) or kind not in BUILDERS:
         problem = "missing 'kind'" if kind is None else f"unknown topology kind {kind!r}"
         raise TopologyError(problem, field="kind", allowed=", ".join(BUILDERS), file=source,
                             line=line_of(lines, ("kind",)))

@@ -1,0 +1,160 @@
+"""Gantt chart and memory timeline of a simulated step, checked against pipeline closed forms: the busy time of
+a stage is m (F + B), the bubble is (p - 1) / (m + p - 1) for 1F1B and GPipe, and the activation peak of
+stage 0 is p micro-batches for 1F1B and m for GPipe; plus the `trainsim plot` command."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+
+import simulator
+from simulator.cli import main
+from simulator.report.gantt import gantt_figure
+from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
+from simulator.report.outputs import simulated_ranks
+from simulator.report.writers import write_outputs
+
+STAGES, MICROBATCHES = 4, 8
+FORWARD_MS, BACKWARD_MS = 1.0, 2.0
+SYNTHETIC = f"""
+cluster: {{topology: dgx-h100}}
+model: {{synthetic: {{stages: {STAGES}, forward: {FORWARD_MS} ms, backward: {BACKWARD_MS} ms}}}}
+training: {{microbatches: {MICROBATCHES}}}
+parallelism: {{pp: {STAGES}, dp: 2, pipeline: {{schedule: {{schedule}}}}}}
+"""
+SMALL_MODEL = f"""
+cluster: {{topology: dgx-h100}}
+model: {{layers: 8, hidden: 1024, heads: 8, vocab: 32000}}
+training: {{seq_len: 1024, micro_batch: 1, microbatches: {MICROBATCHES}}}
+parallelism: {{tp: 2, pp: {STAGES}, dp: 1, pipeline: {{schedule: {{schedule}}}}}}
+"""
+REL = 1e-9
+"""Float tolerance: every compared number is a sum of the same simulated durations."""
+
+
+def _run(tmp_path, template: str, schedule: str):
+    path = tmp_path / f"{schedule.split(',')[0]}.yaml"
+    path.write_text(template.replace("{schedule}", schedule))
+    return simulator.simulate(simulator.load_scenario(str(path)))
+
+
+@pytest.fixture(scope="module")
+def synthetic_1f1b(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("syn"), SYNTHETIC, "1f1b")
+
+
+def _bars(figure, kind: str, row: int) -> np.ndarray:
+    """Widths (in the axis unit) of the bars of one kind in one row, from the broken_barh collection."""
+    widths = []
+    for collection in figure.axes[0].collections:
+        if collection.get_gid() == f"{kind}:{row}":
+            widths += [np.ptp(path.vertices[:, 0]) for path in collection.get_paths()]
+    return np.array(widths)
+
+
+def test_gantt_has_one_row_per_stage_busy_for_m_times_f_plus_b(synthetic_1f1b):
+    figure = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary)
+    ax = figure.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"stage {s} (rank {s})" for s in range(STAGES)]
+    assert ax.get_xlabel() == "time (ms)"
+    for row in range(STAGES):
+        forward, backward = _bars(figure, "forward", row), _bars(figure, "backward", row)
+        assert len(forward) == len(backward) == MICROBATCHES
+        busy = forward.sum() + backward.sum()
+        assert busy == pytest.approx(MICROBATCHES * (FORWARD_MS + BACKWARD_MS), rel=REL)
+
+
+def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
+    summary = synthetic_1f1b.summary
+    figure = gantt_figure(synthetic_1f1b.timeline, summary)
+    window_ms = (MICROBATCHES + STAGES - 1) * (FORWARD_MS + BACKWARD_MS)
+    idle_share = sum(_bars(figure, "idle", row).sum() for row in range(STAGES)) / (STAGES * window_ms)
+    assert idle_share == pytest.approx(summary["bubble_fraction"], rel=REL)
+    assert idle_share == pytest.approx((STAGES - 1) / (MICROBATCHES + STAGES - 1), rel=REL)
+    assert f"bubble {100 * summary['bubble_fraction']:.1f}%" in figure.axes[0].get_title()
+
+
+def test_gantt_by_rank_and_row_limit(synthetic_1f1b):
+    figure = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary, by="rank", max_rows=3)
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels == ["rank 0 (stage 0)", "rank 1 (stage 1)", "rank 2 (stage 2)"]
+    simulated = simulated_ranks(synthetic_1f1b.timeline)
+    assert len(simulated) in (STAGES, 2 * STAGES)  # DP replicas folded into one, or not
+    assert f"first 3 of {len(simulated)} rows" in figure.axes[0].get_title()
+    chosen = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary, by="rank", ranks=[simulated[-1]])
+    label = f"rank {simulated[-1]} (stage {STAGES - 1})"
+    assert [t.get_text() for t in chosen.axes[0].get_yticklabels()] == [label]
+
+
+@pytest.fixture(scope="module")
+def small_model_runs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    return {schedule: _run(folder, SMALL_MODEL, schedule)
+            for schedule in ("1f1b", "gpipe", "interleaved, virtual_stages: 2")}
+
+
+def test_gantt_merges_the_ops_of_one_action(small_model_runs):
+    """With TP, a forward of one micro-batch is many kernels and all-reduces: it must read as one bar."""
+    run = small_model_runs["1f1b"]
+    figure = gantt_figure(run.timeline, run.summary)
+    for row in range(STAGES):
+        assert len(_bars(figure, "forward", row)) == len(_bars(figure, "backward", row)) == MICROBATCHES
+        assert len(_bars(figure, "tp_cp", row)) > MICROBATCHES
+    numbers = sorted(int(t.get_text()) for t in figure.axes[0].texts if t.get_position()[1] < 0.5)
+    assert numbers == sorted(list(range(MICROBATCHES)) * 2)
+
+
+def _static_and_unit(summary: dict, stage: int) -> tuple[float, float]:
+    entry = summary["memory_per_stage_gib"][stage]
+    static = sum(entry[part] for part in ("params", "grads", "optimizer", "buffers")) * GIB
+    return static, entry["activation_per_microbatch"] * GIB
+
+
+@pytest.mark.parametrize("schedule, in_flight", [("1f1b", STAGES), ("gpipe", MICROBATCHES)])
+def test_memory_peak_of_stage_0(small_model_runs, schedule, in_flight):
+    run = small_model_runs[schedule]
+    static, activation = _static_and_unit(run.summary, 0)
+    assert activation > 0
+    curve = memory_timeline(run.timeline, run.summary, rank=0)
+    assert curve["bytes"].max() == pytest.approx(static + in_flight * activation, rel=REL)
+    assert curve["bytes"].iloc[0] == pytest.approx(static + activation, rel=REL)
+    assert curve["bytes"].iloc[-1] == pytest.approx(static, rel=REL)
+
+
+def test_memory_peak_matches_the_summary_for_every_stage(small_model_runs):
+    """The summary's per-stage total counts the schedule's peak in-flight chunks; with v = 2 the timeline
+    counts merged forward/backward actions at half a micro-batch each and must reach the same peak."""
+    for run in small_model_runs.values():
+        for stage, rank in enumerate(range(0, 2 * STAGES, 2)):
+            curve = memory_timeline(run.timeline, run.summary, rank)
+            total = run.summary["memory_per_stage_gib"][stage]["total"] * GIB
+            assert curve["bytes"].max() == pytest.approx(total, rel=REL)
+
+
+def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
+    run = small_model_runs["1f1b"]
+    figure = memory_figure(run.timeline, run.summary)
+    lines = figure.axes[0].get_lines()
+    assert len(lines) == STAGES + 1
+    capacity = lines[-1].get_ydata()
+    assert capacity[0] == pytest.approx(run.summary["memory_capacity_gib"], rel=REL)
+
+
+def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path, capsys):
+    out = tmp_path / "run"
+    write_outputs(out, synthetic_1f1b.summary, synthetic_1f1b.timeline, synthetic_1f1b.topology.gpu_host)
+    for chart, extra in (("gantt", ["--by", "rank"]), ("memory", [])):
+        image = tmp_path / f"{chart}.png"
+        assert main(["plot", chart, str(out), "-o", str(image), *extra]) == 0
+        assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(tmp_path / "missing")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "OUTDIR" in error
+    (out / "timeline.parquet").unlink()
+    assert main(["plot", "memory", str(out)]) == 2
+    assert "timeline.parquet" in capsys.readouterr().err

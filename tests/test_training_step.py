@@ -1,0 +1,202 @@
+"""A training step end to end: pipeline bubbles, TP traffic, DDP overlap, memory and layouts, with expected
+values from the closed forms and the seed chapters (see tests/data and the reference figures quoted here)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.errors import ScenarioError
+from simulator.schedules.registry import build_schedule
+
+SYNTHETIC = """
+cluster: {{topology: dgx-h100-cluster, nodes: 1}}
+model: {{synthetic: {{stages: {p}, forward: 1 ms, backward: 2 ms}}}}
+training: {{microbatches: {m}}}
+parallelism: {{pp: {p}, dp: {dp}, pipeline: {{schedule: {schedule}, virtual_stages: {v}}}}}
+"""
+
+
+def synthetic(run_yaml, p, m, schedule="1f1b", v=1):
+    return run_yaml(SYNTHETIC.format(p=p, m=m, dp=8 // p, schedule=schedule, v=v))
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize("factor", [1, 2, 4])
+def test_bubble_fraction_equals_closed_form(run_yaml, schedule, p, factor):
+    m = p * factor
+    result = synthetic(run_yaml, p, m, schedule)
+    expected = (p - 1) / (m + p - 1)
+    assert result.summary["bubble_fraction"] == pytest.approx(expected, rel=1e-3)
+    assert result.summary["step_time_s"] == pytest.approx((m + p - 1) * 3e-3, rel=1e-9)
+
+
+@pytest.mark.parametrize("p,v", [(2, 2), (4, 2), (4, 4), (8, 2)])
+@pytest.mark.parametrize("factor", [1, 2, 4])
+def test_interleaved_bubble_equals_closed_form(run_yaml, p, v, factor):
+    m = p * factor
+    result = synthetic(run_yaml, p, m, "interleaved", v)
+    assert result.summary["bubble_fraction"] == pytest.approx((p - 1) / (m * v + p - 1), rel=1e-3)
+
+
+@pytest.mark.parametrize("p,m,v,expected", [
+    (4, 8, 1, 0.273),   # seed 003: 3/11
+    (8, 32, 1, 0.179),  # seed 000: 7/39
+    (8, 128, 1, 0.052),  # seed 000: 7/135
+    (8, 32, 2, 0.099),  # seed 000: 7/71
+    (8, 32, 4, 0.052),  # seed 000 Q3: 7/135
+])
+def test_seed_bubble_cases(run_yaml, p, m, v, expected):
+    result = synthetic(run_yaml, p, m, "interleaved" if v > 1 else "1f1b", v)
+    assert result.summary["bubble_fraction"] == pytest.approx(expected, abs=5e-4)
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_zb_h1_idle_time_is_p_minus_1_times_f_plus_b_minus_w(run_yaml, p):
+    m = 2 * p
+    result = synthetic(run_yaml, p, m, "zb-h1")
+    f, b_input, w = 1e-3, 1e-3, 1e-3  # backward 2 ms splits evenly into input-grad and weight-grad
+    idle = result.summary["step_time_s"] - m * (f + b_input + w)
+    assert idle == pytest.approx((p - 1) * (f + b_input - w), rel=1e-6)
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("gpipe", 1), ("interleaved", 2), ("zb-h1", 1)])
+def test_each_stage_runs_its_schedule_in_order(run_yaml, schedule, v):
+    result = synthetic(run_yaml, 4, 8, schedule, v)
+    frame = result.timeline
+    compute = frame[(frame["kind"] == "compute") & (frame["stream"] == "compute")
+                    & frame["category"].isin(["forward", "backward", "weight_grad"])]
+    expected = build_schedule(schedule, 4, 8, v)
+    for stage in range(4):
+        rows = compute[compute["rank"] == stage].sort_values("start_s", kind="stable")
+        letters = [name.split()[0] for name in rows["name"]]
+        wanted = [("B" if a.kind == "BW" else "Bi" if a.kind == "B" else a.kind) + str(a.microbatch)
+                  for a in expected[stage]]
+        assert letters == wanted
+
+
+LLAMA_8B_DP8 = """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, pp: 1, dp: 8, zero: 0}
+"""
+
+
+@pytest.mark.parametrize("zero,expected_gb", [(0, 128.5), (1, 44.2), (2, 30.1), (3, 16.1)])
+def test_model_state_memory_matches_seed_003(run_yaml, zero, expected_gb):
+    """Seed 003: Llama-3.1-8B (8.03e9 params), 8 GPUs, mixed precision + Adam."""
+    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}").summary
+    gib = summary["memory_breakdown_gib"]
+    state_gb = (gib["params"] + gib["grads"] + gib["optimizer"]) * 2**30 / 1e9
+    assert state_gb == pytest.approx(expected_gb, rel=0.01)
+
+
+@pytest.mark.parametrize("zero,factor", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 3.0)])
+def test_data_parallel_traffic_per_gpu(run_yaml, zero, factor):
+    """DP and ZeRO-1/2 move ~2 x params per GPU per step (ring: 2 (N-1)/N), ZeRO-3 ~3 x (one micro-batch)."""
+    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}").summary
+    param_bytes = 8.03e9 * 2
+    assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(factor * 7 / 8 * param_bytes, rel=0.02)
+
+
+def test_tensor_parallel_all_reduces_match_seed_003(run_yaml):
+    """Seed 003: Llama-3.1-8B, TP = 8, 8192 tokens: 4 all-reduces of ~67 MB per layer, 128 per micro-batch."""
+    result = run_yaml("""
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b}
+training: {seq_len: 8192, global_batch: 1, micro_batch: 1}
+parallelism: {tp: 8, dp: 1}
+""")
+    frame = result.timeline
+    layer_all_reduces = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "tp")
+                              & frame["name"].str.contains(r"all_reduce L\d+\.", regex=True)]
+    assert len(layer_all_reduces) == 128
+    assert set(layer_all_reduces["bytes"]) == {8192 * 4096 * 2}
+
+
+DDP_TWO_NODES = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
+parallelism: {tp: 8, dp: 2}
+"""
+
+
+def test_ddp_overlap_hides_part_of_the_gradient_all_reduce(run_yaml):
+    overlapped = run_yaml(DDP_TWO_NODES).summary
+    serial = run_yaml(DDP_TWO_NODES, "parallelism.ddp.overlap=false").summary
+    assert overlapped["exposed_comm_s"]["dp"] < overlapped["comm_s"]["dp"]
+    assert serial["exposed_comm_s"]["dp"] == pytest.approx(serial["comm_s"]["dp"], rel=1e-6)
+    assert overlapped["step_time_s"] < serial["step_time_s"]
+
+
+def test_bucket_size_sweep_shows_both_ends_of_the_trade_off(run_yaml):
+    exposed = {bucket: run_yaml(DDP_TWO_NODES, f"parallelism.ddp.bucket={bucket}").summary["exposed_comm_s"]["dp"]
+               for bucket in ("64 KiB", "25 MiB", "4 GiB")}
+    assert exposed["64 KiB"] > exposed["25 MiB"] < exposed["4 GiB"]
+
+
+def test_tp16_across_two_nodes_steps_slower_than_tp8_dp2(run_yaml):
+    """Seed 000 Q5 at step level: TP must stay inside the NVLink domain."""
+    base = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b}
+training: {seq_len: 4096, global_batch: 16, micro_batch: 1}
+"""
+    tp16 = run_yaml(base + "parallelism: {tp: 16, dp: 1}\n").summary
+    tp8 = run_yaml(base + "parallelism: {tp: 8, dp: 2}\n").summary
+    assert tp16["step_time_s"] > tp8["step_time_s"]
+    assert tp16["exposed_comm_s"]["tp"] > 3 * tp8["exposed_comm_s"]["tp"]
+
+
+def test_out_of_memory_is_a_result_naming_stage_and_breakdown(run_yaml):
+    summary = run_yaml("""
+cluster: {topology: dgx-h100}
+model: {preset: llama3-70b}
+training: {seq_len: 4096, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 8, dp: 1}
+""").summary
+    assert summary["oom"] is True
+    assert summary["peak_memory_gib"] > summary["memory_capacity_gib"]
+    assert summary["bottleneck"]["constraint"] == "memory_capacity"
+    assert set(summary["memory_breakdown_gib"]) == {"params", "grads", "optimizer", "activations", "buffers"}
+
+
+@pytest.mark.parametrize("override,field", [
+    ("parallelism.tp=3", "parallelism"),
+    ("parallelism.dp=3", "parallelism"),
+    ("training.global_batch=12", "training.global_batch"),
+    ("parallelism.pipeline.schedule=nope", "parallelism.pipeline.schedule"),
+])
+def test_layout_errors_name_the_field(run_yaml, override, field):
+    with pytest.raises(ScenarioError) as error:
+        run_yaml(LLAMA_8B_DP8, override)
+    assert error.value.field == field
+    assert error.value.file == "inline.yaml" and error.value.line is not None
+
+
+def test_heads_must_divide_by_tp(run_yaml):
+    with pytest.raises(ScenarioError) as error:
+        run_yaml(LLAMA_8B_DP8, "parallelism.tp=8", "parallelism.dp=1", "model.heads=4", "model.kv_heads=4")
+    assert error.value.field == "parallelism.tp"
+
+
+def test_folded_and_unfolded_steps_agree(run_yaml):
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
+parallelism: {tp: 4, pp: 2, dp: 4}
+"""
+    folded = run_yaml(text).summary
+    unfolded = run_yaml(text, "run.fold=false").summary
+    assert folded["simulated_ranks"] == 2 and unfolded["simulated_ranks"] == 32
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=5e-3)
+    assert folded["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]
+
+
+def test_same_scenario_same_timeline(run_yaml):
+    first = run_yaml(DDP_TWO_NODES).timeline
+    second = run_yaml(DDP_TWO_NODES).timeline
+    assert first.equals(second)
