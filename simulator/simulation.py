@@ -6,6 +6,7 @@ through `run_ops`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -56,9 +57,11 @@ def build_topology(loaded: LoadedScenario) -> Topology:
     try:
         return load_topology(cluster.topology, cluster.overrides())
     except TopologyError as exc:
-        if exc.file:
+        field_path = tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", exc.field))
+        overridden = bool(field_path) and field_path[0] in cluster.overrides()
+        if exc.file and not overridden:
             raise
-        path = ("cluster", exc.field) if exc.field in cluster.overrides() else ("cluster", "topology")
+        path = ("cluster",) + field_path if overridden else ("cluster", "topology")
         located = loaded.error(path, exc.problem, exc.allowed)
         raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
                             line=located.line) from None

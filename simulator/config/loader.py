@@ -97,7 +97,8 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
     """The first pydantic error as a located one-line ScenarioError."""
     errors = exc.errors(include_url=False)
     cleaned = [tuple(part for part in error["loc"] if not _is_type_tag(part)) for error in errors]
-    deepest = max(range(len(errors)), key=lambda i: (len(cleaned[i]), -i))
+    deepest = max(range(len(errors)),
+                  key=lambda i: (len(cleaned[i]), errors[i]["type"] == "extra_forbidden", -i))
     first, loc = errors[deepest], cleaned[deepest]
     kind = first["type"]
     message = first["msg"]

@@ -55,23 +55,30 @@ def grouped_max_min_rates(group_paths: Sequence[Sequence[int]], weight: np.ndarr
 
 def _progressive_fill(entry_link: np.ndarray, entry_group: np.ndarray, weight: np.ndarray,
                       capacity: np.ndarray) -> np.ndarray:
-    """Progressive filling on a link-group incidence list (compact link ids 0..len(capacity)-1)."""
-    num_links = capacity.size
+    """Progressive filling on a link-group incidence list (compact link ids 0..len(capacity)-1).
+
+    Each round drops the links no unfrozen group crosses any more, so later rounds only touch live links.
+    """
     rate = np.zeros(weight.size)
+    frozen = np.zeros(weight.size, dtype=bool)
     remaining = capacity.copy()
     entry_weight = weight[entry_group]
     while entry_link.size:
-        load = np.bincount(entry_link, weights=entry_weight, minlength=num_links)
+        load = np.bincount(entry_link, weights=entry_weight, minlength=remaining.size)
         loaded = load > 0
-        share = np.full(num_links, np.inf)
-        share[loaded] = np.maximum(remaining[loaded], 0.0) / load[loaded]
+        if not loaded.all():
+            live = np.flatnonzero(loaded)
+            relabel = np.zeros(remaining.size, dtype=np.int64)
+            relabel[live] = np.arange(live.size)
+            entry_link, remaining, load = relabel[entry_link], remaining[live], load[live]
+        share = np.maximum(remaining, 0.0) / load
         level = share.min()
         saturated = share <= level * (1.0 + TIE_TOLERANCE)
-        frozen = np.zeros(weight.size, dtype=bool)
-        frozen[entry_group[saturated[entry_link]]] = True
-        rate[frozen] = level
+        freezing = entry_group[saturated[entry_link]]
+        frozen[freezing] = True
+        rate[freezing] = level
         leaving = frozen[entry_group]
-        remaining -= level * np.bincount(entry_link[leaving], weights=entry_weight[leaving], minlength=num_links)
+        remaining -= level * np.bincount(entry_link[leaving], weights=entry_weight[leaving], minlength=remaining.size)
         staying = ~leaving
         entry_link, entry_group, entry_weight = entry_link[staying], entry_group[staying], entry_weight[staying]
     return rate

@@ -10,6 +10,8 @@ transfer never waits for others: it takes its latency plus its bytes over its pa
 from __future__ import annotations
 
 import heapq
+from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -211,17 +213,18 @@ class Network:
         """Active flows connected to links ``seeds`` through shared links, in posting order."""
         link_flows = self._link_flows
         seen_links = set(seeds)
-        stack = list(seeds)
+        frontier = seeds
         found: set[_Flow] = set()
-        while stack:
-            for flow in link_flows.get(stack.pop(), ()):
-                if flow not in found:
-                    found.add(flow)
-                    for link in flow.path:
-                        if link not in seen_links:
-                            seen_links.add(link)
-                            stack.append(link)
-        return sorted(found, key=lambda f: f.seq)
+        while frontier:
+            reached = set().union(*[link_flows[link] for link in frontier if link in link_flows])
+            reached -= found
+            if not reached:
+                break
+            found |= reached
+            frontier = set(chain.from_iterable(flow.path for flow in reached))
+            frontier -= seen_links
+            seen_links |= frontier
+        return sorted(found, key=attrgetter("seq"))
 
     def _resolve(self, component: list[_Flow]) -> None:
         """New max-min rates for ``component``; only flows whose rate changes are brought up to date."""

@@ -109,6 +109,27 @@ def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width:
     return written
 
 
+def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, scale: float) -> pd.DataFrame:
+    """Draw one rank's idle time, merged actions and communication in row ``row``; returns the actions."""
+    work = compute_stream_work(rank_ops, rank)
+    actions = pipeline_actions(work)
+    classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
+    idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
+    _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
+    for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
+        chosen = actions[classes == kind] if len(actions) else actions
+        _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), MAIN_LANE, scale, 2)
+    others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
+    on_compute = (others["stream"] == "compute").to_numpy()
+    other_class = _bar_class(others["category"]).to_numpy()
+    for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
+        on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
+        for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
+            chosen = others[(other_class == kind) & mask]
+            _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, scale, z)
+    return actions
+
+
 def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ranks=None,
                  max_rows: int = 64) -> Figure:
     """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or ranks, bars are merged
@@ -131,23 +152,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ra
     by_rank = dict(tuple(ops.groupby("rank", sort=False)))
     empty = ops.iloc[:0]
     for row, rank in enumerate(rows):
-        rank_ops = by_rank.get(rank, empty)
-        work = compute_stream_work(rank_ops, rank)
-        actions = pipeline_actions(work)
-        classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
-        idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
-        _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
-        for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
-            chosen = actions[classes == kind] if len(actions) else actions
-            _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), MAIN_LANE, scale, 2)
-        on_compute = rank_ops["stream"] == "compute"
-        others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
-        other_class = _bar_class(others["category"])
-        for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
-            on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
-            for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
-                chosen = others[(other_class == kind) & mask.loc[others.index]]
-                _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, scale, z)
+        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, window, scale)
         labels_left -= _label_actions(ax, row, actions, scale, min_label_width, labels_left)
 
     ax.set_yticks(range(len(rows)), labels)

@@ -42,11 +42,20 @@ def stage_memory(loaded: LoadedScenario, step: TrainingStep,
         elif dp_ways > 1:
             buffers = memory.zero3_gather_buffer_bytes(model, layout.tp, param_bytes=plan.sharding.param_bytes)
         breakdown = memory.rank_memory(
-            model, shard, layers=layers, in_flight=in_flight, recompute=training.recompute, sharding=sharding,
+            model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
+            sharding=sharding,
             precision=training.precision, optimizer=training.optimizer, first_stage=0 in vstages,
             last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers)
         result.append((breakdown, in_flight))
     return result
+
+
+def stored_activations(training) -> str:
+    """The recompute mode whose activation accounting applies: flash attention keeps no score matrix for the
+    backward, which saves exactly what selective recompute saves."""
+    if training.attention == "flash" and training.recompute == "none":
+        return "selective"
+    return training.recompute
 
 
 def memory_bound_share(step: TrainingStep) -> float:

@@ -1,0 +1,271 @@
+"""The `trainsim` command line: outputs of `run`, determinism, `validate`, `topo describe`, `collective --json`,
+deadlock reporting, and the one-line, status-2 answer to every kind of user mistake (with no files written).
+
+Expected figures: DGX H100 = 8 GPUs per host, NDR NIC 400 Gb/s = 50 GB/s per direction (vendor datasheets).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
+OUTPUTS = {"summary.json", "timeline.parquet", "trace.json"}
+ERROR_LINE = re.compile(r"^error: (?P<where>[^:]+(?::\d+)?): (?P<rest>.+)$")
+
+
+def trainsim(*args: str, cwd: Path = REPO, timeout: float = 60, env: dict | None = None):
+    """Run the real console entry point in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def snapshot(folder: Path) -> dict[str, bytes] | None:
+    """Every file under ``folder`` with its bytes; None when the folder does not exist."""
+    if not folder.exists():
+        return None
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+# --------------------------------------------------------------------------------------------------- run
+
+@pytest.fixture(scope="module")
+def run_outputs(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run") / "out"
+    completed = trainsim("run", str(SCENARIO), "--out", str(out), env={"PYTHONHASHSEED": "1"})
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stderr == ""
+    return out
+
+
+def test_run_writes_the_three_outputs(run_outputs):
+    assert {path.name for path in run_outputs.iterdir()} == OUTPUTS
+    summary = json.loads((run_outputs / "summary.json").read_text())
+    assert (summary["topology"], summary["gpus"]) == ("dgx-h100-cluster", 16)
+    assert [row["name"] for row in summary["collectives"]] == ["dp-allreduce", "tp-node0", "tp-node1", "p2p"]
+    timeline = pd.read_parquet(run_outputs / "timeline.parquet")
+    assert summary["makespan_s"] == pytest.approx(timeline["end_s"].max(), rel=1e-12)
+    assert set(timeline["rank"]) == set(range(16))
+
+
+def test_trace_has_a_process_per_host_and_a_thread_per_gpu_stream(run_outputs):
+    trace = json.loads((run_outputs / "trace.json").read_text())
+    events = trace["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    assert processes == {0: "host 0", 1: "host 1"}
+    threads = {e["args"]["name"]: e["pid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    timeline = pd.read_parquet(run_outputs / "timeline.parquet")
+    expected = {f"GPU {rank} {stream}": rank // 8 for rank, stream in
+                timeline[["rank", "stream"]].drop_duplicates().itertuples(index=False)}
+    assert threads == expected
+    assert {"GPU 0 p2p", "GPU 8 p2p", "GPU 15 comm"} <= set(threads)
+    spans = [e for e in events if e.get("ph") == "X"]
+    assert len(spans) == len(timeline)
+
+
+def test_same_scenario_gives_identical_outputs(run_outputs, tmp_path):
+    """A second run (another process, another hash seed) and a third (in-process) write the same bytes."""
+    again = tmp_path / "again"
+    completed = trainsim("run", str(SCENARIO), "--out", str(again), env={"PYTHONHASHSEED": "2"})
+    assert completed.returncode == 0, completed.stderr
+    assert main(["run", str(SCENARIO), "--out", str(tmp_path / "third")]) == 0
+    first = pd.read_parquet(run_outputs / "timeline.parquet")
+    for other in (again, tmp_path / "third"):
+        pd.testing.assert_frame_equal(first, pd.read_parquet(other / "timeline.parquet"), check_exact=True)
+        assert snapshot(other) == snapshot(run_outputs)
+
+
+def test_run_into_existing_folder_twice_is_identical(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(SCENARIO), "--out", str(out)]) == 0
+    before = snapshot(out)
+    assert main(["run", str(SCENARIO), "--out", str(out)]) == 0
+    assert snapshot(out) == before
+    assert "makespan" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------- validate, topo, collective
+
+def test_validate_ok(capsys):
+    assert main(["validate", str(SCENARIO)]) == 0
+    assert capsys.readouterr().out.strip().endswith("valid (16 GPUs on dgx-h100-cluster)")
+
+
+def test_topo_describe_cluster(capsys):
+    assert main(["topo", "describe", "dgx-h100-cluster"]) == 0
+    text = capsys.readouterr().out
+    assert "16 GPUs (h100-sxm) on 2 hosts, 8 GPUs per host, 8 rail(s)" in text
+    assert re.search(r"infiniband\s+16 x\s+50 GB/s", text)
+
+
+def test_topo_describe_with_override(capsys):
+    assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4"]) == 0
+    assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out
+
+
+def test_collective_json_keys(capsys):
+    assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB,4MiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["bytes"] for row in rows] == [2**20, 4 * 2**20]
+    for row in rows:
+        assert set(row) == {"op", "algorithm", "ranks", "bytes", "time_s", "algbw_GBps", "busbw_GBps"}
+        assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9, rel=1e-12)
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 7 / 8, rel=1e-12)
+
+
+def test_collective_table(capsys):
+    assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB:4MiB"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "# all_reduce algorithm=auto ranks=8"
+    assert len(lines) == 2 + 3
+
+
+# ----------------------------------------------------------------------------------------------------- deadlock
+
+DEADLOCKED_TABLE = "F0,BW0,F1,BW1\nF1,BW1,F0,BW0\n"
+DEADLOCKED_SCENARIO = """\
+cluster: {{topology: dgx-h100}}
+model:
+  synthetic: {{stages: 2, forward: 1 ms, backward: 2 ms, p2p_bytes: 16 MiB}}
+training: {{microbatches: 2}}
+parallelism:
+  tp: 4
+  pp: 2
+  pipeline: {{schedule: custom, table: {table}}}
+"""
+
+
+def test_deadlocked_run_exits_1_naming_op_and_missing_ranks(tmp_path):
+    """Stage 0 runs micro-batch 0 first and stage 1 micro-batch 1 first: each waits for the other's P2P."""
+    (tmp_path / "table.csv").write_text(DEADLOCKED_TABLE)
+    scenario = tmp_path / "dead.yaml"
+    scenario.write_text(DEADLOCKED_SCENARIO.format(table=tmp_path / "table.csv"))
+    completed = trainsim("run", str(scenario), "--out", str(tmp_path / "out"), timeout=60)
+    assert completed.returncode == 1
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+    assert completed.stderr.startswith("simulation error: deadlock: ")
+    assert re.search(r"collective 'recv fwd mb1' \(send_recv, key [^)]*\) waits for ranks \[0\]", completed.stderr)
+    assert re.search(r"collective 'recv bwd mb0' \(send_recv, key [^)]*\) waits for ranks \[4\]", completed.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------------------------- bad input
+
+GOOD_WORKLOAD = "workload:\n  - {op: all_reduce, bytes: 1 GiB}\n"
+BAD_INPUTS = {
+    # name: (files to write, expected location, field, words in the problem, words in "allowed" or None)
+    "yaml-syntax": ({"s.yaml": "cluster: {topology: dgx-h100\n" + GOOD_WORKLOAD},
+                    "s.yaml:2", None, "YAML syntax error", None),
+    "unknown-section": ({"s.yaml": "cluster: {topology: dgx-h100}\nnetwrok: {model: flow}\n" + GOOD_WORKLOAD},
+                        "s.yaml:2", "netwrok", "unknown key 'netwrok'", "network"),
+    "unknown-item-key": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytse: 1 GiB}\n"},
+                         "s.yaml:3", "workload[0].bytse", "unknown key 'bytse'", "bytes"),
+    "wrong-type": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB, "
+                              "repeat: many}\n"}, "s.yaml:3", "workload[0].repeat", "integer", None),
+    "bad-choice": ({"s.yaml": "cluster: {topology: dgx-h100}\nnetwork:\n  model: packet\n" + GOOD_WORKLOAD},
+                   "s.yaml:3", "network.model", "'packet' is not a valid choice", "analytic"),
+    "bare-number": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - op: all_reduce\n    bytes: 1024\n"},
+                    "s.yaml:4", "workload[0].bytes", "has no unit", "GiB"),
+    "unknown-unit": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB/s}\n"},
+                     "s.yaml:3", "workload[0].bytes", "unknown size unit", "MiB"),
+    "zero-bandwidth": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvlink_bandwidth: 0 GB/s\n",
+                        "s.yaml": "cluster: {topology: TMP/t.yaml}\n" + GOOD_WORKLOAD},
+                       "t.yaml:3", "nvlink_bandwidth", "must be positive", "a positive value"),
+    "negative-bandwidth": ({"t.yaml": "kind: cluster\nnodes: 2\nnic_bandwidth: -400 Gb/s\n",
+                            "s.yaml": "cluster: {topology: TMP/t.yaml}\n" + GOOD_WORKLOAD},
+                           "t.yaml:3", "nic_bandwidth", "must be positive", "a positive value"),
+    "bad-override": ({"s.yaml": "cluster: {topology: dgx-h100-cluster, nodes: 0}\n" + GOOD_WORKLOAD},
+                     "s.yaml:1", "cluster.nodes", "must be positive", "a positive value"),
+    "missing-gpus": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - op: all_reduce\n    bytes: 1 GiB\n"
+                               "    group: [0, 3, 9]\n"}, "s.yaml:5", "workload[0].group", "[9] do not exist", "0..7"),
+    "missing-range": ({"s.yaml": "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB, "
+                                 "group: 4-11}\n"}, "s.yaml:3", "workload[0].group", "do not exist", "0..7"),
+    "unknown-topology": ({"s.yaml": "cluster: {topology: dgx-h900}\n" + GOOD_WORKLOAD},
+                         "s.yaml:1", "cluster.topology", "unknown topology 'dgx-h900'", "dgx-h100"),
+}
+
+
+def write_case(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text.replace("TMP/", f"{tmp_path}/"))
+    return tmp_path / "s.yaml"
+
+
+def assert_one_error_line(stderr: str, where: str | None, field: str | None, problem: str, allowed: str | None):
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and stderr.endswith("\n"), stderr
+    match = ERROR_LINE.match(lines[0])
+    assert match, lines[0]
+    if where is not None:
+        assert match["where"].endswith(where), lines[0]
+    rest = match["rest"]
+    if field is not None:
+        assert rest.startswith(f"{field}: "), lines[0]
+    assert problem in rest, lines[0]
+    if allowed is not None:
+        assert re.search(r" \(allowed: [^)]*" + re.escape(allowed), rest), lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_bad_input_is_one_line_status_2_and_writes_nothing(case, command, tmp_path, capsys):
+    files, where, field, problem, allowed = BAD_INPUTS[case]
+    scenario = write_case(tmp_path, files)
+    out = tmp_path / "out"
+    args = [command, str(scenario)] + (["--out", str(out)] if command == "run" else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_one_error_line(captured.err, where, field, problem, allowed)
+    assert not out.exists()
+
+
+def test_bad_input_leaves_an_existing_out_folder_unchanged(tmp_path, capsys):
+    files, where, field, problem, allowed = BAD_INPUTS["missing-gpus"]
+    scenario = write_case(tmp_path, files)
+    out = tmp_path / "out"
+    assert main(["run", str(SCENARIO), "--out", str(out)]) == 0
+    before = snapshot(out)
+    capsys.readouterr()
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    assert_one_error_line(capsys.readouterr().err, where, field, problem, allowed)
+    assert snapshot(out) == before
+
+
+def test_bad_input_through_the_console_script(tmp_path):
+    """The installed entry point, in its own process: status 2, one line, no traceback, no files."""
+    scenario = write_case(tmp_path, BAD_INPUTS["bare-number"][0])
+    completed = trainsim("run", str(scenario), "--out", str(tmp_path / "out"))
+    assert completed.returncode == 2 and completed.stdout == ""
+    assert_one_error_line(completed.stderr, *BAD_INPUTS["bare-number"][1:])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, field, problem, allowed", [
+    (["--ranks", "9"], "--ranks", "9 ranks do not fit dgx-h100 (8 GPUs)", "2..8"),
+    (["--sizes", "1024"], None, "has no unit", "MiB"),
+    (["--efficiency", "perfect"], "--efficiency", "unknown efficiency profile 'perfect'", "calibrated, ideal"),
+    (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
+])
+def test_collective_bad_arguments(args, field, problem, allowed, capsys):
+    assert main(["collective", "--topology", "dgx-h100", "--json", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_one_error_line(captured.err, None, field, problem, allowed)
+
+
+def test_topo_describe_bad_file(tmp_path, capsys):
+    (tmp_path / "t.yaml").write_text("kind: cluster\nnodes: 2\nnic_bandwidth: 400\n")
+    assert main(["topo", "describe", str(tmp_path / "t.yaml")]) == 2
+    assert_one_error_line(capsys.readouterr().err, "t.yaml:3", "nic_bandwidth", "has no unit", "Gb/s")

@@ -1,0 +1,173 @@
+"""Communication-only scenarios end to end (YAML -> simulate): seed test vectors, calibration, contention, deadlock.
+
+Reference figures (copied here; the source is the project's reference set, hardware.md and published-results.md):
+- [seed 000, Q1] 7e9 FP16 gradients = 14e9 B, ring all-reduce over N = 8: each GPU moves 2(N-1)/N x 14 GB = 24.5 GB;
+  ~1.96 s at 12.5 GB/s (100 GbE), ~54 ms at 450 GB/s (NVLink, per direction).
+- [seed 003] Llama-3.1-8B BF16 gradients 16.06e9 B, 8-GPU ring: 2 x 7/8 x 16.06 GB; ~0.06 s on NVLink 450 GB/s,
+  ~0.56 s at 400 Gb/s (50 GB/s).
+- nccl-tests #149: 8x A100 SXM all_reduce busbw ~230 GB/s at >= 8 GB; nccl-tests #290: one NDR 400 Gb/s NIC
+  achieves 46-48 GB/s.
+- [seed 000, Q5] TP = 16 across two 8-GPU nodes over InfiniBand is slower than TP = 8 inside one node; the seed's
+  analysis assumes ring algorithms.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simulator.cli import main
+from simulator.collectives.sweep import collective_sweep
+from simulator.config.loader import scenario_from_text
+from simulator.errors import SimulationError
+from simulator.simulation import NetworkSettings, run_ops, simulate
+from simulator.topology.loader import load_topology
+from simulator.units import parse_size_range
+from simulator.workload.ops import CollectiveOp
+
+NVLINK_H100 = 450e9      # B/s per direction (H100 datasheet)
+ETHERNET_100G = 12.5e9   # B/s per direction (100 GbE)
+NDR_NIC = 50e9           # B/s per direction (NDR 400 Gb/s)
+
+EIGHT_HOSTS_400G = """\
+name: eight-hosts-400g
+description: eight single-GPU hosts, one 400 Gb/s NIC each, one switch
+kind: cluster
+nodes: 8
+node: {kind: nvswitch_node, gpus: 1}
+nics_per_node: 1
+nic_bandwidth: 400 Gb/s
+"""
+
+
+def collective_times(text: str) -> dict[str, float]:
+    """Simulate a scenario given as YAML text; time of each workload item by name."""
+    result = simulate(scenario_from_text(text, "scenario.yaml"))
+    return {row["name"]: row["time_s"] for row in result.summary["collectives"]}
+
+
+def ring_all_reduce_time(nbytes: float, ranks: int, bandwidth: float) -> float:
+    """Bandwidth term of a ring all-reduce: 2(p-1)/p n / B."""
+    return 2 * (ranks - 1) / ranks * nbytes / bandwidth
+
+
+def one_all_reduce(topology: str, nbytes: str, group: str = "all") -> str:
+    return (f"cluster: {{topology: {topology}}}\nnetwork: {{efficiency: ideal}}\n"
+            f"workload:\n  - {{name: ar, op: all_reduce, bytes: {nbytes}, group: {group}}}\n")
+
+
+# ------------------------------------------------------------------------------------------- seed test vectors
+
+@pytest.mark.parametrize("topology, bandwidth, published", [("ethernet-100g", ETHERNET_100G, 1.96),
+                                                             ("dgx-h100", NVLINK_H100, 0.054)])
+def test_seed000_q1_gradient_all_reduce(topology, bandwidth, published):
+    time_s = collective_times(one_all_reduce(topology, "14e9 B"))["ar"]
+    assert time_s == pytest.approx(ring_all_reduce_time(14e9, 8, bandwidth), rel=0.02)
+    assert time_s == pytest.approx(published, rel=0.02)
+
+
+def test_seed003_llama8b_dp_all_reduce_nvlink():
+    time_s = collective_times(one_all_reduce("dgx-h100", "16.06e9 B", "0-7"))["ar"]
+    assert time_s == pytest.approx(ring_all_reduce_time(16.06e9, 8, NVLINK_H100), rel=0.05)
+    assert time_s == pytest.approx(0.06, rel=0.05)
+
+
+def test_seed003_llama8b_dp_all_reduce_400g(tmp_path):
+    (tmp_path / "hosts.yaml").write_text(EIGHT_HOSTS_400G)
+    time_s = collective_times(one_all_reduce(str(tmp_path / "hosts.yaml"), "16.06e9 B"))["ar"]
+    assert time_s == pytest.approx(ring_all_reduce_time(16.06e9, 8, NDR_NIC), rel=0.05)
+    assert time_s == pytest.approx(0.56, rel=0.05)
+
+
+# ------------------------------------------------------------------------------------------------- calibration
+
+def run_collective_cli(capsys, *args: str) -> list[dict]:
+    assert main(["collective", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_calibrated_a100_all_reduce_busbw(capsys):
+    [row] = run_collective_cli(capsys, "--topology", "dgx-a100", "--op", "all_reduce", "--algorithm", "ring",
+                               "--sizes", "8GiB")
+    assert row["busbw_GBps"] == pytest.approx(230, rel=0.05)
+
+
+def test_calibrated_ndr_nic_send_recv(capsys):
+    # GPUs 0 and 8 sit on two DGX H100 nodes: the transfer crosses one NDR NIC each way.
+    rows = run_collective_cli(capsys, "--topology", "dgx-h100-cluster", "--op", "send_recv", "--ranks", "9",
+                              "--sizes", "1GiB,4GiB")
+    assert all(46 <= row["algbw_GBps"] <= 48 for row in rows), rows
+
+
+# ------------------------------------------------------------------------------------- seed 000 Q5: TP 16 vs 8
+
+Q5_SIZES = parse_size_range("1MB:64MB") + [67e6]
+
+
+def all_reduce_times(topology: str, ranks: int, algorithm: str) -> list[float]:
+    rows = collective_sweep(topology, {}, op="all_reduce", algorithm=algorithm, ranks=ranks, sizes=Q5_SIZES)
+    return [row["time_s"] for row in rows]
+
+
+def test_seed000_q5_cross_node_all_reduce_slower_at_every_size():
+    inside = all_reduce_times("dgx-h100", 8, "auto")
+    across = all_reduce_times("dgx-h100-cluster", 16, "auto")
+    assert len(inside) == len(across) == 8
+    assert all(a > 1.1 * i for a, i in zip(across, inside)), list(zip(Q5_SIZES, across, inside))
+
+
+def test_seed000_q5_ring_across_nodes_at_1mb_at_least_3x():
+    inside = collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="ring", ranks=8, sizes=[1e6])
+    across = collective_sweep("dgx-h100-cluster", {}, op="all_reduce", algorithm="ring", ranks=16, sizes=[1e6])
+    assert across[0]["time_s"] >= 3 * inside[0]["time_s"]
+
+
+# -------------------------------------------------------------------------------------------------- contention
+
+TWO_NODES = "cluster: {topology: dgx-h100-cluster, nodes: 2}\nnetwork: {efficiency: ideal}\nworkload:\n"
+SEND_0_TO_8 = "  - {name: a, op: send_recv, bytes: 1 GiB, src: 0, dst: 8, stream: a}\n"
+SEND_0_TO_9 = "  - {name: b, op: send_recv, bytes: 1 GiB, src: 0, dst: 9, stream: b}\n"
+ALL_REDUCE_16 = "  - {name: ar, op: all_reduce, bytes: 1 GiB, group: all, stream: comm}\n"
+
+
+def test_two_transfers_on_one_nic_each_get_half():
+    alone = collective_times(TWO_NODES + SEND_0_TO_8)["a"]
+    both = collective_times(TWO_NODES + SEND_0_TO_8 + SEND_0_TO_9)
+    # GPU 0's NIC (50 GB/s) is the bottleneck of both: sharing it adds exactly n / (B/2) - n / B = n / B.
+    assert alone == pytest.approx(2**30 / NDR_NIC, rel=1e-3)
+    for name in ("a", "b"):
+        assert both[name] == pytest.approx(alone + 2**30 / NDR_NIC, rel=1e-4)
+
+
+def test_same_stream_transfers_do_not_contend():
+    both = collective_times(TWO_NODES + SEND_0_TO_8 + SEND_0_TO_9.replace("stream: b", "stream: a"))
+    assert both["b"] == pytest.approx(both["a"], rel=1e-3)
+    assert both["a"] == pytest.approx(2**30 / NDR_NIC, rel=1e-3)
+
+
+def test_all_reduce_and_transfer_on_different_streams_slow_each_other():
+    all_reduce_alone = collective_times(TWO_NODES + ALL_REDUCE_16)["ar"]
+    transfer_alone = collective_times(TWO_NODES + SEND_0_TO_8.replace("stream: a", "stream: p2p"))["a"]
+    both = collective_times(TWO_NODES + ALL_REDUCE_16 + SEND_0_TO_8.replace("stream: a", "stream: p2p"))
+    assert both["ar"] > 1.5 * all_reduce_alone
+    assert both["a"] > 1.1 * transfer_alone
+
+
+# ---------------------------------------------------------------------------------------------------- deadlock
+
+def test_cross_ordered_collectives_deadlock_with_a_report():
+    """GPU 0 runs X then Y, GPU 1 runs Y then X on one stream: neither can complete; the engine says which."""
+    topology = load_topology("dgx-h100")
+
+    def op(op_id: int, rank: int, key: str) -> CollectiveOp:
+        return CollectiveOp(id=op_id, rank=rank, stream="comm", name=key, op="all_reduce", group=(0, 1),
+                            nbytes=2**20, key=key)
+
+    ops = [op(0, 0, "X"), op(1, 0, "Y"), op(2, 1, "Y"), op(3, 1, "X")]
+    with pytest.raises(SimulationError) as caught:
+        run_ops(topology, ops, NetworkSettings())
+    message = str(caught.value)
+    assert "deadlock" in message
+    assert "'X'" in message and "waits for ranks [1]" in message
+    assert "'Y'" in message and "waits for ranks [0]" in message
