@@ -14,6 +14,8 @@ import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan
+from simulator.collectives.phases import CollectiveRequest
+from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.collectives.registry import plan_collective
 from simulator.config.loader import LoadedScenario
 from simulator.engine.engine import Engine, EngineResult
@@ -28,7 +30,7 @@ from simulator.network.model import Network
 from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
 from simulator.workload.comm_program import build_comm_program
-from simulator.workload.ops import Op
+from simulator.workload.ops import CollectiveOp, Op
 
 
 @dataclass
@@ -73,10 +75,18 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
+
+    def planner(request, algorithm):
+        return plan_collective(request, topology, algorithm)
+
+    links_of = plan_links(topology, planner, settings)
+    prune_mirrors(ops, links_of)
+    mark_private(ops, links_of, async_streams)
     engine = Engine(
         env,
-        planner=lambda request, algorithm: plan_collective(request, topology, algorithm),
+        planner=planner,
         run_plan=lambda env_, phases, key: run_plan(env_, network, topology, phases, key),
+        isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
         default_algorithm=settings.algorithm,
         chunk_bytes=settings.chunk_bytes,
@@ -84,6 +94,35 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
         async_streams=async_streams,
     )
     return engine.run(ops), network
+
+
+def plan_links(topology: Topology, planner, settings: NetworkSettings):
+    """(op, group) -> the set of directed links the op's plan over ``group`` uses, cached per request shape."""
+    cache: dict[tuple, frozenset[int]] = {}
+
+    def links_of(op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
+        algorithm = op.algorithm if op.algorithm != "auto" else settings.algorithm
+        key = (op.op, group, op.root, algorithm)
+        links = cache.get(key)
+        if links is None:
+            request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
+                                        chunk_bytes=settings.chunk_bytes, channels=settings.channels)
+            links = cache[key] = frozenset(link for phase in planner(request, algorithm)
+                                           for t in phase.transfers for link in topology.path(t.src, t.dst, t.channel))
+        return links
+
+    return links_of
+
+
+def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, list[tuple]]:
+    """Run a plan on an otherwise idle network: its duration and its flow rows (src, dst, start, end, bytes)."""
+    env = simpy.Environment()
+    log = EventLog()
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
+    env.process(run_plan(env, network, topology, phases, ""))
+    env.run()
+    c = log.columns
+    return env.now, list(zip(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"]))
 
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:

@@ -117,10 +117,13 @@ def test_seed000_q5_cross_node_all_reduce_slower_at_every_size():
     assert all(a > 1.1 * i for a, i in zip(across, inside)), list(zip(Q5_SIZES, across, inside))
 
 
-def test_seed000_q5_ring_across_nodes_at_1mb_at_least_3x():
+def test_seed000_q5_ring_across_nodes_at_1mb_at_least_2x():
+    """At 1 MB a ring is latency-bound. NCCL's ring latency (tuning.cc: base 8.4 us, 3.4 us per NVLink step, 14 us
+    per network step, 2(nNodes-1) network steps) is 8.4 + 28 x 3.4 + 2 x 14 = 131.6 us over 16 GPUs on two nodes
+    against 8.4 + 14 x 3.4 = 56 us over 8 GPUs in one: a ratio of 2.35, so crossing nodes costs at least 2x."""
     inside = collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="ring", ranks=8, sizes=[1e6])
     across = collective_sweep("dgx-h100-cluster", {}, op="all_reduce", algorithm="ring", ranks=16, sizes=[1e6])
-    assert across[0]["time_s"] >= 3 * inside[0]["time_s"]
+    assert across[0]["time_s"] >= 2 * inside[0]["time_s"]
 
 
 # -------------------------------------------------------------------------------------------------- contention

@@ -22,7 +22,7 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     items = []
     for t in phase.transfers:
         path = topology.path(t.src, t.dst, t.channel)
-        latency = float(topology.link_latency[list(path)].sum()) if path else 0.0
+        latency = topology.path_latency(t.src, t.dst, t.channel)
         items.append((path, t.nbytes * repeat, latency * repeat, t.src, t.dst))
     return items
 

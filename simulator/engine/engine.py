@@ -47,7 +47,7 @@ class Engine:
 
     def __init__(self, env: simpy.Environment, planner: Planner, run_plan: Callable, log: EventLog,
                  default_algorithm: str = "auto", chunk_bytes: float | None = None, channels: int | None = None,
-                 async_streams: frozenset[str] = frozenset()):
+                 async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
         self.env = env
         self.planner = planner
         self.run_plan = run_plan
@@ -56,6 +56,8 @@ class Engine:
         self.chunk_bytes = chunk_bytes
         self.channels = channels
         self.async_streams = async_streams
+        self.isolated = isolated
+        self._isolated_runs: dict[tuple, tuple[float, list[tuple]]] = {}
         self._done: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._pending: dict[tuple[int, str], Op] = {}
@@ -128,10 +130,14 @@ class Engine:
             self.env.process(self._collective(meeting))
         return meeting.done
 
+    def _plan_key(self, op: CollectiveOp, group: tuple[int, ...]) -> tuple:
+        algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
+        return (op.op, group, op.nbytes, op.root, algorithm)
+
     def _plan(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
         """The phases of ``op`` over ``group``, planned once per distinct request."""
-        algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-        cache_key = (op.op, group, op.nbytes, op.root, algorithm)
+        cache_key = self._plan_key(op, group)
+        algorithm = cache_key[-1]
         phases = self._plans.get(cache_key)
         if phases is None:
             request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
@@ -144,7 +150,9 @@ class Engine:
         which share the fabric with it), all at once."""
         op = meeting.template
         start = self.env.now
-        if op.mirrors:
+        if op.private and self.isolated is not None:
+            yield from self._replay(op)
+        elif op.mirrors:
             runs = [self.env.process(self.run_plan(self.env, self._plan(op, group), op.key))
                     for group in (op.group, *op.mirrors)]
             yield self.env.all_of(runs)
@@ -154,6 +162,21 @@ class Engine:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
                             nbytes=op.nbytes, key=op.key, microbatch=op.microbatch)
         meeting.done.succeed()
+
+    def _replay(self, op: CollectiveOp):
+        """A private collective: time its plan once on an idle network, then replay that run's duration and
+        flow rows (shifted to now) for every identical instance."""
+        key = self._plan_key(op, op.group)
+        run = self._isolated_runs.get(key)
+        if run is None:
+            run = self._isolated_runs[key] = self.isolated(self._plan(op, op.group))
+        duration, flows = run
+        start = self.env.now
+        if duration > 0:
+            yield self.env.timeout(duration)
+        for src, dst, begin, end, nbytes in flows:
+            self.log.record("flow", src, "net", op.key, start + begin, start + end, nbytes=nbytes, src=src, dst=dst,
+                            key=op.key)
 
     def _deadlock_report(self) -> str:
         lines = []

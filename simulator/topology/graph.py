@@ -56,6 +56,7 @@ class Topology:
     link_latency: np.ndarray = field(init=False, repr=False)
     link_class: list[str] = field(init=False, repr=False)
     _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
+    _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.link_ends = sorted(self.graph.edges())
@@ -91,7 +92,11 @@ class Topology:
 
     def path_latency(self, src: int, dst: int, channel: int = 0) -> float:
         """Sum of link latencies along the route from ``src`` to ``dst``."""
-        return float(sum(self.link_latency[i] for i in self.path(src, dst, channel)))
+        key = (src, dst, channel)
+        latency = self._latencies.get(key)
+        if latency is None:
+            latency = self._latencies[key] = float(sum(self.link_latency[i] for i in self.path(src, dst, channel)))
+        return latency
 
     def _route_nodes(self, src: int, dst: int, channel: int) -> list[str]:
         if src == dst:

@@ -1,0 +1,60 @@
+"""Which collectives can meet on a link: prune folded mirrors that never share a link with simulated traffic,
+and mark collectives whose links nothing else uses, so the engine can time them once and replay them.
+
+Both are exact under the flow model: a flow's rate depends only on the flows it shares links with, so a mirror
+whose links (and those of everything it touches) are disjoint from the simulated ranks' traffic cannot change
+any simulated time, and a collective alone on its links always takes the same time.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from simulator.workload.ops import CollectiveOp, Op
+
+LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
+"""(op, group) -> the directed links its plan over ``group`` uses."""
+
+
+def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
+    """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
+    collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    reached: set[int] = set()
+    for op in collectives:
+        reached |= links_of(op, op.group)
+    candidates = {(op.op, op.algorithm, op.root, mirror): (op, mirror)
+                  for op in collectives for mirror in op.mirrors}
+    mirror_links = {key: links_of(op, mirror) for key, (op, mirror) in candidates.items()}
+    kept: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for key, links in mirror_links.items():
+            if key not in kept and not links.isdisjoint(reached):
+                kept.add(key)
+                reached |= links
+                changed = True
+    for op in collectives:
+        if op.mirrors:
+            op.mirrors = tuple(m for m in op.mirrors if (op.op, op.algorithm, op.root, m) in kept)
+
+
+def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
+    """Mark collectives whose links no other group's traffic uses and whose instances never overlap (every
+    member issues them from one in-order stream), so each one runs alone on its links."""
+    collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    streams: dict[tuple[int, ...], set[tuple[int, str]]] = {}
+    group_links: dict[tuple[int, ...], frozenset[int]] = {}
+    link_groups: dict[int, set[tuple[int, ...]]] = {}
+    for op in collectives:
+        streams.setdefault(op.group, set()).add((op.rank, op.stream))
+        for group in (op.group, *op.mirrors):
+            if group not in group_links:
+                group_links[group] = links_of(op, group)
+                for link in group_links[group]:
+                    link_groups.setdefault(link, set()).add(group)
+    for op in collectives:
+        names = {stream for _, stream in streams[op.group]}
+        if op.mirrors or len(names) != 1 or names & async_streams:
+            continue
+        op.private = all(link_groups[link] == {op.group} for link in group_links[op.group])
