@@ -23,10 +23,16 @@ class Transfer:
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """Transfers that run concurrently, ``repeat`` times back to back."""
+    """Transfers that run concurrently, ``repeat`` times back to back.
+
+    ``pipelined`` marks ring steps, where a chunk moves on as soon as it arrives, hop after hop: over the
+    ``repeat`` steps it crosses successive hops of the ring, so each transfer pays ``repeat`` times the mean
+    path latency of the phase (NCCL's ring latency model) rather than its own hop's latency every step.
+    """
 
     transfers: tuple[Transfer, ...]
     repeat: int = 1
+    pipelined: bool = False
 
 
 @dataclass(frozen=True, slots=True)

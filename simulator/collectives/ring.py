@@ -64,7 +64,7 @@ def ring_phase(rings: list[list[int]], nbytes_per_step: float, steps: int,
     channels = channels or list(range(len(rings)))
     transfers = tuple(Transfer(ring[i], ring[(i + 1) % len(ring)], nbytes_per_step, channel)
                       for channel, ring in zip(channels, rings) for i in range(len(ring)))
-    return Phase(transfers, repeat=steps)
+    return Phase(transfers, repeat=steps, pipelined=True)
 
 
 def chain_phases(order: list[int], nbytes: float, chunk_bytes: float | None, channel: int, *,

@@ -53,8 +53,11 @@ def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]
                 group_links[group] = links_of(op, group)
                 for link in group_links[group]:
                     link_groups.setdefault(link, set()).add(group)
+    private: dict[tuple[int, ...], bool] = {}
     for op in collectives:
-        names = {stream for _, stream in streams[op.group]}
-        if op.mirrors or len(names) != 1 or names & async_streams:
-            continue
-        op.private = all(link_groups[link] == {op.group} for link in group_links[op.group])
+        verdict = private.get(op.group)
+        if verdict is None:
+            names = {stream for _, stream in streams[op.group]}
+            alone = all(len(link_groups[link]) == 1 for link in group_links[op.group])
+            verdict = private[op.group] = alone and len(names) == 1 and not names & async_streams
+        op.private = verdict and not op.mirrors
