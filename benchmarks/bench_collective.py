@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         result, network = run_ops(topology, ops, settings)
         best_s = min(best_s, time.perf_counter() - start)
-    flows = int(network.flows_simulated)
+    flows = int(network.flows_simulated + result.replayed_flows)
     algbw = nbytes / result.makespan_s / 1e9
     print(f"cluster          dgx-h100-cluster, {args.nodes} nodes, {topology.num_gpus} GPUs "
           f"(built in {build_s:.2f} s)")

@@ -189,7 +189,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
                                memory=memory, memory_bound_share=memory_bound_share(step))
     summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
                    layout=layout_summary(step), ops_executed=result.ops_executed,
-                   flows_simulated=int(network.flows_simulated), seed=loaded.scenario.run.seed,
+                   flows_simulated=int(network.flows_simulated + result.replayed_flows), seed=loaded.scenario.run.seed,
                    folded=loaded.scenario.run.fold, simulated_ranks=len(builder.representatives()))
     return Result(summary, frame, topology)
 
@@ -210,7 +210,7 @@ def simulate(loaded: LoadedScenario) -> Result:
         "makespan_s": result.makespan_s,
         "collectives": collective_table(frame, ops),
         "ops_executed": result.ops_executed,
-        "flows_simulated": int(network.flows_simulated),
+        "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,
     }
     return Result(summary, frame, topology)

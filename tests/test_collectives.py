@@ -1,6 +1,6 @@
 """Collective algorithms against their alpha-beta closed forms (Thakur, Rabenseifner, Gropp 2005; NCCL's
-double binary tree; the two-level all-reduce of tests/data/published-results.md section 5), flow mode,
-efficiency 1, on small hand-built topologies."""
+double binary tree; the two-level all-reduce of the reference set's published-results.md section 5), flow
+mode, efficiency 1, on small hand-built topologies."""
 
 from __future__ import annotations
 

@@ -38,6 +38,9 @@ Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
 Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 OptionalSize = Annotated[Union[float, None], BeforeValidator(_optional_size)]
 
+MAX_MICROBATCHES = 100_000
+"""More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
+
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
 
 
@@ -98,7 +101,7 @@ class CollectiveItem(Section):
     algorithm: str | None = None
     stream: str = "comm"
     after: list[str] = []
-    repeat: int = Field(default=1, ge=1)
+    repeat: int = Field(default=1, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _send_recv_endpoints(self) -> "CollectiveItem":
@@ -150,7 +153,7 @@ class TrainingConfig(Section):
     seq_len: int = Field(default=2048, ge=1)
     global_batch: int | None = Field(default=None, ge=1)
     micro_batch: int = Field(default=1, ge=1)
-    microbatches: int | None = Field(default=None, ge=1)
+    microbatches: int | None = Field(default=None, ge=1, le=MAX_MICROBATCHES)
     precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"

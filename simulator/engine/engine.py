@@ -38,6 +38,7 @@ class EngineResult:
     log: EventLog
     makespan_s: float
     ops_executed: int
+    replayed_flows: int = 0
 
 
 class Engine:
@@ -64,6 +65,7 @@ class Engine:
         self._present: frozenset[int] = frozenset()
         self._plans: dict[tuple, list[Phase]] = {}
         self._executed = 0
+        self._replayed_flows = 0
 
     def run(self, ops: Iterable[Op]) -> EngineResult:
         """Run every op to completion and return the log; raise SimulationError on a deadlock."""
@@ -89,7 +91,7 @@ class Engine:
         self.env.run()
         if self._pending:
             raise SimulationError(self._deadlock_report())
-        return EngineResult(self.log, self.env.now, self._executed)
+        return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows)
 
     def _stream(self, rank: int, stream: str, ops: list[Op]):
         for op in ops:
@@ -171,6 +173,7 @@ class Engine:
         if run is None:
             run = self._isolated_runs[key] = self.isolated(self._plan(op, op.group))
         duration, flows = run
+        self._replayed_flows += len(flows)
         start = self.env.now
         if duration > 0:
             yield self.env.timeout(duration)

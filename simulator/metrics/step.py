@@ -70,14 +70,14 @@ def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
 
 
 def traffic_bytes(frame: pd.DataFrame) -> dict:
-    """Bytes a GPU sends per step for each kind of communication: flow bytes of that kind over the GPUs that
-    sent them (from flow rows, matched to their collective's category; folded mirrors included)."""
+    """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
+    a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
+    category."""
     collectives = frame[frame["kind"] == "collective"]
     categories = dict(zip(collectives["key"], collectives["category"]))
-    flows = frame[frame["kind"] == "flow"]
-    if flows.empty:
+    ranks = frame.loc[frame["kind"] != "flow", "rank"].unique()
+    flows = frame[(frame["kind"] == "flow") & frame["src"].isin(ranks)]
+    if flows.empty or len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_KINDS}
-    by_kind = flows.assign(comm_kind=flows["name"].map(categories).fillna(""))
-    stats = by_kind.groupby("comm_kind").agg(total=("bytes", "sum"), senders=("src", "nunique"))
-    return {kind: float(stats.loc[kind, "total"] / stats.loc[kind, "senders"]) if kind in stats.index else 0.0
-            for kind in COMM_KINDS}
+    sums = flows.groupby(flows["name"].map(categories).fillna(""))["bytes"].sum()
+    return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_KINDS}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import simpy
@@ -87,11 +87,12 @@ class _EndOfInstant(simpy.Event):
 class Network:
     """Transfers over a compiled ``Topology``; ``efficiency`` scales each link class's bandwidth.
 
-    Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (max-min solves) and
-    ``resolved_flows`` (flows summed over all solves, i.e. the work the solves did).
+    Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (max-min solves),
+    ``resolved_flows`` (flows summed over all solves, i.e. the work the solves did) and ``wake_ups``
+    (completion instants processed).
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: dict[str, float] | None = None,
+    def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
                  mode: str = "flow", log: EventLog | None = None):
         if mode not in MODES:
             raise ScenarioError(f"unknown network mode {mode!r}", field="network.mode", allowed=", ".join(MODES))
@@ -103,6 +104,7 @@ class Network:
         self.flows_simulated = 0
         self.resolves = 0
         self.resolved_flows = 0
+        self.wake_ups = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
         self._link_flows: dict[int, set[_Flow]] = {}
         self._active = 0
@@ -283,6 +285,7 @@ class Network:
         """Finish every flow within tolerance of done at the wake-up time; stale wake-ups do nothing."""
         if event.value != self._wake_version:
             return
+        self.wake_ups += 1
         due = self._wake_time
         self._wake_time = None
         now = self.env.now
@@ -314,7 +317,7 @@ class Network:
         self.log.record("flow", src, "net", key, start_s, end_s, nbytes=nbytes, src=src, dst=dst, key=key)
 
 
-def effective_capacity(topology: Topology, efficiency: dict[str, float]) -> np.ndarray:
+def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> np.ndarray:
     """Each directed link's usable bytes/s: its bandwidth times its class's efficiency (default 1)."""
     for link_class, value in efficiency.items():
         field = f"network.efficiency.{link_class}"

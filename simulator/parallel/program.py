@@ -36,7 +36,8 @@ class Sharding:
 
 @dataclass(frozen=True)
 class StepPlan:
-    """Everything the program builder needs: layout, schedule (per pipeline rank), per-virtual-stage work."""
+    """Everything the program builder needs: layout, schedule (per pipeline rank), per-virtual-stage work,
+    and the optimizer step's duration per pipeline rank."""
 
     layout: Layout
     schedule: Schedule
@@ -45,8 +46,25 @@ class StepPlan:
     microbatches: int
     sequence_parallel: bool
     sharding: Sharding
-    optimizer_s: float
+    optimizer_s: tuple[float, ...]
     recompute_comm: bool = False
+
+
+def _tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
+    """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators."""
+    if pattern == "embedding":
+        if backward or before:
+            return None
+        return "reduce_scatter" if sequence_parallel else "all_reduce"
+    if pattern == "head":
+        if sequence_parallel:
+            if before and not backward:
+                return "all_gather"
+            return "reduce_scatter" if backward and not before else None
+        return "all_reduce" if backward and not before else None
+    if sequence_parallel:
+        return "all_gather" if before else "reduce_scatter"
+    return None if before else "all_reduce"
 
 
 class ProgramBuilder:
@@ -203,24 +221,26 @@ class ProgramBuilder:
 
     def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
-        """The TP collective bracketing a block: with SP, all-gather before and reduce-scatter after;
-        without, an all-reduce after (Megatron's f/g operators)."""
+        """The TP collective before or after a block's forward (``phase`` fwd/rec) or backward (bwd), placed
+        by the block's ``tp_pattern`` (see Block)."""
         plan, layout = self.plan, self.plan.layout
         if layout.tp == 1 or block.tp_bytes <= 0:
             return deps
-        if before and not plan.sequence_parallel:
+        op = _tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        if op is None:
             return deps
-        op = ("all_gather" if before else "reduce_scatter") if plan.sequence_parallel else "all_reduce"
         group = layout.group("tp", rank)
         key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"tp {op} {block.name}", op, group, block.tp_bytes, key,
                                  deps, "tp", mb)]
 
     def _cp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int) -> list[int]:
+        """Context parallelism: gather the KV of the whole sequence before attention (forward and recompute),
+        reduce-scatter their gradients after its backward."""
         layout = self.plan.layout
         if layout.cp == 1 or block.cp_bytes <= 0:
             return deps
-        op = "all_gather" if phase == "fwd" else "reduce_scatter"
+        op = "reduce_scatter" if phase == "bwd" else "all_gather"
         group = layout.group("cp", rank)
         key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
@@ -248,6 +268,9 @@ class ProgramBuilder:
         for block in reversed(work.blocks):
             deps = deps + self._zero3_gather(rank, block, vstage, mb, "bwd")
             if block.recompute_s > 0:
+                if self.plan.recompute_comm:
+                    deps = self._cp_collective(rank, block, "rec", deps, mb, vstage)
+                    deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=True)
                 deps = [self._compute(rank, f"R{mb} {block.name}", block.recompute_s, deps, "recompute",
                                       block.recompute_flops, mb=mb)]
                 if self.plan.recompute_comm:
@@ -354,7 +377,7 @@ class ProgramBuilder:
         optimizer_deps = bucket_ops or grad_ops
         if sharding.stage == 3 and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])
-        step = self._compute(rank, "optimizer step", plan.optimizer_s, optimizer_deps, "optimizer")
+        step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer")
         if self._dp_size() > 1 and sharding.stage in (1, 2):
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)
@@ -362,8 +385,8 @@ class ProgramBuilder:
                              f"zero.ag.pp{pp_rank}.{group[0]}", [step], "dp")
 
     def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
-        """Gradient tensors in reverse forward order, filled into buckets until each holds ``bucket_bytes``
-        (a larger tensor makes a bucket of its own), as PyTorch DDP assigns them."""
+        """Gradient tensors in reverse forward order, filled into the open bucket until it holds at least
+        ``bucket_bytes``, as PyTorch DDP assigns them."""
         sharding = self.plan.sharding
         buckets, deps, size = [], [], 0.0
         for vs, block in ready:

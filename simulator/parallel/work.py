@@ -19,7 +19,12 @@ class Block:
     collective after the block (0 = none); ``cp_bytes`` the KV gathered across the CP group before it;
     ``params`` the parameters this GPU holds for the block (after TP split), for gradient buckets and ZeRO.
     ``layer`` groups blocks into layers (ZeRO-3 gathers and frees a layer at a time); ``tensors`` splits
-    ``params`` into the parameter tensors DDP assigns to gradient buckets one by one.
+    ``params`` into the parameter tensors DDP assigns to gradient buckets one by one. ``tp_pattern`` says
+    where the TP collectives sit: ``layer`` (Megatron column-then-row: all-reduce after the forward and after
+    the backward; with SP all-gather before and reduce-scatter after both), ``embedding`` (vocabulary-parallel
+    lookup: all-reduce, or reduce-scatter with SP, after the forward only) or ``head`` (column-parallel output
+    layer: with SP all-gather before the forward and reduce-scatter after the backward; without, all-reduce
+    after the backward only).
     """
 
     name: str
@@ -36,6 +41,7 @@ class Block:
     params: float = 0.0
     memory_bound: bool = False
     tensors: tuple[float, ...] = ()
+    tp_pattern: str = "layer"
 
 
 @dataclass(frozen=True, slots=True)

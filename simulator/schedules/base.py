@@ -17,7 +17,7 @@ ActionKind = Literal["F", "B", "W", "BW"]
 ACTION_KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
 
 STAGES_FIELD = "parallelism.pp"
-MICROBATCHES_FIELD = "parallelism.pipeline.microbatches"
+MICROBATCHES_FIELD = "training.microbatches"
 VIRTUAL_STAGES_FIELD = "parallelism.pipeline.virtual_stages"
 SCHEDULE_FIELD = "parallelism.pipeline.schedule"
 TABLE_FIELD = "parallelism.pipeline.table"

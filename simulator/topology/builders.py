@@ -76,6 +76,11 @@ _READERS: dict[str, Callable[[object], object]] = {
 }
 
 
+MAX_COUNT = 2**17
+"""The largest count any builder parameter accepts (131,072 servers, switches or GPUs per server), so that a
+typo cannot make the builder run out of memory."""
+
+
 def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> dict:
     """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in."""
     where = prefix.rstrip(".")
@@ -98,6 +103,9 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
             raise TopologyError(exc.problem, field=f"{prefix}{name}", allowed=exc.allowed) from None
         if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
             raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
+        if param.kind == "count" and result > MAX_COUNT:
+            raise TopologyError(f"{value!r} is beyond what a cluster holds", field=f"{prefix}{name}",
+                                allowed=f"1..{MAX_COUNT}")
         if param.kind == "index" and result < 0:
             raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}", allowed="0, 1, 2, ...")
         if param.choices and result not in param.choices:

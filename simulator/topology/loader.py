@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import simulator
@@ -11,7 +12,11 @@ from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
 
-BUNDLED_DIR = Path(simulator.__file__).resolve().parents[1] / "topologies"
+SOURCE_TREE_DIR = Path(simulator.__file__).resolve().parents[1] / "topologies"
+INSTALLED_DIR = Path(sys.prefix) / "share" / "trainsim" / "topologies"
+BUNDLED_DIR = SOURCE_TREE_DIR if SOURCE_TREE_DIR.is_dir() else INSTALLED_DIR
+"""The repository's topologies/ in a source checkout or editable install; a wheel installs them under
+<prefix>/share/trainsim/topologies (pyproject's data-files)."""
 FILE_KEYS = ("kind", "name", "description")
 
 

@@ -31,7 +31,7 @@ def _part(kernels, attention: bool):
 
 
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
-           tensors: tuple[float, ...]) -> Block:
+           tensors: tuple[float, ...], tp_pattern: str = "layer") -> Block:
     def seconds(ks):
         return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
@@ -46,7 +46,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
-                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors)
+                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
@@ -103,7 +103,8 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
         blocks = []
         if index == 0:
             blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
-                                 tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,)))
+                                 tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,),
+                                 tp_pattern="embedding"))
         for number in range(first_layer, first_layer + count):
             blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
                                  cp_bytes=cp_bytes, tensors=attention_tensors))
@@ -111,9 +112,10 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
                                  tensors=mlp_tensors))
         first_layer += count
         if index == len(counts) - 1:
-            head = (model.norm_params(), model.head_params() - model.norm_params())
-            blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=0.0, cp_bytes=0.0,
-                                 tensors=tuple(tensor / t for tensor in head if tensor > 0)))
+            output = (model.head_params() - model.norm_params()) / t
+            head = (float(model.norm_params()), *((output,) if output else ()))
+            blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=activation_bytes,
+                                 cp_bytes=0.0, tensors=head, tp_pattern="head"))
         stages.append(StageWork(tuple(blocks), p2p_bytes))
     return tuple(stages)
 

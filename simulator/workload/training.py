@@ -4,10 +4,12 @@ the pipeline schedule, per-stage work from the cost model, and the data-parallel
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.loader import LoadedScenario
+from simulator.config.schema import MAX_MICROBATCHES
 from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import Sharding, StepPlan
@@ -18,9 +20,14 @@ from simulator.catalog.calibration import compute_efficiency
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
-OPTIMIZER_BYTES_PER_PARAM = 32.0
-"""HBM bytes the Adam step touches per local parameter: read fp32 master, m, v and grad (16 B), write master,
-m, v (12 B) and the low-precision copy (2-4 B)."""
+"""Bytes of an activation element per training precision."""
+STATE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+"""Bytes of a weight or gradient element: fp8 training keeps 16-bit master-facing weights and gradients."""
+OPTIMIZER_BYTES_PER_PARAM = {"adam": 32.0, "sgd": 12.0}
+"""HBM bytes the optimizer step touches per local parameter. Adam: read fp32 master, m, v and grad (16 B),
+write master, m, v (12 B) and the 16-bit copy (2-4 B). SGD: read master and grad, write master (12 B)."""
+HBM_STREAM_EFFICIENCY = 0.85
+"""Fraction of HBM bandwidth a streaming optimizer kernel reaches."""
 
 FSDP_STAGES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
 
@@ -82,10 +89,14 @@ def microbatch_count(loaded: LoadedScenario, dp: int) -> int:
     if training.global_batch % per_step:
         raise loaded.error(("training", "global_batch"), f"global_batch {training.global_batch} is not a multiple "
                            f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
-    return training.global_batch // per_step
+    count = training.global_batch // per_step
+    if count > MAX_MICROBATCHES:
+        raise loaded.error(("training", "global_batch"), f"{count} micro-batches per step",
+                           f"at most {MAX_MICROBATCHES} (global_batch / (micro_batch x dp))")
+    return count
 
 
-def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, precision_bytes: int) -> Sharding:
+def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, state_bytes: int) -> Sharding:
     par = loaded.scenario.parallelism
     if par.fsdp is not None and par.zero:
         raise loaded.error(("parallelism", "fsdp"), "give zero or fsdp, not both", "one of them")
@@ -95,7 +106,7 @@ def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, precis
         group = layout.combined_group(("dp", "cp"), 0)
         shard_size = sum(1 for rank in group if topology.gpu_host[rank] == topology.gpu_host[0])
     return Sharding(stage=stage, shard_size=shard_size, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
-                    grad_bytes=precision_bytes, param_bytes=precision_bytes)
+                    grad_bytes=state_bytes, param_bytes=state_bytes)
 
 
 def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingStep:
@@ -113,12 +124,15 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(loaded, layout.dp)
     v = par.pipeline.virtual_stages
-    schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, par.pipeline.table)
+    table = par.pipeline.table
+    if table is not None:
+        table = Path(loaded.source).parent / table
+    schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
     precision_bytes = PRECISION_BYTES[training.precision]
-    sharding = _sharding(loaded, layout, topology, precision_bytes)
+    sharding = _sharding(loaded, layout, topology, STATE_BYTES[training.precision])
     if synthetic is not None:
         stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
-        plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=0.0)
+        plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch)
     model = resolve_model(loaded)
     _check_heads(loaded, model, layout)
@@ -132,9 +146,10 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name),
                        AttentionCost.for_kernel(training.attention))
     stages = transformer_stages(model, shard, training.recompute, cost, counts)
-    local_params = sum(stages[c * layout.pp].params for c in range(v))
-    shard_ways = layout.dp * layout.cp if sharding.stage >= 1 else 1
-    optimizer_s = local_params / shard_ways * OPTIMIZER_BYTES_PER_PARAM / (gpu.hbm_bandwidth * 0.85)
+    shard_ways = (sharding.shard_size or layout.dp * layout.cp) if sharding.stage >= 1 else 1
+    seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
+    optimizer_s = tuple(sum(stages[c * layout.pp + stage].params for c in range(v)) / shard_ways * seconds_per_param
+                        for stage in range(layout.pp))
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     recompute_comm=training.recompute == "full")
     tokens = m * layout.dp * training.micro_batch * training.seq_len
@@ -143,8 +158,11 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
 
 
 def _model_flops(model: ModelSpec, seq_len: int) -> float:
-    """Model FLOPs per token (no recompute): 6 N plus causal attention, the convention MFU is reported in."""
-    return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5)
+    """Model FLOPs per token (no recompute): 6 N plus causal attention, the convention MFU is reported in,
+    with N counting the weights that do matmul work (the input embedding is a lookup; a tied embedding still
+    serves as the output layer)."""
+    lookup_params = 0 if model.tied_embeddings else model.embedding_params()
+    return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5) - 6.0 * lookup_params
 
 
 def _check_heads(loaded: LoadedScenario, model: ModelSpec, layout: Layout) -> None:
