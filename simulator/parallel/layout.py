@@ -38,6 +38,10 @@ class Layout:
             stride *= self.degree(dim)
         return strides
 
+    def stride(self, dim: str) -> int:
+        """Rank distance between neighbours along ``dim``."""
+        return self._strides[dim]
+
     def coords(self, rank: int) -> dict[str, int]:
         """{'tp': i, 'cp': j, 'pp': k, 'dp': l} of ``rank``."""
         return {dim: (rank // self._strides[dim]) % self.degree(dim) for dim in self.order}
@@ -59,5 +63,6 @@ class Layout:
         return tuple(sorted(members))
 
     def stage_ranks(self, stage: int) -> list[int]:
-        """Every rank of pipeline stage ``stage``."""
-        return [r for r in range(self.world) if self.coords(r)["pp"] == stage]
+        """Every rank of pipeline stage ``stage``, in rank order."""
+        stride, degree = self._strides["pp"], self.pp
+        return [r for r in range(self.world) if (r // stride) % degree == stage]

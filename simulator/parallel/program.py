@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.parallel.layout import Layout
 from simulator.parallel.work import Block, StageWork
 from simulator.schedules.base import Action, Schedule
@@ -81,7 +83,6 @@ class ProgramBuilder:
         self.fold = fold
         self.gpu_host = gpu_host
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
-        self._stage_ranks: dict[int, list[int]] = {}
         self.ops: list[Op] = []
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
@@ -114,42 +115,39 @@ class ProgramBuilder:
             return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
         return list(range(layout.world))
 
-    def _class_of(self, rank: int) -> list[int]:
-        """The ranks equivalent to ``rank`` under folding: every rank of its pipeline stage."""
-        stage = self.plan.layout.coords(rank)["pp"]
-        members = self._stage_ranks.get(stage)
-        if members is None:
-            members = self._stage_ranks[stage] = self.plan.layout.stage_ranks(stage)
-        return members
-
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        """The images of ``group`` under the symmetry that maps its first member onto each equivalent rank;
-        empty when the group stays inside one host (its links are then private to it)."""
+        """The images of ``group`` under the symmetry that maps its first member onto each equivalent rank
+        (same pipeline stage, any TP/CP/DP coordinates), first occurrence kept; empty when the group stays
+        inside one host (its links are then private to it)."""
         cached = self._mirror_cache.get(group)
         if cached is not None:
             return cached
         mirrors: tuple[tuple[int, ...], ...] = ()
         if self.gpu_host is not None and len({self.gpu_host[m] for m in group}) > 1:
-            layout = self.plan.layout
-            base = layout.coords(group[0])
-            seen = {frozenset(group)}
-            images = []
-            for rank in self._class_of(group[0]):
-                shift = {dim: layout.coords(rank)[dim] - base[dim] for dim in ("tp", "cp", "dp")}
-                image = tuple(self._shifted(member, shift) for member in group)
-                if frozenset(image) not in seen:
-                    seen.add(frozenset(image))
-                    images.append(image)
-            mirrors = tuple(images)
+            mirrors = self._images(group)
         self._mirror_cache[group] = mirrors
         return mirrors
 
-    def _shifted(self, rank: int, shift: dict[str, int]) -> int:
+    def _images(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """Every equivalent rank's copy of ``group``: TP/CP/DP coordinates shifted (cyclically) by the offset
+        from the group's first member to that rank, pipeline coordinates kept."""
         layout = self.plan.layout
-        coords = layout.coords(rank)
-        for dim, delta in shift.items():
-            coords[dim] = (coords[dim] + delta) % layout.degree(dim)
-        return layout.rank_of(**coords)
+        members = np.array(group, dtype=np.int64)
+        first = group[0]
+        equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
+        images = np.zeros((len(equivalents), len(members)), dtype=np.int64)
+        for dim in layout.order:
+            degree, stride = layout.degree(dim), layout.stride(dim)
+            own = (members // stride) % degree
+            if dim == "pp":
+                images += own * stride
+                continue
+            shift = (equivalents // stride) % degree - (first // stride) % degree
+            images += ((own[None, :] + shift[:, None]) % degree) * stride
+        _, first_rows = np.unique(np.sort(images, axis=1), axis=0, return_index=True)
+        own_set = frozenset(group)
+        rows = (tuple(images[i].tolist()) for i in sorted(first_rows.tolist()))
+        return tuple(image for image in rows if frozenset(image) != own_set)
 
     def build(self) -> list[Op]:
         """Ops of every simulated rank, in a deterministic order."""
