@@ -16,10 +16,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     loaded = load_scenario(args.scenario, args.set)
     result = simulate(loaded)
-    write_outputs(Path(args.out), result.summary, result.timeline, result.topology.gpu_host)
+    level = loaded.scenario.run.timeline
+    write_outputs(Path(args.out), result.summary, result.timeline, result.topology.gpu_host, level)
     seconds = result.summary.get("step_time_s", result.summary.get("makespan_s"))
-    print(f"wrote {args.out}/summary.json, timeline.parquet, trace.json "
-          f"({len(result.timeline)} events, simulated time {seconds:.6g} s)")
+    files = "summary.json" if level == "summary" else f"summary.json, timeline.parquet ({level}), trace.json"
+    print(f"wrote {args.out}/{files} ({len(result.timeline)} events simulated, simulated time {seconds:.6g} s)")
     return 0
 
 

@@ -7,6 +7,7 @@ through `run_ops`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
@@ -174,10 +175,22 @@ def located(loaded: LoadedScenario, build):
                         line=error.line) from None
 
 
+def fold_blocker(topology: Topology) -> str:
+    """Why rank folding would not be exact on ``topology`` ('' when it is): an explicit graph may give
+    equivalent ranks different links, and hosts of unequal size break the symmetry."""
+    if topology.params.get("kind") == "graph":
+        return "explicit graph topology (links may differ between equivalent ranks)"
+    if len(set(Counter(topology.gpu_host).values())) > 1:
+        return "hosts with different GPU counts"
+    return ""
+
+
 def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     """One training step: build the plan and the per-rank programs, run them, summarise."""
     step = located(loaded, lambda: build_training_step(loaded, topology))
-    builder = ProgramBuilder(step.plan, fold=loaded.scenario.run.fold, gpu_host=topology.gpu_host)
+    blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
+    fold = loaded.scenario.run.fold and not blocker
+    builder = ProgramBuilder(step.plan, fold=fold, gpu_host=topology.gpu_host)
     ops = builder.build()
     result, network = run_ops(topology, ops, network_settings(loaded), async_streams=ASYNC_STREAMS)
     frame = result.log.to_frame()
@@ -190,7 +203,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
                    layout=layout_summary(step), ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), seed=loaded.scenario.run.seed,
-                   folded=loaded.scenario.run.fold, simulated_ranks=len(builder.representatives()))
+                   folded=fold, simulated_ranks=len(builder.representatives()))
+    if blocker:
+        summary["fold_off_reason"] = blocker
     return Result(summary, frame, topology)
 
 

@@ -269,3 +269,19 @@ def test_topo_describe_bad_file(tmp_path, capsys):
     (tmp_path / "t.yaml").write_text("kind: cluster\nnodes: 2\nnic_bandwidth: 400\n")
     assert main(["topo", "describe", str(tmp_path / "t.yaml")]) == 2
     assert_one_error_line(capsys.readouterr().err, "t.yaml:3", "nic_bandwidth", "has no unit", "Gb/s")
+
+
+@pytest.mark.parametrize("level,files", [
+    ("full", {"summary.json", "timeline.parquet", "trace.json"}),
+    ("per-stage", {"summary.json", "timeline.parquet", "trace.json"}),
+    ("summary", {"summary.json"}),
+])
+def test_timeline_levels(tmp_path, level, files):
+    out = tmp_path / level
+    scenario = Path(__file__).parents[1] / "scenarios" / "schedule-1f1b-p4-m8.yaml"
+    assert main(["run", str(scenario), "--out", str(out), "--set", f"run.timeline={level}"]) == 0
+    assert {path.name for path in out.iterdir()} == files
+    if level == "per-stage":
+        frame = pd.read_parquet(out / "timeline.parquet")
+        assert set(frame["kind"]) <= {"compute", "collective"}
+        assert sorted(frame.loc[frame["kind"] == "compute", "rank"].unique()) == [0, 1, 2, 3]

@@ -182,21 +182,44 @@ def test_heads_must_divide_by_tp(run_yaml):
     assert error.value.field == "parallelism.tp"
 
 
-def test_folded_and_unfolded_steps_agree(run_yaml):
-    text = """
-cluster: {topology: dgx-h100-cluster, nodes: 4}
-model: {preset: llama3-8b}
-training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
-parallelism: {tp: 4, pp: 2, dp: 4}
-"""
-    folded = run_yaml(text).summary
-    unfolded = run_yaml(text, "run.fold=false").summary
-    assert folded["simulated_ranks"] == 2 and unfolded["simulated_ranks"] == 32
-    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=5e-3)
-    assert folded["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]
-
-
 def test_same_scenario_same_timeline(run_yaml):
     first = run_yaml(DDP_TWO_NODES).timeline
     second = run_yaml(DDP_TWO_NODES).timeline
     assert first.equals(second)
+
+
+def test_folded_and_unfolded_agree_on_256_gpus_with_tp_pp_dp(run_yaml):
+    """The scale issue's check: TP x PP x DP on 256 GPUs, one rank per stage simulated vs all 256."""
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 32}
+model: {preset: llama3-8b, layers: 8}
+training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
+parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}
+"""
+    folded = run_yaml(text).summary
+    unfolded = run_yaml(text, "run.fold=false").summary
+    assert (folded["simulated_ranks"], unfolded["simulated_ranks"]) == (4, 256)
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=5e-3)
+    assert folded["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]
+
+
+def test_folding_switches_itself_off_on_an_explicit_graph(run_yaml, tmp_path):
+    graph = tmp_path / "two.yaml"
+    graph.write_text("""
+kind: graph
+nodes:
+  - {name: sw, kind: switch}
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 1}
+links:
+  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g1, b: sw, bandwidth: 50 GB/s, latency: 1 us, class: nvlink}
+""")
+    summary = run_yaml(f"""
+cluster: {{topology: {graph}}}
+model: {{synthetic: {{stages: 2, forward: 1 ms, backward: 2 ms, p2p_bytes: 1 MiB}}}}
+training: {{microbatches: 4}}
+parallelism: {{pp: 2}}
+""").summary
+    assert summary["folded"] is False and "graph" in summary["fold_off_reason"]
+    assert summary["simulated_ranks"] == 2

@@ -76,11 +76,14 @@ class CollectivesConfig(Section):
 
 
 class RunConfig(Section):
-    """Run-level settings: the seed of the run's random generator, and rank folding (simulate one rank per
-    pipeline stage and mirror the rest; exact for symmetric runs, `false` simulates every rank)."""
+    """Run-level settings: the seed of the run's random generator; rank folding (simulate one rank per
+    pipeline stage and mirror the rest; exact for symmetric runs, `false` simulates every rank); and how much
+    timeline to write: `full` (every op and flow), `per-stage` (the ops of one rank per pipeline stage, no
+    flows) or `summary` (summary.json only)."""
 
     seed: int = 0
     fold: bool = True
+    timeline: Literal["full", "per-stage", "summary"] = "full"
 
 
 class CollectiveItem(Section):

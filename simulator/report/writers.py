@@ -17,6 +17,7 @@ def _atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -69,9 +70,35 @@ def write_trace(frame: pd.DataFrame, gpu_host: list[int], path: Path) -> None:
     _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(trace, separators=(",", ":"))))
 
 
-def write_outputs(out_dir: Path, summary: dict, frame: pd.DataFrame, gpu_host: list[int]) -> None:
-    """Write the three outputs of a run into ``out_dir`` (created if needed)."""
+TIMELINE_LEVELS = ("full", "per-stage", "summary")
+
+
+def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
+    """The ops (no flows) of the lowest simulated rank of each pipeline stage; all ops when there is no
+    pipeline layout (communication-only runs)."""
+    ops = frame[frame["kind"] != "flow"]
+    layout = summary.get("layout")
+    if not layout:
+        return ops.reset_index(drop=True)
+    order = layout["order"]
+    stride = 1
+    for dim in order:
+        if dim == "pp":
+            break
+        stride *= layout[dim]
+    stages = (ops["rank"] // stride) % layout["pp"]
+    first_rank = ops["rank"].groupby(stages).transform("min")
+    return ops[ops["rank"] == first_rank].reset_index(drop=True)
+
+
+def write_outputs(out_dir: Path, summary: dict, frame: pd.DataFrame, gpu_host: list[int],
+                  timeline: str = "full") -> None:
+    """Write a run's outputs into ``out_dir`` (created if needed): summary.json always; timeline.parquet and
+    trace.json with every row (``full``), one rank per stage without flows (``per-stage``), or not at all
+    (``summary``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_timeline(frame, out_dir / "timeline.parquet")
-    write_trace(frame, gpu_host, out_dir / "trace.json")
+    if timeline != "summary":
+        rows = frame if timeline == "full" else stage_timeline(frame, summary)
+        write_timeline(rows, out_dir / "timeline.parquet")
+        write_trace(rows, gpu_host, out_dir / "trace.json")
     write_summary(summary, out_dir / "summary.json")
