@@ -238,8 +238,8 @@ def format_scaling(rows: list[Row]) -> str:
             wall = row.measured["simulate_s"]
             exponent = ""
             if previous is not None:
-                exponent = (f"  exponent {math.log(wall / previous.measured['simulate_s']) / "
-                            f"math.log(row.case.gpus / previous.case.gpus):+.2f}")
+                growth = math.log(wall / previous.measured["simulate_s"])
+                exponent = f"  exponent {growth / math.log(row.case.gpus / previous.case.gpus):+.2f}"
             lines.append(f"  {row.case.gpus:>6,} GPUs  {wall:7.2f} s  {wall / row.case.gpus * 1e6:8.1f} us/GPU  "
                          f"{row.case.note}{exponent}")
             previous = row

@@ -16,6 +16,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     loaded = load_scenario(args.scenario, args.set)
     result = simulate(loaded)
+    for warning in result.summary.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
     level = loaded.scenario.run.timeline
     write_outputs(Path(args.out), result.summary, result.timeline, result.topology.gpu_host, level)
     seconds = result.summary.get("step_time_s", result.summary.get("makespan_s"))

@@ -203,7 +203,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
                    layout=layout_summary(step), ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), seed=loaded.scenario.run.seed,
-                   folded=fold, simulated_ranks=len(builder.representatives()))
+                   folded=fold, simulated_ranks=len(builder.representatives()), warnings=list(step.warnings))
     if blocker:
         summary["fold_off_reason"] = blocker
     return Result(summary, frame, topology)

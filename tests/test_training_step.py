@@ -223,3 +223,13 @@ parallelism: {{pp: 2}}
 """).summary
     assert summary["folded"] is False and "graph" in summary["fold_off_reason"]
     assert summary["simulated_ranks"] == 2
+
+
+def test_tp_across_hosts_is_allowed_and_warned_about(run_yaml):
+    summary = run_yaml("""
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 1024, global_batch: 1, micro_batch: 1}
+parallelism: {tp: 16, dp: 1}
+""").summary
+    assert any("spans 2 hosts" in warning for warning in summary["warnings"])

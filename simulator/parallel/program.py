@@ -87,6 +87,7 @@ class ProgramBuilder:
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
         self._dp_ops: dict[int, list[int]] = {}
+        self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[ComputeOp, str]] = []
 
@@ -95,6 +96,10 @@ class ProgramBuilder:
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
                        microbatch=mb, duration=duration, flops=flops)
         self.ops.append(op)
+        if stream == COMPUTE_STREAM:
+            recent = self._recent_compute.setdefault(rank, [])
+            recent.append(op.id)
+            del recent[:-2]
         return op.id
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
@@ -345,14 +350,18 @@ class ProgramBuilder:
         return group[position::size]
 
     def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: str) -> list[int]:
-        """ZeRO-3 gathers each block's parameters before use, on the prefetch stream (one block ahead)."""
+        """ZeRO-3 gathers each block's parameters before use, on the prefetch stream. Prefetch runs one block
+        ahead: a block's gather may start once the compute two blocks back has finished, so at most two
+        gathered blocks are held (the buffer the memory model counts)."""
         sharding = self.plan.sharding
         if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
             return []
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        recent = self._recent_compute.get(rank, [])
+        window = recent[-2:-1]
         return [self._collective(rank, ZERO_STREAM, f"all_gather params {block.name}", "all_gather", group,
-                                 block.params * sharding.param_bytes, key, [], "dp")]
+                                 block.params * sharding.param_bytes, key, window, "dp")]
 
     def _data_parallel(self, rank: int) -> None:
         """Gradient buckets (DDP all-reduce or ZeRO-1/2 reduce-scatter), the optimizer, ZeRO-1/2 param gather."""

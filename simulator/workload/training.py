@@ -43,6 +43,7 @@ class TrainingStep:
     model_flops_per_step: float
     seq_len: int
     micro_batch: int
+    warnings: tuple[str, ...] = ()
 
 
 def resolve_model(loaded: LoadedScenario) -> ModelSpec:
@@ -121,6 +122,7 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
                                f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
         pp = synthetic.stages
     layout = resolve_layout(loaded, topology.num_gpus, pp)
+    warnings = layout_warnings(layout, topology)
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(loaded, layout.dp)
     v = par.pipeline.virtual_stages
@@ -133,7 +135,7 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
     if synthetic is not None:
         stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
-        return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch)
+        return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
     model = resolve_model(loaded)
     _check_heads(loaded, model, layout)
     counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
@@ -154,7 +156,18 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
                     recompute_comm=training.recompute == "full")
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = _model_flops(model, training.seq_len) * tokens
-    return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch)
+    return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
+                        warnings)
+
+
+def layout_warnings(layout: Layout, topology: Topology) -> tuple[str, ...]:
+    """Legal but costly placements: a TP group spread over several hosts runs its per-layer collectives
+    over the network instead of NVLink (seed 000, Q5)."""
+    hosts = {topology.gpu_host[rank] for rank in layout.group("tp", 0)}
+    if layout.tp > 1 and len(hosts) > 1:
+        return (f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(hosts)} hosts; its collectives "
+                "cross the network every layer",)
+    return ()
 
 
 def _model_flops(model: ModelSpec, seq_len: int) -> float:
