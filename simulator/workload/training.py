@@ -71,6 +71,9 @@ def resolve_layout(loaded: LoadedScenario, world: int, pp: int) -> Layout:
         raise loaded.error(("parallelism", "order"), f"order {par.order} must name each of tp, cp, pp, dp once",
                            "a permutation of [tp, cp, pp, dp]")
     fixed = par.tp * par.cp * pp
+    if par.dp is None and world % fixed:
+        raise loaded.error(("parallelism",), f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed} does not divide "
+                           f"the cluster's {world} GPUs", f"degrees whose product divides {world}")
     dp = par.dp if par.dp is not None else world // fixed
     if fixed * dp != world:
         raise loaded.error(("parallelism",), f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
@@ -121,6 +124,7 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
             raise loaded.error(("parallelism", "pp"), f"pp {par.pp} differs from the synthetic model's "
                                f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
         pp = synthetic.stages
+    model = resolve_model(loaded) if synthetic is None else None
     layout = resolve_layout(loaded, topology.num_gpus, pp)
     warnings = layout_warnings(layout, topology)
     gpu = get_gpu(topology.gpu_model)
@@ -136,7 +140,6 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
         stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
-    model = resolve_model(loaded)
     _check_heads(loaded, model, layout)
     counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
     if not counts:
