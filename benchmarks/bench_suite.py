@@ -225,8 +225,8 @@ def format_table(rows: list[Row]) -> str:
 
 
 def format_scaling(rows: list[Row]) -> str:
-    """Per scaling series: simulate() wall time per GPU and the growth exponent between neighbouring sizes
-    (1 = linear in GPUs)."""
+    """Per scaling series: simulate() wall time per GPU, the growth exponent between neighbouring sizes and
+    from the smallest to the largest (1 = linear in GPUs, the scale issue's limit)."""
     lines = []
     for series in sorted({row.case.series for row in rows if row.case.series}):
         points = [row for row in rows if row.case.series == series and "error" not in row.measured]
@@ -243,6 +243,12 @@ def format_scaling(rows: list[Row]) -> str:
             lines.append(f"  {row.case.gpus:>6,} GPUs  {wall:7.2f} s  {wall / row.case.gpus * 1e6:8.1f} us/GPU  "
                          f"{row.case.note}{exponent}")
             previous = row
+        if len(points) > 1:
+            first, last = points[0], points[-1]
+            overall = (math.log(last.measured["simulate_s"] / first.measured["simulate_s"])
+                       / math.log(last.case.gpus / first.case.gpus))
+            lines.append(f"  overall exponent {overall:+.2f} (target: at most linear in GPUs, <= 1: "
+                         f"{'met' if overall <= 1 else 'MISSED'})")
     return "\n".join(lines)
 
 
@@ -266,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in cases:
         rows.append(Row(case, best_of(case, args.repeat, args.timeout)))
-        if not args.json:
-            print(f"done {case.name}", file=sys.stderr, flush=True)
+        print(f"done {case.name}", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps([row.as_dict() for row in rows], indent=2))
         return 0
