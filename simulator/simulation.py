@@ -14,7 +14,7 @@ import pandas as pd
 import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
-from simulator.collectives.execute import run_plan
+from simulator.collectives.execute import run_plan, run_plans
 from simulator.collectives.phases import CollectiveRequest
 from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.collectives.registry import plan_collective
@@ -87,6 +87,7 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
         env,
         planner=planner,
         run_plan=lambda env_, phases, key: run_plan(env_, network, topology, phases, key),
+        run_plans=lambda env_, plans, key: run_plans(env_, network, topology, plans, key),
         isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
         default_algorithm=settings.algorithm,
@@ -115,15 +116,16 @@ def plan_links(topology: Topology, planner, settings: NetworkSettings):
     return links_of
 
 
-def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, list[tuple]]:
-    """Run a plan on an otherwise idle network: its duration and its flow rows (src, dst, start, end, bytes)."""
+def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple:
+    """Run a plan on an otherwise idle network: its duration and its flow rows as columns
+    (src, dst, start, end, bytes), times relative to the plan's start."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
     env.process(run_plan(env, network, topology, phases, ""))
     env.run()
     c = log.columns
-    return env.now, list(zip(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"]))
+    return env.now, c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"]
 
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:

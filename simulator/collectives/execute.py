@@ -34,6 +34,17 @@ def run_plan(env: simpy.Environment, network: Network, topology: Topology, phase
         yield network.run_phase(phase_items(topology, phase), key=key)
 
 
+def run_plans(env: simpy.Environment, network: Network, topology: Topology, plans: list[list[Phase]],
+              key: str = ""):
+    """SimPy process generator: run several independent plans at once (a collective and its mirrors) and
+    finish when all have. Single-phase plans go to the network as one batch, which is the same as running
+    them side by side; longer plans run as separate processes so none waits at another's phase barrier."""
+    if all(len(plan) == 1 for plan in plans):
+        yield network.run_phase([item for plan in plans for item in phase_items(topology, plan[0])], key=key)
+        return
+    yield env.all_of([env.process(run_plan(env, network, topology, plan, key)) for plan in plans])
+
+
 def time_collective(topology: Topology, op: str, algorithm: str, ranks, nbytes: float, *,
                     efficiency: dict[str, float] | None = None, mode: str = "flow",
                     chunk_bytes: float | None = None, channels: int | None = None, root: int = 0) -> float:

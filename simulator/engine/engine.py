@@ -43,22 +43,25 @@ class EngineResult:
 
 class Engine:
     """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
-    collective's phases on the network; ``planner`` turns a collective op into phases. Ops on
+    collective's phases on the network, ``run_plans`` (env, plans, key) the same for a collective with its
+    mirrors; ``planner`` turns a collective op into phases. Ops on
     ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done."""
 
-    def __init__(self, env: simpy.Environment, planner: Planner, run_plan: Callable, log: EventLog,
+    def __init__(self, env: simpy.Environment, planner: Planner, run_plan: Callable, run_plans: Callable,
+                 log: EventLog,
                  default_algorithm: str = "auto", chunk_bytes: float | None = None, channels: int | None = None,
                  async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
         self.env = env
         self.planner = planner
         self.run_plan = run_plan
+        self.run_plans = run_plans
         self.log = log
         self.default_algorithm = default_algorithm
         self.chunk_bytes = chunk_bytes
         self.channels = channels
         self.async_streams = async_streams
         self.isolated = isolated
-        self._isolated_runs: dict[tuple, tuple[float, list[tuple]]] = {}
+        self._isolated_runs: dict[tuple, tuple] = {}
         self._done: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._pending: dict[tuple[int, str], Op] = {}
@@ -155,9 +158,7 @@ class Engine:
         if op.private and self.isolated is not None:
             yield from self._replay(op)
         elif op.mirrors:
-            runs = [self.env.process(self.run_plan(self.env, self._plan(op, group), op.key))
-                    for group in (op.group, *op.mirrors)]
-            yield self.env.all_of(runs)
+            yield from self.run_plans(self.env, [self._plan(op, group) for group in (op.group, *op.mirrors)], op.key)
         else:
             yield from self.run_plan(self.env, self._plan(op, op.group), op.key)
         for rank in meeting.arrived:
@@ -172,14 +173,12 @@ class Engine:
         run = self._isolated_runs.get(key)
         if run is None:
             run = self._isolated_runs[key] = self.isolated(self._plan(op, op.group))
-        duration, flows = run
-        self._replayed_flows += len(flows)
+        duration, src, dst, begins, ends, nbytes = run
+        self._replayed_flows += len(src)
         start = self.env.now
         if duration > 0:
             yield self.env.timeout(duration)
-        for src, dst, begin, end, nbytes in flows:
-            self.log.record("flow", src, "net", op.key, start + begin, start + end, nbytes=nbytes, src=src, dst=dst,
-                            key=op.key)
+        self.log.record_flows(op.key, src, dst, [start + t for t in begins], [start + t for t in ends], nbytes)
 
     def _deadlock_report(self) -> str:
         lines = []

@@ -20,10 +20,16 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
     """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     reached: set[int] = set()
+    candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
+    seen: set[tuple] = set()
     for op in collectives:
+        shape = (op.op, op.algorithm, op.root, op.group)
+        if shape in seen:
+            continue
+        seen.add(shape)
         reached |= links_of(op, op.group)
-    candidates = {(op.op, op.algorithm, op.root, mirror): (op, mirror)
-                  for op in collectives for mirror in op.mirrors}
+        for mirror in op.mirrors:
+            candidates.setdefault((op.op, op.algorithm, op.root, mirror), (op, mirror))
     mirror_links = {key: links_of(op, mirror) for key, (op, mirror) in candidates.items()}
     kept: set = set()
     changed = True

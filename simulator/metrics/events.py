@@ -35,6 +35,25 @@ class EventLog:
         c["dst"].append(dst)
         c["key"].append(key)
 
+    def record_flows(self, key: str, src: list[int], dst: list[int], start_s: list[float], end_s: list[float],
+                     nbytes: list[float]) -> None:
+        """Append many flow rows of one collective at once (the replay of a private collective)."""
+        count = len(src)
+        c = self.columns
+        c["kind"].extend(["flow"] * count)
+        c["rank"].extend(src)
+        c["stream"].extend(["net"] * count)
+        c["name"].extend([key] * count)
+        c["category"].extend([""] * count)
+        c["microbatch"].extend([-1] * count)
+        c["start_s"].extend(start_s)
+        c["end_s"].extend(end_s)
+        c["bytes"].extend(nbytes)
+        c["flops"].extend([0.0] * count)
+        c["src"].extend(src)
+        c["dst"].extend(dst)
+        c["key"].extend([key] * count)
+
     def __len__(self) -> int:
         return len(self.columns["kind"])
 
