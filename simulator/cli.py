@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", default="calibrated", help="calibrated (default) or ideal (line rate)")
     coll.add_argument("--network", default="flow", choices=["flow", "analytic"])
-    coll.add_argument("--chunk", default=None, help="pipelining chunk size, e.g. 4MiB (default: off)")
+    coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.set_defaults(func=_cmd_collective)
 

@@ -98,9 +98,12 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
                 "tree": math.ceil(math.log2(size)) * (a_out + n / b_out)}
     channels = channel_count(request, topology, hosts)
     chunks = chunk_count(n / 2, request.chunk_bytes)
-    found = {"ring": 2 * (size - 1) * (a_out + n / (size * channels * b_out)),
+    count = len(hosts)
+    mean_hop = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
+    ring_bandwidth = min(b_in, channels * b_out) if count > 1 else b_in
+    found = {"ring": 2 * (size - 1) * (mean_hop + n / (size * ring_bandwidth)),
              "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
-    g, count = len(hosts[0]), len(hosts)
+    g = len(hosts[0])
     if count > 1 and g > 1 and all(len(members) == g for members in hosts):
         found["hierarchical"] = (2 * (g - 1) * (a_in + n / (g * b_in))
                                  + 2 * (count - 1) * (a_out + n / (g * count * b_out)))

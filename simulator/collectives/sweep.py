@@ -22,7 +22,8 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
                             field="--ranks", allowed=f"2..{topology.num_gpus}")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(resolve_efficiency(efficiency,
                                                                                        "--efficiency").items())),
-                               algorithm=algorithm, chunk_bytes=parse_size(chunk) if chunk else None)
+                               algorithm=algorithm,
+                               chunk_bytes=parse_size(chunk) if chunk and chunk.lower() != "none" else None)
     group = tuple(range(ranks))
     if op == "send_recv":
         group = (0, ranks - 1)

@@ -67,11 +67,16 @@ class NetworkConfig(Section):
     efficiency: Union[Literal["calibrated", "ideal"], dict[str, Annotated[float, Field(gt=0, le=1)]]] = "calibrated"
 
 
+DEFAULT_CHUNK_BYTES = 4 * 2**20
+"""Pipelining chunk of trees and chains (NCCL pipelines every collective in chunks of a few MiB)."""
+
+
 class CollectivesConfig(Section):
-    """Defaults for every collective: algorithm, pipelining chunk (none = off) and channels (0 = one per rail)."""
+    """Defaults for every collective: algorithm, pipelining chunk (`none` = off) and channels (0 = one per
+    rail)."""
 
     algorithm: str = "auto"
-    chunk: OptionalSize = None
+    chunk: OptionalSize = DEFAULT_CHUNK_BYTES
     channels: int = Field(default=0, ge=0)
 
 
