@@ -17,7 +17,7 @@ from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
 from simulator.collectives.phases import CollectiveRequest
 from simulator.engine.sharing import mark_private, prune_mirrors
-from simulator.collectives.registry import plan_collective
+from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.config.loader import LoadedScenario
 from simulator.engine.engine import Engine, EngineResult
 from simulator.errors import InputError, TopologyError
@@ -99,16 +99,19 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
 
 
 def plan_links(topology: Topology, planner, settings: NetworkSettings):
-    """(op, group) -> the set of directed links the op's plan over ``group`` uses, cached per request shape."""
+    """(op, group) -> the set of directed links the op's plan over ``group`` uses; `auto` is resolved for the
+    op's size first, since it picks different algorithms (and links) for small and large messages."""
     cache: dict[tuple, frozenset[int]] = {}
 
     def links_of(op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
+        request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
+                                    chunk_bytes=settings.chunk_bytes, channels=settings.channels)
         algorithm = op.algorithm if op.algorithm != "auto" else settings.algorithm
+        if algorithm == "auto":
+            algorithm = choose_algorithm(request, topology)
         key = (op.op, group, op.root, algorithm)
         links = cache.get(key)
         if links is None:
-            request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
-                                        chunk_bytes=settings.chunk_bytes, channels=settings.channels)
             links = cache[key] = frozenset(link for phase in planner(request, algorithm)
                                            for t in phase.transfers for link in topology.path(t.src, t.dst, t.channel))
         return links
@@ -159,7 +162,7 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
     network_settings(loaded)
     if loaded.scenario.model is not None:
         step = located(loaded, lambda: build_training_step(loaded, topology))
-        ProgramBuilder(step.plan, fold=loaded.scenario.run.fold, gpu_host=topology.gpu_host).build()
+        ProgramBuilder(step.plan, fold=loaded.scenario.run.fold).build()
     else:
         build_comm_program(loaded, topology.num_gpus)
 
@@ -192,7 +195,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     step = located(loaded, lambda: build_training_step(loaded, topology))
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
     fold = loaded.scenario.run.fold and not blocker
-    builder = ProgramBuilder(step.plan, fold=fold, gpu_host=topology.gpu_host)
+    builder = ProgramBuilder(step.plan, fold=fold)
     ops = builder.build()
     result, network = run_ops(topology, ops, network_settings(loaded), async_streams=ASYNC_STREAMS)
     frame = result.log.to_frame()

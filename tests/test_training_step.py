@@ -233,3 +233,19 @@ training: {seq_len: 1024, global_batch: 1, micro_batch: 1}
 parallelism: {tp: 16, dp: 1}
 """).summary
     assert any("spans 2 hosts" in warning for warning in summary["warnings"])
+
+
+def test_folding_is_exact_on_a_pcie_box_where_groups_share_switch_links(run_yaml, tmp_path):
+    """Inside a PCIe server GPU pairs share switch and bridge links, so in-host groups need mirrors too."""
+    box = tmp_path / "pcie.yaml"
+    box.write_text("kind: pcie_node\ngpus: 8\ngpus_per_switch: 2\npcie_bandwidth: 32 GB/s\npcie_latency: 2 us\n")
+    text = f"""
+cluster: {{topology: {box}}}
+model: {{preset: llama3-8b, layers: 4}}
+training: {{seq_len: 1024, global_batch: 8, micro_batch: 1}}
+parallelism: {{tp: 2, dp: 4, zero: 3}}
+"""
+    folded = run_yaml(text).summary
+    unfolded = run_yaml(text, "run.fold=false").summary
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=5e-3)
+    assert folded["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]

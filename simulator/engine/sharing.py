@@ -13,7 +13,8 @@ from typing import Callable
 from simulator.workload.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
-"""(op, group) -> the directed links its plan over ``group`` uses."""
+"""(op, group) -> the directed links its plan over ``group`` uses (for the op's size: `auto` may choose
+differently for small and large messages, so every distinct size of a group is asked)."""
 
 
 def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
@@ -23,13 +24,13 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
     candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
     seen: set[tuple] = set()
     for op in collectives:
-        shape = (op.op, op.algorithm, op.root, op.group)
+        shape = (op.op, op.algorithm, op.root, op.nbytes, op.group)
         if shape in seen:
             continue
         seen.add(shape)
         reached |= links_of(op, op.group)
         for mirror in op.mirrors:
-            candidates.setdefault((op.op, op.algorithm, op.root, mirror), (op, mirror))
+            candidates.setdefault((op.op, op.algorithm, op.root, op.nbytes, mirror), (op, mirror))
     mirror_links = {key: links_of(op, mirror) for key, (op, mirror) in candidates.items()}
     kept: set = set()
     changed = True
@@ -42,7 +43,7 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
                 changed = True
     for op in collectives:
         if op.mirrors:
-            op.mirrors = tuple(m for m in op.mirrors if (op.op, op.algorithm, op.root, m) in kept)
+            op.mirrors = tuple(m for m in op.mirrors if (op.op, op.algorithm, op.root, op.nbytes, m) in kept)
 
 
 def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
@@ -50,15 +51,19 @@ def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]
     member issues them from one in-order stream), so each one runs alone on its links."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     streams: dict[tuple[int, ...], set[tuple[int, str]]] = {}
-    group_links: dict[tuple[int, ...], frozenset[int]] = {}
-    link_groups: dict[int, set[tuple[int, ...]]] = {}
+    group_links: dict[tuple[int, ...], set[int]] = {}
+    seen: set[tuple] = set()
     for op in collectives:
         streams.setdefault(op.group, set()).add((op.rank, op.stream))
         for group in (op.group, *op.mirrors):
-            if group not in group_links:
-                group_links[group] = links_of(op, group)
-                for link in group_links[group]:
-                    link_groups.setdefault(link, set()).add(group)
+            shape = (op.op, op.algorithm, op.root, op.nbytes, group)
+            if shape not in seen:
+                seen.add(shape)
+                group_links.setdefault(group, set()).update(links_of(op, group))
+    link_groups: dict[int, set[tuple[int, ...]]] = {}
+    for group, links in group_links.items():
+        for link in links:
+            link_groups.setdefault(link, set()).add(group)
     private: dict[tuple[int, ...], bool] = {}
     for op in collectives:
         verdict = private.get(op.group)

@@ -73,15 +73,13 @@ class ProgramBuilder:
     """Accumulates ops with unique ids; one instance builds one step.
 
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
-    run the same program at the same times); collectives still span their full groups, and collectives that
-    cross hosts carry mirrors, the same collective of every folded replica, so the shared fabric carries all
-    of their traffic. ``gpu_host`` (GPU -> host) tells which groups cross hosts.
+    run the same program at the same times); collectives still span their full groups and carry mirrors, the
+    same collective of every folded replica, so links shared between replicas carry all of their traffic.
     """
 
-    def __init__(self, plan: StepPlan, *, fold: bool = False, gpu_host: list[int] | None = None):
+    def __init__(self, plan: StepPlan, *, fold: bool = False):
         self.plan = plan
         self.fold = fold
-        self.gpu_host = gpu_host
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self.ops: list[Op] = []
         self._grad_ready: dict[tuple[int, int, int], int] = {}
@@ -122,15 +120,12 @@ class ProgramBuilder:
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The images of ``group`` under the symmetry that maps its first member onto each equivalent rank
-        (same pipeline stage, any TP/CP/DP coordinates), first occurrence kept; empty when the group stays
-        inside one host (its links are then private to it)."""
-        cached = self._mirror_cache.get(group)
-        if cached is not None:
-            return cached
-        mirrors: tuple[tuple[int, ...], ...] = ()
-        if self.gpu_host is not None and len({self.gpu_host[m] for m in group}) > 1:
-            mirrors = self._images(group)
-        self._mirror_cache[group] = mirrors
+        (same pipeline stage, any TP/CP/DP coordinates), first occurrence kept. Every group gets them, even
+        inside a host (a PCIe tree shares links between GPU pairs); engine/sharing.py then drops the ones
+        whose links never meet simulated traffic."""
+        mirrors = self._mirror_cache.get(group)
+        if mirrors is None:
+            mirrors = self._mirror_cache[group] = self._images(group)
         return mirrors
 
     def _images(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
