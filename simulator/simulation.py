@@ -158,13 +158,30 @@ def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
 
 
 def validate(loaded: LoadedScenario, topology: Topology) -> None:
-    """Every check a run makes before the clock starts, without running it."""
-    network_settings(loaded)
+    """Every check a run makes before the clock starts, without running it: the scenario, the program of
+    every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
+    settings = network_settings(loaded)
     if loaded.scenario.model is not None:
         step = located(loaded, lambda: build_training_step(loaded, topology))
-        ProgramBuilder(step.plan, fold=loaded.scenario.run.fold).build()
+        ops = ProgramBuilder(step.plan, fold=loaded.scenario.run.fold).build()
     else:
-        build_comm_program(loaded, topology.num_gpus)
+        ops = build_comm_program(loaded, topology.num_gpus)
+    located(loaded, lambda: plan_every_collective(ops, topology, settings))
+
+
+def plan_every_collective(ops: list[Op], topology: Topology, settings: NetworkSettings) -> None:
+    """Plan each distinct collective once, so unsupported algorithm choices surface before a run."""
+    planned: set[tuple] = set()
+    for op in ops:
+        if not isinstance(op, CollectiveOp):
+            continue
+        algorithm = op.algorithm if op.algorithm != "auto" else settings.algorithm
+        shape = (op.op, op.group, op.nbytes, op.root, algorithm)
+        if shape not in planned:
+            planned.add(shape)
+            request = CollectiveRequest(op=op.op, ranks=op.group, nbytes=op.nbytes, root=op.root,
+                                        chunk_bytes=settings.chunk_bytes, channels=settings.channels)
+            plan_collective(request, topology, algorithm)
 
 
 def located(loaded: LoadedScenario, build):
@@ -197,7 +214,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     fold = loaded.scenario.run.fold and not blocker
     builder = ProgramBuilder(step.plan, fold=fold)
     ops = builder.build()
-    result, network = run_ops(topology, ops, network_settings(loaded), async_streams=ASYNC_STREAMS)
+    settings = network_settings(loaded)
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings, async_streams=ASYNC_STREAMS))
     frame = result.log.to_frame()
     memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes)
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=topology.num_gpus,
@@ -221,7 +239,7 @@ def simulate(loaded: LoadedScenario) -> Result:
         return simulate_training(loaded, topology)
     ops = build_comm_program(loaded, topology.num_gpus)
     settings = network_settings(loaded)
-    result, network = run_ops(topology, ops, settings)
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings))
     frame = result.log.to_frame()
     summary = {
         "scenario": loaded.source,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS
 from simulator.errors import InputError
 from simulator.units import parse_duration, parse_size
 
@@ -34,6 +35,13 @@ def _duration(value: object) -> float:
         raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
 
 
+def _algorithm(name: str) -> str:
+    if name != "auto" and name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r} (allowed: {ALGORITHM_NAMES})")
+    return name
+
+
+Algorithm = Annotated[str, AfterValidator(_algorithm)]
 Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
 Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 OptionalSize = Annotated[Union[float, None], BeforeValidator(_optional_size)]
@@ -75,7 +83,7 @@ class CollectivesConfig(Section):
     """Defaults for every collective: algorithm, pipelining chunk (`none` = off) and channels (0 = one per
     rail)."""
 
-    algorithm: str = "auto"
+    algorithm: Algorithm = "auto"
     chunk: OptionalSize = DEFAULT_CHUNK_BYTES
     channels: int = Field(default=0, ge=0)
 
@@ -106,7 +114,7 @@ class CollectiveItem(Section):
     src: int | None = None
     dst: int | None = None
     root: int = 0
-    algorithm: str | None = None
+    algorithm: Algorithm | None = None
     stream: str = "comm"
     after: list[str] = []
     repeat: int = Field(default=1, ge=1, le=100_000)
