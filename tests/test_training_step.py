@@ -232,7 +232,18 @@ model: {preset: llama3-8b, layers: 2}
 training: {seq_len: 1024, global_batch: 1, micro_batch: 1}
 parallelism: {tp: 16, dp: 1}
 """).summary
-    assert any("spans 2 hosts" in warning for warning in summary["warnings"])
+    assert any("spans 2 NVLink domains" in warning for warning in summary["warnings"])
+
+
+def test_tp_inside_an_nvl72_rack_is_not_warned_about(run_yaml):
+    """An NVL72 rack is one NVLink domain over 18 trays (hosts): TP 8 across trays stays on NVLink."""
+    summary = run_yaml("""
+cluster: {topology: gb200-nvl72}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 1024, global_batch: 9, micro_batch: 1}
+parallelism: {tp: 8, dp: 9}
+""").summary
+    assert summary["warnings"] == []
 
 
 def test_folding_is_exact_on_a_pcie_box_where_groups_share_switch_links(run_yaml, tmp_path):

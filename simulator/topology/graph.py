@@ -38,7 +38,8 @@ class Topology:
 
     ``gpus`` lists the GPU node names in global index order; ``gpu_host[i]`` is the server (host) GPU ``i``
     sits in and ``gpu_local[i]`` its index inside that host. ``rails`` is how many NICs a host has that
-    collectives can use as parallel channels (1 for single-node and shared-NIC topologies).
+    collectives can use as parallel channels (1 for single-node and shared-NIC topologies). ``gpu_domain[i]``
+    is the NVLink domain of GPU ``i``: its host, except where NVLink spans hosts (an NVL72 rack).
     """
 
     name: str
@@ -55,10 +56,12 @@ class Topology:
     link_bandwidth: np.ndarray = field(init=False, repr=False)
     link_latency: np.ndarray = field(init=False, repr=False)
     link_class: list[str] = field(init=False, repr=False)
+    gpu_domain: list[int] = field(init=False, repr=False)
     _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
     _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.gpu_domain = [self.graph.nodes[gpu].get("nvlink_domain", host) for gpu, host in zip(self.gpus, self.gpu_host)]
         self.link_ends = sorted(self.graph.edges())
         self.link_index = {edge: i for i, edge in enumerate(self.link_ends)}
         self.link_bandwidth = np.array([self.graph.edges[e]["bandwidth"] for e in self.link_ends], dtype=float)

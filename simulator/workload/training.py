@@ -19,10 +19,9 @@ from simulator.workload.stage_work import CostContext, layers_per_stage, synthet
 from simulator.catalog.calibration import compute_efficiency
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
-PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
-"""Bytes of an activation element per training precision."""
-STATE_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
-"""Bytes of a weight or gradient element: fp8 training keeps 16-bit master-facing weights and gradients."""
+PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+"""Bytes of a stored or communicated element (activations, weights, gradients) per training precision: fp8
+training runs its GEMMs in fp8 but keeps activations, weights and gradients, and their messages, in 16 bits."""
 OPTIMIZER_BYTES_PER_PARAM = {"adam": 32.0, "sgd": 12.0}
 """HBM bytes the optimizer step touches per local parameter. Adam: read fp32 master, m, v and grad (16 B),
 write master, m, v (12 B) and the 16-bit copy (2-4 B). SGD: read master and grad, write master (12 B)."""
@@ -108,7 +107,7 @@ def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, state_
     shard_size = 0
     if par.fsdp == "hybrid_shard":
         group = layout.combined_group(("dp", "cp"), 0)
-        shard_size = sum(1 for rank in group if topology.gpu_host[rank] == topology.gpu_host[0])
+        shard_size = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
     return Sharding(stage=stage, shard_size=shard_size, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=state_bytes, param_bytes=state_bytes)
 
@@ -126,7 +125,6 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
         pp = synthetic.stages
     model = resolve_model(loaded) if synthetic is None else None
     layout = resolve_layout(loaded, topology.num_gpus, pp)
-    warnings = layout_warnings(layout, topology)
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(loaded, layout.dp)
     v = par.pipeline.virtual_stages
@@ -135,7 +133,8 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
         table = Path(loaded.source).parent / table
     schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
     precision_bytes = PRECISION_BYTES[training.precision]
-    sharding = _sharding(loaded, layout, topology, STATE_BYTES[training.precision])
+    sharding = _sharding(loaded, layout, topology, PRECISION_BYTES[training.precision])
+    warnings = layout_warnings(layout, topology, sharding)
     if synthetic is not None:
         stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
@@ -163,14 +162,19 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
                         warnings)
 
 
-def layout_warnings(layout: Layout, topology: Topology) -> tuple[str, ...]:
-    """Legal but costly placements: a TP group spread over several hosts runs its per-layer collectives
-    over the network instead of NVLink (seed 000, Q5)."""
-    hosts = {topology.gpu_host[rank] for rank in layout.group("tp", 0)}
-    if layout.tp > 1 and len(hosts) > 1:
-        return (f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(hosts)} hosts; its collectives "
-                "cross the network every layer",)
-    return ()
+def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding) -> tuple[str, ...]:
+    """Legal but costly or pointless placements: a TP group spread over several NVLink domains runs its
+    per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
+    shards nothing."""
+    warnings = []
+    domains = {topology.gpu_domain[rank] for rank in layout.group("tp", 0)}
+    if layout.tp > 1 and len(domains) > 1:
+        warnings.append(f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(domains)} NVLink domains; its "
+                        "collectives cross the network every layer")
+    if sharding.shard_size == 1:
+        warnings.append("parallelism.fsdp: hybrid_shard finds one data-parallel rank per NVLink domain, so it "
+                        "shards nothing and runs as plain data parallelism")
+    return tuple(warnings)
 
 
 def _model_flops(model: ModelSpec, seq_len: int) -> float:
