@@ -14,12 +14,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simulator import load_scenario, simulate
     from simulator.report.writers import write_outputs
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
     loaded = load_scenario(args.scenario, args.set)
     result = simulate(loaded)
     for warning in result.summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
     level = loaded.scenario.run.timeline
-    write_outputs(Path(args.out), result.summary, result.timeline, result.topology.gpu_host, level)
+    write_outputs(out, result.summary, result.timeline, result.topology.gpu_host, level)
     seconds = result.summary.get("step_time_s", result.summary.get("makespan_s"))
     files = "summary.json" if level == "summary" else f"summary.json, timeline.parquet ({level}), trace.json"
     print(f"wrote {args.out}/{files} ({len(result.timeline)} events simulated, simulated time {seconds:.6g} s)")
@@ -56,8 +59,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import load_topology
 
-    overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
-    topology = load_topology(args.file, overrides)
+    bad = [item for item in args.set if "=" not in item]
+    if bad:
+        raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+    topology = load_topology(args.file, dict(item.split("=", 1) for item in args.set))
     if args.action == "describe":
         print(describe_topology(topology))
     else:

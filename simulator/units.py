@@ -27,25 +27,19 @@ BANDWIDTH_UNITS: dict[str, float] = {
     **{f"{p}B/s": f for p, f in _DECIMAL.items() if p != "K"},
     "Kb/s": 1e3 / 8.0, "KB/s": 1e3,
 }
-FLOPS_UNITS: dict[str, float] = {f"{p}FLOP/s": f for p, f in _DECIMAL.items() if p not in ("k",)} | {
-    f"{p}FLOPS": f for p, f in _DECIMAL.items() if p not in ("k",)
-}
-
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d].*?)?\s*$")
 
 _KINDS = {
     "size": SIZE_UNITS,
     "duration": DURATION_UNITS,
     "bandwidth": BANDWIDTH_UNITS,
-    "flops": FLOPS_UNITS,
 }
 
 
 def _allowed(kind: str) -> str:
     names = {"size": "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
              "duration": "ns, us, ms, s, min, h, d",
-             "bandwidth": "b/s or B/s with k, M, G, T prefixes, e.g. '400 Gb/s', '450 GB/s'",
-             "flops": "FLOP/s or FLOPS with k, M, G, T, P prefixes, e.g. '989 TFLOP/s'"}
+             "bandwidth": "b/s or B/s with k, M, G, T prefixes, e.g. '400 Gb/s', '450 GB/s'"}
     return names[kind]
 
 
@@ -87,11 +81,6 @@ def parse_duration(value: object) -> float:
 def parse_bandwidth(value: object) -> float:
     """Bytes per second from a bandwidth such as "400 Gb/s" (bits) or "450 GB/s" (bytes)."""
     return parse_quantity(value, "bandwidth")
-
-
-def parse_flops(value: object) -> float:
-    """FLOP per second from a rate such as "989 TFLOP/s"."""
-    return parse_quantity(value, "flops")
 
 
 def parse_size_range(text: str) -> list[float]:

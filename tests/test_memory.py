@@ -7,7 +7,6 @@ from simulator.errors import ScenarioError
 from simulator.parallel.memory import (
     Sharding,
     activation_bytes_per_layer,
-    fsdp_sharding,
     head_activation_bytes,
     model_state_memory,
     rank_memory,
@@ -63,15 +62,9 @@ def test_precision_and_optimizer_bytes():
     assert info.value.field == "training.optimizer" and "adam" in info.value.allowed
 
 
-def test_fsdp_strategies_map_to_zero():
-    assert fsdp_sharding("full_shard", 64) == Sharding(3, 64)
-    assert fsdp_sharding("shard_grad_op", 64) == Sharding(2, 64)
-    assert fsdp_sharding("no_shard", 64) == Sharding(0, 64)
+def test_hybrid_shard_and_bad_stage():
     # HSDP: ZeRO-3 within 8-GPU groups, replicated across the 8 groups: 8.03e9 x 16 B / 8 = 16.1 GB per GPU.
-    hybrid = fsdp_sharding("hybrid_shard", 64, shard_group=8)
-    assert model_state_memory(8.03e9, hybrid).total / GB == pytest.approx(16.1, rel=0.01)
-    with pytest.raises(ScenarioError):
-        fsdp_sharding("hybrid_shard", 64, shard_group=6)
+    assert model_state_memory(8.03e9, Sharding(3, 8)).total / GB == pytest.approx(16.1, rel=0.01)
     with pytest.raises(ScenarioError) as info:
         model_state_memory(1e9, Sharding(4, 8))
     assert info.value.field == "parallelism.zero_stage"

@@ -18,9 +18,13 @@ class _LineLoader(yaml.SafeLoader):
 def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) -> None:
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: set = set()
         for key_node, value_node in node.value:
             key = key_node.value
             child = path + (key,)
+            if key in seen:
+                raise DuplicateKey(child, key_node.start_mark.line + 1, lines[child])
+            seen.add(key)
             lines[child] = key_node.start_mark.line + 1
             _compose_lines(value_node, child, lines)
     elif isinstance(node, yaml.SequenceNode):
@@ -30,8 +34,17 @@ def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]
             _compose_lines(item, child, lines)
 
 
+class DuplicateKey(Exception):
+    """A mapping names the same key twice (YAML would silently keep the last)."""
+
+    def __init__(self, path: FieldPath, line: int, first_line: int):
+        super().__init__(path)
+        self.path, self.line, self.first_line = path, line, first_line
+
+
 def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[object, dict[FieldPath, int]]:
-    """Parse YAML text; return the data and a map from field path to line number (1-based)."""
+    """Parse YAML text; return the data and a map from field path to line number (1-based). A key given twice
+    in one mapping is an error."""
     try:
         node = yaml.compose(text, Loader=_LineLoader)
         data = yaml.load(text, Loader=_LineLoader) if node is not None else None
@@ -42,7 +55,11 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
         raise error(f"YAML syntax error: {problem}", file=source, line=line) from None
     lines: dict[FieldPath, int] = {}
     if node is not None:
-        _compose_lines(node, (), lines)
+        try:
+            _compose_lines(node, (), lines)
+        except DuplicateKey as duplicate:
+            raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
+                        allowed="each key once per section", file=source, line=duplicate.line) from None
     return data, lines
 
 

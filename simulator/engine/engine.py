@@ -64,6 +64,7 @@ class Engine:
         self._isolated_runs: dict[tuple, tuple] = {}
         self._done: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
+        self._finished: set[str] = set()
         self._pending: dict[tuple[int, str], Op] = {}
         self._present: frozenset[int] = frozenset()
         self._plans: dict[tuple, list[Phase]] = {}
@@ -122,16 +123,23 @@ class Engine:
         """Register ``op.rank`` as arrived; start the collective when the whole group is there."""
         meeting = self._rendezvous.get(op.key)
         if meeting is None:
+            if op.key in self._finished:
+                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
             meeting = _Rendezvous(template=op, done=self.env.event())
             self._rendezvous[op.key] = meeting
+        template = meeting.template
         if op.rank not in op.group:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
-        if op.group != meeting.template.group or op.op != meeting.template.op:
-            raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {meeting.template.op} over "
-                                  f"{meeting.template.group} vs {op.op} over {op.group}")
+        if (op.group, op.op, op.nbytes) != (template.group, template.op, template.nbytes):
+            raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {template.op} of "
+                                  f"{template.nbytes:.0f} B over {template.group} vs {op.op} of {op.nbytes:.0f} B "
+                                  f"over {op.group}")
+        if op.rank in meeting.arrived:
+            raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) twice")
         meeting.arrived[op.rank] = self.env.now
         if len(meeting.arrived) == sum(1 for rank in op.group if rank in self._present):
             del self._rendezvous[op.key]
+            self._finished.add(op.key)
             self.env.process(self._collective(meeting))
         return meeting.done
 
@@ -181,12 +189,16 @@ class Engine:
         self.log.record_flows(op.key, src, dst, [start + t for t in begins], [start + t for t in ends], nbytes)
 
     def _deadlock_report(self) -> str:
+        """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the
+        blocked streams; at most eight of either."""
         lines = []
-        for key, meeting in sorted(self._rendezvous.items()):
+        for key, meeting in sorted(self._rendezvous.items())[:8]:
             op = meeting.template
-            missing = [rank for rank in op.group if rank not in meeting.arrived]
+            missing = [rank for rank in op.group if rank in self._present and rank not in meeting.arrived]
             lines.append(f"collective {op.name!r} ({op.op}, key {key}) waits for ranks {missing}; "
                          f"arrived: {sorted(meeting.arrived)}")
+        if len(self._rendezvous) > 8:
+            lines.append(f"and {len(self._rendezvous) - 8} more collectives")
         if not lines:
             for (rank, stream), op in sorted(self._pending.items())[:8]:
                 lines.append(f"rank {rank} stream {stream!r} blocked at {op.name!r} (waits for ops {list(op.deps)})")

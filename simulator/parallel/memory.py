@@ -18,7 +18,6 @@ from simulator.workload.transformer import RECOMPUTE_MODES, ShardShape, kv_heads
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
 STATE_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-FSDP_STRATEGIES = ("no_shard", "shard_grad_op", "full_shard", "hybrid_shard")
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -79,26 +78,6 @@ def state_bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> S
     if precision == "fp32":
         return StateBytes(4.0, 4.0, moments)
     return StateBytes(2.0, 2.0, 4.0 + moments)
-
-
-def fsdp_sharding(strategy: str, dp: int, shard_group: int | None = None) -> Sharding:
-    """The ZeRO equivalent of a PyTorch FSDP strategy over ``dp`` data-parallel ranks.
-
-    full_shard = ZeRO-3 over dp; shard_grad_op = ZeRO-2 over dp; hybrid_shard = ZeRO-3 within groups of
-    ``shard_group`` ranks, replicated across groups; no_shard = plain DDP.
-    """
-    if strategy not in FSDP_STRATEGIES:
-        raise ScenarioError(
-            f"unknown FSDP strategy {strategy!r}", field="parallelism.fsdp", allowed=", ".join(FSDP_STRATEGIES)
-        )
-    if strategy == "hybrid_shard":
-        if shard_group is None or shard_group < 1 or dp % shard_group:
-            raise ScenarioError(
-                f"hybrid_shard needs a shard group size dividing dp {dp}, got {shard_group}",
-                field="parallelism.shard_group", allowed=f"divisors of {dp}",
-            )
-        return Sharding(3, shard_group)
-    return Sharding({"no_shard": 0, "shard_grad_op": 2, "full_shard": 3}[strategy], dp)
 
 
 def model_state_memory(

@@ -70,9 +70,6 @@ def write_trace(frame: pd.DataFrame, gpu_host: list[int], path: Path) -> None:
     _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(trace, separators=(",", ":"))))
 
 
-TIMELINE_LEVELS = ("full", "per-stage", "summary")
-
-
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
     """The ops (no flows) of the lowest simulated rank of each pipeline stage; all ops when there is no
     pipeline layout (communication-only runs)."""

@@ -14,7 +14,6 @@ from typing import Callable, Literal
 from simulator.errors import ScenarioError
 
 ActionKind = Literal["F", "B", "W", "BW"]
-ACTION_KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
 
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"

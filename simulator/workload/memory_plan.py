@@ -19,7 +19,8 @@ DDP_BUCKET_COPIES = 2.0
 def stage_memory(loaded: LoadedScenario, step: TrainingStep,
                  topology: Topology) -> list[tuple[MemoryBreakdown, float]]:
     """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
-    activations it holds at its peak."""
+    activations it holds at its peak. ZeRO-2 with gradient accumulation keeps the full gradient buffer (the
+    gradients are reduce-scattered once, after the last micro-batch), so its memory is ZeRO-1's then."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, loaded.scenario.training, loaded.scenario.parallelism
     if model is None:
@@ -29,7 +30,10 @@ def stage_memory(loaded: LoadedScenario, step: TrainingStep,
                        dtype_bytes=int(plan.sharding.param_bytes))
     dp_ways = layout.dp * layout.cp
     degree = plan.sharding.shard_size or dp_ways
-    sharding = memory.Sharding(plan.sharding.stage if dp_ways > 1 else 0, degree)
+    stage = plan.sharding.stage if dp_ways > 1 else 0
+    if stage == 2 and plan.microbatches > 1:
+        stage = 1
+    sharding = memory.Sharding(stage, degree)
     result = []
     for pp_rank in range(layout.pp):
         vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]

@@ -108,9 +108,3 @@ def kernels_duration(
 ) -> float:
     """Seconds a sequence of kernels takes back to back on one stream."""
     return sum(kernel_duration(kernel, gpu, precision, efficiency) for kernel in kernels)
-
-
-def bound_by(kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()) -> str:
-    """'compute' or 'memory': which side of the roofline sets ``kernel``'s duration (for bottleneck reports)."""
-    compute_time, memory_time = roofline_times(kernel, gpu, precision, efficiency)
-    return "compute" if compute_time >= memory_time else "memory"

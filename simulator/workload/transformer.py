@@ -325,8 +325,3 @@ def megatron_flops_per_iteration(model: ModelSpec, batch: int, seq_len: int, rec
     if recompute:
         return 96.0 * batch * s * l * h**2 * (1 + s / (6 * h) + v / (16 * l * h))
     return 72.0 * batch * s * l * h**2 * (1 + s / (6 * h) + v / (12 * l * h))
-
-
-def megatron_flops_per_token(model: ModelSpec, seq_len: int, recompute: bool = True) -> float:
-    """The Megatron formula divided by the tokens of the batch (B s)."""
-    return megatron_flops_per_iteration(model, 1, seq_len, recompute) / seq_len
