@@ -217,7 +217,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     settings = network_settings(loaded)
     result, network = located(loaded, lambda: run_ops(topology, ops, settings, async_streams=ASYNC_STREAMS))
     frame = result.log.to_frame()
-    memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes)
+    layout = step.plan.layout
+    memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes,
+                            [layout.rank_of(pp=stage) for stage in range(layout.pp)])
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=topology.num_gpus,
                                simulated_ranks=len(builder.representatives()), tokens_per_step=step.tokens_per_step,
                                model_flops_per_step=step.model_flops_per_step,

@@ -1,5 +1,6 @@
 """The `trainsim` command line: outputs of `run`, determinism, `validate`, `topo describe`, `collective --json`,
-deadlock reporting, and the one-line, status-2 answer to every kind of user mistake (with no files written).
+refusal of a deadlocking schedule, and the one-line, status-2 answer to every kind of user mistake (with no
+files written).
 
 Expected figures: DGX H100 = 8 GPUs per host, NDR NIC 400 Gb/s = 50 GB/s per direction (vendor datasheets).
 """
@@ -145,17 +146,19 @@ parallelism:
 """
 
 
-def test_deadlocked_run_exits_1_naming_op_and_missing_ranks(tmp_path):
-    """Stage 0 runs micro-batch 0 first and stage 1 micro-batch 1 first: each waits for the other's P2P."""
+def test_a_custom_schedule_that_would_deadlock_is_refused_before_running(tmp_path):
+    """Stage 0 runs micro-batch 0 first and stage 1 micro-batch 1 first: each would wait for the other's P2P.
+    The table is tried in the exact schedule executor first, so the run never starts (the engine's own
+    deadlock report is tested in test_scenarios_comm.py)."""
     (tmp_path / "table.csv").write_text(DEADLOCKED_TABLE)
     scenario = tmp_path / "dead.yaml"
     scenario.write_text(DEADLOCKED_SCENARIO.format(table=tmp_path / "table.csv"))
-    completed = trainsim("run", str(scenario), "--out", str(tmp_path / "out"), timeout=60)
-    assert completed.returncode == 1
-    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
-    assert completed.stderr.startswith("simulation error: deadlock: ")
-    assert re.search(r"collective 'recv fwd mb1' \(send_recv, key [^)]*\) waits for ranks \[0\]", completed.stderr)
-    assert re.search(r"collective 'recv bwd mb0' \(send_recv, key [^)]*\) waits for ranks \[4\]", completed.stderr)
+    for command in (("validate", str(scenario)), ("run", str(scenario), "--out", str(tmp_path / "out"))):
+        completed = trainsim(*command, timeout=60)
+        assert completed.returncode == 2
+        assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
+        assert "parallelism.pipeline.table: the schedule cannot run" in completed.stderr
+        assert "rank 0 at BW0" in completed.stderr and "rank 1 at F1" in completed.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -83,7 +83,7 @@ def test_gantt_by_rank_and_row_limit(synthetic_1f1b):
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert labels == ["rank 0 (stage 0)", "rank 1 (stage 1)", "rank 2 (stage 2)"]
     simulated = simulated_ranks(synthetic_1f1b.timeline)
-    assert len(simulated) in (STAGES, 2 * STAGES)  # DP replicas folded into one, or not
+    assert len(simulated) == STAGES  # folding simulates one rank per stage
     assert f"first 3 of {len(simulated)} rows" in figure.axes[0].get_title()
     chosen = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary, by="rank", ranks=[simulated[-1]])
     label = f"rank {simulated[-1]} (stage {STAGES - 1})"

@@ -157,7 +157,7 @@ model: {preset: llama3-70b}
 training: {seq_len: 4096, global_batch: 8, micro_batch: 1}
 parallelism: {tp: 8, dp: 1}
 """).summary
-    assert summary["oom"] is True
+    assert summary["oom"] is True and summary["peak_memory_rank"] == 0
     assert summary["peak_memory_gib"] > summary["memory_capacity_gib"]
     assert summary["bottleneck"]["constraint"] == "memory_capacity"
     assert set(summary["memory_breakdown_gib"]) == {"params", "grads", "optimizer", "activations", "buffers"}

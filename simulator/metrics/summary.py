@@ -17,9 +17,12 @@ chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
 
 
-def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float) -> dict:
+def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float,
+                   stage_rank: list[int]) -> dict:
     """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
-    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines)."""
+    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines).
+    ``stage_rank`` names the first rank of each stage, reported as the rank at the peak (every rank of a
+    stage holds the same)."""
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
     worst = per_stage[worst_stage][0]
     breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
@@ -35,6 +38,7 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
         "memory_breakdown_gib": breakdown,
         "memory_capacity_gib": capacity_bytes / GIB,
         "peak_memory_stage": worst_stage,
+        "peak_memory_rank": stage_rank[worst_stage],
         "oom": worst.total > capacity_bytes,
     }
 

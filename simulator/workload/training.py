@@ -10,10 +10,11 @@ from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import MAX_MICROBATCHES
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import Sharding, StepPlan
 from simulator.schedules.registry import build_schedule
+from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.catalog.calibration import compute_efficiency
@@ -131,7 +132,15 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
     table = par.pipeline.table
     if table is not None:
         table = Path(loaded.source).parent / table
-    schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
+    try:
+        schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
+    except ScenarioError as exc:
+        if exc.field == "training.microbatches" and training.microbatches is None:
+            raise loaded.error(("training", "global_batch"), f"{exc.problem} (micro-batches = global_batch / "
+                               f"(micro_batch x dp) = {m})", exc.allowed) from None
+        raise
+    if table is not None:
+        check_schedule_runs(loaded, schedule)
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(loaded, layout, topology, PRECISION_BYTES[training.precision])
     warnings = layout_warnings(layout, topology, sharding)
@@ -160,6 +169,15 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
     model_flops = _model_flops(model, training.seq_len) * tokens
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
                         warnings)
+
+
+def check_schedule_runs(loaded: LoadedScenario, schedule) -> None:
+    """A custom action table must run to completion: try it with unit costs in the exact schedule executor."""
+    try:
+        simulate_schedule(schedule, 1.0, 1.0, 1.0)
+    except SimulationError as exc:
+        raise loaded.error(("parallelism", "pipeline", "table"), f"the schedule cannot run: {exc}",
+                           "an action order in which every dependency can be met") from None
 
 
 def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding) -> tuple[str, ...]:
