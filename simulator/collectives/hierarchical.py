@@ -52,7 +52,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     hosts = host_grid(request, topology)
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
-    n, piece = request.nbytes, request.nbytes / g
+    piece = request.nbytes / g
     if request.op == "all_reduce":
         return (_rings(hosts, piece, g - 1, rails=False) + _rings(rails, piece / count, 2 * (count - 1), rails=True)
                 + _rings(hosts, piece, g - 1, rails=False))

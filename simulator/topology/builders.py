@@ -8,111 +8,15 @@ Routers are structured (plain lists and integer arithmetic, no networkx) so a 16
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
 import networkx as nx
 
-from simulator.errors import InputError, TopologyError
+from simulator.errors import TopologyError
 from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, Topology, add_link
-from simulator.units import parse_bandwidth, parse_duration
-
-
-@dataclass(frozen=True)
-class Param:
-    """One builder parameter: how to read it (count, index, ratio, bandwidth, duration, text, mapping, list), default.
-
-    ``default`` is written as a user would write it (e.g. "450 GB/s") and parsed like user input; None means the
-    parameter is required unless ``optional`` is set.
-    """
-
-    kind: str
-    default: object = None
-    doc: str = ""
-    choices: tuple = ()
-    optional: bool = False
-
-
-def _read_integer(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
-        raise InputError(f"expected a whole number, got {value!r}", allowed="an integer such as 8")
-    return int(value)
-
-
-def _read_ratio(value: object) -> float:
-    text = str(value).strip()
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise InputError(f"expected a ratio, got {value!r}", allowed="a positive number such as 2 or '2:1'")
-    try:
-        if ":" in text:
-            high, low = text.split(":", 1)
-            ratio = float(high) / float(low)
-        else:
-            ratio = float(text)
-    except (ValueError, ZeroDivisionError):
-        raise InputError(f"cannot read ratio {value!r}", allowed="a positive number such as 2 or '2:1'") from None
-    if not math.isfinite(ratio):
-        raise InputError(f"ratio {value!r} is not finite", allowed="a positive number such as 2 or '2:1'")
-    return ratio
-
-
-def _read_typed(value: object, type_: type, what: str) -> object:
-    if not isinstance(value, type_):
-        raise InputError(f"expected {what}, got {value!r}", allowed=what)
-    return value
-
-
-_READERS: dict[str, Callable[[object], object]] = {
-    "count": _read_integer,
-    "index": _read_integer,
-    "ratio": _read_ratio,
-    "bandwidth": parse_bandwidth,
-    "duration": parse_duration,
-    "text": lambda v: _read_typed(v, str, "a string"),
-    "mapping": lambda v: _read_typed(v, dict, "a mapping of parameters"),
-    "list": lambda v: _read_typed(v, list, "a list"),
-}
-
-
-MAX_COUNT = 2**17
-"""The largest count any builder parameter accepts (131,072 servers, switches or GPUs per server), so that a
-typo cannot make the builder run out of memory."""
-
-
-def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> dict:
-    """Check ``raw`` against ``spec`` and return the parameters in SI units, defaults filled in."""
-    where = prefix.rstrip(".")
-    if not isinstance(raw, dict):
-        raise TopologyError(f"expected a mapping of parameters, got {raw!r}", field=where)
-    for key in raw:
-        if key not in spec:
-            raise TopologyError(f"unknown parameter {key!r}", field=f"{prefix}{key}", allowed=", ".join(spec))
-    parsed = {}
-    for name, param in spec.items():
-        value = raw.get(name, param.default)
-        if value is None:
-            if not param.optional:
-                raise TopologyError("missing required parameter", field=f"{prefix}{name}")
-            parsed[name] = None
-            continue
-        try:
-            result = _READERS[param.kind](value)
-        except InputError as exc:
-            raise TopologyError(exc.problem, field=f"{prefix}{name}", allowed=exc.allowed) from None
-        if param.kind in ("count", "ratio", "bandwidth") and not result > 0:
-            raise TopologyError(f"{value!r} must be positive", field=f"{prefix}{name}", allowed="a positive value")
-        if param.kind == "count" and result > MAX_COUNT:
-            raise TopologyError(f"{value!r} is beyond what a cluster holds", field=f"{prefix}{name}",
-                                allowed=f"1..{MAX_COUNT}")
-        if param.kind == "index" and result < 0:
-            raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}", allowed="0, 1, 2, ...")
-        if param.choices and result not in param.choices:
-            raise TopologyError(f"{value!r} is not supported", field=f"{prefix}{name}",
-                                allowed=", ".join(map(str, param.choices)))
-        parsed[name] = result
-    return parsed
+from simulator.topology.parameters import Param, read_parameters
 
 
 @dataclass(frozen=True)
