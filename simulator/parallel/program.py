@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.work import Block, StageWork
 from simulator.schedules.base import Action, Schedule
@@ -113,41 +112,13 @@ class ProgramBuilder:
 
     def representatives(self) -> list[int]:
         """The ranks that get a program: all of them, or with folding one per pipeline stage."""
-        layout = self.plan.layout
-        if self.fold:
-            return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
-        return list(range(layout.world))
+        return representatives(self.plan.layout, self.fold)
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        """The images of ``group`` under the symmetry that maps its first member onto each equivalent rank
-        (same pipeline stage, any TP/CP/DP coordinates), first occurrence kept. Every group gets them, even
-        inside a host (a PCIe tree shares links between GPU pairs); engine/sharing.py then drops the ones
-        whose links never meet simulated traffic."""
         mirrors = self._mirror_cache.get(group)
         if mirrors is None:
-            mirrors = self._mirror_cache[group] = self._images(group)
+            mirrors = self._mirror_cache[group] = mirror_images(self.plan.layout, group)
         return mirrors
-
-    def _images(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-        """Every equivalent rank's copy of ``group``: TP/CP/DP coordinates shifted (cyclically) by the offset
-        from the group's first member to that rank, pipeline coordinates kept."""
-        layout = self.plan.layout
-        members = np.array(group, dtype=np.int64)
-        first = group[0]
-        equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
-        images = np.zeros((len(equivalents), len(members)), dtype=np.int64)
-        for dim in layout.order:
-            degree, stride = layout.degree(dim), layout.stride(dim)
-            own = (members // stride) % degree
-            if dim == "pp":
-                images += own * stride
-                continue
-            shift = (equivalents // stride) % degree - (first // stride) % degree
-            images += ((own[None, :] + shift[:, None]) % degree) * stride
-        _, first_rows = np.unique(np.sort(images, axis=1), axis=0, return_index=True)
-        own_set = frozenset(group)
-        rows = (tuple(images[i].tolist()) for i in sorted(first_rows.tolist()))
-        return tuple(image for image in rows if frozenset(image) != own_set)
 
     def build(self) -> list[Op]:
         """Ops of every simulated rank, in a deterministic order."""

@@ -1,0 +1,42 @@
+"""Rank folding: which ranks get a program, and every folded replica's copy of a collective's group.
+
+Ranks of one pipeline stage run the same program at the same times when nothing breaks the symmetry, so one
+representative per stage is simulated. Its collectives keep their real groups and carry mirrors, the same
+group shifted onto every equivalent rank, so links shared between replicas see all of their traffic
+(engine/sharing.py then drops the mirrors that can never meet simulated traffic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.parallel.layout import Layout
+
+
+def representatives(layout: Layout, fold: bool) -> list[int]:
+    """The ranks that get a program: all of them, or with folding the first rank of each pipeline stage."""
+    if fold:
+        return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
+    return list(range(layout.world))
+
+
+def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: the TP,
+    CP and DP coordinates of its members shifted (cyclically) by the offset from the group's first member to
+    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy."""
+    members = np.array(group, dtype=np.int64)
+    first = group[0]
+    equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
+    images = np.zeros((len(equivalents), len(members)), dtype=np.int64)
+    for dim in layout.order:
+        degree, stride = layout.degree(dim), layout.stride(dim)
+        own = (members // stride) % degree
+        if dim == "pp":
+            images += own * stride
+            continue
+        shift = (equivalents // stride) % degree - (first // stride) % degree
+        images += ((own[None, :] + shift[:, None]) % degree) * stride
+    _, first_rows = np.unique(np.sort(images, axis=1), axis=0, return_index=True)
+    own_set = frozenset(group)
+    rows = (tuple(images[i].tolist()) for i in sorted(first_rows.tolist()))
+    return tuple(image for image in rows if frozenset(image) != own_set)
