@@ -15,9 +15,8 @@ import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
-from simulator.collectives.phases import CollectiveRequest
+from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
-from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.config.loader import LoadedScenario
 from simulator.engine.engine import Engine, EngineResult
 from simulator.errors import InputError, TopologyError
@@ -77,46 +76,25 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
-    def planner(request, algorithm):
-        return plan_collective(request, topology, algorithm)
-
-    links_of = plan_links(topology, planner, settings)
-    prune_mirrors(ops, links_of)
-    mark_private(ops, links_of, async_streams)
+    plans = plan_cache(topology, settings)
+    prune_mirrors(ops, plans.links)
+    mark_private(ops, plans.links, async_streams)
     engine = Engine(
         env,
-        planner=planner,
+        plans=plans,
         run_plan=lambda env_, phases, key: run_plan(env_, network, topology, phases, key),
         run_plans=lambda env_, plans, key: run_plans(env_, network, topology, plans, key),
         isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
-        default_algorithm=settings.algorithm,
-        chunk_bytes=settings.chunk_bytes,
-        channels=settings.channels,
         async_streams=async_streams,
     )
     return engine.run(ops), network
 
 
-def plan_links(topology: Topology, planner, settings: NetworkSettings):
-    """(op, group) -> the set of directed links the op's plan over ``group`` uses; `auto` is resolved for the
-    op's size first, since it picks different algorithms (and links) for small and large messages."""
-    cache: dict[tuple, frozenset[int]] = {}
-
-    def links_of(op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
-        request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
-                                    chunk_bytes=settings.chunk_bytes, channels=settings.channels)
-        algorithm = op.algorithm if op.algorithm != "auto" else settings.algorithm
-        if algorithm == "auto":
-            algorithm = choose_algorithm(request, topology)
-        key = (op.op, group, op.root, algorithm)
-        links = cache.get(key)
-        if links is None:
-            links = cache[key] = frozenset(link for phase in planner(request, algorithm)
-                                           for t in phase.transfers for link in topology.path(t.src, t.dst, t.channel))
-        return links
-
-    return links_of
+def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
+    """The run's one cache of collective plans, with the scenario's collective defaults."""
+    return PlanCache(topology, algorithm=settings.algorithm, chunk_bytes=settings.chunk_bytes,
+                     channels=settings.channels)
 
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple:
@@ -171,17 +149,10 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
 
 def plan_every_collective(ops: list[Op], topology: Topology, settings: NetworkSettings) -> None:
     """Plan each distinct collective once, so unsupported algorithm choices surface before a run."""
-    planned: set[tuple] = set()
+    plans = plan_cache(topology, settings)
     for op in ops:
-        if not isinstance(op, CollectiveOp):
-            continue
-        algorithm = op.algorithm if op.algorithm != "auto" else settings.algorithm
-        shape = (op.op, op.group, op.nbytes, op.root, algorithm)
-        if shape not in planned:
-            planned.add(shape)
-            request = CollectiveRequest(op=op.op, ranks=op.group, nbytes=op.nbytes, root=op.root,
-                                        chunk_bytes=settings.chunk_bytes, channels=settings.channels)
-            plan_collective(request, topology, algorithm)
+        if isinstance(op, CollectiveOp):
+            plans.phases(op, op.group)
 
 
 def located(loaded: LoadedScenario, build):

@@ -13,14 +13,10 @@ from typing import Callable, Iterable
 
 import simpy
 
-from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.engine.plans import PlanCache
 from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
 from simulator.workload.ops import CollectiveOp, ComputeOp, Op
-
-Planner = Callable[[CollectiveRequest, str], list[Phase]]
-"""(request, algorithm name) -> phases; supplied by the caller so the engine stays free of algorithm choice."""
-
 
 @dataclass
 class _Rendezvous:
@@ -44,21 +40,17 @@ class EngineResult:
 class Engine:
     """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
     collective's phases on the network, ``run_plans`` (env, plans, key) the same for a collective with its
-    mirrors; ``planner`` turns a collective op into phases. Ops on
+    mirrors; ``plans`` turns a collective op into phases (shared with the caller's analysis). Ops on
     ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done."""
 
-    def __init__(self, env: simpy.Environment, planner: Planner, run_plan: Callable, run_plans: Callable,
+    def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog,
-                 default_algorithm: str = "auto", chunk_bytes: float | None = None, channels: int | None = None,
                  async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
         self.env = env
-        self.planner = planner
+        self.plans = plans
         self.run_plan = run_plan
         self.run_plans = run_plans
         self.log = log
-        self.default_algorithm = default_algorithm
-        self.chunk_bytes = chunk_bytes
-        self.channels = channels
         self.async_streams = async_streams
         self.isolated = isolated
         self._isolated_runs: dict[tuple, tuple] = {}
@@ -67,7 +59,6 @@ class Engine:
         self._finished: set[str] = set()
         self._pending: dict[tuple[int, str], Op] = {}
         self._present: frozenset[int] = frozenset()
-        self._plans: dict[tuple, list[Phase]] = {}
         self._executed = 0
         self._replayed_flows = 0
 
@@ -143,21 +134,6 @@ class Engine:
             self.env.process(self._collective(meeting))
         return meeting.done
 
-    def _plan_key(self, op: CollectiveOp, group: tuple[int, ...]) -> tuple:
-        algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-        return (op.op, group, op.nbytes, op.root, algorithm)
-
-    def _plan(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
-        """The phases of ``op`` over ``group``, planned once per distinct request."""
-        cache_key = self._plan_key(op, group)
-        algorithm = cache_key[-1]
-        phases = self._plans.get(cache_key)
-        if phases is None:
-            request = CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
-                                        chunk_bytes=self.chunk_bytes, channels=self.channels or 0)
-            phases = self._plans[cache_key] = self.planner(request, algorithm)
-        return phases
-
     def _collective(self, meeting: _Rendezvous):
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
         which share the fabric with it), all at once."""
@@ -166,9 +142,9 @@ class Engine:
         if op.private and self.isolated is not None:
             yield from self._replay(op)
         elif op.mirrors:
-            yield from self.run_plans(self.env, [self._plan(op, group) for group in (op.group, *op.mirrors)], op.key)
+            yield from self.run_plans(self.env, [self.plans.phases(op, group) for group in (op.group, *op.mirrors)], op.key)
         else:
-            yield from self.run_plan(self.env, self._plan(op, op.group), op.key)
+            yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
         for rank in meeting.arrived:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
                             nbytes=op.nbytes, key=op.key, microbatch=op.microbatch)
@@ -177,10 +153,10 @@ class Engine:
     def _replay(self, op: CollectiveOp):
         """A private collective: time its plan once on an idle network, then replay that run's duration and
         flow rows (shifted to now) for every identical instance."""
-        key = self._plan_key(op, op.group)
+        key = self.plans.key(op, op.group)
         run = self._isolated_runs.get(key)
         if run is None:
-            run = self._isolated_runs[key] = self.isolated(self._plan(op, op.group))
+            run = self._isolated_runs[key] = self.isolated(self.plans.phases(op, op.group))
         duration, src, dst, begins, ends, nbytes = run
         self._replayed_flows += len(src)
         start = self.env.now

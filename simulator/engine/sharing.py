@@ -31,19 +31,29 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
         reached |= links_of(op, op.group)
         for mirror in op.mirrors:
             candidates.setdefault((op.op, op.algorithm, op.root, op.nbytes, mirror), (op, mirror))
-    mirror_links = {key: links_of(op, mirror) for key, (op, mirror) in candidates.items()}
-    kept: set = set()
-    changed = True
-    while changed:
-        changed = False
-        for key, links in mirror_links.items():
-            if key not in kept and not links.isdisjoint(reached):
+    by_link: dict[int, list[tuple]] = {}
+    mirror_links = {}
+    for key, (op, mirror) in candidates.items():
+        mirror_links[key] = links_of(op, mirror)
+        for link in mirror_links[key]:
+            by_link.setdefault(link, []).append(key)
+    kept: set[tuple] = set()
+    frontier = list(reached)
+    while frontier:
+        for key in by_link.get(frontier.pop(), ()):
+            if key not in kept:
                 kept.add(key)
-                reached |= links
-                changed = True
+                fresh = mirror_links[key] - reached
+                reached |= fresh
+                frontier.extend(fresh)
+    pruned: dict[tuple, tuple[tuple[int, ...], ...]] = {}
     for op in collectives:
         if op.mirrors:
-            op.mirrors = tuple(m for m in op.mirrors if (op.op, op.algorithm, op.root, op.nbytes, m) in kept)
+            shape = (op.op, op.algorithm, op.root, op.nbytes, op.group)
+            mirrors = pruned.get(shape)
+            if mirrors is None:
+                mirrors = pruned[shape] = tuple(m for m in op.mirrors if shape[:4] + (m,) in kept)
+            op.mirrors = mirrors
 
 
 def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:

@@ -1,0 +1,65 @@
+"""One cache of collective plans per run, shared by the link-sharing analysis, validation and the engine, so
+each distinct collective (op, group, size, root, algorithm) is planned once."""
+
+from __future__ import annotations
+
+from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.topology.graph import Topology
+from simulator.workload.ops import CollectiveOp
+
+
+class PlanCache:
+    """Plans collectives on ``topology`` with the run's defaults: the algorithm for ops that say `auto`, the
+    pipelining chunk and the channel count. Plans are cached by what they depend on, the message size included,
+    since `auto` picks different algorithms (and links) for small and large messages."""
+
+    def __init__(self, topology: Topology, *, algorithm: str = "auto", chunk_bytes: float | None = None,
+                 channels: int = 0):
+        self.topology = topology
+        self.default_algorithm = algorithm
+        self.chunk_bytes = chunk_bytes
+        self.channels = channels
+        self._phases: dict[tuple, list[Phase]] = {}
+        self._links: dict[tuple, frozenset[int]] = {}
+        self._algorithms: dict[tuple, str] = {}
+
+    def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
+        return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
+                                 chunk_bytes=self.chunk_bytes, channels=self.channels)
+
+    def key(self, op: CollectiveOp, group: tuple[int, ...]) -> tuple:
+        """What a plan depends on within one run: op, group, size, root and the algorithm asked for (`auto` is
+        resolved from these and the run's fixed defaults)."""
+        return (op.op, group, op.nbytes, op.root, op.algorithm)
+
+    def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
+        """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
+        size and topology (once per shape)."""
+        key = self.key(op, group)
+        algorithm = self._algorithms.get(key)
+        if algorithm is None:
+            algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
+            if algorithm == "auto":
+                algorithm = choose_algorithm(self._request(op, group), self.topology)
+            self._algorithms[key] = algorithm
+        return algorithm
+
+    def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
+        """The phases of ``op`` over ``group`` (planned on first use)."""
+        key = self.key(op, group)
+        phases = self._phases.get(key)
+        if phases is None:
+            phases = self._phases[key] = plan_collective(self._request(op, group), self.topology,
+                                                         self.resolved_algorithm(op, group))
+        return phases
+
+    def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
+        """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
+        algorithm, so they are cached per algorithm."""
+        key = (op.op, group, op.root, self.resolved_algorithm(op, group))
+        links = self._links.get(key)
+        if links is None:
+            links = self._links[key] = frozenset(link for phase in self.phases(op, group) for t in phase.transfers
+                                                 for link in self.topology.path(t.src, t.dst, t.channel))
+        return links
