@@ -44,8 +44,7 @@ class Engine:
     ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
-                 log: EventLog,
-                 async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
+                 log: EventLog, async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
         self.env = env
         self.plans = plans
         self.run_plan = run_plan
@@ -142,7 +141,8 @@ class Engine:
         if op.private and self.isolated is not None:
             yield from self._replay(op)
         elif op.mirrors:
-            yield from self.run_plans(self.env, [self.plans.phases(op, group) for group in (op.group, *op.mirrors)], op.key)
+            plans = [self.plans.phases(op, group) for group in (op.group, *op.mirrors)]
+            yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
         for rank in meeting.arrived:
