@@ -148,7 +148,7 @@ def run_case(case: Case, timeout_s: float) -> dict:
     except subprocess.TimeoutExpired:
         return {"error": f"stopped after {timeout_s:.0f} s"}
     if done.returncode != 0:
-        return {"error": (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]}
+        return {"error": (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -5,7 +5,7 @@ and returns a `Result` with the summary, the timeline DataFrame and the topology
 `import simulator.units` stays light.
 """
 
-__all__ = ["load_scenario", "simulate", "Result"]
+__all__ = ["Result", "load_scenario", "simulate"]
 
 
 def __getattr__(name: str):

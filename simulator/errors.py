@@ -22,7 +22,7 @@ class InputError(TrainsimError):
         self.line = line
         super().__init__(self.render())
 
-    def located(self, file: str | None = None, line: int | None = None, field_prefix: str = "") -> "InputError":
+    def located(self, file: str | None = None, line: int | None = None, field_prefix: str = "") -> InputError:
         """A copy of this error with its location filled in where it was not known yet."""
         field = self.field
         if field_prefix:

@@ -15,22 +15,22 @@ import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
-from simulator.engine.plans import PlanCache
-from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.config.loader import LoadedScenario
 from simulator.engine.engine import Engine, EngineResult
+from simulator.engine.plans import PlanCache
+from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.errors import InputError, TopologyError
-from simulator.metrics.summary import memory_summary, training_summary
-from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
-from simulator.workload.memory_plan import layout_summary, memory_bound_share, stage_memory
-from simulator.workload.training import build_training_step
 from simulator.metrics.events import EventLog
+from simulator.metrics.summary import memory_summary, training_summary
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.model import Network
+from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
 from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
 from simulator.workload.comm_program import build_comm_program
+from simulator.workload.memory_plan import layout_summary, memory_bound_share, stage_memory
 from simulator.workload.ops import CollectiveOp, Op
+from simulator.workload.training import build_training_step
 
 
 @dataclass

@@ -11,9 +11,16 @@ from functools import partial
 import networkx as nx
 import pytest
 
-from simulator.collectives import (PRIMITIVES, CollectiveRequest, bus_bandwidth, bus_bandwidth_factor,
-                                   choose_algorithm, plan_collective, time_collective)
-from simulator.collectives.ring import ring_order, group_by_host
+from simulator.collectives import (
+    PRIMITIVES,
+    CollectiveRequest,
+    bus_bandwidth,
+    bus_bandwidth_factor,
+    choose_algorithm,
+    plan_collective,
+    time_collective,
+)
+from simulator.collectives.ring import group_by_host, ring_order
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology, add_link
 

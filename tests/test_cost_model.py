@@ -21,8 +21,9 @@ FULL_MATRIX = AttentionCost(causal_factor=1.0, backward_factor=2.0)  # the accou
 FULL_MATRIX_FLASH = AttentionCost(causal_factor=1.0, backward_factor=2.5)
 
 
-def model_flops(model, shard, recompute="none", cost=AttentionCost()):
+def model_flops(model, shard, recompute="none", cost=None):
     """Forward + backward FLOPs of a whole model for one micro-batch on one rank."""
+    cost = cost or AttentionCost()
     layers = layer_kernels(model, shard, recompute, cost).flops * model.layers
     return layers + embedding_kernels(model, shard).flops + head_kernels(model, shard).flops
 

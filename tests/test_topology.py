@@ -124,7 +124,8 @@ def test_shared_nics():
 def test_three_tier_routes_through_core_only_across_pods():
     topo = build_topology("cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "tiers": 3, "pods": 2})
     assert kinds(topo)["switch"] == 4 * 8 + 2 * 2 + 2
-    tiers = lambda s, d: [topo.graph.nodes[n].get("tier") for n in route(topo, s, d)[2:-2]]
+    def tiers(s, d):
+        return [topo.graph.nodes[n].get("tier") for n in route(topo, s, d)[2:-2]]
     assert tiers(0, 2 * 8 + 1) == [1, 2, 1]
     assert tiers(0, 7 * 8 + 1) == [1, 2, 3, 2, 1]
     assert topo.path_latency(0, 7 * 8 + 1) == pytest.approx(15e-6, rel=REL)

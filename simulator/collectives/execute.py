@@ -6,7 +6,7 @@ path latency: the k identical steps cost the same as k separate batches while ra
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import simpy
 

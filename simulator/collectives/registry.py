@@ -8,7 +8,7 @@ states the rule.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from simulator.collectives import direct, halving_doubling, hierarchical, ring, tree
 from simulator.collectives.phases import CollectiveRequest, Phase

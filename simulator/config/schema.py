@@ -6,7 +6,7 @@ Sections grow with features; each is optional except `cluster`. Quantities stay 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -44,7 +44,7 @@ def _algorithm(name: str) -> str:
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
 Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
 Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
-OptionalSize = Annotated[Union[float, None], BeforeValidator(_optional_size)]
+OptionalSize = Annotated[float | None, BeforeValidator(_optional_size)]
 
 MAX_MICROBATCHES = 100_000
 """More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
@@ -72,7 +72,7 @@ class NetworkConfig(Section):
     """`model`: flow (max-min sharing) or analytic (no contention); `efficiency`: calibrated, ideal or per class."""
 
     model: Literal["flow", "analytic"] = "flow"
-    efficiency: Union[Literal["calibrated", "ideal"], dict[str, Annotated[float, Field(gt=0, le=1)]]] = "calibrated"
+    efficiency: Literal["calibrated", "ideal"] | dict[str, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
 
 
 DEFAULT_CHUNK_BYTES = 4 * 2**20
@@ -110,7 +110,7 @@ class CollectiveItem(Section):
     op: Literal[PRIMITIVES]  # type: ignore[valid-type]
     bytes: Size
     name: str | None = None
-    group: Union[Literal["all"], list[int], str] = "all"
+    group: Literal["all"] | list[int] | str = "all"
     src: int | None = None
     dst: int | None = None
     root: int = 0
@@ -120,7 +120,7 @@ class CollectiveItem(Section):
     repeat: int = Field(default=1, ge=1, le=100_000)
 
     @model_validator(mode="after")
-    def _send_recv_endpoints(self) -> "CollectiveItem":
+    def _send_recv_endpoints(self) -> CollectiveItem:
         if self.op == "send_recv" and (self.src is None or self.dst is None):
             raise ValueError("send_recv needs src and dst GPU indices")
         if self.op != "send_recv" and (self.src is not None or self.dst is not None):
@@ -154,7 +154,7 @@ class ModelConfig(Section):
     synthetic: SyntheticModel | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ModelConfig":
+    def _one_source(self) -> ModelConfig:
         explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
         if self.synthetic is not None and (self.preset or explicit):
             raise ValueError("give either synthetic costs or a model (preset/dimensions), not both")
@@ -222,7 +222,7 @@ class Scenario(Section):
     description: str = ""
 
     @model_validator(mode="after")
-    def _one_workload(self) -> "Scenario":
+    def _one_workload(self) -> Scenario:
         if self.model is not None and self.workload:
             raise ValueError("give either a training step (model) or a workload list, not both")
         if self.model is None and not self.workload:

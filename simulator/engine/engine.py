@@ -8,8 +8,8 @@ contend for links. A run that ends with ops left over is a deadlock, reported wi
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import simpy
 
@@ -17,6 +17,7 @@ from simulator.engine.plans import PlanCache
 from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
 from simulator.workload.ops import CollectiveOp, ComputeOp, Op
+
 
 @dataclass
 class _Rendezvous:

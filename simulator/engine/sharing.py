@@ -8,7 +8,7 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from simulator.workload.ops import CollectiveOp, Op
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s", "bytes", "flops", "src", "dst",
-           "key")
+COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s", "bytes", "flops",
+           "src", "dst", "key")
 
 
 class EventLog:

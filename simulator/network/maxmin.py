@@ -9,8 +9,8 @@ distinct bottleneck levels, which is small for the symmetric traffic of collecti
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from itertools import chain
-from typing import Iterable, Sequence
 
 import numpy as np
 

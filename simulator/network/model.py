@@ -10,9 +10,10 @@ transfer never waits for others: it takes its latency plus its bytes over its pa
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping, Sequence
 from itertools import chain
 from operator import attrgetter
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -45,7 +46,7 @@ class FlowRequest(NamedTuple):
 class _Phase:
     """The transfers of one ``run_phase`` call still running, and the event that fires when none is."""
 
-    __slots__ = ("event", "pending", "key")
+    __slots__ = ("event", "key", "pending")
 
     def __init__(self, event: simpy.Event, pending: int, key: str):
         self.event = event
@@ -56,8 +57,19 @@ class _Phase:
 class _Flow:
     """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries."""
 
-    __slots__ = ("seq", "path", "nbytes", "remaining", "rate", "last_update", "version", "phase",
-                 "posted_s", "src", "dst")
+    __slots__ = (
+        "dst",
+        "last_update",
+        "nbytes",
+        "path",
+        "phase",
+        "posted_s",
+        "rate",
+        "remaining",
+        "seq",
+        "src",
+        "version",
+    )
 
     def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
                  src: int, dst: int):

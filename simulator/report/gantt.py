@@ -11,8 +11,15 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.intervals import merge
 from simulator.metrics.step import PIPELINE_CATEGORIES
-from simulator.report.outputs import (compute_stream_work, pipeline_actions, run_layout, simulated_ranks,
-                                      stage_of, stage_representatives, time_unit)
+from simulator.report.outputs import (
+    compute_stream_work,
+    pipeline_actions,
+    run_layout,
+    simulated_ranks,
+    stage_of,
+    stage_representatives,
+    time_unit,
+)
 
 BAR_CLASSES: dict[str, tuple[str, str]] = {
     "forward": ("forward (F)", "#4C72B0"),

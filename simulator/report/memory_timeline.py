@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simulator.report.outputs import (compute_stream_work, pipeline_actions, stage_of, stage_representatives,
-                                      time_unit)
+from simulator.report.outputs import compute_stream_work, pipeline_actions, stage_of, stage_representatives, time_unit
 
 GIB = 2.0**30
 STATIC_PARTS = ("params", "grads", "optimizer", "buffers")

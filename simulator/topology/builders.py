@@ -9,8 +9,8 @@ Routers are structured (plain lists and integer arithmetic, no networkx) so a 16
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import networkx as nx
 

@@ -7,8 +7,8 @@ the clock runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import networkx as nx
 import numpy as np
@@ -61,7 +61,9 @@ class Topology:
     _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.gpu_domain = [self.graph.nodes[gpu].get("nvlink_domain", host) for gpu, host in zip(self.gpus, self.gpu_host)]
+        self.gpu_domain = [
+            self.graph.nodes[gpu].get("nvlink_domain", host) for gpu, host in zip(self.gpus, self.gpu_host)
+        ]
         self.link_ends = sorted(self.graph.edges())
         self.link_index = {edge: i for i, edge in enumerate(self.link_ends)}
         self.link_bandwidth = np.array([self.graph.edges[e]["bandwidth"] for e in self.link_ends], dtype=float)

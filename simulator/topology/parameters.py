@@ -4,8 +4,8 @@ write it, read and checked the same way from topology files, a scenario's `clust
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from simulator.errors import InputError, TopologyError
 from simulator.units import parse_bandwidth, parse_duration

@@ -9,8 +9,15 @@ from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
 from simulator.parallel.work import Block, StageWork
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
-from simulator.workload.transformer import (AttentionCost, PassKernels, ShardShape, embedding_kernels, head_kernels,
-                                            kv_heads_per_rank, layer_kernels)
+from simulator.workload.transformer import (
+    AttentionCost,
+    PassKernels,
+    ShardShape,
+    embedding_kernels,
+    head_kernels,
+    kv_heads_per_rank,
+    layer_kernels,
+)
 
 ATTENTION_KERNELS = frozenset({"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.loader import LoadedScenario
@@ -17,7 +18,6 @@ from simulator.schedules.registry import build_schedule
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
-from simulator.catalog.calibration import compute_efficiency
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
 PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}

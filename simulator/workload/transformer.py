@@ -77,7 +77,7 @@ class AttentionCost:
     flash: bool = True
 
     @classmethod
-    def for_kernel(cls, kind: str) -> "AttentionCost":
+    def for_kernel(cls, kind: str) -> AttentionCost:
         """``flash`` (fused, scores stay on chip, causal blocks skipped) or ``standard`` (Megatron-LM before
         flash attention: the full score matrix is computed and goes through HBM for softmax and dropout)."""
         if kind == "flash":
