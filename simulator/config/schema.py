@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS
+from simulator.config.faults import FaultsConfig
+from simulator.config.sections import Section
 from simulator.errors import InputError
 from simulator.units import parse_duration, parse_size
 
@@ -50,12 +52,6 @@ MAX_MICROBATCHES = 100_000
 """More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
 
 PRIMITIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
-
-
-class Section(BaseModel):
-    """Base of every section: frozen, unknown keys rejected."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ClusterConfig(BaseModel):
@@ -219,6 +215,7 @@ class Scenario(Section):
     model: ModelConfig | None = None
     training: TrainingConfig = TrainingConfig()
     parallelism: ParallelismConfig = ParallelismConfig()
+    faults: FaultsConfig = FaultsConfig()
     description: str = ""
 
     @model_validator(mode="after")
