@@ -17,7 +17,7 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size
-from simulator.workload.ops import COMM_STREAM, CollectiveOp
+from simulator.program.ops import COMM_STREAM, CollectiveOp
 
 
 def peak_rss_mib() -> float:

@@ -29,7 +29,7 @@ from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
 from simulator.workload.comm_program import build_comm_program
 from simulator.workload.memory_plan import layout_summary, memory_bound_share, stage_memory
-from simulator.workload.ops import CollectiveOp, Op
+from simulator.program.ops import CollectiveOp, Op
 from simulator.workload.training import build_training_step
 
 

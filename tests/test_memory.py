@@ -4,7 +4,7 @@ import pytest
 
 from simulator.catalog.models import get_model
 from simulator.errors import ScenarioError
-from simulator.parallel.memory import (
+from simulator.workload.memory import (
     Sharding,
     activation_bytes_per_layer,
     head_activation_bytes,

@@ -24,7 +24,7 @@ from simulator.errors import SimulationError
 from simulator.simulation import NetworkSettings, run_ops, simulate
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size_range
-from simulator.workload.ops import CollectiveOp
+from simulator.program.ops import CollectiveOp
 
 NVLINK_H100 = 450e9      # B/s per direction (H100 datasheet)
 ETHERNET_100G = 12.5e9   # B/s per direction (100 GbE)

@@ -16,7 +16,7 @@ import simpy
 from simulator.engine.plans import PlanCache
 from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
-from simulator.workload.ops import CollectiveOp, ComputeOp, Op
+from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.topology.graph import Topology
-from simulator.workload.ops import CollectiveOp
+from simulator.program.ops import CollectiveOp
 
 
 class PlanCache:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simulator.workload.ops import CollectiveOp, Op
+from simulator.program.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
 """(op, group) -> the directed links its plan over ``group`` uses (for the op's size: `auto` may choose

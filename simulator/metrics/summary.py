@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from simulator.metrics.step import bubble_fraction, communication_metrics, traffic_bytes
-from simulator.parallel.memory import MemoryBreakdown
+from simulator.workload.memory import MemoryBreakdown
 
 GIB = 2.0**30
 COMMUNICATION_BOUND_RATIO = 0.30

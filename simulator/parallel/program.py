@@ -14,7 +14,7 @@ from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.work import Block, StageWork
 from simulator.schedules.base import Action, Schedule
-from simulator.workload.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
+from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 
 DP_STREAM = "dp"
 ZERO_STREAM = "zero"

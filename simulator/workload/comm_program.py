@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import CollectiveItem
-from simulator.workload.ops import CollectiveOp
+from simulator.program.ops import CollectiveOp
 
 
 def resolve_group(item: CollectiveItem, index: int, num_gpus: int, loaded: LoadedScenario) -> tuple[int, ...]:

@@ -4,8 +4,8 @@ micro-batches, plus small facts about the step the summary reports."""
 from __future__ import annotations
 
 from simulator.config.loader import LoadedScenario
-from simulator.parallel import memory
-from simulator.parallel.memory import MemoryBreakdown
+from simulator.workload import memory
+from simulator.workload.memory import MemoryBreakdown
 from simulator.schedules.timing import peak_in_flight
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import layers_per_stage
