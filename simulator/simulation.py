@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import simpy
@@ -21,16 +22,15 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.errors import InputError, TopologyError
 from simulator.metrics.events import EventLog
-from simulator.metrics.summary import memory_summary, training_summary
+from simulator.metrics.summary import training_summary
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.model import Network
-from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
+from simulator.program.ops import CollectiveOp, Op
+from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
 from simulator.workload.comm_program import build_comm_program
-from simulator.workload.memory_plan import layout_summary, memory_bound_share, stage_memory
-from simulator.program.ops import CollectiveOp, Op
-from simulator.workload.training import build_training_step
+from simulator.workload.transformer_program import transformer_program
 
 
 @dataclass
@@ -59,11 +59,11 @@ def build_topology(loaded: LoadedScenario) -> Topology:
     try:
         return load_topology(cluster.topology, cluster.overrides())
     except TopologyError as exc:
-        field_path = tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", exc.field))
-        overridden = bool(field_path) and field_path[0] in cluster.overrides()
+        path = field_path(exc.field)
+        overridden = bool(path) and path[0] in cluster.overrides()
         if exc.file and not overridden:
             raise
-        path = ("cluster",) + field_path if overridden else ("cluster", "topology")
+        path = ("cluster",) + path if overridden else ("cluster", "topology")
         located = loaded.error(path, exc.problem, exc.allowed)
         raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
                             line=located.line) from None
@@ -140,10 +140,9 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
     settings = network_settings(loaded)
     if loaded.scenario.model is not None:
-        step = located(loaded, lambda: build_training_step(loaded, topology))
-        ops = ProgramBuilder(step.plan, fold=loaded.scenario.run.fold).build()
+        ops = list(step_program(loaded, topology, fold=loaded.scenario.run.fold).ops)
     else:
-        ops = build_comm_program(loaded, topology.num_gpus)
+        ops = located(loaded, lambda: build_comm_program(loaded.scenario.workload, topology.num_gpus))
     located(loaded, lambda: plan_every_collective(ops, topology, settings))
 
 
@@ -162,10 +161,14 @@ def located(loaded: LoadedScenario, build):
     except InputError as exc:
         if exc.file:
             raise
-        path = tuple(part for part in exc.field.split(".") if part)
-        error = loaded.error(path, exc.problem, exc.allowed)
+        error = loaded.error(field_path(exc.field), exc.problem, exc.allowed)
         raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
                         line=error.line) from None
+
+
+def field_path(field: str) -> tuple:
+    """A dotted field such as ``workload[2].group`` as a path of keys and list indices."""
+    return tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", field))
 
 
 def fold_blocker(topology: Topology) -> str:
@@ -178,28 +181,33 @@ def fold_blocker(topology: Topology) -> str:
     return ""
 
 
-def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
-    """One training step: build the plan and the per-rank programs, run them, summarise."""
-    step = located(loaded, lambda: build_training_step(loaded, topology))
-    blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
-    fold = loaded.scenario.run.fold and not blocker
-    builder = ProgramBuilder(step.plan, fold=fold)
-    ops = builder.build()
-    settings = network_settings(loaded)
-    result, network = located(loaded, lambda: run_ops(topology, ops, settings, async_streams=ASYNC_STREAMS))
+def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> StepProgram:
+    """The scenario's step program from its workload source, with configuration errors located in its file."""
+    base_dir = Path(loaded.source).parent
+    return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
+
+
+def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings) -> tuple[dict, pd.DataFrame]:
+    """Execute a step program and summarise it: the metrics see only the program and its timeline."""
+    result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams)
     frame = result.log.to_frame()
-    layout = step.plan.layout
-    memory = memory_summary(stage_memory(loaded, step, topology), step.gpu.hbm_bytes,
-                            [layout.rank_of(pp=stage) for stage in range(layout.pp)])
-    summary = training_summary(frame, step_time_s=result.makespan_s, gpus=topology.num_gpus,
-                               simulated_ranks=len(builder.representatives()), tokens_per_step=step.tokens_per_step,
-                               model_flops_per_step=step.model_flops_per_step,
-                               peak_flops=step.gpu.peak(loaded.scenario.training.precision),
-                               memory=memory, memory_bound_share=memory_bound_share(step))
-    summary.update(scenario=loaded.source, topology=topology.name, gpus=topology.num_gpus,
-                   layout=layout_summary(step), ops_executed=result.ops_executed,
-                   flows_simulated=int(network.flows_simulated + result.replayed_flows), seed=loaded.scenario.run.seed,
-                   folded=fold, simulated_ranks=len(builder.representatives()), warnings=list(step.warnings))
+    summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
+                               simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
+                               model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
+                               memory=dict(program.memory), memory_bound_share=program.memory_bound_share)
+    summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
+                   flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
+                   simulated_ranks=len(program.ranks), warnings=list(program.warnings))
+    return summary, frame
+
+
+def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
+    """One training step: build the step program, run it, summarise."""
+    blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
+    program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
+    settings = network_settings(loaded)
+    summary, frame = located(loaded, lambda: run_step(program, topology, settings))
+    summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if blocker:
         summary["fold_off_reason"] = blocker
     return Result(summary, frame, topology)
@@ -210,7 +218,7 @@ def simulate(loaded: LoadedScenario) -> Result:
     topology = build_topology(loaded)
     if loaded.scenario.model is not None:
         return simulate_training(loaded, topology)
-    ops = build_comm_program(loaded, topology.num_gpus)
+    ops = located(loaded, lambda: build_comm_program(loaded.scenario.workload, topology.num_gpus))
     settings = network_settings(loaded)
     result, network = located(loaded, lambda: run_ops(topology, ops, settings))
     frame = result.log.to_frame()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
+from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 from simulator.units import format_size, parse_size
-from simulator.program.ops import COMM_STREAM, CollectiveOp
 
 
 def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,

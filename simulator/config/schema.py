@@ -10,10 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS
+from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
 from simulator.config.sections import Section
 from simulator.errors import InputError
+from simulator.schedules.registry import schedule_names
 from simulator.units import parse_duration, parse_size
 
 
@@ -43,15 +44,20 @@ def _algorithm(name: str) -> str:
     return name
 
 
+def _schedule(name: str) -> str:
+    if name not in schedule_names():
+        raise ValueError(f"unknown schedule {name!r} (allowed: {', '.join(schedule_names())})")
+    return name
+
+
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
+ScheduleName = Annotated[str, AfterValidator(_schedule)]
 Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
 Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
 OptionalSize = Annotated[float | None, BeforeValidator(_optional_size)]
 
 MAX_MICROBATCHES = 100_000
 """More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
-
-PRIMITIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "send_recv")
 
 
 class ClusterConfig(BaseModel):
@@ -175,7 +181,7 @@ class TrainingConfig(Section):
 class PipelineConfig(Section):
     """Pipeline schedule by name (`custom` reads the CSV action table `table`) and interleaving depth."""
 
-    schedule: str = "1f1b"
+    schedule: ScheduleName = "1f1b"
     virtual_stages: int = Field(default=1, ge=1)
     table: str | None = None
     first_last_fewer_layers: bool = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
-from simulator.topology.graph import Topology
 from simulator.program.ops import CollectiveOp
+from simulator.topology.graph import Topology
 
 
 class PlanCache:

@@ -6,41 +6,10 @@ from __future__ import annotations
 import pandas as pd
 
 from simulator.metrics.step import bubble_fraction, communication_metrics, traffic_bytes
-from simulator.workload.memory import MemoryBreakdown
 
-GIB = 2.0**30
 COMMUNICATION_BOUND_RATIO = 0.30
 """Exposed communication above this share of the step makes communication the binding constraint (the seed
 chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
-
-
-MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
-
-
-def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float,
-                   stage_rank: list[int]) -> dict:
-    """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
-    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines).
-    ``stage_rank`` names the first rank of each stage, reported as the rank at the peak (every rank of a
-    stage holds the same)."""
-    worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
-    worst = per_stage[worst_stage][0]
-    breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
-    stages = []
-    for index, (stage, in_flight) in enumerate(per_stage):
-        entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
-        entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
-                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0)
-        stages.append(entry)
-    return {
-        "memory_per_stage_gib": stages,
-        "peak_memory_gib": worst.total / GIB,
-        "memory_breakdown_gib": breakdown,
-        "memory_capacity_gib": capacity_bytes / GIB,
-        "peak_memory_stage": worst_stage,
-        "peak_memory_rank": stage_rank[worst_stage],
-        "oom": worst.total > capacity_bytes,
-    }
 
 
 def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float) -> dict:
@@ -49,10 +18,10 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
         "memory_bound_compute_share": memory_bound_share,
-        "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"],
+        "memory_use_share": memory["peak_memory_gib"] / memory["memory_capacity_gib"] if memory else 0.0,
         "bubble_fraction": bubble,
     }
-    if memory["oom"]:
+    if memory.get("oom"):
         binding = "memory_capacity"
     elif evidence["exposed_comm_share"] > COMMUNICATION_BOUND_RATIO:
         binding = "communication"

@@ -12,27 +12,15 @@ from dataclasses import dataclass
 
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
+from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork
-from simulator.schedules.base import Action, Schedule
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
+from simulator.schedules.base import Action, Schedule
 
 DP_STREAM = "dp"
 ZERO_STREAM = "zero"
 PP_STREAM = "pp"
 ASYNC_STREAMS = frozenset({PP_STREAM})
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """How data-parallel replicas share state: ``stage`` 0 (DDP) to 3 (ZeRO-3 / FSDP full shard);
-    ``shard_size`` > 0 shards within groups of that many DP ranks and all-reduces across them (HSDP)."""
-
-    stage: int = 0
-    shard_size: int = 0
-    bucket_bytes: float = 25 * 2**20
-    overlap: bool = True
-    grad_bytes: float = 2.0
-    param_bytes: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -277,7 +265,7 @@ class ProgramBuilder:
             key = f"zero3.rs.{block.name}.vs{vstage}.op{self._grad_count(rank, vstage, block)}.{group[0]}"
             rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {block.name}", "reduce_scatter", group,
                                   block.params * sharding.grad_bytes, key, [op_id], "dp")
-            if final and sharding.shard_size and self._replica_group(rank):
+            if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
                 self._collective(rank, DP_STREAM, f"all_reduce shard {block.name}", "all_reduce", replicas,
                                  block.params * sharding.grad_bytes / len(group), f"hsdp.ar.{block.name}.vs{vstage}."
@@ -300,17 +288,17 @@ class ProgramBuilder:
 
     def _shard_group(self, rank: int) -> tuple[int, ...]:
         group = self._dp_group(rank)
-        size = self.plan.sharding.shard_size
-        if not size:
+        size = self.plan.sharding.degree
+        if size >= len(group):
             return group
         position = group.index(rank)
         start = position - position % size
         return group[start:start + size]
 
     def _replica_group(self, rank: int) -> tuple[int, ...]:
-        size = self.plan.sharding.shard_size
+        size = self.plan.sharding.degree
         group = self._dp_group(rank)
-        if not size or size >= len(group):
+        if size >= len(group):
             return ()
         position = group.index(rank) % size
         return group[position::size]

@@ -6,65 +6,71 @@ the named items on the members they share, and `repeat` issues the item k times 
 
 from __future__ import annotations
 
-from simulator.config.loader import LoadedScenario
 from simulator.config.schema import CollectiveItem
+from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp
 
 
-def resolve_group(item: CollectiveItem, index: int, num_gpus: int, loaded: LoadedScenario) -> tuple[int, ...]:
+def resolve_group(item: CollectiveItem, index: int, num_gpus: int) -> tuple[int, ...]:
     """The GPU indices an item runs on, checked against the cluster."""
-    path = ("workload", index)
+    path = f"workload[{index}]"
     if item.op == "send_recv":
         members = (item.src, item.dst)
         for name, gpu in (("src", item.src), ("dst", item.dst)):
             if not 0 <= gpu < num_gpus:
-                raise loaded.error(path + (name,), f"GPU {gpu} does not exist", f"0..{num_gpus - 1}")
+                raise ScenarioError(f"GPU {gpu} does not exist", field=f"{path}.{name}",
+                                    allowed=f"0..{num_gpus - 1}")
         if item.src == item.dst:
-            raise loaded.error(path + ("dst",), "send_recv needs two different GPUs", "dst != src")
+            raise ScenarioError("send_recv needs two different GPUs", field=f"{path}.dst",
+                                allowed="dst != src")
         return members
     if item.group == "all":
         members = tuple(range(num_gpus))
     elif isinstance(item.group, str):
         bounds = item.group.split("-")
         if len(bounds) != 2 or not all(b.strip().isdigit() for b in bounds):
-            raise loaded.error(path + ("group",), f"cannot read group {item.group!r}",
-                               "all, a list of GPU indices, or a range like 0-7")
+            raise ScenarioError(f"cannot read group {item.group!r}", field=f"{path}.group",
+                                allowed="all, a list of GPU indices, or a range like 0-7")
         low, high = int(bounds[0]), int(bounds[1])
         if high < low:
-            raise loaded.error(path + ("group",), f"empty range {item.group!r}", "A-B with A <= B")
+            raise ScenarioError(f"empty range {item.group!r}", field=f"{path}.group",
+                                allowed="A-B with A <= B")
         members = tuple(range(low, high + 1))
     else:
         members = tuple(item.group)
     bad = [gpu for gpu in members if not 0 <= gpu < num_gpus]
     if bad:
-        raise loaded.error(path + ("group",), f"GPUs {bad[:4]} do not exist", f"0..{num_gpus - 1}")
+        raise ScenarioError(f"GPUs {bad[:4]} do not exist", field=f"{path}.group",
+                            allowed=f"0..{num_gpus - 1}")
     if len(set(members)) != len(members):
-        raise loaded.error(path + ("group",), "a GPU appears twice in the group", "distinct GPU indices")
+        raise ScenarioError("a GPU appears twice in the group", field=f"{path}.group",
+                            allowed="distinct GPU indices")
     if len(members) < 2:
-        raise loaded.error(path + ("group",), "a collective needs at least 2 GPUs", "2 or more GPU indices")
+        raise ScenarioError("a collective needs at least 2 GPUs", field=f"{path}.group",
+                            allowed="2 or more GPU indices")
     if not 0 <= item.root < len(members):
-        raise loaded.error(path + ("root",), f"root {item.root} is not a position in the group",
-                           f"0..{len(members) - 1}")
+        raise ScenarioError(f"root {item.root} is not a position in the group", field=f"{path}.root",
+                            allowed=f"0..{len(members) - 1}")
     return members
 
 
-def build_comm_program(loaded: LoadedScenario, num_gpus: int) -> list[CollectiveOp]:
+def build_comm_program(items: list[CollectiveItem], num_gpus: int) -> list[CollectiveOp]:
     """Ops for every GPU from the scenario's workload list, in file order per GPU."""
-    items = loaded.scenario.workload
     names = [item.name or f"{item.op}#{i}" for i, item in enumerate(items)]
     first_seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in first_seen:
-            raise loaded.error(("workload", i, "name"), f"name {name!r} is used twice", "unique names")
+            raise ScenarioError(f"name {name!r} is used twice", field=f"workload[{i}].name",
+                                allowed="unique names")
         first_seen[name] = i
     last_op_of: dict[tuple[str, int], int] = {}
     ops: list[CollectiveOp] = []
     for index, item in enumerate(items):
-        members = resolve_group(item, index, num_gpus, loaded)
+        members = resolve_group(item, index, num_gpus)
         for name in item.after:
             if name not in first_seen or first_seen[name] >= index:
-                raise loaded.error(("workload", index, "after"), f"{name!r} is not an earlier item",
-                                   ", ".join(names[:index]) or "no earlier items")
+                raise ScenarioError(f"{name!r} is not an earlier item", field=f"workload[{index}].after",
+                                    allowed=", ".join(names[:index]) or "no earlier items")
         for repetition in range(item.repeat):
             key = names[index] if item.repeat == 1 else f"{names[index]}.{repetition}"
             for rank in members:

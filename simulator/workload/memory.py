@@ -14,11 +14,15 @@ from dataclasses import dataclass
 
 from simulator.catalog.models import ModelSpec
 from simulator.errors import ScenarioError
+from simulator.parallel.sharding import ZERO_STAGES, Sharding
 from simulator.workload.transformer import RECOMPUTE_MODES, ShardShape, kv_heads_per_rank, validate_shard
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
 STATE_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
-ZERO_STAGES = (0, 1, 2, 3)
+
+
+UNSHARDED = Sharding()
+"""Every rank holds the whole model state (plain data parallelism or a single rank)."""
 
 
 @dataclass(frozen=True)
@@ -28,14 +32,6 @@ class StateBytes:
     param: float
     grad: float
     optimizer: float
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """ZeRO ``stage`` (0-3) and ``degree``, the number of ranks the sharded state is split over."""
-
-    stage: int
-    degree: int
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ def state_bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> S
 
 
 def model_state_memory(
-    num_params: float, sharding: Sharding = Sharding(0, 1), precision: str = "bf16", optimizer: str = "adam"
+    num_params: float, sharding: Sharding = UNSHARDED, precision: str = "bf16", optimizer: str = "adam"
 ) -> MemoryBreakdown:
     """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``."""
     if sharding.stage not in ZERO_STAGES:
@@ -171,7 +167,7 @@ def rank_memory(
     layers: int,
     in_flight: int,
     recompute: str = "none",
-    sharding: Sharding = Sharding(0, 1),
+    sharding: Sharding = UNSHARDED,
     precision: str = "bf16",
     optimizer: str = "adam",
     first_stage: bool = True,

@@ -3,37 +3,38 @@ micro-batches, plus small facts about the step the summary reports."""
 
 from __future__ import annotations
 
-from simulator.config.loader import LoadedScenario
+from dataclasses import replace
+
+from simulator.config.schema import Scenario
+from simulator.schedules.timing import peak_in_flight
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
-from simulator.schedules.timing import peak_in_flight
-from simulator.topology.graph import Topology
 from simulator.workload.stage_work import layers_per_stage
 from simulator.workload.training import TrainingStep
 from simulator.workload.transformer import ShardShape
+
+GIB = 2.0**30
 
 DDP_BUCKET_COPIES = 2.0
 """DDP keeps a flat gradient buffer per bucket being reduced and the next one being filled."""
 
 
-def stage_memory(loaded: LoadedScenario, step: TrainingStep,
-                 topology: Topology) -> list[tuple[MemoryBreakdown, float]]:
+def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBreakdown, float]]:
     """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
     activations it holds at its peak. ZeRO-2 with gradient accumulation keeps the full gradient buffer (the
     gradients are reduce-scattered once, after the last micro-batch), so its memory is ZeRO-1's then."""
     plan, model = step.plan, step.model
-    layout, training, par = plan.layout, loaded.scenario.training, loaded.scenario.parallelism
+    layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
         return [(MemoryBreakdown(0.0, 0.0, 0.0), 0.0) for _ in range(layout.pp)]
     counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages, par.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
                        dtype_bytes=int(plan.sharding.param_bytes))
     dp_ways = layout.dp * layout.cp
-    degree = plan.sharding.shard_size or dp_ways
     stage = plan.sharding.stage if dp_ways > 1 else 0
     if stage == 2 and plan.microbatches > 1:
         stage = 1
-    sharding = memory.Sharding(stage, degree)
+    sharding = replace(plan.sharding, stage=stage)
     result = []
     for pp_rank in range(layout.pp):
         vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]
@@ -81,3 +82,32 @@ def layout_summary(step: TrainingStep) -> dict:
             "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages,
             "zero_stage": plan.sharding.stage, "sequence_parallel": plan.sequence_parallel,
             "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
+
+
+MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
+
+
+def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float,
+                   stage_rank: list[int]) -> dict:
+    """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
+    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines).
+    ``stage_rank`` names the first rank of each stage, reported as the rank at the peak (every rank of a
+    stage holds the same)."""
+    worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
+    worst = per_stage[worst_stage][0]
+    breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
+    stages = []
+    for index, (stage, in_flight) in enumerate(per_stage):
+        entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
+        entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
+                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0)
+        stages.append(entry)
+    return {
+        "memory_per_stage_gib": stages,
+        "peak_memory_gib": worst.total / GIB,
+        "memory_breakdown_gib": breakdown,
+        "memory_capacity_gib": capacity_bytes / GIB,
+        "peak_memory_stage": worst_stage,
+        "peak_memory_rank": stage_rank[worst_stage],
+        "oom": worst.total > capacity_bytes,
+    }

@@ -9,11 +9,11 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, get_model
-from simulator.config.loader import LoadedScenario
-from simulator.config.schema import MAX_MICROBATCHES
+from simulator.config.schema import MAX_MICROBATCHES, Scenario
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
-from simulator.parallel.program import Sharding, StepPlan
+from simulator.parallel.program import StepPlan
+from simulator.parallel.sharding import Sharding
 from simulator.schedules.registry import build_schedule
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
@@ -46,9 +46,9 @@ class TrainingStep:
     warnings: tuple[str, ...] = ()
 
 
-def resolve_model(loaded: LoadedScenario) -> ModelSpec:
+def resolve_model(scenario: Scenario) -> ModelSpec:
     """The preset with explicit dimensions applied, or a model from dimensions alone."""
-    config = loaded.scenario.model
+    config = scenario.model
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                                      "gated_mlp") if getattr(config, name) is not None}
     try:
@@ -61,105 +61,103 @@ def resolve_model(loaded: LoadedScenario) -> ModelSpec:
         dims.setdefault("gated_mlp", False)
         return ModelSpec(name="custom", **dims)
     except ScenarioError as exc:
-        raise loaded.error(tuple(exc.field.split(".")) or ("model",), exc.problem, exc.allowed) from None
+        raise ScenarioError(exc.problem, field=exc.field or "model", allowed=exc.allowed) from None
 
 
-def resolve_layout(loaded: LoadedScenario, world: int, pp: int) -> Layout:
+def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     """The layout with DP filled in from the GPU count; the product must equal the GPUs of the cluster."""
-    par = loaded.scenario.parallelism
+    par = scenario.parallelism
     if sorted(par.order) != ["cp", "dp", "pp", "tp"]:
-        raise loaded.error(("parallelism", "order"), f"order {par.order} must name each of tp, cp, pp, dp once",
-                           "a permutation of [tp, cp, pp, dp]")
+        raise _invalid("parallelism.order", f"order {par.order} must name each of tp, cp, pp, dp once",
+                       "a permutation of [tp, cp, pp, dp]")
     fixed = par.tp * par.cp * pp
     if par.dp is None and world % fixed:
-        raise loaded.error(("parallelism",), f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed} does not divide "
-                           f"the cluster's {world} GPUs", f"degrees whose product divides {world}")
+        raise _invalid("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed} does not divide "
+                       f"the cluster's {world} GPUs", f"degrees whose product divides {world}")
     dp = par.dp if par.dp is not None else world // fixed
     if fixed * dp != world:
-        raise loaded.error(("parallelism",), f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
-                           f"{fixed * dp} does not equal the cluster's {world} GPUs",
-                           f"degrees whose product is {world}")
+        raise _invalid("parallelism", f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
+                       f"{fixed * dp} does not equal the cluster's {world} GPUs",
+                       f"degrees whose product is {world}")
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
 
 
-def microbatch_count(loaded: LoadedScenario, dp: int) -> int:
-    training = loaded.scenario.training
+def microbatch_count(scenario: Scenario, dp: int) -> int:
+    training = scenario.training
     if training.microbatches is not None:
         return training.microbatches
     if training.global_batch is None:
-        raise loaded.error(("training", "global_batch"), "give global_batch or microbatches",
-                           "a global batch in sequences, divisible by micro_batch x dp")
+        raise _invalid("training.global_batch", "give global_batch or microbatches",
+                       "a global batch in sequences, divisible by micro_batch x dp")
     per_step = training.micro_batch * dp
     if training.global_batch % per_step:
-        raise loaded.error(("training", "global_batch"), f"global_batch {training.global_batch} is not a multiple "
-                           f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
+        raise _invalid("training.global_batch", f"global_batch {training.global_batch} is not a multiple "
+                       f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
     count = training.global_batch // per_step
     if count > MAX_MICROBATCHES:
-        raise loaded.error(("training", "global_batch"), f"{count} micro-batches per step",
-                           f"at most {MAX_MICROBATCHES} (global_batch / (micro_batch x dp))")
+        raise _invalid("training.global_batch", f"{count} micro-batches per step",
+                       f"at most {MAX_MICROBATCHES} (global_batch / (micro_batch x dp))")
     return count
 
 
-def _sharding(loaded: LoadedScenario, layout: Layout, topology: Topology, state_bytes: int) -> Sharding:
-    par = loaded.scenario.parallelism
+def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_bytes: int) -> Sharding:
+    par = scenario.parallelism
     if par.fsdp is not None and par.zero:
-        raise loaded.error(("parallelism", "fsdp"), "give zero or fsdp, not both", "one of them")
+        raise _invalid("parallelism.fsdp", "give zero or fsdp, not both", "one of them")
     stage = FSDP_STAGES[par.fsdp] if par.fsdp is not None else par.zero
-    shard_size = 0
+    group = layout.combined_group(("dp", "cp"), 0)
+    degree = len(group)
     if par.fsdp == "hybrid_shard":
-        group = layout.combined_group(("dp", "cp"), 0)
-        shard_size = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
-    return Sharding(stage=stage, shard_size=shard_size, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
+        degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
+    return Sharding(stage=stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=state_bytes, param_bytes=state_bytes)
 
 
-def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingStep:
-    """Resolve the scenario's training step into a plan the program builder can turn into ops."""
-    scenario = loaded.scenario
+def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
+    """Resolve the scenario's training step into a plan the program builder can turn into ops; ``base_dir`` is
+    the scenario file's folder, where a custom schedule table is looked up."""
     par, training = scenario.parallelism, scenario.training
     synthetic = scenario.model.synthetic
     pp = par.pp
     if synthetic is not None:
         if par.pp not in (1, synthetic.stages):
-            raise loaded.error(("parallelism", "pp"), f"pp {par.pp} differs from the synthetic model's "
-                               f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
+            raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's "
+                           f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
         pp = synthetic.stages
-    model = resolve_model(loaded) if synthetic is None else None
-    layout = resolve_layout(loaded, topology.num_gpus, pp)
+    model = resolve_model(scenario) if synthetic is None else None
+    layout = resolve_layout(scenario, topology.num_gpus, pp)
     gpu = get_gpu(topology.gpu_model)
-    m = microbatch_count(loaded, layout.dp)
+    m = microbatch_count(scenario, layout.dp)
     v = par.pipeline.virtual_stages
-    table = par.pipeline.table
-    if table is not None:
-        table = Path(loaded.source).parent / table
+    table = base_dir / par.pipeline.table if par.pipeline.table is not None else None
     try:
         schedule = build_schedule(par.pipeline.schedule, layout.pp, m, v, table)
     except ScenarioError as exc:
         if exc.field == "training.microbatches" and training.microbatches is None:
-            raise loaded.error(("training", "global_batch"), f"{exc.problem} (micro-batches = global_batch / "
-                               f"(micro_batch x dp) = {m})", exc.allowed) from None
+            raise _invalid("training.global_batch", f"{exc.problem} (micro-batches = global_batch / "
+                           f"(micro_batch x dp) = {m})", exc.allowed) from None
         raise
     if table is not None:
-        check_schedule_runs(loaded, schedule)
+        check_schedule_runs(schedule)
     precision_bytes = PRECISION_BYTES[training.precision]
-    sharding = _sharding(loaded, layout, topology, PRECISION_BYTES[training.precision])
-    warnings = layout_warnings(layout, topology, sharding)
+    sharding = _sharding(scenario, layout, topology, PRECISION_BYTES[training.precision])
+    warnings = layout_warnings(layout, topology, sharding, hybrid=par.fsdp == "hybrid_shard")
     if synthetic is not None:
         stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
-    _check_heads(loaded, model, layout)
+    _check_heads(model, layout)
     counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
     if not counts:
-        raise loaded.error(("parallelism", "pp"), f"{model.layers} layers do not split evenly over pp x "
-                           f"virtual_stages = {layout.pp * v} stages",
-                           "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+        raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
+                       f"virtual_stages = {layout.pp * v} stages",
+                       "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name),
                        AttentionCost.for_kernel(training.attention))
     stages = transformer_stages(model, shard, training.recompute, cost, counts)
-    shard_ways = (sharding.shard_size or layout.dp * layout.cp) if sharding.stage >= 1 else 1
+    shard_ways = sharding.degree if sharding.stage >= 1 else 1
     seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
     optimizer_s = tuple(sum(stages[c * layout.pp + stage].params for c in range(v)) / shard_ways * seconds_per_param
                         for stage in range(layout.pp))
@@ -171,16 +169,16 @@ def build_training_step(loaded: LoadedScenario, topology: Topology) -> TrainingS
                         warnings)
 
 
-def check_schedule_runs(loaded: LoadedScenario, schedule) -> None:
+def check_schedule_runs(schedule) -> None:
     """A custom action table must run to completion: try it with unit costs in the exact schedule executor."""
     try:
         simulate_schedule(schedule, 1.0, 1.0, 1.0)
     except SimulationError as exc:
-        raise loaded.error(("parallelism", "pipeline", "table"), f"the schedule cannot run: {exc}",
-                           "an action order in which every dependency can be met") from None
+        raise _invalid("parallelism.pipeline.table", f"the schedule cannot run: {exc}",
+                       "an action order in which every dependency can be met") from None
 
 
-def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding) -> tuple[str, ...]:
+def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybrid: bool) -> tuple[str, ...]:
     """Legal but costly or pointless placements: a TP group spread over several NVLink domains runs its
     per-layer collectives over the network (seed 000, Q5); hybrid sharding with one DP rank per domain
     shards nothing."""
@@ -189,10 +187,15 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding) -> t
     if layout.tp > 1 and len(domains) > 1:
         warnings.append(f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(domains)} NVLink domains; its "
                         "collectives cross the network every layer")
-    if sharding.shard_size == 1:
+    if hybrid and sharding.degree == 1:
         warnings.append("parallelism.fsdp: hybrid_shard finds one data-parallel rank per NVLink domain, so it "
                         "shards nothing and runs as plain data parallelism")
     return tuple(warnings)
+
+
+def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:
+    """A ScenarioError at ``field`` of the scenario; `simulation.located` adds the file and line."""
+    return ScenarioError(problem, field=field, allowed=allowed)
 
 
 def _model_flops(model: ModelSpec, seq_len: int) -> float:
@@ -203,13 +206,13 @@ def _model_flops(model: ModelSpec, seq_len: int) -> float:
     return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5) - 6.0 * lookup_params
 
 
-def _check_heads(loaded: LoadedScenario, model: ModelSpec, layout: Layout) -> None:
+def _check_heads(model: ModelSpec, layout: Layout) -> None:
     if model.heads % layout.tp:
-        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} does not divide {model.heads} attention heads",
-                           "a divisor of the head count")
+        raise _invalid("parallelism.tp", f"tp {layout.tp} does not divide {model.heads} attention heads",
+                       "a divisor of the head count")
     if model.kv_heads % layout.tp and layout.tp % model.kv_heads:
-        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} and {model.kv_heads} KV heads do not divide "
-                           "each other", "a divisor or multiple of kv_heads")
+        raise _invalid("parallelism.tp", f"tp {layout.tp} and {model.kv_heads} KV heads do not divide "
+                       "each other", "a divisor or multiple of kv_heads")
     if model.ffn_hidden % layout.tp:
-        raise loaded.error(("parallelism", "tp"), f"tp {layout.tp} does not divide ffn_hidden {model.ffn_hidden}",
-                           "a divisor of ffn_hidden")
+        raise _invalid("parallelism.tp", f"tp {layout.tp} does not divide ffn_hidden {model.ffn_hidden}",
+                       "a divisor of ffn_hidden")

@@ -1,0 +1,24 @@
+"""How data-parallel replicas share model state: one description used by the program builder (which
+collectives run) and the memory model (which bytes a rank holds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """ZeRO ``stage`` 0 (DDP) to 3 (ZeRO-3 / FSDP full shard) and ``degree``, the number of data-parallel ranks
+    the sharded state is split over. A degree below the data-parallel group's size is hybrid sharding (HSDP):
+    groups of ``degree`` ranks shard, and the groups all-reduce across each other. ``bucket_bytes`` and
+    ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
+    gradient and parameter element."""
+
+    stage: int = 0
+    degree: int = 1
+    bucket_bytes: float = 25 * 2**20
+    overlap: bool = True
+    grad_bytes: float = 2.0
+    param_bytes: float = 2.0

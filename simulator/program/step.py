@@ -1,0 +1,38 @@
+"""The step program: the frozen, resolved plan of one training step, and the only thing the engine and the
+metrics consume. Every workload source produces one: the transformer model (workload/training.py) and the
+trace importers (workload/traces/)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from simulator.program.ops import Op
+
+
+@dataclass(frozen=True)
+class StepProgram:
+    """Per-rank ordered ops on streams with their dependencies (process groups live on the collectives), and
+    what the metrics need to turn a timeline into a summary.
+
+    ``ranks`` are the ranks that have ops; with folding they stand for every rank of their pipeline stage
+    (``stage_of_rank``), and the collectives' mirrors carry the other replicas' traffic. ``world`` is the
+    number of GPUs the step spans. Streams in ``async_streams`` run each op in its own process (isend/irecv).
+    ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
+    ``details`` holds further summary entries that describe the step (``layout``, ``trace``...).
+    """
+
+    ops: tuple[Op, ...]
+    world: int
+    ranks: tuple[int, ...]
+    stage_of_rank: Mapping[int, int]
+    tokens_per_step: float
+    model_flops_per_step: float
+    peak_flops: float
+    async_streams: frozenset[str] = frozenset()
+    memory: Mapping[str, object] = field(default_factory=dict)
+    memory_bound_share: float = 0.0
+    folded: bool = False
+    warnings: tuple[str, ...] = ()
+    details: Mapping[str, object] = field(default_factory=dict)
+

@@ -1,0 +1,31 @@
+"""The transformer model as a producer of the step program: resolve the training step, build every simulated
+rank's ops with the program builder, and attach what the metrics need (tokens, model FLOPs, memory)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.config.schema import Scenario
+from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
+from simulator.program.step import StepProgram
+from simulator.topology.graph import Topology
+from simulator.workload.memory_plan import layout_summary, memory_bound_share, memory_summary, stage_memory
+from simulator.workload.training import build_training_step
+
+
+def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, *, fold: bool) -> StepProgram:
+    """The scenario's training step as a step program; ``base_dir`` is the scenario's folder (custom schedule
+    tables are looked up there), ``fold`` simulates one representative rank per pipeline stage."""
+    step = build_training_step(scenario, topology, base_dir)
+    builder = ProgramBuilder(step.plan, fold=fold)
+    ops = builder.build()
+    layout = step.plan.layout
+    ranks = tuple(builder.representatives())
+    memory = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
+                            [layout.rank_of(pp=stage) for stage in range(layout.pp)])
+    return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
+                       stage_of_rank={rank: layout.coords(rank)["pp"] for rank in ranks},
+                       tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
+                       peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
+                       memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
+                       warnings=step.warnings, details={"layout": layout_summary(step)})
