@@ -14,10 +14,10 @@ import time
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.network.calibration import resolve_efficiency
+from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size
-from simulator.program.ops import COMM_STREAM, CollectiveOp
 
 
 def peak_rss_mib() -> float:

@@ -21,10 +21,10 @@ from simulator.cli import main
 from simulator.collectives.sweep import collective_sweep
 from simulator.config.loader import scenario_from_text
 from simulator.errors import SimulationError
+from simulator.program.ops import CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops, simulate
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size_range
-from simulator.program.ops import CollectiveOp
 
 NVLINK_H100 = 450e9      # B/s per direction (H100 datasheet)
 ETHERNET_100G = 12.5e9   # B/s per direction (100 GbE)
