@@ -87,6 +87,38 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from simulator.errors import ExecutorError
+    from simulator.sweep.executors import make_executor
+    from simulator.sweep.runner import progress_printer, run_sweep
+    from simulator.sweep.spec import load_sweep
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    sweep = load_sweep(args.sweep, max_points=args.max_points)
+    try:
+        executor = make_executor(args.executor, args.workers, args.scheduler)
+    except ExecutorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    update, stop = progress_printer(args.quiet)
+    try:
+        report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, on_progress=update)
+    except KeyboardInterrupt:
+        stop()
+        print(f"interrupted: the finished points are in {out}/results.parquet; run again to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        stop()
+        executor.close()
+    counts = ", ".join(f"{count} {status}" for status, count in report.statuses.items())
+    print(f"sweep: {len(sweep.points)} points ({counts}; {report.reused} reused) on {executor.workers} "
+          f"{args.executor} worker(s); wrote {out}/results.parquet, {out}/results.csv")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainsim", description="Simulate GPU clusters training large models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +153,19 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
     plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
     plot.set_defaults(func=_cmd_plot)
+
+    sweep = sub.add_parser("sweep", help="run every point of a sweep file; results in OUT/results.parquet")
+    sweep.add_argument("sweep", metavar="SWEEP.yaml")
+    sweep.add_argument("--out", required=True, help="output folder (a re-run resumes, skipping finished points)")
+    sweep.add_argument("--executor", choices=["local", "serial", "dask"], default="local",
+                       help="local process pool (default), serial (this process) or dask")
+    sweep.add_argument("--workers", type=int, default=0, help="pool or LocalCluster workers (default: all cores)")
+    sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                       help="Dask scheduler address (default: start a LocalCluster)")
+    sweep.add_argument("--max-points", type=int, default=10_000, help="refuse sweeps with more points")
+    sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.set_defaults(func=_cmd_sweep)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")
     topo.add_argument("action", choices=["describe", "draw"])

@@ -58,3 +58,7 @@ class TopologyError(InputError):
 
 class SimulationError(TrainsimError):
     """The simulation could not finish, e.g. a collective that some ranks never joined (deadlock)."""
+
+
+class ExecutorError(TrainsimError):
+    """The machinery that runs a sweep's points failed, e.g. an unreachable Dask scheduler (exit status 1)."""

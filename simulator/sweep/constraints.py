@@ -1,0 +1,98 @@
+"""Sweep constraints: boolean expressions over scenario fields (`parallelism.tp * parallelism.pp <= 8`) that a
+point must satisfy to be simulated. Parsed once with `ast` and evaluated by a small interpreter that allows only
+arithmetic, comparisons, `and`/`or`/`not` and field paths, so a sweep file cannot run arbitrary code."""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from simulator.errors import ScenarioError
+from simulator.sweep.fields import check_path, parse_path, value_at
+
+_BINARY: dict[type, Callable] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_COMPARE: dict[type, Callable] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+ALLOWED = "field paths, numbers, strings, + - * / // % **, comparisons, and/or/not, lists"
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One constraint: its text (reported as the reason a point was skipped) and its parsed expression."""
+
+    text: str
+    tree: ast.Expression
+
+    def holds(self, scenario: BaseModel) -> bool:
+        return bool(_evaluate(self.tree.body, scenario))
+
+
+def parse_constraint(text: str) -> Constraint:
+    """Parse and check a constraint; every field path it names must exist in the scenario schema."""
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ScenarioError(f"constraint {text!r} is not an expression ({exc.msg})", allowed=ALLOWED) from None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Attribute, ast.Name)):
+            path = _path_of(node)
+            if path is None:
+                raise ScenarioError(f"constraint {text!r}: {ast.unparse(node)} is not a field path", allowed=ALLOWED)
+            problem = check_path(parse_path(path))
+            if problem:
+                raise ScenarioError(f"constraint {text!r}: {path}: {problem}", allowed=ALLOWED)
+        elif not isinstance(node, _NODES):
+            raise ScenarioError(f"constraint {text!r} uses {type(node).__name__}", allowed=ALLOWED)
+    return Constraint(text, tree)
+
+
+_NODES = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant, ast.List, ast.Tuple,
+          ast.Load, ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, *_BINARY, *_COMPARE)
+
+
+def _path_of(node: ast.AST) -> str | None:
+    """``a.b.c`` written as nested attributes, or None when the chain does not end in a plain name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, (ast.Attribute, ast.Name)):
+        return value_at(scenario, parse_path(_path_of(node) or ""))
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_evaluate(item, scenario) for item in node.elts]
+    if isinstance(node, ast.BoolOp):
+        values = (_evaluate(item, scenario) for item in node.values)
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.UnaryOp):
+        operand = _evaluate(node.operand, scenario)
+        return not operand if isinstance(node.op, ast.Not) else (-operand if isinstance(node.op, ast.USub)  # type: ignore[operator]
+                                                                  else +operand)  # type: ignore[operator]
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_evaluate(node.left, scenario), _evaluate(node.right, scenario))
+    if isinstance(node, ast.Compare):
+        left = _evaluate(node.left, scenario)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = _evaluate(right_node, scenario)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
+    raise ScenarioError(f"cannot evaluate {ast.unparse(node)}", allowed=ALLOWED)

@@ -1,0 +1,106 @@
+"""A sweep's records: one per finished point, appended to DIR/points.jsonl as it finishes (what resuming
+reads back), and the results table built from them: DIR/results.parquet and DIR/results.csv, one row per point
+with its axis values and every summary metric, nested keys flattened (`exposed_comm_s.dp`,
+`collectives[0].busbw_GBps`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import orjson
+import pandas as pd
+
+PointStatus = Literal["ok", "invalid", "failed", "skipped"]
+"""ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
+cluster...); failed: the simulation raised (deadlock, or a bug); skipped: a sweep constraint ruled it out."""
+JOURNAL = "points.jsonl"
+RESULTS_PARQUET = "results.parquet"
+RESULTS_CSV = "results.csv"
+LEADING_COLUMNS = ("point", "status", "error")
+
+
+@dataclass(frozen=True)
+class PointRecord:
+    """What a point produced: its status, the error or the reason it was skipped, and its flattened summary."""
+
+    index: int
+    key: str
+    status: PointStatus
+    error: str
+    metrics: dict
+
+
+def flatten(summary: dict, prefix: str = "") -> dict:
+    """Nested dicts become dotted keys; lists of dicts are indexed (`collectives[0].time_s`); other lists (of
+    strings or numbers) become one JSON string so that every cell is a scalar."""
+    flat: dict = {}
+    for key, value in summary.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            for index, item in enumerate(value):
+                flat.update(flatten(item, f"{name}[{index}]"))
+        elif isinstance(value, (list, tuple)):
+            flat[name] = orjson.dumps(list(value)).decode()
+        else:
+            flat[name] = value
+    return flat
+
+
+def append_record(out_dir: Path, record: PointRecord) -> None:
+    """Append one finished point to the journal, flushed to disk, so an interruption keeps it."""
+    with open(out_dir / JOURNAL, "ab") as handle:
+        handle.write(orjson.dumps(asdict(record), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_records(out_dir: Path) -> dict[int, PointRecord]:
+    """The journal's records by point index (the last one of an index wins); a torn last line is ignored."""
+    path = out_dir / JOURNAL
+    records: dict[int, PointRecord] = {}
+    if not path.is_file():
+        return records
+    for line in path.read_bytes().splitlines():
+        try:
+            record = PointRecord(**orjson.loads(line))
+        except (orjson.JSONDecodeError, TypeError):
+            continue
+        records[record.index] = record
+    return records
+
+
+def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict[int, PointRecord]) -> pd.DataFrame:
+    """One row per finished point, in point order: point, status, error, the axes, then the metrics (in the
+    order they first appear). An axis whose values are not all numbers (or all booleans) is written as text."""
+    rows = []
+    for index in sorted(records):
+        record = records[index]
+        row = {"point": index, "status": record.status, "error": record.error}
+        row.update(dict(values[index]))
+        row.update({key: value for key, value in record.metrics.items() if key not in row})
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=None if rows else [*LEADING_COLUMNS, *axes])
+    for axis in axes:
+        column = frame[axis]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column)
+        logical = all(isinstance(v, bool) for v in column)
+        if not (numeric or logical):
+            frame[axis] = column.map(str)
+    for name in frame.columns[len(LEADING_COLUMNS) + len(axes):]:
+        if frame[name].dtype == object:
+            frame[name] = frame[name].map(lambda v: v if v is None or isinstance(v, str) else str(v))
+    return frame
+
+
+def write_results(out_dir: Path, frame: pd.DataFrame) -> None:
+    """results.parquet and results.csv, each written under a temporary name and moved into place."""
+    for name, write in ((RESULTS_PARQUET, lambda p: frame.to_parquet(p, index=False)),
+                        (RESULTS_CSV, lambda p: frame.to_csv(p, index=False))):
+        temporary = out_dir / f".{name}.tmp"
+        write(temporary)
+        os.replace(temporary, out_dir / name)

@@ -1,0 +1,124 @@
+"""Running a sweep: the points not finished yet go to an executor, each finished point is journalled at once,
+and the results table is written at the end, or with the points finished so far when interrupted. A point's
+failure is recorded with its error and never stops the sweep."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from simulator.errors import InputError, SimulationError
+from simulator.sweep.executors import Executor
+from simulator.sweep.results import (
+    PointRecord,
+    append_record,
+    flatten,
+    read_records,
+    results_table,
+    write_results,
+)
+from simulator.sweep.spec import Point, Sweep
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """Everything a worker needs to run one point (picklable; no open files, no topology)."""
+
+    index: int
+    key: str
+    data: dict
+    source: str
+    lines: dict
+    outputs_dir: str | None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """How a sweep went: how many points ran now, how many were reused from an earlier run, the counts per
+    status, and where the results are."""
+
+    ran: int
+    reused: int
+    statuses: dict[str, int]
+    results: Path
+
+
+def run_point(task: PointTask) -> PointRecord:
+    """Simulate one point; an input error is `invalid`, any other failure `failed`, never raised."""
+    from simulator.config.loader import LoadedScenario
+    from simulator.config.schema import Scenario
+    from simulator.simulation import simulate
+
+    try:
+        loaded = LoadedScenario(Scenario.model_validate(task.data), task.source, task.lines)
+        result = simulate(loaded)
+        if task.outputs_dir is not None:
+            from simulator.report.writers import write_outputs
+
+            write_outputs(Path(task.outputs_dir), result.summary, result.timeline, result.topology.gpu_host,
+                          loaded.scenario.run.timeline)
+    except InputError as exc:
+        return PointRecord(task.index, task.key, "invalid", str(exc), {})
+    except SimulationError as exc:
+        return PointRecord(task.index, task.key, "failed", str(exc), {})
+    except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
+        return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {})
+    return PointRecord(task.index, task.key, "ok", "", flatten(result.summary))
+
+
+def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False,
+              on_progress: Callable[[int, int], None] | None = None) -> SweepReport:
+    """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key) and
+    write the results table. ``on_progress(done, total)`` is called after each point."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    earlier = read_records(out_dir)
+    records: dict[int, PointRecord] = {}
+    todo: list[Point] = []
+    for point in sweep.points:
+        previous = earlier.get(point.index)
+        if previous is not None and previous.key == point.key:
+            records[point.index] = previous
+        elif point.skipped:
+            records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {})
+            append_record(out_dir, records[point.index])
+        else:
+            todo.append(point)
+    reused = sum(1 for index, record in records.items() if earlier.get(index) is record)
+    values = {point.index: point.values for point in sweep.points}
+    outputs = point_outputs or sweep.outputs
+    tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
+                       str(out_dir / "points" / f"{p.index:05d}") if outputs else None) for p in todo]
+    try:
+        if on_progress:
+            on_progress(len(records), len(sweep.points))
+        for record in executor.map_unordered(run_point, tasks):
+            records[record.index] = record
+            append_record(out_dir, record)
+            if on_progress:
+                on_progress(len(records), len(sweep.points))
+    finally:
+        write_results(out_dir, results_table(sweep.axes, values, records))
+    statuses: dict[str, int] = {}
+    for record in records.values():
+        statuses[record.status] = statuses.get(record.status, 0) + 1
+    return SweepReport(len(todo), reused, dict(sorted(statuses.items())), out_dir)
+
+
+def progress_printer(quiet: bool) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A rich progress bar with ETA on a terminal (nothing when quiet or not a terminal): (update, stop)."""
+    if quiet or not sys.stderr.isatty():
+        return (lambda done, total: None), (lambda: None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    progress = Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), "ETA",
+                        TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = progress.add_task("points", total=None)
+    progress.start()
+
+    def update(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return update, progress.stop

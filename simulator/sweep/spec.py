@@ -1,0 +1,276 @@
+"""Sweep files: a base scenario plus axes (`grid:`, `zip:`, `random:`) over scenario field paths and
+constraints, expanded into the sweep's points. Every point's scenario is validated here, before anything runs, so
+a bad axis value is one located error and not 200 failed points.
+
+```yaml
+base: ../scenarios/schedule-gpipe-p4-m8.yaml      # a path (relative to this file) or an inline scenario
+grid:                                            # every combination, the last axis moving fastest
+  parallelism.pipeline.schedule: [gpipe, 1f1b]
+  training.microbatches: [4, 8, 16]
+zip:                                             # axes that move together (equal lengths)
+  parallelism.ddp.bucket: [1 MiB, 25 MiB]
+  parallelism.ddp.overlap: [false, true]
+random:                                          # `samples` draws, seeded
+  seed: 7
+  samples: 10
+  axes:
+    model.synthetic.forward: {low: 0.5 ms, high: 2 ms}
+    parallelism.zero: [0, 1, 2]
+constraints: ["parallelism.pp * parallelism.tp <= 8"]
+outputs: false                                   # true: each point's run outputs in points/NNNNN/
+```
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import orjson
+from pydantic import Field, ValidationError
+
+from simulator.config.loader import validation_error
+from simulator.config.schema import Scenario
+from simulator.config.sections import Section
+from simulator.config.yaml_source import dotted, line_of, parse_yaml_text, read_yaml
+from simulator.errors import InputError, ScenarioError
+from simulator.sweep.constraints import Constraint, parse_constraint
+from simulator.sweep.fields import FieldParts, check_path, parse_path, with_values
+from simulator.units import parse_quantity
+
+Axis = Annotated[list, Field(min_length=1)]
+DEFAULT_MAX_POINTS = 10_000
+_BASE_UNITS = {"size": "B", "duration": "s", "bandwidth": "B/s"}
+
+
+class RandomRange(Section):
+    """A continuous axis: uniform (or log-uniform) between `low` and `high`, numbers or quantities with units;
+    `integer` rounds each draw."""
+
+    low: float | str
+    high: float | str
+    log: bool = False
+    integer: bool = False
+
+
+class RandomAxes(Section):
+    """`samples` points drawn with a generator seeded by `seed`; each axis is a list of choices or a range."""
+
+    seed: int = 0
+    samples: int = Field(ge=1)
+    axes: dict[str, Axis | RandomRange] = Field(min_length=1)
+
+
+class SweepFile(Section):
+    """A sweep file as written."""
+
+    base: str | dict
+    grid: dict[str, Axis] = {}
+    zip: dict[str, Axis] = {}
+    random: RandomAxes | None = None
+    constraints: list[str] = []
+    outputs: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: its index, its axis values (by field path, as written), the validated scenario
+    data, a key that changes whenever the scenario does (what resuming matches on) and, for a point a constraint
+    rules out, why."""
+
+    index: int
+    values: tuple[tuple[str, object], ...]
+    data: dict
+    key: str
+    skipped: str = ""
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """An expanded sweep: where it came from, the base scenario's source and line table, the axis names in
+    column order, and the points."""
+
+    source: str
+    base_source: str
+    base_lines: dict
+    axes: tuple[str, ...]
+    points: tuple[Point, ...]
+    outputs: bool
+
+
+def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
+    """Read a sweep file and expand it; any mistake is one located ScenarioError."""
+    data, lines = read_yaml(path, ScenarioError)
+    return sweep_from_data(data, lines, str(path), Path(path).parent, max_points)
+
+
+def sweep_from_text(text: str, source: str = "<sweep>", folder: Path = Path("."),
+                    max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
+    data, lines = parse_yaml_text(text, source, ScenarioError)
+    return sweep_from_data(data, lines, source, folder, max_points)
+
+
+def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_points: int) -> Sweep:
+    if not isinstance(data, dict):
+        raise ScenarioError("a sweep file must be a mapping", allowed=", ".join(SweepFile.model_fields), file=source,
+                            line=1)
+    try:
+        spec = SweepFile.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, SweepFile, source, lines) from None
+    locate = _locator(source, lines)
+    base_data, base_source, base_lines = _base(spec, folder, source, lines)
+    axes = _axis_paths(spec, locate)
+    count = _count(spec)
+    if not axes:
+        raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
+    if count > max_points:
+        raise locate(("grid",), f"{count} points is more than --max-points {max_points}",
+                     "fewer axis values, or a larger --max-points")
+    constraints = []
+    for index, text in enumerate(spec.constraints):
+        try:
+            constraints.append(parse_constraint(text))
+        except InputError as exc:
+            raise locate(("constraints", index), exc.problem, exc.allowed) from None
+    points = []
+    for index, values in enumerate(_combinations(spec, locate)):
+        point_data = with_values(base_data, {parse_path(name): value for name, value in values})
+        scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
+        points.append(Point(index, values, point_data, _key(point_data),
+                            _violated(constraints, scenario, index, locate)))
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
+
+
+def _locator(source: str, lines: dict):
+    def locate(path: FieldParts, problem: str, allowed: str = "") -> ScenarioError:
+        return ScenarioError(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
+    return locate
+
+
+def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict, str, dict]:
+    """The base scenario's data, source name and line table."""
+    if isinstance(spec.base, dict):
+        base_lines = {path[1:]: line for path, line in lines.items() if path[:1] == ("base",)}
+        return spec.base, source, base_lines
+    path = folder / spec.base
+    if not path.is_file():
+        raise ScenarioError(f"no scenario file {path}", field="base", allowed="a scenario path relative to the "
+                            "sweep file, or an inline scenario", file=source, line=line_of(lines, ("base",)))
+    data, base_lines = read_yaml(path, ScenarioError)
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a mapping of sections", file=str(path), line=1)
+    return data, str(path), base_lines
+
+
+def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldParts]:
+    """Every axis name with the sweep-file path of its entry, checked against the scenario schema; a name given
+    in two blocks is an error."""
+    blocks: list[tuple[str, dict]] = [("grid", spec.grid), ("zip", spec.zip)]
+    if spec.random is not None:
+        blocks.append(("random", spec.random.axes))
+    names: dict[str, FieldParts] = {}
+    for block, axes in blocks:
+        prefix = ("random", "axes") if block == "random" else (block,)
+        for name in axes:
+            problem = check_path(parse_path(name)) or ("" if name not in names else "axis given twice")
+            if problem:
+                raise locate(prefix + (name,), problem)
+            names[name] = prefix + (name,)
+    lengths = {len(values) for values in spec.zip.values()}
+    if len(lengths) > 1:
+        raise locate(("zip",), f"zip axes have different lengths {sorted(lengths)}", "lists of equal length")
+    return names
+
+
+def _count(spec: SweepFile) -> int:
+    grid = math.prod(len(values) for values in spec.grid.values())
+    rows = len(next(iter(spec.zip.values()))) if spec.zip else 1
+    samples = spec.random.samples if spec.random is not None else 1
+    return grid * rows * samples
+
+
+def _combinations(spec: SweepFile, locate) -> list[tuple[tuple[str, object], ...]]:
+    """Grid x zip rows x random samples, in that nesting order (random samples innermost)."""
+    grid = [tuple(zip(spec.grid, combo)) for combo in itertools.product(*spec.grid.values())]
+    rows = [tuple(zip(spec.zip, row)) for row in zip(*spec.zip.values())] if spec.zip else [()]
+    samples = _random_samples(spec.random, locate) if spec.random is not None else [()]
+    return [g + r + s for g in grid for r in rows for s in samples]
+
+
+def _random_samples(random: RandomAxes, locate) -> list[tuple[tuple[str, object], ...]]:
+    """The random block's draws: one generator seeded by `seed`, axes drawn in file order per sample."""
+    rng = np.random.default_rng(random.seed)
+    samples = []
+    for _ in range(random.samples):
+        sample = []
+        for name, axis in random.axes.items():
+            if isinstance(axis, list):
+                sample.append((name, axis[int(rng.integers(len(axis)))]))
+            else:
+                sample.append((name, _draw(rng, axis, locate(("random", "axes", name), ""))))
+        samples.append(tuple(sample))
+    return samples
+
+
+def _draw(rng: np.random.Generator, axis: RandomRange, where: ScenarioError) -> object:
+    """One draw of a range, returned as written: a number, or a quantity string in the SI base unit."""
+    kind, low = _quantity(axis.low, where)
+    high_kind, high = _quantity(axis.high, where)
+    if kind != high_kind or not low <= high or (axis.log and low <= 0):
+        raise ScenarioError("a range needs low <= high of one kind (and low > 0 with log)", field=where.field,
+                            allowed="{low: 1 MiB, high: 1 GiB, log: true}", file=where.file, line=where.line)
+    value = math.exp(rng.uniform(math.log(low), math.log(high))) if axis.log else rng.uniform(low, high)
+    if axis.integer:
+        value = float(round(value))
+    if kind:
+        return f"{value:.12g} {_BASE_UNITS[kind]}"
+    return int(value) if axis.integer else float(value)
+
+
+def _quantity(value: float | str, where: ScenarioError) -> tuple[str, float]:
+    """('', number) for a plain number, (kind, SI value) for a quantity with a unit."""
+    if not isinstance(value, str):
+        return "", float(value)
+    for kind in _BASE_UNITS:
+        try:
+            return kind, parse_quantity(value, kind)
+        except InputError:
+            continue
+    raise ScenarioError(f"cannot read {value!r} as a number or a quantity", field=where.field,
+                        allowed="a number, a size, a duration or a bandwidth", file=where.file, line=where.line)
+
+
+def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str, base_lines: dict,
+               locate) -> Scenario:
+    """The point's scenario, or a ScenarioError at the axis whose value made it invalid (else at the base)."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        error = validation_error(exc, Scenario, base_source, base_lines)
+    for name, value in values:
+        if error.field == dotted(parse_path(name)) or error.field.startswith(dotted(parse_path(name)) + "."):
+            raise locate(axes[name], f"value {value!r}: {error.problem}", error.allowed)
+    raise error
+
+
+def _violated(constraints: list[Constraint], scenario: Scenario, index: int, locate) -> str:
+    """The first constraint the point breaks ('' when none), as the reason it is skipped."""
+    for number, constraint in enumerate(constraints):
+        try:
+            if not constraint.holds(scenario):
+                return f"constraint: {constraint.text}"
+        except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError) as exc:
+            raise locate(("constraints", number), f"cannot evaluate at point {index}: {exc}") from None
+    return ""
+
+
+def _key(data: dict) -> str:
+    """A digest of the point's whole scenario: a resumed sweep reuses a result only for the same scenario."""
+    return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:20]

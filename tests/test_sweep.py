@@ -1,0 +1,157 @@
+"""Sweep files: expansion (grid x zip x seeded random, constraints), identical results on the local pool and on
+a Dask LocalCluster, resuming after an interruption, failing points recorded, and bad sweep files refused in one
+line with exit status 2 (an unreachable scheduler: status 1 with its address)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simulator.cli import main
+from simulator.errors import ExecutorError, ScenarioError
+from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
+from simulator.sweep.runner import run_sweep
+from simulator.sweep.spec import load_sweep, sweep_from_text
+
+DATA = Path(__file__).parent / "data"
+SWEEP_200 = DATA / "sweep_200.yaml"
+BASE = """
+base:
+  cluster: {topology: dgx-h100}
+  model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}
+  training: {microbatches: 8}
+  parallelism: {pp: 4, dp: 2, pipeline: {schedule: gpipe}}
+  run: {timeline: summary}
+"""
+
+
+class CountingExecutor(SerialExecutor):
+    """The serial executor, counting the points it is given."""
+
+    def __init__(self):
+        self.ran: list[int] = []
+
+    def map_unordered(self, fn, tasks):
+        for task in tasks:
+            self.ran.append(task.index)
+            yield fn(task)
+
+
+def test_200_points_identical_on_local_pool_and_dask(tmp_path):
+    sweep = load_sweep(SWEEP_200)
+    assert len(sweep.points) == 200
+    pool = PoolExecutor(workers=2)
+    try:
+        report = run_sweep(sweep, tmp_path / "pool", pool)
+    finally:
+        pool.close()
+    dask = DaskExecutor(workers=2)
+    try:
+        assert dask.workers == 2
+        run_sweep(sweep, tmp_path / "dask", dask)
+    finally:
+        dask.close()
+    assert report.statuses == {"invalid": 110, "ok": 90}
+    pool_bytes = (tmp_path / "pool" / "results.parquet").read_bytes()
+    assert pool_bytes == (tmp_path / "dask" / "results.parquet").read_bytes()
+    frame = pd.read_parquet(tmp_path / "pool" / "results.parquet")
+    assert list(frame["point"]) == list(range(200))
+    refused = frame[frame["status"] == "invalid"]
+    assert refused["error"].str.contains("differs from the synthetic model's 4 stages|whole groups of p").all()
+    assert (frame.loc[frame["status"] == "ok", "step_time_s"] > 0).all()
+
+
+def test_interrupted_sweep_keeps_finished_points_and_resumes(tmp_path):
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8, 12, 16, 20, 24]\n", "s.yaml")
+
+    def interrupt_after_three(done, total):
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, tmp_path, SerialExecutor(), on_progress=interrupt_after_three)
+    finished = pd.read_parquet(tmp_path / "results.parquet")
+    assert list(finished["point"]) == [0, 1, 2]
+    executor = CountingExecutor()
+    report = run_sweep(sweep, tmp_path, executor)
+    assert executor.ran == [3, 4, 5]
+    assert (report.ran, report.reused) == (3, 3)
+    frame = pd.read_parquet(tmp_path / "results.parquet")
+    # GPipe with uniform stages: step = (m + p - 1) (F + B) = (m + 3) x 3 ms.
+    assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 3e-3 for m in (4, 8, 12, 16, 20, 24)],
+                                                            rel=1e-9)
+
+
+def test_changed_point_is_rerun_and_constraint_skips_with_reason(tmp_path):
+    text = BASE + "grid:\n  training.microbatches: [4, 8]\n"
+    run_sweep(sweep_from_text(text, "s.yaml"), tmp_path, SerialExecutor())
+    changed = text.replace("forward: 1 ms", "forward: 2 ms") + "constraints: ['training.microbatches > 4']\n"
+    executor = CountingExecutor()
+    run_sweep(sweep_from_text(changed, "s.yaml"), tmp_path, executor)
+    assert executor.ran == [1]
+    frame = pd.read_parquet(tmp_path / "results.parquet")
+    assert list(frame["status"]) == ["skipped", "ok"]
+    assert frame["error"][0] == "constraint: training.microbatches > 4"
+    assert frame["step_time_s"][1] == pytest.approx((8 + 3) * 4e-3, rel=1e-9)
+
+
+def test_grid_zip_random_expand_in_order_and_random_is_seeded():
+    text = BASE + """
+grid: {training.microbatches: [4, 8]}
+zip: {parallelism.ddp.bucket: [1 MiB, 25 MiB], parallelism.ddp.overlap: [false, true]}
+random:
+  seed: 11
+  samples: 3
+  axes:
+    model.synthetic.forward: {low: 1 ms, high: 4 ms, log: true}
+    parallelism.zero: [0, 1]
+"""
+    first, again = sweep_from_text(text), sweep_from_text(text)
+    assert len(first.points) == 2 * 2 * 3
+    assert [p.values for p in first.points] == [p.values for p in again.points]
+    assert first.points[0].values[:3] == (("training.microbatches", 4), ("parallelism.ddp.bucket", "1 MiB"),
+                                          ("parallelism.ddp.overlap", False))
+    assert first.points[3].values[1] == ("parallelism.ddp.bucket", "25 MiB")
+    draws = [dict(p.values)["model.synthetic.forward"] for p in first.points]
+    assert all(1e-3 <= float(d.split()[0]) <= 4e-3 and d.endswith(" s") for d in draws)
+    assert draws[:3] == draws[3:6]
+
+
+@pytest.mark.parametrize("axes, problem, line", [
+    ("grid: {parallelism.ppp: [1, 2]}", "unknown field 'ppp'", 8),
+    ("grid: {parallelism.pp: []}", "List should have at least 1 item", 8),
+    ("grid: {parallelism.ddp.bucket: [1 MiB, 25 parsecs]}", "value '25 parsecs'", 8),
+    ("grid: {parallelism.tp: [1, two]}", "value 'two'", 8),
+    ("grid: {training.seq_len.x: [1]}", "training.seq_len has no sub-fields", 8),
+    ("zip: {parallelism.pp: [1, 2], parallelism.tp: [1]}", "different lengths", 8),
+    ("grid: {training.microbatches: [1, 2, 3, 4]}\ngrid2: 1", "unknown key 'grid2'", 9),
+    ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']", "unknown field 'micro'", 9),
+    ("grid: {training.microbatches: [1, 2]}\nconstraints: ['__import__(\"os\")']", "uses Call", 9),
+])
+def test_bad_sweep_file_is_one_located_error(tmp_path, capsys, axes, problem, line):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + axes + "\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and problem in err and f"sweep.yaml:{line}:" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_more_points_than_allowed_is_refused(tmp_path, capsys):
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid: {training.microbatches: [1, 2, 3], parallelism.zero: [0, 1]}\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--max-points", "5"]) == 2
+    assert "6 points is more than --max-points 5" in capsys.readouterr().err
+
+
+def test_unreachable_scheduler_names_its_address():
+    with pytest.raises(ExecutorError, match=r"tcp://127\.0\.0\.1:9"):
+        DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)
+
+
+def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
+    (tmp_path / "sweep.yaml").write_text("base: ../nowhere.yaml\ngrid: {parallelism.pp: [1]}\n")
+    with pytest.raises(ScenarioError, match="no scenario file"):
+        load_sweep(tmp_path / "sweep.yaml")
