@@ -46,6 +46,19 @@ def bubble_fraction(frame: pd.DataFrame) -> float:
     return float(np.mean(1.0 - busy.to_numpy() / window)) if window > 0 else 0.0
 
 
+def pipeline_window_s(frame: pd.DataFrame) -> float:
+    """End of the last forward/backward/recompute op of any rank: the window `bubble_fraction` is a share of."""
+    ends = frame.loc[frame["category"].isin(PIPELINE_CATEGORIES), "end_s"]
+    return float(ends.max()) if len(ends) else 0.0
+
+
+def optimizer_s(frame: pd.DataFrame) -> float:
+    """Mean over the ranks with ops of their optimizer-step time."""
+    ranks = frame.loc[frame["kind"] != "flow", "rank"].nunique()
+    steps = frame[frame["category"] == "optimizer"]
+    return float((steps["end_s"] - steps["start_s"]).sum()) / ranks if ranks else 0.0
+
+
 def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
     communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""

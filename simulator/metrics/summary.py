@@ -1,19 +1,44 @@
-"""summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory and the
-bottleneck among the four constraints (compute, memory bandwidth, memory capacity, communication)."""
+"""summary.json of a training step: step time, throughput, MFU/HFU, bubbles, communication, memory, the
+bottleneck among seed 000's four constraints (compute, memory bandwidth, memory capacity, communication) and the
+largest loss of the step (pipeline bubble, exposed communication of one kind, optimizer step)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from simulator.metrics.step import bubble_fraction, communication_metrics, traffic_bytes
+from simulator.metrics.step import (
+    COMM_KINDS,
+    bubble_fraction,
+    communication_metrics,
+    optimizer_s,
+    pipeline_window_s,
+    traffic_bytes,
+)
 
 COMMUNICATION_BOUND_RATIO = 0.30
 """Exposed communication above this share of the step makes communication the binding constraint (the seed
 chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
 
 
-def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float) -> dict:
-    """Which constraint binds, with the evidence that decided it."""
+LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
+               **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_KINDS}}
+"""The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
+
+
+def loss_shares(step_time_s: float, comm: dict, bubble_s: float, optimizer_time_s: float) -> dict[str, float]:
+    """Each loss as a share of the step: idle time of the pipeline window, exposed communication per kind
+    (mean over ranks of communication time no compute overlaps) and the optimizer step."""
+    if step_time_s <= 0:
+        return {}
+    seconds = {"pipeline_bubble": bubble_s, "optimizer": optimizer_time_s,
+               **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_KINDS}}
+    return {name: value / step_time_s for name, value in seconds.items()}
+
+
+def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float,
+               losses: dict[str, float] | None = None) -> dict:
+    """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
+    of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so."""
     exposed = sum(comm["exposed_comm_s"].values())
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
@@ -29,7 +54,15 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         binding = "memory_bandwidth"
     else:
         binding = "compute"
-    return {"constraint": binding, "evidence": evidence}
+    result: dict = {"constraint": binding, "evidence": evidence}
+    if losses:
+        name = max(losses, key=lambda key: (losses[key], key))
+        result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
+        result["loss_shares"] = losses
+        result["verdict"] = (f"{binding.replace('_', ' ')}-bound; largest loss: {LOSS_LABELS[name]}, "
+                             f"{100 * losses[name]:.1f}% of the step" if losses[name] > 0 else
+                             f"{binding.replace('_', ' ')}-bound; no measurable loss")
+    return result
 
 
 def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simulated_ranks: int,
@@ -55,5 +88,6 @@ def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simu
         "traffic_bytes_per_gpu": traffic_bytes(frame),
         **memory,
     }
-    summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble)
+    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(frame), optimizer_s(frame))
+    summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary
