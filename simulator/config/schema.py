@@ -195,10 +195,14 @@ class DDPConfig(Section):
 
 
 class ParallelismConfig(Section):
-    """Degrees, placement order (innermost first) and the sharding / bucketing choices."""
+    """Degrees, placement order (innermost first) and the sharding / bucketing choices; how context
+    parallelism gets the sequence's K/V (`cp_algorithm`) and whether it balances the causal work over its
+    ranks (`cp_load_balance`, two mirrored chunks per rank)."""
 
     tp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
+    cp_algorithm: Literal["ring", "all_gather"] = "ring"
+    cp_load_balance: bool = True
     pp: int = Field(default=1, ge=1)
     dp: int | None = Field(default=None, ge=1)
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.parallel.context import CP_STREAM, context_fold_blocker
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.sharding import Sharding
@@ -37,6 +38,16 @@ class StepPlan:
     sharding: Sharding
     optimizer_s: tuple[float, ...]
     recompute_comm: bool = False
+
+
+def plan_fold_blocker(plan: StepPlan) -> str:
+    """Why the plan's ranks of one stage would not run the same program ('' when they do)."""
+    for stage in plan.stages:
+        for block in stage.blocks:
+            reason = context_fold_blocker(block.context)
+            if reason:
+                return reason
+    return ""
 
 
 def _tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
@@ -88,11 +99,11 @@ class ProgramBuilder:
         return op.id
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: str, mb: int = -1) -> int:
+                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto") -> int:
         mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, op=op, group=group, nbytes=nbytes, key=key,
-                            mirrors=mirrors)
+                            mirrors=mirrors, algorithm=algorithm)
         self.ops.append(item)
         if stream == DP_STREAM:
             self._dp_ops.setdefault(rank, []).append(item.id)
@@ -211,8 +222,8 @@ class ProgramBuilder:
             deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd")
             deps = self._cp_collective(rank, block, "fwd", deps, mb, vstage)
             deps = self._tp_collective(rank, block, "fwd", deps, mb, vstage, before=True)
-            last = self._compute(rank, f"F{mb} {block.name}", block.forward_s, deps, "forward", block.forward_flops,
-                                 mb=mb)
+            last = self._pass(rank, block, "fwd", f"F{mb} {block.name}", block.forward_s, block.forward_flops, deps,
+                              "forward", mb, vstage)
             deps = self._tp_collective(rank, block, "fwd", [last], mb, vstage, before=False)
         if vstage + 1 < len(self.plan.stages) and deps:
             self._send(rank, "fwd", mb, vstage, vstage + 1, deps[-1], tag)
@@ -228,21 +239,48 @@ class ProgramBuilder:
                 if self.plan.recompute_comm:
                     deps = self._cp_collective(rank, block, "rec", deps, mb, vstage)
                     deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=True)
-                deps = [self._compute(rank, f"R{mb} {block.name}", block.recompute_s, deps, "recompute",
-                                      block.recompute_flops, mb=mb)]
+                deps = [self._pass(rank, block, "rec", f"R{mb} {block.name}", block.recompute_s,
+                                   block.recompute_flops, deps, "recompute", mb, vstage)]
                 if self.plan.recompute_comm:
                     deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=False)
             deps = self._tp_collective(rank, block, "bwd", deps, mb, vstage, before=True)
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            op_id = self._compute(rank, name, duration, deps, "backward", flops, mb=mb)
+            op_id = self._pass(rank, block, "bwd", name, duration, flops, deps, "backward", mb, vstage)
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._tp_collective(rank, block, "bwd", [op_id], mb, vstage, before=False)
             deps = self._cp_collective(rank, block, "bwd", deps, mb, vstage)
         if vstage > 0 and deps:
             self._send(rank, "bwd", mb, vstage, vstage - 1, deps[-1], tag)
+
+    def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
+              category: str, mb: int, vstage: int) -> int:
+        """One pass (fwd, bwd or rec) of a block's compute. Under context parallelism its attention core takes
+        this CP rank's share of the causal work, and with ring attention runs beside the K/V ring: the core
+        of the first cp - 1 blocks overlaps the ring, the last block waits for it (parallel/context.py)."""
+        context = block.context
+        core_s, core_flops = context.core(phase) if context is not None else (0.0, 0.0)
+        if context is None or core_s <= 0:
+            return self._compute(rank, name, duration, deps, category, flops, mb=mb)
+        layout = self.plan.layout
+        cp_rank = layout.coords(rank)["cp"]
+        share = context.share(cp_rank)
+        if not context.ring:
+            return self._compute(rank, name, duration + core_s * (share - 1), deps, category,
+                                 flops + core_flops * (share - 1), mb=mb)
+        rest = self._compute(rank, name, duration - core_s, deps, category, max(flops - core_flops, 0.0), mb=mb)
+        group = layout.group("cp", rank)
+        nbytes = context.kv_bytes * (2 if phase == "bwd" else 1)
+        key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        ring = self._collective(rank, CP_STREAM, f"cp ring {block.name}", "all_gather", group, nbytes, key, [rest],
+                                "cp", mb, algorithm="ring")
+        last = context.last_step_share(cp_rank)
+        head = self._compute(rank, f"{name} attention", core_s * share * (1 - last), [rest], category,
+                             core_flops * share * (1 - last), mb=mb)
+        return self._compute(rank, f"{name} attention last block", core_s * share * last, [head, ring], category,
+                             core_flops * share * last, mb=mb)
 
     @staticmethod
     def _input_share(block: Block) -> float:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.parallel.context import ContextAttention
+
 
 @dataclass(frozen=True, slots=True)
 class Block:
@@ -24,7 +26,8 @@ class Block:
     the backward; with SP all-gather before and reduce-scatter after both), ``embedding`` (vocabulary-parallel
     lookup: all-reduce, or reduce-scatter with SP, after the forward only) or ``head`` (column-parallel output
     layer: with SP all-gather before the forward and reduce-scatter after the backward; without, all-reduce
-    after the backward only).
+    after the backward only). ``context`` is the attention core's split under context parallelism (None
+    without it): the program runs the ring around it, or scales it by the rank's share of a causal split.
     """
 
     name: str
@@ -42,6 +45,7 @@ class Block:
     memory_bound: bool = False
     tensors: tuple[float, ...] = ()
     tp_pattern: str = "layer"
+    context: ContextAttention | None = None
 
 
 @dataclass(frozen=True, slots=True)

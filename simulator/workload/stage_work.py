@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
+from simulator.parallel.context import ContextAttention
 from simulator.parallel.work import Block, StageWork
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
 from simulator.workload.transformer import (
@@ -38,7 +39,7 @@ def _part(kernels, attention: bool):
 
 
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
-           tensors: tuple[float, ...], tp_pattern: str = "layer") -> Block:
+           tensors: tuple[float, ...], tp_pattern: str = "layer", context: ContextAttention | None = None) -> Block:
     def seconds(ks):
         return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
@@ -53,7 +54,8 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
-                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern)
+                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern,
+                 context=context)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
@@ -92,14 +94,36 @@ def layers_per_stage(layers: int, stages: int, fewer_on_ends: bool) -> list[int]
     return [layers // stages] * stages
 
 
+def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape, kv_bytes: float,
+                      algorithm: str, balanced: bool) -> ContextAttention:
+    """The attention core's share of a layer's kernels under context parallelism (see parallel/context.py)."""
+    def core(ks):
+        return tuple(k for k in ks if k.name.removeprefix("recompute.").split(".")[0] == "attention")
+
+    def seconds(ks):
+        return kernels_duration(core(ks), cost.gpu, cost.precision, cost.efficiency)
+
+    def flops(ks):
+        return sum(k.flops for k in core(ks))
+
+    return ContextAttention(algorithm=algorithm, cp=shard.cp, balanced=balanced,
+                            causal=cost.attention.causal_factor < 1.0, forward_s=seconds(kernels.forward),
+                            backward_s=seconds(kernels.backward_input), recompute_s=seconds(kernels.recompute),
+                            forward_flops=flops(kernels.forward), backward_flops=flops(kernels.backward_input),
+                            recompute_flops=flops(kernels.recompute), kv_bytes=kv_bytes)
+
+
 def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext,
-                       counts: list[int]) -> tuple[StageWork, ...]:
-    """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i."""
+                       counts: list[int], cp_algorithm: str = "ring",
+                       cp_balanced: bool = True) -> tuple[StageWork, ...]:
+    """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i; with
+    context parallelism the attention blocks carry their core's split (``cp_algorithm``, ``cp_balanced``)."""
     t, c = shard.tp, shard.cp
     layer = layer_kernels(model, shard, recompute, cost.attention)
     activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
     kv_bytes = 2 * shard.micro_batch * shard.seq_len * kv_heads_per_rank(model, t) * model.head_dim * shard.dtype_bytes
-    cp_bytes = kv_bytes if c > 1 else 0.0
+    cp_bytes = kv_bytes if c > 1 and cp_algorithm == "all_gather" else 0.0
+    context = (context_attention(layer, cost, shard, kv_bytes, cp_algorithm, cp_balanced) if c > 1 else None)
     attention_tensors, mlp_tensors = layer_tensors(model, t)
     attention = _split(layer, attention=True)
     mlp = _split(layer, attention=False)
@@ -114,7 +138,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
                                  tp_pattern="embedding"))
         for number in range(first_layer, first_layer + count):
             blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
-                                 cp_bytes=cp_bytes, tensors=attention_tensors))
+                                 cp_bytes=cp_bytes, tensors=attention_tensors, context=context))
             blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
                                  tensors=mlp_tensors))
         first_layer += count

@@ -156,7 +156,9 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        dtype_bytes=precision_bytes)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name),
                        AttentionCost.for_kernel(training.attention))
-    stages = transformer_stages(model, shard, training.recompute, cost, counts)
+    _check_context(training.seq_len, layout.cp, par.cp_load_balance)
+    stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
+                                par.cp_load_balance)
     shard_ways = sharding.degree if sharding.stage >= 1 else 1
     seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
     optimizer_s = tuple(sum(stages[c * layout.pp + stage].params for c in range(v)) / shard_ways * seconds_per_param
@@ -204,6 +206,15 @@ def _model_flops(model: ModelSpec, seq_len: int) -> float:
     serves as the output layer)."""
     lookup_params = 0 if model.tied_embeddings else model.embedding_params()
     return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5) - 6.0 * lookup_params
+
+
+def _check_context(seq_len: int, cp: int, balanced: bool) -> None:
+    """cp must split the sequence; with causal load balancing into 2 cp equal chunks."""
+    chunks = 2 * cp if balanced and cp > 1 else cp
+    if seq_len % chunks:
+        what = f"2 x cp = {chunks} chunks (cp_load_balance)" if chunks != cp else f"cp {cp} shares"
+        raise _invalid("parallelism.cp", f"seq_len {seq_len} does not split into {what}",
+                       f"cp with seq_len divisible by {'2 x cp' if chunks != cp else 'cp'}")
 
 
 def _check_heads(model: ModelSpec, layout: Layout) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.config.schema import Scenario
-from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder
+from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.memory_plan import layout_summary, memory_bound_share, memory_summary, stage_memory
@@ -17,6 +17,8 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     """The scenario's training step as a step program; ``base_dir`` is the scenario's folder (custom schedule
     tables are looked up there), ``fold`` simulates one representative rank per pipeline stage."""
     step = build_training_step(scenario, topology, base_dir)
+    blocker = plan_fold_blocker(step.plan) if fold else ""
+    fold = fold and not blocker
     builder = ProgramBuilder(step.plan, fold=fold)
     ops = builder.build()
     layout = step.plan.layout
@@ -28,4 +30,5 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
-                       warnings=step.warnings, details={"layout": layout_summary(step)})
+                       warnings=step.warnings,
+                       details={"layout": layout_summary(step), **({"fold_off_reason": blocker} if blocker else {})})

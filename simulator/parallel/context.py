@@ -1,0 +1,83 @@
+"""Context parallelism: the attention core of a layer split over the CP group's shares of the sequence.
+
+Each CP rank holds 1/cp of the sequence's queries and meets the keys and values of the whole sequence. Two
+ways to get them (`parallelism.cp_algorithm`):
+
+- ``all_gather`` (Llama 3): gather the whole sequence's K/V before the attention, blocking, and reduce-scatter
+  their gradients after its backward.
+- ``ring`` (ring attention, Megatron-Core's default): the K/V blocks travel around the CP group in cp - 1
+  point-to-point steps while each rank computes attention on the block it holds; the backward sends K/V and
+  their gradients around together (twice the bytes). The program runs the ring as one pipelined ring
+  collective on the ``cp`` stream alongside the attention of the first cp - 1 blocks; the last block waits for
+  the ring. With equal steps this is exactly ``block + (cp - 1) x max(block, transfer)``, the time of the
+  step-by-step overlap.
+
+Causal masking makes the work uneven: split naively, rank i of the CP group meets i + 1/2 blocks' worth of the
+score triangle (chunk i against chunks 0..i), so its share of the mean is (2i + 1) / cp. Load balancing
+(`parallelism.cp_load_balance`, on by default) gives each rank two mirrored chunks, i and 2cp - 1 - i, which
+makes every rank's work, and every ring step, equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CP_ALGORITHMS = ("ring", "all_gather")
+CP_STREAM = "cp"
+
+
+@dataclass(frozen=True, slots=True)
+class ContextAttention:
+    """The attention core of one block under context parallelism, for a rank with the mean share of the work.
+
+    ``forward_s``/``backward_s``/``recompute_s`` and the FLOPs are the core's part of the block's figures (the
+    block's own figures include them); ``kv_bytes`` is the K/V of the whole sequence for this rank's heads;
+    ``causal`` says masked blocks are skipped (flash attention), which is what makes unbalanced splits uneven.
+    """
+
+    algorithm: str
+    cp: int
+    balanced: bool
+    causal: bool
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    forward_flops: float
+    backward_flops: float
+    recompute_flops: float
+    kv_bytes: float
+
+    def core(self, phase: str) -> tuple[float, float]:
+        """(seconds, FLOPs) of the core in pass ``phase``: fwd, bwd or rec (recompute)."""
+        if phase == "fwd":
+            return self.forward_s, self.forward_flops
+        if phase == "bwd":
+            return self.backward_s, self.backward_flops
+        return self.recompute_s, self.recompute_flops
+
+    def share(self, cp_rank: int) -> float:
+        """This CP rank's attention work over the mean rank's: 1 when balanced (or nothing is skipped), else
+        (2 i + 1) / cp, its strip of the causal triangle."""
+        if self.balanced or not self.causal:
+            return 1.0
+        return (2 * cp_rank + 1) / self.cp
+
+    def last_step_share(self, cp_rank: int) -> float:
+        """Share of this rank's attention work done on the last block of the ring (after the last transfer):
+        1/cp when balanced; unbalanced, a full block for the last rank (whose final block is below the
+        diagonal) and nothing for the others (their final block is masked out)."""
+        if self.balanced or not self.causal:
+            return 1.0 / self.cp
+        return 1.0 / (cp_rank + 0.5) if cp_rank == self.cp - 1 else 0.0
+
+    @property
+    def ring(self) -> bool:
+        return self.algorithm == "ring" and self.cp > 1
+
+
+def context_fold_blocker(context: ContextAttention | None) -> str:
+    """Why folding (one rank per stage for all its CP peers) would not be exact: ranks of an unbalanced causal
+    CP group do different work."""
+    if context is not None and context.cp > 1 and context.share(0) != context.share(context.cp - 1):
+        return "context parallelism without causal load balancing (CP ranks do different attention work)"
+    return ""
