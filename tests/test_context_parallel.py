@@ -1,0 +1,102 @@
+"""Context parallelism: ring attention's K/V traffic, the causal work split with and without load balancing,
+and the checks on cp. Closed forms: a ring all-gather moves (cp-1)/cp of the gathered bytes per rank; an
+unbalanced causal split gives CP rank i the strip (2i + 1) / cp of the mean attention work."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
+from simulator.errors import ScenarioError
+from simulator.simulation import build_topology, validate
+
+CP = 4
+SEQ = 8192
+SCENARIO = f"""
+cluster: {{topology: dgx-h100}}
+model: {{preset: llama3-8b, layers: 2}}
+training: {{seq_len: {SEQ}, microbatches: 1, precision: bf16}}
+parallelism: {{tp: 2, cp: {CP}, pp: 1, dp: 1}}
+run: {{fold: false}}
+"""
+
+
+def _kv_bytes() -> float:
+    """K and V of the whole sequence for one TP rank's KV heads, bf16."""
+    model = get_model("llama3-8b")
+    return 2 * SEQ * (model.kv_heads // 2) * model.head_dim * 2
+
+
+def _sent(frame, key_prefix: str, rank: int) -> float:
+    flows = frame[(frame["kind"] == "flow") & (frame["src"] == rank) & frame["name"].str.startswith(key_prefix)]
+    return float(flows["bytes"].sum())
+
+
+def test_ring_moves_cp_minus_one_over_cp_of_the_sequence_kv_per_rank_per_layer(run_yaml):
+    frame = run_yaml(SCENARIO).timeline
+    expected = (CP - 1) / CP * _kv_bytes()
+    for rank in (0, 2, 4, 6):  # the CP group of TP rank 0
+        assert _sent(frame, "cp.ring.fwd.mb0.vs0.L0.attn.", rank) == pytest.approx(expected, rel=1e-12)
+        assert _sent(frame, "cp.ring.bwd.mb0.vs0.L0.attn.", rank) == pytest.approx(2 * expected, rel=1e-12)
+
+
+def _attention_flops(frame, rank: int) -> float:
+    ops = frame[(frame["kind"] == "compute") & (frame["rank"] == rank) & frame["name"].str.startswith("F0 L0.attn ")]
+    return float(ops["flops"].sum())
+
+
+def test_causal_split_without_balancing_gives_rank_i_the_strip_2i_plus_1_over_cp(run_yaml):
+    balanced = run_yaml(SCENARIO).timeline
+    unbalanced = run_yaml(SCENARIO, "parallelism.cp_load_balance=false").timeline
+    ranks = [cp_rank * 2 for cp_rank in range(CP)]
+    mean = _attention_flops(balanced, 0)
+    model = get_model("llama3-8b")
+    heads = model.heads // 2
+    assert mean == pytest.approx(4.0 * (SEQ / CP) * SEQ * heads * model.head_dim * 0.5, rel=1e-12)
+    for cp_rank, rank in enumerate(ranks):
+        assert _attention_flops(balanced, rank) == pytest.approx(mean, rel=1e-12)
+        assert _attention_flops(unbalanced, rank) == pytest.approx(mean * (2 * cp_rank + 1) / CP, rel=1e-12)
+
+
+def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
+    balanced = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather").timeline
+    unbalanced = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather",
+                          "parallelism.cp_load_balance=false").timeline
+
+    def block_flops(frame, rank):
+        ops = frame[(frame["kind"] == "compute") & (frame["rank"] == rank) & (frame["name"] == "F0 L0.attn")]
+        return float(ops["flops"].sum())
+
+    model = get_model("llama3-8b")
+    core = 4.0 * (SEQ / CP) * SEQ * (model.heads // 2) * model.head_dim * 0.5
+    for cp_rank in range(CP):
+        extra = block_flops(unbalanced, 2 * cp_rank) - block_flops(balanced, 2 * cp_rank)
+        assert extra == pytest.approx(core * ((2 * cp_rank + 1) / CP - 1), rel=1e-9)
+
+
+def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
+    ring = run_yaml(SCENARIO).summary
+    gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather").summary
+    assert ring["exposed_comm_s"]["cp"] < 0.5 * gather["exposed_comm_s"]["cp"]
+    assert ring["step_time_s"] < gather["step_time_s"]
+
+
+def test_unbalanced_causal_split_turns_folding_off(run_yaml):
+    summary = run_yaml(SCENARIO, "run.fold=true", "parallelism.cp_load_balance=false").summary
+    assert summary["folded"] is False
+    assert "load balancing" in summary["fold_off_reason"]
+    assert run_yaml(SCENARIO, "run.fold=true").summary["folded"] is True
+
+
+@pytest.mark.parametrize(("overrides", "problem"), [
+    (["training.seq_len=8190"], "2 x cp = 8 chunks"),
+    (["training.seq_len=8190", "parallelism.cp_load_balance=false"], "cp 4 shares"),
+])
+def test_cp_that_does_not_split_the_sequence_is_a_located_error(overrides, problem):
+    loaded = scenario_from_text(SCENARIO, "inline.yaml", overrides)
+    with pytest.raises(ScenarioError) as info:
+        validate(loaded, build_topology(loaded))
+    assert info.value.field == "parallelism.cp"
+    assert problem in info.value.problem
+    assert info.value.line == 5
