@@ -99,14 +99,14 @@ def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple:
     """Run a plan on an otherwise idle network: its duration and its flow rows as columns
-    (src, dst, start, end, bytes), times relative to the plan's start."""
+    (src, dst, start, end, bytes, route), times relative to the plan's start."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
     env.process(run_plan(env, network, topology, phases, ""))
     env.run()
     c = log.columns
-    return env.now, c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"]
+    return env.now, c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes
 
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
@@ -21,11 +22,14 @@ from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
 @dataclass
 class _Rendezvous:
-    """Members of one collective that have arrived so far, and the event that fires when it completes."""
+    """Members of one collective that have arrived so far, how many are expected (the group's members that
+    have a program), the group's id, and the event that fires when it completes."""
 
     template: CollectiveOp
+    group_id: int
+    expected: int
+    done: simpy.Event
     arrived: dict[int, float] = field(default_factory=dict)
-    done: simpy.Event | None = None
 
 
 @dataclass
@@ -59,6 +63,8 @@ class Engine:
         self._finished: set[str] = set()
         self._pending: dict[tuple[int, str], Op] = {}
         self._present: frozenset[int] = frozenset()
+        self._group_ids = GroupIds()
+        self._group_members: dict[int, tuple[frozenset[int], int]] = {}
         self._executed = 0
         self._replayed_flows = 0
 
@@ -110,25 +116,36 @@ class Engine:
             self._executed += 1
             self._done[op.id].succeed()
 
+    def _members(self, group_id: int, group: tuple[int, ...]) -> tuple[frozenset[int], int]:
+        """A group's member set and how many of its members have a program, worked out once per group."""
+        known = self._group_members.get(group_id)
+        if known is None:
+            members = frozenset(group)
+            known = self._group_members[group_id] = (members, len(members & self._present))
+        return known
+
     def _join(self, op: CollectiveOp) -> simpy.Event:
-        """Register ``op.rank`` as arrived; start the collective when the whole group is there."""
+        """Register ``op.rank`` as arrived; start the collective when the whole group is there. Each arrival
+        costs O(1) whatever the group size: the group is identified and counted once."""
         meeting = self._rendezvous.get(op.key)
+        group_id = self._group_ids.id(op.group)
+        members, expected = self._members(group_id, op.group)
         if meeting is None:
             if op.key in self._finished:
                 raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
-            meeting = _Rendezvous(template=op, done=self.env.event())
+            meeting = _Rendezvous(op, group_id, expected, self.env.event())
             self._rendezvous[op.key] = meeting
         template = meeting.template
-        if op.rank not in op.group:
+        if op.rank not in members:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
-        if (op.group, op.op, op.nbytes) != (template.group, template.op, template.nbytes):
+        if group_id != meeting.group_id or op.op != template.op or op.nbytes != template.nbytes:
             raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {template.op} of "
                                   f"{template.nbytes:.0f} B over {template.group} vs {op.op} of {op.nbytes:.0f} B "
                                   f"over {op.group}")
         if op.rank in meeting.arrived:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) twice")
         meeting.arrived[op.rank] = self.env.now
-        if len(meeting.arrived) == sum(1 for rank in op.group if rank in self._present):
+        if len(meeting.arrived) == meeting.expected:
             del self._rendezvous[op.key]
             self._finished.add(op.key)
             self.env.process(self._collective(meeting))
@@ -158,12 +175,13 @@ class Engine:
         run = self._isolated_runs.get(key)
         if run is None:
             run = self._isolated_runs[key] = self.isolated(self.plans.phases(op, op.group))
-        duration, src, dst, begins, ends, nbytes = run
+        duration, src, dst, begins, ends, nbytes, routes = run
         self._replayed_flows += len(src)
         start = self.env.now
         if duration > 0:
             yield self.env.timeout(duration)
-        self.log.record_flows(op.key, src, dst, [start + t for t in begins], [start + t for t in ends], nbytes)
+        self.log.record_flows(op.key, src, dst, [start + t for t in begins], [start + t for t in ends], nbytes,
+                              routes)
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from simulator.engine.groups import GroupIds
 from simulator.program.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
@@ -20,11 +21,12 @@ differently for small and large messages, so every distinct size of a group is a
 def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
     """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    group_ids = GroupIds()
     reached: set[int] = set()
     candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
     seen: set[tuple] = set()
     for op in collectives:
-        shape = (op.op, op.algorithm, op.root, op.nbytes, op.group)
+        shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
         if shape in seen:
             continue
         seen.add(shape)
@@ -49,7 +51,7 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
     pruned: dict[tuple, tuple[tuple[int, ...], ...]] = {}
     for op in collectives:
         if op.mirrors:
-            shape = (op.op, op.algorithm, op.root, op.nbytes, op.group)
+            shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
             mirrors = pruned.get(shape)
             if mirrors is None:
                 mirrors = pruned[shape] = tuple(m for m in op.mirrors if shape[:4] + (m,) in kept)
@@ -60,25 +62,33 @@ def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]
     """Mark collectives whose links no other group's traffic uses and whose instances never overlap (every
     member issues them from one in-order stream), so each one runs alone on its links."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
-    streams: dict[tuple[int, ...], set[tuple[int, str]]] = {}
-    group_links: dict[tuple[int, ...], set[int]] = {}
+    group_ids = GroupIds()
+    op_group = [group_ids.id(op.group) for op in collectives]
+    streams: dict[int, set[tuple[int, str]]] = {}
+    group_links: dict[int, set[int]] = {}
     seen: set[tuple] = set()
-    for op in collectives:
-        streams.setdefault(op.group, set()).add((op.rank, op.stream))
+    shapes_seen: set[tuple] = set()
+    for op, gid in zip(collectives, op_group):
+        streams.setdefault(gid, set()).add((op.rank, op.stream))
+        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, op.mirrors)
+        if op_shape in shapes_seen:
+            continue
+        shapes_seen.add(op_shape)
         for group in (op.group, *op.mirrors):
-            shape = (op.op, op.algorithm, op.root, op.nbytes, group)
+            member = group_ids.id(group)
+            shape = (op.op, op.algorithm, op.root, op.nbytes, member)
             if shape not in seen:
                 seen.add(shape)
-                group_links.setdefault(group, set()).update(links_of(op, group))
-    link_groups: dict[int, set[tuple[int, ...]]] = {}
-    for group, links in group_links.items():
+                group_links.setdefault(member, set()).update(links_of(op, group))
+    link_groups: dict[int, set[int]] = {}
+    for gid, links in group_links.items():
         for link in links:
-            link_groups.setdefault(link, set()).add(group)
-    private: dict[tuple[int, ...], bool] = {}
-    for op in collectives:
-        verdict = private.get(op.group)
+            link_groups.setdefault(link, set()).add(gid)
+    private: dict[int, bool] = {}
+    for op, gid in zip(collectives, op_group):
+        verdict = private.get(gid)
         if verdict is None:
-            names = {stream for _, stream in streams[op.group]}
-            alone = all(len(link_groups[link]) == 1 for link in group_links[op.group])
-            verdict = private[op.group] = alone and len(names) == 1 and not names & async_streams
+            names = {stream for _, stream in streams[gid]}
+            alone = all(len(link_groups[link]) == 1 for link in group_links[gid])
+            verdict = private[gid] = alone and len(names) == 1 and not names & async_streams
         op.private = verdict and not op.mirrors

@@ -172,7 +172,7 @@ class Network:
             def record(_event: simpy.Event) -> None:
                 for item, duration in zip(transfers, durations):
                     src, dst = (item[3], item[4]) if len(item) == 5 else (-1, -1)
-                    self._record(src, dst, key, now, now + duration, float(item[1]))
+                    self.log.flow(key, src, dst, now, now + duration, float(item[1]), tuple(item[0]))
             done.callbacks.append(record)
         return done
 
@@ -319,23 +319,27 @@ class Network:
     def _finish(self, flow: _Flow, now: float) -> None:
         flow.version = -1
         if self.log is not None:
-            self._record(flow.src, flow.dst, flow.phase.key, flow.posted_s, now, flow.nbytes)
+            self.log.flow(flow.phase.key, flow.src, flow.dst, flow.posted_s, now, flow.nbytes, flow.path)
         phase = flow.phase
         phase.pending -= 1
         if phase.pending == 0:
             phase.event.succeed()
 
-    def _record(self, src: int, dst: int, key: str, start_s: float, end_s: float, nbytes: float) -> None:
-        self.log.record("flow", src, "net", key, start_s, end_s, nbytes=nbytes, src=src, dst=dst, key=key)
-
 
 def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> np.ndarray:
-    """Each directed link's usable bytes/s: its bandwidth times its class's efficiency (default 1)."""
+    """Each directed link's usable bytes/s: its bandwidth times its class's efficiency (default 1); computed
+    once per topology and profile (every isolated replay builds a Network of its own)."""
     for link_class, value in efficiency.items():
         field = f"network.efficiency.{link_class}"
         if link_class not in LINK_CLASSES:
             raise ScenarioError(f"unknown link class {link_class!r}", field=field, allowed=", ".join(LINK_CLASSES))
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
             raise ScenarioError(f"efficiency {value!r} is out of range", field=field, allowed="a number in (0, 1]")
+    profile = tuple(sorted(efficiency.items()))
+    cached = topology.capacities.get(profile)
+    if cached is not None:
+        return cached
     scale = np.array([efficiency.get(c, 1.0) for c in topology.link_class], dtype=float)
-    return topology.link_bandwidth * scale
+    capacity = topology.capacities[profile] = topology.link_bandwidth * scale
+    capacity.setflags(write=False)
+    return capacity

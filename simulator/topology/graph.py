@@ -59,6 +59,8 @@ class Topology:
     gpu_domain: list[int] = field(init=False, repr=False)
     _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
     _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
+    capacities: dict[tuple[tuple[str, float], ...], np.ndarray] = field(init=False, repr=False, default_factory=dict)
+    """Usable capacity per directed link, by efficiency profile (filled by `network.effective_capacity`)."""
 
     def __post_init__(self) -> None:
         self.gpu_domain = [

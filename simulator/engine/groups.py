@@ -1,0 +1,26 @@
+"""Small integer ids for process groups, so that a group of 16,384 ranks is hashed once, not once per op.
+
+Python does not cache the hash of a tuple: every dict lookup keyed by a group costs O(group size), and doing
+it per member op makes a collective over N ranks cost O(N^2). The ops of one group usually share one tuple
+object, so the id is looked up by object identity first and the tuple is hashed only for a new object.
+"""
+
+from __future__ import annotations
+
+
+class GroupIds:
+    """Maps group tuples to dense ids 0, 1, ... (equal tuples get the same id)."""
+
+    def __init__(self) -> None:
+        self._by_object: dict[int, tuple[tuple[int, ...], int]] = {}
+        self._by_value: dict[tuple[int, ...], int] = {}
+
+    def id(self, group: tuple[int, ...]) -> int:
+        """The id of ``group``; the tuple is kept referenced so that its object id stays unique."""
+        entry = self._by_object.get(id(group))
+        if entry is None:
+            gid = self._by_value.get(group)
+            if gid is None:
+                gid = self._by_value[group] = len(self._by_value)
+            entry = self._by_object[id(group)] = (group, gid)
+        return entry[1]
