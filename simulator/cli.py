@@ -21,11 +21,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = simulate(loaded)
     for warning in result.summary.get("warnings", []):
         print(f"warning: {warning}", file=sys.stderr)
-    level = loaded.scenario.run.timeline
-    write_outputs(out, result.summary, result.timeline, result.topology.gpu_host, level)
+    files = write_outputs(out, result, loaded)
     seconds = result.summary.get("step_time_s", result.summary.get("makespan_s"))
-    files = "summary.json" if level == "summary" else f"summary.json, timeline.parquet ({level}), trace.json"
-    print(f"wrote {args.out}/{files} ({len(result.timeline)} events simulated, simulated time {seconds:.6g} s)")
+    print(f"wrote {args.out}: {', '.join(files)} ({len(result.timeline)} events simulated, "
+          f"simulated time {seconds:.6g} s)")
     return 0
 
 

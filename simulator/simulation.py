@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -35,11 +35,13 @@ from simulator.workload.transformer_program import transformer_program
 
 @dataclass
 class Result:
-    """A finished run: the summary (what summary.json holds), the timeline and the cluster it ran on."""
+    """A finished run: the summary (what summary.json holds), the timeline, the cluster it ran on and the
+    route (directed link ids) of each flow row of the timeline, in row order."""
 
     summary: dict
     timeline: pd.DataFrame
     topology: Topology
+    flow_routes: list[tuple[int, ...]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -187,8 +189,10 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
 
 
-def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings) -> tuple[dict, pd.DataFrame]:
-    """Execute a step program and summarise it: the metrics see only the program and its timeline."""
+def run_step(program: StepProgram, topology: Topology,
+             settings: NetworkSettings) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
+    """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
+    routes come back for the trace's link tracks)."""
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
@@ -198,7 +202,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
-    return summary, frame
+    return summary, frame, result.log.flow_routes
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
@@ -206,11 +210,11 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
-    summary, frame = located(loaded, lambda: run_step(program, topology, settings))
+    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if blocker:
         summary["fold_off_reason"] = blocker
-    return Result(summary, frame, topology)
+    return Result(summary, frame, topology, routes)
 
 
 def simulate(loaded: LoadedScenario) -> Result:
@@ -232,4 +236,4 @@ def simulate(loaded: LoadedScenario) -> Result:
         "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,
     }
-    return Result(summary, frame, topology)
+    return Result(summary, frame, topology, result.log.flow_routes)

@@ -21,7 +21,7 @@ from simulator.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
-OUTPUTS = {"summary.json", "timeline.parquet", "trace.json"}
+OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
 ERROR_LINE = re.compile(r"^error: (?P<where>[^:]+(?::\d+)?): (?P<rest>.+)$")
 
 
@@ -63,15 +63,16 @@ def test_trace_has_a_process_per_host_and_a_thread_per_gpu_stream(run_outputs):
     trace = json.loads((run_outputs / "trace.json").read_text())
     events = trace["traceEvents"]
     processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    assert processes == {0: "host 0", 1: "host 1"}
+    assert processes == {0: "host 0", 1: "host 1", 2: "network links (utilisation of line rate)"}
     threads = {e["args"]["name"]: e["pid"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
     timeline = pd.read_parquet(run_outputs / "timeline.parquet")
+    ops = timeline[timeline["kind"] != "flow"]
     expected = {f"GPU {rank} {stream}": rank // 8 for rank, stream in
-                timeline[["rank", "stream"]].drop_duplicates().itertuples(index=False)}
+                ops[["rank", "stream"]].drop_duplicates().itertuples(index=False)}
     assert threads == expected
     assert {"GPU 0 p2p", "GPU 8 p2p", "GPU 15 comm"} <= set(threads)
     spans = [e for e in events if e.get("ph") == "X"]
-    assert len(spans) == len(timeline)
+    assert len(spans) == len(ops)
 
 
 def test_same_scenario_gives_identical_outputs(run_outputs, tmp_path):
@@ -275,9 +276,9 @@ def test_topo_describe_bad_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("level,files", [
-    ("full", {"summary.json", "timeline.parquet", "trace.json"}),
-    ("per-stage", {"summary.json", "timeline.parquet", "trace.json"}),
-    ("summary", {"summary.json"}),
+    ("full", {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}),
+    ("per-stage", {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}),
+    ("summary", {"summary.json", "manifest.json"}),
 ])
 def test_timeline_levels(tmp_path, level, files):
     out = tmp_path / level

@@ -16,7 +16,6 @@ from simulator.cli import main
 from simulator.report.gantt import gantt_figure
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
 from simulator.report.outputs import simulated_ranks
-from simulator.report.writers import write_outputs
 
 STAGES, MICROBATCHES = 4, 8
 FORWARD_MS, BACKWARD_MS = 1.0, 2.0
@@ -146,7 +145,9 @@ def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
 
 def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path, capsys):
     out = tmp_path / "run"
-    write_outputs(out, synthetic_1f1b.summary, synthetic_1f1b.timeline, synthetic_1f1b.topology.gpu_host)
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out)]) == 0
     for chart, extra in (("gantt", ["--by", "rank"]), ("memory", [])):
         image = tmp_path / f"{chart}.png"
         assert main(["plot", chart, str(out), "-o", str(image), *extra]) == 0

@@ -90,15 +90,23 @@ class CollectivesConfig(Section):
     channels: int = Field(default=0, ge=0)
 
 
+TraceLevel = Literal["ops", "ops+links", "full"]
+"""What trace.json holds: op slices; plus link utilisation counters; plus one slice per network flow."""
+
+
 class RunConfig(Section):
     """Run-level settings: the seed of the run's random generator; rank folding (simulate one rank per
     pipeline stage and mirror the rest; exact for symmetric runs, `false` simulates every rank); and how much
     timeline to write: `full` (every op and flow), `per-stage` (the ops of one rank per pipeline stage, no
-    flows) or `summary` (summary.json only)."""
+    flows) or `summary` (summary.json only); what trace.json shows: `ops` (op slices), `ops+links` (plus
+    per-link utilisation counter tracks) or `full` (plus one slice per network flow); `trace_compress` writes
+    trace.json.gz instead."""
 
     seed: int = 0
     fold: bool = True
     timeline: Literal["full", "per-stage", "summary"] = "full"
+    trace: TraceLevel = "ops+links"
+    trace_compress: bool = False
 
 
 class CollectiveItem(Section):

@@ -70,7 +70,7 @@ def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]
     shapes_seen: set[tuple] = set()
     for op, gid in zip(collectives, op_group):
         streams.setdefault(gid, set()).add((op.rank, op.stream))
-        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, op.mirrors)
+        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(op.mirrors))
         if op_shape in shapes_seen:
             continue
         shapes_seen.add(op_shape)

@@ -94,14 +94,15 @@ class EventLog:
         return len(self.columns["kind"])
 
     def to_frame(self) -> pd.DataFrame:
-        """The log as a DataFrame: int64 and float64 columns viewed from the arrays, strings as objects."""
+        """The log as a DataFrame: int64 and float64 columns copied from the arrays, text columns as pandas
+        infers them from the lists (as the row-list log did)."""
         import numpy as np
         import pandas as pd
 
-        data = {}
+        data: dict[str, object] = {}
         for name, column in self.columns.items():
             if isinstance(column, array):
                 data[name] = np.frombuffer(column, dtype=np.int64 if column.typecode == "q" else np.float64).copy()
             else:
-                data[name] = np.array(column, dtype=object)
+                data[name] = column
         return pd.DataFrame(data, columns=list(COLUMNS))

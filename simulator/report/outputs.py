@@ -13,9 +13,8 @@ import pandas as pd
 from simulator.errors import ScenarioError
 from simulator.metrics.step import PIPELINE_CATEGORIES, STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
+from simulator.report.run_folder import OUTDIR_ALLOWED, OUTDIR_FIELD, checked_manifest
 
-OUTDIR_FIELD = "OUTDIR"
-OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (summary.json and timeline.parquet)"
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
 REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
 GAP_TOLERANCE_S = 1e-9
@@ -35,15 +34,11 @@ def _bad_outdir(out_dir: Path, problem: str) -> ScenarioError:
 
 
 def load_run_outputs(out_dir: Path) -> RunOutputs:
-    """Read a run's folder; a missing folder or file, unreadable content or missing keys is a ScenarioError
-    on the field OUTDIR."""
+    """Read a run's folder; a missing folder, manifest or file, files of another run (report/run_folder.py),
+    unreadable content or missing keys is a ScenarioError on the field OUTDIR."""
     out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        raise _bad_outdir(out_dir, "no such folder")
+    checked_manifest(out_dir, ("summary.json", "timeline.parquet"))
     summary_path, timeline_path = out_dir / "summary.json", out_dir / "timeline.parquet"
-    for path in (summary_path, timeline_path):
-        if not path.is_file():
-            raise _bad_outdir(out_dir, f"has no {path.name}")
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -1,73 +1,36 @@
-"""Writers for a run's outputs: summary.json, timeline.parquet and trace.json (Chrome trace event format,
-opens in the Perfetto UI). Everything is written to temporary names first and moved into place at the end,
-so a failed run leaves no half-written output."""
+"""Writers for a run's outputs: summary.json, timeline.parquet and trace.json (report/trace.py), written
+together into a temporary folder and moved into `--out` with a manifest only when all are done
+(report/run_folder.py), so a failed or interrupted run never leaves a mix of two runs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+import numpy as np
+import orjson
 
+from simulator.metrics.link_load import LinkLoad, link_load
+from simulator.report.run_folder import trainsim_version, write_run_folder
+from simulator.report.trace import trace_name, write_trace
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.config.loader import LoadedScenario
+    from simulator.simulation import Result
 
 
 def write_summary(summary: dict, path: Path) -> None:
     """summary.json, keys sorted, floats as JSON numbers."""
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n"))
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def write_timeline(frame: pd.DataFrame, path: Path) -> None:
     """timeline.parquet, one row per op or flow."""
-    _atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
-
-
-def chrome_trace(frame: pd.DataFrame, gpu_host: list[int]) -> dict:
-    """Chrome trace events: a process per host (server), a thread per GPU stream; times in microseconds."""
-    events: list[dict] = []
-    threads: dict[tuple[int, str], int] = {}
-    hosts = set()
-    rows = frame[frame["rank"] >= 0]
-    for rank, stream in sorted(set(zip(rows["rank"].tolist(), rows["stream"].tolist()))):
-        host = gpu_host[rank]
-        tid = len(threads) + 1
-        threads[(rank, stream)] = tid
-        if host not in hosts:
-            hosts.add(host)
-            events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
-                           "args": {"name": f"host {host}"}})
-        events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": tid,
-                       "args": {"name": f"GPU {rank} {stream}"}})
-    columns = [rows[c].tolist() for c in ("kind", "rank", "stream", "name", "category", "start_s", "end_s",
-                                          "bytes", "flops", "src", "dst")]
-    for kind, rank, stream, name, category, start, end, nbytes, flops, src, dst in zip(*columns):
-        args = {"bytes": nbytes}
-        if flops:
-            args["flops"] = flops
-        if kind == "flow":
-            args.update(src=src, dst=dst)
-        events.append({"ph": "X", "name": name, "cat": category or kind, "pid": gpu_host[rank],
-                       "tid": threads[(rank, stream)], "ts": start * 1e6, "dur": (end - start) * 1e6,
-                       "args": args})
-    return {"traceEvents": events, "displayTimeUnit": "ns"}
-
-
-def write_trace(frame: pd.DataFrame, gpu_host: list[int], path: Path) -> None:
-    """trace.json for Perfetto / chrome://tracing."""
-    trace = chrome_trace(frame, gpu_host)
-    _atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(trace, separators=(",", ":"))))
+    frame.to_parquet(path, index=False)
 
 
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
@@ -88,14 +51,37 @@ def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
     return ops[ops["rank"] == first_rank].reset_index(drop=True)
 
 
-def write_outputs(out_dir: Path, summary: dict, frame: pd.DataFrame, gpu_host: list[int],
-                  timeline: str = "full") -> None:
-    """Write a run's outputs into ``out_dir`` (created if needed): summary.json always; timeline.parquet and
-    trace.json with every row (``full``), one rank per stage without flows (``per-stage``), or not at all
-    (``summary``)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if timeline != "summary":
-        rows = frame if timeline == "full" else stage_timeline(frame, summary)
-        write_timeline(rows, out_dir / "timeline.parquet")
-        write_trace(rows, gpu_host, out_dir / "trace.json")
-    write_summary(summary, out_dir / "summary.json")
+def scenario_digest(loaded: LoadedScenario) -> str:
+    """SHA-256 of the validated scenario (overrides applied, quantities parsed), keys sorted: two runs with the
+    same digest ran the same scenario."""
+    content = orjson.dumps(loaded.scenario.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(content).hexdigest()
+
+
+def link_tracks(result: Result) -> LinkLoad:
+    """The trace's per-link utilisation: links of the flows sent by ranks that ran ops, over the whole run."""
+    frame, summary = result.timeline, result.summary
+    flows = (frame["kind"] == "flow").to_numpy()
+    shown = set(frame.loc[~flows & (frame["rank"] >= 0), "rank"].unique().tolist())
+    columns = (frame.loc[flows, column].to_numpy() for column in ("start_s", "end_s", "bytes", "src"))
+    makespan = float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
+    return link_load(*columns, result.flow_routes, np.asarray(result.topology.link_bandwidth), shown, makespan)
+
+
+def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list[str]:
+    """Write a run's outputs into ``out_dir`` (created if needed) as one unit, and return their names:
+    summary.json always; timeline.parquet and the trace with every row (`run.timeline: full`), one rank per
+    stage without flows (`per-stage`), or not at all (`summary`); manifest.json last."""
+    run = loaded.scenario.run
+
+    def write(stage: Path) -> None:
+        if run.timeline != "summary":
+            rows = result.timeline if run.timeline == "full" else stage_timeline(result.timeline, result.summary)
+            write_timeline(rows, stage / "timeline.parquet")
+            write_trace(stage / trace_name(run.trace_compress), rows, result.topology, flows=run.trace == "full",
+                        load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress)
+        write_summary(result.summary, stage / "summary.json")
+
+    identity = {"scenario": loaded.source, "scenario_sha256": scenario_digest(loaded),
+                "trainsim_version": trainsim_version(), "seed": run.seed}
+    return write_run_folder(out_dir, identity, write)

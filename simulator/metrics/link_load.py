@@ -1,0 +1,75 @@
+"""Per-link utilisation over time, from the flow rows of a run: what trace.json shows as counter tracks.
+
+Each flow is taken at its mean rate (bytes over its lifetime, latency included) on every directed link of its
+route; the run is cut into `BINS` equal time bins and each bin holds the bytes that crossed the link in it,
+divided by what the link's line rate could carry in that time. A bin is therefore exact in bytes per flow
+lifetime, not in instantaneous rate: where max-min sharing changed a flow's rate mid-way, the bytes are spread
+evenly over its life. The links shown are those the simulated ranks' flows use (folded mirror ranks add their
+traffic to those links but not links of their own), at most `MAX_LINKS` of them, the busiest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+BINS = 1000
+"""Time bins over the run: enough to see each pipeline phase of a step, few enough to keep the trace small."""
+MAX_LINKS = 256
+"""Links with a counter track at most; the busiest by bytes carried are kept."""
+
+
+@dataclass(frozen=True)
+class LinkLoad:
+    """Utilisation of ``links`` (directed link ids) in time bins starting at ``edges_s[:-1]``:
+    ``utilisation[i, k]`` is the fraction of link ``links[i]``'s line rate used in bin ``k``."""
+
+    links: tuple[int, ...]
+    edges_s: np.ndarray
+    utilisation: np.ndarray
+
+
+def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: np.ndarray,
+              routes: list[tuple[int, ...]], line_rate: np.ndarray, shown_ranks: set[int],
+              makespan_s: float) -> LinkLoad:
+    """Binned utilisation of the links on the routes of flows sent by ``shown_ranks``; the flow arrays and
+    ``routes`` are aligned (one entry per flow), ``line_rate`` is bytes/s per directed link."""
+    empty = LinkLoad((), np.array([0.0, makespan_s]), np.zeros((0, 1)))
+    if not routes or makespan_s <= 0:
+        return empty
+    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(routes))
+    link_ids = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum()))
+    flow_of = np.repeat(np.arange(len(routes)), lengths)
+    shown = np.isin(src[flow_of], np.fromiter(shown_ranks, dtype=np.int64, count=len(shown_ranks)))
+    candidates = np.unique(link_ids[shown])
+    if candidates.size == 0:
+        return empty
+    carried = np.bincount(link_ids, weights=nbytes[flow_of], minlength=int(link_ids.max()) + 1)[candidates]
+    busiest = np.lexsort((candidates, -carried))[:MAX_LINKS]
+    links = np.sort(candidates[busiest])
+    position = np.full(int(max(link_ids.max(), links.max())) + 1, -1, dtype=np.int64)
+    position[links] = np.arange(links.size)
+    row = position[link_ids]
+    keep = row >= 0
+    row, flow = row[keep], flow_of[keep]
+    starts, ends, sizes = start_s[flow], end_s[flow], nbytes[flow]
+    width = makespan_s / BINS
+    first = np.minimum((starts / width).astype(np.int64), BINS - 1)
+    last = np.minimum((ends / width).astype(np.int64), BINS - 1)
+    same = first == last
+    duration = np.where(same, 1.0, ends - starts)
+    rate = np.where(same, 0.0, sizes / duration)
+    cells = links.size * (BINS + 1)
+    head = np.where(same, sizes, rate * ((first + 1) * width - starts))
+    tail = np.where(same, 0.0, rate * (ends - last * width))
+    per_bin = (np.bincount(row * (BINS + 1) + first, weights=head, minlength=cells)
+               + np.bincount(row * (BINS + 1) + last, weights=tail, minlength=cells))
+    middle = ~same & (last > first + 1)
+    steps = (np.bincount(row[middle] * (BINS + 1) + first[middle] + 1, weights=rate[middle] * width,
+                         minlength=cells)
+             - np.bincount(row[middle] * (BINS + 1) + last[middle], weights=rate[middle] * width, minlength=cells))
+    per_bin = per_bin.reshape(links.size, BINS + 1) + np.cumsum(steps.reshape(links.size, BINS + 1), axis=1)
+    utilisation = per_bin[:, :BINS] / (width * line_rate[links][:, None])
+    return LinkLoad(tuple(links.tolist()), np.linspace(0.0, makespan_s, BINS + 1), utilisation)

@@ -1,0 +1,144 @@
+"""Output folders that cannot lie: a run's files are written into a temporary folder beside `--out` and moved
+in only once all of them exist, with a manifest.json naming them; files an earlier run left that this run
+did not write are removed; readers check the manifest before trusting a folder.
+
+The move is a handful of renames within one file system, done with Ctrl-C held back, and the old manifest
+is removed first and the new one written last: an interrupted run leaves the previous complete run, and a
+killed one at worst a folder without a manifest, which `plot` refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+
+from simulator.errors import ScenarioError
+
+MANIFEST = "manifest.json"
+RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz")
+"""Files `trainsim run` may write; any of them not written by the latest run is stale and removed."""
+OUTDIR_FIELD = "OUTDIR"
+OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (with its manifest.json)"
+
+
+def trainsim_version() -> str:
+    """The installed trainsim version ('unknown' when running from a tree that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trainsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold back SIGINT for the duration (main thread only) and raise KeyboardInterrupt after it, if one came."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
+
+
+def _previous_files(out_dir: Path) -> set[str]:
+    """Plain file names listed by the folder's current manifest, if it has a readable one."""
+    try:
+        manifest = orjson.loads((out_dir / MANIFEST).read_bytes())
+        listed = manifest["files"]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return set()
+    if not isinstance(listed, dict):
+        return set()
+    return {name for name in listed if isinstance(name, str) and name == Path(name).name and not name.startswith(".")}
+
+
+def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None]) -> list[str]:
+    """Call ``write(stage)`` to write a run's files into a fresh temporary folder beside ``out_dir``, add
+    manifest.json (``identity`` plus each file's size and SHA-256), then move everything into ``out_dir`` and
+    remove the stale files of an earlier run. Returns the file names written, manifest last. On any error or
+    Ctrl-C before the move, ``out_dir`` is left as it was and the temporary folder is removed."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    try:
+        write(stage)
+        names = sorted(path.name for path in stage.iterdir() if path.is_file())
+        files = {name: {"bytes": (stage / name).stat().st_size, "sha256": file_digest(stage / name)}
+                 for name in names}
+        (stage / MANIFEST).write_bytes(orjson.dumps({**identity, "files": files},
+                                                    option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+        out_dir.mkdir(exist_ok=True)
+        stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
+        with interrupts_held():
+            (out_dir / MANIFEST).unlink(missing_ok=True)
+            for name in names:
+                os.replace(stage / name, out_dir / name)
+            for name in sorted(stale):
+                (out_dir / name).unlink(missing_ok=True)
+            os.replace(stage / MANIFEST, out_dir / MANIFEST)
+        return [*names, MANIFEST]
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _refuse(out_dir: Path, problem: str) -> ScenarioError:
+    return ScenarioError(problem, field=OUTDIR_FIELD, allowed=OUTDIR_ALLOWED, file=str(out_dir))
+
+
+def checked_manifest(out_dir: Path, needed: tuple[str, ...]) -> dict:
+    """The folder's manifest, after checking that it lists every file in ``needed``, that every file it lists
+    is there, that the ``needed`` ones are the very files the run wrote (size and SHA-256), and that no other
+    run output lies beside them. Anything else is a ScenarioError on OUTDIR."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        raise _refuse(out_dir, "no such folder")
+    path = out_dir / MANIFEST
+    if not path.is_file():
+        raise _refuse(out_dir, "has no manifest.json (not a complete trainsim run, or written before manifests)")
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise _refuse(out_dir, f"manifest.json is not readable JSON ({exc})") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise _refuse(out_dir, "manifest.json lists no files")
+    for name in needed:
+        if name not in files:
+            raise _refuse(out_dir, f"this run wrote no {name} (see run.timeline)")
+    for name, entry in sorted(files.items()):
+        target = out_dir / str(name)
+        if not target.is_file():
+            raise _refuse(out_dir, f"{name} of this run is missing (incomplete folder)")
+        expected = entry if isinstance(entry, dict) else {}
+        if name in needed and (target.stat().st_size != expected.get("bytes")
+                               or file_digest(target) != expected.get("sha256")):
+            raise _refuse(out_dir, f"{name} is not the file this run wrote (mixed or edited folder)")
+    strangers = [name for name in RUN_OUTPUTS if name not in files and (out_dir / name).exists()]
+    if strangers:
+        raise _refuse(out_dir, f"{', '.join(strangers)} belong to another run (mixed folder)")
+    return manifest

@@ -1,0 +1,229 @@
+"""A run's output folder: the columnar event log's DataFrame, trace.json levels (op slices, per-link
+utilisation counter tracks, flow slices, gzip), the manifest, reruns that remove an earlier run's files,
+Ctrl-C that leaves exactly one run, and `plot` refusing a folder that mixes runs.
+
+Closed forms: a lone 1 GiB transfer between two DGX H100 nodes crosses the 400 Gb/s (50 GB/s) NIC at the
+ideal efficiency, so the NIC link's utilisation over the run is (bytes / 50 GB/s) / run time in every bin.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pandas as pd
+import pytest
+
+import simulator
+from simulator.cli import main
+from simulator.engine.groups import GroupIds
+from simulator.metrics.events import COLUMNS, EventLog
+from simulator.metrics.link_load import BINS, link_load
+from simulator.report import run_folder
+from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
+PIPELINE = REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"
+TRAINING = REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+NIC_BYTES_PER_S = 400e9 / 8
+TRANSFER = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+network: {model: flow, efficiency: ideal}
+workload:
+  - {name: p2p, op: send_recv, bytes: 1 GiB, src: 0, dst: 8}
+"""
+OLD_NUMBER_DTYPES = {"rank": "int64", "src": "int64", "dst": "int64", "microbatch": "int64", "start_s": "float64",
+                     "end_s": "float64", "bytes": "float64", "flops": "float64"}
+"""How the row-list event log built its DataFrame: columns of Python lists, then these dtypes."""
+
+
+def one_run_only(out: Path) -> dict:
+    """Assert ``out`` holds exactly the files its manifest names, each the very file written; return it."""
+    manifest = json.loads((out / MANIFEST).read_text())
+    present = {path.name for path in out.iterdir()}
+    assert present == set(manifest["files"]) | {MANIFEST}
+    for name, entry in manifest["files"].items():
+        assert file_digest(out / name) == entry["sha256"], name
+    assert not [path for path in out.parent.iterdir() if ".partial-" in path.name]
+    return manifest
+
+
+def trace_events(path: Path) -> list[dict]:
+    data = path.read_bytes()
+    return orjson.loads(gzip.decompress(data) if path.suffix == ".gz" else data)["traceEvents"]
+
+
+# ----------------------------------------------------------------------------------------- event log
+
+def test_event_log_frame_has_the_old_columns_and_dtypes():
+    result = simulator.simulate(simulator.load_scenario(str(TRAINING)))
+    frame = result.timeline
+    assert tuple(frame.columns) == COLUMNS
+    rebuilt = pd.DataFrame({name: frame[name].tolist() for name in COLUMNS}).astype(OLD_NUMBER_DTYPES)
+    assert frame.dtypes.to_dict() == rebuilt.dtypes.to_dict()
+    pd.testing.assert_frame_equal(frame, rebuilt)
+    assert len(result.flow_routes) == (frame["kind"] == "flow").sum()
+
+
+def test_event_log_rows_in_recording_order():
+    log = EventLog()
+    log.record("compute", 3, "compute", "fwd", 0.0, 1.5, category="forward", flops=2.0, microbatch=1)
+    log.flow("k", 3, 4, 0.5, 2.0, 8.0, (7, 9))
+    log.record_flows("j", [4], [3], [2.0], [3.0], [16.0], [(9, 7)])
+    frame = log.to_frame()
+    assert frame["kind"].tolist() == ["compute", "flow", "flow"]
+    assert frame["rank"].tolist() == [3, 3, 4]
+    assert frame["stream"].tolist() == ["compute", "net", "net"]
+    assert frame["microbatch"].tolist() == [1, -1, -1]
+    assert frame["bytes"].tolist() == [0.0, 8.0, 16.0]
+    assert frame["key"].tolist() == ["", "k", "j"]
+    assert log.flow_routes == [(7, 9), (9, 7)]
+
+
+def test_group_ids_equal_tuples_share_an_id():
+    ids = GroupIds()
+    group = tuple(range(16))
+    assert ids.id(group) == ids.id(tuple(range(16))) == 0
+    assert ids.id((1, 2)) == 1
+    assert ids.id(group) == 0
+
+
+# ------------------------------------------------------------------------------------------- trace
+
+def test_link_load_of_one_flow_spread_over_its_life():
+    """2 GB over [0.25, 0.75] s of a 1 s run on a 4 GB/s link: 4 GB/s mean rate, utilisation 1 in the middle
+    half, 0 outside; and a second link that only half the bytes cross shows 0.5."""
+    start, end, nbytes = np.array([0.25, 0.25]), np.array([0.75, 0.75]), np.array([2e9, 1e9])
+    load = link_load(start, end, nbytes, np.array([0, 1]), [(0, 1), (1,)], np.array([4e9, 6e9]), {0, 1}, 1.0)
+    assert load.links == (0, 1)
+    middle = slice(BINS // 4, 3 * BINS // 4)
+    np.testing.assert_allclose(load.utilisation[0, middle], 1.0, rtol=1e-9)
+    np.testing.assert_allclose(load.utilisation[1, middle], 3e9 / 0.5 / 6e9, rtol=1e-9)
+    assert np.abs(load.utilisation[:, : BINS // 4]).max() < 1e-9
+    assert np.abs(load.utilisation[:, 3 * BINS // 4:]).max() < 1e-9
+    np.testing.assert_allclose(load.utilisation[0].sum() * 4e9 / BINS, 2e9, rtol=1e-9)
+
+
+def test_counter_track_of_a_lone_transfer_is_its_share_of_the_nic(tmp_path):
+    scenario = tmp_path / "p2p.yaml"
+    scenario.write_text(TRANSFER)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 0
+    makespan = json.loads((out / "summary.json").read_text())["makespan_s"]
+    counters: dict[str, list[float]] = {}
+    for event in trace_events(out / "trace.json"):
+        if event["ph"] == "C":
+            counters.setdefault(event["name"], []).append(event["args"]["util"])
+    nic_up = [name for name in counters if name.startswith("h0/nic") and "infiniband" in name]
+    assert len(nic_up) == 1
+    assert counters[nic_up[0]] == [round(2**30 / NIC_BYTES_PER_S / makespan, 3), 0.0]
+
+
+def test_trace_levels_and_gzip(tmp_path):
+    events = {}
+    for level in ("ops", "ops+links", "full"):
+        out = tmp_path / level
+        assert main(["run", str(SMALL), "--out", str(out), "--set", f"run.trace={level}"]) == 0
+        events[level] = trace_events(out / "trace.json")
+    timeline = pd.read_parquet(tmp_path / "full" / "timeline.parquet")
+    flows, ops = (timeline["kind"] == "flow").sum(), (timeline["kind"] != "flow").sum()
+    count = {level: {ph: sum(e["ph"] == ph for e in found) for ph in "XC"} for level, found in events.items()}
+    assert count["ops"] == {"X": ops, "C": 0}
+    assert count["ops+links"]["X"] == ops and count["ops+links"]["C"] > 0
+    assert count["full"] == {"X": ops + flows, "C": count["ops+links"]["C"]}
+    zipped = tmp_path / "gz"
+    for _ in range(2):
+        assert main(["run", str(SMALL), "--out", str(zipped), "--set", "run.trace_compress=true"]) == 0
+        assert {path.name for path in zipped.iterdir()} == {"summary.json", "timeline.parquet", "trace.json.gz",
+                                                             MANIFEST}
+        assert gzip.decompress((zipped / "trace.json.gz").read_bytes()) == (tmp_path / "ops+links" /
+                                                                           "trace.json").read_bytes()
+
+
+# ---------------------------------------------------------------------------------- output folders
+
+def test_rerun_removes_the_files_of_an_earlier_run(tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(PIPELINE), "--out", str(out), "--set", "run.trace_compress=true"]) == 0
+    first = one_run_only(out)
+    assert main(["run", str(SMALL), "--out", str(out), "--set", "run.timeline=summary"]) == 0
+    second = one_run_only(out)
+    assert set(second["files"]) == {"summary.json"}
+    assert second["scenario_sha256"] != first["scenario_sha256"]
+    (out / "timeline.parquet").write_bytes(b"left by hand")
+    assert main(["run", str(SMALL), "--out", str(out)]) == 0
+    assert set(one_run_only(out)["files"]) == {"summary.json", "timeline.parquet", "trace.json"}
+
+
+def test_a_failure_while_writing_leaves_the_previous_run(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+
+    def interrupted(path, *args, **kwargs):
+        Path(path).write_bytes(b'{"traceEvents":[')
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("simulator.report.writers.write_trace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main(["run", str(SMALL), "--out", str(out)])
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    one_run_only(out)
+
+
+def test_interrupts_are_held_while_files_move():
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            moved = True
+    assert moved
+
+
+@pytest.mark.parametrize("delay_s", [0.4, 0.9, 1.6])
+def test_sigint_midway_leaves_exactly_one_run(tmp_path, delay_s):
+    """Interrupt `trainsim run` at several moments into a folder holding another run: whenever it lands,
+    the folder holds one complete run (the old or the new one) and no temporary folder."""
+    out = tmp_path / "out"
+    assert main(["run", str(SMALL), "--out", str(out)]) == 0
+    old = one_run_only(out)
+    child = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(TRAINING), "--out", str(out)],
+                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(delay_s)
+    child.send_signal(signal.SIGINT)
+    child.wait(timeout=120)
+    manifest = one_run_only(out)
+    assert manifest["scenario"] in (old["scenario"], str(TRAINING))
+
+
+def test_plot_refuses_a_mixed_or_incomplete_folder(tmp_path, capsys):
+    out, other = tmp_path / "out", tmp_path / "other"
+    assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
+    assert main(["run", str(PIPELINE), "--out", str(other), "--set", "training.microbatches=4"]) == 0
+    (out / "timeline.parquet").write_bytes((other / "timeline.parquet").read_bytes())
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(out), "-o", str(tmp_path / "g.png")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "timeline.parquet is not the file this run wrote" in error
+    (other / MANIFEST).unlink()
+    assert main(["plot", "gantt", str(other), "-o", str(tmp_path / "g.png")]) == 2
+    assert "has no manifest.json" in capsys.readouterr().err
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_manifest_names_the_run(tmp_path):
+    out = tmp_path / "out"
+    assert main(["run", str(PIPELINE), "--out", str(out), "--set", "run.seed=7"]) == 0
+    manifest = one_run_only(out)
+    assert manifest["seed"] == 7
+    assert manifest["scenario"] == str(PIPELINE)
+    assert manifest["trainsim_version"] == run_folder.trainsim_version()
+    assert len(manifest["scenario_sha256"]) == 64
