@@ -57,8 +57,7 @@ def run_point(task: PointTask) -> PointRecord:
         if task.outputs_dir is not None:
             from simulator.report.writers import write_outputs
 
-            write_outputs(Path(task.outputs_dir), result.summary, result.timeline, result.topology.gpu_host,
-                          loaded.scenario.run.timeline)
+            write_outputs(Path(task.outputs_dir), result, loaded)
     except InputError as exc:
         return PointRecord(task.index, task.key, "invalid", str(exc), {})
     except SimulationError as exc:
