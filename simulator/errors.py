@@ -56,6 +56,10 @@ class TopologyError(InputError):
     """The topology file or its parameters describe no usable cluster."""
 
 
+class TraceError(InputError):
+    """A trace file cannot be read or replayed; ``file`` is the trace and ``field`` the event (traceEvents[i])."""
+
+
 class SimulationError(TrainsimError):
     """The simulation could not finish, e.g. a collective that some ranks never joined (deadlock)."""
 

@@ -17,6 +17,7 @@ import simpy
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
 from simulator.config.loader import LoadedScenario
+from simulator.config.traces import TraceWorkload
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
@@ -30,6 +31,7 @@ from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
 from simulator.workload.comm_program import build_comm_program
+from simulator.workload.traces.program import read_traces, trace_program
 from simulator.workload.transformer_program import transformer_program
 
 
@@ -141,10 +143,11 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
     settings = network_settings(loaded)
-    if loaded.scenario.model is not None:
-        ops = list(step_program(loaded, topology, fold=loaded.scenario.run.fold).ops)
+    workload = loaded.scenario.workload
+    if loaded.scenario.model is None and isinstance(workload, list):
+        ops: list[Op] = located(loaded, lambda: list(build_comm_program(workload, topology.num_gpus)))
     else:
-        ops = located(loaded, lambda: build_comm_program(loaded.scenario.workload, topology.num_gpus))
+        ops = list(step_program(loaded, topology, fold=loaded.scenario.run.fold).ops)
     located(loaded, lambda: plan_every_collective(ops, topology, settings))
 
 
@@ -184,8 +187,13 @@ def fold_blocker(topology: Topology) -> str:
 
 
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> StepProgram:
-    """The scenario's step program from its workload source, with configuration errors located in its file."""
+    """The scenario's step program from its workload source (a trace, or the transformer model), with
+    configuration errors located in the scenario's file (errors inside a trace name the trace's file)."""
     base_dir = Path(loaded.source).parent
+    workload = loaded.scenario.workload
+    if isinstance(workload, TraceWorkload):
+        return located(loaded, lambda: trace_program(workload, read_traces(workload, base_dir), topology,
+                                                     fold=fold))
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
 
 
@@ -206,7 +214,7 @@ def run_step(program: StepProgram, topology: Topology,
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
-    """One training step: build the step program, run it, summarise."""
+    """One training step (modelled or traced): build the step program, run it, summarise."""
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
@@ -218,11 +226,13 @@ def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
 
 
 def simulate(loaded: LoadedScenario) -> Result:
-    """Run a loaded scenario to completion: a training step when it has a model, else its workload list."""
+    """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
+    list."""
     topology = build_topology(loaded)
-    if loaded.scenario.model is not None:
+    workload = loaded.scenario.workload
+    if loaded.scenario.model is not None or not isinstance(workload, list):
         return simulate_training(loaded, topology)
-    ops = located(loaded, lambda: build_comm_program(loaded.scenario.workload, topology.num_gpus))
+    ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded)
     result, network = located(loaded, lambda: run_ops(topology, ops, settings))
     frame = result.log.to_frame()

@@ -87,9 +87,23 @@ def _model_in(annotation: object) -> object:
 _TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none")
 
 
+def _section_names(annotation: object) -> set[str]:
+    """Class names of the schema's sections: pydantic puts them in error locations for union members."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        names = {annotation.__name__}
+        for info in annotation.model_fields.values():
+            names |= _section_names(info.annotation)
+        return names
+    return {name for arg in getattr(annotation, "__args__", ()) or () for name in _section_names(arg)}
+
+
+_SECTION_NAMES = _section_names(Scenario)
+
+
 def _is_type_tag(part: object) -> bool:
     """Whether a pydantic error location part names a union member type rather than a field."""
-    return isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _TYPE_TAGS)
+    return isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _TYPE_TAGS
+                                      or part in _SECTION_NAMES)
 
 
 def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,

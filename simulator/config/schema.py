@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
 from simulator.config.sections import Section
+from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError
 from simulator.schedules.registry import schedule_names
 from simulator.units import parse_duration, parse_size
@@ -222,14 +223,14 @@ class ParallelismConfig(Section):
 
 
 class Scenario(Section):
-    """A whole scenario file: a cluster plus either a training step (model, training, parallelism) or a
-    communication-only workload list."""
+    """A whole scenario file: a cluster plus either a training step (model, training, parallelism), a
+    communication-only workload list, or a trace to replay (`workload: {trace: ...}`)."""
 
     cluster: ClusterConfig
     network: NetworkConfig = NetworkConfig()
     collectives: CollectivesConfig = CollectivesConfig()
     run: RunConfig = RunConfig()
-    workload: list[CollectiveItem] = []
+    workload: list[CollectiveItem] | TraceWorkload = []
     model: ModelConfig | None = None
     training: TrainingConfig = TrainingConfig()
     parallelism: ParallelismConfig = ParallelismConfig()

@@ -1,0 +1,32 @@
+"""The trace form of `workload:`: replay a profiler trace (Kineto) or a Chakra execution trace instead of a
+list of collectives or a transformer model, with what-if knobs (compute speed, data-parallel degree)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from simulator.config.sections import Section
+
+TRACE_FORMATS = ("kineto", "chakra-json")
+
+
+class TraceWorkload(Section):
+    """`trace`: a file or a glob (one file per rank), relative to the scenario's folder; `format`: kineto
+    (PyTorch profiler Chrome-trace JSON) or chakra-json (Chakra execution trace as JSON).
+
+    Compute keeps its traced durations times `compute_scale`, or times the ratio of the dense bf16 peaks of
+    `traced_gpu` (the GPU the trace was taken on) and the cluster's GPU. Collectives are re-costed on the
+    cluster with the scenario's `collectives` settings. `dp` replicates the traced data-parallel rank(s) to
+    that many ranks: every collective spanning all traced ranks then spans all `dp` ranks. `host_gaps` keeps
+    the idle time between a stream's ops that no dependency explains (kernel launch and Python overhead) as
+    host time, so that a replay on the traced device reproduces the traced step.
+    """
+
+    trace: str
+    format: Literal[TRACE_FORMATS] = "kineto"  # type: ignore[valid-type]
+    compute_scale: float = Field(default=1.0, gt=0)
+    traced_gpu: str | None = None
+    dp: int | None = Field(default=None, ge=1, le=131_072)
+    host_gaps: bool = True

@@ -1,0 +1,202 @@
+"""Chakra execution traces in JSON form, one file per rank: COMP, COMM_COLL, COMM_SEND and COMM_RECV nodes
+with their durations, collective type and size, data and control dependencies and process-group names.
+
+Accepted layouts: the output of Chakra's jsonizer (the GlobalMetadata object followed by one object per node,
+protobuf JSON with camelCase keys and 64-bit integers as strings), a JSON array of nodes, or an object with a
+`nodes` array; snake_case keys are read as well. Nodes of other types (metadata, memory) cost nothing and pass
+their dependencies on. A Chakra graph has no streams: compute nodes run in dependency order on `compute`,
+CPU nodes (`is_cpu_op`) on `cpu`, collectives on `comm`, sends and receives each as soon as their
+dependencies are done.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from pathlib import Path
+
+from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
+
+NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE",
+              5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
+COLLECTIVE_TYPES = {0: "all_reduce", 1: "reduce", 2: "all_gather", 5: "broadcast", 6: "all_to_all",
+                    7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
+"""Chakra CollectiveCommType -> trainsim primitive (BARRIER as an all-reduce of its size; GATHER and SCATTER
+have no trainsim plan)."""
+COLLECTIVE_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
+                    "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9}
+P2P_STREAM = "p2p"
+US = 1e-6
+
+
+def read_chakra(path: Path) -> TracedRank:
+    """One rank's Chakra JSON trace as a TracedRank."""
+    file = str(path)
+    nodes = _nodes(file, _documents(path))
+    by_id: dict[int, int] = {}
+    for position, node in enumerate(nodes):
+        node_id = _int(file, position, node, "id")
+        if node_id in by_id:
+            raise trace_error(file, f"nodes[{position}]", f"node id {node_id} appears twice", "unique node ids")
+        by_id[node_id] = position
+    order = _topological(file, nodes, by_id)
+    ops: list[TracedOp] = []
+    op_of: dict[int, tuple[int, ...]] = {}
+    for position in order:
+        node = nodes[position]
+        deps = tuple(sorted({dep for parent in _parents(file, position, node, by_id) for dep in op_of[parent]}))
+        op = _op(file, position, node, deps)
+        if op is None:
+            op_of[position] = deps
+            continue
+        op_of[position] = (len(ops),)
+        ops.append(op)
+    return TracedRank(file=file, rank=None, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes")
+
+
+def _documents(path: Path) -> list:
+    """Every JSON value in the file: one document, or several written one after another (the jsonizer)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise trace_error(str(path), "", f"cannot read the file ({exc})") from None
+    decoder = json.JSONDecoder()
+    documents, position = [], 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position == len(text):
+            break
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise trace_error(str(path), "", f"not valid JSON ({exc.msg} at line {exc.lineno}); a truncated file?",
+                              "Chakra JSON: the jsonizer's output, a list of nodes or {nodes: [...]}") from None
+        documents.append(document)
+    return documents
+
+
+def _nodes(file: str, documents: list) -> list[dict]:
+    if len(documents) == 1 and isinstance(documents[0], dict) and isinstance(documents[0].get("nodes"), list):
+        nodes = documents[0]["nodes"]
+    elif len(documents) == 1 and isinstance(documents[0], list):
+        nodes = documents[0]
+    else:
+        nodes = [doc for doc in documents if not (isinstance(doc, dict) and "id" not in doc and "version" in doc)]
+    for position, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            raise trace_error(file, f"nodes[{position}]", "a node is not an object")
+    if not nodes:
+        raise trace_error(file, "nodes", "the trace has no nodes", "Chakra nodes with id, name, type")
+    return nodes
+
+
+def _get(node: dict, snake: str) -> object:
+    """A field by its proto name or its protobuf-JSON camelCase name."""
+    if snake in node:
+        return node[snake]
+    head, *rest = snake.split("_")
+    return node.get(head + "".join(part.title() for part in rest))
+
+
+def _int(file: str, position: int, node: dict, name: str, default: int | None = None) -> int:
+    value = _get(node, name)
+    if value is None and default is not None:
+        return default
+    try:
+        number = int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise trace_error(file, f"nodes[{position}].{name}", f"{value!r} is not an integer") from None
+    if number < 0:
+        raise trace_error(file, f"nodes[{position}].{name}", f"{number} is negative", "a value >= 0")
+    return number
+
+
+def _attrs(node: dict) -> dict[str, object]:
+    """A node's attributes by name, each with the value of whichever *_val field it sets."""
+    result = {}
+    for attr in node.get("attr") or []:
+        if isinstance(attr, dict) and "name" in attr:
+            values = [value for key, value in attr.items() if key.endswith(("_val", "Val", "_list", "List"))]
+            result[str(attr["name"])] = values[0] if values else None
+    return result
+
+
+def _parents(file: str, position: int, node: dict, by_id: dict[int, int]) -> list[int]:
+    parents = []
+    for name in ("data_deps", "ctrl_deps"):
+        for dep in _get(node, name) or []:
+            try:
+                parents.append(by_id[int(dep)])
+            except (KeyError, TypeError, ValueError):
+                raise trace_error(file, f"nodes[{position}].{name}", f"dependency {dep!r} is not a node of the trace",
+                                  "ids of nodes in the same file") from None
+    return parents
+
+
+def _topological(file: str, nodes: list[dict], by_id: dict[int, int]) -> list[int]:
+    """Node positions in dependency order, ties in file order; a cycle is an error."""
+    children: dict[int, list[int]] = {}
+    waiting = [0] * len(nodes)
+    for position, node in enumerate(nodes):
+        for parent in set(_parents(file, position, node, by_id)):
+            children.setdefault(parent, []).append(position)
+            waiting[position] += 1
+    ready = [position for position in range(len(nodes)) if waiting[position] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        position = heapq.heappop(ready)
+        order.append(position)
+        for child in children.get(position, []):
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                heapq.heappush(ready, child)
+    if len(order) < len(nodes):
+        stuck = next(position for position in range(len(nodes)) if waiting[position])
+        raise trace_error(file, f"nodes[{stuck}]", "the dependencies form a cycle", "an acyclic graph")
+    return order
+
+
+def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp | None:
+    """A node as a traced op, or None for nodes that cost nothing (metadata, memory)."""
+    where = f"nodes[{position}]"
+    kind = _get(node, "type")
+    kind = NODE_TYPES.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
+    name = str(node.get("name", ""))
+    start = _int(file, position, node, "start_time_micros", 0) * US
+    duration = _int(file, position, node, "duration_micros", 0) * US
+    attrs = _attrs(node)
+    if kind == "COMP_NODE":
+        stream = "cpu" if attrs.get("is_cpu_op") in (True, "true", 1) else "compute"
+        return TracedOp(position, name, stream, "compute", start, duration, deps=deps)
+    if kind not in ("COMM_COLL_NODE", "COMM_SEND_NODE", "COMM_RECV_NODE"):
+        return None
+    size = attrs.get("comm_size")
+    try:
+        nbytes = float(size)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise trace_error(file, where, f"{kind} {name!r} has no comm_size", "a comm_size attribute in bytes") from None
+    if nbytes < 0:
+        raise trace_error(file, where, f"comm_size {nbytes} is negative", "bytes >= 0")
+    group = str(attrs.get("pg_name") or "")
+    if kind == "COMM_COLL_NODE":
+        comm_type = attrs.get("comm_type")
+        code = COLLECTIVE_NAMES.get(comm_type, comm_type) if isinstance(comm_type, str) else comm_type
+        try:
+            primitive = COLLECTIVE_TYPES[int(code)]  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            raise trace_error(file, where, f"collective type {comm_type!r} of {name!r} is not supported",
+                              ", ".join(f"{key} ({value})" for key, value in COLLECTIVE_TYPES.items())) from None
+        return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
+                        group=group or "default", deps=deps)
+    send = kind == "COMM_SEND_NODE"
+    peer = attrs.get("comm_dst" if send else "comm_src")
+    try:
+        peer_rank = int(peer)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise trace_error(file, where, f"{kind} {name!r} has no {'comm_dst' if send else 'comm_src'}",
+                          "the peer rank as an attribute") from None
+    tag = attrs.get("comm_tag") or 0
+    return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, nbytes=nbytes,
+                    peer=peer_rank, tag=int(tag), deps=deps)  # type: ignore[arg-type]

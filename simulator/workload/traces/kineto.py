@@ -1,0 +1,239 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON: one rank's trace into a TracedRank.
+
+GPU activity (`kernel`, `gpu_memcpy`, `gpu_memset` events) runs per CUDA stream in start order. A `cuda_sync`
+"Stream Wait Event" makes the next kernel of the waiting stream depend on the last kernel launched on
+`wait_on_stream` before the recorded CUDA event (found through its correlation id), or, when the record is not in
+the trace, on the last kernel of that stream to finish before the wait. NCCL kernels become collectives: the
+primitive, message size, data type and process group come from the kernel's own arguments (recent PyTorch) or
+from the `record_param_comms` CPU op that launched it (matched through the launch's correlation id), the
+primitive and data type also from the kernel name (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with
+no GPU activity replays its outermost CPU ops, one stream per thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import orjson
+
+from simulator.workload.traces.model import TracedOp, TracedRank, kernel_kind, trace_error
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
+US = 1e-6
+
+COLLECTIVE_NAMES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
+    "all_gather_into_tensor": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all", "all_to_allv": "all_to_all", "barrier": "all_reduce",
+    "send": "send", "recv": "recv", "recv_any_source": "recv",
+}
+"""`record_param_comms` collective names (and kernel-name words, lower-cased) -> trainsim primitives."""
+
+KERNEL_PRIMITIVES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+                     "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all",
+                     "sendrecv": "send_recv", "send": "send", "recv": "recv"}
+
+DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
+               "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "i32": 4,
+               "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "u8": 1, "i8": 1,
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "f8": 1}
+
+
+def load_json(path: Path) -> object:
+    """A JSON document from ``path`` (gzip-compressed when it ends in .gz); unreadable JSON is a TraceError."""
+    try:
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data = gzip.decompress(data)
+        return orjson.loads(data)
+    except OSError as exc:
+        raise trace_error(str(path), "", f"cannot read the file ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise trace_error(str(path), "", f"not valid JSON ({exc}); a truncated file?",
+                          "a complete Chrome-trace JSON document") from None
+
+
+def read_kineto(path: Path) -> TracedRank:
+    """One rank's Kineto trace as a TracedRank (its rank from `distributedInfo`, when present)."""
+    file = str(path)
+    doc = load_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise trace_error(file, "traceEvents", "no traceEvents list", "a Chrome-trace object with traceEvents")
+    events = doc["traceEvents"]
+    info = doc.get("distributedInfo") or {}
+    rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else None
+    parsed = _Parsed(file, events)
+    if parsed.gpu:
+        ops, unknown = parsed.gpu_ops()
+        return TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown))
+    return TracedRank(file=file, rank=rank, ops=tuple(parsed.cpu_ops()), timed=True, events=len(events),
+                      window=parsed.step_window)
+
+
+class _Parsed:
+    """A trace's complete events sorted by kind, each with its index in traceEvents."""
+
+    def __init__(self, file: str, events: list):
+        self.file = file
+        self.gpu: list[tuple[int, dict]] = []
+        self.cpu: list[tuple[int, dict]] = []
+        self.comms: dict[object, list[tuple[float, float, dict]]] = {}
+        self.launches: dict[object, tuple[float, object]] = {}
+        self.waits: list[dict] = []
+        self.step_window: tuple[float, float] | None = None
+        for index, event in enumerate(events):
+            if not isinstance(event, dict):
+                raise trace_error(file, f"traceEvents[{index}]", "an event is not an object")
+            if event.get("ph") != "X":
+                continue
+            ts, dur = event.get("ts"), event.get("dur", 0)
+            if not isinstance(ts, (int, float)):
+                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has no timestamp",
+                                  "a numeric ts in microseconds")
+            if not isinstance(dur, (int, float)) or dur < 0:
+                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has duration {dur!r}",
+                                  "a duration >= 0 microseconds")
+            category = event.get("cat", "")
+            args = event.get("args") or {}
+            if category in GPU_CATEGORIES:
+                self.gpu.append((index, event))
+            elif category in RUNTIME_CATEGORIES and "correlation" in args:
+                self.launches[args["correlation"]] = (ts, event.get("tid"))
+            elif category == "cuda_sync" and "wait_on_stream" in args:
+                self.waits.append(event)
+            elif category == "user_annotation" and str(event.get("name", "")).startswith("ProfilerStep#"):
+                self.step_window = (ts * US, (ts + dur) * US)
+            elif category == "cpu_op":
+                self.cpu.append((index, event))
+                if event.get("name") == "record_param_comms":
+                    self.comms.setdefault(event.get("tid"), []).append((ts, ts + dur, args))
+
+    def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
+        """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives."""
+        for spans in self.comms.values():
+            spans.sort(key=lambda span: span[0])
+        ordered = sorted(self.gpu, key=lambda item: (item[1]["ts"], item[0]))
+        ops: list[TracedOp] = []
+        unknown: list[tuple[int, str]] = []
+        by_stream: dict[str, list[int]] = {}
+        for index, event in ordered:
+            args = event.get("args") or {}
+            stream = str(args.get("stream", event.get("tid", 0)))
+            name = str(event.get("name", ""))
+            op = self._collective(index, event, args, name, stream) if name.lower().startswith("nccl") else None
+            if op is None:
+                if event.get("cat") == "kernel" and not kernel_kind(name):
+                    unknown.append((index, name))
+                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US)
+            by_stream.setdefault(stream, []).append(len(ops))
+            ops.append(op)
+        return self._with_waits(ops, by_stream, ordered), unknown
+
+    def _collective(self, index: int, event: dict, args: dict, name: str, stream: str) -> TracedOp | None:
+        """An NCCL kernel as a collective; None for point-to-point kernels (replayed as traced compute)."""
+        where = f"traceEvents[{index}]"
+        info = args if "Collective name" in args else self._comms_of(args.get("correlation"))
+        primitive, dtype = _from_kernel_name(name)
+        if info is not None:
+            primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
+            dtype = str(info.get("dtype", dtype)).lower()
+        if primitive in ("send", "recv", "send_recv"):
+            return None
+        if not primitive:
+            raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",
+                              "a kernel named ncclDevKernel_<Collective>_... or a record_param_comms annotation")
+        if info is None or "In msg nelems" not in info:
+            raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
+                              "kernel args or a record_param_comms op with 'In msg nelems'")
+        element = DTYPE_BYTES.get(dtype.lower())
+        if element is None:
+            raise trace_error(self.file, where, f"unknown data type {dtype!r} of {name!r}", ", ".join(DTYPE_BYTES))
+        count = info.get("Out msg nelems") if primitive == "all_gather" else info.get("In msg nelems")
+        if not isinstance(count, (int, float)) or count < 0:
+            raise trace_error(self.file, where, f"message size {count!r} of {name!r} is not a count of elements")
+        members = _ranks(info.get("Process Group Ranks"))
+        group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
+        return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
+                        op=primitive, nbytes=float(count) * element, group=group or "default", members=members,
+                        description=str(info.get("Process Group Description", "")))
+
+    def _comms_of(self, correlation: object) -> dict | None:
+        """The record_param_comms op around the CPU launch of the kernel with ``correlation``."""
+        launch = self.launches.get(correlation)
+        if launch is None:
+            return None
+        ts, tid = launch
+        spans = self.comms.get(tid, [])
+        position = bisect.bisect_right([span[0] for span in spans], ts) - 1
+        while position >= 0:
+            start, end, args = spans[position]
+            if start <= ts <= end:
+                return args
+            position -= 1
+        return None
+
+    def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
+                    ordered: list[tuple[int, dict]]) -> list[TracedOp]:
+        """Add each stream-wait's dependency to the first op of the waiting stream that starts after it."""
+        extra: dict[int, list[int]] = {}
+        launch_ts = [self.launches.get((event.get("args") or {}).get("correlation"), (None,))[0]
+                     for _, event in ordered]
+        for event in self.waits:
+            args = event.get("args") or {}
+            waiting, source = str(args.get("stream", event.get("tid"))), str(args["wait_on_stream"])
+            ts = event["ts"] * US
+            target = next((i for i in by_stream.get(waiting, []) if ops[i].start_s >= ts), None)
+            record = self.launches.get(args.get("wait_on_cuda_event_record_corr_id"))
+            candidates = by_stream.get(source, [])
+            if record is not None:
+                before = [i for i in candidates if launch_ts[i] is not None and launch_ts[i] <= record[0]]
+            else:
+                before = [i for i in candidates if ops[i].end_s <= ts]
+            if target is not None and before:
+                extra.setdefault(target, []).append(before[-1])
+        return [op if i not in extra else _replace_deps(op, extra[i]) for i, op in enumerate(ops)]
+
+    def cpu_ops(self) -> list[TracedOp]:
+        """Outermost CPU ops per thread, in start order, within the profiled step (the last ProfilerStep
+        annotation) where one is marked: a trace with no GPU activity runs on the host."""
+        ops: list[TracedOp] = []
+        ends: dict[object, float] = {}
+        low, high = self.step_window or (float("-inf"), float("inf"))
+        for index, event in sorted(self.cpu, key=lambda item: (item[1]["ts"], -item[1].get("dur", 0), item[0])):
+            tid = event.get("tid", 0)
+            ts, dur = event["ts"], event.get("dur", 0)
+            if ts < ends.get(tid, float("-inf")) or not low <= ts * US <= high:
+                continue
+            ends[tid] = ts + dur
+            ops.append(TracedOp(index, str(event.get("name", "")), f"cpu{tid}", "compute", ts * US, dur * US))
+        return ops
+
+
+def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:
+    return replace(op, deps=tuple(sorted(set(op.deps) | set(deps))))
+
+
+def _from_kernel_name(name: str) -> tuple[str, str]:
+    """(primitive, dtype) from an NCCL kernel name such as ncclDevKernel_AllReduce_Sum_bf16_RING_LL."""
+    words = [word.lower() for word in re.split(r"[_\W]+", name)]
+    primitive = next((KERNEL_PRIMITIVES[word] for word in words if word in KERNEL_PRIMITIVES), "")
+    dtype = next((word for word in words if word in DTYPE_BYTES), "")
+    return primitive, dtype
+
+
+def _ranks(value: object) -> tuple[int, ...]:
+    """Process-group ranks given as a list or as its text ("[0, 1]")."""
+    if isinstance(value, list):
+        return tuple(int(rank) for rank in value)
+    if isinstance(value, str):
+        return tuple(int(rank) for rank in re.findall(r"\d+", value))
+    return ()

@@ -1,0 +1,92 @@
+"""What an importer reads out of one rank's trace: its ops in issue order per stream, with the facts the
+replay needs. Importers (kineto.py, chakra.py) produce these; program.py turns them into a step program."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.errors import TraceError
+
+OpKind = Literal["compute", "collective", "send", "recv"]
+
+
+@dataclass(frozen=True)
+class TracedOp:
+    """One op of a traced rank. ``index`` is its event's position in the file (errors name it); ``deps`` are
+    positions in the rank's op list of ops on other streams (or, in a Chakra graph, any node) it waits for.
+    A collective has a primitive ``op``, a per-rank ``nbytes`` (nccl-tests convention), a process ``group``
+    name and, where the trace lists them, the group's ``members``; a send or receive names its ``peer``."""
+
+    index: int
+    name: str
+    stream: str
+    kind: OpKind
+    start_s: float
+    duration_s: float
+    op: str = ""
+    nbytes: float = 0.0
+    group: str = ""
+    members: tuple[int, ...] = ()
+    description: str = ""
+    peer: int = -1
+    tag: int = 0
+    deps: tuple[int, ...] = ()
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class TracedRank:
+    """One rank's trace. ``timed``: its start times are measurements (a profiler trace), so idle time between
+    a stream's ops is real; ``events`` counts the file's events (or nodes); ``unknown`` lists (event index,
+    name) of kernels kept as compute because their kind is not recognised; ``window`` is the traced step's
+    (start, end) where the trace marks it (a ProfilerStep annotation around host-only activity)."""
+
+    file: str
+    rank: int | None
+    ops: tuple[TracedOp, ...]
+    timed: bool
+    events: int
+    unknown: tuple[tuple[int, str], ...] = ()
+    events_field: str = "traceEvents"
+    window: tuple[float, float] | None = None
+
+    def where(self, op: TracedOp) -> str:
+        """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""
+        return f"{self.events_field}[{op.index}]"
+
+    def span_s(self) -> float:
+        """Traced step time: the marked window, else first op start to last op end."""
+        if self.window is not None:
+            return self.window[1] - self.window[0]
+        if not self.ops:
+            return 0.0
+        return max(op.end_s for op in self.ops) - min(op.start_s for op in self.ops)
+
+
+KERNEL_KINDS = (
+    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|mma|xmma|sm\d+_xmma|addmm|linear|bmm", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|dropout|copy|fill|cat|index|scatter|"
+                               r"gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|mul|"
+                               r"triton", re.I)),
+    ("memory", re.compile(r"memcpy|memset", re.I)),
+)
+"""Kernel kinds recognised by name; anything else is an unknown kernel (kept as compute, counted in warnings)."""
+
+
+def kernel_kind(name: str) -> str:
+    """The kind of a kernel by its name, or '' when it is not recognised."""
+    for kind, pattern in KERNEL_KINDS:
+        if pattern.search(name):
+            return kind
+    return ""
+
+
+def trace_error(file: str, where: str, problem: str, allowed: str = "") -> TraceError:
+    """An error in a trace file at ``where`` (traceEvents[i], nodes[i]...)."""
+    return TraceError(problem, field=where, allowed=allowed, file=file)

@@ -1,0 +1,215 @@
+"""Traced ranks into a step program: compute replayed with its traced durations (scaled by the what-if
+knobs), collectives re-costed on the cluster, idle time that no dependency explains kept as host time.
+
+Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the order of the files (names
+sorted with their numbers compared as numbers). A process group's members come from the trace where it lists
+them (`Process Group Ranks`), otherwise they are the ranks whose traces use the group. Members without a trace
+are not simulated: like folded ranks, the rendezvous does not wait for them, but the collective's transfers
+still run over every member. Collectives match across ranks by group and issue order (as NCCL's
+communicators do); their sizes must agree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from glob import has_magic
+from pathlib import Path
+
+from simulator.catalog.gpus import get_gpu
+from simulator.config.traces import TraceWorkload
+from simulator.errors import ScenarioError
+from simulator.program.ops import CollectiveOp, ComputeOp, Op
+from simulator.program.step import StepProgram
+from simulator.topology.graph import Topology
+from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
+from simulator.workload.traces.kineto import read_kineto
+from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
+
+READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
+GROUP_KINDS = ("tp", "cp", "pp", "ep", "dp")
+HOST_CATEGORY = "host"
+PEAK_PRECISION = "bf16"
+"""Compute is scaled between GPUs by their dense peaks at this precision."""
+
+
+def trace_files(pattern: str, base_dir: Path) -> list[Path]:
+    """The files of ``pattern`` (relative to the scenario's folder), numbers in names compared as numbers."""
+    path = Path(pattern) if Path(pattern).is_absolute() else base_dir / pattern
+    if has_magic(str(path)):
+        files = [match for match in path.parent.glob(path.name) if match.is_file()]
+    else:
+        files = [path] if path.is_file() else []
+    if not files:
+        raise ScenarioError(f"no trace file matches {pattern!r}", field="workload.trace",
+                            allowed="a file or a glob, relative to the scenario's folder")
+    return sorted(files, key=lambda file: [int(part) if part.isdigit() else part
+                                           for part in re.split(r"(\d+)", file.name)])
+
+
+def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
+    """Every rank's trace, each with its rank number (from the trace, else the file order)."""
+    traced = [READERS[config.format](file) for file in trace_files(config.trace, base_dir)]
+    if all(rank.rank is not None for rank in traced):
+        numbers = [rank.rank for rank in traced]
+        if len(set(numbers)) != len(numbers):
+            raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
+                                allowed="one file per rank")
+        return sorted(traced, key=lambda rank: rank.rank)  # type: ignore[arg-type, return-value]
+    return [TracedRank(rank.file, index, rank.ops, rank.timed, rank.events, rank.unknown, rank.events_field)
+            for index, rank in enumerate(traced)]
+
+
+def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
+                  fold: bool) -> StepProgram:
+    """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
+    members = _group_members(traced)
+    peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
+    world = max([rank.rank for rank in traced] + [m for group in members.values() for m in group] + peers) + 1
+    if config.dp is not None:
+        if peers:
+            raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
+                                field="workload.dp", allowed="leave dp out for traces with pipeline stages")
+        members = _replicated(members, world, config.dp)
+        world = config.dp
+    if world > topology.num_gpus:
+        raise ScenarioError(f"the traced job spans {world} ranks; the cluster has {topology.num_gpus} GPUs",
+                            field="workload.dp" if config.dp else "workload.trace",
+                            allowed=f"a cluster of at least {world} GPUs")
+    scale = compute_scale(config, topology)
+    by_rank = {rank.rank: rank for rank in traced}
+    simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
+    builder = _Builder(members, scale, config.host_gaps)
+    for rank in simulated:
+        source = by_rank.get(rank, by_rank.get(rank % len(traced)))
+        if source is not None:
+            builder.add_rank(rank, source)
+    gpu = get_gpu(topology.gpu_model)
+    warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
+                     f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
+    details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
+                         "traced_ranks": [rank.rank for rank in traced],
+                         "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
+                         "compute_scale": scale, "dp": config.dp,
+                         "unknown_kernels": sum(len(rank.unknown) for rank in traced)}}
+    ranks = tuple(rank for rank in simulated if rank in builder.ranks)
+    return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks, stage_of_rank=dict.fromkeys(ranks, 0),
+                       tokens_per_step=0.0, model_flops_per_step=0.0, peak_flops=gpu.peak(PEAK_PRECISION),
+                       async_streams=frozenset({P2P_STREAM}), folded=len(ranks) < world, warnings=warnings,
+                       details=details)
+
+
+def compute_scale(config: TraceWorkload, topology: Topology) -> float:
+    """Factor on traced compute durations: `compute_scale`, times traced GPU peak over cluster GPU peak."""
+    scale = config.compute_scale
+    if config.traced_gpu is not None:
+        traced = get_gpu(config.traced_gpu, where="workload.traced_gpu")
+        scale *= traced.peak(PEAK_PRECISION) / get_gpu(topology.gpu_model).peak(PEAK_PRECISION)
+    return scale
+
+
+def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
+    """Members of each process group: as a trace lists them, else the ranks whose traces use the group."""
+    listed: dict[str, tuple[int, ...]] = {}
+    users: dict[str, set[int]] = {}
+    for rank in traced:
+        for op in rank.ops:
+            if op.kind != "collective":
+                continue
+            users.setdefault(op.group, set()).add(rank.rank)  # type: ignore[arg-type]
+            if op.members:
+                if op.group in listed and listed[op.group] != op.members:
+                    raise trace_error(rank.file, rank.where(op), f"process group {op.group!r} has members "
+                                      f"{list(op.members)} here and {list(listed[op.group])} elsewhere")
+                if rank.rank not in op.members:
+                    raise trace_error(rank.file, rank.where(op), f"rank {rank.rank} runs a collective of group "
+                                      f"{op.group!r} whose members {list(op.members)} do not include it")
+                listed[op.group] = op.members
+    return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
+
+
+def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
+    """Groups after replicating the traced data-parallel ranks to ``dp`` ranks: every group must span the
+    traced job, and then spans all ``dp`` ranks."""
+    if dp % world:
+        raise ScenarioError(f"dp {dp} is not a multiple of the {world} traced ranks", field="workload.dp",
+                            allowed=f"multiples of {world}")
+    for group, ranks in members.items():
+        if ranks != tuple(range(world)):
+            raise ScenarioError(f"process group {group!r} spans ranks {list(ranks)}, not the whole traced job, so "
+                                "the trace is not purely data-parallel", field="workload.dp",
+                                allowed="leave dp out for traces with model-parallel groups")
+    return {group: tuple(range(dp)) for group in members}
+
+
+def _category(op: TracedOp) -> str:
+    """What the metrics count a communication op as: the kind its process group's description names, P2P as
+    pp, anything else as dp (data-parallel gradients are what traces of DDP and FSDP jobs carry)."""
+    if op.kind in ("send", "recv"):
+        return "pp"
+    words = set(re.split(r"[^a-z]+", op.description.lower()))
+    return next((kind for kind in GROUP_KINDS if kind in words), "dp")
+
+
+class _Builder:
+    """Ops of the simulated ranks, with collective keys matched across ranks."""
+
+    def __init__(self, members: dict[str, tuple[int, ...]], scale: float, host_gaps: bool):
+        self.members = members
+        self.scale = scale
+        self.host_gaps = host_gaps
+        self.ops: list[Op] = []
+        self.ranks: set[int] = set()
+        self._sizes: dict[str, tuple[float, str, int, str, str]] = {}
+
+    def add_rank(self, rank: int, source: TracedRank) -> None:
+        self.ranks.add(rank)
+        op_ids: list[int] = []
+        stream_end: dict[str, float] = {}
+        counts: dict[tuple, int] = {}
+        start = source.window[0] if source.window else min((op.start_s for op in source.ops), default=0.0)
+        for op in source.ops:
+            deps = tuple(op_ids[dep] for dep in op.deps)
+            if source.timed and self.host_gaps:
+                ready = max([stream_end.get(op.stream, start)] + [source.ops[dep].end_s for dep in op.deps])
+                stream_end[op.stream] = max(stream_end.get(op.stream, start), op.end_s)
+                if op.start_s - ready > 0:
+                    self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name="host gap",
+                                              deps=deps, category=HOST_CATEGORY, duration=op.start_s - ready))
+                    deps = ()
+            op_ids.append(len(self.ops))
+            self.ops.append(self._op(rank, source, op, deps, counts))
+        if source.window and stream_end and self.host_gaps:
+            last = max(stream_end, key=lambda stream: stream_end[stream])
+            if source.window[1] > stream_end[last]:
+                self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=last, name="host gap",
+                                          category=HOST_CATEGORY, duration=source.window[1] - stream_end[last]))
+
+    def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
+        if op.kind == "compute":
+            return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
+                             category="compute", duration=op.duration_s * self.scale)
+        if op.kind == "collective":
+            group = self.members[op.group]
+            series: tuple = (op.group,)
+            primitive = op.op
+        else:
+            if op.peer == rank:
+                raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
+            group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
+            series = ("p2p", *group, op.tag)
+            primitive = "send_recv"
+        counts[series] = counts.get(series, -1) + 1
+        key = f"{'.'.join(map(str, series))}#{counts[series]}"
+        self._check_size(key, op, rank, source)
+        return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
+                            category=_category(op), op=primitive, group=group, nbytes=op.nbytes, key=key)
+
+    def _check_size(self, key: str, op: TracedOp, rank: int, source: TracedRank) -> None:
+        """Every member must agree on a collective's primitive and size."""
+        first = self._sizes.setdefault(key, (op.nbytes, op.op, rank, source.file, source.where(op)))
+        if (first[0], first[1]) != (op.nbytes, op.op):
+            raise trace_error(source.file, source.where(op), f"{op.op or 'transfer'} of {op.nbytes:.0f} bytes on "
+                              f"rank {rank}, but {first[1] or 'transfer'} of {first[0]:.0f} bytes on rank {first[2]} "
+                              f"({first[3]}: {first[4]}) for the same collective ({key})",
+                              "the same primitive and size on every member")

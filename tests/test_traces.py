@@ -1,0 +1,220 @@
+"""Trace replay: Kineto and Chakra JSON traces become step programs whose compute keeps its traced durations
+and whose collectives are re-costed on the simulated cluster.
+
+Expected figures: a ring all-reduce sends 2(p-1)/p x n bytes per GPU (Patarasuk and Yuan 2009; NCCL's
+busbw factor); a collective's time on an idle network is `collectives.execute.time_collective`, the same model
+the engine runs, so a re-costed trace must move by exactly the difference of two such times.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulator import simulate
+from simulator.cli import main
+from simulator.collectives.execute import time_collective
+from simulator.config.loader import scenario_from_text
+from simulator.errors import TraceError
+from simulator.simulation import build_topology, network_settings
+
+REPO = Path(__file__).resolve().parents[1]
+KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
+CHAKRA_2RANK = REPO / "scenarios" / "traces" / "chakra-2rank"
+ALLREDUCE_BYTES = 16777216 * 2  # 16 Mi bf16 elements, as the trace's record_param_comms says
+EXACT = 1e-9
+"""Relative tolerance for figures that must agree exactly (float rounding only)."""
+
+
+def run(text: str, folder: Path):
+    """Simulate a scenario written into ``folder`` (trace paths are relative to it)."""
+    path = folder / "scenario.yaml"
+    path.write_text(text)
+    loaded = scenario_from_text(text, source=str(path))
+    return loaded, simulate(loaded)
+
+
+def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = "") -> str:
+    return (f"cluster: {{topology: ethernet-100g, nodes: {nodes}, nic_bandwidth: {nic}}}\n"
+            f"collectives: {{algorithm: ring}}\n{extra}"
+            f"workload: {{trace: '{KINETO_2RANK}/rank*.json', format: kineto{dp}}}\n")
+
+
+def allreduce_time(loaded, nbytes: float, ranks: int) -> float:
+    settings = network_settings(loaded)
+    return time_collective(build_topology(loaded), "all_reduce", settings.algorithm, ranks, nbytes,
+                           efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
+                           channels=settings.channels)
+
+
+def test_two_rank_allreduce_is_recosted_and_a_slower_network_adds_exactly_its_extra_time(tmp_path):
+    fast_loaded, fast = run(two_rank_scenario("100 Gb/s"), tmp_path)
+    slow_loaded, slow = run(two_rank_scenario("25 Gb/s"), tmp_path)
+    fast_ar = allreduce_time(fast_loaded, ALLREDUCE_BYTES, 2)
+    slow_ar = allreduce_time(slow_loaded, ALLREDUCE_BYTES, 2)
+    # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
+    assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_ar + 200e-6, rel=EXACT)
+    assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)
+    assert slow_ar > 3 * fast_ar
+    assert fast.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(ALLREDUCE_BYTES, rel=EXACT)
+    assert fast.summary["trace"]["traced_step_time_s"] == pytest.approx(4000e-6, rel=EXACT)
+
+
+def test_trace_replicated_to_dp64_sends_the_ring_all_reduce_traffic(tmp_path):
+    loaded, result = run(two_rank_scenario("100 Gb/s", dp=", dp: 64", nodes=64), tmp_path)
+    p = 64
+    assert result.summary["gpus"] == p
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(1100e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, p)
+                                                          + 200e-6, rel=EXACT)
+    assert result.summary["simulated_ranks"] == 2 and result.summary["folded"] is True
+
+
+def test_unfolded_replication_agrees_with_folded(tmp_path):
+    _, folded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8), tmp_path)
+    _, unfolded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8, extra="run: {fold: false}\n"), tmp_path)
+    assert unfolded.summary["simulated_ranks"] == 8
+    assert unfolded.summary["step_time_s"] == pytest.approx(folded.summary["step_time_s"], rel=EXACT)
+    assert unfolded.summary["traffic_bytes_per_gpu"] == pytest.approx(folded.summary["traffic_bytes_per_gpu"],
+                                                                       rel=EXACT)
+
+
+def test_compute_scale_by_gpu_ratio(tmp_path):
+    loaded, result = run(two_rank_scenario("100 Gb/s", dp=", traced_gpu: h100-sxm"), tmp_path)
+    ratio = 989.0 / 312.0  # dense bf16 peaks: H100 SXM over A100 (the cluster's GPU), vendor datasheets
+    assert result.summary["trace"]["compute_scale"] == pytest.approx(ratio, rel=1e-3)
+    expected = ((1100e-6 + 200e-6) * result.summary["trace"]["compute_scale"]
+                + allreduce_time(loaded, ALLREDUCE_BYTES, 2))
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{CHAKRA_2RANK}/rank*.json', format: chakra-json}}\n"
+    loaded, result = run(text, tmp_path)
+    settings = network_settings(loaded)
+    topology = build_topology(loaded)
+    common = {"efficiency": dict(settings.efficiency), "chunk_bytes": settings.chunk_bytes,
+              "channels": settings.channels}
+    all_reduce = time_collective(topology, "all_reduce", "auto", 2, 64 * 2**20, **common)
+    transfer = time_collective(topology, "send_recv", "auto", 2, 8 * 2**20, **common)
+    # rank 1's compute (1750 us) gates the all-reduce; optimizer 400 us; the transfer; 100 us after it
+    assert result.summary["step_time_s"] == pytest.approx(1750e-6 + all_reduce + 400e-6 + transfer + 100e-6,
+                                                          rel=EXACT)
+    assert result.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(8 * 2**20 / 2, rel=EXACT)
+
+
+def copy_traces(source: Path, folder: Path) -> Path:
+    target = folder / "traces"
+    shutil.copytree(source, target)
+    return target
+
+
+def edit_event(path: Path, index: int, **changes) -> None:
+    doc = json.loads(path.read_text())
+    doc["traceEvents"][index].update(changes)
+    path.write_text(json.dumps(doc))
+
+
+def kineto_error(folder: Path) -> TraceError:
+    with pytest.raises(TraceError) as caught:
+        run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(folder)), folder.parent)
+    return caught.value
+
+
+def test_truncated_json_names_the_file(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    (traces / "rank1.json").write_text((KINETO_2RANK / "rank1.json").read_text()[:500])
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and "not valid JSON" in error.problem
+
+
+def test_missing_trace_events(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    (traces / "rank0.json").write_text('{"schemaVersion": 1}')
+    error = kineto_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "traceEvents"
+
+
+@pytest.mark.parametrize("change,problem", [({"ts": None}, "has no timestamp"), ({"dur": -5}, "has duration -5")])
+def test_bad_events_name_the_event_index(tmp_path, change, problem):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 2, **change)
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and error.field == "traceEvents[2]" and problem in error.problem
+
+
+def test_ranks_disagreeing_on_a_collective_size(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank1.json").read_text())
+    doc["traceEvents"][4]["args"]["In msg nelems"] = 1000
+    (traces / "rank1.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and error.field == "traceEvents[8]"
+    assert "2000 bytes on rank 1" in error.problem and "33554432 bytes on rank 0" in error.problem
+
+
+def test_unknown_kernels_are_kept_as_compute_and_warned(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank0.json", 2, name="my_custom_op_kernel")
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert result.summary["trace"]["unknown_kernels"] == 1
+    assert any("rank0.json: traceEvents[2]" in warning and "my_custom_op_kernel" in warning
+               for warning in result.summary["warnings"])
+    assert result.summary["step_time_s"] > 1300e-6
+
+
+def test_cli_reports_a_bad_trace_in_one_line(tmp_path, capsys):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank0.json", 8, dur=-1)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rank0.json: traceEvents[8]:" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_glob_matching_nothing_points_at_the_scenario_line(tmp_path):
+    text = "cluster: {topology: dgx-h100}\nworkload:\n  trace: nothing/*.json\n"
+    with pytest.raises(Exception) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "workload.trace" and caught.value.line == 3
+
+
+def test_replication_refuses_a_trace_with_model_parallel_groups(tmp_path):
+    traces = copy_traces(CHAKRA_2RANK, tmp_path)
+    for rank in (0, 1):
+        path = traces / f"rank{rank}.json"
+        text = path.read_text().replace('"stringVal": "0"', f'"stringVal": "{rank}"')
+        path.write_text(text.replace('"type": "COMM_SEND_NODE"', '"type": "COMP_NODE"').replace(
+            '"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{traces}/rank*.json', format: chakra-json, dp: 4}}\n"
+    with pytest.raises(Exception) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "workload.dp" and "not the whole traced job" in caught.value.problem
+
+
+TORCH_TRACE = REPO / "tests" / "data" / "traces" / "torch_cpu_step.json"
+"""One training step of a 2-layer transformer profiled by torch.profiler on a CPU (tests/data/make_torch_trace.py)."""
+
+
+def test_torch_profiler_step_replays_in_its_traced_time(tmp_path):
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{TORCH_TRACE}', format: kineto}}\n"
+    _, result = run(text, tmp_path)
+    traced = result.summary["trace"]["traced_step_time_s"]
+    assert traced == pytest.approx(0.0643, rel=0.01)  # the ProfilerStep#2 annotation's duration
+    assert result.summary["step_time_s"] == pytest.approx(traced, rel=1e-6)  # timestamps carry ~1e-9 s rounding
+
+
+def test_compute_scale_shrinks_only_the_ops_not_the_host_gaps(tmp_path):
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{TORCH_TRACE}', compute_scale: 0.5}}\n"
+    _, half = run(text, tmp_path)
+    frame = half.timeline
+    ops = frame[(frame["kind"] == "compute") & (frame["category"] == "compute")]
+    busy = float((ops["end_s"] - ops["start_s"]).sum())
+    traced = half.summary["trace"]["traced_step_time_s"]
+    assert 0.5 * traced < half.summary["step_time_s"] < traced
+    assert half.summary["step_time_s"] == pytest.approx(traced - busy, rel=1e-6)
