@@ -45,11 +45,11 @@ def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list
         start = channel % len(members)
         return members[start:] + members[:start]
     order: list[int] = []
-    exit_local = None
+    exit_local: int | None = None
     for index, members in enumerate(hosts):
         size = len(members)
         locals_ = [topology.gpu_local[r] for r in members]
-        start = locals_.index(exit_local) if exit_local in locals_ else channel % size
+        start = locals_.index(exit_local) if exit_local is not None and exit_local in locals_ else channel % size
         step = 1 if index % 2 == 0 else -1
         visit = [members[(start + step * i) % size] for i in range(size)]
         order += visit

@@ -53,7 +53,7 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
     end = float(timeline["end_s"].max()) if len(timeline) else 0.0
     frame = pd.DataFrame({"time_s": np.concatenate([[0.0], times, [max(end, times.max(initial=0.0))]]),
                           "bytes": np.concatenate([[static], level, [level[-1] if len(level) else static]])})
-    return frame.groupby("time_s", as_index=False, sort=True)["bytes"].last()
+    return frame.groupby("time_s", as_index=False, sort=True).last()
 
 
 def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:

@@ -240,7 +240,9 @@ CLUSTER_PARAMETERS = {
 
 
 def _read_node(raw: object) -> tuple[str, dict]:
-    node_kind = raw.get("kind", "nvswitch_node") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raw = {"kind": None}
+    node_kind = raw.get("kind", "nvswitch_node")
     if not isinstance(node_kind, str) or node_kind not in NODE_TYPES:
         raise TopologyError(f"unknown node kind {node_kind!r}", field="node.kind", allowed=", ".join(NODE_TYPES))
     spec = NODE_TYPES[node_kind][0]
@@ -355,7 +357,8 @@ def _build_graph(p: dict, name: str) -> Topology:
     if stranded:
         raise TopologyError(f"GPU {stranded[0]!r} cannot be reached from {gpus[0]!r}", field="links",
                             allowed="links that connect every GPU to every other")
-    gpu_local, seen = [], {}
+    gpu_local: list[int] = []
+    seen: dict[object, int] = {}
     for host in gpu_hosts:
         gpu_local.append(seen.get(host, 0))
         seen[host] = gpu_local[-1] + 1

@@ -23,7 +23,7 @@ _CLASS_COLOURS = {"nvlink": "tab:green", "pcie": "tab:orange", "infiniband": "ta
 def _role(attrs: dict) -> str:
     kind = attrs["kind"]
     if kind == "switch":
-        return _SWITCH_TIERS.get(attrs.get("tier"), "switch")
+        return _SWITCH_TIERS.get(int(attrs.get("tier") or 0), "switch")
     return {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch", "host_bridge": "host bridge",
             "nic": "NIC"}[kind]
 
@@ -52,7 +52,8 @@ def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
     domains: dict[tuple[str, str], set] = {}
     nodes = topo.graph.nodes
     for u, v, data in physical_links(topo):
-        roles = tuple(sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index))
+        first, second = sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index)
+        roles = (first, second)
         totals[roles] = totals.get(roles, 0.0) + data["bandwidth"]
         domains.setdefault(roles, set()).add(_shared_domain(nodes[u], nodes[v]))
     result = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.errors import InputError, TopologyError
 from simulator.units import parse_bandwidth, parse_duration
@@ -80,7 +81,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
     for key in raw:
         if key not in spec:
             raise TopologyError(f"unknown parameter {key!r}", field=f"{prefix}{key}", allowed=", ".join(spec))
-    parsed = {}
+    parsed: dict[str, Any] = {}
     for name, param in spec.items():
         value = raw.get(name, param.default)
         if value is None:
@@ -89,7 +90,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
             parsed[name] = None
             continue
         try:
-            result = _READERS[param.kind](value)
+            result: Any = _READERS[param.kind](value)
         except InputError as exc:
             raise TopologyError(exc.problem, field=f"{prefix}{name}", allowed=exc.allowed) from None
         if param.kind in ("count", "ratio", "bandwidth") and not result > 0:

@@ -15,7 +15,8 @@ def resolve_group(item: CollectiveItem, index: int, num_gpus: int) -> tuple[int,
     """The GPU indices an item runs on, checked against the cluster."""
     path = f"workload[{index}]"
     if item.op == "send_recv":
-        members = (item.src, item.dst)
+        assert item.src is not None and item.dst is not None  # the schema requires both for send_recv
+        members: tuple[int, ...] = (item.src, item.dst)
         for name, gpu in (("src", item.src), ("dst", item.dst)):
             if not 0 <= gpu < num_gpus:
                 raise ScenarioError(f"GPU {gpu} does not exist", field=f"{path}.{name}",

@@ -165,7 +165,7 @@ def rank_memory(
     shard: ShardShape,
     *,
     layers: int,
-    in_flight: int,
+    in_flight: float,
     recompute: str = "none",
     sharding: Sharding = UNSHARDED,
     precision: str = "bf16",

@@ -250,6 +250,7 @@ def layer_kernels(
     out_proj = _matmul("out_proj", tokens, h, q_width, shard)
     attn_residual = _residual("attn_residual", model, shard)
     mlp_norm = _norm("mlp_norm", model, shard)
+    mlp_in: tuple[tuple[Kernel, Kernel, Kernel], ...]
     if model.gated_mlp:
         mlp_in = (_matmul("mlp_gate", tokens, ffn, h, shard), _matmul("mlp_up", tokens, ffn, h, shard))
     else:
