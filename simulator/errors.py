@@ -66,3 +66,15 @@ class SimulationError(TrainsimError):
 
 class ExecutorError(TrainsimError):
     """The machinery that runs a sweep's points failed, e.g. an unreachable Dask scheduler (exit status 1)."""
+
+
+class StepAborted(SimulationError):
+    """A fault stopped the step at ``at_s``: a GPU failed, or failed links left some GPUs unable to reach others."""
+
+    def __init__(self, at_s: float, reason: str):
+        super().__init__(at_s, reason)  # SimPy re-raises a process's exception as type(exc)(*exc.args)
+        self.at_s = at_s
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"step aborted at {self.at_s:.6g} s: {self.reason}"

@@ -19,9 +19,11 @@ from simulator.collectives.execute import run_plan, run_plans
 from simulator.config.loader import LoadedScenario
 from simulator.config.traces import TraceWorkload
 from simulator.engine.engine import Engine, EngineResult
+from simulator.engine.faults import FaultHooks
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.errors import InputError, TopologyError
+from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns, resolve_step_faults
 from simulator.metrics.events import EventLog
 from simulator.metrics.summary import training_summary
 from simulator.network.calibration import resolve_efficiency
@@ -73,16 +75,20 @@ def build_topology(loaded: LoadedScenario) -> Topology:
                             line=located.line) from None
 
 
-def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
-            async_streams: frozenset[str] = frozenset()) -> tuple[EngineResult, Network]:
-    """Execute ops on a fresh environment and network; the shared core of every run."""
+def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings, async_streams: frozenset[str] = frozenset(),
+            faults: FaultHooks | None = None) -> tuple[EngineResult, Network]:
+    """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
+    compute and plays link and GPU events (collectives are then never replayed while the network changes)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
     plans = plan_cache(topology, settings)
     prune_mirrors(ops, plans.links)
-    mark_private(ops, plans.links, async_streams)
+    if faults is None or not faults.changes_network:
+        mark_private(ops, plans.links, async_streams)
+    if faults is not None:
+        faults.install(env, network)
     engine = Engine(
         env,
         plans=plans,
@@ -91,6 +97,7 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings,
         isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
         async_streams=async_streams,
+        compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
     )
     return engine.run(ops), network
 
@@ -143,6 +150,7 @@ def validate(loaded: LoadedScenario, topology: Topology) -> None:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
     settings = network_settings(loaded)
+    step_faults(loaded, topology)
     workload = loaded.scenario.workload
     if loaded.scenario.model is None and isinstance(workload, list):
         ops: list[Op] = located(loaded, lambda: list(build_comm_program(workload, topology.num_gpus)))
@@ -197,11 +205,40 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
 
 
-def run_step(program: StepProgram, topology: Topology,
-             settings: NetworkSettings) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
+def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
+    """`faults.step` checked against the cluster and resolved (errors located in the scenario)."""
+    scenario = loaded.scenario
+    return resolve_step_faults(scenario.faults.step, topology, scenario.run.seed, loaded.error)
+
+
+def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: NetworkSettings,
+                     topology: Topology) -> tuple[dict[int, Slowdown], str]:
+    """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
+    ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
+    slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
+    pruning): the other replicas then only wait for it at the collectives they share."""
+    if plan.links:
+        return {}, "link faults (replicas no longer see the same links)"
+    if not plan.slowdowns:
+        return {}, ""
+    if program.layout is None:
+        return {}, "stragglers in a step without a parallel layout"
+    slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
+    if reason or not needs_isolation:
+        return slowdowns, reason
+    ops = list(program.ops)
+    prune_mirrors(ops, plan_cache(topology, settings).links)
+    if any(isinstance(op, CollectiveOp) and op.mirrors for op in ops):
+        return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
+    return slowdowns, ""
+
+
+def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings,
+             faults: FaultHooks | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
     routes come back for the trace's link tracks)."""
-    result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams)
+    result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
+                              faults=faults)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -213,15 +250,25 @@ def run_step(program: StepProgram, topology: Topology,
     return summary, frame, result.log.flow_routes
 
 
-def simulate_training(loaded: LoadedScenario, topology: Topology) -> Result:
-    """One training step (modelled or traced): build the step program, run it, summarise."""
+def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks) -> Result:
+    """One training step (modelled or traced): build the step program, run it under the step's faults,
+    summarise."""
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
-    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings))
+    faults.slowdowns = faults.plan.slowdown_of()
+    if program.folded and not faults.plan.empty:
+        folded, blocker = fold_with_faults(faults.plan, program, settings, topology)
+        if blocker:
+            program = step_program(loaded, topology, fold=False)
+        else:
+            faults.slowdowns = folded
+    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if blocker:
         summary["fold_off_reason"] = blocker
+    if not faults.plan.empty:
+        summary["faults"] = faults.describe()
     return Result(summary, frame, topology, routes)
 
 
@@ -229,12 +276,14 @@ def simulate(loaded: LoadedScenario) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list."""
     topology = build_topology(loaded)
+    faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
-        return simulate_training(loaded, topology)
+        return simulate_training(loaded, topology, faults)
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded)
-    result, network = located(loaded, lambda: run_ops(topology, ops, settings))
+    faults.slowdowns = faults.plan.slowdown_of()
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults))
     frame = result.log.to_frame()
     summary = {
         "scenario": loaded.source,
@@ -246,4 +295,6 @@ def simulate(loaded: LoadedScenario) -> Result:
         "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,
     }
+    if not faults.plan.empty:
+        summary["faults"] = faults.describe()
     return Result(summary, frame, topology, result.log.flow_routes)

@@ -17,13 +17,13 @@ from simulator.topology.graph import Topology
 
 
 def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
-    """The network model's items for one phase: (links, bytes, latency, src, dst) per transfer; a pipelined
+    """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer; a pipelined
     phase charges every transfer the mean latency of the phase's hops."""
     repeat = phase.repeat
     latencies = [topology.path_latency(t.src, t.dst, t.channel) for t in phase.transfers]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
-    return [(topology.path(t.src, t.dst, t.channel), t.nbytes * repeat, latency * repeat, t.src, t.dst)
+    return [(topology.path(t.src, t.dst, t.channel), t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
             for t, latency in zip(phase.transfers, latencies)]
 
 

@@ -2,15 +2,116 @@
 
 `faults.step` perturbs the engine's run of a step (stragglers, degraded or failed links, failed GPUs);
 the other fields describe failure processes of the cluster's components over weeks, for the job simulation.
+Every model here is frozen and hashable, so a job simulation can cache step times by its `StepFaults`.
 """
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
 from simulator.config.sections import Section
+from simulator.errors import InputError
+from simulator.units import parse_duration
+
+
+def _duration(value: object) -> float:
+    try:
+        return parse_duration(value)
+    except InputError as exc:
+        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+
+
+Time = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
+Period = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class SlowdownDraw(Section):
+    """A slowdown factor drawn per GPU from the run's seeded generator: `uniform` between `low` and `high`,
+    or `lognormal` with `median` and `sigma` (the factor is median x exp(sigma x N(0, 1)))."""
+
+    distribution: Literal["uniform", "lognormal"]
+    low: Factor | None = None
+    high: Factor | None = None
+    median: Factor | None = None
+    sigma: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _parameters(self) -> SlowdownDraw:
+        wanted = ("low", "high") if self.distribution == "uniform" else ("median", "sigma")
+        given = {name for name in ("low", "high", "median", "sigma") if getattr(self, name) is not None}
+        if given != set(wanted):
+            raise ValueError(f"{self.distribution} takes {' and '.join(wanted)} (allowed: {', '.join(wanted)})")
+        if self.distribution == "uniform" and self.low > self.high:  # type: ignore[operator]
+            raise ValueError(f"low {self.low} is above high {self.high} (allowed: low <= high)")
+        return self
+
+
+class Swing(Section):
+    """A periodic change of a straggler's factor, e.g. a 1-2% diurnal swing: the factor at time t of the step
+    is slowdown x (1 + amplitude x sin(2 pi (t + phase) / period)); `phase` places the step in the cycle."""
+
+    amplitude: float = Field(ge=0, lt=1)
+    period: Period
+    phase: Time = 0.0
+
+
+class Straggler(Section):
+    """GPUs whose compute runs `slowdown` times longer (or by a factor `draw`n per GPU): by index (`gpus`, or
+    `all`), or a seeded random `fraction` of the GPUs. Overlapping entries multiply."""
+
+    gpus: tuple[int, ...] | Literal["all"] | None = None
+    fraction: float | None = Field(default=None, gt=0, le=1)
+    slowdown: Factor | None = None
+    draw: SlowdownDraw | None = None
+    swing: Swing | None = None
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> Straggler:
+        if (self.gpus is None) == (self.fraction is None):
+            raise ValueError("name the GPUs or a fraction of them (allowed: gpus, fraction)")
+        if (self.slowdown is None) == (self.draw is None):
+            raise ValueError("give a slowdown factor or a draw (allowed: slowdown, draw)")
+        return self
+
+
+class LinkFault(Section):
+    """A link (both directions) that loses capacity at time `at`: named by its two endpoints in the topology
+    graph (`link: [leaf0.r0, spine3]`), or every uplink of a switch (`uplinks_of: leaf0.r0`: its links to
+    switches of a higher tier). `capacity` is the fraction of line rate left; 0 (default) takes the link down,
+    and routes are recomputed around it."""
+
+    link: tuple[str, str] | None = None
+    uplinks_of: str | None = None
+    capacity: float = Field(default=0.0, ge=0, lt=1)
+    at: Time = 0.0
+
+    @model_validator(mode="after")
+    def _one_selection(self) -> LinkFault:
+        if (self.link is None) == (self.uplinks_of is None):
+            raise ValueError("name a link or a switch's uplinks (allowed: link, uplinks_of)")
+        return self
+
+
+class GpuFailure(Section):
+    """A GPU that fails at time `at` of the step: the step aborts there."""
+
+    gpu: int = Field(ge=0)
+    at: Time = 0.0
 
 
 class StepFaults(Section):
-    """Faults inside one simulated step."""
+    """Faults inside one simulated step (docs/faults.md)."""
+
+    stragglers: tuple[Straggler, ...] = ()
+    links: tuple[LinkFault, ...] = ()
+    gpu_failures: tuple[GpuFailure, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.stragglers or self.links or self.gpu_failures)
 
 
 class FaultsConfig(Section):

@@ -46,11 +46,16 @@ class Engine:
     """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
     collective's phases on the network, ``run_plans`` (env, plans, key) the same for a collective with its
     mirrors; ``plans`` turns a collective op into phases (shared with the caller's analysis). Ops on
-    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done."""
+    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done.
+    ``compute_duration`` (rank, duration, now) -> seconds is the straggler hook: how long a kernel of nominal
+    ``duration`` starting now takes on that rank. The run ends when the last op finishes, even if fault events
+    are still scheduled later."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
-                 log: EventLog, async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None):
+                 log: EventLog, async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
+                 compute_duration: Callable[[int, float, float], float] | None = None):
         self.env = env
+        self.compute_duration = compute_duration
         self.plans = plans
         self.run_plan = run_plan
         self.run_plans = run_plans
@@ -67,6 +72,8 @@ class Engine:
         self._group_members: dict[int, tuple[frozenset[int], int]] = {}
         self._executed = 0
         self._replayed_flows = 0
+        self._left = 0
+        self._all_done = env.event()
 
     def run(self, ops: Iterable[Op]) -> EngineResult:
         """Run every op to completion and return the log; raise SimulationError on a deadlock."""
@@ -89,8 +96,15 @@ class Engine:
                     self.env.process(self._stream(rank, f"{stream}#{op.id}", [op]))
             else:
                 self.env.process(self._stream(rank, stream, op_list))
-        self.env.run()
-        if self._pending:
+        self._left = len(ops)
+        if not ops:
+            self._all_done.succeed()
+        try:
+            self.env.run(until=self._all_done)
+        except RuntimeError:  # SimPy: no events left before every op finished
+            if self._all_done.triggered:
+                raise
+        if self._pending or not self._all_done.triggered:
             raise SimulationError(self._deadlock_report())
         return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows)
 
@@ -104,8 +118,11 @@ class Engine:
                 yield self.env.all_of(waits)
             if isinstance(op, ComputeOp):
                 start = self.env.now
-                if op.duration > 0:
-                    yield self.env.timeout(op.duration)
+                duration = op.duration
+                if self.compute_duration is not None and duration > 0:
+                    duration = self.compute_duration(rank, duration, start)
+                if duration > 0:
+                    yield self.env.timeout(duration)
                 self.log.record("compute", rank, stream, op.name, start, self.env.now, category=op.category,
                                 nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch)
             elif isinstance(op, CollectiveOp):
@@ -115,6 +132,9 @@ class Engine:
             del self._pending[(rank, stream)]
             self._executed += 1
             self._done[op.id].succeed()
+            self._left -= 1
+            if not self._left:
+                self._all_done.succeed()
 
     def _members(self, group_id: int, group: tuple[int, ...]) -> tuple[frozenset[int], int]:
         """A group's member set and how many of its members have a program, worked out once per group."""

@@ -33,7 +33,8 @@ _AFTER_NORMAL_EVENTS = 2
 class FlowRequest(NamedTuple):
     """One transfer of a phase: ``nbytes`` over link ids ``path`` after ``latency`` seconds.
 
-    ``src``/``dst`` (global GPU indices) only label the event-log row; plain 3- or 5-tuples work as well.
+    ``src``/``dst`` (global GPU indices) label the event-log row and, with ``channel``, let a flow be routed
+    again when a link on its path fails; plain 3-, 5- or 6-tuples work as well.
     """
 
     path: tuple[int, ...]
@@ -41,6 +42,7 @@ class FlowRequest(NamedTuple):
     latency: float
     src: int = -1
     dst: int = -1
+    channel: int = 0
 
 
 class _Phase:
@@ -58,6 +60,7 @@ class _Flow:
     """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries."""
 
     __slots__ = (
+        "channel",
         "dst",
         "last_update",
         "nbytes",
@@ -72,8 +75,9 @@ class _Flow:
     )
 
     def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
-                 src: int, dst: int):
+                 src: int, dst: int, channel: int = 0):
         self.seq = seq
+        self.channel = channel
         self.path = path
         self.nbytes = nbytes
         self.remaining = nbytes
@@ -127,6 +131,7 @@ class Network:
         self._by_ready: list[tuple[float, int, int, _Flow]] = []
         self._wake_time: float | None = None
         self._wake_version = 0
+        self._down: set[int] = set()
 
     def transfer(self, path: tuple[int, ...], nbytes: float, latency: float = 0.0, *, src: int = -1,
                  dst: int = -1, key: str = "") -> simpy.Event:
@@ -147,8 +152,9 @@ class Network:
         now = self.env.now
         by_latency: dict[float, list[_Flow]] = {}
         for item in transfers:
-            src, dst = (item[3], item[4]) if len(item) == 5 else (-1, -1)
-            flow = _Flow(self.flows_simulated, tuple(item[0]), float(item[1]), phase, now, src, dst)
+            src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
+            flow = _Flow(self.flows_simulated, tuple(item[0]), float(item[1]), phase, now, src, dst,
+                         item[5] if len(item) > 5 else 0)
             self.flows_simulated += 1
             by_latency.setdefault(float(item[2]), []).append(flow)
         for latency, flows in by_latency.items():
@@ -171,7 +177,7 @@ class Network:
         if self.log is not None:
             def record(_event: simpy.Event) -> None:
                 for item, duration in zip(transfers, durations):
-                    src, dst = (item[3], item[4]) if len(item) == 5 else (-1, -1)
+                    src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
                     self.log.flow(key, src, dst, now, now + duration, float(item[1]), tuple(item[0]))
             done.callbacks.append(record)
         return done
@@ -192,10 +198,41 @@ class Network:
             if flow.nbytes <= 0 or not flow.path:
                 self._finish(flow, now)
             else:
+                if self._down and not self._down.isdisjoint(flow.path):
+                    flow.path = self.topology.path(flow.src, flow.dst, flow.channel)
                 flow.last_update = now
                 self._starting.append(flow)
         if self._starting:
             self._request_batch()
+
+    def scale_capacity(self, links: Sequence[int], fraction: float) -> None:
+        """From now on ``links`` keep ``fraction`` of their capacity; the flows crossing them are re-solved."""
+        self.capacity[list(links)] *= fraction
+        self._bottleneck.clear()
+        self._touched_links.update(links)
+        self._request_batch()
+
+    def take_down(self, links: Sequence[int]) -> None:
+        """``links`` failed (the topology already routes around them): flows in flight on them continue on
+        their new route with the bytes they have left; flows still in their latency are rerouted as they start."""
+        self._down.update(links)
+        self._bottleneck.clear()
+        moving = {flow for link in links for flow in self._link_flows.get(link, ())}
+        now = self.env.now
+        for flow in sorted(moving, key=attrgetter("seq")):
+            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
+            flow.last_update = now
+            for link in flow.path:
+                members = self._link_flows[link]
+                members.discard(flow)
+                if not members:
+                    del self._link_flows[link]
+                self._touched_links.add(link)
+            flow.path = self.topology.path(flow.src, flow.dst, flow.channel)
+            for link in flow.path:
+                self._link_flows.setdefault(link, set()).add(flow)
+                self._touched_links.add(link)
+        self._request_batch()
 
     def _request_batch(self) -> None:
         if not self._batch_pending:

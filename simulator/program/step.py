@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from simulator.parallel.layout import Layout
 from simulator.program.ops import Op
 
 
@@ -20,6 +21,7 @@ class StepProgram:
     number of GPUs the step spans. Streams in ``async_streams`` run each op in its own process (isend/irecv).
     ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
     ``details`` holds further summary entries that describe the step (``layout``, ``trace``...).
+    ``layout`` is the TP x CP x PP x DP placement when the producer has one (stragglers fold by it).
     """
 
     ops: tuple[Op, ...]
@@ -35,4 +37,5 @@ class StepProgram:
     folded: bool = False
     warnings: tuple[str, ...] = ()
     details: Mapping[str, object] = field(default_factory=dict)
+    layout: Layout | None = None
 

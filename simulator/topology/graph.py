@@ -105,6 +105,11 @@ class Topology:
             latency = self._latencies[key] = float(sum(self.link_latency[i] for i in self.path(src, dst, channel)))
         return latency
 
+    def forget_routes(self) -> None:
+        """Drop the cached routes and latencies (after the router's view of the links changed)."""
+        self._routes.clear()
+        self._latencies.clear()
+
     def _route_nodes(self, src: int, dst: int, channel: int) -> list[str]:
         if src == dst:
             return [self.gpus[src]]

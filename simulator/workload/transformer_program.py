@@ -31,4 +31,5 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
                        warnings=step.warnings,
-                       details={"layout": layout_summary(step), **({"fold_off_reason": blocker} if blocker else {})})
+                       details={"layout": layout_summary(step), **({"fold_off_reason": blocker} if blocker else {})},
+                       layout=layout)

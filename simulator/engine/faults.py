@@ -1,0 +1,83 @@
+"""The engine's fault hooks: how long a kernel takes on a slowed GPU, and the link and GPU events of
+`faults.step` played at their times on the network and the routes.
+
+A degraded link keeps a fraction of its capacity from its time on; the flows crossing it are re-solved at
+once. A failed link is removed from routing: transfers posted afterwards take a detour, flows in flight on it
+move to their new route with the bytes they have left. A failure that leaves some GPU unable to reach another
+(through switches and NICs; GPUs forward nothing), or a failed GPU, aborts the step at that time.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from simulator.errors import StepAborted
+from simulator.faults.rerouting import Rerouter
+from simulator.faults.step import LinkEvent, Slowdown, StepFaultPlan
+from simulator.network.model import Network
+from simulator.topology.graph import Topology
+
+
+class FaultHooks:
+    """``slowdowns`` holds the factor of each simulated rank that is slowed (after folding). Create it before
+    any route of ``topology`` is computed: it installs the rerouter and fails the links that are down from the
+    start."""
+
+    def __init__(self, topology: Topology, plan: StepFaultPlan, slowdowns: dict[int, Slowdown] | None = None):
+        self.topology = topology
+        self.plan = plan
+        self.slowdowns = slowdowns or {}
+        self.rerouter = Rerouter(topology) if any(e.capacity == 0 for e in plan.links) else None
+        self._initial = [event for event in plan.links if event.at_s == 0]
+        for event in self._initial:
+            if event.capacity == 0:
+                self._take_down(event)
+
+    @property
+    def changes_network(self) -> bool:
+        """Whether link capacities or routes change during the step (collectives cannot be timed once and
+        replayed then)."""
+        return bool(self.plan.links)
+
+    def describe(self) -> dict:
+        """The `faults` entry of the summary: what was injected, and how many routes took a detour."""
+        return {**self.plan.describe(self.topology),
+                "rerouted_routes": self.rerouter.rerouted if self.rerouter is not None else 0}
+
+    def compute_duration(self, rank: int, duration: float, now: float) -> float:
+        slowdown = self.slowdowns.get(rank)
+        return duration if slowdown is None else duration * slowdown.at(now)
+
+    def install(self, env: simpy.Environment, network: Network) -> None:
+        """Degrade the links degraded from the start; schedule every later event."""
+        for event in self._initial:
+            if event.capacity > 0:
+                network.scale_capacity(self._directed(event), event.capacity)
+        for event in self.plan.links:
+            if event.at_s > 0:
+                env.process(self._link_event(env, network, event))
+        for failure in self.plan.gpu_failures:
+            env.process(self._gpu_failure(env, failure.at_s, failure.gpu))
+
+    def _directed(self, event: LinkEvent) -> list[int]:
+        index = self.topology.link_index
+        return [index[(u, v)] for a, b in event.edges for u, v in ((a, b), (b, a))]
+
+    def _take_down(self, event: LinkEvent) -> None:
+        assert self.rerouter is not None
+        self.rerouter.take_down(list(event.edges))
+        split = self.rerouter.split()
+        if split:
+            raise StepAborted(event.at_s, f"{event.label} down: {split}")
+
+    def _link_event(self, env: simpy.Environment, network: Network, event: LinkEvent):
+        yield env.timeout(event.at_s)
+        if event.capacity > 0:
+            network.scale_capacity(self._directed(event), event.capacity)
+        else:
+            self._take_down(event)
+            network.take_down(self._directed(event))
+
+    def _gpu_failure(self, env: simpy.Environment, at_s: float, gpu: int):
+        yield env.timeout(at_s)
+        raise StepAborted(at_s, f"GPU {gpu} ({self.topology.gpus[gpu]}) failed")

@@ -1,0 +1,52 @@
+"""Step times of perturbed cluster states, for the job simulation: the scenario's step under other `faults.step`.
+
+    from simulator import load_scenario
+    from simulator.config.faults import StepFaults, Straggler
+    from simulator.faults.perturbed import perturbed_step
+
+    loaded = load_scenario("scenarios/llama3-8b-dgx-h100-dp8.yaml")
+    slow = perturbed_step(loaded, StepFaults(stragglers=(Straggler(gpus=(3,), slowdown=1.5),)))
+    slow.step_time_s          # None when the step aborted; then aborted_at_s and reason say why
+
+`StepFaults` is frozen and hashable, so callers can cache outcomes by it. Times are unit strings as in a
+scenario (`GpuFailure(gpu=3, at=f"{t} s")`); the seed of random stragglers is the scenario's `run.seed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulator.config.faults import StepFaults
+from simulator.config.loader import LoadedScenario
+from simulator.errors import StepAborted
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One step under faults: its time, or where and why it aborted; whether it ran folded."""
+
+    step_time_s: float | None
+    aborted_at_s: float | None = None
+    reason: str = ""
+    folded: bool = False
+    summary: dict | None = field(default=None, compare=False, hash=False)
+
+
+def with_step_faults(loaded: LoadedScenario, faults: StepFaults) -> LoadedScenario:
+    """``loaded`` with its `faults.step` replaced (the other fault settings kept)."""
+    scenario = loaded.scenario
+    updated = scenario.model_copy(update={"faults": scenario.faults.model_copy(update={"step": faults})})
+    return LoadedScenario(updated, loaded.source, loaded.lines)
+
+
+def perturbed_step(loaded: LoadedScenario, faults: StepFaults) -> StepOutcome:
+    """Simulate one step of ``loaded`` under ``faults``; an abort is an outcome, not an exception."""
+    from simulator.simulation import simulate
+
+    try:
+        result = simulate(with_step_faults(loaded, faults))
+    except StepAborted as aborted:
+        return StepOutcome(None, aborted.at_s, aborted.reason)
+    summary = result.summary
+    return StepOutcome(summary.get("step_time_s", summary.get("makespan_s")), folded=bool(summary.get("folded")),
+                       summary=summary)

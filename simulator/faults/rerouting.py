@@ -1,0 +1,91 @@
+"""Routing around failed links, and the check that a failure has not split the job's GPUs.
+
+Routes that avoid every failed link keep the topology's own router (a structured fabric router or shortest
+paths). A route that crosses a failed link is recomputed on the networkx graph without the failed links: one
+of the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. GPUs
+forward no traffic (a detour never passes through a third GPU) except in explicit `graph` topologies, whose
+routes are plain shortest paths through any node.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+
+import networkx as nx
+
+from simulator.errors import SimulationError
+from simulator.topology.graph import Topology
+
+MAX_DETOURS = 64
+"""Equal-cost detours considered per route (the hash picks among the first ones networkx lists)."""
+
+
+def _mix(src: int, dst: int, channel: int) -> int:
+    mix = (src * 0x9E3779B1 + dst * 0x85EBCA77 + channel * 0xC2B2AE3D) & 0xFFFFFFFF
+    return mix ^ (mix >> 15)
+
+
+class Rerouter:
+    """Installs itself as ``topology``'s router; ``take_down`` fails links (both directions of each pair of
+    node names) and forgets the cached routes. ``rerouted`` counts the routes that needed a detour."""
+
+    def __init__(self, topology: Topology):
+        self.topology = topology
+        self.base = topology.router
+        self.down: set[tuple[str, str]] = set()
+        self.rerouted = 0
+        self.gpus_forward = topology.params.get("kind") == "graph"
+        topology.router = self
+
+    def take_down(self, edges: list[tuple[str, str]]) -> None:
+        for u, v in edges:
+            self.down |= {(u, v), (v, u)}
+        self.topology.forget_routes()
+
+    def __call__(self, topology: Topology, src: int, dst: int, channel: int) -> list[str]:
+        if self.base is not None:
+            nodes = self.base(topology, src, dst, channel)
+        else:
+            nodes = nx.shortest_path(topology.graph, topology.gpus[src], topology.gpus[dst])
+        if not any(edge in self.down for edge in zip(nodes, nodes[1:])):
+            return nodes
+        self.rerouted += 1
+        view = self._view({topology.gpus[src], topology.gpus[dst]})
+        try:
+            detours = list(islice(nx.all_shortest_paths(view, topology.gpus[src], topology.gpus[dst]), MAX_DETOURS))
+        except nx.NetworkXNoPath:
+            raise SimulationError(f"no route from {topology.gpus[src]} to {topology.gpus[dst]} around the "
+                                  f"failed links") from None
+        return detours[_mix(src, dst, channel) % len(detours)]
+
+    def _view(self, ends: set[str]) -> nx.DiGraph:
+        """The graph without failed links and, unless GPUs forward, without GPUs other than ``ends``."""
+        graph, down = self.topology.graph, self.down
+        if self.gpus_forward:
+            return nx.subgraph_view(graph, filter_edge=lambda u, v: (u, v) not in down)
+        return nx.subgraph_view(graph, filter_node=lambda n: n in ends or graph.nodes[n].get("kind") != "gpu",
+                                filter_edge=lambda u, v: (u, v) not in down)
+
+    def split(self) -> str:
+        """'' when every GPU still reaches every other around the failed links, else which pair cannot."""
+        graph, gpus = self.topology.graph, self.topology.gpus
+        undirected = nx.Graph((u, v) for u, v in graph.edges() if (u, v) not in self.down)
+        undirected.add_nodes_from(graph.nodes)
+        if self.gpus_forward:
+            component = nx.node_connected_component(undirected, gpus[0])
+            stranded = next((gpu for gpu in gpus if gpu not in component), None)
+            return f"{gpus[0]} cannot reach {stranded}" if stranded else ""
+        fabric = undirected.subgraph(n for n in graph.nodes if graph.nodes[n].get("kind") != "gpu")
+        component_of = {node: index for index, nodes in enumerate(nx.connected_components(fabric)) for node in nodes}
+        reach: dict[frozenset[int], str] = {}
+        for gpu in gpus:
+            components = frozenset(component_of[n] for n in undirected.neighbors(gpu))
+            if not components and len(gpus) > 1:
+                return f"{gpu} has no working link"
+            reach.setdefault(components, gpu)
+        kinds = list(reach.items())
+        for i, (first, gpu_a) in enumerate(kinds):
+            for second, gpu_b in kinds[i + 1:]:
+                if not first & second:
+                    return f"{gpu_a} cannot reach {gpu_b}"
+        return ""

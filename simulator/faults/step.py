@@ -1,0 +1,189 @@
+"""`faults.step` resolved against the cluster: which GPUs are slowed and by how much, which directed links fail
+or degrade when, which GPUs fail when; and whether rank folding stays exact under the stragglers.
+
+Random stragglers draw from a generator seeded by `run.seed` and the entry's position, so the same scenario
+and seed always slow the same GPUs by the same factors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
+from simulator.errors import InputError
+from simulator.parallel.layout import Layout
+from simulator.topology.graph import Topology
+
+ErrorAt = Callable[[tuple, str, str], InputError]
+"""(field path, problem, allowed) -> a located input error (LoadedScenario.error)."""
+
+STRAGGLER_STREAM = 0x53544550
+"""Mixed into the seed of straggler draws, so other users of `run.seed` draw independent numbers."""
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """A GPU's compute slowdown: ``factor`` times the product of its periodic swings (amplitude, period,
+    phase), each evaluated at the simulated time a kernel starts."""
+
+    factor: float = 1.0
+    swings: tuple[tuple[float, float, float], ...] = ()
+
+    def at(self, time_s: float) -> float:
+        value = self.factor
+        for amplitude, period, phase in self.swings:
+            value *= 1.0 + amplitude * math.sin(2.0 * math.pi * (time_s + phase) / period)
+        return value
+
+    def times(self, other: Slowdown) -> Slowdown:
+        return Slowdown(self.factor * other.factor, self.swings + other.swings)
+
+    @property
+    def nominal(self) -> bool:
+        return self.factor == 1.0 and not self.swings
+
+
+NOMINAL = Slowdown()
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    """At ``at_s`` the links between the node pairs ``edges`` keep ``capacity`` of their bandwidth (0: down)."""
+
+    at_s: float
+    edges: tuple[tuple[str, str], ...]
+    capacity: float
+    label: str
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    """GPU ``gpu`` fails at ``at_s``."""
+
+    at_s: float
+    gpu: int
+
+
+@dataclass(frozen=True)
+class StepFaultPlan:
+    """Faults of one step on a concrete cluster: slowdown per slowed GPU, link and GPU events by time."""
+
+    slowdowns: tuple[tuple[int, Slowdown], ...] = ()
+    links: tuple[LinkEvent, ...] = ()
+    gpu_failures: tuple[GpuEvent, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.slowdowns or self.links or self.gpu_failures)
+
+    def slowdown_of(self) -> dict[int, Slowdown]:
+        return dict(self.slowdowns)
+
+    def describe(self, topology: Topology) -> dict:
+        """The faults as the summary reports them."""
+        return {
+            "slowed_gpus": {str(gpu): {"factor": s.factor, "swings": [list(w) for w in s.swings]}
+                            for gpu, s in self.slowdowns},
+            "links": [{"link": event.label, "at_s": event.at_s, "capacity": event.capacity}
+                      for event in self.links],
+            "gpu_failures": [{"gpu": event.gpu, "name": topology.gpus[event.gpu], "at_s": event.at_s}
+                             for event in self.gpu_failures],
+        }
+
+
+def resolve_step_faults(faults: StepFaults, topology: Topology, seed: int, error: ErrorAt) -> StepFaultPlan:
+    """Check `faults.step` against ``topology`` and resolve it; errors point at the offending entry."""
+    base = ("faults", "step")
+    slowdowns: dict[int, Slowdown] = {}
+    for index, entry in enumerate(faults.stragglers):
+        for gpu, slowdown in _straggler(entry, index, topology.num_gpus, seed, error).items():
+            slowdowns[gpu] = slowdowns.get(gpu, NOMINAL).times(slowdown)
+    links = tuple(sorted((_link_event(entry, base + ("links", index), topology, error)
+                          for index, entry in enumerate(faults.links)), key=lambda event: event.at_s))
+    failures = []
+    for index, failure in enumerate(faults.gpu_failures):
+        if failure.gpu >= topology.num_gpus:
+            raise error(base + ("gpu_failures", index, "gpu"), f"unknown GPU index {failure.gpu}",
+                        f"0 to {topology.num_gpus - 1}")
+        failures.append(GpuEvent(failure.at, failure.gpu))
+    failures.sort(key=lambda event: (event.at_s, event.gpu))
+    kept = tuple(sorted((gpu, s) for gpu, s in slowdowns.items() if not s.nominal))
+    return StepFaultPlan(kept, links, tuple(failures))
+
+
+def _straggler(entry: Straggler, index: int, num_gpus: int, seed: int, error: ErrorAt) -> dict[int, Slowdown]:
+    path = ("faults", "step", "stragglers", index)
+    rng = np.random.default_rng([STRAGGLER_STREAM, index, seed % 2**63])
+    if entry.gpus == "all":
+        gpus = list(range(num_gpus))
+    elif entry.gpus is not None:
+        bad = [gpu for gpu in entry.gpus if not 0 <= gpu < num_gpus]
+        if bad:
+            raise error(path + ("gpus",), f"unknown GPU index {bad[0]}", f"0 to {num_gpus - 1}")
+        gpus = sorted(set(entry.gpus))
+    else:
+        count = max(1, round(entry.fraction * num_gpus))  # type: ignore[operator]
+        gpus = sorted(rng.choice(num_gpus, size=count, replace=False).tolist())
+    factors = _factors(entry.draw if entry.draw is not None else entry.slowdown, len(gpus), rng)
+    swings = () if entry.swing is None else ((entry.swing.amplitude, entry.swing.period, entry.swing.phase),)
+    return {gpu: Slowdown(factor, swings) for gpu, factor in zip(gpus, factors)}
+
+
+def _factors(slowdown: float | SlowdownDraw | None, count: int, rng: np.random.Generator) -> list[float]:
+    if not isinstance(slowdown, SlowdownDraw):
+        return [float(slowdown)] * count
+    if slowdown.distribution == "uniform":
+        return rng.uniform(slowdown.low, slowdown.high, count).tolist()
+    return (slowdown.median * np.exp(slowdown.sigma * rng.standard_normal(count))).tolist()  # type: ignore[operator]
+
+
+def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorAt) -> LinkEvent:
+    graph = topology.graph
+    if entry.link is not None:
+        a, b = entry.link
+        for end, node in (("link", a), ("link", b)):
+            if node not in graph:
+                raise error(path + (end,), f"unknown node {node!r}", "node names of the topology graph "
+                            "(trainsim topo describe lists them), e.g. leaf0.r0, spine0")
+        if not graph.has_edge(a, b):
+            neighbours = ", ".join(sorted(graph.successors(a))[:8])
+            raise error(path + ("link",), f"no link between {a} and {b}", f"a neighbour of {a}: {neighbours}")
+        return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}")
+    switch = entry.uplinks_of
+    tier = graph.nodes[switch].get("tier") if switch in graph else None
+    if tier is None:
+        switches = sorted(n for n, data in graph.nodes(data=True) if data.get("tier") is not None)
+        raise error(path + ("uplinks_of",), f"{switch!r} is not a switch of the topology",
+                    ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "") if switches else "none here")
+    up = tuple((switch, n) for n in sorted(graph.successors(switch)) if (graph.nodes[n].get("tier") or 0) > tier)
+    if not up:
+        raise error(path + ("uplinks_of",), f"{switch} has no uplinks (it is a top-tier switch)",
+                    "a leaf or spine below another tier")
+    return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}")
+
+
+def folded_slowdowns(plan: StepFaultPlan, layout: Layout) -> tuple[dict[int, Slowdown], bool, str]:
+    """How stragglers fold: (slowdown of each stage's representative, whether that is exact only if no
+    replica's traffic shares a link with the representatives', why folding is off ('' when it is on)).
+
+    Every rank of a stage slowed alike keeps the replicas identical. Stragglers that all lie in one pipeline
+    replica (one TP, CP and DP coordinate) fold onto the representatives, which then play the slow replica:
+    the others wait for it at every collective they share, and folding is exact when their traffic never
+    meets it elsewhere (checked on the program's links by the caller)."""
+    slowed = plan.slowdown_of()
+    representatives = [layout.rank_of(pp=stage) for stage in range(layout.pp)]
+    per_stage = [{slowed.get(rank, NOMINAL) for rank in layout.stage_ranks(stage)} for stage in range(layout.pp)]
+    if all(len(kinds) == 1 for kinds in per_stage):
+        alike = {rank: next(iter(kinds)) for rank, kinds in zip(representatives, per_stage)}
+        return {rank: s for rank, s in alike.items() if not s.nominal}, False, ""
+    replicas = {tuple(layout.coords(gpu)[dim] for dim in ("tp", "cp", "dp")) for gpu in slowed}
+    if len(replicas) > 1:
+        return {}, False, "stragglers in more than one pipeline replica"
+    tp, cp, dp = replicas.pop()
+    return ({rank: slowed[gpu] for rank, gpu in ((rank, layout.rank_of(tp=tp, cp=cp, dp=dp, pp=stage))
+                                                for stage, rank in enumerate(representatives)) if gpu in slowed},
+            True, "")

@@ -1,0 +1,233 @@
+"""Faults inside a step: stragglers against the 1F1B closed form, folding kept exact, link failures rerouted or
+aborting the step, GPU failures, the Python API for the job simulation, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import simulate
+from simulator.cli import main
+from simulator.config.faults import GpuFailure, LinkFault, StepFaults, Straggler
+from simulator.config.loader import scenario_from_text
+from simulator.errors import StepAborted
+from simulator.faults.perturbed import perturbed_step
+from simulator.schedules.registry import build_schedule
+
+F, B = 1e-3, 2e-3
+PIPELINE = """
+cluster: {{topology: dgx-h100-cluster, nodes: 1}}
+model: {{synthetic: {{stages: {p}, forward: 1 ms, backward: 2 ms}}}}
+training: {{microbatches: {m}}}
+parallelism: {{pp: {p}, dp: {dp}, pipeline: {{schedule: 1f1b}}}}
+run: {{fold: {fold}}}
+faults: {{step: {{stragglers: [{{gpus: [{gpu}], slowdown: {factor}}}]}}}}
+"""
+
+
+def one_slow_stage(p: int, m: int, k: int, factor: float) -> float:
+    """1F1B with stage k's forward and backward ``factor`` times longer: the longest of two chains per stage j.
+    Warm-up bound: the first micro-batch's forwards reach j, j is busy m (F_j + B_j), the last backward drains
+    back to stage 0: sum_{i<j} (F_i + B_i) + m (F_j + B_j). Backward bound: j's first backward waits for the
+    round trip of micro-batch 0 through the stages after it, then j is busy with its m backwards and its
+    m - (p - j) remaining forwards: sum_{i != j} (F_i + B_i) + (m - p + j + 1) F_j + m B_j.
+    Uniform stages give (m + p - 1)(F + B); a stage slowed 2x or more is always the binding j."""
+    fs = [F * (factor if i == k else 1) for i in range(p)]
+    bs = [B * (factor if i == k else 1) for i in range(p)]
+    chains = []
+    for j in range(p):
+        chains.append(sum(fs[i] + bs[i] for i in range(j)) + m * (fs[j] + bs[j]))
+        chains.append(sum(fs[i] + bs[i] for i in range(p) if i != j) + (m - p + j + 1) * fs[j] + m * bs[j])
+    return max(chains)
+
+
+def critical_path(p: int, m: int, k: int, factor: float) -> float:
+    """The 1F1B action graph with per-stage durations, each action started when its stage is free and its
+    input is there (an independent longest-path reference for factors where chains mix)."""
+    schedule = build_schedule("1f1b", p, m, 1)
+    done: dict[tuple[str, int, int], float] = {}
+    free, index = [0.0] * p, [0] * p
+    while any(index[s] < len(schedule[s]) for s in range(p)):
+        for s in range(p):
+            while index[s] < len(schedule[s]):
+                action = schedule[s][index[s]]
+                kind = "F" if action.kind == "F" else "B"
+                deps = ([("F", action.microbatch, s - 1)] if s > 0 else []) if kind == "F" else \
+                    [("F", action.microbatch, s)] + ([("B", action.microbatch, s + 1)] if s < p - 1 else [])
+                if any(dep not in done for dep in deps):
+                    break
+                duration = (F if kind == "F" else B) * (factor if s == k else 1)
+                free[s] = max([free[s]] + [done[dep] for dep in deps]) + duration
+                done[(kind, action.microbatch, s)] = free[s]
+                index[s] += 1
+    return max(free)
+
+
+@pytest.mark.parametrize("p,m", [(4, 8), (4, 13), (8, 16)])
+@pytest.mark.parametrize("factor", [2, 3])
+def test_a_straggler_stage_slows_1f1b_as_its_chains_predict(p, m, factor):
+    dp = 8 // p
+    for k in range(p):
+        gpu = k + p * (dp - 1)  # stage k of the last data-parallel replica (rank = stage + p x replica)
+        result = simulate(scenario_from_text(PIPELINE.format(p=p, m=m, dp=dp, gpu=gpu, factor=factor, fold="true")))
+        assert result.summary["step_time_s"] == pytest.approx(one_slow_stage(p, m, k, factor), rel=1e-9)
+        assert result.summary["folded"] is True
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_a_mildly_slow_stage_matches_the_critical_path(k):
+    result = simulate(scenario_from_text(PIPELINE.format(p=4, m=8, dp=2, gpu=k, factor=1.25, fold="false")))
+    assert result.summary["step_time_s"] == pytest.approx(critical_path(4, 8, k, 1.25), rel=1e-9)
+    assert critical_path(4, 8, k, 1.25) > one_slow_stage(4, 8, k, 1.25)  # chains mix: the formula is a bound
+
+
+def test_a_swing_scales_each_kernel_by_the_factor_at_its_start():
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 1}
+model: {synthetic: {stages: 1, forward: 1 ms, backward: 2 ms}}
+training: {microbatches: 1}
+parallelism: {dp: 8}
+faults: {step: {stragglers: [{gpus: all, slowdown: 1, swing: {amplitude: 0.5, period: 4 ms}}]}}
+"""
+    # forward at t = 0: 1 + 0.5 sin 0 = 1; backward at t = 1 ms, a quarter period: 1 + 0.5 sin(pi/2) = 1.5
+    result = simulate(scenario_from_text(text))
+    assert result.summary["step_time_s"] == pytest.approx(1e-3 + 1.5 * 2e-3, rel=1e-12)
+    diurnal = text.replace("slowdown: 1, swing: {amplitude: 0.5, period: 4 ms}",
+                           "slowdown: 1, swing: {amplitude: 0.02, period: 24 h, phase: 6 h}")
+    assert simulate(scenario_from_text(diurnal)).summary["step_time_s"] == pytest.approx(1.02 * 3e-3, rel=1e-9)
+
+
+TP_DP = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}
+model: {layers: 4, hidden: 4096, heads: 32, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {tp: 8, dp: 4}
+"""
+
+
+@pytest.mark.parametrize("gpus", ["[9]", "[0]", "all"])
+def test_straggler_folding_equals_the_unfolded_run(gpus):
+    faults = f"faults.step.stragglers=[{{gpus: {gpus}, slowdown: 2}}]"
+    folded = simulate(scenario_from_text(TP_DP, "inline.yaml", [faults]))
+    unfolded = simulate(scenario_from_text(TP_DP, "inline.yaml", [faults, "run.fold=false"]))
+    healthy = simulate(scenario_from_text(TP_DP, "inline.yaml"))
+    assert folded.summary["folded"] is True and folded.summary["simulated_ranks"] == 1
+    assert folded.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=1e-12)
+    assert folded.summary["step_time_s"] > healthy.summary["step_time_s"] * 1.05
+
+
+def test_stragglers_that_break_replica_symmetry_switch_folding_off():
+    pipeline = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"]
+    straggler = "faults.step.stragglers=[{gpus: [8], slowdown: 2}]"
+    one = simulate(scenario_from_text(TP_DP, "inline.yaml", pipeline + [straggler]))
+    assert one.summary["folded"] is False
+    assert "shares links" in one.summary["fold_off_reason"]
+    two = simulate(scenario_from_text(TP_DP, "inline.yaml", ["faults.step.stragglers=[{gpus: [9, 10], slowdown: 2}]"]))
+    assert two.summary["fold_off_reason"] == "stragglers in more than one pipeline replica"
+
+
+def test_random_stragglers_follow_the_seed():
+    faults = "faults.step.stragglers=[{fraction: 0.25, draw: {distribution: uniform, low: 1.1, high: 1.3}}]"
+    runs = [simulate(scenario_from_text(TP_DP, "inline.yaml", [faults, f"run.seed={seed}"])).summary["faults"]
+            for seed in (1, 1, 2)]
+    assert runs[0] == runs[1] and runs[0]["slowed_gpus"] != runs[2]["slowed_gpus"]
+    assert len(runs[0]["slowed_gpus"]) == 8
+    assert all(1.1 <= gpu["factor"] <= 1.3 for gpu in runs[0]["slowed_gpus"].values())
+
+
+SPINES = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+collectives: {channels: 4}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+"""
+
+
+def test_one_spine_link_down_reroutes_and_lengthens_the_data_parallel_time():
+    healthy = simulate(scenario_from_text(SPINES))
+    broken = simulate(scenario_from_text(SPINES, "inline.yaml", ["faults.step.links=[{link: [leaf0.r0, spine0]}]"]))
+    summary = broken.summary
+    assert summary["faults"]["rerouted_routes"] > 0
+    assert summary["comm_s"]["dp"] > healthy.summary["comm_s"]["dp"] * 1.2
+    assert summary["step_time_s"] > healthy.summary["step_time_s"]
+    assert summary["fold_off_reason"].startswith("link faults")
+    topology = broken.topology
+    down = {topology.link_index[("leaf0.r0", "spine0")], topology.link_index[("spine0", "leaf0.r0")]}
+    flows = broken.timeline[broken.timeline["kind"] == "flow"]
+    for src, dst in set(zip(flows["src"], flows["dst"])):
+        for channel in range(4):
+            assert down.isdisjoint(topology.path(int(src), int(dst), channel))
+
+
+def test_a_link_failing_mid_step_moves_its_flows_and_costs_less_than_failing_at_the_start():
+    def dp_time(at):
+        faults = f"faults.step.links=[{{link: [leaf0.r0, spine0], at: {at}}}]"
+        return simulate(scenario_from_text(SPINES, "inline.yaml", [faults])).summary["comm_s"]["dp"]
+
+    healthy = simulate(scenario_from_text(SPINES)).summary["comm_s"]["dp"]
+    assert healthy < dp_time("15 ms") < dp_time("0 s")
+    assert dp_time("1 s") == pytest.approx(healthy, rel=1e-12)  # after the step: no effect
+
+
+def test_a_degraded_link_slows_the_flows_crossing_it():
+    healthy = simulate(scenario_from_text(SPINES)).summary["comm_s"]["dp"]
+    faults = "faults.step.links=[{link: [leaf0.r0, spine0], capacity: 0.25}]"
+    degraded = simulate(scenario_from_text(SPINES, "inline.yaml", [faults])).summary
+    assert degraded["comm_s"]["dp"] > healthy * 1.2
+    assert degraded["faults"]["rerouted_routes"] == 0
+
+
+def test_all_uplinks_of_a_leaf_down_abort_the_step_with_the_reason(tmp_path, capsys):
+    with pytest.raises(StepAborted) as aborted:
+        simulate(scenario_from_text(SPINES, "inline.yaml", ["faults.step.links=[{uplinks_of: leaf0.r0, at: 2 ms}]"]))
+    assert aborted.value.at_s == pytest.approx(2e-3)
+    assert aborted.value.reason == "uplinks of leaf0.r0 down: h0/gpu0 cannot reach h2/gpu0"
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SPINES + "faults: {step: {links: [{uplinks_of: leaf0.r0}]}}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "simulation error: step aborted at 0 s: uplinks of leaf0.r0 down: h0/gpu0 cannot reach h2/gpu0"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gpu_failure_aborts_the_step_only_if_it_comes_before_the_end():
+    healthy = simulate(scenario_from_text(SPINES)).summary["step_time_s"]
+    with pytest.raises(StepAborted, match=r"step aborted at 0.005 s: GPU 2 \(h2/gpu0\) failed"):
+        simulate(scenario_from_text(SPINES, "inline.yaml", ["faults.step.gpu_failures=[{gpu: 2, at: 5 ms}]"]))
+    late = simulate(scenario_from_text(SPINES, "inline.yaml", ["faults.step.gpu_failures=[{gpu: 2, at: 1 s}]"]))
+    assert late.summary["step_time_s"] == healthy
+
+
+def test_the_job_simulation_api_returns_outcomes_and_caches_by_faults():
+    loaded = scenario_from_text(TP_DP)
+    slow = StepFaults(stragglers=(Straggler(gpus=(9,), slowdown=2.0),))
+    assert hash(slow) == hash(StepFaults(stragglers=(Straggler(gpus=(9,), slowdown=2.0),)))
+    outcome = perturbed_step(loaded, slow)
+    assert outcome.folded and outcome.step_time_s == pytest.approx(
+        simulate(scenario_from_text(TP_DP, "inline.yaml", ["faults.step.stragglers=[{gpus: [9], slowdown: 2}]"]))
+        .summary["step_time_s"], rel=1e-12)
+    failed = perturbed_step(loaded, StepFaults(gpu_failures=(GpuFailure(gpu=3, at="1 ms"),)))
+    assert (failed.step_time_s, failed.aborted_at_s, failed.reason) == (None, 1e-3, "GPU 3 (h0/gpu3) failed")
+    split = perturbed_step(loaded, StepFaults(links=(LinkFault(uplinks_of="leaf0.r0"),)))
+    assert split.aborted_at_s == 0 and "cannot reach" in split.reason
+
+
+@pytest.mark.parametrize("faults,line,field,problem", [
+    ("stragglers: [{gpus: [40], slowdown: 2}]", 9, "faults.step.stragglers[0].gpus", "unknown GPU index 40"),
+    ("stragglers: [{gpus: [1], slowdown: 0}]", 9, "faults.step.stragglers[0].slowdown", "greater than 0"),
+    ("stragglers: [{gpus: [1], slowdown: -2}]", 9, "faults.step.stragglers[0].slowdown", "greater than 0"),
+    ("links: [{link: [leaf0.r0, spine9]}]", 9, "faults.step.links[0].link", "unknown node 'spine9'"),
+    ("links: [{link: [leaf0.r0, leaf1.r0]}]", 9, "faults.step.links[0].link", "no link between"),
+    ("links: [{uplinks_of: spine0}]", 9, "faults.step.links[0].uplinks_of", "no uplinks"),
+    ("links: [{link: [leaf0.r0, spine0], at: 5}]", 9, "faults.step.links[0].at", "has no unit"),
+    ("gpu_failures: [{gpu: 4, at: 1 ms}]", 9, "faults.step.gpu_failures[0].gpu", "unknown GPU index 4"),
+])
+def test_bad_fault_input_is_one_located_line(tmp_path, capsys, faults, line, field, problem):
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(SPINES.lstrip("\n") + "faults:\n  step:\n    " + faults + "\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"error: {scenario}:{line}: {field}: ")
+    assert problem in err
+    assert not (tmp_path / "out").exists()
