@@ -222,12 +222,7 @@ class Network:
         for flow in sorted(moving, key=attrgetter("seq")):
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
             flow.last_update = now
-            for link in flow.path:
-                members = self._link_flows[link]
-                members.discard(flow)
-                if not members:
-                    del self._link_flows[link]
-                self._touched_links.add(link)
+            self._unlink(flow)
             flow.path = self.topology.path(flow.src, flow.dst, flow.channel)
             for link in flow.path:
                 self._link_flows.setdefault(link, set()).add(flow)
@@ -343,15 +338,19 @@ class Network:
             _, _, version, flow = heapq.heappop(heap)
             if version != flow.version:
                 continue
-            for link in flow.path:
-                members = self._link_flows[link]
-                members.discard(flow)
-                if not members:
-                    del self._link_flows[link]
-                self._touched_links.add(link)
+            self._unlink(flow)
             self._active -= 1
             self._finish(flow, now)
         self._request_batch()
+
+    def _unlink(self, flow: _Flow) -> None:
+        """Take ``flow`` off the links of its path (they are re-solved at the end of the instant)."""
+        for link in flow.path:
+            members = self._link_flows[link]
+            members.discard(flow)
+            if not members:
+                del self._link_flows[link]
+            self._touched_links.add(link)
 
     def _finish(self, flow: _Flow, now: float) -> None:
         flow.version = -1
