@@ -206,7 +206,10 @@ class Network:
             self._request_batch()
 
     def scale_capacity(self, links: Sequence[int], fraction: float) -> None:
-        """From now on ``links`` keep ``fraction`` of their capacity; the flows crossing them are re-solved."""
+        """From now on ``links`` keep ``fraction`` of their capacity; the flows crossing them are re-solved.
+        The network takes its own copy of the capacities (the topology's are shared between runs)."""
+        if not self.capacity.flags.writeable:
+            self.capacity = self.capacity.copy()
         self.capacity[list(links)] *= fraction
         self._bottleneck.clear()
         self._touched_links.update(links)
