@@ -16,6 +16,7 @@ import bisect
 import gzip
 import re
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 import orjson
@@ -173,7 +174,7 @@ class _Parsed:
             return None
         ts, tid = launch
         spans = self.comms.get(tid, [])
-        position = bisect.bisect_right([span[0] for span in spans], ts) - 1
+        position = bisect.bisect_right(spans, ts, key=lambda span: span[0]) - 1
         while position >= 0:
             start, end, args = spans[position]
             if start <= ts <= end:
@@ -183,23 +184,29 @@ class _Parsed:
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
                     ordered: list[tuple[int, dict]]) -> list[TracedOp]:
-        """Add each stream-wait's dependency to the first op of the waiting stream that starts after it."""
+        """Add each stream-wait's dependency to the first op of the waiting stream that starts after it. A
+        stream runs its kernels in launch order, so starts, ends and launch times grow along each stream."""
+        launch = [self.launches.get((event.get("args") or {}).get("correlation"), (None,))[0]
+                  for _, event in ordered]
+        starts = {stream: [ops[i].start_s for i in members] for stream, members in by_stream.items()}
+        ends = {stream: [ops[i].end_s for i in members] for stream, members in by_stream.items()}
+        launched = {stream: [launch[i] if launch[i] is not None else float("-inf") for i in members]
+                    for stream, members in by_stream.items()}
         extra: dict[int, list[int]] = {}
-        launch_ts = [self.launches.get((event.get("args") or {}).get("correlation"), (None,))[0]
-                     for _, event in ordered]
         for event in self.waits:
             args = event.get("args") or {}
             waiting, source = str(args.get("stream", event.get("tid"))), str(args["wait_on_stream"])
             ts = event["ts"] * US
-            target = next((i for i in by_stream.get(waiting, []) if ops[i].start_s >= ts), None)
+            if waiting not in by_stream or source not in by_stream:
+                continue
+            target = bisect.bisect_left(starts[waiting], ts)
             record = self.launches.get(args.get("wait_on_cuda_event_record_corr_id"))
-            candidates = by_stream.get(source, [])
             if record is not None:
-                before = [i for i in candidates if launch_ts[i] is not None and launch_ts[i] <= record[0]]
+                before = bisect.bisect_right(launched[source], record[0]) - 1
             else:
-                before = [i for i in candidates if ops[i].end_s <= ts]
-            if target is not None and before:
-                extra.setdefault(target, []).append(before[-1])
+                before = bisect.bisect_right(ends[source], ts) - 1
+            if target < len(by_stream[waiting]) and before >= 0:
+                extra.setdefault(by_stream[waiting][target], []).append(by_stream[source][before])
         return [op if i not in extra else _replace_deps(op, extra[i]) for i, op in enumerate(ops)]
 
     def cpu_ops(self) -> list[TracedOp]:
@@ -222,6 +229,7 @@ def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:
     return replace(op, deps=tuple(sorted(set(op.deps) | set(deps))))
 
 
+@lru_cache(maxsize=4096)
 def _from_kernel_name(name: str) -> tuple[str, str]:
     """(primitive, dtype) from an NCCL kernel name such as ncclDevKernel_AllReduce_Sum_bf16_RING_LL."""
     words = [word.lower() for word in re.split(r"[_\W]+", name)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from simulator.errors import TraceError
@@ -79,6 +80,7 @@ KERNEL_KINDS = (
 """Kernel kinds recognised by name; anything else is an unknown kernel (kept as compute, counted in warnings)."""
 
 
+@lru_cache(maxsize=65536)
 def kernel_kind(name: str) -> str:
     """The kind of a kernel by its name, or '' when it is not recognised."""
     for kind, pattern in KERNEL_KINDS:
