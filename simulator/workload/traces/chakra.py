@@ -15,7 +15,7 @@ import heapq
 import json
 from pathlib import Path
 
-from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
+from simulator.workload.traces.model import TracedOp, TracedRank, as_int, trace_error
 
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE",
               5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
@@ -51,7 +51,7 @@ def read_chakra(path: Path) -> TracedRank:
             continue
         op_of[position] = (len(ops),)
         ops.append(op)
-    return TracedRank(file=file, rank=None, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes")
+    return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes")
 
 
 def _documents(path: Path) -> list:
@@ -104,7 +104,7 @@ def _int(file: str, position: int, node: dict, name: str, default: int | None = 
     if value is None and default is not None:
         return default
     try:
-        number = int(value)  # type: ignore[arg-type]
+        number = as_int(value)
     except (TypeError, ValueError):
         raise trace_error(file, f"nodes[{position}].{name}", f"{value!r} is not an integer") from None
     if number < 0:
@@ -125,9 +125,12 @@ def _attrs(node: dict) -> dict[str, object]:
 def _parents(file: str, position: int, node: dict, by_id: dict[int, int]) -> list[int]:
     parents = []
     for name in ("data_deps", "ctrl_deps"):
-        for dep in _get(node, name) or []:
+        deps = _get(node, name) or []
+        if not isinstance(deps, list):
+            raise trace_error(file, f"nodes[{position}].{name}", f"{deps!r} is not a list of node ids")
+        for dep in deps:
             try:
-                parents.append(by_id[int(dep)])
+                parents.append(by_id[as_int(dep)])
             except (KeyError, TypeError, ValueError):
                 raise trace_error(file, f"nodes[{position}].{name}", f"dependency {dep!r} is not a node of the trace",
                                   "ids of nodes in the same file") from None
@@ -174,8 +177,8 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
         return None
     size = attrs.get("comm_size")
     try:
-        nbytes = float(size)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        nbytes = float(as_int(size))
+    except ValueError:
         raise trace_error(file, where, f"{kind} {name!r} has no comm_size", "a comm_size attribute in bytes") from None
     if nbytes < 0:
         raise trace_error(file, where, f"comm_size {nbytes} is negative", "bytes >= 0")
@@ -184,7 +187,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
         comm_type = attrs.get("comm_type")
         code = COLLECTIVE_NAMES.get(comm_type, comm_type) if isinstance(comm_type, str) else comm_type
         try:
-            primitive = COLLECTIVE_TYPES[int(code)]  # type: ignore[arg-type]
+            primitive = COLLECTIVE_TYPES[as_int(code)]
         except (KeyError, TypeError, ValueError):
             raise trace_error(file, where, f"collective type {comm_type!r} of {name!r} is not supported",
                               ", ".join(f"{key} ({value})" for key, value in COLLECTIVE_TYPES.items())) from None
@@ -193,10 +196,13 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
     send = kind == "COMM_SEND_NODE"
     peer = attrs.get("comm_dst" if send else "comm_src")
     try:
-        peer_rank = int(peer)  # type: ignore[arg-type]
+        peer_rank = as_int(peer)
     except (TypeError, ValueError):
         raise trace_error(file, where, f"{kind} {name!r} has no {'comm_dst' if send else 'comm_src'}",
                           "the peer rank as an attribute") from None
-    tag = attrs.get("comm_tag") or 0
+    try:
+        tag = as_int(attrs.get("comm_tag") or 0)
+    except ValueError:
+        raise trace_error(file, where, f"comm_tag {attrs.get('comm_tag')!r} is not an integer") from None
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, nbytes=nbytes,
-                    peer=peer_rank, tag=int(tag), deps=deps)  # type: ignore[arg-type]
+                    peer=peer_rank, tag=tag, deps=deps)

@@ -71,7 +71,8 @@ def read_kineto(path: Path) -> TracedRank:
         raise trace_error(file, "traceEvents", "no traceEvents list", "a Chrome-trace object with traceEvents")
     events = doc["traceEvents"]
     info = doc.get("distributedInfo") or {}
-    rank = info.get("rank") if isinstance(info, dict) and isinstance(info.get("rank"), int) else None
+    stated = info.get("rank") if isinstance(info, dict) else None
+    rank = stated if isinstance(stated, int) else -1
     parsed = _Parsed(file, events)
     if parsed.gpu:
         ops, unknown = parsed.gpu_ops()
@@ -190,8 +191,8 @@ class _Parsed:
                   for _, event in ordered]
         starts = {stream: [ops[i].start_s for i in members] for stream, members in by_stream.items()}
         ends = {stream: [ops[i].end_s for i in members] for stream, members in by_stream.items()}
-        launched = {stream: [launch[i] if launch[i] is not None else float("-inf") for i in members]
-                    for stream, members in by_stream.items()}
+        launched = {stream: [float("-inf") if launch[i] is None else float(launch[i])  # type: ignore[arg-type]
+                             for i in members] for stream, members in by_stream.items()}
         extra: dict[int, list[int]] = {}
         for event in self.waits:
             args = event.get("args") or {}

@@ -42,13 +42,13 @@ class TracedOp:
 
 @dataclass(frozen=True)
 class TracedRank:
-    """One rank's trace. ``timed``: its start times are measurements (a profiler trace), so idle time between
-    a stream's ops is real; ``events`` counts the file's events (or nodes); ``unknown`` lists (event index,
+    """One rank's trace. ``rank`` is its number as the file states it, -1 when it does not. ``timed``: its
+    start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events`` counts the file's events (or nodes); ``unknown`` lists (event index,
     name) of kernels kept as compute because their kind is not recognised; ``window`` is the traced step's
     (start, end) where the trace marks it (a ProfilerStep annotation around host-only activity)."""
 
     file: str
-    rank: int | None
+    rank: int
     ops: tuple[TracedOp, ...]
     timed: bool
     events: int
@@ -87,6 +87,13 @@ def kernel_kind(name: str) -> str:
         if pattern.search(name):
             return kind
     return ""
+
+
+def as_int(value: object) -> int:
+    """An integer from a JSON number or its text (protobuf JSON writes 64-bit integers as strings)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not an integer")
+    return int(value)
 
 
 def trace_error(file: str, where: str, problem: str, allowed: str = "") -> TraceError:

@@ -50,12 +50,12 @@ def trace_files(pattern: str, base_dir: Path) -> list[Path]:
 def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
     """Every rank's trace, each with its rank number (from the trace, else the file order)."""
     traced = [READERS[config.format](file) for file in trace_files(config.trace, base_dir)]
-    if all(rank.rank is not None for rank in traced):
+    if all(rank.rank >= 0 for rank in traced):
         numbers = [rank.rank for rank in traced]
         if len(set(numbers)) != len(numbers):
             raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
                                 allowed="one file per rank")
-        return sorted(traced, key=lambda rank: rank.rank)  # type: ignore[arg-type, return-value]
+        return sorted(traced, key=lambda rank: rank.rank)
     return [TracedRank(rank.file, index, rank.ops, rank.timed, rank.events, rank.unknown, rank.events_field)
             for index, rank in enumerate(traced)]
 
@@ -116,7 +116,7 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
         for op in rank.ops:
             if op.kind != "collective":
                 continue
-            users.setdefault(op.group, set()).add(rank.rank)  # type: ignore[arg-type]
+            users.setdefault(op.group, set()).add(rank.rank)
             if op.members:
                 if op.group in listed and listed[op.group] != op.members:
                     raise trace_error(rank.file, rank.where(op), f"process group {op.group!r} has members "
