@@ -43,9 +43,10 @@ class TracedOp:
 @dataclass(frozen=True)
 class TracedRank:
     """One rank's trace. ``rank`` is its number as the file states it, -1 when it does not. ``timed``: its
-    start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events`` counts the file's events (or nodes); ``unknown`` lists (event index,
-    name) of kernels kept as compute because their kind is not recognised; ``window`` is the traced step's
-    (start, end) where the trace marks it (a ProfilerStep annotation around host-only activity)."""
+    start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
+    counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
+    because their kind is not recognised; ``window`` is the traced step's (start, end) where the trace marks
+    it (a ProfilerStep annotation around host-only activity)."""
 
     file: str
     rank: int
