@@ -54,6 +54,21 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate_published(args: argparse.Namespace) -> int:
+    from simulator.validation import published_cases, render, run_cases
+
+    folder = Path(args.folder)
+    paths = [path for path in published_cases(folder) if not args.case or path.stem in args.case]
+    results = run_cases(paths, jobs=args.jobs)
+    for result in results:
+        print(f"{result.case}: published {result.published:g}, simulated {result.simulated:.1f} "
+              f"({result.error:+.1%}, tolerance {result.tolerance:.0%})")
+    if not args.case:
+        Path(args.out).write_text(render(results))
+        print(f"wrote {args.out}")
+    return 0 if all(result.within for result in results) else 1
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import load_topology
@@ -165,6 +180,15 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=_cmd_sweep)
+
+    published = sub.add_parser("validate-published",
+                                help="run every case of scenarios/published/ and regenerate docs/validation.md")
+    published.add_argument("--folder", default="scenarios/published", help="folder of published cases")
+    published.add_argument("--out", default="docs/validation.md", help="report to write")
+    published.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel processes")
+    published.add_argument("--case", action="append", default=[], metavar="NAME",
+                           help="run only this case (file name without .yaml); the report is not written")
+    published.set_defaults(func=_cmd_validate_published)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")
     topo.add_argument("action", choices=["describe", "draw"])

@@ -1,22 +1,72 @@
-"""Compute-efficiency calibration per GPU: the roofline's plateau efficiencies, fitted to published runs.
+"""Compute-efficiency calibration per GPU and precision, read from the kernel data file kernels.yaml.
 
-A100 (a100-40gb, a100-80gb): fitted on two Megatron-LM SC21 Table 1 rows (1.7B on 32 GPUs and 18.4B on 256
-GPUs, standard attention, full recompute) and checked on the other rows up to 512 GPUs; docs/validation.md
-lists predicted vs published. Other GPUs keep the cost model's uncalibrated defaults until measured.
+Every constant there names a kernel-level source (GEMM and attention microbenchmarks, HBM streaming, sustained
+clocks); no end-to-end training table is used. The file's figures become the roofline's ``Efficiency``:
+GEMM and attention plateaus are the measured fractions of peak times the sustained-to-boost clock ratio, the
+memory plateau is the measured fraction of HBM bandwidth. GPUs missing from the file keep the defaults.
 """
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from types import MappingProxyType
 
+import yaml
+
+from simulator.parallel.overlap import TPOverlap
 from simulator.workload.roofline import Efficiency
 
-CALIBRATED = MappingProxyType({
-    "a100-40gb": Efficiency(matmul_peak=0.64, attention_peak=0.50),
-    "a100-80gb": Efficiency(matmul_peak=0.64, attention_peak=0.50),
-})
+KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
 
 
-def compute_efficiency(gpu_name: str) -> Efficiency:
-    """The calibrated efficiencies of ``gpu_name``, or the defaults when it has not been calibrated."""
-    return CALIBRATED.get(gpu_name, Efficiency())
+@cache
+def kernel_data() -> MappingProxyType:
+    """The parsed kernels.yaml: ``sources`` (key -> citation) and ``gpus`` (name -> entry)."""
+    return MappingProxyType(yaml.safe_load(KERNELS_FILE.read_text()))
+
+
+def _table(attention: dict, key: str, ratio: float) -> tuple[tuple[float, float], ...]:
+    peak = float(attention["table_peak_tflops"])
+    return tuple((float(length), min(1.0, float(tflops) / peak * ratio))
+                 for length, tflops in zip(attention["seq_len"], attention[key]))
+
+
+@cache
+def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
+    """The roofline efficiencies of ``gpu_name`` at ``precision`` from kernels.yaml (defaults when absent)."""
+    entry = kernel_data()["gpus"].get(gpu_name)
+    if entry is None:
+        return Efficiency()
+    ratio = float(entry["clock"]["sustained_ratio"])
+    gemm, attention = entry["gemm"], entry["attention"]
+    achievable = gemm["achievable"]
+    matmul = float(achievable.get(precision, achievable["bf16"]))
+    return Efficiency(
+        matmul_peak=matmul * ratio,
+        matmul_half_dim=float(gemm["half_dim"]),
+        memory_peak=float(entry["memory"]["fraction"]),
+        ramp_time=float(gemm["ramp_time_s"]),
+        attention_forward=_table(attention, "forward_tflops", ratio),
+        attention_backward=_table(attention, "backward_tflops", ratio),
+    )
+
+
+def tp_overlap(gpu_name: str) -> TPOverlap:
+    """Megatron/TE chunked TP overlap on ``gpu_name``: a GEMM sharing the GPU with communication kernels that
+    hold ``n`` of its SMs runs at (SMs - n) / SMs of its speed."""
+    data = kernel_data()
+    config = data["tp_comm_overlap"]
+    entry = data["gpus"].get(gpu_name)
+    if entry is None:
+        return TPOverlap(chunks=int(config["chunks"]))
+    sms = float(entry["sms"])
+    return TPOverlap(chunks=int(config["chunks"]),
+                     all_gather_slowdown=sms / (sms - float(config["all_gather_sms"])),
+                     reduce_scatter_slowdown=sms / (sms - float(config["reduce_scatter_sms"])))
+
+
+def source_of(gpu_name: str, part: str) -> str:
+    """The citation behind ``part`` (clock, gemm, attention, memory) of ``gpu_name``'s calibration."""
+    data = kernel_data()
+    return str(data["sources"][data["gpus"][gpu_name][part]["source"]])

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
+from simulator.config.published import PublishedConfig
 from simulator.config.sections import Section
 from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError
@@ -197,16 +198,21 @@ class PipelineConfig(Section):
 
 
 class DDPConfig(Section):
-    """PyTorch DDP gradient buckets and whether their all-reduces overlap the backward."""
+    """PyTorch DDP gradient buckets and whether their all-reduces overlap the backward; with ZeRO-1/2 (the
+    distributed optimizer), `overlap_param_gather` defers the parameter all-gather to the next step's forward
+    (Megatron-LM's --overlap-param-gather, off by default there too)."""
 
     bucket: Size = 25 * 2**20
     overlap: bool = True
+    overlap_param_gather: bool = False
 
 
 class ParallelismConfig(Section):
     """Degrees, placement order (innermost first) and the sharding / bucketing choices; how context
     parallelism gets the sequence's K/V (`cp_algorithm`) and whether it balances the causal work over its
-    ranks (`cp_load_balance`, two mirrored chunks per rank)."""
+    ranks (`cp_load_balance`, two mirrored chunks per rank). `tp_comm_overlap`
+    chunks the TP collectives against their neighbouring GEMMs (Megatron-LM's --tp-comm-overlap, off by
+    default; it needs sequence parallelism)."""
 
     tp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
@@ -216,6 +222,7 @@ class ParallelismConfig(Section):
     dp: int | None = Field(default=None, ge=1)
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]
     sequence_parallel: bool = False
+    tp_comm_overlap: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     zero: int = Field(default=0, ge=0, le=3)
     fsdp: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] | None = None
@@ -235,6 +242,7 @@ class Scenario(Section):
     training: TrainingConfig = TrainingConfig()
     parallelism: ParallelismConfig = ParallelismConfig()
     faults: FaultsConfig = FaultsConfig()
+    published: PublishedConfig | None = None
     description: str = ""
 
     @model_validator(mode="after")

@@ -1,9 +1,10 @@
 """Turn a training step into per-rank ops: pipeline actions, TP/SP/CP collectives, P2P between stages,
 DDP gradient buckets, ZeRO/FSDP gathers and reduce-scatters, and the optimizer step.
 
-Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `dp` runs gradient
-buckets and ZeRO-1/2 parameter gathers; `zero` runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous
-P2P sends and receives (each runs as soon as its data is ready, like isend/irecv).
+Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `tp` the chunked TP
+collectives that `tp_comm_overlap` runs against their neighbouring GEMMs; `dp` runs gradient buckets and
+ZeRO-1/2 parameter gathers; `zero` runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous P2P sends and
+receives (each runs as soon as its data is ready, like isend/irecv).
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from dataclasses import dataclass
 from simulator.parallel.context import CP_STREAM, context_fold_blocker
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
+from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Schedule
 
-DP_STREAM = "dp"
 ZERO_STREAM = "zero"
 PP_STREAM = "pp"
 ASYNC_STREAMS = frozenset({PP_STREAM})
@@ -38,6 +39,7 @@ class StepPlan:
     sharding: Sharding
     optimizer_s: tuple[float, ...]
     recompute_comm: bool = False
+    tp_overlap: TPOverlap | None = None
 
 
 def plan_fold_blocker(plan: StepPlan) -> str:
@@ -50,24 +52,7 @@ def plan_fold_blocker(plan: StepPlan) -> str:
     return ""
 
 
-def _tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
-    """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators."""
-    if pattern == "embedding":
-        if backward or before:
-            return None
-        return "reduce_scatter" if sequence_parallel else "all_reduce"
-    if pattern == "head":
-        if sequence_parallel:
-            if before and not backward:
-                return "all_gather"
-            return "reduce_scatter" if backward and not before else None
-        return "all_reduce" if backward and not before else None
-    if sequence_parallel:
-        return "all_gather" if before else "reduce_scatter"
-    return None if before else "all_reduce"
-
-
-class ProgramBuilder:
+class ProgramBuilder(OverlapMixin):
     """Accumulates ops with unique ids; one instance builds one step.
 
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
@@ -86,6 +71,7 @@ class ProgramBuilder:
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[ComputeOp, str]] = []
+        self._param_gathers: dict[tuple[int, int, int], int] = {}
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
@@ -135,6 +121,7 @@ class ProgramBuilder:
         actions = plan.schedule[pp_rank]
         last_grad_action = self._last_grad_actions(actions)
         tag = f"{coords['tp']}.{coords['cp']}.{coords['dp']}"
+        self._deferred_param_gathers(rank)
         for index, action in enumerate(actions):
             vstage = action.chunk * layout.pp + pp_rank
             work = plan.stages[vstage]
@@ -194,7 +181,7 @@ class ProgramBuilder:
         plan, layout = self.plan, self.plan.layout
         if layout.tp == 1 or block.tp_bytes <= 0:
             return deps
-        op = _tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        op = tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
         if op is None:
             return deps
         group = layout.group("tp", rank)
@@ -217,14 +204,11 @@ class ProgramBuilder:
     def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
         mb = action.microbatch
         deps = self._receive(rank, "fwd", mb, vstage - 1, work, tag) if vstage > 0 else []
-        last = None
         for block in work.blocks:
-            deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd")
+            deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd") + self._param_gather(rank, vstage, block)
             deps = self._cp_collective(rank, block, "fwd", deps, mb, vstage)
-            deps = self._tp_collective(rank, block, "fwd", deps, mb, vstage, before=True)
-            last = self._pass(rank, block, "fwd", f"F{mb} {block.name}", block.forward_s, block.forward_flops, deps,
-                              "forward", mb, vstage)
-            deps = self._tp_collective(rank, block, "fwd", [last], mb, vstage, before=False)
+            deps, _ = self._tp_compute(rank, block, "fwd", deps, mb, vstage, f"F{mb} {block.name}", block.forward_s,
+                                       "forward", block.forward_flops)
         if vstage + 1 < len(self.plan.stages) and deps:
             self._send(rank, "fwd", mb, vstage, vstage + 1, deps[-1], tag)
 
@@ -238,19 +222,17 @@ class ProgramBuilder:
             if block.recompute_s > 0:
                 if self.plan.recompute_comm:
                     deps = self._cp_collective(rank, block, "rec", deps, mb, vstage)
-                    deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=True)
-                deps = [self._pass(rank, block, "rec", f"R{mb} {block.name}", block.recompute_s,
-                                   block.recompute_flops, deps, "recompute", mb, vstage)]
-                if self.plan.recompute_comm:
-                    deps = self._tp_collective(rank, block, "rec", deps, mb, vstage, before=False)
-            deps = self._tp_collective(rank, block, "bwd", deps, mb, vstage, before=True)
+                    deps, _ = self._tp_compute(rank, block, "rec", deps, mb, vstage, f"R{mb} {block.name}",
+                                               block.recompute_s, "recompute", block.recompute_flops)
+                else:
+                    deps = [self._pass(rank, block, "rec", f"R{mb} {block.name}", block.recompute_s,
+                                       block.recompute_flops, deps, "recompute", mb, vstage)]
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            op_id = self._pass(rank, block, "bwd", name, duration, flops, deps, "backward", mb, vstage)
+            deps, op_id = self._tp_compute(rank, block, "bwd", deps, mb, vstage, name, duration, "backward", flops)
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
-            deps = self._tp_collective(rank, block, "bwd", [op_id], mb, vstage, before=False)
             deps = self._cp_collective(rank, block, "bwd", deps, mb, vstage)
         if vstage > 0 and deps:
             self._send(rank, "bwd", mb, vstage, vstage - 1, deps[-1], tag)
@@ -377,7 +359,7 @@ class ProgramBuilder:
         if sharding.stage == 3 and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer")
-        if self._dp_size() > 1 and sharding.stage in (1, 2):
+        if self._dp_size() > 1 and sharding.stage in (1, 2) and not sharding.overlap_param_gather:
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)
             self._collective(rank, DP_STREAM, "all_gather params", "all_gather", group, params * sharding.param_bytes,

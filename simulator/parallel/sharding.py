@@ -14,7 +14,8 @@ class Sharding:
     the sharded state is split over. A degree below the data-parallel group's size is hybrid sharding (HSDP):
     groups of ``degree`` ranks shard, and the groups all-reduce across each other. ``bucket_bytes`` and
     ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
-    gradient and parameter element."""
+    gradient and parameter element; ``overlap_param_gather`` moves the ZeRO-1/2 parameter gather from after the
+    optimizer to the next step's forward, bucket by bucket."""
 
     stage: int = 0
     degree: int = 1
@@ -22,3 +23,4 @@ class Sharding:
     overlap: bool = True
     grad_bytes: float = 2.0
     param_bytes: float = 2.0
+    overlap_param_gather: bool = False

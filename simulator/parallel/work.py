@@ -28,6 +28,9 @@ class Block:
     layer: with SP all-gather before the forward and reduce-scatter after the backward; without, all-reduce
     after the backward only). ``context`` is the attention core's split under context parallelism (None
     without it): the program runs the ring around it, or scales it by the rank's share of a causal split.
+    after the backward only). ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
+    ``tp_comm_overlap`` hides them behind: (forward GEMM after the collective before the block, forward GEMM
+    before the collective after it, the same two in the backward); 0 where no GEMM is adjacent.
     """
 
     name: str
@@ -46,6 +49,7 @@ class Block:
     tensors: tuple[float, ...] = ()
     tp_pattern: str = "layer"
     context: ContextAttention | None = None
+    overlap_gemm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,3 +111,18 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
         "peak_memory_rank": stage_rank[worst_stage],
         "oom": worst.total > capacity_bytes,
     }
+
+
+def overlap_summary(step: TrainingStep) -> dict:
+    """Which communication overlaps the step ran with: chunked TP collectives against their GEMMs, gradient
+    buckets during the backward, the distributed optimizer's parameter gather during the next forward, and
+    ZeRO-3 / FSDP parameter prefetch."""
+    plan = step.plan
+    layout, sharding = plan.layout, plan.sharding
+    data_parallel = layout.dp * layout.cp > 1
+    return {
+        "tp_comm": plan.tp_overlap is not None and layout.tp > 1,
+        "grad_reduce": data_parallel and sharding.overlap,
+        "param_gather": data_parallel and sharding.overlap_param_gather and sharding.stage in (1, 2),
+        "zero3_prefetch": data_parallel and sharding.stage == 3,
+    }

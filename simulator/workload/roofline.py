@@ -8,6 +8,7 @@ docs/cost-model.md gives the sources of the defaults.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.catalog.gpus import GPUSpec
@@ -24,6 +25,9 @@ class Efficiency:
     length. elementwise_peak: fraction of the CUDA-core fp32 peak for elementwise FLOPs. memory_peak: fraction of
     HBM bandwidth a streaming kernel reaches. ramp_time: launch and tail-wave loss in seconds; the rate is the
     plateau rate times t / (t + ramp_time), t the time at the plateau rate, so every kernel takes t + ramp_time.
+    attention_forward / attention_backward: measured (key length, fraction of peak) points, ascending; when
+    given they replace attention_peak and attention_half_len for that pass (log-linear in the key length
+    between points, the end values beyond them).
     """
 
     matmul_peak: float = 0.80
@@ -33,6 +37,8 @@ class Efficiency:
     elementwise_peak: float = 0.5
     memory_peak: float = 0.85
     ramp_time: float = 2e-6
+    attention_forward: tuple[tuple[float, float], ...] = ()
+    attention_backward: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):
@@ -42,6 +48,12 @@ class Efficiency:
         for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
             if getattr(self, name) < 0.0:
                 raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
+        for name in ("attention_forward", "attention_backward"):
+            points = getattr(self, name)
+            if any(not 0.0 < fraction <= 1.0 or length <= 0 for length, fraction in points) or \
+                    [length for length, _ in points] != sorted({length for length, _ in points}):
+                raise ScenarioError(f"{name} needs ascending key lengths with fractions in (0, 1]",
+                                    field=f"efficiency.{name}", allowed="(length > 0, fraction in (0, 1]) pairs")
 
 
 def _saturation(size: float, half: float) -> float:
@@ -49,6 +61,17 @@ def _saturation(size: float, half: float) -> float:
     if half == 0.0 or size <= 0.0:
         return 1.0
     return size / (size + half)
+
+
+def _interpolate(points: tuple[tuple[float, float], ...], length: float) -> float:
+    """The fraction at ``length``: linear in log2(length) between measured points, the end values outside."""
+    if length <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if length <= x1:
+            share = (math.log2(length) - math.log2(x0)) / (math.log2(x1) - math.log2(x0))
+            return y0 + share * (y1 - y0)
+    return points[-1][1]
 
 
 def compute_precision(kernel: Kernel, precision: str) -> str:
@@ -65,6 +88,9 @@ def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
     if kernel.kind == "matmul":
         return efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
     if kernel.kind == "attention":
+        table = efficiency.attention_backward if kernel.backward else efficiency.attention_forward
+        if table and kernel.size_dim > 0:
+            return _interpolate(table, kernel.size_dim)
         return efficiency.attention_peak * _saturation(kernel.size_dim, efficiency.attention_half_len)
     if kernel.kind == "elementwise":
         return efficiency.elementwise_peak

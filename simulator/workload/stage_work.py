@@ -21,6 +21,14 @@ from simulator.workload.transformer import (
 )
 
 ATTENTION_KERNELS = frozenset({"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"})
+TP_ADJACENT_GEMMS = {
+    "layer": (frozenset({"qkv_proj", "mlp_gate", "mlp_up", "mlp_fc1"}), frozenset({"out_proj", "mlp_down", "mlp_fc2"})),
+    "head": (frozenset({"lm_head"}), frozenset()),
+    "embedding": (frozenset(), frozenset()),
+}
+"""Per TP pattern, the column-parallel GEMMs right after a block's leading TP collective and the row-parallel
+GEMMs right before its trailing one: the GEMMs tp_comm_overlap splits into chunks against them (the
+embedding's lookup is no GEMM, so its reduce-scatter stays exposed)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,12 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     def flops(ks):
         return sum(k.flops for k in ks)
 
+    def adjacent(ks, names):
+        return seconds(tuple(k for k in ks if k.kind == "matmul" and k.name.split(".")[0] in names))
+
+    leading, trailing = TP_ADJACENT_GEMMS[tp_pattern]
+    overlap = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
+               adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
     every = kernels.forward + kernels.backward
     compute_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[0] for k in every)
     memory_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[1] for k in every)
@@ -55,7 +69,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
                  params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern,
-                 context=context)
+                 context=context, overlap_gemm_s=overlap)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
@@ -127,7 +141,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
     attention_tensors, mlp_tensors = layer_tensors(model, t)
     attention = _split(layer, attention=True)
     mlp = _split(layer, attention=False)
-    p2p_bytes = activation_bytes / (t if shard.sequence_parallel else 1)
+    p2p_bytes = activation_bytes / t
     stages = []
     first_layer = 0
     for index, count in enumerate(counts):

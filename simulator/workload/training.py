@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from simulator.catalog.calibration import compute_efficiency
+from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.schema import MAX_MICROBATCHES, Scenario
@@ -110,7 +110,8 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_byte
     if par.fsdp == "hybrid_shard":
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
     return Sharding(stage=stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
-                    grad_bytes=state_bytes, param_bytes=state_bytes)
+                    grad_bytes=state_bytes, param_bytes=state_bytes,
+                    overlap_param_gather=par.ddp.overlap_param_gather)
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
@@ -154,7 +155,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes)
-    cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name),
+    cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
@@ -163,8 +164,12 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
     optimizer_s = tuple(sum(stages[c * layout.pp + stage].params for c in range(v)) / shard_ways * seconds_per_param
                         for stage in range(layout.pp))
+    if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
+        raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
+                       "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
+    overlap = tp_overlap(gpu.name) if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
-                    recompute_comm=training.recompute == "full")
+                    recompute_comm=training.recompute == "full", tp_overlap=overlap)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = _model_flops(model, training.seq_len) * tokens
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,

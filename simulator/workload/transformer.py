@@ -29,7 +29,8 @@ class Kernel:
     """One GPU kernel: ``flops``, HBM ``hbm_bytes`` moved, its ``kind`` and the size its efficiency depends on.
 
     ``size_dim`` is the smallest GEMM dimension for a matmul, the key length for attention; 0 when it does not
-    apply (elementwise) or is not known, which leaves the efficiency at its plateau.
+    apply (elementwise) or is not known, which leaves the efficiency at its plateau. ``backward`` marks a
+    backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
     """
 
     name: str
@@ -37,6 +38,7 @@ class Kernel:
     hbm_bytes: float
     kind: str
     size_dim: float = 0.0
+    backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,10 +185,16 @@ def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, K
     )
 
 
-def _attention_core(model: ModelSpec, shard: ShardShape, cost: AttentionCost) -> tuple[Kernel, Kernel]:
-    """Attention core. Flash-style: QK^T and AV never leave on-chip memory; HBM traffic is Q, K, V, O (and
-    grads). Standard: the scores are written by QK^T, read and written by the fused scale-mask-softmax and by
-    dropout (plus a 1-byte mask), read by AV; the backward moves about twice that."""
+def _attention_core(model: ModelSpec, shard: ShardShape,
+                    cost: AttentionCost) -> tuple[tuple[Kernel, ...], tuple[Kernel, ...]]:
+    """Attention core (forward kernels, backward kernels).
+
+    Flash-style: one fused kernel per pass; QK^T and AV never leave on-chip memory, HBM traffic is Q, K, V, O
+    (and grads). Standard (Megatron-LM before flash attention): separate kernels, as it ran them: the batched
+    GEMM QK^T writes the scores, the fused scale-mask-softmax and the dropout read and write them (plus a
+    1-byte mask), the batched GEMM AV reads them; the batched GEMMs' smallest side is the head width. The
+    backward runs four batched GEMMs and the softmax/dropout gradients and moves about twice the score bytes.
+    """
     d = shard.dtype_bytes
     heads = model.heads / shard.tp
     kv_heads = kv_heads_per_rank(model, shard.tp)
@@ -196,15 +204,26 @@ def _attention_core(model: ModelSpec, shard: ShardShape, cost: AttentionCost) ->
     kv_elems = kv_tokens * kv_heads * model.head_dim
     flops = 4.0 * q_tokens * shard.seq_len * heads * model.head_dim * cost.causal_factor
     stats = 4.0 * q_tokens * heads
-    score_bytes = 0.0
-    if not cost.flash:
-        scores = q_tokens * shard.seq_len * heads
-        score_bytes = scores * (4 * d + ((2 * d + 1) if model.dropout else 0.0))
-    forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats + score_bytes, "attention",
-                     shard.seq_len)
-    backward = Kernel(
-        "attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems) + 2 * stats + 2 * score_bytes,
-        "attention", shard.seq_len,
+    if cost.flash:
+        forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats, "attention", shard.seq_len)
+        backward = Kernel("attention.bwd", cost.backward_factor * flops,
+                          d * (4 * q_elems + 4 * kv_elems) + 2 * stats, "attention", shard.seq_len, backward=True)
+        return (forward,), (backward,)
+    scores = q_tokens * shard.seq_len * heads
+    dropout_bytes = (2 * d + 1) * scores if model.dropout else 0.0
+    width = model.head_dim
+    forward = (
+        Kernel("attention", flops / 2, d * (q_elems + kv_elems + scores), "matmul", width),
+        Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise"),
+        Kernel("attention.context", flops / 2, d * (scores + kv_elems + q_elems), "matmul", width),
+    )
+    score_bytes = 4 * d * scores + dropout_bytes
+    backward_matmul_score_bytes = 4 * d * scores
+    backward = (
+        Kernel("attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems)
+               + backward_matmul_score_bytes, "matmul", width),
+        Kernel("attention.softmax.bwd", 7.0 * scores, 2 * score_bytes - backward_matmul_score_bytes,
+               "elementwise"),
     )
     return forward, backward
 
@@ -226,7 +245,7 @@ def _activation(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
 
 
 def _renamed(kernels: tuple[Kernel, ...], prefix: str) -> tuple[Kernel, ...]:
-    return tuple(Kernel(f"{prefix}{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim) for k in kernels)
+    return tuple(Kernel(f"{prefix}{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim, k.backward) for k in kernels)
 
 
 def layer_kernels(
@@ -260,15 +279,15 @@ def layer_kernels(
     mlp_residual = _residual("mlp_residual", model, shard)
 
     forward = (
-        input_norm[0], qkv[0], attention[0], out_proj[0], attn_residual[0], mlp_norm[0],
+        input_norm[0], qkv[0], *attention[0], out_proj[0], attn_residual[0], mlp_norm[0],
         *(mm[0] for mm in mlp_in), activation[0], mlp_out[0], mlp_residual[0],
     )
     backward_input = (
         mlp_residual[1], mlp_out[1], activation[1], *(mm[1] for mm in reversed(mlp_in)), mlp_norm[1],
-        attn_residual[1], out_proj[1], attention[1], qkv[1], input_norm[1],
+        attn_residual[1], out_proj[1], *attention[1], qkv[1], input_norm[1],
     )
     backward_weight = (mlp_out[2], *(mm[2] for mm in reversed(mlp_in)), out_proj[2], qkv[2])
-    recomputed = {"none": (), "selective": (attention[0],), "full": forward}[recompute]
+    recomputed = {"none": (), "selective": attention[0], "full": forward}[recompute]
     return PassKernels(forward, _renamed(recomputed, "recompute."), backward_input, backward_weight)
 
 

@@ -9,7 +9,13 @@ from simulator.config.schema import Scenario
 from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
-from simulator.workload.memory_plan import layout_summary, memory_bound_share, memory_summary, stage_memory
+from simulator.workload.memory_plan import (
+    layout_summary,
+    memory_bound_share,
+    memory_summary,
+    overlap_summary,
+    stage_memory,
+)
 from simulator.workload.training import build_training_step
 
 
@@ -31,5 +37,6 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
                        warnings=step.warnings,
-                       details={"layout": layout_summary(step), **({"fold_off_reason": blocker} if blocker else {})},
+                       details={"layout": layout_summary(step), "overlaps": overlap_summary(step),
+                                **({"fold_off_reason": blocker} if blocker else {})},
                        layout=layout)

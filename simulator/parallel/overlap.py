@@ -1,0 +1,138 @@
+"""Communication overlap in the program builder: TP collectives chunked against their neighbouring GEMMs
+(Megatron-LM's --tp-comm-overlap, Transformer Engine userbuffers) and the distributed optimizer's parameter
+gather deferred to the next step's forward (--overlap-param-gather). docs/training-step.md describes both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.parallel.work import Block
+
+if TYPE_CHECKING:
+    from simulator.parallel.program import ProgramBuilder
+
+TP_STREAM = "tp"
+DP_STREAM = "dp"
+
+
+def tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
+    """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators."""
+    if pattern == "embedding":
+        if backward or before:
+            return None
+        return "reduce_scatter" if sequence_parallel else "all_reduce"
+    if pattern == "head":
+        if sequence_parallel:
+            if before and not backward:
+                return "all_gather"
+            return "reduce_scatter" if backward and not before else None
+        return "all_reduce" if backward and not before else None
+    if sequence_parallel:
+        return "all_gather" if before else "reduce_scatter"
+    return None if before else "all_reduce"
+
+
+@dataclass(frozen=True)
+class TPOverlap:
+    """Megatron-style TP communication overlap: each TP collective next to a GEMM is split into ``chunks``; all
+    but the last chunk run on the `tp` stream while the GEMM computes, the last one is exposed. While they run,
+    communication kernels hold SMs, so the GEMM is slowed by ``all_gather_slowdown`` (collective before the
+    GEMM) or ``reduce_scatter_slowdown`` (after it)."""
+
+    chunks: int = 4
+    all_gather_slowdown: float = 1.0
+    reduce_scatter_slowdown: float = 1.0
+
+
+class OverlapMixin:
+    """The overlap methods of ProgramBuilder (kept apart to keep the builder readable)."""
+
+    def _tp_compute(self: ProgramBuilder, rank: int, block: Block, phase: str, deps: list[int], mb: int,
+                    vstage: int, name: str, duration: float, category: str, flops: float) -> tuple[list[int], int]:
+        """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
+        last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it."""
+        before_gemm, after_gemm = self._adjacent_gemms(block, phase)
+        if not before_gemm:
+            deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
+        else:
+            deps, gemm = self._overlapped(rank, block, phase, deps, mb, vstage, before=True, name=name,
+                                          gemm_s=before_gemm, flops=flops * before_gemm / duration,
+                                          category=category)
+            deps = deps + [gemm]
+        rest = duration - before_gemm - after_gemm
+        share = rest / duration if duration > 0 else 1.0
+        last = self._pass(rank, block, phase, name, rest, flops * share, deps, category, mb, vstage)
+        if not after_gemm:
+            return self._tp_collective(rank, block, phase, [last], mb, vstage, before=False), last
+        deps, last = self._overlapped(rank, block, phase, [last], mb, vstage, before=False, name=name,
+                                      gemm_s=after_gemm, flops=flops * after_gemm / duration, category=category)
+        return deps, last
+
+    def _adjacent_gemms(self: ProgramBuilder, block: Block, phase: str) -> tuple[float, float]:
+        """Seconds of the GEMMs the block's leading and trailing TP collectives overlap (0: not overlapped)."""
+        plan = self.plan
+        if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
+            return 0.0, 0.0
+        gemms = block.overlap_gemm_s
+        pairs = {"fwd": (gemms[0], gemms[1]), "rec": (gemms[0], gemms[1]), "bwd": (gemms[2], gemms[3])}[phase]
+        sides = [tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel) for before in (True, False)]
+        return tuple(gemm if side is not None else 0.0 for gemm, side in zip(pairs, sides))  # type: ignore[return-value]
+
+    def _overlapped(self: ProgramBuilder, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
+                    before: bool, name: str, gemm_s: float, flops: float, category: str) -> tuple[list[int], int]:
+        """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
+        (slowed by the SMs the communication holds), the last chunk after both; returns (the last chunk, the
+        GEMM op)."""
+        plan, layout = self.plan, self.plan.layout
+        overlap = plan.tp_overlap
+        assert overlap is not None
+        op = tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        group = layout.group("tp", rank)
+        slowdown = overlap.all_gather_slowdown if before else overlap.reduce_scatter_slowdown
+        key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        head = (overlap.chunks - 1) / overlap.chunks
+        overlapped = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (overlapped)", op, group,
+                                      block.tp_bytes * head, f"{key}.head", deps, "tp", mb)
+        gemm = self._compute(rank, f"{name} gemm", gemm_s * slowdown, deps, category, flops, mb=mb)
+        tail = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (last chunk)", op, group,
+                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm], "tp", mb)
+        return [tail], gemm
+
+    def _deferred_param_gathers(self: ProgramBuilder, rank: int) -> None:
+        """``overlap_param_gather`` (Megatron's distributed optimizer): the parameters the previous step's
+        optimizer updated are all-gathered bucket by bucket in forward order at the start of this step, and a
+        block's first forward waits only for its own bucket, so the gathers hide behind the forward."""
+        plan, sharding = self.plan, self.plan.sharding
+        if not sharding.overlap_param_gather or sharding.stage not in (1, 2) or self._dp_size() == 1:
+            return
+        layout = plan.layout
+        pp_rank = layout.coords(rank)["pp"]
+        group = self._dp_group(rank)
+        pending: list[tuple[int, int]] = []
+        size = 0.0
+
+        def flush(index: int) -> None:
+            op = self._collective(rank, DP_STREAM, f"all_gather params bucket {index}", "all_gather", group,
+                                  size, f"zero.ag.pp{pp_rank}.bucket{index}.{group[0]}", [], "dp")
+            for vstage, block_id in pending:
+                self._param_gathers[(rank, vstage, block_id)] = op
+
+        index = 0
+        for chunk in range(plan.virtual_stages):
+            vstage = chunk * layout.pp + pp_rank
+            for block in plan.stages[vstage].blocks:
+                if block.params <= 0:
+                    continue
+                pending.append((vstage, id(block)))
+                size += block.params * sharding.param_bytes
+                if size >= sharding.bucket_bytes:
+                    flush(index)
+                    index, pending, size = index + 1, [], 0.0
+        if pending:
+            flush(index)
+
+    def _param_gather(self: ProgramBuilder, rank: int, vstage: int, block: Block) -> list[int]:
+        """The deferred parameter gather a block's first forward waits for (none after the first)."""
+        op = self._param_gathers.pop((rank, vstage, id(block)), None)
+        return [] if op is None else [op]
