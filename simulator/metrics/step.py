@@ -43,7 +43,7 @@ def bubble_fraction(frame: pd.DataFrame) -> float:
     window = float(pipeline["end_s"].max())
     work = frame[frame["category"].isin(STAGE_WORK_CATEGORIES) & (frame["stream"] == "compute")]
     busy = work.assign(d=work["end_s"].clip(upper=window) - work["start_s"]).groupby("rank")["d"].sum()
-    return float(np.mean(1.0 - busy.to_numpy() / window)) if window > 0 else 0.0
+    return float(np.mean(np.clip(1.0 - busy.to_numpy() / window, 0.0, None))) if window > 0 else 0.0
 
 
 def pipeline_window_s(frame: pd.DataFrame) -> float:
