@@ -1,7 +1,8 @@
 """One run of a scenario: build the cluster, turn the workload into per-rank ops, execute them, summarise.
 
 This is the single path behind `trainsim run` and `simulator.simulate`; the collective benchmark reuses it
-through `run_ops`.
+through `run_ops`. The scenario schema, the workload builders and the metrics (pydantic, pandas) are imported
+where a run needs them, so that `trainsim collective` starts without them.
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
-from simulator.config.loader import LoadedScenario
-from simulator.config.traces import TraceWorkload
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import FaultHooks
 from simulator.engine.plans import PlanCache
@@ -25,16 +24,17 @@ from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.errors import InputError, TopologyError
 from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns, resolve_step_faults
 from simulator.metrics.events import EventLog
-from simulator.metrics.summary import training_summary
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.model import Network
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.topology.loader import load_topology
-from simulator.workload.comm_program import build_comm_program
-from simulator.workload.traces.program import read_traces, trace_program
-from simulator.workload.transformer_program import transformer_program
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.config.loader import LoadedScenario
 
 
 @dataclass
@@ -149,6 +149,8 @@ def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
 def validate(loaded: LoadedScenario, topology: Topology) -> None:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
+    from simulator.workload.comm_program import build_comm_program
+
     settings = network_settings(loaded)
     step_faults(loaded, topology)
     workload = loaded.scenario.workload
@@ -197,6 +199,10 @@ def fold_blocker(topology: Topology) -> str:
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file)."""
+    from simulator.config.traces import TraceWorkload
+    from simulator.workload.traces.program import read_traces, trace_program
+    from simulator.workload.transformer_program import transformer_program
+
     base_dir = Path(loaded.source).parent
     workload = loaded.scenario.workload
     if isinstance(workload, TraceWorkload):
@@ -236,7 +242,10 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings,
              faults: FaultHooks | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
-    routes come back for the trace's link tracks)."""
+    routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
+    level, so that `trainsim collective` never loads them."""
+    from simulator.metrics.summary import training_summary
+
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
                               faults=faults)
     frame = result.log.to_frame()
@@ -280,6 +289,8 @@ def simulate(loaded: LoadedScenario) -> Result:
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
         return simulate_training(loaded, topology, faults)
+    from simulator.workload.comm_program import build_comm_program
+
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded)
     faults.slowdowns = faults.plan.slowdown_of()
