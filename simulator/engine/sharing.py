@@ -21,6 +21,8 @@ differently for small and large messages, so every distinct size of a group is a
 def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
     """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    if not any(op.mirrors for op in collectives):
+        return
     group_ids = GroupIds()
     reached: set[int] = set()
     candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
@@ -58,12 +60,20 @@ def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
             op.mirrors = mirrors
 
 
+def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
+    """Links stand-in when a run has a single group and no mirrors: nothing else can share its links, so
+    every link set may be taken as empty (routing every transfer only to learn that would cost O(flows))."""
+    return frozenset()
+
+
 def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
     """Mark collectives whose links no other group's traffic uses and whose instances never overlap (every
     member issues them from one in-order stream), so each one runs alone on its links."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     group_ids = GroupIds()
     op_group = [group_ids.id(op.group) for op in collectives]
+    if len(set(op_group)) == 1 and not any(op.mirrors for op in collectives):
+        links_of = _no_other_group
     streams: dict[int, set[tuple[int, str]]] = {}
     group_links: dict[int, set[int]] = {}
     seen: set[tuple] = set()
