@@ -227,3 +227,13 @@ def test_manifest_names_the_run(tmp_path):
     assert manifest["scenario"] == str(PIPELINE)
     assert manifest["trainsim_version"] == run_folder.trainsim_version()
     assert len(manifest["scenario_sha256"]) == 64
+
+
+@pytest.mark.parametrize("args", [["--help"], ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2",
+                                              "--sizes", "1MiB"]])
+def test_help_and_collective_load_neither_pandas_nor_matplotlib(args):
+    code = ("import sys\nfrom simulator.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(name for name in ('pandas', 'matplotlib', 'pyarrow') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
