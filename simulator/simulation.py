@@ -25,7 +25,8 @@ from simulator.errors import InputError, TopologyError
 from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns, resolve_step_faults
 from simulator.metrics.events import EventLog
 from simulator.network.calibration import resolve_efficiency
-from simulator.network.model import Network
+from simulator.network.isolated import is_large, run_isolated
+from simulator.network.model import Network, effective_capacity
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
@@ -110,7 +111,11 @@ def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple:
     """Run a plan on an otherwise idle network: its duration and its flow rows as columns
-    (src, dst, start, end, bytes, route), times relative to the plan's start."""
+    (src, dst, start, end, bytes, route), times relative to the plan's start. Plans with a large phase run in
+    the array form of the flow model (network/isolated.py, the same times to the last bit)."""
+    if settings.mode == "flow" and is_large(phases):
+        alone = run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), phases)
+        return alone.duration_s, alone.src, alone.dst, alone.start_s, alone.end_s, alone.nbytes, alone.routes
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
