@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
 
 CHUNK_ROWS = 20_000
 """Rows encoded per orjson call: large enough to amortise the call, small enough to bound memory."""
+class _Sink(Protocol):
+    """Where the encoded events go: the file, or the gzip stream over it."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+
 SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "start_s", "end_s", "bytes", "flops", "src", "dst")
 
 
@@ -89,7 +95,7 @@ def _counters(load: LinkLoad, topology: Topology, pid: int) -> list[dict]:
     return events
 
 
-def _write_events(stream: BinaryIO, chunks: Iterator[list[dict]]) -> None:
+def _write_events(stream: _Sink, chunks: Iterator[list[dict]]) -> None:
     stream.write(b'{"traceEvents":[')
     first = True
     for events in chunks:

@@ -63,9 +63,10 @@ def link_tracks(result: Result) -> LinkLoad:
     frame, summary = result.timeline, result.summary
     flows = (frame["kind"] == "flow").to_numpy()
     shown = set(frame.loc[~flows & (frame["rank"] >= 0), "rank"].unique().tolist())
-    columns = (frame.loc[flows, column].to_numpy() for column in ("start_s", "end_s", "bytes", "src"))
+    start, end, nbytes, src = (frame.loc[flows, column].to_numpy() for column in ("start_s", "end_s", "bytes", "src"))
     makespan = float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
-    return link_load(*columns, result.flow_routes, np.asarray(result.topology.link_bandwidth), shown, makespan)
+    return link_load(start, end, nbytes, src, result.flow_routes, np.asarray(result.topology.link_bandwidth), shown,
+                     makespan)
 
 
 def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list[str]:
