@@ -41,7 +41,7 @@ class IsolatedRun:
     def log(self, items: list[tuple], rows: np.ndarray, posted_s: float, end_s: float) -> None:
         """Append the rows of transfers ``items[rows]``, posted at ``posted_s``, ending at ``end_s``."""
         for index in rows.tolist():
-            path, nbytes, _, src, dst = items[index]
+            path, nbytes, _, src, dst = items[index][:5]
             self.src.append(src)
             self.dst.append(dst)
             self.start_s.append(posted_s)
