@@ -244,14 +244,15 @@ def run_trace(case: Case) -> dict:
         loaded = scenario_from_text("cluster: {topology: dgx-h100}\nworkload: {trace: 'rank*.json'}\n",
                                     source=str(Path(folder) / "scenario.yaml"))
         topology = build_topology(loaded)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         program = trace_program(loaded.scenario.workload, read_traces(loaded.scenario.workload, Path(folder)),
                                 topology, fold=True)
-        import_s = time.perf_counter() - start
+        import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu
         start, cpu = time.perf_counter(), time.process_time()
         summary, _, _ = run_step(program, topology, network_settings(loaded))
         simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    return {"import_s": import_s, "simulate_s": simulate_s, "simulate_cpu_s": simulate_cpu_s,
+    return {"import_s": import_s, "import_cpu_s": import_cpu_s, "simulate_s": simulate_s,
+            "simulate_cpu_s": simulate_cpu_s,
             "ops_executed": summary["ops_executed"],
             "flows_simulated": summary["flows_simulated"], "simulated_ranks": summary["simulated_ranks"],
             "step_time_s": summary["step_time_s"], "tflops_per_gpu": None, "mfu": None}
@@ -317,8 +318,8 @@ class Row:
         """The case's targets this measurement misses, judged on CPU time (user + system) of the pinned
         process: on a shared machine its wall time also counts the time other work held the core."""
         case, m = self.case, self.measured
-        sim = m["import_s"] if case.trace_events else m["simulate_cpu_s"]
-        checks = [(case.target_s, lambda: sim <= case.target_s, f"sim <= {case.target_s} s"),
+        timed = "import" if case.trace_events else "sim"
+        checks = [(case.target_s, lambda: m[f"{timed}_cpu_s"] <= case.target_s, f"{timed} <= {case.target_s} s"),
                   (case.target_rss_mib, lambda: m["peak_rss_mib"] <= case.target_rss_mib, "RSS"),
                   (case.command_target_s, lambda: m["command_cpu_s"] <= case.command_target_s,
                    f"command <= {case.command_target_s} s"),
