@@ -21,7 +21,9 @@ class TraceWorkload(Section):
     cluster with the scenario's `collectives` settings. `dp` replicates the traced data-parallel rank(s) to
     that many ranks: every collective spanning all traced ranks then spans all `dp` ranks. `host_gaps` keeps
     the idle time between a stream's ops that no dependency explains (kernel launch and Python overhead) as
-    host time, so that a replay on the traced device reproduces the traced step.
+    host time, so that a replay on the traced device reproduces the traced step. `recost_gemms` replaces the
+    traced duration of every matrix multiply whose operand shapes the trace records (`record_shapes=True`) by
+    the kernel model's time on the cluster's GPU (docs/cost-model.md).
     """
 
     trace: str
@@ -30,3 +32,4 @@ class TraceWorkload(Section):
     traced_gpu: str | None = None
     dp: int | None = Field(default=None, ge=1, le=131_072)
     host_gaps: bool = True
+    recost_gemms: bool = False

@@ -7,7 +7,8 @@ torch is needed only to regenerate the fixture, never by trainsim or its tests:
     /tmp/torchenv/bin/python tests/data/make_torch_trace.py
 
 The model: 2 encoder layers (d_model 128, 4 heads, FFN 256) over a batch of 4 x 64 tokens, cross-entropy over a
-1,000-token vocabulary, AdamW. Two warm-up steps run unprofiled; the third is recorded (ProfilerStep#2).
+1,000-token vocabulary, AdamW. Two warm-up steps run unprofiled; the third is recorded (ProfilerStep#2), with
+operand shapes (`record_shapes`), so that matrix multiplies can be re-costed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main() -> None:
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ))
     targets = torch.randint(0, VOCAB, (BATCH, SEQ))
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=2, active=1, repeat=1),
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=0, warmup=2, active=1, repeat=1),
                  on_trace_ready=lambda done: done.export_chrome_trace(str(OUT))) as prof:
         for _ in range(3):
             optimizer.zero_grad(set_to_none=True)

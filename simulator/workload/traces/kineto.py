@@ -17,11 +17,12 @@ import gzip
 import re
 from dataclasses import replace
 from functools import lru_cache
+from itertools import accumulate
 from pathlib import Path
 
 import orjson
 
-from simulator.workload.traces.model import TracedOp, TracedRank, kernel_kind, trace_error
+from simulator.workload.traces.model import GEMM_OPERANDS, TracedOp, TracedRank, gemm_shape, kernel_kind, trace_error
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
@@ -89,6 +90,7 @@ class _Parsed:
         self.gpu: list[tuple[int, dict]] = []
         self.cpu: list[tuple[int, dict]] = []
         self.comms: dict[object, list[tuple[float, float, dict]]] = {}
+        self.gemms: dict[object, list[tuple[float, float, dict]]] = {}
         self.launches: dict[object, tuple[float, object]] = {}
         self.waits: list[dict] = []
         self.step_window: tuple[float, float] | None = None
@@ -118,11 +120,13 @@ class _Parsed:
                 self.cpu.append((index, event))
                 if event.get("name") == "record_param_comms":
                     self.comms.setdefault(event.get("tid"), []).append((ts, ts + dur, args))
+                elif event.get("name") in GEMM_OPERANDS and "Input Dims" in args:
+                    self.gemms.setdefault(event.get("tid"), []).append((ts, ts + dur, event))
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives."""
-        for spans in self.comms.values():
-            spans.sort(key=lambda span: span[0])
+        comms = {tid: _Spans(spans) for tid, spans in self.comms.items()}
+        gemms = {tid: _Spans(spans) for tid, spans in self.gemms.items()}
         ordered = sorted(self.gpu, key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []
@@ -131,19 +135,22 @@ class _Parsed:
             args = event.get("args") or {}
             stream = str(args.get("stream", event.get("tid", 0)))
             name = str(event.get("name", ""))
-            op = self._collective(index, event, args, name, stream) if name.lower().startswith("nccl") else None
+            op = self._collective(index, event, args, name, stream, comms) if name.lower().startswith("nccl") else None
             if op is None:
                 if event.get("cat") == "kernel" and not kernel_kind(name):
                     unknown.append((index, name))
-                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US)
+                launcher = _enclosing(gemms, self.launches.get(args.get("correlation")))
+                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US,
+                              **(_gemm_fields(launcher) if launcher is not None else {}))
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)
         return self._with_waits(ops, by_stream, ordered), unknown
 
-    def _collective(self, index: int, event: dict, args: dict, name: str, stream: str) -> TracedOp | None:
+    def _collective(self, index: int, event: dict, args: dict, name: str, stream: str,
+                    comms: dict[object, _Spans]) -> TracedOp | None:
         """An NCCL kernel as a collective; None for point-to-point kernels (replayed as traced compute)."""
         where = f"traceEvents[{index}]"
-        info = args if "Collective name" in args else self._comms_of(args.get("correlation"))
+        info = args if "Collective name" in args else _enclosing(comms, self.launches.get(args.get("correlation")))
         primitive, dtype = _from_kernel_name(name)
         if info is not None:
             primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
@@ -167,21 +174,6 @@ class _Parsed:
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=float(count) * element, group=group or "default", members=members,
                         description=str(info.get("Process Group Description", "")))
-
-    def _comms_of(self, correlation: object) -> dict | None:
-        """The record_param_comms op around the CPU launch of the kernel with ``correlation``."""
-        launch = self.launches.get(correlation)
-        if launch is None:
-            return None
-        ts, tid = launch
-        spans = self.comms.get(tid, [])
-        position = bisect.bisect_right(spans, ts, key=lambda span: span[0]) - 1
-        while position >= 0:
-            start, end, args = spans[position]
-            if start <= ts <= end:
-                return args
-            position -= 1
-        return None
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
                     ordered: list[tuple[int, dict]]) -> list[TracedOp]:
@@ -222,8 +214,47 @@ class _Parsed:
             if ts < ends.get(tid, float("-inf")) or not low <= ts * US <= high:
                 continue
             ends[tid] = ts + dur
-            ops.append(TracedOp(index, str(event.get("name", "")), f"cpu{tid}", "compute", ts * US, dur * US))
+            ops.append(TracedOp(index, str(event.get("name", "")), f"cpu{tid}", "compute", ts * US, dur * US,
+                                **_gemm_fields(event)))
         return ops
+
+
+class _Spans:
+    """CPU ops of one thread (start, end, payload), to find the innermost one around a launch: sorted by
+    start, with the furthest end reached so far, so a search stops as soon as nothing earlier can contain it."""
+
+    def __init__(self, spans: list[tuple[float, float, dict]]):
+        spans.sort(key=lambda span: span[0])
+        self.starts = [span[0] for span in spans]
+        self.spans = spans
+        self.reach = list(accumulate((span[1] for span in spans), max))
+
+    def around(self, ts: float) -> dict | None:
+        position = bisect.bisect_right(self.starts, ts) - 1
+        while position >= 0 and self.reach[position] >= ts:
+            _, end, payload = self.spans[position]
+            if end >= ts:
+                return payload
+            position -= 1
+        return None
+
+
+def _enclosing(spans_by_thread: dict[object, _Spans], launch: tuple[float, object] | None) -> dict | None:
+    """The payload of the innermost CPU op on the launching thread that contains the launch time."""
+    if launch is None:
+        return None
+    spans = spans_by_thread.get(launch[1])
+    return spans.around(launch[0]) if spans is not None else None
+
+
+def _gemm_fields(event: dict) -> dict:
+    """gemm and dtype of a CPU op that is a matrix multiply with recorded shapes (else nothing)."""
+    args = event.get("args") or {}
+    shape = gemm_shape(str(event.get("name", "")), args.get("Input Dims"))
+    if not shape:
+        return {}
+    types = args.get("Input type") or [""]
+    return {"gemm": shape, "dtype": str(types[0]) if isinstance(types, list) else ""}
 
 
 def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:

@@ -3,6 +3,7 @@ replay needs. Importers (kineto.py, chakra.py) produce these; program.py turns t
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +19,8 @@ class TracedOp:
     """One op of a traced rank. ``index`` is its event's position in the file (errors name it); ``deps`` are
     positions in the rank's op list of ops on other streams (or, in a Chakra graph, any node) it waits for.
     A collective has a primitive ``op``, a per-rank ``nbytes`` (nccl-tests convention), a process ``group``
-    name and, where the trace lists them, the group's ``members``; a send or receive names its ``peer``."""
+    name and, where the trace lists them, the group's ``members``; a send or receive names its ``peer``. A
+    matrix multiply whose operand shapes the trace records has ``gemm`` = (batch, m, n, k) and its ``dtype``."""
 
     index: int
     name: str
@@ -34,6 +36,8 @@ class TracedOp:
     peer: int = -1
     tag: int = 0
     deps: tuple[int, ...] = ()
+    gemm: tuple[int, int, int, int] = ()
+    dtype: str = ""
 
     @property
     def end_s(self) -> float:
@@ -88,6 +92,29 @@ def kernel_kind(name: str) -> str:
         if pattern.search(name):
             return kind
     return ""
+
+
+GEMM_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1, "aten::matmul": 0,
+                 "aten::linear": 0}
+"""PyTorch ops that are one matrix multiply, with the position of their first operand in `Input Dims`."""
+
+
+def gemm_shape(name: str, dims: object) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) of a matrix-multiply op from its operand shapes, () when it is not one or the
+    shapes are not recorded. linear multiplies by the transposed weight [n, k]."""
+    first = GEMM_OPERANDS.get(name)
+    if first is None or not isinstance(dims, list) or len(dims) < first + 2:
+        return ()
+    a, b = dims[first], dims[first + 1]
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) >= 2 and len(b) >= 2
+            and all(isinstance(d, int) for d in a + b)):
+        return ()
+    rows = math.prod(a[:-1])
+    if name == "aten::linear":
+        return (1, rows, b[0], a[-1])
+    if len(b) == 2:
+        return (1, rows, b[1], a[-1])
+    return (math.prod(b[:-2]), a[-2], b[-1], a[-1])
 
 
 def as_int(value: object) -> int:

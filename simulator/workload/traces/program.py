@@ -13,22 +13,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from glob import has_magic
 from pathlib import Path
 
-from simulator.catalog.gpus import get_gpu
+from simulator.catalog.calibration import compute_efficiency as calibrated_efficiency
+from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.config.traces import TraceWorkload
 from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
+from simulator.workload.training import PRECISION_BYTES
+from simulator.workload.transformer import Kernel
 
 READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
 GROUP_KINDS = ("tp", "cp", "pp", "ep", "dp")
 HOST_CATEGORY = "host"
+GEMM_PRECISIONS = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16",
+                   "half": "fp16"}
+"""PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
 PEAK_PRECISION = "bf16"
 """Compute is scaled between GPUs by their dense peaks at this precision."""
 
@@ -56,8 +64,7 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
             raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
                                 allowed="one file per rank")
         return sorted(traced, key=lambda rank: rank.rank)
-    return [TracedRank(rank.file, index, rank.ops, rank.timed, rank.events, rank.unknown, rank.events_field)
-            for index, rank in enumerate(traced)]
+    return [replace(rank, rank=index) for index, rank in enumerate(traced)]
 
 
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
@@ -79,19 +86,20 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     scale = compute_scale(config, topology)
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
-    builder = _Builder(members, scale, config.host_gaps)
+    gpu = get_gpu(topology.gpu_model)
+    builder = _Builder(members, scale, config.host_gaps, gpu if config.recost_gemms else None)
     for rank in simulated:
         source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
             builder.add_rank(rank, source)
-    gpu = get_gpu(topology.gpu_model)
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
                          "compute_scale": scale, "dp": config.dp,
-                         "unknown_kernels": sum(len(rank.unknown) for rank in traced)}}
+                         "unknown_kernels": sum(len(rank.unknown) for rank in traced),
+                         "recosted_gemms": builder.recosted}}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks, stage_of_rank=dict.fromkeys(ranks, 0),
                        tokens_per_step=0.0, model_flops_per_step=0.0, peak_flops=gpu.peak(PEAK_PRECISION),
@@ -106,6 +114,16 @@ def compute_scale(config: TraceWorkload, topology: Topology) -> float:
         traced = get_gpu(config.traced_gpu, where="workload.traced_gpu")
         scale *= traced.peak(PEAK_PRECISION) / get_gpu(topology.gpu_model).peak(PEAK_PRECISION)
     return scale
+
+
+def gemm_duration(shape: tuple[int, int, int, int], precision: str, gpu: GPUSpec) -> float:
+    """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs, the two
+    operands read and the product written once."""
+    batch, m, n, k = shape
+    kernel = Kernel("gemm", flops=2.0 * batch * m * n * k,
+                    hbm_bytes=batch * (m * k + k * n + m * n) * PRECISION_BYTES[precision], kind="matmul",
+                    size_dim=min(m, n, k))
+    return kernel_duration(kernel, gpu, precision, calibrated_efficiency(gpu.name))
 
 
 def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
@@ -154,10 +172,12 @@ def _category(op: TracedOp) -> str:
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
-    def __init__(self, members: dict[str, tuple[int, ...]], scale: float, host_gaps: bool):
+    def __init__(self, members: dict[str, tuple[int, ...]], scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
         self.scale = scale
         self.host_gaps = host_gaps
+        self.gemm_gpu = gemm_gpu
+        self.recosted = 0
         self.ops: list[Op] = []
         self.ranks: set[int] = set()
         self._sizes: dict[str, tuple[float, str, int, str, str]] = {}
@@ -187,8 +207,16 @@ class _Builder:
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.kind == "compute":
+            duration, flops = op.duration_s * self.scale, 0.0
+            if op.gemm:
+                batch, m, n, k = op.gemm
+                flops = 2.0 * batch * m * n * k
+                precision = GEMM_PRECISIONS.get(op.dtype.lower())
+                if self.gemm_gpu is not None and precision is not None:
+                    duration = gemm_duration(op.gemm, precision, self.gemm_gpu)
+                    self.recosted += 1
             return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                             category="compute", duration=op.duration_s * self.scale)
+                             category="compute", duration=duration, flops=flops)
         if op.kind == "collective":
             group = self.members[op.group]
             series: tuple = (op.group,)
