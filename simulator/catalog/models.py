@@ -4,6 +4,12 @@ Shapes come from the Llama 3 paper (8B/70B/405B: RMSNorm, SwiGLU, GQA with 8 KV 
 layer), GPT-3 (Brown et al. 2020; vocabulary padded to 51,200 as Megatron-LM does) and Narayanan et al. SC21
 Table 1 (GPT-style: LayerNorm, biases, GeLU MLP of 4h, learned positions for 2,048 tokens, tied embeddings,
 dropout, vocabulary 51,200).
+
+Mixture-of-experts presets: `mixtral-8x7b` (Mistral AI, "Mixtral of Experts", 2024: 32 layers, hidden 4096,
+8 SwiGLU experts of 14,336, top-2, GQA 32/8 heads, vocabulary 32,000; 46.7B parameters, 12.9B active) and
+`deepseek-v3-style`, DeepSeek-V3's fine-grained MoE shape (DeepSeek-AI 2024: 61 layers, hidden 7168, 256
+routed experts of 2048 plus one shared, top-8, 128 heads, vocabulary 129,280) with two simplifications: plain
+multi-head attention instead of MLA, and experts in every layer (DeepSeek-V3 keeps the first three dense).
 """
 
 from __future__ import annotations
@@ -14,6 +20,19 @@ from types import MappingProxyType
 from simulator.errors import ScenarioError
 
 NORMS = ("rmsnorm", "layernorm")
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    """A mixture-of-experts MLP: ``experts`` routed experts of width ``expert_ffn_hidden``, ``top_k`` per token,
+    ``shared_experts`` always active, a router (one hidden x experts matrix); experts are gated like the
+    model's MLP. ``capacity_factor`` caps each expert at CF x tokens x k / E (None: nothing dropped)."""
+
+    experts: int
+    top_k: int
+    expert_ffn_hidden: int
+    shared_experts: int = 0
+    capacity_factor: float | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,7 @@ class ModelSpec:
     learned_positions: bool = False
     max_positions: int = 0
     dropout: bool = False
+    moe: MoESpec | None = None
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
@@ -71,11 +91,32 @@ class ModelSpec:
         return weights + biases
 
     def mlp_params(self) -> int:
-        """MLP weights (three matrices when gated, else two) and biases of one layer."""
+        """MLP weights (three matrices when gated, else two) and biases of one layer; with experts, the router
+        and every expert, routed and shared."""
+        if self.moe is not None:
+            return self.router_params() + (self.moe.experts + self.moe.shared_experts) * self.expert_params()
         matrices = 3 if self.gated_mlp else 2
         weights = matrices * self.hidden * self.ffn_hidden
         biases = ((matrices - 1) * self.ffn_hidden + self.hidden) if self.bias else 0
         return weights + biases
+
+    def expert_params(self) -> int:
+        """Weights of one expert (0 without experts)."""
+        if self.moe is None:
+            return 0
+        return (3 if self.gated_mlp else 2) * self.hidden * self.moe.expert_ffn_hidden
+
+    def router_params(self) -> int:
+        """The router's hidden x experts matrix (0 without experts)."""
+        return self.hidden * self.moe.experts if self.moe is not None else 0
+
+    def active_params(self) -> int:
+        """Parameters one token's computation uses: all of them for a dense model; with experts only top_k
+        routed experts (plus the shared ones) per layer."""
+        if self.moe is None:
+            return self.num_params()
+        idle = (self.moe.experts - self.moe.top_k) * self.expert_params()
+        return self.num_params() - self.layers * idle
 
     def layer_params(self) -> int:
         """Parameters of one transformer layer (attention, MLP and its two norms)."""
@@ -129,6 +170,10 @@ MODELS: MappingProxyType = MappingProxyType({
         _llama("llama3-405b", 126, 16384, 53248, 128),
         _gpt("gpt3-175b", 96, 12288, 96),
         *(_gpt(name, layers, hidden, heads) for name, heads, hidden, layers in _MEGATRON_SC21),
+        ModelSpec("mixtral-8x7b", 32, 4096, 14336, 32, kv_heads=8, vocab=32000, gated_mlp=True,
+                  moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336)),
+        ModelSpec("deepseek-v3-style", 61, 7168, 18432, 128, kv_heads=128, vocab=129280, gated_mlp=True,
+                  moe=MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1)),
     )
 })
 

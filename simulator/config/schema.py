@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
+from simulator.config.moe import MoEConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.sections import Section
 from simulator.config.traces import TraceWorkload
@@ -163,6 +164,7 @@ class ModelConfig(Section):
     kv_heads: int | None = Field(default=None, ge=1)
     vocab: int | None = Field(default=None, ge=1)
     gated_mlp: bool | None = None
+    moe: MoEConfig | None = None
     synthetic: SyntheticModel | None = None
 
     @model_validator(mode="after")
@@ -210,14 +212,15 @@ class DDPConfig(Section):
 class ParallelismConfig(Section):
     """Degrees, placement order (innermost first) and the sharding / bucketing choices; how context
     parallelism gets the sequence's K/V (`cp_algorithm`) and whether it balances the causal work over its
-    ranks (`cp_load_balance`, two mirrored chunks per rank). `tp_comm_overlap`
-    chunks the TP collectives against their neighbouring GEMMs (Megatron-LM's --tp-comm-overlap, off by
-    default; it needs sequence parallelism)."""
+    ranks (`cp_load_balance`, two mirrored chunks per rank); `ep` splits each layer's experts over that many
+    ranks of the DP x CP group. `tp_comm_overlap` chunks the TP collectives against their neighbouring GEMMs
+    (Megatron-LM's --tp-comm-overlap, off by default; it needs sequence parallelism)."""
 
     tp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
     cp_algorithm: Literal["ring", "all_gather"] = "ring"
     cp_load_balance: bool = True
+    ep: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
     dp: int | None = Field(default=None, ge=1)
     order: list[Literal["tp", "cp", "pp", "dp"]] = ["tp", "cp", "pp", "dp"]

@@ -9,8 +9,8 @@ import pandas as pd
 from simulator.metrics.intervals import covered, uncovered
 
 PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
-STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp")
-"""What keeps a stage busy inside an action: its kernels and the blocking TP/CP collectives between them."""
+STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
+"""What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
 COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
 
 

@@ -22,6 +22,8 @@ def tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -
         if backward or before:
             return None
         return "reduce_scatter" if sequence_parallel else "all_reduce"
+    if pattern == "experts":
+        return None if sequence_parallel or before else "all_gather"
     if pattern == "head":
         if sequence_parallel:
             if before and not backward:
@@ -49,9 +51,11 @@ class OverlapMixin:
     """The overlap methods of ProgramBuilder (kept apart to keep the builder readable)."""
 
     def _tp_compute(self: ProgramBuilder, rank: int, block: Block, phase: str, deps: list[int], mb: int,
-                    vstage: int, name: str, duration: float, category: str, flops: float) -> tuple[list[int], int]:
+                    vstage: int, name: str, duration: float, category: str, flops: float,
+                    compute_phase: str | None = None) -> tuple[list[int], int]:
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
-        last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it."""
+        last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it.
+        ``compute_phase`` names the pass for the compute when it differs from ``phase`` (bwi: input grads only)."""
         before_gemm, after_gemm = self._adjacent_gemms(block, phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
@@ -62,7 +66,7 @@ class OverlapMixin:
             deps = deps + [gemm]
         rest = duration - before_gemm - after_gemm
         share = rest / duration if duration > 0 else 1.0
-        last = self._pass(rank, block, phase, name, rest, flops * share, deps, category, mb, vstage)
+        last = self._pass(rank, block, compute_phase or phase, name, rest, flops * share, deps, category, mb, vstage)
         if not after_gemm:
             return self._tp_collective(rank, block, phase, [last], mb, vstage, before=False), last
         deps, last = self._overlapped(rank, block, phase, [last], mb, vstage, before=False, name=name,

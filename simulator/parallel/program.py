@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.parallel.context import CP_STREAM, context_fold_blocker
+from simulator.parallel.block_passes import BlockPasses
+from simulator.parallel.context import context_fold_blocker
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
@@ -52,7 +53,7 @@ def plan_fold_blocker(plan: StepPlan) -> str:
     return ""
 
 
-class ProgramBuilder(OverlapMixin):
+class ProgramBuilder(OverlapMixin, BlockPasses):
     """Accumulates ops with unique ids; one instance builds one step.
 
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
@@ -85,8 +86,10 @@ class ProgramBuilder(OverlapMixin):
         return op.id
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto") -> int:
-        mirrors = self._mirrors(group) if self.fold else ()
+                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
+                    mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
+        if mirrors is None:
+            mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, op=op, group=group, nbytes=nbytes, key=key,
                             mirrors=mirrors, algorithm=algorithm)
@@ -230,39 +233,13 @@ class ProgramBuilder(OverlapMixin):
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            deps, op_id = self._tp_compute(rank, block, "bwd", deps, mb, vstage, name, duration, "backward", flops)
+            deps, op_id = self._tp_compute(rank, block, "bwd", deps, mb, vstage, name, duration, "backward", flops,
+                                           compute_phase="bwd" if weights else "bwi")
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._cp_collective(rank, block, "bwd", deps, mb, vstage)
         if vstage > 0 and deps:
             self._send(rank, "bwd", mb, vstage, vstage - 1, deps[-1], tag)
-
-    def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
-              category: str, mb: int, vstage: int) -> int:
-        """One pass (fwd, bwd or rec) of a block's compute. Under context parallelism its attention core takes
-        this CP rank's share of the causal work, and with ring attention runs beside the K/V ring: the core
-        of the first cp - 1 blocks overlaps the ring, the last block waits for it (parallel/context.py)."""
-        context = block.context
-        core_s, core_flops = context.core(phase) if context is not None else (0.0, 0.0)
-        if context is None or core_s <= 0:
-            return self._compute(rank, name, duration, deps, category, flops, mb=mb)
-        layout = self.plan.layout
-        cp_rank = layout.coords(rank)["cp"]
-        share = context.share(cp_rank)
-        if not context.ring:
-            return self._compute(rank, name, duration + core_s * (share - 1), deps, category,
-                                 flops + core_flops * (share - 1), mb=mb)
-        rest = self._compute(rank, name, duration - core_s, deps, category, max(flops - core_flops, 0.0), mb=mb)
-        group = layout.group("cp", rank)
-        nbytes = context.kv_bytes * (2 if phase == "bwd" else 1)
-        key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        ring = self._collective(rank, CP_STREAM, f"cp ring {block.name}", "all_gather", group, nbytes, key, [rest],
-                                "cp", mb, algorithm="ring")
-        last = context.last_step_share(cp_rank)
-        head = self._compute(rank, f"{name} attention", core_s * share * (1 - last), [rest], category,
-                             core_flops * share * (1 - last), mb=mb)
-        return self._compute(rank, f"{name} attention last block", core_s * share * last, [head, ring], category,
-                             core_flops * share * last, mb=mb)
 
     @staticmethod
     def _input_share(block: Block) -> float:
@@ -355,6 +332,7 @@ class ProgramBuilder(OverlapMixin):
                 key = f"dp.bucket{index}.pp{pp_rank}.{group[0]}"
                 bucket_ops.append(self._collective(rank, DP_STREAM, f"{op} bucket {index}", op, group, nbytes, key,
                                                    deps, "dp"))
+        bucket_ops += self._expert_gradients(rank, ready, DP_STREAM)
         optimizer_deps = bucket_ops or grad_ops
         if sharding.stage == 3 and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.parallel.context import ContextAttention
+from simulator.parallel.experts import ExpertWork
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,9 @@ class Block:
     after the backward only). ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
     ``tp_comm_overlap`` hides them behind: (forward GEMM after the collective before the block, forward GEMM
     before the collective after it, the same two in the backward); 0 where no GEMM is adjacent.
+    ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params`` are reduced over the
+    expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is ``experts`` (tokens
+    split over TP: an all-gather after forward and backward, none with SP).
     """
 
     name: str
@@ -50,6 +54,7 @@ class Block:
     tp_pattern: str = "layer"
     context: ContextAttention | None = None
     overlap_gemm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    experts: ExpertWork | None = None
 
 
 @dataclass(frozen=True, slots=True)

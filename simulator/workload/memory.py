@@ -97,14 +97,21 @@ def model_state_memory(
     )
 
 
-def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_stage: bool) -> float:
+def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_stage: bool, ep: int = 1) -> float:
     """Parameters one tensor-parallel rank of a pipeline stage holds (norms are replicated, not split).
 
+    A MoE layer's router and shared experts are held whole and its routed experts split ``ep`` ways
+    (parallel/experts.py: expert tensor parallelism 1).
     The first stage holds the embedding (vocabulary split t ways); the last holds the final norm and the output
     layer, or a copy of the embedding when tied (Megatron keeps that copy on the last stage).
     """
     norms = 2 * model.norm_params()
-    per_layer = (model.layer_params() - norms) / tp + norms
+    mlp = model.mlp_params()
+    mlp_share = mlp / tp
+    if model.moe is not None:
+        routed = model.moe.experts * model.expert_params()
+        mlp_share = mlp - routed + routed / ep
+    per_layer = (model.layer_params() - norms - mlp) / tp + mlp_share + norms
     total = layers * per_layer
     if first_stage:
         total += model.embedding_params() / tp
@@ -173,13 +180,15 @@ def rank_memory(
     first_stage: bool = True,
     last_stage: bool = True,
     buffer_bytes: float = 0.0,
+    ep: int = 1,
 ) -> MemoryBreakdown:
     """Peak memory of one rank of a pipeline stage holding ``layers`` layers and ``in_flight`` micro-batches.
 
     ``in_flight`` comes from the pipeline schedule (1F1B: p - stage index; GPipe: all micro-batches);
-    ``buffer_bytes`` are communication buffers and workspaces the caller accounts for.
+    ``buffer_bytes`` are communication buffers and workspaces the caller accounts for; ``ep`` splits the routed
+    experts.
     """
-    params = rank_params(model, shard.tp, layers, first_stage, last_stage)
+    params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     state = model_state_memory(params, sharding, precision, optimizer)
     per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute)
     if last_stage:

@@ -50,7 +50,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,
             precision=training.precision, optimizer=training.optimizer, first_stage=0 in vstages,
-            last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers)
+            last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers,
+            ep=scenario.parallelism.ep)
         result.append((breakdown, in_flight))
     return result
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
 from simulator.parallel.context import ContextAttention
+from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork
+from simulator.workload.experts import MoELayer
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
 from simulator.workload.transformer import (
     AttentionCost,
@@ -25,10 +27,12 @@ TP_ADJACENT_GEMMS = {
     "layer": (frozenset({"qkv_proj", "mlp_gate", "mlp_up", "mlp_fc1"}), frozenset({"out_proj", "mlp_down", "mlp_fc2"})),
     "head": (frozenset({"lm_head"}), frozenset()),
     "embedding": (frozenset(), frozenset()),
+    "experts": (frozenset(), frozenset()),
 }
 """Per TP pattern, the column-parallel GEMMs right after a block's leading TP collective and the row-parallel
 GEMMs right before its trailing one: the GEMMs tp_comm_overlap splits into chunks against them (the
-embedding's lookup is no GEMM, so its reduce-scatter stays exposed)."""
+embedding's lookup is no GEMM, so its reduce-scatter stays exposed; a MoE block's all-gather follows the
+combine all-to-all, not a GEMM)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,8 @@ def _part(kernels, attention: bool):
 
 
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
-           tensors: tuple[float, ...], tp_pattern: str = "layer", context: ContextAttention | None = None) -> Block:
+           tensors: tuple[float, ...], tp_pattern: str = "layer", context: ContextAttention | None = None,
+           experts: ExpertWork | None = None) -> Block:
     def seconds(ks):
         return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
@@ -69,7 +74,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
                  params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern,
-                 context=context, overlap_gemm_s=overlap)
+                 context=context, overlap_gemm_s=overlap, experts=experts)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
@@ -128,10 +133,11 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
 
 
 def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext,
-                       counts: list[int], cp_algorithm: str = "ring",
-                       cp_balanced: bool = True) -> tuple[StageWork, ...]:
+                       counts: list[int], cp_algorithm: str = "ring", cp_balanced: bool = True,
+                       moe: MoELayer | None = None) -> tuple[StageWork, ...]:
     """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i; with
-    context parallelism the attention blocks carry their core's split (``cp_algorithm``, ``cp_balanced``)."""
+    context parallelism the attention blocks carry their core's split (``cp_algorithm``, ``cp_balanced``);
+    with experts every MLP block is the MoE block ``moe`` (workload/experts.py)."""
     t, c = shard.tp, shard.cp
     layer = layer_kernels(model, shard, recompute, cost.attention)
     activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
@@ -153,8 +159,12 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
         for number in range(first_layer, first_layer + count):
             blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
                                  cp_bytes=cp_bytes, tensors=attention_tensors, context=context))
-            blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
-                                 tensors=mlp_tensors))
+            if moe is None:
+                blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
+                                     tensors=mlp_tensors))
+            else:
+                blocks.append(_block(f"L{number}.mlp", number, moe.kernels, cost, tp_bytes=activation_bytes,
+                                     cp_bytes=0.0, tensors=moe.tensors, tp_pattern="experts", experts=moe.experts))
         first_layer += count
         if index == len(counts) - 1:
             output = (model.head_params() - model.norm_params()) / t

@@ -3,12 +3,13 @@ the pipeline schedule, per-stage work from the cost model, and the data-parallel
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
-from simulator.catalog.models import ModelSpec, get_model
+from simulator.catalog.models import ModelSpec, MoESpec, get_model
 from simulator.config.schema import MAX_MICROBATCHES, Scenario
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
@@ -17,6 +18,7 @@ from simulator.parallel.sharding import Sharding
 from simulator.schedules.registry import build_schedule
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
+from simulator.workload.experts import moe_report, plan_experts
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
@@ -44,6 +46,7 @@ class TrainingStep:
     seq_len: int
     micro_batch: int
     warnings: tuple[str, ...] = ()
+    moe: Mapping[str, object] | None = None
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
@@ -51,14 +54,24 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
     config = scenario.model
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                                      "gated_mlp") if getattr(config, name) is not None}
+    if config.moe is not None:
+        dims["moe"] = MoESpec(experts=config.moe.experts, top_k=config.moe.top_k,
+                              expert_ffn_hidden=config.moe.expert_ffn_hidden or config.ffn_hidden or 0,
+                              shared_experts=config.moe.shared_experts, capacity_factor=config.moe.capacity_factor)
     try:
         if config.preset is not None:
-            return replace(get_model(config.preset), **dims)
+            model = get_model(config.preset)
+            if "moe" in dims and not dims["moe"].expert_ffn_hidden:
+                dims["moe"] = replace(dims["moe"], expert_ffn_hidden=model.moe.expert_ffn_hidden if model.moe
+                                      else dims.get("ffn_hidden", model.ffn_hidden))
+            return replace(model, **dims)
         hidden = dims["hidden"]
         dims.setdefault("ffn_hidden", 4 * hidden)
         dims.setdefault("kv_heads", dims["heads"])
         dims.setdefault("vocab", 51200)
         dims.setdefault("gated_mlp", False)
+        if "moe" in dims and not dims["moe"].expert_ffn_hidden:
+            dims["moe"] = replace(dims["moe"], expert_ffn_hidden=dims["ffn_hidden"])
         return ModelSpec(name="custom", **dims)
     except ScenarioError as exc:
         raise ScenarioError(exc.problem, field=exc.field or "model", allowed=exc.allowed) from None
@@ -158,12 +171,13 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
+    experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
-                                par.cp_load_balance)
+                                par.cp_load_balance, experts.layer if experts else None)
     shard_ways = sharding.degree if sharding.stage >= 1 else 1
     seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
-    optimizer_s = tuple(sum(stages[c * layout.pp + stage].params for c in range(v)) / shard_ways * seconds_per_param
-                        for stage in range(layout.pp))
+    optimizer_s = tuple(sum(stage_params(stages[c * layout.pp + stage]) for c in range(v)) / shard_ways
+                        * seconds_per_param for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
@@ -172,8 +186,17 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                     recompute_comm=training.recompute == "full", tp_overlap=overlap)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = _model_flops(model, training.seq_len) * tokens
+    report = None
+    if experts is not None:
+        report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
+                            max(sum(counts[c * layout.pp + s] for c in range(v)) for s in range(layout.pp)), m)
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
-                        warnings)
+                        warnings, report)
+
+
+def stage_params(work) -> float:
+    """Parameters a rank of a virtual stage updates: its blocks' and their routed experts'."""
+    return work.params + sum(block.experts.params for block in work.blocks if block.experts is not None)
 
 
 def check_schedule_runs(schedule) -> None:

@@ -329,9 +329,10 @@ def head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
 def six_n_flops_per_token(
     model: ModelSpec, seq_len: int, attention: bool = True, causal_factor: float = 1.0
 ) -> float:
-    """Model FLOPs per trained token, 6N + 12 l (a d) s (PaLM convention; attention optional, unmasked by default)."""
+    """Model FLOPs per trained token, 6N + 12 l (a d) s (PaLM convention; attention optional, unmasked by default);
+    N counts the parameters a token uses (with experts, top_k routed experts per layer)."""
     attention_flops = 12.0 * model.layers * model.heads * model.head_dim * seq_len * causal_factor
-    return 6.0 * model.num_params() + (attention_flops if attention else 0.0)
+    return 6.0 * model.active_params() + (attention_flops if attention else 0.0)
 
 
 def megatron_flops_per_iteration(model: ModelSpec, batch: int, seq_len: int, recompute: bool = True) -> float:

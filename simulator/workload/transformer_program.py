@@ -38,5 +38,6 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
                        warnings=step.warnings,
                        details={"layout": layout_summary(step), "overlaps": overlap_summary(step),
+                                **({"moe": dict(step.moe)} if step.moe else {}),
                                 **({"fold_off_reason": blocker} if blocker else {})},
                        layout=layout)

@@ -1,0 +1,39 @@
+"""The `model.moe:` section: a mixture-of-experts MLP in every layer, and how the router spreads the tokens."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from simulator.config.sections import Section
+
+ROUTING_BALANCES = ("uniform", "zipf", "dirichlet")
+
+
+class RoutingConfig(Section):
+    """Which experts the router picks. `uniform`: every expert receives exactly k n / E tokens (the router a
+    load-balancing loss aims for). `zipf`: expert popularity p_e proportional to 1 / (e + 1)^skew. `dirichlet`:
+    popularity drawn from a symmetric Dirichlet with concentration 1 / skew (larger skew, more uneven). Each
+    token then picks top_k distinct experts with these probabilities, drawn from the run's seeded generator."""
+
+    balance: Literal["uniform", "zipf", "dirichlet"] = "uniform"
+    skew: float = Field(default=1.0, gt=0)
+
+
+class MoEConfig(Section):
+    """Experts per layer, experts per token (`top_k`), the capacity factor (None: no token is dropped), each
+    expert's FFN width (default: the model's `ffn_hidden`), always-active shared experts, and the routing."""
+
+    experts: int = Field(ge=1, le=65_536)
+    top_k: int = Field(default=1, ge=1)
+    capacity_factor: float | None = Field(default=None, gt=0)
+    expert_ffn_hidden: int | None = Field(default=None, ge=1)
+    shared_experts: int = Field(default=0, ge=0)
+    routing: RoutingConfig = RoutingConfig()
+
+    @model_validator(mode="after")
+    def _top_k_within_experts(self) -> MoEConfig:
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k {self.top_k} is above the {self.experts} experts")
+        return self

@@ -1,0 +1,80 @@
+"""Expert parallelism: the routed experts of a MoE layer spread over the EP group, and the groups it uses.
+
+Placement (as Megatron-Core with expert tensor parallelism 1): the EP group of a rank is a block of ``ep``
+consecutive members of its DP x CP group (same TP coordinate, same pipeline stage); EP rank j holds experts
+j E/ep .. (j+1) E/ep - 1 whole. Each TP rank routes its own 1/t of the micro-batch's tokens, so the MoE block
+needs no TP collective with sequence parallelism and an all-gather across TP without it. The expert-data-parallel
+group (ranks holding the same experts, stride ``ep`` in the DP x CP group) reduces the experts' gradients.
+
+A MoE MLP block runs: the router, permutation and shared experts; the dispatch all-to-all; the routed experts'
+GEMMs; the combine all-to-all (the backward runs the two all-to-alls in reverse around the experts' backward).
+Every rank of a folded stage computes the hottest EP rank's experts and moves the hottest rank's inbound
+tokens, since every rank of the group waits for that rank at the combine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.parallel.layout import Layout
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertWork:
+    """The routed experts' part of a MoE block on one rank per micro-batch (the block's figures include it).
+
+    ``dispatch_bytes``: what one all-to-all moves per rank (tokens received by the hottest EP rank x hidden x
+    bytes; k n d elements for uniform routing); ``params``: routed-expert parameters this rank holds.
+    """
+
+    ep: int
+    dispatch_bytes: float
+    forward_s: float
+    backward_input_s: float
+    backward_weight_s: float
+    recompute_s: float
+    forward_flops: float
+    backward_input_flops: float
+    backward_weight_flops: float
+    recompute_flops: float
+    params: float
+
+    def part(self, phase: str) -> tuple[float, float]:
+        """(seconds, FLOPs) of the experts in pass ``phase``: fwd, rec, bwd (input and weight grads) or bwi
+        (input grads only)."""
+        if phase == "fwd":
+            return self.forward_s, self.forward_flops
+        if phase == "rec":
+            return self.recompute_s, self.recompute_flops
+        if phase == "bwi":
+            return self.backward_input_s, self.backward_input_flops
+        return (self.backward_input_s + self.backward_weight_s,
+                self.backward_input_flops + self.backward_weight_flops)
+
+
+def ep_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
+    """The ranks that share ``rank``'s tokens through the all-to-alls: its block of ``ep`` in DP x CP."""
+    group = layout.combined_group(("dp", "cp"), rank)
+    start = group.index(rank) // ep * ep
+    return group[start:start + ep]
+
+
+def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
+    """The ranks holding the same experts as ``rank``: stride ``ep`` in its DP x CP group."""
+    group = layout.combined_group(("dp", "cp"), rank)
+    return group[group.index(rank) % ep::ep]
+
+
+def group_images(layout: Layout, rank: int, ep: int, expert_dp: bool) -> tuple[tuple[int, ...], ...]:
+    """Every other EP (or expert-DP) group of ``rank``'s pipeline stage: the folded replicas' copies of the
+    collective. The cyclic shifts of generic folding would misalign these blocks, so they are listed."""
+    pick = expert_dp_group if expert_dp else ep_group
+    own = pick(layout, rank, ep)
+    seen = {own}
+    images = []
+    for other in layout.stage_ranks(layout.coords(rank)["pp"]):
+        group = pick(layout, other, ep)
+        if group not in seen:
+            seen.add(group)
+            images.append(group)
+    return tuple(images)

@@ -1,0 +1,191 @@
+"""Cost of a mixture-of-experts MLP block on one rank per micro-batch, from a routing sample.
+
+Kernels (docs/cost-model.md, "Mixture of experts"): the MLP norm, the router (an n x E GEMM over the rank's n
+tokens, n = b s / (cp tp): each TP rank routes its own share), the permutation into expert order and back
+(elementwise, k n h elements read and written each way), the shared experts (dense GEMMs on all n tokens)
+and the residual; then the routed experts of the hottest EP rank, each a GEMM chain sized by the tokens that
+expert really receives (its kept load). Small experts run small GEMMs, which the roofline's size curve makes
+slower per FLOP: the cost of fine-grained experts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simulator.catalog.models import ModelSpec
+from simulator.config.moe import RoutingConfig
+from simulator.errors import ScenarioError
+from simulator.parallel.experts import ExpertWork
+from simulator.workload.roofline import kernels_duration
+from simulator.workload.routing import RoutingSample, sample_routing
+from simulator.workload.transformer import (
+    _ACTIVATION_FLOPS,
+    Kernel,
+    PassKernels,
+    ShardShape,
+    _matmul,
+    _norm,
+    _residual,
+)
+
+if TYPE_CHECKING:
+    from simulator.config.schema import Scenario
+    from simulator.parallel.layout import Layout
+    from simulator.workload.stage_work import CostContext
+
+ROUTING_STREAM = 0x6D6F65
+"""Spawn key of the routing generator under the run's seed, so other random draws never shift it."""
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """A MoE MLP block's kernels (everything, routed experts included), its non-expert parameter tensors (norm,
+    router, shared experts) and the routed-expert part the program runs between the all-to-alls."""
+
+    kernels: PassKernels
+    tensors: tuple[float, ...]
+    experts: ExpertWork
+
+
+@dataclass(frozen=True)
+class ExpertPlan:
+    """The step's experts: the MoE block every layer runs, the routing sample behind it and the EP degree."""
+
+    layer: MoELayer
+    sample: RoutingSample
+    ep: int
+
+
+def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: ShardShape,
+                 cost: CostContext) -> ExpertPlan | None:
+    """Check the EP degree against the experts and the DP x CP group, draw the routing sample from the run's
+    seed, and cost the MoE block (None for a dense model)."""
+    ep = scenario.parallelism.ep
+    if model.moe is None:
+        if ep > 1:
+            raise ScenarioError(f"ep {ep} needs a model with experts", field="parallelism.ep",
+                                allowed="1, or add model.moe")
+        return None
+    if model.moe.experts % ep:
+        raise ScenarioError(f"ep {ep} does not divide the {model.moe.experts} experts", field="parallelism.ep",
+                            allowed=f"divisors of {model.moe.experts}")
+    ranks = layout.dp * layout.cp
+    if ranks % ep:
+        raise ScenarioError(f"ep {ep} does not divide dp x cp = {layout.dp} x {layout.cp} = {ranks} ranks",
+                            field="parallelism.ep", allowed=f"divisors of {ranks}")
+    config = scenario.model.moe
+    routing = config.routing if config is not None else RoutingConfig()
+    rng = np.random.default_rng(np.random.SeedSequence(scenario.run.seed, spawn_key=(ROUTING_STREAM,)))
+    tokens = max(1, round(shard.tokens / shard.tp))
+    sample = sample_routing(routing, model.moe.experts, model.moe.top_k, model.moe.capacity_factor, tokens, ep,
+                            rng)
+    return ExpertPlan(moe_layer(model, shard, scenario.training.recompute, cost, sample, ep), sample, ep)
+
+
+def _ffn(prefix: str, model: ModelSpec, tokens: float, width: float, shard: ShardShape):
+    """An MLP of ``width`` on ``tokens`` tokens: (forward, input-grad, weight-grad) kernels in forward order."""
+    inputs = ("gate", "up") if model.gated_mlp else ("fc1",)
+    first = [_matmul(f"{prefix}.{name}", tokens, width, model.hidden, shard) for name in inputs]
+    down = _matmul(f"{prefix}.down", tokens, model.hidden, width, shard)
+    fwd_flops, bwd_flops = _ACTIVATION_FLOPS[model.gated_mlp]
+    elements = tokens * width
+    d = shard.dtype_bytes
+    reads = len(inputs)
+    act = (Kernel(f"{prefix}.act", fwd_flops * elements, (reads + 1) * d * elements, "elementwise"),
+           Kernel(f"{prefix}.act.bwd", bwd_flops * elements, (2 * reads + 1) * d * elements, "elementwise"))
+    forward = (*(mm[0] for mm in first), act[0], down[0])
+    backward_input = (down[1], act[1], *(mm[1] for mm in reversed(first)))
+    backward_weight = (down[2], *(mm[2] for mm in reversed(first)))
+    return forward, backward_input, backward_weight
+
+
+def _passes(forward, backward_input, backward_weight, recompute: str) -> PassKernels:
+    recomputed = tuple(Kernel(f"recompute.{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim) for k in forward)
+    return PassKernels(forward, recomputed if recompute == "full" else (), backward_input, backward_weight)
+
+
+def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recompute: str) -> PassKernels:
+    """The routed experts of one EP rank, expert j receiving ``loads[j]`` tokens."""
+    forward, backward_input, backward_weight = [], [], []
+    for index, tokens in enumerate(loads):
+        if tokens <= 0:
+            continue
+        f, bi, bw = _ffn(f"expert{index}", model, float(tokens), model.moe.expert_ffn_hidden, shard)
+        forward += f
+        backward_input += bi
+        backward_weight += bw
+    return _passes(tuple(forward), tuple(backward_input), tuple(backward_weight), recompute)
+
+
+def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext, sample: RoutingSample,
+              ep: int) -> MoELayer:
+    """The MoE block of every layer: the hottest EP rank's experts, its inbound tokens on the all-to-alls."""
+    moe, d = model.moe, shard.dtype_bytes
+    tokens = shard.tokens / shard.tp
+    norm = _norm("mlp_norm", model, shard)
+    router = _matmul("router", tokens, moe.experts, model.hidden, shard)
+    moved = 2.0 * moe.top_k * tokens * model.hidden * d
+    permute = (Kernel("moe_permute", 0.0, 2 * moved, "elementwise"),
+               Kernel("moe_permute.bwd", 0.0, 2 * moved, "elementwise"))
+    residual = _residual("mlp_residual", model, shard)
+    shared_f, shared_bi, shared_bw = ((), (), ())
+    if moe.shared_experts:
+        shared_f, shared_bi, shared_bw = _ffn("shared", model, tokens, moe.shared_experts * moe.expert_ffn_hidden,
+                                              shard)
+    rest_forward = (norm[0], router[0], permute[0], *shared_f, residual[0])
+    rest_bi = (residual[1], *shared_bi, permute[1], router[1], norm[1])
+    rest_bw = (*shared_bw, router[2])
+    hot = sample.hottest_rank(ep)
+    per_rank = moe.experts // ep
+    routed = routed_kernels(model, shard, sample.expert_load()[hot * per_rank:(hot + 1) * per_rank], recompute)
+    rest = _passes(rest_forward, rest_bi, rest_bw, recompute)
+    kernels = PassKernels(rest.forward + routed.forward, rest.recompute + routed.recompute,
+                          rest.backward_input + routed.backward_input, rest.backward_weight + routed.backward_weight)
+
+    def seconds(ks):
+        return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+
+    def flops(ks):
+        return sum(k.flops for k in ks)
+
+    work = ExpertWork(ep=ep, dispatch_bytes=float(sample.rank_load(ep)[hot]) * model.hidden * d,
+                      forward_s=seconds(routed.forward), backward_input_s=seconds(routed.backward_input),
+                      backward_weight_s=seconds(routed.backward_weight), recompute_s=seconds(routed.recompute),
+                      forward_flops=flops(routed.forward), backward_input_flops=flops(routed.backward_input),
+                      backward_weight_flops=flops(routed.backward_weight), recompute_flops=flops(routed.recompute),
+                      params=float(per_rank * model.expert_params()))
+    matrices = 3 if model.gated_mlp else 2
+    shared = (float(model.expert_params() // matrices * moe.shared_experts),) * matrices if moe.shared_experts else ()
+    tensors = (float(model.norm_params()), float(model.router_params()), *shared)
+    return MoELayer(kernels, tensors, work)
+
+
+def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: RoutingSample, ep: int,
+               layer: MoELayer, moe_layers_per_rank: int, microbatches: int) -> dict:
+    """The summary's `moe` entry: routing outcome and what the hottest EP rank costs."""
+    moe = model.moe
+    per_rank = moe.experts // ep
+    loads = sample.expert_load()
+    rank_loads = sample.rank_load(ep)
+    mean = routed_kernels(model, shard, np.full(per_rank, loads.mean()), "none")
+    mean_s = sum(kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+                 for ks in (mean.forward, mean.backward_input, mean.backward_weight))
+    work = layer.experts
+    hot_s = work.forward_s + work.backward_input_s + work.backward_weight_s
+    return {
+        "experts": moe.experts, "top_k": moe.top_k, "ep": ep, "capacity_factor": moe.capacity_factor,
+        "tokens_per_rank": shard.tokens / shard.tp,
+        "dropped_token_fraction": sample.dropped_fraction,
+        "expert_load_tokens": [float(x) for x in loads],
+        "hottest_expert": int(np.argmax(loads)),
+        "hottest_expert_load_over_mean": float(loads.max() / loads.mean()) if loads.mean() else 0.0,
+        "hottest_ep_rank": sample.hottest_rank(ep),
+        "hottest_rank_load_over_mean": float(rank_loads.max() / rank_loads.mean()) if rank_loads.mean() else 0.0,
+        "all_to_all_bytes_per_layer": 2.0 * work.dispatch_bytes,
+        "expert_s_per_layer": hot_s,
+        "expert_s_per_layer_at_mean_load": mean_s,
+        "hottest_rank_adds_s": (hot_s - mean_s) * moe_layers_per_rank * microbatches,
+    }

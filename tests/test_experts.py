@@ -1,0 +1,116 @@
+"""Mixture of experts and expert parallelism: presets against their published sizes, the all-to-all volume of
+seed 000 (2 k n d elements per MoE layer in the forward), expert GEMMs sized by the routed tokens, capacity
+drops equal to what the routing sample implies, skew slowing the step, and the checks on ep / top_k / CF."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
+from simulator.config.moe import RoutingConfig
+from simulator.errors import ScenarioError
+from simulator.simulation import build_topology, validate
+from simulator.workload.experts import ROUTING_STREAM
+from simulator.workload.routing import sample_routing
+
+SEQ, TP, EP = 4096, 2, 8
+SCENARIO = f"""
+cluster: {{topology: dgx-h100-cluster, nodes: 2}}
+model:
+  preset: mixtral-8x7b
+  layers: 2
+  moe: {{experts: 8, top_k: 2, routing: {{balance: uniform}}}}
+training: {{seq_len: {SEQ}, microbatches: 1, precision: bf16}}
+parallelism: {{tp: {TP}, pp: 1, ep: {EP}, sequence_parallel: true}}
+run: {{seed: 3}}
+"""
+TOKENS = SEQ // TP  # tokens each TP rank routes (its sequence-parallel share)
+
+
+def test_mixtral_preset_has_its_published_total_and_active_parameters():
+    """Mistral AI, "Mixtral of Experts" (2024): 46.7B parameters, 12.9B active per token."""
+    model = get_model("mixtral-8x7b")
+    assert model.num_params() / 1e9 == pytest.approx(46.7, abs=0.05)
+    assert model.active_params() / 1e9 == pytest.approx(12.9, abs=0.05)
+
+
+def test_uniform_all_to_all_moves_2_k_n_d_elements_per_moe_layer_in_the_forward(run_yaml):
+    frame = run_yaml(SCENARIO).timeline
+    hidden, k = get_model("mixtral-8x7b").hidden, 2
+    forward = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)
+                    & frame["key"].str.match(r"ep\.(dispatch|combine)\.fwd\.mb0\.vs0\.L0\.mlp\.")]
+    assert len(forward) == 2
+    assert float(forward["bytes"].sum()) == pytest.approx(2 * k * TOKENS * hidden * 2, rel=1e-12)
+    flows = frame[(frame["kind"] == "flow") & (frame["src"] == 0) & frame["name"].isin(set(forward["key"]))]
+    assert float(flows["bytes"].sum()) == pytest.approx((EP - 1) / EP * 2 * k * TOKENS * hidden * 2, rel=1e-12)
+
+
+def test_expert_gemms_are_sized_by_the_tokens_each_expert_receives(run_yaml):
+    result = run_yaml(SCENARIO, "model.moe.routing.balance=zipf")
+    loads = result.summary["moe"]["expert_load_tokens"]
+    hot = result.summary["moe"]["hottest_ep_rank"]
+    frame = result.timeline
+    op = frame[(frame["rank"] == 0) & (frame["name"] == "F0 L0.mlp experts")]
+    model = get_model("mixtral-8x7b")
+    per_token = 3 * 2 * model.hidden * model.moe.expert_ffn_hidden + 5 * model.moe.expert_ffn_hidden  # SwiGLU
+    assert float(op["flops"].sum()) == pytest.approx(loads[hot] * per_token, rel=1e-12)
+
+
+def _sample(capacity_factor: float, seed: int = 3):
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(ROUTING_STREAM,)))
+    return sample_routing(RoutingConfig(balance="zipf", skew=1.0), 8, 2, capacity_factor, TOKENS, EP, rng)
+
+
+def test_capacity_drops_what_the_routing_sample_implies(run_yaml):
+    fractions = {}
+    for cf in (1.0, 1.25):
+        summary = run_yaml(SCENARIO, "model.moe.routing.balance=zipf", f"model.moe.capacity_factor={cf}").summary
+        sample = _sample(cf)
+        capacity = np.ceil(cf * TOKENS * 2 / 8)
+        implied = np.maximum(sample.counts - capacity, 0).sum() / sample.counts.sum()
+        assert summary["moe"]["dropped_token_fraction"] == pytest.approx(implied, rel=1e-12)
+        fractions[cf] = implied
+    assert fractions[1.0] > 0.1
+    assert 0 < fractions[1.25] < fractions[1.0]
+    assert run_yaml(SCENARIO, "model.moe.capacity_factor=1.0").summary["moe"]["dropped_token_fraction"] == 0.0
+
+
+def test_same_seed_same_routing_other_seed_other_routing():
+    assert np.array_equal(_sample(1.0).counts, _sample(1.0).counts)
+    assert not np.array_equal(_sample(1.0).counts, _sample(1.0, seed=4).counts)
+
+
+def test_skewed_routing_makes_the_step_slower_than_uniform(run_yaml):
+    uniform = run_yaml(SCENARIO).summary
+    skewed = run_yaml(SCENARIO, "model.moe.routing.balance=zipf").summary
+    assert uniform["moe"]["hottest_rank_adds_s"] == 0.0
+    assert skewed["moe"]["hottest_rank_load_over_mean"] > 1.5
+    assert skewed["moe"]["hottest_rank_adds_s"] > 0.0
+    assert skewed["step_time_s"] > 1.2 * uniform["step_time_s"]
+    assert skewed["comm_s"]["ep"] > uniform["comm_s"]["ep"] > 0.0
+
+
+def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
+    overrides = ("parallelism.ep=4", "model.moe.routing.balance=zipf")
+    folded = run_yaml(SCENARIO, *overrides).summary
+    unfolded = run_yaml(SCENARIO, *overrides, "run.fold=false").summary
+    assert folded["simulated_ranks"] == 1 and unfolded["simulated_ranks"] == 16
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)
+    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
+
+
+@pytest.mark.parametrize(("overrides", "field", "problem"), [
+    (["parallelism.ep=3"], "parallelism.ep", "does not divide the 8 experts"),
+    (["parallelism.ep=8", "parallelism.tp=4"], "parallelism.ep", "does not divide dp x cp"),
+    (["model.moe.top_k=9"], "model.moe", "top_k 9 is above the 8 experts"),
+    (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "greater than 0"),
+])
+def test_bad_expert_settings_are_located_errors(overrides, field, problem):
+    with pytest.raises(ScenarioError) as info:
+        loaded = scenario_from_text(SCENARIO, "inline.yaml", overrides)
+        validate(loaded, build_topology(loaded))
+    assert info.value.field == field
+    assert problem in info.value.problem
+    assert info.value.line is not None
