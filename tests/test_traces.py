@@ -73,6 +73,15 @@ def test_trace_replicated_to_dp64_sends_the_ring_all_reduce_traffic(tmp_path):
     assert result.summary["simulated_ranks"] == 2 and result.summary["folded"] is True
 
 
+def test_tokens_and_model_flops_give_throughput_and_mfu(tmp_path):
+    knobs = ", dp: 64, tokens_per_step: 16384, model_flops_per_token: 4.8e10"
+    _, result = run(two_rank_scenario("100 Gb/s", dp=knobs, nodes=64), tmp_path)
+    step, tokens = result.summary["step_time_s"], 16384 * 64 / 2  # the traced 2-rank job's tokens, 32 times
+    assert result.summary["tokens_per_s"] == pytest.approx(tokens / step, rel=EXACT)
+    peak = 312e12  # A100 dense bf16 (the cluster's GPU), vendor datasheet
+    assert result.summary["mfu"] == pytest.approx(tokens * 4.8e10 / 64 / step / peak, rel=EXACT)
+
+
 def test_unfolded_replication_agrees_with_folded(tmp_path):
     _, folded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8), tmp_path)
     _, unfolded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8, extra="run: {fold: false}\n"), tmp_path)

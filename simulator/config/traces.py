@@ -23,7 +23,9 @@ class TraceWorkload(Section):
     the idle time between a stream's ops that no dependency explains (kernel launch and Python overhead) as
     host time, so that a replay on the traced device reproduces the traced step. `recost_gemms` replaces the
     traced duration of every matrix multiply whose operand shapes the trace records (`record_shapes=True`) by
-    the kernel model's time on the cluster's GPU (docs/cost-model.md).
+    the kernel model's time on the cluster's GPU (docs/cost-model.md). A trace states no tokens: give
+    `tokens_per_step` (tokens one step of the traced job processes; replication multiplies them by `dp` over
+    the traced ranks) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU.
     """
 
     trace: str
@@ -33,3 +35,5 @@ class TraceWorkload(Section):
     dp: int | None = Field(default=None, ge=1, le=131_072)
     host_gaps: bool = True
     recost_gemms: bool = False
+    tokens_per_step: int | None = Field(default=None, ge=1)
+    model_flops_per_token: float | None = Field(default=None, gt=0)

@@ -72,7 +72,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
     members = _group_members(traced)
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
-    world = max([rank.rank for rank in traced] + [m for group in members.values() for m in group] + peers) + 1
+    world = traced_world = max([rank.rank for rank in traced] + [m for group in members.values() for m in group]
+                               + peers) + 1
     if config.dp is not None:
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
@@ -101,8 +102,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
                          "recosted_gemms": builder.recosted}}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
+    tokens = (config.tokens_per_step or 0) * world / traced_world
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks, stage_of_rank=dict.fromkeys(ranks, 0),
-                       tokens_per_step=0.0, model_flops_per_step=0.0, peak_flops=gpu.peak(PEAK_PRECISION),
+                       tokens_per_step=tokens, model_flops_per_step=tokens * (config.model_flops_per_token or 0.0),
+                       peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=frozenset({P2P_STREAM}), folded=len(ranks) < world, warnings=warnings,
                        details=details)
 
