@@ -132,6 +132,11 @@ def test_random_stragglers_follow_the_seed():
     assert runs[0] == runs[1] and runs[0]["slowed_gpus"] != runs[2]["slowed_gpus"]
     assert len(runs[0]["slowed_gpus"]) == 8
     assert all(1.1 <= gpu["factor"] <= 1.3 for gpu in runs[0]["slowed_gpus"].values())
+    lognormal = "faults.step.stragglers=[{gpus: all, draw: {distribution: lognormal, median: 1.2, sigma: 0.1}}]"
+    factors = [gpu["factor"] for gpu in simulate(scenario_from_text(TP_DP, "inline.yaml", [lognormal]))
+               .summary["faults"]["slowed_gpus"].values()]
+    assert len(factors) == 32 and len(set(factors)) == 32
+    assert sorted(factors)[15] == pytest.approx(1.2, rel=0.03)  # a 32-draw median: standard error 2.2%
 
 
 SPINES = """
@@ -231,3 +236,16 @@ def test_bad_fault_input_is_one_located_line(tmp_path, capsys, faults, line, fie
     assert "\n" not in err and err.startswith(f"error: {scenario}:{line}: {field}: ")
     assert problem in err
     assert not (tmp_path / "out").exists()
+
+
+def test_link_faults_apply_to_workload_lists_too():
+    text = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+workload: [{name: ar, op: all_reduce, bytes: 1 GiB, group: all}]
+"""
+    healthy = simulate(scenario_from_text(text)).summary["makespan_s"]
+    faults = "faults.step.links=[{link: [h0/nic0, leaf0.r0], capacity: 0.5}]"
+    degraded = simulate(scenario_from_text(text, "inline.yaml", [faults])).summary
+    # the all-reduce is bound by that rail's NIC: its bandwidth term doubles, its latency term does not
+    assert healthy * 1.95 < degraded["makespan_s"] < healthy * 2
+    assert degraded["faults"]["links"] == [{"link": "h0/nic0-leaf0.r0", "at_s": 0.0, "capacity": 0.5}]

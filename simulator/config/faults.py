@@ -44,7 +44,7 @@ class SlowdownDraw(Section):
         given = {name for name in ("low", "high", "median", "sigma") if getattr(self, name) is not None}
         if given != set(wanted):
             raise ValueError(f"{self.distribution} takes {' and '.join(wanted)} (allowed: {', '.join(wanted)})")
-        if self.distribution == "uniform" and self.low > self.high:  # type: ignore[operator]
+        if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"low {self.low} is above high {self.high} (allowed: low <= high)")
         return self
 

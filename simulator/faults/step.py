@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
+from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.errors import InputError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
@@ -126,34 +126,36 @@ def _straggler(entry: Straggler, index: int, num_gpus: int, seed: int, error: Er
             raise error(path + ("gpus",), f"unknown GPU index {bad[0]}", f"0 to {num_gpus - 1}")
         gpus = sorted(set(entry.gpus))
     else:
-        count = max(1, round(entry.fraction * num_gpus))  # type: ignore[operator]
+        count = max(1, round((entry.fraction or 0.0) * num_gpus))
         gpus = sorted(rng.choice(num_gpus, size=count, replace=False).tolist())
-    factors = _factors(entry.draw if entry.draw is not None else entry.slowdown, len(gpus), rng)
+    factors = _factors(entry, len(gpus), rng)
     swings = () if entry.swing is None else ((entry.swing.amplitude, entry.swing.period, entry.swing.phase),)
     return {gpu: Slowdown(factor, swings) for gpu, factor in zip(gpus, factors)}
 
 
-def _factors(slowdown: float | SlowdownDraw | None, count: int, rng: np.random.Generator) -> list[float]:
-    if not isinstance(slowdown, SlowdownDraw):
-        return [float(slowdown)] * count
-    if slowdown.distribution == "uniform":
-        return rng.uniform(slowdown.low, slowdown.high, count).tolist()
-    return (slowdown.median * np.exp(slowdown.sigma * rng.standard_normal(count))).tolist()  # type: ignore[operator]
+def _factors(entry: Straggler, count: int, rng: np.random.Generator) -> list[float]:
+    """The entry's fixed factor for every GPU, or one draw per GPU (the schema makes exactly one of them set)."""
+    draw = entry.draw
+    if draw is None:
+        return [float(entry.slowdown or 1.0)] * count
+    if draw.low is not None and draw.high is not None:
+        return rng.uniform(draw.low, draw.high, count).tolist()
+    return (float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(count))).tolist()
 
 
 def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorAt) -> LinkEvent:
     graph = topology.graph
     if entry.link is not None:
         a, b = entry.link
-        for end, node in (("link", a), ("link", b)):
+        for node in (a, b):
             if node not in graph:
-                raise error(path + (end,), f"unknown node {node!r}", "node names of the topology graph "
+                raise error(path + ("link",), f"unknown node {node!r}", "node names of the topology graph "
                             "(trainsim topo describe lists them), e.g. leaf0.r0, spine0")
         if not graph.has_edge(a, b):
             neighbours = ", ".join(sorted(graph.successors(a))[:8])
             raise error(path + ("link",), f"no link between {a} and {b}", f"a neighbour of {a}: {neighbours}")
         return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}")
-    switch = entry.uplinks_of
+    switch = entry.uplinks_of or ""
     tier = graph.nodes[switch].get("tier") if switch in graph else None
     if tier is None:
         switches = sorted(n for n, data in graph.nodes(data=True) if data.get("tier") is not None)
