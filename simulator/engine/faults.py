@@ -21,7 +21,7 @@ from simulator.topology.graph import Topology
 class FaultHooks:
     """``slowdowns`` holds the factor of each simulated rank that is slowed (after folding). Create it before
     any route of ``topology`` is computed: it installs the rerouter and fails the links that are down from the
-    start."""
+    start, which changes ``topology``'s routing for good (give every run its own topology, as `simulate` does)."""
 
     def __init__(self, topology: Topology, plan: StepFaultPlan, slowdowns: dict[int, Slowdown] | None = None):
         self.topology = topology
