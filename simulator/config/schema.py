@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
+from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.sections import Section
 from simulator.config.traces import TraceWorkload
@@ -178,7 +179,8 @@ class ModelConfig(Section):
 
 
 class TrainingConfig(Section):
-    """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp)."""
+    """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp);
+    `loss_scaling` models fp16 dynamic loss scaling over a multi-step run."""
 
     seq_len: int = Field(default=2048, ge=1)
     global_batch: int | None = Field(default=None, ge=1)
@@ -188,6 +190,14 @@ class TrainingConfig(Section):
     recompute: Literal["none", "selective", "full"] = "none"
     optimizer: Literal["adam", "sgd"] = "adam"
     attention: Literal["flash", "standard"] = "flash"
+    loss_scaling: LossScalingConfig | None = None
+
+    @model_validator(mode="after")
+    def _loss_scaling_needs_fp16(self) -> TrainingConfig:
+        if self.loss_scaling is not None and self.precision != "fp16":
+            raise ValueError(f"loss_scaling applies to fp16, not {self.precision} (bf16, fp8 and fp32 keep an "
+                             "exponent range that needs none)")
+        return self
 
 
 class PipelineConfig(Section):

@@ -9,6 +9,7 @@ from simulator.config.schema import Scenario
 from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.workload.loss_scaling import loss_scaling_summary
 from simulator.workload.memory_plan import (
     layout_summary,
     memory_bound_share,
@@ -39,5 +40,8 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                        warnings=step.warnings,
                        details={"layout": layout_summary(step), "overlaps": overlap_summary(step),
                                 **({"moe": dict(step.moe)} if step.moe else {}),
+                                **({"loss_scaling": loss_scaling_summary(scenario.training.loss_scaling,
+                                                                         scenario.run.seed)}
+                                   if scenario.training.loss_scaling else {}),
                                 **({"fold_off_reason": blocker} if blocker else {})},
                        layout=layout)
