@@ -3,7 +3,7 @@ MLP blocks with roofline durations, the embedding on the first stage, the output
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
@@ -148,6 +148,14 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
     attention = _split(layer, attention=True)
     mlp = _split(layer, attention=False)
     p2p_bytes = activation_bytes / t
+    # Every layer costs the same: time its two blocks once and rename copies per layer.
+    attention_block = _block("", 0, attention, cost, tp_bytes=activation_bytes, cp_bytes=cp_bytes,
+                             tensors=attention_tensors, context=context)
+    if moe is None:
+        mlp_block = _block("", 0, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0, tensors=mlp_tensors)
+    else:
+        mlp_block = _block("", 0, moe.kernels, cost, tp_bytes=activation_bytes, cp_bytes=0.0, tensors=moe.tensors,
+                           tp_pattern="experts", experts=moe.experts)
     stages = []
     first_layer = 0
     for index, count in enumerate(counts):
@@ -157,14 +165,8 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost
                                  tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,),
                                  tp_pattern="embedding"))
         for number in range(first_layer, first_layer + count):
-            blocks.append(_block(f"L{number}.attn", number, attention, cost, tp_bytes=activation_bytes,
-                                 cp_bytes=cp_bytes, tensors=attention_tensors, context=context))
-            if moe is None:
-                blocks.append(_block(f"L{number}.mlp", number, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0,
-                                     tensors=mlp_tensors))
-            else:
-                blocks.append(_block(f"L{number}.mlp", number, moe.kernels, cost, tp_bytes=activation_bytes,
-                                     cp_bytes=0.0, tensors=moe.tensors, tp_pattern="experts", experts=moe.experts))
+            blocks.append(replace(attention_block, name=f"L{number}.attn", layer=number))
+            blocks.append(replace(mlp_block, name=f"L{number}.mlp", layer=number))
         first_layer += count
         if index == len(counts) - 1:
             output = (model.head_params() - model.norm_params()) / t
