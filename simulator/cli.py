@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from simulator.errors import InputError, SimulationError
+from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -90,6 +91,16 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.memory_timeline import memory_figure
     from simulator.report.outputs import load_run_outputs, save_figure
 
+    if args.chart in STUDY_CHARTS:
+        from simulator.report.study_plots import study_figure
+
+        figure = study_figure(args.chart, Path(args.outdir), x=args.x, y=args.y, hue=args.hue, value=args.value,
+                              log_x=args.log_x)
+        output = Path(args.output or (Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent)
+                      / f"{args.chart}.png")
+        save_figure(figure, output)
+        print(f"wrote {output}")
+        return 0
     run = load_run_outputs(Path(args.outdir))
     if args.chart == "gantt":
         figure = gantt_figure(run.timeline, run.summary, by=args.by)
@@ -133,6 +144,58 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers") from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every value must be at least 1")
+    return values
+
+
+def _choice_list(choices: tuple[str, ...]):
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(text.split(","))
+        bad = [value for value in values if value not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(choices)}")
+        return values
+    return parse
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from simulator.errors import ExecutorError
+    from simulator.sweep.executors import make_executor
+    from simulator.sweep.layouts import SearchSpace
+    from simulator.sweep.report import format_search, write_search
+    from simulator.sweep.search import search_layouts
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "virtual_stages", "micro_batch", "sharding",
+                                                     "recompute") if getattr(args, name) is not None}
+    try:
+        executor = make_executor(args.executor, args.workers, args.scheduler)
+    except ExecutorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
+                                overrides=args.set)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    finally:
+        executor.close()
+    write_search(out, result)
+    print(format_search(result))
+    print(f"wrote {out}/candidates.parquet, {out}/candidates.csv (every layout, with why it was pruned), "
+          f"{out}/search.json")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainsim", description="Simulate GPU clusters training large models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -161,11 +224,17 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.set_defaults(func=_cmd_collective)
 
-    plot = sub.add_parser("plot", help="draw a Gantt chart or a memory timeline of a run's output folder")
-    plot.add_argument("chart", choices=["gantt", "memory"])
-    plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run ... --out`")
+    plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts")
+    plot.add_argument("chart", choices=["gantt", "memory", *STUDY_CHARTS])
+    plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run`, `sweep` or `search` "
+                      "(busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
     plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
+    plot.add_argument("--x", default=None, help="sweep/heatmap: column on the x axis")
+    plot.add_argument("--y", default=None, help="sweep/heatmap: column on the y axis")
+    plot.add_argument("--hue", default=None, help="sweep: one line per value of this column")
+    plot.add_argument("--value", default=None, help="heatmap: the column shown by colour")
+    plot.add_argument("--log-x", action="store_true", help="sweep: logarithmic x axis")
     plot.set_defaults(func=_cmd_plot)
 
     sweep = sub.add_parser("sweep", help="run every point of a sweep file; results in OUT/results.parquet")
@@ -189,6 +258,21 @@ def _parser() -> argparse.ArgumentParser:
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")
     published.set_defaults(func=_cmd_validate_published)
+
+    search = sub.add_parser("search", help="search parallel layouts for a scenario's model, cluster and batch")
+    search.add_argument("scenario")
+    search.add_argument("--out", required=True, help="output folder: candidates.parquet/.csv, search.json")
+    search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
+    search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
+    search.add_argument("--executor", choices=["local", "serial", "dask"], default="local")
+    search.add_argument("--workers", type=int, default=0)
+    search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
+    for name in ("tp", "cp", "pp", "virtual-stages", "micro-batch"):
+        search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
+                            help=f"{name} values to try (default: derived from the cluster and model)")
+    search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS))
+    search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES))
+    search.set_defaults(func=_cmd_search)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")
     topo.add_argument("action", choices=["describe", "draw"])

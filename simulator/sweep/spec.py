@@ -143,7 +143,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     for index, values in enumerate(_combinations(spec, locate)):
         point_data = with_values(base_data, {parse_path(name): value for name, value in values})
         scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
-        points.append(Point(index, values, point_data, _key(point_data),
+        points.append(Point(index, values, point_data, point_key(point_data),
                             _violated(constraints, scenario, index, locate)))
     return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
 
@@ -271,6 +271,6 @@ def _violated(constraints: list[Constraint], scenario: Scenario, index: int, loc
     return ""
 
 
-def _key(data: dict) -> str:
+def point_key(data: dict) -> str:
     """A digest of the point's whole scenario: a resumed sweep reuses a result only for the same scenario."""
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:20]

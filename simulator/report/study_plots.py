@@ -1,0 +1,177 @@
+"""Charts of studies over many runs, each a matplotlib Figure: a metric along a sweep axis (one line per value
+of another axis), a heat map over two axes, collective bus bandwidth against message size per algorithm
+(nccl-tests style), and the layout search's throughput-memory front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from simulator.errors import ScenarioError
+from simulator.units import format_size
+
+COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
+
+
+def _check_columns(frame: pd.DataFrame, *names: str | None) -> None:
+    for name in names:
+        if name is not None and name not in frame.columns:
+            raise ScenarioError(f"no column {name!r}", field="--x/--y/--hue/--value", allowed=COLUMN_ALLOWED)
+
+
+def _ok(frame: pd.DataFrame) -> pd.DataFrame:
+    """The simulated rows of a sweep's results (all rows when there is no status column)."""
+    return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
+
+
+def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *, log_x: bool = False) -> Figure:
+    """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``."""
+    _check_columns(frame, x, y, hue)
+    rows = _ok(frame)
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    ax = figure.add_subplot()
+    groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
+    for value, group in groups:
+        ordered = group.sort_values(x)
+        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {value}" if hue else y)
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.grid(color="#DDDDDD", linewidth=0.6)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{y} vs {x}" + (f" by {hue}" if hue else ""))
+    return figure
+
+
+def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
+    """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell)."""
+    _check_columns(frame, x, y, value)
+    table = _ok(frame).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    figure = Figure(figsize=(1.2 + 1.1 * max(len(table.columns), 1), 1.4 + 0.6 * max(len(table.index), 1)),
+                    layout="constrained")
+    ax = figure.add_subplot()
+    image = ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
+    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
+    for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
+        if np.isfinite(cell):
+            ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8, color="white")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    figure.colorbar(image, ax=ax, label=value)
+    ax.set_title(f"{value} over {x} x {y}")
+    return figure
+
+
+def busbw_figure(rows: pd.DataFrame, *, label: str = "algorithm") -> Figure:
+    """Bus bandwidth (GB/s) against message size, one line per ``label`` value (columns `bytes`,
+    `busbw_GBps` and ``label``), as nccl-tests reports it."""
+    _check_columns(rows, "bytes", "busbw_GBps", label)
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    ax = figure.add_subplot()
+    for value, group in rows.groupby(label, sort=True):
+        ordered = group.sort_values("bytes")
+        ax.plot(ordered["bytes"], ordered["busbw_GBps"], marker="o", label=str(value))
+    sizes = np.sort(rows["bytes"].unique())
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [format_size(size) for size in sizes], rotation=45, fontsize=8)
+    ax.minorticks_off()
+    ax.set_xlabel("message size")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.grid(color="#DDDDDD", linewidth=0.6)
+    ax.legend(title=label, fontsize=8)
+    ops = ", ".join(sorted(rows["op"].unique())) if "op" in rows.columns else "collective"
+    ax.set_title(f"{ops}: bus bandwidth vs size")
+    return figure
+
+
+def pareto_front(points: pd.DataFrame, memory: str, throughput: str) -> pd.DataFrame:
+    """The rows no other row beats on both less memory and more throughput, by memory."""
+    ordered = points.sort_values([memory, throughput], ascending=[True, False])
+    best = -np.inf
+    keep = []
+    for index, value in zip(ordered.index, ordered[throughput]):
+        if value > best:
+            keep.append(index)
+            best = value
+    return ordered.loc[keep]
+
+
+def front_figure(candidates: pd.DataFrame) -> Figure:
+    """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front joined, the
+    winner and the decision tree's choice labelled (a search folder's candidates.parquet)."""
+    _check_columns(candidates, "status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice")
+    simulated = candidates[candidates["status"] == "simulated"]
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    ax = figure.add_subplot()
+    ax.scatter(simulated["peak_memory_gib"], simulated["tokens_per_s"], color="#4C72B0", label="simulated layouts")
+    front = pareto_front(simulated, "peak_memory_gib", "tokens_per_s")
+    ax.plot(front["peak_memory_gib"], front["tokens_per_s"], color="#C44E52", label="throughput-memory front")
+    if len(simulated):
+        winner = simulated.loc[simulated["tokens_per_s"].idxmax()]
+        ax.annotate(f"best: {winner['label']}", (winner["peak_memory_gib"], winner["tokens_per_s"]), fontsize=8,
+                    xytext=(5, 5), textcoords="offset points")
+    for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
+        ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,
+                   label="seed decision tree")
+        ax.annotate(f"tree: {tree['label']}", (tree["peak_memory_gib"], tree["tokens_per_s"]), fontsize=8,
+                    xytext=(5, -12), textcoords="offset points")
+    ax.set_xlabel("peak memory (GiB)")
+    ax.set_ylabel("tokens/s")
+    ax.grid(color="#DDDDDD", linewidth=0.6)
+    ax.legend(fontsize=8)
+    pruned = int((candidates["status"] == "pruned").sum())
+    ax.set_title(f"layout search: {len(simulated)} simulated, {pruned} pruned")
+    return figure
+
+
+def _read_table(path: Path, name: str) -> pd.DataFrame:
+    table = path / name if path.is_dir() else path
+    if not table.is_file():
+        raise ScenarioError(f"has no {name}", field="OUTDIR", file=str(path),
+                            allowed="a folder written by `trainsim sweep` (results.parquet) or `trainsim search` "
+                                    "(candidates.parquet)")
+    try:
+        return pd.read_parquet(table)
+    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+        raise ScenarioError(f"{table.name} is not readable ({type(exc).__name__})", field="OUTDIR",
+                            file=str(path)) from None
+
+
+def collective_rows(path: Path) -> pd.DataFrame:
+    """Rows of (op, bytes, busbw_GBps, label) from `trainsim collective --json` output, or from a sweep whose
+    points are one collective each (the label is the sweep's first axis that is not the message size)."""
+    if path.is_file() and path.suffix == ".json":
+        try:
+            rows = pd.DataFrame(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise ScenarioError(f"not readable JSON ({exc})", field="OUTDIR", file=str(path)) from None
+        return rows
+    frame = _ok(_read_table(path, "results.parquet"))
+    axes = [c for c in frame.columns[3:] if not c.startswith(("collectives[", "step_time", "makespan"))]
+    label = next((axis for axis in axes if "bytes" not in axis), None)
+    rows = pd.DataFrame({"op": frame.get("collectives[0].op"), "bytes": frame.get("collectives[0].bytes"),
+                         "busbw_GBps": frame.get("collectives[0].busbw_GBps")})
+    rows["algorithm"] = frame[label].astype(str) if label else "all"
+    return rows
+
+
+def study_figure(chart: str, path: Path, *, x: str | None = None, y: str | None = None, hue: str | None = None,
+                 value: str | None = None, log_x: bool = False) -> Figure:
+    """The figure of one study chart read from ``path`` (a sweep or search folder, or collective JSON)."""
+    if chart == "front":
+        return front_figure(_read_table(path, "candidates.parquet"))
+    if chart == "busbw":
+        return busbw_figure(collective_rows(path))
+    if x is None or y is None or (chart == "heatmap" and value is None):
+        needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
+        raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)
+    frame = _read_table(path, "results.parquet")
+    if chart == "heatmap":
+        return heatmap_figure(frame, x, y, value or "")
+    return sweep_figure(frame, x, y, hue, log_x=log_x)

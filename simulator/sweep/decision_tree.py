@@ -1,0 +1,79 @@
+"""Seed 000's decision tree for a parallel layout (section 21.9.1), as code, so the layout search can say where
+and why the simulator's winner disagrees with it.
+
+The tree: if one GPU can train the model, use DP (with ZeRO-1/2 to save memory). Otherwise, if the parameters
+do not fit but one layer does, split layers with PP and use DP for the rest; if one layer does not fit, TP
+(no larger than the NVLink domain) is a must; if activations (long sequences) are what does not fit, TP +
+sequence parallelism + activation recompute. Its three rules: TP <= GPUs per host; PP <= layers and m >= 4p so
+that the bubble is small; DP takes every remaining GPU. Here every "does it fit" is the simulator's memory model,
+micro-batches are of 1 sequence, without CP or interleaving, and the tree's DP shards with ZeRO-1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulator.sweep.layouts import Candidate, Checked, powers_of_two
+
+MICROBATCHES_PER_STAGE = 4
+"""Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%."""
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """The tree's layout (None when nothing it tries fits) and the steps it took, in words."""
+
+    candidate: Candidate | None
+    steps: tuple[str, ...]
+
+
+def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
+                     check: Callable[[Candidate], Checked]) -> TreeChoice:
+    """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
+    state fits on a GPU."""
+    steps = []
+    single = check(Candidate(1, 1, 1, world, 1, 1, "zero1", "none"))
+    if not single.reason:
+        steps.append("the model trains on one GPU's memory with ZeRO-1 sharding: DP over every GPU")
+        return TreeChoice(single.candidate, tuple(steps))
+    steps.append(f"one GPU: {single.reason}")
+    if layer_fits:
+        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps)
+        if found is not None:
+            steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
+            return TreeChoice(found, tuple(steps))
+        steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute")
+        recomputes = ["selective", "full"]
+    else:
+        steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
+        recomputes = ["none", "selective", "full"]
+    tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
+    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps)
+    if found is not None:
+        return TreeChoice(found, tuple(steps))
+    steps.append("nothing the tree tries fits in memory")
+    return TreeChoice(None, tuple(steps))
+
+
+def _first_fit(tps: list[int], recomputes: list[str], world: int, layers: int, global_batch: int,
+               check: Callable[[Candidate], Checked], steps: list[str]) -> Candidate | None:
+    """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
+    for recompute in recomputes:
+        for tp in tps:
+            tried = []
+            for pp in range(1, layers + 1):
+                if layers % pp or world % (tp * pp):
+                    continue
+                dp = world // (tp * pp)
+                if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:
+                    continue
+                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute))  # type: ignore[arg-type]
+                if not checked.reason:
+                    steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:.1f} GiB)"
+                                 + (f" after {', '.join(tried)}" if tried else ""))
+                    return checked.candidate
+                tried.append(f"pp{pp} {checked.reason}")
+            steps.append(f"tp{tp} recompute={recompute}: no pp with m >= 4p fits"
+                         + (f" ({tried[-1]})" if tried else ""))
+    return None

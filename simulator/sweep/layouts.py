@@ -1,0 +1,181 @@
+"""Candidate layouts of a training step and how each is checked without running it: the structural rules
+(degrees that divide the cluster, the layers and the batch; TP inside an NVLink domain), the memory model, and
+a quick analytic step-time estimate that ranks the survivors before the simulator decides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config.schema import Scenario
+from simulator.errors import InputError
+from simulator.sweep.fields import parse_path, with_values
+from simulator.sweep.options import RECOMPUTES, Recompute, Sharding
+from simulator.topology.graph import Topology
+from simulator.workload.memory_plan import stage_memory
+from simulator.workload.training import TrainingStep, build_training_step
+
+GIB = 2.0**30
+TP_COLLECTIVES_PER_BLOCK = 4
+"""TP collectives of one block per micro-batch, forward and backward (SP: all-gather + reduce-scatter each way;
+without SP two all-reduces, the same bytes on a ring)."""
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One layout: parallel degrees, interleaving depth, micro-batch size, sharding and recompute."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    virtual_stages: int
+    micro_batch: int
+    sharding: Sharding
+    recompute: Recompute
+
+    def overrides(self, schedule: str) -> dict[str, object]:
+        """The scenario fields this layout sets; interleaved 1F1B when there are virtual stages, else
+        ``schedule``; sequence parallelism whenever tp > 1 (Megatron's practice)."""
+        return {
+            "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
+            "parallelism.dp": self.dp, "parallelism.sequence_parallel": self.tp > 1,
+            "parallelism.pipeline.schedule": "interleaved" if self.virtual_stages > 1 else schedule,
+            "parallelism.pipeline.virtual_stages": self.virtual_stages,
+            "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
+            "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
+            "training.micro_batch": self.micro_batch, "training.recompute": self.recompute,
+        }
+
+    def label(self) -> str:
+        interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
+        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{interleave} mb{self.micro_batch} "
+                f"{self.sharding} recompute={self.recompute}")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A candidate after the checks: its scenario data, why it was pruned ('' if it survived), its peak memory
+    and estimated tokens/s (0 when not known)."""
+
+    candidate: Candidate
+    data: dict
+    reason: str = ""
+    peak_memory_gib: float = 0.0
+    estimate_tokens_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The values each dimension may take; empty tuples mean the defaults derived from the cluster and model."""
+
+    tp: tuple[int, ...] = ()
+    cp: tuple[int, ...] = (1, 2)
+    pp: tuple[int, ...] = ()
+    virtual_stages: tuple[int, ...] = (1, 2, 4)
+    micro_batch: tuple[int, ...] = (1, 2)
+    sharding: tuple[Sharding, ...] = ("zero0", "zero1", "fsdp")
+    recompute: tuple[Recompute, ...] = RECOMPUTES
+
+
+def powers_of_two(limit: int) -> tuple[int, ...]:
+    return tuple(2**k for k in range(limit.bit_length()) if 2**k <= limit)
+
+
+def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list[Candidate]:
+    """Every combination whose degrees multiply to the cluster size, in a fixed order. TP goes one power of two
+    past the NVLink domain, so that the rule keeping it inside is visible among the pruned layouts."""
+    tps = space.tp or powers_of_two(2 * host_gpus)
+    found = []
+    for tp in tps:
+        for cp in space.cp:
+            rest = world // (tp * cp) if world % (tp * cp) == 0 else 0
+            pps = space.pp or tuple(d for d in range(1, rest + 1) if rest % d == 0)
+            for pp in pps:
+                if not rest or rest % pp:
+                    continue
+                for v in space.virtual_stages:
+                    if v > 1 and pp == 1:
+                        continue
+                    for mb in space.micro_batch:
+                        for sharding in space.sharding:
+                            for recompute in space.recompute:
+                                found.append(Candidate(tp, cp, pp, rest // pp, v, mb, sharding, recompute))
+    return found
+
+
+def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: int, fewer_on_ends: bool) -> str:
+    """Why a layout cannot run, from arithmetic alone ('' when it may)."""
+    if c.tp > host_gpus:
+        return f"TP {c.tp} spans hosts: its collectives would leave the {host_gpus}-GPU NVLink domain (seed rule 1)"
+    stages = c.pp * c.virtual_stages
+    split = layers + 2 if fewer_on_ends and stages >= 2 else layers
+    if split % stages:
+        return f"{layers} layers do not split over pp x virtual_stages = {stages} stages"
+    if global_batch % (c.dp * c.micro_batch):
+        return f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}"
+    m = global_batch // (c.dp * c.micro_batch)
+    if c.virtual_stages > 1 and m % c.pp:
+        return f"interleaving needs micro-batches in groups of pp = {c.pp}, got {m}"
+    return ""
+
+
+def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) -> Checked:
+    """Build the candidate's step: refused by the simulator's own checks, out of memory, or a survivor with its
+    peak memory and estimated throughput."""
+    data = with_values(base, {parse_path(name): value for name, value in c.overrides(schedule).items()})
+    try:
+        scenario = Scenario.model_validate(data)
+        step = build_training_step(scenario, topology)
+    except (InputError, ValueError) as exc:
+        return Checked(c, data, f"refused: {getattr(exc, 'problem', str(exc).splitlines()[0])}")
+    peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
+    if peak > step.gpu.hbm_bytes:
+        return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
+                       peak / GIB)
+    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, topology))
+
+
+def estimate_step_s(step: TrainingStep, topology: Topology) -> float:
+    """A quick step time for ranking, not a prediction. Per micro-batch, each pipeline rank's kernels plus its
+    blocking TP and CP traffic (intra-host link rate, or the NIC when the group leaves the host); the slowest
+    rank paces (m + (p - 1) / v) micro-batch slots; then the optimizer step; DP traffic as ring volumes of the
+    rank's gradients and parameters at the NIC rate. Contention is left to the simulator."""
+    plan = step.plan
+    layout = plan.layout
+    host = len(topology.host_gpus(0))
+    intra, nic = _bandwidths(topology)
+    tp_rate = intra if layout.tp <= host else nic
+    cp_rate = intra if layout.tp * layout.cp <= host else nic
+    per_rank, params = [], []
+    for pp_rank in range(layout.pp):
+        seconds = held = 0.0
+        for chunk in range(plan.virtual_stages):
+            for block in plan.stages[chunk * layout.pp + pp_rank].blocks:
+                seconds += block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
+                seconds += TP_COLLECTIVES_PER_BLOCK * (layout.tp - 1) / layout.tp * block.tp_bytes / tp_rate
+                seconds += 2 * (layout.cp - 1) / layout.cp * block.cp_bytes / cp_rate
+                held += block.params
+        per_rank.append(seconds)
+        params.append(held)
+    pipeline = max(per_rank) * (plan.microbatches + (layout.pp - 1) / plan.virtual_stages)
+    ways = layout.dp * layout.cp
+    ring = (ways - 1) / ways * max(params) * plan.sharding.param_bytes / nic if ways > 1 else 0.0
+    optimizer = max(plan.optimizer_s)
+    if plan.sharding.stage == 3:
+        # ZeRO-3 gathers every layer again for each micro-batch's forward and backward: at the NIC rate the
+        # gathers outlast the layers they prefetch for, so they are counted in full.
+        return pipeline + (2.0 * plan.microbatches + 1.0) * ring + optimizer
+    # DDP's all-reduce (or ZeRO-1/2's reduce-scatter) overlaps the backward; ZeRO-1/2's all-gather follows the
+    # optimizer step.
+    return max(pipeline, 2.0 * ring) + optimizer + (ring if plan.sharding.stage in (1, 2) else 0.0)
+
+
+def _bandwidths(topology: Topology) -> tuple[float, float]:
+    """(intra-host, cross-host) bytes/s of one GPU: the slowest link between the first two GPUs of host 0, and
+    between the first GPUs of hosts 0 and 1 (its NIC); a one-host cluster has no NIC rate (infinite)."""
+    def slowest(a: int, b: int) -> float:
+        return float(min(topology.link_bandwidth[i] for i in topology.path(a, b)))
+    first = topology.host_gpus(0)
+    intra = slowest(first[0], first[1]) if len(first) > 1 else float("inf")
+    nic = slowest(first[0], topology.host_gpus(1)[0]) if topology.num_hosts > 1 else float("inf")
+    return intra, nic

@@ -1,0 +1,64 @@
+"""What `trainsim search` prints and writes: the ranked simulated layouts, the decision tree's path and the
+comparison; OUT/candidates.parquet and .csv (every layout with its status and reason) and OUT/search.json."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import orjson
+
+from simulator.sweep.search import SearchResult
+
+SHOWN = 10
+
+
+def format_search(result: SearchResult) -> str:
+    """The best simulated layouts as a table, the pruning counts, the tree's steps and the comparison."""
+    table = result.table
+    simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
+    lines = [f"{'rank':>4}  {'layout':<48} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"]
+    for rank, row in enumerate(simulated.head(SHOWN).to_dict("records"), start=1):
+        marker = " (tree)" if row["tree_choice"] else ""
+        lines.append(f"{rank:>4}  {row['label'] + marker:<48} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
+                     f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
+    counts = table["status"].value_counts().to_dict()
+    lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
+                 f"{counts.get('failed', 0)} failed")
+    lines.append("decision tree (seed 000, 21.9.1): " + " -> ".join(result.tree.steps))
+    lines.append(result.comparison)
+    return "\n".join(lines)
+
+
+def write_search(out_dir: Path, result: SearchResult) -> None:
+    """candidates.parquet, candidates.csv and search.json, each moved into place when complete."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "winner": _clean(result.winner),
+        "tree_choice": _clean(result.tree_row),
+        "tree_steps": list(result.tree.steps),
+        "comparison": result.comparison,
+        "layouts": len(result.table),
+        "status_counts": result.table["status"].value_counts().sort_index().to_dict(),
+    }
+    writers = {
+        "candidates.parquet": lambda path: result.table.to_parquet(path, index=False),
+        "candidates.csv": lambda path: result.table.to_csv(path, index=False),
+        "search.json": lambda path: Path(path).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2)),
+    }
+    for name, write in writers.items():
+        temporary = out_dir / f".{name}.tmp"
+        write(temporary)
+        os.replace(temporary, out_dir / name)
+
+
+def _clean(row: dict | None) -> dict | None:
+    """A table row as JSON-ready values (NaN as null, numpy scalars as Python numbers)."""
+    if row is None:
+        return None
+    clean = {}
+    for key, value in row.items():
+        value = value.item() if hasattr(value, "item") else value
+        clean[key] = None if isinstance(value, float) and math.isnan(value) else value
+    return clean

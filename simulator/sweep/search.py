@@ -1,0 +1,172 @@
+"""Layout search (`trainsim search SCENARIO.yaml`): enumerate (tp, cp, pp, dp, virtual stages, micro-batch,
+ZeRO stage or FSDP, recompute) for the scenario's model, cluster and global batch; prune by arithmetic, by the
+memory model and by dominance (a lighter recompute that fits), keeping every reason; rank the survivors by a
+quick estimate and simulate the best `top` of them, plus seed 000's decision-tree choice, on an executor; rank
+by simulated tokens/s and say where and why the winner and the tree disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+
+from simulator.catalog.gpus import get_gpu
+from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
+from simulator.config.yaml_source import read_yaml
+from simulator.errors import ScenarioError
+from simulator.simulation import build_topology
+from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
+from simulator.sweep.executors import Executor
+from simulator.sweep.layouts import (
+    Candidate,
+    Checked,
+    SearchSpace,
+    check_memory,
+    enumerate_candidates,
+    structural_reason,
+)
+from simulator.sweep.runner import PointTask, run_point
+from simulator.sweep.spec import point_key
+from simulator.workload.memory import state_bytes_per_param
+from simulator.workload.training import resolve_model
+
+DEFAULT_TOP = 8
+CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "virtual_stages", "micro_batch", "sharding", "recompute")
+REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
+                    "bottleneck.verdict")
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every candidate with its status (`simulated`, `pruned`, `failed`) and reason, the best simulated row,
+    the tree's choice and the comparison in words."""
+
+    table: pd.DataFrame
+    winner: dict | None
+    tree: TreeChoice
+    tree_row: dict | None
+    comparison: str
+
+
+def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
+                   top: int = DEFAULT_TOP, overrides: list[str] | None = None) -> SearchResult:
+    """Search the layouts of the training step in ``scenario_path`` (its parallelism section is ignored)."""
+    space = space or SearchSpace()
+    loaded = load_scenario(scenario_path, overrides)
+    scenario = loaded.scenario
+    if scenario.model is None or scenario.model.synthetic is not None:
+        raise loaded.error(("model",), "a layout search needs a model (preset or dimensions)",
+                           "model: {preset: llama3-70b}")
+    if scenario.training.global_batch is None:
+        raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
+                           "training: {global_batch: 512}")
+    topology = build_topology(loaded)
+    model = resolve_model(scenario)
+    host_gpus = len(topology.host_gpus(0))
+    base = search_base(scenario_path, overrides, scenario)
+    schedule = scenario.parallelism.pipeline.schedule if scenario.parallelism.pipeline.schedule != "interleaved" \
+        else "1f1b"
+    memo: dict[Candidate, Checked] = {}
+
+    def check(candidate: Candidate) -> Checked:
+        if candidate not in memo:
+            reason = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
+                                       scenario.parallelism.pipeline.first_last_fewer_layers)
+            memo[candidate] = (Checked(candidate, {}, reason) if reason
+                               else check_memory(base, candidate, topology, schedule))
+        return memo[candidate]
+
+    checked = _prune(enumerate_candidates(space, topology.num_gpus, host_gpus), check, space)
+    state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer)
+    layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
+    layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
+    tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
+                            layer_fits, check)
+    survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
+    chosen = survivors[:top]
+    rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
+    checked = [replace(c, reason=f"estimate {c.estimate_tokens_per_s:,.0f} tokens/s ranks below the top {top} "
+                                 f"(cut at {rank_cut:,.0f}); not simulated (--top)")
+               if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
+    if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
+        checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
+    runs = _simulate([c for c in checked if not c.reason], loaded, executor)
+    table = _table(checked, runs, tree.candidate)
+    simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"],
+                                                                  ascending=[False, True])
+    winner = simulated.iloc[0].to_dict() if len(simulated) else None
+    tree_rows = table[table["tree_choice"]]
+    tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
+    return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree))
+
+
+def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:
+    """The scenario as written (quantities keep their units) with its parallelism reduced to what the search
+    keeps (placement order, fewer layers on the end stages) and only summary.json per run."""
+    data, _ = read_yaml(path, ScenarioError)
+    data = apply_overrides(data, overrides or [], str(path))  # type: ignore[arg-type]
+    pipeline = scenario.parallelism.pipeline
+    data["parallelism"] = {"order": list(scenario.parallelism.order),
+                           "pipeline": {"first_last_fewer_layers": pipeline.first_last_fewer_layers}}
+    data["run"] = {**(data.get("run") or {}), "timeline": "summary"}
+    return data
+
+
+def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Checked]:
+    """Check each candidate; for one layout, once a recompute option fits, the heavier ones are dominated."""
+    result = []
+    fitting: dict[Candidate, str] = {}
+    for candidate in candidates:
+        key = replace(candidate, recompute="none")
+        if key in fitting:
+            result.append(Checked(candidate, {}, f"dominated: recompute={fitting[key]} fits with the same layout "
+                                                  "and does less work"))
+            continue
+        checked = check(candidate)
+        if not checked.reason:
+            fitting[key] = candidate.recompute
+        result.append(checked)
+    return result
+
+
+def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor) -> dict[Candidate, object]:
+    tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None)
+             for index, c in enumerate(survivors)]
+    return {survivors[record.index].candidate: record for record in executor.map_unordered(run_point, tasks)}
+
+
+def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.DataFrame:
+    rows = []
+    for c in checked:
+        row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
+        record = runs.get(c.candidate)
+        status = "pruned" if c.reason else ("simulated" if record is not None and record.status == "ok" else "failed")
+        row.update(status=status, reason=c.reason or (record.error if record is not None else ""),
+                   memory_model_peak_gib=c.peak_memory_gib or None,
+                   estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree)
+        metrics = record.metrics if record is not None else {}
+        row.update({name: metrics.get(name) for name in REPORTED_METRICS})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str:
+    """Where and why the search's winner and the decision tree's choice disagree, in a few sentences."""
+    if winner is None:
+        return "no layout survived the checks and simulated"
+    if tree_row is None or tree.candidate is None:
+        return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
+    if winner["label"] == tree_row["label"]:
+        return f"the search agrees with the decision tree: {winner['label']}"
+    gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
+    differ = [f"{name} {tree_row[name]} -> {winner[name]}" for name in CANDIDATE_COLUMNS
+              if tree_row[name] != winner[name] and name != "dp"]
+    return (f"the search's {winner['label']} runs {winner['tokens_per_s']:,.0f} tokens/s, {100 * gain:+.1f}% vs "
+            f"the decision tree's {tree_row['label']} ({tree_row['tokens_per_s']:,.0f} tokens/s). They differ in "
+            f"{'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, bubble "
+            f"{100 * tree_row['bubble_fraction']:.1f}%, MFU {100 * tree_row['mfu']:.1f}%. Search: "
+            f"{winner['bottleneck.verdict']}, bubble {100 * winner['bubble_fraction']:.1f}%, MFU "
+            f"{100 * winner['mfu']:.1f}%. The tree stops at the first layout that fits in memory (lightest "
+            f"recompute, then smallest TP, then smallest PP with m >= 4p); it never weighs throughput.")
+
