@@ -103,13 +103,51 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         return 0
     run = load_run_outputs(Path(args.outdir))
     if args.chart == "gantt":
-        figure = gantt_figure(run.timeline, run.summary, by=args.by)
+        ranks = _ranks(args.ranks)
+        gpus = int(run.summary.get("gpus", 0))
+        if ranks is not None and any(not 0 <= rank < gpus for rank in ranks):
+            raise InputError(f"{args.ranks!r} names ranks the run does not have", field="--ranks",
+                             allowed=f"0..{gpus - 1}")
+        figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=_window(args.window))
     else:
         figure = memory_figure(run.timeline, run.summary)
     output = Path(args.output or Path(args.outdir) / f"{args.chart}.png")
     save_figure(figure, output)
     print(f"wrote {output}")
     return 0
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    """--window START:END (durations with units, e.g. 0:5ms or 1.2s:1.4s) in seconds."""
+    from simulator.units import parse_duration
+
+    if text is None:
+        return None
+    parts = text.split(":")
+    allowed = "START:END with units, e.g. 0:5ms or 1.2s:1.4s, START < END"
+    if len(parts) != 2:
+        raise InputError(f"{text!r} is not START:END", field="--window", allowed=allowed)
+    try:
+        low, high = (parse_duration(part.strip() or "0") for part in parts)
+    except InputError as exc:
+        raise InputError(exc.problem, field="--window", allowed=allowed) from None
+    if not low < high:
+        raise InputError(f"{text!r}: START is not before END", field="--window", allowed=allowed)
+    return low, high
+
+
+def _ranks(text: str | None) -> list[int] | None:
+    """--ranks 0,2,4 or 0-7 (inclusive ranges), in the order given."""
+    if text is None:
+        return None
+    ranks: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.partition("-")
+            ranks += list(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise InputError(f"{text!r} is not a rank list", field="--ranks", allowed="e.g. 0,2,4 or 0-7") from None
+    return ranks
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -230,6 +268,8 @@ def _parser() -> argparse.ArgumentParser:
                       "(busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
     plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
+    plot.add_argument("--window", default=None, metavar="START:END", help="gantt: time window, e.g. 0:5ms")
+    plot.add_argument("--ranks", default=None, metavar="0,2,4-7", help="gantt: these ranks, one row each")
     plot.add_argument("--x", default=None, help="sweep/heatmap: column on the x axis")
     plot.add_argument("--y", default=None, help="sweep/heatmap: column on the y axis")
     plot.add_argument("--hue", default=None, help="sweep: one line per value of this column")

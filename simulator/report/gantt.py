@@ -36,6 +36,14 @@ BAR_CLASSES: dict[str, tuple[str, str]] = {
 }
 """Legend entry and colour of each kind of bar; one fixed colour per kind so charts compare side by side."""
 
+CHUNK_SHADES = {"forward": ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
+                "backward": ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD")}
+"""Colours of the forward and backward passes of chunk 0, 1, 2, 3 of an interleaved schedule (chunk c uses
+shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
+BACKWARD_PASS = ("backward", "recompute")
+"""Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
+block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
+
 COMMUNICATION_CLASSES = ("tp_cp", "pp", "dp", "other_comm")
 """Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
 get a white edge so that back-to-back actions of one kind stay apart."""
@@ -60,6 +68,36 @@ def _action_class(actions: pd.DataFrame) -> pd.Series:
     """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards ("Bi...") get their own."""
     is_input_grad = (actions["category"] == "backward") & actions["name"].str.startswith("Bi")
     return actions["category"].where(~is_input_grad, "backward_input")
+
+
+def pipeline_passes(actions: pd.DataFrame, virtual_stages: int) -> pd.DataFrame:
+    """Merge a rank's consecutive recompute and backward actions of one micro-batch into one backward pass
+    (recompute_s: the recompute time inside it) and number each pass's chunk: a micro-batch's forwards on a
+    rank run chunk 0, 1, ... in order, its backwards chunk v-1 down to 0 (the data dependencies force it)."""
+    if actions.empty:
+        return actions.assign(recompute_s=pd.Series(dtype=float), chunk=pd.Series(dtype=int))
+    durations = actions["end_s"] - actions["start_s"]
+    in_pass = actions["category"].isin(BACKWARD_PASS)
+    starts_pass = ~(in_pass & in_pass.shift(fill_value=False)
+                    & (actions["microbatch"] == actions["microbatch"].shift()))
+    grouped = actions.assign(recompute_s=durations.where(actions["category"] == "recompute", 0.0),
+                             pass_id=starts_pass.cumsum())
+    passes = grouped.groupby("pass_id", sort=True).agg(
+        name=("name", "last"), category=("category", "last"), microbatch=("microbatch", "first"),
+        start_s=("start_s", "min"), end_s=("end_s", "max"), recompute_s=("recompute_s", "sum"))
+    passes = passes.reset_index(drop=True)
+    kind = passes["category"].where(passes["category"] != "recompute", "backward")
+    passes["category"] = kind
+    seen = passes.groupby([kind, passes["microbatch"]]).cumcount()
+    backward = kind.isin(("backward",))
+    passes["chunk"] = seen.where(~backward, virtual_stages - 1 - seen).clip(lower=0) if virtual_stages > 1 else 0
+    return passes
+
+
+def _chunk_colour(kind: str, chunk: int, virtual_stages: int) -> str | None:
+    """The shade of an interleaved chunk's forward or backward pass (None: the kind's own colour)."""
+    shades = CHUNK_SHADES.get(kind)
+    return shades[chunk % len(shades)] if shades and virtual_stages > 1 else None
 
 
 def _row_ranks(timeline: pd.DataFrame, summary: dict, by: str, ranks) -> tuple[list[int], list[str]]:
@@ -88,7 +126,7 @@ def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tupl
 
 
 def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
-          scale: float, zorder: float) -> None:
+          scale: float, zorder: float, colour: str | None = None) -> None:
     """One broken_barh call: all bars of one kind in one row; the collection's gid is 'kind:row'."""
     if len(starts) == 0:
         return
@@ -96,7 +134,7 @@ def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: t
     keep = widths > 0
     spans = np.column_stack([starts[keep] * scale, widths[keep]])
     if len(spans):
-        colour = BAR_CLASSES[kind][1]
+        colour = colour or BAR_CLASSES[kind][1]
         edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != "idle" else "none"
         ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
                        zorder=zorder, gid=f"{kind}:{row}")
@@ -116,16 +154,23 @@ def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width:
     return written
 
 
-def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, scale: float) -> pd.DataFrame:
+def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, scale: float,
+              virtual_stages: int) -> pd.DataFrame:
     """Draw one rank's idle time, merged actions and communication in row ``row``; returns the actions."""
     work = compute_stream_work(rank_ops, rank)
-    actions = pipeline_actions(work)
+    actions = pipeline_passes(pipeline_actions(work), virtual_stages)
     classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
     idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
     _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
     for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
         chosen = actions[classes == kind] if len(actions) else actions
-        _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), MAIN_LANE, scale, 2)
+        for chunk, part in chosen.groupby("chunk") if len(chosen) else ():
+            colour = _chunk_colour(kind, int(chunk), virtual_stages)
+            _draw(ax, row, kind, part["start_s"].to_numpy(), part["end_s"].to_numpy(), MAIN_LANE, scale, 2,
+                  colour=colour)
+    recomputing = actions[actions["recompute_s"] > 0] if len(actions) else actions
+    _draw(ax, row, "recompute", recomputing["start_s"].to_numpy(),
+          (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, scale, 2.5)
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
     on_compute = (others["stream"] == "compute").to_numpy()
     other_class = _bar_class(others["category"]).to_numpy()
@@ -138,18 +183,25 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
 
 
 def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ranks=None,
-                 max_rows: int = 64) -> Figure:
-    """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or ranks, bars are merged
-    pipeline actions labelled with their micro-batch, idle time within the pipeline window is grey, and the
-    title gives the run's bubble fraction."""
+                 max_rows: int = 64, window: tuple[float, float] | None = None) -> Figure:
+    """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or the given ``ranks``,
+    bars are forward and backward passes labelled with their micro-batch (one shade per chunk when
+    interleaved; a pass's recompute as its own bar at its start), idle time within the pipeline window is grey,
+    ``window`` (start, end) in seconds zooms in, the legend lists what is drawn and the title gives the run's
+    bubble fraction."""
     rows, labels = _row_ranks(timeline, summary, by, ranks)
     total_rows = len(rows)
     rows, labels = rows[:max_rows], labels[:max_rows]
     ops = timeline[timeline["rank"].isin(rows) & (timeline["kind"] != "flow")]
     pipeline_ops = timeline.loc[timeline["category"].isin(PIPELINE_CATEGORIES), "end_s"]
-    window = float(pipeline_ops.max()) if len(pipeline_ops) else 0.0
-    span = max(float(ops["end_s"].max()) if len(ops) else 0.0, window)
+    pipeline_end = float(pipeline_ops.max()) if len(pipeline_ops) else 0.0
+    full_span = max(float(ops["end_s"].max()) if len(ops) else 0.0, pipeline_end)
+    low, high = window if window is not None else (0.0, full_span)
+    if not 0 <= low < high:
+        raise ValueError(f"window {low}:{high} must have 0 <= START < END")
+    span = high - low
     scale, unit = time_unit(span)
+    virtual_stages = int(summary["layout"].get("virtual_stages", 1))
 
     figure = Figure(figsize=(13, 1.6 + 0.5 * len(rows)), layout="constrained")
     ax = figure.add_subplot()
@@ -158,23 +210,40 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ra
     labels_left = MAX_LABELS
     by_rank = dict(tuple(ops.groupby("rank", sort=False)))
     empty = ops.iloc[:0]
+    used: set[str] = set()
     for row, rank in enumerate(rows):
-        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, window, scale)
-        labels_left -= _label_actions(ax, row, actions, scale, min_label_width, labels_left)
+        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages)
+        visible = actions[(actions["end_s"] > low) & (actions["start_s"] < high)] if len(actions) else actions
+        labels_left -= _label_actions(ax, row, visible, scale, min_label_width, labels_left)
+        used.update(collection.get_gid().split(":")[0] for collection in ax.collections if collection.get_gid())
 
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, span * scale * 1.005 if span > 0 else 1)
+    ax.set_xlim(low * scale, (low + span * 1.005) * scale if span > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", color="#BBBBBB", linewidth=0.5, zorder=0)
     ax.set_axisbelow(True)
     layout = run_layout(summary)
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
-    chunks = f", {info['virtual_stages']} chunks/stage" if info.get("virtual_stages", 1) > 1 else ""
+    chunks = f", {virtual_stages} chunks/stage" if virtual_stages > 1 else ""
     ax.set_title(f"{summary.get('scenario', 'training step')}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
                  f"dp={layout.dp}, {info.get('microbatches', '?')} micro-batches{chunks} — bubble "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
-    handles = [Patch(facecolor=colour, label=label) for label, colour in BAR_CLASSES.values()]
-    figure.legend(handles=handles, loc="outside lower center", ncol=6, fontsize=8, frameon=False)
+    figure.legend(handles=_legend(used, virtual_stages), loc="outside lower center", ncol=6, fontsize=8,
+                  frameon=False)
     return figure
+
+
+def _legend(used: set[str], virtual_stages: int) -> list[Patch]:
+    """One entry per kind of bar drawn; with interleaving, one per chunk for forward and backward passes."""
+    handles = []
+    for kind, (label, colour) in BAR_CLASSES.items():
+        if kind not in used:
+            continue
+        if kind in CHUNK_SHADES and virtual_stages > 1:
+            handles += [Patch(facecolor=_chunk_colour(kind, chunk, virtual_stages), label=f"{label} chunk {chunk}")
+                        for chunk in range(virtual_stages)]
+        else:
+            handles.append(Patch(facecolor=colour, label=label))
+    return handles

@@ -1,0 +1,142 @@
+"""Readable Gantt charts (issue 7 item 7) and the study charts (issue 9 item 4).
+
+Gantt: with `recompute: full` each backward pass carries one recompute bar as long as the recompute ops inside
+it; interleaved chunks get their own shades and the chunk of each pass follows the data dependencies (a
+micro-batch's forwards run chunk 0 then 1 on a rank, its backwards 1 then 0); `--window` and `--ranks` zoom;
+the legend lists what is drawn. Study charts: `trainsim plot sweep|heatmap|busbw|front` from a sweep folder, a
+`collective --json` file and a search folder."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator import simulate
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.report.gantt import gantt_figure, pipeline_passes
+from simulator.report.outputs import compute_stream_work, pipeline_actions
+from simulator.report.study_plots import pareto_front
+from simulator.sweep.executors import SerialExecutor
+from simulator.sweep.runner import run_sweep
+from simulator.sweep.spec import sweep_from_text
+
+RECOMPUTE = """
+cluster: {topology: dgx-h100}
+model: {layers: 8, hidden: 1024, heads: 8, vocab: 32000}
+training: {seq_len: 1024, micro_batch: 1, microbatches: 4, recompute: full}
+parallelism: {tp: 2, pp: 4, dp: 1}
+"""
+INTERLEAVED = """
+cluster: {topology: dgx-h100}
+model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}
+training: {microbatches: 8}
+parallelism: {pp: 4, dp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}
+"""
+
+
+def _bars(figure, kind: str, row: int) -> np.ndarray:
+    """(start, width) of the bars of one kind in one row, from the broken_barh collection's gid."""
+    for collection in figure.axes[0].collections:
+        if collection.get_gid() == f"{kind}:{row}":
+            return np.array([path.vertices[:, 0].min() for path in collection.get_paths()]), np.array(
+                [np.ptp(path.vertices[:, 0]) for path in collection.get_paths()])
+    return np.empty(0), np.empty(0)
+
+
+def test_recompute_is_one_visible_bar_per_backward_pass():
+    result = simulate(scenario_from_text(RECOMPUTE, "r.yaml"))
+    timeline, summary = result.timeline, result.summary
+    work = compute_stream_work(timeline, 0)
+    passes = pipeline_passes(pipeline_actions(work), 1)
+    backward = passes[passes["category"] == "backward"]
+    assert list(backward["microbatch"]) == [0, 1, 2, 3]
+    recompute = work[work["category"] == "recompute"]
+    per_mb = (recompute["end_s"] - recompute["start_s"]).groupby(recompute["microbatch"]).sum()
+    assert backward["recompute_s"].to_numpy() == pytest.approx(per_mb.to_numpy(), rel=1e-12)
+    figure = gantt_figure(timeline, summary)
+    starts, widths = _bars(figure, "recompute", 0)
+    assert len(starts) == 4
+    assert widths / 1e3 == pytest.approx(per_mb.to_numpy(), rel=1e-9)  # ms on the chart
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "recompute (R)" in labels and "weight-grad (W)" not in labels
+
+
+def test_interleaved_chunks_are_numbered_and_shaded():
+    result = simulate(scenario_from_text(INTERLEAVED, "i.yaml"))
+    passes = pipeline_passes(pipeline_actions(compute_stream_work(result.timeline, 0)), 2)
+    forward = passes[passes["category"] == "forward"]
+    backward = passes[passes["category"] == "backward"]
+    # Megatron's interleaved order on rank 0: F0..F3 of chunk 0, then F0..F3 of chunk 1, ...
+    assert list(forward["chunk"][:8]) == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert forward.groupby("microbatch")["chunk"].apply(list).tolist() == [[0, 1]] * 8
+    assert backward.groupby("microbatch")["chunk"].apply(list).tolist() == [[1, 0]] * 8
+    figure = gantt_figure(result.timeline, result.summary)
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert {"forward (F) chunk 0", "forward (F) chunk 1", "backward (B) chunk 1"} <= set(labels)
+    assert "bubble 15.8%" in figure.axes[0].get_title()
+
+
+def test_window_and_ranks_zoom(tmp_path, capsys):
+    result = simulate(scenario_from_text(INTERLEAVED, "i.yaml"))
+    figure = gantt_figure(result.timeline, result.summary, ranks=[1, 3], window=(0.005, 0.010))
+    ax = figure.axes[0]
+    assert ax.get_xlim()[0] == pytest.approx(5.0) and ax.get_xlim()[1] == pytest.approx(5.0 + 5.0 * 1.005)
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["stage 1 (rank 1)", "stage 3 (rank 3)"]
+    out = tmp_path / "run"
+    assert main(["run", str(_write(tmp_path, INTERLEAVED)), "--out", str(out)]) == 0
+    assert main(["plot", "gantt", str(out), "--window", "5ms:10ms", "--ranks", "0-1", "-o",
+                 str(tmp_path / "g.png")]) == 0
+    assert (tmp_path / "g.png").stat().st_size > 0
+    for bad in (["--window", "10ms:5ms"], ["--window", "5"], ["--ranks", "0,99"], ["--ranks", "a"]):
+        capsys.readouterr()
+        assert main(["plot", "gantt", str(out), *bad, "-o", str(tmp_path / "bad.png")]) == 2
+        assert "\n" not in capsys.readouterr().err.strip()
+    assert not (tmp_path / "bad.png").exists()
+
+
+def _write(tmp_path, text: str):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, capsys):
+    sweep = sweep_from_text("""
+base:
+  cluster: {topology: dgx-h100}
+  workload: [{op: all_reduce, bytes: 1 MiB}]
+grid:
+  collectives.algorithm: [ring, tree]
+  workload[0].bytes: [1 MiB, 16 MiB, 256 MiB]
+""", "c.yaml")
+    run_sweep(sweep, tmp_path / "sweep", SerialExecutor())
+    for chart, extra in (("sweep", ["--x", "workload[0].bytes", "--y", "collectives[0].busbw_GBps", "--hue",
+                                    "collectives.algorithm"]),
+                         ("heatmap", ["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value",
+                                      "collectives[0].time_s"]),
+                         ("busbw", [])):
+        assert main(["plot", chart, str(tmp_path / "sweep"), *extra, "-o", str(tmp_path / f"{chart}.png")]) == 0
+        assert (tmp_path / f"{chart}.png").stat().st_size > 0
+    capsys.readouterr()
+    assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "nope", "--y", "step_time_s"]) == 2
+    assert "no column 'nope'" in capsys.readouterr().err
+    rows = [{"op": "all_reduce", "algorithm": "ring", "bytes": 2.0**20 * k, "busbw_GBps": 10.0 * k}
+            for k in (1, 2, 4)]
+    (tmp_path / "rows.json").write_text(json.dumps(rows))
+    assert main(["plot", "busbw", str(tmp_path / "rows.json"), "-o", str(tmp_path / "rows.png")]) == 0
+    candidates = pd.DataFrame({"label": ["a", "b", "c", "d"], "status": ["simulated"] * 3 + ["pruned"],
+                               "peak_memory_gib": [40.0, 50.0, 60.0, None],
+                               "tokens_per_s": [1.0, 3.0, 2.0, None], "tree_choice": [False, False, True, False]})
+    (tmp_path / "search").mkdir()
+    candidates.to_parquet(tmp_path / "search" / "candidates.parquet")
+    assert main(["plot", "front", str(tmp_path / "search")]) == 0
+    assert (tmp_path / "search" / "front.png").is_file()
+    assert list(pareto_front(candidates[:3], "peak_memory_gib", "tokens_per_s")["label"]) == ["a", "b"]
