@@ -165,7 +165,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
         chosen = actions[classes == kind] if len(actions) else actions
         for chunk, part in chosen.groupby("chunk") if len(chosen) else ():
-            colour = _chunk_colour(kind, int(chunk), virtual_stages)
+            colour = _chunk_colour(kind, int(str(chunk)), virtual_stages)
             _draw(ax, row, kind, part["start_s"].to_numpy(), part["end_s"].to_numpy(), MAIN_LANE, scale, 2,
                   colour=colour)
     recomputing = actions[actions["recompute_s"] > 0] if len(actions) else actions
@@ -215,7 +215,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ra
         actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages)
         visible = actions[(actions["end_s"] > low) & (actions["start_s"] < high)] if len(actions) else actions
         labels_left -= _label_actions(ax, row, visible, scale, min_label_width, labels_left)
-        used.update(collection.get_gid().split(":")[0] for collection in ax.collections if collection.get_gid())
+        used.update(str(collection.get_gid()).split(":")[0] for collection in ax.collections if collection.get_gid())
 
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)

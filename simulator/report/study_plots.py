@@ -37,7 +37,7 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
     for value, group in groups:
         ordered = group.sort_values(x)
-        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {value}" if hue else y)
+        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {value!s}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(x)
@@ -113,7 +113,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     front = pareto_front(simulated, "peak_memory_gib", "tokens_per_s")
     ax.plot(front["peak_memory_gib"], front["tokens_per_s"], color="#C44E52", label="throughput-memory front")
     if len(simulated):
-        winner = simulated.loc[simulated["tokens_per_s"].idxmax()]
+        winner = simulated.sort_values("tokens_per_s", ascending=False).iloc[0]
         ax.annotate(f"best: {winner['label']}", (winner["peak_memory_gib"], winner["tokens_per_s"]), fontsize=8,
                     xytext=(5, 5), textcoords="offset points")
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():

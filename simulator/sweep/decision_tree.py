@@ -61,7 +61,7 @@ def _first_fit(tps: list[int], recomputes: list[str], world: int, layers: int, g
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
     for recompute in recomputes:
         for tp in tps:
-            tried = []
+            tried: list[str] = []
             for pp in range(1, layers + 1):
                 if layers % pp or world % (tp * pp):
                     continue
