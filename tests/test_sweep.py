@@ -155,3 +155,12 @@ def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
     (tmp_path / "sweep.yaml").write_text("base: ../nowhere.yaml\ngrid: {parallelism.pp: [1]}\n")
     with pytest.raises(ScenarioError, match="no scenario file"):
         load_sweep(tmp_path / "sweep.yaml")
+
+
+def test_point_outputs_only_when_asked(tmp_path):
+    text = BASE + "grid:\n  training.microbatches: [4, 8]\n"
+    run_sweep(sweep_from_text(text, "s.yaml"), tmp_path / "plain", SerialExecutor())
+    assert not (tmp_path / "plain" / "points").exists()
+    run_sweep(sweep_from_text(text + "outputs: true\n", "s.yaml"), tmp_path / "kept", SerialExecutor())
+    assert sorted(p.name for p in (tmp_path / "kept" / "points").iterdir()) == ["00000", "00001"]
+    assert (tmp_path / "kept" / "points" / "00001" / "summary.json").is_file()
