@@ -249,3 +249,23 @@ workload: [{name: ar, op: all_reduce, bytes: 1 GiB, group: all}]
     # the all-reduce is bound by that rail's NIC: its bandwidth term doubles, its latency term does not
     assert healthy * 1.95 < degraded["makespan_s"] < healthy * 2
     assert degraded["faults"]["links"] == [{"link": "h0/nic0-leaf0.r0", "at_s": 0.0, "capacity": 0.5}]
+
+
+def test_a_straggler_in_a_replayed_trace_slows_its_kernels_and_unfolds_the_replicas(tmp_path):
+    from tests.test_traces import ALLREDUCE_BYTES, allreduce_time, run, two_rank_scenario
+
+    loaded, healthy = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8), tmp_path)
+    faults = "faults: {step: {stragglers: [{gpus: [1], slowdown: 2}]}}\n"
+    _, slow = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8, extra=faults), tmp_path)
+    assert slow.summary["fold_off_reason"] == "stragglers in a step without a parallel layout"
+    assert slow.summary["simulated_ranks"] == 8 and healthy.summary["folded"] is True
+    # rank 1's GEMM (1100 us) gates the all-reduce and its optimizer kernel (200 us) follows: both twice as long
+    assert slow.summary["step_time_s"] == pytest.approx(2 * 1100e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, 8)
+                                                        + 2 * 200e-6, rel=1e-9)
+
+
+def test_validate_checks_the_step_faults(tmp_path, capsys):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SPINES + "faults: {step: {gpu_failures: [{gpu: 9}]}}\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert "faults.step.gpu_failures[0].gpu: unknown GPU index 9 (allowed: 0 to 3)" in capsys.readouterr().err
