@@ -1,8 +1,8 @@
 """One run of a scenario: build the cluster, turn the workload into per-rank ops, execute them, summarise.
 
 This is the single path behind `trainsim run` and `simulator.simulate`; the collective benchmark reuses it
-through `run_ops`. The scenario schema, the workload builders and the metrics (pydantic, pandas) are imported
-where a run needs them, so that `trainsim collective` starts without them.
+through `run_ops`. The scenario schema, the workload builders, the step faults and the metrics (pydantic,
+pandas) are imported where a run needs them, so that `trainsim collective` starts without them.
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ import simpy
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import run_plan, run_plans
 from simulator.engine.engine import Engine, EngineResult
-from simulator.engine.faults import FaultHooks
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
 from simulator.errors import InputError, TopologyError
-from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns, resolve_step_faults
 from simulator.metrics.events import EventLog
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
@@ -36,6 +34,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.config.loader import LoadedScenario
+    from simulator.engine.faults import FaultHooks
+    from simulator.faults.step import Slowdown, StepFaultPlan
 
 
 @dataclass
@@ -218,6 +218,8 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
     """`faults.step` checked against the cluster and resolved (errors located in the scenario)."""
+    from simulator.faults.step import resolve_step_faults
+
     scenario = loaded.scenario
     return resolve_step_faults(scenario.faults.step, topology, scenario.run.seed, loaded.error)
 
@@ -228,6 +230,8 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
     ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
     slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
     pruning): the other replicas then only wait for it at the collectives they share."""
+    from simulator.faults.step import folded_slowdowns
+
     if plan.links:
         return {}, "link faults (replicas no longer see the same links)"
     if not plan.slowdowns:
@@ -289,6 +293,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 def simulate(loaded: LoadedScenario) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list."""
+    from simulator.engine.faults import FaultHooks
+
     topology = build_topology(loaded)
     faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
