@@ -54,7 +54,7 @@ def ring_all_reduce_time(nbytes: float, ranks: int, bandwidth: float) -> float:
 
 def one_all_reduce(topology: str, nbytes: str, group: str = "all") -> str:
     return (f"cluster: {{topology: {topology}}}\nnetwork: {{efficiency: ideal}}\n"
-            f"workload:\n  - {{name: ar, op: all_reduce, bytes: {nbytes}, group: {group}}}\n")
+            f"workload:\n  - {{name: ar, op: all_reduce, bytes: {nbytes}, group: {group}, algorithm: ring}}\n")
 
 
 # ------------------------------------------------------------------------------------------- seed test vectors

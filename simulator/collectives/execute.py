@@ -20,7 +20,7 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer; a pipelined
     phase charges every transfer the mean latency of the phase's hops."""
     repeat = phase.repeat
-    latencies = [topology.path_latency(t.src, t.dst, t.channel) for t in phase.transfers]
+    latencies = [max(topology.path_latency(t.src, t.dst, t.channel), phase.min_latency) for t in phase.transfers]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
     return [(topology.path(t.src, t.dst, t.channel), t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)

@@ -28,11 +28,14 @@ class Phase:
     ``pipelined`` marks ring steps, where a chunk moves on as soon as it arrives, hop after hop: over the
     ``repeat`` steps it crosses successive hops of the ring, so each transfer pays ``repeat`` times the mean
     path latency of the phase (NCCL's ring latency model) rather than its own hop's latency every step.
+    ``min_latency`` is a floor on each transfer's latency per step, for algorithms whose fixed cost exceeds
+    the path's (NVLS: the switch's multicast round trip).
     """
 
     transfers: tuple[Transfer, ...]
     repeat: int = 1
     pipelined: bool = False
+    min_latency: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from simulator.collectives import direct, halving_doubling, hierarchical, ring, tree
+from simulator.collectives import direct, halving_doubling, hierarchical, nvls, ring, tree
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.ring import channel_count, group_by_host
 from simulator.collectives.tree import chunk_count
@@ -27,6 +27,7 @@ ALGORITHMS: dict[str, tuple[Planner, tuple[str, ...]]] = {
     "hierarchical": (hierarchical.plan, hierarchical.OPS),
     "direct": (direct.plan, direct.OPS),
     "halving_doubling": (halving_doubling.plan, halving_doubling.OPS),
+    "nvls": (nvls.plan, nvls.OPS),
 }
 """name -> (planner, primitives it implements). send_recv is one transfer whatever the algorithm."""
 
@@ -111,10 +112,14 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
 
 
 def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
-    """The `auto` rule: direct for all_to_all / send_recv; ring for reduce_scatter / all_gather and for
-    all_reduce inside one host; otherwise the cheapest alpha-beta estimate (ties go to the first listed)."""
+    """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce inside one NVLink-SHARP domain
+    (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth per channel and a
+    lower latency than 2 (p-1) ring steps); ring for reduce_scatter / all_gather and for all_reduce inside one
+    host; otherwise the cheapest alpha-beta estimate (ties go to the first listed)."""
     if request.op in ("all_to_all", "send_recv"):
         return "direct"
+    if request.op == "all_reduce" and nvls.supports(request.ranks, topology):
+        return "nvls"
     if request.op in ("reduce_scatter", "all_gather"):
         return "ring"
     if request.op == "all_reduce" and len({topology.gpu_host[r] for r in request.ranks}) == 1:

@@ -93,6 +93,54 @@ def double_tree_all_reduce(request: CollectiveRequest) -> list[Phase]:
     return pipelined_phases(up, half, chunks) + pipelined_phases(down, half, chunks)
 
 
+def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Height and depth of every vertex of a tree given as child -> parent (the root maps to -1)."""
+    depth: dict[int, int] = {}
+
+    def depth_of(vertex: int) -> int:
+        if vertex not in depth:
+            depth[vertex] = 0 if parent[vertex] < 0 else depth_of(parent[vertex]) + 1
+        return depth[vertex]
+
+    for vertex in parent:
+        depth_of(vertex)
+    height = dict.fromkeys(parent, 0)
+    for vertex in sorted(parent, key=lambda v: -depth[v]):
+        if parent[vertex] >= 0:
+            height[parent[vertex]] = max(height[parent[vertex]], height[vertex] + 1)
+    return height, depth
+
+
+def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, channels: int) -> list[Phase]:
+    """NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a double binary tree of
+    the chains. Every channel runs two trees (the second with the mirrored host tree and the reversed chains),
+    each carrying n / (2 channels), pipelined in chunks; channel c's chains start at local position c, so the
+    channels leave each host through different GPUs (and NICs). A chain's first GPU talks to the parent
+    host's last GPU, as NCCL's tree-up and tree-down GPUs sit at the two ends of the intra-node chain."""
+    share = request.nbytes / (2 * channels)
+    chunks = chunk_count(share, request.chunk_bytes)
+    host_trees = double_binary_tree(tuple(range(len(hosts))))
+    up, down = [], []
+    for channel in range(channels):
+        for index, host_tree in enumerate(host_trees):
+            chains = [members[channel % len(members):] + members[:channel % len(members)] for members in hosts]
+            if index:
+                chains = [chain[::-1] for chain in chains]
+            parent = {chain[k + 1]: chain[k] for chain in chains for k in range(len(chain) - 1)}
+            children = {child for child, _, _, _ in host_tree}
+            root = next(h for h in range(len(hosts)) if h not in children)
+            parent[chains[root][0]] = -1
+            for child, above, _, _ in host_tree:
+                parent[chains[child][0]] = chains[above][-1]
+            height, depth = _heights_depths(parent)
+            tag = 2 * channel + index
+            up += [(child, above, tag, height[child]) for child, above in parent.items() if above >= 0]
+            down += [(above, child, tag, depth[above]) for child, above in parent.items() if above >= 0]
+    up = [(a, b, tag // 2, step) for a, b, tag, step in up]
+    down = [(a, b, tag // 2, step) for a, b, tag, step in down]
+    return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
+
+
 def binomial_rounds(size: int) -> list[list[tuple[int, int]]]:
     """Broadcast rounds over positions 0..size-1 from position 0: round k sends i -> i + 2**k for i < 2**k."""
     rounds = []
@@ -115,8 +163,15 @@ def binomial_phases(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """Double binary tree all-reduce; binomial-tree broadcast and reduce (not pipelined: see docs)."""
+    """All-reduce: per host a chain, across hosts a double binary tree (NCCL's tree), or the double binary tree
+    over the ranks when every host holds one member or the group sits in one host; binomial-tree broadcast and
+    reduce (not pipelined: see docs)."""
     if request.op == "all_reduce":
+        from simulator.collectives.ring import channel_count, group_by_host  # ring builds on this module
+
+        hosts = group_by_host(request.ranks, topology)
+        if len(hosts) > 1 and max(len(members) for members in hosts) > 1:
+            return host_tree_all_reduce(hosts, request, channel_count(request, topology, hosts))
         return double_tree_all_reduce(request)
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from simulator.errors import TopologyError
-from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, Topology, add_link
+from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, Topology, add_link
 from simulator.topology.parameters import Param, read_parameters
 
 
@@ -38,6 +38,8 @@ NVSWITCH_NODE_PARAMETERS = {
     "nvlink_bandwidth": Param("bandwidth", "450 GB/s", "NVLink bandwidth per GPU, per direction"),
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency (half on each of the two links)"),
     "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
+    "nvls": Param("text", "none", "in-switch reduction: nvswitch3 (NVLink SHARP on NVSwitch 3+: DGX/HGX H100, "
+                  "H200, B200) or none", choices=NVLS_CHOICES),
 }
 PCIE_NODE_PARAMETERS = {
     "gpus": Param("count", 8, "GPUs in the server"),
@@ -140,16 +142,18 @@ NODE_TYPES = {
 }
 
 
-def _topology(name: str, graph: nx.DiGraph, fabric: Fabric, rails: int, gpu_model: str, params: dict) -> Topology:
+def _topology(name: str, graph: nx.DiGraph, fabric: Fabric, rails: int, gpu_model: str, params: dict,
+              nvls: str = "none") -> Topology:
     return Topology(name=name, graph=graph, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
-                    rails=rails, gpu_model=gpu_model, router=fabric.route, params=params)
+                    rails=rails, gpu_model=gpu_model, router=fabric.route, params=params, nvls=nvls != "none")
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
     def build(p: dict, name: str) -> Topology:
         graph, fabric = nx.DiGraph(), Fabric()
         NODE_TYPES[node_kind][1](graph, fabric, "h0/", 0, 0, p)
-        return _topology(name or node_kind, graph, fabric, 1, p["gpu_model"], {"kind": node_kind, **p})
+        return _topology(name or node_kind, graph, fabric, 1, p["gpu_model"], {"kind": node_kind, **p},
+                         p.get("nvls", "none"))
     return build
 
 
@@ -261,7 +265,7 @@ def _build_cluster(p: dict, name: str) -> Topology:
     host_gpus = [list(range(h * node["gpus"], (h + 1) * node["gpus"])) for h in range(p["nodes"])]
     derived = _add_network(graph, fabric, host_gpus, nics, p)
     params = {"kind": "cluster", **p, "node": {"kind": node_kind, **node}, "nics_per_node": nics, **derived}
-    return _topology(name or "cluster", graph, fabric, nics, node["gpu_model"], params)
+    return _topology(name or "cluster", graph, fabric, nics, node["gpu_model"], params, node.get("nvls", "none"))
 
 
 # ---------------------------------------------------------------------------------------------- GB200 NVL72
@@ -273,6 +277,8 @@ NVL72_PARAMETERS = {
     "nvlink_bandwidth": Param("bandwidth", "900 GB/s", "NVLink bandwidth per GPU, per direction (1.8 TB/s total)"),
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency in the rack (half on each link)"),
     "gpu_model": Param("text", "b200", "GPU model name in the catalog"),
+    "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
+                  choices=NVLS_CHOICES),
     "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
     **FABRIC_PARAMETERS,
 }
@@ -293,7 +299,8 @@ def _build_nvl72(p: dict, name: str) -> Topology:
         host_gpus = [list(range(t * p["gpus_per_tray"], (t + 1) * p["gpus_per_tray"])) for t in range(trays)]
         derived = _add_network(graph, fabric, host_gpus, p["nics_per_tray"], p)
         rails = p["nics_per_tray"]
-    return _topology(name or "nvl72", graph, fabric, rails, p["gpu_model"], {"kind": "nvl72", **p, **derived})
+    return _topology(name or "nvl72", graph, fabric, rails, p["gpu_model"], {"kind": "nvl72", **p, **derived},
+                     p["nvls"])
 
 
 # ---------------------------------------------------------------------------------------------- explicit graph

@@ -15,6 +15,8 @@ import numpy as np
 
 from simulator.errors import TopologyError
 
+NVLS_CHOICES = ("none", "nvswitch3")
+"""In-switch reduction of an NVLink domain: NVLink SHARP on third-generation NVSwitches, or none."""
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
 
@@ -39,7 +41,8 @@ class Topology:
     ``gpus`` lists the GPU node names in global index order; ``gpu_host[i]`` is the server (host) GPU ``i``
     sits in and ``gpu_local[i]`` its index inside that host. ``rails`` is how many NICs a host has that
     collectives can use as parallel channels (1 for single-node and shared-NIC topologies). ``gpu_domain[i]``
-    is the NVLink domain of GPU ``i``: its host, except where NVLink spans hosts (an NVL72 rack).
+    is the NVLink domain of GPU ``i``: its host, except where NVLink spans hosts (an NVL72 rack). ``nvls``
+    says whether the domains' NVSwitches reduce in the switch (NVLink SHARP, the `nvls` algorithm).
     """
 
     name: str
@@ -51,6 +54,7 @@ class Topology:
     gpu_model: str = "h100-sxm"
     router: Router | None = None
     params: dict = field(default_factory=dict)
+    nvls: bool = False
     link_index: dict[tuple[str, str], int] = field(init=False, repr=False)
     link_ends: list[tuple[str, str]] = field(init=False, repr=False)
     link_bandwidth: np.ndarray = field(init=False, repr=False)

@@ -1,0 +1,71 @@
+"""NVLS: NCCL's in-switch reduction on NVLink SHARP (third-generation NVSwitch), inside one NVLink domain.
+
+All-reduce: every GPU owns 1/p of the buffer; it pulls its slice reduced by the switch (`multimem.ld_reduce`:
+the switch reads that slice from every GPU) and stores the result once to a multicast address (`multimem.st`:
+the switch writes it to every GPU). Each GPU's link to the switch then carries n (its share of every reduced
+slice) + n/p (its own store) up, and n/p (its reduced slice) + n (every stored slice) down: n (p+1)/p each way,
+against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth. Reduce-scatter carries n up and
+n/p down, all-gather n/p up and n down: one direction at n. Across hosts all-reduce runs as NCCL's NVLS tree
+does in spirit: in-switch inside each host, rails across hosts (here rail rings rather than trees).
+
+The links are loaded through ordinary GPU-to-GPU transfers of the same size (GPU i to GPU i+1 over the
+switch), which loads every GPU's up and down link exactly as above for all-reduce; for reduce-scatter and
+all-gather the idle direction is loaded too, which only matters when other traffic shares it. Each transfer
+waits NCCL's NVLS latency (25 us) before its bytes flow.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.collectives.hierarchical import host_grid
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_reduce", "reduce_scatter", "all_gather")
+LATENCY = 25e-6
+"""NCCL's latency of an NVLS collective, Simple protocol (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS])."""
+TREE_NET_LATENCY = 20.9e-6
+"""NCCL's per-level network latency of the NVLS tree (hwLatencies[NET][NVLS_TREE]): the NVLS tree costs
+LATENCY + 2 log2(hosts) x this."""
+
+
+def link_bytes(op: str, nbytes: float, size: int) -> float:
+    """Bytes an NVLS collective moves over each member's busiest switch link."""
+    return nbytes * (size + 1) / size if op == "all_reduce" else nbytes
+
+
+def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
+    """NVLS needs the whole group in one NVLink domain whose switches reduce (``topology.nvls``)."""
+    return topology.nvls and len({topology.gpu_domain[rank] for rank in ranks}) == 1
+
+
+def _in_switch(groups: list[list[int]], op: str, nbytes: float) -> list[Transfer]:
+    """The transfers of one NVLS collective in every group at once (one group per NVLink domain)."""
+    transfers = []
+    for members in groups:
+        load = link_bytes(op, nbytes, len(members))
+        transfers += [Transfer(rank, members[(index + 1) % len(members)], load) for index, rank in enumerate(members)]
+    return transfers
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Inside one domain: one in-switch phase. Across hosts (all_reduce, NCCL's NVLS tree): the in-switch
+    all-reduce in every host and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
+    hosts: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
+    ranks = request.ranks
+    if supports(ranks, topology):
+        return [Phase(tuple(_in_switch([list(ranks)], request.op, request.nbytes)), min_latency=LATENCY)]
+    if not topology.nvls or request.op != "all_reduce":
+        raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
+                            f"may span hosts whose switches reduce); {topology.name} does not fit",
+                            field="collectives.algorithm", allowed="ring, tree or hierarchical")
+    hosts = host_grid(request, topology)
+    g, count = len(hosts[0]), len(hosts)
+    rails = [[members[j] for members in hosts] for j in range(g)]
+    across = 2 * (count - 1) * request.nbytes / (g * count)
+    transfers = _in_switch(hosts, "all_reduce", request.nbytes) if g > 1 else []
+    transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
+                  for channel, rail in enumerate(rails) for i in range(count)]
+    return [Phase(tuple(transfers), min_latency=LATENCY + 2 * math.ceil(math.log2(count)) * TREE_NET_LATENCY)]
