@@ -1,0 +1,31 @@
+"""Every notebook in notebooks/ runs top to bottom with nbclient (cwd notebooks/, a fresh kernel) and draws its
+figures; the pipeline notebook also asserts its bubble fractions against the closed forms inside the notebook,
+so a wrong bubble fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+CELL_TIMEOUT_S = 300
+
+
+def _images(notebook) -> int:
+    return sum(1 for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+               if "image/png" in output.get("data", {}))
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
+def test_notebook_runs_and_draws(path):
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    assert _images(notebook) >= 1, f"{path.name} drew no figure"
+
+
+def test_the_studies_notebooks_are_there():
+    assert {"pipeline_bubbles", "collectives", "llama3_405b"} <= {path.stem for path in NOTEBOOKS.glob("*.ipynb")}
