@@ -16,3 +16,18 @@ def run_yaml():
         return simulate(scenario_from_text(text, "inline.yaml", list(overrides)))
 
     return run
+
+
+@pytest.fixture
+def validation_error():
+    """The ScenarioError that loading and validating an inline scenario raises (the test fails if none)."""
+    from simulator.errors import ScenarioError
+    from simulator.simulation import build_topology, validate
+
+    def check(text: str, *overrides: str) -> ScenarioError:
+        with pytest.raises(ScenarioError) as info:
+            loaded = scenario_from_text(text, "inline.yaml", list(overrides))
+            validate(loaded, build_topology(loaded))
+        return info.value
+
+    return check

@@ -7,9 +7,6 @@ from __future__ import annotations
 import pytest
 
 from simulator.catalog.models import get_model
-from simulator.config.loader import scenario_from_text
-from simulator.errors import ScenarioError
-from simulator.simulation import build_topology, validate
 
 CP = 4
 SEQ = 8192
@@ -93,10 +90,8 @@ def test_unbalanced_causal_split_turns_folding_off(run_yaml):
     (["training.seq_len=8190"], "2 x cp = 8 chunks"),
     (["training.seq_len=8190", "parallelism.cp_load_balance=false"], "cp 4 shares"),
 ])
-def test_cp_that_does_not_split_the_sequence_is_a_located_error(overrides, problem):
-    loaded = scenario_from_text(SCENARIO, "inline.yaml", overrides)
-    with pytest.raises(ScenarioError) as info:
-        validate(loaded, build_topology(loaded))
-    assert info.value.field == "parallelism.cp"
-    assert problem in info.value.problem
-    assert info.value.line == 5
+def test_cp_that_does_not_split_the_sequence_is_a_located_error(validation_error, overrides, problem):
+    error = validation_error(SCENARIO, *overrides)
+    assert error.field == "parallelism.cp"
+    assert problem in error.problem
+    assert error.line == 5

@@ -8,10 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.catalog.models import get_model
-from simulator.config.loader import scenario_from_text
 from simulator.config.moe import RoutingConfig
-from simulator.errors import ScenarioError
-from simulator.simulation import build_topology, validate
 from simulator.workload.experts import ROUTING_STREAM
 from simulator.workload.routing import sample_routing
 
@@ -107,10 +104,8 @@ def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
     (["model.moe.top_k=9"], "model.moe", "top_k 9 is above the 8 experts"),
     (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "greater than 0"),
 ])
-def test_bad_expert_settings_are_located_errors(overrides, field, problem):
-    with pytest.raises(ScenarioError) as info:
-        loaded = scenario_from_text(SCENARIO, "inline.yaml", overrides)
-        validate(loaded, build_topology(loaded))
-    assert info.value.field == field
-    assert problem in info.value.problem
-    assert info.value.line is not None
+def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem):
+    error = validation_error(SCENARIO, *overrides)
+    assert error.field == field
+    assert problem in error.problem
+    assert error.line is not None

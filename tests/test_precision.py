@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.config.loader import scenario_from_text
 from simulator.config.precision import LossScalingConfig
-from simulator.errors import ScenarioError
-from simulator.simulation import build_topology, validate
 from simulator.workload.loss_scaling import loss_scaling_summary, overflow_draws
 
 SCENARIO = """
@@ -52,10 +49,8 @@ def test_same_seed_same_skipped_steps_other_seed_others():
     (SCENARIO.replace("dgx-h100", "dgx-a100"), ["training.precision=fp8", "training.loss_scaling=null"],
      "training.precision", "has no 'fp8' peak"),
 ])
-def test_precision_misuse_is_a_located_error(text, overrides, field, problem):
-    with pytest.raises(ScenarioError) as info:
-        loaded = scenario_from_text(text, "inline.yaml", overrides)
-        validate(loaded, build_topology(loaded))
-    assert info.value.field == field
-    assert problem in info.value.problem
-    assert info.value.line is not None
+def test_precision_misuse_is_a_located_error(validation_error, text, overrides, field, problem):
+    error = validation_error(text, *overrides)
+    assert error.field == field
+    assert problem in error.problem
+    assert error.line is not None
