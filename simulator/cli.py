@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
+from simulator.console.paths import figure_file, output_folder
 from simulator.errors import InputError, SimulationError
 from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
+
+EXIT_INPUT = 2
+"""A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
+EXIT_RUNTIME = 1
+"""The run could not finish (deadlock, a file that could not be written, memory): one line on stderr."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C, as a shell reports a process ended by SIGINT (128 + 2)."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away (`trainsim topo describe ... | head`), as a shell reports SIGPIPE (128 + 13)."""
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from simulator import load_scenario, simulate
     from simulator.report.writers import write_outputs
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
     result = simulate(loaded)
     for warning in result.summary.get("warnings", []):
@@ -81,7 +90,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     if args.action == "describe":
         print(describe_topology(topology))
     else:
-        draw_topology(topology, Path(args.output))
+        draw_topology(topology, figure_file(args.output))
         print(f"wrote {args.output}")
     return 0
 
@@ -96,11 +105,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
         figure = study_figure(args.chart, Path(args.outdir), x=args.x, y=args.y, hue=args.hue, value=args.value,
                               log_x=args.log_x)
-        output = Path(args.output or (Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent)
-                      / f"{args.chart}.png")
+        output = figure_file(args.output or str((Path(args.outdir) if Path(args.outdir).is_dir()
+                                                 else Path(args.outdir).parent) / f"{args.chart}.png"))
         save_figure(figure, output)
         print(f"wrote {output}")
         return 0
+    output = figure_file(args.output or str(Path(args.outdir) / f"{args.chart}.png"))
     run = load_run_outputs(Path(args.outdir))
     if args.chart == "gantt":
         ranks = _ranks(args.ranks)
@@ -111,7 +121,6 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=_window(args.window))
     else:
         figure = memory_figure(run.timeline, run.summary)
-    output = Path(args.output or Path(args.outdir) / f"{args.chart}.png")
     save_figure(figure, output)
     print(f"wrote {output}")
     return 0
@@ -156,9 +165,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    out = output_folder(args.out)
     sweep = load_sweep(args.sweep, max_points=args.max_points)
     try:
         executor = make_executor(args.executor, args.workers, args.scheduler)
@@ -209,9 +216,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.sweep.report import format_search, write_search
     from simulator.sweep.search import search_layouts
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    out = output_folder(args.out)
     given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "virtual_stages", "micro_batch", "sharding",
                                                      "recompute") if getattr(args, name) is not None}
     try:
@@ -234,9 +239,16 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in the same one-line form as every other error (status 2)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainsim", description="Simulate GPU clusters training large models.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a scenario and write summary.json, timeline.parquet, trace.json")
     run.add_argument("scenario")
@@ -323,17 +335,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def _fail(message: str, status: int) -> int:
+    print(_one_line(message), file=sys.stderr)
+    return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush into a closed pipe stays quiet."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured in tests)
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `trainsim` console script."""
-    args = _parser().parse_args(argv)
+    """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
+    status (2 input, 1 runtime, 130 interrupted), never a traceback."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
+        return exc.code if isinstance(exc.code, int) else EXIT_INPUT
     try:
         return args.func(args)
     except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(f"error: {exc}", EXIT_INPUT)
     except SimulationError as exc:
-        print(f"simulation error: {exc}", file=sys.stderr)
-        return 1
+        return _fail(f"simulation error: {exc}", EXIT_RUNTIME)
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except MemoryError:
+        return _fail("error: out of memory (try run.fold: true, fewer micro-batches or run.timeline: summary)",
+                     EXIT_RUNTIME)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"error: {where}{exc.strerror or exc}", EXIT_RUNTIME)
 
 
 if __name__ == "__main__":

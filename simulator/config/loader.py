@@ -23,18 +23,36 @@ class LoadedScenario:
     scenario: Scenario
     source: str
     lines: dict
+    overrides: tuple[tuple[FieldPath, str], ...] = ()
+    """(field path, "--set a.b=value") of each override, so errors in a value it set point at it."""
+
+    def where(self, path: FieldPath) -> tuple[str, int | None]:
+        """The file and line that set the value at ``path``: the `--set` that wrote it or an enclosing
+        section, else its line in the scenario file."""
+        return locate(path, self.source, self.lines, self.overrides)
 
     def error(self, path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
-        """A ScenarioError located at ``path`` in this scenario's file."""
-        return ScenarioError(problem, field=dotted(path), allowed=allowed, file=self.source,
-                             line=line_of(self.lines, path))
+        """A ScenarioError located at ``path`` in this scenario's file (or the override that set it)."""
+        file, line = self.where(path)
+        return ScenarioError(problem, field=dotted(path), allowed=allowed, file=file, line=line)
 
 
-def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
-    """Apply ``a.b=value`` strings (values parsed as YAML scalars) to a nested dict, returning a new dict."""
+def locate(path: FieldPath, source: str, lines: dict, overrides: tuple[tuple[FieldPath, str], ...]
+           ) -> tuple[str, int | None]:
+    """Where the value at ``path`` was given: the last `--set` at or above it, else the file's line."""
+    for set_path, text in reversed(overrides):
+        if path[:len(set_path)] == set_path:
+            return f"--set {text}", None
+    return source, line_of(lines, path)
+
+
+def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[tuple[FieldPath, str], ...]]:
+    """Apply ``a.b=value`` strings (values parsed as YAML scalars) to a nested dict; return the new dict and
+    the field path each override set, for locating errors in the values they wrote."""
     import copy
 
     result = copy.deepcopy(data)
+    written: list[tuple[FieldPath, str]] = []
     for item in overrides:
         if "=" not in item:
             raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value", file=source)
@@ -55,7 +73,8 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> dict:
                 raise ScenarioError(f"--set {item!r}: {part} is not a section", field=key, file=source)
             node = child
         node[parts[-1]] = value
-    return result
+        written.append((tuple(parts), item.strip()))
+    return result, tuple(written)
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
@@ -106,8 +125,25 @@ def _is_type_tag(part: object) -> bool:
                                       or part in _SECTION_NAMES)
 
 
+_TYPE_PROBLEMS = {
+    "int_type": ("a whole number", "an integer such as 8"),
+    "int_parsing": ("a whole number", "an integer such as 8"),
+    "int_from_float": ("a whole number", "an integer such as 8"),
+    "float_type": ("a number", "a number such as 0.5"),
+    "float_parsing": ("a number", "a number such as 0.5"),
+    "bool_type": ("true or false", "true, false"),
+    "bool_parsing": ("true or false", "true, false"),
+    "string_type": ("a string", "text"),
+    "list_type": ("a list", "a YAML list such as [a, b]"),
+    "dict_type": ("a mapping", "a YAML mapping such as {key: value}"),
+    "model_type": ("a mapping", "a YAML mapping such as {key: value}"),
+}
+"""Pydantic's type errors as plain words: what the field expected, and an example of it."""
+
+
 def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,
-                     error: type[ScenarioError] = ScenarioError) -> ScenarioError:
+                     error: type[ScenarioError] = ScenarioError,
+                     overrides: tuple[tuple[FieldPath, str], ...] = ()) -> ScenarioError:
     """The first pydantic error as a located one-line ScenarioError."""
     errors = exc.errors(include_url=False)
     cleaned = [tuple(part for part in error["loc"] if not _is_type_tag(part)) for error in errors]
@@ -130,7 +166,10 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         message = message[len("Value error, "):]
         if " (allowed: " in message and message.endswith(")"):
             message, allowed = message[:-1].split(" (allowed: ", 1)
-    return error(message, field=dotted(loc), allowed=allowed, file=source, line=line_of(lines, loc))
+    elif kind in _TYPE_PROBLEMS:
+        message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
+    file, line = locate(loc, source, lines, overrides)
+    return error(message, field=dotted(loc), allowed=allowed, file=file, line=line)
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> LoadedScenario:
@@ -150,10 +189,11 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
                             file=source, line=1)
+    written: tuple[tuple[FieldPath, str], ...] = ()
     if overrides:
-        data = apply_overrides(data, overrides, source)
+        data, written = apply_overrides(data, overrides, source)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, Scenario, source, lines) from None
-    return LoadedScenario(scenario, source, lines)
+        raise validation_error(exc, Scenario, source, lines, overrides=written) from None
+    return LoadedScenario(scenario, source, lines, written)

@@ -1,4 +1,9 @@
-"""The base of every scenario section: frozen, unknown keys rejected."""
+"""The base of every scenario section: frozen, unknown keys rejected, strict types.
+
+Strict means no silent conversions: `tp: true` or `tp: "4"` is refused where an integer is expected, and
+`fold: 1` where a boolean is (YAML already gives numbers, booleans and strings their own types). Unit strings
+are read by their own validators (`BeforeValidator`), so "25 MiB" still becomes a float.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,6 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Section(BaseModel):
-    """Base of every section: frozen, unknown keys rejected."""
+    """Base of every section: frozen, unknown keys rejected, no type coercion."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)

@@ -11,15 +11,51 @@ from simulator.errors import InputError
 FieldPath = tuple  # of str keys and int list indices
 
 
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists a scenario or topology file may have (real ones need about 5)."""
+MAX_VALUES = 500_000
+"""Most values a file may hold once its aliases are expanded, so that an alias bomb (an anchor referenced
+many times at each of several levels) is refused instead of exhausting memory."""
+
+
+class _TooLarge(Exception):
+    """The document nests too deeply or expands to too many values."""
+
+    def __init__(self, problem: str, line: int):
+        super().__init__(problem)
+        self.problem, self.line = problem, line
+
+
 class _LineLoader(yaml.SafeLoader):
-    """A safe loader that records the line of every mapping key and sequence item, by field path."""
+    """A safe loader that refuses documents nested deeper than MAX_DEPTH while composing them."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _TooLarge(f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) -> None:
+    """Record the line of every mapping key and sequence item by field path, aliases expanded (and bounded)."""
     lines.setdefault(path, node.start_mark.line + 1)
+    if len(lines) > MAX_VALUES or len(path) > MAX_DEPTH:
+        problem = (f"more than {MAX_VALUES:,} values once aliases are expanded" if len(lines) > MAX_VALUES
+                   else f"nested deeper than {MAX_DEPTH} levels through aliases")
+        raise _TooLarge(problem, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(None, None, "a key must be a plain value, not a list or "
+                                                        "mapping", key_node.start_mark)
             key = key_node.value
             child = path + (key,)
             if key in seen:
@@ -44,33 +80,44 @@ class DuplicateKey(Exception):
 
 def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[object, dict[FieldPath, int]]:
     """Parse YAML text; return the data and a map from field path to line number (1-based). A key given twice
-    in one mapping is an error."""
+    in one mapping, nesting deeper than MAX_DEPTH and more than MAX_VALUES values are errors."""
+    lines: dict[FieldPath, int] = {}
     try:
         node = yaml.compose(text, Loader=_LineLoader)
-        data = yaml.load(text, Loader=_LineLoader) if node is not None else None
+        if node is None:
+            return None, lines
+        _compose_lines(node, (), lines)
+        return yaml.load(text, Loader=_LineLoader), lines
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise error(f"YAML syntax error: {problem}", file=source, line=line) from None
-    lines: dict[FieldPath, int] = {}
-    if node is not None:
-        try:
-            _compose_lines(node, (), lines)
-        except DuplicateKey as duplicate:
-            raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
-                        allowed="each key once per section", file=source, line=duplicate.line) from None
-    return data, lines
+    except DuplicateKey as duplicate:
+        raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
+                    allowed="each key once per section", file=source, line=duplicate.line) from None
+    except _TooLarge as exc:
+        raise error(f"the document is {exc.problem}", file=source, line=exc.line, allowed="a smaller file") from None
+
+
+def read_user_text(path: str | Path, error: type[InputError], field: str = "", allowed: str = "") -> str:
+    """The text of a user's file; a missing or unreadable file, or bytes that are not UTF-8, are an ``error``
+    naming the file (and the line of the first bad byte)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise error(f"cannot read file: {exc.strerror}", field=field, allowed=allowed, file=str(path)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"byte 0x{data[exc.start]:02x} is not UTF-8 text", field=field, file=str(path),
+                    line=data.count(b"\n", 0, exc.start) + 1, allowed=allowed or "a UTF-8 text file") from None
 
 
 def read_yaml(path: str | Path, error: type[InputError]) -> tuple[object, dict[FieldPath, int]]:
     """Read a YAML file; a missing or unreadable file is an ``error`` naming it."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"cannot read file: {exc.strerror if isinstance(exc, OSError) else exc}", file=str(path)) from None
-    return parse_yaml_text(text, str(path), error)
+    return parse_yaml_text(read_user_text(path, error), str(path), error)
 
 
 def line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:

@@ -73,9 +73,26 @@ def require_single_chunk(name: str, v: int) -> None:
 
 
 def validate_schedule(schedule: Schedule, p: int, m: int, v: int = 1, *, field: str = SCHEDULE_FIELD,
-                      file: str = "") -> None:
+                      file: str = "", rank_lines: list[int] | None = None) -> None:
     """Check that a table has p ranks and runs, on every rank, each (micro-batch, chunk) once forward and once
-    backward (one BW, or one B followed later by one W), backward after forward."""
+    backward (one BW, or one B followed later by one W), backward after forward. ``rank_lines`` gives the file
+    line of each rank's row, so an error about one rank points at it."""
+    try:
+        _validate_ranks(schedule, p, m, v, field, file)
+    except _RankError as exc:
+        line = rank_lines[exc.rank] if rank_lines else None
+        raise ScenarioError(exc.problem, field=field, allowed=exc.allowed, file=file, line=line) from None
+
+
+class _RankError(Exception):
+    """A problem in one rank's row of a schedule, located by the caller."""
+
+    def __init__(self, rank: int, problem: str, allowed: str):
+        super().__init__(problem)
+        self.rank, self.problem, self.allowed = rank, problem, allowed
+
+
+def _validate_ranks(schedule: Schedule, p: int, m: int, v: int, field: str, file: str) -> None:
     if len(schedule) != p:
         raise ScenarioError(f"the schedule has {len(schedule)} ranks, the pipeline has {p} stages",
                             field=field, allowed=f"{p} rows", file=file)
@@ -85,18 +102,16 @@ def validate_schedule(schedule: Schedule, p: int, m: int, v: int = 1, *, field: 
         duplicated = [k for k, n in counts.items() if n > 1]
         if duplicated:
             kind, mb, c = duplicated[0]
-            raise ScenarioError(f"rank {rank} runs {Action(kind, mb, c)} {counts[duplicated[0]]} times",
-                                field=field, allowed="each action once per rank", file=file)
+            raise _RankError(rank, f"rank {rank} runs {Action(kind, mb, c)} {counts[duplicated[0]]} times",
+                             "each action once per rank")
         for action in actions:
             if (action.microbatch, action.chunk) not in expected:
-                raise ScenarioError(f"rank {rank} runs {action}, outside micro-batches 0..{m - 1} and chunks "
-                                    f"0..{v - 1}", field=field, allowed=f"micro-batches < {m}, chunks < {v}",
-                                    file=file)
-        _check_rank_order(rank, actions, expected, field, file)
+                raise _RankError(rank, f"rank {rank} runs {action}, outside micro-batches 0..{m - 1} and chunks "
+                                       f"0..{v - 1}", f"micro-batches < {m}, chunks < {v}")
+        _check_rank_order(rank, actions, expected)
 
 
-def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int, int]], field: str,
-                      file: str) -> None:
+def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int, int]]) -> None:
     position = {(a.kind, a.microbatch, a.chunk): i for i, a in enumerate(actions)}
     for mb, c in sorted(expected):
         label = str(Action("F", mb, c))[1:]
@@ -116,5 +131,4 @@ def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int,
             problem = f"rank {rank} runs W{label} before B{label}"
         else:
             continue
-        raise ScenarioError(problem, field=field, allowed="F, then BW or B ... W, for every micro-batch and chunk",
-                            file=file)
+        raise _RankError(rank, problem, "F, then BW or B ... W, for every micro-batch and chunk")

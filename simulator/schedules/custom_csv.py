@@ -11,6 +11,7 @@ import csv
 import io
 from pathlib import Path
 
+from simulator.config.yaml_source import read_user_text
 from simulator.errors import ScenarioError
 from simulator.schedules.base import (
     TABLE_FIELD,
@@ -33,6 +34,7 @@ def schedule_to_csv(schedule: Schedule) -> str:
 def parse_schedule_csv(text: str, source: str = "") -> Schedule:
     """Read a CSV action table and check it is complete; ``source`` names the file in errors."""
     schedule: Schedule = []
+    rank_lines: list[int] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -45,11 +47,12 @@ def parse_schedule_csv(text: str, source: str = "") -> Schedule:
                 raise ScenarioError(f"'{cell}' is not an action", field=TABLE_FIELD, file=source,
                                     line=line_number, allowed="F3, B3, W3, BW3, F0c1 ...") from None
         schedule.append(actions)
+        rank_lines.append(line_number)
     if not schedule or not any(schedule):
         raise ScenarioError("the schedule table has no actions", field=TABLE_FIELD, file=source,
                             allowed="one row of actions per pipeline rank")
     m, v = table_size(schedule)
-    validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source)
+    validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
     return schedule
 
 
@@ -61,12 +64,7 @@ def table_size(schedule: Schedule) -> tuple[int, int]:
 
 def load_schedule_csv(path: str | Path) -> Schedule:
     """Read and check the CSV action table at ``path``."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"cannot read schedule table: {exc.strerror}", field=TABLE_FIELD,
-                            file=str(path), allowed="a readable CSV file") from None
+    text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
     return parse_schedule_csv(text, source=str(path))
 
 

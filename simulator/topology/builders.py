@@ -348,6 +348,9 @@ def _build_graph(p: dict, name: str) -> Topology:
             if link[end] not in graph:
                 raise TopologyError(f"unknown node {link[end]!r}", field=f"links[{index}].{end}",
                                     allowed="a name from nodes")
+        if link["a"] == link["b"]:
+            raise TopologyError(f"link from {link['a']!r} to itself", field=f"links[{index}].b",
+                                allowed="two different nodes")
         if graph.has_edge(link["a"], link["b"]):
             raise TopologyError(f"duplicate link {link['a']} <-> {link['b']}", field=f"links[{index}]")
         add_link(graph, link["a"], link["b"], bandwidth=link["bandwidth"], latency=link["latency"],

@@ -98,6 +98,9 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
         if param.kind == "count" and result > MAX_COUNT:
             raise TopologyError(f"{value!r} is beyond what a cluster holds", field=f"{prefix}{name}",
                                 allowed=f"1..{MAX_COUNT}")
+        if param.kind == "duration" and result < 0:
+            raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}",
+                                allowed="zero or a positive duration")
         if param.kind == "index" and result < 0:
             raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}", allowed="0, 1, 2, ...")
         if param.choices and result not in param.choices:

@@ -1,0 +1,63 @@
+"""Output paths given on the command line, checked before any work starts: a run or a plot that cannot write
+its result is refused in one line instead of failing after minutes of simulation."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from simulator.errors import InputError
+
+COMMAND_LINE = "command line"
+"""Where an error in an option is located (in place of FILE:LINE)."""
+WRITABLE = "a path inside a writable folder"
+FIGURE_FORMATS = ("png", "svg", "pdf", "eps", "jpg", "jpeg", "tif", "tiff")
+"""Image formats the plots are saved in (matplotlib's Agg, SVG, PDF and PS backends, Pillow for the rest)."""
+
+
+def option_error(option: str, problem: str, allowed: str) -> InputError:
+    """An InputError about a command-line option."""
+    return InputError(problem, field=option, allowed=allowed, file=COMMAND_LINE)
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _check_writable(folder: Path, option: str) -> None:
+    """Create and remove an empty probe folder in ``folder``: the only test that holds for every user (root
+    included) and every file system (read-only mounts, /proc)."""
+    if not folder.is_dir():
+        raise option_error(option, f"{folder} is not a folder", WRITABLE)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".trainsim-probe-", dir=folder))
+    except OSError as exc:
+        raise option_error(option, f"cannot write into {folder}: {exc.strerror}", WRITABLE) from None
+
+
+def output_folder(text: str, option: str = "--out") -> Path:
+    """The folder a run will write into: not empty, not a file, and inside a folder this user can write."""
+    if not text.strip():
+        raise option_error(option, "the output folder is empty", "a folder path such as runs/a")
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise option_error(option, f"{text} exists and is not a folder", "a folder path")
+    _check_writable(_nearest_existing(path), option)
+    return path
+
+
+def figure_file(text: str, option: str = "--output") -> Path:
+    """An image file to save a figure to: a format in FIGURE_FORMATS, inside a writable folder."""
+    path = Path(text)
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FIGURE_FORMATS:
+        problem = f"unknown image format '.{suffix}'" if suffix else f"cannot tell the image format of {text!r}"
+        raise option_error(option, problem, ", ".join(f".{name}" for name in FIGURE_FORMATS))
+    if path.is_dir():
+        raise option_error(option, f"{text} is a folder", "an image file path such as gantt.png")
+    _check_writable(_nearest_existing(path.parent), option)
+    return path

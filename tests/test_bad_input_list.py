@@ -1,0 +1,206 @@
+"""A named list of bad inputs, each run through the `trainsim` entry point: the answer is one line on stderr,
+the exit status says input (2) or runtime (1), nothing lands on stdout, no traceback, and no file is written.
+
+The list holds the cases of issue 7 (unwritable or empty --out, plots into a folder that cannot be written or
+with an unknown extension, deeply nested YAML, an alias bomb, a non-UTF-8 schedule CSV, `tp: true`, a self-loop
+link, an override that sets a bad topology value), and the common mistakes around them.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
+SYNTHETIC = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms}}\n"
+             "training: {microbatches: 2}\n")
+CUSTOM = SYNTHETIC + "parallelism: {pp: 2, dp: 4, pipeline: {schedule: custom, table: TMP/table.csv}}\n"
+PRESET = ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, layers: 4}\n"
+          "training: {seq_len: 1024, global_batch: 8}\n")
+GRAPH = ("kind: graph\nnodes:\n  - {name: g0, kind: gpu}\n  - {name: g1, kind: gpu}\nlinks:\n"
+         "  - {a: g0, b: g1, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}\n")
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+RUN = ["run", "TMP/s.yaml", "--out", "TMP/out"]
+VALIDATE = ["validate", "TMP/s.yaml"]
+
+
+def scenario(text: str) -> dict[str, str]:
+    return {"s.yaml": text}
+
+
+# name: (files to write, command line, exit status, words the one line must hold)
+CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
+    # scenario text
+    "yaml-syntax": (scenario("cluster: {topology: dgx-h100\n"), RUN, 2, "s.yaml:2: YAML syntax error"),
+    "tab-indent": (scenario("cluster:\n\ttopology: dgx-h100\n"), RUN, 2, "YAML syntax error"),
+    "complex-key": (scenario("? [a, b]\n: 1\n" + COMM), RUN, 2, "a key must be a plain value"),
+    "duplicate-key": (scenario(COMM + "cluster: {topology: dgx-h100}\n"), RUN, 2, "key given twice"),
+    "empty-file": (scenario(""), RUN, 2, "a scenario must be a mapping"),
+    "list-file": (scenario("- 1\n- 2\n"), RUN, 2, "a scenario must be a mapping"),
+    "not-utf8": ({"s.yaml": b"cluster: {topology: dgx-h100}\n# caf\xe9\n"}, RUN, 2, "s.yaml:2: byte 0xe9 is not UTF-8"),
+    "missing-file": ({}, RUN, 2, "cannot read file: No such file or directory"),
+    "scenario-is-folder": ({"s.yaml/x": "1"}, RUN, 2, "cannot read file: Is a directory"),
+    "deep-nesting": (scenario("cluster: " + "[" * 5000 + "]" * 5000 + "\n"), RUN, 2, "nested deeper than 64"),
+    "deep-mapping": (scenario("run:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 100))), RUN, 2,
+                     "nested deeper than 64"),
+    "alias-bomb": (scenario(ALIAS_BOMB), RUN, 2, "values once aliases are expanded"),
+    "recursive-alias": (scenario("cluster: &c {topology: *c}\n"), RUN, 2, "levels through aliases"),
+    "unknown-section": (scenario(COMM + "netwrok: {model: flow}\n"), RUN, 2, "unknown key 'netwrok'"),
+    "nothing-to-run": (scenario("cluster: {topology: dgx-h100}\n"), RUN, 2, "nothing to simulate"),
+    "model-and-workload": (scenario(COMM + "model: {preset: llama3-8b}\n"), RUN, 2, "not both"),
+    # strict types
+    "tp-true": (scenario(PRESET + "parallelism: {tp: true}\n"), RUN, 2,
+                "s.yaml:4: parallelism.tp: expected a whole number, got True"),
+    "tp-string": (scenario(PRESET + "parallelism: {tp: '2'}\n"), RUN, 2, "parallelism.tp: expected a whole number"),
+    "tp-float": (scenario(PRESET + "parallelism: {tp: 2.0}\n"), RUN, 2, "parallelism.tp: expected a whole number"),
+    "layers-true": (scenario(PRESET.replace("layers: 4", "layers: true")), RUN, 2, "model.layers: expected a whole"),
+    "microbatches-false": (scenario(SYNTHETIC.replace("microbatches: 2", "microbatches: false")), RUN, 2,
+                           "training.microbatches: expected a whole number"),
+    "seed-true": (scenario(COMM + "run: {seed: true}\n"), RUN, 2, "run.seed: expected a whole number"),
+    "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
+    "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
+    "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,
+                    "workload[0].repeat: expected a whole number"),
+    "root-string": (scenario(COMM.replace("64 MiB}", "64 MiB, op: broadcast, root: '1'}").replace(
+        "op: all_reduce, ", "")), RUN, 2, "workload[0].root: expected a whole number"),
+    "nodes-true": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster, nodes: true}")), RUN, 2,
+                   "cluster.nodes: expected a whole number"),
+    # values
+    "negative-dp": (scenario(PRESET + "parallelism: {dp: -1}\n"), RUN, 2, "parallelism.dp"),
+    "zero-four": (scenario(PRESET + "parallelism: {zero: 4}\n"), RUN, 2, "parallelism.zero"),
+    "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
+                      "'fp4' is not a valid choice"),
+    "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),
+    "unknown-schedule": (scenario(SYNTHETIC + "parallelism: {pp: 2, pipeline: {schedule: 2f2b}}\n"), RUN, 2,
+                         "parallelism.pipeline.schedule"),
+    "bare-number-bytes": (scenario(COMM.replace("64 MiB", "1024")), RUN, 2, "has no unit"),
+    "negative-bytes": (scenario(COMM.replace("64 MiB", "-5 GB")), RUN, 2, "workload[0].bytes"),
+    "nan-bytes": (scenario(COMM.replace("64 MiB", "nan GB")), RUN, 2, "workload[0].bytes"),
+    "gpu-out-of-range": (scenario(COMM.replace("64 MiB}", "64 MiB, group: [0, 9]}")), RUN, 2, "do not exist"),
+    "send-to-self": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 MiB, src: 1, dst: 1}")),
+                     RUN, 2, "two different GPUs"),
+    "after-unknown": (scenario(COMM.replace("64 MiB}", "64 MiB, after: [nope]}")), RUN, 2, "not an earlier item"),
+    "efficiency-above-one": (scenario(COMM + "network: {efficiency: {nvlink: 2}}\n"), RUN, 2, "network.efficiency"),
+    "unknown-preset": (scenario(PRESET.replace("llama3-8b", "llama9")), RUN, 2, "llama9"),
+    "tp-not-dividing-heads": (scenario(PRESET.replace("layers: 4", "layers: 4, hidden: 1536, heads: 12, kv_heads: 12")
+                                       + "parallelism: {tp: 8, dp: 1}\n"), RUN, 2, "does not divide 12 attention"),
+    "global-batch-not-multiple": (scenario(PRESET.replace("global_batch: 8", "global_batch: 9")), RUN, 2,
+                                  "not a multiple"),
+    "unknown-topology": (scenario(COMM.replace("dgx-h100", "dgx-h900")), RUN, 2, "unknown topology 'dgx-h900'"),
+    # schedule tables
+    "custom-without-table": (scenario(SYNTHETIC + "parallelism: {pp: 2, pipeline: {schedule: custom}}\n"), RUN, 2,
+                             "needs a CSV action table"),
+    "csv-not-utf8": ({"s.yaml": CUSTOM, "table.csv": b"F0,F1,BW0,BW1\nF0,\xff\n"}, RUN, 2,
+                     "table.csv:2: parallelism.pipeline.table: byte 0xff is not UTF-8"),
+    "csv-bad-cell": ({"s.yaml": CUSTOM, "table.csv": "F0,F1,BW0,BW1\nF0,X1\n"}, RUN, 2, "table.csv:2:"),
+    "csv-missing-forward": ({"s.yaml": CUSTOM, "table.csv": "# p = 2\nF0,F1,BW0,BW1\n\nF0,BW0,BW1\n"}, RUN, 2,
+                            "table.csv:4: parallelism.pipeline.table: rank 1 never runs F1"),
+    "csv-missing-file": (scenario(CUSTOM), RUN, 2, "cannot read file"),
+    "csv-deadlock": ({"s.yaml": CUSTOM, "table.csv": "F0,BW0,F1,BW1\nF1,BW1,F0,BW0\n"}, RUN, 2,
+                     "the schedule cannot run"),
+    # topology files and overrides
+    "self-loop-link": ({"t.yaml": GRAPH.replace("b: g1", "b: g0"), "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")},
+                       RUN, 2, "t.yaml:6: links[0].b: link from 'g0' to itself"),
+    "negative-latency-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvlink_latency: -1 us\n",
+                                  "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
+                                 "t.yaml:3: nvlink_latency: '-1 us' is negative"),
+    "unknown-topology-kind": ({"t.yaml": "kind: torus\n", "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
+                              "t.yaml:1: kind: unknown topology kind 'torus'"),
+    "too-many-nodes": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster, nodes: 200000}")), RUN, 2,
+                       "cluster.nodes: 200000 is beyond what a cluster holds"),
+    "negative-latency-override": (scenario(COMM), RUN + ["--set", "cluster.nvlink_latency=-1us"], 2,
+                                  "--set cluster.nvlink_latency=-1us: cluster.nvlink_latency: '-1us' is negative"),
+    "tp-true-override": (scenario(PRESET), RUN + ["--set", "parallelism.tp=true"], 2,
+                         "--set parallelism.tp=true: parallelism.tp: expected a whole number"),
+    "override-unknown-key": (scenario(PRESET), RUN + ["--set", "parallelism.tpp=2"], 2,
+                             "--set parallelism.tpp=2: parallelism.tpp: unknown key 'tpp'"),
+    "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2, "has no '='"),
+    "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
+    # output paths and other commands
+    "out-empty": (scenario(COMM), ["run", "TMP/s.yaml", "--out", ""], 2, "--out: the output folder is empty"),
+    "out-is-file": ({**scenario(COMM), "out": "x"}, RUN, 2, "exists and is not a folder"),
+    "out-unwritable": (scenario(COMM), ["run", "TMP/s.yaml", "--out", "/proc/trainsim-out"], 2,
+                       "--out: cannot write into /proc"),
+    "plot-unknown-extension": ({}, ["plot", "gantt", "TMP/out", "-o", "TMP/g.xyz"], 2, "unknown image format '.xyz'"),
+    "plot-unwritable": ({}, ["plot", "gantt", "TMP/out", "-o", "/proc/g.png"], 2, "cannot write into /proc"),
+    "plot-missing-folder": ({}, ["plot", "gantt", "TMP/out"], 2, "OUTDIR: no such folder"),
+    "plot-not-a-run": ({"out/summary.json": "[]", "out/timeline.parquet": "x"}, ["plot", "memory", "TMP/out",
+                                                                                   "-o", "TMP/m.png"], 2,
+                       "summary.json is not a JSON object"),
+    "topo-unknown": ({}, ["topo", "describe", "dgx-h900"], 2, "unknown topology 'dgx-h900'"),
+    "topo-draw-extension": ({}, ["topo", "draw", "dgx-h100", "-o", "TMP/t.gif"], 2, "unknown image format '.gif'"),
+    "collective-too-many-ranks": ({}, ["collective", "--topology", "dgx-h100", "--ranks", "9"], 2,
+                                  "9 ranks do not fit"),
+    "unknown-option": ({}, ["run", "TMP/s.yaml", "--out", "TMP/out", "--frobnicate"], 2,
+                       "unrecognized arguments: --frobnicate"),
+    "unknown-command": ({}, ["simulate"], 2, "invalid choice: 'simulate'"),
+    "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2, "has no unit"),
+}
+
+
+def materialise(tmp_path: Path, files: dict[str, str | bytes], argv: list[str]) -> list[str]:
+    for name, content in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content.replace("TMP/", f"{tmp_path}/"))
+    return [arg.replace("TMP/", f"{tmp_path}/") for arg in argv]
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_list_is_long_enough():
+    assert len(CASES) >= 50
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_answers_in_one_line_and_writes_nothing(name, tmp_path, capsys):
+    files, argv, status, words = CASES[name]
+    argv = materialise(tmp_path, files, argv)
+    before = tree(tmp_path)
+    assert main(argv) == status
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    assert captured.err.endswith("\n") and captured.err.count("\n") == 1, captured.err
+    assert re.match(r"^(error|simulation error): ", captured.err), captured.err
+    assert words in captured.err, captured.err
+    assert tree(tmp_path) == before
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`trainsim topo describe ... | head -0`: the reader is gone before the first line; no traceback."""
+    process = subprocess.Popen([sys.executable, "-m", "simulator.cli", "topo", "describe", "dgx-h100-cluster"],
+                               cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141
+    assert stderr == ""
+
+
+def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
+    """SIGINT while the 8,192-GPU scenario is being simulated: one line, status 130, no output folder."""
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", "scenarios/llama3-405b-8192-gpus.yaml",
+                                "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert (stdout, stderr) == ("", "interrupted\n")
+    assert list(tmp_path.iterdir()) == []
