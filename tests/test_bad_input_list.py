@@ -204,3 +204,55 @@ def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
     assert process.returncode == 130, stderr
     assert (stdout, stderr) == ("", "interrupted\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def integer_fields(model: type, path: tuple = ()) -> list[tuple]:
+    """Every field of the schema that takes an integer, as a path (list items as index 0), found by walking the
+    models, so that fields added later are checked too."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    found = []
+    for name, field in model.model_fields.items():
+        child = path + (name,)
+        union = typing.get_origin(field.annotation) in (typing.Union, types.UnionType)
+        for member in typing.get_args(field.annotation) if union else (field.annotation,):
+            inner = typing.get_args(member) if typing.get_origin(member) is list else ()
+            if isinstance(member, type) and issubclass(member, BaseModel):
+                found += integer_fields(member, child)
+            elif inner and isinstance(inner[0], type) and issubclass(inner[0], BaseModel):
+                found += integer_fields(inner[0], child + (0,))
+            elif member is int:
+                found.append(child)
+    return found
+
+
+def test_every_integer_field_refuses_booleans_and_strings():
+    """Strict types: `true` or "4" where an integer is expected is an error at that field, never a 1 or a 4."""
+    from pydantic import ValidationError
+
+    from simulator.config.schema import Scenario
+
+    fields = integer_fields(Scenario)
+    assert ("parallelism", "tp") in fields and ("workload", 0, "repeat") in fields and len(fields) >= 15
+    for path in fields:
+        for value in (True, "4"):
+            data: dict = {}
+            node: dict | list = data
+            for part, following in zip(path, path[1:]):
+                child: dict | list = [] if isinstance(following, int) else {}
+                if isinstance(node, list):
+                    node.append(child)
+                else:
+                    node[part] = child
+                node = child
+            if isinstance(node, list):
+                node.append(value)
+            else:
+                node[path[-1]] = value
+            with pytest.raises(ValidationError) as caught:
+                Scenario.model_validate(data)
+            kinds = {error["type"] for error in caught.value.errors() if error["loc"][:len(path)] == path}
+            assert kinds & {"int_type", "int_parsing"}, (path, value, caught.value.errors())
