@@ -23,29 +23,67 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from simulator import load_scenario, simulate
+    from simulator.console.progress import RunProgress
+    from simulator.console.report import print_run_report
     from simulator.report.writers import write_outputs
 
     out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
-    result = simulate(loaded)
-    for warning in result.summary.get("warnings", []):
-        print(f"warning: {warning}", file=sys.stderr)
-    files = write_outputs(out, result, loaded)
-    seconds = result.summary.get("step_time_s", result.summary.get("makespan_s"))
-    print(f"wrote {args.out}: {', '.join(files)} ({len(result.timeline)} events simulated, "
-          f"simulated time {seconds:.6g} s)")
+    with RunProgress(enabled=not args.quiet) as progress:
+        result = simulate(loaded, force=args.force, progress=progress)
+        progress.phase("writing outputs")
+        files = write_outputs(out, result, loaded)
+    _warn(result.summary.get("warnings", []), result.summary)
+    if not args.quiet:
+        print_run_report(result.summary, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
+        print(f"wrote {args.out}: {', '.join(files)} ({len(result.timeline)} events simulated)")
     return 0
+
+
+def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
+    """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal."""
+    from rich.console import Console
+
+    from simulator.console.report import oom_line
+
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if memory.get("oom"):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory)}", style="bold red")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
-    from simulator.simulation import build_topology, validate
+    from simulator.console.report import oom_line
+    from simulator.simulation import sized_topology, validate
 
     loaded = load_scenario(args.scenario, args.set)
-    topology = build_topology(loaded)
-    validate(loaded, topology)
-    print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")
+    topology = sized_topology(loaded, force=args.force)
+    verdict = validate(loaded, topology)
+    if args.strict and verdict.memory.get("oom"):
+        raise InputError(oom_line(dict(verdict.memory)), file=loaded.source,
+                         allowed="a layout that fits in GPU memory")
+    _warn(verdict.warnings, dict(verdict.memory))
+    if not args.quiet:
+        print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")
+    return 0
+
+
+def _cmd_scenarios(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from simulator.config.bundled import BUNDLED_DIR, bundled_scenarios, scenario_description
+
+    table = Table(box=None, padding=(0, 2), title=f"bundled scenarios ({BUNDLED_DIR})", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("description")
+    for name in bundled_scenarios():
+        table.add_row(name, scenario_description(name))
+    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
     return 0
 
 
@@ -239,6 +277,15 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trainsim")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors in the same one-line form as every other error (status 2)."""
 
@@ -248,18 +295,27 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.")
+    parser.add_argument("--version", action="version", version=f"trainsim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a scenario and write summary.json, timeline.parquet, trace.json")
-    run.add_argument("scenario")
+    run.add_argument("scenario", help="a scenario file, or the name of a bundled one (trainsim scenarios)")
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
+    run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
+    run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
     run.set_defaults(func=_cmd_run)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it")
     validate.add_argument("scenario")
     validate.add_argument("--set", action="append", default=[], metavar="a.b=VALUE")
+    validate.add_argument("--strict", action="store_true", help="a run that does not fit in memory is an error")
+    validate.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
+    validate.add_argument("--force", action="store_true", help="check even beyond the scale limits")
     validate.set_defaults(func=_cmd_validate)
+
+    scenarios = sub.add_parser("scenarios", help="list the bundled scenarios (run them by name)")
+    scenarios.set_defaults(func=_cmd_scenarios)
 
     coll = sub.add_parser("collective", help="time one collective over a size range, like nccl-tests")
     coll.add_argument("--topology", required=True, help="bundled topology name or YAML file")

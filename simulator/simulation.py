@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.engine.faults import FaultHooks
     from simulator.faults.step import Slowdown, StepFaultPlan
+
+Progress = Callable[[int, int], None]
+"""Called with (ops done, ops in total) while a run executes."""
 
 
 @dataclass
@@ -77,9 +81,10 @@ def build_topology(loaded: LoadedScenario) -> Topology:
 
 
 def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings, async_streams: frozenset[str] = frozenset(),
-            faults: FaultHooks | None = None) -> tuple[EngineResult, Network]:
+            faults: FaultHooks | None = None, progress: Progress | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
-    compute and plays link and GPU events (collectives are then never replayed while the network changes)."""
+    compute and plays link and GPU events (collectives are then never replayed while the network changes);
+    ``progress(done, total)`` is called every few thousand ops."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
@@ -99,6 +104,7 @@ def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings, async_
         log=log,
         async_streams=async_streams,
         compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
+        progress=progress,
     )
     return engine.run(ops), network
 
@@ -151,19 +157,32 @@ def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
     return rows
 
 
-def validate(loaded: LoadedScenario, topology: Topology) -> None:
+@dataclass(frozen=True)
+class Verdict:
+    """What `validate` found in a scenario that passed its checks: the memory entries of the summary
+    (``oom`` among them, empty for a communication-only workload) and the layout warnings."""
+
+    memory: Mapping[str, object]
+    warnings: tuple[str, ...]
+
+
+def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
     from simulator.workload.comm_program import build_comm_program
 
     settings = network_settings(loaded)
     step_faults(loaded, topology)
+    verdict = Verdict({}, ())
     workload = loaded.scenario.workload
     if loaded.scenario.model is None and isinstance(workload, list):
         ops: list[Op] = located(loaded, lambda: list(build_comm_program(workload, topology.num_gpus)))
     else:
-        ops = list(step_program(loaded, topology, fold=loaded.scenario.run.fold).ops)
+        program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
+        ops = list(program.ops)
+        verdict = Verdict(dict(program.memory), tuple(program.warnings))
     located(loaded, lambda: plan_every_collective(ops, topology, settings))
+    return verdict
 
 
 def plan_every_collective(ops: list[Op], topology: Topology, settings: NetworkSettings) -> None:
@@ -248,15 +267,15 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
     return slowdowns, ""
 
 
-def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings,
-             faults: FaultHooks | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
+def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
+             progress: Progress | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
     routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
     level, so that `trainsim collective` never loads them."""
     from simulator.metrics.summary import training_summary
 
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
-                              faults=faults)
+                              faults=faults, progress=progress)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -268,7 +287,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, frame, result.log.flow_routes
 
 
-def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks) -> Result:
+def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
+                      progress: Progress | None = None) -> Result:
     """One training step (modelled or traced): build the step program, run it under the step's faults,
     summarise."""
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
@@ -281,7 +301,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             program = step_program(loaded, topology, fold=False)
         else:
             faults.slowdowns = folded
-    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults))
+    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if blocker:
         summary["fold_off_reason"] = blocker
@@ -290,22 +310,37 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     return Result(summary, frame, topology, routes)
 
 
-def simulate(loaded: LoadedScenario) -> Result:
+def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
+    """The scenario's cluster, built only once the run's estimate is within the limits of `scale.py` (from the
+    topology's parameters when they tell the GPU count, else after building it); ``force`` skips the check."""
+    from simulator import scale
+
+    gpus = None if force else scale.scenario_gpus(loaded)
+    if gpus is not None:
+        located(loaded, lambda: scale.refuse_if_too_large(loaded, gpus))
+    topology = build_topology(loaded)
+    if gpus is None and not force:
+        located(loaded, lambda: scale.refuse_if_too_large(loaded, topology.num_gpus))
+    return topology
+
+
+def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
-    list."""
+    list. Runs estimated beyond the scale limits are refused unless ``force``; ``progress(done, total)`` hears
+    of the ops executed."""
     from simulator.engine.faults import FaultHooks
 
-    topology = build_topology(loaded)
+    topology = sized_topology(loaded, force)
     faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
-        return simulate_training(loaded, topology, faults)
+        return simulate_training(loaded, topology, faults, progress)
     from simulator.workload.comm_program import build_comm_program
 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded)
     faults.slowdowns = faults.plan.slowdown_of()
-    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults))
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress))
     frame = result.log.to_frame()
     summary = {
         "scenario": loaded.source,

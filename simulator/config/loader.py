@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from simulator.config.bundled import resolve_scenario
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_yaml_text, read_yaml
 from simulator.errors import ScenarioError
@@ -173,7 +174,9 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
 
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> LoadedScenario:
-    """Read, override and validate a scenario file; raise ScenarioError on any problem."""
+    """Read, override and validate a scenario file, or a bundled scenario given by name; raise ScenarioError
+    on any problem."""
+    path = resolve_scenario(path)
     source = str(path)
     data, lines = read_yaml(path, ScenarioError)
     return scenario_from_data(data, lines, source, overrides)

@@ -19,6 +19,9 @@ from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
+PROGRESS_EVERY = 1024
+"""Ops between two calls of the progress callback (a call costs about as much as an op)."""
+
 
 @dataclass
 class _Rendezvous:
@@ -53,8 +56,10 @@ class Engine:
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog, async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
-                 compute_duration: Callable[[int, float, float], float] | None = None):
+                 compute_duration: Callable[[int, float, float], float] | None = None,
+                 progress: Callable[[int, int], None] | None = None):
         self.env = env
+        self.progress = progress
         self.compute_duration = compute_duration
         self.plans = plans
         self.run_plan = run_plan
@@ -135,6 +140,8 @@ class Engine:
             self._left -= 1
             if not self._left:
                 self._all_done.succeed()
+            if self.progress is not None and self._executed % PROGRESS_EVERY == 0:
+                self.progress(self._executed, self._executed + self._left)
 
     def _members(self, group_id: int, group: tuple[int, ...]) -> tuple[frozenset[int], int]:
         """A group's member set and how many of its members have a program, worked out once per group."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import simulator
@@ -45,12 +46,22 @@ def _field_path(dotted_field: str) -> tuple:
     return tuple(parts)
 
 
-def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
-    """Build the topology in a bundled or given YAML file, with top-level parameters replaced by ``overrides``.
+@dataclass(frozen=True)
+class TopologySource:
+    """A topology file read and checked, with overrides applied, before anything is built."""
 
-    Overrides come from a scenario's ``cluster:`` block or ``--set nodes=128``; strings such as "128" are read
-    like file values, so counts become integers.
-    """
+    kind: str
+    params: dict
+    name: str
+    source: str
+    lines: dict
+    overridden: frozenset[str]
+    description: str
+
+
+def read_topology(name_or_path: str, overrides: dict | None = None) -> TopologySource:
+    """Read the bundled or given YAML file and apply ``overrides`` (a scenario's ``cluster:`` block or
+    ``--set nodes=128``) to its top-level parameters; strings such as "128" are read later like file values."""
     path = resolve_topology_path(name_or_path)
     data, lines = read_yaml(path, TopologyError)
     source = str(path)
@@ -72,19 +83,25 @@ def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
                                 allowed=", ".join(FILE_KEYS + tuple(parameters)), file=source,
                                 line=line_of(lines, (key,)))
     params = {key: value for key, value in data.items() if key not in FILE_KEYS}
-    overridden = set()
     for key, value in (overrides or {}).items():
         if key not in parameters:
             raise TopologyError(f"unknown override {key!r} for topology kind {kind!r}", field=str(key),
                                 allowed=", ".join(parameters), file=source)
         params[key] = value
-        overridden.add(key)
+    return TopologySource(kind, params, data.get("name") or path.stem, source, lines,
+                          frozenset(overrides or {}), data.get("description", ""))
+
+
+def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
+    """Build the topology in a bundled or given YAML file, with top-level parameters replaced by ``overrides``;
+    errors point at the file's line, or at the override that set the value."""
+    spec = read_topology(name_or_path, overrides)
     try:
-        topology = build_topology(kind, params, data.get("name") or path.stem)
+        topology = build_topology(spec.kind, spec.params, spec.name)
     except TopologyError as exc:
         field_path = _field_path(exc.field)
-        if field_path and field_path[0] in overridden:
-            raise exc.located(file=f"{source} (override)") from None
-        raise exc.located(file=source, line=line_of(lines, field_path)) from None
-    topology.params["description"] = data.get("description", "")
+        if field_path and field_path[0] in spec.overridden:
+            raise exc.located(file=f"{spec.source} (override)") from None
+        raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
+    topology.params["description"] = spec.description
     return topology

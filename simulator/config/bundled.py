@@ -1,0 +1,48 @@
+"""Scenarios shipped with trainsim, runnable by name from any folder (`trainsim run llama3-8b-dgx-h100-dp8`)
+and listed by `trainsim scenarios`.
+
+In a source checkout or an editable install they are the repository's scenarios/ folder; a wheel installs them
+under <prefix>/share/trainsim/scenarios (pyproject's data-files), as it does the topologies.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import yaml
+
+import simulator
+from simulator.errors import ScenarioError
+
+SOURCE_TREE_DIR = Path(simulator.__file__).resolve().parents[1] / "scenarios"
+INSTALLED_DIR = Path(sys.prefix) / "share" / "trainsim" / "scenarios"
+BUNDLED_DIR = SOURCE_TREE_DIR if SOURCE_TREE_DIR.is_dir() else INSTALLED_DIR
+
+
+def bundled_scenarios() -> list[str]:
+    """Names of the bundled scenarios, sorted."""
+    return sorted(path.stem for path in BUNDLED_DIR.glob("*.yaml"))
+
+
+def scenario_description(name: str) -> str:
+    """The `description:` of a bundled scenario ('' when it has none or cannot be read)."""
+    try:
+        data = yaml.safe_load((BUNDLED_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ""
+    description = data.get("description", "") if isinstance(data, dict) else ""
+    return description if isinstance(description, str) else ""
+
+
+def resolve_scenario(name_or_path: str | Path) -> Path:
+    """The file a scenario argument names: an existing path, else a bundled scenario by name ('.yaml' may be
+    left out); anything else is an error listing the bundled names."""
+    path = Path(name_or_path)
+    if path.exists() or path.parent != Path("."):
+        return path
+    bundled = BUNDLED_DIR / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
+    if bundled.is_file():
+        return bundled
+    raise ScenarioError("no such file, and no bundled scenario of that name", file=str(name_or_path),
+                        allowed=", ".join(bundled_scenarios()) + ", or a path to a YAML file")

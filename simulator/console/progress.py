@@ -1,0 +1,55 @@
+"""A progress bar for runs longer than a second: drawn on stderr with rich, only when stderr is a terminal and
+the user did not ask for --quiet, so logs, pipes and tests see nothing of it."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+SHOW_AFTER_S = 1.0
+"""A run that finishes within this many seconds never shows the bar."""
+
+
+class RunProgress:
+    """Callable as ``progress(done, total)`` from the engine; ``phase`` names what the run does next."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.bar: Progress | None = None
+        self.task = None
+        self.description = "simulating"
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.started < SHOW_AFTER_S:
+                return
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("ops"), TimeElapsedColumn(), console=Console(stderr=True),
+                                transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.description, total=total)
+        if self.task is not None:
+            self.bar.update(self.task, completed=done, total=total, description=self.description)
+
+    def phase(self, description: str) -> None:
+        """Show ``description`` (e.g. "writing outputs") in place of the op count's label."""
+        self.description = description
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description=description)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def __enter__(self) -> RunProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""What `trainsim run` and `trainsim validate` print: a short table of a run's headline figures (or the
+collective table of a communication-only run) and the loud out-of-memory line.
+
+Reads only summary.json's keys and shows those present, so a summary that gains or loses keys still prints.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
+
+
+def _seconds(value: float) -> str:
+    """A duration with a unit that keeps three or four significant digits."""
+    if value >= 1:
+        return f"{value:.4g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.4g} ms"
+    return f"{value * 1e6:.4g} us"
+
+
+def _share(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _bottleneck(value: object) -> str:
+    """The binding constraint, and any other named finding beside it (e.g. the largest loss and its share)."""
+    if not isinstance(value, dict):
+        return str(value)
+    parts = [str(value.get("constraint", ""))]
+    for key, detail in value.items():
+        if key in ("constraint", "evidence"):
+            continue
+        if isinstance(detail, dict):
+            name = detail.get("name", detail.get("kind", ""))
+            share = detail.get("share", detail.get("step_share"))
+            text = f"{name} ({_share(share)} of the step)" if isinstance(share, float) else str(name or detail)
+        else:
+            text = str(detail)
+        parts.append(f"{key.replace('_', ' ')}: {text}")
+    return "; ".join(part for part in parts if part)
+
+
+def oom_line(summary: dict) -> str:
+    """The out-of-memory message of a summary ('' when the run fits)."""
+    if not summary.get("oom"):
+        return ""
+    stage = summary.get("peak_memory_stage")
+    where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
+    return (f"OUT OF MEMORY: {summary['peak_memory_gib']:.1f} GiB needed{where}, the GPU holds "
+            f"{summary['memory_capacity_gib']:.1f} GiB (try ZeRO/FSDP, recompute, more tp or pp, a smaller "
+            f"micro_batch)")
+
+
+def _layout_line(summary: dict) -> str:
+    layout = summary.get("layout") or {}
+    head = f"{layout.get('model', 'model')} on {summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs"
+    if not layout:
+        return head + ")"
+    degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
+    return f"{head}, {degrees}, {layout.get('microbatches', '?')} micro-batches per step)"
+
+
+def training_table(summary: dict) -> Table:
+    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    step = summary.get("step_time_s")
+    if step is not None:
+        table.add_row("step time", _seconds(step))
+    if "tokens_per_s" in summary:
+        table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
+    if "tflops_per_gpu" in summary:
+        rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
+                 f"HFU {_share(summary['hfu'])}" if "hfu" in summary else ""]
+        extra = ", ".join(rate for rate in rates if rate)
+        table.add_row("TFLOP/s per GPU", f"{summary['tflops_per_gpu']:.1f}" + (f" ({extra})" if extra else ""))
+    if "bubble_fraction" in summary:
+        table.add_row("pipeline bubble", _share(summary["bubble_fraction"]))
+    exposed = summary.get("exposed_comm_s") or {}
+    if exposed and step:
+        shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_KINDS
+                 if exposed.get(kind)]
+        table.add_row("exposed communication", ", ".join(shown) or "none")
+    if "peak_memory_gib" in summary and "memory_capacity_gib" in summary:
+        peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
+        text = f"{peak:.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
+        table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
+    if "bottleneck" in summary:
+        table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
+    return table
+
+
+def collective_table(summary: dict) -> Table:
+    """A communication-only run: per workload item, its time, algorithm and bus bandwidth."""
+    table = Table(box=None, padding=(0, 2))
+    for name in ("name", "op", "ranks", "size", "time", "algbw GB/s", "busbw GB/s"):
+        table.add_column(name, justify="left" if name in ("name", "op") else "right")
+    for row in summary.get("collectives", []):
+        table.add_row(str(row["name"]), str(row["op"]), str(row["ranks"]), f"{row['bytes'] / 2**20:,.4g} MiB",
+                      _seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}")
+    return table
+
+
+def print_run_report(summary: dict, console: Console) -> None:
+    """The table that ends a run: a training step's figures, or the collective table."""
+    if "step_time_s" in summary:
+        console.print(_layout_line(summary), highlight=False)
+        console.print(training_table(summary))
+    else:
+        console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
+                      f"{_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
+        console.print(collective_table(summary))

@@ -1,0 +1,172 @@
+"""Scale refused before it explodes: what a run will need (GPUs, simulated ranks, ops, flows, memory),
+estimated from the scenario and the topology's parameters before anything large is built, and the refusal of
+runs beyond the limits, with the estimate and what to change.
+
+The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
+op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), within about a factor
+of two (tests/test_scale.py compares it with real programs). `--force` runs past the limits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.config.loader import LoadedScenario
+from simulator.config.schema import CollectiveItem, Scenario
+from simulator.errors import InputError
+from simulator.topology.loader import read_topology
+from simulator.topology.size import topology_gpus
+
+MAX_MEMORY_BYTES = 16 * 2**30
+"""Refuse runs estimated to need more memory than this (16 GiB; the 8,192-GPU Llama 3 405B run needs ~1 GiB)."""
+MAX_EVENTS = 20_000_000
+"""Refuse runs estimated to simulate more ops plus flows than this (about ten minutes of simulation; the
+8,192-GPU Llama 3 405B run has ~0.4 M)."""
+
+TOPOLOGY_BYTES_PER_GPU = 5_000
+"""Graph, link arrays and routes per GPU (measured: 32,768 DGX H100 GPUs take ~0.16 GB)."""
+OP_BYTES = 1_000
+"""An op object, its SimPy process state and its timeline row."""
+FLOW_BYTES = 700
+"""A flow's network state and its timeline row."""
+TRACE_BYTES_PER_ROW = 600
+"""A row of trace.json while it is written (`run.timeline: full` writes every op and flow)."""
+MIRROR_ENTRY_BYTES = 8
+"""One rank index in a folded collective's mirror groups."""
+RECOMPUTE_SHARE = {"none": 0.0, "selective": 0.5, "full": 1.0}
+"""Recompute ops per block and micro-batch: selective recomputes the attention core, full every block."""
+SPLIT_BACKWARD_SCHEDULES = ("zb-h1",)
+"""Schedules that split every backward into an input-grad and a weight-grad op."""
+
+
+@dataclass(frozen=True)
+class ScaleEstimate:
+    """What a run is expected to need; compared with the limits before it is built."""
+
+    gpus: int
+    simulated_ranks: int
+    ops: int
+    flows: int
+    memory_bytes: float
+    folded: bool
+
+    @property
+    def events(self) -> int:
+        return self.ops + self.flows
+
+    def over_limits(self) -> bool:
+        return self.memory_bytes > MAX_MEMORY_BYTES or self.events > MAX_EVENTS
+
+    def describe(self) -> str:
+        return (f"{self.gpus:,} GPUs, {self.simulated_ranks:,} simulated ranks "
+                f"({'folded' if self.folded else 'not folded'}), ~{self.ops:,} ops, ~{self.flows:,} flows, "
+                f"~{self.memory_bytes / 2**30:,.1f} GiB of memory")
+
+
+def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstimate:
+    from simulator.workload.training import resolve_model
+
+    par, training = scenario.parallelism, scenario.training
+    model = scenario.model
+    tp, cp, pp, v = par.tp, par.cp, par.pp, par.pipeline.virtual_stages
+    dp = par.dp or max(gpus // (tp * cp * pp), 1)
+    if model is not None and model.synthetic is not None:
+        layers, blocks, layer_params = model.synthetic.stages, float(model.synthetic.stages), 0
+    else:
+        spec = resolve_model(scenario)
+        layers, blocks, layer_params = spec.layers, 2.0 * spec.layers + 2, spec.layer_params()
+    m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
+    blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
+    backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
+    compute = m * blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
+    comm = {
+        "tp": m * layers_per_rank * (8 if par.sequence_parallel else 4) if tp > 1 else 0.0,
+        "cp": m * layers_per_rank * 2 * cp if cp > 1 else 0.0,
+        "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
+        "dp": (blocks_per_rank * (2 + 2 * m) if par.zero == 3 or par.fsdp in ("full_shard", "hybrid_shard")
+               else layers_per_rank * layer_params * 2 / (tp * par.ddp.bucket) + 2) if dp > 1 else 0.0,
+    }
+    group = {"tp": tp, "cp": cp, "pp": 1, "dp": dp}
+    per_stage = tp * cp * dp
+    ranks = pp if fold else gpus
+    ops = ranks * (compute + sum(comm.values()) + 1)
+    if fold:
+        flows = pp * sum(count * group[kind] for kind, count in comm.items())
+        mirrors = pp * sum(comm.values()) * per_stage * 2
+    else:
+        flows = gpus * sum(comm.values())
+        mirrors = 0.0
+    return _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
+
+
+def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int) -> ScaleEstimate:
+    ops = flows = 0.0
+    for item in items:
+        size = gpus if item.group == "all" else len(item.group) if isinstance(item.group, list) else gpus
+        size = 2 if item.op == "send_recv" else size
+        ops += size * item.repeat
+        flows += size * item.repeat * (2 if item.op == "all_reduce" else 1)
+    return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
+
+
+def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: float, mirrors: float,
+              fold: bool) -> ScaleEstimate:
+    written = {"full": ops + flows, "per-stage": ops, "summary": 0.0}[scenario.run.timeline]
+    memory = (gpus * TOPOLOGY_BYTES_PER_GPU + ops * OP_BYTES + flows * FLOW_BYTES + mirrors * MIRROR_ENTRY_BYTES
+              + written * TRACE_BYTES_PER_ROW)
+    return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)
+
+
+def estimate_scale(scenario: Scenario, gpus: int) -> ScaleEstimate | None:
+    """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs; None for a trace workload, whose
+    size is its trace file's (a trace holds its ops already, so it cannot grow past them)."""
+    if scenario.model is not None:
+        return _training_estimate(scenario, gpus, scenario.run.fold)
+    if isinstance(scenario.workload, list):
+        return _comm_estimate(scenario, scenario.workload, gpus)
+    return None
+
+
+def scenario_gpus(loaded: LoadedScenario) -> int | None:
+    """The GPU count of the scenario's cluster from the topology file's parameters (None: unknown until built)."""
+    cluster = loaded.scenario.cluster
+    try:
+        return topology_gpus(read_topology(cluster.topology, cluster.overrides()))
+    except InputError:  # the build reports it, located
+        return None
+
+
+def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
+    """What to change to bring a run under the limits, most effective first."""
+    steps = []
+    if not estimate.folded and scenario.model is not None:
+        steps.append("fold the ranks (run.fold: true)")
+    if scenario.model is not None:
+        steps.append("fewer micro-batches (training.global_batch or training.microbatches) or layers")
+    if scenario.run.timeline == "full":
+        steps.append("write less (run.timeline: summary)")
+    steps.append("a smaller cluster (cluster.nodes)")
+    return "; ".join(steps) + "; or pass --force"
+
+
+def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
+    """The field most to blame: unfolded ranks; else the cluster when the ops alone would fit (the flows,
+    mirrors and graph grow with it); else the work of the step (model and batch) or the workload list."""
+    if not estimate.folded and scenario.model is not None:
+        return ("run", "fold")
+    if estimate.ops <= MAX_EVENTS and estimate.ops * OP_BYTES <= MAX_MEMORY_BYTES:
+        return ("cluster", "nodes") if "nodes" in scenario.cluster.overrides() else ("cluster",)
+    return ("model",) if scenario.model is not None else ("workload",)
+
+
+def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
+    """Estimate the run and raise a located ScenarioError, with the estimate and advice, beyond the limits."""
+    scenario = loaded.scenario
+    estimate = estimate_scale(scenario, gpus)
+    if estimate is not None and estimate.over_limits():
+        field = _cause(estimate, scenario)
+        raise loaded.error(field, f"this run is too large to simulate: {estimate.describe()}; the limits are "
+                                  f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
+                           advice(estimate, scenario))
+    return estimate

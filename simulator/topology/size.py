@@ -1,0 +1,48 @@
+"""How many GPUs a topology file describes, read from its parameters without building the graph, so that a
+cluster too large to simulate can be refused in milliseconds instead of after minutes of graph building."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simulator.errors import TopologyError
+from simulator.topology.builders import BUILDERS, NODE_TYPES
+from simulator.topology.loader import TopologySource
+from simulator.topology.parameters import read_parameters
+
+
+def _node_gpus(raw: object) -> int:
+    kind = raw.get("kind", "nvswitch_node") if isinstance(raw, dict) else None
+    if kind not in NODE_TYPES or not isinstance(raw, dict):
+        raise TopologyError("unknown node kind")
+    return read_parameters(NODE_TYPES[kind][0], {k: v for k, v in raw.items() if k != "kind"})["gpus"]
+
+
+def _graph_gpus(raw: dict) -> int:
+    nodes = raw.get("nodes")
+    return sum(1 for node in nodes if isinstance(node, dict) and node.get("kind") == "gpu") if isinstance(
+        nodes, list) else 0
+
+
+_COUNTERS: dict[str, Callable[[dict], int]] = {
+    "nvswitch_node": lambda p: read_parameters(BUILDERS["nvswitch_node"].parameters, p)["gpus"],
+    "pcie_node": lambda p: read_parameters(BUILDERS["pcie_node"].parameters, p)["gpus"],
+    "cluster": lambda p: read_parameters(BUILDERS["cluster"].parameters, p)["nodes"] * _node_gpus(
+        p.get("node", {"kind": "nvswitch_node"})),
+    "nvl72": lambda p: (lambda q: q["racks"] * q["trays"] * q["gpus_per_tray"])(
+        read_parameters(BUILDERS["nvl72"].parameters, p)),
+    "graph": _graph_gpus,
+}
+"""GPU count of each builder kind from its raw parameters; a kind without an entry is counted by building it."""
+
+
+def topology_gpus(spec: TopologySource) -> int | None:
+    """The number of GPUs ``spec`` would build, or None when it cannot be told without building (an unknown
+    kind, or parameters the builder will refuse with a located error)."""
+    counter = _COUNTERS.get(spec.kind)
+    if counter is None:
+        return None
+    try:
+        return int(counter(dict(spec.params)))
+    except TopologyError:
+        return None

@@ -1,0 +1,136 @@
+"""What `trainsim run` and `validate` print: the report table holds the summary's own figures, an
+out-of-memory run says so loudly (and `validate --strict` refuses it), `--quiet` prints nothing, a
+communication-only run prints its collective table, `--version`, and bundled scenarios run by name from any
+folder and are listed by `trainsim scenarios`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.cli import main
+from simulator.config import bundled
+from simulator.console.progress import RunProgress
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+LLAMA_8B = "llama3-8b-dgx-h100-dp8"
+
+
+def test_run_report_shows_the_summary_figures(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(SCENARIOS / f"{LLAMA_8B}.yaml"), "--out", str(out), "--set", "run.timeline=summary"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    summary = json.loads((out / "summary.json").read_text())
+    lines = {line.split("  ")[1].strip(): line.strip() for line in captured.out.splitlines()
+             if line.startswith("  ") and len(line.split("  ")) > 2}
+    assert lines["step time"].endswith(f"{summary['step_time_s']:.4g} s")
+    assert f"{summary['tokens_per_s']:,.0f} tokens/s" in lines["throughput"]
+    assert f"{summary['tflops_per_gpu']:.1f} (MFU {100 * summary['mfu']:.1f}%" in lines["TFLOP/s per GPU"]
+    assert lines["pipeline bubble"].endswith(f"{100 * summary['bubble_fraction']:.1f}%")
+    dp_ms = summary["exposed_comm_s"]["dp"] * 1e3
+    assert f"dp {dp_ms:.4g} ms" in lines["exposed communication"]
+    assert (f"{summary['peak_memory_gib']:.1f} GiB of {summary['memory_capacity_gib']:.1f} GiB"
+            in lines["peak memory"])
+    assert "OUT OF MEMORY" not in captured.out
+    assert lines["bottleneck"].split("  ")[-1].strip().startswith(summary["bottleneck"]["constraint"])
+    assert captured.out.splitlines()[0] == "llama3-8b on dgx-h100 (8 GPUs, TP1 CP1 PP1 DP8, 4 micro-batches per step)"
+
+
+def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
+    """Plain DDP of Llama 3 8B needs 138.7 GiB per GPU (docs/training-step.md): OOM on an 80 GB H100."""
+    scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
+    oom = ["--set", "parallelism.zero=0"]
+    assert main(["run", scenario, "--out", str(tmp_path / "out"), "--set", "run.timeline=summary", *oom]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("warning: OUT OF MEMORY: 138.7 GiB needed on pipeline stage 0 (rank 0), "
+                                   "the GPU holds 74.5 GiB")
+    assert "OUT OF MEMORY" in captured.out  # and in the table's memory row
+    assert main(["validate", scenario, *oom]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("warning: OUT OF MEMORY: 138.7 GiB") and "valid (8 GPUs" in captured.out
+    assert main(["validate", scenario, "--strict", *oom]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"error: {scenario}: OUT OF MEMORY: 138.7 GiB")
+    assert main(["validate", scenario, "--strict"]) == 0
+
+
+def test_quiet_prints_nothing_and_still_writes(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert main(["validate", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--quiet"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert (out / "summary.json").is_file()
+
+
+def test_communication_run_prints_its_collective_table(tmp_path, capsys):
+    assert main(["run", str(SCENARIOS / "allreduce-2x-dgx-h100.yaml"), "--out", str(tmp_path / "out")]) == 0
+    text = capsys.readouterr().out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for row in summary["collectives"]:
+        line = next(line for line in text.splitlines() if line.split() and line.split()[0] == row["name"])
+        assert line.split()[-2:] == [f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}"]
+
+
+def test_progress_bar_stays_silent_off_a_terminal(capsys):
+    with RunProgress(enabled=True) as progress:
+        progress.started -= 10  # as if the run had been going for ten seconds
+        progress(1024, 4096)
+        progress.phase("writing outputs")
+        assert progress.bar is None
+    assert capsys.readouterr() == ("", "")
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("trainsim ")
+
+
+def test_bundled_scenarios_are_listed_with_their_descriptions(capsys):
+    assert main(["scenarios"]) == 0
+    text = capsys.readouterr().out
+    files = sorted(SCENARIOS.glob("*.yaml"))
+    assert bundled.bundled_scenarios() == [path.stem for path in files]
+    for path in files:
+        description = yaml.safe_load(path.read_text())["description"]
+        assert any(line.split() == [path.stem, *description.split()] for line in text.splitlines()), path.stem
+
+
+def test_a_bundled_scenario_runs_by_name_from_any_folder(tmp_path):
+    completed = subprocess.run([sys.executable, "-m", "simulator.cli", "run", LLAMA_8B, "--out", "out", "--quiet",
+                                "--set", "run.timeline=summary"], cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert (completed.returncode, completed.stdout, completed.stderr) == (0, "", "")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["scenario"] == str(SCENARIOS / f"{LLAMA_8B}.yaml")
+
+
+def test_an_unknown_scenario_name_lists_the_bundled_ones(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "llama3-8b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: llama3-8b: no such file, and no bundled scenario of that name (allowed: ")
+    assert LLAMA_8B in err
+
+
+def test_a_wheel_installs_the_scenarios_where_it_looks_for_them():
+    """pyproject's data-files put scenarios/*.yaml under <prefix>/share/trainsim/scenarios, the folder used
+    when the package does not sit in a source tree."""
+    data_files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
+    assert data_files["share/trainsim/scenarios"] == ["scenarios/*.yaml"]
+    assert bundled.INSTALLED_DIR == Path(sys.prefix) / "share" / "trainsim" / "scenarios"
+    assert bundled.BUNDLED_DIR == SCENARIOS
+
+
+@pytest.mark.parametrize("name", bundled.bundled_scenarios())
+def test_every_bundled_scenario_validates_by_name(name, capsys):
+    assert main(["validate", name, "--quiet"]) == 0

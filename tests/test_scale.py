@@ -1,0 +1,108 @@
+"""Scale refused before it explodes: the estimate counts programs within a factor of two, it is made from the
+topology's parameters in milliseconds, and runs beyond the limits are refused with the estimate and what to
+change (the 1,000,000-GPU cluster, a million layers, the unfolded 8,192-GPU Llama 3 405B), unless --force."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator import scale
+from simulator.cli import main
+from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.simulation import build_topology, simulate, step_program
+from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology
+from simulator.topology.size import topology_gpus
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+LLAMA_405B = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
+MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192"]
+
+
+@pytest.mark.parametrize("name, overrides", [
+    ("llama3-8b-dgx-h100-dp8", []),
+    ("llama3-8b-dgx-h100-dp8", ["model.layers=8", "parallelism.tp=2", "parallelism.dp=4",
+                                "parallelism.sequence_parallel=true"]),
+    ("llama3-8b-dgx-h100-dp8", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=4", "run.fold=false"]),
+    ("llama3-8b-dgx-h100-zero3", []),
+    ("megatron-sc21-18.4b", []),
+    ("llama3-405b-8192-gpus", []),
+    ("schedule-interleaved-p4-m8", []),
+    ("schedule-zb-h1-p4-m8", []),
+])
+def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
+    """Today's ratios estimate / real lie between 0.87 and 1.6."""
+    loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
+    topology = build_topology(loaded)
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded))
+    program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
+    assert estimate.gpus == topology.num_gpus
+    assert estimate.simulated_ranks == len(program.ranks)
+    assert 0.5 <= estimate.ops / len(program.ops) <= 2.0
+
+
+def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limits():
+    """The bundled 8,192-GPU run simulates 362,688 flows (its summary's flows_simulated)."""
+    estimate = scale.estimate_scale(load_scenario(LLAMA_405B).scenario, 8192)
+    assert 0.5 <= estimate.flows / 362_688 <= 2.0
+    assert not estimate.over_limits() and estimate.memory_bytes < 2 * 2**30
+
+
+@pytest.mark.parametrize("name", list_bundled_topologies())
+def test_gpu_count_from_parameters_matches_the_built_topology(name):
+    for overrides in ({}, {"nodes": 3} if "cluster" in name else {}):
+        assert topology_gpus(read_topology(name, overrides)) == load_topology(name, overrides).num_gpus
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_million_gpus_are_refused_in_seconds(command, tmp_path, capsys):
+    out = ["--out", str(tmp_path / "out")] if command == "run" else []
+    start = time.perf_counter()
+    assert main([command, LLAMA_405B, *MILLION_GPUS, *out]) == 2
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert ("--set cluster.nodes=131072: cluster.nodes: this run is too large to simulate: 1,048,576 GPUs, "
+            "16 simulated ranks (folded)") in err
+    assert "(allowed: " in err and "or pass --force)" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["--set", "run.fold=false"], "run.fold: this run is too large to simulate: 8,192 GPUs, 8,192 simulated ranks "
+                                  "(not folded)"),
+    (["--set", "model.layers=1000000"], "model: this run is too large to simulate: 8,192 GPUs, 16 simulated ranks "
+                                        "(folded)"),
+])
+def test_the_405b_run_unfolded_or_with_a_million_layers_is_refused_with_the_estimate(overrides, words, capsys):
+    start = time.perf_counter()
+    assert main(["validate", LLAMA_405B, *overrides]) == 2
+    assert time.perf_counter() - start < 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "or pass --force)" in err
+
+
+def test_force_runs_past_the_limits(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(scale, "MAX_EVENTS", 10)
+    scenario = str(SCENARIOS / "schedule-1f1b-p4-m8.yaml")
+    assert main(["validate", scenario]) == 2
+    assert "too large to simulate" in capsys.readouterr().err
+    assert main(["run", scenario, "--out", str(tmp_path / "out"), "--force", "--quiet"]) == 0
+    assert main(["validate", scenario, "--force", "--quiet"]) == 0
+    loaded = load_scenario(scenario)
+    with pytest.raises(Exception, match="too large"):
+        simulate(loaded)
+    assert simulate(loaded, force=True).summary["step_time_s"] > 0
+
+
+def test_a_topology_counted_only_by_building_is_checked_after_it_is_built(monkeypatch):
+    """Kinds without a parameter count (the graph of unknown kinds) are estimated from the built cluster."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 10)
+    monkeypatch.setattr(scale, "scenario_gpus", lambda loaded: None)
+    loaded = scenario_from_text("cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB}\n"
+                                "  - {op: all_reduce, bytes: 1 GiB}\n", "s.yaml")
+    with pytest.raises(Exception, match="too large to simulate: 8 GPUs"):
+        simulate(loaded)
