@@ -73,17 +73,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from simulator.config.bundled import BUNDLED_DIR, bundled_scenarios, scenario_description
 
-    table = Table(box=None, padding=(0, 2), title=f"bundled scenarios ({BUNDLED_DIR})", title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("description")
-    for name in bundled_scenarios():
-        table.add_row(name, scenario_description(name))
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+    names = bundled_scenarios()
+    width = max(map(len, names), default=0)
+    print(f"bundled scenarios in {BUNDLED_DIR} (run one by name: trainsim run NAME --out DIR)")
+    for name in names:
+        print(f"  {name:<{width}}  {scenario_description(name)}")
     return 0
 
 

@@ -101,8 +101,9 @@ def test_bundled_scenarios_are_listed_with_their_descriptions(capsys):
     files = sorted(SCENARIOS.glob("*.yaml"))
     assert bundled.bundled_scenarios() == [path.stem for path in files]
     for path in files:
-        description = yaml.safe_load(path.read_text())["description"]
-        assert any(line.split() == [path.stem, *description.split()] for line in text.splitlines()), path.stem
+        first_sentence = " ".join(yaml.safe_load(path.read_text())["description"].split()).split(". ")[0]
+        line = next(line for line in text.splitlines() if line.split()[0] == path.stem)
+        assert " ".join(line.split()[1:]).rstrip(".") == first_sentence.rstrip("."), path.stem
 
 
 def test_a_bundled_scenario_runs_by_name_from_any_folder(tmp_path):
@@ -123,10 +124,13 @@ def test_an_unknown_scenario_name_lists_the_bundled_ones(tmp_path, capsys, monke
 
 
 def test_a_wheel_installs_the_scenarios_where_it_looks_for_them():
-    """pyproject's data-files put scenarios/*.yaml under <prefix>/share/trainsim/scenarios, the folder used
-    when the package does not sit in a source tree."""
+    """pyproject's data-files put scenarios/ (with the traces and tables its scenarios refer to) under
+    <prefix>/share/trainsim/scenarios, the folder used when the package does not sit in a source tree."""
     data_files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
-    assert data_files["share/trainsim/scenarios"] == ["scenarios/*.yaml"]
+    installed = {Path(target) / path.name for target, patterns in data_files.items() for pattern in patterns
+                 for path in REPO.glob(pattern)}
+    for path in SCENARIOS.rglob("*"):  # each file a scenario may refer to lands at its place under share/trainsim
+        assert not path.is_file() or Path("share/trainsim") / path.relative_to(REPO) in installed, path
     assert bundled.INSTALLED_DIR == Path(sys.prefix) / "share" / "trainsim" / "scenarios"
     assert bundled.BUNDLED_DIR == SCENARIOS
 

@@ -26,13 +26,17 @@ def bundled_scenarios() -> list[str]:
 
 
 def scenario_description(name: str) -> str:
-    """The `description:` of a bundled scenario ('' when it has none or cannot be read)."""
+    """The first sentence of a bundled scenario's `description:`, on one line ('' when it has none)."""
     try:
         data = yaml.safe_load((BUNDLED_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return ""
     description = data.get("description", "") if isinstance(data, dict) else ""
-    return description if isinstance(description, str) else ""
+    if not isinstance(description, str):
+        return ""
+    text = " ".join(description.split())
+    end = text.find(". ")
+    return text if end < 0 else text[:end + 1]
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
