@@ -120,6 +120,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                        "cluster.nodes: 200000 is beyond what a cluster holds"),
     "negative-latency-override": (scenario(COMM), RUN + ["--set", "cluster.nvlink_latency=-1us"], 2,
                                   "--set cluster.nvlink_latency=-1us: cluster.nvlink_latency: '-1us' is negative"),
+    "negative-latency-cluster-key": (scenario("cluster:\n  topology: dgx-h100\n  nvlink_latency: -2 us\n"
+                                              + COMM.split("\n", 1)[1]), RUN, 2,
+                                     "s.yaml:3: cluster.nvlink_latency: '-2 us' is negative"),
     "tp-true-override": (scenario(PRESET), RUN + ["--set", "parallelism.tp=true"], 2,
                          "--set parallelism.tp=true: parallelism.tp: expected a whole number"),
     "override-unknown-key": (scenario(PRESET), RUN + ["--set", "parallelism.tpp=2"], 2,

@@ -41,7 +41,7 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert (f"{summary['peak_memory_gib']:.1f} GiB of {summary['memory_capacity_gib']:.1f} GiB"
             in lines["peak memory"])
     assert "OUT OF MEMORY" not in captured.out
-    assert lines["bottleneck"].split("  ")[-1].strip().startswith(summary["bottleneck"]["constraint"])
+    assert lines["bottleneck"].endswith(summary["bottleneck"].get("verdict", summary["bottleneck"]["constraint"]))
     assert captured.out.splitlines()[0] == "llama3-8b on dgx-h100 (8 GPUs, TP1 CP1 PP1 DP8, 4 micro-batches per step)"
 
 

@@ -26,21 +26,18 @@ def _share(value: float) -> str:
 
 
 def _bottleneck(value: object) -> str:
-    """The binding constraint, and any other named finding beside it (e.g. the largest loss and its share)."""
+    """The bottleneck's own sentence (`verdict`) when the summary has one, else the binding constraint and the
+    largest loss with its share of the step."""
     if not isinstance(value, dict):
         return str(value)
-    parts = [str(value.get("constraint", ""))]
-    for key, detail in value.items():
-        if key in ("constraint", "evidence"):
-            continue
-        if isinstance(detail, dict):
-            name = detail.get("name", detail.get("kind", ""))
-            share = detail.get("share", detail.get("step_share"))
-            text = f"{name} ({_share(share)} of the step)" if isinstance(share, float) else str(name or detail)
-        else:
-            text = str(detail)
-        parts.append(f"{key.replace('_', ' ')}: {text}")
-    return "; ".join(part for part in parts if part)
+    if isinstance(value.get("verdict"), str):
+        return value["verdict"]
+    text = str(value.get("constraint", "")).replace("_", " ")
+    loss = value.get("largest_loss")
+    if isinstance(loss, dict) and "name" in loss:
+        share = loss.get("share_of_step")
+        text += f"; largest loss: {loss['name']}" + (f" ({_share(share)} of the step)" if share is not None else "")
+    return text
 
 
 def oom_line(summary: dict) -> str:
