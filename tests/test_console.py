@@ -138,3 +138,23 @@ def test_a_wheel_installs_the_scenarios_where_it_looks_for_them():
 @pytest.mark.parametrize("name", bundled.bundled_scenarios())
 def test_every_bundled_scenario_validates_by_name(name, capsys):
     assert main(["validate", name, "--quiet"]) == 0
+
+
+def test_progress_bar_draws_on_a_terminal(monkeypatch):
+    """With stderr on a pseudo-terminal, a run past one second shows the phase and the op count."""
+    import pty
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        with RunProgress(enabled=True) as progress:
+            progress(1024, 4096)
+            assert progress.bar is None  # not yet a second
+            progress.started -= 10
+            progress(2048, 4096)
+            progress.phase("writing outputs")
+            assert progress.bar is not None
+        terminal.flush()
+        drawn = os.read(master, 65536).decode(errors="replace")
+    os.close(master)
+    assert "2048/4096" in drawn and "simulating" in drawn

@@ -7,7 +7,7 @@ import sys
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 SHOW_AFTER_S = 1.0
 """A run that finishes within this many seconds never shows the bar."""
@@ -20,7 +20,7 @@ class RunProgress:
         self.enabled = enabled and sys.stderr.isatty()
         self.started = time.monotonic()
         self.bar: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
         self.description = "simulating"
 
     def __call__(self, done: int, total: int) -> None:

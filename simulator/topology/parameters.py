@@ -98,7 +98,7 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
         if param.kind == "count" and result > MAX_COUNT:
             raise TopologyError(f"{value!r} is beyond what a cluster holds", field=f"{prefix}{name}",
                                 allowed=f"1..{MAX_COUNT}")
-        if param.kind == "duration" and result < 0:
+        if param.kind == "duration" and isinstance(result, float) and result < 0:
             raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}",
                                 allowed="zero or a positive duration")
         if param.kind == "index" and result < 0:
