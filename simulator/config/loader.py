@@ -5,8 +5,10 @@ Every failure becomes one ScenarioError naming the file, the line, the field pat
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -173,6 +175,22 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
     return error(message, field=dotted(loc), allowed=allowed, file=file, line=line)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_as_json(model: type[M], data: object) -> M:
+    """Validate YAML data against a strict schema model the way pydantic validates JSON: no coercion (`tp:
+    true` or `tp: "4"` is refused where an integer is expected) while YAML lists still fill tuple fields. Values
+    JSON lacks arrive as numbers (numpy scalars of sweep axes) or as their text (YAML dates)."""
+    return model.model_validate_json(json.dumps(data, default=_plain))
+
+
+def _plain(value: object) -> object:
+    """A value JSON cannot hold as itself: a numpy scalar as its Python number, anything else as its text."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) else str(value)
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> LoadedScenario:
     """Read, override and validate a scenario file, or a bundled scenario given by name; raise ScenarioError
     on any problem."""
@@ -196,7 +214,7 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     if overrides:
         data, written = apply_overrides(data, overrides, source)
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = validate_as_json(Scenario, data)
     except ValidationError as exc:
         raise validation_error(exc, Scenario, source, lines, overrides=written) from None
     return LoadedScenario(scenario, source, lines, written)

@@ -47,12 +47,12 @@ class SweepReport:
 
 def run_point(task: PointTask) -> PointRecord:
     """Simulate one point; an input error is `invalid`, any other failure `failed`, never raised."""
-    from simulator.config.loader import LoadedScenario
+    from simulator.config.loader import LoadedScenario, validate_as_json
     from simulator.config.schema import Scenario
     from simulator.simulation import simulate
 
     try:
-        loaded = LoadedScenario(Scenario.model_validate(task.data), task.source, task.lines)
+        loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines)
         result = simulate(loaded)
         if task.outputs_dir is not None:
             from simulator.report.writers import write_outputs

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 from pydantic import Field, ValidationError
 
-from simulator.config.loader import validation_error
+from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import dotted, line_of, parse_yaml_text, read_yaml
@@ -121,7 +121,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         raise ScenarioError("a sweep file must be a mapping", allowed=", ".join(SweepFile.model_fields), file=source,
                             line=1)
     try:
-        spec = SweepFile.model_validate(data)
+        spec = validate_as_json(SweepFile, data)
     except ValidationError as exc:
         raise validation_error(exc, SweepFile, source, lines) from None
     locate = _locator(source, lines)
@@ -251,7 +251,7 @@ def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str
                locate) -> Scenario:
     """The point's scenario, or a ScenarioError at the axis whose value made it invalid (else at the base)."""
     try:
-        return Scenario.model_validate(data)
+        return validate_as_json(Scenario, data)
     except ValidationError as exc:
         error = validation_error(exc, Scenario, base_source, base_lines)
     for name, value in values:
