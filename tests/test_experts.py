@@ -108,4 +108,8 @@ def test_bad_expert_settings_are_located_errors(validation_error, overrides, fie
     error = validation_error(SCENARIO, *overrides)
     assert error.field == field
     assert problem in error.problem
-    assert error.line is not None
+    setting = next((item for item in overrides if item.split("=")[0] == field), None)
+    if setting is not None:  # the override set the faulty value itself: the error points at it
+        assert (error.file, error.line) == (f"--set {setting}", None)
+    else:
+        assert error.line is not None

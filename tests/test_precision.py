@@ -53,4 +53,8 @@ def test_precision_misuse_is_a_located_error(validation_error, text, overrides, 
     error = validation_error(text, *overrides)
     assert error.field == field
     assert problem in error.problem
-    assert error.line is not None
+    setting = next((item for item in overrides if item.split("=")[0] == field), None)
+    if setting is not None:  # the override set the faulty value itself: the error points at it
+        assert (error.file, error.line) == (f"--set {setting}", None)
+    else:
+        assert error.line is not None
