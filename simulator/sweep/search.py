@@ -105,7 +105,7 @@ def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict
     """The scenario as written (quantities keep their units) with its parallelism reduced to what the search
     keeps (placement order, fewer layers on the end stages) and only summary.json per run."""
     data, _ = read_yaml(path, ScenarioError)
-    data = apply_overrides(data, overrides or [], str(path))  # type: ignore[arg-type]
+    data, _ = apply_overrides(data, overrides or [], str(path))  # type: ignore[arg-type]
     pipeline = scenario.parallelism.pipeline
     data["parallelism"] = {"order": list(scenario.parallelism.order),
                            "pipeline": {"first_last_fewer_layers": pipeline.first_last_fewer_layers}}
