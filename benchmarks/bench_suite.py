@@ -134,6 +134,8 @@ CASES: tuple[Case, ...] = (
     Case("trace-kineto-100k", 8, target_s=5.0, trace_events=100_000,
          note="synthetic 8-rank Kineto trace on dgx-h100; target on the import"),
     *scaling_cases(),
+    Case("llama3-405b-16k-job", 16384, "llama3-405b-16k-job.yaml", target_s=10.0, command_target_s=10.0,
+         note="job: 100 replications of 54 d, llama3 preset, step simulated once"),
     Case("llama3-70b-unfolded", 1024, LLAMA_405B, UNFOLDED_70B, target_s=120.0,
          note="TP8 PP4 DP32, seq 8192, gb 256, run.fold=false"),
 )
@@ -202,6 +204,8 @@ def run_scenario(case: Case) -> dict:
     import simulator
 
     loaded = simulator.load_scenario(SCENARIOS / case.scenario, list(case.overrides))
+    if loaded.scenario.run.horizon is not None:
+        return run_job(loaded)
     start, cpu = time.perf_counter(), time.process_time()
     summary = simulator.simulate(loaded).summary
     simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
@@ -209,6 +213,20 @@ def run_scenario(case: Case) -> dict:
             "flows_simulated": summary["flows_simulated"], "simulated_ranks": summary["simulated_ranks"],
             "step_time_s": summary["step_time_s"], "tflops_per_gpu": summary["tflops_per_gpu"],
             "mfu": summary["mfu"]}
+
+
+def run_job(loaded) -> dict:
+    """A job simulation (run.horizon): the step simulated once, then every replication; timed together."""
+    from simulator.reliability.simulate import simulate_job
+
+    start, cpu = time.perf_counter(), time.process_time()
+    job = simulate_job(loaded)
+    simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    step = job.step_summary
+    return {"simulate_s": simulate_s, "simulate_cpu_s": simulate_cpu_s, "ops_executed": step["ops_executed"],
+            "flows_simulated": step["flows_simulated"], "simulated_ranks": step["simulated_ranks"],
+            "step_time_s": step["step_time_s"], "tflops_per_gpu": step["tflops_per_gpu"], "mfu": step["mfu"],
+            "job_events": len(job.events), "ettr": job.summary["ettr"]["mean"]}
 
 
 def run_allreduce(case: Case) -> dict:

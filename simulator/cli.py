@@ -32,6 +32,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
+    if loaded.scenario.run.horizon is not None:
+        return _run_job(loaded, out)
     with RunProgress(enabled=not args.quiet) as progress:
         result = simulate(loaded, force=args.force, progress=progress)
         progress.phase("writing outputs")
@@ -53,6 +55,18 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
         print(f"warning: {warning}", file=sys.stderr)
     if memory.get("oom"):
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory)}", style="bold red")
+
+
+def _run_job(loaded, out: Path) -> int:
+    from simulator.reliability.report import JOB_FILES, write_job_outputs
+    from simulator.reliability.simulate import simulate_job
+
+    job = simulate_job(loaded)
+    write_job_outputs(out, job.summary, job.events, job.step_summary)
+    ettr = job.summary["ettr"]["mean"]
+    print(f"wrote {out}/{', '.join(JOB_FILES)} ({job.summary['replications']} replications, "
+          f"{len(job.events)} events, mean ETTR {ettr:.4f})")
+    return 0
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -129,11 +143,45 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_study(args: argparse.Namespace) -> int:
+    from simulator.reliability.study import parse_intervals, parse_multipliers, run_study, write_study
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    if args.study == "checkpoint-interval" and args.intervals is None:
+        raise InputError("a checkpoint-interval study needs intervals", field="--intervals",
+                         allowed="durations with units, e.g. 5min,10min,30min,1h")
+    intervals = parse_intervals(args.intervals) if args.intervals is not None else []
+    multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
+    study = run_study(args.scenario, args.set, intervals, multipliers)
+    files = write_study(out, study)
+    for curve in study["curves"]:
+        print(f"rate x {curve['rate_multiplier']:g}: best interval {curve['best_interval_s']:.0f} s "
+              f"(ETTR {curve['best_ettr']:.4f}); Young {curve['young_interval_s']:.0f} s, "
+              f"Daly {curve['daly_interval_s']:.0f} s")
+    print(f"wrote {args.out}: {', '.join(files)}")
+    return 0
+
+
+def _plot_goodput(args: argparse.Namespace) -> int:
+    from simulator.reliability.plots import goodput_figure, load_study
+    from simulator.report.outputs import save_figure
+
+    figure = goodput_figure(load_study(Path(args.outdir)))
+    output = Path(args.output or Path(args.outdir) / "goodput.png")
+    save_figure(figure, output)
+    print(f"wrote {output}")
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.gantt import gantt_figure
     from simulator.report.memory_timeline import memory_figure
     from simulator.report.outputs import load_run_outputs, save_figure
 
+    if args.chart == "goodput":
+        return _plot_goodput(args)
     if args.chart in STUDY_CHARTS:
         from simulator.report.study_plots import study_figure
 
@@ -327,7 +375,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.set_defaults(func=_cmd_collective)
 
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts")
-    plot.add_argument("chart", choices=["gantt", "memory", *STUDY_CHARTS])
+    plot.add_argument("chart", choices=["gantt", "memory", "goodput", *STUDY_CHARTS])
     plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run`, `sweep` or `search` "
                       "(busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
@@ -377,6 +425,18 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS))
     search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES))
     search.set_defaults(func=_cmd_search)
+
+    study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "
+                                         "(and failure-rate multipliers), with Young's and Daly's intervals")
+    study.add_argument("study", choices=["checkpoint-interval", "mtbf"])
+    study.add_argument("scenario", help="a scenario with run.horizon")
+    study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
+    study.add_argument("--intervals", default=None, metavar="5min,10min,...",
+                       help="checkpoint intervals (mtbf: default the scenario's own)")
+    study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
+                       help="failure-rate multipliers (checkpoint-interval: default 1)")
+    study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
+    study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")
     topo.add_argument("action", choices=["describe", "draw"])

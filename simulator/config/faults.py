@@ -1,7 +1,8 @@
 """The `faults:` section: what goes wrong inside one simulated step and over a job's horizon.
 
 `faults.step` perturbs the engine's run of a step (stragglers, degraded or failed links, failed GPUs);
-the other fields describe failure processes of the cluster's components over weeks, for the job simulation.
+the other fields describe failure processes of the cluster's components over weeks, for the job simulation
+(`preset`, `rate_multiplier`, `components`, `maintenance`; config/reliability.py, docs/reliability.md).
 Every model here is frozen and hashable, so a job simulation can cache step times by its `StepFaults`.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
+from simulator.config.reliability import ComponentSpec, MaintenanceConfig
 from simulator.config.sections import Section
 from simulator.errors import InputError
 from simulator.units import parse_duration
@@ -114,7 +116,21 @@ class StepFaults(Section):
         return not (self.stragglers or self.links or self.gpu_failures)
 
 
+def _failure_preset(name: str) -> str:
+    from simulator.catalog.failures import FAILURE_PRESETS
+
+    if name not in FAILURE_PRESETS:
+        raise ValueError(f"unknown failure preset {name!r} (allowed: {', '.join(FAILURE_PRESETS)})")
+    return name
+
+
 class FaultsConfig(Section):
-    """Faults of a scenario: inside a step (`step`) and over the job's horizon."""
+    """Faults of a scenario: inside a step (`step`) and over the job's horizon (a `preset` table of
+    component failure rates, scaled by `rate_multiplier`, with `components` added or overriding it by
+    class name, and planned `maintenance`)."""
 
     step: StepFaults = StepFaults()
+    preset: Annotated[str, AfterValidator(_failure_preset)] | None = None
+    rate_multiplier: float = Field(default=1.0, gt=0)
+    components: dict[str, ComponentSpec] = {}
+    maintenance: MaintenanceConfig | None = None

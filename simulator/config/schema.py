@@ -15,6 +15,7 @@ from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
+from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
 from simulator.config.sections import Section
 from simulator.config.traces import TraceWorkload
 from simulator.errors import InputError
@@ -97,6 +98,9 @@ class CollectivesConfig(Section):
 TraceLevel = Literal["ops", "ops+links", "full"]
 """What trace.json holds: op slices; plus link utilisation counters; plus one slice per network flow."""
 
+MAX_REPLICATIONS = 10_000
+"""More job replications than this is certainly a mistake (each is weeks of simulated failures)."""
+
 
 class RunConfig(Section):
     """Run-level settings: the seed of the run's random generator; rank folding (simulate one rank per
@@ -104,13 +108,16 @@ class RunConfig(Section):
     timeline to write: `full` (every op and flow), `per-stage` (the ops of one rank per pipeline stage, no
     flows) or `summary` (summary.json only); what trace.json shows: `ops` (op slices), `ops+links` (plus
     per-link utilisation counter tracks) or `full` (plus one slice per network flow); `trace_compress` writes
-    trace.json.gz instead."""
+    trace.json.gz instead. `horizon` turns the run into a job simulation over that much wall time,
+    `replications` times with independent failures (docs/reliability.md)."""
 
     seed: int = 0
     fold: bool = True
     timeline: Literal["full", "per-stage", "summary"] = "full"
     trace: TraceLevel = "ops+links"
     trace_compress: bool = False
+    horizon: PositiveDuration | None = None
+    replications: int = Field(default=1, ge=1, le=MAX_REPLICATIONS)
 
 
 class CollectiveItem(Section):
@@ -256,6 +263,9 @@ class Scenario(Section):
     parallelism: ParallelismConfig = ParallelismConfig()
     faults: FaultsConfig = FaultsConfig()
     published: PublishedConfig | None = None
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    storage: StorageConfig = StorageConfig()
+    restart: RestartConfig = RestartConfig()
     description: str = ""
 
     @model_validator(mode="after")

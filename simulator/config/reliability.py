@@ -1,0 +1,148 @@
+"""Scenario sections of the job simulation over weeks: failure processes per component class, planned
+maintenance, checkpoints, storage and restarts (docs/reliability.md).
+
+Quantities are unit strings ("30 min", "2 TB/s", "6.48 TB"); a rate is an MTBF per unit or "N per U units
+per T" ("148 per 16384 units per 54 d"). Which component classes exist and what a failure takes down is
+decided in `simulator/reliability/components.py`; these classes only check each value on its own.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from simulator.config.sections import Section
+from simulator.errors import InputError
+from simulator.units import parse_bandwidth, parse_duration, parse_size
+
+UNIT_KINDS = ("gpu", "host", "nic", "leaf_switch", "spine_switch", "cable")
+"""What a component class is counted in on the job's topology graph."""
+
+EFFECTS = ("replace", "restart", "degrade")
+"""What a failure does: `replace` interrupts the job and sends the hosts in its blast radius to repair;
+`restart` interrupts the job and replaces nothing (software); `degrade` keeps the job running on less
+bandwidth until the repair (spine switches)."""
+
+
+def _quantity(parse):
+    def convert(value: object) -> float:
+        try:
+            return parse(value)
+        except InputError as exc:
+            raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+    return convert
+
+
+_RATE = re.compile(r"^\s*(?P<count>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+per\s+"
+                   r"(?:(?P<units>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
+
+
+def parse_rate(value: object) -> float:
+    """Failures per unit per second from "N per U units per T" or "N per T" (per unit)."""
+    allowed = "'N per U units per T' or 'N per T', e.g. '148 per 16384 units per 54 d'"
+    match = _RATE.match(value) if isinstance(value, str) else None
+    if not match:
+        raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
+    count = float(match["count"])
+    units = float(match["units"]) if match["units"] else 1.0
+    period = _quantity(parse_duration)(match["time"])
+    if count <= 0 or units <= 0 or period <= 0:
+        raise ValueError(f"rate {value!r} must be positive (allowed: {allowed})")
+    return count / units / period
+
+
+def parse_interval(value: object) -> float | int:
+    """A checkpoint interval: an int number of steps from "N steps", else seconds from a duration."""
+    if isinstance(value, str):
+        match = re.match(r"^\s*(\d+)\s*steps?\s*$", value)
+        if match:
+            steps = int(match[1])
+            if steps <= 0:
+                raise ValueError(f"interval {value!r} must be at least one step (allowed: '200 steps', '30 min')")
+            return steps
+    seconds = _quantity(parse_duration)(value)
+    if seconds <= 0:
+        raise ValueError(f"interval {value!r} must be positive (allowed: '200 steps', '30 min')")
+    return seconds
+
+
+PositiveDuration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(gt=0)]
+Duration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(ge=0)]
+Bandwidth = Annotated[float, BeforeValidator(_quantity(parse_bandwidth)), Field(gt=0)]
+Size = Annotated[float, BeforeValidator(_quantity(parse_size)), Field(gt=0)]
+Rate = Annotated[float, BeforeValidator(parse_rate)]
+Interval = Annotated[float | int, BeforeValidator(parse_interval)]
+
+
+class ComponentSpec(Section):
+    """One component class: a rate per unit (`mtbf` or `rate`), the time-to-failure distribution and the
+    repair time. `unit` and `effect` default to the known class's (components.py); a user-defined class
+    must name its `unit`."""
+
+    unit: Literal[UNIT_KINDS] | None = None  # type: ignore[valid-type]
+    effect: Literal[EFFECTS] | None = None  # type: ignore[valid-type]
+    mtbf: PositiveDuration | None = None
+    rate: Rate | None = None
+    distribution: Literal["exponential", "weibull"] = "exponential"
+    shape: float = Field(default=1.0, gt=0)
+    repair: Duration | None = None
+    repair_distribution: Literal["fixed", "exponential"] = "exponential"
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> ComponentSpec:
+        if (self.mtbf is None) == (self.rate is None):
+            raise ValueError("give exactly one of mtbf and rate (allowed: mtbf: '50000 h', rate: '3 per 54 d')")
+        if self.shape != 1.0 and self.distribution != "weibull":
+            raise ValueError("shape applies to distribution: weibull only")
+        return self
+
+    @property
+    def rate_per_s(self) -> float:
+        """Failures per unit per second."""
+        return 1.0 / self.mtbf if self.mtbf is not None else float(self.rate or 0.0)
+
+
+class MaintenanceConfig(Section):
+    """Planned maintenance: every `every` the job checkpoints, stops for `duration`, then restarts."""
+
+    every: PositiveDuration
+    duration: Duration = 0.0
+
+
+class CheckpointConfig(Section):
+    """What a checkpoint holds and how it is written. `size` defaults to the model's parameters times
+    `bytes_per_param` (16: bf16 weights and gradients plus fp32 master, m and v for Adam); every host of the
+    job writes its shard. `async`: the training stalls only for the HBM -> host snapshot, the write then runs
+    in the background and slows steps (docs/reliability.md)."""
+
+    interval: Interval = 1800.0
+    mode: Literal["sync", "async"] = "sync"
+    size: Size | None = None
+    bytes_per_param: float = Field(default=16.0, gt=0)
+    snapshot_bandwidth: Bandwidth = 50e9
+
+
+class StorageConfig(Section):
+    """The checkpoint store: per-host write/read bandwidth, aggregate caps and capacity. Defaults: Meta's
+    Tectonic as the Llama 3 paper describes it (2 TB/s sustained, 7 TB/s peak, 240 PB)."""
+
+    host_write: Bandwidth = 25e9
+    host_read: Bandwidth = 25e9
+    write: Bandwidth = 2e12
+    read: Bandwidth = 7e12
+    capacity: Size = 240e15
+
+
+class RestartConfig(Section):
+    """Restart after an interruption: detection + rescheduling (spare hosts; when none, wait for repair) +
+    launch + checkpoint load + warm-up steps. `elastic`: continue on fewer data-parallel replicas instead of
+    waiting for repaired hosts."""
+
+    detection: Duration = 120.0
+    reschedule: Duration = 180.0
+    launch: Duration = 300.0
+    warmup_steps: int = Field(default=10, ge=0)
+    spares: int = Field(default=0, ge=0)
+    elastic: bool = False

@@ -1,0 +1,86 @@
+"""Checkpoint and restart costs of one cluster state, from the checkpoint, storage and restart sections.
+
+Size: the model's parameters times `bytes_per_param` (16 B: bf16 weights and gradients plus fp32 master
+weights, Adam m and v; seed 003: 405B -> 6.48 TB) unless `checkpoint.size` is given. Every host of the job
+writes its shard: write time = size / min(hosts x per-host write bandwidth, aggregate write cap); a restart
+reads it back the same way. `sync`: training stalls for the write. `async`: it stalls for the snapshot of each
+GPU's shard from HBM to host memory (size / GPUs / snapshot bandwidth), then the write runs in the background
+and shares the host's network links with training traffic: the write takes a share f = per-host write rate /
+host network bandwidth of every link, so the step's exposed network communication (every category but
+tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write runs; the step slows by
+sigma = exposed network share x f / (1 - f).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.config.reliability import CheckpointConfig, RestartConfig, StorageConfig
+from simulator.errors import ScenarioError
+from simulator.units import format_size
+
+
+@dataclass(frozen=True)
+class StepState:
+    """A cluster state's step as the engine simulated it: time, tokens, the share of the step that is
+    exposed network communication, and the hosts and GPUs it ran on."""
+
+    step_s: float
+    tokens_per_step: float
+    exposed_network_share: float
+    hosts: int
+    gpus: int
+    host_network_bandwidth: float
+
+
+@dataclass(frozen=True)
+class SegmentCosts:
+    """What training costs in one cluster state between interruptions, and what a restart into it costs."""
+
+    step_s: float
+    equivalent_step_s: float
+    tokens_per_step: float
+    interval_steps: int
+    mode: str
+    stall_s: float
+    write_s: float
+    slowdown: float
+    load_s: float
+    warmup_s: float
+    fixed_restart_s: float
+    detection_s: float
+
+
+def checkpoint_bytes(config: CheckpointConfig, storage: StorageConfig, params: float) -> float:
+    """The checkpoint's size; refused when the storage could never hold it."""
+    size = config.size if config.size is not None else params * config.bytes_per_param
+    if size > storage.capacity:
+        raise ScenarioError(f"a {format_size(size)} checkpoint is larger than the storage "
+                            f"({format_size(storage.capacity)})", field="storage.capacity",
+                            allowed=f"at least {format_size(size)}, or a smaller checkpoint.size")
+    return size
+
+
+def segment_costs(step: StepState, healthy: StepState, size: float, config: CheckpointConfig,
+                  storage: StorageConfig, restart: RestartConfig) -> SegmentCosts:
+    """Checkpoint interval, stall, background write, slowdown and restart costs in state ``step``."""
+    write_rate = min(step.hosts * storage.host_write, storage.write)
+    write_s = size / write_rate
+    load_s = size / min(step.hosts * storage.host_read, storage.read)
+    if isinstance(config.interval, int):
+        interval = config.interval
+    else:
+        interval = max(1, round(config.interval / step.step_s))
+    share = 0.0
+    if step.host_network_bandwidth > 0:
+        share = min(write_rate / step.hosts / step.host_network_bandwidth, 0.99)
+    if config.mode == "sync":
+        stall, slowdown = write_s, 0.0
+    else:
+        stall = size / step.gpus / config.snapshot_bandwidth
+        slowdown = step.exposed_network_share * share / (1.0 - share)
+    equivalent = healthy.step_s * step.tokens_per_step / healthy.tokens_per_step
+    return SegmentCosts(step_s=step.step_s, equivalent_step_s=equivalent, tokens_per_step=step.tokens_per_step,
+                        interval_steps=interval, mode=config.mode, stall_s=stall, write_s=write_s,
+                        slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
+                        fixed_restart_s=restart.reschedule + restart.launch, detection_s=restart.detection)

@@ -1,0 +1,127 @@
+"""Component classes and the failure model of a scenario: the `faults:` preset and components resolved into
+one rate per unit, a time-to-failure distribution and a repair time per class.
+
+A known class has a default unit (what it is counted in on the topology graph) and effect (what its failure
+does to the job); a user-defined class names its unit, and its effect defaults to `replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from simulator.catalog.failures import FAILURE_PRESETS
+from simulator.config.faults import FaultsConfig
+from simulator.errors import ScenarioError
+
+
+@dataclass(frozen=True)
+class ComponentClass:
+    """A known component class: the unit it is counted in and what its failure does by default."""
+
+    unit: str
+    effect: str
+    description: str
+
+
+def _gpu(description: str) -> ComponentClass:
+    return ComponentClass("gpu", "replace", description)
+
+
+def _host(description: str) -> ComponentClass:
+    return ComponentClass("host", "replace", description)
+
+
+def _software(description: str) -> ComponentClass:
+    return ComponentClass("gpu", "restart", description)
+
+
+COMPONENT_CLASSES: MappingProxyType = MappingProxyType({
+    "gpu": _gpu("the GPU itself"),
+    "hbm": _gpu("GPU HBM memory"),
+    "gpu_sram": _gpu("GPU SRAM (caches, register files)"),
+    "gpu_system_processor": _gpu("GPU system processor (GSP)"),
+    "silent_data_corruption": _gpu("a GPU computing wrong values"),
+    "gpu_thermal": _gpu("GPU thermal interface and sensors"),
+    "nic": ComponentClass("nic", "replace", "a network adapter; its host leaves the job"),
+    "switch_cable": ComponentClass("cable", "replace", "a network cable or the switch port it plugs into"),
+    "cable": ComponentClass("cable", "replace", "a network cable"),
+    "leaf_switch": ComponentClass("leaf_switch", "replace", "a leaf switch; every host below it leaves the job"),
+    "spine_switch": ComponentClass("spine_switch", "degrade", "a spine switch; leaf uplink bandwidth drops"),
+    "host": _host("the server as a whole"),
+    "host_maintenance": _host("unplanned maintenance of a host"),
+    "ssd": _host("a host's local SSD"),
+    "power_supply": _host("a host's power supply"),
+    "server_chassis": _host("a host's chassis"),
+    "io_expansion_board": _host("a host's IO expansion board"),
+    "cpu": _host("a host CPU"),
+    "system_memory": _host("host DRAM"),
+    "software": _software("a software bug in the training job"),
+    "nccl_watchdog": _software("an NCCL watchdog timeout"),
+    "dependency": _software("a failing dependency (storage, scheduler, ...)"),
+})
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """One resolved failure process: per-unit rate (1/s), distribution, repair time, unit and effect."""
+
+    name: str
+    unit: str
+    effect: str
+    rate_per_unit_s: float
+    distribution: str = "exponential"
+    shape: float = 1.0
+    repair_s: float = 0.0
+    repair_distribution: str = "exponential"
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """Planned maintenance: every `every_s` the job checkpoints and stops for `duration_s`."""
+
+    every_s: float
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    """The failure classes of a scenario and its planned maintenance (None: none)."""
+
+    classes: tuple[FailureClass, ...]
+    maintenance: Maintenance | None
+
+
+def failure_model(faults: FaultsConfig) -> FailureModel:
+    """The preset's classes, overridden or extended by `components`, every rate times `rate_multiplier`."""
+    classes: dict[str, FailureClass] = {}
+    maintenance = None
+    if faults.preset is not None:
+        preset = FAILURE_PRESETS[faults.preset]
+        for cause in preset.causes:
+            known = COMPONENT_CLASSES[cause.component]
+            classes[cause.component] = FailureClass(
+                cause.component, known.unit, known.effect, preset.rate_per_unit_s(cause, known.unit),
+                repair_s=cause.repair_s, label=cause.label)
+        maintenance = Maintenance(preset.window_s / preset.planned_interruptions, 0.0)
+    for name, spec in faults.components.items():
+        known = COMPONENT_CLASSES.get(name)
+        if known is None and spec.unit is None:
+            raise ScenarioError(f"unknown component class {name!r}; a class of your own needs a unit",
+                                field=f"faults.components.{name}",
+                                allowed=f"{', '.join(COMPONENT_CLASSES)}, or any name with unit: ...")
+        unit = spec.unit or known.unit
+        effect = spec.effect or (known.effect if known and unit == known.unit else "replace")
+        if effect == "degrade" and unit != "spine_switch":
+            raise ScenarioError(f"effect degrade on unit {unit!r}", field=f"faults.components.{name}.effect",
+                                allowed="degrade for spine_switch units; replace or restart otherwise")
+        previous = classes.get(name)
+        repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
+        classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
+                                     spec.repair_distribution, label=name)
+    if faults.maintenance is not None:
+        maintenance = Maintenance(faults.maintenance.every, faults.maintenance.duration)
+    scaled = tuple(FailureClass(c.name, c.unit, c.effect, c.rate_per_unit_s * faults.rate_multiplier, c.distribution,
+                                c.shape, c.repair_s, c.repair_distribution, c.label) for c in classes.values())
+    return FailureModel(scaled, maintenance)

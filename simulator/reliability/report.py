@@ -1,0 +1,59 @@
+"""Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
+trace.json with the first replication's failures, checkpoints, restarts and degraded periods as Perfetto
+tracks (times in microseconds). Each file is written to a temporary name and moved into place."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import orjson
+import pandas as pd
+
+from simulator.report.writers import write_summary, write_timeline
+
+JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
+TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "maintenance": 3, "degraded": 4}
+TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded"}
+
+
+def job_trace(events: pd.DataFrame, replication: int = 0) -> dict:
+    """Chrome trace events of one replication: one thread per track, failures as instants."""
+    rows = events[events["replication"] == replication]
+    trace: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
+                          "args": {"name": f"job, replication {replication}"}}]
+    trace += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
+              for tid, name in TRACK_NAMES.items()]
+    columns = [rows[c].tolist() for c in ("kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")]
+    for kind, cause, start, end, step, lost, hosts in zip(*columns):
+        event = {"name": f"{kind} {cause}".strip(), "cat": kind, "pid": 0, "tid": TRACKS[kind], "ts": start * 1e6,
+                 "args": {"step": step, "lost_work_s": lost, "hosts": hosts}}
+        if kind == "failure":
+            event.update(ph="i", s="t")
+        else:
+            event.update(ph="X", dur=(end - start) * 1e6)
+        trace.append(event)
+    return {"traceEvents": trace, "displayTimeUnit": "ms"}
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file moved into place."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_job_outputs(out_dir: Path, summary: dict, events: pd.DataFrame, step_summary: dict) -> None:
+    """Write the job simulation's files into ``out_dir`` (created if needed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_timeline(events, out_dir / "job_events.parquet")
+    write_bytes(out_dir / "trace.json", orjson.dumps(job_trace(events)))
+    write_summary(step_summary, out_dir / "summary.json")
+    write_summary(summary, out_dir / "job_summary.json")

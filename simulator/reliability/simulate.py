@@ -1,0 +1,98 @@
+"""A job simulation over a horizon: the scenario's cluster, failure model, checkpoint and restart costs,
+the engine's step time per cluster state, and `run.replications` SimPy job processes with independent,
+seeded failures (replication r draws from `numpy.random.default_rng([run.seed, r])`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from simulator.config.loader import LoadedScenario
+from simulator.errors import ScenarioError
+from simulator.reliability.blast import cluster_units
+from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
+from simulator.reliability.components import failure_model
+from simulator.reliability.events import JobEvents
+from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
+from simulator.reliability.processes import draw_arrivals
+from simulator.reliability.states import ClusterState, StepStates
+from simulator.reliability.summary import job_summary
+from simulator.simulation import build_topology, located
+from simulator.workload.training import resolve_model
+
+
+@dataclass
+class JobResult:
+    """A finished job simulation: job_summary.json's dict, the event rows and the healthy step's summary."""
+
+    summary: dict
+    events: pd.DataFrame
+    step_summary: dict
+
+
+def _checkpoint_size(loaded: LoadedScenario) -> float:
+    scenario = loaded.scenario
+    if scenario.checkpoint.size is None and scenario.model is not None and scenario.model.synthetic is not None:
+        raise ScenarioError("a synthetic model has no parameter count to size the checkpoint from",
+                            field="checkpoint", allowed="checkpoint.size: e.g. '6.48 TB'")
+    params = 0.0 if scenario.checkpoint.size is not None else float(resolve_model(scenario).num_params())
+    return checkpoint_bytes(scenario.checkpoint, scenario.storage, params)
+
+
+def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
+    scenario = loaded.scenario
+    if scenario.model is None:
+        raise ScenarioError("a job simulation needs a training step", field="run.horizon",
+                            allowed="a model section, or no run.horizon")
+    if scenario.restart.spares > hosts:
+        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {hosts} hosts",
+                            field="restart.spares", allowed=f"0 to {hosts}")
+
+
+def simulate_job(loaded: LoadedScenario) -> JobResult:
+    """Run the job simulation of a scenario with `run.horizon` set."""
+    scenario = loaded.scenario
+    horizon = scenario.run.horizon
+    if horizon is None:
+        raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
+    topology = build_topology(loaded)
+    located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
+    model = located(loaded, lambda: failure_model(scenario.faults))
+    size = located(loaded, lambda: _checkpoint_size(loaded))
+    states = StepStates(loaded, topology)
+    if horizon < states.healthy_step.step_s:
+        raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
+                           f"({states.healthy_step.step_s:.6g} s)", "a longer duration")
+    if scenario.restart.elastic and topology.num_hosts % states.healthy.replicas:
+        raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
+                           "a layout whose replicas each fill whole hosts")
+    cost_cache: dict[ClusterState, SegmentCosts] = {}
+
+    def costs(state: ClusterState) -> SegmentCosts:
+        if state not in cost_cache:
+            cost_cache[state] = segment_costs(states(state), states.healthy_step, size, scenario.checkpoint,
+                                              scenario.storage, scenario.restart)
+        return cost_cache[state]
+
+    units = cluster_units(topology)
+    plan = JobPlan(horizon_s=horizon, classes=model.classes,
+                   blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
+                   hosts=topology.num_hosts, replicas=states.healthy.replicas, spines=units.spines,
+                   spares=scenario.restart.spares, elastic=scenario.restart.elastic, costs=costs)
+    counts = [units.count(klass.unit) for klass in model.classes]
+    events = JobEvents()
+    totals: list[ReplicationTotals] = []
+    for replication in range(scenario.run.replications):
+        rng = np.random.default_rng([scenario.run.seed, replication])
+        arrivals = draw_arrivals(rng, model.classes, counts, horizon)
+        events.replication = replication
+        env = simpy.Environment()
+        job = JobProcess(plan, arrivals, events)
+        env.process(job.run(env))
+        env.run()
+        totals.append(job.totals(costs(states.healthy)))
+    summary = job_summary(loaded, plan, counts, totals, costs(states.healthy), size, cost_cache)
+    return JobResult(summary, events.frame(), states.healthy_summary)

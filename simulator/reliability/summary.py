@@ -1,0 +1,84 @@
+"""job_summary.json: ETTR, goodput, interruptions by cause and where the time went, as means with 95%
+intervals over replications, beside the inputs that explain them (step, checkpoint and restart costs, the
+failure model's expected counts, Young's and Daly's intervals)."""
+
+from __future__ import annotations
+
+from simulator.config.loader import LoadedScenario
+from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.job import JobPlan, ReplicationTotals
+from simulator.reliability.states import ClusterState
+from simulator.reliability.stats import daly_interval, mean_interval, young_interval
+
+TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s", "checkpoint_slowdown_s",
+              "restart_s", "maintenance_s")
+
+
+def checkpoint_cost_s(costs: SegmentCosts) -> float:
+    """Training time one checkpoint costs: the write (sync) or the snapshot plus the background write's
+    slowdown (async), the C of Young's and Daly's formulas."""
+    if costs.mode == "sync":
+        return costs.stall_s
+    return costs.stall_s + costs.write_s * costs.slowdown / (1.0 + costs.slowdown)
+
+
+def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
+    """Unexpected interruptions the failure model expects over the horizon (all units in use), per class."""
+    per_class = {}
+    for klass, units in zip(plan.classes, counts):
+        per_class[klass.name] = {
+            "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,
+            "distribution": klass.distribution, "shape": klass.shape,
+            "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
+            "repair_s": klass.repair_s, "expected_in_horizon": units * klass.rate_per_unit_s * plan.horizon_s,
+        }
+    total = sum(entry["expected_in_horizon"] for entry in per_class.values() if entry["effect"] != "degrade")
+    return total, per_class
+
+
+def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals: list[ReplicationTotals],
+                healthy: SegmentCosts, size: float, states: dict[ClusterState, SegmentCosts]) -> dict:
+    """The job_summary.json dict."""
+    scenario = loaded.scenario
+    horizon = plan.horizon_s
+    expected, per_class = expected_interruptions(plan, counts)
+    mtbf = horizon / expected if expected else None
+    cost = checkpoint_cost_s(healthy)
+    causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
+    lost = [value for t in totals for value in t.lost_per_failure_s]
+    restart_s = healthy.detection_s + healthy.fixed_restart_s + healthy.load_s + healthy.warmup_s
+    return {
+        "scenario": loaded.source,
+        "seed": scenario.run.seed,
+        "horizon_s": horizon,
+        "replications": len(totals),
+        "hosts": plan.hosts,
+        "spare_hosts": plan.spares,
+        "elastic": plan.elastic,
+        "step_time_s": healthy.step_s,
+        "tokens_per_step": healthy.tokens_per_step,
+        "ideal_tokens_per_s": healthy.tokens_per_step / healthy.step_s,
+        "checkpoint": {
+            "mode": healthy.mode, "size_bytes": size, "interval_steps": healthy.interval_steps,
+            "interval_s": healthy.interval_steps * healthy.step_s, "write_s": healthy.write_s,
+            "stall_s": healthy.stall_s, "slowdown": healthy.slowdown, "cost_s": cost, "load_s": healthy.load_s,
+        },
+        "restart": {"detection_s": healthy.detection_s, "reschedule_and_launch_s": healthy.fixed_restart_s,
+                    "load_s": healthy.load_s, "warmup_s": healthy.warmup_s, "total_s": restart_s},
+        "failure_model": per_class,
+        "expected_unexpected_interruptions": expected,
+        "mtbf_s": mtbf,
+        "young_interval_s": young_interval(cost, mtbf) if mtbf else None,
+        "daly_interval_s": daly_interval(cost, mtbf) if mtbf else None,
+        "ettr": mean_interval([t.productive_s / horizon for t in totals]),
+        "goodput_tokens_per_s": mean_interval([t.tokens / horizon for t in totals]),
+        "interruptions": {
+            "unexpected": mean_interval([sum(t.interruptions.values()) for t in totals]),
+            "planned": mean_interval([t.planned for t in totals]),
+            "by_cause": {name: mean_interval([t.interruptions.get(name, 0) for t in totals]) for name in causes},
+        },
+        "time_s": {part: mean_interval([getattr(t, part) for t in totals]) for part in TIME_PARTS},
+        "lost_work_per_failure_s": mean_interval(lost),
+        "states": [{"replicas": state.replicas, "spines_down": state.spines_down, "step_time_s": c.step_s,
+                    "tokens_per_step": c.tokens_per_step} for state, c in sorted(states.items())],
+    }

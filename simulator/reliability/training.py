@@ -1,0 +1,199 @@
+"""Training between interruptions, advanced in whole segments: steps, checkpoint triggers, stalls and
+background writes, computed in closed form between two events of the job process (never a step at a time).
+
+A cycle is `interval_steps` steps followed by a trigger. Sync: the trigger stalls training for the write and
+the checkpoint completes at the end of the stall. Async: the trigger waits for the previous write if it is
+still running, stalls for the snapshot, then the write runs for `write_s` in the background while steps take
+(1 + slowdown) times longer; the checkpoint completes when its write does. A failure loses the work since the
+trigger of the last *completed* checkpoint, and any checkpoint still being written. Whole identical cycles
+are jumped arithmetically (their checkpoints logged as arrays), so a segment costs O(1) Python work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.events import JobEvents
+
+EPS = 1e-6
+"""Time tolerance (s): events closer than this coincide."""
+STEP_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Progress at a checkpoint trigger: steps, training wall time, healthy-equivalent time; its time."""
+
+    steps: float
+    wall: float
+    equiv: float
+    time: float
+
+
+class CheckpointClock:
+    """Progress, checkpoints and the time they cost, for one replication."""
+
+    def __init__(self, events: JobEvents) -> None:
+        self.events = events
+        self.steps = 0.0
+        self.wall = 0.0
+        self.equiv = 0.0
+        self.lost_wall = 0.0
+        self.lost_equiv = 0.0
+        self.stall_s = 0.0
+        self.slow_s = 0.0
+        self.since = 0.0
+        self.mark = Mark(0.0, 0.0, 0.0, 0.0)
+        self.stall_end: float | None = None
+        self.stall_kind = ""
+        self.stall_mark: Mark | None = None
+        self.write_end: float | None = None
+        self.write_start = 0.0
+        self.write_mark: Mark | None = None
+
+    def advance(self, t: float, t_end: float, c: SegmentCosts) -> None:
+        """Train from ``t`` to ``t_end`` in one cluster state."""
+        while t < t_end - EPS:
+            if self.stall_end is not None:
+                end = min(self.stall_end, t_end)
+                self.stall_s += end - t
+                t = end
+                if t >= self.stall_end - EPS:
+                    self._stall_done(t, c)
+                continue
+            at_cycle_start = self.since <= STEP_EPS and (
+                (c.mode == "sync" and self.write_end is None)
+                or (c.mode == "async" and self.write_end is not None and self.write_start == t))
+            if at_cycle_start:
+                t = self._jump_cycles(t, t_end, c)
+                if t >= t_end - EPS:
+                    break
+            t = self._train(t, t_end, c)
+
+    def _train(self, t: float, t_end: float, c: SegmentCosts) -> float:
+        """Train until the next trigger, the end of a background write or ``t_end``. Reaching the trigger
+        adds exactly the steps left, so rounding in times never leaves a sliver of a step behind."""
+        writing = self.write_end is not None and self.write_end > t
+        step_wall = c.step_s * (1.0 + c.slowdown) if writing else c.step_s
+        remaining = c.interval_steps - self.since
+        trigger = t + remaining * step_wall
+        stop = min(t_end, self.write_end) if writing and self.write_end is not None else t_end
+        if trigger <= stop:
+            stop, steps = trigger, remaining
+        else:
+            steps = min((stop - t) / step_wall, remaining)
+        self._progress(steps, c, writing)
+        if self.write_end is not None and stop >= self.write_end - EPS:
+            self._write_done()
+        if self.since >= c.interval_steps - STEP_EPS:
+            self._trigger(stop, c)
+        return stop
+
+    def _progress(self, steps: float, c: SegmentCosts, slowed: bool) -> None:
+        self.steps += steps
+        self.since += steps
+        self.wall += steps * c.step_s
+        self.equiv += steps * c.equivalent_step_s
+        if slowed:
+            self.slow_s += steps * c.step_s * c.slowdown
+
+    def _trigger(self, t: float, c: SegmentCosts) -> None:
+        self.since = 0.0
+        mark = Mark(self.steps, self.wall, self.equiv, t)
+        if c.mode == "sync":
+            self._stall(t + c.stall_s, "write", mark)
+        elif self.write_end is not None:
+            self._stall(self.write_end, "wait", mark)
+        else:
+            self._stall(t + c.stall_s, "snapshot", mark)
+
+    def _stall(self, end: float, kind: str, mark: Mark) -> None:
+        self.stall_end, self.stall_kind, self.stall_mark = end, kind, mark
+
+    def _stall_done(self, t: float, c: SegmentCosts) -> None:
+        kind, mark = self.stall_kind, self.stall_mark
+        assert mark is not None
+        self.stall_end, self.stall_mark = None, None
+        if kind == "write":
+            self._complete(mark, t)
+        elif kind == "wait":
+            self._write_done()
+            self._stall(t + c.stall_s, "snapshot", mark)
+        else:
+            self.write_start, self.write_end, self.write_mark = t, t + c.write_s, mark
+
+    def _write_done(self) -> None:
+        assert self.write_mark is not None and self.write_end is not None
+        self._complete(self.write_mark, self.write_end)
+        self.write_end, self.write_mark = None, None
+
+    def _complete(self, mark: Mark, t: float) -> None:
+        self.mark = mark
+        self.events.add("checkpoint", mark.time, t, step=mark.steps)
+
+    def _jump_cycles(self, t: float, t_end: float, c: SegmentCosts) -> float:
+        """Jump the whole cycles that fit before ``t_end``; return the time after them."""
+        k, step = c.interval_steps, c.step_s
+        if c.mode == "sync":
+            train, stall, slow = k * step, c.stall_s, 0.0
+        elif c.write_s <= k * step * (1.0 + c.slowdown):
+            slow = c.write_s * c.slowdown / (1.0 + c.slowdown)
+            train, stall = k * step + slow, c.stall_s
+        else:
+            slow = k * step * c.slowdown
+            train, stall = k * step * (1.0 + c.slowdown), c.write_s - k * step * (1.0 + c.slowdown) + c.stall_s
+        period = train + stall
+        cycles = math.floor((t_end - t) / period + STEP_EPS)
+        if cycles < 1:
+            return t
+        def trigger(j: int) -> Mark:
+            """The mark of the trigger ending cycle j."""
+            return Mark(self.steps + (j + 1) * k, self.wall + (j + 1) * k * step,
+                        self.equiv + (j + 1) * k * c.equivalent_step_s, t + j * period + train)
+
+        last = trigger(cycles - 1)
+        if c.mode == "sync":
+            self.events.add_checkpoints(t + train, t + period, self.steps + k, period, k, cycles)
+            self.mark = last
+        else:
+            assert self.write_mark is not None
+            first = self.write_mark
+            self._complete(first, t + c.write_s)
+            self.events.add_checkpoints(t + train, t + period + c.write_s, self.steps + k, period, k, cycles - 1)
+            if cycles > 1:
+                self.mark = trigger(cycles - 2)
+            self.write_mark = last
+            self.write_start = t + cycles * period
+            self.write_end = self.write_start + c.write_s
+        self.steps += cycles * k
+        self.wall += cycles * k * step
+        self.equiv += cycles * k * c.equivalent_step_s
+        self.stall_s += cycles * stall
+        self.slow_s += cycles * slow
+        return t + cycles * period
+
+    def fail(self, t: float) -> float:
+        """A failure at ``t``: roll back to the last completed checkpoint; return the work lost (s)."""
+        lost = self.wall - self.mark.wall
+        self.lost_wall += lost
+        self.lost_equiv += self.equiv - self.mark.equiv
+        for mark in (self.stall_mark, self.write_mark):
+            if mark is not None:
+                self.events.add("checkpoint_lost", mark.time, t, step=mark.steps)
+        self.steps = self.mark.steps
+        self.mark = Mark(self.mark.steps, self.wall, self.equiv, self.mark.time)
+        self.since = 0.0
+        self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
+        self.write_end, self.write_mark = None, None
+        return lost
+
+    def stop_cleanly(self, t: float) -> None:
+        """A planned stop at ``t``: the job writes a checkpoint of its current progress (its cost is the
+        maintenance's) and loses nothing."""
+        self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
+        self.write_end, self.write_mark = None, None
+        self.mark = Mark(self.steps, self.wall, self.equiv, t)
+        self.events.add("checkpoint", t, t, step=self.steps)
+        self.since = 0.0
