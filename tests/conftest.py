@@ -31,3 +31,21 @@ def validation_error():
         return info.value
 
     return check
+
+
+@pytest.fixture
+def assert_located():
+    """Checks that a validation error names its field and problem and points at its source."""
+    return _assert_located
+
+
+def _assert_located(error, overrides: tuple[str, ...], field: str, problem: str) -> None:
+    """A validation error names ``field`` and ``problem`` and points at its source: the `--set` override that set
+    the faulty value, or else a line of the scenario."""
+    assert error.field == field
+    assert problem in error.problem
+    setting = next((item for item in overrides if item.split("=")[0] == field), None)
+    if setting is not None:
+        assert (error.file, error.line) == (f"--set {setting}", None)
+    else:
+        assert error.line is not None

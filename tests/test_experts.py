@@ -104,12 +104,6 @@ def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
     (["model.moe.top_k=9"], "model.moe", "top_k 9 is above the 8 experts"),
     (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "greater than 0"),
 ])
-def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem):
+def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem, assert_located):
     error = validation_error(SCENARIO, *overrides)
-    assert error.field == field
-    assert problem in error.problem
-    setting = next((item for item in overrides if item.split("=")[0] == field), None)
-    if setting is not None:  # the override set the faulty value itself: the error points at it
-        assert (error.file, error.line) == (f"--set {setting}", None)
-    else:
-        assert error.line is not None
+    assert_located(error, tuple(overrides), field, problem)

@@ -49,12 +49,6 @@ def test_same_seed_same_skipped_steps_other_seed_others():
     (SCENARIO.replace("dgx-h100", "dgx-a100"), ["training.precision=fp8", "training.loss_scaling=null"],
      "training.precision", "has no 'fp8' peak"),
 ])
-def test_precision_misuse_is_a_located_error(validation_error, text, overrides, field, problem):
+def test_precision_misuse_is_a_located_error(validation_error, text, overrides, field, problem, assert_located):
     error = validation_error(text, *overrides)
-    assert error.field == field
-    assert problem in error.problem
-    setting = next((item for item in overrides if item.split("=")[0] == field), None)
-    if setting is not None:  # the override set the faulty value itself: the error points at it
-        assert (error.file, error.line) == (f"--set {setting}", None)
-    else:
-        assert error.line is not None
+    assert_located(error, tuple(overrides), field, problem)
