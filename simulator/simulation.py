@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,8 +80,9 @@ def build_topology(loaded: LoadedScenario) -> Topology:
                             line=located.line) from None
 
 
-def run_ops(topology: Topology, ops: list[Op], settings: NetworkSettings, async_streams: frozenset[str] = frozenset(),
-            faults: FaultHooks | None = None, progress: Progress | None = None) -> tuple[EngineResult, Network]:
+def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
+            async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
+            progress: Progress | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops."""
@@ -139,18 +140,18 @@ def network_settings(loaded: LoadedScenario) -> NetworkSettings:
                            channels=scenario.collectives.channels)
 
 
-def collective_table(frame: pd.DataFrame, ops: list[Op]) -> list[dict]:
+def collective_table(frame: pd.DataFrame, ops: list[CollectiveOp]) -> list[dict]:
     """Per workload item: time from its first start to its last end, algbw and busbw (nccl-tests factors)."""
     rows = []
     collectives = frame[frame["kind"] == "collective"]
     spans = collectives.groupby("key").agg(start=("start_s", "min"), end=("end_s", "max"))
+    span_s = (spans["end"] - spans["start"]).to_dict()
     seen: set[str] = set()
     for op in ops:
         if op.key in seen:
             continue
         seen.add(op.key)
-        span = spans.loc[op.key]
-        time_s = float(span["end"] - span["start"])
+        time_s = float(span_s[op.key])
         algbw = op.nbytes / time_s / 1e9 if time_s > 0 else float("inf")
         rows.append({"name": op.key, "op": op.op, "ranks": len(op.group), "bytes": op.nbytes, "time_s": time_s,
                      "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op.op, len(op.group))})

@@ -125,4 +125,4 @@ def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
     if request.op == "all_reduce" and len({topology.gpu_host[r] for r in request.ranks}) == 1:
         return "ring"
     costs = estimates(request, topology)
-    return min(costs, key=costs.get)
+    return min(costs, key=costs.__getitem__)

@@ -184,7 +184,7 @@ class Engine:
         op = meeting.template
         start = self.env.now
         if op.private and self.isolated is not None:
-            yield from self._replay(op)
+            yield from self._replay(op, self.isolated)
         elif op.mirrors:
             plans = [self.plans.phases(op, group) for group in (op.group, *op.mirrors)]
             yield from self.run_plans(self.env, plans, op.key)
@@ -195,13 +195,13 @@ class Engine:
                             nbytes=op.nbytes, key=op.key, microbatch=op.microbatch)
         meeting.done.succeed()
 
-    def _replay(self, op: CollectiveOp):
+    def _replay(self, op: CollectiveOp, isolated: Callable):
         """A private collective: time its plan once on an idle network, then replay that run's duration and
         flow rows (shifted to now) for every identical instance."""
         key = self.plans.key(op, op.group)
         run = self._isolated_runs.get(key)
         if run is None:
-            run = self._isolated_runs[key] = self.isolated(self.plans.phases(op, op.group))
+            run = self._isolated_runs[key] = isolated(self.plans.phases(op, op.group))
         duration, src, dst, begins, ends, nbytes, routes = run
         self._replayed_flows += len(src)
         start = self.env.now
@@ -222,6 +222,7 @@ class Engine:
         if len(self._rendezvous) > 8:
             lines.append(f"and {len(self._rendezvous) - 8} more collectives")
         if not lines:
-            for (rank, stream), op in sorted(self._pending.items())[:8]:
-                lines.append(f"rank {rank} stream {stream!r} blocked at {op.name!r} (waits for ops {list(op.deps)})")
+            for (rank, stream), blocked in sorted(self._pending.items())[:8]:
+                lines.append(f"rank {rank} stream {stream!r} blocked at {blocked.name!r} (waits for ops "
+                             f"{list(blocked.deps)})")
         return "deadlock: " + "; ".join(lines)

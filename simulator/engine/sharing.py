@@ -8,7 +8,7 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from simulator.engine.groups import GroupIds
 from simulator.program.ops import CollectiveOp, Op
@@ -18,7 +18,7 @@ LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
 differently for small and large messages, so every distinct size of a group is asked)."""
 
 
-def prune_mirrors(ops: list[Op], links_of: LinkSet) -> None:
+def prune_mirrors(ops: Sequence[Op], links_of: LinkSet) -> None:
     """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     if not any(op.mirrors for op in collectives):
@@ -66,7 +66,7 @@ def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int
     return frozenset()
 
 
-def mark_private(ops: list[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
+def mark_private(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
     """Mark collectives whose links no other group's traffic uses and whose instances never overlap (every
     member issues them from one in-order stream), so each one runs alone on its links."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]

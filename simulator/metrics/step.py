@@ -3,6 +3,8 @@ exposed communication per parallelism kind. Pure functions of the timeline DataF
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
 
@@ -18,7 +20,8 @@ def _rank_arrays(frame: pd.DataFrame) -> dict[int, dict[str, tuple[np.ndarray, n
     """Per rank, per category, the (starts, ends) of its intervals."""
     result: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     rows = frame[frame["kind"] != "flow"]
-    for (rank, category), group in rows.groupby(["rank", "category"], sort=True):
+    for key, group in rows.groupby(["rank", "category"], sort=True):
+        rank, category = cast(tuple[int, str], key)
         result.setdefault(int(rank), {})[category] = (group["start_s"].to_numpy(), group["end_s"].to_numpy())
     return result
 
@@ -64,8 +67,9 @@ def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
     communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
     arrays = _rank_arrays(frame)
     compute_categories = (*PIPELINE_CATEGORIES, "optimizer", "compute")
-    ratios, exposed = [], {kind: [] for kind in COMM_KINDS}
-    totals = {kind: [] for kind in COMM_KINDS}
+    ratios: list[float] = []
+    exposed: dict[str, list[float]] = {kind: [] for kind in COMM_KINDS}
+    totals: dict[str, list[float]] = {kind: [] for kind in COMM_KINDS}
     for per_category in arrays.values():
         cs, ce = _cat(per_category, compute_categories)
         all_s, all_e = _cat(per_category, COMM_KINDS)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL, EventPriority
 
 from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
@@ -26,7 +28,7 @@ from simulator.topology.graph import LINK_CLASSES, Topology
 MODES = ("flow", "analytic")
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
-_AFTER_NORMAL_EVENTS = 2
+_AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 
 
@@ -159,7 +161,7 @@ class Network:
             by_latency.setdefault(float(item[2]), []).append(flow)
         for latency, flows in by_latency.items():
             if latency > 0:
-                self.env.timeout(latency, value=flows).callbacks.append(self._on_latency_over)
+                self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, flows))
             else:
                 self._begin(flows)
         return phase.event
@@ -174,11 +176,12 @@ class Network:
             durations.append(float(item[2]) + busy)
         self.flows_simulated += len(transfers)
         done = self.env.timeout(max(durations))
-        if self.log is not None:
+        log = self.log
+        if log is not None:
             def record(_event: simpy.Event) -> None:
                 for item, duration in zip(transfers, durations):
                     src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
-                    self.log.flow(key, src, dst, now, now + duration, float(item[1]), tuple(item[0]))
+                    log.flow(key, src, dst, now, now + duration, float(item[1]), tuple(item[0]))
             done.callbacks.append(record)
         return done
 
@@ -188,8 +191,8 @@ class Network:
             bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
         return bottleneck
 
-    def _on_latency_over(self, event: simpy.Event) -> None:
-        self._begin(event.value)
+    def _on_latency_over(self, flows: list[_Flow], _event: simpy.Event) -> None:
+        self._begin(flows)
 
     def _begin(self, flows: list[_Flow]) -> None:
         """Make ``flows`` active now (or finish the empty ones) and ask for one re-solve at this instant."""
@@ -326,14 +329,14 @@ class Network:
             self._wake_time = finish
             self._wake_version += 1
             delay = max(finish - self.env.now, 0.0)
-            self.env.timeout(delay, value=self._wake_version).callbacks.append(self._on_wake_up)
+            self.env.timeout(delay).callbacks.append(partial(self._on_wake_up, self._wake_version, finish))
 
-    def _on_wake_up(self, event: simpy.Event) -> None:
-        """Finish every flow within tolerance of done at the wake-up time; stale wake-ups do nothing."""
-        if event.value != self._wake_version:
+    def _on_wake_up(self, version: int, due: float, _event: simpy.Event) -> None:
+        """Finish every flow within tolerance of done at the wake-up time ``due``; stale wake-ups (an earlier
+        ``version``) do nothing."""
+        if version != self._wake_version:
             return
         self.wake_ups += 1
-        due = self._wake_time
         self._wake_time = None
         now = self.env.now
         heap = self._by_ready

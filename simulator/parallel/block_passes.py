@@ -2,34 +2,37 @@
 context parallelism (its rank's share of the causal work, beside the K/V ring) and a MoE block (router, the
 dispatch all-to-all, the routed experts, the combine all-to-all), plus the experts' gradient reduction.
 
-A mixin of ProgramBuilder: it uses the builder's ``plan``, ``fold``, ``_compute`` and ``_collective``.
+A mixin of ProgramBuilder: it uses the builder core (builder_core.py): ``plan``, ``fold``, ``_compute``,
+``_collective`` and ``_grad_ready``.
 """
 
 from __future__ import annotations
 
-from simulator.parallel.context import CP_STREAM
-from simulator.parallel.experts import ep_group, expert_dp_group, group_images
+from simulator.parallel.builder_core import BuilderCore
+from simulator.parallel.context import CP_STREAM, ContextAttention
+from simulator.parallel.experts import ExpertWork, ep_group, expert_dp_group, group_images
 from simulator.parallel.work import Block
 from simulator.program.ops import COMPUTE_STREAM
 
 
-class BlockPasses:
+class BlockPasses(BuilderCore):
     """Ops of a block pass ``phase``: fwd, rec (recompute), bwd (input and weight grads) or bwi (input only)."""
 
     def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
               category: str, mb: int, vstage: int) -> int:
         if block.context is not None:
-            return self._context_pass(rank, block, phase, name, duration, flops, deps, category, mb, vstage)
+            return self._context_pass(rank, block, block.context, phase, name, duration, flops, deps, category, mb,
+                                      vstage)
         if block.experts is not None:
-            return self._expert_pass(rank, block, phase, name, duration, flops, deps, category, mb, vstage)
+            return self._expert_pass(rank, block, block.experts, phase, name, duration, flops, deps, category, mb,
+                                     vstage)
         return self._compute(rank, name, duration, deps, category, flops, mb=mb)
 
-    def _context_pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float,
-                      deps: list[int], category: str, mb: int, vstage: int) -> int:
+    def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: str, name: str,
+                      duration: float, flops: float, deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
         ring attention runs beside the K/V ring: the core of the first cp - 1 blocks overlaps the ring, the
         last block waits for it (parallel/context.py)."""
-        context = block.context
         core_s, core_flops = context.core(phase)
         if core_s <= 0:
             return self._compute(rank, name, duration, deps, category, flops, mb=mb)
@@ -51,11 +54,10 @@ class BlockPasses:
         return self._compute(rank, f"{name} attention last block", core_s * share * last, [head, ring], category,
                              core_flops * share * last, mb=mb)
 
-    def _expert_pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float,
-                     deps: list[int], category: str, mb: int, vstage: int) -> int:
+    def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: str, name: str, duration: float,
+                     flops: float, deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
         combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block."""
-        experts = block.experts
         expert_s, expert_flops = experts.part(phase)
         if expert_s <= 0:
             return self._compute(rank, name, duration, deps, category, flops, mb=mb)
@@ -63,38 +65,38 @@ class BlockPasses:
         rest_s, rest_flops = duration - expert_s, max(flops - expert_flops, 0.0)
         if not backward:
             deps = [self._compute(rank, name, rest_s, deps, category, rest_flops, mb=mb)]
-        deps = self._all_to_all(rank, block, "combine" if backward else "dispatch", phase, deps, mb, vstage)
+        deps = self._all_to_all(rank, block, experts, "combine" if backward else "dispatch", phase, deps, mb, vstage)
         deps = [self._compute(rank, f"{name} experts", expert_s, deps, category, expert_flops, mb=mb)]
-        deps = self._all_to_all(rank, block, "dispatch" if backward else "combine", phase, deps, mb, vstage)
+        deps = self._all_to_all(rank, block, experts, "dispatch" if backward else "combine", phase, deps, mb, vstage)
         if backward:
             return self._compute(rank, name, rest_s, deps, category, rest_flops, mb=mb)
         return deps[0]
 
-    def _all_to_all(self, rank: int, block: Block, which: str, phase: str, deps: list[int], mb: int,
-                    vstage: int) -> list[int]:
-        ep = block.experts.ep
+    def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: str, phase: str, deps: list[int],
+                    mb: int, vstage: int) -> list[int]:
+        ep = experts.ep
         if ep == 1:
             return deps
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.fold else ()
         return [self._collective(rank, COMPUTE_STREAM, f"ep {which} {block.name}", "all_to_all", group,
-                                 block.experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors)]
+                                 experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors)]
 
     def _expert_gradients(self, rank: int, ready: list[tuple[int, Block]], stream: str) -> list[int]:
         """The routed experts' gradients, reduced over the expert-data-parallel group after the last
         micro-batch (all-reduce, or reduce-scatter under ZeRO), one collective per pipeline stage."""
-        blocks = [(vs, block) for vs, block in ready if block.experts is not None]
+        blocks = [(vs, block, block.experts) for vs, block in ready if block.experts is not None]
         if not blocks:
             return []
-        ep = blocks[0][1].experts.ep
+        ep = blocks[0][2].ep
         group = expert_dp_group(self.plan.layout, rank, ep)
         if len(group) == 1:
             return []
         sharding = self.plan.sharding
         op = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
-        nbytes = sum(block.experts.params for _, block in blocks) * sharding.grad_bytes
-        deps = [self._grad_ready[(rank, vs, id(block))] for vs, block in blocks]
+        nbytes = sum(experts.params for _, _, experts in blocks) * sharding.grad_bytes
+        deps = [self._grad_ready[(rank, vs, id(block))] for vs, block, _ in blocks]
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=True) if self.fold else ()
         pp_rank = self.plan.layout.coords(rank)["pp"]
         return [self._collective(rank, stream, f"{op} expert grads", op, group, nbytes,

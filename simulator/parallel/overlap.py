@@ -5,12 +5,9 @@ gather deferred to the next step's forward (--overlap-param-gather). docs/traini
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.work import Block
-
-if TYPE_CHECKING:
-    from simulator.parallel.program import ProgramBuilder
 
 TP_STREAM = "tp"
 DP_STREAM = "dp"
@@ -47,10 +44,11 @@ class TPOverlap:
     reduce_scatter_slowdown: float = 1.0
 
 
-class OverlapMixin:
-    """The overlap methods of ProgramBuilder (kept apart to keep the builder readable)."""
+class OverlapMixin(BuilderCore):
+    """The overlap methods of ProgramBuilder (kept apart to keep the builder readable); they use the builder
+    core (builder_core.py)."""
 
-    def _tp_compute(self: ProgramBuilder, rank: int, block: Block, phase: str, deps: list[int], mb: int,
+    def _tp_compute(self, rank: int, block: Block, phase: str, deps: list[int], mb: int,
                     vstage: int, name: str, duration: float, category: str, flops: float,
                     compute_phase: str | None = None) -> tuple[list[int], int]:
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
@@ -73,7 +71,7 @@ class OverlapMixin:
                                       gemm_s=after_gemm, flops=flops * after_gemm / duration, category=category)
         return deps, last
 
-    def _adjacent_gemms(self: ProgramBuilder, block: Block, phase: str) -> tuple[float, float]:
+    def _adjacent_gemms(self, block: Block, phase: str) -> tuple[float, float]:
         """Seconds of the GEMMs the block's leading and trailing TP collectives overlap (0: not overlapped)."""
         plan = self.plan
         if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
@@ -83,7 +81,7 @@ class OverlapMixin:
         sides = [tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel) for before in (True, False)]
         return tuple(gemm if side is not None else 0.0 for gemm, side in zip(pairs, sides))  # type: ignore[return-value]
 
-    def _overlapped(self: ProgramBuilder, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
+    def _overlapped(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
                     before: bool, name: str, gemm_s: float, flops: float, category: str) -> tuple[list[int], int]:
         """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
         (slowed by the SMs the communication holds), the last chunk after both; returns (the last chunk, the
@@ -92,6 +90,9 @@ class OverlapMixin:
         overlap = plan.tp_overlap
         assert overlap is not None
         op = tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        if op is None:
+            raise ValueError(f"{block.name} has no TP collective {'before' if before else 'after'} its {phase} "
+                             "pass to overlap")
         group = layout.group("tp", rank)
         slowdown = overlap.all_gather_slowdown if before else overlap.reduce_scatter_slowdown
         key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
@@ -103,7 +104,7 @@ class OverlapMixin:
                                 block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm], "tp", mb)
         return [tail], gemm
 
-    def _deferred_param_gathers(self: ProgramBuilder, rank: int) -> None:
+    def _deferred_param_gathers(self, rank: int) -> None:
         """``overlap_param_gather`` (Megatron's distributed optimizer): the parameters the previous step's
         optimizer updated are all-gathered bucket by bucket in forward order at the start of this step, and a
         block's first forward waits only for its own bucket, so the gathers hide behind the forward."""
@@ -136,7 +137,7 @@ class OverlapMixin:
         if pending:
             flush(index)
 
-    def _param_gather(self: ProgramBuilder, rank: int, vstage: int, block: Block) -> list[int]:
+    def _param_gather(self, rank: int, vstage: int, block: Block) -> list[int]:
         """The deferred parameter gather a block's first forward waits for (none after the first)."""
         op = self._param_gathers.pop((rank, vstage, id(block)), None)
         return [] if op is None else [op]

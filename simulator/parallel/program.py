@@ -71,7 +71,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
-        self._handoffs: list[tuple[ComputeOp, str]] = []
+        self._handoffs: list[tuple[Op, str]] = []
         self._param_gathers: dict[tuple[int, int, int], int] = {}
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
@@ -347,7 +347,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Gradient tensors in reverse forward order, filled into the open bucket until it holds at least
         ``bucket_bytes``, as PyTorch DDP assigns them."""
         sharding = self.plan.sharding
-        buckets, deps, size = [], [], 0.0
+        buckets: list[tuple[list[int], float]] = []
+        deps: list[int] = []
+        size = 0.0
         for vs, block in ready:
             ready_op = self._grad_ready[(rank, vs, id(block))]
             for tensor in reversed(block.tensors or (block.params,)):

@@ -107,11 +107,14 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
         maintenance = Maintenance(preset.window_s / preset.planned_interruptions, 0.0)
     for name, spec in faults.components.items():
         known = COMPONENT_CLASSES.get(name)
-        if known is None and spec.unit is None:
+        if spec.unit is not None:
+            unit = spec.unit
+        elif known is not None:
+            unit = known.unit
+        else:
             raise ScenarioError(f"unknown component class {name!r}; a class of your own needs a unit",
                                 field=f"faults.components.{name}",
                                 allowed=f"{', '.join(COMPONENT_CLASSES)}, or any name with unit: ...")
-        unit = spec.unit or known.unit
         effect = spec.effect or (known.effect if known and unit == known.unit else "replace")
         if effect == "degrade" and unit != "spine_switch":
             raise ScenarioError(f"effect degrade on unit {unit!r}", field=f"faults.components.{name}.effect",

@@ -215,7 +215,7 @@ class JobProcess:
             self.restart_s += stop - now - maintenance
             if stop >= horizon:
                 return
-            if stop < end:
+            if arrival is not None and stop < end:
                 self._fail(arrival, stop, during_training=False)
                 planned = False
                 continue

@@ -100,7 +100,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     curves = []
     for multiplier in multipliers:
         points = []
-        for interval in intervals or [None]:
+        at: list[float | None] = [*intervals] if intervals else [None]
+        for interval in at:
             settings = [f"faults.rate_multiplier={multiplier!r}"]
             if interval is not None:
                 settings.append(f"checkpoint.interval={interval!r} s")

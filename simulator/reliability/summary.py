@@ -4,6 +4,8 @@ failure model's expected counts, Young's and Daly's intervals)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from simulator.config.loader import LoadedScenario
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.job import JobPlan, ReplicationTotals
@@ -24,7 +26,7 @@ def checkpoint_cost_s(costs: SegmentCosts) -> float:
 
 def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
     """Unexpected interruptions the failure model expects over the horizon (all units in use), per class."""
-    per_class = {}
+    per_class: dict[str, dict[str, Any]] = {}
     for klass, units in zip(plan.classes, counts):
         per_class[klass.name] = {
             "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,

@@ -10,11 +10,13 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from simulator.errors import ScenarioError
 
 ActionKind = Literal["F", "B", "W", "BW"]
+ACTION_KINDS: dict[str, ActionKind] = {kind: kind for kind in get_args(ActionKind)}
+"""Each action kind by its letters, as `parse_action` reads them."""
 
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"
@@ -48,7 +50,7 @@ def parse_action(text: str) -> Action:
     if match is None:
         raise ValueError(f"'{text}' is not an action")
     kind, microbatch, chunk = match.groups()
-    return Action(kind, int(microbatch), int(chunk) if chunk else 0)
+    return Action(ACTION_KINDS[kind], int(microbatch), int(chunk) if chunk else 0)
 
 
 def format_schedule(schedule: Schedule) -> str:
@@ -121,13 +123,18 @@ def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int,
         weight = position.get(("W", mb, c))
         if forward is None:
             problem = f"rank {rank} never runs F{label}"
-        elif whole is not None and (grad is not None or weight is not None):
-            problem = f"rank {rank} runs BW{label} and also a split B/W for it"
-        elif whole is None and (grad is None or weight is None):
+        elif whole is not None:
+            if grad is not None or weight is not None:
+                problem = f"rank {rank} runs BW{label} and also a split B/W for it"
+            elif whole < forward:
+                problem = f"rank {rank} runs the backward of {label} before F{label}"
+            else:
+                continue
+        elif grad is None or weight is None:
             problem = f"rank {rank} needs BW{label}, or both B{label} and W{label}"
-        elif (whole if whole is not None else grad) < forward:
+        elif grad < forward:
             problem = f"rank {rank} runs the backward of {label} before F{label}"
-        elif whole is None and weight < grad:
+        elif weight < grad:
             problem = f"rank {rank} runs W{label} before B{label}"
         else:
             continue

@@ -13,12 +13,13 @@ from simulator.schedules.base import (
     MICROBATCHES_FIELD,
     VIRTUAL_STAGES_FIELD,
     Action,
+    ActionKind,
     Schedule,
     check_shape,
 )
 
 
-def _slot_action(kind: str, slot: int, p: int, v: int) -> Action:
+def _slot_action(kind: ActionKind, slot: int, p: int, v: int) -> Action:
     """The action in a rank's ``slot``-th forward (or backward) position, in Megatron's group-of-p order."""
     within_group = slot % (p * v)
     chunk = within_group // p

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.catalog.models import ModelSpec
+from simulator.catalog.models import ModelSpec, MoESpec
 from simulator.config.moe import RoutingConfig
 from simulator.errors import ScenarioError
 from simulator.parallel.experts import ExpertWork
@@ -38,6 +38,13 @@ if TYPE_CHECKING:
 
 ROUTING_STREAM = 0x6D6F65
 """Spawn key of the routing generator under the run's seed, so other random draws never shift it."""
+
+
+def _moe_of(model: ModelSpec) -> MoESpec:
+    """The experts of a MoE model (the MoE block's cost exists only for one)."""
+    if model.moe is None:
+        raise ValueError(f"model {model.name} has no experts")
+    return model.moe
 
 
 @dataclass(frozen=True)
@@ -64,24 +71,24 @@ def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: Sh
     """Check the EP degree against the experts and the DP x CP group, draw the routing sample from the run's
     seed, and cost the MoE block (None for a dense model)."""
     ep = scenario.parallelism.ep
-    if model.moe is None:
+    moe = model.moe
+    if moe is None:
         if ep > 1:
             raise ScenarioError(f"ep {ep} needs a model with experts", field="parallelism.ep",
                                 allowed="1, or add model.moe")
         return None
-    if model.moe.experts % ep:
-        raise ScenarioError(f"ep {ep} does not divide the {model.moe.experts} experts", field="parallelism.ep",
-                            allowed=f"divisors of {model.moe.experts}")
+    if moe.experts % ep:
+        raise ScenarioError(f"ep {ep} does not divide the {moe.experts} experts", field="parallelism.ep",
+                            allowed=f"divisors of {moe.experts}")
     ranks = layout.dp * layout.cp
     if ranks % ep:
         raise ScenarioError(f"ep {ep} does not divide dp x cp = {layout.dp} x {layout.cp} = {ranks} ranks",
                             field="parallelism.ep", allowed=f"divisors of {ranks}")
-    config = scenario.model.moe
+    config = scenario.model.moe if scenario.model is not None else None
     routing = config.routing if config is not None else RoutingConfig()
     rng = np.random.default_rng(np.random.SeedSequence(scenario.run.seed, spawn_key=(ROUTING_STREAM,)))
     tokens = max(1, round(shard.tokens / shard.tp))
-    sample = sample_routing(routing, model.moe.experts, model.moe.top_k, model.moe.capacity_factor, tokens, ep,
-                            rng)
+    sample = sample_routing(routing, moe.experts, moe.top_k, moe.capacity_factor, tokens, ep, rng)
     return ExpertPlan(moe_layer(model, shard, scenario.training.recompute, cost, sample, ep), sample, ep)
 
 
@@ -109,11 +116,14 @@ def _passes(forward, backward_input, backward_weight, recompute: str) -> PassKer
 
 def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recompute: str) -> PassKernels:
     """The routed experts of one EP rank, expert j receiving ``loads[j]`` tokens."""
-    forward, backward_input, backward_weight = [], [], []
+    width = _moe_of(model).expert_ffn_hidden
+    forward: list[Kernel] = []
+    backward_input: list[Kernel] = []
+    backward_weight: list[Kernel] = []
     for index, tokens in enumerate(loads):
         if tokens <= 0:
             continue
-        f, bi, bw = _ffn(f"expert{index}", model, float(tokens), model.moe.expert_ffn_hidden, shard)
+        f, bi, bw = _ffn(f"expert{index}", model, float(tokens), width, shard)
         forward += f
         backward_input += bi
         backward_weight += bw
@@ -123,7 +133,7 @@ def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recom
 def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext, sample: RoutingSample,
               ep: int) -> MoELayer:
     """The MoE block of every layer: the hottest EP rank's experts, its inbound tokens on the all-to-alls."""
-    moe, d = model.moe, shard.dtype_bytes
+    moe, d = _moe_of(model), shard.dtype_bytes
     tokens = shard.tokens / shard.tp
     norm = _norm("mlp_norm", model, shard)
     router = _matmul("router", tokens, moe.experts, model.hidden, shard)
@@ -166,7 +176,7 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
 def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: RoutingSample, ep: int,
                layer: MoELayer, moe_layers_per_rank: int, microbatches: int) -> dict:
     """The summary's `moe` entry: routing outcome and what the hottest EP rank costs."""
-    moe = model.moe
+    moe = _moe_of(model)
     per_rank = moe.experts // ep
     loads = sample.expert_load()
     rank_loads = sample.rank_load(ep)

@@ -10,7 +10,7 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
-from simulator.config.schema import MAX_MICROBATCHES, Scenario
+from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
@@ -51,7 +51,7 @@ class TrainingStep:
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
     """The preset with explicit dimensions applied, or a model from dimensions alone."""
-    config = scenario.model
+    config = _model_section(scenario)
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                                      "gated_mlp") if getattr(config, name) is not None}
     if config.moe is not None:
@@ -131,14 +131,14 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     """Resolve the scenario's training step into a plan the program builder can turn into ops; ``base_dir`` is
     the scenario file's folder, where a custom schedule table is looked up."""
     par, training = scenario.parallelism, scenario.training
-    synthetic = scenario.model.synthetic
+    synthetic = _model_section(scenario).synthetic
     pp = par.pp
     if synthetic is not None:
         if par.pp not in (1, synthetic.stages):
             raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's "
                            f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
         pp = synthetic.stages
-    model = resolve_model(scenario) if synthetic is None else None
+    source: SyntheticModel | ModelSpec = synthetic if synthetic is not None else resolve_model(scenario)
     layout = resolve_layout(scenario, topology.num_gpus, pp)
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(scenario, layout.dp)
@@ -156,10 +156,11 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(scenario, layout, topology, PRECISION_BYTES[training.precision])
     warnings = layout_warnings(layout, topology, sharding, hybrid=par.fsdp == "hybrid_shard")
-    if synthetic is not None:
-        stages = synthetic_stages(layout.pp, v, synthetic.forward, synthetic.backward, synthetic.p2p_bytes)
+    if isinstance(source, SyntheticModel):
+        stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
+    model = source
     _check_heads(model, layout)
     counts = layers_per_stage(model.layers, layout.pp * v, par.pipeline.first_last_fewer_layers)
     if not counts:
@@ -221,6 +222,13 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
         warnings.append("parallelism.fsdp: hybrid_shard finds one data-parallel rank per NVLink domain, so it "
                         "shards nothing and runs as plain data parallelism")
     return tuple(warnings)
+
+
+def _model_section(scenario: Scenario) -> ModelConfig:
+    """The scenario's `model:` section, which a training step needs."""
+    if scenario.model is None:
+        raise _invalid("model", "a training step needs a model", "a preset, dimensions or synthetic costs")
+    return scenario.model
 
 
 def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:

@@ -205,10 +205,11 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     flops = 4.0 * q_tokens * shard.seq_len * heads * model.head_dim * cost.causal_factor
     stats = 4.0 * q_tokens * heads
     if cost.flash:
-        forward = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats, "attention", shard.seq_len)
-        backward = Kernel("attention.bwd", cost.backward_factor * flops,
-                          d * (4 * q_elems + 4 * kv_elems) + 2 * stats, "attention", shard.seq_len, backward=True)
-        return (forward,), (backward,)
+        fused = Kernel("attention", flops, d * (2 * q_elems + 2 * kv_elems) + stats, "attention", shard.seq_len)
+        fused_backward = Kernel("attention.bwd", cost.backward_factor * flops,
+                                d * (4 * q_elems + 4 * kv_elems) + 2 * stats, "attention", shard.seq_len,
+                                backward=True)
+        return (fused,), (fused_backward,)
     scores = q_tokens * shard.seq_len * heads
     dropout_bytes = (2 * d + 1) * scores if model.dropout else 0.0
     width = model.head_dim

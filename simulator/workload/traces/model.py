@@ -12,6 +12,8 @@ from typing import Literal
 from simulator.errors import TraceError
 
 OpKind = Literal["compute", "collective", "send", "recv"]
+GemmShape = tuple[int, int, int, int] | tuple[()]
+"""(batch, m, n, k) of a matrix multiply, () where the op is not one or its shapes are not recorded."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,7 @@ class TracedOp:
     peer: int = -1
     tag: int = 0
     deps: tuple[int, ...] = ()
-    gemm: tuple[int, int, int, int] = ()
+    gemm: GemmShape = ()
     dtype: str = ""
 
     @property
@@ -99,7 +101,7 @@ GEMM_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm
 """PyTorch ops that are one matrix multiply, with the position of their first operand in `Input Dims`."""
 
 
-def gemm_shape(name: str, dims: object) -> tuple[int, int, int, int]:
+def gemm_shape(name: str, dims: object) -> GemmShape:
     """(batch, m, n, k) of a matrix-multiply op from its operand shapes, () when it is not one or the
     shapes are not recorded. linear multiplies by the transposed weight [n, k]."""
     first = GEMM_OPERANDS.get(name)

@@ -1,0 +1,52 @@
+"""What the ProgramBuilder's mixins (overlap.py, block_passes.py) use of the builder: its plan, whether it
+folds, the op emitters and the bookkeeping it shares with them. The mixins subclass this Protocol, so the type
+checker knows those members and checks that ProgramBuilder provides each of them with a matching signature."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from simulator.parallel.work import Block
+from simulator.program.ops import COMPUTE_STREAM
+
+if TYPE_CHECKING:
+    from simulator.parallel.program import StepPlan
+
+
+class BuilderCore(Protocol):
+    """The builder core: ``plan`` and ``fold``; ``_grad_ready`` maps (rank, virtual stage, id(block)) to the op
+    that finished the block's gradients; ``_param_gathers`` the same key to a deferred parameter gather."""
+
+    plan: StepPlan
+    fold: bool
+    _grad_ready: dict[tuple[int, int, int], int]
+    _param_gathers: dict[tuple[int, int, int], int]
+
+    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
+        """Append a compute op; returns its id."""
+        ...
+
+    def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
+                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
+                    mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
+        """Append one rank's part of a collective (mirrors of the folded replicas by default); returns its id."""
+        ...
+
+    def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
+                       before: bool) -> list[int]:
+        """The blocking TP collective on one side of a block pass; returns what the next op waits for."""
+        ...
+
+    def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
+              category: str, mb: int, vstage: int) -> int:
+        """The compute of one block pass (block_passes.py); returns its last op."""
+        ...
+
+    def _dp_size(self) -> int:
+        """Ranks that hold replicas of the same parameters (DP x CP)."""
+        ...
+
+    def _dp_group(self, rank: int) -> tuple[int, ...]:
+        """The DP x CP group of ``rank``."""
+        ...
