@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
-from simulator.collectives.execute import run_plan, run_plans
+from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import mark_private, prune_mirrors
@@ -96,11 +96,12 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         mark_private(ops, plans.links, async_streams)
     if faults is not None:
         faults.install(env, network)
+    runner = PlanRunner(network, topology)
     engine = Engine(
         env,
         plans=plans,
-        run_plan=lambda env_, phases, key: run_plan(env_, network, topology, phases, key),
-        run_plans=lambda env_, plans, key: run_plans(env_, network, topology, plans, key),
+        run_plan=runner.run_plan,
+        run_plans=runner.run_plans,
         isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
         async_streams=async_streams,
@@ -225,14 +226,16 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file)."""
     from simulator.config.traces import TraceWorkload
-    from simulator.workload.traces.program import read_traces, trace_program
-    from simulator.workload.transformer_program import transformer_program
 
     base_dir = Path(loaded.source).parent
     workload = loaded.scenario.workload
     if isinstance(workload, TraceWorkload):
+        from simulator.workload.traces.program import read_traces, trace_program
+
         return located(loaded, lambda: trace_program(workload, read_traces(workload, base_dir), topology,
                                                      fold=fold))
+    from simulator.workload.transformer_program import transformer_program
+
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
 
 

@@ -27,22 +27,49 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
             for t, latency in zip(phase.transfers, latencies)]
 
 
+class PlanRunner:
+    """Runs plans on one network. A phase's items are worked out once and reused while the routes stay the
+    same: the plan cache hands out one phase object for every instance of a collective."""
+
+    def __init__(self, network: Network, topology: Topology):
+        self.network = network
+        self.topology = topology
+        self._items: dict[int, tuple[Phase, int, list[tuple]]] = {}
+
+    def items(self, phase: Phase) -> list[tuple]:
+        """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
+        unique)."""
+        version = self.topology.routes_version
+        cached = self._items.get(id(phase))
+        if cached is None or cached[1] != version:
+            cached = self._items[id(phase)] = (phase, version, phase_items(self.topology, phase))
+        return cached[2]
+
+    def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
+        """SimPy process generator: run ``phases`` one after another, labelled ``key``."""
+        for phase in phases:
+            yield self.network.run_phase(self.items(phase), key=key)
+
+    def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = ""):
+        """SimPy process generator: run several independent plans at once (a collective and its mirrors) and
+        finish when all have. Single-phase plans go to the network as one batch, which is the same as running
+        them side by side; longer plans run as separate processes so none waits at another's phase barrier."""
+        if all(len(plan) == 1 for plan in plans):
+            yield self.network.run_phase([item for plan in plans for item in self.items(plan[0])], key=key)
+            return
+        yield env.all_of([env.process(self.run_plan(env, plan, key)) for plan in plans])
+
+
 def run_plan(env: simpy.Environment, network: Network, topology: Topology, phases: Iterable[Phase],
              key: str = ""):
     """SimPy process generator: run ``phases`` one after another on ``network``, labelled ``key``."""
-    for phase in phases:
-        yield network.run_phase(phase_items(topology, phase), key=key)
+    return PlanRunner(network, topology).run_plan(env, phases, key)
 
 
 def run_plans(env: simpy.Environment, network: Network, topology: Topology, plans: list[list[Phase]],
               key: str = ""):
-    """SimPy process generator: run several independent plans at once (a collective and its mirrors) and
-    finish when all have. Single-phase plans go to the network as one batch, which is the same as running
-    them side by side; longer plans run as separate processes so none waits at another's phase barrier."""
-    if all(len(plan) == 1 for plan in plans):
-        yield network.run_phase([item for plan in plans for item in phase_items(topology, plan[0])], key=key)
-        return
-    yield env.all_of([env.process(run_plan(env, network, topology, plan, key)) for plan in plans])
+    """SimPy process generator: run several independent plans at once on ``network`` (see `PlanRunner`)."""
+    return PlanRunner(network, topology).run_plans(env, plans, key)
 
 
 def time_collective(topology: Topology, op: str, algorithm: str, ranks, nbytes: float, *,

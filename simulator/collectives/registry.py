@@ -61,7 +61,7 @@ def check_request(request: CollectiveRequest, topology: Topology) -> None:
     ranks = request.ranks
     if not ranks or len(set(ranks)) != len(ranks):
         raise ScenarioError(f"group {ranks} must list distinct GPUs", field="group", allowed="distinct GPU indices")
-    if any(not 0 <= r < topology.num_gpus for r in ranks):
+    if min(ranks) < 0 or max(ranks) >= topology.num_gpus:
         raise ScenarioError(f"group {ranks} names a GPU the cluster lacks", field="group",
                             allowed=f"GPU indices 0..{topology.num_gpus - 1}")
     if request.op == "send_recv" and len(ranks) != 2:

@@ -186,8 +186,7 @@ class Engine:
         if op.private and self.isolated is not None:
             yield from self._replay(op, self.isolated)
         elif op.mirrors:
-            plans = [self.plans.phases(op, group) for group in (op.group, *op.mirrors)]
-            yield from self.run_plans(self.env, plans, op.key)
+            yield from self.run_plans(self.env, self.plans.mirrored_phases(op), op.key)
         else:
             yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
         for rank in meeting.arrived:

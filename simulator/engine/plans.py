@@ -22,6 +22,8 @@ class PlanCache:
         self.channels = channels
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
+        self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
+        self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, list[list[Phase]]]] = {}
         self._algorithms: dict[tuple, str] = {}
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
@@ -54,12 +56,34 @@ class PlanCache:
                                                          self.resolved_algorithm(op, group))
         return phases
 
+    def mirrored_phases(self, op: CollectiveOp) -> list[list[Phase]]:
+        """The plans of ``op`` over its group and each of its mirrors, in that order. Ops of one shape share
+        their group and mirror tuples, so the list is found by those objects' identities rather than by hashing
+        every mirror group at every instance (the tuples are kept referenced, so the identities stay unique)."""
+        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(op.mirrors))
+        found = self._mirrored.get(key)
+        if found is None:
+            plans = [self.phases(op, group) for group in (op.group, *op.mirrors)]
+            found = self._mirrored[key] = (op.group, op.mirrors, plans)
+        return found[2]
+
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
-        algorithm, so they are cached per algorithm."""
+        algorithm, so they are cached per algorithm. A send/recv is one transfer on channel 0 whatever the
+        algorithm (`plan_collective`), so its links are its route, found without planning it: folded mirrors
+        of pipeline transfers are most of the link sets a large run asks for."""
+        if op.op == "send_recv":
+            return self._route_links(group) if op.nbytes else frozenset()
         key = (op.op, group, op.root, self.resolved_algorithm(op, group))
         links = self._links.get(key)
         if links is None:
+            path = self.topology.path
             links = self._links[key] = frozenset(link for phase in self.phases(op, group) for t in phase.transfers
-                                                 for link in self.topology.path(t.src, t.dst, t.channel))
+                                                 for link in path(t.src, t.dst, t.channel))
+        return links
+
+    def _route_links(self, pair: tuple[int, ...]) -> frozenset[int]:
+        links = self._pair_links.get(pair)
+        if links is None:
+            links = self._pair_links[pair] = frozenset(self.topology.path(pair[0], pair[1]))
         return links

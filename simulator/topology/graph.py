@@ -63,6 +63,8 @@ class Topology:
     gpu_domain: list[int] = field(init=False, repr=False)
     _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
     _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
+    routes_version: int = field(init=False, repr=False, default=0)
+    """Counts `forget_routes` calls, so caches built from routes know when they are stale."""
     capacities: dict[tuple[tuple[str, float], ...], np.ndarray] = field(init=False, repr=False, default_factory=dict)
     """Usable capacity per directed link, by efficiency profile (filled by `network.effective_capacity`)."""
 
@@ -95,7 +97,7 @@ class Topology:
         if route is None:
             nodes = self._route_nodes(src, dst, channel)
             try:
-                route = tuple(self.link_index[(u, v)] for u, v in zip(nodes, nodes[1:]))
+                route = tuple(map(self.link_index.__getitem__, zip(nodes, nodes[1:])))
             except KeyError as missing:
                 raise TopologyError(f"route {nodes} uses a link that does not exist: {missing}") from None
             self._routes[key] = route
@@ -113,6 +115,7 @@ class Topology:
         """Drop the cached routes and latencies (after the router's view of the links changed)."""
         self._routes.clear()
         self._latencies.clear()
+        self.routes_version += 1
 
     def _route_nodes(self, src: int, dst: int, channel: int) -> list[str]:
         if src == dst:
