@@ -200,12 +200,13 @@ def test_unknown_schedule_and_bad_sizes() -> None:
         get_schedule("pipedream")
     assert caught.value.field == "parallelism.pipeline.schedule"
     assert caught.value.problem == "unknown schedule 'pipedream'"
-    assert caught.value.allowed == "gpipe, 1f1b, interleaved, zb-h1, custom"
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1"}
+    assert caught.value.allowed == "gpipe, 1f1b, interleaved, zb-h1, interleaved-zb, looped-bfs, zbv, dualpipev, custom"
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "looped-bfs", "zbv",
+                              "dualpipev"}
     with pytest.raises(ScenarioError, match="multiple of 4"):
         build_schedule("interleaved", 4, 6, 2)
-    with pytest.raises(ScenarioError, match="at least 2 chunks"):
-        build_schedule("interleaved", 4, 8, 1)
+    with pytest.raises(ScenarioError, match="two chunks per rank"):
+        build_schedule("zbv", 4, 8, 1)
     with pytest.raises(ScenarioError, match="one chunk per rank"):
         build_schedule("1f1b", 4, 8, 2)
     for p, m, v in ((0, 8, 1), (4, 0, 1), (4, 8, 0), (-1, 8, 1)):

@@ -129,7 +129,7 @@ class Engine:
                 if duration > 0:
                     yield self.env.timeout(duration)
                 self.log.record("compute", rank, stream, op.name, start, self.env.now, category=op.category,
-                                nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch)
+                                nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch, chunk=op.chunk)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
@@ -191,7 +191,7 @@ class Engine:
             yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
         for rank in meeting.arrived:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
-                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch)
+                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
         meeting.done.succeed()
 
     def _replay(self, op: CollectiveOp, isolated: Callable):

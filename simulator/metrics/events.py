@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s", "bytes", "flops",
-           "src", "dst", "key")
-INT_COLUMNS = ("rank", "microbatch", "src", "dst")
+COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes",
+           "flops", "src", "dst", "key")
+INT_COLUMNS = ("rank", "microbatch", "chunk", "src", "dst")
 FLOAT_COLUMNS = ("start_s", "end_s", "bytes", "flops")
 TEXT_COLUMNS = ("kind", "stream", "name", "category", "key")
 
@@ -24,7 +24,8 @@ TEXT_COLUMNS = ("kind", "stream", "name", "category", "key")
 class EventLog:
     """Append-only columns. ``kind`` is one of compute, collective, flow; ``rank`` is a global GPU index
     (-1 for rows that belong to no single rank); ``src``/``dst`` are set for flows; ``microbatch`` is the
-    pipeline micro-batch an op works on (-1 for none). ``flow_routes[i]`` is the route of the i-th flow row."""
+    pipeline micro-batch an op works on and ``chunk`` its virtual stage (-1 for none). ``flow_routes[i]`` is the
+    route of the i-th flow row."""
 
     def __init__(self) -> None:
         self.columns: dict[str, array | list] = {}
@@ -34,7 +35,7 @@ class EventLog:
 
     def record(self, kind: str, rank: int, stream: str, name: str, start_s: float, end_s: float, *,
                category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
-               key: str = "", microbatch: int = -1) -> None:
+               key: str = "", microbatch: int = -1, chunk: int = -1) -> None:
         """One op row (compute or collective)."""
         c = self.columns
         c["kind"].append(kind)
@@ -43,6 +44,7 @@ class EventLog:
         c["name"].append(name)
         c["category"].append(category)
         c["microbatch"].append(microbatch)
+        c["chunk"].append(chunk)
         c["start_s"].append(start_s)
         c["end_s"].append(end_s)
         c["bytes"].append(nbytes)
@@ -61,6 +63,7 @@ class EventLog:
         c["name"].append(key)
         c["category"].append("")
         c["microbatch"].append(-1)
+        c["chunk"].append(-1)
         c["start_s"].append(start_s)
         c["end_s"].append(end_s)
         c["bytes"].append(nbytes)
@@ -81,6 +84,7 @@ class EventLog:
         c["name"].extend([key] * count)
         c["category"].extend([""] * count)
         c["microbatch"].extend(array("q", [-1]) * count)
+        c["chunk"].extend(array("q", [-1]) * count)
         c["start_s"].extend(start_s)
         c["end_s"].extend(end_s)
         c["bytes"].extend(nbytes)

@@ -111,8 +111,7 @@ class OverlapMixin(BuilderCore):
         plan, sharding = self.plan, self.plan.sharding
         if not sharding.overlap_param_gather or sharding.stage not in (1, 2) or self._dp_size() == 1:
             return
-        layout = plan.layout
-        pp_rank = layout.coords(rank)["pp"]
+        pp_rank = plan.layout.coords(rank)["pp"]
         group = self._dp_group(rank)
         pending: list[tuple[int, int]] = []
         size = 0.0
@@ -124,8 +123,7 @@ class OverlapMixin(BuilderCore):
                 self._param_gathers[(rank, vstage, block_id)] = op
 
         index = 0
-        for chunk in range(plan.virtual_stages):
-            vstage = chunk * layout.pp + pp_rank
+        for vstage in plan.rank_stages(pp_rank):
             for block in plan.stages[vstage].blocks:
                 if block.params <= 0:
                     continue

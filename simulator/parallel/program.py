@@ -19,7 +19,7 @@ from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
-from simulator.schedules.base import Action, Schedule
+from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
 ZERO_STREAM = "zero"
 PP_STREAM = "pp"
@@ -29,7 +29,7 @@ ASYNC_STREAMS = frozenset({PP_STREAM})
 @dataclass(frozen=True)
 class StepPlan:
     """Everything the program builder needs: layout, schedule (per pipeline rank), per-virtual-stage work,
-    and the optimizer step's duration per pipeline rank."""
+    the optimizer step's duration per pipeline rank, and the placement of each rank's chunks on virtual stages."""
 
     layout: Layout
     schedule: Schedule
@@ -41,6 +41,11 @@ class StepPlan:
     optimizer_s: tuple[float, ...]
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
+    placement: Placement = "loop"
+
+    def rank_stages(self, pp_rank: int) -> list[int]:
+        """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first."""
+        return rank_stages(pp_rank, self.layout.pp, self.virtual_stages, self.placement)
 
 
 def plan_fold_blocker(plan: StepPlan) -> str:
@@ -73,11 +78,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[Op, str]] = []
         self._param_gathers: dict[tuple[int, int, int], int] = {}
+        self._vstage = -1
+        """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
-                       microbatch=mb, duration=duration, flops=flops)
+                       microbatch=mb, chunk=self._vstage, duration=duration, flops=flops)
         self.ops.append(op)
         if stream == COMPUTE_STREAM:
             recent = self._recent_compute.setdefault(rank, [])
@@ -91,7 +98,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
-                            category=category, microbatch=mb, op=op, group=group, nbytes=nbytes, key=key,
+                            category=category, microbatch=mb, chunk=self._vstage, op=op, group=group, nbytes=nbytes,
+                            key=key,
                             mirrors=mirrors, algorithm=algorithm)
         self.ops.append(item)
         if stream == DP_STREAM:
@@ -125,9 +133,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         last_grad_action = self._last_grad_actions(actions)
         tag = f"{coords['tp']}.{coords['cp']}.{coords['dp']}"
         self._deferred_param_gathers(rank)
+        held = plan.rank_stages(pp_rank)
         for index, action in enumerate(actions):
-            vstage = action.chunk * layout.pp + pp_rank
+            vstage = held[action.chunk]
             work = plan.stages[vstage]
+            self._vstage = vstage
             final = index in last_grad_action
             if action.kind == "F":
                 self._forward(rank, action, vstage, work, tag)
@@ -135,6 +145,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                 self._backward(rank, action, vstage, work, tag, weights=action.kind == "BW", final=final)
             else:
                 self._weight_grads(rank, action, vstage, work, final)
+        self._vstage = -1
         self._data_parallel(rank)
 
     def _last_grad_actions(self, actions: list[Action]) -> set[int]:
@@ -148,7 +159,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _peer(self, rank: int, vstage: int) -> int:
         layout = self.plan.layout
         coords = layout.coords(rank)
-        coords["pp"] = vstage % layout.pp
+        coords["pp"] = stage_rank(vstage, layout.pp, self.plan.placement)
         return layout.rank_of(**coords)
 
     def _p2p_key(self, direction: str, mb: int, src_vstage: int, tag: str) -> str:
@@ -319,7 +330,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         plan, sharding = self.plan, self.plan.sharding
         layout = plan.layout
         pp_rank = layout.coords(rank)["pp"]
-        vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]
+        vstages = plan.rank_stages(pp_rank)
         ready = [(vs, block) for vs in reversed(vstages) for block in reversed(plan.stages[vs].blocks)
                  if (rank, vs, id(block)) in self._grad_ready]
         grad_ops = [self._grad_ready[(rank, vs, id(block))] for vs, block in ready]

@@ -16,7 +16,8 @@ COMM_STREAM = "comm"
 @dataclass(slots=True)
 class Op:
     """Common fields: a unique ``id``, the ``rank`` and ``stream`` it runs on, a ``name``, dependencies, the
-    ``category`` metrics group it by (forward, backward, tp, dp, ...) and the pipeline ``microbatch`` (-1: none)."""
+    ``category`` metrics group it by (forward, backward, tp, dp, ...), the pipeline ``microbatch`` and the virtual
+    stage (model ``chunk``) it works on (-1: none)."""
 
     id: int
     rank: int
@@ -25,6 +26,7 @@ class Op:
     deps: tuple[int, ...] = ()
     category: str = ""
     microbatch: int = -1
+    chunk: int = -1
 
 
 @dataclass(slots=True)

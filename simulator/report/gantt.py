@@ -79,7 +79,8 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int) -> pd.DataFrame:
     durations = actions["end_s"] - actions["start_s"]
     in_pass = actions["category"].isin(BACKWARD_PASS)
     starts_pass = ~(in_pass & in_pass.shift(fill_value=False)
-                    & (actions["microbatch"] == actions["microbatch"].shift()))
+                    & (actions["microbatch"] == actions["microbatch"].shift())
+                    & (actions["chunk"] == actions["chunk"].shift()))
     grouped = actions.assign(recompute_s=durations.where(actions["category"] == "recompute", 0.0),
                              pass_id=starts_pass.cumsum())
     passes = grouped.groupby("pass_id", sort=True).agg(

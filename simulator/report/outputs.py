@@ -110,9 +110,10 @@ def compute_stream_work(timeline: pd.DataFrame, rank: int) -> pd.DataFrame:
 
 
 def pipeline_actions(work: pd.DataFrame) -> pd.DataFrame:
-    """Merge a rank's compute-stream ops (from compute_stream_work) into actions: a run of ops of one category
-    and micro-batch with no idle gap in between (TP/CP collectives of the action fill its gaps).
-    Columns: name (of its first op), category, microbatch, start_s, end_s."""
+    """Merge a rank's compute-stream ops (from compute_stream_work) into actions: a run of ops of one category,
+    micro-batch and virtual stage with no idle gap in between (TP/CP collectives of the action fill its gaps).
+    Columns: name (of its first op), category, microbatch, chunk (-1 in timelines written before it existed),
+    start_s, end_s."""
     starts, ends = work["start_s"].to_numpy(), work["end_s"].to_numpy()
     previous_end = np.maximum.accumulate(ends)
     idle_before = np.zeros(len(work), dtype=bool)
@@ -122,17 +123,20 @@ def pipeline_actions(work: pd.DataFrame) -> pd.DataFrame:
     kernels = pd.DataFrame({"name": work["name"].to_numpy()[is_kernel],
                             "category": work["category"].to_numpy()[is_kernel],
                             "microbatch": work["microbatch"].to_numpy()[is_kernel],
+                            "chunk": work["chunk"].to_numpy()[is_kernel] if "chunk" in work else -1,
                             "start_s": starts[is_kernel], "end_s": ends[is_kernel],
                             "gaps": gaps_so_far[is_kernel]})
     if kernels.empty:
         return kernels.drop(columns="gaps")
     changed = ((kernels["category"] != kernels["category"].shift())
                | (kernels["microbatch"] != kernels["microbatch"].shift())
+               | (kernels["chunk"] != kernels["chunk"].shift())
                | (kernels["gaps"] != kernels["gaps"].shift()))
     action_id = changed.cumsum()
     actions = kernels.groupby(action_id, sort=True).agg(name=("name", "first"), category=("category", "first"),
                                                           microbatch=("microbatch", "first"),
-                                                          start_s=("start_s", "min"), end_s=("end_s", "max"))
+                                                          chunk=("chunk", "first"), start_s=("start_s", "min"),
+                                                          end_s=("end_s", "max"))
     return actions.reset_index(drop=True)
 
 

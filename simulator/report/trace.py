@@ -33,7 +33,8 @@ class _Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
-SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "start_s", "end_s", "bytes", "flops", "src", "dst")
+SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "chunk", "start_s", "end_s", "bytes", "flops", "src",
+                 "dst")
 
 
 def trace_name(compress: bool) -> str:
@@ -64,11 +65,13 @@ def _slices(rows: pd.DataFrame, gpu_host: list[int], threads: dict[tuple[int, st
     for offset in range(0, len(rows), CHUNK_ROWS):
         chunk = rows.iloc[offset:offset + CHUNK_ROWS]
         events = []
-        for kind, rank, stream, name, category, start, end, nbytes, flops, src, dst in zip(
+        for kind, rank, stream, name, category, virtual_stage, start, end, nbytes, flops, src, dst in zip(
                 *(chunk[column].tolist() for column in SLICE_COLUMNS)):
             args: dict = {"bytes": nbytes}
             if flops:
                 args["flops"] = flops
+            if virtual_stage >= 0:
+                args["chunk"] = virtual_stage
             if kind == "flow":
                 args["src"] = src
                 args["dst"] = dst
@@ -113,6 +116,8 @@ def write_trace(path: Path, rows: pd.DataFrame, topology: Topology, *, flows: bo
     """Stream the trace of ``rows`` to ``path``: op slices, flow slices when ``flows``, and link counter tracks
     when ``load`` is given."""
     shown = rows[rows["rank"] >= 0]
+    if "chunk" not in shown.columns:
+        shown = shown.assign(chunk=-1)
     if not flows:
         shown = shown[shown["kind"] != "flow"]
     threads, metadata = _threads(shown, topology.gpu_host)

@@ -1,7 +1,9 @@
 """The vocabulary of pipeline schedules: the Action type, shape checks and the completeness check of a table.
 
-A schedule is a list of action lists, one per pipeline rank; each rank runs its list in order. Chunk ``c`` on
-rank ``r`` is virtual stage ``c * p + r`` (Megatron's interleaved layout; with one chunk, stage = rank).
+A schedule is a list of action lists, one per pipeline rank; each rank runs its list in order. Which virtual
+stage chunk ``c`` of rank ``r`` holds is the schedule's placement: ``loop`` puts it at ``c * p + r`` (Megatron's
+interleaved layout; with one chunk, stage = rank), ``v`` zigzags, so that with two chunks rank r holds stages r
+and 2p - 1 - r (the V shape of ZBV and DualPipeV) and the turn at the middle stays on one rank.
 """
 
 from __future__ import annotations
@@ -17,23 +19,29 @@ from simulator.errors import ScenarioError
 ActionKind = Literal["F", "B", "W", "BW"]
 ACTION_KINDS: dict[str, ActionKind] = {kind: kind for kind in get_args(ActionKind)}
 """Each action kind by its letters, as `parse_action` reads them."""
+Placement = Literal["loop", "v"]
+PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"
 VIRTUAL_STAGES_FIELD = "parallelism.pipeline.virtual_stages"
 SCHEDULE_FIELD = "parallelism.pipeline.schedule"
 TABLE_FIELD = "parallelism.pipeline.table"
+OVERLAP_MARK = "+"
 
 _ACTION_PATTERN = re.compile(r"^(BW|F|B|W)(\d+)(?:C(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """One pipeline step on one rank: F forward, B input-grad backward, W weight-grad, BW the whole backward."""
+    """One pipeline step on one rank: F forward, B input-grad backward, W weight-grad, BW the whole backward.
+    ``overlap`` marks a backward that shares one slot with the forward before it (DualPipe's overlapped F&B:
+    PyTorch's OVERLAP_F_B runs the two back to back, each when its own input is there)."""
 
     kind: ActionKind
     microbatch: int
     chunk: int = 0
+    overlap: bool = False
 
     def __str__(self) -> str:
         suffix = f"c{self.chunk}" if self.chunk else ""
@@ -53,9 +61,45 @@ def parse_action(text: str) -> Action:
     return Action(ACTION_KINDS[kind], int(microbatch), int(chunk) if chunk else 0)
 
 
+def parse_slot(text: str) -> list[Action]:
+    """Read one slot: an action, or a forward and a backward overlapped in one slot ("F4+BW1c1")."""
+    parts = [parse_action(part) for part in text.split(OVERLAP_MARK)]
+    if len(parts) == 1:
+        return parts
+    forward, backward = parts if len(parts) == 2 else (None, None)
+    if forward is None or backward is None or forward.kind != "F" or backward.kind not in ("B", "BW"):
+        raise ValueError(f"'{text}' is not an overlapped slot (a forward + a backward)")
+    return [forward, Action(backward.kind, backward.microbatch, backward.chunk, overlap=True)]
+
+
+def slots(actions: list[Action]) -> list[str]:
+    """One rank's actions as slot words: overlapped pairs joined by '+', the inverse of parse_slot."""
+    words: list[str] = []
+    for action in actions:
+        if action.overlap and words:
+            words[-1] += OVERLAP_MARK + str(action)
+        else:
+            words.append(str(action))
+    return words
+
+
 def format_schedule(schedule: Schedule) -> str:
     """The schedule as text, one line per rank ("r0: F0 F1 B0 ..."), for logs, docs and failure messages."""
-    return "\n".join(f"r{rank}: " + " ".join(str(a) for a in actions) for rank, actions in enumerate(schedule))
+    return "\n".join(f"r{rank}: " + " ".join(slots(actions)) for rank, actions in enumerate(schedule))
+
+
+def rank_stages(rank: int, p: int, v: int, placement: Placement = "loop") -> list[int]:
+    """The virtual stages rank ``rank`` holds, chunk 0 first: ``loop`` c p + r, ``v`` mirrored on odd chunks."""
+    if placement == "v":
+        return [c * p + (rank if c % 2 == 0 else p - 1 - rank) for c in range(v)]
+    return [c * p + rank for c in range(v)]
+
+
+def stage_rank(stage: int, p: int, placement: Placement = "loop") -> int:
+    """The pipeline rank holding virtual stage ``stage``."""
+    if placement == "v" and (stage // p) % 2:
+        return p - 1 - stage % p
+    return stage % p
 
 
 def check_shape(p: int, m: int, v: int = 1) -> None:

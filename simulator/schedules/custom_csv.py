@@ -1,8 +1,10 @@
 """Custom schedules from a CSV action table: one row per pipeline rank, one action per cell, run left to right.
 
 Cells are actions as ``str(Action)`` writes them: F3 (forward of micro-batch 3), B3 (input-grad backward),
-W3 (weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1). Blank lines, blank cells and lines
-starting with '#' are skipped. The table fixes p (rows), m and v (largest micro-batch and chunk + 1).
+W3 (weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1), or an overlapped slot, a forward
+and a backward joined by '+' (F4+BW1c1). An optional first row ``placement,v`` puts the chunks in the V
+placement (default ``loop``). Blank lines, blank cells and lines starting with '#' are skipped. The table fixes
+p (rows), m and v (largest micro-batch and chunk + 1).
 """
 
 from __future__ import annotations
@@ -14,38 +16,54 @@ from pathlib import Path
 from simulator.config.yaml_source import read_user_text
 from simulator.errors import ScenarioError
 from simulator.schedules.base import (
+    PLACEMENTS,
     TABLE_FIELD,
+    Placement,
     Schedule,
     ScheduleBuilder,
-    parse_action,
+    parse_slot,
+    slots,
     validate_schedule,
 )
 
+PLACEMENT_ROW = "placement"
 
-def schedule_to_csv(schedule: Schedule) -> str:
-    """The schedule as CSV text that parse_schedule_csv reads back unchanged."""
+
+def schedule_to_csv(schedule: Schedule, placement: Placement = "loop") -> str:
+    """The schedule as CSV text that parse_schedule_csv reads back unchanged (with its placement row when the
+    chunks sit in the V placement)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
+    if placement != "loop":
+        writer.writerow((PLACEMENT_ROW, placement))
     for actions in schedule:
-        writer.writerow(str(action) for action in actions)
+        writer.writerow(slots(actions))
     return buffer.getvalue()
 
 
 def parse_schedule_csv(text: str, source: str = "") -> Schedule:
     """Read a CSV action table and check it is complete; ``source`` names the file in errors."""
+    return _read_table(text, source)[0]
+
+
+def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
     schedule: Schedule = []
     rank_lines: list[int] = []
+    placement: Placement = "loop"
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cells = [cell.strip() for cell in next(csv.reader([line])) if cell.strip()]
+        if cells[0].lower() == PLACEMENT_ROW and not schedule:
+            placement = _placement(cells[1:], source, line_number)
+            continue
         actions = []
         for cell in cells:
             try:
-                actions.append(parse_action(cell))
+                actions.extend(parse_slot(cell))
             except ValueError:
                 raise ScenarioError(f"'{cell}' is not an action", field=TABLE_FIELD, file=source,
-                                    line=line_number, allowed="F3, B3, W3, BW3, F0c1 ...") from None
+                                    line=line_number, allowed="F3, B3, W3, BW3, F0c1, F4+BW1c1 ...") from None
         schedule.append(actions)
         rank_lines.append(line_number)
     if not schedule or not any(schedule):
@@ -53,7 +71,15 @@ def parse_schedule_csv(text: str, source: str = "") -> Schedule:
                             allowed="one row of actions per pipeline rank")
     m, v = table_size(schedule)
     validate_schedule(schedule, len(schedule), m, v, field=TABLE_FIELD, file=source, rank_lines=rank_lines)
-    return schedule
+    return schedule, placement
+
+
+def _placement(cells: list[str], source: str, line: int) -> Placement:
+    for placement in PLACEMENTS:
+        if cells == [placement]:
+            return placement
+    raise ScenarioError(f"placement row names {', '.join(cells) or 'nothing'}", field=TABLE_FIELD, file=source,
+                        line=line, allowed=f"placement,{' or placement,'.join(PLACEMENTS)}")
 
 
 def table_size(schedule: Schedule) -> tuple[int, int]:
@@ -64,8 +90,17 @@ def table_size(schedule: Schedule) -> tuple[int, int]:
 
 def load_schedule_csv(path: str | Path) -> Schedule:
     """Read and check the CSV action table at ``path``."""
+    return _load_table(path)[0]
+
+
+def load_table_placement(path: str | Path) -> Placement:
+    """The placement the CSV action table at ``path`` asks for ('loop' unless it has a placement row)."""
+    return _load_table(path)[1]
+
+
+def _load_table(path: str | Path) -> tuple[Schedule, Placement]:
     text = read_user_text(path, ScenarioError, field=TABLE_FIELD, allowed="a readable UTF-8 CSV file")
-    return parse_schedule_csv(text, source=str(path))
+    return _read_table(text, source=str(path))
 
 
 def csv_schedule(path: str | Path) -> ScheduleBuilder:

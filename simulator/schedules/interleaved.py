@@ -1,22 +1,22 @@
-"""Interleaved 1F1B (Narayanan et al., SC21; Megatron's virtual pipeline): v model chunks per rank.
+"""Interleaved 1F1B (Narayanan et al., SC21; Megatron's virtual pipeline) and its zero-bubble form (Qi et al.,
+ICLR 2024, ZB1P): v model chunks per rank, as torch.distributed.pipelining runs them.
 
 Chunk c on rank r is virtual stage c * p + r. Micro-batches advance in groups of p: the k-th forward slot of a
 rank runs chunk (k mod p v) // p on micro-batch (k // p v) p + k mod p; backward slots walk the chunks in
-reverse. Rank r warms up with 2(p - r - 1) + (v - 1) p forwards (all of them when m = p). The bubble shrinks
-v-fold to (p - 1)(F + B) / v, at the price of more point-to-point traffic and activations.
+reverse. Rank r warms up with 2(p - r - 1) + (v - 1) p forwards, then alternates one forward and one backward,
+then drains the backwards. The bubble shrinks v-fold to (p - 1)(F + B) / v, at the price of more
+point-to-point traffic and activations. With v = 1 this is PyTorch's ScheduleInterleaved1F1B on one stage per
+rank, which warms up deeper than plain 1F1B (2(p - r - 1) forwards instead of p - r - 1).
+
+The zero-bubble form warms up with (p - r - 1) + (v - 1) p forwards, runs every backward as the input grad B
+alone, and rank r runs the weight grad W of its j-th backward right after its (j + r)-th backward (the rest at
+the end), so weight grads fill the slots where the plain form waits on its neighbours.
 """
 
 from __future__ import annotations
 
 from simulator.errors import ScenarioError
-from simulator.schedules.base import (
-    MICROBATCHES_FIELD,
-    VIRTUAL_STAGES_FIELD,
-    Action,
-    ActionKind,
-    Schedule,
-    check_shape,
-)
+from simulator.schedules.base import MICROBATCHES_FIELD, Action, ActionKind, Schedule, check_shape
 
 
 def _slot_action(kind: ActionKind, slot: int, p: int, v: int) -> Action:
@@ -29,31 +29,46 @@ def _slot_action(kind: ActionKind, slot: int, p: int, v: int) -> Action:
     return Action(kind, microbatch, chunk)
 
 
-def interleaved_warmup(p: int, m: int, v: int, rank: int) -> int:
-    """Forward slots rank ``rank`` runs before its first backward (Megatron's num_warmup_microbatches)."""
+def interleaved_warmup(p: int, m: int, v: int, rank: int, hops: int = 2) -> int:
+    """Forward slots rank ``rank`` runs before its first backward: (v - 1) p plus ``hops`` per rank away from
+    the last (Megatron's num_warmup_microbatches; PyTorch's _get_warmup_ops); Megatron runs every forward
+    first when m = p and v > 1."""
     total = m * v
-    if m == p:
+    if m == p and v > 1 and hops == 2:
         return total
-    return min(2 * (p - rank - 1) + (v - 1) * p, total)
+    return min(hops * (p - rank - 1) + (v - 1) * p, total)
+
+
+def _rank_order(p: int, m: int, v: int, rank: int, zero_bubble: bool) -> list[Action]:
+    total = m * v
+    warmup = interleaved_warmup(p, m, v, rank, hops=1 if zero_bubble else 2)
+    backward: ActionKind = "B" if zero_bubble else "BW"
+    actions = [_slot_action("F", k, p, v) for k in range(warmup)]
+    for k in range(total):
+        if warmup + k < total:
+            actions.append(_slot_action("F", warmup + k, p, v))
+        actions.append(_slot_action(backward, k, p, v))
+        if zero_bubble and k >= rank:
+            actions.append(_slot_action("W", k - rank, p, v))
+    if zero_bubble:
+        actions.extend(_slot_action("W", k, p, v) for k in range(max(total - rank, 0), total))
+    return actions
+
+
+def _check_groups(p: int, m: int, v: int) -> None:
+    check_shape(p, m, v)
+    if m % p:
+        raise ScenarioError(f"interleaved schedules need micro-batches in whole groups of p = {p}, got {m}",
+                            field=MICROBATCHES_FIELD, allowed=f"a multiple of {p}")
 
 
 def interleaved(p: int, m: int, v: int = 2) -> Schedule:
-    """Megatron's interleaved 1F1B order with whole backwards (BW); needs v >= 2 and m a multiple of p."""
-    check_shape(p, m, v)
-    if v < 2:
-        raise ScenarioError(f"interleaved 1F1B needs at least 2 chunks per rank, got {v}",
-                            field=VIRTUAL_STAGES_FIELD, allowed="2 or more (use '1f1b' for one chunk)")
-    if m % p:
-        raise ScenarioError(f"interleaved 1F1B needs micro-batches in whole groups of p = {p}, got {m}",
-                            field=MICROBATCHES_FIELD, allowed=f"a multiple of {p}")
-    total = m * v
-    schedule: Schedule = []
-    for rank in range(p):
-        warmup = interleaved_warmup(p, m, v, rank)
-        actions = [_slot_action("F", k, p, v) for k in range(warmup)]
-        for k in range(total - warmup):
-            actions.append(_slot_action("F", warmup + k, p, v))
-            actions.append(_slot_action("BW", k, p, v))
-        actions.extend(_slot_action("BW", k, p, v) for k in range(total - warmup, total))
-        schedule.append(actions)
-    return schedule
+    """Interleaved 1F1B with whole backwards (BW); needs m a multiple of p."""
+    _check_groups(p, m, v)
+    return [_rank_order(p, m, v, rank, zero_bubble=False) for rank in range(p)]
+
+
+def interleaved_zero_bubble(p: int, m: int, v: int = 2) -> Schedule:
+    """Interleaved zero bubble (ZB1P) with split backwards (B then W); needs m a multiple of p."""
+    _check_groups(p, m, v)
+    return [_rank_order(p, m, v, rank, zero_bubble=True) for rank in range(p)]

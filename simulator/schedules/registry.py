@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.errors import ScenarioError
-from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Schedule, ScheduleBuilder
-from simulator.schedules.custom_csv import csv_schedule
+from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Placement, Schedule, ScheduleBuilder
+from simulator.schedules.custom_csv import csv_schedule, load_table_placement
 from simulator.schedules.gpipe import gpipe
-from simulator.schedules.interleaved import interleaved
+from simulator.schedules.interleaved import interleaved, interleaved_zero_bubble
+from simulator.schedules.looped_bfs import looped_bfs
 from simulator.schedules.one_f_one_b import one_f_one_b
+from simulator.schedules.v_shape import dualpipe_v, zbv
 from simulator.schedules.zero_bubble import zb_h1
 
 CUSTOM_SCHEDULE = "custom"
@@ -19,7 +21,14 @@ SCHEDULES: dict[str, ScheduleBuilder] = {
     "1f1b": one_f_one_b,
     "interleaved": interleaved,
     "zb-h1": zb_h1,
+    "interleaved-zb": interleaved_zero_bubble,
+    "looped-bfs": looped_bfs,
+    "zbv": zbv,
+    "dualpipev": dualpipe_v,
 }
+
+V_PLACED = frozenset({"zbv", "dualpipev"})
+"""Schedules whose chunks sit in the V placement; every other one loops (chunk c of rank r is stage c p + r)."""
 
 
 def schedule_names() -> list[str]:
@@ -39,6 +48,14 @@ def get_schedule(name: str, table: str | Path | None = None) -> ScheduleBuilder:
     except KeyError:
         raise ScenarioError(f"unknown schedule '{name}'", field=SCHEDULE_FIELD,
                             allowed=", ".join(schedule_names())) from None
+
+
+def schedule_placement(name: str, table: str | Path | None = None) -> Placement:
+    """Which virtual stage each chunk holds for schedule ``name``: 'v' or 'loop'; a custom table says in its
+    optional placement row."""
+    if name == CUSTOM_SCHEDULE and table is not None:
+        return load_table_placement(table)
+    return "v" if name in V_PLACED else "loop"
 
 
 def build_schedule(name: str, p: int, m: int, v: int = 1, table: str | Path | None = None) -> Schedule:

@@ -1,10 +1,11 @@
 """An exact, dependency-driven "ideal executor" of pipeline schedules: fixed durations, optional fixed P2P delay.
 
 Used as the closed-form reference for tests and quick studies (the SimPy engine runs schedules for real).
-Dependencies, with virtual stage s = chunk * p + rank and S = p v stages: F(mb, s) needs F(mb, s - 1); the
-input-grad backward (B or BW) of (mb, s) needs that of (mb, s + 1), or F(mb, S - 1) on the last stage, and its own
-forward; W needs its own B. Each rank runs its list in order; an action starts when its rank is free and its
-dependencies are done (plus ``p2p`` when a dependency ran on another rank).
+Dependencies, with s the virtual stage an action's chunk holds under the placement and S = p v stages:
+F(mb, s) needs F(mb, s - 1); the input-grad backward (B or BW) of (mb, s) needs that of (mb, s + 1), or
+F(mb, S - 1) on the last stage, and its own forward; W needs its own B. Each rank runs its list in order; an
+action starts when its rank is free and its dependencies are done (plus ``p2p`` when a dependency ran on another
+rank). The two halves of an overlapped slot run back to back, each when its own input is there.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
-from simulator.schedules.base import Action, Schedule
+from simulator.schedules.base import Action, Placement, Schedule, rank_stages
 
 _Key = tuple[str, int, int]  # (kind, micro-batch, virtual stage)
 
@@ -38,8 +39,9 @@ class ScheduleTiming:
 
 
 def simulate_schedule(schedule: Schedule, f: float, b: float, w: float = 0.0, p2p: float = 0.0,
-                      v: int | None = None) -> ScheduleTiming:
+                      v: int | None = None, placement: Placement = "loop") -> ScheduleTiming:
     """Run ``schedule`` with per-stage durations f (forward), b (input grad) and w (weight grad); BW lasts b + w.
+    ``placement`` says which virtual stage each chunk of a rank holds (see schedules.base.rank_stages).
 
     With v chunks per rank (inferred from the largest chunk index when not given) every chunk action lasts 1/v of
     its per-stage duration. Bubble fraction is the mean over ranks of idle time / makespan. Peak in-flight counts,
@@ -52,12 +54,14 @@ def simulate_schedule(schedule: Schedule, f: float, b: float, w: float = 0.0, p2
     if v is None:
         v = 1 + max((a.chunk for rank in schedule for a in rank), default=0)
     durations = {"F": f / v, "B": b / v, "W": w / v, "BW": (b + w) / v}
-    grad_kind = {(a.microbatch, a.chunk * p + r): a.kind for r, rank in enumerate(schedule) for a in rank
+    stages = [rank_stages(r, p, v, placement) for r in range(p)]
+    owner = {stage: r for r in range(p) for stage in stages[r]}
+    grad_kind = {(a.microbatch, stages[r][a.chunk]): a.kind for r, rank in enumerate(schedule) for a in rank
                  if a.kind in ("B", "BW")}
     last_stage = p * v - 1
 
     def dependencies(action: Action, rank: int) -> list[_Key]:
-        stage = action.chunk * p + rank
+        stage = stages[rank][action.chunk]
         mb = action.microbatch
         if action.kind == "F":
             return [("F", mb, stage - 1)] if stage > 0 else []
@@ -84,10 +88,10 @@ def simulate_schedule(schedule: Schedule, f: float, b: float, w: float = 0.0, p2
                     break
                 start = free_at[rank]
                 for dep in deps:
-                    delay = p2p if dep[2] % p != rank else 0.0
+                    delay = p2p if owner[dep[2]] != rank else 0.0
                     start = max(start, finished[dep] + delay)
                 end = start + durations[action.kind]
-                finished[(action.kind, action.microbatch, action.chunk * p + rank)] = end
+                finished[(action.kind, action.microbatch, stages[rank][action.chunk])] = end
                 timelines[rank].append(TimedAction(action, start, end))
                 free_at[rank] = end
                 next_index[rank] += 1

@@ -149,8 +149,8 @@ def estimate_step_s(step: TrainingStep, topology: Topology) -> float:
     per_rank, params = [], []
     for pp_rank in range(layout.pp):
         seconds = held = 0.0
-        for chunk in range(plan.virtual_stages):
-            for block in plan.stages[chunk * layout.pp + pp_rank].blocks:
+        for vstage in plan.rank_stages(pp_rank):
+            for block in plan.stages[vstage].blocks:
                 seconds += block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
                 seconds += TP_COLLECTIVES_PER_BLOCK * (layout.tp - 1) / layout.tp * block.tp_bytes / tp_rate
                 seconds += 2 * (layout.cp - 1) / layout.cp * block.cp_bytes / cp_rate

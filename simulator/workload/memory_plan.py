@@ -37,7 +37,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     sharding = replace(plan.sharding, stage=stage)
     result = []
     for pp_rank in range(layout.pp):
-        vstages = [c * layout.pp + pp_rank for c in range(plan.virtual_stages)]
+        vstages = plan.rank_stages(pp_rank)
         layers = sum(counts[vs] for vs in vstages)
         chunks_in_flight = peak_in_flight(plan.schedule[pp_rank])
         in_flight = chunks_in_flight / plan.virtual_stages

@@ -15,7 +15,8 @@ from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import Sharding
-from simulator.schedules.registry import build_schedule
+from simulator.schedules.base import Placement, rank_stages
+from simulator.schedules.registry import build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.experts import moe_report, plan_experts
@@ -151,14 +152,16 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
             raise _invalid("training.global_batch", f"{exc.problem} (micro-batches = global_batch / "
                            f"(micro_batch x dp) = {m})", exc.allowed) from None
         raise
+    placement = schedule_placement(par.pipeline.schedule, table)
     if table is not None:
-        check_schedule_runs(schedule)
+        check_schedule_runs(schedule, placement)
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(scenario, layout, topology, PRECISION_BYTES[training.precision])
     warnings = layout_warnings(layout, topology, sharding, hybrid=par.fsdp == "hybrid_shard")
     if isinstance(source, SyntheticModel):
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
-        plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp)
+        plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
+                        placement=placement)
         return TrainingStep(plan, None, gpu, 0.0, 0.0, training.seq_len, training.micro_batch, warnings)
     model = source
     _check_heads(model, layout)
@@ -177,20 +180,21 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                                 par.cp_load_balance, experts.layer if experts else None)
     shard_ways = sharding.degree if sharding.stage >= 1 else 1
     seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
-    optimizer_s = tuple(sum(stage_params(stages[c * layout.pp + stage]) for c in range(v)) / shard_ways
+    held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
+    optimizer_s = tuple(sum(stage_params(stages[vstage]) for vstage in held[stage]) / shard_ways
                         * seconds_per_param for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
     overlap = tp_overlap(gpu.name) if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
-                    recompute_comm=training.recompute == "full", tp_overlap=overlap)
+                    recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = _model_flops(model, training.seq_len) * tokens
     report = None
     if experts is not None:
         report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
-                            max(sum(counts[c * layout.pp + s] for c in range(v)) for s in range(layout.pp)), m)
+                            max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m)
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
                         warnings, report)
 
@@ -200,10 +204,10 @@ def stage_params(work) -> float:
     return work.params + sum(block.experts.params for block in work.blocks if block.experts is not None)
 
 
-def check_schedule_runs(schedule) -> None:
+def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
     """A custom action table must run to completion: try it with unit costs in the exact schedule executor."""
     try:
-        simulate_schedule(schedule, 1.0, 1.0, 1.0)
+        simulate_schedule(schedule, 1.0, 1.0, 1.0, placement=placement)
     except SimulationError as exc:
         raise _invalid("parallelism.pipeline.table", f"the schedule cannot run: {exc}",
                        "an action order in which every dependency can be met") from None
