@@ -18,6 +18,7 @@ from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
 from simulator.config.sections import Section
 from simulator.config.traces import TraceWorkload
+from simulator.config.training_options import Optimizer, Precision, Recompute
 from simulator.errors import InputError
 from simulator.schedules.registry import schedule_names
 from simulator.units import parse_duration, parse_size
@@ -193,9 +194,9 @@ class TrainingConfig(Section):
     global_batch: int | None = Field(default=None, ge=1)
     micro_batch: int = Field(default=1, ge=1)
     microbatches: int | None = Field(default=None, ge=1, le=MAX_MICROBATCHES)
-    precision: Literal["bf16", "fp16", "fp8", "fp32"] = "bf16"
-    recompute: Literal["none", "selective", "full"] = "none"
-    optimizer: Literal["adam", "sgd"] = "adam"
+    precision: Precision = "bf16"
+    recompute: Recompute = "none"
+    optimizer: Optimizer = "adam"
     attention: Literal["flash", "standard"] = "flash"
     loss_scaling: LossScalingConfig | None = None
 

@@ -16,9 +16,10 @@ class StepProgram:
     """Per-rank ordered ops on streams with their dependencies (process groups live on the collectives), and
     what the metrics need to turn a timeline into a summary.
 
-    ``ranks`` are the ranks that have ops; with folding they stand for every rank of their pipeline stage
-    (``stage_of_rank``), and the collectives' mirrors carry the other replicas' traffic. ``world`` is the
-    number of GPUs the step spans. Streams in ``async_streams`` run each op in its own process (isend/irecv).
+    ``ranks`` are the ranks that have ops; with folding each stands for the ranks of its pipeline stage (its
+    TP, CP and DP peers run the same program), and the collectives' mirrors carry the other replicas' traffic.
+    ``world`` is the number of GPUs the step spans. Streams in ``async_streams`` run each op in its own
+    process (isend/irecv).
     ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
     ``details`` holds further summary entries that describe the step (``layout``, ``trace``...).
     ``layout`` is the TP x CP x PP x DP placement when the producer has one (stragglers fold by it).
@@ -27,7 +28,6 @@ class StepProgram:
     ops: tuple[Op, ...]
     world: int
     ranks: tuple[int, ...]
-    stage_of_rank: Mapping[int, int]
     tokens_per_step: float
     model_flops_per_step: float
     peak_flops: float

@@ -13,12 +13,14 @@ import math
 from dataclasses import dataclass
 
 from simulator.catalog.models import ModelSpec
+from simulator.config.training_options import OPTIMIZERS, PRECISIONS, RECOMPUTE_MODES, Optimizer, Precision, Recompute
 from simulator.errors import ScenarioError
 from simulator.parallel.sharding import ZERO_STAGES, Sharding
-from simulator.workload.transformer import RECOMPUTE_MODES, ShardShape, kv_heads_per_rank, validate_shard
+from simulator.workload.transformer import ShardShape, kv_heads_per_rank, validate_shard
 
-OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
-STATE_PRECISIONS = ("bf16", "fp16", "fp8", "fp32")
+OPTIMIZER_MOMENT_BYTES: dict[Optimizer, float] = {"adam": 8.0, "adamw": 8.0, "sgd": 0.0, "sgd_momentum": 4.0}
+"""fp32 optimizer state per parameter beside the master weights: Adam/AdamW's momentum and variance, SGD's
+momentum."""
 
 
 UNSHARDED = Sharding()
@@ -55,29 +57,29 @@ class MemoryBreakdown:
         return self.model_state + self.activations + self.buffers
 
 
-def state_bytes_per_param(precision: str = "bf16", optimizer: str = "adam") -> StateBytes:
+def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = "adam") -> StateBytes:
     """Bytes per parameter for a training precision and optimizer.
 
     16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, 2 B grads and a 4 B fp32
     master copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy.
     Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
     """
-    if precision not in STATE_PRECISIONS:
+    if precision not in PRECISIONS:
         raise ScenarioError(
-            f"unknown precision {precision!r}", field="training.precision", allowed=", ".join(STATE_PRECISIONS)
+            f"unknown precision {precision!r}", field="training.precision", allowed=", ".join(PRECISIONS)
         )
     if optimizer not in OPTIMIZERS:
         raise ScenarioError(
             f"unknown optimizer {optimizer!r}", field="training.optimizer", allowed=", ".join(OPTIMIZERS)
         )
-    moments = {"adam": 8.0, "adamw": 8.0, "sgd_momentum": 4.0, "sgd": 0.0}[optimizer]
+    moments = OPTIMIZER_MOMENT_BYTES[optimizer]
     if precision == "fp32":
         return StateBytes(4.0, 4.0, moments)
     return StateBytes(2.0, 2.0, 4.0 + moments)
 
 
 def model_state_memory(
-    num_params: float, sharding: Sharding = UNSHARDED, precision: str = "bf16", optimizer: str = "adam"
+    num_params: float, sharding: Sharding = UNSHARDED, precision: Precision = "bf16", optimizer: Optimizer = "adam"
 ) -> MemoryBreakdown:
     """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``."""
     if sharding.stage not in ZERO_STAGES:
@@ -123,7 +125,7 @@ def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_
     return total
 
 
-def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: str = "none") -> float:
+def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute = "none") -> float:
     """Bytes one layer keeps for the backward pass of one micro-batch on one rank.
 
     For a GPT layer (FFN 4h, multi-head attention, dropout, 16-bit) this is Korthikanti et al.'s
@@ -173,10 +175,10 @@ def rank_memory(
     *,
     layers: int,
     in_flight: float,
-    recompute: str = "none",
+    recompute: Recompute = "none",
     sharding: Sharding = UNSHARDED,
-    precision: str = "bf16",
-    optimizer: str = "adam",
+    precision: Precision = "bf16",
+    optimizer: Optimizer = "adam",
     first_stage: bool = True,
     last_stage: bool = True,
     buffer_bytes: float = 0.0,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.config.schema import Scenario
+from simulator.config.schema import Scenario, TrainingConfig
+from simulator.config.training_options import Recompute
 from simulator.schedules.timing import peak_in_flight
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
@@ -56,7 +57,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     return result
 
 
-def stored_activations(training) -> str:
+def stored_activations(training: TrainingConfig) -> Recompute:
     """The recompute mode whose activation accounting applies: flash attention keeps no score matrix for the
     backward, which saves exactly what selective recompute saves."""
     if training.attention == "flash" and training.recompute == "none":

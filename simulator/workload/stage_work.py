@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
+from simulator.config.training_options import Precision, Recompute
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork
@@ -40,7 +41,7 @@ class CostContext:
     """What a kernel's duration depends on besides its shape."""
 
     gpu: GPUSpec
-    precision: str
+    precision: Precision
     efficiency: Efficiency = Efficiency()
     attention: AttentionCost = AttentionCost()
 
@@ -132,7 +133,7 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
                             recompute_flops=flops(kernels.recompute), kv_bytes=kv_bytes)
 
 
-def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext,
+def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: CostContext,
                        counts: list[int], cp_algorithm: str = "ring", cp_balanced: bool = True,
                        moe: MoELayer | None = None) -> tuple[StageWork, ...]:
     """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i; with

@@ -11,6 +11,7 @@ from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
 from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
+from simulator.config.training_options import Optimizer, Precision
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
@@ -23,12 +24,14 @@ from simulator.workload.experts import moe_report, plan_experts
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
-PRECISION_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 """Bytes of a stored or communicated element (activations, weights, gradients) per training precision: fp8
 training runs its GEMMs in fp8 but keeps activations, weights and gradients, and their messages, in 16 bits."""
-OPTIMIZER_BYTES_PER_PARAM = {"adam": 32.0, "sgd": 12.0}
+OPTIMIZER_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 32.0, "adamw": 32.0, "sgd": 12.0, "sgd_momentum": 20.0}
 """HBM bytes the optimizer step touches per local parameter. Adam: read fp32 master, m, v and grad (16 B),
-write master, m, v (12 B) and the 16-bit copy (2-4 B). SGD: read master and grad, write master (12 B)."""
+write master, m, v (12 B) and the 16-bit copy (2-4 B); AdamW the same (its decoupled weight decay is one more
+term on the master weight it already reads). SGD: read master and grad, write master (12 B); with momentum it
+also reads and writes the momentum (20 B)."""
 HBM_STREAM_EFFICIENCY = 0.85
 """Fraction of HBM bandwidth a streaming optimizer kernel reaches."""
 

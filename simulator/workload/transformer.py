@@ -13,10 +13,10 @@ import math
 from dataclasses import dataclass
 
 from simulator.catalog.models import ModelSpec
+from simulator.config.training_options import RECOMPUTE_MODES, Recompute
 from simulator.errors import ScenarioError
 
 KERNEL_KINDS = ("matmul", "attention", "elementwise")
-RECOMPUTE_MODES = ("none", "selective", "full")
 
 # FLOPs per element of the elementwise kernels (forward, backward); they are memory-bound, the counts are nominal.
 _NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
@@ -250,7 +250,7 @@ def _renamed(kernels: tuple[Kernel, ...], prefix: str) -> tuple[Kernel, ...]:
 
 
 def layer_kernels(
-    model: ModelSpec, shard: ShardShape, recompute: str = "none", cost: AttentionCost = AttentionCost()
+    model: ModelSpec, shard: ShardShape, recompute: Recompute = "none", cost: AttentionCost = AttentionCost()
 ) -> PassKernels:
     """Kernels of one transformer layer for one micro-batch on one rank.
 

@@ -33,7 +33,6 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     memory = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
                             [layout.rank_of(pp=stage) for stage in range(layout.pp)])
     return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
-                       stage_of_rank={rank: layout.coords(rank)["pp"] for rank in ranks},
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,

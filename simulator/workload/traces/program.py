@@ -20,6 +20,7 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency as calibrated_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.config.traces import TraceWorkload
+from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
@@ -34,8 +35,8 @@ from simulator.workload.transformer import Kernel
 READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
 GROUP_KINDS = ("tp", "cp", "pp", "ep", "dp")
 HOST_CATEGORY = "host"
-GEMM_PRECISIONS = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16",
-                   "half": "fp16"}
+GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
+                                         "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
 PEAK_PRECISION = "bf16"
 """Compute is scaled between GPUs by their dense peaks at this precision."""
@@ -103,7 +104,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "recosted_gemms": builder.recosted}}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     tokens = (config.tokens_per_step or 0) * world / traced_world
-    return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks, stage_of_rank=dict.fromkeys(ranks, 0),
+    return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks,
                        tokens_per_step=tokens, model_flops_per_step=tokens * (config.model_flops_per_token or 0.0),
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=frozenset({P2P_STREAM}), folded=len(ranks) < world, warnings=warnings,
@@ -119,7 +120,7 @@ def compute_scale(config: TraceWorkload, topology: Topology) -> float:
     return scale
 
 
-def gemm_duration(shape: tuple[int, int, int, int], precision: str, gpu: GPUSpec) -> float:
+def gemm_duration(shape: tuple[int, int, int, int], precision: Precision, gpu: GPUSpec) -> float:
     """The kernel model's time for a (batch, m, n, k) matrix multiply on ``gpu``: 2bmnk FLOPs, the two
     operands read and the product written once."""
     batch, m, n, k = shape

@@ -1,0 +1,53 @@
+"""The `training:` option sets are defined once (config/training_options.py): every table keyed by one covers
+exactly its members, the schema accepts each member and nothing else, and the optimizers' costs follow their
+bytes per parameter exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.config.loader import scenario_from_text
+from simulator.config.training_options import OPTIMIZERS, PRECISIONS
+from simulator.simulation import build_topology
+from simulator.workload.memory import OPTIMIZER_MOMENT_BYTES
+from simulator.workload.memory_plan import stage_memory
+from simulator.workload.training import OPTIMIZER_BYTES_PER_PARAM, PRECISION_BYTES, build_training_step
+
+LLAMA_8B_DP8 = """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, pp: 1, dp: 8, zero: 0}
+"""
+
+
+def test_tables_cover_each_option_set_exactly():
+    assert tuple(PRECISION_BYTES) == PRECISIONS
+    assert tuple(OPTIMIZER_BYTES_PER_PARAM) == OPTIMIZERS
+    assert tuple(OPTIMIZER_MOMENT_BYTES) == OPTIMIZERS
+
+
+def _optimizer_costs(optimizer: str) -> tuple[float, float, float]:
+    """(optimizer step seconds, optimizer state bytes, parameters) of the one pipeline stage."""
+    loaded = scenario_from_text(LLAMA_8B_DP8, "inline.yaml", [f"training.optimizer={optimizer}"])
+    step = build_training_step(loaded.scenario, build_topology(loaded))
+    (breakdown, _), = stage_memory(loaded.scenario, step)
+    return step.plan.optimizer_s[0], breakdown.optimizer, breakdown.params / 2
+
+
+def test_each_optimizer_costs_its_bytes_per_parameter():
+    """Mixed precision, no sharding: optimizer state = (4 B master + moments) per parameter; the step streams
+    32, 32, 12 and 20 B per parameter through HBM, so its time scales by exactly those bytes."""
+    costs = {optimizer: _optimizer_costs(optimizer) for optimizer in OPTIMIZERS}
+    params = costs["adam"][2]
+    for optimizer, (seconds, state, _) in costs.items():
+        assert state == pytest.approx((4 + OPTIMIZER_MOMENT_BYTES[optimizer]) * params, rel=1e-12)
+        assert seconds / costs["sgd"][0] == pytest.approx(OPTIMIZER_BYTES_PER_PARAM[optimizer] / 12.0, rel=1e-12)
+    assert costs["adamw"] == costs["adam"]
+    assert costs["sgd_momentum"][1] == pytest.approx(2 * costs["sgd"][1], rel=1e-12)
+
+
+def test_an_optimizer_outside_the_set_is_refused_at_load(validation_error):
+    error = validation_error(LLAMA_8B_DP8, "training.optimizer=lion")
+    assert error.field == "training.optimizer"
+    assert all(optimizer in error.allowed for optimizer in OPTIMIZERS)
