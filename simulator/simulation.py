@@ -20,7 +20,7 @@ from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
-from simulator.engine.sharing import mark_private, prune_mirrors
+from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.errors import InputError, TopologyError
 from simulator.metrics.events import EventLog
 from simulator.network.calibration import resolve_efficiency
@@ -91,9 +91,9 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
     plans = plan_cache(topology, settings)
-    prune_mirrors(ops, plans.links)
-    if faults is None or not faults.changes_network:
-        mark_private(ops, plans.links, async_streams)
+    mirrors = kept_mirrors(ops, plans.links)
+    replays = faults is None or not faults.changes_network
+    private = private_collectives(ops, plans.links, async_streams, mirrors) if replays else frozenset()
     if faults is not None:
         faults.install(env, network)
     runner = PlanRunner(network, topology)
@@ -107,6 +107,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         async_streams=async_streams,
         compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
         progress=progress,
+        sharing=Sharing(mirrors, private),
     )
     return engine.run(ops), network
 
@@ -264,9 +265,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
     if reason or not needs_isolation:
         return slowdowns, reason
-    ops = list(program.ops)
-    prune_mirrors(ops, plan_cache(topology, settings).links)
-    if any(isinstance(op, CollectiveOp) and op.mirrors for op in ops):
+    if any(kept_mirrors(program.ops, plan_cache(topology, settings).links).values()):
         return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
     return slowdowns, ""
 

@@ -15,6 +15,7 @@ import simpy
 
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
+from simulator.engine.sharing import Sharing
 from simulator.errors import SimulationError
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
@@ -51,12 +52,13 @@ class Engine:
     mirrors; ``plans`` turns a collective op into phases (shared with the caller's analysis). Ops on
     ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done.
     ``compute_duration`` (rank, duration, now) -> seconds is the straggler hook: how long a kernel of nominal
-    ``duration`` starting now takes on that rank. The run ends when the last op finishes, even if fault events
-    are still scheduled later."""
+    ``duration`` starting now takes on that rank. ``sharing`` says which mirrors each collective keeps and
+    which collectives run alone on their links (engine/sharing.py). The run ends when the last op finishes,
+    even if fault events are still scheduled later."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
-                 log: EventLog, async_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
-                 compute_duration: Callable[[int, float, float], float] | None = None,
+                 log: EventLog, sharing: Sharing, async_streams: frozenset[str] = frozenset(),
+                 isolated: Callable | None = None, compute_duration: Callable[[int, float, float], float] | None = None,
                  progress: Callable[[int, int], None] | None = None):
         self.env = env
         self.progress = progress
@@ -67,6 +69,7 @@ class Engine:
         self.log = log
         self.async_streams = async_streams
         self.isolated = isolated
+        self.sharing = sharing
         self._isolated_runs: dict[tuple, tuple] = {}
         self._done: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
@@ -183,10 +186,11 @@ class Engine:
         which share the fabric with it), all at once."""
         op = meeting.template
         start = self.env.now
-        if op.private and self.isolated is not None:
+        mirrors = self.sharing.mirrors_of(op)
+        if self.isolated is not None and op.id in self.sharing.private:
             yield from self._replay(op, self.isolated)
-        elif op.mirrors:
-            yield from self.run_plans(self.env, self.plans.mirrored_phases(op), op.key)
+        elif mirrors:
+            yield from self.run_plans(self.env, self.plans.mirrored_phases(op, mirrors), op.key)
         else:
             yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
         for rank in meeting.arrived:

@@ -56,15 +56,16 @@ class PlanCache:
                                                          self.resolved_algorithm(op, group))
         return phases
 
-    def mirrored_phases(self, op: CollectiveOp) -> list[list[Phase]]:
-        """The plans of ``op`` over its group and each of its mirrors, in that order. Ops of one shape share
-        their group and mirror tuples, so the list is found by those objects' identities rather than by hashing
-        every mirror group at every instance (the tuples are kept referenced, so the identities stay unique)."""
-        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(op.mirrors))
+    def mirrored_phases(self, op: CollectiveOp, mirrors: tuple[tuple[int, ...], ...]) -> list[list[Phase]]:
+        """The plans of ``op`` over its group and each of its (kept) ``mirrors``, in that order. Ops of one shape
+        share their group and mirror tuples, so the list is found by those objects' identities rather than by
+        hashing every mirror group at every instance (the tuples are kept referenced, so the identities stay
+        unique)."""
+        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(mirrors))
         found = self._mirrored.get(key)
         if found is None:
-            plans = [self.phases(op, group) for group in (op.group, *op.mirrors)]
-            found = self._mirrored[key] = (op.group, op.mirrors, plans)
+            plans = [self.phases(op, group) for group in (op.group, *mirrors)]
+            found = self._mirrored[key] = (op.group, mirrors, plans)
         return found[2]
 
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:

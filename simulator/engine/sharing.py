@@ -1,5 +1,6 @@
 """Which collectives can meet on a link: prune folded mirrors that never share a link with simulated traffic,
-and mark collectives whose links nothing else uses, so the engine can time them once and replay them.
+and find the collectives whose links nothing else uses, so the engine can time them once and replay them. The
+verdict is a `Sharing` kept beside the program: the program's ops are never changed.
 
 Both are exact under the flow model: a flow's rate depends only on the flows it shares links with, so a mirror
 whose links (and those of everything it touches) are disjoint from the simulated ranks' traffic cannot change
@@ -8,7 +9,8 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from simulator.engine.groups import GroupIds
 from simulator.program.ops import CollectiveOp, Op
@@ -18,11 +20,27 @@ LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
 differently for small and large messages, so every distinct size of a group is asked)."""
 
 
-def prune_mirrors(ops: Sequence[Op], links_of: LinkSet) -> None:
-    """Keep only the mirrors connected, through shared links, to the traffic of the simulated ranks."""
+Mirrors = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The sharing analysis of one run: the mirrors each collective op keeps after pruning (by op id; an op
+    without mirrors is absent) and the ids of the collective ops that run alone on their links."""
+
+    mirrors: Mapping[int, Mirrors] = field(default_factory=dict)
+    private: frozenset[int] = frozenset()
+
+    def mirrors_of(self, op: CollectiveOp) -> Mirrors:
+        return self.mirrors.get(op.id, ())
+
+
+def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
+    """The mirrors of each collective op connected, through shared links, to the traffic of the simulated
+    ranks (by op id, for the ops that have mirrors)."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     if not any(op.mirrors for op in collectives):
-        return
+        return {}
     group_ids = GroupIds()
     reached: set[int] = set()
     candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
@@ -50,14 +68,16 @@ def prune_mirrors(ops: Sequence[Op], links_of: LinkSet) -> None:
                 fresh = mirror_links[key] - reached
                 reached |= fresh
                 frontier.extend(fresh)
-    pruned: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+    pruned: dict[tuple, Mirrors] = {}
+    kept_by_op: dict[int, Mirrors] = {}
     for op in collectives:
         if op.mirrors:
             shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
             mirrors = pruned.get(shape)
             if mirrors is None:
                 mirrors = pruned[shape] = tuple(m for m in op.mirrors if shape[:4] + (m,) in kept)
-            op.mirrors = mirrors
+            kept_by_op[op.id] = mirrors
+    return kept_by_op
 
 
 def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
@@ -66,25 +86,28 @@ def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int
     return frozenset()
 
 
-def mark_private(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str]) -> None:
-    """Mark collectives whose links no other group's traffic uses and whose instances never overlap (every
-    member issues them from one in-order stream), so each one runs alone on its links."""
+def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
+                        mirrors: Mapping[int, Mirrors]) -> frozenset[int]:
+    """Ids of the collective ops (with their kept ``mirrors``) whose links no other group's traffic uses and
+    whose instances never overlap (every member issues them from one in-order stream), so each one runs alone
+    on its links."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    op_mirrors = [mirrors.get(op.id, ()) for op in collectives]
     group_ids = GroupIds()
     op_group = [group_ids.id(op.group) for op in collectives]
-    if len(set(op_group)) == 1 and not any(op.mirrors for op in collectives):
+    if len(set(op_group)) == 1 and not any(op_mirrors):
         links_of = _no_other_group
     streams: dict[int, set[tuple[int, str]]] = {}
     group_links: dict[int, set[int]] = {}
     seen: set[tuple] = set()
     shapes_seen: set[tuple] = set()
-    for op, gid in zip(collectives, op_group):
+    for op, gid, kept in zip(collectives, op_group, op_mirrors):
         streams.setdefault(gid, set()).add((op.rank, op.stream))
-        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(op.mirrors))
+        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
         if op_shape in shapes_seen:
             continue
         shapes_seen.add(op_shape)
-        for group in (op.group, *op.mirrors):
+        for group in (op.group, *kept):
             member = group_ids.id(group)
             shape = (op.op, op.algorithm, op.root, op.nbytes, member)
             if shape not in seen:
@@ -94,11 +117,14 @@ def mark_private(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[
     for gid, links in group_links.items():
         for link in links:
             link_groups.setdefault(link, set()).add(gid)
-    private: dict[int, bool] = {}
-    for op, gid in zip(collectives, op_group):
-        verdict = private.get(gid)
+    verdicts: dict[int, bool] = {}
+    private = []
+    for op, gid, kept in zip(collectives, op_group, op_mirrors):
+        verdict = verdicts.get(gid)
         if verdict is None:
             names = {stream for _, stream in streams[gid]}
             alone = all(len(link_groups[link]) == 1 for link in group_links[gid])
-            verdict = private[gid] = alone and len(names) == 1 and not names & async_streams
-        op.private = verdict and not op.mirrors
+            verdict = verdicts[gid] = alone and len(names) == 1 and not names & async_streams
+        if verdict and not kept:
+            private.append(op.id)
+    return frozenset(private)

@@ -44,8 +44,8 @@ class CollectiveOp(Op):
 
     ``key`` is shared by every member's op; ``nbytes`` is the per-rank buffer size (nccl-tests convention).
     Members without ops (folded ranks) are not waited for. ``mirrors`` are the groups of the same collective
-    among folded replicas: their flows run alongside, so the fabric sees every replica's traffic. ``private``
-    marks a collective that always runs alone on its links (see engine/sharing.py).
+    among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
+    runs those engine/sharing.py keeps).
     """
 
     op: str = "all_reduce"
@@ -55,4 +55,3 @@ class CollectiveOp(Op):
     algorithm: str = "auto"
     root: int = 0
     mirrors: tuple[tuple[int, ...], ...] = ()
-    private: bool = False
