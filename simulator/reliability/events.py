@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "maintenance", "degraded")
+KIND_CODE = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 
 
 class JobEvents:
@@ -31,30 +32,34 @@ class JobEvents:
 
     def frame(self) -> pd.DataFrame:
         """All rows, sorted by replication and start time (stable: logging order breaks ties)."""
-        replication, kind, cause, start, end, step, lost, hosts = (list(c) for c in zip(*self.rows)) if self.rows \
-            else ([], [], [], [], [], [], [], [])
+        columns = list(zip(*self.rows)) if self.rows else [()] * 8
+        replication = np.asarray(columns[0], dtype=np.int32)
+        kind = np.asarray([KIND_CODE[k] for k in columns[1]], dtype=np.int8)
+        cause = np.asarray(columns[2], dtype=object)
+        start, end, step, lost = (np.asarray(c, dtype=float) for c in columns[3:7])
+        hosts = np.asarray(columns[7], dtype=np.int64)
         if self.blocks:
             rep, a, b, s, p, k, n = (np.asarray(c) for c in zip(*self.blocks))
             counts = n.astype(np.int64)
-            j = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-            replication += np.repeat(rep, counts).tolist()
-            start += (np.repeat(a, counts) + j * np.repeat(p, counts)).tolist()
-            end += (np.repeat(b, counts) + j * np.repeat(p, counts)).tolist()
-            step += (np.repeat(s, counts) + j * np.repeat(k, counts)).tolist()
             total = int(counts.sum())
-            kind += ["checkpoint"] * total
-            cause += [""] * total
-            lost += [0.0] * total
-            hosts += [0] * total
-        frame = pd.DataFrame({
-            "replication": np.asarray(replication, dtype=np.int32),
-            "kind": pd.Categorical(kind, categories=EVENT_KINDS),
-            "cause": pd.Series(cause, dtype=object),
-            "start_s": np.asarray(start, dtype=float),
-            "end_s": np.asarray(end, dtype=float),
-            "step": np.asarray(step, dtype=float),
-            "lost_work_s": np.asarray(lost, dtype=float),
-            "hosts": np.asarray(hosts, dtype=np.int64),
+            j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+            period = np.repeat(p, counts)
+            replication = np.concatenate([replication, np.repeat(rep, counts).astype(np.int32)])
+            kind = np.concatenate([kind, np.full(total, KIND_CODE["checkpoint"], dtype=np.int8)])
+            cause = np.concatenate([cause, np.full(total, "", dtype=object)])
+            start = np.concatenate([start, np.repeat(a, counts) + j * period])
+            end = np.concatenate([end, np.repeat(b, counts) + j * period])
+            step = np.concatenate([step, np.repeat(s, counts) + j * np.repeat(k, counts)])
+            lost = np.concatenate([lost, np.zeros(total)])
+            hosts = np.concatenate([hosts, np.zeros(total, dtype=np.int64)])
+        order = np.lexsort((start, replication))
+        return pd.DataFrame({
+            "replication": replication[order],
+            "kind": pd.Categorical.from_codes(kind[order], categories=EVENT_KINDS),
+            "cause": pd.Series(cause[order], dtype=object),
+            "start_s": start[order],
+            "end_s": end[order],
+            "step": step[order],
+            "lost_work_s": lost[order],
+            "hosts": hosts[order],
         })
-        order = np.lexsort((frame["start_s"].to_numpy(), frame["replication"].to_numpy()))
-        return frame.iloc[order].reset_index(drop=True)
