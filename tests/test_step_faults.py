@@ -214,7 +214,12 @@ def test_the_job_simulation_api_returns_outcomes_and_caches_by_faults():
         .summary["step_time_s"], rel=1e-12)
     failed = perturbed_step(loaded, StepFaults(gpu_failures=(GpuFailure(gpu=3, at="1 ms"),)))
     assert (failed.step_time_s, failed.aborted_at_s, failed.reason) == (None, 1e-3, "GPU 3 (h0/gpu3) failed")
-    split = perturbed_step(loaded, StepFaults(links=(LinkFault(uplinks_of="leaf0.r0"),)))
+    # a rail's leaf cut off: its GPUs reach the fabric over NVLink through their peers' NICs (PXN), slower
+    rail = perturbed_step(loaded, StepFaults(links=(LinkFault(uplinks_of="leaf0.r0"),)))
+    healthy = perturbed_step(loaded, StepFaults()).step_time_s
+    assert rail.step_time_s > healthy and rail.summary["faults"]["rerouted_routes"] > 0
+    pod = StepFaults(links=tuple(LinkFault(uplinks_of=f"leaf0.r{rail}") for rail in range(8)))
+    split = perturbed_step(loaded, pod)
     assert split.aborted_at_s == 0 and "cannot reach" in split.reason
 
 

@@ -9,6 +9,7 @@ decided in `simulator/reliability/components.py`; these classes only check each 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
@@ -20,10 +21,34 @@ from simulator.units import parse_bandwidth, parse_duration, parse_size
 UNIT_KINDS = ("gpu", "host", "nic", "leaf_switch", "spine_switch", "cable")
 """What a component class is counted in on the job's topology graph."""
 
-EFFECTS = ("replace", "restart", "degrade")
-"""What a failure does: `replace` interrupts the job and sends the hosts in its blast radius to repair;
-`restart` interrupts the job and replaces nothing (software); `degrade` keeps the job running on less
-bandwidth until the repair (spine switches)."""
+
+
+class Effect(StrEnum):
+    """What a failure of a component class does to the job: the one definition of the option set."""
+
+    REPLACE = "replace"
+    """Interrupts the job; the hosts in the blast radius go to repair."""
+    RESTART = "restart"
+    """Interrupts the job and replaces nothing (software)."""
+    DEGRADE = "degrade"
+    """The job keeps running on less bandwidth until the repair (spine and leaf switches, cables, NICs); a leaf,
+    cable or NIC whose loss leaves some GPUs without a route interrupts and takes its hosts, as `replace`."""
+    STRAGGLE = "straggle"
+    """The job keeps running with the unit's GPUs `slowdown` times slower until the repair (thermal
+    throttling, a degraded GPU or host)."""
+
+    @property
+    def interrupts(self) -> bool:
+        return self in (Effect.REPLACE, Effect.RESTART)
+
+
+EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
+    Effect.REPLACE: UNIT_KINDS,
+    Effect.RESTART: UNIT_KINDS,
+    Effect.DEGRADE: ("spine_switch", "leaf_switch", "cable", "nic"),
+    Effect.STRAGGLE: ("gpu", "host"),
+}
+"""The units each effect applies to."""
 
 
 def _quantity(parse):
@@ -80,10 +105,11 @@ Interval = Annotated[object, BeforeValidator(parse_interval)]
 class ComponentSpec(Section):
     """One component class: a rate per unit (`mtbf` or `rate`), the time-to-failure distribution and the
     repair time. `unit` and `effect` default to the known class's (components.py); a user-defined class
-    must name its `unit`."""
+    must name its `unit`. `slowdown` is the compute factor of a `straggle` class's GPUs."""
 
     unit: Literal[UNIT_KINDS] | None = None  # type: ignore[valid-type]
-    effect: Literal[EFFECTS] | None = None  # type: ignore[valid-type]
+    effect: Effect | None = None
+    slowdown: float | None = Field(default=None, gt=1)
     mtbf: PositiveDuration | None = None
     rate: Rate | None = None
     distribution: Literal["exponential", "weibull"] = "exponential"
@@ -97,6 +123,9 @@ class ComponentSpec(Section):
             raise ValueError("give exactly one of mtbf and rate (allowed: mtbf: '50000 h', rate: '3 per 54 d')")
         if self.shape != 1.0 and self.distribution != "weibull":
             raise ValueError("shape applies to distribution: weibull only")
+        if (self.effect == Effect.STRAGGLE) != (self.slowdown is not None):
+            raise ValueError("effect straggle and a slowdown factor go together (allowed: effect: straggle, "
+                             "slowdown: 1.3)")
         return self
 
     @property

@@ -2,9 +2,11 @@
 
 Routes that avoid every failed link keep the topology's own router (a structured fabric router or shortest
 paths). A route that crosses a failed link is recomputed on the networkx graph without the failed links: one
-of the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. GPUs
-forward no traffic (a detour never passes through a third GPU) except in explicit `graph` topologies, whose
-routes are plain shortest paths through any node.
+of the shortest remaining paths, picked by a hash of (src, dst, channel) as ECMP would spread flows. A GPU
+forwards traffic only for the GPUs of its own NVLink domain (NCCL's PXN: a GPU whose NIC or leaf is down sends
+over NVLink to a peer and out through the peer's NIC, on another rail), so a detour passes through third GPUs
+only in the source's or the destination's domain; explicit `graph` topologies route plain shortest paths
+through any node.
 """
 
 from __future__ import annotations
@@ -59,12 +61,18 @@ class Rerouter:
         return detours[_mix(src, dst, channel) % len(detours)]
 
     def _view(self, ends: set[str]) -> nx.DiGraph:
-        """The graph without failed links and, unless GPUs forward, without GPUs other than ``ends``."""
+        """The graph without failed links and, unless GPUs forward, without GPUs outside the NVLink domains
+        of ``ends``."""
         graph, down = self.topology.graph, self.down
         if self.gpus_forward:
             return nx.subgraph_view(graph, filter_edge=lambda u, v: (u, v) not in down)
-        return nx.subgraph_view(graph, filter_node=lambda n: n in ends or graph.nodes[n].get("kind") != "gpu",
-                                filter_edge=lambda u, v: (u, v) not in down)
+        domains = {graph.nodes[n].get("nvlink_domain") for n in ends} - {None}
+
+        def kept(node: str) -> bool:
+            data = graph.nodes[node]
+            return node in ends or data.get("kind") != "gpu" or data.get("nvlink_domain") in domains
+
+        return nx.subgraph_view(graph, filter_node=kept, filter_edge=lambda u, v: (u, v) not in down)
 
     def split(self) -> str:
         """'' when every GPU still reaches every other around the failed links, else which pair cannot."""
@@ -77,9 +85,16 @@ class Rerouter:
             return f"{gpus[0]} cannot reach {stranded}" if stranded else ""
         fabric = undirected.subgraph(n for n in graph.nodes if graph.nodes[n].get("kind") != "gpu")
         component_of = {node: index for index, nodes in enumerate(nx.connected_components(fabric)) for node in nodes}
+        own = {gpu: {component_of[n] for n in undirected.neighbors(gpu) if n in component_of} for gpu in gpus}
+        domain_reach: dict[object, set[int]] = {}
+        for gpu in gpus:
+            domain = graph.nodes[gpu].get("nvlink_domain")
+            if domain is not None:
+                domain_reach.setdefault(domain, set()).update(own[gpu])
         reach: dict[frozenset[int], str] = {}
         for gpu in gpus:
-            components = frozenset(component_of[n] for n in undirected.neighbors(gpu))
+            domain = graph.nodes[gpu].get("nvlink_domain")
+            components = frozenset(own[gpu] if domain is None else domain_reach[domain])
             if not components and len(gpus) > 1:
                 return f"{gpu} has no working link"
             reach.setdefault(components, gpu)

@@ -3,7 +3,8 @@
 GPUs, hosts, NICs, leaf and spine switches and network cables are read off the networkx graph. The blast
 radius of a unit is the set of hosts that leave the job with it: a GPU or NIC takes its host; a leaf switch
 every host with a NIC below it; a NIC-to-leaf cable its host; a leaf-to-spine cable and a spine switch take
-no host (the job's traffic is routed around them).
+no host (the job's traffic is routed around them). For the states of a job that keeps running, each network
+unit also lists the links (node-name pairs) its failure takes down, and each GPU or host unit its GPUs.
 """
 
 from __future__ import annotations
@@ -17,15 +18,27 @@ NO_HOSTS: tuple[int, ...] = ()
 
 @dataclass(frozen=True)
 class ClusterUnits:
-    """Per unit kind, the hosts each unit's failure takes out of the job (unit index -> tuple of hosts)."""
+    """Per unit kind, the hosts each unit's failure takes out of the job (unit index -> tuple of hosts), the
+    links a network unit's failure takes down and the GPUs of a GPU or host unit."""
 
     hosts: int
     blast: dict[str, tuple[tuple[int, ...], ...]]
     spines: int
     hosts_per_leaf: int
+    nodes: dict[str, tuple[str, ...]]
+    cable_ends: tuple[tuple[str, str], ...]
+    gpus: dict[str, tuple[tuple[int, ...], ...]]
 
     def count(self, unit: str) -> int:
         return len(self.blast[unit])
+
+    def links(self, unit: str, index: int, topology: Topology) -> tuple[tuple[str, str], ...]:
+        """The links (node pairs) the failure of network unit ``index`` of kind ``unit`` takes down: a cable
+        itself, every link of a NIC or switch."""
+        if unit == "cable":
+            return (self.cable_ends[index],)
+        node = self.nodes[unit][index]
+        return tuple((node, other) for other in sorted(topology.graph.successors(node)))
 
 
 def cluster_units(topology: Topology) -> ClusterUnits:
@@ -45,13 +58,18 @@ def cluster_units(topology: Topology) -> ClusterUnits:
     leaf_hosts = {leaf: tuple(sorted({nic_host[n] for n in graph.predecessors(leaf) if n in nic_host}))
                   for leaf in leaves}
     cables: list[tuple[int, ...]] = []
+    cable_ends: list[tuple[str, str]] = []
     switches = set(leaves) | set(spines)
     for a, b in graph.edges():
         if a < b and (a in switches or b in switches) and (a in nic_host or b in nic_host or
                                                           (a in switches and b in switches)):
             host = nic_host.get(a, nic_host.get(b))
             cables.append(NO_HOSTS if host is None else (host,))
+            cable_ends.append((a, b))
     nics = sorted(nic_host.items(), key=lambda item: item[0])
+    host_gpus: list[list[int]] = [[] for _ in range(topology.num_hosts)]
+    for gpu, host in enumerate(topology.gpu_host):
+        host_gpus[host].append(gpu)
     blast = {
         "gpu": tuple((host,) for host in topology.gpu_host),
         "host": tuple((host,) for host in range(topology.num_hosts)),
@@ -60,5 +78,7 @@ def cluster_units(topology: Topology) -> ClusterUnits:
         "spine_switch": tuple(NO_HOSTS for _ in spines),
         "cable": tuple(cables),
     }
+    nodes = {"nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
+    gpus = {"gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
     per_leaf = max((len(hosts) for hosts in leaf_hosts.values()), default=0)
-    return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf)
+    return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf, nodes, tuple(cable_ends), gpus)

@@ -2,7 +2,10 @@
 one rate per unit, a time-to-failure distribution and a repair time per class.
 
 A known class has a default unit (what it is counted in on the topology graph) and effect (what its failure
-does to the job); a user-defined class names its unit, and its effect defaults to `replace`.
+does to the job, `Effect`); a user-defined class names its unit, and its effect defaults to `replace`. The
+classes of the `llama3` preset keep interrupting whatever their unit: the paper's table counts interruptions.
+A generic `cable` and a `leaf_switch` degrade (routing around them where it can), a `spine_switch` degrades;
+straggling classes are the user's (`effect: straggle` with a `slowdown`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from types import MappingProxyType
 
 from simulator.catalog.failures import FAILURE_PRESETS
 from simulator.config.faults import FaultsConfig
+from simulator.config.reliability import EFFECT_UNITS, Effect
 from simulator.errors import ScenarioError
 
 
@@ -20,20 +24,20 @@ class ComponentClass:
     """A known component class: the unit it is counted in and what its failure does by default."""
 
     unit: str
-    effect: str
+    effect: Effect
     description: str
 
 
 def _gpu(description: str) -> ComponentClass:
-    return ComponentClass("gpu", "replace", description)
+    return ComponentClass("gpu", Effect.REPLACE, description)
 
 
 def _host(description: str) -> ComponentClass:
-    return ComponentClass("host", "replace", description)
+    return ComponentClass("host", Effect.REPLACE, description)
 
 
 def _software(description: str) -> ComponentClass:
-    return ComponentClass("gpu", "restart", description)
+    return ComponentClass("gpu", Effect.RESTART, description)
 
 
 COMPONENT_CLASSES: MappingProxyType = MappingProxyType({
@@ -43,11 +47,12 @@ COMPONENT_CLASSES: MappingProxyType = MappingProxyType({
     "gpu_system_processor": _gpu("GPU system processor (GSP)"),
     "silent_data_corruption": _gpu("a GPU computing wrong values"),
     "gpu_thermal": _gpu("GPU thermal interface and sensors"),
-    "nic": ComponentClass("nic", "replace", "a network adapter; its host leaves the job"),
-    "switch_cable": ComponentClass("cable", "replace", "a network cable or the switch port it plugs into"),
-    "cable": ComponentClass("cable", "replace", "a network cable"),
-    "leaf_switch": ComponentClass("leaf_switch", "replace", "a leaf switch; every host below it leaves the job"),
-    "spine_switch": ComponentClass("spine_switch", "degrade", "a spine switch; leaf uplink bandwidth drops"),
+    "nic": ComponentClass("nic", Effect.REPLACE, "a network adapter; its host leaves the job"),
+    "switch_cable": ComponentClass("cable", Effect.REPLACE, "a network cable or the switch port it plugs into"),
+    "cable": ComponentClass("cable", Effect.DEGRADE, "a network cable; traffic is routed around it"),
+    "leaf_switch": ComponentClass("leaf_switch", Effect.DEGRADE, "a leaf switch; its rail's GPUs route through "
+                                  "their peers' NICs, or every host below it leaves the job"),
+    "spine_switch": ComponentClass("spine_switch", Effect.DEGRADE, "a spine switch; leaf uplink bandwidth drops"),
     "host": _host("the server as a whole"),
     "host_maintenance": _host("unplanned maintenance of a host"),
     "ssd": _host("a host's local SSD"),
@@ -68,13 +73,14 @@ class FailureClass:
 
     name: str
     unit: str
-    effect: str
+    effect: Effect
     rate_per_unit_s: float
     distribution: str = "exponential"
     shape: float = 1.0
     repair_s: float = 0.0
     repair_distribution: str = "exponential"
     label: str = ""
+    slowdown: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -101,8 +107,9 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
         preset = FAILURE_PRESETS[faults.preset]
         for cause in preset.causes:
             known = COMPONENT_CLASSES[cause.component]
+            effect = known.effect if known.effect.interrupts else Effect.REPLACE
             classes[cause.component] = FailureClass(
-                cause.component, known.unit, known.effect, preset.rate_per_unit_s(cause, known.unit),
+                cause.component, known.unit, effect, preset.rate_per_unit_s(cause, known.unit),
                 repair_s=cause.repair_s, label=cause.label)
         maintenance = Maintenance(preset.window_s / preset.planned_interruptions, 0.0)
     for name, spec in faults.components.items():
@@ -115,16 +122,18 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
             raise ScenarioError(f"unknown component class {name!r}; a class of your own needs a unit",
                                 field=f"faults.components.{name}",
                                 allowed=f"{', '.join(COMPONENT_CLASSES)}, or any name with unit: ...")
-        effect = spec.effect or (known.effect if known and unit == known.unit else "replace")
-        if effect == "degrade" and unit != "spine_switch":
-            raise ScenarioError(f"effect degrade on unit {unit!r}", field=f"faults.components.{name}.effect",
-                                allowed="degrade for spine_switch units; replace or restart otherwise")
+        effect = spec.effect or (known.effect if known and unit == known.unit else Effect.REPLACE)
+        if unit not in EFFECT_UNITS[effect]:
+            limited = (f"{e} for {'/'.join(units)} units" for e, units in EFFECT_UNITS.items() if not e.interrupts)
+            raise ScenarioError(f"effect {effect} on unit {unit!r}", field=f"faults.components.{name}.effect",
+                                allowed=", ".join(limited) + "; replace or restart for any unit")
         previous = classes.get(name)
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
         classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
-                                     spec.repair_distribution, label=name)
+                                     spec.repair_distribution, label=name, slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:
         maintenance = Maintenance(faults.maintenance.every, faults.maintenance.duration)
     scaled = tuple(FailureClass(c.name, c.unit, c.effect, c.rate_per_unit_s * faults.rate_multiplier, c.distribution,
-                                c.shape, c.repair_s, c.repair_distribution, c.label) for c in classes.values())
+                                c.shape, c.repair_s, c.repair_distribution, c.label, c.slowdown)
+                   for c in classes.values())
     return FailureModel(scaled, maintenance)

@@ -1,13 +1,14 @@
-"""The job event log: one row per failure, checkpoint (completed or lost), restart, maintenance and
-degradation. Single rows are kept as tuples; the checkpoints of many identical cycles as one arithmetic
-block (start = a + j p, end = b + j p, step = s + j k), expanded with numpy when the frame is built."""
+"""The job event log: one row per failure, checkpoint (completed or lost), restart, maintenance,
+degradation and straggler (from its start to its repair). Single rows are kept as tuples; the checkpoints of
+many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k), expanded with
+numpy when the frame is built."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "maintenance", "degraded")
+EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "maintenance", "degraded", "straggling")
 KIND_CODE = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 
 

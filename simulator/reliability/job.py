@@ -1,15 +1,18 @@
 """The job process of one replication: a SimPy process that trains in whole segments between events
-(failures, planned maintenance, a degraded spine coming back) and restarts after interruptions.
+(failures, planned maintenance, the repair of a degradation) and restarts after interruptions.
 
 Failures arrive per unit slot of the job's topology (processes.py). A failure of a unit the job is not using
 (a slot beyond a shrunk job's hosts, or a host already out) is ignored. `replace` and `restart` failures
 interrupt: the clock rolls back to the last completed checkpoint, the hosts in the blast radius go to repair,
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
 or with `elastic` shrinking to the replicas the hosts allow), launch, checkpoint load and warm-up steps. An
-interrupting failure during a restart starts it over. `degrade` failures (spines) change the cluster state
-until their repair. Planned maintenance windows come every `every_s`, the first after half a period; at each
-the job checkpoints, stops for its duration and restarts without detection (a window that falls inside a
-restart is taken right after it).
+interrupting failure during a restart starts it over. `degrade` and `straggle` failures change the cluster
+state until their repair (a unit hit again while degraded stays so until its last repair): the job trains at
+that state's step time, and the extra time of its kept steps is slow-step time of the causes in force. A
+`degrade` failure whose state has no route for some GPU interrupts instead and takes its blast radius, as
+`replace`. Planned maintenance windows come every `every_s`, the first after half a period; at each the job
+checkpoints, stops for its duration and restarts without detection (a window that falls inside a restart is
+taken right after it).
 """
 
 from __future__ import annotations
@@ -22,14 +25,18 @@ from dataclasses import dataclass
 
 import simpy
 
+from simulator.config.reliability import Effect
+from simulator.errors import SimulationError
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.components import FailureClass, Maintenance
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
-from simulator.reliability.states import ClusterState
+from simulator.reliability.states import ClusterState, Degradation, state_of
 from simulator.reliability.training import EPS, CheckpointClock
 
 INF = math.inf
+SHRUNK = "elastic_shrink"
+"""The slow-step cause of an elastic job running on fewer replicas."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,9 @@ class JobPlan:
     spines: int
     spares: int
     elastic: bool
-    costs: Callable[[ClusterState], SegmentCosts]
+    costs: Callable[[ClusterState], SegmentCosts | None]
+    degradation: Callable[[int, int], Degradation]
+    """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
 
     @property
     def hosts_per_replica(self) -> int:
@@ -68,6 +77,7 @@ class ReplicationTotals:
     interruptions: Counter
     planned: int
     lost_per_failure_s: tuple[float, ...]
+    slow_by_cause_s: dict[str, float]
 
 
 class JobProcess:
@@ -82,12 +92,14 @@ class JobProcess:
         self.repair = arrivals.repair_s.tolist()
         self.next_arrival = 0
         self.clock = CheckpointClock(events)
-        self.state = ClusterState(plan.replicas)
+        self.replicas = plan.replicas
+        self.degraded: dict[tuple[int, Degradation], int] = {}
+        self.degraded_repairs: list[tuple[float, int, tuple[int, Degradation]]] = []
+        self._refresh()
         self.in_use = plan.hosts
         self.spares = plan.spares
         self.repairs: list[float] = []
         self.missing: set[int] = set()
-        self.spine_repairs: list[float] = []
         self.next_maintenance = plan.maintenance.every_s / 2 if plan.maintenance else INF
         self.restart_s = 0.0
         self.maintenance_s = 0.0
@@ -99,13 +111,12 @@ class JobProcess:
         """The SimPy process: train to the next event, handle it, repeat until the horizon."""
         horizon = self.plan.horizon_s
         while env.now < horizon - EPS:
-            self._repair_spines(env.now)
-            costs = self.plan.costs(self.state)
+            self._end_degradations(env.now)
             arrival = self._peek()
-            spine_back = self.spine_repairs[0] if self.spine_repairs else INF
+            back = self.degraded_repairs[0][0] if self.degraded_repairs else INF
             maintenance = max(self.next_maintenance, env.now)
-            t = min(self.times[arrival] if arrival is not None else INF, spine_back, maintenance, horizon)
-            self.clock.advance(env.now, t, costs)
+            t = min(self.times[arrival] if arrival is not None else INF, back, maintenance, horizon)
+            self.clock.advance(env.now, t, self.costs, self.causes)
             yield env.timeout(t - env.now)
             if t >= horizon:
                 break
@@ -126,7 +137,7 @@ class JobProcess:
 
     def _skip(self, index: int, t: float) -> bool:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
-        already out) or a `degrade` failure, which is applied. False for an interrupting one."""
+        already out) or a degradation or straggler, which is applied. False for an interrupting one."""
         hosts = self.plan.blast[self.klass[index]][self.unit[index]]
         if hosts and not any(h < self.in_use and h not in self.missing for h in hosts):
             self.next_arrival += 1
@@ -134,21 +145,52 @@ class JobProcess:
         return self._degrade(index, t)
 
     def _degrade(self, index: int, t: float) -> bool:
-        """Apply a `degrade` arrival (a spine down until repaired); False for interrupting ones."""
+        """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones and for a
+        degradation that would leave some GPU without a route."""
         klass = self.plan.classes[self.klass[index]]
-        if klass.effect != "degrade":
+        if klass.effect.interrupts:
             return False
+        key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
+        if key not in self.degraded:
+            candidate = state_of(self.replicas, [d for _, d in self.degraded] + [key[1]])
+            if candidate.spines_down >= self.plan.spines:
+                self.next_arrival += 1
+                return True
+            if self.plan.costs(candidate) is None:
+                return False
         self.next_arrival += 1
-        if self.state.spines_down + 1 < self.plan.spines:
-            heapq.heappush(self.spine_repairs, t + self.repair[index])
-            self.state = ClusterState(self.state.replicas, self.state.spines_down + 1)
-            self.events.add("degraded", t, t + self.repair[index], cause=klass.name)
+        end = t + self.repair[index]
+        self.degraded[key] = self.degraded.get(key, 0) + 1
+        heapq.heappush(self.degraded_repairs, (end, self.next_arrival, key))
+        self.events.add("straggling" if klass.effect is Effect.STRAGGLE else "degraded", t, end, cause=klass.name)
+        self._refresh()
         return True
 
-    def _repair_spines(self, now: float) -> None:
-        while self.spine_repairs and self.spine_repairs[0] <= now + EPS:
-            heapq.heappop(self.spine_repairs)
-            self.state = ClusterState(self.state.replicas, self.state.spines_down - 1)
+    def _end_degradations(self, now: float) -> None:
+        changed = False
+        while self.degraded_repairs and self.degraded_repairs[0][0] <= now + EPS:
+            key = heapq.heappop(self.degraded_repairs)[2]
+            self.degraded[key] -= 1
+            if not self.degraded[key]:
+                del self.degraded[key]
+                changed = True
+        if changed:
+            self._refresh()
+
+    def _state(self, replicas: int) -> ClusterState:
+        return state_of(replicas, [d for _, d in self.degraded])
+
+    def _refresh(self) -> None:
+        """The cluster state, its costs and the slow-step causes in force, after a change."""
+        self.state = self._state(self.replicas)
+        costs = self.plan.costs(self.state)
+        if costs is None:
+            raise SimulationError(f"no route for some GPU in cluster state {self.state}")
+        self.costs = costs
+        causes = {self.plan.classes[index].name for index, _ in self.degraded}
+        if self.replicas < self.plan.replicas:
+            causes.add(SHRUNK)
+        self.causes = tuple(sorted(causes))
 
     def _fail(self, index: int, t: float, during_training: bool) -> None:
         """An interrupting failure: lost work, hosts to repair, one row."""
@@ -158,7 +200,7 @@ class JobProcess:
         if during_training:
             self.lost_per_failure.append(lost)
         hosts = 0
-        if klass.effect == "replace":
+        if klass.effect is not Effect.RESTART:
             for host in self.plan.blast[self.klass[index]][self.unit[index]]:
                 if host < self.in_use and host not in self.missing:
                     self.missing.add(host)
@@ -199,8 +241,9 @@ class JobProcess:
             now = env.now
             self._collect_repairs(now)
             ready, replicas = self._hosts_ready(now)
-            state = ClusterState(replicas, self.state.spines_down)
-            costs = self.plan.costs(state)
+            costs = self.costs if replicas == self.replicas else self.plan.costs(self._state(replicas))
+            if costs is None:
+                raise SimulationError(f"no route for some GPU on {replicas} replicas")
             pre = self._maintenance_stop(costs) if planned else costs.detection_s
             end = now + pre + max(0.0, ready - now - pre) + costs.fixed_restart_s + costs.load_s + costs.warmup_s
             arrival = self._peek()
@@ -219,7 +262,7 @@ class JobProcess:
                 self._fail(arrival, stop, during_training=False)
                 planned = False
                 continue
-            self._relaunch(end, state)
+            self._relaunch(end, replicas)
             self.events.add("restart", begin, end, cause="maintenance" if planned else "failure")
             return
 
@@ -227,13 +270,15 @@ class JobProcess:
         duration = self.plan.maintenance.duration_s if self.plan.maintenance else 0.0
         return costs.write_s + duration
 
-    def _relaunch(self, t: float, state: ClusterState) -> None:
+    def _relaunch(self, t: float, replicas: int) -> None:
         self._collect_repairs(t)
         available = self.in_use - len(self.missing) + self.spares
-        self.in_use = state.replicas * self.plan.hosts_per_replica
+        self.in_use = replicas * self.plan.hosts_per_replica
         self.spares = available - self.in_use
         self.missing.clear()
-        self.state = state
+        if replicas != self.replicas:
+            self.replicas = replicas
+            self._refresh()
 
     def totals(self, healthy: SegmentCosts) -> ReplicationTotals:
         clock = self.clock
@@ -244,4 +289,5 @@ class JobProcess:
             checkpoint_stall_s=clock.stall_s, checkpoint_slowdown_s=clock.slow_s, restart_s=self.restart_s,
             maintenance_s=self.maintenance_s, steps=clock.steps,
             tokens=kept_equiv / healthy.step_s * healthy.tokens_per_step, interruptions=self.interruptions,
-            planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure))
+            planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
+            slow_by_cause_s=clock.slow_by_cause())

@@ -1,5 +1,5 @@
 """Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
-trace.json with the first replication's failures, checkpoints, restarts and degraded periods as Perfetto
+trace.json with the first replication's failures, checkpoints, restarts, degraded and straggling periods as Perfetto
 tracks (times in microseconds). Each file is written to a temporary name and moved into place."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pandas as pd
 from simulator.report.writers import write_summary, write_timeline
 
 JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
-TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "maintenance": 3, "degraded": 4}
-TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded"}
+TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "maintenance": 3, "degraded": 4,
+          "straggling": 4}
+TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and straggling"}
 
 
 def job_trace(events: pd.DataFrame, replication: int = 0) -> dict:

@@ -11,6 +11,7 @@ import pandas as pd
 import simpy
 
 from simulator.config.loader import LoadedScenario
+from simulator.config.reliability import Effect
 from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
@@ -18,7 +19,7 @@ from simulator.reliability.components import failure_model
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
-from simulator.reliability.states import ClusterState, StepStates
+from simulator.reliability.states import ClusterState, Degradation, StepStates
 from simulator.reliability.summary import job_summary
 from simulator.simulation import build_topology, located
 from simulator.workload.training import resolve_model
@@ -69,20 +70,35 @@ def simulate_job(loaded: LoadedScenario) -> JobResult:
     if scenario.restart.elastic and topology.num_hosts % states.healthy.replicas:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
                            "a layout whose replicas each fill whole hosts")
-    cost_cache: dict[ClusterState, SegmentCosts] = {}
+    cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
-    def costs(state: ClusterState) -> SegmentCosts:
+    def costs(state: ClusterState) -> SegmentCosts | None:
         if state not in cost_cache:
-            cost_cache[state] = segment_costs(states(state), states.healthy_step, size, scenario.checkpoint,
-                                              scenario.storage, scenario.restart)
+            step = states(state)
+            cost_cache[state] = None if step is None else segment_costs(
+                step, states.healthy_step, size, scenario.checkpoint, scenario.storage, scenario.restart)
         return cost_cache[state]
 
     units = cluster_units(topology)
+
+    def degradation(index: int, unit: int) -> Degradation:
+        """What unit ``unit`` of class ``index`` does to the cluster while degraded or straggling."""
+        klass = model.classes[index]
+        if klass.effect is Effect.STRAGGLE:
+            gpus = sorted({states.representative(gpu) for gpu in units.gpus[klass.unit][unit]})
+            return Degradation(gpus=tuple(gpus), slowdown=klass.slowdown)
+        if klass.unit == "spine_switch":
+            return Degradation(spine=unit)
+        return Degradation(links=units.links(klass.unit, unit, topology))
+
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spines=units.spines,
-                   spares=scenario.restart.spares, elastic=scenario.restart.elastic, costs=costs)
+                   spares=scenario.restart.spares, elastic=scenario.restart.elastic, costs=costs,
+                   degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]
+    healthy = costs(states.healthy)
+    assert healthy is not None
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
@@ -93,6 +109,7 @@ def simulate_job(loaded: LoadedScenario) -> JobResult:
         job = JobProcess(plan, arrivals, events)
         env.process(job.run(env))
         env.run()
-        totals.append(job.totals(costs(states.healthy)))
-    summary = job_summary(loaded, plan, counts, totals, costs(states.healthy), size, cost_cache)
+        totals.append(job.totals(healthy))
+    met = {state: c for state, c in cost_cache.items() if c is not None}
+    summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
     return JobResult(summary, events.frame(), states.healthy_summary)

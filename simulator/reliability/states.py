@@ -1,12 +1,19 @@
 """Step times of the cluster states a job passes through, each simulated once by the engine and cached.
 
-A state is the number of data-parallel replicas in use (fewer than the layout's when an elastic job shrank)
-and the number of spine switches down. Spines down are simulated as the same fat tree with the leaf uplink
+A state is the number of data-parallel replicas in use (fewer than the layout's when an elastic job shrank),
+the number of spine switches down, the links other degraded units (leaf switches, cables, NICs) took down and
+the straggling GPUs with their slowdown. Spines down are simulated as the same fat tree with the leaf uplink
 capacity scaled by (spines - down) / spines (the `oversubscription` parameter grows by spines / (spines -
-down)): flows hash over spines, so losing one spreads its traffic over the others. A shrunk job keeps each
-replica's micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses. The cache
-lives for the process, keyed by the scenario's step-relevant sections, so studies and notebooks that change
-only failure or checkpoint settings simulate each state once.
+down)): flows hash over spines, so losing one spreads its traffic over the others, and the step stays
+folded. Links down and stragglers are the step-fault engine's (`faults.step` links and stragglers, added to
+the scenario's own): the step is exactly `simulate()` of the scenario with those faults. A state whose links
+leave some GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated
+as the first GPU of its pipeline stage (its tensor- and context-parallel peers and the data-parallel replicas
+do the same work and wait for it at their collectives), so a state depends on the stages slowed, not on
+which GPU of the stage. A shrunk job keeps each replica's micro-batches (the global batch shrinks with
+it) on a cluster of just the hosts it uses. The cache lives for the process, keyed by the scenario's
+step-relevant sections, so studies and notebooks that change only failure or checkpoint settings simulate
+each state once.
 """
 
 from __future__ import annotations
@@ -14,8 +21,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
+from simulator.errors import StepAborted
+from simulator.faults.perturbed import with_step_faults
+from simulator.parallel.layout import Layout
 from simulator.reliability.checkpoint import StepState
 from simulator.simulation import Result, build_topology, simulate_training
 from simulator.topology.graph import Topology
@@ -24,16 +35,19 @@ JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "restart": True, "run
                       "faults": {"preset": True, "rate_multiplier": True, "components": True, "maintenance": True}}
 """Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time)."""
 
-_CACHE: OrderedDict[tuple[str, ClusterState | None], tuple[StepState, dict]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, ClusterState | None], tuple[StepState | None, dict]] = OrderedDict()
 _CACHE_SIZE = 64
 
 
 @dataclass(frozen=True, order=True)
 class ClusterState:
-    """What the job runs on: data-parallel replicas in use and spine switches down."""
+    """What the job runs on: data-parallel replicas in use, spine switches down, other links down (node
+    pairs, sorted) and straggling GPUs (representative GPU, slowdown; sorted)."""
 
     replicas: int
     spines_down: int = 0
+    links_down: tuple[tuple[str, str], ...] = ()
+    slow_gpus: tuple[tuple[int, float], ...] = ()
 
 
 def _step_state(result: Result, topology: Topology) -> StepState:
@@ -61,13 +75,20 @@ class StepStates:
         layout = self.healthy_summary["layout"]
         self.healthy = ClusterState(int(layout["dp"]))
         self.microbatches = int(layout["microbatches"])
+        self.layout = Layout(int(layout["tp"]), int(layout["cp"]), int(layout["pp"]), int(layout["dp"]),
+                             tuple(layout["order"]))
 
-    def __call__(self, state: ClusterState) -> StepState:
+    def __call__(self, state: ClusterState) -> StepState | None:
+        """The state's step; None when its links down leave some GPU without a route."""
         if state == self.healthy:
             return self.healthy_step
         return self._cached(state, lambda: self._scenario_of(state))[0]
 
-    def _cached(self, state: ClusterState | None, scenario) -> tuple[StepState, dict]:
+    def representative(self, gpu: int) -> int:
+        """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage."""
+        return self.layout.rank_of(pp=self.layout.coords(gpu)["pp"])
+
+    def _cached(self, state: ClusterState | None, scenario) -> tuple[StepState | None, dict]:
         key = (self.key, state)
         if key in _CACHE:
             _CACHE.move_to_end(key)
@@ -76,15 +97,21 @@ class StepStates:
         from simulator.simulation import step_faults
 
         loaded, topology = scenario()
-        result = simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)))
-        entry = (_step_state(result, topology), result.summary)
+        entry: tuple[StepState | None, dict]
+        try:
+            result = simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)))
+            entry = (_step_state(result, topology), result.summary)
+        except StepAborted as aborted:
+            entry = (None, {"aborted_at_s": aborted.at_s, "reason": aborted.reason})
         _CACHE[key] = entry
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return entry
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
-        """The scenario of a degraded or shrunk state: the healthy one with cluster and layout overrides."""
+        """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
+        overrides and the state's links down and stragglers added to its `faults.step` (those outside a
+        shrunk job's cluster dropped)."""
         scenario = self.loaded.scenario
         overrides = scenario.cluster.overrides()
         update: dict = {}
@@ -99,4 +126,39 @@ class StepStates:
                                                                       "global_batch": None})
         update["cluster"] = ClusterConfig(topology=scenario.cluster.topology, **overrides)
         loaded = LoadedScenario(scenario.model_copy(update=update), self.loaded.source, self.loaded.lines)
-        return loaded, build_topology(loaded)
+        topology = build_topology(loaded)
+        graph = topology.graph
+        links = tuple(LinkFault(link=pair) for pair in state.links_down if graph.has_edge(*pair))
+        stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
+                           if gpu < topology.num_gpus)
+        if links or stragglers:
+            own = scenario.faults.step
+            faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
+            loaded = with_step_faults(loaded, faults)
+        return loaded, topology
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """What one degraded or straggling unit does to the cluster: a spine down (its index), links down, or
+    GPUs (representatives) slowed by ``slowdown``."""
+
+    spine: int | None = None
+    links: tuple[tuple[str, str], ...] = ()
+    gpus: tuple[int, ...] = ()
+    slowdown: float = 1.0
+
+
+def state_of(replicas: int, degradations) -> ClusterState:
+    """The cluster state of a job on ``replicas`` replicas with ``degradations`` in force; a GPU slowed by
+    several keeps the largest factor."""
+    spines: set[int] = set()
+    links: set[tuple[str, str]] = set()
+    slow: dict[int, float] = {}
+    for degradation in degradations:
+        if degradation.spine is not None:
+            spines.add(degradation.spine)
+        links.update(degradation.links)
+        for gpu in degradation.gpus:
+            slow[gpu] = max(slow.get(gpu, 1.0), degradation.slowdown)
+    return ClusterState(replicas, len(spines), tuple(sorted(links)), tuple(sorted(slow.items())))

@@ -30,11 +30,12 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     for klass, units in zip(plan.classes, counts):
         per_class[klass.name] = {
             "label": klass.label, "unit": klass.unit, "units": units, "effect": klass.effect,
-            "distribution": klass.distribution, "shape": klass.shape,
+            "distribution": klass.distribution, "shape": klass.shape, "slowdown": klass.slowdown,
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
             "repair_s": klass.repair_s, "expected_in_horizon": units * klass.rate_per_unit_s * plan.horizon_s,
         }
-    total = sum(entry["expected_in_horizon"] for entry in per_class.values() if entry["effect"] != "degrade")
+    total = sum(units * klass.rate_per_unit_s * plan.horizon_s for klass, units in zip(plan.classes, counts)
+                if klass.effect.interrupts)
     return total, per_class
 
 
@@ -80,7 +81,11 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
             "by_cause": {name: mean_interval([t.interruptions.get(name, 0) for t in totals]) for name in causes},
         },
         "time_s": {part: mean_interval([getattr(t, part) for t in totals]) for part in TIME_PARTS},
+        "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])
+                                  for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
-        "states": [{"replicas": state.replicas, "spines_down": state.spines_down, "step_time_s": c.step_s,
+        "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
+                    "links_down": [list(pair) for pair in state.links_down],
+                    "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
                     "tokens_per_step": c.tokens_per_step} for state, c in sorted(states.items())],
     }

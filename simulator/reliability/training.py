@@ -7,6 +7,11 @@ still running, stalls for the snapshot, then the write runs for `write_s` in the
 (1 + slowdown) times longer; the checkpoint completes when its write does. A failure loses the work since the
 trigger of the last *completed* checkpoint, and any checkpoint still being written. Whole identical cycles
 are jumped arithmetically (their checkpoints logged as arrays), so a segment costs O(1) Python work.
+
+Slow-step time: training time (`wall`, which only grows) is one axis on which failures cut out the lost
+spans. A segment in a slower state than healthy records its span, the share of it that is extra time
+(1 - healthy-equivalent step / step) and its causes; at the end each cause gets its share of the extra time
+of the kept part (split evenly between causes in force together).
 """
 
 from __future__ import annotations
@@ -52,9 +57,17 @@ class CheckpointClock:
         self.write_end: float | None = None
         self.write_start = 0.0
         self.write_mark: Mark | None = None
+        self.slow_spans: list[tuple[float, float, float, tuple[str, ...]]] = []
+        self.lost_spans: list[tuple[float, float]] = []
 
-    def advance(self, t: float, t_end: float, c: SegmentCosts) -> None:
-        """Train from ``t`` to ``t_end`` in one cluster state."""
+    def advance(self, t: float, t_end: float, c: SegmentCosts, causes: tuple[str, ...] = ()) -> None:
+        """Train from ``t`` to ``t_end`` in one cluster state, slower than healthy for ``causes``."""
+        start = self.wall
+        self._advance(t, t_end, c)
+        if causes and self.wall > start:
+            self.slow_spans.append((start, self.wall, 1.0 - c.equivalent_step_s / c.step_s, causes))
+
+    def _advance(self, t: float, t_end: float, c: SegmentCosts) -> None:
         while t < t_end - EPS:
             if self.stall_end is not None:
                 end = min(self.stall_end, t_end)
@@ -178,6 +191,8 @@ class CheckpointClock:
         """A failure at ``t``: roll back to the last completed checkpoint; return the work lost (s)."""
         lost = self.wall - self.mark.wall
         self.lost_wall += lost
+        if self.slow_spans:
+            self.lost_spans.append((self.mark.wall, self.wall))
         self.lost_equiv += self.equiv - self.mark.equiv
         for mark in (self.stall_mark, self.write_mark):
             if mark is not None:
@@ -197,3 +212,19 @@ class CheckpointClock:
         self.mark = Mark(self.steps, self.wall, self.equiv, t)
         self.events.add("checkpoint", t, t, step=self.steps)
         self.since = 0.0
+
+    def slow_by_cause(self) -> dict[str, float]:
+        """Extra time of the kept steps in slower states, per cause (s)."""
+        totals: dict[str, float] = {}
+        lost, first = self.lost_spans, 0
+        for start, end, share, causes in self.slow_spans:
+            while first < len(lost) and lost[first][1] <= start:
+                first += 1
+            kept = end - start
+            for lost_start, lost_end in lost[first:]:
+                if lost_start >= end:
+                    break
+                kept -= min(end, lost_end) - max(start, lost_start)
+            for cause in causes:
+                totals[cause] = totals.get(cause, 0.0) + kept * share / len(causes)
+        return totals
