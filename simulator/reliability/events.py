@@ -56,7 +56,7 @@ class JobEvents:
         order = np.lexsort((start, replication))
         return pd.DataFrame({
             "replication": replication[order],
-            "kind": pd.Categorical.from_codes(kind[order], categories=EVENT_KINDS),
+            "kind": pd.Categorical.from_codes(kind[order], categories=pd.Index(EVENT_KINDS)),
             "cause": pd.Series(cause[order], dtype=object),
             "start_s": start[order],
             "end_s": end[order],

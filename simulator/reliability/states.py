@@ -71,7 +71,10 @@ class StepStates:
         self.loaded = loaded
         self.topology = topology
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
-        self.healthy_step, self.healthy_summary = self._cached(None, lambda: (loaded, topology))
+        healthy_step, self.healthy_summary = self._cached(None, lambda: (loaded, topology))
+        if healthy_step is None:
+            raise StepAborted(self.healthy_summary["aborted_at_s"], self.healthy_summary["reason"])
+        self.healthy_step: StepState = healthy_step
         layout = self.healthy_summary["layout"]
         self.healthy = ClusterState(int(layout["dp"]))
         self.microbatches = int(layout["microbatches"])
