@@ -1,8 +1,9 @@
 """The SimPy engine: every rank's streams execute their ops in order; collectives run on the network model.
 
-An op runs when its dependencies are done and its stream is free. A collective (or send/recv) starts when the
-last member of its group arrives; its phases then run on the shared `Network`, so concurrent collectives
-contend for links. A run that ends with ops left over is a deadlock, reported with the ranks and the op.
+An op runs when its dependencies are done and its stream is free (on a serial stream: when no other op of it
+runs, in the order the ops became ready, like a server thread draining a queue). A collective (or send/recv)
+starts when the last member of its group arrives; its phases then run on the shared `Network`, so concurrent
+collectives contend for links. A run that ends with ops left over is a deadlock, reported with the ranks and the op.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Engine:
     """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
     collective's phases on the network, ``run_plans`` (env, plans, key) the same for a collective with its
     mirrors; ``plans`` turns a collective op into phases (shared with the caller's analysis). Ops on
-    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done.
+    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done. Ops on
+    ``serial_streams`` run one at a time in the order their dependencies were done (first ready, first run).
     ``compute_duration`` (rank, duration, now) -> seconds is the straggler hook: how long a kernel of nominal
     ``duration`` starting now takes on that rank. ``sharing`` says which mirrors each collective keeps and
     which collectives run alone on their links (engine/sharing.py). The run ends when the last op finishes,
@@ -58,7 +60,8 @@ class Engine:
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog, sharing: Sharing, async_streams: frozenset[str] = frozenset(),
-                 isolated: Callable | None = None, compute_duration: Callable[[int, float, float], float] | None = None,
+                 serial_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
+                 compute_duration: Callable[[int, float, float], float] | None = None,
                  progress: Callable[[int, int], None] | None = None):
         self.env = env
         self.progress = progress
@@ -68,6 +71,7 @@ class Engine:
         self.run_plans = run_plans
         self.log = log
         self.async_streams = async_streams
+        self.serial_streams = serial_streams
         self.isolated = isolated
         self.sharing = sharing
         self._isolated_runs: dict[tuple, tuple] = {}
@@ -102,6 +106,10 @@ class Engine:
             if stream in self.async_streams:
                 for op in op_list:
                     self.env.process(self._stream(rank, f"{stream}#{op.id}", [op]))
+            elif stream in self.serial_streams:
+                turn = simpy.Resource(self.env, capacity=1)
+                for op in op_list:
+                    self.env.process(self._stream(rank, f"{stream}#{op.id}", [op], turn))
             else:
                 self.env.process(self._stream(rank, stream, op_list))
         self._left = len(ops)
@@ -116,7 +124,9 @@ class Engine:
             raise SimulationError(self._deadlock_report())
         return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows)
 
-    def _stream(self, rank: int, stream: str, ops: list[Op]):
+    def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None):
+        """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
+        be free, and is logged under the stream's own name."""
         for op in ops:
             self._pending[(rank, stream)] = op
             waits = [self._done[dep] for dep in op.deps if not self._done[dep].triggered]
@@ -124,6 +134,10 @@ class Engine:
                 yield waits[0]
             elif waits:
                 yield self.env.all_of(waits)
+            request = None
+            if turn is not None:
+                request = turn.request()
+                yield request
             if isinstance(op, ComputeOp):
                 start = self.env.now
                 duration = op.duration
@@ -131,12 +145,15 @@ class Engine:
                     duration = self.compute_duration(rank, duration, start)
                 if duration > 0:
                     yield self.env.timeout(duration)
-                self.log.record("compute", rank, stream, op.name, start, self.env.now, category=op.category,
-                                nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch, chunk=op.chunk)
+                self.log.record("compute", rank, stream if turn is None else op.stream, op.name, start, self.env.now,
+                                category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
+                                chunk=op.chunk)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
                 raise SimulationError(f"op {op.name!r} has unsupported type {type(op).__name__}")
+            if request is not None:
+                request.resource.release(request)
             del self._pending[(rank, stream)]
             self._executed += 1
             self._done[op.id].succeed()

@@ -19,7 +19,8 @@ class StepProgram:
     ``ranks`` are the ranks that have ops; with folding each stands for the ranks of its pipeline stage (its
     TP, CP and DP peers run the same program), and the collectives' mirrors carry the other replicas' traffic.
     ``world`` is the number of GPUs the step spans. Streams in ``async_streams`` run each op in its own
-    process (isend/irecv).
+    process (isend/irecv); streams in ``serial_streams`` run one op at a time, first ready first
+    run (a server applying updates).
     ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
     ``details`` holds further summary entries that describe the step (``layout``, ``trace``...).
     ``layout`` is the TP x CP x PP x DP placement when the producer has one (stragglers fold by it).
@@ -32,6 +33,7 @@ class StepProgram:
     model_flops_per_step: float
     peak_flops: float
     async_streams: frozenset[str] = frozenset()
+    serial_streams: frozenset[str] = frozenset()
     memory: Mapping[str, object] = field(default_factory=dict)
     memory_bound_share: float = 0.0
     folded: bool = False
