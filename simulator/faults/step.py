@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.config.faults import LinkFault, StepFaults, Straggler
+from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
 from simulator.errors import InputError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
@@ -135,12 +135,16 @@ def _straggler(entry: Straggler, index: int, num_gpus: int, seed: int, error: Er
 
 def _factors(entry: Straggler, count: int, rng: np.random.Generator) -> list[float]:
     """The entry's fixed factor for every GPU, or one draw per GPU (the schema makes exactly one of them set)."""
-    draw = entry.draw
-    if draw is None:
+    if entry.draw is None:
         return [float(entry.slowdown or 1.0)] * count
+    return draw_factors(entry.draw, count, rng).tolist()
+
+
+def draw_factors(draw: SlowdownDraw, shape: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Slowdown factors of the given shape from ``draw``: uniform between low and high, or lognormal."""
     if draw.low is not None and draw.high is not None:
-        return rng.uniform(draw.low, draw.high, count).tolist()
-    return (float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(count))).tolist()
+        return rng.uniform(draw.low, draw.high, shape)
+    return float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
 
 
 def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorAt) -> LinkEvent:

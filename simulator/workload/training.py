@@ -193,7 +193,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
-    model_flops = _model_flops(model, training.seq_len) * tokens
+    model_flops = model_flops_per_token(model, training.seq_len) * tokens
     report = None
     if experts is not None:
         report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
@@ -243,7 +243,7 @@ def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:
     return ScenarioError(problem, field=field, allowed=allowed)
 
 
-def _model_flops(model: ModelSpec, seq_len: int) -> float:
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs per token (no recompute): 6 N plus causal attention, the convention MFU is reported in,
     with N counting the weights that do matmul work (the input embedding is a lookup; a tied embedding still
     serves as the output layer)."""
