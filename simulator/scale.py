@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from simulator.config.loader import LoadedScenario
+from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import CollectiveItem, Scenario
 from simulator.errors import InputError
 from simulator.topology.loader import read_topology
@@ -100,6 +101,21 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstima
     return _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
 
 
+PS_GPUS_PER_SERVER = 8
+"""Server GPUs per server host assumed before the topology is built (a DGX-class host)."""
+
+
+def _ps_estimate(scenario: Scenario, ps: ParameterServerConfig, gpus: int) -> ScaleEstimate:
+    """A parameter-server run: per worker and iteration a forward, a backward, and a push and a pull to every
+    server GPU (two ops and one flow each), and a sum or an update per push on the server."""
+    hosts = ps.servers if isinstance(ps.servers, int) else len(ps.servers)
+    endpoints = min(gpus, max(hosts, 1) * PS_GPUS_PER_SERVER)
+    workers = max(gpus - endpoints, 1)
+    ops = ps.iterations * workers * (2 + endpoints * 5)
+    flows = ps.iterations * workers * endpoints * 2
+    return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
+
+
 def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int) -> ScaleEstimate:
     ops = flows = 0.0
     for item in items:
@@ -121,6 +137,8 @@ def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: floa
 def estimate_scale(scenario: Scenario, gpus: int) -> ScaleEstimate | None:
     """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs; None for a trace workload, whose
     size is its trace file's (a trace holds its ops already, so it cannot grow past them)."""
+    if scenario.ps is not None:
+        return _ps_estimate(scenario, scenario.ps, gpus)
     if scenario.model is not None:
         return _training_estimate(scenario, gpus, scenario.run.fold)
     if isinstance(scenario.workload, list):
@@ -140,9 +158,11 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
 def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
     """What to change to bring a run under the limits, most effective first."""
     steps = []
-    if not estimate.folded and scenario.model is not None:
+    if scenario.ps is not None:
+        steps.append("fewer iterations (ps.iterations)")
+    elif not estimate.folded and scenario.model is not None:
         steps.append("fold the ranks (run.fold: true)")
-    if scenario.model is not None:
+    if scenario.model is not None and scenario.ps is None:
         steps.append("fewer micro-batches (training.global_batch or training.microbatches) or layers")
     if scenario.run.timeline == "full":
         steps.append("write less (run.timeline: summary)")
@@ -153,6 +173,8 @@ def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
 def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     """The field most to blame: unfolded ranks; else the cluster when the ops alone would fit (the flows,
     mirrors and graph grow with it); else the work of the step (model and batch) or the workload list."""
+    if scenario.ps is not None:
+        return ("ps", "iterations")
     if not estimate.folded and scenario.model is not None:
         return ("run", "fold")
     if estimate.ops <= MAX_EVENTS and estimate.ops * OP_BYTES <= MAX_MEMORY_BYTES:

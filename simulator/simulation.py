@@ -82,7 +82,8 @@ def build_topology(loaded: LoadedScenario) -> Topology:
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
-            progress: Progress | None = None) -> tuple[EngineResult, Network]:
+            progress: Progress | None = None,
+            serial_streams: frozenset[str] = frozenset()) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops."""
@@ -105,6 +106,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         isolated=lambda phases: run_alone(topology, settings, phases),
         log=log,
         async_streams=async_streams,
+        serial_streams=serial_streams,
         compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
         progress=progress,
         sharing=Sharing(mirrors, private),
@@ -230,6 +232,10 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
 
     base_dir = Path(loaded.source).parent
     workload = loaded.scenario.workload
+    if loaded.scenario.ps is not None or loaded.scenario.parallelism.strategy == "parameter_server":
+        from simulator.parameter_server.program import ps_program
+
+        return located(loaded, lambda: ps_program(loaded.scenario, topology))
     if isinstance(workload, TraceWorkload):
         from simulator.workload.traces.program import read_traces, trace_program
 
@@ -278,7 +284,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     from simulator.metrics.summary import training_summary
 
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
-                              faults=faults, progress=progress)
+                              faults=faults, progress=progress, serial_streams=program.serial_streams)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -306,6 +312,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             faults.slowdowns = folded
     summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
+    if "parameter_server" in program.details:
+        from simulator.parameter_server.summary import ps_report
+
+        summary["parameter_server"] = ps_report(program, frame, routes, topology, settings, summary["step_time_s"])
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
 from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
+from simulator.config.parameter_server import ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
@@ -232,8 +233,10 @@ class ParallelismConfig(Section):
     parallelism gets the sequence's K/V (`cp_algorithm`) and whether it balances the causal work over its
     ranks (`cp_load_balance`, two mirrored chunks per rank); `ep` splits each layer's experts over that many
     ranks of the DP x CP group. `tp_comm_overlap` chunks the TP collectives against their neighbouring GEMMs
-    (Megatron-LM's --tp-comm-overlap, off by default; it needs sequence parallelism)."""
+    (Megatron-LM's --tp-comm-overlap, off by default; it needs sequence parallelism). `strategy:
+    parameter_server` exchanges gradients through the servers of the `ps:` section instead of collectives."""
 
+    strategy: Strategy = "collective"
     tp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
     cp_algorithm: Literal["ring", "all_gather"] = "ring"
@@ -262,6 +265,7 @@ class Scenario(Section):
     model: ModelConfig | None = None
     training: TrainingConfig = TrainingConfig()
     parallelism: ParallelismConfig = ParallelismConfig()
+    ps: ParameterServerConfig | None = None
     faults: FaultsConfig = FaultsConfig()
     published: PublishedConfig | None = None
     checkpoint: CheckpointConfig = CheckpointConfig()

@@ -66,16 +66,17 @@ def training_table(summary: dict) -> Table:
     table.add_column(style="bold")
     table.add_column()
     step = summary.get("step_time_s")
+    ps = summary.get("parameter_server")
     if step is not None:
-        table.add_row("step time", _seconds(step))
-    if "tokens_per_s" in summary:
+        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", _seconds(step))
+    if "tokens_per_s" in summary and not ps:
         table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
     if "tflops_per_gpu" in summary:
         rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
                  f"HFU {_share(summary['hfu'])}" if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)
         table.add_row("TFLOP/s per GPU", f"{summary['tflops_per_gpu']:.1f}" + (f" ({extra})" if extra else ""))
-    if "bubble_fraction" in summary:
+    if "bubble_fraction" in summary and not ps:
         table.add_row("pipeline bubble", _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
@@ -88,6 +89,39 @@ def training_table(summary: dict) -> Table:
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
+    return table
+
+
+def _histogram(counts: list[int], unit: str) -> str:
+    """A histogram of 0, 1, 2, ...: its mean and largest value, and the pairs `value: count` when few."""
+    total = sum(counts)
+    mean = sum(value * count for value, count in enumerate(counts)) / total if total else 0.0
+    pairs = [f"{value}: {count}" for value, count in enumerate(counts) if count]
+    return f"mean {mean:.2f}, max {len(counts) - 1} {unit}" + (f" ({', '.join(pairs)})" if len(pairs) <= 6 else "")
+
+
+def parameter_server_table(ps: dict) -> Table:
+    """A parameter-server run: mode and placement, iteration times, throughput, server links, staleness, lag."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
+    table.add_row("parameter servers", f"{mode}, {len(ps['server_hosts'])} server host(s) "
+                  f"({len(ps['server_gpus'])} GPUs), {ps['workers']} workers, {ps['iterations']} iterations")
+    times = ps["iteration_s"]
+    table.add_row("iteration time", f"{_seconds(times['mean'])} mean over workers "
+                  f"({_seconds(times['min'])} to {_seconds(times['max'])})")
+    table.add_row("throughput", f"{ps['samples_per_s']:,.1f} samples/s, {ps['tokens_per_s']:,.0f} tokens/s "
+                  f"(first {_seconds(ps['throughput_window_s'])}, every worker training)")
+    table.add_row("server traffic", f"{ps['server_traffic_bytes_per_iteration'] / 2**30:,.2f} GiB per iteration, "
+                  f"server links {_share(ps['server_links']['mean_utilisation'])} busy")
+    ring = ps.get("allreduce")
+    if ring:
+        table.add_row("vs ring all-reduce", f"exchange {_seconds(ps['exchange_s'])} against {_seconds(ring['time_s'])}"
+                      f" alone; busiest link {ps['busiest_link_bytes_per_iteration'] / 2**30:,.2f} GiB against "
+                      f"{ring['busiest_link_bytes'] / 2**30:,.2f} GiB per iteration")
+    table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates"))
+    table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations"))
     return table
 
 
@@ -107,6 +141,8 @@ def print_run_report(summary: dict, console: Console) -> None:
     if "step_time_s" in summary:
         console.print(_layout_line(summary), highlight=False)
         console.print(training_table(summary))
+        if "parameter_server" in summary:
+            console.print(parameter_server_table(summary["parameter_server"]))
     else:
         console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
                       f"{_seconds(summary.get('makespan_s', 0.0))}", highlight=False)

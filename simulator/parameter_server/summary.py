@@ -1,0 +1,189 @@
+"""What a parameter-server run reports, read back from its event log: throughput while every worker trains,
+each worker's iteration times, the traffic the servers moved per iteration, how busy the servers' network links
+were, how stale the applied gradients were and how far workers ran ahead of the slowest.
+
+Definitions (docs/parameter_server.md):
+- iteration time of a worker: from the start of its forward to the end of its last pull of that iteration;
+  its exchange time from the end of its backward to that pull's end (pushes, waiting, updates, pulls).
+- throughput: samples of the iterations completed before the first worker finished all of its iterations,
+  over that time (after it, fewer workers train); for sync every worker finishes together.
+- staleness of a gradient: updates a server GPU applied between reading the parameters the gradient was
+  computed on (the start of the worker's previous pull) and starting to apply it; the largest over the server
+  GPUs. Sync applies one update per iteration after every push is in, so its staleness is 0.
+- lag: when a worker starts iteration j, j minus the iterations the slowest worker has completed (its update
+  applied on every server GPU); SSP keeps it at most k.
+- server link: per server GPU the slowest network link every push to it crosses (and its reverse for pulls);
+  utilisation is the bytes the run moved over it divided by what its line rate carries in the run.
+- the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
+  alone on the same cluster and network settings; its bytes in total, per worker and on its busiest link,
+  against the servers' per iteration (seed 001: 2 x workers x parameters through the servers, against about
+  2 x parameters per worker spread over every link of the ring).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from simulator.parameter_server.program import UPDATE_OF
+from simulator.program.ops import CollectiveOp, Op
+from simulator.program.step import StepProgram
+from simulator.topology.graph import Topology
+
+if TYPE_CHECKING:
+    from simulator.simulation import NetworkSettings
+
+KEY = re.compile(r"^ps\.(push|pull)\.i(\d+)\.w(\d+)\.e(\d+)$")
+
+
+def ps_report(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
+              settings: NetworkSettings, makespan_s: float) -> dict:
+    """The `parameter_server` summary entry of a run, with the ring all-reduce it is compared with."""
+    report = ps_summary(program, frame, routes, topology, makespan_s)
+    report["allreduce"] = ring_allreduce(report["worker_gpus"], report["parameter_bytes"], topology, settings)
+    return report
+
+
+def ring_allreduce(workers: list[int], nbytes: int, topology: Topology, settings: NetworkSettings) -> dict:
+    """One ring all-reduce of ``nbytes`` over ``workers``, alone on the cluster: its time and its bytes."""
+    from simulator.simulation import run_ops
+
+    ops: list[Op] = [CollectiveOp(id=index, rank=w, stream="dp", name="all-reduce", category="dp", op="all_reduce",
+                                  group=tuple(workers), nbytes=float(nbytes), key="allreduce", algorithm="ring")
+                     for index, w in enumerate(workers)]
+    result, _ = run_ops(topology, ops, settings)
+    flows = result.log.to_frame()
+    flows = flows[flows["kind"] == "flow"]
+    carried = _carried(flows["bytes"].to_numpy(), result.log.flow_routes)
+    return {"algorithm": "ring", "time_s": result.makespan_s, "total_bytes": float(flows["bytes"].sum()),
+            "bytes_per_worker": float(flows["bytes"].sum()) / len(workers),
+            "busiest_link_bytes": max(carried.values(), default=0.0)}
+
+
+def _carried(nbytes: np.ndarray, routes: list[tuple[int, ...]]) -> Counter[int]:
+    """Bytes over each directed link of the flows (``nbytes`` and ``routes`` aligned)."""
+    carried: Counter[int] = Counter()
+    for size, route in zip(nbytes.tolist(), routes):
+        for link in route:
+            carried[link] += size
+    return carried
+
+
+def ps_summary(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
+               makespan_s: float) -> dict:
+    """The plan the program describes and the figures measured in its run."""
+    plan = program.details["parameter_server"]
+    assert isinstance(plan, dict), "a parameter-server program describes its plan"
+    workers, endpoints, n = plan["worker_gpus"], plan["server_gpus"], plan["iterations"]
+    ops = frame[frame["kind"] != "flow"]
+    transfers = ops[(ops["kind"] == "collective") & ops["key"].str.startswith("ps.")].drop_duplicates("key")
+    parts = transfers["key"].str.extract(KEY)
+    transfers = transfers.assign(kind=parts[0], iteration=parts[1].astype(int), worker=parts[2].astype(int),
+                                 endpoint=parts[3].astype(int))
+    pulls = transfers[transfers["kind"] == "pull"]
+    pull_end = pulls.groupby(["worker", "iteration"])["end_s"].max()
+    forwards = ops[(ops["category"] == "forward")].set_index(["rank", "microbatch"])["start_s"]
+    backwards = ops[(ops["category"] == "backward")].set_index(["rank", "microbatch"])["end_s"]
+    iteration_s = {w: [float(pull_end[(w, i)] - forwards[(w, i)]) for i in range(n)] for w in workers}
+    exchange_s = [float(pull_end[(w, i)] - backwards[(w, i)]) for w in workers for i in range(n)]
+    first_done = float(min(pull_end[(w, n - 1)] for w in workers))
+    done = int((pull_end <= first_done).sum())
+    samples = done * plan["samples_per_iteration"] / len(workers)
+    flows = frame[frame["kind"] == "flow"]
+    flows = flows.assign(flow=np.arange(len(flows)))
+    is_ps = flows["key"].str.startswith("ps.").to_numpy()
+    per_iteration = float(flows.loc[is_ps, "bytes"].sum()) / n
+    carried = _carried(np.where(is_ps, flows["bytes"].to_numpy(), 0.0), routes)
+    staleness = _staleness(ops, pulls, workers, endpoints, n)
+    lag = _lag(ops, forwards, workers, n, plan["mode"])
+    means = [float(np.mean(times)) for times in iteration_s.values()]
+    return {
+        **plan,
+        "samples_per_s": samples / first_done if first_done > 0 else 0.0,
+        "tokens_per_s": samples * plan["tokens_per_sample"] / first_done if first_done > 0 else 0.0,
+        "throughput_window_s": first_done,
+        "iteration_s": {"mean": float(np.mean(means)), "min": float(np.min(means)), "max": float(np.max(means))},
+        "worker_iteration_s": {str(w): float(np.mean(times)) for w, times in iteration_s.items()},
+        "exchange_s": float(np.mean(exchange_s)),
+        "server_traffic_bytes_per_iteration": per_iteration,
+        "busiest_link_bytes_per_iteration": max(carried.values(), default=0.0) / n,
+        "server_links": _server_links(flows[is_ps], routes, carried, topology, endpoints, makespan_s),
+        "staleness_histogram": histogram(staleness),
+        "max_staleness": max(staleness),
+        "lag_histogram": histogram(lag),
+        "max_lag": max(lag),
+    }
+
+
+def histogram(values: list[int]) -> list[int]:
+    """Counts of 0, 1, 2, ... up to the largest value (a list keeps its order in JSON)."""
+    counts = Counter(values)
+    return [counts.get(value, 0) for value in range(max(values) + 1)]
+
+
+def _updates(ops: pd.DataFrame, endpoint: int) -> pd.DataFrame:
+    rows = ops[(ops["rank"] == endpoint) & (ops["kind"] == "compute") & ops["name"].str.startswith("update")]
+    return rows.sort_values("start_s")
+
+
+def _staleness(ops: pd.DataFrame, pulls: pd.DataFrame, workers: list[int], endpoints: list[int],
+               n: int) -> list[int]:
+    """Per (worker, iteration): updates applied between its read and the start of its gradient's update."""
+    read = pulls.set_index(["worker", "iteration", "endpoint"])["start_s"]
+    worst = {(w, i): 0 for w in workers for i in range(n)}
+    for e in endpoints:
+        updates = _updates(ops, e)
+        ends = np.sort(updates["end_s"].to_numpy())
+        for name, start, i in zip(updates["name"].tolist(), updates["start_s"].tolist(),
+                                  updates["microbatch"].tolist()):
+            owner = UPDATE_OF.match(name)
+            for w in workers if owner is None else [int(owner.group(1))]:
+                read_at = float(read[(w, i - 1, e)]) if i > 0 else 0.0
+                behind = int(np.searchsorted(ends, start, "right") - np.searchsorted(ends, read_at, "right"))
+                worst[(w, i)] = max(worst[(w, i)], behind)
+    return list(worst.values())
+
+
+def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, mode: str) -> list[int]:
+    """Per (worker, iteration j): j minus the iterations the slowest worker had completed when j started."""
+    updates = ops[(ops["kind"] == "compute") & ops["name"].str.startswith("update")]
+    if mode == "sync":
+        per_iteration = updates.groupby("microbatch")["end_s"].max()
+        completed_at = {w: [float(per_iteration[i]) for i in range(n)] for w in workers}
+    else:
+        owner = updates["name"].str.extract(UPDATE_OF)[0].astype(int)
+        ends = updates.assign(worker=owner).groupby(["worker", "microbatch"])["end_s"].max()
+        completed_at = {w: [float(ends[(w, i)]) for i in range(n)] for w in workers}
+    cumulative = {w: np.maximum.accumulate(times) for w, times in completed_at.items()}
+    lags = []
+    for w in workers:
+        for j in range(n):
+            start = float(forwards[(w, j)])
+            slowest = min(int(np.searchsorted(cumulative[other], start, "right")) for other in workers)
+            lags.append(j - slowest)
+    return lags
+
+
+def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
+                  endpoints: list[int], makespan_s: float) -> dict:
+    """Per server GPU the slowest link on every push's route into it and its reverse, with their utilisation
+    (``flows`` are the pushes and pulls, numbered by their position among every flow row in ``flow``)."""
+    per_gpu, shares = {}, []
+    for e in endpoints:
+        into = flows[flows["dst"] == e]["flow"]
+        if into.empty:
+            continue
+        common = set.intersection(*(set(routes[index]) for index in into))
+        link = min(common, key=lambda k: (topology.link_bandwidth[k], k))
+        u, v = topology.link_ends[link]
+        back = topology.link_index[(v, u)]
+        capacity = topology.link_bandwidth[link] * makespan_s
+        ingress, egress = (carried[link] / capacity, carried[back] / capacity) if capacity else (0.0, 0.0)
+        per_gpu[str(e)] = {"link": f"{u}->{v}", "bandwidth_bytes_per_s": float(topology.link_bandwidth[link]),
+                           "ingress_utilisation": ingress, "egress_utilisation": egress}
+        shares += [ingress, egress]
+    return {"mean_utilisation": float(np.mean(shares)) if shares else 0.0, "per_server_gpu": per_gpu}
