@@ -30,6 +30,8 @@ GRAPH = ("kind: graph\nnodes:\n  - {name: g0, kind: gpu}\n  - {name: g1, kind: g
          "  - {a: g0, b: g1, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}\n")
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+PS = ("cluster: {topology: ethernet-100g, nodes: 3}\nmodel: {layers: 2, hidden: 256, heads: 4}\n"
+      "training: {seq_len: 128, microbatches: 1}\nparallelism: {strategy: parameter_server}\n")
 RUN = ["run", "TMP/s.yaml", "--out", "TMP/out"]
 VALIDATE = ["validate", "TMP/s.yaml"]
 
@@ -96,6 +98,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                        + "parallelism: {tp: 8, dp: 1}\n"), RUN, 2, "does not divide 12 attention"),
     "global-batch-not-multiple": (scenario(PRESET.replace("global_batch: 8", "global_batch: 9")), RUN, 2,
                                   "not a multiple"),
+    "ps-no-server-hosts": (scenario(PS + "ps: {servers: 0}\n"), RUN, 2,
+                           "s.yaml:5: ps.servers: 0 server hosts: a parameter-server run needs at least one"),
+    "ps-no-section": (scenario(PS), RUN, 2, "s.yaml:4: parallelism.strategy: parameter_server needs a ps: section"),
+    "ps-more-servers-than-hosts": (scenario(PS + "ps: {servers: 4}\n"), RUN, 2,
+                                   "ps.servers: 4 servers: more servers than the cluster's 3 hosts"),
+    "ps-staleness-without-ssp": (scenario(PS + "ps: {servers: 1, mode: async, staleness: 2}\n"), RUN, 2,
+                                 "ps.staleness: staleness applies to mode ssp, not async"),
+    "ps-negative-staleness": (scenario(PS + "ps: {servers: 1, mode: ssp, staleness: -1}\n"), RUN, 2,
+                              "ps.staleness: staleness -1 is negative"),
     "unknown-topology": (scenario(COMM.replace("dgx-h100", "dgx-h900")), RUN, 2, "unknown topology 'dgx-h900'"),
     # schedule tables
     "custom-without-table": (scenario(SYNTHETIC + "parallelism: {pp: 2, pipeline: {schedule: custom}}\n"), RUN, 2,

@@ -1,0 +1,173 @@
+"""Parameter servers: sync bounded by its slowest worker (closed form), async not, SSP's lag within k at every
+iteration, server traffic per iteration exactly 2 x workers x parameter bytes, the sharding rules, the serial
+update stream, seeded per-iteration slowdowns, and the located errors of bad ps sections."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from simulator.catalog.gpus import get_gpu
+from simulator.parameter_server.placement import shard_tensors, stripe
+from simulator.workload.training import HBM_STREAM_EFFICIENCY, OPTIMIZER_BYTES_PER_PARAM
+
+NIC = 12.5e9  # ethernet-100g: 100 Gb/s per host and direction; `efficiency: ideal` runs links at line rate
+BASE = """
+cluster: {{topology: ethernet-100g, nodes: 5}}
+network: {{efficiency: ideal}}
+model: {{layers: 2, hidden: 1024, heads: 16, vocab: 32000}}
+training: {{seq_len: 1024, microbatches: 8}}
+parallelism: {{strategy: parameter_server}}
+ps: {{servers: 1, {mode}, iterations: {iterations}}}
+faults: {{step: {{stragglers: [{{gpus: [1], slowdown: {slowdown}}}]}}}}
+"""
+KEY = re.compile(r"^ps\.(push|pull)\.i(\d+)\.w(\d+)\.e(\d+)$")
+
+
+def scenario(mode: str = "mode: sync", iterations: int = 4, slowdown: float = 4.0) -> str:
+    return BASE.format(mode=mode, iterations=iterations, slowdown=slowdown)
+
+
+def forward_starts(frame):
+    forwards = frame[(frame["kind"] == "compute") & (frame["category"] == "forward")]
+    rows = zip(forwards["rank"], forwards["microbatch"], forwards["start_s"])
+    return {(int(rank), int(i)): float(start) for rank, i, start in rows}
+
+
+def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_yaml):
+    """Closed form, 4 workers and 1 server GPU on one 100 GbE switch, worker 1 computing 4x slower: the others'
+    pushes and sums are done while it computes, so an iteration is its compute, its push alone (latency +
+    P / B), its sum, the update, and the 4 pulls sharing the server's link (latency + 4 P / B)."""
+    result = run_yaml(scenario())
+    ps = result.summary["parameter_server"]
+    workers, P, compute = ps["workers"], ps["parameter_bytes"], ps["worker_compute_s"]
+    hbm = get_gpu("a100-80gb").hbm_bandwidth * HBM_STREAM_EFFICIENCY
+    latency = result.topology.path_latency(1, 4)
+    accumulate = P / 2 * (2 + 8) / hbm
+    update = P / 2 * OPTIMIZER_BYTES_PER_PARAM["adam"] / hbm
+    expected = 4 * compute + (latency + P / NIC) + accumulate + update + (latency + workers * P / NIC)
+    assert workers == 4 and ps["server_gpus"] == [4]
+    assert 3 * P / NIC + 3 * accumulate < 3 * compute  # the fast workers' pushes hide behind the slow compute
+    starts = forward_starts(result.timeline)
+    for w in range(4):
+        for i in range(1, 4):
+            assert starts[(w, i)] - starts[(w, i - 1)] == pytest.approx(expected, rel=1e-9)
+        assert ps["worker_iteration_s"][str(w)] == pytest.approx(expected, rel=1e-9)
+    assert ps["staleness_histogram"] == [16] and ps["lag_histogram"] == [16]
+
+
+def test_async_is_not_bounded_by_the_slow_worker(run_yaml):
+    """Worker 1 computes 10x slower: under sync every worker's iteration outlasts its compute; under async
+    the others iterate in less than that compute alone, and the run trains faster."""
+    sync = run_yaml(scenario(slowdown=10)).summary["parameter_server"]
+    result = run_yaml(scenario("mode: async", slowdown=10))
+    ps = result.summary["parameter_server"]
+    slow_compute = 10 * ps["worker_compute_s"]
+    fast = [ps["worker_iteration_s"][str(w)] for w in (0, 2, 3)]
+    assert max(fast) < slow_compute < sync["iteration_s"]["mean"]
+    assert ps["worker_iteration_s"]["1"] > slow_compute
+    assert ps["samples_per_s"] > 1.5 * sync["samples_per_s"]
+    assert ps["max_lag"] >= 2 and ps["max_staleness"] >= 3
+
+
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_ssp_lag_never_exceeds_k_at_any_iteration(run_yaml, k):
+    """From the event log itself: when worker w starts iteration j, every worker has had its iterations up to
+    j - k - 1 applied on the server (its `update w<id>` rows ended), and the fast workers do use the slack."""
+    result = run_yaml(scenario(f"mode: ssp, staleness: {k}", iterations=8))
+    frame = result.timeline
+    updates = frame[(frame["kind"] == "compute") & frame["name"].str.startswith("update w")]
+    applied = {(int(name[len("update w"):]), int(i)): float(end)
+               for name, i, end in zip(updates["name"], updates["microbatch"], updates["end_s"])}
+    lags = []
+    for (_, j), start in forward_starts(frame).items():
+        completed = [sum(1 for i in range(8) if applied[(other, i)] <= start) for other in range(4)]
+        lags.append(j - min(completed))
+    assert max(lags) == k
+    assert result.summary["parameter_server"]["max_lag"] == k
+    assert sum(result.summary["parameter_server"]["lag_histogram"]) == 32
+
+
+@pytest.mark.parametrize("text", [
+    scenario("mode: async", iterations=3),
+    "cluster: {topology: dgx-h100-cluster, nodes: 3}\nmodel: {preset: llama3-8b, layers: 1}\n"
+    "training: {seq_len: 512, microbatches: 1}\nparallelism: {strategy: parameter_server}\n"
+    "ps: {servers: [1], mode: sync, iterations: 2, sharding: round_robin}\n",
+])
+def test_server_traffic_per_iteration_is_twice_workers_times_parameter_bytes(run_yaml, text):
+    """Exact, from the flow rows of the event log: every worker pushes its whole gradient and pulls every
+    parameter once per iteration, whatever the striping over the server host's GPUs."""
+    result = run_yaml(text)
+    ps = result.summary["parameter_server"]
+    flows = result.timeline[result.timeline["kind"] == "flow"]
+    per_iteration: dict[int, float] = {}
+    for key, nbytes in zip(flows["key"], flows["bytes"]):
+        match = KEY.match(key)
+        assert match, key
+        per_iteration[int(match.group(2))] = per_iteration.get(int(match.group(2)), 0.0) + nbytes
+    expected = 2 * ps["workers"] * ps["parameter_bytes"]
+    assert per_iteration == {i: expected for i in range(ps["iterations"])}
+    assert ps["server_traffic_bytes_per_iteration"] == expected
+    assert sum(ps["server_parameter_bytes"]) == ps["parameter_bytes"]
+
+
+def test_the_ring_allreduce_it_is_compared_with(run_yaml):
+    """Seed 001: servers move 2 x W x P per iteration through their links; a ring all-reduce of the same
+    gradient sends 2 (W - 1) / W x P per worker (exact, from its flows), and on single-NIC hosts at line rate
+    it takes 2 (W - 1) / W x P / B plus its 2 (W - 1) pipelined hop latencies."""
+    result = run_yaml(scenario(iterations=2))
+    ps = result.summary["parameter_server"]
+    ring, W, P = ps["allreduce"], ps["workers"], ps["parameter_bytes"]
+    assert ring["bytes_per_worker"] == pytest.approx(2 * (W - 1) / W * P, rel=1e-12)
+    assert ring["total_bytes"] == pytest.approx(2 * (W - 1) * P, rel=1e-12)
+    hops = 2 * (W - 1) * result.topology.path_latency(0, 1)
+    assert ring["time_s"] == pytest.approx(2 * (W - 1) / W * P / NIC + hops, rel=1e-9)
+    assert ps["busiest_link_bytes_per_iteration"] == pytest.approx(W * P, rel=1e-12)  # the server's own link
+    assert ring["busiest_link_bytes"] == pytest.approx(2 * (W - 1) / W * P, rel=1e-12)
+
+
+def test_a_server_gpu_applies_one_gradient_at_a_time(run_yaml):
+    frame = run_yaml(scenario("mode: async", iterations=3, slowdown=1.0)).timeline
+    server = frame[(frame["rank"] == 4) & (frame["stream"] == "ps_update")].sort_values("start_s")
+    assert len(server) == 12
+    assert (server["start_s"].to_numpy()[1:] >= server["end_s"].to_numpy()[:-1]).all()
+
+
+def test_sharding_by_size_and_round_robin():
+    tensors = [5, 1, 4, 1, 3, 2]
+    assert shard_tensors(tensors, 2, "round_robin") == (5 + 4 + 3, 1 + 1 + 2)
+    assert shard_tensors(tensors, 2, "by_size") == (5 + 2 + 1, 4 + 3 + 1)
+    assert shard_tensors(tensors, 3, "by_size") == (5 + 1, 4 + 1, 3 + 2)
+    assert stripe(10, 4) == (3, 3, 2, 2)
+
+
+def test_iteration_slowdowns_are_seeded(run_yaml):
+    text = scenario("mode: async, iteration_slowdown: {distribution: lognormal, median: 1.0, sigma: 0.3}", 3, 1.0)
+    first = run_yaml(text).summary["parameter_server"]["worker_iteration_s"]
+    assert run_yaml(text).summary["parameter_server"]["worker_iteration_s"] == first
+    assert run_yaml(text, "run.seed=7").summary["parameter_server"]["worker_iteration_s"] != first
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ("servers: 1,", "ps.servers", "0 server hosts"),
+    ("servers: 1,", "ps.servers", "more servers than the cluster's 5 hosts"),
+    ("servers: 1,", "ps.servers", "host 9 does not exist"),
+    ("mode: sync", "ps.staleness", "staleness applies to mode ssp, not sync"),
+    ("mode: sync", "ps.staleness", "staleness -1 is negative"),
+    ("mode: sync", "ps.mode", "mode ssp needs the staleness bound k"),
+])
+def test_bad_ps_sections_are_located(validation_error, assert_located, change, field, words):
+    replacement = {"0 server hosts": "servers: 0,", "more servers than the cluster's 5 hosts": "servers: 6,",
+                   "host 9 does not exist": "servers: [9],", "staleness applies to mode ssp, not sync":
+                   "mode: sync, staleness: 2", "staleness -1 is negative": "mode: ssp, staleness: -1",
+                   "mode ssp needs the staleness bound k": "mode: ssp"}[words]
+    error = validation_error(scenario().replace(change, replacement))
+    assert_located(error, (), field, words)
+
+
+def test_strategy_and_section_must_go_together(validation_error, assert_located):
+    without_section = scenario().replace("ps: {servers: 1, mode: sync, iterations: 4}\n", "")
+    assert_located(validation_error(without_section), (), "parallelism.strategy", "needs a ps: section")
+    without_strategy = scenario().replace("parallelism: {strategy: parameter_server}\n", "")
+    assert_located(validation_error(without_strategy), (), "ps", "needs parallelism.strategy: parameter_server")
