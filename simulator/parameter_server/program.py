@@ -190,7 +190,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     details["layout"] = {"strategy": "parameter_server", "dp": len(workers), "microbatches": cost.microbatches,
                          "model": model.name, "gpu": gpu.name}
     ranks = tuple(sorted((*workers, *placement.endpoints)))
-    return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks, stage_of_rank=dict.fromkeys(ranks, 0),
+    return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=float(tokens),
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
