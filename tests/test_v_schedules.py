@@ -124,6 +124,19 @@ def test_reference_makespans_unit_costs() -> None:
         assert timing.makespan == pytest.approx(makespan, abs=EXACT), name
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 8])
+def test_v_schedules_attain_the_lower_bound(p: int) -> None:
+    """With F = B = W = u per chunk, rank p - 1 cannot start before p - 1 forwards have run and then works 6 m u,
+    so no order beats 6 m u + (p - 1) u; ZBV (for m >= 2p - 1, where PyTorch drops no micro-batch) and DualPipeV
+    (m >= 2p) attain it, every rank idling exactly (p - 1) u."""
+    for m in range(2 * p - 1, 6 * p + 1):
+        names = ("zbv", "dualpipev") if m >= 2 * p else ("zbv",)
+        for name in names:
+            timing = simulate_schedule(build_schedule(name, p, m, 2), 2, 2, 2, placement="v")
+            assert timing.makespan == pytest.approx(6 * m + p - 1, abs=EXACT), (name, p, m)
+            assert timing.idle_per_rank == pytest.approx([p - 1] * p, abs=EXACT), (name, p, m)
+
+
 def test_v_placement() -> None:
     assert [rank_stages(r, 4, 2, "v") for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
     assert [stage_rank(s, 4, "v") for s in range(8)] == [0, 1, 2, 3, 3, 2, 1, 0]
