@@ -195,7 +195,10 @@ class Engine:
         if len(meeting.arrived) == meeting.expected:
             del self._rendezvous[op.key]
             self._finished.add(op.key)
-            self.env.process(self._collective(meeting))
+            if self.isolated is not None and template.id in self.sharing.private:
+                self._replay(meeting, self.isolated)
+            else:
+                self.env.process(self._collective(meeting))
         return meeting.done
 
     def _collective(self, meeting: _Rendezvous):
@@ -204,31 +207,42 @@ class Engine:
         op = meeting.template
         start = self.env.now
         mirrors = self.sharing.mirrors_of(op)
-        if self.isolated is not None and op.id in self.sharing.private:
-            yield from self._replay(op, self.isolated)
-        elif mirrors:
+        if mirrors:
             yield from self.run_plans(self.env, self.plans.mirrored_phases(op, mirrors), op.key)
         else:
             yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
+        self._finish(meeting, start)
+
+    def _finish(self, meeting: _Rendezvous, start: float) -> None:
+        """Log the collective's row for every member that took part, and release them."""
+        op = meeting.template
         for rank in meeting.arrived:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
                             nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
         meeting.done.succeed()
 
-    def _replay(self, op: CollectiveOp, isolated: Callable):
+    def _replay(self, meeting: _Rendezvous, isolated: Callable) -> None:
         """A private collective: time its plan once on an idle network, then replay that run's duration and
-        flow rows (shifted to now) for every identical instance."""
+        flow rows (shifted to its start) for every identical instance. No process is started for it: a
+        timeout's callback logs the rows and releases the members (most collectives of a folded step are
+        private, so this saves a SimPy process per instance)."""
+        op = meeting.template
         key = self.plans.key(op, op.group)
         run = self._isolated_runs.get(key)
         if run is None:
             run = self._isolated_runs[key] = isolated(self.plans.phases(op, op.group))
-        duration, src, dst, begins, ends, nbytes, routes = run
-        self._replayed_flows += len(src)
+        self._replayed_flows += len(run[1])
         start = self.env.now
-        if duration > 0:
-            yield self.env.timeout(duration)
-        self.log.record_flows(op.key, src, dst, [start + t for t in begins], [start + t for t in ends], nbytes,
-                              routes)
+        if run[0] > 0:
+            self.env.timeout(run[0]).callbacks.append(lambda _event: self._replayed(meeting, run, start))
+        else:
+            self._replayed(meeting, run, start)
+
+    def _replayed(self, meeting: _Rendezvous, run: tuple, start: float) -> None:
+        _, src, dst, begins, ends, nbytes, routes = run
+        self.log.record_flows(meeting.template.key, src, dst, [start + t for t in begins], [start + t for t in ends],
+                              nbytes, routes)
+        self._finish(meeting, start)
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the
