@@ -179,6 +179,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.gantt import gantt_figure
     from simulator.report.memory_timeline import memory_figure
     from simulator.report.outputs import load_run_outputs, save_figure
+    from simulator.report.run_folder import record_figure
 
     if args.chart == "goodput":
         return _plot_goodput(args)
@@ -204,6 +205,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     else:
         figure = memory_figure(run.timeline, run.summary)
     save_figure(figure, output)
+    record_figure(Path(args.outdir), output)
     print(f"wrote {output}")
     return 0
 

@@ -164,6 +164,19 @@ def test_rerun_removes_the_files_of_an_earlier_run(tmp_path):
     assert set(one_run_only(out)["files"]) == {"summary.json", "timeline.parquet", "trace.json"}
 
 
+def test_rerun_removes_a_chart_plotted_into_the_folder(tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "gantt.png"
+    assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
+    assert main(["plot", "gantt", str(out)]) == 0
+    assert main(["plot", "gantt", str(out), "-o", str(elsewhere)]) == 0
+    assert json.loads((out / MANIFEST).read_text())["figures"] == ["gantt.png"]
+    (out / "notes.txt").write_text("mine")
+    assert main(["run", str(PIPELINE), "--out", str(out), "--set", "training.microbatches=4"]) == 0
+    assert not (out / "gantt.png").exists() and elsewhere.exists() and (out / "notes.txt").exists()
+    (out / "notes.txt").unlink()
+    assert "figures" not in one_run_only(out)
+
+
 def test_a_failure_while_writing_leaves_the_previous_run(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert main(["run", str(PIPELINE), "--out", str(out)]) == 0

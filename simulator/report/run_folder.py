@@ -1,6 +1,7 @@
 """Output folders that cannot lie: a run's files are written into a temporary folder beside `--out` and moved
 in only once all of them exist, with a manifest.json naming them; files an earlier run left that this run
-did not write are removed; readers check the manifest before trusting a folder.
+did not write are removed (charts `plot` saved into the folder included: it lists them in the manifest);
+readers check the manifest before trusting a folder.
 
 The move is a handful of renames within one file system, done with Ctrl-C held back, and the old manifest
 is removed first and the new one written last: an interrupted run leaves the previous complete run, and a
@@ -26,6 +27,8 @@ from simulator.errors import ScenarioError
 MANIFEST = "manifest.json"
 RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz")
 """Files `trainsim run` may write; any of them not written by the latest run is stale and removed."""
+FIGURES = "figures"
+"""Manifest key: the images `trainsim plot` saved into the run folder (removed by the next run into it)."""
 OUTDIR_FIELD = "OUTDIR"
 OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (with its manifest.json)"
 
@@ -65,16 +68,38 @@ def interrupts_held() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _previous_files(out_dir: Path) -> set[str]:
-    """Plain file names listed by the folder's current manifest, if it has a readable one."""
+def _manifest(out_dir: Path) -> dict:
+    """The folder's current manifest, or an empty one when it has none readable."""
     try:
         manifest = orjson.loads((out_dir / MANIFEST).read_bytes())
-        listed = manifest["files"]
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
-        return set()
-    if not isinstance(listed, dict):
-        return set()
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _previous_files(out_dir: Path) -> set[str]:
+    """Plain file names the folder's current manifest lists: the run's files and the figures `plot` saved
+    beside them (`record_figure`)."""
+    manifest = _manifest(out_dir)
+    listed = [*(manifest.get("files") or ()), *(manifest.get(FIGURES) or ())]
     return {name for name in listed if isinstance(name, str) and name == Path(name).name and not name.startswith(".")}
+
+
+def record_figure(out_dir: Path, figure: Path) -> None:
+    """Add ``figure`` to the manifest's figures when it was saved inside the run folder ``out_dir``, so that
+    the next run into that folder removes it with the rest of this run's files (a chart of an earlier run
+    must not sit beside a new run). The manifest is replaced in one rename."""
+    out_dir, figure = Path(out_dir), Path(figure)
+    if figure.resolve().parent != out_dir.resolve():
+        return
+    manifest = _manifest(out_dir)
+    if not manifest:
+        return
+    names = [name for name in manifest.get(FIGURES) or () if name != figure.name]
+    manifest[FIGURES] = sorted([*names, figure.name])
+    partial = out_dir / f".{MANIFEST}.partial"
+    partial.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    os.replace(partial, out_dir / MANIFEST)
 
 
 def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None]) -> list[str]:
