@@ -9,11 +9,12 @@ latency, which equals k separate steps exactly whenever the rates stay constant 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Transfer:
-    """``nbytes`` from GPU ``src`` to GPU ``dst`` (global GPU indices) over route ``channel``."""
+class Transfer(NamedTuple):
+    """``nbytes`` from GPU ``src`` to GPU ``dst`` (global GPU indices) over route ``channel``. A named tuple:
+    plans of large groups make tens of thousands, and a frozen dataclass costs three times as much to build."""
 
     src: int
     dst: int

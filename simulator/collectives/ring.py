@@ -22,9 +22,10 @@ RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n
 def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]:
     """The group's members per host, hosts in order of first appearance, members by local index."""
     hosts: dict[int, list[int]] = {}
+    host_of, local = topology.gpu_host, topology.gpu_local
     for rank in ranks:
-        hosts.setdefault(topology.gpu_host[rank], []).append(rank)
-    return [sorted(members, key=lambda r: topology.gpu_local[r]) for members in hosts.values()]
+        hosts.setdefault(host_of[rank], []).append(rank)
+    return [members if len(members) == 1 else sorted(members, key=local.__getitem__) for members in hosts.values()]
 
 
 def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> int:

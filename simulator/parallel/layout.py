@@ -50,10 +50,19 @@ class Layout:
         """The rank at the given coordinates (missing ones are 0)."""
         return sum(coords.get(dim, 0) * self._strides[dim] for dim in self.order)
 
+    @cached_property
+    def _groups(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        return {}
+
     def group(self, dim: str, rank: int) -> tuple[int, ...]:
-        """The ranks that differ from ``rank`` only in ``dim``, in coordinate order."""
-        base = rank - self.coords(rank)[dim] * self._strides[dim]
-        return tuple(base + i * self._strides[dim] for i in range(self.degree(dim)))
+        """The ranks that differ from ``rank`` only in ``dim``, in coordinate order. Each group is one tuple
+        object however often it is asked for, so the engine and the plan cache recognise it by identity."""
+        found = self._groups.get((dim, rank))
+        if found is None:
+            stride, degree = self._strides[dim], self.degree(dim)
+            base = rank - (rank // stride) % degree * stride
+            found = self._groups[(dim, rank)] = tuple(range(base, base + degree * stride, stride))
+        return found
 
     def combined_group(self, dims: tuple[str, ...], rank: int) -> tuple[int, ...]:
         """The ranks that differ from ``rank`` only in the dimensions ``dims`` (e.g. dp x cp for gradients)."""
