@@ -171,3 +171,32 @@ def test_strategy_and_section_must_go_together(validation_error, assert_located)
     assert_located(validation_error(without_section), (), "parallelism.strategy", "needs a ps: section")
     without_strategy = scenario().replace("parallelism: {strategy: parameter_server}\n", "")
     assert_located(validation_error(without_strategy), (), "ps", "needs parallelism.strategy: parameter_server")
+
+
+def test_memory_of_a_worker_and_of_the_fullest_server_gpu(run_yaml):
+    """A worker holds 2 + 2 bytes per parameter (bf16 weights and gradients; Adam's state is on the servers)
+    plus one micro-batch's activations; a server GPU of a sync run holds its eighth of the parameters at 2 (weights)
+    + 2 + 4 (gradient buffer, fp32 sum) + 12 (fp32 master, Adam moments) bytes."""
+    text = ("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: llama3-8b, layers: 1}\n"
+            "training: {seq_len: 512, microbatches: 1}\nparallelism: {strategy: parameter_server}\n"
+            "ps: {servers: 1, iterations: 1}\n")
+    result = run_yaml(text)
+    ps, gib = result.summary["parameter_server"], 2.0**30
+    P = ps["parameters"]
+    worker, server = ps["memory_gib"]["worker"], ps["memory_gib"]["server"]
+    assert (worker["params"], worker["grads"], worker["optimizer"]) == pytest.approx((2 * P / gib, 2 * P / gib, 0.0))
+    assert worker["activations"] > 0
+    assert (server["params"], server["grads"], server["optimizer"]) == pytest.approx(
+        (2 * P / 8 / gib, 6 * P / 8 / gib, 12 * P / 8 / gib), rel=1e-6)
+    assert result.summary["peak_memory_gib"] == pytest.approx(worker["total"]) and not result.summary["oom"]
+
+
+def test_a_model_too_large_for_a_worker_is_out_of_memory():
+    from simulator.config.loader import scenario_from_text
+    from simulator.simulation import build_topology, validate
+
+    loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: llama3-70b}\n"
+                                "training: {seq_len: 512, microbatches: 1}\nparallelism: {strategy: parameter_server}\n"
+                                "ps: {servers: 1}\n", "big.yaml")
+    verdict = validate(loaded, build_topology(loaded))
+    assert verdict.memory["oom"] and verdict.memory["peak_memory_gib"] > 4 * 70e9 / 2**30

@@ -28,6 +28,7 @@ from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import Scenario
 from simulator.errors import ScenarioError
 from simulator.faults.step import draw_factors
+from simulator.parameter_server.memory import memory_entries, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
@@ -187,6 +188,10 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
         "server_parameter_bytes": [params * element for params in held],
         "worker_compute_s": cost.forward_s + cost.backward_s,
     }}
+    busiest = max(placement.endpoints, key=lambda e: (server.stripe_bytes[e], -e))
+    memory, memory_gib = memory_entries(worker_memory(scenario, model, parameters), workers[0],
+                                        server_memory(scenario, server.stripe_bytes[busiest] / element), busiest, gpu)
+    details["parameter_server"]["memory_gib"] = memory_gib
     details["layout"] = {"strategy": "parameter_server", "dp": len(workers), "microbatches": cost.microbatches,
                          "model": model.name, "gpu": gpu.name}
     ranks = tuple(sorted((*workers, *placement.endpoints)))
@@ -194,7 +199,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
                        tokens_per_step=float(tokens),
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
-                       serial_streams=frozenset({UPDATE_STREAM}), details=details)
+                       serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details)
 
 
 @dataclass(frozen=True)

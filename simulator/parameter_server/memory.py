@@ -1,0 +1,60 @@
+"""What a worker and a server GPU of a parameter-server run hold, and the summary's memory entries.
+
+A worker holds the whole model's weights and gradients (the optimizer state lives on the servers) and the
+activations of one micro-batch at a time (Korthikanti et al., as workload/memory.py computes them). A server GPU
+holds its stripe's weights in the training precision (what workers pull), the optimizer state with the fp32
+master copy, a buffer for the gradient being applied and, under sync, the fp32 sum of the iteration's pushes.
+"""
+
+from __future__ import annotations
+
+from simulator.catalog.gpus import GPUSpec
+from simulator.catalog.models import ModelSpec
+from simulator.config.schema import Scenario
+from simulator.workload.memory import (
+    MemoryBreakdown,
+    activation_bytes_per_layer,
+    head_activation_bytes,
+    state_bytes_per_param,
+)
+from simulator.workload.memory_plan import GIB, MEMORY_PARTS
+from simulator.workload.training import PRECISION_BYTES
+from simulator.workload.transformer import ShardShape
+
+SUM_BYTES_PER_PARAM = 4
+"""The fp32 sum a sync server keeps of the iteration's pushed gradients."""
+
+
+def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> MemoryBreakdown:
+    """A worker: weights and gradients of every parameter, one micro-batch's activations."""
+    training = scenario.training
+    state = state_bytes_per_param(training.precision, training.optimizer)
+    shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
+    activations = (model.layers * activation_bytes_per_layer(model, shard, training.recompute)
+                   + head_activation_bytes(model, shard))
+    return MemoryBreakdown(params=parameters * state.param, grads=parameters * state.grad, optimizer=0.0,
+                           activations=activations)
+
+
+def server_memory(scenario: Scenario, stripe_params: float) -> MemoryBreakdown:
+    """A server GPU holding ``stripe_params`` parameters."""
+    training = scenario.training
+    state = state_bytes_per_param(training.precision, training.optimizer)
+    assert scenario.ps is not None
+    summed = SUM_BYTES_PER_PARAM if scenario.ps.mode == "sync" else 0
+    return MemoryBreakdown(params=stripe_params * state.param, grads=stripe_params * (state.grad + summed),
+                           optimizer=stripe_params * state.optimizer)
+
+
+def memory_entries(worker: MemoryBreakdown, worker_rank: int, server: MemoryBreakdown, server_rank: int,
+                   gpu: GPUSpec) -> tuple[dict, dict]:
+    """The summary's memory keys for the fuller of the two (peak, breakdown, capacity, out of memory, rank),
+    and the `parameter_server.memory_gib` entry with both."""
+    peak, rank = max((worker, worker_rank), (server, server_rank), key=lambda pair: pair[0].total)
+    entries = {"peak_memory_gib": peak.total / GIB,
+               "memory_breakdown_gib": {name: getattr(peak, name) / GIB for name in MEMORY_PARTS},
+               "memory_capacity_gib": gpu.hbm_bytes / GIB, "peak_memory_rank": rank,
+               "oom": peak.total > gpu.hbm_bytes}
+    both = {role: {**{name: getattr(held, name) / GIB for name in MEMORY_PARTS}, "total": held.total / GIB}
+            for role, held in (("worker", worker), ("server", server))}
+    return entries, both
