@@ -166,6 +166,16 @@ def test_bad_ps_sections_are_located(validation_error, assert_located, change, f
     assert_located(error, (), field, words)
 
 
+def test_no_job_simulation_over_parameter_server_iterations(tmp_path, capsys):
+    from simulator.cli import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text(scenario() + "run: {horizon: 1 d}\n")
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert f"{path}:9: run.horizon: a job simulation repeats one training step" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_strategy_and_section_must_go_together(validation_error, assert_located):
     without_section = scenario().replace("ps: {servers: 1, mode: sync, iterations: 4}\n", "")
     assert_located(validation_error(without_section), (), "parallelism.strategy", "needs a ps: section")

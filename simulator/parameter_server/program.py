@@ -78,6 +78,10 @@ def ps_config(scenario: Scenario) -> ParameterServerConfig:
     if scenario.model is None or scenario.model.synthetic is not None or scenario.model.moe is not None:
         raise ScenarioError("parameter servers need a dense transformer model (its parameters are what they hold)",
                             field="model", allowed="a preset or dimensions, without synthetic or moe")
+    if scenario.run.horizon is not None:
+        raise ScenarioError("a job simulation repeats one training step; a parameter-server run is several iterations "
+                            "of workers that drift apart", field="run.horizon",
+                            allowed="no run.horizon with parameter servers")
     if config.mode == "ssp" and config.staleness is None:
         raise ScenarioError("mode ssp needs the staleness bound k", field="ps.mode",
                             allowed="staleness: k (iterations a worker may run ahead of the slowest)")
