@@ -313,9 +313,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:
-        from simulator.parameter_server.summary import ps_report
+        from simulator.parameter_server.summary import ps_bottleneck, ps_report
 
         summary["parameter_server"] = ps_report(program, frame, routes, topology, settings, summary["step_time_s"])
+        summary["bottleneck"] = ps_bottleneck(summary, program)
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:

@@ -166,6 +166,20 @@ def test_bad_ps_sections_are_located(validation_error, assert_located, change, f
     assert_located(error, (), field, words)
 
 
+def test_the_console_prints_the_parameter_server_figures(tmp_path, capsys):
+    from simulator.cli import main
+
+    path = tmp_path / "ps.yaml"
+    path.write_text(scenario("mode: ssp, staleness: 1", iterations=3))
+    assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    for words in ("run time (3 iterations)", "parameter servers     ssp (staleness 1), 1 server host(s) (1 GPUs), "
+                  "4 workers, 3 iterations", "samples/s", "server traffic", "vs ring all-reduce",
+                  "staleness", "lag behind slowest    mean", "max 1 iterations"):
+        assert words in out, (words, out)
+    assert "pipeline bubble" not in out
+
+
 def test_no_job_simulation_over_parameter_server_iterations(tmp_path, capsys):
     from simulator.cli import main
 
