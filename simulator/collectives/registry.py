@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal, get_args
 
 from simulator.collectives import direct, halving_doubling, hierarchical, nvls, ring, tree
 from simulator.collectives.phases import CollectiveRequest, Phase
@@ -17,7 +18,8 @@ from simulator.collectives.tree import chunk_count
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-PRIMITIVES = ("broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
+PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
 
 Planner = Callable[[CollectiveRequest, Topology], list[Phase]]
 

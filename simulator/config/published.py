@@ -6,13 +6,14 @@ reference figure, its source and whether anything was fitted on it live next to 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
 from simulator.config.sections import Section
 
-METRICS = ("tflops_per_gpu", "megatron_tflops_per_gpu", "busbw_gbps")
+Metric = Literal["tflops_per_gpu", "megatron_tflops_per_gpu", "busbw_gbps"]
+METRICS: tuple[Metric, ...] = get_args(Metric)
 """Figures a case can be compared on: the summary's model TFLOP/s per GPU (6N + causal attention), TFLOP/s per
 GPU counted with Megatron-LM's formula (SC21, full recompute), or the first collective's nccl-tests busbw."""
 
@@ -22,7 +23,7 @@ class PublishedConfig(Section):
     `tolerance` the test allows, and `fitted`: "no", or what was fitted on this case."""
 
     source: str
-    metric: Literal[METRICS]  # type: ignore[valid-type]
+    metric: Metric
     value: float = Field(gt=0)
     tolerance: float = Field(default=0.08, gt=0, lt=1)
     fitted: str = "no"

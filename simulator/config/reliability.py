@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -18,9 +18,9 @@ from simulator.config.sections import Section
 from simulator.errors import InputError
 from simulator.units import parse_bandwidth, parse_duration, parse_size
 
-UNIT_KINDS = ("gpu", "host", "nic", "leaf_switch", "spine_switch", "cable")
+UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
+UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
 """What a component class is counted in on the job's topology graph."""
-
 
 
 class Effect(StrEnum):
@@ -107,7 +107,7 @@ class ComponentSpec(Section):
     repair time. `unit` and `effect` default to the known class's (components.py); a user-defined class
     must name its `unit`. `slowdown` is the compute factor of a `straggle` class's GPUs."""
 
-    unit: Literal[UNIT_KINDS] | None = None  # type: ignore[valid-type]
+    unit: UnitKind | None = None
     effect: Effect | None = None
     slowdown: float | None = Field(default=None, gt=1)
     mtbf: PositiveDuration | None = None

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
+from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, Primitive
 from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
 from simulator.config.parameter_server import ParameterServerConfig, Strategy
@@ -130,7 +130,7 @@ class CollectiveItem(Section):
     `after`: names of items that must finish first (on the members they share); `repeat` runs it k times.
     """
 
-    op: Literal[PRIMITIVES]  # type: ignore[valid-type]
+    op: Primitive
     bytes: Size
     name: str | None = None
     group: Literal["all"] | list[int] | str = "all"

@@ -3,13 +3,14 @@ list of collectives or a transformer model, with what-if knobs (compute speed, d
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field
 
 from simulator.config.sections import Section
 
-TRACE_FORMATS = ("kineto", "chakra-json")
+TraceFormat = Literal["kineto", "chakra-json"]
+TRACE_FORMATS: tuple[TraceFormat, ...] = get_args(TraceFormat)
 
 
 class TraceWorkload(Section):
@@ -29,7 +30,7 @@ class TraceWorkload(Section):
     """
 
     trace: str
-    format: Literal[TRACE_FORMATS] = "kineto"  # type: ignore[valid-type]
+    format: TraceFormat = "kineto"
     compute_scale: float = Field(default=1.0, gt=0)
     traced_gpu: str | None = None
     dp: int | None = Field(default=None, ge=1, le=131_072)

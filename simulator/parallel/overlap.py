@@ -79,7 +79,8 @@ class OverlapMixin(BuilderCore):
         gemms = block.overlap_gemm_s
         pairs = {"fwd": (gemms[0], gemms[1]), "rec": (gemms[0], gemms[1]), "bwd": (gemms[2], gemms[3])}[phase]
         sides = [tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel) for before in (True, False)]
-        return tuple(gemm if side is not None else 0.0 for gemm, side in zip(pairs, sides))  # type: ignore[return-value]
+        leading, trailing = (gemm if side is not None else 0.0 for gemm, side in zip(pairs, sides))
+        return leading, trailing
 
     def _overlapped(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
                     before: bool, name: str, gemm_s: float, flops: float, category: str) -> tuple[list[int], int]:

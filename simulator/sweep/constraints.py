@@ -18,6 +18,7 @@ _BINARY: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
 }
+_UNARY: dict[type, Callable] = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos}
 _COMPARE: dict[type, Callable] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
     ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
@@ -56,7 +57,7 @@ def parse_constraint(text: str) -> Constraint:
 
 
 _NODES = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant, ast.List, ast.Tuple,
-          ast.Load, ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd, *_BINARY, *_COMPARE)
+          ast.Load, ast.And, ast.Or, *_UNARY, *_BINARY, *_COMPARE)
 
 
 def _path_of(node: ast.AST) -> str | None:
@@ -82,9 +83,7 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
         values = (_evaluate(item, scenario) for item in node.values)
         return all(values) if isinstance(node.op, ast.And) else any(values)
     if isinstance(node, ast.UnaryOp):
-        operand = _evaluate(node.operand, scenario)
-        return not operand if isinstance(node.op, ast.Not) else (-operand if isinstance(node.op, ast.USub)  # type: ignore[operator]
-                                                                  else +operand)  # type: ignore[operator]
+        return _UNARY[type(node.op)](_evaluate(node.operand, scenario))
     if isinstance(node, ast.BinOp):
         return _BINARY[type(node.op)](_evaluate(node.left, scenario), _evaluate(node.right, scenario))
     if isinstance(node, ast.Compare):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.sweep.layouts import Candidate, Checked, powers_of_two
+from simulator.sweep.options import Recompute
 
 MICROBATCHES_PER_STAGE = 4
 """Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%."""
@@ -44,7 +45,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(found, tuple(steps))
         steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute")
-        recomputes = ["selective", "full"]
+        recomputes: list[Recompute] = ["selective", "full"]
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = ["none", "selective", "full"]
@@ -56,7 +57,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     return TreeChoice(None, tuple(steps))
 
 
-def _first_fit(tps: list[int], recomputes: list[str], world: int, layers: int, global_batch: int,
+def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
                check: Callable[[Candidate], Checked], steps: list[str]) -> Candidate | None:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
     for recompute in recomputes:
@@ -68,7 +69,7 @@ def _first_fit(tps: list[int], recomputes: list[str], world: int, layers: int, g
                 dp = world // (tp * pp)
                 if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:
                     continue
-                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute))  # type: ignore[arg-type]
+                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute))
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:.1f} GiB)"
                                  + (f" after {', '.join(tried)}" if tried else ""))

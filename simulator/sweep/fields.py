@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import get_args
 
 from pydantic import BaseModel
 
@@ -61,7 +62,7 @@ def _origin_in(annotation: object, origin: type) -> bool:
 def _list_item(annotation: object) -> object:
     """The item type of the list in ``annotation`` (None when there is no list)."""
     if getattr(annotation, "__origin__", None) is list:
-        return annotation.__args__[0]  # type: ignore[attr-defined]
+        return get_args(annotation)[0]
     for arg in getattr(annotation, "__args__", ()) or ():
         found = _list_item(arg)
         if found is not None:
@@ -114,7 +115,9 @@ def value_at(model: BaseModel, parts: FieldParts) -> object:
     current: object = model
     for part in parts:
         if isinstance(part, int):
-            current = current[part]  # type: ignore[index]
+            if not isinstance(current, (list, tuple)) or part >= len(current):
+                raise ScenarioError(f"the scenario has no {dotted_path(parts)}", field=dotted_path(parts))
+            current = current[part]
         elif isinstance(current, BaseModel) and part not in type(current).model_fields:
             current = (current.model_extra or {})[part]
         else:

@@ -3,12 +3,14 @@ it to build its parser)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
+
+from simulator.config.training_options import RECOMPUTE_MODES, Recompute
 
 Sharding = Literal["zero0", "zero1", "zero2", "fsdp"]
-Recompute = Literal["none", "selective", "full"]
-SHARDINGS: tuple[Sharding, ...] = ("zero0", "zero1", "zero2", "fsdp")
-RECOMPUTES: tuple[Recompute, ...] = ("none", "selective", "full")
-"""Recompute options from the least extra compute to the most: a lighter one that fits dominates."""
+SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
+RECOMPUTES: tuple[Recompute, ...] = RECOMPUTE_MODES
+"""Recompute options (`training.recompute`'s set) from the least extra compute to the most: a lighter one that
+fits dominates."""
 STUDY_CHARTS = ("sweep", "heatmap", "busbw", "front")
 """`trainsim plot` charts drawn from a sweep or search folder (report/study_plots.py)."""

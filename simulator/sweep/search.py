@@ -104,8 +104,10 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
 def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:
     """The scenario as written (quantities keep their units) with its parallelism reduced to what the search
     keeps (placement order, fewer layers on the end stages) and only summary.json per run."""
-    data, _ = read_yaml(path, ScenarioError)
-    data, _ = apply_overrides(data, overrides or [], str(path))  # type: ignore[arg-type]
+    written, _ = read_yaml(path, ScenarioError)
+    if not isinstance(written, dict):
+        raise ScenarioError("the scenario is not a mapping of sections", file=str(path), allowed="a scenario file")
+    data, _ = apply_overrides(written, overrides or [], str(path))
     pipeline = scenario.parallelism.pipeline
     data["parallelism"] = {"order": list(scenario.parallelism.order),
                            "pipeline": {"first_last_fewer_layers": pipeline.first_last_fewer_layers}}

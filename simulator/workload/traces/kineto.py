@@ -179,12 +179,11 @@ class _Parsed:
                     ordered: list[tuple[int, dict]]) -> list[TracedOp]:
         """Add each stream-wait's dependency to the first op of the waiting stream that starts after it. A
         stream runs its kernels in launch order, so starts, ends and launch times grow along each stream."""
-        launch = [self.launches.get((event.get("args") or {}).get("correlation"), (None,))[0]
+        launch = [self.launches.get((event.get("args") or {}).get("correlation"), (float("-inf"),))[0]
                   for _, event in ordered]
         starts = {stream: [ops[i].start_s for i in members] for stream, members in by_stream.items()}
         ends = {stream: [ops[i].end_s for i in members] for stream, members in by_stream.items()}
-        launched = {stream: [float("-inf") if launch[i] is None else float(launch[i])  # type: ignore[arg-type]
-                             for i in members] for stream, members in by_stream.items()}
+        launched = {stream: [launch[i] for i in members] for stream, members in by_stream.items()}
         extra: dict[int, list[int]] = {}
         for event in self.waits:
             args = event.get("args") or {}
