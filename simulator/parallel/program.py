@@ -9,7 +9,7 @@ receives (each runs as soon as its data is ready, like isend/irecv).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker
@@ -76,7 +76,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
-        self._handoffs: list[tuple[Op, str]] = []
+        self._handoffs: list[tuple[int, str]] = []
         self._param_gathers: dict[tuple[int, int, int], int] = {}
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
@@ -120,9 +120,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Ops of every simulated rank, in a deterministic order."""
         for rank in self.representatives():
             self._rank_program(rank)
-        for op, key in self._handoffs:
-            if key in self._handoff_producers:
-                op.deps = (self._handoff_producers[key],)
+        for handoff, key in self._handoffs:
+            producer = self._handoff_producers.get(key)
+            if producer is not None:
+                self.ops[handoff] = replace(self.ops[handoff], deps=(producer,))
         return self.ops
 
     def _rank_program(self, rank: int) -> None:
@@ -173,7 +174,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         key = self._p2p_key(direction, mb, src_vstage, tag)
         if src == rank or nbytes <= 0:
             handoff = self._compute(rank, f"handoff {direction} mb{mb}", 0.0, [], "pp", stream=PP_STREAM, mb=mb)
-            self._handoffs.append((self.ops[handoff], key))
+            self._handoffs.append((handoff, key))
             return [handoff]
         return [self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes, key,
                                  [], "pp", mb)]
