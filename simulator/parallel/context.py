@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CP_ALGORITHMS = ("ring", "all_gather")
 CP_STREAM = "cp"
 
 
