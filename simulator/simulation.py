@@ -21,6 +21,7 @@ from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
+from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, TopologyError
 from simulator.metrics.events import EventLog
 from simulator.network.calibration import resolve_efficiency
@@ -82,16 +83,17 @@ def build_topology(loaded: LoadedScenario) -> Topology:
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
-            progress: Progress | None = None,
-            serial_streams: frozenset[str] = frozenset()) -> tuple[EngineResult, Network]:
+            progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
+            plans: PlanCache | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
-    ``progress(done, total)`` is called every few thousand ops."""
+    ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
+    caller has already planned with it (the run's settings, the same topology)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
-    plans = plan_cache(topology, settings)
+    plans = plans or plan_cache(topology, settings)
     mirrors = kept_mirrors(ops, plans.links)
     replays = faults is None or not faults.changes_network
     private = private_collectives(ops, plans.links, async_streams, mirrors) if replays else frozenset()
@@ -277,14 +279,16 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
 
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
-             progress: Progress | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
+             progress: Progress | None = None,
+             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
     routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
     level, so that `trainsim collective` never loads them."""
     from simulator.metrics.summary import training_summary
 
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
-                              faults=faults, progress=progress, serial_streams=program.serial_streams)
+                              faults=faults, progress=progress, serial_streams=program.serial_streams,
+                              plans=plans)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -303,6 +307,12 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
+    plans = plan_cache(topology, settings)
+    if program.folded and settings.mode == "flow":
+        capacity = effective_capacity(topology, dict(settings.efficiency))
+        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity))
+        if blocker:
+            program = step_program(loaded, topology, fold=False)
     faults.slowdowns = faults.plan.slowdown_of()
     if program.folded and not faults.plan.empty:
         folded, blocker = fold_with_faults(faults.plan, program, settings, topology)
@@ -310,7 +320,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             program = step_program(loaded, topology, fold=False)
         else:
             faults.slowdowns = folded
-    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress))
+    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:
         from simulator.parameter_server.summary import ps_bottleneck, ps_report
