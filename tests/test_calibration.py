@@ -10,6 +10,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.metrics.intervals import uncovered
 from simulator.workload.roofline import kernel_duration
+from simulator.workload.training import optimizer_bytes_per_param
 from simulator.workload.transformer import Kernel, ShardShape, layer_kernels
 
 PARTS = ("clock", "gemm", "attention", "memory")
@@ -136,3 +137,31 @@ def test_tp_comm_overlap_needs_sequence_parallelism(run_yaml):
     with pytest.raises(ScenarioError) as info:
         run_yaml(OVERLAP, "parallelism.tp_comm_overlap=true", "parallelism.sequence_parallel=false")
     assert info.value.field == "parallelism.tp_comm_overlap"
+
+
+def test_unfused_gradient_accumulation_adds_one_pass_per_weight():
+    # Megatron-LM before --gradient-accumulation-fusion: each micro-batch's weight gradient is written in fp16
+    # and main_grad.add_(grad) reads both and writes the sum, 3 x 2 B per weight element of the layer's four
+    # matrices (tp 8: 12 h^2 / 8 weights), streamed at the calibrated 88% of the A100's 2.039 TB/s.
+    model, gpu = get_model("megatron-76.1b"), get_gpu("a100-80gb")
+    efficiency = compute_efficiency("a100-80gb", "fp16")
+    fused = layer_kernels(model, ShardShape(2, 2048, tp=8), "full")
+    separate = layer_kernels(model, ShardShape(2, 2048, tp=8, fused_grad_accumulation=False), "full")
+    assert not [k for k in fused.backward_weight if k.name.endswith(".accumulate")]
+    adds = [k for k in separate.backward_weight if k.name.endswith(".accumulate")]
+    weights = 12 * model.hidden**2 / 8
+    assert [k.name for k in adds] == [f"{name}.wgrad.accumulate" for name in ("mlp_fc2", "mlp_fc1", "out_proj",
+                                                                              "qkv_proj")]
+    assert sum(k.hbm_bytes for k in adds) == pytest.approx(3 * 2 * weights, rel=1e-12)
+    seconds = sum(kernel_duration(k, gpu, "fp16", efficiency) for k in adds)
+    # Four kernels, each paying the 2 us launch/tail ramp on top of its streaming time.
+    assert seconds == pytest.approx(6 * weights / (0.88 * 2.039e12) + 4 * 2e-6, rel=1e-3)
+    assert separate.forward == fused.forward and separate.recompute == fused.recompute
+
+
+@pytest.mark.parametrize(("optimizer", "precision", "expected"), [
+    ("adam", "fp16", 52.0), ("adam", "bf16", 38.0), ("adam", "fp32", 32.0), ("sgd", "fp16", 36.0)])
+def test_optimizer_step_counts_megatrons_mixed_precision_passes(optimizer, precision, expected):
+    # Adam update 28 B (read master, grad, m, v; write master, m, v), gradient norm 4 B, master -> 16-bit copy
+    # 6 B; fp16 also copies 16-bit grads to fp32 (6 B) and unscales them with the inf check (8 B).
+    assert optimizer_bytes_per_param(optimizer, precision) == expected

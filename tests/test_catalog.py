@@ -23,13 +23,15 @@ SC21_TABLE1 = [
 
 
 def test_gpu_figures_match_datasheets():
-    # Dense peaks and HBM from shared/reference/hardware.md (NVIDIA datasheets).
+    # Dense peaks and bandwidths from shared/reference/hardware.md (NVIDIA datasheets); capacities are
+    # nvidia-smi's memory.total in MiB.
+    mib = 2.0**20
     expected = {
-        "a100-40gb": (312e12, None, 40e9, 1.555e12),
-        "a100-80gb": (312e12, None, 80e9, 2.039e12),
-        "h100-sxm": (989e12, 1979e12, 80e9, 3.35e12),
-        "h200": (989e12, 1979e12, 141e9, 4.8e12),
-        "b200": (2250e12, 4500e12, 192e9, 8.0e12),
+        "a100-40gb": (312e12, None, 40960 * mib, 1.555e12),
+        "a100-80gb": (312e12, None, 81920 * mib, 2.039e12),
+        "h100-sxm": (989e12, 1979e12, 81559 * mib, 3.35e12),
+        "h200": (989e12, 1979e12, 143771 * mib, 4.8e12),
+        "b200": (2250e12, 4500e12, 183359 * mib, 8.0e12),
     }
     assert set(gpu_names()) == set(expected)
     for name, (bf16, fp8, hbm, bandwidth) in expected.items():

@@ -7,8 +7,11 @@ Figures are dense (no 2:4 sparsity) vendor peaks for the SXM/HGX parts:
 - H200 SXM: NVIDIA H200 datasheet (same compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s).
 - B200 (HGX): NVIDIA DGX/HGX B200 figures divided per GPU (2,250 BF16/FP16, 4,500 FP8, 1,125 TF32, ~75 FP32;
   192 GB HBM3e at 8 TB/s).
-HBM capacity is the marketed size read as decimal bytes (80 GB = 80e9), slightly below what the parts really hold,
-which leaves a little room for the CUDA context and the allocator.
+HBM capacity is what the driver reports as the GPU's total memory (nvidia-smi ``memory.total``): A100-SXM4-40GB
+40,960 MiB, A100-SXM4-80GB 81,920 MiB, H100 80GB HBM3 81,559 MiB, H200 143,771 MiB, B200 183,359 MiB. The parts
+hold binary gigabytes (an "80 GB" H100 is five 16 GiB HBM3 stacks, S. Bekman, ml-engineering,
+compute/accelerator/README.md, "Accelerator memory size and speed"), so reading the marketed size as decimal
+bytes (80e9 = 74.5 GiB) would understate what a training job can allocate by 5 GiB.
 """
 
 from __future__ import annotations
@@ -51,15 +54,16 @@ def _spec(name: str, hbm_bytes: float, hbm_bandwidth: float, **tflops: float) ->
 
 _A100_TFLOPS = dict(bf16=312.0, fp16=312.0, tf32=156.0, fp32=19.5)
 _H100_TFLOPS = dict(fp8=1979.0, bf16=989.0, fp16=989.0, tf32=494.5, fp32=67.0)
+MIB = 2.0**20
 
 GPUS: MappingProxyType = MappingProxyType({
     spec.name: spec
     for spec in (
-        _spec("a100-40gb", 40e9, 1.555e12, **_A100_TFLOPS),
-        _spec("a100-80gb", 80e9, 2.039e12, **_A100_TFLOPS),
-        _spec("h100-sxm", 80e9, 3.35e12, **_H100_TFLOPS),
-        _spec("h200", 141e9, 4.8e12, **_H100_TFLOPS),
-        _spec("b200", 192e9, 8.0e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1125.0, fp32=75.0),
+        _spec("a100-40gb", 40960 * MIB, 1.555e12, **_A100_TFLOPS),
+        _spec("a100-80gb", 81920 * MIB, 2.039e12, **_A100_TFLOPS),
+        _spec("h100-sxm", 81559 * MIB, 3.35e12, **_H100_TFLOPS),
+        _spec("h200", 143771 * MIB, 4.8e12, **_H100_TFLOPS),
+        _spec("b200", 183359 * MIB, 8.0e12, fp8=4500.0, bf16=2250.0, fp16=2250.0, tf32=1125.0, fp32=75.0),
     )
 })
 

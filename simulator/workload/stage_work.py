@@ -18,6 +18,7 @@ from simulator.workload.transformer import (
     PassKernels,
     ShardShape,
     embedding_kernels,
+    grad_accumulation,
     head_kernels,
     kv_heads_per_rank,
     layer_kernels,
@@ -155,8 +156,8 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
     if moe is None:
         mlp_block = _block("", 0, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0, tensors=mlp_tensors)
     else:
-        mlp_block = _block("", 0, moe.kernels, cost, tp_bytes=activation_bytes, cp_bytes=0.0, tensors=moe.tensors,
-                           tp_pattern="experts", experts=moe.experts)
+        mlp_block = _block("", 0, grad_accumulation(moe.kernels, shard), cost, tp_bytes=activation_bytes,
+                           cp_bytes=0.0, tensors=moe.tensors, tp_pattern="experts", experts=moe.experts)
     stages = []
     first_layer = 0
     for index, count in enumerate(counts):

@@ -27,13 +27,21 @@ from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flop
 PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 """Bytes of a stored or communicated element (activations, weights, gradients) per training precision: fp8
 training runs its GEMMs in fp8 but keeps activations, weights and gradients, and their messages, in 16 bits."""
-OPTIMIZER_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 32.0, "adamw": 32.0, "sgd": 12.0, "sgd_momentum": 20.0}
-"""HBM bytes the optimizer step touches per local parameter. Adam: read fp32 master, m, v and grad (16 B),
-write master, m, v (12 B) and the 16-bit copy (2-4 B); AdamW the same (its decoupled weight decay is one more
-term on the master weight it already reads). SGD: read master and grad, write master (12 B); with momentum it
-also reads and writes the momentum (20 B)."""
-HBM_STREAM_EFFICIENCY = 0.85
-"""Fraction of HBM bandwidth a streaming optimizer kernel reaches."""
+UPDATE_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0, "sgd_momentum": 20.0}
+"""HBM bytes the fused update moves per local parameter. Adam (apex FusedAdam): read fp32 master, grad, m and
+v, write master, m and v; AdamW the same (its decoupled weight decay is one more term on the master weight it
+already reads). SGD: read master and grad, write master; with momentum it also reads and writes the momentum."""
+COPY_BYTES_PER_PARAM: dict[Precision, float] = {"bf16": 6.0, "fp16": 6.0 + 8.0 + 6.0, "fp8": 6.0, "fp32": 0.0}
+"""HBM bytes of the mixed-precision copies around the update (see optimizer_bytes_per_param)."""
+
+
+def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision) -> float:
+    """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
+    optimizer runs it (megatron/optimizer/optimizer.py): fp16 copies the 16-bit gradients to fp32 (read 2 B,
+    write 4 B) and unscales them checking for inf/NaN (read and write 4 B); every precision reads the fp32
+    gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the fp32 master
+    weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
+    return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + COPY_BYTES_PER_PARAM[precision]
 
 FSDP_STAGES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
 
@@ -174,7 +182,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        f"virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
-                       dtype_bytes=precision_bytes)
+                       dtype_bytes=precision_bytes, fused_grad_accumulation=training.grad_accumulation_fusion)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
@@ -182,7 +190,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
     shard_ways = sharding.degree if sharding.stage >= 1 else 1
-    seconds_per_param = OPTIMIZER_BYTES_PER_PARAM[training.optimizer] / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
+    seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision) / (
+        gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(stage_params(stages[vstage]) for vstage in held[stage]) / shard_ways
                         * seconds_per_param for stage in range(layout.pp))

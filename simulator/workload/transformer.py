@@ -31,6 +31,7 @@ class Kernel:
     ``size_dim`` is the smallest GEMM dimension for a matmul, the key length for attention; 0 when it does not
     apply (elementwise) or is not known, which leaves the efficiency at its plateau. ``backward`` marks a
     backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
+    ``weights`` is the number of weight elements a weight-gradient GEMM produces (0 for every other kernel).
     """
 
     name: str
@@ -39,11 +40,15 @@ class Kernel:
     kind: str
     size_dim: float = 0.0
     backward: bool = False
+    weights: float = 0.0
 
 
 @dataclass(frozen=True)
 class ShardShape:
-    """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP)."""
+    """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
+    and in which formats: ``dtype_bytes`` per activation, weight and gradient element, ``grad_accum_bytes`` per
+    element of the gradient accumulator the weight-gradient GEMMs add into when ``fused_grad_accumulation``
+    (otherwise see `grad_accumulation`)."""
 
     micro_batch: int
     seq_len: int
@@ -52,6 +57,7 @@ class ShardShape:
     sequence_parallel: bool = False
     dtype_bytes: int = 2
     grad_accum_bytes: int = 4
+    fused_grad_accumulation: bool = True
 
     @property
     def tokens(self) -> float:
@@ -150,16 +156,30 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
 
 
 def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape) -> tuple[Kernel, Kernel, Kernel]:
-    """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient dW += X^T dY (fp32 accumulate)."""
+    """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient X^T dY: added into the fp32
+    accumulator by the GEMM itself (fused), or written fresh for `grad_accumulation` to add."""
     d = shard.dtype_bytes
     flops = 2.0 * m * n * k
     size = min(m, n, k)
     forward = Kernel(name, flops, d * (m * k + k * n + m * n), "matmul", size)
     grad_input = Kernel(f"{name}.dgrad", flops, d * (m * n + k * n + m * k), "matmul", size)
-    grad_weight = Kernel(
-        f"{name}.wgrad", flops, d * (m * k + m * n) + 2 * shard.grad_accum_bytes * k * n, "matmul", size
-    )
+    gradient_bytes = 2 * shard.grad_accum_bytes if shard.fused_grad_accumulation else d
+    grad_weight = Kernel(f"{name}.wgrad", flops, d * (m * k + m * n) + gradient_bytes * k * n, "matmul", size,
+                         weights=k * n)
     return forward, grad_input, grad_weight
+
+
+def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
+    """``kernels`` with the gradient accumulation Megatron-LM ran before its fused weight-gradient GEMM
+    (--gradient-accumulation-fusion, February 2022): after each weight-gradient GEMM of every micro-batch, the
+    DDP hook adds the fresh gradient into the accumulation buffer (``main_grad.add_(grad)``), a memory-bound
+    kernel that reads both and writes the sum in the gradient format. Unchanged when the GEMM fuses it."""
+    if shard.fused_grad_accumulation:
+        return kernels
+    d = shard.dtype_bytes
+    adds = tuple(Kernel(f"{k.name}.accumulate", k.weights, 3 * d * k.weights, "elementwise", backward=True)
+                 for k in kernels.backward_weight if k.weights > 0)
+    return PassKernels(kernels.forward, kernels.recompute, kernels.backward_input, kernels.backward_weight + adds)
 
 
 def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
@@ -289,7 +309,8 @@ def layer_kernels(
     )
     backward_weight = (mlp_out[2], *(mm[2] for mm in reversed(mlp_in)), out_proj[2], qkv[2])
     recomputed = {"none": (), "selective": attention[0], "full": forward}[recompute]
-    return PassKernels(forward, _renamed(recomputed, "recompute."), backward_input, backward_weight)
+    return grad_accumulation(PassKernels(forward, _renamed(recomputed, "recompute."), backward_input,
+                                         backward_weight), shard)
 
 
 def embedding_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
@@ -319,12 +340,12 @@ def head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
     io = (shard.dtype_bytes + 4) * logits  # read low-precision logits, keep fp32 softmax / read it, write grads
     loss = Kernel("cross_entropy", fwd_flops * logits, io, "elementwise")
     loss_grad = Kernel("cross_entropy.bwd", bwd_flops * logits, io, "elementwise")
-    return PassKernels(
+    return grad_accumulation(PassKernels(
         (final_norm[0], lm_head[0], loss),
         (),
         (loss_grad, lm_head[1], final_norm[1]),
         (lm_head[2],),
-    )
+    ), shard)
 
 
 def six_n_flops_per_token(
