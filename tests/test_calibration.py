@@ -9,7 +9,7 @@ from simulator.catalog.calibration import compute_efficiency, kernel_data, tp_ov
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.metrics.intervals import uncovered
-from simulator.workload.roofline import kernel_duration
+from simulator.workload.roofline import kernel_duration, wave_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 from simulator.workload.transformer import Kernel, ShardShape, layer_kernels
 
@@ -165,3 +165,30 @@ def test_optimizer_step_counts_megatrons_mixed_precision_passes(optimizer, preci
     # Adam update 28 B (read master, grad, m, v; write master, m, v), gradient norm 4 B, master -> 16-bit copy
     # 6 B; fp16 also copies 16-bit grads to fp32 (6 B) and unscales them with the inf check (8 B).
     assert optimizer_bytes_per_param(optimizer, precision) == expected
+
+
+def test_a100_gemms_lose_the_partial_last_wave():
+    # NVIDIA's Matrix Multiplication Background guide: 256x128 tiles, one per SM per wave, 108 SMs on A100.
+    # A 2304 x 2304 output (the 1.7B model's projection weight gradient) is 9 x 18 = 162 tiles: two waves,
+    # the second 54/108 full, 75% of the slots busy. 108 x 256 rows by 128 columns fill exactly one wave.
+    a100 = compute_efficiency("a100-80gb", "fp16")
+    assert (a100.wave_sms, a100.wave_tiles) == (108, ((256, 128), (128, 256)))
+    assert wave_efficiency((1, 2304, 2304), a100.wave_tiles, a100.wave_sms) == pytest.approx(0.75, rel=1e-12)
+    assert wave_efficiency((1, 108 * 256, 128), a100.wave_tiles, a100.wave_sms) == 1.0
+    # Batched: the 1.7B model's attention context (16 x 24 heads of 2048 x 96): a 96-wide output fills 3/4
+    # of a 128-wide tile, and 384 x 8 = 3072 tiles are 28.4 waves (29 run): 0.75 x 3072 / 3132.
+    assert wave_efficiency((384, 2048, 96), a100.wave_tiles, a100.wave_sms) == pytest.approx(
+        0.75 * 3072 / 3132, rel=1e-12)
+    gpu = get_gpu("a100-80gb")
+    square, ragged = (Kernel("gemm", 2.0 * 27648 * 128 * 8192, 0.0, "matmul", 8192, output=(1, 27648, 128)),
+                      Kernel("gemm", 2.0 * 2304**2 * 8192, 0.0, "matmul", 8192, output=(1, 2304, 2304)))
+    plateau = 0.859 * 0.926 * 8192 / (8192 + 64) * 312e12
+    for kernel, share in ((square, 1.0), (ragged, 0.75)):
+        seconds = kernel.flops / (plateau * share)
+        assert kernel_duration(kernel, gpu, "fp16", a100) == pytest.approx(seconds + 2e-6, rel=1e-9)
+
+
+def test_hopper_and_blackwell_gemms_have_no_wave_term():
+    # Persistent kernels split the last wave; their calibration comes from measured shapes.
+    for name in ("h100-sxm", "h200", "b200"):
+        assert compute_efficiency(name).wave_tiles == ()

@@ -42,6 +42,7 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
     gemm, attention = entry["gemm"], entry["attention"]
     achievable = gemm["achievable"]
     matmul = float(achievable.get(precision, achievable["bf16"]))
+    waves = gemm.get("waves")
     return Efficiency(
         matmul_peak=matmul * ratio,
         matmul_half_dim=float(gemm["half_dim"]),
@@ -49,6 +50,8 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
         ramp_time=float(gemm["ramp_time_s"]),
         attention_forward=_table(attention, "forward_tflops", ratio),
         attention_backward=_table(attention, "backward_tflops", ratio),
+        wave_sms=int(entry["sms"]) if waves else 0,
+        wave_tiles=tuple((int(rows), int(columns)) for rows, columns in waves["tiles"]) if waves else (),
     )
 
 

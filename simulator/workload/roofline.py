@@ -27,7 +27,9 @@ class Efficiency:
     plateau rate times t / (t + ramp_time), t the time at the plateau rate, so every kernel takes t + ramp_time.
     attention_forward / attention_backward: measured (key length, fraction of peak) points, ascending; when
     given they replace attention_peak and attention_half_len for that pass (log-linear in the key length
-    between points, the end values beyond them).
+    between points, the end values beyond them). wave_sms / wave_tiles: a GPU whose GEMM kernels launch one
+    thread block per output tile in waves over its SMs (see wave_efficiency); 0 / () when its kernels are
+    persistent and split the last wave.
     """
 
     matmul_peak: float = 0.80
@@ -39,6 +41,8 @@ class Efficiency:
     ramp_time: float = 2e-6
     attention_forward: tuple[tuple[float, float], ...] = ()
     attention_backward: tuple[tuple[float, float], ...] = ()
+    wave_sms: int = 0
+    wave_tiles: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):
@@ -83,10 +87,26 @@ def compute_precision(kernel: Kernel, precision: str) -> str:
     return precision
 
 
+def wave_efficiency(output: tuple[float, ...], tiles: tuple[tuple[int, int], ...], sms: int) -> float:
+    """Share of the thread-block slots a GEMM's output fills (NVIDIA, Matrix Multiplication Background User's
+    Guide, "Tile Quantization" and "Wave Quantization"): the output of ``batch`` x ``rows`` x ``columns`` is cut
+    into tiles, edge tiles computed whole, and the tiles run in waves of one per SM, the last wave partly idle.
+    The library picks the tile that wastes least; 1 when the output or the tiles are not known."""
+    if not output or not tiles or sms <= 0:
+        return 1.0
+    batch, rows, columns = output
+    best = 0.0
+    for tile_rows, tile_columns in tiles:
+        count = batch * math.ceil(rows / tile_rows) * math.ceil(columns / tile_columns)
+        best = max(best, batch * rows * columns / (math.ceil(count / sms) * sms * tile_rows * tile_columns))
+    return best
+
+
 def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
-    """Compute efficiency of ``kernel`` before launch/tail losses: the kind's plateau times its size factor."""
+    """Compute efficiency of ``kernel`` before launch/tail losses: the kind's plateau times its size factors."""
     if kernel.kind == "matmul":
-        return efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
+        return (efficiency.matmul_peak * _saturation(kernel.size_dim, efficiency.matmul_half_dim)
+                * wave_efficiency(kernel.output, efficiency.wave_tiles, efficiency.wave_sms))
     if kernel.kind == "attention":
         table = efficiency.attention_backward if kernel.backward else efficiency.attention_forward
         if table and kernel.size_dim > 0:

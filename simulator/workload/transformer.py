@@ -10,7 +10,7 @@ weight-gradient kernels so that schedules such as ZB-H1 can place them apart. do
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
 from simulator.config.training_options import RECOMPUTE_MODES, Recompute
@@ -32,6 +32,8 @@ class Kernel:
     apply (elementwise) or is not known, which leaves the efficiency at its plateau. ``backward`` marks a
     backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
     ``weights`` is the number of weight elements a weight-gradient GEMM produces (0 for every other kernel).
+    ``output`` is a GEMM's (batch, rows, columns) of output, which sets how its tiles fill the GPU's SMs
+    (roofline.wave_efficiency); empty when not a GEMM or not known.
     """
 
     name: str
@@ -41,6 +43,7 @@ class Kernel:
     size_dim: float = 0.0
     backward: bool = False
     weights: float = 0.0
+    output: tuple[float, float, float] | tuple[()] = ()
 
 
 @dataclass(frozen=True)
@@ -161,11 +164,11 @@ def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape) -> tuple
     d = shard.dtype_bytes
     flops = 2.0 * m * n * k
     size = min(m, n, k)
-    forward = Kernel(name, flops, d * (m * k + k * n + m * n), "matmul", size)
-    grad_input = Kernel(f"{name}.dgrad", flops, d * (m * n + k * n + m * k), "matmul", size)
+    forward = Kernel(name, flops, d * (m * k + k * n + m * n), "matmul", size, output=(1, m, n))
+    grad_input = Kernel(f"{name}.dgrad", flops, d * (m * n + k * n + m * k), "matmul", size, output=(1, m, k))
     gradient_bytes = 2 * shard.grad_accum_bytes if shard.fused_grad_accumulation else d
     grad_weight = Kernel(f"{name}.wgrad", flops, d * (m * k + m * n) + gradient_bytes * k * n, "matmul", size,
-                         weights=k * n)
+                         weights=k * n, output=(1, k, n))
     return forward, grad_input, grad_weight
 
 
@@ -213,7 +216,8 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     (and grads). Standard (Megatron-LM before flash attention): separate kernels, as it ran them: the batched
     GEMM QK^T writes the scores, the fused scale-mask-softmax and the dropout read and write them (plus a
     1-byte mask), the batched GEMM AV reads them; the batched GEMMs' smallest side is the head width. The
-    backward runs four batched GEMMs and the softmax/dropout gradients and moves about twice the score bytes.
+    backward runs four batched GEMMs (dP = dO V^T with score-sized output; dV, dQ, dK with head-width output)
+    and the softmax/dropout gradients, and moves about twice the score bytes.
     """
     d = shard.dtype_bytes
     heads = model.heads / shard.tp
@@ -233,16 +237,22 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     scores = q_tokens * shard.seq_len * heads
     dropout_bytes = (2 * d + 1) * scores if model.dropout else 0.0
     width = model.head_dim
+    batch, rows = shard.micro_batch * heads, shard.seq_len / shard.cp
+    score_tile, context_tile = (batch, rows, shard.seq_len), (batch, rows, width)
     forward = (
-        Kernel("attention", flops / 2, d * (q_elems + kv_elems + scores), "matmul", width),
+        Kernel("attention", flops / 2, d * (q_elems + kv_elems + scores), "matmul", width, output=score_tile),
         Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise"),
-        Kernel("attention.context", flops / 2, d * (scores + kv_elems + q_elems), "matmul", width),
+        Kernel("attention.context", flops / 2, d * (scores + kv_elems + q_elems), "matmul", width,
+               output=context_tile),
     )
     score_bytes = 4 * d * scores + dropout_bytes
     backward_matmul_score_bytes = 4 * d * scores
+    gemm_flops = cost.backward_factor * flops / 4
     backward = (
-        Kernel("attention.bwd", cost.backward_factor * flops, d * (4 * q_elems + 4 * kv_elems)
-               + backward_matmul_score_bytes, "matmul", width),
+        Kernel("attention.bwd", gemm_flops, d * (q_elems + kv_elems + scores), "matmul", width,
+               output=score_tile),
+        Kernel("attention.context.bwd", 3 * gemm_flops, d * (3 * q_elems + 3 * kv_elems + 3 * scores), "matmul",
+               width, output=context_tile),
         Kernel("attention.softmax.bwd", 7.0 * scores, 2 * score_bytes - backward_matmul_score_bytes,
                "elementwise"),
     )
@@ -266,7 +276,7 @@ def _activation(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
 
 
 def _renamed(kernels: tuple[Kernel, ...], prefix: str) -> tuple[Kernel, ...]:
-    return tuple(Kernel(f"{prefix}{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim, k.backward) for k in kernels)
+    return tuple(replace(k, name=f"{prefix}{k.name}") for k in kernels)
 
 
 def layer_kernels(
