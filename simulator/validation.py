@@ -112,10 +112,11 @@ CHECKS = (
     ("schedule orders at p = 4, m = 8", "tests/test_schedules.py", "tests/data/schedules_p4_m8.txt", "exact"),
     ("kernel FLOPs against the Megatron formula", "tests/test_cost_model.py", "SC21 96 B s l h^2 (...)",
      "0.5% (2% flash)"),
-    ("kernel calibration, TP and DP overlap", "tests/test_calibration.py",
-     "simulator/catalog/kernels.yaml sources; closed forms of the overlap", "stated per test"),
-    ("ZeRO model-state memory, activations", "tests/test_memory.py",
-     "seeds 000 / 003, ZeRO paper, Korthikanti et al.", "1% (exact for activations)"),
+    ("kernel calibration (GEMM waves, gradient accumulation, optimizer passes), TP and DP overlap",
+     "tests/test_calibration.py", "simulator/catalog/kernels.yaml sources; closed forms of the overlap",
+     "stated per test"),
+    ("ZeRO model-state memory, activations; Llama 3 405B layouts in H100 memory", "tests/test_memory.py",
+     "seeds 000 / 003, ZeRO paper, Korthikanti et al.; 81,559 MiB per H100", "1% (exact for activations)"),
 )
 """Checks against closed forms and worked figures: (what, test, reference, tolerance)."""
 

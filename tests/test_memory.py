@@ -1,9 +1,13 @@
 """Per-rank memory: ZeRO model-state tables from the seeds and the ZeRO paper; Korthikanti activation formulas."""
 
+from pathlib import Path
+
 import pytest
 
+from simulator import load_scenario
 from simulator.catalog.models import get_model
 from simulator.errors import ScenarioError
+from simulator.simulation import build_topology
 from simulator.workload.memory import (
     Sharding,
     activation_bytes_per_layer,
@@ -13,6 +17,8 @@ from simulator.workload.memory import (
     rank_params,
     state_bytes_per_param,
 )
+from simulator.workload.memory_plan import stage_memory
+from simulator.workload.training import build_training_step
 from simulator.workload.transformer import ShardShape
 
 GB = 1e9
@@ -126,3 +132,18 @@ def test_last_stage_keeps_fp32_logits():
     single = rank_params(gpt, 1, gpt.layers, first_stage=True, last_stage=True)
     assert single == pytest.approx(gpt.num_params())
     assert rank_params(gpt, 1, 0, False, True) == pytest.approx(gpt.vocab * gpt.hidden + gpt.norm_params())
+
+
+@pytest.mark.parametrize("case", ["llama3-405b-16384-gpus", "llama3-405b-long-context"])
+def test_llama3_405b_layouts_fit_in_the_h100s_memory(case):
+    # Llama 3 ran these layouts (TP 8, PP 16, 2 chunks; CP 16 at 131k tokens) on 80 GB H100s. Per rank of
+    # stage 1: 6.38 GB of bf16 weights and as much gradient (ZeRO-2 keeps the full buffer under gradient
+    # accumulation), 0.30 GB of sharded optimizer state, 16 micro-batches of 8 layers x 532 MB of activations
+    # (68.2 GB) and two 25 MiB buckets: 75.7 GiB of the 81,559 MiB (79.6 GiB) the driver reports.
+    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "published" / f"{case}.yaml"))
+    step = build_training_step(loaded.scenario, build_topology(loaded))
+    breakdown, in_flight = max(stage_memory(loaded.scenario, step), key=lambda stage: stage[0].total)
+    assert in_flight == 16
+    assert breakdown.activations == pytest.approx(16 * 8 * 532.7e6, rel=1e-3)
+    assert breakdown.total / 2**30 == pytest.approx(75.70, abs=0.01)
+    assert breakdown.total < step.gpu.hbm_bytes == 81559 * 2**20

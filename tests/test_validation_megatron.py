@@ -18,10 +18,11 @@ SMALL_SC21 = ("1.7b", "3.6b", "7.5b", "18.4b", "39.1b")
 
 @pytest.mark.parametrize("size", SMALL_SC21)
 def test_megatron_sc21_throughput(size):
-    # Today's errors: +11.6%, +10.3%, +6.0%, +6.9%, +7.8% (the issue asks for 8%; see docs/validation.md).
+    # Today's errors: +6.2%, +4.9%, +2.9%, +2.5%, +2.3% (docs/validation.md; the larger rows run in
+    # `trainsim validate-published`: +10.9% for 76.1B, the rest within 5.6%).
     result = run_case(FOLDER / f"megatron-sc21-{size}.yaml")
     assert result.metric == "megatron_tflops_per_gpu" and result.fitted == "no"
-    assert result.simulated == pytest.approx(result.published, rel=0.12)
+    assert result.simulated == pytest.approx(result.published, rel=0.065)
 
 
 def test_every_published_case_names_its_source():
