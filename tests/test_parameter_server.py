@@ -10,7 +10,7 @@ import pytest
 
 from simulator.catalog.gpus import get_gpu
 from simulator.parameter_server.placement import shard_tensors, stripe
-from simulator.workload.training import HBM_STREAM_EFFICIENCY, OPTIMIZER_BYTES_PER_PARAM
+from simulator.workload.training import optimizer_bytes_per_param
 
 NIC = 12.5e9  # ethernet-100g: 100 Gb/s per host and direction; `efficiency: ideal` runs links at line rate
 BASE = """
@@ -42,10 +42,10 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     result = run_yaml(scenario())
     ps = result.summary["parameter_server"]
     workers, P, compute = ps["workers"], ps["parameter_bytes"], ps["worker_compute_s"]
-    hbm = get_gpu("a100-80gb").hbm_bandwidth * HBM_STREAM_EFFICIENCY
+    hbm = get_gpu("a100-80gb").hbm_bandwidth * 0.88  # kernels.yaml: A100 HBM streaming fraction
     latency = result.topology.path_latency(1, 4)
     accumulate = P / 2 * (2 + 8) / hbm
-    update = P / 2 * OPTIMIZER_BYTES_PER_PARAM["adam"] / hbm
+    update = P / 2 * optimizer_bytes_per_param("adam", "bf16") / hbm
     expected = 4 * compute + (latency + P / NIC) + accumulate + update + (latency + workers * P / NIC)
     assert workers == 4 and ps["server_gpus"] == [4]
     assert 3 * P / NIC + 3 * accumulate < 3 * compute  # the fast workers' pushes hide behind the slow compute

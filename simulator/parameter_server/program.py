@@ -35,11 +35,10 @@ from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import CostContext, transformer_stages
 from simulator.workload.training import (
-    HBM_STREAM_EFFICIENCY,
-    OPTIMIZER_BYTES_PER_PARAM,
     PRECISION_BYTES,
     microbatch_count,
     model_flops_per_token,
+    optimizer_bytes_per_param,
     resolve_model,
 )
 from simulator.workload.transformer import AttentionCost, ShardShape
@@ -176,9 +175,9 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     if config.iteration_slowdown is not None:
         rng = np.random.default_rng([SLOWDOWN_STREAM, scenario.run.seed % 2**63])
         slowdown = draw_factors(config.iteration_slowdown, (len(workers), n), rng)
-    seconds_per_byte = 1.0 / (gpu.hbm_bandwidth * HBM_STREAM_EFFICIENCY)
+    seconds_per_byte = 1.0 / (gpu.hbm_bandwidth * compute_efficiency(gpu.name, training.precision).memory_peak)
     server = ServerCost(endpoint_bytes(placement, held, element, topology), element,
-                        OPTIMIZER_BYTES_PER_PARAM[training.optimizer], seconds_per_byte)
+                        optimizer_bytes_per_param(training.optimizer, training.precision), seconds_per_byte)
     ops = build_ops(config, placement, cost, server, slowdown)
     samples = len(workers) * n * cost.microbatches * training.micro_batch
     tokens = samples * training.seq_len
