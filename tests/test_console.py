@@ -52,7 +52,7 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert main(["run", scenario, "--out", str(tmp_path / "out"), "--set", "run.timeline=summary", *oom]) == 0
     captured = capsys.readouterr()
     assert captured.err.startswith("warning: OUT OF MEMORY: 138.7 GiB needed on pipeline stage 0 (rank 0), "
-                                   "the GPU holds 74.5 GiB")
+                                   "the GPU holds 79.6 GiB")
     assert "OUT OF MEMORY" in captured.out  # and in the table's memory row
     assert main(["validate", scenario, *oom]) == 0
     captured = capsys.readouterr()
