@@ -9,10 +9,12 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from simulator.engine.groups import GroupIds
+from simulator.engine.ordering import Ordering
 from simulator.program.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
@@ -92,43 +94,94 @@ def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
                         mirrors: Mapping[int, Mirrors]) -> frozenset[int]:
-    """Ids of the collective ops (with their kept ``mirrors``) whose links no other group's traffic uses and
-    whose instances never overlap (every member issues them from one in-order stream), so each one runs alone
-    on its links."""
+    """Ids of the collective ops whose instance runs alone on its links: no instance of other traffic that may
+    overlap it in time (engine/ordering.py) uses a link of its own or of its kept ``mirrors``, and its mirrors
+    do not share its own links. Such an instance's time is its time on an idle network, and its mirrors, on
+    links nothing running meanwhile uses, change no simulated time: the engine times it once per shape and
+    replays it without them."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
-    op_mirrors = [mirrors.get(op.id, ()) for op in collectives]
+    if not collectives:
+        return frozenset()
     group_ids = GroupIds()
     op_group = [group_ids.id(op.group) for op in collectives]
-    if len(set(op_group)) == 1 and not any(op_mirrors):
+    if len(set(op_group)) == 1 and not mirrors:
         links_of = _no_other_group
-    streams: dict[int, set[tuple[int, str]]] = {}
-    group_links: dict[int, set[int]] = {}
-    seen: set[tuple] = set()
-    shapes_seen: set[tuple] = set()
-    for op, gid, kept in zip(collectives, op_group, op_mirrors):
-        streams.setdefault(gid, set()).add((op.rank, op.stream))
-        op_shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
-        if op_shape in shapes_seen:
+    shape_of: dict[str, tuple] = {}
+    footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
+    for op, gid in zip(collectives, op_group):
+        kept = mirrors.get(op.id, ())
+        shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
+        shape_of.setdefault(op.key, shape)
+        if shape not in footprints:
+            mirror_links = frozenset().union(*(links_of(op, mirror) for mirror in kept))
+            footprints[shape] = (links_of(op, op.group), mirror_links)
+    shapes_on: dict[int, set[tuple]] = {}
+    for shape, (own, mirrored) in footprints.items():
+        for link in own | mirrored:
+            shapes_on.setdefault(link, set()).add(shape)
+    private = _private_instances(ops, async_streams, shape_of, footprints, shapes_on)
+    return frozenset(op.id for op in collectives if op.key in private)
+
+def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_of: dict[str, tuple],
+                       footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
+                       shapes_on: dict[int, set[tuple]]) -> set[str]:
+    """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
+    links whose instances all come from one in-order stream qualifies without asking the ordering; an instance
+    whose own links carry some of its mirrors never does (its time depends on them)."""
+    conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
+                 for shape, (own, mirrored) in footprints.items()}
+    streams: dict[int, set[str]] = {}
+    for op in ops:
+        if isinstance(op, CollectiveOp):
+            streams.setdefault(shape_of[op.key][4], set()).add(op.stream)
+    serial = {shape for shape, others in conflicts.items()
+              if not footprints[shape][1] and all(other[4] == shape[4] for other in others)
+              and len(streams[shape[4]]) == 1 and not streams[shape[4]] & async_streams}
+    private = {key for key, shape in shape_of.items() if shape in serial}
+    if len(private) == len(shape_of) or not Ordering.affordable(ops, async_streams):
+        return private
+    ordering = Ordering(ops, async_streams)
+    instances: dict[tuple, list[int]] = {}
+    for key, shape in shape_of.items():
+        instances.setdefault(shape, []).append(ordering.node_of_key[key])
+    by_place = {shape: _by_place(ordering, nodes) for shape, nodes in instances.items()}
+    for key, shape in shape_of.items():
+        own, mirrored = footprints[shape]
+        if shape in serial or own & mirrored:
             continue
-        shapes_seen.add(op_shape)
-        for group in (op.group, *kept):
-            member = group_ids.id(group)
-            shape = (op.op, op.algorithm, op.root, op.nbytes, member)
-            if shape not in seen:
-                seen.add(shape)
-                group_links.setdefault(member, set()).update(links_of(op, group))
-    link_groups: dict[int, set[int]] = {}
-    for gid, links in group_links.items():
-        for link in links:
-            link_groups.setdefault(link, set()).add(gid)
-    verdicts: dict[int, bool] = {}
-    private = []
-    for op, gid, kept in zip(collectives, op_group, op_mirrors):
-        verdict = verdicts.get(gid)
-        if verdict is None:
-            names = {stream for _, stream in streams[gid]}
-            alone = all(len(link_groups[link]) == 1 for link in group_links[gid])
-            verdict = verdicts[gid] = alone and len(names) == 1 and not names & async_streams
-        if verdict and not kept:
-            private.append(op.id)
-    return frozenset(private)
+        node = ordering.node_of_key[key]
+        if not any(_overlaps(ordering, node, by_place[other]) for other in conflicts[shape]):
+            private.add(key)
+    return private
+
+
+def _by_place(ordering: Ordering, nodes: list[int]) -> tuple[dict[int, tuple[list[int], list[int]]], list[int]]:
+    """A shape's instances on each in-order component, by position, and those with no place (asynchronous)."""
+    placed: dict[int, tuple[list[int], list[int]]] = {}
+    floating = []
+    for node in nodes:
+        places = ordering.places[node]
+        if not places:
+            floating.append(node)
+            continue
+        component, position = places[0]
+        positions, members = placed.setdefault(component, ([], []))
+        positions.append(position)
+        members.append(node)
+    return placed, floating
+
+
+def _overlaps(ordering: Ordering, node: int, instances: tuple[dict[int, tuple[list[int], list[int]]], list[int]]
+              ) -> bool:
+    """Whether any of a shape's ``instances`` other than ``node`` may overlap ``node``. On one component the
+    instances that happen before ``node`` form a prefix and those after it a suffix, so only the first one not
+    before it needs checking."""
+    placed, floating = instances
+    clock = ordering.clocks[node]
+    for component, (positions, members) in placed.items():
+        index = bisect_right(positions, clock[component])
+        while index < len(members) and members[index] == node:
+            index += 1
+        if index < len(members) and not ordering.before(node, members[index]):
+            return True
+    return any(ordering.concurrent(node, other) for other in floating)
