@@ -90,12 +90,38 @@ def test_skewed_routing_makes_the_step_slower_than_uniform(run_yaml):
 
 
 def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
+    """Same step; the same traffic, except that under skewed routing the folded run's all-to-all bytes are its
+    representative's (EP rank 0's row and column of the dispatch matrix), not the mean over EP ranks."""
     overrides = ("parallelism.ep=4", "model.moe.routing.balance=zipf")
     folded = run_yaml(SCENARIO, *overrides).summary
-    unfolded = run_yaml(SCENARIO, *overrides, "run.fold=false").summary
+    unfolded_run = run_yaml(SCENARIO, *overrides, "run.fold=false")
+    unfolded = unfolded_run.summary
     assert folded["simulated_ranks"] == 1 and unfolded["simulated_ranks"] == 16
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)
-    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
+    others = {kind: value for kind, value in unfolded["traffic_bytes_per_gpu"].items() if kind != "ep"}
+    assert {kind: folded["traffic_bytes_per_gpu"][kind] for kind in others} == pytest.approx(others, rel=1e-12)
+    frame = unfolded_run.timeline
+    ep_keys = set(frame.loc[(frame["kind"] == "collective") & (frame["category"] == "ep"), "key"])
+    rank0 = frame[(frame["kind"] == "flow") & (frame["src"] == 0) & frame["name"].isin(ep_keys)]["bytes"].sum()
+    assert folded["traffic_bytes_per_gpu"]["ep"] == pytest.approx(float(rank0), rel=1e-12)
+
+
+def test_all_to_all_pairs_carry_the_tokens_the_routing_sends_them(run_yaml):
+    """Skewed routing: each (sender, receiver) transfer of the forward dispatch carries the tokens the sender
+    routes to the receiver's experts, and the combine sends the transpose back; the pairs differ (hot spots)."""
+    ep, hidden = 4, get_model("mixtral-8x7b").hidden
+    frame = run_yaml(SCENARIO, f"parallelism.ep={ep}", "model.moe.routing.balance=zipf").timeline
+    rng = np.random.default_rng(np.random.SeedSequence(3, spawn_key=(ROUTING_STREAM,)))
+    pairs = sample_routing(RoutingConfig(balance="zipf", skew=1.0), 8, 2, None, TOKENS, ep, rng).pair_tokens(ep)
+    group = (0, 2, 4, 6)  # EP block of rank 0 in its DP group (TP 2: DP ranks are every other GPU)
+    for which, matrix in (("dispatch", pairs), ("combine", pairs.T)):
+        key = frame.loc[frame["key"].str.match(rf"ep\.{which}\.fwd\.mb0\.vs0\.L0\.mlp\."), "key"].iloc[0]
+        flows = frame[(frame["kind"] == "flow") & (frame["name"] == key)]
+        sent = {(group.index(s), group.index(d)): b for s, d, b in zip(flows["src"], flows["dst"], flows["bytes"])
+                if s in group and d in group}
+        expected = {(i, j): matrix[i, j] * hidden * 2 for i in range(ep) for j in range(ep) if i != j}
+        assert sent == pytest.approx(expected, rel=1e-12)
+    assert pairs[~np.eye(ep, dtype=bool)].max() > 1.5 * pairs[~np.eye(ep, dtype=bool)].min()
 
 
 @pytest.mark.parametrize(("overrides", "field", "problem"), [

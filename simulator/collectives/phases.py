@@ -47,7 +47,7 @@ class CollectiveRequest:
     buffer size as nccl-tests counts it (for all_gather the gathered output, for all_to_all the total a rank
     sends); ``root`` is a position in ``ranks`` for broadcast/reduce; ``chunk_bytes`` is the pipelining
     chunk (None = no chunking); ``channels`` is how many parallel rings/trees to use (0 = one per rail
-    the group can use).
+    the group can use); ``pair_bytes`` sizes each pair of an uneven all_to_all (row = sender, group order).
     """
 
     op: str
@@ -56,3 +56,4 @@ class CollectiveRequest:
     root: int = 0
     chunk_bytes: float | None = None
     channels: int = 0
+    pair_bytes: tuple[tuple[float, ...], ...] = ()

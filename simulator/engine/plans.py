@@ -28,12 +28,12 @@ class PlanCache:
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
-                                 chunk_bytes=self.chunk_bytes, channels=self.channels)
+                                 chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes)
 
     def key(self, op: CollectiveOp, group: tuple[int, ...]) -> tuple:
-        """What a plan depends on within one run: op, group, size, root and the algorithm asked for (`auto` is
-        resolved from these and the run's fixed defaults)."""
-        return (op.op, group, op.nbytes, op.root, op.algorithm)
+        """What a plan depends on within one run: op, group, size (and pair sizes), root and the algorithm asked
+        for (`auto` is resolved from these and the run's fixed defaults)."""
+        return (op.op, group, op.nbytes, op.root, op.algorithm, op.pair_bytes)
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by

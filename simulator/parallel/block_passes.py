@@ -80,8 +80,10 @@ class BlockPasses(BuilderCore):
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.fold else ()
+        pairs = experts.pairs(which, backward=phase in ("bwd", "bwi"))
         return [self._collective(rank, COMPUTE_STREAM, f"ep {which} {block.name}", "all_to_all", group,
-                                 experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors)]
+                                 experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors,
+                                 pair_bytes=pairs)]
 
     def _expert_gradients(self, rank: int, ready: list[tuple[int, Block]], stream: str) -> list[int]:
         """The routed experts' gradients, reduced over the expert-data-parallel group after the last

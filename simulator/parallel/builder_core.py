@@ -29,8 +29,10 @@ class BuilderCore(Protocol):
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
                     key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
-                    mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
-        """Append one rank's part of a collective (mirrors of the folded replicas by default); returns its id."""
+                    mirrors: tuple[tuple[int, ...], ...] | None = None,
+                    pair_bytes: tuple[tuple[float, ...], ...] = ()) -> int:
+        """Append one rank's part of a collective (mirrors of the folded replicas by default; ``pair_bytes``
+        for an uneven all-to-all); returns its id."""
         ...
 
     def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,

@@ -8,8 +8,9 @@ group (ranks holding the same experts, stride ``ep`` in the DP x CP group) reduc
 
 A MoE MLP block runs: the router, permutation and shared experts; the dispatch all-to-all; the routed experts'
 GEMMs; the combine all-to-all (the backward runs the two all-to-alls in reverse around the experts' backward).
-Every rank of a folded stage computes the hottest EP rank's experts and moves the hottest rank's inbound
-tokens, since every rank of the group waits for that rank at the combine.
+Each pair of EP ranks exchanges the tokens it really routes to the other's experts (the dispatch matrix; the
+combine sends the transpose back), so an uneven routing loads some links more than others. Every rank computes
+the hottest EP rank's experts, since every rank of the group waits for that rank at the combine.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from simulator.parallel.layout import Layout
 class ExpertWork:
     """The routed experts' part of a MoE block on one rank per micro-batch (the block's figures include it).
 
-    ``dispatch_bytes``: what one all-to-all moves per rank (tokens received by the hottest EP rank x hidden x
-    bytes; k n d elements for uniform routing); ``params``: routed-expert parameters this rank holds.
+    ``dispatch_pairs``: bytes EP rank i sends EP rank j in the dispatch (tokens x hidden x bytes, itself
+    included on the diagonal); ``dispatch_bytes``: their mean per rank (k n d elements for uniform routing);
+    ``params``: routed-expert parameters this rank holds.
     """
 
     ep: int
+    dispatch_pairs: tuple[tuple[float, ...], ...]
     dispatch_bytes: float
     forward_s: float
     backward_input_s: float
@@ -38,6 +41,14 @@ class ExpertWork:
     backward_weight_flops: float
     recompute_flops: float
     params: float
+
+    def pairs(self, which: str, backward: bool) -> tuple[tuple[float, ...], ...]:
+        """Bytes per (sender, receiver) of the ``which`` (dispatch or combine) all-to-all: the dispatch matrix
+        in the forward dispatch and the backward of the combine (gradients flow toward the experts), its
+        transpose otherwise."""
+        if (which == "dispatch") != backward:
+            return self.dispatch_pairs
+        return tuple(zip(*self.dispatch_pairs))
 
     def part(self, phase: str) -> tuple[float, float]:
         """(seconds, FLOPs) of the experts in pass ``phase``: fwd, rec, bwd (input and weight grads) or bwi

@@ -94,13 +94,14 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
                     key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
-                    mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
+                    mirrors: tuple[tuple[int, ...], ...] | None = None,
+                    pair_bytes: tuple[tuple[float, ...], ...] = ()) -> int:
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, chunk=self._vstage, op=op, group=group, nbytes=nbytes,
                             key=key,
-                            mirrors=mirrors, algorithm=algorithm)
+                            mirrors=mirrors, algorithm=algorithm, pair_bytes=pair_bytes)
         self.ops.append(item)
         if stream == DP_STREAM:
             self._dp_ops.setdefault(rank, []).append(item.id)

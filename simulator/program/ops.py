@@ -43,6 +43,8 @@ class CollectiveOp(Op):
     """One rank's part of a collective ``op`` over ``group`` (global GPU indices, group order).
 
     ``key`` is shared by every member's op; ``nbytes`` is the per-rank buffer size (nccl-tests convention).
+    ``pair_bytes`` (an all_to_all whose pairs exchange different amounts, e.g. MoE dispatch) holds the bytes
+    member i sends member j, in group order; ``nbytes`` is then the mean a member sends, itself included.
     Members without ops (folded ranks) are not waited for. ``mirrors`` are the groups of the same collective
     among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
     runs those engine/sharing.py keeps).
@@ -55,3 +57,4 @@ class CollectiveOp(Op):
     algorithm: str = "auto"
     root: int = 0
     mirrors: tuple[tuple[int, ...], ...] = ()
+    pair_bytes: tuple[tuple[float, ...], ...] = ()

@@ -132,7 +132,7 @@ def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recom
 
 def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext, sample: RoutingSample,
               ep: int) -> MoELayer:
-    """The MoE block of every layer: the hottest EP rank's experts, its inbound tokens on the all-to-alls."""
+    """The MoE block of every layer: the hottest EP rank's experts, each pair's tokens on the all-to-alls."""
     moe, d = _moe_of(model), shard.dtype_bytes
     tokens = shard.tokens / shard.tp
     norm = _norm("mlp_norm", model, shard)
@@ -161,7 +161,9 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
     def flops(ks):
         return sum(k.flops for k in ks)
 
-    work = ExpertWork(ep=ep, dispatch_bytes=float(sample.rank_load(ep)[hot]) * model.hidden * d,
+    pairs = sample.pair_tokens(ep) * (model.hidden * d)
+    work = ExpertWork(ep=ep, dispatch_pairs=tuple(tuple(float(x) for x in row) for row in pairs),
+                      dispatch_bytes=float(pairs.sum(axis=1).mean()),
                       forward_s=seconds(routed.forward), backward_input_s=seconds(routed.backward_input),
                       backward_weight_s=seconds(routed.backward_weight), recompute_s=seconds(routed.recompute),
                       forward_flops=flops(routed.forward), backward_input_flops=flops(routed.backward_input),

@@ -62,6 +62,11 @@ class RoutingSample:
         """Tokens each EP rank's experts compute; rank j holds experts j E/ep .. (j+1) E/ep - 1."""
         return self.expert_load().reshape(ep, -1).sum(axis=1)
 
+    def pair_tokens(self, ep: int) -> np.ndarray:
+        """Tokens source rank i sends to EP rank j in the dispatch (kept assignments of i's tokens to the
+        experts j holds): the all-to-all's matrix, row = sender; the combine sends the transpose back."""
+        return self.kept.reshape(ep, ep, -1).sum(axis=2)
+
     def hottest_rank(self, ep: int) -> int:
         """The EP rank with the most tokens to compute (the first of equals)."""
         return int(np.argmax(self.rank_load(ep)))
