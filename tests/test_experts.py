@@ -133,3 +133,51 @@ def test_all_to_all_pairs_carry_the_tokens_the_routing_sends_them(run_yaml):
 def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem, assert_located):
     error = validation_error(SCENARIO, *overrides)
     assert_located(error, tuple(overrides), field, problem)
+
+
+def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group():
+    """Distributed optimizer over 64 DP ranks with EP 8: the routed experts' 12 B/param of optimizer state split
+    over their 8 expert-data-parallel ranks, everything else over all 64 (Megatron-Core)."""
+    from simulator.parallel.sharding import Sharding
+    from simulator.workload.memory import rank_memory, routed_params
+    from simulator.workload.transformer import ShardShape
+
+    model = get_model("deepseek-v3-style")
+    shard = ShardShape(1, 4096, 1, 1, False, dtype_bytes=2)
+    breakdown = rank_memory(model, shard, layers=4, in_flight=1, sharding=Sharding(stage=1, degree=64),
+                            first_stage=False, last_stage=False, ep=8)
+    routed = routed_params(model, 4, 8)
+    assert routed == 4 * 256 * 3 * 7168 * 2048 / 8
+    dense = breakdown.params / 2 - routed
+    assert breakdown.optimizer == pytest.approx(12 * routed / 8 + 12 * dense / 64, rel=1e-12)
+    assert breakdown.grads == pytest.approx(2 * (routed + dense), rel=1e-12)
+
+
+def test_moe_activations_count_the_routed_tokens_and_their_experts_intermediates():
+    """Per layer and micro-batch: the dense layer's terms without the MLP intermediates, plus for each routed
+    token its dispatched copy (d h) and its expert's gated intermediates (3 d f_e), plus the shared expert's."""
+    from dataclasses import replace
+
+    from simulator.workload.memory import activation_bytes_per_layer
+    from simulator.workload.transformer import ShardShape
+
+    model = get_model("deepseek-v3-style")
+    shard = ShardShape(1, 4096, 1, 1, False, dtype_bytes=2)
+    dense = replace(model, moe=None)
+    n, d, h, f_e, ffn = 4096, 2, model.hidden, model.moe.expert_ffn_hidden, model.ffn_hidden
+    without_mlp = activation_bytes_per_layer(dense, shard, "selective") - n * 3 * d * ffn
+    routed = 1.3 * 8 * n
+    expected = without_mlp + routed * (d * h + 3 * d * f_e) + n * 3 * d * f_e
+    assert activation_bytes_per_layer(model, shard, "selective", routed) == pytest.approx(expected, rel=1e-12)
+    uniform = without_mlp + 8 * n * (d * h + 3 * d * f_e) + n * 3 * d * f_e
+    assert activation_bytes_per_layer(model, shard, "selective") == pytest.approx(uniform, rel=1e-12)
+
+
+def test_bundled_moe_scenarios_fit_in_memory():
+    from simulator import load_scenario
+    from simulator.simulation import build_topology, validate
+
+    for name in ("deepseek-v3-style-1024-gpus", "mixtral-8x7b-ep8"):
+        loaded = load_scenario(name)
+        verdict = validate(loaded, build_topology(loaded))
+        assert not verdict.memory["oom"], name

@@ -91,6 +91,7 @@ class Ordering:
                     ready.append(other)
         self.clocks = clocks
         self.node_of_key = node_of_key
+        self.node_of_op = node_of_op
         self._successors = successors
         self._reach: dict[int, tuple[list[tuple[int, int]], frozenset[int]]] = {}
 

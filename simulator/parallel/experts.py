@@ -16,6 +16,7 @@ the hottest EP rank's experts, since every rank of the group waits for that rank
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.parallel.layout import Layout
 
@@ -63,6 +64,7 @@ class ExpertWork:
                 self.backward_input_flops + self.backward_weight_flops)
 
 
+@lru_cache(maxsize=4096)
 def ep_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     """The ranks that share ``rank``'s tokens through the all-to-alls: its block of ``ep`` in DP x CP."""
     group = layout.combined_group(("dp", "cp"), rank)
@@ -70,15 +72,18 @@ def ep_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     return group[start:start + ep]
 
 
+@lru_cache(maxsize=4096)
 def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     """The ranks holding the same experts as ``rank``: stride ``ep`` in its DP x CP group."""
     group = layout.combined_group(("dp", "cp"), rank)
     return group[group.index(rank) % ep::ep]
 
 
+@lru_cache(maxsize=256)
 def group_images(layout: Layout, rank: int, ep: int, expert_dp: bool) -> tuple[tuple[int, ...], ...]:
     """Every other EP (or expert-DP) group of ``rank``'s pipeline stage: the folded replicas' copies of the
-    collective. The cyclic shifts of generic folding would misalign these blocks, so they are listed."""
+    collective. The cyclic shifts of generic folding would misalign these blocks, so they are listed. Cached:
+    every all-to-all of a rank asks again, and each answer walks the whole stage."""
     pick = expert_dp_group if expert_dp else ep_group
     own = pick(layout, rank, ep)
     seen = {own}

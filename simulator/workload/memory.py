@@ -10,7 +10,7 @@ MLPs, grouped-query attention and models without dropout; docs/cost-model.md lis
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
 from simulator.config.training_options import OPTIMIZERS, PRECISIONS, RECOMPUTE_MODES, Optimizer, Precision, Recompute
@@ -99,6 +99,34 @@ def model_state_memory(
     )
 
 
+def expert_sharding(sharding: Sharding, ep: int) -> Sharding:
+    """How routed experts' state is sharded: over the expert-data-parallel group (the ranks holding the same
+    experts, 1/ep of the data-parallel ranks), as Megatron-Core's distributed optimizer shards expert
+    parameters over that group, not over the whole data-parallel group."""
+    return replace(sharding, degree=max(1, sharding.degree // ep))
+
+
+def routed_params(model: ModelSpec, layers: int, ep: int) -> float:
+    """Routed-expert parameters one rank of a stage holding ``layers`` MoE layers keeps (E/ep experts each)."""
+    if model.moe is None:
+        return 0.0
+    return layers * model.moe.experts * model.expert_params() / ep
+
+
+def moe_activation_bytes(model: ModelSpec, shard: ShardShape, routed_tokens: float | None = None) -> float:
+    """Bytes a MoE MLP keeps for the backward of one micro-batch on one rank, in place of the dense MLP's
+    intermediates: for every token its routed experts receive (``routed_tokens``, the hottest EP rank's; by
+    default top_k per own token, uniform routing) the dispatched copy that feeds the experts' first GEMMs and
+    the experts' intermediates (as the dense term, 3 d f gated or 2 d f, of width expert_ffn_hidden), and the
+    shared experts' intermediates for the rank's own tokens. Experts are not split by TP (expert tensor
+    parallelism 1): each TP rank routes its own 1/t of the tokens."""
+    moe, d = model.moe, shard.dtype_bytes
+    own_tokens = shard.tokens / shard.tp
+    received = moe.top_k * own_tokens if routed_tokens is None else routed_tokens
+    per_expert_token = (3 if model.gated_mlp else 2) * d * moe.expert_ffn_hidden
+    return received * (d * model.hidden + per_expert_token) + own_tokens * moe.shared_experts * per_expert_token
+
+
 def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_stage: bool, ep: int = 1) -> float:
     """Parameters one tensor-parallel rank of a pipeline stage holds (norms are replicated, not split).
 
@@ -125,12 +153,14 @@ def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_
     return total
 
 
-def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute = "none") -> float:
+def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute = "none",
+                               routed_tokens: float | None = None) -> float:
     """Bytes one layer keeps for the backward pass of one micro-batch on one rank.
 
     For a GPT layer (FFN 4h, multi-head attention, dropout, 16-bit) this is Korthikanti et al.'s
     s b h (34 + 5 a s / h) without tensor parallelism, s b h (10 + 24/t + 5 a s/(h t)) with it, s b h/t (34 + ...)
     with sequence parallelism; selective recompute drops the score term; full recompute keeps the layer input.
+    A MoE layer's MLP intermediates are its experts' (moe_activation_bytes, ``routed_tokens`` as there).
     """
     validate_shard(model, shard)
     if recompute not in RECOMPUTE_MODES:
@@ -150,7 +180,11 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     outside = replicated_tokens * (2 * d * h + 2 * d * h + 2 * mask * h)
     # Inside it: Q, K, V, the output-projection input, and the MLP intermediates.
     mlp_intermediates = 3 * d * ffn if model.gated_mlp else 2 * d * ffn
-    inside = tokens * (d * (q_width + 2 * kv_width) + d * q_width + mlp_intermediates)
+    inside = tokens * (d * (q_width + 2 * kv_width) + d * q_width)
+    if model.moe is not None:
+        inside += moe_activation_bytes(model, shard, routed_tokens)
+    else:
+        inside += tokens * mlp_intermediates
     if recompute == "selective":
         return outside + inside
     # Scores: softmax output (d bytes), and with dropout its mask (1 byte) and dropped copy (d bytes), per head.
@@ -183,16 +217,22 @@ def rank_memory(
     last_stage: bool = True,
     buffer_bytes: float = 0.0,
     ep: int = 1,
+    routed_tokens: float | None = None,
 ) -> MemoryBreakdown:
     """Peak memory of one rank of a pipeline stage holding ``layers`` layers and ``in_flight`` micro-batches.
 
     ``in_flight`` comes from the pipeline schedule (1F1B: p - stage index; GPipe: all micro-batches);
     ``buffer_bytes`` are communication buffers and workspaces the caller accounts for; ``ep`` splits the routed
-    experts.
+    experts, whose state is sharded over the expert-data-parallel group (expert_sharding); ``routed_tokens``
+    are the tokens the rank's experts receive per micro-batch (moe_activation_bytes).
     """
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
-    state = model_state_memory(params, sharding, precision, optimizer)
-    per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute)
+    routed = routed_params(model, layers, ep)
+    dense = model_state_memory(params - routed, sharding, precision, optimizer)
+    experts = model_state_memory(routed, expert_sharding(sharding, ep), precision, optimizer)
+    state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
+                            dense.optimizer + experts.optimizer)
+    per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute, routed_tokens)
     if last_stage:
         per_micro_batch += head_activation_bytes(model, shard)
     return MemoryBreakdown(

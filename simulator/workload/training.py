@@ -21,6 +21,7 @@ from simulator.schedules.registry import build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.experts import moe_report, plan_experts
+from simulator.workload.memory import expert_sharding
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
@@ -189,11 +190,10 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
-    shard_ways = sharding.degree if sharding.stage >= 1 else 1
     seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
-    optimizer_s = tuple(sum(stage_params(stages[vstage]) for vstage in held[stage]) / shard_ways
+    optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep) for vstage in held[stage])
                         * seconds_per_param for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
@@ -211,9 +211,13 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                         warnings, report)
 
 
-def stage_params(work) -> float:
-    """Parameters a rank of a virtual stage updates: its blocks' and their routed experts'."""
-    return work.params + sum(block.experts.params for block in work.blocks if block.experts is not None)
+def sharded_params(work, sharding: Sharding, ep: int) -> float:
+    """Parameters a rank of a virtual stage updates: its blocks' share over the shard group and their routed
+    experts' share over the expert-data-parallel group (memory.expert_sharding)."""
+    routed = sum(block.experts.params for block in work.blocks if block.experts is not None)
+    dense_ways = sharding.degree if sharding.stage >= 1 else 1
+    expert_ways = expert_sharding(sharding, ep).degree if sharding.stage >= 1 else 1
+    return work.params / dense_ways + routed / expert_ways
 
 
 def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
