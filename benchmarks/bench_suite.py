@@ -129,7 +129,7 @@ CASES: tuple[Case, ...] = (
     Case("llama3-405b-long-context", 16384, "published/llama3-405b-long-context.yaml", target_s=10.0,
          note="TP8 CP16 PP16 DP8, seq 131,072, all-gather CP, interleaved v=2"),
     Case("moe-deepseek-v3-style-1k", 1024, "deepseek-v3-style-1024-gpus.yaml", target_s=10.0,
-         note="256 experts top-8, PP16 EP8 DP64, Dirichlet routing"),
+         note="256 experts top-8, PP16 EP8 (in NVLink) DP64, full recompute, Dirichlet routing"),
     *allreduce_cases(),
     Case("trace-kineto-100k", 8, target_s=5.0, trace_events=100_000,
          note="synthetic 8-rank Kineto trace on dgx-h100; target on the import"),
