@@ -52,10 +52,11 @@ parallelism: {tp: 2, pp: 2, ep: 4, zero: 1}
     replayed = run_yaml(scenario, *overrides)
     live_private = []
 
-    def serial_only(ops, links_of, async_streams):
+    def none_private(ops, links_of, async_streams, mirrors):
         live_private.append(True)
+        return frozenset()
 
-    monkeypatch.setattr("simulator.simulation.mark_private", serial_only)
+    monkeypatch.setattr("simulator.simulation.private_collectives", none_private)
     live = run_yaml(scenario, *overrides)
     assert live_private
     assert replayed.summary["flows_simulated"] < live.summary["flows_simulated"]
@@ -67,5 +68,5 @@ parallelism: {tp: 2, pp: 2, ep: 4, zero: 1}
 def test_an_instance_whose_mirrors_share_its_links_is_never_replayed():
     ops = [CollectiveOp(id=0, rank=0, stream="compute", name="X", op="all_reduce", group=(0, 1), nbytes=1.0,
                         key="X", mirrors=((2, 3),))]
-    sharing.mark_private(ops, lambda op, group: frozenset({7}), ASYNC)
-    assert not ops[0].private and ops[0].mirrors == ((2, 3),)
+    assert not sharing.private_collectives(ops, lambda op, group: frozenset({7}), ASYNC, {0: ((2, 3),)})
+    assert sharing.private_collectives(ops, lambda op, group: frozenset({group[0]}), ASYNC, {0: ((2, 3),)}) == {0}

@@ -61,12 +61,12 @@ class PlanCache:
         share their group and mirror tuples, so the list is found by those objects' identities rather than by
         hashing every mirror group at every instance (the tuples are kept referenced, so the identities stay
         unique)."""
-        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(mirrors))
+        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(mirrors), id(op.pair_bytes))
         found = self._mirrored.get(key)
         if found is None:
             plans = [self.phases(op, group) for group in (op.group, *mirrors)]
-            found = self._mirrored[key] = (op.group, mirrors, plans)
-        return found[2]
+            found = self._mirrored[key] = (op.group, mirrors, op.pair_bytes, plans)
+        return found[3]
 
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the

@@ -26,12 +26,14 @@ class ExpertWork:
     """The routed experts' part of a MoE block on one rank per micro-batch (the block's figures include it).
 
     ``dispatch_pairs``: bytes EP rank i sends EP rank j in the dispatch (tokens x hidden x bytes, itself
-    included on the diagonal); ``dispatch_bytes``: their mean per rank (k n d elements for uniform routing);
+    included on the diagonal), ``combine_pairs`` its transpose; ``dispatch_bytes``: their mean per rank (k n d
+    elements for uniform routing);
     ``params``: routed-expert parameters this rank holds.
     """
 
     ep: int
     dispatch_pairs: tuple[tuple[float, ...], ...]
+    combine_pairs: tuple[tuple[float, ...], ...]
     dispatch_bytes: float
     forward_s: float
     backward_input_s: float
@@ -49,7 +51,7 @@ class ExpertWork:
         transpose otherwise."""
         if (which == "dispatch") != backward:
             return self.dispatch_pairs
-        return tuple(zip(*self.dispatch_pairs))
+        return self.combine_pairs
 
     def part(self, phase: str) -> tuple[float, float]:
         """(seconds, FLOPs) of the experts in pass ``phase``: fwd, rec, bwd (input and weight grads) or bwi

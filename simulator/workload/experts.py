@@ -163,6 +163,7 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
 
     pairs = sample.pair_tokens(ep) * (model.hidden * d)
     work = ExpertWork(ep=ep, dispatch_pairs=tuple(tuple(float(x) for x in row) for row in pairs),
+                      combine_pairs=tuple(tuple(float(x) for x in row) for row in pairs.T),
                       dispatch_bytes=float(pairs.sum(axis=1).mean()),
                       forward_s=seconds(routed.forward), backward_input_s=seconds(routed.backward_input),
                       backward_weight_s=seconds(routed.backward_weight), recompute_s=seconds(routed.recompute),
