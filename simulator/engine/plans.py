@@ -23,7 +23,7 @@ class PlanCache:
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
-        self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, list[list[Phase]]]] = {}
+        self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, tuple, list[list[Phase]]]] = {}
         self._algorithms: dict[tuple, str] = {}
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:

@@ -121,6 +121,8 @@ def moe_activation_bytes(model: ModelSpec, shard: ShardShape, routed_tokens: flo
     shared experts' intermediates for the rank's own tokens. Experts are not split by TP (expert tensor
     parallelism 1): each TP rank routes its own 1/t of the tokens."""
     moe, d = model.moe, shard.dtype_bytes
+    if moe is None:
+        return 0.0
     own_tokens = shard.tokens / shard.tp
     received = moe.top_k * own_tokens if routed_tokens is None else routed_tokens
     per_expert_token = (3 if model.gated_mlp else 2) * d * moe.expert_ffn_hidden

@@ -52,20 +52,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             sharding=sharding,
             precision=training.precision, optimizer=training.optimizer, first_stage=0 in vstages,
             last_stage=layout.pp * plan.virtual_stages - 1 in vstages, buffer_bytes=buffers,
-            ep=scenario.parallelism.ep, routed_tokens=hottest_rank_tokens(step))
+            ep=scenario.parallelism.ep, routed_tokens=step.routed_tokens)
         result.append((breakdown, in_flight))
     return result
-
-
-def hottest_rank_tokens(step: TrainingStep) -> float | None:
-    """Tokens the hottest EP rank's experts receive per micro-batch, from the step's routing sample (None
-    without experts)."""
-    if step.moe is None:
-        return None
-    loads, ep = step.moe["expert_load_tokens"], int(step.moe["ep"])
-    per_rank = len(loads) // ep
-    hot = int(step.moe["hottest_ep_rank"])
-    return float(sum(loads[hot * per_rank:(hot + 1) * per_rank]))
 
 
 def stored_activations(training: TrainingConfig) -> Recompute:

@@ -60,6 +60,8 @@ class TrainingStep:
     micro_batch: int
     warnings: tuple[str, ...] = ()
     moe: Mapping[str, object] | None = None
+    routed_tokens: float | None = None
+    """Tokens the hottest EP rank's experts receive per micro-batch (None without experts)."""
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
@@ -203,12 +205,13 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = model_flops_per_token(model, training.seq_len) * tokens
-    report = None
+    report, routed_tokens = None, None
     if experts is not None:
+        routed_tokens = float(experts.sample.rank_load(experts.ep)[experts.sample.hottest_rank(experts.ep)])
         report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
                             max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m)
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
-                        warnings, report)
+                        warnings, report, routed_tokens)
 
 
 def sharded_params(work, sharding: Sharding, ep: int) -> float:
