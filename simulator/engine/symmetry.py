@@ -47,15 +47,16 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
     beside the simulated copy, and differs when the times do (a shared uplink wide enough for both flows costs
     nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes); a
-    send/recv is one transfer and a group inside one NVLink domain never reaches the fabric's switches, so
-    neither is compared."""
+    group inside one NVLink domain never reaches the fabric's switches, so it is not compared; a send/recv is
+    one transfer, so its route's link kinds are compared directly (a pipeline pair inside a leaf group in one
+    replica and across the spines in another differs in latency and hops)."""
     topology = plans.topology
     link_kinds = list(zip(topology.link_bandwidth.tolist(), topology.link_class))
     group_ids = GroupIds()
     sized: set[tuple] = set()
     seen: set[tuple] = set()
     for op in ops:
-        if not isinstance(op, CollectiveOp) or not op.mirrors or op.op == "send_recv":
+        if not isinstance(op, CollectiveOp) or not op.mirrors:
             continue
         instance = (op.op, op.root, op.algorithm, op.nbytes, group_ids.id(op.group))
         if instance in sized:
@@ -66,6 +67,13 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
             continue
         seen.add(shape)
         if len({topology.gpu_domain[rank] for rank in op.group}) == 1:
+            continue
+        if op.op == "send_recv":
+            pair = [link_kinds[link] for link in topology.path(*op.group)]
+            uneven = next((m for m in op.mirrors if [link_kinds[link] for link in topology.path(*m)] != pair), None)
+            if uneven is not None:
+                return (f"send_recv {op.name!r} over GPUs {list(op.group)} takes other links than over the "
+                        f"equivalent {list(uneven)} (inside a leaf group in one replica, across spines in another)")
             continue
         phases = plans.phases(op, op.group)
         reference = tuple(route_shape(topology, phase, link_kinds) for phase in phases)

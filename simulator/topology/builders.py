@@ -56,7 +56,10 @@ class Fabric:
 
     ``uplinks[i]`` lists the nodes from GPU i up to the root of its NVLink/PCIe domain; GPUs of one domain meet
     at their lowest common node. Across domains the route is GPU -> NIC -> leaf [-> spine [-> core -> spine]]
-    -> leaf -> NIC -> GPU, with the spine/core picked by an integer mix of (src, dst, channel).
+    -> leaf -> NIC -> GPU, with the spine/core picked by an integer mix of the two ends' `flow_key` and the
+    channel. A GPU's flow key is its host and its place among the GPUs sharing its NIC, not its rail: every
+    rail's leaves then spread their flows over the spines alike, so ranks that differ only in their rail (the
+    TP lanes of a rail-optimized fabric) see the same contention, as rank folding assumes (docs/architecture.md).
     """
 
     gpus: list[str] = field(default_factory=list)
@@ -65,6 +68,7 @@ class Fabric:
     domain: list[int] = field(default_factory=list)
     uplinks: list[tuple[str, ...]] = field(default_factory=list)
     nic: list[str] = field(default_factory=list)
+    flow_key: list[int] = field(default_factory=list)
     leaf: list[int] = field(default_factory=list)
     leaf_names: list[str] = field(default_factory=list)
     leaf_pod: list[int] = field(default_factory=list)
@@ -80,7 +84,8 @@ class Fabric:
         low, high = self.leaf[src], self.leaf[dst]
         path = [self.gpus[src], self.nic[src], self.leaf_names[low]]
         if low != high:
-            mix = (src * 0x9E3779B1 + dst * 0x85EBCA77 + channel * 0xC2B2AE3D) & 0xFFFFFFFF
+            mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77
+                   + channel * 0xC2B2AE3D) & 0xFFFFFFFF
             mix ^= mix >> 15
             pod_a, pod_b = self.leaf_pod[low], self.leaf_pod[high]
             spine = mix % len(self.spine_names[pod_a])
@@ -187,6 +192,7 @@ def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], 
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
                             allowed=f"2 to {groups} (one leaf group = {p['leaf_ports']} hosts)")
     fabric.nic = [""] * len(fabric.gpus)
+    fabric.flow_key = [0] * len(fabric.gpus)
     fabric.leaf = [0] * len(fabric.gpus)
     fabric.leaf_names = [f"leaf{q}.r{r}" for q in range(groups) for r in range(nics)]
     groups_per_pod = -(-groups // pods)
@@ -199,9 +205,12 @@ def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], 
             graph.add_node(nic, kind="nic", host=host, rail=rail)
             add_link(graph, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
                      latency=per_gpu_latency, link_class=link_class)
+        sharing_nic, slots = -(-len(members) // nics), [0] * nics
         for local, gpu in enumerate(members):
             rail = local * nics // len(members)
             fabric.nic[gpu] = f"h{host}/nic{rail}"
+            fabric.flow_key[gpu] = host * sharing_nic + slots[rail]
+            slots[rail] += 1
             fabric.leaf[gpu] = (host // p["leaf_ports"]) * nics + rail
             add_link(graph, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
                      latency=per_gpu_latency, link_class="pcie")
