@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from simulator.console.paths import figure_file, output_folder
-from simulator.errors import InputError, SimulationError
+from simulator.errors import ExecutorError, InputError, SimulationError
 from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
 
 EXIT_INPUT = 2
@@ -244,7 +244,6 @@ def _ranks(text: str | None) -> list[int] | None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from simulator.errors import ExecutorError
     from simulator.sweep.executors import make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
@@ -294,7 +293,6 @@ def _choice_list(choices: tuple[str, ...]):
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from simulator.errors import ExecutorError
     from simulator.sweep.executors import make_executor
     from simulator.sweep.layouts import SearchSpace
     from simulator.sweep.report import format_search, write_search
@@ -479,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"error: {exc}", EXIT_INPUT)
     except SimulationError as exc:
         return _fail(f"simulation error: {exc}", EXIT_RUNTIME)
+    except ExecutorError as exc:
+        return _fail(f"error: {exc}", EXIT_RUNTIME)
     except KeyboardInterrupt:
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:

@@ -8,10 +8,11 @@ compare against closed forms rather than published runs are listed with their te
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import ScenarioError
+from simulator.errors import ExecutorError, ScenarioError
 
 DEFAULT_FOLDER = Path("scenarios/published")
 
@@ -94,7 +95,16 @@ def run_cases(paths: list[Path], jobs: int = 1) -> list[CaseResult]:
     if jobs <= 1:
         return [run_case(path) for path in paths]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(run_case, paths))
+        futures = [pool.submit(run_case, path) for path in paths]
+        results = []
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:
+                unfinished = ", ".join(p.stem for p in paths[len(results):])
+                raise ExecutorError(f"a worker process was killed (out of memory?) before these cases finished: "
+                                    f"{unfinished}; rerun them one at a time with --jobs 1 --case NAME") from None
+        return results
 
 
 UNITS = {"tflops_per_gpu": "TFLOP/s per GPU (6N + causal attention)",

@@ -5,10 +5,13 @@ microbenchmarks (simulator/catalog/kernels.yaml); nothing was fitted on these ro
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
 
+from simulator import validation
 from simulator.cli import main
 from simulator.validation import published_cases, render, run_case
 
@@ -43,3 +46,30 @@ def test_report_lists_cases_errors_and_fitting():
 def test_validate_published_command_runs_named_cases(capsys):
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr"]) == 0
     assert "nccl-sendrecv-ndr: published 47, simulated 47.0" in capsys.readouterr().out
+
+
+class _KilledWorkers:
+    """A process pool whose workers are all killed, as the OOM killer leaves one."""
+
+    def __init__(self, max_workers):
+        self.max_workers = max_workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        future = Future()
+        future.set_exception(BrokenProcessPool("killed"))
+        return future
+
+
+def test_a_killed_worker_is_one_line_naming_the_unfinished_cases(monkeypatch, capsys):
+    monkeypatch.setattr(validation, "ProcessPoolExecutor", _KilledWorkers)
+    code = main(["validate-published", "--folder", str(FOLDER), "--jobs", "2", "--case", "nccl-sendrecv-ndr",
+                 "--case", "nccl-allreduce-8x-a100"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "\n" not in err and "Traceback" not in err
+    assert "nccl-allreduce-8x-a100, nccl-sendrecv-ndr" in err and "--jobs 1" in err
