@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import get_gpu
 from simulator.parameter_server.placement import shard_tensors, stripe
 from simulator.workload.training import optimizer_bytes_per_param
@@ -42,7 +43,7 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     result = run_yaml(scenario())
     ps = result.summary["parameter_server"]
     workers, P, compute = ps["workers"], ps["parameter_bytes"], ps["worker_compute_s"]
-    hbm = get_gpu("a100-80gb").hbm_bandwidth * 0.88  # kernels.yaml: A100 HBM streaming fraction
+    hbm = get_gpu("a100-80gb").hbm_bandwidth * compute_efficiency("a100-80gb").memory_peak
     latency = result.topology.path_latency(1, 4)
     accumulate = P / 2 * (2 + 8) / hbm
     update = P / 2 * optimizer_bytes_per_param("adam", "bf16") / hbm
