@@ -191,7 +191,8 @@ class TrainingConfig(Section):
     """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp);
     `loss_scaling` models fp16 dynamic loss scaling over a multi-step run. `grad_accumulation_fusion`: the
     weight-gradient GEMMs add into the accumulator themselves (Megatron-LM since 2022); false runs a separate
-    add per weight and micro-batch, as Megatron-LM did before (SC21)."""
+    add per weight and micro-batch, as Megatron-LM did before (SC21). `cross_entropy_fusion`: the loss reads
+    the logits once per pass; false runs Megatron-LM's unfused fp32 passes (SC21)."""
 
     seq_len: int = Field(default=2048, ge=1)
     global_batch: int | None = Field(default=None, ge=1)
@@ -202,6 +203,7 @@ class TrainingConfig(Section):
     optimizer: Optimizer = "adam"
     attention: Literal["flash", "standard"] = "flash"
     grad_accumulation_fusion: bool = True
+    cross_entropy_fusion: bool = True
     loss_scaling: LossScalingConfig | None = None
 
     @model_validator(mode="after")

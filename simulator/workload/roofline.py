@@ -29,7 +29,9 @@ class Efficiency:
     given they replace attention_peak and attention_half_len for that pass (log-linear in the key length
     between points, the end values beyond them). wave_sms / wave_tiles: a GPU whose GEMM kernels launch one
     thread block per output tile in waves over its SMs (see wave_efficiency); 0 / () when its kernels are
-    persistent and split the last wave.
+    persistent and split the last wave. score_memory_forward / score_memory_backward: fraction of HBM bandwidth
+    the forward and backward passes over unfused attention scores reach (Kernel.score_pass: softmax, dropout
+    and their gradients); 0 when not measured, which leaves them at memory_peak.
     """
 
     matmul_peak: float = 0.80
@@ -43,12 +45,27 @@ class Efficiency:
     attention_backward: tuple[tuple[float, float], ...] = ()
     wave_sms: int = 0
     wave_tiles: tuple[tuple[int, int], ...] = ()
+    score_memory_forward: float = 0.0
+    score_memory_backward: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ScenarioError(f"{name} {value} is outside (0, 1]", field=f"efficiency.{name}", allowed="(0, 1]")
+        for name in ("score_memory_forward", "score_memory_backward"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ScenarioError(f"{name} {getattr(self, name)} is outside [0, 1]", field=f"efficiency.{name}",
+                                    allowed="[0, 1], 0 for memory_peak")
+
+    def memory_fraction(self, kernel: Kernel) -> float:
+        """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: its measured score-pass figure for a
+        pass over unfused attention scores, memory_peak otherwise."""
+        if kernel.score_pass:
+            measured = self.score_memory_backward if kernel.backward else self.score_memory_forward
+            if measured > 0.0:
+                return measured
+        return self.memory_peak
         for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
             if getattr(self, name) < 0.0:
                 raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
@@ -123,10 +140,12 @@ def compute_efficiency(kernel: Kernel, peak: float, efficiency: Efficiency) -> f
     return plateau * _saturation(kernel.flops / (peak * plateau), efficiency.ramp_time)
 
 
-def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency) -> float:
-    """Fraction of HBM ``bandwidth`` a kernel moving ``hbm_bytes`` reaches, by the same ramp as compute."""
-    streaming_time = hbm_bytes / (bandwidth * efficiency.memory_peak)
-    return efficiency.memory_peak * _saturation(streaming_time, efficiency.ramp_time)
+def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency, plateau: float = 0.0) -> float:
+    """Fraction of HBM ``bandwidth`` a kernel moving ``hbm_bytes`` reaches at ``plateau`` (memory_peak when 0),
+    by the same ramp as compute."""
+    plateau = plateau or efficiency.memory_peak
+    streaming_time = hbm_bytes / (bandwidth * plateau)
+    return plateau * _saturation(streaming_time, efficiency.ramp_time)
 
 
 def roofline_times(
@@ -140,7 +159,9 @@ def roofline_times(
     memory_time = 0.0
     if kernel.hbm_bytes > 0:
         bandwidth = gpu.hbm_bandwidth
-        memory_time = kernel.hbm_bytes / (bandwidth * memory_efficiency(kernel.hbm_bytes, bandwidth, efficiency))
+        fraction = efficiency.memory_fraction(kernel)
+        memory_time = kernel.hbm_bytes / (bandwidth * memory_efficiency(kernel.hbm_bytes, bandwidth, efficiency,
+                                                                        fraction))
     return compute_time, memory_time
 
 

@@ -185,7 +185,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        f"virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
-                       dtype_bytes=precision_bytes, fused_grad_accumulation=training.grad_accumulation_fusion)
+                       dtype_bytes=precision_bytes, fused_grad_accumulation=training.grad_accumulation_fusion,
+                       fused_cross_entropy=training.cross_entropy_fusion)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)

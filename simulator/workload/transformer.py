@@ -22,6 +22,12 @@ KERNEL_KINDS = ("matmul", "attention", "elementwise")
 _NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
 _ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}  # gated SwiGLU, GeLU (tanh form)
 _CROSS_ENTROPY_FLOPS = (5.0, 2.0)
+_FP32 = 4
+# HBM bytes per logit of Megatron-LM's unfused vocab-parallel cross-entropy on ``logits.float()``
+# (megatron/mpu/cross_entropy.py, 2021), pass by pass, past the 16-bit read (forward) or write (backward) of the
+# cast: forward cast (write 4), max (read 4), sub_ (4 + 4), exp (4 + 4), sum (4), div_ (4 + 4); backward
+# mul_ by the loss gradient (4 + 4), cast back (read 4).
+_UNFUSED_CROSS_ENTROPY_BYTES = (9 * _FP32, 3 * _FP32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +39,9 @@ class Kernel:
     backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
     ``weights`` is the number of weight elements a weight-gradient GEMM produces (0 for every other kernel).
     ``output`` is a GEMM's (batch, rows, columns) of output, which sets how its tiles fill the GPU's SMs
-    (roofline.wave_efficiency); empty when not a GEMM or not known.
+    (roofline.wave_efficiency); empty when not a GEMM or not known. ``score_pass`` marks a memory-bound pass
+    over the s x s attention scores of unfused attention (softmax, dropout and their gradients), whose measured
+    HBM efficiency differs from a streaming kernel's (Efficiency.score_memory).
     """
 
     name: str
@@ -44,6 +52,7 @@ class Kernel:
     backward: bool = False
     weights: float = 0.0
     output: tuple[float, float, float] | tuple[()] = ()
+    score_pass: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,8 @@ class ShardShape:
     """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
     and in which formats: ``dtype_bytes`` per activation, weight and gradient element, ``grad_accum_bytes`` per
     element of the gradient accumulator the weight-gradient GEMMs add into when ``fused_grad_accumulation``
-    (otherwise see `grad_accumulation`)."""
+    (otherwise see `grad_accumulation`), and whether the loss is one fused cross-entropy pass per direction
+    (``fused_cross_entropy``; otherwise see `head_kernels`)."""
 
     micro_batch: int
     seq_len: int
@@ -61,6 +71,7 @@ class ShardShape:
     dtype_bytes: int = 2
     grad_accum_bytes: int = 4
     fused_grad_accumulation: bool = True
+    fused_cross_entropy: bool = True
 
     @property
     def tokens(self) -> float:
@@ -217,7 +228,9 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     GEMM QK^T writes the scores, the fused scale-mask-softmax and the dropout read and write them (plus a
     1-byte mask), the batched GEMM AV reads them; the batched GEMMs' smallest side is the head width. The
     backward runs four batched GEMMs (dP = dO V^T with score-sized output; dV, dQ, dK with head-width output)
-    and the softmax/dropout gradients, and moves about twice the score bytes.
+    and, between them, the dropout gradient (read the gradient and the mask, write) and the fused softmax
+    gradient (read the softmax output and the gradient, write): 3 B/score of 16-bit values, 2 + 1 more with
+    dropout. The softmax and dropout passes are ``score_pass`` kernels.
     """
     d = shard.dtype_bytes
     heads = model.heads / shard.tp
@@ -241,20 +254,18 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     score_tile, context_tile = (batch, rows, shard.seq_len), (batch, rows, width)
     forward = (
         Kernel("attention", flops / 2, d * (q_elems + kv_elems + scores), "matmul", width, output=score_tile),
-        Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise"),
+        Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise", score_pass=True),
         Kernel("attention.context", flops / 2, d * (scores + kv_elems + q_elems), "matmul", width,
                output=context_tile),
     )
-    score_bytes = 4 * d * scores + dropout_bytes
-    backward_matmul_score_bytes = 4 * d * scores
     gemm_flops = cost.backward_factor * flops / 4
     backward = (
         Kernel("attention.bwd", gemm_flops, d * (q_elems + kv_elems + scores), "matmul", width,
                output=score_tile),
         Kernel("attention.context.bwd", 3 * gemm_flops, d * (3 * q_elems + 3 * kv_elems + 3 * scores), "matmul",
                width, output=context_tile),
-        Kernel("attention.softmax.bwd", 7.0 * scores, 2 * score_bytes - backward_matmul_score_bytes,
-               "elementwise"),
+        Kernel("attention.softmax.bwd", 7.0 * scores, 3 * d * scores + dropout_bytes, "elementwise",
+               backward=True, score_pass=True),
     )
     return forward, backward
 
@@ -340,16 +351,24 @@ def embedding_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
 
 
 def head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
-    """Final norm, output layer (vocabulary split t ways) and cross-entropy loss of the last pipeline stage."""
+    """Final norm, output layer (vocabulary split t ways) and cross-entropy loss of the last pipeline stage.
+
+    A fused cross-entropy reads the 16-bit logits and keeps an fp32 softmax (forward), reads it and writes the
+    16-bit gradients (backward). Unfused, as Megatron-LM ran it without --fp16-lm-cross-entropy (SC21), the
+    logits are cast to fp32 and go through max, subtract, exp, sum and divide as separate passes, and the
+    gradient is scaled and cast back (_UNFUSED_CROSS_ENTROPY_BYTES)."""
     validate_shard(model, shard)
     final_norm = _norm("final_norm", model, shard)
     vocab = model.vocab / shard.tp
     lm_head = _matmul("lm_head", shard.tokens, vocab, model.hidden, shard)
     logits = shard.tokens * vocab
     fwd_flops, bwd_flops = _CROSS_ENTROPY_FLOPS
-    io = (shard.dtype_bytes + 4) * logits  # read low-precision logits, keep fp32 softmax / read it, write grads
-    loss = Kernel("cross_entropy", fwd_flops * logits, io, "elementwise")
-    loss_grad = Kernel("cross_entropy.bwd", bwd_flops * logits, io, "elementwise")
+    if shard.fused_cross_entropy:
+        fwd_bytes = bwd_bytes = shard.dtype_bytes + _FP32
+    else:
+        fwd_bytes, bwd_bytes = (shard.dtype_bytes + extra for extra in _UNFUSED_CROSS_ENTROPY_BYTES)
+    loss = Kernel("cross_entropy", fwd_flops * logits, fwd_bytes * logits, "elementwise")
+    loss_grad = Kernel("cross_entropy.bwd", bwd_flops * logits, bwd_bytes * logits, "elementwise")
     return grad_accumulation(PassKernels(
         (final_norm[0], lm_head[0], loss),
         (),
