@@ -23,17 +23,19 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from simulator import load_scenario, simulate
-    from simulator.console.progress import RunProgress
-    from simulator.console.report import print_run_report
-    from simulator.report.writers import write_outputs
+    from simulator import load_scenario
 
     out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
         return _run_job(loaded, out)
+    from rich.console import Console
+
+    from simulator import simulate
+    from simulator.console.progress import RunProgress
+    from simulator.console.report import print_run_report
+    from simulator.report.writers import write_outputs
+
     with RunProgress(enabled=not args.quiet) as progress:
         result = simulate(loaded, force=args.force, progress=progress)
         progress.phase("writing outputs")
@@ -62,10 +64,10 @@ def _run_job(loaded, out: Path) -> int:
     from simulator.reliability.simulate import simulate_job
 
     job = simulate_job(loaded)
-    write_job_outputs(out, job.summary, job.events, job.step_summary)
+    write_job_outputs(out, job.summary, job.table, job.step_summary)
     ettr = job.summary["ettr"]["mean"]
     print(f"wrote {out}/{', '.join(JOB_FILES)} ({job.summary['replications']} replications, "
-          f"{len(job.events)} events, mean ETTR {ettr:.4f})")
+          f"{job.table.num_rows} events, mean ETTR {ettr:.4f})")
     return 0
 
 

@@ -1,15 +1,17 @@
 """The job event log: one row per failure, checkpoint (completed or lost), restart, maintenance,
 degradation and straggler (from its start to its repair). Single rows are kept as tuples; the checkpoints of
 many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k), expanded with
-numpy when the frame is built."""
+numpy when the table is built. The table is built as Arrow columns (the strings as codes into their few
+distinct values), so that writing job_events.parquet never goes through a million Python strings."""
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 
 EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "maintenance", "degraded", "straggling")
 KIND_CODE = {kind: code for code, kind in enumerate(EVENT_KINDS)}
+COLUMNS = ("replication", "kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")
 
 
 class JobEvents:
@@ -31,12 +33,15 @@ class JobEvents:
         if count > 0:
             self.blocks.append((self.replication, start, end, step, period, steps, count))
 
-    def frame(self) -> pd.DataFrame:
-        """All rows, sorted by replication and start time (stable: logging order breaks ties)."""
-        columns = list(zip(*self.rows)) if self.rows else [()] * 8
+    def table(self) -> pa.Table:
+        """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind` a
+        dictionary column over EVENT_KINDS, `cause` a string column."""
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(COLUMNS)
         replication = np.asarray(columns[0], dtype=np.int32)
         kind = np.asarray([KIND_CODE[k] for k in columns[1]], dtype=np.int8)
-        cause = np.asarray(columns[2], dtype=object)
+        names = sorted({"", *columns[2]})
+        code_of = {name: code for code, name in enumerate(names)}
+        cause = np.asarray([code_of[c] for c in columns[2]], dtype=np.int32)
         start, end, step, lost = (np.asarray(c, dtype=float) for c in columns[3:7])
         hosts = np.asarray(columns[7], dtype=np.int64)
         if self.blocks:
@@ -47,23 +52,20 @@ class JobEvents:
             period = np.repeat(p, counts)
             replication = np.concatenate([replication, np.repeat(rep, counts).astype(np.int32)])
             kind = np.concatenate([kind, np.full(total, KIND_CODE["checkpoint"], dtype=np.int8)])
-            cause = np.concatenate([cause, np.full(total, "", dtype=object)])
+            cause = np.concatenate([cause, np.full(total, code_of[""], dtype=np.int32)])
             start = np.concatenate([start, np.repeat(a, counts) + j * period])
             end = np.concatenate([end, np.repeat(b, counts) + j * period])
             step = np.concatenate([step, np.repeat(s, counts) + j * np.repeat(k, counts)])
             lost = np.concatenate([lost, np.zeros(total)])
             hosts = np.concatenate([hosts, np.zeros(total, dtype=np.int64)])
         order = _by_replication_and_start(replication, start)
-        return pd.DataFrame({
-            "replication": replication[order],
-            "kind": pd.Categorical.from_codes(kind[order], categories=pd.Index(EVENT_KINDS)),
-            "cause": pd.Series(cause[order], dtype=object),
-            "start_s": start[order],
-            "end_s": end[order],
-            "step": step[order],
-            "lost_work_s": lost[order],
-            "hosts": hosts[order],
-        })
+        arrays = [
+            pa.array(replication[order]),
+            pa.DictionaryArray.from_arrays(kind[order], pa.array(EVENT_KINDS)),
+            pa.DictionaryArray.from_arrays(cause[order], pa.array(names)).dictionary_decode(),
+            *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
+        ]
+        return pa.Table.from_arrays(arrays, names=list(COLUMNS))
 
 
 def _by_replication_and_start(replication: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -1,17 +1,22 @@
 """Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
 trace.json with the first replication's failures, checkpoints, restarts, degraded and straggling periods as Perfetto
-tracks (times in microseconds). Each file is written to a temporary name and moved into place."""
+tracks (times in microseconds). Each file is written to a temporary name and moved into place. The event table
+goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a dictionary on the
+float columns, which have no repeats to find, doubled the write)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import orjson
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from simulator.report.writers import write_summary, write_timeline
+from simulator.report.writers import write_summary
 
 JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
 TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "maintenance": 3, "degraded": 4,
@@ -19,14 +24,17 @@ TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "ma
 TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and straggling"}
 
 
-def job_trace(events: pd.DataFrame, replication: int = 0) -> dict:
-    """Chrome trace events of one replication: one thread per track, failures as instants."""
-    rows = events[events["replication"] == replication]
+def job_trace(events: pa.Table, replication: int = 0) -> dict:
+    """Chrome trace events of one replication: one thread per track, failures as instants. ``events`` is
+    sorted by replication."""
+    bounds = np.searchsorted(events.column("replication").to_numpy(), [replication, replication + 1])
+    rows = events.slice(int(bounds[0]), int(bounds[1] - bounds[0]))
     trace: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
                           "args": {"name": f"job, replication {replication}"}}]
     trace += [{"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
               for tid, name in TRACK_NAMES.items()]
-    columns = [rows[c].tolist() for c in ("kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")]
+    columns = [rows.column(c).to_pylist() for c in ("kind", "cause", "start_s", "end_s", "step", "lost_work_s",
+                                                    "hosts")]
     for kind, cause, start, end, step, lost, hosts in zip(*columns):
         event = {"name": f"{kind} {cause}".strip(), "cat": kind, "pid": 0, "tid": TRACKS[kind], "ts": start * 1e6,
                  "args": {"step": step, "lost_work_s": lost, "hosts": hosts}}
@@ -38,12 +46,12 @@ def job_trace(events: pd.DataFrame, replication: int = 0) -> dict:
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file moved into place."""
+def write_through_temporary(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write`` on a temporary file beside ``path``, then move it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+        write(Path(tmp))
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
@@ -51,10 +59,16 @@ def write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_job_outputs(out_dir: Path, summary: dict, events: pd.DataFrame, step_summary: dict) -> None:
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file moved into place."""
+    write_through_temporary(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_job_outputs(out_dir: Path, summary: dict, events: pa.Table, step_summary: dict) -> None:
     """Write the job simulation's files into ``out_dir`` (created if needed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_timeline(events, out_dir / "job_events.parquet")
+    write_through_temporary(out_dir / "job_events.parquet",
+                            lambda tmp: pq.write_table(events, tmp, use_dictionary=["kind", "cause"]))
     write_bytes(out_dir / "trace.json", orjson.dumps(job_trace(events)))
     write_summary(step_summary, out_dir / "summary.json")
     write_summary(summary, out_dir / "job_summary.json")

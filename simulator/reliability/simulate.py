@@ -8,9 +8,10 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from simulator.config.loader import LoadedScenario
@@ -27,14 +28,30 @@ from simulator.reliability.summary import job_summary
 from simulator.simulation import build_topology, located
 from simulator.workload.training import resolve_model
 
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
-@dataclass
+
+@dataclass(frozen=True)
 class JobResult:
-    """A finished job simulation: job_summary.json's dict, the event rows and the healthy step's summary."""
+    """A finished job simulation: job_summary.json's dict, the event log and the healthy step's summary. The
+    event table is built on first use (a study that reads only the summary never builds it)."""
 
     summary: dict
-    events: pd.DataFrame
+    log: JobEvents
     step_summary: dict
+
+    @cached_property
+    def table(self) -> pa.Table:
+        """The rows of job_events.parquet as an Arrow table (built with the garbage collector paused)."""
+        with collector_paused():
+            return self.log.table()
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        """The rows of job_events.parquet as a DataFrame (`kind` categorical)."""
+        return self.table.to_pandas()
 
 
 def _checkpoint_size(loaded: LoadedScenario) -> float:
@@ -135,4 +152,4 @@ def _simulate_job(loaded: LoadedScenario) -> JobResult:
         totals.append(job.totals(healthy))
     met = {state: c for state, c in cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
-    return JobResult(summary, events.frame(), states.healthy_summary)
+    return JobResult(summary, events, states.healthy_summary)
