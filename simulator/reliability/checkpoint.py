@@ -14,6 +14,8 @@ sigma = exposed network share x f / (1 - f).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
 
 from simulator.config.reliability import CheckpointConfig, RestartConfig, StorageConfig
 from simulator.errors import ScenarioError
@@ -33,6 +35,16 @@ class StepState:
     host_network_bandwidth: float
 
 
+class Cycle(NamedTuple):
+    """One whole checkpoint cycle in steady state (s): training (with the background write's slowdown),
+    the stall, the extra time the slowdown adds and the period (training + stall)."""
+
+    train_s: float
+    stall_s: float
+    slow_s: float
+    period_s: float
+
+
 @dataclass(frozen=True)
 class SegmentCosts:
     """What training costs in one cluster state between interruptions, and what a restart into it costs."""
@@ -49,6 +61,22 @@ class SegmentCosts:
     warmup_s: float
     fixed_restart_s: float
     detection_s: float
+
+    @cached_property
+    def cycle(self) -> Cycle:
+        """Sync: k steps, then the write as a stall. Async: k steps, slowed while the previous write runs,
+        then the snapshot stall, after waiting for that write if it outlasts the k steps."""
+        k, step = self.interval_steps, self.step_s
+        if self.mode == "sync":
+            train, stall, slow = k * step, self.stall_s, 0.0
+        elif self.write_s <= k * step * (1.0 + self.slowdown):
+            slow = self.write_s * self.slowdown / (1.0 + self.slowdown)
+            train, stall = k * step + slow, self.stall_s
+        else:
+            slow = k * step * self.slowdown
+            train = k * step * (1.0 + self.slowdown)
+            stall = self.write_s - k * step * (1.0 + self.slowdown) + self.stall_s
+        return Cycle(train, stall, slow, train + stall)
 
 
 def checkpoint_bytes(config: CheckpointConfig, storage: StorageConfig, params: float) -> float:

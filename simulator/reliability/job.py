@@ -110,25 +110,28 @@ class JobProcess:
     def run(self, env: simpy.Environment):
         """The SimPy process: train to the next event, handle it, repeat until the horizon."""
         horizon = self.plan.horizon_s
+        times, count, clock = self.times, len(self.times), self.clock
         while env.now < horizon - EPS:
-            self._end_degradations(env.now)
-            arrival = self._peek()
+            now = env.now
+            if self.degraded_repairs:
+                self._end_degradations(now)
+            arrival = times[self.next_arrival] if self.next_arrival < count else INF
             back = self.degraded_repairs[0][0] if self.degraded_repairs else INF
-            maintenance = max(self.next_maintenance, env.now)
-            t = min(self.times[arrival] if arrival is not None else INF, back, maintenance, horizon)
-            self.clock.advance(env.now, t, self.costs, self.causes)
-            yield env.timeout(t - env.now)
+            maintenance = max(self.next_maintenance, now)
+            t = min(arrival, back, maintenance, horizon)
+            clock.advance(now, t, self.costs, self.causes)
+            yield env.timeout(t - now)
             if t >= horizon:
                 break
-            if arrival is not None and t == self.times[arrival]:
-                if self._skip(arrival, t):
+            if t == arrival:
+                if self._skip(self.next_arrival, t):
                     continue
-                self._fail(arrival, t, during_training=True)
+                self._fail(self.next_arrival, t, during_training=True)
                 yield from self._restart(env, planned=False)
             elif t == maintenance:
                 self.planned += 1
                 self.next_maintenance += self.plan.maintenance.every_s if self.plan.maintenance else INF
-                self.clock.stop_cleanly(t)
+                clock.stop_cleanly(t)
                 yield from self._restart(env, planned=True)
 
     def _peek(self) -> int | None:
@@ -139,10 +142,17 @@ class JobProcess:
         """Consume an arrival that does not interrupt: a unit not in use (a slot beyond a shrunk job, a host
         already out) or a degradation or straggler, which is applied. False for an interrupting one."""
         hosts = self.plan.blast[self.klass[index]][self.unit[index]]
-        if hosts and not any(h < self.in_use and h not in self.missing for h in hosts):
+        if hosts and not self._touches_job(hosts):
             self.next_arrival += 1
             return True
         return self._degrade(index, t)
+
+    def _touches_job(self, hosts: tuple[int, ...]) -> bool:
+        """Whether any of ``hosts`` is in use by the job."""
+        for host in hosts:
+            if host < self.in_use and host not in self.missing:
+                return True
+        return False
 
     def _degrade(self, index: int, t: float) -> bool:
         """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones and for a

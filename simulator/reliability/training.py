@@ -68,7 +68,8 @@ class CheckpointClock:
             self.slow_spans.append((start, self.wall, 1.0 - c.equivalent_step_s / c.step_s, causes))
 
     def _advance(self, t: float, t_end: float, c: SegmentCosts) -> None:
-        while t < t_end - EPS:
+        limit = t_end - EPS
+        while t < limit:
             if self.stall_end is not None:
                 end = min(self.stall_end, t_end)
                 self.stall_s += end - t
@@ -76,41 +77,38 @@ class CheckpointClock:
                 if t >= self.stall_end - EPS:
                     self._stall_done(t, c)
                 continue
-            at_cycle_start = self.since <= STEP_EPS and (
-                (c.mode == "sync" and self.write_end is None)
-                or (c.mode == "async" and self.write_end is not None and self.write_start == t))
-            if at_cycle_start:
+            if self.since <= STEP_EPS and (
+                    (c.mode == "sync" and self.write_end is None)
+                    or (c.mode == "async" and self.write_end is not None and self.write_start == t)):
                 t = self._jump_cycles(t, t_end, c)
-                if t >= t_end - EPS:
+                if t >= limit:
                     break
             t = self._train(t, t_end, c)
 
     def _train(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Train until the next trigger, the end of a background write or ``t_end``. Reaching the trigger
         adds exactly the steps left, so rounding in times never leaves a sliver of a step behind."""
-        writing = self.write_end is not None and self.write_end > t
+        write_end = self.write_end
+        writing = write_end is not None and write_end > t
         step_wall = c.step_s * (1.0 + c.slowdown) if writing else c.step_s
         remaining = c.interval_steps - self.since
         trigger = t + remaining * step_wall
-        stop = min(t_end, self.write_end) if writing and self.write_end is not None else t_end
+        stop = min(t_end, write_end) if writing and write_end is not None else t_end
         if trigger <= stop:
             stop, steps = trigger, remaining
         else:
             steps = min((stop - t) / step_wall, remaining)
-        self._progress(steps, c, writing)
-        if self.write_end is not None and stop >= self.write_end - EPS:
-            self._write_done()
-        if self.since >= c.interval_steps - STEP_EPS:
-            self._trigger(stop, c)
-        return stop
-
-    def _progress(self, steps: float, c: SegmentCosts, slowed: bool) -> None:
         self.steps += steps
         self.since += steps
         self.wall += steps * c.step_s
         self.equiv += steps * c.equivalent_step_s
-        if slowed:
+        if writing:
             self.slow_s += steps * c.step_s * c.slowdown
+        if write_end is not None and stop >= write_end - EPS:
+            self._write_done()
+        if self.since >= c.interval_steps - STEP_EPS:
+            self._trigger(stop, c)
+        return stop
 
     def _trigger(self, t: float, c: SegmentCosts) -> None:
         self.since = 0.0
@@ -149,24 +147,13 @@ class CheckpointClock:
     def _jump_cycles(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Jump the whole cycles that fit before ``t_end``; return the time after them."""
         k, step = c.interval_steps, c.step_s
-        if c.mode == "sync":
-            train, stall, slow = k * step, c.stall_s, 0.0
-        elif c.write_s <= k * step * (1.0 + c.slowdown):
-            slow = c.write_s * c.slowdown / (1.0 + c.slowdown)
-            train, stall = k * step + slow, c.stall_s
-        else:
-            slow = k * step * c.slowdown
-            train, stall = k * step * (1.0 + c.slowdown), c.write_s - k * step * (1.0 + c.slowdown) + c.stall_s
-        period = train + stall
+        train, stall, slow, period = c.cycle
         cycles = math.floor((t_end - t) / period + STEP_EPS)
         if cycles < 1:
             return t
-        def trigger(j: int) -> Mark:
-            """The mark of the trigger ending cycle j."""
-            return Mark(self.steps + (j + 1) * k, self.wall + (j + 1) * k * step,
-                        self.equiv + (j + 1) * k * c.equivalent_step_s, t + j * period + train)
-
-        last = trigger(cycles - 1)
+        equivalent = c.equivalent_step_s
+        last = Mark(self.steps + cycles * k, self.wall + cycles * k * step, self.equiv + cycles * k * equivalent,
+                    t + (cycles - 1) * period + train)
         if c.mode == "sync":
             self.events.add_checkpoints(t + train, t + period, self.steps + k, period, k, cycles)
             self.mark = last
@@ -176,13 +163,14 @@ class CheckpointClock:
             self._complete(first, t + c.write_s)
             self.events.add_checkpoints(t + train, t + period + c.write_s, self.steps + k, period, k, cycles - 1)
             if cycles > 1:
-                self.mark = trigger(cycles - 2)
+                self.mark = Mark(self.steps + (cycles - 1) * k, self.wall + (cycles - 1) * k * step,
+                                 self.equiv + (cycles - 1) * k * equivalent, t + (cycles - 2) * period + train)
             self.write_mark = last
             self.write_start = t + cycles * period
             self.write_end = self.write_start + c.write_s
         self.steps += cycles * k
         self.wall += cycles * k * step
-        self.equiv += cycles * k * c.equivalent_step_s
+        self.equiv += cycles * k * equivalent
         self.stall_s += cycles * stall
         self.slow_s += cycles * slow
         return t + cycles * period
