@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -494,5 +495,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"error: {where}{exc.strerror or exc}", EXIT_RUNTIME)
 
 
+def console() -> int:
+    """The `trainsim` console script: `main`, then the objects still alive frozen out of the garbage
+    collector, so that the collections the interpreter runs at exit do not walk the heap a large run leaves
+    behind (0.25 s CPU after the 16,384-GPU job). In-process callers of `main` keep a normal collector."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
