@@ -17,12 +17,13 @@ CHILD_START = time.process_time()
 
 import argparse  # noqa: E402  (imported after the clock starts, so "imports" covers these too)
 import json  # noqa: E402
-import os  # noqa: E402
 import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from bench_suite import machine, pin_to_one_core, write_doc  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "llama3-405b-16k-job.yaml"
@@ -80,8 +81,7 @@ def measure(scenario: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-job-") as scratch:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run([sys.executable, __file__, "--child", str(scenario), str(Path(scratch) / "out")],
-                              capture_output=True, text=True, cwd=REPO, check=True,
-                              preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+                              capture_output=True, text=True, cwd=REPO, check=True, preexec_fn=pin_to_one_core)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -91,30 +91,14 @@ def measure(scenario: Path) -> dict[str, float]:
     return parts
 
 
-def machine() -> str:
-    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
-    return (f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average (1/5/15 min) {load}")
-
-
 def markdown(scenario: Path, best: dict[str, float], repeat: int, started: str) -> str:
     rows = [f"| {part} | {best[part]:.2f} |" for part in (*PARTS, "whole command")]
     return "\n".join([
         DOC_BEGIN, "",
         f"`python benchmarks/bench_job.py --repeat {repeat} --write-doc docs/performance.md` on "
         f"`{scenario.relative_to(REPO)}`, best of {repeat} fresh processes pinned to one core, CPU seconds "
-        f"(user + system). At the start: {started}. At the end: {machine()}.", "",
+        f"(user + system). Machine at the start: {started}. At the end: {machine()}.", "",
         "| part | CPU s |", "|---|---|", *rows, "", DOC_END])
-
-
-def write_doc(path: Path, section: str) -> None:
-    text = path.read_text()
-    if DOC_BEGIN in text and DOC_END in text:
-        head, rest = text.split(DOC_BEGIN, 1)
-        text = head + section + rest.split(DOC_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
 
 
 def main() -> None:
@@ -133,7 +117,7 @@ def main() -> None:
     for part, seconds in best.items():
         print(f"{part:20s} {seconds:6.2f} s CPU")
     if args.write_doc:
-        write_doc(args.write_doc, markdown(args.scenario.resolve(), best, args.repeat, started))
+        write_doc(args.write_doc, markdown(args.scenario.resolve(), best, args.repeat, started), DOC_BEGIN, DOC_END)
 
 
 if __name__ == "__main__":

@@ -443,12 +443,12 @@ def markdown(rows: list[Row], command: str, started: str, scaling: str) -> str:
     return "\n".join(lines)
 
 
-def write_doc(path: Path, section: str) -> None:
+def write_doc(path: Path, section: str, begin: str = DOC_BEGIN, end: str = DOC_END) -> None:
     """Replace the generated section of ``path`` (between the markers), or append it when there is none."""
     text = path.read_text() if path.exists() else ""
-    if DOC_BEGIN in text and DOC_END in text:
-        head, rest = text.split(DOC_BEGIN, 1)
-        text = head + section + rest.split(DOC_END, 1)[1]
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     path.write_text(text)
