@@ -46,7 +46,7 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 
-def write_through_temporary(path: Path, write: Callable[[Path], None]) -> None:
+def write_through_temporary(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write`` on a temporary file beside ``path``, then move it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
