@@ -297,3 +297,30 @@ def test_real_model_bubble_is_paced_by_the_head_stage(run_yaml, m):
     simulated = run_yaml(text).summary["bubble_fraction"]
     assert simulated == pytest.approx(predicted, abs=1e-3)
     assert simulated > (p - 1) / (m + p - 1) + 0.08
+
+
+PIPELINE_TP2 = """
+cluster: {topology: dgx-a100-cluster, nodes: 2}
+model: {preset: megatron-1.7b, layers: 4}
+training: {seq_len: 2048, global_batch: 4, micro_batch: 2, precision: fp16}
+parallelism: {tp: 8, pp: 2, dp: 1}
+run: {timeline: full}
+"""
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_scattered_pipeline_activations_are_gathered_over_tp_without_sequence_parallelism(run_yaml,
+                                                                                          sequence_parallel):
+    # Each TP rank sends b s h / t (2 x 2048 x 2304 x 2 B / 8) to the next stage. Without sequence parallelism
+    # the receiver all-gathers the whole activation over its TP group (Megatron's scatter/gather, SC21 4.1)
+    # before the first block: one gather per received forward activation and backward gradient, 2 x 2 here.
+    frame = run_yaml(PIPELINE_TP2, f"parallelism.sequence_parallel={str(sequence_parallel).lower()}").timeline
+    activation = 2 * 2048 * 2304 * 2
+    received = frame[(frame["kind"] == "collective") & frame["name"].str.startswith("recv ")]
+    gathers = frame[(frame["kind"] == "collective") & frame["name"].str.startswith("pp gather ")]
+    assert set(received["bytes"]) == {activation / 8}
+    if sequence_parallel:
+        assert gathers.empty
+        return
+    assert set(gathers["bytes"]) == {activation} and set(gathers["category"]) == {"pp"}
+    assert len(gathers[gathers["rank"] == 0]) == 2 and len(gathers[gathers["rank"] == 8]) == 2

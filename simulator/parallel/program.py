@@ -169,7 +169,12 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _receive(self, rank: int, direction: str, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
         """The receive an action waits for: a P2P transfer, or a free hand-off (same GPU, or no P2P cost)
-        whose dependency on the producing op is filled in once every rank's program is built."""
+        whose dependency on the producing op is filled in once every rank's program is built.
+
+        Each TP rank sends 1/t of the activation (StageWork.p2p_bytes). Without sequence parallelism the
+        receiving stage needs it whole: Megatron's scatter-gather (--scatter-gather-tensors-in-pipeline, SC21)
+        all-gathers the slices over the TP group on the compute stream before the first block runs; with
+        sequence parallelism the activation stays split and nothing is gathered."""
         src = self._peer(rank, src_vstage)
         nbytes = self.plan.stages[src_vstage].p2p_bytes
         key = self._p2p_key(direction, mb, src_vstage, tag)
@@ -177,8 +182,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             handoff = self._compute(rank, f"handoff {direction} mb{mb}", 0.0, [], "pp", stream=PP_STREAM, mb=mb)
             self._handoffs.append((handoff, key))
             return [handoff]
-        return [self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes, key,
-                                 [], "pp", mb)]
+        received = self._collective(rank, PP_STREAM, f"recv {direction} mb{mb}", "send_recv", (src, rank), nbytes,
+                                    key, [], "pp", mb)
+        layout = self.plan.layout
+        if layout.tp == 1 or self.plan.sequence_parallel:
+            return [received]
+        group = layout.group("tp", rank)
+        return [self._collective(rank, COMPUTE_STREAM, f"pp gather {direction} mb{mb}", "all_gather", group,
+                                 nbytes * layout.tp, f"pp.gather.{direction}.mb{mb}.vs{src_vstage}.{group[0]}",
+                                 [received], "pp", mb)]
 
     def _send(self, rank: int, direction: str, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
         dst = self._peer(rank, dst_vstage)
