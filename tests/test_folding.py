@@ -94,3 +94,33 @@ def test_folded_and_unfolded_agree_on_small_fabrics(run_yaml, nodes, leaf_ports,
         f"collectives.channels={channels}", f"parallelism.tp={tp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}")
     assert folded["folded"] and "fold_off_reason" not in folded
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=rel)
+
+
+CP_FABRIC = """
+cluster: {topology: dgx-h100-cluster, spines: 2, oversubscription: 2}
+model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
+training: {seq_len: 16384, microbatches: 4, precision: bf16}
+parallelism: {order: [tp, cp, pp, dp], sequence_parallel: true}
+"""
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "all_gather"])
+@pytest.mark.parametrize("nodes, leaf_ports, tp, cp, pp, dp", [
+    (4, 2, 8, 2, 1, 2),  # CP pairs inside leaf groups, DP rings over the 2:1 spines
+    (4, 2, 4, 4, 1, 2),  # two TP lanes per host: CP rings of both lanes share the hosts' NICs and uplinks
+    (4, 1, 8, 4, 1, 1),  # one host per leaf: every K/V hop crosses the spines
+    (4, 2, 8, 2, 2, 1),  # pipeline sends from every CP rank share the NICs of the K/V exchange
+    (8, 4, 8, 4, 2, 1),  # CP rings of both stages in one leaf group, sends over the spines
+])
+def test_cp_ranks_fold_exactly(run_yaml, algorithm, nodes, leaf_ports, tp, cp, pp, dp):
+    """One rank per stage stands for its CP peers (causal load balancing gives them equal work, their K/V
+    rings and sends are mirrors of the simulated ones): the folded step is the unfolded one, for ring attention
+    and for the all-gather of K/V."""
+    overrides = (f"cluster.nodes={nodes}", f"cluster.leaf_ports={leaf_ports}", f"parallelism.tp={tp}",
+                 f"parallelism.cp={cp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}",
+                 f"parallelism.cp_algorithm={algorithm}")
+    folded = run_yaml(CP_FABRIC, *overrides).summary
+    unfolded = run_yaml(CP_FABRIC, *overrides, "run.fold=false").summary
+    assert folded["folded"] and "fold_off_reason" not in folded
+    assert folded["simulated_ranks"] == pp
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
