@@ -8,7 +8,6 @@ import math
 from dataclasses import replace
 from functools import partial
 
-import networkx as nx
 import pytest
 
 from simulator.collectives import (
@@ -22,7 +21,7 @@ from simulator.collectives import (
 )
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.errors import ScenarioError
-from simulator.topology.graph import Topology, add_link
+from simulator.topology.graph import Topology, Wiring, add_link
 
 KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
 ALPHA, BANDWIDTH = 5e-6, 50e9
@@ -31,7 +30,7 @@ TOLERANCE = 0.005
 
 def switch_topology(size: int, bandwidth: float = BANDWIDTH, alpha: float = ALPHA) -> Topology:
     """A non-blocking switch: each GPU one link (bandwidth B, latency a/2), so GPU-to-GPU costs a + n/B."""
-    graph = nx.DiGraph()
+    graph = Wiring()
     gpus = [f"gpu{i}" for i in range(size)]
     for gpu in gpus:
         add_link(graph, gpu, "switch", bandwidth=bandwidth, latency=alpha / 2, link_class="nvlink")
@@ -41,7 +40,7 @@ def switch_topology(size: int, bandwidth: float = BANDWIDTH, alpha: float = ALPH
 def two_level_topology(hosts: int, per_host: int, *, b_in: float, a_in: float, b_out: float,
                        a_out: float) -> Topology:
     """g GPUs per host on a host switch, plus one NIC per GPU to the rail switch of its local index."""
-    graph = nx.DiGraph()
+    graph = Wiring()
     gpus, gpu_host, gpu_local = [], [], []
     for host in range(hosts):
         for local in range(per_host):

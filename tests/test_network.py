@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
 import simpy
@@ -10,7 +9,7 @@ import simpy
 from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
 from simulator.network import Network, max_min_rates
-from simulator.topology.graph import Topology, add_link
+from simulator.topology.graph import Topology, Wiring, add_link
 
 GB = 1e9
 EXACT = 1e-12
@@ -18,19 +17,19 @@ EXACT = 1e-12
 
 def line_topology(latency: float = 0.0) -> Topology:
     """GPUs a - b - c; a-b carries 10 GB/s over NVLink, b-c 1 GB/s over InfiniBand."""
-    graph = nx.DiGraph()
+    graph = Wiring()
     add_link(graph, "a", "b", bandwidth=10 * GB, latency=latency, link_class="nvlink")
     add_link(graph, "b", "c", bandwidth=1 * GB, latency=latency, link_class="infiniband")
-    return Topology(name="line", graph=graph, gpus=["a", "b", "c"], gpu_host=[0, 1, 2], gpu_local=[0, 0, 0])
+    return Topology(name="line", wiring=graph, gpus=["a", "b", "c"], gpu_host=[0, 1, 2], gpu_local=[0, 0, 0])
 
 
 def dumbbell_topology(edge_latency: float = 0.0, core_latency: float = 0.0) -> Topology:
     """GPUs g0, g1 on switch s0 and g2, g3 on s1; 100 GB/s edges, one 10 GB/s core link s0-s1."""
-    graph = nx.DiGraph()
+    graph = Wiring()
     for gpu, switch in (("g0", "s0"), ("g1", "s0"), ("g2", "s1"), ("g3", "s1")):
         add_link(graph, gpu, switch, bandwidth=100 * GB, latency=edge_latency, link_class="nvlink")
     add_link(graph, "s0", "s1", bandwidth=10 * GB, latency=core_latency, link_class="infiniband")
-    return Topology(name="dumbbell", graph=graph, gpus=["g0", "g1", "g2", "g3"], gpu_host=[0, 0, 1, 1],
+    return Topology(name="dumbbell", wiring=graph, gpus=["g0", "g1", "g2", "g3"], gpu_host=[0, 0, 1, 1],
                     gpu_local=[0, 1, 0, 1])
 
 
@@ -330,7 +329,7 @@ def test_max_min_matches_plain_progressive_filling_on_2000_random_flows():
 def test_network_matches_a_step_by_step_reference_on_random_traffic():
     # A random 24-GPU graph; 150 transfers with random sizes and start latencies, each its own phase.
     rng = np.random.default_rng(3)
-    graph = nx.DiGraph()
+    graph = Wiring()
     names = [f"n{i}" for i in range(24)]
     for i in range(1, 24):
         add_link(graph, names[i], names[int(rng.integers(0, i))], bandwidth=float(rng.uniform(1, 20)) * GB,
@@ -340,7 +339,7 @@ def test_network_matches_a_step_by_step_reference_on_random_traffic():
         if not graph.has_edge(names[a], names[b]):
             add_link(graph, names[a], names[b], bandwidth=float(rng.uniform(1, 20)) * GB, latency=0.0,
                      link_class="ethernet")
-    topo = Topology(name="random", graph=graph, gpus=names, gpu_host=list(range(24)), gpu_local=[0] * 24)
+    topo = Topology(name="random", wiring=graph, gpus=names, gpu_host=list(range(24)), gpu_local=[0] * 24)
     pairs = [rng.choice(24, size=2, replace=False) for _ in range(150)]
     paths = [topo.path(int(s), int(d)) for s, d in pairs]
     sizes = rng.uniform(0.1, 5, size=150) * GB

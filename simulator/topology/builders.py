@@ -3,7 +3,8 @@
 Each builder declares its parameters (unit kind and default), so topology files, a scenario's `cluster:` block and
 `--set` overrides are validated the same way. Default latencies follow NCCL's Simple-protocol per-hop figures
 (tuning.cc): a GPU-to-GPU NVLink path costs 3.4 us, a cross-node path about 14 us, split over the path's links.
-Routers are structured (plain lists and integer arithmetic, no networkx) so a 16k-GPU cluster routes in microseconds.
+Builders fill a `Wiring` (plain dicts, no networkx); routers are structured (plain lists and integer
+arithmetic) so a 16k-GPU cluster builds in a fraction of a second and routes in microseconds.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from simulator.errors import TopologyError
-from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, Topology, add_link
+from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, Topology, Wiring, add_link
 from simulator.topology.parameters import Param, read_parameters
 
 
 @dataclass(frozen=True)
 class Builder:
-    """A named topology builder: its parameter table and the function that turns parsed parameters into a graph."""
+    """A named topology builder: its parameter table and the function that turns parsed parameters into a wiring."""
 
     build: Callable[[dict, str], Topology]
     parameters: dict[str, Param]
@@ -97,7 +96,7 @@ class Fabric:
         return path + [self.nic[dst], self.gpus[dst]]
 
 
-def _add_nvswitch_domain(graph: nx.DiGraph, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
+def _add_nvswitch_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
                          gpus_per_host: int = 0) -> None:
     """GPUs on one non-blocking NVSwitch node; a lone GPU needs no switch.
 
@@ -108,32 +107,32 @@ def _add_nvswitch_domain(graph: nx.DiGraph, fabric: Fabric, prefix: str, host: i
     per_host = gpus_per_host or p["gpus"]
     for index in range(p["gpus"]):
         gpu = f"{prefix}gpu{index}"
-        graph.add_node(gpu, kind="gpu", host=host + index // per_host, nvlink_domain=domain)
+        wiring.add_node(gpu, kind="gpu", host=host + index // per_host, nvlink_domain=domain)
         fabric.gpus.append(gpu)
         fabric.gpu_host.append(host + index // per_host)
         fabric.gpu_local.append(index % per_host)
         fabric.domain.append(domain)
         fabric.uplinks.append((switch,))
     if p["gpus"] > 1:
-        graph.add_node(switch, kind="nvswitch", nvlink_domain=domain, **({} if gpus_per_host else {"host": host}))
+        wiring.add_node(switch, kind="nvswitch", nvlink_domain=domain, **({} if gpus_per_host else {"host": host}))
         for gpu in fabric.gpus[base:]:
-            add_link(graph, gpu, switch, bandwidth=p["nvlink_bandwidth"], latency=p["nvlink_latency"] / 2,
+            add_link(wiring, gpu, switch, bandwidth=p["nvlink_bandwidth"], latency=p["nvlink_latency"] / 2,
                      link_class="nvlink")
 
 
-def _add_pcie_domain(graph: nx.DiGraph, fabric: Fabric, prefix: str, host: int, domain: int, p: dict) -> None:
+def _add_pcie_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict) -> None:
     """GPUs behind PCIe switches, which a host bridge joins; every link has the same bandwidth."""
     bridge = f"{prefix}host_bridge"
-    graph.add_node(bridge, kind="host_bridge", host=host)
+    wiring.add_node(bridge, kind="host_bridge", host=host)
     half = p["pcie_latency"] / 2
     for local in range(p["gpus"]):
         switch = f"{prefix}pcie_switch{local // p['gpus_per_switch']}"
-        if switch not in graph:
-            graph.add_node(switch, kind="pcie_switch", host=host)
-            add_link(graph, switch, bridge, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
+        if switch not in wiring:
+            wiring.add_node(switch, kind="pcie_switch", host=host)
+            add_link(wiring, switch, bridge, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
         gpu = f"{prefix}gpu{local}"
-        graph.add_node(gpu, kind="gpu", host=host)
-        add_link(graph, gpu, switch, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
+        wiring.add_node(gpu, kind="gpu", host=host)
+        add_link(wiring, gpu, switch, bandwidth=p["pcie_bandwidth"], latency=half, link_class="pcie")
         fabric.gpus.append(gpu)
         fabric.gpu_host.append(host)
         fabric.gpu_local.append(local)
@@ -147,17 +146,17 @@ NODE_TYPES = {
 }
 
 
-def _topology(name: str, graph: nx.DiGraph, fabric: Fabric, rails: int, gpu_model: str, params: dict,
+def _topology(name: str, wiring: Wiring, fabric: Fabric, rails: int, gpu_model: str, params: dict,
               nvls: str = "none") -> Topology:
-    return Topology(name=name, graph=graph, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
+    return Topology(name=name, wiring=wiring, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
                     rails=rails, gpu_model=gpu_model, router=fabric.route, params=params, nvls=nvls != "none")
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
     def build(p: dict, name: str) -> Topology:
-        graph, fabric = nx.DiGraph(), Fabric()
-        NODE_TYPES[node_kind][1](graph, fabric, "h0/", 0, 0, p)
-        return _topology(name or node_kind, graph, fabric, 1, p["gpu_model"], {"kind": node_kind, **p},
+        wiring, fabric = Wiring(), Fabric()
+        NODE_TYPES[node_kind][1](wiring, fabric, "h0/", 0, 0, p)
+        return _topology(name or node_kind, wiring, fabric, 1, p["gpu_model"], {"kind": node_kind, **p},
                          p.get("nvls", "none"))
     return build
 
@@ -179,7 +178,7 @@ FABRIC_PARAMETERS = {
 }
 
 
-def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
+def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
     """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
     per_gpu_latency = p["nic_latency"] / 2
     link_class, bandwidth = p["link_class"], p["nic_bandwidth"]
@@ -198,12 +197,12 @@ def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], 
     groups_per_pod = -(-groups // pods)
     fabric.leaf_pod = [(index // nics) // groups_per_pod for index in range(len(fabric.leaf_names))]
     for index, leaf in enumerate(fabric.leaf_names):
-        graph.add_node(leaf, kind="switch", tier=1, rail=index % nics, pod=fabric.leaf_pod[index])
+        wiring.add_node(leaf, kind="switch", tier=1, rail=index % nics, pod=fabric.leaf_pod[index])
     for host, members in enumerate(host_gpus):
         for rail in range(nics):
             nic = f"h{host}/nic{rail}"
-            graph.add_node(nic, kind="nic", host=host, rail=rail)
-            add_link(graph, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
+            wiring.add_node(nic, kind="nic", host=host, rail=rail)
+            add_link(wiring, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
                      latency=per_gpu_latency, link_class=link_class)
         sharing_nic, slots = -(-len(members) // nics), [0] * nics
         for local, gpu in enumerate(members):
@@ -212,7 +211,7 @@ def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], 
             fabric.flow_key[gpu] = host * sharing_nic + slots[rail]
             slots[rail] += 1
             fabric.leaf[gpu] = (host // p["leaf_ports"]) * nics + rail
-            add_link(graph, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
+            add_link(wiring, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
                      latency=per_gpu_latency, link_class="pcie")
     uplink = p["leaf_ports"] * bandwidth / p["oversubscription"] / p["spines"]
     derived = {"leaves": len(fabric.leaf_names), "leaf_spine_bandwidth": uplink if groups * nics > 1 else None}
@@ -223,22 +222,22 @@ def _add_network(graph: nx.DiGraph, fabric: Fabric, host_gpus: list[list[int]], 
                           for pod in range(pods)]
     for pod, spines in enumerate(fabric.spine_names):
         for spine in spines:
-            graph.add_node(spine, kind="switch", tier=2, pod=pod)
+            wiring.add_node(spine, kind="switch", tier=2, pod=pod)
         for index, leaf in enumerate(fabric.leaf_names):
             if fabric.leaf_pod[index] == pod:
                 for spine in spines:
-                    add_link(graph, leaf, spine, bandwidth=uplink, latency=p["switch_latency"], link_class=link_class)
+                    add_link(wiring, leaf, spine, bandwidth=uplink, latency=p["switch_latency"], link_class=link_class)
     derived["spines"] = p["spines"] * pods
     if pods > 1:
         cores = p["cores"] or p["spines"]
         fabric.core_names = [f"core{c}" for c in range(cores)]
         for core in fabric.core_names:
-            graph.add_node(core, kind="switch", tier=3)
+            wiring.add_node(core, kind="switch", tier=3)
         for pod, spines in enumerate(fabric.spine_names):
             core_bandwidth = fabric.leaf_pod.count(pod) * uplink / cores
             for spine in spines:
                 for core in fabric.core_names:
-                    add_link(graph, spine, core, bandwidth=core_bandwidth, latency=p["switch_latency"],
+                    add_link(wiring, spine, core, bandwidth=core_bandwidth, latency=p["switch_latency"],
                              link_class=link_class)
         derived["cores"] = cores
     return derived
@@ -268,13 +267,13 @@ def _build_cluster(p: dict, name: str) -> Topology:
     if nics > node["gpus"]:
         raise TopologyError(f"{nics} NICs per node but {node['gpus']} GPUs", field="nics_per_node",
                             allowed=f"1 to {node['gpus']}")
-    graph, fabric = nx.DiGraph(), Fabric()
+    wiring, fabric = Wiring(), Fabric()
     for host in range(p["nodes"]):
-        NODE_TYPES[node_kind][1](graph, fabric, f"h{host}/", host, host, node)
+        NODE_TYPES[node_kind][1](wiring, fabric, f"h{host}/", host, host, node)
     host_gpus = [list(range(h * node["gpus"], (h + 1) * node["gpus"])) for h in range(p["nodes"])]
-    derived = _add_network(graph, fabric, host_gpus, nics, p)
+    derived = _add_network(wiring, fabric, host_gpus, nics, p)
     params = {"kind": "cluster", **p, "node": {"kind": node_kind, **node}, "nics_per_node": nics, **derived}
-    return _topology(name or "cluster", graph, fabric, nics, node["gpu_model"], params, node.get("nvls", "none"))
+    return _topology(name or "cluster", wiring, fabric, nics, node["gpu_model"], params, node.get("nvls", "none"))
 
 
 # ---------------------------------------------------------------------------------------------- GB200 NVL72
@@ -294,11 +293,11 @@ NVL72_PARAMETERS = {
 
 
 def _build_nvl72(p: dict, name: str) -> Topology:
-    graph, fabric = nx.DiGraph(), Fabric()
+    wiring, fabric = Wiring(), Fabric()
     rack_gpus = p["trays"] * p["gpus_per_tray"]
     domain = {"gpus": rack_gpus, **{k: p[k] for k in ("nvlink_bandwidth", "nvlink_latency")}}
     for rack in range(p["racks"]):
-        _add_nvswitch_domain(graph, fabric, f"rack{rack}/", rack * p["trays"], rack, domain, p["gpus_per_tray"])
+        _add_nvswitch_domain(wiring, fabric, f"rack{rack}/", rack * p["trays"], rack, domain, p["gpus_per_tray"])
     rails, derived = 1, {}
     if p["racks"] > 1:
         if p["nics_per_tray"] > p["gpus_per_tray"]:
@@ -306,9 +305,9 @@ def _build_nvl72(p: dict, name: str) -> Topology:
                                 field="nics_per_tray", allowed=f"1 to {p['gpus_per_tray']}")
         trays = p["racks"] * p["trays"]
         host_gpus = [list(range(t * p["gpus_per_tray"], (t + 1) * p["gpus_per_tray"])) for t in range(trays)]
-        derived = _add_network(graph, fabric, host_gpus, p["nics_per_tray"], p)
+        derived = _add_network(wiring, fabric, host_gpus, p["nics_per_tray"], p)
         rails = p["nics_per_tray"]
-    return _topology(name or "nvl72", graph, fabric, rails, p["gpu_model"], {"kind": "nvl72", **p, **derived},
+    return _topology(name or "nvl72", wiring, fabric, rails, p["gpu_model"], {"kind": "nvl72", **p, **derived},
                      p["nvls"])
 
 
@@ -325,7 +324,7 @@ _GRAPH_LINK = {"a": Param("text"), "b": Param("text"), "bandwidth": Param("bandw
                "class": Param("text", choices=LINK_CLASSES)}
 
 
-def _add_graph_nodes(graph: nx.DiGraph, raw_nodes: list) -> tuple[list[str], list[int]]:
+def _add_graph_nodes(wiring: Wiring, raw_nodes: list) -> tuple[list[str], list[int]]:
     """Add the listed nodes; return GPU names in order and their hosts, renumbered 0.. by first GPU appearance."""
     nodes = []
     for index, raw in enumerate(raw_nodes):
@@ -333,42 +332,45 @@ def _add_graph_nodes(graph: nx.DiGraph, raw_nodes: list) -> tuple[list[str], lis
             node = read_parameters(_GRAPH_NODE, raw)
         except TopologyError as exc:
             raise exc.located(field_prefix=f"nodes[{index}]") from None
-        if node["name"] in graph:
+        if node["name"] in wiring:
             raise TopologyError(f"duplicate node {node['name']!r}", field=f"nodes[{index}].name")
-        graph.add_node(node["name"], kind=node["kind"])
+        wiring.add_node(node["name"], kind=node["kind"])
         nodes.append(node)
     hosts: dict[tuple, int] = {}
     gpus = [node for node in nodes if node["kind"] == "gpu"]
     for node in gpus + [node for node in nodes if node["kind"] != "gpu" and node["host"] is not None]:
         key = ("own", node["name"]) if node["host"] is None else ("host", node["host"])
-        graph.nodes[node["name"]]["host"] = hosts.setdefault(key, len(hosts))
-    return [node["name"] for node in gpus], [graph.nodes[node["name"]]["host"] for node in gpus]
+        wiring.nodes[node["name"]]["host"] = hosts.setdefault(key, len(hosts))
+    return [node["name"] for node in gpus], [wiring.nodes[node["name"]]["host"] for node in gpus]
 
 
 def _build_graph(p: dict, name: str) -> Topology:
-    graph = nx.DiGraph()
-    gpus, gpu_hosts = _add_graph_nodes(graph, p["nodes"])
+    wiring = Wiring()
+    gpus, gpu_hosts = _add_graph_nodes(wiring, p["nodes"])
     for index, raw in enumerate(p["links"]):
         try:
             link = read_parameters(_GRAPH_LINK, raw)
         except TopologyError as exc:
             raise exc.located(field_prefix=f"links[{index}]") from None
         for end in ("a", "b"):
-            if link[end] not in graph:
+            if link[end] not in wiring:
                 raise TopologyError(f"unknown node {link[end]!r}", field=f"links[{index}].{end}",
                                     allowed="a name from nodes")
         if link["a"] == link["b"]:
             raise TopologyError(f"link from {link['a']!r} to itself", field=f"links[{index}].b",
                                 allowed="two different nodes")
-        if graph.has_edge(link["a"], link["b"]):
+        if wiring.has_edge(link["a"], link["b"]):
             raise TopologyError(f"duplicate link {link['a']} <-> {link['b']}", field=f"links[{index}]")
-        add_link(graph, link["a"], link["b"], bandwidth=link["bandwidth"], latency=link["latency"],
+        add_link(wiring, link["a"], link["b"], bandwidth=link["bandwidth"], latency=link["latency"],
                  link_class=link["class"])
     if not gpus:
         raise TopologyError("the graph has no GPU", field="nodes", allowed="at least one node with kind: gpu")
+    successors: dict[str, list[str]] = {}
+    for u, v in wiring.edges:
+        successors.setdefault(u, []).append(v)
     reached, queue = {gpus[0]}, deque([gpus[0]])
     while queue:
-        for succ in graph.successors(queue.popleft()):
+        for succ in successors.get(queue.popleft(), ()):
             if succ not in reached:
                 reached.add(succ)
                 queue.append(succ)
@@ -381,7 +383,7 @@ def _build_graph(p: dict, name: str) -> Topology:
     for host in gpu_hosts:
         gpu_local.append(seen.get(host, 0))
         seen[host] = gpu_local[-1] + 1
-    return Topology(name=name or "graph", graph=graph, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
+    return Topology(name=name or "graph", wiring=wiring, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
                     rails=p["rails"], gpu_model=p["gpu_model"], router=None, params={"kind": "graph", **p})
 
 

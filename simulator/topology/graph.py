@@ -1,19 +1,24 @@
 """The cluster graph: GPUs, switches and NICs as nodes, full-duplex links as pairs of directed edges.
 
-A `Topology` wraps a networkx DiGraph built by one of the builders and compiles it once into flat arrays
-(link capacity, latency, class) plus a route cache, so that the network model never touches networkx while
-the clock runs.
+A builder lists the nodes and links in a `Wiring` (plain dicts); a `Topology` compiles it once into flat
+arrays (link capacity, latency, class) plus a route cache, so that the network model never touches networkx.
+The networkx DiGraph of the same nodes and links (`Topology.graph`) is built on first use only: fault
+rerouting, blast radii and `topo describe` need one, a healthy run does not (building it for 16k GPUs, and
+importing networkx, cost more than the rest of a run's setup).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from simulator.errors import TopologyError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NVLS_CHOICES = ("none", "nvswitch3")
 """In-switch reduction of an NVLink domain: NVLink SHARP on third-generation NVSwitches, or none."""
@@ -24,7 +29,53 @@ Router = Callable[["Topology", int, int, int], list[str]]
 """A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path."""
 
 
-def add_link(graph: nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float, link_class: str) -> None:
+class Wiring:
+    """The nodes (name -> attributes) and directed edges ((u, v) -> attributes) of a cluster, in the order they
+    were added, with the part of networkx's DiGraph interface the builders use. `networkx()` turns it into a
+    DiGraph with the same node, adjacency and attribute order as if it had been built edge by edge."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict] = {}
+        self.edges: dict[tuple[str, str], dict] = {}
+        self._graph: nx.DiGraph | None = None
+
+    @classmethod
+    def from_networkx(cls, graph: nx.DiGraph) -> Wiring:
+        """The wiring of an existing graph, which stays its networkx form (the same object)."""
+        wiring = cls()
+        wiring.nodes = dict(graph.nodes(data=True))
+        wiring.edges = {(u, v): data for u, v, data in graph.edges(data=True)}
+        wiring._graph = graph
+        return wiring
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.nodes
+
+    def add_node(self, node: str, **attributes) -> None:
+        self.nodes.setdefault(node, {}).update(attributes)
+
+    def add_edge(self, u: str, v: str, **attributes) -> None:
+        self.nodes.setdefault(u, {})
+        self.nodes.setdefault(v, {})
+        self.edges.setdefault((u, v), {}).update(attributes)
+
+    def has_edge(self, u: str, v: str) -> bool:
+        return (u, v) in self.edges
+
+    def networkx(self) -> nx.DiGraph:
+        """The DiGraph of these nodes and edges, built on first call (networkx imported then)."""
+        if self._graph is None:
+            import networkx as nx
+
+            graph = nx.DiGraph()
+            graph.add_nodes_from(self.nodes.items())
+            graph.add_edges_from((u, v, data) for (u, v), data in self.edges.items())
+            self._graph = graph
+        return self._graph
+
+
+def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float,
+             link_class: str) -> None:
     """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
     if not bandwidth > 0:
         raise TopologyError(f"link {a} <-> {b} has bandwidth {bandwidth!r}", allowed="a positive bandwidth")
@@ -36,7 +87,7 @@ def add_link(graph: nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: fl
 
 @dataclass
 class Topology:
-    """A cluster graph plus the facts the collectives and the network model need, compiled for speed.
+    """A cluster's wiring plus the facts the collectives and the network model need, compiled for speed.
 
     ``gpus`` lists the GPU node names in global index order; ``gpu_host[i]`` is the server (host) GPU ``i``
     sits in and ``gpu_local[i]`` its index inside that host. ``rails`` is how many NICs a host has that
@@ -46,7 +97,7 @@ class Topology:
     """
 
     name: str
-    graph: nx.DiGraph
+    wiring: Wiring
     gpus: list[str]
     gpu_host: list[int]
     gpu_local: list[int]
@@ -69,14 +120,19 @@ class Topology:
     """Usable capacity per directed link, by efficiency profile (filled by `network.effective_capacity`)."""
 
     def __post_init__(self) -> None:
-        self.gpu_domain = [
-            self.graph.nodes[gpu].get("nvlink_domain", host) for gpu, host in zip(self.gpus, self.gpu_host)
-        ]
-        self.link_ends = sorted(self.graph.edges())
+        nodes, edges = self.wiring.nodes, self.wiring.edges
+        self.gpu_domain = [nodes[gpu].get("nvlink_domain", host) for gpu, host in zip(self.gpus, self.gpu_host)]
+        self.link_ends = sorted(edges)
         self.link_index = {edge: i for i, edge in enumerate(self.link_ends)}
-        self.link_bandwidth = np.array([self.graph.edges[e]["bandwidth"] for e in self.link_ends], dtype=float)
-        self.link_latency = np.array([self.graph.edges[e]["latency"] for e in self.link_ends], dtype=float)
-        self.link_class = [self.graph.edges[e]["link_class"] for e in self.link_ends]
+        attributes = [edges[edge] for edge in self.link_ends]
+        self.link_bandwidth = np.array([data["bandwidth"] for data in attributes], dtype=float)
+        self.link_latency = np.array([data["latency"] for data in attributes], dtype=float)
+        self.link_class = [data["link_class"] for data in attributes]
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The cluster as a networkx DiGraph (built on first use; see the module's docstring)."""
+        return self.wiring.networkx()
 
     @property
     def num_gpus(self) -> int:
@@ -122,6 +178,8 @@ class Topology:
             return [self.gpus[src]]
         if self.router is not None:
             return self.router(self, src, dst, channel)
+        import networkx as nx
+
         try:
             return nx.shortest_path(self.graph, self.gpus[src], self.gpus[dst])
         except nx.NetworkXNoPath:
