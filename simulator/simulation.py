@@ -23,7 +23,7 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, TopologyError
-from simulator.metrics.events import EventLog
+from simulator.metrics.events import EventLog, FlowBlock
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
@@ -122,20 +122,21 @@ def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
                      channels=settings.channels)
 
 
-def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple:
-    """Run a plan on an otherwise idle network: its duration and its flow rows as columns
-    (src, dst, start, end, bytes, route), times relative to the plan's start. Plans with a large phase run in
-    the array form of the flow model (network/isolated.py, the same times to the last bit)."""
+def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, FlowBlock]:
+    """Run a plan on an otherwise idle network: its duration and its flow rows, times relative to the plan's
+    start. Plans with a large phase run in the array form of the flow model (network/isolated.py, the same
+    times to the last bit)."""
     if settings.mode == "flow" and is_large(phases):
         alone = run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), phases)
-        return alone.duration_s, alone.src, alone.dst, alone.start_s, alone.end_s, alone.nbytes, alone.routes
+        return alone.duration_s, FlowBlock.of(alone.src, alone.dst, alone.start_s, alone.end_s, alone.nbytes,
+                                              alone.routes)
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
     env.process(run_plan(env, network, topology, phases, ""))
     env.run()
-    c = log.columns
-    return env.now, c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes
+    c = log.flow_columns()
+    return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes)
 
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:

@@ -44,7 +44,8 @@ def test_isolated_run_equals_the_network_model(cluster, op, algorithm, ranks, nb
     env.process(run_plan(env, network, cluster, phases, ""))
     env.run()
     alone = run_isolated(cluster, effective_capacity(cluster, efficiency), phases)
-    c = log.columns
+    c = log.flow_columns()
     assert alone.duration_s == env.now
-    assert (alone.src, alone.dst, alone.routes) == (list(c["src"]), list(c["dst"]), log.flow_routes)
-    assert (alone.start_s, alone.end_s, alone.nbytes) == (list(c["start_s"]), list(c["end_s"]), list(c["bytes"]))
+    assert (alone.src, alone.dst, alone.routes) == (c["src"].tolist(), c["dst"].tolist(), log.flow_routes)
+    assert (alone.start_s, alone.end_s, alone.nbytes) == (c["start_s"].tolist(), c["end_s"].tolist(),
+                                                          c["bytes"].tolist())

@@ -18,7 +18,7 @@ from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
 from simulator.errors import SimulationError
-from simulator.metrics.events import EventLog
+from simulator.metrics.events import EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
 PROGRESS_EVERY = 1024
@@ -74,8 +74,10 @@ class Engine:
         self.serial_streams = serial_streams
         self.isolated = isolated
         self.sharing = sharing
-        self._isolated_runs: dict[tuple, tuple] = {}
-        self._done: dict[int, simpy.Event] = {}
+        self._isolated_runs: dict[tuple, tuple[float, FlowBlock]] = {}
+        self._ids: set[int] = set()
+        self._finished_ops: set[int] = set()
+        self._awaited: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._finished: set[str] = set()
         self._pending: dict[tuple[int, str], Op] = {}
@@ -93,13 +95,13 @@ class Engine:
         ops = list(ops)
         self._present = frozenset(op.rank for op in ops)
         for op in ops:
-            if op.id in self._done:
+            if op.id in self._ids:
                 raise SimulationError(f"duplicate op id {op.id} ({op.name})")
-            self._done[op.id] = self.env.event()
+            self._ids.add(op.id)
             streams[(op.rank, op.stream)].append(op)
         for op_list in streams.values():
             for op in op_list:
-                missing = [dep for dep in op.deps if dep not in self._done]
+                missing = [dep for dep in op.deps if dep not in self._ids]
                 if missing:
                     raise SimulationError(f"op {op.name!r} on rank {op.rank} depends on unknown op ids {missing}")
         for (rank, stream), op_list in sorted(streams.items()):
@@ -129,7 +131,7 @@ class Engine:
         be free, and is logged under the stream's own name."""
         for op in ops:
             self._pending[(rank, stream)] = op
-            waits = [self._done[dep] for dep in op.deps if not self._done[dep].triggered]
+            waits = [self._completion(dep) for dep in op.deps if dep not in self._finished_ops]
             if len(waits) == 1:
                 yield waits[0]
             elif waits:
@@ -156,12 +158,25 @@ class Engine:
                 request.resource.release(request)
             del self._pending[(rank, stream)]
             self._executed += 1
-            self._done[op.id].succeed()
+            self._finished_ops.add(op.id)
+            awaited = self._awaited.pop(op.id, None)
+            if awaited is not None:
+                awaited.succeed()
             self._left -= 1
             if not self._left:
                 self._all_done.succeed()
             if self.progress is not None and self._executed % PROGRESS_EVERY == 0:
                 self.progress(self._executed, self._executed + self._left)
+
+    def _completion(self, op_id: int) -> simpy.Event:
+        """The event that fires when op ``op_id`` (not finished yet) finishes. Made only for the ops something
+        waits for: most ops only precede the next op of their own stream, which runs after them anyway, and an
+        event nobody waits on would still cost a trip through SimPy's queue (the order of the other events is
+        the same either way)."""
+        event = self._awaited.get(op_id)
+        if event is None:
+            event = self._awaited[op_id] = self.env.event()
+        return event
 
     def _members(self, group_id: int, group: tuple[int, ...]) -> tuple[frozenset[int], int]:
         """A group's member set and how many of its members have a program, worked out once per group."""
@@ -231,17 +246,16 @@ class Engine:
         run = self._isolated_runs.get(key)
         if run is None:
             run = self._isolated_runs[key] = isolated(self.plans.phases(op, op.group))
-        self._replayed_flows += len(run[1])
+        duration, flows = run
+        self._replayed_flows += len(flows)
         start = self.env.now
-        if run[0] > 0:
-            self.env.timeout(run[0]).callbacks.append(lambda _event: self._replayed(meeting, run, start))
+        if duration > 0:
+            self.env.timeout(duration).callbacks.append(lambda _event: self._replayed(meeting, flows, start))
         else:
-            self._replayed(meeting, run, start)
+            self._replayed(meeting, flows, start)
 
-    def _replayed(self, meeting: _Rendezvous, run: tuple, start: float) -> None:
-        _, src, dst, begins, ends, nbytes, routes = run
-        self.log.record_flows(meeting.template.key, src, dst, [start + t for t in begins], [start + t for t in ends],
-                              nbytes, routes)
+    def _replayed(self, meeting: _Rendezvous, flows: FlowBlock, start: float) -> None:
+        self.log.replayed_flows(meeting.template.key, start, flows)
         self._finish(meeting, start)
 
     def _deadlock_report(self) -> str:

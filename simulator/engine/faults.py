@@ -9,13 +9,17 @@ move to their new route with the bytes they have left. A failure that leaves som
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import simpy
 
 from simulator.errors import StepAborted
-from simulator.faults.rerouting import Rerouter
 from simulator.faults.step import LinkEvent, Slowdown, StepFaultPlan
 from simulator.network.model import Network
 from simulator.topology.graph import Topology
+
+if TYPE_CHECKING:
+    from simulator.faults.rerouting import Rerouter
 
 
 class FaultHooks:
@@ -27,7 +31,11 @@ class FaultHooks:
         self.topology = topology
         self.plan = plan
         self.slowdowns = slowdowns or {}
-        self.rerouter = Rerouter(topology) if any(e.capacity == 0 for e in plan.links) else None
+        self.rerouter: Rerouter | None = None
+        if any(e.capacity == 0 for e in plan.links):
+            from simulator.faults.rerouting import Rerouter  # networkx, needed only when links fail
+
+            self.rerouter = Rerouter(topology)
         self._initial = [event for event in plan.links if event.at_s == 0]
         for event in self._initial:
             if event.capacity == 0:

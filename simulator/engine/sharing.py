@@ -177,9 +177,8 @@ def _overlaps(ordering: Ordering, node: int, instances: tuple[dict[int, tuple[li
     instances that happen before ``node`` form a prefix and those after it a suffix, so only the first one not
     before it needs checking."""
     placed, floating = instances
-    clock = ordering.clocks[node]
     for component, (positions, members) in placed.items():
-        index = bisect_right(positions, clock[component])
+        index = bisect_right(positions, ordering.latest(node, component))
         while index < len(members) and members[index] == node:
             index += 1
         if index < len(members) and not ordering.before(node, members[index]):

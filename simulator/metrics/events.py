@@ -2,14 +2,22 @@
 and turned into a DataFrame once at the end.
 
 Numbers go into `array` columns (8 bytes a value, no Python object kept per event); strings are references to
-the few distinct names the ops carry. Each flow row also keeps its route (the tuple of directed link ids, shared
-with the topology's route cache), in flow order, for the per-link utilisation of the trace.
+the few distinct names the ops carry. Op rows and flow rows are kept apart, each with only the columns that
+vary for them (a flow row's kind, stream, category, micro-batch, chunk and FLOPs are constants), and each op
+row notes how many flow rows came before it, so the DataFrame puts every row back in recording order. The
+flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its
+timing alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its
+route (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the
+per-link utilisation of the trace.
 """
 
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -19,6 +27,31 @@ COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", 
 INT_COLUMNS = ("rank", "microbatch", "chunk", "src", "dst")
 FLOAT_COLUMNS = ("start_s", "end_s", "bytes", "flops")
 TEXT_COLUMNS = ("kind", "stream", "name", "category", "key")
+FLOW_COLUMNS = ("src", "dst", "start_s", "end_s", "bytes")
+FLOW_CONSTANTS = {"kind": "flow", "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
+"""The value of every flow row in the columns that do not vary between flows."""
+
+
+@dataclass(frozen=True)
+class FlowBlock:
+    """The flow rows of one collective timed alone, times relative to its start: what a replay logs again,
+    shifted to each instance's start, without copying them row by row."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    nbytes: np.ndarray
+    routes: list[tuple[int, ...]]
+
+    @classmethod
+    def of(cls, src, dst, start_s, end_s, nbytes, routes: list[tuple[int, ...]]) -> FlowBlock:
+        return cls(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                   np.asarray(start_s, dtype=np.float64), np.asarray(end_s, dtype=np.float64),
+                   np.asarray(nbytes, dtype=np.float64), list(routes))
+
+    def __len__(self) -> int:
+        return len(self.src)
 
 
 class EventLog:
@@ -31,7 +64,21 @@ class EventLog:
         self.columns: dict[str, array | list] = {}
         for name in COLUMNS:
             self.columns[name] = array("q") if name in INT_COLUMNS else array("d") if name in FLOAT_COLUMNS else []
-        self.flow_routes: list[tuple[int, ...]] = []
+        self._flows_before = array("q")
+        self._flow_key: list[str] = []
+        self._flow_src = array("q")
+        self._flow_dst = array("q")
+        self._flow_start = array("d")
+        self._flow_end = array("d")
+        self._flow_bytes = array("d")
+        self._flow_routes: list[tuple[int, ...]] = []
+        self._blocks: list[FlowBlock] = []
+        self._block_index: dict[int, int] = {}
+        self._replay_block = array("q")
+        self._replay_before = array("q")
+        self._replay_shift = array("d")
+        self._replay_key: list[str] = []
+        self._replayed_rows = 0
 
     def record(self, kind: str, rank: int, stream: str, name: str, start_s: float, end_s: float, *,
                category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
@@ -52,61 +99,121 @@ class EventLog:
         c["src"].append(src)
         c["dst"].append(dst)
         c["key"].append(key)
+        self._flows_before.append(len(self._flow_src) + self._replayed_rows)
 
     def flow(self, key: str, src: int, dst: int, start_s: float, end_s: float, nbytes: float,
              route: tuple[int, ...]) -> None:
         """One flow row of collective ``key``: ``nbytes`` from GPU ``src`` to ``dst`` over ``route``."""
-        c = self.columns
-        c["kind"].append("flow")
-        c["rank"].append(src)
-        c["stream"].append("net")
-        c["name"].append(key)
-        c["category"].append("")
-        c["microbatch"].append(-1)
-        c["chunk"].append(-1)
-        c["start_s"].append(start_s)
-        c["end_s"].append(end_s)
-        c["bytes"].append(nbytes)
-        c["flops"].append(0.0)
-        c["src"].append(src)
-        c["dst"].append(dst)
-        c["key"].append(key)
-        self.flow_routes.append(route)
+        self._flow_key.append(key)
+        self._flow_src.append(src)
+        self._flow_dst.append(dst)
+        self._flow_start.append(start_s)
+        self._flow_end.append(end_s)
+        self._flow_bytes.append(nbytes)
+        self._flow_routes.append(route)
 
     def record_flows(self, key: str, src: list[int], dst: list[int], start_s: list[float], end_s: list[float],
                      nbytes: list[float], routes: list[tuple[int, ...]]) -> None:
-        """Append many flow rows of one collective at once (the replay of a private collective)."""
-        count = len(src)
-        c = self.columns
-        c["kind"].extend(["flow"] * count)
-        c["rank"].extend(src)
-        c["stream"].extend(["net"] * count)
-        c["name"].extend([key] * count)
-        c["category"].extend([""] * count)
-        c["microbatch"].extend(array("q", [-1]) * count)
-        c["chunk"].extend(array("q", [-1]) * count)
-        c["start_s"].extend(start_s)
-        c["end_s"].extend(end_s)
-        c["bytes"].extend(nbytes)
-        c["flops"].extend(array("d", [0.0]) * count)
-        c["src"].extend(src)
-        c["dst"].extend(dst)
-        c["key"].extend([key] * count)
-        self.flow_routes.extend(routes)
+        """Append many flow rows of one collective at once."""
+        self.replayed_flows(key, 0.0, FlowBlock.of(src, dst, start_s, end_s, nbytes, routes))
+
+    def replayed_flows(self, key: str, shift_s: float, block: FlowBlock) -> None:
+        """The rows of ``block`` as flows of collective ``key``, their times moved on by ``shift_s``."""
+        index = self._block_index.get(id(block))
+        if index is None:
+            index = self._block_index[id(block)] = len(self._blocks)
+            self._blocks.append(block)
+        self._replay_block.append(index)
+        self._replay_before.append(len(self._flow_src))
+        self._replay_shift.append(shift_s)
+        self._replay_key.append(key)
+        self._replayed_rows += len(block)
 
     def __len__(self) -> int:
-        return len(self.columns["kind"])
+        return len(self.columns["kind"]) + len(self._flow_src) + self._replayed_rows
+
+    @property
+    def flow_routes(self) -> list[tuple[int, ...]]:
+        """The route of each flow row, in flow order."""
+        layout = _Layout(self)
+        pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
+        return layout.merged(_objects(self._flow_routes, len(self._flow_routes)), pool[layout.gather]).tolist()
+
+    def flow_columns(self) -> dict[str, np.ndarray]:
+        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""
+        layout = _Layout(self)
+        blocks = self._blocks
+        columns = {"key": layout.merged(_objects(self._flow_key, len(self._flow_key)),
+                                        np.repeat(_objects(self._replay_key, len(self._replay_key)),
+                                                  layout.sizes))}
+        shifts = np.repeat(np.frombuffer(self._replay_shift, dtype=np.float64), layout.sizes)
+        for name, own, field in (("src", self._flow_src, "src"), ("dst", self._flow_dst, "dst"),
+                                 ("start_s", self._flow_start, "start_s"), ("end_s", self._flow_end, "end_s"),
+                                 ("bytes", self._flow_bytes, "nbytes")):
+            dtype = np.int64 if own.typecode == "q" else np.float64
+            pool = np.concatenate([getattr(block, field) for block in blocks] or [np.empty(0, dtype)])
+            replayed = pool[layout.gather]
+            if name in ("start_s", "end_s"):
+                replayed = replayed + shifts
+            columns[name] = layout.merged(np.frombuffer(own, dtype=dtype), replayed)
+        return columns
 
     def to_frame(self) -> pd.DataFrame:
-        """The log as a DataFrame: int64 and float64 columns copied from the arrays, text columns as pandas
-        infers them from the lists (as the row-list log did)."""
-        import numpy as np
+        """The log as a DataFrame, rows in recording order: int64 and float64 columns, text columns as pandas
+        infers them from lists of strings (as the row-list log did)."""
         import pandas as pd
 
+        ops = len(self.columns["kind"])
+        flows = self.flow_columns()
+        total = ops + len(flows["src"])
+        op_rows = np.arange(ops) + np.frombuffer(self._flows_before, dtype=np.int64)
+        is_flow = np.ones(total, dtype=bool)
+        is_flow[op_rows] = False
+        flow_rows = np.flatnonzero(is_flow)
+        flow_values = {**FLOW_CONSTANTS, "rank": flows["src"], "name": flows["key"], "key": flows["key"],
+                       "start_s": flows["start_s"], "end_s": flows["end_s"], "bytes": flows["bytes"],
+                       "src": flows["src"], "dst": flows["dst"]}
         data: dict[str, object] = {}
         for name, column in self.columns.items():
             if isinstance(column, array):
-                data[name] = np.frombuffer(column, dtype=np.int64 if column.typecode == "q" else np.float64).copy()
+                merged = np.empty(total, dtype=np.int64 if column.typecode == "q" else np.float64)
+                merged[op_rows] = np.frombuffer(column, dtype=merged.dtype)
+                merged[flow_rows] = flow_values[name]
+                data[name] = merged
             else:
-                data[name] = column
+                text = np.empty(total, dtype=object)
+                text[op_rows] = _objects(column, ops)
+                text[flow_rows] = flow_values[name]
+                data[name] = text.tolist()
         return pd.DataFrame(data, columns=list(COLUMNS))
+
+
+class _Layout:
+    """Where the single flows and the replayed blocks' rows go in flow order (a replay's rows come before the
+    single flows logged after it), and which row of the blocks' pool each replayed row copies."""
+
+    def __init__(self, log: EventLog):
+        singles = len(log._flow_src)
+        block_sizes = np.array([len(block) for block in log._blocks], dtype=np.int64)
+        self.pool_start = np.concatenate(([0], np.cumsum(block_sizes)))
+        blocks = np.frombuffer(log._replay_block, dtype=np.int64)
+        before = np.frombuffer(log._replay_before, dtype=np.int64)
+        self.sizes = block_sizes[blocks]
+        replayed = int(self.sizes.sum())
+        prior = np.cumsum(self.sizes) - self.sizes
+        self.gather = np.repeat(self.pool_start[blocks] - prior, self.sizes) + np.arange(replayed)
+        self.replayed_rows = np.repeat(before, self.sizes) + np.arange(replayed)
+        rows_up_to = np.concatenate(([0], np.cumsum(self.sizes)))
+        self.single_rows = np.arange(singles) + rows_up_to[np.searchsorted(before, np.arange(singles),
+                                                                           side="right")]
+
+    def merged(self, singles: np.ndarray, replayed: np.ndarray) -> np.ndarray:
+        merged = np.empty(len(singles) + len(replayed), dtype=singles.dtype)
+        merged[self.single_rows] = singles
+        merged[self.replayed_rows] = replayed
+        return merged
+
+
+def _objects(values, count: int) -> np.ndarray:
+    """An object array of ``values`` as they are (a list of tuples stays a list of tuples, not a 2-D array)."""
+    return np.fromiter(values, dtype=object, count=count)
