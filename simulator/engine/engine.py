@@ -83,7 +83,8 @@ class Engine:
         self._pending: dict[tuple[int, str], Op] = {}
         self._present: frozenset[int] = frozenset()
         self._group_ids = GroupIds()
-        self._group_members: dict[int, tuple[frozenset[int], int]] = {}
+        self._group_members: dict[int, tuple[int, frozenset[int], int]] = {}
+        self._group_facts_of: dict[int, tuple[tuple[int, ...], tuple[int, frozenset[int], int]]] = {}
         self._executed = 0
         self._replayed_flows = 0
         self._left = 0
@@ -129,36 +130,38 @@ class Engine:
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None):
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
         be free, and is logged under the stream's own name."""
+        env, log, pending, finished = self.env, self.log, self._pending, self._finished_ops
+        slot = (rank, stream)
         for op in ops:
-            self._pending[(rank, stream)] = op
-            waits = [self._completion(dep) for dep in op.deps if dep not in self._finished_ops]
+            pending[slot] = op
+            waits = [self._completion(dep) for dep in op.deps if dep not in finished]
             if len(waits) == 1:
                 yield waits[0]
             elif waits:
-                yield self.env.all_of(waits)
+                yield env.all_of(waits)
             request = None
             if turn is not None:
                 request = turn.request()
                 yield request
             if isinstance(op, ComputeOp):
-                start = self.env.now
+                start = env.now
                 duration = op.duration
                 if self.compute_duration is not None and duration > 0:
                     duration = self.compute_duration(rank, duration, start)
                 if duration > 0:
-                    yield self.env.timeout(duration)
-                self.log.record("compute", rank, stream if turn is None else op.stream, op.name, start, self.env.now,
-                                category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
-                                chunk=op.chunk)
+                    yield env.timeout(duration)
+                log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
+                           category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
+                           chunk=op.chunk)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
                 raise SimulationError(f"op {op.name!r} has unsupported type {type(op).__name__}")
             if request is not None:
                 request.resource.release(request)
-            del self._pending[(rank, stream)]
+            del pending[slot]
             self._executed += 1
-            self._finished_ops.add(op.id)
+            finished.add(op.id)
             awaited = self._awaited.pop(op.id, None)
             if awaited is not None:
                 awaited.succeed()
@@ -178,20 +181,34 @@ class Engine:
             event = self._awaited[op_id] = self.env.event()
         return event
 
-    def _members(self, group_id: int, group: tuple[int, ...]) -> tuple[frozenset[int], int]:
-        """A group's member set and how many of its members have a program, worked out once per group."""
-        known = self._group_members.get(group_id)
+    def _group_facts(self, group: tuple[int, ...]) -> tuple[int, frozenset[int], int]:
+        """A group's id, member set and how many of its members have a program, worked out once per group
+        object (the ops of one group share their tuple; the cache keeps it referenced, so its id stays unique)."""
+        known = self._group_facts_of.get(id(group))
         if known is None:
-            members = frozenset(group)
-            known = self._group_members[group_id] = (members, len(members & self._present))
-        return known
+            group_id = self._group_ids.id(group)
+            facts = self._group_members.get(group_id)
+            if facts is None:
+                members = frozenset(group)
+                facts = self._group_members[group_id] = (group_id, members, len(members & self._present))
+            known = self._group_facts_of[id(group)] = (group, facts)
+        return known[1]
 
     def _join(self, op: CollectiveOp) -> simpy.Event:
         """Register ``op.rank`` as arrived; start the collective when the whole group is there. Each arrival
-        costs O(1) whatever the group size: the group is identified and counted once."""
+        costs O(1) whatever the group size: the group is identified and counted once. A private collective
+        with a single simulated member (a folded rank's TP collectives) skips the rendezvous."""
+        group_id, members, expected = self._group_facts(op.group)
+        if expected == 1 and self.isolated is not None and op.id in self.sharing.private:
+            if op.key in self._finished:
+                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
+            if op.rank not in members:
+                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
+            self._finished.add(op.key)
+            done = self.env.event()
+            self._replay(op, (op.rank,), done)
+            return done
         meeting = self._rendezvous.get(op.key)
-        group_id = self._group_ids.id(op.group)
-        members, expected = self._members(group_id, op.group)
         if meeting is None:
             if op.key in self._finished:
                 raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
@@ -211,7 +228,7 @@ class Engine:
             del self._rendezvous[op.key]
             self._finished.add(op.key)
             if self.isolated is not None and template.id in self.sharing.private:
-                self._replay(meeting, self.isolated)
+                self._replay(template, tuple(meeting.arrived), meeting.done)
             else:
                 self.env.process(self._collective(meeting))
         return meeting.done
@@ -230,33 +247,38 @@ class Engine:
 
     def _finish(self, meeting: _Rendezvous, start: float) -> None:
         """Log the collective's row for every member that took part, and release them."""
-        op = meeting.template
-        for rank in meeting.arrived:
-            self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
-                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
+        self._record(meeting.template, meeting.arrived, start)
         meeting.done.succeed()
 
-    def _replay(self, meeting: _Rendezvous, isolated: Callable) -> None:
+    def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
+        for rank in ranks:
+            self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
+                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
+
+    def _replay(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event) -> None:
         """A private collective: time its plan once on an idle network, then replay that run's duration and
         flow rows (shifted to its start) for every identical instance. No process is started for it: a
-        timeout's callback logs the rows and releases the members (most collectives of a folded step are
-        private, so this saves a SimPy process per instance)."""
-        op = meeting.template
-        key = self.plans.key(op, op.group)
-        run = self._isolated_runs.get(key)
+        timeout's callback logs the rows and releases the members (``done``; most collectives of a folded step
+        are private, so this saves a SimPy process per instance)."""
+        shape = (op.op, self._group_facts(op.group)[0], op.nbytes, op.root, op.algorithm, op.pair_bytes)
+        run = self._isolated_runs.get(shape)
         if run is None:
-            run = self._isolated_runs[key] = isolated(self.plans.phases(op, op.group))
+            assert self.isolated is not None
+            run = self._isolated_runs[shape] = self.isolated(self.plans.phases(op, op.group))
         duration, flows = run
         self._replayed_flows += len(flows)
         start = self.env.now
         if duration > 0:
-            self.env.timeout(duration).callbacks.append(lambda _event: self._replayed(meeting, flows, start))
+            self.env.timeout(duration).callbacks.append(
+                lambda _event: self._replayed(op, ranks, done, flows, start))
         else:
-            self._replayed(meeting, flows, start)
+            self._replayed(op, ranks, done, flows, start)
 
-    def _replayed(self, meeting: _Rendezvous, flows: FlowBlock, start: float) -> None:
-        self.log.replayed_flows(meeting.template.key, start, flows)
-        self._finish(meeting, start)
+    def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
+                  start: float) -> None:
+        self.log.replayed_flows(op.key, start, flows)
+        self._record(op, ranks, start)
+        done.succeed()
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the
