@@ -142,16 +142,19 @@ class EventLog:
     def flow_columns(self) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""
         layout = _Layout(self)
-        blocks = self._blocks
-        columns = {"key": layout.merged(_objects(self._flow_key, len(self._flow_key)),
-                                        np.repeat(_objects(self._replay_key, len(self._replay_key)),
-                                                  layout.sizes))}
+        keys = layout.merged(_objects(self._flow_key, len(self._flow_key)),
+                             np.repeat(_objects(self._replay_key, len(self._replay_key)), layout.sizes))
+        return {"key": keys, **self._flow_numbers(layout)}
+
+    def _flow_numbers(self, layout: _Layout) -> dict[str, np.ndarray]:
+        """The FLOW_COLUMNS in flow order: replayed rows copied from their block, their times shifted."""
         shifts = np.repeat(np.frombuffer(self._replay_shift, dtype=np.float64), layout.sizes)
+        columns = {}
         for name, own, field in (("src", self._flow_src, "src"), ("dst", self._flow_dst, "dst"),
                                  ("start_s", self._flow_start, "start_s"), ("end_s", self._flow_end, "end_s"),
                                  ("bytes", self._flow_bytes, "nbytes")):
             dtype = np.int64 if own.typecode == "q" else np.float64
-            pool = np.concatenate([getattr(block, field) for block in blocks] or [np.empty(0, dtype)])
+            pool = np.concatenate([getattr(block, field) for block in self._blocks] or [np.empty(0, dtype)])
             replayed = pool[layout.gather]
             if name in ("start_s", "end_s"):
                 replayed = replayed + shifts
@@ -159,20 +162,22 @@ class EventLog:
         return columns
 
     def to_frame(self) -> pd.DataFrame:
-        """The log as a DataFrame, rows in recording order: int64 and float64 columns, text columns as pandas
-        infers them from lists of strings (as the row-list log did)."""
+        """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
+        dtype pandas infers for lists of strings (`str`, on Arrow), built from each column's distinct strings
+        and per-row codes rather than from a Python object per row."""
         import pandas as pd
 
         ops = len(self.columns["kind"])
-        flows = self.flow_columns()
+        layout = _Layout(self)
+        flows = self._flow_numbers(layout)
         total = ops + len(flows["src"])
+        if not total:
+            return pd.DataFrame({name: list(column) for name, column in self.columns.items()}, columns=list(COLUMNS))
         op_rows = np.arange(ops) + np.frombuffer(self._flows_before, dtype=np.int64)
         is_flow = np.ones(total, dtype=bool)
         is_flow[op_rows] = False
         flow_rows = np.flatnonzero(is_flow)
-        flow_values = {**FLOW_CONSTANTS, "rank": flows["src"], "name": flows["key"], "key": flows["key"],
-                       "start_s": flows["start_s"], "end_s": flows["end_s"], "bytes": flows["bytes"],
-                       "src": flows["src"], "dst": flows["dst"]}
+        flow_values = {**FLOW_CONSTANTS, **flows, "rank": flows["src"]}
         data: dict[str, object] = {}
         for name, column in self.columns.items():
             if isinstance(column, array):
@@ -181,10 +186,15 @@ class EventLog:
                 merged[flow_rows] = flow_values[name]
                 data[name] = merged
             else:
-                text = np.empty(total, dtype=object)
-                text[op_rows] = _objects(column, ops)
-                text[flow_rows] = flow_values[name]
-                data[name] = text.tolist()
+                codes: dict[str, int] = {}
+                merged = np.empty(total, dtype=np.int32)
+                merged[op_rows] = _codes(column, codes)
+                if name in ("name", "key"):
+                    merged[flow_rows] = layout.merged(_codes(self._flow_key, codes),
+                                                      np.repeat(_codes(self._replay_key, codes), layout.sizes))
+                else:
+                    merged[flow_rows] = codes.setdefault(flow_values[name], len(codes))
+                data[name] = _strings(merged, list(codes))
         return pd.DataFrame(data, columns=list(COLUMNS))
 
 
@@ -212,6 +222,24 @@ class _Layout:
         merged[self.single_rows] = singles
         merged[self.replayed_rows] = replayed
         return merged
+
+
+def _codes(values: list[str], codes: dict[str, int]) -> np.ndarray:
+    """Each value's index among the distinct values, numbered in order of first appearance (``codes`` grows)."""
+    return np.fromiter((codes.setdefault(value, len(codes)) for value in values), dtype=np.int32, count=len(values))
+
+
+def _strings(codes: np.ndarray, values: list[str]):
+    """``values[codes]`` as the column pandas makes of a list of these strings: on pandas' Arrow-backed `str`
+    dtype (pandas 3) decoded from an Arrow dictionary array, otherwise the list itself."""
+    import pandas as pd
+    import pyarrow as pa
+
+    inferred = pd.Series(values).dtype
+    if isinstance(inferred, pd.StringDtype) and inferred.storage == "pyarrow":
+        decoded = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(values, type=pa.large_string()))
+        return pd.array(decoded.dictionary_decode(), dtype=inferred)
+    return _objects(values, len(values))[codes].tolist()
 
 
 def _objects(values, count: int) -> np.ndarray:
