@@ -7,6 +7,7 @@ Expected figures: NVLink 300 GB/s (A100) and 450 GB/s (H100) per direction, NVL7
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 
@@ -279,3 +280,18 @@ def test_draw_small_and_refuse_large(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(TopologyError, match="too many"):
         draw_topology(load_topology("dgx-h100-cluster", {"nodes": 32}), tmp_path / "big.png")
+
+
+@pytest.mark.parametrize("kind, params", [
+    ("cluster", {"nodes": 96, "leaf_ports": 4, "tiers": 3, "pods": 3, "spines": 4}),
+    ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8}),
+])
+def test_link_id_routes_follow_the_node_routes(kind, params):
+    """`Topology.path` asks the fabric for link ids put together from cached pieces; they must be the links of
+    the node-name route for every pair and channel (3 tiers across pods, shared NICs, multi-host domains)."""
+    topo = build_topology(kind, params)
+    rng = random.Random(0)
+    for _ in range(3000):
+        src, dst, channel = rng.randrange(topo.num_gpus), rng.randrange(topo.num_gpus), rng.randrange(4)
+        assert topo.path(src, dst, channel) == topo.link_ids(topo._route_nodes(src, dst, channel))

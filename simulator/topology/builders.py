@@ -73,6 +73,48 @@ class Fabric:
     leaf_pod: list[int] = field(default_factory=list)
     spine_names: list[list[str]] = field(default_factory=list)
     core_names: list[str] = field(default_factory=list)
+    _ends: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _middles: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
+
+    def __call__(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
+        return self.route(topo, src, dst, channel)
+
+    def route_links(self, topo: Topology, src: int, dst: int, channel: int) -> tuple[int, ...]:
+        """`route` as directed link ids, put together from cached pieces across domains: the source GPU's way
+        up to its leaf, the switch hops between the two leaves, the way down to the destination GPU."""
+        if self.domain[src] == self.domain[dst]:
+            return topo.link_ids(self.route(topo, src, dst, channel))
+        low, high = self.leaf[src], self.leaf[dst]
+        hops: tuple[int, ...] = (low, high)
+        if low != high:
+            mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77
+                   + channel * 0xC2B2AE3D) & 0xFFFFFFFF
+            mix ^= mix >> 15
+            spines = len(self.spine_names[self.leaf_pod[low]])
+            across = self.leaf_pod[low] != self.leaf_pod[high]
+            hops = (low, high, mix % spines, (mix // spines) % len(self.core_names) if across else 0)
+        middle = self._middles.get(hops)
+        if middle is None:
+            middle = self._middles[hops] = topo.link_ids(self._switch_hops(*hops))
+        return self._end(topo, src, 0) + middle + self._end(topo, dst, 1)
+
+    def _switch_hops(self, low: int, high: int, spine: int = 0, core: int = 0) -> list[str]:
+        """Switch names from leaf ``low`` to leaf ``high`` through the spine (and core) of those indices."""
+        if low == high:
+            return [self.leaf_names[low]]
+        pod_a, pod_b = self.leaf_pod[low], self.leaf_pod[high]
+        middle = [self.spine_names[pod_a][spine]]
+        if pod_a != pod_b:
+            middle += [self.core_names[core], self.spine_names[pod_b][spine]]
+        return [self.leaf_names[low], *middle, self.leaf_names[high]]
+
+    def _end(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
+        """Link ids from GPU ``gpu`` up to its leaf, or with ``down`` from its leaf down to it."""
+        end = self._ends.get((gpu, down))
+        if end is None:
+            nodes = [self.gpus[gpu], self.nic[gpu], self.leaf_names[self.leaf[gpu]]]
+            end = self._ends[(gpu, down)] = topo.link_ids(nodes[::-1] if down else nodes)
+        return end
 
     def route(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         """Node names from GPU ``src`` to GPU ``dst``; ``channel`` spreads flows over spines."""
@@ -149,7 +191,7 @@ NODE_TYPES = {
 def _topology(name: str, wiring: Wiring, fabric: Fabric, rails: int, gpu_model: str, params: dict,
               nvls: str = "none") -> Topology:
     return Topology(name=name, wiring=wiring, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
-                    rails=rails, gpu_model=gpu_model, router=fabric.route, params=params, nvls=nvls != "none")
+                    rails=rails, gpu_model=gpu_model, router=fabric, params=params, nvls=nvls != "none")
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:

@@ -26,7 +26,8 @@ NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
 
 Router = Callable[["Topology", int, int, int], list[str]]
-"""A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path."""
+"""A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path. A router
+with a ``route_links`` method of the same arguments returning the link ids directly is asked that instead."""
 
 
 class Wiring:
@@ -151,13 +152,20 @@ class Topology:
         key = (src, dst, channel)
         route = self._routes.get(key)
         if route is None:
-            nodes = self._route_nodes(src, dst, channel)
-            try:
-                route = tuple(map(self.link_index.__getitem__, zip(nodes, nodes[1:])))
-            except KeyError as missing:
-                raise TopologyError(f"route {nodes} uses a link that does not exist: {missing}") from None
+            route_links = getattr(self.router, "route_links", None)
+            if route_links is not None and src != dst:
+                route = route_links(self, src, dst, channel)
+            else:
+                route = self.link_ids(self._route_nodes(src, dst, channel))
             self._routes[key] = route
         return route
+
+    def link_ids(self, nodes: list[str]) -> tuple[int, ...]:
+        """The directed link ids along a path of node names."""
+        try:
+            return tuple(map(self.link_index.__getitem__, zip(nodes, nodes[1:])))
+        except KeyError as missing:
+            raise TopologyError(f"route {nodes} uses a link that does not exist: {missing}") from None
 
     def path_latency(self, src: int, dst: int, channel: int = 0) -> float:
         """Sum of link latencies along the route from ``src`` to ``dst``."""
