@@ -153,12 +153,20 @@ class Network:
         phase = _Phase(self.env.event(), len(transfers), key)
         now = self.env.now
         by_latency: dict[float, list[_Flow]] = {}
+        seq = self.flows_simulated
         for item in transfers:
-            src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
-            flow = _Flow(self.flows_simulated, tuple(item[0]), float(item[1]), phase, now, src, dst,
-                         item[5] if len(item) > 5 else 0)
-            self.flows_simulated += 1
-            by_latency.setdefault(float(item[2]), []).append(flow)
+            if len(item) == 6:
+                path, nbytes, latency, src, dst, channel = item
+            else:
+                path, nbytes, latency = item[:3]
+                src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
+                channel = 0
+            flows = by_latency.get(latency)
+            if flows is None:
+                flows = by_latency[float(latency)] = []
+            flows.append(_Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel))
+            seq += 1
+        self.flows_simulated = seq
         for latency, flows in by_latency.items():
             if latency > 0:
                 self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, flows))
@@ -247,8 +255,8 @@ class Network:
         self._touched_links = set()
         link_flows = self._link_flows
         for flow in self._starting:
+            touched.update(flow.path)
             for link in flow.path:
-                touched.add(link)
                 members = link_flows.get(link)
                 if members is None:
                     link_flows[link] = {flow}
@@ -283,16 +291,12 @@ class Network:
         self.resolves += 1
         self.resolved_flows += len(component)
         group_of_path: dict[tuple[int, ...], int] = {}
-        flow_group = []
-        for flow in component:
-            group = group_of_path.get(flow.path)
-            if group is None:
-                group = group_of_path[flow.path] = len(group_of_path)
-            flow_group.append(group)
+        flow_group = [group_of_path.setdefault(flow.path, len(group_of_path)) for flow in component]
         groups = np.array(flow_group, dtype=np.int64)
         weight = np.bincount(groups, minlength=len(group_of_path)).astype(float)
         group_rates = grouped_max_min_rates(list(group_of_path), weight, self.capacity).tolist()
         now = self.env.now
+        push, by_finish, by_ready = heapq.heappush, self._by_finish, self._by_ready
         for flow, group in zip(component, flow_group):
             rate = group_rates[group]
             if rate == flow.rate:
@@ -303,8 +307,8 @@ class Network:
             flow.version += 1
             finish = now + flow.remaining / rate
             ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-            heapq.heappush(self._by_finish, (finish, flow.seq, flow.version, flow))
-            heapq.heappush(self._by_ready, (ready, flow.seq, flow.version, flow))
+            push(by_finish, (finish, flow.seq, flow.version, flow))
+            push(by_ready, (ready, flow.seq, flow.version, flow))
         if len(self._by_finish) > 4 * self._active + 1024:
             self._by_finish = self._fresh(self._by_finish)
             self._by_ready = self._fresh(self._by_ready)
@@ -351,12 +355,13 @@ class Network:
 
     def _unlink(self, flow: _Flow) -> None:
         """Take ``flow`` off the links of its path (they are re-solved at the end of the instant)."""
+        link_flows = self._link_flows
         for link in flow.path:
-            members = self._link_flows[link]
+            members = link_flows[link]
             members.discard(flow)
             if not members:
-                del self._link_flows[link]
-            self._touched_links.add(link)
+                del link_flows[link]
+        self._touched_links.update(flow.path)
 
     def _finish(self, flow: _Flow, now: float) -> None:
         flow.version = -1
