@@ -24,6 +24,15 @@ EXIT_BROKEN_PIPE = 141
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """One run, the cyclic garbage collector paused throughout: loading and writing keep the run's large
+    heap alive as well (simulator/collector.py)."""
+    from simulator.collector import collector_paused
+
+    with collector_paused():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from simulator import load_scenario
 
     out = output_folder(args.out)

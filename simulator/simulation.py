@@ -18,6 +18,7 @@ import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
+from simulator.collector import collector_paused
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
@@ -352,7 +353,12 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
 def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list. Runs estimated beyond the scale limits are refused unless ``force``; ``progress(done, total)`` hears
-    of the ops executed."""
+    of the ops executed. The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
+    with collector_paused():
+        return _simulate(loaded, force, progress)
+
+
+def _simulate(loaded: LoadedScenario, force: bool, progress: Progress | None) -> Result:
     from simulator.engine.faults import FaultHooks
 
     topology = sized_topology(loaded, force)

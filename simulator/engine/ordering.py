@@ -41,37 +41,39 @@ class Ordering:
         node_of_key: dict[str, int] = {}
         node_of_op: dict[int, int] = {}
         places: list[list[tuple[int, int]]] = []
+        predecessors: list[set[int]] = []
         components: dict[tuple[int, str], int] = {}
         lengths: list[int] = []
+        last_on: list[int] = []
+        dependencies: list[tuple[set[int], tuple[int, ...]]] = []
         for op in ops:
             key = op.key if isinstance(op, CollectiveOp) else None
             node = node_of_key.get(key) if key is not None else None
             if node is None:
                 node = len(places)
                 places.append([])
+                predecessors.append(set())
                 if key is not None:
                     node_of_key[key] = node
             node_of_op[op.id] = node
+            before = predecessors[node]
+            if op.deps:
+                dependencies.append((before, op.deps))
             if op.stream not in async_streams:
-                component = components.setdefault((op.rank, op.stream), len(components))
-                if component == len(lengths):
+                slot = (op.rank, op.stream)
+                component = components.get(slot)
+                if component is None:
+                    component = components[slot] = len(lengths)
                     lengths.append(0)
+                    last_on.append(node)
+                else:
+                    before.add(last_on[component])
+                    last_on[component] = node
                 places[node].append((component, lengths[component]))
                 lengths[component] += 1
+        for before, deps in dependencies:
+            before.update([node_of_op[dep] for dep in deps])
         count = len(places)
-        predecessors: list[set[int]] = [set() for _ in range(count)]
-        last_on: dict[int, int] = {}
-        for op in ops:
-            node = node_of_op[op.id]
-            before = predecessors[node]
-            for dep in op.deps:
-                before.add(node_of_op[dep])
-            if op.stream not in async_streams:
-                component = components[(op.rank, op.stream)]
-                previous = last_on.get(component)
-                if previous is not None:
-                    before.add(previous)
-                last_on[component] = node
         successors: list[list[int]] = [[] for _ in range(count)]
         waiting = [0] * count
         for node, before in enumerate(predecessors):

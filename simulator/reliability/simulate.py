@@ -4,9 +4,6 @@ seeded failures (replication r draws from `numpy.random.default_rng([run.seed, r
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -14,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
+from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.reliability import Effect
 from simulator.errors import ScenarioError
@@ -71,21 +69,6 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     if scenario.restart.spares > hosts:
         raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {hosts} hosts",
                             field="restart.spares", allowed=f"0 to {hosts}")
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the duration. A job simulation keeps a large heap alive (the
-    cluster graph, the step program, a million event rows) that every full collection walks again, while it
-    makes almost no garbage in cycles: on the 16,384-GPU job the collections cost 1.4-2.8 s of 9-12 s CPU, and
-    pausing them adds about 50 MiB to the peak memory."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def simulate_job(loaded: LoadedScenario) -> JobResult:

@@ -1,0 +1,26 @@
+"""Python's cyclic garbage collector paused while a simulation runs.
+
+A run keeps a large heap alive (the cluster's wiring and routes, the step program, the event log) that every
+full collection walks again, while it makes almost no garbage in cycles: on the 405B 8,192-GPU step the ten
+full collections cost about a fifth of `simulate()`'s CPU and found 20 objects (all collections together
+about 1,300); on the 16,384-GPU job they cost 1.4-2.8 s of 9-12 s CPU, and pausing them there adds about
+50 MiB to the peak memory. Reference counting still frees everything else as it goes.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the duration (and back on after, if it was on)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
