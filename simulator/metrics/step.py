@@ -91,10 +91,12 @@ def traffic_bytes(frame: pd.DataFrame) -> dict:
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
     category."""
     collectives = frame[frame["kind"] == "collective"]
-    categories = dict(zip(collectives["key"], collectives["category"]))
+    categories = dict(zip(collectives["key"].tolist(), collectives["category"].tolist()))
     ranks = frame.loc[frame["kind"] != "flow", "rank"].unique()
     flows = frame[(frame["kind"] == "flow") & frame["src"].isin(ranks)]
     if flows.empty or len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_KINDS}
-    sums = flows.groupby(flows["name"].map(categories).fillna(""))["bytes"].sum()
+    codes, names = pd.factorize(flows["name"])
+    category = np.array([categories.get(name, "") for name in names.tolist()], dtype=object)[codes]
+    sums = flows["bytes"].groupby(category).sum()
     return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_KINDS}
