@@ -72,6 +72,8 @@ class Layout:
         return tuple(sorted(members))
 
     def stage_ranks(self, stage: int) -> list[int]:
-        """Every rank of pipeline stage ``stage``, in rank order."""
+        """Every rank of pipeline stage ``stage``, in rank order: the blocks of ``stride`` ranks that start at
+        ``stage * stride`` in each run of ``pp * stride`` ranks."""
         stride, degree = self._strides["pp"], self.pp
-        return [r for r in range(self.world) if (r // stride) % degree == stage]
+        return [block + stage * stride + offset for block in range(0, self.world, stride * degree)
+                for offset in range(stride)]
