@@ -110,6 +110,14 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
+    """The collective table, the cyclic garbage collector paused (simulator/collector.py)."""
+    from simulator.collector import collector_paused
+
+    with collector_paused():
+        return _collective(args)
+
+
+def _collective(args: argparse.Namespace) -> int:
     from simulator.collectives.sweep import collective_sweep, format_table
     from simulator.units import parse_size_range
 
