@@ -105,8 +105,11 @@ class Ordering:
             return 0
         if len(before) == 1:
             (only,) = before
-            own = {component for component, _ in self.places[node]}
-            if all(component in own for component, _ in self.places[only]):
+            inherited, own = self.places[only], self.places[node]
+            if not inherited or (len(inherited) == 1 and len(own) == 1 and inherited[0][0] == own[0][0]):
+                return self._row_of[only]
+            components = {component for component, _ in own}
+            if all(component in components for component, _ in inherited):
                 return self._row_of[only]
         self._rows.append(list(map(max, *(self._full_clock(other) for other in before)))
                           if len(before) > 1 else self._full_clock(next(iter(before))))
