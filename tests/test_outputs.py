@@ -25,7 +25,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.engine.groups import GroupIds
-from simulator.metrics.events import COLUMNS, EventLog
+from simulator.metrics.events import COLUMNS, EventLog, FlowBlock
 from simulator.metrics.link_load import BINS, link_load
 from simulator.report import run_folder
 from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
@@ -87,6 +87,26 @@ def test_event_log_rows_in_recording_order():
     assert frame["bytes"].tolist() == [0.0, 8.0, 16.0]
     assert frame["key"].tolist() == ["", "k", "j"]
     assert log.flow_routes == [(7, 9), (9, 7)]
+
+
+def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
+    """A replayed collective logs one block reference; the frame must hold its rows where they were logged,
+    times moved on by the replay's start, between the single flows and op rows around them."""
+    block = FlowBlock.of([1, 2], [2, 1], [0.0, 0.25], [0.5, 0.75], [8.0, 4.0], [(1,), (2,)])
+    log = EventLog()
+    log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5,))
+    log.replayed_flows("b", 1.0, block)
+    log.record("collective", 1, "compute", "b", 1.0, 1.75, key="b")
+    log.replayed_flows("c", 2.0, block)
+    log.flow("d", 3, 4, 2.5, 3.0, 1.0, (6,))
+    frame = log.to_frame()
+    assert frame["kind"].tolist() == ["flow", "flow", "flow", "collective", "flow", "flow", "flow"]
+    assert frame["key"].tolist() == ["a", "b", "b", "b", "c", "c", "d"]
+    assert frame["start_s"].tolist() == [0.0, 1.0, 1.25, 1.0, 2.0, 2.25, 2.5]
+    assert frame["end_s"].tolist() == [1.0, 1.5, 1.75, 1.75, 2.5, 2.75, 3.0]
+    assert frame["rank"].tolist() == [0, 1, 2, 1, 1, 2, 3]
+    assert log.flow_routes == [(5,), (1,), (2,), (1,), (2,), (6,)]
+    assert len(log) == len(frame) == 7
 
 
 def test_group_ids_equal_tuples_share_an_id():
