@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -177,7 +177,7 @@ class EventLog:
         is_flow = np.ones(total, dtype=bool)
         is_flow[op_rows] = False
         flow_rows = np.flatnonzero(is_flow)
-        flow_values = {**FLOW_CONSTANTS, **flows, "rank": flows["src"]}
+        flow_values: dict[str, Any] = {**FLOW_CONSTANTS, **flows, "rank": flows["src"]}
         data: dict[str, object] = {}
         for name, column in self.columns.items():
             if isinstance(column, array):
