@@ -1,13 +1,15 @@
 """A progress bar for runs longer than a second: drawn on stderr with rich, only when stderr is a terminal and
-the user did not ask for --quiet, so logs, pipes and tests see nothing of it."""
+the user did not ask for --quiet, so logs, pipes and tests see nothing of it (nor import rich's progress
+module)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 SHOW_AFTER_S = 1.0
 """A run that finishes within this many seconds never shows the bar."""
@@ -29,6 +31,9 @@ class RunProgress:
         if self.bar is None:
             if time.monotonic() - self.started < SHOW_AFTER_S:
                 return
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("ops"), TimeElapsedColumn(), console=Console(stderr=True),
                                 transient=True)
