@@ -350,6 +350,18 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, with the installed version looked up only when asked (importlib.metadata costs tens of
+    milliseconds at every start otherwise)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"trainsim {_version()}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors in the same one-line form as every other error (status 2)."""
 
@@ -359,7 +371,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.")
-    parser.add_argument("--version", action="version", version=f"trainsim {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a scenario and write summary.json, timeline.parquet, trace.json")
