@@ -23,7 +23,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench_suite import machine, pin_to_one_core, write_doc  # noqa: E402
+from bench_suite import byte_compile, machine, pin_to_one_core, write_doc  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = REPO / "scenarios" / "llama3-405b-16k-job.yaml"
@@ -111,6 +111,7 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
+    byte_compile()
     started = machine()
     runs = [measure(args.scenario.resolve()) for _ in range(args.repeat)]
     best = {part: min(run[part] for run in runs) for part in runs[0]}
