@@ -134,16 +134,56 @@ def test_last_stage_keeps_fp32_logits():
     assert rank_params(gpt, 1, 0, False, True) == pytest.approx(gpt.vocab * gpt.hidden + gpt.norm_params())
 
 
-@pytest.mark.parametrize("case", ["llama3-405b-16384-gpus", "llama3-405b-long-context"])
-def test_llama3_405b_layouts_fit_in_the_h100s_memory(case):
-    # Llama 3 ran these layouts (TP 8, PP 16, 2 chunks; CP 16 at 131k tokens) on 80 GB H100s. Per rank of
-    # stage 1: 6.38 GB of bf16 weights and as much gradient (ZeRO-2 keeps the full buffer under gradient
-    # accumulation), 0.30 GB of sharded optimizer state, 16 micro-batches of 8 layers x 532 MB of activations
-    # (68.2 GB) and two 25 MiB buckets: 75.7 GiB of the 81,559 MiB (79.6 GiB) the driver reports.
+def _published_stage_memory(case):
     loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "published" / f"{case}.yaml"))
     step = build_training_step(loaded.scenario, build_topology(loaded))
-    breakdown, in_flight = max(stage_memory(loaded.scenario, step), key=lambda stage: stage[0].total)
-    assert in_flight == 16
-    assert breakdown.activations == pytest.approx(16 * 8 * 532.7e6, rel=1e-3)
-    assert breakdown.total / 2**30 == pytest.approx(75.70, abs=0.01)
+    return step, stage_memory(loaded.scenario, step)
+
+
+LLAMA3_LAYER_ACTIVATION = 532.7e6
+"""Bytes one Llama 3 405B layer keeps per micro-batch on a TP 8 + SP rank, 8,192 tokens, flash attention."""
+
+
+@pytest.mark.parametrize("case, in_flight, layers_held, total_gib", [
+    # 16 micro-batches, 8 chunks of one layer: every forward runs before the first backward, 128 layers held.
+    ("llama3-405b-16384-gpus", 16, 128, 71.25),
+    # 32 micro-batches: Megatron's interleaved warm-up on rank 1 is 2 (p - 2) + (v - 1) p = 140 chunks, the
+    # 141st forward comes before the first backward.
+    ("llama3-405b-8192-gpus", 141 / 8, 141, 78.02),
+])
+def test_llama3_405b_layouts_fit_in_the_h100s_memory(case, in_flight, layers_held, total_gib):
+    # Llama 3 ran these layouts (TP 8, PP 16, V = 8 chunks of one layer) on 80 GB H100s without activation
+    # checkpointing. Per rank of stage 1: 6.38 GB of bf16 weights (kept whole), gradients and optimizer state
+    # sharded over the data-parallel ranks (each micro-batch's gradients reduce-scattered), two layers of
+    # unsharded gradients waiting for their reduce-scatter (1.6 GB), 532.7 MB of activations per layer held;
+    # against the 81,559 MiB (79.6 GiB) the driver reports.
+    step, stages = _published_stage_memory(case)
+    breakdown, held = max(stages, key=lambda stage: stage[0].total)
+    assert held == pytest.approx(in_flight)
+    assert breakdown.activations == pytest.approx(layers_held * LLAMA3_LAYER_ACTIVATION, rel=1e-3)
+    assert breakdown.grads == pytest.approx(breakdown.params / step.plan.sharding.degree)
+    assert breakdown.total / 2**30 == pytest.approx(total_gib, abs=0.01)
     assert breakdown.total < step.gpu.hbm_bytes == 81559 * 2**20
+
+
+def test_llama3_405b_end_stages_hold_only_the_layers_in_flight():
+    # Rank 0's first chunk is the embedding alone: at its peak it holds 31 forwards of that chunk (no layer
+    # activations) and 16 of each of its seven one-layer chunks, 112 layers. The last rank's last chunk is the
+    # output layer alone (fp32 logits, 525 MB < one layer): its peak is 113 layers, 112 of warm-up plus one
+    # forward of the next round's first chunk before the backward that frees a layer.
+    _, stages = _published_stage_memory("llama3-405b-8192-gpus")
+    first, last = stages[0][0], stages[-1][0]
+    assert first.activations == pytest.approx(112 * LLAMA3_LAYER_ACTIVATION, rel=1e-3)
+    assert last.activations == pytest.approx(113 * LLAMA3_LAYER_ACTIVATION, rel=1e-3)
+
+
+def test_long_context_layout_fits_in_the_h100s_memory():
+    # CP 16 at 131,072 tokens holds the same 8,192 tokens per rank; two chunks of 4 layers (3 on the end
+    # stages), 16 micro-batches in flight, the gradient buffer kept whole (reduce-scattered after the last
+    # micro-batch): 75.7 GiB.
+    step, stages = _published_stage_memory("llama3-405b-long-context")
+    breakdown, in_flight = max(stages, key=lambda stage: stage[0].total)
+    assert in_flight == 16
+    assert breakdown.activations == pytest.approx(16 * 8 * LLAMA3_LAYER_ACTIVATION, rel=1e-3)
+    assert breakdown.total / 2**30 == pytest.approx(75.70, abs=0.01)
+    assert breakdown.total < step.gpu.hbm_bytes

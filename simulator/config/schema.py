@@ -226,11 +226,15 @@ class PipelineConfig(Section):
 class DDPConfig(Section):
     """PyTorch DDP gradient buckets and whether their all-reduces overlap the backward; with ZeRO-1/2 (the
     distributed optimizer), `overlap_param_gather` defers the parameter all-gather to the next step's forward
-    (Megatron-LM's --overlap-param-gather, off by default there too)."""
+    (Megatron-LM's --overlap-param-gather, off by default there too); with ZeRO-2 (`fsdp: shard_grad_op`),
+    `reduce_every_microbatch` reduce-scatters each micro-batch's gradients as its backward produces them and
+    keeps only the shard (PyTorch FSDP outside `no_sync`, DeepSpeed ZeRO-2), instead of accumulating the whole
+    gradient and reduce-scattering it once after the last micro-batch (Megatron-LM's distributed optimizer)."""
 
     bucket: Size = 25 * 2**20
     overlap: bool = True
     overlap_param_gather: bool = False
+    reduce_every_microbatch: bool = False
 
 
 class ParallelismConfig(Section):

@@ -280,11 +280,12 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._grads_done(rank, vstage, block, op_id, final)
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
-        """Record the op that finished a block's gradients; ZeRO-3 reduce-scatters them every micro-batch."""
+        """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,
+        reduce-scatter them every micro-batch."""
         sharding = self.plan.sharding
-        if sharding.stage == 3 and block.params > 0 and self._dp_size() > 1:
+        if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
             group = self._shard_group(rank)
-            key = f"zero3.rs.{block.name}.vs{vstage}.op{self._grad_count(rank, vstage, block)}.{group[0]}"
+            key = f"grads.rs.{block.name}.vs{vstage}.op{self._grad_count(rank, vstage, block)}.{group[0]}"
             rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {block.name}", "reduce_scatter", group,
                                   block.params * sharding.grad_bytes, key, [op_id], "dp")
             if final and self._replica_group(rank):
@@ -349,7 +350,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                  if (rank, vs, id(block)) in self._grad_ready]
         grad_ops = [self._grad_ready[(rank, vs, id(block))] for vs, block in ready]
         bucket_ops: list[int] = []
-        if self._dp_size() > 1 and sharding.stage < 3:
+        if self._dp_size() > 1 and not sharding.sharded_grad_steps:
             op = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
             group = self._dp_group(rank)
             for index, (deps, nbytes) in enumerate(self._buckets(rank, ready)):
@@ -359,7 +360,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                                    deps, "dp"))
         bucket_ops += self._expert_gradients(rank, ready, DP_STREAM)
         optimizer_deps = bucket_ops or grad_ops
-        if sharding.stage == 3 and self._dp_size() > 1:
+        if sharding.sharded_grad_steps and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer")
         if self._dp_size() > 1 and sharding.stage in (1, 2) and not sharding.overlap_param_gather:

@@ -15,7 +15,8 @@ class Sharding:
     groups of ``degree`` ranks shard, and the groups all-reduce across each other. ``bucket_bytes`` and
     ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
     gradient and parameter element; ``overlap_param_gather`` moves the ZeRO-1/2 parameter gather from after the
-    optimizer to the next step's forward, bucket by bucket."""
+    optimizer to the next step's forward, bucket by bucket; ``reduce_every_microbatch`` (ZeRO-2) reduce-scatters
+    every micro-batch's gradients, block by block, so that only the gradient shard is accumulated."""
 
     stage: int = 0
     degree: int = 1
@@ -24,3 +25,10 @@ class Sharding:
     grad_bytes: float = 2.0
     param_bytes: float = 2.0
     overlap_param_gather: bool = False
+    reduce_every_microbatch: bool = False
+
+    @property
+    def sharded_grad_steps(self) -> bool:
+        """Whether each micro-batch's gradients are reduce-scattered as its backward produces them (ZeRO-3
+        always, ZeRO-2 with ``reduce_every_microbatch``), rather than in buckets after the last micro-batch."""
+        return self.stage == 3 or (self.stage == 2 and self.reduce_every_microbatch)

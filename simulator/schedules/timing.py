@@ -126,3 +126,17 @@ def peak_in_flight(actions: list[Action]) -> int:
         elif action.kind in ("B", "BW"):
             held -= 1
     return peak
+
+
+def peak_held_weight(actions: list[Action], chunk_weight: list[float]) -> float:
+    """Largest sum of ``chunk_weight[chunk]`` over the forwards one rank holds at once (as peak_in_flight
+    counts them): the peak activation bytes when chunks keep different amounts, as Llama 3's embedding-only
+    first chunk and head-only last chunk do."""
+    held = peak = 0.0
+    for action in actions:
+        if action.kind == "F":
+            held += chunk_weight[action.chunk]
+            peak = max(peak, held)
+        elif action.kind in ("B", "BW"):
+            held -= chunk_weight[action.chunk]
+    return peak

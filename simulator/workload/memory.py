@@ -200,9 +200,11 @@ def head_activation_bytes(model: ModelSpec, shard: ShardShape) -> float:
     return 4.0 * shard.tokens * model.vocab / shard.tp
 
 
-def zero3_gather_buffer_bytes(model: ModelSpec, tp: int, prefetch_layers: int = 2, param_bytes: float = 2.0) -> float:
-    """Bytes of unsharded weights ZeRO-3/FSDP keeps gathered: the running layer plus the prefetched ones."""
-    return prefetch_layers * math.ceil(model.layer_params() / tp) * param_bytes
+def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_bytes: float = 2.0) -> float:
+    """Bytes of ``layers`` whole layers' weights or gradients on one TP rank: what ZeRO-3/FSDP keeps gathered
+    (the running layer plus the prefetched one), or what a sharded gradient step holds before its
+    reduce-scatter (the gradients being reduced plus those being computed)."""
+    return layers * math.ceil(model.layer_params() / tp) * element_bytes
 
 
 def rank_memory(

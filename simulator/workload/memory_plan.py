@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from simulator.config.schema import Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
-from simulator.schedules.timing import peak_in_flight
+from simulator.schedules.timing import peak_held_weight, peak_in_flight
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
 from simulator.workload.stage_work import layers_per_stage
@@ -22,8 +22,11 @@ DDP_BUCKET_COPIES = 2.0
 
 def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBreakdown, float]]:
     """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
-    activations it holds at its peak. ZeRO-2 with gradient accumulation keeps the full gradient buffer (the
-    gradients are reduce-scattered once, after the last micro-batch), so its memory is ZeRO-1's then."""
+    activations it holds at its peak: the chunks in flight weighted by the activations each keeps, so a rank
+    whose chunks differ (Llama 3's embedding-only first chunk) is counted exactly. ZeRO-2 with gradient
+    accumulation keeps the full gradient buffer (the gradients are reduce-scattered once, after the last
+    micro-batch), so its memory is ZeRO-1's then, unless each micro-batch's gradients are reduce-scattered
+    (``reduce_every_microbatch``)."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -33,20 +36,28 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
                        dtype_bytes=int(plan.sharding.param_bytes))
     dp_ways = layout.dp * layout.cp
     stage = plan.sharding.stage if dp_ways > 1 else 0
-    if stage == 2 and plan.microbatches > 1:
+    if stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch:
         stage = 1
     sharding = replace(plan.sharding, stage=stage)
+    layer_bytes = memory.activation_bytes_per_layer(model, shard, stored_activations(training), step.routed_tokens)
+    head_bytes = memory.head_activation_bytes(model, shard)
+    last_vstage = layout.pp * plan.virtual_stages - 1
     result = []
     for pp_rank in range(layout.pp):
         vstages = plan.rank_stages(pp_rank)
         layers = sum(counts[vs] for vs in vstages)
-        chunks_in_flight = peak_in_flight(plan.schedule[pp_rank])
-        in_flight = chunks_in_flight / plan.virtual_stages
+        chunk_bytes = [counts[vs] * layer_bytes + (head_bytes if vs == last_vstage else 0.0) for vs in vstages]
+        if sum(chunk_bytes) > 0:
+            in_flight = peak_held_weight(plan.schedule[pp_rank], chunk_bytes) / sum(chunk_bytes)
+        else:
+            in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
         buffers = 0.0
-        if dp_ways > 1 and plan.sharding.stage < 3:
-            buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
+        if dp_ways > 1 and plan.sharding.stage == 3:
+            buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.param_bytes)
+        elif dp_ways > 1 and plan.sharding.sharded_grad_steps:
+            buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.grad_bytes)
         elif dp_ways > 1:
-            buffers = memory.zero3_gather_buffer_bytes(model, layout.tp, param_bytes=plan.sharding.param_bytes)
+            buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
         breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,

@@ -137,9 +137,14 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_byte
     degree = len(group)
     if par.fsdp == "hybrid_shard":
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
+    if par.ddp.reduce_every_microbatch and stage != 2:
+        raise _invalid("parallelism.ddp.reduce_every_microbatch",
+                       f"applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage {stage}",
+                       "zero: 2 or fsdp: shard_grad_op (ZeRO-3 reduce-scatters every micro-batch anyway)")
     return Sharding(stage=stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=state_bytes, param_bytes=state_bytes,
-                    overlap_param_gather=par.ddp.overlap_param_gather)
+                    overlap_param_gather=par.ddp.overlap_param_gather,
+                    reduce_every_microbatch=par.ddp.reduce_every_microbatch)
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:

@@ -1,0 +1,54 @@
+"""ZeRO-2 with `ddp.reduce_every_microbatch`: each micro-batch's gradients reduce-scattered as the backward
+produces them, only the shard accumulated (PyTorch FSDP outside no_sync, DeepSpeed ZeRO-2; Llama 3's FSDP)."""
+
+from __future__ import annotations
+
+import pytest
+
+LLAMA_8B_ZERO2 = """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b}
+training: {seq_len: 1024, global_batch: 32, micro_batch: 1}
+parallelism: {tp: 1, pp: 1, dp: 8, zero: 2}
+collectives: {algorithm: ring}
+"""
+PARAM_BYTES = 8.03e9 * 2
+
+
+def test_every_micro_batch_reduce_scatters_its_gradients(run_yaml):
+    # m = 4 micro-batches: 4 ring reduce-scatters of the whole gradient and one all-gather of the weights after
+    # the optimizer, each moving 7/8 of the bytes per GPU: (m + 1) 7/8 x params, against 2 x 7/8 accumulated.
+    accumulated = run_yaml(LLAMA_8B_ZERO2).summary
+    sharded = run_yaml(LLAMA_8B_ZERO2, "parallelism.ddp.reduce_every_microbatch=true")
+    assert accumulated["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * 7 / 8 * PARAM_BYTES, rel=0.02)
+    assert sharded.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(5 * 7 / 8 * PARAM_BYTES, rel=0.02)
+    frame = sharded.timeline
+    scatters = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")
+                     & frame["name"].str.startswith("reduce_scatter grads")]
+    blocks = 2 * 32 + 2  # attention and MLP blocks of 32 layers, the embedding and the head
+    assert len(scatters) == 4 * blocks
+    assert not frame["name"].str.contains("bucket").any()
+
+
+def test_sharded_gradients_take_zero2_memory_under_accumulation(run_yaml):
+    # Seed 003: Llama-3.1-8B on 8 GPUs, ZeRO-1 44.2 GB, ZeRO-2 30.1 GB. Accumulating the whole gradient keeps
+    # ZeRO-1's memory; reducing every micro-batch keeps ZeRO-2's, plus two layers of unsharded gradients
+    # waiting for their reduce-scatter (2 x 218.1e6 params x 2 B) in place of two 25 MiB buckets.
+    def state_and_buffers(*overrides):
+        gib = run_yaml(LLAMA_8B_ZERO2, *overrides).summary["memory_breakdown_gib"]
+        return (gib["params"] + gib["grads"] + gib["optimizer"]) * 2**30 / 1e9, gib["buffers"] * 2**30
+
+    accumulated, bucket_bytes = state_and_buffers()
+    sharded, gradient_bytes = state_and_buffers("parallelism.ddp.reduce_every_microbatch=true")
+    assert accumulated == pytest.approx(44.2, rel=0.01)
+    assert sharded == pytest.approx(30.1, rel=0.01)
+    assert bucket_bytes == 2 * 25 * 2**20
+    assert gradient_bytes == pytest.approx(2 * 218.1e6 * 2, rel=1e-3)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_reduce_every_microbatch_is_a_zero2_choice(validation_error, zero):
+    error = validation_error(LLAMA_8B_ZERO2, f"parallelism.zero={zero}",
+                             "parallelism.ddp.reduce_every_microbatch=true")
+    assert error.field == "parallelism.ddp.reduce_every_microbatch"
+    assert f"not ZeRO stage {zero}" in error.problem
