@@ -4,8 +4,8 @@ ops; and a figure of it against the GPU's capacity.
 
 A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
 (category backward: the full B or the input-grad Bi) ends. With interleaving (v > 1 chunks per rank) each
-merged forward action brings in, and each merged backward action takes out, 1/v of a micro-batch's
-activations: an approximation that treats the chunks of a stage as equal in size.
+merged forward action brings in, and each merged backward action takes out, the activations of its virtual
+stage (the summary's `activation_per_virtual_stage`; 1/v of a micro-batch's in summaries without it).
 """
 
 from __future__ import annotations
@@ -27,15 +27,24 @@ def _stage_entry(summary: dict, stage: int) -> dict:
     raise ValueError(f"summary has no memory entry for pipeline stage {stage}")
 
 
-def _arrivals_and_departures(work: pd.DataFrame, chunks: int) -> tuple[np.ndarray, np.ndarray]:
-    """When activation units (a micro-batch, or one chunk of one with v > 1) enter and leave the rank."""
+def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarray, np.ndarray]:
+    """When activations enter (positive bytes) and leave (negative) the rank: a micro-batch's, or with v > 1
+    one virtual stage's of one micro-batch."""
+    per_microbatch = float(entry["activation_per_microbatch"]) * GIB
     if chunks == 1:
-        forward = work[work["category"] == "forward"].groupby("microbatch")["start_s"].min()
-        backward = work[work["category"] == "backward"].groupby("microbatch")["end_s"].max()
-        return forward.to_numpy(), backward.to_numpy()
+        forward = work[work["category"] == "forward"].groupby("microbatch")["start_s"].min().to_numpy()
+        backward = work[work["category"] == "backward"].groupby("microbatch")["end_s"].max().to_numpy()
+        return (np.concatenate([forward, backward]),
+                np.concatenate([np.full(len(forward), per_microbatch), np.full(len(backward), -per_microbatch)]))
     actions = pipeline_actions(work)
-    return (actions.loc[actions["category"] == "forward", "start_s"].to_numpy(),
-            actions.loc[actions["category"] == "backward", "end_s"].to_numpy())
+    actions = actions[actions["category"].isin(("forward", "backward"))]
+    sizes = entry.get("activation_per_virtual_stage")
+    if sizes is None:
+        unit = np.full(len(actions), per_microbatch / chunks)
+    else:
+        unit = np.array([float(sizes[str(int(chunk))]) * GIB for chunk in actions["chunk"]])
+    sign = np.where(actions["category"] == "forward", 1.0, -1.0)
+    return np.where(sign > 0, actions["start_s"], actions["end_s"]), sign * unit
 
 
 def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
@@ -44,10 +53,7 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
     entry = _stage_entry(summary, stage_of(summary, rank))
     static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
     chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
-    unit = float(entry["activation_per_microbatch"]) * GIB / chunks
-    arrivals, departures = _arrivals_and_departures(compute_stream_work(timeline, rank), chunks)
-    times = np.concatenate([arrivals, departures])
-    deltas = np.concatenate([np.full(len(arrivals), unit), np.full(len(departures), -unit)])
+    times, deltas = _allocations(compute_stream_work(timeline, rank), entry, chunks)
     order = np.lexsort((deltas, times))
     times, level = times[order], static + np.cumsum(deltas[order])
     end = float(timeline["end_s"].max()) if len(timeline) else 0.0

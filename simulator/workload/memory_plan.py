@@ -39,14 +39,11 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     if stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch:
         stage = 1
     sharding = replace(plan.sharding, stage=stage)
-    layer_bytes = memory.activation_bytes_per_layer(model, shard, stored_activations(training), step.routed_tokens)
-    head_bytes = memory.head_activation_bytes(model, shard)
-    last_vstage = layout.pp * plan.virtual_stages - 1
     result = []
-    for pp_rank in range(layout.pp):
+    for pp_rank, per_vstage in enumerate(chunk_activation_bytes(scenario, step)):
         vstages = plan.rank_stages(pp_rank)
         layers = sum(counts[vs] for vs in vstages)
-        chunk_bytes = [counts[vs] * layer_bytes + (head_bytes if vs == last_vstage else 0.0) for vs in vstages]
+        chunk_bytes = [per_vstage[vs] for vs in vstages]
         if sum(chunk_bytes) > 0:
             in_flight = peak_held_weight(plan.schedule[pp_rank], chunk_bytes) / sum(chunk_bytes)
         else:
@@ -66,6 +63,24 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             ep=scenario.parallelism.ep, routed_tokens=step.routed_tokens)
         result.append((breakdown, in_flight))
     return result
+
+
+def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:
+    """Per pipeline rank, the activation bytes one micro-batch leaves on each virtual stage the rank holds
+    until its backward: its layers' (and on the last virtual stage the loss's fp32 logits)."""
+    plan, model = step.plan, step.model
+    layout, training = plan.layout, scenario.training
+    if model is None:
+        return [dict.fromkeys(plan.rank_stages(pp_rank), 0.0) for pp_rank in range(layout.pp)]
+    counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages,
+                              scenario.parallelism.pipeline.first_last_fewer_layers)
+    shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
+                       dtype_bytes=int(plan.sharding.param_bytes))
+    layer_bytes = memory.activation_bytes_per_layer(model, shard, stored_activations(training), step.routed_tokens)
+    head_bytes = memory.head_activation_bytes(model, shard)
+    last_vstage = layout.pp * plan.virtual_stages - 1
+    return [{vs: counts[vs] * layer_bytes + (head_bytes if vs == last_vstage else 0.0)
+             for vs in plan.rank_stages(pp_rank)} for pp_rank in range(layout.pp)]
 
 
 def stored_activations(training: TrainingConfig) -> Recompute:
@@ -101,11 +116,11 @@ MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
 
 
 def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float,
-                   stage_rank: list[int]) -> dict:
+                   stage_rank: list[int], chunk_bytes: list[dict[int, float]]) -> dict:
     """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
-    stage's breakdown with its activation memory per in-flight micro-batch (for memory timelines).
-    ``stage_rank`` names the first rank of each stage, reported as the rank at the peak (every rank of a
-    stage holds the same)."""
+    stage's breakdown with its activation memory per in-flight micro-batch and per virtual stage it holds
+    (``chunk_bytes``, from chunk_activation_bytes; for memory timelines). ``stage_rank`` names the first rank
+    of each stage, reported as the rank at the peak (every rank of a stage holds the same)."""
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
     worst = per_stage[worst_stage][0]
     breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
@@ -113,7 +128,8 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
     for index, (stage, in_flight) in enumerate(per_stage):
         entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
         entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
-                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0)
+                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0,
+                     activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()})
         stages.append(entry)
     return {
         "memory_per_stage_gib": stages,

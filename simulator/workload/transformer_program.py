@@ -11,6 +11,7 @@ from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.loss_scaling import loss_scaling_summary
 from simulator.workload.memory_plan import (
+    chunk_activation_bytes,
     layout_summary,
     memory_bound_share,
     memory_summary,
@@ -31,7 +32,8 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     layout = step.plan.layout
     ranks = tuple(builder.representatives())
     memory = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
-                            [layout.rank_of(pp=stage) for stage in range(layout.pp)])
+                            [layout.rank_of(pp=stage) for stage in range(layout.pp)],
+                            chunk_activation_bytes(scenario, step))
     return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
