@@ -283,7 +283,10 @@ run: {{timeline: summary}}
 def test_v_placement_memory(run_yaml) -> None:
     """Each rank holds two stages' parameters; in the V rank 0 holds both the embedding (stage 0) and the output
     head (stage 7), which the loop placement splits between ranks 0 and 3. DualPipeV holds PP + 1 = 9 chunk
-    activations per rank (4.5 micro-batches of a stage pair), ZBV 8."""
+    activations per rank (4.5 micro-batches of a stage pair), ZBV 8. The chunk holding the output layer also
+    keeps its fp32 logits, and the memory counts each chunk by its own size: at their peaks, rank 0 of the V
+    holds one chunk of stage 7 (its backward follows its forward at the V's turn) and 8 (ZBV 7) of stage 0,
+    the loop's rank 3 one of stage 7 and 4 of stage 3."""
     def stages(schedule: str) -> list[dict]:
         return run_yaml(LLAMA_8B_PP4.format(schedule=schedule)).summary["memory_per_stage_gib"]
 
@@ -293,6 +296,10 @@ def test_v_placement_memory(run_yaml) -> None:
     assert dualpipe[0]["params"] == pytest.approx(loop[0]["params"] + head, rel=1e-12)
     for rank in (1, 2, 3):
         assert dualpipe[rank]["params"] == pytest.approx(loop[1]["params"], rel=1e-12)
-    assert [entry["in_flight_microbatches"] for entry in dualpipe] == [4.5] * 4
-    assert [entry["in_flight_microbatches"] for entry in zb_v] == [4.0] * 4
-    assert [entry["in_flight_microbatches"] for entry in loop] == [5.5, 4.5, 3.5, 2.5]
+    assert [entry["in_flight_microbatches"] for entry in dualpipe[1:]] == [4.5] * 3
+    assert [entry["in_flight_microbatches"] for entry in zb_v[1:]] == [4.0] * 3
+    assert [entry["in_flight_microbatches"] for entry in loop[:3]] == [5.5, 4.5, 3.5]
+    for entry, own_stage, own_chunks in ((dualpipe[0], "0", 8), (zb_v[0], "0", 7), (loop[3], "3", 4)):
+        sizes = entry["activation_per_virtual_stage"]
+        assert sizes["7"] > sizes[own_stage]
+        assert entry["activations"] == pytest.approx(own_chunks * sizes[own_stage] + sizes["7"], rel=1e-9)
