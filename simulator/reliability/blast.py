@@ -1,6 +1,6 @@
 """Units counted on the job's topology graph and the blast radius of each unit's failure.
 
-GPUs, hosts, NICs, leaf and spine switches and network cables are read off the networkx graph. The blast
+GPUs, hosts, NICs, leaf and spine switches and network cables are read off the wiring. The blast
 radius of a unit is the set of hosts that leave the job with it: a GPU or NIC takes its host; a leaf switch
 every host with a NIC below it; a NIC-to-leaf cable its host; a leaf-to-spine cable and a spine switch take
 no host (the job's traffic is routed around them). For the states of a job that keeps running, each network
@@ -28,26 +28,27 @@ class ClusterUnits:
     nodes: dict[str, tuple[str, ...]]
     cable_ends: tuple[tuple[str, str], ...]
     gpus: dict[str, tuple[tuple[int, ...], ...]]
+    outgoing: dict[str, tuple[str, ...]]
 
     def count(self, unit: str) -> int:
         return len(self.blast[unit])
 
-    def links(self, unit: str, index: int, topology: Topology) -> tuple[tuple[str, str], ...]:
+    def links(self, unit: str, index: int) -> tuple[tuple[str, str], ...]:
         """The links (node pairs) the failure of network unit ``index`` of kind ``unit`` takes down: a cable
         itself, every link of a NIC or switch."""
         if unit == "cable":
             return (self.cable_ends[index],)
         node = self.nodes[unit][index]
-        return tuple((node, other) for other in sorted(topology.graph.successors(node)))
+        return tuple((node, other) for other in self.outgoing[node])
 
 
 def cluster_units(topology: Topology) -> ClusterUnits:
     """Count every unit kind on ``topology`` and record each unit's blast radius."""
-    graph = topology.graph
+    wiring = topology.wiring
     nic_host: dict[str, int] = {}
     leaves: list[str] = []
     spines: list[str] = []
-    for name, data in graph.nodes(data=True):
+    for name, data in wiring.nodes.items():
         kind = data.get("kind")
         if kind == "nic":
             nic_host[name] = data["host"]
@@ -55,12 +56,18 @@ def cluster_units(topology: Topology) -> ClusterUnits:
             leaves.append(name)
         elif kind == "switch" and data.get("tier") == 2:
             spines.append(name)
-    leaf_hosts = {leaf: tuple(sorted({nic_host[n] for n in graph.predecessors(leaf) if n in nic_host}))
-                  for leaf in leaves}
+    below: dict[str, set[int]] = {leaf: set() for leaf in leaves}
+    outgoing: dict[str, list[str]] = {node: [] for node in (*nic_host, *leaves, *spines)}
+    for a, b in wiring.edges:
+        if b in below and a in nic_host:
+            below[b].add(nic_host[a])
+        if a in outgoing:
+            outgoing[a].append(b)
+    leaf_hosts = {leaf: tuple(sorted(below[leaf])) for leaf in leaves}
     cables: list[tuple[int, ...]] = []
     cable_ends: list[tuple[str, str]] = []
     switches = set(leaves) | set(spines)
-    for a, b in graph.edges():
+    for a, b in wiring.graph_order_edges():
         if a < b and (a in switches or b in switches) and (a in nic_host or b in nic_host or
                                                           (a in switches and b in switches)):
             host = nic_host.get(a, nic_host.get(b))
@@ -81,4 +88,5 @@ def cluster_units(topology: Topology) -> ClusterUnits:
     nodes = {"nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
     gpus = {"gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
     per_leaf = max((len(hosts) for hosts in leaf_hosts.values()), default=0)
-    return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf, nodes, tuple(cable_ends), gpus)
+    return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf, nodes, tuple(cable_ends), gpus,
+                        {node: tuple(sorted(others)) for node, others in outgoing.items()})

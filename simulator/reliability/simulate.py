@@ -112,7 +112,7 @@ def _simulate_job(loaded: LoadedScenario) -> JobResult:
             return Degradation(gpus=tuple(gpus), slowdown=klass.slowdown)
         if klass.unit == "spine_switch":
             return Degradation(spine=unit)
-        return Degradation(links=units.links(klass.unit, unit, topology))
+        return Degradation(links=units.links(klass.unit, unit))
 
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,

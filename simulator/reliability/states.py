@@ -130,8 +130,7 @@ class StepStates:
         update["cluster"] = ClusterConfig(topology=scenario.cluster.topology, **overrides)
         loaded = LoadedScenario(scenario.model_copy(update=update), self.loaded.source, self.loaded.lines)
         topology = build_topology(loaded)
-        graph = topology.graph
-        links = tuple(LinkFault(link=pair) for pair in state.links_down if graph.has_edge(*pair))
+        links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
                            if gpu < topology.num_gpus)
         if links or stragglers:

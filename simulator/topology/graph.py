@@ -63,6 +63,12 @@ class Wiring:
     def has_edge(self, u: str, v: str) -> bool:
         return (u, v) in self.edges
 
+    def graph_order_edges(self) -> list[tuple[str, str]]:
+        """The edges in the order networkx's DiGraph iterates them: by source node in node order, then as added
+        (what results keyed by edge order, such as cable indices, were first defined on)."""
+        position = {node: index for index, node in enumerate(self.nodes)}
+        return sorted(self.edges, key=lambda edge: position[edge[0]])
+
     def networkx(self) -> nx.DiGraph:
         """The DiGraph of these nodes and edges, built on first call (networkx imported then)."""
         if self._graph is None:
