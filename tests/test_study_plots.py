@@ -89,7 +89,7 @@ def test_window_and_ranks_zoom(tmp_path, capsys):
     figure = gantt_figure(result.timeline, result.summary, ranks=[1, 3], window=(0.005, 0.010))
     ax = figure.axes[0]
     assert ax.get_xlim()[0] == pytest.approx(5.0) and ax.get_xlim()[1] == pytest.approx(5.0 + 5.0 * 1.005)
-    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["stage 1 (rank 1)", "stage 3 (rank 3)"]
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["rank 1: stages 1, 5", "rank 3: stages 3, 7"]
     out = tmp_path / "run"
     assert main(["run", str(_write(tmp_path, INTERLEAVED)), "--out", str(out)]) == 0
     assert main(["plot", "gantt", str(out), "--window", "5ms:10ms", "--ranks", "0-1", "-o",

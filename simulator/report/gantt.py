@@ -20,6 +20,7 @@ from simulator.report.outputs import (
     stage_representatives,
     time_unit,
 )
+from simulator.schedules.base import rank_stages
 
 BAR_CLASSES: dict[str, tuple[str, str]] = {
     "forward": ("forward (F)", "#4C72B0"),
@@ -70,10 +71,12 @@ def _action_class(actions: pd.DataFrame) -> pd.Series:
     return actions["category"].where(~is_input_grad, "backward_input")
 
 
-def pipeline_passes(actions: pd.DataFrame, virtual_stages: int) -> pd.DataFrame:
+def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int] | None = None) -> pd.DataFrame:
     """Merge a rank's consecutive recompute and backward actions of one micro-batch into one backward pass
-    (recompute_s: the recompute time inside it) and number each pass's chunk: a micro-batch's forwards on a
-    rank run chunk 0, 1, ... in order, its backwards chunk v-1 down to 0 (the data dependencies force it)."""
+    (recompute_s: the recompute time inside it) and number each pass's chunk: the position of its virtual
+    stage (the timeline's chunk column) in ``stages``, the rank's stages chunk 0 first, when both are there;
+    otherwise a micro-batch's forwards on a rank run chunk 0, 1, ... in order, its backwards chunk v-1 down to 0
+    (the data dependencies force it)."""
     if actions.empty:
         return actions.assign(recompute_s=pd.Series(dtype=float), chunk=pd.Series(dtype=int))
     durations = actions["end_s"] - actions["start_s"]
@@ -85,14 +88,19 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int) -> pd.DataFrame:
                              pass_id=starts_pass.cumsum())
     passes = grouped.groupby("pass_id", sort=True).agg(
         name=("name", "last"), category=("category", "last"), microbatch=("microbatch", "first"),
-        start_s=("start_s", "min"), end_s=("end_s", "max"), recompute_s=("recompute_s", "sum"))
+        start_s=("start_s", "min"), end_s=("end_s", "max"), recompute_s=("recompute_s", "sum"),
+        stage=("chunk", "first"))
     passes = passes.reset_index(drop=True)
     kind = passes["category"].where(passes["category"] != "recompute", "backward")
     passes["category"] = kind
+    chunk_of_stage = passes["stage"].map({stage: chunk for chunk, stage in enumerate(stages or [])})
+    if stages is not None and chunk_of_stage.notna().all():
+        passes["chunk"] = chunk_of_stage.astype(int)
+        return passes.drop(columns="stage")
     seen = passes.groupby([kind, passes["microbatch"]]).cumcount()
     backward = kind.isin(("backward",))
     passes["chunk"] = seen.where(~backward, virtual_stages - 1 - seen).clip(lower=0) if virtual_stages > 1 else 0
-    return passes
+    return passes.drop(columns="stage")
 
 
 def _chunk_colour(kind: str, chunk: int, virtual_stages: int) -> str | None:
@@ -102,19 +110,29 @@ def _chunk_colour(kind: str, chunk: int, virtual_stages: int) -> str | None:
 
 
 def _row_ranks(timeline: pd.DataFrame, summary: dict, by: str, ranks) -> tuple[list[int], list[str]]:
-    """The rank drawn in each row and the row's label."""
+    """The rank drawn in each row and the row's label; a rank holding several virtual stages (interleaved or V
+    placement) is labelled by rank with its stages, chunk 0 first ("rank 1: stages 1, 6")."""
     if by not in ("stage", "rank"):
         raise ValueError(f"by must be 'stage' or 'rank', not {by!r}")
     if ranks is not None:
         chosen = [int(r) for r in ranks]
     else:
         chosen = stage_representatives(timeline, summary) if by == "stage" else simulated_ranks(timeline)
-    stages = [stage_of(summary, r) for r in chosen]
-    if by == "stage":
-        labels = [f"stage {s} (rank {r})" for r, s in zip(chosen, stages)]
+    pp_ranks = [stage_of(summary, r) for r in chosen]
+    if int(summary["layout"].get("virtual_stages", 1)) > 1:
+        labels = [f"rank {r}: stages {', '.join(map(str, held_stages(summary, s)))}" for r, s in zip(chosen, pp_ranks)]
+    elif by == "stage":
+        labels = [f"stage {s} (rank {r})" for r, s in zip(chosen, pp_ranks)]
     else:
-        labels = [f"rank {r} (stage {s})" for r, s in zip(chosen, stages)]
+        labels = [f"rank {r} (stage {s})" for r, s in zip(chosen, pp_ranks)]
     return chosen, labels
+
+
+def held_stages(summary: dict, pp_rank: int) -> list[int]:
+    """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first, under the run's placement."""
+    layout = summary["layout"]
+    return rank_stages(pp_rank, int(layout["pp"]), int(layout.get("virtual_stages", 1)),
+                       layout.get("placement", "loop"))
 
 
 def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray]:
@@ -156,10 +174,10 @@ def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width:
 
 
 def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, scale: float,
-              virtual_stages: int) -> pd.DataFrame:
+              virtual_stages: int, stages: list[int]) -> pd.DataFrame:
     """Draw one rank's idle time, merged actions and communication in row ``row``; returns the actions."""
     work = compute_stream_work(rank_ops, rank)
-    actions = pipeline_passes(pipeline_actions(work), virtual_stages)
+    actions = pipeline_passes(pipeline_actions(work), virtual_stages, stages)
     classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
     idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
     _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
@@ -213,7 +231,8 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ra
     empty = ops.iloc[:0]
     used: set[str] = set()
     for row, rank in enumerate(rows):
-        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages)
+        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages,
+                            held_stages(summary, stage_of(summary, rank)))
         visible = actions[(actions["end_s"] > low) & (actions["start_s"] < high)] if len(actions) else actions
         labels_left -= _label_actions(ax, row, visible, scale, min_label_width, labels_left)
         used.update(str(collection.get_gid()).split(":")[0] for collection in ax.collections if collection.get_gid())

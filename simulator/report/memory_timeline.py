@@ -3,7 +3,8 @@ plus one micro-batch's activations for every micro-batch in flight, from the tim
 ops; and a figure of it against the GPU's capacity.
 
 A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
-(category backward: the full B or the input-grad Bi) ends. With interleaving (v > 1 chunks per rank) each
+(category backward: the full B or the input-grad Bi) ends; after a Bi it keeps what its deferred W needs
+(the summary's `weight_grad_per_virtual_stage`) until that W ends. With interleaving (v > 1 chunks per rank) each
 merged forward action brings in, and each merged backward action takes out, the activations of its virtual
 stage (the summary's `activation_per_virtual_stage`; 1/v of a micro-batch's in summaries without it).
 """
@@ -47,13 +48,31 @@ def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarr
     return np.where(sign > 0, actions["start_s"], actions["end_s"]), sign * unit
 
 
+def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.ndarray]:
+    """What a deferred W keeps (the summary's ``weight_grad_per_virtual_stage``): held from the end of its
+    micro-batch's input-grad backward ("Bi") on that virtual stage to the end of its W."""
+    sizes = entry.get("weight_grad_per_virtual_stage")
+    if not sizes or "chunk" not in work:
+        return np.empty(0), np.empty(0)
+    keys = ["microbatch", "chunk"]
+    input_grad = work[(work["category"] == "backward") & work["name"].str.startswith("Bi")]
+    held = pd.concat([input_grad.groupby(keys)["end_s"].max().rename("from"),
+                      work[work["category"] == "weight_grad"].groupby(keys)["end_s"].max().rename("to")],
+                     axis=1, join="inner")
+    size = np.array([float(sizes[str(int(chunk))]) * GIB for chunk in held.index.get_level_values("chunk")])
+    return np.concatenate([held["from"].to_numpy(), held["to"].to_numpy()]), np.concatenate([size, -size])
+
+
 def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
     """Bytes in use on ``rank`` as a step function: columns time_s, bytes; each row holds from its time until
     the next row's. Frees at a moment are applied before allocations at the same moment."""
     entry = _stage_entry(summary, stage_of(summary, rank))
     static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
     chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
-    times, deltas = _allocations(compute_stream_work(timeline, rank), entry, chunks)
+    work = compute_stream_work(timeline, rank)
+    times, deltas = _allocations(work, entry, chunks)
+    held_times, held_deltas = _weight_grad_holds(work, entry)
+    times, deltas = np.concatenate([times, held_times]), np.concatenate([deltas, held_deltas])
     order = np.lexsort((deltas, times))
     times, level = times[order], static + np.cumsum(deltas[order])
     end = float(timeline["end_s"].max()) if len(timeline) else 0.0

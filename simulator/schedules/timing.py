@@ -128,15 +128,23 @@ def peak_in_flight(actions: list[Action]) -> int:
     return peak
 
 
-def peak_held_weight(actions: list[Action], chunk_weight: list[float]) -> float:
+def peak_held_weight(actions: list[Action], chunk_weight: list[float],
+                     kept_for_w: list[float] | None = None) -> float:
     """Largest sum of ``chunk_weight[chunk]`` over the forwards one rank holds at once (as peak_in_flight
     counts them): the peak activation bytes when chunks keep different amounts, as Llama 3's embedding-only
-    first chunk and head-only last chunk do."""
+    first chunk and head-only last chunk do. With ``kept_for_w``, walking the order, an input-grad backward
+    (B) frees its chunk's activations but keeps ``kept_for_w[chunk]`` (its weight GEMMs' inputs and output
+    gradients) until its W; a whole backward (BW) frees everything at once."""
+    kept = kept_for_w if kept_for_w is not None else [0.0] * len(chunk_weight)
     held = peak = 0.0
     for action in actions:
         if action.kind == "F":
             held += chunk_weight[action.chunk]
-            peak = max(peak, held)
-        elif action.kind in ("B", "BW"):
+        elif action.kind == "B":
+            held += kept[action.chunk] - chunk_weight[action.chunk]
+        elif action.kind == "BW":
             held -= chunk_weight[action.chunk]
+        else:
+            held -= kept[action.chunk]
+        peak = max(peak, held)
     return peak

@@ -195,6 +195,45 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     return outside + inside + scores
 
 
+def weight_grad_bytes_per_layer(model: ModelSpec, shard: ShardShape, routed_tokens: float | None = None) -> float:
+    """Bytes one layer keeps from a micro-batch's input-grad backward (B) to its deferred weight-grad pass (W) on
+    one rank: the input and the output gradient of each weight GEMM, which W multiplies (dW = X^T dY).
+
+    Zero Bubble (Qi et al., ICLR 2024, Table 1) counts this M_W = 32 s b h for a GPT layer without TP: GEMM
+    inputs h (QKV) + h (projection) + h (FC1) + 4h (FC2) and output gradients 3h + h + 4h + h, 16 h elements
+    of 2 bytes per token. PyTorch's pipelining keeps the same tensors: `stage_backward_input` retains the graph
+    and each parameter group's intermediates and their gradients for `stage_backward_weight`. The inputs stored
+    sharded under sequence parallelism (norm outputs) count as the activation model stores them; GQA, gated MLPs
+    and MoE experts (``routed_tokens`` as in moe_activation_bytes) widen the terms as they do the GEMMs."""
+    validate_shard(model, shard)
+    t, h, tokens = shard.tp, model.hidden, shard.tokens
+    q_width = model.heads * model.head_dim / t
+    kv_width = kv_heads_per_rank(model, t) * model.head_dim
+    up_widths = 2 if model.gated_mlp else 1
+
+    def mlp(mlp_tokens: float, width: float) -> float:
+        """FC1's output gradient, FC2's input and FC2's output gradient; FC1's input is counted apart."""
+        return mlp_tokens * (up_widths * width + width + h)
+
+    norm_output = shard.pointwise_tokens * h
+    attention = norm_output + tokens * (q_width + 2 * kv_width) + tokens * (q_width + h)
+    moe = model.moe
+    if moe is None:
+        ffn = norm_output + mlp(tokens, model.ffn_hidden / t)
+    else:
+        own_tokens = tokens / t
+        received = moe.top_k * own_tokens if routed_tokens is None else routed_tokens
+        ffn = (norm_output + received * h + mlp(received, moe.expert_ffn_hidden)
+               + mlp(own_tokens * moe.shared_experts, moe.expert_ffn_hidden))
+    return shard.dtype_bytes * (attention + ffn)
+
+
+def head_weight_grad_bytes(model: ModelSpec, shard: ShardShape) -> float:
+    """Bytes the output layer keeps for its deferred W: its input (the final norm's output) and the logits'
+    gradient, V/t per token."""
+    return shard.dtype_bytes * (shard.pointwise_tokens * model.hidden + shard.tokens * model.vocab / shard.tp)
+
+
 def head_activation_bytes(model: ModelSpec, shard: ShardShape) -> float:
     """Bytes the last stage keeps for the loss: fp32 logits, 4 s b V / t (Korthikanti et al.)."""
     return 4.0 * shard.tokens * model.vocab / shard.tp

@@ -3,8 +3,10 @@ micro-batches, plus small facts about the step the summary reports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
+from simulator.catalog.models import ModelSpec
 from simulator.config.schema import Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
 from simulator.schedules.timing import peak_held_weight, peak_in_flight
@@ -23,10 +25,11 @@ DDP_BUCKET_COPIES = 2.0
 def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBreakdown, float]]:
     """Peak memory of one rank of each pipeline stage (ranks of a stage are alike), with the micro-batches of
     activations it holds at its peak: the chunks in flight weighted by the activations each keeps, so a rank
-    whose chunks differ (Llama 3's embedding-only first chunk) is counted exactly. ZeRO-2 with gradient
-    accumulation keeps the full gradient buffer (the gradients are reduce-scattered once, after the last
-    micro-batch), so its memory is ZeRO-1's then, unless each micro-batch's gradients are reduce-scattered
-    (``reduce_every_microbatch``)."""
+    whose chunks differ (Llama 3's embedding-only first chunk) is counted exactly, and under zero-bubble
+    schedules what each deferred W keeps from its B (chunk_weight_grad_bytes), walking the rank's order.
+    ZeRO-2 with gradient accumulation keeps the full gradient buffer (the gradients are reduce-scattered
+    once, after the last micro-batch), so its memory is ZeRO-1's then, unless each micro-batch's gradients
+    are reduce-scattered (``reduce_every_microbatch``)."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -40,12 +43,14 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         stage = 1
     sharding = replace(plan.sharding, stage=stage)
     result = []
+    kept_for_w = chunk_weight_grad_bytes(scenario, step)
     for pp_rank, per_vstage in enumerate(chunk_activation_bytes(scenario, step)):
         vstages = plan.rank_stages(pp_rank)
         layers = sum(counts[vs] for vs in vstages)
         chunk_bytes = [per_vstage[vs] for vs in vstages]
         if sum(chunk_bytes) > 0:
-            in_flight = peak_held_weight(plan.schedule[pp_rank], chunk_bytes) / sum(chunk_bytes)
+            chunk_kept = [kept_for_w[pp_rank][vs] for vs in vstages]
+            in_flight = peak_held_weight(plan.schedule[pp_rank], chunk_bytes, chunk_kept) / sum(chunk_bytes)
         else:
             in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
         buffers = 0.0
@@ -68,6 +73,24 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
 def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:
     """Per pipeline rank, the activation bytes one micro-batch leaves on each virtual stage the rank holds
     until its backward: its layers' (and on the last virtual stage the loss's fp32 logits)."""
+    return _per_virtual_stage(scenario, step, lambda model, shard: (
+        memory.activation_bytes_per_layer(model, shard, stored_activations(scenario.training), step.routed_tokens),
+        memory.head_activation_bytes(model, shard)))
+
+
+def chunk_weight_grad_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:
+    """Per pipeline rank, the bytes one micro-batch keeps on each virtual stage from its input-grad backward
+    (B) to its deferred weight-grad pass (W) under zero-bubble schedules: its layers' weight GEMM inputs and
+    output gradients (and on the last virtual stage the output layer's input and the logits' gradient)."""
+    return _per_virtual_stage(scenario, step, lambda model, shard: (
+        memory.weight_grad_bytes_per_layer(model, shard, step.routed_tokens),
+        memory.head_weight_grad_bytes(model, shard)))
+
+
+def _per_virtual_stage(scenario: Scenario, step: TrainingStep,
+                       sizes: Callable[[ModelSpec, ShardShape], tuple[float, float]]) -> list[dict[int, float]]:
+    """Per pipeline rank and virtual stage it holds: layers x the per-layer bytes ``sizes`` gives, plus its
+    head bytes on the last virtual stage."""
     plan, model = step.plan, step.model
     layout, training = plan.layout, scenario.training
     if model is None:
@@ -76,8 +99,7 @@ def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[
                               scenario.parallelism.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
                        dtype_bytes=int(plan.sharding.param_bytes))
-    layer_bytes = memory.activation_bytes_per_layer(model, shard, stored_activations(training), step.routed_tokens)
-    head_bytes = memory.head_activation_bytes(model, shard)
+    layer_bytes, head_bytes = sizes(model, shard)
     last_vstage = layout.pp * plan.virtual_stages - 1
     return [{vs: counts[vs] * layer_bytes + (head_bytes if vs == last_vstage else 0.0)
              for vs in plan.rank_stages(pp_rank)} for pp_rank in range(layout.pp)]
@@ -107,7 +129,7 @@ def layout_summary(step: TrainingStep) -> dict:
     plan = step.plan
     layout = plan.layout
     return {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
-            "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages,
+            "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages, "placement": plan.placement,
             "zero_stage": plan.sharding.stage, "sequence_parallel": plan.sequence_parallel,
             "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
 
@@ -116,10 +138,12 @@ MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")
 
 
 def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_bytes: float,
-                   stage_rank: list[int], chunk_bytes: list[dict[int, float]]) -> dict:
+                   stage_rank: list[int], chunk_bytes: list[dict[int, float]],
+                   kept_for_w: list[dict[int, float]]) -> dict:
     """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
     stage's breakdown with its activation memory per in-flight micro-batch and per virtual stage it holds
-    (``chunk_bytes``, from chunk_activation_bytes; for memory timelines). ``stage_rank`` names the first rank
+    (``chunk_bytes``, from chunk_activation_bytes; for memory timelines) and what a deferred W keeps per
+    virtual stage (``kept_for_w``, from chunk_weight_grad_bytes). ``stage_rank`` names the first rank
     of each stage, reported as the rank at the peak (every rank of a stage holds the same)."""
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
     worst = per_stage[worst_stage][0]
@@ -129,7 +153,8 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
         entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
         entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
                      activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0,
-                     activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()})
+                     activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()},
+                     weight_grad_per_virtual_stage={str(vs): size / GIB for vs, size in kept_for_w[index].items()})
         stages.append(entry)
     return {
         "memory_per_stage_gib": stages,

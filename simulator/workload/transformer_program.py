@@ -12,6 +12,7 @@ from simulator.topology.graph import Topology
 from simulator.workload.loss_scaling import loss_scaling_summary
 from simulator.workload.memory_plan import (
     chunk_activation_bytes,
+    chunk_weight_grad_bytes,
     layout_summary,
     memory_bound_share,
     memory_summary,
@@ -33,7 +34,7 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
     ranks = tuple(builder.representatives())
     memory = memory_summary(stage_memory(scenario, step), step.gpu.hbm_bytes,
                             [layout.rank_of(pp=stage) for stage in range(layout.pp)],
-                            chunk_activation_bytes(scenario, step))
+                            chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
     return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
