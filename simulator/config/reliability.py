@@ -98,8 +98,8 @@ Duration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(ge
 Bandwidth = Annotated[float, BeforeValidator(_quantity(parse_bandwidth)), Field(gt=0)]
 Size = Annotated[float, BeforeValidator(_quantity(parse_size)), Field(gt=0)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]
-Interval = Annotated[object, BeforeValidator(parse_interval)]
-"""Steps (int) or seconds (float); `object` so that type checks see no bare integer field."""
+Interval = Annotated[int | float, BeforeValidator(parse_interval)]
+"""Steps (an int, from "N steps") or seconds (a float, from a duration); the type tells them apart."""
 
 
 class ComponentSpec(Section):

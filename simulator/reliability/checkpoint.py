@@ -98,7 +98,7 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     if isinstance(config.interval, int):
         interval = config.interval
     else:
-        interval = max(1, round(float(config.interval) / step.step_s))  # type: ignore[arg-type]
+        interval = max(1, round(config.interval / step.step_s))
     share = 0.0
     if step.host_network_bandwidth > 0:
         share = min(write_rate / step.hosts / step.host_network_bandwidth, 0.99)
