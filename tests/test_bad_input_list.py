@@ -224,15 +224,18 @@ def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
 
 def integer_fields(model: type, path: tuple = ()) -> list[tuple]:
     """Every field of the schema that takes an integer, as a path (list items as index 0), found by walking the
-    models, so that fields added later are checked too."""
+    models, so that fields added later are checked too. Fields with their own parser (a checkpoint interval: "N
+    steps" or a duration) are left to it (test_a_parsed_integer_field_refuses_booleans_and_bare_numbers)."""
     import types
     import typing
 
-    from pydantic import BaseModel
+    from pydantic import BaseModel, BeforeValidator
 
     found = []
     for name, field in model.model_fields.items():
         child = path + (name,)
+        if any(isinstance(rule, BeforeValidator) for rule in field.metadata):
+            continue
         union = typing.get_origin(field.annotation) in (typing.Union, types.UnionType)
         for member in typing.get_args(field.annotation) if union else (field.annotation,):
             inner = typing.get_args(member) if typing.get_origin(member) is list else ()
@@ -248,6 +251,18 @@ def integer_fields(model: type, path: tuple = ()) -> list[tuple]:
 def field_only(loc: tuple) -> tuple:
     """A pydantic error location without the union members it names (`list[CollectiveItem]`, `TraceWorkload`)."""
     return tuple(part for part in loc if isinstance(part, int) or not ("[" in part or part[:1].isupper()))
+
+
+def test_a_parsed_integer_field_refuses_booleans_and_bare_numbers():
+    from pydantic import ValidationError
+
+    from simulator.config.schema import Scenario
+
+    for value in (True, "4", 4):
+        with pytest.raises(ValidationError) as caught:
+            Scenario.model_validate({"checkpoint": {"interval": value}})
+        assert any(error["loc"] == ("checkpoint", "interval") and "unit" in error["msg"]
+                   for error in caught.value.errors()), caught.value.errors()
 
 
 def test_every_integer_field_refuses_booleans_and_strings():
