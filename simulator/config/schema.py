@@ -237,6 +237,11 @@ class DDPConfig(Section):
     reduce_every_microbatch: bool = False
 
 
+FsdpStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
+"""PyTorch FSDP's sharding strategies, each run as the ZeRO stage of `FSDP_ZERO_STAGE`."""
+FSDP_ZERO_STAGE: dict[FsdpStrategy, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
+
+
 class ParallelismConfig(Section):
     """Degrees, placement order (innermost first) and the sharding / bucketing choices; how context
     parallelism gets the sequence's K/V (`cp_algorithm`) and whether it balances the causal work over its
@@ -258,7 +263,7 @@ class ParallelismConfig(Section):
     tp_comm_overlap: bool = False
     pipeline: PipelineConfig = PipelineConfig()
     zero: int = Field(default=0, ge=0, le=3)
-    fsdp: Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"] | None = None
+    fsdp: FsdpStrategy | None = None
     ddp: DDPConfig = DDPConfig()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
-from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
+from simulator.config.schema import FSDP_ZERO_STAGE, MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
 from simulator.config.training_options import Optimizer, Precision
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
@@ -43,8 +43,6 @@ def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision) -> flo
     gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the fp32 master
     weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + COPY_BYTES_PER_PARAM[precision]
-
-FSDP_STAGES = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_byte
     par = scenario.parallelism
     if par.fsdp is not None and par.zero:
         raise _invalid("parallelism.fsdp", "give zero or fsdp, not both", "one of them")
-    stage = FSDP_STAGES[par.fsdp] if par.fsdp is not None else par.zero
+    stage = FSDP_ZERO_STAGE[par.fsdp] if par.fsdp is not None else par.zero
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
     if par.fsdp == "hybrid_shard":
