@@ -57,15 +57,6 @@ class Efficiency:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ScenarioError(f"{name} {getattr(self, name)} is outside [0, 1]", field=f"efficiency.{name}",
                                     allowed="[0, 1], 0 for memory_peak")
-
-    def memory_fraction(self, kernel: Kernel) -> float:
-        """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: its measured score-pass figure for a
-        pass over unfused attention scores, memory_peak otherwise."""
-        if kernel.score_pass:
-            measured = self.score_memory_backward if kernel.backward else self.score_memory_forward
-            if measured > 0.0:
-                return measured
-        return self.memory_peak
         for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
             if getattr(self, name) < 0.0:
                 raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
@@ -75,6 +66,15 @@ class Efficiency:
                     [length for length, _ in points] != sorted({length for length, _ in points}):
                 raise ScenarioError(f"{name} needs ascending key lengths with fractions in (0, 1]",
                                     field=f"efficiency.{name}", allowed="(length > 0, fraction in (0, 1]) pairs")
+
+    def memory_fraction(self, kernel: Kernel) -> float:
+        """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: its measured score-pass figure for a
+        pass over unfused attention scores, memory_peak otherwise."""
+        if kernel.score_pass:
+            measured = self.score_memory_backward if kernel.backward else self.score_memory_forward
+            if measured > 0.0:
+                return measured
+        return self.memory_peak
 
 
 def _saturation(size: float, half: float) -> float:
