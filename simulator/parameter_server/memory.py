@@ -17,7 +17,7 @@ from simulator.workload.memory import (
     head_activation_bytes,
     state_bytes_per_param,
 )
-from simulator.workload.memory_plan import GIB, MEMORY_PARTS
+from simulator.workload.memory_plan import GIB, MEMORY_PARTS, stored_activations
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import ShardShape
 
@@ -30,7 +30,7 @@ def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> Memo
     training = scenario.training
     state = state_bytes_per_param(training.precision, training.optimizer)
     shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
-    activations = (model.layers * activation_bytes_per_layer(model, shard, training.recompute)
+    activations = (model.layers * activation_bytes_per_layer(model, shard, stored_activations(training))
                    + head_activation_bytes(model, shard))
     return MemoryBreakdown(params=parameters * state.param, grads=parameters * state.grad, optimizer=0.0,
                            activations=activations)
