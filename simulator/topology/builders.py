@@ -84,19 +84,24 @@ class Fabric:
         up to its leaf, the switch hops between the two leaves, the way down to the destination GPU."""
         if self.domain[src] == self.domain[dst]:
             return topo.link_ids(self.route(topo, src, dst, channel))
-        low, high = self.leaf[src], self.leaf[dst]
-        hops: tuple[int, ...] = (low, high)
-        if low != high:
-            mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77
-                   + channel * 0xC2B2AE3D) & 0xFFFFFFFF
-            mix ^= mix >> 15
-            spines = len(self.spine_names[self.leaf_pod[low]])
-            across = self.leaf_pod[low] != self.leaf_pod[high]
-            hops = (low, high, mix % spines, (mix // spines) % len(self.core_names) if across else 0)
+        hops = self._hops(src, dst, channel)
         middle = self._middles.get(hops)
         if middle is None:
             middle = self._middles[hops] = topo.link_ids(self._switch_hops(*hops))
         return self._end(topo, src, 0) + middle + self._end(topo, dst, 1)
+
+    def _hops(self, src: int, dst: int, channel: int) -> tuple[int, ...]:
+        """(leaf of src, leaf of dst, spine index, core index) between two domains: the spine (and core) hashed
+        from the two GPUs' flow keys and the channel, as ECMP hashes a flow; just the two leaves when they are the
+        same."""
+        low, high = self.leaf[src], self.leaf[dst]
+        if low == high:
+            return (low, high)
+        mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77 + channel * 0xC2B2AE3D) & 0xFFFFFFFF
+        mix ^= mix >> 15
+        spines = len(self.spine_names[self.leaf_pod[low]])
+        across = self.leaf_pod[low] != self.leaf_pod[high]
+        return (low, high, mix % spines, (mix // spines) % len(self.core_names) if across else 0)
 
     def _switch_hops(self, low: int, high: int, spine: int = 0, core: int = 0) -> list[str]:
         """Switch names from leaf ``low`` to leaf ``high`` through the spine (and core) of those indices."""
@@ -122,20 +127,8 @@ class Fabric:
             up, down = self.uplinks[src], self.uplinks[dst]
             meet = next(i for i, node in enumerate(up) if node in down)
             return [self.gpus[src], *up[:meet + 1], *reversed(down[:down.index(up[meet])]), self.gpus[dst]]
-        low, high = self.leaf[src], self.leaf[dst]
-        path = [self.gpus[src], self.nic[src], self.leaf_names[low]]
-        if low != high:
-            mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77
-                   + channel * 0xC2B2AE3D) & 0xFFFFFFFF
-            mix ^= mix >> 15
-            pod_a, pod_b = self.leaf_pod[low], self.leaf_pod[high]
-            spine = mix % len(self.spine_names[pod_a])
-            path.append(self.spine_names[pod_a][spine])
-            if pod_a != pod_b:
-                path += [self.core_names[(mix // len(self.spine_names[pod_a])) % len(self.core_names)],
-                         self.spine_names[pod_b][spine]]
-            path.append(self.leaf_names[high])
-        return path + [self.nic[dst], self.gpus[dst]]
+        return [self.gpus[src], self.nic[src], *self._switch_hops(*self._hops(src, dst, channel)), self.nic[dst],
+                self.gpus[dst]]
 
 
 def _add_nvswitch_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
