@@ -1,6 +1,7 @@
 """Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
 trace.json with the first replication's failures, checkpoints, restarts, degraded and straggling periods as Perfetto
-tracks (times in microseconds). Each file is written to a temporary name and moved into place. The event table
+tracks (times in microseconds). The event table and the trace are written to a temporary name and moved into
+place; the two summaries are small JSON files written directly. The event table
 goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a dictionary on the
 float columns, which have no repeats to find, doubled the write)."""
 
