@@ -7,9 +7,6 @@ float columns, which have no repeats to find, doubled the write)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +14,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator.report.atomic import write_bytes, write_through_temporary
 from simulator.report.writers import write_summary
 
 JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
@@ -45,24 +43,6 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
             event.update(ph="X", dur=(end - start) * 1e6)
         trace.append(event)
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
-
-
-def write_through_temporary(path: Path, write: Callable[[Path], object]) -> None:
-    """Call ``write`` on a temporary file beside ``path``, then move it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file moved into place."""
-    write_through_temporary(path, lambda tmp: tmp.write_bytes(data))
 
 
 def write_job_outputs(out_dir: Path, summary: dict, events: pa.Table, step_summary: dict) -> None:

@@ -121,7 +121,7 @@ def write_study(out_dir: Path, study: dict) -> list[str]:
     """study.json (every curve with its points) and study.csv (one row per point) in ``out_dir``."""
     import pandas as pd
 
-    from simulator.reliability.report import write_bytes
+    from simulator.report.atomic import write_bytes
     from simulator.report.writers import write_summary
 
     out_dir.mkdir(parents=True, exist_ok=True)

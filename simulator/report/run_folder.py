@@ -23,6 +23,7 @@ from pathlib import Path
 import orjson
 
 from simulator.errors import ScenarioError
+from simulator.report.atomic import write_bytes
 
 MANIFEST = "manifest.json"
 RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz")
@@ -97,9 +98,7 @@ def record_figure(out_dir: Path, figure: Path) -> None:
         return
     names = [name for name in manifest.get(FIGURES) or () if name != figure.name]
     manifest[FIGURES] = sorted([*names, figure.name])
-    partial = out_dir / f".{MANIFEST}.partial"
-    partial.write_bytes(orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
-    os.replace(partial, out_dir / MANIFEST)
+    write_bytes(out_dir / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
 
 
 def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None]) -> list[str]:

@@ -4,11 +4,11 @@ comparison; OUT/candidates.parquet and .csv (every layout with its status and re
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import orjson
 
+from simulator.report.atomic import write_through_temporary
 from simulator.sweep.search import SearchResult
 
 SHOWN = 10
@@ -45,12 +45,10 @@ def write_search(out_dir: Path, result: SearchResult) -> None:
     writers = {
         "candidates.parquet": lambda path: result.table.to_parquet(path, index=False),
         "candidates.csv": lambda path: result.table.to_csv(path, index=False),
-        "search.json": lambda path: Path(path).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2)),
+        "search.json": lambda path: path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2)),
     }
     for name, write in writers.items():
-        temporary = out_dir / f".{name}.tmp"
-        write(temporary)
-        os.replace(temporary, out_dir / name)
+        write_through_temporary(out_dir / name, write)
 
 
 def _clean(row: dict | None) -> dict | None:

@@ -13,6 +13,8 @@ from typing import Literal
 import orjson
 import pandas as pd
 
+from simulator.report.atomic import write_through_temporary
+
 PointStatus = Literal["ok", "invalid", "failed", "skipped"]
 """ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
 cluster...); failed: the simulation raised (deadlock, or a bug); skipped: a sweep constraint ruled it out."""
@@ -99,8 +101,5 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
 
 def write_results(out_dir: Path, frame: pd.DataFrame) -> None:
     """results.parquet and results.csv, each written under a temporary name and moved into place."""
-    for name, write in ((RESULTS_PARQUET, lambda p: frame.to_parquet(p, index=False)),
-                        (RESULTS_CSV, lambda p: frame.to_csv(p, index=False))):
-        temporary = out_dir / f".{name}.tmp"
-        write(temporary)
-        os.replace(temporary, out_dir / name)
+    write_through_temporary(out_dir / RESULTS_PARQUET, lambda path: frame.to_parquet(path, index=False))
+    write_through_temporary(out_dir / RESULTS_CSV, lambda path: frame.to_csv(path, index=False))
