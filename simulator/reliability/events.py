@@ -34,8 +34,8 @@ class JobEvents:
             self.blocks.append((self.replication, start, end, step, period, steps, count))
 
     def table(self) -> pa.Table:
-        """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind` a
-        dictionary column over EVENT_KINDS, `cause` a string column."""
+        """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind` and
+        `cause` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are."""
         columns = list(zip(*self.rows)) if self.rows else [()] * len(COLUMNS)
         replication = np.asarray(columns[0], dtype=np.int32)
         kind = np.asarray([KIND_CODE[k] for k in columns[1]], dtype=np.int8)
@@ -62,7 +62,7 @@ class JobEvents:
         arrays = [
             pa.array(replication[order]),
             pa.DictionaryArray.from_arrays(kind[order], pa.array(EVENT_KINDS)),
-            pa.DictionaryArray.from_arrays(cause[order], pa.array(names)).dictionary_decode(),
+            pa.DictionaryArray.from_arrays(cause[order], pa.array(names)),
             *(pa.array(column[order]) for column in (start, end, step, lost, hosts)),
         ]
         return pa.Table.from_arrays(arrays, names=list(COLUMNS))
