@@ -112,13 +112,23 @@ class CheckpointClock:
 
     def _trigger(self, t: float, c: SegmentCosts) -> None:
         self.since = 0.0
-        mark = Mark(self.steps, self.wall, self.equiv, t)
+        mark = self._progress(t)
         if c.mode == "sync":
             self._stall(t + c.stall_s, "write", mark)
         elif self.write_end is not None:
             self._stall(self.write_end, "wait", mark)
         else:
             self._stall(t + c.stall_s, "snapshot", mark)
+
+    def _progress(self, t: float) -> Mark:
+        """The progress made so far, as a mark at time ``t``."""
+        return Mark(self.steps, self.wall, self.equiv, t)
+
+    def _after_cycles(self, cycles: int, t: float, c: SegmentCosts) -> Mark:
+        """The progress at the trigger that ends the ``cycles``-th whole cycle from ``t``."""
+        k, cycle = c.interval_steps, c.cycle
+        return Mark(self.steps + cycles * k, self.wall + cycles * k * c.step_s,
+                    self.equiv + cycles * k * c.equivalent_step_s, t + (cycles - 1) * cycle.period_s + cycle.train_s)
 
     def _stall(self, end: float, kind: str, mark: Mark) -> None:
         self.stall_end, self.stall_kind, self.stall_mark = end, kind, mark
@@ -146,14 +156,12 @@ class CheckpointClock:
 
     def _jump_cycles(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Jump the whole cycles that fit before ``t_end``; return the time after them."""
-        k, step = c.interval_steps, c.step_s
+        k = c.interval_steps
         train, stall, slow, period = c.cycle
         cycles = math.floor((t_end - t) / period + STEP_EPS)
         if cycles < 1:
             return t
-        equivalent = c.equivalent_step_s
-        last = Mark(self.steps + cycles * k, self.wall + cycles * k * step, self.equiv + cycles * k * equivalent,
-                    t + (cycles - 1) * period + train)
+        last = self._after_cycles(cycles, t, c)
         if c.mode == "sync":
             self.events.add_checkpoints(t + train, t + period, self.steps + k, period, k, cycles)
             self.mark = last
@@ -163,14 +171,11 @@ class CheckpointClock:
             self._complete(first, t + c.write_s)
             self.events.add_checkpoints(t + train, t + period + c.write_s, self.steps + k, period, k, cycles - 1)
             if cycles > 1:
-                self.mark = Mark(self.steps + (cycles - 1) * k, self.wall + (cycles - 1) * k * step,
-                                 self.equiv + (cycles - 1) * k * equivalent, t + (cycles - 2) * period + train)
+                self.mark = self._after_cycles(cycles - 1, t, c)
             self.write_mark = last
             self.write_start = t + cycles * period
             self.write_end = self.write_start + c.write_s
-        self.steps += cycles * k
-        self.wall += cycles * k * step
-        self.equiv += cycles * k * equivalent
+        self.steps, self.wall, self.equiv = last.steps, last.wall, last.equiv
         self.stall_s += cycles * stall
         self.slow_s += cycles * slow
         return t + cycles * period
@@ -186,7 +191,7 @@ class CheckpointClock:
             if mark is not None:
                 self.events.add("checkpoint_lost", mark.time, t, step=mark.steps)
         self.steps = self.mark.steps
-        self.mark = Mark(self.mark.steps, self.wall, self.equiv, self.mark.time)
+        self.mark = self.mark._replace(wall=self.wall, equiv=self.equiv)
         self.since = 0.0
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
@@ -197,7 +202,7 @@ class CheckpointClock:
         maintenance's) and loses nothing."""
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
-        self.mark = Mark(self.steps, self.wall, self.equiv, t)
+        self.mark = self._progress(t)
         self.events.add("checkpoint", t, t, step=self.steps)
         self.since = 0.0
 
