@@ -303,7 +303,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
-                               memory=dict(program.memory), memory_bound_share=program.memory_bound_share)
+                               memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
+                               pipelined=program.pipelined)
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
@@ -333,10 +334,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:
-        from simulator.parameter_server.summary import ps_bottleneck, ps_report
+        from simulator.parameter_server.summary import ps_report
 
         summary["parameter_server"] = ps_report(program, frame, routes, topology, settings, summary["step_time_s"])
-        summary["bottleneck"] = ps_bottleneck(summary, program)
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:

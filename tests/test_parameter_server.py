@@ -58,6 +58,18 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     assert ps["staleness_histogram"] == [16] and ps["lag_histogram"] == [16]
 
 
+def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(run_yaml):
+    """A parameter-server step has no pipeline: its workers' waits for the servers are exposed DP communication
+    (the largest loss here), and its bubble is 0 (it was the workers' idle share, 0.69 on the bundled scenario)."""
+    summary = run_yaml(scenario()).summary
+    bottleneck = summary["bottleneck"]
+    assert summary["bubble_fraction"] == bottleneck["evidence"]["bubble_fraction"] == 0.0
+    assert "pipeline_bubble" not in bottleneck["loss_shares"]
+    assert bottleneck["largest_loss"]["name"] == "exposed_dp_comm"
+    assert bottleneck["loss_shares"]["exposed_dp_comm"] == pytest.approx(
+        summary["exposed_comm_s"]["dp"] / summary["step_time_s"], rel=1e-12)
+
+
 def test_async_is_not_bounded_by_the_slow_worker(run_yaml):
     """Worker 1 computes 10x slower: under sync every worker's iteration outlasts its compute; under async
     the others iterate in less than that compute alone, and the run trains faster."""

@@ -25,12 +25,13 @@ LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer ste
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
 
 
-def loss_shares(step_time_s: float, comm: dict, bubble_s: float, optimizer_time_s: float) -> dict[str, float]:
-    """Each loss as a share of the step: idle time of the pipeline window, exposed communication per kind
-    (mean over ranks of communication time no compute overlaps) and the optimizer step."""
+def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float) -> dict[str, float]:
+    """Each loss as a share of the step: idle time of the pipeline window (none without a pipeline,
+    ``bubble_s`` None), exposed communication per kind (mean over ranks of communication time no compute
+    overlaps) and the optimizer step."""
     if step_time_s <= 0:
         return {}
-    seconds = {"pipeline_bubble": bubble_s, "optimizer": optimizer_time_s,
+    seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
                **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_KINDS}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
@@ -67,11 +68,12 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
 
 def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simulated_ranks: int,
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
-                     memory_bound_share: float) -> dict:
+                     memory_bound_share: float, pipelined: bool = True) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute,
-    HFU the FLOPs the GPUs really executed (recompute included)."""
+    HFU the FLOPs the GPUs really executed (recompute included). A step that is not ``pipelined`` has no
+    bubble (StepProgram.pipelined)."""
     comm = communication_metrics(frame, step_time_s)
-    bubble = bubble_fraction(frame)
+    bubble = bubble_fraction(frame) if pipelined else 0.0
     executed_flops = float(frame.loc[frame["kind"] == "compute", "flops"].sum()) / max(simulated_ranks, 1)
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
@@ -88,6 +90,7 @@ def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simu
         "traffic_bytes_per_gpu": traffic_bytes(frame),
         **memory,
     }
-    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(frame), optimizer_s(frame))
+    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(frame) if pipelined else None,
+                         optimizer_s(frame))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary

@@ -17,7 +17,7 @@ from simulator.workload.memory import (
     head_activation_bytes,
     state_bytes_per_param,
 )
-from simulator.workload.memory_plan import GIB, MEMORY_PARTS, stored_activations
+from simulator.workload.memory_plan import GIB, breakdown_gib, peak_memory_entries, stored_activations
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import ShardShape
 
@@ -51,10 +51,6 @@ def memory_entries(worker: MemoryBreakdown, worker_rank: int, server: MemoryBrea
     """The summary's memory keys for the fuller of the two (peak, breakdown, capacity, out of memory, rank),
     and the `parameter_server.memory_gib` entry with both."""
     peak, rank = max((worker, worker_rank), (server, server_rank), key=lambda pair: pair[0].total)
-    entries = {"peak_memory_gib": peak.total / GIB,
-               "memory_breakdown_gib": {name: getattr(peak, name) / GIB for name in MEMORY_PARTS},
-               "memory_capacity_gib": gpu.hbm_bytes / GIB, "peak_memory_rank": rank,
-               "oom": peak.total > gpu.hbm_bytes}
-    both = {role: {**{name: getattr(held, name) / GIB for name in MEMORY_PARTS}, "total": held.total / GIB}
-            for role, held in (("worker", worker), ("server", server))}
-    return entries, both
+    both = {role: {**breakdown_gib(held), "total": held.total / GIB} for role, held in (("worker", worker),
+                                                                                      ("server", server))}
+    return peak_memory_entries(peak, rank, gpu.hbm_bytes), both

@@ -202,7 +202,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
                        tokens_per_step=float(tokens),
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
-                       serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details)
+                       serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details, pipelined=False)
 
 
 @dataclass(frozen=True)

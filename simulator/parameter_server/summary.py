@@ -48,16 +48,6 @@ def ps_report(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int,
     return report
 
 
-def ps_bottleneck(summary: dict, program: StepProgram) -> dict:
-    """The step's bottleneck without a pipeline bubble: a parameter-server run has no pipeline, and its workers'
-    idle time is the exchange with the servers, which exposed data-parallel communication already counts."""
-    from simulator.metrics.summary import bottleneck
-
-    losses = {name: share for name, share in summary["bottleneck"]["loss_shares"].items() if name != "pipeline_bubble"}
-    return bottleneck(summary["step_time_s"], {"exposed_comm_s": summary["exposed_comm_s"]}, dict(program.memory),
-                      program.memory_bound_share, 0.0, losses)
-
-
 def ring_allreduce(workers: list[int], nbytes: int, topology: Topology, settings: NetworkSettings) -> dict:
     """One ring all-reduce of ``nbytes`` over ``workers``, alone on the cluster: its time and its bytes."""
     from simulator.simulation import run_ops

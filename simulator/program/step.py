@@ -24,6 +24,8 @@ class StepProgram:
     ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
     ``details`` holds further summary entries that describe the step (``layout``, ``trace``...).
     ``layout`` is the TP x CP x PP x DP placement when the producer has one (stragglers fold by it).
+    ``pipelined`` is false for a step whose ranks idle for another reason than a pipeline (a parameter-server
+    worker waits for the servers, which exposed communication counts): its bubble is 0 and not a loss.
     """
 
     ops: tuple[Op, ...]
@@ -40,4 +42,5 @@ class StepProgram:
     warnings: tuple[str, ...] = ()
     details: Mapping[str, object] = field(default_factory=dict)
     layout: Layout | None = None
+    pipelined: bool = True
 

@@ -146,25 +146,28 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
     virtual stage (``kept_for_w``, from chunk_weight_grad_bytes). ``stage_rank`` names the first rank
     of each stage, reported as the rank at the peak (every rank of a stage holds the same)."""
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
-    worst = per_stage[worst_stage][0]
-    breakdown = {name: getattr(worst, name) / GIB for name in MEMORY_PARTS}
     stages = []
     for index, (stage, in_flight) in enumerate(per_stage):
-        entry = {name: getattr(stage, name) / GIB for name in MEMORY_PARTS}
+        entry = breakdown_gib(stage)
         entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
                      activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0,
                      activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()},
                      weight_grad_per_virtual_stage={str(vs): size / GIB for vs, size in kept_for_w[index].items()})
         stages.append(entry)
-    return {
-        "memory_per_stage_gib": stages,
-        "peak_memory_gib": worst.total / GIB,
-        "memory_breakdown_gib": breakdown,
-        "memory_capacity_gib": capacity_bytes / GIB,
-        "peak_memory_stage": worst_stage,
-        "peak_memory_rank": stage_rank[worst_stage],
-        "oom": worst.total > capacity_bytes,
-    }
+    return {"memory_per_stage_gib": stages, "peak_memory_stage": worst_stage,
+            **peak_memory_entries(per_stage[worst_stage][0], stage_rank[worst_stage], capacity_bytes)}
+
+
+def breakdown_gib(held: MemoryBreakdown) -> dict[str, float]:
+    """A rank's memory by part (MEMORY_PARTS), in GiB."""
+    return {name: getattr(held, name) / GIB for name in MEMORY_PARTS}
+
+
+def peak_memory_entries(peak: MemoryBreakdown, rank: int, capacity_bytes: float) -> dict:
+    """The summary's memory keys of the fullest rank: its total and breakdown in GiB, the GPU's capacity,
+    which rank it is and whether it is out of memory."""
+    return {"peak_memory_gib": peak.total / GIB, "memory_breakdown_gib": breakdown_gib(peak),
+            "memory_capacity_gib": capacity_bytes / GIB, "peak_memory_rank": rank, "oom": peak.total > capacity_bytes}
 
 
 def overlap_summary(step: TrainingStep) -> dict:
