@@ -80,6 +80,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # values
     "negative-dp": (scenario(PRESET + "parallelism: {dp: -1}\n"), RUN, 2, "parallelism.dp"),
     "zero-four": (scenario(PRESET + "parallelism: {zero: 4}\n"), RUN, 2, "parallelism.zero"),
+    "zero-and-fsdp": (scenario(PRESET + "parallelism: {zero: 1, fsdp: full_shard}\n"), RUN, 2,
+                      "s.yaml:4: parallelism.fsdp: give zero or fsdp, not both"),
+    "reduce-every-microbatch-without-zero2": (
+        scenario(PRESET + "parallelism:\n  zero: 3\n  ddp: {reduce_every_microbatch: true}\n"), RUN, 2,
+        "s.yaml:6: parallelism.ddp.reduce_every_microbatch: applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage 3"),
     "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
                       "'fp4' is not a valid choice"),
     "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),

@@ -12,9 +12,11 @@ from typing import TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from simulator.config.bundled import resolve_scenario
 from simulator.config.schema import Scenario
+from simulator.config.sections import FieldProblem
 from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_yaml_text, read_yaml
 from simulator.errors import ScenarioError
 
@@ -144,12 +146,20 @@ _TYPE_PROBLEMS = {
 """Pydantic's type errors as plain words: what the field expected, and an example of it."""
 
 
+def _location(error: ErrorDetails) -> tuple:
+    """The field path of a pydantic error: its location without union member tags, and below it the field a
+    section's check blames (FieldProblem)."""
+    loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
+    blamed = error.get("ctx", {}).get("error")
+    return loc + blamed.path if isinstance(blamed, FieldProblem) else loc
+
+
 def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,
                      error: type[ScenarioError] = ScenarioError,
                      overrides: tuple[tuple[FieldPath, str], ...] = ()) -> ScenarioError:
     """The first pydantic error as a located one-line ScenarioError."""
     errors = exc.errors(include_url=False)
-    cleaned = [tuple(part for part in error["loc"] if not _is_type_tag(part)) for error in errors]
+    cleaned = [_location(error) for error in errors]
     deepest = max(range(len(errors)),
                   key=lambda i: (len(cleaned[i]), errors[i]["type"] == "extra_forbidden", -i))
     first, loc = errors[deepest], cleaned[deepest]

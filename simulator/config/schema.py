@@ -17,7 +17,7 @@ from simulator.config.parameter_server import ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
-from simulator.config.sections import Section
+from simulator.config.sections import FieldProblem, Section
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Optimizer, Precision, Recompute
 from simulator.errors import InputError
@@ -265,6 +265,21 @@ class ParallelismConfig(Section):
     zero: int = Field(default=0, ge=0, le=3)
     fsdp: FsdpStrategy | None = None
     ddp: DDPConfig = DDPConfig()
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage the step runs: `fsdp`'s (FSDP_ZERO_STAGE), else `zero`."""
+        return FSDP_ZERO_STAGE[self.fsdp] if self.fsdp is not None else self.zero
+
+    @model_validator(mode="after")
+    def _one_sharding_choice(self) -> ParallelismConfig:
+        if self.fsdp is not None and self.zero:
+            raise FieldProblem(("fsdp",), "give zero or fsdp, not both", "one of them")
+        if self.ddp.reduce_every_microbatch and self.zero_stage != 2:
+            raise FieldProblem(("ddp", "reduce_every_microbatch"),
+                               f"applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage {self.zero_stage}",
+                               "zero: 2 or fsdp: shard_grad_op (ZeRO-3 reduce-scatters every micro-batch anyway)")
+        return self
 
 
 class Scenario(Section):

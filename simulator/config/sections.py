@@ -14,3 +14,12 @@ class Section(BaseModel):
     """Base of every section: frozen, unknown keys rejected, no type coercion."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FieldProblem(ValueError):
+    """A section's check across its fields that blames one of them: ``path`` below the section. The loader
+    reports it at that field (its line, its dotted name), as it does a field's own error."""
+
+    def __init__(self, path: tuple[str, ...], problem: str, allowed: str = ""):
+        super().__init__(f"{problem} (allowed: {allowed})" if allowed else problem)
+        self.path = path

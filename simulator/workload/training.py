@@ -10,7 +10,7 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
-from simulator.config.schema import FSDP_ZERO_STAGE, MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
+from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
 from simulator.config.training_options import Optimizer, Precision
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
@@ -128,18 +128,11 @@ def microbatch_count(scenario: Scenario, dp: int) -> int:
 
 def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_bytes: int) -> Sharding:
     par = scenario.parallelism
-    if par.fsdp is not None and par.zero:
-        raise _invalid("parallelism.fsdp", "give zero or fsdp, not both", "one of them")
-    stage = FSDP_ZERO_STAGE[par.fsdp] if par.fsdp is not None else par.zero
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
     if par.fsdp == "hybrid_shard":
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
-    if par.ddp.reduce_every_microbatch and stage != 2:
-        raise _invalid("parallelism.ddp.reduce_every_microbatch",
-                       f"applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage {stage}",
-                       "zero: 2 or fsdp: shard_grad_op (ZeRO-3 reduce-scatters every micro-batch anyway)")
-    return Sharding(stage=stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
+    return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=state_bytes, param_bytes=state_bytes,
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.ddp.reduce_every_microbatch)
