@@ -148,7 +148,7 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
     stages = []
     for index, (stage, in_flight) in enumerate(per_stage):
-        entry = breakdown_gib(stage)
+        entry: dict[str, object] = dict(breakdown_gib(stage))
         entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
                      activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0,
                      activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()},
