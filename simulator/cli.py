@@ -11,6 +11,7 @@ from pathlib import Path
 
 from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
+from simulator.network.modes import NETWORK_MODES
 from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
 
 EXIT_INPUT = 2
@@ -401,7 +402,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", default="calibrated", help="calibrated (default) or ideal (line rate)")
-    coll.add_argument("--network", default="flow", choices=["flow", "analytic"])
+    coll.add_argument("--network", default="flow", choices=NETWORK_MODES)
     coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.set_defaults(func=_cmd_collective)

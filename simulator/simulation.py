@@ -28,6 +28,7 @@ from simulator.metrics.events import EventLog, FlowBlock
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
+from simulator.network.modes import NetworkMode
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
@@ -59,7 +60,7 @@ class Result:
 class NetworkSettings:
     """How transfers are costed: flow or analytic model, per-class efficiency, collective defaults."""
 
-    mode: str = "flow"
+    mode: NetworkMode = "flow"
     efficiency: tuple[tuple[str, float], ...] = ()
     algorithm: str = "auto"
     chunk_bytes: float | None = None

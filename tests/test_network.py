@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
-from simulator.network import Network, max_min_rates
+from simulator.network.maxmin import max_min_rates
+from simulator.network.model import Network
+from simulator.network.modes import NETWORK_MODES
 from simulator.topology.graph import Topology, Wiring, add_link
 
 GB = 1e9
@@ -172,13 +175,18 @@ def test_efficiency_scales_capacity_of_its_link_class_only():
 @pytest.mark.parametrize("efficiency, field", [({"warp": 0.5}, "network.efficiency.warp"),
                                                ({"pcie": 0.0}, "network.efficiency.pcie"),
                                                ({"pcie": 1.5}, "network.efficiency.pcie")])
-def test_bad_efficiency_and_mode_are_scenario_errors(efficiency, field):
+def test_bad_efficiency_is_a_scenario_error(efficiency, field):
     with pytest.raises(ScenarioError) as error:
         Network(simpy.Environment(), line_topology(), efficiency=efficiency)
     assert error.value.field == field
+
+
+def test_an_unknown_network_mode_is_refused_at_load_with_the_modes_allowed():
+    text = "cluster: {topology: dgx-h100}\nnetwork: {model: packet}\nworkload:\n  - {op: all_reduce, bytes: 1 MiB}\n"
     with pytest.raises(ScenarioError) as error:
-        Network(simpy.Environment(), line_topology(), mode="packet")
-    assert error.value.field == "network.mode" and "analytic" in error.value.allowed
+        scenario_from_text(text, "s.yaml")
+    assert (error.value.field, error.value.line) == ("network.model", 2)
+    assert all(mode in error.value.allowed for mode in NETWORK_MODES)
 
 
 def test_two_concurrent_phases_sharing_a_link_each_take_longer_than_alone():

@@ -13,6 +13,7 @@ import simpy
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network
+from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
 
 
@@ -73,7 +74,7 @@ def run_plans(env: simpy.Environment, network: Network, topology: Topology, plan
 
 
 def time_collective(topology: Topology, op: str, algorithm: str, ranks, nbytes: float, *,
-                    efficiency: dict[str, float] | None = None, mode: str = "flow",
+                    efficiency: dict[str, float] | None = None, mode: NetworkMode = "flow",
                     chunk_bytes: float | None = None, channels: int | None = None, root: int = 0) -> float:
     """Seconds one collective takes alone on an idle network; ``ranks`` is a count (GPUs 0..k-1) or a list."""
     group = tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
+from simulator.network.modes import NetworkMode
 from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
@@ -12,7 +13,7 @@ from simulator.units import format_size, parse_size
 
 
 def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,
-                     sizes: list[float], efficiency: str = "calibrated", mode: str = "flow",
+                     sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = None) -> list[dict]:
     """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes)."""
     topology = load_topology(topology_name, overrides)

@@ -21,6 +21,7 @@ from simulator.config.sections import FieldProblem, Section
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Optimizer, Precision, Recompute
 from simulator.errors import InputError
+from simulator.network.modes import NetworkMode
 from simulator.schedules.registry import schedule_names
 from simulator.units import parse_duration, parse_size
 
@@ -80,7 +81,7 @@ class ClusterConfig(BaseModel):
 class NetworkConfig(Section):
     """`model`: flow (max-min sharing) or analytic (no contention); `efficiency`: calibrated, ideal or per class."""
 
-    model: Literal["flow", "analytic"] = "flow"
+    model: NetworkMode = "flow"
     efficiency: Literal["calibrated", "ideal"] | dict[str, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
 
 

@@ -23,9 +23,9 @@ from simpy.events import NORMAL, EventPriority
 from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
 from simulator.network.maxmin import grouped_max_min_rates
+from simulator.network.modes import NetworkMode
 from simulator.topology.graph import LINK_CLASSES, Topology
 
-MODES = ("flow", "analytic")
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
@@ -111,9 +111,7 @@ class Network:
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
-                 mode: str = "flow", log: EventLog | None = None):
-        if mode not in MODES:
-            raise ScenarioError(f"unknown network mode {mode!r}", field="network.mode", allowed=", ".join(MODES))
+                 mode: NetworkMode = "flow", log: EventLog | None = None):
         self.env = env
         self.topology = topology
         self.mode = mode
