@@ -146,7 +146,7 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     env.process(run_plan(env, network, topology, phases, ""))
     env.run()
     c = log.flow_columns()
-    return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes)
+    return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes())
 
 
 def network_settings(loaded: LoadedScenario) -> NetworkSettings:
@@ -309,7 +309,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
-    return summary, frame, result.log.flow_routes
+    return summary, frame, result.log.flow_routes()
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
@@ -394,4 +394,4 @@ def _simulate(loaded: LoadedScenario, force: bool, progress: Progress | None) ->
     }
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
-    return Result(summary, frame, topology, result.log.flow_routes)
+    return Result(summary, frame, topology, result.log.flow_routes())

@@ -46,6 +46,6 @@ def test_isolated_run_equals_the_network_model(cluster, op, algorithm, ranks, nb
     alone = run_isolated(cluster, effective_capacity(cluster, efficiency), phases)
     c = log.flow_columns()
     assert alone.duration_s == env.now
-    assert (alone.src, alone.dst, alone.routes) == (c["src"].tolist(), c["dst"].tolist(), log.flow_routes)
+    assert (alone.src, alone.dst, alone.routes) == (c["src"].tolist(), c["dst"].tolist(), log.flow_routes())
     assert (alone.start_s, alone.end_s, alone.nbytes) == (c["start_s"].tolist(), c["end_s"].tolist(),
                                                           c["bytes"].tolist())

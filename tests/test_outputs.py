@@ -78,7 +78,7 @@ def test_event_log_rows_in_recording_order():
     log = EventLog()
     log.record("compute", 3, "compute", "fwd", 0.0, 1.5, category="forward", flops=2.0, microbatch=1)
     log.flow("k", 3, 4, 0.5, 2.0, 8.0, (7, 9))
-    log.record_flows("j", [4], [3], [2.0], [3.0], [16.0], [(9, 7)])
+    log.replayed_flows("j", 0.0, FlowBlock.of([4], [3], [2.0], [3.0], [16.0], [(9, 7)]))
     frame = log.to_frame()
     assert frame["kind"].tolist() == ["compute", "flow", "flow"]
     assert frame["rank"].tolist() == [3, 3, 4]
@@ -86,7 +86,7 @@ def test_event_log_rows_in_recording_order():
     assert frame["microbatch"].tolist() == [1, -1, -1]
     assert frame["bytes"].tolist() == [0.0, 8.0, 16.0]
     assert frame["key"].tolist() == ["", "k", "j"]
-    assert log.flow_routes == [(7, 9), (9, 7)]
+    assert log.flow_routes() == [(7, 9), (9, 7)]
 
 
 def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
@@ -105,7 +105,7 @@ def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     assert frame["start_s"].tolist() == [0.0, 1.0, 1.25, 1.0, 2.0, 2.25, 2.5]
     assert frame["end_s"].tolist() == [1.0, 1.5, 1.75, 1.75, 2.5, 2.75, 3.0]
     assert frame["rank"].tolist() == [0, 1, 2, 1, 1, 2, 3]
-    assert log.flow_routes == [(5,), (1,), (2,), (1,), (2,), (6,)]
+    assert log.flow_routes() == [(5,), (1,), (2,), (1,), (2,), (6,)]
     assert len(log) == len(frame) == 7
 
 

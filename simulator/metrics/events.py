@@ -57,7 +57,7 @@ class FlowBlock:
 class EventLog:
     """Append-only columns. ``kind`` is one of compute, collective, flow; ``rank`` is a global GPU index
     (-1 for rows that belong to no single rank); ``src``/``dst`` are set for flows; ``microbatch`` is the
-    pipeline micro-batch an op works on and ``chunk`` its virtual stage (-1 for none). ``flow_routes[i]`` is the
+    pipeline micro-batch an op works on and ``chunk`` its virtual stage (-1 for none). ``flow_routes()[i]`` is the
     route of the i-th flow row."""
 
     def __init__(self) -> None:
@@ -112,11 +112,6 @@ class EventLog:
         self._flow_bytes.append(nbytes)
         self._flow_routes.append(route)
 
-    def record_flows(self, key: str, src: list[int], dst: list[int], start_s: list[float], end_s: list[float],
-                     nbytes: list[float], routes: list[tuple[int, ...]]) -> None:
-        """Append many flow rows of one collective at once."""
-        self.replayed_flows(key, 0.0, FlowBlock.of(src, dst, start_s, end_s, nbytes, routes))
-
     def replayed_flows(self, key: str, shift_s: float, block: FlowBlock) -> None:
         """The rows of ``block`` as flows of collective ``key``, their times moved on by ``shift_s``."""
         index = self._block_index.get(id(block))
@@ -132,9 +127,8 @@ class EventLog:
     def __len__(self) -> int:
         return len(self.columns["kind"]) + len(self._flow_src) + self._replayed_rows
 
-    @property
     def flow_routes(self) -> list[tuple[int, ...]]:
-        """The route of each flow row, in flow order."""
+        """The route of each flow row, in flow order (a list built on each call: read it once, at the end)."""
         layout = _Layout(self)
         pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
         return layout.merged(_objects(self._flow_routes, len(self._flow_routes)), pool[layout.gather]).tolist()

@@ -58,7 +58,7 @@ def ring_allreduce(workers: list[int], nbytes: int, topology: Topology, settings
     result, _ = run_ops(topology, ops, settings)
     flows = result.log.to_frame()
     flows = flows[flows["kind"] == "flow"]
-    carried = _carried(flows["bytes"].to_numpy(), result.log.flow_routes)
+    carried = _carried(flows["bytes"].to_numpy(), result.log.flow_routes())
     return {"algorithm": "ring", "time_s": result.makespan_s, "total_bytes": float(flows["bytes"].sum()),
             "bytes_per_worker": float(flows["bytes"].sum()) / len(workers),
             "busiest_link_bytes": max(carried.values(), default=0.0)}

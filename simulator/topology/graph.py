@@ -40,15 +40,6 @@ class Wiring:
         self.edges: dict[tuple[str, str], dict] = {}
         self._graph: nx.DiGraph | None = None
 
-    @classmethod
-    def from_networkx(cls, graph: nx.DiGraph) -> Wiring:
-        """The wiring of an existing graph, which stays its networkx form (the same object)."""
-        wiring = cls()
-        wiring.nodes = dict(graph.nodes(data=True))
-        wiring.edges = {(u, v): data for u, v, data in graph.edges(data=True)}
-        wiring._graph = graph
-        return wiring
-
     def __contains__(self, node: object) -> bool:
         return node in self.nodes
 
