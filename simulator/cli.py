@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from simulator.collector import collector_paused
 from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
 from simulator.network.modes import NETWORK_MODES
@@ -24,16 +25,10 @@ EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (`trainsim topo describe ... | head`), as a shell reports SIGPIPE (128 + 13)."""
 
 
+@collector_paused()
 def _cmd_run(args: argparse.Namespace) -> int:
     """One run, the cyclic garbage collector paused throughout: loading and writing keep the run's large
     heap alive as well (simulator/collector.py)."""
-    from simulator.collector import collector_paused
-
-    with collector_paused():
-        return _run(args)
-
-
-def _run(args: argparse.Namespace) -> int:
     from simulator import load_scenario
 
     out = output_folder(args.out)
@@ -111,14 +106,6 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
-    """The collective table, the cyclic garbage collector paused (simulator/collector.py)."""
-    from simulator.collector import collector_paused
-
-    with collector_paused():
-        return _collective(args)
-
-
-def _collective(args: argparse.Namespace) -> int:
     from simulator.collectives.sweep import collective_sweep, format_table
     from simulator.units import parse_size_range
 

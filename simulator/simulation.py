@@ -90,15 +90,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
-    caller has already planned with it (the run's settings, the same topology). The cyclic garbage collector
-    is paused meanwhile (simulator/collector.py)."""
-    with collector_paused():
-        return _run_ops(topology, ops, settings, async_streams, faults, progress, serial_streams, plans)
-
-
-def _run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings, async_streams: frozenset[str],
-             faults: FaultHooks | None, progress: Progress | None, serial_streams: frozenset[str],
-             plans: PlanCache | None) -> tuple[EngineResult, Network]:
+    caller has already planned with it (the run's settings, the same topology)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
@@ -359,15 +351,11 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     return topology
 
 
+@collector_paused()
 def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list. Runs estimated beyond the scale limits are refused unless ``force``; ``progress(done, total)`` hears
     of the ops executed. The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
-    with collector_paused():
-        return _simulate(loaded, force, progress)
-
-
-def _simulate(loaded: LoadedScenario, force: bool, progress: Progress | None) -> Result:
     from simulator.engine.faults import FaultHooks
 
     topology = sized_topology(loaded, force)

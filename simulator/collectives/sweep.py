@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.collector import collector_paused
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.modes import NetworkMode
@@ -12,10 +13,12 @@ from simulator.topology.loader import load_topology
 from simulator.units import format_size, parse_size
 
 
+@collector_paused()
 def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = None) -> list[dict]:
-    """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes)."""
+    """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes). The
+    cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
     topology = load_topology(topology_name, overrides)
     ranks = ranks or topology.num_gpus
     if not 2 <= ranks <= topology.num_gpus:

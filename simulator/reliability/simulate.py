@@ -42,9 +42,8 @@ class JobResult:
 
     @cached_property
     def table(self) -> pa.Table:
-        """The rows of job_events.parquet as an Arrow table (built with the garbage collector paused)."""
-        with collector_paused():
-            return self.log.table()
+        """The rows of job_events.parquet as an Arrow table."""
+        return self.log.table()
 
     @cached_property
     def events(self) -> pd.DataFrame:
@@ -71,13 +70,9 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
                             field="restart.spares", allowed=f"0 to {hosts}")
 
 
+@collector_paused()
 def simulate_job(loaded: LoadedScenario) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused)."""
-    with collector_paused():
-        return _simulate_job(loaded)
-
-
-def _simulate_job(loaded: LoadedScenario) -> JobResult:
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:

@@ -1,0 +1,36 @@
+"""The cyclic garbage collector is paused once, at the entry points (simulator/collector.py): the simulation
+beneath `simulate()` and `collective_sweep()` runs with it off, and it is back on afterwards."""
+
+from __future__ import annotations
+
+import gc
+
+import simulator.collectives.sweep as collective_module
+import simulator.simulation as simulation
+from simulator import load_scenario, simulate
+from simulator.collectives.sweep import collective_sweep
+
+COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
+
+
+def _spy(module, monkeypatch) -> list[bool]:
+    """Record whether the collector is on each time ``module`` runs ops."""
+    seen: list[bool] = []
+    real = module.run_ops
+
+    def run_ops(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_ops", run_ops)
+    return seen
+
+
+def test_simulate_and_collective_sweep_run_with_the_collector_paused(monkeypatch, tmp_path):
+    assert gc.isenabled()
+    in_simulate, in_sweep = _spy(simulation, monkeypatch), _spy(collective_module, monkeypatch)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(COMM)
+    simulate(load_scenario(str(scenario)))
+    collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="ring", ranks=8, sizes=[2**20])
+    assert (in_simulate, in_sweep) == ([False], [False]) and gc.isenabled()
