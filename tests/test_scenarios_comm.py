@@ -21,7 +21,7 @@ from simulator.cli import main
 from simulator.collectives.sweep import collective_sweep
 from simulator.config.loader import scenario_from_text
 from simulator.errors import SimulationError
-from simulator.program.ops import CollectiveOp
+from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops, simulate
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size_range
@@ -174,3 +174,28 @@ def test_cross_ordered_collectives_deadlock_with_a_report():
     assert "deadlock" in message
     assert "'X'" in message and "waits for ranks [1]" in message
     assert "'Y'" in message and "waits for ranks [0]" in message
+
+
+def _joins(rank_ops: dict[int, list[str]]) -> list:
+    """Each rank's ops in order: "X" joins the all-reduce X over GPUs 0 and 1, "wait" is a 1 ms kernel first."""
+    ops: list = []
+    for rank, names in rank_ops.items():
+        for name in names:
+            ops.append(ComputeOp(id=len(ops), rank=rank, stream="comm", name=name, duration=1e-3) if name == "wait"
+                       else CollectiveOp(id=len(ops), rank=rank, stream="comm", name=name, op="all_reduce",
+                                         group=(0, 1), nbytes=2**20, key=name))
+    return ops
+
+
+@pytest.mark.parametrize("rank_ops, words", [
+    ({0: ["X", "X"], 1: ["X", "X"]}, "rank 0 joins all_reduce 'X' (key X) after it finished"),
+    ({0: ["X", "X"]}, "rank 0 joins all_reduce 'X' (key X) after it finished"),
+    ({0: ["wait", "X"], 1: ["wait", "X"], 2: ["X"]}, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+    ({0: ["wait", "X"], 2: ["X"]}, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+], ids=["again-rendezvous", "again-private", "outsider-rendezvous", "outsider-private"])
+def test_a_join_after_the_end_or_from_outside_the_group_is_refused(rank_ops, words):
+    """The rendezvous and a private collective (one simulated member, timed alone and replayed) refuse a rank
+    that joins a finished collective again, or that is not in its group, in the same words."""
+    with pytest.raises(SimulationError) as caught:
+        run_ops(load_topology("dgx-h100"), _joins(rank_ops), NetworkSettings())
+    assert str(caught.value) == words

@@ -200,23 +200,19 @@ class Engine:
         with a single simulated member (a folded rank's TP collectives) skips the rendezvous."""
         group_id, members, expected = self._group_facts(op.group)
         if expected == 1 and self.isolated is not None and op.id in self.sharing.private:
-            if op.key in self._finished:
-                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
-            if op.rank not in members:
-                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
+            if op.rank not in members or op.key in self._finished:
+                raise self._refused(op)
             self._finished.add(op.key)
             done = self.env.event()
             self._replay(op, (op.rank,), done)
             return done
         meeting = self._rendezvous.get(op.key)
+        if op.rank not in members or (meeting is None and op.key in self._finished):
+            raise self._refused(op)
         if meeting is None:
-            if op.key in self._finished:
-                raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
             meeting = _Rendezvous(op, group_id, expected, self.env.event())
             self._rendezvous[op.key] = meeting
         template = meeting.template
-        if op.rank not in members:
-            raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
         if group_id != meeting.group_id or op.op != template.op or op.nbytes != template.nbytes:
             raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {template.op} of "
                                   f"{template.nbytes:.0f} B over {template.group} vs {op.op} of {op.nbytes:.0f} B "
@@ -232,6 +228,12 @@ class Engine:
             else:
                 self.env.process(self._collective(meeting))
         return meeting.done
+
+    def _refused(self, op: CollectiveOp) -> SimulationError:
+        """Why ``op`` cannot join: its collective has finished already, or its rank is not in the group."""
+        if op.key in self._finished:
+            return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
+        return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
 
     def _collective(self, meeting: _Rendezvous):
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
@@ -260,7 +262,7 @@ class Engine:
         flow rows (shifted to its start) for every identical instance. No process is started for it: a
         timeout's callback logs the rows and releases the members (``done``; most collectives of a folded step
         are private, so this saves a SimPy process per instance)."""
-        shape = (op.op, self._group_facts(op.group)[0], op.nbytes, op.root, op.algorithm, op.pair_bytes)
+        shape = PlanCache.key(op, self._group_facts(op.group)[0])
         run = self._isolated_runs.get(shape)
         if run is None:
             assert self.isolated is not None

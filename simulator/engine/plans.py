@@ -3,6 +3,8 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.program.ops import CollectiveOp
@@ -30,9 +32,11 @@ class PlanCache:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
                                  chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes)
 
-    def key(self, op: CollectiveOp, group: tuple[int, ...]) -> tuple:
+    @staticmethod
+    def key(op: CollectiveOp, group: Hashable) -> tuple:
         """What a plan depends on within one run: op, group, size (and pair sizes), root and the algorithm asked
-        for (`auto` is resolved from these and the run's fixed defaults)."""
+        for (`auto` is resolved from these and the run's fixed defaults). ``group`` is the member tuple or
+        anything naming it one to one (the engine's dense group id: cheaper to hash than a 16k-rank tuple)."""
         return (op.op, group, op.nbytes, op.root, op.algorithm, op.pair_bytes)
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
