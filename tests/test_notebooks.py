@@ -1,6 +1,7 @@
 """Every notebook in notebooks/ runs top to bottom with nbclient (cwd notebooks/, a fresh kernel) and draws its
 figures; the pipeline notebook also asserts its bubble fractions against the closed forms inside the notebook,
-so a wrong bubble fails here."""
+and the Llama 3 405B notebook its table (TFLOP/s per GPU from 6N + causal attention over the step time, MFU,
+the error against the published figure, the losses) against each run's summary, so a wrong figure fails here."""
 
 from __future__ import annotations
 
