@@ -10,7 +10,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.metrics.intervals import uncovered
 from simulator.workload.roofline import kernel_duration, kernels_duration, wave_efficiency
-from simulator.workload.training import optimizer_bytes_per_param
+from simulator.workload.training import GRAD_BUFFER_BYTES, optimizer_bytes_per_param
 from simulator.workload.transformer import (
     AttentionCost,
     Kernel,
@@ -145,32 +145,72 @@ def test_tp_comm_overlap_needs_sequence_parallelism(run_yaml):
     assert info.value.field == "parallelism.tp_comm_overlap"
 
 
+LAYER_NAMES = ("mlp_fc2", "mlp_fc1", "out_proj", "qkv_proj")
+
+
 def test_unfused_gradient_accumulation_adds_one_pass_per_weight():
     # Megatron-LM before --gradient-accumulation-fusion: each micro-batch's weight gradient is written in fp16
-    # and main_grad.add_(grad) reads both and writes the sum, 3 x 2 B per weight element of the layer's four
-    # matrices (tp 8: 12 h^2 / 8 weights), streamed at the calibrated 88% of the A100's 2.039 TB/s.
+    # and main_grad.add_(grad) reads both and writes the sum into the fp16 buffer, 3 x 2 B per weight element of
+    # the layer's four matrices (tp 8: 12 h^2 / 8 weights) and of their biases (3h/8 + h + 4h/8 + h),
+    # streamed at the calibrated 88% of the A100's 2.039 TB/s.
     model, gpu = get_model("megatron-76.1b"), get_gpu("a100-80gb")
     efficiency = compute_efficiency("a100-80gb", "fp16")
-    fused = layer_kernels(model, ShardShape(2, 2048, tp=8), "full")
-    separate = layer_kernels(model, ShardShape(2, 2048, tp=8, fused_grad_accumulation=False), "full")
+    fused = layer_kernels(model, ShardShape(2, 2048, tp=8, grad_accum_bytes=2), "full")
+    separate = layer_kernels(model, ShardShape(2, 2048, tp=8, grad_accum_bytes=2, fused_grad_accumulation=False),
+                             "full")
     assert not [k for k in fused.backward_weight if k.name.endswith(".accumulate")]
     adds = [k for k in separate.backward_weight if k.name.endswith(".accumulate")]
-    weights = 12 * model.hidden**2 / 8
-    assert [k.name for k in adds] == [f"{name}.wgrad.accumulate" for name in ("mlp_fc2", "mlp_fc1", "out_proj",
-                                                                              "qkv_proj")]
-    assert sum(k.hbm_bytes for k in adds) == pytest.approx(3 * 2 * weights, rel=1e-12)
-    seconds = sum(kernel_duration(k, gpu, "fp16", efficiency) for k in adds)
+    h = model.hidden
+    weights, biases = 12 * h**2 / 8, 3 * h / 8 + h + 4 * h / 8 + h
+    assert [k.name for k in adds] == [f"{name}.{part}.accumulate" for part in ("wgrad", "bgrad")
+                                      for name in LAYER_NAMES]
+    assert sum(k.hbm_bytes for k in adds) == pytest.approx(3 * 2 * (weights + biases), rel=1e-12)
+    seconds = sum(kernel_duration(k, gpu, "fp16", efficiency) for k in adds[:4])
     # Four kernels, each paying the 2 us launch/tail ramp on top of its streaming time.
     assert seconds == pytest.approx(6 * weights / (0.88 * 2.039e12) + 4 * 2e-6, rel=1e-3)
     assert separate.forward == fused.forward and separate.recompute == fused.recompute
+    # An fp32 buffer (bf16 training) reads 2 B of fresh gradient and reads and writes 4 B per element.
+    fp32_buffer = layer_kernels(model, ShardShape(2, 2048, tp=8, fused_grad_accumulation=False), "full")
+    assert sum(k.hbm_bytes for k in fp32_buffer.backward_weight if k.name.endswith(".accumulate")) == \
+        pytest.approx(10 * (weights + biases), rel=1e-12)
+
+
+def test_layer_backward_runs_megatrons_2021_elementwise_passes():
+    # Megatron-LM 2021 (the SC21 commit), per element of a [s, b, h] activation unless said: the fused LayerNorm
+    # backward reads x and dy twice (cuComputePartGradGammaBeta, then cuComputeGradInput) and writes dx (5 x 2 B);
+    # the bias-dropout-add backward writes the branch gradient from dy and the mask (2 + 1 + 2 B) and autograd
+    # adds the skip's gradient to the norm's dx (3 x 2 B); each linear layer's bias gradient is a sum over the
+    # tokens of its output gradient (2 B per output element: 3h/t, h, 4h/t, h). RMSNorm models without dropout
+    # or biases (Llama) keep one pass per norm (3 x 2 B) and the skip's sum alone.
+    model, t = get_model("megatron-76.1b"), 8
+    tokens, h = 2 * 2048, model.hidden
+    kernels = layer_kernels(model, ShardShape(2, 2048, tp=t), "full")
+    by_name = {k.name: k for k in kernels.backward_input + kernels.backward_weight}
+    for norm in ("input_norm.bwd", "mlp_norm.bwd"):
+        assert by_name[norm].hbm_bytes == 5 * 2 * tokens * h
+    for residual in ("attn_residual.bwd", "mlp_residual.bwd"):
+        assert by_name[residual].hbm_bytes == (3 * 2 + 2 + 1 + 2) * tokens * h
+    widths = {"qkv_proj": 3 * h / t, "out_proj": h, "mlp_fc1": 4 * h / t, "mlp_fc2": h}
+    for name, width in widths.items():
+        assert by_name[f"{name}.bgrad"].hbm_bytes == 2 * tokens * width
+        assert by_name[f"{name}.bgrad"].weights == width
+    llama = layer_kernels(get_model("llama3-70b"), ShardShape(1, 8192, tp=8, sequence_parallel=True))
+    names = {k.name: k for k in llama.backward_input + llama.backward_weight}
+    assert not [name for name in names if name.endswith(".bgrad")]
+    elements = 8192 / 8 * 8192
+    assert names["input_norm.bwd"].hbm_bytes == names["attn_residual.bwd"].hbm_bytes == 3 * 2 * elements
 
 
 @pytest.mark.parametrize(("optimizer", "precision", "expected"), [
-    ("adam", "fp16", 52.0), ("adam", "bf16", 38.0), ("adam", "fp32", 32.0), ("sgd", "fp16", 36.0)])
+    ("adam", "fp16", 52.0), ("adam", "bf16", 38.0), ("adam", "fp8", 38.0), ("adam", "fp32", 32.0),
+    ("sgd", "fp16", 36.0)])
 def test_optimizer_step_counts_megatrons_mixed_precision_passes(optimizer, precision, expected):
     # Adam update 28 B (read master, grad, m, v; write master, m, v), gradient norm 4 B, master -> 16-bit copy
-    # 6 B; fp16 also copies 16-bit grads to fp32 (6 B) and unscales them with the inf check (8 B).
+    # 6 B; fp16 also copies its 16-bit gradient buffer to fp32 (6 B) and unscales it with the inf check (8 B).
+    # bf16 (and fp8, with bf16 parameters) accumulates in an fp32 buffer, as Megatron-LM forces, so
+    # main_grad.float() copies nothing.
     assert optimizer_bytes_per_param(optimizer, precision) == expected
+    assert GRAD_BUFFER_BYTES == {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
 
 
 def test_a100_gemms_lose_the_partial_last_wave():

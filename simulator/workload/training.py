@@ -32,16 +32,26 @@ UPDATE_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 28.0, "adamw": 28.0, "
 """HBM bytes the fused update moves per local parameter. Adam (apex FusedAdam): read fp32 master, grad, m and
 v, write master, m and v; AdamW the same (its decoupled weight decay is one more term on the master weight it
 already reads). SGD: read master and grad, write master; with momentum it also reads and writes the momentum."""
-COPY_BYTES_PER_PARAM: dict[Precision, float] = {"bf16": 6.0, "fp16": 6.0 + 8.0 + 6.0, "fp8": 6.0, "fp32": 0.0}
-"""HBM bytes of the mixed-precision copies around the update (see optimizer_bytes_per_param)."""
+GRAD_BUFFER_BYTES: dict[Precision, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
+"""Bytes per element of the buffer gradients accumulate and are all-reduced in (Megatron-LM's ``main_grad``):
+the parameters' dtype for fp16 (--accumulate-allreduce-grads-in-fp32 is off by default), fp32 for bf16 (and
+fp8, whose parameters are bf16), which arguments.py forces because bf16 sums lose too much (2021 and today)."""
+COPY_BYTES_PER_PARAM: dict[Precision, float] = {
+    precision: (2.0 + 4.0 if GRAD_BUFFER_BYTES[precision] == 2 else 0.0)
+    + (8.0 if precision == "fp16" else 0.0)
+    + (4.0 + 2.0 if PRECISION_BYTES[precision] == 2 else 0.0)
+    for precision in PRECISION_BYTES}
+"""HBM bytes of the mixed-precision passes around the update (see optimizer_bytes_per_param)."""
 
 
 def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision) -> float:
     """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
-    optimizer runs it (megatron/optimizer/optimizer.py): fp16 copies the 16-bit gradients to fp32 (read 2 B,
-    write 4 B) and unscales them checking for inf/NaN (read and write 4 B); every precision reads the fp32
-    gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the fp32 master
-    weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
+    optimizer runs it (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params):
+    ``main_param.grad = main_grad.float()`` copies a 16-bit gradient buffer to fp32 (read 2 B, write 4 B) and is
+    no copy at all for an fp32 buffer (bf16: GRAD_BUFFER_BYTES); fp16's loss scaler unscales the gradients and
+    checks them for inf/NaN (read and write 4 B); every precision reads the fp32 gradients once for the gradient
+    norm (4 B) and runs the update; 16-bit training then copies the fp32 master weights into the 16-bit ones
+    (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + COPY_BYTES_PER_PARAM[precision]
 
 
@@ -181,7 +191,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        f"virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
-                       dtype_bytes=precision_bytes, fused_grad_accumulation=training.grad_accumulation_fusion,
+                       dtype_bytes=precision_bytes, grad_accum_bytes=GRAD_BUFFER_BYTES[training.precision],
+                       fused_grad_accumulation=training.grad_accumulation_fusion,
                        fused_cross_entropy=training.cross_entropy_fusion)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))

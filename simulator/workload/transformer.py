@@ -20,6 +20,11 @@ KERNEL_KINDS = ("matmul", "attention", "elementwise")
 
 # FLOPs per element of the elementwise kernels (forward, backward); they are memory-bound, the counts are nominal.
 _NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
+# Activation-sized tensors a norm's backward reads: RMSNorm one fused pass over x and dy (Transformer Engine);
+# LayerNorm as apex's and Megatron-LM's fused kernel runs it (megatron/fused_kernels/layer_norm_cuda_kernel.cu,
+# HostLayerNormGradient): cuComputePartGradGammaBeta reads dy and x for the weight gradients, then
+# cuComputeGradInput reads both again to write dx.
+_NORM_BACKWARD_READS = {"rmsnorm": 2, "layernorm": 4}
 _ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}  # gated SwiGLU, GeLU (tanh form)
 _CROSS_ENTROPY_FLOPS = (5.0, 2.0)
 _FP32 = 4
@@ -59,9 +64,9 @@ class Kernel:
 class ShardShape:
     """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
     and in which formats: ``dtype_bytes`` per activation, weight and gradient element, ``grad_accum_bytes`` per
-    element of the gradient accumulator the weight-gradient GEMMs add into when ``fused_grad_accumulation``
-    (otherwise see `grad_accumulation`), and whether the loss is one fused cross-entropy pass per direction
-    (``fused_cross_entropy``; otherwise see `head_kernels`)."""
+    element of the gradient buffer weight gradients accumulate in (the weight-gradient GEMMs add into it when
+    ``fused_grad_accumulation``, otherwise see `grad_accumulation`), and whether the loss is one fused
+    cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`)."""
 
     micro_batch: int
     seq_len: int
@@ -187,36 +192,61 @@ def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
     """``kernels`` with the gradient accumulation Megatron-LM ran before its fused weight-gradient GEMM
     (--gradient-accumulation-fusion, February 2022): after each weight-gradient GEMM of every micro-batch, the
     DDP hook adds the fresh gradient into the accumulation buffer (``main_grad.add_(grad)``), a memory-bound
-    kernel that reads both and writes the sum in the gradient format. Unchanged when the GEMM fuses it."""
+    kernel that reads the fresh gradient and reads and writes the buffer (``grad_accum_bytes``). Unchanged when
+    the GEMM fuses it."""
     if shard.fused_grad_accumulation:
         return kernels
-    d = shard.dtype_bytes
-    adds = tuple(Kernel(f"{k.name}.accumulate", k.weights, 3 * d * k.weights, "elementwise", backward=True)
+    moved = shard.dtype_bytes + 2 * shard.grad_accum_bytes
+    adds = tuple(Kernel(f"{k.name}.accumulate", k.weights, moved * k.weights, "elementwise", backward=True)
                  for k in kernels.backward_weight if k.weights > 0)
     return PassKernels(kernels.forward, kernels.recompute, kernels.backward_input, kernels.backward_weight + adds)
 
 
 def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
-    """Norm forward (read x, write y) and backward (read x and dy, write dx; weight grads fused)."""
+    """Norm forward (read x, write y) and backward (read x and dy, twice for LayerNorm, write dx; the weight
+    gradients come out of the same passes)."""
     elements = shard.pointwise_tokens * model.hidden
     fwd_flops, bwd_flops = _NORM_FLOPS[model.norm]
     d = shard.dtype_bytes
     return (
         Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise"),
-        Kernel(f"{name}.bwd", bwd_flops * elements, 3 * d * elements, "elementwise"),
+        Kernel(f"{name}.bwd", bwd_flops * elements, (_NORM_BACKWARD_READS[model.norm] + 1) * d * elements,
+               "elementwise"),
     )
 
 
 def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
-    """(Dropout +) residual add: read branch and skip, write sum (and a 1-byte mask); backward sums two grads."""
+    """(Bias + dropout +) residual add: read branch and skip, write the sum (and a 1-byte dropout mask).
+
+    Backward as autograd runs it: the skip's gradient is the output gradient itself, and where the skip meets
+    the norm's input gradient autograd adds the two (read 2, write 1); with dropout the branch's gradient is one
+    more pass (read the gradient and the mask, write), counted in the same kernel."""
     elements = shard.pointwise_tokens * model.hidden
     d = shard.dtype_bytes
     mask = 1.0 if model.dropout else 0.0
     extra_flops = 2.0 if model.dropout else 0.0
+    dropout_grad = (2 * d + mask) if model.dropout else 0.0
     return (
         Kernel(name, (1 + extra_flops) * elements, (3 * d + mask) * elements, "elementwise"),
-        Kernel(f"{name}.bwd", (1 + extra_flops) * elements, (3 * d + mask) * elements, "elementwise"),
+        Kernel(f"{name}.bwd", (1 + extra_flops) * elements, (3 * d + dropout_grad) * elements, "elementwise"),
     )
+
+
+def _bias_grads(model: ModelSpec, shard: ShardShape, layers: tuple[tuple[str, float, bool], ...]) -> tuple[Kernel, ...]:
+    """Bias gradients of a layer with biases, one reduction per linear layer over the tokens of its output
+    gradient (read, in the gradient format), as autograd runs them unfused: F.linear's bias in the QKV projection,
+    and the biases Megatron-LM adds outside the GEMM (skip_bias_add) in its fused bias-GeLU and
+    bias-dropout-add, whose broadcast autograd sums back. ``layers``: (name, output width, whether its bias
+    sits on the pointwise tokens, as the row-parallel layers' full-width biases do under sequence parallelism).
+    The sums are weight gradients (``weights``: the bias elements)."""
+    if not model.bias:
+        return ()
+    kernels = []
+    for name, width, pointwise in layers:
+        elements = (shard.pointwise_tokens if pointwise else shard.tokens) * width
+        kernels.append(Kernel(f"{name}.bgrad", elements, shard.dtype_bytes * elements, "elementwise",
+                              backward=True, weights=width))
+    return tuple(kernels)
 
 
 def _attention_core(model: ModelSpec, shard: ShardShape,
@@ -328,7 +358,11 @@ def layer_kernels(
         mlp_residual[1], mlp_out[1], activation[1], *(mm[1] for mm in reversed(mlp_in)), mlp_norm[1],
         attn_residual[1], out_proj[1], *attention[1], qkv[1], input_norm[1],
     )
-    backward_weight = (mlp_out[2], *(mm[2] for mm in reversed(mlp_in)), out_proj[2], qkv[2])
+    mlp_in_names = ("mlp_up", "mlp_gate") if model.gated_mlp else ("mlp_fc1",)
+    bias_grads = _bias_grads(model, shard, (
+        (mlp_out[0].name, h, True), *((name, ffn, False) for name in mlp_in_names),
+        ("out_proj", h, True), ("qkv_proj", q_width + 2 * kv_width, False)))
+    backward_weight = (mlp_out[2], *(mm[2] for mm in reversed(mlp_in)), out_proj[2], qkv[2], *bias_grads)
     recomputed = {"none": (), "selective": attention[0], "full": forward}[recompute]
     return grad_accumulation(PassKernels(forward, _renamed(recomputed, "recompute."), backward_input,
                                          backward_weight), shard)
