@@ -16,6 +16,7 @@ import yaml
 
 from simulator.parallel.overlap import TPOverlap
 from simulator.workload.roofline import Efficiency
+from simulator.workload.transformer import MEASURED_KERNELS
 
 KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
 
@@ -43,7 +44,6 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
     achievable = gemm["achievable"]
     matmul = float(achievable.get(precision, achievable["bf16"]))
     waves = gemm.get("waves")
-    score_passes = entry.get("score_passes", {})
     return Efficiency(
         matmul_peak=matmul * ratio,
         matmul_half_dim=float(gemm["half_dim"]),
@@ -53,8 +53,8 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
         attention_backward=_table(attention, "backward_tflops", ratio),
         wave_sms=int(entry["sms"]) if waves else 0,
         wave_tiles=tuple((int(rows), int(columns)) for rows, columns in waves["tiles"]) if waves else (),
-        score_memory_forward=float(score_passes.get("forward", 0.0)),
-        score_memory_backward=float(score_passes.get("backward", 0.0)),
+        measured_memory=tuple((kind, float(entry[kind]["forward"]), float(entry[kind]["backward"]))
+                              for kind in MEASURED_KERNELS if kind in entry),
     )
 
 
@@ -73,6 +73,7 @@ def tp_overlap(gpu_name: str) -> TPOverlap:
 
 
 def source_of(gpu_name: str, part: str) -> str:
-    """The citation behind ``part`` (clock, gemm, attention, memory, score_passes) of ``gpu_name``'s calibration."""
+    """The citation behind ``part`` (clock, gemm, attention, memory, or a MEASURED_KERNELS family) of
+    ``gpu_name``'s calibration."""
     data = kernel_data()
     return str(data["sources"][data["gpus"][gpu_name][part]["source"]])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.errors import ScenarioError
-from simulator.workload.transformer import KERNEL_KINDS, Kernel
+from simulator.workload.transformer import KERNEL_KINDS, MEASURED_KERNELS, Kernel
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,9 @@ class Efficiency:
     given they replace attention_peak and attention_half_len for that pass (log-linear in the key length
     between points, the end values beyond them). wave_sms / wave_tiles: a GPU whose GEMM kernels launch one
     thread block per output tile in waves over its SMs (see wave_efficiency); 0 / () when its kernels are
-    persistent and split the last wave. score_memory_forward / score_memory_backward: fraction of HBM bandwidth
-    the forward and backward passes over unfused attention scores reach (Kernel.score_pass: softmax, dropout
-    and their gradients); 0 when not measured, which leaves them at memory_peak.
+    persistent and split the last wave. measured_memory: (kind, forward, backward) fractions of HBM bandwidth
+    that kernels of a measured family (Kernel.memory_kind, one of MEASURED_KERNELS) reach in their forward and
+    backward passes; a family not listed streams at memory_peak.
     """
 
     matmul_peak: float = 0.80
@@ -45,18 +45,18 @@ class Efficiency:
     attention_backward: tuple[tuple[float, float], ...] = ()
     wave_sms: int = 0
     wave_tiles: tuple[tuple[int, int], ...] = ()
-    score_memory_forward: float = 0.0
-    score_memory_backward: float = 0.0
+    measured_memory: tuple[tuple[str, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ScenarioError(f"{name} {value} is outside (0, 1]", field=f"efficiency.{name}", allowed="(0, 1]")
-        for name in ("score_memory_forward", "score_memory_backward"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ScenarioError(f"{name} {getattr(self, name)} is outside [0, 1]", field=f"efficiency.{name}",
-                                    allowed="[0, 1], 0 for memory_peak")
+        for kind, *fractions in self.measured_memory:
+            if kind not in MEASURED_KERNELS or any(not 0.0 < value <= 1.0 for value in fractions):
+                raise ScenarioError(f"measured_memory {kind!r} {fractions} is not a known kind with fractions in "
+                                    "(0, 1]", field=f"efficiency.measured_memory.{kind}",
+                                    allowed=f"{', '.join(MEASURED_KERNELS)}; fractions in (0, 1]")
         for name in ("matmul_half_dim", "attention_half_len", "ramp_time"):
             if getattr(self, name) < 0.0:
                 raise ScenarioError(f"{name} must be >= 0", field=f"efficiency.{name}", allowed=">= 0")
@@ -68,12 +68,11 @@ class Efficiency:
                                     field=f"efficiency.{name}", allowed="(length > 0, fraction in (0, 1]) pairs")
 
     def memory_fraction(self, kernel: Kernel) -> float:
-        """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: its measured score-pass figure for a
-        pass over unfused attention scores, memory_peak otherwise."""
-        if kernel.score_pass:
-            measured = self.score_memory_backward if kernel.backward else self.score_memory_forward
-            if measured > 0.0:
-                return measured
+        """Plateau fraction of HBM bandwidth ``kernel``'s traffic reaches: the measured figure of its kernel
+        family and pass when there is one, memory_peak otherwise."""
+        for kind, forward, backward in self.measured_memory:
+            if kind == kernel.memory_kind:
+                return backward if kernel.backward else forward
         return self.memory_peak
 
 

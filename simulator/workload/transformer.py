@@ -17,6 +17,10 @@ from simulator.config.training_options import RECOMPUTE_MODES, Recompute
 from simulator.errors import ScenarioError
 
 KERNEL_KINDS = ("matmul", "attention", "elementwise")
+MEASURED_KERNELS = ("score_passes", "layernorm")
+"""Memory-bound kernel families whose HBM efficiency a GPU's calibration may measure apart from a streaming
+kernel's (Kernel.memory_kind): the passes over unfused attention scores (softmax, dropout and their gradients)
+and the fused LayerNorm of apex and Megatron-LM."""
 
 # FLOPs per element of the elementwise kernels (forward, backward); they are memory-bound, the counts are nominal.
 _NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
@@ -44,9 +48,9 @@ class Kernel:
     backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
     ``weights`` is the number of weight elements a weight-gradient GEMM produces (0 for every other kernel).
     ``output`` is a GEMM's (batch, rows, columns) of output, which sets how its tiles fill the GPU's SMs
-    (roofline.wave_efficiency); empty when not a GEMM or not known. ``score_pass`` marks a memory-bound pass
-    over the s x s attention scores of unfused attention (softmax, dropout and their gradients), whose measured
-    HBM efficiency differs from a streaming kernel's (Efficiency.score_memory).
+    (roofline.wave_efficiency); empty when not a GEMM or not known. ``memory_kind`` names the family of a
+    memory-bound kernel whose measured HBM efficiency may differ from a streaming kernel's (MEASURED_KERNELS,
+    Efficiency.measured_memory); empty for the others.
     """
 
     name: str
@@ -57,7 +61,7 @@ class Kernel:
     backward: bool = False
     weights: float = 0.0
     output: tuple[float, float, float] | tuple[()] = ()
-    score_pass: bool = False
+    memory_kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,10 +212,11 @@ def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kerne
     elements = shard.pointwise_tokens * model.hidden
     fwd_flops, bwd_flops = _NORM_FLOPS[model.norm]
     d = shard.dtype_bytes
+    kind = "layernorm" if model.norm == "layernorm" else ""
     return (
-        Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise"),
+        Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise", memory_kind=kind),
         Kernel(f"{name}.bwd", bwd_flops * elements, (_NORM_BACKWARD_READS[model.norm] + 1) * d * elements,
-               "elementwise"),
+               "elementwise", backward=True, memory_kind=kind),
     )
 
 
@@ -260,7 +265,7 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     backward runs four batched GEMMs (dP = dO V^T with score-sized output; dV, dQ, dK with head-width output)
     and, between them, the dropout gradient (read the gradient and the mask, write) and the fused softmax
     gradient (read the softmax output and the gradient, write): 3 B/score of 16-bit values, 2 + 1 more with
-    dropout. The softmax and dropout passes are ``score_pass`` kernels.
+    dropout. The softmax and dropout passes are ``score_passes`` kernels.
     """
     d = shard.dtype_bytes
     heads = model.heads / shard.tp
@@ -284,7 +289,8 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
     score_tile, context_tile = (batch, rows, shard.seq_len), (batch, rows, width)
     forward = (
         Kernel("attention", flops / 2, d * (q_elems + kv_elems + scores), "matmul", width, output=score_tile),
-        Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise", score_pass=True),
+        Kernel("attention.softmax", 5.0 * scores, 2 * d * scores + dropout_bytes, "elementwise",
+               memory_kind="score_passes"),
         Kernel("attention.context", flops / 2, d * (scores + kv_elems + q_elems), "matmul", width,
                output=context_tile),
     )
@@ -295,7 +301,7 @@ def _attention_core(model: ModelSpec, shard: ShardShape,
         Kernel("attention.context.bwd", 3 * gemm_flops, d * (3 * q_elems + 3 * kv_elems + 3 * scores), "matmul",
                width, output=context_tile),
         Kernel("attention.softmax.bwd", 7.0 * scores, 3 * d * scores + dropout_bytes, "elementwise",
-               backward=True, score_pass=True),
+               backward=True, memory_kind="score_passes"),
     )
     return forward, backward
 
