@@ -122,8 +122,9 @@ CHECKS = (
     ("schedule orders at p = 4, m = 8", "tests/test_schedules.py", "tests/data/schedules_p4_m8.txt", "exact"),
     ("kernel FLOPs against the Megatron formula", "tests/test_cost_model.py", "SC21 96 B s l h^2 (...)",
      "0.5% (2% flash)"),
-    ("kernel calibration (GEMM waves, gradient accumulation, optimizer passes), TP and DP overlap",
-     "tests/test_calibration.py", "simulator/catalog/kernels.yaml sources; closed forms of the overlap",
+    ("kernel calibration (GEMM waves, gradient accumulation, optimizer passes, apex LayerNorm, 2021 backward "
+     "passes), TP and DP overlap", "tests/test_calibration.py",
+     "simulator/catalog/kernels.yaml sources; Megatron-LM 2021 code; closed forms of the overlap",
      "stated per test"),
     ("ZeRO model-state memory, activations; Llama 3 405B layouts in H100 memory", "tests/test_memory.py",
      "seeds 000 / 003, ZeRO paper, Korthikanti et al.; Llama 3 dimensions; 81,559 MiB per H100",
