@@ -71,7 +71,7 @@ MAX_MICROBATCHES = 100_000
 class ClusterConfig(BaseModel):
     """`topology` is a bundled name or a path; every other key overrides a builder parameter of that topology."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True, defer_build=True)
     topology: str
 
     def overrides(self) -> dict:
