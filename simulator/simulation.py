@@ -24,7 +24,7 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, TopologyError
-from simulator.metrics.events import EventLog, FlowBlock
+from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
@@ -48,12 +48,12 @@ Progress = Callable[[int, int], None]
 @dataclass
 class Result:
     """A finished run: the summary (what summary.json holds), the timeline, the cluster it ran on and the
-    route (directed link ids) of each flow row of the timeline, in row order."""
+    route (directed link ids) of each flow row of the timeline, in flow-row order, as flat arrays."""
 
     summary: dict
     timeline: pd.DataFrame
     topology: Topology
-    flow_routes: list[tuple[int, ...]] = field(default_factory=list)
+    flow_routes: FlowRoutes = field(default_factory=lambda: FlowRoutes.of([]))
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              progress: Progress | None = None,
-             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, list[tuple[int, ...]]]:
+             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, FlowRoutes]:
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
     routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
     level, so that `trainsim collective` never loads them."""
@@ -301,7 +301,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
-    return summary, frame, result.log.flow_routes()
+    return summary, frame, result.log.route_table()
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
@@ -329,7 +329,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     if "parameter_server" in program.details:
         from simulator.parameter_server.summary import ps_report
 
-        summary["parameter_server"] = ps_report(program, frame, routes, topology, settings, summary["step_time_s"])
+        summary["parameter_server"] = ps_report(program, frame, routes.tolist(), topology, settings,
+                                                summary["step_time_s"])
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:
@@ -382,4 +383,4 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     }
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
-    return Result(summary, frame, topology, result.log.flow_routes())
+    return Result(summary, frame, topology, result.log.route_table())

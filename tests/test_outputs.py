@@ -25,7 +25,7 @@ import pytest
 import simulator
 from simulator.cli import main
 from simulator.engine.groups import GroupIds
-from simulator.metrics.events import COLUMNS, EventLog, FlowBlock
+from simulator.metrics.events import COLUMNS, EventLog, FlowBlock, FlowRoutes
 from simulator.metrics.link_load import BINS, link_load
 from simulator.report import run_folder
 from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
@@ -123,7 +123,8 @@ def test_link_load_of_one_flow_spread_over_its_life():
     """2 GB over [0.25, 0.75] s of a 1 s run on a 4 GB/s link: 4 GB/s mean rate, utilisation 1 in the middle
     half, 0 outside; and a second link that only half the bytes cross shows 0.5."""
     start, end, nbytes = np.array([0.25, 0.25]), np.array([0.75, 0.75]), np.array([2e9, 1e9])
-    load = link_load(start, end, nbytes, np.array([0, 1]), [(0, 1), (1,)], np.array([4e9, 6e9]), {0, 1}, 1.0)
+    load = link_load(start, end, nbytes, np.array([0, 1]), FlowRoutes.of([(0, 1), (1,)]), np.array([4e9, 6e9]),
+                     {0, 1}, 1.0)
     assert load.links == (0, 1)
     middle = slice(BINS // 4, 3 * BINS // 4)
     np.testing.assert_allclose(load.utilisation[0, middle], 1.0, rtol=1e-9)

@@ -8,13 +8,15 @@ row notes how many flow rows came before it, so the DataFrame puts every row bac
 flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its
 timing alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its
 route (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the
-per-link utilisation of the trace.
+per-link utilisation of the trace; `route_table` gives them as flat arrays, the replayed rows' routes read
+once per block, not once per row.
 """
 
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,6 +54,40 @@ class FlowBlock:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+@dataclass(frozen=True)
+class FlowRoutes:
+    """The route of each flow row, in flow order, flat: ``links`` holds the directed link ids of every route
+    one after another, ``lengths[i]`` how many of them are flow i's."""
+
+    lengths: np.ndarray
+    links: np.ndarray
+
+    @classmethod
+    def of(cls, routes: list[tuple[int, ...]]) -> FlowRoutes:
+        lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(routes))
+        return cls(lengths, np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum())))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def starts(self) -> np.ndarray:
+        """Where each route begins in ``links``."""
+        return np.cumsum(self.lengths) - self.lengths
+
+    def taken(self, rows: np.ndarray) -> FlowRoutes:
+        """The routes of ``rows`` (indices into these), in that order."""
+        lengths = self.lengths[rows]
+        ends = np.cumsum(lengths)
+        return FlowRoutes(lengths, self.links[np.repeat(self.starts()[rows] - (ends - lengths), lengths)
+                                              + np.arange(int(ends[-1]) if len(ends) else 0)])
+
+    def tolist(self) -> list[tuple[int, ...]]:
+        """One tuple of link ids per flow."""
+        if not len(self):
+            return []
+        return [tuple(route.tolist()) for route in np.split(self.links, np.cumsum(self.lengths)[:-1])]
 
 
 class EventLog:
@@ -132,6 +168,13 @@ class EventLog:
         layout = _Layout(self)
         pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
         return layout.merged(_objects(self._flow_routes, len(self._flow_routes)), pool[layout.gather]).tolist()
+
+    def route_table(self) -> FlowRoutes:
+        """The route of each flow row, in flow order, as flat arrays (``flow_routes`` without a tuple per row)."""
+        layout = _Layout(self)
+        pool = FlowRoutes.of([*self._flow_routes, *(route for block in self._blocks for route in block.routes)])
+        singles = len(self._flow_routes)
+        return pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
 
     def flow_columns(self) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""

@@ -11,9 +11,10 @@ traffic to those links but not links of their own), at most `MAX_LINKS` of them,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
+
+from simulator.metrics.events import FlowRoutes
 
 BINS = 1000
 """Time bins over the run: enough to see each pipeline phase of a step, few enough to keep the trace small."""
@@ -32,16 +33,15 @@ class LinkLoad:
 
 
 def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: np.ndarray,
-              routes: list[tuple[int, ...]], line_rate: np.ndarray, shown_ranks: set[int],
+              routes: FlowRoutes, line_rate: np.ndarray, shown_ranks: set[int],
               makespan_s: float) -> LinkLoad:
     """Binned utilisation of the links on the routes of flows sent by ``shown_ranks``; the flow arrays and
     ``routes`` are aligned (one entry per flow), ``line_rate`` is bytes/s per directed link."""
     empty = LinkLoad((), np.array([0.0, makespan_s]), np.zeros((0, 1)))
-    if not routes or makespan_s <= 0:
+    if not len(routes) or makespan_s <= 0:
         return empty
-    lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(routes))
-    link_ids = np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum()))
-    flow_of = np.repeat(np.arange(len(routes)), lengths)
+    link_ids = routes.links
+    flow_of = np.repeat(np.arange(len(routes)), routes.lengths)
     shown = np.isin(src[flow_of], np.fromiter(shown_ranks, dtype=np.int64, count=len(shown_ranks)))
     candidates = np.unique(link_ids[shown])
     if candidates.size == 0:
