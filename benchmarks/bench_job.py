@@ -69,7 +69,7 @@ def child(scenario: str, out_dir: str) -> None:
     job.JobEvents.table = timed("event table", job.JobEvents.table)
     report.write_job_outputs = timed("writing outputs", report.write_job_outputs)
     job.simulate_job = timed("job processes", job.simulate_job)
-    cli.main(["run", scenario, "--out", out_dir])
+    cli.main(["run", scenario, "--out", out_dir], exiting=True)
     inside = ("topology", "healthy step", "units and arrivals", "summary")
     parts["job processes"] -= sum(parts[part] for part in inside)
     gc.freeze()

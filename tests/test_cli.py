@@ -7,6 +7,7 @@ Expected figures: DGX H100 = 8 GPUs per host, NDR NIC 400 Gb/s = 50 GB/s per dir
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -97,6 +98,21 @@ def test_run_into_existing_folder_twice_is_identical(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------- validate, topo, collective
+
+def test_run_resumes_the_collector_unless_the_process_exits_after_it(tmp_path, capsys):
+    """In-process callers get the cyclic collector back after a run; the console script (``exiting``) leaves it
+    off after a one-run command, since the first collection would only walk the run's garbage before the
+    process ends, and on for the others."""
+    assert gc.isenabled()
+    assert main(["run", str(SCENARIO), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    assert gc.isenabled()
+    assert main(["scenarios"], exiting=True) == 0 and gc.isenabled()
+    try:
+        assert main(["run", str(SCENARIO), "--out", str(tmp_path / "b"), "--quiet"], exiting=True) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
 
 def test_validate_ok(capsys):
     assert main(["validate", str(SCENARIO)]) == 0
