@@ -19,6 +19,7 @@ import simpy
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.collector import collector_paused
+from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
@@ -29,6 +30,7 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
 from simulator.network.modes import NetworkMode
+from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
@@ -86,8 +88,9 @@ def build_topology(loaded: LoadedScenario) -> Topology:
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
             progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
-            plans: PlanCache | None = None) -> tuple[EngineResult, Network]:
-    """Execute ops on a fresh environment and network; the shared core of every run. ``faults`` slows
+            plans: PlanCache | None = None, sm_share: SmShare | None = None) -> tuple[EngineResult, Network]:
+    """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
+    slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
     caller has already planned with it (the run's settings, the same topology)."""
@@ -102,6 +105,11 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     if faults is not None:
         faults.install(env, network)
     runner = PlanRunner(network, topology)
+    contention = None
+    if sm_share is not None:
+        cache = plans
+        channels = NcclChannels(sm_share, topology.gpu_domain, lambda op: cache.resolved_algorithm(op, op.group))
+        contention = Contention(env, sm_share, channels)
     engine = Engine(
         env,
         plans=plans,
@@ -114,6 +122,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
         progress=progress,
         sharing=Sharing(mirrors, private),
+        contention=contention,
     )
     return engine.run(ops), network
 
@@ -287,11 +296,11 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
     routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
     level, so that `trainsim collective` never loads them."""
-    from simulator.metrics.summary import training_summary
+    from simulator.metrics.summary import sm_contention_summary, training_summary
 
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
-                              plans=plans)
+                              plans=plans, sm_share=program.sm_share)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -301,6 +310,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
+    if program.sm_share is not None:
+        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
     return summary, frame, result.log.route_table()
 
 

@@ -25,8 +25,8 @@ def test_every_micro_batch_reduce_scatters_its_gradients(run_yaml):
     frame = sharded.timeline
     scatters = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")
                      & frame["name"].str.startswith("reduce_scatter grads")]
-    blocks = 2 * 32 + 2  # attention and MLP blocks of 32 layers, the embedding and the head
-    assert len(scatters) == 4 * blocks
+    units = 32 + 2  # one per layer (PyTorch FSDP's unit: attention and MLP together), the embedding and the head
+    assert len(scatters) == 4 * units
     assert not frame["name"].str.contains("bucket").any()
 
 

@@ -15,6 +15,7 @@ from types import MappingProxyType
 import yaml
 
 from simulator.parallel.overlap import TPOverlap
+from simulator.program.contention import SmShare
 from simulator.workload.roofline import Efficiency
 from simulator.workload.transformer import MEASURED_KERNELS
 
@@ -59,17 +60,25 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
 
 
 def tp_overlap(gpu_name: str) -> TPOverlap:
-    """Megatron/TE chunked TP overlap on ``gpu_name``: a GEMM sharing the GPU with communication kernels that
-    hold ``n`` of its SMs runs at (SMs - n) / SMs of its speed."""
+    """Megatron/TE chunked TP overlap on ``gpu_name``: the chunks and the SMs the userbuffers kernels hold
+    (engine/contention.py slows the GEMMs beside them)."""
+    config = kernel_data()["tp_comm_overlap"]
+    return TPOverlap(chunks=int(config["chunks"]), all_gather_sms=int(config["all_gather_sms"]),
+                     reduce_scatter_sms=int(config["reduce_scatter_sms"]))
+
+
+def sm_share(gpu_name: str) -> SmShare | None:
+    """``gpu_name``'s SMs and the channels NCCL launches per kind of collective (None: GPU not in the file)."""
     data = kernel_data()
-    config = data["tp_comm_overlap"]
     entry = data["gpus"].get(gpu_name)
     if entry is None:
-        return TPOverlap(chunks=int(config["chunks"]))
-    sms = float(entry["sms"])
-    return TPOverlap(chunks=int(config["chunks"]),
-                     all_gather_slowdown=sms / (sms - float(config["all_gather_sms"])),
-                     reduce_scatter_slowdown=sms / (sms - float(config["reduce_scatter_sms"])))
+        return None
+    nccl = data["nccl"]
+    cap = int(nccl["max_channels"])
+    return SmShare(sms=int(entry["sms"]),
+                   nvlink_channels=min(cap, int(nccl["channels_per_nvlink"]) * int(entry["nvlinks"])),
+                   network_channels=int(nccl["network_channels_per_nic"]),
+                   nvls_channels=int(nccl["nvls_channels"]), max_channels=cap)
 
 
 def source_of(gpu_name: str, part: str) -> str:

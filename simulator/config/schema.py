@@ -89,13 +89,19 @@ DEFAULT_CHUNK_BYTES = 4 * 2**20
 """Pipelining chunk of trees and chains (NCCL pipelines every collective in chunks of a few MiB)."""
 
 
+SmContention = Literal["nccl", "none"]
+"""Whether communication kernels take SMs from the compute running beside them: `nccl` (as many as NCCL's
+channels, or the TP overlap's settings; docs/cost-model.md) or `none` (overlapped communication is free)."""
+
+
 class CollectivesConfig(Section):
     """Defaults for every collective: algorithm, pipelining chunk (`none` = off) and channels (0 = one per
-    rail)."""
+    rail); `sm_contention`: compute slowed while communication kernels hold SMs (`nccl`) or not (`none`)."""
 
     algorithm: Algorithm = "auto"
     chunk: OptionalSize = DEFAULT_CHUNK_BYTES
     channels: int = Field(default=0, ge=0)
+    sm_contention: SmContention = "nccl"
 
 
 TraceLevel = Literal["ops", "ops+links", "full"]

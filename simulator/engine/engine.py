@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
@@ -45,6 +46,7 @@ class EngineResult:
     makespan_s: float
     ops_executed: int
     replayed_flows: int = 0
+    sm_lost_s: dict[str, float] = field(default_factory=dict)
 
 
 class Engine:
@@ -55,15 +57,17 @@ class Engine:
     ``serial_streams`` run one at a time in the order their dependencies were done (first ready, first run).
     ``compute_duration`` (rank, duration, now) -> seconds is the straggler hook: how long a kernel of nominal
     ``duration`` starting now takes on that rank. ``sharing`` says which mirrors each collective keeps and
-    which collectives run alone on their links (engine/sharing.py). The run ends when the last op finishes,
-    even if fault events are still scheduled later."""
+    which collectives run alone on their links (engine/sharing.py). ``contention`` (None: off) slows
+    compute-bound kernels while communication kernels hold SMs on their GPU (engine/contention.py). The run
+    ends when the last op finishes, even if fault events are still scheduled later."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog, sharing: Sharing, async_streams: frozenset[str] = frozenset(),
                  serial_streams: frozenset[str] = frozenset(), isolated: Callable | None = None,
                  compute_duration: Callable[[int, float, float], float] | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, contention: Contention | None = None):
         self.env = env
+        self.contention = contention
         self.progress = progress
         self.compute_duration = compute_duration
         self.plans = plans
@@ -125,12 +129,13 @@ class Engine:
                 raise
         if self._pending or not self._all_done.triggered:
             raise SimulationError(self._deadlock_report())
-        return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows)
+        lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}
+        return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows, lost)
 
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None):
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
         be free, and is logged under the stream's own name."""
-        env, log, pending, finished = self.env, self.log, self._pending, self._finished_ops
+        env, log, pending, finished, contention = self.env, self.log, self._pending, self._finished_ops, self.contention
         slot = (rank, stream)
         for op in ops:
             pending[slot] = op
@@ -149,7 +154,10 @@ class Engine:
                 if self.compute_duration is not None and duration > 0:
                     duration = self.compute_duration(rank, duration, start)
                 if duration > 0:
-                    yield env.timeout(duration)
+                    if contention is None or op.memory_bound:
+                        yield env.timeout(duration)
+                    else:
+                        yield from contention.run(rank, duration, op.reserved_sms)
                 log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
                            category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
                            chunk=op.chunk)
@@ -240,6 +248,8 @@ class Engine:
         which share the fabric with it), all at once."""
         op = meeting.template
         start = self.env.now
+        if self.contention is not None:
+            self.contention.hold(op, meeting.arrived, 1)
         mirrors = self.sharing.mirrors_of(op)
         if mirrors:
             yield from self.run_plans(self.env, self.plans.mirrored_phases(op, mirrors), op.key)
@@ -249,6 +259,8 @@ class Engine:
 
     def _finish(self, meeting: _Rendezvous, start: float) -> None:
         """Log the collective's row for every member that took part, and release them."""
+        if self.contention is not None:
+            self.contention.hold(meeting.template, meeting.arrived, -1)
         self._record(meeting.template, meeting.arrived, start)
         meeting.done.succeed()
 
@@ -270,6 +282,8 @@ class Engine:
         duration, flows = run
         self._replayed_flows += len(flows)
         start = self.env.now
+        if self.contention is not None:
+            self.contention.hold(op, ranks, 1)
         if duration > 0:
             self.env.timeout(duration).callbacks.append(
                 lambda _event: self._replayed(op, ranks, done, flows, start))
@@ -279,6 +293,8 @@ class Engine:
     def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
                   start: float) -> None:
         self.log.replayed_flows(op.key, start, flows)
+        if self.contention is not None:
+            self.contention.hold(op, ranks, -1)
         self._record(op, ranks, start)
         done.succeed()
 

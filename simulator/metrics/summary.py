@@ -94,3 +94,12 @@ def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simu
                          optimizer_s(frame))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary
+
+
+def sm_contention_summary(lost_s: dict[str, float], simulated_ranks: int) -> dict:
+    """The compute time lost per GPU while communication kernels held SMs (engine/contention.py): seconds by
+    the category of the holding collective (tp, dp, pp...) and in all; kernel seconds, so a loss that a
+    pipeline bubble absorbs still counts."""
+    ranks = max(simulated_ranks, 1)
+    by_kind = {category: seconds / ranks for category, seconds in lost_s.items()}
+    return {"compute_slowdown_s": by_kind, "total_compute_slowdown_s": sum(by_kind.values())}

@@ -23,16 +23,18 @@ class BuilderCore(Protocol):
     _param_gathers: dict[tuple[int, int, int], int]
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
-                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
-        """Append a compute op; returns its id."""
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, memory_bound: bool = False,
+                 reserved_sms: int = 0) -> int:
+        """Append a compute op (``memory_bound``: HBM, not SMs, limits it; ``reserved_sms``: launched without
+        them); returns its id."""
         ...
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
                     key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
-                    pair_bytes: tuple[tuple[float, ...], ...] = ()) -> int:
+                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         """Append one rank's part of a collective (mirrors of the folded replicas by default; ``pair_bytes``
-        for an uneven all-to-all); returns its id."""
+        for an uneven all-to-all; ``sms`` the SMs its kernel holds, None: NCCL's channels); returns its id."""
         ...
 
     def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,

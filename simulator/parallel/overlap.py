@@ -36,12 +36,12 @@ def tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -
 class TPOverlap:
     """Megatron-style TP communication overlap: each TP collective next to a GEMM is split into ``chunks``; all
     but the last chunk run on the `tp` stream while the GEMM computes, the last one is exposed. While they run,
-    communication kernels hold SMs, so the GEMM is slowed by ``all_gather_slowdown`` (collective before the
-    GEMM) or ``reduce_scatter_slowdown`` (after it)."""
+    their kernels hold ``all_gather_sms`` (collective before the GEMM) or ``reduce_scatter_sms`` (after it)
+    SMs, and Transformer Engine launches the GEMM on the other SMs for its whole length (engine/contention.py)."""
 
     chunks: int = 4
-    all_gather_slowdown: float = 1.0
-    reduce_scatter_slowdown: float = 1.0
+    all_gather_sms: int = 0
+    reduce_scatter_sms: int = 0
 
 
 class OverlapMixin(BuilderCore):
@@ -85,8 +85,8 @@ class OverlapMixin(BuilderCore):
     def _overlapped(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
                     before: bool, name: str, gemm_s: float, flops: float, category: str) -> tuple[list[int], int]:
         """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
-        (slowed by the SMs the communication holds), the last chunk after both; returns (the last chunk, the
-        GEMM op)."""
+        (their kernels hold the userbuffers' SMs; the GEMM runs on the others), the last chunk after both;
+        returns (the last chunk, the GEMM op)."""
         plan, layout = self.plan, self.plan.layout
         overlap = plan.tp_overlap
         assert overlap is not None
@@ -95,14 +95,14 @@ class OverlapMixin(BuilderCore):
             raise ValueError(f"{block.name} has no TP collective {'before' if before else 'after'} its {phase} "
                              "pass to overlap")
         group = layout.group("tp", rank)
-        slowdown = overlap.all_gather_slowdown if before else overlap.reduce_scatter_slowdown
+        sms = overlap.all_gather_sms if before else overlap.reduce_scatter_sms
         key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         head = (overlap.chunks - 1) / overlap.chunks
         overlapped = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (overlapped)", op, group,
-                                      block.tp_bytes * head, f"{key}.head", deps, "tp", mb)
-        gemm = self._compute(rank, f"{name} gemm", gemm_s * slowdown, deps, category, flops, mb=mb)
+                                      block.tp_bytes * head, f"{key}.head", deps, "tp", mb, sms=sms)
+        gemm = self._compute(rank, f"{name} gemm", gemm_s, deps, category, flops, mb=mb, reserved_sms=sms)
         tail = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (last chunk)", op, group,
-                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm], "tp", mb)
+                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm], "tp", mb, sms=sms)
         return [tail], gemm
 
     def _deferred_param_gathers(self, rank: int) -> None:

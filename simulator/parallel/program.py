@@ -73,6 +73,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self.ops: list[Op] = []
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
+        self._layer_grads: dict[tuple[int, int, int, int], list[tuple[Block, int]]] = {}
+        self._layer_counts: dict[int, dict[int, int]] = {}
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
@@ -82,9 +84,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
-                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1) -> int:
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, memory_bound: bool = False,
+                 reserved_sms: int = 0) -> int:
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
-                       microbatch=mb, chunk=self._vstage, duration=duration, flops=flops)
+                       microbatch=mb, chunk=self._vstage, duration=duration, flops=flops, memory_bound=memory_bound,
+                       reserved_sms=reserved_sms)
         self.ops.append(op)
         if stream == COMPUTE_STREAM:
             recent = self._recent_compute.setdefault(rank, [])
@@ -95,13 +99,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
                     key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
-                    pair_bytes: tuple[tuple[float, ...], ...] = ()) -> int:
+                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, chunk=self._vstage, op=op, group=group, nbytes=nbytes,
                             key=key,
-                            mirrors=mirrors, algorithm=algorithm, pair_bytes=pair_bytes)
+                            mirrors=mirrors, algorithm=algorithm, pair_bytes=pair_bytes, sms=sms)
         self.ops.append(item)
         if stream == DP_STREAM:
             self._dp_ops.setdefault(rank, []).append(item.id)
@@ -281,21 +285,44 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
         """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,
-        reduce-scatter them every micro-batch."""
+        reduce-scatter them every micro-batch, one reduce-scatter per layer once all its blocks' gradients are
+        done (PyTorch FSDP wraps each transformer layer as one unit: its post-backward hook reduce-scatters the
+        unit's gradients together)."""
         sharding = self.plan.sharding
         if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
+            layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
+            waiting = self._layer_grads.setdefault(layer, [])
+            waiting.append((block, op_id))
+            if len(waiting) < self._layer_blocks(vstage, block.layer):
+                return
+            del self._layer_grads[layer]
+            params = sum(item.params for item, _ in waiting)
+            name = block.name if len(waiting) == 1 else f"L{block.layer}"
             group = self._shard_group(rank)
-            key = f"grads.rs.{block.name}.vs{vstage}.op{self._grad_count(rank, vstage, block)}.{group[0]}"
-            rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {block.name}", "reduce_scatter", group,
-                                  block.params * sharding.grad_bytes, key, [op_id], "dp")
+            key = f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}"
+            rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
+                                  params * sharding.grad_bytes, key, [done for _, done in waiting], "dp")
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
-                self._collective(rank, DP_STREAM, f"all_reduce shard {block.name}", "all_reduce", replicas,
-                                 block.params * sharding.grad_bytes / len(group), f"hsdp.ar.{block.name}.vs{vstage}."
+                self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
+                                 params * sharding.grad_bytes / len(group), f"hsdp.ar.{name}.vs{vstage}."
                                  f"{replicas[0]}", [rs], "dp")
-            op_id = rs
+            if final:
+                for item, _ in waiting:
+                    self._grad_ready[(rank, vstage, id(item))] = rs
+            return
         if final:
             self._grad_ready[(rank, vstage, id(block))] = op_id
+
+    def _layer_blocks(self, vstage: int, layer: int) -> int:
+        """How many blocks with parameters layer ``layer`` has on virtual stage ``vstage``."""
+        counts = self._layer_counts.get(vstage)
+        if counts is None:
+            counts = self._layer_counts[vstage] = {}
+            for item in self.plan.stages[vstage].blocks:
+                if item.params > 0:
+                    counts[item.layer] = counts.get(item.layer, 0) + 1
+        return counts[layer]
 
     def _grad_count(self, rank: int, vstage: int, block: Block) -> int:
         key = (rank, vstage, id(block))
@@ -362,7 +389,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         optimizer_deps = bucket_ops or grad_ops
         if sharding.sharded_grad_steps and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])
-        step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer")
+        step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
+                             memory_bound=True)
         if self._dp_size() > 1 and sharding.stage in (1, 2) and not sharding.overlap_param_gather:
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)

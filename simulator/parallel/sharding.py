@@ -16,7 +16,7 @@ class Sharding:
     ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
     gradient and parameter element; ``overlap_param_gather`` moves the ZeRO-1/2 parameter gather from after the
     optimizer to the next step's forward, bucket by bucket; ``reduce_every_microbatch`` (ZeRO-2) reduce-scatters
-    every micro-batch's gradients, block by block, so that only the gradient shard is accumulated."""
+    every micro-batch's gradients, layer by layer, so that only the gradient shard is accumulated."""
 
     stage: int = 0
     degree: int = 1

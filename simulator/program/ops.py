@@ -31,11 +31,15 @@ class Op:
 
 @dataclass(slots=True)
 class ComputeOp(Op):
-    """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``."""
+    """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``.
+    A ``memory_bound`` kernel keeps its speed while communication kernels hold SMs (HBM, not SMs, limits it);
+    ``reserved_sms`` are SMs it is launched without, left to the communication overlapping it."""
 
     duration: float = 0.0
     flops: float = 0.0
     hbm_bytes: float = 0.0
+    memory_bound: bool = False
+    reserved_sms: int = 0
 
 
 @dataclass(slots=True)
@@ -47,7 +51,8 @@ class CollectiveOp(Op):
     member i sends member j, in group order; ``nbytes`` is then the mean a member sends, itself included.
     Members without ops (folded ranks) are not waited for. ``mirrors`` are the groups of the same collective
     among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
-    runs those engine/sharing.py keeps).
+    runs those engine/sharing.py keeps). ``sms`` is how many SMs the collective's kernel holds on each member
+    GPU while it runs (None: as many as NCCL launches channels for the group, engine/contention.py).
     """
 
     op: str = "all_reduce"
@@ -58,3 +63,4 @@ class CollectiveOp(Op):
     root: int = 0
     mirrors: tuple[tuple[int, ...], ...] = ()
     pair_bytes: tuple[tuple[float, ...], ...] = ()
+    sms: int | None = None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from simulator.parallel.layout import Layout
+from simulator.program.contention import SmShare
 from simulator.program.ops import Op
 
 
@@ -26,6 +27,7 @@ class StepProgram:
     ``layout`` is the TP x CP x PP x DP placement when the producer has one (stragglers fold by it).
     ``pipelined`` is false for a step whose ranks idle for another reason than a pipeline (a parameter-server
     worker waits for the servers, which exposed communication counts): its bubble is 0 and not a loss.
+    ``sm_share`` (None: off) slows compute-bound kernels while communication kernels hold SMs on their GPU.
     """
 
     ops: tuple[Op, ...]
@@ -43,4 +45,5 @@ class StepProgram:
     details: Mapping[str, object] = field(default_factory=dict)
     layout: Layout | None = None
     pipelined: bool = True
+    sm_share: SmShare | None = None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.catalog.calibration import sm_share
 from simulator.config.schema import Scenario
 from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
@@ -46,4 +47,5 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                                                                          scenario.run.seed)}
                                    if scenario.training.loss_scaling else {}),
                                 **({"fold_off_reason": blocker} if blocker else {})},
-                       layout=layout)
+                       layout=layout,
+                       sm_share=sm_share(step.gpu.name) if scenario.collectives.sm_contention == "nccl" else None)

@@ -1,0 +1,146 @@
+"""Compute slowed while communication kernels hold SMs on the same GPU.
+
+A collective's kernel holds its SMs on each member GPU from the collective's start to its end (NCCL: one CTA per
+channel, each on its own SM; userbuffers TP overlap: the SMs its settings give it). Meanwhile every
+compute-bound kernel on that GPU progresses at ``SmShare.rate(held)`` of its nominal speed; memory-bound kernels
+keep theirs. When a collective starts or ends while a kernel runs, the kernel's remaining work is carried over at
+the new rate, so a kernel overlapped for a known share of its time lasts exactly the closed-form longer time. A
+kernel that nothing overlaps waits one timeout of its nominal duration, as without the model, so a step without
+overlapped communication is unchanged to the last bit. A kernel may be launched on fewer SMs than the GPU has,
+leaving some to the communication beside it (Transformer Engine launches the GEMMs its userbuffers overlap on
+the SMs the communication does not take): it runs at the share the more restrictive of the two leaves it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import simpy
+
+from simulator.program.contention import SmShare
+from simulator.program.ops import CollectiveOp
+
+
+@dataclass(slots=True)
+class _Kernel:
+    """A compute-bound kernel in flight: nominal seconds of work left at ``since``, its current rate, the SMs
+    it was launched without (``reserved``), its process, and whether an interrupt telling it of a new rate is
+    on its way."""
+
+    left: float
+    rate: float
+    since: float
+    reserved: int
+    process: simpy.Process
+    interrupting: bool = False
+
+
+class NcclChannels:
+    """The SMs the kernel of a collective holds on each member GPU: its own count when the program gives one,
+    else the channels NCCL launches for the group (NVLS channels, NVLink channels inside a host, or the network
+    channels of each member's NIC, times the group's GPUs per host); ``algorithm_of`` resolves `auto`. The
+    group's spread over hosts is worked out once per group object."""
+
+    def __init__(self, share: SmShare, gpu_host: Sequence[int],
+                 algorithm_of: Callable[[CollectiveOp], str]):
+        self.share = share
+        self.gpu_host = gpu_host
+        self.algorithm_of = algorithm_of
+        self._spread: dict[int, tuple[tuple[int, ...], int, int]] = {}
+
+    def __call__(self, op: CollectiveOp) -> int:
+        if op.sms is not None:
+            return op.sms
+        share = self.share
+        if self.algorithm_of(op) == "nvls":
+            return share.nvls_channels
+        known = self._spread.get(id(op.group))
+        if known is None:
+            per_host = Counter(self.gpu_host[rank] for rank in op.group)
+            known = self._spread[id(op.group)] = (op.group, len(per_host), max(per_host.values()))
+        _, hosts, per_host_max = known
+        if hosts == 1:
+            return share.nvlink_channels
+        return min(share.max_channels, share.network_channels * per_host_max)
+
+
+RESERVED = "reserved"
+"""The ``lost_s`` key of SMs a kernel was launched without while no communication kernel used them."""
+
+
+class Contention:
+    """Per GPU, the SMs communication kernels hold (by op category) and the compute-bound kernels running;
+    ``lost_s`` sums, per category of the holding collective, the kernel-seconds compute lost to it (over the
+    simulated ranks), and under RESERVED what kernels launched on fewer SMs lost while the SMs they left
+    stood idle."""
+
+    def __init__(self, env: simpy.Environment, share: SmShare, kernel_sms: Callable[[CollectiveOp], int]):
+        self.env = env
+        self.share = share
+        self.kernel_sms = kernel_sms
+        self._held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._total: dict[int, int] = defaultdict(int)
+        self._running: dict[int, list[_Kernel]] = defaultdict(list)
+        self.lost_s: dict[str, float] = defaultdict(float)
+
+    def _rate(self, held: int, reserved: int) -> float:
+        """A kernel's speed when communication holds ``held`` SMs and it was launched without ``reserved``."""
+        return self.share.rate(max(held, reserved))
+
+    def hold(self, op: CollectiveOp, ranks: Iterable[int], sign: int) -> None:
+        """``op``'s kernel starts (``sign`` 1) or ends (-1) on ``ranks``: running kernels there change rate."""
+        sms = self.kernel_sms(op)
+        if sms <= 0:
+            return
+        for rank in ranks:
+            self._settle(rank)
+            held = self._held[rank]
+            held[op.category] += sign * sms
+            if not held[op.category]:
+                del held[op.category]
+            total = self._total[rank] = self._total[rank] + sign * sms
+            for kernel in self._running[rank]:
+                kernel.rate = self._rate(total, kernel.reserved)
+                if not kernel.interrupting:
+                    kernel.interrupting = True
+                    kernel.process.interrupt()
+
+    def _settle(self, rank: int) -> None:
+        """Book the work the rank's kernels did since their last change, and the time lost to each holder (the
+        share of the SMs it holds) and to idle reserved SMs."""
+        running = self._running[rank]
+        if not running:
+            return
+        now = self.env.now
+        held, total = self._held[rank], self._total[rank]
+        for kernel in running:
+            elapsed = now - kernel.since
+            if elapsed > 0:
+                kernel.left = max(kernel.left - elapsed * kernel.rate, 0.0)
+                if kernel.rate < 1:
+                    per_sm = elapsed * (1 - kernel.rate) / max(total, kernel.reserved)
+                    for category, count in held.items():
+                        self.lost_s[category] += count * per_sm
+                    if kernel.reserved > total:
+                        self.lost_s[RESERVED] += (kernel.reserved - total) * per_sm
+            kernel.since = now
+
+    def run(self, rank: int, duration: float, reserved: int = 0):
+        """Run a compute-bound kernel of nominal ``duration`` on ``rank``, launched without ``reserved`` SMs
+        (a generator for the stream's process)."""
+        env = self.env
+        process = env.active_process
+        assert process is not None
+        kernel = _Kernel(duration, self._rate(self._total[rank], reserved), env.now, reserved, process)
+        running = self._running[rank]
+        running.append(kernel)
+        while True:
+            try:
+                yield env.timeout(kernel.left / kernel.rate)
+                break
+            except simpy.Interrupt:
+                kernel.interrupting = False
+        self._settle(rank)
+        running.remove(kernel)
