@@ -72,7 +72,16 @@ def _facts(summary: dict) -> tuple[tuple[str, str], ...]:
         ("exposed TP / PP / DP", f"{exposed['tp']:.2f} / {exposed['pp']:.2f} / {exposed['dp']:.2f} s"),
         ("peak memory", f"{summary['peak_memory_gib']:.1f} GiB{' (out of memory)' if summary['oom'] else ''}"),
         ("overlaps", ", ".join(name for name, on in summary.get("overlaps", {}).items() if on) or "none"),
+        ("compute lost to SM contention", _contention(summary.get("sm_contention"))),
     )
+
+
+def _contention(entry: dict | None) -> str:
+    """The compute seconds per GPU lost while communication held SMs, in all and by kind."""
+    if entry is None:
+        return "off"
+    kinds = ", ".join(f"{kind} {seconds:.2f}" for kind, seconds in entry["compute_slowdown_s"].items() if seconds)
+    return f"{entry['total_compute_slowdown_s']:.2f} s" + (f" ({kinds})" if kinds else "")
 
 
 def run_case(path: Path) -> CaseResult:

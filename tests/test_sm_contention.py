@@ -17,11 +17,12 @@ SHARE = SmShare(sms=132, nvlink_channels=32, network_channels=2, nvls_channels=1
 KERNEL_S = 10e-3
 
 
-def _ops(lead_s: float, nbytes: float, sms: int, memory_bound: bool = False) -> list:
+def _ops(lead_s: float, nbytes: float, sms: int, sm_bound_share: float = 1.0) -> list:
     """Rank 0 computes one kernel of KERNEL_S; an all-reduce of ranks 0 and 1 (one host) starts once rank 1 has
     computed ``lead_s``, so it overlaps rank 0's kernel from ``lead_s`` on."""
     return [
-        ComputeOp(id=0, rank=0, stream="compute", name="gemm", duration=KERNEL_S, memory_bound=memory_bound),
+        ComputeOp(id=0, rank=0, stream="compute", name="gemm", duration=KERNEL_S,
+                  sm_bound_share=sm_bound_share),
         ComputeOp(id=1, rank=1, stream="compute", name="lead", duration=lead_s),
         CollectiveOp(id=2, rank=0, stream="comm", name="ar", op="all_reduce", group=(0, 1), nbytes=nbytes, key="ar",
                      sms=sms),
@@ -64,8 +65,15 @@ def test_no_overlap_changes_nothing_to_the_last_bit():
 
 
 def test_memory_bound_kernels_keep_their_speed():
-    _, gemm, _ = _run(_ops(2e-3, 256e6, sms=33, memory_bound=True), SHARE)
+    _, gemm, _ = _run(_ops(2e-3, 256e6, sms=33, sm_bound_share=0.0), SHARE)
     assert gemm["end_s"] == KERNEL_S
+
+
+def test_a_block_part_memory_bound_slows_by_its_sm_bound_share():
+    # SM-bound for 60% of its time: each overlapped nominal second takes 0.6 / 0.75 + 0.4 = 1.2 s.
+    _, gemm, ar = _run(_ops(2e-3, 256e6, sms=33, sm_bound_share=0.6), SHARE)
+    overlap = ar["end_s"] - ar["start_s"]
+    assert gemm["end_s"] - gemm["start_s"] == pytest.approx(KERNEL_S + overlap * (1 - 1 / 1.2), rel=1e-12)
 
 
 def test_nccl_channels_per_kind_of_collective():

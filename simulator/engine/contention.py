@@ -1,14 +1,15 @@
 """Compute slowed while communication kernels hold SMs on the same GPU.
 
 A collective's kernel holds its SMs on each member GPU from the collective's start to its end (NCCL: one CTA per
-channel, each on its own SM; userbuffers TP overlap: the SMs its settings give it). Meanwhile every
-compute-bound kernel on that GPU progresses at ``SmShare.rate(held)`` of its nominal speed; memory-bound kernels
-keep theirs. When a collective starts or ends while a kernel runs, the kernel's remaining work is carried over at
-the new rate, so a kernel overlapped for a known share of its time lasts exactly the closed-form longer time. A
-kernel that nothing overlaps waits one timeout of its nominal duration, as without the model, so a step without
-overlapped communication is unchanged to the last bit. A kernel may be launched on fewer SMs than the GPU has,
-leaving some to the communication beside it (Transformer Engine launches the GEMMs its userbuffers overlap on
-the SMs the communication does not take): it runs at the share the more restrictive of the two leaves it.
+channel, each on its own SM; userbuffers TP overlap: the SMs its settings give it). Meanwhile every compute-bound kernel
+on that GPU progresses at ``SmShare.rate(held)`` of its nominal speed; memory-bound kernels keep theirs, and an op that
+runs both kinds (a transformer block), SM-bound for a share f of its nominal time, progresses at 1 / (f / rate + 1 - f).
+When a collective starts or ends while a kernel runs, the kernel's remaining work is carried over at the new rate, so a
+kernel overlapped for a known share of its time lasts exactly the closed-form longer time. A kernel that nothing
+overlaps waits one timeout of its nominal duration, as without the model, so a step without overlapped communication is
+unchanged to the last bit. A kernel may be launched on fewer SMs than the GPU has, leaving some to the communication
+beside it (Transformer Engine launches the GEMMs its userbuffers overlap on the SMs the communication does not take): it
+runs at the share the more restrictive of the two leaves it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from simulator.program.ops import CollectiveOp
 
 @dataclass(slots=True)
 class _Kernel:
-    """A compute-bound kernel in flight: nominal seconds of work left at ``since``, its current rate, the SMs
-    it was launched without (``reserved``), its process, and whether an interrupt telling it of a new rate is
-    on its way."""
+    """A kernel in flight: nominal seconds of work left at ``since``, its current rate, the share of its time
+    SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), its process, and whether an
+    interrupt telling it of a new rate is on its way."""
 
     left: float
     rate: float
     since: float
+    sm_bound: float
     reserved: int
     process: simpy.Process
     interrupting: bool = False
@@ -85,9 +87,11 @@ class Contention:
         self._running: dict[int, list[_Kernel]] = defaultdict(list)
         self.lost_s: dict[str, float] = defaultdict(float)
 
-    def _rate(self, held: int, reserved: int) -> float:
-        """A kernel's speed when communication holds ``held`` SMs and it was launched without ``reserved``."""
-        return self.share.rate(max(held, reserved))
+    def _rate(self, held: int, kernel_sm_bound: float, reserved: int) -> float:
+        """A kernel's speed when communication holds ``held`` SMs and it was launched without ``reserved``: the
+        share of its time SMs limit runs at the SM rate, the rest at full speed."""
+        rate = self.share.rate(max(held, reserved))
+        return 1.0 if rate == 1.0 else 1.0 / (kernel_sm_bound / rate + 1.0 - kernel_sm_bound)
 
     def hold(self, op: CollectiveOp, ranks: Iterable[int], sign: int) -> None:
         """``op``'s kernel starts (``sign`` 1) or ends (-1) on ``ranks``: running kernels there change rate."""
@@ -102,7 +106,7 @@ class Contention:
                 del held[op.category]
             total = self._total[rank] = self._total[rank] + sign * sms
             for kernel in self._running[rank]:
-                kernel.rate = self._rate(total, kernel.reserved)
+                kernel.rate = self._rate(total, kernel.sm_bound, kernel.reserved)
                 if not kernel.interrupting:
                     kernel.interrupting = True
                     kernel.process.interrupt()
@@ -127,13 +131,14 @@ class Contention:
                         self.lost_s[RESERVED] += (kernel.reserved - total) * per_sm
             kernel.since = now
 
-    def run(self, rank: int, duration: float, reserved: int = 0):
-        """Run a compute-bound kernel of nominal ``duration`` on ``rank``, launched without ``reserved`` SMs
-        (a generator for the stream's process)."""
+    def run(self, rank: int, duration: float, sm_bound: float = 1.0, reserved: int = 0):
+        """Run a kernel of nominal ``duration`` on ``rank``, SM-bound for the share ``sm_bound`` of its time,
+        launched without ``reserved`` SMs (a generator for the stream's process)."""
         env = self.env
         process = env.active_process
         assert process is not None
-        kernel = _Kernel(duration, self._rate(self._total[rank], reserved), env.now, reserved, process)
+        kernel = _Kernel(duration, self._rate(self._total[rank], sm_bound, reserved), env.now, sm_bound, reserved,
+                         process)
         running = self._running[rank]
         running.append(kernel)
         while True:

@@ -154,10 +154,10 @@ class Engine:
                 if self.compute_duration is not None and duration > 0:
                     duration = self.compute_duration(rank, duration, start)
                 if duration > 0:
-                    if contention is None or op.memory_bound:
+                    if contention is None or op.sm_bound_share <= 0:
                         yield env.timeout(duration)
                     else:
-                        yield from contention.run(rank, duration, op.reserved_sms)
+                        yield from contention.run(rank, duration, op.sm_bound_share, op.reserved_sms)
                 log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
                            category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
                            chunk=op.chunk)

@@ -26,7 +26,8 @@ class BlockPasses(BuilderCore):
         if block.experts is not None:
             return self._expert_pass(rank, block, block.experts, phase, name, duration, flops, deps, category, mb,
                                      vstage)
-        return self._compute(rank, name, duration, deps, category, flops, mb=mb, memory_bound=block.memory_bound)
+        return self._compute(rank, name, duration, deps, category, flops, mb=mb,
+                             sm_bound_share=block.sm_bound_share)
 
     def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: str, name: str,
                       duration: float, flops: float, deps: list[int], category: str, mb: int, vstage: int) -> int:

@@ -23,10 +23,10 @@ class BuilderCore(Protocol):
     _param_gathers: dict[tuple[int, int, int], int]
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
-                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, memory_bound: bool = False,
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
-        """Append a compute op (``memory_bound``: HBM, not SMs, limits it; ``reserved_sms``: launched without
-        them); returns its id."""
+        """Append a compute op (``sm_bound_share``: of its time, what SMs rather than HBM limit;
+        ``reserved_sms``: launched without them); returns its id."""
         ...
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,

@@ -84,10 +84,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
-                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, memory_bound: bool = False,
+                 flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
-                       microbatch=mb, chunk=self._vstage, duration=duration, flops=flops, memory_bound=memory_bound,
+                       microbatch=mb, chunk=self._vstage, duration=duration, flops=flops, sm_bound_share=sm_bound_share,
                        reserved_sms=reserved_sms)
         self.ops.append(op)
         if stream == COMPUTE_STREAM:
@@ -390,7 +390,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if sharding.sharded_grad_steps and self._dp_size() > 1:
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
-                             memory_bound=True)
+                             sm_bound_share=0.0)
         if self._dp_size() > 1 and sharding.stage in (1, 2) and not sharding.overlap_param_gather:
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)

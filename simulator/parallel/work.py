@@ -32,9 +32,10 @@ class Block:
     after the backward only). ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
     ``tp_comm_overlap`` hides them behind: (forward GEMM after the collective before the block, forward GEMM
     before the collective after it, the same two in the backward); 0 where no GEMM is adjacent.
-    ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params`` are reduced over the
-    expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is ``experts`` (tokens
-    split over TP: an all-gather after forward and backward, none with SP).
+    ``sm_bound_share`` is the share of its time in kernels that compute, not HBM traffic, limits (those slow down while
+    communication kernels hold SMs). ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its
+    ``params`` are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern``
+    is ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
     """
 
     name: str
@@ -50,6 +51,7 @@ class Block:
     cp_bytes: float = 0.0
     params: float = 0.0
     memory_bound: bool = False
+    sm_bound_share: float = 1.0
     tensors: tuple[float, ...] = ()
     tp_pattern: str = "layer"
     context: ContextAttention | None = None

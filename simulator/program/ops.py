@@ -32,13 +32,14 @@ class Op:
 @dataclass(slots=True)
 class ComputeOp(Op):
     """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``.
-    A ``memory_bound`` kernel keeps its speed while communication kernels hold SMs (HBM, not SMs, limits it);
-    ``reserved_sms`` are SMs it is launched without, left to the communication overlapping it."""
+    ``sm_bound_share`` is the share of its nominal time in kernels that SMs, not HBM, limit: only those slow
+    down while communication kernels hold SMs (0: memory-bound throughout); ``reserved_sms`` are SMs it is
+    launched without, left to the communication overlapping it."""
 
     duration: float = 0.0
     flops: float = 0.0
     hbm_bytes: float = 0.0
-    memory_bound: bool = False
+    sm_bound_share: float = 1.0
     reserved_sms: int = 0
 
 

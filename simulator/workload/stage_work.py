@@ -68,14 +68,18 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     overlap = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
                adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
     every = kernels.forward + kernels.backward
-    compute_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[0] for k in every)
-    memory_s = sum(roofline_times(k, cost.gpu, cost.precision, cost.efficiency)[1] for k in every)
+    times = [roofline_times(k, cost.gpu, cost.precision, cost.efficiency) for k in every]
+    compute_s = sum(compute for compute, _ in times)
+    memory_s = sum(memory for _, memory in times)
+    total_s = sum(max(pair) for pair in times)
+    sm_bound_s = sum(compute for compute, memory in times if compute >= memory)
     return Block(name=name, layer=layer, forward_s=seconds(kernels.forward),
                  backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
-                 params=sum(tensors), memory_bound=memory_s > compute_s, tensors=tensors, tp_pattern=tp_pattern,
+                 params=sum(tensors), memory_bound=memory_s > compute_s,
+                 sm_bound_share=sm_bound_s / total_s if total_s > 0 else 0.0, tensors=tensors, tp_pattern=tp_pattern,
                  context=context, overlap_gemm_s=overlap, experts=experts)
 
 
