@@ -138,6 +138,9 @@ CHECKS = (
     ("ZeRO model-state memory, activations; Llama 3 405B layouts in H100 memory", "tests/test_memory.py",
      "seeds 000 / 003, ZeRO paper, Korthikanti et al.; Llama 3 dimensions; 81,559 MiB per H100",
      "1% (ZeRO tables); exact (1e-12) for activations and the Llama 3 parts"),
+    ("compute slowed while communication kernels hold SMs; folded equals unfolded under it",
+     "tests/test_sm_contention.py", "T + L n / SMs for a kernel overlapped for L by kernels holding n SMs; "
+     "NCCL channel counts (kernels.yaml nccl)", "1e-12 relative"),
 )
 """Checks against closed forms and worked figures: (what, test, reference, tolerance)."""
 
