@@ -19,7 +19,7 @@ COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
 def _rank_arrays(frame: pd.DataFrame) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Per rank, per category, the (starts, ends) of its intervals."""
     result: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    rows = frame[frame["kind"] != "flow"]
+    rows = frame.loc[frame["kind"] != "flow", ["rank", "category", "start_s", "end_s"]]
     for key, group in rows.groupby(["rank", "category"], sort=True):
         rank, category = cast(tuple[int, str], key)
         result.setdefault(int(rank), {})[category] = (group["start_s"].to_numpy(), group["end_s"].to_numpy())
@@ -40,11 +40,12 @@ def bubble_fraction(frame: pd.DataFrame) -> float:
     and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
     (p-1)/(m+p-1) for 1F1B. Blocking TP/CP collectives count as busy: they are part of a stage's work.
     """
-    pipeline = frame[frame["category"].isin(PIPELINE_CATEGORIES)]
+    pipeline = frame.loc[frame["category"].isin(PIPELINE_CATEGORIES), "end_s"]
     if pipeline.empty:
         return 0.0
-    window = float(pipeline["end_s"].max())
-    work = frame[frame["category"].isin(STAGE_WORK_CATEGORIES) & (frame["stream"] == "compute")]
+    window = float(pipeline.max())
+    work = frame.loc[frame["category"].isin(STAGE_WORK_CATEGORIES) & (frame["stream"] == "compute"),
+                     ["rank", "start_s", "end_s"]]
     busy = work.assign(d=work["end_s"].clip(upper=window) - work["start_s"]).groupby("rank")["d"].sum()
     return float(np.mean(np.clip(1.0 - busy.to_numpy() / window, 0.0, None))) if window > 0 else 0.0
 
@@ -58,7 +59,7 @@ def pipeline_window_s(frame: pd.DataFrame) -> float:
 def optimizer_s(frame: pd.DataFrame) -> float:
     """Mean over the ranks with ops of their optimizer-step time."""
     ranks = frame.loc[frame["kind"] != "flow", "rank"].nunique()
-    steps = frame[frame["category"] == "optimizer"]
+    steps = frame.loc[frame["category"] == "optimizer", ["start_s", "end_s"]]
     return float((steps["end_s"] - steps["start_s"]).sum()) / ranks if ranks else 0.0
 
 
@@ -90,10 +91,10 @@ def traffic_bytes(frame: pd.DataFrame) -> dict:
     """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
     category."""
-    collectives = frame[frame["kind"] == "collective"]
+    collectives = frame.loc[frame["kind"] == "collective", ["key", "category"]]
     categories = dict(zip(collectives["key"].tolist(), collectives["category"].tolist()))
     ranks = frame.loc[frame["kind"] != "flow", "rank"].unique()
-    flows = frame[(frame["kind"] == "flow") & frame["src"].isin(ranks)]
+    flows = frame.loc[(frame["kind"] == "flow") & frame["src"].isin(ranks), ["name", "bytes"]]
     if flows.empty or len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_KINDS}
     codes, names = pd.factorize(flows["name"])
