@@ -122,3 +122,18 @@ def test_folded_and_unfolded_agree_under_contention(run_yaml):
     assert folded.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=1e-12)
     assert folded.summary["sm_contention"]["compute_slowdown_s"] == pytest.approx(
         unfolded.summary["sm_contention"]["compute_slowdown_s"], rel=1e-9)
+
+
+def test_a_step_without_overlapped_communication_is_unchanged_to_the_bit(run_yaml):
+    # TP 8 alone: every collective blocks the compute stream, so no kernel ever runs beside one.
+    text = """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 2048, microbatches: 2, micro_batch: 1}
+parallelism: {tp: 8, sequence_parallel: true}
+"""
+    free = run_yaml(text, "collectives.sm_contention=none")
+    paid = run_yaml(text)
+    assert paid.timeline.equals(free.timeline)
+    assert paid.summary["step_time_s"] == free.summary["step_time_s"]
+    assert paid.summary["sm_contention"]["total_compute_slowdown_s"] == 0
