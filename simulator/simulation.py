@@ -22,6 +22,7 @@ from simulator.collector import collector_paused
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache
+from simulator.engine.replicas import replica_quotient
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, TopologyError
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.engine.faults import FaultHooks
     from simulator.faults.step import Slowdown, StepFaultPlan
+    from simulator.parallel.layout import Layout
 
 Progress = Callable[[int, int], None]
 """Called with (ops done, ops in total) while a run executes."""
@@ -88,12 +90,15 @@ def build_topology(loaded: LoadedScenario) -> Topology:
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
             progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
-            plans: PlanCache | None = None, sm_share: SmShare | None = None) -> tuple[EngineResult, Network]:
+            plans: PlanCache | None = None, sm_share: SmShare | None = None,
+            layout: Layout | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
-    caller has already planned with it (the run's settings, the same topology)."""
+    caller has already planned with it (the run's settings, the same topology); ``layout`` is a folded
+    program's placement, whose data-parallel replicas run as one where they are exact images of each other
+    (engine/replicas.py; not under step faults)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
@@ -102,9 +107,12 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     mirrors = kept_mirrors(ops, plans.links)
     replays = faults is None or not faults.changes_network
     private = private_collectives(ops, plans.links, async_streams, mirrors) if replays else frozenset()
+    quotient = None
+    if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
+        quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private)
     if faults is not None:
         faults.install(env, network)
-    runner = PlanRunner(network, topology)
+    runner = PlanRunner(network, topology, quotient)
     contention = None
     if sm_share is not None:
         cache = plans
@@ -300,7 +308,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
 
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
-                              plans=plans, sm_share=program.sm_share)
+                              plans=plans, sm_share=program.sm_share,
+                              layout=program.layout if program.folded else None)
     frame = result.log.to_frame()
     summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,

@@ -193,9 +193,12 @@ def test_same_scenario_same_timeline(run_yaml):
 
 
 def test_folded_and_unfolded_agree_on_256_gpus_with_tp_pp_dp(run_yaml):
-    """The scale issue's check: TP x PP x DP on 256 GPUs, one rank per stage simulated vs all 256."""
+    """The scale issue's check: TP x PP x DP on 256 GPUs, one rank per stage simulated vs all 256. Each
+    two-host replica has a leaf group of its own, so the replicas are exact images of each other under the spine
+    hash (replicas sharing a leaf group can land on the spines differently, and fold exactly only where that
+    costs nothing)."""
     text = """
-cluster: {topology: dgx-h100-cluster, nodes: 32}
+cluster: {topology: dgx-h100-cluster, nodes: 32, leaf_ports: 2}
 model: {preset: llama3-8b, layers: 8}
 training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
 parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}

@@ -7,6 +7,7 @@ path latency: the k identical steps cost the same as k separate batches while ra
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -15,6 +16,9 @@ from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network
 from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
+
+if TYPE_CHECKING:
+    from simulator.engine.replicas import ReplicaQuotient
 
 
 def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
@@ -32,18 +36,22 @@ class PlanRunner:
     """Runs plans on one network. A phase's items are worked out once and reused while the routes stay the
     same: the plan cache hands out one phase object for every instance of a collective."""
 
-    def __init__(self, network: Network, topology: Topology):
+    def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None):
         self.network = network
         self.topology = topology
+        self.quotient = quotient
         self._items: dict[int, tuple[Phase, int, list[tuple]]] = {}
 
     def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
-        unique)."""
+        unique); with a replica ``quotient``, only the kept sources' items, with the paths they contend on."""
         version = self.topology.routes_version
         cached = self._items.get(id(phase))
         if cached is None or cached[1] != version:
-            cached = self._items[id(phase)] = (phase, version, phase_items(self.topology, phase))
+            items = phase_items(self.topology, phase)
+            if self.quotient is not None:
+                items = self.quotient.items(items)
+            cached = self._items[id(phase)] = (phase, version, items)
         return cached[2]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
@@ -58,6 +66,8 @@ class PlanRunner:
         if all(len(plan) == 1 for plan in plans):
             yield self.network.run_phase([item for plan in plans for item in self.items(plan[0])], key=key)
             return
+        if self.quotient is not None:
+            plans = [plan for plan in plans if any(self.items(phase) for phase in plan)]
         yield env.all_of([env.process(self.run_plan(env, plan, key)) for plan in plans])
 
 

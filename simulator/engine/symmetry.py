@@ -50,7 +50,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     group inside one NVLink domain never reaches the fabric's switches, so it is not compared. Pipeline
     send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
-    cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.32% fast."""
+    cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow."""
     topology = plans.topology
     link_kinds = list(zip(topology.link_bandwidth.tolist(), topology.link_class))
     group_ids = GroupIds()
@@ -83,5 +83,5 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
             if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
                 return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
                         f"{mirror_s * 1e3:.4g} ms over the equivalent {list(mirror)}: their flows share the "
-                        "fabric's links unevenly (routes spread over spines by GPU index)")
+                        "fabric's links unevenly (each flow hashed onto a spine by its ends)")
     return ""

@@ -36,7 +36,9 @@ class FlowRequest(NamedTuple):
     """One transfer of a phase: ``nbytes`` over link ids ``path`` after ``latency`` seconds.
 
     ``src``/``dst`` (global GPU indices) label the event-log row and, with ``channel``, let a flow be routed
-    again when a link on its path fails; plain 3-, 5- or 6-tuples work as well.
+    again when a link on its path fails; plain 3-, 5- or 6-tuples work as well. ``contends`` is the path the
+    flow shares with others when it differs from its route (a folded run's replica quotient,
+    engine/replicas.py: the links' orbit representatives); the log shows ``path``.
     """
 
     path: tuple[int, ...]
@@ -45,6 +47,7 @@ class FlowRequest(NamedTuple):
     src: int = -1
     dst: int = -1
     channel: int = 0
+    contends: tuple[int, ...] | None = None
 
 
 class _Phase:
@@ -59,7 +62,8 @@ class _Phase:
 
 
 class _Flow:
-    """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries."""
+    """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries.
+    It contends on the links of ``path`` and is logged with ``route`` (the same unless a quotient maps it)."""
 
     __slots__ = (
         "channel",
@@ -71,16 +75,18 @@ class _Flow:
         "posted_s",
         "rate",
         "remaining",
+        "route",
         "seq",
         "src",
         "version",
     )
 
     def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
-                 src: int, dst: int, channel: int = 0):
+                 src: int, dst: int, channel: int = 0, route: tuple[int, ...] | None = None):
         self.seq = seq
         self.channel = channel
         self.path = path
+        self.route = path if route is None else route
         self.nbytes = nbytes
         self.remaining = nbytes
         self.rate = 0.0
@@ -153,7 +159,10 @@ class Network:
         by_latency: dict[float, list[_Flow]] = {}
         seq = self.flows_simulated
         for item in transfers:
-            if len(item) == 6:
+            route = None
+            if len(item) == 7:
+                route, nbytes, latency, src, dst, channel, path = item
+            elif len(item) == 6:
                 path, nbytes, latency, src, dst, channel = item
             else:
                 path, nbytes, latency = item[:3]
@@ -162,7 +171,7 @@ class Network:
             flows = by_latency.get(latency)
             if flows is None:
                 flows = by_latency[float(latency)] = []
-            flows.append(_Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel))
+            flows.append(_Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel, route))
             seq += 1
         self.flows_simulated = seq
         for latency, flows in by_latency.items():
@@ -208,7 +217,7 @@ class Network:
                 self._finish(flow, now)
             else:
                 if self._down and not self._down.isdisjoint(flow.path):
-                    flow.path = self.topology.path(flow.src, flow.dst, flow.channel)
+                    flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
                 flow.last_update = now
                 self._starting.append(flow)
         if self._starting:
@@ -235,7 +244,7 @@ class Network:
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
             flow.last_update = now
             self._unlink(flow)
-            flow.path = self.topology.path(flow.src, flow.dst, flow.channel)
+            flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
             for link in flow.path:
                 self._link_flows.setdefault(link, set()).add(flow)
                 self._touched_links.add(link)
@@ -364,7 +373,7 @@ class Network:
     def _finish(self, flow: _Flow, now: float) -> None:
         flow.version = -1
         if self.log is not None:
-            self.log.flow(flow.phase.key, flow.src, flow.dst, flow.posted_s, now, flow.nbytes, flow.path)
+            self.log.flow(flow.phase.key, flow.src, flow.dst, flow.posted_s, now, flow.nbytes, flow.route)
         phase = flow.phase
         phase.pending -= 1
         if phase.pending == 0:

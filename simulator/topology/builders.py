@@ -59,6 +59,13 @@ class Fabric:
     channel. A GPU's flow key is its host and its place among the GPUs sharing its NIC, not its rail: every
     rail's leaves then spread their flows over the spines alike, so ranks that differ only in their rail (the
     TP lanes of a rail-optimized fabric) see the same contention, as rank folding assumes (docs/architecture.md).
+    The mix reads the source's key within its `shift_period` (a leaf group, or a pod with tiers: 3) and the
+    destination's offset from it, not the two keys themselves: shifting both ends by whole periods (another
+    data-parallel replica, placed on the leaf groups of its own) moves the route onto the shifted switches, so
+    replicas are exact images of each other (engine/replicas.py). Among the flows that share any one leaf or
+    spine link, (position, offset) and (source, destination) determine each other, and the key is mixed by an
+    avalanche hash (`_avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
+    flow's header; only flows on links no flow shares are correlated, which is what makes replicas images.
     """
 
     gpus: list[str] = field(default_factory=list)
@@ -68,6 +75,11 @@ class Fabric:
     uplinks: list[tuple[str, ...]] = field(default_factory=list)
     nic: list[str] = field(default_factory=list)
     flow_key: list[int] = field(default_factory=list)
+    flow_keys: int = 1
+    shift_period: int = 1
+    """Flow keys in the fabric, and per leaf group (per pod with tiers: 3): the period of the spine hash."""
+    shift_gpus: int = 0
+    """GPU indices per period: shifting every GPU by a multiple of it maps routes onto routes (0: no fabric)."""
     leaf: list[int] = field(default_factory=list)
     leaf_names: list[str] = field(default_factory=list)
     leaf_pod: list[int] = field(default_factory=list)
@@ -92,13 +104,14 @@ class Fabric:
 
     def _hops(self, src: int, dst: int, channel: int) -> tuple[int, ...]:
         """(leaf of src, leaf of dst, spine index, core index) between two domains: the spine (and core) hashed
-        from the two GPUs' flow keys and the channel, as ECMP hashes a flow; just the two leaves when they are the
-        same."""
+        from the source's flow key within its period, the destination's offset and the channel, as ECMP hashes
+        a flow; just the two leaves when they are the same."""
         low, high = self.leaf[src], self.leaf[dst]
         if low == high:
             return (low, high)
-        mix = (self.flow_key[src] * 0x9E3779B1 + self.flow_key[dst] * 0x85EBCA77 + channel * 0xC2B2AE3D) & 0xFFFFFFFF
-        mix ^= mix >> 15
+        key = self.flow_key[src]
+        offset = (self.flow_key[dst] - key) % self.flow_keys
+        mix = _avalanche(((key % self.shift_period) * self.flow_keys + offset) * 0x9E3779B1 + channel)
         spines = len(self.spine_names[self.leaf_pod[low]])
         across = self.leaf_pod[low] != self.leaf_pod[high]
         return (low, high, mix % spines, (mix // spines) % len(self.core_names) if across else 0)
@@ -129,6 +142,16 @@ class Fabric:
             return [self.gpus[src], *up[:meet + 1], *reversed(down[:down.index(up[meet])]), self.gpus[dst]]
         return [self.gpus[src], self.nic[src], *self._switch_hops(*self._hops(src, dst, channel)), self.nic[dst],
                 self.gpus[dst]]
+
+
+def _avalanche(value: int) -> int:
+    """A 32-bit integer hash in which every input bit flips every output bit with probability about 1/2
+    (MurmurHash3's finalizer): keys that differ by a little, such as neighbouring hosts at one offset, land on
+    spines as if drawn at random, as ECMP's hash of a flow's header does."""
+    value &= 0xFFFFFFFF
+    value = ((value ^ (value >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+    value = ((value ^ (value >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+    return value ^ (value >> 16)
 
 
 def _add_nvswitch_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict,
@@ -233,13 +256,14 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     fabric.leaf_pod = [(index // nics) // groups_per_pod for index in range(len(fabric.leaf_names))]
     for index, leaf in enumerate(fabric.leaf_names):
         wiring.add_node(leaf, kind="switch", tier=1, rail=index % nics, pod=fabric.leaf_pod[index])
+    sharing_nic = -(-len(host_gpus[0]) // nics)
     for host, members in enumerate(host_gpus):
         for rail in range(nics):
             nic = f"h{host}/nic{rail}"
             wiring.add_node(nic, kind="nic", host=host, rail=rail)
             add_link(wiring, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
                      latency=per_gpu_latency, link_class=link_class)
-        sharing_nic, slots = -(-len(members) // nics), [0] * nics
+        slots = [0] * nics
         for local, gpu in enumerate(members):
             rail = local * nics // len(members)
             fabric.nic[gpu] = f"h{host}/nic{rail}"
@@ -248,6 +272,10 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
             fabric.leaf[gpu] = (host // p["leaf_ports"]) * nics + rail
             add_link(wiring, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
                      latency=per_gpu_latency, link_class="pcie")
+    fabric.flow_keys = len(host_gpus) * sharing_nic
+    period_hosts = p["leaf_ports"] * (groups_per_pod if p["tiers"] == 3 else 1)
+    fabric.shift_period = period_hosts * sharing_nic
+    fabric.shift_gpus = period_hosts * len(host_gpus[0])
     uplink = p["leaf_ports"] * bandwidth / p["oversubscription"] / p["spines"]
     derived = {"leaves": len(fabric.leaf_names), "leaf_spine_bandwidth": uplink if groups * nics > 1 else None}
     if groups * nics == 1:

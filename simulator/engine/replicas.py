@@ -1,0 +1,266 @@
+"""Data-parallel replicas as exact images of each other: a folded run sends only the first replicas' flows.
+
+Folding keeps every replica's copy of a collective on the network (its mirrors, and the transfers of a group
+that spans the replicas, such as a data-parallel ring), because they share NICs and switch links with the
+simulated traffic. When the layout's data-parallel shift by ``step`` replicas is a symmetry of the whole
+posted traffic, they need not all run:
+
+- the shift maps every flow's route onto the route of its image, link by link, onto links of the same
+  bandwidth, latency and class (the fabric hashes spines shift-invariantly, topology/builders.py `Fabric`);
+- the set of posted flows is closed under the shift (each collective's group and kept mirrors, completed
+  with the images pruning dropped: they meet no simulated traffic, so adding them changes nothing);
+- no link is its own image under any power of the shift (every link orbit has ``replicas / step`` members),
+  and no route crosses two links of one orbit.
+
+Then all images of a flow have the same rate at every instant (the max-min allocation is unique, so it is
+invariant under a symmetry of the instance), and it is the max-min allocation of the quotient network: keep
+the flows whose source lies in the first ``step`` replicas (one per orbit), and let each meet the others on
+its links' orbit representatives. The load a representative link carries there is the load every link of
+its orbit carries in the full network, so the rates, hence every time, are those of the full run. A phase of
+a group that spans the replicas ends when its kept transfers do (the others are their images); a mirror with
+no kept transfer ends with its images, which run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.engine.groups import GroupIds
+from simulator.engine.plans import PlanCache
+from simulator.engine.sharing import Mirrors
+from simulator.parallel.layout import Layout
+from simulator.program.ops import CollectiveOp, Op
+from simulator.topology.graph import Topology
+
+
+@dataclass(frozen=True)
+class ReplicaQuotient:
+    """The symmetry found: GPUs whose flows are sent (``kept``, the first ``step`` replicas) and each link's
+    orbit representative (``representative[link]``; links no flow uses map to themselves)."""
+
+    step: int
+    kept: np.ndarray
+    representative: np.ndarray
+
+    def items(self, items: list[tuple]) -> list[tuple]:
+        """The network items (path, bytes, latency, src, dst, channel) of the kept sources, each with the path
+        the flow contends on (its links' representatives) appended; the route itself is what the log shows."""
+        kept, representative = self.kept, self.representative
+        return [(*item, tuple(representative[list(item[0])].tolist())) for item in items if kept[item[3]]]
+
+
+def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirrors: Mapping[int, Mirrors],
+                     private: frozenset[int]) -> tuple[ReplicaQuotient | None, dict[int, Mirrors]]:
+    """The quotient of a folded run by its data-parallel shift, with the mirrors each op still sends: its kept
+    mirrors closed under the shift, less those wholly outside the first replicas; ``(None, mirrors)`` when no
+    shift is an exact symmetry (docs/architecture.md, rank folding). The ``private`` collectives are timed
+    alone and replayed, never posted, so they need no symmetry."""
+    topology = plans.topology
+    step = _shift_step(layout, topology)
+    if step == 0:
+        return None, dict(mirrors)
+    shift = np.arange(topology.num_gpus, dtype=np.int64)
+    ranks = np.arange(layout.world, dtype=np.int64)
+    stride = layout.stride("dp")
+    replica = ranks // stride % layout.dp
+    shift[:layout.world] = ranks + ((replica + step) % layout.dp - replica) * stride
+    kept = np.zeros(topology.num_gpus, dtype=bool)
+    kept[:layout.world] = replica < step
+    if not all(kept[op.rank] for op in ops):
+        return None, dict(mirrors)
+    collectives = [op for op in ops if isinstance(op, CollectiveOp) and op.id not in private]
+    families = _Families(shift, kept)
+    closed = families.close(collectives, mirrors)
+    if closed is None:
+        return None, dict(mirrors)
+    images = _link_images(collectives, closed, families, plans, shift.tolist())
+    if images is None:
+        return None, dict(mirrors)
+    representative = _representatives(images, layout.dp // step, len(topology.link_ends))
+    if representative is None or not _routes_meet_each_orbit_once(collectives, closed, families, plans, kept,
+                                                                  representative):
+        return None, dict(mirrors)
+    sent = {}
+    for op in collectives:
+        rows = closed[op.id][1:]
+        if rows:
+            sent[op.id] = families.sent(op, rows)
+    return ReplicaQuotient(step, kept, representative), sent
+
+
+def _shift_step(layout: Layout, topology: Topology) -> int:
+    """The fewest data-parallel replicas whose shift moves every GPU index by whole periods of the fabric's
+    spine hash (0 when there is none): data parallelism outermost over every GPU of a fabric that has one."""
+    period = getattr(topology.router, "shift_gpus", 0)
+    stride = layout.stride("dp")
+    if not period or layout.dp == 1 or stride * layout.dp != layout.world or layout.world != topology.num_gpus:
+        return 0
+    return next((step for step in range(1, layout.dp) if layout.dp % step == 0 and step * stride % period == 0), 0)
+
+
+class _Families:
+    """Per group (by value): the group and its mirror candidates as rows, the row each row's shift image is
+    (by member set), and each row's orbit under the shift; so closing a set of rows is a lookup."""
+
+    def __init__(self, shift: np.ndarray, kept: np.ndarray):
+        self.shift = shift
+        self.kept = kept
+        self.group_ids = GroupIds()
+        self._tables: dict[int, tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray] | None] = {}
+        self._closed: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        self._sent: dict[tuple[int, tuple[int, ...]], Mirrors] = {}
+
+    def table(self, op: CollectiveOp) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray] | None:
+        """(rows, image row of each row, orbit of each row) of ``op``'s group, or None when a row's image is
+        not a row."""
+        gid = self.group_ids.id(op.group)
+        if gid not in self._tables:
+            rows = (op.group, *op.mirrors)
+            members = np.sort(np.array(rows, dtype=np.int64), axis=1)
+            index = {row.tobytes(): i for i, row in enumerate(members)}
+            images = np.sort(self.shift[members], axis=1)
+            image = np.array([index.get(row.tobytes(), -1) for row in images], dtype=np.int64)
+            self._tables[gid] = None if (image < 0).any() else (rows, image, _cycles(image))
+        return self._tables[gid]
+
+    def close(self, collectives: list[CollectiveOp], mirrors: Mapping[int, Mirrors]
+              ) -> dict[int, tuple[int, ...]] | None:
+        """Per op id, the rows it posts once closed under the shift (row 0, its group, first), or None."""
+        closed: dict[int, tuple[int, ...]] = {}
+        for op in collectives:
+            kept = mirrors.get(op.id, ())
+            key = (self.group_ids.id(op.group), id(kept))
+            if key not in self._closed:
+                self._closed[key] = self._close(op, kept)
+            rows = self._closed[key]
+            if rows is None:
+                return None
+            closed[op.id] = rows
+        return closed
+
+    def _close(self, op: CollectiveOp, kept: Mirrors) -> tuple[int, ...] | None:
+        table = self.table(op)
+        if table is None:
+            return None
+        rows, _, orbit = table
+        position = {group: i for i, group in enumerate(rows)}
+        wanted = orbit[[0, *(position[group] for group in kept)]]
+        chosen = np.flatnonzero(np.isin(orbit, wanted))
+        return (0, *(int(i) for i in chosen if i != 0))
+
+    def sent(self, op: CollectiveOp, rows: tuple[int, ...]) -> Mirrors:
+        """The mirrors among ``rows`` with a member in the first replicas (the others send nothing)."""
+        key = (self.group_ids.id(op.group), rows)
+        found = self._sent.get(key)
+        if found is None:
+            table = self.table(op)
+            assert table is not None
+            groups, kept = table[0], self.kept
+            found = self._sent[key] = tuple(groups[i] for i in rows if kept[list(groups[i])].any())
+        return found
+
+
+def _cycles(image: np.ndarray) -> np.ndarray:
+    """The cycle (orbit) id of each element of the permutation ``image``."""
+    orbit = np.full(image.size, -1, dtype=np.int64)
+    for start in range(image.size):
+        if orbit[start] < 0:
+            node = start
+            while orbit[node] < 0:
+                orbit[node] = start
+                node = image[node]
+    return orbit
+
+
+def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families):
+    """(op, group, image group) for every distinct plan the run posts: each op's closed rows, once per shape."""
+    seen: set[tuple] = set()
+    for op in collectives:
+        table = families.table(op)
+        assert table is not None
+        rows, image, _ = table
+        gid = families.group_ids.id(op.group)
+        for row in closed[op.id]:
+            key = (op.op, op.algorithm, op.root, op.nbytes, id(op.pair_bytes), gid, row)
+            if key not in seen:
+                seen.add(key)
+                yield op, rows[row], rows[image[row]]
+
+
+def _link_images(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families,
+                 plans: PlanCache, shift: list[int]) -> dict[int, int] | None:
+    """The shift's action on the links the run's flows use, read off each plan and the plan of its image
+    phase by phase (the same transfers, moved; routes moved link by link onto links alike), or None. A plan
+    that is not its own image must send from the first replicas only or not at all: a phase ends when all its
+    transfers do, so dropping some of a plan's transfers is exact only where their images are in that plan."""
+    topology = plans.topology
+    alike = list(zip(topology.link_bandwidth.tolist(), topology.link_latency.tolist(), topology.link_class))
+    path = topology.path
+    images: dict[int, int] = {}
+    checked: set[tuple[int, int, int]] = set()
+    kept = families.kept
+    for op, group, image_group in _plan_groups(collectives, closed, families):
+        phases, image_phases = plans.phases(op, group), plans.phases(op, image_group)
+        if len(phases) != len(image_phases):
+            return None
+        if image_group is not group and len({bool(kept[t.src]) for phase in phases for t in phase.transfers}) > 1:
+            return None  # its phases would end with its kept transfers, not with the images it drops
+        for phase, image in zip(phases, image_phases):
+            if (phase.repeat, phase.pipelined, phase.min_latency) != (image.repeat, image.pipelined,
+                                                                       image.min_latency):
+                return None
+            moved = Counter((shift[t.src], shift[t.dst], t.nbytes, t.channel) for t in phase.transfers)
+            if moved != Counter(image.transfers):
+                return None
+            for t in phase.transfers:
+                route = (t.src, t.dst, t.channel)
+                if route in checked:
+                    continue
+                checked.add(route)
+                links, image_links = path(*route), path(shift[t.src], shift[t.dst], t.channel)
+                if len(links) != len(image_links):
+                    return None
+                for link, moved_link in zip(links, image_links):
+                    if images.setdefault(link, moved_link) != moved_link or alike[link] != alike[moved_link]:
+                        return None
+    return images
+
+
+def _representatives(images: dict[int, int], order: int, links: int) -> np.ndarray | None:
+    """Each link's orbit representative (its lowest id), or None unless every orbit has ``order`` links."""
+    representative = np.arange(links, dtype=np.int64)
+    for link in images:
+        orbit = [link]
+        while len(orbit) <= order:
+            following = images.get(orbit[-1])
+            if following is None:
+                return None
+            if following == link:
+                break
+            orbit.append(following)
+        if len(orbit) != order:
+            return None
+        representative[link] = min(orbit)
+    return representative
+
+
+def _routes_meet_each_orbit_once(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]],
+                                 families: _Families, plans: PlanCache, kept: np.ndarray,
+                                 representative: np.ndarray) -> bool:
+    """Whether no kept flow's route crosses two links of one orbit (its quotient path would carry it twice)."""
+    path = plans.topology.path
+    checked: set[tuple[int, int, int]] = set()
+    for op, group, _ in _plan_groups(collectives, closed, families):
+        for phase in plans.phases(op, group):
+            for t in phase.transfers:
+                route = (t.src, t.dst, t.channel)
+                if kept[t.src] and route not in checked:
+                    checked.add(route)
+                    links = path(*route)
+                    if len(set(representative[list(links)].tolist())) != len(links):
+                        return False
+    return True

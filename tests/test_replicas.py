@@ -1,0 +1,106 @@
+"""Data-parallel replicas as images of each other: the fabric's spine hash moves with a shift by whole leaf
+groups, it still spreads one leaf's flows evenly over the spines, and a folded run that sends only the first
+replicas' flows (engine/replicas.py) gives the step of the full run, bit for bit on these fabrics."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+import simulator.simulation as simulation
+from simulator.topology.builders import build_topology
+
+FABRIC = {"nodes": 8, "leaf_ports": 2, "spines": 4, "oversubscription": 2,
+          "node": {"kind": "nvswitch_node", "gpus": 8}}
+
+
+def _shifted(name: str, hosts: int, leaf_ports: int, nodes: int) -> str:
+    """A node's name after shifting every host by ``hosts`` (whole leaf groups), cyclically."""
+    name = re.sub(r"^h(\d+)/", lambda m: f"h{(int(m[1]) + hosts) % nodes}/", name)
+    groups = nodes // leaf_ports
+    return re.sub(r"^leaf(\d+)\.", lambda m: f"leaf{(int(m[1]) + hosts // leaf_ports) % groups}.", name)
+
+
+def test_routes_move_with_a_shift_by_whole_leaf_groups():
+    """Every cross-leaf route, shifted by one leaf group (2 hosts, 16 GPUs), is the route of the shifted pair:
+    the spine is hashed from the source's place in its leaf group and the destination's offset."""
+    topology = build_topology("cluster", FABRIC)
+    gpus = topology.num_gpus
+    crossing = 0
+    for src in range(gpus):
+        for dst in range(gpus):
+            for channel in (0, 1):
+                if topology.gpu_host[src] == topology.gpu_host[dst]:
+                    continue
+                route = topology.router(topology, src, dst, channel)
+                image = topology.router(topology, (src + 16) % gpus, (dst + 16) % gpus, channel)
+                assert image == [_shifted(node, 2, 2, 8) for node in route]
+                crossing += any(node.startswith("spine") for node in route)
+    assert crossing > 0
+
+
+def test_one_leaf_spreads_its_flows_over_the_spines_as_a_random_hash_would():
+    """All flows from one leaf group of 32 hosts to another (and to all others), per channel, over 8 spines:
+    the busiest spine carries at most 1.3x the flows of the idlest (today 1.27; 1,024 random draws spread about
+    that much). The 16 hosts of one replica half sending to the next replica (one offset, neighbouring places,
+    two channels: a data-parallel ring's crossings) use 14 of 16 spines, at most 4 flows on one; a hash that
+    mixed its inputs only linearly put 7 on one spine and used 7."""
+    topology = build_topology("cluster", {**FABRIC, "nodes": 128, "leaf_ports": 32, "spines": 8,
+                                          "oversubscription": 1})
+    fabric = topology.router
+    for targets in (range(32, 64), range(32, 128)):
+        for channel in (0, 1):
+            spines = Counter(fabric._hops(src * 8, dst * 8, channel)[2] for src in range(32) for dst in targets)
+            assert len(spines) == 8
+            assert max(spines.values()) / min(spines.values()) < 1.3
+    wide = build_topology("cluster", {**FABRIC, "nodes": 2048, "leaf_ports": 32, "spines": 16,
+                                      "oversubscription": 1}).router
+    crossing = Counter(wide._hops((16 + p) * 8, (32 + p) * 8, channel)[2] for p in range(16) for channel in (0, 1))
+    assert len(crossing) >= 14 and max(crossing.values()) <= 4
+
+
+CP_FABRIC = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
+training: {seq_len: 16384, microbatches: 4, precision: bf16}
+parallelism: {tp: 4, cp: 4, pp: 2, dp: 2, order: [tp, cp, pp, dp], sequence_parallel: true,
+              cp_algorithm: all_gather}
+collectives: {algorithm: ring}
+"""
+DP_FABRIC = """
+cluster: {topology: dgx-h100-cluster, nodes: 32, leaf_ports: 2}
+model: {preset: llama3-8b, layers: 8}
+training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
+parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}
+"""
+
+
+@pytest.mark.parametrize("text, overrides, flows", [
+    (CP_FABRIC, (), (3736, 6456)),  # K/V all-gathers and sends of both replicas share NICs with the DP ring
+    (CP_FABRIC, ("cluster.leaf_ports=1", "parallelism.tp=8", "parallelism.cp=2"), (2300, 2440)),  # 1 host/leaf
+    (DP_FABRIC, (), (1552, 1792)),  # 16 two-host replicas, one per leaf group, TP 4 x PP 4
+])
+def test_first_replicas_alone_give_the_full_step(run_yaml, monkeypatch, text, overrides, flows):
+    """Folded with the replica quotient, folded with every replica's flows, and unfolded: the same step time
+    and traffic per GPU, with fewer flows sent."""
+    quotient = run_yaml(text, *overrides).summary
+    unfolded = run_yaml(text, *overrides, "run.fold=false").summary
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+                        (None, dict(mirrors)))
+    every_replica = run_yaml(text, *overrides).summary
+    assert quotient["folded"] and "fold_off_reason" not in quotient
+    assert quotient["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
+    assert quotient["step_time_s"] == pytest.approx(every_replica["step_time_s"], rel=1e-9)
+    assert quotient["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]
+    assert (quotient["flows_simulated"], every_replica["flows_simulated"]) == flows
+
+
+def test_replicas_within_one_leaf_group_keep_every_flow(run_yaml, monkeypatch):
+    """Two-host replicas on leaf groups of 32 hosts: no shift by whole replicas is a period of the spine hash,
+    so the folded run sends every replica's flows, as without the quotient."""
+    summary = run_yaml(DP_FABRIC, "cluster.leaf_ports=32").summary
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+                        (None, dict(mirrors)))
+    assert summary["flows_simulated"] == run_yaml(DP_FABRIC, "cluster.leaf_ports=32").summary["flows_simulated"]
