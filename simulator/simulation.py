@@ -208,13 +208,13 @@ def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
         program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
         ops = list(program.ops)
         verdict = Verdict(dict(program.memory), tuple(program.warnings))
-    located(loaded, lambda: plan_every_collective(ops, topology, settings))
+    located(loaded, lambda: plan_every_collective(ops, plan_cache(topology, settings)))
     return verdict
 
 
-def plan_every_collective(ops: list[Op], topology: Topology, settings: NetworkSettings) -> None:
-    """Plan each distinct collective once, so unsupported algorithm choices surface before a run."""
-    plans = plan_cache(topology, settings)
+def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
+    """Plan each distinct collective once, so unsupported algorithm choices surface, located in the scenario,
+    before a run (an error raised inside the SimPy run would lose its field)."""
     for op in ops:
         if isinstance(op, CollectiveOp):
             plans.phases(op, op.group)
@@ -389,7 +389,10 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded)
     faults.slowdowns = faults.plan.slowdown_of()
-    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress))
+    plans = plan_cache(topology, settings)
+    located(loaded, lambda: plan_every_collective(ops, plans))
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress,
+                                                      plans=plans))
     frame = result.log.to_frame()
     summary = {
         "scenario": loaded.source,

@@ -163,6 +163,18 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                        "unrecognized arguments: --frobnicate"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice: 'simulate'"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2, "has no unit"),
+    "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
+                                       "\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
+                              "s.yaml:2: collectives.algorithm: collnet_direct needs a group across hosts on SHARP "
+                              "switches: dgx-h100-cluster has no SHARP switches"),
+    "nvls-sharp-training-without-sharp": (scenario(PRESET.replace("dgx-h100", "dgx-h100-cluster, nodes: 2")
+                                                   + "parallelism: {tp: 2, dp: 8}\n"
+                                                   + "collectives: {algorithm: nvls_sharp}\n"), RUN, 2,
+                                          "s.yaml:5: collectives.algorithm: nvls_sharp needs"),
+    "sharp-on-ethernet": (scenario(COMM.replace("dgx-h100}", "ethernet-100g, sharp: sharpv3}")), RUN, 2,
+                          "s.yaml:1: cluster.sharp: sharpv3 runs in InfiniBand switches"),
+    "collective-sharp-on-plain-fabric": ({}, ["collective", "--topology", "dgx-h100-cluster", "--algorithm",
+                                              "nvls_sharp"], 2, "has no SHARP switches"),
 }
 
 

@@ -241,7 +241,8 @@ def test_unknown_algorithm_lists_the_choices():
     with pytest.raises(ScenarioError) as info:
         plan_collective(CollectiveRequest("all_reduce", (0, 1), MIB), switch_topology(2), "butterfly")
     assert "unknown algorithm 'butterfly'" in str(info.value)
-    assert info.value.allowed == "ring, tree, hierarchical, direct, halving_doubling, nvls, auto"
+    assert info.value.allowed == ("ring, tree, hierarchical, direct, halving_doubling, nvls, collnet_direct, "
+                                  "nvls_sharp, auto")
 
 
 def test_unsupported_primitive_names_the_algorithms_that_can():

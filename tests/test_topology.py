@@ -45,7 +45,7 @@ def route_kinds(topo, src, dst, channel=0) -> list[str]:
 
 def test_bundled_names():
     assert list_bundled_topologies() == ["dgx-a100", "dgx-a100-cluster", "dgx-h100", "dgx-h100-cluster",
-                                         "ethernet-100g", "gb200-nvl72"]
+                                         "dgx-h100-superpod", "ethernet-100g", "gb200-nvl72"]
 
 
 @pytest.mark.parametrize("name, gpu_model, nvlink", [("dgx-a100", "a100-80gb", 3.0e11),

@@ -11,7 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Literal, get_args
 
-from simulator.collectives import direct, halving_doubling, hierarchical, nvls, ring, tree
+from simulator.catalog.sharp import collnet_direct_latency
+from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.ring import channel_count, group_by_host
 from simulator.collectives.tree import chunk_count
@@ -30,6 +31,8 @@ ALGORITHMS: dict[str, tuple[Planner, tuple[str, ...]]] = {
     "direct": (direct.plan, direct.OPS),
     "halving_doubling": (halving_doubling.plan, halving_doubling.OPS),
     "nvls": (nvls.plan, nvls.OPS),
+    "collnet_direct": (collnet_direct.plan, collnet_direct.OPS),
+    "nvls_sharp": (nvls_sharp.plan, nvls_sharp.OPS),
 }
 """name -> (planner, primitives it implements). send_recv is one transfer whatever the algorithm."""
 
@@ -110,6 +113,17 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
     if count > 1 and g > 1 and all(len(members) == g for members in hosts):
         found["hierarchical"] = (2 * (g - 1) * (a_in + n / (g * b_in))
                                  + 2 * (count - 1) * (a_out + n / (g * count * b_out)))
+    if request.op == "all_reduce" and collnet_direct.supports(request.ranks, topology):
+        found |= in_network_estimates(n, g, b_in, b_out, nvls_sharp.fits(topology, hosts))
+    return found
+
+
+def in_network_estimates(n: float, g: int, b_in: float, b_out: float, nvls_inside: bool) -> dict[str, float]:
+    """The SHARP all-reduces' closed forms: NCCL's latency, then the slower of the host's NVLink load and its
+    NICs' n/g each way (the two stages are pipelined)."""
+    found = {"collnet_direct": collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))}
+    if nvls_inside:
+        found["nvls_sharp"] = nvls_sharp.LATENCY + n * max((g + 1) / (g * b_in), 1 / (g * b_out))
     return found
 
 
@@ -117,7 +131,8 @@ def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
     """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce inside one NVLink-SHARP domain
     (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth per channel and a
     lower latency than 2 (p-1) ring steps); ring for reduce_scatter / all_gather and for all_reduce inside one
-    host; otherwise the cheapest alpha-beta estimate (ties go to the first listed)."""
+    host; otherwise the cheapest alpha-beta estimate (ties go to the first listed), which on SHARP switches weighs
+    the in-network all-reduces too."""
     if request.op in ("all_to_all", "send_recv"):
         return "direct"
     if request.op == "all_reduce" and nvls.supports(request.ranks, topology):

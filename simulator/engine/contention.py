@@ -56,7 +56,7 @@ class NcclChannels:
         if op.sms is not None:
             return op.sms
         share = self.share
-        if self.algorithm_of(op) == "nvls":
+        if self.algorithm_of(op) in ("nvls", "nvls_sharp"):
             return share.nvls_channels
         known = self._spread.get(id(op.group))
         if known is None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.errors import TopologyError
-from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, Topology, Wiring, add_link
+from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, SHARP_CHOICES, Topology, Wiring, add_link
 from simulator.topology.parameters import Param, read_parameters
 
 
@@ -207,7 +207,8 @@ NODE_TYPES = {
 def _topology(name: str, wiring: Wiring, fabric: Fabric, rails: int, gpu_model: str, params: dict,
               nvls: str = "none") -> Topology:
     return Topology(name=name, wiring=wiring, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
-                    rails=rails, gpu_model=gpu_model, router=fabric, params=params, nvls=nvls != "none")
+                    rails=rails, gpu_model=gpu_model, router=fabric, params=params, nvls=nvls != "none",
+                    sharp=params.get("sharp", "none") != "none")
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
@@ -233,6 +234,9 @@ FABRIC_PARAMETERS = {
     "tiers": Param("count", 2, "switch tiers: 2 = leaf/spine, 3 = leaf/spine/core in pods", choices=(2, 3)),
     "pods": Param("count", 1, "pods (with tiers: 3); leaf groups are split evenly over them"),
     "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
+    "sharp": Param("text", "none", "in-network reduction in the InfiniBand switches: sharpv3 (Quantum-2 NDR "
+                   "SHARPv3 streaming aggregation) or none", choices=SHARP_CHOICES),
+    "sharp_streams": Param("count", 2, "streaming aggregation flows one SHARP switch runs at once (NVIDIA: 2)"),
 }
 
 
@@ -248,6 +252,9 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     if p["tiers"] == 3 and not 2 <= pods <= groups:
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
                             allowed=f"2 to {groups} (one leaf group = {p['leaf_ports']} hosts)")
+    if p["sharp"] != "none" and link_class != "infiniband":
+        raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
+                            field="sharp", allowed="none, or link_class: infiniband")
     fabric.nic = [""] * len(fabric.gpus)
     fabric.flow_key = [0] * len(fabric.gpus)
     fabric.leaf = [0] * len(fabric.gpus)

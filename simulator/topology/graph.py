@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 
 NVLS_CHOICES = ("none", "nvswitch3")
 """In-switch reduction of an NVLink domain: NVLink SHARP on third-generation NVSwitches, or none."""
+SHARP_CHOICES = ("none", "sharpv3")
+"""In-network reduction in the InfiniBand switches: SHARPv3 (Quantum-2 NDR streaming aggregation), or none."""
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
 
@@ -91,7 +93,8 @@ class Topology:
     sits in and ``gpu_local[i]`` its index inside that host. ``rails`` is how many NICs a host has that
     collectives can use as parallel channels (1 for single-node and shared-NIC topologies). ``gpu_domain[i]``
     is the NVLink domain of GPU ``i``: its host, except where NVLink spans hosts (an NVL72 rack). ``nvls``
-    says whether the domains' NVSwitches reduce in the switch (NVLink SHARP, the `nvls` algorithm).
+    says whether the domains' NVSwitches reduce in the switch (NVLink SHARP, the `nvls` algorithm); ``sharp``
+    whether the scale-out InfiniBand switches do (SHARP, the `collnet_direct` and `nvls_sharp` algorithms).
     """
 
     name: str
@@ -104,6 +107,7 @@ class Topology:
     router: Router | None = None
     params: dict = field(default_factory=dict)
     nvls: bool = False
+    sharp: bool = False
     link_index: dict[tuple[str, str], int] = field(init=False, repr=False)
     link_ends: list[tuple[str, str]] = field(init=False, repr=False)
     link_bandwidth: np.ndarray = field(init=False, repr=False)

@@ -1,0 +1,83 @@
+"""CollNetDirect: NCCL's all-reduce with in-network reduction in SHARP InfiniBand switches (`NCCL_COLLNET_ENABLE=1`).
+
+Inside each host the buffer is split over the group's g GPUs there, each the "head" of one n/g slice with its own
+NIC: every GPU sends each head its part of that head's slice over NVLink ((g-1)/g n out), each head hands its
+reduced slice to the SHARP tree of its rail once (n/g up its NIC), the switches reduce it across the hosts and
+send the result down once (n/g down its NIC), and the head broadcasts it back to its host mates ((g-1)/g n out).
+Each GPU's NVLink then carries 2 (g-1)/g n each way, each NIC n/g each way, whatever the number of hosts: the
+switch tree, not the hosts, does the N-way reduction, at line rate (SHARPv3 streams aggregation through the
+switch's ports). NCCL pipelines the stages chunk by chunk, so the collective takes the slower of the two.
+
+On the flow-level network the NIC load is a ring of n/g transfers over each rail's hosts: every NIC sends n/g once
+and receives n/g once, and a leaf's hosts stay under their leaf, with one flow each way to the spines, as a SHARP
+tree's leaf sends its partial aggregate up once and receives the result once. The NVLink load is GPU i -> GPU i+1
+transfers of 2 (g-1)/g n through the host's switch. Every transfer waits NCCL's CollNetDirect latency.
+
+NCCL also runs reduce-scatter and all-gather through CollNetDirect, but only when the plugin offers them and every
+host has one NIC per GPU of the group; they are not modelled here (ring, direct or nvls run them).
+"""
+
+from __future__ import annotations
+
+from simulator.catalog.sharp import collnet_direct_latency
+from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.ring import group_by_host
+from simulator.errors import ScenarioError
+from simulator.topology.graph import Topology
+
+OPS = ("all_reduce",)
+
+
+def refusal(ranks: tuple[int, ...], topology: Topology) -> str:
+    """Why the group cannot reduce in the network on ``topology`` ('' when it can): the switches must run SHARP,
+    the group must span hosts that are NVLink domains of their own with the same count on each, and the switches
+    must have a streaming aggregation flow for each rail the group uses."""
+    if not topology.sharp:
+        return f"{topology.name} has no SHARP switches (topology parameter sharp: none)"
+    hosts = group_by_host(ranks, topology)
+    if len(hosts) < 2:
+        return "the group sits in one host; in-network reduction runs across hosts"
+    if len({len(members) for members in hosts}) > 1:
+        return "the group has a different number of GPUs on some host"
+    domains = [{topology.gpu_domain[r] for r in members} for members in hosts]
+    if any(len(d) > 1 for d in domains) or len(set.union(*domains)) < len(hosts):
+        return "the group's hosts share NVLink domains (an NVL72 rack); CollNet runs between NVLink domains"
+    params = topology.params
+    per_host = len(topology.host_gpus(topology.gpu_host[hosts[0][0]]))
+    rails = len({topology.gpu_local[r] * topology.rails // per_host for r in hosts[0]})
+    leaf_groups = {topology.gpu_host[members[0]] // params.get("leaf_ports", 1) for members in hosts}
+    if len(leaf_groups) > 1 and rails > params["sharp_streams"] * params["spines"]:
+        return (f"its {rails} rails need a streaming aggregation flow each on the spines, more than "
+                f"{params['spines']} spines x sharp_streams {params['sharp_streams']}")
+    return ""
+
+
+def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
+    """Whether ``ranks`` can reduce in the network (see `refusal`)."""
+    return not refusal(ranks, topology)
+
+
+def check(request: CollectiveRequest, topology: Topology, name: str) -> list[list[int]]:
+    """The group's members per host, or the error that says why algorithm ``name`` cannot run it."""
+    reason = refusal(request.ranks, topology)
+    if reason:
+        raise ScenarioError(f"{name} needs a group across hosts on SHARP switches: {reason}",
+                            field="collectives.algorithm", allowed="ring, tree, hierarchical or auto")
+    return group_by_host(request.ranks, topology)
+
+
+def sharp_transfers(hosts: list[list[int]], nbytes: float) -> list[Transfer]:
+    """Each rail's in-network all-reduce of ``nbytes`` per NIC: every GPU of the rail sends that much to the same
+    rail's GPU on the next host, so each NIC carries it once up and once down."""
+    count = len(hosts)
+    return [Transfer(hosts[i][j], hosts[(i + 1) % count][j], nbytes, j)
+            for j in range(len(hosts[0])) for i in range(count)]
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """One phase: the heads' scatter and broadcast over NVLink and the SHARP all-reduce of n/g per NIC at once."""
+    hosts = check(request, topology, "collnet_direct")
+    g, n = len(hosts[0]), request.nbytes
+    intra = [Transfer(members[i], members[(i + 1) % g], 2 * (g - 1) / g * n)
+             for members in hosts for i in range(g)] if g > 1 else []
+    return [Phase(tuple(intra + sharp_transfers(hosts, n / g)), min_latency=collnet_direct_latency(g))]
