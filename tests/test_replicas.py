@@ -76,11 +76,21 @@ training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
 parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}
 """
 
+THREE_TIERS = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 1, tiers: 3, pods: 2, spines: 2, oversubscription: 2}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
+parallelism: {tp: 8, pp: 2, dp: 4, sequence_parallel: true, zero: 1}
+collectives: {algorithm: ring}
+"""
+
 
 @pytest.mark.parametrize("text, overrides, flows", [
     (CP_FABRIC, (), (3736, 6456)),  # K/V all-gathers and sends of both replicas share NICs with the DP ring
     (CP_FABRIC, ("cluster.leaf_ports=1", "parallelism.tp=8", "parallelism.cp=2"), (2300, 2440)),  # 1 host/leaf
     (DP_FABRIC, (), (1552, 1792)),  # 16 two-host replicas, one per leaf group, TP 4 x PP 4
+    (THREE_TIERS, (), (2672, 3104)),  # pods of two replicas: the shift moves by two, half the replicas sent
+    (THREE_TIERS, ("cluster.pods=4",), (2456, 3104)),  # a pod per replica, rings across the cores
 ])
 def test_first_replicas_alone_give_the_full_step(run_yaml, monkeypatch, text, overrides, flows):
     """Folded with the replica quotient, folded with every replica's flows, and unfolded: the same step time
