@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.parameter_server import ParameterServerConfig
-from simulator.config.schema import CollectiveItem, Scenario
+from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.errors import InputError
 from simulator.topology.loader import read_topology
 from simulator.topology.size import topology_gpus
@@ -65,6 +65,17 @@ class ScaleEstimate:
                 f"~{self.memory_bytes / 2**30:,.1f} GiB of memory")
 
 
+def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
+    """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
+    wrapped unit (PyTorch FSDP: a layer, the embedding, the head) in every forward and backward and
+    reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets, the optimizer's gather."""
+    if par.gathers_per_unit:
+        return units * 3 * m
+    if par.zero == 3:
+        return blocks * 2 * m + units * m
+    return buckets + 2
+
+
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
@@ -85,8 +96,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstima
         "tp": m * layers_per_rank * (8 if par.sequence_parallel else 4) if tp > 1 else 0.0,
         "cp": m * layers_per_rank * 2 * cp if cp > 1 else 0.0,
         "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
-        "dp": (blocks_per_rank * (2 + 2 * m) if par.zero == 3 or par.fsdp in ("full_shard", "hybrid_shard")
-               else layers_per_rank * layer_params * 2 / (tp * par.ddp.bucket) + 2) if dp > 1 else 0.0,
+        "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
+                              layers_per_rank * layer_params * 2 / (tp * par.ddp.bucket)) if dp > 1 else 0.0,
     }
     group = {"tp": tp, "cp": cp, "pp": 1, "dp": dp}
     per_stage = tp * cp * dp

@@ -278,6 +278,12 @@ class ParallelismConfig(Section):
         """The ZeRO stage the step runs: `fsdp`'s (FSDP_ZERO_STAGE), else `zero`."""
         return FSDP_ZERO_STAGE[self.fsdp] if self.fsdp is not None else self.zero
 
+    @property
+    def gathers_per_unit(self) -> bool:
+        """Whether ZeRO-3 runs as PyTorch FSDP (`fsdp: full_shard | hybrid_shard`), gathering parameters per
+        wrapped unit, rather than as DeepSpeed (`zero: 3`), per submodule."""
+        return self.zero_stage == 3 and self.fsdp is not None
+
     @model_validator(mode="after")
     def _one_sharding_choice(self) -> ParallelismConfig:
         if self.fsdp is not None and self.zero:

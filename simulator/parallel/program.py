@@ -75,6 +75,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._grad_counts: dict[tuple[int, int, int], int] = {}
         self._layer_grads: dict[tuple[int, int, int, int], list[tuple[Block, int]]] = {}
         self._layer_counts: dict[int, dict[int, int]] = {}
+        self._units: dict[int, dict[int, tuple[str, str, float]]] = {}
+        self._unit_ends: dict[int, list[int]] = {}
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
@@ -354,18 +356,42 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return group[position::size]
 
     def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: str) -> list[int]:
-        """ZeRO-3 gathers each block's parameters before use, on the prefetch stream. Prefetch runs one block
-        ahead: a block's gather may start once the compute two blocks back has finished, so at most two
-        gathered blocks are held (the buffer the memory model counts)."""
+        """ZeRO-3 gathers parameters before use, on the prefetch stream: DeepSpeed one block at a time, PyTorch
+        FSDP (``gather_per_layer``) one wrapped unit at a time, a layer's blocks together, when the pass reaches
+        its first block; the head unit (final norm and output layer) stays gathered from its forward to its
+        backward (torchtitan: reshard_after_forward=False), so its backward gathers nothing. Prefetch runs one
+        unit ahead: a unit's gather may start once the compute of the unit two back has finished (FSDP2's
+        all-gather stream waits for the previous unit's copy-out, queued after that compute), so at most two
+        gathered units are held (the working set the memory model counts)."""
         sharding = self.plan.sharding
         if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
             return []
-        group = self._shard_group(rank)
-        key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        name, params = block.name, block.params
+        if sharding.gather_per_layer:
+            first, last, params = self._unit(vstage, block.layer)
+            if block.name != (last if phase == "bwd" else first):
+                return []
+            name = block.name if first == last else f"L{block.layer}"
         recent = self._recent_compute.get(rank, [])
-        window = recent[-2:-1]
-        return [self._collective(rank, ZERO_STREAM, f"all_gather params {block.name}", "all_gather", group,
-                                 block.params * sharding.param_bytes, key, window, "dp")]
+        window = self._unit_ends.get(rank, [])
+        self._unit_ends[rank] = recent[-1:]
+        if sharding.gather_per_layer and phase == "bwd" and block.tp_pattern == "head":
+            return []
+        group = self._shard_group(rank)
+        key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
+        return [self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
+                                 params * sharding.param_bytes, key, window, "dp")]
+
+    def _unit(self, vstage: int, layer: int) -> tuple[str, str, float]:
+        """Layer ``layer``'s first and last block with parameters on virtual stage ``vstage`` and its parameters."""
+        units = self._units.get(vstage)
+        if units is None:
+            units = self._units[vstage] = {}
+            for item in self.plan.stages[vstage].blocks:
+                if item.params > 0:
+                    first, _, params = units.get(item.layer, (item.name, item.name, 0.0))
+                    units[item.layer] = (first, item.name, params + item.params)
+        return units[layer]
 
     def _data_parallel(self, rank: int) -> None:
         """Gradient buckets (DDP all-reduce or ZeRO-1/2 reduce-scatter), the optimizer, ZeRO-1/2 param gather."""

@@ -16,7 +16,11 @@ class Sharding:
     ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
     gradient and parameter element; ``overlap_param_gather`` moves the ZeRO-1/2 parameter gather from after the
     optimizer to the next step's forward, bucket by bucket; ``reduce_every_microbatch`` (ZeRO-2) reduce-scatters
-    every micro-batch's gradients, layer by layer, so that only the gradient shard is accumulated."""
+    every micro-batch's gradients, layer by layer, so that only the gradient shard is accumulated.
+    ``gather_per_layer`` is how ZeRO-3 gathers parameters: PyTorch FSDP (``fsdp: full_shard | hybrid_shard``)
+    all-gathers one wrapped unit at a time (torchtitan wraps each transformer layer, the embedding, and the
+    final norm with the output layer, which stays gathered from its forward to its backward); DeepSpeed ZeRO-3
+    (``zero: 3``) gathers submodules as the forward reaches them, here one block (attention, MLP) at a time."""
 
     stage: int = 0
     degree: int = 1
@@ -26,6 +30,7 @@ class Sharding:
     param_bytes: float = 2.0
     overlap_param_gather: bool = False
     reduce_every_microbatch: bool = False
+    gather_per_layer: bool = False
 
     @property
     def sharded_grad_steps(self) -> bool:

@@ -10,6 +10,7 @@ MLPs, grouped-query attention and models without dropout; docs/cost-model.md lis
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
@@ -244,6 +245,20 @@ def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_b
     (the running layer plus the prefetched one), or what a sharded gradient step holds before its
     reduce-scatter (the gradients being reduced plus those being computed)."""
     return layers * math.ceil(model.layer_params() / tp) * element_bytes
+
+
+def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, grad_bytes: float) -> float:
+    """Peak bytes PyTorch FSDP holds unsharded for a chain of wrapped units (each unit's parameters on one TP
+    rank, forward order). In the forward: the running unit's parameters and the next unit's, prefetched. In the
+    backward of unit i: its parameters and unit i-1's, prefetched; the gradients it produces and unit i+1's,
+    copied into the reduce-scatter's input, which lives until that reduce-scatter has run (FSDP2's
+    post_backward, foreach_reduce)."""
+    padded = [0.0, *units, 0.0]
+    inner = range(1, len(padded) - 1)
+    forward = max((padded[i] + padded[i + 1]) * param_bytes for i in inner)
+    backward = max((padded[i - 1] + padded[i]) * param_bytes + (padded[i] + padded[i + 1]) * grad_bytes
+                   for i in inner)
+    return max(forward, backward)
 
 
 def rank_memory(

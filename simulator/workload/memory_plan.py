@@ -29,7 +29,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     schedules what each deferred W keeps from its B (chunk_weight_grad_bytes), walking the rank's order.
     ZeRO-2 with gradient accumulation keeps the full gradient buffer (the gradients are reduce-scattered
     once, after the last micro-batch), so its memory is ZeRO-1's then, unless each micro-batch's gradients
-    are reduce-scattered (``reduce_every_microbatch``)."""
+    are reduce-scattered (``reduce_every_microbatch``). Buffers: PyTorch FSDP's unsharded working set of
+    wrapped units (memory.fsdp_working_set_bytes), DeepSpeed ZeRO-3's two gathered layers, two layers of
+    gradients for sharded gradient steps, or DDP's two buckets."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -54,7 +56,10 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         else:
             in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
         buffers = 0.0
-        if dp_ways > 1 and plan.sharding.stage == 3:
+        if dp_ways > 1 and plan.sharding.stage == 3 and plan.sharding.gather_per_layer:
+            buffers = max(memory.fsdp_working_set_bytes(wrapped_units(step, vs), plan.sharding.param_bytes,
+                                                        plan.sharding.grad_bytes) for vs in vstages)
+        elif dp_ways > 1 and plan.sharding.stage == 3:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.param_bytes)
         elif dp_ways > 1 and plan.sharding.sharded_grad_steps:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.grad_bytes)
@@ -68,6 +73,16 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             ep=scenario.parallelism.ep, routed_tokens=step.routed_tokens)
         result.append((breakdown, in_flight))
     return result
+
+
+def wrapped_units(step: TrainingStep, vstage: int) -> list[float]:
+    """Parameters per FSDP unit on one TP rank of virtual stage ``vstage``, in forward order: the blocks of
+    one layer together, the embedding and the head (final norm and output layer) each a unit of its own."""
+    units: dict[int, float] = {}
+    for block in step.plan.stages[vstage].blocks:
+        if block.params > 0:
+            units[block.layer] = units.get(block.layer, 0.0) + block.params
+    return list(units.values())
 
 
 def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:

@@ -145,7 +145,8 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_byte
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=state_bytes, param_bytes=state_bytes,
                     overlap_param_gather=par.ddp.overlap_param_gather,
-                    reduce_every_microbatch=par.ddp.reduce_every_microbatch)
+                    reduce_every_microbatch=par.ddp.reduce_every_microbatch,
+                    gather_per_layer=par.gathers_per_unit)
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
