@@ -28,6 +28,7 @@ MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192"]
                                 "parallelism.sequence_parallel=true"]),
     ("llama3-8b-dgx-h100-dp8", ["model.layers=8", "parallelism.pp=2", "parallelism.dp=4", "run.fold=false"]),
     ("llama3-8b-dgx-h100-zero3", []),
+    ("llama3-8b-dgx-h100-zero3", ["parallelism.fsdp=null", "parallelism.zero=3"]),
     ("megatron-sc21-18.4b", []),
     ("llama3-405b-8192-gpus", []),
     ("schedule-interleaved-p4-m8", []),

@@ -76,7 +76,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._layer_grads: dict[tuple[int, int, int, int], list[tuple[Block, int]]] = {}
         self._layer_counts: dict[int, dict[int, int]] = {}
         self._units: dict[int, dict[int, tuple[str, str, float]]] = {}
-        self._unit_ends: dict[int, list[int]] = {}
+        self._unit_ends: dict[int, list[list[int]]] = {}
+        """Per rank, the last compute op before each of the last two gathered units (or blocks) began."""
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
@@ -359,10 +360,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """ZeRO-3 gathers parameters before use, on the prefetch stream: DeepSpeed one block at a time, PyTorch
         FSDP (``gather_per_layer``) one wrapped unit at a time, a layer's blocks together, when the pass reaches
         its first block; the head unit (final norm and output layer) stays gathered from its forward to its
-        backward (torchtitan: reshard_after_forward=False), so its backward gathers nothing. Prefetch runs one
-        unit ahead: a unit's gather may start once the compute of the unit two back has finished (FSDP2's
-        all-gather stream waits for the previous unit's copy-out, queued after that compute), so at most two
-        gathered units are held (the working set the memory model counts)."""
+        backward (torchtitan: reshard_after_forward=False), so its backward gathers nothing.
+
+        Prefetch: a block's gather may start once the compute two blocks back has finished. FSDP2's forward
+        prefetch is implicit and one unit deeper: unit k's all-gather is queued behind the copy-out of unit k-2
+        (FSDPParamGroup.wait_for_unshard keeps the all-gather result until the next copy-out), which the compute
+        stream runs once unit k-3 has finished; its backward prefetch (_backward_prefetch) gathers unit k-1 when
+        unit k's copy-out is done, after unit k+1's backward. The memory model counts these working sets."""
         sharding = self.plan.sharding
         if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
             return []
@@ -372,15 +376,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             if block.name != (last if phase == "bwd" else first):
                 return []
             name = block.name if first == last else f"L{block.layer}"
-        recent = self._recent_compute.get(rank, [])
-        window = self._unit_ends.get(rank, [])
-        self._unit_ends[rank] = recent[-1:]
+        ends = self._unit_ends.setdefault(rank, [[], []])
+        window = ends[0] if sharding.gather_per_layer and phase == "fwd" else ends[1]
+        ends[:] = [ends[1], self._recent_compute.get(rank, [])[-1:]]
         if sharding.gather_per_layer and phase == "bwd" and block.tp_pattern == "head":
             return []
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
         return [self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
-                                 params * sharding.param_bytes, key, window, "dp")]
+                                 params * sharding.param_bytes, key, window, "dp", mb)]
 
     def _unit(self, vstage: int, layer: int) -> tuple[str, str, float]:
         """Layer ``layer``'s first and last block with parameters on virtual stage ``vstage`` and its parameters."""

@@ -248,14 +248,15 @@ def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_b
 
 
 def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, grad_bytes: float) -> float:
-    """Peak bytes PyTorch FSDP holds unsharded for a chain of wrapped units (each unit's parameters on one TP
-    rank, forward order). In the forward: the running unit's parameters and the next unit's, prefetched. In the
-    backward of unit i: its parameters and unit i-1's, prefetched; the gradients it produces and unit i+1's,
-    copied into the reduce-scatter's input, which lives until that reduce-scatter has run (FSDP2's
-    post_backward, foreach_reduce)."""
-    padded = [0.0, *units, 0.0]
-    inner = range(1, len(padded) - 1)
-    forward = max((padded[i] + padded[i + 1]) * param_bytes for i in inner)
+    """Peak bytes PyTorch FSDP2 holds beside its shards for a chain of wrapped units (each unit's parameters on
+    one TP rank, forward order). Forward of unit i: its unsharded parameters and the all-gather outputs of
+    units i+1 and i+2 (implicit prefetch keeps one all-gather result until the next copy-out, the copy-out
+    copies it into the unsharded parameters). Backward of unit i: its parameters and unit i-1's, prefetched and
+    copied out; the gradients it produces and unit i+1's, copied into the reduce-scatter's input, which lives
+    until the next unit's post_backward has waited for that reduce-scatter (FSDPParamGroup.post_backward)."""
+    padded = [0.0, *units, 0.0, 0.0]
+    inner = range(1, len(units) + 1)
+    forward = max((padded[i] + padded[i + 1] + padded[i + 2]) * param_bytes for i in inner)
     backward = max((padded[i - 1] + padded[i]) * param_bytes + (padded[i] + padded[i + 1]) * grad_bytes
                    for i in inner)
     return max(forward, backward)

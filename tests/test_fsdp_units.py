@@ -1,0 +1,114 @@
+"""ZeRO-3 as the frameworks run it: PyTorch FSDP (`fsdp: full_shard | hybrid_shard`) all-gathers one wrapped unit
+at a time (torchtitan wraps each layer, the embedding, and the final norm with the output layer, which keeps its
+parameters from its forward to its backward), DeepSpeed (`zero: 3`) one block at a time; both reduce-scatter each
+layer's gradients every micro-batch. Counts, bytes and the unsharded working set against their closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
+from simulator.program.ops import CollectiveOp, ComputeOp
+from simulator.simulation import build_topology, step_program
+from simulator.workload.memory import fsdp_working_set_bytes
+
+LAYERS, DP, M = 4, 8, 2
+SHARDED_8B = f"""
+cluster: {{topology: dgx-h100}}
+model: {{preset: llama3-8b, layers: {LAYERS}}}
+training: {{seq_len: 1024, global_batch: {DP * M}, micro_batch: 1}}
+parallelism: {{tp: 1, pp: 1, dp: {DP}}}
+collectives: {{algorithm: ring}}
+run: {{timeline: full}}
+"""
+MODEL = get_model("llama3-8b")
+LAYER, EMBEDDING, HEAD = MODEL.layer_params(), MODEL.embedding_params(), MODEL.head_params()
+UNITS = LAYERS + 2  # the layers, the embedding, the head (final norm and output layer)
+BLOCKS = 2 * LAYERS + 2  # attention and MLP per layer, the embedding, the head
+
+
+def _dp_collectives(run_yaml, sharding: str):
+    result = run_yaml(SHARDED_8B, sharding)
+    frame = result.timeline
+    ours = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")]
+    return result.summary, ours[ours["name"].str.startswith("all_gather params")], \
+        ours[ours["name"].str.startswith("reduce_scatter grads")]
+
+
+@pytest.mark.parametrize("sharding, gathers", [
+    ("parallelism.fsdp=full_shard", M * (2 * UNITS - 1)),  # the head unit is not gathered again for its backward
+    ("parallelism.fsdp=hybrid_shard", M * (2 * UNITS - 1)),
+    ("parallelism.zero=3", M * 2 * BLOCKS),
+])
+def test_collectives_per_step_follow_the_framework(run_yaml, sharding, gathers):
+    _, all_gathers, reduce_scatters = _dp_collectives(run_yaml, sharding)
+    assert len(all_gathers) == gathers
+    assert len(reduce_scatters) == M * UNITS
+
+
+def test_fsdp_gathers_whole_units_and_sends_their_share(run_yaml):
+    # Each all-gather carries one unit's bf16 parameters (the collective's gathered size); a ring all-gather
+    # sends (dp - 1)/dp of it from every rank. The backward skips the head: 2 x params - head per micro-batch,
+    # and each unit's gradients are reduce-scattered once per micro-batch.
+    summary, all_gathers, reduce_scatters = _dp_collectives(run_yaml, "parallelism.fsdp=full_shard")
+    sizes = dict(zip(all_gathers["name"], all_gathers["bytes"], strict=False))
+    assert sizes["all_gather params embedding"] == 2 * EMBEDDING
+    assert sizes["all_gather params head"] == 2 * HEAD
+    assert all(sizes[f"all_gather params L{layer}"] == 2 * LAYER for layer in range(LAYERS))
+    assert set(all_gathers[all_gathers["name"] == "all_gather params head"]["microbatch"]) == set(range(M))
+    assert len(all_gathers[all_gathers["name"] == "all_gather params head"]) == M
+    scattered = dict(zip(reduce_scatters["name"], reduce_scatters["bytes"], strict=False))
+    assert scattered == {"reduce_scatter grads embedding": 2 * EMBEDDING, "reduce_scatter grads head": 2 * HEAD,
+                         **{f"reduce_scatter grads L{layer}": 2 * LAYER for layer in range(LAYERS)}}
+    params = EMBEDDING + LAYERS * LAYER + HEAD
+    sent = M * 2 * ((2 * params - HEAD) + params) * (DP - 1) / DP
+    assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(sent, rel=1e-12)
+
+
+def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward():
+    # FSDP2: in the forward, unit k's all-gather is queued behind unit k-2's copy-out, which runs once unit k-3
+    # has finished; in the backward, behind unit k's own copy-out, after unit k+1's backward (k-1 gathered
+    # while k runs). Units in forward order: embedding, L0..L3, head.
+    loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
+    ops = step_program(loaded, build_topology(loaded), fold=True).ops
+    units = ["embedding", *(f"L{layer}" for layer in range(LAYERS)), "head"]
+
+    def last_compute(mb: int, unit: str, prefix: str) -> int:
+        return max(op.id for op in ops if isinstance(op, ComputeOp) and op.name.startswith(f"{prefix}{mb} {unit}")
+                   and op.rank == 0)
+
+    def gather_deps(phase: str, mb: int, unit: str) -> tuple[int, ...]:
+        (op,) = [op for op in ops if isinstance(op, CollectiveOp) and op.rank == 0
+                 and op.key.startswith(f"zero3.ag.{phase}.mb{mb}.vs0.{unit}.")]
+        return op.deps
+
+    for k in range(3, len(units)):
+        assert gather_deps("fwd", 1, units[k]) == (last_compute(1, units[k - 3], "F"),)
+    backward = units[::-1]
+    for k in range(3, len(backward)):
+        assert gather_deps("bwd", 1, backward[k]) == (last_compute(1, backward[k - 2], "B"),)
+
+
+def test_fsdp_working_set_closed_forms():
+    # Uniform units u, parameters p bytes, gradients g bytes: forward u p (running) + 2 u p (two all-gather
+    # outputs), backward 2 u p (running, prefetched) + 2 u g (produced, being reduce-scattered).
+    units = [1.0e8] * 6
+    assert fsdp_working_set_bytes(units, 2, 2) == 2 * 1e8 * 2 + 2 * 1e8 * 2
+    assert fsdp_working_set_bytes(units, 2, 4) == 2 * 1e8 * 2 + 2 * 1e8 * 4
+    assert fsdp_working_set_bytes(units, 4, 0) == 3 * 1e8 * 4
+    assert fsdp_working_set_bytes([1.0e8], 2, 2) == 1e8 * 2 + 1e8 * 2
+
+
+def test_fsdp_memory_counts_the_unsharded_working_set(run_yaml):
+    # Llama 3 8B units: embedding E < head H (its norm too), each larger than a layer L. The largest set is
+    # the head's backward: its parameters and the last layer's (prefetched), its gradients: 2 (L + H) + 2 H bytes.
+    fsdp, _, _ = _dp_collectives(run_yaml, "parallelism.fsdp=full_shard")
+    deepspeed, _, _ = _dp_collectives(run_yaml, "parallelism.zero=3")
+    assert EMBEDDING < HEAD and LAYER < EMBEDDING
+    assert fsdp["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * (LAYER + HEAD) + 2 * HEAD,
+                                                                            rel=1e-12)
+    # DeepSpeed: two gathered layers (memory.unsharded_layers_bytes); the model state is ZeRO-3's either way.
+    assert deepspeed["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * LAYER * 2, rel=1e-12)
+    for part in ("params", "grads", "optimizer"):
+        assert fsdp["memory_breakdown_gib"][part] == deepspeed["memory_breakdown_gib"][part]
