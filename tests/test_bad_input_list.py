@@ -171,6 +171,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                                    + "parallelism: {tp: 2, dp: 8}\n"
                                                    + "collectives: {algorithm: nvls_sharp}\n"), RUN, 2,
                                           "s.yaml:5: collectives.algorithm: nvls_sharp needs"),
+    "collnet-training-without-sharp": (scenario(PRESET.replace("dgx-h100", "dgx-h100-cluster, nodes: 2")
+                                                .replace("global_batch: 8", "global_batch: 16")
+                                                + "parallelism: {tp: 1, dp: 16}\n"
+                                                + "collectives: {algorithm: collnet_direct}\n"), RUN, 2,
+                                       "s.yaml:5: collectives.algorithm: collnet_direct needs"),
     "sharp-on-ethernet": (scenario(COMM.replace("dgx-h100}", "ethernet-100g, sharp: sharpv3}")), RUN, 2,
                           "s.yaml:1: cluster.sharp: sharpv3 runs in InfiniBand switches"),
     "collective-sharp-on-plain-fabric": ({}, ["collective", "--topology", "dgx-h100-cluster", "--algorithm",

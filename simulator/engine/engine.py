@@ -18,7 +18,7 @@ from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
-from simulator.errors import SimulationError
+from simulator.errors import InputError, SimulationError
 from simulator.metrics.events import EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
@@ -124,6 +124,10 @@ class Engine:
             self._all_done.succeed()
         try:
             self.env.run(until=self._all_done)
+        except InputError as exc:  # SimPy re-creates a process's error from its args alone, dropping the field
+            if isinstance(exc.__cause__, InputError):
+                raise exc.__cause__ from None
+            raise
         except RuntimeError:  # SimPy: no events left before every op finished
             if self._all_done.triggered:
                 raise
