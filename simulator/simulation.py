@@ -116,7 +116,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     contention = None
     if sm_share is not None:
         cache = plans
-        channels = NcclChannels(sm_share, topology.gpu_domain, lambda op: cache.resolved_algorithm(op, op.group))
+        channels = NcclChannels(sm_share, topology, lambda op: cache.resolved_algorithm(op, op.group))
         contention = Contention(env, sm_share, channels)
     engine = Engine(
         env,

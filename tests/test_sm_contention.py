@@ -13,7 +13,7 @@ from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 
-SHARE = SmShare(sms=132, nvlink_channels=32, network_channels=2, nvls_channels=16, max_channels=32)
+SHARE = SmShare(sms=132, nvlink_channels=32, pcie_channels=2, network_channels=2, nvls_channels=16, max_channels=32)
 KERNEL_S = 10e-3
 
 
@@ -77,14 +77,23 @@ def test_a_block_part_memory_bound_slows_by_its_sm_bound_share():
 
 
 def test_nccl_channels_per_kind_of_collective():
-    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
-    channels = NcclChannels(SHARE, topology.gpu_domain, lambda op: op.algorithm)
+    def counter(overrides):
+        topology = load_topology("dgx-h100-cluster", {"nodes": 2, **overrides})
+        return NcclChannels(SHARE, topology, lambda op: "ring" if op.algorithm == "auto" else op.algorithm)
     collective = lambda group, **kw: CollectiveOp(id=0, rank=group[0], stream="dp", name="c", group=group, **kw)  # noqa: E731
+    channels = counter({})
     assert channels(collective(tuple(range(8)))) == 32  # NVLink: 2 per NVLink of 18, at most 32
     assert channels(collective((0, 8))) == 2  # one GPU per host: its NIC's 2 channels
     assert channels(collective((0, 1, 8, 9))) == 4  # two GPUs per host, each with its NIC
+    assert channels(collective(tuple(range(16)))) == 16
     assert channels(collective(tuple(range(8)), algorithm="nvls")) == 16
     assert channels(collective((0, 8), sms=24)) == 24  # the program's own count (TP overlap) wins
+    shared = counter({"nics_per_node": 2})  # four GPUs per NIC: the NICs, not the GPUs, set the count
+    assert shared(collective((0, 1, 8, 9))) == 2
+    assert shared(collective(tuple(range(16)))) == 4
+    pcie = counter({"node": {"kind": "pcie_node"}})
+    assert pcie(collective(tuple(range(8)))) == 2  # no NVLink inside the host
+    assert pcie(collective(tuple(range(16)))) == 16
     h100, a100 = sm_share("h100-sxm"), sm_share("a100-80gb")
     assert (h100.sms, h100.nvlink_channels, a100.sms, a100.nvlink_channels) == (132, 32, 108, 24)
     assert (tp_overlap("h100-sxm").all_gather_sms, tp_overlap("h100-sxm").reduce_scatter_sms) == (1, 24)

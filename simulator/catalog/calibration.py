@@ -77,6 +77,7 @@ def sm_share(gpu_name: str) -> SmShare | None:
     cap = int(nccl["max_channels"])
     return SmShare(sms=int(entry["sms"]),
                    nvlink_channels=min(cap, int(nccl["channels_per_nvlink"]) * int(entry["nvlinks"])),
+                   pcie_channels=int(nccl["pcie_channels"]),
                    network_channels=int(nccl["network_channels_per_nic"]),
                    nvls_channels=int(nccl["nvls_channels"]), max_channels=cap)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from simulator.catalog.sharp import collnet_direct_latency
@@ -24,17 +25,28 @@ PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
 
 Planner = Callable[[CollectiveRequest, Topology], list[Phase]]
 
-ALGORITHMS: dict[str, tuple[Planner, tuple[str, ...]]] = {
-    "ring": (ring.plan, ring.OPS),
-    "tree": (tree.plan, tree.OPS),
-    "hierarchical": (hierarchical.plan, hierarchical.OPS),
-    "direct": (direct.plan, direct.OPS),
-    "halving_doubling": (halving_doubling.plan, halving_doubling.OPS),
-    "nvls": (nvls.plan, nvls.OPS),
-    "collnet_direct": (collnet_direct.plan, collnet_direct.OPS),
-    "nvls_sharp": (nvls_sharp.plan, nvls_sharp.OPS),
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A registered algorithm: its ``plan``, the primitives (``ops``) it implements, and whether NCCL runs it on
+    its NVLS channels (``nvls_channels``, the SMs its kernel holds; engine/contention.py)."""
+
+    plan: Planner
+    ops: tuple[str, ...]
+    nvls_channels: bool = False
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "ring": Algorithm(ring.plan, ring.OPS),
+    "tree": Algorithm(tree.plan, tree.OPS),
+    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS),
+    "direct": Algorithm(direct.plan, direct.OPS),
+    "halving_doubling": Algorithm(halving_doubling.plan, halving_doubling.OPS),
+    "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True),
+    "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS),
+    "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True),
 }
-"""name -> (planner, primitives it implements). send_recv is one transfer whatever the algorithm."""
+"""name -> algorithm. send_recv is one transfer whatever the algorithm."""
 
 ALGORITHM_NAMES = ", ".join([*ALGORITHMS, "auto"])
 
@@ -51,12 +63,12 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: s
         return direct.plan(request, topology)
     if algorithm == "auto":
         algorithm = choose_algorithm(request, topology)
-    planner, ops = ALGORITHMS[algorithm]
-    if request.op not in ops:
-        able = ", ".join(name for name, (_, supported) in ALGORITHMS.items() if request.op in supported)
+    chosen = ALGORITHMS[algorithm]
+    if request.op not in chosen.ops:
+        able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
         raise ScenarioError(f"algorithm {algorithm!r} does not implement {request.op}",
                             field="collectives.algorithm", allowed=f"{able} or auto")
-    return planner(request, topology)
+    return chosen.plan(request, topology)
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:

@@ -14,14 +14,16 @@ runs at the share the more restrictive of the two leaves it.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import simpy
 
+from simulator.collectives.registry import ALGORITHMS
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp
+from simulator.topology.graph import Topology
 
 
 @dataclass(slots=True)
@@ -39,33 +41,56 @@ class _Kernel:
     interrupting: bool = False
 
 
+def gpu_attachments(topology: Topology) -> tuple[list[str], list[bool]]:
+    """Per GPU, the NIC it drives (its own name where it has none) and whether it has NVLink."""
+    nodes = topology.wiring.nodes
+    index = {name: i for i, name in enumerate(topology.gpus)}
+    nic = list(topology.gpus)
+    nvlink = [False] * len(nic)
+    for (u, v), data in topology.wiring.edges.items():
+        gpu = index.get(u)
+        if gpu is None:
+            continue
+        if nodes[v].get("kind") == "nic":
+            nic[gpu] = v
+        if data["link_class"] == "nvlink":
+            nvlink[gpu] = True
+    return nic, nvlink
+
+
 class NcclChannels:
     """The SMs the kernel of a collective holds on each member GPU: its own count when the program gives one,
-    else the channels NCCL launches for the group (NVLS channels, NVLink channels inside a host, or the network
-    channels of each member's NIC, times the group's GPUs per host); ``algorithm_of`` resolves `auto`. The
-    group's spread over hosts is worked out once per group object."""
+    else the channels NCCL launches for the group: the NVLS channels for the algorithms the registry runs on
+    them; inside one NVLink domain the NVLink channels, or the PCIe channels where the GPUs have no NVLink;
+    across domains the network channels of each NIC the group's members drive on the busiest domain (a NIC
+    that several members share counts once). ``algorithm_of`` resolves `auto`. The count is worked out once per
+    group object."""
 
-    def __init__(self, share: SmShare, gpu_host: Sequence[int],
-                 algorithm_of: Callable[[CollectiveOp], str]):
+    def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
         self.share = share
-        self.gpu_host = gpu_host
+        self.domain = topology.gpu_domain
+        self.nic, self.nvlink = gpu_attachments(topology)
         self.algorithm_of = algorithm_of
-        self._spread: dict[int, tuple[tuple[int, ...], int, int]] = {}
+        self._counts: dict[int, tuple[tuple[int, ...], int]] = {}
 
     def __call__(self, op: CollectiveOp) -> int:
         if op.sms is not None:
             return op.sms
-        share = self.share
-        if self.algorithm_of(op) in ("nvls", "nvls_sharp"):
-            return share.nvls_channels
-        known = self._spread.get(id(op.group))
+        if ALGORITHMS[self.algorithm_of(op)].nvls_channels:
+            return self.share.nvls_channels
+        known = self._counts.get(id(op.group))
         if known is None:
-            per_host = Counter(self.gpu_host[rank] for rank in op.group)
-            known = self._spread[id(op.group)] = (op.group, len(per_host), max(per_host.values()))
-        _, hosts, per_host_max = known
-        if hosts == 1:
-            return share.nvlink_channels
-        return min(share.max_channels, share.network_channels * per_host_max)
+            known = self._counts[id(op.group)] = (op.group, self._channels(op.group))
+        return known[1]
+
+    def _channels(self, group: tuple[int, ...]) -> int:
+        share = self.share
+        nics: dict[int, set[str]] = defaultdict(set)
+        for rank in group:
+            nics[self.domain[rank]].add(self.nic[rank])
+        if len(nics) == 1:
+            return share.nvlink_channels if all(self.nvlink[rank] for rank in group) else share.pcie_channels
+        return min(share.max_channels, share.network_channels * max(map(len, nics.values())))
 
 
 RESERVED = "reserved"

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class SmShare:
     """The GPU's ``sms`` and the CTAs (one SM each) an NCCL kernel launches: ``nvlink_channels`` for a group
-    inside one host, ``network_channels`` per GPU of the group on a host for a group that spans hosts (each
-    GPU's NIC carries that many channels), ``nvls_channels`` for NVLink SHARP, at most ``max_channels``."""
+    inside one NVLink domain, ``pcie_channels`` for a group inside one host without NVLink,
+    ``network_channels`` per NIC the group drives on a host for a group that spans hosts, ``nvls_channels`` for
+    NVLink SHARP, at most ``max_channels``."""
 
     sms: int
     nvlink_channels: int
+    pcie_channels: int
     network_channels: int
     nvls_channels: int
     max_channels: int
