@@ -119,7 +119,9 @@ class Contention:
         return 1.0 if rate == 1.0 else 1.0 / (kernel_sm_bound / rate + 1.0 - kernel_sm_bound)
 
     def hold(self, op: CollectiveOp, ranks: Iterable[int], sign: int) -> None:
-        """``op``'s kernel starts (``sign`` 1) or ends (-1) on ``ranks``: running kernels there change rate."""
+        """``op``'s kernel starts (``sign`` 1) or ends (-1) on ``ranks``: running kernels there whose rate this
+        changes hear of it (a kernel whose rate stays, such as one launched without more SMs than are now held,
+        keeps its timeout, so its end is not recomputed)."""
         sms = self.kernel_sms(op)
         if sms <= 0:
             return
@@ -131,10 +133,12 @@ class Contention:
                 del held[op.category]
             total = self._total[rank] = self._total[rank] + sign * sms
             for kernel in self._running[rank]:
-                kernel.rate = self._rate(total, kernel.sm_bound, kernel.reserved)
-                if not kernel.interrupting:
-                    kernel.interrupting = True
-                    kernel.process.interrupt()
+                rate = self._rate(total, kernel.sm_bound, kernel.reserved)
+                if rate != kernel.rate:
+                    kernel.rate = rate
+                    if not kernel.interrupting:
+                        kernel.interrupting = True
+                        kernel.process.interrupt()
 
     def _settle(self, rank: int) -> None:
         """Book the work the rank's kernels did since their last change, and the time lost to each holder (the

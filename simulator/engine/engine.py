@@ -252,19 +252,22 @@ class Engine:
         which share the fabric with it), all at once."""
         op = meeting.template
         start = self.env.now
-        if self.contention is not None:
-            self.contention.hold(op, meeting.arrived, 1)
         mirrors = self.sharing.mirrors_of(op)
+        plans = self.plans.mirrored_phases(op, mirrors) if mirrors else [self.plans.phases(op, op.group)]
+        contention = self.contention if any(plans) else None  # an empty plan takes no time and holds no SMs
+        if contention is not None:
+            contention.hold(op, meeting.arrived, 1)
         if mirrors:
-            yield from self.run_plans(self.env, self.plans.mirrored_phases(op, mirrors), op.key)
+            yield from self.run_plans(self.env, plans, op.key)
         else:
-            yield from self.run_plan(self.env, self.plans.phases(op, op.group), op.key)
-        self._finish(meeting, start)
+            yield from self.run_plan(self.env, plans[0], op.key)
+        self._finish(meeting, start, contention)
 
-    def _finish(self, meeting: _Rendezvous, start: float) -> None:
-        """Log the collective's row for every member that took part, and release them."""
-        if self.contention is not None:
-            self.contention.hold(meeting.template, meeting.arrived, -1)
+    def _finish(self, meeting: _Rendezvous, start: float, contention: Contention | None) -> None:
+        """Log the collective's row for every member that took part, release the SMs it held in ``contention``,
+        and release the members."""
+        if contention is not None:
+            contention.hold(meeting.template, meeting.arrived, -1)
         self._record(meeting.template, meeting.arrived, start)
         meeting.done.succeed()
 
@@ -286,19 +289,22 @@ class Engine:
         duration, flows = run
         self._replayed_flows += len(flows)
         start = self.env.now
-        if self.contention is not None:
-            self.contention.hold(op, ranks, 1)
         if duration > 0:
+            contention = self.contention
+            if contention is not None:
+                contention.hold(op, ranks, 1)
             self.env.timeout(duration).callbacks.append(
-                lambda _event: self._replayed(op, ranks, done, flows, start))
+                lambda _event: self._replayed(op, ranks, done, flows, start, contention))
         else:
-            self._replayed(op, ranks, done, flows, start)
+            self._replayed(op, ranks, done, flows, start, None)
 
     def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
-                  start: float) -> None:
+                  start: float, contention: Contention | None) -> None:
+        """Log the replayed collective's flows and rows, release the SMs it held in ``contention`` (None for a
+        collective of no duration, which held none) and its members."""
         self.log.replayed_flows(op.key, start, flows)
-        if self.contention is not None:
-            self.contention.hold(op, ranks, -1)
+        if contention is not None:
+            contention.hold(op, ranks, -1)
         self._record(op, ranks, start)
         done.succeed()
 
