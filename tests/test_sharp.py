@@ -55,6 +55,27 @@ def test_each_nic_sends_its_share_up_once_and_receives_it_once(algorithm, group,
     assert all(up[nic] == down[nic] == per_nic for nic in nics)
 
 
+def test_each_leaf_sends_the_rail_aggregate_to_the_spines_once_each_way_whatever_the_rank_order():
+    """One GPU per host over four leaf groups, ranks listed across leaves: each leaf carries n up to the spines
+    once and n down once, as a SHARP tree's leaf does."""
+    topology = load_topology("dgx-h100-superpod", {"nodes": 8, "leaf_ports": 2, "spines": 4})
+    phases = plan_collective(CollectiveRequest("all_reduce", (0, 32, 8, 40, 16, 48, 24, 56), GIB), topology,
+                             "collnet_direct")
+    up: dict[str, float] = defaultdict(float)
+    down: dict[str, float] = defaultdict(float)
+    for phase in phases:
+        for links, nbytes, *_ in phase_items(topology, phase):
+            for link in links:
+                a, b = topology.link_ends[link]
+                if a.startswith("leaf") and b.startswith("spine"):
+                    up[a] += nbytes
+                elif a.startswith("spine") and b.startswith("leaf"):
+                    down[b] += nbytes
+    leaves = {f"leaf{group}.r0" for group in range(4)}
+    assert set(up) == set(down) == leaves
+    assert all(up[leaf] == down[leaf] == GIB for leaf in leaves)
+
+
 def test_collnet_direct_time_and_busbw_follow_the_nic_bound_across_hosts():
     """One GPU per host (a DP group): L + n / NIC; busbw = 2 (p-1)/p n / t tends to 2 (p-1)/p x the NIC rate,
     beyond the ring's NIC rate."""
@@ -107,9 +128,10 @@ def test_refusals_name_the_reason():
         plan_collective(CollectiveRequest("reduce_scatter", tuple(range(16)), GIB), sharp, "collnet_direct")
     with pytest.raises(ScenarioError, match="one host"):
         plan_collective(CollectiveRequest("all_reduce", tuple(range(8)), GIB), sharp, "nvls_sharp")
-    crowded = load_topology("dgx-h100-superpod", {"nodes": 4, "leaf_ports": 2, "spines": 2, "sharp_streams": 2})
-    with pytest.raises(ScenarioError, match="streaming aggregation flow"):
-        plan_collective(CollectiveRequest("all_reduce", tuple(range(32)), GIB), crowded, "collnet_direct")
+    pcie = load_topology("dgx-h100-superpod", {"nodes": 2, "node": {"kind": "pcie_node"}})
+    with pytest.raises(ScenarioError, match="no NVLink"):  # tuning.cc: no CollNetDirect without NVSwitches
+        plan_collective(CollectiveRequest("all_reduce", (0, 8), GIB), pcie, "collnet_direct")
+    assert choose_algorithm(CollectiveRequest("all_reduce", (0, 8), GIB), pcie) != "collnet_direct"
     with pytest.raises(TopologyError, match="sharp"):
         load_topology("ethernet-100g", {"sharp": "sharpv3"})
 

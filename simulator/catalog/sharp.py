@@ -18,9 +18,6 @@ COLLNET_ARITY_LATENCY = 0.4e-6
 """tuning.cc: "Add 0.4 us arity serialization latency" per further GPU of the host, on each way."""
 NVLS_SHARP_NET_LATENCY = 18e-6
 """hwLatencies[NET][NVLS][Simple]: the SHARP part of NCCL's multi-node NVLS (which needs CollNet)."""
-STREAMING_FLOWS_PER_SWITCH = 2
-"""NVIDIA HPC-X "NCCL-RDMA-SHARP Plugins" (Rev 2.25-2.26): "NVIDIA switches allow a limited number of streaming
-aggregation flows (maximum: 2)"; NCCL opens one such flow per HCA rail, and the leaves must be rail-aligned."""
 
 
 def collnet_direct_latency(per_host: int) -> float:

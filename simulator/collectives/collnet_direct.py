@@ -8,9 +8,11 @@ Each GPU's NVLink then carries 2 (g-1)/g n each way, each NIC n/g each way, what
 switch tree, not the hosts, does the N-way reduction, at line rate (SHARPv3 streams aggregation through the
 switch's ports). NCCL pipelines the stages chunk by chunk, so the collective takes the slower of the two.
 
-On the flow-level network the NIC load is a ring of n/g transfers over each rail's hosts: every NIC sends n/g once
-and receives n/g once, and a leaf's hosts stay under their leaf, with one flow each way to the spines, as a SHARP
-tree's leaf sends its partial aggregate up once and receives the result once. The NVLink load is GPU i -> GPU i+1
+On the flow-level network the NIC load is a ring of n/g transfers over each rail's hosts, taken in order of leaf
+group: every NIC sends n/g once and receives n/g once, and a leaf's hosts stay under their leaf, with one flow each
+way to the spines, as a SHARP tree's leaf sends its partial aggregate up once and receives the result once. The
+switches' limit on concurrent streaming aggregation flows (NVIDIA HPC-X: at most 2 per switch) is not modelled:
+it binds the SHARP groups of the whole job at once, not one collective. The NVLink load is GPU i -> GPU i+1
 transfers of 2 (g-1)/g n through the host's switch. Every transfer waits NCCL's CollNetDirect latency.
 
 NCCL also runs reduce-scatter and all-gather through CollNetDirect, but only when the plugin offers them and every
@@ -30,8 +32,8 @@ OPS = ("all_reduce",)
 
 def refusal(ranks: tuple[int, ...], topology: Topology) -> str:
     """Why the group cannot reduce in the network on ``topology`` ('' when it can): the switches must run SHARP,
-    the group must span hosts that are NVLink domains of their own with the same count on each, and the switches
-    must have a streaming aggregation flow for each rail the group uses."""
+    and the group must span hosts that are NVLink domains of their own, with NVLink (NCCL disables CollNetDirect
+    without NVSwitches, tuning.cc) and the same count of members on each."""
     if not topology.sharp:
         return f"{topology.name} has no SHARP switches (topology parameter sharp: none)"
     hosts = group_by_host(ranks, topology)
@@ -42,13 +44,8 @@ def refusal(ranks: tuple[int, ...], topology: Topology) -> str:
     domains = [{topology.gpu_domain[r] for r in members} for members in hosts]
     if any(len(d) > 1 for d in domains) or len(set.union(*domains)) < len(hosts):
         return "the group's hosts share NVLink domains (an NVL72 rack); CollNet runs between NVLink domains"
-    params = topology.params
-    per_host = len(topology.host_gpus(topology.gpu_host[hosts[0][0]]))
-    rails = len({topology.gpu_local[r] * topology.rails // per_host for r in hosts[0]})
-    leaf_groups = {topology.gpu_host[members[0]] // params.get("leaf_ports", 1) for members in hosts}
-    if len(leaf_groups) > 1 and rails > params["sharp_streams"] * params["spines"]:
-        return (f"its {rails} rails need a streaming aggregation flow each on the spines, more than "
-                f"{params['spines']} spines x sharp_streams {params['sharp_streams']}")
+    if not all(topology.gpu_nvlink[r] for r in ranks):
+        return "the group's hosts have no NVLink (PCIe servers); NCCL runs CollNetDirect only with NVSwitches"
     return ""
 
 
@@ -58,12 +55,14 @@ def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
 
 
 def check(request: CollectiveRequest, topology: Topology, name: str) -> list[list[int]]:
-    """The group's members per host, or the error that says why algorithm ``name`` cannot run it."""
+    """The group's members per host, hosts in index order, or the error that says why algorithm ``name`` cannot
+    run it. The fabric numbers hosts leaf group by leaf group, so in index order each leaf's hosts are adjacent
+    and a ring over them leaves each leaf once each way, whatever the order of the group's ranks."""
     reason = refusal(request.ranks, topology)
     if reason:
         raise ScenarioError(f"{name} needs a group across hosts on SHARP switches: {reason}",
                             field="collectives.algorithm", allowed="ring, tree, hierarchical or auto")
-    return group_by_host(request.ranks, topology)
+    return sorted(group_by_host(request.ranks, topology), key=lambda members: topology.gpu_host[members[0]])
 
 
 def sharp_transfers(hosts: list[list[int]], nbytes: float) -> list[Transfer]:

@@ -41,23 +41,6 @@ class _Kernel:
     interrupting: bool = False
 
 
-def gpu_attachments(topology: Topology) -> tuple[list[str], list[bool]]:
-    """Per GPU, the NIC it drives (its own name where it has none) and whether it has NVLink."""
-    nodes = topology.wiring.nodes
-    index = {name: i for i, name in enumerate(topology.gpus)}
-    nic = list(topology.gpus)
-    nvlink = [False] * len(nic)
-    for (u, v), data in topology.wiring.edges.items():
-        gpu = index.get(u)
-        if gpu is None:
-            continue
-        if nodes[v].get("kind") == "nic":
-            nic[gpu] = v
-        if data["link_class"] == "nvlink":
-            nvlink[gpu] = True
-    return nic, nvlink
-
-
 class NcclChannels:
     """The SMs the kernel of a collective holds on each member GPU: its own count when the program gives one,
     else the channels NCCL launches for the group: the NVLS channels for the algorithms the registry runs on
@@ -69,7 +52,7 @@ class NcclChannels:
     def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
         self.share = share
         self.domain = topology.gpu_domain
-        self.nic, self.nvlink = gpu_attachments(topology)
+        self.nic, self.nvlink = topology.gpu_nic, topology.gpu_nvlink
         self.algorithm_of = algorithm_of
         self._counts: dict[int, tuple[tuple[int, ...], int]] = {}
 

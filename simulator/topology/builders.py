@@ -236,7 +236,6 @@ FABRIC_PARAMETERS = {
     "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
     "sharp": Param("text", "none", "in-network reduction in the InfiniBand switches: sharpv3 (Quantum-2 NDR "
                    "SHARPv3 streaming aggregation) or none", choices=SHARP_CHOICES),
-    "sharp_streams": Param("count", 2, "streaming aggregation flows one SHARP switch runs at once (NVIDIA: 2)"),
 }
 
 

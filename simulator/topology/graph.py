@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -143,6 +144,22 @@ class Topology:
     @property
     def num_hosts(self) -> int:
         return max(self.gpu_host) + 1 if self.gpu_host else 0
+
+    @cached_property
+    def gpu_nic(self) -> list[str]:
+        """The NIC each GPU drives (the GPU's own name where it has none)."""
+        nic = list(self.gpus)
+        index = {name: i for i, name in enumerate(self.gpus)}
+        for u, v in self.wiring.edges:
+            if u in index and self.wiring.nodes[v].get("kind") == "nic":
+                nic[index[u]] = v
+        return nic
+
+    @cached_property
+    def gpu_nvlink(self) -> list[bool]:
+        """Whether each GPU has an NVLink (to a peer or an NVSwitch); PCIe-only hosts' GPUs have none."""
+        linked = {u for (u, _), data in self.wiring.edges.items() if data["link_class"] == "nvlink"}
+        return [gpu in linked for gpu in self.gpus]
 
     def host_gpus(self, host: int) -> list[int]:
         """Global indices of the GPUs in ``host``, in local order."""
