@@ -8,6 +8,7 @@ import pytest
 
 from simulator.catalog.calibration import sm_share, tp_overlap
 from simulator.engine.contention import NcclChannels
+from simulator.errors import ScenarioError
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops
@@ -96,6 +97,8 @@ def test_nccl_channels_per_kind_of_collective():
     assert pcie(collective(tuple(range(16)))) == 16
     h100, a100 = sm_share("h100-sxm"), sm_share("a100-80gb")
     assert (h100.sms, h100.nvlink_channels, a100.sms, a100.nvlink_channels) == (132, 32, 108, 24)
+    with pytest.raises(ScenarioError, match="no SM count"):  # not silently without contention
+        sm_share("v100")
     assert (tp_overlap("h100-sxm").all_gather_sms, tp_overlap("h100-sxm").reduce_scatter_sms) == (1, 24)
 
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 import yaml
 
+from simulator.errors import ScenarioError
 from simulator.parallel.overlap import TPOverlap
 from simulator.program.contention import SmShare
 from simulator.workload.roofline import Efficiency
@@ -67,12 +68,15 @@ def tp_overlap(gpu_name: str) -> TPOverlap:
                      reduce_scatter_sms=int(config["reduce_scatter_sms"]))
 
 
-def sm_share(gpu_name: str) -> SmShare | None:
-    """``gpu_name``'s SMs and the channels NCCL launches per kind of collective (None: GPU not in the file)."""
+def sm_share(gpu_name: str) -> SmShare:
+    """``gpu_name``'s SMs and the channels NCCL launches per kind of collective; a GPU kernels.yaml lacks is an
+    error (rather than contention silently off)."""
     data = kernel_data()
     entry = data["gpus"].get(gpu_name)
     if entry is None:
-        return None
+        raise ScenarioError(f"GPU {gpu_name!r} has no SM count in simulator/catalog/kernels.yaml",
+                            field="collectives.sm_contention",
+                            allowed=f"none, or a GPU of {', '.join(data['gpus'])}")
     nccl = data["nccl"]
     cap = int(nccl["max_channels"])
     return SmShare(sms=int(entry["sms"]),
