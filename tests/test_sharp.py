@@ -26,17 +26,18 @@ NVLINK = 450e9 * CALIBRATED["nvlink"]
 NIC = 50e9 * CALIBRATED["infiniband"]
 
 
-def nic_loads(topology, phases) -> tuple[dict[str, float], dict[str, float]]:
-    """Bytes each NIC sends up to its leaf and receives from it, summed over the plan's transfers."""
+def loads(topology, phases, lower: str, upper: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Bytes each node named with ``lower`` sends up to a node named with ``upper`` and receives from one, summed
+    over the plan's transfers."""
     up: dict[str, float] = defaultdict(float)
     down: dict[str, float] = defaultdict(float)
     for phase in phases:
         for links, nbytes, *_ in phase_items(topology, phase):
             for link in links:
                 a, b = topology.link_ends[link]
-                if "/nic" in a and b.startswith("leaf"):
+                if lower in a and b.startswith(upper):
                     up[a] += nbytes
-                elif a.startswith("leaf") and "/nic" in b:
+                elif a.startswith(upper) and lower in b:
                     down[b] += nbytes
     return up, down
 
@@ -49,7 +50,7 @@ def nic_loads(topology, phases) -> tuple[dict[str, float], dict[str, float]]:
 def test_each_nic_sends_its_share_up_once_and_receives_it_once(algorithm, group, per_nic):
     topology = load_topology("dgx-h100-superpod", {"nodes": 8, "leaf_ports": 4, "spines": 4})
     phases = plan_collective(CollectiveRequest("all_reduce", group, GIB), topology, algorithm)
-    up, down = nic_loads(topology, phases)
+    up, down = loads(topology, phases, "/nic", "leaf")
     nics = {topology.router.nic[rank] for rank in group}
     assert set(up) == set(down) == nics
     assert all(up[nic] == down[nic] == per_nic for nic in nics)
@@ -61,16 +62,7 @@ def test_each_leaf_sends_the_rail_aggregate_to_the_spines_once_each_way_whatever
     topology = load_topology("dgx-h100-superpod", {"nodes": 8, "leaf_ports": 2, "spines": 4})
     phases = plan_collective(CollectiveRequest("all_reduce", (0, 32, 8, 40, 16, 48, 24, 56), GIB), topology,
                              "collnet_direct")
-    up: dict[str, float] = defaultdict(float)
-    down: dict[str, float] = defaultdict(float)
-    for phase in phases:
-        for links, nbytes, *_ in phase_items(topology, phase):
-            for link in links:
-                a, b = topology.link_ends[link]
-                if a.startswith("leaf") and b.startswith("spine"):
-                    up[a] += nbytes
-                elif a.startswith("spine") and b.startswith("leaf"):
-                    down[b] += nbytes
+    up, down = loads(topology, phases, "leaf", "spine")
     leaves = {f"leaf{group}.r0" for group in range(4)}
     assert set(up) == set(down) == leaves
     assert all(up[leaf] == down[leaf] == GIB for leaf in leaves)
