@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -30,24 +29,6 @@ FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
-
-
-class FlowRequest(NamedTuple):
-    """One transfer of a phase: ``nbytes`` over link ids ``path`` after ``latency`` seconds.
-
-    ``src``/``dst`` (global GPU indices) label the event-log row and, with ``channel``, let a flow be routed
-    again when a link on its path fails; plain 3-, 5- or 6-tuples work as well. ``contends`` is the path the
-    flow shares with others when it differs from its route (a folded run's replica quotient,
-    engine/replicas.py: the links' orbit representatives); the log shows ``path``.
-    """
-
-    path: tuple[int, ...]
-    nbytes: float
-    latency: float
-    src: int = -1
-    dst: int = -1
-    channel: int = 0
-    contends: tuple[int, ...] | None = None
 
 
 class _Phase:
@@ -147,8 +128,13 @@ class Network:
     def run_phase(self, transfers: Sequence[tuple], *, key: str = "") -> simpy.Event:
         """Start a batch of transfers now; the event succeeds when all of them have finished.
 
-        Each item is ``(path, nbytes, latency)`` or ``(path, nbytes, latency, src, dst)`` (see FlowRequest).
-        A transfer with no bytes, or with an empty path (a GPU to itself), finishes right after its latency.
+        Each item is a plain tuple, ``nbytes`` over the directed link ids ``path`` after ``latency`` seconds:
+        ``(path, nbytes, latency)``; ``(path, nbytes, latency, src, dst)``, whose global GPU indices label the
+        event-log row; ``(path, nbytes, latency, src, dst, channel)``, which a failed link on ``path`` can
+        route again; or ``(route, nbytes, latency, src, dst, channel, contends)``, a folded run's replica
+        quotient (engine/replicas.py): the flow shares the links of ``contends`` (its route's orbit
+        representatives) and is logged with ``route``. A transfer with no bytes, or with an empty path (a GPU
+        to itself), finishes right after its latency.
         """
         if not transfers:
             return self.env.event().succeed()
