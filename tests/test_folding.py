@@ -35,13 +35,16 @@ training: {seq_len: 4096, global_batch: 32, micro_batch: 1, precision: bf16, rec
 parallelism: {tp: 8, pp: 1, dp: 4, zero: 1}
 """
 """4 DGX H100 hosts, two per leaf, two spines and 2:1 oversubscription: each spine uplink carries half a NIC.
-The DP ring of each rail crosses between the leaves; which spine a flow takes is hashed from its GPUs."""
+The DP ring of each rail crosses between the leaves; which spine a flow takes is hashed from the source's flow
+key (its host and place on its NIC, not its rail) within its leaf group, the destination's offset and the
+channel, the same draw in every leaf group (topology/builders.py `Fabric`)."""
 
 
 def test_two_channels_on_an_oversubscribed_fabric_fold_exactly(run_yaml):
     """The reported case: with spines hashed by GPU index, rail 0's two crossing flows shared a spine uplink
-    while rail 1's took one each, so the folded step (rail 0 only) was off. Spines are hashed per host pair, not
-    per rail, so every rail's ring meets the uplinks alike and the folded step (one rank) is the unfolded one."""
+    while rail 1's took one each, so the folded step (rail 0 only) was off. Spines are hashed from flow keys that
+    leave out the rail, so every rail's ring meets the uplinks alike and the folded step (one rank) is the
+    unfolded one."""
     folded = run_yaml(OVERSUBSCRIBED, "collectives.channels=2").summary
     unfolded = run_yaml(OVERSUBSCRIBED, "collectives.channels=2", "run.fold=false").summary
     assert folded["folded"] and folded["simulated_ranks"] == 1 and "fold_off_reason" not in folded

@@ -65,7 +65,11 @@ class Fabric:
     replicas are exact images of each other (engine/replicas.py). Among the flows that share any one leaf or
     spine link, (position, offset) and (source, destination) determine each other, and the key is mixed by an
     avalanche hash (`_avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
-    flow's header; only flows on links no flow shares are correlated, which is what makes replicas images.
+    flow's header. But every period repeats the same draw: a cross-replica collective's flows out of each leaf
+    group collide on the spines as the first group's do, where per-flow ECMP draws each group independently
+    and a synchronized collective waits for the worst of them. This is optimistic for such collectives on a
+    contended spine tier (Llama 3 405B at 8,192 GPUs: 475 TFLOP/s per GPU, about 408 with independent draws;
+    docs/architecture.md, rank folding).
     """
 
     gpus: list[str] = field(default_factory=list)
@@ -105,7 +109,8 @@ class Fabric:
     def _hops(self, src: int, dst: int, channel: int) -> tuple[int, ...]:
         """(leaf of src, leaf of dst, spine index, core index) between two domains: the spine (and core) hashed
         from the source's flow key within its period, the destination's offset and the channel, as ECMP hashes
-        a flow; just the two leaves when they are the same."""
+        a flow, but with the same draw in every period (optimistic for cross-replica collectives, see
+        `Fabric`); just the two leaves when they are the same."""
         low, high = self.leaf[src], self.leaf[dst]
         if low == high:
             return (low, high)
