@@ -7,9 +7,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 
 import simulator.simulation as simulation
+from simulator.engine.plans import PlanCache
+from simulator.engine.replicas import _representatives, replica_quotient
+from simulator.parallel.layout import Layout
+from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
 
 FABRIC = {"nodes": 8, "leaf_ports": 2, "spines": 4, "oversubscription": 2,
@@ -139,3 +144,61 @@ def test_a_tree_all_reduce_across_replicas_keeps_every_flow(run_yaml, monkeypatc
     every_replica = run_yaml(TREE_DP).summary
     assert quotient["flows_simulated"] == every_replica["flows_simulated"] == 1596
     assert quotient["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
+
+
+ONE_HOST_LEAVES = {**FABRIC, "nodes": 4, "leaf_ports": 1, "spines": 2}
+"""Four hosts of 8 GPUs, one per leaf group: with TP 8 x DP 4 the shift by one replica moves by one leaf group."""
+RING = CollectiveOp(id=0, rank=0, stream="dp", name="all_reduce", op="all_reduce", group=(0, 8, 16, 24),
+                    nbytes=1e6, key="dp", algorithm="ring")
+"""Rank 0's data-parallel all-reduce: its ring is its own image under the shift."""
+ACROSS = ((8, 16), (16, 24), (24, 0))
+"""The images of the pair (0, 8) under the shift, as the mirrors of a collective over that pair."""
+
+
+def _quotient(op: CollectiveOp, topology=None):
+    """replica_quotient of the single ``op`` over TP 8 x DP 4 on ONE_HOST_LEAVES (or ``topology``)."""
+    topology = topology or build_topology("cluster", ONE_HOST_LEAVES)
+    found, _ = replica_quotient([op], Layout(tp=8, dp=4), PlanCache(topology), {op.id: op.mirrors}, frozenset())
+    return found
+
+
+def test_a_shift_invariant_ring_gets_a_quotient_whose_links_have_orbits_of_dp():
+    """The control for the refusals below: the first replica alone is sent, each used link stands for the four
+    links of its orbit (a representative is its orbit's lowest id)."""
+    quotient = _quotient(RING)
+    assert quotient is not None
+    assert quotient.kept.tolist() == [gpu < 8 for gpu in range(32)]
+    used = quotient.representative != np.arange(quotient.representative.size)
+    assert Counter(quotient.representative[used].tolist()) == Counter(
+        {link: 3 for link in set(quotient.representative[used].tolist())})
+
+
+def test_a_plan_across_replicas_that_sends_from_both_sides_is_refused():
+    """An all-reduce over (0, 8), mirrored on the shifted pairs, is not its own image and its ring sends from
+    rank 0 (kept) and rank 8 (not): in the quotient its phase would end with 0 -> 8 alone, before 8 -> 0, which
+    is not the image of a kept flow of this plan. A send 0 -> 8 over the same pairs sends from one side only
+    and keeps the quotient."""
+    pair = CollectiveOp(id=0, rank=0, stream="dp", name="pair", op="all_reduce", group=(0, 8), nbytes=1e6,
+                        key="pair", algorithm="ring", mirrors=ACROSS)
+    send = CollectiveOp(id=0, rank=0, stream="pp", name="send", op="send_recv", group=(0, 8), nbytes=1e6,
+                        key="send", mirrors=ACROSS)
+    assert _quotient(pair) is None
+    assert _quotient(send) is not None
+
+
+def test_a_shift_onto_a_link_of_another_bandwidth_is_refused():
+    """Replica 1's leaf-spine uplink on its ring hop degraded to half: the shift maps replica 0's uplink onto a
+    link of another bandwidth, so the replicas are not images of each other."""
+    topology = build_topology("cluster", ONE_HOST_LEAVES)
+    uplink = next(link for link in topology.path(8, 16, 0) if topology.link_ends[link][1].startswith("spine"))
+    topology.link_bandwidth = topology.link_bandwidth.copy()
+    topology.link_bandwidth[uplink] /= 2
+    assert _quotient(RING, topology) is None
+
+
+def test_an_orbit_of_the_wrong_length_is_refused():
+    """Links that the shift cycles in fewer steps than the replicas it cycles (here a link swapped with another
+    under a shift of order 4), or that leave the links the run uses, have no representative."""
+    assert _representatives({0: 1, 1: 2, 2: 3, 3: 0}, 4, 6).tolist() == [0, 0, 0, 0, 4, 5]
+    assert _representatives({0: 1, 1: 0}, 4, 6) is None
+    assert _representatives({0: 1, 1: 2, 2: 3}, 4, 6) is None

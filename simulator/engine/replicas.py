@@ -34,15 +34,15 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Mirrors
 from simulator.parallel.layout import Layout
 from simulator.program.ops import CollectiveOp, Op
+from simulator.topology.builders import Fabric
 from simulator.topology.graph import Topology
 
 
 @dataclass(frozen=True)
 class ReplicaQuotient:
-    """The symmetry found: GPUs whose flows are sent (``kept``, the first ``step`` replicas) and each link's
-    orbit representative (``representative[link]``; links no flow uses map to themselves)."""
+    """The symmetry found: GPUs whose flows are sent (``kept``, the first replicas, one per orbit of the shift)
+    and each link's orbit representative (``representative[link]``; links no flow uses map to themselves)."""
 
-    step: int
     kept: np.ndarray
     representative: np.ndarray
 
@@ -89,13 +89,13 @@ def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirror
         rows = closed[op.id][1:]
         if rows:
             sent[op.id] = families.sent(op, rows)
-    return ReplicaQuotient(step, kept, representative), sent
+    return ReplicaQuotient(kept, representative), sent
 
 
 def _shift_step(layout: Layout, topology: Topology) -> int:
     """The fewest data-parallel replicas whose shift moves every GPU index by whole periods of the fabric's
     spine hash (0 when there is none): data parallelism outermost over every GPU of a fabric that has one."""
-    period = getattr(topology.router, "shift_gpus", 0)
+    period = topology.router.shift_gpus if isinstance(topology.router, Fabric) else 0
     stride = layout.stride("dp")
     if not period or layout.dp == 1 or stride * layout.dp != layout.world or layout.world != topology.num_gpus:
         return 0
