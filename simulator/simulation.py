@@ -110,6 +110,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private)
+        if quotient is not None:
+            log.stand_for_orbits(quotient.representative, quotient.images)
     if faults is not None:
         faults.install(env, network)
     runner = PlanRunner(network, topology, quotient)
@@ -319,6 +321,9 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
+    if result.log.flow_images > 1 and program.layout is not None:
+        summary["replica_quotient"] = {"replicas": program.layout.dp,
+                                       "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
     return summary, frame, result.log.route_table()

@@ -46,6 +46,11 @@ class ReplicaQuotient:
     kept: np.ndarray
     representative: np.ndarray
 
+    @property
+    def images(self) -> int:
+        """How many flows each sent flow stands for (itself and its images): the replicas over those sent."""
+        return self.kept.size // int(self.kept.sum())
+
     def items(self, items: list[tuple]) -> list[tuple]:
         """The network items (path, bytes, latency, src, dst, channel) of the kept sources, each with the path
         the flow contends on (its links' representatives) appended; the route itself is what the log shows."""

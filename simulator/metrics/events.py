@@ -15,7 +15,7 @@ once per block, not once per row.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -59,10 +59,15 @@ class FlowBlock:
 @dataclass(frozen=True)
 class FlowRoutes:
     """The route of each flow row, in flow order, flat: ``links`` holds the directed link ids of every route
-    one after another, ``lengths[i]`` how many of them are flow i's."""
+    one after another, ``lengths[i]`` how many of them are flow i's. Under a replica quotient
+    (engine/replicas.py) the flows marked in ``for_orbit`` stand for themselves and their images under the
+    data-parallel shift, which were not sent: such a flow's bytes on link ``l`` are carried alike by every link
+    whose orbit representative is ``representative[l]`` (both None without a quotient)."""
 
     lengths: np.ndarray
     links: np.ndarray
+    representative: np.ndarray | None = None
+    for_orbit: np.ndarray | None = None
 
     @classmethod
     def of(cls, routes: list[tuple[int, ...]]) -> FlowRoutes:
@@ -115,6 +120,15 @@ class EventLog:
         self._replay_shift = array("d")
         self._replay_key: list[str] = []
         self._replayed_rows = 0
+        self._orbit_representative: np.ndarray | None = None
+        self.flow_images = 1
+        """How many flows each flow row the network logs stands for: itself and its images (a replica quotient)."""
+
+    def stand_for_orbits(self, representative: np.ndarray, images: int) -> None:
+        """Mark the flows the network logs as standing for their ``images`` under a replica quotient whose
+        links map to ``representative`` (replayed collectives, timed alone, keep every flow they have)."""
+        self._orbit_representative = representative
+        self.flow_images = images
 
     def record(self, kind: str, rank: int, stream: str, name: str, start_s: float, end_s: float, *,
                category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
@@ -174,7 +188,11 @@ class EventLog:
         layout = _Layout(self)
         pool = FlowRoutes.of([*self._flow_routes, *(route for block in self._blocks for route in block.routes)])
         singles = len(self._flow_routes)
-        return pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
+        routes = pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
+        if self._orbit_representative is None:
+            return routes
+        for_orbit = layout.merged(np.ones(singles, dtype=bool), np.zeros(len(layout.gather), dtype=bool))
+        return replace(routes, representative=self._orbit_representative, for_orbit=for_orbit)
 
     def flow_columns(self) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""

@@ -36,7 +36,9 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
               routes: FlowRoutes, line_rate: np.ndarray, shown_ranks: set[int],
               makespan_s: float) -> LinkLoad:
     """Binned utilisation of the links on the routes of flows sent by ``shown_ranks``; the flow arrays and
-    ``routes`` are aligned (one entry per flow), ``line_rate`` is bytes/s per directed link."""
+    ``routes`` are aligned (one entry per flow), ``line_rate`` is bytes/s per directed link. A flow that stands
+    for its orbit under a replica quotient (``routes.for_orbit``) loads its links' orbits: it is binned on the
+    orbit representatives, and a link shows its own flows' load plus its representative's."""
     empty = LinkLoad((), np.array([0.0, makespan_s]), np.zeros((0, 1)))
     if not len(routes) or makespan_s <= 0:
         return empty
@@ -46,14 +48,37 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
     candidates = np.unique(link_ids[shown])
     if candidates.size == 0:
         return empty
-    carried = np.bincount(link_ids, weights=nbytes[flow_of], minlength=int(link_ids.max()) + 1)[candidates]
+    keys, shares = _load_keys(routes, flow_of, line_rate.size)
+    carried = np.bincount(keys, weights=nbytes[flow_of], minlength=2 * line_rate.size)
+    carried = carried[candidates] + carried[shares(candidates)]
     busiest = np.lexsort((candidates, -carried))[:MAX_LINKS]
     links = np.sort(candidates[busiest])
-    position = np.full(int(max(link_ids.max(), links.max())) + 1, -1, dtype=np.int64)
-    position[links] = np.arange(links.size)
-    row = position[link_ids]
-    keep = row >= 0
-    row, flow = row[keep], flow_of[keep]
+    needed = np.unique(np.concatenate((links, shares(links))))
+    position = np.full(2 * line_rate.size, -1, dtype=np.int64)
+    position[needed] = np.arange(needed.size)
+    per_key = _binned(start_s, end_s, nbytes, position[keys], flow_of, needed.size, makespan_s)
+    per_bin = per_key[position[links]] + per_key[position[shares(links)]]
+    utilisation = per_bin / (makespan_s / BINS * line_rate[links][:, None])
+    return LinkLoad(tuple(links.tolist()), np.linspace(0.0, makespan_s, BINS + 1), utilisation)
+
+
+def _load_keys(routes: FlowRoutes, flow_of: np.ndarray, count: int):
+    """The key each (flow, link) pair loads: the link itself, or ``count`` + its orbit representative for a
+    flow standing for its orbit; and the function giving each link's orbit key (``count`` + the link when there
+    is no quotient: a key no pair loads, so it adds nothing)."""
+    if routes.representative is None or routes.for_orbit is None:
+        return routes.links, lambda links: count + links
+    representative = routes.representative
+    keys = np.where(routes.for_orbit[flow_of], count + representative[routes.links], routes.links)
+    return keys, lambda links: count + representative[links]
+
+
+def _binned(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, row_of_pair: np.ndarray,
+            flow_of: np.ndarray, rows: int, makespan_s: float) -> np.ndarray:
+    """Bytes per row and time bin (``rows`` x `BINS`) of the (flow, link) pairs whose row is not -1, each flow
+    spread evenly over its lifetime."""
+    keep = row_of_pair >= 0
+    row, flow = row_of_pair[keep], flow_of[keep]
     starts, ends, sizes = start_s[flow], end_s[flow], nbytes[flow]
     width = makespan_s / BINS
     first = np.minimum((starts / width).astype(np.int64), BINS - 1)
@@ -61,7 +86,7 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
     same = first == last
     duration = np.where(same, 1.0, ends - starts)
     rate = np.where(same, 0.0, sizes / duration)
-    cells = links.size * (BINS + 1)
+    cells = rows * (BINS + 1)
     head = np.where(same, sizes, rate * ((first + 1) * width - starts))
     tail = np.where(same, 0.0, rate * (ends - last * width))
     per_bin = (np.bincount(row * (BINS + 1) + first, weights=head, minlength=cells)
@@ -70,6 +95,5 @@ def link_load(start_s: np.ndarray, end_s: np.ndarray, nbytes: np.ndarray, src: n
     steps = (np.bincount(row[middle] * (BINS + 1) + first[middle] + 1, weights=rate[middle] * width,
                          minlength=cells)
              - np.bincount(row[middle] * (BINS + 1) + last[middle], weights=rate[middle] * width, minlength=cells))
-    per_bin = per_bin.reshape(links.size, BINS + 1) + np.cumsum(steps.reshape(links.size, BINS + 1), axis=1)
-    utilisation = per_bin[:, :BINS] / (width * line_rate[links][:, None])
-    return LinkLoad(tuple(links.tolist()), np.linspace(0.0, makespan_s, BINS + 1), utilisation)
+    per_bin = per_bin.reshape(rows, BINS + 1) + np.cumsum(steps.reshape(rows, BINS + 1), axis=1)
+    return per_bin[:, :BINS]
