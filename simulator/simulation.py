@@ -21,7 +21,7 @@ from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.collector import collector_paused
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
-from simulator.engine.plans import PlanCache
+from simulator.engine.plans import PlanCache, folded_send_excess
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
@@ -308,6 +308,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     level, so that `trainsim collective` never loads them."""
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
+    plans = plans or plan_cache(topology, settings)
     result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
                               plans=plans, sm_share=program.sm_share,
@@ -317,7 +318,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
-                               pipelined=program.pipelined)
+                               pipelined=program.pipelined,
+                               send_excess=folded_send_excess(program.ops, plans) if program.folded else None)
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))

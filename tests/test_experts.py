@@ -90,20 +90,20 @@ def test_skewed_routing_makes_the_step_slower_than_uniform(run_yaml):
 
 
 def test_folded_and_unfolded_expert_parallel_steps_agree(run_yaml):
-    """Same step; the same traffic, except that under skewed routing the folded run's all-to-all bytes are its
-    representative's (EP rank 0's row and column of the dispatch matrix), not the mean over EP ranks."""
+    """Same step and the same traffic, all-to-alls under skewed routing included: the folded run reports the
+    mean over its EP group's members (engine/plans.py `send_excess`), not its representative's row of the
+    dispatch matrix (EP rank 0 sends more than the mean here, by 35%)."""
     overrides = ("parallelism.ep=4", "model.moe.routing.balance=zipf")
     folded = run_yaml(SCENARIO, *overrides).summary
     unfolded_run = run_yaml(SCENARIO, *overrides, "run.fold=false")
     unfolded = unfolded_run.summary
     assert folded["simulated_ranks"] == 1 and unfolded["simulated_ranks"] == 16
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-12)
-    others = {kind: value for kind, value in unfolded["traffic_bytes_per_gpu"].items() if kind != "ep"}
-    assert {kind: folded["traffic_bytes_per_gpu"][kind] for kind in others} == pytest.approx(others, rel=1e-12)
+    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
     frame = unfolded_run.timeline
     ep_keys = set(frame.loc[(frame["kind"] == "collective") & (frame["category"] == "ep"), "key"])
     rank0 = frame[(frame["kind"] == "flow") & (frame["src"] == 0) & frame["name"].isin(ep_keys)]["bytes"].sum()
-    assert folded["traffic_bytes_per_gpu"]["ep"] == pytest.approx(float(rank0), rel=1e-12)
+    assert float(rank0) > 1.3 * folded["traffic_bytes_per_gpu"]["ep"]
 
 
 def test_all_to_all_pairs_carry_the_tokens_the_routing_sends_them(run_yaml):

@@ -230,3 +230,18 @@ def test_link_tracks_count_the_flows_the_quotient_did_not_send(run_yaml, monkeyp
         write_trace(tmp_path / name, result.timeline, result.topology, flows=False, load=load, compress=False)
         traces.append((tmp_path / name).read_bytes())
     assert traces[0] == traces[1]  # the default trace (ops+links): op slices and link tracks, byte for byte
+
+
+def test_folded_traffic_is_the_mean_over_members_when_a_tree_sends_unevenly(run_yaml):
+    """`collectives.algorithm: auto` picks a tree for the 4 KiB gradient bucket of the last stage: its members
+    send 6 or 8 KiB, so the representative's own flows are not the mean; the folded run adds the group's mean
+    less its own share and reports the unfolded figure (before: dp 211,545,088 against 211,545,600 bytes)."""
+    folded = run_yaml(CP_FABRIC, "collectives.algorithm=auto")
+    unfolded = run_yaml(CP_FABRIC, "collectives.algorithm=auto", "run.fold=false")
+    frame = unfolded.timeline
+    keys = set(frame.loc[(frame["kind"] == "collective") & (frame["category"] == "dp"), "key"])
+    sent = frame[(frame["kind"] == "flow") & frame["name"].isin(keys)].groupby(["name", "src"])["bytes"].sum()
+    assert (sent.groupby("name").min() != sent.groupby("name").max()).any()
+    assert folded.summary["folded"]
+    assert folded.summary["traffic_bytes_per_gpu"] == pytest.approx(unfolded.summary["traffic_bytes_per_gpu"],
+                                                                     rel=1e-12)

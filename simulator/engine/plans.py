@@ -3,11 +3,11 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
-from simulator.program.ops import CollectiveOp
+from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
 
 
@@ -27,6 +27,7 @@ class PlanCache:
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
         self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, tuple, list[list[Phase]]]] = {}
         self._algorithms: dict[tuple, str] = {}
+        self._sends: dict[tuple, tuple[tuple[int, ...], tuple, dict[int, float] | None]] = {}
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
@@ -72,6 +73,24 @@ class PlanCache:
             found = self._mirrored[key] = (op.group, mirrors, op.pair_bytes, plans)
         return found[3]
 
+    def send_excess(self, op: CollectiveOp) -> float:
+        """The bytes a member of ``op``'s group sends in its plan on average, less what ``op.rank`` sends: 0 where
+        every member sends alike (a ring), not for a tree's inner ranks and leaves or a skewed all-to-all. A
+        folded run adds it to its representative's flows to report the mean over the GPUs, as an unfolded run
+        does (its mirror groups are images of the group)."""
+        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(op.pair_bytes))
+        found = self._sends.get(key)
+        if found is None:
+            sent: dict[int, float] = dict.fromkeys(op.group, 0.0)
+            for phase in self.phases(op, op.group):
+                for t in phase.transfers:
+                    sent[t.src] += t.nbytes * phase.repeat
+            mean = sum(sent.values()) / len(sent)
+            excess = None if min(sent.values()) == max(sent.values()) else {
+                rank: mean - own for rank, own in sent.items()}
+            found = self._sends[key] = (op.group, op.pair_bytes, excess)
+        return found[2][op.rank] if found[2] is not None else 0.0
+
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
         algorithm, so they are cached per algorithm. A send/recv is one transfer on channel 0 whatever the
@@ -92,3 +111,15 @@ class PlanCache:
         if links is None:
             links = self._pair_links[pair] = frozenset(self.topology.path(pair[0], pair[1]))
         return links
+
+
+def folded_send_excess(ops: Iterable[Op], plans: PlanCache) -> dict[str, float]:
+    """Per category, the bytes a folded run's collectives send per member on average beyond what its simulated
+    ranks send (`PlanCache.send_excess`, summed over their collective ops)."""
+    excess: dict[str, float] = {}
+    for op in ops:
+        if isinstance(op, CollectiveOp):
+            extra = plans.send_excess(op)
+            if extra:
+                excess[op.category] = excess.get(op.category, 0.0) + extra
+    return excess

@@ -3,6 +3,7 @@ exposed communication per parallelism kind. Pure functions of the timeline DataF
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import cast
 
 import numpy as np
@@ -87,17 +88,23 @@ def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
     }
 
 
-def traffic_bytes(frame: pd.DataFrame) -> dict:
+def traffic_bytes(frame: pd.DataFrame, excess: Mapping[str, float] | None = None) -> dict:
     """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
-    category."""
+    category, plus a folded run's ``excess`` per category (what its groups' members send on average beyond the
+    simulated ranks' own share, engine/plans.py `send_excess`)."""
     collectives = frame.loc[frame["kind"] == "collective", ["key", "category"]]
     categories = dict(zip(collectives["key"].tolist(), collectives["category"].tolist()))
     ranks = frame.loc[frame["kind"] != "flow", "rank"].unique()
-    flows = frame.loc[(frame["kind"] == "flow") & frame["src"].isin(ranks), ["name", "bytes"]]
-    if flows.empty or len(ranks) == 0:
+    if len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_KINDS}
-    codes, names = pd.factorize(flows["name"])
-    category = np.array([categories.get(name, "") for name in names.tolist()], dtype=object)[codes]
-    sums = flows["bytes"].groupby(category).sum()
+    flows = frame.loc[(frame["kind"] == "flow") & frame["src"].isin(ranks), ["name", "bytes"]]
+    sums: dict[str, float] = {}
+    if not flows.empty:
+        codes, names = pd.factorize(flows["name"])
+        category = np.array([categories.get(name, "") for name in names.tolist()], dtype=object)[codes]
+        sums = flows["bytes"].groupby(category).sum().to_dict()
+    for kind, extra in (excess or {}).items():
+        if extra:
+            sums[kind] = sums.get(kind, 0.0) + extra
     return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_KINDS}

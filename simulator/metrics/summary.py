@@ -4,6 +4,8 @@ largest loss of the step (pipeline bubble, exposed communication of one kind, op
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 
 from simulator.metrics.step import (
@@ -68,10 +70,11 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
 
 def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simulated_ranks: int,
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
-                     memory_bound_share: float, pipelined: bool = True) -> dict:
+                     memory_bound_share: float, pipelined: bool = True,
+                     send_excess: Mapping[str, float] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute,
     HFU the FLOPs the GPUs really executed (recompute included). A step that is not ``pipelined`` has no
-    bubble (StepProgram.pipelined)."""
+    bubble (StepProgram.pipelined). ``send_excess`` completes a folded run's traffic (`traffic_bytes`)."""
     comm = communication_metrics(frame, step_time_s)
     bubble = bubble_fraction(frame) if pipelined else 0.0
     executed_flops = float(frame.loc[frame["kind"] == "compute", "flops"].sum()) / max(simulated_ranks, 1)
@@ -87,7 +90,7 @@ def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simu
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
         "comm_s": comm["comm_s"],
-        "traffic_bytes_per_gpu": traffic_bytes(frame),
+        "traffic_bytes_per_gpu": traffic_bytes(frame, send_excess),
         **memory,
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(frame) if pipelined else None,
