@@ -3,7 +3,7 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Sequence
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
@@ -113,13 +113,20 @@ class PlanCache:
         return links
 
 
-def folded_send_excess(ops: Iterable[Op], plans: PlanCache) -> dict[str, float]:
+def folded_send_excess(ops: Sequence[Op], plans: PlanCache) -> dict[str, float]:
     """Per category, the bytes a folded run's collectives send per member on average beyond what its simulated
-    ranks send (`PlanCache.send_excess`, summed over their collective ops)."""
+    ranks send (`PlanCache.send_excess`, summed over their collective ops). A group whose members are all
+    simulated (a pipeline send between stage representatives) already counts every member's flows."""
+    simulated = {op.rank for op in ops}
+    partly_simulated: dict[int, bool] = {}
     excess: dict[str, float] = {}
     for op in ops:
-        if isinstance(op, CollectiveOp):
-            extra = plans.send_excess(op)
-            if extra:
-                excess[op.category] = excess.get(op.category, 0.0) + extra
+        if not isinstance(op, CollectiveOp):
+            continue
+        partly = partly_simulated.get(id(op.group))
+        if partly is None:
+            partly = partly_simulated[id(op.group)] = not simulated.issuperset(op.group)
+        extra = plans.send_excess(op) if partly else 0.0
+        if extra:
+            excess[op.category] = excess.get(op.category, 0.0) + extra
     return excess
