@@ -103,7 +103,8 @@ def traffic_bytes(frame: pd.DataFrame, excess: Mapping[str, float] | None = None
     if not flows.empty:
         codes, names = pd.factorize(flows["name"])
         category = np.array([categories.get(name, "") for name in names.tolist()], dtype=object)[codes]
-        sums = flows["bytes"].groupby(category).sum().to_dict()
+        totals = flows["bytes"].groupby(category).sum()
+        sums = {str(kind): float(total) for kind, total in totals.items()}
     for kind, extra in (excess or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
