@@ -46,21 +46,21 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
-    """Plain DDP of Llama 3 8B needs 138.7 GiB per GPU (docs/training-step.md): OOM on an 80 GB H100."""
+    """Plain DDP of Llama 3 8B needs 153.6 GiB per GPU (docs/training-step.md): OOM on an 80 GB H100."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
     oom = ["--set", "parallelism.zero=0"]
     assert main(["run", scenario, "--out", str(tmp_path / "out"), "--set", "run.timeline=summary", *oom]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("warning: OUT OF MEMORY: 138.7 GiB needed on pipeline stage 0 (rank 0), "
+    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB needed on pipeline stage 0 (rank 0), "
                                    "the GPU holds 79.6 GiB")
     assert "OUT OF MEMORY" in captured.out  # and in the table's memory row
     assert main(["validate", scenario, *oom]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("warning: OUT OF MEMORY: 138.7 GiB") and "valid (8 GPUs" in captured.out
+    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB") and "valid (8 GPUs" in captured.out
     assert main(["validate", scenario, "--strict", *oom]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
-    assert captured.err.startswith(f"error: {scenario}: OUT OF MEMORY: 138.7 GiB")
+    assert captured.err.startswith(f"error: {scenario}: OUT OF MEMORY: 153.6 GiB")
     assert main(["validate", scenario, "--strict"]) == 0
 
 

@@ -150,7 +150,7 @@ def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group()
     assert routed == 4 * 256 * 3 * 7168 * 2048 / 8
     dense = breakdown.params / 2 - routed
     assert breakdown.optimizer == pytest.approx(12 * routed / 8 + 12 * dense / 64, rel=1e-12)
-    assert breakdown.grads == pytest.approx(2 * (routed + dense), rel=1e-12)
+    assert breakdown.grads == pytest.approx(4 * (routed + dense), rel=1e-12)  # bf16: the fp32 gradient buffer
 
 
 def test_moe_activations_count_the_routed_tokens_and_their_experts_intermediates():

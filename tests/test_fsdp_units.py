@@ -50,7 +50,7 @@ def test_collectives_per_step_follow_the_framework(run_yaml, sharding, gathers):
 def test_fsdp_gathers_whole_units_and_sends_their_share(run_yaml):
     # Each all-gather carries one unit's bf16 parameters (the collective's gathered size); a ring all-gather
     # sends (dp - 1)/dp of it from every rank. The backward skips the head: 2 x params - head per micro-batch,
-    # and each unit's gradients are reduce-scattered once per micro-batch.
+    # and each unit's gradients are reduce-scattered once per micro-batch, in fp32 (bf16's gradient buffer).
     summary, all_gathers, reduce_scatters = _dp_collectives(run_yaml, "parallelism.fsdp=full_shard")
     sizes = dict(zip(all_gathers["name"], all_gathers["bytes"], strict=False))
     assert sizes["all_gather params embedding"] == 2 * EMBEDDING
@@ -59,10 +59,10 @@ def test_fsdp_gathers_whole_units_and_sends_their_share(run_yaml):
     assert set(all_gathers[all_gathers["name"] == "all_gather params head"]["microbatch"]) == set(range(M))
     assert len(all_gathers[all_gathers["name"] == "all_gather params head"]) == M
     scattered = dict(zip(reduce_scatters["name"], reduce_scatters["bytes"], strict=False))
-    assert scattered == {"reduce_scatter grads embedding": 2 * EMBEDDING, "reduce_scatter grads head": 2 * HEAD,
-                         **{f"reduce_scatter grads L{layer}": 2 * LAYER for layer in range(LAYERS)}}
+    assert scattered == {"reduce_scatter grads embedding": 4 * EMBEDDING, "reduce_scatter grads head": 4 * HEAD,
+                         **{f"reduce_scatter grads L{layer}": 4 * LAYER for layer in range(LAYERS)}}
     params = EMBEDDING + LAYERS * LAYER + HEAD
-    sent = M * 2 * ((2 * params - HEAD) + params) * (DP - 1) / DP
+    sent = M * (2 * (2 * params - HEAD) + 4 * params) * (DP - 1) / DP
     assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(sent, rel=1e-12)
 
 
@@ -101,12 +101,13 @@ def test_fsdp_working_set_closed_forms():
 
 
 def test_fsdp_memory_counts_the_unsharded_working_set(run_yaml):
-    # Llama 3 8B units: embedding E < head H (its norm too), each larger than a layer L. The largest set is
-    # the head's backward: its parameters and the last layer's (prefetched), its gradients: 2 (L + H) + 2 H bytes.
+    # Llama 3 8B units: embedding E < head H (its norm too), each larger than a layer L. With fp32 gradients
+    # (bf16's buffer) the largest set is the embedding's backward: its parameters, its gradients and the first
+    # layer's still waiting for their reduce-scatter: 2 E + 4 (E + L) bytes.
     fsdp, _, _ = _dp_collectives(run_yaml, "parallelism.fsdp=full_shard")
     deepspeed, _, _ = _dp_collectives(run_yaml, "parallelism.zero=3")
     assert EMBEDDING < HEAD and LAYER < EMBEDDING
-    assert fsdp["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * (LAYER + HEAD) + 2 * HEAD,
+    assert fsdp["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * EMBEDDING + 4 * (EMBEDDING + LAYER),
                                                                             rel=1e-12)
     # DeepSpeed: two gathered layers (memory.unsharded_layers_bytes); the model state is ZeRO-3's either way.
     assert deepspeed["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * LAYER * 2, rel=1e-12)

@@ -26,7 +26,8 @@ GB = 1e9
 
 
 def state_gb(params, stage, n):
-    return model_state_memory(params, Sharding(stage, n)).model_state / GB
+    """The ZeRO paper and the seeds count fp16 mixed precision: 16 B per parameter with 2 B gradients."""
+    return model_state_memory(params, Sharding(stage, n), precision="fp16").model_state / GB
 
 
 @pytest.mark.parametrize(
@@ -51,15 +52,17 @@ def test_zero_model_state_tables(params, n, expected_gb):
 def test_breakdown_by_category():
     state = model_state_memory(7.5e9, Sharding(2, 8))
     assert state.params == pytest.approx(15e9)
-    assert state.grads == pytest.approx(15e9 / 8)
+    assert state.grads == pytest.approx(30e9 / 8)  # bf16: Megatron-LM's fp32 gradient buffer
     assert state.optimizer == pytest.approx(90e9 / 8)
     assert state.total == pytest.approx(state.model_state)
 
 
 def test_precision_and_optimizer_bytes():
-    assert state_bytes_per_param("bf16", "adam") == state_bytes_per_param("fp16", "adamw")
-    mixed = state_bytes_per_param("bf16", "adam")
+    assert state_bytes_per_param("bf16", "adam", "bf16") == state_bytes_per_param("fp16", "adamw")
+    mixed = state_bytes_per_param("fp16", "adam")
     assert (mixed.param, mixed.grad, mixed.optimizer) == (2, 2, 12)
+    bf16 = state_bytes_per_param("bf16", "adam")
+    assert (bf16.param, bf16.grad, bf16.optimizer) == (2, 4, 12)
     fp32 = state_bytes_per_param("fp32", "adam")
     assert (fp32.param, fp32.grad, fp32.optimizer) == (4, 4, 8)
     assert state_bytes_per_param("bf16", "sgd_momentum").optimizer == 8
@@ -71,7 +74,7 @@ def test_precision_and_optimizer_bytes():
 
 def test_hybrid_shard_and_bad_stage():
     # HSDP: ZeRO-3 within 8-GPU groups, replicated across the 8 groups: 8.03e9 x 16 B / 8 = 16.1 GB per GPU.
-    assert model_state_memory(8.03e9, Sharding(3, 8)).total / GB == pytest.approx(16.1, rel=0.01)
+    assert model_state_memory(8.03e9, Sharding(3, 8), precision="fp16").total / GB == pytest.approx(16.1, rel=0.01)
     with pytest.raises(ScenarioError) as info:
         model_state_memory(1e9, Sharding(4, 8))
     assert info.value.field == "parallelism.zero_stage"
@@ -116,7 +119,7 @@ def test_rank_memory_llama3_405b_stage():
     shard = ShardShape(1, 8192, tp=8, sequence_parallel=True)
     memory = rank_memory(model, shard, layers=8, in_flight=16, recompute="full", first_stage=False, last_stage=False,
                          buffer_bytes=1e9)
-    assert memory.model_state == pytest.approx(16 * middle)
+    assert memory.model_state == pytest.approx(18 * middle)  # bf16 weights, fp32 gradients, Adam's 12 B
     assert memory.activations == pytest.approx(16 * 8 * 2 * 8192 * 16384 / 8)
     assert memory.total == pytest.approx(memory.model_state + memory.activations + 1e9)
 
@@ -157,29 +160,28 @@ LLAMA3_LAYER_ACTIVATION = (TOKENS / TP * 4 * 2 * H  # two norm inputs, the QKV a
 """Bytes one layer keeps per micro-batch on a rank (bf16, flash attention: no score matrix): 532.7 MB."""
 
 
-@pytest.mark.parametrize("case, dp_shards, grads_sharded, layers_held, in_flight, total_gib", [
+@pytest.mark.parametrize("case, dp_shards, layers_held, in_flight, total_gib", [
     # 16 micro-batches, 8 chunks of one layer: every forward runs before the first backward, 128 layers held;
     # each micro-batch's gradients reduce-scattered over DP 128.
-    ("llama3-405b-16384-gpus", 128, True, 128, 16, 71.25),
+    ("llama3-405b-16384-gpus", 128, 128, 16, 72.78),
     # 32 micro-batches: Megatron's interleaved warm-up on rank 1 is 2 (p - 2) + (v - 1) p = 140 chunks, the
     # 141st forward comes before the first backward; DP 64.
-    ("llama3-405b-8192-gpus", 64, True, 141, 141 / 8, 78.02),
-    # CP 16 x DP 8 shard the optimizer 128 ways; two chunks of 4 layers, 16 micro-batches in flight; the gradient
-    # buffer kept whole (reduce-scattered once, after the last micro-batch: ZeRO-1's memory).
-    ("llama3-405b-long-context", 128, False, 16 * 8, 16, 75.70),
+    ("llama3-405b-8192-gpus", 64, 141, 141 / 8, 79.60),
+    # CP 16 x DP 8 shard the optimizer and gradients 128 ways; two chunks of 4 layers, 16 micro-batches in flight.
+    # (A whole fp32 gradient buffer, reduced once after the last micro-batch, would add 11.8 GiB and not fit.)
+    ("llama3-405b-long-context", 128, 16 * 8, 16, 72.78),
 ])
-def test_llama3_405b_layouts_fit_in_the_h100s_memory(case, dp_shards, grads_sharded, layers_held, in_flight,
-                                                      total_gib):
+def test_llama3_405b_layouts_fit_in_the_h100s_memory(case, dp_shards, layers_held, in_flight, total_gib):
     # Llama 3 ran these layouts (TP 8, PP 16) on 80 GB H100s without activation checkpointing. The fullest rank
-    # is a middle one holding 8 layers: bf16 weights kept whole, gradients (2 B) sharded over the data-parallel
-    # ranks or not, Adam's fp32 master copy and moments (12 B) sharded; with sharded gradients two layers of
-    # unsharded gradients wait for their reduce-scatter, else DDP's two 25 MiB buckets; the activations of the
-    # layers held. Against the 81,559 MiB (79.6 GiB) the driver reports.
+    # is a middle one holding 8 layers: bf16 weights kept whole, fp32 gradients (4 B, the paper's section 3.3.2)
+    # and Adam's fp32 master copy and moments (12 B) sharded over the data-parallel ranks (each micro-batch's
+    # gradients reduce-scattered); two layers of unsharded gradients wait for their reduce-scatter; the
+    # activations of the layers held. Against the 81,559 MiB (79.65 GiB) the driver reports.
     step, stages = _published_stage_memory(case)
     breakdown, held = max(stages, key=lambda stage: stage[0].total)
     params = 8 * LLAMA3_LAYER_PARAMS_PER_RANK
-    buffers = 2 * math.ceil(LLAMA3_LAYER_PARAMS / TP) * 2 if grads_sharded else 2 * 25 * 2**20
-    parts = {"params": 2 * params, "grads": 2 * params / (dp_shards if grads_sharded else 1),
+    buffers = 2 * math.ceil(LLAMA3_LAYER_PARAMS / TP) * 4
+    parts = {"params": 2 * params, "grads": 4 * params / dp_shards,
              "optimizer": 12 * params / dp_shards, "activations": layers_held * LLAMA3_LAYER_ACTIVATION,
              "buffers": buffers}
     assert held == pytest.approx(in_flight, rel=1e-12)

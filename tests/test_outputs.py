@@ -92,9 +92,9 @@ def test_event_log_rows_in_recording_order():
 def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     """A replayed collective logs one block reference; the frame must hold its rows where they were logged,
     times moved on by the replay's start, between the single flows and op rows around them."""
-    block = FlowBlock.of([1, 2], [2, 1], [0.0, 0.25], [0.5, 0.75], [8.0, 4.0], [(1,), (2,)])
+    block = FlowBlock.of([1, 2], [2, 1], [0.0, 0.25], [0.5, 0.75], [8.0, 4.0], [(1, 3, 4), (2,)])
     log = EventLog()
-    log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5,))
+    log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5, 8))
     log.replayed_flows("b", 1.0, block)
     log.record("collective", 1, "compute", "b", 1.0, 1.75, key="b")
     log.replayed_flows("c", 2.0, block)
@@ -105,7 +105,8 @@ def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     assert frame["start_s"].tolist() == [0.0, 1.0, 1.25, 1.0, 2.0, 2.25, 2.5]
     assert frame["end_s"].tolist() == [1.0, 1.5, 1.75, 1.75, 2.5, 2.75, 3.0]
     assert frame["rank"].tolist() == [0, 1, 2, 1, 1, 2, 3]
-    assert log.flow_routes() == [(5,), (1,), (2,), (1,), (2,), (6,)]
+    assert log.flow_routes() == [(5, 8), (1, 3, 4), (2,), (1, 3, 4), (2,), (6,)]
+    assert log.route_table().tolist() == log.flow_routes()
     assert len(log) == len(frame) == 7
 
 
@@ -270,3 +271,22 @@ def test_help_and_collective_load_neither_pandas_nor_matplotlib(args):
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_failed_write_leaves_nothing_and_raises_its_own_error(tmp_path):
+    """The temporary file is removed on error, and a writer that already removed it still sees its own error
+    (not the cleanup's FileNotFoundError); the target stays untouched."""
+    from simulator.report.atomic import write_through_temporary
+
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def fail_after_removing(tmp: Path) -> None:
+        tmp.unlink()
+        raise ValueError("writer failed")
+
+    for write in (fail_after_removing, lambda tmp: (tmp.write_text("half"), 1 / 0)):
+        with pytest.raises((ValueError, ZeroDivisionError)) as info:
+            write_through_temporary(target, write)
+        assert not isinstance(info.value, FileNotFoundError)
+        assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]

@@ -13,15 +13,18 @@ parallelism: {tp: 1, pp: 1, dp: 8, zero: 2}
 collectives: {algorithm: ring}
 """
 PARAM_BYTES = 8.03e9 * 2
+GRAD_BYTES = 8.03e9 * 4
+"""bf16 weights gathered, gradients reduced in Megatron-LM's fp32 buffer (training.grad_reduce_dtype)."""
 
 
 def test_every_micro_batch_reduce_scatters_its_gradients(run_yaml):
     # m = 4 micro-batches: 4 ring reduce-scatters of the whole gradient and one all-gather of the weights after
-    # the optimizer, each moving 7/8 of the bytes per GPU: (m + 1) 7/8 x params, against 2 x 7/8 accumulated.
+    # the optimizer, each moving 7/8 of the bytes per GPU: 7/8 (m grads + params), against 7/8 (grads + params).
     accumulated = run_yaml(LLAMA_8B_ZERO2).summary
     sharded = run_yaml(LLAMA_8B_ZERO2, "parallelism.ddp.reduce_every_microbatch=true")
-    assert accumulated["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * 7 / 8 * PARAM_BYTES, rel=0.02)
-    assert sharded.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(5 * 7 / 8 * PARAM_BYTES, rel=0.02)
+    assert accumulated["traffic_bytes_per_gpu"]["dp"] == pytest.approx(7 / 8 * (GRAD_BYTES + PARAM_BYTES), rel=0.02)
+    assert sharded.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(7 / 8 * (4 * GRAD_BYTES + PARAM_BYTES),
+                                                                          rel=0.02)
     frame = sharded.timeline
     scatters = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")
                      & frame["name"].str.startswith("reduce_scatter grads")]
@@ -33,9 +36,10 @@ def test_every_micro_batch_reduce_scatters_its_gradients(run_yaml):
 def test_sharded_gradients_take_zero2_memory_under_accumulation(run_yaml):
     # Seed 003: Llama-3.1-8B on 8 GPUs, ZeRO-1 44.2 GB, ZeRO-2 30.1 GB. Accumulating the whole gradient keeps
     # ZeRO-1's memory; reducing every micro-batch keeps ZeRO-2's, plus two layers of unsharded gradients
-    # waiting for their reduce-scatter (2 x 218.1e6 params x 2 B) in place of two 25 MiB buckets.
+    # waiting for their reduce-scatter (2 x 218.1e6 params x 2 B) in place of two 25 MiB buckets. The seed counts
+    # 16-bit gradients: bf16 reduced in bf16.
     def state_and_buffers(*overrides):
-        gib = run_yaml(LLAMA_8B_ZERO2, *overrides).summary["memory_breakdown_gib"]
+        gib = run_yaml(LLAMA_8B_ZERO2, "training.grad_reduce_dtype=bf16", *overrides).summary["memory_breakdown_gib"]
         return (gib["params"] + gib["grads"] + gib["optimizer"]) * 2**30 / 1e9, gib["buffers"] * 2**30
 
     accumulated, bucket_bytes = state_and_buffers()

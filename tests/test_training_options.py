@@ -7,12 +7,19 @@ from __future__ import annotations
 import pytest
 
 from simulator.config.loader import scenario_from_text
-from simulator.config.training_options import OPTIMIZERS, PRECISIONS
+from simulator.config.training_options import (
+    DEFAULT_GRAD_REDUCE,
+    GRAD_REDUCE_BYTES,
+    GRAD_REDUCE_DTYPES,
+    OPTIMIZERS,
+    PARAM_DTYPE,
+    PRECISIONS,
+    REDUCE_DTYPES_OF,
+)
 from simulator.simulation import build_topology
 from simulator.workload.memory import OPTIMIZER_MOMENT_BYTES
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import (
-    COPY_BYTES_PER_PARAM,
     PRECISION_BYTES,
     UPDATE_BYTES_PER_PARAM,
     build_training_step,
@@ -28,7 +35,9 @@ parallelism: {tp: 1, pp: 1, dp: 8, zero: 0}
 
 
 def test_tables_cover_each_option_set_exactly():
-    assert tuple(PRECISION_BYTES) == PRECISIONS == tuple(COPY_BYTES_PER_PARAM)
+    assert tuple(PRECISION_BYTES) == PRECISIONS == tuple(DEFAULT_GRAD_REDUCE) == tuple(PARAM_DTYPE)
+    assert tuple(GRAD_REDUCE_BYTES) == GRAD_REDUCE_DTYPES
+    assert all(DEFAULT_GRAD_REDUCE[precision] in REDUCE_DTYPES_OF[precision] for precision in PRECISIONS)
     assert tuple(UPDATE_BYTES_PER_PARAM) == OPTIMIZERS
     assert tuple(OPTIMIZER_MOMENT_BYTES) == OPTIMIZERS
 

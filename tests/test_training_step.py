@@ -85,8 +85,9 @@ parallelism: {tp: 1, pp: 1, dp: 8, zero: 0}
 
 @pytest.mark.parametrize("zero,expected_gb", [(0, 128.5), (1, 44.2), (2, 30.1), (3, 16.1)])
 def test_model_state_memory_matches_seed_003(run_yaml, zero, expected_gb):
-    """Seed 003: Llama-3.1-8B (8.03e9 params), 8 GPUs, mixed precision + Adam."""
-    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}").summary
+    """Seed 003: Llama-3.1-8B (8.03e9 params), 8 GPUs, mixed precision + Adam, counting 16-bit gradients (2 + 2 +
+    12 B per parameter): bf16 reduced in bf16 (--grad-reduce-in-bf16)."""
+    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}", "training.grad_reduce_dtype=bf16").summary
     gib = summary["memory_breakdown_gib"]
     state_gb = (gib["params"] + gib["grads"] + gib["optimizer"]) * 2**30 / 1e9
     assert state_gb == pytest.approx(expected_gb, rel=0.01)
@@ -95,8 +96,10 @@ def test_model_state_memory_matches_seed_003(run_yaml, zero, expected_gb):
 @pytest.mark.parametrize("zero,factor", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 3.0)])
 def test_data_parallel_traffic_per_gpu(run_yaml, zero, factor):
     """DP and ZeRO-1/2 move ~2 x params per GPU per step (ring: 2 (N-1)/N), ZeRO-3 ~3 x (one micro-batch).
-    The ring is asked for: on NVLink SHARP `auto` all-reduces in the switch, (N+1)/N x params."""
-    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}", "collectives.algorithm=ring").summary
+    The ring is asked for: on NVLink SHARP `auto` all-reduces in the switch, (N+1)/N x params. Gradients
+    reduced in bf16, as parameters are gathered (test_grad_reduce.py ties the default fp32 buffer's bytes)."""
+    summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}", "collectives.algorithm=ring",
+                       "training.grad_reduce_dtype=bf16").summary
     param_bytes = 8.03e9 * 2
     assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(factor * 7 / 8 * param_bytes, rel=0.02)
 

@@ -166,7 +166,10 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
     kind = first["type"]
     message = first["msg"]
     allowed = ""
-    if kind == "extra_forbidden":
+    blamed = first.get("ctx", {}).get("error")
+    if isinstance(blamed, FieldProblem):
+        message, allowed = blamed.problem, blamed.allowed
+    elif kind == "extra_forbidden":
         message = f"unknown key {loc[-1]!r}"
         allowed = _allowed_keys(model, loc[:-1])
     elif kind == "missing":

@@ -19,7 +19,15 @@ from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
 from simulator.config.sections import FieldProblem, Section
 from simulator.config.traces import TraceWorkload
-from simulator.config.training_options import Optimizer, Precision, Recompute
+from simulator.config.training_options import (
+    DEFAULT_GRAD_REDUCE,
+    LOSS_SCALED,
+    REDUCE_DTYPES_OF,
+    GradReduceDtype,
+    Optimizer,
+    Precision,
+    Recompute,
+)
 from simulator.errors import InputError
 from simulator.network.modes import NetworkMode
 from simulator.schedules.registry import schedule_names
@@ -199,7 +207,12 @@ class TrainingConfig(Section):
     `loss_scaling` models fp16 dynamic loss scaling over a multi-step run. `grad_accumulation_fusion`: the
     weight-gradient GEMMs add into the accumulator themselves (Megatron-LM since 2022); false runs a separate
     add per weight and micro-batch, as Megatron-LM did before (SC21). `cross_entropy_fusion`: the loss reads
-    the logits once per pass; false runs Megatron-LM's unfused fp32 passes (SC21)."""
+    the logits once per pass; false runs Megatron-LM's unfused fp32 passes (SC21). `layernorm_fusion`: LayerNorm's
+    backward reads x and dy once (Transformer Engine); false runs apex's 2021 two-pass kernel (SC21).
+    `bias_grad_fusion`: the weight-gradient GEMMs produce the bias gradients; false runs one reduction per
+    linear layer (Megatron-LM 2021, SC21). `grad_reduce_dtype`: the
+    gradient buffer's format, which the micro-batches accumulate into, the data-parallel reduction sends and
+    memory holds (default Megatron-LM's: fp32 for bf16 and fp8, fp16 for fp16; bf16 is --grad-reduce-in-bf16)."""
 
     seq_len: int = Field(default=2048, ge=1)
     global_batch: int | None = Field(default=None, ge=1)
@@ -211,13 +224,25 @@ class TrainingConfig(Section):
     attention: Literal["flash", "standard"] = "flash"
     grad_accumulation_fusion: bool = True
     cross_entropy_fusion: bool = True
+    layernorm_fusion: bool = True
+    bias_grad_fusion: bool = True
+    grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
 
     @model_validator(mode="after")
     def _loss_scaling_needs_fp16(self) -> TrainingConfig:
-        if self.loss_scaling is not None and self.precision != "fp16":
+        if self.loss_scaling is not None and self.precision not in LOSS_SCALED:
             raise ValueError(f"loss_scaling applies to fp16, not {self.precision} (bf16, fp8 and fp32 keep an "
                              "exponent range that needs none)")
+        return self
+
+    @model_validator(mode="after")
+    def _grad_reduce_fits_precision(self) -> TrainingConfig:
+        allowed = REDUCE_DTYPES_OF[self.precision]
+        if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in allowed:
+            raise FieldProblem(("grad_reduce_dtype",), f"{self.precision} training cannot reduce gradients in "
+                               f"{self.grad_reduce_dtype}", f"{', '.join(allowed)} (default "
+                               f"{DEFAULT_GRAD_REDUCE[self.precision]})")
         return self
 
 

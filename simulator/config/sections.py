@@ -20,9 +20,12 @@ class Section(BaseModel):
 
 
 class FieldProblem(ValueError):
-    """A section's check across its fields that blames one of them: ``path`` below the section. The loader
-    reports it at that field (its line, its dotted name), as it does a field's own error."""
+    """A section's check across its fields that blames one of them: ``path`` below the section, with its
+    ``problem`` and what is ``allowed``. The loader reports it at that field (its line, its dotted name), as it
+    does a field's own error."""
 
     def __init__(self, path: tuple[str, ...], problem: str, allowed: str = ""):
-        super().__init__(f"{problem} (allowed: {allowed})" if allowed else problem)
+        super().__init__(problem)
         self.path = path
+        self.problem = problem
+        self.allowed = allowed

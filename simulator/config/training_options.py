@@ -13,7 +13,32 @@ Optimizer = Literal["adam", "adamw", "sgd", "sgd_momentum"]
 """The optimizer: its state per parameter (memory) and the bytes its step streams through HBM."""
 Recompute = Literal["none", "selective", "full"]
 """Activation recomputation: none, the attention core only (selective), or each layer's whole forward (full)."""
+GradReduceDtype = Literal["fp32", "bf16", "fp16"]
+"""The format of the gradient buffer: gradients accumulate over micro-batches in it and the data-parallel
+all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP's ``reduce_dtype``)."""
 
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
+GRAD_REDUCE_DTYPES: tuple[GradReduceDtype, ...] = get_args(GradReduceDtype)
+
+LOSS_SCALED: tuple[Precision, ...] = ("fp16",)
+"""Precisions trained with a loss scale: the optimizer step unscales the gradients and checks them for
+inf/NaN, and `training.loss_scaling` models the scale's run."""
+GRAD_REDUCE_BYTES: dict[GradReduceDtype, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
+DEFAULT_GRAD_REDUCE: dict[Precision, GradReduceDtype] = {"bf16": "fp32", "fp16": "fp16", "fp8": "fp32",
+                                                         "fp32": "fp32"}
+"""Megatron-LM's gradient buffer per precision: fp32 for bf16 (and fp8, whose parameters are bf16), which
+arguments.py forces unless --grad-reduce-in-bf16 because bf16 sums lose too much; the parameters' fp16 for
+fp16 (--accumulate-allreduce-grads-in-fp32 is off by default). Llama 3 (section 3.3.2) also accumulates over
+micro-batches and reduce-scatters across data-parallel workers in fp32."""
+PARAM_DTYPE: dict[Precision, GradReduceDtype] = {"bf16": "bf16", "fp16": "fp16", "fp8": "bf16", "fp32": "fp32"}
+"""The parameters' format per precision (fp8 training keeps bf16 parameters)."""
+REDUCE_DTYPES_OF: dict[Precision, tuple[GradReduceDtype, ...]] = {
+    precision: tuple(dict.fromkeys(("fp32", PARAM_DTYPE[precision]))) for precision in PARAM_DTYPE}
+"""The buffer formats a precision can reduce in: fp32, or its parameters' format."""
+
+
+def grad_buffer_bytes(precision: Precision, grad_reduce: GradReduceDtype | None = None) -> int:
+    """Bytes per element of the gradient buffer: ``grad_reduce`` or, when None, Megatron-LM's default."""
+    return GRAD_REDUCE_BYTES[grad_reduce or DEFAULT_GRAD_REDUCE[precision]]

@@ -1,7 +1,8 @@
 """What a worker and a server GPU of a parameter-server run hold, and the summary's memory entries.
 
-A worker holds the whole model's weights and gradients (the optimizer state lives on the servers) and the
-activations of one micro-batch at a time (Korthikanti et al., as workload/memory.py computes them). A server GPU
+A worker holds the whole model's weights and gradients, the gradients in the parameters' format it pushes them
+in (the optimizer state lives on the servers), and the activations of one micro-batch at a time (Korthikanti et
+al., as workload/memory.py computes them). A server GPU
 holds its stripe's weights in the training precision (what workers pull), the optimizer state with the fp32
 master copy, a buffer for the gradient being applied and, under sync, the fp32 sum of the iteration's pushes.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
 from simulator.config.schema import Scenario
+from simulator.config.training_options import PARAM_DTYPE
 from simulator.workload.memory import (
     MemoryBreakdown,
     activation_bytes_per_layer,
@@ -28,7 +30,7 @@ SUM_BYTES_PER_PARAM = 4
 def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> MemoryBreakdown:
     """A worker: weights and gradients of every parameter, one micro-batch's activations."""
     training = scenario.training
-    state = state_bytes_per_param(training.precision, training.optimizer)
+    state = state_bytes_per_param(training.precision, training.optimizer, PARAM_DTYPE[training.precision])
     shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
     activations = (model.layers * activation_bytes_per_layer(model, shard, stored_activations(training))
                    + head_activation_bytes(model, shard))
@@ -39,7 +41,7 @@ def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> Memo
 def server_memory(scenario: Scenario, stripe_params: float) -> MemoryBreakdown:
     """A server GPU holding ``stripe_params`` parameters."""
     training = scenario.training
-    state = state_bytes_per_param(training.precision, training.optimizer)
+    state = state_bytes_per_param(training.precision, training.optimizer, PARAM_DTYPE[training.precision])
     assert scenario.ps is not None
     summed = SUM_BYTES_PER_PARAM if scenario.ps.mode == "sync" else 0
     return MemoryBreakdown(params=stripe_params * state.param, grads=stripe_params * (state.grad + summed),

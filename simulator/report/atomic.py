@@ -4,6 +4,7 @@ through here; a run's folder moves its files in together instead (report/run_fol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -21,7 +22,8 @@ def write_through_temporary(path: Path, write: Callable[[Path], object]) -> None
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
 
 

@@ -78,7 +78,8 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         return memo[candidate]
 
     checked = _prune(enumerate_candidates(space, topology.num_gpus, host_gpus), check, space)
-    state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer)
+    state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
+                                  scenario.training.grad_reduce_dtype)
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,

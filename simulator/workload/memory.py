@@ -1,7 +1,8 @@
 """Per-rank memory: model state (params, grads, optimizer) under ZeRO/FSDP sharding, activations by recompute mode.
 
 Model state follows Rajbhandari et al. (ZeRO, SC20): with mixed precision and Adam a parameter costs 2 B (16-bit
-weight) + 2 B (16-bit gradient) + 12 B (fp32 master weight, momentum, variance). ZeRO-1 shards the optimizer
+weight) + the gradient buffer (2 B in fp16; 4 B in fp32, Megatron-LM's default for bf16) + 12 B (fp32 master
+weight, momentum, variance). ZeRO-1 shards the optimizer
 state over the shard group, ZeRO-2 also the gradients, ZeRO-3 also the weights. Activations follow Korthikanti et
 al. ("Reducing activation recomputation in large transformer models", 2022), generalised term by term to gated
 MLPs, grouped-query attention and models without dropout; docs/cost-model.md lists the terms.
@@ -14,7 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
-from simulator.config.training_options import OPTIMIZERS, PRECISIONS, RECOMPUTE_MODES, Optimizer, Precision, Recompute
+from simulator.config.training_options import (
+    OPTIMIZERS,
+    PRECISIONS,
+    RECOMPUTE_MODES,
+    GradReduceDtype,
+    Optimizer,
+    Precision,
+    Recompute,
+    grad_buffer_bytes,
+)
 from simulator.errors import ScenarioError
 from simulator.parallel.sharding import ZERO_STAGES, Sharding
 from simulator.workload.transformer import ShardShape, kv_heads_per_rank, validate_shard
@@ -58,11 +68,13 @@ class MemoryBreakdown:
         return self.model_state + self.activations + self.buffers
 
 
-def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = "adam") -> StateBytes:
-    """Bytes per parameter for a training precision and optimizer.
+def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = "adam",
+                          grad_reduce: GradReduceDtype | None = None) -> StateBytes:
+    """Bytes per parameter for a training precision, optimizer and gradient buffer format.
 
-    16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, 2 B grads and a 4 B fp32
-    master copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy.
+    16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, the gradient buffer
+    (``grad_reduce``; by default fp32 for bf16 and fp8, fp16 for fp16: grad_buffer_bytes) and a 4 B fp32 master
+    copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy.
     Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
     """
     if precision not in PRECISIONS:
@@ -74,15 +86,18 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
             f"unknown optimizer {optimizer!r}", field="training.optimizer", allowed=", ".join(OPTIMIZERS)
         )
     moments = OPTIMIZER_MOMENT_BYTES[optimizer]
+    grad = float(grad_buffer_bytes(precision, grad_reduce))
     if precision == "fp32":
-        return StateBytes(4.0, 4.0, moments)
-    return StateBytes(2.0, 2.0, 4.0 + moments)
+        return StateBytes(4.0, grad, moments)
+    return StateBytes(2.0, grad, 4.0 + moments)
 
 
 def model_state_memory(
-    num_params: float, sharding: Sharding = UNSHARDED, precision: Precision = "bf16", optimizer: Optimizer = "adam"
+    num_params: float, sharding: Sharding = UNSHARDED, precision: Precision = "bf16", optimizer: Optimizer = "adam",
+    grad_reduce: GradReduceDtype | None = None,
 ) -> MemoryBreakdown:
-    """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``."""
+    """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``,
+    gradients in the buffer format ``grad_reduce`` (state_bytes_per_param)."""
     if sharding.stage not in ZERO_STAGES:
         raise ScenarioError(
             f"unknown ZeRO stage {sharding.stage}", field="parallelism.zero_stage", allowed="0, 1, 2, 3"
@@ -91,7 +106,7 @@ def model_state_memory(
         raise ScenarioError(
             f"shard degree {sharding.degree} must be >= 1", field="parallelism.dp", allowed="positive integers"
         )
-    per_param = state_bytes_per_param(precision, optimizer)
+    per_param = state_bytes_per_param(precision, optimizer, grad_reduce)
     n = sharding.degree
     return MemoryBreakdown(
         params=num_params * per_param.param / (n if sharding.stage >= 3 else 1),
@@ -272,6 +287,7 @@ def rank_memory(
     sharding: Sharding = UNSHARDED,
     precision: Precision = "bf16",
     optimizer: Optimizer = "adam",
+    grad_reduce: GradReduceDtype | None = None,
     first_stage: bool = True,
     last_stage: bool = True,
     buffer_bytes: float = 0.0,
@@ -281,14 +297,15 @@ def rank_memory(
     """Peak memory of one rank of a pipeline stage holding ``layers`` layers and ``in_flight`` micro-batches.
 
     ``in_flight`` comes from the pipeline schedule (1F1B: p - stage index; GPipe: all micro-batches);
-    ``buffer_bytes`` are communication buffers and workspaces the caller accounts for; ``ep`` splits the routed
-    experts, whose state is sharded over the expert-data-parallel group (expert_sharding); ``routed_tokens``
-    are the tokens the rank's experts receive per micro-batch (moe_activation_bytes).
+    ``grad_reduce`` is the gradient buffer's format (state_bytes_per_param); ``buffer_bytes`` are communication
+    buffers and workspaces the caller accounts for; ``ep`` splits the routed experts, whose state is sharded
+    over the expert-data-parallel group (expert_sharding); ``routed_tokens`` are the tokens the rank's experts
+    receive per micro-batch (moe_activation_bytes).
     """
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     routed = routed_params(model, layers, ep)
-    dense = model_state_memory(params - routed, sharding, precision, optimizer)
-    experts = model_state_memory(routed, expert_sharding(sharding, ep), precision, optimizer)
+    dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce)
+    experts = model_state_memory(routed, expert_sharding(sharding, ep), precision, optimizer, grad_reduce)
     state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
                             dense.optimizer + experts.optimizer)
     per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute, routed_tokens)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.errors import ScenarioError
-from simulator.workload.transformer import KERNEL_KINDS, MEASURED_KERNELS, Kernel
+from simulator.workload.transformer import KERNEL_KINDS, MEASURED_KERNELS, Kernel, MemoryKind
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Efficiency:
     attention_backward: tuple[tuple[float, float], ...] = ()
     wave_sms: int = 0
     wave_tiles: tuple[tuple[int, int], ...] = ()
-    measured_memory: tuple[tuple[str, float, float], ...] = ()
+    measured_memory: tuple[tuple[MemoryKind, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("matmul_peak", "attention_peak", "elementwise_peak", "memory_peak"):

@@ -11,7 +11,13 @@ from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
 from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
-from simulator.config.training_options import Optimizer, Precision
+from simulator.config.training_options import (
+    LOSS_SCALED,
+    GradReduceDtype,
+    Optimizer,
+    Precision,
+    grad_buffer_bytes,
+)
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
@@ -26,33 +32,35 @@ from simulator.workload.stage_work import CostContext, layers_per_stage, synthet
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
 PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
-"""Bytes of a stored or communicated element (activations, weights, gradients) per training precision: fp8
-training runs its GEMMs in fp8 but keeps activations, weights and gradients, and their messages, in 16 bits."""
+"""Bytes of a stored or communicated element (activations, weights, fresh gradients) per training precision:
+fp8 training runs its GEMMs in fp8 but keeps activations and weights, and their messages, in 16 bits. The
+gradient buffer and its reduction take grad_buffer_bytes (training.grad_reduce_dtype)."""
 UPDATE_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 28.0, "adamw": 28.0, "sgd": 12.0, "sgd_momentum": 20.0}
 """HBM bytes the fused update moves per local parameter. Adam (apex FusedAdam): read fp32 master, grad, m and
 v, write master, m and v; AdamW the same (its decoupled weight decay is one more term on the master weight it
 already reads). SGD: read master and grad, write master; with momentum it also reads and writes the momentum."""
-GRAD_BUFFER_BYTES: dict[Precision, int] = {"bf16": 4, "fp16": 2, "fp8": 4, "fp32": 4}
-"""Bytes per element of the buffer gradients accumulate and are all-reduced in (Megatron-LM's ``main_grad``):
-the parameters' dtype for fp16 (--accumulate-allreduce-grads-in-fp32 is off by default), fp32 for bf16 (and
-fp8, whose parameters are bf16), which arguments.py forces because bf16 sums lose too much (2021 and today)."""
-COPY_BYTES_PER_PARAM: dict[Precision, float] = {
-    precision: (2.0 + 4.0 if GRAD_BUFFER_BYTES[precision] == 2 else 0.0)
-    + (8.0 if precision == "fp16" else 0.0)
-    + (4.0 + 2.0 if PRECISION_BYTES[precision] == 2 else 0.0)
-    for precision in PRECISION_BYTES}
-"""HBM bytes of the mixed-precision passes around the update (see optimizer_bytes_per_param)."""
 
 
-def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision) -> float:
+def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
+    """HBM bytes of the mixed-precision passes around the update with a gradient buffer of ``buffer_bytes``
+    per element (see optimizer_bytes_per_param)."""
+    widen = 2.0 + 4.0 if buffer_bytes == 2 else 0.0
+    unscale = 8.0 if precision in LOSS_SCALED else 0.0
+    master_to_model = 4.0 + 2.0 if PRECISION_BYTES[precision] == 2 else 0.0
+    return widen + unscale + master_to_model
+
+
+def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
+                              grad_reduce: GradReduceDtype | None = None) -> float:
     """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
     optimizer runs it (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params):
     ``main_param.grad = main_grad.float()`` copies a 16-bit gradient buffer to fp32 (read 2 B, write 4 B) and is
-    no copy at all for an fp32 buffer (bf16: GRAD_BUFFER_BYTES); fp16's loss scaler unscales the gradients and
-    checks them for inf/NaN (read and write 4 B); every precision reads the fp32 gradients once for the gradient
-    norm (4 B) and runs the update; 16-bit training then copies the fp32 master weights into the 16-bit ones
-    (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
-    return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + COPY_BYTES_PER_PARAM[precision]
+    no copy at all for an fp32 buffer (``grad_reduce``, by default fp32 for bf16: grad_buffer_bytes); fp16's
+    loss scaler unscales the gradients and checks them for inf/NaN (read and write 4 B); every precision reads
+    the fp32 gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the
+    fp32 master weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
+    buffer = grad_buffer_bytes(precision, grad_reduce)
+    return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
 
 @dataclass(frozen=True)
@@ -136,14 +144,17 @@ def microbatch_count(scenario: Scenario, dp: int) -> int:
     return count
 
 
-def _sharding(scenario: Scenario, layout: Layout, topology: Topology, state_bytes: int) -> Sharding:
-    par = scenario.parallelism
+def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Sharding:
+    """Data-parallel sharding: parameters gathered in the training precision, gradients reduced in the
+    gradient buffer's format (training.grad_reduce_dtype)."""
+    par, training = scenario.parallelism, scenario.training
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
     if par.fsdp == "hybrid_shard":
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
-                    grad_bytes=state_bytes, param_bytes=state_bytes,
+                    grad_bytes=grad_buffer_bytes(training.precision, training.grad_reduce_dtype),
+                    param_bytes=PRECISION_BYTES[training.precision],
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.ddp.reduce_every_microbatch,
                     gather_per_layer=par.gathers_per_unit)
@@ -177,7 +188,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     if table is not None:
         check_schedule_runs(schedule, placement)
     precision_bytes = PRECISION_BYTES[training.precision]
-    sharding = _sharding(scenario, layout, topology, PRECISION_BYTES[training.precision])
+    sharding = _sharding(scenario, layout, topology)
     warnings = layout_warnings(layout, topology, sharding, hybrid=par.fsdp == "hybrid_shard")
     if isinstance(source, SyntheticModel):
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
@@ -192,16 +203,18 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        f"virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
-                       dtype_bytes=precision_bytes, grad_accum_bytes=GRAD_BUFFER_BYTES[training.precision],
+                       dtype_bytes=precision_bytes, grad_accum_bytes=int(sharding.grad_bytes),
                        fused_grad_accumulation=training.grad_accumulation_fusion,
-                       fused_cross_entropy=training.cross_entropy_fusion)
+                       fused_cross_entropy=training.cross_entropy_fusion,
+                       fused_layernorm=training.layernorm_fusion, fused_bias_grad=training.bias_grad_fusion)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
-    seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision) / (
+    seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision,
+                                                  training.grad_reduce_dtype) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep) for vstage in held[stage])

@@ -11,24 +11,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from simulator.catalog.models import ModelSpec
 from simulator.config.training_options import RECOMPUTE_MODES, Recompute
 from simulator.errors import ScenarioError
 
 KERNEL_KINDS = ("matmul", "attention", "elementwise")
-MEASURED_KERNELS = ("score_passes", "layernorm")
+MemoryKind = Literal["score_passes", "layernorm"]
 """Memory-bound kernel families whose HBM efficiency a GPU's calibration may measure apart from a streaming
 kernel's (Kernel.memory_kind): the passes over unfused attention scores (softmax, dropout and their gradients)
-and the fused LayerNorm of apex and Megatron-LM."""
+and the 2021 fused LayerNorm of apex and Megatron-LM."""
+MEASURED_KERNELS: tuple[MemoryKind, ...] = get_args(MemoryKind)
 
-# FLOPs per element of the elementwise kernels (forward, backward); they are memory-bound, the counts are nominal.
-_NORM_FLOPS = {"rmsnorm": (4.0, 8.0), "layernorm": (7.0, 14.0)}
-# Activation-sized tensors a norm's backward reads: RMSNorm one fused pass over x and dy (Transformer Engine);
-# LayerNorm as apex's and Megatron-LM's fused kernel runs it (megatron/fused_kernels/layer_norm_cuda_kernel.cu,
-# HostLayerNormGradient): cuComputePartGradGammaBeta reads dy and x for the weight gradients, then
-# cuComputeGradInput reads both again to write dx.
-_NORM_BACKWARD_READS = {"rmsnorm": 2, "layernorm": 4}
+
+@dataclass(frozen=True)
+class NormCost:
+    """A norm kernel's cost per element: nominal FLOPs (forward, backward; the kernels are memory-bound), the
+    activation-sized tensors its backward reads, and its measured family (None: it streams)."""
+
+    flops: tuple[float, float]
+    backward_reads: int
+    memory_kind: MemoryKind | None = None
+
+
+_NORMS = {"rmsnorm": NormCost((4.0, 8.0), 2), "layernorm": NormCost((7.0, 14.0), 2)}
+"""Norms as Transformer Engine runs them: the backward reads x and dy once, writing dx and the weight
+gradients from the same pass."""
+_APEX_LAYERNORM = NormCost((7.0, 14.0), 4, "layernorm")
+"""LayerNorm as apex's and Megatron-LM's 2021 fused kernel runs it (megatron/fused_kernels/
+layer_norm_cuda_kernel.cu, HostLayerNormGradient): cuComputePartGradGammaBeta reads dy and x for the weight
+gradients, then cuComputeGradInput reads both again to write dx (`training.layernorm_fusion: false`)."""
 _ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}  # gated SwiGLU, GeLU (tanh form)
 _CROSS_ENTROPY_FLOPS = (5.0, 2.0)
 _FP32 = 4
@@ -45,12 +58,13 @@ class Kernel:
 
     ``size_dim`` is the smallest GEMM dimension for a matmul, the key length for attention; 0 when it does not
     apply (elementwise) or is not known, which leaves the efficiency at its plateau. ``backward`` marks a
-    backward-pass kernel whose measured efficiency differs from its forward's (the attention core).
-    ``weights`` is the number of weight elements a weight-gradient GEMM produces (0 for every other kernel).
+    backward-pass kernel: the attention core's and a measured family's efficiency differ by pass.
+    ``weights`` is the number of weight elements a weight-gradient kernel produces (a weight-gradient GEMM, an
+    unfused bias-gradient reduction, the embedding's scatter-add; 0 for every other kernel).
     ``output`` is a GEMM's (batch, rows, columns) of output, which sets how its tiles fill the GPU's SMs
     (roofline.wave_efficiency); empty when not a GEMM or not known. ``memory_kind`` names the family of a
     memory-bound kernel whose measured HBM efficiency may differ from a streaming kernel's (MEASURED_KERNELS,
-    Efficiency.measured_memory); empty for the others.
+    Efficiency.measured_memory); None for the others.
     """
 
     name: str
@@ -61,7 +75,7 @@ class Kernel:
     backward: bool = False
     weights: float = 0.0
     output: tuple[float, float, float] | tuple[()] = ()
-    memory_kind: str = ""
+    memory_kind: MemoryKind | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +83,10 @@ class ShardShape:
     """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
     and in which formats: ``dtype_bytes`` per activation, weight and gradient element, ``grad_accum_bytes`` per
     element of the gradient buffer weight gradients accumulate in (the weight-gradient GEMMs add into it when
-    ``fused_grad_accumulation``, otherwise see `grad_accumulation`), and whether the loss is one fused
-    cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`)."""
+    ``fused_grad_accumulation``, otherwise see `grad_accumulation`), whether the loss is one fused
+    cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`), whether
+    LayerNorm's backward is one pass (``fused_layernorm``; otherwise apex's two, _APEX_LAYERNORM) and whether the
+    weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`)."""
 
     micro_batch: int
     seq_len: int
@@ -81,6 +97,8 @@ class ShardShape:
     grad_accum_bytes: int = 4
     fused_grad_accumulation: bool = True
     fused_cross_entropy: bool = True
+    fused_layernorm: bool = True
+    fused_bias_grad: bool = True
 
     @property
     def tokens(self) -> float:
@@ -178,17 +196,21 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
     return max(1, math.ceil(model.kv_heads / tp))
 
 
-def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape) -> tuple[Kernel, Kernel, Kernel]:
-    """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient X^T dY: added into the fp32
-    accumulator by the GEMM itself (fused), or written fresh for `grad_accumulation` to add."""
+def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape,
+            bias: bool = False) -> tuple[Kernel, Kernel, Kernel]:
+    """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient X^T dY: added into the
+    gradient buffer (``grad_accum_bytes`` per element, read and written) by the GEMM itself (fused), or written
+    fresh in the training precision for `grad_accumulation` to add. ``bias``: the weight-gradient GEMM also
+    sums dY over the rows in its epilogue, producing the n bias gradients the same way (fused_bias_grad)."""
     d = shard.dtype_bytes
     flops = 2.0 * m * n * k
     size = min(m, n, k)
     forward = Kernel(name, flops, d * (m * k + k * n + m * n), "matmul", size, output=(1, m, n))
     grad_input = Kernel(f"{name}.dgrad", flops, d * (m * n + k * n + m * k), "matmul", size, output=(1, m, k))
     gradient_bytes = 2 * shard.grad_accum_bytes if shard.fused_grad_accumulation else d
-    grad_weight = Kernel(f"{name}.wgrad", flops, d * (m * k + m * n) + gradient_bytes * k * n, "matmul", size,
-                         weights=k * n, output=(1, k, n))
+    weights = k * n + (n if bias else 0.0)
+    grad_weight = Kernel(f"{name}.wgrad", flops, d * (m * k + m * n) + gradient_bytes * weights, "matmul", size,
+                         weights=weights, output=(1, k, n))
     return forward, grad_input, grad_weight
 
 
@@ -207,16 +229,16 @@ def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
 
 
 def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
-    """Norm forward (read x, write y) and backward (read x and dy, twice for LayerNorm, write dx; the weight
-    gradients come out of the same passes)."""
+    """Norm forward (read x, write y) and backward (read x and dy, twice for apex's LayerNorm, write dx; the
+    weight gradients come out of the same passes)."""
     elements = shard.pointwise_tokens * model.hidden
-    fwd_flops, bwd_flops = _NORM_FLOPS[model.norm]
+    cost = _APEX_LAYERNORM if model.norm == "layernorm" and not shard.fused_layernorm else _NORMS[model.norm]
+    fwd_flops, bwd_flops = cost.flops
     d = shard.dtype_bytes
-    kind = "layernorm" if model.norm == "layernorm" else ""
     return (
-        Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise", memory_kind=kind),
-        Kernel(f"{name}.bwd", bwd_flops * elements, (_NORM_BACKWARD_READS[model.norm] + 1) * d * elements,
-               "elementwise", backward=True, memory_kind=kind),
+        Kernel(name, fwd_flops * elements, 2 * d * elements, "elementwise", memory_kind=cost.memory_kind),
+        Kernel(f"{name}.bwd", bwd_flops * elements, (cost.backward_reads + 1) * d * elements,
+               "elementwise", backward=True, memory_kind=cost.memory_kind),
     )
 
 
@@ -243,8 +265,9 @@ def _bias_grads(model: ModelSpec, shard: ShardShape, layers: tuple[tuple[str, fl
     and the biases Megatron-LM adds outside the GEMM (skip_bias_add) in its fused bias-GeLU and
     bias-dropout-add, whose broadcast autograd sums back. ``layers``: (name, output width, whether its bias
     sits on the pointwise tokens, as the row-parallel layers' full-width biases do under sequence parallelism).
-    The sums are weight gradients (``weights``: the bias elements)."""
-    if not model.bias:
+    The sums are weight gradients (``weights``: the bias elements). None with ``fused_bias_grad``: Transformer
+    Engine's weight-gradient GEMM sums dY in its epilogue while it reads it (_matmul's ``bias``)."""
+    if not model.bias or shard.fused_bias_grad:
         return ()
     kernels = []
     for name, width, pointwise in layers:
@@ -341,19 +364,20 @@ def layer_kernels(
     kv_width = kv_heads_per_rank(model, t) * model.head_dim
     ffn = model.ffn_hidden / t
 
+    bias = model.bias and shard.fused_bias_grad
     input_norm = _norm("input_norm", model, shard)
-    qkv = _matmul("qkv_proj", tokens, q_width + 2 * kv_width, h, shard)
+    qkv = _matmul("qkv_proj", tokens, q_width + 2 * kv_width, h, shard, bias)
     attention = _attention_core(model, shard, cost)
-    out_proj = _matmul("out_proj", tokens, h, q_width, shard)
+    out_proj = _matmul("out_proj", tokens, h, q_width, shard, bias)
     attn_residual = _residual("attn_residual", model, shard)
     mlp_norm = _norm("mlp_norm", model, shard)
     mlp_in: tuple[tuple[Kernel, Kernel, Kernel], ...]
     if model.gated_mlp:
-        mlp_in = (_matmul("mlp_gate", tokens, ffn, h, shard), _matmul("mlp_up", tokens, ffn, h, shard))
+        mlp_in = (_matmul("mlp_gate", tokens, ffn, h, shard, bias), _matmul("mlp_up", tokens, ffn, h, shard, bias))
     else:
-        mlp_in = (_matmul("mlp_fc1", tokens, ffn, h, shard),)
+        mlp_in = (_matmul("mlp_fc1", tokens, ffn, h, shard, bias),)
     activation = _activation(model, shard)
-    mlp_out = _matmul("mlp_down" if model.gated_mlp else "mlp_fc2", tokens, h, ffn, shard)
+    mlp_out = _matmul("mlp_down" if model.gated_mlp else "mlp_fc2", tokens, h, ffn, shard, bias)
     mlp_residual = _residual("mlp_residual", model, shard)
 
     forward = (
