@@ -11,7 +11,7 @@ from __future__ import annotations
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.context import CP_STREAM, ContextAttention
 from simulator.parallel.experts import ExpertWork, ep_group, expert_dp_group, group_images
-from simulator.parallel.work import Block
+from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM
 
 
@@ -19,58 +19,70 @@ class BlockPasses(BuilderCore):
     """Ops of a block pass ``phase``: fwd, rec (recompute), bwd (input and weight grads) or bwi (input only)."""
 
     def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
-              category: str, mb: int, vstage: int) -> int:
+              category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
+        """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit."""
         if block.context is not None:
-            return self._context_pass(rank, block, block.context, phase, name, duration, flops, deps, category, mb,
-                                      vstage)
+            return self._context_pass(rank, block, block.context, phase, name, (duration, flops, sm_bound_s), deps,
+                                      category, mb, vstage)
         if block.experts is not None:
-            return self._expert_pass(rank, block, block.experts, phase, name, duration, flops, deps, category, mb,
-                                     vstage)
+            return self._expert_pass(rank, block, block.experts, phase, name, (duration, flops, sm_bound_s), deps,
+                                     category, mb, vstage)
         return self._compute(rank, name, duration, deps, category, flops, mb=mb,
-                             sm_bound_share=block.sm_bound_share)
+                             sm_bound_share=bound_share(sm_bound_s, duration))
+
+    def _part(self, rank: int, name: str, seconds: float, flops: float, sm_bound_s: float, deps: list[int],
+              category: str, mb: int) -> int:
+        """A compute op of one part of a pass, slowing under SM contention by that part's own SM-bound share."""
+        return self._compute(rank, name, seconds, deps, category, max(flops, 0.0), mb=mb,
+                             sm_bound_share=bound_share(sm_bound_s, seconds))
 
     def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: str, name: str,
-                      duration: float, flops: float, deps: list[int], category: str, mb: int, vstage: int) -> int:
+                      whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
         ring attention runs beside the K/V ring: the core of the first cp - 1 blocks overlaps the ring, the
-        last block waits for it (parallel/context.py)."""
-        core_s, core_flops = context.core(phase)
+        last block waits for it (parallel/context.py). ``whole``: the pass's (seconds, FLOPs, SM-bound
+        seconds)."""
+        duration, flops, sm_bound_s = whole
+        core_s, core_flops, core_sm_s = context.core(phase)
         if core_s <= 0:
-            return self._compute(rank, name, duration, deps, category, flops, mb=mb)
+            return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
         layout = self.plan.layout
         cp_rank = layout.coords(rank)["cp"]
         share = context.share(cp_rank)
         if not context.ring:
-            return self._compute(rank, name, duration + core_s * (share - 1), deps, category,
-                                 flops + core_flops * (share - 1), mb=mb)
-        rest = self._compute(rank, name, duration - core_s, deps, category, max(flops - core_flops, 0.0), mb=mb)
+            return self._part(rank, name, duration + core_s * (share - 1), flops + core_flops * (share - 1),
+                              sm_bound_s + core_sm_s * (share - 1), deps, category, mb)
+        rest = self._part(rank, name, duration - core_s, flops - core_flops, sm_bound_s - core_sm_s, deps, category,
+                          mb)
         group = layout.group("cp", rank)
         nbytes = context.kv_bytes * (2 if phase in ("bwd", "bwi") else 1)
         key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         ring = self._collective(rank, CP_STREAM, f"cp ring {block.name}", "all_gather", group, nbytes, key, [rest],
                                 "cp", mb, algorithm="ring")
         last = context.last_step_share(cp_rank)
-        head = self._compute(rank, f"{name} attention", core_s * share * (1 - last), [rest], category,
-                             core_flops * share * (1 - last), mb=mb)
-        return self._compute(rank, f"{name} attention last block", core_s * share * last, [head, ring], category,
-                             core_flops * share * last, mb=mb)
+        head = self._part(rank, f"{name} attention", core_s * share * (1 - last), core_flops * share * (1 - last),
+                          core_sm_s * share * (1 - last), [rest], category, mb)
+        return self._part(rank, f"{name} attention last block", core_s * share * last, core_flops * share * last,
+                          core_sm_s * share * last, [head, ring], category, mb)
 
-    def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: str, name: str, duration: float,
-                     flops: float, deps: list[int], category: str, mb: int, vstage: int) -> int:
+    def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: str, name: str,
+                     whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
-        combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block."""
-        expert_s, expert_flops = experts.part(phase)
+        combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block.
+        ``whole``: the pass's (seconds, FLOPs, SM-bound seconds)."""
+        duration, flops, sm_bound_s = whole
+        expert_s, expert_flops, expert_sm_s = experts.part(phase)
         if expert_s <= 0:
-            return self._compute(rank, name, duration, deps, category, flops, mb=mb)
+            return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
         backward = phase in ("bwd", "bwi")
-        rest_s, rest_flops = duration - expert_s, max(flops - expert_flops, 0.0)
+        rest = (duration - expert_s, flops - expert_flops, sm_bound_s - expert_sm_s)
         if not backward:
-            deps = [self._compute(rank, name, rest_s, deps, category, rest_flops, mb=mb)]
+            deps = [self._part(rank, name, *rest, deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "combine" if backward else "dispatch", phase, deps, mb, vstage)
-        deps = [self._compute(rank, f"{name} experts", expert_s, deps, category, expert_flops, mb=mb)]
+        deps = [self._part(rank, f"{name} experts", expert_s, expert_flops, expert_sm_s, deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "dispatch" if backward else "combine", phase, deps, mb, vstage)
         if backward:
-            return self._compute(rank, name, rest_s, deps, category, rest_flops, mb=mb)
+            return self._part(rank, name, *rest, deps, category, mb)
         return deps[0]
 
     def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: str, phase: str, deps: list[int],

@@ -43,8 +43,9 @@ class BuilderCore(Protocol):
         ...
 
     def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
-              category: str, mb: int, vstage: int) -> int:
-        """The compute of one block pass (block_passes.py); returns its last op."""
+              category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
+        """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound (block_passes.py); returns its
+        last op."""
         ...
 
     def _dp_size(self) -> int:

@@ -30,7 +30,8 @@ class ContextAttention:
     """The attention core of one block under context parallelism, for a rank with the mean share of the work.
 
     ``forward_s``/``backward_s``/``recompute_s`` and the FLOPs are the core's part of the block's figures (the
-    block's own figures include them); ``kv_bytes`` is the K/V of the whole sequence for this rank's heads;
+    block's own figures include them), ``sm_bound_s`` the seconds of them that SMs limit (forward, backward,
+    recompute); ``kv_bytes`` is the K/V of the whole sequence for this rank's heads;
     ``causal`` says masked blocks are skipped (flash attention), which is what makes unbalanced splits uneven.
     """
 
@@ -45,14 +46,16 @@ class ContextAttention:
     backward_flops: float
     recompute_flops: float
     kv_bytes: float
+    sm_bound_s: tuple[float, float, float]
 
-    def core(self, phase: str) -> tuple[float, float]:
-        """(seconds, FLOPs) of the core in pass ``phase``: fwd, bwd or rec (recompute)."""
+    def core(self, phase: str) -> tuple[float, float, float]:
+        """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``: fwd, bwd or rec (recompute)."""
+        forward, backward, recompute = self.sm_bound_s
         if phase == "fwd":
-            return self.forward_s, self.forward_flops
-        if phase == "bwd":
-            return self.backward_s, self.backward_flops
-        return self.recompute_s, self.recompute_flops
+            return self.forward_s, self.forward_flops, forward
+        if phase in ("bwd", "bwi"):
+            return self.backward_s, self.backward_flops, backward
+        return self.recompute_s, self.recompute_flops, recompute
 
     def share(self, cp_rank: int) -> float:
         """This CP rank's attention work over the mean rank's: 1 when balanced (or nothing is skipped), else

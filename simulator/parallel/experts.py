@@ -28,7 +28,8 @@ class ExpertWork:
     ``dispatch_pairs``: bytes EP rank i sends EP rank j in the dispatch (tokens x hidden x bytes, itself
     included on the diagonal), ``combine_pairs`` its transpose; ``dispatch_bytes``: their mean per rank (k n d
     elements for uniform routing);
-    ``params``: routed-expert parameters this rank holds.
+    ``params``: routed-expert parameters this rank holds; ``sm_bound_s``: the seconds of the experts' kernels that
+    SMs limit (forward, backward input, backward weight, recompute).
     """
 
     ep: int
@@ -44,6 +45,7 @@ class ExpertWork:
     backward_weight_flops: float
     recompute_flops: float
     params: float
+    sm_bound_s: tuple[float, float, float, float]
 
     def pairs(self, which: str, backward: bool) -> tuple[tuple[float, ...], ...]:
         """Bytes per (sender, receiver) of the ``which`` (dispatch or combine) all-to-all: the dispatch matrix
@@ -53,17 +55,18 @@ class ExpertWork:
             return self.dispatch_pairs
         return self.combine_pairs
 
-    def part(self, phase: str) -> tuple[float, float]:
-        """(seconds, FLOPs) of the experts in pass ``phase``: fwd, rec, bwd (input and weight grads) or bwi
-        (input grads only)."""
+    def part(self, phase: str) -> tuple[float, float, float]:
+        """(seconds, FLOPs, SM-bound seconds) of the experts in pass ``phase``: fwd, rec, bwd (input and weight
+        grads) or bwi (input grads only)."""
+        forward, backward_input, backward_weight, recompute = self.sm_bound_s
         if phase == "fwd":
-            return self.forward_s, self.forward_flops
+            return self.forward_s, self.forward_flops, forward
         if phase == "rec":
-            return self.recompute_s, self.recompute_flops
+            return self.recompute_s, self.recompute_flops, recompute
         if phase == "bwi":
-            return self.backward_input_s, self.backward_input_flops
+            return self.backward_input_s, self.backward_input_flops, backward_input
         return (self.backward_input_s + self.backward_weight_s,
-                self.backward_input_flops + self.backward_weight_flops)
+                self.backward_input_flops + self.backward_weight_flops, backward_input + backward_weight)
 
 
 @lru_cache(maxsize=4096)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.parallel.builder_core import BuilderCore
-from simulator.parallel.work import Block
+from simulator.parallel.work import Block, bound_share
 
 TP_STREAM = "tp"
 DP_STREAM = "dp"
@@ -54,39 +54,44 @@ class OverlapMixin(BuilderCore):
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
         last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it.
         ``compute_phase`` names the pass for the compute when it differs from ``phase`` (bwi: input grads only)."""
-        before_gemm, after_gemm = self._adjacent_gemms(block, phase)
+        (before_gemm, before_sm), (after_gemm, after_sm) = self._adjacent_gemms(block, phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
         else:
             deps, gemm = self._overlapped(rank, block, phase, deps, mb, vstage, before=True, name=name,
-                                          gemm_s=before_gemm, flops=flops * before_gemm / duration,
+                                          gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
                                           category=category)
             deps = deps + [gemm]
         rest = duration - before_gemm - after_gemm
         share = rest / duration if duration > 0 else 1.0
-        last = self._pass(rank, block, compute_phase or phase, name, rest, flops * share, deps, category, mb, vstage)
+        pass_phase = compute_phase or phase
+        last = self._pass(rank, block, pass_phase, name, rest, flops * share, deps, category, mb, vstage,
+                          block.sm_bound_seconds(pass_phase) - before_sm - after_sm)
         if not after_gemm:
             return self._tp_collective(rank, block, phase, [last], mb, vstage, before=False), last
         deps, last = self._overlapped(rank, block, phase, [last], mb, vstage, before=False, name=name,
-                                      gemm_s=after_gemm, flops=flops * after_gemm / duration, category=category)
+                                      gemm=(after_gemm, after_sm), flops=flops * after_gemm / duration,
+                                      category=category)
         return deps, last
 
-    def _adjacent_gemms(self, block: Block, phase: str) -> tuple[float, float]:
-        """Seconds of the GEMMs the block's leading and trailing TP collectives overlap (0: not overlapped)."""
+    def _adjacent_gemms(self, block: Block, phase: str) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(seconds, SM-bound seconds) of the GEMMs the block's leading and trailing TP collectives overlap (0:
+        not overlapped)."""
         plan = self.plan
         if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
-            return 0.0, 0.0
-        gemms = block.overlap_gemm_s
+            return (0.0, 0.0), (0.0, 0.0)
+        gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s))
         pairs = {"fwd": (gemms[0], gemms[1]), "rec": (gemms[0], gemms[1]), "bwd": (gemms[2], gemms[3])}[phase]
         sides = [tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel) for before in (True, False)]
-        leading, trailing = (gemm if side is not None else 0.0 for gemm, side in zip(pairs, sides))
+        leading, trailing = (gemm if side is not None else (0.0, 0.0) for gemm, side in zip(pairs, sides))
         return leading, trailing
 
     def _overlapped(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
-                    before: bool, name: str, gemm_s: float, flops: float, category: str) -> tuple[list[int], int]:
+                    before: bool, name: str, gemm: tuple[float, float], flops: float,
+                    category: str) -> tuple[list[int], int]:
         """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
         (their kernels hold the userbuffers' SMs; the GEMM runs on the others), the last chunk after both;
-        returns (the last chunk, the GEMM op)."""
+        returns (the last chunk, the GEMM op). ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
         plan, layout = self.plan, self.plan.layout
         overlap = plan.tp_overlap
         assert overlap is not None
@@ -100,10 +105,12 @@ class OverlapMixin(BuilderCore):
         head = (overlap.chunks - 1) / overlap.chunks
         overlapped = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (overlapped)", op, group,
                                       block.tp_bytes * head, f"{key}.head", deps, "tp", mb, sms=sms)
-        gemm = self._compute(rank, f"{name} gemm", gemm_s, deps, category, flops, mb=mb, reserved_sms=sms)
+        gemm_s, gemm_sm_s = gemm
+        gemm_op = self._compute(rank, f"{name} gemm", gemm_s, deps, category, flops, mb=mb,
+                                sm_bound_share=bound_share(gemm_sm_s, gemm_s), reserved_sms=sms)
         tail = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (last chunk)", op, group,
-                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm], "tp", mb, sms=sms)
-        return [tail], gemm
+                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm_op], "tp", mb, sms=sms)
+        return [tail], gemm_op
 
     def _deferred_param_gathers(self, rank: int) -> None:
         """``overlap_param_gather`` (Megatron's distributed optimizer): the parameters the previous step's

@@ -17,7 +17,7 @@ from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork
+from simulator.parallel.work import Block, StageWork, bound_share
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
@@ -261,7 +261,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                                block.recompute_s, "recompute", block.recompute_flops)
                 else:
                     deps = [self._pass(rank, block, "rec", f"R{mb} {block.name}", block.recompute_s,
-                                       block.recompute_flops, deps, "recompute", mb, vstage)]
+                                       block.recompute_flops, deps, "recompute", mb, vstage,
+                                       block.sm_bound_seconds("rec"))]
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
@@ -283,7 +284,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         for block in reversed(work.blocks):
             flops = block.backward_flops * (1 - self._input_share(block))
             op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops,
-                                  mb=mb)
+                                  mb=mb, sm_bound_share=bound_share(block.sm_bound_seconds("bww"),
+                                                                    block.backward_weight_s))
             self._grads_done(rank, vstage, block, op_id, final)
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:

@@ -29,13 +29,15 @@ class Block:
     layer: with SP all-gather before the forward and reduce-scatter after the backward; without, all-reduce
     after the backward only). ``context`` is the attention core's split under context parallelism (None
     without it): the program runs the ring around it, or scales it by the rank's share of a causal split.
-    after the backward only). ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
+    ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
     ``tp_comm_overlap`` hides them behind: (forward GEMM after the collective before the block, forward GEMM
     before the collective after it, the same two in the backward); 0 where no GEMM is adjacent.
-    ``sm_bound_share`` is the share of its time in kernels that compute, not HBM traffic, limits (those slow down while
-    communication kernels hold SMs). ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its
-    ``params`` are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern``
-    is ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
+    ``sm_bound_s`` holds, per pass (forward, recompute, backward input, backward weight), the seconds of its kernels
+    that compute, not HBM traffic, limits (those slow down while communication kernels hold SMs; None: all of
+    them), and ``overlap_gemm_sm_s`` the same of the ``overlap_gemm_s`` GEMMs. ``experts`` is a MoE block's
+    routed-expert part (parallel/experts.py): its ``params`` are reduced over the expert-data-parallel group,
+    not counted in ``params``; a MoE block's ``tp_pattern`` is ``experts`` (tokens split over TP: an all-gather
+    after forward and backward, none with SP).
     """
 
     name: str
@@ -51,12 +53,33 @@ class Block:
     cp_bytes: float = 0.0
     params: float = 0.0
     memory_bound: bool = False
-    sm_bound_share: float = 1.0
+    sm_bound_s: tuple[float, float, float, float] | None = None
     tensors: tuple[float, ...] = ()
     tp_pattern: str = "layer"
     context: ContextAttention | None = None
     overlap_gemm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     experts: ExpertWork | None = None
+    overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+
+    def sm_bound_seconds(self, phase: str) -> float:
+        """SM-bound seconds of pass ``phase``: fwd, rec (recompute), bwd (input and weight grads), bwi (input
+        grads only) or bww (weight grads only)."""
+        forward, recompute, backward_input, backward_weight = self.sm_bound_s or (
+            self.forward_s, self.recompute_s, self.backward_input_s, self.backward_weight_s)
+        if phase == "fwd":
+            return forward
+        if phase == "rec":
+            return recompute
+        if phase == "bwi":
+            return backward_input
+        if phase == "bww":
+            return backward_weight
+        return backward_input + backward_weight
+
+
+def bound_share(sm_bound_s: float, seconds: float) -> float:
+    """The share of a part's ``seconds`` that SMs limit (an op's ``sm_bound_share``), rounding kept in [0, 1]."""
+    return min(max(sm_bound_s / seconds, 0.0), 1.0) if seconds > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from simulator.catalog.models import ModelSpec, MoESpec
 from simulator.config.moe import RoutingConfig
 from simulator.errors import ScenarioError
 from simulator.parallel.experts import ExpertWork
-from simulator.workload.roofline import kernels_duration
+from simulator.workload.roofline import kernels_duration, sm_bound_duration
 from simulator.workload.routing import RoutingSample, sample_routing
 from simulator.workload.transformer import (
     _ACTIVATION_FLOPS,
@@ -161,6 +161,9 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
     def flops(ks):
         return sum(k.flops for k in ks)
 
+    def sm_bound(ks):
+        return sm_bound_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+
     pairs = sample.pair_tokens(ep) * (model.hidden * d)
     work = ExpertWork(ep=ep, dispatch_pairs=tuple(tuple(float(x) for x in row) for row in pairs),
                       combine_pairs=tuple(tuple(float(x) for x in row) for row in pairs.T),
@@ -169,7 +172,9 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
                       backward_weight_s=seconds(routed.backward_weight), recompute_s=seconds(routed.recompute),
                       forward_flops=flops(routed.forward), backward_input_flops=flops(routed.backward_input),
                       backward_weight_flops=flops(routed.backward_weight), recompute_flops=flops(routed.recompute),
-                      params=float(per_rank * model.expert_params()))
+                      params=float(per_rank * model.expert_params()),
+                      sm_bound_s=(sm_bound(routed.forward), sm_bound(routed.backward_input),
+                                  sm_bound(routed.backward_weight), sm_bound(routed.recompute)))
     matrices = 3 if model.gated_mlp else 2
     shared = (float(model.expert_params() // matrices * moe.shared_experts),) * matrices if moe.shared_experts else ()
     tensors = (float(model.norm_params()), float(model.router_params()), *shared)

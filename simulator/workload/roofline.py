@@ -174,3 +174,12 @@ def kernels_duration(
 ) -> float:
     """Seconds a sequence of kernels takes back to back on one stream."""
     return sum(kernel_duration(kernel, gpu, precision, efficiency) for kernel in kernels)
+
+
+def sm_bound_duration(
+    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+) -> float:
+    """Seconds of ``kernels_duration`` spent in the kernels whose compute, not their HBM traffic, sets their
+    duration: the part that slows while communication kernels hold SMs (engine/contention.py)."""
+    times = (roofline_times(kernel, gpu, precision, efficiency) for kernel in kernels)
+    return sum(compute for compute, memory in times if compute >= memory)

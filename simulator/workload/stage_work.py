@@ -12,7 +12,7 @@ from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork
 from simulator.workload.experts import MoELayer
-from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times
+from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times, sm_bound_duration
 from simulator.workload.transformer import (
     AttentionCost,
     PassKernels,
@@ -61,26 +61,30 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     def flops(ks):
         return sum(k.flops for k in ks)
 
+    def sm_bound(ks):
+        return sm_bound_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+
     def adjacent(ks, names):
-        return seconds(tuple(k for k in ks if k.kind == "matmul" and k.name.split(".")[0] in names))
+        return tuple(k for k in ks if k.kind == "matmul" and k.name.split(".")[0] in names)
 
     leading, trailing = TP_ADJACENT_GEMMS[tp_pattern]
-    overlap = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
-               adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
-    every = kernels.forward + kernels.backward
-    times = [roofline_times(k, cost.gpu, cost.precision, cost.efficiency) for k in every]
+    gemms = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
+             adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
+    times = [roofline_times(k, cost.gpu, cost.precision, cost.efficiency) for k in kernels.forward + kernels.backward]
     compute_s = sum(compute for compute, _ in times)
     memory_s = sum(memory for _, memory in times)
-    total_s = sum(max(pair) for pair in times)
-    sm_bound_s = sum(compute for compute, memory in times if compute >= memory)
     return Block(name=name, layer=layer, forward_s=seconds(kernels.forward),
                  backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
                  params=sum(tensors), memory_bound=memory_s > compute_s,
-                 sm_bound_share=sm_bound_s / total_s if total_s > 0 else 0.0, tensors=tensors, tp_pattern=tp_pattern,
-                 context=context, overlap_gemm_s=overlap, experts=experts)
+                 sm_bound_s=(sm_bound(kernels.forward), sm_bound(kernels.recompute),
+                             sm_bound(kernels.backward_input), sm_bound(kernels.backward_weight)),
+                 tensors=tensors, tp_pattern=tp_pattern, context=context,
+                 overlap_gemm_s=(seconds(gemms[0]), seconds(gemms[1]), seconds(gemms[2]), seconds(gemms[3])),
+                 overlap_gemm_sm_s=(sm_bound(gemms[0]), sm_bound(gemms[1]), sm_bound(gemms[2]), sm_bound(gemms[3])),
+                 experts=experts)
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:
@@ -131,11 +135,16 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
     def flops(ks):
         return sum(k.flops for k in core(ks))
 
+    def sm_bound(ks):
+        return sm_bound_duration(core(ks), cost.gpu, cost.precision, cost.efficiency)
+
     return ContextAttention(algorithm=algorithm, cp=shard.cp, balanced=balanced,
                             causal=cost.attention.causal_factor < 1.0, forward_s=seconds(kernels.forward),
                             backward_s=seconds(kernels.backward_input), recompute_s=seconds(kernels.recompute),
                             forward_flops=flops(kernels.forward), backward_flops=flops(kernels.backward_input),
-                            recompute_flops=flops(kernels.recompute), kv_bytes=kv_bytes)
+                            recompute_flops=flops(kernels.recompute), kv_bytes=kv_bytes,
+                            sm_bound_s=(sm_bound(kernels.forward), sm_bound(kernels.backward_input),
+                                        sm_bound(kernels.recompute)))
 
 
 def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: CostContext,
