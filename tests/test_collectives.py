@@ -189,6 +189,37 @@ def test_two_node_ring_uses_every_nic(channels, nics_used):
     assert close(simulated, 2 * (size - 1) * cross_step)
 
 
+def two_spine_topology(hosts: int) -> Topology:
+    """One GPU per host behind its leaf (bandwidth B); each leaf has two uplinks of B/2, one per spine, and
+    a flow's channel picks its spine (a static ECMP hash that differs per connection)."""
+    graph = Wiring()
+    gpus = [f"gpu{h}" for h in range(hosts)]
+    for host, gpu in enumerate(gpus):
+        add_link(graph, gpu, f"leaf{host}", bandwidth=BANDWIDTH, latency=ALPHA / 4, link_class="infiniband")
+        for spine in range(2):
+            add_link(graph, f"leaf{host}", f"spine{spine}", bandwidth=BANDWIDTH / 2, latency=ALPHA / 4,
+                     link_class="infiniband")
+
+    def route(topo: Topology, src: int, dst: int, channel: int) -> list[str]:
+        return [gpus[src], f"leaf{src}", f"spine{channel % 2}", f"leaf{dst}", gpus[dst]]
+
+    return Topology("two-spine", graph, gpus, gpu_host=list(range(hosts)), gpu_local=[0] * hosts, router=route)
+
+
+@pytest.mark.parametrize("channels,spines_used", [(1, 1), (None, 2)])
+def test_one_gpu_per_host_ring_runs_two_channels(channels, spines_used):
+    """NCCL doubles its search's channels (ncclTopoPostset), so a ring across hosts with one GPU each runs
+    two rings, each its own flow: on a fabric whose hash sends them over different spines a hop gets both
+    B/2 uplinks, against one uplink for a single ring: 2(p-1)(a + n/(p x spines x B/2))."""
+    size, n = 4, 256 * MIB
+    topology = two_spine_topology(size)
+    plan = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), n, channels=channels or 0),
+                           topology, "ring")
+    assert {t.channel for t in plan[0].transfers} == set(range(spines_used))
+    simulated = time_collective(topology, "all_reduce", "ring", size, n, channels=channels)
+    assert close(simulated, 2 * (size - 1) * (ALPHA + n / (size * spines_used * BANDWIDTH / 2)))
+
+
 def test_rail_aligned_ring_order_keeps_cross_hops_on_one_rail():
     topology = two_level_topology(4, 8, **TWO_LEVEL)
     hosts = group_by_host(tuple(range(32)), topology)

@@ -15,7 +15,7 @@ from typing import Literal, get_args
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.ring import channel_count, group_by_host
+from simulator.collectives.ring import channel_count, group_by_host, rails_used
 from simulator.collectives.tree import chunk_count
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
@@ -114,11 +114,11 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
         chunks = chunk_count(n, request.chunk_bytes)
         return {"ring": (size + chunks - 2) * (a_out + n / chunks / b_out),
                 "tree": math.ceil(math.log2(size)) * (a_out + n / b_out)}
-    channels = channel_count(request, topology, hosts)
+    rails = min(channel_count(request, topology, hosts), rails_used(topology, hosts))  # rings on distinct NICs
     chunks = chunk_count(n / 2, request.chunk_bytes)
     count = len(hosts)
     mean_hop = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
-    ring_bandwidth = min(b_in, channels * b_out) if count > 1 else b_in
+    ring_bandwidth = min(b_in, rails * b_out) if count > 1 else b_in
     found = {"ring": 2 * (size - 1) * (mean_hop + n / (size * ring_bandwidth)),
              "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
     g = len(hosts[0])
