@@ -9,7 +9,7 @@ import pytest
 
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
-from simulator.program.ops import CollectiveOp, ComputeOp
+from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp
 from simulator.simulation import build_topology, step_program
 from simulator.workload.memory import fsdp_working_set_bytes
 
@@ -88,6 +88,20 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
     backward = units[::-1]
     for k in range(3, len(backward)):
         assert gather_deps("bwd", 1, backward[k]) == (last_compute(1, backward[k - 2], "B"),)
+
+
+def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
+    # FSDP2's post_backward: the compute stream waits for the reduce-scatter issued before (the previous unit's,
+    # or the last of the previous micro-batch's backward) before the next unit's backward continues, so at most
+    # one gradient reduce-scatter runs behind the compute.
+    loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
+    ops = [op for op in step_program(loaded, build_topology(loaded), fold=True).ops if op.rank == 0]
+    scatters = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")]
+    assert len(scatters) == M * UNITS
+    waits = [next(op for op in ops if op.id > rs and op.stream == COMPUTE_STREAM) for rs in scatters]
+    assert not set(waits[0].deps) & set(scatters)
+    for previous, waiting in zip(scatters, waits[1:-1]):  # the last one's successor is the optimizer (all)
+        assert set(waiting.deps) & set(scatters) == {previous}
 
 
 def test_fsdp_working_set_closed_forms():

@@ -83,12 +83,18 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[int, str]] = []
         self._param_gathers: dict[tuple[int, int, int], int] = {}
+        self._last_grad_rs: dict[tuple[int, int], int] = {}
+        """Per rank and model chunk, the gradient reduce-scatter issued last (FSDP2's
+        ``comm_ctx.reduce_scatter_state``, one per root module: torchtitan shards each pipeline chunk apart)."""
+        self._compute_waits: dict[int, int] = {}
+        """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
+        deps = self._with_stream_wait(rank, stream, deps)
         op = ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps), category=category,
                        microbatch=mb, chunk=self._vstage, duration=duration, flops=flops, sm_bound_share=sm_bound_share,
                        reserved_sms=reserved_sms)
@@ -103,6 +109,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                     key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
                     pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
+        deps = self._with_stream_wait(rank, stream, deps)
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
@@ -113,6 +120,12 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if stream == DP_STREAM:
             self._dp_ops.setdefault(rank, []).append(item.id)
         return item.id
+
+    def _with_stream_wait(self, rank: int, stream: str, deps: list[int]) -> list[int]:
+        """``deps`` plus the reduce-scatter the compute stream was told to wait for, on its next op."""
+        if stream != COMPUTE_STREAM or rank not in self._compute_waits:
+            return deps
+        return [*deps, self._compute_waits.pop(rank)]
 
     def representatives(self) -> list[int]:
         """The ranks that get a program: all of them, or with folding one per pipeline stage."""
@@ -292,7 +305,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,
         reduce-scatter them every micro-batch, one reduce-scatter per layer once all its blocks' gradients are
         done (PyTorch FSDP wraps each transformer layer as one unit: its post-backward hook reduce-scatters the
-        unit's gradients together)."""
+        unit's gradients together). FSDP2's post_backward first makes the compute stream wait for the
+        reduce-scatter it issued before (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
+        ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so the compute after a unit's
+        backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the chunk's
+        previous backward): at most one reduce-scatter per chunk runs behind compute."""
         sharding = self.plan.sharding
         if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
             layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
@@ -307,6 +324,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             key = f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}"
             rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
                                   params * sharding.grad_bytes, key, [done for _, done in waiting], "dp")
+            if (rank, vstage) in self._last_grad_rs:
+                self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
+            self._last_grad_rs[rank, vstage] = rs
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
                 self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
