@@ -104,6 +104,17 @@ def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
         assert set(waiting.deps) & set(scatters) == {previous}
 
 
+def test_deepspeed_compute_does_not_wait_for_reduce_scatters():
+    # The wait is FSDP2's post_backward; DeepSpeed ZeRO-3 (zero: 3 without fsdp) reduce-scatters the same units
+    # but its compute never depends on them.
+    loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.zero=3"])
+    ops = [op for op in step_program(loaded, build_topology(loaded), fold=True).ops if op.rank == 0]
+    scatters = {op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")}
+    assert scatters
+    compute = [op for op in ops if op.stream == COMPUTE_STREAM and op.id > min(scatters)]
+    assert not any(set(op.deps) & scatters for op in compute[:-1])  # the last is the optimizer (waits for all)
+
+
 def test_fsdp_working_set_closed_forms():
     # Uniform units u, parameters p bytes, gradients g bytes: forward u p (running) + 2 u p (two all-gather
     # outputs), backward 2 u p (running, prefetched) + 2 u g (produced, being reduce-scattered).

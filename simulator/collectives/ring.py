@@ -32,7 +32,8 @@ NET_MIN_CHANNELS = 2
 """Fewest rings NCCL runs across hosts: its graph search finds at least one channel and ncclTopoPostset
 (src/graph/connect.cc, "Duplication should be complete now": nChannels = min(MAXCHANNELS, nChannels * 2))
 always doubles them, each copy with its own network connection (so its own ECMP hash); NCCL's INFO log of a
-one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02"."""
+one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02". Only this floor is modelled: a group that can
+use r >= 2 rails runs r rings, not NCCL's 2r."""
 
 
 def rails_used(topology: Topology, hosts: list[list[int]]) -> int:

@@ -49,13 +49,15 @@ class ContextAttention:
     sm_bound_s: tuple[float, float, float]
 
     def core(self, phase: str) -> tuple[float, float, float]:
-        """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``: fwd, bwd or rec (recompute)."""
+        """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``: fwd, bwd, bwi or rec (recompute)."""
         forward, backward, recompute = self.sm_bound_s
         if phase == "fwd":
             return self.forward_s, self.forward_flops, forward
         if phase in ("bwd", "bwi"):
             return self.backward_s, self.backward_flops, backward
-        return self.recompute_s, self.recompute_flops, recompute
+        if phase == "rec":
+            return self.recompute_s, self.recompute_flops, recompute
+        raise ValueError(f"unknown pass {phase!r} (allowed: fwd, rec, bwd, bwi)")
 
     def share(self, cp_rank: int) -> float:
         """This CP rank's attention work over the mean rank's: 1 when balanced (or nothing is skipped), else

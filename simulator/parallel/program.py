@@ -307,9 +307,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         done (PyTorch FSDP wraps each transformer layer as one unit: its post-backward hook reduce-scatters the
         unit's gradients together). FSDP2's post_backward first makes the compute stream wait for the
         reduce-scatter it issued before (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
-        ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so the compute after a unit's
-        backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the chunk's
-        previous backward): at most one reduce-scatter per chunk runs behind compute."""
+        ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so under FSDP the compute after a
+        unit's backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the
+        chunk's previous backward): at most one reduce-scatter per chunk runs behind compute. DeepSpeed ZeRO
+        (``zero`` without ``fsdp``) has no such wait."""
         sharding = self.plan.sharding
         if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
             layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
@@ -324,9 +325,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             key = f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}"
             rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
                                   params * sharding.grad_bytes, key, [done for _, done in waiting], "dp")
-            if (rank, vstage) in self._last_grad_rs:
-                self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
-            self._last_grad_rs[rank, vstage] = rs
+            if sharding.fsdp:
+                if (rank, vstage) in self._last_grad_rs:
+                    self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
+                self._last_grad_rs[rank, vstage] = rs
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
                 self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,

@@ -20,7 +20,9 @@ class Sharding:
     ``gather_per_layer`` is how ZeRO-3 gathers parameters: PyTorch FSDP (``fsdp: full_shard | hybrid_shard``)
     all-gathers one wrapped unit at a time (torchtitan wraps each transformer layer, the embedding, and the
     final norm with the output layer, which stays gathered from its forward to its backward); DeepSpeed ZeRO-3
-    (``zero: 3``) gathers submodules as the forward reaches them, here one block (attention, MLP) at a time."""
+    (``zero: 3``) gathers submodules as the forward reaches them, here one block (attention, MLP) at a time.
+    ``fsdp`` marks PyTorch FSDP (any ``parallelism.fsdp`` strategy), whose post-backward waits for its previous
+    reduce-scatter; DeepSpeed ZeRO does not."""
 
     stage: int = 0
     degree: int = 1
@@ -31,6 +33,7 @@ class Sharding:
     overlap_param_gather: bool = False
     reduce_every_microbatch: bool = False
     gather_per_layer: bool = False
+    fsdp: bool = False
 
     @property
     def sharded_grad_steps(self) -> bool:

@@ -74,7 +74,9 @@ class Block:
             return backward_input
         if phase == "bww":
             return backward_weight
-        return backward_input + backward_weight
+        if phase == "bwd":
+            return backward_input + backward_weight
+        raise ValueError(f"unknown pass {phase!r} (allowed: fwd, rec, bwd, bwi, bww)")
 
 
 def bound_share(sm_bound_s: float, seconds: float) -> float:

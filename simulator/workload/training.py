@@ -157,7 +157,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     param_bytes=PRECISION_BYTES[training.precision],
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.ddp.reduce_every_microbatch,
-                    gather_per_layer=par.gathers_per_unit)
+                    gather_per_layer=par.gathers_per_unit, fsdp=par.fsdp is not None)
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
