@@ -46,7 +46,7 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     hbm = get_gpu("a100-80gb").hbm_bandwidth * compute_efficiency("a100-80gb").memory_peak
     latency = result.topology.path_latency(1, 4)
     accumulate = P / 2 * (2 + 8) / hbm
-    update = P / 2 * optimizer_bytes_per_param("adam", "bf16") / hbm
+    update = P / 2 * optimizer_bytes_per_param("adam", "bf16", "bf16") / hbm  # servers keep bf16 gradients
     expected = 4 * compute + (latency + P / NIC) + accumulate + update + (latency + workers * P / NIC)
     assert workers == 4 and ps["server_gpus"] == [4]
     assert 3 * P / NIC + 3 * accumulate < 3 * compute  # the fast workers' pushes hide behind the slow compute
