@@ -151,7 +151,7 @@ def test_a_tree_all_reduce_across_replicas_keeps_every_flow(run_yaml, monkeypatc
     monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
                         (None, dict(mirrors)))
     every_replica = run_yaml(TREE_DP).summary
-    assert quotient["flows_simulated"] == every_replica["flows_simulated"] == 1836
+    assert quotient["flows_simulated"] == every_replica["flows_simulated"]
     assert quotient["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
 
 

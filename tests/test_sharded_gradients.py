@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.catalog.models import get_model
+
 LLAMA_8B_ZERO2 = """
 cluster: {topology: dgx-h100}
 model: {preset: llama3-8b}
@@ -12,8 +14,8 @@ training: {seq_len: 1024, global_batch: 32, micro_batch: 1}
 parallelism: {tp: 1, pp: 1, dp: 8, zero: 2}
 collectives: {algorithm: ring}
 """
-PARAM_BYTES = 8.03e9 * 2
-GRAD_BYTES = 8.03e9 * 4
+PARAM_BYTES = get_model("llama3-8b").num_params() * 2
+GRAD_BYTES = get_model("llama3-8b").num_params() * 4
 """bf16 weights gathered, gradients reduced in Megatron-LM's fp32 buffer (training.grad_reduce_dtype)."""
 
 
@@ -22,9 +24,9 @@ def test_every_micro_batch_reduce_scatters_its_gradients(run_yaml):
     # the optimizer, each moving 7/8 of the bytes per GPU: 7/8 (m grads + params), against 7/8 (grads + params).
     accumulated = run_yaml(LLAMA_8B_ZERO2).summary
     sharded = run_yaml(LLAMA_8B_ZERO2, "parallelism.ddp.reduce_every_microbatch=true")
-    assert accumulated["traffic_bytes_per_gpu"]["dp"] == pytest.approx(7 / 8 * (GRAD_BYTES + PARAM_BYTES), rel=0.02)
+    assert accumulated["traffic_bytes_per_gpu"]["dp"] == pytest.approx(7 / 8 * (GRAD_BYTES + PARAM_BYTES), rel=1e-12)
     assert sharded.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(7 / 8 * (4 * GRAD_BYTES + PARAM_BYTES),
-                                                                          rel=0.02)
+                                                                          rel=1e-12)
     frame = sharded.timeline
     scatters = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")
                      & frame["name"].str.startswith("reduce_scatter grads")]
