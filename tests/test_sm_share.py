@@ -11,6 +11,7 @@ import pytest
 
 from simulator.catalog.calibration import sm_share, tp_overlap
 from simulator.config.loader import scenario_from_text
+from simulator.parallel.passes import Pass
 from simulator.parallel.program import ProgramBuilder
 from simulator.parallel.work import Block, StageWork
 from simulator.program.ops import CollectiveOp, ComputeOp
@@ -82,7 +83,8 @@ model: {preset: mixtral-8x7b, layers: 2, moe: {experts: 8, top_k: 2}}
 training: {seq_len: 4096, microbatches: 2, micro_batch: 1}
 parallelism: {tp: 2, ep: 4, sequence_parallel: true, tp_comm_overlap: true}
 """
-PASSES = {"F": "fwd", "B": "bwd", "Bi": "bwi", "W": "bww", "R": "rec"}
+PASSES = {"F": Pass.FORWARD, "B": Pass.BACKWARD, "Bi": Pass.BACKWARD_INPUT, "W": Pass.BACKWARD_WEIGHT,
+          "R": Pass.RECOMPUTE}
 
 
 @pytest.mark.parametrize("text", [DENSE, MOE], ids=["tp-overlap-cp-zb", "moe"])
@@ -109,6 +111,24 @@ def test_each_pass_splits_its_sm_bound_seconds_over_its_parts(text):
     assert checked >= 8 and len(shares) > 4  # many passes, and the parts' shares differ
     # Weight gradients with the unfused gradient accumulation's memory-bound adds are not all SM-bound.
     assert text == MOE or 0.5 < min(weights) < 1
+
+
+@pytest.mark.parametrize("text", [DENSE, MOE], ids=["cp", "moe"])
+def test_the_backward_pass_is_its_input_and_weight_gradient_passes(text):
+    # Each pass takes the figures the Pass registry says it computes: a block's, a MoE block's routed experts'
+    # and the CP attention core's backward is exactly its input-gradient pass plus its weight-gradient pass.
+    plan, _ = _plan(text)
+    blocks = [block for work in plan.stages for block in work.blocks]
+    figures = [block.context.core for block in blocks if block.context is not None]
+    figures += [block.experts.part for block in blocks if block.experts is not None]
+    assert figures
+    for block in blocks:
+        assert block.sm_bound_seconds(Pass.BACKWARD) == pytest.approx(
+            block.sm_bound_seconds(Pass.BACKWARD_INPUT) + block.sm_bound_seconds(Pass.BACKWARD_WEIGHT), rel=1e-12)
+    for of_pass in figures:
+        whole, inputs, weights = (of_pass(phase) for phase in (Pass.BACKWARD, Pass.BACKWARD_INPUT,
+                                                               Pass.BACKWARD_WEIGHT))
+        assert whole == pytest.approx(tuple(i + w for i, w in zip(inputs, weights, strict=True)), rel=1e-12)
 
 
 def ops_rank(ops, vstage: int) -> int:

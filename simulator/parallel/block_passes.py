@@ -11,14 +11,15 @@ from __future__ import annotations
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.context import CP_STREAM, ContextAttention
 from simulator.parallel.experts import ExpertWork, ep_group, expert_dp_group, group_images
+from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM
 
 
 class BlockPasses(BuilderCore):
-    """Ops of a block pass ``phase``: fwd, rec (recompute), bwd (input and weight grads) or bwi (input only)."""
+    """Ops of a block pass ``phase`` (forward, recompute, backward or backward input grads)."""
 
-    def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
+    def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
               category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
         """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit."""
         if block.context is not None:
@@ -36,7 +37,7 @@ class BlockPasses(BuilderCore):
         return self._compute(rank, name, seconds, deps, category, max(flops, 0.0), mb=mb,
                              sm_bound_share=bound_share(sm_bound_s, seconds))
 
-    def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: str, name: str,
+    def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: Pass, name: str,
                       whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
         ring attention runs beside the K/V ring: the core of the first cp - 1 blocks overlaps the ring, the
@@ -55,7 +56,7 @@ class BlockPasses(BuilderCore):
         rest = self._part(rank, name, duration - core_s, flops - core_flops, sm_bound_s - core_sm_s, deps, category,
                           mb)
         group = layout.group("cp", rank)
-        nbytes = context.kv_bytes * (2 if phase in ("bwd", "bwi") else 1)
+        nbytes = context.kv_bytes * (2 if phase.input_grads else 1)
         key = f"cp.ring.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         ring = self._collective(rank, CP_STREAM, f"cp ring {block.name}", "all_gather", group, nbytes, key, [rest],
                                 "cp", mb, algorithm="ring")
@@ -65,7 +66,7 @@ class BlockPasses(BuilderCore):
         return self._part(rank, f"{name} attention last block", core_s * share * last, core_flops * share * last,
                           core_sm_s * share * last, [head, ring], category, mb)
 
-    def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: str, name: str,
+    def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: Pass, name: str,
                      whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
         combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block.
@@ -74,7 +75,7 @@ class BlockPasses(BuilderCore):
         expert_s, expert_flops, expert_sm_s = experts.part(phase)
         if expert_s <= 0:
             return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
-        backward = phase in ("bwd", "bwi")
+        backward = phase.input_grads
         rest = (duration - expert_s, flops - expert_flops, sm_bound_s - expert_sm_s)
         if not backward:
             deps = [self._part(rank, name, *rest, deps, category, mb)]
@@ -85,7 +86,7 @@ class BlockPasses(BuilderCore):
             return self._part(rank, name, *rest, deps, category, mb)
         return deps[0]
 
-    def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: str, phase: str, deps: list[int],
+    def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: str, phase: Pass, deps: list[int],
                     mb: int, vstage: int) -> list[int]:
         ep = experts.ep
         if ep == 1:
@@ -93,7 +94,7 @@ class BlockPasses(BuilderCore):
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.fold else ()
-        pairs = experts.pairs(which, backward=phase in ("bwd", "bwi"))
+        pairs = experts.pairs(which, backward=phase.input_grads)
         return [self._collective(rank, COMPUTE_STREAM, f"ep {which} {block.name}", "all_to_all", group,
                                  experts.dispatch_bytes, key, deps, "ep", mb, mirrors=mirrors,
                                  pair_bytes=pairs)]

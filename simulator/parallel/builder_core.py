@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block
 from simulator.program.ops import COMPUTE_STREAM
 
@@ -37,12 +38,12 @@ class BuilderCore(Protocol):
         for an uneven all-to-all; ``sms`` the SMs its kernel holds, None: NCCL's channels); returns its id."""
         ...
 
-    def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
+    def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
         """The blocking TP collective on one side of a block pass; returns what the next op waits for."""
         ...
 
-    def _pass(self, rank: int, block: Block, phase: str, name: str, duration: float, flops: float, deps: list[int],
+    def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
               category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
         """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound (block_passes.py); returns its
         last op."""

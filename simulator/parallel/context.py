@@ -21,6 +21,9 @@ makes every rank's work, and every ring step, equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
+
+from simulator.parallel.passes import Pass
 
 CP_STREAM = "cp"
 
@@ -48,16 +51,20 @@ class ContextAttention:
     kv_bytes: float
     sm_bound_s: tuple[float, float, float]
 
-    def core(self, phase: str) -> tuple[float, float, float]:
-        """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``: fwd, bwd, bwi or rec (recompute)."""
+    def core(self, phase: Pass) -> tuple[float, float, float]:
+        """(seconds, FLOPs, SM-bound seconds) of the core in pass ``phase``; the core has no weights, so its
+        backward is all input gradients and a weight-gradient pass has none of it."""
         forward, backward, recompute = self.sm_bound_s
-        if phase == "fwd":
-            return self.forward_s, self.forward_flops, forward
-        if phase in ("bwd", "bwi"):
-            return self.backward_s, self.backward_flops, backward
-        if phase == "rec":
-            return self.recompute_s, self.recompute_flops, recompute
-        raise ValueError(f"unknown pass {phase!r} (allowed: fwd, rec, bwd, bwi)")
+        match phase:
+            case Pass.FORWARD:
+                return self.forward_s, self.forward_flops, forward
+            case Pass.RECOMPUTE:
+                return self.recompute_s, self.recompute_flops, recompute
+            case Pass.BACKWARD | Pass.BACKWARD_INPUT:
+                return self.backward_s, self.backward_flops, backward
+            case Pass.BACKWARD_WEIGHT:
+                return 0.0, 0.0, 0.0
+        assert_never(phase)
 
     def share(self, cp_rank: int) -> float:
         """This CP rank's attention work over the mean rank's: 1 when balanced (or nothing is skipped), else

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import assert_never
 
 from simulator.parallel.layout import Layout
+from simulator.parallel.passes import Pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,18 +57,22 @@ class ExpertWork:
             return self.dispatch_pairs
         return self.combine_pairs
 
-    def part(self, phase: str) -> tuple[float, float, float]:
-        """(seconds, FLOPs, SM-bound seconds) of the experts in pass ``phase``: fwd, rec, bwd (input and weight
-        grads) or bwi (input grads only)."""
+    def part(self, phase: Pass) -> tuple[float, float, float]:
+        """(seconds, FLOPs, SM-bound seconds) of the experts in pass ``phase``."""
         forward, backward_input, backward_weight, recompute = self.sm_bound_s
-        if phase == "fwd":
-            return self.forward_s, self.forward_flops, forward
-        if phase == "rec":
-            return self.recompute_s, self.recompute_flops, recompute
-        if phase == "bwi":
-            return self.backward_input_s, self.backward_input_flops, backward_input
-        return (self.backward_input_s + self.backward_weight_s,
-                self.backward_input_flops + self.backward_weight_flops, backward_input + backward_weight)
+        match phase:
+            case Pass.FORWARD:
+                return self.forward_s, self.forward_flops, forward
+            case Pass.RECOMPUTE:
+                return self.recompute_s, self.recompute_flops, recompute
+            case Pass.BACKWARD:
+                return (self.backward_input_s + self.backward_weight_s,
+                        self.backward_input_flops + self.backward_weight_flops, backward_input + backward_weight)
+            case Pass.BACKWARD_INPUT:
+                return self.backward_input_s, self.backward_input_flops, backward_input
+            case Pass.BACKWARD_WEIGHT:
+                return self.backward_weight_s, self.backward_weight_flops, backward_weight
+        assert_never(phase)
 
 
 @lru_cache(maxsize=4096)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.parallel.builder_core import BuilderCore
+from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
 
 TP_STREAM = "tp"
@@ -48,12 +49,13 @@ class OverlapMixin(BuilderCore):
     """The overlap methods of ProgramBuilder (kept apart to keep the builder readable); they use the builder
     core (builder_core.py)."""
 
-    def _tp_compute(self, rank: int, block: Block, phase: str, deps: list[int], mb: int,
+    def _tp_compute(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int,
                     vstage: int, name: str, duration: float, category: str, flops: float,
-                    compute_phase: str | None = None) -> tuple[list[int], int]:
+                    compute_phase: Pass | None = None) -> tuple[list[int], int]:
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
         last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it.
-        ``compute_phase`` names the pass for the compute when it differs from ``phase`` (bwi: input grads only)."""
+        ``compute_phase`` names the pass for the compute when it differs from ``phase``, the pass whose TP
+        collectives bracket it (input gradients only, between the full backward's collectives)."""
         (before_gemm, before_sm), (after_gemm, after_sm) = self._adjacent_gemms(block, phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
@@ -74,19 +76,19 @@ class OverlapMixin(BuilderCore):
                                       category=category)
         return deps, last
 
-    def _adjacent_gemms(self, block: Block, phase: str) -> tuple[tuple[float, float], tuple[float, float]]:
+    def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
         """(seconds, SM-bound seconds) of the GEMMs the block's leading and trailing TP collectives overlap (0:
         not overlapped)."""
         plan = self.plan
         if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
             return (0.0, 0.0), (0.0, 0.0)
         gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s))
-        pairs = {"fwd": (gemms[0], gemms[1]), "rec": (gemms[0], gemms[1]), "bwd": (gemms[2], gemms[3])}[phase]
-        sides = [tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel) for before in (True, False)]
+        pairs = (gemms[2], gemms[3]) if phase.input_grads else (gemms[0], gemms[1])
+        sides = [tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel) for before in (True, False)]
         leading, trailing = (gemm if side is not None else (0.0, 0.0) for gemm, side in zip(pairs, sides))
         return leading, trailing
 
-    def _overlapped(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int, *,
+    def _overlapped(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int, *,
                     before: bool, name: str, gemm: tuple[float, float], flops: float,
                     category: str) -> tuple[list[int], int]:
         """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
@@ -95,7 +97,7 @@ class OverlapMixin(BuilderCore):
         plan, layout = self.plan, self.plan.layout
         overlap = plan.tp_overlap
         assert overlap is not None
-        op = tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        op = tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
         if op is None:
             raise ValueError(f"{block.name} has no TP collective {'before' if before else 'after'} its {phase} "
                              "pass to overlap")

@@ -16,6 +16,7 @@ from simulator.parallel.context import context_fold_blocker
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
+from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork, bound_share
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
@@ -184,10 +185,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         coords["pp"] = stage_rank(vstage, layout.pp, self.plan.placement)
         return layout.rank_of(**coords)
 
-    def _p2p_key(self, direction: str, mb: int, src_vstage: int, tag: str) -> str:
+    def _p2p_key(self, direction: Pass, mb: int, src_vstage: int, tag: str) -> str:
         return f"pp.{direction}.mb{mb}.vs{src_vstage}.{tag}"
 
-    def _receive(self, rank: int, direction: str, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
+    def _receive(self, rank: int, direction: Pass, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
         """The receive an action waits for: a P2P transfer, or a free hand-off (same GPU, or no P2P cost)
         whose dependency on the producing op is filled in once every rank's program is built.
 
@@ -212,7 +213,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                  nbytes * layout.tp, f"pp.gather.{direction}.mb{mb}.vs{src_vstage}.{group[0]}",
                                  [received], "pp", mb)]
 
-    def _send(self, rank: int, direction: str, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
+    def _send(self, rank: int, direction: Pass, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
         dst = self._peer(rank, dst_vstage)
         nbytes = self.plan.stages[vstage].p2p_bytes
         key = self._p2p_key(direction, mb, vstage, tag)
@@ -222,14 +223,14 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
                          [last_op], "pp", mb)
 
-    def _tp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int,
+    def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
-        """The TP collective before or after a block's forward (``phase`` fwd/rec) or backward (bwd), placed
-        by the block's ``tp_pattern`` (see Block)."""
+        """The TP collective before or after a block's forward, recompute or backward pass, placed by the
+        block's ``tp_pattern`` (see Block)."""
         plan, layout = self.plan, self.plan.layout
         if layout.tp == 1 or block.tp_bytes <= 0:
             return deps
-        op = tp_op(block.tp_pattern, phase == "bwd", before, plan.sequence_parallel)
+        op = tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
         if op is None:
             return deps
         group = layout.group("tp", rank)
@@ -237,13 +238,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return [self._collective(rank, COMPUTE_STREAM, f"tp {op} {block.name}", op, group, block.tp_bytes, key,
                                  deps, "tp", mb)]
 
-    def _cp_collective(self, rank: int, block: Block, phase: str, deps: list[int], mb: int, vstage: int) -> list[int]:
+    def _cp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int) -> list[int]:
         """Context parallelism: gather the KV of the whole sequence before attention (forward and recompute),
         reduce-scatter their gradients after its backward."""
         layout = self.plan.layout
         if layout.cp == 1 or block.cp_bytes <= 0:
             return deps
-        op = "reduce_scatter" if phase == "bwd" else "all_gather"
+        op = "reduce_scatter" if phase.input_grads else "all_gather"
         group = layout.group("cp", rank)
         key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
@@ -251,41 +252,42 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
         mb = action.microbatch
-        deps = self._receive(rank, "fwd", mb, vstage - 1, work, tag) if vstage > 0 else []
+        deps = self._receive(rank, Pass.FORWARD, mb, vstage - 1, work, tag) if vstage > 0 else []
         for block in work.blocks:
-            deps = deps + self._zero3_gather(rank, block, vstage, mb, "fwd") + self._param_gather(rank, vstage, block)
-            deps = self._cp_collective(rank, block, "fwd", deps, mb, vstage)
-            deps, _ = self._tp_compute(rank, block, "fwd", deps, mb, vstage, f"F{mb} {block.name}", block.forward_s,
-                                       "forward", block.forward_flops)
+            deps = [*deps, *self._zero3_gather(rank, block, vstage, mb, Pass.FORWARD),
+                    *self._param_gather(rank, vstage, block)]
+            deps = self._cp_collective(rank, block, Pass.FORWARD, deps, mb, vstage)
+            deps, _ = self._tp_compute(rank, block, Pass.FORWARD, deps, mb, vstage, f"F{mb} {block.name}",
+                                       block.forward_s, "forward", block.forward_flops)
         if vstage + 1 < len(self.plan.stages) and deps:
-            self._send(rank, "fwd", mb, vstage, vstage + 1, deps[-1], tag)
+            self._send(rank, Pass.FORWARD, mb, vstage, vstage + 1, deps[-1], tag)
 
     def _backward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str, *, weights: bool,
                   final: bool) -> None:
         mb = action.microbatch
         last_stage = len(self.plan.stages) - 1
-        deps = self._receive(rank, "bwd", mb, vstage + 1, work, tag) if vstage < last_stage else []
+        deps = self._receive(rank, Pass.BACKWARD, mb, vstage + 1, work, tag) if vstage < last_stage else []
         for block in reversed(work.blocks):
-            deps = deps + self._zero3_gather(rank, block, vstage, mb, "bwd")
+            deps = deps + self._zero3_gather(rank, block, vstage, mb, Pass.BACKWARD)
             if block.recompute_s > 0:
                 if self.plan.recompute_comm:
-                    deps = self._cp_collective(rank, block, "rec", deps, mb, vstage)
-                    deps, _ = self._tp_compute(rank, block, "rec", deps, mb, vstage, f"R{mb} {block.name}",
+                    deps = self._cp_collective(rank, block, Pass.RECOMPUTE, deps, mb, vstage)
+                    deps, _ = self._tp_compute(rank, block, Pass.RECOMPUTE, deps, mb, vstage, f"R{mb} {block.name}",
                                                block.recompute_s, "recompute", block.recompute_flops)
                 else:
-                    deps = [self._pass(rank, block, "rec", f"R{mb} {block.name}", block.recompute_s,
+                    deps = [self._pass(rank, block, Pass.RECOMPUTE, f"R{mb} {block.name}", block.recompute_s,
                                        block.recompute_flops, deps, "recompute", mb, vstage,
-                                       block.sm_bound_seconds("rec"))]
+                                       block.sm_bound_seconds(Pass.RECOMPUTE))]
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
             flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            deps, op_id = self._tp_compute(rank, block, "bwd", deps, mb, vstage, name, duration, "backward", flops,
-                                           compute_phase="bwd" if weights else "bwi")
+            deps, op_id = self._tp_compute(rank, block, Pass.BACKWARD, deps, mb, vstage, name, duration, "backward",
+                                           flops, compute_phase=Pass.BACKWARD if weights else Pass.BACKWARD_INPUT)
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
-            deps = self._cp_collective(rank, block, "bwd", deps, mb, vstage)
+            deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
         if vstage > 0 and deps:
-            self._send(rank, "bwd", mb, vstage, vstage - 1, deps[-1], tag)
+            self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag)
 
     @staticmethod
     def _input_share(block: Block) -> float:
@@ -297,7 +299,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         for block in reversed(work.blocks):
             flops = block.backward_flops * (1 - self._input_share(block))
             op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops,
-                                  mb=mb, sm_bound_share=bound_share(block.sm_bound_seconds("bww"),
+                                  mb=mb, sm_bound_share=bound_share(block.sm_bound_seconds(Pass.BACKWARD_WEIGHT),
                                                                     block.backward_weight_s))
             self._grads_done(rank, vstage, block, op_id, final)
 
@@ -380,7 +382,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         position = group.index(rank) % size
         return group[position::size]
 
-    def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: str) -> list[int]:
+    def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: Pass) -> list[int]:
         """ZeRO-3 gathers parameters before use, on the prefetch stream: DeepSpeed one block at a time, PyTorch
         FSDP (``gather_per_layer``) one wrapped unit at a time, a layer's blocks together, when the pass reaches
         its first block; the head unit (final norm and output layer) stays gathered from its forward to its
@@ -397,13 +399,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         name, params = block.name, block.params
         if sharding.gather_per_layer:
             first, last, params = self._unit(vstage, block.layer)
-            if block.name != (last if phase == "bwd" else first):
+            if block.name != (last if phase.input_grads else first):
                 return []
             name = block.name if first == last else f"L{block.layer}"
         ends = self._unit_ends.setdefault(rank, [[], []])
-        window = ends[0] if sharding.gather_per_layer and phase == "fwd" else ends[1]
+        window = ends[0] if sharding.gather_per_layer and not phase.input_grads else ends[1]
         ends[:] = [ends[1], self._recent_compute.get(rank, [])[-1:]]
-        if sharding.gather_per_layer and phase == "bwd" and block.tp_pattern == "head":
+        if sharding.gather_per_layer and phase.input_grads and block.tp_pattern == "head":
             return []
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"

@@ -8,9 +8,11 @@ turns blocks into ops; the cost model (or a synthetic spec) fills them in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
+from simulator.parallel.passes import Pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +63,22 @@ class Block:
     experts: ExpertWork | None = None
     overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
-    def sm_bound_seconds(self, phase: str) -> float:
-        """SM-bound seconds of pass ``phase``: fwd, rec (recompute), bwd (input and weight grads), bwi (input
-        grads only) or bww (weight grads only)."""
+    def sm_bound_seconds(self, phase: Pass) -> float:
+        """SM-bound seconds of pass ``phase``."""
         forward, recompute, backward_input, backward_weight = self.sm_bound_s or (
             self.forward_s, self.recompute_s, self.backward_input_s, self.backward_weight_s)
-        if phase == "fwd":
-            return forward
-        if phase == "rec":
-            return recompute
-        if phase == "bwi":
-            return backward_input
-        if phase == "bww":
-            return backward_weight
-        if phase == "bwd":
-            return backward_input + backward_weight
-        raise ValueError(f"unknown pass {phase!r} (allowed: fwd, rec, bwd, bwi, bww)")
+        match phase:
+            case Pass.FORWARD:
+                return forward
+            case Pass.RECOMPUTE:
+                return recompute
+            case Pass.BACKWARD:
+                return backward_input + backward_weight
+            case Pass.BACKWARD_INPUT:
+                return backward_input
+            case Pass.BACKWARD_WEIGHT:
+                return backward_weight
+        assert_never(phase)
 
 
 def bound_share(sm_bound_s: float, seconds: float) -> float:
