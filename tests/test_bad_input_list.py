@@ -132,6 +132,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                  "t.yaml:3: nvlink_latency: '-1 us' is negative"),
     "unknown-topology-kind": ({"t.yaml": "kind: torus\n", "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
                               "t.yaml:1: kind: unknown topology kind 'torus'"),
+    "unknown-nvls-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvls: nvswitch4\n",
+                              "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
+                             "t.yaml:3: nvls: 'nvswitch4' is not supported (allowed: none, nvswitch3)"),
+    "unknown-sharp-override": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster}")),
+                               RUN + ["--set", "cluster.sharp=sharpv2"], 2,
+                               "--set cluster.sharp=sharpv2: cluster.sharp: 'sharpv2' is not supported "
+                               "(allowed: none, sharpv3)"),
     "too-many-nodes": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster, nodes: 200000}")), RUN, 2,
                        "cluster.nodes: 200000 is beyond what a cluster holds"),
     "negative-latency-override": (scenario(COMM), RUN + ["--set", "cluster.nvlink_latency=-1us"], 2,

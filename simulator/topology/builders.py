@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.errors import TopologyError
-from simulator.topology.graph import LINK_CLASSES, NODE_KINDS, NVLS_CHOICES, SHARP_CHOICES, Topology, Wiring, add_link
+from simulator.topology.graph import (
+    LINK_CLASSES,
+    NODE_KINDS,
+    NetworkReduction,
+    NvlinkReduction,
+    Topology,
+    Wiring,
+    add_link,
+)
 from simulator.topology.parameters import Param, read_parameters
 
 
@@ -38,7 +46,7 @@ NVSWITCH_NODE_PARAMETERS = {
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency (half on each of the two links)"),
     "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
     "nvls": Param("text", "none", "in-switch reduction: nvswitch3 (NVLink SHARP on NVSwitch 3+: DGX/HGX H100, "
-                  "H200, B200) or none", choices=NVLS_CHOICES),
+                  "H200, B200) or none", choices=NvlinkReduction),
 }
 PCIE_NODE_PARAMETERS = {
     "gpus": Param("count", 8, "GPUs in the server"),
@@ -210,10 +218,13 @@ NODE_TYPES = {
 
 
 def _topology(name: str, wiring: Wiring, fabric: Fabric, rails: int, gpu_model: str, params: dict,
-              nvls: str = "none") -> Topology:
+              nvls: NvlinkReduction = NvlinkReduction.NONE) -> Topology:
+    """The compiled topology; ``nvls`` is the NVLink domains' in-switch reduction, ``params["sharp"]`` (a fabric's
+    parameter, absent without one) the network switches'."""
+    sharp = params.get("sharp", NetworkReduction.NONE)
     return Topology(name=name, wiring=wiring, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
-                    rails=rails, gpu_model=gpu_model, router=fabric, params=params, nvls=nvls != "none",
-                    sharp=params.get("sharp", "none") != "none")
+                    rails=rails, gpu_model=gpu_model, router=fabric, params=params,
+                    nvls=nvls is not NvlinkReduction.NONE, sharp=sharp is not NetworkReduction.NONE)
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
@@ -221,7 +232,7 @@ def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
         wiring, fabric = Wiring(), Fabric()
         NODE_TYPES[node_kind][1](wiring, fabric, "h0/", 0, 0, p)
         return _topology(name or node_kind, wiring, fabric, 1, p["gpu_model"], {"kind": node_kind, **p},
-                         p.get("nvls", "none"))
+                         p.get("nvls", NvlinkReduction.NONE))
     return build
 
 
@@ -240,7 +251,7 @@ FABRIC_PARAMETERS = {
     "pods": Param("count", 1, "pods (with tiers: 3); leaf groups are split evenly over them"),
     "cores": Param("count", None, "core switches (tiers: 3); default = spines", optional=True),
     "sharp": Param("text", "none", "in-network reduction in the InfiniBand switches: sharpv3 (Quantum-2 NDR "
-                   "SHARPv3 streaming aggregation) or none", choices=SHARP_CHOICES),
+                   "SHARPv3 streaming aggregation) or none", choices=NetworkReduction),
 }
 
 
@@ -256,7 +267,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     if p["tiers"] == 3 and not 2 <= pods <= groups:
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
                             allowed=f"2 to {groups} (one leaf group = {p['leaf_ports']} hosts)")
-    if p["sharp"] != "none" and link_class != "infiniband":
+    if p["sharp"] is not NetworkReduction.NONE and link_class != "infiniband":
         raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
                             field="sharp", allowed="none, or link_class: infiniband")
     fabric.nic = [""] * len(fabric.gpus)
@@ -347,7 +358,8 @@ def _build_cluster(p: dict, name: str) -> Topology:
     host_gpus = [list(range(h * node["gpus"], (h + 1) * node["gpus"])) for h in range(p["nodes"])]
     derived = _add_network(wiring, fabric, host_gpus, nics, p)
     params = {"kind": "cluster", **p, "node": {"kind": node_kind, **node}, "nics_per_node": nics, **derived}
-    return _topology(name or "cluster", wiring, fabric, nics, node["gpu_model"], params, node.get("nvls", "none"))
+    return _topology(name or "cluster", wiring, fabric, nics, node["gpu_model"], params,
+                     node.get("nvls", NvlinkReduction.NONE))
 
 
 # ---------------------------------------------------------------------------------------------- GB200 NVL72
@@ -360,7 +372,7 @@ NVL72_PARAMETERS = {
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency in the rack (half on each link)"),
     "gpu_model": Param("text", "b200", "GPU model name in the catalog"),
     "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
-                  choices=NVLS_CHOICES),
+                  choices=NvlinkReduction),
     "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
     **FABRIC_PARAMETERS,
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -21,10 +22,24 @@ from simulator.errors import TopologyError
 if TYPE_CHECKING:
     import networkx as nx
 
-NVLS_CHOICES = ("none", "nvswitch3")
-"""In-switch reduction of an NVLink domain: NVLink SHARP on third-generation NVSwitches, or none."""
-SHARP_CHOICES = ("none", "sharpv3")
-"""In-network reduction in the InfiniBand switches: SHARPv3 (Quantum-2 NDR streaming aggregation), or none."""
+
+
+class NvlinkReduction(StrEnum):
+    """In-switch reduction of an NVLink domain (topology parameter ``nvls``)."""
+
+    NONE = "none"
+    NVSWITCH3 = "nvswitch3"
+    """NVLink SHARP on third-generation NVSwitches."""
+
+
+class NetworkReduction(StrEnum):
+    """In-network reduction in the InfiniBand switches (topology parameter ``sharp``)."""
+
+    NONE = "none"
+    SHARPV3 = "sharpv3"
+    """SHARPv3, Quantum-2 NDR streaming aggregation."""
+
+
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
 

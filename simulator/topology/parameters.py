@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from simulator.errors import InputError, TopologyError
@@ -17,13 +18,14 @@ class Param:
     """One builder parameter: how to read it (count, index, ratio, bandwidth, duration, text, mapping, list), default.
 
     ``default`` is written as a user would write it (e.g. "450 GB/s") and parsed like user input; None means the
-    parameter is required unless ``optional`` is set.
+    parameter is required unless ``optional`` is set. ``choices``: the values allowed, or an option set (a
+    StrEnum), which the parameter is then read as.
     """
 
     kind: str
     default: object = None
     doc: str = ""
-    choices: tuple = ()
+    choices: tuple | type[StrEnum] = ()
     optional: bool = False
 
 
@@ -103,8 +105,11 @@ def read_parameters(spec: dict[str, Param], raw: object, prefix: str = "") -> di
                                 allowed="zero or a positive duration")
         if param.kind == "index" and result < 0:
             raise TopologyError(f"{value!r} is negative", field=f"{prefix}{name}", allowed="0, 1, 2, ...")
-        if param.choices and result not in param.choices:
+        allowed = tuple(param.choices)
+        if allowed and result not in allowed:
             raise TopologyError(f"{value!r} is not supported", field=f"{prefix}{name}",
-                                allowed=", ".join(map(str, param.choices)))
+                                allowed=", ".join(map(str, allowed)))
+        if isinstance(param.choices, type):
+            result = param.choices(result)
         parsed[name] = result
     return parsed
