@@ -68,6 +68,11 @@ def tp_overlap(gpu_name: str) -> TPOverlap:
                      reduce_scatter_sms=int(config["reduce_scatter_sms"]))
 
 
+def network_channels_per_nic() -> int:
+    """Channels NCCL runs through each NIC a collective drives across hosts (collectives/channels.py)."""
+    return int(kernel_data()["nccl"]["network_channels_per_nic"])
+
+
 def sm_share(gpu_name: str) -> SmShare:
     """``gpu_name``'s SMs and the channels NCCL launches per kind of collective; a GPU kernels.yaml lacks is an
     error (rather than contention silently off)."""
@@ -82,7 +87,7 @@ def sm_share(gpu_name: str) -> SmShare:
     return SmShare(sms=int(entry["sms"]),
                    nvlink_channels=min(cap, int(nccl["channels_per_nvlink"]) * int(entry["nvlinks"])),
                    pcie_channels=int(nccl["pcie_channels"]),
-                   network_channels=int(nccl["network_channels_per_nic"]),
+                   network_channels=network_channels_per_nic(),
                    nvls_channels=int(nccl["nvls_channels"]), max_channels=cap)
 
 

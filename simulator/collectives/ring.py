@@ -8,6 +8,7 @@ stays on one rail and a host's channels together use all of its NICs.
 
 from __future__ import annotations
 
+from simulator.catalog.calibration import network_channels_per_nic
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import chunk_count, pipelined_phases
 from simulator.errors import ScenarioError
@@ -28,14 +29,6 @@ def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]
     return [members if len(members) == 1 else sorted(members, key=local.__getitem__) for members in hosts.values()]
 
 
-NET_MIN_CHANNELS = 2
-"""Fewest rings NCCL runs across hosts: its graph search finds at least one channel and ncclTopoPostset
-(src/graph/connect.cc, "Duplication should be complete now": nChannels = min(MAXCHANNELS, nChannels * 2))
-always doubles them, each copy with its own network connection (so its own ECMP hash); NCCL's INFO log of a
-one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02". Only this floor is modelled: a group that can
-use r >= 2 rails runs r rings, not NCCL's 2r."""
-
-
 def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     """Distinct rails a group spanning hosts can leave each host on: at most its smallest per-host member
     count, since only that many distinct exit GPUs exist."""
@@ -44,12 +37,13 @@ def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
 
 def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> int:
     """``request.channels`` when set (> 0); else across hosts one ring per rail the group can use, and at
-    least NCCL's ``NET_MIN_CHANNELS`` (extra rings share a rail but are separate flows); else 1."""
+    least the channels NCCL runs through one NIC (extra rings share a rail but are separate flows; see
+    channels.py); else 1."""
     if request.channels > 0:
         return request.channels
     if len(hosts) < 2:
         return 1
-    return max(NET_MIN_CHANNELS, rails_used(topology, hosts))
+    return max(network_channels_per_nic(), rails_used(topology, hosts))
 
 
 def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:

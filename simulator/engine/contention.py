@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from simulator.collectives.channels import kernel_channels
 from simulator.collectives.registry import ALGORITHMS
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp
@@ -46,13 +47,12 @@ class NcclChannels:
     else the channels NCCL launches for the group: the NVLS channels for the algorithms the registry runs on
     them; inside one NVLink domain the NVLink channels, or the PCIe channels where the GPUs have no NVLink;
     across domains the network channels of each NIC the group's members drive on the busiest domain (a NIC
-    that several members share counts once). ``algorithm_of`` resolves `auto`. The count is worked out once per
-    group object."""
+    that several members share counts once; collectives/channels.py). ``algorithm_of`` resolves `auto`. The
+    count is worked out once per group object."""
 
     def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
         self.share = share
-        self.domain = topology.gpu_domain
-        self.nic, self.nvlink = topology.gpu_nic, topology.gpu_nvlink
+        self.topology = topology
         self.algorithm_of = algorithm_of
         self._counts: dict[int, tuple[tuple[int, ...], int]] = {}
 
@@ -63,17 +63,8 @@ class NcclChannels:
             return self.share.nvls_channels
         known = self._counts.get(id(op.group))
         if known is None:
-            known = self._counts[id(op.group)] = (op.group, self._channels(op.group))
+            known = self._counts[id(op.group)] = (op.group, kernel_channels(self.share, self.topology, op.group))
         return known[1]
-
-    def _channels(self, group: tuple[int, ...]) -> int:
-        share = self.share
-        nics: dict[int, set[str]] = defaultdict(set)
-        for rank in group:
-            nics[self.domain[rank]].add(self.nic[rank])
-        if len(nics) == 1:
-            return share.nvlink_channels if all(self.nvlink[rank] for rank in group) else share.pcie_channels
-        return min(share.max_channels, share.network_channels * max(map(len, nics.values())))
 
 
 RESERVED = "reserved"
