@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
+
+
+@pytest.fixture(scope="session")
+def catalog_sources() -> dict:
+    """The published figures behind the catalog's constants (tests/data/catalog_sources.yaml)."""
+    return yaml.safe_load((Path(__file__).parent / "data" / "catalog_sources.yaml").read_text())
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog.calibration import sm_share, tp_overlap
+from simulator.catalog.calibration import sm_share
 from simulator.engine.contention import NcclChannels
 from simulator.errors import ScenarioError
 from simulator.program.contention import SmShare
@@ -95,11 +95,18 @@ def test_nccl_channels_per_kind_of_collective():
     pcie = counter({"node": {"kind": "pcie_node"}})
     assert pcie(collective(tuple(range(8)))) == 2  # no NVLink inside the host
     assert pcie(collective(tuple(range(16)))) == 16
-    h100, a100 = sm_share("h100-sxm"), sm_share("a100-80gb")
-    assert (h100.sms, h100.nvlink_channels, a100.sms, a100.nvlink_channels) == (132, 32, 108, 24)
     with pytest.raises(ScenarioError, match="no SM count"):  # not silently without contention
         sm_share("v100")
-    assert (tp_overlap("h100-sxm").all_gather_sms, tp_overlap("h100-sxm").reduce_scatter_sms) == (1, 24)
+
+
+def test_sm_shares_follow_the_published_sm_and_nvlink_counts(catalog_sources):
+    # Every GPU's SMs as published, and NCCL's NVLink channels: 2 CTAs per NVLink, at most MAXCHANNELS.
+    nccl = catalog_sources["nccl"]
+    for gpu, sms in catalog_sources["sms"].items():
+        share = sm_share(gpu)
+        nvlink_channels = min(nccl["max_channels"], nccl["ctas_per_nvlink"] * catalog_sources["nvlinks"][gpu])
+        assert (share.sms, share.nvlink_channels, share.max_channels) == (sms, nvlink_channels,
+                                                                          nccl["max_channels"]), gpu
 
 
 STEP = """
