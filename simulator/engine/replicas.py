@@ -82,12 +82,12 @@ def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirror
     closed = families.close(collectives, mirrors)
     if closed is None:
         return None, dict(mirrors)
-    images = _link_images(collectives, closed, families, plans, shift.tolist())
+    planned = _plan_groups(collectives, closed, families)
+    images = _link_images(planned, families.kept, plans, shift.tolist())
     if images is None:
         return None, dict(mirrors)
     representative = _representatives(images, layout.dp // step, len(topology.link_ends))
-    if representative is None or not _routes_meet_each_orbit_once(collectives, closed, families, plans, kept,
-                                                                  representative):
+    if representative is None or not _routes_meet_each_orbit_once(planned, plans, kept, representative):
         return None, dict(mirrors)
     sent = {}
     for op in collectives:
@@ -181,22 +181,31 @@ def _cycles(image: np.ndarray) -> np.ndarray:
     return orbit
 
 
-def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families):
-    """(op, group, image group) for every distinct plan the run posts: each op's closed rows, once per shape."""
+def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families
+                 ) -> list[tuple[CollectiveOp, tuple[int, ...], tuple[int, ...]]]:
+    """(op, group, image group) for every distinct plan the run posts: each op's closed rows, once per shape.
+    Ops of one shape share their closed rows (one tuple per group and kept mirrors, `_Families.close`), so
+    the rows are walked once per shape and closed set, not once per instance."""
+    walked: set[tuple] = set()
     seen: set[tuple] = set()
+    found = []
     for op in collectives:
+        rows = closed[op.id]
+        shape = (op.op, op.algorithm, op.root, op.nbytes, id(op.pair_bytes), families.group_ids.id(op.group))
+        if (shape, id(rows)) in walked:
+            continue
+        walked.add((shape, id(rows)))
         table = families.table(op)
         assert table is not None
-        rows, image, _ = table
-        gid = families.group_ids.id(op.group)
-        for row in closed[op.id]:
-            key = (op.op, op.algorithm, op.root, op.nbytes, id(op.pair_bytes), gid, row)
-            if key not in seen:
-                seen.add(key)
-                yield op, rows[row], rows[image[row]]
+        groups, image, _ = table
+        for row in rows:
+            if (shape, row) not in seen:
+                seen.add((shape, row))
+                found.append((op, groups[row], groups[image[row]]))
+    return found
 
 
-def _link_images(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families,
+def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, ...]]], kept: np.ndarray,
                  plans: PlanCache, shift: list[int]) -> dict[int, int] | None:
     """The shift's action on the links the run's flows use, read off each plan and the plan of its image
     phase by phase (the same transfers, moved; routes moved link by link onto links alike), or None. A plan
@@ -207,8 +216,7 @@ def _link_images(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int
     path = topology.path
     images: dict[int, int] = {}
     checked: set[tuple[int, int, int]] = set()
-    kept = families.kept
-    for op, group, image_group in _plan_groups(collectives, closed, families):
+    for op, group, image_group in planned:
         phases, image_phases = plans.phases(op, group), plans.phases(op, image_group)
         if len(phases) != len(image_phases):
             return None
@@ -253,13 +261,12 @@ def _representatives(images: dict[int, int], order: int, links: int) -> np.ndarr
     return representative
 
 
-def _routes_meet_each_orbit_once(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]],
-                                 families: _Families, plans: PlanCache, kept: np.ndarray,
-                                 representative: np.ndarray) -> bool:
+def _routes_meet_each_orbit_once(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, ...]]],
+                                 plans: PlanCache, kept: np.ndarray, representative: np.ndarray) -> bool:
     """Whether no kept flow's route crosses two links of one orbit (its quotient path would carry it twice)."""
     path = plans.topology.path
     checked: set[tuple[int, int, int]] = set()
-    for op, group, _ in _plan_groups(collectives, closed, families):
+    for op, group, _ in planned:
         for phase in plans.phases(op, group):
             for t in phase.transfers:
                 route = (t.src, t.dst, t.channel)

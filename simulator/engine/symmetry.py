@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 
@@ -31,14 +32,28 @@ SAME_TIME = 1e-9
 max-min solve)."""
 
 
-def route_shape(topology: Topology, phase: Phase, link_kinds: Sequence[tuple[float, str]]) -> tuple:
+LOADS = 1 << 32
+"""A link's place in a route shape packs its kind and its load into one integer, ``kind * LOADS + load``: a
+phase has far fewer than 2**32 transfers, so the packing is one to one and shapes compare as plain ints."""
+
+
+def link_kind_codes(topology: Topology) -> list[int]:
+    """Each directed link's kind (bandwidth, class) as a dense id, times LOADS."""
+    kinds: dict[tuple[float, str], int] = {}
+    return [kinds.setdefault(kind, len(kinds)) * LOADS
+            for kind in zip(topology.link_bandwidth.tolist(), topology.link_class)]
+
+
+def route_shape(topology: Topology, phase: Phase, link_kinds: Sequence[int]) -> tuple:
     """What the network sees of ``phase`` up to renaming links: per transfer its bytes and, for each link of
-    its route, its kind (bandwidth, class) and how many of the phase's transfers cross it; sorted, so the
-    order of the transfers does not matter."""
-    paths = [topology.path(t.src, t.dst, t.channel) for t in phase.transfers]
-    load = Counter(link for path in paths for link in path)
-    return tuple(sorted((t.nbytes, tuple([(link_kinds[link], load[link]) for link in path]))
-                        for t, path in zip(phase.transfers, paths)))
+    its route, its kind (``link_kinds``, `link_kind_codes`) and how many of the phase's transfers cross it;
+    sorted, so the order of the transfers does not matter."""
+    if not phase.transfers:
+        return ()
+    sources, destinations, sizes, channels = zip(*phase.transfers)
+    paths = list(map(topology.path, sources, destinations, channels))
+    place = {link: link_kinds[link] + load for link, load in Counter(chain.from_iterable(paths)).items()}
+    return tuple(sorted(zip(sizes, [tuple(map(place.__getitem__, path)) for path in paths])))
 
 
 def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray) -> str:
@@ -52,7 +67,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow."""
     topology = plans.topology
-    link_kinds = list(zip(topology.link_bandwidth.tolist(), topology.link_class))
+    link_kinds = link_kind_codes(topology)
     group_ids = GroupIds()
     sized: set[tuple] = set()
     seen: set[tuple] = set()
