@@ -11,6 +11,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,12 +53,18 @@ Progress = Callable[[int, int], None]
 @dataclass
 class Result:
     """A finished run: the summary (what summary.json holds), the timeline, the cluster it ran on and the
-    route (directed link ids) of each flow row of the timeline, in flow-row order, as flat arrays."""
+    event log the timeline was made of."""
 
     summary: dict
     timeline: pd.DataFrame
     topology: Topology
-    flow_routes: FlowRoutes = field(default_factory=lambda: FlowRoutes.of([]))
+    log: EventLog = field(default_factory=EventLog, repr=False)
+
+    @cached_property
+    def flow_routes(self) -> FlowRoutes:
+        """The route (directed link ids) of each flow row of the timeline, in flow-row order, as flat arrays;
+        read off the log on first use, since only the trace's link tracks and reports by link need them."""
+        return self.log.route_table()
 
 
 @dataclass(frozen=True)
@@ -302,10 +309,10 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              progress: Progress | None = None,
-             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, FlowRoutes]:
-    """Execute a step program and summarise it: the metrics see only the program and its timeline (the flows'
-    routes come back for the trace's link tracks). The metrics (and pandas) are imported here, not at module
-    level, so that `trainsim collective` never loads them."""
+             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, EventLog]:
+    """Execute a step program and summarise it: the metrics see only the program and its timeline (the log
+    comes back for the flows' routes, which the trace's link tracks read). The metrics (and pandas) are
+    imported here, not at module level, so that `trainsim collective` never loads them."""
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
     plans = plans or plan_cache(topology, settings)
@@ -328,7 +335,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
-    return summary, frame, result.log.route_table()
+    return summary, frame, result.log
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
@@ -351,18 +358,19 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             program = step_program(loaded, topology, fold=False)
         else:
             faults.slowdowns = folded
-    summary, frame, routes = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
+    summary, frame, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
+    result = Result(summary, frame, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:
         from simulator.parameter_server.summary import ps_report
 
-        summary["parameter_server"] = ps_report(program, frame, routes.tolist(), topology, settings,
+        summary["parameter_server"] = ps_report(program, frame, result.flow_routes.tolist(), topology, settings,
                                                 summary["step_time_s"])
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
-    return Result(summary, frame, topology, routes)
+    return result
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
@@ -413,4 +421,4 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     }
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
-    return Result(summary, frame, topology, result.log.route_table())
+    return Result(summary, frame, topology, result.log)
