@@ -30,6 +30,7 @@ from simulator.config.training_options import (
 )
 from simulator.errors import InputError
 from simulator.network.modes import NetworkMode
+from simulator.parallel.context import CpAlgorithm
 from simulator.schedules.registry import schedule_names
 from simulator.units import parse_duration, parse_size
 
@@ -285,7 +286,7 @@ class ParallelismConfig(Section):
     strategy: Strategy = "collective"
     tp: int = Field(default=1, ge=1)
     cp: int = Field(default=1, ge=1)
-    cp_algorithm: Literal["ring", "all_gather"] = "ring"
+    cp_algorithm: CpAlgorithm = "ring"
     cp_load_balance: bool = True
     ep: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)

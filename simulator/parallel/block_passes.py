@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.context import CP_STREAM, ContextAttention
-from simulator.parallel.experts import ExpertWork, ep_group, expert_dp_group, group_images
+from simulator.parallel.experts import AllToAll, ExpertWork, ep_group, expert_dp_group, group_images
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM
@@ -86,7 +86,7 @@ class BlockPasses(BuilderCore):
             return self._part(rank, name, *rest, deps, category, mb)
         return deps[0]
 
-    def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: str, phase: Pass, deps: list[int],
+    def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: AllToAll, phase: Pass, deps: list[int],
                     mb: int, vstage: int) -> list[int]:
         ep = experts.ep
         if ep == 1:

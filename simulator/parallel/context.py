@@ -21,11 +21,13 @@ makes every rank's work, and every ring step, equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Literal, assert_never
 
 from simulator.parallel.passes import Pass
 
 CP_STREAM = "cp"
+CpAlgorithm = Literal["ring", "all_gather"]
+"""How a CP rank gets the sequence's K/V (`parallelism.cp_algorithm`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +40,7 @@ class ContextAttention:
     ``causal`` says masked blocks are skipped (flash attention), which is what makes unbalanced splits uneven.
     """
 
-    algorithm: str
+    algorithm: CpAlgorithm
     cp: int
     balanced: bool
     causal: bool

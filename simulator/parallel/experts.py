@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import assert_never
+from typing import Literal, assert_never
 
 from simulator.parallel.layout import Layout
 from simulator.parallel.passes import Pass
+
+AllToAll = Literal["dispatch", "combine"]
+"""The two all-to-alls around a MoE block's routed experts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,7 @@ class ExpertWork:
     params: float
     sm_bound_s: tuple[float, float, float, float]
 
-    def pairs(self, which: str, backward: bool) -> tuple[tuple[float, ...], ...]:
+    def pairs(self, which: AllToAll, backward: bool) -> tuple[tuple[float, ...], ...]:
         """Bytes per (sender, receiver) of the ``which`` (dispatch or combine) all-to-all: the dispatch matrix
         in the forward dispatch and the backward of the combine (gradients flow toward the experts), its
         transpose otherwise."""

@@ -5,32 +5,36 @@ gather deferred to the next step's forward (--overlap-param-gather). docs/traini
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.passes import Pass
-from simulator.parallel.work import Block, bound_share
+from simulator.parallel.work import Block, TpPattern, bound_share
 
 TP_STREAM = "tp"
 DP_STREAM = "dp"
 
 
-def tp_op(pattern: str, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
+def tp_op(pattern: TpPattern, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
     """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators."""
-    if pattern == "embedding":
-        if backward or before:
-            return None
-        return "reduce_scatter" if sequence_parallel else "all_reduce"
-    if pattern == "experts":
-        return None if sequence_parallel or before else "all_gather"
-    if pattern == "head":
-        if sequence_parallel:
-            if before and not backward:
-                return "all_gather"
-            return "reduce_scatter" if backward and not before else None
-        return "all_reduce" if backward and not before else None
-    if sequence_parallel:
-        return "all_gather" if before else "reduce_scatter"
-    return None if before else "all_reduce"
+    match pattern:
+        case TpPattern.EMBEDDING:
+            if backward or before:
+                return None
+            return "reduce_scatter" if sequence_parallel else "all_reduce"
+        case TpPattern.EXPERTS:
+            return None if sequence_parallel or before else "all_gather"
+        case TpPattern.HEAD:
+            if sequence_parallel:
+                if before and not backward:
+                    return "all_gather"
+                return "reduce_scatter" if backward and not before else None
+            return "all_reduce" if backward and not before else None
+        case TpPattern.LAYER:
+            if sequence_parallel:
+                return "all_gather" if before else "reduce_scatter"
+            return None if before else "all_reduce"
+    assert_never(pattern)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork, bound_share
+from simulator.parallel.work import Block, StageWork, TpPattern, bound_share
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
@@ -405,7 +405,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         ends = self._unit_ends.setdefault(rank, [[], []])
         window = ends[0] if sharding.gather_per_layer and not phase.input_grads else ends[1]
         ends[:] = [ends[1], self._recent_compute.get(rank, [])[-1:]]
-        if sharding.gather_per_layer and phase.input_grads and block.tp_pattern == "head":
+        if sharding.gather_per_layer and phase.input_grads and block.tp_pattern is TpPattern.HEAD:
             return []
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"

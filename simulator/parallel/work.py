@@ -8,11 +8,21 @@ turns blocks into ops; the cost model (or a synthetic spec) fills them in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import assert_never
 
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.passes import Pass
+
+
+class TpPattern(StrEnum):
+    """Where a block's TP collectives sit (see Block)."""
+
+    LAYER = "layer"
+    EMBEDDING = "embedding"
+    HEAD = "head"
+    EXPERTS = "experts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +67,7 @@ class Block:
     memory_bound: bool = False
     sm_bound_s: tuple[float, float, float, float] | None = None
     tensors: tuple[float, ...] = ()
-    tp_pattern: str = "layer"
+    tp_pattern: TpPattern = TpPattern.LAYER
     context: ContextAttention | None = None
     overlap_gemm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     experts: ExpertWork | None = None

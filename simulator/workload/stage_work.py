@@ -8,9 +8,9 @@ from dataclasses import dataclass, replace
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
 from simulator.config.training_options import Precision, Recompute
-from simulator.parallel.context import ContextAttention
+from simulator.parallel.context import ContextAttention, CpAlgorithm
 from simulator.parallel.experts import ExpertWork
-from simulator.parallel.work import Block, StageWork
+from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.workload.experts import MoELayer
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times, sm_bound_duration
 from simulator.workload.transformer import (
@@ -26,10 +26,11 @@ from simulator.workload.transformer import (
 
 ATTENTION_KERNELS = frozenset({"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"})
 TP_ADJACENT_GEMMS = {
-    "layer": (frozenset({"qkv_proj", "mlp_gate", "mlp_up", "mlp_fc1"}), frozenset({"out_proj", "mlp_down", "mlp_fc2"})),
-    "head": (frozenset({"lm_head"}), frozenset()),
-    "embedding": (frozenset(), frozenset()),
-    "experts": (frozenset(), frozenset()),
+    TpPattern.LAYER: (frozenset({"qkv_proj", "mlp_gate", "mlp_up", "mlp_fc1"}),
+                      frozenset({"out_proj", "mlp_down", "mlp_fc2"})),
+    TpPattern.HEAD: (frozenset({"lm_head"}), frozenset()),
+    TpPattern.EMBEDDING: (frozenset(), frozenset()),
+    TpPattern.EXPERTS: (frozenset(), frozenset()),
 }
 """Per TP pattern, the column-parallel GEMMs right after a block's leading TP collective and the row-parallel
 GEMMs right before its trailing one: the GEMMs tp_comm_overlap splits into chunks against them (the
@@ -53,7 +54,7 @@ def _part(kernels, attention: bool):
 
 
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
-           tensors: tuple[float, ...], tp_pattern: str = "layer", context: ContextAttention | None = None,
+           tensors: tuple[float, ...], tp_pattern: TpPattern = TpPattern.LAYER, context: ContextAttention | None = None,
            experts: ExpertWork | None = None) -> Block:
     def seconds(ks):
         return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
@@ -124,7 +125,7 @@ def layers_per_stage(layers: int, stages: int, fewer_on_ends: bool) -> list[int]
 
 
 def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape, kv_bytes: float,
-                      algorithm: str, balanced: bool) -> ContextAttention:
+                      algorithm: CpAlgorithm, balanced: bool) -> ContextAttention:
     """The attention core's share of a layer's kernels under context parallelism (see parallel/context.py)."""
     def core(ks):
         return tuple(k for k in ks if k.name.removeprefix("recompute.").split(".")[0] == "attention")
@@ -148,7 +149,7 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
 
 
 def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: CostContext,
-                       counts: list[int], cp_algorithm: str = "ring", cp_balanced: bool = True,
+                       counts: list[int], cp_algorithm: CpAlgorithm = "ring", cp_balanced: bool = True,
                        moe: MoELayer | None = None) -> tuple[StageWork, ...]:
     """StageWork per virtual stage for a transformer with ``counts[i]`` layers on virtual stage i; with
     context parallelism the attention blocks carry their core's split (``cp_algorithm``, ``cp_balanced``);
@@ -170,7 +171,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
         mlp_block = _block("", 0, mlp, cost, tp_bytes=activation_bytes, cp_bytes=0.0, tensors=mlp_tensors)
     else:
         mlp_block = _block("", 0, grad_accumulation(moe.kernels, shard), cost, tp_bytes=activation_bytes,
-                           cp_bytes=0.0, tensors=moe.tensors, tp_pattern="experts", experts=moe.experts)
+                           cp_bytes=0.0, tensors=moe.tensors, tp_pattern=TpPattern.EXPERTS, experts=moe.experts)
     stages = []
     first_layer = 0
     for index, count in enumerate(counts):
@@ -178,7 +179,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
         if index == 0:
             blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
                                  tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,),
-                                 tp_pattern="embedding"))
+                                 tp_pattern=TpPattern.EMBEDDING))
         for number in range(first_layer, first_layer + count):
             blocks.append(replace(attention_block, name=f"L{number}.attn", layer=number))
             blocks.append(replace(mlp_block, name=f"L{number}.mlp", layer=number))
@@ -187,7 +188,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
             output = (model.head_params() - model.norm_params()) / t
             head = (float(model.norm_params()), *((output,) if output else ()))
             blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=activation_bytes,
-                                 cp_bytes=0.0, tensors=head, tp_pattern="head"))
+                                 cp_bytes=0.0, tensors=head, tp_pattern=TpPattern.HEAD))
         stages.append(StageWork(tuple(blocks), p2p_bytes))
     return tuple(stages)
 
