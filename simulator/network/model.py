@@ -10,7 +10,7 @@ transfer never waits for others: it takes its latency plus its bytes over its pa
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import chain
 from operator import attrgetter
@@ -27,6 +27,8 @@ from simulator.topology.graph import LINK_CLASSES, Topology
 
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
+SOLVED_COMPONENTS = 8192
+"""Solved components remembered for reuse (forgotten all at once when full, or when a capacity changes)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 
@@ -44,11 +46,13 @@ class _Phase:
 
 class _Flow:
     """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries.
-    It contends on the links of ``path`` and is logged with ``route`` (the same unless a quotient maps it)."""
+    It contends on the links of ``path`` (as a member of ``group``) and is logged with ``route`` (the same
+    unless a quotient maps it)."""
 
     __slots__ = (
         "channel",
         "dst",
+        "group",
         "last_update",
         "nbytes",
         "path",
@@ -61,6 +65,7 @@ class _Flow:
         "src",
         "version",
     )
+    group: _PathGroup
 
     def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
                  src: int, dst: int, channel: int = 0, route: tuple[int, ...] | None = None):
@@ -77,6 +82,22 @@ class _Flow:
         self.posted_s = posted_s
         self.src = src
         self.dst = dst
+
+
+class _PathGroup:
+    """The active flows contending on one path. Max-min fairness gives them one ``rate``, so a group, not
+    each flow, is registered on the links, reached by a component search and solved. A group lives as long
+    as the network (its ``number`` orders a component's groups the same way whenever they meet again);
+    ``joined`` holds the flows added since the last solve, the only ones whose rate may differ from it."""
+
+    __slots__ = ("flows", "joined", "number", "path", "rate")
+
+    def __init__(self, number: int, path: tuple[int, ...]):
+        self.number = number
+        self.path = path
+        self.flows: set[_Flow] = set()
+        self.joined: list[_Flow] = []
+        self.rate = 0.0
 
 
 class _EndOfInstant(simpy.Event):
@@ -109,9 +130,12 @@ class Network:
         self.resolved_flows = 0
         self.wake_ups = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
-        self._link_flows: dict[int, set[_Flow]] = {}
+        self._groups: dict[tuple[int, ...], _PathGroup] = {}
+        self._link_groups: dict[int, set[_PathGroup]] = {}
+        self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}
         self._active = 0
         self._starting: list[_Flow] = []
+        self._touched_groups: set[_PathGroup] = set()
         self._touched_links: set[int] = set()
         self._batch_pending = False
         self._by_finish: list[tuple[float, int, int, _Flow]] = []
@@ -216,6 +240,7 @@ class Network:
             self.capacity = self.capacity.copy()
         self.capacity[list(links)] *= fraction
         self._bottleneck.clear()
+        self._solved.clear()
         self._touched_links.update(links)
         self._request_batch()
 
@@ -224,16 +249,14 @@ class Network:
         their new route with the bytes they have left; flows still in their latency are rerouted as they start."""
         self._down.update(links)
         self._bottleneck.clear()
-        moving = {flow for link in links for flow in self._link_flows.get(link, ())}
+        moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
         for flow in sorted(moving, key=attrgetter("seq")):
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
             flow.last_update = now
             self._unlink(flow)
             flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
-            for link in flow.path:
-                self._link_flows.setdefault(link, set()).add(flow)
-                self._touched_links.add(link)
+            self._join(flow)
         self._request_batch()
 
     def _request_batch(self) -> None:
@@ -244,64 +267,92 @@ class Network:
     def _apply_batch(self, _event: simpy.Event) -> None:
         """Register the flows that started, re-solve the component the changes touched, re-arm the wake-up."""
         self._batch_pending = False
-        touched = self._touched_links
-        self._touched_links = set()
-        link_flows = self._link_flows
         for flow in self._starting:
-            touched.update(flow.path)
-            for link in flow.path:
-                members = link_flows.get(link)
-                if members is None:
-                    link_flows[link] = {flow}
-                else:
-                    members.add(flow)
+            self._join(flow)
         self._active += len(self._starting)
         self._starting = []
-        component = self._component(touched)
+        seeds = self._touched_links
+        seeds.update(chain.from_iterable(group.path for group in self._touched_groups))
+        self._touched_links = set()
+        self._touched_groups = set()
+        component = self._component(seeds)
         if component:
             self._resolve(component)
         self._arm_wake_up()
 
-    def _component(self, seeds: set[int]) -> list[_Flow]:
-        """Active flows connected to links ``seeds`` through shared links, in posting order."""
-        link_flows = self._link_flows
+    def _join(self, flow: _Flow) -> None:
+        """Add ``flow`` to the group of its path (registering the group on its links if it was idle)."""
+        group = self._groups.get(flow.path)
+        if group is None:
+            group = self._groups[flow.path] = _PathGroup(len(self._groups), flow.path)
+        if not group.flows:
+            link_groups = self._link_groups
+            for link in group.path:
+                members = link_groups.get(link)
+                if members is None:
+                    link_groups[link] = {group}
+                else:
+                    members.add(group)
+        group.flows.add(flow)
+        group.joined.append(flow)
+        flow.group = group
+        self._touched_groups.add(group)
+
+    def _component(self, seeds: set[int]) -> list[_PathGroup]:
+        """Active groups connected to links ``seeds`` through shared links, in the order of their numbers."""
+        link_groups = self._link_groups
         seen_links = set(seeds)
         frontier = seeds
-        found: set[_Flow] = set()
+        found: set[_PathGroup] = set()
         while frontier:
-            reached = set().union(*[link_flows[link] for link in frontier if link in link_flows])
+            reached = set().union(*[link_groups[link] for link in frontier if link in link_groups])
             reached -= found
             if not reached:
                 break
             found |= reached
-            frontier = set(chain.from_iterable(flow.path for flow in reached))
+            frontier = set(chain.from_iterable(group.path for group in reached))
             frontier -= seen_links
             seen_links |= frontier
-        return sorted(found, key=attrgetter("seq"))
+        return sorted(found, key=attrgetter("number"))
 
-    def _resolve(self, component: list[_Flow]) -> None:
-        """New max-min rates for ``component``; only flows whose rate changes are brought up to date."""
+    def _resolve(self, component: list[_PathGroup]) -> None:
+        """New max-min rates for ``component``; only flows whose rate changes are brought up to date.
+
+        The rates depend only on the groups' paths and sizes (the solve sums whole flow counts and takes
+        minima, so the order of the groups does not move a bit): a component seen before with the same
+        sizes reuses its rates, as the repeated steps of a training run meet the same components again.
+        """
         self.resolves += 1
-        self.resolved_flows += len(component)
-        group_of_path: dict[tuple[int, ...], int] = {}
-        flow_group = [group_of_path.setdefault(flow.path, len(group_of_path)) for flow in component]
-        groups = np.array(flow_group, dtype=np.int64)
-        weight = np.bincount(groups, minlength=len(group_of_path)).astype(float)
-        group_rates = grouped_max_min_rates(list(group_of_path), weight, self.capacity).tolist()
+        sizes = tuple(len(group.flows) for group in component)
+        self.resolved_flows += sum(sizes)
+        key = (tuple(group.number for group in component), sizes)
+        group_rates = self._solved.get(key)
+        if group_rates is None:
+            group_rates = grouped_max_min_rates([group.path for group in component], np.array(sizes, dtype=float),
+                                                self.capacity).tolist()
+            if len(self._solved) >= SOLVED_COMPONENTS:
+                self._solved.clear()
+            self._solved[key] = group_rates
         now = self.env.now
         push, by_finish, by_ready = heapq.heappush, self._by_finish, self._by_ready
-        for flow, group in zip(component, flow_group):
-            rate = group_rates[group]
-            if rate == flow.rate:
-                continue
-            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
-            flow.last_update = now
-            flow.rate = rate
-            flow.version += 1
-            finish = now + flow.remaining / rate
-            ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-            push(by_finish, (finish, flow.seq, flow.version, flow))
-            push(by_ready, (ready, flow.seq, flow.version, flow))
+        for group, rate in zip(component, group_rates):
+            if rate != group.rate:
+                group.rate = rate
+                changed: Iterable[_Flow] = group.flows
+            else:
+                changed = [flow for flow in group.joined if flow.rate != rate and flow in group.flows]
+            group.joined = []
+            for flow in changed:
+                if rate == flow.rate:
+                    continue
+                flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
+                flow.last_update = now
+                flow.rate = rate
+                flow.version += 1
+                finish = now + flow.remaining / rate
+                ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
+                push(by_finish, (finish, flow.seq, flow.version, flow))
+                push(by_ready, (ready, flow.seq, flow.version, flow))
         if len(self._by_finish) > 4 * self._active + 1024:
             self._by_finish = self._fresh(self._by_finish)
             self._by_ready = self._fresh(self._by_ready)
@@ -347,14 +398,18 @@ class Network:
         self._request_batch()
 
     def _unlink(self, flow: _Flow) -> None:
-        """Take ``flow`` off the links of its path (they are re-solved at the end of the instant)."""
-        link_flows = self._link_flows
-        for link in flow.path:
-            members = link_flows[link]
-            members.discard(flow)
-            if not members:
-                del link_flows[link]
-        self._touched_links.update(flow.path)
+        """Take ``flow`` out of its group, and an emptied group off its links (re-solved at the end of the
+        instant)."""
+        group = flow.group
+        group.flows.discard(flow)
+        if not group.flows:
+            link_groups = self._link_groups
+            for link in group.path:
+                members = link_groups[link]
+                members.discard(group)
+                if not members:
+                    del link_groups[link]
+        self._touched_groups.add(group)
 
     def _finish(self, flow: _Flow, now: float) -> None:
         flow.version = -1
