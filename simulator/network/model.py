@@ -10,10 +10,11 @@ transfer never waits for others: it takes its latency plus its bytes over its pa
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import simpy
@@ -45,13 +46,16 @@ class _Phase:
 
 
 class _Flow:
-    """An active transfer: bytes left as of ``last_update`` at ``rate``; ``version`` ages its heap entries.
-    It contends on the links of ``path`` (as a member of ``group``) and is logged with ``route`` (the same
-    unless a quotient maps it)."""
+    """An active transfer: bytes left as of ``last_update`` at ``rate``, due at ``finish`` (done from
+    ``ready``, within tolerance); ``version`` ages its heap entries. It contends on the links of ``path`` (as
+    a member of ``group``) and is logged with ``route`` (the same unless a quotient maps it). ``twins`` are
+    transfers of the same phase with the same path, bytes and latency: they would keep this flow's state to
+    the last bit, so they ride along with it (one flow to solve, update and finish; logged one by one)."""
 
     __slots__ = (
         "channel",
         "dst",
+        "finish",
         "group",
         "last_update",
         "nbytes",
@@ -59,10 +63,12 @@ class _Flow:
         "phase",
         "posted_s",
         "rate",
+        "ready",
         "remaining",
         "route",
         "seq",
         "src",
+        "twins",
         "version",
     )
     group: _PathGroup
@@ -77,20 +83,31 @@ class _Flow:
         self.remaining = nbytes
         self.rate = 0.0
         self.last_update = posted_s
+        self.finish = self.ready = math.inf
         self.version = 0
         self.phase = phase
         self.posted_s = posted_s
         self.src = src
         self.dst = dst
+        self.twins: list[_Flow] = []
+
+    def split(self) -> list[_Flow]:
+        """This flow and its twins as flows of their own, each in this flow's state (they go separate ways)."""
+        twins, self.twins = self.twins, []
+        for twin in twins:
+            twin.remaining, twin.last_update, twin.rate = self.remaining, self.last_update, self.rate
+            twin.finish, twin.ready = self.finish, self.ready
+        return [self, *twins]
 
 
 class _PathGroup:
     """The active flows contending on one path. Max-min fairness gives them one ``rate``, so a group, not
     each flow, is registered on the links, reached by a component search and solved. A group lives as long
     as the network (its ``number`` orders a component's groups the same way whenever they meet again);
-    ``joined`` holds the flows added since the last solve, the only ones whose rate may differ from it."""
+    ``weight`` counts its transfers (flows and their twins); ``joined`` holds the flows added since the last
+    solve, the only ones whose rate may differ from it."""
 
-    __slots__ = ("flows", "joined", "number", "path", "rate")
+    __slots__ = ("flows", "joined", "number", "path", "rate", "weight")
 
     def __init__(self, number: int, path: tuple[int, ...]):
         self.number = number
@@ -98,6 +115,7 @@ class _PathGroup:
         self.flows: set[_Flow] = set()
         self.joined: list[_Flow] = []
         self.rate = 0.0
+        self.weight = 0
 
 
 class _EndOfInstant(simpy.Event):
@@ -167,6 +185,7 @@ class Network:
         phase = _Phase(self.env.event(), len(transfers), key)
         now = self.env.now
         by_latency: dict[float, list[_Flow]] = {}
+        twin_of: dict[tuple[float, tuple[int, ...], float], _Flow] = {}
         seq = self.flows_simulated
         for item in transfers:
             route = None
@@ -178,11 +197,17 @@ class Network:
                 path, nbytes, latency = item[:3]
                 src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
                 channel = 0
+            flow = _Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel, route)
+            seq += 1
+            if flow.nbytes > 0 and flow.path:
+                first = twin_of.setdefault((latency, flow.path, flow.nbytes), flow)
+                if first is not flow:
+                    first.twins.append(flow)
+                    continue
             flows = by_latency.get(latency)
             if flows is None:
                 flows = by_latency[float(latency)] = []
-            flows.append(_Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel, route))
-            seq += 1
+            flows.append(flow)
         self.flows_simulated = seq
         for latency, flows in by_latency.items():
             if latency > 0:
@@ -225,9 +250,12 @@ class Network:
         for flow in flows:
             if flow.nbytes <= 0 or not flow.path:
                 self._finish(flow, now)
+            elif self._down and not self._down.isdisjoint(flow.path):
+                for member in flow.split():
+                    member.path = member.route = self.topology.path(member.src, member.dst, member.channel)
+                    member.last_update = now
+                    self._starting.append(member)
             else:
-                if self._down and not self._down.isdisjoint(flow.path):
-                    flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
                 flow.last_update = now
                 self._starting.append(flow)
         if self._starting:
@@ -251,10 +279,19 @@ class Network:
         self._bottleneck.clear()
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
-        for flow in sorted(moving, key=attrgetter("seq")):
+        members = []
+        for flow in moving:
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
             flow.last_update = now
             self._unlink(flow)
+            twins = flow.twins
+            members.extend(flow.split())
+            if flow.rate:
+                for twin in twins:
+                    heapq.heappush(self._by_finish, (twin.finish, twin.seq, twin.version, twin))
+                    heapq.heappush(self._by_ready, (twin.ready, twin.seq, twin.version, twin))
+                self._active += len(twins)
+        for flow in sorted(members, key=attrgetter("seq")):
             flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
             self._join(flow)
         self._request_batch()
@@ -294,6 +331,7 @@ class Network:
                 else:
                     members.add(group)
         group.flows.add(flow)
+        group.weight += 1 + len(flow.twins)
         group.joined.append(flow)
         flow.group = group
         self._touched_groups.add(group)
@@ -323,7 +361,7 @@ class Network:
         sizes reuses its rates, as the repeated steps of a training run meet the same components again.
         """
         self.resolves += 1
-        sizes = tuple(len(group.flows) for group in component)
+        sizes = tuple(group.weight for group in component)
         self.resolved_flows += sum(sizes)
         key = (tuple(group.number for group in component), sizes)
         group_rates = self._solved.get(key)
@@ -349,8 +387,8 @@ class Network:
                 flow.last_update = now
                 flow.rate = rate
                 flow.version += 1
-                finish = now + flow.remaining / rate
-                ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
+                flow.finish = finish = now + flow.remaining / rate
+                flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
                 push(by_finish, (finish, flow.seq, flow.version, flow))
                 push(by_ready, (ready, flow.seq, flow.version, flow))
         if len(self._by_finish) > 4 * self._active + 1024:
@@ -388,12 +426,21 @@ class Network:
         self._wake_time = None
         now = self.env.now
         heap = self._by_ready
+        done: list[tuple[float, int, _Flow]] = []
+        with_twins = False
         while heap and heap[0][0] <= due:
-            _, _, version, flow = heapq.heappop(heap)
+            ready, seq, version, flow = heapq.heappop(heap)
             if version != flow.version:
                 continue
             self._unlink(flow)
             self._active -= 1
+            done.append((ready, seq, flow))
+            if flow.twins:
+                with_twins = True
+                done.extend((ready, twin.seq, twin) for twin in flow.twins)
+        if with_twins:
+            done.sort(key=itemgetter(0, 1))
+        for _, _, flow in done:
             self._finish(flow, now)
         self._request_batch()
 
@@ -402,6 +449,7 @@ class Network:
         instant)."""
         group = flow.group
         group.flows.discard(flow)
+        group.weight -= 1 + len(flow.twins)
         if not group.flows:
             link_groups = self._link_groups
             for link in group.path:
