@@ -8,6 +8,7 @@ import simpy
 
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
+from simulator.faults.rerouting import Rerouter
 from simulator.metrics.events import EventLog
 from simulator.network.maxmin import max_min_rates
 from simulator.network.model import Network
@@ -374,3 +375,77 @@ def test_network_matches_a_step_by_step_reference_on_random_traffic():
                 want[str(i)] = now
     assert got == pytest.approx(want, rel=1e-8)
     assert net.resolves < 2 * 150
+
+
+def test_identical_transfers_of_a_phase_are_logged_one_by_one_in_finish_then_posting_order():
+    # a-b carries 10 GB/s, b-c 5 GB/s: the two 1 GB transfers a->b (the same path, bytes and latency: they
+    # ride as one flow) get 5 GB/s each, the one b->c posted between them 5 GB/s, so all three are ready at
+    # the same instant with the same float dust; the log keeps posting order a, b, a at 1 GB / 5 GB/s.
+    graph = Wiring()
+    add_link(graph, "a", "b", bandwidth=10 * GB, latency=0.0, link_class="nvlink")
+    add_link(graph, "b", "c", bandwidth=5 * GB, latency=0.0, link_class="nvlink")
+    topo = Topology(name="line", wiring=graph, gpus=["a", "b", "c"], gpu_host=[0, 1, 2], gpu_local=[0, 0, 0])
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.run_phase([(topo.path(0, 1), 1 * GB, 0.0, 0, 1, 0), (topo.path(1, 2), 1 * GB, 0.0, 1, 2, 0),
+                   (topo.path(0, 1), 1 * GB, 0.0, 0, 1, 1)])
+    env.run()
+    frame = log.to_frame()
+    assert list(frame["rank"]) == [0, 1, 0]
+    assert list(frame["end_s"]) == [0.2, 0.2, 0.2] and env.now == pytest.approx(0.2, rel=EXACT)
+    assert (net.resolves, net.resolved_flows, net.wake_ups) == (1, 3, 1)
+
+
+def test_identical_transfers_cut_off_by_a_failed_link_each_continue_on_their_own_route():
+    # g0 -> g1 over s0 - m0 - s1 or s0 - m1 - s1 (10 GB/s each). Two 1 GB transfers (channels 0 and 1)
+    # share the first route at 5 GB/s; at 0.1 s s0-m0 fails with 0.5 GB left in each: both move to m1, each
+    # on its own, keep 5 GB/s and end together at 0.2 s. A 1 GB transfer g1 -> g0 on the reverse route, alone at
+    # 10 GB/s, ends at 0.1 s, at the failure.
+    graph = Wiring()
+    add_link(graph, "g0", "s0", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
+    add_link(graph, "s1", "g1", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
+    for middle in ("m0", "m1"):
+        add_link(graph, "s0", middle, bandwidth=10 * GB, latency=0.0, link_class="infiniband")
+        add_link(graph, middle, "s1", bandwidth=10 * GB, latency=0.0, link_class="infiniband")
+    topo = Topology(name="diamond", wiring=graph, gpus=["g0", "g1"], gpu_host=[0, 1], gpu_local=[0, 0])
+    rerouter = Rerouter(topo)
+    first = topo.path(0, 1, 0)
+    assert first == topo.path(0, 1, 1) and topo.link_index[("s0", "m0")] in first
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    done = net.run_phase([(first, 1 * GB, 0.0, 0, 1, 0), (topo.path(1, 0), 1 * GB, 0.0, 1, 0, 0),
+                          (first, 1 * GB, 0.0, 0, 1, 1)])
+
+    def fail():
+        yield env.timeout(0.1)
+        rerouter.take_down([("s0", "m0")])
+        net.take_down([topo.link_index[("s0", "m0")], topo.link_index[("m0", "s0")]])
+
+    env.process(fail())
+    assert run_until_done(env, done) == pytest.approx(0.2, rel=EXACT)
+    frame = log.to_frame()
+    assert list(frame["rank"]) == [1, 0, 0]
+    assert list(frame["end_s"]) == pytest.approx([0.1, 0.2, 0.2], rel=EXACT)
+    detour = topo.link_index[("s0", "m1")]
+    assert [detour in route for route in log.flow_routes()] == [False, True, True]
+    assert net.wake_ups == 2  # the moved transfers still end together
+
+
+def test_a_component_met_again_with_the_same_sizes_reuses_its_solve_until_a_capacity_changes():
+    # Three rounds of four 1 GB flows g0->g2 over the 10 GB/s core, each round ending at 4 * 0.1 s: the same
+    # component each time, solved once; a degraded core (half) is solved anew and takes twice as long.
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+
+    def rounds():
+        for _ in range(3):
+            yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)] * 2 + [(topo.path(1, 2), 1 * GB, 0.0)] * 2)
+        net.scale_capacity([topo.link_index[("s0", "s1")]], 0.5)
+        yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)] * 2 + [(topo.path(1, 2), 1 * GB, 0.0)] * 2)
+
+    env.run(env.process(rounds()))
+    assert env.now == pytest.approx(3 * 0.4 + 0.8, rel=EXACT)
+    assert (net.resolves, net.resolved_flows, net.max_min_solves) == (4, 16, 2)

@@ -131,9 +131,10 @@ class _EndOfInstant(simpy.Event):
 class Network:
     """Transfers over a compiled ``Topology``; ``efficiency`` scales each link class's bandwidth.
 
-    Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (max-min solves),
-    ``resolved_flows`` (flows summed over all solves, i.e. the work the solves did) and ``wake_ups``
-    (completion instants processed).
+    Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (components re-solved),
+    ``resolved_flows`` (transfers summed over all of them, i.e. the work the solves did), ``max_min_solves``
+    (the resolves not answered by an earlier solve of the same component) and ``wake_ups`` (completion
+    instants processed).
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
@@ -146,6 +147,7 @@ class Network:
         self.flows_simulated = 0
         self.resolves = 0
         self.resolved_flows = 0
+        self.max_min_solves = 0
         self.wake_ups = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
@@ -366,6 +368,7 @@ class Network:
         key = (tuple(group.number for group in component), sizes)
         group_rates = self._solved.get(key)
         if group_rates is None:
+            self.max_min_solves += 1
             group_rates = grouped_max_min_rates([group.path for group in component], np.array(sizes, dtype=float),
                                                 self.capacity).tolist()
             if len(self._solved) >= SOLVED_COMPONENTS:
