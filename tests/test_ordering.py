@@ -3,6 +3,8 @@ an instance that no concurrent traffic meets is timed alone, which must not chan
 
 from __future__ import annotations
 
+import networkx as nx
+import numpy as np
 import pytest
 
 from simulator.engine import sharing
@@ -70,3 +72,89 @@ def test_an_instance_whose_mirrors_share_its_links_is_never_replayed():
                         key="X", mirrors=((2, 3),))]
     assert not sharing.private_collectives(ops, lambda op, group: frozenset({7}), ASYNC, {0: ((2, 3),)})
     assert sharing.private_collectives(ops, lambda op, group: frozenset({group[0]}), ASYNC, {0: ((2, 3),)}) == {0}
+
+
+def _random_program(seed: int, groups: int) -> list:
+    """A random program of 6 ranks, generated in one global order (so it is a DAG): compute ops, collectives
+    over one of ``groups`` groups on an in-order stream (two sizes, so shapes repeat), and asynchronous sends on
+    ``pp``; each op depends, mostly, on the last op of its rank and on up to one earlier op of any rank."""
+    rng = np.random.default_rng(seed)
+    pool = [tuple(sorted(rng.choice(6, size=int(rng.integers(2, 5)), replace=False).tolist()))
+            for _ in range(groups)]
+    mirrored = {group: ((tuple(rank + 6 for rank in group),) if rng.random() < 0.3 else ()) for group in pool}
+    ops: list = []
+    last_of: dict[int, int] = {}
+
+    def deps(rank: int) -> tuple[int, ...]:
+        chosen = {last_of[rank]} if rank in last_of and rng.random() < 0.8 else set()
+        if ops and rng.random() < 0.3:
+            chosen.add(int(rng.integers(len(ops))))
+        return tuple(sorted(chosen))
+
+    for step in range(int(rng.integers(30, 60))):
+        draw = rng.random()
+        if draw < 0.35:
+            rank = int(rng.integers(6))
+            ops.append(ComputeOp(id=len(ops), rank=rank, stream="compute", name="k", deps=deps(rank)))
+            last_of[rank] = len(ops) - 1
+            continue
+        if draw < 0.6:
+            group, stream, name = tuple(sorted(rng.choice(6, size=2, replace=False).tolist())), "pp", "send_recv"
+        else:
+            group = pool[int(rng.integers(len(pool)))]
+            stream, name = str(rng.choice(["compute", "comm", "dp"])), str(rng.choice(["all_reduce", "all_gather"]))
+        nbytes = float(rng.choice([1.0, 2.0]))
+        members = [CollectiveOp(id=len(ops) + index, rank=rank, stream=stream, name=name, op=name, group=group,
+                                nbytes=nbytes, key=f"c{step}", deps=deps(rank), mirrors=mirrored.get(group, ()))
+                   for index, rank in enumerate(group)]
+        ops += members
+        last_of.update((op.rank, op.id) for op in members)
+    return ops
+
+
+def _links(op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
+    """Each rank's NIC; groups of three or more also cross a shared spine link (100), big messages a second
+    one (101) for groups starting at an even rank."""
+    spine = {100} if len(group) > 2 else set()
+    if op.nbytes > 1 and group[0] % 2 == 0:
+        spine.add(101)
+    return frozenset(group) | spine
+
+
+def _straightforward_private(ops: list, async_streams: frozenset[str], mirrors: dict) -> frozenset[int]:
+    """The definition, pair by pair: a collective instance is private when its own links carry none of its
+    mirrors and every other instance whose links (own or mirrored) meet its links is reachable from it, or it
+    from that one, in the program's DAG (dependencies, in-order streams, one node per collective key)."""
+    graph = nx.DiGraph()
+    by_id = {op.id: op for op in ops}
+    node = {op.id: ("key", op.key) if isinstance(op, CollectiveOp) else ("op", op.id) for op in ops}
+    last: dict[tuple[int, str], tuple] = {}
+    for op in ops:
+        graph.add_node(node[op.id])
+        graph.add_edges_from((node[dep], node[op.id]) for dep in op.deps)
+        if op.stream not in async_streams:
+            if (op.rank, op.stream) in last:
+                graph.add_edge(last[op.rank, op.stream], node[op.id])
+            last[op.rank, op.stream] = node[op.id]
+    graph.remove_edges_from(list(nx.selfloop_edges(graph)))
+    first = {op.key: op for op in reversed(ops) if isinstance(op, CollectiveOp)}
+    own = {key: _links(op, op.group) for key, op in first.items()}
+    mirror_links = {key: frozenset().union(*(_links(op, m) for m in mirrors.get(op.id, ())))
+                    for key, op in first.items()}
+    private = {key for key in first
+               if not own[key] & mirror_links[key]
+               and all(other == key or not (own[key] | mirror_links[key]) & (own[other] | mirror_links[other])
+                       or nx.has_path(graph, ("key", key), ("key", other))
+                       or nx.has_path(graph, ("key", other), ("key", key)) for other in first)}
+    return frozenset(op.id for op in by_id.values() if isinstance(op, CollectiveOp) and op.key in private)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_private_instances_match_the_pairwise_definition(seed):
+    """The indexed analysis (bisection over in-order instances, arrays against asynchronous ones) finds
+    exactly the instances the pair-by-pair definition does, on random programs with asynchronous sends."""
+    ops = _random_program(seed, groups=2 + seed % 4)
+    mirrors = {op.id: op.mirrors for op in ops if isinstance(op, CollectiveOp) and op.mirrors}
+    private = sharing.private_collectives(ops, _links, ASYNC, mirrors)
+    assert private == _straightforward_private(ops, ASYNC, mirrors)
+    assert 0 < len(private) < sum(isinstance(op, CollectiveOp) for op in ops)

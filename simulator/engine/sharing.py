@@ -9,9 +9,10 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from simulator.engine.groups import GroupIds
 from simulator.engine.ordering import Ordering
@@ -127,7 +128,8 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
                        shapes_on: dict[int, set[tuple]]) -> set[str]:
     """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
     links whose instances all come from one in-order stream qualifies without asking the ordering; an instance
-    whose own links carry some of its mirrors never does (its time depends on them)."""
+    whose own links carry some of its mirrors never does (its time depends on them). The others are decided a
+    shape at a time: all its instances against each conflicting shape's, as arrays."""
     conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
                  for shape, (own, mirrored) in footprints.items()}
     streams: dict[int, set[str]] = {}
@@ -141,46 +143,55 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
     if len(private) == len(shape_of) or not Ordering.affordable(ops, async_streams):
         return private
     ordering = Ordering(ops, async_streams)
-    instances: dict[tuple, list[int]] = {}
+    keys: dict[tuple, list[str]] = {}
     for key, shape in shape_of.items():
-        instances.setdefault(shape, []).append(ordering.node_of_key[key])
-    by_place = {shape: _by_place(ordering, nodes) for shape, nodes in instances.items()}
-    for key, shape in shape_of.items():
+        keys.setdefault(shape, []).append(key)
+    nodes = {shape: np.array([ordering.node_of_key[key] for key in shape_keys], dtype=np.int64)
+             for shape, shape_keys in keys.items()}
+    by_place = {shape: _Instances.of(ordering, shape_nodes) for shape, shape_nodes in nodes.items()}
+    for shape, shape_keys in keys.items():
         own, mirrored = footprints[shape]
         if shape in serial or own & mirrored:
             continue
-        node = ordering.node_of_key[key]
-        if not any(_overlaps(ordering, node, by_place[other]) for other in conflicts[shape]):
-            private.add(key)
+        alone = np.arange(len(shape_keys))
+        for other in conflicts[shape]:
+            alone = alone[~by_place[other].meet(ordering, nodes[shape][alone])]
+        private.update(shape_keys[index] for index in alone)
     return private
 
 
-def _by_place(ordering: Ordering, nodes: list[int]) -> tuple[dict[int, tuple[list[int], list[int]]], list[int]]:
-    """A shape's instances on each in-order component, by position, and those with no place (asynchronous)."""
-    placed: dict[int, tuple[list[int], list[int]]] = {}
-    floating = []
-    for node in nodes:
-        places = ordering.places[node]
-        if not places:
-            floating.append(node)
-            continue
-        component, position = places[0]
-        positions, members = placed.setdefault(component, ([], []))
-        positions.append(position)
-        members.append(node)
-    return placed, floating
+@dataclass(frozen=True)
+class _Instances:
+    """A shape's instances: on each in-order component their positions and nodes, in order, and those with no
+    place (asynchronous)."""
 
+    placed: dict[int, tuple[np.ndarray, np.ndarray]]
+    floating: np.ndarray
 
-def _overlaps(ordering: Ordering, node: int, instances: tuple[dict[int, tuple[list[int], list[int]]], list[int]]
-              ) -> bool:
-    """Whether any of a shape's ``instances`` other than ``node`` may overlap ``node``. On one component the
-    instances that happen before ``node`` form a prefix and those after it a suffix, so only the first one not
-    before it needs checking."""
-    placed, floating = instances
-    for component, (positions, members) in placed.items():
-        index = bisect_right(positions, ordering.latest(node, component))
-        while index < len(members) and members[index] == node:
-            index += 1
-        if index < len(members) and not ordering.before(node, members[index]):
-            return True
-    return any(ordering.concurrent(node, other) for other in floating)
+    @staticmethod
+    def of(ordering: Ordering, nodes: np.ndarray) -> _Instances:
+        firsts = [ordering.places[node][:1] for node in nodes.tolist()]
+        floating = nodes[[not first for first in firsts]]
+        placed: dict[int, tuple[list[int], list[int]]] = {}
+        for node, first in zip(nodes.tolist(), firsts):
+            if first:
+                component, position = first[0]
+                positions, members = placed.setdefault(component, ([], []))
+                positions.append(position)
+                members.append(node)
+        return _Instances({component: (np.array(positions), np.array(members, dtype=np.int64))
+                           for component, (positions, members) in placed.items()}, floating)
+
+    def meet(self, ordering: Ordering, nodes: np.ndarray) -> np.ndarray:
+        """For each of ``nodes``, whether one of these instances other than itself may overlap it. On one
+        component the instances that happen before a node form a prefix and those after it a suffix, so only
+        the first one not before it needs checking (a node's own position is its latest on its component,
+        so the bisection passes it)."""
+        met = np.zeros(len(nodes), dtype=bool)
+        for component, (positions, members) in self.placed.items():
+            index = np.searchsorted(positions, ordering.clocks[nodes, component], side="right")
+            inside = np.flatnonzero(index < len(members))
+            met[inside] |= ~ordering.before_each(nodes[inside], members[index[inside]])
+        if len(self.floating):
+            met |= ordering.any_concurrent(nodes, self.floating)
+        return met
