@@ -158,3 +158,16 @@ def test_private_instances_match_the_pairwise_definition(seed):
     private = sharing.private_collectives(ops, _links, ASYNC, mirrors)
     assert private == _straightforward_private(ops, ASYNC, mirrors)
     assert 0 < len(private) < sum(isinstance(op, CollectiveOp) for op in ops)
+
+
+@pytest.mark.parametrize("streams", [("comm", "comm"), ("comm", "dp")])
+def test_one_group_on_two_streams_is_not_private_where_its_instances_may_overlap(streams):
+    """A run with a single group and no mirrors is judged without routing, but its instances still share the
+    group's links: two all-reduces over ranks 0 and 1 are private one after the other on one stream, not on
+    two streams with nothing ordering them."""
+    ops = [CollectiveOp(id=2 * index + rank, rank=rank, stream=stream, name=key, op="all_reduce", group=(0, 1),
+                        nbytes=1.0, key=key)
+           for index, (key, stream) in enumerate(zip("AB", streams)) for rank in (0, 1)]
+    expected = frozenset(range(4)) if streams[0] == streams[1] else frozenset()
+    assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
+    assert _straightforward_private(ops, ASYNC, {}) == expected

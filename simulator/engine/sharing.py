@@ -87,10 +87,11 @@ def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
     return kept_by_op
 
 
-def _no_other_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
-    """Links stand-in when a run has a single group and no mirrors: nothing else can share its links, so
-    every link set may be taken as empty (routing every transfer only to learn that would cost O(flows))."""
-    return frozenset()
+def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
+    """Links stand-in when a run has a single group and no mirrors: its instances may meet each other on the
+    members' links and nothing else can meet them, so one common link stands for all (routing every transfer
+    only to learn that would cost O(flows)); instances on two streams that may overlap are then not private."""
+    return frozenset({0})
 
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
@@ -106,7 +107,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     group_ids = GroupIds()
     op_group = [group_ids.id(op.group) for op in collectives]
     if len(set(op_group)) == 1 and not mirrors:
-        links_of = _no_other_group
+        links_of = _one_group
     shape_of: dict[str, tuple] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
     for op, gid in zip(collectives, op_group):
