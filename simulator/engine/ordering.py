@@ -47,49 +47,24 @@ class Ordering:
         return len(ops) * len(components) <= MAX_CLOCK_ENTRIES
 
     def __init__(self, ops: Sequence[Op], async_streams: frozenset[str]):
-        node_of_key: dict[str, int] = {}
-        node_of_op: dict[int, int] = {}
-        places: list[list[tuple[int, int]]] = []
-        predecessors: list[set[int]] = []
-        components: dict[tuple[int, str], int] = {}
-        lengths: list[int] = []
-        last_on: list[int] = []
-        dependencies: list[tuple[set[int], tuple[int, ...]]] = []
-        for op in ops:
-            key = op.key if isinstance(op, CollectiveOp) else None
-            node = node_of_key.get(key) if key is not None else None
-            if node is None:
-                node = len(places)
-                places.append([])
-                predecessors.append(set())
-                if key is not None:
-                    node_of_key[key] = node
-            node_of_op[op.id] = node
-            before = predecessors[node]
-            if op.deps:
-                dependencies.append((before, op.deps))
-            if op.stream not in async_streams:
-                slot = (op.rank, op.stream)
-                component = components.get(slot)
-                if component is None:
-                    component = components[slot] = len(lengths)
-                    lengths.append(0)
-                    last_on.append(node)
-                else:
-                    before.add(last_on[component])
-                    last_on[component] = node
-                places[node].append((component, lengths[component]))
-                lengths[component] += 1
-        for before, deps in dependencies:
-            before.update([node_of_op[dep] for dep in deps])
-        for node, before in enumerate(predecessors):
-            before.discard(node)
-        self.places = places
-        self.node_of_key = node_of_key
-        self.node_of_op = node_of_op
-        waves = _waves(predecessors)
-        self.clocks = _clocks(places, predecessors, waves, len(components))
-        self._mark_components, self._mark_positions, self._passed = _reach_marks(places, predecessors, waves)
+        identity: dict[str | int, int] = {}
+        nodes = np.fromiter((identity.setdefault(op.key if isinstance(op, CollectiveOp) else op.id, len(identity))
+                             for op in ops), dtype=np.int64, count=len(ops))
+        self.node_of_key = {key: node for key, node in identity.items() if isinstance(key, str)}
+        self.node_of_op = dict(zip([op.id for op in ops], nodes.tolist()))
+        slots: dict[tuple[int, str], int] = {}
+        components = np.fromiter((-1 if op.stream in async_streams
+                                  else slots.setdefault((op.rank, op.stream), len(slots)) for op in ops),
+                                 dtype=np.int64, count=len(ops))
+        count = len(identity)
+        places, stream_edges = _places(nodes, components)
+        predecessors = _predecessors(ops, nodes, stream_edges, count)
+        successors = _successors(predecessors, count)
+        waves = _waves(predecessors, successors)
+        self.first_component, self.first_position = _first_places(count, *places)
+        self.clocks = _clocks(places, predecessors, waves, len(slots))
+        self._mark_components, self._mark_positions, self._passed = _reach_marks(
+            self.first_component, self.first_position, successors, waves)
         self._passing = np.array(sorted(self._passed), dtype=np.int64)
 
     def latest(self, node: int, component: int) -> int:
@@ -126,21 +101,75 @@ class Ordering:
         return found
 
 
-def _waves(predecessors: list[set[int]]) -> list[list[int]]:
+Places = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Every in-order op's (node, component, position), in op order."""
+
+Csr = tuple[np.ndarray, np.ndarray]
+"""Adjacency as (pointers, neighbours): node n's neighbours are neighbours[pointers[n]:pointers[n + 1]]."""
+
+
+def _places(nodes: np.ndarray, components: np.ndarray) -> tuple[Places, tuple[np.ndarray, np.ndarray]]:
+    """Each in-order op's place (its component, -1 for asynchronous ops, and its position there by op order)
+    and the stream edges (each in-order op's node after the node of the op before it on its component)."""
+    inorder = np.flatnonzero(components >= 0)
+    order = inorder[np.argsort(components[inorder], kind="stable")]
+    on = components[order]
+    continues = on[1:] == on[:-1]
+    starts = np.flatnonzero(np.concatenate(([True], ~continues)))
+    positions = np.empty(len(components), dtype=np.int64)
+    positions[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    following = nodes[order]
+    edges = (following[:-1][continues], following[1:][continues])
+    return (nodes[inorder], components[inorder], positions[inorder]), edges
+
+
+def _predecessors(ops: Sequence[Op], nodes: np.ndarray, stream_edges: tuple[np.ndarray, np.ndarray], count: int
+                  ) -> Csr:
+    """Each node's distinct predecessors (itself excluded): the nodes before its ops on their streams and
+    those of their dependencies."""
+    deps = [op.deps for op in ops]
+    counts = np.fromiter(map(len, deps), dtype=np.int64, count=len(deps))
+    dep_ids = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=int(counts.sum()))
+    ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
+    by_id = np.argsort(ids)
+    sources = np.concatenate((stream_edges[0], nodes[by_id[np.searchsorted(ids, dep_ids, sorter=by_id)]]))
+    targets = np.concatenate((stream_edges[1], np.repeat(nodes, counts)))
+    codes = np.sort((targets * count + sources)[sources != targets])
+    targets, sources = np.divmod(codes[np.diff(codes, prepend=-1) != 0], count)
+    return np.searchsorted(targets, np.arange(count + 1)), sources
+
+
+def _successors(predecessors: Csr, count: int) -> Csr:
+    """The reverse adjacency."""
+    pointers, sources = predecessors
+    targets = np.repeat(np.arange(count), np.diff(pointers))
+    order = np.argsort(sources, kind="stable")
+    return np.searchsorted(sources[order], np.arange(count + 1)), targets[order]
+
+
+def _first_places(count: int, nodes: np.ndarray, components: np.ndarray, positions: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's first place in op order (component -1 and position UNREACHED: an asynchronous node)."""
+    first_component = np.full(count, -1, dtype=np.int64)
+    first_position = np.full(count, UNREACHED, dtype=np.int32)
+    placed, first = np.unique(nodes, return_index=True)
+    first_component[placed] = components[first]
+    first_position[placed] = positions[first]
+    return first_component, first_position
+
+
+def _waves(predecessors: Csr, successors: Csr) -> list[list[int]]:
     """The nodes by wave: wave 0 has no predecessors, wave k + 1 those whose last predecessor is in wave k.
     Nodes on a cycle (a deadlocked program) and those after them are in no wave."""
-    successors: list[list[int]] = [[] for _ in predecessors]
-    waiting = [len(before) for before in predecessors]
-    for node, before in enumerate(predecessors):
-        for other in before:
-            successors[other].append(node)
+    waiting = np.diff(predecessors[0]).tolist()
+    pointers, targets = successors[0].tolist(), successors[1].tolist()
     waves = []
     wave = [node for node, count in enumerate(waiting) if not count]
     while wave:
         waves.append(wave)
         following = []
         for node in wave:
-            for other in successors[node]:
+            for other in targets[pointers[node]:pointers[node + 1]]:
                 waiting[other] -= 1
                 if not waiting[other]:
                     following.append(other)
@@ -148,20 +177,17 @@ def _waves(predecessors: list[set[int]]) -> list[list[int]]:
     return waves
 
 
-def _clocks(places: list[list[tuple[int, int]]], predecessors: list[set[int]], waves: list[list[int]],
-            components: int) -> np.ndarray:
+def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], components: int) -> np.ndarray:
     """The nodes x components clock table: own positions, and per wave the latest of the predecessors'
     clocks (a node's own position on a component is later than any of its predecessors' there)."""
-    clocks = np.full((len(places), components), -1, dtype=np.int32)
-    owned = [(node, component, position) for node, own in enumerate(places) for component, position in own]
-    if owned:
-        nodes, columns, positions = np.array(owned, dtype=np.int64).T
-        clocks[nodes, columns] = positions
+    pointers, sources = predecessors
+    clocks = np.full((len(pointers) - 1, components), -1, dtype=np.int32)
+    nodes, columns, positions = places
+    clocks[nodes, columns] = positions
     order = np.fromiter(chain.from_iterable(waves[1:]), dtype=np.int64)
-    counts = np.fromiter((len(predecessors[node]) for node in order), dtype=np.int64, count=len(order))
-    inputs = np.fromiter(chain.from_iterable(predecessors[node] for node in order), dtype=np.int64,
-                         count=int(counts.sum()))
+    counts = pointers[order + 1] - pointers[order]
     starts = np.concatenate(([0], np.cumsum(counts)))
+    inputs = sources[np.arange(starts[-1]) + np.repeat(pointers[order] - starts[:-1], counts)]
     first = 0
     for wave in waves[1:]:
         last = first + len(wave)
@@ -172,38 +198,38 @@ def _clocks(places: list[list[tuple[int, int]]], predecessors: list[set[int]], w
     return clocks
 
 
-def _reach_marks(places: list[list[tuple[int, int]]], predecessors: list[set[int]], waves: list[list[int]]
-                 ) -> tuple[np.ndarray, np.ndarray, dict[int, frozenset[int]]]:
+def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, successors: Csr,
+                 waves: list[list[int]]) -> tuple[np.ndarray, np.ndarray, dict[int, frozenset[int]]]:
     """Per node its reach marks, padded to one width with UNREACHED positions (components, positions: an
     in-order node's first place; an asynchronous node's earliest first-in-order-op-after-it per component),
     and the asynchronous nodes an asynchronous node passes on the way to them (only those passing some)."""
-    successors: list[list[int]] = [[] for _ in places]
-    for node, before in enumerate(predecessors):
-        for other in before:
-            successors[other].append(node)
+    pointers, targets = successors
+    floating = first_component < 0
     earliest: dict[int, dict[int, int]] = {}
     passed: dict[int, frozenset[int]] = {}
     for node in chain.from_iterable(reversed(waves)):
-        if places[node]:
+        if not floating[node]:
             continue
         marks: dict[int, int] = {}
         through: set[int] = set()
-        for after in successors[node]:
-            reached = places[after][:1] if places[after] else earliest[after].items()
-            for component, position in reached:
-                marks[component] = min(position, marks.get(component, position))
-            if not places[after]:
+        for after in targets[pointers[node]:pointers[node + 1]].tolist():
+            if floating[after]:
+                reached = earliest[after].items()
                 through.add(after)
                 through |= passed.get(after, frozenset())
+            else:
+                reached = [(int(first_component[after]), int(first_position[after]))]
+            for component, position in reached:
+                marks[component] = min(position, marks.get(component, position))
         earliest[node] = marks
         if through:
             passed[node] = frozenset(through)
     width = max([1, *map(len, earliest.values())])
-    components = np.zeros((len(places), width), dtype=np.int64)
-    positions = np.full((len(places), width), UNREACHED, dtype=np.int32)
-    for node, own in enumerate(places):
-        reached = own[:1] if own else earliest.get(node, {}).items()
-        for column, (component, position) in enumerate(reached):
-            components[node, column] = component
-            positions[node, column] = position
+    components = np.zeros((len(first_component), width), dtype=np.int64)
+    positions = np.full((len(first_component), width), UNREACHED, dtype=np.int32)
+    components[~floating, 0] = first_component[~floating]
+    positions[~floating, 0] = first_position[~floating]
+    for node, marks in earliest.items():
+        components[node, :len(marks)] = list(marks)
+        positions[node, :len(marks)] = list(marks.values())
     return components, positions, passed

@@ -171,17 +171,13 @@ class _Instances:
 
     @staticmethod
     def of(ordering: Ordering, nodes: np.ndarray) -> _Instances:
-        firsts = [ordering.places[node][:1] for node in nodes.tolist()]
-        floating = nodes[[not first for first in firsts]]
-        placed: dict[int, tuple[list[int], list[int]]] = {}
-        for node, first in zip(nodes.tolist(), firsts):
-            if first:
-                component, position = first[0]
-                positions, members = placed.setdefault(component, ([], []))
-                positions.append(position)
-                members.append(node)
-        return _Instances({component: (np.array(positions), np.array(members, dtype=np.int64))
-                           for component, (positions, members) in placed.items()}, floating)
+        components, positions = ordering.first_component[nodes], ordering.first_position[nodes]
+        order = np.lexsort((positions, components))
+        components, positions, nodes = components[order], positions[order], nodes[order]
+        bounds = np.flatnonzero(components[1:] != components[:-1]) + 1
+        groups = zip(np.split(components, bounds), np.split(positions, bounds), np.split(nodes, bounds))
+        placed = {int(on[0]): (at, members) for on, at, members in groups if on[0] >= 0}
+        return _Instances(placed, nodes[components < 0])
 
     def meet(self, ordering: Ordering, nodes: np.ndarray) -> np.ndarray:
         """For each of ``nodes``, whether one of these instances other than itself may overlap it. On one
