@@ -89,16 +89,23 @@ class Ordering:
         return a != b and not self.before(a, b) and not self.before(b, a)
 
     def any_concurrent(self, nodes: np.ndarray, others: np.ndarray) -> np.ndarray:
-        """For each of ``nodes``, whether some of ``others`` (not itself) may overlap it; the pairs are
-        compared in chunks of CHUNK_ENTRIES."""
+        """For each of ``nodes``, whether some of ``others`` (not itself) may overlap it; compared as tables of
+        at most CHUNK_ENTRIES pairs x reach marks."""
         found = np.zeros(len(nodes), dtype=bool)
         rows = max(1, CHUNK_ENTRIES // (len(others) * self._mark_components.shape[1] or 1))
         for start in range(0, len(nodes), rows):
             chunk = nodes[start:start + rows]
-            a, b = np.repeat(chunk, len(others)), np.tile(others, len(chunk))
-            apart = self.before_each(a, b) | self.before_each(b, a) | (a == b)
-            found[start:start + rows] = ~apart.reshape(len(chunk), len(others)).all(axis=1)
+            apart = self._before_table(chunk, others) | self._before_table(others, chunk).T
+            found[start:start + rows] = ~(apart | (chunk[:, None] == others)).all(axis=1)
         return found
+
+    def _before_table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """[i, j]: whether node ``a[i]`` happens before node ``b[j]`` (or is it: the caller sets those apart)."""
+        table = (self.clocks[b][:, self._mark_components[a]] >= self._mark_positions[a]).any(axis=2).T
+        if self._passed:
+            for index in np.flatnonzero(np.isin(a, self._passing)):
+                table[index] |= np.isin(b, list(self._passed[int(a[index])]))
+        return table
 
 
 Places = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -178,22 +185,24 @@ def _waves(predecessors: Csr, successors: Csr) -> list[list[int]]:
 
 
 def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], components: int) -> np.ndarray:
-    """The nodes x components clock table: own positions, and per wave the latest of the predecessors'
-    clocks (a node's own position on a component is later than any of its predecessors' there)."""
+    """The nodes x components clock table: own positions, and per wave the latest of each node's own row and
+    its predecessors' (a node's own position on a component is later than any of its predecessors' there)."""
     pointers, sources = predecessors
     clocks = np.full((len(pointers) - 1, components), -1, dtype=np.int32)
     nodes, columns, positions = places
     clocks[nodes, columns] = positions
     order = np.fromiter(chain.from_iterable(waves[1:]), dtype=np.int64)
-    counts = pointers[order + 1] - pointers[order]
-    starts = np.concatenate(([0], np.cumsum(counts)))
-    inputs = sources[np.arange(starts[-1]) + np.repeat(pointers[order] - starts[:-1], counts)]
+    counts = pointers[order + 1] - pointers[order] + 1
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    inputs = np.append(sources, 0)[np.arange(ends[-1] if len(ends) else 0) + np.repeat(pointers[order] - starts,
+                                                                                           counts)]
+    inputs[ends - 1] = order
     first = 0
     for wave in waves[1:]:
         last = first + len(wave)
-        nodes = order[first:last]
-        joined = np.maximum.reduceat(clocks[inputs[starts[first]:starts[last]]], starts[first:last] - starts[first])
-        clocks[nodes] = np.maximum(clocks[nodes], joined)
+        begin, end = starts[first], ends[last - 1]
+        clocks[order[first:last]] = np.maximum.reduceat(clocks[inputs[begin:end]], starts[first:last] - begin)
         first = last
     return clocks
 
