@@ -18,7 +18,7 @@ step of 70 k nodes). Queries come in whole arrays of node pairs, so the sharing 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain
 
 import numpy as np
@@ -222,6 +222,7 @@ def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, succes
         marks: dict[int, int] = {}
         through: set[int] = set()
         for after in targets[pointers[node]:pointers[node + 1]].tolist():
+            reached: Iterable[tuple[int, int]]
             if floating[after]:
                 reached = earliest[after].items()
                 through.add(after)
