@@ -181,3 +181,33 @@ def test_bundled_moe_scenarios_fit_in_memory():
         loaded = load_scenario(name)
         verdict = validate(loaded, build_topology(loaded))
         assert not verdict.memory["oom"], name
+
+
+ZERO_BUBBLE = SCENARIO.replace("microbatches: 1", "microbatches: 4").replace(
+    f"pp: 1, ep: {EP}", "pp: 2, ep: 4, pipeline: {schedule: zb-h1}")
+
+
+def test_zero_bubble_weight_pass_splits_a_moe_block_into_its_experts_and_the_rest(run_yaml):
+    """A W of a MoE block runs the hottest EP rank's experts' weight gradients (3 GEMMs of 2 h f per routed
+    token), then the router's (2 n h E for this TP rank's n tokens), with no all-to-all; B (input gradients)
+    and W together compute what the full backward of 1F1B does."""
+    model = get_model("mixtral-8x7b")
+    hidden, ffn, experts = model.hidden, model.moe.expert_ffn_hidden, 8
+    result = run_yaml(ZERO_BUBBLE, "model.moe.routing.balance=zipf")
+    frame = result.timeline
+    moe = result.summary["moe"]
+    held = experts // moe["ep"]
+    hot_tokens = sum(moe["expert_load_tokens"][moe["hottest_ep_rank"] * held:][:held])
+    compute = frame[(frame["kind"] == "compute") & (frame["microbatch"] == 0) & frame["name"].str.contains(" L1.mlp")]
+    weight = compute[compute["category"] == "weight_grad"].set_index("name")
+    assert list(weight.index) == ["W0 L1.mlp experts", "W0 L1.mlp"]
+    assert weight.loc["W0 L1.mlp experts", "flops"] == pytest.approx(hot_tokens * 3 * 2 * hidden * ffn, rel=1e-12)
+    assert weight.loc["W0 L1.mlp", "flops"] == pytest.approx(2 * TOKENS * hidden * experts, rel=1e-12)
+    assert weight.loc["W0 L1.mlp experts", "end_s"] == weight.loc["W0 L1.mlp", "start_s"]
+    all_to_alls = frame[(frame["kind"] == "collective") & frame["key"].str.startswith("ep.")]
+    assert set(all_to_alls["key"].str.split(".").str[2]) == {"fwd", "bwi", "bwd"}
+    full = run_yaml(ZERO_BUBBLE, "model.moe.routing.balance=zipf", "parallelism.pipeline.schedule=1f1b").timeline
+    full_backward = full[(full["kind"] == "compute") & (full["microbatch"] == 0) & (full["category"] == "backward")
+                         & full["name"].str.contains(" L1.mlp")]
+    split = compute[compute["category"].isin(("backward", "weight_grad"))]
+    assert float(split["flops"].sum()) == pytest.approx(float(full_backward["flops"].sum()), rel=1e-12)

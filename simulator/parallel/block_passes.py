@@ -17,7 +17,7 @@ from simulator.program.ops import COMPUTE_STREAM
 
 
 class BlockPasses(BuilderCore):
-    """Ops of a block pass ``phase`` (forward, recompute, backward or backward input grads)."""
+    """Ops of a block pass ``phase`` (forward, recompute, backward, or its input or weight gradients alone)."""
 
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
               category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
@@ -69,13 +69,14 @@ class BlockPasses(BuilderCore):
     def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: Pass, name: str,
                      whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
-        combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block.
+        combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block; a
+        weight-gradient pass (W) runs the experts' weight gradients, then the rest's, with no all-to-all.
         ``whole``: the pass's (seconds, FLOPs, SM-bound seconds)."""
         duration, flops, sm_bound_s = whole
         expert_s, expert_flops, expert_sm_s = experts.part(phase)
         if expert_s <= 0:
             return self._part(rank, name, duration, flops, sm_bound_s, deps, category, mb)
-        backward = phase.input_grads
+        backward = phase.input_grads or phase.weight_grads
         rest = (duration - expert_s, flops - expert_flops, sm_bound_s - expert_sm_s)
         if not backward:
             deps = [self._part(rank, name, *rest, deps, category, mb)]
@@ -89,7 +90,7 @@ class BlockPasses(BuilderCore):
     def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: AllToAll, phase: Pass, deps: list[int],
                     mb: int, vstage: int) -> list[int]:
         ep = experts.ep
-        if ep == 1:
+        if ep == 1 or not phase.sends_activations:
             return deps
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"

@@ -2,8 +2,9 @@
 
 What a pass computes decides which of a block's figures it takes (forward, recompute, input or weight
 gradients), which way data flows through its communication (gradients flow back through the CP ring and the
-MoE all-to-alls of a pass that computes input gradients) and which TP collectives bracket it. Passes are made
-here and nowhere else, so a misspelt pass cannot reach the program builder.
+MoE all-to-alls of a pass that computes input gradients; a weight-gradient pass sends nothing) and which TP
+collectives bracket it. Passes are made here and nowhere else, so a misspelt pass cannot reach the program
+builder; the names of a pass's compute ops start with its ``op_prefix``, which the reports read back.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ class Pass(StrEnum):
         """The pass computes weight gradients."""
         return self in _WEIGHT_GRADS
 
+    @property
+    def sends_activations(self) -> bool:
+        """The pass computes activations or input gradients, which the block's TP, CP and EP communication carries
+        to other ranks; a weight-gradient pass (W) keeps what it computes on the rank."""
+        return self.input_grads or not self.weight_grads
+
+    @property
+    def op_prefix(self) -> str:
+        """What the names of the pass's compute ops start with, before the micro-batch ("Bi3 attention")."""
+        return _OP_PREFIXES[self]
+
+    def op_name(self, microbatch: int, block: str) -> str:
+        """The name of the pass's compute op for ``block`` in micro-batch ``microbatch``."""
+        return f"{self.op_prefix}{microbatch} {block}"
+
 
 _INPUT_GRADS = frozenset({Pass.BACKWARD, Pass.BACKWARD_INPUT})
 _WEIGHT_GRADS = frozenset({Pass.BACKWARD, Pass.BACKWARD_WEIGHT})
+_OP_PREFIXES = {Pass.FORWARD: "F", Pass.RECOMPUTE: "R", Pass.BACKWARD: "B", Pass.BACKWARD_INPUT: "Bi",
+                Pass.BACKWARD_WEIGHT: "W"}

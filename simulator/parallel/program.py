@@ -18,7 +18,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork, TpPattern, bound_share
+from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
@@ -165,7 +165,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             if action.kind == "F":
                 self._forward(rank, action, vstage, work, tag)
             elif action.kind in ("B", "BW"):
-                self._backward(rank, action, vstage, work, tag, weights=action.kind == "BW", final=final)
+                phase = Pass.BACKWARD if action.kind == "BW" else Pass.BACKWARD_INPUT
+                self._backward(rank, action, vstage, work, tag, phase, final=final)
             else:
                 self._weight_grads(rank, action, vstage, work, final)
         self._vstage = -1
@@ -257,50 +258,52 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             deps = [*deps, *self._zero3_gather(rank, block, vstage, mb, Pass.FORWARD),
                     *self._param_gather(rank, vstage, block)]
             deps = self._cp_collective(rank, block, Pass.FORWARD, deps, mb, vstage)
-            deps, _ = self._tp_compute(rank, block, Pass.FORWARD, deps, mb, vstage, f"F{mb} {block.name}",
-                                       block.forward_s, "forward", block.forward_flops)
+            deps, _ = self._tp_compute(rank, block, Pass.FORWARD, deps, mb, vstage,
+                                       Pass.FORWARD.op_name(mb, block.name), block.forward_s, "forward",
+                                       block.forward_flops)
         if vstage + 1 < len(self.plan.stages) and deps:
             self._send(rank, Pass.FORWARD, mb, vstage, vstage + 1, deps[-1], tag)
 
-    def _backward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str, *, weights: bool,
+    def _backward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str, phase: Pass, *,
                   final: bool) -> None:
+        """The backward of a micro-batch on a virtual stage: the full backward (``phase`` BACKWARD) or its input
+        gradients alone (BACKWARD_INPUT, a zero-bubble B), between the full backward's TP collectives."""
         mb = action.microbatch
         last_stage = len(self.plan.stages) - 1
         deps = self._receive(rank, Pass.BACKWARD, mb, vstage + 1, work, tag) if vstage < last_stage else []
         for block in reversed(work.blocks):
             deps = deps + self._zero3_gather(rank, block, vstage, mb, Pass.BACKWARD)
             if block.recompute_s > 0:
+                name = Pass.RECOMPUTE.op_name(mb, block.name)
                 if self.plan.recompute_comm:
                     deps = self._cp_collective(rank, block, Pass.RECOMPUTE, deps, mb, vstage)
-                    deps, _ = self._tp_compute(rank, block, Pass.RECOMPUTE, deps, mb, vstage, f"R{mb} {block.name}",
+                    deps, _ = self._tp_compute(rank, block, Pass.RECOMPUTE, deps, mb, vstage, name,
                                                block.recompute_s, "recompute", block.recompute_flops)
                 else:
-                    deps = [self._pass(rank, block, Pass.RECOMPUTE, f"R{mb} {block.name}", block.recompute_s,
+                    deps = [self._pass(rank, block, Pass.RECOMPUTE, name, block.recompute_s,
                                        block.recompute_flops, deps, "recompute", mb, vstage,
                                        block.sm_bound_seconds(Pass.RECOMPUTE))]
+            weights = phase.weight_grads
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
-            name = f"{'B' if weights else 'Bi'}{mb} {block.name}"
-            flops = block.backward_flops if weights else block.backward_flops * self._input_share(block)
-            deps, op_id = self._tp_compute(rank, block, Pass.BACKWARD, deps, mb, vstage, name, duration, "backward",
-                                           flops, compute_phase=Pass.BACKWARD if weights else Pass.BACKWARD_INPUT)
+            flops = block.backward_flops - (0.0 if weights else block.backward_weight_flops)
+            deps, op_id = self._tp_compute(rank, block, Pass.BACKWARD, deps, mb, vstage, phase.op_name(mb, block.name),
+                                           duration, "backward", flops, compute_phase=phase)
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
         if vstage > 0 and deps:
             self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag)
 
-    @staticmethod
-    def _input_share(block: Block) -> float:
-        total = block.backward_input_s + block.backward_weight_s
-        return block.backward_input_s / total if total > 0 else 0.5
-
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
+        """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
+        a MoE block's routed experts and the rest of it run as separate parts (each with its own SM-bound
+        share), as in its backward, without the all-to-alls (the pass sends nothing)."""
         mb = action.microbatch
+        phase = Pass.BACKWARD_WEIGHT
         for block in reversed(work.blocks):
-            flops = block.backward_flops * (1 - self._input_share(block))
-            op_id = self._compute(rank, f"W{mb} {block.name}", block.backward_weight_s, [], "weight_grad", flops,
-                                  mb=mb, sm_bound_share=bound_share(block.sm_bound_seconds(Pass.BACKWARD_WEIGHT),
-                                                                    block.backward_weight_s))
+            op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
+                               block.backward_weight_flops, [], "weight_grad", mb, vstage,
+                               block.sm_bound_seconds(phase))
             self._grads_done(rank, vstage, block, op_id, final)
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:

@@ -30,8 +30,9 @@ class Block:
     """Compute between TP collectives, per micro-batch on one GPU.
 
     Times are seconds; ``backward_input_s``/``backward_weight_s`` split the backward (zero-bubble schedules run
-    them apart); ``recompute_s`` is forward work redone before the backward. ``tp_bytes`` is the size of the TP
-    collective after the block (0 = none); ``cp_bytes`` the KV gathered across the CP group before it;
+    them apart), ``backward_weight_flops`` is the weight-gradient part of ``backward_flops``; ``recompute_s`` is
+    forward work redone before the backward. ``tp_bytes`` is the size of the TP collective after the block (0 =
+    none); ``cp_bytes`` the KV gathered across the CP group before it;
     ``params`` the parameters this GPU holds for the block (after TP split), for gradient buckets and ZeRO.
     ``layer`` groups blocks into layers (ZeRO-3 gathers and frees a layer at a time); ``tensors`` splits
     ``params`` into the parameter tensors DDP assigns to gradient buckets one by one. ``tp_pattern`` says
@@ -60,6 +61,7 @@ class Block:
     recompute_s: float = 0.0
     forward_flops: float = 0.0
     backward_flops: float = 0.0
+    backward_weight_flops: float = 0.0
     recompute_flops: float = 0.0
     tp_bytes: float = 0.0
     cp_bytes: float = 0.0

@@ -11,6 +11,7 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.intervals import merge
 from simulator.metrics.step import PIPELINE_CATEGORIES
+from simulator.parallel.passes import Pass
 from simulator.report.outputs import (
     compute_stream_work,
     pipeline_actions,
@@ -66,8 +67,9 @@ def _bar_class(category: pd.Series) -> pd.Series:
 
 
 def _action_class(actions: pd.DataFrame) -> pd.Series:
-    """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards ("Bi...") get their own."""
-    is_input_grad = (actions["category"] == "backward") & actions["name"].str.startswith("Bi")
+    """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards (named by their pass) get their
+    own."""
+    is_input_grad = (actions["category"] == "backward") & actions["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)
     return actions["category"].where(~is_input_grad, "backward_input")
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from simulator.parallel.passes import Pass
 from simulator.report.outputs import compute_stream_work, pipeline_actions, stage_of, stage_representatives, time_unit
 
 GIB = 2.0**30
@@ -50,12 +51,12 @@ def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarr
 
 def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.ndarray]:
     """What a deferred W keeps (the summary's ``weight_grad_per_virtual_stage``): held from the end of its
-    micro-batch's input-grad backward ("Bi") on that virtual stage to the end of its W."""
+    micro-batch's input-grad backward (Bi) on that virtual stage to the end of its W."""
     sizes = entry.get("weight_grad_per_virtual_stage")
     if not sizes or "chunk" not in work:
         return np.empty(0), np.empty(0)
     keys = ["microbatch", "chunk"]
-    input_grad = work[(work["category"] == "backward") & work["name"].str.startswith("Bi")]
+    input_grad = work[(work["category"] == "backward") & work["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)]
     held = pd.concat([input_grad.groupby(keys)["end_s"].max().rename("from"),
                       work[work["category"] == "weight_grad"].groupby(keys)["end_s"].max().rename("to")],
                      axis=1, join="inner")

@@ -78,6 +78,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
                  recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
                  backward_flops=flops(kernels.backward_input + kernels.backward_weight),
+                 backward_weight_flops=flops(kernels.backward_weight),
                  recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
                  params=sum(tensors), memory_bound=memory_s > compute_s,
                  sm_bound_s=(sm_bound(kernels.forward), sm_bound(kernels.recompute),
