@@ -9,7 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.catalog.calibration import sm_share, tp_overlap
+from simulator.catalog.calibration import compute_efficiency, sm_share, tp_overlap
+from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import ProgramBuilder
@@ -17,7 +19,9 @@ from simulator.parallel.work import Block, StageWork
 from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
+from simulator.workload.roofline import kernels_duration, sm_bound_duration
 from simulator.workload.training import build_training_step
+from simulator.workload.transformer import ShardShape, layer_kernels
 
 H100 = sm_share("h100-sxm")
 TWO_GPUS = """
@@ -83,9 +87,6 @@ model: {preset: mixtral-8x7b, layers: 2, moe: {experts: 8, top_k: 2}}
 training: {seq_len: 4096, microbatches: 2, micro_batch: 1}
 parallelism: {tp: 2, ep: 4, sequence_parallel: true, tp_comm_overlap: true}
 """
-PASSES = {"F": Pass.FORWARD, "B": Pass.BACKWARD, "Bi": Pass.BACKWARD_INPUT, "W": Pass.BACKWARD_WEIGHT,
-          "R": Pass.RECOMPUTE}
-
 
 @pytest.mark.parametrize("text", [DENSE, MOE], ids=["tp-overlap-cp-zb", "moe"])
 def test_each_pass_splits_its_sm_bound_seconds_over_its_parts(text):
@@ -97,15 +98,15 @@ def test_each_pass_splits_its_sm_bound_seconds_over_its_parts(text):
     checked, shares, weights = 0, set(), []
     for vstage, work in enumerate(plan.stages):
         for block in work.blocks:
-            for prefix, phase in PASSES.items():
-                base = f"{prefix}0 {block.name}"
+            for phase in Pass:
+                base = phase.op_name(0, block.name)
                 parts = [op for op in ops if op.chunk == vstage and (op.name == base or op.name.startswith(base + " "))
                          and op.rank == ops_rank(ops, vstage)]
                 if not parts:
                     continue
                 checked += 1
                 shares.update(round(op.sm_bound_share, 6) for op in parts)
-                weights += [op.sm_bound_share for op in parts if prefix == "W"]
+                weights += [op.sm_bound_share for op in parts if phase is Pass.BACKWARD_WEIGHT]
                 assert sum(op.sm_bound_share * op.duration for op in parts) == pytest.approx(
                     block.sm_bound_seconds(phase), rel=1e-9, abs=1e-15), (base, phase)
     assert checked >= 8 and len(shares) > 4  # many passes, and the parts' shares differ
@@ -113,22 +114,38 @@ def test_each_pass_splits_its_sm_bound_seconds_over_its_parts(text):
     assert text == MOE or 0.5 < min(weights) < 1
 
 
-@pytest.mark.parametrize("text", [DENSE, MOE], ids=["cp", "moe"])
-def test_the_backward_pass_is_its_input_and_weight_gradient_passes(text):
-    # Each pass takes the figures the Pass registry says it computes: a block's, a MoE block's routed experts'
-    # and the CP attention core's backward is exactly its input-gradient pass plus its weight-gradient pass.
-    plan, _ = _plan(text)
-    blocks = [block for work in plan.stages for block in work.blocks]
-    figures = [block.context.core for block in blocks if block.context is not None]
-    figures += [block.experts.part for block in blocks if block.experts is not None]
-    assert figures
-    for block in blocks:
-        assert block.sm_bound_seconds(Pass.BACKWARD) == pytest.approx(
-            block.sm_bound_seconds(Pass.BACKWARD_INPUT) + block.sm_bound_seconds(Pass.BACKWARD_WEIGHT), rel=1e-12)
-    for of_pass in figures:
-        whole, inputs, weights = (of_pass(phase) for phase in (Pass.BACKWARD, Pass.BACKWARD_INPUT,
-                                                               Pass.BACKWARD_WEIGHT))
-        assert whole == pytest.approx(tuple(i + w for i, w in zip(inputs, weights, strict=True)), rel=1e-12)
+def test_each_backward_pass_takes_the_sm_bound_seconds_of_its_own_kernels():
+    # The attention and MLP blocks' input- and weight-gradient passes take the SM-bound seconds of the layer's
+    # input- and weight-gradient kernels of that block (the attention block runs the layer's kernels from
+    # input_norm to attn_residual), the full backward both; the CP attention core takes the attention kernel
+    # of the input gradients in B and in the full backward, and nothing in W (it has no weights).
+    plan, _ = _plan(DENSE)
+    model, gpu = get_model("llama3-8b"), get_gpu("h100-sxm")
+    efficiency = compute_efficiency(gpu.name, "bf16")
+    kernels = layer_kernels(model, ShardShape(1, 8192, tp=4, cp=2, sequence_parallel=True,
+                                              fused_grad_accumulation=False))
+    attention = {"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"}
+    blocks = {block.name: block for work in plan.stages for block in work.blocks}
+
+    def bound(of_pass, in_attention: bool) -> float:
+        return sm_bound_duration(tuple(k for k in of_pass if (k.name.split(".")[0] in attention) == in_attention),
+                                 gpu, "bf16", efficiency)
+
+    for name, in_attention in (("L1.attn", True), ("L1.mlp", False)):
+        block = blocks[name]
+        inputs, weights = bound(kernels.backward_input, in_attention), bound(kernels.backward_weight, in_attention)
+        assert inputs > 0 and weights > 0
+        assert block.sm_bound_seconds(Pass.BACKWARD_INPUT) == pytest.approx(inputs, rel=1e-12)
+        assert block.sm_bound_seconds(Pass.BACKWARD_WEIGHT) == pytest.approx(weights, rel=1e-12)
+        assert block.sm_bound_seconds(Pass.BACKWARD) == pytest.approx(inputs + weights, rel=1e-12)
+    core = tuple(k for k in kernels.backward_input if k.name == "attention.bwd")
+    figures = (kernels_duration(core, gpu, "bf16", efficiency), sum(k.flops for k in core),
+               sm_bound_duration(core, gpu, "bf16", efficiency))
+    context = blocks["L1.attn"].context
+    assert context is not None and figures[0] > 0
+    assert context.core(Pass.BACKWARD_INPUT) == pytest.approx(figures, rel=1e-12)
+    assert context.core(Pass.BACKWARD) == pytest.approx(figures, rel=1e-12)
+    assert context.core(Pass.BACKWARD_WEIGHT) == (0.0, 0.0, 0.0)
 
 
 def ops_rank(ops, vstage: int) -> int:
