@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-
 class NvlinkReduction(StrEnum):
     """In-switch reduction of an NVLink domain (topology parameter ``nvls``)."""
 
