@@ -171,14 +171,14 @@ class _Families:
 
 def _cycles(image: np.ndarray) -> np.ndarray:
     """The cycle (orbit) id of each element of the permutation ``image``."""
-    orbit = np.full(image.size, -1, dtype=np.int64)
-    for start in range(image.size):
-        if orbit[start] < 0:
-            node = start
-            while orbit[node] < 0:
-                orbit[node] = start
-                node = image[node]
-    return orbit
+    successor = image.tolist()
+    orbit = [-1] * len(successor)
+    for start in range(len(successor)):
+        node = start
+        while orbit[node] < 0:
+            orbit[node] = start
+            node = successor[node]
+    return np.array(orbit, dtype=np.int64)
 
 
 def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families

@@ -14,7 +14,6 @@ are timed alone on the links (network/isolated.py) and folding is off only if th
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from itertools import chain
 
@@ -34,26 +33,43 @@ max-min solve)."""
 
 LOADS = 1 << 32
 """A link's place in a route shape packs its kind and its load into one integer, ``kind * LOADS + load``: a
-phase has far fewer than 2**32 transfers, so the packing is one to one and shapes compare as plain ints."""
+phase has far fewer than 2**32 transfers, so the packing is one to one."""
 
 
-def link_kind_codes(topology: Topology) -> list[int]:
-    """Each directed link's kind (bandwidth, class) as a dense id, times LOADS."""
-    kinds: dict[tuple[float, str], int] = {}
-    return [kinds.setdefault(kind, len(kinds)) * LOADS
-            for kind in zip(topology.link_bandwidth.tolist(), topology.link_class)]
+def link_kind_codes(topology: Topology) -> np.ndarray:
+    """Each directed link's kind (bandwidth, class) as an id, times LOADS."""
+    classes = {name: i for i, name in enumerate(dict.fromkeys(topology.link_class))}
+    class_ids = np.fromiter(map(classes.__getitem__, topology.link_class), dtype=np.int64,
+                            count=len(topology.link_class))
+    bandwidth_ids = np.unique(topology.link_bandwidth, return_inverse=True)[1].reshape(-1)
+    return (bandwidth_ids * len(classes) + class_ids) * LOADS
 
 
-def route_shape(topology: Topology, phase: Phase, link_kinds: Sequence[int]) -> tuple:
-    """What the network sees of ``phase`` up to renaming links: per transfer its bytes and, for each link of
-    its route, its kind (``link_kinds``, `link_kind_codes`) and how many of the phase's transfers cross it;
-    sorted, so the order of the transfers does not matter."""
-    if not phase.transfers:
-        return ()
-    sources, destinations, sizes, channels = zip(*phase.transfers)
+def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.ndarray) -> list[bytes]:
+    """What the network sees of each of ``phases`` up to renaming links, comparable among the phases of one
+    call: per transfer its bytes and, for each link of its route, its kind (`link_kind_codes`) and how many of
+    the phase's transfers cross it; as a table with a row per transfer (the bytes' bit pattern, then the
+    route's links, padded with -1) whose rows are sorted, so the order of the transfers does not matter. All
+    the phases are worked out together, over arrays of every transfer and every link they cross."""
+    sizes = np.array([len(phase.transfers) for phase in phases], dtype=np.int64)
+    transfers = [t for phase in phases for t in phase.transfers]
+    if not transfers:
+        return [b""] * len(phases)
+    sources, destinations, nbytes, channels = zip(*transfers)
     paths = list(map(topology.path, sources, destinations, channels))
-    place = {link: link_kinds[link] + load for link, load in Counter(chain.from_iterable(paths)).items()}
-    return tuple(sorted(zip(sizes, [tuple(map(place.__getitem__, path)) for path in paths])))
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    links = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
+    of_transfer = np.repeat(np.arange(len(paths)), lengths)
+    of_phase = np.repeat(np.arange(len(phases)), sizes)
+    _, crossing, load = np.unique(of_phase[of_transfer] * len(link_kinds) + links, return_inverse=True,
+                                  return_counts=True)
+    table = np.full((len(paths), 1 + int(lengths.max())), -1, dtype=np.int64)
+    table[:, 0] = np.array(nbytes, dtype=np.float64).view(np.int64)
+    table[of_transfer, 1 + np.arange(links.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
+        link_kinds[links] + load[crossing])
+    table = table[np.lexsort((*table.T[::-1], of_phase))]
+    bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    return [table[start:end].tobytes() for start, end in zip(bounds, bounds[1:])]
 
 
 def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray) -> str:
@@ -85,11 +101,14 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if op.op == "send_recv" or len({topology.gpu_domain[rank] for rank in op.group}) == 1:
             continue
         phases = plans.phases(op, op.group)
-        reference = tuple(route_shape(topology, phase, link_kinds) for phase in phases)
+        mirror_phases = [plans.phases(op, mirror) for mirror in op.mirrors]
+        shapes_of = route_shapes(topology, [phase for plan in (phases, *mirror_phases) for phase in plan], link_kinds)
+        reference = tuple(shapes_of[:len(phases)])
+        done = len(phases)
         timings: dict[tuple, float] = {}
-        for mirror in op.mirrors:
-            mirrored = plans.phases(op, mirror)
-            shapes = tuple(route_shape(topology, phase, link_kinds) for phase in mirrored)
+        for mirror, mirrored in zip(op.mirrors, mirror_phases):
+            shapes = tuple(shapes_of[done:done + len(mirrored)])
+            done += len(mirrored)
             if shapes == reference or shapes in timings:
                 continue
             if not timings:
