@@ -23,7 +23,6 @@ no kept transfer ends with its images, which run.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -211,9 +210,7 @@ def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, .
     phase by phase (the same transfers, moved; routes moved link by link onto links alike), or None. A plan
     that is not its own image must send from the first replicas only or not at all: a phase ends when all its
     transfers do, so dropping some of a plan's transfers is exact only where their images are in that plan."""
-    topology = plans.topology
-    alike = list(zip(topology.link_bandwidth.tolist(), topology.link_latency.tolist(), topology.link_class))
-    path = topology.path
+    path = plans.topology.path
     images: dict[int, int] = {}
     checked: set[tuple[int, int, int]] = set()
     for op, group, image_group in planned:
@@ -226,8 +223,8 @@ def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, .
             if (phase.repeat, phase.pipelined, phase.min_latency) != (image.repeat, image.pipelined,
                                                                        image.min_latency):
                 return None
-            moved = Counter((shift[t.src], shift[t.dst], t.nbytes, t.channel) for t in phase.transfers)
-            if moved != Counter(image.transfers):
+            if sorted([(shift[src], shift[dst], nbytes, channel) for src, dst, nbytes, channel in phase.transfers]
+                      ) != sorted(image.transfers):
                 return None
             for t in phase.transfers:
                 route = (t.src, t.dst, t.channel)
@@ -238,9 +235,19 @@ def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, .
                 if len(links) != len(image_links):
                     return None
                 for link, moved_link in zip(links, image_links):
-                    if images.setdefault(link, moved_link) != moved_link or alike[link] != alike[moved_link]:
+                    if images.setdefault(link, moved_link) != moved_link:
                         return None
-    return images
+    return images if _alike(plans.topology, images) else None
+
+
+def _alike(topology: Topology, images: dict[int, int]) -> bool:
+    """Whether every link and its image have the same bandwidth, latency and class."""
+    links = np.fromiter(images.keys(), dtype=np.int64, count=len(images))
+    moved = np.fromiter(images.values(), dtype=np.int64, count=len(images))
+    classes = np.array(topology.link_class, dtype=object)
+    return bool(np.array_equal(topology.link_bandwidth[links], topology.link_bandwidth[moved])
+                and np.array_equal(topology.link_latency[links], topology.link_latency[moved])
+                and np.array_equal(classes[links], classes[moved]))
 
 
 def _representatives(images: dict[int, int], order: int, links: int) -> np.ndarray | None:
