@@ -37,11 +37,12 @@ def uncovered(starts: np.ndarray, ends: np.ndarray, cover_starts: np.ndarray, co
         return total
     overlap = 0.0
     j = 0
+    cover_s, cover_e = cs.tolist(), ce.tolist()  # Python floats: the loop reads them one by one
     for a, b in zip(s.tolist(), e.tolist()):
-        while j < len(cs) and ce[j] <= a:
+        while j < len(cover_s) and cover_e[j] <= a:
             j += 1
         k = j
-        while k < len(cs) and cs[k] < b:
-            overlap += min(b, ce[k]) - max(a, cs[k])
+        while k < len(cover_s) and cover_s[k] < b:
+            overlap += min(b, cover_e[k]) - max(a, cover_s[k])
             k += 1
     return total - overlap
