@@ -216,9 +216,10 @@ def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, succes
     floating = first_component < 0
     earliest: dict[int, dict[int, int]] = {}
     passed: dict[int, frozenset[int]] = {}
-    for node in chain.from_iterable(reversed(waves)):
-        if not floating[node]:
-            continue
+    order = np.fromiter(chain.from_iterable(waves), dtype=np.int64)
+    wave_of = np.repeat(np.arange(len(waves)), [len(wave) for wave in waves])
+    last_first = np.argsort(-wave_of[floating[order]], kind="stable")
+    for node in order[floating[order]][last_first].tolist():
         marks: dict[int, int] = {}
         through: set[int] = set()
         for after in targets[pointers[node]:pointers[node + 1]].tolist():

@@ -134,9 +134,8 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
     conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
                  for shape, (own, mirrored) in footprints.items()}
     streams: dict[int, set[str]] = {}
-    for op in ops:
-        if isinstance(op, CollectiveOp):
-            streams.setdefault(shape_of[op.key][4], set()).add(op.stream)
+    for key, stream in {(op.key, op.stream) for op in ops if isinstance(op, CollectiveOp)}:
+        streams.setdefault(shape_of[key][4], set()).add(stream)
     serial = {shape for shape, others in conflicts.items()
               if not footprints[shape][1] and all(other[4] == shape[4] for other in others)
               and len(streams[shape[4]]) == 1 and not streams[shape[4]] & async_streams}
