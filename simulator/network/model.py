@@ -339,20 +339,20 @@ class Network:
         self._touched_groups.add(group)
 
     def _component(self, seeds: set[int]) -> list[_PathGroup]:
-        """Active groups connected to links ``seeds`` through shared links, in the order of their numbers."""
+        """Active groups connected to links ``seeds`` through shared links, in the order of their numbers: the
+        groups on the seeds, then depth first through the links not seen yet."""
         link_groups = self._link_groups
-        seen_links = set(seeds)
-        frontier = seeds
-        found: set[_PathGroup] = set()
-        while frontier:
-            reached = set().union(*[link_groups[link] for link in frontier if link in link_groups])
-            reached -= found
-            if not reached:
-                break
-            found |= reached
-            frontier = set(chain.from_iterable(group.path for group in reached))
-            frontier -= seen_links
-            seen_links |= frontier
+        found: set[_PathGroup] = set().union(*filter(None, map(link_groups.get, seeds)))
+        unexplored = list(found)
+        seen = seeds
+        while unexplored:
+            for link in unexplored.pop().path:
+                if link not in seen:
+                    seen.add(link)
+                    for group in link_groups[link]:
+                        if group not in found:
+                            found.add(group)
+                            unexplored.append(group)
         return sorted(found, key=attrgetter("number"))
 
     def _resolve(self, component: list[_PathGroup]) -> None:
