@@ -380,8 +380,10 @@ class Network:
             if rate != group.rate:
                 group.rate = rate
                 changed: Iterable[_Flow] = group.flows
+            elif group.joined:
+                changed = [flow for flow in group.joined if flow in group.flows]
             else:
-                changed = [flow for flow in group.joined if flow.rate != rate and flow in group.flows]
+                continue
             group.joined = []
             for flow in changed:
                 if rate == flow.rate:
@@ -389,11 +391,11 @@ class Network:
                 flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
                 flow.last_update = now
                 flow.rate = rate
-                flow.version += 1
+                flow.version = version = flow.version + 1
                 flow.finish = finish = now + flow.remaining / rate
                 flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-                push(by_finish, (finish, flow.seq, flow.version, flow))
-                push(by_ready, (ready, flow.seq, flow.version, flow))
+                push(by_finish, (finish, flow.seq, version, flow))
+                push(by_ready, (ready, flow.seq, version, flow))
         if len(self._by_finish) > 4 * self._active + 1024:
             self._by_finish = self._fresh(self._by_finish)
             self._by_ready = self._fresh(self._by_ready)
