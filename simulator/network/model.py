@@ -158,7 +158,6 @@ class Network:
         self._touched_groups: set[_PathGroup] = set()
         self._touched_links: set[int] = set()
         self._batch_pending = False
-        self._by_finish: list[tuple[float, int, int, _Flow]] = []
         self._by_ready: list[tuple[float, int, int, _Flow]] = []
         self._wake_time: float | None = None
         self._wake_version = 0
@@ -290,7 +289,6 @@ class Network:
             members.extend(flow.split())
             if flow.rate:
                 for twin in twins:
-                    heapq.heappush(self._by_finish, (twin.finish, twin.seq, twin.version, twin))
                     heapq.heappush(self._by_ready, (twin.ready, twin.seq, twin.version, twin))
                 self._active += len(twins)
         for flow in sorted(members, key=attrgetter("seq")):
@@ -375,7 +373,7 @@ class Network:
                 self._solved.clear()
             self._solved[key] = group_rates
         now = self.env.now
-        push, by_finish, by_ready = heapq.heappush, self._by_finish, self._by_ready
+        push, by_ready = heapq.heappush, self._by_ready
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
                 group.rate = rate
@@ -393,11 +391,9 @@ class Network:
                 flow.rate = rate
                 flow.version = version = flow.version + 1
                 flow.finish = finish = now + flow.remaining / rate
-                flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-                push(by_finish, (finish, flow.seq, version, flow))
-                push(by_ready, (ready, flow.seq, version, flow))
-        if len(self._by_finish) > 4 * self._active + 1024:
-            self._by_finish = self._fresh(self._by_finish)
+                flow.ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
+                push(by_ready, (flow.ready, flow.seq, version, flow))
+        if len(self._by_ready) > 4 * self._active + 1024:
             self._by_ready = self._fresh(self._by_ready)
 
     @staticmethod
@@ -409,18 +405,36 @@ class Network:
 
     def _arm_wake_up(self) -> None:
         """Make sure exactly one live wake-up is scheduled, at the earliest finish time."""
-        heap = self._by_finish
+        heap = self._by_ready
         while heap and heap[0][2] != heap[0][3].version:
             heapq.heappop(heap)
         if not heap:
             self._wake_time = None
             return
-        finish = heap[0][0]
+        finish = self._earliest_finish()
         if finish != self._wake_time:
             self._wake_time = finish
             self._wake_version += 1
             delay = max(finish - self.env.now, 0.0)
             self.env.timeout(delay).callbacks.append(partial(self._on_wake_up, self._wake_version, finish))
+
+    def _earliest_finish(self) -> float:
+        """The earliest finish time of the live flows, read off the ready-time heap (its top is live): a flow
+        is ready before it finishes, so only entries ready before the best finish found so far can beat it,
+        and a heap walk stops below any other entry (usually only the flows due at that instant are seen)."""
+        heap = self._by_ready
+        best = heap[0][3].finish
+        size = len(heap)
+        unexplored = [1, 2]
+        while unexplored:
+            index = unexplored.pop()
+            if index < size:
+                ready, _, version, flow = heap[index]
+                if ready < best:
+                    if version == flow.version and flow.finish < best:
+                        best = flow.finish
+                    unexplored += (2 * index + 1, 2 * index + 2)
+        return best
 
     def _on_wake_up(self, version: int, due: float, _event: simpy.Event) -> None:
         """Finish every flow within tolerance of done at the wake-up time ``due``; stale wake-ups (an earlier
