@@ -17,11 +17,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import simpy
 
 from simulator.collectives.channels import kernel_channels
 from simulator.collectives.registry import ALGORITHMS
+from simulator.engine.stepping import Urgent
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp
 from simulator.topology.graph import Topology
@@ -30,16 +32,16 @@ from simulator.topology.graph import Topology
 @dataclass(slots=True)
 class _Kernel:
     """A kernel in flight: nominal seconds of work left at ``since``, its current rate, the share of its time
-    SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), its process, and whether an
-    interrupt telling it of a new rate is on its way."""
+    SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), the timeout at which it ends at
+    that rate, and whether a new one is on its way (the rate changed)."""
 
     left: float
     rate: float
     since: float
     sm_bound: float
     reserved: int
-    process: simpy.Process
-    interrupting: bool = False
+    end: simpy.Timeout
+    rescheduling: bool = False
 
 
 class NcclChannels:
@@ -48,23 +50,33 @@ class NcclChannels:
     them; inside one NVLink domain the NVLink channels, or the PCIe channels where the GPUs have no NVLink;
     across domains the network channels of each NIC the group's members drive on the busiest domain (a NIC
     that several members share counts once; collectives/channels.py). ``algorithm_of`` resolves `auto`. The
-    count is worked out once per group object."""
+    count is worked out once per collective shape (the engine asks at every start and end of every instance),
+    and the channels once per group's members (a folded step's instances of one group often carry tuples of
+    their own)."""
 
     def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
         self.share = share
         self.topology = topology
         self.algorithm_of = algorithm_of
-        self._counts: dict[int, tuple[tuple[int, ...], int]] = {}
+        self._counts: dict[tuple, tuple[tuple[int, ...], tuple, int]] = {}
+        self._group_channels: dict[tuple[int, ...], int] = {}
 
     def __call__(self, op: CollectiveOp) -> int:
         if op.sms is not None:
             return op.sms
+        shape = (id(op.group), op.op, op.nbytes, op.root, op.algorithm, id(op.pair_bytes))
+        known = self._counts.get(shape)
+        if known is None:  # the group and pair sizes stay referenced, so their ids stay unique
+            known = self._counts[shape] = (op.group, op.pair_bytes, self._count(op))
+        return known[2]
+
+    def _count(self, op: CollectiveOp) -> int:
         if ALGORITHMS[self.algorithm_of(op)].nvls_channels:
             return self.share.nvls_channels
-        known = self._counts.get(id(op.group))
-        if known is None:
-            known = self._counts[id(op.group)] = (op.group, kernel_channels(self.share, self.topology, op.group))
-        return known[1]
+        channels = self._group_channels.get(op.group)
+        if channels is None:
+            channels = self._group_channels[op.group] = kernel_channels(self.share, self.topology, op.group)
+        return channels
 
 
 RESERVED = "reserved"
@@ -110,9 +122,9 @@ class Contention:
                 rate = self._rate(total, kernel.sm_bound, kernel.reserved)
                 if rate != kernel.rate:
                     kernel.rate = rate
-                    if not kernel.interrupting:
-                        kernel.interrupting = True
-                        kernel.process.interrupt()
+                    if not kernel.rescheduling:
+                        kernel.rescheduling = True
+                        Urgent(self.env, partial(self._reschedule, kernel))
 
     def _settle(self, rank: int) -> None:
         """Book the work the rank's kernels did since their last change, and the time lost to each holder (the
@@ -134,21 +146,26 @@ class Contention:
                         self.lost_s[RESERVED] += (kernel.reserved - total) * per_sm
             kernel.since = now
 
-    def run(self, rank: int, duration: float, sm_bound: float = 1.0, reserved: int = 0):
-        """Run a kernel of nominal ``duration`` on ``rank``, SM-bound for the share ``sm_bound`` of its time,
-        launched without ``reserved`` SMs (a generator for the stream's process)."""
+    def run(self, rank: int, duration: float, sm_bound: float = 1.0, reserved: int = 0) -> simpy.Timeout:
+        """Start a kernel of nominal ``duration`` on ``rank``, SM-bound for the share ``sm_bound`` of its time,
+        launched without ``reserved`` SMs; the event returned fires when it ends (a timeout, whose callbacks move
+        to a new one whenever the kernel's rate changes)."""
         env = self.env
-        process = env.active_process
-        assert process is not None
-        kernel = _Kernel(duration, self._rate(self._total[rank], sm_bound, reserved), env.now, sm_bound, reserved,
-                         process)
-        running = self._running[rank]
-        running.append(kernel)
-        while True:
-            try:
-                yield env.timeout(kernel.left / kernel.rate)
-                break
-            except simpy.Interrupt:
-                kernel.interrupting = False
+        rate = self._rate(self._total[rank], sm_bound, reserved)
+        end = env.timeout(duration / rate)
+        kernel = _Kernel(duration, rate, env.now, sm_bound, reserved, end)
+        end.callbacks.append(partial(self._ended, rank, kernel))
+        self._running[rank].append(kernel)
+        return end
+
+    def _reschedule(self, kernel: _Kernel, _event: simpy.Event) -> None:
+        """The kernel's rate changed (an urgent event, at the time of the change, as an interrupt would be): it
+        now ends after its work left at its new rate; its former timeout fires with no callbacks."""
+        kernel.rescheduling = False
+        former = kernel.end
+        kernel.end = self.env.timeout(kernel.left / kernel.rate)
+        kernel.end.callbacks, former.callbacks = former.callbacks, []
+
+    def _ended(self, rank: int, kernel: _Kernel, _event: simpy.Event) -> None:
         self._settle(rank)
-        running.remove(kernel)
+        self._running[rank].remove(kernel)

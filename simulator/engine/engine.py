@@ -18,6 +18,7 @@ from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
+from simulator.engine.stepping import Steps, start
 from simulator.errors import InputError, SimulationError
 from simulator.metrics.events import EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
@@ -109,16 +110,16 @@ class Engine:
                 missing = [dep for dep in op.deps if dep not in self._ids]
                 if missing:
                     raise SimulationError(f"op {op.name!r} on rank {op.rank} depends on unknown op ids {missing}")
+        runs = []
         for (rank, stream), op_list in sorted(streams.items()):
             if stream in self.async_streams:
-                for op in op_list:
-                    self.env.process(self._stream(rank, f"{stream}#{op.id}", [op]))
+                runs += [self._stream(rank, f"{stream}#{op.id}", [op]) for op in op_list]
             elif stream in self.serial_streams:
                 turn = simpy.Resource(self.env, capacity=1)
-                for op in op_list:
-                    self.env.process(self._stream(rank, f"{stream}#{op.id}", [op], turn))
+                runs += [self._stream(rank, f"{stream}#{op.id}", [op], turn) for op in op_list]
             else:
-                self.env.process(self._stream(rank, stream, op_list))
+                runs.append(self._stream(rank, stream, op_list))
+        start(self.env, runs)
         self._left = len(ops)
         if not ops:
             self._all_done.succeed()
@@ -136,7 +137,7 @@ class Engine:
         lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}
         return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows, lost)
 
-    def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None):
+    def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None) -> Steps:
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
         be free, and is logged under the stream's own name."""
         env, log, pending, finished, contention = self.env, self.log, self._pending, self._finished_ops, self.contention
@@ -161,7 +162,7 @@ class Engine:
                     if contention is None or op.sm_bound_share <= 0:
                         yield env.timeout(duration)
                     else:
-                        yield from contention.run(rank, duration, op.sm_bound_share, op.reserved_sms)
+                        yield contention.run(rank, duration, op.sm_bound_share, op.reserved_sms)
                 log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
                            category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
                            chunk=op.chunk)
@@ -238,7 +239,7 @@ class Engine:
             if self.isolated is not None and template.id in self.sharing.private:
                 self._replay(template, tuple(meeting.arrived), meeting.done)
             else:
-                self.env.process(self._collective(meeting))
+                start(self.env, [self._collective(meeting)])
         return meeting.done
 
     def _refused(self, op: CollectiveOp) -> SimulationError:
@@ -247,7 +248,7 @@ class Engine:
             return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
         return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
 
-    def _collective(self, meeting: _Rendezvous):
+    def _collective(self, meeting: _Rendezvous) -> Steps:
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
         which share the fabric with it), all at once."""
         op = meeting.template
