@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import simpy
@@ -83,6 +83,16 @@ RESERVED = "reserved"
 """The ``lost_s`` key of SMs a kernel was launched without while no communication kernel used them."""
 
 
+@dataclass(slots=True)
+class _Gpu:
+    """One GPU's SMs: those communication kernels hold, by op category and in all, and the compute-bound
+    kernels running."""
+
+    held: dict[str, int] = field(default_factory=dict)
+    total: int = 0
+    running: list[_Kernel] = field(default_factory=list)
+
+
 class Contention:
     """Per GPU, the SMs communication kernels hold (by op category) and the compute-bound kernels running;
     ``lost_s`` sums, per category of the holding collective, the kernel-seconds compute lost to it (over the
@@ -93,9 +103,7 @@ class Contention:
         self.env = env
         self.share = share
         self.kernel_sms = kernel_sms
-        self._held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        self._total: dict[int, int] = defaultdict(int)
-        self._running: dict[int, list[_Kernel]] = defaultdict(list)
+        self._gpus: dict[int, _Gpu] = defaultdict(_Gpu)
         self.lost_s: dict[str, float] = defaultdict(float)
 
     def _rate(self, held: int, kernel_sm_bound: float, reserved: int) -> float:
@@ -111,30 +119,30 @@ class Contention:
         sms = self.kernel_sms(op)
         if sms <= 0:
             return
+        change, category, gpus = sign * sms, op.category, self._gpus
         for rank in ranks:
-            self._settle(rank)
-            held = self._held[rank]
-            held[op.category] += sign * sms
-            if not held[op.category]:
-                del held[op.category]
-            total = self._total[rank] = self._total[rank] + sign * sms
-            for kernel in self._running[rank]:
-                rate = self._rate(total, kernel.sm_bound, kernel.reserved)
+            gpu = gpus[rank]
+            if gpu.running:
+                self._settle(gpu)
+            held = gpu.held
+            count = held[category] = held.get(category, 0) + change
+            if not count:
+                del held[category]
+            gpu.total += change
+            for kernel in gpu.running:
+                rate = self._rate(gpu.total, kernel.sm_bound, kernel.reserved)
                 if rate != kernel.rate:
                     kernel.rate = rate
                     if not kernel.rescheduling:
                         kernel.rescheduling = True
                         Urgent(self.env, partial(self._reschedule, kernel))
 
-    def _settle(self, rank: int) -> None:
-        """Book the work the rank's kernels did since their last change, and the time lost to each holder (the
+    def _settle(self, gpu: _Gpu) -> None:
+        """Book the work the GPU's kernels did since their last change, and the time lost to each holder (the
         share of the SMs it holds) and to idle reserved SMs."""
-        running = self._running[rank]
-        if not running:
-            return
         now = self.env.now
-        held, total = self._held[rank], self._total[rank]
-        for kernel in running:
+        held, total = gpu.held, gpu.total
+        for kernel in gpu.running:
             elapsed = now - kernel.since
             if elapsed > 0:
                 kernel.left = max(kernel.left - elapsed * kernel.rate, 0.0)
@@ -150,12 +158,12 @@ class Contention:
         """Start a kernel of nominal ``duration`` on ``rank``, SM-bound for the share ``sm_bound`` of its time,
         launched without ``reserved`` SMs; the event returned fires when it ends (a timeout, whose callbacks move
         to a new one whenever the kernel's rate changes)."""
-        env = self.env
-        rate = self._rate(self._total[rank], sm_bound, reserved)
+        env, gpu = self.env, self._gpus[rank]
+        rate = self._rate(gpu.total, sm_bound, reserved)
         end = env.timeout(duration / rate)
         kernel = _Kernel(duration, rate, env.now, sm_bound, reserved, end)
-        end.callbacks.append(partial(self._ended, rank, kernel))
-        self._running[rank].append(kernel)
+        end.callbacks.append(partial(self._ended, gpu, kernel))
+        gpu.running.append(kernel)
         return end
 
     def _reschedule(self, kernel: _Kernel, _event: simpy.Event) -> None:
@@ -166,6 +174,6 @@ class Contention:
         kernel.end = self.env.timeout(kernel.left / kernel.rate)
         kernel.end.callbacks, former.callbacks = former.callbacks, []
 
-    def _ended(self, rank: int, kernel: _Kernel, _event: simpy.Event) -> None:
-        self._settle(rank)
-        self._running[rank].remove(kernel)
+    def _ended(self, gpu: _Gpu, kernel: _Kernel, _event: simpy.Event) -> None:
+        self._settle(gpu)
+        gpu.running.remove(kernel)
