@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.engine import symmetry
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 
@@ -142,9 +143,12 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_exact
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
 
 
-def test_lanes_sharing_a_nic_whose_rings_meet_the_uplinks_unevenly_unfold(run_yaml):
+@pytest.mark.parametrize("batch_transfers", [symmetry.BATCH_TRANSFERS, 1])
+def test_lanes_sharing_a_nic_whose_rings_meet_the_uplinks_unevenly_unfold(run_yaml, monkeypatch, batch_transfers):
     """Two GPUs per NIC, two channels: one lane's two crossing flows hash onto one 2:1 spine uplink, the other
-    lane's onto two, so their DP rings take 1.26 and 0.64 ms alone; folding is switched off, with the reason."""
+    lane's onto two, so their DP rings take 1.26 and 0.64 ms alone; folding is switched off, with the reason,
+    also when the mirrors' route shapes are worked out one mirror per pass."""
+    monkeypatch.setattr(symmetry, "BATCH_TRANSFERS", batch_transfers)
     folded, unfolded = _folded_and_unfolded(
         run_yaml, "cluster.nics_per_node=4", "collectives.channels=2", "parallelism.pp=2", "parallelism.dp=2")
     assert not folded["folded"]

@@ -41,6 +41,14 @@ def test_happens_before_follows_streams_dependencies_joins_and_asynchronous_send
     assert not ordering.concurrent(x, x)
 
 
+@pytest.mark.parametrize("missing", [8, 99, -1])
+def test_a_dependency_on_an_op_outside_the_program_is_an_error(missing):
+    """Ids past, beyond and before the program's: none maps to another op's node."""
+    ops = [*_program(), ComputeOp(id=9, rank=0, stream="compute", name="D", duration=1.0, deps=(2, missing))]
+    with pytest.raises(ValueError, match=f"not in the program: \\[{missing}\\]"):
+        Ordering(ops, ASYNC)
+
+
 @pytest.mark.parametrize("overrides", [(), ("model.moe.routing.balance=zipf",)])
 def test_replaying_lone_instances_leaves_the_moe_step_unchanged(run_yaml, monkeypatch, overrides):
     """A folded MoE step with TP 2, EP 4 and two micro-batches: the per-instance replay (most all-to-alls run

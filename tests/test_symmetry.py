@@ -44,3 +44,15 @@ def test_route_shapes_tell_phases_apart_as_the_plain_definition_does():
     assert all(expected == found for expected, found in same)
     assert {expected for expected, _ in same} == {True, False}
     assert sum(expected for expected, _ in same) > 2 * len(phases)  # equal pairs beyond a phase and its reverse
+
+
+def test_route_shapes_do_not_depend_on_the_phases_worked_out_beside_them():
+    """A phase's shape is the same alone as among others (the mirrors of a collective are compared in batches,
+    each its own call), for one-transfer phases and longer ones alike."""
+    topology = build_topology("cluster", FABRIC)
+    kinds = link_kind_codes(topology)
+    short = Phase((Transfer(0, 1, 1e6, 0),))
+    crossing = Phase(tuple(Transfer(src, (src + 24) % 64, 2e6, src % 2) for src in range(0, 64, 9)))
+    together = route_shapes(topology, [short, crossing, Phase(())], kinds)
+    assert together == [route_shapes(topology, [phase], kinds)[0] for phase in (short, crossing, Phase(()))]
+    assert together[0] != together[1]

@@ -26,8 +26,9 @@ import numpy as np
 from simulator.program.ops import CollectiveOp, Op
 
 MAX_CLOCK_ENTRIES = 1 << 24
-"""Largest nodes x components table allowed (64 MiB of 32-bit positions); beyond it (unfolded runs of many
-ranks) no ordering."""
+"""Largest nodes x components table allowed; beyond it (unfolded runs of many ranks) no ordering. The clock
+table holds 4 bytes an entry (64 MiB at the limit) and the reach-mark table, nodes x the most marks of one node
+(at most components), 12 (a 64-bit component and a 32-bit position): up to 256 MiB together at the limit."""
 
 UNREACHED = np.iinfo(np.int32).max
 """Position of a padding reach mark: no clock ever attains it."""
@@ -66,10 +67,6 @@ class Ordering:
         self._mark_components, self._mark_positions, self._passed = _reach_marks(
             self.first_component, self.first_position, successors, waves)
         self._passing = np.array(sorted(self._passed), dtype=np.int64)
-
-    def latest(self, node: int, component: int) -> int:
-        """The latest position on ``component`` that happens before ``node`` or is ``node`` (-1: none)."""
-        return int(self.clocks[node, component])
 
     def before_each(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """For each i, whether node ``a[i]`` finishes before node ``b[i]`` starts in every run: ``b[i]`` is
@@ -139,7 +136,11 @@ def _predecessors(ops: Sequence[Op], nodes: np.ndarray, stream_edges: tuple[np.n
     dep_ids = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=int(counts.sum()))
     ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
     by_id = np.argsort(ids)
-    sources = np.concatenate((stream_edges[0], nodes[by_id[np.searchsorted(ids, dep_ids, sorter=by_id)]]))
+    found = by_id[np.searchsorted(ids, dep_ids, sorter=by_id).clip(max=max(len(ids) - 1, 0))]
+    missing = dep_ids[ids[found] != dep_ids]
+    if len(missing):
+        raise ValueError(f"dependencies on ops not in the program: {sorted(set(missing.tolist()))[:5]}")
+    sources = np.concatenate((stream_edges[0], nodes[found]))
     targets = np.concatenate((stream_edges[1], np.repeat(nodes, counts)))
     codes = np.sort((targets * count + sources)[sources != targets])
     targets, sources = np.divmod(codes[np.diff(codes, prepend=-1) != 0], count)
@@ -187,17 +188,11 @@ def _waves(predecessors: Csr, successors: Csr) -> list[list[int]]:
 def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], components: int) -> np.ndarray:
     """The nodes x components clock table: own positions, and per wave the latest of each node's own row and
     its predecessors' (a node's own position on a component is later than any of its predecessors' there)."""
-    pointers, sources = predecessors
-    clocks = np.full((len(pointers) - 1, components), -1, dtype=np.int32)
+    clocks = np.full((len(predecessors[0]) - 1, components), -1, dtype=np.int32)
     nodes, columns, positions = places
     clocks[nodes, columns] = positions
     order = np.fromiter(chain.from_iterable(waves[1:]), dtype=np.int64)
-    counts = pointers[order + 1] - pointers[order] + 1
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    inputs = np.append(sources, 0)[np.arange(ends[-1] if len(ends) else 0) + np.repeat(pointers[order] - starts,
-                                                                                           counts)]
-    inputs[ends - 1] = order
+    starts, ends, inputs = _input_rows(predecessors, order)
     first = 0
     for wave in waves[1:]:
         last = first + len(wave)
@@ -205,6 +200,20 @@ def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], component
         clocks[order[first:last]] = np.maximum.reduceat(clocks[inputs[begin:end]], starts[first:last] - begin)
         first = last
     return clocks
+
+
+def _input_rows(predecessors: Csr, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows a clock is the latest of, for each node of ``order`` in turn: its predecessors, then itself,
+    one flat array (``inputs``) with each node's run at ``inputs[starts[i]:ends[i]]``, ready for one
+    `np.maximum.reduceat` per wave."""
+    pointers, sources = predecessors
+    counts = pointers[order + 1] - pointers[order] + 1
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    runs = np.arange(ends[-1] if len(ends) else 0) + np.repeat(pointers[order] - starts, counts)
+    inputs = np.append(sources, 0)[runs]
+    inputs[ends - 1] = order
+    return starts, ends, inputs
 
 
 def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, successors: Csr,

@@ -14,7 +14,7 @@ are timed alone on the links (network/isolated.py) and folding is off only if th
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import chain
 
 import numpy as np
@@ -35,6 +35,10 @@ LOADS = 1 << 32
 """A link's place in a route shape packs its kind and its load into one integer, ``kind * LOADS + load``: a
 phase has far fewer than 2**32 transfers, so the packing is one to one."""
 
+BATCH_TRANSFERS = 1 << 18
+"""Most transfers whose route shapes are worked out in one array pass: a collective's mirrors go in batches of
+about this many transfers, so the pass's memory does not grow with the number of mirrors."""
+
 
 def link_kind_codes(topology: Topology) -> np.ndarray:
     """Each directed link's kind (bandwidth, class) as an id, times LOADS."""
@@ -46,15 +50,16 @@ def link_kind_codes(topology: Topology) -> np.ndarray:
 
 
 def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.ndarray) -> list[bytes]:
-    """What the network sees of each of ``phases`` up to renaming links, comparable among the phases of one
-    call: per transfer its bytes and, for each link of its route, its kind (`link_kind_codes`) and how many of
-    the phase's transfers cross it; as a table with a row per transfer (the bytes' bit pattern, then the
-    route's links, padded with -1) whose rows are sorted, so the order of the transfers does not matter. All
-    the phases are worked out together, over arrays of every transfer and every link they cross."""
+    """What the network sees of each of ``phases`` up to renaming links, comparable across calls: per transfer
+    its bytes and, for each link of its route, its kind (`link_kind_codes`) and how many of the phase's
+    transfers cross it; as the table's width, then a table with a row per transfer (the bytes' bit pattern,
+    then the route's links, padded with -1 to the phase's longest route) whose rows are sorted, so the order of
+    the transfers does not matter. All the phases are worked out together, over arrays of every transfer and
+    every link they cross."""
     sizes = np.array([len(phase.transfers) for phase in phases], dtype=np.int64)
     transfers = [t for phase in phases for t in phase.transfers]
     if not transfers:
-        return [b""] * len(phases)
+        return [np.int64(0).tobytes()] * len(phases)
     sources, destinations, nbytes, channels = zip(*transfers)
     paths = list(map(topology.path, sources, destinations, channels))
     lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
@@ -68,8 +73,21 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
     table[of_transfer, 1 + np.arange(links.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
         link_kinds[links] + load[crossing])
     table = table[np.lexsort((*table.T[::-1], of_phase))]
+    widths = np.zeros(len(phases), dtype=np.int64)
+    np.maximum.at(widths, of_phase, 1 + lengths)
     bounds = np.concatenate(([0], np.cumsum(sizes))).tolist()
-    return [table[start:end].tobytes() for start, end in zip(bounds, bounds[1:])]
+    return [np.int64(width).tobytes() + table[start:end, :width].tobytes()
+            for start, end, width in zip(bounds, bounds[1:], widths.tolist())]
+
+
+def _mirror_batches(phases: list[Phase], mirror_plans: Sequence[list[Phase]]) -> Iterator[range]:
+    """The mirrors (as index ranges) whose route shapes are worked out in one pass: at least one, and no more
+    than keep a pass within BATCH_TRANSFERS transfers beside those of ``phases``."""
+    sizes = [sum(len(phase.transfers) for phase in plan) for plan in mirror_plans]
+    per_mirror = max(1, max(sizes, default=1))
+    room = max(1, (BATCH_TRANSFERS - sum(len(phase.transfers) for phase in phases)) // per_mirror)
+    for start in range(0, len(mirror_plans), room):
+        yield range(start, min(start + room, len(mirror_plans)))
 
 
 def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray) -> str:
@@ -102,20 +120,23 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
             continue
         phases = plans.phases(op, op.group)
         mirror_phases = [plans.phases(op, mirror) for mirror in op.mirrors]
-        shapes_of = route_shapes(topology, [phase for plan in (phases, *mirror_phases) for phase in plan], link_kinds)
-        reference = tuple(shapes_of[:len(phases)])
-        done = len(phases)
+        reference = tuple(route_shapes(topology, phases, link_kinds))
         timings: dict[tuple, float] = {}
-        for mirror, mirrored in zip(op.mirrors, mirror_phases):
-            shapes = tuple(shapes_of[done:done + len(mirrored)])
-            done += len(mirrored)
-            if shapes == reference or shapes in timings:
-                continue
-            if not timings:
-                timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
-            mirror_s = timings[shapes] = run_isolated(topology, capacity, mirrored).duration_s
-            if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
-                return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
-                        f"{mirror_s * 1e3:.4g} ms over the equivalent {list(mirror)}: their flows share the "
-                        "fabric's links unevenly (each flow hashed onto a spine by its ends)")
+        for batch in _mirror_batches(phases, mirror_phases):
+            shapes_of = route_shapes(topology, [phase for index in batch for phase in mirror_phases[index]],
+                                     link_kinds)
+            done = 0
+            for index in batch:
+                mirrored = mirror_phases[index]
+                shapes = tuple(shapes_of[done:done + len(mirrored)])
+                done += len(mirrored)
+                if shapes == reference or shapes in timings:
+                    continue
+                if not timings:
+                    timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
+                mirror_s = timings[shapes] = run_isolated(topology, capacity, mirrored).duration_s
+                if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
+                    return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
+                            f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[index])}: their flows "
+                            "share the fabric's links unevenly (each flow hashed onto a spine by its ends)")
     return ""
