@@ -10,6 +10,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.faults.rerouting import Rerouter
 from simulator.metrics.events import EventLog
+from simulator.network import model
 from simulator.network.maxmin import max_min_rates
 from simulator.network.model import Network
 from simulator.network.modes import NETWORK_MODES
@@ -449,3 +450,53 @@ def test_a_component_met_again_with_the_same_sizes_reuses_its_solve_until_a_capa
     env.run(env.process(rounds()))
     assert env.now == pytest.approx(3 * 0.4 + 0.8, rel=EXACT)
     assert (net.resolves, net.resolved_flows, net.max_min_solves) == (4, 16, 2)
+
+
+
+def _rounds_on_the_core(net: Network, topo: Topology, counts: list[int], kept: list[int]):
+    """Rounds of ``count`` 1 GB flows g0->g2 beside two g1->g3 over the 10 GB/s core (one component of two
+    groups, all ending together); notes in ``kept`` how many rates are remembered after each round."""
+    for count in counts:
+        yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)] * count + [(topo.path(1, 3), 1 * GB, 0.0)] * 2)
+        assert net._solved_entries == sum(len(numbers) for numbers, _ in net._solved)
+        kept.append(net._solved_entries)
+
+
+@pytest.mark.parametrize("entries, groups, solves", [(model.SOLVED_ENTRIES, model.CACHED_GROUPS, 3), (3, 4096, 6),
+                                                     (1 << 22, 1, 6)])
+def test_remembered_solves_stay_within_their_limits_and_give_the_same_times(monkeypatch, entries, groups, solves):
+    # Six rounds meeting three components (1, 2, 3 flows beside 2) twice, each round (count + 2) * 0.1 s:
+    # remembered, the repeats are not solved again; with room for 3 rates (a solve keeps 2) each solve is
+    # forgotten before the next, and components of more than one group are not kept at all.
+    monkeypatch.setattr(model, "SOLVED_ENTRIES", entries)
+    monkeypatch.setattr(model, "CACHED_GROUPS", groups)
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    counts, kept = [1, 2, 3, 1, 2, 3], []
+    env.run(env.process(_rounds_on_the_core(net, topo, counts, kept)))
+    assert env.now == pytest.approx(sum(count + 2 for count in counts) * 0.1, rel=EXACT)
+    assert max(kept) == min(entries - entries % 2, 6 if groups > 1 else 0)
+    assert net.max_min_solves == solves
+
+
+def test_idle_path_groups_are_dropped_when_a_capacity_changes():
+    # A phase g0->g2 then one g1->g3, each alone on the core (0.1 s): both paths keep their groups while
+    # idle; halving an edge link forgets the solves and the idle groups, and a later phase makes a new one.
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    net = Network(env, topo)
+    groups = []
+
+    def phases():
+        yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)])
+        yield net.run_phase([(topo.path(1, 3), 1 * GB, 0.0)])
+        groups.append(len(net._groups))
+        net.scale_capacity([topo.link_index[("g0", "s0")]], 0.5)
+        groups.append(len(net._groups))
+        yield net.run_phase([(topo.path(0, 2), 1 * GB, 0.0)])
+        groups.append(len(net._groups))
+
+    env.run(env.process(phases()))
+    assert groups == [2, 0, 1]
+    assert env.now == pytest.approx(0.3, rel=EXACT)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
-from itertools import chain
+from itertools import chain, count
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -28,8 +29,13 @@ from simulator.topology.graph import LINK_CLASSES, Topology
 
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
-SOLVED_COMPONENTS = 8192
-"""Solved components remembered for reuse (forgotten all at once when full, or when a capacity changes)."""
+SOLVED_ENTRIES = 1 << 22
+"""Group rates remembered over all the solved components kept for reuse (forgotten all at once when full, or
+when a capacity changes): an entry holds a rate (8 bytes) and its key's group number and size (8 bytes each, and
+the number's int), so the memory stays under ~0.25 GB."""
+CACHED_GROUPS = 4096
+"""Largest component whose solve is remembered: larger ones (unfolded all-to-alls over spines, of 60 k-1 M
+groups) would fill the memory and seldom meet the same sizes again."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 
@@ -105,7 +111,9 @@ class _PathGroup:
     each flow, is registered on the links, reached by a component search and solved. A group lives as long
     as the network (its ``number`` orders a component's groups the same way whenever they meet again);
     ``weight`` counts its transfers (flows and their twins); ``joined`` holds the flows added since the last
-    solve, the only ones whose rate may differ from it."""
+    solve, the only ones whose rate may differ from it. A group lives while it has flows, and an idle one until
+    the remembered solves are forgotten; its ``number`` is never reused (a component's groups are ordered and
+    remembered by their numbers)."""
 
     __slots__ = ("flows", "joined", "number", "path", "rate", "weight")
 
@@ -152,7 +160,9 @@ class Network:
         self._bottleneck: dict[tuple[int, ...], float] = {}
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: dict[int, set[_PathGroup]] = {}
-        self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], list[float]] = {}
+        self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], array[float]] = {}
+        self._solved_entries = 0
+        self._group_numbers = count()
         self._active = 0
         self._starting: list[_Flow] = []
         self._touched_groups: set[_PathGroup] = set()
@@ -269,7 +279,7 @@ class Network:
             self.capacity = self.capacity.copy()
         self.capacity[list(links)] *= fraction
         self._bottleneck.clear()
-        self._solved.clear()
+        self._forget_solves()
         self._touched_links.update(links)
         self._request_batch()
 
@@ -287,10 +297,9 @@ class Network:
             self._unlink(flow)
             twins = flow.twins
             members.extend(flow.split())
-            if flow.rate:
-                for twin in twins:
-                    heapq.heappush(self._by_ready, (twin.ready, twin.seq, twin.version, twin))
-                self._active += len(twins)
+            for twin in twins:
+                heapq.heappush(self._by_ready, (twin.ready, twin.seq, twin.version, twin))
+            self._active += len(twins)
         for flow in sorted(members, key=attrgetter("seq")):
             flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
             self._join(flow)
@@ -321,7 +330,7 @@ class Network:
         """Add ``flow`` to the group of its path (registering the group on its links if it was idle)."""
         group = self._groups.get(flow.path)
         if group is None:
-            group = self._groups[flow.path] = _PathGroup(len(self._groups), flow.path)
+            group = self._groups[flow.path] = _PathGroup(next(self._group_numbers), flow.path)
         if not group.flows:
             link_groups = self._link_groups
             for link in group.path:
@@ -363,15 +372,18 @@ class Network:
         self.resolves += 1
         sizes = tuple(group.weight for group in component)
         self.resolved_flows += sum(sizes)
+        kept = len(component) <= CACHED_GROUPS
         key = (tuple(group.number for group in component), sizes)
-        group_rates = self._solved.get(key)
+        group_rates = self._solved.get(key) if kept else None
         if group_rates is None:
             self.max_min_solves += 1
-            group_rates = grouped_max_min_rates([group.path for group in component], np.array(sizes, dtype=float),
-                                                self.capacity).tolist()
-            if len(self._solved) >= SOLVED_COMPONENTS:
-                self._solved.clear()
-            self._solved[key] = group_rates
+            group_rates = array("d", grouped_max_min_rates([group.path for group in component],
+                                                           np.array(sizes, dtype=float), self.capacity).tobytes())
+            if kept:
+                if self._solved_entries + len(component) > SOLVED_ENTRIES:
+                    self._forget_solves()
+                self._solved[key] = group_rates
+                self._solved_entries += len(component)
         now = self.env.now
         push, by_ready = heapq.heappush, self._by_ready
         for group, rate in zip(component, group_rates):
@@ -395,6 +407,13 @@ class Network:
                 push(by_ready, (flow.ready, flow.seq, version, flow))
         if len(self._by_ready) > 4 * self._active + 1024:
             self._by_ready = self._fresh(self._by_ready)
+
+    def _forget_solves(self) -> None:
+        """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
+        solves' keys; a path used again gets a new group)."""
+        self._solved.clear()
+        self._solved_entries = 0
+        self._groups = {path: group for path, group in self._groups.items() if group.flows}
 
     @staticmethod
     def _fresh(heap: list[tuple[float, int, int, _Flow]]) -> list[tuple[float, int, int, _Flow]]:
@@ -470,6 +489,7 @@ class Network:
         group.flows.discard(flow)
         group.weight -= 1 + len(flow.twins)
         if not group.flows:
+            group.joined = []
             link_groups = self._link_groups
             for link in group.path:
                 members = link_groups[link]
