@@ -8,6 +8,8 @@ stays on one rail and a host's channels together use all of its NICs.
 
 from __future__ import annotations
 
+from itertools import chain, repeat
+
 from simulator.catalog.calibration import network_channels_per_nic
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import chunk_count, pipelined_phases
@@ -53,16 +55,18 @@ def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list
         members = hosts[0]
         start = channel % len(members)
         return members[start:] + members[:start]
+    local = topology.gpu_local
     order: list[int] = []
     exit_local: int | None = None
     for index, members in enumerate(hosts):
-        size = len(members)
-        locals_ = [topology.gpu_local[r] for r in members]
-        start = locals_.index(exit_local) if exit_local is not None and exit_local in locals_ else channel % size
-        step = 1 if index % 2 == 0 else -1
-        visit = [members[(start + step * i) % size] for i in range(size)]
-        order += visit
-        exit_local = topology.gpu_local[visit[-1]]
+        if len(members) > 1:
+            locals_ = [local[r] for r in members]
+            start = (locals_.index(exit_local) if exit_local is not None and exit_local in locals_
+                     else channel % len(members))
+            members = (members[start:] + members[:start] if index % 2 == 0
+                       else members[start::-1] + members[:start:-1])
+        order += members
+        exit_local = local[members[-1]]
     return order
 
 
@@ -71,8 +75,9 @@ def ring_phase(rings: list[list[int]], nbytes_per_step: float, steps: int,
     """One phase: every ring member sends ``nbytes_per_step`` to its successor, ``steps`` times; ring k runs
     on ``channels[k]`` (default: channel k)."""
     channels = channels or list(range(len(rings)))
-    transfers = tuple(Transfer(ring[i], ring[(i + 1) % len(ring)], nbytes_per_step, channel)
-                      for channel, ring in zip(channels, rings) for i in range(len(ring)))
+    transfers = tuple(chain.from_iterable(
+        map(Transfer, ring, ring[1:] + ring[:1], repeat(nbytes_per_step), repeat(channel))
+        for channel, ring in zip(channels, rings)))
     return Phase(transfers, repeat=steps, pipelined=True)
 
 
