@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -61,20 +62,8 @@ def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
     holders: dict[frozenset[int], list[tuple]] = {}
     for key, (op, mirror) in candidates.items():
         holders.setdefault(links_of(op, mirror), []).append(key)
-    by_link: dict[int, list[frozenset[int]]] = {}
-    for links in holders:
-        for link in links:
-            by_link.setdefault(link, []).append(links)
-    kept_links: set[frozenset[int]] = set()
-    frontier = list(reached)
-    while frontier:
-        for links in by_link.get(frontier.pop(), ()):
-            if links not in kept_links:
-                kept_links.add(links)
-                fresh = links - reached
-                reached |= fresh
-                frontier.extend(fresh)
-    kept = {key for links in kept_links for key in holders[links]}
+    sets = list(holders)
+    kept = {key for index in _connected_sets(sets, reached) for key in holders[sets[index]]}
     pruned: dict[tuple, Mirrors] = {}
     kept_by_op: dict[int, Mirrors] = {}
     for op in collectives:
@@ -85,6 +74,36 @@ def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
                 mirrors = pruned[shape] = tuple(m for m in op.mirrors if shape[:4] + (m,) in kept)
             kept_by_op[op.id] = mirrors
     return kept_by_op
+
+
+def _connected_sets(sets: list[frozenset[int]], reached: set[int]) -> np.ndarray:
+    """Indices of the link ``sets`` joined to the ``reached`` links through chains of shared links: a
+    breadth-first sweep over arrays, each round taking every set that holds a newly reached link (found by
+    bisection in the sets' links sorted by link) and reaching the links of those sets not reached yet."""
+    sizes = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+    links = np.fromiter(chain.from_iterable(sets), dtype=np.int64, count=int(sizes.sum()))
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    by_link = np.argsort(links, kind="stable")
+    sorted_links, holder = links[by_link], np.repeat(np.arange(len(sets)), sizes)[by_link]
+    frontier = np.array(sorted(reached), dtype=np.int64)
+    is_reached = np.zeros(max(int(links.max(initial=-1)), int(frontier.max(initial=-1))) + 1, dtype=bool)
+    is_reached[frontier] = True
+    taken = np.zeros(len(sets), dtype=bool)
+    while frontier.size:
+        hit = holder[_spans(np.searchsorted(sorted_links, frontier, side="left"),
+                            np.searchsorted(sorted_links, frontier, side="right"))]
+        hit = np.unique(hit[~taken[hit]])
+        taken[hit] = True
+        fresh = links[_spans(starts[hit], starts[hit + 1])]
+        frontier = np.unique(fresh[~is_reached[fresh]])
+        is_reached[frontier] = True
+    return np.flatnonzero(taken)
+
+
+def _spans(lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+    """The indices of the ranges [low, high) laid end to end."""
+    lengths = highs - lows
+    return np.arange(int(lengths.sum())) + np.repeat(lows - (np.cumsum(lengths) - lengths), lengths)
 
 
 def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
