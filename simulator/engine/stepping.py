@@ -5,17 +5,19 @@ phases). As SimPy processes each would pay for a start event, an end event nobod
 bookkeeping at every resumption. Here a generator is resumed straight from the callbacks of the events it
 yields, and started by an urgent event, as a process is: every other event is scheduled at the same point, so
 the run processes the events it shares with a process-based run in the same order, and its results are the
-same to the last bit. An error raised by a generator propagates from the step that resumed it.
+same to the last bit. An event that failed is thrown into the generator waiting on it, as SimPy does for a
+process (the event is defused: the generator handles the error); an error the generator does not catch
+propagates, as itself, from the step that resumed it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 
 import simpy
 from simpy.events import URGENT
 
-Steps = Iterator[simpy.Event]
+Steps = Generator[simpy.Event, None, None]
 """A generator that yields the events it waits for (the values they carry are not sent in)."""
 
 
@@ -33,14 +35,23 @@ class Urgent(simpy.Event):
 
 def follow(steps: Steps) -> None:
     """Run ``steps`` now up to the first event it yields that has not been processed yet, and from that event's
-    callbacks on to the next, until it ends."""
+    callbacks on to the next, until it ends. A failed event's exception is raised at the ``yield`` that waited
+    for it; the exception object itself, so an `InputError` keeps its field."""
 
-    def resume(_event: simpy.Event | None = None) -> None:
-        for event in steps:
-            callbacks = event.callbacks
-            if callbacks is not None:
-                callbacks.append(resume)
-                return
+    def resume(event: simpy.Event | None = None) -> None:
+        try:
+            while True:
+                if event is None or event._ok:
+                    event = next(steps)
+                else:
+                    event._defused = True
+                    event = steps.throw(event._value)
+                callbacks = event.callbacks
+                if callbacks is not None:
+                    callbacks.append(resume)
+                    return
+        except StopIteration:
+            return
 
     resume()
 

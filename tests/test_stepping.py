@@ -1,0 +1,144 @@
+"""Generators stepped on SimPy events (engine/stepping.py) behave as SimPy processes: the same event order, and a
+failed event raised at the ``yield`` that waits for it (the engine's refusals to join: test_scenarios_comm.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from simulator.collectives.execute import PlanRunner
+from simulator.engine.engine import Engine
+from simulator.engine.plans import PlanCache
+from simulator.engine.sharing import Sharing
+from simulator.engine.stepping import follow, start
+from simulator.errors import InputError
+from simulator.metrics.events import EventLog
+from simulator.network.model import Network
+from simulator.program.ops import CollectiveOp, ComputeOp
+from simulator.topology.loader import load_topology
+
+TOPOLOGY = load_topology("dgx-h100")
+
+
+def _random_program(seed: int, launcher):
+    """Eight generators of random steps, each logging (time, name) after every step: timeouts of a few equal
+    lengths (ties at one time), shared events that other generators or timeouts trigger, collectives on a shared
+    network (flows that change each other's rates as they come and go) and children launched mid-run with
+    ``launcher(env)``, the function that starts generators. Returns the end time, the log and the flows."""
+    rng = np.random.default_rng(seed)
+    env = simpy.Environment()
+    launch = launcher(env)
+    network = Network(env, TOPOLOGY, log=EventLog())
+    runner, plans = PlanRunner(network, TOPOLOGY), PlanCache(TOPOLOGY)
+    shared = [env.event() for _ in range(6)]
+    for index, event in enumerate(shared[:3]):
+        env.timeout(1e-6 * (index + 1)).callbacks.append(lambda _timeout, event=event: event.succeed())
+    log: list[tuple[float, str]] = []
+
+    def steps(name: str, count: int):
+        for step in range(count):
+            kind = rng.integers(5)
+            if kind == 0:
+                yield env.timeout(float(rng.choice([0.0, 1e-6, 2e-6])))
+            elif kind == 1:
+                yield shared[rng.integers(len(shared))]
+            elif kind == 2:
+                event = shared[3 + rng.integers(3)]
+                if not event.triggered:
+                    event.succeed()
+            elif kind == 3:
+                group = tuple(int(rank) for rank in rng.choice(8, size=int(rng.integers(2, 5)), replace=False))
+                op = CollectiveOp(id=0, rank=group[0], stream="comm", name="c", op=str(rng.choice(
+                    ["all_reduce", "all_gather"])), group=group, nbytes=float(rng.choice([2**16, 2**20, 2**24])))
+                yield from runner.run_plan(env, plans.phases(op, group), f"{name}.{step}")
+            elif len(name) < 6:
+                launch([steps(f"{name}{step}", 4)])
+            log.append((env.now, f"{name}.{step}"))
+
+    launch([steps(chr(ord("a") + index), 12) for index in range(8)])
+    for event in shared[3:]:  # whatever no generator triggered, so that nobody waits forever
+        env.timeout(1e-3).callbacks.append(lambda _timeout, event=event: event.triggered or event.succeed())
+    env.run()
+    return env.now, log, network.log.flow_columns()
+
+
+def _processes(env: simpy.Environment):
+    return lambda runs: [env.process(steps) for steps in runs]
+
+
+def _stepped(env: simpy.Environment):
+    return lambda runs: start(env, runs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stepped_generators_process_their_events_in_the_order_simpy_processes_do(seed):
+    """The same random program run as SimPy processes and as stepped generators: the same log, step for step and
+    to the last bit of every time, and the same flows on the network."""
+    end_a, log_a, flows_a = _random_program(seed, _processes)
+    end_b, log_b, flows_b = _random_program(seed, _stepped)
+    assert len(log_a) > 40
+    assert log_a == log_b and end_a == end_b
+    assert flows_a.keys() == flows_b.keys() and len(flows_a["src"]) > 10
+    for column in flows_a:
+        assert np.array_equal(flows_a[column], flows_b[column])
+
+
+def test_a_generator_sees_a_failed_event_at_its_yield_and_may_handle_it():
+    """The failed event's exception is raised at the ``yield`` (the generator catches it and goes on); it is
+    defused, so the run itself does not fail."""
+    env = simpy.Environment()
+    failing, error, seen = env.event(), ValueError("link down"), []
+    env.timeout(2.0).callbacks.append(lambda _timeout: failing.fail(error))
+
+    def steps():
+        try:
+            yield failing
+        except ValueError as caught:
+            seen.append((env.now, caught))
+        yield env.timeout(1.0)
+        seen.append(env.now)
+
+    start(env, [steps()])
+    env.run()
+    assert seen == [(2.0, error), 3.0]
+
+
+def test_an_error_no_generator_catches_leaves_the_run_as_itself():
+    env = simpy.Environment()
+    failing, error = env.event(), InputError("bad", field="collectives.algorithm")
+    env.timeout(1.0).callbacks.append(lambda _timeout: failing.fail(error))
+
+    def steps():
+        yield failing
+
+    follow(steps())
+    with pytest.raises(InputError) as caught:
+        env.run()
+    assert caught.value is error and env.now == 1.0
+
+
+def _failing_plan(env: simpy.Environment, _phases, _key: str):
+    """A collective's plan that waits on a nested SimPy process (as a plan with mirrors does) which fails."""
+
+    def plan():
+        yield env.timeout(1e-3)
+        raise InputError("no route", field="cluster.links")
+
+    yield env.all_of([env.process(plan())])
+
+
+def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_field():
+    """The collective neither logs rows nor releases its members (before, it went on as if the plan had run and
+    the error came at the end of the step); `Engine.run` raises the plan's own error, field and all."""
+    env, log = simpy.Environment(), EventLog()
+    engine = Engine(env, PlanCache(TOPOLOGY), run_plan=_failing_plan, run_plans=_failing_plan, log=log,
+                    sharing=Sharing())
+    ops = [CollectiveOp(id=rank, rank=rank, stream="comm", name="X", op="all_reduce", group=(0, 1), nbytes=2**20,
+                        key="X") for rank in (0, 1)]
+    ops.append(ComputeOp(id=2, rank=0, stream="comm", name="after", duration=1e-3, deps=(0,)))
+    with pytest.raises(InputError) as caught:
+        engine.run(ops)
+    assert caught.value.field == "cluster.links" and caught.value.problem == "no route"
+    assert len(log) == 0 and engine._executed == 0
+
