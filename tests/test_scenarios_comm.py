@@ -176,26 +176,35 @@ def test_cross_ordered_collectives_deadlock_with_a_report():
     assert "'Y'" in message and "waits for ranks [0]" in message
 
 
-def _joins(rank_ops: dict[int, list[str]]) -> list:
-    """Each rank's ops in order: "X" joins the all-reduce X over GPUs 0 and 1, "wait" is a 1 ms kernel first."""
+def _joins(rank_ops: dict[int, list[str]], sizes: dict[int, float] | None = None) -> list:
+    """Each rank's ops in order: "X" joins the all-reduce X over GPUs 0 and 1 (of ``sizes[rank]`` bytes, 1 MiB
+    unless given), "wait" is a 1 ms kernel first."""
     ops: list = []
     for rank, names in rank_ops.items():
         for name in names:
             ops.append(ComputeOp(id=len(ops), rank=rank, stream="comm", name=name, duration=1e-3) if name == "wait"
                        else CollectiveOp(id=len(ops), rank=rank, stream="comm", name=name, op="all_reduce",
-                                         group=(0, 1), nbytes=2**20, key=name))
+                                         group=(0, 1), nbytes=(sizes or {}).get(rank, 2**20), key=name))
     return ops
 
 
-@pytest.mark.parametrize("rank_ops, words", [
-    ({0: ["X", "X"], 1: ["X", "X"]}, "rank 0 joins all_reduce 'X' (key X) after it finished"),
-    ({0: ["X", "X"]}, "rank 0 joins all_reduce 'X' (key X) after it finished"),
-    ({0: ["wait", "X"], 1: ["wait", "X"], 2: ["X"]}, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
-    ({0: ["wait", "X"], 2: ["X"]}, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
-], ids=["again-rendezvous", "again-private", "outsider-rendezvous", "outsider-private"])
-def test_a_join_after_the_end_or_from_outside_the_group_is_refused(rank_ops, words):
+@pytest.mark.parametrize("rank_ops, sizes, words", [
+    ({0: ["X", "X"], 1: ["X", "X"]}, None, "rank 0 joins all_reduce 'X' (key X) after it finished"),
+    ({0: ["X", "X"]}, None, "rank 0 joins all_reduce 'X' (key X) after it finished"),
+    ({0: ["wait", "X"], 1: ["wait", "X"], 2: ["X"]}, None,
+     "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+    ({0: ["wait", "X"], 2: ["X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+    ({0: ["X"], 1: ["X"], 2: ["wait", "X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+    ({0: ["X"], 2: ["wait", "X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
+    ({0: ["X"], 1: ["X"]}, {1: 2**21}, "ranks disagree on 'X' (key X): all_reduce of 1048576 B over (0, 1) vs "
+                                       "all_reduce of 2097152 B over (0, 1)"),
+], ids=["again-rendezvous", "again-private", "outsider-rendezvous", "outsider-private",
+        "outsider-after-rendezvous", "outsider-after-private", "disagree"])
+def test_a_join_after_the_end_or_from_outside_the_group_is_refused(rank_ops, sizes, words):
     """The rendezvous and a private collective (one simulated member, timed alone and replayed) refuse a rank
-    that joins a finished collective again, or that is not in its group, in the same words."""
+    that joins a finished collective again, or that is not in its group (also once the collective has
+    finished), in the same words; ranks that disagree on a collective are refused too. Each is one line from
+    `run_ops`."""
     with pytest.raises(SimulationError) as caught:
-        run_ops(load_topology("dgx-h100"), _joins(rank_ops), NetworkSettings())
+        run_ops(load_topology("dgx-h100"), _joins(rank_ops, sizes), NetworkSettings())
     assert str(caught.value) == words

@@ -51,16 +51,16 @@ class EngineResult:
 
 
 class Engine:
-    """Executes per-rank op programs. ``run_plan`` is a SimPy process generator (env, phases, key) that runs a
-    collective's phases on the network, ``run_plans`` (env, plans, key) the same for a collective with its
-    mirrors; ``plans`` turns a collective op into phases (shared with the caller's analysis). Ops on
-    ``async_streams`` do not queue behind each other: each runs as soon as its dependencies are done. Ops on
-    ``serial_streams`` run one at a time in the order their dependencies were done (first ready, first run).
-    ``compute_duration`` (rank, duration, now) -> seconds is the straggler hook: how long a kernel of nominal
-    ``duration`` starting now takes on that rank. ``sharing`` says which mirrors each collective keeps and
-    which collectives run alone on their links (engine/sharing.py). ``contention`` (None: off) slows
-    compute-bound kernels while communication kernels hold SMs on their GPU (engine/contention.py). The run
-    ends when the last op finishes, even if fault events are still scheduled later."""
+    """Executes per-rank op programs. ``run_plan`` (env, phases, key) is a generator of the events that run a
+    collective's phases on the network, followed with ``yield from`` inside the collective's stepping generator
+    (engine/stepping.py), ``run_plans`` (env, plans, key) the same for a collective with its mirrors; ``plans`` turns a
+    collective op into phases (shared with the caller's analysis). Ops on ``async_streams`` do not queue behind each
+    other: each runs as soon as its dependencies are done. Ops on ``serial_streams`` run one at a time in the order
+    their dependencies were done (first ready, first run). ``compute_duration`` (rank, duration, now) -> seconds is the
+    straggler hook: how long a kernel of nominal ``duration`` starting now takes on that rank. ``sharing`` says which
+    mirrors each collective keeps and which collectives run alone on their links (engine/sharing.py). ``contention``
+    (None: off) slows compute-bound kernels while communication kernels hold SMs on their GPU (engine/contention.py).
+    The run ends when the last op finishes, even if fault events are still scheduled later."""
 
     def __init__(self, env: simpy.Environment, plans: PlanCache, run_plan: Callable, run_plans: Callable,
                  log: EventLog, sharing: Sharing, async_streams: frozenset[str] = frozenset(),
@@ -125,7 +125,9 @@ class Engine:
             self._all_done.succeed()
         try:
             self.env.run(until=self._all_done)
-        except InputError as exc:  # SimPy re-creates a process's error from its args alone, dropping the field
+        # A SimPy process (a plan of a collective with mirrors, a fault) that waits on a failed event gets a
+        # copy of its error made from the args alone, without the field; the original is the copy's cause.
+        except InputError as exc:
             if isinstance(exc.__cause__, InputError):
                 raise exc.__cause__ from None
             raise
@@ -243,10 +245,11 @@ class Engine:
         return meeting.done
 
     def _refused(self, op: CollectiveOp) -> SimulationError:
-        """Why ``op`` cannot join: its collective has finished already, or its rank is not in the group."""
-        if op.key in self._finished:
-            return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
-        return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
+        """Why ``op`` cannot join: its rank is not in the group (whether or not the collective has finished), or
+        its collective has finished already."""
+        if op.rank not in self._group_facts(op.group)[1]:
+            return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} but is not in its group {op.group}")
+        return SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) after it finished")
 
     def _collective(self, meeting: _Rendezvous) -> Steps:
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
@@ -279,9 +282,9 @@ class Engine:
 
     def _replay(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event) -> None:
         """A private collective: time its plan once on an idle network, then replay that run's duration and
-        flow rows (shifted to its start) for every identical instance. No process is started for it: a
-        timeout's callback logs the rows and releases the members (``done``; most collectives of a folded step
-        are private, so this saves a SimPy process per instance)."""
+        flow rows (shifted to its start) for every identical instance. Nothing is started for it: a timeout's
+        callback logs the rows and releases the members (``done``; most collectives of a folded step are
+        private, so this saves a collective's stepping generator and its urgent start per instance)."""
         shape = PlanCache.key(op, self._group_facts(op.group)[0])
         run = self._isolated_runs.get(shape)
         if run is None:
