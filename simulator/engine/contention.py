@@ -23,6 +23,7 @@ import simpy
 
 from simulator.collectives.channels import kernel_channels
 from simulator.collectives.registry import ALGORITHMS
+from simulator.engine.plans import PlanCache
 from simulator.engine.stepping import Urgent
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp
@@ -64,7 +65,7 @@ class NcclChannels:
     def __call__(self, op: CollectiveOp) -> int:
         if op.sms is not None:
             return op.sms
-        shape = (id(op.group), op.op, op.nbytes, op.root, op.algorithm, id(op.pair_bytes))
+        shape = PlanCache.identity_key(op)
         known = self._counts.get(shape)
         if known is None:  # the group and pair sizes stay referenced, so their ids stay unique
             known = self._counts[shape] = (op.group, op.pair_bytes, self._count(op))

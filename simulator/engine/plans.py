@@ -40,6 +40,12 @@ class PlanCache:
         anything naming it one to one (the engine's dense group id: cheaper to hash than a 16k-rank tuple)."""
         return (op.op, group, op.nbytes, op.root, op.algorithm, op.pair_bytes)
 
+    @staticmethod
+    def identity_key(op: CollectiveOp) -> tuple:
+        """`key` with the group and the pair sizes named by their objects' identities, cheap at every instance:
+        for caches that keep those objects referenced next to what they hold, so the identities stay unique."""
+        return (op.op, id(op.group), op.nbytes, op.root, op.algorithm, id(op.pair_bytes))
+
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
         size and topology (once per shape)."""
@@ -66,7 +72,7 @@ class PlanCache:
         share their group and mirror tuples, so the list is found by those objects' identities rather than by
         hashing every mirror group at every instance (the tuples are kept referenced, so the identities stay
         unique)."""
-        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(mirrors), id(op.pair_bytes))
+        key = (self.identity_key(op), id(mirrors))
         found = self._mirrored.get(key)
         if found is None:
             plans = [self.phases(op, group) for group in (op.group, *mirrors)]
@@ -78,7 +84,7 @@ class PlanCache:
         every member sends alike (a ring), not for a tree's inner ranks and leaves or a skewed all-to-all. A
         folded run adds it to its representative's flows to report the mean over the GPUs, as an unfolded run
         does (its mirror groups are images of the group)."""
-        key = (op.op, op.nbytes, op.root, op.algorithm, id(op.group), id(op.pair_bytes))
+        key = self.identity_key(op)
         found = self._sends.get(key)
         if found is None:
             sent: dict[int, float] = dict.fromkeys(op.group, 0.0)
