@@ -55,14 +55,16 @@ class PlanRunner:
         return cached[2]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
-        """SimPy process generator: run ``phases`` one after another, labelled ``key``."""
+        """Generator of SimPy events (a process of its own, or `yield from` inside the engine's stepping
+        generators, engine/stepping.py): run ``phases`` one after another, labelled ``key``."""
         for phase in phases:
             yield self.network.run_phase(self.items(phase), key=key)
 
     def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = ""):
-        """SimPy process generator: run several independent plans at once (a collective and its mirrors) and
-        finish when all have. Single-phase plans go to the network as one batch, which is the same as running
-        them side by side; longer plans run as separate processes so none waits at another's phase barrier."""
+        """Generator of SimPy events, as `run_plan`: run several independent plans at once (a collective and
+        its mirrors) and finish when all have. Single-phase plans go to the network as one batch, which is the
+        same as running them side by side; longer plans run as separate processes so none waits at another's
+        phase barrier."""
         if all(len(plan) == 1 for plan in plans):
             yield self.network.run_phase([item for plan in plans for item in self.items(plan[0])], key=key)
             return
