@@ -285,8 +285,7 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
     return resolve_step_faults(scenario.faults.step, topology, scenario.run.seed, loaded.error)
 
 
-def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: NetworkSettings,
-                     topology: Topology) -> tuple[dict[int, Slowdown], str]:
+def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
     ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
     slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
@@ -302,7 +301,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, settings: Networ
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
     if reason or not needs_isolation:
         return slowdowns, reason
-    if any(kept_mirrors(program.ops, plan_cache(topology, settings).links).values()):
+    if any(kept_mirrors(program.ops, plans.links).values()):
         return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
     return slowdowns, ""
 
@@ -353,7 +352,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             program = step_program(loaded, topology, fold=False)
     faults.slowdowns = faults.plan.slowdown_of()
     if program.folded and not faults.plan.empty:
-        folded, blocker = fold_with_faults(faults.plan, program, settings, topology)
+        folded, blocker = fold_with_faults(faults.plan, program, plans)
         if blocker:
             program = step_program(loaded, topology, fold=False)
         else:

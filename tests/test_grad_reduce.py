@@ -22,7 +22,7 @@ parallelism: {tp: 1, pp: 1, dp: 8, zero: 0, ddp: {bucket: 1 GiB}}
 
 
 def _per_gradient_bytes(*overrides: str) -> tuple[float, float, float]:
-    """(bytes the DP gradient collectives of rank 0 send per parameter, gradient bytes memory holds per
+    """(buffer bytes of rank 0's DP gradient collectives per parameter, gradient bytes memory holds per
     parameter, bytes per weight of the parameter all-gather) for the 8B model on 8 data-parallel ranks."""
     loaded = scenario_from_text(LLAMA_8B_DP8, "inline.yaml", list(overrides))
     step = build_training_step(loaded.scenario, build_topology(loaded))

@@ -131,6 +131,11 @@ def test_each_backward_pass_takes_the_sm_bound_seconds_of_its_own_kernels():
         return sm_bound_duration(tuple(k for k in of_pass if (k.name.split(".")[0] in attention) == in_attention),
                                  gpu, "bf16", efficiency)
 
+    # One absolute anchor for the kernels the expectations are built from: the MLP's weight-gradient GEMMs are
+    # gate, up and down, 2 t h f / tp FLOPs each over the t = 8,192 / cp tokens the TP rank gathers.
+    mlp_wgrad = [k for k in kernels.backward_weight if k.kind == "matmul" and k.name.split(".")[0] not in attention]
+    assert sum(k.flops for k in mlp_wgrad) == pytest.approx(3 * 2 * (8192 / 2) * model.hidden * model.ffn_hidden / 4,
+                                                             rel=1e-12)
     for name, in_attention in (("L1.attn", True), ("L1.mlp", False)):
         block = blocks[name]
         inputs, weights = bound(kernels.backward_input, in_attention), bound(kernels.backward_weight, in_attention)

@@ -39,7 +39,7 @@ class Pass(StrEnum):
     def sends_activations(self) -> bool:
         """The pass computes activations or input gradients, which the block's TP, CP and EP communication carries
         to other ranks; a weight-gradient pass (W) keeps what it computes on the rank."""
-        return self.input_grads or not self.weight_grads
+        return self is not Pass.BACKWARD_WEIGHT
 
     @property
     def op_prefix(self) -> str:

@@ -18,7 +18,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork, TpPattern
+from simulator.parallel.work import Block, StageWork, TpPattern, layer_units
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
@@ -419,11 +419,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Layer ``layer``'s first and last block with parameters on virtual stage ``vstage`` and its parameters."""
         units = self._units.get(vstage)
         if units is None:
-            units = self._units[vstage] = {}
-            for item in self.plan.stages[vstage].blocks:
-                if item.params > 0:
-                    first, _, params = units.get(item.layer, (item.name, item.name, 0.0))
-                    units[item.layer] = (first, item.name, params + item.params)
+            units = self._units[vstage] = layer_units(self.plan.stages[vstage].blocks)
         return units[layer]
 
     def _data_parallel(self, rank: int) -> None:

@@ -7,6 +7,7 @@ turns blocks into ops; the cost model (or a synthetic spec) fills them in.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never
@@ -91,6 +92,17 @@ class Block:
             case Pass.BACKWARD_WEIGHT:
                 return backward_weight
         assert_never(phase)
+
+
+def layer_units(blocks: Iterable[Block]) -> dict[int, tuple[str, str, float]]:
+    """FSDP's wrapped units (one per layer, the embedding and the head each a layer of their own) in forward
+    order: each layer's first and last block with parameters and their parameters on one TP rank."""
+    units: dict[int, tuple[str, str, float]] = {}
+    for block in blocks:
+        if block.params > 0:
+            first, _, params = units.get(block.layer, (block.name, block.name, 0.0))
+            units[block.layer] = (first, block.name, params + block.params)
+    return units
 
 
 def bound_share(sm_bound_s: float, seconds: float) -> float:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
-from simulator.config.schema import Scenario
-from simulator.config.training_options import PARAM_DTYPE
+from simulator.config.schema import Scenario, TrainingConfig
+from simulator.config.training_options import PARAM_DTYPE, GradReduceDtype
 from simulator.workload.memory import (
     MemoryBreakdown,
     activation_bytes_per_layer,
@@ -23,6 +23,13 @@ from simulator.workload.memory_plan import GIB, breakdown_gib, peak_memory_entri
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import ShardShape
 
+
+def pushed_grad_dtype(training: TrainingConfig) -> GradReduceDtype:
+    """Workers push gradients in the parameters' format, and servers keep and update them in it (not the fp32
+    reduction buffers of data-parallel training)."""
+    return PARAM_DTYPE[training.precision]
+
+
 SUM_BYTES_PER_PARAM = 4
 """The fp32 sum a sync server keeps of the iteration's pushed gradients."""
 
@@ -30,7 +37,7 @@ SUM_BYTES_PER_PARAM = 4
 def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> MemoryBreakdown:
     """A worker: weights and gradients of every parameter, one micro-batch's activations."""
     training = scenario.training
-    state = state_bytes_per_param(training.precision, training.optimizer, PARAM_DTYPE[training.precision])
+    state = state_bytes_per_param(training.precision, training.optimizer, pushed_grad_dtype(training))
     shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
     activations = (model.layers * activation_bytes_per_layer(model, shard, stored_activations(training))
                    + head_activation_bytes(model, shard))
@@ -41,7 +48,7 @@ def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> Memo
 def server_memory(scenario: Scenario, stripe_params: float) -> MemoryBreakdown:
     """A server GPU holding ``stripe_params`` parameters."""
     training = scenario.training
-    state = state_bytes_per_param(training.precision, training.optimizer, PARAM_DTYPE[training.precision])
+    state = state_bytes_per_param(training.precision, training.optimizer, pushed_grad_dtype(training))
     assert scenario.ps is not None
     summed = SUM_BYTES_PER_PARAM if scenario.ps.mode == "sync" else 0
     return MemoryBreakdown(params=stripe_params * state.param, grads=stripe_params * (state.grad + summed),

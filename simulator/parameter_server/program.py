@@ -26,10 +26,9 @@ from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import Scenario
-from simulator.config.training_options import PARAM_DTYPE
 from simulator.errors import ScenarioError
 from simulator.faults.step import draw_factors
-from simulator.parameter_server.memory import memory_entries, server_memory, worker_memory
+from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
@@ -179,7 +178,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     seconds_per_byte = 1.0 / (gpu.hbm_bandwidth * compute_efficiency(gpu.name, training.precision).memory_peak)
     server = ServerCost(endpoint_bytes(placement, held, element, topology), element,
                         optimizer_bytes_per_param(training.optimizer, training.precision,
-                                                  PARAM_DTYPE[training.precision]), seconds_per_byte)
+                                                  pushed_grad_dtype(training)), seconds_per_byte)
     ops = build_ops(config, placement, cost, server, slowdown)
     samples = len(workers) * n * cost.microbatches * training.micro_batch
     tokens = samples * training.seq_len

@@ -11,9 +11,9 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.intervals import merge
 from simulator.metrics.step import PIPELINE_CATEGORIES
-from simulator.parallel.passes import Pass
 from simulator.report.outputs import (
     compute_stream_work,
+    input_grad_ops,
     pipeline_actions,
     run_layout,
     simulated_ranks,
@@ -69,7 +69,7 @@ def _bar_class(category: pd.Series) -> pd.Series:
 def _action_class(actions: pd.DataFrame) -> pd.Series:
     """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards (named by their pass) get their
     own."""
-    is_input_grad = (actions["category"] == "backward") & actions["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)
+    is_input_grad = input_grad_ops(actions)
     return actions["category"].where(~is_input_grad, "backward_input")
 
 

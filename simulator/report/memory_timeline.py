@@ -15,8 +15,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from simulator.parallel.passes import Pass
-from simulator.report.outputs import compute_stream_work, pipeline_actions, stage_of, stage_representatives, time_unit
+from simulator.report.outputs import (
+    compute_stream_work,
+    input_grad_ops,
+    pipeline_actions,
+    stage_of,
+    stage_representatives,
+    time_unit,
+)
 
 GIB = 2.0**30
 STATIC_PARTS = ("params", "grads", "optimizer", "buffers")
@@ -56,7 +62,7 @@ def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.
     if not sizes or "chunk" not in work:
         return np.empty(0), np.empty(0)
     keys = ["microbatch", "chunk"]
-    input_grad = work[(work["category"] == "backward") & work["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)]
+    input_grad = work[input_grad_ops(work)]
     held = pd.concat([input_grad.groupby(keys)["end_s"].max().rename("from"),
                       work[work["category"] == "weight_grad"].groupby(keys)["end_s"].max().rename("to")],
                      axis=1, join="inner")

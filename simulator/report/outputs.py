@@ -13,6 +13,7 @@ import pandas as pd
 from simulator.errors import ScenarioError
 from simulator.metrics.step import PIPELINE_CATEGORIES, STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
+from simulator.parallel.passes import Pass
 from simulator.report.run_folder import OUTDIR_ALLOWED, OUTDIR_FIELD, checked_manifest
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
@@ -138,6 +139,11 @@ def pipeline_actions(work: pd.DataFrame) -> pd.DataFrame:
                                                           chunk=("chunk", "first"), start_s=("start_s", "min"),
                                                           end_s=("end_s", "max"))
     return actions.reset_index(drop=True)
+
+
+def input_grad_ops(work: pd.DataFrame) -> pd.Series:
+    """Which rows are input-gradient-only backwards (a zero-bubble schedule's B, named by its pass)."""
+    return (work["category"] == "backward") & work["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)
 
 
 def time_unit(span_s: float) -> tuple[float, str]:

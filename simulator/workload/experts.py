@@ -19,7 +19,6 @@ from simulator.catalog.models import ModelSpec, MoESpec
 from simulator.config.moe import RoutingConfig
 from simulator.errors import ScenarioError
 from simulator.parallel.experts import ExpertWork
-from simulator.workload.roofline import kernels_duration, sm_bound_duration
 from simulator.workload.routing import RoutingSample, sample_routing
 from simulator.workload.transformer import (
     _ACTIVATION_FLOPS,
@@ -155,14 +154,10 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
     kernels = PassKernels(rest.forward + routed.forward, rest.recompute + routed.recompute,
                           rest.backward_input + routed.backward_input, rest.backward_weight + routed.backward_weight)
 
-    def seconds(ks):
-        return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+    seconds, sm_bound = cost.seconds, cost.sm_bound
 
     def flops(ks):
         return sum(k.flops for k in ks)
-
-    def sm_bound(ks):
-        return sm_bound_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
     pairs = sample.pair_tokens(ep) * (model.hidden * d)
     work = ExpertWork(ep=ep, dispatch_pairs=tuple(tuple(float(x) for x in row) for row in pairs),
@@ -189,8 +184,7 @@ def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: R
     loads = sample.expert_load()
     rank_loads = sample.rank_load(ep)
     mean = routed_kernels(model, shard, np.full(per_rank, loads.mean()), "none")
-    mean_s = sum(kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
-                 for ks in (mean.forward, mean.backward_input, mean.backward_weight))
+    mean_s = sum(cost.seconds(ks) for ks in (mean.forward, mean.backward_input, mean.backward_weight))
     work = layer.experts
     hot_s = work.forward_s + work.backward_input_s + work.backward_weight_s
     return {

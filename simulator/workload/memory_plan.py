@@ -9,6 +9,7 @@ from dataclasses import replace
 from simulator.catalog.models import ModelSpec
 from simulator.config.schema import Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
+from simulator.parallel.work import layer_units
 from simulator.schedules.timing import peak_held_weight, peak_in_flight
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
@@ -79,11 +80,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
 def wrapped_units(step: TrainingStep, vstage: int) -> list[float]:
     """Parameters per FSDP unit on one TP rank of virtual stage ``vstage``, in forward order: the blocks of
     one layer together, the embedding and the head (final norm and output layer) each a unit of its own."""
-    units: dict[int, float] = {}
-    for block in step.plan.stages[vstage].blocks:
-        if block.params > 0:
-            units[block.layer] = units.get(block.layer, 0.0) + block.params
-    return list(units.values())
+    return [params for _, _, params in layer_units(step.plan.stages[vstage].blocks).values()]
 
 
 def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:

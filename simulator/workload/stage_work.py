@@ -47,6 +47,14 @@ class CostContext:
     efficiency: Efficiency = Efficiency()
     attention: AttentionCost = AttentionCost()
 
+    def seconds(self, kernels) -> float:
+        """The kernels' time back to back on this GPU."""
+        return kernels_duration(kernels, self.gpu, self.precision, self.efficiency)
+
+    def sm_bound(self, kernels) -> float:
+        """The share of the kernels' time that SM contention slows (workload/roofline.py)."""
+        return sm_bound_duration(kernels, self.gpu, self.precision, self.efficiency)
+
 
 def _part(kernels, attention: bool):
     return tuple(k for k in kernels
@@ -56,14 +64,10 @@ def _part(kernels, attention: bool):
 def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp_bytes: float, cp_bytes: float,
            tensors: tuple[float, ...], tp_pattern: TpPattern = TpPattern.LAYER, context: ContextAttention | None = None,
            experts: ExpertWork | None = None) -> Block:
-    def seconds(ks):
-        return kernels_duration(ks, cost.gpu, cost.precision, cost.efficiency)
+    seconds, sm_bound = cost.seconds, cost.sm_bound
 
     def flops(ks):
         return sum(k.flops for k in ks)
-
-    def sm_bound(ks):
-        return sm_bound_duration(ks, cost.gpu, cost.precision, cost.efficiency)
 
     def adjacent(ks, names):
         return tuple(k for k in ks if k.kind == "matmul" and k.name.split(".")[0] in names)
@@ -132,13 +136,13 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
         return tuple(k for k in ks if k.name.removeprefix("recompute.").split(".")[0] == "attention")
 
     def seconds(ks):
-        return kernels_duration(core(ks), cost.gpu, cost.precision, cost.efficiency)
+        return cost.seconds(core(ks))
 
     def flops(ks):
         return sum(k.flops for k in core(ks))
 
     def sm_bound(ks):
-        return sm_bound_duration(core(ks), cost.gpu, cost.precision, cost.efficiency)
+        return cost.sm_bound(core(ks))
 
     return ContextAttention(algorithm=algorithm, cp=shard.cp, balanced=balanced,
                             causal=cost.attention.causal_factor < 1.0, forward_s=seconds(kernels.forward),
