@@ -111,7 +111,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
     plans = plans or plan_cache(topology, settings)
-    mirrors = kept_mirrors(ops, plans.links)
+    mirrors = kept_mirrors(ops, plans)
     replays = faults is None or not faults.changes_network
     private = private_collectives(ops, plans.links, async_streams, mirrors) if replays else frozenset()
     quotient = None
@@ -301,7 +301,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
     if reason or not needs_isolation:
         return slowdowns, reason
-    if any(kept_mirrors(program.ops, plans.links).values()):
+    if any(kept_mirrors(program.ops, plans).values()):
         return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
     return slowdowns, ""
 

@@ -4,11 +4,28 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
+from simulator.topology.periods import Periods
+
+NO_LINK = -1
+"""Padding in a table of link sets of unequal sizes."""
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """Link sets as arrays: set i has ``sizes[i]`` links, laid end to end in ``links``. Sets of one class
+    (``classes[i]``) are translates of one another's plan, transfer for transfer onto links alike."""
+
+    sizes: np.ndarray
+    links: np.ndarray
+    classes: np.ndarray
 
 
 class PlanCache:
@@ -28,6 +45,9 @@ class PlanCache:
         self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, tuple, list[list[Phase]]]] = {}
         self._algorithms: dict[tuple, str] = {}
         self._sends: dict[tuple, tuple[tuple[int, ...], tuple, dict[int, float] | None]] = {}
+        self._periods: Periods | None = None
+        self._periods_found = False
+        self._tables: dict[tuple, tuple[tuple, LinkTable]] = {}
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
@@ -117,6 +137,64 @@ class PlanCache:
         if links is None:
             links = self._pair_links[pair] = frozenset(self.topology.path(pair[0], pair[1]))
         return links
+
+    def link_table(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...]) -> LinkTable:
+        """The links of ``op``'s plan over each of ``groups`` (its mirrors), as `links` gives them, in one table.
+        A group translated by whole periods of the fabric's spine hash (another data-parallel replica's mirror,
+        topology/periods.py) uses the image of its translate's links in the first periods: those are found
+        once and moved by the translations as arrays, without planning or routing the translates. Tables are
+        kept by the group tuple's identity and the algorithms its translates resolve to."""
+        periods = self._translations()
+        members = np.array(groups, dtype=np.int64).reshape(len(groups), -1)
+        shifts = members.min(axis=1) // periods.period if periods is not None else np.zeros(len(groups), np.int64)
+        if periods is not None:
+            members = members - (shifts * periods.period)[:, None]
+        index: dict[tuple[int, ...], int] = {}
+        of_group = np.fromiter((index.setdefault(row, len(index)) for row in map(tuple, members.tolist())),
+                               dtype=np.int64, count=len(groups))
+        firsts = list(index)
+        sent = op.op != "send_recv" or op.nbytes
+        algorithms = tuple(self.resolved_algorithm(op, group) for group in firsts) if op.op != "send_recv" else sent
+        key = (op.op, op.root, algorithms, id(groups))
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = (groups, self._table(op, groups, firsts, of_group, shifts))
+        return found[1]
+
+    def _table(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...], firsts: list[tuple[int, ...]],
+               of_group: np.ndarray, shifts: np.ndarray) -> LinkTable:
+        first_links = [sorted(self.links(op, group)) for group in firsts]
+        width = max(map(len, first_links), default=0)
+        table = np.full((len(firsts), width), NO_LINK, dtype=np.int64)
+        for row, links in zip(table, first_links):
+            row[:len(links)] = links
+        rows = table[of_group]
+        periods = self._translations()
+        if periods is not None:
+            for shift in np.unique(shifts[shifts > 0]).tolist():
+                chosen = np.flatnonzero(shifts == shift)
+                moved = rows[chosen]
+                rows[chosen] = np.where(moved >= 0, periods.links(shift)[moved.clip(min=0)], NO_LINK)
+        used = rows >= 0
+        unmoved = np.flatnonzero(used.sum(axis=1) != (table[of_group] >= 0).sum(axis=1))
+        classes = of_group.copy()
+        classes[unmoved] = len(firsts) + unmoved
+        if len(unmoved):
+            rows[unmoved] = NO_LINK
+            for index in unmoved.tolist():
+                links = sorted(self.links(op, groups[index]))
+                if len(links) > rows.shape[1]:
+                    rows = np.pad(rows, ((0, 0), (0, len(links) - rows.shape[1])), constant_values=NO_LINK)
+                rows[index, :len(links)] = links
+            used = rows >= 0
+        return LinkTable(used.sum(axis=1), rows[used], classes)
+
+    def _translations(self) -> Periods | None:
+        """The fabric's translations by whole periods, None without a period or once routes changed (a fault:
+        translates no longer route alike)."""
+        if not self._periods_found:
+            self._periods, self._periods_found = Periods.of(self.topology), True
+        return None if self.topology.routes_version else self._periods
 
 
 def folded_send_excess(ops: Sequence[Op], plans: PlanCache) -> dict[str, float]:

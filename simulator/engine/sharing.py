@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 
 from simulator.engine.groups import GroupIds
 from simulator.engine.ordering import Ordering
+from simulator.engine.plans import LinkTable, PlanCache
 from simulator.program.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
@@ -39,31 +39,32 @@ class Sharing:
         return self.mirrors.get(op.id, ())
 
 
-def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
+def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
     """The mirrors of each collective op connected, through shared links, to the traffic of the simulated
-    ranks (by op id, for the ops that have mirrors). The search runs over distinct link sets (the same mirror
-    at several sizes, or an all-gather and a reduce-scatter over one group, use the same links): a third of
-    the mirrors' links at 8,192 GPUs."""
+    ranks (by op id, for the ops that have mirrors). The search runs over the distinct tables of mirror link
+    sets (`PlanCache.link_table`: the same mirrors at several sizes, or an all-gather and a reduce-scatter
+    over one group, share one)."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     if not any(op.mirrors for op in collectives):
         return {}
     group_ids = GroupIds()
     reached: set[int] = set()
-    candidates: dict[tuple, tuple[CollectiveOp, tuple[int, ...]]] = {}
-    seen: set[tuple] = set()
+    tables: dict[int, LinkTable] = {}
+    shapes: dict[tuple, tuple[CollectiveOp, LinkTable | None]] = {}
     for op in collectives:
         shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
-        if shape in seen:
+        if shape in shapes:
             continue
-        seen.add(shape)
-        reached |= links_of(op, op.group)
-        for mirror in op.mirrors:
-            candidates.setdefault((op.op, op.algorithm, op.root, op.nbytes, mirror), (op, mirror))
-    holders: dict[frozenset[int], list[tuple]] = {}
-    for key, (op, mirror) in candidates.items():
-        holders.setdefault(links_of(op, mirror), []).append(key)
-    sets = list(holders)
-    kept = {key for index in _connected_sets(sets, reached) for key in holders[sets[index]]}
+        reached |= plans.links(op, op.group)
+        table = plans.link_table(op, op.mirrors) if op.mirrors else None
+        if table is not None:
+            tables.setdefault(id(table), table)
+        shapes[shape] = (op, table)
+    order = list(tables.values())
+    starts = np.cumsum([0] + [len(table.sizes) for table in order])
+    taken = _connected_sets(np.concatenate([table.sizes for table in order]),
+                            np.concatenate([table.links for table in order]), reached)
+    kept_of = {id(table): taken[start:end] for table, start, end in zip(order, starts, starts[1:])}
     pruned: dict[tuple, Mirrors] = {}
     kept_by_op: dict[int, Mirrors] = {}
     for op in collectives:
@@ -71,24 +72,24 @@ def kept_mirrors(ops: Sequence[Op], links_of: LinkSet) -> dict[int, Mirrors]:
             shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
             mirrors = pruned.get(shape)
             if mirrors is None:
-                mirrors = pruned[shape] = tuple(m for m in op.mirrors if shape[:4] + (m,) in kept)
+                kept = kept_of[id(shapes[shape][1])].tolist()
+                mirrors = pruned[shape] = tuple(m for m, keep in zip(op.mirrors, kept) if keep)
             kept_by_op[op.id] = mirrors
     return kept_by_op
 
 
-def _connected_sets(sets: list[frozenset[int]], reached: set[int]) -> np.ndarray:
-    """Indices of the link ``sets`` joined to the ``reached`` links through chains of shared links: a
-    breadth-first sweep over arrays, each round taking every set that holds a newly reached link (found by
-    bisection in the sets' links sorted by link) and reaching the links of those sets not reached yet."""
-    sizes = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
-    links = np.fromiter(chain.from_iterable(sets), dtype=np.int64, count=int(sizes.sum()))
+def _connected_sets(sizes: np.ndarray, links: np.ndarray, reached: set[int]) -> np.ndarray:
+    """Whether each link set (``sizes[i]`` links each, laid end to end in ``links``) is joined to the
+    ``reached`` links through chains of shared links: a breadth-first sweep over arrays, each round taking
+    every set that holds a newly reached link (found by bisection in the sets' links sorted by link) and
+    reaching the links of those sets not reached yet."""
     starts = np.concatenate(([0], np.cumsum(sizes)))
     by_link = np.argsort(links, kind="stable")
-    sorted_links, holder = links[by_link], np.repeat(np.arange(len(sets)), sizes)[by_link]
+    sorted_links, holder = links[by_link], np.repeat(np.arange(len(sizes)), sizes)[by_link]
     frontier = np.array(sorted(reached), dtype=np.int64)
     is_reached = np.zeros(max(int(links.max(initial=-1)), int(frontier.max(initial=-1))) + 1, dtype=bool)
     is_reached[frontier] = True
-    taken = np.zeros(len(sets), dtype=bool)
+    taken = np.zeros(len(sizes), dtype=bool)
     while frontier.size:
         hit = holder[_spans(np.searchsorted(sorted_links, frontier, side="left"),
                             np.searchsorted(sorted_links, frontier, side="right"))]
@@ -97,7 +98,7 @@ def _connected_sets(sets: list[frozenset[int]], reached: set[int]) -> np.ndarray
         fresh = links[_spans(starts[hit], starts[hit + 1])]
         frontier = np.unique(fresh[~is_reached[fresh]])
         is_reached[frontier] = True
-    return np.flatnonzero(taken)
+    return taken
 
 
 def _spans(lows: np.ndarray, highs: np.ndarray) -> np.ndarray:

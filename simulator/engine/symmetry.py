@@ -80,6 +80,20 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
             for start, end, width in zip(bounds, bounds[1:], widths.tolist())]
 
 
+def _class_firsts(plans: PlanCache, op: CollectiveOp) -> list[int]:
+    """The indices of ``op``'s mirrors to compare: the first of each class of translates by whole periods of
+    the fabric's spine hash (`PlanCache.link_table`), but none of the group's own class. A translate meets
+    links alike transfer for transfer, so its route shapes are its class's."""
+    classes = plans.link_table(op, (op.group, *op.mirrors)).classes.tolist()
+    seen = {classes[0]}
+    firsts = []
+    for index, found in enumerate(classes[1:]):
+        if found not in seen:
+            seen.add(found)
+            firsts.append(index)
+    return firsts
+
+
 def _mirror_batches(phases: list[Phase], mirror_plans: Sequence[list[Phase]]) -> Iterator[range]:
     """The mirrors (as index ranges) whose route shapes are worked out in one pass: at least one, and no more
     than keep a pass within BATCH_TRANSFERS transfers beside those of ``phases``."""
@@ -119,7 +133,8 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if op.op == "send_recv" or len({topology.gpu_domain[rank] for rank in op.group}) == 1:
             continue
         phases = plans.phases(op, op.group)
-        mirror_phases = [plans.phases(op, mirror) for mirror in op.mirrors]
+        compared = _class_firsts(plans, op)
+        mirror_phases = [plans.phases(op, op.mirrors[index]) for index in compared]
         reference = tuple(route_shapes(topology, phases, link_kinds))
         timings: dict[tuple, float] = {}
         for batch in _mirror_batches(phases, mirror_phases):
@@ -137,6 +152,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
                 mirror_s = timings[shapes] = run_isolated(topology, capacity, mirrored).duration_s
                 if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
                     return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
-                            f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[index])}: their flows "
-                            "share the fabric's links unevenly (each flow hashed onto a spine by its ends)")
+                            f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[compared[index]])}: "
+                            "their flows share the fabric's links unevenly (each flow hashed onto a spine by its "
+                            "ends)")
     return ""

@@ -160,6 +160,12 @@ class Topology:
         return max(self.gpu_host) + 1 if self.gpu_host else 0
 
     @cached_property
+    def link_class_ids(self) -> np.ndarray:
+        """Each directed link's class as its index in LINK_CLASSES (for comparing classes as arrays)."""
+        index = {name: i for i, name in enumerate(LINK_CLASSES)}
+        return np.fromiter(map(index.__getitem__, self.link_class), dtype=np.int64, count=len(self.link_class))
+
+    @cached_property
     def gpu_nic(self) -> list[str]:
         """The NIC each GPU drives (the GPU's own name where it has none)."""
         nic = list(self.gpus)

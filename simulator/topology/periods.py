@@ -1,0 +1,112 @@
+"""Translations of a fabric by whole periods of its spine hash, as permutations of its GPUs, nodes and links.
+
+The `Fabric` router hashes a flow onto a spine from the source's place within its period (a leaf group, a pod
+with three tiers) and the destination's offset, so shifting both ends of a route by whole periods moves the
+route onto the shifted switches (docs/architecture.md, rank folding). A group translated by ``k`` periods
+therefore uses the image of the group's links under the translation's link permutation: the folded mirrors of
+a collective in other data-parallel replicas are such translates, and their links are read off one planned
+copy per class instead of being routed again (engine/plans.py).
+
+The node map of one period's shift is built from the fabric's tables (each GPU's NIC, leaf and way up to its
+domain root, the pods' spines) and checked: a node with two images (a domain cut by the period, as NVL72 racks
+of 18 trays under 32-port leaves), a link whose image is missing or differs in bandwidth, latency or class
+(a partial pod's core links) has no image, and sets that touch it are routed as before.
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+
+import numpy as np
+
+from simulator.topology.builders import Fabric
+from simulator.topology.graph import Topology
+
+NO_IMAGE = -1
+
+
+class Periods:
+    """The translations of a topology by whole periods of its spine hash (``period`` GPUs); `of` builds it."""
+
+    def __init__(self, period: int, step: np.ndarray):
+        self.period = period
+        self._images = {0: np.arange(len(step), dtype=np.int64), 1: step}
+
+    @staticmethod
+    def of(topology: Topology) -> Periods | None:
+        """The translations of ``topology``, or None when its router has no period or one period's shift is
+        not a consistent one-to-one map of its nodes."""
+        fabric = topology.router
+        if not isinstance(fabric, Fabric) or not 0 < fabric.shift_gpus < topology.num_gpus:
+            return None
+        node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
+        nodes = _one_period(fabric, node_ids, topology.num_gpus)
+        return None if nodes is None else Periods(fabric.shift_gpus, _link_step(topology, node_ids, nodes))
+
+    def split(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """``group`` as (its translate whose lowest member lies in the first period, periods shifted)."""
+        periods = min(group) // self.period
+        if not periods:
+            return group, 0
+        shift = periods * self.period
+        return tuple(rank - shift for rank in group), periods
+
+    def links(self, periods: int) -> np.ndarray:
+        """Each link's image under the translation by ``periods`` periods (NO_IMAGE where it has none)."""
+        image = self._images.get(periods)
+        if image is None:
+            before, step = self.links(periods - 1), self._images[1]
+            image = self._images[periods] = np.where(before >= 0, step[before.clip(min=0)], NO_IMAGE)
+        return image
+
+
+def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) -> np.ndarray:
+    """The links' images under the node map ``nodes``: a link whose ends both have images maps onto the link
+    between them if there is one with the same bandwidth, latency and class, else it has none."""
+    ends = np.fromiter(map(node_ids.__getitem__, chain.from_iterable(topology.link_ends)), dtype=np.int64,
+                       count=2 * len(topology.link_ends)).reshape(-1, 2)
+    count = len(node_ids)
+    codes = ends[:, 0] * count + ends[:, 1]
+    order = np.argsort(codes)
+    moved = nodes[ends]
+    wanted = moved[:, 0] * count + moved[:, 1]
+    found = order[np.searchsorted(codes, wanted, sorter=order).clip(max=len(codes) - 1)]
+    classes = topology.link_class_ids
+    alike = ((moved >= 0).all(axis=1) & (codes[found] == wanted)
+             & (topology.link_bandwidth == topology.link_bandwidth[found])
+             & (topology.link_latency == topology.link_latency[found]) & (classes == classes[found]))
+    return np.where(alike, found, NO_IMAGE)
+
+
+def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarray | None:
+    """Each node's image under a shift by one period (NO_IMAGE where it has none), or None when a node would
+    have two images or two nodes one: each GPU's name, NIC, leaf and way up map onto those of the GPU one
+    period on (a lone GPU's domain root, which is no node, onto another's), each pod's spines onto those of
+    the shifted pod, in order; cores stay."""
+    if len({len(up) for up in fabric.uplinks}) != 1:
+        return None
+    ids = node_ids.get
+    leaf_ids = np.fromiter(map(ids, fabric.leaf_names), dtype=np.int64, count=len(fabric.leaf_names))
+    leaf = np.array(fabric.leaf, dtype=np.int64)
+    per_gpu = np.column_stack([np.fromiter(map(ids, names, [NO_IMAGE] * gpus), dtype=np.int64, count=gpus)
+                               for names in (fabric.gpus, fabric.nic, *zip(*fabric.uplinks))] + [leaf_ids[leaf]])
+    shift = fabric.shift_gpus
+    pairs = [per_gpu[:-shift].reshape(-1), per_gpu[shift:].reshape(-1)]
+    if ((pairs[0] < 0) != (pairs[1] < 0)).any():
+        return None
+    pairs = [pairs[0][pairs[0] >= 0], pairs[1][pairs[1] >= 0]]
+    leaf_pod = np.array(fabric.leaf_pod, dtype=np.int64)[leaf]
+    pods = len(fabric.spine_names)
+    for code in np.unique(leaf_pod[:-shift] * pods + leaf_pod[shift:]).tolist():
+        pod, moved = divmod(code, pods)
+        pairs[0] = np.append(pairs[0], list(map(ids, fabric.spine_names[pod])))
+        pairs[1] = np.append(pairs[1], list(map(ids, fabric.spine_names[moved])))
+    cores = list(map(ids, fabric.core_names))
+    tails, heads = np.append(pairs[0], cores).astype(np.int64), np.append(pairs[1], cores).astype(np.int64)
+    codes = np.unique(tails * len(node_ids) + heads)
+    tails, heads = np.divmod(codes, len(node_ids))
+    if len(np.unique(tails)) != len(tails) or len(np.unique(heads)) != len(heads):
+        return None
+    step = np.full(len(node_ids), NO_IMAGE, dtype=np.int64)
+    step[tails] = heads
+    return step
