@@ -85,24 +85,23 @@ def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarr
     the shifted pod, in order; cores stay."""
     if len({len(up) for up in fabric.uplinks}) != 1:
         return None
-    ids = node_ids.get
-    leaf_ids = np.fromiter(map(ids, fabric.leaf_names), dtype=np.int64, count=len(fabric.leaf_names))
+    ids, known = node_ids.get, node_ids.__getitem__
+    leaf_ids = np.fromiter(map(known, fabric.leaf_names), dtype=np.int64, count=len(fabric.leaf_names))
     leaf = np.array(fabric.leaf, dtype=np.int64)
     per_gpu = np.column_stack([np.fromiter(map(ids, names, [NO_IMAGE] * gpus), dtype=np.int64, count=gpus)
                                for names in (fabric.gpus, fabric.nic, *zip(*fabric.uplinks))] + [leaf_ids[leaf]])
     shift = fabric.shift_gpus
-    pairs = [per_gpu[:-shift].reshape(-1), per_gpu[shift:].reshape(-1)]
-    if ((pairs[0] < 0) != (pairs[1] < 0)).any():
+    tails, heads = per_gpu[:-shift].reshape(-1), per_gpu[shift:].reshape(-1)
+    if ((tails < 0) != (heads < 0)).any():
         return None
-    pairs = [pairs[0][pairs[0] >= 0], pairs[1][pairs[1] >= 0]]
+    switches: list[tuple[str, str]] = [(core, core) for core in fabric.core_names]
     leaf_pod = np.array(fabric.leaf_pod, dtype=np.int64)[leaf]
     pods = len(fabric.spine_names)
     for code in np.unique(leaf_pod[:-shift] * pods + leaf_pod[shift:]).tolist():
         pod, moved = divmod(code, pods)
-        pairs[0] = np.append(pairs[0], list(map(ids, fabric.spine_names[pod])))
-        pairs[1] = np.append(pairs[1], list(map(ids, fabric.spine_names[moved])))
-    cores = list(map(ids, fabric.core_names))
-    tails, heads = np.append(pairs[0], cores).astype(np.int64), np.append(pairs[1], cores).astype(np.int64)
+        switches += zip(fabric.spine_names[pod], fabric.spine_names[moved])
+    tails = np.concatenate((tails[tails >= 0], np.array([known(a) for a, _ in switches], dtype=np.int64)))
+    heads = np.concatenate((heads[heads >= 0], np.array([known(b) for _, b in switches], dtype=np.int64)))
     codes = np.unique(tails * len(node_ids) + heads)
     tails, heads = np.divmod(codes, len(node_ids))
     if len(np.unique(tails)) != len(tails) or len(np.unique(heads)) != len(heads):
