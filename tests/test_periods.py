@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_replicas import CP_FABRIC
+from test_replicas import THREE_TIERS as TIERS
 
 from simulator import simulation
 from simulator.config.loader import scenario_from_text
@@ -64,27 +66,14 @@ def test_links_unlike_their_image_have_none():
     assert (topology.link_bandwidth[image != NO_IMAGE] == topology.link_bandwidth[mapped]).all()
 
 
-CP_FABRIC = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 2, spines: 2, oversubscription: 2}
-model: {layers: 8, hidden: 2048, heads: 16, kv_heads: 4, vocab: 32000}
-training: {seq_len: 16384, microbatches: 4, precision: bf16}
-parallelism: {tp: 4, cp: 4, pp: 2, dp: 2, order: [tp, cp, pp, dp], sequence_parallel: true,
-              cp_algorithm: all_gather}
-collectives: {algorithm: ring}
-"""
 DP_FABRIC = """
 cluster: {topology: dgx-h100-cluster, nodes: 32, leaf_ports: 2, oversubscription: 2}
 model: {preset: llama3-8b, layers: 8}
 training: {seq_len: 2048, global_batch: 64, micro_batch: 1}
 parallelism: {tp: 4, pp: 4, dp: 16, order: [tp, cp, pp, dp], sequence_parallel: true, zero: 1}
 """
-THREE_TIERS = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 1, tiers: 3, pods: 4, spines: 2, oversubscription: 2}
-model: {preset: llama3-8b, layers: 4}
-training: {seq_len: 2048, global_batch: 32, micro_batch: 1}
-parallelism: {tp: 4, pp: 2, dp: 8, sequence_parallel: true, zero: 1}
-collectives: {algorithm: auto}
-"""
+THREE_TIERS = TIERS.replace("pods: 2", "pods: 4")
+"""test_replicas' three tiers with a pod per replica: rings across the cores."""
 
 
 def _folded(text: str):
