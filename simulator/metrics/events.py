@@ -6,7 +6,9 @@ the few distinct names the ops carry. Op rows and flow rows are kept apart, each
 vary for them (a flow row's kind, stream, category, micro-batch, chunk and FLOPs are constants), and each op
 row notes how many flow rows came before it, so the DataFrame puts every row back in recording order. An op
 row goes in as three extends, its integers, floats and strings each one after another (row-major), which
-costs half of fifteen appends to column arrays; the columns are strided views of them at the end. The
+costs half of fifteen appends to column arrays; the columns are strided views of them at the end. A flow row
+goes in as one tuple appended to a list (the engine logs a quarter of a million a step: seven appends to
+column arrays cost three times as much), split into columns at the end. The
 flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its
 timing alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its
 route (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the
@@ -19,6 +21,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, replace
 from itertools import chain
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +35,8 @@ INT_COLUMNS = ("rank", "microbatch", "chunk", "src", "dst")
 FLOAT_COLUMNS = ("start_s", "end_s", "bytes", "flops")
 TEXT_COLUMNS = ("kind", "stream", "name", "category", "key")
 FLOW_COLUMNS = ("src", "dst", "start_s", "end_s", "bytes")
+FLOW_ROW = ("key", *FLOW_COLUMNS, "route")
+"""The fields of a single flow row's tuple, in order."""
 FLOW_CONSTANTS = {"kind": "flow", "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
 """The value of every flow row in the columns that do not vary between flows."""
 
@@ -110,13 +115,8 @@ class EventLog:
         """Per op row, its FLOAT_COLUMNS."""
         self._op_texts: list[str] = []
         """Per op row, its TEXT_COLUMNS (three extends a row instead of fifteen appends)."""
-        self._flow_key: list[str] = []
-        self._flow_src = array("q")
-        self._flow_dst = array("q")
-        self._flow_start = array("d")
-        self._flow_end = array("d")
-        self._flow_bytes = array("d")
-        self._flow_routes: list[tuple[int, ...]] = []
+        self._flows: list[tuple] = []
+        """Per single flow row, a tuple of its FLOW_ROW fields."""
         self._blocks: list[FlowBlock] = []
         self._block_index: dict[int, tuple[int, int]] = {}
         self._replay_block = array("q")
@@ -138,20 +138,18 @@ class EventLog:
                category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
                key: str = "", microbatch: int = -1, chunk: int = -1) -> None:
         """One op row (compute or collective)."""
-        self._op_ints.extend((rank, microbatch, chunk, src, dst, len(self._flow_src) + self._replayed_rows))
+        self._op_ints.extend((rank, microbatch, chunk, src, dst, len(self._flows) + self._replayed_rows))
         self._op_floats.extend((start_s, end_s, nbytes, flops))
         self._op_texts.extend((kind, stream, name, category, key))
 
     def flow(self, key: str, src: int, dst: int, start_s: float, end_s: float, nbytes: float,
              route: tuple[int, ...]) -> None:
         """One flow row of collective ``key``: ``nbytes`` from GPU ``src`` to ``dst`` over ``route``."""
-        self._flow_key.append(key)
-        self._flow_src.append(src)
-        self._flow_dst.append(dst)
-        self._flow_start.append(start_s)
-        self._flow_end.append(end_s)
-        self._flow_bytes.append(nbytes)
-        self._flow_routes.append(route)
+        self._flows.append((key, src, dst, start_s, end_s, nbytes, route))
+
+    def _flow_field(self, name: str) -> list:
+        """One FLOW_ROW field of every single flow row, in order."""
+        return list(map(itemgetter(FLOW_ROW.index(name)), self._flows))
 
     def replayed_flows(self, key: str, shift_s: float, block: FlowBlock) -> None:
         """The rows of ``block`` as flows of collective ``key``, their times moved on by ``shift_s``."""
@@ -161,13 +159,13 @@ class EventLog:
             self._blocks.append(block)
         index, rows = found
         self._replay_block.append(index)
-        self._replay_before.append(len(self._flow_src))
+        self._replay_before.append(len(self._flows))
         self._replay_shift.append(shift_s)
         self._replay_key.append(key)
         self._replayed_rows += rows
 
     def __len__(self) -> int:
-        return self._ops() + len(self._flow_src) + self._replayed_rows
+        return self._ops() + len(self._flows) + self._replayed_rows
 
     def _ops(self) -> int:
         return len(self._op_texts) // len(TEXT_COLUMNS)
@@ -176,13 +174,13 @@ class EventLog:
         """The route of each flow row, in flow order (a list built on each call: read it once, at the end)."""
         layout = _Layout(self)
         pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
-        return layout.merged(_objects(self._flow_routes, len(self._flow_routes)), pool[layout.gather]).tolist()
+        return layout.merged(_objects(self._flow_field("route"), len(self._flows)), pool[layout.gather]).tolist()
 
     def route_table(self) -> FlowRoutes:
         """The route of each flow row, in flow order, as flat arrays (``flow_routes`` without a tuple per row)."""
         layout = _Layout(self)
-        pool = FlowRoutes.of([*self._flow_routes, *(route for block in self._blocks for route in block.routes)])
-        singles = len(self._flow_routes)
+        pool = FlowRoutes.of([*self._flow_field("route"), *(route for block in self._blocks for route in block.routes)])
+        singles = len(self._flows)
         routes = pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
         if self._orbit_representative is None:
             return routes
@@ -192,29 +190,32 @@ class EventLog:
     def flow_columns(self) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""
         layout = _Layout(self)
-        keys = layout.merged(_objects(self._flow_key, len(self._flow_key)),
+        return {"key": self._flow_keys(layout), **self._flow_numbers(layout)}
+
+    def _flow_keys(self, layout: _Layout) -> np.ndarray:
+        """The ``key`` of every flow row in flow order, as an object array."""
+        return layout.merged(_objects(self._flow_field("key"), len(self._flows)),
                              np.repeat(_objects(self._replay_key, len(self._replay_key)), layout.sizes))
-        return {"key": keys, **self._flow_numbers(layout)}
 
     def _flow_numbers(self, layout: _Layout) -> dict[str, np.ndarray]:
         """The FLOW_COLUMNS in flow order: replayed rows copied from their block, their times shifted."""
         shifts = np.repeat(np.frombuffer(self._replay_shift, dtype=np.float64), layout.sizes)
         columns = {}
-        for name, own, field in (("src", self._flow_src, "src"), ("dst", self._flow_dst, "dst"),
-                                 ("start_s", self._flow_start, "start_s"), ("end_s", self._flow_end, "end_s"),
-                                 ("bytes", self._flow_bytes, "nbytes")):
-            dtype = np.int64 if own.typecode == "q" else np.float64
+        for name, field in zip(FLOW_COLUMNS, ("src", "dst", "start_s", "end_s", "nbytes")):
+            dtype = np.int64 if name in INT_COLUMNS else np.float64
+            own = np.fromiter(map(itemgetter(FLOW_ROW.index(name)), self._flows), dtype=dtype, count=len(self._flows))
             pool = np.concatenate([getattr(block, field) for block in self._blocks] or [np.empty(0, dtype)])
             replayed = pool[layout.gather]
             if name in ("start_s", "end_s"):
                 replayed = replayed + shifts
-            columns[name] = layout.merged(np.frombuffer(own, dtype=dtype), replayed)
+            columns[name] = layout.merged(own, replayed)
         return columns
 
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
         dtype pandas infers for lists of strings (`str`, on Arrow), built from each column's distinct strings
-        and per-row codes rather than from a Python object per row."""
+        and per-row codes (pandas' factorize, a replayed block's key coded once) rather than from a Python
+        object per row."""
         import pandas as pd
 
         ops = self._ops()
@@ -233,15 +234,15 @@ class EventLog:
         data: dict[str, object] = {}
         for name in COLUMNS:
             if name in TEXT_COLUMNS:
-                codes: dict[str, int] = {}
+                distinct: list[str] = []
                 merged = np.empty(total, dtype=np.int32)
-                merged[op_rows] = _codes(self._op_texts[TEXT_COLUMNS.index(name)::len(TEXT_COLUMNS)], codes)
+                merged[op_rows] = _codes(self._op_texts[TEXT_COLUMNS.index(name)::len(TEXT_COLUMNS)], distinct)
                 if name in ("name", "key"):
-                    merged[flow_rows] = layout.merged(_codes(self._flow_key, codes),
-                                                      np.repeat(_codes(self._replay_key, codes), layout.sizes))
+                    merged[flow_rows] = layout.merged(_codes(self._flow_field("key"), distinct),
+                                                      np.repeat(_codes(self._replay_key, distinct), layout.sizes))
                 else:
-                    merged[flow_rows] = codes.setdefault(flow_values[name], len(codes))
-                data[name] = _strings(merged, list(codes))
+                    merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
+                data[name] = _strings(merged, distinct)
             else:
                 own = ints[:, INT_COLUMNS.index(name)] if name in INT_COLUMNS else floats[:, FLOAT_COLUMNS.index(name)]
                 merged = np.empty(total, dtype=own.dtype)
@@ -256,7 +257,7 @@ class _Layout:
     single flows logged after it), and which row of the blocks' pool each replayed row copies."""
 
     def __init__(self, log: EventLog):
-        singles = len(log._flow_src)
+        singles = len(log._flows)
         block_sizes = np.array([len(block) for block in log._blocks], dtype=np.int64)
         self.pool_start = np.concatenate(([0], np.cumsum(block_sizes)))
         blocks = np.frombuffer(log._replay_block, dtype=np.int64)
@@ -277,9 +278,15 @@ class _Layout:
         return merged
 
 
-def _codes(values: list[str], codes: dict[str, int]) -> np.ndarray:
-    """Each value's index among the distinct values, numbered in order of first appearance (``codes`` grows)."""
-    return np.fromiter((codes.setdefault(value, len(codes)) for value in values), dtype=np.int32, count=len(values))
+def _codes(values: list[str], distinct: list[str]) -> np.ndarray:
+    """Each value's index in ``distinct``, to which the values not seen before in this call are added (a
+    value may then appear in ``distinct`` more than once, which decoding does not mind)."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(_objects(values, len(values)))
+    offset = len(distinct)
+    distinct.extend(uniques.tolist())
+    return codes + offset
 
 
 def _strings(codes: np.ndarray, values: list[str]):

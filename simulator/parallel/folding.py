@@ -23,7 +23,8 @@ def representatives(layout: Layout, fold: bool) -> list[int]:
 def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: the TP,
     CP and DP coordinates of its members shifted (cyclically) by the offset from the group's first member to
-    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy."""
+    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy; an image is
+    known again by its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows)."""
     members = np.array(group, dtype=np.int64)
     first = group[0]
     equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
@@ -36,7 +37,9 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
             continue
         shift = (equivalents // stride) % degree - (first // stride) % degree
         images += ((own[None, :] + shift[:, None]) % degree) * stride
-    _, first_rows = np.unique(np.sort(images, axis=1), axis=0, return_index=True)
-    own_set = frozenset(group)
-    rows = (tuple(images[i].tolist()) for i in sorted(first_rows.tolist()))
-    return tuple(image for image in rows if frozenset(image) != own_set)
+    keys = np.ascontiguousarray(np.sort(images, axis=1)).view(np.dtype((np.void, images.itemsize * len(group))))
+    first_rows: dict[bytes, int] = {}
+    for index, key in enumerate(keys.ravel().tolist()):
+        first_rows.setdefault(key, index)
+    first_rows.pop(np.sort(members).tobytes(), None)
+    return tuple(map(tuple, images[list(first_rows.values())].tolist()))
