@@ -35,11 +35,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
         return _run_job(loaded, out)
-    from rich.console import Console
-
     from simulator import simulate
     from simulator.console.progress import RunProgress
-    from simulator.console.report import print_run_report
     from simulator.report.writers import write_outputs
 
     with RunProgress(enabled=not args.quiet) as progress:
@@ -48,20 +45,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         files = write_outputs(out, result, loaded)
     _warn(result.summary.get("warnings", []), result.summary)
     if not args.quiet:
+        from rich.console import Console
+
+        from simulator.console.report import print_run_report
+
         print_run_report(result.summary, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
-        print(f"wrote {args.out}: {', '.join(files)} ({len(result.timeline)} events simulated)")
+        print(f"wrote {args.out}: {', '.join(files)} ({len(result.log)} events simulated)")
     return 0
 
 
 def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
-    """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal."""
-    from rich.console import Console
-
-    from simulator.console.report import oom_line
-
+    """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal (rich
+    imported only then)."""
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if memory.get("oom"):
+        from rich.console import Console
+
+        from simulator.console.report import oom_line
+
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory)}", style="bold red")
 
 

@@ -52,13 +52,19 @@ Progress = Callable[[int, int], None]
 
 @dataclass
 class Result:
-    """A finished run: the summary (what summary.json holds), the timeline, the cluster it ran on and the
-    event log the timeline was made of."""
+    """A finished run: the summary (what summary.json holds), the cluster it ran on and the event log; the
+    timeline is made of the log on first use."""
 
     summary: dict
-    timeline: pd.DataFrame
     topology: Topology
     log: EventLog = field(default_factory=EventLog, repr=False)
+
+    @cached_property
+    def timeline(self) -> pd.DataFrame:
+        """The log as a DataFrame, one row per op and flow (metrics/events.py), built when first asked for: the
+        summary is computed from the log's columns, so a run that writes no timeline never builds one (nor
+        imports pandas)."""
+        return self.log.to_frame()
 
     @cached_property
     def flow_routes(self) -> FlowRoutes:
@@ -308,10 +314,11 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              progress: Progress | None = None,
-             plans: PlanCache | None = None) -> tuple[dict, pd.DataFrame, EventLog]:
-    """Execute a step program and summarise it: the metrics see only the program and its timeline (the log
-    comes back for the flows' routes, which the trace's link tracks read). The metrics (and pandas) are
-    imported here, not at module level, so that `trainsim collective` never loads them."""
+             plans: PlanCache | None = None) -> tuple[dict, EventLog]:
+    """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
+    log comes back for the timeline and the flows' routes). The metrics are imported here, not at module
+    level, so that `trainsim collective` never loads them."""
+    from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
     plans = plans or plan_cache(topology, settings)
@@ -319,8 +326,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
                               plans=plans, sm_share=program.sm_share,
                               layout=program.layout if program.folded else None)
-    frame = result.log.to_frame()
-    summary = training_summary(frame, step_time_s=result.makespan_s, gpus=program.world,
+    summary = training_summary(StepRows.of(result.log), step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
@@ -334,7 +340,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
-    return summary, frame, result.log
+    return summary, result.log
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
@@ -357,14 +363,14 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
             program = step_program(loaded, topology, fold=False)
         else:
             faults.slowdowns = folded
-    summary, frame, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
-    result = Result(summary, frame, topology, log)
+    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
+    result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:
         from simulator.parameter_server.summary import ps_report
 
-        summary["parameter_server"] = ps_report(program, frame, result.flow_routes.tolist(), topology, settings,
-                                                summary["step_time_s"])
+        summary["parameter_server"] = ps_report(program, result.timeline, result.flow_routes.tolist(), topology,
+                                                settings, summary["step_time_s"])
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:
@@ -407,17 +413,17 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     located(loaded, lambda: plan_every_collective(ops, plans))
     result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress,
                                                       plans=plans))
-    frame = result.log.to_frame()
-    summary = {
+    run = Result({}, topology, result.log)
+    run.summary.update({
         "scenario": loaded.source,
         "topology": topology.name,
         "gpus": topology.num_gpus,
         "makespan_s": result.makespan_s,
-        "collectives": collective_table(frame, ops),
+        "collectives": collective_table(run.timeline, ops),
         "ops_executed": result.ops_executed,
         "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,
-    }
+    })
     if not faults.plan.empty:
-        summary["faults"] = faults.describe()
-    return Result(summary, frame, topology, result.log)
+        run.summary["faults"] = faults.describe()
+    return run

@@ -187,6 +187,17 @@ class EventLog:
         for_orbit = layout.merged(np.ones(singles, dtype=bool), np.zeros(len(layout.gather), dtype=bool))
         return replace(routes, representative=self._orbit_representative, for_orbit=for_orbit)
 
+    def op_columns(self) -> dict[str, np.ndarray]:
+        """The op rows alone (compute and collective), in recording order: every column of COLUMNS, text
+        columns as object arrays (copies: the log's buffers stay free to grow)."""
+        ops = self._ops()
+        ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
+        floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
+        return {**{name: ints[:, index].copy() for index, name in enumerate(INT_COLUMNS)},
+                **{name: floats[:, index].copy() for index, name in enumerate(FLOAT_COLUMNS)},
+                **{name: _objects(self._op_texts[index::len(TEXT_COLUMNS)], ops)
+                   for index, name in enumerate(TEXT_COLUMNS)}}
+
     def flow_columns(self) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""
         layout = _Layout(self)

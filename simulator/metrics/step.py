@@ -1,15 +1,21 @@
 """Step metrics from the event log: step time, throughput, MFU/HFU, pipeline bubble, communication ratio and
-exposed communication per parallelism kind. Pure functions of the timeline DataFrame."""
+exposed communication per parallelism kind. Pure functions of the log's op and flow columns (`StepRows`), in
+numpy, without a DataFrame: a run whose timeline is not written never builds one (nor imports pandas). Sums
+that pandas' groupby made are made as it makes them (`grouped_sums`), so the figures stay the same to the bit."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import cast
+from dataclasses import dataclass
+from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from simulator.metrics.intervals import covered, uncovered
+
+if TYPE_CHECKING:
+    from simulator.metrics.events import EventLog
 
 PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
 STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
@@ -17,13 +23,49 @@ STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
 
 
-def _rank_arrays(frame: pd.DataFrame) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Per rank, per category, the (starts, ends) of its intervals."""
+@dataclass(frozen=True)
+class StepRows:
+    """What the step metrics read off a run's log: ``ops``, the op rows (compute and collective) in recording
+    order, every column of the timeline (text columns as object arrays), and ``flows``, the flow rows' ``key``,
+    ``src`` and ``bytes`` in flow order."""
+
+    ops: Mapping[str, np.ndarray]
+    flows: Mapping[str, np.ndarray]
+
+    @classmethod
+    def of(cls, log: EventLog) -> StepRows:
+        return cls(log.op_columns(), log.flow_columns())
+
+
+def grouped_sums(labels: list, values: list[float]) -> dict:
+    """The sum of ``values`` per label, as pandas' groupby sum adds them: in row order, with Kahan's
+    compensation (pandas/_libs/groupby.pyx, group_sum), so a figure the summary took from it is unchanged
+    to the last bit."""
+    sums: dict = {}
+    compensation: dict = {}
+    for label, value in zip(labels, values):
+        total = sums.get(label, 0.0)
+        corrected = value - compensation.get(label, 0.0)
+        updated = total + corrected
+        compensation[label] = updated - total - corrected
+        sums[label] = updated
+    return sums
+
+
+def _rank_arrays(ops: Mapping[str, np.ndarray]) -> dict[int, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Per rank, per category, the (starts, ends) of its intervals in recording order; ranks ascending and each
+    rank's categories in sorted order."""
+    categories = sorted(set(ops["category"].tolist()))
+    code = {category: index for index, category in enumerate(categories)}
+    codes = np.fromiter(map(code.__getitem__, ops["category"].tolist()), dtype=np.int64, count=len(ops["category"]))
+    order = np.lexsort((codes, ops["rank"]))
+    ranks, codes = ops["rank"][order], codes[order]
+    bounds = np.flatnonzero((np.diff(ranks) != 0) | (np.diff(codes) != 0)) + 1
     result: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    rows = frame.loc[frame["kind"] != "flow", ["rank", "category", "start_s", "end_s"]]
-    for key, group in rows.groupby(["rank", "category"], sort=True):
-        rank, category = cast(tuple[int, str], key)
-        result.setdefault(int(rank), {})[category] = (group["start_s"].to_numpy(), group["end_s"].to_numpy())
+    for rows in np.split(order, bounds) if len(order) else []:
+        first = rows[0]
+        result.setdefault(int(ops["rank"][first]), {})[categories[code[ops["category"][first]]]] = (
+            ops["start_s"][rows], ops["end_s"][rows])
     return result
 
 
@@ -34,40 +76,48 @@ def _cat(arrays: dict[str, tuple[np.ndarray, np.ndarray]], categories) -> tuple[
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
-def bubble_fraction(frame: pd.DataFrame) -> float:
+def bubble_fraction(rows: StepRows) -> float:
     """Mean over ranks of the compute stream's idle share of the pipeline window.
 
     The window runs from 0 to the end of the last forward/backward op of any rank, so pipeline fill, drain
     and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
     (p-1)/(m+p-1) for 1F1B. Blocking TP/CP collectives count as busy: they are part of a stage's work.
     """
-    pipeline = frame.loc[frame["category"].isin(PIPELINE_CATEGORIES), "end_s"]
-    if pipeline.empty:
+    ops = rows.ops
+    pipeline = np.isin(ops["category"], PIPELINE_CATEGORIES)
+    if not pipeline.any():
         return 0.0
-    window = float(pipeline.max())
-    work = frame.loc[frame["category"].isin(STAGE_WORK_CATEGORIES) & (frame["stream"] == "compute"),
-                     ["rank", "start_s", "end_s"]]
-    busy = work.assign(d=work["end_s"].clip(upper=window) - work["start_s"]).groupby("rank")["d"].sum()
-    return float(np.mean(np.clip(1.0 - busy.to_numpy() / window, 0.0, None))) if window > 0 else 0.0
+    window = float(ops["end_s"][pipeline].max())
+    work = np.isin(ops["category"], STAGE_WORK_CATEGORIES) & (ops["stream"] == "compute")
+    busy = grouped_sums(ops["rank"][work].tolist(),
+                        (np.minimum(ops["end_s"][work], window) - ops["start_s"][work]).tolist())
+    busy_s = np.array([busy[rank] for rank in sorted(busy)], dtype=np.float64)
+    return float(np.mean(np.clip(1.0 - busy_s / window, 0.0, None))) if window > 0 else 0.0
 
 
-def pipeline_window_s(frame: pd.DataFrame) -> float:
+def pipeline_window_s(rows: StepRows) -> float:
     """End of the last forward/backward/recompute op of any rank: the window `bubble_fraction` is a share of."""
-    ends = frame.loc[frame["category"].isin(PIPELINE_CATEGORIES), "end_s"]
+    ends = rows.ops["end_s"][np.isin(rows.ops["category"], PIPELINE_CATEGORIES)]
     return float(ends.max()) if len(ends) else 0.0
 
 
-def optimizer_s(frame: pd.DataFrame) -> float:
+def optimizer_s(rows: StepRows) -> float:
     """Mean over the ranks with ops of their optimizer-step time."""
-    ranks = frame.loc[frame["kind"] != "flow", "rank"].nunique()
-    steps = frame.loc[frame["category"] == "optimizer", ["start_s", "end_s"]]
-    return float((steps["end_s"] - steps["start_s"]).sum()) / ranks if ranks else 0.0
+    ops = rows.ops
+    ranks = len(np.unique(ops["rank"]))
+    steps = ops["category"] == "optimizer"
+    return float(np.sum(ops["end_s"][steps] - ops["start_s"][steps])) / ranks if ranks else 0.0
 
 
-def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
+def executed_flops(rows: StepRows) -> float:
+    """The FLOPs of every compute op."""
+    return float(np.sum(rows.ops["flops"][rows.ops["kind"] == "compute"]))
+
+
+def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
     communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
-    arrays = _rank_arrays(frame)
+    arrays = _rank_arrays(rows.ops)
     compute_categories = (*PIPELINE_CATEGORIES, "optimizer", "compute")
     ratios: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_KINDS}
@@ -88,23 +138,20 @@ def communication_metrics(frame: pd.DataFrame, step_time_s: float) -> dict:
     }
 
 
-def traffic_bytes(frame: pd.DataFrame, excess: Mapping[str, float] | None = None) -> dict:
+def traffic_bytes(rows: StepRows, excess: Mapping[str, float] | None = None) -> dict:
     """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
     category, plus a folded run's ``excess`` per category (what its groups' members send on average beyond the
     simulated ranks' own share, engine/plans.py `send_excess`)."""
-    collectives = frame.loc[frame["kind"] == "collective", ["key", "category"]]
-    categories = dict(zip(collectives["key"].tolist(), collectives["category"].tolist()))
-    ranks = frame.loc[frame["kind"] != "flow", "rank"].unique()
+    ops, flows = rows.ops, rows.flows
+    collectives = ops["kind"] == "collective"
+    categories = dict(zip(ops["key"][collectives].tolist(), ops["category"][collectives].tolist()))
+    ranks = np.unique(ops["rank"])
     if len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_KINDS}
-    flows = frame.loc[(frame["kind"] == "flow") & frame["src"].isin(ranks), ["name", "bytes"]]
-    sums: dict[str, float] = {}
-    if not flows.empty:
-        codes, names = pd.factorize(flows["name"])
-        category = np.array([categories.get(name, "") for name in names.tolist()], dtype=object)[codes]
-        totals = flows["bytes"].groupby(category).sum()
-        sums = {str(kind): float(total) for kind, total in totals.items()}
+    sent = np.isin(flows["src"], ranks)
+    sums = grouped_sums(list(map(categories.get, flows["key"][sent].tolist(), repeat(""))),
+                        flows["bytes"][sent].tolist())
     for kind, extra in (excess or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra

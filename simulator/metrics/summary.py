@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pandas as pd
-
 from simulator.metrics.step import (
     COMM_KINDS,
+    StepRows,
     bubble_fraction,
     communication_metrics,
+    executed_flops,
     optimizer_s,
     pipeline_window_s,
     traffic_bytes,
@@ -68,33 +68,33 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     return result
 
 
-def training_summary(frame: pd.DataFrame, *, step_time_s: float, gpus: int, simulated_ranks: int,
+def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated_ranks: int,
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
                      memory_bound_share: float, pipelined: bool = True,
                      send_excess: Mapping[str, float] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute,
     HFU the FLOPs the GPUs really executed (recompute included). A step that is not ``pipelined`` has no
     bubble (StepProgram.pipelined). ``send_excess`` completes a folded run's traffic (`traffic_bytes`)."""
-    comm = communication_metrics(frame, step_time_s)
-    bubble = bubble_fraction(frame) if pipelined else 0.0
-    executed_flops = float(frame.loc[frame["kind"] == "compute", "flops"].sum()) / max(simulated_ranks, 1)
+    comm = communication_metrics(rows, step_time_s)
+    bubble = bubble_fraction(rows) if pipelined else 0.0
+    flops_per_gpu = executed_flops(rows) / max(simulated_ranks, 1)
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,
         "tokens_per_s": tokens_per_step / step_time_s if step_time_s else 0.0,
         "tflops_per_gpu": model_flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
-        "hardware_tflops_per_gpu": executed_flops / step_time_s / 1e12 if step_time_s else 0.0,
+        "hardware_tflops_per_gpu": flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
         "mfu": model_flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
-        "hfu": executed_flops / (step_time_s * peak_flops) if step_time_s else 0.0,
+        "hfu": flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
         "bubble_fraction": bubble,
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
         "comm_s": comm["comm_s"],
-        "traffic_bytes_per_gpu": traffic_bytes(frame, send_excess),
+        "traffic_bytes_per_gpu": traffic_bytes(rows, send_excess),
         **memory,
     }
-    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(frame) if pipelined else None,
-                         optimizer_s(frame))
+    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(rows) if pipelined else None,
+                         optimizer_s(rows))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary
 
