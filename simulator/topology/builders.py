@@ -22,6 +22,7 @@ from simulator.topology.graph import (
     Topology,
     Wiring,
     add_link,
+    add_links,
 )
 from simulator.topology.parameters import Param, read_parameters
 
@@ -186,9 +187,8 @@ def _add_nvswitch_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int,
         fabric.uplinks.append((switch,))
     if p["gpus"] > 1:
         wiring.add_node(switch, kind="nvswitch", nvlink_domain=domain, **({} if gpus_per_host else {"host": host}))
-        for gpu in fabric.gpus[base:]:
-            add_link(wiring, gpu, switch, bandwidth=p["nvlink_bandwidth"], latency=p["nvlink_latency"] / 2,
-                     link_class="nvlink")
+        add_links(wiring, ((gpu, switch) for gpu in fabric.gpus[base:]), bandwidth=p["nvlink_bandwidth"],
+                  latency=p["nvlink_latency"] / 2, link_class="nvlink")
 
 
 def _add_pcie_domain(wiring: Wiring, fabric: Fabric, prefix: str, host: int, domain: int, p: dict) -> None:
@@ -280,20 +280,21 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
         wiring.add_node(leaf, kind="switch", tier=1, rail=index % nics, pod=fabric.leaf_pod[index])
     sharing_nic = -(-len(host_gpus[0]) // nics)
     for host, members in enumerate(host_gpus):
-        for rail in range(nics):
-            nic = f"h{host}/nic{rail}"
+        host_nics = [f"h{host}/nic{rail}" for rail in range(nics)]
+        first_leaf = (host // p["leaf_ports"]) * nics
+        for rail, nic in enumerate(host_nics):
             wiring.add_node(nic, kind="nic", host=host, rail=rail)
-            add_link(wiring, nic, fabric.leaf_names[(host // p["leaf_ports"]) * nics + rail], bandwidth=bandwidth,
-                     latency=per_gpu_latency, link_class=link_class)
+        add_links(wiring, zip(host_nics, fabric.leaf_names[first_leaf:first_leaf + nics]), bandwidth=bandwidth,
+                  latency=per_gpu_latency, link_class=link_class)
         slots = [0] * nics
         for local, gpu in enumerate(members):
             rail = local * nics // len(members)
-            fabric.nic[gpu] = f"h{host}/nic{rail}"
+            fabric.nic[gpu] = host_nics[rail]
             fabric.flow_key[gpu] = host * sharing_nic + slots[rail]
             slots[rail] += 1
-            fabric.leaf[gpu] = (host // p["leaf_ports"]) * nics + rail
-            add_link(wiring, fabric.gpus[gpu], fabric.nic[gpu], bandwidth=p["nic_pcie_bandwidth"],
-                     latency=per_gpu_latency, link_class="pcie")
+            fabric.leaf[gpu] = first_leaf + rail
+        add_links(wiring, ((fabric.gpus[gpu], fabric.nic[gpu]) for gpu in members),
+                  bandwidth=p["nic_pcie_bandwidth"], latency=per_gpu_latency, link_class="pcie")
     fabric.flow_keys = len(host_gpus) * sharing_nic
     period_hosts = p["leaf_ports"] * (groups_per_pod if p["tiers"] == 3 else 1)
     fabric.shift_period = period_hosts * sharing_nic
@@ -308,10 +309,9 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     for pod, spines in enumerate(fabric.spine_names):
         for spine in spines:
             wiring.add_node(spine, kind="switch", tier=2, pod=pod)
-        for index, leaf in enumerate(fabric.leaf_names):
-            if fabric.leaf_pod[index] == pod:
-                for spine in spines:
-                    add_link(wiring, leaf, spine, bandwidth=uplink, latency=p["switch_latency"], link_class=link_class)
+        add_links(wiring, ((leaf, spine) for index, leaf in enumerate(fabric.leaf_names)
+                           if fabric.leaf_pod[index] == pod for spine in spines),
+                  bandwidth=uplink, latency=p["switch_latency"], link_class=link_class)
     derived["spines"] = p["spines"] * pods
     if pods > 1:
         cores = p["cores"] or p["spines"]
@@ -320,10 +320,8 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
             wiring.add_node(core, kind="switch", tier=3)
         for pod, spines in enumerate(fabric.spine_names):
             core_bandwidth = fabric.leaf_pod.count(pod) * uplink / cores
-            for spine in spines:
-                for core in fabric.core_names:
-                    add_link(wiring, spine, core, bandwidth=core_bandwidth, latency=p["switch_latency"],
-                             link_class=link_class)
+            add_links(wiring, ((spine, core) for spine in spines for core in fabric.core_names),
+                      bandwidth=core_bandwidth, latency=p["switch_latency"], link_class=link_class)
         derived["cores"] = cores
     return derived
 

@@ -9,7 +9,7 @@ importing networkx, cost more than the rest of a run's setup).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -64,9 +64,11 @@ class Wiring:
         self.nodes.setdefault(node, {}).update(attributes)
 
     def add_edge(self, u: str, v: str, **attributes) -> None:
+        """An edge, or more attributes for one (its attribute dict replaced, not changed: `add_links`' edges
+        share theirs)."""
         self.nodes.setdefault(u, {})
         self.nodes.setdefault(v, {})
-        self.edges.setdefault((u, v), {}).update(attributes)
+        self.edges[(u, v)] = {**self.edges.get((u, v), {}), **attributes}
 
     def has_edge(self, u: str, v: str) -> bool:
         return (u, v) in self.edges
@@ -89,15 +91,33 @@ class Wiring:
         return self._graph
 
 
-def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float,
-             link_class: str) -> None:
-    """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
+def link_attributes(a: str, b: str, bandwidth: float, latency: float, link_class: str) -> dict:
+    """The attributes of both edges of the link between ``a`` and ``b``, checked."""
     if not bandwidth > 0:
         raise TopologyError(f"link {a} <-> {b} has bandwidth {bandwidth!r}", allowed="a positive bandwidth")
     if not latency >= 0:
         raise TopologyError(f"link {a} <-> {b} has latency {latency!r}", allowed="zero or a positive duration")
+    return {"bandwidth": float(bandwidth), "latency": float(latency), "link_class": link_class}
+
+
+def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float,
+             link_class: str) -> None:
+    """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
+    attributes = link_attributes(a, b, bandwidth, latency, link_class)
     for u, v in ((a, b), (b, a)):
-        graph.add_edge(u, v, bandwidth=float(bandwidth), latency=float(latency), link_class=link_class)
+        graph.add_edge(u, v, **attributes)
+
+
+def add_links(wiring: Wiring, ends: Iterable[tuple[str, str]], *, bandwidth: float, latency: float,
+              link_class: str) -> None:
+    """`add_link` for every pair of ``ends``, links of one kind: checked once, their edges (a, b) and (b, a), in
+    that order, sharing one attribute dict (a builder adds a hundred thousand edges)."""
+    attributes: dict | None = None
+    for a, b in ends:
+        attributes = attributes or link_attributes(a, b, bandwidth, latency, link_class)
+        wiring.nodes.setdefault(a, {})
+        wiring.nodes.setdefault(b, {})
+        wiring.edges[(a, b)] = wiring.edges[(b, a)] = attributes
 
 
 @dataclass
