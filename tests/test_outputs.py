@@ -27,6 +27,7 @@ from simulator.cli import main
 from simulator.engine.groups import GroupIds
 from simulator.metrics.events import COLUMNS, EventLog, FlowBlock, FlowRoutes
 from simulator.metrics.link_load import BINS, link_load
+from simulator.metrics.step import grouped_sums
 from simulator.report import run_folder
 from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
 
@@ -271,6 +272,32 @@ def test_help_and_collective_load_neither_pandas_nor_matplotlib(args):
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_run_that_writes_no_timeline_builds_no_frame(tmp_path):
+    """The summary comes from the log's columns: without a timeline to write, pandas is never imported."""
+    code = ("import sys\nfrom simulator.cli import main\nmain(sys.argv[1:])\n"
+            "print(sorted(name for name in ('pandas', 'matplotlib', 'pyarrow', 'rich') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, "run", str(TRAINING), "--set", "run.timeline=summary", "--out",
+                           str(tmp_path / "out"), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["manifest.json", "summary.json"]
+
+
+def test_grouped_sums_are_pandas_groupby_sums_to_the_bit():
+    """Kahan-compensated per label in row order, as pandas' groupby sum: values of very different sizes, where a
+    plain running sum (and numpy's pairwise one) come out different in the last bits."""
+    rng = np.random.default_rng(3)
+    values = (rng.uniform(0, 1, 20_000) * 10.0 ** rng.integers(-8, 9, 20_000)).tolist()
+    labels = rng.integers(0, 5, 20_000).tolist()
+    expected = pd.Series(values).groupby(labels).sum().to_dict()
+    sums = grouped_sums(labels, values)
+    assert sums == expected
+    plain: dict[int, float] = {}
+    for label, value in zip(labels, values):
+        plain[label] = plain.get(label, 0.0) + value
+    assert plain != expected
 
 
 def test_a_failed_write_leaves_nothing_and_raises_its_own_error(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
+from simulator.topology.graph import Wiring, add_link, add_links
 from simulator.topology.loader import list_bundled_topologies, load_topology
 
 REL = 1e-12
@@ -295,3 +296,19 @@ def test_link_id_routes_follow_the_node_routes(kind, params):
     for _ in range(3000):
         src, dst, channel = rng.randrange(topo.num_gpus), rng.randrange(topo.num_gpus), rng.randrange(4)
         assert topo.path(src, dst, channel) == topo.link_ids(topo._route_nodes(src, dst, channel))
+
+
+def test_links_added_in_bulk_wire_as_one_by_one():
+    """`add_links` (the builders' bulk path) gives the nodes, edges, attributes and order of `add_link` per pair,
+    refuses a bad bandwidth as it does, and a later `add_edge` changes one edge, not the others sharing its dict."""
+    ends = [("g0", "s"), ("g1", "s"), ("s", "leaf")]
+    one_by_one, bulk = Wiring(), Wiring()
+    for a, b in ends:
+        add_link(one_by_one, a, b, bandwidth=5e9, latency=1e-6, link_class="nvlink")
+    add_links(bulk, ends, bandwidth=5e9, latency=1e-6, link_class="nvlink")
+    assert list(bulk.nodes.items()) == list(one_by_one.nodes.items())
+    assert list(bulk.edges.items()) == list(one_by_one.edges.items())
+    bulk.add_edge("g0", "s", bandwidth=1e9)
+    assert bulk.edges[("g0", "s")]["bandwidth"] == 1e9 and bulk.edges[("g1", "s")]["bandwidth"] == 5e9
+    with pytest.raises(TopologyError, match="link g0 <-> s has bandwidth 0"):
+        add_links(Wiring(), ends, bandwidth=0, latency=1e-6, link_class="nvlink")
