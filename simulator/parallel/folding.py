@@ -38,7 +38,7 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
         shift = (equivalents // stride) % degree - (first // stride) % degree
         images += ((own[None, :] + shift[:, None]) % degree) * stride
     keys = np.ascontiguousarray(np.sort(images, axis=1)).view(np.dtype((np.void, images.itemsize * len(group))))
-    first_rows: dict[bytes, int] = {}
+    first_rows: dict[object, int] = {}
     for index, key in enumerate(keys.ravel().tolist()):
         first_rows.setdefault(key, index)
     first_rows.pop(np.sort(members).tobytes(), None)
