@@ -198,21 +198,24 @@ class EventLog:
                 **{name: _objects(self._op_texts[index::len(TEXT_COLUMNS)], ops)
                    for index, name in enumerate(TEXT_COLUMNS)}}
 
-    def flow_columns(self) -> dict[str, np.ndarray]:
-        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS."""
+    def flow_columns(self, names: tuple[str, ...] = FLOW_COLUMNS) -> dict[str, np.ndarray]:
+        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS among ``names``."""
         layout = _Layout(self)
-        return {"key": self._flow_keys(layout), **self._flow_numbers(layout)}
+        return {"key": self._flow_keys(layout), **self._flow_numbers(layout, names)}
 
     def _flow_keys(self, layout: _Layout) -> np.ndarray:
         """The ``key`` of every flow row in flow order, as an object array."""
         return layout.merged(_objects(self._flow_field("key"), len(self._flows)),
                              np.repeat(_objects(self._replay_key, len(self._replay_key)), layout.sizes))
 
-    def _flow_numbers(self, layout: _Layout) -> dict[str, np.ndarray]:
-        """The FLOW_COLUMNS in flow order: replayed rows copied from their block, their times shifted."""
+    def _flow_numbers(self, layout: _Layout, names: tuple[str, ...] = FLOW_COLUMNS) -> dict[str, np.ndarray]:
+        """The FLOW_COLUMNS among ``names``, in flow order: replayed rows copied from their block, their times
+        shifted."""
         shifts = np.repeat(np.frombuffer(self._replay_shift, dtype=np.float64), layout.sizes)
         columns = {}
         for name, field in zip(FLOW_COLUMNS, ("src", "dst", "start_s", "end_s", "nbytes")):
+            if name not in names:
+                continue
             dtype = np.int64 if name in INT_COLUMNS else np.float64
             own = np.fromiter(map(itemgetter(FLOW_ROW.index(name)), self._flows), dtype=dtype, count=len(self._flows))
             pool = np.concatenate([getattr(block, field) for block in self._blocks] or [np.empty(0, dtype)])

@@ -34,7 +34,7 @@ class StepRows:
 
     @classmethod
     def of(cls, log: EventLog) -> StepRows:
-        return cls(log.op_columns(), log.flow_columns())
+        return cls(log.op_columns(), log.flow_columns(("src", "bytes")))
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:
