@@ -12,7 +12,7 @@ from simulator.faults.rerouting import Rerouter
 from simulator.metrics.events import EventLog
 from simulator.network import model
 from simulator.network.maxmin import max_min_rates
-from simulator.network.model import Network
+from simulator.network.model import Network, Transfers
 from simulator.network.modes import NETWORK_MODES
 from simulator.topology.graph import Topology, Wiring, add_link
 
@@ -36,6 +36,17 @@ def dumbbell_topology(edge_latency: float = 0.0, core_latency: float = 0.0) -> T
     add_link(graph, "s0", "s1", bandwidth=10 * GB, latency=core_latency, link_class="infiniband")
     return Topology(name="dumbbell", wiring=graph, gpus=["g0", "g1", "g2", "g3"], gpu_host=[0, 0, 1, 1],
                     gpu_local=[0, 1, 0, 1])
+
+
+def diamond_topology() -> Topology:
+    """GPUs g0 - s0 and s1 - g1 at 100 GB/s; s0 reaches s1 over m0 or m1, 10 GB/s each hop."""
+    graph = Wiring()
+    add_link(graph, "g0", "s0", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
+    add_link(graph, "s1", "g1", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
+    for middle in ("m0", "m1"):
+        add_link(graph, "s0", middle, bandwidth=10 * GB, latency=0.0, link_class="infiniband")
+        add_link(graph, middle, "s1", bandwidth=10 * GB, latency=0.0, link_class="infiniband")
+    return Topology(name="diamond", wiring=graph, gpus=["g0", "g1"], gpu_host=[0, 1], gpu_local=[0, 0])
 
 
 def run_until_done(env: simpy.Environment, event: simpy.Event) -> float:
@@ -403,13 +414,7 @@ def test_identical_transfers_cut_off_by_a_failed_link_each_continue_on_their_own
     # share the first route at 5 GB/s; at 0.1 s s0-m0 fails with 0.5 GB left in each: both move to m1, each
     # on its own, keep 5 GB/s and end together at 0.2 s. A 1 GB transfer g1 -> g0 on the reverse route, alone at
     # 10 GB/s, ends at 0.1 s, at the failure.
-    graph = Wiring()
-    add_link(graph, "g0", "s0", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
-    add_link(graph, "s1", "g1", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
-    for middle in ("m0", "m1"):
-        add_link(graph, "s0", middle, bandwidth=10 * GB, latency=0.0, link_class="infiniband")
-        add_link(graph, middle, "s1", bandwidth=10 * GB, latency=0.0, link_class="infiniband")
-    topo = Topology(name="diamond", wiring=graph, gpus=["g0", "g1"], gpu_host=[0, 1], gpu_local=[0, 0])
+    topo = diamond_topology()
     rerouter = Rerouter(topo)
     first = topo.path(0, 1, 0)
     assert first == topo.path(0, 1, 1) and topo.link_index[("s0", "m0")] in first
@@ -432,6 +437,56 @@ def test_identical_transfers_cut_off_by_a_failed_link_each_continue_on_their_own
     detour = topo.link_index[("s0", "m1")]
     assert [detour in route for route in log.flow_routes()] == [False, True, True]
     assert net.wake_ups == 2  # the moved transfers still end together
+
+
+def test_identical_transfers_still_in_their_latency_when_a_link_fails_start_apart_on_the_new_route():
+    # The diamond: two 1 GB transfers g0 -> g1 (channels 0 and 1) wait 0.05 s of latency; s0-m0 fails at
+    # 0.01 s, so both start on s0 - m1 - s1 as flows of their own, share its 10 GB/s and end at 0.05 + 0.2 s.
+    topo = diamond_topology()
+    rerouter = Rerouter(topo)
+    first = topo.path(0, 1, 0)
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    done = net.run_phase([(first, 1 * GB, 0.05, 0, 1, 0), (first, 1 * GB, 0.05, 0, 1, 1)])
+
+    def fail():
+        yield env.timeout(0.01)
+        rerouter.take_down([("s0", "m0")])
+        net.take_down([topo.link_index[("s0", "m0")], topo.link_index[("m0", "s0")]])
+
+    env.process(fail())
+    assert run_until_done(env, done) == pytest.approx(0.25, rel=EXACT)
+    detour = topo.link_index[("s0", "m1")]
+    assert [detour in route for route in log.flow_routes()] == [True, True]
+    assert (net.resolves, net.resolved_flows, net.wake_ups) == (1, 2, 1)
+
+
+@pytest.mark.parametrize(("mode", "phase_s"), [("flow", 1e-6 + 1 / (10 / 3)), ("analytic", 1e-6 + 1 / 10)])
+def test_a_phase_parsed_once_and_posted_twice_runs_as_its_tuples_do(mode, phase_s):
+    # Dumbbell: two identical 1 GB transfers g0 -> g2 and one g1 -> g3 share the 10 GB/s core (10/3 GB/s each
+    # under max-min; alone in analytic mode), after 1 us of latency; a GPU to itself finishes after it.
+    topo = dumbbell_topology()
+    items = [(topo.path(0, 2), 1 * GB, 1e-6, 0, 2), (topo.path(1, 3), 1 * GB, 1e-6, 1, 3),
+             (topo.path(0, 2), 1 * GB, 1e-6, 0, 2), (topo.path(0, 0), 0.0, 1e-6, 0, 0)]
+
+    def rows(transfers):
+        env = simpy.Environment()
+        log = EventLog()
+        net = Network(env, topo, log=log, mode=mode)
+
+        def two_instances():
+            yield net.run_phase(transfers, key="first")
+            yield net.run_phase(transfers, key="second")
+
+        env.process(two_instances())
+        env.run()
+        frame = log.to_frame()
+        return env.now, frame[["name", "src", "dst", "start_s", "end_s", "bytes"]].values.tolist(), net.flows_simulated
+
+    parsed = rows(Transfers(items))
+    assert parsed == rows(items)
+    assert parsed[0] == pytest.approx(2 * phase_s, rel=EXACT) and parsed[2] == 8
 
 
 def test_a_component_met_again_with_the_same_sizes_reuses_its_solve_until_a_capacity_changes():

@@ -13,7 +13,7 @@ import simpy
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective
-from simulator.network.model import Network
+from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
 from simulator.topology.graph import Topology
 
@@ -33,16 +33,17 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
 
 
 class PlanRunner:
-    """Runs plans on one network. A phase's items are worked out once and reused while the routes stay the
-    same: the plan cache hands out one phase object for every instance of a collective."""
+    """Runs plans on one network. A phase's items are worked out (and parsed as `Transfers`) once and reused
+    while the routes stay the same: the plan cache hands out one phase object for every instance of a
+    collective."""
 
     def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None):
         self.network = network
         self.topology = topology
         self.quotient = quotient
-        self._items: dict[int, tuple[Phase, int, list[tuple]]] = {}
+        self._items: dict[int, tuple[Phase, int, Transfers]] = {}
 
-    def items(self, phase: Phase) -> list[tuple]:
+    def transfers(self, phase: Phase) -> Transfers:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
         unique); with a replica ``quotient``, only the kept sources' items, with the paths they contend on."""
         version = self.topology.routes_version
@@ -51,14 +52,14 @@ class PlanRunner:
             items = phase_items(self.topology, phase)
             if self.quotient is not None:
                 items = self.quotient.items(items)
-            cached = self._items[id(phase)] = (phase, version, items)
+            cached = self._items[id(phase)] = (phase, version, Transfers(items))
         return cached[2]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
         """Generator of SimPy events (a process of its own, or `yield from` inside the engine's stepping
         generators, engine/stepping.py): run ``phases`` one after another, labelled ``key``."""
         for phase in phases:
-            yield self.network.run_phase(self.items(phase), key=key)
+            yield self.network.run_phase(self.transfers(phase), key=key)
 
     def run_plans(self, env: simpy.Environment, plans: list[list[Phase]], key: str = ""):
         """Generator of SimPy events, as `run_plan`: run several independent plans at once (a collective and
@@ -66,10 +67,10 @@ class PlanRunner:
         same as running them side by side; longer plans run as separate processes so none waits at another's
         phase barrier."""
         if all(len(plan) == 1 for plan in plans):
-            yield self.network.run_phase([item for plan in plans for item in self.items(plan[0])], key=key)
+            yield self.network.run_phase([item for plan in plans for item in self.transfers(plan[0]).items], key=key)
             return
         if self.quotient is not None:
-            plans = [plan for plan in plans if any(self.items(phase) for phase in plan)]
+            plans = [plan for plan in plans if any(self.transfers(phase) for phase in plan)]
         yield env.all_of([env.process(self.run_plan(env, plan, key)) for plan in plans])
 
 

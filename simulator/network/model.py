@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from array import array
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import chain, count
@@ -40,70 +41,136 @@ _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 
 
+class Transfers:
+    """A phase's transfers parsed once (see `Network.run_phase` for the item forms): per transfer its path (the
+    links it contends on), logged route, bytes, latency and endpoints. ``starts`` lists, by latency in
+    first-seen order, the transfers that finish as soon as their latency is over (no bytes or no links) and
+    those that start a flow of their own, each with its ``twins``: later transfers of the phase with the same
+    path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. A
+    plan runner keeps one per phase of a collective and posts it again each time; ``items`` are the tuples as
+    given."""
+
+    __slots__ = ("channel", "count", "dst", "items", "latency", "nbytes", "paths", "routes", "src", "starts")
+
+    def __init__(self, items: Sequence[tuple]):
+        self.items = items
+        self.count = len(items)
+        self.paths: list[tuple[int, ...]] = []
+        self.routes: list[tuple[int, ...]] = []
+        self.nbytes: list[float] = []
+        self.latency: list[float] = []
+        self.src: list[int] = []
+        self.dst: list[int] = []
+        self.channel: list[int] = []
+        by_latency: dict[float, tuple[list[int], list[tuple[int, list[int]]]]] = {}
+        twins_of: dict[tuple[float, tuple[int, ...], float], list[int]] = {}
+        for index, item in enumerate(items):
+            route = None
+            if len(item) == 7:
+                route, nbytes, latency, src, dst, channel, path = item
+            elif len(item) == 6:
+                path, nbytes, latency, src, dst, channel = item
+            else:
+                path, nbytes, latency = item[:3]
+                src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
+                channel = 0
+            path, nbytes, latency = tuple(path), float(nbytes), float(latency)
+            self.paths.append(path)
+            self.routes.append(path if route is None else tuple(route))
+            self.nbytes.append(nbytes)
+            self.latency.append(latency)
+            self.src.append(src)
+            self.dst.append(dst)
+            self.channel.append(channel)
+            empty, leaders = by_latency.setdefault(latency, ([], []))
+            if nbytes > 0 and path:
+                twins = twins_of.setdefault((latency, path, nbytes), [])
+                twins.append(index)
+                if len(twins) == 1:
+                    leaders.append((index, twins))
+            else:
+                empty.append(index)
+        self.starts = [(latency, empty, [(index, tuple(twins[1:])) for index, twins in leaders])
+                       for latency, (empty, leaders) in by_latency.items()]
+
+    def __len__(self) -> int:
+        return self.count
+
+
 class _Phase:
-    """The transfers of one ``run_phase`` call still running, and the event that fires when none is."""
+    """One ``run_phase`` call: its transfers, the sequence number of the first, when it was posted, how many
+    are still running, and the event that fires when none is."""
 
-    __slots__ = ("event", "key", "pending")
+    __slots__ = ("event", "first_seq", "key", "pending", "posted_s", "transfers")
 
-    def __init__(self, event: simpy.Event, pending: int, key: str):
+    def __init__(self, event: simpy.Event, transfers: Transfers, key: str, first_seq: int, posted_s: float):
         self.event = event
-        self.pending = pending
+        self.transfers = transfers
+        self.pending = transfers.count
         self.key = key
+        self.first_seq = first_seq
+        self.posted_s = posted_s
 
 
 class _Flow:
-    """An active transfer: bytes left as of ``last_update`` at ``rate``, due at ``finish`` (done from
-    ``ready``, within tolerance); ``version`` ages its heap entries. It contends on the links of ``path`` (as
-    a member of ``group``) and is logged with ``route`` (the same unless a quotient maps it). ``twins`` are
-    transfers of the same phase with the same path, bytes and latency: they would keep this flow's state to
-    the last bit, so they ride along with it (one flow to solve, update and finish; logged one by one)."""
+    """An active transfer, the ``index``-th of its phase: bytes left as of ``last_update`` at ``rate``, due at
+    ``finish`` (done from ``ready``, within tolerance); ``version`` ages its heap entries. It contends on the
+    links of ``path`` (as a member of ``group``) and is logged with ``route`` (the same unless a quotient maps
+    it). ``twins`` are the indices of its phase's transfers riding along with it (one flow to solve, update and
+    finish; logged one by one)."""
 
     __slots__ = (
-        "channel",
-        "dst",
         "finish",
         "group",
+        "index",
         "last_update",
         "nbytes",
         "path",
         "phase",
-        "posted_s",
         "rate",
         "ready",
         "remaining",
         "route",
         "seq",
-        "src",
         "twins",
         "version",
     )
     group: _PathGroup
+    last_update: float
 
-    def __init__(self, seq: int, path: tuple[int, ...], nbytes: float, phase: _Phase, posted_s: float,
-                 src: int, dst: int, channel: int = 0, route: tuple[int, ...] | None = None):
-        self.seq = seq
-        self.channel = channel
-        self.path = path
-        self.route = path if route is None else route
-        self.nbytes = nbytes
-        self.remaining = nbytes
+    def __init__(self, phase: _Phase, index: int, twins: tuple[int, ...] = ()):
+        transfers = phase.transfers
+        self.phase = phase
+        self.index = index
+        self.seq = phase.first_seq + index
+        self.path = transfers.paths[index]
+        self.route = transfers.routes[index]
+        self.nbytes = self.remaining = transfers.nbytes[index]
         self.rate = 0.0
-        self.last_update = posted_s
         self.finish = self.ready = math.inf
         self.version = 0
-        self.phase = phase
-        self.posted_s = posted_s
-        self.src = src
-        self.dst = dst
-        self.twins: list[_Flow] = []
+        self.twins = twins
 
     def split(self) -> list[_Flow]:
-        """This flow and its twins as flows of their own, each in this flow's state (they go separate ways)."""
-        twins, self.twins = self.twins, []
-        for twin in twins:
-            twin.remaining, twin.last_update, twin.rate = self.remaining, self.last_update, self.rate
+        """This flow and its twins as flows of their own, each with its bytes left, rate and times (they go
+        separate ways; joining again counts their bytes from then)."""
+        members = [self]
+        for index in self.twins:
+            twin = _Flow(self.phase, index)
+            twin.remaining, twin.rate = self.remaining, self.rate
             twin.finish, twin.ready = self.finish, self.ready
-        return [self, *twins]
+            members.append(twin)
+        self.twins = ()
+        return members
+
+    def reroute(self, path: tuple[int, ...]) -> None:
+        """Send this flow over ``path`` from now on, and log it there."""
+        self.path = self.route = path
+
+    def endpoints(self) -> tuple[int, int, int]:
+        """Source and destination GPUs and the channel, which a route around failed links is looked up by."""
+        transfers, index = self.phase.transfers, self.index
+        return transfers.src[index], transfers.dst[index], transfers.channel[index]
 
 
 class _PathGroup:
@@ -111,15 +178,17 @@ class _PathGroup:
     each flow, is registered on the links, reached by a component search and solved. A group lives as long
     as the network (its ``number`` orders a component's groups the same way whenever they meet again);
     ``weight`` counts its transfers (flows and their twins); ``joined`` holds the flows added since the last
-    solve, the only ones whose rate may differ from it. A group lives while it has flows, and an idle one until
-    the remembered solves are forgotten; its ``number`` is never reused (a component's groups are ordered and
-    remembered by their numbers)."""
+    solve and still in the group, the only ones whose rate may differ from it; ``link_sets`` are the
+    network's sets of the groups active on each link of its path. A group lives while it has flows, and an
+    idle one until the remembered solves are forgotten; its ``number`` is never reused (a component's groups
+    are ordered and remembered by their numbers)."""
 
-    __slots__ = ("flows", "joined", "number", "path", "rate", "weight")
+    __slots__ = ("flows", "joined", "link_sets", "number", "path", "rate", "weight")
 
-    def __init__(self, number: int, path: tuple[int, ...]):
+    def __init__(self, number: int, path: tuple[int, ...], link_sets: list[set[_PathGroup]]):
         self.number = number
         self.path = path
+        self.link_sets = link_sets
         self.flows: set[_Flow] = set()
         self.joined: list[_Flow] = []
         self.rate = 0.0
@@ -159,7 +228,7 @@ class Network:
         self.wake_ups = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
-        self._link_groups: dict[int, set[_PathGroup]] = {}
+        self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
         self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], array[float]] = {}
         self._solved_entries = 0
         self._group_numbers = count()
@@ -169,6 +238,7 @@ class Network:
         self._touched_links: set[int] = set()
         self._batch_pending = False
         self._by_ready: list[tuple[float, int, int, _Flow]] = []
+        self._by_finish: list[tuple[float, int, int, _Flow]] = []
         self._wake_time: float | None = None
         self._wake_version = 0
         self._down: set[int] = set()
@@ -178,7 +248,7 @@ class Network:
         """One transfer: an event that succeeds when ``nbytes`` have crossed ``path`` after ``latency``."""
         return self.run_phase(((path, nbytes, latency, src, dst),), key=key)
 
-    def run_phase(self, transfers: Sequence[tuple], *, key: str = "") -> simpy.Event:
+    def run_phase(self, transfers: Sequence[tuple] | Transfers, *, key: str = "") -> simpy.Event:
         """Start a batch of transfers now; the event succeeds when all of them have finished.
 
         Each item is a plain tuple, ``nbytes`` over the directed link ids ``path`` after ``latency`` seconds:
@@ -187,62 +257,39 @@ class Network:
         route again; or ``(route, nbytes, latency, src, dst, channel, contends)``, a folded run's replica
         quotient (engine/replicas.py): the flow shares the links of ``contends`` (its route's orbit
         representatives) and is logged with ``route``. A transfer with no bytes, or with an empty path (a GPU
-        to itself), finishes right after its latency.
+        to itself), finishes right after its latency. A phase posted many times is parsed once as `Transfers`.
         """
         if not transfers:
             return self.env.event().succeed()
         if self.mode == "analytic":
             return self._run_analytic(transfers, key)
-        phase = _Phase(self.env.event(), len(transfers), key)
-        now = self.env.now
-        by_latency: dict[float, list[_Flow]] = {}
-        twin_of: dict[tuple[float, tuple[int, ...], float], _Flow] = {}
-        seq = self.flows_simulated
-        for item in transfers:
-            route = None
-            if len(item) == 7:
-                route, nbytes, latency, src, dst, channel, path = item
-            elif len(item) == 6:
-                path, nbytes, latency, src, dst, channel = item
-            else:
-                path, nbytes, latency = item[:3]
-                src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
-                channel = 0
-            flow = _Flow(seq, tuple(path), float(nbytes), phase, now, src, dst, channel, route)
-            seq += 1
-            if flow.nbytes > 0 and flow.path:
-                first = twin_of.setdefault((latency, flow.path, flow.nbytes), flow)
-                if first is not flow:
-                    first.twins.append(flow)
-                    continue
-            flows = by_latency.get(latency)
-            if flows is None:
-                flows = by_latency[float(latency)] = []
-            flows.append(flow)
-        self.flows_simulated = seq
-        for latency, flows in by_latency.items():
+        if not isinstance(transfers, Transfers):
+            transfers = Transfers(transfers)
+        phase = _Phase(self.env.event(), transfers, key, self.flows_simulated, self.env.now)
+        self.flows_simulated += transfers.count
+        for latency, empty, leaders in transfers.starts:
+            flows = [_Flow(phase, index, twins) for index, twins in leaders]
             if latency > 0:
-                self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, flows))
+                self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, phase, empty, flows))
             else:
-                self._begin(flows)
+                self._begin(phase, empty, flows)
         return phase.event
 
-    def _run_analytic(self, transfers: Sequence[tuple], key: str) -> simpy.Event:
-        """Contention-free phase: each transfer takes latency + bytes / bottleneck capacity."""
+    def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str) -> simpy.Event:
+        """Contention-free phase: each transfer takes latency + bytes / bottleneck capacity of its route."""
+        if not isinstance(transfers, Transfers):
+            transfers = Transfers(transfers)
         now = self.env.now
-        durations = []
-        for item in transfers:
-            path, nbytes = tuple(item[0]), float(item[1])
-            busy = nbytes / self._bottleneck_of(path) if nbytes > 0 and path else 0.0
-            durations.append(float(item[2]) + busy)
-        self.flows_simulated += len(transfers)
+        durations = [latency + (nbytes / self._bottleneck_of(route) if nbytes > 0 and route else 0.0)
+                     for route, nbytes, latency in zip(transfers.routes, transfers.nbytes, transfers.latency)]
+        self.flows_simulated += transfers.count
         done = self.env.timeout(max(durations))
         log = self.log
         if log is not None:
             def record(_event: simpy.Event) -> None:
-                for item, duration in zip(transfers, durations):
-                    src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
-                    log.flow(key, src, dst, now, now + duration, float(item[1]), tuple(item[0]))
+                for index, duration in enumerate(durations):
+                    log.flow(key, transfers.src[index], transfers.dst[index], now, now + duration,
+                             transfers.nbytes[index], transfers.routes[index])
             done.callbacks.append(record)
         return done
 
@@ -252,25 +299,28 @@ class Network:
             bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
         return bottleneck
 
-    def _on_latency_over(self, flows: list[_Flow], _event: simpy.Event) -> None:
-        self._begin(flows)
+    def _on_latency_over(self, phase: _Phase, empty: list[int], flows: list[_Flow], _event: simpy.Event) -> None:
+        self._begin(phase, empty, flows)
 
-    def _begin(self, flows: list[_Flow]) -> None:
-        """Make ``flows`` active now (or finish the empty ones) and ask for one re-solve at this instant."""
-        now = self.env.now
-        for flow in flows:
-            if flow.nbytes <= 0 or not flow.path:
-                self._finish(flow, now)
-            elif self._down and not self._down.isdisjoint(flow.path):
-                for member in flow.split():
-                    member.path = member.route = self.topology.path(member.src, member.dst, member.channel)
-                    member.last_update = now
-                    self._starting.append(member)
-            else:
-                flow.last_update = now
-                self._starting.append(flow)
-        if self._starting:
+    def _begin(self, phase: _Phase, empty: list[int], flows: list[_Flow]) -> None:
+        """Finish the transfers ``empty`` of ``phase`` now and make ``flows`` active (moved off failed links),
+        asking for one re-solve at this instant."""
+        routes = phase.transfers.routes
+        self._finish([(phase, index, routes[index]) for index in empty], self.env.now)
+        if self._down:
+            flows = list(chain.from_iterable(self._rerouted(flow) for flow in flows))
+        if flows:
+            self._starting += flows
             self._request_batch()
+
+    def _rerouted(self, flow: _Flow) -> list[_Flow]:
+        """``flow`` alone if its path avoids the failed links, else it and its twins apart on new routes."""
+        if self._down.isdisjoint(flow.path):
+            return [flow]
+        members = flow.split()
+        for member in members:
+            member.reroute(self.topology.path(*member.endpoints()))
+        return members
 
     def scale_capacity(self, links: Sequence[int], fraction: float) -> None:
         """From now on ``links`` keep ``fraction`` of their capacity; the flows crossing them are re-solved.
@@ -290,19 +340,21 @@ class Network:
         self._bottleneck.clear()
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
-        members = []
         for flow in moving:
             flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
             flow.last_update = now
-            self._unlink(flow)
-            twins = flow.twins
-            members.extend(flow.split())
+        self._unlink(moving)
+        members = []
+        for flow in moving:
+            leader, *twins = flow.split()
             for twin in twins:
-                heapq.heappush(self._by_ready, (twin.ready, twin.seq, twin.version, twin))
+                self._push(twin)
             self._active += len(twins)
-        for flow in sorted(members, key=attrgetter("seq")):
-            flow.path = flow.route = self.topology.path(flow.src, flow.dst, flow.channel)
-            self._join(flow)
+            members += [leader, *twins]
+        members.sort(key=attrgetter("seq"))
+        for flow in members:
+            flow.reroute(self.topology.path(*flow.endpoints()))
+        self._join(members)
         self._request_batch()
 
     def _request_batch(self) -> None:
@@ -313,44 +365,45 @@ class Network:
     def _apply_batch(self, _event: simpy.Event) -> None:
         """Register the flows that started, re-solve the component the changes touched, re-arm the wake-up."""
         self._batch_pending = False
-        for flow in self._starting:
-            self._join(flow)
+        self._join(self._starting)
         self._active += len(self._starting)
         self._starting = []
-        seeds = self._touched_links
-        seeds.update(chain.from_iterable(group.path for group in self._touched_groups))
+        seeds, touched = self._touched_links, self._touched_groups
+        seeds.update(chain.from_iterable(group.path for group in touched))
         self._touched_links = set()
         self._touched_groups = set()
-        component = self._component(seeds)
+        component = self._component(seeds, touched)
         if component:
             self._resolve(component)
         self._arm_wake_up()
 
-    def _join(self, flow: _Flow) -> None:
-        """Add ``flow`` to the group of its path (registering the group on its links if it was idle)."""
-        group = self._groups.get(flow.path)
-        if group is None:
-            group = self._groups[flow.path] = _PathGroup(next(self._group_numbers), flow.path)
-        if not group.flows:
-            link_groups = self._link_groups
-            for link in group.path:
-                members = link_groups.get(link)
-                if members is None:
-                    link_groups[link] = {group}
-                else:
+    def _join(self, flows: list[_Flow]) -> None:
+        """Add each of ``flows`` to the group of its path (registering the group on its links if it was idle),
+        its bytes left counted from now."""
+        groups, link_groups, touched = self._groups, self._link_groups, self._touched_groups
+        now = self.env.now
+        for flow in flows:
+            group = groups.get(flow.path)
+            if group is None:
+                group = groups[flow.path] = _PathGroup(next(self._group_numbers), flow.path,
+                                                       [link_groups[link] for link in flow.path])
+            if not group.flows:
+                for members in group.link_sets:
                     members.add(group)
-        group.flows.add(flow)
-        group.weight += 1 + len(flow.twins)
-        group.joined.append(flow)
-        flow.group = group
-        self._touched_groups.add(group)
+            flow.last_update = now
+            group.flows.add(flow)
+            group.weight += 1 + len(flow.twins)
+            group.joined.append(flow)
+            flow.group = group
+            touched.add(group)
 
-    def _component(self, seeds: set[int]) -> list[_PathGroup]:
+    def _component(self, seeds: set[int], touched: set[_PathGroup]) -> list[_PathGroup]:
         """Active groups connected to links ``seeds`` through shared links, in the order of their numbers: the
-        groups on the seeds, then depth first through the links not seen yet."""
+        groups on the seeds, then depth first through the links not seen yet (the ``touched`` groups' links are
+        all seeds, so only the other groups found are explored)."""
         link_groups = self._link_groups
         found: set[_PathGroup] = set().union(*filter(None, map(link_groups.get, seeds)))
-        unexplored = list(found)
+        unexplored = list(found - touched)
         seen = seeds
         while unexplored:
             for link in unexplored.pop().path:
@@ -385,28 +438,38 @@ class Network:
                 self._solved[key] = group_rates
                 self._solved_entries += len(component)
         now = self.env.now
-        push, by_ready = heapq.heappush, self._by_ready
+        push, by_ready, by_finish = heapq.heappush, self._by_ready, self._by_finish
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
                 group.rate = rate
                 changed: Iterable[_Flow] = group.flows
             elif group.joined:
-                changed = [flow for flow in group.joined if flow in group.flows]
+                changed = group.joined
             else:
                 continue
             group.joined = []
             for flow in changed:
                 if rate == flow.rate:
                     continue
-                flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
+                if flow.rate:  # a flow without a rate yet has sent nothing
+                    flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
                 flow.last_update = now
                 flow.rate = rate
                 flow.version = version = flow.version + 1
                 flow.finish = finish = now + flow.remaining / rate
-                flow.ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-                push(by_ready, (flow.ready, flow.seq, version, flow))
-        if len(self._by_ready) > 4 * self._active + 1024:
-            self._by_ready = self._fresh(self._by_ready)
+                flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
+                push(by_ready, (ready, flow.seq, version, flow))
+                push(by_finish, (finish, flow.seq, version, flow))
+        most = 4 * self._active + 1024
+        if len(by_ready) > most:
+            self._by_ready = self._fresh(by_ready)
+        if len(by_finish) > most:
+            self._by_finish = self._fresh(by_finish)
+
+    def _push(self, flow: _Flow) -> None:
+        """Enter ``flow`` in the ready-time and finish-time heaps (under its current version)."""
+        heapq.heappush(self._by_ready, (flow.ready, flow.seq, flow.version, flow))
+        heapq.heappush(self._by_finish, (flow.finish, flow.seq, flow.version, flow))
 
     def _forget_solves(self) -> None:
         """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
@@ -423,37 +486,20 @@ class Network:
         return live
 
     def _arm_wake_up(self) -> None:
-        """Make sure exactly one live wake-up is scheduled, at the earliest finish time."""
-        heap = self._by_ready
+        """Make sure exactly one live wake-up is scheduled, at the earliest finish time (the top of the
+        finish-time heap once its stale entries are dropped)."""
+        heap = self._by_finish
         while heap and heap[0][2] != heap[0][3].version:
             heapq.heappop(heap)
         if not heap:
             self._wake_time = None
             return
-        finish = self._earliest_finish()
+        finish = heap[0][0]
         if finish != self._wake_time:
             self._wake_time = finish
             self._wake_version += 1
             delay = max(finish - self.env.now, 0.0)
             self.env.timeout(delay).callbacks.append(partial(self._on_wake_up, self._wake_version, finish))
-
-    def _earliest_finish(self) -> float:
-        """The earliest finish time of the live flows, read off the ready-time heap (its top is live): a flow
-        is ready before it finishes, so only entries ready before the best finish found so far can beat it,
-        and a heap walk stops below any other entry (usually only the flows due at that instant are seen)."""
-        heap = self._by_ready
-        best = heap[0][3].finish
-        size = len(heap)
-        unexplored = [1, 2]
-        while unexplored:
-            index = unexplored.pop()
-            if index < size:
-                ready, _, version, flow = heap[index]
-                if ready < best:
-                    if version == flow.version and flow.finish < best:
-                        best = flow.finish
-                    unexplored += (2 * index + 1, 2 * index + 2)
-        return best
 
     def _on_wake_up(self, version: int, due: float, _event: simpy.Event) -> None:
         """Finish every flow within tolerance of done at the wake-up time ``due``; stale wake-ups (an earlier
@@ -464,48 +510,56 @@ class Network:
         self._wake_time = None
         now = self.env.now
         heap = self._by_ready
-        done: list[tuple[float, int, _Flow]] = []
+        finished: list[_Flow] = []
+        done: list[tuple[float, int, _Phase, int, tuple[int, ...]]] = []
         with_twins = False
         while heap and heap[0][0] <= due:
             ready, seq, version, flow = heapq.heappop(heap)
             if version != flow.version:
                 continue
-            self._unlink(flow)
-            self._active -= 1
-            done.append((ready, seq, flow))
+            flow.version = -1
+            finished.append(flow)
+            phase = flow.phase
+            done.append((ready, seq, phase, flow.index, flow.route))
             if flow.twins:
                 with_twins = True
-                done.extend((ready, twin.seq, twin) for twin in flow.twins)
+                first, routes = phase.first_seq, phase.transfers.routes
+                done += [(ready, first + index, phase, index, routes[index]) for index in flow.twins]
+        self._unlink(finished)
+        self._active -= len(finished)
         if with_twins:
             done.sort(key=itemgetter(0, 1))
-        for _, _, flow in done:
-            self._finish(flow, now)
+        self._finish(map(itemgetter(2, 3, 4), done), now)
         self._request_batch()
 
-    def _unlink(self, flow: _Flow) -> None:
-        """Take ``flow`` out of its group, and an emptied group off its links (re-solved at the end of the
-        instant)."""
-        group = flow.group
-        group.flows.discard(flow)
-        group.weight -= 1 + len(flow.twins)
-        if not group.flows:
-            group.joined = []
-            link_groups = self._link_groups
-            for link in group.path:
-                members = link_groups[link]
-                members.discard(group)
-                if not members:
-                    del link_groups[link]
-        self._touched_groups.add(group)
+    def _unlink(self, flows: Iterable[_Flow]) -> None:
+        """Take each of ``flows`` out of its group, and an emptied group off its links (re-solved at the end of
+        the instant)."""
+        touched = self._touched_groups
+        for flow in flows:
+            group = flow.group
+            group.flows.discard(flow)
+            group.weight -= 1 + len(flow.twins)
+            if not group.flows:
+                group.joined = []
+                for members in group.link_sets:
+                    members.discard(group)
+            elif group.joined and flow in group.joined:
+                group.joined.remove(flow)
+            touched.add(group)
 
-    def _finish(self, flow: _Flow, now: float) -> None:
-        flow.version = -1
-        if self.log is not None:
-            self.log.flow(flow.phase.key, flow.src, flow.dst, flow.posted_s, now, flow.nbytes, flow.route)
-        phase = flow.phase
-        phase.pending -= 1
-        if phase.pending == 0:
-            phase.event.succeed()
+    def _finish(self, done: Iterable[tuple[_Phase, int, tuple[int, ...]]], now: float) -> None:
+        """Log each ``(phase, index, route)`` of ``done``: the phase's ``index``-th transfer, done ``now`` over
+        ``route``; a phase's last transfer ends it."""
+        log = self.log
+        for phase, index, route in done:
+            if log is not None:
+                transfers = phase.transfers
+                log.flow(phase.key, transfers.src[index], transfers.dst[index], phase.posted_s, now,
+                         transfers.nbytes[index], route)
+            phase.pending -= 1
+            if phase.pending == 0:
+                phase.event.succeed()
 
 
 def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> np.ndarray:
