@@ -19,6 +19,7 @@ step of 70 k nodes). Queries come in whole arrays of node pairs, so the sharing 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from itertools import chain
 
 import numpy as np
@@ -42,31 +43,37 @@ class Ordering:
     steps plus one vectorized step per wave."""
 
     @staticmethod
-    def affordable(ops: Sequence[Op], async_streams: frozenset[str]) -> bool:
-        """Whether the clock table of ``ops`` stays within MAX_CLOCK_ENTRIES."""
-        components = {(op.rank, op.stream) for op in ops if op.stream not in async_streams}
-        return len(ops) * len(components) <= MAX_CLOCK_ENTRIES
+    def if_affordable(ops: Sequence[Op], async_streams: frozenset[str]) -> Ordering | None:
+        """The ordering of ``ops``, or None when its clock table would exceed MAX_CLOCK_ENTRIES."""
+        components = _components(ops, async_streams)
+        return Ordering(ops, async_streams, components) if len(ops) * components[1] <= MAX_CLOCK_ENTRIES else None
 
-    def __init__(self, ops: Sequence[Op], async_streams: frozenset[str]):
-        identity: dict[str | int, int] = {}
-        nodes = np.fromiter((identity.setdefault(op.key if isinstance(op, CollectiveOp) else op.id, len(identity))
-                             for op in ops), dtype=np.int64, count=len(ops))
-        self.node_of_key = {key: node for key, node in identity.items() if isinstance(key, str)}
-        self.node_of_op = dict(zip([op.id for op in ops], nodes.tolist()))
-        slots: dict[tuple[int, str], int] = {}
-        components = np.fromiter((-1 if op.stream in async_streams
-                                  else slots.setdefault((op.rank, op.stream), len(slots)) for op in ops),
-                                 dtype=np.int64, count=len(ops))
-        count = len(identity)
-        places, stream_edges = _places(nodes, components)
-        predecessors = _predecessors(ops, nodes, stream_edges, count)
+    def __init__(self, ops: Sequence[Op], async_streams: frozenset[str],
+                 components: tuple[np.ndarray, int] | None = None):
+        """``components``: `_components` of ``ops``, when the caller has them."""
+        op_components, columns = components or _components(ops, async_streams)
+        self.node_of_key: dict[str, int] = {}
+        nodes = np.fromiter((self.node_of_key.setdefault(op.key, len(self.node_of_key))
+                             if isinstance(op, CollectiveOp) else -1 for op in ops), dtype=np.int64, count=len(ops))
+        compute = np.flatnonzero(nodes < 0)
+        nodes[compute] = len(self.node_of_key) + np.arange(len(compute))
+        self._op_ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
+        self._nodes = nodes
+        count = len(self.node_of_key) + len(compute)
+        places, stream_edges = _places(nodes, op_components)
+        predecessors = _predecessors(ops, self._op_ids, nodes, stream_edges, count)
         successors = _successors(predecessors, count)
         waves = _waves(predecessors, successors)
         self.first_component, self.first_position = _first_places(count, *places)
-        self.clocks = _clocks(places, predecessors, waves, len(slots))
+        self.clocks = _clocks(places, predecessors, waves, columns)
         self._mark_components, self._mark_positions, self._passed = _reach_marks(
             self.first_component, self.first_position, successors, waves)
         self._passing = np.array(sorted(self._passed), dtype=np.int64)
+
+    @cached_property
+    def node_of_op(self) -> dict[int, int]:
+        """Each op's node, by op id."""
+        return dict(zip(self._op_ids.tolist(), self._nodes.tolist()))
 
     def before_each(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """For each i, whether node ``a[i]`` finishes before node ``b[i]`` starts in every run: ``b[i]`` is
@@ -105,6 +112,15 @@ class Ordering:
         return table
 
 
+def _components(ops: Sequence[Op], async_streams: frozenset[str]) -> tuple[np.ndarray, int]:
+    """Each op's in-order (rank, stream), numbered from 0 (-1 for an op on an asynchronous stream), and how
+    many there are: the clock table's columns."""
+    slots: dict[tuple[int, str], int] = {}
+    components = np.fromiter((-1 if op.stream in async_streams else slots.setdefault((op.rank, op.stream), len(slots))
+                              for op in ops), dtype=np.int64, count=len(ops))
+    return components, len(slots)
+
+
 Places = tuple[np.ndarray, np.ndarray, np.ndarray]
 """Every in-order op's (node, component, position), in op order."""
 
@@ -127,14 +143,13 @@ def _places(nodes: np.ndarray, components: np.ndarray) -> tuple[Places, tuple[np
     return (nodes[inorder], components[inorder], positions[inorder]), edges
 
 
-def _predecessors(ops: Sequence[Op], nodes: np.ndarray, stream_edges: tuple[np.ndarray, np.ndarray], count: int
-                  ) -> Csr:
+def _predecessors(ops: Sequence[Op], ids: np.ndarray, nodes: np.ndarray,
+                  stream_edges: tuple[np.ndarray, np.ndarray], count: int) -> Csr:
     """Each node's distinct predecessors (itself excluded): the nodes before its ops on their streams and
-    those of their dependencies."""
+    those of their dependencies (named by op ``ids``)."""
     deps = [op.deps for op in ops]
     counts = np.fromiter(map(len, deps), dtype=np.int64, count=len(deps))
     dep_ids = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=int(counts.sum()))
-    ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
     by_id = np.argsort(ids)
     found = by_id[np.searchsorted(ids, dep_ids, sorter=by_id).clip(max=max(len(ids) - 1, 0))]
     missing = dep_ids[ids[found] != dep_ids]

@@ -106,6 +106,9 @@ def _shift_step(layout: Layout, topology: Topology) -> int:
     return next((step for step in range(1, layout.dp) if layout.dp % step == 0 and step * stride % period == 0), 0)
 
 
+_Table = tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray, dict[tuple[int, ...], int]]
+
+
 class _Families:
     """Per group (by value): the group and its mirror candidates as rows, the row each row's shift image is
     (by member set), and each row's orbit under the shift; so closing a set of rows is a lookup."""
@@ -114,13 +117,13 @@ class _Families:
         self.shift = shift
         self.kept = kept
         self.group_ids = GroupIds()
-        self._tables: dict[int, tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray] | None] = {}
+        self._tables: dict[int, _Table | None] = {}
         self._closed: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self._sent: dict[tuple[int, tuple[int, ...]], Mirrors] = {}
 
-    def table(self, op: CollectiveOp) -> tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray] | None:
-        """(rows, image row of each row, orbit of each row) of ``op``'s group, or None when a row's image is
-        not a row."""
+    def table(self, op: CollectiveOp) -> _Table | None:
+        """(rows, image row of each row, orbit of each row, row of each group) of ``op``'s group, or None when a
+        row's image is not a row."""
         gid = self.group_ids.id(op.group)
         if gid not in self._tables:
             rows = (op.group, *op.mirrors)
@@ -128,7 +131,8 @@ class _Families:
             index = {row.tobytes(): i for i, row in enumerate(members)}
             images = np.sort(self.shift[members], axis=1)
             image = np.array([index.get(row.tobytes(), -1) for row in images], dtype=np.int64)
-            self._tables[gid] = None if (image < 0).any() else (rows, image, _cycles(image))
+            self._tables[gid] = None if (image < 0).any() else (
+                rows, image, _cycles(image), {group: i for i, group in enumerate(rows)})
         return self._tables[gid]
 
     def close(self, collectives: list[CollectiveOp], mirrors: Mapping[int, Mirrors]
@@ -150,8 +154,7 @@ class _Families:
         table = self.table(op)
         if table is None:
             return None
-        rows, _, orbit = table
-        position = {group: i for i, group in enumerate(rows)}
+        _, _, orbit, position = table
         wanted = orbit[[0, *(position[group] for group in kept)]]
         chosen = np.flatnonzero(np.isin(orbit, wanted))
         return (0, *(int(i) for i in chosen if i != 0))
@@ -196,7 +199,7 @@ def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int
         walked.add((shape, id(rows)))
         table = families.table(op)
         assert table is not None
-        groups, image, _ = table
+        groups, image, _, _ = table
         for row in rows:
             if (shape, row) not in seen:
                 seen.add((shape, row))
@@ -244,27 +247,28 @@ def _alike(topology: Topology, images: dict[int, int]) -> bool:
     """Whether every link and its image have the same bandwidth, latency and class."""
     links = np.fromiter(images.keys(), dtype=np.int64, count=len(images))
     moved = np.fromiter(images.values(), dtype=np.int64, count=len(images))
-    classes = np.array(topology.link_class, dtype=object)
+    classes = topology.link_class_ids
     return bool(np.array_equal(topology.link_bandwidth[links], topology.link_bandwidth[moved])
                 and np.array_equal(topology.link_latency[links], topology.link_latency[moved])
                 and np.array_equal(classes[links], classes[moved]))
 
 
 def _representatives(images: dict[int, int], order: int, links: int) -> np.ndarray | None:
-    """Each link's orbit representative (its lowest id), or None unless every orbit has ``order`` links."""
-    representative = np.arange(links, dtype=np.int64)
-    for link in images:
-        orbit = [link]
-        while len(orbit) <= order:
-            following = images.get(orbit[-1])
-            if following is None:
-                return None
-            if following == link:
-                break
-            orbit.append(following)
-        if len(orbit) != order:
+    """Each link's orbit representative (its lowest id), or None unless every orbit has ``order`` links: the
+    links are walked along their orbits together, ``order`` steps, each of them back at its start only then."""
+    starts = np.fromiter(images, dtype=np.int64, count=len(images))
+    image = np.full(links, -1, dtype=np.int64)
+    image[starts] = np.fromiter(images.values(), dtype=np.int64, count=len(images))
+    current, lowest = starts, starts
+    for step in range(1, order + 1):
+        current = image[current]
+        if (current < 0).any() or (step < order and (current == starts).any()):
             return None
-        representative[link] = min(orbit)
+        lowest = np.minimum(lowest, current)
+    if (current != starts).any():
+        return None
+    representative = np.arange(links, dtype=np.int64)
+    representative[starts] = lowest
     return representative
 
 

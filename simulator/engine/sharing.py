@@ -66,6 +66,7 @@ def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
                             np.concatenate([table.links for table in order]), reached)
     kept_of = {id(table): taken[start:end] for table, start, end in zip(order, starts, starts[1:])}
     pruned: dict[tuple, Mirrors] = {}
+    interned: dict[Mirrors, Mirrors] = {}
     kept_by_op: dict[int, Mirrors] = {}
     for op in collectives:
         if op.mirrors:
@@ -73,7 +74,8 @@ def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
             mirrors = pruned.get(shape)
             if mirrors is None:
                 kept = kept_of[id(shapes[shape][1])].tolist()
-                mirrors = pruned[shape] = tuple(m for m, keep in zip(op.mirrors, kept) if keep)
+                mirrors = tuple(m for m, keep in zip(op.mirrors, kept) if keep)
+                mirrors = pruned[shape] = interned.setdefault(mirrors, mirrors)
             kept_by_op[op.id] = mirrors
     return kept_by_op
 
@@ -125,15 +127,17 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     if not collectives:
         return frozenset()
     group_ids = GroupIds()
-    op_group = [group_ids.id(op.group) for op in collectives]
-    if len(set(op_group)) == 1 and not mirrors:
+    if not mirrors and len({group_ids.id(op.group) for op in collectives}) == 1:
         links_of = _one_group
     shape_of: dict[str, tuple] = {}
+    streams: dict[int, set[str]] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
-    for op, gid in zip(collectives, op_group):
+    for op in collectives:
         kept = mirrors.get(op.id, ())
+        gid = group_ids.id(op.group)
         shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
         shape_of.setdefault(op.key, shape)
+        streams.setdefault(gid, set()).add(op.stream)
         if shape not in footprints:
             mirror_links = frozenset().union(*(links_of(op, mirror) for mirror in kept))
             footprints[shape] = (links_of(op, op.group), mirror_links)
@@ -141,28 +145,26 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
             shapes_on.setdefault(link, set()).add(shape)
-    private = _private_instances(ops, async_streams, shape_of, footprints, shapes_on)
+    private = _private_instances(ops, async_streams, shape_of, streams, footprints, shapes_on)
     return frozenset(op.id for op in collectives if op.key in private)
 
+
 def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_of: dict[str, tuple],
-                       footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
+                       streams: dict[int, set[str]], footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
                        shapes_on: dict[int, set[tuple]]) -> set[str]:
     """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
-    links whose instances all come from one in-order stream qualifies without asking the ordering; an instance
-    whose own links carry some of its mirrors never does (its time depends on them). The others are decided a
-    shape at a time: all its instances against each conflicting shape's, as arrays."""
+    links whose instances all come from one in-order stream (``streams``, by group id) qualifies without asking
+    the ordering; an instance whose own links carry some of its mirrors never does (its time depends on them).
+    The others are decided a shape at a time: all its instances against each conflicting shape's, as arrays."""
     conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
                  for shape, (own, mirrored) in footprints.items()}
-    streams: dict[int, set[str]] = {}
-    for key, stream in {(op.key, op.stream) for op in ops if isinstance(op, CollectiveOp)}:
-        streams.setdefault(shape_of[key][4], set()).add(stream)
     serial = {shape for shape, others in conflicts.items()
               if not footprints[shape][1] and all(other[4] == shape[4] for other in others)
               and len(streams[shape[4]]) == 1 and not streams[shape[4]] & async_streams}
     private = {key for key, shape in shape_of.items() if shape in serial}
-    if len(private) == len(shape_of) or not Ordering.affordable(ops, async_streams):
+    ordering = Ordering.if_affordable(ops, async_streams) if len(private) < len(shape_of) else None
+    if ordering is None:
         return private
-    ordering = Ordering(ops, async_streams)
     keys: dict[tuple, list[str]] = {}
     for key, shape in shape_of.items():
         keys.setdefault(shape, []).append(key)
