@@ -144,7 +144,7 @@ class PlanCache:
         topology/periods.py) uses the image of its translate's links in the first periods: those are found
         once and moved by the translations as arrays, without planning or routing the translates. Tables are
         kept by the group tuple's identity and the algorithms its translates resolve to."""
-        periods = self._translations()
+        periods = self.translations()
         members = np.array(groups, dtype=np.int64).reshape(len(groups), -1)
         shifts = members.min(axis=1) // periods.period if periods is not None else np.zeros(len(groups), np.int64)
         if periods is not None:
@@ -169,7 +169,7 @@ class PlanCache:
         for row, links in zip(table, first_links):
             row[:len(links)] = links
         rows = table[of_group]
-        periods = self._translations()
+        periods = self.translations()
         if periods is not None:
             for shift in np.unique(shifts[shifts > 0]).tolist():
                 chosen = np.flatnonzero(shifts == shift)
@@ -189,7 +189,7 @@ class PlanCache:
             used = rows >= 0
         return LinkTable(used.sum(axis=1), rows[used], classes)
 
-    def _translations(self) -> Periods | None:
+    def translations(self) -> Periods | None:
         """The fabric's translations by whole periods, None without a period or once routes changed (a fault:
         translates no longer route alike)."""
         if not self._periods_found:

@@ -82,9 +82,13 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
 
 def _class_firsts(plans: PlanCache, op: CollectiveOp) -> list[int]:
     """The indices of ``op``'s mirrors to compare: the first of each class of translates by whole periods of
-    the fabric's spine hash (`PlanCache.link_table`), but none of the group's own class. A translate meets
-    links alike transfer for transfer, so its route shapes are its class's."""
-    classes = plans.link_table(op, (op.group, *op.mirrors)).classes.tolist()
+    the fabric's spine hash, but none of the group's own class. A translate meets links alike transfer for
+    transfer, so its route shapes are its class's. Where some links are unlike their images (a partial pod),
+    the classes are those of `PlanCache.link_table`, whose translates' links all have images."""
+    periods = plans.translations()
+    groups = (op.group, *op.mirrors)
+    classes: list = ([periods.split(group)[0] for group in groups] if periods is not None and periods.exact
+                     else plans.link_table(op, groups).classes.tolist())
     seen = {classes[0]}
     firsts = []
     for index, found in enumerate(classes[1:]):

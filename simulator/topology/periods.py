@@ -26,10 +26,13 @@ NO_IMAGE = -1
 
 
 class Periods:
-    """The translations of a topology by whole periods of its spine hash (``period`` GPUs); `of` builds it."""
+    """The translations of a topology by whole periods of its spine hash (``period`` GPUs); `of` builds it.
+    ``exact``: every link whose ends have images maps onto a link alike, so a group translated within the GPUs
+    meets links alike transfer for transfer (no link of its translate's routes lacks an image)."""
 
-    def __init__(self, period: int, step: np.ndarray):
+    def __init__(self, period: int, step: np.ndarray, exact: bool):
         self.period = period
+        self.exact = exact
         self._images = {0: np.arange(len(step), dtype=np.int64), 1: step}
 
     @staticmethod
@@ -41,7 +44,7 @@ class Periods:
             return None
         node_ids = {name: index for index, name in enumerate(topology.wiring.nodes)}
         nodes = _one_period(fabric, node_ids, topology.num_gpus)
-        return None if nodes is None else Periods(fabric.shift_gpus, _link_step(topology, node_ids, nodes))
+        return None if nodes is None else Periods(fabric.shift_gpus, *_link_step(topology, node_ids, nodes))
 
     def split(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
         """``group`` as (its translate whose lowest member lies in the first period, periods shifted)."""
@@ -60,9 +63,10 @@ class Periods:
         return image
 
 
-def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) -> np.ndarray:
+def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) -> tuple[np.ndarray, bool]:
     """The links' images under the node map ``nodes``: a link whose ends both have images maps onto the link
-    between them if there is one with the same bandwidth, latency and class, else it has none."""
+    between them if there is one with the same bandwidth, latency and class, else it has none; and whether
+    every link whose ends have images has one."""
     ends = np.fromiter(map(node_ids.__getitem__, chain.from_iterable(topology.link_ends)), dtype=np.int64,
                        count=2 * len(topology.link_ends)).reshape(-1, 2)
     count = len(node_ids)
@@ -75,7 +79,7 @@ def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) 
     alike = ((moved >= 0).all(axis=1) & (codes[found] == wanted)
              & (topology.link_bandwidth == topology.link_bandwidth[found])
              & (topology.link_latency == topology.link_latency[found]) & (classes == classes[found]))
-    return np.where(alike, found, NO_IMAGE)
+    return np.where(alike, found, NO_IMAGE), bool(alike[(moved >= 0).all(axis=1)].all())
 
 
 def _one_period(fabric: Fabric, node_ids: dict[str, int], gpus: int) -> np.ndarray | None:
