@@ -119,7 +119,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     plans = plans or plan_cache(topology, settings)
     mirrors = kept_mirrors(ops, plans)
     replays = faults is None or not faults.changes_network
-    private = private_collectives(ops, plans.links, async_streams, mirrors) if replays else frozenset()
+    private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links) if replays
+               else frozenset())
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private)

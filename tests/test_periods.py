@@ -12,7 +12,7 @@ from test_replicas import THREE_TIERS as TIERS
 
 from simulator import simulation
 from simulator.config.loader import scenario_from_text
-from simulator.engine.sharing import _connected_sets, kept_mirrors
+from simulator.engine.sharing import _connected_sets, kept_mirrors, private_collectives
 from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
 from simulator.topology.periods import NO_IMAGE, Periods
@@ -115,7 +115,8 @@ def test_mirror_link_tables_equal_planning_every_mirror(text):
 def test_kept_mirrors_are_those_joined_to_the_simulated_traffic(text, prunes):
     """The definition, mirror by mirror, with every mirror planned on its own: a mirror is kept when a chain of
     mirrors sharing links joins it to a link of the simulated ranks' own collectives (here every mirror where
-    the K/V gathers' rings cross every host's NICs, some of them elsewhere)."""
+    the K/V gathers' rings cross every host's NICs, some of them elsewhere); the private collectives found with
+    the kept mirrors' links read off the tables are those found routing each mirror."""
     program, plans, fresh = _folded(text)
     direct = fresh()
     ops = _mirrored(program.ops)
@@ -133,6 +134,8 @@ def test_kept_mirrors_are_those_joined_to_the_simulated_traffic(text, prunes):
     assert {op.id: list(kept[op.id]) for op in ops} == expected
     assert any(expected.values())
     assert prunes == any(len(kept[op.id]) < len(op.mirrors) for op in ops)
+    private = private_collectives(program.ops, plans.links, program.async_streams, kept, plans.mirror_links)
+    assert private == private_collectives(program.ops, direct.links, program.async_streams, kept)
 
 
 SHARED_NICS = """

@@ -161,6 +161,10 @@ class PlanCache:
             found = self._tables[key] = (groups, self._table(op, groups, firsts, of_group, shifts))
         return found[1]
 
+    def mirror_links(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...]) -> frozenset[int]:
+        """The links of ``op``'s plans over all of ``groups`` together (its kept mirrors), from `link_table`."""
+        return frozenset(self.link_table(op, groups).links.tolist()) if groups else frozenset()
+
     def _table(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...], firsts: list[tuple[int, ...]],
                of_group: np.ndarray, shifts: np.ndarray) -> LinkTable:
         first_links = [sorted(self.links(op, group)) for group in firsts]

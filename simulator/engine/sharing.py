@@ -26,6 +26,9 @@ differently for small and large messages, so every distinct size of a group is a
 
 Mirrors = tuple[tuple[int, ...], ...]
 
+MirrorLinks = Callable[[CollectiveOp, Mirrors], frozenset[int]]
+"""(op, mirrors) -> the directed links its plans over all of ``mirrors`` use together."""
+
 
 @dataclass(frozen=True)
 class Sharing:
@@ -117,12 +120,13 @@ def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
 
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
-                        mirrors: Mapping[int, Mirrors]) -> frozenset[int]:
+                        mirrors: Mapping[int, Mirrors], mirror_links: MirrorLinks | None = None) -> frozenset[int]:
     """Ids of the collective ops whose instance runs alone on its links: no instance of other traffic that may
     overlap it in time (engine/ordering.py) uses a link of its own or of its kept ``mirrors``, and its mirrors
     do not share its own links. Such an instance's time is its time on an idle network, and its mirrors, on
     links nothing running meanwhile uses, change no simulated time: the engine times it once per shape and
-    replays it without them."""
+    replays it without them. ``mirror_links`` gives the links of an op's kept mirrors together (default: the
+    union of ``links_of`` over them)."""
     collectives = [op for op in ops if isinstance(op, CollectiveOp)]
     if not collectives:
         return frozenset()
@@ -139,8 +143,9 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
         shape_of.setdefault(op.key, shape)
         streams.setdefault(gid, set()).add(op.stream)
         if shape not in footprints:
-            mirror_links = frozenset().union(*(links_of(op, mirror) for mirror in kept))
-            footprints[shape] = (links_of(op, op.group), mirror_links)
+            mirrored = (mirror_links(op, kept) if mirror_links is not None
+                        else frozenset().union(*(links_of(op, mirror) for mirror in kept)))
+            footprints[shape] = (links_of(op, op.group), mirrored)
     shapes_on: dict[int, set[tuple]] = {}
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
