@@ -53,34 +53,32 @@ def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
     group_ids = GroupIds()
     reached: set[int] = set()
     tables: dict[int, LinkTable] = {}
-    shapes: dict[tuple, tuple[CollectiveOp, LinkTable | None]] = {}
+    shapes: dict[tuple, int] = {}
+    firsts: list[tuple[CollectiveOp, LinkTable | None]] = []
+    mirrored: list[tuple[int, int]] = []
     for op in collectives:
         shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
-        if shape in shapes:
-            continue
-        reached |= plans.links(op, op.group)
-        table = plans.link_table(op, op.mirrors) if op.mirrors else None
-        if table is not None:
-            tables.setdefault(id(table), table)
-        shapes[shape] = (op, table)
+        index = shapes.get(shape)
+        if index is None:
+            index = shapes[shape] = len(firsts)
+            reached |= plans.links(op, op.group)
+            table = plans.link_table(op, op.mirrors) if op.mirrors else None
+            if table is not None:
+                tables.setdefault(id(table), table)
+            firsts.append((op, table))
+        if op.mirrors:
+            mirrored.append((op.id, index))
     order = list(tables.values())
     starts = np.cumsum([0] + [len(table.sizes) for table in order])
     taken = _connected_sets(np.concatenate([table.sizes for table in order]),
                             np.concatenate([table.links for table in order]), reached)
-    kept_of = {id(table): taken[start:end] for table, start, end in zip(order, starts, starts[1:])}
-    pruned: dict[tuple, Mirrors] = {}
+    kept_of = {id(table): taken[start:end].tolist() for table, start, end in zip(order, starts, starts[1:])}
     interned: dict[Mirrors, Mirrors] = {}
-    kept_by_op: dict[int, Mirrors] = {}
-    for op in collectives:
-        if op.mirrors:
-            shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
-            mirrors = pruned.get(shape)
-            if mirrors is None:
-                kept = kept_of[id(shapes[shape][1])].tolist()
-                mirrors = tuple(m for m, keep in zip(op.mirrors, kept) if keep)
-                mirrors = pruned[shape] = interned.setdefault(mirrors, mirrors)
-            kept_by_op[op.id] = mirrors
-    return kept_by_op
+    pruned: list[Mirrors] = []
+    for op, table in firsts:
+        mirrors = tuple(m for m, keep in zip(op.mirrors, kept_of[id(table)]) if keep) if table is not None else ()
+        pruned.append(interned.setdefault(mirrors, mirrors))
+    return {op_id: pruned[index] for op_id, index in mirrored}
 
 
 def _connected_sets(sizes: np.ndarray, links: np.ndarray, reached: set[int]) -> np.ndarray:
