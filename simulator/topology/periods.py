@@ -34,6 +34,8 @@ class Periods:
         self.period = period
         self.exact = exact
         self._images = {0: np.arange(len(step), dtype=np.int64), 1: step}
+        # one period's step with NO_IMAGE appended, so that indexing it by NO_IMAGE (its last entry) gives NO_IMAGE
+        self._step = np.append(step, NO_IMAGE)
 
     @staticmethod
     def of(topology: Topology) -> Periods | None:
@@ -58,8 +60,7 @@ class Periods:
         """Each link's image under the translation by ``periods`` periods (NO_IMAGE where it has none)."""
         image = self._images.get(periods)
         if image is None:
-            before, step = self.links(periods - 1), self._images[1]
-            image = self._images[periods] = np.where(before >= 0, step[before.clip(min=0)], NO_IMAGE)
+            image = self._images[periods] = self._step[self.links(periods - 1)]
         return image
 
 
