@@ -294,24 +294,6 @@ def test_flows_due_together_up_to_float_dust_finish_in_one_event():
     assert net.wake_ups == 1
 
 
-def test_a_flow_finishes_with_an_earlier_one_only_within_its_own_tolerance():
-    # Alone on their links: a->b 1 GB at 10 GB/s ends at 0.1 s; b->a carries 1 GB * (1 + 0.5e-9), half its
-    # tolerance (1e-9 of its size) later, so it ends with it; b->c carries 0.1 GB * (1 + 1.5e-9) at 1 GB/s,
-    # 1.5 tolerances later: it is not ready at 0.1 s (though within twice the widest tolerance, so looked at
-    # and put back) and ends on its own, logged after the other two.
-    topo = line_topology()
-    env = simpy.Environment()
-    log = EventLog()
-    net = Network(env, topo, log=log)
-    net.run_phase([(topo.path(1, 2), 0.1 * GB * (1 + 1.5e-9), 0.0, 1, 2), (topo.path(0, 1), 1 * GB, 0.0, 0, 1),
-                   (topo.path(1, 0), 1 * GB * (1 + 0.5e-9), 0.0, 1, 0)])
-    env.run()
-    frame = log.to_frame()
-    assert list(frame["dst"]) == [1, 0, 2]
-    assert list(frame["end_s"]) == [0.1, 0.1, env.now] and env.now == pytest.approx(0.1 * (1 + 1.5e-9), rel=EXACT)
-    assert net.wake_ups == 2
-
-
 def test_resolve_is_limited_to_the_component_that_changed():
     # Four long flows g0->g2 and two short flows g2->g3 share no directed link: starting and ending the short
     # ones re-solves only those two flows and leaves the long ones' finish time alone.

@@ -176,3 +176,148 @@ def test_the_fold_symmetry_check_compares_one_mirror_per_class(monkeypatch, text
         assert cp and all(len(_class_firsts(plans, op)) < len(op.mirrors) for op in cp)
     monkeypatch.setattr(Periods, "of", staticmethod(lambda topology: None))
     assert asymmetric_replicas(program.ops, fresh(), capacity) == verdict
+
+
+def _direct_rows(op: CollectiveOp, groups, fresh) -> list[frozenset[int]]:
+    return [fresh.links(op, group) for group in groups]
+
+
+def _table_rows(table) -> list[frozenset[int]]:
+    starts = np.concatenate(([0], np.cumsum(table.sizes))).tolist()
+    return [frozenset(table.links[start:end].tolist()) for start, end in zip(starts, starts[1:])]
+
+
+def _plans(topology):
+    from simulator.engine.plans import PlanCache
+    return PlanCache(topology)
+
+
+def _op(**fields) -> CollectiveOp:
+    return CollectiveOp(id=0, rank=fields["group"][0], stream="comm", name="mirrored", **fields)
+
+
+def test_a_shift_by_a_thousand_periods_moves_a_route_at_once():
+    """1,024 one-GPU hosts under one-port leaves (a period a GPU): a pipeline pair's mirrors 1,000 periods and
+    more on are the routes of the moved pairs, found without a step per period in between (the old recursion
+    per period overflowed Python's stack at such shifts and kept an array of every link per period)."""
+    topology = build_topology("cluster", {"nodes": 1024, "leaf_ports": 1, "spines": 4, "node": {"gpus": 1}})
+    plans = _plans(topology)
+    op = _op(op="send_recv", group=(0, 1), nbytes=1e6, mirrors=((1000, 1001), (1021, 1022), (517, 2)))
+    table = plans.link_table(op, op.mirrors)
+    assert _table_rows(table) == _direct_rows(op, op.mirrors, _plans(topology))
+    assert len(set(table.classes.tolist())) == 2
+    assert len(plans.translations()._powers) == 10
+
+
+SIZE_DEPENDENT = {"nodes": 5, "leaf_ports": 1, "tiers": 3, "pods": 3, "spines": 1, "cores": 4, "nics_per_node": 1,
+                  "oversubscription": 4, "node": {"gpus": 2}}
+"""Five 2-GPU hosts, a host a leaf, pods of two: `auto` picks a tree for 16 KiB over the first period's group
+but a ring over its translate in the partial last pod (narrower core links)."""
+
+
+def test_a_table_is_not_reused_at_a_size_where_auto_picks_other_algorithms():
+    """The same mirror tuple at 16 B (every mirror a tree) and then at 16 KiB (the translate a ring): each
+    table holds the links of each mirror planned at its own size."""
+    topology = build_topology("cluster", SIZE_DEPENDENT)
+    plans = _plans(topology)
+    mirrors = ((3, 4, 2, 1), (7, 8, 6, 5))
+    small, large = (_op(op="all_reduce", group=(3, 4, 2, 1), nbytes=size, mirrors=mirrors)
+                    for size in (16, 16 * 1024))
+    assert [plans.resolved_algorithm(large, group) for group in mirrors] == ["tree", "ring"]
+    for op in (small, large):
+        assert _table_rows(plans.link_table(op, mirrors)) == _direct_rows(op, mirrors, _plans(topology))
+
+
+def test_a_zero_byte_collective_has_no_links_beside_a_sized_one():
+    """A zero-byte all-gather plans no transfers: its links are empty even after a sized one over the group,
+    and a sized one's are not empty after it."""
+    topology = build_topology("cluster", FABRICS["two tiers, a rail a GPU"])
+    plans = _plans(topology)
+    group, mirrors = (0, 8, 16), ((32, 40, 48),)
+    empty, sized = (_op(op="all_gather", group=group, nbytes=size, mirrors=mirrors) for size in (0, 1e6))
+    assert plans.links(empty, group) == frozenset() and plans.links(sized, group)
+    assert plans.link_table(empty, mirrors).links.size == 0 and plans.link_table(sized, mirrors).links.size
+
+
+def test_a_class_whose_translate_routes_elsewhere_is_planned_mirror_by_mirror(monkeypatch):
+    """A spine hash that reads the absolute period (not periodic, though the wiring is): the check of each
+    class's furthest translate against its own plan finds the difference, and every mirror's links are then
+    its own, with no class shared."""
+    from simulator.topology.builders import Fabric
+
+    hops = Fabric._hops
+
+    def absolute_hops(self, src, dst, channel):
+        low, high, *spine_core = hops(self, src, dst, channel)
+        if not spine_core:
+            return (low, high)
+        spines = len(self.spine_names[self.leaf_pod[low]])
+        return (low, high, (spine_core[0] + src // self.shift_gpus) % spines, *spine_core[1:])
+
+    monkeypatch.setattr(Fabric, "_hops", absolute_hops)
+    topology = build_topology("cluster", FABRICS["two tiers, a rail a GPU"])
+    plans = _plans(topology)
+    period = topology.router.shift_gpus
+    op = _op(op="all_gather", group=(0, 8, 16), nbytes=1e6, algorithm="ring",
+             mirrors=tuple((first + shift, first + 8 + shift, first + 16 + shift)
+                           for first in (0, 1) for shift in (period, 2 * period)))
+    table = plans.link_table(op, op.mirrors)
+    assert _table_rows(table) == _direct_rows(op, op.mirrors, _plans(topology))
+    assert len(set(table.classes.tolist())) == len(op.mirrors)
+
+
+SWEPT_FABRICS = {
+    **FABRICS,
+    "SHARP, NVLS hosts": ("cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "link_class": "infiniband",
+                                      "sharp": "sharpv3", "node": {"nvls": "nvswitch3"}}),
+    "NVL72 racks a leaf group": ("nvl72", {"racks": 3, "leaf_ports": 18}),
+}
+
+
+@pytest.mark.parametrize("name", SWEPT_FABRICS)
+def test_link_tables_equal_planning_each_mirror_for_random_groups(name):
+    """Random groups with random translates by whole periods and a few groups that are none, every op, `auto`
+    and every algorithm that plans it, a small and a large size: each row of the table is the links of that
+    mirror planned and routed on its own."""
+    from simulator.collectives.registry import ALGORITHMS
+
+    kind, params = SWEPT_FABRICS[name] if isinstance(SWEPT_FABRICS[name], tuple) else ("cluster", SWEPT_FABRICS[name])
+    topology = build_topology(kind, params)
+    periods = Periods.of(topology)
+    assert periods is not None
+    rng = np.random.default_rng(7)
+    plans, direct = _plans(topology), _plans(topology)
+    gpus, period = topology.num_gpus, periods.period
+    compared = 0
+    for op_name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"):
+        for algorithm in ["auto", *(a for a, entry in ALGORITHMS.items() if op_name in entry.ops)]:
+            size = 2 if op_name == "send_recv" else int(rng.integers(2, 6))
+            group = tuple(rng.choice(gpus - period, size=size, replace=False).tolist())
+            room = (gpus - 1 - max(group)) // period
+            mirrors = tuple(tuple(rank + shift * period for rank in group)
+                            for shift in sorted(set(rng.integers(1, room + 1, size=3).tolist()))) if room else ()
+            mirrors += tuple(tuple(rng.choice(gpus, size=size, replace=False).tolist()) for _ in range(2))
+            for nbytes in (16.0, 64 * 2**20):
+                op = _op(op=op_name, group=group, nbytes=nbytes, algorithm=algorithm, mirrors=mirrors)
+                try:
+                    expected = _direct_rows(op, mirrors, direct)
+                except Exception:  # an algorithm this group or fabric cannot run (SHARP outside InfiniBand, ...)
+                    continue
+                assert _table_rows(plans.link_table(op, mirrors)) == expected, (op_name, algorithm, nbytes)
+                compared += 1
+    assert compared >= 30
+
+
+def test_the_fold_symmetry_check_reads_the_tables_kept_mirrors_reads():
+    """On a partial pod (links without images) the check classes mirrors by the op's own mirror table, the one
+    the sharing analysis reads after it: the two together make the tables the sharing analysis makes alone."""
+    from simulator.engine.symmetry import asymmetric_replicas
+    from simulator.network.model import effective_capacity
+
+    program, plans, fresh = _folded(PARTIAL_POD)
+    alone = fresh()
+    kept_mirrors(program.ops, alone)
+    assert asymmetric_replicas(program.ops, plans, effective_capacity(plans.topology, {})) == ""
+    assert plans._tables
+    kept_mirrors(program.ops, plans)
+    assert plans._tables.keys() == alone._tables.keys()

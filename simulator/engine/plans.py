@@ -12,20 +12,20 @@ from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
-from simulator.topology.periods import Periods
-
-NO_LINK = -1
-"""Padding in a table of link sets of unequal sizes."""
+from simulator.topology.periods import NO_IMAGE, Periods
 
 
 @dataclass(frozen=True)
 class LinkTable:
     """Link sets as arrays: set i has ``sizes[i]`` links, laid end to end in ``links``. Sets of one class
-    (``classes[i]``) are translates of one another's plan, transfer for transfer onto links alike."""
+    (``classes[i]``) are translates of one another's plan, transfer for transfer onto links alike; ``first_of``
+    names the class of each group in the first periods whose translates some sets are (the sets of a class
+    that failed its check are classes of their own and are not named)."""
 
     sizes: np.ndarray
     links: np.ndarray
     classes: np.ndarray
+    first_of: dict[tuple[int, ...], int]
 
 
 class PlanCache:
@@ -124,7 +124,7 @@ class PlanCache:
         of pipeline transfers are most of the link sets a large run asks for."""
         if op.op == "send_recv":
             return self._route_links(group) if op.nbytes else frozenset()
-        key = (op.op, group, op.root, self.resolved_algorithm(op, group))
+        key = (op.op, group, op.root, self.resolved_algorithm(op, group), bool(op.nbytes))
         links = self._links.get(key)
         if links is None:
             path = self.topology.path
@@ -143,22 +143,25 @@ class PlanCache:
         A group translated by whole periods of the fabric's spine hash (another data-parallel replica's mirror,
         topology/periods.py) uses the image of its translate's links in the first periods: those are found
         once and moved by the translations as arrays, without planning or routing the translates. Tables are
-        kept by the group tuple's identity and the algorithms its translates resolve to."""
+        kept by the group tuple's identity, whether anything is sent, and the algorithm every group resolves
+        to (a size at which `auto` picks other algorithms for some groups gets a table of its own)."""
         periods = self.translations()
         members = np.array(groups, dtype=np.int64).reshape(len(groups), -1)
-        shifts = members.min(axis=1) // periods.period if periods is not None else np.zeros(len(groups), np.int64)
-        if periods is not None:
-            members = members - (shifts * periods.period)[:, None]
+        firsts_of, shifts = (periods.split(members) if periods is not None
+                             else (members, np.zeros(len(groups), dtype=np.int64)))
         index: dict[tuple[int, ...], int] = {}
-        of_group = np.fromiter((index.setdefault(row, len(index)) for row in map(tuple, members.tolist())),
+        of_group = np.fromiter((index.setdefault(row, len(index)) for row in map(tuple, firsts_of.tolist())),
                                dtype=np.int64, count=len(groups))
         firsts = list(index)
-        sent = op.op != "send_recv" or op.nbytes
-        algorithms = tuple(self.resolved_algorithm(op, group) for group in firsts) if op.op != "send_recv" else sent
-        key = (op.op, op.root, algorithms, id(groups))
+        fixed = op.op == "send_recv" or (op.algorithm if op.algorithm != "auto" else self.default_algorithm) != "auto"
+        algorithms = (self.resolved_algorithm(op, op.group),) if fixed else tuple(
+            self.resolved_algorithm(op, group) for group in groups)
+        key = (op.op, op.root, bool(op.nbytes), algorithms, id(groups))
         found = self._tables.get(key)
         if found is None:
-            found = self._tables[key] = (groups, self._table(op, groups, firsts, of_group, shifts))
+            same = np.ones(len(groups), dtype=bool) if fixed else (
+                np.array(algorithms) == np.array([self.resolved_algorithm(op, first) for first in firsts])[of_group])
+            found = self._tables[key] = (groups, self._table(op, groups, firsts, of_group, shifts, same))
         return found[1]
 
     def mirror_links(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...]) -> frozenset[int]:
@@ -166,32 +169,58 @@ class PlanCache:
         return frozenset(self.link_table(op, groups).links.tolist()) if groups else frozenset()
 
     def _table(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...], firsts: list[tuple[int, ...]],
-               of_group: np.ndarray, shifts: np.ndarray) -> LinkTable:
+               of_group: np.ndarray, shifts: np.ndarray, same_algorithm: np.ndarray) -> LinkTable:
+        """`link_table`'s table: each row its first-period translate's links moved by its shift. A row does
+        not move (it is planned on its own, a class of its own) where its algorithm is not its translate's or
+        a link has no image; nor does any row of a class whose furthest moved row differs from its own plan
+        (`_misplaced`)."""
         first_links = [sorted(self.links(op, group)) for group in firsts]
         width = max(map(len, first_links), default=0)
-        table = np.full((len(firsts), width), NO_LINK, dtype=np.int64)
+        table = np.full((len(firsts), width), NO_IMAGE, dtype=np.int64)
         for row, links in zip(table, first_links):
             row[:len(links)] = links
         rows = table[of_group]
         periods = self.translations()
+        moves = same_algorithm & (shifts > 0)
         if periods is not None:
-            for shift in np.unique(shifts[shifts > 0]).tolist():
-                chosen = np.flatnonzero(shifts == shift)
-                moved = rows[chosen]
-                rows[chosen] = np.where(moved >= 0, periods.links(shift)[moved.clip(min=0)], NO_LINK)
-        used = rows >= 0
-        unmoved = np.flatnonzero(used.sum(axis=1) != (table[of_group] >= 0).sum(axis=1))
+            for shift in np.unique(shifts[moves]).tolist():
+                chosen = np.flatnonzero(moves & (shifts == shift))
+                rows[chosen] = periods.move(rows[chosen], shift)
+        counts = (table >= 0).sum(axis=1)
+        moved = moves & ((rows >= 0).sum(axis=1) == counts[of_group])
+        for first in self._misplaced(op, groups, rows, moved, of_group, shifts, counts):
+            moved &= of_group != first
+        unmoved = np.flatnonzero((shifts > 0) & ~moved)
         classes = of_group.copy()
         classes[unmoved] = len(firsts) + unmoved
         if len(unmoved):
-            rows[unmoved] = NO_LINK
+            rows[unmoved] = NO_IMAGE
             for index in unmoved.tolist():
                 links = sorted(self.links(op, groups[index]))
                 if len(links) > rows.shape[1]:
-                    rows = np.pad(rows, ((0, 0), (0, len(links) - rows.shape[1])), constant_values=NO_LINK)
+                    rows = np.pad(rows, ((0, 0), (0, len(links) - rows.shape[1])), constant_values=NO_IMAGE)
                 rows[index, :len(links)] = links
-            used = rows >= 0
-        return LinkTable(used.sum(axis=1), rows[used], classes)
+        standing = set(classes.tolist())
+        used = rows >= 0
+        return LinkTable(used.sum(axis=1), rows[used], classes,
+                         {first: index for index, first in enumerate(firsts) if index in standing})
+
+    def _misplaced(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...], rows: np.ndarray, moved: np.ndarray,
+                   of_group: np.ndarray, shifts: np.ndarray, counts: np.ndarray) -> list[int]:
+        """The classes (by first-period translate) whose moved rows are not what planning and routing a moved
+        group gives. The row moved furthest is planned on its own; only if it differs is the furthest row of
+        every class: a route or plan that does not move with its group (a hash or planner that reads absolute
+        positions) shows in the table's furthest translate at the cost of one plan per table."""
+        def differs(row: int) -> bool:
+            first = int(of_group[row])
+            return self.links(op, groups[row]) != frozenset(rows[row, :counts[first]].tolist())
+
+        candidates = np.flatnonzero(moved)
+        if not len(candidates) or not differs(int(candidates[np.argmax(shifts[candidates])])):
+            return []
+        furthest = np.full(len(counts), -1, dtype=np.int64)
+        np.maximum.at(furthest, of_group[candidates], shifts[candidates] * len(groups) + candidates)
+        return [first for first, code in enumerate(furthest.tolist()) if code >= 0 and differs(code % len(groups))]
 
     def translations(self) -> Periods | None:
         """The fabric's translations by whole periods, None without a period or once routes changed (a fault:

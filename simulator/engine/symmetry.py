@@ -82,16 +82,18 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
 
 def _class_firsts(plans: PlanCache, op: CollectiveOp) -> list[int]:
     """The indices of ``op``'s mirrors to compare: the first of each class of translates by whole periods of
-    the fabric's spine hash, but none of the group's own class. A translate meets links alike transfer for
-    transfer, so its route shapes are its class's. Where some links are unlike their images (a partial pod),
-    the classes are those of `PlanCache.link_table`, whose translates' links all have images."""
+    the fabric's spine hash (`PlanCache.link_table`, the table `engine/sharing.py` reads too), but none of the
+    group's own class when the group lies in the first periods. A translate meets links alike transfer for
+    transfer, so its route shapes are its class's."""
+    table = plans.link_table(op, op.mirrors)
     periods = plans.translations()
-    groups = (op.group, *op.mirrors)
-    classes: list = ([periods.split(group)[0] for group in groups] if periods is not None and periods.exact
-                     else plans.link_table(op, groups).classes.tolist())
-    seen = {classes[0]}
+    own = None
+    if periods is not None:
+        first, shift = periods.split(np.array([op.group], dtype=np.int64))
+        own = table.first_of.get(tuple(first[0].tolist())) if not shift[0] else None
+    seen = {own}
     firsts = []
-    for index, found in enumerate(classes[1:]):
+    for index, found in enumerate(table.classes.tolist()):
         if found not in seen:
             seen.add(found)
             firsts.append(index)

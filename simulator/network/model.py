@@ -237,8 +237,8 @@ class Network:
         self._touched_groups: set[_PathGroup] = set()
         self._touched_links: set[int] = set()
         self._batch_pending = False
+        self._by_ready: list[tuple[float, int, int, _Flow]] = []
         self._by_finish: list[tuple[float, int, int, _Flow]] = []
-        self._widest_tolerance = 0.0
         self._wake_time: float | None = None
         self._wake_version = 0
         self._down: set[int] = set()
@@ -438,8 +438,7 @@ class Network:
                 self._solved[key] = group_rates
                 self._solved_entries += len(component)
         now = self.env.now
-        push, by_finish = heapq.heappush, self._by_finish
-        widest = self._widest_tolerance
+        push, by_ready, by_finish = heapq.heappush, self._by_ready, self._by_finish
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
                 group.rate = rate
@@ -459,16 +458,18 @@ class Network:
                 flow.version = version = flow.version + 1
                 flow.finish = finish = now + flow.remaining / rate
                 flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-                widest = max(widest, finish - ready)
+                push(by_ready, (ready, flow.seq, version, flow))
                 push(by_finish, (finish, flow.seq, version, flow))
-        self._widest_tolerance = widest
-        if len(by_finish) > 4 * self._active + 1024:
+        most = 4 * self._active + 1024
+        if len(by_ready) > most:
+            self._by_ready = self._fresh(by_ready)
+        if len(by_finish) > most:
             self._by_finish = self._fresh(by_finish)
 
     def _push(self, flow: _Flow) -> None:
-        """Enter ``flow`` in the finish-time heap (under its current version)."""
+        """Enter ``flow`` in the ready-time and finish-time heaps (under its current version)."""
+        heapq.heappush(self._by_ready, (flow.ready, flow.seq, flow.version, flow))
         heapq.heappush(self._by_finish, (flow.finish, flow.seq, flow.version, flow))
-        self._widest_tolerance = max(self._widest_tolerance, flow.finish - flow.ready)
 
     def _forget_solves(self) -> None:
         """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
@@ -477,12 +478,11 @@ class Network:
         self._solved_entries = 0
         self._groups = {path: group for path, group in self._groups.items() if group.flows}
 
-    def _fresh(self, heap: list[tuple[float, int, int, _Flow]]) -> list[tuple[float, int, int, _Flow]]:
-        """The heap without entries made stale by a rate change or a finished flow (and the widest tolerance
-        taken over the live ones only)."""
+    @staticmethod
+    def _fresh(heap: list[tuple[float, int, int, _Flow]]) -> list[tuple[float, int, int, _Flow]]:
+        """The heap without entries made stale by a rate change or a finished flow."""
         live = [entry for entry in heap if entry[2] == entry[3].version]
         heapq.heapify(live)
-        self._widest_tolerance = max((flow.finish - flow.ready for _, _, _, flow in live), default=0.0)
         return live
 
     def _arm_wake_up(self) -> None:
@@ -502,41 +502,33 @@ class Network:
             self.env.timeout(delay).callbacks.append(partial(self._on_wake_up, self._wake_version, finish))
 
     def _on_wake_up(self, version: int, due: float, _event: simpy.Event) -> None:
-        """Finish every flow ready (within tolerance of done) at the wake-up time ``due``, in the order of
-        their ready times, then posting order; stale wake-ups (an earlier ``version``) do nothing. A flow
-        finishes at most its tolerance after it is ready, so the flows ready by ``due`` are among those
-        finishing by ``due`` plus the widest tolerance (twice it, against rounding); the others are put back."""
+        """Finish every flow within tolerance of done at the wake-up time ``due``; stale wake-ups (an earlier
+        ``version``) do nothing."""
         if version != self._wake_version:
             return
         self.wake_ups += 1
         self._wake_time = None
         now = self.env.now
-        heap = self._by_finish
-        limit = due + 2 * self._widest_tolerance
+        heap = self._by_ready
         finished: list[_Flow] = []
-        later = []
         done: list[tuple[float, int, _Phase, int, tuple[int, ...]]] = []
-        while heap and heap[0][0] <= limit:
-            entry = heapq.heappop(heap)
-            _, seq, version, flow = entry
+        with_twins = False
+        while heap and heap[0][0] <= due:
+            ready, seq, version, flow = heapq.heappop(heap)
             if version != flow.version:
-                continue
-            ready = flow.ready
-            if ready > due:
-                later.append(entry)
                 continue
             flow.version = -1
             finished.append(flow)
             phase = flow.phase
             done.append((ready, seq, phase, flow.index, flow.route))
             if flow.twins:
+                with_twins = True
                 first, routes = phase.first_seq, phase.transfers.routes
                 done += [(ready, first + index, phase, index, routes[index]) for index in flow.twins]
-        for entry in later:
-            heapq.heappush(heap, entry)
         self._unlink(finished)
         self._active -= len(finished)
-        done.sort(key=itemgetter(0, 1))
+        if with_twins:
+            done.sort(key=itemgetter(0, 1))
         self._finish(map(itemgetter(2, 3, 4), done), now)
         self._request_batch()
 

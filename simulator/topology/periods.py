@@ -8,9 +8,12 @@ a collective in other data-parallel replicas are such translates, and their link
 copy per class instead of being routed again (engine/plans.py).
 
 The node map of one period's shift is built from the fabric's tables (each GPU's NIC, leaf and way up to its
-domain root, the pods' spines) and checked: a node with two images (a domain cut by the period, as NVL72 racks
-of 18 trays under 32-port leaves), a link whose image is missing or differs in bandwidth, latency or class
-(a partial pod's core links) has no image, and sets that touch it are routed as before.
+domain root, the pods' spines) and checked: where a node would have two images or two nodes one (a domain cut
+by the period, as NVL72 racks of 18 trays under 32-port leaves) the fabric has no translations at all; a link
+whose image is missing or differs in bandwidth, latency or class (a partial pod's core links) has no image,
+and link sets that touch it are routed as before. Routes and plans are taken to move with their groups (the
+hash's construction, planners that read hosts and local indices relatively); `PlanCache.link_table` checks
+one moved copy of each class against its own plan.
 """
 
 from __future__ import annotations
@@ -33,9 +36,9 @@ class Periods:
     def __init__(self, period: int, step: np.ndarray, exact: bool):
         self.period = period
         self.exact = exact
-        self._images = {0: np.arange(len(step), dtype=np.int64), 1: step}
-        # one period's step with NO_IMAGE appended, so that indexing it by NO_IMAGE (its last entry) gives NO_IMAGE
-        self._step = np.append(step, NO_IMAGE)
+        # the step by 2**j periods for j = 0, 1, ... as far as asked, each with NO_IMAGE appended, so that
+        # indexing it by NO_IMAGE (its last entry) gives NO_IMAGE
+        self._powers = [np.append(step, NO_IMAGE)]
 
     @staticmethod
     def of(topology: Topology) -> Periods | None:
@@ -48,20 +51,30 @@ class Periods:
         nodes = _one_period(fabric, node_ids, topology.num_gpus)
         return None if nodes is None else Periods(fabric.shift_gpus, *_link_step(topology, node_ids, nodes))
 
-    def split(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
-        """``group`` as (its translate whose lowest member lies in the first period, periods shifted)."""
-        periods = min(group) // self.period
-        if not periods:
-            return group, 0
-        shift = periods * self.period
-        return tuple(rank - shift for rank in group), periods
+    def split(self, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Groups (a row of members each) as (their translates whose lowest member lies in the first period,
+        the periods each is shifted by)."""
+        shifts = groups.min(axis=1) // self.period
+        return groups - (shifts * self.period)[:, None], shifts
+
+    def move(self, links: np.ndarray, periods: int) -> np.ndarray:
+        """The images of ``links`` (an array of link ids or NO_IMAGE) under the translation by ``periods``
+        periods, NO_IMAGE where there is none: one index by the stored step of each power of two in
+        ``periods``, so a shift by thousands of periods costs a dozen passes over ``links``."""
+        power = 0
+        while periods:
+            if power == len(self._powers):
+                last = self._powers[-1]
+                self._powers.append(last[last])
+            if periods & 1:
+                links = self._powers[power][links]
+            periods >>= 1
+            power += 1
+        return links
 
     def links(self, periods: int) -> np.ndarray:
         """Each link's image under the translation by ``periods`` periods (NO_IMAGE where it has none)."""
-        image = self._images.get(periods)
-        if image is None:
-            image = self._images[periods] = self._step[self.links(periods - 1)]
-        return image
+        return self.move(np.arange(len(self._powers[0]) - 1, dtype=np.int64), periods)
 
 
 def _link_step(topology: Topology, node_ids: dict[str, int], nodes: np.ndarray) -> tuple[np.ndarray, bool]:
