@@ -321,3 +321,32 @@ def test_the_fold_symmetry_check_reads_the_tables_kept_mirrors_reads():
     assert plans._tables
     kept_mirrors(program.ops, plans)
     assert plans._tables.keys() == alone._tables.keys()
+
+
+BUNDLED = {"dgx-a100-cluster": "nodes", "dgx-h100-cluster": "nodes", "dgx-h100-superpod": "nodes",
+           "ethernet-100g": "nodes", "gb200-nvl72": "racks"}
+"""The bundled fabrics and what they are scaled by (at their own sizes a period spans every GPU)."""
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_fabrics_scaled_to_three_periods_move_their_routes(name):
+    """Each bundled fabric scaled to three leaf groups (NVL72: racks): 400 random routes of the first period,
+    on random channels, moved by one and two periods are the routes of the moved pairs, link for link."""
+    from simulator.topology.loader import load_topology
+
+    base = load_topology(name, {})
+    scale = BUNDLED[name]
+    topology = load_topology(name, {scale: 3 * (base.params["leaf_ports"] if scale == "nodes" else 1)})
+    periods = Periods.of(topology)
+    assert periods is not None and periods.exact and periods.period * 3 == topology.num_gpus
+    images = {shift: periods.links(shift) for shift in (1, 2)}
+    rng = np.random.default_rng(11)
+    for src, dst, channel in zip(rng.integers(0, periods.period, 400).tolist(),
+                                 rng.integers(0, topology.num_gpus - 2 * periods.period, 400).tolist(),
+                                 rng.integers(0, 8, 400).tolist()):
+        if src == dst:
+            continue
+        route = list(topology.path(src, dst, channel))
+        for shift, image in images.items():
+            moved = shift * periods.period
+            assert tuple(image[route]) == topology.path(src + moved, dst + moved, channel)
