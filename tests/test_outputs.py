@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import signal
 import subprocess
@@ -109,6 +110,22 @@ def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     assert log.flow_routes() == [(5, 8), (1, 3, 4), (2,), (1, 3, 4), (2,), (6,)]
     assert log.route_table().tolist() == log.flow_routes()
     assert len(log) == len(frame) == 7
+
+
+def test_flow_columns_split_once_and_again_after_more_flows():
+    """The flow rows are split into columns once and shared (read-only) by every reader; a flow or replay logged
+    after a read is in the next one."""
+    block = FlowBlock.of([1], [2], [0.0], [0.5], [8.0], [(1, 3)])
+    log = EventLog()
+    log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5, 8))
+    first = log.flow_columns()
+    assert log.flow_columns()["bytes"] is first["bytes"] and not first["bytes"].flags.writeable
+    log.replayed_flows("b", 1.0, block)
+    log.flow("a", 3, 4, 2.5, 3.0, 1.0, (6,))
+    again = log.flow_columns()
+    assert again["key"].tolist() == ["a", "b", "a"] and again["src"].tolist() == [0, 1, 3]
+    assert again["start_s"].tolist() == [0.0, 1.0, 2.5] and log.to_frame()["name"].tolist() == ["a", "b", "a"]
+    assert first["key"].tolist() == ["a"]
 
 
 def test_group_ids_equal_tuples_share_an_id():
@@ -298,6 +315,23 @@ def test_grouped_sums_are_pandas_groupby_sums_to_the_bit():
     for label, value in zip(labels, values):
         plain[label] = plain.get(label, 0.0) + value
     assert plain != expected
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, math.inf, 2.0], [1.0, math.nan, 2.0], [math.inf, -math.inf, 1.0], [1.0, -math.inf, 2.0], [math.nan],
+    [math.nan, math.inf, 3.0], [math.inf, 1.0, math.nan, -math.inf], [1e308, 1e308, -1e308, 5.0],
+])
+def test_grouped_sums_treat_inf_and_nan_as_pandas_does(values):
+    """NaN skipped (a label with only NaN sums to 0.0) and a compensation made infinite or NaN by an infinity or
+    an overflow dropped, as pandas' group_sum does: label 0 takes the case's values, interleaved with label 1's
+    finite ones (labels out of sorted order, so that pandas adds them with its Cython kernel)."""
+    labels = [0, 1] * len(values)
+    interleaved = [value for case_value in values for value in (case_value, 0.5)]
+    expected = pd.Series(interleaved).groupby(labels).sum().to_dict()
+    sums = grouped_sums(labels, interleaved)
+    assert sums.keys() == expected.keys()
+    assert all(sums[label] == expected[label] or (math.isnan(sums[label]) and math.isnan(expected[label]))
+               for label in sums)
 
 
 def test_a_failed_write_leaves_nothing_and_raises_its_own_error(tmp_path):

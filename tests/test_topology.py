@@ -310,5 +310,6 @@ def test_links_added_in_bulk_wire_as_one_by_one():
     assert list(bulk.edges.items()) == list(one_by_one.edges.items())
     bulk.add_edge("g0", "s", bandwidth=1e9)
     assert bulk.edges[("g0", "s")]["bandwidth"] == 1e9 and bulk.edges[("g1", "s")]["bandwidth"] == 5e9
+    assert bulk.edges[("s", "g0")]["bandwidth"] == 5e9
     with pytest.raises(TopologyError, match="link g0 <-> s has bandwidth 0"):
         add_links(Wiring(), ends, bandwidth=0, latency=1e-6, link_class="nvlink")

@@ -1,27 +1,27 @@
-"""The columnar event log: one row per executed op or network flow, kept in typed arrays while the clock runs
-and turned into a DataFrame once at the end.
+"""The columnar event log: one row per executed op or network flow, appended cheaply while the clock runs and
+turned into columns (and, on request, a DataFrame) at the end.
 
-Numbers go into `array` buffers (8 bytes a value, no Python object kept per event); strings are references to
-the few distinct names the ops carry. Op rows and flow rows are kept apart, each with only the columns that
-vary for them (a flow row's kind, stream, category, micro-batch, chunk and FLOPs are constants), and each op
-row notes how many flow rows came before it, so the DataFrame puts every row back in recording order. An op
-row goes in as three extends, its integers, floats and strings each one after another (row-major), which
-costs half of fifteen appends to column arrays; the columns are strided views of them at the end. A flow row
-goes in as one tuple appended to a list (the engine logs a quarter of a million a step: seven appends to
-column arrays cost three times as much), split into columns at the end. The
-flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its
-timing alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its
-route (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the
-per-link utilisation of the trace; `route_table` gives them as flat arrays, the replayed rows' routes read
-once per block, not once per row.
+Op rows and flow rows are kept apart, each with only the columns that vary for them (a flow row's kind, stream,
+category, micro-batch, chunk and FLOPs are constants), and each op row notes how many flow rows came before it,
+so the DataFrame puts every row back in recording order. An op row goes into `array` buffers (8 bytes a value,
+no Python object kept) as three extends, its integers, floats and strings each one after another (row-major),
+which costs half of fifteen appends to column arrays; the columns are strided views of them at the end. A flow
+row goes in as one tuple appended to a list (the engine logs a quarter of a million a step: seven appends to
+column arrays cost three times as much). That costs memory: about 220 bytes a flow row (the tuple and its
+float objects) instead of about 56 in arrays, some 35 MB more on the long-context row's 220 k single flows
+(its peak is about 300 MB), 3 MB on the 16k row's 17 k. The tuples are split into columns once, when the
+columns are first read (`_FlowTable`), and the metrics, the DataFrame and the routes share that split. The
+flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
+alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
+(the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
+utilisation of the trace; `route_table` gives them as flat arrays, the replayed rows' routes read once per
+block, not once per row.
 """
-
 from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, replace
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, count
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -117,6 +117,8 @@ class EventLog:
         """Per op row, its TEXT_COLUMNS (three extends a row instead of fifteen appends)."""
         self._flows: list[tuple] = []
         """Per single flow row, a tuple of its FLOW_ROW fields."""
+        self._table: _FlowTable | None = None
+        """The flow rows split into columns, made when first read (`_flow_table`)."""
         self._blocks: list[FlowBlock] = []
         self._block_index: dict[int, tuple[int, int]] = {}
         self._replay_block = array("q")
@@ -147,10 +149,6 @@ class EventLog:
         """One flow row of collective ``key``: ``nbytes`` from GPU ``src`` to ``dst`` over ``route``."""
         self._flows.append((key, src, dst, start_s, end_s, nbytes, route))
 
-    def _flow_field(self, name: str) -> list:
-        """One FLOW_ROW field of every single flow row, in order."""
-        return list(map(itemgetter(FLOW_ROW.index(name)), self._flows))
-
     def replayed_flows(self, key: str, shift_s: float, block: FlowBlock) -> None:
         """The rows of ``block`` as flows of collective ``key``, their times moved on by ``shift_s``."""
         found = self._block_index.get(id(block))
@@ -170,60 +168,48 @@ class EventLog:
     def _ops(self) -> int:
         return len(self._op_texts) // len(TEXT_COLUMNS)
 
+    def _flow_table(self) -> _FlowTable:
+        """The flow rows as columns, split once and made again only if flows were logged since."""
+        if self._table is None or self._table.logged != (len(self._flows), len(self._replay_key)):
+            self._table = _FlowTable.of(self)
+        return self._table
+
     def flow_routes(self) -> list[tuple[int, ...]]:
         """The route of each flow row, in flow order (a list built on each call: read it once, at the end)."""
-        layout = _Layout(self)
+        table = self._flow_table()
+        layout = table.layout
         pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
-        return layout.merged(_objects(self._flow_field("route"), len(self._flows)), pool[layout.gather]).tolist()
+        return layout.merged(_objects(table.routes, len(table.routes)), pool[layout.gather]).tolist()
 
     def route_table(self) -> FlowRoutes:
         """The route of each flow row, in flow order, as flat arrays (``flow_routes`` without a tuple per row)."""
-        layout = _Layout(self)
-        pool = FlowRoutes.of([*self._flow_field("route"), *(route for block in self._blocks for route in block.routes)])
-        singles = len(self._flows)
+        table = self._flow_table()
+        layout = table.layout
+        pool = FlowRoutes.of([*table.routes, *(route for block in self._blocks for route in block.routes)])
+        singles = len(table.routes)
         routes = pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
         if self._orbit_representative is None:
             return routes
         for_orbit = layout.merged(np.ones(singles, dtype=bool), np.zeros(len(layout.gather), dtype=bool))
         return replace(routes, representative=self._orbit_representative, for_orbit=for_orbit)
 
-    def op_columns(self) -> dict[str, np.ndarray]:
-        """The op rows alone (compute and collective), in recording order: every column of COLUMNS, text
-        columns as object arrays (copies: the log's buffers stay free to grow)."""
+    def op_columns(self, names: tuple[str, ...] = COLUMNS) -> dict[str, np.ndarray]:
+        """The op rows alone (compute and collective), in recording order: the columns of COLUMNS among
+        ``names``, text columns as object arrays (copies: the log's buffers stay free to grow)."""
         ops = self._ops()
         ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
         floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
-        return {**{name: ints[:, index].copy() for index, name in enumerate(INT_COLUMNS)},
-                **{name: floats[:, index].copy() for index, name in enumerate(FLOAT_COLUMNS)},
+        return {**{name: ints[:, index].copy() for index, name in enumerate(INT_COLUMNS) if name in names},
+                **{name: floats[:, index].copy() for index, name in enumerate(FLOAT_COLUMNS) if name in names},
                 **{name: _objects(self._op_texts[index::len(TEXT_COLUMNS)], ops)
-                   for index, name in enumerate(TEXT_COLUMNS)}}
+                   for index, name in enumerate(TEXT_COLUMNS) if name in names}}
 
     def flow_columns(self, names: tuple[str, ...] = FLOW_COLUMNS) -> dict[str, np.ndarray]:
-        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS among ``names``."""
-        layout = _Layout(self)
-        return {"key": self._flow_keys(layout), **self._flow_numbers(layout, names)}
-
-    def _flow_keys(self, layout: _Layout) -> np.ndarray:
-        """The ``key`` of every flow row in flow order, as an object array."""
-        return layout.merged(_objects(self._flow_field("key"), len(self._flows)),
-                             np.repeat(_objects(self._replay_key, len(self._replay_key)), layout.sizes))
-
-    def _flow_numbers(self, layout: _Layout, names: tuple[str, ...] = FLOW_COLUMNS) -> dict[str, np.ndarray]:
-        """The FLOW_COLUMNS among ``names``, in flow order: replayed rows copied from their block, their times
-        shifted."""
-        shifts = np.repeat(np.frombuffer(self._replay_shift, dtype=np.float64), layout.sizes)
-        columns = {}
-        for name, field in zip(FLOW_COLUMNS, ("src", "dst", "start_s", "end_s", "nbytes")):
-            if name not in names:
-                continue
-            dtype = np.int64 if name in INT_COLUMNS else np.float64
-            own = np.fromiter(map(itemgetter(FLOW_ROW.index(name)), self._flows), dtype=dtype, count=len(self._flows))
-            pool = np.concatenate([getattr(block, field) for block in self._blocks] or [np.empty(0, dtype)])
-            replayed = pool[layout.gather]
-            if name in ("start_s", "end_s"):
-                replayed = replayed + shifts
-            columns[name] = layout.merged(own, replayed)
-        return columns
+        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS among ``names`` (read-only:
+        the log keeps them for the next reader)."""
+        table = self._flow_table()
+        return {"key": _objects(table.keys, len(table.keys))[table.key_codes],
+                **{name: table.numbers[name] for name in FLOW_COLUMNS if name in names}}
 
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
@@ -233,8 +219,8 @@ class EventLog:
         import pandas as pd
 
         ops = self._ops()
-        layout = _Layout(self)
-        flows = self._flow_numbers(layout)
+        table = self._flow_table()
+        flows = table.numbers
         total = ops + len(flows["src"])
         if not total:
             return pd.DataFrame({name: [] for name in COLUMNS}, columns=list(COLUMNS))
@@ -252,8 +238,8 @@ class EventLog:
                 merged = np.empty(total, dtype=np.int32)
                 merged[op_rows] = _codes(self._op_texts[TEXT_COLUMNS.index(name)::len(TEXT_COLUMNS)], distinct)
                 if name in ("name", "key"):
-                    merged[flow_rows] = layout.merged(_codes(self._flow_field("key"), distinct),
-                                                      np.repeat(_codes(self._replay_key, distinct), layout.sizes))
+                    merged[flow_rows] = table.key_codes + len(distinct)
+                    distinct.extend(table.keys)
                 else:
                     merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
                 data[name] = _strings(merged, distinct)
@@ -264,6 +250,47 @@ class EventLog:
                 merged[flow_rows] = flow_values[name]
                 data[name] = merged
         return pd.DataFrame(data, columns=list(COLUMNS))
+
+
+@dataclass(frozen=True)
+class _FlowTable:
+    """The flow rows split into columns once, in flow order: the FLOW_COLUMNS (read-only arrays), each row's
+    key as a code into ``keys`` (the distinct keys in order of first appearance), the single rows' routes in
+    logging order, where the single and replayed rows go (``layout``), and how many single rows and replays
+    the log held when it was made (``logged``)."""
+
+    numbers: dict[str, np.ndarray]
+    key_codes: np.ndarray
+    keys: list[str]
+    routes: tuple[tuple[int, ...], ...]
+    layout: _Layout
+    logged: tuple[int, int]
+
+    @classmethod
+    def of(cls, log: EventLog) -> _FlowTable:
+        layout = _Layout(log)
+        singles = len(log._flows)
+        fields = list(zip(*log._flows)) if singles else [()] * len(FLOW_ROW)
+        shifts = np.repeat(np.frombuffer(log._replay_shift, dtype=np.float64), layout.sizes)
+        numbers = {}
+        for name, field in zip(FLOW_COLUMNS, ("src", "dst", "start_s", "end_s", "nbytes")):
+            dtype = np.int64 if name in INT_COLUMNS else np.float64
+            own = np.fromiter(fields[FLOW_ROW.index(name)], dtype=dtype, count=singles)
+            pool = np.concatenate([getattr(block, field) for block in log._blocks] or [np.empty(0, dtype)])
+            replayed = pool[layout.gather]
+            if name in ("start_s", "end_s"):
+                replayed = replayed + shifts
+            numbers[name] = layout.merged(own, replayed)
+            numbers[name].flags.writeable = False
+        first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
+        single_first = np.fromiter(map(first.setdefault, fields[0], count()), dtype=np.int64, count=singles)
+        replay_first = np.fromiter(map(first.setdefault, log._replay_key, count(singles)), dtype=np.int64,
+                                   count=len(log._replay_key))
+        code_at = np.zeros(singles + len(log._replay_key), dtype=np.int64)
+        code_at[list(first.values())] = np.arange(len(first))
+        key_codes = code_at[layout.merged(single_first, np.repeat(replay_first, layout.sizes))]
+        return cls(numbers, key_codes, list(first), fields[FLOW_ROW.index("route")], layout,
+                   (singles, len(log._replay_key)))
 
 
 class _Layout:

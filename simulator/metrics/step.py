@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import repeat
+from math import isfinite
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,12 +22,14 @@ PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
 STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
 COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
+OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
+"""The op rows' columns the step metrics read."""
 
 
 @dataclass(frozen=True)
 class StepRows:
     """What the step metrics read off a run's log: ``ops``, the op rows (compute and collective) in recording
-    order, every column of the timeline (text columns as object arrays), and ``flows``, the flow rows' ``key``,
+    order, the OP_COLUMNS of the timeline (text columns as object arrays), and ``flows``, the flow rows' ``key``,
     ``src`` and ``bytes`` in flow order."""
 
     ops: Mapping[str, np.ndarray]
@@ -34,20 +37,26 @@ class StepRows:
 
     @classmethod
     def of(cls, log: EventLog) -> StepRows:
-        return cls(log.op_columns(), log.flow_columns(("src", "bytes")))
+        return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("src", "bytes")))
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:
-    """The sum of ``values`` per label, as pandas' groupby sum adds them: in row order, with Kahan's
-    compensation (pandas/_libs/groupby.pyx, group_sum), so a figure the summary took from it is unchanged
-    to the last bit."""
+    """The sum of ``values`` per label, as pandas' groupby sum adds them in its Cython kernel
+    (pandas/_libs/groupby.pyx, group_sum): in row order, with Kahan's compensation, skipping NaN (a label with
+    only NaN sums to 0.0) and dropping a compensation that an infinity or an overflow made non-finite, so that
+    a summary figure first taken from a groupby is unchanged to the last bit. (pandas 3.1 adds labels already in
+    sorted order and free of NaN with numpy's pairwise `add.reduceat` instead, which can differ in the last bits.)"""
     sums: dict = {}
     compensation: dict = {}
     for label, value in zip(labels, values):
+        if value != value:
+            sums.setdefault(label, 0.0)
+            continue
         total = sums.get(label, 0.0)
         corrected = value - compensation.get(label, 0.0)
         updated = total + corrected
-        compensation[label] = updated - total - corrected
+        error = updated - total - corrected
+        compensation[label] = error if isfinite(error) else 0.0
         sums[label] = updated
     return sums
 
@@ -64,7 +73,7 @@ def _rank_arrays(ops: Mapping[str, np.ndarray]) -> dict[int, dict[str, tuple[np.
     result: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     for rows in np.split(order, bounds) if len(order) else []:
         first = rows[0]
-        result.setdefault(int(ops["rank"][first]), {})[categories[code[ops["category"][first]]]] = (
+        result.setdefault(int(ops["rank"][first]), {})[ops["category"][first]] = (
             ops["start_s"][rows], ops["end_s"][rows])
     return result
 

@@ -55,6 +55,9 @@ class Wiring:
     def __init__(self) -> None:
         self.nodes: dict[str, dict] = {}
         self.edges: dict[tuple[str, str], dict] = {}
+        """Each directed edge's attributes. The edges of one `add_links` call, both directions of every link,
+        share one dict: give an edge new attributes by replacing its dict (`add_edge`), never by changing it in
+        place, which would change every link of that call."""
         self._graph: nx.DiGraph | None = None
 
     def __contains__(self, node: object) -> bool:
