@@ -10,7 +10,7 @@ row goes in as one tuple appended to a list (the engine logs a quarter of a mill
 column arrays cost three times as much). That costs memory: about 220 bytes a flow row (the tuple and its
 float objects) instead of about 56 in arrays, some 35 MB more on the long-context row's 220 k single flows
 (its peak is about 300 MB), 3 MB on the 16k row's 17 k. The tuples are split into columns once, when the
-columns are first read (`_FlowTable`), and the metrics, the DataFrame and the routes share that split. The
+columns are first read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The
 flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
 alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
 (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
@@ -22,6 +22,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, replace
 from itertools import chain, count
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -171,7 +172,7 @@ class EventLog:
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
         if self._table is None or self._table.logged != (len(self._flows), len(self._replay_key)):
-            self._table = _FlowTable.of(self)
+            self._table = _FlowTable(self)
         return self._table
 
     def flow_routes(self) -> list[tuple[int, ...]]:
@@ -179,14 +180,15 @@ class EventLog:
         table = self._flow_table()
         layout = table.layout
         pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
-        return layout.merged(_objects(table.routes, len(table.routes)), pool[layout.gather]).tolist()
+        routes = table.routes()
+        return layout.merged(_objects(routes, len(routes)), pool[layout.gather]).tolist()
 
     def route_table(self) -> FlowRoutes:
         """The route of each flow row, in flow order, as flat arrays (``flow_routes`` without a tuple per row)."""
         table = self._flow_table()
         layout = table.layout
-        pool = FlowRoutes.of([*table.routes, *(route for block in self._blocks for route in block.routes)])
-        singles = len(table.routes)
+        singles = table.logged[0]
+        pool = FlowRoutes.of([*table.routes(), *(route for block in self._blocks for route in block.routes)])
         routes = pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
         if self._orbit_representative is None:
             return routes
@@ -208,8 +210,9 @@ class EventLog:
         """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS among ``names`` (read-only:
         the log keeps them for the next reader)."""
         table = self._flow_table()
-        return {"key": _objects(table.keys, len(table.keys))[table.key_codes],
-                **{name: table.numbers[name] for name in FLOW_COLUMNS if name in names}}
+        codes, keys = table.keys()
+        return {"key": _objects(keys, len(keys))[codes],
+                **{name: table.number(name) for name in FLOW_COLUMNS if name in names}}
 
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
@@ -220,7 +223,7 @@ class EventLog:
 
         ops = self._ops()
         table = self._flow_table()
-        flows = table.numbers
+        flows = {name: table.number(name) for name in FLOW_COLUMNS}
         total = ops + len(flows["src"])
         if not total:
             return pd.DataFrame({name: [] for name in COLUMNS}, columns=list(COLUMNS))
@@ -238,8 +241,9 @@ class EventLog:
                 merged = np.empty(total, dtype=np.int32)
                 merged[op_rows] = _codes(self._op_texts[TEXT_COLUMNS.index(name)::len(TEXT_COLUMNS)], distinct)
                 if name in ("name", "key"):
-                    merged[flow_rows] = table.key_codes + len(distinct)
-                    distinct.extend(table.keys)
+                    codes, keys = table.keys()
+                    merged[flow_rows] = codes + len(distinct)
+                    distinct.extend(keys)
                 else:
                     merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
                 data[name] = _strings(merged, distinct)
@@ -252,45 +256,53 @@ class EventLog:
         return pd.DataFrame(data, columns=list(COLUMNS))
 
 
-@dataclass(frozen=True)
 class _FlowTable:
-    """The flow rows split into columns once, in flow order: the FLOW_COLUMNS (read-only arrays), each row's
-    key as a code into ``keys`` (the distinct keys in order of first appearance), the single rows' routes in
-    logging order, where the single and replayed rows go (``layout``), and how many single rows and replays
-    the log held when it was made (``logged``)."""
+    """The flow rows as columns in flow order, each split off the log's tuples once, when first read: the
+    FLOW_COLUMNS (read-only arrays) and each row's key as a code into the distinct keys (in order of first
+    appearance); ``layout`` says where the single and replayed rows go, ``logged`` how many single rows and
+    replays the log held when the table was made."""
 
-    numbers: dict[str, np.ndarray]
-    key_codes: np.ndarray
-    keys: list[str]
-    routes: tuple[tuple[int, ...], ...]
-    layout: _Layout
-    logged: tuple[int, int]
+    def __init__(self, log: EventLog):
+        self.log = log
+        self.layout = _Layout(log)
+        self.logged = (len(log._flows), len(log._replay_key))
+        self._numbers: dict[str, np.ndarray] = {}
+        self._keys: tuple[np.ndarray, list[str]] | None = None
 
-    @classmethod
-    def of(cls, log: EventLog) -> _FlowTable:
-        layout = _Layout(log)
-        singles = len(log._flows)
-        fields = list(zip(*log._flows)) if singles else [()] * len(FLOW_ROW)
-        shifts = np.repeat(np.frombuffer(log._replay_shift, dtype=np.float64), layout.sizes)
-        numbers = {}
-        for name, field in zip(FLOW_COLUMNS, ("src", "dst", "start_s", "end_s", "nbytes")):
+    def number(self, name: str) -> np.ndarray:
+        """One of FLOW_COLUMNS: replayed rows copied from their block, their times shifted."""
+        if name not in self._numbers:
+            log, layout = self.log, self.layout
             dtype = np.int64 if name in INT_COLUMNS else np.float64
-            own = np.fromiter(fields[FLOW_ROW.index(name)], dtype=dtype, count=singles)
+            own = np.fromiter(map(itemgetter(FLOW_ROW.index(name)), log._flows), dtype=dtype, count=self.logged[0])
+            field = "nbytes" if name == "bytes" else name
             pool = np.concatenate([getattr(block, field) for block in log._blocks] or [np.empty(0, dtype)])
             replayed = pool[layout.gather]
             if name in ("start_s", "end_s"):
-                replayed = replayed + shifts
-            numbers[name] = layout.merged(own, replayed)
-            numbers[name].flags.writeable = False
-        first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
-        single_first = np.fromiter(map(first.setdefault, fields[0], count()), dtype=np.int64, count=singles)
-        replay_first = np.fromiter(map(first.setdefault, log._replay_key, count(singles)), dtype=np.int64,
-                                   count=len(log._replay_key))
-        code_at = np.zeros(singles + len(log._replay_key), dtype=np.int64)
-        code_at[list(first.values())] = np.arange(len(first))
-        key_codes = code_at[layout.merged(single_first, np.repeat(replay_first, layout.sizes))]
-        return cls(numbers, key_codes, list(first), fields[FLOW_ROW.index("route")], layout,
-                   (singles, len(log._replay_key)))
+                replayed = replayed + np.repeat(np.frombuffer(log._replay_shift, dtype=np.float64), layout.sizes)
+            column = layout.merged(own, replayed)
+            column.flags.writeable = False
+            self._numbers[name] = column
+        return self._numbers[name]
+
+    def keys(self) -> tuple[np.ndarray, list[str]]:
+        """Each row's key code and the distinct keys the codes index."""
+        if self._keys is None:
+            log, (singles, replays) = self.log, self.logged
+            first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
+            single_first = np.fromiter(map(first.setdefault, map(itemgetter(0), log._flows), count()),
+                                       dtype=np.int64, count=singles)
+            replay_first = np.fromiter(map(first.setdefault, log._replay_key, count(singles)), dtype=np.int64,
+                                       count=replays)
+            code_at = np.zeros(singles + replays, dtype=np.int64)
+            code_at[list(first.values())] = np.arange(len(first))
+            self._keys = (code_at[self.layout.merged(single_first, np.repeat(replay_first, self.layout.sizes))],
+                          list(first))
+        return self._keys
+
+    def routes(self) -> list[tuple[int, ...]]:
+        """The single rows' routes, in logging order."""
+        return list(map(itemgetter(FLOW_ROW.index("route")), self.log._flows))
 
 
 class _Layout:
