@@ -140,5 +140,5 @@ def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_
     with pytest.raises(InputError) as caught:
         engine.run(ops)
     assert caught.value.field == "cluster.links" and caught.value.problem == "no route"
-    assert len(log) == 0 and engine._executed == 0
+    assert len(log) == 0 and engine.executed == 0
 

@@ -23,7 +23,6 @@ import simpy
 
 from simulator.collectives.channels import kernel_channels
 from simulator.collectives.registry import ALGORITHMS
-from simulator.engine.plans import PlanCache
 from simulator.engine.stepping import Urgent
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp
@@ -31,11 +30,12 @@ from simulator.topology.graph import Topology
 
 
 @dataclass(slots=True)
-class _Kernel:
-    """A kernel in flight: nominal seconds of work left at ``since``, its current rate, the share of its time
-    SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), the timeout at which it ends at
-    that rate, and whether a new one is on its way (the rate changed)."""
+class Kernel:
+    """A kernel in flight on ``gpu``: nominal seconds of work left at ``since``, its current rate, the share of
+    its time SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), the timeout at which it
+    ends at that rate, and whether a new one is on its way (the rate changed)."""
 
+    gpu: _Gpu
     left: float
     rate: float
     since: float
@@ -51,27 +51,17 @@ class NcclChannels:
     them; inside one NVLink domain the NVLink channels, or the PCIe channels where the GPUs have no NVLink;
     across domains the network channels of each NIC the group's members drive on the busiest domain (a NIC
     that several members share counts once; collectives/channels.py). ``algorithm_of`` resolves `auto`. The
-    count is worked out once per collective shape (the engine asks at every start and end of every instance),
-    and the channels once per group's members (a folded step's instances of one group often carry tuples of
-    their own)."""
+    engine asks once per collective shape; the channels are worked out once per group's members."""
 
     def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
         self.share = share
         self.topology = topology
         self.algorithm_of = algorithm_of
-        self._counts: dict[tuple, tuple[tuple[int, ...], tuple, int]] = {}
         self._group_channels: dict[tuple[int, ...], int] = {}
 
     def __call__(self, op: CollectiveOp) -> int:
         if op.sms is not None:
             return op.sms
-        shape = PlanCache.identity_key(op)
-        known = self._counts.get(shape)
-        if known is None:  # the group and pair sizes stay referenced, so their ids stay unique
-            known = self._counts[shape] = (op.group, op.pair_bytes, self._count(op))
-        return known[2]
-
-    def _count(self, op: CollectiveOp) -> int:
         if ALGORITHMS[self.algorithm_of(op)].nvls_channels:
             return self.share.nvls_channels
         channels = self._group_channels.get(op.group)
@@ -91,47 +81,61 @@ class _Gpu:
 
     held: dict[str, int] = field(default_factory=dict)
     total: int = 0
-    running: list[_Kernel] = field(default_factory=list)
+    running: list[Kernel] = field(default_factory=list)
 
 
 class Contention:
     """Per GPU, the SMs communication kernels hold (by op category) and the compute-bound kernels running;
     ``lost_s`` sums, per category of the holding collective, the kernel-seconds compute lost to it (over the
     simulated ranks), and under RESERVED what kernels launched on fewer SMs lost while the SMs they left
-    stood idle."""
+    stood idle.
+
+    A kernel is started with `start`, waited for on its ``end`` (which may move: wait on the kernel's ``end``
+    as it is after `start`, whose callbacks move along) and closed with `finish` first thing when it fires; a
+    collective's kernel takes its SMs with `hold` and gives them back with `release`."""
 
     def __init__(self, env: simpy.Environment, share: SmShare, kernel_sms: Callable[[CollectiveOp], int]):
         self.env = env
         self.share = share
         self.kernel_sms = kernel_sms
         self._gpus: dict[int, _Gpu] = defaultdict(_Gpu)
+        self._sm_rates = [share.rate(held) for held in range(share.sms)]
+        """``share.rate`` of each count of SMs held below the GPU's (beyond, the rate of one SM left)."""
         self.lost_s: dict[str, float] = defaultdict(float)
 
     def _rate(self, held: int, kernel_sm_bound: float, reserved: int) -> float:
         """A kernel's speed when communication holds ``held`` SMs and it was launched without ``reserved``: the
         share of its time SMs limit runs at the SM rate, the rest at full speed."""
-        rate = self.share.rate(max(held, reserved))
+        rates = self._sm_rates
+        rate = rates[min(max(held, reserved), len(rates) - 1)]
         return 1.0 if rate == 1.0 else 1.0 / (kernel_sm_bound / rate + 1.0 - kernel_sm_bound)
 
-    def hold(self, op: CollectiveOp, ranks: Iterable[int], sign: int) -> None:
-        """``op``'s kernel starts (``sign`` 1) or ends (-1) on ``ranks``: running kernels there whose rate this
+    def hold(self, ranks: Iterable[int], category: str, sms: int) -> None:
+        """A collective's kernel of ``category`` starts on ``ranks``, holding ``sms`` SMs on each (`kernel_sms`
+        of the op)."""
+        self._change(ranks, category, sms)
+
+    def release(self, ranks: Iterable[int], category: str, sms: int) -> None:
+        """The kernel `hold` started (the same ranks, in the same order) ends."""
+        self._change(ranks, category, -sms)
+
+    def _change(self, ranks: Iterable[int], category: str, change: int) -> None:
+        """The SMs ``category`` holds on ``ranks`` change by ``change``: running kernels there whose rate this
         changes hear of it (a kernel whose rate stays, such as one launched without more SMs than are now held,
         keeps its timeout, so its end is not recomputed)."""
-        sms = self.kernel_sms(op)
-        if sms <= 0:
-            return
-        change, category, gpus = sign * sms, op.category, self._gpus
+        gpus = self._gpus
         for rank in ranks:
             gpu = gpus[rank]
-            if gpu.running:
+            running = gpu.running
+            if running:
                 self._settle(gpu)
             held = gpu.held
             count = held[category] = held.get(category, 0) + change
             if not count:
                 del held[category]
-            gpu.total += change
-            for kernel in gpu.running:
-                rate = self._rate(gpu.total, kernel.sm_bound, kernel.reserved)
+            total = gpu.total = gpu.total + change
+            for kernel in running:
+                rate = self._rate(total, kernel.sm_bound, kernel.reserved)
                 if rate != kernel.rate:
                     kernel.rate = rate
                     if not kernel.rescheduling:
@@ -142,39 +146,41 @@ class Contention:
         """Book the work the GPU's kernels did since their last change, and the time lost to each holder (the
         share of the SMs it holds) and to idle reserved SMs."""
         now = self.env.now
-        held, total = gpu.held, gpu.total
+        held, total, lost = gpu.held, gpu.total, self.lost_s
         for kernel in gpu.running:
             elapsed = now - kernel.since
             if elapsed > 0:
-                kernel.left = max(kernel.left - elapsed * kernel.rate, 0.0)
-                if kernel.rate < 1:
-                    per_sm = elapsed * (1 - kernel.rate) / max(total, kernel.reserved)
+                rate = kernel.rate
+                kernel.left = max(kernel.left - elapsed * rate, 0.0)
+                if rate < 1:
+                    per_sm = elapsed * (1 - rate) / max(total, kernel.reserved)
                     for category, count in held.items():
-                        self.lost_s[category] += count * per_sm
+                        lost[category] += count * per_sm
                     if kernel.reserved > total:
-                        self.lost_s[RESERVED] += (kernel.reserved - total) * per_sm
+                        lost[RESERVED] += (kernel.reserved - total) * per_sm
             kernel.since = now
 
-    def run(self, rank: int, duration: float, sm_bound: float = 1.0, reserved: int = 0) -> simpy.Timeout:
+    def start(self, rank: int, duration: float, sm_bound: float = 1.0, reserved: int = 0) -> Kernel:
         """Start a kernel of nominal ``duration`` on ``rank``, SM-bound for the share ``sm_bound`` of its time,
-        launched without ``reserved`` SMs; the event returned fires when it ends (a timeout, whose callbacks move
-        to a new one whenever the kernel's rate changes)."""
+        launched without ``reserved`` SMs (at full speed while no SMs are held or reserved)."""
         env, gpu = self.env, self._gpus[rank]
-        rate = self._rate(gpu.total, sm_bound, reserved)
-        end = env.timeout(duration / rate)
-        kernel = _Kernel(duration, rate, env.now, sm_bound, reserved, end)
-        end.callbacks.append(partial(self._ended, gpu, kernel))
+        rate = self._rate(gpu.total, sm_bound, reserved) if gpu.total or reserved else 1.0
+        kernel = Kernel(gpu, duration, rate, env.now, sm_bound, reserved, env.timeout(duration / rate))
         gpu.running.append(kernel)
-        return end
+        return kernel
 
-    def _reschedule(self, kernel: _Kernel, _event: simpy.Event) -> None:
+    def finish(self, kernel: Kernel) -> None:
+        """``kernel`` has ended: book its last stretch (and the other running kernels'), and let it go. A kernel
+        that ran alone at full speed has nothing to book."""
+        running = kernel.gpu.running
+        if kernel.rate < 1 or len(running) > 1:
+            self._settle(kernel.gpu)
+        running.remove(kernel)
+
+    def _reschedule(self, kernel: Kernel, _event: simpy.Event) -> None:
         """The kernel's rate changed (an urgent event, at the time of the change, as an interrupt would be): it
         now ends after its work left at its new rate; its former timeout fires with no callbacks."""
         kernel.rescheduling = False
         former = kernel.end
         kernel.end = self.env.timeout(kernel.left / kernel.rate)
         kernel.end.callbacks, former.callbacks = former.callbacks, []
-
-    def _ended(self, gpu: _Gpu, kernel: _Kernel, _event: simpy.Event) -> None:
-        self._settle(gpu)
-        gpu.running.remove(kernel)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import islice
+from operator import itemgetter
 
 import simpy
 
@@ -79,21 +82,29 @@ class Engine:
         self.serial_streams = serial_streams
         self.isolated = isolated
         self.sharing = sharing
-        self._isolated_runs: dict[tuple, tuple[float, FlowBlock]] = {}
+        self._isolated_runs: dict[tuple, tuple[float, FlowBlock, int, int]] = {}
+        self._planned_shapes: dict[tuple, tuple[tuple, list, int]] = {}
+        self._alone = sharing.private if isolated is not None else frozenset()
         self._ids: set[int] = set()
         self._finished_ops: set[int] = set()
         self._awaited: dict[int, simpy.Event] = {}
         self._rendezvous: dict[str, _Rendezvous] = {}
         self._finished: set[str] = set()
-        self._pending: dict[tuple[int, str], Op] = {}
+        self._streams: list[tuple[tuple[int, str], list[Op], simpy.Resource | None]] = []
+        """Each stream (rank, name), its ops and its turn; the deadlock report finds where one stopped (its first
+        op not finished)."""
         self._present: frozenset[int] = frozenset()
         self._group_ids = GroupIds()
         self._group_members: dict[int, tuple[int, frozenset[int], int]] = {}
         self._group_facts_of: dict[int, tuple[tuple[int, ...], tuple[int, frozenset[int], int]]] = {}
-        self._executed = 0
         self._replayed_flows = 0
-        self._left = 0
+        self._total = 0
         self._all_done = env.event()
+
+    @property
+    def executed(self) -> int:
+        """How many ops have finished so far."""
+        return len(self._finished_ops)
 
     def run(self, ops: Iterable[Op]) -> EngineResult:
         """Run every op to completion and return the log; raise SimulationError on a deadlock."""
@@ -110,17 +121,15 @@ class Engine:
                 missing = [dep for dep in op.deps if dep not in self._ids]
                 if missing:
                     raise SimulationError(f"op {op.name!r} on rank {op.rank} depends on unknown op ids {missing}")
-        runs = []
         for (rank, stream), op_list in sorted(streams.items()):
-            if stream in self.async_streams:
-                runs += [self._stream(rank, f"{stream}#{op.id}", [op]) for op in op_list]
-            elif stream in self.serial_streams:
-                turn = simpy.Resource(self.env, capacity=1)
-                runs += [self._stream(rank, f"{stream}#{op.id}", [op], turn) for op in op_list]
+            if stream in self.async_streams or stream in self.serial_streams:
+                turn = simpy.Resource(self.env, capacity=1) if stream in self.serial_streams else None
+                self._streams += [((rank, f"{stream}#{op.id}"), [op], turn) for op in op_list]
             else:
-                runs.append(self._stream(rank, stream, op_list))
-        start(self.env, runs)
-        self._left = len(ops)
+                self._streams.append(((rank, stream), op_list, None))
+        self._total = len(ops)
+        start(self.env, [self._stream(rank, stream, op_list, turn)
+                         for (rank, stream), op_list, turn in self._streams])
         if not ops:
             self._all_done.succeed()
         try:
@@ -134,23 +143,20 @@ class Engine:
         except RuntimeError:  # SimPy: no events left before every op finished
             if self._all_done.triggered:
                 raise
-        if self._pending or not self._all_done.triggered:
+        if not self._all_done.triggered:
             raise SimulationError(self._deadlock_report())
         lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}
-        return EngineResult(self.log, self.env.now, self._executed, self._replayed_flows, lost)
+        return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows, lost)
 
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None) -> Steps:
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
         be free, and is logged under the stream's own name."""
-        env, log, pending, finished, contention = self.env, self.log, self._pending, self._finished_ops, self.contention
-        slot = (rank, stream)
+        env, log, finished, awaited = self.env, self.log, self._finished_ops, self._awaited
+        contention, slowed, progress, total = self.contention, self.compute_duration, self.progress, self._total
         for op in ops:
-            pending[slot] = op
-            waits = [self._completion(dep) for dep in op.deps if dep not in finished]
-            if len(waits) == 1:
-                yield waits[0]
-            elif waits:
-                yield env.all_of(waits)
+            if not finished.issuperset(op.deps):
+                waits = [self._completion(dep) for dep in op.deps if dep not in finished]
+                yield waits[0] if len(waits) == 1 else env.all_of(waits)
             request = None
             if turn is not None:
                 request = turn.request()
@@ -158,13 +164,15 @@ class Engine:
             if isinstance(op, ComputeOp):
                 start = env.now
                 duration = op.duration
-                if self.compute_duration is not None and duration > 0:
-                    duration = self.compute_duration(rank, duration, start)
+                if slowed is not None and duration > 0:
+                    duration = slowed(rank, duration, start)
                 if duration > 0:
                     if contention is None or op.sm_bound_share <= 0:
                         yield env.timeout(duration)
                     else:
-                        yield contention.run(rank, duration, op.sm_bound_share, op.reserved_sms)
+                        kernel = contention.start(rank, duration, op.sm_bound_share, op.reserved_sms)
+                        yield kernel.end
+                        contention.finish(kernel)
                 log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
                            category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
                            chunk=op.chunk)
@@ -174,17 +182,15 @@ class Engine:
                 raise SimulationError(f"op {op.name!r} has unsupported type {type(op).__name__}")
             if request is not None:
                 request.resource.release(request)
-            del pending[slot]
-            self._executed += 1
             finished.add(op.id)
-            awaited = self._awaited.pop(op.id, None)
-            if awaited is not None:
-                awaited.succeed()
-            self._left -= 1
-            if not self._left:
+            waiting = awaited.pop(op.id, None)
+            if waiting is not None:
+                waiting.succeed()
+            done = len(finished)
+            if done == total:
                 self._all_done.succeed()
-            if self.progress is not None and self._executed % PROGRESS_EVERY == 0:
-                self.progress(self._executed, self._executed + self._left)
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, total)
 
     def _completion(self, op_id: int) -> simpy.Event:
         """The event that fires when op ``op_id`` (not finished yet) finishes. Made only for the ops something
@@ -214,13 +220,11 @@ class Engine:
         costs O(1) whatever the group size: the group is identified and counted once. A private collective
         with a single simulated member (a folded rank's TP collectives) skips the rendezvous."""
         group_id, members, expected = self._group_facts(op.group)
-        if expected == 1 and self.isolated is not None and op.id in self.sharing.private:
+        if expected == 1 and op.id in self._alone:
             if op.rank not in members or op.key in self._finished:
                 raise self._refused(op)
             self._finished.add(op.key)
-            done = self.env.event()
-            self._replay(op, (op.rank,), done)
-            return done
+            return self._replay(op, group_id, (op.rank,), self.env.event())
         meeting = self._rendezvous.get(op.key)
         if op.rank not in members or (meeting is None and op.key in self._finished):
             raise self._refused(op)
@@ -238,10 +242,9 @@ class Engine:
         if len(meeting.arrived) == meeting.expected:
             del self._rendezvous[op.key]
             self._finished.add(op.key)
-            if self.isolated is not None and template.id in self.sharing.private:
-                self._replay(template, tuple(meeting.arrived), meeting.done)
-            else:
-                start(self.env, [self._collective(meeting)])
+            if template.id in self._alone:
+                return self._replay(template, group_id, tuple(meeting.arrived), meeting.done)
+            start(self.env, [self._collective(meeting)])
         return meeting.done
 
     def _refused(self, op: CollectiveOp) -> SimulationError:
@@ -253,62 +256,72 @@ class Engine:
 
     def _collective(self, meeting: _Rendezvous) -> Steps:
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
-        which share the fabric with it), all at once."""
-        op = meeting.template
+        which share the fabric with it), all at once; then log its row for every member that took part,
+        release the SMs it held and release the members."""
+        op, contention = meeting.template, self.contention
         start = self.env.now
         mirrors = self.sharing.mirrors_of(op)
-        plans = self.plans.mirrored_phases(op, mirrors) if mirrors else [self.plans.phases(op, op.group)]
-        contention = self.contention if any(plans) else None  # an empty plan takes no time and holds no SMs
-        if contention is not None:
-            contention.hold(op, meeting.arrived, 1)
+        plans, sms = self._planned(op, meeting.group_id, mirrors)
+        if contention is not None and sms:
+            contention.hold(meeting.arrived, op.category, sms)
         if mirrors:
             yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, plans[0], op.key)
-        self._finish(meeting, start, contention)
-
-    def _finish(self, meeting: _Rendezvous, start: float, contention: Contention | None) -> None:
-        """Log the collective's row for every member that took part, release the SMs it held in ``contention``,
-        and release the members."""
-        if contention is not None:
-            contention.hold(meeting.template, meeting.arrived, -1)
-        self._record(meeting.template, meeting.arrived, start)
+        if contention is not None and sms:
+            contention.release(meeting.arrived, op.category, sms)
+        self._record(op, meeting.arrived, start)
         meeting.done.succeed()
+
+    def _planned(self, op: CollectiveOp, group_id: int, mirrors: tuple[tuple[int, ...], ...]) -> tuple[list, int]:
+        """The plans of ``op`` over its group and each of its kept ``mirrors`` (one list of plans, the same
+        object for every instance, which the plan runner keys its batches by), and the SMs its kernel holds
+        (0: none, or an empty plan, which takes no time), worked out once per shape: named by the group's id,
+        since the ops of one group often carry tuples of their own, and by the mirrors' identity (the sharing
+        analysis gives one tuple per shape)."""
+        shape = (PlanCache.key(op, group_id), op.sms, id(mirrors))
+        known = self._planned_shapes.get(shape)
+        if known is None:
+            plans = self.plans.mirrored_phases(op, mirrors) if mirrors else [self.plans.phases(op, op.group)]
+            sms = max(self.contention.kernel_sms(op), 0) if self.contention is not None and any(plans) else 0
+            known = self._planned_shapes[shape] = (mirrors, plans, sms)
+        return known[1], known[2]
 
     def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
         for rank in ranks:
             self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
                             nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
 
-    def _replay(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event) -> None:
+    def _replay(self, op: CollectiveOp, group_id: int, ranks: tuple[int, ...], done: simpy.Event) -> simpy.Event:
         """A private collective: time its plan once on an idle network, then replay that run's duration and
         flow rows (shifted to its start) for every identical instance. Nothing is started for it: a timeout's
-        callback logs the rows and releases the members (``done``; most collectives of a folded step are
-        private, so this saves a collective's stepping generator and its urgent start per instance)."""
-        shape = PlanCache.key(op, self._group_facts(op.group)[0])
+        callback logs the rows and releases the members (``done``, returned; most collectives of a folded step
+        are private, so this saves a collective's stepping generator and its urgent start per instance)."""
+        shape = (PlanCache.key(op, group_id), op.sms)
         run = self._isolated_runs.get(shape)
         if run is None:
             assert self.isolated is not None
-            run = self._isolated_runs[shape] = self.isolated(self.plans.phases(op, op.group))
-        duration, flows = run
-        self._replayed_flows += len(flows)
-        start = self.env.now
+            duration, flows = self.isolated(self.plans.phases(op, op.group))
+            sms = max(self.contention.kernel_sms(op), 0) if self.contention is not None and duration > 0 else 0
+            run = self._isolated_runs[shape] = (duration, flows, len(flows), sms)
+        duration, flows, rows, sms = run
+        self._replayed_flows += rows
         if duration > 0:
-            contention = self.contention
-            if contention is not None:
-                contention.hold(op, ranks, 1)
+            if self.contention is not None and sms:
+                self.contention.hold(ranks, op.category, sms)
             self.env.timeout(duration).callbacks.append(
-                lambda _event: self._replayed(op, ranks, done, flows, start, contention))
+                partial(self._replayed, op, ranks, done, flows, self.env.now, sms))
         else:
-            self._replayed(op, ranks, done, flows, start, None)
+            self._replayed(op, ranks, done, flows, self.env.now, 0)
+        return done
 
     def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
-                  start: float, contention: Contention | None) -> None:
-        """Log the replayed collective's flows and rows, release the SMs it held in ``contention`` (None for a
-        collective of no duration, which held none) and its members."""
+                  start: float, sms: int, _event: simpy.Event | None = None) -> None:
+        """Log the replayed collective's flows and rows, release the ``sms`` SMs its kernel held (0: none, or no
+        contention) and its members."""
         self.log.replayed_flows(op.key, start, flows)
-        if contention is not None:
-            contention.hold(op, ranks, -1)
+        if self.contention is not None and sms:
+            self.contention.release(ranks, op.category, sms)
         self._record(op, ranks, start)
         done.succeed()
 
@@ -324,7 +337,11 @@ class Engine:
         if len(self._rendezvous) > 8:
             lines.append(f"and {len(self._rendezvous) - 8} more collectives")
         if not lines:
-            for (rank, stream), blocked in sorted(self._pending.items())[:8]:
+            finished = self._finished_ops
+            blocked_at = ((slot, next(op for op in ops if op.id not in finished))
+                          for slot, ops, _turn in sorted(self._streams, key=itemgetter(0))
+                          if not finished.issuperset(op.id for op in ops))
+            for (rank, stream), blocked in islice(blocked_at, 8):
                 lines.append(f"rank {rank} stream {stream!r} blocked at {blocked.name!r} (waits for ops "
                              f"{list(blocked.deps)})")
         return "deadlock: " + "; ".join(lines)
