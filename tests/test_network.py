@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.collectives.execute import PlanRunner
+from simulator.collectives.phases import Phase
+from simulator.collectives.phases import Transfer as PhaseTransfer
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.faults.rerouting import Rerouter
@@ -294,6 +297,23 @@ def test_flows_due_together_up_to_float_dust_finish_in_one_event():
     assert net.wake_ups == 1
 
 
+def test_a_flow_finishes_with_an_earlier_one_only_within_its_own_tolerance():
+    # Alone on their links: a->b 1 GB at 10 GB/s ends at 0.1 s; b->a carries 1 GB * (1 + 0.5e-9), half its
+    # tolerance (1e-9 of its size) later, so it ends with it; b->c carries 0.1 GB * (1 + 1.5e-9) at 1 GB/s,
+    # 1.5 tolerances later: it is not ready at 0.1 s and ends on its own, logged after the other two.
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.run_phase([(topo.path(1, 2), 0.1 * GB * (1 + 1.5e-9), 0.0, 1, 2), (topo.path(0, 1), 1 * GB, 0.0, 0, 1),
+                   (topo.path(1, 0), 1 * GB * (1 + 0.5e-9), 0.0, 1, 0)])
+    env.run()
+    frame = log.to_frame()
+    assert list(frame["dst"]) == [1, 0, 2]
+    assert list(frame["end_s"]) == [0.1, 0.1, env.now] and env.now == pytest.approx(0.1 * (1 + 1.5e-9), rel=EXACT)
+    assert net.wake_ups == 2
+
+
 def test_resolve_is_limited_to_the_component_that_changed():
     # Four long flows g0->g2 and two short flows g2->g3 share no directed link: starting and ending the short
     # ones re-solves only those two flows and leaves the long ones' finish time alone.
@@ -555,3 +575,148 @@ def test_idle_path_groups_are_dropped_when_a_capacity_changes():
     env.run(env.process(phases()))
     assert groups == [2, 0, 1]
     assert env.now == pytest.approx(0.3, rel=EXACT)
+
+
+def star_topology(gpus: int) -> Topology:
+    """``gpus`` GPUs g0, g1, ... each on a 100 GB/s NVLink to one switch s."""
+    graph = Wiring()
+    names = [f"g{index}" for index in range(gpus)]
+    for name in names:
+        add_link(graph, name, "s", bandwidth=100 * GB, latency=0.0, link_class="nvlink")
+    return Topology(name="star", wiring=graph, gpus=names, gpu_host=list(range(gpus)), gpu_local=[0] * gpus)
+
+
+def test_a_slow_flow_with_a_wide_tolerance_leaves_the_other_wake_ups_alone():
+    # Star, 100 GB/s links. One link degraded to 1e-8 of it (1 kB/s) carries 1 GB: it would end at 1e6 s, its
+    # tolerance 1e-3 s. k flows on links of their own end 1 us apart from 1 ms (each its bytes over 100 GB/s),
+    # one per wake-up. One more flow alone, 100 GB/s x (1e6 - 5e-4) s of bytes, is ready long before it ends too:
+    # it ends first, and the slow flow, ready 1e-3 s before its end, with it.
+    k = 300
+    topo = star_topology(2 * k + 4)
+    slow, long = topo.path(2 * k, 2 * k + 1), topo.path(2 * k + 2, 2 * k + 3)
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.scale_capacity([slow[0]], 1e-8)
+    ends = [1e-3 + index * 1e-6 for index in range(k)]
+    long_end = 1e6 - 5e-4
+    net.run_phase([(slow, 1 * GB, 0.0, 2 * k, 2 * k + 1), (long, 100 * GB * long_end, 0.0, 2 * k + 2, 2 * k + 3)]
+                  + [(topo.path(index, k + index), 100 * GB * end, 0.0, index, k + index)
+                     for index, end in enumerate(ends)])
+    env.run()
+    frame = log.to_frame()
+    assert list(frame["src"]) == [*range(k), 2 * k + 2, 2 * k]
+    assert list(frame["end_s"]) == pytest.approx([*ends, long_end, long_end], rel=EXACT)
+    assert net.wake_ups == k + 1
+
+
+def test_a_flow_moved_onto_a_running_group_as_it_finishes_leaves_the_group_rates_alone():
+    # The diamond with s0-m0 at half capacity (5 GB/s): x, 0.5 GB over m0, ends at 0.1 s, the instant s0-m0
+    # fails and moves it onto y's route over m1 (y: 10 GB alone at 10 GB/s, ending at 1.0 s). x finishes
+    # there at once and y's rate never changes.
+    topo = diamond_topology()
+    rerouter = Rerouter(topo)
+    link = topo.link_index
+    detour = (link[("g0", "s0")], link[("s0", "m1")], link[("m1", "s1")], link[("s1", "g1")])
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.scale_capacity([link[("s0", "m0")]], 0.5)
+
+    def fail():
+        yield env.timeout(0.1)
+        rerouter.take_down([("s0", "m0")])
+        net.take_down([link[("s0", "m0")], link[("m0", "s0")]])
+
+    env.process(fail())
+    net.run_phase([(topo.path(0, 1, 0), 0.5 * GB, 0.0, 0, 1, 0)], key="x")
+    net.run_phase([(detour, 10 * GB, 0.0, 0, 1, 0)], key="y")
+    env.run()
+    assert end_times(log) == pytest.approx({"x": 0.1, "y": 1.0}, rel=EXACT)
+
+
+def test_a_flow_whose_latency_ends_as_its_link_fails_starts_on_the_new_route():
+    # The diamond: a 1 GB transfer g0 -> g1 over m0 waits 0.05 s of latency, and s0-m0 fails at 0.05 s. It
+    # starts on s0 - m1 - s1, where a 2 GB flow has run alone since 0 (0.5 GB sent): they share 10 GB/s, so it
+    # ends at 0.05 + 1 / 5 = 0.25 s and the other, 0.5 GB left then at 10 GB/s, at 0.3 s.
+    topo = diamond_topology()
+    rerouter = Rerouter(topo)
+    link = topo.link_index
+    detour = (link[("g0", "s0")], link[("s0", "m1")], link[("m1", "s1")], link[("s1", "g1")])
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.run_phase([(topo.path(0, 1, 0), 1 * GB, 0.05, 0, 1, 0)], key="moved")
+
+    def fail():
+        yield env.timeout(0.05)
+        rerouter.take_down([("s0", "m0")])
+        net.take_down([link[("s0", "m0")], link[("m0", "s0")]])
+
+    env.process(fail())
+    net.run_phase([(detour, 2 * GB, 0.0, 0, 1, 1)], key="other")
+    env.run()
+    assert end_times(log) == pytest.approx({"moved": 0.25, "other": 0.3}, rel=EXACT)
+    assert [link[("s0", "m1")] in route for route in log.flow_routes()] == [True, True]
+
+
+def test_a_flow_finishes_within_its_tolerance_after_the_heap_is_compacted():
+    # Line: a 30 GB flow on a-b (10 GB/s) shares it with 1,100 flows of 0.01 GB posted 1 ms after one another
+    # ends (5 GB/s each, 2 ms): each rise of its rate leaves a stale heap entry behind the live one, so the
+    # heap is compacted. It sends 0.02 GB per 3 ms, 22 GB by 3.3 s, and its last 8 GB alone, ending at 4.1 s.
+    # Then b->a carries 1 GB (0.1 s) and b->c 0.1 GB * (1 + 0.5e-9) at 1 GB/s, half a tolerance later: it
+    # ends with the first.
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    net.run_phase([(topo.path(0, 1), 30 * GB, 0.0, 0, 1)], key="long")
+    heap_sizes = []
+
+    def shorts():
+        for _ in range(1100):
+            heap_sizes.append(len(net._by_finish))
+            yield net.run_phase([(topo.path(0, 1), 0.01 * GB, 0.0, 0, 1)], key="short")
+            yield env.timeout(1e-3)
+        yield env.timeout(4.1 - env.now)
+        net.run_phase([(topo.path(1, 0), 1 * GB, 0.0, 1, 0), (topo.path(1, 2), 0.1 * GB * (1 + 0.5e-9), 0.0, 1, 2)],
+                      key="last")
+
+    env.process(shorts())
+    env.run()
+    frame = log.to_frame()
+    assert max(heap_sizes) > 1024 > heap_sizes[-1]
+    assert frame["end_s"].iloc[1099] == pytest.approx(3.3 - 1e-3, rel=1e-12)
+    assert list(frame["key"].iloc[-3:]) == ["long", "last", "last"]
+    assert list(frame["end_s"].iloc[-3:]) == pytest.approx([4.1, 4.2, 4.2], rel=1e-12)
+    assert frame["end_s"].iloc[-1] == frame["end_s"].iloc[-2]
+
+
+def test_a_collective_with_mirrors_is_parsed_once_and_posted_at_every_instance():
+    # Dumbbell: a one-phase plan g0 -> g2 and its mirror g1 -> g3 run as one batch; both share the 10 GB/s
+    # core, 1 GB each at 5 GB/s: 0.2 s an instance. The plan runner posts the same parsed batch each time,
+    # and parses it again only when the routes change.
+    topo = dumbbell_topology()
+    plans = [[Phase((PhaseTransfer(0, 2, 1 * GB),))], [Phase((PhaseTransfer(1, 3, 1 * GB),))]]
+    env = simpy.Environment()
+    net = Network(env, topo)
+    runner = PlanRunner(net, topo)
+    posted = []
+    run_phase = net.run_phase
+
+    def recording(transfers, *, key=""):
+        posted.append(transfers)
+        return run_phase(transfers, key=key)
+
+    net.run_phase = recording
+
+    def instances():
+        yield from runner.run_plans(env, plans, "x")
+        yield from runner.run_plans(env, plans, "x")
+        topo.routes_version += 1
+        yield from runner.run_plans(env, plans, "x")
+
+    env.run(env.process(instances()))
+    assert env.now == pytest.approx(0.6, rel=EXACT)
+    assert all(isinstance(transfers, Transfers) and len(transfers) == 2 for transfers in posted)
+    assert posted[0] is posted[1] and posted[2] is not posted[1]

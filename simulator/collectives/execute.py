@@ -6,7 +6,7 @@ path latency: the k identical steps cost the same as k separate batches while ra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import simpy
@@ -35,15 +35,16 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
 class PlanRunner:
     """Runs plans on one network. A phase's items are worked out (and parsed as `Transfers`) once and reused
     while the routes stay the same: the plan cache hands out one phase object for every instance of a
-    collective."""
+    collective, and one list of plans for every instance of a collective with its mirrors."""
 
     def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None):
         self.network = network
         self.topology = topology
         self.quotient = quotient
-        self._items: dict[int, tuple[Phase, int, Transfers]] = {}
+        self._items: dict[int, tuple[Phase, int, list[tuple]]] = {}
+        self._transfers: dict[int, tuple[object, int, Transfers]] = {}
 
-    def transfers(self, phase: Phase) -> Transfers:
+    def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
         unique); with a replica ``quotient``, only the kept sources' items, with the paths they contend on."""
         version = self.topology.routes_version
@@ -52,7 +53,20 @@ class PlanRunner:
             items = phase_items(self.topology, phase)
             if self.quotient is not None:
                 items = self.quotient.items(items)
-            cached = self._items[id(phase)] = (phase, version, Transfers(items))
+            cached = self._items[id(phase)] = (phase, version, items)
+        return cached[2]
+
+    def transfers(self, phase: Phase) -> Transfers:
+        """`items` of ``phase`` parsed, under the current routes."""
+        return self._parsed(phase, lambda: self.items(phase))
+
+    def _parsed(self, source: object, items: Callable[[], list[tuple]]) -> Transfers:
+        """``items()`` parsed once per ``source`` (a phase, or a list of plans, kept referenced so its id stays
+        unique) while the routes stay the same."""
+        version = self.topology.routes_version
+        cached = self._transfers.get(id(source))
+        if cached is None or cached[1] != version:
+            cached = self._transfers[id(source)] = (source, version, Transfers(items()))
         return cached[2]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
@@ -67,7 +81,11 @@ class PlanRunner:
         same as running them side by side; longer plans run as separate processes so none waits at another's
         phase barrier."""
         if all(len(plan) == 1 for plan in plans):
-            yield self.network.run_phase([item for plan in plans for item in self.transfers(plan[0]).items], key=key)
+            if len(plans) == 1:
+                yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
+            else:
+                joined = self._parsed(plans, lambda: [item for plan in plans for item in self.items(plan[0])])
+                yield self.network.run_phase(joined, key=key)
             return
         if self.quotient is not None:
             plans = [plan for plan in plans if any(self.transfers(phase) for phase in plan)]

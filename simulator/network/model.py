@@ -47,21 +47,20 @@ class Transfers:
     first-seen order, the transfers that finish as soon as their latency is over (no bytes or no links) and
     those that start a flow of their own, each with its ``twins``: later transfers of the phase with the same
     path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. A
-    plan runner keeps one per phase of a collective and posts it again each time; ``items`` are the tuples as
-    given."""
+    plan runner keeps one per phase of a collective (or per set of single-phase plans run together) and posts
+    it again each time."""
 
-    __slots__ = ("channel", "count", "dst", "items", "latency", "nbytes", "paths", "routes", "src", "starts")
+    __slots__ = ("channel", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
 
     def __init__(self, items: Sequence[tuple]):
-        self.items = items
         self.count = len(items)
-        self.paths: list[tuple[int, ...]] = []
-        self.routes: list[tuple[int, ...]] = []
-        self.nbytes: list[float] = []
-        self.latency: list[float] = []
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.channel: list[int] = []
+        paths: list[tuple[int, ...]] = []
+        routes: list[tuple[int, ...]] = []
+        nbytes_of: list[float] = []
+        latency_of: list[float] = []
+        src_of: list[int] = []
+        dst_of: list[int] = []
+        channel_of: list[int] = []
         by_latency: dict[float, tuple[list[int], list[tuple[int, list[int]]]]] = {}
         twins_of: dict[tuple[float, tuple[int, ...], float], list[int]] = {}
         for index, item in enumerate(items):
@@ -75,13 +74,13 @@ class Transfers:
                 src, dst = (item[3], item[4]) if len(item) >= 5 else (-1, -1)
                 channel = 0
             path, nbytes, latency = tuple(path), float(nbytes), float(latency)
-            self.paths.append(path)
-            self.routes.append(path if route is None else tuple(route))
-            self.nbytes.append(nbytes)
-            self.latency.append(latency)
-            self.src.append(src)
-            self.dst.append(dst)
-            self.channel.append(channel)
+            paths.append(path)
+            routes.append(path if route is None else tuple(route))
+            nbytes_of.append(nbytes)
+            latency_of.append(latency)
+            src_of.append(src)
+            dst_of.append(dst)
+            channel_of.append(channel)
             empty, leaders = by_latency.setdefault(latency, ([], []))
             if nbytes > 0 and path:
                 twins = twins_of.setdefault((latency, path, nbytes), [])
@@ -90,8 +89,11 @@ class Transfers:
                     leaders.append((index, twins))
             else:
                 empty.append(index)
-        self.starts = [(latency, empty, [(index, tuple(twins[1:])) for index, twins in leaders])
-                       for latency, (empty, leaders) in by_latency.items()]
+        self.paths, self.routes = tuple(paths), tuple(routes)
+        self.nbytes, self.latency = tuple(nbytes_of), tuple(latency_of)
+        self.src, self.dst, self.channel = tuple(src_of), tuple(dst_of), tuple(channel_of)
+        self.starts = tuple((latency, tuple(empty), tuple((index, tuple(twins[1:])) for index, twins in leaders))
+                            for latency, (empty, leaders) in by_latency.items())
 
     def __len__(self) -> int:
         return self.count
@@ -175,13 +177,12 @@ class _Flow:
 
 class _PathGroup:
     """The active flows contending on one path. Max-min fairness gives them one ``rate``, so a group, not
-    each flow, is registered on the links, reached by a component search and solved. A group lives as long
-    as the network (its ``number`` orders a component's groups the same way whenever they meet again);
-    ``weight`` counts its transfers (flows and their twins); ``joined`` holds the flows added since the last
-    solve and still in the group, the only ones whose rate may differ from it; ``link_sets`` are the
-    network's sets of the groups active on each link of its path. A group lives while it has flows, and an
-    idle one until the remembered solves are forgotten; its ``number`` is never reused (a component's groups
-    are ordered and remembered by their numbers)."""
+    each flow, is registered on the links, reached by a component search and solved. ``weight`` counts its
+    transfers (flows and their twins); ``joined`` holds the flows added since the last solve and still in the
+    group, the only ones whose rate may differ from it; ``link_sets`` are the network's sets of the groups
+    active on each link of its path. A group lives while it has flows, and an idle one until the remembered
+    solves are forgotten; its ``number`` is never reused (a component's groups are ordered and remembered by
+    their numbers)."""
 
     __slots__ = ("flows", "joined", "link_sets", "number", "path", "rate", "weight")
 
@@ -299,10 +300,10 @@ class Network:
             bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
         return bottleneck
 
-    def _on_latency_over(self, phase: _Phase, empty: list[int], flows: list[_Flow], _event: simpy.Event) -> None:
+    def _on_latency_over(self, phase: _Phase, empty: Sequence[int], flows: list[_Flow], _event: simpy.Event) -> None:
         self._begin(phase, empty, flows)
 
-    def _begin(self, phase: _Phase, empty: list[int], flows: list[_Flow]) -> None:
+    def _begin(self, phase: _Phase, empty: Sequence[int], flows: list[_Flow]) -> None:
         """Finish the transfers ``empty`` of ``phase`` now and make ``flows`` active (moved off failed links),
         asking for one re-solve at this instant."""
         routes = phase.transfers.routes
@@ -335,9 +336,11 @@ class Network:
 
     def take_down(self, links: Sequence[int]) -> None:
         """``links`` failed (the topology already routes around them): flows in flight on them continue on
-        their new route with the bytes they have left; flows still in their latency are rerouted as they start."""
+        their new route with the bytes they have left; flows still in their latency are rerouted as they start,
+        and those whose latency ended at this instant (not yet on the links) now."""
         self._down.update(links)
         self._bottleneck.clear()
+        self._starting = list(chain.from_iterable(map(self._rerouted, self._starting)))
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
         for flow in moving:
