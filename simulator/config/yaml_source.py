@@ -84,16 +84,26 @@ class DuplicateKey(Exception):
         self.path, self.line, self.first_line = path, line, first_line
 
 
+def _load(text: str, lines: dict[FieldPath, int]) -> object:
+    """The data of ``text``, parsed once: the lines of the node tree go into ``lines`` before it is
+    constructed."""
+    loader = _LineLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _compose_lines(node, (), lines)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[object, dict[FieldPath, int]]:
     """Parse YAML text; return the data and a map from field path to line number (1-based). A key given twice
     in one mapping, nesting deeper than MAX_DEPTH and more than MAX_VALUES values are errors."""
     lines: dict[FieldPath, int] = {}
     try:
-        node = yaml.compose(text, Loader=_LineLoader)
-        if node is None:
-            return None, lines
-        _compose_lines(node, (), lines)
-        return yaml.load(text, Loader=_LineLoader), lines
+        return _load(text, lines), lines
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
