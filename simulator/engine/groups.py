@@ -1,8 +1,9 @@
 """Small integer ids for process groups, so that a group of 16,384 ranks is hashed once, not once per op.
 
 Python does not cache the hash of a tuple: every dict lookup keyed by a group costs O(group size), and doing
-it per member op makes a collective over N ranks cost O(N^2). The ops of one group usually share one tuple
-object, so the id is looked up by object identity first and the tuple is hashed only for a new object.
+it per member op makes a collective over N ranks cost O(N^2). The id is looked up by object identity first
+and the tuple is hashed only for an object not seen before: the ops of one group carry only a few tuple objects
+among them in most programs (the long-context run's engine meets 2,032 objects for its 80 groups).
 """
 
 from __future__ import annotations

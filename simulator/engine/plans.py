@@ -10,6 +10,7 @@ import numpy as np
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.engine.groups import GroupIds
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
 from simulator.topology.periods import NO_IMAGE, Periods
@@ -42,9 +43,7 @@ class PlanCache:
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
-        self._mirrored: dict[tuple, tuple[tuple[int, ...], tuple, tuple, list[list[Phase]]]] = {}
         self._algorithms: dict[tuple, str] = {}
-        self._sends: dict[tuple, tuple[tuple[int, ...], tuple, dict[int, float] | None]] = {}
         self._periods: Periods | None = None
         self._periods_found = False
         self._tables: dict[tuple, tuple[tuple, LinkTable]] = {}
@@ -59,12 +58,6 @@ class PlanCache:
         for (`auto` is resolved from these and the run's fixed defaults). ``group`` is the member tuple or
         anything naming it one to one (the engine's dense group id: cheaper to hash than a 16k-rank tuple)."""
         return (op.op, group, op.nbytes, op.root, op.algorithm, op.pair_bytes)
-
-    @staticmethod
-    def identity_key(op: CollectiveOp) -> tuple:
-        """`key` with the group and the pair sizes named by their objects' identities, cheap at every instance:
-        for caches that keep those objects referenced next to what they hold, so the identities stay unique."""
-        return (op.op, id(op.group), op.nbytes, op.root, op.algorithm, id(op.pair_bytes))
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
@@ -88,34 +81,23 @@ class PlanCache:
         return phases
 
     def mirrored_phases(self, op: CollectiveOp, mirrors: tuple[tuple[int, ...], ...]) -> list[list[Phase]]:
-        """The plans of ``op`` over its group and each of its (kept) ``mirrors``, in that order. Ops of one shape
-        share their group and mirror tuples, so the list is found by those objects' identities rather than by
-        hashing every mirror group at every instance (the tuples are kept referenced, so the identities stay
-        unique)."""
-        key = (self.identity_key(op), id(mirrors))
-        found = self._mirrored.get(key)
-        if found is None:
-            plans = [self.phases(op, group) for group in (op.group, *mirrors)]
-            found = self._mirrored[key] = (op.group, mirrors, op.pair_bytes, plans)
-        return found[3]
+        """The plans of ``op`` over its group and each of its (kept) ``mirrors``, in that order: a new list each
+        call (the engine keeps one per collective shape)."""
+        return [self.phases(op, group) for group in (op.group, *mirrors)]
 
-    def send_excess(self, op: CollectiveOp) -> float:
-        """The bytes a member of ``op``'s group sends in its plan on average, less what ``op.rank`` sends: 0 where
-        every member sends alike (a ring), not for a tree's inner ranks and leaves or a skewed all-to-all. A
-        folded run adds it to its representative's flows to report the mean over the GPUs, as an unfolded run
-        does (its mirror groups are images of the group)."""
-        key = self.identity_key(op)
-        found = self._sends.get(key)
-        if found is None:
-            sent: dict[int, float] = dict.fromkeys(op.group, 0.0)
-            for phase in self.phases(op, op.group):
-                for t in phase.transfers:
-                    sent[t.src] += t.nbytes * phase.repeat
-            mean = sum(sent.values()) / len(sent)
-            excess = None if min(sent.values()) == max(sent.values()) else {
-                rank: mean - own for rank, own in sent.items()}
-            found = self._sends[key] = (op.group, op.pair_bytes, excess)
-        return found[2][op.rank] if found[2] is not None else 0.0
+    def send_excess(self, op: CollectiveOp) -> dict[int, float] | None:
+        """Per member of ``op``'s group, the bytes a member sends in its plan on average less what that member
+        sends; None where every member sends alike (a ring), not for a tree's inner ranks and leaves or a skewed
+        all-to-all. A folded run adds it to its representative's flows to report the mean over the GPUs, as an
+        unfolded run does (its mirror groups are images of the group)."""
+        sent: dict[int, float] = dict.fromkeys(op.group, 0.0)
+        for phase in self.phases(op, op.group):
+            for t in phase.transfers:
+                sent[t.src] += t.nbytes * phase.repeat
+        if min(sent.values()) == max(sent.values()):
+            return None
+        mean = sum(sent.values()) / len(sent)
+        return {rank: mean - own for rank, own in sent.items()}
 
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
@@ -232,18 +214,27 @@ class PlanCache:
 
 def folded_send_excess(ops: Sequence[Op], plans: PlanCache) -> dict[str, float]:
     """Per category, the bytes a folded run's collectives send per member on average beyond what its simulated
-    ranks send (`PlanCache.send_excess`, summed over their collective ops). A group whose members are all
-    simulated (a pipeline send between stage representatives) already counts every member's flows."""
+    ranks send (`PlanCache.send_excess`, summed over their collective ops), worked out once per collective shape
+    (its group named by a dense id: ops of one group mostly carry tuples of their own). A group whose members are
+    all simulated (a pipeline send between stage representatives) already counts every member's flows."""
     simulated = {op.rank for op in ops}
+    group_ids = GroupIds()
     partly_simulated: dict[int, bool] = {}
+    excess_of: dict[tuple, dict[int, float] | None] = {}
     excess: dict[str, float] = {}
     for op in ops:
         if not isinstance(op, CollectiveOp):
             continue
-        partly = partly_simulated.get(id(op.group))
+        group_id = group_ids.id(op.group)
+        partly = partly_simulated.get(group_id)
         if partly is None:
-            partly = partly_simulated[id(op.group)] = not simulated.issuperset(op.group)
-        extra = plans.send_excess(op) if partly else 0.0
-        if extra:
-            excess[op.category] = excess.get(op.category, 0.0) + extra
+            partly = partly_simulated[group_id] = not simulated.issuperset(op.group)
+        if not partly:
+            continue
+        key = PlanCache.key(op, group_id)
+        if key not in excess_of:
+            excess_of[key] = plans.send_excess(op)
+        extra = excess_of[key]
+        if extra is not None and extra[op.rank]:
+            excess[op.category] = excess.get(op.category, 0.0) + extra[op.rank]
     return excess
