@@ -176,6 +176,31 @@ def test_cross_ordered_collectives_deadlock_with_a_report():
     assert "'Y'" in message and "waits for ranks [0]" in message
 
 
+def _compute(op_id: int, rank: int, name: str, deps: tuple[int, ...] = (), stream: str = "compute") -> ComputeOp:
+    return ComputeOp(id=op_id, rank=rank, stream=stream, name=name, duration=1e-3, deps=deps)
+
+
+@pytest.mark.parametrize("ops, blocked", [
+    # A cycle across ranks: a1 waits for b1, which waits for a1 (a0, finished, is not listed).
+    ([_compute(0, 0, "a0"), _compute(1, 0, "a1", (0, 3)), _compute(2, 1, "b0"), _compute(3, 1, "b1", (1,))],
+     "rank 0 stream 'compute' blocked at 'a1' (waits for ops [3]); "
+     "rank 1 stream 'compute' blocked at 'b1' (waits for ops [1])"),
+    # A cycle on an asynchronous stream: each op is a stream of its own, named by its id.
+    ([_compute(0, 0, "p0", (1,), "p2p"), _compute(1, 0, "p1", (0,), "p2p")],
+     "rank 0 stream 'p2p#0' blocked at 'p0' (waits for ops [1]); "
+     "rank 0 stream 'p2p#1' blocked at 'p1' (waits for ops [0])"),
+    # An op that depends on a later op of its own stream.
+    ([_compute(0, 0, "c0"), _compute(1, 0, "c1", (0, 2)), _compute(2, 0, "c2")],
+     "rank 0 stream 'compute' blocked at 'c1' (waits for ops [2])"),
+])
+def test_a_dependency_deadlock_names_each_blocked_stream_its_op_and_what_it_still_waits_for(ops, blocked):
+    """With no collective waiting, the report names each stream that stopped, the op it stopped at and that
+    op's dependencies not finished, in rank and stream order."""
+    with pytest.raises(SimulationError) as caught:
+        run_ops(load_topology("dgx-h100"), ops, NetworkSettings(), async_streams=frozenset({"p2p"}))
+    assert str(caught.value) == f"deadlock: {blocked}"
+
+
 def _joins(rank_ops: dict[int, list[str]], sizes: dict[int, float] | None = None) -> list:
     """Each rank's ops in order: "X" joins the all-reduce X over GPUs 0 and 1 (of ``sizes[rank]`` bytes, 1 MiB
     unless given), "wait" is a 1 ms kernel first."""

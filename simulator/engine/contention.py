@@ -35,7 +35,7 @@ class Kernel:
     its time SMs limit (``sm_bound``), the SMs it was launched without (``reserved``), the timeout at which it
     ends at that rate, and whether a new one is on its way (the rate changed)."""
 
-    gpu: _Gpu
+    gpu: Gpu
     left: float
     rate: float
     since: float
@@ -75,7 +75,7 @@ RESERVED = "reserved"
 
 
 @dataclass(slots=True)
-class _Gpu:
+class Gpu:
     """One GPU's SMs: those communication kernels hold, by op category and in all, and the compute-bound
     kernels running."""
 
@@ -98,7 +98,7 @@ class Contention:
         self.env = env
         self.share = share
         self.kernel_sms = kernel_sms
-        self._gpus: dict[int, _Gpu] = defaultdict(_Gpu)
+        self._gpus: dict[int, Gpu] = defaultdict(Gpu)
         self._sm_rates = [share.rate(held) for held in range(share.sms)]
         """``share.rate`` of each count of SMs held below the GPU's (beyond, the rate of one SM left)."""
         self.lost_s: dict[str, float] = defaultdict(float)
@@ -142,7 +142,7 @@ class Contention:
                         kernel.rescheduling = True
                         Urgent(self.env, partial(self._reschedule, kernel))
 
-    def _settle(self, gpu: _Gpu) -> None:
+    def _settle(self, gpu: Gpu) -> None:
         """Book the work the GPU's kernels did since their last change, and the time lost to each holder (the
         share of the SMs it holds) and to idle reserved SMs."""
         now = self.env.now

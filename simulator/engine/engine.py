@@ -204,7 +204,8 @@ class Engine:
 
     def _group_facts(self, group: tuple[int, ...]) -> tuple[int, frozenset[int], int]:
         """A group's id, member set and how many of its members have a program, worked out once per group
-        object (the ops of one group share their tuple; the cache keeps it referenced, so its id stays unique)."""
+        value and found by the tuple object's identity (the ops of one group carry a few tuple objects among
+        them, not one each; the cache keeps each referenced, so its id stays unique)."""
         known = self._group_facts_of.get(id(group))
         if known is None:
             group_id = self._group_ids.id(group)
@@ -258,18 +259,18 @@ class Engine:
         """Run the collective's phases, and those of its mirrors (the same collective of folded replicas,
         which share the fabric with it), all at once; then log its row for every member that took part,
         release the SMs it held and release the members."""
-        op, contention = meeting.template, self.contention
+        op = meeting.template
         start = self.env.now
         mirrors = self.sharing.mirrors_of(op)
         plans, sms = self._planned(op, meeting.group_id, mirrors)
-        if contention is not None and sms:
-            contention.hold(meeting.arrived, op.category, sms)
+        if sms:
+            self._contention.hold(meeting.arrived, op.category, sms)
         if mirrors:
             yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, plans[0], op.key)
-        if contention is not None and sms:
-            contention.release(meeting.arrived, op.category, sms)
+        if sms:
+            self._contention.release(meeting.arrived, op.category, sms)
         self._record(op, meeting.arrived, start)
         meeting.done.succeed()
 
@@ -283,9 +284,22 @@ class Engine:
         known = self._planned_shapes.get(shape)
         if known is None:
             plans = self.plans.mirrored_phases(op, mirrors) if mirrors else [self.plans.phases(op, op.group)]
-            sms = max(self.contention.kernel_sms(op), 0) if self.contention is not None and any(plans) else 0
+            sms = self._kernel_sms(op, any(plans))
             known = self._planned_shapes[shape] = (mirrors, plans, sms)
         return known[1], known[2]
+
+    def _kernel_sms(self, op: CollectiveOp, takes_time: bool) -> int:
+        """The SMs ``op``'s kernel holds on each member GPU: 0 with contention off or where the collective takes
+        no time, so that a nonzero count is what says to `hold` and `release` them."""
+        if self.contention is None or not takes_time:
+            return 0
+        return max(self.contention.kernel_sms(op), 0)
+
+    @property
+    def _contention(self) -> Contention:
+        """The contention model, for the code that holds SMs (only a run with contention on gets a count)."""
+        assert self.contention is not None
+        return self.contention
 
     def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
         for rank in ranks:
@@ -302,13 +316,13 @@ class Engine:
         if run is None:
             assert self.isolated is not None
             duration, flows = self.isolated(self.plans.phases(op, op.group))
-            sms = max(self.contention.kernel_sms(op), 0) if self.contention is not None and duration > 0 else 0
+            sms = self._kernel_sms(op, duration > 0)
             run = self._isolated_runs[shape] = (duration, flows, len(flows), sms)
         duration, flows, rows, sms = run
         self._replayed_flows += rows
         if duration > 0:
-            if self.contention is not None and sms:
-                self.contention.hold(ranks, op.category, sms)
+            if sms:
+                self._contention.hold(ranks, op.category, sms)
             self.env.timeout(duration).callbacks.append(
                 partial(self._replayed, op, ranks, done, flows, self.env.now, sms))
         else:
@@ -320,14 +334,15 @@ class Engine:
         """Log the replayed collective's flows and rows, release the ``sms`` SMs its kernel held (0: none, or no
         contention) and its members."""
         self.log.replayed_flows(op.key, start, flows)
-        if self.contention is not None and sms:
-            self.contention.release(ranks, op.category, sms)
+        if sms:
+            self._contention.release(ranks, op.category, sms)
         self._record(op, ranks, start)
         done.succeed()
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the
-        blocked streams; at most eight of either."""
+        blocked streams (each stream's first op not finished, and those of its dependencies not finished); at
+        most eight of either."""
         lines = []
         for key, meeting in sorted(self._rendezvous.items())[:8]:
             op = meeting.template
@@ -342,6 +357,6 @@ class Engine:
                           for slot, ops, _turn in sorted(self._streams, key=itemgetter(0))
                           if not finished.issuperset(op.id for op in ops))
             for (rank, stream), blocked in islice(blocked_at, 8):
-                lines.append(f"rank {rank} stream {stream!r} blocked at {blocked.name!r} (waits for ops "
-                             f"{list(blocked.deps)})")
+                waits = [dep for dep in blocked.deps if dep not in finished]
+                lines.append(f"rank {rank} stream {stream!r} blocked at {blocked.name!r} (waits for ops {waits})")
         return "deadlock: " + "; ".join(lines)
