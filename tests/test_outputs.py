@@ -25,12 +25,14 @@ import pytest
 
 import simulator
 from simulator.cli import main
+from simulator.config.loader import load_scenario
 from simulator.engine.groups import GroupIds
 from simulator.metrics.events import COLUMNS, EventLog, FlowBlock, FlowRoutes
 from simulator.metrics.link_load import BINS, link_load
 from simulator.metrics.step import grouped_sums
 from simulator.report import run_folder
 from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
+from simulator.simulation import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = REPO / "scenarios" / "allreduce-2x-dgx-h100.yaml"
@@ -300,6 +302,21 @@ def test_a_run_that_writes_no_timeline_builds_no_frame(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["manifest.json", "summary.json"]
+
+
+def test_default_outputs_are_written_without_pandas_and_read_back_as_the_frame(tmp_path):
+    """timeline.parquet (full timeline) and the trace are written from the log's columns by Arrow, without
+    importing pandas; read back, the parquet is the log's DataFrame row for row, with its dtypes."""
+    code = ("import sys\nfrom simulator.cli import main\nmain(sys.argv[1:])\n"
+            "print(sorted(name for name in ('pandas', 'matplotlib', 'rich') if name in sys.modules))")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", code, "run", str(TRAINING), "--set", "run.timeline=full", "--out",
+                           str(out), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    frame = simulate(load_scenario(TRAINING, ["run.timeline=full"])).timeline
+    assert len(frame) > 100 and (frame["kind"] == "flow").any()
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "timeline.parquet"), frame, check_exact=True)
 
 
 def test_grouped_sums_are_pandas_groupby_sums_to_the_bit():

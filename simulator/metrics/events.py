@@ -1,5 +1,6 @@
 """The columnar event log: one row per executed op or network flow, appended cheaply while the clock runs and
-turned into columns (and, on request, a DataFrame) at the end.
+turned into columns at the end: numpy arrays for the metrics, an Arrow table for timeline.parquet and, on
+request, a DataFrame.
 
 Op rows and flow rows are kept apart, each with only the columns that vary for them (a flow row's kind, stream,
 category, micro-batch, chunk and FLOPs are constants), and each op row notes how many flow rows came before it,
@@ -29,6 +30,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes",
            "flops", "src", "dst", "key")
@@ -217,16 +219,35 @@ class EventLog:
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
         dtype pandas infers for lists of strings (`str`, on Arrow), built from each column's distinct strings
-        and per-row codes (pandas' factorize, a replayed block's key coded once) rather than from a Python
-        object per row."""
+        and per-row codes (a replayed block's key coded once) rather than from a Python object per row."""
         import pandas as pd
 
+        merged = self._merged_columns()
+        if merged is None:
+            return pd.DataFrame({name: [] for name in COLUMNS}, columns=list(COLUMNS))
+        data = {name: values if distinct is None else _strings(values, distinct)
+                for name, (values, distinct) in merged.items()}
+        return pd.DataFrame(data, columns=list(COLUMNS))
+
+    def to_table(self) -> pa.Table:
+        """The log as an Arrow table: the rows and columns of `to_frame`, text as Arrow large strings (what
+        pandas' `str` columns are stored as), built without pandas; timeline.parquet is written from it."""
+        import pyarrow as pa
+
+        merged = self._merged_columns()
+        if merged is None:
+            return pa.table({name: pa.array([], type=_arrow_type(name)) for name in COLUMNS})
+        return pa.table({name: _arrow_column(values, distinct) for name, (values, distinct) in merged.items()})
+
+    def _merged_columns(self) -> dict[str, tuple[np.ndarray, list[str] | None]] | None:
+        """Each of COLUMNS over all rows in recording order: numbers as arrays, text as codes into a list of
+        distinct strings; None for an empty log."""
         ops = self._ops()
         table = self._flow_table()
         flows = {name: table.number(name) for name in FLOW_COLUMNS}
         total = ops + len(flows["src"])
         if not total:
-            return pd.DataFrame({name: [] for name in COLUMNS}, columns=list(COLUMNS))
+            return None
         ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
         floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
         op_rows = np.arange(ops) + ints[:, -1]
@@ -234,7 +255,7 @@ class EventLog:
         is_flow[op_rows] = False
         flow_rows = np.flatnonzero(is_flow)
         flow_values: dict[str, Any] = {**FLOW_CONSTANTS, **flows, "rank": flows["src"]}
-        data: dict[str, object] = {}
+        data: dict[str, tuple[np.ndarray, list[str] | None]] = {}
         for name in COLUMNS:
             if name in TEXT_COLUMNS:
                 distinct: list[str] = []
@@ -246,14 +267,14 @@ class EventLog:
                     distinct.extend(keys)
                 else:
                     merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
-                data[name] = _strings(merged, distinct)
+                data[name] = (merged, distinct)
             else:
                 own = ints[:, INT_COLUMNS.index(name)] if name in INT_COLUMNS else floats[:, FLOAT_COLUMNS.index(name)]
                 merged = np.empty(total, dtype=own.dtype)
                 merged[op_rows] = own
                 merged[flow_rows] = flow_values[name]
-                data[name] = merged
-        return pd.DataFrame(data, columns=list(COLUMNS))
+                data[name] = (merged, None)
+        return data
 
 
 class _FlowTable:
@@ -332,26 +353,55 @@ class _Layout:
 
 
 def _codes(values: list[str], distinct: list[str]) -> np.ndarray:
-    """Each value's index in ``distinct``, to which the values not seen before in this call are added (a
-    value may then appear in ``distinct`` more than once, which decoding does not mind)."""
-    import pandas as pd
-
-    codes, uniques = pd.factorize(_objects(values, len(values)))
+    """Each value's index in ``distinct``, to which the values not seen before in this call are added in order
+    of first appearance (a value may then appear in ``distinct`` more than once, which decoding does not mind)."""
     offset = len(distinct)
-    distinct.extend(uniques.tolist())
-    return codes + offset
+    distinct.extend(dict.fromkeys(values))
+    index = {value: code for code, value in enumerate(distinct[offset:], offset)}
+    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    """The Arrow type of a timeline column."""
+    import pyarrow as pa
+
+    if name in TEXT_COLUMNS:
+        return pa.large_string()
+    return pa.int64() if name in INT_COLUMNS else pa.float64()
+
+
+def _arrow_column(values: np.ndarray, distinct: list[str] | None) -> pa.Array:
+    """A timeline column as an Arrow array made from its buffers: numbers as they are, text (codes into
+    ``distinct``) as large strings. From buffers, not `pa.array`, whose first call imports pandas (0.3-0.4 s
+    of a command that has no other use for it)."""
+    import pyarrow as pa
+
+    if distinct is None:
+        numbers = np.ascontiguousarray(values)
+        kind = pa.int64() if numbers.dtype == np.int64 else pa.float64()
+        return pa.Array.from_buffers(kind, len(numbers), [None, pa.py_buffer(numbers)])
+    encoded = _objects(map(str.encode, distinct), len(distinct))
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))[values], out=offsets[1:])
+    data = b"".join(encoded[values].tolist())
+    return pa.Array.from_buffers(pa.large_string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _arrow_strings(codes: np.ndarray, values: list[str]) -> pa.Array:
+    """``values[codes]`` as an Arrow large-string array, decoded from a dictionary array."""
+    import pyarrow as pa
+
+    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(values, type=pa.large_string())).dictionary_decode()
 
 
 def _strings(codes: np.ndarray, values: list[str]):
     """``values[codes]`` as the column pandas makes of a list of these strings: on pandas' Arrow-backed `str`
     dtype (pandas 3) decoded from an Arrow dictionary array, otherwise the list itself."""
     import pandas as pd
-    import pyarrow as pa
 
     inferred = pd.Series(values).dtype
     if isinstance(inferred, pd.StringDtype) and inferred.storage == "pyarrow":
-        decoded = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(values, type=pa.large_string()))
-        return pd.array(decoded.dictionary_decode(), dtype=inferred)
+        return pd.array(_arrow_strings(codes, values), dtype=inferred)
     return _objects(values, len(values))[codes].tolist()
 
 

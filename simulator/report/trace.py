@@ -12,17 +12,16 @@ slice per network flow on the sending GPU's `net` thread. `run.trace_compress` g
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import orjson
 
 from simulator.metrics.link_load import LinkLoad
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from simulator.topology.graph import Topology
 
 CHUNK_ROWS = 20_000
@@ -33,6 +32,9 @@ class _Sink(Protocol):
     def write(self, data: bytes, /) -> int: ...
 
 
+Rows = Mapping[str, np.ndarray]
+"""Timeline columns by name, one array each (a DataFrame's columns as numpy arrays, or the log's)."""
+
 SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "chunk", "start_s", "end_s", "bytes", "flops", "src",
                  "dst")
 
@@ -42,13 +44,12 @@ def trace_name(compress: bool) -> str:
     return "trace.json.gz" if compress else "trace.json"
 
 
-def _threads(rows: pd.DataFrame, gpu_host: list[int]) -> tuple[dict[tuple[int, str], int], list[dict]]:
+def _threads(rows: Rows, gpu_host: list[int]) -> tuple[dict[tuple[int, str], int], list[dict]]:
     """Thread ids per (rank, stream), in sorted order, and the process/thread name metadata events."""
     threads: dict[tuple[int, str], int] = {}
     hosts: set[int] = set()
     events: list[dict] = []
-    pairs = rows[["rank", "stream"]].drop_duplicates()
-    for rank, stream in sorted(zip(pairs["rank"].tolist(), pairs["stream"].tolist())):
+    for rank, stream in sorted(set(zip(rows["rank"].tolist(), rows["stream"].tolist()))):
         host = gpu_host[rank]
         threads[(rank, stream)] = len(threads) + 1
         if host not in hosts:
@@ -60,13 +61,12 @@ def _threads(rows: pd.DataFrame, gpu_host: list[int]) -> tuple[dict[tuple[int, s
     return threads, events
 
 
-def _slices(rows: pd.DataFrame, gpu_host: list[int], threads: dict[tuple[int, str], int]) -> Iterator[list[dict]]:
+def _slices(rows: Rows, gpu_host: list[int], threads: dict[tuple[int, str], int]) -> Iterator[list[dict]]:
     """One complete ('X') event per row, in chunks of CHUNK_ROWS rows."""
-    for offset in range(0, len(rows), CHUNK_ROWS):
-        chunk = rows.iloc[offset:offset + CHUNK_ROWS]
+    for offset in range(0, len(rows["rank"]), CHUNK_ROWS):
         events = []
         for kind, rank, stream, name, category, virtual_stage, start, end, nbytes, flops, src, dst in zip(
-                *(chunk[column].tolist() for column in SLICE_COLUMNS)):
+                *(rows[column][offset:offset + CHUNK_ROWS].tolist() for column in SLICE_COLUMNS)):
             args: dict = {"bytes": nbytes}
             if flops:
                 args["flops"] = flops
@@ -111,15 +111,15 @@ def _write_events(stream: _Sink, chunks: Iterator[list[dict]]) -> None:
     stream.write(b'],"displayTimeUnit":"ns"}')
 
 
-def write_trace(path: Path, rows: pd.DataFrame, topology: Topology, *, flows: bool, load: LinkLoad | None,
+def write_trace(path: Path, rows: Rows, topology: Topology, *, flows: bool, load: LinkLoad | None,
                 compress: bool) -> None:
-    """Stream the trace of ``rows`` to ``path``: op slices, flow slices when ``flows``, and link counter tracks
-    when ``load`` is given."""
-    shown = rows[rows["rank"] >= 0]
-    if "chunk" not in shown.columns:
-        shown = shown.assign(chunk=-1)
+    """Stream the trace of ``rows`` (the SLICE_COLUMNS of the timeline's rows, ``chunk`` optional) to ``path``:
+    op slices, flow slices when ``flows``, and link counter tracks when ``load`` is given."""
+    kept = rows["rank"] >= 0
     if not flows:
-        shown = shown[shown["kind"] != "flow"]
+        kept &= rows["kind"] != "flow"
+    shown = {name: np.asarray(rows[name])[kept] for name in SLICE_COLUMNS if name in rows}
+    shown.setdefault("chunk", np.full(int(kept.sum()), -1, dtype=np.int64))
     threads, metadata = _threads(shown, topology.gpu_host)
 
     def chunks() -> Iterator[list[dict]]:

@@ -14,10 +14,11 @@ import orjson
 
 from simulator.metrics.link_load import LinkLoad, link_load
 from simulator.report.run_folder import trainsim_version, write_run_folder
-from simulator.report.trace import trace_name, write_trace
+from simulator.report.trace import SLICE_COLUMNS, trace_name, write_trace
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from simulator.config.loader import LoadedScenario
     from simulator.simulation import Result
@@ -28,9 +29,20 @@ def write_summary(summary: dict, path: Path) -> None:
     path.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-def write_timeline(frame: pd.DataFrame, path: Path) -> None:
-    """timeline.parquet, one row per op or flow."""
-    frame.to_parquet(path, index=False)
+def write_timeline(table: pa.Table, path: Path) -> None:
+    """timeline.parquet, one row per op or flow, written by Arrow (no pandas metadata: pandas reads the columns
+    back with the dtypes of `EventLog.to_frame` and a default index)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table.replace_schema_metadata(None), path)
+
+
+def trace_rows(result: Result, table: pa.Table | None, flows: bool) -> dict[str, np.ndarray]:
+    """The columns the trace reads: every row of ``table`` (the whole timeline) when the trace shows flows, else
+    the op rows alone, read off the log without building a timeline."""
+    if flows and table is not None:
+        return {name: table.column(name).to_numpy(zero_copy_only=False) for name in SLICE_COLUMNS}
+    return result.log.op_columns(SLICE_COLUMNS)
 
 
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
@@ -59,11 +71,13 @@ def scenario_digest(loaded: LoadedScenario) -> str:
 
 
 def link_tracks(result: Result) -> LinkLoad:
-    """The trace's per-link utilisation: links of the flows sent by ranks that ran ops, over the whole run."""
-    frame, summary = result.timeline, result.summary
-    flows = (frame["kind"] == "flow").to_numpy()
-    shown = set(frame.loc[~flows & (frame["rank"] >= 0), "rank"].unique().tolist())
-    start, end, nbytes, src = (frame.loc[flows, column].to_numpy() for column in ("start_s", "end_s", "bytes", "src"))
+    """The trace's per-link utilisation: links of the flows sent by ranks that ran ops, over the whole run (read
+    off the log's columns)."""
+    summary = result.summary
+    ranks = result.log.op_columns(("rank",))["rank"]
+    shown = set(np.unique(ranks[ranks >= 0]).tolist())
+    flows = result.log.flow_columns(("start_s", "end_s", "bytes", "src"))
+    start, end, nbytes, src = (flows[column] for column in ("start_s", "end_s", "bytes", "src"))
     makespan = float(summary.get("step_time_s", summary.get("makespan_s", 0.0)))
     return link_load(start, end, nbytes, src, result.flow_routes, np.asarray(result.topology.link_bandwidth), shown,
                      makespan)
@@ -76,9 +90,17 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
     run = loaded.scenario.run
 
     def write(stage: Path) -> None:
+        if run.timeline == "full":
+            table = result.log.to_table()
+            write_timeline(table, stage / "timeline.parquet")
+            rows = trace_rows(result, table, flows=run.trace == "full")
+        elif run.timeline == "per-stage":
+            import pyarrow as pa
+
+            frame = stage_timeline(result.timeline, result.summary)
+            write_timeline(pa.Table.from_pandas(frame, preserve_index=False), stage / "timeline.parquet")
+            rows = {name: frame[name].to_numpy() for name in SLICE_COLUMNS}
         if run.timeline != "summary":
-            rows = result.timeline if run.timeline == "full" else stage_timeline(result.timeline, result.summary)
-            write_timeline(rows, stage / "timeline.parquet")
             write_trace(stage / trace_name(run.trace_compress), rows, result.topology, flows=run.trace == "full",
                         load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress)
         write_summary(result.summary, stage / "summary.json")
