@@ -1,7 +1,8 @@
 """trainsim: a discrete-event simulator of GPU clusters training large models.
 
 Public API: `load_scenario(path, overrides)` reads and validates a scenario file; `simulate(loaded)` runs it
-and returns a `Result` with the summary, the timeline DataFrame and the topology. Imported lazily so that
+and returns a `Result` with the summary, the topology and the event log (its `timeline` DataFrame built on
+first use). Imported lazily so that
 `import simulator.units` stays light.
 """
 

@@ -52,6 +52,24 @@ def diamond_topology() -> Topology:
     return Topology(name="diamond", wiring=graph, gpus=["g0", "g1"], gpu_host=[0, 1], gpu_local=[0, 0])
 
 
+def fail_s0_m0_at(env: simpy.Environment, topo: Topology, net: Network, at_s: float) -> None:
+    """Take the diamond's s0-m0 link down (both directions, routes and network) at ``at_s``."""
+    rerouter = Rerouter(topo)
+
+    def fail():
+        yield env.timeout(at_s)
+        rerouter.take_down([("s0", "m0")])
+        net.take_down([topo.link_index[("s0", "m0")], topo.link_index[("m0", "s0")]])
+
+    env.process(fail())
+
+
+def diamond_detour(topo: Topology) -> tuple[int, ...]:
+    """The diamond's g0 -> g1 route over m1."""
+    link = topo.link_index
+    return (link[("g0", "s0")], link[("s0", "m1")], link[("m1", "s1")], link[("s1", "g1")])
+
+
 def run_until_done(env: simpy.Environment, event: simpy.Event) -> float:
     env.run(until=event)
     return env.now
@@ -310,7 +328,7 @@ def test_a_flow_finishes_with_an_earlier_one_only_within_its_own_tolerance():
     env.run()
     frame = log.to_frame()
     assert list(frame["dst"]) == [1, 0, 2]
-    assert list(frame["end_s"]) == [0.1, 0.1, env.now] and env.now == pytest.approx(0.1 * (1 + 1.5e-9), rel=EXACT)
+    assert list(frame["end_s"]) == pytest.approx([0.1, 0.1, 0.1 * (1 + 1.5e-9)], rel=EXACT)
     assert net.wake_ups == 2
 
 
@@ -435,7 +453,6 @@ def test_identical_transfers_cut_off_by_a_failed_link_each_continue_on_their_own
     # on its own, keep 5 GB/s and end together at 0.2 s. A 1 GB transfer g1 -> g0 on the reverse route, alone at
     # 10 GB/s, ends at 0.1 s, at the failure.
     topo = diamond_topology()
-    rerouter = Rerouter(topo)
     first = topo.path(0, 1, 0)
     assert first == topo.path(0, 1, 1) and topo.link_index[("s0", "m0")] in first
     env = simpy.Environment()
@@ -443,13 +460,7 @@ def test_identical_transfers_cut_off_by_a_failed_link_each_continue_on_their_own
     net = Network(env, topo, log=log)
     done = net.run_phase([(first, 1 * GB, 0.0, 0, 1, 0), (topo.path(1, 0), 1 * GB, 0.0, 1, 0, 0),
                           (first, 1 * GB, 0.0, 0, 1, 1)])
-
-    def fail():
-        yield env.timeout(0.1)
-        rerouter.take_down([("s0", "m0")])
-        net.take_down([topo.link_index[("s0", "m0")], topo.link_index[("m0", "s0")]])
-
-    env.process(fail())
+    fail_s0_m0_at(env, topo, net, 0.1)
     assert run_until_done(env, done) == pytest.approx(0.2, rel=EXACT)
     frame = log.to_frame()
     assert list(frame["rank"]) == [1, 0, 0]
@@ -463,19 +474,12 @@ def test_identical_transfers_still_in_their_latency_when_a_link_fails_start_apar
     # The diamond: two 1 GB transfers g0 -> g1 (channels 0 and 1) wait 0.05 s of latency; s0-m0 fails at
     # 0.01 s, so both start on s0 - m1 - s1 as flows of their own, share its 10 GB/s and end at 0.05 + 0.2 s.
     topo = diamond_topology()
-    rerouter = Rerouter(topo)
     first = topo.path(0, 1, 0)
     env = simpy.Environment()
     log = EventLog()
     net = Network(env, topo, log=log)
     done = net.run_phase([(first, 1 * GB, 0.05, 0, 1, 0), (first, 1 * GB, 0.05, 0, 1, 1)])
-
-    def fail():
-        yield env.timeout(0.01)
-        rerouter.take_down([("s0", "m0")])
-        net.take_down([topo.link_index[("s0", "m0")], topo.link_index[("m0", "s0")]])
-
-    env.process(fail())
+    fail_s0_m0_at(env, topo, net, 0.01)
     assert run_until_done(env, done) == pytest.approx(0.25, rel=EXACT)
     detour = topo.link_index[("s0", "m1")]
     assert [detour in route for route in log.flow_routes()] == [True, True]
@@ -615,24 +619,16 @@ def test_a_flow_moved_onto_a_running_group_as_it_finishes_leaves_the_group_rates
     # fails and moves it onto y's route over m1 (y: 10 GB alone at 10 GB/s, ending at 1.0 s). x finishes
     # there at once and y's rate never changes.
     topo = diamond_topology()
-    rerouter = Rerouter(topo)
-    link = topo.link_index
-    detour = (link[("g0", "s0")], link[("s0", "m1")], link[("m1", "s1")], link[("s1", "g1")])
     env = simpy.Environment()
     log = EventLog()
     net = Network(env, topo, log=log)
-    net.scale_capacity([link[("s0", "m0")]], 0.5)
-
-    def fail():
-        yield env.timeout(0.1)
-        rerouter.take_down([("s0", "m0")])
-        net.take_down([link[("s0", "m0")], link[("m0", "s0")]])
-
-    env.process(fail())
+    net.scale_capacity([topo.link_index[("s0", "m0")]], 0.5)
+    fail_s0_m0_at(env, topo, net, 0.1)
     net.run_phase([(topo.path(0, 1, 0), 0.5 * GB, 0.0, 0, 1, 0)], key="x")
-    net.run_phase([(detour, 10 * GB, 0.0, 0, 1, 0)], key="y")
+    net.run_phase([(diamond_detour(topo), 10 * GB, 0.0, 0, 1, 0)], key="y")
     env.run()
     assert end_times(log) == pytest.approx({"x": 0.1, "y": 1.0}, rel=EXACT)
+    assert [topo.link_index[("s0", "m1")] in route for route in log.flow_routes()] == [True, True]  # x moved
 
 
 def test_a_flow_whose_latency_ends_as_its_link_fails_starts_on_the_new_route():
@@ -640,24 +636,15 @@ def test_a_flow_whose_latency_ends_as_its_link_fails_starts_on_the_new_route():
     # starts on s0 - m1 - s1, where a 2 GB flow has run alone since 0 (0.5 GB sent): they share 10 GB/s, so it
     # ends at 0.05 + 1 / 5 = 0.25 s and the other, 0.5 GB left then at 10 GB/s, at 0.3 s.
     topo = diamond_topology()
-    rerouter = Rerouter(topo)
-    link = topo.link_index
-    detour = (link[("g0", "s0")], link[("s0", "m1")], link[("m1", "s1")], link[("s1", "g1")])
     env = simpy.Environment()
     log = EventLog()
     net = Network(env, topo, log=log)
     net.run_phase([(topo.path(0, 1, 0), 1 * GB, 0.05, 0, 1, 0)], key="moved")
-
-    def fail():
-        yield env.timeout(0.05)
-        rerouter.take_down([("s0", "m0")])
-        net.take_down([link[("s0", "m0")], link[("m0", "s0")]])
-
-    env.process(fail())
-    net.run_phase([(detour, 2 * GB, 0.0, 0, 1, 1)], key="other")
+    fail_s0_m0_at(env, topo, net, 0.05)
+    net.run_phase([(diamond_detour(topo), 2 * GB, 0.0, 0, 1, 1)], key="other")
     env.run()
     assert end_times(log) == pytest.approx({"moved": 0.25, "other": 0.3}, rel=EXACT)
-    assert [link[("s0", "m1")] in route for route in log.flow_routes()] == [True, True]
+    assert [topo.link_index[("s0", "m1")] in route for route in log.flow_routes()] == [True, True]
 
 
 def test_a_flow_finishes_within_its_tolerance_after_the_heap_is_compacted():

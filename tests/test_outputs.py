@@ -283,38 +283,37 @@ def test_manifest_names_the_run(tmp_path):
     assert len(manifest["scenario_sha256"]) == 64
 
 
+def heavy_modules_after(args: list[str]) -> list[str]:
+    """Which of pandas, matplotlib, pyarrow and rich a fresh `trainsim ARGS` process has imported at its end."""
+    code = ("import sys\nfrom simulator.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(name for name in ('pandas', 'matplotlib', 'pyarrow', 'rich') if name in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
 @pytest.mark.parametrize("args", [["--help"], ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2",
                                               "--sizes", "1MiB"]])
 def test_help_and_collective_load_neither_pandas_nor_matplotlib(args):
-    code = ("import sys\nfrom simulator.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(name for name in ('pandas', 'matplotlib', 'pyarrow') if name in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert heavy_modules_after(args) == []
 
 
 def test_a_run_that_writes_no_timeline_builds_no_frame(tmp_path):
     """The summary comes from the log's columns: without a timeline to write, pandas is never imported."""
-    code = ("import sys\nfrom simulator.cli import main\nmain(sys.argv[1:])\n"
-            "print(sorted(name for name in ('pandas', 'matplotlib', 'pyarrow', 'rich') if name in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", code, "run", str(TRAINING), "--set", "run.timeline=summary", "--out",
-                           str(tmp_path / "out"), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert heavy_modules_after(["run", str(TRAINING), "--set", "run.timeline=summary", "--out", str(tmp_path / "out"),
+                                "--quiet"]) == []
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["manifest.json", "summary.json"]
 
 
-def test_default_outputs_are_written_without_pandas_and_read_back_as_the_frame(tmp_path):
-    """timeline.parquet (full timeline) and the trace are written from the log's columns by Arrow, without
-    importing pandas; read back, the parquet is the log's DataFrame row for row, with its dtypes."""
-    code = ("import sys\nfrom simulator.cli import main\nmain(sys.argv[1:])\n"
-            "print(sorted(name for name in ('pandas', 'matplotlib', 'rich') if name in sys.modules))")
+@pytest.mark.parametrize("trace", ["ops+links", "full"])
+def test_the_timeline_and_trace_are_written_without_pandas_and_read_back_as_the_frame(tmp_path, trace):
+    """timeline.parquet (the whole timeline, the default) and the trace, with or without flow slices, are
+    written from the log's columns by Arrow without importing pandas; read back, the parquet is the log's
+    DataFrame row for row, with its dtypes."""
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-c", code, "run", str(TRAINING), "--set", "run.timeline=full", "--out",
-                           str(out), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
-    frame = simulate(load_scenario(TRAINING, ["run.timeline=full"])).timeline
+    assert heavy_modules_after(["run", str(TRAINING), "--set", f"run.trace={trace}", "--out", str(out),
+                                "--quiet"]) == ["pyarrow"]
+    frame = simulate(load_scenario(TRAINING)).timeline
     assert len(frame) > 100 and (frame["kind"] == "flow").any()
     pd.testing.assert_frame_equal(pd.read_parquet(out / "timeline.parquet"), frame, check_exact=True)
 

@@ -208,13 +208,15 @@ class EventLog:
                 **{name: _objects(self._op_texts[index::len(TEXT_COLUMNS)], ops)
                    for index, name in enumerate(TEXT_COLUMNS) if name in names}}
 
-    def flow_columns(self, names: tuple[str, ...] = FLOW_COLUMNS) -> dict[str, np.ndarray]:
-        """The flow rows alone, in order: ``key`` (object array) and the FLOW_COLUMNS among ``names`` (read-only:
-        the log keeps them for the next reader)."""
+    def flow_columns(self, names: tuple[str, ...] = ("key", *FLOW_COLUMNS)) -> dict[str, np.ndarray]:
+        """The flow rows alone, in order: of ``key`` (object array) and the FLOW_COLUMNS, those in ``names``
+        (the numbers read-only: the log keeps them for the next reader)."""
         table = self._flow_table()
-        codes, keys = table.keys()
-        return {"key": _objects(keys, len(keys))[codes],
-                **{name: table.number(name) for name in FLOW_COLUMNS if name in names}}
+        found = {name: table.number(name) for name in FLOW_COLUMNS if name in names}
+        if "key" in names:
+            codes, keys = table.keys()
+            found["key"] = _objects(keys, len(keys))[codes]
+        return found
 
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
@@ -222,32 +224,22 @@ class EventLog:
         and per-row codes (a replayed block's key coded once) rather than from a Python object per row."""
         import pandas as pd
 
-        merged = self._merged_columns()
-        if merged is None:
+        if not len(self):
             return pd.DataFrame({name: [] for name in COLUMNS}, columns=list(COLUMNS))
         data = {name: values if distinct is None else _strings(values, distinct)
-                for name, (values, distinct) in merged.items()}
+                for name, (values, distinct) in self.columns().items()}
         return pd.DataFrame(data, columns=list(COLUMNS))
 
-    def to_table(self) -> pa.Table:
-        """The log as an Arrow table: the rows and columns of `to_frame`, text as Arrow large strings (what
-        pandas' `str` columns are stored as), built without pandas; timeline.parquet is written from it."""
-        import pyarrow as pa
-
-        merged = self._merged_columns()
-        if merged is None:
-            return pa.table({name: pa.array([], type=_arrow_type(name)) for name in COLUMNS})
-        return pa.table({name: _arrow_column(values, distinct) for name, (values, distinct) in merged.items()})
-
-    def _merged_columns(self) -> dict[str, tuple[np.ndarray, list[str] | None]] | None:
-        """Each of COLUMNS over all rows in recording order: numbers as arrays, text as codes into a list of
-        distinct strings; None for an empty log."""
+    def columns(self) -> dict[str, tuple[np.ndarray, list[str] | None]]:
+        """Each of COLUMNS over all rows in recording order: numbers as arrays (distinct None), text as codes
+        into a list of distinct strings (`decoded` gives the strings, `arrow_table` the table of them all)."""
         ops = self._ops()
         table = self._flow_table()
         flows = {name: table.number(name) for name in FLOW_COLUMNS}
         total = ops + len(flows["src"])
         if not total:
-            return None
+            return {name: (np.empty(0, dtype=np.int32 if name in TEXT_COLUMNS else _numpy_type(name)),
+                           [] if name in TEXT_COLUMNS else None) for name in COLUMNS}
         ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
         floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
         op_rows = np.arange(ops) + ints[:, -1]
@@ -361,30 +353,37 @@ def _codes(values: list[str], distinct: list[str]) -> np.ndarray:
     return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
 
 
-def _arrow_type(name: str) -> pa.DataType:
-    """The Arrow type of a timeline column."""
+def _numpy_type(name: str) -> type:
+    """The numpy type of a numeric timeline column."""
+    return np.int64 if name in INT_COLUMNS else np.float64
+
+
+def decoded(values: np.ndarray, distinct: list[str] | None) -> np.ndarray:
+    """A column of `EventLog.columns` as its values: numbers as they are, text as an object array of strings."""
+    return values if distinct is None else _objects(distinct, len(distinct))[values]
+
+
+def arrow_table(columns: dict[str, tuple[np.ndarray, list[str] | None]]) -> pa.Table:
+    """`EventLog.columns` as an Arrow table: the rows and columns of `to_frame`, text as large strings (what
+    pandas' `str` columns are stored as); timeline.parquet is written from it. Each array is made from its
+    buffers, not by `pa.array`, whose first call imports pandas (0.3-0.4 s of a command with no other use for
+    it)."""
     import pyarrow as pa
 
-    if name in TEXT_COLUMNS:
-        return pa.large_string()
-    return pa.int64() if name in INT_COLUMNS else pa.float64()
-
-
-def _arrow_column(values: np.ndarray, distinct: list[str] | None) -> pa.Array:
-    """A timeline column as an Arrow array made from its buffers: numbers as they are, text (codes into
-    ``distinct``) as large strings. From buffers, not `pa.array`, whose first call imports pandas (0.3-0.4 s
-    of a command that has no other use for it)."""
-    import pyarrow as pa
-
-    if distinct is None:
-        numbers = np.ascontiguousarray(values)
-        kind = pa.int64() if numbers.dtype == np.int64 else pa.float64()
-        return pa.Array.from_buffers(kind, len(numbers), [None, pa.py_buffer(numbers)])
-    encoded = _objects(map(str.encode, distinct), len(distinct))
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))[values], out=offsets[1:])
-    data = b"".join(encoded[values].tolist())
-    return pa.Array.from_buffers(pa.large_string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    arrays = {}
+    for name, (values, distinct) in columns.items():
+        if distinct is None:
+            numbers: np.ndarray = np.ascontiguousarray(values, dtype=_numpy_type(name))
+            kind = pa.int64() if name in INT_COLUMNS else pa.float64()
+            arrays[name] = pa.Array.from_buffers(kind, len(numbers), [None, pa.py_buffer(numbers)])
+            continue
+        encoded = _objects(map(str.encode, distinct), len(distinct))
+        offsets = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))[values], out=offsets[1:])
+        data = b"".join(encoded[values].tolist())
+        arrays[name] = pa.Array.from_buffers(pa.large_string(), len(values),
+                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return pa.table(arrays)
 
 
 def _arrow_strings(codes: np.ndarray, values: list[str]) -> pa.Array:

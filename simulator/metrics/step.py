@@ -37,7 +37,7 @@ class StepRows:
 
     @classmethod
     def of(cls, log: EventLog) -> StepRows:
-        return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("src", "bytes")))
+        return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("key", "src", "bytes")))
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:

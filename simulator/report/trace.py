@@ -113,13 +113,12 @@ def _write_events(stream: _Sink, chunks: Iterator[list[dict]]) -> None:
 
 def write_trace(path: Path, rows: Rows, topology: Topology, *, flows: bool, load: LinkLoad | None,
                 compress: bool) -> None:
-    """Stream the trace of ``rows`` (the SLICE_COLUMNS of the timeline's rows, ``chunk`` optional) to ``path``:
-    op slices, flow slices when ``flows``, and link counter tracks when ``load`` is given."""
+    """Stream the trace of ``rows`` (the SLICE_COLUMNS of the timeline's rows) to ``path``: op slices, flow
+    slices when ``flows``, and link counter tracks when ``load`` is given."""
     kept = rows["rank"] >= 0
     if not flows:
         kept &= rows["kind"] != "flow"
-    shown = {name: np.asarray(rows[name])[kept] for name in SLICE_COLUMNS if name in rows}
-    shown.setdefault("chunk", np.full(int(kept.sum()), -1, dtype=np.int64))
+    shown = {name: np.asarray(rows[name])[kept] for name in SLICE_COLUMNS}
     threads, metadata = _threads(shown, topology.gpu_host)
 
     def chunks() -> Iterator[list[dict]]:

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
+from simulator.metrics.events import arrow_table, decoded
 from simulator.metrics.link_load import LinkLoad, link_load
 from simulator.report.run_folder import trainsim_version, write_run_folder
-from simulator.report.trace import SLICE_COLUMNS, trace_name, write_trace
+from simulator.report.trace import SLICE_COLUMNS, Rows, trace_name, write_trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,12 +38,20 @@ def write_timeline(table: pa.Table, path: Path) -> None:
     pq.write_table(table.replace_schema_metadata(None), path)
 
 
-def trace_rows(result: Result, table: pa.Table | None, flows: bool) -> dict[str, np.ndarray]:
-    """The columns the trace reads: every row of ``table`` (the whole timeline) when the trace shows flows, else
-    the op rows alone, read off the log without building a timeline."""
-    if flows and table is not None:
-        return {name: table.column(name).to_numpy(zero_copy_only=False) for name in SLICE_COLUMNS}
-    return result.log.op_columns(SLICE_COLUMNS)
+def timeline_rows(result: Result, timeline: str, trace: str) -> tuple[pa.Table, Rows]:
+    """What timeline.parquet holds and the columns the trace reads. The whole timeline comes off the log as an
+    Arrow table (no DataFrame, no pandas), and the trace reads its columns when it shows flows, else the op rows
+    read off the log; one rank per stage (`per-stage`) is picked from the DataFrame."""
+    if timeline == "per-stage":
+        import pyarrow as pa
+
+        frame = stage_timeline(result.timeline, result.summary)
+        return (pa.Table.from_pandas(frame, preserve_index=False),
+                {name: frame[name].to_numpy() for name in SLICE_COLUMNS})
+    columns = result.log.columns()
+    if trace == "full":
+        return arrow_table(columns), {name: decoded(*columns[name]) for name in SLICE_COLUMNS}
+    return arrow_table(columns), result.log.op_columns(SLICE_COLUMNS)
 
 
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
@@ -90,17 +99,9 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
     run = loaded.scenario.run
 
     def write(stage: Path) -> None:
-        if run.timeline == "full":
-            table = result.log.to_table()
-            write_timeline(table, stage / "timeline.parquet")
-            rows = trace_rows(result, table, flows=run.trace == "full")
-        elif run.timeline == "per-stage":
-            import pyarrow as pa
-
-            frame = stage_timeline(result.timeline, result.summary)
-            write_timeline(pa.Table.from_pandas(frame, preserve_index=False), stage / "timeline.parquet")
-            rows = {name: frame[name].to_numpy() for name in SLICE_COLUMNS}
         if run.timeline != "summary":
+            table, rows = timeline_rows(result, run.timeline, run.trace)
+            write_timeline(table, stage / "timeline.parquet")
             write_trace(stage / trace_name(run.trace_compress), rows, result.topology, flows=run.trace == "full",
                         load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress)
         write_summary(result.summary, stage / "summary.json")
