@@ -46,9 +46,10 @@ class Transfers:
     links it contends on), logged route, bytes, latency and endpoints. ``starts`` lists, by latency in
     first-seen order, the transfers that finish as soon as their latency is over (no bytes or no links) and
     those that start a flow of their own, each with its ``twins``: later transfers of the phase with the same
-    path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. A
-    plan runner keeps one per phase of a collective (or per set of single-phase plans run together) and posts
-    it again each time."""
+    path, bytes and latency, which would keep its flow's state to the last bit and so ride along with it. The
+    flows are listed in cohorts, one per size in first-seen order: flows that start together with the same
+    bytes keep one state for as long as the solves give them equal rates. A plan runner keeps one per phase
+    of a collective (or per set of single-phase plans run together) and posts it again each time."""
 
     __slots__ = ("channel", "count", "dst", "latency", "nbytes", "paths", "routes", "src", "starts")
 
@@ -61,7 +62,7 @@ class Transfers:
         src_of: list[int] = []
         dst_of: list[int] = []
         channel_of: list[int] = []
-        by_latency: dict[float, tuple[list[int], list[tuple[int, list[int]]]]] = {}
+        by_latency: dict[float, tuple[list[int], dict[float, list[tuple[int, list[int]]]]]] = {}
         twins_of: dict[tuple[float, tuple[int, ...], float], list[int]] = {}
         for index, item in enumerate(items):
             route = None
@@ -81,19 +82,21 @@ class Transfers:
             src_of.append(src)
             dst_of.append(dst)
             channel_of.append(channel)
-            empty, leaders = by_latency.setdefault(latency, ([], []))
+            empty, cohorts = by_latency.setdefault(latency, ([], {}))
             if nbytes > 0 and path:
                 twins = twins_of.setdefault((latency, path, nbytes), [])
                 twins.append(index)
                 if len(twins) == 1:
-                    leaders.append((index, twins))
+                    cohorts.setdefault(nbytes, []).append((index, twins))
             else:
                 empty.append(index)
         self.paths, self.routes = tuple(paths), tuple(routes)
         self.nbytes, self.latency = tuple(nbytes_of), tuple(latency_of)
         self.src, self.dst, self.channel = tuple(src_of), tuple(dst_of), tuple(channel_of)
-        self.starts = tuple((latency, tuple(empty), tuple((index, tuple(twins[1:])) for index, twins in leaders))
-                            for latency, (empty, leaders) in by_latency.items())
+        self.starts = tuple((latency, tuple(empty),
+                             tuple((nbytes, tuple((index, tuple(twins[1:])) for index, twins in leaders))
+                                   for nbytes, leaders in cohorts.items()))
+                            for latency, (empty, cohorts) in by_latency.items())
 
     def __len__(self) -> int:
         return self.count
@@ -115,30 +118,14 @@ class _Phase:
 
 
 class _Flow:
-    """An active transfer, the ``index``-th of its phase: bytes left as of ``last_update`` at ``rate``, due at
-    ``finish`` (done from ``ready``, within tolerance); ``version`` ages its heap entries. It contends on the
-    links of ``path`` (as a member of ``group``) and is logged with ``route`` (the same unless a quotient maps
-    it). ``twins`` are the indices of its phase's transfers riding along with it (one flow to solve, update and
-    finish; logged one by one)."""
+    """An active transfer, the ``index``-th of its phase, moving with its ``cohort``. It contends on the links
+    of ``path`` (as a member of ``group``) and is logged with ``route`` (the same unless a quotient maps it).
+    ``twins`` are the indices of its phase's transfers riding along with it (one flow to solve and finish;
+    logged one by one)."""
 
-    __slots__ = (
-        "finish",
-        "group",
-        "index",
-        "last_update",
-        "nbytes",
-        "path",
-        "phase",
-        "rate",
-        "ready",
-        "remaining",
-        "route",
-        "seq",
-        "twins",
-        "version",
-    )
+    __slots__ = ("cohort", "group", "index", "path", "phase", "route", "seq", "twins")
+    cohort: _Cohort
     group: _PathGroup
-    last_update: float
 
     def __init__(self, phase: _Phase, index: int, twins: tuple[int, ...] = ()):
         transfers = phase.transfers
@@ -147,22 +134,18 @@ class _Flow:
         self.seq = phase.first_seq + index
         self.path = transfers.paths[index]
         self.route = transfers.routes[index]
-        self.nbytes = self.remaining = transfers.nbytes[index]
-        self.rate = 0.0
-        self.finish = self.ready = math.inf
-        self.version = 0
         self.twins = twins
 
     def split(self) -> list[_Flow]:
-        """This flow and its twins as flows of their own, each with its bytes left, rate and times (they go
-        separate ways; joining again counts their bytes from then)."""
+        """This flow and its twins as flows of their own in its cohort (they go separate ways; joining again
+        counts their bytes from then)."""
         members = [self]
         for index in self.twins:
             twin = _Flow(self.phase, index)
-            twin.remaining, twin.rate = self.remaining, self.rate
-            twin.finish, twin.ready = self.finish, self.ready
+            twin.cohort = self.cohort
             members.append(twin)
         self.twins = ()
+        self.cohort.flows = self.cohort.flows + members[1:]
         return members
 
     def reroute(self, path: tuple[int, ...]) -> None:
@@ -173,6 +156,37 @@ class _Flow:
         """Source and destination GPUs and the channel, which a route around failed links is looked up by."""
         transfers, index = self.phase.transfers, self.index
         return transfers.src[index], transfers.dst[index], transfers.channel[index]
+
+
+class _Cohort:
+    """Flows of one phase that started together with the same ``nbytes`` and have had equal rates since:
+    they share one state, bytes left as of ``last_update`` at ``rate``, due at ``finish`` (done from
+    ``ready``, within tolerance), and one entry in each heap, which ``stamp`` (unique over the run) marks
+    live. The solves work per flow; a cohort whose flows get different rates splits, so each flow's numbers
+    are those it would have alone, to the last bit."""
+
+    __slots__ = ("finish", "flows", "last_update", "nbytes", "rate", "ready", "remaining", "stamp")
+
+    def __init__(self, flows: list[_Flow], nbytes: float):
+        self.flows = flows
+        self.nbytes = self.remaining = nbytes
+        self.rate = 0.0
+        self.finish = self.ready = math.inf
+        self.stamp = -1
+        for flow in flows:
+            flow.cohort = self
+
+    def part(self, flows: list[_Flow]) -> _Cohort:
+        """``flows`` (some of this cohort's) as a cohort of their own with this one's state, which keeps
+        its other flows and its heap entries (none if it has no flow left)."""
+        leaving = set(flows)
+        self.flows = [flow for flow in self.flows if flow not in leaving]
+        if not self.flows:
+            self.stamp = -1
+        part = _Cohort(flows, self.nbytes)
+        part.remaining, part.last_update, part.rate = self.remaining, self.last_update, self.rate
+        part.finish, part.ready = self.finish, self.ready
+        return part
 
 
 class _PathGroup:
@@ -238,8 +252,9 @@ class Network:
         self._touched_groups: set[_PathGroup] = set()
         self._touched_links: set[int] = set()
         self._batch_pending = False
-        self._by_ready: list[tuple[float, int, int, _Flow]] = []
-        self._by_finish: list[tuple[float, int, int, _Flow]] = []
+        self._by_ready: list[tuple[float, int, _Cohort]] = []
+        self._by_finish: list[tuple[float, int, _Cohort]] = []
+        self._stamps = count()
         self._wake_time: float | None = None
         self._wake_version = 0
         self._down: set[int] = set()
@@ -268,12 +283,11 @@ class Network:
             transfers = Transfers(transfers)
         phase = _Phase(self.env.event(), transfers, key, self.flows_simulated, self.env.now)
         self.flows_simulated += transfers.count
-        for latency, empty, leaders in transfers.starts:
-            flows = [_Flow(phase, index, twins) for index, twins in leaders]
+        for latency, empty, cohorts in transfers.starts:
             if latency > 0:
-                self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, phase, empty, flows))
+                self.env.timeout(latency).callbacks.append(partial(self._on_latency_over, phase, empty, cohorts))
             else:
-                self._begin(phase, empty, flows)
+                self._begin(phase, empty, cohorts)
         return phase.event
 
     def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str) -> simpy.Event:
@@ -300,18 +314,22 @@ class Network:
             bottleneck = self._bottleneck[path] = float(self.capacity[list(path)].min())
         return bottleneck
 
-    def _on_latency_over(self, phase: _Phase, empty: Sequence[int], flows: list[_Flow], _event: simpy.Event) -> None:
-        self._begin(phase, empty, flows)
+    def _on_latency_over(self, phase: _Phase, empty: Sequence[int], cohorts: Sequence[tuple], _event: simpy.Event
+                         ) -> None:
+        self._begin(phase, empty, cohorts)
 
-    def _begin(self, phase: _Phase, empty: Sequence[int], flows: list[_Flow]) -> None:
-        """Finish the transfers ``empty`` of ``phase`` now and make ``flows`` active (moved off failed links),
-        asking for one re-solve at this instant."""
+    def _begin(self, phase: _Phase, empty: Sequence[int], cohorts: Sequence[tuple]) -> None:
+        """Finish the transfers ``empty`` of ``phase`` now and start the flows of ``cohorts`` (``(nbytes,
+        ((index, twins), ...))`` each; moved off failed links), asking for one re-solve at this instant."""
         routes = phase.transfers.routes
         self._finish([(phase, index, routes[index]) for index in empty], self.env.now)
-        if self._down:
-            flows = list(chain.from_iterable(self._rerouted(flow) for flow in flows))
-        if flows:
+        for nbytes, leaders in cohorts:
+            flows = [_Flow(phase, index, twins) for index, twins in leaders]
+            _Cohort(flows, nbytes)
+            if self._down:
+                flows = list(chain.from_iterable(self._rerouted(flow) for flow in flows))
             self._starting += flows
+        if cohorts:
             self._request_batch()
 
     def _rerouted(self, flow: _Flow) -> list[_Flow]:
@@ -343,17 +361,17 @@ class Network:
         self._starting = list(chain.from_iterable(map(self._rerouted, self._starting)))
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
-        for flow in moving:
-            flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
-            flow.last_update = now
         self._unlink(moving)
         members = []
         for flow in moving:
-            leader, *twins = flow.split()
-            for twin in twins:
-                self._push(twin)
-            self._active += len(twins)
-            members += [leader, *twins]
+            apart = flow.split()
+            for member in apart:
+                cohort = member.cohort.part([member])
+                cohort.remaining = max(cohort.remaining - cohort.rate * (now - cohort.last_update), 0.0)
+                cohort.last_update = now
+                self._push(cohort)
+            self._active += len(apart) - 1
+            members += apart
         members.sort(key=attrgetter("seq"))
         for flow in members:
             flow.reroute(self.topology.path(*flow.endpoints()))
@@ -393,7 +411,7 @@ class Network:
             if not group.flows:
                 for members in group.link_sets:
                     members.add(group)
-            flow.last_update = now
+            flow.cohort.last_update = now
             group.flows.add(flow)
             group.weight += 1 + len(flow.twins)
             group.joined.append(flow)
@@ -440,8 +458,7 @@ class Network:
                     self._forget_solves()
                 self._solved[key] = group_rates
                 self._solved_entries += len(component)
-        now = self.env.now
-        push, by_ready, by_finish = heapq.heappush, self._by_ready, self._by_finish
+        moves: dict[_Cohort, list[tuple[float, _Flow]]] = {}
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
                 group.rate = rate
@@ -452,27 +469,45 @@ class Network:
                 continue
             group.joined = []
             for flow in changed:
-                if rate == flow.rate:
-                    continue
-                if flow.rate:  # a flow without a rate yet has sent nothing
-                    flow.remaining = max(flow.remaining - flow.rate * (now - flow.last_update), 0.0)
-                flow.last_update = now
-                flow.rate = rate
-                flow.version = version = flow.version + 1
-                flow.finish = finish = now + flow.remaining / rate
-                flow.ready = ready = finish - FINISH_TOLERANCE * flow.nbytes / rate
-                push(by_ready, (ready, flow.seq, version, flow))
-                push(by_finish, (finish, flow.seq, version, flow))
+                cohort = flow.cohort
+                if rate != cohort.rate:
+                    moving = moves.get(cohort)
+                    if moving is None:
+                        moves[cohort] = [(rate, flow)]
+                    else:
+                        moving.append((rate, flow))
+        now = self.env.now
+        for cohort, moving in moves.items():
+            rate = moving[0][0]
+            if len(moving) == len(cohort.flows) and all(new == rate for new, _ in moving):
+                self._reprice(cohort, rate, now)
+                continue
+            by_rate: dict[float, list[_Flow]] = {}
+            for new, flow in moving:
+                by_rate.setdefault(new, []).append(flow)
+            for new, flows in by_rate.items():
+                self._reprice(cohort.part(flows), new, now)
         most = 4 * self._active + 1024
-        if len(by_ready) > most:
-            self._by_ready = self._fresh(by_ready)
-        if len(by_finish) > most:
-            self._by_finish = self._fresh(by_finish)
+        if len(self._by_ready) > most:
+            self._by_ready = self._fresh(self._by_ready)
+        if len(self._by_finish) > most:
+            self._by_finish = self._fresh(self._by_finish)
 
-    def _push(self, flow: _Flow) -> None:
-        """Enter ``flow`` in the ready-time and finish-time heaps (under its current version)."""
-        heapq.heappush(self._by_ready, (flow.ready, flow.seq, flow.version, flow))
-        heapq.heappush(self._by_finish, (flow.finish, flow.seq, flow.version, flow))
+    def _reprice(self, cohort: _Cohort, rate: float, now: float) -> None:
+        """Bring ``cohort`` up to date at ``now`` and move it on at ``rate`` (new heap entries)."""
+        if cohort.rate:  # a flow without a rate yet has sent nothing
+            cohort.remaining = max(cohort.remaining - cohort.rate * (now - cohort.last_update), 0.0)
+        cohort.last_update = now
+        cohort.rate = rate
+        cohort.finish = now + cohort.remaining / rate
+        cohort.ready = cohort.finish - FINISH_TOLERANCE * cohort.nbytes / rate
+        self._push(cohort)
+
+    def _push(self, cohort: _Cohort) -> None:
+        """Enter ``cohort`` in the ready-time and finish-time heaps under a new stamp."""
+        cohort.stamp = stamp = next(self._stamps)
+        heapq.heappush(self._by_ready, (cohort.ready, stamp, cohort))
+        heapq.heappush(self._by_finish, (cohort.finish, stamp, cohort))
 
     def _forget_solves(self) -> None:
         """Forget the remembered solves, and with them the idle path groups (their numbers were kept for those
@@ -482,9 +517,9 @@ class Network:
         self._groups = {path: group for path, group in self._groups.items() if group.flows}
 
     @staticmethod
-    def _fresh(heap: list[tuple[float, int, int, _Flow]]) -> list[tuple[float, int, int, _Flow]]:
-        """The heap without entries made stale by a rate change or a finished flow."""
-        live = [entry for entry in heap if entry[2] == entry[3].version]
+    def _fresh(heap: list[tuple[float, int, _Cohort]]) -> list[tuple[float, int, _Cohort]]:
+        """The heap without entries made stale by a rate change or a finished cohort."""
+        live = [entry for entry in heap if entry[1] == entry[2].stamp]
         heapq.heapify(live)
         return live
 
@@ -492,7 +527,7 @@ class Network:
         """Make sure exactly one live wake-up is scheduled, at the earliest finish time (the top of the
         finish-time heap once its stale entries are dropped)."""
         heap = self._by_finish
-        while heap and heap[0][2] != heap[0][3].version:
+        while heap and heap[0][1] != heap[0][2].stamp:
             heapq.heappop(heap)
         if not heap:
             self._wake_time = None
@@ -514,24 +549,21 @@ class Network:
         now = self.env.now
         heap = self._by_ready
         finished: list[_Flow] = []
-        done: list[tuple[float, int, _Phase, int, tuple[int, ...]]] = []
-        with_twins = False
         while heap and heap[0][0] <= due:
-            ready, seq, version, flow = heapq.heappop(heap)
-            if version != flow.version:
-                continue
-            flow.version = -1
-            finished.append(flow)
-            phase = flow.phase
-            done.append((ready, seq, phase, flow.index, flow.route))
-            if flow.twins:
-                with_twins = True
-                first, routes = phase.first_seq, phase.transfers.routes
-                done += [(ready, first + index, phase, index, routes[index]) for index in flow.twins]
+            _, stamp, cohort = heapq.heappop(heap)
+            if stamp == cohort.stamp:
+                cohort.stamp = -1
+                finished += cohort.flows
         self._unlink(finished)
         self._active -= len(finished)
-        if with_twins:
-            done.sort(key=itemgetter(0, 1))
+        done: list[tuple[float, int, _Phase, int, tuple[int, ...]]] = []
+        for flow in finished:
+            phase, ready = flow.phase, flow.cohort.ready
+            done.append((ready, flow.seq, phase, flow.index, flow.route))
+            if flow.twins:
+                first, routes = phase.first_seq, phase.transfers.routes
+                done += [(ready, first + index, phase, index, routes[index]) for index in flow.twins]
+        done.sort(key=itemgetter(0, 1))
         self._finish(map(itemgetter(2, 3, 4), done), now)
         self._request_batch()
 
