@@ -385,8 +385,10 @@ def test_max_min_matches_plain_progressive_filling_on_2000_random_flows():
     assert np.all(load <= capacity * (1 + 1e-9))
 
 
-def test_network_matches_a_step_by_step_reference_on_random_traffic():
-    # A random 24-GPU graph; 150 transfers with random sizes and start latencies, each its own phase.
+@pytest.mark.parametrize("phase_size", [1, 10])
+def test_network_matches_a_step_by_step_reference_on_random_traffic(phase_size):
+    # A random 24-GPU graph; 150 transfers with random sizes and start latencies, each its own phase, or in
+    # phases of 10 transfers of one size and latency (one cohort each, which splits as the rates part).
     rng = np.random.default_rng(3)
     graph = Wiring()
     names = [f"n{i}" for i in range(24)]
@@ -399,22 +401,25 @@ def test_network_matches_a_step_by_step_reference_on_random_traffic():
             add_link(graph, names[a], names[b], bandwidth=float(rng.uniform(1, 20)) * GB, latency=0.0,
                      link_class="ethernet")
     topo = Topology(name="random", wiring=graph, gpus=names, gpu_host=list(range(24)), gpu_local=[0] * 24)
-    pairs = [rng.choice(24, size=2, replace=False) for _ in range(150)]
-    paths = [topo.path(int(s), int(d)) for s, d in pairs]
-    sizes = rng.uniform(0.1, 5, size=150) * GB
-    starts = np.where(rng.random(150) < 0.3, 0.0, rng.uniform(0, 2, size=150))
+    pairs = [tuple(int(gpu) for gpu in rng.choice(24, size=2, replace=False)) for _ in range(150)]
+    paths = [topo.path(s, d) for s, d in pairs]
+    sizes = np.repeat(rng.uniform(0.1, 5, size=150 // phase_size) * GB, phase_size)
+    starts = np.repeat(np.where(rng.random(150 // phase_size) < 0.3, 0.0, rng.uniform(0, 2, size=150 // phase_size)),
+                       phase_size)
 
     env = simpy.Environment()
     log = EventLog()
     net = Network(env, topo, log=log)
-    for i in range(150):
-        net.transfer(paths[i], float(sizes[i]), float(starts[i]), key=str(i))
+    for first in range(0, 150, phase_size):
+        net.run_phase([(paths[i], float(sizes[i]), float(starts[i]), *pairs[i])
+                       for i in range(first, first + phase_size)], key=str(first // phase_size))
     env.run()
-    got = end_times(log)
+    frame = log.to_frame()
+    got = sorted(zip(frame["key"], frame["src"], frame["dst"], frame["end_s"]))
 
     now, left, want = 0.0, sizes.copy(), {}
     while len(want) < 150:
-        active = [i for i in range(150) if starts[i] <= now and str(i) not in want]
+        active = [i for i in range(150) if starts[i] <= now and i not in want]
         next_start = min((starts[i] for i in range(150) if starts[i] > now), default=np.inf)
         rates = reference_max_min([paths[i] for i in active], topo.link_bandwidth) if active else []
         step = min([next_start - now] + [left[i] / r for i, r in zip(active, rates)])
@@ -422,9 +427,31 @@ def test_network_matches_a_step_by_step_reference_on_random_traffic():
         for i, r in zip(active, rates):
             left[i] -= r * step
             if left[i] <= 1e-9 * sizes[i]:
-                want[str(i)] = now
-    assert got == pytest.approx(want, rel=1e-8)
+                want[i] = now
+    want_rows = sorted((str(i // phase_size), *pairs[i], end) for i, end in want.items())
+    assert [row[:3] for row in got] == [row[:3] for row in want_rows]
+    assert [row[3] for row in got] == pytest.approx([row[3] for row in want_rows], rel=1e-8)
     assert net.resolves < 2 * 150
+
+
+def test_a_phase_of_equal_transfers_keeps_one_heap_entry_while_their_rates_agree():
+    # Star: 4 transfers of 1 GB on links of their own, 100 GB/s each: one cohort, one entry, all end at 10 ms.
+    topo = star_topology(8)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    assert run_until_done(env, net.run_phase([(topo.path(i, 4 + i), 1 * GB, 0.0) for i in range(4)])) == 1e-2
+    assert net.heap_entries == 1
+    # Dumbbell: g0->g2 and g1->g3 share the 10 GB/s core (5 GB/s each), g0->g1 takes the 95 GB/s left on the
+    # g0 edge: the cohort splits in two, one entry each; the core pair ends at 0.2 s, g0->g1 at 1/95 s.
+    topo = dumbbell_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    run_until_done(env, net.run_phase([(topo.path(s, d), 1 * GB, 0.0, s, d) for s, d in ((0, 2), (1, 3), (0, 1))]))
+    frame = log.to_frame()
+    assert list(zip(frame["src"], frame["dst"])) == [(0, 1), (0, 2), (1, 3)]
+    assert list(frame["end_s"]) == pytest.approx([1 / 95, 0.2, 0.2], rel=EXACT)
+    assert net.heap_entries == 2
 
 
 def test_identical_transfers_of_a_phase_are_logged_one_by_one_in_finish_then_posting_order():

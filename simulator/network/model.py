@@ -225,8 +225,8 @@ class Network:
 
     Counters for benchmarks: ``flows_simulated`` (transfers posted), ``resolves`` (components re-solved),
     ``resolved_flows`` (transfers summed over all of them, i.e. the work the solves did), ``max_min_solves``
-    (the resolves not answered by an earlier solve of the same component) and ``wake_ups`` (completion
-    instants processed).
+    (the resolves not answered by an earlier solve of the same component), ``heap_entries`` (cohorts entered
+    in the ready-time heap, as many in the finish-time heap) and ``wake_ups`` (completion instants processed).
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
@@ -241,6 +241,7 @@ class Network:
         self.resolved_flows = 0
         self.max_min_solves = 0
         self.wake_ups = 0
+        self.heap_entries = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
@@ -506,6 +507,7 @@ class Network:
     def _push(self, cohort: _Cohort) -> None:
         """Enter ``cohort`` in the ready-time and finish-time heaps under a new stamp."""
         cohort.stamp = stamp = next(self._stamps)
+        self.heap_entries += 1
         heapq.heappush(self._by_ready, (cohort.ready, stamp, cohort))
         heapq.heappush(self._by_finish, (cohort.finish, stamp, cohort))
 
