@@ -166,6 +166,7 @@ class _Cohort:
     are those it would have alone, to the last bit."""
 
     __slots__ = ("finish", "flows", "last_update", "nbytes", "rate", "ready", "remaining", "stamp")
+    last_update: float
 
     def __init__(self, flows: list[_Flow], nbytes: float):
         self.flows = flows
