@@ -24,6 +24,7 @@ from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache, folded_send_excess
 from simulator.engine.replicas import replica_quotient
+from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, TopologyError
@@ -104,26 +105,28 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
             progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
             plans: PlanCache | None = None, sm_share: SmShare | None = None,
-            layout: Layout | None = None) -> tuple[EngineResult, Network]:
+            layout: Layout | None = None, shapes: CollectiveShapes | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
     caller has already planned with it (the run's settings, the same topology); ``layout`` is a folded
     program's placement, whose data-parallel replicas run as one where they are exact images of each other
-    (engine/replicas.py; not under step faults)."""
+    (engine/replicas.py; not under step faults); ``shapes`` the index of ``ops``' collectives when the caller
+    has made it (engine/shapes.py: the analyses before the run read it)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
 
     plans = plans or plan_cache(topology, settings)
-    mirrors = kept_mirrors(ops, plans)
+    shapes = shapes or CollectiveShapes.of(ops)
+    mirrors = kept_mirrors(ops, plans, shapes)
     replays = faults is None or not faults.changes_network
-    private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links) if replays
-               else frozenset())
+    private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes)
+               if replays else frozenset())
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
-        quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private)
+        quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
         if quotient is not None:
             log.stand_for_orbits(quotient.representative, quotient.images)
     if faults is not None:
@@ -292,11 +295,13 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
     return resolve_step_faults(scenario.faults.step, topology, scenario.run.seed, loaded.error)
 
 
-def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache) -> tuple[dict[int, Slowdown], str]:
+def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache,
+                     shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
     ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
     slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
-    pruning): the other replicas then only wait for it at the collectives they share."""
+    pruning): the other replicas then only wait for it at the collectives they share. ``shapes``: the index of
+    the program's collectives, when the caller has it."""
     from simulator.faults.step import folded_slowdowns
 
     if plan.links:
@@ -308,31 +313,34 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
     if reason or not needs_isolation:
         return slowdowns, reason
-    if any(kept_mirrors(program.ops, plans).values()):
+    if any(kept_mirrors(program.ops, plans, shapes).values()):
         return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
     return slowdowns, ""
 
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
-             progress: Progress | None = None,
-             plans: PlanCache | None = None) -> tuple[dict, EventLog]:
+             progress: Progress | None = None, plans: PlanCache | None = None,
+             shapes: CollectiveShapes | None = None) -> tuple[dict, EventLog]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes). The metrics are imported here, not at module
-    level, so that `trainsim collective` never loads them."""
+    level, so that `trainsim collective` never loads them. ``shapes``: the index of the program's collectives,
+    when the caller has it."""
     from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
     plans = plans or plan_cache(topology, settings)
-    result, network = run_ops(topology, list(program.ops), settings, async_streams=program.async_streams,
+    ops = list(program.ops)
+    shapes = shapes or CollectiveShapes.of(ops)
+    result, network = run_ops(topology, ops, settings, async_streams=program.async_streams,
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
                               plans=plans, sm_share=program.sm_share,
-                              layout=program.layout if program.folded else None)
+                              layout=program.layout if program.folded else None, shapes=shapes)
     summary = training_summary(StepRows.of(result.log), step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
-                               send_excess=folded_send_excess(program.ops, plans) if program.folded else None)
+                               send_excess=folded_send_excess(ops, plans, shapes) if program.folded else None)
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
@@ -352,19 +360,22 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
     plans = plan_cache(topology, settings)
+    shapes = CollectiveShapes.of(program.ops)
     if program.folded and settings.mode == "flow":
         capacity = effective_capacity(topology, dict(settings.efficiency))
-        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity))
+        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes))
         if blocker:
             program = step_program(loaded, topology, fold=False)
+            shapes = CollectiveShapes.of(program.ops)
     faults.slowdowns = faults.plan.slowdown_of()
     if program.folded and not faults.plan.empty:
-        folded, blocker = fold_with_faults(faults.plan, program, plans)
+        folded, blocker = fold_with_faults(faults.plan, program, plans, shapes)
         if blocker:
             program = step_program(loaded, topology, fold=False)
+            shapes = CollectiveShapes.of(program.ops)
         else:
             faults.slowdowns = folded
-    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans))
+    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans, shapes))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:

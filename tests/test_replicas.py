@@ -117,7 +117,7 @@ def test_first_replicas_alone_give_the_full_step(run_yaml, monkeypatch, text, ov
     monkeypatch.setattr(simulation, "private_collectives", _recording_replayed_keys(replayed))
     quotient = run_yaml(text, *overrides)
     unfolded = run_yaml(text, *overrides, "run.fold=false").summary
-    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private, shapes=None:
                         (None, dict(mirrors)))
     every_replica = run_yaml(text, *overrides)
     summary = quotient.summary
@@ -141,8 +141,8 @@ def _recording_replayed_keys(keys: set[str]):
     """simulation.private_collectives, adding the keys of the collectives it picks for replay to ``keys``."""
     private_collectives = simulation.private_collectives
 
-    def record(ops, *args):
-        private = private_collectives(ops, *args)
+    def record(ops, *args, **kwargs):
+        private = private_collectives(ops, *args, **kwargs)
         keys.update(op.key for op in ops if op.id in private)
         return private
 
@@ -163,7 +163,7 @@ def test_replicas_within_one_leaf_group_keep_every_flow(run_yaml, monkeypatch):
     """Two-host replicas on leaf groups of 32 hosts: no shift by whole replicas is a period of the spine hash,
     so the folded run sends every replica's flows, as without the quotient."""
     summary = run_yaml(DP_FABRIC, "cluster.leaf_ports=32").summary
-    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private, shapes=None:
                         (None, dict(mirrors)))
     assert summary["flows_simulated"] == run_yaml(DP_FABRIC, "cluster.leaf_ports=32").summary["flows_simulated"]
 
@@ -183,7 +183,7 @@ def test_a_tree_all_reduce_across_replicas_keeps_every_flow(run_yaml, monkeypatc
     sent and the step is the unfolded one."""
     quotient = run_yaml(TREE_DP).summary
     unfolded = run_yaml(TREE_DP, "run.fold=false").summary
-    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private, shapes=None:
                         (None, dict(mirrors)))
     every_replica = run_yaml(TREE_DP).summary
     assert quotient["flows_simulated"] == every_replica["flows_simulated"]
@@ -257,7 +257,7 @@ def test_link_tracks_count_the_flows_the_quotient_did_not_send(run_yaml, monkeyp
     to the bit; the first replica's links showed up to 0.86 of line rate less when the dropped flows were
     simply missing). The summary says how many replicas' flows the timeline holds."""
     quotient = run_yaml(text)
-    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private:
+    monkeypatch.setattr(simulation, "replica_quotient", lambda ops, layout, plans, mirrors, private, shapes=None:
                         (None, dict(mirrors)))
     every_replica = run_yaml(text)
     assert quotient.summary["replica_quotient"] == sent and "replica_quotient" not in every_replica.summary

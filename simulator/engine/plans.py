@@ -3,14 +3,14 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
-from simulator.engine.groups import GroupIds
+from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
 from simulator.topology.periods import NO_IMAGE, Periods
@@ -47,17 +47,13 @@ class PlanCache:
         self._periods: Periods | None = None
         self._periods_found = False
         self._tables: dict[tuple, tuple[tuple, LinkTable]] = {}
+        self._sized_tables: dict[tuple, tuple[tuple, LinkTable]] = {}
 
     def _request(self, op: CollectiveOp, group: tuple[int, ...]) -> CollectiveRequest:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
                                  chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes)
 
-    @staticmethod
-    def key(op: CollectiveOp, group: Hashable) -> tuple:
-        """What a plan depends on within one run: op, group, size (and pair sizes), root and the algorithm asked
-        for (`auto` is resolved from these and the run's fixed defaults). ``group`` is the member tuple or
-        anything naming it one to one (the engine's dense group id: cheaper to hash than a 16k-rank tuple)."""
-        return (op.op, group, op.nbytes, op.root, op.algorithm, op.pair_bytes)
+    key = staticmethod(plan_key)
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
@@ -126,7 +122,13 @@ class PlanCache:
         topology/periods.py) uses the image of its translate's links in the first periods: those are found
         once and moved by the translations as arrays, without planning or routing the translates. Tables are
         kept by the group tuple's identity, whether anything is sent, and the algorithm every group resolves
-        to (a size at which `auto` picks other algorithms for some groups gets a table of its own)."""
+        to (a size at which `auto` picks other algorithms for some groups gets a table of its own); and found
+        again by the op's shape without resolving those algorithms (each call for a table's groups asks for it
+        at several sizes, and the sharing analysis asks for every shape's)."""
+        shape = plan_key(op, id(groups))
+        known = self._sized_tables.get(shape)
+        if known is not None:
+            return known[1]
         periods = self.translations()
         members = np.array(groups, dtype=np.int64).reshape(len(groups), -1)
         firsts_of, shifts = (periods.split(members) if periods is not None
@@ -144,6 +146,7 @@ class PlanCache:
             same = np.ones(len(groups), dtype=bool) if fixed else (
                 np.array(algorithms) == np.array([self.resolved_algorithm(op, first) for first in firsts])[of_group])
             found = self._tables[key] = (groups, self._table(op, groups, firsts, of_group, shifts, same))
+        self._sized_tables[shape] = found
         return found[1]
 
     def mirror_links(self, op: CollectiveOp, groups: tuple[tuple[int, ...], ...]) -> frozenset[int]:
@@ -212,29 +215,24 @@ class PlanCache:
         return None if self.topology.routes_version else self._periods
 
 
-def folded_send_excess(ops: Sequence[Op], plans: PlanCache) -> dict[str, float]:
+def folded_send_excess(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None
+                       ) -> dict[str, float]:
     """Per category, the bytes a folded run's collectives send per member on average beyond what its simulated
     ranks send (`PlanCache.send_excess`, summed over their collective ops), worked out once per collective shape
-    (its group named by a dense id: ops of one group mostly carry tuples of their own). A group whose members are
-    all simulated (a pipeline send between stage representatives) already counts every member's flows."""
+    (``shapes``, the index of ``ops``' collectives, made here unless the caller has it). A group whose members
+    are all simulated (a pipeline send between stage representatives) already counts every member's flows."""
     simulated = {op.rank for op in ops}
-    group_ids = GroupIds()
+    shapes = shapes or CollectiveShapes.of(ops)
     partly_simulated: dict[int, bool] = {}
-    excess_of: dict[tuple, dict[int, float] | None] = {}
-    excess: dict[str, float] = {}
-    for op in ops:
-        if not isinstance(op, CollectiveOp):
-            continue
-        group_id = group_ids.id(op.group)
-        partly = partly_simulated.get(group_id)
+    excess_of: list[dict[int, float] | None] = []
+    for op, gid in zip(shapes.firsts, shapes.group_of_shape):
+        partly = partly_simulated.get(gid)
         if partly is None:
-            partly = partly_simulated[group_id] = not simulated.issuperset(op.group)
-        if not partly:
-            continue
-        key = PlanCache.key(op, group_id)
-        if key not in excess_of:
-            excess_of[key] = plans.send_excess(op)
-        extra = excess_of[key]
+            partly = partly_simulated[gid] = not simulated.issuperset(op.group)
+        excess_of.append(plans.send_excess(op) if partly else None)
+    excess: dict[str, float] = {}
+    for op, shape in zip(shapes.ops, shapes.shape_of):
+        extra = excess_of[shape]
         if extra is not None and extra[op.rank]:
             excess[op.category] = excess.get(op.category, 0.0) + extra[op.rank]
     return excess

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
+from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Mirrors
 from simulator.parallel.layout import Layout
 from simulator.program.ops import CollectiveOp, Op
@@ -58,11 +58,13 @@ class ReplicaQuotient:
 
 
 def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirrors: Mapping[int, Mirrors],
-                     private: frozenset[int]) -> tuple[ReplicaQuotient | None, dict[int, Mirrors]]:
+                     private: frozenset[int], shapes: CollectiveShapes | None = None
+                     ) -> tuple[ReplicaQuotient | None, dict[int, Mirrors]]:
     """The quotient of a folded run by its data-parallel shift, with the mirrors each op still sends: its kept
     mirrors closed under the shift, less those wholly outside the first replicas; ``(None, mirrors)`` when no
     shift is an exact symmetry (docs/architecture.md, rank folding). The ``private`` collectives are timed
-    alone and replayed, never posted, so they need no symmetry."""
+    alone and replayed, never posted, so they need no symmetry. ``shapes``: the index of ``ops``' collectives,
+    when the caller has it."""
     topology = plans.topology
     step = _shift_step(layout, topology)
     if step == 0:
@@ -74,9 +76,11 @@ def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirror
     shift[:layout.world] = ranks + ((replica + step) % layout.dp - replica) * stride
     kept = np.zeros(topology.num_gpus, dtype=bool)
     kept[:layout.world] = replica < step
-    if not all(kept[op.rank] for op in ops):
+    if not kept[list({op.rank for op in ops})].all():
         return None, dict(mirrors)
-    collectives = [op for op in ops if isinstance(op, CollectiveOp) and op.id not in private]
+    shapes = shapes or CollectiveShapes.of(ops)
+    collectives = [(op, shape, shapes.group_of_shape[shape]) for op, shape in zip(shapes.ops, shapes.shape_of)
+                   if op.id not in private]
     families = _Families(shift, kept)
     closed = families.close(collectives, mirrors)
     if closed is None:
@@ -89,10 +93,10 @@ def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirror
     if representative is None or not _routes_meet_each_orbit_once(planned, plans, kept, representative):
         return None, dict(mirrors)
     sent = {}
-    for op in collectives:
+    for op, _, gid in collectives:
         rows = closed[op.id][1:]
         if rows:
-            sent[op.id] = families.sent(op, rows)
+            sent[op.id] = families.sent(op, gid, rows)
     return ReplicaQuotient(kept, representative), sent
 
 
@@ -108,23 +112,24 @@ def _shift_step(layout: Layout, topology: Topology) -> int:
 
 _Table = tuple[tuple[tuple[int, ...], ...], np.ndarray, np.ndarray, dict[tuple[int, ...], int]]
 
+_Collective = tuple[CollectiveOp, int, int]
+"""A collective op posted by the run, with its shape and its group's dense id (`CollectiveShapes`)."""
+
 
 class _Families:
-    """Per group (by value): the group and its mirror candidates as rows, the row each row's shift image is
-    (by member set), and each row's orbit under the shift; so closing a set of rows is a lookup."""
+    """Per group (by its dense id): the group and its mirror candidates as rows, the row each row's shift image
+    is (by member set), and each row's orbit under the shift; so closing a set of rows is a lookup."""
 
     def __init__(self, shift: np.ndarray, kept: np.ndarray):
         self.shift = shift
         self.kept = kept
-        self.group_ids = GroupIds()
         self._tables: dict[int, _Table | None] = {}
         self._closed: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self._sent: dict[tuple[int, tuple[int, ...]], Mirrors] = {}
 
-    def table(self, op: CollectiveOp) -> _Table | None:
-        """(rows, image row of each row, orbit of each row, row of each group) of ``op``'s group, or None when a
-        row's image is not a row."""
-        gid = self.group_ids.id(op.group)
+    def table(self, op: CollectiveOp, gid: int) -> _Table | None:
+        """(rows, image row of each row, orbit of each row, row of each group) of ``op``'s group (whose id is
+        ``gid``), or None when a row's image is not a row."""
         if gid not in self._tables:
             rows = (op.group, *op.mirrors)
             members = np.sort(np.array(rows, dtype=np.int64), axis=1)
@@ -135,23 +140,23 @@ class _Families:
                 rows, image, _cycles(image), {group: i for i, group in enumerate(rows)})
         return self._tables[gid]
 
-    def close(self, collectives: list[CollectiveOp], mirrors: Mapping[int, Mirrors]
+    def close(self, collectives: list[_Collective], mirrors: Mapping[int, Mirrors]
               ) -> dict[int, tuple[int, ...]] | None:
         """Per op id, the rows it posts once closed under the shift (row 0, its group, first), or None."""
         closed: dict[int, tuple[int, ...]] = {}
-        for op in collectives:
+        for op, _, gid in collectives:
             kept = mirrors.get(op.id, ())
-            key = (self.group_ids.id(op.group), id(kept))
+            key = (gid, id(kept))
             if key not in self._closed:
-                self._closed[key] = self._close(op, kept)
+                self._closed[key] = self._close(op, gid, kept)
             rows = self._closed[key]
             if rows is None:
                 return None
             closed[op.id] = rows
         return closed
 
-    def _close(self, op: CollectiveOp, kept: Mirrors) -> tuple[int, ...] | None:
-        table = self.table(op)
+    def _close(self, op: CollectiveOp, gid: int, kept: Mirrors) -> tuple[int, ...] | None:
+        table = self.table(op, gid)
         if table is None:
             return None
         _, _, orbit, position = table
@@ -159,12 +164,12 @@ class _Families:
         chosen = np.flatnonzero(np.isin(orbit, wanted))
         return (0, *(int(i) for i in chosen if i != 0))
 
-    def sent(self, op: CollectiveOp, rows: tuple[int, ...]) -> Mirrors:
+    def sent(self, op: CollectiveOp, gid: int, rows: tuple[int, ...]) -> Mirrors:
         """The mirrors among ``rows`` with a member in the first replicas (the others send nothing)."""
-        key = (self.group_ids.id(op.group), rows)
+        key = (gid, rows)
         found = self._sent.get(key)
         if found is None:
-            table = self.table(op)
+            table = self.table(op, gid)
             assert table is not None
             groups, kept = table[0], self.kept
             found = self._sent[key] = tuple(groups[i] for i in rows if kept[list(groups[i])].any())
@@ -183,21 +188,20 @@ def _cycles(image: np.ndarray) -> np.ndarray:
     return np.array(orbit, dtype=np.int64)
 
 
-def _plan_groups(collectives: list[CollectiveOp], closed: Mapping[int, tuple[int, ...]], families: _Families
+def _plan_groups(collectives: list[_Collective], closed: Mapping[int, tuple[int, ...]], families: _Families
                  ) -> list[tuple[CollectiveOp, tuple[int, ...], tuple[int, ...]]]:
     """(op, group, image group) for every distinct plan the run posts: each op's closed rows, once per shape.
     Ops of one shape share their closed rows (one tuple per group and kept mirrors, `_Families.close`), so
     the rows are walked once per shape and closed set, not once per instance."""
-    walked: set[tuple] = set()
-    seen: set[tuple] = set()
+    walked: set[tuple[int, int]] = set()
+    seen: set[tuple[int, int]] = set()
     found = []
-    for op in collectives:
+    for op, shape, gid in collectives:
         rows = closed[op.id]
-        shape = (op.op, op.algorithm, op.root, op.nbytes, id(op.pair_bytes), families.group_ids.id(op.group))
         if (shape, id(rows)) in walked:
             continue
         walked.add((shape, id(rows)))
-        table = families.table(op)
+        table = families.table(op, gid)
         assert table is not None
         groups, image, _, _ = table
         for row in rows:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.engine.groups import GroupIds
 from simulator.engine.ordering import Ordering
 from simulator.engine.plans import LinkTable, PlanCache
+from simulator.engine.shapes import CollectiveShapes
 from simulator.program.ops import CollectiveOp, Op
 
 LinkSet = Callable[[CollectiveOp, tuple[int, ...]], frozenset[int]]
@@ -42,32 +42,30 @@ class Sharing:
         return self.mirrors.get(op.id, ())
 
 
-def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
+def kept_mirrors(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None) -> dict[int, Mirrors]:
     """The mirrors of each collective op connected, through shared links, to the traffic of the simulated
     ranks (by op id, for the ops that have mirrors). The search runs over the distinct tables of mirror link
     sets (`PlanCache.link_table`: the same mirrors at several sizes, or an all-gather and a reduce-scatter
-    over one group, share one)."""
-    collectives = [op for op in ops if isinstance(op, CollectiveOp)]
-    if not any(op.mirrors for op in collectives):
+    over one group, share one). ``shapes``: the index of ``ops``' collectives, when the caller has it."""
+    shapes = shapes or CollectiveShapes.of(ops)
+    if not any(op.mirrors for op in shapes.firsts):
         return {}
-    group_ids = GroupIds()
     reached: set[int] = set()
     tables: dict[int, LinkTable] = {}
-    shapes: dict[tuple, int] = {}
+    found: dict[tuple, int] = {}
     firsts: list[tuple[CollectiveOp, LinkTable | None]] = []
-    mirrored: list[tuple[int, int]] = []
-    for op in collectives:
-        shape = (op.op, op.algorithm, op.root, op.nbytes, group_ids.id(op.group))
-        index = shapes.get(shape)
+    of_shape: list[int] = []
+    for op, gid in zip(shapes.firsts, shapes.group_of_shape):
+        shape = (op.op, op.algorithm, op.root, op.nbytes, gid)
+        index = found.get(shape)
         if index is None:
-            index = shapes[shape] = len(firsts)
+            index = found[shape] = len(firsts)
             reached |= plans.links(op, op.group)
             table = plans.link_table(op, op.mirrors) if op.mirrors else None
             if table is not None:
                 tables.setdefault(id(table), table)
             firsts.append((op, table))
-        if op.mirrors:
-            mirrored.append((op.id, index))
+        of_shape.append(index)
     order = list(tables.values())
     starts = np.cumsum([0] + [len(table.sizes) for table in order])
     taken = _connected_sets(np.concatenate([table.sizes for table in order]),
@@ -78,7 +76,8 @@ def kept_mirrors(ops: Sequence[Op], plans: PlanCache) -> dict[int, Mirrors]:
     for op, table in firsts:
         mirrors = tuple(m for m, keep in zip(op.mirrors, kept_of[id(table)]) if keep) if table is not None else ()
         pruned.append(interned.setdefault(mirrors, mirrors))
-    return {op_id: pruned[index] for op_id, index in mirrored}
+    kept = [pruned[index] for index in of_shape]
+    return {op.id: kept[shape] for op, shape in zip(shapes.ops, shapes.shape_of) if op.mirrors}
 
 
 def _connected_sets(sizes: np.ndarray, links: np.ndarray, reached: set[int]) -> np.ndarray:
@@ -118,25 +117,26 @@ def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
 
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
-                        mirrors: Mapping[int, Mirrors], mirror_links: MirrorLinks | None = None) -> frozenset[int]:
+                        mirrors: Mapping[int, Mirrors], mirror_links: MirrorLinks | None = None,
+                        shapes: CollectiveShapes | None = None) -> frozenset[int]:
     """Ids of the collective ops whose instance runs alone on its links: no instance of other traffic that may
     overlap it in time (engine/ordering.py) uses a link of its own or of its kept ``mirrors``, and its mirrors
     do not share its own links. Such an instance's time is its time on an idle network, and its mirrors, on
     links nothing running meanwhile uses, change no simulated time: the engine times it once per shape and
     replays it without them. ``mirror_links`` gives the links of an op's kept mirrors together (default: the
-    union of ``links_of`` over them)."""
-    collectives = [op for op in ops if isinstance(op, CollectiveOp)]
-    if not collectives:
+    union of ``links_of`` over them); ``shapes`` is the index of ``ops``' collectives, when the caller has it."""
+    shapes = shapes or CollectiveShapes.of(ops)
+    if not shapes.ops:
         return frozenset()
-    group_ids = GroupIds()
-    if not mirrors and len({group_ids.id(op.group) for op in collectives}) == 1:
+    group_of_shape = shapes.group_of_shape
+    if not mirrors and len(set(group_of_shape)) == 1:
         links_of = _one_group
     shape_of: dict[str, tuple] = {}
     streams: dict[int, set[str]] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
-    for op in collectives:
+    for op, index in zip(shapes.ops, shapes.shape_of):
         kept = mirrors.get(op.id, ())
-        gid = group_ids.id(op.group)
+        gid = group_of_shape[index]
         shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
         shape_of.setdefault(op.key, shape)
         streams.setdefault(gid, set()).add(op.stream)
@@ -149,7 +149,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
         for link in own | mirrored:
             shapes_on.setdefault(link, set()).add(shape)
     private = _private_instances(ops, async_streams, shape_of, streams, footprints, shapes_on)
-    return frozenset(op.id for op in collectives if op.key in private)
+    return frozenset(op.id for op in shapes.ops if op.key in private)
 
 
 def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_of: dict[str, tuple],

@@ -20,8 +20,8 @@ from itertools import chain
 import numpy as np
 
 from simulator.collectives.phases import Phase
-from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
+from simulator.engine.shapes import CollectiveShapes
 from simulator.network.isolated import run_isolated
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -110,7 +110,8 @@ def _mirror_batches(phases: list[Phase], mirror_plans: Sequence[list[Phase]]) ->
         yield range(start, min(start + room, len(mirror_plans)))
 
 
-def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray) -> str:
+def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray,
+                        shapes: CollectiveShapes | None = None) -> str:
     """Why folding would not be exact ('' when every collective's mirrors take the time it takes). A mirror
     whose phases have the same route shapes as the simulated copy's is equal by symmetry; one whose shapes
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
@@ -119,20 +120,21 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     group inside one NVLink domain never reaches the fabric's switches, so it is not compared. Pipeline
     send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
-    cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow."""
+    cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
+    ``shapes``: the index of ``ops``' collectives, when the caller has it."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
-    group_ids = GroupIds()
+    shapes = shapes or CollectiveShapes.of(ops)
     sized: set[tuple] = set()
     seen: set[tuple] = set()
-    for op in ops:
-        if not isinstance(op, CollectiveOp) or not op.mirrors:
+    for op, gid in zip(shapes.firsts, shapes.group_of_shape):
+        if not op.mirrors:
             continue
-        instance = (op.op, op.root, op.algorithm, op.nbytes, group_ids.id(op.group))
+        instance = (op.op, op.root, op.algorithm, op.nbytes, gid)
         if instance in sized:
             continue
         sized.add(instance)
-        shape = (op.op, op.root, plans.resolved_algorithm(op, op.group), instance[-1])
+        shape = (op.op, op.root, plans.resolved_algorithm(op, op.group), gid)
         if shape in seen:
             continue
         seen.add(shape)
