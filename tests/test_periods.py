@@ -178,6 +178,33 @@ def test_the_fold_symmetry_check_compares_one_mirror_per_class(monkeypatch, text
     assert asymmetric_replicas(program.ops, fresh(), capacity) == verdict
 
 
+def test_the_fold_symmetry_check_skips_groups_translated_from_one_compared(monkeypatch):
+    """With tp 4 and cp 4 the second pipeline stage's groups lie one period (16 GPUs) on from the first's, their
+    mirrors with them: of the six groups compared without translations, the second stage's K/V gathers (their
+    mirrors cross the spines) are known by translation, and the verdict is the one comparing every group."""
+    from simulator.engine import symmetry
+    from simulator.network.model import effective_capacity
+
+    program, plans, fresh = _folded(CP_FABRIC)
+    capacity = effective_capacity(plans.topology, {})
+    compared: list[tuple[int, ...]] = []
+    verdict_of = symmetry._mirror_verdict
+
+    def spy(plans, op, *args):
+        compared.append(op.group)
+        return verdict_of(plans, op, *args)
+
+    monkeypatch.setattr(symmetry, "_mirror_verdict", spy)
+    assert symmetry.asymmetric_replicas(program.ops, plans, capacity) == ""
+    translated = list(compared)
+    compared.clear()
+    monkeypatch.setattr(Periods, "of", staticmethod(lambda topology: None))
+    assert symmetry.asymmetric_replicas(program.ops, fresh(), capacity) == ""
+    assert len(translated) == 4 and len(compared) == 6
+    skipped = set(compared) - set(translated)
+    assert skipped and all(min(group) >= plans.topology.router.shift_gpus for group in skipped)
+
+
 def _direct_rows(op: CollectiveOp, groups, fresh) -> list[frozenset[int]]:
     return [fresh.links(op, group) for group in groups]
 

@@ -25,6 +25,7 @@ from simulator.engine.shapes import CollectiveShapes
 from simulator.network.isolated import run_isolated
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
+from simulator.topology.periods import Periods
 
 SAME_TIME = 1e-9
 """Relative difference below which two isolated timings are the same (float rounding of a differently ordered
@@ -117,7 +118,8 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
     beside the simulated copy, and differs when the times do (a shared uplink wide enough for both flows costs
     nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes); a
-    group inside one NVLink domain never reaches the fabric's switches, so it is not compared. Pipeline
+    group inside one NVLink domain never reaches the fabric's switches, so it is not compared; nor is a group
+    translated by whole periods of the fabric's spine hash from one already compared (`_Translates`). Pipeline
     send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
@@ -125,6 +127,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     shapes = shapes or CollectiveShapes.of(ops)
+    translates = _Translates(plans.translations())
     sized: set[tuple] = set()
     seen: set[tuple] = set()
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
@@ -134,33 +137,79 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if instance in sized:
             continue
         sized.add(instance)
-        shape = (op.op, op.root, plans.resolved_algorithm(op, op.group), gid)
-        if shape in seen:
+        algorithm = plans.resolved_algorithm(op, op.group)
+        if (op.op, op.root, algorithm, gid) in seen:
             continue
-        seen.add(shape)
+        seen.add((op.op, op.root, algorithm, gid))
         if op.op == "send_recv" or len({topology.gpu_domain[rank] for rank in op.group}) == 1:
             continue
         phases = plans.phases(op, op.group)
-        compared = _class_firsts(plans, op)
-        mirror_phases = [plans.phases(op, op.mirrors[index]) for index in compared]
         reference = tuple(route_shapes(topology, phases, link_kinds))
-        timings: dict[tuple, float] = {}
-        for batch in _mirror_batches(phases, mirror_phases):
-            shapes_of = route_shapes(topology, [phase for index in batch for phase in mirror_phases[index]],
-                                     link_kinds)
-            done = 0
-            for index in batch:
-                mirrored = mirror_phases[index]
-                shapes = tuple(shapes_of[done:done + len(mirrored)])
-                done += len(mirrored)
-                if shapes == reference or shapes in timings:
-                    continue
-                if not timings:
-                    timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
-                mirror_s = timings[shapes] = run_isolated(topology, capacity, mirrored).duration_s
-                if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
-                    return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
-                            f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[compared[index]])}: "
-                            "their flows share the fabric's links unevenly (each flow hashed onto a spine by its "
-                            "ends)")
+        if translates.known(op, algorithm, reference):
+            continue
+        verdict = _mirror_verdict(plans, op, phases, reference, capacity, link_kinds)
+        if verdict:
+            return verdict
+        translates.add(op, algorithm, reference)
     return ""
+
+
+def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], reference: tuple[bytes, ...],
+                    capacity: np.ndarray, link_kinds: np.ndarray) -> str:
+    """Why ``op``'s mirrors do not take the time its group takes ('' when they do): each class of translates
+    compared by route shapes with the group's (``reference``), and timed alone where they differ."""
+    topology = plans.topology
+    compared = _class_firsts(plans, op)
+    mirror_phases = [plans.phases(op, op.mirrors[index]) for index in compared]
+    timings: dict[tuple, float] = {}
+    for batch in _mirror_batches(phases, mirror_phases):
+        shapes_of = route_shapes(topology, [phase for index in batch for phase in mirror_phases[index]],
+                                 link_kinds)
+        done = 0
+        for index in batch:
+            mirrored = mirror_phases[index]
+            mirror_shapes = tuple(shapes_of[done:done + len(mirrored)])
+            done += len(mirrored)
+            if mirror_shapes == reference or mirror_shapes in timings:
+                continue
+            if not timings:
+                timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
+            mirror_s = timings[mirror_shapes] = run_isolated(topology, capacity, mirrored).duration_s
+            if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
+                return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
+                        f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[compared[index]])}: "
+                        "their flows share the fabric's links unevenly (each flow hashed onto a spine by its "
+                        "ends)")
+    return ""
+
+
+class _Translates:
+    """The groups whose mirrors were found to take their group's time, by class of translates: a group and
+    its mirrors moved together by whole periods of an exact translation (topology/periods.py: every link maps
+    onto a link alike, and the spine hash moves routes with their ends) meet links alike transfer for transfer,
+    so a later group of a known class whose mirrors are the same translates of the known group's, and whose
+    own route shapes are the known group's (its plan moved with it), needs no comparison of its own."""
+
+    def __init__(self, periods: Periods | None):
+        self.periods = periods if periods is not None and periods.exact else None
+        self._known: dict[tuple, tuple[tuple[bytes, ...], np.ndarray]] = {}
+
+    def _class(self, op: CollectiveOp, algorithm: str) -> tuple[tuple, np.ndarray] | None:
+        """The class key of ``op``'s group (its translate in the first periods) and its mirrors moved as far."""
+        if self.periods is None:
+            return None
+        first, shift = self.periods.split(np.array([op.group], dtype=np.int64))
+        moved = np.array(op.mirrors, dtype=np.int64) - int(shift[0]) * self.periods.period
+        return (op.op, op.root, algorithm, tuple(first[0].tolist())), moved
+
+    def known(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> bool:
+        found = self._class(op, algorithm)
+        if found is None or found[0] not in self._known:
+            return False
+        shapes, mirrors = self._known[found[0]]
+        return shapes == reference and np.array_equal(mirrors, found[1])
+
+    def add(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> None:
+        found = self._class(op, algorithm)
+        if found is not None:
+            self._known.setdefault(found[0], (reference, found[1]))
