@@ -25,7 +25,6 @@ from simulator.engine.shapes import CollectiveShapes
 from simulator.network.isolated import run_isolated
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
-from simulator.topology.periods import Periods
 
 SAME_TIME = 1e-9
 """Relative difference below which two isolated timings are the same (float rounding of a differently ordered
@@ -127,7 +126,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     shapes = shapes or CollectiveShapes.of(ops)
-    translates = _Translates(plans.translations())
+    translates = _Translates(plans, link_kinds)
     sized: set[tuple] = set()
     seen: set[tuple] = set()
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
@@ -143,10 +142,10 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         seen.add((op.op, op.root, algorithm, gid))
         if op.op == "send_recv" or len({topology.gpu_domain[rank] for rank in op.group}) == 1:
             continue
+        if translates.known(op, algorithm):
+            continue
         phases = plans.phases(op, op.group)
         reference = tuple(route_shapes(topology, phases, link_kinds))
-        if translates.known(op, algorithm, reference):
-            continue
         verdict = _mirror_verdict(plans, op, phases, reference, capacity, link_kinds)
         if verdict:
             return verdict
@@ -187,12 +186,16 @@ class _Translates:
     """The groups whose mirrors were found to take their group's time, by class of translates: a group and
     its mirrors moved together by whole periods of an exact translation (topology/periods.py: every link maps
     onto a link alike, and the spine hash moves routes with their ends) meet links alike transfer for transfer,
-    so a later group of a known class whose mirrors are the same translates of the known group's, and whose
-    own route shapes are the known group's (its plan moved with it), needs no comparison of its own."""
+    so a later group of a known class whose mirrors are the same translates of the known group's, and over
+    which the known op's plan has the known group's route shapes (the plan moved with the group), needs no
+    comparison of its own (whatever its size: a group is compared once per algorithm)."""
 
-    def __init__(self, periods: Periods | None):
+    def __init__(self, plans: PlanCache, link_kinds: np.ndarray):
+        periods = plans.translations()
         self.periods = periods if periods is not None and periods.exact else None
-        self._known: dict[tuple, tuple[tuple[bytes, ...], np.ndarray]] = {}
+        self.plans = plans
+        self.link_kinds = link_kinds
+        self._known: dict[tuple, tuple[CollectiveOp, tuple[bytes, ...], np.ndarray]] = {}
 
     def _class(self, op: CollectiveOp, algorithm: str) -> tuple[tuple, np.ndarray] | None:
         """The class key of ``op``'s group (its translate in the first periods) and its mirrors moved as far."""
@@ -202,14 +205,18 @@ class _Translates:
         moved = np.array(op.mirrors, dtype=np.int64) - int(shift[0]) * self.periods.period
         return (op.op, op.root, algorithm, tuple(first[0].tolist())), moved
 
-    def known(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> bool:
+    def known(self, op: CollectiveOp, algorithm: str) -> bool:
+        """Whether ``op``'s group (planned with ``algorithm``) is a translate of a known group, mirrors and all."""
         found = self._class(op, algorithm)
         if found is None or found[0] not in self._known:
             return False
-        shapes, mirrors = self._known[found[0]]
-        return shapes == reference and np.array_equal(mirrors, found[1])
+        known, reference, mirrors = self._known[found[0]]
+        plans = self.plans
+        return (np.array_equal(mirrors, found[1]) and plans.resolved_algorithm(known, op.group) == algorithm
+                and tuple(route_shapes(plans.topology, plans.phases(known, op.group), self.link_kinds)) == reference)
 
     def add(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> None:
+        """``op``'s group, whose route shapes are ``reference``, takes the time its mirrors take."""
         found = self._class(op, algorithm)
         if found is not None:
-            self._known.setdefault(found[0], (reference, found[1]))
+            self._known.setdefault(found[0], (op, reference, found[1]))
