@@ -25,10 +25,15 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
     CP and DP coordinates of its members shifted (cyclically) by the offset from the group's first member to
     that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy (a coordinate
     ``c`` shifted by ``s`` read off the table ``moved[s, c]`` of each dimension); an image is known again by
-    its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows)."""
+    its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows). Only the ranks at
+    coordinate 0 of each dimension whose shift maps the group onto itself (a TP group's tp) are shifted onto:
+    the others repeat an image of a lower rank (rank order is the order of first occurrence)."""
     members = np.array(group, dtype=np.int64)
     first = group[0]
     equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
+    for dim in layout.order:
+        if dim != "pp" and _shifts_onto_itself(layout, members, dim):
+            equivalents = equivalents[(equivalents // layout.stride(dim)) % layout.degree(dim) == 0]
     images = np.zeros((len(equivalents), len(members)), dtype=np.int64)
     for dim in layout.order:
         degree, stride = layout.degree(dim), layout.stride(dim)
@@ -45,3 +50,12 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
         first_rows.setdefault(key, index)
     first_rows.pop(np.sort(members).tobytes(), None)
     return tuple(map(tuple, images[list(first_rows.values())].tolist()))
+
+
+def _shifts_onto_itself(layout: Layout, members: np.ndarray, dim: str) -> bool:
+    """Whether moving every member one step along ``dim`` (cyclically) gives the same set of ranks, so that
+    every shift along ``dim`` does (a degree of 1 trivially)."""
+    degree, stride = layout.degree(dim), layout.stride(dim)
+    own = (members // stride) % degree
+    moved = members + ((own + 1) % degree - own) * stride
+    return set(moved.tolist()) == set(members.tolist())
