@@ -71,6 +71,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self.plan = plan
         self.fold = fold
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
+        self._peers: dict[tuple[int, int], int] = {}
         self.ops: list[Op] = []
         self._grad_ready: dict[tuple[int, int, int], int] = {}
         self._grad_counts: dict[tuple[int, int, int], int] = {}
@@ -181,10 +182,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return set(last.values())
 
     def _peer(self, rank: int, vstage: int) -> int:
-        layout = self.plan.layout
-        coords = layout.coords(rank)
-        coords["pp"] = stage_rank(vstage, layout.pp, self.plan.placement)
-        return layout.rank_of(**coords)
+        """The rank with ``rank``'s TP, CP and DP coordinates that holds virtual stage ``vstage`` (found once:
+        every micro-batch's sends and receives ask again)."""
+        peer = self._peers.get((rank, vstage))
+        if peer is None:
+            layout = self.plan.layout
+            coords = layout.coords(rank)
+            coords["pp"] = stage_rank(vstage, layout.pp, self.plan.placement)
+            peer = self._peers[(rank, vstage)] = layout.rank_of(**coords)
+        return peer
 
     def _p2p_key(self, direction: Pass, mb: int, src_vstage: int, tag: str) -> str:
         return f"pp.{direction}.mb{mb}.vs{src_vstage}.{tag}"
