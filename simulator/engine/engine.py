@@ -21,7 +21,7 @@ from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
-from simulator.engine.stepping import Steps, start
+from simulator.engine.stepping import Steps, run_until, start
 from simulator.errors import InputError, SimulationError
 from simulator.metrics.events import EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
@@ -133,17 +133,14 @@ class Engine:
         if not ops:
             self._all_done.succeed()
         try:
-            self.env.run(until=self._all_done)
+            run_until(self.env, self._all_done)
         # A SimPy process (a plan of a collective with mirrors, a fault) that waits on a failed event gets a
         # copy of its error made from the args alone, without the field; the original is the copy's cause.
         except InputError as exc:
             if isinstance(exc.__cause__, InputError):
                 raise exc.__cause__ from None
             raise
-        except RuntimeError:  # SimPy: no events left before every op finished
-            if self._all_done.triggered:
-                raise
-        if not self._all_done.triggered:
+        if not self._all_done.triggered:  # no events left before every op finished
             raise SimulationError(self._deadlock_report())
         lost = dict(sorted(self.contention.lost_s.items())) if self.contention is not None else {}
         return EngineResult(self.log, self.env.now, self.executed, self._replayed_flows, lost)

@@ -7,12 +7,13 @@ yields, and started by an urgent event, as a process is: every other event is sc
 the run processes the events it shares with a process-based run in the same order, and its results are the
 same to the last bit. An event that failed is thrown into the generator waiting on it, as SimPy does for a
 process (the event is defused: the generator handles the error); an error the generator does not catch
-propagates, as itself, from the step that resumed it.
+propagates, as itself, from the step that resumed it. `run_until` is SimPy's event loop without a method call per event.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable
+from heapq import heappop
 
 import simpy
 from simpy.events import URGENT
@@ -66,3 +67,24 @@ def start(env: simpy.Environment, runs: Iterable[Steps]) -> None:
             follow(steps)
 
     Urgent(env, begin)
+
+
+def run_until(env: simpy.Environment, until: simpy.Event) -> None:
+    """Process ``env``'s events in SimPy's order until ``until`` has been processed, or none are left (then
+    ``until`` has not been: the caller says why). It is `simpy.Environment.run(until)` with SimPy's `step` inlined:
+    one method call and one exception frame less per event, of which a training step has about a quarter of a
+    million. A failed event that nothing defused raises, as in SimPy, a copy of its exception whose cause is the
+    original."""
+    queue = env._queue
+    while queue:
+        env._now, _, _, event = heappop(queue)
+        callbacks, event.callbacks = event.callbacks, None
+        for callback in callbacks:
+            callback(event)
+        if not event._ok and not hasattr(event, "_defused"):
+            error = event._value
+            copy = type(error)(*error.args)
+            copy.__cause__ = error
+            raise copy
+        if event is until:
+            return
