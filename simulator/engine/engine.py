@@ -21,7 +21,7 @@ from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
-from simulator.engine.stepping import Steps, run_until, start
+from simulator.engine.stepping import Steps, run_until, start, succeed_next
 from simulator.errors import InputError, SimulationError
 from simulator.metrics.events import EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
@@ -329,12 +329,16 @@ class Engine:
     def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
                   start: float, sms: int, _event: simpy.Event | None = None) -> None:
         """Log the replayed collective's flows and rows, release the ``sms`` SMs its kernel held (0: none, or no
-        contention) and its members."""
+        contention) and its members: at once, as the only callback of the timeout ``_event`` that ended it, when
+        nothing else is due now (`succeed_next`)."""
         self.log.replayed_flows(op.key, start, flows)
         if sms:
             self._contention.release(ranks, op.category, sms)
         self._record(op, ranks, start)
-        done.succeed()
+        if _event is None:
+            done.succeed()
+        else:
+            succeed_next(self.env, done)
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the
