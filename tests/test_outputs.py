@@ -80,7 +80,7 @@ def test_event_log_frame_has_the_old_columns_and_dtypes():
 
 def test_event_log_rows_in_recording_order():
     log = EventLog()
-    log.record("compute", 3, "compute", "fwd", 0.0, 1.5, category="forward", flops=2.0, microbatch=1)
+    log.record("compute", 3, "compute", "fwd", "forward", 1, -1, 0.0, 1.5, flops=2.0)
     log.flow("k", 3, 4, 0.5, 2.0, 8.0, (7, 9))
     log.replayed_flows("j", 0.0, FlowBlock.of([4], [3], [2.0], [3.0], [16.0], [(9, 7)]))
     frame = log.to_frame()
@@ -100,7 +100,7 @@ def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     log = EventLog()
     log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5, 8))
     log.replayed_flows("b", 1.0, block)
-    log.record("collective", 1, "compute", "b", 1.0, 1.75, key="b")
+    log.record("collective", 1, "compute", "b", "", -1, -1, 1.0, 1.75, key="b")
     log.replayed_flows("c", 2.0, block)
     log.flow("d", 3, 4, 2.5, 3.0, 1.0, (6,))
     frame = log.to_frame()

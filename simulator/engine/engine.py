@@ -170,9 +170,8 @@ class Engine:
                         kernel = contention.start(rank, duration, op.sm_bound_share, op.reserved_sms)
                         yield kernel.end
                         contention.finish(kernel)
-                log.record("compute", rank, stream if turn is None else op.stream, op.name, start, env.now,
-                           category=op.category, nbytes=op.hbm_bytes, flops=op.flops, microbatch=op.microbatch,
-                           chunk=op.chunk)
+                log.record("compute", rank, stream if turn is None else op.stream, op.name, op.category, op.microbatch,
+                           op.chunk, start, env.now, op.hbm_bytes, op.flops)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
@@ -299,9 +298,10 @@ class Engine:
         return self.contention
 
     def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
+        record, end = self.log.record, self.env.now
         for rank in ranks:
-            self.log.record("collective", rank, op.stream, op.name, start, self.env.now, category=op.category,
-                            nbytes=op.nbytes, key=op.key, microbatch=op.microbatch, chunk=op.chunk)
+            record("collective", rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end, op.nbytes,
+                   0.0, op.key)
 
     def _replay(self, op: CollectiveOp, group_id: int, ranks: tuple[int, ...], done: simpy.Event) -> simpy.Event:
         """A private collective: time its plan once on an idle network, then replay that run's duration and

@@ -3,15 +3,15 @@ turned into columns at the end: numpy arrays for the metrics, an Arrow table for
 request, a DataFrame.
 
 Op rows and flow rows are kept apart, each with only the columns that vary for them (a flow row's kind, stream,
-category, micro-batch, chunk and FLOPs are constants), and each op row notes how many flow rows came before it,
-so the DataFrame puts every row back in recording order. An op row goes into `array` buffers (8 bytes a value,
-no Python object kept) as three extends, its integers, floats and strings each one after another (row-major),
-which costs half of fifteen appends to column arrays; the columns are strided views of them at the end. A flow
-row goes in as one tuple appended to a list (the engine logs a quarter of a million a step: seven appends to
-column arrays cost three times as much). That costs memory: about 220 bytes a flow row (the tuple and its
-float objects) instead of about 56 in arrays, some 35 MB more on the long-context row's 220 k single flows
-(its peak is about 300 MB), 3 MB on the 16k row's 17 k. The tuples are split into columns once, when the
-columns are first read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The
+category, micro-batch, chunk and FLOPs are constants, an op row's src and dst), and each op row notes how many
+flow rows came before it, so the DataFrame puts every row back in recording order. A row goes in as one tuple
+appended to a list: the engine logs some 70 k op rows and a quarter of a million flow rows a step, and an
+append costs a quarter of the three `array` extends an op row took before (a flow row's seven appends to
+column arrays cost three times as much). That costs memory: about 220 bytes a row (the tuple and its float
+objects) instead of about 56 (flow) or 120 (op) in arrays, some 35 MB more on the long-context row's 220 k
+single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. The op
+tuples are split into columns when read (`op_columns`, `columns`), the flow tuples once, when the columns are
+first read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The
 flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
 alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
 (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
@@ -21,6 +21,7 @@ block, not once per row.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, count
 from operator import itemgetter
@@ -42,6 +43,12 @@ FLOW_ROW = ("key", *FLOW_COLUMNS, "route")
 """The fields of a single flow row's tuple, in order."""
 FLOW_CONSTANTS = {"kind": "flow", "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
 """The value of every flow row in the columns that do not vary between flows."""
+OP_ROW = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes", "flops",
+          "key")
+"""The fields of an op row's tuple, in order (`EventLog.record`'s arguments); its last field is how many flow
+rows came before it."""
+OP_CONSTANTS = {"src": -1, "dst": -1}
+"""The value of every op row in the columns that only flows fill."""
 
 
 @dataclass(frozen=True)
@@ -112,12 +119,8 @@ class EventLog:
     route of the i-th flow row."""
 
     def __init__(self) -> None:
-        self._op_ints = array("q")
-        """Per op row, its INT_COLUMNS and how many flow rows came before it, one row after another."""
-        self._op_floats = array("d")
-        """Per op row, its FLOAT_COLUMNS."""
-        self._op_texts: list[str] = []
-        """Per op row, its TEXT_COLUMNS (three extends a row instead of fifteen appends)."""
+        self._op_rows: list[tuple] = []
+        """Per op row, a tuple of its OP_ROW fields and how many flow rows came before it."""
         self._flows: list[tuple] = []
         """Per single flow row, a tuple of its FLOW_ROW fields."""
         self._table: _FlowTable | None = None
@@ -139,13 +142,12 @@ class EventLog:
         self._orbit_representative = representative
         self.flow_images = images
 
-    def record(self, kind: str, rank: int, stream: str, name: str, start_s: float, end_s: float, *,
-               category: str = "", nbytes: float = 0.0, flops: float = 0.0, src: int = -1, dst: int = -1,
-               key: str = "", microbatch: int = -1, chunk: int = -1) -> None:
-        """One op row (compute or collective)."""
-        self._op_ints.extend((rank, microbatch, chunk, src, dst, len(self._flows) + self._replayed_rows))
-        self._op_floats.extend((start_s, end_s, nbytes, flops))
-        self._op_texts.extend((kind, stream, name, category, key))
+    def record(self, kind: str, rank: int, stream: str, name: str, category: str, microbatch: int, chunk: int,
+               start_s: float, end_s: float, nbytes: float = 0.0, flops: float = 0.0, key: str = "") -> None:
+        """One op row (compute or collective). The engine passes every argument by position: a call by keyword
+        costs twice as much, and this is called once per op."""
+        self._op_rows.append((kind, rank, stream, name, category, microbatch, chunk, start_s, end_s, nbytes, flops,
+                              key, len(self._flows) + self._replayed_rows))
 
     def flow(self, key: str, src: int, dst: int, start_s: float, end_s: float, nbytes: float,
              route: tuple[int, ...]) -> None:
@@ -169,7 +171,21 @@ class EventLog:
         return self._ops() + len(self._flows) + self._replayed_rows
 
     def _ops(self) -> int:
-        return len(self._op_texts) // len(TEXT_COLUMNS)
+        return len(self._op_rows)
+
+    def _op_fields(self) -> list[tuple]:
+        """The op rows' fields as columns of tuples, in OP_ROW order and then the flow rows before each row."""
+        return list(zip(*self._op_rows)) or [()] * (len(OP_ROW) + 1)
+
+    @staticmethod
+    def _op_column(fields: list[tuple], name: str) -> np.ndarray:
+        """Column ``name`` of the op rows from `_op_fields` (numbers as arrays, text as object arrays)."""
+        if name in OP_CONSTANTS:
+            return np.full(len(fields[0]), OP_CONSTANTS[name], dtype=np.int64)
+        values = fields[OP_ROW.index(name)]
+        if name in TEXT_COLUMNS:
+            return _objects(values, len(values))
+        return np.array(values, dtype=_numpy_type(name))
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
@@ -200,13 +216,9 @@ class EventLog:
     def op_columns(self, names: tuple[str, ...] = COLUMNS) -> dict[str, np.ndarray]:
         """The op rows alone (compute and collective), in recording order: the columns of COLUMNS among
         ``names``, text columns as object arrays (copies: the log's buffers stay free to grow)."""
-        ops = self._ops()
-        ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
-        floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
-        return {**{name: ints[:, index].copy() for index, name in enumerate(INT_COLUMNS) if name in names},
-                **{name: floats[:, index].copy() for index, name in enumerate(FLOAT_COLUMNS) if name in names},
-                **{name: _objects(self._op_texts[index::len(TEXT_COLUMNS)], ops)
-                   for index, name in enumerate(TEXT_COLUMNS) if name in names}}
+        fields = self._op_fields()
+        return {name: self._op_column(fields, name) for name in (*INT_COLUMNS, *FLOAT_COLUMNS, *TEXT_COLUMNS)
+                if name in names}
 
     def flow_columns(self, names: tuple[str, ...] = ("key", *FLOW_COLUMNS)) -> dict[str, np.ndarray]:
         """The flow rows alone, in order: of ``key`` (object array) and the FLOW_COLUMNS, those in ``names``
@@ -240,9 +252,8 @@ class EventLog:
         if not total:
             return {name: (np.empty(0, dtype=np.int32 if name in TEXT_COLUMNS else _numpy_type(name)),
                            [] if name in TEXT_COLUMNS else None) for name in COLUMNS}
-        ints = np.frombuffer(self._op_ints, dtype=np.int64).reshape(ops, len(INT_COLUMNS) + 1)
-        floats = np.frombuffer(self._op_floats, dtype=np.float64).reshape(ops, len(FLOAT_COLUMNS))
-        op_rows = np.arange(ops) + ints[:, -1]
+        fields = self._op_fields()
+        op_rows = np.arange(ops) + np.array(fields[-1], dtype=np.int64)
         is_flow = np.ones(total, dtype=bool)
         is_flow[op_rows] = False
         flow_rows = np.flatnonzero(is_flow)
@@ -252,7 +263,7 @@ class EventLog:
             if name in TEXT_COLUMNS:
                 distinct: list[str] = []
                 merged = np.empty(total, dtype=np.int32)
-                merged[op_rows] = _codes(self._op_texts[TEXT_COLUMNS.index(name)::len(TEXT_COLUMNS)], distinct)
+                merged[op_rows] = _codes(fields[OP_ROW.index(name)], distinct)
                 if name in ("name", "key"):
                     codes, keys = table.keys()
                     merged[flow_rows] = codes + len(distinct)
@@ -261,7 +272,7 @@ class EventLog:
                     merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
                 data[name] = (merged, distinct)
             else:
-                own = ints[:, INT_COLUMNS.index(name)] if name in INT_COLUMNS else floats[:, FLOAT_COLUMNS.index(name)]
+                own = self._op_column(fields, name)
                 merged = np.empty(total, dtype=own.dtype)
                 merged[op_rows] = own
                 merged[flow_rows] = flow_values[name]
@@ -344,7 +355,7 @@ class _Layout:
         return merged
 
 
-def _codes(values: list[str], distinct: list[str]) -> np.ndarray:
+def _codes(values: Sequence[str], distinct: list[str]) -> np.ndarray:
     """Each value's index in ``distinct``, to which the values not seen before in this call are added in order
     of first appearance (a value may then appear in ``distinct`` more than once, which decoding does not mind)."""
     offset = len(distinct)
