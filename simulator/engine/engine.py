@@ -259,14 +259,14 @@ class Engine:
         start = self.env.now
         mirrors = self.sharing.mirrors_of(op)
         plans, sms = self._planned(op, meeting.group_id, mirrors)
-        if sms:
-            self._contention.hold(meeting.arrived, op.category, sms)
+        if sms and self.contention is not None:
+            self.contention.hold(meeting.arrived, op.category, sms)
         if mirrors:
             yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, plans[0], op.key)
-        if sms:
-            self._contention.release(meeting.arrived, op.category, sms)
+        if sms and self.contention is not None:
+            self.contention.release(meeting.arrived, op.category, sms)
         self._record(op, meeting.arrived, start)
         meeting.done.succeed()
 
@@ -291,12 +291,6 @@ class Engine:
             return 0
         return max(self.contention.kernel_sms(op), 0)
 
-    @property
-    def _contention(self) -> Contention:
-        """The contention model, for the code that holds SMs (only a run with contention on gets a count)."""
-        assert self.contention is not None
-        return self.contention
-
     def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
         record, end = self.log.record, self.env.now
         for rank in ranks:
@@ -318,8 +312,8 @@ class Engine:
         duration, flows, rows, sms = run
         self._replayed_flows += rows
         if duration > 0:
-            if sms:
-                self._contention.hold(ranks, op.category, sms)
+            if sms and self.contention is not None:
+                self.contention.hold(ranks, op.category, sms)
             self.env.timeout(duration).callbacks.append(
                 partial(self._replayed, op, ranks, done, flows, self.env.now, sms))
         else:
@@ -332,8 +326,8 @@ class Engine:
         contention) and its members: at once, as the only callback of the timeout ``_event`` that ended it, when
         nothing else is due now (`succeed_next`)."""
         self.log.replayed_flows(op.key, start, flows)
-        if sms:
-            self._contention.release(ranks, op.category, sms)
+        if sms and self.contention is not None:
+            self.contention.release(ranks, op.category, sms)
         self._record(op, ranks, start)
         if _event is None:
             done.succeed()

@@ -67,7 +67,8 @@ def succeed_next(env: simpy.Environment, event: simpy.Event) -> None:
         event.succeed()
         return
     event._ok, event._value = True, None
-    callbacks, event.callbacks = event.callbacks, None
+    callbacks = event.callbacks
+    event.callbacks = None  # type: ignore[assignment]  # processed, as SimPy marks it
     for callback in callbacks:
         callback(event)
 
@@ -93,7 +94,8 @@ def run_until(env: simpy.Environment, until: simpy.Event) -> None:
     queue = env._queue
     while queue:
         env._now, _, _, event = heappop(queue)
-        callbacks, event.callbacks = event.callbacks, None
+        callbacks = event.callbacks
+        event.callbacks = None  # type: ignore[assignment]  # processed, as SimPy marks it
         for callback in callbacks:
             callback(event)
         if not event._ok and not hasattr(event, "_defused"):
