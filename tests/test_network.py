@@ -385,10 +385,13 @@ def test_max_min_matches_plain_progressive_filling_on_2000_random_flows():
     assert np.all(load <= capacity * (1 + 1e-9))
 
 
-@pytest.mark.parametrize("phase_size", [1, 10])
-def test_network_matches_a_step_by_step_reference_on_random_traffic(phase_size):
+@pytest.mark.parametrize(("phase_size", "small_component"), [(1, model.SMALL_COMPONENT), (10, model.SMALL_COMPONENT),
+                                                              (10, 0)])
+def test_network_matches_a_step_by_step_reference_on_random_traffic(monkeypatch, phase_size, small_component):
     # A random 24-GPU graph; 150 transfers with random sizes and start latencies, each its own phase, or in
-    # phases of 10 transfers of one size and latency (one cohort each, which splits as the rates part).
+    # phases of 10 transfers of one size and latency (one cohort each, which splits as the rates part); the
+    # component searches merge whole link sets, or (small_component 0) visit each link once from the start.
+    monkeypatch.setattr(model, "SMALL_COMPONENT", small_component)
     rng = np.random.default_rng(3)
     graph = Wiring()
     names = [f"n{i}" for i in range(24)]

@@ -37,6 +37,8 @@ the number's int), so the memory stays under ~0.25 GB."""
 CACHED_GROUPS = 4096
 """Largest component whose solve is remembered: larger ones (unfolded all-to-alls over spines, of 60 k-1 M
 groups) would fill the memory and seldom meet the same sizes again."""
+SMALL_COMPONENT = 64
+"""Groups found up to which a component search merges each link's groups whole (see `Network._component`)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 
@@ -391,11 +393,9 @@ class Network:
         self._join(self._starting)
         self._active += len(self._starting)
         self._starting = []
-        seeds, touched = self._touched_links, self._touched_groups
-        seeds.update(chain.from_iterable(group.path for group in touched))
+        component = self._component(self._touched_groups, self._touched_links)
         self._touched_links = set()
         self._touched_groups = set()
-        component = self._component(seeds, touched)
         if component:
             self._resolve(component)
         self._arm_wake_up()
@@ -420,14 +420,22 @@ class Network:
             flow.group = group
             touched.add(group)
 
-    def _component(self, seeds: set[int], touched: set[_PathGroup]) -> list[_PathGroup]:
-        """Active groups connected to links ``seeds`` through shared links, in the order of their numbers: the
-        groups on the seeds, then depth first through the links not seen yet (the ``touched`` groups' links are
-        all seeds, so only the other groups found are explored)."""
+    def _component(self, touched: set[_PathGroup], links: set[int]) -> list[_PathGroup]:
+        """Active groups connected through shared links to the ``touched`` groups (active or emptied) or to
+        ``links``, in the order of their numbers. Each link's set of groups is merged whole, after a subset
+        test that skips those already found; a component past `SMALL_COMPONENT` groups is searched on with
+        each link visited once, as a link shared by many groups would otherwise be tested by each of them."""
         link_groups = self._link_groups
-        found: set[_PathGroup] = set().union(*filter(None, map(link_groups.get, seeds)))
+        found: set[_PathGroup] = set().union(*[members for group in touched for members in group.link_sets],
+                                             *filter(None, map(link_groups.get, links)))
         unexplored = list(found - touched)
-        seen = seeds
+        while unexplored and len(found) <= SMALL_COMPONENT:
+            for members in unexplored.pop().link_sets:
+                if not members <= found:
+                    fresh = members - found
+                    found |= fresh
+                    unexplored += fresh
+        seen: set[int] = set()
         while unexplored:
             for link in unexplored.pop().path:
                 if link not in seen:
