@@ -41,6 +41,8 @@ SMALL_COMPONENT = 64
 """Groups found up to which a component search merges each link's groups whole (see `Network._component`)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
+_number_of, _weight_of = attrgetter("number"), attrgetter("weight")
+_cohort_of, _group_rate_of = attrgetter("cohort"), attrgetter("group.rate")
 
 
 class Transfers:
@@ -444,20 +446,22 @@ class Network:
                         if group not in found:
                             found.add(group)
                             unexplored.append(group)
-        return sorted(found, key=attrgetter("number"))
+        return sorted(found, key=_number_of)
 
     def _resolve(self, component: list[_PathGroup]) -> None:
-        """New max-min rates for ``component``; only flows whose rate changes are brought up to date.
+        """New max-min rates for ``component``. Every flow moves at its group's rate: the cohorts of the flows
+        whose group changed rate or which just joined are checked, and only those whose rate changes are
+        brought up to date (split by rate where their flows' groups now differ).
 
         The rates depend only on the groups' paths and sizes (the solve sums whole flow counts and takes
         minima, so the order of the groups does not move a bit): a component seen before with the same
         sizes reuses its rates, as the repeated steps of a training run meet the same components again.
         """
         self.resolves += 1
-        sizes = tuple(group.weight for group in component)
+        sizes = tuple(map(_weight_of, component))
         self.resolved_flows += sum(sizes)
         kept = len(component) <= CACHED_GROUPS
-        key = (tuple(group.number for group in component), sizes)
+        key = (tuple(map(_number_of, component)), sizes)
         group_rates = self._solved.get(key) if kept else None
         if group_rates is None:
             self.max_min_solves += 1
@@ -468,35 +472,30 @@ class Network:
                     self._forget_solves()
                 self._solved[key] = group_rates
                 self._solved_entries += len(component)
-        moves: dict[_Cohort, list[tuple[float, _Flow]]] = {}
+        affected: set[_Cohort] = set()
         for group, rate in zip(component, group_rates):
             if rate != group.rate:
                 group.rate = rate
-                changed: Iterable[_Flow] = group.flows
+                affected.update(map(_cohort_of, group.flows))
             elif group.joined:
-                changed = group.joined
+                affected.update(map(_cohort_of, group.joined))
             else:
                 continue
             group.joined = []
-            for flow in changed:
-                cohort = flow.cohort
-                if rate != cohort.rate:
-                    moving = moves.get(cohort)
-                    if moving is None:
-                        moves[cohort] = [(rate, flow)]
-                    else:
-                        moving.append((rate, flow))
         now = self.env.now
-        for cohort, moving in moves.items():
-            rate = moving[0][0]
-            if len(moving) == len(cohort.flows) and all(new == rate for new, _ in moving):
-                self._reprice(cohort, rate, now)
+        for cohort in affected:
+            rates = set(map(_group_rate_of, cohort.flows))
+            if len(rates) == 1:
+                rate = rates.pop()
+                if rate != cohort.rate:
+                    self._reprice(cohort, rate, now)
                 continue
             by_rate: dict[float, list[_Flow]] = {}
-            for new, flow in moving:
-                by_rate.setdefault(new, []).append(flow)
-            for new, flows in by_rate.items():
-                self._reprice(cohort.part(flows), new, now)
+            for flow in cohort.flows:
+                by_rate.setdefault(flow.group.rate, []).append(flow)
+            for rate, flows in by_rate.items():
+                if rate != cohort.rate:
+                    self._reprice(cohort.part(flows), rate, now)
         most = 4 * self._active + 1024
         if len(self._by_ready) > most:
             self._by_ready = self._fresh(self._by_ready)
