@@ -166,15 +166,15 @@ class _Cohort:
     """Flows of one phase that started together with the same ``nbytes`` and have had equal rates since:
     they share one state, bytes left as of ``last_update`` at ``rate``, due at ``finish`` (done from
     ``ready``, within tolerance), and one entry in each heap, which ``stamp`` (unique over the run) marks
-    live. The solves work per flow; a cohort whose flows get different rates splits, so each flow's numbers
-    are those it would have alone, to the last bit."""
+    live. A flow moves at its path group's rate; a cohort whose flows' groups get different rates splits,
+    so each flow's numbers are those it would have alone, to the last bit."""
 
     __slots__ = ("finish", "flows", "last_update", "nbytes", "rate", "ready", "remaining", "stamp")
-    last_update: float
 
-    def __init__(self, flows: list[_Flow], nbytes: float):
+    def __init__(self, flows: list[_Flow], nbytes: float, now: float):
         self.flows = flows
         self.nbytes = self.remaining = nbytes
+        self.last_update = now
         self.rate = 0.0
         self.finish = self.ready = math.inf
         self.stamp = -1
@@ -188,8 +188,8 @@ class _Cohort:
         self.flows = [flow for flow in self.flows if flow not in leaving]
         if not self.flows:
             self.stamp = -1
-        part = _Cohort(flows, self.nbytes)
-        part.remaining, part.last_update, part.rate = self.remaining, self.last_update, self.rate
+        part = _Cohort(flows, self.nbytes, self.last_update)
+        part.remaining, part.rate = self.remaining, self.rate
         part.finish, part.ready = self.finish, self.ready
         return part
 
@@ -331,7 +331,7 @@ class Network:
         self._finish([(phase, index, routes[index]) for index in empty], self.env.now)
         for nbytes, leaders in cohorts:
             flows = [_Flow(phase, index, twins) for index, twins in leaders]
-            _Cohort(flows, nbytes)
+            _Cohort(flows, nbytes, self.env.now)
             if self._down:
                 flows = list(chain.from_iterable(self._rerouted(flow) for flow in flows))
             self._starting += flows
@@ -403,10 +403,9 @@ class Network:
         self._arm_wake_up()
 
     def _join(self, flows: list[_Flow]) -> None:
-        """Add each of ``flows`` to the group of its path (registering the group on its links if it was idle),
-        its bytes left counted from now."""
+        """Add each of ``flows`` (their bytes left counted from now, as their cohorts were made or moved now) to
+        the group of its path, registering the group on its links if it was idle."""
         groups, link_groups, touched = self._groups, self._link_groups, self._touched_groups
-        now = self.env.now
         for flow in flows:
             group = groups.get(flow.path)
             if group is None:
@@ -415,7 +414,6 @@ class Network:
             if not group.flows:
                 for members in group.link_sets:
                     members.add(group)
-            flow.cohort.last_update = now
             group.flows.add(flow)
             group.weight += 1 + len(flow.twins)
             group.joined.append(flow)
