@@ -1,16 +1,26 @@
-"""The route shapes that engine/symmetry.py compares a collective's mirrors by: worked out together over arrays,
-they must tell phases apart exactly as the plain definition does (per transfer its bytes and, along its route,
-each link's kind and how many of the phase's transfers cross it, in any transfer order)."""
+"""The fold symmetry check (engine/symmetry.py). The route shapes it compares a collective's mirrors by:
+worked out together over arrays, they must tell phases apart exactly as the plain definition does (per transfer
+its bytes and, along its route, each link's kind and how many of the phase's transfers cross it, in any transfer
+order). And what lets it skip a group without comparing its mirrors (a group already compared, or known by
+translation: `_Translates`), and what must not."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
+import pytest
+from test_periods import SHARED_NICS, _folded
+from test_replicas import CP_FABRIC
 
 from simulator.collectives.phases import Phase, Transfer
+from simulator.engine import symmetry
 from simulator.engine.symmetry import link_kind_codes, route_shapes
+from simulator.network.model import effective_capacity
+from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
+from simulator.topology.periods import Periods
 
 FABRIC = {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 2, "nics_per_node": 4,
           "node": {"kind": "nvswitch_node", "gpus": 8}}
@@ -56,3 +66,96 @@ def test_route_shapes_do_not_depend_on_the_phases_worked_out_beside_them():
     together = route_shapes(topology, [short, crossing, Phase(())], kinds)
     assert together == [route_shapes(topology, [phase], kinds)[0] for phase in (short, crossing, Phase(()))]
     assert together[0] != together[1]
+
+
+SHARED_NICS_8 = SHARED_NICS.replace("nodes: 4", "nodes: 8").replace(
+    "collectives: {channels: 2}", "collectives: {channels: 2, algorithm: ring}").replace(
+    "dp: 2}", "dp: 4, order: [tp, cp, dp, pp]}")
+"""Lanes sharing a NIC, two pipeline stages: each stage's DP ring meets the uplinks unevenly (its group's copy
+takes about twice its mirrors' time, 2.22 against 1.15 ms), and stage 1's groups (32 GPUs on, two periods of
+the spine hash) are translates of stage 0's."""
+
+
+@pytest.mark.parametrize("translations", [True, False], ids=["translations", "no translations"])
+def test_a_zero_byte_collective_first_hides_no_group(monkeypatch, translations):
+    """A copy of stage 0's first DP all-reduce that sends nothing, put first in the program, changes nothing:
+    its empty plan shows no routes, so it neither stands for its group's later ops (which it did: the group was
+    taken as compared at that size) nor vouches for the group's translates (which it did: each translate's
+    plan at 0 bytes is empty too, so every translate was skipped and the check found nothing)."""
+    if not translations:
+        monkeypatch.setattr(Periods, "of", staticmethod(lambda topology: None))
+    program, _, fresh = _folded(SHARED_NICS_8)
+    capacity = effective_capacity(fresh().topology, {})
+    ops = list(program.ops)
+    first = next(op for op in ops if isinstance(op, CollectiveOp) and op.category == "dp" and op.mirrors
+                 and min(op.group) < 16)
+    zero = dataclasses.replace(first, nbytes=0.0, id=max(op.id for op in ops) + 1, key="zero")
+    verdict = symmetry.asymmetric_replicas(ops, fresh(), capacity)
+    assert f"over GPUs {list(first.group)} but" in verdict
+    assert symmetry.asymmetric_replicas([zero, *ops], fresh(), capacity) == verdict
+
+
+def _translated_pair():
+    """CP_FABRIC's first gradient all-reduce of the first pipeline stage and the second stage's first
+    (its group and mirrors one period, 16 GPUs, on), an empty `_Translates`, the algorithm and the plan cache."""
+    program, plans, _ = _folded(CP_FABRIC)
+    shift = plans.topology.router.shift_gpus
+    dp = [op for op in program.ops if isinstance(op, CollectiveOp) and op.category == "dp" and op.mirrors]
+    known = next(op for op in dp if min(op.group) < shift)
+    moved = tuple(rank + shift for rank in known.group)
+    translate = next(op for op in dp if op.group == moved)
+    translates = symmetry._Translates(plans, symmetry.link_kind_codes(plans.topology))
+    algorithm = plans.resolved_algorithm(known, known.group)
+    return known, translate, translates, algorithm, plans
+
+
+def _reference(plans, op) -> tuple[bytes, ...]:
+    return tuple(symmetry.route_shapes(plans.topology, plans.phases(op, op.group),
+                                       symmetry.link_kind_codes(plans.topology)))
+
+
+def test_a_translate_of_a_compared_group_is_known():
+    """The translate of a group whose mirrors were compared, its mirrors moved with it, needs no comparison."""
+    known, translate, translates, algorithm, plans = _translated_pair()
+    assert not translates.known(translate, algorithm)
+    translates.add(known, algorithm, _reference(plans, known))
+    assert translates.known(translate, algorithm)
+
+
+def _other_mirrors(known: CollectiveOp, translate: CollectiveOp, plans) -> CollectiveOp:
+    return dataclasses.replace(translate, mirrors=translate.mirrors[::-1])
+
+
+def _other_algorithm(known: CollectiveOp, translate: CollectiveOp, plans) -> CollectiveOp:
+    """The known op said to resolve to `tree` over the translate's group, its plan there made before (the
+    routes of a tree plan would tell it apart on their own)."""
+    plans.phases(known, translate.group)
+    resolved = plans.resolved_algorithm
+    plans.resolved_algorithm = lambda op, group: "tree" if group == translate.group else resolved(op, group)
+    return translate
+
+
+def _other_routes(known: CollectiveOp, translate: CollectiveOp, plans) -> CollectiveOp:
+    phases = plans.phases
+    plans.phases = lambda op, group: phases(op, group)[:-1] if group == translate.group else phases(op, group)
+    return translate
+
+
+@pytest.mark.parametrize("differ", [_other_mirrors, _other_algorithm, _other_routes],
+                         ids=["mirrors not moved with it", "another algorithm", "other route shapes"])
+def test_a_translate_unlike_its_known_group_is_compared(differ):
+    """A translate is not known when its mirrors are not the known group's moved as far, when the known op
+    resolves to another algorithm over it, or when the known op's plan over it has other route shapes (here
+    each made to differ, one at a time)."""
+    known, translate, translates, algorithm, plans = _translated_pair()
+    translates.add(known, algorithm, _reference(plans, known))
+    assert not translates.known(differ(known, translate, plans), algorithm)
+
+
+def test_an_empty_plan_vouches_for_no_translate():
+    """A known group recorded at 0 bytes (an empty plan, no route shapes) does not make its translates known:
+    the known op's plan over them is empty too, whatever their own size."""
+    known, translate, translates, algorithm, plans = _translated_pair()
+    empty = dataclasses.replace(known, nbytes=0.0)
+    translates.add(empty, algorithm, _reference(plans, empty))
+    assert not translates.known(translate, algorithm)

@@ -116,9 +116,10 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     whose phases have the same route shapes as the simulated copy's is equal by symmetry; one whose shapes
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
     beside the simulated copy, and differs when the times do (a shared uplink wide enough for both flows costs
-    nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes); a
-    group inside one NVLink domain never reaches the fabric's switches, so it is not compared; nor is a group
-    translated by whole periods of the fabric's spine hash from one already compared (`_Translates`). Pipeline
+    nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes), at
+    the size of its first op that sends anything (an empty plan shows no routes); a group inside one NVLink
+    domain never reaches the fabric's switches, so it is not compared; nor is a group translated by whole
+    periods of the fabric's spine hash from one already compared (`_Translates`). Pipeline
     send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
@@ -130,7 +131,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     sized: set[tuple] = set()
     seen: set[tuple] = set()
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
-        if not op.mirrors:
+        if not op.mirrors or not op.nbytes:
             continue
         instance = (op.op, op.root, op.algorithm, op.nbytes, gid)
         if instance in sized:
@@ -216,7 +217,8 @@ class _Translates:
                 and tuple(route_shapes(plans.topology, plans.phases(known, op.group), self.link_kinds)) == reference)
 
     def add(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> None:
-        """``op``'s group, whose route shapes are ``reference``, takes the time its mirrors take."""
+        """``op``'s group, whose route shapes are ``reference``, takes the time its mirrors take. An empty plan
+        (``reference`` ()) vouches for no translate: every translate's plan at that size is empty too."""
         found = self._class(op, algorithm)
-        if found is not None:
+        if found is not None and reference:
             self._known.setdefault(found[0], (op, reference, found[1]))
