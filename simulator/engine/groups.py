@@ -3,20 +3,22 @@
 Python does not cache the hash of a tuple: every dict lookup keyed by a group costs O(group size), and doing
 it per member op makes a collective over N ranks cost O(N^2). The id is looked up by object identity first
 and the tuple is hashed only for an object not seen before: the ops of one group carry only a few tuple objects
-among them in most programs (the long-context run's engine meets 2,032 objects for its 80 groups).
+among them in most programs (the long-context run's engine meets 2,032 objects for its 80 groups). Any tuple
+that ops share as one object works alike: `engine/shapes.py` names the pair sizes of uneven all-to-alls (an
+ep x ep matrix an op) this way too.
 """
 
 from __future__ import annotations
 
 
 class GroupIds:
-    """Maps group tuples to dense ids 0, 1, ... (equal tuples get the same id)."""
+    """Maps tuples (groups, pair-size matrices) to dense ids 0, 1, ... (equal tuples get the same id)."""
 
     def __init__(self) -> None:
-        self._by_object: dict[int, tuple[tuple[int, ...], int]] = {}
-        self._by_value: dict[tuple[int, ...], int] = {}
+        self._by_object: dict[int, tuple[tuple, int]] = {}
+        self._by_value: dict[tuple, int] = {}
 
-    def id(self, group: tuple[int, ...]) -> int:
+    def id(self, group: tuple) -> int:
         """The id of ``group``; the tuple is kept referenced so that its object id stays unique."""
         entry = self._by_object.get(id(group))
         if entry is None:

@@ -3,7 +3,7 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +53,10 @@ class PlanCache:
         return CollectiveRequest(op=op.op, ranks=group, nbytes=op.nbytes, root=op.root,
                                  chunk_bytes=self.chunk_bytes, channels=self.channels, pair_bytes=op.pair_bytes)
 
-    key = staticmethod(plan_key)
+    @staticmethod
+    def key(op: CollectiveOp, group: Hashable) -> tuple:
+        """`plan_key` with ``op``'s own pair sizes: ``group`` the member tuple or its dense id."""
+        return plan_key(op, group, op.pair_bytes)
 
     def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
@@ -125,7 +128,7 @@ class PlanCache:
         to (a size at which `auto` picks other algorithms for some groups gets a table of its own); and found
         again by the op's shape without resolving those algorithms (each call for a table's groups asks for it
         at several sizes, and the sharing analysis asks for every shape's)."""
-        shape = plan_key(op, id(groups))
+        shape = self.key(op, id(groups))
         known = self._sized_tables.get(shape)
         if known is not None:
             return known[1]
