@@ -118,8 +118,8 @@ class Engine:
             streams[(op.rank, op.stream)].append(op)
         for op_list in streams.values():
             for op in op_list:
-                missing = [dep for dep in op.deps if dep not in self._ids]
-                if missing:
+                if not self._ids.issuperset(op.deps):
+                    missing = [dep for dep in op.deps if dep not in self._ids]
                     raise SimulationError(f"op {op.name!r} on rank {op.rank} depends on unknown op ids {missing}")
         for (rank, stream), op_list in sorted(streams.items()):
             if stream in self.async_streams or stream in self.serial_streams:

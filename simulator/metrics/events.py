@@ -5,9 +5,9 @@ request, a DataFrame.
 Op rows and flow rows are kept apart, each with only the columns that vary for them (a flow row's kind, stream,
 category, micro-batch, chunk and FLOPs are constants, an op row's src and dst), and each op row notes how many
 flow rows came before it, so the DataFrame puts every row back in recording order. A row goes in as one tuple
-appended to a list: the engine logs some 70 k op rows and a quarter of a million flow rows a step, and an
-append costs a quarter of the three `array` extends an op row took before (a flow row's seven appends to
-column arrays cost three times as much). That costs memory: about 220 bytes a row (the tuple and its float
+appended to a list, and so does a replay: the engine logs some 70 k op rows and a quarter of a million flow
+rows a step, and an append costs a quarter of an op row's three extends of typed `array` buffers (a third of a
+flow row's seven appends to column arrays). That costs memory: about 220 bytes a row (the tuple and its float
 objects) instead of about 56 (flow) or 120 (op) in arrays, some 35 MB more on the long-context row's 220 k
 single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. The op
 tuples are split into columns when read (`op_columns`, `columns`), the flow tuples once, when the columns are
@@ -20,7 +20,6 @@ block, not once per row.
 """
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, count
@@ -127,10 +126,9 @@ class EventLog:
         """The flow rows split into columns, made when first read (`_flow_table`)."""
         self._blocks: list[FlowBlock] = []
         self._block_index: dict[int, tuple[int, int]] = {}
-        self._replay_block = array("q")
-        self._replay_before = array("q")
-        self._replay_shift = array("d")
-        self._replay_key: list[str] = []
+        self._replays: list[tuple[int, int, float, str]] = []
+        """Per replay, its block's index in ``_blocks``, how many single flow rows came before it, the time its
+        rows are shifted by and its key."""
         self._replayed_rows = 0
         self._orbit_representative: np.ndarray | None = None
         self.flow_images = 1
@@ -161,10 +159,7 @@ class EventLog:
             found = self._block_index[id(block)] = (len(self._blocks), len(block))
             self._blocks.append(block)
         index, rows = found
-        self._replay_block.append(index)
-        self._replay_before.append(len(self._flows))
-        self._replay_shift.append(shift_s)
-        self._replay_key.append(key)
+        self._replays.append((index, len(self._flows), shift_s, key))
         self._replayed_rows += rows
 
     def __len__(self) -> int:
@@ -189,7 +184,7 @@ class EventLog:
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
-        if self._table is None or self._table.logged != (len(self._flows), len(self._replay_key)):
+        if self._table is None or self._table.logged != (len(self._flows), len(self._replays)):
             self._table = _FlowTable(self)
         return self._table
 
@@ -289,7 +284,7 @@ class _FlowTable:
     def __init__(self, log: EventLog):
         self.log = log
         self.layout = _Layout(log)
-        self.logged = (len(log._flows), len(log._replay_key))
+        self.logged = (len(log._flows), len(log._replays))
         self._numbers: dict[str, np.ndarray] = {}
         self._keys: tuple[np.ndarray, list[str]] | None = None
 
@@ -303,7 +298,7 @@ class _FlowTable:
             pool = np.concatenate([getattr(block, field) for block in log._blocks] or [np.empty(0, dtype)])
             replayed = pool[layout.gather]
             if name in ("start_s", "end_s"):
-                replayed = replayed + np.repeat(np.frombuffer(log._replay_shift, dtype=np.float64), layout.sizes)
+                replayed = replayed + np.repeat(layout.shifts, layout.sizes)
             column = layout.merged(own, replayed)
             column.flags.writeable = False
             self._numbers[name] = column
@@ -316,7 +311,7 @@ class _FlowTable:
             first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
             single_first = np.fromiter(map(first.setdefault, map(itemgetter(0), log._flows), count()),
                                        dtype=np.int64, count=singles)
-            replay_first = np.fromiter(map(first.setdefault, log._replay_key, count(singles)), dtype=np.int64,
+            replay_first = np.fromiter(map(first.setdefault, self.layout.keys, count(singles)), dtype=np.int64,
                                        count=replays)
             code_at = np.zeros(singles + replays, dtype=np.int64)
             code_at[list(first.values())] = np.arange(len(first))
@@ -331,14 +326,17 @@ class _FlowTable:
 
 class _Layout:
     """Where the single flows and the replayed blocks' rows go in flow order (a replay's rows come before the
-    single flows logged after it), and which row of the blocks' pool each replayed row copies."""
+    single flows logged after it), which row of the blocks' pool each replayed row copies, and each replay's
+    time shift (``shifts``) and key (``keys``)."""
 
     def __init__(self, log: EventLog):
         singles = len(log._flows)
         block_sizes = np.array([len(block) for block in log._blocks], dtype=np.int64)
         self.pool_start = np.concatenate(([0], np.cumsum(block_sizes)))
-        blocks = np.frombuffer(log._replay_block, dtype=np.int64)
-        before = np.frombuffer(log._replay_before, dtype=np.int64)
+        index, before_rows, shifts, keys = zip(*log._replays) if log._replays else ((), (), (), ())
+        self.keys: tuple[str, ...] = keys
+        blocks, before = np.array(index, dtype=np.int64), np.array(before_rows, dtype=np.int64)
+        self.shifts = np.array(shifts, dtype=np.float64)
         self.sizes = block_sizes[blocks]
         replayed = int(self.sizes.sum())
         prior = np.cumsum(self.sizes) - self.sizes
