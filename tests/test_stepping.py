@@ -11,7 +11,7 @@ from simulator.collectives.execute import PlanRunner
 from simulator.engine.engine import Engine
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Sharing
-from simulator.engine.stepping import follow, start
+from simulator.engine.stepping import follow, start, succeed_next
 from simulator.errors import InputError
 from simulator.metrics.events import EventLog
 from simulator.network.model import Network
@@ -142,3 +142,42 @@ def test_a_failed_plan_stops_its_collective_and_reaches_the_engine_run_with_its_
     assert caught.value.field == "cluster.links" and caught.value.problem == "no route"
     assert len(log) == 0 and engine.executed == 0
 
+
+
+def _releases(seed: int, release) -> list[tuple[float, str]]:
+    """Generators that each wait, step after step, for an event a timeout's only callback succeeds with
+    ``release(env, event)`` (as the engine releases a replayed collective's members), among timeouts of a few
+    equal lengths, so that other events are often due at the instant of a release and sometimes not."""
+    rng = np.random.default_rng(seed)
+    env = simpy.Environment()
+    log: list[tuple[float, str]] = []
+
+    def steps(name: str):
+        for step in range(30):
+            if rng.integers(2):
+                released = env.event()
+                env.timeout(float(rng.choice([1e-6, 2e-6, 3e-6]))).callbacks.append(
+                    lambda _timeout, released=released: release(env, released))
+                yield released
+            else:
+                yield env.timeout(float(rng.choice([0.0, 1e-6, 2e-6])))
+            log.append((env.now, f"{name}.{step}"))
+
+    start(env, [steps(chr(ord("a") + index)) for index in range(6)])
+    env.run()
+    return log
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_event_succeeded_next_runs_where_simpy_would_process_it(seed):
+    """`succeed_next` from a timeout's only callback gives the order of a plain `succeed`, whether it runs the
+    event's callbacks at once (nothing else due) or schedules it (some other event due at that instant)."""
+    inline = []
+
+    def next_release(env: simpy.Environment, event: simpy.Event) -> None:
+        inline.append(not env._queue or env._queue[0][0] > env.now)
+        succeed_next(env, event)
+
+    expected = _releases(seed, lambda _env, event: event.succeed())
+    assert _releases(seed, next_release) == expected and len(expected) == 180
+    assert 0 < sum(inline) < len(inline)
