@@ -167,7 +167,8 @@ LLAMA3_LAYER_ACTIVATION = (TOKENS / TP * 4 * 2 * H  # two norm inputs, the QKV a
     # 32 micro-batches: Megatron's interleaved warm-up on rank 1 is 2 (p - 2) + (v - 1) p = 140 chunks, the
     # 141st forward comes before the first backward; DP 64.
     ("llama3-405b-8192-gpus", 64, 141, 141 / 8),
-    # CP 16 x DP 8 shard the optimizer and gradients 128 ways; two chunks of 4 layers, 16 micro-batches in flight.
+    # CP 16 x DP 8 shard the optimizer and gradients 128 ways; as at 16,384 GPUs, 8 one-layer chunks and every
+    # one of the 16 micro-batches' forwards before the first backward: 128 layers held.
     # (A whole fp32 gradient buffer, reduced once after the last micro-batch, would add 11.8 GiB and not fit.)
     ("llama3-405b-long-context", 128, 16 * 8, 16),
 ])
