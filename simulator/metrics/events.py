@@ -9,9 +9,10 @@ appended to a list, and so does a replay: the engine logs some 70 k op rows and 
 rows a step, and an append costs a quarter of an op row's three extends of typed `array` buffers (a third of a
 flow row's seven appends to column arrays). That costs memory: about 220 bytes a row (the tuple and its float
 objects) instead of about 56 (flow) or 120 (op) in arrays, some 35 MB more on the long-context row's 220 k
-single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. The op
-tuples are split into columns when read (`op_columns`, `columns`), the flow tuples once, when the columns are
-first read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The
+single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. Each op
+column is built from its own field of the tuples when read (`op_columns`, `columns`); the flow tuples are split
+once, when the columns are first read (`_FlowTable`, column by column), and the metrics and the DataFrame share
+that split. The
 flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
 alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
 (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
@@ -43,9 +44,9 @@ FLOW_ROW = ("key", *FLOW_COLUMNS, "route")
 FLOW_CONSTANTS = {"kind": "flow", "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
 """The value of every flow row in the columns that do not vary between flows."""
 OP_ROW = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes", "flops",
-          "key")
-"""The fields of an op row's tuple, in order (`EventLog.record`'s arguments); its last field is how many flow
-rows came before it."""
+          "key", "flows_before")
+"""The fields of an op row's tuple, in order: `EventLog.record`'s arguments, then how many flow rows came before
+the row (which places it among them)."""
 OP_CONSTANTS = {"src": -1, "dst": -1}
 """The value of every op row in the columns that only flows fill."""
 
@@ -168,19 +169,20 @@ class EventLog:
     def _ops(self) -> int:
         return len(self._op_rows)
 
-    def _op_fields(self) -> list[tuple]:
-        """The op rows' fields as columns of tuples, in OP_ROW order and then the flow rows before each row."""
-        return list(zip(*self._op_rows)) or [()] * (len(OP_ROW) + 1)
+    def _op_field(self, name: str) -> list:
+        """One OP_ROW field of every op row, as a list (for text columns, coded by their distinct values)."""
+        return list(map(itemgetter(OP_ROW.index(name)), self._op_rows))
 
-    @staticmethod
-    def _op_column(fields: list[tuple], name: str) -> np.ndarray:
-        """Column ``name`` of the op rows from `_op_fields` (numbers as arrays, text as object arrays)."""
+    def _op_column(self, name: str) -> np.ndarray:
+        """Column ``name`` of the op rows (numbers as arrays, text as object arrays), built from that field alone:
+        a reader wants a few columns, not the whole transpose of the rows."""
+        rows = len(self._op_rows)
         if name in OP_CONSTANTS:
-            return np.full(len(fields[0]), OP_CONSTANTS[name], dtype=np.int64)
-        values = fields[OP_ROW.index(name)]
+            return np.full(rows, OP_CONSTANTS[name], dtype=np.int64)
+        values = map(itemgetter(OP_ROW.index(name)), self._op_rows)
         if name in TEXT_COLUMNS:
-            return _objects(values, len(values))
-        return np.array(values, dtype=_numpy_type(name))
+            return _objects(values, rows)
+        return np.fromiter(values, dtype=np.int64 if name == "flows_before" else _numpy_type(name), count=rows)
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
@@ -211,8 +213,7 @@ class EventLog:
     def op_columns(self, names: tuple[str, ...] = COLUMNS) -> dict[str, np.ndarray]:
         """The op rows alone (compute and collective), in recording order: the columns of COLUMNS among
         ``names``, text columns as object arrays (copies: the log's buffers stay free to grow)."""
-        fields = self._op_fields()
-        return {name: self._op_column(fields, name) for name in (*INT_COLUMNS, *FLOAT_COLUMNS, *TEXT_COLUMNS)
+        return {name: self._op_column(name) for name in (*INT_COLUMNS, *FLOAT_COLUMNS, *TEXT_COLUMNS)
                 if name in names}
 
     def flow_columns(self, names: tuple[str, ...] = ("key", *FLOW_COLUMNS)) -> dict[str, np.ndarray]:
@@ -247,8 +248,7 @@ class EventLog:
         if not total:
             return {name: (np.empty(0, dtype=np.int32 if name in TEXT_COLUMNS else _numpy_type(name)),
                            [] if name in TEXT_COLUMNS else None) for name in COLUMNS}
-        fields = self._op_fields()
-        op_rows = np.arange(ops) + np.array(fields[-1], dtype=np.int64)
+        op_rows = np.arange(ops) + self._op_column("flows_before")
         is_flow = np.ones(total, dtype=bool)
         is_flow[op_rows] = False
         flow_rows = np.flatnonzero(is_flow)
@@ -258,7 +258,7 @@ class EventLog:
             if name in TEXT_COLUMNS:
                 distinct: list[str] = []
                 merged = np.empty(total, dtype=np.int32)
-                merged[op_rows] = _codes(fields[OP_ROW.index(name)], distinct)
+                merged[op_rows] = _codes(self._op_field(name), distinct)
                 if name in ("name", "key"):
                     codes, keys = table.keys()
                     merged[flow_rows] = codes + len(distinct)
@@ -267,7 +267,7 @@ class EventLog:
                     merged[flow_rows] = _codes([flow_values[name]], distinct)[0]
                 data[name] = (merged, distinct)
             else:
-                own = self._op_column(fields, name)
+                own = self._op_column(name)
                 merged = np.empty(total, dtype=own.dtype)
                 merged[op_rows] = own
                 merged[flow_rows] = flow_values[name]
