@@ -20,6 +20,7 @@ import simpy
 from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
 from simulator.engine.plans import PlanCache
+from simulator.engine.shapes import plan_key
 from simulator.engine.sharing import Sharing
 from simulator.engine.stepping import Steps, run_until, start, succeed_next
 from simulator.errors import InputError, SimulationError
@@ -95,6 +96,8 @@ class Engine:
         op not finished)."""
         self._present: frozenset[int] = frozenset()
         self._group_ids = GroupIds()
+        self._pair_ids = GroupIds()
+        """Dense ids of the pair-size matrices of uneven all-to-alls, found by object identity (`_shape_key`)."""
         self._group_members: dict[int, tuple[int, frozenset[int], int]] = {}
         self._group_facts_of: dict[int, tuple[tuple[int, ...], tuple[int, frozenset[int], int]]] = {}
         self._replayed_flows = 0
@@ -259,14 +262,14 @@ class Engine:
         start = self.env.now
         mirrors = self.sharing.mirrors_of(op)
         plans, sms = self._planned(op, meeting.group_id, mirrors)
-        if sms and self.contention is not None:
-            self.contention.hold(meeting.arrived, op.category, sms)
+        if sms:
+            self._hold(meeting.arrived, op.category, sms)
         if mirrors:
             yield from self.run_plans(self.env, plans, op.key)
         else:
             yield from self.run_plan(self.env, plans[0], op.key)
-        if sms and self.contention is not None:
-            self.contention.release(meeting.arrived, op.category, sms)
+        if sms:
+            self._release(meeting.arrived, op.category, sms)
         self._record(op, meeting.arrived, start)
         meeting.done.succeed()
 
@@ -276,7 +279,7 @@ class Engine:
         (0: none, or an empty plan, which takes no time), worked out once per shape: named by the group's id,
         since the ops of one group often carry tuples of their own, and by the mirrors' identity (the sharing
         analysis gives one tuple per shape)."""
-        shape = (PlanCache.key(op, group_id), op.sms, id(mirrors))
+        shape = (self._shape_key(op, group_id), op.sms, id(mirrors))
         known = self._planned_shapes.get(shape)
         if known is None:
             plans = self.plans.mirrored_phases(op, mirrors) if mirrors else [self.plans.phases(op, op.group)]
@@ -284,12 +287,28 @@ class Engine:
             known = self._planned_shapes[shape] = (mirrors, plans, sms)
         return known[1], known[2]
 
+    def _shape_key(self, op: CollectiveOp, group_id: int) -> tuple:
+        """`plan_key` of ``op`` with its group and pair sizes named by dense ids: an uneven all-to-all's ep x ep
+        pair sizes are hashed once per tuple object, not by value per meeting."""
+        return plan_key(op, group_id, self._pair_ids.id(op.pair_bytes))
+
     def _kernel_sms(self, op: CollectiveOp, takes_time: bool) -> int:
         """The SMs ``op``'s kernel holds on each member GPU: 0 with contention off or where the collective takes
         no time, so that a nonzero count is what says to `hold` and `release` them."""
         if self.contention is None or not takes_time:
             return 0
         return max(self.contention.kernel_sms(op), 0)
+
+    def _hold(self, ranks: Iterable[int], category: str, sms: int) -> None:
+        """Hold ``sms`` SMs on each of ``ranks`` for a collective kernel (a count from `_kernel_sms`, nonzero only
+        with contention on)."""
+        assert self.contention is not None
+        self.contention.hold(ranks, category, sms)
+
+    def _release(self, ranks: Iterable[int], category: str, sms: int) -> None:
+        """Give back the SMs `_hold` took."""
+        assert self.contention is not None
+        self.contention.release(ranks, category, sms)
 
     def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
         record, end = self.log.record, self.env.now
@@ -302,7 +321,7 @@ class Engine:
         flow rows (shifted to its start) for every identical instance. Nothing is started for it: a timeout's
         callback logs the rows and releases the members (``done``, returned; most collectives of a folded step
         are private, so this saves a collective's stepping generator and its urgent start per instance)."""
-        shape = (PlanCache.key(op, group_id), op.sms)
+        shape = (self._shape_key(op, group_id), op.sms)
         run = self._isolated_runs.get(shape)
         if run is None:
             assert self.isolated is not None
@@ -312,27 +331,30 @@ class Engine:
         duration, flows, rows, sms = run
         self._replayed_flows += rows
         if duration > 0:
-            if sms and self.contention is not None:
-                self.contention.hold(ranks, op.category, sms)
+            if sms:
+                self._hold(ranks, op.category, sms)
             self.env.timeout(duration).callbacks.append(
-                partial(self._replayed, op, ranks, done, flows, self.env.now, sms))
+                partial(self._replay_ended, op, ranks, done, flows, self.env.now, sms))
         else:
-            self._replayed(op, ranks, done, flows, self.env.now, 0)
+            self._log_replay(op, ranks, flows, self.env.now, 0)
+            done.succeed()
         return done
 
-    def _replayed(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
-                  start: float, sms: int, _event: simpy.Event | None = None) -> None:
-        """Log the replayed collective's flows and rows, release the ``sms`` SMs its kernel held (0: none, or no
-        contention) and its members: at once, as the only callback of the timeout ``_event`` that ended it, when
-        nothing else is due now (`succeed_next`)."""
+    def _replay_ended(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
+                      start: float, sms: int, _timeout: simpy.Event) -> None:
+        """The only callback of the timeout that ends a replayed collective: log it and release its members,
+        at once when nothing else is due now (`succeed_next`)."""
+        self._log_replay(op, ranks, flows, start, sms)
+        succeed_next(self.env, done)
+
+    def _log_replay(self, op: CollectiveOp, ranks: tuple[int, ...], flows: FlowBlock, start: float,
+                    sms: int) -> None:
+        """Log the replayed collective's flows and rows and release the ``sms`` SMs its kernel held (0: none, or
+        no contention)."""
         self.log.replayed_flows(op.key, start, flows)
-        if sms and self.contention is not None:
-            self.contention.release(ranks, op.category, sms)
+        if sms:
+            self._release(ranks, op.category, sms)
         self._record(op, ranks, start)
-        if _event is None:
-            done.succeed()
-        else:
-            succeed_next(self.env, done)
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the

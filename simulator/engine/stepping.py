@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable
 from heapq import heappop
 
 import simpy
-from simpy.events import URGENT
+from simpy.events import PENDING, URGENT
 
 Steps = Generator[simpy.Event, None, None]
 """A generator that yields the events it waits for (the values they carry are not sent in)."""
@@ -61,7 +61,8 @@ def succeed_next(env: simpy.Environment, event: simpy.Event) -> None:
     """Succeed ``event`` as the last act of the only callback of the event being processed. Scheduled, it would
     be processed next unless some other event is due at this instant (all such were scheduled before it, or are
     urgent); in that case its callbacks run at once, which saves its trip through the queue and changes nothing
-    else, and otherwise it is scheduled."""
+    else, and otherwise it is scheduled. ``event`` must be pending (neither triggered nor scheduled)."""
+    assert event._value is PENDING, "succeed_next of an event already triggered"
     queue = env._queue
     if queue and queue[0][0] <= env._now:
         event.succeed()
@@ -87,10 +88,13 @@ def start(env: simpy.Environment, runs: Iterable[Steps]) -> None:
 
 def run_until(env: simpy.Environment, until: simpy.Event) -> None:
     """Process ``env``'s events in SimPy's order until ``until`` has been processed, or none are left (then
-    ``until`` has not been: the caller says why). It is `simpy.Environment.run(until)` with SimPy's `step` inlined:
-    one method call and one exception frame less per event, of which a training step has about a quarter of a
-    million. A failed event that nothing defused raises, as in SimPy, a copy of its exception whose cause is the
-    original."""
+    ``until`` has not been: the caller says why). ``until`` must be an event not processed yet that never fails
+    and that nothing else waits on (no callbacks): for such an event this is `simpy.Environment.run(until)` with
+    SimPy's `step` inlined, one method call and one exception frame less per event, of which a training step has
+    about a quarter of a million. A failed event that nothing defused raises, as in SimPy, a copy of its exception
+    whose cause is the original. It reads SimPy's private queue and event fields, as 4.1 lays them out (the
+    version pyproject.toml pins; tests/test_stepping.py runs it against `env.run`)."""
+    assert until.callbacks == [], "run_until needs an event not processed yet that nobody waits on"
     queue = env._queue
     while queue:
         env._now, _, _, event = heappop(queue)
