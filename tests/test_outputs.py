@@ -9,6 +9,7 @@ ideal efficiency, so the NIC link's utilisation over the run is (bytes / 50 GB/s
 from __future__ import annotations
 
 import gzip
+import inspect
 import json
 import math
 import os
@@ -27,7 +28,7 @@ import simulator
 from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.engine.groups import GroupIds
-from simulator.metrics.events import COLUMNS, EventLog, FlowBlock, FlowRoutes
+from simulator.metrics.events import COLUMNS, OP_ROW, EventLog, FlowBlock, FlowRoutes, decoded
 from simulator.metrics.link_load import BINS, link_load
 from simulator.metrics.step import grouped_sums
 from simulator.report import run_folder
@@ -112,6 +113,28 @@ def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     assert log.flow_routes() == [(5, 8), (1, 3, 4), (2,), (1, 3, 4), (2,), (6,)]
     assert log.route_table().tolist() == log.flow_routes()
     assert len(log) == len(frame) == 7
+
+
+def test_op_row_names_record_s_arguments_in_order_then_the_flows_before():
+    """OP_ROW names the fields of `EventLog.record`'s tuples (``nbytes`` is the ``bytes`` column) and then how many
+    flow rows came before the row, the field that places op rows among the flows."""
+    arguments = [name for name in inspect.signature(EventLog.record).parameters if name != "self"]
+    assert list(OP_ROW[:-1]) == ["bytes" if name == "nbytes" else name for name in arguments]
+    assert OP_ROW[-1] == "flows_before"
+
+
+def test_op_columns_give_each_asked_column_of_the_op_rows_alone():
+    log = EventLog()
+    log.record("compute", 3, "compute", "fwd", "forward", 1, 0, 0.0, 1.5, 4.0, 2.0)
+    log.flow("k", 3, 4, 0.5, 2.0, 8.0, (7, 9))
+    log.record("collective", 5, "comm", "ar", "dp", -1, 1, 1.0, 2.5, 8.0, 0.0, "k")
+    columns = log.op_columns(("rank", "key", "end_s", "src"))
+    assert list(columns) == ["rank", "src", "end_s", "key"]
+    assert columns["rank"].tolist() == [3, 5] and columns["rank"].dtype == np.int64
+    assert columns["src"].tolist() == [-1, -1] and columns["end_s"].tolist() == [1.5, 2.5]
+    assert columns["key"].tolist() == ["", "k"]
+    assert decoded(*log.columns()["kind"]).tolist() == ["compute", "flow", "collective"]
+    assert EventLog().op_columns(("rank", "name"))["rank"].tolist() == []
 
 
 def test_flow_columns_split_once_and_again_after_more_flows():
