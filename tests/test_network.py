@@ -737,3 +737,111 @@ def test_a_collective_with_mirrors_is_parsed_once_and_posted_at_every_instance()
     assert env.now == pytest.approx(0.6, rel=EXACT)
     assert all(isinstance(transfers, Transfers) and len(transfers) == 2 for transfers in posted)
     assert posted[0] is posted[1] and posted[2] is not posted[1]
+
+
+def two_core_topology(per_side: int) -> tuple[Topology, list[str]]:
+    """GPUs g0 .. on switch s0 and the next ``per_side`` on s1, 100 GB/s each; s0 and s1 joined over cores c0
+    and c1 (100 GB/s each hop). Traffic goes over the core named in the returned list (switch it and forget
+    the routes to route around a failed core)."""
+    graph = Wiring()
+    names = [f"g{index}" for index in range(2 * per_side)]
+    for index, name in enumerate(names):
+        add_link(graph, name, "s0" if index < per_side else "s1", bandwidth=100 * GB, latency=0.0,
+                 link_class="nvlink")
+    for core in ("c0", "c1"):
+        add_link(graph, "s0", core, bandwidth=100 * GB, latency=0.0, link_class="infiniband")
+        add_link(graph, core, "s1", bandwidth=100 * GB, latency=0.0, link_class="infiniband")
+    topo = Topology(name="two-core", wiring=graph, gpus=names, gpu_host=list(range(2 * per_side)),
+                    gpu_local=[0] * (2 * per_side))
+    core = ["c0"]
+
+    def route(_topo: Topology, src: int, dst: int, _channel: int) -> list[str]:
+        ends = ["s0", "s1"] if src < per_side else ["s1", "s0"]
+        middle = [ends[0]] if ends[0] == ("s0" if dst < per_side else "s1") else [ends[0], core[0], ends[1]]
+        return [names[src], *middle, names[dst]]
+
+    topo.router = route
+    return topo, core
+
+
+def test_a_link_shared_by_many_touched_groups_is_merged_once():
+    # An incast of 3,000 GPUs into g0 over a star: 3,000 groups, each on its own uplink and on g0's downlink.
+    # The component search starts from the sets on their links, each once: 3,000 one-group uplink sets and
+    # the downlink's set of 3,000, 6,000 entries to merge (merging each group's sets, 3,000 x 3,001 = 9 M).
+    gpus = 3001
+    topo = star_topology(gpus)
+    link = topo.link_index
+    env = simpy.Environment()
+    net = Network(env, topo)
+    net.run_phase([((link[(f"g{i}", "s")], link[("s", "g0")]), 1 * GB, 0.0) for i in range(1, gpus)])
+    env.run(until=1e-9)
+    groups = list(net._groups.values())
+    sets = net._link_sets_of(groups, set())
+    assert (len(sets), sum(map(len, sets))) == (gpus, 2 * (gpus - 1))
+    assert net._component(set(groups), set()) == sorted(groups, key=lambda group: group.number)
+
+
+def test_a_cohort_partly_on_a_failed_link_moves_that_part_as_one_cohort():
+    # g0 -> g3 and g1 -> g4 cross s0 -> c0 -> s1, g4 -> g1 and g5 -> g2 cross s1 -> c0 -> s0: 1 GB each, one
+    # phase, two by two on a 100 GB/s hop, so all at 50 GB/s, one cohort, one heap entry. At 5 ms s0-c0 fails
+    # (both ways): the four move to c1 with 0.75 GB left, still two by two, as one cohort (one new entry, not
+    # one per flow), and all end at 20 ms in one wake-up, the moved ones logged over c1.
+    topo, core = two_core_topology(3)
+    link = topo.link_index
+    pairs = [(0, 3), (1, 4), (4, 1), (5, 2)]
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, log=log)
+    done = net.run_phase([(topo.path(s, d), 1 * GB, 0.0, s, d, 0) for s, d in pairs])
+
+    def fail():
+        yield env.timeout(5e-3)
+        core[0] = "c1"
+        topo.forget_routes()
+        net.take_down([link[("s0", "c0")], link[("c0", "s0")]])
+
+    env.process(fail())
+    assert run_until_done(env, done) == 0.02
+    frame = log.to_frame()
+    assert list(frame["end_s"]) == [0.02] * 4
+    assert [link[("s0", "c1")] in route or link[("c1", "s0")] in route for route in log.flow_routes()] == [True] * 4
+    assert (net.heap_entries, net.wake_ups) == (2, 1)
+
+
+def test_a_phase_runs_to_the_last_bit_as_its_transfers_posted_one_by_one_through_faults():
+    # Two-core fabric, 4 GPUs a side: 40 transfers of 0.5 or 1 GB (some repeated: twins), latency 0 or 1 ms,
+    # across and within the sides. At 3 ms s0-c0 fails and traffic moves to c1; at 7 ms s1 -> c1 keeps 30%.
+    # Posted as one phase (cohorts, twins) or as 40 single-transfer phases, every end time and route is equal.
+    rng = np.random.default_rng(11)
+    pairs = [tuple(int(gpu) for gpu in rng.choice(8, size=2, replace=False)) for _ in range(32)]
+    sizes = rng.choice([0.5, 1.0], size=32) * GB
+    latencies = rng.choice([0.0, 1e-3], size=32)
+    repeated = rng.choice(32, size=8, replace=False)
+    order = [*range(32), *repeated.tolist()]
+
+    def run(one_phase: bool) -> list[tuple]:
+        topo, core = two_core_topology(4)
+        link = topo.link_index
+        env = simpy.Environment()
+        log = EventLog()
+        net = Network(env, topo, log=log)
+        items = [(topo.path(*pairs[i]), float(sizes[i]), float(latencies[i]), *pairs[i], 0) for i in order]
+        for item in [items] if one_phase else [[item] for item in items]:
+            net.run_phase(item)
+
+        def faults():
+            yield env.timeout(3e-3)
+            core[0] = "c1"
+            topo.forget_routes()
+            net.take_down([link[("s0", "c0")], link[("c0", "s0")]])
+            yield env.timeout(4e-3)
+            net.scale_capacity([link[("s1", "c1")]], 0.3)
+
+        env.process(faults())
+        env.run()
+        frame = log.to_frame()
+        return sorted(zip(frame["src"], frame["dst"], frame["end_s"], map(tuple, log.flow_routes())))
+
+    together, apart = run(True), run(False)
+    assert len(together) == 40 and len({row[2] for row in together}) > 5
+    assert together == apart

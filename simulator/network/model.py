@@ -44,7 +44,7 @@ and 0.4% pass 256)."""
 _AFTER_NORMAL_EVENTS = EventPriority(NORMAL + 1)
 """SimPy priority that sorts after its NORMAL (1): the batched re-solve runs once the instant has settled."""
 _number_of, _weight_of = attrgetter("number"), attrgetter("weight")
-_cohort_of, _group_rate_of = attrgetter("cohort"), attrgetter("group.rate")
+_seq_of = attrgetter("seq")
 
 
 class Transfers:
@@ -151,7 +151,7 @@ class _Flow:
             twin.cohort = self.cohort
             members.append(twin)
         self.twins = ()
-        self.cohort.flows = self.cohort.flows + members[1:]
+        self.cohort.flows.update(members[1:])
         return members
 
     def reroute(self, path: tuple[int, ...]) -> None:
@@ -169,25 +169,25 @@ class _Cohort:
     they share one state, bytes left as of ``last_update`` at ``rate``, due at ``finish`` (done from
     ``ready``, within tolerance), and one entry in each heap, which ``stamp`` (unique over the run) marks
     live. A flow moves at its path group's rate; a cohort whose flows' groups get different rates splits,
-    so each flow's numbers are those it would have alone, to the last bit."""
+    so each flow's numbers are those it would have alone, to the last bit. The flows are a set (in no
+    particular order: whatever reads them sorts by sequence number), so that parting a few off costs a few."""
 
     __slots__ = ("finish", "flows", "last_update", "nbytes", "rate", "ready", "remaining", "stamp")
 
-    def __init__(self, flows: list[_Flow], nbytes: float, now: float):
-        self.flows = flows
+    def __init__(self, flows: Iterable[_Flow], nbytes: float, now: float):
+        self.flows = set(flows)
         self.nbytes = self.remaining = nbytes
         self.last_update = now
         self.rate = 0.0
         self.finish = self.ready = math.inf
         self.stamp = -1
-        for flow in flows:
+        for flow in self.flows:
             flow.cohort = self
 
-    def part(self, flows: list[_Flow]) -> _Cohort:
+    def part(self, flows: Sequence[_Flow]) -> _Cohort:
         """``flows`` (some of this cohort's) as a cohort of their own with this one's state, which keeps
         its other flows and its heap entries (none if it has no flow left)."""
-        leaving = set(flows)
-        self.flows = [flow for flow in self.flows if flow not in leaving]
+        self.flows.difference_update(flows)
         if not self.flows:
             self.stamp = -1
         part = _Cohort(flows, self.nbytes, self.last_update)
@@ -363,24 +363,27 @@ class Network:
     def take_down(self, links: Sequence[int]) -> None:
         """``links`` failed (the topology already routes around them): flows in flight on them continue on
         their new route with the bytes they have left; flows still in their latency are rerouted as they start,
-        and those whose latency ended at this instant (not yet on the links) now."""
+        and those whose latency ended at this instant (not yet on the links) now. The moved flows of a cohort
+        stay one cohort (one new heap entry); the solve at the end of the instant parts them by rate."""
         self._down.update(links)
         self._bottleneck.clear()
         self._starting = list(chain.from_iterable(map(self._rerouted, self._starting)))
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
         self._unlink(moving)
-        members = []
-        for flow in moving:
-            apart = flow.split()
-            for member in apart:
-                cohort = member.cohort.part([member])
-                cohort.remaining = max(cohort.remaining - cohort.rate * (now - cohort.last_update), 0.0)
-                cohort.last_update = now
-                self._push(cohort)
-            self._active += len(apart) - 1
+        leaving: dict[_Cohort, list[_Flow]] = {}
+        for flow in sorted(moving, key=_seq_of):
+            leaving.setdefault(flow.cohort, []).append(flow)
+        members: list[_Flow] = []
+        for cohort, flows in leaving.items():
+            apart = list(chain.from_iterable(flow.split() for flow in flows))
+            moved = cohort.part(apart)
+            moved.remaining = max(moved.remaining - moved.rate * (now - moved.last_update), 0.0)
+            moved.last_update = now
+            self._push(moved)
+            self._active += len(apart) - len(flows)
             members += apart
-        members.sort(key=attrgetter("seq"))
+        members.sort(key=_seq_of)
         for flow in members:
             flow.reroute(self.topology.path(*flow.endpoints()))
         self._join(members)
@@ -428,8 +431,7 @@ class Network:
         test that skips those already found; a component past `SMALL_COMPONENT` groups is searched on with
         each link visited once, as a link shared by many groups would otherwise be tested by each of them."""
         link_groups = self._link_groups
-        found: set[_PathGroup] = set().union(*[members for group in touched for members in group.link_sets],
-                                             *filter(None, map(link_groups.get, links)))
+        found: set[_PathGroup] = set().union(*self._link_sets_of(touched, links))
         unexplored = list(found - touched)
         while unexplored and len(found) <= SMALL_COMPONENT:
             for members in unexplored.pop().link_sets:
@@ -448,10 +450,19 @@ class Network:
                             unexplored.append(group)
         return sorted(found, key=_number_of)
 
+    def _link_sets_of(self, touched: Iterable[_PathGroup], links: Iterable[int]) -> list[set[_PathGroup]]:
+        """The non-empty sets of groups on ``links`` and on the links of the ``touched`` groups, each once: a
+        link shared by many touched groups (an incast, an unfolded all-to-all) is merged once, not by each."""
+        seeds = set(links)
+        for group in touched:
+            seeds.update(group.path)
+        return list(filter(None, map(self._link_groups.get, seeds)))
+
     def _resolve(self, component: list[_PathGroup]) -> None:
-        """New max-min rates for ``component``. Every flow moves at its group's rate: the cohorts of the flows
-        whose group changed rate or which just joined are checked, and only those whose rate changes are
-        brought up to date (split by rate where their flows' groups now differ).
+        """New max-min rates for ``component``. Every flow moves at its group's rate: only the flows whose group
+        changed rate or which just joined can differ from their cohort's (all others agree with it since the
+        last solve), so only they are checked; those that differ leave their cohort, one new cohort per rate
+        (the whole cohort is repriced when all of it moves to one rate), brought up to date now.
 
         The rates depend only on the groups' paths and sizes (the solve sums whole flow counts and takes
         minima, so the order of the groups does not move a bit): a component seen before with the same
@@ -482,20 +493,20 @@ class Network:
             else:
                 continue
             group.joined = []
+        leaving: dict[_Cohort, dict[float, list[_Flow]]] = {}
+        for flow in chain.from_iterable(changed):
+            cohort, rate = flow.cohort, flow.group.rate
+            if rate != cohort.rate:
+                leaving.setdefault(cohort, {}).setdefault(rate, []).append(flow)
         now = self.env.now
-        for cohort in set(map(_cohort_of, chain.from_iterable(changed))):
-            rates = set(map(_group_rate_of, cohort.flows))
-            if len(rates) == 1:
-                rate = rates.pop()
-                if rate != cohort.rate:
+        for cohort, by_rate in leaving.items():
+            if len(by_rate) == 1:
+                (rate, flows), = by_rate.items()
+                if len(flows) == len(cohort.flows):
                     self._reprice(cohort, rate, now)
-                continue
-            by_rate: dict[float, list[_Flow]] = {}
-            for flow in cohort.flows:
-                by_rate.setdefault(flow.group.rate, []).append(flow)
+                    continue
             for rate, flows in by_rate.items():
-                if rate != cohort.rate:
-                    self._reprice(cohort.part(flows), rate, now)
+                self._reprice(cohort.part(flows), rate, now)
         most = 4 * self._active + 1024
         if len(self._by_ready) > most:
             self._by_ready = self._fresh(self._by_ready)
