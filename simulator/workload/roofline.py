@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import assert_never
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.errors import ScenarioError
-from simulator.workload.transformer import KERNEL_KINDS, MEASURED_KERNELS, Kernel, MemoryKind
+from simulator.workload.transformer import MEASURED_KERNELS, Kernel, MemoryKind
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
         return efficiency.attention_peak * _saturation(kernel.size_dim, efficiency.attention_half_len)
     if kernel.kind == "elementwise":
         return efficiency.elementwise_peak
-    raise ScenarioError(f"unknown kernel kind {kernel.kind!r}", field="kernel.kind", allowed=", ".join(KERNEL_KINDS))
+    assert_never(kernel.kind)
 
 
 def compute_efficiency(kernel: Kernel, peak: float, efficiency: Efficiency) -> float:

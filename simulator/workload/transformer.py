@@ -17,7 +17,8 @@ from simulator.catalog.models import ModelSpec
 from simulator.config.training_options import RECOMPUTE_MODES, Recompute
 from simulator.errors import ScenarioError
 
-KERNEL_KINDS = ("matmul", "attention", "elementwise")
+KernelKind = Literal["matmul", "attention", "elementwise"]
+"""What bounds a kernel and which efficiency curve it follows (roofline.py): GEMMs, the attention core, the rest."""
 MemoryKind = Literal["score_passes", "layernorm"]
 """Memory-bound kernel families whose HBM efficiency a GPU's calibration may measure apart from a streaming
 kernel's (Kernel.memory_kind): the passes over unfused attention scores (softmax, dropout and their gradients)
@@ -70,7 +71,7 @@ class Kernel:
     name: str
     flops: float
     hbm_bytes: float
-    kind: str
+    kind: KernelKind
     size_dim: float = 0.0
     backward: bool = False
     weights: float = 0.0
