@@ -46,12 +46,12 @@ class Block:
     ``overlap_gemm_s`` holds the GEMMs next to the block's TP collectives, which
     ``tp_comm_overlap`` hides them behind: (forward GEMM after the collective before the block, forward GEMM
     before the collective after it, the same two in the backward); 0 where no GEMM is adjacent.
-    ``sm_bound_s`` holds, per pass (forward, recompute, backward input, backward weight), the seconds of its kernels
-    that compute, not HBM traffic, limits (those slow down while communication kernels hold SMs; None: all of
-    them), and ``overlap_gemm_sm_s`` the same of the ``overlap_gemm_s`` GEMMs. ``experts`` is a MoE block's
-    routed-expert part (parallel/experts.py): its ``params`` are reduced over the expert-data-parallel group,
-    not counted in ``params``; a MoE block's ``tp_pattern`` is ``experts`` (tokens split over TP: an all-gather
-    after forward and backward, none with SP).
+    ``sm_bound_s`` holds, per pass (forward, backward input, backward weight, recompute: the order of the ``*_s``
+    fields, as in ExpertWork), the seconds of its kernels that compute, not HBM traffic, limits (those slow down
+    while communication kernels hold SMs; None: all of them), and ``overlap_gemm_sm_s`` the same of the
+    ``overlap_gemm_s`` GEMMs. ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params``
+    are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is
+    ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
     """
 
     name: str
@@ -78,8 +78,8 @@ class Block:
 
     def sm_bound_seconds(self, phase: Pass) -> float:
         """SM-bound seconds of pass ``phase``."""
-        forward, recompute, backward_input, backward_weight = self.sm_bound_s or (
-            self.forward_s, self.recompute_s, self.backward_input_s, self.backward_weight_s)
+        forward, backward_input, backward_weight, recompute = self.sm_bound_s or (
+            self.forward_s, self.backward_input_s, self.backward_weight_s, self.recompute_s)
         match phase:
             case Pass.FORWARD:
                 return forward
