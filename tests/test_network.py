@@ -776,19 +776,22 @@ def test_a_link_shared_by_many_touched_groups_is_merged_once():
     net.run_phase([((link[(f"g{i}", "s")], link[("s", "g0")]), 1 * GB, 0.0) for i in range(1, gpus)])
     env.run(until=1e-9)
     groups = list(net._groups.values())
-    sets = net._link_sets_of(groups, set())
-    assert (len(sets), sum(map(len, sets))) == (gpus, 2 * (gpus - 1))
+    merged = []
+    link_sets_of = net._link_sets_of
+    net._link_sets_of = lambda *args: merged.append(link_sets_of(*args)) or merged[-1]
     assert net._component(set(groups), set()) == sorted(groups, key=lambda group: group.number)
+    assert [(len(sets), sum(map(len, sets))) for sets in merged] == [(gpus, 2 * (gpus - 1))]
 
 
 def test_a_cohort_partly_on_a_failed_link_moves_that_part_as_one_cohort():
-    # g0 -> g3 and g1 -> g4 cross s0 -> c0 -> s1, g4 -> g1 and g5 -> g2 cross s1 -> c0 -> s0: 1 GB each, one
-    # phase, two by two on a 100 GB/s hop, so all at 50 GB/s, one cohort, one heap entry. At 5 ms s0-c0 fails
-    # (both ways): the four move to c1 with 0.75 GB left, still two by two, as one cohort (one new entry, not
-    # one per flow), and all end at 20 ms in one wake-up, the moved ones logged over c1.
+    # g0 -> g3 and g1 -> g4 cross s0 -> c0 -> s1, g4 -> g1 and g5 -> g2 cross s1 -> c0 -> s0, g2 -> g0 and
+    # g2 -> g1 stay under s0 (sharing g2's uplink): 1 GB each, one phase, two by two on a 100 GB/s hop, so all at
+    # 50 GB/s, one cohort, one heap entry. At 5 ms s0-c0 fails (both ways): the four crossing it move to c1 with
+    # 0.75 GB left, still two by two, as one cohort (one new entry, not one per flow), the two under s0 keep
+    # theirs, and all end at 20 ms in one wake-up, the moved ones logged over c1.
     topo, core = two_core_topology(3)
     link = topo.link_index
-    pairs = [(0, 3), (1, 4), (4, 1), (5, 2)]
+    pairs = [(0, 3), (1, 4), (4, 1), (5, 2), (2, 0), (2, 1)]
     env = simpy.Environment()
     log = EventLog()
     net = Network(env, topo, log=log)
@@ -803,8 +806,10 @@ def test_a_cohort_partly_on_a_failed_link_moves_that_part_as_one_cohort():
     env.process(fail())
     assert run_until_done(env, done) == 0.02
     frame = log.to_frame()
-    assert list(frame["end_s"]) == [0.02] * 4
-    assert [link[("s0", "c1")] in route or link[("c1", "s0")] in route for route in log.flow_routes()] == [True] * 4
+    assert list(frame["end_s"]) == [0.02] * 6
+    over_c1 = {link[("s0", "c1")], link[("c1", "s0")]}
+    assert [bool(over_c1 & set(route)) for route in log.flow_routes()] == [True] * 4 + [False] * 2
+    assert [len(route) for route in log.flow_routes()][4:] == [2, 2]
     assert (net.heap_entries, net.wake_ups) == (2, 1)
 
 

@@ -152,10 +152,3 @@ def test_a_translate_unlike_its_known_group_is_compared(differ):
     assert not translates.known(differ(known, translate, plans), algorithm)
 
 
-def test_an_empty_plan_vouches_for_no_translate():
-    """A known group recorded at 0 bytes (an empty plan, no route shapes) does not make its translates known:
-    the known op's plan over them is empty too, whatever their own size."""
-    known, translate, translates, algorithm, plans = _translated_pair()
-    empty = dataclasses.replace(known, nbytes=0.0)
-    translates.add(empty, algorithm, _reference(plans, empty))
-    assert not translates.known(translate, algorithm)

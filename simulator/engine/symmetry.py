@@ -217,8 +217,8 @@ class _Translates:
                 and tuple(route_shapes(plans.topology, plans.phases(known, op.group), self.link_kinds)) == reference)
 
     def add(self, op: CollectiveOp, algorithm: str, reference: tuple[bytes, ...]) -> None:
-        """``op``'s group, whose route shapes are ``reference``, takes the time its mirrors take. An empty plan
-        (``reference`` ()) vouches for no translate: every translate's plan at that size is empty too."""
+        """``op``'s group, whose route shapes are ``reference``, takes the time its mirrors take (never an empty
+        plan: `asymmetric_replicas` passes over ops that send nothing)."""
         found = self._class(op, algorithm)
-        if found is not None and reference:
+        if found is not None:
             self._known.setdefault(found[0], (op, reference, found[1]))

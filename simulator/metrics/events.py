@@ -21,7 +21,7 @@ block, not once per row.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, count
 from operator import itemgetter
@@ -169,9 +169,13 @@ class EventLog:
     def _ops(self) -> int:
         return len(self._op_rows)
 
+    def _op_values(self, name: str) -> Iterator:
+        """One OP_ROW field of every op row, in order."""
+        return map(itemgetter(OP_ROW.index(name)), self._op_rows)
+
     def _op_field(self, name: str) -> list:
         """One OP_ROW field of every op row, as a list (for text columns, coded by their distinct values)."""
-        return list(map(itemgetter(OP_ROW.index(name)), self._op_rows))
+        return list(self._op_values(name))
 
     def _op_column(self, name: str) -> np.ndarray:
         """Column ``name`` of the op rows (numbers as arrays, text as object arrays), built from that field alone:
@@ -179,10 +183,10 @@ class EventLog:
         rows = len(self._op_rows)
         if name in OP_CONSTANTS:
             return np.full(rows, OP_CONSTANTS[name], dtype=np.int64)
-        values = map(itemgetter(OP_ROW.index(name)), self._op_rows)
+        values = self._op_values(name)
         if name in TEXT_COLUMNS:
             return _objects(values, rows)
-        return np.fromiter(values, dtype=np.int64 if name == "flows_before" else _numpy_type(name), count=rows)
+        return np.fromiter(values, dtype=_numpy_type(name), count=rows)
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
@@ -363,8 +367,9 @@ def _codes(values: Sequence[str], distinct: list[str]) -> np.ndarray:
 
 
 def _numpy_type(name: str) -> type:
-    """The numpy type of a numeric timeline column."""
-    return np.int64 if name in INT_COLUMNS else np.float64
+    """The numpy type of a numeric column: float for the FLOAT_COLUMNS, else an integer (the INT_COLUMNS and an
+    op row's ``flows_before``)."""
+    return np.float64 if name in FLOAT_COLUMNS else np.int64
 
 
 def decoded(values: np.ndarray, distinct: list[str] | None) -> np.ndarray:

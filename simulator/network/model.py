@@ -372,7 +372,7 @@ class Network:
         now = self.env.now
         self._unlink(moving)
         leaving: dict[_Cohort, list[_Flow]] = {}
-        for flow in sorted(moving, key=_seq_of):
+        for flow in moving:
             leaving.setdefault(flow.cohort, []).append(flow)
         members: list[_Flow] = []
         for cohort, flows in leaving.items():
