@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.sweep.executors import PoolExecutor
+from simulator import load_scenario, simulate
+from simulator.sweep.executors import PoolExecutor, SerialExecutor
 from simulator.sweep.layouts import Candidate, SearchSpace, structural_reason
 from simulator.sweep.search import search_layouts
 
@@ -51,3 +52,15 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
 def test_structural_rules(candidate, problem):
     reason = structural_reason(candidate, layers=80, global_batch=512, host_gpus=8, fewer_on_ends=False)
     assert (problem in reason) if problem else reason == ""
+
+
+def test_search_takes_a_bundled_scenario_by_name():
+    """`trainsim search NAME` finds the bundled scenario as `trainsim run NAME` does (it used to read the name
+    as a file path when building the candidates' base scenario)."""
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("selective",))
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
+    rows = result.table.set_index("label")
+    bundled = simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary["tokens_per_s"]
+    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=selective", "tokens_per_s"] == pytest.approx(bundled,
+                                                                                                     rel=1e-12)

@@ -51,7 +51,8 @@ class SearchResult:
 
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
                    top: int = DEFAULT_TOP, overrides: list[str] | None = None) -> SearchResult:
-    """Search the layouts of the training step in ``scenario_path`` (its parallelism section is ignored)."""
+    """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
+    parallelism section is ignored)."""
     space = space or SearchSpace()
     loaded = load_scenario(scenario_path, overrides)
     scenario = loaded.scenario
@@ -64,7 +65,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     topology = build_topology(loaded)
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
-    base = search_base(scenario_path, overrides, scenario)
+    base = search_base(loaded.source, overrides, scenario)
     schedule = scenario.parallelism.pipeline.schedule if scenario.parallelism.pipeline.schedule != "interleaved" \
         else "1f1b"
     memo: dict[Candidate, Checked] = {}
