@@ -150,6 +150,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                          "--set parallelism.tp=true: parallelism.tp: expected a whole number"),
     "override-unknown-key": (scenario(PRESET), RUN + ["--set", "parallelism.tpp=2"], 2,
                              "--set parallelism.tpp=2: parallelism.tpp: unknown key 'tpp'"),
+    "override-unknown-section": (scenario(PRESET), RUN + ["--set", "paralelism.tp=2"], 2,
+                                 "--set paralelism.tp=2: paralelism: unknown key 'paralelism'"),
     "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2, "has no '='"),
     "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
     # output paths and other commands

@@ -44,10 +44,15 @@ class LoadedScenario:
 
 def locate(path: FieldPath, source: str, lines: dict, overrides: tuple[tuple[FieldPath, str], ...]
            ) -> tuple[str, int | None]:
-    """Where the value at ``path`` was given: the last `--set` at or above it, else the file's line."""
+    """Where the value at ``path`` was given: the last `--set` at or above it, else the file's line; a key the
+    file does not have is blamed on the last `--set` that wrote under it (`--set foo.bar=1`: unknown key foo)."""
     for set_path, text in reversed(overrides):
         if path[:len(set_path)] == set_path:
             return f"--set {text}", None
+    if path not in lines:
+        for set_path, text in reversed(overrides):
+            if set_path[:len(path)] == path:
+                return f"--set {text}", None
     return source, line_of(lines, path)
 
 
