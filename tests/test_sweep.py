@@ -157,6 +157,16 @@ def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
         load_sweep(tmp_path / "sweep.yaml")
 
 
+def test_base_scenario_by_bundled_name(tmp_path):
+    """`base:` may name a bundled scenario, as `trainsim run NAME` does; a file beside the sweep comes first."""
+    (tmp_path / "sweep.yaml").write_text("base: schedule-1f1b-p4-m8\ngrid: {training.microbatches: [4, 8]}\n")
+    sweep = load_sweep(tmp_path / "sweep.yaml")
+    assert Path(sweep.base_source).name == "schedule-1f1b-p4-m8.yaml"
+    assert [point.data["training"]["microbatches"] for point in sweep.points] == [4, 8]
+    (tmp_path / "schedule-1f1b-p4-m8").write_text(Path(sweep.base_source).read_text())
+    assert load_sweep(tmp_path / "sweep.yaml").base_source == str(tmp_path / "schedule-1f1b-p4-m8")
+
+
 def test_point_outputs_only_when_asked(tmp_path):
     text = BASE + "grid:\n  training.microbatches: [4, 8]\n"
     run_sweep(sweep_from_text(text, "s.yaml"), tmp_path / "plain", SerialExecutor())

@@ -45,8 +45,16 @@ def resolve_scenario(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.exists() or path.parent != Path("."):
         return path
-    bundled = BUNDLED_DIR / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
-    if bundled.is_file():
+    bundled = bundled_file(path.name)
+    if bundled is not None:
         return bundled
     raise ScenarioError("no such file, and no bundled scenario of that name", file=str(name_or_path),
                         allowed=", ".join(bundled_scenarios()) + ", or a path to a YAML file")
+
+
+def bundled_file(name: str) -> Path | None:
+    """The bundled scenario called ``name`` ('.yaml' may be left out), or None when there is none."""
+    if Path(name).parent != Path("."):
+        return None
+    bundled = BUNDLED_DIR / (name if Path(name).suffix in (".yaml", ".yml") else f"{name}.yaml")
+    return bundled if bundled.is_file() else None

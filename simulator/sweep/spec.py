@@ -3,7 +3,7 @@ constraints, expanded into the sweep's points. Every point's scenario is validat
 a bad axis value is one located error and not 200 failed points.
 
 ```yaml
-base: ../scenarios/schedule-gpipe-p4-m8.yaml      # a path (relative to this file) or an inline scenario
+base: ../scenarios/schedule-gpipe-p4-m8.yaml      # a path (relative to this file), a bundled name or an inline scenario
 grid:                                            # every combination, the last axis moving fastest
   parallelism.pipeline.schedule: [gpipe, 1f1b]
   training.microbatches: [4, 8, 16]
@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 from pydantic import Field, ValidationError
 
+from simulator.config.bundled import bundled_file
 from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
@@ -161,8 +162,12 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
         return spec.base, source, base_lines
     path = folder / spec.base
     if not path.is_file():
-        raise ScenarioError(f"no scenario file {path}", field="base", allowed="a scenario path relative to the "
-                            "sweep file, or an inline scenario", file=source, line=line_of(lines, ("base",)))
+        path = bundled_file(spec.base) or path
+    if not path.is_file():
+        raise ScenarioError(f"no scenario file {folder / spec.base}", field="base",
+                            allowed="a scenario path relative to the sweep file, a bundled scenario's name "
+                            "(trainsim scenarios), or an inline scenario", file=source,
+                            line=line_of(lines, ("base",)))
     data, base_lines = read_yaml(path, ScenarioError)
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", file=str(path), line=1)
