@@ -115,9 +115,12 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+    try:
+        sizes = parse_size_range(args.sizes)
+    except InputError as exc:
+        raise exc.located(field_prefix="--sizes") from None
     rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
-                            sizes=parse_size_range(args.sizes), efficiency=args.efficiency, mode=args.network,
-                            chunk=args.chunk)
+                            sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 
@@ -501,6 +504,8 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     try:
         return args.func(args)
     except InputError as exc:
+        if not exc.file and exc.field.startswith("-"):  # a flag's value, checked by the command it was given to
+            exc = exc.located(file="command line")
         return _fail(f"error: {exc}", EXIT_INPUT)
     except SimulationError as exc:
         return _fail(f"simulation error: {exc}", EXIT_RUNTIME)

@@ -171,7 +171,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "unknown-option": ({}, ["run", "TMP/s.yaml", "--out", "TMP/out", "--frobnicate"], 2,
                        "unrecognized arguments: --frobnicate"),
     "unknown-command": ({}, ["simulate"], 2, "invalid choice: 'simulate'"),
-    "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2, "has no unit"),
+    "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
+                             "error: command line: --sizes: size '1024' has no unit"),
+    "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
+                                "error: command line: --intervals: a checkpoint-interval study needs intervals"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
                                        "\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
                               "s.yaml:2: collectives.algorithm: collnet_direct needs a group across hosts on SHARP "
