@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.config.loader import LoadedScenario
+    from simulator.config.schema import Scenario
     from simulator.engine.faults import FaultHooks
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
@@ -391,17 +392,29 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
-    """The scenario's cluster, built only once the run's estimate is within the limits of `scale.py` (from the
-    topology's parameters when they tell the GPU count, else after building it); ``force`` skips the check."""
+    """The scenario's cluster, built only once the run's estimate is within the limits of `scale.py` and a
+    training layout's degrees multiply to its GPU count (both from the topology's parameters when they tell the
+    GPU count, else after building it: a million-GPU cluster takes tens of seconds to build); ``force`` skips
+    the check."""
     from simulator import scale
 
     gpus = None if force else scale.scenario_gpus(loaded)
     if gpus is not None:
+        located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
         located(loaded, lambda: scale.refuse_if_too_large(loaded, gpus))
     topology = build_topology(loaded)
     if gpus is None and not force:
         located(loaded, lambda: scale.refuse_if_too_large(loaded, topology.num_gpus))
     return topology
+
+
+def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
+    """A training step's parallel degrees checked against the cluster's ``gpus`` (parameter servers place
+    their own workers and servers)."""
+    if scenario.model is not None and scenario.ps is None:
+        from simulator.workload.training import pipeline_depth, resolve_layout
+
+        resolve_layout(scenario, gpus, pipeline_depth(scenario))
 
 
 @collector_paused()

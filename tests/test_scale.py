@@ -107,3 +107,17 @@ def test_a_topology_counted_only_by_building_is_checked_after_it_is_built(monkey
                                 "  - {op: all_reduce, bytes: 1 GiB}\n", "s.yaml")
     with pytest.raises(Exception, match="too large to simulate: 8 GPUs"):
         simulate(loaded)
+
+
+def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_is_built(monkeypatch, capsys):
+    """A million-GPU cluster took 20 s to build before the 8,192-GPU layout was found not to cover it; the
+    degrees are now checked against the GPU count the topology's parameters give."""
+    import simulator.simulation as simulation
+
+    def no_build(_loaded):
+        raise AssertionError("the topology was built")
+
+    monkeypatch.setattr(simulation, "build_topology", no_build)
+    assert main(["validate", LLAMA_405B, "--set", "cluster.nodes=125000"]) == 2
+    assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8192 does not equal the cluster's 1000000 GPUs"
+            in capsys.readouterr().err)

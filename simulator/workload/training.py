@@ -108,6 +108,18 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
         raise ScenarioError(exc.problem, field=exc.field or "model", allowed=exc.allowed) from None
 
 
+def pipeline_depth(scenario: Scenario) -> int:
+    """``parallelism.pp``, or the synthetic model's stage count (``pp`` may then be left at 1)."""
+    par = scenario.parallelism
+    synthetic = _model_section(scenario).synthetic
+    if synthetic is None:
+        return par.pp
+    if par.pp not in (1, synthetic.stages):
+        raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's {synthetic.stages} "
+                       "stages", f"{synthetic.stages} (or leave it out)")
+    return synthetic.stages
+
+
 def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     """The layout with DP filled in from the GPU count; the product must equal the GPUs of the cluster."""
     par = scenario.parallelism
@@ -165,14 +177,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     the scenario file's folder, where a custom schedule table is looked up."""
     par, training = scenario.parallelism, scenario.training
     synthetic = _model_section(scenario).synthetic
-    pp = par.pp
-    if synthetic is not None:
-        if par.pp not in (1, synthetic.stages):
-            raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's "
-                           f"{synthetic.stages} stages", f"{synthetic.stages} (or leave it out)")
-        pp = synthetic.stages
     source: SyntheticModel | ModelSpec = synthetic if synthetic is not None else resolve_model(scenario)
-    layout = resolve_layout(scenario, topology.num_gpus, pp)
+    layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(scenario, layout.dp)
     v = par.pipeline.virtual_stages
