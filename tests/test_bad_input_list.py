@@ -82,9 +82,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "zero-four": (scenario(PRESET + "parallelism: {zero: 4}\n"), RUN, 2, "parallelism.zero"),
     "zero-and-fsdp": (scenario(PRESET + "parallelism: {zero: 1, fsdp: full_shard}\n"), RUN, 2,
                       "s.yaml:4: parallelism.fsdp: give zero or fsdp, not both"),
-    "reduce-every-microbatch-without-zero2": (
-        scenario(PRESET + "parallelism:\n  zero: 3\n  ddp: {reduce_every_microbatch: true}\n"), RUN, 2,
-        "s.yaml:6: parallelism.ddp.reduce_every_microbatch: applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage 3"),
+    "reduce-every-microbatch-without-sharded-gradients": (
+        scenario(PRESET + "parallelism:\n  zero: 1\n  ddp: {reduce_every_microbatch: true}\n"), RUN, 2,
+        "s.yaml:6: parallelism.ddp.reduce_every_microbatch: applies to sharded gradients (ZeRO-2 and 3), not ZeRO "
+        "stage 1"),
+    "deepspeed-zero3-without-per-microbatch-sync": (
+        scenario(PRESET + "parallelism:\n  zero: 3\n  ddp: {reduce_every_microbatch: false}\n"), RUN, 2,
+        "s.yaml:6: parallelism.ddp.reduce_every_microbatch: DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every "
+        "micro-batch's gradients"),
     "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
                       "'fp4' is not a valid choice"),
     "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),

@@ -259,15 +259,18 @@ class PipelineConfig(Section):
 class DDPConfig(Section):
     """PyTorch DDP gradient buckets and whether their all-reduces overlap the backward; with ZeRO-1/2 (the
     distributed optimizer), `overlap_param_gather` defers the parameter all-gather to the next step's forward
-    (Megatron-LM's --overlap-param-gather, off by default there too); with ZeRO-2 (`fsdp: shard_grad_op`),
-    `reduce_every_microbatch` reduce-scatters each micro-batch's gradients as its backward produces them and
-    keeps only the shard (PyTorch FSDP outside `no_sync`, DeepSpeed ZeRO-2), instead of accumulating the whole
-    gradient and reduce-scattering it once after the last micro-batch (Megatron-LM's distributed optimizer)."""
+    (Megatron-LM's --overlap-param-gather, off by default there too). `reduce_every_microbatch` says whether
+    sharded gradients are reduce-scattered after every micro-batch's backward (only the shard accumulated) or
+    accumulated whole and reduce-scattered once; left out, the framework's own behaviour
+    (ParallelismConfig.reduce_every_microbatch): ZeRO-2 accumulates (Megatron-LM's distributed optimizer; true
+    is PyTorch FSDP outside `no_sync`, DeepSpeed ZeRO-2, Llama 3's FSDP), DeepSpeed ZeRO-3 reduces every
+    micro-batch, PyTorch FSDP (`full_shard`, `hybrid_shard`) every micro-batch without pipelining and, under
+    torch.distributed.pipelining (pp > 1), only after each stage's last backward."""
 
     bucket: Size = 25 * 2**20
     overlap: bool = True
     overlap_param_gather: bool = False
-    reduce_every_microbatch: bool = False
+    reduce_every_microbatch: bool | None = None
 
 
 FsdpStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
@@ -310,14 +313,32 @@ class ParallelismConfig(Section):
         wrapped unit, rather than as DeepSpeed (`zero: 3`), per submodule."""
         return self.zero_stage == 3 and self.fsdp is not None
 
+    def reduce_every_microbatch(self, pp: int) -> bool:
+        """Whether the step reduce-scatters each micro-batch's gradients (DDPConfig.reduce_every_microbatch),
+        resolved for ``pp`` pipeline stages (the synthetic model's may differ from `pp`): the explicit choice,
+        else the framework's: DeepSpeed ZeRO-3 every micro-batch; PyTorch FSDP every micro-batch (FSDP2 syncs
+        every backward) unless pipelined, where torch.distributed.pipelining turns the sync off
+        (`set_requires_gradient_sync(False)`) on every backward but each stage's last; ZeRO-2 never."""
+        if self.ddp.reduce_every_microbatch is not None:
+            return self.ddp.reduce_every_microbatch
+        if self.zero_stage != 3:
+            return False
+        return not (self.gathers_per_unit and pp > 1)
+
     @model_validator(mode="after")
     def _one_sharding_choice(self) -> ParallelismConfig:
         if self.fsdp is not None and self.zero:
             raise FieldProblem(("fsdp",), "give zero or fsdp, not both", "one of them")
-        if self.ddp.reduce_every_microbatch and self.zero_stage != 2:
+        every = self.ddp.reduce_every_microbatch
+        if every and self.zero_stage not in (2, 3):
             raise FieldProblem(("ddp", "reduce_every_microbatch"),
-                               f"applies to ZeRO-2 (fsdp: shard_grad_op), not ZeRO stage {self.zero_stage}",
-                               "zero: 2 or fsdp: shard_grad_op (ZeRO-3 reduce-scatters every micro-batch anyway)")
+                               f"applies to sharded gradients (ZeRO-2 and 3), not ZeRO stage {self.zero_stage}",
+                               "zero: 2 | 3 or fsdp: shard_grad_op | full_shard | hybrid_shard")
+        if every is False and self.zero_stage == 3 and self.fsdp is None:
+            raise FieldProblem(("ddp", "reduce_every_microbatch"),
+                               "DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every micro-batch's gradients; it "
+                               "cannot accumulate them unsharded",
+                               "true or left out; fsdp: full_shard for PyTorch FSDP's no-sync accumulation")
         return self
 
 

@@ -88,6 +88,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._last_grad_rs: dict[tuple[int, int], int] = {}
         """Per rank and model chunk, the gradient reduce-scatter issued last (FSDP2's
         ``comm_ctx.reduce_scatter_state``, one per root module: torchtitan shards each pipeline chunk apart)."""
+        self._gathered: set[tuple[int, int, int]] = set()
+        """Per rank, virtual stage and unit, the units gathered once for the step (``reshard_after_forward``
+        false)."""
         self._compute_waits: dict[int, int] = {}
         """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
         self._vstage = -1
@@ -297,6 +300,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
+        if final and phase.weight_grads and deps:
+            deps = self._chunk_grad_sync(rank, vstage, deps[-1])
         if vstage > 0 and deps:
             self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag)
 
@@ -306,11 +311,14 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         share), as in its backward, without the all-to-alls (the pass sends nothing)."""
         mb = action.microbatch
         phase = Pass.BACKWARD_WEIGHT
+        op_id = -1
         for block in reversed(work.blocks):
             op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
                                block.backward_weight_flops, [], "weight_grad", mb, vstage,
                                block.sm_bound_seconds(phase))
             self._grads_done(rank, vstage, block, op_id, final)
+        if final and op_id >= 0:
+            self._chunk_grad_sync(rank, vstage, op_id)
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
         """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,
@@ -323,6 +331,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         chunk's previous backward): at most one reduce-scatter per chunk runs behind compute. DeepSpeed ZeRO
         (``zero`` without ``fsdp``) has no such wait."""
         sharding = self.plan.sharding
+        if sharding.defers_unit_grads and block.params > 0 and self._dp_size() > 1:
+            return
         if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
             layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
             waiting = self._layer_grads.setdefault(layer, [])
@@ -351,6 +361,37 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             return
         if final:
             self._grad_ready[(rank, vstage, id(block))] = op_id
+
+    def _chunk_grad_sync(self, rank: int, vstage: int, last_op: int) -> list[int]:
+        """After a chunk's last gradient action, when its gradients were accumulated unsharded
+        (``defers_unit_grads``): what torch.distributed.pipelining does for FSDP on the stage's last backward
+        (stage.py, ``backward_maybe_with_nosync``): ``post_backward()`` on every FSDP unit of the chunk in
+        forward order (``_state_ctx.all_states``), each reduce-scattering its gradients on the ``dp`` stream (and
+        under HSDP all-reducing its shard across the replicas) once the action's last op ``last_op`` has
+        finished, then ``_root_post_backward_final_callback``, which makes the compute stream wait for the last
+        of them. Returns the op the rank's next work waits for: that last collective (the gradient send that
+        follows the backward waits too, its NCCL stream synced with the compute stream), or ``last_op``
+        when there is nothing to reduce."""
+        sharding = self.plan.sharding
+        if not sharding.defers_unit_grads or self._dp_size() == 1:
+            return [last_op]
+        group, replicas = self._shard_group(rank), self._replica_group(rank)
+        blocks = self.plan.stages[vstage].blocks
+        last = last_op
+        for layer, (first, final_block, params) in self._units_of(vstage).items():
+            name = first if first == final_block else f"L{layer}"
+            last = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
+                                    params * sharding.grad_bytes, f"grads.rs.{name}.vs{vstage}.{group[0]}",
+                                    [last_op], "dp")
+            for block in blocks:
+                if block.layer == layer and block.params > 0:
+                    self._grad_ready[(rank, vstage, id(block))] = last
+            if replicas:
+                last = self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
+                                        params * sharding.grad_bytes / len(group),
+                                        f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [last], "dp")
+        self._compute_waits[rank] = last
+        return [last]
 
     def _layer_blocks(self, vstage: int, layer: int) -> int:
         """How many blocks with parameters layer ``layer`` has on virtual stage ``vstage``."""
@@ -401,7 +442,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         prefetch is implicit and one unit deeper: unit k's all-gather is queued behind the copy-out of unit k-2
         (FSDPParamGroup.wait_for_unshard keeps the all-gather result until the next copy-out), which the compute
         stream runs once unit k-3 has finished; its backward prefetch (_backward_prefetch) gathers unit k-1 when
-        unit k's copy-out is done, after unit k+1's backward. The memory model counts these working sets."""
+        unit k's copy-out is done, after unit k+1's backward. The memory model counts these working sets.
+        Without ``reshard_after_forward`` (FSDP under pipelining) each unit is gathered once per step, before its
+        first forward (same prefetch rule), and stays gathered through the backwards."""
         sharding = self.plan.sharding
         if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
             return []
@@ -416,6 +459,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         ends[:] = [ends[1], self._recent_compute.get(rank, [])[-1:]]
         if sharding.gather_per_layer and phase.input_grads and block.tp_pattern is TpPattern.HEAD:
             return []
+        if not sharding.reshard_after_forward:
+            unit = (rank, vstage, block.layer)
+            if phase.input_grads or unit in self._gathered:
+                return []
+            self._gathered.add(unit)
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
         return [self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
@@ -423,10 +471,14 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _unit(self, vstage: int, layer: int) -> tuple[str, str, float]:
         """Layer ``layer``'s first and last block with parameters on virtual stage ``vstage`` and its parameters."""
+        return self._units_of(vstage)[layer]
+
+    def _units_of(self, vstage: int) -> dict[int, tuple[str, str, float]]:
+        """The FSDP units of virtual stage ``vstage`` in forward order (work.layer_units), found once."""
         units = self._units.get(vstage)
         if units is None:
             units = self._units[vstage] = layer_units(self.plan.stages[vstage].blocks)
-        return units[layer]
+        return units
 
     def _data_parallel(self, rank: int) -> None:
         """Gradient buckets (DDP all-reduce or ZeRO-1/2 reduce-scatter), the optimizer, ZeRO-1/2 param gather."""

@@ -15,14 +15,20 @@ class Sharding:
     groups of ``degree`` ranks shard, and the groups all-reduce across each other. ``bucket_bytes`` and
     ``overlap`` are DDP's gradient buckets; ``grad_bytes`` and ``param_bytes`` the bytes of a communicated
     gradient and parameter element; ``overlap_param_gather`` moves the ZeRO-1/2 parameter gather from after the
-    optimizer to the next step's forward, bucket by bucket; ``reduce_every_microbatch`` (ZeRO-2) reduce-scatters
-    every micro-batch's gradients, layer by layer, so that only the gradient shard is accumulated.
+    optimizer to the next step's forward, bucket by bucket; ``reduce_every_microbatch`` reduce-scatters every
+    micro-batch's gradients, unit by unit, so that only the gradient shard is accumulated (resolved at load,
+    ParallelismConfig.reduce_every_microbatch): false under ZeRO-2 means buckets after the last micro-batch,
+    under ZeRO-3 (PyTorch FSDP's no-sync) the whole unsharded gradient accumulated in the gradient buffer's
+    format and each chunk's units reduce-scattered after its last gradient action.
     ``gather_per_layer`` is how ZeRO-3 gathers parameters: PyTorch FSDP (``fsdp: full_shard | hybrid_shard``)
     all-gathers one wrapped unit at a time (torchtitan wraps each transformer layer, the embedding, and the
     final norm with the output layer, which stays gathered from its forward to its backward); DeepSpeed ZeRO-3
     (``zero: 3``) gathers submodules as the forward reaches them, here one block (attention, MLP) at a time.
     ``fsdp`` marks PyTorch FSDP (any ``parallelism.fsdp`` strategy), whose post-backward waits for its previous
-    reduce-scatter; DeepSpeed ZeRO does not."""
+    reduce-scatter; DeepSpeed ZeRO does not. ``reshard_after_forward`` false (PyTorch FSDP under pipelining:
+    torchtitan's ``reshard_after_forward=not pp_enabled``, and the pipeline stage's
+    ``set_reshard_after_backward(False)`` on every backward but the last) gathers each unit once per step,
+    before its first forward, and keeps it unsharded until the chunk's last gradient action."""
 
     stage: int = 0
     degree: int = 1
@@ -34,9 +40,17 @@ class Sharding:
     reduce_every_microbatch: bool = False
     gather_per_layer: bool = False
     fsdp: bool = False
+    reshard_after_forward: bool = True
 
     @property
     def sharded_grad_steps(self) -> bool:
-        """Whether each micro-batch's gradients are reduce-scattered as its backward produces them (ZeRO-3
-        always, ZeRO-2 with ``reduce_every_microbatch``), rather than in buckets after the last micro-batch."""
+        """Whether gradients are reduce-scattered unit by unit (ZeRO-3 always: every micro-batch as its backward
+        produces them, or without ``reduce_every_microbatch`` after each chunk's last gradient action; ZeRO-2
+        with ``reduce_every_microbatch``), rather than in buckets after the last micro-batch."""
         return self.stage == 3 or (self.stage == 2 and self.reduce_every_microbatch)
+
+    @property
+    def defers_unit_grads(self) -> bool:
+        """Whether ZeRO-3 accumulates the unsharded gradients and reduce-scatters each chunk's units once, after
+        its last gradient action (torch.distributed.pipelining's no-sync under PyTorch FSDP)."""
+        return self.stage == 3 and not self.reduce_every_microbatch

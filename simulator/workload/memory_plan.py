@@ -58,8 +58,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
         buffers = 0.0
         if dp_ways > 1 and plan.sharding.stage == 3 and plan.sharding.gather_per_layer:
-            buffers = max(memory.fsdp_working_set_bytes(wrapped_units(step, vs), plan.sharding.param_bytes,
-                                                        plan.sharding.grad_bytes) for vs in vstages)
+            buffers = fsdp_buffer_bytes(step, pp_rank)
         elif dp_ways > 1 and plan.sharding.stage == 3:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.param_bytes)
         elif dp_ways > 1 and plan.sharding.sharded_grad_steps:
@@ -75,6 +74,24 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             ep=scenario.parallelism.ep, routed_tokens=step.routed_tokens)
         result.append((breakdown, in_flight))
     return result
+
+
+def fsdp_buffer_bytes(step: TrainingStep, pp_rank: int) -> float:
+    """What PyTorch FSDP holds unsharded on a rank of pipeline rank ``pp_rank``: without pipelining the working
+    set of its units (memory.fsdp_working_set_bytes), plus the whole accumulated gradient in the reduce dtype
+    when it does not sync every micro-batch (``reduce_every_microbatch: false``, its parameters' working set
+    then without gradients); under pipelining the chunks' parameters held from their first forward to their
+    last gradient action, and their accumulated gradients (memory.fsdp_pipelined_bytes)."""
+    sharding = step.plan.sharding
+    chunk_units = [wrapped_units(step, vs) for vs in step.plan.rank_stages(pp_rank)]
+    if not sharding.reshard_after_forward:
+        return memory.fsdp_pipelined_bytes(step.plan.schedule[pp_rank], chunk_units, sharding.param_bytes,
+                                           sharding.grad_bytes, accumulate=sharding.defers_unit_grads)
+    if sharding.defers_unit_grads:
+        return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, 0.0)
+                   + sum(units) * sharding.grad_bytes for units in chunk_units)
+    return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, sharding.grad_bytes)
+               for units in chunk_units)
 
 
 def wrapped_units(step: TrainingStep, vstage: int) -> list[float]:
@@ -138,13 +155,18 @@ def memory_bound_share(step: TrainingStep) -> float:
 
 
 def layout_summary(step: TrainingStep) -> dict:
-    """The resolved layout and pipeline shape, for the summary."""
+    """The resolved layout and pipeline shape, for the summary; with ZeRO-3 under pipelining or without
+    per-micro-batch sync (where PyTorch FSDP's no-sync can apply) also ``grad_sync``, when the gradients were
+    reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step)."""
     plan = step.plan
-    layout = plan.layout
-    return {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
-            "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages, "placement": plan.placement,
-            "zero_stage": plan.sharding.stage, "sequence_parallel": plan.sequence_parallel,
-            "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
+    layout, sharding = plan.layout, plan.sharding
+    entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
+             "microbatches": plan.microbatches, "virtual_stages": plan.virtual_stages, "placement": plan.placement,
+             "zero_stage": sharding.stage, "sequence_parallel": plan.sequence_parallel,
+             "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
+    if sharding.stage == 3 and (layout.pp > 1 or sharding.defers_unit_grads):
+        entry["grad_sync"] = "after_last_backward" if sharding.defers_unit_grads else "every_microbatch"
+    return entry
 
 
 MEMORY_PARTS = ("params", "grads", "optimizer", "activations", "buffers")

@@ -158,7 +158,9 @@ def microbatch_count(scenario: Scenario, dp: int) -> int:
 
 def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Sharding:
     """Data-parallel sharding: parameters gathered in the training precision, gradients reduced in the
-    gradient buffer's format (training.grad_reduce_dtype)."""
+    gradient buffer's format (training.grad_reduce_dtype); whether they are reduced every micro-batch resolved
+    for the layout's pipeline depth, and PyTorch FSDP under pipelining keeping its units gathered for the step
+    (torchtitan's ``reshard_after_forward=not pp_enabled``)."""
     par, training = scenario.parallelism, scenario.training
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
@@ -168,8 +170,9 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     grad_bytes=grad_buffer_bytes(training.precision, training.grad_reduce_dtype),
                     param_bytes=PRECISION_BYTES[training.precision],
                     overlap_param_gather=par.ddp.overlap_param_gather,
-                    reduce_every_microbatch=par.ddp.reduce_every_microbatch,
-                    gather_per_layer=par.gathers_per_unit, fsdp=par.fsdp is not None)
+                    reduce_every_microbatch=par.reduce_every_microbatch(layout.pp),
+                    gather_per_layer=par.gathers_per_unit, fsdp=par.fsdp is not None,
+                    reshard_after_forward=not (par.gathers_per_unit and layout.pp > 1))
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
