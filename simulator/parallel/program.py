@@ -329,7 +329,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so under FSDP the compute after a
         unit's backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the
         chunk's previous backward): at most one reduce-scatter per chunk runs behind compute. DeepSpeed ZeRO
-        (``zero`` without ``fsdp``) has no such wait."""
+        (``zero`` without ``fsdp``) has no such wait. Gradients accumulated unsharded (``defers_unit_grads``)
+        are reduced once, after the chunk's last gradient action (_chunk_grad_sync), not here."""
         sharding = self.plan.sharding
         if sharding.defers_unit_grads and block.params > 0 and self._dp_size() > 1:
             return
