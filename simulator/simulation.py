@@ -7,7 +7,6 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import simpy
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.collector import collector_paused
+from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.plans import PlanCache, folded_send_excess
@@ -92,7 +92,7 @@ def build_topology(loaded: LoadedScenario) -> Topology:
     try:
         return load_topology(cluster.topology, cluster.overrides())
     except TopologyError as exc:
-        path = field_path(exc.field)
+        path = parse_field(exc.field)
         overridden = bool(path) and path[0] in cluster.overrides()
         if exc.file and not overridden:
             raise
@@ -247,14 +247,9 @@ def located(loaded: LoadedScenario, build):
     except InputError as exc:
         if exc.file:
             raise
-        error = loaded.error(field_path(exc.field), exc.problem, exc.allowed)
+        error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed)
         raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
                         line=error.line) from None
-
-
-def field_path(field: str) -> tuple:
-    """A dotted field such as ``workload[2].group`` as a path of keys and list indices."""
-    return tuple(int(part) if part.isdigit() else part for part in re.findall(r"[^.\[\]]+", field))
 
 
 def fold_blocker(topology: Topology) -> str:

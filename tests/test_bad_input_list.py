@@ -157,6 +157,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                              "--set parallelism.tpp=2: parallelism.tpp: unknown key 'tpp'"),
     "override-unknown-section": (scenario(PRESET), RUN + ["--set", "paralelism.tp=2"], 2,
                                  "--set paralelism.tp=2: paralelism: unknown key 'paralelism'"),
+    "override-past-a-list": (scenario(COMM), RUN + ["--set", "workload[3].bytes=1MiB"], 2,
+                             "--set workload[3].bytes=1MiB: workload[3].bytes: workload has no item [3] (it has 1)"),
+    "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
+                                 "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),
     "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2, "has no '='"),
     "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
     # output paths and other commands

@@ -305,3 +305,15 @@ def test_timeline_levels(tmp_path, level, files):
         frame = pd.read_parquet(out / "timeline.parquet")
         assert set(frame["kind"]) <= {"compute", "collective"}
         assert sorted(frame.loc[frame["kind"] == "compute", "rank"].unique()) == [0, 1, 2, 3]
+
+
+def test_set_reaches_list_items(tmp_path):
+    """`--set workload[0].bytes=...` (or `workload.0.bytes`) sets that item's field, as a sweep axis does."""
+    from simulator.config.loader import load_scenario
+
+    path = tmp_path / "s.yaml"
+    path.write_text("cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
+                    "  - {op: all_gather, bytes: 1 MiB}\n")
+    for key in ("workload[1].bytes", "workload.1.bytes"):
+        workload = load_scenario(path, [f"{key}=8 MiB"]).scenario.workload
+        assert [item.bytes for item in workload] == [64 * 2**20, 8 * 2**20]

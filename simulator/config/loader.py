@@ -17,7 +17,7 @@ from pydantic_core import ErrorDetails
 from simulator.config.bundled import resolve_scenario
 from simulator.config.schema import Scenario
 from simulator.config.sections import FieldProblem
-from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_yaml_text, read_yaml
+from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_field, parse_yaml_text, read_yaml, set_field
 from simulator.errors import ScenarioError
 
 
@@ -57,8 +57,9 @@ def locate(path: FieldPath, source: str, lines: dict, overrides: tuple[tuple[Fie
 
 
 def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[tuple[FieldPath, str], ...]]:
-    """Apply ``a.b=value`` strings (values parsed as YAML scalars) to a nested dict; return the new dict and
-    the field path each override set, for locating errors in the values they wrote."""
+    """Apply ``a.b=value`` strings (``workload[0].bytes=...`` for a list item; values parsed as YAML scalars)
+    to a nested dict; return the new dict and the field path each override set, for locating errors in the
+    values they wrote."""
     import copy
 
     result = copy.deepcopy(data)
@@ -67,23 +68,19 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
         if "=" not in item:
             raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value", file=source)
         key, raw = item.split("=", 1)
-        parts = [part for part in key.strip().split(".") if part]
+        parts = parse_field(key.strip())
         if not parts:
             raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value", file=source)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        node = result
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise ScenarioError(f"--set {item!r}: {part} is not a section", field=key, file=source)
-            node = child
-        node[parts[-1]] = value
-        written.append((tuple(parts), item.strip()))
+        try:
+            set_field(result, parts, value)
+        except ValueError as exc:
+            raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
+                                allowed="a field path such as parallelism.tp or workload[0].bytes") from None
+        written.append((parts, item.strip()))
     return result, tuple(written)
 
 

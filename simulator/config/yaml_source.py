@@ -155,3 +155,36 @@ def dotted(path: FieldPath) -> str:
         else:
             text += f".{part}" if text else str(part)
     return text
+
+
+_FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def parse_field(text: str) -> FieldPath:
+    """The inverse of `dotted`: ``workload[0].bytes`` -> ``('workload', 0, 'bytes')``; a numeric part
+    (``workload.0``) is an index too."""
+    return tuple(int(index) if index else (int(key) if key.isdigit() else key)
+                 for key, index in _FIELD_PART.findall(text))
+
+
+def set_field(data: dict, path: FieldPath, value: object) -> None:
+    """Set the field at ``path`` in YAML ``data`` in place, creating missing sections; a list index must name
+    an item the list has. Raises ValueError naming the part of the path that cannot be set."""
+    node: object = data
+    for depth, part in enumerate(path):
+        last = depth == len(path) - 1
+        if isinstance(node, dict) and isinstance(part, str):
+            if last:
+                node[part] = value
+            elif node.get(part) is None:
+                node[part] = {}
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            if last:
+                node[part] = value
+            node = node[part]
+        elif isinstance(node, list):
+            raise ValueError(f"{dotted(path[:depth])} has no item [{part}] (it has {len(node)})")
+        else:
+            raise ValueError(f"{dotted(path[:depth]) or 'the scenario'} is not "
+                             f"{'a list' if isinstance(part, int) else 'a section'}")

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from simulator.config.yaml_source import parse_field
 from simulator.errors import ScenarioError
-from simulator.sweep.fields import check_path, parse_path, value_at
+from simulator.sweep.fields import check_path, value_at
 
 _BINARY: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -48,7 +49,7 @@ def parse_constraint(text: str) -> Constraint:
             path = _path_of(node)
             if path is None:
                 raise ScenarioError(f"constraint {text!r}: {ast.unparse(node)} is not a field path", allowed=ALLOWED)
-            problem = check_path(parse_path(path))
+            problem = check_path(parse_field(path))
             if problem:
                 raise ScenarioError(f"constraint {text!r}: {path}: {problem}", allowed=ALLOWED)
         elif not isinstance(node, _NODES):
@@ -76,7 +77,7 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, (ast.Attribute, ast.Name)):
-        return value_at(scenario, parse_path(_path_of(node) or ""))
+        return value_at(scenario, parse_field(_path_of(node) or ""))
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_evaluate(item, scenario) for item in node.elts]
     if isinstance(node, ast.BoolOp):

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.config.schema import Scenario
+from simulator.config.yaml_source import parse_field
 from simulator.errors import InputError
-from simulator.sweep.fields import parse_path, with_values
+from simulator.sweep.fields import with_values
 from simulator.sweep.options import RECOMPUTES, Recompute, Sharding
 from simulator.topology.graph import Topology
 from simulator.workload.memory_plan import stage_memory
@@ -122,7 +123,7 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: i
 def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) -> Checked:
     """Build the candidate's step: refused by the simulator's own checks, out of memory, or a survivor with its
     peak memory and estimated throughput."""
-    data = with_values(base, {parse_path(name): value for name, value in c.overrides(schedule).items()})
+    data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
     try:
         scenario = Scenario.model_validate(data)
         step = build_training_step(scenario, topology)

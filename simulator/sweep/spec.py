@@ -38,10 +38,10 @@ from simulator.config.bundled import bundled_file
 from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
-from simulator.config.yaml_source import dotted, line_of, parse_yaml_text, read_yaml
+from simulator.config.yaml_source import dotted, line_of, parse_field, parse_yaml_text, read_yaml
 from simulator.errors import InputError, ScenarioError
 from simulator.sweep.constraints import Constraint, parse_constraint
-from simulator.sweep.fields import FieldParts, check_path, parse_path, with_values
+from simulator.sweep.fields import FieldParts, check_path, with_values
 from simulator.units import parse_quantity
 
 Axis = Annotated[list, Field(min_length=1)]
@@ -142,7 +142,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
     for index, values in enumerate(_combinations(spec, locate)):
-        point_data = with_values(base_data, {parse_path(name): value for name, value in values})
+        point_data = with_values(base_data, {parse_field(name): value for name, value in values})
         scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
         points.append(Point(index, values, point_data, point_key(point_data),
                             _violated(constraints, scenario, index, locate)))
@@ -184,7 +184,7 @@ def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldParts]:
     for block, axes in blocks:
         prefix = ("random", "axes") if block == "random" else (block,)
         for name in axes:
-            problem = check_path(parse_path(name)) or ("" if name not in names else "axis given twice")
+            problem = check_path(parse_field(name)) or ("" if name not in names else "axis given twice")
             if problem:
                 raise locate(prefix + (name,), problem)
             names[name] = prefix + (name,)
@@ -260,7 +260,7 @@ def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str
     except ValidationError as exc:
         error = validation_error(exc, Scenario, base_source, base_lines)
     for name, value in values:
-        if error.field == dotted(parse_path(name)) or error.field.startswith(dotted(parse_path(name)) + "."):
+        if error.field == dotted(parse_field(name)) or error.field.startswith(dotted(parse_field(name)) + "."):
             raise locate(axes[name], f"value {value!r}: {error.problem}", error.allowed)
     raise error
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import simulator
-from simulator.config.yaml_source import line_of, read_yaml
+from simulator.config.yaml_source import line_of, parse_field, read_yaml
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
@@ -36,14 +35,6 @@ def resolve_topology_path(name_or_path: str) -> Path:
                                 allowed=", ".join(list_bundled_topologies()) + ", or a path to a YAML file")
         return path
     return Path(text)
-
-
-def _field_path(dotted_field: str) -> tuple:
-    """``links[2].a`` -> ``('links', 2, 'a')``, the key form of yaml_source's line table."""
-    parts: list = []
-    for name, index in re.findall(r"([^.\[\]]+)|\[(\d+)\]", dotted_field):
-        parts.append(int(index) if index else name)
-    return tuple(parts)
 
 
 @dataclass(frozen=True)
@@ -99,7 +90,7 @@ def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
     try:
         topology = build_topology(spec.kind, spec.params, spec.name)
     except TopologyError as exc:
-        field_path = _field_path(exc.field)
+        field_path = parse_field(exc.field)
         if field_path and field_path[0] in spec.overridden:
             raise exc.located(file=f"{spec.source} (override)") from None
         raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
