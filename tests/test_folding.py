@@ -3,11 +3,17 @@ against unfolded ones on small oversubscribed leaf/spine fabrics (equal to 1e-9,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from simulator.config.loader import scenario_from_text
 from simulator.engine import symmetry
+from simulator.network.model import effective_capacity
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
+from simulator.program.ops import CollectiveOp
+from simulator.simulation import build_topology, network_settings, plan_cache, step_program
 
 LAYOUT = Layout(tp=2, cp=1, pp=2, dp=2)  # rank = tp + 2 * pp + 4 * dp
 
@@ -30,9 +36,9 @@ def test_tp_group_mirrors_are_the_other_replicas_and_p2p_pairs_keep_direction():
 
 
 def _images_by_definition(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """mirror_images spelt out rank by rank: each equivalent rank shifts every member's TP, CP and DP
-    coordinates cyclically by its offset from the group's first member; an image already seen (as a set), or
-    the group itself, is left out."""
+    """mirror_images of a group of whole dimensions spelt out rank by rank: each equivalent rank shifts every
+    member's TP, CP and DP coordinates cyclically by its offset from the group's first member; an image already
+    seen (as a set), or the group itself, is left out."""
     first = layout.coords(group[0])
     seen, images = {frozenset(group)}, []
     for rank in layout.stage_ranks(first["pp"]):
@@ -47,17 +53,67 @@ def _images_by_definition(layout: Layout, group: tuple[int, ...]) -> tuple[tuple
     return tuple(images)
 
 
+def _block(layout: Layout, rank: int, size: int) -> tuple[int, ...]:
+    """``rank``'s block of ``size`` consecutive members of its DP x CP group (an HSDP shard group, an EP group)."""
+    combined = layout.combined_group(("dp", "cp"), rank)
+    start = combined.index(rank) // size * size
+    return combined[start:start + size]
+
+
+def _stride(layout: Layout, rank: int, step: int) -> tuple[int, ...]:
+    """``rank``'s every ``step``-th member of its DP x CP group (an HSDP replica group, an expert-DP group)."""
+    combined = layout.combined_group(("dp", "cp"), rank)
+    return combined[combined.index(rank) % step::step]
+
+
+def _slice_images_by_definition(layout: Layout, rank: int, slice_of) -> tuple[tuple[int, ...], ...]:
+    """mirror_images of ``rank``'s slice of its DP x CP group spelt out rank by rank: every rank of its stage
+    runs the collective in its own slice of the same kind; each slice once, in rank order, the group's own left
+    out."""
+    seen, images = {slice_of(rank)}, []
+    for other in layout.stage_ranks(layout.coords(rank)["pp"]):
+        image = slice_of(other)
+        if image not in seen:
+            seen.add(image)
+            images.append(image)
+    return tuple(images)
+
+
 @pytest.mark.parametrize("order", [("tp", "cp", "pp", "dp"), ("dp", "tp", "cp", "pp"), ("cp", "pp", "dp", "tp")])
 def test_mirror_images_follow_their_definition(order):
-    """Every kind of group the builder folds: TP, CP, DP, pipeline pairs, the DP x CP group and slices of it (a
-    shard group), on a layout of unequal degrees in three placement orders."""
+    """Every kind of group the builder folds: TP, CP, DP, pipeline pairs, the DP x CP group (shifted
+    cyclically), and slices of it (blocks: shard and EP groups; strides: replica and expert-DP groups, listed
+    per rank, also where a slice is a whole CP or DP group), on a layout of unequal degrees in three orders."""
     layout = Layout(tp=2, cp=3, pp=2, dp=4, order=order)
     for rank in range(0, layout.world, 5):
-        combined = layout.combined_group(("dp", "cp"), rank)
         groups = [layout.group(dim, rank) for dim in ("tp", "cp", "dp", "pp")]
-        groups += [combined, combined[:4], combined[1::3], (rank, layout.group("pp", rank)[-1])]
+        groups += [layout.combined_group(("dp", "cp"), rank), (rank, layout.group("pp", rank)[-1])]
         for group in groups:
             assert mirror_images(layout, group) == _images_by_definition(layout, group), (rank, group)
+        for size in (2, 3, 4, 6):
+            for slice_of in (lambda r, size=size: _block(layout, r, size),
+                             lambda r, size=size: _stride(layout, r, 12 // size)):
+                assert mirror_images(layout, slice_of(rank)) == _slice_images_by_definition(layout, rank, slice_of), \
+                    (rank, slice_of(rank))
+
+
+def test_hsdp_shard_and_replica_groups_mirror_onto_whole_blocks():
+    """The HSDP case of the review (two 8-GPU hosts, PP 2 x DP 8, rank = pp + 2 dp, shards of 4 DP ranks per
+    host): stage 1's shard group has one image, the other host's shard group (cyclic shifts over DP made
+    images such as (5, 7, 9, 11) that straddle both hosts); its replica group has the other three pairs of
+    like-placed ranks. With TP 2 x DP 4 and shards of 2: the other lane's, then the next block's."""
+    layout = Layout(pp=2, dp=8)
+    assert mirror_images(layout, (1, 3, 5, 7)) == ((9, 11, 13, 15),)
+    assert mirror_images(layout, (9, 11, 13, 15)) == ((1, 3, 5, 7),)
+    assert mirror_images(layout, (1, 9)) == ((3, 11), (5, 13), (7, 15))
+    layout = Layout(tp=2, dp=4)
+    assert mirror_images(layout, (0, 2)) == ((1, 3), (4, 6), (5, 7))
+    assert mirror_images(layout, (0, 4)) == ((1, 5), (2, 6), (3, 7))
+
+
+def test_a_subset_of_the_dp_group_that_is_no_slice_has_no_images():
+    with pytest.raises(ValueError, match="neither whole dimensions nor a block or stride slice"):
+        mirror_images(Layout(pp=2, dp=8), (1, 3, 5))
 
 
 OVERSUBSCRIBED = """
@@ -185,3 +241,71 @@ def test_lanes_sharing_a_nic_whose_rings_meet_the_uplinks_unevenly_unfold(run_ya
     assert not folded["folded"]
     assert "share the fabric's links unevenly" in folded["fold_off_reason"]
     assert folded["step_time_s"] == unfolded["step_time_s"]
+
+
+HSDP = """
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+network: {efficiency: ideal}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 1024, global_batch: 32, micro_batch: 1}
+parallelism: {tp: 1, pp: 2, dp: 8, fsdp: hybrid_shard}
+collectives: {algorithm: ring}
+run: {timeline: full}
+"""
+"""The review's HSDP case: two DGX H100 hosts, PP 2 x DP 8 (rank = pp + 2 dp), each host's 4 DP ranks of a stage
+a shard group, the two hosts' like-placed ranks a replica group; gradients reduce-scattered in each shard group
+over NVLink, then the shards all-reduced between the hosts over the rails."""
+
+
+def test_hsdp_folds_exactly_and_its_reductions_take_their_ring_closed_forms(run_yaml):
+    """Folded (ranks 0 and 1 simulated) and unfolded steps and traffic agree to 1e-9 (the shard groups' images
+    straddled both hosts and the folded step took 0.376 s against 0.104 s); every reduce-scatter takes the
+    ring's (k - 1) a + (k - 1)/k n / B over NVLink (k = 4, a and B the route's latency and bandwidth, ideal
+    efficiency) and every all-reduce 2 (k - 1) a + 2 (k - 1)/k n / B over the rails (k = 2), to 1e-9 (today
+    1e-15)."""
+    folded = run_yaml(HSDP)
+    unfolded = run_yaml(HSDP, "run.fold=false").summary
+    assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 2
+    assert folded.summary["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
+    assert folded.summary["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=EXACT)
+    topology, frame = folded.topology, folded.timeline
+    ops = frame[(frame["kind"] == "collective") & (frame["category"] == "dp")]
+
+    def route(src: int, dst: int) -> tuple[float, float]:
+        links = topology.path(src, dst, 0)
+        return sum(topology.link_latency[link] for link in links), min(topology.link_bandwidth[link] for link in links)
+
+    for kind, (alpha, bandwidth), size, rounds in (("reduce_scatter grads", route(1, 3), 4, 1),
+                                                   ("all_reduce shard", route(1, 9), 2, 2)):
+        chosen = ops[ops["name"].str.startswith(kind)]
+        assert len(chosen) == 6  # 3 units per stage
+        expected = rounds * (size - 1) * (alpha + chosen["bytes"] / size / bandwidth)
+        assert (chosen["end_s"] - chosen["start_s"]).to_numpy() == pytest.approx(expected.to_numpy(), rel=EXACT)
+
+
+def test_the_symmetry_check_refuses_mirrors_of_a_shard_group_shifted_across_hosts():
+    """Had the shard groups kept their cyclic DP shifts (images such as (2, 4, 6, 8) across both hosts), the
+    fold symmetry check would switch folding off: such a group lies in one NVLink domain, but its mirrors do
+    not, so it is compared, and the images take 15.8 ms alone against the group's 1.76 ms."""
+    loaded = scenario_from_text(HSDP, "inline.yaml", [])
+    topology = build_topology(loaded)
+    program = step_program(loaded, topology, fold=True)
+    settings = network_settings(loaded)
+    capacity = effective_capacity(topology, dict(settings.efficiency))
+    assert symmetry.asymmetric_replicas(program.ops, plan_cache(topology, settings), capacity) == ""
+    shifted = [replace(op, mirrors=_images_by_definition(program.layout, op.group))
+               if isinstance(op, CollectiveOp) and len(op.group) == 4 else op for op in program.ops]
+    verdict = symmetry.asymmetric_replicas(shifted, plan_cache(topology, settings), capacity)
+    assert "over GPUs [0, 2, 4, 6] but" in verdict and "over the equivalent [2, 4, 6, 8]" in verdict
+
+
+def test_hsdp_over_dp_and_cp_folds_exactly(run_yaml):
+    """TP 2 x CP 2 x DP 4 on two hosts: each host's CP x DP ranks of a TP lane are a shard group (CP 0-1 x DP 0-1
+    on the first host); the cyclic DP shift had its images straddle the hosts and the folded step 2.5 times the
+    unfolded one. Equal to 1e-9."""
+    overrides = ("parallelism.tp=2", "parallelism.cp=2", "parallelism.pp=1", "parallelism.dp=4",
+                 "training.seq_len=4096")
+    folded = run_yaml(HSDP, *overrides, "run.timeline=summary").summary
+    unfolded = run_yaml(HSDP, *overrides, "run.timeline=summary", "run.fold=false").summary
+    assert folded["folded"] and folded["simulated_ranks"] == 1
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)

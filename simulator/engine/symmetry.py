@@ -117,15 +117,17 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
     beside the simulated copy, and differs when the times do (a shared uplink wide enough for both flows costs
     nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes), at
-    the size of its first op that sends anything (an empty plan shows no routes); a group inside one NVLink
-    domain never reaches the fabric's switches, so it is not compared; nor is a group translated by whole
-    periods of the fabric's spine hash from one already compared (`_Translates`). Pipeline
-    send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
+    the size of its first op that sends anything (an empty plan shows no routes); a group that lies inside one
+    NVLink domain, as each of its mirrors does, never reaches the fabric's switches, so it is not compared (a
+    mirror across two domains is: wrong images of an intra-host group would otherwise fold unchecked); nor is
+    a group translated by whole periods of the fabric's spine hash from one already compared (`_Translates`).
+    Pipeline send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
     ``shapes``: the index of ``ops``' collectives, when the caller has it."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
+    domains = np.asarray(topology.gpu_domain)
     shapes = shapes or CollectiveShapes.of(ops)
     translates = _Translates(plans, link_kinds)
     sized: set[tuple] = set()
@@ -141,7 +143,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if (op.op, op.root, algorithm, gid) in seen:
             continue
         seen.add((op.op, op.root, algorithm, gid))
-        if op.op == "send_recv" or len({topology.gpu_domain[rank] for rank in op.group}) == 1:
+        if op.op == "send_recv" or _inside_domains(domains, op):
             continue
         if translates.known(op, algorithm):
             continue
@@ -152,6 +154,12 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
             return verdict
         translates.add(op, algorithm, reference)
     return ""
+
+
+def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
+    """Whether ``op``'s group and each of its mirrors lie inside one NVLink domain (``domains``: each GPU's)."""
+    placed = domains[np.array((op.group, *op.mirrors), dtype=np.int64)]
+    return bool((placed == placed[:, :1]).all())
 
 
 def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], reference: tuple[bytes, ...],

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, assert_never
 
+from simulator.parallel.folding import mirror_images
 from simulator.parallel.layout import Layout
 from simulator.parallel.passes import Pass
 
@@ -96,15 +97,6 @@ def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
 @lru_cache(maxsize=256)
 def group_images(layout: Layout, rank: int, ep: int, expert_dp: bool) -> tuple[tuple[int, ...], ...]:
     """Every other EP (or expert-DP) group of ``rank``'s pipeline stage: the folded replicas' copies of the
-    collective. The cyclic shifts of generic folding would misalign these blocks, so they are listed. Cached:
-    every all-to-all of a rank asks again, and each answer walks the whole stage."""
-    pick = expert_dp_group if expert_dp else ep_group
-    own = pick(layout, rank, ep)
-    seen = {own}
-    images = []
-    for other in layout.stage_ranks(layout.coords(rank)["pp"]):
-        group = pick(layout, other, ep)
-        if group not in seen:
-            seen.add(group)
-            images.append(group)
-    return tuple(images)
+    collective, the other slices of the DP x CP groups (`folding.mirror_images`). Cached: every all-to-all of a
+    rank asks again."""
+    return mirror_images(layout, (expert_dp_group if expert_dp else ep_group)(layout, rank, ep))

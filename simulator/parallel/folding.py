@@ -1,9 +1,12 @@
 """Rank folding: which ranks get a program, and every folded replica's copy of a collective's group.
 
 Ranks of one pipeline stage run the same program at the same times when nothing breaks the symmetry, so one
-representative per stage is simulated. Its collectives keep their real groups and carry mirrors, the same
-group shifted onto every equivalent rank, so links shared between replicas see all of their traffic
-(engine/sharing.py then drops the mirrors that can never meet simulated traffic).
+representative per stage is simulated. Its collectives keep their real groups and carry mirrors, the groups
+the equivalent ranks run the same collective in, so links shared between replicas see all of their traffic
+(engine/sharing.py then drops the mirrors that can never meet simulated traffic). A group of whole dimensions
+moves with cyclic shifts of the coordinates; a slice of the DP x CP group (an HSDP shard group, a block of
+consecutive members; its replica group, every k-th member; an EP or expert-DP group) does not, since a shift
+carries a block across two blocks: its images are the other slices of the same kind.
 """
 
 from __future__ import annotations
@@ -21,15 +24,63 @@ def representatives(layout: Layout, fold: bool) -> list[int]:
 
 
 def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: the TP,
-    CP and DP coordinates of its members shifted (cyclically) by the offset from the group's first member to
-    that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy (a coordinate
-    ``c`` shifted by ``s`` read off the table ``moved[s, c]`` of each dimension); an image is known again by
-    its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows). Only the ranks at
-    coordinate 0 of each dimension whose shift maps the group onto itself (a TP group's tp) are shifted onto:
-    the others repeat an image of a lower rank (rank order is the order of first occurrence)."""
+    """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: a slice of
+    the DP x CP group as `_slice_images` lists them, any other group shifted (`_shifted_images`)."""
     members = np.array(group, dtype=np.int64)
-    first = group[0]
+    kind = _slice_kind(layout, members)
+    if kind is not None:
+        return _slice_images(layout, members, *kind)
+    return _shifted_images(layout, members)
+
+
+def _slice_images(layout: Layout, members: np.ndarray, size: int, strided: bool) -> tuple[tuple[int, ...], ...]:
+    """The other slices of the kind of ``members`` in the DP x CP groups of their pipeline stage: blocks of
+    ``size`` consecutive members, or with ``strided`` every (n / ``size``)-th member. Every rank of the stage
+    lies in one of them, so they are the equivalent ranks' copies; listed in rank order of first occurrence
+    (by lowest member), members in rank order."""
+    combined = np.array(layout.combined_group(("dp", "cp"), int(members[0])), dtype=np.int64)
+    offsets = combined - combined[0]
+    parts = offsets.reshape(size, -1).T if strided else offsets.reshape(-1, size)
+    stage = np.array(layout.stage_ranks(layout.coords(int(members[0]))["pp"]), dtype=np.int64)
+    at_origin = np.ones(len(stage), dtype=bool)
+    for dim in ("dp", "cp"):
+        at_origin &= (stage // layout.stride(dim)) % layout.degree(dim) == 0
+    images = (stage[at_origin][:, None, None] + parts[None]).reshape(-1, size)
+    images = images[np.argsort(images[:, 0], kind="stable")]
+    own = tuple(np.sort(members).tolist())
+    return tuple(image for image in map(tuple, images.tolist()) if image != own)
+
+
+def _slice_kind(layout: Layout, members: np.ndarray) -> tuple[int, bool] | None:
+    """(size, strided) when ``members`` are a slice of their DP x CP group that cyclic shifts would misplace: a
+    block of consecutive members at a multiple of its size, or every k-th member from one of the first k; None
+    for any other group, a cyclic shift of which is an equivalent rank's group (its DP and CP coordinates each
+    all equal or mapped onto themselves by a shift along their dimension). Any other subset of the DP x CP
+    group has no known images: an error in the program builder."""
+    if all(_constant_along(layout, members, dim) or _shifts_onto_itself(layout, members, dim) for dim in ("dp", "cp")):
+        return None
+    combined = layout.combined_group(("dp", "cp"), int(members[0]))
+    ordered = tuple(np.sort(members).tolist())
+    size, step = len(ordered), len(combined) // len(ordered)
+    if ordered[0] in combined and size * step == len(combined):
+        start = combined.index(ordered[0])
+        if start % size == 0 and combined[start:start + size] == ordered:
+            return size, False
+        if start < step and combined[start::step] == ordered:
+            return size, True
+    raise ValueError(f"group {list(ordered)} is neither whole dimensions nor a block or stride slice of its DP x CP "
+                     "group, so its folded replicas are unknown")
+
+
+def _shifted_images(layout: Layout, members: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """Every equivalent rank's copy of the group ``members`` other than the group itself, first occurrence
+    kept: the TP, CP and DP coordinates of its members shifted (cyclically) by the offset from the group's
+    first member to that rank, pipeline coordinates kept. Computed for all equivalent ranks at once with numpy
+    (a coordinate ``c`` shifted by ``s`` read off the table ``moved[s, c]`` of each dimension); an image is
+    known again by its sorted members' bytes (a dict lookup per rank, not np.unique's sort of whole rows). Only
+    the ranks at coordinate 0 of each dimension whose shift maps the group onto itself (a TP group's tp) are
+    shifted onto: the others repeat an image of a lower rank (rank order is the order of first occurrence)."""
+    first = int(members[0])
     equivalents = np.array(layout.stage_ranks(layout.coords(first)["pp"]), dtype=np.int64)
     for dim in layout.order:
         if dim != "pp" and _shifts_onto_itself(layout, members, dim):
@@ -44,7 +95,7 @@ def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ..
         shift = (equivalents // stride - first // stride) % degree
         moved = (np.arange(degree)[:, None] + np.arange(degree)) % degree * stride
         images += moved[shift[:, None], own]
-    keys = np.ascontiguousarray(np.sort(images, axis=1)).view(np.dtype((np.void, images.itemsize * len(group))))
+    keys = np.ascontiguousarray(np.sort(images, axis=1)).view(np.dtype((np.void, images.itemsize * len(members))))
     first_rows: dict[object, int] = {}
     for index, key in enumerate(keys.ravel().tolist()):
         first_rows.setdefault(key, index)
@@ -59,3 +110,8 @@ def _shifts_onto_itself(layout: Layout, members: np.ndarray, dim: str) -> bool:
     own = (members // stride) % degree
     moved = members + ((own + 1) % degree - own) * stride
     return set(moved.tolist()) == set(members.tolist())
+
+
+def _constant_along(layout: Layout, members: np.ndarray, dim: str) -> bool:
+    """Whether every member has the same coordinate along ``dim``."""
+    return len(set(((members // layout.stride(dim)) % layout.degree(dim)).tolist())) == 1
