@@ -90,6 +90,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         scenario(PRESET + "parallelism:\n  zero: 3\n  ddp: {reduce_every_microbatch: false}\n"), RUN, 2,
         "s.yaml:6: parallelism.ddp.reduce_every_microbatch: DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every "
         "micro-batch's gradients"),
+    "per-microbatch-sync-under-torch-pipelining": (
+        scenario(PRESET + "parallelism:\n  pp: 2\n  fsdp: full_shard\n  ddp: {reduce_every_microbatch: true}\n"),
+        RUN, 2, "s.yaml:7: parallelism.ddp.reduce_every_microbatch: torch.distributed.pipelining turns PyTorch "
+        "FSDP's gradient sync off on every backward"),
+    "pipelined-fsdp-beyond-three-chunks": (
+        scenario(PRESET + "parallelism:\n  pp: 2\n  fsdp: full_shard\n  pipeline: {schedule: interleaved, "
+                 "virtual_stages: 4}\n"), RUN, 2, "s.yaml:7: parallelism.pipeline.virtual_stages: 4 chunks per "
+        "rank: PyTorch FSDP under torch.distributed.pipelining keeps at most 3 stages unsharded"),
     "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
                       "'fp4' is not a valid choice"),
     "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),

@@ -1,8 +1,9 @@
-"""PyTorch FSDP under torch.distributed.pipelining (torchtitan's PP + FSDP): each unit all-gathered once per step
-(``reshard_after_forward=not pp_enabled``) and, without per-micro-batch sync (the stage's
-``set_requires_gradient_sync(False)`` on every backward but its last), each chunk's units reduce-scattered once,
-in forward order, after the chunk's last gradient action, the compute stream (and the gradient send that follows)
-waiting for the last of them. Counts, bytes, times and memory against their closed forms."""
+"""PyTorch FSDP under torch.distributed.pipelining (torchtitan's PP + FSDP, PyTorch 2.10 and later): each unit
+all-gathered once per step (``reshard_after_forward=not pp_enabled``), the gradients accumulated unsharded (the
+stage's ``set_requires_gradient_sync(False)`` on every backward) and each chunk's units reduce-scattered once, in
+forward order, by the stage's REDUCE_GRAD after the chunk's last gradient action (after its backward send under
+Schedule1F1B and ScheduleGPipe), the compute stream waiting for the last of them; and FSDP's no-sync without
+pipelining. Counts, bytes, times and memory against their closed forms."""
 
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def test_each_unit_is_gathered_and_reduce_scattered_once_per_step(run_yaml, sche
 
 def test_interleaved_chunks_each_reduce_after_their_own_last_backward(run_yaml):
     # v = 2: four virtual stages of one layer (the first with the embedding, the last with the head); each
-    # rank's two chunks are separate FSDP roots, each reduce-scattered after its own last backward, and the
-    # rank's compute (the other chunk's backwards, or the optimizer) resumes when the last of them ends.
+    # rank's two chunks are separate FSDP roots, each reduce-scattered right after its own last backward (the
+    # runtime's REDUCE_GRAD), and the rank's compute (the other chunk's backwards, or the optimizer) does not
+    # resume before the last of them ends: the optimizer starts when the rank's last reduce-scatter ends.
     result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
                       "parallelism.pipeline.virtual_stages=2")
     chunks = {0: {0: ["embedding", "L0"], 2: ["L2"]}, 1: {1: ["L1"], 3: ["L3", "head"]}}
@@ -84,82 +86,134 @@ def test_interleaved_chunks_each_reduce_after_their_own_last_backward(run_yaml):
             assert list(own["name"].str.removeprefix("reduce_scatter grads ")) == units
             assert own["start_s"].min() == pytest.approx(last_backward, abs=1e-12)
             later = ops[(ops["stream"] == "compute") & (ops["start_s"] >= last_backward)]
-            assert later["start_s"].min() == pytest.approx(own["end_s"].max(), abs=1e-12)
+            assert later["start_s"].min() >= own["end_s"].max() - 1e-12
+        optimizer = ops[ops["name"] == "optimizer step"]
+        assert optimizer["start_s"].iloc[0] == pytest.approx(scatters["end_s"].max(), abs=1e-12)
 
 
-def test_compute_and_gradient_send_wait_for_the_last_reduce_scatter(run_yaml):
-    # Rank 1 (layers 2-3 and the head): its last backward ends, then its three reduce-scatters run back to back
-    # on the dp stream, each alone on the NVSwitch (ring closed form); the gradient send of that backward and
-    # the next compute op (the optimizer) start when the last one ends.
-    result = run_yaml(PIPELINED_8B)
+def _last_backward_send(ops):
+    return ops[(ops["stream"] == "pp") & (ops["microbatch"] == M - 1) & ops["name"].str.contains("bwd")]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_single_stage_schedules_reduce_after_the_backward_send(run_yaml, schedule):
+    # Rank 1 (layers 2-3 and the head) under Schedule1F1B / ScheduleGPipe: the last backward's gradient send
+    # starts when the backward ends (it does not wait for any reduce-scatter) and takes one NVLink latency plus
+    # its bytes; the schedule waits for it before perform_reduce_grad, whose three reduce-scatters then run back
+    # to back on the dp stream, each alone on the NVSwitch (ring closed form); the optimizer waits for the last.
+    result = run_yaml(PIPELINED_8B, f"parallelism.pipeline.schedule={schedule}")
     ops = _rank_ops(result, 1)
     backward_end = ops[ops["category"] == "backward"]["end_s"].max()
+    send = _last_backward_send(ops)
+    assert send["start_s"].min() == pytest.approx(backward_end, abs=1e-12)
+    send_end = backward_end + ALPHA + send["bytes"].iloc[0] / BANDWIDTH
+    assert send["end_s"].max() == pytest.approx(send_end, rel=1e-9)
     scatters = _dp(ops, "reduce_scatter grads")
-    expected_end = backward_end + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
+    assert scatters["start_s"].min() == pytest.approx(send_end, rel=1e-9)
+    expected_end = send_end + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
     assert scatters["end_s"].max() == pytest.approx(expected_end, rel=1e-9)
-    send = ops[(ops["stream"] == "pp") & (ops["microbatch"] == M - 1) & ops["name"].str.contains("bwd")]
-    assert send["start_s"].min() == pytest.approx(expected_end, rel=1e-9)
     optimizer = ops[ops["name"] == "optimizer step"]
     assert optimizer["start_s"].iloc[0] == pytest.approx(expected_end, rel=1e-9)
 
 
-def test_per_microbatch_sync_keeps_the_reduce_scatters_but_gathers_once(run_yaml):
-    # An explicit `reduce_every_microbatch: true` reduce-scatters every unit after every micro-batch's backward,
-    # as FSDP2 without no_sync, but the units stay gathered for the step (reshard_after_forward=False).
-    result = run_yaml(PIPELINED_8B, "parallelism.ddp.reduce_every_microbatch=true")
-    for rank, units in enumerate(STAGE_UNITS):
-        ops = _rank_ops(result, rank)
-        assert len(_dp(ops, "all_gather params")) == len(units)
-        assert len(_dp(ops, "reduce_scatter grads")) == M * len(units)
-    per_rank = [(DP - 1) / DP * sum(units.values()) * (PARAM_BYTES + M * GRAD_BYTES) for units in STAGE_UNITS]
-    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(sum(per_rank) / PP, rel=1e-12)
-    assert result.summary["layout"]["grad_sync"] == "every_microbatch"
+def test_runtime_schedules_reduce_after_the_last_weight_gradients(run_yaml):
+    # zb-h1 runs on _PipelineScheduleRuntime: REDUCE_GRAD follows the chunk's last W (its B's send long gone),
+    # so rank 1's reduce-scatters start when that W ends and the optimizer waits for the last of them.
+    result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=zb-h1")
+    ops = _rank_ops(result, 1)
+    last_w = ops[ops["category"] == "weight_grad"]["end_s"].max()
+    scatters = _dp(ops, "reduce_scatter grads")
+    assert scatters["start_s"].min() == pytest.approx(last_w, abs=1e-12)
+    expected_end = last_w + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
+    assert scatters["end_s"].max() == pytest.approx(expected_end, rel=1e-9)
+    assert ops[ops["name"] == "optimizer step"]["start_s"].iloc[0] == pytest.approx(expected_end, rel=1e-9)
+
+
+def test_per_microbatch_sync_is_refused_under_pipelining(validation_error, run_yaml):
+    # torch.distributed.pipelining turns FSDP's gradient sync off on every backward: reducing every micro-batch
+    # is no PyTorch runtime's (ZeRO-2 with per-micro-batch reduce-scatters stays, as Llama 3's own runtime).
+    error = validation_error(PIPELINED_8B, "parallelism.ddp.reduce_every_microbatch=true")
+    assert error.field == "parallelism.ddp.reduce_every_microbatch"
+    zero2 = run_yaml(PIPELINED_8B, "parallelism.fsdp=shard_grad_op", "parallelism.ddp.reduce_every_microbatch=true")
+    assert len(_dp(_rank_ops(zero2, 0), "reduce_scatter grads")) == M * len(STAGE_UNITS[0])
+
+
+def test_more_than_three_chunks_per_rank_are_refused(validation_error):
+    # The runtime keeps at most 3 stages unsharded (_add_unshard_reshard's max_active_stages) and gathers the
+    # rest again as the schedule cycles; that is not modelled, so 4 chunks per rank are refused at load.
+    error = validation_error(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
+                             "parallelism.pipeline.virtual_stages=4")
+    assert error.field == "parallelism.pipeline.virtual_stages"
 
 
 def test_pipelined_memory_holds_the_stage_unsharded(run_yaml):
-    # Under pipelining a rank holds its chunk's parameters unsharded (bf16) for the whole step and, without
-    # per-micro-batch sync, its accumulated unsharded gradients in fp32; with sync, the gradients of the two
-    # largest neighbouring units (the one produced, the one being reduce-scattered). Sharded model state is
-    # ZeRO-3's either way.
-    deferred = run_yaml(PIPELINED_8B).summary["memory_per_stage_gib"]
-    synced = run_yaml(PIPELINED_8B, "parallelism.ddp.reduce_every_microbatch=true").summary["memory_per_stage_gib"]
+    # Under pipelining a rank holds its chunk's parameters unsharded (bf16) for the whole step and its
+    # accumulated unsharded gradients in fp32; sharded model state is ZeRO-3's.
+    memory = run_yaml(PIPELINED_8B).summary["memory_per_stage_gib"]
     for stage, units in enumerate(STAGE_UNITS):
         params = sum(units.values())
-        pairs = max(a + b for a, b in zip(units.values(), [*list(units.values())[1:], 0.0], strict=True))
-        assert deferred[stage]["buffers"] * 2**30 == pytest.approx(params * (PARAM_BYTES + GRAD_BYTES), rel=1e-12)
-        assert synced[stage]["buffers"] * 2**30 == pytest.approx(params * PARAM_BYTES + pairs * GRAD_BYTES,
-                                                                 rel=1e-12)
-        assert deferred[stage]["grads"] * 2**30 == pytest.approx(params * GRAD_BYTES / DP, rel=1e-12)
+        assert memory[stage]["buffers"] * 2**30 == pytest.approx(params * (PARAM_BYTES + GRAD_BYTES), rel=1e-12)
+        assert memory[stage]["grads"] * 2**30 == pytest.approx(params * GRAD_BYTES / DP, rel=1e-12)
 
 
 def test_pipelined_memory_walks_the_chunks_lifetimes():
-    # Two chunks of 10 and 20 parameters; chunk 1's last backward comes before chunk 0's first: chunk 1's
-    # gradients are freed before chunk 0's accumulate, its parameters resharded before chunk 0's last backward.
-    actions = [Action("F", 0, 0), Action("F", 0, 1), Action("BW", 0, 1), Action("BW", 0, 0)]
-    assert fsdp_pipelined_bytes(actions, [[10.0], [20.0]], 2, 4, accumulate=True) == 30 * 2 + 20 * 4
-    assert fsdp_pipelined_bytes(actions, [[10.0], [20.0]], 2, 4, accumulate=False) == 30 * 2 + 20 * 4
-    # Zero-bubble: an input-grad B allocates no weight gradients; the accumulator lives from the first W.
-    split = [Action("F", 0), Action("F", 1), Action("B", 0), Action("B", 1), Action("W", 0), Action("W", 1)]
-    assert fsdp_pipelined_bytes(split, [[10.0, 5.0]], 2, 4, accumulate=True) == 15 * 2 + 15 * 4
-    assert fsdp_pipelined_bytes(split, [[10.0, 5.0]], 2, 4, accumulate=False) == 15 * 2 + 15 * 4
+    # Chunks of 10, 20 and 40 parameters (2-byte parameters, 4-byte gradients). Chunk 1's last backward comes
+    # before chunk 2's first forward: its parameters resharded and its gradients freed by then, so the peak is
+    # at chunk 2's backward, chunk 0's parameters beside chunk 2's parameters and gradients: 10 x 2 + 40 x 6
+    # (chunk 1's parameters kept to the end would add 20 x 2, its gradients 20 x 4 more).
+    actions = [Action("F", 0, 0), Action("F", 0, 1), Action("BW", 0, 1), Action("F", 0, 2), Action("BW", 0, 2),
+               Action("BW", 0, 0)]
+    assert fsdp_pipelined_bytes(actions, [[10.0], [20.0], [40.0]], 2, 4) == 10 * 2 + 40 * 6
+    # Zero-bubble: an input-grad B allocates no weight gradients, the accumulator lives from the chunk's first
+    # W. Chunk 0's B comes while chunk 1 (40) is whole; its W only after chunk 1's last W: counting the B as a
+    # gradient action would hold chunk 0's gradients beside chunk 1's (50 x 2 + 50 x 4 = 300, not 260).
+    split = [Action("F", 0, 0), Action("F", 0, 1), Action("B", 0, 1), Action("B", 0, 0), Action("W", 0, 1),
+             Action("W", 0, 0)]
+    assert fsdp_pipelined_bytes(split, [[10.0], [40.0]], 2, 4) == 50 * 2 + 40 * 4
+
+
+def test_interleaved_chunks_free_their_gradients_before_the_other_accumulates(run_yaml):
+    # docs/training-step.md: interleaved at m = p, a chunk's gradients are freed before the other chunk's
+    # accumulate. p = 2, v = 2, m = 2 (global batch 8 over dp 4): rank 0 holds chunk 0 (embedding, L0) and
+    # chunk 1 (L2); chunk 1's two backwards come before chunk 0's first, after which chunk 1 is resharded and
+    # its gradients reduced, so the peak is the larger of (both chunks' bf16 parameters, chunk 1's fp32
+    # gradients) and (chunk 0's parameters and gradients), never both chunks' gradients at once.
+    result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
+                      "parallelism.pipeline.virtual_stages=2", f"training.global_batch={DP * PP}")
+    first, second = EMBEDDING + LAYER, LAYER
+    expected = max((first + second) * PARAM_BYTES + second * GRAD_BYTES, first * (PARAM_BYTES + GRAD_BYTES))
+    buffers = result.summary["memory_per_stage_gib"][0]["buffers"] * 2**30
+    assert buffers == pytest.approx(expected, rel=1e-12)
 
 
 def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml):
     # Two DGX H100: dp 8 (stride 2 under tp, cp, pp, dp), shards of 4 GPUs on each host, 2 replicas. After the
-    # last backward each unit's reduce-scatter is followed by the all-reduce of its shard across the replicas,
-    # and the compute stream waits for the last all-reduce.
+    # last backward's send (1F1B) each unit's reduce-scatter runs on the dp stream, back to back (ring closed
+    # form on the NVSwitch), and the all-reduce of its shard across the replicas on its own stream (FSDP2's
+    # all_reduce_stream, which waits for the reduce-scatter stream): it starts when its reduce-scatter and the
+    # all-reduce before it have ended, and the next reduce-scatter does not wait for it. The compute stream
+    # waits for the last all-reduce. Unfolded, so that every rank's own groups carry the traffic.
     text = PIPELINED_8B.replace("dgx-h100}", "dgx-h100-cluster, nodes: 2}").replace(f"dp: {DP}", "dp: 8") \
         .replace("full_shard", "hybrid_shard").replace(f"global_batch: {DP * M}", f"global_batch: {8 * M}")
-    result = run_yaml(text)
+    result = run_yaml(text, "run.fold=false")
     ops = _rank_ops(result, 1)
-    collectives = _dp(ops, "")
-    collectives = collectives[~collectives["name"].str.startswith("all_gather")]
-    names = [f"{kind} {unit}" for unit in STAGE_UNITS[1] for kind in ("reduce_scatter grads", "all_reduce shard")]
-    assert list(collectives["name"]) == names
-    assert list(collectives["bytes"]) == [GRAD_BYTES * params / share for params in STAGE_UNITS[1].values()
-                                          for share in (1, 4)]
+    scatters, reduces = _dp(ops, "reduce_scatter grads"), _dp(ops, "all_reduce shard")
+    assert list(scatters["name"].str.removeprefix("reduce_scatter grads ")) == list(STAGE_UNITS[1])
+    assert list(reduces["name"].str.removeprefix("all_reduce shard ")) == list(STAGE_UNITS[1])
+    assert list(scatters["bytes"]) == [GRAD_BYTES * params for params in STAGE_UNITS[1].values()]
+    assert list(reduces["bytes"]) == [GRAD_BYTES * params / 4 for params in STAGE_UNITS[1].values()]
+    scatter_end = scatters["start_s"].iloc[0]
+    reduce_end = 0.0
+    for params, scatter, reduce in zip(STAGE_UNITS[1].values(), scatters.itertuples(), reduces.itertuples(),
+                                       strict=True):
+        assert scatter.start_s == pytest.approx(scatter_end, rel=1e-9)
+        scatter_end = scatter.start_s + _ring_seconds(GRAD_BYTES * params)
+        assert scatter.end_s == pytest.approx(scatter_end, rel=1e-9)
+        assert reduce.start_s == pytest.approx(max(scatter_end, reduce_end), rel=1e-9)
+        reduce_end = reduce.end_s
+    assert scatters["start_s"].iloc[1] < reduces["end_s"].iloc[0]  # the next reduce-scatter overlaps
     optimizer = ops[ops["name"] == "optimizer step"]
-    assert optimizer["start_s"].iloc[0] == pytest.approx(collectives["end_s"].iloc[-1], abs=1e-12)
+    assert optimizer["start_s"].iloc[0] == pytest.approx(reduce_end, abs=1e-12)
 
 
 def test_bundled_torchtitan_scenario_sends_each_stage_once_per_step():
@@ -179,17 +233,28 @@ def test_bundled_torchtitan_scenario_sends_each_stage_once_per_step():
 
 
 def test_explicit_no_sync_without_pipelining(run_yaml):
-    # pp 1 with `reduce_every_microbatch: false` (FSDP2's set_requires_gradient_sync(False) under gradient
-    # accumulation): the units reshard after each forward and backward as usual, m (2U - 1) gathers, but the
-    # gradients are accumulated unsharded and each unit reduce-scattered once, after the last backward.
+    # pp 1 with `reduce_every_microbatch: false` (FSDP2's set_requires_gradient_sync(False) on every micro-batch
+    # but the last): the units reshard after each forward and backward as usual, m (2U - 1) gathers; the
+    # gradients are accumulated unsharded and, in the last backward, FSDP's post-backward hooks reduce-scatter
+    # each unit as its backward ends, in backward order, on the in-order dp stream: each starts when its
+    # unit's last backward op and the reduce-scatter before it have ended, the first long before the backward
+    # is over.
     text = PIPELINED_8B.replace(f"pp: {PP}, dp: {DP}", "pp: 1, dp: 8").replace(f"{DP * M}", f"{8 * M}")
     result = run_yaml(text, "parallelism.ddp.reduce_every_microbatch=false")
     ops = _rank_ops(result, 0)
     units = {"embedding": EMBEDDING, **{f"L{layer}": LAYER for layer in range(LAYERS)}, "head": HEAD}
     assert len(_dp(ops, "all_gather params")) == M * (2 * len(units) - 1)
     scatters = _dp(ops, "reduce_scatter grads")
-    assert list(scatters["name"].str.removeprefix("reduce_scatter grads ")) == list(units)
-    assert scatters["start_s"].min() == pytest.approx(ops[ops["category"] == "backward"]["end_s"].max(), abs=1e-12)
+    assert list(scatters["name"].str.removeprefix("reduce_scatter grads ")) == list(reversed(units))
+    assert list(scatters["bytes"]) == [GRAD_BYTES * params for params in reversed(units.values())]
+    backwards = ops[ops["category"] == "backward"]
+    previous_end = 0.0
+    for unit, (start, end) in zip(reversed(units), zip(scatters["start_s"], scatters["end_s"], strict=True),
+                                  strict=True):
+        unit_end = backwards[backwards["name"].str.startswith(f"B{M - 1} {unit}")]["end_s"].max()
+        assert start == pytest.approx(max(unit_end, previous_end), abs=1e-12)
+        previous_end = end
+    assert scatters["start_s"].iloc[0] < backwards["end_s"].max()
     working = fsdp_working_set_bytes(list(units.values()), PARAM_BYTES, 0.0)
     assert result.summary["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(
         working + sum(units.values()) * GRAD_BYTES, rel=1e-12)

@@ -265,7 +265,8 @@ class DDPConfig(Section):
     (ParallelismConfig.reduce_every_microbatch): ZeRO-2 accumulates (Megatron-LM's distributed optimizer; true
     is PyTorch FSDP outside `no_sync`, DeepSpeed ZeRO-2, Llama 3's FSDP), DeepSpeed ZeRO-3 reduces every
     micro-batch, PyTorch FSDP (`full_shard`, `hybrid_shard`) every micro-batch without pipelining and, under
-    torch.distributed.pipelining (pp > 1), only after each stage's last backward."""
+    torch.distributed.pipelining (pp > 1), once per stage after its last backward (true is refused there: the
+    pipeline stage turns FSDP's sync off on every backward)."""
 
     bucket: Size = 25 * 2**20
     overlap: bool = True
@@ -276,6 +277,9 @@ class DDPConfig(Section):
 FsdpStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
 """PyTorch FSDP's sharding strategies, each run as the ZeRO stage of `FSDP_ZERO_STAGE`."""
 FSDP_ZERO_STAGE: dict[FsdpStrategy, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
+MAX_UNSHARDED_STAGES = 3
+"""The local stages torch.distributed.pipelining's runtime keeps unsharded at once under FSDP
+(`_add_unshard_reshard(max_active_stages=3)` in torch/distributed/pipelining/schedules.py)."""
 
 
 class ParallelismConfig(Section):
@@ -313,17 +317,23 @@ class ParallelismConfig(Section):
         wrapped unit, rather than as DeepSpeed (`zero: 3`), per submodule."""
         return self.zero_stage == 3 and self.fsdp is not None
 
+    def pipelined_fsdp(self, pp: int) -> bool:
+        """Whether PyTorch FSDP (`fsdp: full_shard | hybrid_shard`) runs under torch.distributed.pipelining, with
+        ``pp`` pipeline stages (the synthetic model's may differ from `pp`): each unit gathered once per step
+        (torchtitan's `reshard_after_forward=not pp_enabled`), the gradients reduced once per stage."""
+        return self.gathers_per_unit and pp > 1
+
     def reduce_every_microbatch(self, pp: int) -> bool:
         """Whether the step reduce-scatters each micro-batch's gradients (DDPConfig.reduce_every_microbatch),
-        resolved for ``pp`` pipeline stages (the synthetic model's may differ from `pp`): the explicit choice,
-        else the framework's: DeepSpeed ZeRO-3 every micro-batch; PyTorch FSDP every micro-batch (FSDP2 syncs
-        every backward) unless pipelined, where torch.distributed.pipelining turns the sync off
-        (`set_requires_gradient_sync(False)`) on every backward but each stage's last; ZeRO-2 never."""
+        resolved for ``pp`` pipeline stages: the explicit choice, else the framework's: DeepSpeed ZeRO-3 every
+        micro-batch; PyTorch FSDP every micro-batch (FSDP2 syncs every backward) unless pipelined, where
+        torch.distributed.pipelining turns the sync off (`set_requires_gradient_sync(False)`) on every backward
+        and reduces each stage's gradients once (`perform_reduce_grad`); ZeRO-2 never."""
         if self.ddp.reduce_every_microbatch is not None:
             return self.ddp.reduce_every_microbatch
         if self.zero_stage != 3:
             return False
-        return not (self.gathers_per_unit and pp > 1)
+        return not self.pipelined_fsdp(pp)
 
     @model_validator(mode="after")
     def _one_sharding_choice(self) -> ParallelismConfig:
@@ -339,6 +349,20 @@ class ParallelismConfig(Section):
                                "DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every micro-batch's gradients; it "
                                "cannot accumulate them unsharded",
                                "true or left out; fsdp: full_shard for PyTorch FSDP's no-sync accumulation")
+        if every and self.pipelined_fsdp(self.pp):
+            raise FieldProblem(("ddp", "reduce_every_microbatch"),
+                               "torch.distributed.pipelining turns PyTorch FSDP's gradient sync off on every "
+                               "backward and reduce-scatters each stage's gradients once per step; no PyTorch "
+                               "runtime reduce-scatters every micro-batch under pipelining",
+                               "false or left out with fsdp: full_shard | hybrid_shard and pp > 1; true with "
+                               "fsdp: shard_grad_op (ZeRO-2, as Llama 3's own runtime)")
+        if self.pipeline.virtual_stages > MAX_UNSHARDED_STAGES and self.pipelined_fsdp(self.pp):
+            raise FieldProblem(("pipeline", "virtual_stages"),
+                               f"{self.pipeline.virtual_stages} chunks per rank: PyTorch FSDP under "
+                               f"torch.distributed.pipelining keeps at most {MAX_UNSHARDED_STAGES} stages unsharded "
+                               "(_add_unshard_reshard's max_active_stages) and gathers the others again as the "
+                               "schedule cycles, which is not modelled",
+                               f"1 to {MAX_UNSHARDED_STAGES} with fsdp: full_shard | hybrid_shard and pp > 1")
         return self
 
 

@@ -2,9 +2,10 @@
 DDP gradient buckets, ZeRO/FSDP gathers and reduce-scatters, and the optimizer step.
 
 Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `tp` the chunked TP
-collectives that `tp_comm_overlap` runs against their neighbouring GEMMs; `dp` runs gradient buckets and
-ZeRO-1/2 parameter gathers; `zero` runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous P2P sends and
-receives (each runs as soon as its data is ready, like isend/irecv).
+collectives that `tp_comm_overlap` runs against their neighbouring GEMMs; `dp` runs gradient buckets, ZeRO
+reduce-scatters and ZeRO-1/2 parameter gathers; `dp_all_reduce` HSDP's all-reduces across replicas; `zero`
+runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous P2P sends and receives (each runs as soon as its
+data is ready, like isend/irecv).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from simulator.schedules.base import Action, Placement, Schedule, rank_stages, s
 
 ZERO_STREAM = "zero"
 PP_STREAM = "pp"
+ALL_REDUCE_STREAM = "dp_all_reduce"
+"""HSDP's all-reduces of each reduce-scattered shard across the replicas: FSDP2's ``all_reduce_stream``, which
+waits for the reduce-scatter stream, so the next unit's reduce-scatter does not queue behind an all-reduce."""
 ASYNC_STREAMS = frozenset({PP_STREAM})
 
 
@@ -43,6 +47,10 @@ class StepPlan:
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
     placement: Placement = "loop"
+    reduce_after_sends: bool = False
+    """Whether a chunk's deferred gradient reduction waits for its last backward send: torch's single-stage
+    schedules (Schedule1F1B, ScheduleGPipe) wait for their backward sends before calling
+    ``perform_reduce_grad``; the runtime that runs the others issues REDUCE_GRAD right after the backward."""
 
     def rank_stages(self, pp_rank: int) -> list[int]:
         """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first."""
@@ -122,7 +130,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                             key=key,
                             mirrors=mirrors, algorithm=algorithm, pair_bytes=pair_bytes, sms=sms)
         self.ops.append(item)
-        if stream == DP_STREAM:
+        if stream in (DP_STREAM, ALL_REDUCE_STREAM):
             self._dp_ops.setdefault(rank, []).append(item.id)
         return item.id
 
@@ -223,15 +231,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                  nbytes * layout.tp, f"pp.gather.{direction}.mb{mb}.vs{src_vstage}.{group[0]}",
                                  [received], "pp", mb)]
 
-    def _send(self, rank: int, direction: Pass, mb: int, vstage: int, dst_vstage: int, last_op: int, tag: str) -> None:
+    def _send(self, rank: int, direction: Pass, mb: int, vstage: int, dst_vstage: int, last_op: int,
+              tag: str) -> int | None:
+        """The P2P send of ``last_op``'s output to ``dst_vstage``'s rank; None for a free hand-off."""
         dst = self._peer(rank, dst_vstage)
         nbytes = self.plan.stages[vstage].p2p_bytes
         key = self._p2p_key(direction, mb, vstage, tag)
         if dst == rank or nbytes <= 0:
             self._handoff_producers[key] = last_op
-            return
-        self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
-                         [last_op], "pp", mb)
+            return None
+        return self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
+                                [last_op], "pp", mb)
 
     def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
@@ -300,10 +310,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             if weights:
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
+        sent = self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag) if vstage > 0 and deps else None
         if final and phase.weight_grads and deps:
-            deps = self._chunk_grad_sync(rank, vstage, deps[-1])
-        if vstage > 0 and deps:
-            self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag)
+            self._chunk_grad_sync(rank, vstage, sent if sent is not None and self.plan.reduce_after_sends
+                                  else deps[-1])
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
@@ -329,10 +339,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so under FSDP the compute after a
         unit's backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the
         chunk's previous backward): at most one reduce-scatter per chunk runs behind compute. DeepSpeed ZeRO
-        (``zero`` without ``fsdp``) has no such wait. Gradients accumulated unsharded (``defers_unit_grads``)
-        are reduced once, after the chunk's last gradient action (_chunk_grad_sync), not here."""
+        (``zero`` without ``fsdp``) has no such wait. Under HSDP the reduce-scattered shard of the ``final``
+        backward is then all-reduced across the replicas on its own stream (FSDP2's ``all_reduce_stream``).
+        Gradients accumulated unsharded (``defers_unit_grads``) are reduced here only in the last backward
+        without pipelining (FSDP2 with ``set_requires_gradient_sync(True)`` again: its post-backward hooks
+        reduce-scatter each unit as its backward ends); under pipelining the stage reduces them once, after
+        the chunk's last gradient action (_chunk_grad_sync)."""
         sharding = self.plan.sharding
-        if sharding.defers_unit_grads and block.params > 0 and self._dp_size() > 1:
+        deferred = sharding.stage_reduces_grads or (sharding.defers_unit_grads and not final)
+        if deferred and block.params > 0 and self._dp_size() > 1:
             return
         if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
             layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
@@ -353,7 +368,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                 self._last_grad_rs[rank, vstage] = rs
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
-                self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
+                self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
                                  params * sharding.grad_bytes / len(group), f"hsdp.ar.{name}.vs{vstage}."
                                  f"{replicas[0]}", [rs], "dp")
             if final:
@@ -363,36 +378,35 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if final:
             self._grad_ready[(rank, vstage, id(block))] = op_id
 
-    def _chunk_grad_sync(self, rank: int, vstage: int, last_op: int) -> list[int]:
-        """After a chunk's last gradient action, when its gradients were accumulated unsharded
-        (``defers_unit_grads``): what torch.distributed.pipelining does for FSDP on the stage's last backward
-        (stage.py, ``backward_maybe_with_nosync``): ``post_backward()`` on every FSDP unit of the chunk in
-        forward order (``_state_ctx.all_states``), each reduce-scattering its gradients on the ``dp`` stream (and
-        under HSDP all-reducing its shard across the replicas) once the action's last op ``last_op`` has
-        finished, then ``_root_post_backward_final_callback``, which makes the compute stream wait for the last
-        of them. Returns the op the rank's next work waits for: that last collective (the gradient send that
-        follows the backward waits too, its NCCL stream synced with the compute stream), or ``last_op``
-        when there is nothing to reduce."""
+    def _chunk_grad_sync(self, rank: int, vstage: int, after: int) -> None:
+        """The chunk's REDUCE_GRAD under pipelined FSDP (``stage_reduces_grads``), as torch.distributed.pipelining
+        runs it since PyTorch 2.10 (PR #166449; torch/distributed/pipelining/stage.py ``perform_reduce_grad``):
+        ``post_backward()`` on every FSDP unit of the chunk in forward order (``_state_ctx.all_states``), each
+        reduce-scattering its accumulated gradients on the ``dp`` stream (under HSDP then all-reducing its
+        shard across the replicas on their own stream) once ``after`` has finished, then
+        ``_root_post_backward_final_callback``, which makes the compute stream wait for the last of them: the
+        rank's next compute op starts when it ends. ``after`` is the last op of the chunk's last gradient
+        action (the runtime's REDUCE_GRAD follows it; its backward send is already issued and does not wait),
+        or under Schedule1F1B and ScheduleGPipe that backward's send (``reduce_after_sends``)."""
         sharding = self.plan.sharding
-        if not sharding.defers_unit_grads or self._dp_size() == 1:
-            return [last_op]
+        if not sharding.stage_reduces_grads or self._dp_size() == 1:
+            return
         group, replicas = self._shard_group(rank), self._replica_group(rank)
         blocks = self.plan.stages[vstage].blocks
-        last = last_op
+        last = after
         for layer, (first, final_block, params) in self._units_of(vstage).items():
             name = first if first == final_block else f"L{layer}"
             last = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
                                     params * sharding.grad_bytes, f"grads.rs.{name}.vs{vstage}.{group[0]}",
-                                    [last_op], "dp")
+                                    [after], "dp")
             for block in blocks:
                 if block.layer == layer and block.params > 0:
                     self._grad_ready[(rank, vstage, id(block))] = last
             if replicas:
-                last = self._collective(rank, DP_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
-                                        params * sharding.grad_bytes / len(group),
+                last = self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce",
+                                        replicas, params * sharding.grad_bytes / len(group),
                                         f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [last], "dp")
         self._compute_waits[rank] = last
-        return [last]
 
     def _layer_blocks(self, vstage: int, layer: int) -> int:
         """How many blocks with parameters layer ``layer`` has on virtual stage ``vstage``."""

@@ -4,8 +4,13 @@ collectives run) and the memory model (which bytes a rank holds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 ZERO_STAGES = (0, 1, 2, 3)
+
+GradSync = Literal["every_microbatch", "after_last_backward"]
+"""When ZeRO-3's gradients are reduce-scattered (the summary's ``layout.grad_sync``): each micro-batch's, or
+accumulated unsharded and reduced once, after the last backward (PyTorch FSDP's no-sync)."""
 
 
 @dataclass(frozen=True)
@@ -19,7 +24,8 @@ class Sharding:
     micro-batch's gradients, unit by unit, so that only the gradient shard is accumulated (resolved at load,
     ParallelismConfig.reduce_every_microbatch): false under ZeRO-2 means buckets after the last micro-batch,
     under ZeRO-3 (PyTorch FSDP's no-sync) the whole unsharded gradient accumulated in the gradient buffer's
-    format and each chunk's units reduce-scattered after its last gradient action.
+    format and each unit reduce-scattered in the last backward (without pipelining, as its backward ends) or
+    once after the chunk's last gradient action (under pipelining, ``stage_reduces_grads``).
     ``gather_per_layer`` is how ZeRO-3 gathers parameters: PyTorch FSDP (``fsdp: full_shard | hybrid_shard``)
     all-gathers one wrapped unit at a time (torchtitan wraps each transformer layer, the embedding, and the
     final norm with the output layer, which stays gathered from its forward to its backward); DeepSpeed ZeRO-3
@@ -27,8 +33,8 @@ class Sharding:
     ``fsdp`` marks PyTorch FSDP (any ``parallelism.fsdp`` strategy), whose post-backward waits for its previous
     reduce-scatter; DeepSpeed ZeRO does not. ``reshard_after_forward`` false (PyTorch FSDP under pipelining:
     torchtitan's ``reshard_after_forward=not pp_enabled``, and the pipeline stage's
-    ``set_reshard_after_backward(False)`` on every backward but the last) gathers each unit once per step,
-    before its first forward, and keeps it unsharded until the chunk's last gradient action."""
+    ``set_reshard_after_backward(False)`` on every backward) gathers each unit once per step, before its first
+    forward, and keeps it unsharded until the chunk's last gradient action."""
 
     stage: int = 0
     degree: int = 1
@@ -51,6 +57,18 @@ class Sharding:
 
     @property
     def defers_unit_grads(self) -> bool:
-        """Whether ZeRO-3 accumulates the unsharded gradients and reduce-scatters each chunk's units once, after
-        its last gradient action (torch.distributed.pipelining's no-sync under PyTorch FSDP)."""
+        """Whether ZeRO-3 accumulates the unsharded gradients over the micro-batches and reduce-scatters each
+        unit once per step (PyTorch FSDP's ``set_requires_gradient_sync(False)`` until the last backward)."""
         return self.stage == 3 and not self.reduce_every_microbatch
+
+    @property
+    def stage_reduces_grads(self) -> bool:
+        """Whether the pipeline stage reduces each chunk's accumulated gradients itself, once, after the chunk's
+        last gradient action (torch.distributed.pipelining's REDUCE_GRAD under PyTorch FSDP), rather than
+        FSDP's post-backward hooks during the last backward."""
+        return self.defers_unit_grads and not self.reshard_after_forward
+
+    @property
+    def grad_sync(self) -> GradSync:
+        """When ZeRO-3's gradients are reduce-scattered (GradSync)."""
+        return "after_last_backward" if self.defers_unit_grads else "every_microbatch"

@@ -29,6 +29,9 @@ SCHEDULES: dict[str, ScheduleBuilder] = {
 
 V_PLACED = frozenset({"zbv", "dualpipev"})
 """Schedules whose chunks sit in the V placement; every other one loops (chunk c of rank r is stage c p + r)."""
+SINGLE_STAGE = frozenset({"gpipe", "1f1b"})
+"""Schedules torch.distributed.pipelining runs with their own loop (ScheduleGPipe, Schedule1F1B), which waits for
+the backward sends before the stage reduces its gradients; every other one runs on _PipelineScheduleRuntime."""
 
 
 def schedule_names() -> list[str]:

@@ -279,18 +279,17 @@ def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, grad_byte
 
 
 def fsdp_pipelined_bytes(actions: Sequence[Action], chunk_units: Sequence[Sequence[float]], param_bytes: float,
-                         grad_bytes: float, *, accumulate: bool) -> float:
+                         grad_bytes: float) -> float:
     """Peak bytes PyTorch FSDP2 holds beside its shards on one pipeline rank under torch.distributed.pipelining
     (torchtitan: ``reshard_after_forward=not pp_enabled``; the stage sets ``set_reshard_after_backward(False)``
-    and ``set_requires_gradient_sync(False)`` on every backward but its last). ``actions`` are the rank's
-    schedule, ``chunk_units`` each chunk's units (parameters on one TP rank). Counted, walking the actions: a
-    chunk's unsharded parameters (``param_bytes``), from its first forward, when its units are gathered, to its
-    last gradient action, after which they reshard; with ``accumulate`` (no per-micro-batch sync) its unsharded
-    gradients in the reduce dtype (``grad_bytes``, FSDP2's ``unsharded_accumulated_grad``) from its first
-    gradient action (BW or W) to its last, whose post_backward reduce-scatters them; without, the gradients a
-    unit's backward produces and the previous unit's being reduce-scattered, the largest two neighbouring
-    units (as fsdp_working_set_bytes). Not counted: the all-gather outputs in flight during the first forward
-    (within the chunk's parameters), one unit's fresh gradient before it is folded into the accumulator."""
+    and ``set_requires_gradient_sync(False)`` on every backward, and its REDUCE_GRAD reduce-scatters and
+    reshards). ``actions`` are the rank's schedule, ``chunk_units`` each chunk's units (parameters on one TP
+    rank). Counted, walking the actions: a chunk's unsharded parameters (``param_bytes``), from its first
+    forward, when its units are gathered, to its last gradient action, after which the stage's REDUCE_GRAD
+    reshards them; its unsharded gradients in the reduce dtype (``grad_bytes``, FSDP2's
+    ``unsharded_accumulated_grad``) from its first weight-gradient action (BW or W: an input-gradient B makes
+    none) to its last. Not counted: the all-gather outputs in flight during the first forward (within the
+    chunk's parameters), one unit's fresh gradient before it is folded into the accumulator."""
     first_forward: dict[int, int] = {}
     first_grad: dict[int, int] = {}
     last_grad: dict[int, int] = {}
@@ -308,13 +307,10 @@ def fsdp_pipelined_bytes(actions: Sequence[Action], chunk_units: Sequence[Sequen
             end = last_grad.get(chunk, -1)
             if first_forward.get(chunk, index + 1) <= index <= end:
                 held += size * param_bytes
-            if accumulate and first_grad.get(chunk, index + 1) <= index <= end:
+            if first_grad.get(chunk, index + 1) <= index <= end:
                 held += size * grad_bytes
         peak = max(peak, held)
-    if accumulate:
-        return peak
-    pairs = [a + b for units in chunk_units for a, b in zip(units, [*units[1:], 0.0], strict=True)]
-    return peak + max(pairs, default=0.0) * grad_bytes
+    return peak
 
 
 def rank_memory(

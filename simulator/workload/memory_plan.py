@@ -80,13 +80,14 @@ def fsdp_buffer_bytes(step: TrainingStep, pp_rank: int) -> float:
     """What PyTorch FSDP holds unsharded on a rank of pipeline rank ``pp_rank``: without pipelining the working
     set of its units (memory.fsdp_working_set_bytes), plus the whole accumulated gradient in the reduce dtype
     when it does not sync every micro-batch (``reduce_every_microbatch: false``, its parameters' working set
-    then without gradients); under pipelining the chunks' parameters held from their first forward to their
-    last gradient action, and their accumulated gradients (memory.fsdp_pipelined_bytes)."""
+    then without gradients); under pipelining (``stage_reduces_grads``) the chunks' parameters held from their
+    first forward to their last gradient action, and their accumulated gradients
+    (memory.fsdp_pipelined_bytes)."""
     sharding = step.plan.sharding
     chunk_units = [wrapped_units(step, vs) for vs in step.plan.rank_stages(pp_rank)]
-    if not sharding.reshard_after_forward:
+    if sharding.stage_reduces_grads:
         return memory.fsdp_pipelined_bytes(step.plan.schedule[pp_rank], chunk_units, sharding.param_bytes,
-                                           sharding.grad_bytes, accumulate=sharding.defers_unit_grads)
+                                           sharding.grad_bytes)
     if sharding.defers_unit_grads:
         return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, 0.0)
                    + sum(units) * sharding.grad_bytes for units in chunk_units)
@@ -165,7 +166,7 @@ def layout_summary(step: TrainingStep) -> dict:
              "zero_stage": sharding.stage, "sequence_parallel": plan.sequence_parallel,
              "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
     if sharding.stage == 3 and (layout.pp > 1 or sharding.defers_unit_grads):
-        entry["grad_sync"] = "after_last_backward" if sharding.defers_unit_grads else "every_microbatch"
+        entry["grad_sync"] = sharding.grad_sync
     return entry
 
 

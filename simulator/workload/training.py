@@ -23,7 +23,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import Sharding
 from simulator.schedules.base import Placement, rank_stages
-from simulator.schedules.registry import build_schedule, schedule_placement
+from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.experts import moe_report, plan_experts
@@ -172,7 +172,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.reduce_every_microbatch(layout.pp),
                     gather_per_layer=par.gathers_per_unit, fsdp=par.fsdp is not None,
-                    reshard_after_forward=not (par.gathers_per_unit and layout.pp > 1))
+                    reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
@@ -233,7 +233,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
     overlap = tp_overlap(gpu.name) if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
-                    recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement)
+                    recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
+                    reduce_after_sends=par.pipeline.schedule in SINGLE_STAGE)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = model_flops_per_token(model, training.seq_len) * tokens
     report, routed_tokens = None, None
