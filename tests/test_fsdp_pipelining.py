@@ -186,16 +186,17 @@ def test_interleaved_chunks_free_their_gradients_before_the_other_accumulates(ru
     assert buffers == pytest.approx(expected, rel=1e-12)
 
 
-def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml):
+@pytest.mark.parametrize("fold", ["true", "false"])
+def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, fold):
     # Two DGX H100: dp 8 (stride 2 under tp, cp, pp, dp), shards of 4 GPUs on each host, 2 replicas. After the
     # last backward's send (1F1B) each unit's reduce-scatter runs on the dp stream, back to back (ring closed
     # form on the NVSwitch), and the all-reduce of its shard across the replicas on its own stream (FSDP2's
     # all_reduce_stream, which waits for the reduce-scatter stream): it starts when its reduce-scatter and the
     # all-reduce before it have ended, and the next reduce-scatter does not wait for it. The compute stream
-    # waits for the last all-reduce. Unfolded, so that every rank's own groups carry the traffic.
+    # waits for the last all-reduce. Folded or not, the same times.
     text = PIPELINED_8B.replace("dgx-h100}", "dgx-h100-cluster, nodes: 2}").replace(f"dp: {DP}", "dp: 8") \
         .replace("full_shard", "hybrid_shard").replace(f"global_batch: {DP * M}", f"global_batch: {8 * M}")
-    result = run_yaml(text, "run.fold=false")
+    result = run_yaml(text, f"run.fold={fold}")
     ops = _rank_ops(result, 1)
     scatters, reduces = _dp(ops, "reduce_scatter grads"), _dp(ops, "all_reduce shard")
     assert list(scatters["name"].str.removeprefix("reduce_scatter grads ")) == list(STAGE_UNITS[1])
