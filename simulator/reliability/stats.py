@@ -25,15 +25,18 @@ def t975(dof: int) -> float:
     return z + (z**3 + z) / (4 * dof) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * dof**2)
 
 
-def mean_interval(values) -> dict:
-    """Mean, standard deviation and 95% interval of the mean over replications (no interval for one)."""
+def mean_interval(values, bounds: tuple[float, float] = (0.0, math.inf)) -> dict:
+    """Mean, standard deviation and 95% interval of the mean over replications (no interval for one), the
+    interval kept within ``bounds``, the range the quantity can take: a count, a duration or a rate is never
+    negative (a rare event's t interval reaches below 0), a fraction such as ETTR also at most 1."""
     array = np.asarray(values, dtype=float)
     mean = float(array.mean()) if array.size else 0.0
     if array.size < 2:
         return {"mean": mean, "std": 0.0, "ci95_low": None, "ci95_high": None}
     std = float(array.std(ddof=1))
     half = t975(array.size - 1) * std / math.sqrt(array.size)
-    return {"mean": mean, "std": std, "ci95_low": mean - half, "ci95_high": mean + half}
+    low, high = bounds
+    return {"mean": mean, "std": std, "ci95_low": max(mean - half, low), "ci95_high": min(mean + half, high)}
 
 
 def young_interval(cost_s: float, mtbf_s: float) -> float:

@@ -73,7 +73,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "mtbf_s": mtbf,
         "young_interval_s": young_interval(cost, mtbf) if mtbf else None,
         "daly_interval_s": daly_interval(cost, mtbf) if mtbf else None,
-        "ettr": mean_interval([t.productive_s / horizon for t in totals]),
+        "ettr": mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
         "goodput_tokens_per_s": mean_interval([t.tokens / horizon for t in totals]),
         "interruptions": {
             "unexpected": mean_interval([sum(t.interruptions.values()) for t in totals]),
