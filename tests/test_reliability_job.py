@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -115,3 +116,19 @@ def test_same_seed_same_events_other_seed_other_events(tmp_path):
     frame = pd.read_parquet(tmp_path / "a" / "job_events.parquet")
     assert set(frame["replication"]) == {0, 1}
     assert {"failure", "checkpoint", "restart"} <= set(frame["kind"])
+
+
+def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys):
+    """`trainsim run` of a job prints ETTR, goodput, interruptions and time lost as job_summary.json has them
+    (not just a path), and nothing with --quiet."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 3"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "loud")]) == 0
+    printed = capsys.readouterr().out
+    job = json.loads((tmp_path / "loud" / "job_summary.json").read_text())
+    ettr = job["ettr"]
+    assert f"ETTR             {100 * ettr['mean']:.1f}% (95%: {100 * ettr['ci95_low']:.1f}%" in printed
+    assert f"{job['interruptions']['unexpected']['mean']:,.1f} (95%:" in printed
+    assert "time lost        restarts" in printed and "job_failure" in printed
+    assert main(["run", str(scenario), "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""

@@ -1,5 +1,5 @@
-"""What `trainsim run` and `trainsim validate` print: a short table of a run's headline figures (or the
-collective table of a communication-only run) and the loud out-of-memory line.
+"""What `trainsim run` and `trainsim validate` print: a short table of a run's headline figures (the
+collective table of a communication-only run, the job table of a job over weeks) and the loud out-of-memory line.
 
 Reads only summary.json's keys and shows those present, so a summary that gains or loses keys still prints.
 """
@@ -147,3 +147,64 @@ def print_run_report(summary: dict, console: Console) -> None:
         console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
                       f"{_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
         console.print(collective_table(summary))
+
+
+TIME_LOST = (("restart_s", "restarts"), ("lost_work_s", "work redone"), ("checkpoint_stall_s", "checkpoint stalls"),
+             ("checkpoint_slowdown_s", "checkpoint slowdown"), ("slow_steps_s", "slow steps"),
+             ("maintenance_s", "maintenance"))
+"""job_summary.json's `time_s` parts other than productive time, in the order the job table lists them."""
+
+
+def _mean_ci(interval: dict, text) -> str:
+    """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``."""
+    if interval.get("ci95_low") is None:
+        return text(interval["mean"])
+    return f"{text(interval['mean'])} (95%: {text(interval['ci95_low'])} to {text(interval['ci95_high'])})"
+
+
+def _long_duration(seconds: float) -> str:
+    """A duration of a job's scale: hours, minutes or seconds, whichever reads best."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:,.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return _seconds(seconds)
+
+
+def job_table(job: dict) -> Table:
+    """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
+    frequent causes), the time lost by kind with its share of the horizon, and the checkpoint interval against
+    Young's and Daly's."""
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
+    table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {ideal:,.0f} tokens/s")
+    table.add_row("ETTR", _mean_ci(job["ettr"], _share))
+    goodput = job["goodput_tokens_per_s"]
+    table.add_row("goodput", _mean_ci(goodput, lambda value: f"{value:,.0f} tokens/s")
+                  + f", {_share(goodput['mean'] / ideal)} of healthy")
+    interruptions, labels = job["interruptions"], job.get("failure_model", {})
+    causes = sorted(interruptions["by_cause"].items(), key=lambda item: (-item[1]["mean"], item[0]))[:3]
+    most = ", ".join(f"{labels.get(name, {}).get('label', name)} {value['mean']:,.1f}" for name, value in causes)
+    table.add_row("interruptions", _mean_ci(interruptions["unexpected"], lambda value: f"{value:,.1f}")
+                  + f" unexpected (MTBF {_long_duration(job['mtbf_s'])}), "
+                  f"{interruptions['planned']['mean']:,.1f} planned" + (f"; most: {most}" if most else ""))
+    times = job["time_s"]
+    lost = [f"{label} {_long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
+            for part, label in TIME_LOST if times.get(part, {}).get("mean")]
+    table.add_row("time lost", ", ".join(lost) or "none")
+    checkpoint = job["checkpoint"]
+    optimum = (f"; Young {_seconds(job['young_interval_s'])}, Daly {_seconds(job['daly_interval_s'])}"
+               if job.get("young_interval_s") is not None else "")
+    table.add_row("checkpoints", f"{checkpoint['mode']} every {checkpoint['interval_steps']} steps "
+                  f"({_seconds(checkpoint['interval_s'])}), {_seconds(checkpoint['cost_s'])} of training each"
+                  + optimum)
+    return table
+
+
+def print_job_report(job: dict, step: dict, console: Console) -> None:
+    """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
+    console.print(f"{_layout_line(step)}, {job['horizon_s'] / 86400:,.4g} days, {job['replications']} "
+                  "replication(s)", highlight=False)
+    console.print(job_table(job))
