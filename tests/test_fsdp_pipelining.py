@@ -7,6 +7,7 @@ pipelining. Counts, bytes, times and memory against their closed forms."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from simulator.catalog.models import get_model
@@ -46,8 +47,8 @@ def _dp(ops, prefix: str):
 
 
 def _ring_seconds(nbytes: float) -> float:
-    """A ring reduce-scatter of ``nbytes`` over the DP group alone on the NVSwitch: (N-1) latencies and
-    (N-1)/N of the bytes through one link (Thakur et al.)."""
+    """A ring reduce-scatter (or all-gather) of ``nbytes`` over the DP group alone on the NVSwitch: (N-1)
+    latencies and (N-1)/N of the bytes through one link (Thakur et al.)."""
     return (DP - 1) * ALPHA + (DP - 1) / DP * nbytes / BANDWIDTH
 
 
@@ -60,7 +61,9 @@ def test_each_unit_is_gathered_and_reduce_scattered_once_per_step(run_yaml, sche
         gathers, scatters = _dp(ops, "all_gather params"), _dp(ops, "reduce_scatter grads")
         assert dict(zip(gathers["name"].str.removeprefix("all_gather params "), gathers["bytes"], strict=True)) \
             == {name: PARAM_BYTES * params for name, params in units.items()}
-        assert set(gathers["microbatch"]) == {0}
+        # Schedule1F1B and ScheduleGPipe let FSDP gather each unit before its first forward (micro-batch 0);
+        # the runtime's UNSHARD gathers every chunk before the rank's first action, for no micro-batch.
+        assert set(gathers["microbatch"]) == ({-1} if schedule.endswith("zb-h1") else {0})
         assert list(scatters["name"].str.removeprefix("reduce_scatter grads ")) == list(units)  # forward order
         assert list(scatters["bytes"]) == [GRAD_BYTES * params for params in units.values()]
     per_rank = [(DP - 1) / DP * sum(units.values()) * (PARAM_BYTES + GRAD_BYTES) for units in STAGE_UNITS]
@@ -89,6 +92,25 @@ def test_interleaved_chunks_each_reduce_after_their_own_last_backward(run_yaml):
             assert later["start_s"].min() >= own["end_s"].max() - 1e-12
         optimizer = ops[ops["name"] == "optimizer step"]
         assert optimizer["start_s"].iloc[0] == pytest.approx(scatters["end_s"].max(), abs=1e-12)
+
+
+def test_runtime_schedules_unshard_each_chunk_before_the_first_action(run_yaml):
+    # Interleaved (v = 2) runs on _PipelineScheduleRuntime, whose _add_unshard_reshard puts an UNSHARD of every
+    # chunk (at most 3) before the rank's first action: rank 0's units, chunk 0's (embedding, L0) then chunk
+    # 2's (L2), all-gathered back to back from the step's start, each alone on the NVSwitch (ring closed form);
+    # the chunk's first forward waits for all of its units (_assert_unsharded).
+    result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
+                      "parallelism.pipeline.virtual_stages=2")
+    ops = _rank_ops(result, 0)
+    gathers = _dp(ops, "all_gather params")
+    units = {"embedding": EMBEDDING, "L0": LAYER, "L2": LAYER}
+    assert list(gathers["name"].str.removeprefix("all_gather params ")) == list(units)
+    assert list(gathers["chunk"]) == [0, 0, 2]
+    ends = np.cumsum([_ring_seconds(PARAM_BYTES * params) for params in units.values()])
+    assert gathers["start_s"].iloc[0] == 0.0
+    assert list(gathers["end_s"]) == pytest.approx(list(ends), rel=1e-9)
+    first_forward = ops[(ops["category"] == "forward") & (ops["chunk"] == 0)]["start_s"].min()
+    assert first_forward == pytest.approx(ends[1], rel=1e-9)
 
 
 def _last_backward_send(ops):

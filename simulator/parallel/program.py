@@ -47,10 +47,12 @@ class StepPlan:
     recompute_comm: bool = False
     tp_overlap: TPOverlap | None = None
     placement: Placement = "loop"
-    reduce_after_sends: bool = False
-    """Whether a chunk's deferred gradient reduction waits for its last backward send: torch's single-stage
-    schedules (Schedule1F1B, ScheduleGPipe) wait for their backward sends before calling
-    ``perform_reduce_grad``; the runtime that runs the others issues REDUCE_GRAD right after the backward."""
+    single_stage_loop: bool = False
+    """Whether torch.distributed.pipelining runs the schedule with its own loop (ScheduleGPipe, Schedule1F1B)
+    rather than _PipelineScheduleRuntime. Under pipelined FSDP the loop lets FSDP's hooks gather each unit
+    before its first forward and waits for its backward sends before the stage reduces its gradients; the
+    runtime gathers each chunk whole (UNSHARD) before the rank's first action and reduces (REDUCE_GRAD) right
+    after the chunk's last gradient action."""
 
     def rank_stages(self, pp_rank: int) -> list[int]:
         """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first."""
@@ -99,6 +101,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._gathered: set[tuple[int, int, int]] = set()
         """Per rank, virtual stage and unit, the units gathered once for the step (``reshard_after_forward``
         false)."""
+        self._unshards: dict[tuple[int, int], int] = {}
+        """Per rank and virtual stage, the last all-gather of the runtime's UNSHARD of the chunk, which the
+        chunk's first action waits for."""
         self._compute_waits: dict[int, int] = {}
         """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
         self._vstage = -1
@@ -169,6 +174,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         tag = f"{coords['tp']}.{coords['cp']}.{coords['dp']}"
         self._deferred_param_gathers(rank)
         held = plan.rank_stages(pp_rank)
+        self._unshard_chunks(rank, [held[chunk] for chunk in dict.fromkeys(action.chunk for action in actions)])
         for index, action in enumerate(actions):
             vstage = held[action.chunk]
             work = plan.stages[vstage]
@@ -273,6 +279,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
         mb = action.microbatch
         deps = self._receive(rank, Pass.FORWARD, mb, vstage - 1, work, tag) if vstage > 0 else []
+        if (rank, vstage) in self._unshards:
+            deps = [*deps, self._unshards.pop((rank, vstage))]
         for block in work.blocks:
             deps = [*deps, *self._zero3_gather(rank, block, vstage, mb, Pass.FORWARD),
                     *self._param_gather(rank, vstage, block)]
@@ -312,7 +320,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
         sent = self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag) if vstage > 0 and deps else None
         if final and phase.weight_grads and deps:
-            self._chunk_grad_sync(rank, vstage, sent if sent is not None and self.plan.reduce_after_sends
+            self._chunk_grad_sync(rank, vstage, sent if sent is not None and self.plan.single_stage_loop
                                   else deps[-1])
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
@@ -387,7 +395,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         ``_root_post_backward_final_callback``, which makes the compute stream wait for the last of them: the
         rank's next compute op starts when it ends. ``after`` is the last op of the chunk's last gradient
         action (the runtime's REDUCE_GRAD follows it; its backward send is already issued and does not wait),
-        or under Schedule1F1B and ScheduleGPipe that backward's send (``reduce_after_sends``)."""
+        or under Schedule1F1B and ScheduleGPipe that backward's send (``single_stage_loop``)."""
         sharding = self.plan.sharding
         if not sharding.stage_reduces_grads or self._dp_size() == 1:
             return
@@ -483,6 +491,26 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
         return [self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
                                  params * sharding.param_bytes, key, window, "dp", mb)]
+
+    def _unshard_chunks(self, rank: int, vstages: list[int]) -> None:
+        """Pipelined FSDP on _PipelineScheduleRuntime: the UNSHARD actions ``_add_unshard_reshard`` puts before
+        the rank's first action (with at most 3 chunks per rank, ``max_active_stages``, every chunk is among the
+        next 3 stages to compute): every unit of each chunk in ``vstages`` (their order of first appearance)
+        all-gathered on the prefetch stream at once (``unshard(async_op=True)``), in forward order; the chunk's
+        first action waits for all of them (``_assert_unsharded``) and no unit is gathered again."""
+        sharding = self.plan.sharding
+        if sharding.reshard_after_forward or self.plan.single_stage_loop or self._dp_size() == 1:
+            return
+        group = self._shard_group(rank)
+        for vstage in vstages:
+            self._vstage = vstage
+            for layer, (first, last, params) in self._units_of(vstage).items():
+                name = first if first == last else f"L{layer}"
+                self._unshards[rank, vstage] = self._collective(
+                    rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group, params * sharding.param_bytes,
+                    f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "dp")
+                self._gathered.add((rank, vstage, layer))
+        self._vstage = -1
 
     def _unit(self, vstage: int, layer: int) -> tuple[str, str, float]:
         """Layer ``layer``'s first and last block with parameters on virtual stage ``vstage`` and its parameters."""

@@ -286,10 +286,12 @@ def fsdp_pipelined_bytes(actions: Sequence[Action], chunk_units: Sequence[Sequen
     reshards). ``actions`` are the rank's schedule, ``chunk_units`` each chunk's units (parameters on one TP
     rank). Counted, walking the actions: a chunk's unsharded parameters (``param_bytes``), from its first
     forward, when its units are gathered, to its last gradient action, after which the stage's REDUCE_GRAD
-    reshards them; its unsharded gradients in the reduce dtype (``grad_bytes``, FSDP2's
-    ``unsharded_accumulated_grad``) from its first weight-gradient action (BW or W: an input-gradient B makes
-    none) to its last. Not counted: the all-gather outputs in flight during the first forward (within the
-    chunk's parameters), one unit's fresh gradient before it is folded into the accumulator."""
+    reshards them (the runtime's UNSHARD gathers them before the rank's first action, which changes no peak:
+    every chunk's first forward comes before any gradient action); its unsharded gradients in the reduce dtype
+    (``grad_bytes``, FSDP2's ``unsharded_accumulated_grad``) from its first weight-gradient action (BW or W: an
+    input-gradient B makes none) to its last. Not counted: the all-gather outputs in flight during the first
+    forward (within the chunk's parameters), one unit's fresh gradient before it is folded into the
+    accumulator."""
     first_forward: dict[int, int] = {}
     first_grad: dict[int, int] = {}
     last_grad: dict[int, int] = {}

@@ -234,7 +234,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     overlap = tp_overlap(gpu.name) if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
-                    reduce_after_sends=par.pipeline.schedule in SINGLE_STAGE)
+                    single_stage_loop=par.pipeline.schedule in SINGLE_STAGE)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
     model_flops = model_flops_per_token(model, training.seq_len) * tokens
     report, routed_tokens = None, None
