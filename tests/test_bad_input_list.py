@@ -69,6 +69,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "microbatches-false": (scenario(SYNTHETIC.replace("microbatches: 2", "microbatches: false")), RUN, 2,
                            "training.microbatches: expected a whole number"),
     "seed-true": (scenario(COMM + "run: {seed: true}\n"), RUN, 2, "run.seed: expected a whole number"),
+    "seed-negative": (scenario(COMM + "run: {seed: -1}\n"), RUN, 2,
+                      "s.yaml:4: run.seed: -1 is below 0 (allowed: a value >= 0)"),
+
     "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,
@@ -110,7 +113,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "send-to-self": (scenario(COMM.replace("all_reduce, bytes: 64 MiB}", "send_recv, bytes: 1 MiB, src: 1, dst: 1}")),
                      RUN, 2, "two different GPUs"),
     "after-unknown": (scenario(COMM.replace("64 MiB}", "64 MiB, after: [nope]}")), RUN, 2, "not an earlier item"),
-    "efficiency-above-one": (scenario(COMM + "network: {efficiency: {nvlink: 2}}\n"), RUN, 2, "network.efficiency"),
+    "efficiency-above-one": (scenario(COMM + "network: {efficiency: {nvlink: 2}}\n"), RUN, 2,
+                             "network.efficiency.nvlink: 2 is above 1.0 (allowed: a value <= 1.0)"),
     "unknown-preset": (scenario(PRESET.replace("llama3-8b", "llama9")), RUN, 2, "llama9"),
     "tp-not-dividing-heads": (scenario(PRESET.replace("layers: 4", "layers: 4, hidden: 1536, heads: 12, kv_heads: 12")
                                        + "parallelism: {tp: 8, dp: 1}\n"), RUN, 2, "does not divide 12 attention"),

@@ -147,6 +147,10 @@ _TYPE_PROBLEMS = {
 }
 """Pydantic's type errors as plain words: what the field expected, and an example of it."""
 
+_BOUND_PROBLEMS = {"greater_than_equal": ("ge", "below", ">="), "greater_than": ("gt", "not above", ">"),
+                   "less_than_equal": ("le", "above", "<="), "less_than": ("lt", "not below", "<")}
+"""Pydantic's bound errors: the bound's key in the error's context, how the value misses it, the comparison."""
+
 
 def _location(error: ErrorDetails) -> tuple:
     """The field path of a pydantic error: its location without union member tags, and below it the field a
@@ -184,6 +188,10 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         message = message[len("Value error, "):]
         if " (allowed: " in message and message.endswith(")"):
             message, allowed = message[:-1].split(" (allowed: ", 1)
+    elif kind in _BOUND_PROBLEMS:
+        key, miss, sign = _BOUND_PROBLEMS[kind]
+        bound = first.get("ctx", {}).get(key)
+        message, allowed = f"{first.get('input')!r} is {miss} {bound}", f"a value {sign} {bound}"
     elif kind in _TYPE_PROBLEMS:
         message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
     file, line = locate(loc, source, lines, overrides)

@@ -129,7 +129,7 @@ class RunConfig(Section):
     trace.json.gz instead. `horizon` turns the run into a job simulation over that much wall time,
     `replications` times with independent failures (docs/reliability.md)."""
 
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     fold: bool = True
     timeline: Literal["full", "per-stage", "summary"] = "full"
     trace: TraceLevel = "ops+links"

@@ -62,7 +62,7 @@ class RandomRange(Section):
 class RandomAxes(Section):
     """`samples` points drawn with a generator seeded by `seed`; each axis is a list of choices or a range."""
 
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     samples: int = Field(ge=1)
     axes: dict[str, Axis | RandomRange] = Field(min_length=1)
 
