@@ -113,6 +113,10 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.chunk": "--chunk"}
+"""The scenario fields `trainsim collective` fills from its flags, for naming the flag in an error."""
+
+
 def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.collectives.sweep import collective_sweep, format_table
     from simulator.units import parse_size_range
@@ -125,8 +129,13 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         sizes = parse_size_range(args.sizes)
     except InputError as exc:
         raise exc.located(field_prefix="--sizes") from None
-    rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
-                            sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
+    try:
+        rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
+                                sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
+    except InputError as exc:
+        if exc.file or exc.field not in COLLECTIVE_FLAGS:
+            raise
+        raise type(exc)(exc.problem, field=COLLECTIVE_FLAGS[exc.field], allowed=exc.allowed) from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
 

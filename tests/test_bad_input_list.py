@@ -194,6 +194,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "unknown-command": ({}, ["simulate"], 2, "invalid choice: 'simulate'"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
                              "error: command line: --sizes: size '1024' has no unit"),
+    "collective-unknown-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "bogus"], 2,
+                              "error: command line: --op: unknown collective 'bogus'"),
+    "collective-algorithm-for-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "all_gather",
+                                         "--algorithm", "tree"], 2,
+                                    "error: command line: --algorithm: algorithm 'tree' does not implement all_gather"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
                                 "error: command line: --intervals: a checkpoint-interval study needs intervals"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
