@@ -28,6 +28,10 @@ PRESET = ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, layers: 4}\
           "training: {seq_len: 1024, global_batch: 8}\n")
 GRAPH = ("kind: graph\nnodes:\n  - {name: g0, kind: gpu}\n  - {name: g1, kind: gpu}\nlinks:\n"
          "  - {a: g0, b: g1, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}\n")
+HSDP_3_HOSTS = ("cluster: {topology: dgx-h100-cluster, nodes: 3}\nmodel: {preset: llama3-8b, layers: 6}\n"
+                "training: {seq_len: 1024, global_batch: 24}\n")
+"""Three DGX H100 with pp 3: GPU 0's host holds 3 of 8 DP ranks (dp 8), or DP ranks 0 and 6 of [0, 6, 12, 18]
+(tp 2, dp 4) while 12 and 18 sit on two other hosts."""
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
 PS = ("cluster: {topology: ethernet-100g, nodes: 3}\nmodel: {layers: 2, hidden: 256, heads: 4}\n"
@@ -101,6 +105,16 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         scenario(PRESET + "parallelism:\n  pp: 2\n  fsdp: full_shard\n  pipeline: {schedule: interleaved, "
                  "virtual_stages: 4}\n"), RUN, 2, "s.yaml:7: parallelism.pipeline.virtual_stages: 4 chunks per "
         "rank: PyTorch FSDP under torch.distributed.pipelining keeps at most 3 stages unsharded"),
+    "pipelined-fsdp-synthetic-depth": (
+        scenario(SYNTHETIC + "parallelism:\n  fsdp: full_shard\n  ddp: {reduce_every_microbatch: true}\n"), RUN, 2,
+        "s.yaml:6: parallelism.ddp.reduce_every_microbatch: torch.distributed.pipelining turns PyTorch FSDP's "
+        "gradient sync off"),
+    "hsdp-shard-does-not-divide": (scenario(HSDP_3_HOSTS + "parallelism: {pp: 3, dp: 8, fsdp: hybrid_shard}\n"),
+                                   RUN, 2, "s.yaml:4: parallelism.fsdp: hybrid_shard finds 3 of the 8 DP x CP "
+                                   "ranks in GPU 0's NVLink domain"),
+    "hsdp-shard-spans-hosts": (
+        scenario(HSDP_3_HOSTS + "parallelism: {tp: 2, pp: 3, dp: 4, fsdp: hybrid_shard}\n"), RUN, 2,
+        "s.yaml:4: parallelism.fsdp: hybrid_shard's shard group [12, 18] spans NVLink domains"),
     "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
                       "'fp4' is not a valid choice"),
     "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),

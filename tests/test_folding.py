@@ -3,15 +3,19 @@ against unfolded ones on small oversubscribed leaf/spine fabrics (equal to 1e-9,
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine import symmetry
 from simulator.network.model import effective_capacity
+from simulator.parallel.experts import ep_group, expert_dp_group
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
+from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
 from simulator.simulation import build_topology, network_settings, plan_cache, step_program
 
@@ -109,6 +113,47 @@ def test_hsdp_shard_and_replica_groups_mirror_onto_whole_blocks():
     layout = Layout(tp=2, dp=4)
     assert mirror_images(layout, (0, 2)) == ((1, 3), (4, 6), (5, 7))
     assert mirror_images(layout, (0, 4)) == ((1, 5), (2, 6), (3, 7))
+
+
+def _builder_groups(layout: Layout, stage: int) -> dict[str, object]:
+    """Every group kind the program builder makes on ``stage``, as functions of a rank, made by the builder's
+    own code: TP, CP, DP and DP x CP groups, pipeline pairs to and from every other stage, and for each divisor
+    of DP x CP the shard and replica groups (ProgramBuilder, HSDP) and the EP and expert-DP groups (experts)."""
+    kinds: dict[str, object] = {dim: lambda r, dim=dim: layout.group(dim, r) for dim in ("tp", "cp", "dp")}
+    kinds["dp x cp"] = lambda r: layout.combined_group(("dp", "cp"), r)
+    for other in range(layout.pp):
+        if other != stage:
+            peer = (lambda r, other=other: r + (other - stage) * layout.stride("pp"))
+            kinds[f"send to {other}"] = lambda r, peer=peer: (r, peer(r))
+            kinds[f"receive from {other}"] = lambda r, peer=peer: (peer(r), r)
+    size = layout.dp * layout.cp
+    for degree in (d for d in range(1, size + 1) if size % d == 0):
+        builder = ProgramBuilder(SimpleNamespace(layout=layout, sharding=SimpleNamespace(degree=degree)), fold=True)
+        kinds[f"shard {degree}"] = builder._shard_group
+        if degree < size:
+            kinds[f"replica {degree}"] = builder._replica_group
+        kinds[f"ep {degree}"] = lambda r, degree=degree: ep_group(layout, r, degree)
+        kinds[f"expert dp {degree}"] = lambda r, degree=degree: expert_dp_group(layout, r, degree)
+    return kinds
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(("tp", "cp", "pp", "dp"))))
+def test_mirror_images_are_the_groups_the_builder_makes(order):
+    """For every placement order, each stage's first rank's group of every kind the builder makes: its mirror
+    images are exactly the groups of that kind the stage's other ranks run (first occurrence in rank order,
+    members in the builder's order, the group itself left out). A cut-down of the review's exhaustive check."""
+    layout = Layout(tp=2, cp=2, pp=2, dp=3, order=order)
+    for stage in range(layout.pp):
+        ranks = layout.stage_ranks(stage)
+        for kind, make in _builder_groups(layout, stage).items():
+            own = make(ranks[0])
+            seen, wanted = {own}, []
+            for rank in ranks:
+                group = make(rank)
+                if group not in seen:
+                    seen.add(group)
+                    wanted.append(group)
+            assert mirror_images(layout, own) == tuple(wanted), (stage, kind, own)
 
 
 def test_a_subset_of_the_dp_group_that_is_no_slice_has_no_images():

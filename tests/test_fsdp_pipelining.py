@@ -7,16 +7,25 @@ pipelining. Counts, bytes, times and memory against their closed forms."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
+from simulator.program.ops import CollectiveOp
 from simulator.schedules.base import Action
+from simulator.simulation import build_topology, network_settings, run_step, step_program
 from simulator.workload.memory import fsdp_pipelined_bytes, fsdp_working_set_bytes
 
 LAYERS, PP, DP, M = 4, 2, 4, 4
 ALPHA, BANDWIDTH = 3.4e-6, 450e9
 """dgx-h100's GPU-to-GPU NVLink latency and per-direction bandwidth (topologies/dgx-h100.yaml), efficiency 1."""
+ALPHA_IB, NDR_BANDWIDTH = 2 * 6.5e-6, 50e9
+"""dgx-h100-cluster's latency between the same GPU of two servers, on one rail leaf (topologies/dgx-h100-cluster.yaml:
+two NIC-to-leaf links of 6.5 us; switch_latency is charged on switch-to-switch links, which this path has none
+of), and an NDR NIC's 400 Gb/s per direction."""
 PIPELINED_8B = f"""
 cluster: {{topology: dgx-h100}}
 network: {{efficiency: ideal}}
@@ -214,8 +223,9 @@ def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, 
     # last backward's send (1F1B) each unit's reduce-scatter runs on the dp stream, back to back (ring closed
     # form on the NVSwitch), and the all-reduce of its shard across the replicas on its own stream (FSDP2's
     # all_reduce_stream, which waits for the reduce-scatter stream): it starts when its reduce-scatter and the
-    # all-reduce before it have ended, and the next reduce-scatter does not wait for it. The compute stream
-    # waits for the last all-reduce. Folded or not, the same times.
+    # all-reduce before it have ended, and takes a ring of 2 over NDR (two latencies, the shard's bytes through
+    # the 50 GB/s NIC); the next reduce-scatter does not wait for it. The compute stream waits for the last
+    # all-reduce. Folded or not, the same times.
     text = PIPELINED_8B.replace("dgx-h100}", "dgx-h100-cluster, nodes: 2}").replace(f"dp: {DP}", "dp: 8") \
         .replace("full_shard", "hybrid_shard").replace(f"global_batch: {DP * M}", f"global_batch: {8 * M}")
     result = run_yaml(text, f"run.fold={fold}")
@@ -225,6 +235,8 @@ def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, 
     assert list(reduces["name"].str.removeprefix("all_reduce shard ")) == list(STAGE_UNITS[1])
     assert list(scatters["bytes"]) == [GRAD_BYTES * params for params in STAGE_UNITS[1].values()]
     assert list(reduces["bytes"]) == [GRAD_BYTES * params / 4 for params in STAGE_UNITS[1].values()]
+    send = _last_backward_send(ops)
+    assert scatters["start_s"].iloc[0] == pytest.approx(send["end_s"].max(), rel=1e-9)
     scatter_end = scatters["start_s"].iloc[0]
     reduce_end = 0.0
     for params, scatter, reduce in zip(STAGE_UNITS[1].values(), scatters.itertuples(), reduces.itertuples(),
@@ -233,10 +245,40 @@ def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, 
         scatter_end = scatter.start_s + _ring_seconds(GRAD_BYTES * params)
         assert scatter.end_s == pytest.approx(scatter_end, rel=1e-9)
         assert reduce.start_s == pytest.approx(max(scatter_end, reduce_end), rel=1e-9)
-        reduce_end = reduce.end_s
+        reduce_end = reduce.start_s + 2 * ALPHA_IB + GRAD_BYTES * params / 4 / NDR_BANDWIDTH
+        assert reduce.end_s == pytest.approx(reduce_end, rel=1e-9)
     assert scatters["start_s"].iloc[1] < reduces["end_s"].iloc[0]  # the next reduce-scatter overlaps
     optimizer = ops[ops["name"] == "optimizer step"]
     assert optimizer["start_s"].iloc[0] == pytest.approx(reduce_end, abs=1e-12)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_single_stage_schedules_wait_for_every_backward_send(schedule):
+    # ScheduleGPipe waits for all its bwd_sends_to_wait, Schedule1F1B for each cooldown send, before
+    # perform_reduce_grad. Rank 1's backward send of micro-batch m - 2 made 5000 times larger (both ends of the
+    # transfer, ~93 ms on NVLink) ends after the last backward's send (which no longer waits for it: rank 0's
+    # last forward came before it): the first reduce-scatter starts when it ends (one latency plus the link's
+    # bytes after the backward that produced it), not when the last send does.
+    loaded = scenario_from_text(PIPELINED_8B, "inline.yaml", [f"parallelism.pipeline.schedule={schedule}"])
+    topology = build_topology(loaded)
+    program = step_program(loaded, topology, fold=False)
+    first_send = next(op for op in program.ops if isinstance(op, CollectiveOp) and op.rank == 1
+                      and op.stream == "pp" and op.name == f"send bwd mb{M - 2}")
+    ops = tuple(replace(op, nbytes=op.nbytes * 5000) if isinstance(op, CollectiveOp) and op.key == first_send.key
+                else op for op in program.ops)
+    _, log = run_step(replace(program, ops=ops), topology, network_settings(loaded))
+    frame = log.to_frame()
+    rank_ops = _rank_ops(type("Run", (), {"timeline": frame}), 1)
+    sends = rank_ops[(rank_ops["stream"] == "pp") & rank_ops["name"].str.contains("bwd")]
+    send = sends[sends["microbatch"] == M - 2].iloc[0]
+    # The later sends that start while it runs share GPU 1's NVLink with it and go through whole.
+    sharing = int(((sends["microbatch"] > M - 2) & (sends["start_s"] < send["end_s"])).sum())
+    assert sharing >= 1
+    expected_end = send["start_s"] + ALPHA + first_send.nbytes * (5000 + sharing) / BANDWIDTH
+    assert send["end_s"] == pytest.approx(expected_end, rel=1e-9)
+    assert send["end_s"] > sends[sends["microbatch"] == M - 1]["end_s"].max()
+    scatters = _dp(rank_ops, "reduce_scatter grads")
+    assert scatters["start_s"].min() == pytest.approx(send["end_s"], rel=1e-9)
 
 
 def test_bundled_torchtitan_scenario_sends_each_stage_once_per_step():

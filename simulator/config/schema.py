@@ -349,20 +349,6 @@ class ParallelismConfig(Section):
                                "DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every micro-batch's gradients; it "
                                "cannot accumulate them unsharded",
                                "true or left out; fsdp: full_shard for PyTorch FSDP's no-sync accumulation")
-        if every and self.pipelined_fsdp(self.pp):
-            raise FieldProblem(("ddp", "reduce_every_microbatch"),
-                               "torch.distributed.pipelining turns PyTorch FSDP's gradient sync off on every "
-                               "backward and reduce-scatters each stage's gradients once per step; no PyTorch "
-                               "runtime reduce-scatters every micro-batch under pipelining",
-                               "false or left out with fsdp: full_shard | hybrid_shard and pp > 1; true with "
-                               "fsdp: shard_grad_op (ZeRO-2, as Llama 3's own runtime)")
-        if self.pipeline.virtual_stages > MAX_UNSHARDED_STAGES and self.pipelined_fsdp(self.pp):
-            raise FieldProblem(("pipeline", "virtual_stages"),
-                               f"{self.pipeline.virtual_stages} chunks per rank: PyTorch FSDP under "
-                               f"torch.distributed.pipelining keeps at most {MAX_UNSHARDED_STAGES} stages unsharded "
-                               "(_add_unshard_reshard's max_active_stages) and gathers the others again as the "
-                               "schedule cycles, which is not modelled",
-                               f"1 to {MAX_UNSHARDED_STAGES} with fsdp: full_shard | hybrid_shard and pp > 1")
         return self
 
 

@@ -68,8 +68,9 @@ def _slice_kind(layout: Layout, members: np.ndarray) -> tuple[int, bool] | None:
             return size, False
         if start < step and combined[start::step] == ordered:
             return size, True
-    raise ValueError(f"group {list(ordered)} is neither whole dimensions nor a block or stride slice of its DP x CP "
-                     "group, so its folded replicas are unknown")
+    raise ValueError(f"internal error: group {list(ordered)} is neither whole dimensions nor a block or stride "
+                     "slice of its DP x CP group, so its folded replicas are unknown (the program builder makes "
+                     "only such groups; the step's checks refuse HSDP layouts that would need others)")
 
 
 def _shifted_images(layout: Layout, members: np.ndarray) -> tuple[tuple[int, ...], ...]:

@@ -104,6 +104,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._unshards: dict[tuple[int, int], int] = {}
         """Per rank and virtual stage, the last all-gather of the runtime's UNSHARD of the chunk, which the
         chunk's first action waits for."""
+        self._backward_sends: dict[tuple[int, int], list[int]] = {}
+        """Per rank and virtual stage, its backward sends so far, which Schedule1F1B and ScheduleGPipe wait for
+        before the stage reduces its gradients."""
         self._compute_waits: dict[int, int] = {}
         """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
         self._vstage = -1
@@ -319,9 +322,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                 self._grads_done(rank, vstage, block, op_id, final)
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
         sent = self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag) if vstage > 0 and deps else None
+        sends = self._backward_sends.setdefault((rank, vstage), [])
+        if sent is not None:
+            sends.append(sent)
         if final and phase.weight_grads and deps:
-            self._chunk_grad_sync(rank, vstage, sent if sent is not None and self.plan.single_stage_loop
-                                  else deps[-1])
+            self._chunk_grad_sync(rank, vstage, sends if sends and self.plan.single_stage_loop else [deps[-1]])
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
@@ -336,7 +341,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                block.sm_bound_seconds(phase))
             self._grads_done(rank, vstage, block, op_id, final)
         if final and op_id >= 0:
-            self._chunk_grad_sync(rank, vstage, op_id)
+            self._chunk_grad_sync(rank, vstage, [op_id])
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
         """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,
@@ -386,27 +391,30 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if final:
             self._grad_ready[(rank, vstage, id(block))] = op_id
 
-    def _chunk_grad_sync(self, rank: int, vstage: int, after: int) -> None:
+    def _chunk_grad_sync(self, rank: int, vstage: int, after: list[int]) -> None:
         """The chunk's REDUCE_GRAD under pipelined FSDP (``stage_reduces_grads``), as torch.distributed.pipelining
         runs it since PyTorch 2.10 (PR #166449; torch/distributed/pipelining/stage.py ``perform_reduce_grad``):
         ``post_backward()`` on every FSDP unit of the chunk in forward order (``_state_ctx.all_states``), each
         reduce-scattering its accumulated gradients on the ``dp`` stream (under HSDP then all-reducing its
-        shard across the replicas on their own stream) once ``after`` has finished, then
+        shard across the replicas on their own stream) once the ops ``after`` have finished, then
         ``_root_post_backward_final_callback``, which makes the compute stream wait for the last of them: the
         rank's next compute op starts when it ends. ``after`` is the last op of the chunk's last gradient
         action (the runtime's REDUCE_GRAD follows it; its backward send is already issued and does not wait),
-        or under Schedule1F1B and ScheduleGPipe that backward's send (``single_stage_loop``)."""
+        or under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) every backward send of the chunk: both
+        wait for all of them before ``perform_reduce_grad`` (ScheduleGPipe its ``bwd_sends_to_wait``,
+        Schedule1F1B each cooldown send before the next), and on the asynchronous P2P stream an earlier send
+        can end after the last."""
         sharding = self.plan.sharding
         if not sharding.stage_reduces_grads or self._dp_size() == 1:
             return
         group, replicas = self._shard_group(rank), self._replica_group(rank)
         blocks = self.plan.stages[vstage].blocks
-        last = after
+        last = after[-1]
         for layer, (first, final_block, params) in self._units_of(vstage).items():
             name = first if first == final_block else f"L{layer}"
             last = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
                                     params * sharding.grad_bytes, f"grads.rs.{name}.vs{vstage}.{group[0]}",
-                                    [after], "dp")
+                                    after, "dp")
             for block in blocks:
                 if block.layer == layer and block.params > 0:
                     self._grad_ready[(rank, vstage, id(block))] = last
@@ -466,8 +474,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         (FSDPParamGroup.wait_for_unshard keeps the all-gather result until the next copy-out), which the compute
         stream runs once unit k-3 has finished; its backward prefetch (_backward_prefetch) gathers unit k-1 when
         unit k's copy-out is done, after unit k+1's backward. The memory model counts these working sets.
-        Without ``reshard_after_forward`` (FSDP under pipelining) each unit is gathered once per step, before its
-        first forward (same prefetch rule), and stays gathered through the backwards."""
+        Without ``reshard_after_forward`` (FSDP under pipelining) each unit is gathered once per step and stays
+        gathered through the backwards: here, before its first forward (same prefetch rule), under the
+        schedules that run their own loop (``single_stage_loop``: gpipe, 1f1b); _PipelineScheduleRuntime (every
+        other schedule) gathers every chunk whole at the step's start instead (_unshard_chunks), so that none
+        is left to gather here."""
         sharding = self.plan.sharding
         if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
             return []

@@ -82,7 +82,11 @@ def fsdp_buffer_bytes(step: TrainingStep, pp_rank: int) -> float:
     when it does not sync every micro-batch (``reduce_every_microbatch: false``, its parameters' working set
     then without gradients); under pipelining (``stage_reduces_grads``) the chunks' parameters held from their
     first forward to their last gradient action, and their accumulated gradients
-    (memory.fsdp_pipelined_bytes)."""
+    (memory.fsdp_pipelined_bytes). gpipe and 1f1b gather a chunk before its first forward; the runtime of the
+    other schedules gathers every chunk at the step's start (program._unshard_chunks), which leaves the peak
+    where it is: no gradients are held before the rank's first gradient action, and a chunk's first gradient
+    action follows the forward of that micro-batch on every chunk of the rank, so every chunk is gathered by
+    then under both."""
     sharding = step.plan.sharding
     chunk_units = [wrapped_units(step, vs) for vs in step.plan.rank_stages(pp_rank)]
     if sharding.stage_reduces_grads:

@@ -10,7 +10,14 @@ from pathlib import Path
 from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
-from simulator.config.schema import MAX_MICROBATCHES, ModelConfig, Scenario, SyntheticModel
+from simulator.config.schema import (
+    MAX_MICROBATCHES,
+    MAX_UNSHARDED_STAGES,
+    ModelConfig,
+    ParallelismConfig,
+    Scenario,
+    SyntheticModel,
+)
 from simulator.config.training_options import (
     LOSS_SCALED,
     GradReduceDtype,
@@ -166,6 +173,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
     degree = len(group)
     if par.fsdp == "hybrid_shard":
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
+        _check_hybrid_blocks(layout, topology, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=grad_buffer_bytes(training.precision, training.grad_reduce_dtype),
                     param_bytes=PRECISION_BYTES[training.precision],
@@ -175,6 +183,50 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
+def _check_pipelined_fsdp(par: ParallelismConfig, pp: int) -> None:
+    """What PyTorch FSDP under torch.distributed.pipelining cannot run, checked for the step's pipeline depth
+    (a synthetic model's stage count may stand for `pp`)."""
+    if not par.pipelined_fsdp(pp):
+        return
+    if par.ddp.reduce_every_microbatch:
+        raise _invalid("parallelism.ddp.reduce_every_microbatch",
+                       "torch.distributed.pipelining turns PyTorch FSDP's gradient sync off on every backward and "
+                       "reduce-scatters each stage's gradients once per step; no PyTorch runtime reduce-scatters "
+                       "every micro-batch under pipelining",
+                       "false or left out with fsdp: full_shard | hybrid_shard and pp > 1; true with fsdp: "
+                       "shard_grad_op (ZeRO-2, as Llama 3's own runtime)")
+    chunks = par.pipeline.virtual_stages
+    if chunks > MAX_UNSHARDED_STAGES:
+        raise _invalid("parallelism.pipeline.virtual_stages",
+                       f"{chunks} chunks per rank: PyTorch FSDP under torch.distributed.pipelining keeps at most "
+                       f"{MAX_UNSHARDED_STAGES} stages unsharded (_add_unshard_reshard's max_active_stages) and "
+                       "gathers the others again as the schedule cycles, which is not modelled",
+                       f"1 to {MAX_UNSHARDED_STAGES} with fsdp: full_shard | hybrid_shard and pp > 1")
+
+
+def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
+    """HSDP shards within the data-parallel ranks of one NVLink domain: the shard groups are blocks of
+    ``degree`` consecutive members of each DP x CP group (the program builder's), so ``degree`` (GPU 0's
+    DP x CP ranks in its domain) must divide the group and every block lie in one domain."""
+    size = layout.dp * layout.cp
+    allowed = ("a layout whose DP x CP groups split into blocks of consecutive members, each in one NVLink domain "
+               "(e.g. dp before pp in parallelism.order), or fsdp: full_shard")
+    if size % degree:
+        raise _invalid("parallelism.fsdp", f"hybrid_shard finds {degree} of the {size} DP x CP ranks in GPU 0's "
+                       f"NVLink domain, which does not divide them into equal shard groups", allowed)
+    seen: set[int] = set()
+    for rank in range(layout.world):
+        if rank in seen:
+            continue
+        group = layout.combined_group(("dp", "cp"), rank)
+        seen.update(group)
+        for start in range(0, size, degree):
+            block = group[start:start + degree]
+            if len({topology.gpu_domain[member] for member in block}) > 1:
+                raise _invalid("parallelism.fsdp", f"hybrid_shard's shard group {list(block)} spans "
+                               "NVLink domains", allowed)
+
+
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
     """Resolve the scenario's training step into a plan the program builder can turn into ops; ``base_dir`` is
     the scenario file's folder, where a custom schedule table is looked up."""
@@ -182,6 +234,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     synthetic = _model_section(scenario).synthetic
     source: SyntheticModel | ModelSpec = synthetic if synthetic is not None else resolve_model(scenario)
     layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
+    _check_pipelined_fsdp(par, layout.pp)
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(scenario, layout.dp)
     v = par.pipeline.virtual_stages
