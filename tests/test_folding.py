@@ -123,9 +123,9 @@ def _builder_groups(layout: Layout, stage: int) -> dict[str, object]:
     kinds["dp x cp"] = lambda r: layout.combined_group(("dp", "cp"), r)
     for other in range(layout.pp):
         if other != stage:
-            peer = (lambda r, other=other: r + (other - stage) * layout.stride("pp"))
-            kinds[f"send to {other}"] = lambda r, peer=peer: (r, peer(r))
-            kinds[f"receive from {other}"] = lambda r, peer=peer: (peer(r), r)
+            shift = (other - stage) * layout.stride("pp")
+            kinds[f"send to {other}"] = lambda r, shift=shift: (r, r + shift)
+            kinds[f"receive from {other}"] = lambda r, shift=shift: (r + shift, r)
     size = layout.dp * layout.cp
     for degree in (d for d in range(1, size + 1) if size % d == 0):
         builder = ProgramBuilder(SimpleNamespace(layout=layout, sharding=SimpleNamespace(degree=degree)), fold=True)
