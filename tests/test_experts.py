@@ -128,7 +128,7 @@ def test_all_to_all_pairs_carry_the_tokens_the_routing_sends_them(run_yaml):
     (["parallelism.ep=3"], "parallelism.ep", "does not divide the 8 experts"),
     (["parallelism.ep=8", "parallelism.tp=4"], "parallelism.ep", "does not divide dp x cp"),
     (["model.moe.top_k=9"], "model.moe", "top_k 9 is above the 8 experts"),
-    (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "greater than 0"),
+    (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "is not above 0"),
 ])
 def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem, assert_located):
     error = validation_error(SCENARIO, *overrides)
