@@ -30,8 +30,9 @@ GRAPH = ("kind: graph\nnodes:\n  - {name: g0, kind: gpu}\n  - {name: g1, kind: g
          "  - {a: g0, b: g1, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}\n")
 HSDP_3_HOSTS = ("cluster: {topology: dgx-h100-cluster, nodes: 3}\nmodel: {preset: llama3-8b, layers: 6}\n"
                 "training: {seq_len: 1024, global_batch: 24}\n")
-"""Three DGX H100 with pp 3: GPU 0's host holds 3 of 8 DP ranks (dp 8), or DP ranks 0 and 6 of [0, 6, 12, 18]
-(tp 2, dp 4) while 12 and 18 sit on two other hosts."""
+"""Three DGX H100 with pp 3: GPU 0's host holds 3 of 8 DP ranks (dp 8: a traceback before the check), or DP
+ranks 0 and 6 of [0, 6, 12, 18] (tp 2, dp 4) while 12 and 18 sit on two other hosts (this one simulated before the
+check, with a shard group across hosts; hybrid_shard means sharding inside a domain, so it is refused on purpose)."""
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
 PS = ("cluster: {topology: ethernet-100g, nodes: 3}\nmodel: {layers: 2, hidden: 256, heads: 4}\n"
@@ -110,11 +111,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         "s.yaml:6: parallelism.ddp.reduce_every_microbatch: torch.distributed.pipelining turns PyTorch FSDP's "
         "gradient sync off"),
     "hsdp-shard-does-not-divide": (scenario(HSDP_3_HOSTS + "parallelism: {pp: 3, dp: 8, fsdp: hybrid_shard}\n"),
-                                   RUN, 2, "s.yaml:4: parallelism.fsdp: hybrid_shard finds 3 of the 8 DP x CP "
-                                   "ranks in GPU 0's NVLink domain"),
+                                   RUN, 2, "s.yaml:4: parallelism.fsdp: hybrid_shard shards over GPU 0's 3 of the 8 "
+                                   "DP x CP ranks in its NVLink domain, which does not divide them into equal shard "
+                                   "groups (DP x CP group [0, 3, 6, 9, 12, 15, 18, 21]: 3 in domain 0, 3 in domain 1, "
+                                   "2 in domain 2)"),
     "hsdp-shard-spans-hosts": (
         scenario(HSDP_3_HOSTS + "parallelism: {tp: 2, pp: 3, dp: 4, fsdp: hybrid_shard}\n"), RUN, 2,
-        "s.yaml:4: parallelism.fsdp: hybrid_shard's shard group [12, 18] spans NVLink domains"),
+        "s.yaml:4: parallelism.fsdp: hybrid_shard's shard group [12, 18] spans NVLink domains (DP x CP group "
+        "[0, 6, 12, 18]: 2 in domain 0, 1 in domain 1, 1 in domain 2)"),
     "bad-precision": (scenario(PRESET.replace("seq_len", "precision: fp4, seq_len")), RUN, 2,
                       "'fp4' is not a valid choice"),
     "bad-timeline": (scenario(COMM + "run: {timeline: some}\n"), RUN, 2, "'some' is not a valid choice"),

@@ -3,6 +3,7 @@ the pipeline schedule, per-stage work from the cost model, and the data-parallel
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -205,26 +206,29 @@ def _check_pipelined_fsdp(par: ParallelismConfig, pp: int) -> None:
 
 
 def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
-    """HSDP shards within the data-parallel ranks of one NVLink domain: the shard groups are blocks of
-    ``degree`` consecutive members of each DP x CP group (the program builder's), so ``degree`` (GPU 0's
-    DP x CP ranks in its domain) must divide the group and every block lie in one domain."""
+    """HSDP shards within the data-parallel ranks of one NVLink domain (the host, on hosts without NVSwitch):
+    the shard groups are blocks of ``degree`` consecutive members of each DP x CP group (the program
+    builder's), so ``degree`` (GPU 0's DP x CP ranks in its domain) must divide the group and every block lie in
+    one domain. A block that straddles domains simulated before this check; hybrid_shard means sharding inside a
+    domain, so it is refused. The message counts each domain's members of the offending group."""
     size = layout.dp * layout.cp
-    allowed = ("a layout whose DP x CP groups split into blocks of consecutive members, each in one NVLink domain "
-               "(e.g. dp before pp in parallelism.order), or fsdp: full_shard")
-    if size % degree:
-        raise _invalid("parallelism.fsdp", f"hybrid_shard finds {degree} of the {size} DP x CP ranks in GPU 0's "
-                       f"NVLink domain, which does not divide them into equal shard groups", allowed)
+    allowed = ("a layout in which each NVLink domain (host) holds the same number of every DP x CP group's ranks, "
+               "as consecutive members of the group, or fsdp: full_shard")
     seen: set[int] = set()
     for rank in range(layout.world):
         if rank in seen:
             continue
         group = layout.combined_group(("dp", "cp"), rank)
         seen.update(group)
-        for start in range(0, size, degree):
-            block = group[start:start + degree]
-            if len({topology.gpu_domain[member] for member in block}) > 1:
-                raise _invalid("parallelism.fsdp", f"hybrid_shard's shard group {list(block)} spans "
-                               "NVLink domains", allowed)
+        blocks = [group[start:start + degree] for start in range(0, size, degree)]
+        straddling = next((block for block in blocks if len({topology.gpu_domain[m] for m in block}) > 1), None)
+        if size % degree or straddling is not None:
+            counts = Counter(topology.gpu_domain[member] for member in group)
+            spread = ", ".join(f"{count} in domain {domain}" for domain, count in counts.items())
+            problem = (f"hybrid_shard shards over GPU 0's {degree} of the {size} DP x CP ranks in its NVLink "
+                       f"domain, which does not divide them into equal shard groups" if size % degree else
+                       f"hybrid_shard's shard group {list(straddling or ())} spans NVLink domains")
+            raise _invalid("parallelism.fsdp", f"{problem} (DP x CP group {list(group)}: {spread})", allowed)
 
 
 def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path = Path(".")) -> TrainingStep:
