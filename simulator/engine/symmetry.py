@@ -8,7 +8,10 @@ land on two, and on an oversubscribed fabric that uplink is the bottleneck, so t
 and the folded step comes out too fast. The check compares, phase by phase, each collective's transfers with
 those of every mirror image: the bytes of each transfer and, along its route, each link's bandwidth, class and
 how many of the phase's transfers cross it. Equal shapes are equal by symmetry; where they differ, both plans
-are timed alone on the links (network/isolated.py) and folding is off only if the times differ.
+are timed alone on the links (network/isolated.py) and folding is off only if the times differ. Timing alone
+cannot see what a mirror meets only in the step: a collective whose members send unlike amounts (a tree's
+inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
+load along their routes as the simulated copy does (`unequal_traffic`), or folding is off.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     Pipeline send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
+    Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
     ``shapes``: the index of ``ops``' collectives, when the caller has it."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
@@ -153,6 +157,56 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if verdict:
             return verdict
         translates.add(op, algorithm, reference)
+    return _unequally_met(shapes, plans)
+
+
+def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> np.ndarray:
+    """Per directed link, the bytes that the collectives whose members send unlike amounts (a tree's inner
+    ranks and leaves, a skewed all-to-all) put on it, over their groups and all their mirrors: the load that
+    makes the ranks of a stage unlike one another, which an unfolded run has and a folded run's mirrors do not
+    wait for."""
+    topology = plans.topology
+    load = np.zeros(len(topology.link_class))
+    for op in shapes.firsts:
+        if op.op == "send_recv" or not op.nbytes or plans.send_excess(op) is None:
+            continue
+        for phases in plans.mirrored_phases(op, op.mirrors):
+            for phase in phases:
+                for transfer in phase.transfers:
+                    path = topology.path(transfer.src, transfer.dst, transfer.channel)
+                    load[np.asarray(path, dtype=np.int64)] += transfer.nbytes * phase.repeat
+    return load
+
+
+def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray) -> list[list[tuple]]:
+    """What each of ``phases`` meets of the unequal traffic ``load`` (`unequal_traffic`): per transfer its
+    bytes and that load on each link of its route, in route order, the transfers sorted."""
+    return [sorted((t.nbytes, *load[np.asarray(topology.path(t.src, t.dst, t.channel), dtype=np.int64)].tolist())
+                   for t in phase.transfers) for phase in phases]
+
+
+def _unequally_met(shapes: CollectiveShapes, plans: PlanCache) -> str:
+    """Why folding would not be exact because a collective's mirror meets the unequal traffic
+    (`unequal_traffic`) otherwise than the simulated copy ('' when every one meets it alike). Timing alone
+    cannot excuse this: the mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree
+    all-reduce over TP lanes whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us
+    later on those lanes). Each group is compared once per size, with one mirror per class of translates."""
+    load = unequal_traffic(shapes, plans)
+    if not load.any():
+        return ""
+    topology = plans.topology
+    seen: set[tuple] = set()
+    for op in shapes.firsts:
+        if op.op == "send_recv" or not op.mirrors or not op.nbytes or (op.op, op.root, op.nbytes, op.group) in seen:
+            continue
+        seen.add((op.op, op.root, op.nbytes, op.group))
+        met = unequal_shapes(topology, plans.phases(op, op.group), load)
+        for index in _class_firsts(plans, op):
+            mirror = op.mirrors[index]
+            if unequal_shapes(topology, plans.phases(op, mirror), load) != met:
+                return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives whose "
+                        f"members send unlike amounts (a tree's inner ranks and leaves) otherwise than over the "
+                        f"equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
 
 
