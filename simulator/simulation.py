@@ -359,7 +359,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     shapes = CollectiveShapes.of(program.ops)
     if program.folded and settings.mode == "flow":
         capacity = effective_capacity(topology, dict(settings.efficiency))
-        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes))
+        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes,
+                                                                  program.async_streams))
         if blocker:
             program = step_program(loaded, topology, fold=False)
             shapes = CollectiveShapes.of(program.ops)

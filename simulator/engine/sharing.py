@@ -173,7 +173,7 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
         keys.setdefault(shape, []).append(key)
     nodes = {shape: np.array([ordering.node_of_key[key] for key in shape_keys], dtype=np.int64)
              for shape, shape_keys in keys.items()}
-    by_place = {shape: _Instances.of(ordering, shape_nodes) for shape, shape_nodes in nodes.items()}
+    by_place = {shape: Instances.of(ordering, shape_nodes) for shape, shape_nodes in nodes.items()}
     for shape, shape_keys in keys.items():
         own, mirrored = footprints[shape]
         if shape in serial or own & mirrored:
@@ -186,7 +186,7 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
 
 
 @dataclass(frozen=True)
-class _Instances:
+class Instances:
     """A shape's instances: on each in-order component their positions and nodes, in order, and those with no
     place (asynchronous)."""
 
@@ -194,14 +194,14 @@ class _Instances:
     floating: np.ndarray
 
     @staticmethod
-    def of(ordering: Ordering, nodes: np.ndarray) -> _Instances:
+    def of(ordering: Ordering, nodes: np.ndarray) -> Instances:
         components, positions = ordering.first_component[nodes], ordering.first_position[nodes]
         order = np.lexsort((positions, components))
         components, positions, nodes = components[order], positions[order], nodes[order]
         bounds = np.flatnonzero(components[1:] != components[:-1]) + 1
         groups = zip(np.split(components, bounds), np.split(positions, bounds), np.split(nodes, bounds))
         placed = {int(on[0]): (at, members) for on, at, members in groups if on[0] >= 0}
-        return _Instances(placed, nodes[components < 0])
+        return Instances(placed, nodes[components < 0])
 
     def meet(self, ordering: Ordering, nodes: np.ndarray) -> np.ndarray:
         """For each of ``nodes``, whether one of these instances other than itself may overlap it. On one

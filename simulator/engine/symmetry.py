@@ -11,20 +11,23 @@ how many of the phase's transfers cross it. Equal shapes are equal by symmetry; 
 are timed alone on the links (network/isolated.py) and folding is off only if the times differ. Timing alone
 cannot see what a mirror meets only in the step: a collective whose members send unlike amounts (a tree's
 inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
-load along their routes as the simulated copy does (`unequal_traffic`), or folding is off.
+load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), or folding
+is off.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 
 import numpy as np
 
 from simulator.collectives.phases import Phase
+from simulator.engine.ordering import Ordering
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
+from simulator.engine.sharing import Instances
 from simulator.network.isolated import run_isolated
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -114,7 +117,7 @@ def _mirror_batches(phases: list[Phase], mirror_plans: Sequence[list[Phase]]) ->
 
 
 def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray,
-                        shapes: CollectiveShapes | None = None) -> str:
+                        shapes: CollectiveShapes | None = None, async_streams: frozenset[str] = frozenset()) -> str:
     """Why folding would not be exact ('' when every collective's mirrors take the time it takes). A mirror
     whose phases have the same route shapes as the simulated copy's is equal by symmetry; one whose shapes
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
@@ -128,7 +131,8 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
-    ``shapes``: the index of ``ops``' collectives, when the caller has it."""
+    ``shapes``: the index of ``ops``' collectives, when the caller has it; ``async_streams``: the program's
+    asynchronous streams (what may overlap what)."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     domains = np.asarray(topology.gpu_domain)
@@ -157,25 +161,26 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if verdict:
             return verdict
         translates.add(op, algorithm, reference)
-    return _unequally_met(shapes, plans)
+    return _unequally_met(ops, shapes, plans, async_streams)
 
 
-def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> np.ndarray:
-    """Per directed link, the bytes that the collectives whose members send unlike amounts (a tree's inner
-    ranks and leaves, a skewed all-to-all) put on it, over their groups and all their mirrors: the load that
-    makes the ranks of a stage unlike one another, which an unfolded run has and a folded run's mirrors do not
-    wait for."""
+def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
+    """Per collective shape whose members send unlike amounts (a tree's inner ranks and leaves, a skewed
+    all-to-all; by index into ``shapes.firsts``), the bytes it puts on each directed link over its group and
+    all its mirrors: the load that makes the ranks of a stage unlike one another, which an unfolded run has
+    and a folded run's mirrors do not wait for."""
     topology = plans.topology
-    load = np.zeros(len(topology.link_class))
-    for op in shapes.firsts:
+    loads = {}
+    for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.nbytes or plans.send_excess(op) is None:
             continue
+        load = loads[shape] = np.zeros(len(topology.link_class))
         for phases in plans.mirrored_phases(op, op.mirrors):
             for phase in phases:
                 for transfer in phase.transfers:
                     path = topology.path(transfer.src, transfer.dst, transfer.channel)
                     load[np.asarray(path, dtype=np.int64)] += transfer.nbytes * phase.repeat
-    return load
+    return loads
 
 
 def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray) -> list[list[tuple]]:
@@ -185,21 +190,41 @@ def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray
                    for t in phase.transfers) for phase in phases]
 
 
-def _unequally_met(shapes: CollectiveShapes, plans: PlanCache) -> str:
+def _overlapping(ops: Sequence[Op], shapes: CollectiveShapes, async_streams: frozenset[str], among: Sequence[int]
+                 ) -> Callable[[int], list[int]]:
+    """For a shape (index into ``shapes.firsts``), those of ``among`` with an instance that may overlap one of
+    its own (`engine/ordering.py`, over the program ``ops``); all of ``among`` where it is too large to order."""
+    ordering = Ordering.if_affordable(ops, async_streams)
+    if ordering is None:
+        return lambda shape: list(among)
+    nodes: dict[int, list[int]] = {}
+    for op, shape in zip(shapes.ops, shapes.shape_of):
+        nodes.setdefault(shape, []).append(ordering.node_of_key[op.key])
+    arrays = {shape: np.unique(np.array(found, dtype=np.int64)) for shape, found in nodes.items()}
+    instances = {other: Instances.of(ordering, arrays[other]) for other in among}
+    return lambda shape: [other for other in among if instances[other].meet(ordering, arrays[shape]).any()]
+
+
+def _unequally_met(ops: Sequence[Op], shapes: CollectiveShapes, plans: PlanCache, async_streams: frozenset[str]
+                   ) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
-    (`unequal_traffic`) otherwise than the simulated copy ('' when every one meets it alike). Timing alone
-    cannot excuse this: the mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree
-    all-reduce over TP lanes whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us
-    later on those lanes). Each group is compared once per size, with one mirror per class of translates."""
-    load = unequal_traffic(shapes, plans)
-    if not load.any():
+    (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
+    every one meets it alike). Timing alone cannot excuse this: the mirror meets that traffic only in the step
+    (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes whose inner ranks' NVLink ports carry twice
+    a leaf's TP tree bytes ends 20 us later on those lanes). Pipeline send/recvs are not compared (see
+    `asymmetric_replicas`); each shape is compared with one mirror per class of translates."""
+    loads = unequal_traffic(shapes, plans)
+    if not loads:
         return ""
     topology = plans.topology
-    seen: set[tuple] = set()
-    for op in shapes.firsts:
-        if op.op == "send_recv" or not op.mirrors or not op.nbytes or (op.op, op.root, op.nbytes, op.group) in seen:
+    overlapping = _overlapping(ops, shapes, async_streams, sorted(loads))
+    for shape, op in enumerate(shapes.firsts):
+        if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
-        seen.add((op.op, op.root, op.nbytes, op.group))
+        met_by = overlapping(shape)
+        if not met_by:
+            continue
+        load = sum((loads[other] for other in met_by), np.zeros(len(topology.link_class)))
         met = unequal_shapes(topology, plans.phases(op, op.group), load)
         for index in _class_firsts(plans, op):
             mirror = op.mirrors[index]
