@@ -186,8 +186,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
     files = write_study(out, study)
     for curve in study["curves"]:
         print(f"rate x {curve['rate_multiplier']:g}: best interval {curve['best_interval_s']:.0f} s "
-              f"(ETTR {curve['best_ettr']:.4f}); Young {curve['young_interval_s']:.0f} s, "
-              f"Daly {curve['daly_interval_s']:.0f} s")
+              f"(ETTR {curve['best_ettr']:.4f})" + (f"; Young {curve['young_interval_s']:.0f} s, Daly "
+                                                     f"{curve['daly_interval_s']:.0f} s"
+                                                     if curve["young_interval_s"] is not None else
+                                                     "; no failures expected, so no Young or Daly interval"))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
 

@@ -191,6 +191,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                              "--set workload[3].bytes=1MiB: workload[3].bytes: workload has no item [3] (it has 1)"),
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),
+    "override-non-ascii-digit": (scenario(PRESET), RUN + ["--set", "a.\u00b2=1"], 2,
+                                 "--set a.\u00b2=1: a: unknown key 'a'"),
+    "override-not-a-path": (scenario(PRESET), RUN + ["--set", "parallelism[tp]=2"], 2,
+                            "--set parallelism[tp]=2: 'parallelism[tp]' is not a field path"),
     "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2, "has no '='"),
     "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
     # output paths and other commands
@@ -217,6 +221,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "collective-algorithm-for-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "all_gather",
                                          "--algorithm", "tree"], 2,
                                     "error: command line: --algorithm: algorithm 'tree' does not implement all_gather"),
+    "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
+                                      "error: command line: --chunk: size '-1' has no unit"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
                                 "error: command line: --intervals: a checkpoint-interval study needs intervals"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"

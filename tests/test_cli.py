@@ -317,3 +317,16 @@ def test_set_reaches_list_items(tmp_path):
     for key in ("workload[1].bytes", "workload.1.bytes"):
         workload = load_scenario(path, [f"{key}=8 MiB"]).scenario.workload
         assert [item.bytes for item in workload] == [64 * 2**20, 8 * 2**20]
+
+
+def test_field_paths_reach_mapping_keys_written_as_digits():
+    """`--set faults.components.1.mtbf=...` sets the key "1" of a mapping (parse_field reads `1` as an index);
+    an error on such a key finds its own line."""
+    from simulator.config.yaml_source import line_of, parse_field, set_field
+
+    data = {"faults": {"components": {"1": {"mtbf": "3 h"}}}, "workload": [{"bytes": 1}]}
+    set_field(data, parse_field("faults.components.1.mtbf"), "2 h")
+    set_field(data, parse_field("workload.0.bytes"), 2)
+    assert data == {"faults": {"components": {"1": {"mtbf": "2 h"}}}, "workload": [{"bytes": 2}]}
+    lines = {("node",): 3, ("node", "7"): 7}
+    assert line_of(lines, parse_field("node.7")) == 7

@@ -132,3 +132,18 @@ def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys)
     assert "time lost        restarts" in printed and "job_failure" in printed
     assert main(["run", str(scenario), "--out", str(tmp_path / "quiet"), "--quiet"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_job_without_failures_prints_and_studies_without_an_mtbf(tmp_path, capsys):
+    """No failure class: no MTBF, no Young or Daly interval (None in job_summary.json); the job table and the
+    study's line say so instead of failing on them."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 2").replace(
+        "faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n", ""))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads((tmp_path / "job" / "job_summary.json").read_text())["mtbf_s"] is None
+    assert "ETTR" in printed and "MTBF" not in printed
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
+                 "--out", str(tmp_path / "study")]) == 0
+    assert "no failures expected, so no Young or Daly interval" in capsys.readouterr().out

@@ -129,6 +129,9 @@ random:
     ("grid: {training.microbatches: [1, 2, 3, 4]}\ngrid2: 1", "unknown key 'grid2'", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']", "unknown field 'micro'", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['__import__(\"os\")']", "uses Call", 9),
+    ("grid: {'workload[0.bytes': [1 MiB]}", "not a field path", 8),
+    ("random: {seed: -1, samples: 2, axes: {training.microbatches: [1, 2]}}", "random.seed: -1 is below 0", 8),
+    ("grid: {training.microbatches.x: [1]}", "training.microbatches has no sub-fields", 8),
 ])
 def test_bad_sweep_file_is_one_located_error(tmp_path, capsys, axes, problem, line):
     path = tmp_path / "sweep.yaml"

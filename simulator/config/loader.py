@@ -17,7 +17,17 @@ from pydantic_core import ErrorDetails
 from simulator.config.bundled import resolve_scenario
 from simulator.config.schema import Scenario
 from simulator.config.sections import FieldProblem
-from simulator.config.yaml_source import FieldPath, dotted, line_of, parse_field, parse_yaml_text, read_yaml, set_field
+from simulator.config.yaml_source import (
+    FIELD_PATH_EXAMPLE,
+    FieldPath,
+    dotted,
+    is_field_path,
+    line_of,
+    parse_field,
+    parse_yaml_text,
+    read_yaml,
+    set_field,
+)
 from simulator.errors import ScenarioError
 
 
@@ -71,6 +81,9 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
         parts = parse_field(key.strip())
         if not parts:
             raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value", file=source)
+        if not is_field_path(key.strip()):
+            raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",
+                                allowed=FIELD_PATH_EXAMPLE)
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -79,7 +92,7 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
             set_field(result, parts, value)
         except ValueError as exc:
             raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
-                                allowed="a field path such as parallelism.tp or workload[0].bytes") from None
+                                allowed=FIELD_PATH_EXAMPLE) from None
         written.append((parts, item.strip()))
     return result, tuple(written)
 

@@ -137,10 +137,14 @@ def read_yaml(path: str | Path, error: type[InputError]) -> tuple[object, dict[F
 
 
 def line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:
-    """The line of ``path``, or of its nearest ancestor that has one."""
+    """The line of ``path``, or of its nearest ancestor that has one (an index part is also looked up as the
+    text of a mapping key: `parse_field` reads ``node.7`` as an index)."""
     while True:
         if path in lines:
             return lines[path]
+        as_keys = tuple(str(part) if isinstance(part, int) else part for part in path)
+        if as_keys in lines:
+            return lines[as_keys]
         if not path:
             return None
         path = path[:-1]
@@ -157,13 +161,22 @@ def dotted(path: FieldPath) -> str:
     return text
 
 
-_FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+_FIELD_PART = re.compile(r"([^.\[\]]+)|\[([0-9]+)\]")
+_FIELD_PATH = re.compile(r"[^.\[\]]+(?:\.[^.\[\]]+|\[[0-9]+\])*")
+FIELD_PATH_EXAMPLE = "a field path such as parallelism.tp or workload[0].bytes"
+
+
+def is_field_path(text: str) -> bool:
+    """Whether ``text`` is a whole field path as a user writes one (not ``a..b``, ``workload[0`` or
+    ``parallelism[tp]``, which `parse_field` would read as something else)."""
+    return _FIELD_PATH.fullmatch(text) is not None
 
 
 def parse_field(text: str) -> FieldPath:
-    """The inverse of `dotted`: ``workload[0].bytes`` -> ``('workload', 0, 'bytes')``; a numeric part
-    (``workload.0``) is an index too."""
-    return tuple(int(index) if index else (int(key) if key.isdigit() else key)
+    """The inverse of `dotted`: ``workload[0].bytes`` -> ``('workload', 0, 'bytes')``; a part of ASCII digits
+    (``workload.0``) is an index too (a mapping key written so is found as its text, `set_field`). Text from a
+    user is checked with `is_field_path` first."""
+    return tuple(int(index) if index else (int(key) if key.isascii() and key.isdigit() else key)
                  for key, index in _FIELD_PART.findall(text))
 
 
@@ -173,6 +186,8 @@ def set_field(data: dict, path: FieldPath, value: object) -> None:
     node: object = data
     for depth, part in enumerate(path):
         last = depth == len(path) - 1
+        if isinstance(node, dict) and isinstance(part, int):
+            part = str(part)
         if isinstance(node, dict) and isinstance(part, str):
             if last:
                 node[part] = value

@@ -187,9 +187,10 @@ def job_table(job: dict) -> Table:
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
     causes = sorted(interruptions["by_cause"].items(), key=lambda item: (-item[1]["mean"], item[0]))[:3]
     most = ", ".join(f"{labels.get(name, {}).get('label', name)} {value['mean']:,.1f}" for name, value in causes)
+    mtbf = f" (MTBF {_long_duration(job['mtbf_s'])})" if job.get("mtbf_s") else ""
     table.add_row("interruptions", _mean_ci(interruptions["unexpected"], lambda value: f"{value:,.1f}")
-                  + f" unexpected (MTBF {_long_duration(job['mtbf_s'])}), "
-                  f"{interruptions['planned']['mean']:,.1f} planned" + (f"; most: {most}" if most else ""))
+                  + f" unexpected{mtbf}, {interruptions['planned']['mean']:,.1f} planned"
+                  + (f"; most: {most}" if most else ""))
     times = job["time_s"]
     lost = [f"{label} {_long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
             for part, label in TIME_LOST if times.get(part, {}).get("mean")]

@@ -65,8 +65,8 @@ def with_values(data: dict, values: dict[FieldParts, object]) -> dict:
         try:
             set_field(result, parts, value)
         except ValueError as exc:
-            raise ScenarioError(f"the base scenario has no {dotted(parts)} to set: {exc}",
-                                field=dotted(parts)) from None
+            raise ScenarioError(f"the base scenario cannot take this axis: {exc}", field=dotted(parts),
+                                allowed="a field the base scenario has, or a new key of a section") from None
     return result
 
 

@@ -38,7 +38,7 @@ from simulator.config.bundled import bundled_file
 from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
-from simulator.config.yaml_source import dotted, line_of, parse_field, parse_yaml_text, read_yaml
+from simulator.config.yaml_source import dotted, is_field_path, line_of, parse_field, parse_yaml_text, read_yaml
 from simulator.errors import InputError, ScenarioError
 from simulator.sweep.constraints import Constraint, parse_constraint
 from simulator.sweep.fields import FieldParts, check_path, with_values
@@ -142,7 +142,11 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
     for index, values in enumerate(_combinations(spec, locate)):
-        point_data = with_values(base_data, {parse_field(name): value for name, value in values})
+        try:
+            point_data = with_values(base_data, {parse_field(name): value for name, value in values})
+        except ScenarioError as exc:
+            failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
+            raise locate(axes[failed], exc.problem, exc.allowed) from None
         scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
         points.append(Point(index, values, point_data, point_key(point_data),
                             _violated(constraints, scenario, index, locate)))
@@ -184,7 +188,8 @@ def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldParts]:
     for block, axes in blocks:
         prefix = ("random", "axes") if block == "random" else (block,)
         for name in axes:
-            problem = check_path(parse_field(name)) or ("" if name not in names else "axis given twice")
+            problem = ((check_path(parse_field(name)) if is_field_path(name) else "not a field path (e.g. "
+                        "parallelism.tp or workload[0].bytes)") or ("" if name not in names else "axis given twice"))
             if problem:
                 raise locate(prefix + (name,), problem)
             names[name] = prefix + (name,)
