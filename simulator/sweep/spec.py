@@ -38,7 +38,15 @@ from simulator.config.bundled import bundled_file
 from simulator.config.loader import validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
-from simulator.config.yaml_source import dotted, is_field_path, line_of, parse_field, parse_yaml_text, read_yaml
+from simulator.config.yaml_source import (
+    FIELD_PATH_EXAMPLE,
+    dotted,
+    is_field_path,
+    line_of,
+    parse_field,
+    parse_yaml_text,
+    read_yaml,
+)
 from simulator.errors import InputError, ScenarioError
 from simulator.sweep.constraints import Constraint, parse_constraint
 from simulator.sweep.fields import FieldParts, check_path, with_values
@@ -188,8 +196,9 @@ def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldParts]:
     for block, axes in blocks:
         prefix = ("random", "axes") if block == "random" else (block,)
         for name in axes:
-            problem = ((check_path(parse_field(name)) if is_field_path(name) else "not a field path (e.g. "
-                        "parallelism.tp or workload[0].bytes)") or ("" if name not in names else "axis given twice"))
+            problem = (check_path(parse_field(name)) if is_field_path(name)
+                       else f"not a field path ({FIELD_PATH_EXAMPLE})")
+            problem = problem or ("" if name not in names else "axis given twice")
             if problem:
                 raise locate(prefix + (name,), problem)
             names[name] = prefix + (name,)
