@@ -312,6 +312,11 @@ class ParallelismConfig(Section):
         return FSDP_ZERO_STAGE[self.fsdp] if self.fsdp is not None else self.zero
 
     @property
+    def hybrid_shard(self) -> bool:
+        """Whether PyTorch FSDP shards inside each NVLink domain and replicates across them (HSDP)."""
+        return self.fsdp == "hybrid_shard"
+
+    @property
     def gathers_per_unit(self) -> bool:
         """Whether ZeRO-3 runs as PyTorch FSDP (`fsdp: full_shard | hybrid_shard`), gathering parameters per
         wrapped unit, rather than as DeepSpeed (`zero: 3`), per submodule."""

@@ -97,7 +97,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._param_gathers: dict[tuple[int, int, int], int] = {}
         self._last_grad_rs: dict[tuple[int, int], int] = {}
         """Per rank and model chunk, the gradient reduce-scatter issued last (FSDP2's
-        ``comm_ctx.reduce_scatter_state``, one per root module: torchtitan shards each pipeline chunk apart)."""
+        ``comm_ctx.reduce_scatter_state`` in PyTorch 2.10, the one entry ``reduce_scatter_states`` keeps under
+        the default ``reduce_scatter_max_input_buffers`` = 1 in 2.13; one per root module: torchtitan shards each
+        pipeline chunk apart)."""
         self._gathered: set[tuple[int, int, int]] = set()
         """Per rank, virtual stage and unit, the units gathered once for the step (``reshard_after_forward``
         false)."""
@@ -349,9 +351,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         done (PyTorch FSDP wraps each transformer layer as one unit: its post-backward hook reduce-scatters the
         unit's gradients together). FSDP2's post_backward first makes the compute stream wait for the
         reduce-scatter it issued before (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py,
-        ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``), so under FSDP the compute after a
-        unit's backward waits for the chunk's previous reduce-scatter (of the unit before, or the last of the
-        chunk's previous backward): at most one reduce-scatter per chunk runs behind compute. DeepSpeed ZeRO
+        ``current_stream().wait_event(comm_ctx.reduce_scatter_state.event)``; in 2.13 the oldest of
+        ``reduce_scatter_states`` once ``reduce_scatter_max_input_buffers``, 1 by default, are in flight), so
+        under FSDP the compute after a unit's backward waits for the chunk's previous reduce-scatter (of the unit
+        before, or the last of the chunk's previous backward): at most one reduce-scatter per chunk runs behind
+        compute. DeepSpeed ZeRO
         (``zero`` without ``fsdp``) has no such wait. Under HSDP the reduce-scattered shard of the ``final``
         backward is then all-reduced across the replicas on its own stream (FSDP2's ``all_reduce_stream``).
         Gradients accumulated unsharded (``defers_unit_grads``) are reduced here only in the last backward

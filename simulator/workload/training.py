@@ -172,7 +172,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
     par, training = scenario.parallelism, scenario.training
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
-    if par.fsdp == "hybrid_shard":
+    if par.hybrid_shard:
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
         _check_hybrid_blocks(layout, topology, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
@@ -255,7 +255,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
         check_schedule_runs(schedule, placement)
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(scenario, layout, topology)
-    warnings = layout_warnings(layout, topology, sharding, hybrid=par.fsdp == "hybrid_shard")
+    warnings = layout_warnings(layout, topology, sharding, hybrid=par.hybrid_shard)
     if isinstance(source, SyntheticModel):
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
