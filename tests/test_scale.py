@@ -121,3 +121,40 @@ def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_
     assert main(["validate", LLAMA_405B, "--set", "cluster.nodes=125000"]) == 2
     assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8192 does not equal the cluster's 1000000 GPUs"
             in capsys.readouterr().err)
+
+
+GRAPH_GPUS = """kind: graph
+nodes:
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 0}
+  - {name: sw, kind: switch}
+  - {name: g2, kind: gpu}
+links:
+  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: sw, b: g2, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+"""
+
+
+@pytest.mark.parametrize("nodes, error", [
+    ("  - {name: g1, kind: gpu, host: 0}\n", "graph.yaml:7: nodes[4].name: duplicate node 'g1'"),
+    ("  - {name: g3, kind: gpu, hots: 1}\n", "graph.yaml:7: nodes[4].hots: unknown parameter 'hots'"),
+])
+def test_a_graph_the_builder_refuses_is_not_measured_against_the_layout(tmp_path, capsys, nodes, error):
+    """The layout check before the build read a graph's GPU count as its `kind: gpu` entries: a duplicate or
+    misspelt GPU entry gave 'does not equal the cluster's 4 GPUs' for a cluster that cannot be built."""
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(GRAPH_GPUS.replace("links:\n", nodes + "links:\n"))
+    assert topology_gpus(read_topology(str(graph))) is None
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"cluster: {{topology: {graph}}}\nmodel: {{synthetic: {{stages: 3, forward: 1 ms, "
+                        "backward: 2 ms}}\ntraining: {microbatches: 3}\nparallelism: {pp: 3}\n")
+    assert main(["validate", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert error in err and "does not equal" not in err
+
+
+def test_a_graph_counts_the_gpus_it_builds(tmp_path):
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(GRAPH_GPUS)
+    assert topology_gpus(read_topology(str(graph))) == load_topology(str(graph)).num_gpus == 3

@@ -408,18 +408,28 @@ _GRAPH_LINK = {"a": Param("text"), "b": Param("text"), "bandwidth": Param("bandw
                "class": Param("text", choices=LINK_CLASSES)}
 
 
-def _add_graph_nodes(wiring: Wiring, raw_nodes: list) -> tuple[list[str], list[int]]:
-    """Add the listed nodes; return GPU names in order and their hosts, renumbered 0.. by first GPU appearance."""
-    nodes = []
+def read_graph_nodes(raw_nodes: list) -> list[dict]:
+    """A graph's nodes checked (parameters, unique names), in order: what the builder builds, so that the
+    GPU count read before building (topology/size.py) is the built cluster's."""
+    nodes: list[dict] = []
+    names: set[str] = set()
     for index, raw in enumerate(raw_nodes):
         try:
             node = read_parameters(_GRAPH_NODE, raw)
         except TopologyError as exc:
             raise exc.located(field_prefix=f"nodes[{index}]") from None
-        if node["name"] in wiring:
+        if node["name"] in names:
             raise TopologyError(f"duplicate node {node['name']!r}", field=f"nodes[{index}].name")
-        wiring.add_node(node["name"], kind=node["kind"])
+        names.add(node["name"])
         nodes.append(node)
+    return nodes
+
+
+def _add_graph_nodes(wiring: Wiring, raw_nodes: list) -> tuple[list[str], list[int]]:
+    """Add the listed nodes; return GPU names in order and their hosts, renumbered 0.. by first GPU appearance."""
+    nodes = read_graph_nodes(raw_nodes)
+    for node in nodes:
+        wiring.add_node(node["name"], kind=node["kind"])
     hosts: dict[tuple, int] = {}
     gpus = [node for node in nodes if node["kind"] == "gpu"]
     for node in gpus + [node for node in nodes if node["kind"] != "gpu" and node["host"] is not None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.errors import TopologyError
-from simulator.topology.builders import BUILDERS, NODE_TYPES
+from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, read_graph_nodes
 from simulator.topology.loader import TopologySource
 from simulator.topology.parameters import read_parameters
 
@@ -19,9 +19,10 @@ def _node_gpus(raw: object) -> int:
 
 
 def _graph_gpus(raw: dict) -> int:
-    nodes = raw.get("nodes")
-    return sum(1 for node in nodes if isinstance(node, dict) and node.get("kind") == "gpu") if isinstance(
-        nodes, list) else 0
+    """The GPUs among the nodes the builder would build: a graph whose nodes it refuses has no count, so that
+    its own error, not a layout measured against a miscount (duplicates, misspelt keys), is what the user sees."""
+    nodes = read_parameters({"nodes": GRAPH_PARAMETERS["nodes"]}, {"nodes": raw.get("nodes")})["nodes"]
+    return sum(1 for node in read_graph_nodes(nodes) if node["kind"] == "gpu")
 
 
 _COUNTERS: dict[str, Callable[[dict], int]] = {
