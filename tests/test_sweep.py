@@ -10,8 +10,11 @@ import pandas as pd
 import pytest
 
 from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.config.yaml_source import parse_field
 from simulator.errors import ExecutorError, ScenarioError
 from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
+from simulator.sweep.fields import value_at
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 
@@ -139,6 +142,31 @@ def test_bad_sweep_file_is_one_located_error(tmp_path, capsys, axes, problem, li
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and problem in err and f"sweep.yaml:{line}:" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_constraint_reads_a_digit_part_of_a_mapping_as_its_key():
+    """`set_field` writes `cluster.node.7` as the key "7"; a constraint read it as a list index and failed."""
+    scenario = scenario_from_text("cluster: {topology: dgx-h100-cluster, node: {kind: nvswitch_node, '7': 3}}\n"
+                                  "workload: [{op: all_reduce, bytes: 1 MiB}]\n", "s.yaml").scenario
+    assert value_at(scenario, parse_field("cluster.node.7")) == 3
+    assert value_at(scenario, parse_field("cluster.node.kind")) == "nvswitch_node"
+    assert value_at(scenario, parse_field("workload[0].bytes")) == 2**20
+
+
+@pytest.mark.parametrize("constraint, problem", [
+    ("cluster.nodes >= 2", "the scenario has no cluster.nodes"),
+    ("network.efficiency.nvlink < 1", "the scenario has no network.efficiency.nvlink"),
+    ("cluster.node.gpus >= 2", "the scenario has no cluster.node"),
+])
+def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, capsys, constraint, problem):
+    """Keys of open sections (topology parameters, mappings) are checked per point: a missing one was a bare
+    KeyError text, and a key under a text or a mapping a traceback (AttributeError)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + f"grid: {{training.microbatches: [4]}}\nconstraints: ['{constraint}']\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem}\n"
     assert not (tmp_path / "out").exists()
 
 

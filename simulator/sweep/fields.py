@@ -71,15 +71,20 @@ def with_values(data: dict, values: dict[FieldParts, object]) -> dict:
 
 
 def value_at(model: BaseModel, parts: FieldParts) -> object:
-    """The validated value of a field of a scenario (SI floats for quantities)."""
+    """The validated value of a field of a scenario (SI floats for quantities). A digit part of a mapping is
+    its key's text, as `set_field` writes it (``cluster.node.7`` is the key "7"); a part the scenario does not
+    have (a topology parameter left at its default, a key of a section given as text) is a ScenarioError."""
     current: object = model
-    for part in parts:
-        if isinstance(part, int):
-            if not isinstance(current, (list, tuple)) or part >= len(current):
-                raise ScenarioError(f"the scenario has no {dotted(parts)}", field=dotted(parts))
+    for depth, part in enumerate(parts):
+        key = str(part)
+        if isinstance(current, BaseModel) and key in type(current).model_fields:
+            current = getattr(current, key)
+        elif isinstance(current, BaseModel) and key in (current.model_extra or {}):
+            current = (current.model_extra or {})[key]
+        elif isinstance(current, dict) and key in current:
+            current = current[key]
+        elif isinstance(current, (list, tuple)) and isinstance(part, int) and part < len(current):
             current = current[part]
-        elif isinstance(current, BaseModel) and part not in type(current).model_fields:
-            current = (current.model_extra or {})[part]
         else:
-            current = getattr(current, part)
+            raise ScenarioError(f"the scenario has no {dotted(parts[:depth + 1])}", field=dotted(parts))
     return current

@@ -285,8 +285,9 @@ def _violated(constraints: list[Constraint], scenario: Scenario, index: int, loc
         try:
             if not constraint.holds(scenario):
                 return f"constraint: {constraint.text}"
-        except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError) as exc:
-            raise locate(("constraints", number), f"cannot evaluate at point {index}: {exc}") from None
+        except (TypeError, ValueError, ZeroDivisionError, ScenarioError) as exc:
+            problem = exc.problem if isinstance(exc, ScenarioError) else exc
+            raise locate(("constraints", number), f"cannot evaluate at point {index}: {problem}") from None
     return ""
 
 
