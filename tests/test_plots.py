@@ -134,6 +134,22 @@ def test_memory_peak_matches_the_summary_for_every_stage(small_model_runs):
             assert curve["bytes"].max() == pytest.approx(total, rel=REL)
 
 
+@pytest.mark.parametrize("recompute", ["full", "selective"])
+def test_memory_with_interleaving_and_recompute_returns_to_the_static_state(tmp_path, recompute):
+    """Recompute ops split a chunk's backward into many actions; each took out the chunk's whole activations,
+    so the curve of Megatron-LM's 76.1B row (v = 3, full recompute) fell to -259 GiB. Every stage must peak at
+    the summary's total and end the step holding its static state alone, never less."""
+    template = SMALL_MODEL.replace("micro_batch: 1", f"micro_batch: 1, recompute: {recompute}")
+    run = _run(tmp_path, template, "interleaved, virtual_stages: 2")
+    for stage, rank in enumerate(range(0, 2 * STAGES, 2)):
+        static, _ = _static_and_unit(run.summary, stage)
+        curve = memory_timeline(run.timeline, run.summary, rank)
+        assert curve["bytes"].max() == pytest.approx(run.summary["memory_per_stage_gib"][stage]["total"] * GIB,
+                                                     rel=REL)
+        assert curve["bytes"].min() == pytest.approx(static, rel=REL)
+        assert curve["bytes"].iloc[-1] == pytest.approx(static, rel=REL)
+
+
 def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
     run = small_model_runs["1f1b"]
     figure = memory_figure(run.timeline, run.summary)

@@ -4,9 +4,10 @@ ops; and a figure of it against the GPU's capacity.
 
 A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
 (category backward: the full B or the input-grad Bi) ends; after a Bi it keeps what its deferred W needs
-(the summary's `weight_grad_per_virtual_stage`) until that W ends. With interleaving (v > 1 chunks per rank) each
-merged forward action brings in, and each merged backward action takes out, the activations of its virtual
-stage (the summary's `activation_per_virtual_stage`; 1/v of a micro-batch's in summaries without it).
+(the summary's `weight_grad_per_virtual_stage`) until that W ends. With interleaving (v > 1 chunks per rank)
+the same holds per virtual stage: its activations (the summary's `activation_per_virtual_stage`; 1/v of a
+micro-batch's in summaries without it) enter with the micro-batch's first forward op on that chunk and leave
+with its last backward op there, recompute ops in between or not.
 """
 
 from __future__ import annotations
@@ -37,20 +38,34 @@ def _stage_entry(summary: dict, stage: int) -> dict:
 
 def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """When activations enter (positive bytes) and leave (negative) the rank: a micro-batch's, or with v > 1
-    one virtual stage's of one micro-batch."""
+    one virtual stage's of one micro-batch, from its first forward op's start to its last backward op's end."""
     per_microbatch = float(entry["activation_per_microbatch"]) * GIB
+    sizes = entry.get("activation_per_virtual_stage")
     if chunks == 1:
-        forward = work[work["category"] == "forward"].groupby("microbatch")["start_s"].min().to_numpy()
-        backward = work[work["category"] == "backward"].groupby("microbatch")["end_s"].max().to_numpy()
-        return (np.concatenate([forward, backward]),
-                np.concatenate([np.full(len(forward), per_microbatch), np.full(len(backward), -per_microbatch)]))
+        keys = ["microbatch"]
+    elif "chunk" in work and bool((work["chunk"] >= 0).all()):
+        keys = ["microbatch", "chunk"]
+    else:
+        return _allocations_by_action(work, per_microbatch / chunks)
+    forward = work[work["category"] == "forward"].groupby(keys)["start_s"].min()
+    backward = work[work["category"] == "backward"].groupby(keys)["end_s"].max()
+
+    def unit(held: pd.Series) -> np.ndarray:
+        if chunks == 1:
+            return np.full(len(held), per_microbatch)
+        if sizes is None:
+            return np.full(len(held), per_microbatch / chunks)
+        return np.array([float(sizes[str(int(chunk))]) * GIB for chunk in held.index.get_level_values("chunk")])
+
+    return (np.concatenate([forward.to_numpy(), backward.to_numpy()]),
+            np.concatenate([unit(forward), -unit(backward)]))
+
+
+def _allocations_by_action(work: pd.DataFrame, unit: float) -> tuple[np.ndarray, np.ndarray]:
+    """A timeline written before the `chunk` column: each merged forward action brings in, and each merged
+    backward action takes out, 1/v of a micro-batch (exact without recompute, which splits a backward)."""
     actions = pipeline_actions(work)
     actions = actions[actions["category"].isin(("forward", "backward"))]
-    sizes = entry.get("activation_per_virtual_stage")
-    if sizes is None:
-        unit = np.full(len(actions), per_microbatch / chunks)
-    else:
-        unit = np.array([float(sizes[str(int(chunk))]) * GIB for chunk in actions["chunk"]])
     sign = np.where(actions["category"] == "forward", 1.0, -1.0)
     return np.where(sign > 0, actions["start_s"], actions["end_s"]), sign * unit
 
