@@ -229,6 +229,14 @@ def test_bad_parameters_name_the_field(kind, params, field):
     assert error.value.field == field
 
 
+@pytest.mark.parametrize("text", ["²", "--5", "٨", "８", "1_0", "+5"])
+def test_a_count_is_ascii_digits(text):
+    """str.isdigit passed '²' (int() then raised a traceback) and '--5', and let '٨' and '８' through as 8."""
+    with pytest.raises(TopologyError) as error:
+        load_topology("dgx-h100", {"gpus": text})
+    assert error.value.field == "gpus" and error.value.problem == f"expected a whole number, got {text!r}"
+
+
 def test_unknown_parameter_lists_allowed_names():
     with pytest.raises(TopologyError) as error:
         build_topology("cluster", {"leafports": 8})

@@ -30,7 +30,9 @@ class Param:
 
 
 def _read_integer(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).strip().lstrip("-").isdigit():
+    """An int, or text of ASCII digits after at most one minus sign ('²' and '--5' passed str.isdigit)."""
+    digits = str(value).strip().removeprefix("-")
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (digits.isascii() and digits.isdigit()):
         raise InputError(f"expected a whole number, got {value!r}", allowed="an integer such as 8")
     return int(value)
 
