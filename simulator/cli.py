@@ -208,7 +208,7 @@ def _plot_goodput(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.gantt import gantt_figure
     from simulator.report.memory_timeline import memory_figure
-    from simulator.report.outputs import load_run_outputs, save_figure
+    from simulator.report.outputs import load_run_outputs, save_figure, simulated_ranks
     from simulator.report.run_folder import record_figure
 
     if args.chart == "goodput":
@@ -231,6 +231,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if ranks is not None and any(not 0 <= rank < gpus for rank in ranks):
             raise InputError(f"{args.ranks!r} names ranks the run does not have", field="--ranks",
                              allowed=f"0..{gpus - 1}")
+        _refuse_ranks_without_ops(ranks, simulated_ranks(run.timeline))
         figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=_window(args.window))
     else:
         figure = memory_figure(run.timeline, run.summary)
@@ -260,17 +261,31 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 
 def _ranks(text: str | None) -> list[int] | None:
-    """--ranks 0,2,4 or 0-7 (inclusive ranges), in the order given."""
+    """--ranks 0,2,4 or 0-7 (inclusive ranges, low to high), in the order given."""
     if text is None:
         return None
     ranks: list[int] = []
-    try:
-        for part in text.split(","):
-            low, _, high = part.partition("-")
-            ranks += list(range(int(low), int(high or low) + 1))
-    except ValueError:
-        raise InputError(f"{text!r} is not a rank list", field="--ranks", allowed="e.g. 0,2,4 or 0-7") from None
+    allowed = "e.g. 0,2,4 or 0-7, each range from low to high"
+    for part in text.split(","):
+        bounds = [bound.strip() for bound in part.split("-")]
+        if not 1 <= len(bounds) <= 2 or not all(bound.isascii() and bound.isdigit() for bound in bounds):
+            raise InputError(f"{text!r} is not a rank list", field="--ranks", allowed=allowed)
+        low, high = int(bounds[0]), int(bounds[-1])
+        if high < low:
+            raise InputError(f"{part!r} is a range from high to low", field="--ranks", allowed=allowed)
+        ranks += list(range(low, high + 1))
     return ranks
+
+
+def _refuse_ranks_without_ops(ranks: list[int] | None, simulated: list[int]) -> None:
+    """A rank folded into an equivalent one (or left out of a per-stage timeline) has no ops of its own: its
+    row would be drawn idle from start to end."""
+    missing = [rank for rank in ranks or () if rank not in set(simulated)]
+    if missing:
+        shown = ", ".join(map(str, simulated[:16])) + (", ..." if len(simulated) > 16 else "")
+        raise InputError(f"rank {missing[0]} has no ops in this run's timeline (folded into an equivalent rank, "
+                         f"or not kept by run.timeline)", field="--ranks",
+                         allowed=f"a simulated rank: {shown}; or rerun with run.fold: false")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

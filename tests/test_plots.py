@@ -175,3 +175,22 @@ def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path,
     (out / "timeline.parquet").unlink()
     assert main(["plot", "memory", str(out)]) == 2
     assert "timeline.parquet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ranks, error", [
+    ("4", "--ranks: rank 4 has no ops in this run's timeline (folded into an equivalent rank, or not kept by "
+          "run.timeline) (allowed: a simulated rank: 0, 1, 2, 3; or rerun with run.fold: false)"),
+    ("3-1", "--ranks: '3-1' is a range from high to low (allowed: e.g. 0,2,4 or 0-7, each range from low to high)"),
+    ("1-2-3", "--ranks: '1-2-3' is not a rank list (allowed: e.g. 0,2,4 or 0-7, each range from low to high)"),
+])
+def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
+    """A folded rank (DP replica 1 of p = 4, dp = 2) was drawn idle from start to end, and '3-1' gave no rows
+    and a matplotlib warning; both wrote a chart."""
+    out = tmp_path / "run"
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(out), "--ranks", ranks, "-o", str(tmp_path / "g.png")]) == 2
+    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert not (tmp_path / "g.png").exists()
