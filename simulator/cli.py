@@ -156,6 +156,8 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
+    from simulator.console.paths import option_error
+    from simulator.errors import TopologyError
     from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import load_topology
 
@@ -166,7 +168,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     if args.action == "describe":
         print(describe_topology(topology))
     else:
-        draw_topology(topology, figure_file(args.output))
+        try:
+            draw_topology(topology, figure_file(args.output))
+        except TopologyError as exc:
+            raise option_error("topo draw", exc.problem, exc.allowed) from None
         print(f"wrote {args.output}")
     return 0
 

@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from simulator.cli import main
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
@@ -321,3 +322,16 @@ def test_links_added_in_bulk_wire_as_one_by_one():
     assert bulk.edges[("s", "g0")]["bandwidth"] == 5e9
     with pytest.raises(TopologyError, match="link g0 <-> s has bandwidth 0"):
         add_links(Wiring(), ends, bandwidth=0, latency=1e-6, link_class="nvlink")
+
+
+def test_cli_draw_into_a_new_folder_and_refuse_a_large_one_on_the_command_line(tmp_path, capsys):
+    """`topo draw -o new/t.png` failed with status 1 (No such file or directory) where `plot` creates the
+    folder; a topology too large to draw was located at '<input>'."""
+    assert main(["topo", "draw", "dgx-h100", "-o", str(tmp_path / "new" / "t.png")]) == 0
+    assert (tmp_path / "new" / "t.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert main(["topo", "draw", "dgx-h100-cluster", "--set", "nodes=128", "-o", str(tmp_path / "big.png")]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: topo draw: topology dgx-h100-cluster has 2224 nodes, too many to draw (allowed: at "
+        "most 512 nodes (GPUs, switches, NICs): fewer servers, or topo describe)\n")
+    assert not (tmp_path / "big.png").exists()

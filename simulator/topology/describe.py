@@ -93,7 +93,9 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     """
     if topo.graph.number_of_nodes() > MAX_DRAWN_NODES:
         raise TopologyError(f"topology {topo.name} has {topo.graph.number_of_nodes()} nodes, too many to draw",
-                            field="nodes", allowed=f"at most {MAX_DRAWN_NODES} nodes (use a smaller nodes=)")
+                            field="nodes",
+                            allowed=f"at most {MAX_DRAWN_NODES} nodes (GPUs, switches, NICs): fewer servers, or "
+                                    "topo describe")
     layers: dict[int, list[str]] = {}
     for node, attrs in topo.graph.nodes(data=True):
         layers.setdefault(_DRAW_LAYER[_role(attrs)], []).append(node)
@@ -118,5 +120,6 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     return path
