@@ -332,6 +332,20 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def _at_least(minimum: int):
+    """An argparse type: a whole number no smaller than ``minimum`` (a negative worker count made the Dask
+    LocalCluster wait forever for workers, and the local pool raise a traceback)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is below {minimum}")
+        return value
+    return parse
+
+
 def _choice_list(choices: tuple[str, ...]):
     def parse(text: str) -> tuple[str, ...]:
         values = tuple(text.split(","))
@@ -427,7 +441,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--topology", required=True, help="bundled topology name or YAML file")
     coll.add_argument("--op", default="all_reduce")
     coll.add_argument("--algorithm", default="auto")
-    coll.add_argument("--ranks", type=int, default=0, help="number of GPUs (default: all)")
+    coll.add_argument("--ranks", type=_at_least(1), default=0, help="number of GPUs (default: all)")
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", default="calibrated", help="calibrated (default) or ideal (line rate)")
@@ -456,10 +470,11 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", required=True, help="output folder (a re-run resumes, skipping finished points)")
     sweep.add_argument("--executor", choices=["local", "serial", "dask"], default="local",
                        help="local process pool (default), serial (this process) or dask")
-    sweep.add_argument("--workers", type=int, default=0, help="pool or LocalCluster workers (default: all cores)")
+    sweep.add_argument("--workers", type=_at_least(0), default=0,
+                       help="pool or LocalCluster workers (default, or 0: all cores)")
     sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
                        help="Dask scheduler address (default: start a LocalCluster)")
-    sweep.add_argument("--max-points", type=int, default=10_000, help="refuse sweeps with more points")
+    sweep.add_argument("--max-points", type=_at_least(1), default=10_000, help="refuse sweeps with more points")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=_cmd_sweep)
@@ -479,7 +494,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     search.add_argument("--executor", choices=["local", "serial", "dask"], default="local")
-    search.add_argument("--workers", type=int, default=0)
+    search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
     for name in ("tp", "cp", "pp", "virtual-stages", "micro-batch"):
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",

@@ -285,6 +285,22 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert_one_error_line(captured.err, None, field, problem, allowed)
 
 
+@pytest.mark.parametrize("args, error", [
+    (["collective", "--topology", "dgx-h100", "--ranks", "0"], "trainsim collective: argument --ranks: '0' is below 1"),
+    (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"], "trainsim sweep: argument --workers: '-3' is below 0"),
+    (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"], "trainsim sweep: argument --max-points: '0' is below 1"),
+    (["search", "S", "--out", "OUT", "--workers", "x"],
+     "trainsim search: argument --workers: 'x' is not a whole number"),
+])
+def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
+    """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for
+    workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep."""
+    args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_topo_describe_bad_file(tmp_path, capsys):
     (tmp_path / "t.yaml").write_text("kind: cluster\nnodes: 2\nnic_bandwidth: 400\n")
     assert main(["topo", "describe", str(tmp_path / "t.yaml")]) == 2
