@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.parameter_server import ParameterServerConfig
@@ -161,7 +162,7 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
     """The GPU count of the scenario's cluster from the topology file's parameters (None: unknown until built)."""
     cluster = loaded.scenario.cluster
     try:
-        return topology_gpus(read_topology(cluster.topology, cluster.overrides()))
+        return topology_gpus(read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent))
     except InputError:  # the build reports it, located
         return None
 

@@ -90,7 +90,7 @@ def build_topology(loaded: LoadedScenario) -> Topology:
     """The scenario's cluster; topology errors in overrides point at the scenario's `cluster` section."""
     cluster = loaded.scenario.cluster
     try:
-        return load_topology(cluster.topology, cluster.overrides())
+        return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
     except TopologyError as exc:
         path = parse_field(exc.field)
         overridden = bool(path) and path[0] in cluster.overrides()

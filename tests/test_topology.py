@@ -335,3 +335,21 @@ def test_cli_draw_into_a_new_folder_and_refuse_a_large_one_on_the_command_line(t
         "error: command line: topo draw: topology dgx-h100-cluster has 2224 nodes, too many to draw (allowed: at "
         "most 512 nodes (GPUs, switches, NICs): fewer servers, or topo describe)\n")
     assert not (tmp_path / "big.png").exists()
+
+
+def test_a_scenario_reads_its_topology_file_relative_to_its_own_folder(tmp_path, capsys):
+    """As its trace and schedule table are: the path was read from the working folder, so a scenario beside
+    its topology file ran only from that folder, and a missing file was not located in the scenario."""
+    folder = tmp_path / "study"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("kind: nvswitch_node\ngpus: 4\n")
+    scenario = folder / "s.yaml"
+    scenario.write_text("cluster: {topology: mine.yaml}\nworkload: [{op: all_reduce, bytes: 1 MiB}]\n")
+    assert main(["validate", str(scenario)]) == 0
+    assert capsys.readouterr().out == f"{scenario}: valid (4 GPUs on mine)\n"
+    scenario.write_text("description: x\ncluster: {topology: sub/none.yaml}\n"
+                        "workload: [{op: all_reduce, bytes: 1 MiB}]\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:2: cluster.topology: no topology file {folder / 'sub' / 'none.yaml'} (allowed: a "
+        "bundled topology's name, or a YAML file's path relative to the scenario)\n")

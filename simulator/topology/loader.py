@@ -25,8 +25,9 @@ def list_bundled_topologies() -> list[str]:
     return sorted(path.stem for path in BUNDLED_DIR.glob("*.yaml"))
 
 
-def resolve_topology_path(name_or_path: str) -> Path:
-    """The file a topology name refers to: a bundled name such as 'dgx-h100', else a path."""
+def resolve_topology_path(name_or_path: str, folder: Path | None = None) -> Path:
+    """The file a topology name refers to: a bundled name such as 'dgx-h100', else a path, relative to
+    ``folder`` (a scenario's, as its trace and schedule table are) when given, else to the working folder."""
     text = str(name_or_path)
     if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")):
         path = BUNDLED_DIR / f"{text}.yaml"
@@ -34,7 +35,11 @@ def resolve_topology_path(name_or_path: str) -> Path:
             raise TopologyError(f"unknown topology {text!r}", field="topology",
                                 allowed=", ".join(list_bundled_topologies()) + ", or a path to a YAML file")
         return path
-    return Path(text)
+    path = Path(text) if folder is None else folder / text
+    if folder is not None and not path.is_file():
+        raise TopologyError(f"no topology file {path}", field="topology",
+                            allowed="a bundled topology's name, or a YAML file's path relative to the scenario")
+    return path
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,11 @@ class TopologySource:
     description: str
 
 
-def read_topology(name_or_path: str, overrides: dict | None = None) -> TopologySource:
-    """Read the bundled or given YAML file and apply ``overrides`` (a scenario's ``cluster:`` block or
-    ``--set nodes=128``) to its top-level parameters; strings such as "128" are read later like file values."""
-    path = resolve_topology_path(name_or_path)
+def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path | None = None) -> TopologySource:
+    """Read the bundled or given YAML file (a path relative to ``folder`` when given) and apply ``overrides``
+    (a scenario's ``cluster:`` block or ``--set nodes=128``) to its top-level parameters; strings such as
+    "128" are read later like file values."""
+    path = resolve_topology_path(name_or_path, folder)
     data, lines = read_yaml(path, TopologyError)
     source = str(path)
     if not isinstance(data, dict):
@@ -83,10 +89,11 @@ def read_topology(name_or_path: str, overrides: dict | None = None) -> TopologyS
                           frozenset(overrides or {}), data.get("description", ""))
 
 
-def load_topology(name_or_path: str, overrides: dict | None = None) -> Topology:
-    """Build the topology in a bundled or given YAML file, with top-level parameters replaced by ``overrides``;
-    errors point at the file's line, or at the override that set the value."""
-    spec = read_topology(name_or_path, overrides)
+def load_topology(name_or_path: str, overrides: dict | None = None, folder: Path | None = None) -> Topology:
+    """Build the topology in a bundled or given YAML file (relative to ``folder`` when given), with top-level
+    parameters replaced by ``overrides``; errors point at the file's line, or at the override that set the
+    value."""
+    spec = read_topology(name_or_path, overrides, folder)
     try:
         topology = build_topology(spec.kind, spec.params, spec.name)
     except TopologyError as exc:
