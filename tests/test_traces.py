@@ -252,3 +252,59 @@ def test_recost_gemms_uses_the_kernel_model_for_matrix_multiplies_with_shapes(tm
         gemm_duration((1, 256, 384, 128), "fp32", get_gpu("h100-sxm")), rel=EXACT)
     saved = float(((before["end_s"] - before["start_s"]) - (after["end_s"] - after["start_s"])).sum())
     assert traced.summary["step_time_s"] - recosted.summary["step_time_s"] == pytest.approx(saved, rel=1e-6)
+
+
+def test_back_to_back_kernels_get_no_host_gap_from_microsecond_rounding(tmp_path):
+    """In the two-rank fixture every kernel starts exactly when the op it waits for ends (3720 = 1020 + 2700 us
+    on rank 0), so the replay has no host time; the float sum of microseconds used to leave a 4e-19 s gap op."""
+    _, result = run(two_rank_scenario("100 Gb/s"), tmp_path)
+    assert (result.timeline["category"] != "host").all()
+
+
+def test_a_truncated_gzip_trace_names_the_file(tmp_path):
+    import gzip
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank in (0, 1):
+        packed = gzip.compress((KINETO_2RANK / f"rank{rank}.json").read_bytes())
+        (traces / f"rank{rank}.json.gz").write_bytes(packed[:300] if rank else packed)
+    text = two_rank_scenario("100 Gb/s").replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank*.json.gz")
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.file.endswith("rank1.json.gz") and "not a complete gzip file" in caught.value.problem
+
+
+def test_process_group_ranks_that_are_not_numbers(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank0.json").read_text())
+    doc["traceEvents"][4]["args"]["Process Group Ranks"] = ["a", "b"]
+    (traces / "rank0.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]"
+    assert error.problem.startswith("process group ranks ['a', 'b']")
+
+
+def test_a_size_given_as_true_is_not_one_element(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank0.json").read_text())
+    doc["traceEvents"][4]["args"]["In msg nelems"] = True
+    (traces / "rank0.json").write_text(json.dumps(doc))
+    assert "message size True" in kineto_error(traces).problem
+
+
+def test_a_kineto_trace_with_nothing_to_replay(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    (traces / "rank1.json").write_text('{"traceEvents": [{"ph": "i", "name": "marker", "ts": 5}]}')
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and error.field == "traceEvents"
+    assert error.problem.startswith("nothing to replay in 1 events")
+
+
+def test_a_chakra_trace_of_metadata_alone_has_nothing_to_replay(tmp_path):
+    path = tmp_path / "rank0.json"
+    path.write_text('[{"id": 1, "name": "meta", "type": "METADATA_NODE"}]')
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{path}', format: chakra-json}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "nodes" and caught.value.problem.startswith("nothing to replay in 1 nodes")

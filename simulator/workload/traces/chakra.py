@@ -51,6 +51,9 @@ def read_chakra(path: Path) -> TracedRank:
             continue
         op_of[position] = (len(ops),)
         ops.append(op)
+    if not ops:
+        raise trace_error(file, "nodes", f"nothing to replay in {len(nodes)} nodes: no COMP_NODE, COMM_COLL_NODE, "
+                          "COMM_SEND_NODE or COMM_RECV_NODE", "an execution trace of one training step")
     return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes")
 
 

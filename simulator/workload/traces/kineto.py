@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import gzip
 import re
+import zlib
 from dataclasses import replace
 from functools import lru_cache
 from itertools import accumulate
@@ -59,6 +60,9 @@ def load_json(path: Path) -> object:
         return orjson.loads(data)
     except OSError as exc:
         raise trace_error(str(path), "", f"cannot read the file ({exc.strerror or exc})") from None
+    except (EOFError, zlib.error) as exc:
+        raise trace_error(str(path), "", f"not a complete gzip file ({exc}); a truncated file?",
+                          "a complete .json.gz file") from None
     except orjson.JSONDecodeError as exc:
         raise trace_error(str(path), "", f"not valid JSON ({exc}); a truncated file?",
                           "a complete Chrome-trace JSON document") from None
@@ -78,7 +82,12 @@ def read_kineto(path: Path) -> TracedRank:
     if parsed.gpu:
         ops, unknown = parsed.gpu_ops()
         return TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown))
-    return TracedRank(file=file, rank=rank, ops=tuple(parsed.cpu_ops()), timed=True, events=len(events),
+    cpu_ops = parsed.cpu_ops()
+    if not cpu_ops:
+        raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy or "
+                          "memset, and no CPU op (cat cpu_op) in the profiled step",
+                          "a profiler trace of one training step")
+    return TracedRank(file=file, rank=rank, ops=tuple(cpu_ops), timed=True, events=len(events),
                       window=parsed.step_window)
 
 
@@ -167,9 +176,12 @@ class _Parsed:
         if element is None:
             raise trace_error(self.file, where, f"unknown data type {dtype!r} of {name!r}", ", ".join(DTYPE_BYTES))
         count = info.get("Out msg nelems") if primitive == "all_gather" else info.get("In msg nelems")
-        if not isinstance(count, (int, float)) or count < 0:
+        if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
             raise trace_error(self.file, where, f"message size {count!r} of {name!r} is not a count of elements")
         members = _ranks(info.get("Process Group Ranks"))
+        if members is None:
+            raise trace_error(self.file, where, f"process group ranks {info.get('Process Group Ranks')!r} of {name!r} "
+                              "are not rank numbers", "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=float(count) * element, group=group or "default", members=members,
@@ -269,10 +281,13 @@ def _from_kernel_name(name: str) -> tuple[str, str]:
     return primitive, dtype
 
 
-def _ranks(value: object) -> tuple[int, ...]:
-    """Process-group ranks given as a list or as its text ("[0, 1]")."""
+def _ranks(value: object) -> tuple[int, ...] | None:
+    """Process-group ranks given as a list or as its text ("[0, 1]"); () when not given, None when they are
+    not rank numbers."""
     if isinstance(value, list):
-        return tuple(int(rank) for rank in value)
+        if not all(isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 for rank in value):
+            return None
+        return tuple(value)
     if isinstance(value, str):
         return tuple(int(rank) for rank in re.findall(r"\d+", value))
     return ()

@@ -40,6 +40,9 @@ GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
 PEAK_PRECISION = "bf16"
 """Compute is scaled between GPUs by their dense peaks at this precision."""
+TIMESTAMP_ROUNDING_S = 0.5e-9
+"""Idle time below half of Kineto's timestamp resolution (1 ns) is the rounding of microsecond floats
+(3720e-6 - (1020e-6 + 2700e-6) is not 0), not host time."""
 
 
 def trace_files(pattern: str, base_dir: Path) -> list[Path]:
@@ -82,7 +85,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         members = _replicated(members, world, config.dp)
         world = config.dp
     if world > topology.num_gpus:
-        raise ScenarioError(f"the traced job spans {world} ranks; the cluster has {topology.num_gpus} GPUs",
+        raise ScenarioError(f"the traced job spans {world} ranks; the cluster has only {topology.num_gpus} "
+                            f"GPU{'s' if topology.num_gpus > 1 else ''}",
                             field="workload.dp" if config.dp else "workload.trace",
                             allowed=f"a cluster of at least {world} GPUs")
     scale = compute_scale(config, topology)
@@ -197,7 +201,7 @@ class _Builder:
             if source.timed and self.host_gaps:
                 ready = max([stream_end.get(op.stream, start)] + [source.ops[dep].end_s for dep in op.deps])
                 stream_end[op.stream] = max(stream_end.get(op.stream, start), op.end_s)
-                if op.start_s - ready > 0:
+                if op.start_s - ready > TIMESTAMP_ROUNDING_S:
                     self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name="host gap",
                                               deps=deps, category=HOST_CATEGORY, duration=op.start_s - ready))
                     deps = ()
@@ -205,7 +209,7 @@ class _Builder:
             self.ops.append(self._op(rank, source, op, deps, counts))
         if source.window and stream_end and self.host_gaps:
             last = max(stream_end, key=lambda stream: stream_end[stream])
-            if source.window[1] > stream_end[last]:
+            if source.window[1] - stream_end[last] > TIMESTAMP_ROUNDING_S:
                 self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=last, name="host gap",
                                           category=HOST_CATEGORY, duration=source.window[1] - stream_end[last]))
 
