@@ -229,3 +229,31 @@ def test_schedules_complete_for_small_sizes(name: str) -> None:
                 timing = simulate_schedule(schedule, 1, 2, 0.5)
                 for rank, idle in enumerate(timing.idle_per_rank):
                     assert timing.makespan - idle == pytest.approx(m * 3.5, abs=EXACT), (p, m, v, rank)
+
+
+def test_custom_csv_skips_a_row_of_commas_and_a_byte_order_mark() -> None:
+    """A spreadsheet saves blank rows as commas and UTF-8 with a BOM; both used to stop the load (IndexError,
+    "'\\ufeffF0' is not an action")."""
+    table = parse_schedule_csv("\ufeffF0,F1,BW0,BW1\n,,,\nF0,B0,F1,B1,W0,W1\n")
+    assert table == [parse_schedule_csv("F0,F1,BW0,BW1\nF0,B0,F1,B1,W0,W1\n")[0],
+                     [parse_action(word) for word in "F0 B0 F1 B1 W0 W1".split()]]
+    # F = B = W = 1: rank 1 starts after rank 0's F0, then runs its six actions back to back: 1 + 6 = 7
+    assert simulate_schedule(table, f=1, b=1, w=1).makespan == pytest.approx(7, rel=EXACT)
+
+
+def test_a_table_with_a_huge_micro_batch_index_is_refused_at_once() -> None:
+    """The largest index sets m = 10**8: the check names the first missing forward instead of walking m."""
+    with pytest.raises(ScenarioError) as caught:
+        parse_schedule_csv("F99999999,BW99999999\nF99999999,BW99999999\n", source="t.csv")
+    assert caught.value.problem == "rank 0 never runs F0" and caught.value.line == 1
+
+
+def test_a_table_given_with_another_schedule_is_refused() -> None:
+    from simulator.config.loader import scenario_from_text
+
+    text = ("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms}}\n"
+            "training: {microbatches: 2}\nparallelism:\n  pp: 2\n  pipeline: {schedule: 1f1b, table: t.csv}\n")
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_text(text, source="s.yaml")
+    assert str(caught.value) == ("s.yaml:6: parallelism.pipeline.table: a schedule table is read only by schedule "
+                                 "'custom', not '1f1b' (allowed: schedule: custom with the table, or no table)")

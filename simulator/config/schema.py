@@ -31,7 +31,7 @@ from simulator.config.training_options import (
 from simulator.errors import InputError
 from simulator.network.modes import NetworkMode
 from simulator.parallel.context import CpAlgorithm
-from simulator.schedules.registry import schedule_names
+from simulator.schedules.registry import CUSTOM_SCHEDULE, schedule_names
 from simulator.units import parse_duration, parse_size
 
 
@@ -254,6 +254,13 @@ class PipelineConfig(Section):
     virtual_stages: int = Field(default=1, ge=1)
     table: str | None = None
     first_last_fewer_layers: bool = False
+
+    @model_validator(mode="after")
+    def _table_only_for_custom(self) -> PipelineConfig:
+        if self.table is not None and self.schedule != CUSTOM_SCHEDULE:
+            raise FieldProblem(("table",), f"a schedule table is read only by schedule {CUSTOM_SCHEDULE!r}, not "
+                               f"{self.schedule!r}", f"schedule: {CUSTOM_SCHEDULE} with the table, or no table")
+        return self
 
 
 class DDPConfig(Section):

@@ -28,6 +28,8 @@ VIRTUAL_STAGES_FIELD = "parallelism.pipeline.virtual_stages"
 SCHEDULE_FIELD = "parallelism.pipeline.schedule"
 TABLE_FIELD = "parallelism.pipeline.table"
 OVERLAP_MARK = "+"
+ORDER_RULE = "F, then BW or B ... W, for every micro-batch and chunk"
+"""What every rank of a schedule must run for each (micro-batch, chunk), in this order."""
 
 _ACTION_PATTERN = re.compile(r"^(BW|F|B|W)(\d+)(?:C(\d+))?$")
 
@@ -142,7 +144,6 @@ def _validate_ranks(schedule: Schedule, p: int, m: int, v: int, field: str, file
     if len(schedule) != p:
         raise ScenarioError(f"the schedule has {len(schedule)} ranks, the pipeline has {p} stages",
                             field=field, allowed=f"{p} rows", file=file)
-    expected = {(mb, c) for mb in range(m) for c in range(v)}
     for rank, actions in enumerate(schedule):
         counts = Counter((a.kind, a.microbatch, a.chunk) for a in actions)
         duplicated = [k for k, n in counts.items() if n > 1]
@@ -151,23 +152,28 @@ def _validate_ranks(schedule: Schedule, p: int, m: int, v: int, field: str, file
             raise _RankError(rank, f"rank {rank} runs {Action(kind, mb, c)} {counts[duplicated[0]]} times",
                              "each action once per rank")
         for action in actions:
-            if (action.microbatch, action.chunk) not in expected:
+            if not (0 <= action.microbatch < m and 0 <= action.chunk < v):
                 raise _RankError(rank, f"rank {rank} runs {action}, outside micro-batches 0..{m - 1} and chunks "
                                        f"0..{v - 1}", f"micro-batches < {m}, chunks < {v}")
-        _check_rank_order(rank, actions, expected)
+        # The (micro-batch, chunk) pairs with a forward, in order, up to the first one missing: walking them
+        # costs the rank's actions, not m v (a table's largest index sets m, however few actions it holds).
+        forwards = sorted((a.microbatch, a.chunk) for a in actions if a.kind == "F")
+        complete = next((i for i, key in enumerate(forwards) if key != divmod(i, v)), len(forwards))
+        _check_rank_order(rank, actions, forwards[:complete])
+        if complete < m * v:
+            raise _RankError(rank, f"rank {rank} never runs {Action('F', *divmod(complete, v))}", ORDER_RULE)
 
 
-def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int, int]]) -> None:
+def _check_rank_order(rank: int, actions: list[Action], keys: list[tuple[int, int]]) -> None:
+    """Each (micro-batch, chunk) of ``keys``, all run forward on this rank, has its backward after it."""
     position = {(a.kind, a.microbatch, a.chunk): i for i, a in enumerate(actions)}
-    for mb, c in sorted(expected):
+    for mb, c in keys:
         label = str(Action("F", mb, c))[1:]
-        forward = position.get(("F", mb, c))
+        forward = position[("F", mb, c)]
         whole = position.get(("BW", mb, c))
         grad = position.get(("B", mb, c))
         weight = position.get(("W", mb, c))
-        if forward is None:
-            problem = f"rank {rank} never runs F{label}"
-        elif whole is not None:
+        if whole is not None:
             if grad is not None or weight is not None:
                 problem = f"rank {rank} runs BW{label} and also a split B/W for it"
             elif whole < forward:
@@ -182,4 +188,4 @@ def _check_rank_order(rank: int, actions: list[Action], expected: set[tuple[int,
             problem = f"rank {rank} runs W{label} before B{label}"
         else:
             continue
-        raise _RankError(rank, problem, "F, then BW or B ... W, for every micro-batch and chunk")
+        raise _RankError(rank, problem, ORDER_RULE)

@@ -3,8 +3,8 @@
 Cells are actions as ``str(Action)`` writes them: F3 (forward of micro-batch 3), B3 (input-grad backward),
 W3 (weight-grad), BW3 (whole backward), with an optional chunk suffix (F0c1), or an overlapped slot, a forward
 and a backward joined by '+' (F4+BW1c1). An optional first row ``placement,v`` puts the chunks in the V
-placement (default ``loop``). Blank lines, blank cells and lines starting with '#' are skipped. The table fixes
-p (rows), m and v (largest micro-batch and chunk + 1).
+placement (default ``loop``). Blank lines, blank cells (a row of commas too) and lines starting with '#' are
+skipped, as is a leading byte-order mark. The table fixes p (rows), m and v (largest micro-batch and chunk + 1).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from simulator.schedules.base import (
 )
 
 PLACEMENT_ROW = "placement"
+BYTE_ORDER_MARK = "\ufeff"
+"""What spreadsheets put before the first cell of a CSV saved as UTF-8."""
 
 
 def schedule_to_csv(schedule: Schedule, placement: Placement = "loop") -> str:
@@ -50,10 +52,12 @@ def _read_table(text: str, source: str) -> tuple[Schedule, Placement]:
     schedule: Schedule = []
     rank_lines: list[int] = []
     placement: Placement = "loop"
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    for line_number, line in enumerate(text.removeprefix(BYTE_ORDER_MARK).splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         cells = [cell.strip() for cell in next(csv.reader([line])) if cell.strip()]
+        if not cells:
+            continue
         if cells[0].lower() == PLACEMENT_ROW and not schedule:
             placement = _placement(cells[1:], source, line_number)
             continue
