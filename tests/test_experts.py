@@ -127,7 +127,7 @@ def test_all_to_all_pairs_carry_the_tokens_the_routing_sends_them(run_yaml):
 @pytest.mark.parametrize(("overrides", "field", "problem"), [
     (["parallelism.ep=3"], "parallelism.ep", "does not divide the 8 experts"),
     (["parallelism.ep=8", "parallelism.tp=4"], "parallelism.ep", "does not divide dp x cp"),
-    (["model.moe.top_k=9"], "model.moe", "top_k 9 is above the 8 experts"),
+    (["model.moe.top_k=9"], "model.moe.top_k", "top_k 9 is above the 8 experts"),
     (["model.moe.capacity_factor=0"], "model.moe.capacity_factor", "is not above 0"),
 ])
 def test_bad_expert_settings_are_located_errors(validation_error, overrides, field, problem, assert_located):
@@ -211,3 +211,16 @@ def test_zero_bubble_weight_pass_splits_a_moe_block_into_its_experts_and_the_res
                          & full["name"].str.contains(" L1.mlp")]
     split = compute[compute["category"].isin(("backward", "weight_grad"))]
     assert float(split["flops"].sum()) == pytest.approx(float(full_backward["flops"].sum()), rel=1e-12)
+
+
+def test_a_very_skewed_dirichlet_routes_every_token_without_a_numpy_warning():
+    """Concentration 1/skew = 0.001 leaves experts with popularity 0 (log 0 = -inf, which used to print numpy's
+    'divide by zero' RuntimeWarning on the user's terminal); every token still picks top_k experts."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sample = sample_routing(RoutingConfig(balance="dirichlet", skew=1000.0), 8, 2, None, 512, 4, rng)
+    assert sample.counts.sum() == 4 * 512 * 2
+    assert (sample.counts <= 512).all()  # distinct experts per token: at most one pick of each per token

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from simulator.config.sections import Section
+from simulator.config.sections import FieldProblem, Section
 
 ROUTING_BALANCES = ("uniform", "zipf", "dirichlet")
 
@@ -35,5 +35,6 @@ class MoEConfig(Section):
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoEConfig:
         if self.top_k > self.experts:
-            raise ValueError(f"top_k {self.top_k} is above the {self.experts} experts")
+            raise FieldProblem(("top_k",), f"top_k {self.top_k} is above the {self.experts} experts",
+                               f"1 to {self.experts}: each token picks distinct experts")
         return self

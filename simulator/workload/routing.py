@@ -79,7 +79,8 @@ def sample_routing(routing: RoutingConfig, experts: int, top_k: int, capacity_fa
     if routing.balance == "uniform":
         counts = np.full((ranks, experts), tokens * top_k / experts)
         return RoutingSample(counts, capacity, top_k)
-    log_p = np.log(popularity(routing, experts, rng))
+    with np.errstate(divide="ignore"):  # an expert a very skewed Dirichlet never picks: log 0 = -inf, never drawn
+        log_p = np.log(popularity(routing, experts, rng))
     counts = np.zeros((ranks, experts))
     for rank in range(ranks):
         for start in range(0, tokens, GUMBEL_CHUNK):
