@@ -248,3 +248,14 @@ def test_a_model_too_large_for_a_worker_is_out_of_memory():
                                 "ps: {servers: 1}\n", "big.yaml")
     verdict = validate(loaded, build_topology(loaded))
     assert verdict.memory["oom"] and verdict.memory["peak_memory_gib"] > 4 * 70e9 / 2**30
+
+
+@pytest.mark.parametrize(("override", "field", "words"), [
+    ("parallelism.zero=1", "parallelism.zero", "zero 1: parameter-server workers each hold the whole model"),
+    ("parallelism.tp=2", "parallelism.tp", "tp 2: parameter-server workers each hold the whole model"),
+])
+def test_sharding_a_worker_is_refused_zero_1_included(validation_error, assert_located, override, field, words):
+    """ZeRO-1 used to pass (the check allowed 0 or 1 for every field) and was silently ignored."""
+    error = validation_error(scenario(), override)
+    assert_located(error, (override,), field, words)
+    assert error.allowed == ("0" if field.endswith("zero") else "1") + ", or strategy: collective"

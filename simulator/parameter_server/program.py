@@ -54,7 +54,9 @@ SLOWDOWN_STREAM = 0x50534954
 """Mixed into the seed of the per-iteration slowdown draws, so other users of `run.seed` draw independently."""
 UPDATE_OF = re.compile(r"^update w(\d+)$")
 """The name of a per-push update on a server GPU: `update w<worker GPU>`."""
-PARALLEL_FIELDS = ("tp", "cp", "pp", "ep", "zero")
+PARALLEL_FIELDS = {"tp": 1, "cp": 1, "pp": 1, "ep": 1, "zero": 0}
+"""The parallelism fields a worker must leave at these values: each holds the whole model, optimizer state on the
+servers."""
 
 
 def ps_config(scenario: Scenario) -> ParameterServerConfig:
@@ -66,10 +68,11 @@ def ps_config(scenario: Scenario) -> ParameterServerConfig:
     if config is None:
         raise ScenarioError("parameter_server needs a ps: section naming the server hosts",
                             field="parallelism.strategy", allowed="ps: {servers: N} (hosts that serve)")
-    for name in PARALLEL_FIELDS:
-        if getattr(par, name) not in (0, 1):
-            raise ScenarioError(f"{name} {getattr(par, name)}: parameter-server workers each hold the whole model",
-                                field=f"parallelism.{name}", allowed="1 (0 for zero), or strategy: collective")
+    for name, whole in PARALLEL_FIELDS.items():
+        if getattr(par, name) != whole:
+            raise ScenarioError(f"{name} {getattr(par, name)}: parameter-server workers each hold the whole model and "
+                                "the servers the optimizer state", field=f"parallelism.{name}",
+                                allowed=f"{whole}, or strategy: collective")
     if par.dp is not None or par.fsdp is not None:
         field = "parallelism.dp" if par.dp is not None else "parallelism.fsdp"
         raise ScenarioError("with parameter servers every worker GPU is a data-parallel rank", field=field,
