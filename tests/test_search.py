@@ -64,3 +64,20 @@ def test_search_takes_a_bundled_scenario_by_name():
     bundled = simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary["tokens_per_s"]
     assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=selective", "tokens_per_s"] == pytest.approx(bundled,
                                                                                                      rel=1e-12)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--top", "0"], "command line: --top: top 0 simulates no layout of the search (allowed: 1 or more survivors "
+                     "to simulate)"),
+    (["--tp", "3", "--cp", "1", "--pp", "1"],
+     "command line: --tp/--cp/--pp/--virtual-stages: no layout of the search space fits the 512 GPUs (allowed: "
+     "tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1)"),
+])
+def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args, message):
+    """--top 0 or a space with no layout of the GPU count used to report that the search 'agrees with the
+    decision tree', having simulated the tree's layout alone (and --top -1 simulated all but one)."""
+    from simulator.cli import main
+
+    assert main(["search", str(SCENARIO), "--out", str(tmp_path / "out"), *args]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
+    assert not (tmp_path / "out").exists()

@@ -54,6 +54,9 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
     parallelism section is ignored)."""
     space = space or SearchSpace()
+    if top < 1:
+        raise ScenarioError(f"top {top} simulates no layout of the search", field="--top",
+                            allowed="1 or more survivors to simulate")
     loaded = load_scenario(scenario_path, overrides)
     scenario = loaded.scenario
     if scenario.model is None or scenario.model.synthetic is not None:
@@ -78,7 +81,12 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                                else check_memory(base, candidate, topology, schedule))
         return memo[candidate]
 
-    checked = _prune(enumerate_candidates(space, topology.num_gpus, host_gpus), check, space)
+    candidates = enumerate_candidates(space, topology.num_gpus, host_gpus)
+    if not candidates:
+        raise ScenarioError(f"no layout of the search space fits the {topology.num_gpus} GPUs",
+                            field="--tp/--cp/--pp/--virtual-stages",
+                            allowed="tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1")
+    checked = _prune(candidates, check, space)
     state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
                                   scenario.training.grad_reduce_dtype)
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
