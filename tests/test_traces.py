@@ -308,3 +308,27 @@ def test_a_chakra_trace_of_metadata_alone_has_nothing_to_replay(tmp_path):
     with pytest.raises(TraceError) as caught:
         run(text, tmp_path)
     assert caught.value.field == "nodes" and caught.value.problem.startswith("nothing to replay in 1 nodes")
+
+
+def test_an_unknown_trace_key_lists_the_trace_fields(tmp_path):
+    """The workload is a list of collectives or a trace mapping; a mistyped trace key used to be answered with
+    the collective list's keys (op, bytes, ...)."""
+    from simulator.errors import ScenarioError
+
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{KINETO_2RANK}/rank*.json', tp: 2}}\n"
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_text(text, source="s.yaml")
+    assert str(caught.value) == ("s.yaml:2: workload.tp: unknown key 'tp' (allowed: trace, format, compute_scale, "
+                                 "traced_gpu, dp, host_gaps, recost_gemms, tokens_per_step, model_flops_per_token)")
+
+
+@pytest.mark.parametrize("section", ["parallelism: {tp: 2}", "training: {seq_len: 4096}"])
+def test_training_step_sections_beside_a_trace_are_refused_not_ignored(section):
+    from simulator.errors import ScenarioError
+
+    name = section.split(":")[0]
+    text = f"cluster: {{topology: dgx-h100}}\n{section}\nworkload: {{trace: '{KINETO_2RANK}/rank*.json'}}\n"
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_text(text, source="s.yaml")
+    assert str(caught.value).startswith(f"s.yaml:2: {name}: a replayed trace brings its own step; {name} "
+                                        "describes a modelled one and would be ignored (allowed: leave it out")

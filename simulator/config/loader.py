@@ -100,27 +100,28 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
     """The field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
     current: object = model
-    for part in loc:
+    for position, part in enumerate(loc):
         if isinstance(part, int):
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return ""
         annotation = fields[part].annotation
-        current = _model_in(annotation)
+        current = _model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
     fields = getattr(current, "model_fields", None)
     return ", ".join(fields) if fields else ""
 
 
-def _model_in(annotation: object) -> object:
-    """The pydantic model inside an annotation such as ``Model``, ``list[Model]`` or ``Model | None``."""
+def _model_in(annotation: object, in_list: bool = False) -> object:
+    """The pydantic model inside an annotation such as ``Model``, ``list[Model]`` or ``Model | None``; of
+    ``list[A] | B`` (a list or a mapping), A for an item of the list (``in_list``), else B."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
+    args = getattr(annotation, "__args__", ()) or ()
+    if getattr(annotation, "__origin__", None) is list:
+        return _model_in(args[0]) if in_list else None
+    found = [model for model in (_model_in(arg, in_list) for arg in args) if model is not None]
+    return found[0] if found else None
 
 
 _TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none")

@@ -390,4 +390,10 @@ class Scenario(Section):
             raise ValueError("give either a training step (model) or a workload list, not both")
         if self.model is None and not self.workload:
             raise ValueError("nothing to simulate: add a model (training step) or a workload list")
+        if isinstance(self.workload, TraceWorkload):
+            for name in ("training", "parallelism"):
+                if getattr(self, name).model_fields_set:
+                    raise FieldProblem((name,), f"a replayed trace brings its own step; {name} describes a modelled "
+                                       "one and would be ignored", "leave it out: workload.dp replicates the "
+                                       "trace, workload.tokens_per_step and model_flops_per_token give throughput")
         return self
