@@ -332,3 +332,44 @@ def test_training_step_sections_beside_a_trace_are_refused_not_ignored(section):
         scenario_from_text(text, source="s.yaml")
     assert str(caught.value).startswith(f"s.yaml:2: {name}: a replayed trace brings its own step; {name} "
                                         "describes a modelled one and would be ignored (allowed: leave it out")
+
+
+SEND_TO_RANK_1 = ('[{"id": 1, "name": "send", "type": "COMM_SEND_NODE", "attr": [{"name": "comm_dst", "int32Val": 1}, '
+                  '{"name": "comm_size", "int64Val": 100}]}]')
+
+
+def test_a_send_to_a_rank_without_a_trace_is_refused(tmp_path):
+    """A one-file Chakra trace sending to rank 1 used to crash the engine (IndexError in engine/ordering.py)."""
+    path = tmp_path / "rank0.json"
+    path.write_text(SEND_TO_RANK_1)
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{path}', format: chakra-json}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert str(caught.value) == (f"{path}: nodes[0]: a send of rank 0 (p2p.0.1.0#0): rank 1 has no trace to receive "
+                                 "it (allowed: a receive on the peer for each send, matched by tag and order)")
+
+
+def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
+    """It used to run into the engine's deadlock report (exit status 1) instead of naming the node."""
+    traces = copy_traces(CHAKRA_2RANK, tmp_path)
+    path = traces / "rank1.json"
+    path.write_text(path.read_text().replace('"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{traces}/rank*.json', format: chakra-json}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.file.endswith("rank0.json") and caught.value.field == "nodes[3]"
+    assert caught.value.problem == "a send of rank 0 (p2p.0.1.7#0): rank 1's trace has no matching receive"
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("comm_size", '"1.5"', "comm_size '1.5' of 'send' is not a whole number of bytes"),
+    ("comm_dst", "1.5", "comm_dst 1.5 of 'send' is not a rank"),
+])
+def test_chakra_numbers_that_are_not_whole_are_refused_not_truncated(tmp_path, field, value, problem):
+    path = tmp_path / "rank0.json"
+    path.write_text(SEND_TO_RANK_1.replace('"int64Val": 100' if field == "comm_size" else '"int32Val": 1',
+                                           f'"int64Val": {value}'))
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{path}', format: chakra-json}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "nodes[0]" and caught.value.problem == problem

@@ -182,7 +182,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
     try:
         nbytes = float(as_int(size))
     except ValueError:
-        raise trace_error(file, where, f"{kind} {name!r} has no comm_size", "a comm_size attribute in bytes") from None
+        problem = (f"{kind} {name!r} has no comm_size" if size is None
+                   else f"comm_size {size!r} of {name!r} is not a whole number of bytes")
+        raise trace_error(file, where, problem, "a comm_size attribute in bytes") from None
     if nbytes < 0:
         raise trace_error(file, where, f"comm_size {nbytes} is negative", "bytes >= 0")
     group = str(attrs.get("pg_name") or "")
@@ -201,8 +203,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
     try:
         peer_rank = as_int(peer)
     except (TypeError, ValueError):
-        raise trace_error(file, where, f"{kind} {name!r} has no {'comm_dst' if send else 'comm_src'}",
-                          "the peer rank as an attribute") from None
+        field = "comm_dst" if send else "comm_src"
+        problem = f"{kind} {name!r} has no {field}" if peer is None else f"{field} {peer!r} of {name!r} is not a rank"
+        raise trace_error(file, where, problem, "the peer rank as an attribute") from None
     try:
         tag = as_int(attrs.get("comm_tag") or 0)
     except ValueError:

@@ -121,7 +121,8 @@ def gemm_shape(name: str, dims: object) -> GemmShape:
 
 def as_int(value: object) -> int:
     """An integer from a JSON number or its text (protobuf JSON writes 64-bit integers as strings)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+            isinstance(value, float) and not value.is_integer()):
         raise ValueError(f"{value!r} is not an integer")
     return int(value)
 

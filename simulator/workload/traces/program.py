@@ -98,6 +98,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
             builder.add_rank(rank, source)
+    builder.check_transfers_matched()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
@@ -189,6 +190,7 @@ class _Builder:
         self.ops: list[Op] = []
         self.ranks: set[int] = set()
         self._sizes: dict[str, tuple[float, str, int, str, str]] = {}
+        self._transfers: dict[str, dict[str, tuple[str, str]]] = {}
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
         self.ranks.add(rank)
@@ -238,8 +240,23 @@ class _Builder:
         counts[series] = counts.get(series, -1) + 1
         key = f"{'.'.join(map(str, series))}#{counts[series]}"
         self._check_size(key, op, rank, source)
+        if op.kind != "collective":
+            self._transfers.setdefault(key, {})[op.kind] = (source.file, source.where(op))
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                             category=_category(op), op=primitive, group=group, nbytes=op.nbytes, key=key)
+
+    def check_transfers_matched(self) -> None:
+        """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
+        its partner would wait forever (the peer's trace lacks it, or there is no trace of the peer)."""
+        for key, ends in self._transfers.items():
+            if len(ends) == 1:
+                (kind, (file, where)), = ends.items()
+                src, dst = (int(rank) for rank in key.split(".")[1:3])
+                peer, missing = (dst, "receive") if kind == "send" else (src, "send")
+                why = (f"rank {peer}'s trace has no matching {missing}" if peer in self.ranks
+                       else f"rank {peer} has no trace to {missing} it")
+                raise trace_error(file, where, f"a {kind} of rank {src if kind == 'send' else dst} ({key}): {why}",
+                                  "a receive on the peer for each send, matched by tag and order")
 
     def _check_size(self, key: str, op: TracedOp, rank: int, source: TracedRank) -> None:
         """Every member must agree on a collective's primitive and size."""
