@@ -117,9 +117,9 @@ def _model_in(annotation: object, in_list: bool = False) -> object:
     ``list[A] | B`` (a list or a mapping), A for an item of the list (``in_list``), else B."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
-    args = getattr(annotation, "__args__", ()) or ()
+    args: tuple[object, ...] = getattr(annotation, "__args__", ()) or ()
     if getattr(annotation, "__origin__", None) is list:
-        return _model_in(args[0]) if in_list else None
+        return _model_in(args[0]) if in_list and args else None
     found = [model for model in (_model_in(arg, in_list) for arg in args) if model is not None]
     return found[0] if found else None
 
