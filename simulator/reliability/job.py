@@ -12,7 +12,7 @@ that state's step time, and the extra time of its kept steps is slow-step time o
 `degrade` failure whose state has no route for some GPU interrupts instead and takes its blast radius, as
 `replace`. Planned maintenance windows come every `every_s`, the first after half a period; at each the job
 checkpoints, stops for its duration and restarts without detection (a window that falls inside a restart is
-taken right after it).
+taken right after it; several windows that fall inside one restart are taken as one).
 """
 
 from __future__ import annotations
@@ -130,9 +130,18 @@ class JobProcess:
                 yield from self._restart(env, planned=False)
             elif t == maintenance:
                 self.planned += 1
-                self.next_maintenance += self.plan.maintenance.every_s if self.plan.maintenance else INF
+                self._skip_windows(t)
                 clock.stop_cleanly(t)
                 yield from self._restart(env, planned=True)
+
+    def _skip_windows(self, t: float) -> None:
+        """After the window taken at ``t``, the next one due after ``t``: windows that came due while the
+        job was restarting are taken as one, right after the restart, not one after the other."""
+        if self.plan.maintenance is None:
+            self.next_maintenance = INF
+            return
+        every = self.plan.maintenance.every_s
+        self.next_maintenance += every * (math.floor((t - self.next_maintenance) / every) + 1)
 
     def _peek(self) -> int | None:
         """Index of the next arrival, if any is left."""
@@ -160,6 +169,7 @@ class JobProcess:
         klass = self.plan.classes[self.klass[index]]
         if klass.effect.interrupts:
             return False
+        self._end_degradations(t)
         key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
         if key not in self.degraded:
             candidate = state_of(self.replicas, [d for _, d in self.degraded] + [key[1]])

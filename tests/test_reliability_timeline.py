@@ -1,0 +1,76 @@
+"""Job timelines with failures placed by hand (the seeded draw replaced), checked against what must happen at
+those times: a degradation repaired while the job was restarting is over when the next one comes, and the
+maintenance windows that fell inside one long restart are taken once, right after it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.config.loader import scenario_from_text
+from simulator.reliability.processes import Arrivals
+
+H = 3600.0
+JOB = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {dp: 4}
+checkpoint: {interval: 1000 d, size: 1 GB}
+run: {horizon: 30 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d}
+    spine_switch: {mtbf: 1000 d}
+  maintenance: {every: 3 h}
+restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
+"""
+GPU, SPINE = 0, 1
+"""Class indices, in the order of `faults.components`."""
+
+
+@pytest.fixture
+def job_with(monkeypatch):
+    """The job of JOB with exactly these failures: (time s, class index, unit, repair s) rows."""
+    import simulator.reliability.simulate as simulate
+
+    def run(*rows):
+        time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
+        arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
+        monkeypatch.setattr(simulate, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+        return simulate.simulate_job(scenario_from_text(JOB))
+    return run
+
+
+def test_a_spine_repaired_during_a_restart_does_not_block_the_next_one(job_with):
+    """A GPU fails at 1 h and its host is back at 11 h (no spare): the job restarts until then. Spine 0 fails
+    at 2 h and is repaired at 3 h, inside the restart; spine 1 fails at 5 h until 25 h. Only one spine is
+    ever down, so the job trains with one spine down from its restart until 25 h: slow-step time = that
+    training time x (1 - healthy step / one-spine-down step). Before the fix spine 0 stayed down until the
+    restart ended, spine 1 made 'every spine down' and was dropped, and the job met no slow step."""
+    job = job_with((1 * H, GPU, 0, 10 * H), (2 * H, SPINE, 0, 1 * H), (5 * H, SPINE, 1, 20 * H))
+    summary, events = job.summary, job.events
+    assert [state["spines_down"] for state in summary["states"]] == [0, 1]
+    healthy, degraded = (state["step_time_s"] for state in summary["states"])
+    spines = events[events["kind"] == "degraded"]
+    assert spines[["start_s", "end_s"]].to_numpy().tolist() == [[2 * H, 3 * H], [5 * H, 25 * H]]
+    restarts = events[events["kind"] == "restart"]
+    resumed = float(restarts["end_s"][restarts["cause"] == "failure"].max())
+    stopped = restarts[(restarts["cause"] == "maintenance") & (restarts["end_s"] < 25 * H)]
+    training = 25 * H - resumed - float((stopped["end_s"] - stopped["start_s"]).sum())
+    expected = training * (1 - healthy / degraded)
+    assert summary["time_s"]["slow_steps_s"]["mean"] == pytest.approx(expected, rel=1e-9)
+    assert summary["slow_steps_by_cause_s"]["spine_switch"]["mean"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_windows_inside_one_restart_are_taken_once_after_it(job_with):
+    """Maintenance every 3 h (windows at 1.5, 4.5, ..., 28.5 h); a GPU fails at 1 h and the job waits for
+    its host until 11 h. The windows at 1.5, 4.5, 7.5 and 10.5 h fall inside that restart and are taken as
+    one right after it, then 13.5 ... 28.5 h: 7 planned stops (it took four in a row at 11 h, 10 in all)."""
+    job = job_with((1 * H, GPU, 0, 10 * H))
+    assert job.summary["interruptions"]["planned"]["mean"] == 7
+    events = job.events
+    stops = events[(events["kind"] == "restart") & (events["cause"] == "maintenance")]["start_s"].to_numpy()
+    assert stops[0] == pytest.approx(11 * H, abs=1.0)
+    assert stops[1:] == pytest.approx([13.5 * H, 16.5 * H, 19.5 * H, 22.5 * H, 25.5 * H, 28.5 * H], abs=1e-6)
