@@ -34,7 +34,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
-        return _run_job(loaded, out, quiet=args.quiet)
+        return _run_job(loaded, out, quiet=args.quiet, force=args.force)
     from simulator import simulate
     from simulator.console.progress import RunProgress
     from simulator.report.writers import write_outputs
@@ -67,12 +67,12 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory)}", style="bold red")
 
 
-def _run_job(loaded, out: Path, *, quiet: bool) -> int:
+def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its outputs, then (unless ``quiet``) its table of figures."""
     from simulator.reliability.report import JOB_FILES, write_job_outputs
     from simulator.reliability.simulate import simulate_job
 
-    job = simulate_job(loaded)
+    job = simulate_job(loaded, force=force)
     write_job_outputs(out, job.summary, job.table, job.step_summary)
     if not quiet:
         from rich.console import Console
@@ -81,7 +81,7 @@ def _run_job(loaded, out: Path, *, quiet: bool) -> int:
 
         print_job_report(job.summary, job.step_summary,
                          Console(highlight=False, width=None if sys.stdout.isatty() else 120))
-        print(f"wrote {out}: {', '.join(JOB_FILES)} ({job.table.num_rows} events)")
+        print(f"wrote {out}: {', '.join(JOB_FILES)} ({job.table.num_rows:,} rows of job events)")
     return 0
 
 

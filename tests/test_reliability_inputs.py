@@ -51,6 +51,11 @@ BAD = {
     "spares over cluster": (("  spares: 1", "  spares: 3"), 23, "restart.spares"),
     "shape without weibull": (("      repair: 4 h", "      shape: 0.7"), 15, "faults.components.gpu"),
     "degrade a gpu": (("      repair: 4 h", "      effect: degrade"), 17, "faults.components.gpu.effect"),
+    "negative steps": (("  interval: 30 min", "  interval: -5 steps"), 19, "checkpoint.interval"),
+    "fractional steps": (("  interval: 30 min", "  interval: 1.5 steps"), 19, "checkpoint.interval"),
+    "maintenance longer than its period": (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n"
+                                            "  components:"), 14, "faults.maintenance"),
+    "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 13, "faults"),
 }
 
 
@@ -92,3 +97,56 @@ def test_failure_counts_follow_the_renewal_rate(distribution, shape):
     assert np.all(np.diff(arrivals.time_s) >= 0)
     assert arrivals.repair_s.mean() == pytest.approx(60.0, rel=0.05)
     assert math.isclose(float(arrivals.unit.max()), 63)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("  interval: 30 min", "  interval: -5 steps"),
+     "checkpoint.interval: interval '-5 steps' must be a whole number of steps, at least one (allowed: '200 steps', "
+     "'30 min')"),
+    (("      repair: 4 h", "      shape: 0.7"),
+     "faults.components.gpu: shape 0.7 applies to distribution: weibull only (allowed: distribution: weibull with "
+     "a shape, or no shape)"),
+    (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n  components:"),
+     "faults.maintenance: a 7200 s stop every 3600 s leaves no time to train (allowed: a duration shorter than "
+     "every)"),
+    (("      mtbf: 1000 h", "      mtbf: 100 ms"),
+     "faults: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, 0 maintenance "
+     "windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer checkpoint.interval or "
+     "faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass --force)"),
+])
+def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
+    """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an
+    unknown unit 'steps'; a failure rate that would draw 27.6 million failures (16 GPUs failing every 100 ms
+    for 2 days) is refused before any is drawn, not simulated for many minutes."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace(*change))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    problem = err.split(": ", 2)[2]
+    assert problem == message, err
+
+
+def test_a_preset_class_given_a_new_rate_keeps_its_label_and_repair(tmp_path):
+    """`components: {gpu: {mtbf: ...}}` over the llama3 preset changes the rate only: the class is still the
+    paper's 'faulty GPU', repaired in 2 d, in job_summary.json and in the printed table."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.reliability.simulate import simulate_job
+
+    text = BASE.replace("faults:\n", "faults:\n  preset: llama3\n").replace("      repair: 4 h\n", "")
+    model = simulate_job(scenario_from_text(text)).summary["failure_model"]
+    assert model["gpu"]["label"] == "faulty GPU" and model["gpu"]["repair_s"] == 2 * 86400.0
+    assert model["gpu"]["rate_per_unit_per_h"] == pytest.approx(1 / 1000)
+
+
+@pytest.mark.parametrize("multipliers", ["inf", "nan", "0", "1,-2"])
+def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, capsys):
+    """`--multipliers inf` is refused at the flag (it was refused at a `--set faults.rate_multiplier=inf` the
+    user never typed)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["study", "mtbf", str(scenario), f"--multipliers={multipliers}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: command line: --multipliers: {multipliers!r} needs positive, finite values "
+                   "(allowed: numbers, e.g. 0.5,1,2,4)"), err
+    assert not out.exists()

@@ -147,3 +147,18 @@ def test_a_job_without_failures_prints_and_studies_without_an_mtbf(tmp_path, cap
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
                  "--out", str(tmp_path / "study")]) == 0
     assert "no failures expected, so no Young or Daly interval" in capsys.readouterr().out
+
+
+def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):
+    """'most:' lists causes that interrupted the job (a class that never struck was printed as 'CPU 0.0'), and
+    a horizon under a day reads in hours, not as 0.08333 days."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 2").replace("54 d", "2 h").replace(
+        "mtbf: 3 h}", "mtbf: 1 h}\n    cpu: {unit: host, mtbf: 100000 d}"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = capsys.readouterr().out
+    by_cause = json.loads((tmp_path / "job" / "job_summary.json").read_text())["interruptions"]["by_cause"]
+    assert by_cause["cpu"]["mean"] == 0 and by_cause["job_failure"]["mean"] > 0
+    line = next(line for line in printed.splitlines() if line.lstrip().startswith("interruptions"))
+    assert line.rstrip().endswith(f"; most: job_failure {by_cause['job_failure']['mean']:,.1f}"), line
+    assert ", 2.0 h, 2 replication(s)\n" in printed

@@ -8,6 +8,7 @@ decided in `simulator/reliability/components.py`; these classes only check each 
 
 from __future__ import annotations
 
+import math
 import re
 from enum import StrEnum
 from typing import Annotated, Literal, get_args
@@ -81,12 +82,13 @@ def parse_rate(value: object) -> float:
 def parse_interval(value: object) -> float | int:
     """A checkpoint interval: an int number of steps from "N steps", else seconds from a duration."""
     if isinstance(value, str):
-        match = re.match(r"^\s*(\d+)\s*steps?\s*$", value)
+        match = re.match(r"^\s*([-+]?\d*\.?\d*(?:[eE][-+]?\d+)?)\s*steps?\s*$", value)
         if match:
-            steps = int(match[1])
-            if steps <= 0:
-                raise ValueError(f"interval {value!r} must be at least one step (allowed: '200 steps', '30 min')")
-            return steps
+            steps = float(match[1]) if re.search(r"\d", match[1]) else math.nan
+            if not steps >= 1 or steps != int(steps):
+                raise ValueError(f"interval {value!r} must be a whole number of steps, at least one (allowed: "
+                                 "'200 steps', '30 min')")
+            return int(steps)
     seconds = _quantity(parse_duration)(value)
     if seconds <= 0:
         raise ValueError(f"interval {value!r} must be positive (allowed: '200 steps', '30 min')")
@@ -122,7 +124,8 @@ class ComponentSpec(Section):
         if (self.mtbf is None) == (self.rate is None):
             raise ValueError("give exactly one of mtbf and rate (allowed: mtbf: '50000 h', rate: '3 per 54 d')")
         if self.shape != 1.0 and self.distribution != "weibull":
-            raise ValueError("shape applies to distribution: weibull only")
+            raise ValueError(f"shape {self.shape:g} applies to distribution: weibull only (allowed: distribution: "
+                             "weibull with a shape, or no shape)")
         if (self.effect == Effect.STRAGGLE) != (self.slowdown is not None):
             raise ValueError("effect straggle and a slowdown factor go together (allowed: effect: straggle, "
                              "slowdown: 1.3)")
@@ -139,6 +142,13 @@ class MaintenanceConfig(Section):
 
     every: PositiveDuration
     duration: Duration = 0.0
+
+    @model_validator(mode="after")
+    def _time_to_train(self) -> MaintenanceConfig:
+        if self.duration >= self.every:
+            raise ValueError(f"a {self.duration:g} s stop every {self.every:g} s leaves no time to train "
+                             "(allowed: a duration shorter than every)")
+        return self
 
 
 class CheckpointConfig(Section):

@@ -185,7 +185,8 @@ def job_table(job: dict) -> Table:
     table.add_row("goodput", _mean_ci(goodput, lambda value: f"{value:,.0f} tokens/s")
                   + f", {_share(goodput['mean'] / ideal)} of healthy")
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
-    causes = sorted(interruptions["by_cause"].items(), key=lambda item: (-item[1]["mean"], item[0]))[:3]
+    causes = sorted(((name, value) for name, value in interruptions["by_cause"].items() if value["mean"] > 0),
+                    key=lambda item: (-item[1]["mean"], item[0]))[:3]
     most = ", ".join(f"{labels.get(name, {}).get('label', name)} {value['mean']:,.1f}" for name, value in causes)
     mtbf = f" (MTBF {_long_duration(job['mtbf_s'])})" if job.get("mtbf_s") else ""
     table.add_row("interruptions", _mean_ci(interruptions["unexpected"], lambda value: f"{value:,.1f}")
@@ -206,6 +207,7 @@ def job_table(job: dict) -> Table:
 
 def print_job_report(job: dict, step: dict, console: Console) -> None:
     """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
-    console.print(f"{_layout_line(step)}, {job['horizon_s'] / 86400:,.4g} days, {job['replications']} "
-                  "replication(s)", highlight=False)
+    horizon = job["horizon_s"]
+    span = f"{horizon / 86400:,.4g} days" if horizon >= 86400 else _long_duration(horizon)
+    console.print(f"{_layout_line(step)}, {span}, {job['replications']} replication(s)", highlight=False)
     console.print(job_table(job))

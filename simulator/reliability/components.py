@@ -130,7 +130,8 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
         previous = classes.get(name)
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
         classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
-                                     spec.repair_distribution, label=name, slowdown=spec.slowdown or 1.0)
+                                     spec.repair_distribution, label=previous.label if previous else name,
+                                     slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:
         maintenance = Maintenance(faults.maintenance.every, faults.maintenance.duration)
     scaled = tuple(FailureClass(c.name, c.unit, c.effect, c.rate_per_unit_s * faults.rate_multiplier, c.distribution,

@@ -17,7 +17,7 @@ from simulator.config.reliability import Effect
 from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
-from simulator.reliability.components import failure_model
+from simulator.reliability.components import FailureModel, failure_model
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
@@ -60,6 +60,36 @@ def _checkpoint_size(loaded: LoadedScenario) -> float:
     return checkpoint_bytes(scenario.checkpoint, scenario.storage, params)
 
 
+MAX_JOB_EVENTS = 20_000_000
+"""Refuse job simulations expected to handle more failure arrivals, maintenance windows and checkpoints than
+this over all replications (about two minutes and 3 GiB; the bundled 54-day Llama 3 job has ~1.6 M, nearly
+all of them checkpoints)."""
+
+
+def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], healthy: SegmentCosts) -> None:
+    """Refuse a job whose expected events (failures drawn, maintenance windows, checkpoints written) over
+    every replication pass MAX_JOB_EVENTS, before any is drawn, naming the part that dominates and the field
+    that sets it (a per-GPU MTBF of one second on 32 GPUs draws 28 million failures per 10-day replication)."""
+    scenario = loaded.scenario
+    horizon, replications = scenario.run.horizon or 0.0, scenario.run.replications
+    parts = {
+        ("faults",): sum(units * klass.rate_per_unit_s for klass, units in zip(model.classes, counts)) * horizon,
+        ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0,
+        ("checkpoint", "interval"): horizon / (healthy.interval_steps * healthy.step_s),
+    }
+    total = sum(parts.values()) * replications
+    if total <= MAX_JOB_EVENTS:
+        return
+    names = {("faults",): "failures", ("faults", "maintenance", "every"): "maintenance windows",
+             ("checkpoint", "interval"): "checkpoints"}
+    field = max(parts, key=lambda path: parts[path])
+    counted = ", ".join(f"{parts[path] * replications:,.0f} {names[path]}" for path in parts)
+    raise loaded.error(field, f"the job would handle ~{total:,.0f} events over {replications} replication(s) "
+                       f"({counted}; limit {MAX_JOB_EVENTS:,})",
+                       "lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
+                       "run.replications or a shorter run.horizon; or pass --force")
+
+
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     scenario = loaded.scenario
     if scenario.model is None:
@@ -71,8 +101,9 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
 
 
 @collector_paused()
-def simulate_job(loaded: LoadedScenario) -> JobResult:
-    """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused)."""
+def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
+    """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
+    expected to handle more than MAX_JOB_EVENTS events is refused unless ``force``."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -117,6 +148,8 @@ def simulate_job(loaded: LoadedScenario) -> JobResult:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
+    if not force:
+        _refuse_long_job(loaded, model, counts, healthy)
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):

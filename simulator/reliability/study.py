@@ -48,8 +48,8 @@ def parse_list(text: str, parse, option: str, example: str) -> list[float]:
         values = [parse(part.strip()) for part in text.split(",") if part.strip()]
     except (InputError, ValueError):
         raise InputError(f"cannot read {text!r}", field=option, allowed=example) from None
-    if not values or any(not value > 0 for value in values):
-        raise InputError(f"{text!r} needs positive values", field=option, allowed=example)
+    if not values or any(not 0 < value < math.inf for value in values):
+        raise InputError(f"{text!r} needs positive, finite values", field=option, allowed=example)
     return values
 
 
