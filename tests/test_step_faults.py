@@ -232,6 +232,10 @@ def test_the_job_simulation_api_returns_outcomes_and_caches_by_faults():
     ("links: [{uplinks_of: spine0}]", 9, "faults.step.links[0].uplinks_of", "no uplinks"),
     ("links: [{link: [leaf0.r0, spine0], at: 5}]", 9, "faults.step.links[0].at", "has no unit"),
     ("gpu_failures: [{gpu: 4, at: 1 ms}]", 9, "faults.step.gpu_failures[0].gpu", "unknown GPU index 4"),
+    ("stragglers: [{gpus: some, slowdown: 2}]", 9, "faults.step.stragglers[0].gpus",
+     "expected a list of GPU indices or all, got 'some' (allowed: [0, 5], all)"),
+    ("stragglers: [{gpus: [1.5], slowdown: 2}]", 9, "faults.step.stragglers[0].gpus",
+     "expected a list of GPU indices or all, got [1.5] (allowed: [0, 5], all)"),
 ])
 def test_bad_fault_input_is_one_located_line(tmp_path, capsys, faults, line, field, problem):
     scenario = tmp_path / "bad.yaml"

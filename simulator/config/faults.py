@@ -30,6 +30,19 @@ Period = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
 Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
+def _gpu_selection(value: object) -> object:
+    """`all` or a list of GPU indices (whole numbers); anything else is refused in those words (pydantic
+    would say 'Input should be a valid array', of the union's first member)."""
+    if value == "all":
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(gpu, int) and not isinstance(gpu, bool) for gpu in value):
+        return tuple(value)
+    raise ValueError(f"expected a list of GPU indices or all, got {value!r} (allowed: [0, 5], all)")
+
+
+GpuSelection = Annotated[tuple[int, ...] | Literal["all"], BeforeValidator(_gpu_selection)]
+
+
 class SlowdownDraw(Section):
     """A slowdown factor drawn per GPU from the run's seeded generator: `uniform` between `low` and `high`,
     or `lognormal` with `median` and `sigma` (the factor is median x exp(sigma x N(0, 1)))."""
@@ -64,7 +77,7 @@ class Straggler(Section):
     """GPUs whose compute runs `slowdown` times longer (or by a factor `draw`n per GPU): by index (`gpus`, or
     `all`), or a seeded random `fraction` of the GPUs. Overlapping entries multiply."""
 
-    gpus: tuple[int, ...] | Literal["all"] | None = None
+    gpus: GpuSelection | None = None
     fraction: float | None = Field(default=None, gt=0, le=1)
     slowdown: Factor | None = None
     draw: SlowdownDraw | None = None
