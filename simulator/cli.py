@@ -203,9 +203,9 @@ def _plot_goodput(args: argparse.Namespace) -> int:
     from simulator.reliability.plots import goodput_figure, load_study
     from simulator.report.outputs import save_figure
 
-    figure = goodput_figure(load_study(Path(args.outdir)))
-    output = Path(args.output or Path(args.outdir) / "goodput.png")
-    save_figure(figure, output)
+    study = load_study(Path(args.outdir))
+    output = figure_file(args.output or str(Path(args.outdir) / "goodput.png"))
+    save_figure(goodput_figure(study), output)
     print(f"wrote {output}")
     return 0
 

@@ -102,3 +102,50 @@ def test_study_command_writes_the_curve_and_plot(tmp_path):
     assert len((out / "study.csv").read_text().splitlines()) == 1 + 6
     assert main(["plot", "goodput", str(out)]) == 0
     assert (out / "goodput.png").stat().st_size > 10_000
+
+
+def test_goodput_chart_of_a_study_without_failures(tmp_path):
+    """A study of a job without failures has no MTBF: the chart says 'no failures' in its legend (it raised a
+    TypeError on MTBF None after the study had been written)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2").replace(
+        "faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h, distribution: exponential, "
+        "shape: 1.0}\n", ""))
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min", "--out", str(out)]) == 0
+    assert json.loads((out / "study.json").read_text())["curves"][0]["mtbf_s"] is None
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    legend = goodput_figure(load_study(out)).axes[0].get_legend()
+    assert [text.get_text() for text in legend.get_texts()][0] == "rate x 1 (no failures)"
+    assert main(["plot", "goodput", str(out)]) == 0
+
+
+@pytest.mark.parametrize("content, option, problem", [
+    ("{", None, "study.json is not readable JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+     "(char 1))"),
+    ('{"curves": []}', None, "study.json has no curves"),
+    ('{"curves": [{"rate_multiplier": 1}]}', None, "a curve of study.json lacks 'mtbf_s'"),
+    (None, None, "has no study.json"),
+    ("VALID", "goodput.foo", "unknown image format '.foo'"),
+])
+def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp_path, capsys):
+    """One line, exit 2, no image: a corrupt, empty or partial study.json (a traceback, or an empty chart, before)
+    and an image format matplotlib cannot write (a traceback before)."""
+    folder = tmp_path / "study"
+    folder.mkdir()
+    if content == "VALID":
+        content = json.dumps({"scenario": "job.yaml", "curves": [{
+            "rate_multiplier": 1.0, "mtbf_s": 3600.0, "young_interval_s": 60.0, "daly_interval_s": 59.0,
+            "best_interval_s": 60.0, "best_ettr": 0.9, "points": [{
+                "interval_s": 60.0, "ettr": 0.9, "ettr_ci95_low": None, "ettr_ci95_high": None,
+                "goodput_tokens_per_s": 1e6}]}]})
+    if content is not None:
+        (folder / "study.json").write_text(content)
+    output = ["-o", str(tmp_path / option)] if option else []
+    assert main(["plot", "goodput", str(folder), *output]) == 2
+    err = capsys.readouterr().err.strip()
+    where = "command line: --output" if option else f"{folder}: OUTDIR"
+    assert err.startswith(f"error: {where}: {problem} (allowed: "), err
+    assert len(err.splitlines()) == 1
+    assert not list(tmp_path.glob("**/*.png")) and not list(tmp_path.glob("*.foo"))

@@ -7,19 +7,53 @@ import json
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
 
 STUDY_FILE = "study.json"
+STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
+CURVE_KEYS = ("rate_multiplier", "mtbf_s", "young_interval_s", "daly_interval_s", "best_interval_s", "best_ettr",
+              "points")
+POINT_KEYS = ("interval_s", "ettr", "ettr_ci95_low", "ettr_ci95_high", "goodput_tokens_per_s")
+"""What the chart reads of each curve and point of study.json."""
+
+
+def _missing(curve: object) -> str | None:
+    """The first field the chart reads that a curve of study.json (or one of its points) lacks."""
+    if not isinstance(curve, dict):
+        return CURVE_KEYS[0]
+    absent = [key for key in CURVE_KEYS if key not in curve]
+    if absent:
+        return absent[0]
+    points = curve["points"]
+    if not isinstance(points, list) or not points:
+        return "points"
+    return next((key for point in points for key in POINT_KEYS if not isinstance(point, dict) or key not in point),
+                None)
 
 
 def load_study(folder: Path) -> dict:
-    """study.json of a `trainsim study` folder."""
+    """study.json of a `trainsim study` folder, refused in one line when it is missing, not JSON, or lacks a
+    curve or a field the chart reads (a hand-edited or truncated file)."""
     path = folder / STUDY_FILE
     if not path.is_file():
-        raise InputError(f"{folder} has no {STUDY_FILE}", field="DIR",
-                         allowed="a folder written by `trainsim study ... --out DIR`")
-    return json.loads(path.read_text())
+        problem = "is a file, not a folder" if folder.is_file() else f"has no {STUDY_FILE}"
+        raise InputError(problem, field="OUTDIR", allowed=STUDY_ALLOWED, file=str(folder))
+    try:
+        study = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{STUDY_FILE} is not readable JSON ({exc})", field="OUTDIR", allowed=STUDY_ALLOWED,
+                         file=str(folder)) from None
+    curves = study.get("curves") if isinstance(study, dict) else None
+    if not isinstance(curves, list) or not curves:
+        raise InputError(f"{STUDY_FILE} has no curves", field="OUTDIR", allowed=STUDY_ALLOWED, file=str(folder))
+    for curve in curves:
+        missing = _missing(curve)
+        if missing:
+            raise InputError(f"a curve of {STUDY_FILE} lacks {missing!r}", field="OUTDIR", allowed=STUDY_ALLOWED,
+                             file=str(folder))
+    return study
 
 
 def goodput_figure(study: dict) -> Figure:
@@ -30,7 +64,8 @@ def goodput_figure(study: dict) -> Figure:
         color = f"C{index}"
         points = curve["points"]
         minutes = [p["interval_s"] / 60 for p in points]
-        label = f"rate x {curve['rate_multiplier']:g} (MTBF {curve['mtbf_s'] / 3600:.3g} h)"
+        mtbf = f"MTBF {curve['mtbf_s'] / 3600:.3g} h" if curve["mtbf_s"] else "no failures"
+        label = f"rate x {curve['rate_multiplier']:g} ({mtbf})"
         ettr_axis.plot(minutes, [p["ettr"] for p in points], "o-", color=color, label=label)
         if all(p["ettr_ci95_low"] is not None for p in points):
             ettr_axis.fill_between(minutes, [p["ettr_ci95_low"] for p in points],
@@ -46,11 +81,14 @@ def goodput_figure(study: dict) -> Figure:
     ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
     ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
     ettr_axis.set_xscale("log")
+    ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda minutes, _: f"{minutes:g}"))
+    ettr_axis.minorticks_off()
     ettr_axis.set_ylabel("ETTR (effective training time ratio)")
     ettr_axis.legend(fontsize=8)
     ettr_axis.grid(True, alpha=0.3)
     goodput_axis.set_ylabel("goodput (M tokens/s)")
     goodput_axis.set_xlabel("checkpoint interval (min)")
     goodput_axis.grid(True, alpha=0.3)
-    figure.suptitle(Path(study["scenario"]).name)
+    figure.suptitle(Path(str(study.get("scenario", ""))).name)
     return figure
