@@ -117,7 +117,7 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
     from simulator.reliability.plots import goodput_figure, load_study
 
     legend = goodput_figure(load_study(out)).axes[0].get_legend()
-    assert [text.get_text() for text in legend.get_texts()][0] == "rate x 1 (no failures)"
+    assert legend.get_texts()[0].get_text() == "rate x 1 (no failures)"
     assert main(["plot", "goodput", str(out)]) == 0
 
 
