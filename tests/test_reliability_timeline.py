@@ -9,16 +9,10 @@ import pytest
 
 from simulator.config.loader import scenario_from_text
 from simulator.reliability.processes import Arrivals
+from tests.test_reliability_states import ONE_GPU_HOSTS
 
 H = 3600.0
-JOB = """
-cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
-          leaf_ports: 2, spines: 2, oversubscription: 2}
-model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}
-training: {seq_len: 1024, microbatches: 1}
-parallelism: {dp: 4}
-checkpoint: {interval: 1000 d, size: 1 GB}
-run: {horizon: 30 h}
+JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
 faults:
   components:
     gpu: {mtbf: 1000 d}
