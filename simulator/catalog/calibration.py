@@ -62,11 +62,13 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
 
 
 def tp_overlap(gpu_name: str) -> TPOverlap:
-    """Megatron/TE chunked TP overlap on ``gpu_name``: the chunks and the SMs the userbuffers kernels hold
-    (engine/contention.py slows the GEMMs beside them)."""
+    """Megatron/TE TP overlap on ``gpu_name``: the chunks and the SMs the userbuffers kernels hold, chunked and
+    bulk (engine/contention.py slows the GEMMs beside them)."""
     config = kernel_data()["tp_comm_overlap"]
     return TPOverlap(chunks=int(config["chunks"]), all_gather_sms=int(config["all_gather_sms"]),
-                     reduce_scatter_sms=int(config["reduce_scatter_sms"]))
+                     reduce_scatter_sms=int(config["reduce_scatter_sms"]),
+                     bulk_all_gather_sms=int(config["bulk_all_gather_sms"]),
+                     bulk_reduce_scatter_sms=int(config["bulk_reduce_scatter_sms"]))
 
 
 def network_channels_per_nic() -> int:

@@ -37,16 +37,30 @@ def tp_op(pattern: TpPattern, backward: bool, before: bool, sequence_parallel: b
     assert_never(pattern)
 
 
+def regathers_input(pattern: TpPattern, sequence_parallel: bool) -> bool:
+    """Whether a block's backward all-gathers its input again: with sequence parallelism the column-parallel
+    linears after the forward's leading all-gather save their input sharded (Megatron-LM's
+    LinearWithGradAccumulationAndAsyncCommunication, ``ctx.save_for_backward(input, weight)`` before gathering
+    into the shared "mpu" buffer; Transformer Engine's Linear with sequence_parallel), and their weight
+    gradients need it whole. A recomputed forward saves it sharded again, so recomputation does not spare it."""
+    return tp_op(pattern, backward=False, before=True, sequence_parallel=sequence_parallel) == "all_gather"
+
+
 @dataclass(frozen=True)
 class TPOverlap:
     """Megatron-style TP communication overlap: each TP collective next to a GEMM is split into ``chunks``; all
     but the last chunk run on the `tp` stream while the GEMM computes, the last one is exposed. While they run,
     their kernels hold ``all_gather_sms`` (collective before the GEMM) or ``reduce_scatter_sms`` (after it)
-    SMs, and Transformer Engine launches the GEMM on the other SMs for its whole length (engine/contention.py)."""
+    SMs, and Transformer Engine launches the GEMM on the other SMs for its whole length (engine/contention.py).
+    The backward's re-gather of a column-parallel input and the reduce-scatter of its input gradient run whole
+    ("bulk") beside the input- and the weight-gradient GEMM, on ``bulk_all_gather_sms`` and
+    ``bulk_reduce_scatter_sms`` SMs."""
 
     chunks: int = 4
     all_gather_sms: int = 0
     reduce_scatter_sms: int = 0
+    bulk_all_gather_sms: int = 0
+    bulk_reduce_scatter_sms: int = 0
 
 
 class OverlapMixin(BuilderCore):
@@ -68,9 +82,14 @@ class OverlapMixin(BuilderCore):
                                           gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
                                           category=category)
             deps = deps + [gemm]
+        pass_phase = compute_phase or phase
+        if self._regathers(block, phase):
+            left = duration - before_gemm
+            whole = (left, flops * left / duration if duration > 0 else 0.0,
+                     block.sm_bound_seconds(pass_phase) - before_sm)
+            return self._column_backward(rank, block, pass_phase, deps, mb, vstage, name, category, whole)
         rest = duration - before_gemm - after_gemm
         share = rest / duration if duration > 0 else 1.0
-        pass_phase = compute_phase or phase
         last = self._pass(rank, block, pass_phase, name, rest, flops * share, deps, category, mb, vstage,
                           block.sm_bound_seconds(pass_phase) - before_sm - after_sm)
         if not after_gemm:
@@ -79,6 +98,53 @@ class OverlapMixin(BuilderCore):
                                       gemm=(after_gemm, after_sm), flops=flops * after_gemm / duration,
                                       category=category)
         return deps, last
+
+    def _regathers(self, block: Block, phase: Pass) -> bool:
+        """Whether ``phase`` of ``block`` all-gathers the block's input again (``regathers_input``)."""
+        return (phase.input_grads and self.plan.layout.tp > 1 and block.tp_bytes > 0
+                and regathers_input(block.tp_pattern, self.plan.sequence_parallel))
+
+    def _column_backward(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
+                         name: str, category: str, whole: tuple[float, float, float]) -> tuple[list[int], int]:
+        """The backward of a block whose input the column-parallel linears saved sharded (``regathers_input``),
+        after its leading TP collective, as Megatron-LM runs it: the compute up to those linears' input-gradient
+        GEMMs; then the input's all-gather on the `tp` stream beside those GEMMs (``async_op=True``; with
+        ``tp_comm_overlap`` Transformer Engine's bulk overlap, qkv_dgrad / fc1_dgrad, whose kernels hold their
+        SMs while the GEMMs run on all of them: ``set_sm_margin`` false, so the engine's SM sharing slows the
+        GEMMs only while the collective runs); their
+        weight-gradient GEMMs wait for it; then the input gradient's reduce-scatter: with ``tp_comm_overlap``
+        whole beside the weight-gradient GEMMs (bulk qkv_wgrad / fc1_wgrad), otherwise blocking after them, as
+        every TP collective on the compute stream. A pass without weight gradients (a zero-bubble B) leaves the
+        gather for its W (``_regathered``) and its reduce-scatter blocks after the input-gradient GEMMs.
+        ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the leading collective. Returns (what the
+        next op waits for, the last compute op)."""
+        duration, flops, sm_bound_s = whole
+        overlap = self.plan.tp_overlap
+        rate = flops / duration if duration > 0 else 0.0
+        dgrad_s, dgrad_sm = block.overlap_gemm_s[3], block.overlap_gemm_sm_s[3]
+        wgrad_s, wgrad_sm = block.column_wgrad_s if phase.weight_grads else (0.0, 0.0)
+        rest_s = duration - dgrad_s - wgrad_s
+        rest = self._pass(rank, block, phase, name, rest_s, rate * rest_s, deps, category, mb, vstage,
+                          sm_bound_s - dgrad_sm - wgrad_sm)
+        group = self.plan.layout.group("tp", rank)
+        key = f"tp.{Pass.BACKWARD}.{{}}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        gather_sms = None if overlap is None else overlap.bulk_all_gather_sms
+        gather = self._collective(rank, TP_STREAM, f"tp all_gather {block.name} (input again)", "all_gather", group,
+                                  block.tp_bytes, key.format("regather"), [rest], "tp", mb, sms=gather_sms)
+        dgrad = self._compute(rank, f"{name} dgrad", dgrad_s, [rest], category, rate * dgrad_s, mb=mb,
+                              sm_bound_share=bound_share(dgrad_sm, dgrad_s))
+        if not phase.weight_grads:
+            self._regathered[(rank, vstage, mb, id(block))] = gather
+            return self._tp_collective(rank, block, Pass.BACKWARD, [dgrad], mb, vstage, before=False), dgrad
+        wgrad = self._compute(rank, f"{name} wgrad", wgrad_s, [dgrad, gather], category, rate * wgrad_s, mb=mb,
+                              sm_bound_share=bound_share(wgrad_sm, wgrad_s))
+        if overlap is None:
+            return self._tp_collective(rank, block, Pass.BACKWARD, [wgrad], mb, vstage, before=False), wgrad
+        op = tp_op(block.tp_pattern, backward=True, before=False, sequence_parallel=True)
+        assert op is not None
+        scatter = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (bulk)", op, group, block.tp_bytes,
+                                   key.format(op), [dgrad], "tp", mb, sms=overlap.bulk_reduce_scatter_sms)
+        return [scatter, wgrad], wgrad
 
     def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
         """(seconds, SM-bound seconds) of the GEMMs the block's leading and trailing TP collectives overlap (0:

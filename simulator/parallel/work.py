@@ -49,7 +49,10 @@ class Block:
     ``sm_bound_s`` holds, per pass (forward, backward input, backward weight, recompute: the order of the ``*_s``
     fields, as in ExpertWork), the seconds of its kernels that compute, not HBM traffic, limits (those slow down
     while communication kernels hold SMs; None: all of them), and ``overlap_gemm_sm_s`` the same of the
-    ``overlap_gemm_s`` GEMMs. ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params``
+    ``overlap_gemm_s`` GEMMs. ``column_wgrad_s`` holds (seconds, SM-bound seconds) of the weight-gradient GEMMs of
+    the column-parallel linears right after the leading TP collective (QKV, the first MLP GEMMs, the output
+    layer): with sequence parallelism they wait for the backward's all-gather of their sharded input
+    (``overlap.regathers_input``). ``experts`` is a MoE block's routed-expert part (parallel/experts.py): its ``params``
     are reduced over the expert-data-parallel group, not counted in ``params``; a MoE block's ``tp_pattern`` is
     ``experts`` (tokens split over TP: an all-gather after forward and backward, none with SP).
     """
@@ -75,6 +78,7 @@ class Block:
     overlap_gemm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     experts: ExpertWork | None = None
     overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    column_wgrad_s: tuple[float, float] = (0.0, 0.0)
 
     def sm_bound_seconds(self, phase: Pass) -> float:
         """SM-bound seconds of pass ``phase``."""

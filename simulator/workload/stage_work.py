@@ -33,7 +33,8 @@ TP_ADJACENT_GEMMS = {
     TpPattern.EXPERTS: (frozenset(), frozenset()),
 }
 """Per TP pattern, the column-parallel GEMMs right after a block's leading TP collective and the row-parallel
-GEMMs right before its trailing one: the GEMMs tp_comm_overlap splits into chunks against them (the
+GEMMs right before its trailing one: the GEMMs tp_comm_overlap splits into chunks against them, and whose
+input- and weight-gradient GEMMs run beside the backward's re-gather of the sharded input (the
 embedding's lookup is no GEMM, so its reduce-scatter stays exposed; a MoE block's all-gather follows the
 combine all-to-all, not a GEMM)."""
 
@@ -75,6 +76,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     leading, trailing = TP_ADJACENT_GEMMS[tp_pattern]
     gemms = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
              adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
+    column_wgrads = adjacent(kernels.backward_weight, leading)
     times = [roofline_times(k, cost.gpu, cost.precision, cost.efficiency) for k in kernels.forward + kernels.backward]
     compute_s = sum(compute for compute, _ in times)
     memory_s = sum(memory for _, memory in times)
@@ -90,7 +92,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
                  tensors=tensors, tp_pattern=tp_pattern, context=context,
                  overlap_gemm_s=(seconds(gemms[0]), seconds(gemms[1]), seconds(gemms[2]), seconds(gemms[3])),
                  overlap_gemm_sm_s=(sm_bound(gemms[0]), sm_bound(gemms[1]), sm_bound(gemms[2]), sm_bound(gemms[3])),
-                 experts=experts)
+                 experts=experts, column_wgrad_s=(seconds(column_wgrads), sm_bound(column_wgrads)))
 
 
 def _split(kernels: PassKernels, attention: bool) -> PassKernels:

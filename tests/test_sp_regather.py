@@ -1,0 +1,162 @@
+"""Sequence parallelism's backward re-gather: the column-parallel linears (QKV, the first MLP GEMMs, the output
+layer) save their input sharded, so each block's backward all-gathers it again beside the input-gradient GEMMs
+and the weight-gradient GEMMs wait for it (Megatron-LM's LinearWithGradAccumulationAndAsyncCommunication;
+Transformer Engine's bulk overlap under tp_comm_overlap). Traffic and exposed time against closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog.calibration import compute_efficiency, tp_overlap
+from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import get_model
+from simulator.workload.roofline import kernels_duration
+from simulator.workload.transformer import ShardShape, head_kernels, layer_kernels
+
+EXACT = 1e-9
+SEQ, HIDDEN, TP, LAYERS, MICROBATCHES = 4096, 8192, 8, 2, 2
+MESSAGE = SEQ * HIDDEN * 2
+"""One TP collective's per-rank buffer: b x s x h x 2 B."""
+
+TRAFFIC = f"""
+cluster: {{topology: dgx-h100}}
+model: {{preset: llama3-70b, layers: {LAYERS}}}
+training: {{seq_len: {SEQ}, microbatches: {MICROBATCHES}, micro_batch: 1, precision: bf16}}
+parallelism: {{tp: {TP}, dp: 1, sequence_parallel: true}}
+collectives: {{algorithm: ring}}
+"""
+
+
+@pytest.mark.parametrize(("overrides", "per_microbatch"), [
+    # Forward: all-gather and reduce-scatter around each block (4 per layer), the embedding's reduce-scatter and
+    # the head's all-gather; backward: the same 4 per layer plus the re-gathers of the QKV and MLP inputs, and
+    # the head's reduce-scatter and re-gather: 10 L + 4 ring passes of (t - 1) / t of the message.
+    ((), 10 * LAYERS + 4),
+    (("parallelism.tp_comm_overlap=true",), 10 * LAYERS + 4),
+    # Full recompute runs the layers' forward collectives again (4 per layer); the recomputed forward saves its
+    # input sharded again, so the backward still re-gathers it: 14 L + 4.
+    (("training.recompute=full",), 14 * LAYERS + 4),
+    # Without sequence parallelism: an all-reduce (2 ring passes) after each block's forward and backward, after
+    # the embedding's forward and the head's backward, and nothing to re-gather: 8 L + 4.
+    (("parallelism.sequence_parallel=false",), 8 * LAYERS + 4),
+])
+def test_tp_traffic_per_micro_batch_is_the_closed_form(run_yaml, overrides, per_microbatch):
+    summary = run_yaml(TRAFFIC, *overrides).summary
+    expected = MICROBATCHES * per_microbatch * (TP - 1) / TP * MESSAGE
+    assert summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_zero_bubble_w_waits_for_the_gather_its_b_issued(run_yaml):
+    # Two stages of one layer each: the embedding's reduce-scatter on the first, the head's three on the last,
+    # 10 per layer: (10 L + 4) / 2 per GPU and micro-batch.
+    result = run_yaml(TRAFFIC.replace("tp: 8, dp: 1", "tp: 4, pp: 2, dp: 1"),
+                      "parallelism.pipeline.schedule=zb-h1")
+    expected = MICROBATCHES * (10 * LAYERS + 4) / 2 * (4 - 1) / 4 * MESSAGE
+    assert result.summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(expected, rel=EXACT)
+    ops = result.timeline[(result.timeline["kind"] != "flow")]
+    gathers = ops[ops["name"].str.endswith("(input again)")]
+    # A B issues the gather for its W; a whole backward (BW) for its own weight-gradient GEMM.
+    weights = ops[ops["name"].str.startswith("W") | ops["name"].str.endswith(" wgrad")]
+    weights = weights[~weights["name"].str.contains("embedding")]
+    assert len(gathers) == len(weights) and weights["name"].str.startswith("W").any()
+    for gather in gathers.itertuples():
+        block = gather.name.split()[2]
+        w = weights[(weights["rank"] == gather.rank) & (weights["microbatch"] == gather.microbatch)
+                    & weights["name"].str.contains(f" {block}")]
+        assert len(w) == 1 and w["start_s"].iloc[0] >= gather.end_s
+
+
+ONE_LAYER = """
+cluster: {topology: dgx-h100}
+model: {preset: llama3-70b, layers: 1}
+training: {seq_len: 4096, microbatches: 1, micro_batch: 1, precision: bf16}
+parallelism: {tp: 8, dp: 1, sequence_parallel: true}
+collectives: {sm_contention: none}
+"""
+
+
+def _column_gemms() -> dict[str, tuple[float, float]]:
+    """(input-gradient, weight-gradient) seconds of each block's column-parallel GEMMs on an H100, by hand from
+    the kernel model: QKV, gate and up, the output layer."""
+    model, shard = get_model("llama3-70b"), ShardShape(1, 4096, tp=8, sequence_parallel=True)
+    gpu, efficiency = get_gpu("h100-sxm"), compute_efficiency("h100-sxm")
+    layer, head = layer_kernels(model, shard), head_kernels(model, shard)
+
+    def seconds(kernels, names, suffix):
+        return kernels_duration(tuple(k for k in kernels if k.name in {f"{n}.{suffix}" for n in names}), gpu, "bf16",
+                                efficiency)
+
+    parts = {"L0.attn": (layer, ("qkv_proj",)), "L0.mlp": (layer, ("mlp_gate", "mlp_up")), "head": (head, ("lm_head",))}
+    return {block: (seconds(kernels.backward_input, names, "dgrad"), seconds(kernels.backward_weight, names, "wgrad"))
+            for block, (kernels, names) in parts.items()}
+
+
+def _rank0(result):
+    frame = result.timeline
+    return frame[(frame["rank"] == 0) & (frame["kind"] != "flow")]
+
+
+def _one_collective(ops) -> float:
+    """The duration every whole TP collective of this case takes (same bytes, same group, nothing beside it)."""
+    whole = ops[(ops["category"] == "tp") & ~ops["name"].str.contains(r"\(overlapped\)|\(last chunk\)", regex=True)]
+    durations = (whole["end_s"] - whole["start_s"]).to_numpy()
+    assert durations.max() == pytest.approx(durations.min(), rel=EXACT)
+    return float(durations[0])
+
+
+def _check_backward(ops, gemms, collective, bulk: bool) -> float:
+    """Each block's re-gather starts with its input-gradient GEMM, the weight-gradient GEMM starts when both
+    have ended (and, in bulk, the input gradient's reduce-scatter with it); returns the exposed seconds of the
+    re-gathers and bulk reduce-scatters: max(0, collective - GEMM) each."""
+    exposed = 0.0
+    for block, (dgrad_s, wgrad_s) in gemms.items():
+        gather = ops[ops["name"] == f"tp all_gather {block} (input again)"].iloc[0]
+        dgrad = ops[ops["name"] == f"B0 {block} dgrad"].iloc[0]
+        wgrad = ops[ops["name"] == f"B0 {block} wgrad"].iloc[0]
+        assert gather.start_s == dgrad.start_s
+        assert dgrad.end_s - dgrad.start_s == pytest.approx(dgrad_s, rel=EXACT)
+        assert wgrad.end_s - wgrad.start_s == pytest.approx(wgrad_s, rel=EXACT)
+        assert wgrad.start_s == pytest.approx(dgrad.start_s + max(dgrad_s, collective), rel=EXACT)
+        exposed += max(0.0, collective - dgrad_s)
+        if bulk:
+            scatter = ops[ops["name"] == f"tp reduce_scatter {block} (bulk)"].iloc[0]
+            assert scatter.start_s == wgrad.start_s
+            exposed += max(0.0, collective - wgrad_s)
+    return exposed
+
+
+def test_exposed_tp_time_without_overlap_is_the_blocking_collectives_and_the_regathers_overhang(run_yaml):
+    result = run_yaml(ONE_LAYER)
+    ops = _rank0(result)
+    d = _one_collective(ops)
+    gemms = _column_gemms()
+    # The attention block's QKV input-gradient GEMM is shorter than the gather (GQA: 1,280 columns per rank),
+    # so part of that gather is exposed; the MLP's and the head's hide.
+    assert gemms["L0.attn"][0] < d < min(gemms["L0.mlp"][0], gemms["head"][0])
+    regathers = _check_backward(ops, gemms, d, bulk=False)
+    # Blocking, on the compute stream: forward 4 per layer + the embedding's and the head's; backward 4 per
+    # layer + the head's reduce-scatter: 11 collectives.
+    assert result.summary["exposed_comm_s"]["tp"] == pytest.approx(11 * d + regathers, rel=1e-6)
+    assert result.summary["comm_s"]["tp"] == pytest.approx(14 * d, rel=1e-6)
+
+
+def test_exposed_tp_time_with_overlap_adds_the_bulk_overhangs_to_the_chunked_ones(run_yaml):
+    result = run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true")
+    ops = _rank0(result)
+    d = _one_collective(ops)
+    bulk = _check_backward(ops, _column_gemms(), d, bulk=True)
+    # The chunked collectives as before: the last chunks, and what of the first chunks outlasts their GEMM.
+    tp = ops[ops["category"] == "tp"]
+    tails = tp[tp["name"].str.endswith("(last chunk)")]
+    chunked = float((tails["end_s"] - tails["start_s"]).sum())
+    for head in tp[tp["name"].str.endswith("(overlapped)")].itertuples():
+        gemm = ops[(ops["name"].str.endswith(" gemm")) & (ops["start_s"] == head.start_s)].iloc[0]
+        chunked += max(0.0, head.end_s - gemm.end_s)
+    embedding = d  # its reduce-scatter follows a lookup, not a GEMM
+    assert result.summary["exposed_comm_s"]["tp"] == pytest.approx(embedding + chunked + bulk, rel=1e-6)
+
+
+def test_bulk_overlap_holds_the_userbuffers_sms_of_the_nemo_settings(catalog_sources):
+    overlap, held = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_sms"]
+    assert (overlap.bulk_all_gather_sms, overlap.bulk_reduce_scatter_sms) == (held["bulk_all_gather"],
+                                                                             held["bulk_reduce_scatter"])
