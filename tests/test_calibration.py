@@ -90,13 +90,22 @@ def _rank0(timeline, category):
 def test_tp_comm_overlap_exposes_only_the_last_chunks(run_yaml):
     plain = run_yaml(OVERLAP)
     overlapped = run_yaml(OVERLAP, "parallelism.tp_comm_overlap=true")
-    assert plain.summary["exposed_comm_s"]["tp"] == pytest.approx(plain.summary["comm_s"]["tp"], rel=1e-9)
+    # Without the overlap every TP collective blocks the compute stream but the backward's re-gathers of the
+    # sequence-parallel inputs, which run beside their input-gradient GEMMs (test_sp_regather.py).
+    tp = _rank0(plain.timeline, "tp")
+    blocking = tp[tp["stream"] == "compute"]
+    regathers = tp[tp["name"].str.endswith("(input again)")]
+    assert len(blocking) + len(regathers) == len(tp)
+    assert plain.summary["exposed_comm_s"]["tp"] == pytest.approx(
+        float((blocking["end_s"] - blocking["start_s"]).sum()), rel=0.02)
     tp = _rank0(overlapped.timeline, "tp")
-    exposed = tp[~tp["name"].str.endswith("(overlapped)")]
-    # The last chunks and the embedding's reduce-scatter are exposed; the overlapped chunks hide behind their
-    # GEMMs except where a chunk outlasts a short GEMM (the head's gather, some backward GEMMs): 11% today.
+    exposed = tp[tp["name"].str.endswith("(last chunk)") | (tp["stream"] == "compute")]
+    # The last chunks and the embedding's reduce-scatter are exposed; the overlapped chunks and the backward's
+    # bulk collectives hide behind their GEMMs except where one outlasts a short GEMM: the head's gather and
+    # some backward GEMMs (15% of the tails), the QKV's input- and weight-gradient GEMMs beside the input's
+    # re-gather and the input gradient's reduce-scatter (18%): 33% today (test_sp_regather.py has the closed form).
     tails = float((exposed["end_s"] - exposed["start_s"]).sum())
-    assert tails <= overlapped.summary["exposed_comm_s"]["tp"] <= 1.15 * tails
+    assert tails <= overlapped.summary["exposed_comm_s"]["tp"] <= 1.35 * tails
     assert overlapped.summary["exposed_comm_s"]["tp"] < 0.45 * plain.summary["exposed_comm_s"]["tp"]
     assert overlapped.summary["step_time_s"] < plain.summary["step_time_s"]
     assert overlapped.summary["overlaps"]["tp_comm"] and not plain.summary["overlaps"]["tp_comm"]

@@ -46,7 +46,7 @@ def test_tp_traffic_per_micro_batch_is_the_closed_form(run_yaml, overrides, per_
     assert summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(expected, rel=EXACT)
 
 
-def test_zero_bubble_w_waits_for_the_gather_its_b_issued(run_yaml):
+def test_zero_bubble_b_waits_for_its_gather_before_the_w(run_yaml):
     # Two stages of one layer each: the embedding's reduce-scatter on the first, the head's three on the last,
     # 10 per layer: (10 L + 4) / 2 per GPU and micro-batch.
     result = run_yaml(TRAFFIC.replace("tp: 8, dp: 1", "tp: 4, pp: 2, dp: 1"),
@@ -55,7 +55,8 @@ def test_zero_bubble_w_waits_for_the_gather_its_b_issued(run_yaml):
     assert result.summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(expected, rel=EXACT)
     ops = result.timeline[(result.timeline["kind"] != "flow")]
     gathers = ops[ops["name"].str.endswith("(input again)")]
-    # A B issues the gather for its W; a whole backward (BW) for its own weight-gradient GEMM.
+    # A B waits for its gather after the input-gradient GEMM and keeps the input for its W; a whole backward
+    # (BW) gathers for its own weight-gradient GEMM.
     weights = ops[ops["name"].str.startswith("W") | ops["name"].str.endswith(" wgrad")]
     weights = weights[~weights["name"].str.contains("embedding")]
     assert len(gathers) == len(weights) and weights["name"].str.startswith("W").any()
@@ -64,6 +65,9 @@ def test_zero_bubble_w_waits_for_the_gather_its_b_issued(run_yaml):
         w = weights[(weights["rank"] == gather.rank) & (weights["microbatch"] == gather.microbatch)
                     & weights["name"].str.contains(f" {block}")]
         assert len(w) == 1 and w["start_s"].iloc[0] >= gather.end_s
+        scatter = ops[(ops["rank"] == gather.rank) & (ops["microbatch"] == gather.microbatch)
+                      & (ops["name"] == f"tp reduce_scatter {block}") & (ops["start_s"] >= gather.start_s)]
+        assert scatter["start_s"].min() >= gather.end_s
 
 
 ONE_LAYER = """

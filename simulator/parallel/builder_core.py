@@ -16,15 +16,12 @@ if TYPE_CHECKING:
 
 class BuilderCore(Protocol):
     """The builder core: ``plan`` and ``fold``; ``_grad_ready`` maps (rank, virtual stage, id(block)) to the op
-    that finished the block's gradients; ``_param_gathers`` the same key to a deferred parameter gather;
-    ``_regathered`` (rank, virtual stage, micro-batch, id(block)) to the all-gather of a block's sharded input
-    that a zero-bubble B issued and its W waits for."""
+    that finished the block's gradients; ``_param_gathers`` the same key to a deferred parameter gather."""
 
     plan: StepPlan
     fold: bool
     _grad_ready: dict[tuple[int, int, int], int]
     _param_gathers: dict[tuple[int, int, int], int]
-    _regathered: dict[tuple[int, int, int, int], int]
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,

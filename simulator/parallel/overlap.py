@@ -114,8 +114,9 @@ class OverlapMixin(BuilderCore):
         GEMMs only while the collective runs); their
         weight-gradient GEMMs wait for it; then the input gradient's reduce-scatter: with ``tp_comm_overlap``
         whole beside the weight-gradient GEMMs (bulk qkv_wgrad / fc1_wgrad), otherwise blocking after them, as
-        every TP collective on the compute stream. A pass without weight gradients (a zero-bubble B) leaves the
-        gather for its W (``_regathered``) and its reduce-scatter blocks after the input-gradient GEMMs.
+        every TP collective on the compute stream. A pass without weight gradients (a zero-bubble B) waits for
+        the gather as Megatron-LM does (``handle.wait()`` after the input-gradient GEMM; the zero-bubble fork then
+        keeps the gathered input for its W), then its reduce-scatter blocks.
         ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the leading collective. Returns (what the
         next op waits for, the last compute op)."""
         duration, flops, sm_bound_s = whole
@@ -134,8 +135,7 @@ class OverlapMixin(BuilderCore):
         dgrad = self._compute(rank, f"{name} dgrad", dgrad_s, [rest], category, rate * dgrad_s, mb=mb,
                               sm_bound_share=bound_share(dgrad_sm, dgrad_s))
         if not phase.weight_grads:
-            self._regathered[(rank, vstage, mb, id(block))] = gather
-            return self._tp_collective(rank, block, Pass.BACKWARD, [dgrad], mb, vstage, before=False), dgrad
+            return self._tp_collective(rank, block, Pass.BACKWARD, [dgrad, gather], mb, vstage, before=False), dgrad
         wgrad = self._compute(rank, f"{name} wgrad", wgrad_s, [dgrad, gather], category, rate * wgrad_s, mb=mb,
                               sm_bound_share=bound_share(wgrad_sm, wgrad_s))
         if overlap is None:

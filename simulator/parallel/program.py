@@ -95,7 +95,6 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[int, str]] = []
         self._param_gathers: dict[tuple[int, int, int], int] = {}
-        self._regathered: dict[tuple[int, int, int, int], int] = {}
         self._last_grad_rs: dict[tuple[int, int], int] = {}
         """Per rank and model chunk, the gradient reduce-scatter issued last (FSDP2's
         ``comm_ctx.reduce_scatter_state`` in PyTorch 2.10, the one entry ``reduce_scatter_states`` keeps under
@@ -334,16 +333,14 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
         a MoE block's routed experts and the rest of it run as separate parts (each with its own SM-bound
-        share), as in its backward, without the all-to-alls (the pass sends nothing). A block whose B
-        all-gathered its sharded input again (overlap.regathers_input) waits for that gather."""
+        share), as in its backward, without the all-to-alls (the pass sends nothing)."""
         mb = action.microbatch
         phase = Pass.BACKWARD_WEIGHT
         op_id = -1
         for block in reversed(work.blocks):
-            gathered = self._regathered.pop((rank, vstage, mb, id(block)), None)
             op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
-                               block.backward_weight_flops, [] if gathered is None else [gathered], "weight_grad",
-                               mb, vstage, block.sm_bound_seconds(phase))
+                               block.backward_weight_flops, [], "weight_grad", mb, vstage,
+                               block.sm_bound_seconds(phase))
             self._grads_done(rank, vstage, block, op_id, final)
         if final and op_id >= 0:
             self._chunk_grad_sync(rank, vstage, [op_id])
