@@ -111,14 +111,14 @@ class OverlapMixin(BuilderCore):
         GEMMs; then the input's all-gather on the `tp` stream beside those GEMMs (``async_op=True``; with
         ``tp_comm_overlap`` Transformer Engine's bulk overlap, qkv_dgrad / fc1_dgrad, whose kernels hold their
         SMs while the GEMMs run on all of them: ``set_sm_margin`` false, so the engine's SM sharing slows the
-        GEMMs only while the collective runs); their
-        weight-gradient GEMMs wait for it; then the input gradient's reduce-scatter: with ``tp_comm_overlap``
-        whole beside the weight-gradient GEMMs (bulk qkv_wgrad / fc1_wgrad), otherwise blocking after them, as
-        every TP collective on the compute stream. A pass without weight gradients (a zero-bubble B) waits for
-        the gather as Megatron-LM does (``handle.wait()`` after the input-gradient GEMM; the zero-bubble fork then
-        keeps the gathered input for its W), then its reduce-scatter blocks.
-        ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the leading collective. Returns (what the
-        next op waits for, the last compute op)."""
+        GEMMs only while the collective runs); their weight-gradient GEMMs wait for it (``handle.wait()``); then
+        the input gradient's reduce-scatter: with ``tp_comm_overlap`` whole beside the weight-gradient GEMMs (bulk
+        qkv_wgrad / fc1_wgrad), otherwise blocking after them, as every TP collective on the compute stream. A
+        pass without weight gradients (a zero-bubble B) waits for the gather too, then its reduce-scatter blocks
+        (Megatron-LM waits right after the input-gradient GEMM; the zero-bubble fork keeps the gathered input for
+        the W). ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the leading collective; the FLOPs
+        are shared by time, as for the chunked overlap. Returns (what the next op waits for, the last compute
+        op)."""
         duration, flops, sm_bound_s = whole
         overlap = self.plan.tp_overlap
         rate = flops / duration if duration > 0 else 0.0
