@@ -22,6 +22,7 @@ from simulator.collector import collector_paused
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
+from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache, folded_send_excess
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
@@ -106,15 +107,17 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
             progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
             plans: PlanCache | None = None, sm_share: SmShare | None = None,
-            layout: Layout | None = None, shapes: CollectiveShapes | None = None) -> tuple[EngineResult, Network]:
+            layout: Layout | None = None, shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None
+            ) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` slows
     compute and plays link and GPU events (collectives are then never replayed while the network changes);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
     caller has already planned with it (the run's settings, the same topology); ``layout`` is a folded
     program's placement, whose data-parallel replicas run as one where they are exact images of each other
-    (engine/replicas.py; not under step faults); ``shapes`` the index of ``ops``' collectives when the caller
-    has made it (engine/shapes.py: the analyses before the run read it)."""
+    (engine/replicas.py; not under step faults); ``shapes`` the index of ``ops``' collectives and ``order`` their
+    ordering (with ``async_streams``) when the caller has made them (engine/shapes.py, engine/ordering.py: the
+    analyses before the run read them)."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
@@ -123,8 +126,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     shapes = shapes or CollectiveShapes.of(ops)
     mirrors = kept_mirrors(ops, plans, shapes)
     replays = faults is None or not faults.changes_network
-    private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes)
-               if replays else frozenset())
+    private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes,
+                                   order=order) if replays else frozenset())
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
@@ -316,11 +319,11 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              progress: Progress | None = None, plans: PlanCache | None = None,
-             shapes: CollectiveShapes | None = None) -> tuple[dict, EventLog]:
+             shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None) -> tuple[dict, EventLog]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes). The metrics are imported here, not at module
     level, so that `trainsim collective` never loads them. ``shapes``: the index of the program's collectives,
-    when the caller has it."""
+    and ``order`` its ordering, when the caller has them."""
     from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
@@ -330,7 +333,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     result, network = run_ops(topology, ops, settings, async_streams=program.async_streams,
                               faults=faults, progress=progress, serial_streams=program.serial_streams,
                               plans=plans, sm_share=program.sm_share,
-                              layout=program.layout if program.folded else None, shapes=shapes)
+                              layout=program.layout if program.folded else None, shapes=shapes, order=order)
     summary = training_summary(StepRows.of(result.log), step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
@@ -348,6 +351,12 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, result.log
 
 
+def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
+    """What the analyses before ``program``'s run share, made once per program: its collectives by shape and
+    their ordering (built on first use)."""
+    return CollectiveShapes.of(program.ops), ProgramOrder(program.ops, program.async_streams)
+
+
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None) -> Result:
     """One training step (modelled or traced): build the step program, run it under the step's faults,
@@ -356,23 +365,23 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
     settings = network_settings(loaded)
     plans = plan_cache(topology, settings)
-    shapes = CollectiveShapes.of(program.ops)
+    shapes, order = program_indexes(program)
     if program.folded and settings.mode == "flow":
         capacity = effective_capacity(topology, dict(settings.efficiency))
-        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes,
-                                                                  program.async_streams))
+        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes, order))
         if blocker:
             program = step_program(loaded, topology, fold=False)
-            shapes = CollectiveShapes.of(program.ops)
+            shapes, order = program_indexes(program)
     faults.slowdowns = faults.plan.slowdown_of()
     if program.folded and not faults.plan.empty:
         folded, blocker = fold_with_faults(faults.plan, program, plans, shapes)
         if blocker:
             program = step_program(loaded, topology, fold=False)
-            shapes = CollectiveShapes.of(program.ops)
+            shapes, order = program_indexes(program)
         else:
             faults.slowdowns = folded
-    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans, shapes))
+    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans, shapes,
+                                                    order))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "parameter_server" in program.details:

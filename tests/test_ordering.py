@@ -62,7 +62,7 @@ parallelism: {tp: 2, pp: 2, ep: 4, zero: 1}
     replayed = run_yaml(scenario, *overrides)
     live_private = []
 
-    def none_private(ops, links_of, async_streams, mirrors, mirror_links=None, shapes=None):
+    def none_private(ops, links_of, async_streams, mirrors, mirror_links=None, shapes=None, order=None):
         live_private.append(True)
         return frozenset()
 

@@ -14,11 +14,15 @@ The clocks are one numpy table (nodes x components), filled wave by wave: a node
 longest chain of predecessors before it, so every predecessor's clock is complete when its wave is taken, and
 each wave is one vectorized maximum over its nodes' predecessors (a few thousand waves for a folded training
 step of 70 k nodes). Queries come in whole arrays of node pairs, so the sharing analysis asks them per shape.
+
+The fold symmetry check and the sharing analysis both ask it of the same program, so a run makes one
+`ProgramOrder` per program and hands it to both: the ordering is built once, on first use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
 
@@ -36,6 +40,20 @@ UNREACHED = np.iinfo(np.int32).max
 
 CHUNK_ENTRIES = 1 << 21
 """Most node pairs x reach marks compared in one vectorized step by `Ordering.any_concurrent`."""
+
+
+@dataclass(frozen=True, eq=False)
+class ProgramOrder:
+    """A program (its ops and asynchronous streams) and its `Ordering`, built when first asked for (None when
+    too large to afford: `Ordering.if_affordable`). A run makes one per program and passes it to each analysis
+    that orders the program's collectives, so they share one ordering; the ops must not change meanwhile."""
+
+    ops: Sequence[Op]
+    async_streams: frozenset[str]
+
+    @cached_property
+    def ordering(self) -> Ordering | None:
+        return Ordering.if_affordable(self.ops, self.async_streams)
 
 
 class Ordering:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.engine.ordering import Ordering
+from simulator.engine.ordering import Ordering, ProgramOrder
 from simulator.engine.plans import LinkTable, PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.program.ops import CollectiveOp, Op
@@ -118,13 +118,14 @@ def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
                         mirrors: Mapping[int, Mirrors], mirror_links: MirrorLinks | None = None,
-                        shapes: CollectiveShapes | None = None) -> frozenset[int]:
+                        shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None) -> frozenset[int]:
     """Ids of the collective ops whose instance runs alone on its links: no instance of other traffic that may
     overlap it in time (engine/ordering.py) uses a link of its own or of its kept ``mirrors``, and its mirrors
     do not share its own links. Such an instance's time is its time on an idle network, and its mirrors, on
     links nothing running meanwhile uses, change no simulated time: the engine times it once per shape and
     replays it without them. ``mirror_links`` gives the links of an op's kept mirrors together (default: the
-    union of ``links_of`` over them); ``shapes`` is the index of ``ops``' collectives, when the caller has it."""
+    union of ``links_of`` over them); ``shapes`` is the index of ``ops``' collectives and ``order`` the ordering
+    of ``ops`` with ``async_streams`` (shared with the fold symmetry check), when the caller has them."""
     shapes = shapes or CollectiveShapes.of(ops)
     if not shapes.ops:
         return frozenset()
@@ -148,12 +149,12 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
             shapes_on.setdefault(link, set()).add(shape)
-    private = _private_instances(ops, async_streams, shape_of, streams, footprints, shapes_on)
+    private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on)
     return frozenset(op.id for op in shapes.ops if op.key in private)
 
 
-def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_of: dict[str, tuple],
-                       streams: dict[int, set[str]], footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
+def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams: dict[int, set[str]],
+                       footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
                        shapes_on: dict[int, set[tuple]]) -> set[str]:
     """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
     links whose instances all come from one in-order stream (``streams``, by group id) qualifies without asking
@@ -163,9 +164,9 @@ def _private_instances(ops: Sequence[Op], async_streams: frozenset[str], shape_o
                  for shape, (own, mirrored) in footprints.items()}
     serial = {shape for shape, others in conflicts.items()
               if not footprints[shape][1] and all(other[4] == shape[4] for other in others)
-              and len(streams[shape[4]]) == 1 and not streams[shape[4]] & async_streams}
+              and len(streams[shape[4]]) == 1 and not streams[shape[4]] & order.async_streams}
     private = {key for key, shape in shape_of.items() if shape in serial}
-    ordering = Ordering.if_affordable(ops, async_streams) if len(private) < len(shape_of) else None
+    ordering = order.ordering if len(private) < len(shape_of) else None
     if ordering is None:
         return private
     keys: dict[tuple, list[str]] = {}

@@ -24,7 +24,7 @@ from itertools import chain
 import numpy as np
 
 from simulator.collectives.phases import Phase
-from simulator.engine.ordering import Ordering
+from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Instances
@@ -117,7 +117,7 @@ def _mirror_batches(phases: list[Phase], mirror_plans: Sequence[list[Phase]]) ->
 
 
 def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarray,
-                        shapes: CollectiveShapes | None = None, async_streams: frozenset[str] = frozenset()) -> str:
+                        shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None) -> str:
     """Why folding would not be exact ('' when every collective's mirrors take the time it takes). A mirror
     whose phases have the same route shapes as the simulated copy's is equal by symmetry; one whose shapes
     differ (an uplink shared by two of its flows, say) is timed alone on the links of ``capacity`` (bytes/s)
@@ -131,8 +131,8 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
     cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
-    ``shapes``: the index of ``ops``' collectives, when the caller has it; ``async_streams``: the program's
-    asynchronous streams (what may overlap what)."""
+    ``shapes``: the index of ``ops``' collectives, when the caller has it; ``order``: the program's ordering
+    (what may overlap what; default: ``ops`` with no asynchronous stream), shared with the sharing analysis."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     domains = np.asarray(topology.gpu_domain)
@@ -161,7 +161,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if verdict:
             return verdict
         translates.add(op, algorithm, reference)
-    return _unequally_met(ops, shapes, plans, async_streams)
+    return _unequally_met(shapes, plans, order or ProgramOrder(ops, frozenset()))
 
 
 def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
@@ -190,11 +190,10 @@ def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray
                    for t in phase.transfers) for phase in phases]
 
 
-def _overlapping(ops: Sequence[Op], shapes: CollectiveShapes, async_streams: frozenset[str], among: Sequence[int]
-                 ) -> Callable[[int], list[int]]:
+def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]) -> Callable[[int], list[int]]:
     """For a shape (index into ``shapes.firsts``), those of ``among`` with an instance that may overlap one of
-    its own (`engine/ordering.py`, over the program ``ops``); all of ``among`` where it is too large to order."""
-    ordering = Ordering.if_affordable(ops, async_streams)
+    its own (by the program's ``order``); all of ``among`` where it is too large to order."""
+    ordering = order.ordering
     if ordering is None:
         return lambda shape: list(among)
     nodes: dict[int, list[int]] = {}
@@ -205,8 +204,7 @@ def _overlapping(ops: Sequence[Op], shapes: CollectiveShapes, async_streams: fro
     return lambda shape: [other for other in among if instances[other].meet(ordering, arrays[shape]).any()]
 
 
-def _unequally_met(ops: Sequence[Op], shapes: CollectiveShapes, plans: PlanCache, async_streams: frozenset[str]
-                   ) -> str:
+def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
     every one meets it alike). Timing alone cannot excuse this: the mirror meets that traffic only in the step
@@ -217,7 +215,7 @@ def _unequally_met(ops: Sequence[Op], shapes: CollectiveShapes, plans: PlanCache
     if not loads:
         return ""
     topology = plans.topology
-    overlapping = _overlapping(ops, shapes, async_streams, sorted(loads))
+    overlapping = _overlapping(shapes, order, sorted(loads))
     for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
