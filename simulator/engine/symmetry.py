@@ -169,18 +169,21 @@ def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.
     all-to-all; by index into ``shapes.firsts``), the bytes it puts on each directed link over its group and
     all its mirrors: the load that makes the ranks of a stage unlike one another, which an unfolded run has
     and a folded run's mirrors do not wait for."""
-    topology = plans.topology
-    loads = {}
-    for shape, op in enumerate(shapes.firsts):
-        if op.op == "send_recv" or not op.nbytes or plans.send_excess(op) is None:
-            continue
-        load = loads[shape] = np.zeros(len(topology.link_class))
-        for phases in plans.mirrored_phases(op, op.mirrors):
-            for phase in phases:
-                for transfer in phase.transfers:
-                    path = topology.path(transfer.src, transfer.dst, transfer.channel)
-                    load[np.asarray(path, dtype=np.int64)] += transfer.nbytes * phase.repeat
-    return loads
+    return {shape: _link_bytes(plans.topology, [phase for plan in plans.mirrored_phases(op, op.mirrors)
+                                                for phase in plan])
+            for shape, op in enumerate(shapes.firsts)
+            if op.op != "send_recv" and op.nbytes and plans.send_excess(op) is not None}
+
+
+def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
+    """The bytes ``phases`` put on each directed link: every transfer's bytes times its phase's repeats, on each
+    link of its route (summed per link in transfer order, one array pass)."""
+    transfers = [(t, phase.repeat) for phase in phases for t in phase.transfers]
+    paths = [topology.path(t.src, t.dst, t.channel) for t, _ in transfers]
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    links = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
+    sent = np.array([t.nbytes * repeat for t, repeat in transfers], dtype=np.float64)
+    return np.bincount(links, weights=np.repeat(sent, lengths), minlength=len(topology.link_class))
 
 
 def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray) -> list[list[tuple]]:
