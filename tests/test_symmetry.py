@@ -2,7 +2,8 @@
 worked out together over arrays, they must tell phases apart exactly as the plain definition does (per transfer
 its bytes and, along its route, each link's kind and how many of the phase's transfers cross it, in any transfer
 order). And what lets it skip a group without comparing its mirrors (a group already compared, or known by
-translation: `_Translates`), and what must not."""
+translation: `_Translates`), and what must not. Last, the unequal traffic (a tree's) that a collective meets
+where the ordering lets the two overlap, instance by instance, against step times folded and unfolded."""
 
 from __future__ import annotations
 
@@ -152,3 +153,86 @@ def test_a_translate_unlike_its_known_group_is_compared(differ):
     assert not translates.known(differ(known, translate, plans), algorithm)
 
 
+
+
+LANES_STEP = dict[str, list[tuple[str, tuple[int, ...], tuple[str, ...]]]]
+"""Rank 0's ops on one DGX H100, by stream, each (name, group, names of its dependencies): a name starting with
+T is a tree all-reduce over four lanes (a TP group; its chain's inner ranks, the second and third of the group,
+send and receive twice an end's bytes on their NVLink ports), mirrored on lanes 4-7 (the other replica); one
+starting with S a ring all-gather over lanes 0 and 4 (a DP group), mirrored on each other lane pair."""
+
+
+def _lanes_ops(step: LANES_STEP, ranks: range) -> list[CollectiveOp]:
+    """``step``'s ops on ``ranks``: rank 0 alone, its collectives carrying their mirrors (the folded program),
+    or every rank, each in its own copy of its collectives (the unfolded one). Every group and mirror lies in
+    the host's NVLink domain, so only the unequal traffic can refuse the fold."""
+    entries = [(stream, *entry) for stream, listed in step.items() for entry in listed]
+    ids = {(rank, entry[1]): index for index, (rank, entry) in enumerate((r, e) for r in ranks for e in entries)}
+    ops = []
+    for rank in ranks:
+        for stream, name, group, deps in entries:
+            tree = name.startswith("T")
+            own = tuple(member + rank // 4 * 4 for member in group) if tree else (rank % 4, rank % 4 + 4)
+            mirrors = (() if len(ranks) > 1 else ((tuple(member + 4 for member in group),) if tree
+                                                   else tuple((lane, lane + 4) for lane in range(1, 4))))
+            ops.append(CollectiveOp(id=ids[rank, name], rank=rank, stream=stream, name=name,
+                                    deps=tuple(ids[rank, dep] for dep in deps),
+                                    op="all_reduce" if tree else "all_gather", group=own,
+                                    nbytes=64e6 if tree else 512e6, key=f"{name}{own}",
+                                    algorithm="tree" if tree else "ring", mirrors=mirrors))
+    return ops
+
+
+def _lanes_verdict(step: LANES_STEP) -> str:
+    from simulator.engine.ordering import ProgramOrder
+    from simulator.simulation import NetworkSettings, plan_cache
+
+    topology = build_topology("cluster", {"nodes": 1})
+    ops = _lanes_ops(step, range(1))
+    return symmetry.asymmetric_replicas(ops, plan_cache(topology, NetworkSettings()), effective_capacity(topology, {}),
+                                        order=ProgramOrder(ops, frozenset()))
+
+
+def _lanes_steps(step: LANES_STEP) -> tuple[float, float]:
+    """The step time of ``step`` folded (rank 0, mirrors alongside) and unfolded (all eight ranks)."""
+    from simulator.simulation import NetworkSettings, run_ops
+
+    topology = build_topology("cluster", {"nodes": 1})
+    return tuple(run_ops(topology, _lanes_ops(step, ranks), NetworkSettings())[0].makespan_s
+                 for ranks in (range(1), range(8)))
+
+
+CHAIN_0123 = (0, 1, 2, 3)
+"""A tree (a chain inside one host) whose inner ranks are lanes 1 and 2: lane 0's all-gather meets less of its
+load than lane 1's mirror does."""
+CHAIN_1032 = (1, 0, 3, 2)
+"""The same tree with lanes swapped in pairs: its inner ranks are lanes 0 and 3, so lane 0 meets more of its
+load than lane 1; with CHAIN_0123's, every lane meets the same sum."""
+
+
+def test_an_all_gather_overlapping_a_tree_all_reduce_unfolds_and_one_after_it_folds():
+    """Different collective types on two streams: the all-gather S may overlap the tree T (no order between
+    them), so its mirror on lanes 1 and 5 meets the tree's inner-rank load where lanes 0 and 4 meet an end's:
+    refused. Made to wait for T, S meets none of its load: folded, and the folded step is the unfolded one."""
+    overlapping = {"tp": [("T", CHAIN_0123, ())], "dp": [("S", (0, 4), ())]}
+    assert "over GPUs [0, 4] meets the traffic of collectives whose members send unlike amounts" in (
+        _lanes_verdict(overlapping))
+    after = {"tp": [("T", CHAIN_0123, ())], "dp": [("S", (0, 4), ("T",))]}
+    assert _lanes_verdict(after) == ""
+    folded, unfolded = _lanes_steps(after)
+    assert folded == pytest.approx(unfolded, rel=1e-12)
+
+
+def test_each_instance_meets_the_unequal_traffic_of_its_own_overlaps():
+    """Two instances of one all-gather shape, each overlapping a different tree: S1 meets CHAIN_0123 only
+    (CHAIN_1032 waits for it), S2 CHAIN_1032 only (it waits for CHAIN_0123). Each instance meets its tree's load
+    unlike its mirrors, so folding is off: the folded step is 7.7% longer than the unfolded one (2.00 against
+    1.86 ms). Summed over both trees (what the shape's instances meet together) the loads are alike on every
+    lane: the check, when it judged the overlaps of a shape's instances together, folded this step."""
+    step = {"tp": [("T1", CHAIN_0123, ()), ("T2", CHAIN_1032, ("S1",))],
+            "dp": [("S1", (0, 4), ()), ("S2", (0, 4), ("T1",))]}
+    assert "over GPUs [0, 4] meets the traffic" in _lanes_verdict(step)
+    folded, unfolded = _lanes_steps(step)
+    assert folded / unfolded - 1 == pytest.approx(0.0766, abs=1e-3)
+    both = {"tp": [("T1", CHAIN_0123, ()), ("T2", CHAIN_1032, ())], "dp": [("S1", (0, 4), ())]}
+    assert _lanes_verdict(both) == ""

@@ -193,27 +193,38 @@ def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray
                    for t in phase.transfers) for phase in phases]
 
 
-def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]) -> Callable[[int], list[int]]:
-    """For a shape (index into ``shapes.firsts``), those of ``among`` with an instance that may overlap one of
-    its own (by the program's ``order``); all of ``among`` where it is too large to order."""
+def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
+                 ) -> Callable[[int], list[tuple[int, ...]]]:
+    """For a shape (index into ``shapes.firsts``), which of ``among`` may overlap its instances: per distinct
+    combination met by one of its instances, those of ``among`` with an instance that may overlap it (by the
+    program's ``order``), in order, none empty; all of ``among`` at once where the program is too large to
+    order. Each instance meets the traffic of its own overlaps together, not that of every shape some other
+    instance meets (two instances meeting mirror-image loads would see their sum, alike on every lane)."""
     ordering = order.ordering
     if ordering is None:
-        return lambda shape: list(among)
+        return lambda shape: [tuple(among)]
     nodes: dict[int, list[int]] = {}
     for op, shape in zip(shapes.ops, shapes.shape_of):
         nodes.setdefault(shape, []).append(ordering.node_of_key[op.key])
     arrays = {shape: np.unique(np.array(found, dtype=np.int64)) for shape, found in nodes.items()}
     instances = {other: Instances.of(ordering, arrays[other]) for other in among}
-    return lambda shape: [other for other in among if instances[other].meet(ordering, arrays[shape]).any()]
+    others = np.array(among, dtype=np.int64)
+
+    def combinations(shape: int) -> list[tuple[int, ...]]:
+        met = np.array([instances[other].meet(ordering, arrays[shape]) for other in among]).T
+        return [tuple(others[row].tolist()) for row in np.unique(met, axis=0) if row.any()]
+
+    return combinations
 
 
 def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
-    every one meets it alike). Timing alone cannot excuse this: the mirror meets that traffic only in the step
-    (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes whose inner ranks' NVLink ports carry twice
-    a leaf's TP tree bytes ends 20 us later on those lanes). Pipeline send/recvs are not compared (see
-    `asymmetric_replicas`); each shape is compared with one mirror per class of translates."""
+    every one meets it alike), instance by instance (`_overlapping`). Timing alone cannot excuse this: the
+    mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes
+    whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us later on those lanes).
+    Pipeline send/recvs are not compared (see `asymmetric_replicas`); each shape is compared with one mirror per
+    class of translates."""
     loads = unequal_traffic(shapes, plans)
     if not loads:
         return ""
@@ -222,17 +233,16 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
     for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
-        met_by = overlapping(shape)
-        if not met_by:
-            continue
-        load = sum((loads[other] for other in met_by), np.zeros(len(topology.link_class)))
-        met = unequal_shapes(topology, plans.phases(op, op.group), load)
-        for index in _class_firsts(plans, op):
-            mirror = op.mirrors[index]
-            if unequal_shapes(topology, plans.phases(op, mirror), load) != met:
-                return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives whose "
-                        f"members send unlike amounts (a tree's inner ranks and leaves) otherwise than over the "
-                        f"equivalent {list(mirror)}: the ranks of a stage are not alike")
+        combinations = overlapping(shape)
+        mirrors = [op.mirrors[index] for index in _class_firsts(plans, op)] if combinations else []
+        for met_by in combinations:
+            load = sum((loads[other] for other in met_by), np.zeros(len(topology.link_class)))
+            met = unequal_shapes(topology, plans.phases(op, op.group), load)
+            for mirror in mirrors:
+                if unequal_shapes(topology, plans.phases(op, mirror), load) != met:
+                    return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives "
+                            f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
+                            f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
 
 
