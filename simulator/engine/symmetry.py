@@ -186,11 +186,33 @@ def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
     return np.bincount(links, weights=np.repeat(sent, lengths), minlength=len(topology.link_class))
 
 
-def unequal_shapes(topology: Topology, phases: Sequence[Phase], load: np.ndarray) -> list[list[tuple]]:
-    """What each of ``phases`` meets of the unequal traffic ``load`` (`unequal_traffic`): per transfer its
-    bytes and that load on each link of its route, in route order, the transfers sorted."""
-    return [sorted((t.nbytes, *load[np.asarray(topology.path(t.src, t.dst, t.channel), dtype=np.int64)].tolist())
-                   for t in phase.transfers) for phase in phases]
+RouteTable = list[tuple[np.ndarray, np.ndarray]]
+"""A plan's phases as arrays, per phase (each transfer's bytes, its route's links padded to the phase's longest
+route with the id one past the last link)."""
+
+
+def route_table(topology: Topology, phases: Sequence[Phase]) -> RouteTable:
+    """``phases`` routed once, to read what they meet of several loads (`unequal_shapes`)."""
+    table = []
+    for phase in phases:
+        paths = [topology.path(t.src, t.dst, t.channel) for t in phase.transfers]
+        links = np.full((len(paths), max(map(len, paths), default=0)), len(topology.link_class), dtype=np.int64)
+        for row, path in enumerate(paths):
+            links[row, :len(path)] = path
+        table.append((np.array([t.nbytes for t in phase.transfers], dtype=np.float64), links))
+    return table
+
+
+def unequal_shapes(table: RouteTable, load: np.ndarray) -> list[bytes]:
+    """What each phase of ``table`` meets of the unequal traffic ``load`` (`unequal_traffic`): per transfer its
+    bytes and that load on each link of its route, in route order (-1 past its end), the transfers sorted; as
+    bytes, equal exactly when the phases meet the load alike."""
+    padded = np.append(load, -1.0)
+    shapes = []
+    for nbytes, links in table:
+        rows = np.column_stack((nbytes, padded[links]))
+        shapes.append(np.int64(rows.shape[1]).tobytes() + rows[np.lexsort(rows.T[::-1])].tobytes())
+    return shapes
 
 
 def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
@@ -234,12 +256,16 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
         combinations = overlapping(shape)
-        mirrors = [op.mirrors[index] for index in _class_firsts(plans, op)] if combinations else []
+        if not combinations:
+            continue
+        own = route_table(topology, plans.phases(op, op.group))
+        mirrors = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
+                   for index in _class_firsts(plans, op)]
         for met_by in combinations:
             load = sum((loads[other] for other in met_by), np.zeros(len(topology.link_class)))
-            met = unequal_shapes(topology, plans.phases(op, op.group), load)
-            for mirror in mirrors:
-                if unequal_shapes(topology, plans.phases(op, mirror), load) != met:
+            met = unequal_shapes(own, load)
+            for mirror, table in mirrors:
+                if unequal_shapes(table, load) != met:
                     return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives "
                             f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
                             f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
