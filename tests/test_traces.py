@@ -373,3 +373,31 @@ def test_chakra_numbers_that_are_not_whole_are_refused_not_truncated(tmp_path, f
     with pytest.raises(TraceError) as caught:
         run(text, tmp_path)
     assert caught.value.field == "nodes[0]" and caught.value.problem == problem
+
+
+def test_a_folder_as_the_trace_says_so(tmp_path):
+    text = f"cluster: {{topology: dgx-h100}}\nworkload:\n  trace: '{KINETO_2RANK}'\n"
+    with pytest.raises(Exception) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "workload.trace" and caught.value.line == 3
+    assert caught.value.problem == f"{str(KINETO_2RANK)!r} is a folder"
+    assert caught.value.allowed == f"its files, one per rank: {str(KINETO_2RANK / '*.json')!r}"
+
+
+def test_the_wrong_format_is_named(tmp_path):
+    """A Kineto file read as Chakra used to say 'nodes[0].id: None is not an integer', a Chakra jsonizer file
+    read as Kineto 'not valid JSON ... a truncated file?'."""
+    as_chakra = (f"cluster: {{topology: dgx-h100}}\n"
+                 f"workload: {{trace: '{KINETO_2RANK}/rank*.json', format: chakra-json}}\n")
+    with pytest.raises(TraceError) as caught:
+        run(as_chakra, tmp_path)
+    assert caught.value.problem == "a PyTorch profiler (Kineto) trace, not a Chakra execution trace"
+    as_kineto = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{CHAKRA_2RANK}/rank*.json'}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(as_kineto, tmp_path)
+    assert caught.value.problem.startswith("several JSON documents one after another, as Chakra's jsonizer writes")
+    (tmp_path / "nodes.json").write_text('{"nodes": []}')
+    with pytest.raises(TraceError) as caught:
+        run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/nodes.json'}}\n", tmp_path)
+    assert caught.value.problem == ("no traceEvents list, and it looks like a Chakra execution trace (set "
+                                    "workload.format: chakra-json)")

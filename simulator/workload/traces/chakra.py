@@ -80,6 +80,9 @@ def _documents(path: Path) -> list:
 
 
 def _nodes(file: str, documents: list) -> list[dict]:
+    if len(documents) == 1 and isinstance(documents[0], dict) and "traceEvents" in documents[0]:
+        raise trace_error(file, "traceEvents", "a PyTorch profiler (Kineto) trace, not a Chakra execution trace",
+                          "workload.format: kineto for this file")
     if len(documents) == 1 and isinstance(documents[0], dict) and isinstance(documents[0].get("nodes"), list):
         nodes = documents[0]["nodes"]
     elif len(documents) == 1 and isinstance(documents[0], list):

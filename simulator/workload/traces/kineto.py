@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import json
 import re
 import zlib
 from dataclasses import replace
@@ -64,8 +65,22 @@ def load_json(path: Path) -> object:
         raise trace_error(str(path), "", f"not a complete gzip file ({exc}); a truncated file?",
                           "a complete .json.gz file") from None
     except orjson.JSONDecodeError as exc:
+        if _documents_in_a_row(data):
+            raise trace_error(str(path), "", "several JSON documents one after another, as Chakra's jsonizer writes "
+                              "(set workload.format: chakra-json for a Chakra trace)",
+                              "one Chrome-trace JSON document") from None
         raise trace_error(str(path), "", f"not valid JSON ({exc}); a truncated file?",
                           "a complete Chrome-trace JSON document") from None
+
+
+def _documents_in_a_row(data: bytes) -> bool:
+    """Whether ``data`` starts with a complete JSON document that other text follows."""
+    text = data.decode("utf-8", errors="replace").lstrip()
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return False
+    return bool(text[end:].strip())
 
 
 def read_kineto(path: Path) -> TracedRank:
@@ -73,7 +88,10 @@ def read_kineto(path: Path) -> TracedRank:
     file = str(path)
     doc = load_json(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise trace_error(file, "traceEvents", "no traceEvents list", "a Chrome-trace object with traceEvents")
+        chakra = isinstance(doc, list) or (isinstance(doc, dict) and ("nodes" in doc or "version" in doc))
+        raise trace_error(file, "traceEvents", "no traceEvents list" + (", and it looks like a Chakra execution "
+                          "trace (set workload.format: chakra-json)" if chakra else ""),
+                          "a Chrome-trace object with traceEvents")
     events = doc["traceEvents"]
     info = doc.get("distributedInfo") or {}
     stated = info.get("rank") if isinstance(info, dict) else None

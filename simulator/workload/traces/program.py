@@ -52,6 +52,9 @@ def trace_files(pattern: str, base_dir: Path) -> list[Path]:
         files = [match for match in path.parent.glob(path.name) if match.is_file()]
     else:
         files = [path] if path.is_file() else []
+    if path.is_dir():
+        raise ScenarioError(f"{pattern!r} is a folder", field="workload.trace",
+                            allowed=f"its files, one per rank: {str(Path(pattern) / '*.json')!r}")
     if not files:
         raise ScenarioError(f"no trace file matches {pattern!r}", field="workload.trace",
                             allowed="a file or a glob, relative to the scenario's folder")
