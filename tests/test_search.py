@@ -81,3 +81,23 @@ def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args,
     assert main(["search", str(SCENARIO), "--out", str(tmp_path / "out"), *args]) == 2
     assert capsys.readouterr().err.strip() == f"error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
+    """dp x cp = 1: ZeRO and FSDP shard over one rank, so the three shardings are the same layout. The search
+    used to simulate each (the same tokens/s three times) and report that the tree's zero1 'differs in sharding'
+    from an fsdp winner of equal throughput. Now the first sharding of the space stands for them; the tree's
+    zero1 is still simulated and gives exactly the same step."""
+    path = tmp_path / "one_gpu.yaml"
+    path.write_text("cluster: {topology: ethernet-100g, nodes: 1}\nmodel: {preset: megatron-1.7b, layers: 2}\n"
+                    "training: {seq_len: 2048, global_batch: 8}\n")
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,),
+                        sharding=("zero0", "zero1", "fsdp"), recompute=("none",))
+    result = search_layouts(path, SerialExecutor(), space=space, top=8)
+    rows = result.table.set_index("label")
+    assert list(rows["status"]) == ["simulated", "pruned", "simulated"]  # zero0, fsdp, the tree's zero1
+    assert rows.loc["tp1 cp1 pp1 dp1 mb1 fsdp recompute=none", "reason"] == (
+        "same layout as zero0: with dp x cp = 1 there is nothing to shard")
+    assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero1 recompute=none", "tokens_per_s"] == (
+        rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
+    assert result.comparison == "the search agrees with the decision tree: tp1 cp1 pp1 dp1 mb1 zero1 recompute=none"

@@ -126,10 +126,15 @@ def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict
 
 
 def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Checked]:
-    """Check each candidate; for one layout, once a recompute option fits, the heavier ones are dominated."""
+    """Check each candidate; for one layout, once a recompute option fits, the heavier ones are dominated; with
+    one data-parallel rank (dp x cp = 1) every sharding is the same layout, so only the space's first is kept."""
     result = []
     fitting: dict[Candidate, str] = {}
     for candidate in candidates:
+        if candidate.dp * candidate.cp == 1 and candidate.sharding != space.sharding[0]:
+            result.append(Checked(candidate, {}, f"same layout as {space.sharding[0]}: with dp x cp = 1 there is "
+                                                  f"nothing to shard"))
+            continue
         key = replace(candidate, recompute="none")
         if key in fitting:
             result.append(Checked(candidate, {}, f"dominated: recompute={fitting[key]} fits with the same layout "
@@ -169,11 +174,12 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
-    if winner["label"] == tree_row["label"]:
-        return f"the search agrees with the decision tree: {winner['label']}"
-    gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
+    unsharded = all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
     differ = [f"{name} {tree_row[name]} -> {winner[name]}" for name in CANDIDATE_COLUMNS
-              if tree_row[name] != winner[name] and name != "dp"]
+              if tree_row[name] != winner[name] and name != "dp" and not (name == "sharding" and unsharded)]
+    if not differ:  # the same layout (with one data-parallel rank the sharding names differ, nothing else)
+        return f"the search agrees with the decision tree: {tree_row['label']}"
+    gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
     return (f"the search's {winner['label']} runs {winner['tokens_per_s']:,.0f} tokens/s, {100 * gain:+.1f}% vs "
             f"the decision tree's {tree_row['label']} ({tree_row['tokens_per_s']:,.0f} tokens/s). They differ in "
             f"{'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, bubble "
