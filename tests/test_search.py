@@ -101,3 +101,24 @@ def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
     assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero1 recompute=none", "tokens_per_s"] == (
         rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
     assert result.comparison == "the search agrees with the decision tree: tp1 cp1 pp1 dp1 mb1 zero1 recompute=none"
+
+
+@pytest.mark.parametrize(("schedule", "v", "runs"), [
+    ("zbv", 1, "1f1b"), ("zbv", 2, "zbv"), ("zbv", 4, "interleaved"), ("dualpipev", 2, "dualpipev"),
+    ("zb-h1", 1, "zb-h1"), ("zb-h1", 2, "interleaved"), ("interleaved", 1, "1f1b"),
+    ("interleaved-zb", 2, "interleaved-zb"), ("custom", 1, "1f1b"),
+])
+def test_each_candidate_runs_the_scenarios_schedule_where_it_serves_its_chunks(schedule, v, runs):
+    """A scenario with zbv made every one-chunk candidate 'refused: schedule zbv keeps two chunks per rank' (the
+    decision tree found nothing) and ran its two-chunk candidates as interleaved 1F1B."""
+    candidate = Candidate(1, 1, 2, 4, v, 1, "zero1", "none")
+    assert candidate.overrides(schedule)["parallelism.pipeline.schedule"] == runs
+
+
+def test_a_search_from_a_zbv_scenario_keeps_its_one_chunk_layouts():
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(1, 2), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("selective",))
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=8,
+                            overrides=["parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2"])
+    assert set(result.table["status"]) == {"simulated"}
+    assert result.tree.candidate is not None

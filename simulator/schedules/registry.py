@@ -28,7 +28,10 @@ SCHEDULES: dict[str, ScheduleBuilder] = {
 }
 
 V_PLACED = frozenset({"zbv", "dualpipev"})
-"""Schedules whose chunks sit in the V placement; every other one loops (chunk c of rank r is stage c p + r)."""
+"""Schedules whose chunks sit in the V placement; every other one loops (chunk c of rank r is stage c p + r).
+They keep exactly two chunks per rank."""
+ONE_CHUNK = frozenset({"gpipe", "1f1b", "zb-h1"})
+"""Schedules that keep one model chunk per rank; the others but the V ones take any number of chunks."""
 SINGLE_STAGE = frozenset({"gpipe", "1f1b"})
 """Schedules torch.distributed.pipelining runs with their own loop (ScheduleGPipe, Schedule1F1B), which waits for
 the backward sends before the stage reduces its gradients; every other one runs on _PipelineScheduleRuntime."""
@@ -59,6 +62,17 @@ def schedule_placement(name: str, table: str | Path | None = None) -> Placement:
     if name == CUSTOM_SCHEDULE and table is not None:
         return load_table_placement(table)
     return "v" if name in V_PLACED else "loop"
+
+
+def serves_chunks(name: str, v: int) -> bool:
+    """Whether schedule ``name`` is made for ``v`` chunks per rank: one for gpipe, 1f1b and zb-h1, two for the
+    V ones, two or more for the other interleaved ones (which also run one, deeper than 1f1b); never for
+    'custom', whose table fixes v."""
+    if name in ONE_CHUNK:
+        return v == 1
+    if name in V_PLACED:
+        return v == 2
+    return name in SCHEDULES and v >= 2
 
 
 def build_schedule(name: str, p: int, m: int, v: int = 1, table: str | Path | None = None) -> Schedule:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.errors import InputError
+from simulator.schedules.registry import serves_chunks
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import RECOMPUTES, Recompute, Sharding
 from simulator.topology.graph import Topology
@@ -35,12 +36,15 @@ class Candidate:
     recompute: Recompute
 
     def overrides(self, schedule: str) -> dict[str, object]:
-        """The scenario fields this layout sets; interleaved 1F1B when there are virtual stages, else
-        ``schedule``; sequence parallelism whenever tp > 1 (Megatron's practice)."""
+        """The scenario fields this layout sets: ``schedule`` (the scenario's) where it runs this many chunks
+        per rank, else Megatron's 1F1B, interleaved with virtual stages; sequence parallelism whenever tp > 1
+        (Megatron's practice)."""
+        v = self.virtual_stages
         return {
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
             "parallelism.dp": self.dp, "parallelism.sequence_parallel": self.tp > 1,
-            "parallelism.pipeline.schedule": "interleaved" if self.virtual_stages > 1 else schedule,
+            "parallelism.pipeline.schedule": schedule if serves_chunks(schedule, v) else
+            ("interleaved" if v > 1 else "1f1b"),
             "parallelism.pipeline.virtual_stages": self.virtual_stages,
             "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,

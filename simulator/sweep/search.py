@@ -69,8 +69,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
     base = search_base(loaded.source, overrides, scenario)
-    schedule = scenario.parallelism.pipeline.schedule if scenario.parallelism.pipeline.schedule != "interleaved" \
-        else "1f1b"
+    schedule = scenario.parallelism.pipeline.schedule
     memo: dict[Candidate, Checked] = {}
 
     def check(candidate: Candidate) -> Checked:
