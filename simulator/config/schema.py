@@ -207,7 +207,8 @@ class TrainingConfig(Section):
     """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp);
     `loss_scaling` models fp16 dynamic loss scaling over a multi-step run. `grad_accumulation_fusion`: the
     weight-gradient GEMMs add into the accumulator themselves (Megatron-LM since 2022); false runs a separate
-    add per weight and micro-batch, as Megatron-LM did before (SC21). `cross_entropy_fusion`: the loss reads
+    add per weight and micro-batch, as Megatron-LM did before (SC21), or under PyTorch FSDP its own copies;
+    left out, the framework's (TrainingConfig.fused_grad_accumulation). `cross_entropy_fusion`: the loss reads
     the logits once per pass; false runs Megatron-LM's unfused fp32 passes (SC21). `layernorm_fusion`: LayerNorm's
     backward reads x and dy once (Transformer Engine); false runs apex's 2021 two-pass kernel (SC21).
     `bias_grad_fusion`: the weight-gradient GEMMs produce the bias gradients; false runs one reduction per
@@ -223,12 +224,21 @@ class TrainingConfig(Section):
     recompute: Recompute = "none"
     optimizer: Optimizer = "adam"
     attention: Literal["flash", "standard"] = "flash"
-    grad_accumulation_fusion: bool = True
+    grad_accumulation_fusion: bool | None = None
     cross_entropy_fusion: bool = True
     layernorm_fusion: bool = True
     bias_grad_fusion: bool = True
     grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
+
+    def fused_grad_accumulation(self, fsdp: bool) -> bool:
+        """Whether the weight-gradient GEMMs accumulate into the gradient buffer (grad_accumulation_fusion),
+        resolved for the data-parallel framework: the explicit choice, else true for Megatron-LM and DeepSpeed
+        layouts and false under PyTorch FSDP (``fsdp``), which has no such fusion: its post-backward copies and
+        adds the autograd gradients (Sharding.grad_copy_bytes); true with FSDP is refused at load."""
+        if self.grad_accumulation_fusion is not None:
+            return self.grad_accumulation_fusion
+        return not fsdp
 
     @model_validator(mode="after")
     def _loss_scaling_needs_fp16(self) -> TrainingConfig:
@@ -383,6 +393,17 @@ class Scenario(Section):
     storage: StorageConfig = StorageConfig()
     restart: RestartConfig = RestartConfig()
     description: str = ""
+
+    @model_validator(mode="after")
+    def _fsdp_does_not_fuse(self) -> Scenario:
+        if self.training.grad_accumulation_fusion and self.parallelism.fsdp is not None:
+            raise FieldProblem(("training", "grad_accumulation_fusion"),
+                               f"PyTorch FSDP (parallelism.fsdp: {self.parallelism.fsdp}) has no gradient "
+                               "accumulation fused into the weight-gradient GEMMs (Megatron-LM's "
+                               "--gradient-accumulation-fusion): its post-backward copies and adds the gradients "
+                               "autograd wrote", "false or left out with parallelism.fsdp; true with Megatron-LM "
+                               "or DeepSpeed layouts (zero)")
+        return self
 
     @model_validator(mode="after")
     def _one_workload(self) -> Scenario:

@@ -109,6 +109,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._backward_sends: dict[tuple[int, int], list[int]] = {}
         """Per rank and virtual stage, its backward sends so far, which Schedule1F1B and ScheduleGPipe wait for
         before the stage reduces its gradients."""
+        self._copied: set[tuple[int, int, int]] = set()
+        """Per rank, virtual stage and block, the blocks whose gradients FSDP has copied this step (_grad_copy)."""
         self._compute_waits: dict[int, int] = {}
         """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
         self._vstage = -1
@@ -303,6 +305,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         mb = action.microbatch
         last_stage = len(self.plan.stages) - 1
         deps = self._receive(rank, Pass.BACKWARD, mb, vstage + 1, work, tag) if vstage < last_stage else []
+        reduce_copies: list[tuple[Block, int, float]] = []
         for block in reversed(work.blocks):
             deps = deps + self._zero3_gather(rank, block, vstage, mb, Pass.BACKWARD)
             if block.recompute_s > 0:
@@ -321,14 +324,19 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             deps, op_id = self._tp_compute(rank, block, Pass.BACKWARD, deps, mb, vstage, phase.op_name(mb, block.name),
                                            duration, "backward", flops, compute_phase=phase)
             if weights:
-                self._grads_done(rank, vstage, block, op_id, final)
+                copy, reduce_copy = self._grad_copy(rank, vstage, block, [op_id, *deps], final, mb)
+                if copy is not None:
+                    op_id, deps = copy, [copy]
+                self._grads_or_copy(rank, vstage, block, op_id, final, reduce_copy, reduce_copies)
             deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage)
         sent = self._send(rank, Pass.BACKWARD, mb, vstage, vstage - 1, deps[-1], tag) if vstage > 0 and deps else None
         sends = self._backward_sends.setdefault((rank, vstage), [])
         if sent is not None:
             sends.append(sent)
+        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb)
         if final and phase.weight_grads and deps:
-            self._chunk_grad_sync(rank, vstage, sends if sends and self.plan.single_stage_loop else [deps[-1]])
+            after = sends if sends and self.plan.single_stage_loop else [deps[-1]]
+            self._chunk_grad_sync(rank, vstage, [*after, *last])
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
@@ -337,13 +345,60 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         mb = action.microbatch
         phase = Pass.BACKWARD_WEIGHT
         op_id = -1
+        reduce_copies: list[tuple[Block, int, float]] = []
         for block in reversed(work.blocks):
             op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
                                block.backward_weight_flops, [], "weight_grad", mb, vstage,
                                block.sm_bound_seconds(phase))
-            self._grads_done(rank, vstage, block, op_id, final)
+            copy, reduce_copy = self._grad_copy(rank, vstage, block, [op_id], final, mb)
+            op_id = op_id if copy is None else copy
+            self._grads_or_copy(rank, vstage, block, op_id, final, reduce_copy, reduce_copies)
+        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb)
         if final and op_id >= 0:
-            self._chunk_grad_sync(rank, vstage, [op_id])
+            self._chunk_grad_sync(rank, vstage, [op_id, *last])
+
+    def _grad_copy(self, rank: int, vstage: int, block: Block, after: list[int], final: bool,
+                   mb: int) -> tuple[int | None, float]:
+        """PyTorch FSDP's copies of a block's fresh weight gradients in its backward (Sharding.grad_copy_bytes)
+        as a memory-bound op on the compute stream once the ops ``after`` (the one that wrote them, and the
+        input gradient's TP collective) are done; returns (that op, or None when there is nothing to copy in
+        the backward; the seconds of the reduce's copy that a pipelined stage runs after the action). FSDP2
+        runs them once per unit, in its post-backward when the unit's input gradient is done: the same bytes
+        on the same stream, here block by block."""
+        sharding = self.plan.sharding
+        if sharding.grad_copy_rate <= 0 or block.params <= 0:
+            return None, 0.0
+        key = (rank, vstage, id(block))
+        first = key not in self._copied
+        self._copied.add(key)
+        now, at_reduce = sharding.grad_copy_bytes(first, final, self.plan.layout.pp > 1)
+        later = block.params * at_reduce / sharding.grad_copy_rate
+        if now <= 0:
+            return None, later
+        return self._compute(rank, f"fsdp grad copy mb{mb} {block.name}", block.params * now / sharding.grad_copy_rate,
+                             after, "backward", mb=mb, sm_bound_share=0.0), later
+
+    def _grads_or_copy(self, rank: int, vstage: int, block: Block, op_id: int, final: bool, seconds: float,
+                       pending: list[tuple[Block, int, float]]) -> None:
+        """Record a block's gradients as done after ``op_id`` (_grads_done), or when the pipelined stage's
+        reduce copies them first (``seconds`` > 0), keep them in ``pending`` for _reduce_copies."""
+        if seconds > 0:
+            pending.append((block, op_id, seconds))
+        else:
+            self._grads_done(rank, vstage, block, op_id, final)
+
+    def _reduce_copies(self, rank: int, vstage: int, pending: list[tuple[Block, int, float]], final: bool,
+                       mb: int) -> list[int]:
+        """The pipelined stage's copies of the accumulated gradients into the reduce-scatter input (its
+        REDUCE_GRAD, after the action and its send), ``pending`` as (block, op its gradients were written by,
+        copy seconds), each block's gradients done after its copy (_grads_done); returns the copy ops."""
+        ops = []
+        for block, op_id, seconds in pending:
+            copy = self._compute(rank, f"fsdp reduce copy {block.name}", seconds, [op_id], "backward", mb=mb,
+                                 sm_bound_share=0.0)
+            self._grads_done(rank, vstage, block, copy, final)
+            ops.append(copy)
+        return ops
 
     def _grads_done(self, rank: int, vstage: int, block: Block, op_id: int, final: bool) -> None:
         """Record the op that finished a block's gradients; ZeRO-3, and ZeRO-2 with ``reduce_every_microbatch``,

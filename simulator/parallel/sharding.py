@@ -34,7 +34,8 @@ class Sharding:
     reduce-scatter; DeepSpeed ZeRO does not. ``reshard_after_forward`` false (PyTorch FSDP under pipelining:
     torchtitan's ``reshard_after_forward=not pp_enabled``, and the pipeline stage's
     ``set_reshard_after_backward(False)`` on every backward) gathers each unit once per step, before its first
-    forward, and keeps it unsharded until the chunk's last gradient action."""
+    forward, and keeps it unsharded until the chunk's last gradient action. ``grad_copy_rate`` (HBM bytes per
+    second; 0 charges none) times PyTorch FSDP's gradient copies on the compute stream (grad_copy_bytes)."""
 
     stage: int = 0
     degree: int = 1
@@ -47,6 +48,7 @@ class Sharding:
     gather_per_layer: bool = False
     fsdp: bool = False
     reshard_after_forward: bool = True
+    grad_copy_rate: float = 0.0
 
     @property
     def sharded_grad_steps(self) -> bool:
@@ -72,3 +74,29 @@ class Sharding:
     def grad_sync(self) -> GradSync:
         """When ZeRO-3's gradients are reduce-scattered (GradSync)."""
         return "after_last_backward" if self.defers_unit_grads else "every_microbatch"
+
+    def grad_copy_bytes(self, first: bool, final: bool, pipelined: bool) -> tuple[float, float]:
+        """HBM bytes per weight PyTorch FSDP2 moves on the compute stream for a unit's gradients (torch 2.13,
+        torch/distributed/fsdp/_fully_shard: FSDPParamGroup.post_backward, FSDPParam, foreach_reduce): (in the
+        unit's backward, when its gradients are reduced after the ``final`` backward under ``pipelined``
+        torch.distributed.pipelining, whose REDUCE_GRAD follows the chunk's last gradient action and its send).
+        Autograd writes a fresh gradient in the training precision (``param_bytes``); ``grad_bytes`` is the
+        reduce dtype. Reduced every micro-batch: foreach_reduce's chunk_cat copies the fresh gradient into the
+        reduce-scatter input (read ``param_bytes``, write ``grad_bytes``). Accumulated: the ``first`` backward
+        of the step casts it into ``unsharded_accumulated_grad`` (to_accumulated_grad_if_needed; nothing when
+        the dtypes agree: autograd's ``.grad`` is the accumulator), later ones add it in
+        (accumulate_unsharded_grad_if_needed, or AccumulateGrad: read both, write the accumulator), and the
+        reduce copies the accumulator into the reduce-scatter input (read and write ``grad_bytes``): in the
+        final backward without pipelining, where a single backward copies its fresh gradient in directly.
+        Not charged: the shard-sized adds and casts foreach_reduce runs after the reduce-scatter, on its
+        stream."""
+        fresh, reduced = self.param_bytes, self.grad_bytes
+        if self.reduce_every_microbatch or (first and final and not pipelined):
+            return fresh + reduced, 0.0
+        if first:
+            accumulate = fresh + reduced if fresh != reduced else 0.0
+        else:
+            accumulate = fresh + 2 * reduced
+        if not final:
+            return accumulate, 0.0
+        return (accumulate, 2 * reduced) if pipelined else (accumulate + 2 * reduced, 0.0)

@@ -29,10 +29,12 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     whose chunks differ (Llama 3's embedding-only first chunk) is counted exactly, and under zero-bubble
     schedules what each deferred W keeps from its B (chunk_weight_grad_bytes), walking the rank's order.
     ZeRO-2 with gradient accumulation keeps the full gradient buffer (the gradients are reduce-scattered
-    once, after the last micro-batch), so its memory is ZeRO-1's then, unless each micro-batch's gradients
-    are reduce-scattered (``reduce_every_microbatch``). Buffers: PyTorch FSDP's unsharded working set of
-    wrapped units (memory.fsdp_working_set_bytes), DeepSpeed ZeRO-3's two gathered layers, two layers of
-    gradients for sharded gradient steps, or DDP's two buckets."""
+    once, after the last micro-batch), so its memory is ZeRO-1's then (Megatron-LM's persistent main_grad),
+    unless each micro-batch's gradients are reduce-scattered (``reduce_every_microbatch``) or it is PyTorch
+    FSDP's shard_grad_op, whose accumulators live only from a chunk's first gradient action to its last
+    (fsdp_accumulator_bytes). Buffers: PyTorch FSDP's unsharded working set of wrapped units
+    (memory.fsdp_working_set_bytes), DeepSpeed ZeRO-3's two gathered layers, two layers of gradients for
+    sharded gradient steps, or DDP's two buckets (with shard_grad_op's accumulators)."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -42,7 +44,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
                        dtype_bytes=int(plan.sharding.param_bytes))
     dp_ways = layout.dp * layout.cp
     stage = plan.sharding.stage if dp_ways > 1 else 0
-    if stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch:
+    accumulates = stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch
+    if accumulates and not plan.sharding.fsdp:
         stage = 1
     sharding = replace(plan.sharding, stage=stage)
     result = []
@@ -65,6 +68,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.grad_bytes)
         elif dp_ways > 1:
             buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
+            if accumulates and plan.sharding.fsdp:
+                buffers += fsdp_accumulator_bytes(step, pp_rank)
         breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,
@@ -97,6 +102,16 @@ def fsdp_buffer_bytes(step: TrainingStep, pp_rank: int) -> float:
                    + sum(units) * sharding.grad_bytes for units in chunk_units)
     return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, sharding.grad_bytes)
                for units in chunk_units)
+
+
+def fsdp_accumulator_bytes(step: TrainingStep, pp_rank: int) -> float:
+    """What PyTorch FSDP's shard_grad_op holds beside its sharded gradients on a rank of pipeline rank
+    ``pp_rank`` when it accumulates over micro-batches: each chunk's ``unsharded_accumulated_grad`` in the
+    reduce dtype, allocated at the chunk's first gradient action (to_accumulated_grad_if_needed) and freed
+    after its reduce-scatter, following its last (memory.fsdp_pipelined_bytes's walk of the rank's actions,
+    without parameters: shard_grad_op keeps them unsharded all step, counted as ZeRO-2 counts them)."""
+    chunk_units = [wrapped_units(step, vs) for vs in step.plan.rank_stages(pp_rank)]
+    return memory.fsdp_pipelined_bytes(step.plan.schedule[pp_rank], chunk_units, 0.0, step.plan.sharding.grad_bytes)
 
 
 def wrapped_units(step: TrainingStep, vstage: int) -> list[float]:

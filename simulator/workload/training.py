@@ -270,12 +270,15 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes, grad_accum_bytes=int(sharding.grad_bytes),
-                       fused_grad_accumulation=training.grad_accumulation_fusion,
+                       fused_grad_accumulation=training.fused_grad_accumulation(par.fsdp is not None),
+                       framework_copies=par.fsdp is not None,
                        fused_cross_entropy=training.cross_entropy_fusion,
                        fused_layernorm=training.layernorm_fusion, fused_bias_grad=training.bias_grad_fusion)
     cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
+    if par.fsdp is not None:
+        sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)

@@ -84,8 +84,9 @@ class ShardShape:
     """How one rank sees a micro-batch: ``micro_batch`` sequences of ``seq_len`` tokens split by tp/cp (and SP),
     and in which formats: ``dtype_bytes`` per activation, weight and gradient element, ``grad_accum_bytes`` per
     element of the gradient buffer weight gradients accumulate in (the weight-gradient GEMMs add into it when
-    ``fused_grad_accumulation``, otherwise see `grad_accumulation`), whether the loss is one fused
-    cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`), whether
+    ``fused_grad_accumulation``, otherwise see `grad_accumulation`, unless ``framework_copies``: PyTorch FSDP's
+    post-backward copies the fresh gradients, which the program charges, Sharding.grad_copy_bytes), whether the
+    loss is one fused cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`), whether
     LayerNorm's backward is one pass (``fused_layernorm``; otherwise apex's two, _APEX_LAYERNORM) and whether the
     weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`)."""
 
@@ -97,6 +98,7 @@ class ShardShape:
     dtype_bytes: int = 2
     grad_accum_bytes: int = 4
     fused_grad_accumulation: bool = True
+    framework_copies: bool = False
     fused_cross_entropy: bool = True
     fused_layernorm: bool = True
     fused_bias_grad: bool = True
@@ -220,8 +222,8 @@ def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
     (--gradient-accumulation-fusion, February 2022): after each weight-gradient GEMM of every micro-batch, the
     DDP hook adds the fresh gradient into the accumulation buffer (``main_grad.add_(grad)``), a memory-bound
     kernel that reads the fresh gradient and reads and writes the buffer (``grad_accum_bytes``). Unchanged when
-    the GEMM fuses it."""
-    if shard.fused_grad_accumulation:
+    the GEMM fuses it, or when the framework's own copies stand in for it (``framework_copies``)."""
+    if shard.fused_grad_accumulation or shard.framework_copies:
         return kernels
     moved = shard.dtype_bytes + 2 * shard.grad_accum_bytes
     adds = tuple(Kernel(f"{k.name}.accumulate", k.weights, moved * k.weights, "elementwise", backward=True)
