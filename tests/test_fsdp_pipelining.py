@@ -12,6 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from simulator.catalog.calibration import compute_efficiency
+from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.program.ops import CollectiveOp
@@ -42,6 +44,8 @@ STAGE_UNITS = ({"embedding": EMBEDDING, "L0": LAYER, "L1": LAYER}, {"L2": LAYER,
 rank 1 layers 2-3 and the head (final norm and output layer)."""
 PARAM_BYTES, GRAD_BYTES = 2, 4
 """bf16 parameters gathered, gradients reduced in fp32 (bf16's gradient buffer, FSDP2's reduce_dtype)."""
+COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * compute_efficiency("h100-sxm", "bf16").memory_peak
+"""HBM bytes per second of FSDP's gradient copies: the calibrated rate of a memory-bound kernel."""
 SCHEDULES = ["parallelism.pipeline.schedule=1f1b", "parallelism.pipeline.schedule=zb-h1",
              "parallelism.pipeline.schedule=gpipe"]
 
@@ -53,6 +57,18 @@ def _rank_ops(result, rank: int):
 
 def _dp(ops, prefix: str):
     return ops[(ops["category"] == "dp") & ops["name"].str.startswith(prefix)]
+
+
+def _reduce_copy_seconds(units: dict[str, float]) -> float:
+    """The stage's REDUCE_GRAD copies of ``units``' accumulated fp32 gradients into the reduce-scatter input
+    (read and write 4 B per weight: Sharding.grad_copy_bytes), back to back on the compute stream."""
+    return 2 * GRAD_BYTES * sum(units.values()) / COPY_RATE
+
+
+def _backward_end(ops) -> float:
+    """When the rank's last backward (with FSDP's copies into the accumulators) ends, before REDUCE_GRAD."""
+    work = ops[(ops["category"] == "backward") & ~ops["name"].str.startswith("fsdp reduce copy")]
+    return work["end_s"].max()
 
 
 def _ring_seconds(nbytes: float) -> float:
@@ -130,18 +146,20 @@ def _last_backward_send(ops):
 def test_single_stage_schedules_reduce_after_the_backward_send(run_yaml, schedule):
     # Rank 1 (layers 2-3 and the head) under Schedule1F1B / ScheduleGPipe: the last backward's gradient send
     # starts when the backward ends (it does not wait for any reduce-scatter) and takes one NVLink latency plus
-    # its bytes; the schedule waits for it before perform_reduce_grad, whose three reduce-scatters then run back
+    # its bytes; the schedule waits for it before perform_reduce_grad, which copies each unit's accumulated
+    # gradients into its reduce-scatter input on the compute stream; the three reduce-scatters then run back
     # to back on the dp stream, each alone on the NVSwitch (ring closed form); the optimizer waits for the last.
     result = run_yaml(PIPELINED_8B, f"parallelism.pipeline.schedule={schedule}")
     ops = _rank_ops(result, 1)
-    backward_end = ops[ops["category"] == "backward"]["end_s"].max()
+    backward_end = _backward_end(ops)
     send = _last_backward_send(ops)
     assert send["start_s"].min() == pytest.approx(backward_end, abs=1e-12)
     send_end = backward_end + ALPHA + send["bytes"].iloc[0] / BANDWIDTH
     assert send["end_s"].max() == pytest.approx(send_end, rel=1e-9)
     scatters = _dp(ops, "reduce_scatter grads")
-    assert scatters["start_s"].min() == pytest.approx(send_end, rel=1e-9)
-    expected_end = send_end + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
+    copied = send_end + _reduce_copy_seconds(STAGE_UNITS[1])
+    assert scatters["start_s"].min() == pytest.approx(copied, rel=1e-9)
+    expected_end = copied + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
     assert scatters["end_s"].max() == pytest.approx(expected_end, rel=1e-9)
     optimizer = ops[ops["name"] == "optimizer step"]
     assert optimizer["start_s"].iloc[0] == pytest.approx(expected_end, rel=1e-9)
@@ -149,13 +167,15 @@ def test_single_stage_schedules_reduce_after_the_backward_send(run_yaml, schedul
 
 def test_runtime_schedules_reduce_after_the_last_weight_gradients(run_yaml):
     # zb-h1 runs on _PipelineScheduleRuntime: REDUCE_GRAD follows the chunk's last W (its B's send long gone),
-    # so rank 1's reduce-scatters start when that W ends and the optimizer waits for the last of them.
+    # so rank 1's reduce-scatters start when that W and the copies into their inputs end, and the optimizer
+    # waits for the last of them.
     result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=zb-h1")
     ops = _rank_ops(result, 1)
     last_w = ops[ops["category"] == "weight_grad"]["end_s"].max()
     scatters = _dp(ops, "reduce_scatter grads")
-    assert scatters["start_s"].min() == pytest.approx(last_w, abs=1e-12)
-    expected_end = last_w + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
+    copied = last_w + _reduce_copy_seconds(STAGE_UNITS[1])
+    assert scatters["start_s"].min() == pytest.approx(copied, rel=1e-9)
+    expected_end = copied + sum(_ring_seconds(GRAD_BYTES * params) for params in STAGE_UNITS[1].values())
     assert scatters["end_s"].max() == pytest.approx(expected_end, rel=1e-9)
     assert ops[ops["name"] == "optimizer step"]["start_s"].iloc[0] == pytest.approx(expected_end, rel=1e-9)
 
@@ -236,7 +256,8 @@ def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, 
     assert list(scatters["bytes"]) == [GRAD_BYTES * params for params in STAGE_UNITS[1].values()]
     assert list(reduces["bytes"]) == [GRAD_BYTES * params / 4 for params in STAGE_UNITS[1].values()]
     send = _last_backward_send(ops)
-    assert scatters["start_s"].iloc[0] == pytest.approx(send["end_s"].max(), rel=1e-9)
+    copied = send["end_s"].max() + _reduce_copy_seconds(STAGE_UNITS[1])
+    assert scatters["start_s"].iloc[0] == pytest.approx(copied, rel=1e-9)
     scatter_end = scatters["start_s"].iloc[0]
     reduce_end = 0.0
     for params, scatter, reduce in zip(STAGE_UNITS[1].values(), scatters.itertuples(), reduces.itertuples(),
@@ -258,7 +279,8 @@ def test_single_stage_schedules_wait_for_every_backward_send(schedule):
     # perform_reduce_grad. Rank 1's backward send of micro-batch m - 2 made 5000 times larger (both ends of the
     # transfer, ~93 ms on NVLink) ends after the last backward's send (which no longer waits for it: rank 0's
     # last forward came before it): the first reduce-scatter starts when it ends (one latency plus the link's
-    # bytes after the backward that produced it), not when the last send does.
+    # bytes after the backward that produced it) and the stage has copied its gradients into the reduce-scatter
+    # inputs, not when the last send does.
     loaded = scenario_from_text(PIPELINED_8B, "inline.yaml", [f"parallelism.pipeline.schedule={schedule}"])
     topology = build_topology(loaded)
     program = step_program(loaded, topology, fold=False)
@@ -278,7 +300,8 @@ def test_single_stage_schedules_wait_for_every_backward_send(schedule):
     assert send["end_s"] == pytest.approx(expected_end, rel=1e-9)
     assert send["end_s"] > sends[sends["microbatch"] == M - 1]["end_s"].max()
     scatters = _dp(rank_ops, "reduce_scatter grads")
-    assert scatters["start_s"].min() == pytest.approx(send["end_s"], rel=1e-9)
+    copied = send["end_s"] + _reduce_copy_seconds(STAGE_UNITS[1])
+    assert scatters["start_s"].min() == pytest.approx(copied, rel=1e-9)
 
 
 def test_bundled_torchtitan_scenario_sends_each_stage_once_per_step():
@@ -300,10 +323,10 @@ def test_bundled_torchtitan_scenario_sends_each_stage_once_per_step():
 def test_explicit_no_sync_without_pipelining(run_yaml):
     # pp 1 with `reduce_every_microbatch: false` (FSDP2's set_requires_gradient_sync(False) on every micro-batch
     # but the last): the units reshard after each forward and backward as usual, m (2U - 1) gathers; the
-    # gradients are accumulated unsharded and, in the last backward, FSDP's post-backward hooks reduce-scatter
-    # each unit as its backward ends, in backward order, on the in-order dp stream: each starts when its
-    # unit's last backward op and the reduce-scatter before it have ended, the first long before the backward
-    # is over.
+    # gradients are accumulated unsharded and, in the last backward, FSDP's post-backward hooks copy each unit's
+    # accumulator into its reduce-scatter input and reduce-scatter it as its backward ends, in backward order,
+    # on the in-order dp stream: each starts when its unit's last backward op and copy and the reduce-scatter
+    # before it have ended, the first long before the backward is over.
     text = PIPELINED_8B.replace(f"pp: {PP}, dp: {DP}", "pp: 1, dp: 8").replace(f"{DP * M}", f"{8 * M}")
     result = run_yaml(text, "parallelism.ddp.reduce_every_microbatch=false")
     ops = _rank_ops(result, 0)
@@ -316,7 +339,8 @@ def test_explicit_no_sync_without_pipelining(run_yaml):
     previous_end = 0.0
     for unit, (start, end) in zip(reversed(units), zip(scatters["start_s"], scatters["end_s"], strict=True),
                                   strict=True):
-        unit_end = backwards[backwards["name"].str.startswith(f"B{M - 1} {unit}")]["end_s"].max()
+        last = backwards["name"].str.startswith((f"B{M - 1} {unit}", f"fsdp grad copy mb{M - 1} {unit}"))
+        unit_end = backwards[last]["end_s"].max()
         assert start == pytest.approx(max(unit_end, previous_end), abs=1e-12)
         previous_end = end
     assert scatters["start_s"].iloc[0] < backwards["end_s"].max()

@@ -69,7 +69,8 @@ def test_fsdp_gathers_whole_units_and_sends_their_share(run_yaml):
 def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward():
     # FSDP2: in the forward, unit k's all-gather is queued behind unit k-2's copy-out, which runs once unit k-3
     # has finished; in the backward, behind unit k's own copy-out, after unit k+1's backward (k-1 gathered
-    # while k runs). Units in forward order: embedding, L0..L3, head.
+    # while k runs), and unit k+1's post-backward copy of its gradients into the reduce-scatter input. Units in
+    # forward order: embedding, L0..L3, head.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
     ops = step_program(loaded, build_topology(loaded), fold=True).ops
     units = ["embedding", *(f"L{layer}" for layer in range(LAYERS)), "head"]
@@ -87,7 +88,7 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
         assert gather_deps("fwd", 1, units[k]) == (last_compute(1, units[k - 3], "F"),)
     backward = units[::-1]
     for k in range(3, len(backward)):
-        assert gather_deps("bwd", 1, backward[k]) == (last_compute(1, backward[k - 2], "B"),)
+        assert gather_deps("bwd", 1, backward[k]) == (last_compute(1, backward[k - 2], "fsdp grad copy mb"),)
 
 
 def test_fsdp_compute_waits_for_the_previous_reduce_scatter():

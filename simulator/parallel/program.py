@@ -333,10 +333,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         sends = self._backward_sends.setdefault((rank, vstage), [])
         if sent is not None:
             sends.append(sent)
-        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb)
+        waits = sends if sends and self.plan.single_stage_loop else []
+        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb, waits)
         if final and phase.weight_grads and deps:
-            after = sends if sends and self.plan.single_stage_loop else [deps[-1]]
-            self._chunk_grad_sync(rank, vstage, [*after, *last])
+            self._chunk_grad_sync(rank, vstage, [*(waits or deps[-1:]), *last])
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
@@ -350,15 +350,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             op_id = self._pass(rank, block, phase, phase.op_name(mb, block.name), block.backward_weight_s,
                                block.backward_weight_flops, [], "weight_grad", mb, vstage,
                                block.sm_bound_seconds(phase))
-            copy, reduce_copy = self._grad_copy(rank, vstage, block, [op_id], final, mb)
+            copy, reduce_copy = self._grad_copy(rank, vstage, block, [op_id], final, mb, "weight_grad")
             op_id = op_id if copy is None else copy
             self._grads_or_copy(rank, vstage, block, op_id, final, reduce_copy, reduce_copies)
-        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb)
+        last = self._reduce_copies(rank, vstage, reduce_copies, final, mb, [])
         if final and op_id >= 0:
             self._chunk_grad_sync(rank, vstage, [op_id, *last])
 
-    def _grad_copy(self, rank: int, vstage: int, block: Block, after: list[int], final: bool,
-                   mb: int) -> tuple[int | None, float]:
+    def _grad_copy(self, rank: int, vstage: int, block: Block, after: list[int], final: bool, mb: int,
+                   category: str = "backward") -> tuple[int | None, float]:
         """PyTorch FSDP's copies of a block's fresh weight gradients in its backward (Sharding.grad_copy_bytes)
         as a memory-bound op on the compute stream once the ops ``after`` (the one that wrote them, and the
         input gradient's TP collective) are done; returns (that op, or None when there is nothing to copy in
@@ -376,7 +376,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if now <= 0:
             return None, later
         return self._compute(rank, f"fsdp grad copy mb{mb} {block.name}", block.params * now / sharding.grad_copy_rate,
-                             after, "backward", mb=mb, sm_bound_share=0.0), later
+                             after, category, mb=mb, sm_bound_share=0.0), later
 
     def _grads_or_copy(self, rank: int, vstage: int, block: Block, op_id: int, final: bool, seconds: float,
                        pending: list[tuple[Block, int, float]]) -> None:
@@ -388,14 +388,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._grads_done(rank, vstage, block, op_id, final)
 
     def _reduce_copies(self, rank: int, vstage: int, pending: list[tuple[Block, int, float]], final: bool,
-                       mb: int) -> list[int]:
+                       mb: int, waits: list[int]) -> list[int]:
         """The pipelined stage's copies of the accumulated gradients into the reduce-scatter input (its
-        REDUCE_GRAD, after the action and its send), ``pending`` as (block, op its gradients were written by,
-        copy seconds), each block's gradients done after its copy (_grads_done); returns the copy ops."""
+        REDUCE_GRAD, after the action and its send; under Schedule1F1B and ScheduleGPipe once the backward
+        sends ``waits`` are done), ``pending`` as (block, op its gradients were written by, copy seconds), each
+        block's gradients done after its copy (_grads_done); returns the copy ops."""
         ops = []
         for block, op_id, seconds in pending:
-            copy = self._compute(rank, f"fsdp reduce copy {block.name}", seconds, [op_id], "backward", mb=mb,
-                                 sm_bound_share=0.0)
+            copy = self._compute(rank, f"fsdp reduce copy {block.name}", seconds, [op_id, *waits], "backward",
+                                 mb=mb, sm_bound_share=0.0)
             self._grads_done(rank, vstage, block, copy, final)
             ops.append(copy)
         return ops
