@@ -102,6 +102,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         scenario(PRESET + "parallelism:\n  pp: 2\n  fsdp: full_shard\n  ddp: {reduce_every_microbatch: true}\n"),
         RUN, 2, "s.yaml:7: parallelism.ddp.reduce_every_microbatch: torch.distributed.pipelining turns PyTorch "
         "FSDP's gradient sync off on every backward"),
+    "fsdp-with-fused-grad-accumulation": (
+        scenario("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, layers: 4}\ntraining:\n  seq_len: 1024\n"
+                 "  global_batch: 8\n  grad_accumulation_fusion: true\nparallelism: {fsdp: full_shard}\n"), RUN, 2,
+        "s.yaml:6: training.grad_accumulation_fusion: PyTorch FSDP (parallelism.fsdp: full_shard) has no gradient "
+        "accumulation fused into the weight-gradient GEMMs"),
     "pipelined-fsdp-beyond-three-chunks": (
         scenario(PRESET + "parallelism:\n  pp: 2\n  fsdp: full_shard\n  pipeline: {schedule: interleaved, "
                  "virtual_stages: 4}\n"), RUN, 2, "s.yaml:7: parallelism.pipeline.virtual_stages: 4 chunks per "
