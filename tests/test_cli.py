@@ -277,6 +277,8 @@ def test_bad_input_through_the_console_script(tmp_path):
     (["--sizes", "1024"], None, "has no unit", "MiB"),
     (["--efficiency", "perfect"], "--efficiency", "unknown efficiency profile 'perfect'", "calibrated, ideal"),
     (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
+    (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
+     "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
 ])
 def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert main(["collective", "--topology", "dgx-h100", "--json", *args]) == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections import Counter
 
 import pytest
@@ -330,6 +331,9 @@ def test_cli_draw_into_a_new_folder_and_refuse_a_large_one_on_the_command_line(t
     assert main(["topo", "draw", "dgx-h100", "-o", str(tmp_path / "new" / "t.png")]) == 0
     assert (tmp_path / "new" / "t.png").read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()
+    with warnings.catch_warnings():  # a lone GPU: no links, so no legend (matplotlib warned of an empty one)
+        warnings.simplefilter("error")
+        assert main(["topo", "draw", "dgx-h100", "--set", "gpus=1", "-o", str(tmp_path / "one.png")]) == 0
     assert main(["topo", "draw", "dgx-h100-cluster", "--set", "nodes=128", "-o", str(tmp_path / "big.png")]) == 2
     assert capsys.readouterr().err == (
         "error: command line: topo draw: topology dgx-h100-cluster has 2224 nodes, too many to draw (allowed: at "

@@ -20,6 +20,9 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
     """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes). The
     cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
     topology = load_topology(topology_name, overrides)
+    if topology.num_gpus < 2:
+        raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",
+                            field="--topology", allowed="a topology of 2 GPUs or more")
     ranks = ranks or topology.num_gpus
     if not 2 <= ranks <= topology.num_gpus:
         raise ScenarioError(f"{ranks} ranks do not fit {topology.name} ({topology.num_gpus} GPUs)",

@@ -117,7 +117,8 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     axes.set_yticks(sorted(layers), [_role(topo.graph.nodes[layers[k][0]]) for k in sorted(layers)])
     axes.set_xticks([])
     axes.set_title(f"{topo.name}: {topo.num_gpus} GPUs, {topo.num_hosts} hosts")
-    axes.legend(loc="upper right", fontsize="small")
+    if axes.get_legend_handles_labels()[1]:  # a lone GPU has no links to label
+        axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
