@@ -293,6 +293,12 @@ def test_plot_refuses_a_mixed_or_incomplete_folder(tmp_path, capsys):
     (other / MANIFEST).unlink()
     assert main(["plot", "gantt", str(other), "-o", str(tmp_path / "g.png")]) == 2
     assert "has no manifest.json" in capsys.readouterr().err
+    (out / "timeline.parquet").unlink()
+    assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
+    (out / "trace.json.gz").write_bytes(b"")
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(out), "-o", str(tmp_path / "g.png")]) == 2
+    assert "OUTDIR: trace.json.gz belongs to another run (mixed folder)" in capsys.readouterr().err
     assert not (tmp_path / "g.png").exists()
 
 

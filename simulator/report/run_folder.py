@@ -164,5 +164,6 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...]) -> dict:
             raise _refuse(out_dir, f"{name} is not the file this run wrote (mixed or edited folder)")
     strangers = [name for name in RUN_OUTPUTS if name not in files and (out_dir / name).exists()]
     if strangers:
-        raise _refuse(out_dir, f"{', '.join(strangers)} belong to another run (mixed folder)")
+        raise _refuse(out_dir, f"{', '.join(strangers)} {'belongs' if len(strangers) == 1 else 'belong'} to "
+                               "another run (mixed folder)")
     return manifest
