@@ -170,6 +170,17 @@ def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_point_the_simulator_refuses_is_located_at_the_axis_that_set_the_field(tmp_path):
+    """The error named the base scenario's line, which shows the value the axis replaced (global_batch: 32)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("base: llama3-8b-dgx-h100-dp8\ngrid:\n  training.global_batch: [33]\n")
+    run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
+    frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert list(frame["status"]) == ["invalid"]
+    assert frame["error"][0] == (f"{path}:3: grid.training.global_batch: value 33: global_batch 33 is not a "
+                                 "multiple of micro_batch x dp = 8 (allowed: multiples of 8)")
+
+
 def test_more_points_than_allowed_is_refused(tmp_path, capsys):
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid: {training.microbatches: [1, 2, 3], parallelism.zero: [0, 1]}\n")

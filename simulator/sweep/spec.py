@@ -111,6 +111,8 @@ class Sweep:
     axes: tuple[str, ...]
     points: tuple[Point, ...]
     outputs: bool
+    axis_lines: tuple[tuple[str, str, int | None], ...] = ()
+    """(axis name, its entry's path in the sweep file, that entry's line) of each axis."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
@@ -158,7 +160,8 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
         points.append(Point(index, values, point_data, point_key(point_data),
                             _violated(constraints, scenario, index, locate)))
-    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
+    axis_lines = tuple((name, dotted(path), line_of(lines, path)) for name, path in axes.items())
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, axis_lines)
 
 
 def _locator(source: str, lines: dict):
@@ -273,10 +276,19 @@ def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str
         return validate_as_json(Scenario, data)
     except ValidationError as exc:
         error = validation_error(exc, Scenario, base_source, base_lines)
-    for name, value in values:
-        if error.field == dotted(parse_field(name)) or error.field.startswith(dotted(parse_field(name)) + "."):
-            raise locate(axes[name], f"value {value!r}: {error.problem}", error.allowed)
+    found = axis_holding(error.field, values)
+    if found is not None:
+        raise locate(axes[found[0]], f"value {found[1]!r}: {error.problem}", error.allowed)
     raise error
+
+
+def axis_holding(field: str, values: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
+    """The axis (name, value) whose field is ``field`` or holds it: an error there is that value's."""
+    for name, value in values:
+        path = dotted(parse_field(name))
+        if field == path or field.startswith(path + "."):
+            return name, value
+    return None
 
 
 def _violated(constraints: list[Constraint], scenario: Scenario, index: int, locate) -> str:
