@@ -37,8 +37,9 @@ def _shared_domain(a: dict, b: dict) -> object:
 
 
 def physical_links(topo: Topology) -> list[tuple[str, str, dict]]:
-    """Each full-duplex link once, as (end a, end b, edge attributes)."""
-    return [(u, v, data) for u, v, data in topo.graph.edges(data=True) if u < v]
+    """Each full-duplex link once, as (end a, end b, edge attributes), from the builder's plain dicts (the
+    networkx graph took most of `topo describe`'s time on large clusters)."""
+    return [(u, v, data) for (u, v), data in topo.wiring.edges.items() if u < v]
 
 
 def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
@@ -50,7 +51,7 @@ def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
     """
     totals: dict[tuple[str, str], float] = {}
     domains: dict[tuple[str, str], set] = {}
-    nodes = topo.graph.nodes
+    nodes = topo.wiring.nodes
     for u, v, data in physical_links(topo):
         first, second = sorted((_role(nodes[u]), _role(nodes[v])), key=_ROLE_ORDER.index)
         roles = (first, second)
@@ -72,7 +73,7 @@ def describe_topology(topo: Topology) -> str:
              f" on {topo.num_hosts} hosts, {'/'.join(map(str, sizes))} GPUs per host, {topo.rails} rail(s)"]
     if topo.params.get("description"):
         lines.append(f"  {' '.join(str(topo.params['description']).split())}")
-    roles = Counter(_role(attrs) for _, attrs in topo.graph.nodes(data=True))
+    roles = Counter(_role(attrs) for attrs in topo.wiring.nodes.values())
     lines.append("nodes:")
     lines += [f"  {role:<12} {roles[role]:>7}" for role in _ROLE_ORDER if roles[role]]
     groups = Counter((data["link_class"], data["bandwidth"], data["latency"]) for _, _, data in physical_links(topo))
