@@ -239,6 +239,15 @@ def test_a_count_is_ascii_digits(text):
     assert error.value.field == "gpus" and error.value.problem == f"expected a whole number, got {text!r}"
 
 
+def test_three_tiers_over_one_leaf_group_names_the_tiers():
+    """It asked for '2 to 1' pods."""
+    with pytest.raises(TopologyError) as error:
+        build_topology("cluster", {"nodes": 3, "tiers": 3, "pods": 2})
+    assert (error.value.field, error.value.problem, error.value.allowed) == (
+        "tiers", "3 splits leaf groups into pods, but 3 hosts make one leaf group (up to 32 hosts)",
+        "tiers: 2, or more than 32 hosts (nodes), or fewer leaf_ports")
+
+
 def test_unknown_parameter_lists_allowed_names():
     with pytest.raises(TopologyError) as error:
         build_topology("cluster", {"leafports": 8})

@@ -264,9 +264,14 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     if p["tiers"] == 2 and (pods > 1 or p["cores"]):
         raise TopologyError("pods and cores need tiers: 3", field="pods" if pods > 1 else "cores",
                             allowed="tiers: 3, or leave pods and cores out")
+    if p["tiers"] == 3 and groups < 2:
+        raise TopologyError(f"3 splits leaf groups into pods, but {len(host_gpus)} hosts make one leaf group "
+                            f"(up to {p['leaf_ports']} hosts)", field="tiers",
+                            allowed=f"tiers: 2, or more than {p['leaf_ports']} hosts (nodes), or fewer leaf_ports")
     if p["tiers"] == 3 and not 2 <= pods <= groups:
         raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
-                            allowed=f"2 to {groups} (one leaf group = {p['leaf_ports']} hosts)")
+                            allowed=f"{'2' if groups == 2 else f'2 to {groups}'} (one leaf group = "
+                                    f"{p['leaf_ports']} hosts)")
     if p["sharp"] is not NetworkReduction.NONE and link_class != "infiniband":
         raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
                             field="sharp", allowed="none, or link_class: infiniband")
