@@ -237,7 +237,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise InputError(f"{args.ranks!r} names ranks the run does not have", field="--ranks",
                              allowed=f"0..{gpus - 1}")
         _refuse_ranks_without_ops(ranks, simulated_ranks(run.timeline))
-        figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=_window(args.window))
+        window = _window(args.window)
+        end_s = float(run.timeline["end_s"].max()) if len(run.timeline) else 0.0
+        if window is not None and window[0] >= end_s:
+            raise InputError(f"{args.window!r} starts after the run's last op ends, at {end_s:.6g} s",
+                             field="--window", allowed=f"a window that starts before {end_s:.6g} s")
+        figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=window)
     else:
         figure = memory_figure(run.timeline, run.summary)
     save_figure(figure, output)

@@ -182,6 +182,8 @@ def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path,
           "run.timeline) (allowed: a simulated rank: 0, 1, 2, 3; or rerun with run.fold: false)"),
     ("3-1", "--ranks: '3-1' is a range from high to low (allowed: e.g. 0,2,4 or 0-7, each range from low to high)"),
     ("1-2-3", "--ranks: '1-2-3' is not a rank list (allowed: e.g. 0,2,4 or 0-7, each range from low to high)"),
+    (["--window", "1s:2s"], "--window: '1s:2s' starts after the run's last op ends, at 0.033 s (allowed: a "
+                            "window that starts before 0.033 s)"),  # GPipe and 1F1B: (m + p - 1) x (F + B)
 ])
 def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
     """A folded rank (DP replica 1 of p = 4, dp = 2) was drawn idle from start to end, and '3-1' gave no rows
@@ -191,6 +193,7 @@ def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
-    assert main(["plot", "gantt", str(out), "--ranks", ranks, "-o", str(tmp_path / "g.png")]) == 2
+    flags = ranks if isinstance(ranks, list) else ["--ranks", ranks]
+    assert main(["plot", "gantt", str(out), *flags, "-o", str(tmp_path / "g.png")]) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
     assert not (tmp_path / "g.png").exists()
