@@ -135,6 +135,12 @@ random:
     ("grid: {'workload[0.bytes': [1 MiB]}", "not a field path", 8),
     ("random: {seed: -1, samples: 2, axes: {training.microbatches: [1, 2]}}", "random.seed: -1 is below 0", 8),
     ("grid: {training.microbatches.x: [1]}", "training.microbatches has no sub-fields", 8),
+    # topology parameters were checked only as each point ran: every point 'invalid', exit status 0
+    ("grid: {cluster.nvlink_bandwidth: [450 GB/s, 400 GB]}",
+     "grid.cluster.nvlink_bandwidth: value '400 GB': unknown bandwidth unit 'GB' in '400 GB'", 8),
+    ("grid: {cluster.gpuz: [8]}", "grid.cluster.gpuz: value 8: unknown override 'gpuz' for topology kind", 8),
+    ("zip: {cluster.gpus: [8, 0], training.microbatches: [8, 4]}", "zip.cluster.gpus: value 0: 0 must be positive",
+     8),
 ])
 def test_bad_sweep_file_is_one_located_error(tmp_path, capsys, axes, problem, line):
     path = tmp_path / "sweep.yaml"

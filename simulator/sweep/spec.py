@@ -47,9 +47,10 @@ from simulator.config.yaml_source import (
     parse_yaml_text,
     read_yaml,
 )
-from simulator.errors import InputError, ScenarioError
+from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.sweep.constraints import Constraint, parse_constraint
 from simulator.sweep.fields import FieldParts, check_path, with_values
+from simulator.topology.loader import TopologySource, checked_parameters, read_topology, with_overrides
 from simulator.units import parse_quantity
 
 Axis = Annotated[list, Field(min_length=1)]
@@ -151,6 +152,8 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except InputError as exc:
             raise locate(("constraints", index), exc.problem, exc.allowed) from None
     points = []
+    clusters: set[bytes] = set()
+    topology_files: dict[str, TopologySource] = {}
     for index, values in enumerate(_combinations(spec, locate)):
         try:
             point_data = with_values(base_data, {parse_field(name): value for name, value in values})
@@ -158,8 +161,12 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
         scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
-        points.append(Point(index, values, point_data, point_key(point_data),
-                            _violated(constraints, scenario, index, locate)))
+        skipped = _violated(constraints, scenario, index, locate)
+        cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
+        if not skipped and cluster not in clusters:
+            clusters.add(cluster)
+            _check_cluster(scenario, values, axes, base_source, base_lines, locate, topology_files)
+        points.append(Point(index, values, point_data, point_key(point_data), skipped))
     axis_lines = tuple((name, dotted(path), line_of(lines, path)) for name, path in axes.items())
     return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, axis_lines)
 
@@ -280,6 +287,29 @@ def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str
     if found is not None:
         raise locate(axes[found[0]], f"value {found[1]!r}: {error.problem}", error.allowed)
     raise error
+
+
+def _check_cluster(scenario: Scenario, values, axes: dict[str, FieldParts], base_source: str, base_lines: dict,
+                   locate, files: dict[str, TopologySource]) -> None:
+    """The point's topology parameters (`cluster.*`, open in the schema) read as the builder will read them, so
+    that an unknown name or a bad unit on an axis is refused with the sweep instead of by every point. ``files``:
+    the topology files read so far, by name."""
+    cluster = scenario.cluster
+    try:
+        if cluster.topology not in files:
+            files[cluster.topology] = read_topology(cluster.topology, None, Path(base_source).parent)
+        checked_parameters(with_overrides(files[cluster.topology], cluster.overrides()))
+    except TopologyError as exc:
+        path = parse_field(exc.field)
+        overridden = bool(path) and path[0] in cluster.overrides()
+        if exc.file and not overridden:
+            raise  # the topology file's own mistake, located in it
+        field = dotted(("cluster", *path)) if overridden else "cluster.topology"
+        found = axis_holding(field, values)
+        if found is not None:
+            raise locate(axes[found[0]], f"value {found[1]!r}: {exc.problem}", exc.allowed) from None
+        raise ScenarioError(exc.problem, field=field, allowed=exc.allowed, file=base_source,
+                            line=line_of(base_lines, parse_field(field))) from None
 
 
 def axis_holding(field: str, values: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import simulator
@@ -11,6 +11,7 @@ from simulator.config.yaml_source import line_of, parse_field, read_yaml
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
+from simulator.topology.parameters import read_parameters
 
 SOURCE_TREE_DIR = Path(simulator.__file__).resolve().parents[1] / "topologies"
 INSTALLED_DIR = Path(sys.prefix) / "share" / "trainsim" / "topologies"
@@ -80,13 +81,28 @@ def read_topology(name_or_path: str, overrides: dict | None = None, folder: Path
                                 allowed=", ".join(FILE_KEYS + tuple(parameters)), file=source,
                                 line=line_of(lines, (key,)))
     params = {key: value for key, value in data.items() if key not in FILE_KEYS}
+    spec = TopologySource(kind, params, data.get("name") or path.stem, source, lines, frozenset(),
+                          data.get("description", ""))
+    return with_overrides(spec, overrides)
+
+
+def with_overrides(spec: TopologySource, overrides: dict | None) -> TopologySource:
+    """``spec`` read from its file with ``overrides`` replacing top-level parameters (one file read serves
+    many overrides: a sweep's points)."""
+    parameters = BUILDERS[spec.kind].parameters
+    params = dict(spec.params)
     for key, value in (overrides or {}).items():
         if key not in parameters:
-            raise TopologyError(f"unknown override {key!r} for topology kind {kind!r}", field=str(key),
-                                allowed=", ".join(parameters), file=source)
+            raise TopologyError(f"unknown override {key!r} for topology kind {spec.kind!r}", field=str(key),
+                                allowed=", ".join(parameters), file=spec.source)
         params[key] = value
-    return TopologySource(kind, params, data.get("name") or path.stem, source, lines,
-                          frozenset(overrides or {}), data.get("description", ""))
+    return replace(spec, params=params, overridden=spec.overridden | frozenset(overrides or {}))
+
+
+def checked_parameters(spec: TopologySource) -> dict:
+    """The top-level parameters of ``spec`` read as its builder reads them (names, units, ranges), without
+    building: what a sweep checks of every point before any runs."""
+    return read_parameters(BUILDERS[spec.kind].parameters, spec.params)
 
 
 def load_topology(name_or_path: str, overrides: dict | None = None, folder: Path | None = None) -> Topology:
