@@ -122,7 +122,7 @@ def test_validate_ok(capsys):
 def test_topo_describe_cluster(capsys):
     assert main(["topo", "describe", "dgx-h100-cluster"]) == 0
     text = capsys.readouterr().out
-    assert "16 GPUs (h100-sxm) on 2 hosts, 8 GPUs per host, 8 rail(s)" in text
+    assert "16 GPUs (h100-sxm) on 2 hosts, 8 GPUs per host, 8 rails" in text
     assert re.search(r"infiniband\s+16 x\s+50 GB/s", text)
 
 

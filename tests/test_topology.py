@@ -293,6 +293,8 @@ def test_describe_reports_counts_and_bisection():
     assert bisection["leaf-spine"][0] == pytest.approx(8 * 16 * (32 * 5e10 / 16) / 2, rel=REL)
     text = describe_topology(topo)
     assert "1.8 TB/s" in text and re.search(r"infiniband +16 x +50 GB/s", text) and "spine " in text
+    one = describe_topology(load_topology("dgx-h100"))  # said '1 hosts', '1 rail(s)', 'each of 1 hosts/...'
+    assert "8 GPUs (h100-sxm) on 1 host, 8 GPUs per host, 1 rail\n" in one and "(each of 1 host/NVLink domain)" in one
 
 
 def test_draw_small_and_refuse_large(tmp_path):

@@ -28,6 +28,11 @@ def _role(attrs: dict) -> str:
             "nic": "NIC"}[kind]
 
 
+def _count(number: int, singular: str, plural: str = "") -> str:
+    """'1 host', '8 hosts'."""
+    return f"{number} {singular if number == 1 else plural or singular + 's'}"
+
+
 def _shared_domain(a: dict, b: dict) -> object:
     """The NVLink domain or host both ends of a link belong to, or None when the link leaves it."""
     for key in ("nvlink_domain", "host"):
@@ -70,7 +75,8 @@ def describe_topology(topo: Topology) -> str:
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
-             f" on {topo.num_hosts} hosts, {'/'.join(map(str, sizes))} GPUs per host, {topo.rails} rail(s)"]
+             f" on {_count(topo.num_hosts, 'host')}, {'/'.join(map(str, sizes))} GPUs per host, "
+             f"{_count(topo.rails, 'rail')}"]
     if topo.params.get("description"):
         lines.append(f"  {' '.join(str(topo.params['description']).split())}")
     roles = Counter(_role(attrs) for attrs in topo.wiring.nodes.values())
@@ -82,7 +88,8 @@ def describe_topology(topo: Topology) -> str:
         lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
     lines.append("bisection bandwidth per tier (per direction):")
     for tier, bandwidth, domains in tier_bisection(topo):
-        scope = f"each of {domains} hosts/NVLink domains" if domains else "whole fabric"
+        scope = (f"each of {_count(domains, 'host/NVLink domain', 'hosts/NVLink domains')}" if domains
+                 else "whole fabric")
         lines.append(f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})")
     return "\n".join(lines)
 
@@ -117,7 +124,7 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
             axes.plot([], [], color=colour, label=link_class)
     axes.set_yticks(sorted(layers), [_role(topo.graph.nodes[layers[k][0]]) for k in sorted(layers)])
     axes.set_xticks([])
-    axes.set_title(f"{topo.name}: {topo.num_gpus} GPUs, {topo.num_hosts} hosts")
+    axes.set_title(f"{topo.name}: {_count(topo.num_gpus, 'GPU')}, {_count(topo.num_hosts, 'host')}")
     if axes.get_legend_handles_labels()[1]:  # a lone GPU has no links to label
         axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
