@@ -201,7 +201,7 @@ def collective_table(frame: pd.DataFrame, ops: list[CollectiveOp]) -> list[dict]
             continue
         seen.add(op.key)
         time_s = float(span_s[op.key])
-        algbw = op.nbytes / time_s / 1e9 if time_s > 0 else float("inf")
+        algbw = op.nbytes / time_s / 1e9 if time_s > 0 else 0.0  # nccl-tests' 0 for a 0-byte item; no Infinity
         rows.append({"name": op.key, "op": op.op, "ranks": len(op.group), "bytes": op.nbytes, "time_s": time_s,
                      "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op.op, len(op.group))})
     return rows

@@ -396,3 +396,13 @@ def test_a_failed_write_leaves_nothing_and_raises_its_own_error(tmp_path):
             write_through_temporary(target, write)
         assert not isinstance(info.value, FileNotFoundError)
         assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_zero_byte_collective_writes_strict_json(tmp_path):
+    """0 bytes in 0 s gave algbw and busbw Infinity, which summary.json held as the bare word `Infinity`: not
+    JSON (orjson, jq and JavaScript refuse it). nccl-tests prints 0 for such a row."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nworkload: [{name: empty, op: all_reduce, bytes: 0 B}]\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    row = orjson.loads((tmp_path / "out" / "summary.json").read_bytes())["collectives"][0]
+    assert (row["bytes"], row["time_s"], row["algbw_GBps"], row["busbw_GBps"]) == (0.0, 0.0, 0.0, 0.0)
