@@ -2,8 +2,9 @@
 
 Every constant there names a kernel-level source (GEMM and attention microbenchmarks, HBM streaming, sustained
 clocks); no end-to-end training table is used. The file's figures become the roofline's ``Efficiency``:
-GEMM and attention plateaus are the measured fractions of peak times the sustained-to-boost clock ratio, the
-memory plateau is the measured fraction of HBM bandwidth. GPUs missing from the file keep the defaults.
+GEMM and attention plateaus are the measured fractions of peak times the sustained-to-boost clock ratio (the
+attention ones for the causal mask training runs), the memory plateau is the measured fraction of HBM
+bandwidth. GPUs missing from the file keep the defaults.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import yaml
 from simulator.errors import ScenarioError
 from simulator.parallel.overlap import TPOverlap
 from simulator.program.contention import SmShare
-from simulator.workload.roofline import Efficiency
+from simulator.workload.roofline import Efficiency, log_interpolate
 from simulator.workload.transformer import MEASURED_KERNELS
 
 KERNELS_FILE = Path(__file__).with_name("kernels.yaml")
@@ -30,10 +31,29 @@ def kernel_data() -> MappingProxyType:
     return MappingProxyType(yaml.load(KERNELS_FILE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
 
 
-def _table(attention: dict, key: str, ratio: float) -> tuple[tuple[float, float], ...]:
-    peak = float(attention["table_peak_tflops"])
-    return tuple((float(length), min(1.0, float(tflops) / peak * ratio))
-                 for length, tflops in zip(attention["seq_len"], attention[key]))
+def _points(lengths: list, values: list) -> tuple[tuple[float, float], ...]:
+    return tuple((float(length), float(value)) for length, value in zip(lengths, values))
+
+
+def _fractions(points: tuple[tuple[float, float], ...], peak: float, ratio: float) -> tuple[tuple[float, float], ...]:
+    """TFLOP/s points as fractions of the table's ``peak`` at the sustained clock ``ratio``."""
+    return tuple((length, min(1.0, tflops / peak * ratio)) for length, tflops in points)
+
+
+def causal_backward_tflops(attention: dict) -> tuple[tuple[float, float], ...]:
+    """The causal attention backward's (key length, TFLOP/s) points of a kernels.yaml ``attention`` entry: its
+    measured ``backward_tflops``, or, where only a backward without the mask was measured
+    (``backward_non_causal_tflops``), that times the causal / non-causal ratio ``causal_backward``'s source
+    measured on the same kernel, both log-linear in the key length, at every length either table has."""
+    if "backward_tflops" in attention:
+        return _points(attention["seq_len"], attention["backward_tflops"])
+    non_causal = _points(attention["seq_len"], attention["backward_non_causal_tflops"])
+    measured = attention["causal_backward"]
+    ratios = tuple((float(length), float(causal) / float(plain)) for length, causal, plain
+                   in zip(measured["seq_len"], measured["causal_tflops"], measured["non_causal_tflops"]))
+    lengths = sorted({length for length, _ in non_causal + ratios})
+    return tuple((length, log_interpolate(non_causal, length) * log_interpolate(ratios, length))
+                 for length in lengths)
 
 
 @cache
@@ -44,6 +64,7 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
         return Efficiency()
     ratio = float(entry["clock"]["sustained_ratio"])
     gemm, attention = entry["gemm"], entry["attention"]
+    peak = float(attention["table_peak_tflops"])
     achievable = gemm["achievable"]
     matmul = float(achievable.get(precision, achievable["bf16"]))
     waves = gemm.get("waves")
@@ -52,8 +73,8 @@ def compute_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
         matmul_half_dim=float(gemm["half_dim"]),
         memory_peak=float(entry["memory"]["fraction"]),
         ramp_time=float(gemm["ramp_time_s"]),
-        attention_forward=_table(attention, "forward_tflops", ratio),
-        attention_backward=_table(attention, "backward_tflops", ratio),
+        attention_forward=_fractions(_points(attention["seq_len"], attention["forward_tflops"]), peak, ratio),
+        attention_backward=_fractions(causal_backward_tflops(attention), peak, ratio),
         wave_sms=int(entry["sms"]) if waves else 0,
         wave_tiles=tuple((int(rows), int(columns)) for rows, columns in waves["tiles"]) if waves else (),
         measured_memory=tuple((kind, float(entry[kind]["forward"]), float(entry[kind]["backward"]))

@@ -26,13 +26,13 @@ class Efficiency:
     length. elementwise_peak: fraction of the CUDA-core fp32 peak for elementwise FLOPs. memory_peak: fraction of
     HBM bandwidth a streaming kernel reaches. ramp_time: launch and tail-wave loss in seconds; the rate is the
     plateau rate times t / (t + ramp_time), t the time at the plateau rate, so every kernel takes t + ramp_time.
-    attention_forward / attention_backward: measured (key length, fraction of peak) points, ascending; when
-    given they replace attention_peak and attention_half_len for that pass (log-linear in the key length
-    between points, the end values beyond them). wave_sms / wave_tiles: a GPU whose GEMM kernels launch one
-    thread block per output tile in waves over its SMs (see wave_efficiency); 0 / () when its kernels are
-    persistent and split the last wave. measured_memory: (kind, forward, backward) fractions of HBM bandwidth
-    that kernels of a measured family (Kernel.memory_kind, one of MEASURED_KERNELS) reach in their forward and
-    backward passes; a family not listed streams at memory_peak.
+    attention_forward / attention_backward: measured (key length, fraction of peak) points of the causal flash-
+    attention kernel (masked blocks skipped), ascending; when given they replace attention_peak and
+    attention_half_len for that pass (log-linear in the key length between points, the end values beyond them).
+    wave_sms / wave_tiles: a GPU whose GEMM kernels launch one thread block per output tile in waves over its SMs
+    (see wave_efficiency); 0 / () when its kernels are persistent and split the last wave. measured_memory: (kind,
+    forward, backward) fractions of HBM bandwidth that kernels of a measured family (Kernel.memory_kind, one of
+    MEASURED_KERNELS) reach in their forward and backward passes; a family not listed streams at memory_peak.
     """
 
     matmul_peak: float = 0.80
@@ -84,8 +84,9 @@ def _saturation(size: float, half: float) -> float:
     return size / (size + half)
 
 
-def _interpolate(points: tuple[tuple[float, float], ...], length: float) -> float:
-    """The fraction at ``length``: linear in log2(length) between measured points, the end values outside."""
+def log_interpolate(points: tuple[tuple[float, float], ...], length: float) -> float:
+    """The value at ``length`` of measured (length, value) points, ascending: linear in log2(length) between
+    points, the end values outside."""
     if length <= points[0][0]:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:]):
@@ -127,7 +128,7 @@ def _plateau(kernel: Kernel, efficiency: Efficiency) -> float:
     if kernel.kind == "attention":
         table = efficiency.attention_backward if kernel.backward else efficiency.attention_forward
         if table and kernel.size_dim > 0:
-            return _interpolate(table, kernel.size_dim)
+            return log_interpolate(table, kernel.size_dim)
         return efficiency.attention_peak * _saturation(kernel.size_dim, efficiency.attention_half_len)
     if kernel.kind == "elementwise":
         return efficiency.elementwise_peak
