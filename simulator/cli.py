@@ -93,6 +93,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     loaded = load_scenario(args.scenario, args.set)
     topology = sized_topology(loaded, force=args.force)
     verdict = validate(loaded, topology)
+    if loaded.scenario.run.horizon is not None:
+        from simulator.reliability.simulate import check_job
+
+        check_job(loaded, topology)
     if args.strict and verdict.memory.get("oom"):
         raise InputError(oom_line(dict(verdict.memory)), file=loaded.source,
                          allowed="a layout that fits in GPU memory")

@@ -99,6 +99,23 @@ def test_failure_counts_follow_the_renewal_rate(distribution, shape):
     assert math.isclose(float(arrivals.unit.max()), 63)
 
 
+NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s"}
+"""Refusals that compare with the simulated step, which `trainsim validate` does not run."""
+
+
+@pytest.mark.parametrize("case", sorted(set(BAD) - NEEDS_THE_STEP))
+def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
+    """`trainsim validate` of a job scenario gives the run's one line (it said 'valid' of spares beyond the
+    cluster, an unknown class or a checkpoint larger than the storage)."""
+    (old, new), _, _ = BAD[case]
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace(old, new))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    refused = capsys.readouterr().err
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == refused
+
+
 @pytest.mark.parametrize("change, message", [
     (("  interval: 30 min", "  interval: -5 steps"),
      "checkpoint.interval: interval '-5 steps' must be a whole number of steps, at least one (allowed: '200 steps', "

@@ -1,15 +1,16 @@
-"""The job event log: one row per failure, checkpoint (completed or lost), restart, maintenance,
-degradation and straggler (from its start to its repair). Single rows are kept as tuples; the checkpoints of
-many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k), expanded with
-numpy when the table is built. The table is built as Arrow columns (the strings as codes into their few
-distinct values), so that writing job_events.parquet never goes through a million Python strings."""
+"""The job event log: one row per failure, checkpoint (completed or lost), restart (after a failure or for
+maintenance), degradation and straggler (from its start to its repair). Single rows are kept as tuples; the
+checkpoints of many identical cycles as one arithmetic block (start = a + j p, end = b + j p, step = s + j k),
+expanded with numpy when the table is built. The table is built as Arrow columns (the strings as codes into
+their few distinct values), so that writing job_events.parquet never goes through a million Python strings."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
-EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "maintenance", "degraded", "straggling")
+EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "degraded", "straggling")
+"""A planned maintenance stop is a `restart` whose cause is `maintenance`."""
 KIND_CODE = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 COLUMNS = ("replication", "kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")
 

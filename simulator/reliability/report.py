@@ -18,8 +18,7 @@ from simulator.report.atomic import write_bytes, write_through_temporary
 from simulator.report.writers import write_summary
 
 JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
-TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "maintenance": 3, "degraded": 4,
-          "straggling": 4}
+TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "degraded": 4, "straggling": 4}
 TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and straggling"}
 
 

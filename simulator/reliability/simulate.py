@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from simulator.topology.graph import Topology
+
 
 @dataclass(frozen=True)
 class JobResult:
@@ -100,6 +102,16 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
                             field="restart.spares", allowed=f"0 to {hosts}")
 
 
+def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel, float]:
+    """The checks of a job's sections that need no step (spares against the hosts, the failure classes, the
+    checkpoint against the storage), located; its failure model and checkpoint size. `trainsim validate` runs
+    them too."""
+    located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
+    model = located(loaded, lambda: failure_model(loaded.scenario.faults))
+    size = located(loaded, lambda: _checkpoint_size(loaded))
+    return model, size
+
+
 @collector_paused()
 def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
@@ -109,9 +121,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = build_topology(loaded)
-    located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
-    model = located(loaded, lambda: failure_model(scenario.faults))
-    size = located(loaded, lambda: _checkpoint_size(loaded))
+    model, size = check_job(loaded, topology)
     states = StepStates(loaded, topology)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
