@@ -278,3 +278,15 @@ def test_validate_checks_the_step_faults(tmp_path, capsys):
     scenario.write_text(SPINES + "faults: {step: {gpu_failures: [{gpu: 9}]}}\n")
     assert main(["validate", str(scenario)]) == 2
     assert "faults.step.gpu_failures[0].gpu: unknown GPU index 9 (allowed: 0 to 3)" in capsys.readouterr().err
+
+
+def test_an_unknown_node_is_answered_with_a_link_of_this_topology(tmp_path, capsys):
+    """On one DGX host there is no leaf or spine: the refusal shows a link that exists there (it suggested
+    leaf0.r0, spine0 whatever the topology)."""
+    scenario = tmp_path / "one_host.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nworkload: [{name: ar, op: all_reduce, bytes: 1 MiB, "
+                        "group: all}]\nfaults: {step: {links: [{link: [leaf0.r0, spine0]}]}}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {scenario}:3: faults.step.links[0].link: unknown node 'leaf0.r0' (allowed: node names of the "
+        "topology graph (trainsim topo describe lists them), e.g. [h0/gpu0, h0/nvswitch])")

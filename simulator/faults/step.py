@@ -147,6 +147,15 @@ def draw_factors(draw: SlowdownDraw, shape: int | tuple[int, ...], rng: np.rando
     return float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
 
 
+def _example_link(graph) -> str:
+    """A link of this graph to show in an error, between two switches where there is one (leaf0.r0, spine0 on
+    a fat tree; h0/gpu0, h0/nvswitch inside one host)."""
+    def switches(edge: tuple[str, str]) -> int:
+        return sum(graph.nodes[node].get("tier") is not None for node in edge)
+    edges = sorted(graph.edges, key=lambda edge: (-switches(edge), edge))
+    return f"[{edges[0][0]}, {edges[0][1]}]" if edges else "none in this topology"
+
+
 def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorAt) -> LinkEvent:
     graph = topology.graph
     if entry.link is not None:
@@ -154,7 +163,7 @@ def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorA
         for node in (a, b):
             if node not in graph:
                 raise error(path + ("link",), f"unknown node {node!r}", "node names of the topology graph "
-                            "(trainsim topo describe lists them), e.g. leaf0.r0, spine0")
+                            f"(trainsim topo describe lists them), e.g. {_example_link(graph)}")
         if not graph.has_edge(a, b):
             neighbours = ", ".join(sorted(graph.successors(a))[:8])
             raise error(path + ("link",), f"no link between {a} and {b}", f"a neighbour of {a}: {neighbours}")
