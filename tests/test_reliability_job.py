@@ -142,7 +142,9 @@ def test_a_job_without_failures_prints_and_studies_without_an_mtbf(tmp_path, cap
         "faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n", ""))
     assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
     printed = capsys.readouterr().out
-    assert json.loads((tmp_path / "job" / "job_summary.json").read_text())["mtbf_s"] is None
+    job = json.loads((tmp_path / "job" / "job_summary.json").read_text())
+    assert job["mtbf_s"] is None
+    assert job["lost_work_per_failure_s"]["mean"] is None  # no failure to average over (it said 0 s)
     assert "ETTR" in printed and "MTBF" not in printed
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
                  "--out", str(tmp_path / "study")]) == 0

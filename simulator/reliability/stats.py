@@ -28,12 +28,12 @@ def t975(dof: int) -> float:
 def mean_interval(values, bounds: tuple[float, float] = (0.0, math.inf)) -> dict:
     """Mean, standard deviation and 95% interval of the mean over replications (no interval for one), the
     interval kept within ``bounds``, the range the quantity can take: a count, a duration or a rate is never
-    negative (a rare event's t interval reaches below 0), a fraction such as ETTR also at most 1."""
+    negative (a rare event's t interval reaches below 0), a fraction such as ETTR also at most 1. No values
+    (lost work per failure of a job without failures) have no mean: None."""
     array = np.asarray(values, dtype=float)
-    mean = float(array.mean()) if array.size else 0.0
     if array.size < 2:
-        return {"mean": mean, "std": 0.0, "ci95_low": None, "ci95_high": None}
-    std = float(array.std(ddof=1))
+        return {"mean": float(array.mean()) if array.size else None, "std": 0.0, "ci95_low": None, "ci95_high": None}
+    mean, std = float(array.mean()), float(array.std(ddof=1))
     half = t975(array.size - 1) * std / math.sqrt(array.size)
     low, high = bounds
     return {"mean": mean, "std": std, "ci95_low": max(mean - half, low), "ci95_high": min(mean + half, high)}
