@@ -56,6 +56,8 @@ BAD = {
     "maintenance longer than its period": (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n"
                                             "  components:"), 14, "faults.maintenance"),
     "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 13, "faults"),
+    "repair of a restart": (("      repair: 4 h", "      repair: 4 h\n      effect: restart"), 17,
+                            "faults.components.gpu.repair"),
 }
 
 

@@ -127,6 +127,10 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
             limited = (f"{e} for {'/'.join(units)} units" for e, units in EFFECT_UNITS.items() if not e.interrupts)
             raise ScenarioError(f"effect {effect} on unit {unit!r}", field=f"faults.components.{name}.effect",
                                 allowed=", ".join(limited) + "; replace or restart for any unit")
+        if effect is Effect.RESTART and spec.repair:
+            raise ScenarioError(f"a {effect} class replaces nothing, so a repair time has no effect",
+                                field=f"faults.components.{name}.repair",
+                                allowed="no repair, or effect: replace (its hosts go to repair)")
         previous = classes.get(name)
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
         classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
