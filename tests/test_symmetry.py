@@ -73,7 +73,8 @@ def test_route_shapes_do_not_depend_on_the_phases_worked_out_beside_them():
 def test_unequal_shapes_tell_phases_apart_as_the_plain_definition_does():
     """What 120 random phases (and their reverses) meet of a load on half the links, as arrays
     (`unequal_shapes` of a `route_table`): equal for two phases exactly when the plain definition (per
-    transfer its bytes and the load along its route, the transfers sorted) is, both outcomes occurring."""
+    transfer its bytes and the load along its route, the transfers sorted) is, both outcomes occurring; and a
+    plan of several phases is told apart phase by phase (a phase and its reverse meet the load alike)."""
     topology = build_topology("cluster", FABRIC)
     rng = np.random.default_rng(11)
     load = rng.choice([0.0, 1e6, 2e6], size=len(topology.link_class))
@@ -83,12 +84,17 @@ def test_unequal_shapes_tell_phases_apart_as_the_plain_definition_does():
         transfers = tuple(Transfer(int(src), int((src + 8 * rng.integers(1, 8)) % 64), float(rng.choice([1e6, 2e6])),
                                    int(rng.integers(0, 2))) for src in sources)
         phases += [Phase(transfers), Phase(transfers[::-1])]
-    found = symmetry.unequal_shapes(symmetry.route_table(topology, phases), load)
+    found = [symmetry.unequal_shapes(symmetry.route_table(topology, [phase]), load) for phase in phases]
     plain = [sorted((t.nbytes, *load[list(topology.path(t.src, t.dst, t.channel))].tolist()) for t in phase.transfers)
              for phase in phases]
     same = [(plain[i] == plain[j], found[i] == found[j]) for i in range(len(phases)) for j in range(len(phases))]
     assert all(expected == got for expected, got in same)
     assert sum(expected for expected, _ in same) > 2 * len(phases)
+    plan = symmetry.route_table(topology, phases[:4])
+    assert symmetry.unequal_shapes(plan, load) != symmetry.unequal_shapes(symmetry.route_table(topology, phases[2:6]),
+                                                                          load)
+    assert symmetry.unequal_shapes(plan, load) == symmetry.unequal_shapes(
+        symmetry.route_table(topology, [phases[1], phases[0], phases[3], phases[2]]), load)
 
 SHARED_NICS_8 = SHARED_NICS.replace("nodes: 4", "nodes: 8").replace(
     "collectives: {channels: 2}", "collectives: {channels: 2, algorithm: ring}").replace(

@@ -186,33 +186,32 @@ def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
     return np.bincount(links, weights=np.repeat(sent, lengths), minlength=len(topology.link_class))
 
 
-RouteTable = list[tuple[np.ndarray, np.ndarray]]
-"""A plan's phases as arrays, per phase (each transfer's bytes, its route's links padded to the phase's longest
-route with the id one past the last link)."""
+RouteTable = tuple[int, np.ndarray, np.ndarray]
+"""A plan's transfers as arrays: how many phases; per transfer its phase's index and its bytes; and its route's
+links, padded to the plan's longest route with the id one past the last link."""
 
 
 def route_table(topology: Topology, phases: Sequence[Phase]) -> RouteTable:
     """``phases`` routed once, to read what they meet of several loads (`unequal_shapes`)."""
-    table = []
-    for phase in phases:
-        paths = [topology.path(t.src, t.dst, t.channel) for t in phase.transfers]
-        links = np.full((len(paths), max(map(len, paths), default=0)), len(topology.link_class), dtype=np.int64)
-        for row, path in enumerate(paths):
-            links[row, :len(path)] = path
-        table.append((np.array([t.nbytes for t in phase.transfers], dtype=np.float64), links))
-    return table
+    transfers = [(index, t) for index, phase in enumerate(phases) for t in phase.transfers]
+    paths = [topology.path(t.src, t.dst, t.channel) for _, t in transfers]
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    flat = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
+    links = np.full((len(paths), int(lengths.max(initial=0))), len(topology.link_class), dtype=np.int64)
+    links[np.repeat(np.arange(len(paths)), lengths),
+          np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
+    heads = np.array([(index, t.nbytes) for index, t in transfers], dtype=np.float64).reshape(-1, 2)
+    return len(phases), heads, links
 
 
-def unequal_shapes(table: RouteTable, load: np.ndarray) -> list[bytes]:
-    """What each phase of ``table`` meets of the unequal traffic ``load`` (`unequal_traffic`): per transfer its
-    bytes and that load on each link of its route, in route order (-1 past its end), the transfers sorted; as
-    bytes, equal exactly when the phases meet the load alike."""
-    padded = np.append(load, -1.0)
-    shapes = []
-    for nbytes, links in table:
-        rows = np.column_stack((nbytes, padded[links]))
-        shapes.append(np.int64(rows.shape[1]).tobytes() + rows[np.lexsort(rows.T[::-1])].tobytes())
-    return shapes
+def unequal_shapes(table: RouteTable, load: np.ndarray) -> bytes:
+    """What a plan (its `route_table`) meets of the unequal traffic ``load`` (`unequal_traffic`): per phase,
+    per transfer its bytes and that load on each link of its route, in route order (-1 past its end), the
+    transfers sorted; as bytes, equal exactly when two plans meet the load alike phase by phase."""
+    phases, heads, links = table
+    rows = np.hstack((heads, np.append(load, -1.0)[links]))
+    return (np.array([phases, rows.shape[1]], dtype=np.int64).tobytes()
+            + rows[np.lexsort(rows.T[::-1])].tobytes())
 
 
 def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
