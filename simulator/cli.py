@@ -98,8 +98,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
         check_job(loaded, topology)
     if args.strict and verdict.memory.get("oom"):
-        raise InputError(oom_line(dict(verdict.memory)), file=loaded.source,
-                         allowed="a layout that fits in GPU memory")
+        raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
     _warn(verdict.warnings, dict(verdict.memory))
     if not args.quiet:
         print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")

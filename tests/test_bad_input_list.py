@@ -200,7 +200,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                  "--set a.\u00b2=1: a: unknown key 'a'"),
     "override-not-a-path": (scenario(PRESET), RUN + ["--set", "parallelism[tp]=2"], 2,
                             "--set parallelism[tp]=2: 'parallelism[tp]' is not a field path"),
-    "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2, "has no '='"),
+    "override-without-equals": (scenario(PRESET), RUN + ["--set", "parallelism.tp"], 2,
+                                "command line: --set 'parallelism.tp' has no '='"),
+    "strict-out-of-memory": (scenario("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
+                                      "training: {seq_len: 4096, global_batch: 8}\nparallelism: {dp: 8}\n"),
+                             [*VALIDATE, "--strict"], 2, "s.yaml:4: parallelism: OUT OF MEMORY"),
     "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
     # output paths and other commands
     "out-empty": (scenario(COMM), ["run", "TMP/s.yaml", "--out", ""], 2, "--out: the output folder is empty"),

@@ -35,7 +35,7 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert lines["step time"].endswith(f"{summary['step_time_s']:.4g} s")
     assert f"{summary['tokens_per_s']:,.0f} tokens/s" in lines["throughput"]
     assert f"{summary['tflops_per_gpu']:.1f} (MFU {100 * summary['mfu']:.1f}%" in lines["TFLOP/s per GPU"]
-    assert lines["pipeline bubble"].endswith(f"{100 * summary['bubble_fraction']:.1f}%")
+    assert lines["compute idle"].endswith(f"{100 * summary['bubble_fraction']:.1f}%")
     dp_ms = summary["exposed_comm_s"]["dp"] * 1e3
     assert f"dp {dp_ms:.4g} ms" in lines["exposed communication"]
     assert (f"{summary['peak_memory_gib']:.1f} GiB of {summary['memory_capacity_gib']:.1f} GiB"
@@ -60,7 +60,7 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert main(["validate", scenario, "--strict", *oom]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
-    assert captured.err.startswith(f"error: {scenario}: OUT OF MEMORY: 153.6 GiB")
+    assert captured.err.startswith(f"error: {scenario}:8: parallelism: OUT OF MEMORY: 153.6 GiB")
     assert main(["validate", scenario, "--strict"]) == 0
 
 

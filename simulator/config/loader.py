@@ -76,11 +76,13 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
     written: list[tuple[FieldPath, str]] = []
     for item in overrides:
         if "=" not in item:
-            raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value", file=source)
+            raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value",
+                                file="command line")
         key, raw = item.split("=", 1)
         parts = parse_field(key.strip())
         if not parts:
-            raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value", file=source)
+            raise ScenarioError(f"--set {item!r} names no field", allowed="--set section.field=value",
+                                file="command line")
         if not is_field_path(key.strip()):
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",
                                 allowed=FIELD_PATH_EXAMPLE)

@@ -77,7 +77,8 @@ def training_table(summary: dict) -> Table:
         extra = ", ".join(rate for rate in rates if rate)
         table.add_row("TFLOP/s per GPU", f"{summary['tflops_per_gpu']:.1f}" + (f" ({extra})" if extra else ""))
     if "bubble_fraction" in summary and not ps:
-        table.add_row("pipeline bubble", _share(summary["bubble_fraction"]))
+        pipelined = (summary.get("layout") or {}).get("pp", 1) > 1
+        table.add_row("pipeline bubble" if pipelined else "compute idle", _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
         shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_KINDS
