@@ -208,9 +208,10 @@ def _folded_and_unfolded(run_yaml, *overrides: str) -> tuple[dict, dict]:
 
 EXACT = 1e-9
 PP_ROUTES = 7.5e-3
-"""Pipeline pairs routed inside a leaf group in one replica and across the spines in another: folding keeps the
-simulated replica's routes (engine/symmetry.py does not compare send/recvs), so the step is off by the hops and
-the spine uplinks those hand-offs take: 0.70% slow on the fabric below (0.32% fast under the host-pair hash)."""
+"""Pipeline pairs routed inside a leaf group in one replica and across the spines in another (every pair crossing
+hosts, so engine/symmetry.py compares them no further): folding keeps the simulated replica's routes, so the step
+is off by the hops and the spine uplinks those hand-offs take: 0.70% slow on the fabric below (0.32% fast under
+the host-pair hash)."""
 
 
 @pytest.mark.parametrize("nodes, leaf_ports, spines, oversubscription, channels, tp, pp, dp, nics, rel", [

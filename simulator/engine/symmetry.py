@@ -12,7 +12,7 @@ are timed alone on the links (network/isolated.py) and folding is off only if th
 cannot see what a mirror meets only in the step: a collective whose members send unlike amounts (a tree's
 inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
 load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), or folding
-is off.
+is off. A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does.
 """
 
 from __future__ import annotations
@@ -127,9 +127,13 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     NVLink domain, as each of its mirrors does, never reaches the fabric's switches, so it is not compared (a
     mirror across two domains is: wrong images of an intra-host group would otherwise fold unchecked); nor is
     a group translated by whole periods of the fabric's spine hash from one already compared (`_Translates`).
-    Pipeline send/recvs are not compared: a pair inside a leaf group in one replica and across the spines in another
-    differs by a few hops of latency, and turning folding off for that unfolded the published SC21 and Llama 3
-    cases into runs of tens of GiB; on the small fabric of tests/test_folding.py the folded step is 0.70% slow.
+    A send/recv (a pipeline hand-off) is compared by one test only: it and its mirrors must all stay inside one
+    NVLink domain or all leave it (`_domain_crossing`); with pipeline stages not aligned to hosts one replica
+    hands a stage on over NVLink and another over the NICs, and folding was 0.1-2.2% off (tp 4, pp 3, dp 2 on
+    three hosts). Pairs that all cross the fabric are not compared further: one inside a leaf group in one
+    replica and across the spines in another differs by the hops and uplinks it takes (0.70% of the step on the
+    small fabric of tests/test_folding.py), and turning folding off for that unfolded the published SC21 and
+    Llama 3 cases into runs of tens of GiB.
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
     ``shapes``: the index of ``ops``' collectives, when the caller has it; ``order``: the program's ordering
     (what may overlap what; default: ``ops`` with no asynchronous stream), shared with the sharing analysis."""
@@ -151,7 +155,12 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if (op.op, op.root, algorithm, gid) in seen:
             continue
         seen.add((op.op, op.root, algorithm, gid))
-        if op.op == "send_recv" or _inside_domains(domains, op):
+        if op.op == "send_recv":
+            verdict = _domain_crossing(domains, op)
+            if verdict:
+                return verdict
+            continue
+        if _inside_domains(domains, op):
             continue
         if translates.known(op, algorithm):
             continue
@@ -275,6 +284,20 @@ def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
     """Whether ``op``'s group and each of its mirrors lie inside one NVLink domain (``domains``: each GPU's)."""
     placed = domains[np.array((op.group, *op.mirrors), dtype=np.int64)]
     return bool((placed == placed[:, :1]).all())
+
+
+def _domain_crossing(domains: np.ndarray, op: CollectiveOp) -> str:
+    """Why ``op`` (a send/recv) and its mirrors are not alike in staying inside one NVLink domain ('' when all
+    stay inside or all leave it): a hand-off over NVLink and its image over the NICs take unlike times."""
+    placed = domains[np.array((op.group, *op.mirrors), dtype=np.int64)]
+    inside = placed[:, 0] == placed[:, 1]
+    if inside.all() or not inside.any():
+        return ""
+    unlike = list(op.mirrors[int(np.argmax(inside[1:] != inside[0]))])
+    where = "stays inside" if inside[0] else "leaves"
+    return (f"{op.op} {op.name!r} over GPUs {list(op.group)} {where} one NVLink domain but its mirror over "
+            f"{unlike} does not: stages not aligned to hosts hand on over NVLink in one replica and over the "
+            "NICs in another")
 
 
 def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], reference: tuple[bytes, ...],
