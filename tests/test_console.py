@@ -162,3 +162,20 @@ def test_progress_bar_draws_on_a_terminal(monkeypatch):
             drawn += os.read(master, 65536)
     os.close(master)
     assert b"2048/4096" in drawn and b"simulating" in drawn
+
+
+def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, capsys):
+    """A replayed trace states no tokens or model FLOPs: the table printed '0 tokens/s' and 'MFU 0.0%'."""
+    assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "trace on ethernet-100g (2 GPUs)"
+    assert "n/a (the trace states no tokens: set workload.tokens_per_step" in out
+    assert "TFLOP/s per GPU" not in out and "0 tokens/s" not in out
+
+
+def test_one_gpu_and_one_micro_batch_read_in_the_singular():
+    from simulator.console.report import _layout_line
+
+    summary = {"topology": "dgx-h100", "gpus": 1,
+               "layout": {"model": "m", "tp": 1, "cp": 1, "pp": 1, "dp": 1, "microbatches": 1}}
+    assert _layout_line(summary) == "m on dgx-h100 (1 GPU, TP1 CP1 PP1 DP1, 1 micro-batch per step)"

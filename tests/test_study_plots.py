@@ -140,3 +140,15 @@ grid:
     assert main(["plot", "front", str(tmp_path / "search")]) == 0
     assert (tmp_path / "search" / "front.png").is_file()
     assert list(pareto_front(candidates[:3], "peak_memory_gib", "tokens_per_s")["label"]) == ["a", "b"]
+
+
+def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, capsys):
+    """A sweep of training steps has no collective columns; the busbw chart raised pandas' ValueError."""
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    pd.DataFrame({"point": [0], "status": ["ok"], "error": [""], "training.microbatches": [4],
+                  "step_time_s": [0.03]}).to_parquet(folder / "results.parquet")
+    assert main(["plot", "busbw", str(folder), "-o", str(tmp_path / "b.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "OUTDIR: its sweep points are not collectives" in err
+    assert not (tmp_path / "b.png").exists()

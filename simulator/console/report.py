@@ -53,11 +53,17 @@ def oom_line(summary: dict) -> str:
 
 def _layout_line(summary: dict) -> str:
     layout = summary.get("layout") or {}
-    head = f"{layout.get('model', 'model')} on {summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs"
+    what = layout.get("model") or ("trace" if "trace" in summary else "model")
+    head = f"{what} on {summary.get('topology', '?')} ({_count(summary.get('gpus', '?'), 'GPU')}"
     if not layout:
         return head + ")"
     degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
-    return f"{head}, {degrees}, {layout.get('microbatches', '?')} micro-batches per step)"
+    return f"{head}, {degrees}, {_count(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step)"
+
+
+def _count(number: object, one: str, many: str = "") -> str:
+    """'1 GPU', '8 GPUs'."""
+    return f"{number} {one if number == 1 else (many or one + 's')}"
 
 
 def training_table(summary: dict) -> Table:
@@ -69,9 +75,13 @@ def training_table(summary: dict) -> Table:
     ps = summary.get("parameter_server")
     if step is not None:
         table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", _seconds(step))
-    if "tokens_per_s" in summary and not ps:
+    untold = "trace" in summary and not summary.get("tokens_per_s")
+    if untold:
+        table.add_row("throughput", "n/a (the trace states no tokens: set workload.tokens_per_step and "
+                                    "model_flops_per_token)")
+    elif "tokens_per_s" in summary and not ps:
         table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
-    if "tflops_per_gpu" in summary:
+    if "tflops_per_gpu" in summary and not ("trace" in summary and not summary["tflops_per_gpu"]):
         rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
                  f"HFU {_share(summary['hfu'])}" if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)

@@ -153,6 +153,10 @@ def collective_rows(path: Path) -> pd.DataFrame:
             raise ScenarioError(f"not readable JSON ({exc})", field="OUTDIR", file=str(path)) from None
         return rows
     frame = _ok(_read_table(path, "results.parquet"))
+    if "collectives[0].busbw_GBps" not in frame.columns:
+        raise ScenarioError("its sweep points are not collectives (no collectives[0].busbw_GBps column)",
+                            field="OUTDIR", file=str(path),
+                            allowed="a sweep of a collectives scenario, or a `trainsim collective --json` file")
     axes = [c for c in frame.columns[3:] if not c.startswith(("collectives[", "step_time", "makespan"))]
     label = next((axis for axis in axes if "bytes" not in axis), None)
     rows = pd.DataFrame({"op": frame.get("collectives[0].op"), "bytes": frame.get("collectives[0].bytes"),
