@@ -161,13 +161,20 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
 def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.console.paths import option_error
     from simulator.errors import TopologyError
-    from simulator.topology.describe import describe_topology, draw_topology
-    from simulator.topology.loader import load_topology
+    from simulator.topology.describe import MAX_DESCRIBED_GPUS, describe_topology, draw_topology
+    from simulator.topology.loader import build_source, read_topology
+    from simulator.topology.size import topology_gpus
 
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
-    topology = load_topology(args.file, dict(item.split("=", 1) for item in args.set))
+    spec = read_topology(args.file, dict(item.split("=", 1) for item in args.set))
+    gpus = topology_gpus(spec)
+    if gpus is not None and gpus > MAX_DESCRIBED_GPUS and not args.force:
+        raise option_error(f"topo {args.action}", f"{spec.name} has {gpus:,} GPUs, too many to {args.action} in "
+                                                  "seconds (building it takes minutes)",
+                           f"at most {MAX_DESCRIBED_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
+    topology = build_source(spec)
     if args.action == "describe":
         print(describe_topology(topology))
     else:
@@ -528,6 +535,8 @@ def _parser() -> argparse.ArgumentParser:
     topo.add_argument("file", help="bundled topology name or YAML file")
     topo.add_argument("-o", "--output", default="topology.png")
     topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE")
+    topo.add_argument("--force", action="store_true",
+                      help="describe or draw even beyond the size limit (minutes for a million GPUs)")
     topo.set_defaults(func=_cmd_topo)
     return parser
 

@@ -348,3 +348,15 @@ def test_field_paths_reach_mapping_keys_written_as_digits():
     assert data == {"faults": {"components": {"1": {"mtbf": "2 h"}}}, "workload": [{"bytes": 2}]}
     lines = {("node",): 3, ("node", "7"): 7}
     assert line_of(lines, parse_field("node.7")) == 7
+
+
+def test_topo_describe_refuses_a_million_gpus_unless_forced(capsys):
+    """The size is read from the parameters: the refusal comes before the minutes of building the graph."""
+    assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=131072"]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: topo describe: dgx-h100-cluster has 1,048,576 GPUs, too many to describe in seconds "
+        "(building it takes minutes) (allowed: at most 32,768 GPUs: a smaller cluster (--set), or pass --force)\n")
+    assert main(["topo", "draw", "dgx-h100-cluster", "--set", "nodes=4097"]) == 2
+    assert "topo draw: dgx-h100-cluster has 32,776 GPUs, too many to draw" in capsys.readouterr().err
+    assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4", "--force"]) == 0
+    assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out

@@ -109,7 +109,11 @@ def load_topology(name_or_path: str, overrides: dict | None = None, folder: Path
     """Build the topology in a bundled or given YAML file (relative to ``folder`` when given), with top-level
     parameters replaced by ``overrides``; errors point at the file's line, or at the override that set the
     value."""
-    spec = read_topology(name_or_path, overrides, folder)
+    return build_source(read_topology(name_or_path, overrides, folder))
+
+
+def build_source(spec: TopologySource) -> Topology:
+    """Build a topology file already read (``read_topology``), with its errors located as `load_topology`'s."""
     try:
         topology = build_topology(spec.kind, spec.params, spec.name)
     except TopologyError as exc:
