@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -558,6 +559,25 @@ def _silence_stdout() -> None:
         pass
 
 
+NEGATIVE_VALUE = re.compile(r"-\.?\d")
+"""A command-line value that starts with a minus sign: '-5min', '-1', '-.5,1'."""
+
+
+def _negative_values_attached(argv: list[str]) -> list[str]:
+    """`--intervals -5min` read as `--intervals=-5min`: argparse takes a value starting with '-' that is not a
+    bare number for an option and stops at 'expected one argument', where the command would say what is wrong
+    with the value (a negative interval, a size without a unit)."""
+    result: list[str] = []
+    for arg in argv:
+        previous = result[-1] if result else ""
+        if (NEGATIVE_VALUE.match(arg) and previous.startswith("--") and "=" not in previous and previous != "--"
+                and "--" not in result):
+            result[-1] = f"{previous}={arg}"
+        else:
+            result.append(arg)
+    return result
+
+
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
     status (2 input, 1 runtime, 130 interrupted), never a traceback. ``exiting``: the process ends right after
@@ -565,7 +585,7 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     off to the end: switching it back on started a full collection that walked the 173k objects of cyclic
     garbage the 405B 8,192-GPU run leaves (0.12-0.14 s CPU) only to free memory the exit frees anyway."""
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
         return exc.code if isinstance(exc.code, int) else EXIT_INPUT
     if exiting and getattr(args, "one_run", False):

@@ -234,6 +234,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                       "error: command line: --chunk: size '-1' has no unit"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
                                 "error: command line: --intervals: a checkpoint-interval study needs intervals"),
+    "study-negative-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
+                                     "--intervals", "-5min,10min"], 2,
+                                "error: command line: --intervals: '-5min,10min' needs positive, finite values "
+                                "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
                                        "\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
                               "s.yaml:2: collectives.algorithm: collnet_direct needs a group across hosts on SHARP "
