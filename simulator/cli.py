@@ -468,8 +468,8 @@ def _parser() -> argparse.ArgumentParser:
 
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts")
     plot.add_argument("chart", choices=["gantt", "memory", "goodput", *STUDY_CHARTS])
-    plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run`, `sweep` or `search` "
-                      "(busbw: also a `trainsim collective --json` file)")
+    plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run` (gantt, memory), `study` "
+                      "(goodput), `sweep` or `search` (busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
     plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
     plot.add_argument("--window", default=None, metavar="START:END", help="gantt: time window, e.g. 0:5ms")

@@ -360,3 +360,11 @@ def test_topo_describe_refuses_a_million_gpus_unless_forced(capsys):
     assert "topo draw: dgx-h100-cluster has 32,776 GPUs, too many to draw" in capsys.readouterr().err
     assert main(["topo", "describe", "dgx-h100-cluster", "--set", "nodes=4", "--force"]) == 0
     assert "32 GPUs (h100-sxm) on 4 hosts" in capsys.readouterr().out
+
+
+def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
+    """goodput is drawn from a `trainsim study` folder, so OUTDIR's help names study among the writers."""
+    assert main(["plot", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("OUTDIR folder written by `trainsim run` (gantt, memory), `study` (goodput), `sweep` or `search` "
+            "(busbw: also a `trainsim collective --json` file)") in text
