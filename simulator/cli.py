@@ -13,6 +13,7 @@ from pathlib import Path
 from simulator.collector import collector_paused
 from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
+from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
 from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
 
@@ -460,7 +461,9 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--ranks", type=_at_least(1), default=0, help="number of GPUs (default: all)")
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
-    coll.add_argument("--efficiency", default="calibrated", help="calibrated (default) or ideal (line rate)")
+    coll.add_argument("--efficiency", choices=list(EFFICIENCY_PROFILES), default="calibrated",
+                      help="calibrated (default) or ideal (line rate); per link class only in a scenario's "
+                           "network.efficiency")
     coll.add_argument("--network", default="flow", choices=NETWORK_MODES)
     coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")

@@ -275,7 +275,7 @@ def test_bad_input_through_the_console_script(tmp_path):
 @pytest.mark.parametrize("args, field, problem, allowed", [
     (["--ranks", "9"], "--ranks", "9 ranks do not fit dgx-h100 (8 GPUs)", "2..8"),
     (["--sizes", "1024"], None, "has no unit", "MiB"),
-    (["--efficiency", "perfect"], "--efficiency", "unknown efficiency profile 'perfect'", "calibrated, ideal"),
+    (["--chunk", "0B"], "--chunk", "chunk '0B' must be positive", "a positive size, or none"),  # said 0.0
     (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
@@ -289,6 +289,8 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
 
 @pytest.mark.parametrize("args, error", [
     (["collective", "--topology", "dgx-h100", "--ranks", "0"], "trainsim collective: argument --ranks: '0' is below 1"),
+    (["collective", "--topology", "dgx-h100", "--efficiency", "0.5"],  # offered 'a mapping', which no flag takes
+     "trainsim collective: argument --efficiency: invalid choice: '0.5' (choose from 'calibrated', 'ideal')"),
     (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"], "trainsim sweep: argument --workers: '-3' is below 0"),
     (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"], "trainsim sweep: argument --max-points: '0' is below 1"),
     (["search", "S", "--out", "OUT", "--workers", "x"],

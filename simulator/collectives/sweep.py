@@ -31,6 +31,9 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
         chunk_bytes = parse_size(chunk) if chunk and chunk.lower() != "none" else None
     except InputError as exc:
         raise exc.located(field_prefix="collectives.chunk") from None
+    if chunk_bytes is not None and not chunk_bytes > 0:
+        raise ScenarioError(f"chunk {chunk!r} must be positive", field="collectives.chunk",
+                            allowed="a positive size, or none to turn chunking off")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(resolve_efficiency(efficiency,
                                                                                        "--efficiency").items())),
                                algorithm=algorithm, chunk_bytes=chunk_bytes)
