@@ -122,3 +122,20 @@ def test_a_search_from_a_zbv_scenario_keeps_its_one_chunk_layouts():
                             overrides=["parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2"])
     assert set(result.table["status"]) == {"simulated"}
     assert result.tree.candidate is not None
+
+
+def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
+    """ZBV runs any micro-batch count; only the looping interleaved schedules need them in groups of pp. The
+    search pruned every candidate with more than one chunk per rank unless pp divided the micro-batches, so
+    zbv's two-chunk layout with 5 micro-batches over 2 stages was pruned ('interleaving needs micro-batches in
+    groups of pp = 2, got 5'). Now the schedule the candidate runs says what it needs."""
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(2,), virtual_stages=(2, 4), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("selective",))
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=8,
+                            overrides=["parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2",
+                                       "training.global_batch=20"])
+    rows = result.table.set_index("label")
+    assert rows.loc["tp1 cp1 pp2 dp4 v2 mb1 zero1 recompute=selective", "status"] == "simulated"
+    assert rows.loc["tp1 cp1 pp2 dp4 v4 mb1 zero1 recompute=selective", "reason"] == (
+        "refused: interleaved schedules need micro-batches in whole groups of p = 2, got 5 (micro-batches = "
+        "global_batch / (micro_batch x dp) = 5)")

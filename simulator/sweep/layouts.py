@@ -109,7 +109,9 @@ def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list
 
 
 def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: int, fewer_on_ends: bool) -> str:
-    """Why a layout cannot run, from arithmetic alone ('' when it may)."""
+    """Why a layout cannot run, from arithmetic alone ('' when it may). What the pipeline schedule needs of the
+    micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
+    schedule itself, which check_memory builds."""
     if c.tp > host_gpus:
         return f"TP {c.tp} spans hosts: its collectives would leave the {host_gpus}-GPU NVLink domain (seed rule 1)"
     stages = c.pp * c.virtual_stages
@@ -118,15 +120,12 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: i
         return f"{layers} layers do not split over pp x virtual_stages = {stages} stages"
     if global_batch % (c.dp * c.micro_batch):
         return f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}"
-    m = global_batch // (c.dp * c.micro_batch)
-    if c.virtual_stages > 1 and m % c.pp:
-        return f"interleaving needs micro-batches in groups of pp = {c.pp}, got {m}"
     return ""
 
 
 def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) -> Checked:
-    """Build the candidate's step: refused by the simulator's own checks, out of memory, or a survivor with its
-    peak memory and estimated throughput."""
+    """Build the candidate's step: refused by the simulator's own checks (among them the schedule's own
+    requirements), out of memory, or a survivor with its peak memory and estimated throughput."""
     data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
     try:
         scenario = Scenario.model_validate(data)
