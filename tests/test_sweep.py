@@ -187,6 +187,31 @@ def test_a_point_the_simulator_refuses_is_located_at_the_axis_that_set_the_field
                                  "multiple of micro_batch x dp = 8 (allowed: multiples of 8)")
 
 
+@pytest.mark.parametrize("axis, message", [
+    ("parallelism.order[0]", "grid.parallelism.order[0]: value 2: expected a list, got {'0': 2} (allowed: a YAML "
+                             "list such as [a, b])"),
+    ("faults.components.1", "grid.faults.components.1: value 2: expected a mapping, got 2 (allowed: a YAML "
+                            "mapping such as {key: value})"),
+    ("faults.components[1]", "grid.faults.components[1]: value 2: expected a mapping, got 2 (allowed: a YAML "
+                             "mapping such as {key: value})"),
+])
+def test_an_axis_adding_a_path_the_base_lacks_is_blamed_at_the_axis(tmp_path, capsys, axis, message):
+    """The error named an unrelated line of the base (`description:`, the parallelism line) and left out the
+    axis's value: the axis was matched to pydantic's field as text, which missed a digit key (`components.1`
+    against `components[1]`) and an error on a section above the axis (`parallelism.order`)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(f"base: schedule-gpipe-p4-m8\ngrid:\n  {axis}: [2, 4]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    assert capsys.readouterr().err == f"error: {path}:3: {message}\n"
+
+
+def test_a_set_on_a_digit_key_is_blamed_at_the_set(tmp_path, capsys):
+    """`--set faults.components.1=2` was blamed on line 3 of the scenario (`description:`)."""
+    assert main(["run", "schedule-gpipe-p4-m8", "--set", "faults.components.1=2", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("error: --set faults.components.1=2: faults.components.1: expected a "
+                                       "mapping, got 2 (allowed: a YAML mapping such as {key: value})\n")
+
+
 def test_more_points_than_allowed_is_refused(tmp_path, capsys):
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + "grid: {training.microbatches: [1, 2, 3], parallelism.zero: [0, 1]}\n")

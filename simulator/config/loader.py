@@ -32,48 +32,69 @@ from simulator.errors import ScenarioError
 
 
 @dataclass(frozen=True)
+class Override:
+    """A value written over the scenario file's, and where: a `--set` (``file`` is "--set a.b=value", no line)
+    or a sweep axis (the sweep file's line, the axis entry as the field and its value as a prefix of the
+    problem). An error in the value, or in a key the file lacks under it, points there."""
+
+    path: FieldPath
+    file: str
+    line: int | None = None
+    field: str = ""
+    """The field an error in the value names; '' for the scenario field at fault."""
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
 class LoadedScenario:
     """A validated scenario plus where it came from, so later checks can point at the right line."""
 
     scenario: Scenario
     source: str
     lines: dict
-    overrides: tuple[tuple[FieldPath, str], ...] = ()
-    """(field path, "--set a.b=value") of each override, so errors in a value it set point at it."""
-
-    def where(self, path: FieldPath) -> tuple[str, int | None]:
-        """The file and line that set the value at ``path``: the `--set` that wrote it or an enclosing
-        section, else its line in the scenario file."""
-        return locate(path, self.source, self.lines, self.overrides)
+    overrides: tuple[Override, ...] = ()
+    """Each `--set` (or a sweep point's axis), so errors in a value it set point at it."""
 
     def error(self, path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
         """A ScenarioError located at ``path`` in this scenario's file (or the override that set it)."""
-        file, line = self.where(path)
-        return ScenarioError(problem, field=dotted(path), allowed=allowed, file=file, line=line)
+        return located_error(path, problem, allowed, self.source, self.lines, self.overrides)
 
 
-def locate(path: FieldPath, source: str, lines: dict, overrides: tuple[tuple[FieldPath, str], ...]
-           ) -> tuple[str, int | None]:
-    """Where the value at ``path`` was given: the last `--set` at or above it, else the file's line; a key the
-    file does not have is blamed on the last `--set` that wrote under it (`--set foo.bar=1`: unknown key foo)."""
-    for set_path, text in reversed(overrides):
-        if path[:len(set_path)] == set_path:
-            return f"--set {text}", None
+def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
+                  overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError) -> ScenarioError:
+    """The error in the value at ``path``: at the override that wrote it, else at the file's line."""
+    found = _blamed_override(path, lines, overrides)
+    if found is None:
+        return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
+    return error(found.prefix + problem, field=found.field or dotted(path), allowed=allowed, file=found.file,
+                 line=found.line)
+
+
+def _blamed_override(path: FieldPath, lines: dict, overrides: tuple[Override, ...]) -> Override | None:
+    """The override that gave the value at ``path``: the last one at or above it; a key the file does not have
+    is blamed on the last override that wrote under it (`--set foo.bar=1`: unknown key foo). Parts compare as
+    text, since a digit part that set_field wrote into a mapping comes back from pydantic as its key's text."""
+    def text(parts: FieldPath) -> tuple[str, ...]:
+        return tuple(str(part) for part in parts)
+
+    for override in reversed(overrides):
+        if text(path[:len(override.path)]) == text(override.path):
+            return override
     if path not in lines:
-        for set_path, text in reversed(overrides):
-            if set_path[:len(path)] == path:
-                return f"--set {text}", None
-    return source, line_of(lines, path)
+        for override in reversed(overrides):
+            if text(override.path[:len(path)]) == text(path):
+                return override
+    return None
 
 
-def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[tuple[FieldPath, str], ...]]:
+def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[Override, ...]]:
     """Apply ``a.b=value`` strings (``workload[0].bytes=...`` for a list item; values parsed as YAML scalars)
     to a nested dict; return the new dict and the field path each override set, for locating errors in the
     values they wrote."""
     import copy
 
     result = copy.deepcopy(data)
-    written: list[tuple[FieldPath, str]] = []
+    written: list[Override] = []
     for item in overrides:
         if "=" not in item:
             raise ScenarioError(f"--set {item!r} has no '='", allowed="--set section.field=value",
@@ -95,7 +116,7 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
         except ValueError as exc:
             raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
                                 allowed=FIELD_PATH_EXAMPLE) from None
-        written.append((parts, item.strip()))
+        written.append(Override(parts, f"--set {item.strip()}"))
     return result, tuple(written)
 
 
@@ -178,7 +199,7 @@ def _location(error: ErrorDetails) -> tuple:
 
 def validation_error(exc: ValidationError, model: type[BaseModel], source: str, lines: dict,
                      error: type[ScenarioError] = ScenarioError,
-                     overrides: tuple[tuple[FieldPath, str], ...] = ()) -> ScenarioError:
+                     overrides: tuple[Override, ...] = ()) -> ScenarioError:
     """The first pydantic error as a located one-line ScenarioError."""
     errors = exc.errors(include_url=False)
     cleaned = [_location(error) for error in errors]
@@ -210,8 +231,7 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         message, allowed = f"{first.get('input')!r} is {miss} {bound}", f"a value {sign} {bound}"
     elif kind in _TYPE_PROBLEMS:
         message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
-    file, line = locate(loc, source, lines, overrides)
-    return error(message, field=dotted(loc), allowed=allowed, file=file, line=line)
+    return located_error(loc, message, allowed, source, lines, overrides, error)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -249,7 +269,7 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
                             file=source, line=1)
-    written: tuple[tuple[FieldPath, str], ...] = ()
+    written: tuple[Override, ...] = ()
     if overrides:
         data, written = apply_overrides(data, overrides, source)
     try:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.errors import InputError, ScenarioError, SimulationError
+from simulator.config.loader import Override
+from simulator.errors import InputError, SimulationError
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
     PointRecord,
@@ -19,7 +20,7 @@ from simulator.sweep.results import (
     results_table,
     write_results,
 )
-from simulator.sweep.spec import Point, Sweep, axis_holding
+from simulator.sweep.spec import Point, Sweep
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,9 @@ class PointTask:
     source: str
     lines: dict
     outputs_dir: str | None
-    values: tuple[tuple[str, object], ...] = ()
-    """The point's axis values, and (name, path, line) of each axis in ``sweep_source``: an error in a field an
-    axis set is located at that axis, as when the sweep is read."""
-    sweep_source: str = ""
-    axis_lines: tuple[tuple[str, str, int | None], ...] = ()
+    overrides: tuple[Override, ...] = ()
+    """The point's axis values as overrides of the base: an error in a field an axis set is located at that
+    axis, as when the sweep is read."""
 
 
 @dataclass(frozen=True)
@@ -57,31 +56,19 @@ def run_point(task: PointTask) -> PointRecord:
     from simulator.simulation import simulate
 
     try:
-        loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines)
+        loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides)
         result = simulate(loaded)
         if task.outputs_dir is not None:
             from simulator.report.writers import write_outputs
 
             write_outputs(Path(task.outputs_dir), result, loaded)
     except InputError as exc:
-        return PointRecord(task.index, task.key, "invalid", str(_at_axis(exc, task)), {})
+        return PointRecord(task.index, task.key, "invalid", str(exc), {})
     except SimulationError as exc:
         return PointRecord(task.index, task.key, "failed", str(exc), {})
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
         return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {})
     return PointRecord(task.index, task.key, "ok", "", flatten(result.summary))
-
-
-def _at_axis(error: InputError, task: PointTask) -> InputError:
-    """``error`` located at the sweep file's axis when it names, in the base scenario, a field the point's
-    axis values set (the base file's line shows the value the axis replaced)."""
-    found = axis_holding(error.field, task.values) if error.file == task.source else None
-    where = {name: (path, line) for name, path, line in task.axis_lines}
-    if found is None or found[0] not in where:
-        return error
-    path, line = where[found[0]]
-    return ScenarioError(f"value {found[1]!r}: {error.problem}", field=path, allowed=error.allowed,
-                         file=task.sweep_source, line=line)
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False,
@@ -105,8 +92,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     values = {point.index: point.values for point in sweep.points}
     outputs = point_outputs or sweep.outputs
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
-                       str(out_dir / "points" / f"{p.index:05d}") if outputs else None, p.values, sweep.source,
-                       sweep.axis_lines) for p in todo]
+                       str(out_dir / "points" / f"{p.index:05d}") if outputs else None, p.overrides)
+             for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))

@@ -35,7 +35,7 @@ import orjson
 from pydantic import Field, ValidationError
 
 from simulator.config.bundled import bundled_file
-from simulator.config.loader import validate_as_json, validation_error
+from simulator.config.loader import Override, located_error, validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import (
@@ -91,14 +91,16 @@ class SweepFile(Section):
 @dataclass(frozen=True)
 class Point:
     """One point of a sweep: its index, its axis values (by field path, as written), the validated scenario
-    data, a key that changes whenever the scenario does (what resuming matches on) and, for a point a constraint
-    rules out, why."""
+    data, a key that changes whenever the scenario does (what resuming matches on), for a point a constraint
+    rules out, why, and its axis values as overrides of the base, so that an error in a field an axis set is
+    located at the axis (as a `--set`'s is at the `--set`)."""
 
     index: int
     values: tuple[tuple[str, object], ...]
     data: dict
     key: str
     skipped: str = ""
+    overrides: tuple[Override, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,6 @@ class Sweep:
     axes: tuple[str, ...]
     points: tuple[Point, ...]
     outputs: bool
-    axis_lines: tuple[tuple[str, str, int | None], ...] = ()
-    """(axis name, its entry's path in the sweep file, that entry's line) of each axis."""
 
 
 def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
@@ -160,15 +160,16 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except ScenarioError as exc:
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
-        scenario = _validated(point_data, values, axes, base_source, base_lines, locate)
+        written = tuple(Override(parse_field(name), source, line_of(lines, axes[name]), dotted(axes[name]),
+                                 f"value {value!r}: ") for name, value in values)
+        scenario = _validated(point_data, base_source, base_lines, written)
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if not skipped and cluster not in clusters:
             clusters.add(cluster)
-            _check_cluster(scenario, values, axes, base_source, base_lines, locate, topology_files)
-        points.append(Point(index, values, point_data, point_key(point_data), skipped))
-    axis_lines = tuple((name, dotted(path), line_of(lines, path)) for name, path in axes.items())
-    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs, axis_lines)
+            _check_cluster(scenario, base_source, base_lines, written, topology_files)
+        points.append(Point(index, values, point_data, point_key(point_data), skipped, written))
+    return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
 
 
 def _locator(source: str, lines: dict):
@@ -276,21 +277,16 @@ def _quantity(value: float | str, where: ScenarioError) -> tuple[str, float]:
                         allowed="a number, a size, a duration or a bandwidth", file=where.file, line=where.line)
 
 
-def _validated(data: dict, values, axes: dict[str, FieldParts], base_source: str, base_lines: dict,
-               locate) -> Scenario:
+def _validated(data: dict, base_source: str, base_lines: dict, written: tuple[Override, ...]) -> Scenario:
     """The point's scenario, or a ScenarioError at the axis whose value made it invalid (else at the base)."""
     try:
         return validate_as_json(Scenario, data)
     except ValidationError as exc:
-        error = validation_error(exc, Scenario, base_source, base_lines)
-    found = axis_holding(error.field, values)
-    if found is not None:
-        raise locate(axes[found[0]], f"value {found[1]!r}: {error.problem}", error.allowed)
-    raise error
+        raise validation_error(exc, Scenario, base_source, base_lines, overrides=written) from None
 
 
-def _check_cluster(scenario: Scenario, values, axes: dict[str, FieldParts], base_source: str, base_lines: dict,
-                   locate, files: dict[str, TopologySource]) -> None:
+def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, written: tuple[Override, ...],
+                   files: dict[str, TopologySource]) -> None:
     """The point's topology parameters (`cluster.*`, open in the schema) read as the builder will read them, so
     that an unknown name or a bad unit on an axis is refused with the sweep instead of by every point. ``files``:
     the topology files read so far, by name."""
@@ -304,21 +300,8 @@ def _check_cluster(scenario: Scenario, values, axes: dict[str, FieldParts], base
         overridden = bool(path) and path[0] in cluster.overrides()
         if exc.file and not overridden:
             raise  # the topology file's own mistake, located in it
-        field = dotted(("cluster", *path)) if overridden else "cluster.topology"
-        found = axis_holding(field, values)
-        if found is not None:
-            raise locate(axes[found[0]], f"value {found[1]!r}: {exc.problem}", exc.allowed) from None
-        raise ScenarioError(exc.problem, field=field, allowed=exc.allowed, file=base_source,
-                            line=line_of(base_lines, parse_field(field))) from None
-
-
-def axis_holding(field: str, values: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
-    """The axis (name, value) whose field is ``field`` or holds it: an error there is that value's."""
-    for name, value in values:
-        path = dotted(parse_field(name))
-        if field == path or field.startswith(path + "."):
-            return name, value
-    return None
+        field = ("cluster", *path) if overridden else ("cluster", "topology")
+        raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
 
 
 def _violated(constraints: list[Constraint], scenario: Scenario, index: int, locate) -> str:
