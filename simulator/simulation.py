@@ -38,7 +38,7 @@ from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
-from simulator.topology.loader import load_topology
+from simulator.topology.loader import load_topology, scenario_field_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,11 +93,9 @@ def build_topology(loaded: LoadedScenario) -> Topology:
     try:
         return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
     except TopologyError as exc:
-        path = parse_field(exc.field)
-        overridden = bool(path) and path[0] in cluster.overrides()
-        if exc.file and not overridden:
+        path = scenario_field_of(exc, set(cluster.overrides()))
+        if path is None:
             raise
-        path = ("cluster",) + path if overridden else ("cluster", "topology")
         located = loaded.error(path, exc.problem, exc.allowed)
         raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
                             line=located.line) from None

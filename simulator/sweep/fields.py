@@ -10,13 +10,11 @@ from pydantic import BaseModel
 
 from simulator.config.loader import _model_in
 from simulator.config.schema import Scenario
-from simulator.config.yaml_source import dotted, set_field
+from simulator.config.yaml_source import FieldPath, dotted, set_field
 from simulator.errors import ScenarioError
 
-FieldParts = tuple  # of str keys and int list indices
 
-
-def check_path(parts: FieldParts) -> str:
+def check_path(parts: FieldPath) -> str:
     """Why ``parts`` names no field of a scenario ('' when it does), with the keys allowed where it went wrong.
 
     `cluster.*` and the keys of mapping fields are open: they are checked when each point is validated."""
@@ -58,7 +56,7 @@ def _list_item(annotation: object) -> object:
     return None
 
 
-def with_values(data: dict, values: dict[FieldParts, object]) -> dict:
+def with_values(data: dict, values: dict[FieldPath, object]) -> dict:
     """A copy of scenario ``data`` with each field path set to its value (missing sections created)."""
     result = copy.deepcopy(data)
     for parts, value in values.items():
@@ -70,7 +68,7 @@ def with_values(data: dict, values: dict[FieldParts, object]) -> dict:
     return result
 
 
-def value_at(model: BaseModel, parts: FieldParts) -> object:
+def value_at(model: BaseModel, parts: FieldPath) -> object:
     """The validated value of a field of a scenario (SI floats for quantities). A digit part of a mapping is
     its key's text, as `set_field` writes it (``cluster.node.7`` is the key "7"); a part the scenario does not
     have (a topology parameter left at its default, a key of a section given as text) is a ScenarioError."""

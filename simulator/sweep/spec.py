@@ -40,6 +40,7 @@ from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import (
     FIELD_PATH_EXAMPLE,
+    FieldPath,
     dotted,
     is_field_path,
     line_of,
@@ -49,8 +50,14 @@ from simulator.config.yaml_source import (
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.sweep.constraints import Constraint, parse_constraint
-from simulator.sweep.fields import FieldParts, check_path, with_values
-from simulator.topology.loader import TopologySource, checked_parameters, read_topology, with_overrides
+from simulator.sweep.fields import check_path, with_values
+from simulator.topology.loader import (
+    TopologySource,
+    checked_parameters,
+    read_topology,
+    scenario_field_of,
+    with_overrides,
+)
 from simulator.units import parse_quantity
 
 Axis = Annotated[list, Field(min_length=1)]
@@ -173,7 +180,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
 
 
 def _locator(source: str, lines: dict):
-    def locate(path: FieldParts, problem: str, allowed: str = "") -> ScenarioError:
+    def locate(path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
         return ScenarioError(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
     return locate
 
@@ -197,13 +204,13 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     return data, str(path), base_lines
 
 
-def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldParts]:
+def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:
     """Every axis name with the sweep-file path of its entry, checked against the scenario schema; a name given
     in two blocks is an error."""
     blocks: list[tuple[str, dict]] = [("grid", spec.grid), ("zip", spec.zip)]
     if spec.random is not None:
         blocks.append(("random", spec.random.axes))
-    names: dict[str, FieldParts] = {}
+    names: dict[str, FieldPath] = {}
     for block, axes in blocks:
         prefix = ("random", "axes") if block == "random" else (block,)
         for name in axes:
@@ -296,11 +303,9 @@ def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, writt
             files[cluster.topology] = read_topology(cluster.topology, None, Path(base_source).parent)
         checked_parameters(with_overrides(files[cluster.topology], cluster.overrides()))
     except TopologyError as exc:
-        path = parse_field(exc.field)
-        overridden = bool(path) and path[0] in cluster.overrides()
-        if exc.file and not overridden:
-            raise  # the topology file's own mistake, located in it
-        field = ("cluster", *path) if overridden else ("cluster", "topology")
+        field = scenario_field_of(exc, set(cluster.overrides()))
+        if field is None:
+            raise
         raise located_error(field, exc.problem, exc.allowed, base_source, base_lines, written) from None
 
 

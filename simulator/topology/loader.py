@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import simulator
-from simulator.config.yaml_source import line_of, parse_field, read_yaml
+from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
@@ -19,6 +19,16 @@ BUNDLED_DIR = SOURCE_TREE_DIR if SOURCE_TREE_DIR.is_dir() else INSTALLED_DIR
 """The repository's topologies/ in a source checkout or editable install; a wheel installs them under
 <prefix>/share/trainsim/topologies (pyproject's data-files)."""
 FILE_KEYS = ("kind", "name", "description")
+
+
+def scenario_field_of(exc: TopologyError, overridden: set[str]) -> FieldPath | None:
+    """Where a topology error belongs in a scenario whose `cluster` section overrides the parameters
+    ``overridden``: the overriding field (``cluster.<parameter>...``), or ``cluster.topology`` for a file that
+    cannot serve; None when it is the topology file's own mistake, already located in that file."""
+    path = parse_field(exc.field)
+    if bool(path) and path[0] in overridden:
+        return ("cluster", *path)
+    return None if exc.file else ("cluster", "topology")
 
 
 def list_bundled_topologies() -> list[str]:
