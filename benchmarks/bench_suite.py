@@ -239,9 +239,12 @@ def run_job(loaded) -> dict:
 
 
 def run_allreduce(case: Case) -> dict:
-    """The collective benchmark's 1 GiB ring all-reduce over ``case.gpus`` GPUs, built the same way."""
+    """The collective benchmark's 1 GiB ring all-reduce over ``case.gpus`` GPUs, built the same way, with the
+    cyclic garbage collector paused as `trainsim collective` pauses it (collectives/sweep.py): measured without
+    the pause, the collections walking the cluster's routes grew the 16k point faster than the GPUs."""
     from bench_collective import all_reduce_ops
 
+    from simulator.collector import collector_paused
     from simulator.network.calibration import resolve_efficiency
     from simulator.simulation import NetworkSettings, run_ops
     from simulator.topology.loader import load_topology
@@ -251,7 +254,8 @@ def run_allreduce(case: Case) -> dict:
                                algorithm="ring")
     ops = all_reduce_ops(topology.num_gpus, 2**30, "ring")
     start, cpu = time.perf_counter(), time.process_time()
-    result, network = run_ops(topology, ops, settings)
+    with collector_paused():
+        result, network = run_ops(topology, ops, settings)
     simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return {"simulate_s": simulate_s, "simulate_cpu_s": simulate_cpu_s, "ops_executed": result.ops_executed,
             "flows_simulated": int(network.flows_simulated + result.replayed_flows),
