@@ -64,7 +64,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "recursive-alias": (scenario("cluster: &c {topology: *c}\n"), RUN, 2, "levels through aliases"),
     "unknown-section": (scenario(COMM + "netwrok: {model: flow}\n"), RUN, 2, "unknown key 'netwrok'"),
     "nothing-to-run": (scenario("cluster: {topology: dgx-h100}\n"), RUN, 2, "nothing to simulate"),
-    "model-and-workload": (scenario(COMM + "model: {preset: llama3-8b}\n"), RUN, 2, "not both"),
+    "model-and-workload": (scenario(COMM + "model: {preset: llama3-8b}\n"), RUN, 2,
+                           "s.yaml:4: model: a workload list already says what to simulate"),
+    "model-and-trace": (scenario("cluster: {topology: dgx-h100}\nworkload:\n  trace: rank*.json\n"
+                                 "model: {preset: llama3-8b}\n"), RUN, 2,
+                        "s.yaml:4: model: a replayed trace (workload.trace) brings its own step; model describes a "
+                        "modelled one (allowed: leave model out"),
     # strict types
     "tp-true": (scenario(PRESET + "parallelism: {tp: true}\n"), RUN, 2,
                 "s.yaml:4: parallelism.tp: expected a whole number, got True"),

@@ -407,11 +407,20 @@ class Scenario(Section):
 
     @model_validator(mode="after")
     def _one_workload(self) -> Scenario:
+        trace = isinstance(self.workload, TraceWorkload)
+        if self.model is not None and trace:
+            raise FieldProblem(("model",), "a replayed trace (workload.trace) brings its own step; model describes a "
+                               "modelled one", "leave model out: workload.tokens_per_step and model_flops_per_token "
+                               "give throughput and MFU")
         if self.model is not None and self.workload:
-            raise ValueError("give either a training step (model) or a workload list, not both")
+            raise FieldProblem(("model",), "a workload list already says what to simulate; give either a training "
+                               "step (model) or a workload list, not both", "model with no workload, or a workload "
+                               "list with no model")
         if self.model is None and not self.workload:
-            raise ValueError("nothing to simulate: add a model (training step) or a workload list")
-        if isinstance(self.workload, TraceWorkload):
+            raise ValueError("nothing to simulate: add a model (training step), a workload list or a trace "
+                             "(allowed: model: {preset: ...}, workload: [{op: ..., bytes: ...}] or workload: "
+                             "{trace: ...})")
+        if trace:
             for name in ("training", "parallelism"):
                 if getattr(self, name).model_fields_set:
                     raise FieldProblem((name,), f"a replayed trace brings its own step; {name} describes a modelled "
