@@ -136,7 +136,9 @@ def test_collective_json_keys(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [row["bytes"] for row in rows] == [2**20, 4 * 2**20]
     for row in rows:
-        assert set(row) == {"op", "algorithm", "ranks", "bytes", "time_s", "algbw_GBps", "busbw_GBps"}
+        assert set(row) == {"op", "algorithm", "resolved_algorithm", "ranks", "bytes", "time_s", "algbw_GBps",
+                            "busbw_GBps"}
+        assert row["resolved_algorithm"] == "nvls"  # auto inside one NVLink-SHARP domain
         assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9, rel=1e-12)
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 7 / 8, rel=1e-12)
 
@@ -146,6 +148,23 @@ def test_collective_table(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "# all_reduce algorithm=auto ranks=8"
     assert len(lines) == 2 + 3
+
+
+def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
+    """`auto` switches algorithm with the size (on two DGX H100s: hierarchical for small messages, the
+    rail-aligned ring for large ones); the table and the JSON said only `auto`, so a kink in the busbw curve
+    had no explanation. Each row now names the algorithm that ran, as NCCL_DEBUG=INFO does."""
+    args = ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2", "--sizes", "64KiB,256MiB"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].split()[-1] == "algorithm"
+    assert [line.split()[-1] for line in lines[2:]] == ["hierarchical", "ring"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "hierarchical"),
+                                                                               ("auto", "ring")]
+    assert main([*args, "--json", "--algorithm", "tree"]) == 0
+    assert {row["resolved_algorithm"] for row in json.loads(capsys.readouterr().out)} == {"tree"}
 
 
 # ----------------------------------------------------------------------------------------------------- deadlock

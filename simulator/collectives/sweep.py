@@ -8,7 +8,7 @@ from simulator.errors import InputError, ScenarioError
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.modes import NetworkMode
 from simulator.program.ops import COMM_STREAM, CollectiveOp
-from simulator.simulation import NetworkSettings, run_ops
+from simulator.simulation import NetworkSettings, plan_cache, run_ops
 from simulator.topology.loader import load_topology
 from simulator.units import format_size, parse_size
 
@@ -17,8 +17,9 @@ from simulator.units import format_size, parse_size
 def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = None) -> list[dict]:
-    """One row per size: op, algorithm, ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes). The
-    cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
+    """One row per size: op, algorithm (as asked), resolved_algorithm (the one that ran: `auto`'s choice for
+    this size, as NCCL_DEBUG=INFO names the algorithm NCCL's tuner picked), ranks, bytes, time_s, algbw_GBps,
+    busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
     topology = load_topology(topology_name, overrides)
     if topology.num_gpus < 2:
         raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",
@@ -44,19 +45,21 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
     for nbytes in sizes:
         ops = [CollectiveOp(id=i, rank=rank, stream=COMM_STREAM, name=op, op=op, group=group, nbytes=nbytes,
                             key=op, algorithm=algorithm) for i, rank in enumerate(group)]
-        result, _ = run_ops(topology, ops, settings)
+        plans = plan_cache(topology, settings)
+        result, _ = run_ops(topology, ops, settings, plans=plans)
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
-        rows.append({"op": op, "algorithm": algorithm, "ranks": len(group), "bytes": nbytes, "time_s": time_s,
-                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
+        rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": plans.resolved_algorithm(ops[0], group),
+                     "ranks": len(group), "bytes": nbytes, "time_s": time_s, "algbw_GBps": algbw,
+                     "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
-    """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s)."""
-    header = f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}"
+    """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s), and the algorithm that ran."""
+    header = f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm"
     lines = [f"# {rows[0]['op']} algorithm={rows[0]['algorithm']} ranks={rows[0]['ranks']}" if rows else "", header]
     for row in rows:
         lines.append(f"{format_size(row['bytes']):>12} {int(row['bytes']):>14d} {row['time_s'] * 1e6:>12.2f} "
-                     f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}")
+                     f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}  {row['resolved_algorithm']}")
     return "\n".join(lines)
