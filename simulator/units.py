@@ -73,6 +73,22 @@ def parse_size(value: object) -> float:
     return parse_quantity(value, "size")
 
 
+MAX_MESSAGE_BYTES = 2.0**50
+"""Largest buffer one GPU sends or holds for communication (a collective's or transfer's size, a gradient
+bucket, a pipelining chunk): 1 PiB, thousands of times the memory of any GPU, so anything above it is a typo
+(1e30 B) rather than a study."""
+MESSAGE_ALLOWED = "a size up to 1 PiB (2^50 B), e.g. 64 MiB"
+
+
+def parse_message_size(value: object) -> float:
+    """Bytes of a communication buffer (MAX_MESSAGE_BYTES): a size with its unit, zero, or one beyond any GPU's
+    memory refused."""
+    nbytes = parse_size(value)
+    if nbytes > MAX_MESSAGE_BYTES:
+        raise InputError(f"size {value!r} is more than 1 PiB, beyond any GPU's memory", allowed=MESSAGE_ALLOWED)
+    return nbytes
+
+
 def parse_duration(value: object) -> float:
     """Seconds from a duration such as "1.5 us" or "54 d"."""
     return parse_quantity(value, "duration")
@@ -87,7 +103,7 @@ def parse_size_range(text: str) -> list[float]:
     """Sizes from ``LOW:HIGH`` (doubling from LOW up to HIGH) or a comma list, as nccl-tests' -b/-e/-f 2."""
     if ":" in text:
         low_text, high_text = text.split(":", 1)
-        low, high = parse_size(low_text), parse_size(high_text)
+        low, high = parse_message_size(low_text), parse_message_size(high_text)
         if low <= 0 or high < low:
             raise InputError(f"size range {text!r} must go from a positive size up", allowed="e.g. 1MiB:8GiB")
         sizes = []
@@ -96,7 +112,7 @@ def parse_size_range(text: str) -> list[float]:
             sizes.append(size)
             size *= 2
         return sizes
-    sizes = [parse_size(part) for part in text.split(",")]
+    sizes = [parse_message_size(part) for part in text.split(",")]
     if any(size <= 0 for size in sizes):
         raise InputError(f"sizes {text!r} must be positive", allowed="e.g. 1MiB,64MiB")
     return sizes

@@ -235,6 +235,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "collective-algorithm-for-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "all_gather",
                                          "--algorithm", "tree"], 2,
                                     "error: command line: --algorithm: algorithm 'tree' does not implement all_gather"),
+    "size-beyond-a-petabyte": (scenario(COMM.replace("64 MiB", "1e30 B")), RUN, 2,
+                               "s.yaml:3: workload[0].bytes: size '1e30 B' is more than 1 PiB, beyond any GPU's "
+                               "memory (allowed: a size up to 1 PiB (2^50 B), e.g. 64 MiB)"),
+    "bucket-beyond-a-petabyte": (scenario(PRESET + "parallelism: {ddp: {bucket: 2 PiB}}\n"), RUN, 2,
+                                 "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
+    "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,
+                                          "error: command line: --sizes: size '1e30B' is more than 1 PiB"),
     "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
                                       "error: command line: --chunk: size '-1' has no unit"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,

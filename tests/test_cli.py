@@ -294,7 +294,9 @@ def test_bad_input_through_the_console_script(tmp_path):
 @pytest.mark.parametrize("args, field, problem, allowed", [
     (["--ranks", "9"], "--ranks", "9 ranks do not fit dgx-h100 (8 GPUs)", "2..8"),
     (["--sizes", "1024"], None, "has no unit", "MiB"),
-    (["--chunk", "0B"], "--chunk", "chunk '0B' must be positive", "a positive size, or none"),  # said 0.0
+    (["--chunk", "0B"], "--chunk", "chunk '0B' is not positive", "a positive size up to 1 PiB"),  # said 0.0
+    (["--sizes", "1MiB:1e30B"], "--sizes", "size '1e30B' is more than 1 PiB, beyond any GPU's memory",
+     "a size up to 1 PiB"),  # ran, with times of 1e19 s
     (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
@@ -304,6 +306,28 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     captured = capsys.readouterr()
     assert captured.out == ""
     assert_one_error_line(captured.err, None, field, problem, allowed)
+
+
+@pytest.mark.parametrize("chunk", ["0 B", "-1 MiB", "1e30 B", "4 parsecs"])
+def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chunk, capsys):
+    """`collectives.chunk` and `trainsim collective --chunk` had a check each, with different words ('chunk 0.0'
+    against "chunk '0B'"), and only the scenario's ran it, at planning time."""
+    assert main(["validate", "allreduce-2x-dgx-h100", "--set", f"collectives.chunk={chunk}"]) == 2
+    scenario = capsys.readouterr().err.split(": collectives.chunk: ", 1)[1]
+    assert main(["collective", "--topology", "dgx-h100", "--chunk", chunk]) == 2
+    flag = capsys.readouterr().err.split(": --chunk: ", 1)[1]
+    assert scenario == flag and flag.endswith("(allowed: a positive size up to 1 PiB such as 4 MiB, or none (off) "
+                                              "to turn chunking off)\n")
+
+
+def test_chunking_off_reads_as_yaml_writes_it():
+    """`chunk: off` is YAML's false, which was refused as 'expected a size with a unit, got False'."""
+    from simulator.config.loader import scenario_from_text
+
+    for written in ("off", "false", "none", "'off'"):
+        loaded = scenario_from_text(f"cluster: {{topology: dgx-h100}}\ncollectives: {{chunk: {written}}}\n"
+                                    "workload:\n  - {op: all_reduce, bytes: 64 MiB}\n")
+        assert loaded.scenario.collectives.chunk is None
 
 
 @pytest.mark.parametrize("args, error", [

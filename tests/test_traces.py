@@ -293,6 +293,17 @@ def test_a_size_given_as_true_is_not_one_element(tmp_path):
     assert "message size True" in kineto_error(traces).problem
 
 
+def test_a_message_beyond_a_petabyte_is_refused_at_its_event(tmp_path):
+    """A traced size of 1e30 elements was replayed as a 2e30-byte all-reduce, times of 1e19 s."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank0.json").read_text())
+    doc["traceEvents"][4]["args"]["In msg nelems"] = 1e30
+    (traces / "rank0.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]"
+    assert error.problem.startswith("message of 2e+30 bytes in 'ncclDevKernel_AllReduce") and "1 PiB" in error.allowed
+
+
 def test_a_kineto_trace_with_nothing_to_replay(tmp_path):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     (traces / "rank1.json").write_text('{"traceEvents": [{"ph": "i", "name": "marker", "ts": 5}]}')

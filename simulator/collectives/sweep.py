@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.collectives.registry import chunk_bytes
 from simulator.collector import collector_paused
-from simulator.errors import InputError, ScenarioError
+from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.modes import NetworkMode
 from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache, run_ops
 from simulator.topology.loader import load_topology
-from simulator.units import format_size, parse_size
+from simulator.units import format_size
 
 
 @collector_paused()
@@ -28,16 +29,9 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
     if not 2 <= ranks <= topology.num_gpus:
         raise ScenarioError(f"{ranks} ranks do not fit {topology.name} ({topology.num_gpus} GPUs)",
                             field="--ranks", allowed=f"2..{topology.num_gpus}")
-    try:
-        chunk_bytes = parse_size(chunk) if chunk and chunk.lower() != "none" else None
-    except InputError as exc:
-        raise exc.located(field_prefix="collectives.chunk") from None
-    if chunk_bytes is not None and not chunk_bytes > 0:
-        raise ScenarioError(f"chunk {chunk!r} must be positive", field="collectives.chunk",
-                            allowed="a positive size, or none to turn chunking off")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(resolve_efficiency(efficiency,
                                                                                        "--efficiency").items())),
-                               algorithm=algorithm, chunk_bytes=chunk_bytes)
+                               algorithm=algorithm, chunk_bytes=chunk_bytes(chunk))
     group = tuple(range(ranks))
     if op == "send_recv":
         group = (0, ranks - 1)

@@ -15,8 +15,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from simulator.config.sections import Section
-from simulator.errors import InputError
+from simulator.config.sections import Section, user_value
 from simulator.units import parse_bandwidth, parse_duration, parse_size
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
@@ -52,15 +51,6 @@ EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
 """The units each effect applies to."""
 
 
-def _quantity(parse):
-    def convert(value: object) -> float:
-        try:
-            return parse(value)
-        except InputError as exc:
-            raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
-    return convert
-
-
 _RATE = re.compile(r"^\s*(?P<count>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+per\s+"
                    r"(?:(?P<units>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
 
@@ -73,7 +63,7 @@ def parse_rate(value: object) -> float:
         raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
     count = float(match["count"])
     units = float(match["units"]) if match["units"] else 1.0
-    period = _quantity(parse_duration)(match["time"])
+    period = user_value(parse_duration)(match["time"])
     if count <= 0 or units <= 0 or period <= 0:
         raise ValueError(f"rate {value!r} must be positive (allowed: {allowed})")
     return count / units / period
@@ -89,16 +79,16 @@ def parse_interval(value: object) -> float | int:
                 raise ValueError(f"interval {value!r} must be a whole number of steps, at least one (allowed: "
                                  "'200 steps', '30 min')")
             return int(steps)
-    seconds = _quantity(parse_duration)(value)
+    seconds = user_value(parse_duration)(value)
     if seconds <= 0:
         raise ValueError(f"interval {value!r} must be positive (allowed: '200 steps', '30 min')")
     return seconds
 
 
-PositiveDuration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(gt=0)]
-Duration = Annotated[float, BeforeValidator(_quantity(parse_duration)), Field(ge=0)]
-Bandwidth = Annotated[float, BeforeValidator(_quantity(parse_bandwidth)), Field(gt=0)]
-Size = Annotated[float, BeforeValidator(_quantity(parse_size)), Field(gt=0)]
+PositiveDuration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(gt=0)]
+Duration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
+Bandwidth = Annotated[float, BeforeValidator(user_value(parse_bandwidth)), Field(gt=0)]
+Size = Annotated[float, BeforeValidator(user_value(parse_size)), Field(gt=0)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]
 Interval = Annotated[int | float, BeforeValidator(parse_interval)]
 """Steps (an int, from "N steps") or seconds (a float, from a duration); the type tells them apart."""

@@ -10,14 +10,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, Primitive
+from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, Primitive, chunk_bytes
 from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
 from simulator.config.parameter_server import ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
-from simulator.config.sections import FieldProblem, Section
+from simulator.config.sections import FieldProblem, Section, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
     DEFAULT_GRAD_REDUCE,
@@ -28,31 +28,10 @@ from simulator.config.training_options import (
     Precision,
     Recompute,
 )
-from simulator.errors import InputError
 from simulator.network.modes import NetworkMode
 from simulator.parallel.context import CpAlgorithm
 from simulator.schedules.registry import CUSTOM_SCHEDULE, schedule_names
-from simulator.units import parse_duration, parse_size
-
-
-def _size(value: object) -> float:
-    try:
-        return parse_size(value)
-    except InputError as exc:
-        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
-
-
-def _optional_size(value: object) -> float | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "off")):
-        return None
-    return _size(value)
-
-
-def _duration(value: object) -> float:
-    try:
-        return parse_duration(value)
-    except InputError as exc:
-        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+from simulator.units import parse_duration, parse_message_size
 
 
 def _algorithm(name: str) -> str:
@@ -69,9 +48,10 @@ def _schedule(name: str) -> str:
 
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
 ScheduleName = Annotated[str, AfterValidator(_schedule)]
-Size = Annotated[float, BeforeValidator(_size), Field(ge=0)]
-Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
-OptionalSize = Annotated[float | None, BeforeValidator(_optional_size)]
+MessageSize = Annotated[float, BeforeValidator(user_value(parse_message_size)), Field(ge=0)]
+"""A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (at most 1 PiB)."""
+Duration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
+Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
 
 MAX_MICROBATCHES = 100_000
 """More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
@@ -108,7 +88,7 @@ class CollectivesConfig(Section):
     rail); `sm_contention`: compute slowed while communication kernels hold SMs (`nccl`) or not (`none`)."""
 
     algorithm: Algorithm = "auto"
-    chunk: OptionalSize = DEFAULT_CHUNK_BYTES
+    chunk: Chunk = DEFAULT_CHUNK_BYTES
     channels: int = Field(default=0, ge=0)
     sm_contention: SmContention = "nccl"
 
@@ -147,7 +127,7 @@ class CollectiveItem(Section):
     """
 
     op: Primitive
-    bytes: Size
+    bytes: MessageSize
     name: str | None = None
     group: Literal["all"] | list[int] | str = "all"
     src: int | None = None
@@ -176,7 +156,7 @@ class SyntheticModel(Section):
     stages: int = Field(ge=1)
     forward: Duration
     backward: Duration
-    p2p_bytes: Size = 0.0
+    p2p_bytes: MessageSize = 0.0
 
 
 class ModelConfig(Section):
@@ -285,7 +265,7 @@ class DDPConfig(Section):
     torch.distributed.pipelining (pp > 1), once per stage after its last backward (true is refused there: the
     pipeline stage turns FSDP's sync off on every backward)."""
 
-    bucket: Size = 25 * 2**20
+    bucket: MessageSize = 25 * 2**20
     overlap: bool = True
     overlap_param_gather: bool = False
     reduce_every_microbatch: bool | None = None

@@ -10,7 +10,12 @@ every section class at import (about 0.08 s CPU of each command) would only be t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from pydantic import BaseModel, ConfigDict
+
+from simulator.errors import InputError
 
 
 class Section(BaseModel):
@@ -29,3 +34,17 @@ class FieldProblem(ValueError):
         self.path = path
         self.problem = problem
         self.allowed = allowed
+
+
+T = TypeVar("T")
+
+
+def user_value(parse: Callable[[object], T]) -> Callable[[object], T]:
+    """``parse`` (a reader of a user's value such as `parse_size`) as a field validator: its InputError becomes
+    the ValueError pydantic reports, with what is allowed, which the loader locates at the field."""
+    def convert(value: object) -> T:
+        try:
+            return parse(value)
+        except InputError as exc:
+            raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
+    return convert

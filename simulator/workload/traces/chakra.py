@@ -15,7 +15,7 @@ import heapq
 import json
 from pathlib import Path
 
-from simulator.workload.traces.model import TracedOp, TracedRank, as_int, trace_error
+from simulator.workload.traces.model import TracedOp, TracedRank, as_int, checked_message, trace_error
 
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE",
               5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
@@ -190,6 +190,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
         raise trace_error(file, where, problem, "a comm_size attribute in bytes") from None
     if nbytes < 0:
         raise trace_error(file, where, f"comm_size {nbytes} is negative", "bytes >= 0")
+    checked_message(nbytes, file, where, name)
     group = str(attrs.get("pg_name") or "")
     if kind == "COMM_COLL_NODE":
         comm_type = attrs.get("comm_type")

@@ -24,7 +24,15 @@ from pathlib import Path
 
 import orjson
 
-from simulator.workload.traces.model import GEMM_OPERANDS, TracedOp, TracedRank, gemm_shape, kernel_kind, trace_error
+from simulator.workload.traces.model import (
+    GEMM_OPERANDS,
+    TracedOp,
+    TracedRank,
+    checked_message,
+    gemm_shape,
+    kernel_kind,
+    trace_error,
+)
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
@@ -201,8 +209,9 @@ class _Parsed:
             raise trace_error(self.file, where, f"process group ranks {info.get('Process Group Ranks')!r} of {name!r} "
                               "are not rank numbers", "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
+        nbytes = checked_message(float(count) * element, self.file, where, name)
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
-                        op=primitive, nbytes=float(count) * element, group=group or "default", members=members,
+                        op=primitive, nbytes=nbytes, group=group or "default", members=members,
                         description=str(info.get("Process Group Description", "")))
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Literal
 
 from simulator.errors import TraceError
+from simulator.units import MAX_MESSAGE_BYTES, MESSAGE_ALLOWED
 
 OpKind = Literal["compute", "collective", "send", "recv"]
 GemmShape = tuple[int, int, int, int] | tuple[()]
@@ -130,3 +131,11 @@ def as_int(value: object) -> int:
 def trace_error(file: str, where: str, problem: str, allowed: str = "") -> TraceError:
     """An error in a trace file at ``where`` (traceEvents[i], nodes[i]...)."""
     return TraceError(problem, field=where, allowed=allowed, file=file)
+
+
+def checked_message(nbytes: float, file: str, where: str, name: str) -> float:
+    """A traced collective's or transfer's bytes, refused beyond MAX_MESSAGE_BYTES as a scenario's are."""
+    if nbytes > MAX_MESSAGE_BYTES:
+        raise trace_error(file, where, f"message of {nbytes:.4g} bytes in {name!r} is more than 1 PiB, beyond any "
+                          "GPU's memory", MESSAGE_ALLOWED)
+    return nbytes
