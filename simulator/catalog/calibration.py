@@ -114,9 +114,3 @@ def sm_share(gpu_name: str) -> SmShare:
                    network_channels=network_channels_per_nic(),
                    nvls_channels=int(nccl["nvls_channels"]), max_channels=cap)
 
-
-def source_of(gpu_name: str, part: str) -> str:
-    """The citation behind ``part`` (clock, gemm, attention, memory, or a MEASURED_KERNELS family) of
-    ``gpu_name``'s calibration."""
-    data = kernel_data()
-    return str(data["sources"][data["gpus"][gpu_name][part]["source"]])

@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from simulator.config.sections import FieldProblem, Section
 
-ROUTING_BALANCES = ("uniform", "zipf", "dirichlet")
+RoutingBalance = Literal["uniform", "zipf", "dirichlet"]
 
 
 class RoutingConfig(Section):
@@ -17,7 +17,7 @@ class RoutingConfig(Section):
     popularity drawn from a symmetric Dirichlet with concentration 1 / skew (larger skew, more uneven). Each
     token then picks top_k distinct experts with these probabilities, drawn from the run's seeded generator."""
 
-    balance: Literal["uniform", "zipf", "dirichlet"] = "uniform"
+    balance: RoutingBalance = "uniform"
     skew: float = Field(default=1.0, gt=0)
 
 

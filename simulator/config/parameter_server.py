@@ -10,12 +10,9 @@ from pydantic import Field
 from simulator.config.faults import SlowdownDraw
 from simulator.config.sections import Section
 
-STRATEGIES = ("collective", "parameter_server")
-"""How data-parallel workers exchange gradients: collectives (all-reduce, ZeRO) or parameter servers."""
 Strategy = Literal["collective", "parameter_server"]
-PS_MODES = ("sync", "async", "ssp")
+"""How data-parallel workers exchange gradients: collectives (all-reduce, ZeRO) or parameter servers."""
 PSMode = Literal["sync", "async", "ssp"]
-SHARDINGS = ("by_size", "round_robin")
 Sharding = Literal["by_size", "round_robin"]
 MAX_ITERATIONS = 10_000
 """More simulated iterations than this is certainly a mistake (every worker's every iteration is simulated)."""

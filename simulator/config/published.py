@@ -6,14 +6,13 @@ reference figure, its source and whether anything was fitted on it live next to 
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import Field
 
 from simulator.config.sections import Section
 
 Metric = Literal["tflops_per_gpu", "megatron_tflops_per_gpu", "busbw_gbps"]
-METRICS: tuple[Metric, ...] = get_args(Metric)
 """Figures a case can be compared on: the summary's model TFLOP/s per GPU (6N + causal attention), TFLOP/s per
 GPU counted with Megatron-LM's formula (SC21, full recompute), or the first collective's nccl-tests busbw."""
 

@@ -3,14 +3,13 @@ list of collectives or a transformer model, with what-if knobs (compute speed, d
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import Field
 
 from simulator.config.sections import Section
 
 TraceFormat = Literal["kineto", "chakra-json"]
-TRACE_FORMATS: tuple[TraceFormat, ...] = get_args(TraceFormat)
 
 
 class TraceWorkload(Section):

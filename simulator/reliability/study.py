@@ -21,8 +21,6 @@ from simulator.errors import InputError
 from simulator.reliability.simulate import simulate_job
 from simulator.units import parse_duration
 
-STUDIES = ("checkpoint-interval", "mtbf")
-
 
 @dataclass(frozen=True)
 class StudyPoint:
