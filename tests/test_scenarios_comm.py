@@ -221,8 +221,9 @@ def _joins(rank_ops: dict[int, list[str]], sizes: dict[int, float] | None = None
     ({0: ["wait", "X"], 2: ["X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
     ({0: ["X"], 1: ["X"], 2: ["wait", "X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
     ({0: ["X"], 2: ["wait", "X"]}, None, "rank 2 joins all_reduce 'X' but is not in its group (0, 1)"),
-    ({0: ["X"], 1: ["X"]}, {1: 2**21}, "ranks disagree on 'X' (key X): all_reduce of 1048576 B over (0, 1) vs "
-                                       "all_reduce of 2097152 B over (0, 1)"),
+    ({0: ["X"], 1: ["X"]}, {1: 2**21}, "ranks disagree on 'X' (key X): all_reduce of 1048576 B over (0, 1) "
+                                       "(algorithm auto, root 0) vs all_reduce of 2097152 B over (0, 1) "
+                                       "(algorithm auto, root 0)"),
 ], ids=["again-rendezvous", "again-private", "outsider-rendezvous", "outsider-private",
         "outsider-after-rendezvous", "outsider-after-private", "disagree"])
 def test_a_join_after_the_end_or_from_outside_the_group_is_refused(rank_ops, sizes, words):
@@ -233,3 +234,18 @@ def test_a_join_after_the_end_or_from_outside_the_group_is_refused(rank_ops, siz
     with pytest.raises(SimulationError) as caught:
         run_ops(load_topology("dgx-h100"), _joins(rank_ops, sizes), NetworkSettings())
     assert str(caught.value) == words
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("algorithm", "tree", "(algorithm ring, root 0) vs all_reduce of 1048576 B over (0, 1) (algorithm tree, root 0)"),
+    ("root", 1, "(algorithm ring, root 0) vs all_reduce of 1048576 B over (0, 1) (algorithm ring, root 1)"),
+], ids=["algorithm", "root"])
+def test_ranks_disagreeing_on_the_algorithm_or_the_root_are_refused(field, value, words):
+    """Members of one collective must agree on its algorithm and root as on its op and size: the rendezvous
+    refuses the second arrival instead of running the first arrival's choice for both."""
+    first, second = (op for op in _joins({0: ["X"], 1: ["X"]}) if isinstance(op, CollectiveOp))
+    first.algorithm = second.algorithm = "ring"
+    setattr(second, field, value)
+    with pytest.raises(SimulationError) as caught:
+        run_ops(load_topology("dgx-h100"), [first, second], NetworkSettings())
+    assert str(caught.value) == f"ranks disagree on 'X' (key X): all_reduce of 1048576 B over (0, 1) {words}"

@@ -31,6 +31,11 @@ PROGRESS_EVERY = 1024
 """Ops between two calls of the progress callback (a call costs about as much as an op)."""
 
 
+def _terms(op: CollectiveOp) -> str:
+    """What every member of a collective must agree on, in words (for the refusal of members that do not)."""
+    return f"{op.op} of {op.nbytes:.0f} B over {op.group} (algorithm {op.algorithm}, root {op.root})"
+
+
 @dataclass
 class _Rendezvous:
     """Members of one collective that have arrived so far, how many are expected (the group's members that
@@ -232,10 +237,9 @@ class Engine:
             meeting = _Rendezvous(op, group_id, expected, self.env.event())
             self._rendezvous[op.key] = meeting
         template = meeting.template
-        if group_id != meeting.group_id or op.op != template.op or op.nbytes != template.nbytes:
-            raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {template.op} of "
-                                  f"{template.nbytes:.0f} B over {template.group} vs {op.op} of {op.nbytes:.0f} B "
-                                  f"over {op.group}")
+        if (group_id != meeting.group_id or op.op != template.op or op.nbytes != template.nbytes
+                or op.algorithm != template.algorithm or op.root != template.root):
+            raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {_terms(template)} vs {_terms(op)}")
         if op.rank in meeting.arrived:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) twice")
         meeting.arrived[op.rank] = self.env.now
