@@ -20,6 +20,9 @@ from simulator.metrics.step import (
 COMMUNICATION_BOUND_RATIO = 0.30
 """Exposed communication above this share of the step makes communication the binding constraint (the seed
 chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
+MEMORY_BANDWIDTH_BOUND_SHARE = 0.5
+"""Above this share of a micro-batch's compute time in blocks whose HBM time exceeds their math time, memory
+bandwidth binds rather than compute: most of the compute then waits on HBM, not on the tensor cores."""
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
@@ -53,7 +56,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         binding = "memory_capacity"
     elif evidence["exposed_comm_share"] > COMMUNICATION_BOUND_RATIO:
         binding = "communication"
-    elif memory_bound_share > 0.5:
+    elif memory_bound_share > MEMORY_BANDWIDTH_BOUND_SHARE:
         binding = "memory_bandwidth"
     else:
         binding = "compute"

@@ -21,6 +21,11 @@ from simulator.config.reliability import CheckpointConfig, RestartConfig, Storag
 from simulator.errors import ScenarioError
 from simulator.units import format_size
 
+MAX_WRITE_NETWORK_SHARE = 0.99
+"""The most of a host's network bandwidth a background checkpoint write is taken to hold. The exposed network
+time of a step grows by f / (1 - f) at share f, without bound as f nears 1 (a write rate at or above the host's
+links); capped here, such a write slows that time at most 99-fold instead of dividing by zero."""
+
 
 @dataclass(frozen=True)
 class StepState:
@@ -101,7 +106,7 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
         interval = max(1, round(config.interval / step.step_s))
     share = 0.0
     if step.host_network_bandwidth > 0:
-        share = min(write_rate / step.hosts / step.host_network_bandwidth, 0.99)
+        share = min(write_rate / step.hosts / step.host_network_bandwidth, MAX_WRITE_NETWORK_SHARE)
     if config.mode == "sync":
         stall, slowdown = write_s, 0.0
     else:
