@@ -256,7 +256,7 @@ def located(loaded: LoadedScenario, build):
 def fold_blocker(topology: Topology) -> str:
     """Why rank folding would not be exact on ``topology`` ('' when it is): an explicit graph may give
     equivalent ranks different links, and hosts of unequal size break the symmetry."""
-    if topology.params.get("kind") == "graph":
+    if topology.explicit_graph:
         return "explicit graph topology (links may differ between equivalent ranks)"
     if len(set(Counter(topology.gpu_host).values())) > 1:
         return "hosts with different GPU counts"

@@ -16,6 +16,7 @@ import pytest
 
 from simulator.cli import main
 from simulator.errors import TopologyError
+from simulator.simulation import fold_blocker
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
 from simulator.topology.graph import Wiring, add_link, add_links
@@ -187,6 +188,17 @@ def test_graph_builder_shortest_path_and_hosts():
     assert route(topo, 1, 2) == ["b", "a", "sw", "c"]
     assert topo.path_latency(1, 2) == pytest.approx(6e-6, rel=REL)
     assert topo.graph.edges["a", "sw"]["bandwidth"] == 5e10
+
+
+def test_only_the_graph_builder_makes_an_explicit_graph_and_it_turns_folding_off():
+    """Folding and fault rerouting ask the topology whether its links were listed one by one, not which
+    builder made it (a builder renamed would have turned folding on for explicit graphs)."""
+    links = [{"a": "a", "b": "sw", "bandwidth": "1 GB/s", "latency": "1 us", "class": "ethernet"},
+             {"a": "b", "b": "sw", "bandwidth": "1 GB/s", "latency": "1 us", "class": "ethernet"},
+             {"a": "c", "b": "sw", "bandwidth": "1 GB/s", "latency": "1 us", "class": "ethernet"}]
+    graph = build_topology("graph", graph_params(links))
+    assert graph.explicit_graph and fold_blocker(graph).startswith("explicit graph topology")
+    assert not any(load_topology(name).explicit_graph for name in list_bundled_topologies())
 
 
 def test_graph_builder_errors():

@@ -36,7 +36,7 @@ class Rerouter:
         self.base = topology.router
         self.down: set[tuple[str, str]] = set()
         self.rerouted = 0
-        self.gpus_forward = topology.params.get("kind") == "graph"
+        self.gpus_forward = topology.explicit_graph
         topology.router = self
 
     def take_down(self, edges: list[tuple[str, str]]) -> None:

@@ -483,7 +483,8 @@ def _build_graph(p: dict, name: str) -> Topology:
         gpu_local.append(seen.get(host, 0))
         seen[host] = gpu_local[-1] + 1
     return Topology(name=name or "graph", wiring=wiring, gpus=gpus, gpu_host=gpu_hosts, gpu_local=gpu_local,
-                    rails=p["rails"], gpu_model=p["gpu_model"], router=None, params={"kind": "graph", **p})
+                    rails=p["rails"], gpu_model=p["gpu_model"], router=None, params={"kind": "graph", **p},
+                    explicit_graph=True)
 
 
 BUILDERS: dict[str, Builder] = {
