@@ -50,6 +50,16 @@ def test_nvls_needs_nvlink_sharp():
     assert choose_algorithm(CollectiveRequest("all_reduce", tuple(range(8)), GIB), a100) == "ring"
 
 
+def test_nvls_across_uneven_hosts_is_refused_in_its_own_name():
+    """An nvls all-reduce over hosts holding different member counts was refused as 'hierarchical all_reduce
+    needs ...', an algorithm the user had not asked for."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2})
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", (0, 1, 8), GIB), topology, "nvls")
+    assert info.value.problem.startswith("nvls all_reduce needs the same number of group members on every host")
+    assert info.value.field == "collectives.algorithm"
+
+
 def test_host_tree_is_chains_joined_by_a_binary_tree_of_hosts():
     topology = load_topology("dgx-h100-cluster", {"nodes": 4})
     request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes=None)

@@ -16,12 +16,13 @@ from simulator.topology.graph import Topology
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
-def host_grid(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
-    """Members per host (rows), the same count g on every host; column j is rail j's group across hosts."""
+def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:
+    """Members per host (rows), the same count g on every host; column j is rail j's group across hosts. An
+    uneven group is refused in the name of algorithm ``name``, the one the user asked for."""
     hosts = group_by_host(request.ranks, topology)
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
-        raise ScenarioError(f"hierarchical {request.op} needs the same number of group members on every host, "
+        raise ScenarioError(f"{name} {request.op} needs the same number of group members on every host, "
                             f"got {', '.join(map(str, sizes))}", field="collectives.algorithm",
                             allowed="ring, tree or direct for uneven groups")
     return hosts

@@ -61,7 +61,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
         raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
                             f"may span hosts whose switches reduce); {topology.name} does not fit",
                             field="collectives.algorithm", allowed="ring, tree or hierarchical")
-    hosts = host_grid(request, topology)
+    hosts = host_grid(request, topology, "nvls")
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
     across = 2 * (count - 1) * request.nbytes / (g * count)
