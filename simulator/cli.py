@@ -149,7 +149,7 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
     from simulator.validation import published_cases, render, run_cases
 
     folder = Path(args.folder)
-    paths = [path for path in published_cases(folder) if not args.case or path.stem in args.case]
+    paths = published_cases(folder, args.case)
     results = run_cases(paths, jobs=args.jobs)
     for result in results:
         print(f"{result.case}: published {result.published:g}, simulated {result.simulated:.1f} "

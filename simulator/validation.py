@@ -7,6 +7,7 @@ compare against closed forms rather than published runs are listed with their te
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -39,12 +40,17 @@ class CaseResult:
         return abs(self.error) <= self.tolerance
 
 
-def published_cases(folder: Path = DEFAULT_FOLDER) -> list[Path]:
-    """The case files of ``folder``, sorted; an empty or missing folder is an error."""
+def published_cases(folder: Path = DEFAULT_FOLDER, names: Sequence[str] = ()) -> list[Path]:
+    """The case files of ``folder``, sorted, or only those ``names`` (file names without .yaml); an empty or
+    missing folder, or a name no case has, is an error (a mistyped --case ran nothing and passed)."""
     cases = sorted(folder.glob("*.yaml"))
     if not cases:
         raise ScenarioError(f"no scenarios in {folder}", field="--folder", allowed="a folder of published cases")
-    return cases
+    unknown = [name for name in names if name not in {case.stem for case in cases}]
+    if unknown:
+        raise ScenarioError(f"no case {unknown[0]!r} in {folder}", field="--case",
+                            allowed=", ".join(case.stem for case in cases))
+    return [case for case in cases if not names or case.stem in names]
 
 
 def _simulated(loaded, summary: dict, metric: str) -> float:

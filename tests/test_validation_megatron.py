@@ -49,6 +49,16 @@ def test_validate_published_command_runs_named_cases(capsys):
     assert "nccl-sendrecv-ndr: published 47, simulated 47.0" in capsys.readouterr().out
 
 
+def test_an_unknown_case_is_refused_naming_the_cases(capsys):
+    """--case with a name no case file has ran nothing, printed nothing and exited 0, as if it had passed."""
+    assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr",
+                 "--case", "nccl-sendrecv"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: command line: --case: no case 'nccl-sendrecv' in {FOLDER} (allowed: ")
+    assert "nccl-sendrecv-ndr" in captured.err and captured.err.count("\n") == 1
+
+
 class _KilledWorkers:
     """A process pool whose workers are all killed, as the OOM killer leaves one."""
 
