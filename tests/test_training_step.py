@@ -285,7 +285,7 @@ run: {{timeline: summary}}
 @pytest.mark.parametrize("m", [8, 32])
 def test_real_model_bubble_is_paced_by_the_head_stage(run_yaml, m):
     """Why real-model pipelines idle above (p-1)/(m+p-1): the last stage also runs the output head and the loss
-    (here Llama 3 8B's 128k vocabulary: 49.4 ms against 38.3 ms per micro-batch), so it paces the steady state
+    (here Llama 3 8B's 128k vocabulary: 49.3 ms against 38.3 ms per micro-batch), so it paces the steady state
     and the window is m T_last + (p-1) T_mid. The bubble predicted from the plan's stage times matches the
     simulated one within 0.001 (P2P latency on the fill and drain is the rest). The stage times are nominal, so
     the sends' and the gradient all-reduce's SM contention, which would slow the kernels they overlap, is off."""

@@ -1,11 +1,13 @@
-"""Every `trainsim` command the README and docs/*.md show is one the command line accepts.
+"""What the README and docs/*.md show a user to type is accepted: every `trainsim` command parses, and every
+whole scenario (a YAML block with a `cluster:`) validates.
 
 A user copies these lines; a subcommand renamed or a flag dropped leaves them showing a command that fails at
 once (`trainsim topo dgx-h100-cluster` once stood where `topo describe` was meant). Only the parsing is checked
 (placeholders such as SCENARIO or DIR parse as any value would), and prose that names a command without its
 arguments or a flag without its value (`trainsim run --force`, `trainsim collective --chunk`) only for its
 subcommands and flags; commands that show alternatives or
-optional parts (`[--strict]`, `local|serial|dask`, `...`) are templates, not commands, and are left out."""
+optional parts (`[--strict]`, `local|serial|dask`, `...`) are templates, not commands, and are left out. A
+scenario's relative paths (a trace) are read as from a file in scenarios/, where the bundled fixtures are."""
 
 from __future__ import annotations
 
@@ -14,12 +16,16 @@ import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simulator.cli import _parser
+from simulator.config.loader import scenario_from_text
+from simulator.simulation import sized_topology, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+YAML_FENCE = re.compile(r"```yaml\n(.*?)```", re.S)
 INLINE = re.compile(r"`(trainsim [^`]+)`")
 TEMPLATE_MARKS = ("[", "|", "...")
 
@@ -53,3 +59,23 @@ def test_a_command_the_docs_show_parses(page, command, capsys):
         refusal = capsys.readouterr().err
         named_only = "arguments are required" in refusal or "expected one argument" in refusal
         assert exc.code == 0 or named_only, f"{page}: `{command}` is refused: {refusal}"
+
+
+def shown_scenarios(path: Path) -> list[str]:
+    """The YAML blocks of a page that are whole scenarios (fragments of one, sweep and topology files are not)."""
+    return [block for block in YAML_FENCE.findall(path.read_text()) if "cluster" in (yaml.safe_load(block) or {})]
+
+
+SCENARIOS = [pytest.param(path.relative_to(ROOT).as_posix(), index, text, id=f"{path.name}-{index}")
+             for path in DOCS for index, text in enumerate(shown_scenarios(path))]
+
+
+def test_the_docs_show_scenarios():
+    assert {case.values[0] for case in SCENARIOS} >= {"README.md", "docs/traces.md", "docs/parameter_server.md"}
+
+
+@pytest.mark.parametrize(("page", "index", "text"), SCENARIOS)
+def test_a_scenario_the_docs_show_validates(page, index, text):
+    loaded = scenario_from_text(text, str(ROOT / "scenarios" / f"example-{index}.yaml"))
+    verdict = validate(loaded, sized_topology(loaded, force=False))
+    assert not verdict.memory.get("oom"), page
