@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -33,6 +35,7 @@ from simulator.metrics.link_load import BINS, link_load
 from simulator.metrics.step import grouped_sums
 from simulator.report import run_folder
 from simulator.report.run_folder import MANIFEST, file_digest, interrupts_held
+from simulator.report.trace import write_trace
 from simulator.simulation import simulate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,6 +194,76 @@ def test_counter_track_of_a_lone_transfer_is_its_share_of_the_nic(tmp_path):
     nic_up = [name for name in counters if name.startswith("h0/nic") and "infiniband" in name]
     assert len(nic_up) == 1
     assert counters[nic_up[0]] == [round(2**30 / NIC_BYTES_PER_S / makespan, 3), 0.0]
+
+
+@pytest.fixture(scope="module")
+def pipelined_run(tmp_path_factory) -> Path:
+    """The outputs of Llama 3 8B with two pipeline stages (real FLOPs, pipeline sends, DP buckets)."""
+    out = tmp_path_factory.mktemp("pipelined") / "out"
+    assert main(["run", str(TRAINING), "--out", str(out), "--quiet", "--set", "parallelism.pp=2",
+                 "--set", "parallelism.dp=4"]) == 0
+    return out
+
+
+def test_trace_slices_are_the_ops_on_a_nanosecond_grid(pipelined_run):
+    """Each op slice starts and ends at its op's times rounded to the nanosecond (ts and dur in microseconds with
+    at most three decimals, read exactly), so ops that meet in the run meet in the trace; bytes and FLOPs are
+    integers, absent where zero. The file holds only traceEvents: older Perfetto trace processors read a
+    displayTimeUnit of "ns" as the unit of ts."""
+    out = pipelined_run
+    trace = json.loads((out / "trace.json").read_text(), parse_float=Decimal)
+    assert list(trace) == ["traceEvents"]
+    slices = [event for event in trace["traceEvents"] if event["ph"] == "X"]
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    ops = timeline[timeline["kind"] != "flow"]
+    assert len(slices) == len(ops) > 1000 and (ops["flops"] > 0).any() and (ops["bytes"] > 0).any()
+    for event, op in zip(slices, ops.itertuples(index=False)):
+        start, end = event["ts"] * 1000, (event["ts"] + event["dur"]) * 1000
+        assert start == round(op.start_s * 1e9) and end == round(op.end_s * 1e9), (event, op)
+        for name, value in (("bytes", op.bytes), ("flops", op.flops)):
+            assert event.get("args", {}).get(name) == (round(value) or None), (name, event, op)
+
+
+def test_a_rank_on_one_virtual_stage_names_it_on_its_threads(pipelined_run):
+    """Without interleaving each rank's kernels work on one virtual stage: its threads say which, and only its
+    slices of another stage (pipeline sends and receives shared with a neighbour) carry `chunk`. Every slice of
+    an op with a virtual stage still tells it, one way or the other."""
+    out = pipelined_run
+    events = trace_events(out / "trace.json")
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    ops = timeline[timeline["kind"] != "flow"]
+    stage_of = ops[(ops["kind"] == "compute") & (ops["chunk"] >= 0)].groupby("rank")["chunk"].unique()
+    assert all(len(stages) == 1 for stages in stage_of)
+    slices = [e for e in events if e["ph"] == "X"]
+    carried = 0
+    for event, op in zip(slices, ops.itertuples(index=False), strict=True):
+        stage = int(stage_of[op.rank][0])
+        assert threads[(event["pid"], event["tid"])].endswith(f" (virtual stage {stage})")
+        if "chunk" in event.get("args", {}):
+            assert event["args"]["chunk"] == op.chunk != stage
+            carried += 1
+        else:
+            assert op.chunk in (stage, -1)
+    assert 0 < carried < len(slices) / 4
+
+
+def test_trace_text_of_unusual_names_and_counts(tmp_path):
+    """Names are JSON strings whatever they hold (quotes, backslashes, control and non-ASCII characters);
+    counts beyond an int64 stay numbers; a rank without a virtual stage has plain thread names."""
+    log = EventLog()
+    odd = 'say "hi" \\ \t tab — ü\x01'
+    log.record("compute", 2, "compute", odd, "forward", 0, -1, 0.0, 1e-6, 2.4, 3e19)
+    log.record("collective", 0, "tp", "ar", "tp", 0, -1, 5e-7, 2e-6, 1024.0, 0.0, "k")
+    path = tmp_path / "trace.json"
+    write_trace(path, log.columns(), SimpleNamespace(gpu_host=[0, 0, 1]), flows=False, load=None, compress=False)
+    events = trace_events(path)
+    names = [e["args"]["name"] for e in events if e["ph"] == "M"]
+    assert names == ["host 0", "GPU 0 tp", "host 1", "GPU 2 compute"]
+    first, second = (e for e in events if e["ph"] == "X")
+    assert (first["name"], first["args"], first["ts"], first["dur"]) == (odd, {"bytes": 2, "flops": 3e19}, 0, 1)
+    assert (second["name"], second["cat"], second["args"], second["ts"], second["dur"]) == (
+        "ar", "tp", {"bytes": 1024}, 0.5, 1.5)
 
 
 def test_trace_levels_and_gzip(tmp_path):

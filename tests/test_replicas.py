@@ -269,7 +269,7 @@ def test_link_tracks_count_the_flows_the_quotient_did_not_send(run_yaml, monkeyp
     assert np.abs(shown.utilisation - expected.utilisation).max() <= 1e-9
     traces = []
     for name, result, load in (("quotient", quotient, shown), ("every", every_replica, expected)):
-        write_trace(tmp_path / name, result.timeline, result.topology, flows=False, load=load, compress=False)
+        write_trace(tmp_path / name, result.log.columns(), result.topology, flows=False, load=load, compress=False)
         traces.append((tmp_path / name).read_bytes())
     assert traces[0] == traces[1]  # the default trace (ops+links): op slices and link tracks, byte for byte
 

@@ -49,6 +49,9 @@ OP_ROW = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "
 the row (which places it among them)."""
 OP_CONSTANTS = {"src": -1, "dst": -1}
 """The value of every op row in the columns that only flows fill."""
+Columns = dict[str, tuple[np.ndarray, list[str] | None]]
+"""Timeline columns by name as `EventLog.columns` gives them: numbers as arrays (distinct None), text as codes
+into a list of its strings (which may repeat a string)."""
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,7 @@ class EventLog:
                 for name, (values, distinct) in self.columns().items()}
         return pd.DataFrame(data, columns=list(COLUMNS))
 
-    def columns(self) -> dict[str, tuple[np.ndarray, list[str] | None]]:
+    def columns(self) -> Columns:
         """Each of COLUMNS over all rows in recording order: numbers as arrays (distinct None), text as codes
         into a list of distinct strings (`decoded` gives the strings, `arrow_table` the table of them all)."""
         ops = self._ops()
@@ -359,11 +362,14 @@ class _Layout:
 
 def _codes(values: Sequence[str], distinct: list[str]) -> np.ndarray:
     """Each value's index in ``distinct``, to which the values not seen before in this call are added in order
-    of first appearance (a value may then appear in ``distinct`` more than once, which decoding does not mind)."""
-    offset = len(distinct)
-    distinct.extend(dict.fromkeys(values))
-    index = {value: code for code, value in enumerate(distinct[offset:], offset)}
-    return np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=len(values))
+    of first appearance (a value may then appear in ``distinct`` more than once, which decoding does not mind).
+    One pass of C calls over the values: each value's first position (`dict.setdefault`), numbered in numpy."""
+    first: dict[str, int] = {}
+    first_at = np.fromiter(map(first.setdefault, values, count()), dtype=np.int64, count=len(values))
+    code_at = np.empty(len(values), dtype=np.int64)
+    code_at[list(first.values())] = np.arange(len(distinct), len(distinct) + len(first))
+    distinct.extend(first)
+    return code_at[first_at]
 
 
 def _numpy_type(name: str) -> type:
@@ -372,12 +378,23 @@ def _numpy_type(name: str) -> type:
     return np.float64 if name in FLOAT_COLUMNS else np.int64
 
 
+def frame_columns(frame: pd.DataFrame) -> Columns:
+    """A timeline DataFrame's COLUMNS in the form of `EventLog.columns`."""
+    return {name: _codes_of(frame[name].tolist()) if name in TEXT_COLUMNS else (frame[name].to_numpy(), None)
+            for name in COLUMNS}
+
+
+def _codes_of(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    distinct: list[str] = []
+    return _codes(values, distinct), distinct
+
+
 def decoded(values: np.ndarray, distinct: list[str] | None) -> np.ndarray:
     """A column of `EventLog.columns` as its values: numbers as they are, text as an object array of strings."""
     return values if distinct is None else _objects(distinct, len(distinct))[values]
 
 
-def arrow_table(columns: dict[str, tuple[np.ndarray, list[str] | None]]) -> pa.Table:
+def arrow_table(columns: Columns) -> pa.Table:
     """`EventLog.columns` as an Arrow table: the rows and columns of `to_frame`, text as large strings (what
     pandas' `str` columns are stored as); timeline.parquet is written from it. Each array is made from its
     buffers, not by `pa.array`, whose first call imports pandas (0.3-0.4 s of a command with no other use for
@@ -390,21 +407,25 @@ def arrow_table(columns: dict[str, tuple[np.ndarray, list[str] | None]]) -> pa.T
             numbers: np.ndarray = np.ascontiguousarray(values, dtype=_numpy_type(name))
             kind = pa.int64() if name in INT_COLUMNS else pa.float64()
             arrays[name] = pa.Array.from_buffers(kind, len(numbers), [None, pa.py_buffer(numbers)])
-            continue
-        encoded = _objects(map(str.encode, distinct), len(distinct))
-        offsets = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))[values], out=offsets[1:])
-        data = b"".join(encoded[values].tolist())
-        arrays[name] = pa.Array.from_buffers(pa.large_string(), len(values),
-                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+        else:
+            arrays[name] = _arrow_strings(values, distinct)
     return pa.table(arrays)
 
 
 def _arrow_strings(codes: np.ndarray, values: list[str]) -> pa.Array:
-    """``values[codes]`` as an Arrow large-string array, decoded from a dictionary array."""
+    """``values[codes]`` as an Arrow large-string array: the distinct strings and the codes made from their
+    buffers, the rows copied by Arrow's dictionary decoding (not a Python bytes object per row)."""
     import pyarrow as pa
 
-    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(values, type=pa.large_string())).dictionary_decode()
+    encoded = [value.encode() for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    dictionary = pa.Array.from_buffers(pa.large_string(), len(encoded),
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    indices = np.ascontiguousarray(codes, dtype=np.int64)
+    return pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int64(), len(indices),
+                                                                [None, pa.py_buffer(indices)]),
+                                          dictionary).dictionary_decode()
 
 
 def _strings(codes: np.ndarray, values: list[str]):

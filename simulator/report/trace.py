@@ -1,42 +1,55 @@
 """trace.json: the Chrome trace event format (opens in the Perfetto UI and chrome://tracing), streamed to the
-file in chunks encoded by orjson, so that neither one dict per event for the whole run nor the whole text is
-ever held at once.
+file in chunks of rows, so that neither one dict per event for the whole run nor the whole text is ever held at
+once.
 
 A process per host (server) and a thread per GPU stream carry the op slices; times are in microseconds.
 `run.trace` chooses what else goes in: `ops` nothing; `ops+links` (the default) a process "network links"
 with one counter track per busy link (its utilisation in time bins, metrics/link_load.py); `full` also one
 slice per network flow on the sending GPU's `net` thread. `run.trace_compress` gzips the stream
 (trace.json.gz; the gzip header carries no time stamp or name, so the bytes stay deterministic).
+
+Times lie on a nanosecond grid: a slice's start and end are each rounded to the nanosecond and its duration is
+their difference, so slices that meet in the run meet in the trace (Perfetto reads times to the nanosecond).
+Bytes and FLOPs are integers, left out where zero. A rank whose kernels all work on one virtual stage (no
+interleaving) names it in its thread names, and only its slices of another stage (a pipeline send or receive
+shared with a neighbour) carry `chunk`.
+
+The events are encoded column by column rather than as one dict per event: what repeats across slices (a name,
+a category, a thread, an args object) is encoded once, the times by orjson straight from arrays, and a chunk's
+events are one join of these pieces.
 """
 
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import orjson
 
+from simulator.metrics.events import Columns
 from simulator.metrics.link_load import LinkLoad
 
 if TYPE_CHECKING:
     from simulator.topology.graph import Topology
 
-CHUNK_ROWS = 20_000
-"""Rows encoded per orjson call: large enough to amortise the call, small enough to bound memory."""
+CHUNK_ROWS = 100_000
+"""Rows encoded per chunk: large enough to amortise the numpy and orjson calls, small enough to bound memory."""
+
+SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "chunk", "start_s", "end_s", "bytes", "flops", "src",
+                 "dst")
+ARGS = ("bytes", "flops", "chunk", "src", "dst")
+"""A slice's args, in this order: bytes and FLOPs where not zero, the virtual stage where it is not the one its
+rank's thread names give, and for a flow its source and destination GPU."""
+
+
 class _Sink(Protocol):
     """Where the encoded events go: the file, or the gzip stream over it."""
 
     def write(self, data: bytes, /) -> int: ...
-
-
-Rows = Mapping[str, np.ndarray]
-"""Timeline columns by name, one array each (a DataFrame's columns as numpy arrays, or the log's)."""
-
-SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "chunk", "start_s", "end_s", "bytes", "flops", "src",
-                 "dst")
 
 
 def trace_name(compress: bool) -> str:
@@ -44,92 +57,230 @@ def trace_name(compress: bool) -> str:
     return "trace.json.gz" if compress else "trace.json"
 
 
-def _threads(rows: Rows, gpu_host: list[int]) -> tuple[dict[tuple[int, str], int], list[dict]]:
-    """Thread ids per (rank, stream), in sorted order, and the process/thread name metadata events."""
-    threads: dict[tuple[int, str], int] = {}
-    hosts: set[int] = set()
-    events: list[dict] = []
-    for rank, stream in sorted(set(zip(rows["rank"].tolist(), rows["stream"].tolist()))):
-        host = gpu_host[rank]
-        threads[(rank, stream)] = len(threads) + 1
-        if host not in hosts:
-            hosts.add(host)
-            events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
-                           "args": {"name": f"host {host}"}})
-        events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": threads[(rank, stream)],
-                       "args": {"name": f"GPU {rank} {stream}"}})
-    return threads, events
-
-
-def _slices(rows: Rows, gpu_host: list[int], threads: dict[tuple[int, str], int]) -> Iterator[list[dict]]:
-    """One complete ('X') event per row, in chunks of CHUNK_ROWS rows."""
-    for offset in range(0, len(rows["rank"]), CHUNK_ROWS):
-        events = []
-        for kind, rank, stream, name, category, virtual_stage, start, end, nbytes, flops, src, dst in zip(
-                *(rows[column][offset:offset + CHUNK_ROWS].tolist() for column in SLICE_COLUMNS)):
-            args: dict = {"bytes": nbytes}
-            if flops:
-                args["flops"] = flops
-            if virtual_stage >= 0:
-                args["chunk"] = virtual_stage
-            if kind == "flow":
-                args["src"] = src
-                args["dst"] = dst
-            events.append({"ph": "X", "name": name, "cat": category or kind, "pid": gpu_host[rank],
-                           "tid": threads[(rank, stream)], "ts": start * 1e6, "dur": (end - start) * 1e6,
-                           "args": args})
-        yield events
-
-
-def _counters(load: LinkLoad, topology: Topology, pid: int) -> list[dict]:
-    """The "network links" process and one counter track per link: a sample at each bin where the
-    utilisation (rounded to 0.1 %) changes, and a last one back at zero at the end of the run."""
-    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                           "args": {"name": "network links (utilisation of line rate)"}}]
-    times_us = (load.edges_s * 1e6).tolist()
-    for link, values in zip(load.links, load.utilisation.round(3)):
-        u, v = topology.link_ends[link]
-        name = f"{u}->{v} {topology.link_class[link]}"
-        changes = [0, *(1 + (values[1:] != values[:-1]).nonzero()[0]).tolist()]
-        samples = values[changes].tolist()
-        for index, value in zip(changes, samples):
-            events.append({"ph": "C", "name": name, "pid": pid, "ts": times_us[index], "args": {"util": value}})
-        events.append({"ph": "C", "name": name, "pid": pid, "ts": times_us[-1], "args": {"util": 0.0}})
-    return events
-
-
-def _write_events(stream: _Sink, chunks: Iterator[list[dict]]) -> None:
-    stream.write(b'{"traceEvents":[')
-    first = True
-    for events in chunks:
-        if not events:
-            continue
-        if not first:
-            stream.write(b",")
-        stream.write(orjson.dumps(events)[1:-1])
-        first = False
-    stream.write(b'],"displayTimeUnit":"ns"}')
-
-
-def write_trace(path: Path, rows: Rows, topology: Topology, *, flows: bool, load: LinkLoad | None,
+def write_trace(path: Path, columns: Columns, topology: Topology, *, flows: bool, load: LinkLoad | None,
                 compress: bool) -> None:
-    """Stream the trace of ``rows`` (the SLICE_COLUMNS of the timeline's rows) to ``path``: op slices, flow
+    """Stream the trace of the timeline ``columns`` (its SLICE_COLUMNS at least) to ``path``: op slices, flow
     slices when ``flows``, and link counter tracks when ``load`` is given."""
-    kept = rows["rank"] >= 0
-    if not flows:
-        kept &= rows["kind"] != "flow"
-    shown = {name: np.asarray(rows[name])[kept] for name in SLICE_COLUMNS}
-    threads, metadata = _threads(shown, topology.gpu_host)
+    slices = _Slices(columns, topology.gpu_host, flows)
 
-    def chunks() -> Iterator[list[dict]]:
-        yield metadata
-        yield from _slices(shown, topology.gpu_host, threads)
+    def blobs() -> Iterator[bytes]:
+        yield slices.metadata()
+        yield from slices.encoded()
         if load is not None:
             yield _counters(load, topology, pid=topology.num_hosts)
 
     with open(path, "wb") as raw:
         if compress:
             with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as stream:
-                _write_events(stream, chunks())
+                _write_events(stream, blobs())
         else:
-            _write_events(raw, chunks())
+            _write_events(raw, blobs())
+
+
+class _Slices:
+    """The slices of the shown rows (a GPU's ops; its flows only when asked for): per row, a code into a table
+    of encoded text for each of its name, category, thread and args, and its start and end on the nanosecond
+    grid."""
+
+    def __init__(self, columns: Columns, gpu_host: list[int], flows: bool):
+        kind, category = columns["kind"], columns["category"]
+        shown = columns["rank"][0] >= 0
+        if not flows:
+            shown &= ~_matches(*kind, "flow")
+        rows = np.flatnonzero(shown)
+        rank, chunk = columns["rank"][0][rows], columns["chunk"][0][rows]
+        single = _single_stages(rank, chunk, _matches(*kind, "compute")[rows])
+        thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, single, gpu_host)
+        name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
+        own_category = ~_matches(*category, "")[rows]
+        cat, cat_rows = _combos(own_category, category[0][rows], kind[0][rows])
+        cats = [_value(category if own_category[row] else kind, rows[row]) for row in cat_rows.tolist()]
+        args = {"bytes": _integers(columns["bytes"][0][rows]), "flops": _integers(columns["flops"][0][rows]),
+                "chunk": np.where(chunk == single[rank], -1, chunk), "src": columns["src"][0][rows],
+                "dst": columns["dst"][0][rows]}
+        arg, arg_rows = _combos(*args.values())
+        self.codes = (name, cat, thread, arg)
+        self.tables = (_objects('{"ph":"X","name":' + encode_basestring(value) for value in names),
+                       _objects(',"cat":' + encode_basestring(value) for value in cats), thread_table,
+                       _objects(_args_text({key: values[row] for key, values in args.items()})
+                                for row in arg_rows.tolist()))
+        self.start_ns = np.rint(columns["start_s"][0][rows] * 1e9)
+        self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
+
+    def metadata(self) -> bytes:
+        """The process and thread name events."""
+        return orjson.dumps(self.metadata_events)[1:-1]
+
+    def encoded(self) -> Iterator[bytes]:
+        """The slices, CHUNK_ROWS at a time, each chunk one run of comma-separated events."""
+        for offset in range(0, len(self.start_ns), CHUNK_ROWS):
+            part = slice(offset, offset + CHUNK_ROWS)
+            name, cat, thread, arg = (table[codes[part]].tolist() for table, codes in zip(self.tables, self.codes))
+            start, end = self.start_ns[part], self.end_ns[part]
+            yield _interleaved((name, cat, thread, _numbers(start / 1e3), ',"dur":', _numbers((end - start) / 1e3),
+                                arg), len(start))
+
+
+def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows: np.ndarray, single: np.ndarray,
+             gpu_host: list[int]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """Each row's thread (an index into the table), the table of each thread's pid, tid and ts key as text, and
+    the process and thread name events: a process per host, a thread per GPU stream (tids from 1 in (rank,
+    stream) order), named with the rank's virtual stage where it has one (``single``, else -1)."""
+    codes, values = stream[0][rows], stream[1] or []
+    order = {value: position for position, value in enumerate(sorted(set(values)))}
+    thread, thread_rows = _combos(rank, np.array([order[value] for value in values] or [0])[codes])
+    hosts: set[int] = set()
+    events: list[dict] = []
+    table = []
+    for tid, row in enumerate(thread_rows.tolist(), start=1):
+        gpu = int(rank[row])
+        host = gpu_host[gpu]
+        if host not in hosts:
+            hosts.add(host)
+            events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
+                           "args": {"name": f"host {host}"}})
+        stage = f" (virtual stage {single[gpu]})" if single[gpu] >= 0 else ""
+        events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": tid,
+                       "args": {"name": f"GPU {gpu} {values[codes[row]]}{stage}"}})
+        table.append(f',"pid":{host},"tid":{tid},"ts":')
+    return thread, _objects(table), events
+
+
+def _single_stages(rank: np.ndarray, chunk: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """Per rank (indexed by rank, up to the largest shown), the virtual stage all its kernels (``kernel``
+    rows) work on, where they have one and the same, else -1."""
+    staged = kernel & (chunk >= 0)
+    ranks, chunks = rank[staged], chunk[staged]
+    pairs = _combos(ranks, chunks)[1]
+    ranks, chunks = ranks[pairs], chunks[pairs]
+    single = np.full(int(rank.max()) + 1 if len(rank) else 0, -1, dtype=np.int64)
+    alone = np.bincount(ranks, minlength=len(single))[ranks] == 1
+    single[ranks[alone]] = chunks[alone]
+    return single
+
+
+def _counters(load: LinkLoad, topology: Topology, pid: int) -> bytes:
+    """The "network links" process and one counter track per link: a sample at each bin where the
+    utilisation (rounded to 0.1 %) changes, and a last one back at zero at the end of the run."""
+    process = orjson.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                            "args": {"name": "network links (utilisation of line rate)"}})
+    if not load.links:
+        return process
+    values = np.hstack((load.utilisation.round(3), np.zeros((len(load.links), 1))))
+    sampled = np.ones(values.shape, dtype=bool)
+    sampled[:, 1:-1] = values[:, 1:-1] != values[:, :-2]
+    link, index = np.nonzero(sampled)
+    names = []
+    for link_id in load.links:
+        u, v = topology.link_ends[link_id]
+        names.append('{"ph":"C","name":' + encode_basestring(f"{u}->{v} {topology.link_class[link_id]}")
+                     + f',"pid":{pid},"ts":')
+    times_us = np.rint(load.edges_s * 1e9) / 1e3
+    pieces = (_objects(names)[link].tolist(), _numbers(times_us[index]), ',"args":{"util":',
+              _numbers(values[link, index]))
+    return process + b"," + _interleaved(pieces, len(link), end="}}")
+
+
+def _interleaved(pieces: tuple, rows: int, end: str = "") -> bytes:
+    """Events as one UTF-8 text: row i is the i-th item of each of ``pieces`` in turn (a piece that is one
+    string is the same in every row), then ``end``; rows separated by commas. (Joining str pieces and encoding
+    once costs half of joining bytes, which reads each piece through the buffer protocol.)"""
+    width = len(pieces) + 1
+    parts: list[str] = [end + ","] * (rows * width)
+    for position, piece in enumerate(pieces):
+        parts[position::width] = [piece] * rows if isinstance(piece, str) else piece
+    if parts:
+        parts[-1] = end
+    return "".join(parts).encode()
+
+
+def _numbers(values: np.ndarray) -> list[str]:
+    """Each number of a float or integer array as JSON text (orjson: the shortest text that reads back as it)."""
+    if not len(values):
+        return []
+    return orjson.dumps(np.ascontiguousarray(values), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
+
+
+def _integers(values: np.ndarray) -> np.ndarray:
+    """Byte and FLOP counts rounded to integers (kept as floats beyond what an int64 holds)."""
+    rounded = np.rint(values)
+    return rounded.astype(np.int64) if not len(rounded) or np.abs(rounded).max() < 2.0**63 else rounded
+
+
+def _args_text(args: dict) -> str:
+    """The end of a slice: its args object (the ARGS that apply) and the closing brace."""
+    shown = {name: value.item() for name, value in args.items()
+             if (value if name in ("bytes", "flops") else value >= 0)}
+    return ',"args":' + orjson.dumps(shown).decode() + "}" if shown else "}"
+
+
+def _matches(codes: np.ndarray, values: list[str] | None, wanted: str) -> np.ndarray:
+    """Which rows of a text column are ``wanted``."""
+    return np.array([value == wanted for value in values or [""]], dtype=bool)[codes]
+
+
+def _value(column: tuple[np.ndarray, list[str] | None], row: int) -> str:
+    """A text column's string in ``row``."""
+    codes, values = column
+    return (values or [""])[codes[row]]
+
+
+def _objects(items) -> np.ndarray:
+    """An object array of the items (text pieces), one empty piece where there are none."""
+    pieces = list(items) or [""]
+    found = np.empty(len(pieces), dtype=object)
+    found[:] = pieces
+    return found
+
+
+def _used(codes: np.ndarray, values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """``codes`` renumbered over the values they use, and those values in order of their codes."""
+    renumbered, holder = _combos(codes)
+    return renumbered, [values[code] for code in codes[holder].tolist()]
+
+
+def _combos(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct combinations of the rows' ``keys`` (number arrays), numbered in sorted order (first key
+    first): each row's combination, and for each combination a row that has it."""
+    rows = len(keys[0])
+    combined = np.zeros(rows, dtype=np.int64)
+    size = 1
+    for key in keys:
+        position, count = _ranked(key)
+        if size * count >= 2**62:
+            combined, size = _ranked(combined)
+        combined = combined * count + position
+        size *= count
+    combination, count = _ranked(combined)
+    holder = np.empty(count, dtype=np.int64)
+    holder[combination] = np.arange(rows)
+    return combination, holder
+
+
+def _ranked(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each row's place among the distinct values of ``key`` (in sorted order) and how many there are; integers
+    spanning a range no wider than about twice the rows are counted in it, others sorted."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64), 0
+    low = int(key.min())
+    span = int(key.max()) - low + 1
+    if key.dtype.kind in "biu" and span <= 2 * len(key) + 64:
+        offset = key.astype(np.int64) - low
+        present = np.bincount(offset, minlength=span) > 0
+        place = np.cumsum(present) - 1
+        return place[offset], int(place[-1]) + 1
+    values, inverse = np.unique(key, return_inverse=True)
+    return inverse, len(values)
+
+
+def _write_events(stream: _Sink, blobs: Iterator[bytes]) -> None:
+    stream.write(b'{"traceEvents":[')
+    first = True
+    for blob in blobs:
+        if not blob:
+            continue
+        if not first:
+            stream.write(b",")
+        stream.write(blob)
+        first = False
+    stream.write(b"]}")
