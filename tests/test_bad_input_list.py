@@ -198,7 +198,34 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "override-unknown-section": (scenario(PRESET), RUN + ["--set", "paralelism.tp=2"], 2,
                                  "--set paralelism.tp=2: paralelism: unknown key 'paralelism'"),
     "override-past-a-list": (scenario(COMM), RUN + ["--set", "workload[3].bytes=1MiB"], 2,
-                             "--set workload[3].bytes=1MiB: workload[3].bytes: workload has no item [3] (it has 1)"),
+                             "--set workload[3].bytes=1MiB: workload[3]: workload has no item [3] (it has 1) "
+                             "(allowed: index 0, or a whole list as workload)"),
+    # an index into a list the scenario lacks said "expected a list, got {'0': 'tp'}"; into a section, "unknown
+    # key '0'"; into a trace's mapping, the trace's keys; a key of a list, "has no item [trace]"
+    "override-index-of-an-absent-list": (scenario(PRESET), RUN + ["--set", "parallelism.order[0]=tp"], 2,
+                                         "--set parallelism.order[0]=tp: parallelism.order[0]: parallelism.order has "
+                                         "no item [0] (the scenario gives no parallelism.order) (allowed: a whole "
+                                         "list as parallelism.order)"),
+    "override-index-of-an-absent-nested-list": (
+        scenario(SYNTHETIC), RUN + ["--set", "faults.step.stragglers[0].gpus[0]=1"], 2,
+        "faults.step.stragglers[0]: faults.step.stragglers has no item [0] (the scenario gives no "
+        "faults.step.stragglers)"),
+    "override-index-of-a-section": (scenario(PRESET), RUN + ["--set", "model[0]=1"], 2,
+                                    "--set model[0]=1: model: model is a section here, not a list (allowed: its "
+                                    "keys: preset, layers,"),
+    "override-index-of-a-value": (scenario(PRESET), RUN + ["--set", "parallelism.tp[0]=1"], 2,
+                                  "parallelism.tp: parallelism.tp is a single value, not a list (allowed: a value "
+                                  "for parallelism.tp itself)"),
+    "override-key-of-a-list": (scenario(COMM), RUN + ["--set", "workload.trace=x"], 2,
+                               "--set workload.trace=x: workload: workload is a list here, not a section (allowed: "
+                               "its items, workload[0])"),
+    "override-index-of-a-trace": (scenario("cluster: {topology: dgx-h100}\nworkload: {trace: t.json}\n"),
+                                  RUN + ["--set", "workload[0].bytes=1MiB"], 2,
+                                  "workload: workload is a section here, not a list (allowed: its keys: trace,"),
+    "stragglers-not-a-list": (scenario(SYNTHETIC + "faults: {step: {stragglers: {gpus: [0]}}}\n"), RUN, 2,
+                              "s.yaml:4: faults.step.stragglers: expected a list, got {'gpus': [0]} (allowed: a YAML "
+                              "list"),  # said 'Input should be a valid array'
+
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),
     "override-non-ascii-digit": (scenario(PRESET), RUN + ["--set", "a.\u00b2=1"], 2,
@@ -210,7 +237,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "strict-out-of-memory": (scenario("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
                                       "training: {seq_len: 4096, global_batch: 8}\nparallelism: {dp: 8}\n"),
                              [*VALIDATE, "--strict"], 2, "s.yaml:4: parallelism: OUT OF MEMORY"),
-    "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2, "is not a section"),
+    "override-into-value": (scenario(PRESET), RUN + ["--set", "training.seq_len.x=1"], 2,
+                            "training.seq_len.x: training.seq_len has no sub-fields"),
     # output paths and other commands
     "out-empty": (scenario(COMM), ["run", "TMP/s.yaml", "--out", ""], 2, "--out: the output folder is empty"),
     "out-is-file": ({**scenario(COMM), "out": "x"}, RUN, 2, "exists and is not a folder"),

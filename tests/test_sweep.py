@@ -123,14 +123,15 @@ random:
 
 
 @pytest.mark.parametrize("axes, problem, line", [
-    ("grid: {parallelism.ppp: [1, 2]}", "unknown field 'ppp'", 8),
+    ("grid: {parallelism.ppp: [1, 2]}", "grid.parallelism.ppp: unknown key 'ppp' (allowed: strategy, tp,", 8),
     ("grid: {parallelism.pp: []}", "List should have at least 1 item", 8),
     ("grid: {parallelism.ddp.bucket: [1 MiB, 25 parsecs]}", "value '25 parsecs'", 8),
     ("grid: {parallelism.tp: [1, two]}", "value 'two'", 8),
     ("grid: {training.seq_len.x: [1]}", "training.seq_len has no sub-fields", 8),
     ("zip: {parallelism.pp: [1, 2], parallelism.tp: [1]}", "different lengths", 8),
     ("grid: {training.microbatches: [1, 2, 3, 4]}\ngrid2: 1", "unknown key 'grid2'", 9),
-    ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']", "unknown field 'micro'", 9),
+    ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']",
+     "training.micro: unknown key 'micro'", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['__import__(\"os\")']", "uses Call", 9),
     ("grid: {'workload[0.bytes': [1 MiB]}", "not a field path", 8),
     ("random: {seed: -1, samples: 2, axes: {training.microbatches: [1, 2]}}", "random.seed: -1 is below 0", 8),
@@ -188,8 +189,9 @@ def test_a_point_the_simulator_refuses_is_located_at_the_axis_that_set_the_field
 
 
 @pytest.mark.parametrize("axis, message", [
-    ("parallelism.order[0]", "grid.parallelism.order[0]: value 2: expected a list, got {'0': 2} (allowed: a YAML "
-                             "list such as [a, b])"),
+    ("parallelism.order[0]", "grid.parallelism.order[0]: parallelism.order has no item [0] (the scenario gives no "
+                             "parallelism.order) (allowed: a whole list as parallelism.order)"),  # expected a list,
+    # got {'0': 2}
     ("faults.components.1", "grid.faults.components.1: value 2: expected a mapping, got 2 (allowed: a YAML "
                             "mapping such as {key: value})"),
     ("faults.components[1]", "grid.faults.components[1]: value 2: expected a mapping, got 2 (allowed: a YAML "
@@ -203,6 +205,14 @@ def test_an_axis_adding_a_path_the_base_lacks_is_blamed_at_the_axis(tmp_path, ca
     path.write_text(f"base: schedule-gpipe-p4-m8\ngrid:\n  {axis}: [2, 4]\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
     assert capsys.readouterr().err == f"error: {path}:3: {message}\n"
+
+
+def test_an_axis_over_a_trace_knob(tmp_path):
+    """`workload` is a list or a trace's mapping: the axis check read it as a list only and refused every trace
+    knob with 'workload has no sub-fields'."""
+    base = Path(__file__).resolve().parents[1] / "scenarios" / "trace-allreduce-2rank.yaml"
+    sweep = sweep_from_text(f"base: {base}\ngrid:\n  workload.compute_scale: [1.0, 2.0]\n")
+    assert [point.data["workload"]["compute_scale"] for point in sweep.points] == [1.0, 2.0]
 
 
 def test_a_set_on_a_digit_key_is_blamed_at_the_set(tmp_path, capsys):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from simulator.config.bundled import resolve_scenario
+from simulator.config.field_paths import model_in, path_problem
 from simulator.config.schema import Scenario
 from simulator.config.sections import FieldProblem
 from simulator.config.yaml_source import (
@@ -111,6 +112,10 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        problem = path_problem(parts, result)
+        if problem is not None:
+            raise ScenarioError(problem.problem, field=dotted(problem.at), file=f"--set {item.strip()}",
+                                allowed=problem.allowed)
         try:
             set_field(result, parts, value)
         except ValueError as exc:
@@ -130,21 +135,9 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
         if not fields or part not in fields:
             return ""
         annotation = fields[part].annotation
-        current = _model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
+        current = model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
     fields = getattr(current, "model_fields", None)
     return ", ".join(fields) if fields else ""
-
-
-def _model_in(annotation: object, in_list: bool = False) -> object:
-    """The pydantic model inside an annotation such as ``Model``, ``list[Model]`` or ``Model | None``; of
-    ``list[A] | B`` (a list or a mapping), A for an item of the list (``in_list``), else B."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    args: tuple[object, ...] = getattr(annotation, "__args__", ()) or ()
-    if getattr(annotation, "__origin__", None) is list:
-        return _model_in(args[0]) if in_list and args else None
-    found = [model for model in (_model_in(arg, in_list) for arg in args) if model is not None]
-    return found[0] if found else None
 
 
 _TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none")
@@ -179,6 +172,7 @@ _TYPE_PROBLEMS = {
     "bool_parsing": ("true or false", "true, false"),
     "string_type": ("a string", "text"),
     "list_type": ("a list", "a YAML list such as [a, b]"),
+    "tuple_type": ("a list", "a YAML list such as [a, b]"),
     "dict_type": ("a mapping", "a YAML mapping such as {key: value}"),
     "model_type": ("a mapping", "a YAML mapping such as {key: value}"),
 }

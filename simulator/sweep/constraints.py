@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
+from simulator.config.field_paths import path_problem
 from simulator.config.yaml_source import parse_field
 from simulator.errors import ScenarioError
-from simulator.sweep.fields import check_path, value_at
+from simulator.sweep.fields import value_at
 
 _BINARY: dict[type, Callable] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -49,9 +50,10 @@ def parse_constraint(text: str) -> Constraint:
             path = _path_of(node)
             if path is None:
                 raise ScenarioError(f"constraint {text!r}: {ast.unparse(node)} is not a field path", allowed=ALLOWED)
-            problem = check_path(parse_field(path))
-            if problem:
-                raise ScenarioError(f"constraint {text!r}: {path}: {problem}", allowed=ALLOWED)
+            problem = path_problem(parse_field(path))
+            if problem is not None:
+                where = f" (allowed: {problem.allowed})" if problem.allowed else ""
+                raise ScenarioError(f"constraint {text!r}: {path}: {problem.problem}{where}", allowed=ALLOWED)
         elif not isinstance(node, _NODES):
             raise ScenarioError(f"constraint {text!r} uses {type(node).__name__}", allowed=ALLOWED)
     return Constraint(text, tree)

@@ -1,59 +1,14 @@
 """Field paths of a scenario as a sweep names them (`parallelism.pp`, `parallelism.ddp.bucket`,
-`workload[0].bytes`): parsing, checking them against the scenario schema, and setting a value in scenario data."""
+`workload[0].bytes`): setting a value in scenario data and reading one back (config/field_paths.py checks them)."""
 
 from __future__ import annotations
 
 import copy
-from typing import get_args
 
 from pydantic import BaseModel
 
-from simulator.config.loader import _model_in
-from simulator.config.schema import Scenario
 from simulator.config.yaml_source import FieldPath, dotted, set_field
 from simulator.errors import ScenarioError
-
-
-def check_path(parts: FieldPath) -> str:
-    """Why ``parts`` names no field of a scenario ('' when it does), with the keys allowed where it went wrong.
-
-    `cluster.*` and the keys of mapping fields are open: they are checked when each point is validated."""
-    annotation: object = Scenario
-    for depth, part in enumerate(parts):
-        if (depth == 1 and parts[0] == "cluster") or _origin_in(annotation, dict):
-            return ""
-        if isinstance(part, int):
-            item = _list_item(annotation)
-            if item is None:
-                return f"[{part}] indexes no list"
-            annotation = item
-            continue
-        model = _model_in(annotation) if not _origin_in(annotation, list) else None
-        fields = getattr(model, "model_fields", None)
-        if fields is None:
-            return f"{dotted(parts[:depth])} has no sub-fields" if depth else "not a field path"
-        if part not in fields:
-            return f"unknown field {part!r} (allowed: {', '.join(fields)})"
-        annotation = fields[part].annotation
-    return ""
-
-
-def _origin_in(annotation: object, origin: type) -> bool:
-    """Whether ``annotation`` is, or is a union containing, a generic of ``origin`` (list, dict)."""
-    if getattr(annotation, "__origin__", None) is origin:
-        return True
-    return any(_origin_in(arg, origin) for arg in getattr(annotation, "__args__", ()) or ())
-
-
-def _list_item(annotation: object) -> object:
-    """The item type of the list in ``annotation`` (None when there is no list)."""
-    if getattr(annotation, "__origin__", None) is list:
-        return get_args(annotation)[0]
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _list_item(arg)
-        if found is not None:
-            return found
-    return None
 
 
 def with_values(data: dict, values: dict[FieldPath, object]) -> dict:

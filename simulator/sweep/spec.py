@@ -35,6 +35,7 @@ import orjson
 from pydantic import Field, ValidationError
 
 from simulator.config.bundled import bundled_file
+from simulator.config.field_paths import path_problem
 from simulator.config.loader import Override, located_error, validate_as_json, validation_error
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
@@ -50,7 +51,7 @@ from simulator.config.yaml_source import (
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.sweep.constraints import Constraint, parse_constraint
-from simulator.sweep.fields import check_path, with_values
+from simulator.sweep.fields import with_values
 from simulator.topology.loader import (
     TopologySource,
     checked_parameters,
@@ -145,7 +146,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         raise validation_error(exc, SweepFile, source, lines) from None
     locate = _locator(source, lines)
     base_data, base_source, base_lines = _base(spec, folder, source, lines)
-    axes = _axis_paths(spec, locate)
+    axes = _axis_paths(spec, base_data, locate)
     count = _count(spec)
     if not axes:
         raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
@@ -204,9 +205,9 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     return data, str(path), base_lines
 
 
-def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:
-    """Every axis name with the sweep-file path of its entry, checked against the scenario schema; a name given
-    in two blocks is an error."""
+def _axis_paths(spec: SweepFile, base_data: dict, locate) -> dict[str, FieldPath]:
+    """Every axis name with the sweep-file path of its entry, checked against the scenario schema and the base
+    scenario (an index its list lacks); a name given in two blocks is an error."""
     blocks: list[tuple[str, dict]] = [("grid", spec.grid), ("zip", spec.zip)]
     if spec.random is not None:
         blocks.append(("random", spec.random.axes))
@@ -214,11 +215,13 @@ def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:
     for block, axes in blocks:
         prefix = ("random", "axes") if block == "random" else (block,)
         for name in axes:
-            problem = (check_path(parse_field(name)) if is_field_path(name)
-                       else f"not a field path ({FIELD_PATH_EXAMPLE})")
-            problem = problem or ("" if name not in names else "axis given twice")
-            if problem:
-                raise locate(prefix + (name,), problem)
+            if not is_field_path(name):
+                raise locate(prefix + (name,), "not a field path", FIELD_PATH_EXAMPLE)
+            problem = path_problem(parse_field(name), base_data)
+            if problem is not None:
+                raise locate(prefix + (name,), problem.problem, problem.allowed)
+            if name in names:
+                raise locate(prefix + (name,), "axis given twice")
             names[name] = prefix + (name,)
     lengths = {len(values) for values in spec.zip.values()}
     if len(lengths) > 1:
