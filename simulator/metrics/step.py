@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
 STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
+STAGE_COLLECTIVE_CATEGORIES = ("tp", "cp")
+"""Collectives that are a stage's own work wherever they run: the compute stream waits for them."""
 COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
 OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
 """The op rows' columns the step metrics read."""
@@ -90,18 +92,26 @@ def bubble_fraction(rows: StepRows) -> float:
 
     The window runs from 0 to the end of the last forward/backward op of any rank, so pipeline fill, drain
     and waits all count, and the optimizer and the data-parallel tail do not: with uniform stages this is
-    (p-1)/(m+p-1) for 1F1B. Blocking TP/CP collectives count as busy: they are part of a stage's work.
+    (p-1)/(m+p-1) for 1F1B. TP and CP collectives count as busy on whichever stream they run: they are part of
+    a stage's work, and the compute stream's waits for the ones on their own streams (tp_comm_overlap's last
+    chunks, the sequence-parallel re-gathers, the CP ring) are the stage's exposed communication, not bubble.
     """
     ops = rows.ops
     pipeline = np.isin(ops["category"], PIPELINE_CATEGORIES)
     if not pipeline.any():
         return 0.0
     window = float(ops["end_s"][pipeline].max())
-    work = np.isin(ops["category"], STAGE_WORK_CATEGORIES) & (ops["stream"] == "compute")
-    busy = grouped_sums(ops["rank"][work].tolist(),
-                        (np.minimum(ops["end_s"][work], window) - ops["start_s"][work]).tolist())
-    busy_s = np.array([busy[rank] for rank in sorted(busy)], dtype=np.float64)
-    return float(np.mean(np.clip(1.0 - busy_s / window, 0.0, None))) if window > 0 else 0.0
+    if window <= 0:
+        return 0.0
+    stage_work = np.isin(ops["category"], STAGE_WORK_CATEGORIES)
+    work = stage_work & ((ops["stream"] == "compute") | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
+    work &= ops["start_s"] < window
+    order = np.argsort(ops["rank"][work], kind="stable")
+    ranks = ops["rank"][work][order]
+    starts, ends = ops["start_s"][work][order], np.minimum(ops["end_s"][work], window)[order]
+    bounds = np.flatnonzero(np.diff(ranks)) + 1
+    idle = [1.0 - covered(s, e) / window for s, e in zip(np.split(starts, bounds), np.split(ends, bounds))]
+    return float(np.mean(np.clip(idle, 0.0, None))) if len(ranks) else 0.0
 
 
 def pipeline_window_s(rows: StepRows) -> float:
