@@ -10,15 +10,11 @@ from functools import partial
 
 import pytest
 
-from simulator.collectives import (
-    PRIMITIVES,
-    CollectiveRequest,
-    bus_bandwidth,
-    bus_bandwidth_factor,
-    choose_algorithm,
-    plan_collective,
-    time_collective,
-)
+from simulator.collectives.busbw import bus_bandwidth, bus_bandwidth_factor
+from simulator.collectives.execute import time_collective
+from simulator.collectives.names import PRIMITIVES
+from simulator.collectives.phases import CollectiveRequest
+from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology, Wiring, add_link

@@ -1,11 +1,6 @@
-"""Collective algorithms as phase plans, their registry and `auto` rule, and the executor on the network model."""
+"""Collective algorithms as phase plans (one module each), their names (names.py), their registry and `auto` rule
+(registry.py), and the executor on the network model (execute.py).
 
-from simulator.collectives.busbw import algorithm_bandwidth, bus_bandwidth, bus_bandwidth_factor
-from simulator.collectives.execute import run_plan, run_plans, time_collective
-from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
-from simulator.collectives.registry import ALGORITHMS, PRIMITIVES, choose_algorithm, plan_collective
-
-__all__ = [
-    "ALGORITHMS", "PRIMITIVES", "CollectiveRequest", "Phase", "Transfer", "algorithm_bandwidth", "bus_bandwidth",
-    "bus_bandwidth_factor", "choose_algorithm", "plan_collective", "run_plan", "run_plans", "time_collective",
-]
+Nothing is re-exported here, so that importing names.py (as the scenario schema does) loads no algorithm, executor
+or network model.
+"""

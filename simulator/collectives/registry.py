@@ -10,19 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
 
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
+from simulator.collectives.chunking import check_chunk
+from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.ring import channel_count, group_by_host, rails_used
 from simulator.collectives.tree import chunk_count
-from simulator.errors import InputError, ScenarioError
+from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
-from simulator.units import parse_message_size
-
-Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
-PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
 
 Planner = Callable[[CollectiveRequest, Topology], list[Phase]]
 
@@ -47,9 +44,9 @@ ALGORITHMS: dict[str, Algorithm] = {
     "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS),
     "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True),
 }
-"""name -> algorithm. send_recv is one transfer whatever the algorithm."""
+"""name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 
-ALGORITHM_NAMES = ", ".join([*ALGORITHMS, "auto"])
+ALGORITHM_NAMES = ", ".join(ALGORITHM_CHOICES)
 
 
 def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: str = "auto") -> list[Phase]:
@@ -94,31 +91,6 @@ def check_request(request: CollectiveRequest, topology: Topology) -> None:
     if request.channels < 0:
         raise ScenarioError(f"channels {request.channels} is negative", field="collectives.channels",
                             allowed="0 (one per rail) or a positive count")
-
-
-CHUNK_FIELD = "collectives.chunk"
-CHUNK_ALLOWED = "a positive size up to 1 PiB such as 4 MiB, or none (off) to turn chunking off"
-CHUNKING_OFF = ("none", "off")
-
-
-def chunk_bytes(value: object) -> float | None:
-    """The pipelining chunk a user gives (`collectives.chunk`, `trainsim collective --chunk`): a size, or none
-    (also `off`, which YAML reads as false) for no chunking."""
-    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in CHUNKING_OFF):
-        return None
-    try:
-        nbytes = parse_message_size(value)
-    except InputError as exc:
-        raise ScenarioError(exc.problem, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None
-    check_chunk(nbytes, value)
-    return nbytes
-
-
-def check_chunk(nbytes: float | None, written: object = None) -> None:
-    """The one check of a pipelining chunk (None: no chunking): a positive size, however it was given."""
-    if nbytes is not None and not nbytes > 0:
-        raise ScenarioError(f"chunk {nbytes if written is None else written!r} is not positive", field=CHUNK_FIELD,
-                            allowed=CHUNK_ALLOWED)
 
 
 def link_costs(topology: Topology, src: int, dst: int) -> tuple[float, float]:

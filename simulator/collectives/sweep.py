@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from simulator.collectives.busbw import bus_bandwidth_factor
-from simulator.collectives.registry import chunk_bytes
+from simulator.collectives.chunking import chunk_bytes
 from simulator.collector import collector_paused
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency

@@ -10,9 +10,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from simulator.collectives.registry import ALGORITHM_NAMES, ALGORITHMS, Primitive, chunk_bytes
+from simulator.collectives.chunking import chunk_bytes
+from simulator.collectives.names import ALGORITHM_CHOICES, Primitive
 from simulator.config.faults import FaultsConfig
 from simulator.config.moe import MoEConfig
+from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES, CpAlgorithm
 from simulator.config.parameter_server import ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
@@ -29,20 +31,18 @@ from simulator.config.training_options import (
     Recompute,
 )
 from simulator.network.modes import NetworkMode
-from simulator.parallel.context import CpAlgorithm
-from simulator.schedules.registry import CUSTOM_SCHEDULE, schedule_names
 from simulator.units import parse_duration, parse_message_size
 
 
 def _algorithm(name: str) -> str:
-    if name != "auto" and name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r} (allowed: {ALGORITHM_NAMES})")
+    if name not in ALGORITHM_CHOICES:
+        raise ValueError(f"unknown algorithm {name!r} (allowed: {', '.join(ALGORITHM_CHOICES)})")
     return name
 
 
 def _schedule(name: str) -> str:
-    if name not in schedule_names():
-        raise ValueError(f"unknown schedule {name!r} (allowed: {', '.join(schedule_names())})")
+    if name not in SCHEDULE_NAMES:
+        raise ValueError(f"unknown schedule {name!r} (allowed: {', '.join(SCHEDULE_NAMES)})")
     return name
 
 

@@ -21,13 +21,12 @@ makes every rank's work, and every ring step, equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, assert_never
+from typing import assert_never
 
+from simulator.config.parallelism_options import CpAlgorithm
 from simulator.parallel.passes import Pass
 
 CP_STREAM = "cp"
-CpAlgorithm = Literal["ring", "all_gather"]
-"""How a CP rank gets the sequence's K/V (`parallelism.cp_algorithm`)."""
 
 
 @dataclass(frozen=True, slots=True)

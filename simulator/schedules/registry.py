@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES
 from simulator.errors import ScenarioError
 from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Placement, Schedule, ScheduleBuilder
 from simulator.schedules.custom_csv import csv_schedule, load_table_placement
@@ -13,8 +14,6 @@ from simulator.schedules.looped_bfs import looped_bfs
 from simulator.schedules.one_f_one_b import one_f_one_b
 from simulator.schedules.v_shape import dualpipe_v, zbv
 from simulator.schedules.zero_bubble import zb_h1
-
-CUSTOM_SCHEDULE = "custom"
 
 SCHEDULES: dict[str, ScheduleBuilder] = {
     "gpipe": gpipe,
@@ -26,6 +25,7 @@ SCHEDULES: dict[str, ScheduleBuilder] = {
     "zbv": zbv,
     "dualpipev": dualpipe_v,
 }
+"""name -> builder, one per config/parallelism_options.py BuiltinSchedule."""
 
 V_PLACED = frozenset({"zbv", "dualpipev"})
 """Schedules whose chunks sit in the V placement; every other one loops (chunk c of rank r is stage c p + r).
@@ -39,7 +39,7 @@ the backward sends before the stage reduces its gradients; every other one runs 
 
 def schedule_names() -> list[str]:
     """Every name get_schedule accepts: the registered schedules and 'custom' (a CSV table)."""
-    return [*SCHEDULES, CUSTOM_SCHEDULE]
+    return list(SCHEDULE_NAMES)
 
 
 def get_schedule(name: str, table: str | Path | None = None) -> ScheduleBuilder:

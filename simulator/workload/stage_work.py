@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 
 from simulator.catalog.gpus import GPUSpec
 from simulator.catalog.models import ModelSpec
+from simulator.config.parallelism_options import CpAlgorithm
 from simulator.config.training_options import Precision, Recompute
-from simulator.parallel.context import ContextAttention, CpAlgorithm
+from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.workload.experts import MoELayer

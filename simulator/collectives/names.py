@@ -1,0 +1,20 @@
+"""The names of the collective primitives and algorithms, each set defined once and importing nothing.
+
+The schema checks a scenario against these at load and the op IR carries them; registry.py keys its
+algorithms by `AlgorithmName` (a test holds the two equal). Kept apart from the registry so that reading a
+scenario does not load the algorithms, the executor and the network model.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"]
+PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
+
+AlgorithmName = Literal["ring", "tree", "hierarchical", "direct", "halving_doubling", "nvls", "collnet_direct",
+                        "nvls_sharp"]
+"""The registered algorithms (registry.py ALGORITHMS, in its order)."""
+AlgorithmChoice = Literal[AlgorithmName, "auto"]
+"""What a collective may ask for: a registered algorithm, or `auto` (registry.py choose_algorithm)."""
+ALGORITHM_CHOICES: tuple[AlgorithmChoice, ...] = get_args(AlgorithmChoice)

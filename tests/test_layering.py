@@ -1,0 +1,42 @@
+"""Data flows one way (config -> cluster -> program -> engine -> metrics -> reports): a layer's import does not
+load the layers after it, and the names-only modules the first layers read agree with the registries."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+from simulator.collectives.names import AlgorithmName
+from simulator.collectives.registry import ALGORITHMS
+from simulator.config.parallelism_options import BuiltinSchedule
+from simulator.schedules.registry import SCHEDULES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def modules_loaded_by(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after running ``statement``."""
+    code = f"import sys\n{statement}\nprint('\\n'.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def loaded_under(modules: set[str], *packages: str) -> list[str]:
+    """The members of ``modules`` that are one of ``packages`` or inside one."""
+    return sorted(name for name in modules if any(name == p or name.startswith(f"{p}.") for p in packages))
+
+
+def test_reading_the_schema_loads_no_algorithm_schedule_parallel_layer_or_engine():
+    loaded = modules_loaded_by("import simulator.config.schema")
+    assert loaded_under(loaded, "simpy", "numpy", "networkx", "simulator.collectives.registry",
+                        "simulator.collectives.execute", "simulator.network.model", "simulator.schedules",
+                        "simulator.parallel", "simulator.workload", "simulator.catalog", "simulator.topology",
+                        "simulator.program") == []
+
+
+def test_the_names_modules_list_every_registered_algorithm_and_schedule_in_order():
+    assert tuple(ALGORITHMS) == get_args(AlgorithmName)
+    assert tuple(SCHEDULES) == get_args(BuiltinSchedule)
