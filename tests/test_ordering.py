@@ -186,3 +186,34 @@ def test_one_group_on_two_streams_is_not_private_where_its_instances_may_overlap
     expected = frozenset(range(4)) if streams[0] == streams[1] else frozenset()
     assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
     assert _straightforward_private(ops, ASYNC, {}) == expected
+
+
+def _two_stream_group() -> list:
+    """Ranks 0 and 1, one group: A on the compute stream, B on the tp stream after A, C on the compute stream
+    after B (rank 0's C also after rank 1's B), D on the tp stream after B with nothing ordering it against C."""
+    deps = {"B": {0: (0,), 1: (1,)}, "C": {0: (2, 3), 1: (3,)}}
+    return [CollectiveOp(id=2 * index + rank, rank=rank, stream=stream, name=key, op="all_gather", group=(0, 1),
+                         nbytes=1.0, key=key, deps=deps.get(key, {}).get(rank, ()))
+            for index, (key, stream) in enumerate(zip("ABCD", ("compute", "tp", "compute", "tp"))) for rank in (0, 1)]
+
+
+def test_a_program_too_large_to_order_decides_a_group_on_two_streams_on_one_rank(monkeypatch):
+    """Where the program gets no ordering (unfolded runs of many ranks), a group alone on its links whose
+    instances run on two streams (TP's collectives beside sequence parallelism's re-gathers) is judged on one
+    member rank's ops: A and B, ordered there, are private; C and D, which may overlap, are not; as with the
+    whole program's ordering."""
+    ops = _two_stream_group()
+    expected = frozenset(op.id for op in ops if op.key in "AB")
+    assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
+    monkeypatch.setattr("simulator.engine.ordering.MAX_CLOCK_ENTRIES", 0)
+    assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_private_instances_of_a_program_too_large_to_order_are_private(monkeypatch, seed):
+    """Judged on one rank's ops, a group's instances are found private only where the pair-by-pair definition
+    finds them so (that rank knows less of what happens before what, never more)."""
+    monkeypatch.setattr("simulator.engine.ordering.MAX_CLOCK_ENTRIES", 0)
+    ops = _random_program(seed, groups=2 + seed % 4)
+    mirrors = {op.id: op.mirrors for op in ops if isinstance(op, CollectiveOp) and op.mirrors}
+    assert sharing.private_collectives(ops, _links, ASYNC, mirrors) <= _straightforward_private(ops, ASYNC, mirrors)

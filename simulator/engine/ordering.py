@@ -31,8 +31,9 @@ import numpy as np
 from simulator.program.ops import CollectiveOp, Op
 
 MAX_CLOCK_ENTRIES = 1 << 26
-"""Largest ops x components table allowed; beyond it (unfolded runs of many ranks) no ordering, and then no
-collective on two streams of one group is replayed alone (engine/sharing.py). The limit admits the folded steps
+"""Largest ops x components table allowed; beyond it (unfolded runs of many ranks) no ordering, and the sharing
+analysis judges a group on one member rank's ops alone (`ProgramOrder.rank_ordering`), which sees fewer
+collectives as private (engine/sharing.py). The limit admits the folded steps
 of many micro-batches: the 405B step at 1,024 GPUs (DP 8, 256 micro-batches per replica, sequence parallelism's
 re-gathers on a second stream) has 664,485 ops on 48 components, 2^24.9 entries; its ordering costs 2.4 s of
 CPU and 300 MiB at the peak, and saves the 20 s and 1 GiB its collectives took on the network unordered. The
@@ -65,6 +66,19 @@ class ProgramOrder:
     def ordering(self) -> Ordering | None:
         return Ordering.if_affordable(self.ops, self.async_streams)
 
+    def rank_ordering(self, rank: int) -> Ordering:
+        """The ordering of ``rank``'s ops alone (a part of the program, affordable where the whole is not): a
+        collective whose op on ``rank`` happens before another's there happens before it in the whole program,
+        since each op of the rank is part of its collective's node; what the other ranks add is not seen."""
+        return Ordering(self._ops_by_rank[rank], self.async_streams, part=True)
+
+    @cached_property
+    def _ops_by_rank(self) -> dict[int, list[Op]]:
+        found: dict[int, list[Op]] = {}
+        for op in self.ops:
+            found.setdefault(op.rank, []).append(op)
+        return found
+
 
 class Ordering:
     """Vector clocks of a program's nodes (compute ops, and collectives by key), built once in O(ops) Python
@@ -77,8 +91,9 @@ class Ordering:
         return Ordering(ops, async_streams, components) if affordable(len(ops), components[1]) else None
 
     def __init__(self, ops: Sequence[Op], async_streams: frozenset[str],
-                 components: tuple[np.ndarray, int] | None = None):
-        """``components``: `_components` of ``ops``, when the caller has them."""
+                 components: tuple[np.ndarray, int] | None = None, *, part: bool = False):
+        """``components``: `_components` of ``ops``, when the caller has them. ``part``: ``ops`` are part of a
+        program (one rank's, `ProgramOrder.rank_ordering`): their dependencies on other ops are left out."""
         op_components, columns = components or _components(ops, async_streams)
         self.node_of_key: dict[str, int] = {}
         nodes = np.fromiter((self.node_of_key.setdefault(op.key, len(self.node_of_key))
@@ -89,7 +104,7 @@ class Ordering:
         self._nodes = nodes
         count = len(self.node_of_key) + len(compute)
         places, stream_edges = _places(nodes, op_components)
-        predecessors = _predecessors(ops, self._op_ids, nodes, stream_edges, count)
+        predecessors = _predecessors(ops, self._op_ids, nodes, stream_edges, count, part)
         successors = _successors(predecessors, count)
         waves = _waves(predecessors, successors)
         self.first_component, self.first_position = _first_places(count, *places)
@@ -172,19 +187,20 @@ def _places(nodes: np.ndarray, components: np.ndarray) -> tuple[Places, tuple[np
 
 
 def _predecessors(ops: Sequence[Op], ids: np.ndarray, nodes: np.ndarray,
-                  stream_edges: tuple[np.ndarray, np.ndarray], count: int) -> Csr:
+                  stream_edges: tuple[np.ndarray, np.ndarray], count: int, part: bool = False) -> Csr:
     """Each node's distinct predecessors (itself excluded): the nodes before its ops on their streams and
-    those of their dependencies (named by op ``ids``)."""
+    those of their dependencies (named by op ``ids``); with ``part``, dependencies on ops not in ``ops`` are
+    left out (else they are an error)."""
     deps = [op.deps for op in ops]
     counts = np.fromiter(map(len, deps), dtype=np.int64, count=len(deps))
     dep_ids = np.fromiter(chain.from_iterable(deps), dtype=np.int64, count=int(counts.sum()))
     by_id = np.argsort(ids)
     found = by_id[np.searchsorted(ids, dep_ids, sorter=by_id).clip(max=max(len(ids) - 1, 0))]
-    missing = dep_ids[ids[found] != dep_ids]
-    if len(missing):
-        raise ValueError(f"dependencies on ops not in the program: {sorted(set(missing.tolist()))[:5]}")
-    sources = np.concatenate((stream_edges[0], nodes[found]))
-    targets = np.concatenate((stream_edges[1], np.repeat(nodes, counts)))
+    known = ids[found] == dep_ids
+    if not part and not known.all():
+        raise ValueError(f"dependencies on ops not in the program: {sorted(set(dep_ids[~known].tolist()))[:5]}")
+    sources = np.concatenate((stream_edges[0], nodes[found][known]))
+    targets = np.concatenate((stream_edges[1], np.repeat(nodes, counts)[known]))
     codes = np.sort((targets * count + sources)[sources != targets])
     targets, sources = np.divmod(codes[np.diff(codes, prepend=-1) != 0], count)
     return np.searchsorted(targets, np.arange(count + 1)), sources

@@ -9,7 +9,7 @@ any simulated time, and a collective alone on its links always takes the same ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -134,6 +134,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
         links_of = _one_group
     shape_of: dict[str, tuple] = {}
     streams: dict[int, set[str]] = {}
+    member: dict[int, int] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
     for op, index in zip(shapes.ops, shapes.shape_of):
         kept = mirrors.get(op.id, ())
@@ -141,6 +142,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
         shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
         shape_of.setdefault(op.key, shape)
         streams.setdefault(gid, set()).add(op.stream)
+        member.setdefault(gid, op.rank)
         if shape not in footprints:
             mirrored = (mirror_links(op, kept) if mirror_links is not None
                         else frozenset().union(*(links_of(op, mirror) for mirror in kept)))
@@ -149,41 +151,70 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
             shapes_on.setdefault(link, set()).add(shape)
-    private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on)
+    private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on,
+                                 member)
     return frozenset(op.id for op in shapes.ops if op.key in private)
 
 
 def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams: dict[int, set[str]],
                        footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]],
-                       shapes_on: dict[int, set[tuple]]) -> set[str]:
+                       shapes_on: dict[int, set[tuple]], member: dict[int, int]) -> set[str]:
     """Keys of the instances that no other instance sharing their links may overlap. A group alone on its
     links whose instances all come from one in-order stream (``streams``, by group id) qualifies without asking
     the ordering; an instance whose own links carry some of its mirrors never does (its time depends on them).
-    The others are decided a shape at a time: all its instances against each conflicting shape's, as arrays."""
+    The others are decided a shape at a time: all its instances against each conflicting shape's, as arrays.
+    Where the program is too large to order, a group alone on its links whose instances run on several streams
+    (the TP collectives beside sequence parallelism's re-gathers) is decided on the ordering of the ops of one
+    of its ranks (``member``, by group id), which knows less of what happens before what than the program's."""
     conflicts = {shape: frozenset().union(*(shapes_on[link] for link in own | mirrored))
                  for shape, (own, mirrored) in footprints.items()}
-    serial = {shape for shape, others in conflicts.items()
-              if not footprints[shape][1] and all(other[4] == shape[4] for other in others)
-              and len(streams[shape[4]]) == 1 and not streams[shape[4]] & order.async_streams}
+    alone_on_links = {shape for shape, others in conflicts.items()
+                      if not footprints[shape][1] and all(other[4] == shape[4] for other in others)}
+    serial = {shape for shape in alone_on_links
+              if len(streams[shape[4]]) == 1 and not streams[shape[4]] & order.async_streams}
     private = {key for key, shape in shape_of.items() if shape in serial}
-    ordering = order.ordering if len(private) < len(shape_of) else None
-    if ordering is None:
+    if len(private) == len(shape_of):
         return private
     keys: dict[tuple, list[str]] = {}
     for key, shape in shape_of.items():
         keys.setdefault(shape, []).append(key)
+    undecided = [shape for shape in keys if shape not in serial and not footprints[shape][0] & footprints[shape][1]]
+    ordering = order.ordering
+    if ordering is not None:
+        return private | _alone(ordering, keys, undecided, conflicts)
+    of_group: dict[int, dict[tuple, list[str]]] = {}
+    for shape, shape_keys in keys.items():
+        of_group.setdefault(shape[4], {})[shape] = shape_keys
+    for group, shapes in _by_group(shape for shape in undecided if shape in alone_on_links).items():
+        local = order.rank_ordering(member[group])
+        group_keys = of_group[group]
+        if all(key in local.node_of_key for shape_keys in group_keys.values() for key in shape_keys):
+            private |= _alone(local, group_keys, shapes, conflicts)
+    return private
+
+
+def _by_group(shapes: Iterable[tuple]) -> dict[int, list[tuple]]:
+    """``shapes`` by their group's id."""
+    found: dict[int, list[tuple]] = {}
+    for shape in shapes:
+        found.setdefault(shape[4], []).append(shape)
+    return found
+
+
+def _alone(ordering: Ordering, keys: dict[tuple, list[str]], undecided: Iterable[tuple],
+           conflicts: dict[tuple, frozenset[tuple]]) -> set[str]:
+    """Keys of the instances of the ``undecided`` shapes that no instance of a conflicting shape (``keys``:
+    the instances of every shape concerned) may overlap by ``ordering``."""
     nodes = {shape: np.array([ordering.node_of_key[key] for key in shape_keys], dtype=np.int64)
              for shape, shape_keys in keys.items()}
     by_place = {shape: Instances.of(ordering, shape_nodes) for shape, shape_nodes in nodes.items()}
-    for shape, shape_keys in keys.items():
-        own, mirrored = footprints[shape]
-        if shape in serial or own & mirrored:
-            continue
-        alone = np.arange(len(shape_keys))
+    found: set[str] = set()
+    for shape in undecided:
+        alone = np.arange(len(keys[shape]))
         for other in conflicts[shape]:
             alone = alone[~by_place[other].meet(ordering, nodes[shape][alone])]
-        private.update(shape_keys[index] for index in alone)
-    return private
+        found.update(keys[shape][index] for index in alone)
+    return found
 
 
 @dataclass(frozen=True)
