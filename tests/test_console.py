@@ -173,6 +173,16 @@ def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, cap
     assert "TFLOP/s per GPU" not in out and "0 tokens/s" not in out
 
 
+def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
+    """Synthetic stage costs have no tokens, FLOPs or memory: the table printed '0 tokens/s', 'MFU 0.0%' and
+    '0.0 GiB of 79.6 GiB' for the bundled schedule studies."""
+    assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "n/a (synthetic stage costs: no tokens, FLOPs or memory)" in out
+    assert "TFLOP/s per GPU" not in out and "tokens/s" not in out and "peak memory" not in out
+    assert "pipeline bubble          27.3%" in out
+
+
 def test_one_gpu_and_one_micro_batch_read_in_the_singular():
     from simulator.console.report import _layout_line
 

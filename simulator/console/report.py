@@ -76,12 +76,15 @@ def training_table(summary: dict) -> Table:
     if step is not None:
         table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", _seconds(step))
     untold = "trace" in summary and not summary.get("tokens_per_s")
+    synthetic = (summary.get("layout") or {}).get("model") == "synthetic"
     if untold:
         table.add_row("throughput", "n/a (the trace states no tokens: set workload.tokens_per_step and "
                                     "model_flops_per_token)")
+    elif synthetic:
+        table.add_row("throughput", "n/a (synthetic stage costs: no tokens, FLOPs or memory)")
     elif "tokens_per_s" in summary and not ps:
         table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
-    if "tflops_per_gpu" in summary and not ("trace" in summary and not summary["tflops_per_gpu"]):
+    if "tflops_per_gpu" in summary and not synthetic and not ("trace" in summary and not summary["tflops_per_gpu"]):
         rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
                  f"HFU {_share(summary['hfu'])}" if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)
@@ -94,7 +97,7 @@ def training_table(summary: dict) -> Table:
         shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_KINDS
                  if exposed.get(kind)]
         table.add_row("exposed communication", ", ".join(shown) or "none")
-    if "peak_memory_gib" in summary and "memory_capacity_gib" in summary:
+    if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
         text = f"{peak:.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
