@@ -164,6 +164,22 @@ def test_progress_bar_draws_on_a_terminal(monkeypatch):
     assert b"2048/4096" in drawn and b"simulating" in drawn
 
 
+def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):
+    """The engine reports every 1,024 ops: a run of 38,381 ops went on to 'writing outputs' at 37,888."""
+    import pty
+
+    master, slave = pty.openpty()
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("TERM", "xterm-256color")
+        with RunProgress(enabled=True) as progress:
+            progress.started -= 10
+            progress(37888, 38381)
+            progress.phase("writing outputs")
+            assert progress.bar is not None and progress.bar.tasks[0].completed == 38381
+    os.close(master)
+
+
 def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, capsys):
     """A replayed trace states no tokens or model FLOPs: the table printed '0 tokens/s' and 'MFU 0.0%'."""
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(tmp_path / "out")]) == 0

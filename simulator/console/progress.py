@@ -43,10 +43,11 @@ class RunProgress:
             self.bar.update(self.task, completed=done, total=total, description=self.description)
 
     def phase(self, description: str) -> None:
-        """Show ``description`` (e.g. "writing outputs") in place of the op count's label."""
+        """Show ``description`` (e.g. "writing outputs") in place of the op count's label. The simulation is over
+        by then, and the engine reports only every PROGRESS_EVERY ops, so the bar is drawn full."""
         self.description = description
         if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, description=description)
+            self.bar.update(self.task, description=description, completed=self.bar.tasks[0].total)
 
     def close(self) -> None:
         if self.bar is not None:
