@@ -382,6 +382,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                                                     order))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
+    if "trace" in program.details:
+        from simulator.workload.traces.program import throughput_warnings
+
+        summary["warnings"] += throughput_warnings(summary, program.peak_flops)
     if "parameter_server" in program.details:
         from simulator.parameter_server.summary import ps_report
 

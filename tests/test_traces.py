@@ -82,6 +82,20 @@ def test_tokens_and_model_flops_give_throughput_and_mfu(tmp_path):
     assert result.summary["mfu"] == pytest.approx(tokens * 4.8e10 / 64 / step / peak, rel=EXACT)
 
 
+def test_an_mfu_above_100_percent_is_warned_about(tmp_path):
+    """Replicated or not, each GPU keeps its traced work and tokens scale with the GPUs, so MFU is right by
+    construction; above 100% it showed with no warning, though the tokens or FLOPs given must be wrong."""
+    knobs = ", dp: 8, tokens_per_step: 16384, model_flops_per_token: {}"
+    _, claimed = run(two_rank_scenario("100 Gb/s", dp=knobs.format(4.8e10), nodes=8), tmp_path)
+    assert claimed.summary["mfu"] > 1
+    assert [warning.split(":")[0] for warning in claimed.summary["warnings"]] == [
+        f"MFU {claimed.summary['mfu']:.0%} is above 100%"]
+    assert "workload.tokens_per_step x model_flops_per_token" in claimed.summary["warnings"][0]
+    plausible = 4.8e10 / claimed.summary["mfu"] / 2  # the same step at half the peak
+    _, result = run(two_rank_scenario("100 Gb/s", dp=knobs.format(plausible), nodes=8), tmp_path)
+    assert result.summary["mfu"] == pytest.approx(0.5, rel=EXACT) and result.summary["warnings"] == []
+
+
 def test_unfolded_replication_agrees_with_folded(tmp_path):
     _, folded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8), tmp_path)
     _, unfolded = run(two_rank_scenario("100 Gb/s", dp=", dp: 8", nodes=8, extra="run: {fold: false}\n"), tmp_path)

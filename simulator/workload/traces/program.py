@@ -269,3 +269,17 @@ class _Builder:
                               f"rank {rank}, but {first[1] or 'transfer'} of {first[0]:.0f} bytes on rank {first[2]} "
                               f"({first[3]}: {first[4]}) for the same collective ({key})",
                               "the same primitive and size on every member")
+
+
+def throughput_warnings(summary: dict, peak_flops: float) -> list[str]:
+    """An MFU above 100%: the model FLOPs the scenario claims for a step (workload.tokens_per_step x
+    model_flops_per_token) exceed what the GPUs' dense bf16 peak executes in the replayed step. The replay keeps
+    each GPU's traced work, so the figure is right by construction (replication adds GPUs and tokens alike);
+    the numbers given, or the peak they are counted against, are not."""
+    if summary["mfu"] <= 1:
+        return []
+    return [f"MFU {summary['mfu']:.0%} is above 100%: workload.tokens_per_step x model_flops_per_token claim "
+            f"{summary['tflops_per_gpu']:,.0f} TFLOP/s per GPU in the replayed step, above the GPU's dense "
+            f"{PEAK_PRECISION} peak of {peak_flops / 1e12:,.0f} TFLOP/s; tokens_per_step counts the tokens of one "
+            "step of the whole traced job (every rank it ran on), model_flops_per_token one token's model FLOPs "
+            "(6N plus attention); a job in fp8 can exceed the bf16 peak"]
