@@ -4,6 +4,7 @@ line with exit status 2 (an unreachable scheduler: status 1 with its address).""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -257,3 +258,25 @@ def test_point_outputs_only_when_asked(tmp_path):
     run_sweep(sweep_from_text(text + "outputs: true\n", "s.yaml"), tmp_path / "kept", SerialExecutor())
     assert sorted(p.name for p in (tmp_path / "kept" / "points").iterdir()) == ["00000", "00001"]
     assert (tmp_path / "kept" / "points" / "00001" / "summary.json").is_file()
+
+
+def test_point_outputs_on_resume_are_written_for_points_finished_without_them(tmp_path):
+    """Resuming with --point-outputs reused the points an earlier run had finished without outputs and wrote
+    none for them: OUT/points/ silently lacked them. A finished point whose folder is incomplete or holds another
+    scenario's run now runs again; one whose outputs are there is reused."""
+    text = BASE + "grid:\n  training.microbatches: [4, 8]\n"
+    out = tmp_path / "out"
+
+    def resume() -> tuple[int, int]:
+        report = run_sweep(sweep_from_text(text, "s.yaml"), out, SerialExecutor(), point_outputs=True)
+        return report.ran, report.reused
+
+    run_sweep(sweep_from_text(text, "s.yaml"), out, SerialExecutor())
+    assert resume() == (2, 0)
+    assert sorted(p.name for p in (out / "points").iterdir()) == ["00000", "00001"]
+    assert resume() == (0, 2)
+    shutil.rmtree(out / "points" / "00001")
+    shutil.copytree(out / "points" / "00000", out / "points" / "00001")  # a complete run of the other point
+    (out / "points" / "00000" / "summary.json").unlink()
+    assert resume() == (2, 0)
+    assert resume() == (0, 2)

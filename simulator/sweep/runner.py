@@ -79,9 +79,11 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     earlier = read_records(out_dir)
     records: dict[int, PointRecord] = {}
     todo: list[Point] = []
+    outputs = point_outputs or sweep.outputs
     for point in sweep.points:
         previous = earlier.get(point.index)
-        if previous is not None and previous.key == point.key:
+        if previous is not None and previous.key == point.key and (
+                not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
             records[point.index] = previous
         elif point.skipped:
             records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {})
@@ -90,10 +92,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
             todo.append(point)
     reused = sum(1 for index, record in records.items() if earlier.get(index) is record)
     values = {point.index: point.values for point in sweep.points}
-    outputs = point_outputs or sweep.outputs
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
-                       str(out_dir / "points" / f"{p.index:05d}") if outputs else None, p.overrides)
-             for p in todo]
+                       str(point_folder(out_dir, p.index)) if outputs else None, p.overrides) for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))
@@ -108,6 +108,28 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     for record in records.values():
         statuses[record.status] = statuses.get(record.status, 0) + 1
     return SweepReport(len(todo), reused, dict(sorted(statuses.items())), out_dir)
+
+
+def point_folder(out_dir: Path, index: int) -> Path:
+    """Where a point's run outputs go (`--point-outputs`, `outputs: true`)."""
+    return out_dir / "points" / f"{index:05d}"
+
+
+def _has_outputs(folder: Path, point: Point) -> bool:
+    """Whether ``folder`` holds a complete run of ``point``'s scenario: its manifest checks out and names the
+    point's validated scenario. A point finished without outputs (an earlier run without --point-outputs), or
+    whose folder was removed or written by another scenario, is run again to write them."""
+    from simulator.config.loader import LoadedScenario, validate_as_json
+    from simulator.config.schema import Scenario
+    from simulator.report.run_folder import checked_manifest
+    from simulator.report.writers import scenario_digest
+
+    try:
+        manifest = checked_manifest(folder, ())
+    except InputError:
+        return False
+    loaded = LoadedScenario(validate_as_json(Scenario, point.data), "", {})
+    return manifest.get("scenario_sha256") == scenario_digest(loaded)
 
 
 def progress_printer(quiet: bool) -> tuple[Callable[[int, int], None], Callable[[], None]]:
