@@ -21,6 +21,12 @@ from simulator.units import parse_bandwidth, parse_duration, parse_size
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
 """What a component class is counted in on the job's topology graph."""
+FailureDistribution = Literal["exponential", "weibull"]
+"""A component's time to failure: exponential (a Poisson process per unit) or Weibull with a `shape`."""
+RepairDistribution = Literal["fixed", "exponential"]
+"""A repair's duration: exactly `repair`, or exponential with that mean."""
+CheckpointMode = Literal["sync", "async"]
+"""How a checkpoint is written: training stalls for the write, or only for a snapshot while the write runs."""
 
 
 class Effect(StrEnum):
@@ -104,10 +110,10 @@ class ComponentSpec(Section):
     slowdown: float | None = Field(default=None, gt=1)
     mtbf: PositiveDuration | None = None
     rate: Rate | None = None
-    distribution: Literal["exponential", "weibull"] = "exponential"
+    distribution: FailureDistribution = "exponential"
     shape: float = Field(default=1.0, gt=0)
     repair: Duration | None = None
-    repair_distribution: Literal["fixed", "exponential"] = "exponential"
+    repair_distribution: RepairDistribution = "exponential"
 
     @model_validator(mode="after")
     def _one_rate(self) -> ComponentSpec:
@@ -148,7 +154,7 @@ class CheckpointConfig(Section):
     in the background and slows steps (docs/reliability.md)."""
 
     interval: Interval = 1800.0
-    mode: Literal["sync", "async"] = "sync"
+    mode: CheckpointMode = "sync"
     size: Size | None = None
     bytes_per_param: float = Field(default=16.0, gt=0)
     snapshot_bandwidth: Bandwidth = 50e9

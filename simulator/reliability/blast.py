@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.config.reliability import UnitKind
 from simulator.topology.graph import Topology
 
 NO_HOSTS: tuple[int, ...] = ()
@@ -22,18 +23,18 @@ class ClusterUnits:
     links a network unit's failure takes down and the GPUs of a GPU or host unit."""
 
     hosts: int
-    blast: dict[str, tuple[tuple[int, ...], ...]]
+    blast: dict[UnitKind, tuple[tuple[int, ...], ...]]
     spines: int
     hosts_per_leaf: int
-    nodes: dict[str, tuple[str, ...]]
+    nodes: dict[UnitKind, tuple[str, ...]]
     cable_ends: tuple[tuple[str, str], ...]
-    gpus: dict[str, tuple[tuple[int, ...], ...]]
+    gpus: dict[UnitKind, tuple[tuple[int, ...], ...]]
     outgoing: dict[str, tuple[str, ...]]
 
-    def count(self, unit: str) -> int:
+    def count(self, unit: UnitKind) -> int:
         return len(self.blast[unit])
 
-    def links(self, unit: str, index: int) -> tuple[tuple[str, str], ...]:
+    def links(self, unit: UnitKind, index: int) -> tuple[tuple[str, str], ...]:
         """The links (node pairs) the failure of network unit ``index`` of kind ``unit`` takes down: a cable
         itself, every link of a NIC or switch."""
         if unit == "cable":
@@ -77,7 +78,7 @@ def cluster_units(topology: Topology) -> ClusterUnits:
     host_gpus: list[list[int]] = [[] for _ in range(topology.num_hosts)]
     for gpu, host in enumerate(topology.gpu_host):
         host_gpus[host].append(gpu)
-    blast = {
+    blast: dict[UnitKind, tuple[tuple[int, ...], ...]] = {
         "gpu": tuple((host,) for host in topology.gpu_host),
         "host": tuple((host,) for host in range(topology.num_hosts)),
         "nic": tuple((host,) for _, host in nics),
@@ -85,8 +86,10 @@ def cluster_units(topology: Topology) -> ClusterUnits:
         "spine_switch": tuple(NO_HOSTS for _ in spines),
         "cable": tuple(cables),
     }
-    nodes = {"nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
-    gpus = {"gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
+    nodes: dict[UnitKind, tuple[str, ...]] = {
+        "nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
+    gpus: dict[UnitKind, tuple[tuple[int, ...], ...]] = {
+        "gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
     per_leaf = max((len(hosts) for hosts in leaf_hosts.values()), default=0)
     return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf, nodes, tuple(cable_ends), gpus,
                         {node: tuple(sorted(others)) for node, others in outgoing.items()})

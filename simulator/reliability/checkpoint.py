@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
-from simulator.config.reliability import CheckpointConfig, RestartConfig, StorageConfig
+from simulator.config.reliability import CheckpointConfig, CheckpointMode, RestartConfig, StorageConfig
 from simulator.errors import ScenarioError
 from simulator.units import format_size
 
@@ -58,7 +58,7 @@ class SegmentCosts:
     equivalent_step_s: float
     tokens_per_step: float
     interval_steps: int
-    mode: str
+    mode: CheckpointMode
     stall_s: float
     write_s: float
     slowdown: float

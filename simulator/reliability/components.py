@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from simulator.catalog.failures import FAILURE_PRESETS
 from simulator.config.faults import FaultsConfig
-from simulator.config.reliability import EFFECT_UNITS, Effect
+from simulator.config.reliability import EFFECT_UNITS, Effect, FailureDistribution, RepairDistribution, UnitKind
 from simulator.errors import ScenarioError
 
 
@@ -23,7 +23,7 @@ from simulator.errors import ScenarioError
 class ComponentClass:
     """A known component class: the unit it is counted in and what its failure does by default."""
 
-    unit: str
+    unit: UnitKind
     effect: Effect
     description: str
 
@@ -72,13 +72,13 @@ class FailureClass:
     """One resolved failure process: per-unit rate (1/s), distribution, repair time, unit and effect."""
 
     name: str
-    unit: str
+    unit: UnitKind
     effect: Effect
     rate_per_unit_s: float
-    distribution: str = "exponential"
+    distribution: FailureDistribution = "exponential"
     shape: float = 1.0
     repair_s: float = 0.0
-    repair_distribution: str = "exponential"
+    repair_distribution: RepairDistribution = "exponential"
     label: str = ""
     slowdown: float = 1.0
 
