@@ -9,6 +9,7 @@ import simpy
 from simulator.collectives.execute import PlanRunner
 from simulator.collectives.phases import Phase
 from simulator.collectives.phases import Transfer as PhaseTransfer
+from simulator.config.link_classes import LINK_CLASSES
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.faults.rerouting import Rerouter
@@ -206,13 +207,19 @@ def test_efficiency_scales_capacity_of_its_link_class_only():
     assert end_times(log) == pytest.approx({"nvlink": 1.0, "ib": 3.0}, rel=EXACT)
 
 
-@pytest.mark.parametrize("efficiency, field", [({"warp": 0.5}, "network.efficiency.warp"),
-                                               ({"pcie": 0.0}, "network.efficiency.pcie"),
-                                               ({"pcie": 1.5}, "network.efficiency.pcie")])
-def test_bad_efficiency_is_a_scenario_error(efficiency, field):
+@pytest.mark.parametrize("efficiency, field", [("{warp: 0.5}", "network.efficiency.warp"),
+                                               ("{pcie: 0.0}", "network.efficiency.pcie"),
+                                               ("{pcie: 1.5}", "network.efficiency.pcie")])
+def test_a_bad_efficiency_is_refused_at_load(efficiency, field):
+    """The link classes and their fractions are checked when the scenario is read (a sweep's validated points
+    included), against the one set of classes, at the field's line; the network no longer checks them."""
+    text = (f"cluster: {{topology: dgx-h100}}\nworkload:\n  - {{op: all_reduce, bytes: 1 MiB}}\n"
+            f"network:\n  efficiency: {efficiency}\n")
     with pytest.raises(ScenarioError) as error:
-        Network(simpy.Environment(), line_topology(), efficiency=efficiency)
-    assert error.value.field == field
+        scenario_from_text(text, "s.yaml")
+    assert (error.value.field, error.value.line) == (field, 5)
+    if "warp" in efficiency:
+        assert all(link_class in error.value.allowed for link_class in LINK_CLASSES)
 
 
 def test_an_unknown_network_mode_is_refused_at_load_with_the_modes_allowed():

@@ -22,11 +22,10 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL, EventPriority
 
-from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
 from simulator.network.maxmin import grouped_max_min_rates
 from simulator.network.modes import NetworkMode
-from simulator.topology.graph import LINK_CLASSES, Topology
+from simulator.topology.graph import Topology
 
 FINISH_TOLERANCE = 1e-9
 """A flow whose remaining bytes are within this fraction of its size has finished (no float-dust events)."""
@@ -621,12 +620,6 @@ class Network:
 def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> np.ndarray:
     """Each directed link's usable bytes/s: its bandwidth times its class's efficiency (default 1); computed
     once per topology and profile (every isolated replay builds a Network of its own)."""
-    for link_class, value in efficiency.items():
-        field = f"network.efficiency.{link_class}"
-        if link_class not in LINK_CLASSES:
-            raise ScenarioError(f"unknown link class {link_class!r}", field=field, allowed=", ".join(LINK_CLASSES))
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-            raise ScenarioError(f"efficiency {value!r} is out of range", field=field, allowed="a number in (0, 1]")
     profile = tuple(sorted(efficiency.items()))
     cached = topology.capacities.get(profile)
     if cached is not None:

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.config.link_classes import LINK_CLASSES
 from simulator.errors import TopologyError
 from simulator.topology.graph import (
-    LINK_CLASSES,
     NODE_KINDS,
     NetworkReduction,
     NvlinkReduction,

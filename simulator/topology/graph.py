@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.config.link_classes import LINK_CLASSES
 from simulator.errors import TopologyError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ class NetworkReduction(StrEnum):
 
 
 NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
-LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet", "c2c")
 
 Router = Callable[["Topology", int, int, int], list[str]]
 """A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path. A router
@@ -189,7 +189,7 @@ class Topology:
     @cached_property
     def link_class_ids(self) -> np.ndarray:
         """Each directed link's class as its index in LINK_CLASSES (for comparing classes as arrays)."""
-        index = {name: i for i, name in enumerate(LINK_CLASSES)}
+        index: dict[str, int] = {name: i for i, name in enumerate(LINK_CLASSES)}
         return np.fromiter(map(index.__getitem__, self.link_class), dtype=np.int64, count=len(self.link_class))
 
     @cached_property
