@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
+from simulator.program.ops import COMM_CATEGORIES
 
 
 def _seconds(value: float) -> str:
@@ -94,7 +94,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("pipeline bubble" if pipelined else "compute idle", _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
-        shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_KINDS
+        shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_CATEGORIES
                  if exposed.get(kind)]
         table.add_row("exposed communication", ", ".join(shown) or "none")
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:

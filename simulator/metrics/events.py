@@ -25,14 +25,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, count
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+
+from simulator.program.ops import Category
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+RowKind = Literal["compute", "collective", "flow"]
+"""What a row of the log is: a compute op, one rank's part of a collective (or send/recv), or a network flow."""
 COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes",
            "flops", "src", "dst", "key")
 INT_COLUMNS = ("rank", "microbatch", "chunk", "src", "dst")
@@ -144,7 +148,7 @@ class EventLog:
         self._orbit_representative = representative
         self.flow_images = images
 
-    def record(self, kind: str, rank: int, stream: str, name: str, category: str, microbatch: int, chunk: int,
+    def record(self, kind: RowKind, rank: int, stream: str, name: str, category: Category, microbatch: int, chunk: int,
                start_s: float, end_s: float, nbytes: float = 0.0, flops: float = 0.0, key: str = "") -> None:
         """One op row (compute or collective). The engine passes every argument by position: a call by keyword
         costs twice as much, and this is called once per op."""

@@ -14,16 +14,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simulator.metrics.intervals import covered, uncovered
+from simulator.program.ops import COMM_CATEGORIES, PIPELINE_CATEGORIES, Category
 
 if TYPE_CHECKING:
     from simulator.metrics.events import EventLog
 
-PIPELINE_CATEGORIES = ("forward", "backward", "weight_grad", "recompute")
-STAGE_WORK_CATEGORIES = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
+STAGE_WORK_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "tp", "cp", "ep")
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
-STAGE_COLLECTIVE_CATEGORIES = ("tp", "cp")
+STAGE_COLLECTIVE_CATEGORIES: tuple[Category, ...] = ("tp", "cp")
 """Collectives that are a stage's own work wherever they run: the compute stream waits for them."""
-COMM_KINDS = ("tp", "cp", "pp", "dp", "ep")
+COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "optimizer", "compute")
+"""What counts as compute when communication is exposed: every kernel, a pipeline pass's, the optimizer's or a
+traced one."""
 OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
 """The op rows' columns the step metrics read."""
 
@@ -137,23 +139,22 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
     communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
     arrays = _rank_arrays(rows.ops)
-    compute_categories = (*PIPELINE_CATEGORIES, "optimizer", "compute")
     ratios: list[float] = []
-    exposed: dict[str, list[float]] = {kind: [] for kind in COMM_KINDS}
-    totals: dict[str, list[float]] = {kind: [] for kind in COMM_KINDS}
+    exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
+    totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     for per_category in arrays.values():
-        cs, ce = _cat(per_category, compute_categories)
-        all_s, all_e = _cat(per_category, COMM_KINDS)
+        cs, ce = _cat(per_category, COMPUTE_CATEGORIES)
+        all_s, all_e = _cat(per_category, COMM_CATEGORIES)
         ratios.append(covered(all_s, all_e) / step_time_s if step_time_s > 0 else 0.0)
-        for kind in COMM_KINDS:
+        for kind in COMM_CATEGORIES:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
             exposed[kind].append(uncovered(ks, ke, cs, ce))
     mean = lambda values: float(np.mean(values)) if values else 0.0  # noqa: E731
     return {
         "comm_ratio": mean(ratios),
-        "exposed_comm_s": {kind: mean(exposed[kind]) for kind in COMM_KINDS},
-        "comm_s": {kind: mean(totals[kind]) for kind in COMM_KINDS},
+        "exposed_comm_s": {kind: mean(exposed[kind]) for kind in COMM_CATEGORIES},
+        "comm_s": {kind: mean(totals[kind]) for kind in COMM_CATEGORIES},
     }
 
 
@@ -167,11 +168,11 @@ def traffic_bytes(rows: StepRows, excess: Mapping[str, float] | None = None) -> 
     categories = dict(zip(ops["key"][collectives].tolist(), ops["category"][collectives].tolist()))
     ranks = np.unique(ops["rank"])
     if len(ranks) == 0:
-        return {kind: 0.0 for kind in COMM_KINDS}
+        return {kind: 0.0 for kind in COMM_CATEGORIES}
     sent = np.isin(flows["src"], ranks)
     sums = grouped_sums(list(map(categories.get, flows["key"][sent].tolist(), repeat(""))),
                         flows["bytes"][sent].tolist())
     for kind, extra in (excess or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
-    return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_KINDS}
+    return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_CATEGORIES}

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from simulator.metrics.step import (
-    COMM_KINDS,
     StepRows,
     bubble_fraction,
     communication_metrics,
@@ -16,6 +15,7 @@ from simulator.metrics.step import (
     pipeline_window_s,
     traffic_bytes,
 )
+from simulator.program.ops import COMM_CATEGORIES
 
 COMMUNICATION_BOUND_RATIO = 0.30
 """Exposed communication above this share of the step makes communication the binding constraint (the seed
@@ -26,7 +26,7 @@ bandwidth binds rather than compute: most of the compute then waits on HBM, not 
 
 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
-               **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_KINDS}}
+               **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
 
 
@@ -37,7 +37,7 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
     if step_time_s <= 0:
         return {}
     seconds = {**({} if bubble_s is None else {"pipeline_bubble": bubble_s}), "optimizer": optimizer_time_s,
-               **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_KINDS}}
+               **{f"exposed_{kind}_comm": comm["exposed_comm_s"][kind] for kind in COMM_CATEGORIES}}
     return {name: value / step_time_s for name, value in seconds.items()}
 
 

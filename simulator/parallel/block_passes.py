@@ -13,14 +13,14 @@ from simulator.parallel.context import CP_STREAM, ContextAttention
 from simulator.parallel.experts import AllToAll, ExpertWork, ep_group, expert_dp_group, group_images
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
-from simulator.program.ops import COMPUTE_STREAM
+from simulator.program.ops import COMPUTE_STREAM, Category
 
 
 class BlockPasses(BuilderCore):
     """Ops of a block pass ``phase`` (forward, recompute, backward, or its input or weight gradients alone)."""
 
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
-              category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
+              category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
         """``duration`` seconds of the pass, ``sm_bound_s`` of them in kernels SMs limit."""
         if block.context is not None:
             return self._context_pass(rank, block, block.context, phase, name, (duration, flops, sm_bound_s), deps,
@@ -32,13 +32,14 @@ class BlockPasses(BuilderCore):
                              sm_bound_share=bound_share(sm_bound_s, duration))
 
     def _part(self, rank: int, name: str, seconds: float, flops: float, sm_bound_s: float, deps: list[int],
-              category: str, mb: int) -> int:
+              category: Category, mb: int) -> int:
         """A compute op of one part of a pass, slowing under SM contention by that part's own SM-bound share."""
         return self._compute(rank, name, seconds, deps, category, max(flops, 0.0), mb=mb,
                              sm_bound_share=bound_share(sm_bound_s, seconds))
 
     def _context_pass(self, rank: int, block: Block, context: ContextAttention, phase: Pass, name: str,
-                      whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
+                      whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,
+                      vstage: int) -> int:
         """Under context parallelism the attention core takes this CP rank's share of the causal work, and with
         ring attention runs beside the K/V ring: the core of the first cp - 1 blocks overlaps the ring, the
         last block waits for it (parallel/context.py). ``whole``: the pass's (seconds, FLOPs, SM-bound
@@ -67,7 +68,8 @@ class BlockPasses(BuilderCore):
                           core_sm_s * share * last, [head, ring], category, mb)
 
     def _expert_pass(self, rank: int, block: Block, experts: ExpertWork, phase: Pass, name: str,
-                     whole: tuple[float, float, float], deps: list[int], category: str, mb: int, vstage: int) -> int:
+                     whole: tuple[float, float, float], deps: list[int], category: Category, mb: int,
+                     vstage: int) -> int:
         """Forward (and recompute): router and shared experts, dispatch, routed experts, combine. Backward: the
         combine's gradient all-to-all, the experts' backward, the dispatch's, then the rest of the block; a
         weight-gradient pass (W) runs the experts' weight gradients, then the rest's, with no all-to-all.

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block
-from simulator.program.ops import COMPUTE_STREAM
+from simulator.program.ops import COMPUTE_STREAM, Category
 
 if TYPE_CHECKING:
     from simulator.parallel.program import StepPlan
@@ -23,7 +23,7 @@ class BuilderCore(Protocol):
     _grad_ready: dict[tuple[int, int, int], int]
     _param_gathers: dict[tuple[int, int, int], int]
 
-    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
+    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
         """Append a compute op (``sm_bound_share``: of its time, what SMs rather than HBM limit;
@@ -31,7 +31,7 @@ class BuilderCore(Protocol):
         ...
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
+                    key: str, deps: list[int], category: Category, mb: int = -1, algorithm: str = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
                     pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         """Append one rank's part of a collective (mirrors of the folded replicas by default; ``pair_bytes``
@@ -44,7 +44,7 @@ class BuilderCore(Protocol):
         ...
 
     def _pass(self, rank: int, block: Block, phase: Pass, name: str, duration: float, flops: float, deps: list[int],
-              category: str, mb: int, vstage: int, sm_bound_s: float) -> int:
+              category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
         """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound (block_passes.py); returns its
         last op."""
         ...

@@ -10,6 +10,7 @@ from typing import assert_never
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, TpPattern, bound_share
+from simulator.program.ops import Category
 
 TP_STREAM = "tp"
 DP_STREAM = "dp"
@@ -68,7 +69,7 @@ class OverlapMixin(BuilderCore):
     core (builder_core.py)."""
 
     def _tp_compute(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int,
-                    vstage: int, name: str, duration: float, category: str, flops: float,
+                    vstage: int, name: str, duration: float, category: Category, flops: float,
                     compute_phase: Pass | None = None) -> tuple[list[int], int]:
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
         last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it.
@@ -105,7 +106,7 @@ class OverlapMixin(BuilderCore):
                 and regathers_input(block.tp_pattern, self.plan.sequence_parallel))
 
     def _column_backward(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
-                         name: str, category: str, whole: tuple[float, float, float]) -> tuple[list[int], int]:
+                         name: str, category: Category, whole: tuple[float, float, float]) -> tuple[list[int], int]:
         """The backward of a block whose input the column-parallel linears saved sharded (``regathers_input``),
         after its leading TP collective, as Megatron-LM runs it: the compute up to those linears' input-gradient
         GEMMs; then the input's all-gather on the `tp` stream beside those GEMMs (``async_op=True``; with
@@ -160,7 +161,7 @@ class OverlapMixin(BuilderCore):
 
     def _overlapped(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int, *,
                     before: bool, name: str, gemm: tuple[float, float], flops: float,
-                    category: str) -> tuple[list[int], int]:
+                    category: Category) -> tuple[list[int], int]:
         """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
         (their kernels hold the userbuffers' SMs; the GEMM runs on the others), the last chunk after both;
         returns (the last chunk, the GEMM op). ``gemm``: the GEMM's (seconds, SM-bound seconds)."""

@@ -20,7 +20,7 @@ from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork, TpPattern, layer_units
-from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
+from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
 ZERO_STREAM = "zero"
@@ -116,7 +116,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
-    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: str,
+    def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
         deps = self._with_stream_wait(rank, stream, deps)
@@ -131,7 +131,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return op.id
 
     def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: str, mb: int = -1, algorithm: str = "auto",
+                    key: str, deps: list[int], category: Category, mb: int = -1, algorithm: str = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
                     pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         deps = self._with_stream_wait(rank, stream, deps)
@@ -358,7 +358,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._chunk_grad_sync(rank, vstage, [op_id, *last])
 
     def _grad_copy(self, rank: int, vstage: int, block: Block, after: list[int], final: bool, mb: int,
-                   category: str = "backward") -> tuple[int | None, float]:
+                   category: Category = "backward") -> tuple[int | None, float]:
         """PyTorch FSDP's copies of a block's fresh weight gradients in its backward (Sharding.grad_copy_bytes)
         as a memory-bound op on the compute stream once the ops ``after`` (the one that wrote them, and the
         input gradient's TP collective) are done; returns (that op, or None when there is nothing to copy in

@@ -30,7 +30,7 @@ from simulator.errors import ScenarioError
 from simulator.faults.step import draw_factors
 from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
-from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp, Op
+from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.stage_work import CostContext, transformer_stages
@@ -103,7 +103,7 @@ class _Builder:
     def __init__(self) -> None:
         self.ops: list[Op] = []
 
-    def compute(self, rank: int, stream: str, name: str, duration: float, deps: list[int], category: str,
+    def compute(self, rank: int, stream: str, name: str, duration: float, deps: list[int], category: Category,
                 iteration: int, flops: float = 0.0, hbm_bytes: float = 0.0) -> int:
         self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                                   category=category, microbatch=iteration, duration=duration, flops=flops,

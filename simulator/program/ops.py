@@ -8,15 +8,28 @@ the same ``key``; it starts when the last member arrives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
+
+PipelineCategory = Literal["forward", "backward", "weight_grad", "recompute"]
+"""The compute of a block pass on a pipeline stage: what a schedule places, and what the bubble is measured
+between."""
+CommCategory = Literal["tp", "cp", "pp", "dp", "ep"]
+"""The communication of one parallelism dimension: the kinds the step's (exposed) communication is split into."""
+Category = Literal[PipelineCategory, CommCategory, "optimizer", "compute", "host", "comm", ""]
+"""What the metrics group an op by, the contract between the programs' producers and the metrics: a pipeline
+pass, a dimension's communication, the optimizer step, a traced kernel (`compute`), a traced host gap (`host`),
+a collective of a `workload:` list (`comm`), or none (an op built by hand)."""
+PIPELINE_CATEGORIES: tuple[PipelineCategory, ...] = get_args(PipelineCategory)
+COMM_CATEGORIES: tuple[CommCategory, ...] = get_args(CommCategory)
 
 
 @dataclass(slots=True)
 class Op:
     """Common fields: a unique ``id``, the ``rank`` and ``stream`` it runs on, a ``name``, dependencies, the
-    ``category`` metrics group it by (forward, backward, tp, dp, ...), the pipeline ``microbatch`` and the virtual
+    ``category`` metrics group it by (`Category`), the pipeline ``microbatch`` and the virtual
     stage (model ``chunk``) it works on (-1: none)."""
 
     id: int
@@ -24,7 +37,7 @@ class Op:
     stream: str
     name: str
     deps: tuple[int, ...] = ()
-    category: str = ""
+    category: Category = ""
     microbatch: int = -1
     chunk: int = -1
 

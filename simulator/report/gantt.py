@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from simulator.metrics.intervals import merge
-from simulator.metrics.step import PIPELINE_CATEGORIES
+from simulator.program.ops import PIPELINE_CATEGORIES, Category
 from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
@@ -62,7 +62,7 @@ LABEL_FONT_PT = 7.0
 
 def _bar_class(category: pd.Series) -> pd.Series:
     """The BAR_CLASSES key of non-pipeline ops, from their category."""
-    mapping = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp", "zero": "dp", "optimizer": "optimizer"}
+    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp", "optimizer": "optimizer"}
     return category.map(mapping).fillna("other_comm")
 
 

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import ScenarioError
-from simulator.metrics.step import PIPELINE_CATEGORIES, STAGE_WORK_CATEGORIES
+from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
+from simulator.program.ops import PIPELINE_CATEGORIES
 from simulator.report.run_folder import OUTDIR_ALLOWED, OUTDIR_FIELD, checked_manifest
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")

@@ -22,7 +22,7 @@ from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
-from simulator.program.ops import CollectiveOp, ComputeOp, Op
+from simulator.program.ops import CollectiveOp, CommCategory, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.roofline import kernel_duration
@@ -33,8 +33,8 @@ from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
 READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
-GROUP_KINDS = ("tp", "cp", "pp", "ep", "dp")
-HOST_CATEGORY = "host"
+GROUP_KINDS: tuple[CommCategory, ...] = ("tp", "cp", "pp", "ep", "dp")
+"""The dimensions a process group's description may name, in the order they are looked for."""
 GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
                                          "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
@@ -172,7 +172,7 @@ def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dic
     return {group: tuple(range(dp)) for group in members}
 
 
-def _category(op: TracedOp) -> str:
+def _category(op: TracedOp) -> CommCategory:
     """What the metrics count a communication op as: the kind its process group's description names, P2P as
     pp, anything else as dp (data-parallel gradients are what traces of DDP and FSDP jobs carry)."""
     if op.kind in ("send", "recv"):
@@ -208,7 +208,7 @@ class _Builder:
                 stream_end[op.stream] = max(stream_end.get(op.stream, start), op.end_s)
                 if op.start_s - ready > TIMESTAMP_ROUNDING_S:
                     self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name="host gap",
-                                              deps=deps, category=HOST_CATEGORY, duration=op.start_s - ready))
+                                              deps=deps, category="host", duration=op.start_s - ready))
                     deps = ()
             op_ids.append(len(self.ops))
             self.ops.append(self._op(rank, source, op, deps, counts))
@@ -216,7 +216,7 @@ class _Builder:
             last = max(stream_end, key=lambda stream: stream_end[stream])
             if source.window[1] - stream_end[last] > TIMESTAMP_ROUNDING_S:
                 self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=last, name="host gap",
-                                          category=HOST_CATEGORY, duration=source.window[1] - stream_end[last]))
+                                          category="host", duration=source.window[1] - stream_end[last]))
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.kind == "compute":
