@@ -82,6 +82,18 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "seed-negative": (scenario(COMM + "run: {seed: -1}\n"), RUN, 2,
                       "s.yaml:4: run.seed: -1 is below 0 (allowed: a value >= 0)"),
 
+    # a seed or a count beyond 64 bits ran the whole step and failed writing summary.json with a traceback;
+    # an infinite compute_scale, a traceback while binning link loads
+    "seed-beyond-64-bits": (scenario(COMM + "run: {seed: 100000000000000000000000}\n"), RUN, 2,
+                            "s.yaml:4: run.seed: 100000000000000000000000 is beyond 64-bit integers (allowed: a "
+                            "whole number from -2^63 to 2^63 - 1)"),
+    "override-beyond-64-bits": (scenario(COMM), RUN + ["--set", "cluster.gpus=-100000000000000000000000"], 2,
+                                "--set cluster.gpus=-100000000000000000000000: cluster.gpus: "
+                                "-100000000000000000000000 is beyond 64-bit integers"),
+    "infinite-factor": (scenario("cluster: {topology: dgx-h100}\nworkload: {trace: t.json, compute_scale: .inf}\n"),
+                        RUN, 2, "s.yaml:2: workload.compute_scale: expected a finite number, got inf"),
+    "nan-efficiency": (scenario(COMM + "network: {efficiency: {nvlink: .nan}}\n"), RUN, 2,
+                       "s.yaml:4: network.efficiency.nvlink: expected a finite number, got nan"),
     "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,

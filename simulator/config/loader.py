@@ -6,6 +6,7 @@ Every failure becomes one ScenarioError naming the file, the line, the field pat
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -168,6 +169,7 @@ _TYPE_PROBLEMS = {
     "int_from_float": ("a whole number", "an integer such as 8"),
     "float_type": ("a number", "a number such as 0.5"),
     "float_parsing": ("a number", "a number such as 0.5"),
+    "finite_number": ("a finite number", "a number such as 0.5"),
     "bool_type": ("true or false", "true, false"),
     "bool_parsing": ("true or false", "true, false"),
     "string_type": ("a string", "text"),
@@ -266,8 +268,34 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     written: tuple[Override, ...] = ()
     if overrides:
         data, written = apply_overrides(data, overrides, source)
+    return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written)
+
+
+def validated_scenario(data: dict, source: str, lines: dict, overrides: tuple[Override, ...] = ()) -> Scenario:
+    """Scenario ``data`` validated, or the located ScenarioError of its first problem (at the override that wrote
+    the value, if one did)."""
+    for path, value in _whole_numbers(data, ()):
+        if not -INT64_LIMIT <= value < INT64_LIMIT:
+            raise located_error(path, f"{value} is beyond 64-bit integers", "a whole number from -2^63 to 2^63 - 1",
+                                source, lines, overrides)
     try:
-        scenario = validate_as_json(Scenario, data)
+        return validate_as_json(Scenario, data)
     except ValidationError as exc:
-        raise validation_error(exc, Scenario, source, lines, overrides=written) from None
-    return LoadedScenario(scenario, source, lines, written)
+        raise validation_error(exc, Scenario, source, lines, overrides=overrides) from None
+
+
+INT64_LIMIT = 2**63
+"""Whole numbers at or beyond this are refused at load: they would fail in numpy, Arrow and the summary's JSON
+after the run (a seed or a token count of 10^22 did)."""
+
+
+def _whole_numbers(data: object, path: FieldPath) -> Iterator[tuple[FieldPath, int]]:
+    """Every integer in YAML ``data`` with its field path."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _whole_numbers(value, path + (key,))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from _whole_numbers(value, path + (index,))
+    elif isinstance(data, int) and not isinstance(data, bool):
+        yield path, data

@@ -19,9 +19,9 @@ from simulator.errors import InputError
 
 
 class Section(BaseModel):
-    """Base of every section: frozen, unknown keys rejected, no type coercion."""
+    """Base of every section: frozen, unknown keys rejected, no type coercion, no infinite or NaN number."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True, allow_inf_nan=False)
 
 
 class FieldProblem(ValueError):

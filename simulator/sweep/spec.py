@@ -36,7 +36,13 @@ from pydantic import Field, ValidationError
 
 from simulator.config.bundled import bundled_file
 from simulator.config.field_paths import path_problem
-from simulator.config.loader import Override, located_error, validate_as_json, validation_error
+from simulator.config.loader import (
+    Override,
+    located_error,
+    validate_as_json,
+    validated_scenario,
+    validation_error,
+)
 from simulator.config.schema import Scenario
 from simulator.config.sections import Section
 from simulator.config.yaml_source import (
@@ -170,7 +176,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             raise locate(axes[failed], exc.problem, exc.allowed) from None
         written = tuple(Override(parse_field(name), source, line_of(lines, axes[name]), dotted(axes[name]),
                                  f"value {value!r}: ") for name, value in values)
-        scenario = _validated(point_data, base_source, base_lines, written)
+        scenario = validated_scenario(point_data, base_source, base_lines, written)
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
         if not skipped and cluster not in clusters:
@@ -285,14 +291,6 @@ def _quantity(value: float | str, where: ScenarioError) -> tuple[str, float]:
             continue
     raise ScenarioError(f"cannot read {value!r} as a number or a quantity", field=where.field,
                         allowed="a number, a size, a duration or a bandwidth", file=where.file, line=where.line)
-
-
-def _validated(data: dict, base_source: str, base_lines: dict, written: tuple[Override, ...]) -> Scenario:
-    """The point's scenario, or a ScenarioError at the axis whose value made it invalid (else at the base)."""
-    try:
-        return validate_as_json(Scenario, data)
-    except ValidationError as exc:
-        raise validation_error(exc, Scenario, base_source, base_lines, overrides=written) from None
 
 
 def _check_cluster(scenario: Scenario, base_source: str, base_lines: dict, written: tuple[Override, ...],
