@@ -35,6 +35,18 @@ def test_auto_all_reduce_on_8_h100_is_nvls_with_its_closed_form_busbw():
     assert row["busbw_GBps"] > 1.5 * ring["busbw_GBps"]
 
 
+@pytest.mark.parametrize("ranks, chosen", [(2, "ring"), (3, "ring"), (4, "nvls")])
+def test_auto_takes_nvls_only_where_it_moves_fewer_bytes_than_the_ring(ranks, chosen):
+    """NVLS loads each switch link with n (p+1)/p against the ring's 2 (p-1)/p n: less only from 4 GPUs. auto took
+    nvls for a TP 2 all-reduce too, 1.5 times slower than the ring it could have run (and NCCL's tuner takes the
+    ring for small messages there: 8.4 + 2 x 3.4 us of ring latency against NVLS's 25 us)."""
+    topology = load_topology("dgx-h100", {})
+    assert choose_algorithm(CollectiveRequest("all_reduce", tuple(range(ranks)), GIB), topology) == chosen
+    times = {algorithm: time_collective(topology, "all_reduce", algorithm, ranks, GIB, efficiency=dict(CALIBRATED))
+             for algorithm in ("nvls", "ring")}
+    assert times[chosen] <= min(times.values()) * (1 + 1e-3)
+
+
 @pytest.mark.parametrize("op", ["reduce_scatter", "all_gather"])
 def test_nvls_reduce_scatter_and_all_gather_move_n_over_one_direction(op):
     topology = load_topology("dgx-h100", {})

@@ -136,14 +136,15 @@ def in_network_estimates(n: float, g: int, b_in: float, b_out: float, nvls_insid
 
 
 def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
-    """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce inside one NVLink-SHARP domain
-    (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth per channel and a
-    lower latency than 2 (p-1) ring steps); ring for reduce_scatter / all_gather and for all_reduce inside one
+    """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce over 4 or more GPUs inside one
+    NVLink-SHARP domain (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth
+    per channel and a lower latency than 2 (p-1) ring steps; with fewer its link load, n (p+1)/p, is no lower
+    than the ring's 2 (p-1)/p n); ring for reduce_scatter / all_gather and for all_reduce inside one
     host; otherwise the cheapest alpha-beta estimate (ties go to the first listed), which on SHARP switches weighs
     the in-network all-reduces too."""
     if request.op in ("all_to_all", "send_recv"):
         return "direct"
-    if request.op == "all_reduce" and nvls.supports(request.ranks, topology):
+    if request.op == "all_reduce" and nvls.supports(request.ranks, topology) and len(request.ranks) > 3:
         return "nvls"
     if request.op in ("reduce_scatter", "all_gather"):
         return "ring"
