@@ -74,11 +74,19 @@ def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
 
 def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
     # SM contention off: at 8k keys on NVLink the SMs the ring's kernels hold beside the causal attention
-    # backward cost about what the ring hides (the steps tie within 2 us of 29 ms with it on).
-    ring = run_yaml(SCENARIO, "collectives.sm_contention=none").summary
-    gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather", "collectives.sm_contention=none").summary
-    assert ring["exposed_comm_s"]["cp"] < 0.5 * gather["exposed_comm_s"]["cp"]
-    assert ring["step_time_s"] < gather["step_time_s"]
+    # backward cost about what the ring hides. The forward and backward end earlier by what the ring hides
+    # (12.19 against 12.42 ms); the step does not show it: the DP x CP gradient all-reduce, 16 ms of the 28.7 ms
+    # step, then overlaps less of the shorter backward, and the two steps tie within 5 us.
+    ring = run_yaml(SCENARIO, "collectives.sm_contention=none")
+    gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather", "collectives.sm_contention=none")
+    assert ring.summary["exposed_comm_s"]["cp"] < 0.5 * gather.summary["exposed_comm_s"]["cp"]
+
+    def compute_end(result) -> float:
+        frame = result.timeline
+        return float(frame.loc[frame["category"].isin(["forward", "backward"]), "end_s"].max())
+
+    hidden = gather.summary["exposed_comm_s"]["cp"] - ring.summary["exposed_comm_s"]["cp"]
+    assert hidden > 0 and compute_end(gather) - compute_end(ring) > 0.9 * hidden
 
 
 def test_unbalanced_causal_split_turns_folding_off(run_yaml):
