@@ -30,7 +30,7 @@ import simulator
 from simulator.cli import main
 from simulator.config.loader import load_scenario
 from simulator.engine.groups import GroupIds
-from simulator.metrics.events import COLUMNS, OP_ROW, EventLog, FlowBlock, FlowRoutes, decoded
+from simulator.metrics.events import COLUMNS, OP_ROW, EventLog, FlowBlock, FlowRoutes, arrow_table, decoded
 from simulator.metrics.link_load import BINS, link_load
 from simulator.metrics.step import grouped_sums
 from simulator.report import run_folder
@@ -138,6 +138,19 @@ def test_op_columns_give_each_asked_column_of_the_op_rows_alone():
     assert columns["key"].tolist() == ["", "k"]
     assert decoded(*log.columns()["kind"]).tolist() == ["compute", "flow", "collective"]
     assert EventLog().op_columns(("rank", "name"))["rank"].tolist() == []
+
+
+def test_arrow_table_holds_the_log_s_text_ascii_or_not():
+    """The Arrow table timeline.parquet is written from has each row's strings, whether a column's distinct
+    strings are all ASCII (encoded in one piece) or not (encoded one by one)."""
+    log = EventLog()
+    log.record("compute", 0, "compute", "F0 ü — 数", "forward", 0, -1, 0.0, 1.0)
+    log.flow("all_reduce", 0, 1, 0.5, 2.0, 8.0, (7,))
+    log.record("compute", 1, "compute", "B0", "backward", 0, -1, 1.0, 2.0)
+    table = arrow_table(log.columns())
+    assert table.column("name").to_pylist() == ["F0 ü — 数", "all_reduce", "B0"]
+    assert table.column("kind").to_pylist() == ["compute", "flow", "compute"]
+    assert table.column("key").to_pylist() == ["", "all_reduce", ""]
 
 
 def test_flow_columns_split_once_and_again_after_more_flows():

@@ -417,15 +417,23 @@ def arrow_table(columns: Columns) -> pa.Table:
 
 
 def _arrow_strings(codes: np.ndarray, values: list[str]) -> pa.Array:
-    """``values[codes]`` as an Arrow large-string array: the distinct strings and the codes made from their
-    buffers, the rows copied by Arrow's dictionary decoding (not a Python bytes object per row)."""
+    """``values[codes]`` as an Arrow large-string array: the distinct strings (encoded in one piece where they
+    are ASCII, a character being a byte) and the codes made from their buffers, the rows copied by Arrow's
+    dictionary decoding (not a Python bytes object per row). (Handing the Parquet writer the dictionary array
+    itself would spare the decoding, but its pages then vary from run to run where the dictionary repeats a
+    string.)"""
     import pyarrow as pa
 
-    encoded = [value.encode() for value in values]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
-    dictionary = pa.Array.from_buffers(pa.large_string(), len(encoded),
-                                       [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])
+    text = "".join(values)
+    if text.isascii():
+        data, lengths = text.encode(), map(len, values)
+    else:
+        encoded = [value.encode() for value in values]
+        data, lengths = b"".join(encoded), map(len, encoded)
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(lengths, dtype=np.int64, count=len(values)), out=offsets[1:])
+    dictionary = pa.Array.from_buffers(pa.large_string(), len(values),
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     indices = np.ascontiguousarray(codes, dtype=np.int64)
     return pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int64(), len(indices),
                                                                 [None, pa.py_buffer(indices)]),
