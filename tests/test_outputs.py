@@ -140,6 +140,18 @@ def test_op_columns_give_each_asked_column_of_the_op_rows_alone():
     assert EventLog().op_columns(("rank", "name"))["rank"].tolist() == []
 
 
+def test_op_columns_made_once_and_again_after_more_ops():
+    """An op column is built once and kept (read-only) for the next reader, the step metrics' columns for the
+    timeline; an op recorded after a read is in the next one, in every column."""
+    log = EventLog()
+    log.record("compute", 3, "compute", "fwd", "forward", 1, 0, 0.0, 1.5, 4.0, 2.0)
+    first = log.op_columns(("rank", "name"))
+    assert log.op_columns(("rank",))["rank"] is first["rank"] and not first["rank"].flags.writeable
+    log.record("collective", 5, "comm", "ar", "dp", -1, 1, 1.0, 2.5, 8.0, 0.0, "k")
+    assert log.op_columns(("rank", "name"))["name"].tolist() == ["fwd", "ar"]
+    assert decoded(*log.columns()["rank"]).tolist() == [3, 5] and first["rank"].tolist() == [3]
+
+
 def test_arrow_table_holds_the_log_s_text_ascii_or_not():
     """The Arrow table timeline.parquet is written from has each row's strings, whether a column's distinct
     strings are all ASCII (encoded in one piece) or not (encoded one by one)."""

@@ -10,10 +10,10 @@ rows a step, and an append costs a quarter of an op row's three extends of typed
 flow row's seven appends to column arrays). That costs memory: about 220 bytes a row (the tuple and its float
 objects) instead of about 56 (flow) or 120 (op) in arrays, some 35 MB more on the long-context row's 220 k
 single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. Each op
-column is built from its own field of the tuples when read (`op_columns`, `columns`); the flow tuples are split
-once, when the columns are first read (`_FlowTable`, column by column), and the metrics and the DataFrame share
-that split. The
-flows of a replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
+column is built from its own field of the tuples when first read and kept for the next reader (`op_columns`,
+`columns`: the step metrics and then the timeline); the flow tuples are split once, when the columns are first
+read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The flows of a
+replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
 alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
 (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
 utilisation of the trace; `route_table` gives them as flat arrays, the replayed rows' routes read once per
@@ -21,7 +21,7 @@ block, not once per row.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, count
 from operator import itemgetter
@@ -128,6 +128,9 @@ class EventLog:
     def __init__(self) -> None:
         self._op_rows: list[tuple] = []
         """Per op row, a tuple of its OP_ROW fields and how many flow rows came before it."""
+        self._op_table: dict[str, np.ndarray] = {}
+        self._op_table_rows = 0
+        """The op columns read so far (`_op_column`), and how many op rows they hold."""
         self._flows: list[tuple] = []
         """Per single flow row, a tuple of its FLOW_ROW fields."""
         self._table: _FlowTable | None = None
@@ -176,24 +179,25 @@ class EventLog:
     def _ops(self) -> int:
         return len(self._op_rows)
 
-    def _op_values(self, name: str) -> Iterator:
-        """One OP_ROW field of every op row, in order."""
-        return map(itemgetter(OP_ROW.index(name)), self._op_rows)
-
-    def _op_field(self, name: str) -> list:
-        """One OP_ROW field of every op row, as a list (for text columns, coded by their distinct values)."""
-        return list(self._op_values(name))
-
     def _op_column(self, name: str) -> np.ndarray:
-        """Column ``name`` of the op rows (numbers as arrays, text as object arrays), built from that field alone:
-        a reader wants a few columns, not the whole transpose of the rows."""
+        """Column ``name`` of the op rows (numbers as arrays, text as object arrays), built from that field alone
+        (a reader wants a few columns, not the whole transpose of the rows) when first read and kept, read-only,
+        for the next reader (the step metrics read some that the timeline then reads again); a row recorded
+        since makes them anew."""
         rows = len(self._op_rows)
-        if name in OP_CONSTANTS:
-            return np.full(rows, OP_CONSTANTS[name], dtype=np.int64)
-        values = self._op_values(name)
-        if name in TEXT_COLUMNS:
-            return _objects(values, rows)
-        return np.fromiter(values, dtype=_numpy_type(name), count=rows)
+        if self._op_table_rows != rows:
+            self._op_table, self._op_table_rows = {}, rows
+        column = self._op_table.get(name)
+        if column is None:
+            if name in OP_CONSTANTS:
+                column = np.full(rows, OP_CONSTANTS[name], dtype=np.int64)
+            else:
+                values = map(itemgetter(OP_ROW.index(name)), self._op_rows)
+                column = (_objects(values, rows) if name in TEXT_COLUMNS
+                          else np.fromiter(values, dtype=_numpy_type(name), count=rows))
+            column.flags.writeable = False
+            self._op_table[name] = column
+        return column
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
@@ -223,7 +227,7 @@ class EventLog:
 
     def op_columns(self, names: tuple[str, ...] = COLUMNS) -> dict[str, np.ndarray]:
         """The op rows alone (compute and collective), in recording order: the columns of COLUMNS among
-        ``names``, text columns as object arrays (copies: the log's buffers stay free to grow)."""
+        ``names``, text columns as object arrays (read-only: the log keeps them for the next reader)."""
         return {name: self._op_column(name) for name in (*INT_COLUMNS, *FLOAT_COLUMNS, *TEXT_COLUMNS)
                 if name in names}
 
@@ -269,7 +273,7 @@ class EventLog:
             if name in TEXT_COLUMNS:
                 distinct: list[str] = []
                 merged = np.empty(total, dtype=np.int32)
-                merged[op_rows] = _codes(self._op_field(name), distinct)
+                merged[op_rows] = _codes(self._op_column(name).tolist(), distinct)
                 if name in ("name", "key"):
                     codes, keys = table.keys()
                     merged[flow_rows] = codes + len(distinct)
