@@ -39,12 +39,6 @@ if TYPE_CHECKING:
 CHUNK_ROWS = 100_000
 """Rows encoded per chunk: large enough to amortise the numpy and orjson calls, small enough to bound memory."""
 
-SLICE_COLUMNS = ("kind", "rank", "stream", "name", "category", "chunk", "start_s", "end_s", "bytes", "flops", "src",
-                 "dst")
-ARGS = ("bytes", "flops", "chunk", "src", "dst")
-"""A slice's args, in this order: bytes and FLOPs where not zero, the virtual stage where it is not the one its
-rank's thread names give, and for a flow its source and destination GPU."""
-
 
 class _Sink(Protocol):
     """Where the encoded events go: the file, or the gzip stream over it."""
@@ -59,8 +53,9 @@ def trace_name(compress: bool) -> str:
 
 def write_trace(path: Path, columns: Columns, topology: Topology, *, flows: bool, load: LinkLoad | None,
                 compress: bool) -> None:
-    """Stream the trace of the timeline ``columns`` (its SLICE_COLUMNS at least) to ``path``: op slices, flow
-    slices when ``flows``, and link counter tracks when ``load`` is given."""
+    """Stream the trace of the timeline ``columns`` (kind, rank, stream, name, category, chunk, start_s, end_s,
+    bytes, flops, src and dst at least) to ``path``: op slices, flow slices when ``flows``, and link counter
+    tracks when ``load`` is given."""
     slices = _Slices(columns, topology.gpu_host, flows)
 
     def blobs() -> Iterator[bytes]:
@@ -208,7 +203,9 @@ def _integers(values: np.ndarray) -> np.ndarray:
 
 
 def _args_text(args: dict) -> str:
-    """The end of a slice: its args object (the ARGS that apply) and the closing brace."""
+    """The end of a slice: its args object and the closing brace. Of ``args`` (bytes, flops, chunk, src, dst, in
+    that order) it holds the counts that are not zero and the others that are not -1: the virtual stage where it
+    is not the one the rank's thread names give, a flow's source and destination GPU."""
     shown = {name: value.item() for name, value in args.items()
              if (value if name in ("bytes", "flops") else value >= 0)}
     return ',"args":' + orjson.dumps(shown).decode() + "}" if shown else "}"
