@@ -6,6 +6,11 @@ before exiting with status 2.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class TrainsimError(Exception):
     """Base class of every error trainsim raises on purpose."""
@@ -58,6 +63,17 @@ class TopologyError(InputError):
 
 class TraceError(InputError):
     """A trace file cannot be read or replayed; ``file`` is the trace and ``field`` the event (traceEvents[i])."""
+
+
+def lookup(registry: Mapping[str, T], name: str, what: str, field: str,
+           allowed: Iterable[str] | None = None) -> T:
+    """``registry[name]``; an unknown name is the one error every registry raises, a ScenarioError
+    "unknown WHAT 'name'" at ``field`` listing the names ``allowed`` (the registry's keys unless given)."""
+    try:
+        return registry[name]
+    except (KeyError, TypeError):
+        names = registry if allowed is None else allowed
+        raise ScenarioError(f"unknown {what} {name!r}", field=field, allowed=", ".join(names)) from None
 
 
 class SimulationError(TrainsimError):

@@ -192,6 +192,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "unknown-nvls-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\nnvls: nvswitch4\n",
                               "s.yaml": COMM.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
                              "t.yaml:3: nvls: 'nvswitch4' is not supported (allowed: none, nvswitch3)"),
+    "unknown-gpu-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\ngpu_model: h100-typo\n",
+                             "s.yaml": PRESET.replace("dgx-h100", "TMP/t.yaml")}, RUN, 2,
+                            "t.yaml:3: gpu_model: 'h100-typo' is not supported (allowed: a100-40gb, "),
+    "unknown-gpu-cluster-key": (scenario("cluster:\n  topology: dgx-h100\n  gpu_model: h100-typo\n"
+                                         + PRESET.split("\n", 1)[1]), RUN, 2,
+                                "s.yaml:3: cluster.gpu_model: 'h100-typo' is not supported (allowed: a100-40gb, "),
     "unknown-sharp-override": (scenario(COMM.replace("dgx-h100}", "dgx-h100-cluster}")),
                                RUN + ["--set", "cluster.sharp=sharpv2"], 2,
                                "--set cluster.sharp=sharpv2: cluster.sharp: 'sharpv2' is not supported "

@@ -5,6 +5,7 @@ import pytest
 from simulator.catalog.gpus import get_gpu, gpu_names
 from simulator.catalog.models import MEGATRON_SC21_NAMES, ModelSpec, get_model, megatron_param_formula, model_names
 from simulator.errors import ScenarioError
+from simulator.schedules.registry import get_schedule
 
 # Narayanan et al., SC21, Table 1 (copied from shared/reference/megatron_sc21_table1.csv):
 # (preset, params in billions as printed, heads, hidden, layers).
@@ -52,7 +53,7 @@ def test_gpu_figures_match_datasheets():
 def test_unknown_gpu_lists_the_catalog():
     with pytest.raises(ScenarioError) as info:
         get_gpu("v100")
-    assert info.value.field == "cluster.gpu"
+    assert info.value.field == "cluster.gpu_model"
     assert "h100-sxm" in info.value.allowed and "b200" in info.value.allowed
 
 
@@ -61,6 +62,18 @@ def test_unknown_model_lists_the_presets():
         get_model("llama3-7b")
     assert info.value.field == "model.preset"
     assert "llama3-8b" in info.value.allowed and "megatron-1t" in info.value.allowed
+
+
+@pytest.mark.parametrize("get, name, problem, field", [
+    (get_gpu, "v100", "unknown GPU 'v100'", "cluster.gpu_model"),
+    (get_model, "llama3-7b", "unknown model preset 'llama3-7b'", "model.preset"),
+    (get_schedule, "pipedream", "unknown schedule 'pipedream'", "parallelism.pipeline.schedule"),
+])
+def test_every_registry_refuses_an_unknown_name_alike(get, name, problem, field):
+    """One rule (errors.lookup) for "unknown X 'foo'", its field and the names allowed, as architecture.md says."""
+    with pytest.raises(ScenarioError) as info:
+        get(name)
+    assert (info.value.problem, info.value.field) == (problem, field) and info.value.allowed.count(", ") >= 4
 
 
 def test_llama3_shapes_and_params():

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, lookup
 
 PRECISIONS = ("fp8", "bf16", "fp16", "tf32", "fp32")
 
@@ -73,9 +73,6 @@ def gpu_names() -> tuple[str, ...]:
     return tuple(GPUS)
 
 
-def get_gpu(name: str, where: str = "cluster.gpu") -> GPUSpec:
+def get_gpu(name: str, where: str = "cluster.gpu_model") -> GPUSpec:
     """The catalog entry for ``name``; an unknown name is a ScenarioError listing the known ones."""
-    try:
-        return GPUS[name]
-    except (KeyError, TypeError):
-        raise ScenarioError(f"unknown GPU {name!r}", field=where, allowed=", ".join(GPUS)) from None
+    return lookup(GPUS, name, "GPU", where)

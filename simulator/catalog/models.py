@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, lookup
 
 NORMS = ("rmsnorm", "layernorm")
 
@@ -187,10 +187,7 @@ def model_names() -> tuple[str, ...]:
 
 def get_model(name: str, where: str = "model.preset") -> ModelSpec:
     """The preset called ``name``; an unknown name is a ScenarioError listing the presets."""
-    try:
-        return MODELS[name]
-    except (KeyError, TypeError):
-        raise ScenarioError(f"unknown model preset {name!r}", field=where, allowed=", ".join(MODELS)) from None
+    return lookup(MODELS, name, "model preset", where)
 
 
 def megatron_param_formula(layers: int, hidden: int, vocab: int, seq_len: int) -> float:

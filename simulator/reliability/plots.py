@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
+from simulator.report.run_folder import OUTDIR_FIELD
 
 STUDY_FILE = "study.json"
 STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
@@ -39,19 +40,19 @@ def load_study(folder: Path) -> dict:
     path = folder / STUDY_FILE
     if not path.is_file():
         problem = "is a file, not a folder" if folder.is_file() else f"has no {STUDY_FILE}"
-        raise InputError(problem, field="OUTDIR", allowed=STUDY_ALLOWED, file=str(folder))
+        raise InputError(problem, field=OUTDIR_FIELD, allowed=STUDY_ALLOWED, file=str(folder))
     try:
         study = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"{STUDY_FILE} is not readable JSON ({exc})", field="OUTDIR", allowed=STUDY_ALLOWED,
+        raise InputError(f"{STUDY_FILE} is not readable JSON ({exc})", field=OUTDIR_FIELD, allowed=STUDY_ALLOWED,
                          file=str(folder)) from None
     curves = study.get("curves") if isinstance(study, dict) else None
     if not isinstance(curves, list) or not curves:
-        raise InputError(f"{STUDY_FILE} has no curves", field="OUTDIR", allowed=STUDY_ALLOWED, file=str(folder))
+        raise InputError(f"{STUDY_FILE} has no curves", field=OUTDIR_FIELD, allowed=STUDY_ALLOWED, file=str(folder))
     for curve in curves:
         missing = _missing(curve)
         if missing:
-            raise InputError(f"a curve of {STUDY_FILE} lacks {missing!r}", field="OUTDIR", allowed=STUDY_ALLOWED,
+            raise InputError(f"a curve of {STUDY_FILE} lacks {missing!r}", field=OUTDIR_FIELD, allowed=STUDY_ALLOWED,
                              file=str(folder))
     return study
 

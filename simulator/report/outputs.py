@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.errors import ScenarioError
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
 from simulator.program.ops import PIPELINE_CATEGORIES
-from simulator.report.run_folder import OUTDIR_ALLOWED, OUTDIR_FIELD, checked_manifest
+from simulator.report.run_folder import checked_manifest, outdir_error
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
 REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
@@ -31,10 +30,6 @@ class RunOutputs:
     timeline: pd.DataFrame
 
 
-def _bad_outdir(out_dir: Path, problem: str) -> ScenarioError:
-    return ScenarioError(problem, field=OUTDIR_FIELD, allowed=OUTDIR_ALLOWED, file=str(out_dir))
-
-
 def load_run_outputs(out_dir: Path) -> RunOutputs:
     """Read a run's folder; a missing folder, manifest or file, files of another run (report/run_folder.py),
     unreadable content or missing keys is a ScenarioError on the field OUTDIR."""
@@ -44,19 +39,19 @@ def load_run_outputs(out_dir: Path) -> RunOutputs:
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _bad_outdir(out_dir, f"summary.json is not readable JSON ({exc})") from None
+        raise outdir_error(out_dir, f"summary.json is not readable JSON ({exc})") from None
     if not isinstance(summary, dict):
-        raise _bad_outdir(out_dir, "summary.json is not a JSON object")
+        raise outdir_error(out_dir, "summary.json is not a JSON object")
     missing = [key for key in REQUIRED_SUMMARY_KEYS if key not in summary]
     if missing:
-        raise _bad_outdir(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
+        raise outdir_error(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
     try:
         timeline = pd.read_parquet(timeline_path)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise _bad_outdir(out_dir, f"timeline.parquet is not readable ({type(exc).__name__})") from None
+        raise outdir_error(out_dir, f"timeline.parquet is not readable ({type(exc).__name__})") from None
     absent = [column for column in REQUIRED_TIMELINE_COLUMNS if column not in timeline.columns]
     if absent:
-        raise _bad_outdir(out_dir, f"timeline.parquet has no column {', '.join(absent)}")
+        raise outdir_error(out_dir, f"timeline.parquet has no column {', '.join(absent)}")
     return RunOutputs(summary, timeline)
 
 

@@ -130,7 +130,8 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _refuse(out_dir: Path, problem: str) -> ScenarioError:
+def outdir_error(out_dir: Path, problem: str) -> ScenarioError:
+    """A run folder that `plot` and the readers cannot use, blamed on the OUTDIR argument."""
     return ScenarioError(problem, field=OUTDIR_FIELD, allowed=OUTDIR_ALLOWED, file=str(out_dir))
 
 
@@ -140,30 +141,30 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...]) -> dict:
     run output lies beside them. Anything else is a ScenarioError on OUTDIR."""
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
-        raise _refuse(out_dir, "no such folder")
+        raise outdir_error(out_dir, "no such folder")
     path = out_dir / MANIFEST
     if not path.is_file():
-        raise _refuse(out_dir, "has no manifest.json (not a complete trainsim run, or written before manifests)")
+        raise outdir_error(out_dir, "has no manifest.json (not a complete trainsim run, or written before manifests)")
     try:
         manifest = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise _refuse(out_dir, f"manifest.json is not readable JSON ({exc})") from None
+        raise outdir_error(out_dir, f"manifest.json is not readable JSON ({exc})") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict):
-        raise _refuse(out_dir, "manifest.json lists no files")
+        raise outdir_error(out_dir, "manifest.json lists no files")
     for name in needed:
         if name not in files:
-            raise _refuse(out_dir, f"this run wrote no {name} (see run.timeline)")
+            raise outdir_error(out_dir, f"this run wrote no {name} (see run.timeline)")
     for name, entry in sorted(files.items()):
         target = out_dir / str(name)
         if not target.is_file():
-            raise _refuse(out_dir, f"{name} of this run is missing (incomplete folder)")
+            raise outdir_error(out_dir, f"{name} of this run is missing (incomplete folder)")
         expected = entry if isinstance(entry, dict) else {}
         if name in needed and (target.stat().st_size != expected.get("bytes")
                                or file_digest(target) != expected.get("sha256")):
-            raise _refuse(out_dir, f"{name} is not the file this run wrote (mixed or edited folder)")
+            raise outdir_error(out_dir, f"{name} is not the file this run wrote (mixed or edited folder)")
     strangers = [name for name in RUN_OUTPUTS if name not in files and (out_dir / name).exists()]
     if strangers:
-        raise _refuse(out_dir, f"{', '.join(strangers)} {'belongs' if len(strangers) == 1 else 'belong'} to "
+        raise outdir_error(out_dir, f"{', '.join(strangers)} {'belongs' if len(strangers) == 1 else 'belong'} to "
                                "another run (mixed folder)")
     return manifest

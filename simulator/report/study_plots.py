@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simulator.errors import ScenarioError
+from simulator.report.run_folder import OUTDIR_FIELD
 from simulator.units import format_size
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -133,13 +134,13 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
 def _read_table(path: Path, name: str) -> pd.DataFrame:
     table = path / name if path.is_dir() else path
     if not table.is_file():
-        raise ScenarioError(f"has no {name}", field="OUTDIR", file=str(path),
+        raise ScenarioError(f"has no {name}", field=OUTDIR_FIELD, file=str(path),
                             allowed="a folder written by `trainsim sweep` (results.parquet) or `trainsim search` "
                                     "(candidates.parquet)")
     try:
         return pd.read_parquet(table)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise ScenarioError(f"{table.name} is not readable ({type(exc).__name__})", field="OUTDIR",
+        raise ScenarioError(f"{table.name} is not readable ({type(exc).__name__})", field=OUTDIR_FIELD,
                             file=str(path)) from None
 
 
@@ -150,12 +151,12 @@ def collective_rows(path: Path) -> pd.DataFrame:
         try:
             rows = pd.DataFrame(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:
-            raise ScenarioError(f"not readable JSON ({exc})", field="OUTDIR", file=str(path)) from None
+            raise ScenarioError(f"not readable JSON ({exc})", field=OUTDIR_FIELD, file=str(path)) from None
         return rows
     frame = _ok(_read_table(path, "results.parquet"))
     if "collectives[0].busbw_GBps" not in frame.columns:
         raise ScenarioError("its sweep points are not collectives (no collectives[0].busbw_GBps column)",
-                            field="OUTDIR", file=str(path),
+                            field=OUTDIR_FIELD, file=str(path),
                             allowed="a sweep of a collectives scenario, or a `trainsim collective --json` file")
     axes = [c for c in frame.columns[3:] if not c.startswith(("collectives[", "step_time", "makespan"))]
     label = next((axis for axis in axes if "bytes" not in axis), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES
-from simulator.errors import ScenarioError
+from simulator.errors import ScenarioError, lookup
 from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Placement, Schedule, ScheduleBuilder
 from simulator.schedules.custom_csv import csv_schedule, load_table_placement
 from simulator.schedules.gpipe import gpipe
@@ -49,11 +49,7 @@ def get_schedule(name: str, table: str | Path | None = None) -> ScheduleBuilder:
             raise ScenarioError("schedule 'custom' needs a CSV action table", field=TABLE_FIELD,
                                 allowed="a path to a CSV file, one row of actions per rank")
         return csv_schedule(table)
-    try:
-        return SCHEDULES[name]
-    except KeyError:
-        raise ScenarioError(f"unknown schedule '{name}'", field=SCHEDULE_FIELD,
-                            allowed=", ".join(schedule_names())) from None
+    return lookup(SCHEDULES, name, "schedule", SCHEDULE_FIELD, schedule_names())
 
 
 def schedule_placement(name: str, table: str | Path | None = None) -> Placement:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from simulator.catalog.gpus import gpu_names
 from simulator.config.link_classes import LINK_CLASSES
 from simulator.errors import TopologyError
 from simulator.topology.graph import (
@@ -45,7 +46,7 @@ NVSWITCH_NODE_PARAMETERS = {
     "gpus": Param("count", 8, "GPUs in the server"),
     "nvlink_bandwidth": Param("bandwidth", "450 GB/s", "NVLink bandwidth per GPU, per direction"),
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency (half on each of the two links)"),
-    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
+    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog", choices=gpu_names()),
     "nvls": Param("text", "none", "in-switch reduction: nvswitch3 (NVLink SHARP on NVSwitch 3+: DGX/HGX H100, "
                   "H200, B200) or none", choices=NvlinkReduction),
 }
@@ -54,7 +55,7 @@ PCIE_NODE_PARAMETERS = {
     "gpus_per_switch": Param("count", 2, "GPUs behind each PCIe switch"),
     "pcie_bandwidth": Param("bandwidth", "32 GB/s", "bandwidth of every PCIe link, per direction (Gen4 x16)"),
     "pcie_latency": Param("duration", "3.4 us", "GPU-to-GPU latency under one switch (half per link)"),
-    "gpu_model": Param("text", "a100-80gb", "GPU model name in the catalog"),
+    "gpu_model": Param("text", "a100-80gb", "GPU model name in the catalog", choices=gpu_names()),
 }
 
 
@@ -373,7 +374,7 @@ NVL72_PARAMETERS = {
     "gpus_per_tray": Param("count", 4, "GPUs per compute tray"),
     "nvlink_bandwidth": Param("bandwidth", "900 GB/s", "NVLink bandwidth per GPU, per direction (1.8 TB/s total)"),
     "nvlink_latency": Param("duration", "3.4 us", "GPU-to-GPU latency in the rack (half on each link)"),
-    "gpu_model": Param("text", "b200", "GPU model name in the catalog"),
+    "gpu_model": Param("text", "b200", "GPU model name in the catalog", choices=gpu_names()),
     "nvls": Param("text", "nvswitch3", "in-switch reduction in the rack's NVSwitches (NVLink SHARP) or none",
                   choices=NvlinkReduction),
     "nics_per_tray": Param("count", 4, "NICs per compute tray (used when racks > 1)"),
@@ -406,7 +407,7 @@ GRAPH_PARAMETERS = {
     "nodes": Param("list", None, "[{name, kind, host?}]"),
     "links": Param("list", None, "[{a, b, bandwidth, latency, class}]"),
     "rails": Param("count", 1, "NICs per host that collectives may use as parallel channels"),
-    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog"),
+    "gpu_model": Param("text", "h100-sxm", "GPU model name in the catalog", choices=gpu_names()),
 }
 _GRAPH_NODE = {"name": Param("text"), "kind": Param("text", choices=NODE_KINDS), "host": Param("index", optional=True)}
 _GRAPH_LINK = {"a": Param("text"), "b": Param("text"), "bandwidth": Param("bandwidth"), "latency": Param("duration"),
