@@ -289,7 +289,7 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
     from simulator.faults.step import resolve_step_faults
 
     scenario = loaded.scenario
-    return resolve_step_faults(scenario.faults.step, topology, scenario.run.seed, loaded.error)
+    return located(loaded, lambda: resolve_step_faults(scenario.faults.step, topology, scenario.run.seed))
 
 
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache,

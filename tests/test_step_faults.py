@@ -290,3 +290,16 @@ def test_an_unknown_node_is_answered_with_a_link_of_this_topology(tmp_path, caps
     assert capsys.readouterr().err.strip() == (
         f"error: {scenario}:3: faults.step.links[0].link: unknown node 'leaf0.r0' (allowed: node names of the "
         "topology graph (trainsim topo describe lists them), e.g. [h0/gpu0, h0/nvswitch])")
+
+
+def test_step_fault_resolution_raises_a_plain_field_error_that_the_top_locates():
+    """faults/step.py names the field and leaves the file and line to simulation.located (it took the scenario's
+    locator and built located errors itself)."""
+    from simulator.errors import ScenarioError
+    from simulator.faults.step import resolve_step_faults
+    from simulator.topology.loader import load_topology
+
+    topology = load_topology("dgx-h100")
+    with pytest.raises(ScenarioError) as caught:
+        resolve_step_faults(StepFaults(stragglers=(Straggler(gpus=[3, 8], slowdown=2),)), topology, seed=0)
+    assert (caught.value.field, caught.value.file, caught.value.line) == ("faults.step.stragglers[0].gpus", "", None)

@@ -8,18 +8,14 @@ and seed always slow the same GPUs by the same factors.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
-from simulator.errors import InputError
+from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
-
-ErrorAt = Callable[[tuple, str, str], InputError]
-"""(field path, problem, allowed) -> a located input error (LoadedScenario.error)."""
 
 STRAGGLER_STREAM = 0x53544550
 """Mixed into the seed of straggler draws, so other users of `run.seed` draw independent numbers."""
@@ -95,35 +91,35 @@ class StepFaultPlan:
         }
 
 
-def resolve_step_faults(faults: StepFaults, topology: Topology, seed: int, error: ErrorAt) -> StepFaultPlan:
-    """Check `faults.step` against ``topology`` and resolve it; errors point at the offending entry."""
-    base = ("faults", "step")
+def resolve_step_faults(faults: StepFaults, topology: Topology, seed: int) -> StepFaultPlan:
+    """Check `faults.step` against ``topology`` and resolve it; a ScenarioError names the offending entry's
+    field (the caller locates it in the scenario)."""
     slowdowns: dict[int, Slowdown] = {}
     for index, entry in enumerate(faults.stragglers):
-        for gpu, slowdown in _straggler(entry, index, topology.num_gpus, seed, error).items():
+        for gpu, slowdown in _straggler(entry, index, topology.num_gpus, seed).items():
             slowdowns[gpu] = slowdowns.get(gpu, NOMINAL).times(slowdown)
-    links = tuple(sorted((_link_event(entry, base + ("links", index), topology, error)
+    links = tuple(sorted((_link_event(entry, f"faults.step.links[{index}]", topology)
                           for index, entry in enumerate(faults.links)), key=lambda event: event.at_s))
     failures = []
     for index, failure in enumerate(faults.gpu_failures):
         if failure.gpu >= topology.num_gpus:
-            raise error(base + ("gpu_failures", index, "gpu"), f"unknown GPU index {failure.gpu}",
-                        f"0 to {topology.num_gpus - 1}")
+            raise ScenarioError(f"unknown GPU index {failure.gpu}", field=f"faults.step.gpu_failures[{index}].gpu",
+                                allowed=f"0 to {topology.num_gpus - 1}")
         failures.append(GpuEvent(failure.at, failure.gpu))
     failures.sort(key=lambda event: (event.at_s, event.gpu))
     kept = tuple(sorted((gpu, s) for gpu, s in slowdowns.items() if not s.nominal))
     return StepFaultPlan(kept, links, tuple(failures))
 
 
-def _straggler(entry: Straggler, index: int, num_gpus: int, seed: int, error: ErrorAt) -> dict[int, Slowdown]:
-    path = ("faults", "step", "stragglers", index)
+def _straggler(entry: Straggler, index: int, num_gpus: int, seed: int) -> dict[int, Slowdown]:
     rng = np.random.default_rng([STRAGGLER_STREAM, index, seed % 2**63])
     if entry.gpus == "all":
         gpus = list(range(num_gpus))
     elif entry.gpus is not None:
         bad = [gpu for gpu in entry.gpus if not 0 <= gpu < num_gpus]
         if bad:
-            raise error(path + ("gpus",), f"unknown GPU index {bad[0]}", f"0 to {num_gpus - 1}")
+            raise ScenarioError(f"unknown GPU index {bad[0]}", field=f"faults.step.stragglers[{index}].gpus",
+                                allowed=f"0 to {num_gpus - 1}")
         gpus = sorted(set(entry.gpus))
     else:
         count = max(1, round((entry.fraction or 0.0) * num_gpus))
@@ -156,28 +152,31 @@ def _example_link(graph) -> str:
     return f"[{edges[0][0]}, {edges[0][1]}]" if edges else "none in this topology"
 
 
-def _link_event(entry: LinkFault, path: tuple, topology: Topology, error: ErrorAt) -> LinkEvent:
+def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
     graph = topology.graph
     if entry.link is not None:
         a, b = entry.link
         for node in (a, b):
             if node not in graph:
-                raise error(path + ("link",), f"unknown node {node!r}", "node names of the topology graph "
-                            f"(trainsim topo describe lists them), e.g. {_example_link(graph)}")
+                raise ScenarioError(f"unknown node {node!r}", field=f"{path}.link",
+                                    allowed="node names of the topology graph (trainsim topo describe lists "
+                                            f"them), e.g. {_example_link(graph)}")
         if not graph.has_edge(a, b):
             neighbours = ", ".join(sorted(graph.successors(a))[:8])
-            raise error(path + ("link",), f"no link between {a} and {b}", f"a neighbour of {a}: {neighbours}")
+            raise ScenarioError(f"no link between {a} and {b}", field=f"{path}.link",
+                                allowed=f"a neighbour of {a}: {neighbours}")
         return LinkEvent(entry.at, ((a, b),), entry.capacity, f"{a}-{b}")
     switch = entry.uplinks_of or ""
     tier = graph.nodes[switch].get("tier") if switch in graph else None
     if tier is None:
         switches = sorted(n for n, data in graph.nodes(data=True) if data.get("tier") is not None)
-        raise error(path + ("uplinks_of",), f"{switch!r} is not a switch of the topology",
-                    ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "") if switches else "none here")
+        raise ScenarioError(f"{switch!r} is not a switch of the topology", field=f"{path}.uplinks_of",
+                            allowed=", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
+                            if switches else "none here")
     up = tuple((switch, n) for n in sorted(graph.successors(switch)) if (graph.nodes[n].get("tier") or 0) > tier)
     if not up:
-        raise error(path + ("uplinks_of",), f"{switch} has no uplinks (it is a top-tier switch)",
-                    "a leaf or spine below another tier")
+        raise ScenarioError(f"{switch} has no uplinks (it is a top-tier switch)", field=f"{path}.uplinks_of",
+                            allowed="a leaf or spine below another tier")
     return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}")
 
 
