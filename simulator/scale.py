@@ -131,7 +131,7 @@ def _ps_estimate(scenario: Scenario, ps: ParameterServerConfig, gpus: int) -> Sc
 def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int) -> ScaleEstimate:
     ops = flows = 0.0
     for item in items:
-        size = gpus if item.group == "all" else len(item.group) if isinstance(item.group, list) else gpus
+        size = gpus if item.group == "all" else len(item.group)
         size = 2 if item.op == "send_recv" else size
         ops += size * item.repeat
         flows += size * item.repeat * (2 if item.op == "all_reduce" else 1)

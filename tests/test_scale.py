@@ -52,6 +52,16 @@ def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limit
     assert not estimate.over_limits() and estimate.memory_bytes < 2 * 2**30
 
 
+def test_a_range_group_is_counted_by_its_members():
+    """A workload item's "A-B" is a list of GPUs by load time: the estimate counts its 8 members, not the
+    cluster's 1,024 GPUs (it took any text group for the whole cluster, refusing ranges it could run)."""
+    item = "workload=[{op: all_gather, bytes: 1 MiB, group: %s, repeat: 1000}]"
+    counts = [scale.estimate_scale(scenario_from_text("cluster: {topology: dgx-h100}\n", "s.yaml",
+                                                      [item % group]).scenario, 1024).ops
+              for group in ("0-7", "[0, 1, 2, 3, 4, 5, 6, 7]", "all")]
+    assert counts == [8000, 8000, 1024000]
+
+
 @pytest.mark.parametrize("name", list_bundled_topologies())
 def test_gpu_count_from_parameters_matches_the_built_topology(name):
     for overrides in ({}, {"nodes": 3} if "cluster" in name else {}):

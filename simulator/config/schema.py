@@ -47,12 +47,36 @@ def _schedule(name: str) -> str:
     return name
 
 
+MAX_RANGE_MEMBERS = 2**22
+"""The most GPUs a workload item's range "A-B" may name (4 M, above the 3.4 M GPUs that scale.py's memory limit
+admits), so that a typo in a bound cannot exhaust memory while the range is read."""
+GROUP_ALLOWED = "all, a list of GPU indices, or a range like 0-7"
+
+
+def _group(value: object) -> object:
+    """A workload item's range "A-B" (inclusive) read into its list of GPU indices at load, so every consumer
+    sees "all" or a list; anything else passes on to the type check."""
+    if not isinstance(value, str) or value == "all":
+        return value
+    bounds = value.split("-")
+    if len(bounds) != 2 or not all(b.strip().isascii() and b.strip().isdigit() for b in bounds):
+        raise ValueError(f"cannot read group {value!r} (allowed: {GROUP_ALLOWED})")
+    low, high = int(bounds[0]), int(bounds[1])
+    if high < low:
+        raise ValueError(f"empty range {value!r} (allowed: A-B with A <= B)")
+    if high - low >= MAX_RANGE_MEMBERS:
+        raise ValueError(f"range {value!r} names more GPUs than a cluster holds "
+                         f"(allowed: at most {MAX_RANGE_MEMBERS:,} GPUs)")
+    return list(range(low, high + 1))
+
+
 Algorithm = Annotated[str, AfterValidator(_algorithm)]
 ScheduleName = Annotated[str, AfterValidator(_schedule)]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_message_size)), Field(ge=0)]
 """A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (at most 1 PiB)."""
 Duration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
 Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
+GpuGroup = Annotated[Literal["all"] | list[int], BeforeValidator(_group)]
 
 MAX_MICROBATCHES = 100_000
 """More micro-batches per step than this is certainly a mistake (and would take hours to simulate)."""
@@ -130,7 +154,7 @@ class CollectiveItem(Section):
     op: Primitive
     bytes: MessageSize
     name: str | None = None
-    group: Literal["all"] | list[int] | str = "all"
+    group: GpuGroup = "all"
     src: int | None = None
     dst: int | None = None
     root: int = 0

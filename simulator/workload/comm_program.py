@@ -25,20 +25,7 @@ def resolve_group(item: CollectiveItem, index: int, num_gpus: int) -> tuple[int,
             raise ScenarioError("send_recv needs two different GPUs", field=f"{path}.dst",
                                 allowed="dst != src")
         return members
-    if item.group == "all":
-        members = tuple(range(num_gpus))
-    elif isinstance(item.group, str):
-        bounds = item.group.split("-")
-        if len(bounds) != 2 or not all(b.strip().isdigit() for b in bounds):
-            raise ScenarioError(f"cannot read group {item.group!r}", field=f"{path}.group",
-                                allowed="all, a list of GPU indices, or a range like 0-7")
-        low, high = int(bounds[0]), int(bounds[1])
-        if high < low:
-            raise ScenarioError(f"empty range {item.group!r}", field=f"{path}.group",
-                                allowed="A-B with A <= B")
-        members = tuple(range(low, high + 1))
-    else:
-        members = tuple(item.group)
+    members = tuple(range(num_gpus)) if item.group == "all" else tuple(item.group)
     bad = [gpu for gpu in members if not 0 <= gpu < num_gpus]
     if bad:
         raise ScenarioError(f"GPUs {bad[:4]} do not exist", field=f"{path}.group",
