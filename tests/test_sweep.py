@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 
@@ -86,6 +87,23 @@ def test_interrupted_sweep_keeps_finished_points_and_resumes(tmp_path):
     # GPipe with uniform stages: step = (m + p - 1) (F + B) = (m + 3) x 3 ms.
     assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 3e-3 for m in (4, 8, 12, 16, 20, 24)],
                                                             rel=1e-9)
+
+
+class ReversingExecutor(SerialExecutor):
+    """Finishes the points last to first, as a pool may."""
+
+    def map_unordered(self, fn, tasks):
+        return (fn(task) for task in reversed(list(tasks)))
+
+
+def test_the_journal_is_in_point_order_whatever_order_points_finish(tmp_path):
+    """points.jsonl was appended in completion order, so its bytes varied between runs on a pool or Dask."""
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8, 12]\n", "s.yaml")
+    run_sweep(sweep, tmp_path / "serial", SerialExecutor())
+    run_sweep(sweep, tmp_path / "reversed", ReversingExecutor())
+    journal = (tmp_path / "reversed" / "points.jsonl").read_bytes()
+    assert journal == (tmp_path / "serial" / "points.jsonl").read_bytes()
+    assert [orjson.loads(line)["index"] for line in journal.splitlines()] == [0, 1, 2]
 
 
 def test_changed_point_is_rerun_and_constraint_skips_with_reason(tmp_path):

@@ -1,7 +1,7 @@
 """A sweep's records: one per finished point, appended to DIR/points.jsonl as it finishes (what resuming
-reads back), and the results table built from them: DIR/results.parquet and DIR/results.csv, one row per point
-with its axis values and every summary metric, nested keys flattened (`exposed_comm_s.dp`,
-`collectives[0].busbw_GBps`)."""
+reads back) and rewritten in point order when the sweep ends, and the results table built from them:
+DIR/results.parquet and DIR/results.csv, one row per point with its axis values and every summary metric,
+nested keys flattened (`exposed_comm_s.dp`, `collectives[0].busbw_GBps`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Literal
 import orjson
 import pandas as pd
 
-from simulator.report.atomic import write_through_temporary
+from simulator.report.atomic import write_bytes, write_through_temporary
 
 PointStatus = Literal["ok", "invalid", "failed", "skipped"]
 """ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
@@ -53,12 +53,22 @@ def flatten(summary: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _journal_line(record: PointRecord) -> bytes:
+    return orjson.dumps(asdict(record), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
 def append_record(out_dir: Path, record: PointRecord) -> None:
     """Append one finished point to the journal, flushed to disk, so an interruption keeps it."""
     with open(out_dir / JOURNAL, "ab") as handle:
-        handle.write(orjson.dumps(asdict(record), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
+        handle.write(_journal_line(record))
         handle.flush()
         os.fsync(handle.fileno())
+
+
+def rewrite_journal(out_dir: Path, records: dict[int, PointRecord]) -> None:
+    """The journal again, one line per point in point order (it was appended in the order points finished,
+    which a process pool or Dask varies from run to run), moved into place in one rename."""
+    write_bytes(out_dir / JOURNAL, b"".join(_journal_line(records[index]) for index in sorted(records)))
 
 
 def read_records(out_dir: Path) -> dict[int, PointRecord]:

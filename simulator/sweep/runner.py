@@ -1,6 +1,7 @@
-"""Running a sweep: the points not finished yet go to an executor, each finished point is journalled at once,
-and the results table is written at the end, or with the points finished so far when interrupted. A point's
-failure is recorded with its error and never stops the sweep."""
+"""Running a sweep: the points not finished yet go to an executor, each finished point is journalled at once
+(the journal is put in point order at the end, so its bytes do not depend on the executor), and the results
+table is written at the end, or with the points finished so far when interrupted. A point's failure is
+recorded with its error and never stops the sweep."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from simulator.sweep.results import (
     flatten,
     read_records,
     results_table,
+    rewrite_journal,
     write_results,
 )
 from simulator.sweep.spec import Point, Sweep
@@ -103,6 +105,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
             if on_progress:
                 on_progress(len(records), len(sweep.points))
     finally:
+        rewrite_journal(out_dir, {**earlier, **records})
         write_results(out_dir, results_table(sweep.axes, values, records))
     statuses: dict[str, int] = {}
     for record in records.values():
