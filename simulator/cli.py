@@ -15,7 +15,7 @@ from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
-from simulator.sweep.options import RECOMPUTES, SHARDINGS, STUDY_CHARTS
+from simulator.sweep.options import EXECUTORS, GANTT_ROWS, RECOMPUTES, SHARDINGS, STUDIES, STUDY_CHARTS
 
 EXIT_INPUT = 2
 """A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
@@ -474,7 +474,7 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run` (gantt, memory), `study` "
                       "(goodput), `sweep` or `search` (busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
-    plot.add_argument("--by", choices=["stage", "rank"], default="stage", help="Gantt rows (default: stage)")
+    plot.add_argument("--by", choices=GANTT_ROWS, default=GANTT_ROWS[0], help="Gantt rows (default: stage)")
     plot.add_argument("--window", default=None, metavar="START:END", help="gantt: time window, e.g. 0:5ms")
     plot.add_argument("--ranks", default=None, metavar="0,2,4-7", help="gantt: these ranks, one row each")
     plot.add_argument("--x", default=None, help="sweep/heatmap: column on the x axis")
@@ -487,7 +487,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run every point of a sweep file; results in OUT/results.parquet")
     sweep.add_argument("sweep", metavar="SWEEP.yaml")
     sweep.add_argument("--out", required=True, help="output folder (a re-run resumes, skipping finished points)")
-    sweep.add_argument("--executor", choices=["local", "serial", "dask"], default="local",
+    sweep.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
                        help="local process pool (default), serial (this process) or dask")
     sweep.add_argument("--workers", type=_at_least(0), default=0,
                        help="pool or LocalCluster workers (default, or 0: all cores)")
@@ -512,7 +512,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--out", required=True, help="output folder: candidates.parquet/.csv, search.json")
     search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
-    search.add_argument("--executor", choices=["local", "serial", "dask"], default="local")
+    search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0])
     search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
     for name in ("tp", "cp", "pp", "virtual-stages", "micro-batch"):
@@ -524,7 +524,7 @@ def _parser() -> argparse.ArgumentParser:
 
     study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "
                                          "(and failure-rate multipliers), with Young's and Daly's intervals")
-    study.add_argument("study", choices=["checkpoint-interval", "mtbf"])
+    study.add_argument("study", choices=STUDIES)
     study.add_argument("scenario", help="a scenario with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",

@@ -22,6 +22,7 @@ from simulator.report.outputs import (
     time_unit,
 )
 from simulator.schedules.base import rank_stages
+from simulator.sweep.options import GANTT_ROWS, GanttRows
 
 BAR_CLASSES: dict[str, tuple[str, str]] = {
     "forward": ("forward (F)", "#4C72B0"),
@@ -111,11 +112,11 @@ def _chunk_colour(kind: str, chunk: int, virtual_stages: int) -> str | None:
     return shades[chunk % len(shades)] if shades and virtual_stages > 1 else None
 
 
-def _row_ranks(timeline: pd.DataFrame, summary: dict, by: str, ranks) -> tuple[list[int], list[str]]:
+def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> tuple[list[int], list[str]]:
     """The rank drawn in each row and the row's label; a rank holding several virtual stages (interleaved or V
     placement) is labelled by rank with its stages, chunk 0 first ("rank 1: stages 1, 6")."""
-    if by not in ("stage", "rank"):
-        raise ValueError(f"by must be 'stage' or 'rank', not {by!r}")
+    if by not in GANTT_ROWS:
+        raise ValueError(f"by must be one of {', '.join(GANTT_ROWS)}, not {by!r}")
     if ranks is not None:
         chosen = [int(r) for r in ranks]
     else:
@@ -203,7 +204,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     return actions
 
 
-def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: str = "stage", ranks=None,
+def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stage", ranks=None,
                  max_rows: int = 64, window: tuple[float, float] | None = None) -> Figure:
     """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or the given ``ranks``,
     bars are forward and backward passes labelled with their micro-batch (one shade per chunk when

@@ -8,12 +8,11 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from typing import Literal, Protocol
+from typing import Protocol
 
 from simulator.errors import ExecutorError
+from simulator.sweep.options import ExecutorName
 
-ExecutorName = Literal["local", "serial", "dask"]
-EXECUTORS: tuple[ExecutorName, ...] = ("local", "serial", "dask")
 DASK_CONNECT_TIMEOUT_S = 10
 
 
@@ -94,7 +93,7 @@ class DaskExecutor:
 
 
 def make_executor(name: ExecutorName, workers: int = 0, scheduler: str | None = None) -> Executor:
-    """The executor called ``name`` (one of EXECUTORS)."""
+    """The executor called ``name`` (one of sweep/options.EXECUTORS)."""
     if name == "serial":
         return SerialExecutor()
     if name == "dask":

@@ -14,3 +14,14 @@ RECOMPUTES: tuple[Recompute, ...] = RECOMPUTE_MODES
 fits dominates."""
 STUDY_CHARTS = ("sweep", "heatmap", "busbw", "front")
 """`trainsim plot` charts drawn from a sweep or search folder (report/study_plots.py)."""
+GanttRows = Literal["stage", "rank"]
+GANTT_ROWS: tuple[GanttRows, ...] = get_args(GanttRows)
+"""What a Gantt chart's rows are (`trainsim plot gantt --by`, report/gantt.py): one representative rank per
+pipeline stage, or every simulated rank."""
+ExecutorName = Literal["local", "serial", "dask"]
+EXECUTORS: tuple[ExecutorName, ...] = get_args(ExecutorName)
+"""Where a sweep's or a search's points run (sweep/executors.py), the default first."""
+StudyName = Literal["checkpoint-interval", "mtbf"]
+STUDIES: tuple[StudyName, ...] = get_args(StudyName)
+"""The job studies of `trainsim study` (reliability/study.py): ETTR against the checkpoint interval, or
+against failure-rate multipliers at the scenario's own interval."""
