@@ -270,7 +270,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
 
     base_dir = Path(loaded.source).parent
     workload = loaded.scenario.workload
-    if loaded.scenario.ps is not None or loaded.scenario.parallelism.strategy == "parameter_server":
+    if loaded.scenario.uses_parameter_servers:
         from simulator.parameter_server.program import ps_program
 
         return located(loaded, lambda: ps_program(loaded.scenario, topology))
@@ -418,7 +418,7 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
 def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
     """A training step's parallel degrees checked against the cluster's ``gpus`` (parameter servers place
     their own workers and servers)."""
-    if scenario.model is not None and scenario.ps is None:
+    if scenario.model is not None and not scenario.uses_parameter_servers:
         from simulator.workload.training import pipeline_depth, resolve_layout
 
         resolve_layout(scenario, gpus, pipeline_depth(scenario))

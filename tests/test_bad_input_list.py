@@ -451,3 +451,26 @@ def test_every_integer_field_refuses_booleans_and_strings():
                 Scenario.model_validate(data)
             kinds = {error["type"] for error in caught.value.errors() if field_only(error["loc"])[:len(path)] == path}
             assert kinds & {"int_type", "int_parsing"}, (path, value, caught.value.errors())
+
+
+@pytest.mark.parametrize("text, line, field", [
+    (SYNTHETIC + "parallelism: {pp: 2, order: [tp, tp, pp, dp]}\n", 4, "parallelism.order"),
+    (PS, 4, "parallelism.strategy"),
+    (PS.replace("strategy: parameter_server}", "strategy: parameter_server, tp: 3}") + "ps: {servers: 1}\n", 4,
+     "parallelism.tp"),
+    (PS + "ps: {servers: 1, mode: async, staleness: 2}\n", 5, "ps.staleness"),
+    (PRESET + "parallelism: {pp: 2, fsdp: full_shard, pipeline: {schedule: interleaved, virtual_stages: 4}}\n", 4,
+     "parallelism.pipeline.virtual_stages"),
+    (PRESET + "parallelism: {pp: 2, fsdp: full_shard, ddp: {reduce_every_microbatch: true}}\n", 4,
+     "parallelism.ddp.reduce_every_microbatch"),
+])
+def test_checks_across_the_fields_of_a_scenario_are_made_when_it_is_read(text, line, field):
+    """The parallelism order, the parameter-server pairing and worker rules and pipelined FSDP's limits are facts
+    of the scenario alone: refused when it is read (so a sweep's validated points exclude them), not when the step
+    is built."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as caught:
+        scenario_from_text(text, "s.yaml")
+    assert (caught.value.line, caught.value.field) == (line, field)

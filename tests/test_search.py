@@ -139,3 +139,17 @@ def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
     assert rows.loc["tp1 cp1 pp2 dp4 v4 mb1 zero1 recompute=selective", "reason"] == (
         "refused: interleaved schedules need micro-batches in whole groups of p = 2, got 5 (micro-batches = "
         "global_batch / (micro_batch x dp) = 5)")
+
+
+def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason():
+    """Pipelined FSDP's chunk limit is checked when the scenario is validated: the candidate's reason is that
+    check's sentence, not pydantic's '1 validation error for Scenario'."""
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import load_topology
+
+    base = {"cluster": {"topology": "dgx-h100"}, "model": {"preset": "llama3-8b", "layers": 8},
+            "training": {"seq_len": 1024, "global_batch": 8}}
+    candidate = Candidate(tp=1, cp=1, pp=2, dp=4, virtual_stages=4, micro_batch=1, sharding="fsdp",
+                          recompute="none")
+    checked = check_memory(base, candidate, load_topology("dgx-h100"), "interleaved")
+    assert checked.reason.startswith("refused: 4 chunks per rank: PyTorch FSDP under torch.distributed.pipelining")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from simulator.config.faults import SlowdownDraw
-from simulator.config.sections import Section
+from simulator.config.sections import FieldProblem, Section
 
 Strategy = Literal["collective", "parameter_server"]
 """How data-parallel workers exchange gradients: collectives (all-reduce, ZeRO) or parameter servers."""
@@ -16,6 +16,9 @@ PSMode = Literal["sync", "async", "ssp"]
 Sharding = Literal["by_size", "round_robin"]
 MAX_ITERATIONS = 10_000
 """More simulated iterations than this is certainly a mistake (every worker's every iteration is simulated)."""
+WORKER_PARALLELISM = {"tp": 1, "cp": 1, "pp": 1, "ep": 1, "zero": 0}
+"""The parallelism fields a parameter-server run must leave at these values: each worker holds the whole model,
+the servers the optimizer state."""
 
 
 class ParameterServerConfig(Section):
@@ -32,3 +35,17 @@ class ParameterServerConfig(Section):
     sharding: Sharding = "by_size"
     iterations: int = Field(default=10, ge=1, le=MAX_ITERATIONS)
     iteration_slowdown: SlowdownDraw | None = None
+
+    @model_validator(mode="after")
+    def _staleness_with_ssp(self) -> ParameterServerConfig:
+        if self.mode == "ssp" and self.staleness is None:
+            raise FieldProblem(("mode",), "mode ssp needs the staleness bound k",
+                               "staleness: k (iterations a worker may run ahead of the slowest)")
+        if self.staleness is not None:
+            if self.mode != "ssp":
+                raise FieldProblem(("staleness",), f"staleness applies to mode ssp, not {self.mode}",
+                                   "mode: ssp, or no staleness")
+            if self.staleness < 0:
+                raise FieldProblem(("staleness",), f"staleness {self.staleness} is negative",
+                                   "0 or more iterations (0 waits like sync)")
+        return self

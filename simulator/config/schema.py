@@ -16,7 +16,7 @@ from simulator.config.faults import FaultsConfig
 from simulator.config.link_classes import LinkClass
 from simulator.config.moe import MoEConfig
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES, CpAlgorithm
-from simulator.config.parameter_server import ParameterServerConfig, Strategy
+from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
 from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
@@ -378,6 +378,13 @@ class ParallelismConfig(Section):
                                "true or left out; fsdp: full_shard for PyTorch FSDP's no-sync accumulation")
         return self
 
+    @model_validator(mode="after")
+    def _order_names_each_dimension_once(self) -> ParallelismConfig:
+        if sorted(self.order) != ["cp", "dp", "pp", "tp"]:
+            raise FieldProblem(("order",), f"order {self.order} must name each of tp, cp, pp, dp once",
+                               "a permutation of [tp, cp, pp, dp]")
+        return self
+
 
 class Scenario(Section):
     """A whole scenario file: a cluster plus either a training step (model, training, parallelism), a
@@ -398,6 +405,19 @@ class Scenario(Section):
     storage: StorageConfig = StorageConfig()
     restart: RestartConfig = RestartConfig()
     description: str = ""
+
+    @property
+    def uses_parameter_servers(self) -> bool:
+        """Whether data parallelism runs through parameter servers (`parallelism.strategy: parameter_server`,
+        which the schema admits only with a `ps:` section, and a `ps:` section only with it)."""
+        return self.parallelism.strategy == "parameter_server"
+
+    @property
+    def pipeline_stages(self) -> int:
+        """The step's pipeline depth: the synthetic model's stage count where it gives one (`parallelism.pp`
+        must then be 1 or the same, checked with the cluster), else `parallelism.pp`."""
+        synthetic = self.model.synthetic if self.model is not None else None
+        return synthetic.stages if synthetic is not None else self.parallelism.pp
 
     @model_validator(mode="after")
     def _fsdp_does_not_fuse(self) -> Scenario:
@@ -431,4 +451,59 @@ class Scenario(Section):
                     raise FieldProblem((name,), f"a replayed trace brings its own step; {name} describes a modelled "
                                        "one and would be ignored", "leave it out: workload.dp replicates the "
                                        "trace, workload.tokens_per_step and model_flops_per_token give throughput")
+        return self
+
+    @model_validator(mode="after")
+    def _parameter_servers(self) -> Scenario:
+        """A `ps:` section and `parallelism.strategy: parameter_server` come together; its workers each hold a
+        whole dense model for a few iterations (docs/parameter_server.md)."""
+        par = self.parallelism
+        if self.ps is not None and not self.uses_parameter_servers:
+            raise FieldProblem(("ps",), "a ps: section needs parallelism.strategy: parameter_server",
+                               "parallelism.strategy: parameter_server, or no ps: section")
+        if not self.uses_parameter_servers:
+            return self
+        if self.ps is None:
+            raise FieldProblem(("parallelism", "strategy"), "parameter_server needs a ps: section naming the server "
+                               "hosts", "ps: {servers: N} (hosts that serve)")
+        for name, whole in WORKER_PARALLELISM.items():
+            if getattr(par, name) != whole:
+                raise FieldProblem(("parallelism", name), f"{name} {getattr(par, name)}: parameter-server workers "
+                                   "each hold the whole model and the servers the optimizer state",
+                                   f"{whole}, or strategy: collective")
+        if par.dp is not None or par.fsdp is not None:
+            name = "dp" if par.dp is not None else "fsdp"
+            raise FieldProblem(("parallelism", name), "with parameter servers every worker GPU is a data-parallel "
+                               "rank", "leave it out: the workers are the GPUs of the hosts that do not serve")
+        if self.model is None or self.model.synthetic is not None or self.model.moe is not None:
+            raise FieldProblem(("model",), "parameter servers need a dense transformer model (its parameters are "
+                               "what they hold)", "a preset or dimensions, without synthetic or moe")
+        if self.run.horizon is not None:
+            raise FieldProblem(("run", "horizon"), "a job simulation repeats one training step; a parameter-server "
+                               "run is several iterations of workers that drift apart",
+                               "no run.horizon with parameter servers")
+        return self
+
+    @model_validator(mode="after")
+    def _pipelined_fsdp(self) -> Scenario:
+        """What PyTorch FSDP under torch.distributed.pipelining cannot run, for the step's pipeline depth (a
+        synthetic model's stage count may stand for `pp`)."""
+        par = self.parallelism
+        if not par.pipelined_fsdp(self.pipeline_stages):
+            return self
+        if par.ddp.reduce_every_microbatch:
+            raise FieldProblem(("parallelism", "ddp", "reduce_every_microbatch"),
+                               "torch.distributed.pipelining turns PyTorch FSDP's gradient sync off on every backward "
+                               "and reduce-scatters each stage's gradients once per step; no PyTorch runtime "
+                               "reduce-scatters every micro-batch under pipelining",
+                               "false or left out with fsdp: full_shard | hybrid_shard and pp > 1; true with fsdp: "
+                               "shard_grad_op (ZeRO-2, as Llama 3's own runtime)")
+        chunks = par.pipeline.virtual_stages
+        if chunks > MAX_UNSHARDED_STAGES:
+            raise FieldProblem(("parallelism", "pipeline", "virtual_stages"),
+                               f"{chunks} chunks per rank: PyTorch FSDP under torch.distributed.pipelining keeps at "
+                               f"most {MAX_UNSHARDED_STAGES} stages unsharded (_add_unshard_reshard's "
+                               "max_active_stages) and gathers the others again as the schedule cycles, which is not "
+                               "modelled", f"1 to {MAX_UNSHARDED_STAGES} with fsdp: full_shard | hybrid_shard and "
+                               "pp > 1")
         return self

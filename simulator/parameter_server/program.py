@@ -26,7 +26,6 @@ from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import Scenario
-from simulator.errors import ScenarioError
 from simulator.faults.step import draw_factors
 from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
@@ -54,47 +53,6 @@ SLOWDOWN_STREAM = 0x50534954
 """Mixed into the seed of the per-iteration slowdown draws, so other users of `run.seed` draw independently."""
 UPDATE_OF = re.compile(r"^update w(\d+)$")
 """The name of a per-push update on a server GPU: `update w<worker GPU>`."""
-PARALLEL_FIELDS = {"tp": 1, "cp": 1, "pp": 1, "ep": 1, "zero": 0}
-"""The parallelism fields a worker must leave at these values: each holds the whole model, optimizer state on the
-servers."""
-
-
-def ps_config(scenario: Scenario) -> ParameterServerConfig:
-    """The `ps:` section of a parameter-server scenario, checked against the rest of the scenario."""
-    config, par = scenario.ps, scenario.parallelism
-    if par.strategy != "parameter_server":
-        raise ScenarioError("a ps: section needs parallelism.strategy: parameter_server", field="ps",
-                            allowed="parallelism.strategy: parameter_server, or no ps: section")
-    if config is None:
-        raise ScenarioError("parameter_server needs a ps: section naming the server hosts",
-                            field="parallelism.strategy", allowed="ps: {servers: N} (hosts that serve)")
-    for name, whole in PARALLEL_FIELDS.items():
-        if getattr(par, name) != whole:
-            raise ScenarioError(f"{name} {getattr(par, name)}: parameter-server workers each hold the whole model and "
-                                "the servers the optimizer state", field=f"parallelism.{name}",
-                                allowed=f"{whole}, or strategy: collective")
-    if par.dp is not None or par.fsdp is not None:
-        field = "parallelism.dp" if par.dp is not None else "parallelism.fsdp"
-        raise ScenarioError("with parameter servers every worker GPU is a data-parallel rank", field=field,
-                            allowed="leave it out: the workers are the GPUs of the hosts that do not serve")
-    if scenario.model is None or scenario.model.synthetic is not None or scenario.model.moe is not None:
-        raise ScenarioError("parameter servers need a dense transformer model (its parameters are what they hold)",
-                            field="model", allowed="a preset or dimensions, without synthetic or moe")
-    if scenario.run.horizon is not None:
-        raise ScenarioError("a job simulation repeats one training step; a parameter-server run is several iterations "
-                            "of workers that drift apart", field="run.horizon",
-                            allowed="no run.horizon with parameter servers")
-    if config.mode == "ssp" and config.staleness is None:
-        raise ScenarioError("mode ssp needs the staleness bound k", field="ps.mode",
-                            allowed="staleness: k (iterations a worker may run ahead of the slowest)")
-    if config.staleness is not None:
-        if config.mode != "ssp":
-            raise ScenarioError(f"staleness applies to mode ssp, not {config.mode}", field="ps.staleness",
-                                allowed="mode: ssp, or no staleness")
-        if config.staleness < 0:
-            raise ScenarioError(f"staleness {config.staleness} is negative", field="ps.staleness",
-                                allowed="0 or more iterations (0 waits like sync)")
-    return config
 
 
 class _Builder:
@@ -165,7 +123,8 @@ def worker_cost(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, workers: int
 
 def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     """Every worker's and server's ops over `ps.iterations` iterations, and the plan the summary reads back."""
-    config = ps_config(scenario)
+    config = scenario.ps
+    assert config is not None  # the schema pairs strategy parameter_server with a ps: section
     placement = place(config, topology)
     training = scenario.training
     model = resolve_model(scenario)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
+from simulator.config.loader import validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.errors import InputError
@@ -130,6 +133,8 @@ def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) ->
     try:
         scenario = Scenario.model_validate(data)
         step = build_training_step(scenario, topology)
+    except ValidationError as exc:  # a check across fields at load (pipelined FSDP's limits): its one line
+        return Checked(c, data, f"refused: {validation_error(exc, Scenario, '', {}).problem}")
     except (InputError, ValueError) as exc:
         return Checked(c, data, f"refused: {getattr(exc, 'problem', str(exc).splitlines()[0])}")
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))

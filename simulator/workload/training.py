@@ -13,9 +13,7 @@ from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
 from simulator.config.schema import (
     MAX_MICROBATCHES,
-    MAX_UNSHARDED_STAGES,
     ModelConfig,
-    ParallelismConfig,
     Scenario,
     SyntheticModel,
 )
@@ -118,22 +116,16 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
 
 def pipeline_depth(scenario: Scenario) -> int:
     """``parallelism.pp``, or the synthetic model's stage count (``pp`` may then be left at 1)."""
-    par = scenario.parallelism
-    synthetic = _model_section(scenario).synthetic
-    if synthetic is None:
-        return par.pp
-    if par.pp not in (1, synthetic.stages):
-        raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's {synthetic.stages} "
-                       "stages", f"{synthetic.stages} (or leave it out)")
-    return synthetic.stages
+    pp, stages = scenario.parallelism.pp, scenario.pipeline_stages
+    if pp not in (1, stages):
+        raise _invalid("parallelism.pp", f"pp {pp} differs from the synthetic model's {stages} stages",
+                       f"{stages} (or leave it out)")
+    return stages
 
 
 def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     """The layout with DP filled in from the GPU count; the product must equal the GPUs of the cluster."""
     par = scenario.parallelism
-    if sorted(par.order) != ["cp", "dp", "pp", "tp"]:
-        raise _invalid("parallelism.order", f"order {par.order} must name each of tp, cp, pp, dp once",
-                       "a permutation of [tp, cp, pp, dp]")
     fixed = par.tp * par.cp * pp
     if par.dp is None and world % fixed:
         raise _invalid("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed} does not divide "
@@ -184,27 +176,6 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
-def _check_pipelined_fsdp(par: ParallelismConfig, pp: int) -> None:
-    """What PyTorch FSDP under torch.distributed.pipelining cannot run, checked for the step's pipeline depth
-    (a synthetic model's stage count may stand for `pp`)."""
-    if not par.pipelined_fsdp(pp):
-        return
-    if par.ddp.reduce_every_microbatch:
-        raise _invalid("parallelism.ddp.reduce_every_microbatch",
-                       "torch.distributed.pipelining turns PyTorch FSDP's gradient sync off on every backward and "
-                       "reduce-scatters each stage's gradients once per step; no PyTorch runtime reduce-scatters "
-                       "every micro-batch under pipelining",
-                       "false or left out with fsdp: full_shard | hybrid_shard and pp > 1; true with fsdp: "
-                       "shard_grad_op (ZeRO-2, as Llama 3's own runtime)")
-    chunks = par.pipeline.virtual_stages
-    if chunks > MAX_UNSHARDED_STAGES:
-        raise _invalid("parallelism.pipeline.virtual_stages",
-                       f"{chunks} chunks per rank: PyTorch FSDP under torch.distributed.pipelining keeps at most "
-                       f"{MAX_UNSHARDED_STAGES} stages unsharded (_add_unshard_reshard's max_active_stages) and "
-                       "gathers the others again as the schedule cycles, which is not modelled",
-                       f"1 to {MAX_UNSHARDED_STAGES} with fsdp: full_shard | hybrid_shard and pp > 1")
-
-
 def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
     """HSDP shards within the data-parallel ranks of one NVLink domain (the host, on hosts without NVSwitch):
     the shard groups are blocks of ``degree`` consecutive members of each DP x CP group (the program
@@ -238,7 +209,6 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     synthetic = _model_section(scenario).synthetic
     source: SyntheticModel | ModelSpec = synthetic if synthetic is not None else resolve_model(scenario)
     layout = resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario))
-    _check_pipelined_fsdp(par, layout.pp)
     gpu = get_gpu(topology.gpu_model)
     m = microbatch_count(scenario, layout.dp)
     v = par.pipeline.virtual_stages
