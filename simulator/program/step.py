@@ -1,6 +1,6 @@
 """The step program: the frozen, resolved plan of one training step, and the only thing the engine and the
-metrics consume. Every workload source produces one: the transformer model (workload/training.py) and the
-trace importers (workload/traces/)."""
+metrics consume. Every workload source produces one: the transformer model (workload/transformer_program.py),
+the parameter servers (parameter_server/program.py) and the trace importers (workload/traces/)."""
 
 from __future__ import annotations
 
