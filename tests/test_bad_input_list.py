@@ -194,6 +194,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                              "t.yaml:3: nvls: 'nvswitch4' is not supported (allowed: none, nvswitch3)"),
     "group-range-unicode-digit": (scenario(COMM.replace("64 MiB}", "64 MiB, group: '²-3'}")), RUN, 2,
                                   "s.yaml:3: workload[0].group: cannot read group '²-3'"),
+    "group-a-number": (scenario(COMM.replace("64 MiB}", "64 MiB, group: 5}")), RUN, 2,
+                       "s.yaml:3: workload[0].group: expected a group of GPUs, got 5 (allowed: all, a list of GPU "
+                       "indices, or a range like 0-7)"),
     "group-range-huge": (scenario(COMM.replace("64 MiB}", "64 MiB, group: 0-99999999999}")), RUN, 2,
                          "s.yaml:3: workload[0].group: range '0-99999999999' names more GPUs than a cluster holds"),
     "unknown-gpu-in-file": ({"t.yaml": "kind: nvswitch_node\ngpus: 8\ngpu_model: h100-typo\n",

@@ -55,9 +55,11 @@ GROUP_ALLOWED = "all, a list of GPU indices, or a range like 0-7"
 
 def _group(value: object) -> object:
     """A workload item's range "A-B" (inclusive) read into its list of GPU indices at load, so every consumer
-    sees "all" or a list; anything else passes on to the type check."""
-    if not isinstance(value, str) or value == "all":
+    sees "all" or a list (whose entries the type check reads)."""
+    if isinstance(value, list) or value == "all":
         return value
+    if not isinstance(value, str):
+        raise ValueError(f"expected a group of GPUs, got {value!r} (allowed: {GROUP_ALLOWED})")
     bounds = value.split("-")
     if len(bounds) != 2 or not all(b.strip().isascii() and b.strip().isdigit() for b in bounds):
         raise ValueError(f"cannot read group {value!r} (allowed: {GROUP_ALLOWED})")
