@@ -94,6 +94,20 @@ def parse_duration(value: object) -> float:
     return parse_quantity(value, "duration")
 
 
+MAX_STEP_DURATION_S = 86_400.0
+"""Longest time inside one training step (a synthetic stage's pass, when a fault strikes): a day, millions of
+times a real stage's pass, so anything above it is a typo (1e300 s) rather than a study."""
+
+
+def parse_step_duration(value: object) -> float:
+    """Seconds of a time inside one step (MAX_STEP_DURATION_S): a duration with its unit, more than a day refused."""
+    seconds = parse_duration(value)
+    if seconds > MAX_STEP_DURATION_S:
+        raise InputError(f"duration {value!r} is more than a day, longer than any training step",
+                         allowed="a duration up to 1 d, e.g. 3 ms")
+    return seconds
+
+
 def parse_bandwidth(value: object) -> float:
     """Bytes per second from a bandwidth such as "400 Gb/s" (bits) or "450 GB/s" (bytes)."""
     return parse_quantity(value, "bandwidth")

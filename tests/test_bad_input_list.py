@@ -94,6 +94,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                         RUN, 2, "s.yaml:2: workload.compute_scale: expected a finite number, got inf"),
     "nan-efficiency": (scenario(COMM + "network: {efficiency: {nvlink: .nan}}\n"), RUN, 2,
                        "s.yaml:4: network.efficiency.nvlink: expected a finite number, got nan"),
+    # a synthetic pass or a fault time of 1e300 s ran, its trace.json clock overflowing
+    "step-duration-beyond-a-day": (scenario(SYNTHETIC.replace("forward: 1 ms", "forward: 1e300 s")), RUN, 2,
+                                   "s.yaml:2: model.synthetic.forward: duration '1e300 s' is more than a day, longer "
+                                   "than any training step (allowed: a duration up to 1 d, e.g. 3 ms)"),
     "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,

@@ -13,20 +13,13 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.reliability import ComponentSpec, MaintenanceConfig
-from simulator.config.sections import Section
-from simulator.errors import InputError
-from simulator.units import parse_duration
+from simulator.config.sections import Section, user_value
+from simulator.units import parse_duration, parse_step_duration
 
-
-def _duration(value: object) -> float:
-    try:
-        return parse_duration(value)
-    except InputError as exc:
-        raise ValueError(f"{exc.problem} (allowed: {exc.allowed})") from None
-
-
-Time = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
-Period = Annotated[float, BeforeValidator(_duration), Field(gt=0)]
+Time = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
+"""When a fault strikes, from the start of the step."""
+Period = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(gt=0)]
+Phase = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
 Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -70,7 +63,7 @@ class Swing(Section):
 
     amplitude: float = Field(ge=0, lt=1)
     period: Period
-    phase: Time = 0.0
+    phase: Phase = 0.0
 
 
 class Straggler(Section):

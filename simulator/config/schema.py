@@ -32,7 +32,7 @@ from simulator.config.training_options import (
     Recompute,
 )
 from simulator.network.modes import NetworkMode
-from simulator.units import parse_duration, parse_message_size
+from simulator.units import parse_message_size, parse_step_duration
 
 
 def _algorithm(name: str) -> str:
@@ -76,7 +76,8 @@ Algorithm = Annotated[str, AfterValidator(_algorithm)]
 ScheduleName = Annotated[str, AfterValidator(_schedule)]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_message_size)), Field(ge=0)]
 """A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (at most 1 PiB)."""
-Duration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
+StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
+"""A time inside one step (at most a day)."""
 Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
 GpuGroup = Annotated[Literal["all"] | list[int], BeforeValidator(_group)]
 
@@ -181,8 +182,8 @@ class SyntheticModel(Section):
     """
 
     stages: int = Field(ge=1)
-    forward: Duration
-    backward: Duration
+    forward: StepDuration
+    backward: StepDuration
     p2p_bytes: MessageSize = 0.0
 
 
