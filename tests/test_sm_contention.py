@@ -100,13 +100,15 @@ def test_nccl_channels_per_kind_of_collective():
 
 
 def test_sm_shares_follow_the_published_sm_and_nvlink_counts(catalog_sources):
-    # Every GPU's SMs as published, and NCCL's NVLink channels: 2 CTAs per NVLink, at most MAXCHANNELS.
+    # Every GPU's SMs as published, NCCL's NVLink channels (2 CTAs per NVLink, at most MAXCHANNELS) and its NVLS
+    # channels by architecture (B200 held Hopper's 16, where NCCL runs 24 inside an NVLink domain).
     nccl = catalog_sources["nccl"]
     for gpu, sms in catalog_sources["sms"].items():
         share = sm_share(gpu)
         nvlink_channels = min(nccl["max_channels"], nccl["ctas_per_nvlink"] * catalog_sources["nvlinks"][gpu])
         assert (share.sms, share.nvlink_channels, share.max_channels) == (sms, nvlink_channels,
                                                                           nccl["max_channels"]), gpu
+        assert share.nvls_channels == catalog_sources["nvls_channels"][gpu], gpu
 
 
 STEP = """

@@ -112,5 +112,5 @@ def sm_share(gpu_name: str) -> SmShare:
                    nvlink_channels=min(cap, int(nccl["channels_per_nvlink"]) * int(entry["nvlinks"])),
                    pcie_channels=int(nccl["pcie_channels"]),
                    network_channels=network_channels_per_nic(),
-                   nvls_channels=int(nccl["nvls_channels"]), max_channels=cap)
+                   nvls_channels=int(entry["nvls_channels"]), max_channels=cap)
 
