@@ -200,3 +200,26 @@ def test_llama3_405b_end_stages_hold_only_the_layers_in_flight():
     first, last = stages[0][0], stages[-1][0]
     assert first.activations == pytest.approx(112 * LLAMA3_LAYER_ACTIVATION, rel=1e-12)
     assert last.activations == pytest.approx(113 * LLAMA3_LAYER_ACTIVATION, rel=1e-12)
+
+
+@pytest.mark.parametrize("recompute, attention, working", [
+    # Full recompute stores each layer's input (2 s b h / t with SP); while the backward recomputes a layer, that
+    # layer's activations are all there: s b h / t (34 + 5 a s / h) with standard attention, 34 without scores.
+    ("full", "standard", lambda s, b, h, a, t: s * b * h / t * (34 + 5 * a * s / h - 2)),
+    ("full", "flash", lambda s, b, h, a, t: s * b * h / t * (34 - 2)),
+    # Selective recompute rebuilds one layer's attention scores, 5 a s^2 b / t; flash attention stores none.
+    ("selective", "standard", lambda s, b, h, a, t: 5 * a * s * s * b / t),
+    ("selective", "flash", lambda s, b, h, a, t: 0.0),
+    ("none", "standard", lambda s, b, h, a, t: 0.0),
+])
+def test_recompute_holds_the_layer_it_recomputes(recompute, attention, working):
+    # GPT 18.4B (h 6144, 48 heads), TP 8 with SP, PP 4, DDP over 2: every stage holds its stored activations, two
+    # DDP buckets of 25 MiB and, with recompute, the one layer the backward is rebuilding.
+    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"), [
+        "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=true", "training.micro_batch=1",
+        "training.global_batch=8", f"training.recompute={recompute}", f"training.attention={attention}",
+        "cluster.nodes=4"])
+    step = build_training_step(loaded.scenario, build_topology(loaded))
+    s, b, h, a, t = 2048, 1, 6144, 48, 8
+    for breakdown, _ in stage_memory(loaded.scenario, step):
+        assert breakdown.buffers == pytest.approx(working(s, b, h, a, t), rel=1e-12)

@@ -212,6 +212,17 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     return outside + inside + scores
 
 
+def recompute_working_bytes(model: ModelSpec, shard: ShardShape, recompute: Recompute, rematerialized: Recompute,
+                            routed_tokens: float | None = None) -> float:
+    """Bytes the backward holds beyond the stored activations while it recomputes one layer: that layer's
+    activations as the forward without recompute keeps them (``rematerialized``: ``none``, or ``selective``
+    under flash attention, which keeps no score matrix), less what ``recompute`` stored for it. Korthikanti et
+    al.'s ``2 s b h L`` for full recompute counts the stored inputs only; the layer being recomputed comes on
+    top, ``s b h (34 + 5 a s / h)`` for a GPT layer without TP."""
+    return (activation_bytes_per_layer(model, shard, rematerialized, routed_tokens)
+            - activation_bytes_per_layer(model, shard, recompute, routed_tokens))
+
+
 def weight_grad_bytes_per_layer(model: ModelSpec, shard: ShardShape, routed_tokens: float | None = None) -> float:
     """Bytes one layer keeps from a micro-batch's input-grad backward (B) to its deferred weight-grad pass (W) on
     one rank: the input and the output gradient of each weight GEMM, which W multiplies (dW = X^T dY).

@@ -34,7 +34,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     FSDP's shard_grad_op, whose accumulators live only from a chunk's first gradient action to its last
     (fsdp_accumulator_bytes). Buffers: PyTorch FSDP's unsharded working set of wrapped units
     (memory.fsdp_working_set_bytes), DeepSpeed ZeRO-3's two gathered layers, two layers of gradients for
-    sharded gradient steps, or DDP's two buckets (with shard_grad_op's accumulators)."""
+    sharded gradient steps, or DDP's two buckets (with shard_grad_op's accumulators); with recompute, also the
+    layer the backward recomputes (memory.recompute_working_bytes), on every stage that holds layers."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -70,6 +71,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
             if accumulates and plan.sharding.fsdp:
                 buffers += fsdp_accumulator_bytes(step, pp_rank)
+        if layers:
+            buffers += memory.recompute_working_bytes(model, shard, stored_activations(training),
+                                                      rematerialized_activations(training), step.routed_tokens)
         breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,
@@ -156,11 +160,17 @@ def _per_virtual_stage(scenario: Scenario, step: TrainingStep,
 
 
 def stored_activations(training: TrainingConfig) -> Recompute:
-    """The recompute mode whose activation accounting applies: flash attention keeps no score matrix for the
-    backward, which saves exactly what selective recompute saves."""
-    if training.attention == "flash" and training.recompute == "none":
-        return "selective"
+    """The recompute mode whose activation accounting applies to what the forward stores for the backward."""
+    if training.recompute == "none":
+        return rematerialized_activations(training)
     return training.recompute
+
+
+def rematerialized_activations(training: TrainingConfig) -> Recompute:
+    """The accounting of a layer's activations when all of them are kept (no recompute, or one layer while the
+    backward recomputes it): flash attention keeps no score matrix for the backward, which saves exactly what
+    selective recompute saves."""
+    return "selective" if training.attention == "flash" else "none"
 
 
 def memory_bound_share(step: TrainingStep) -> float:
