@@ -223,3 +223,16 @@ def test_recompute_holds_the_layer_it_recomputes(recompute, attention, working):
     s, b, h, a, t = 2048, 1, 6144, 48, 8
     for breakdown, _ in stage_memory(loaded.scenario, step):
         assert breakdown.buffers == pytest.approx(working(s, b, h, a, t), rel=1e-12)
+
+
+def test_learned_position_table_is_whole_on_every_tp_rank():
+    # Megatron-LM splits the token table by vocabulary over TP but keeps the position table (2048 x h for the
+    # SC21 GPTs) whole on every TP rank; its gradients go into the first stage's buckets the same way.
+    gpt = get_model("megatron-18.4b")
+    first = gpt.vocab * gpt.hidden / 8 + 2048 * gpt.hidden
+    assert rank_params(gpt, 8, 0, first_stage=True, last_stage=False) == pytest.approx(first, rel=1e-12)
+    loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"),
+                           ["parallelism.pp=4", "cluster.nodes=8"])
+    step = build_training_step(loaded.scenario, build_topology(loaded))
+    embedding = step.plan.stages[0].blocks[0]
+    assert embedding.name == "embedding" and embedding.tensors == pytest.approx((first,), rel=1e-12)

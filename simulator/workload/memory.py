@@ -146,13 +146,22 @@ def moe_activation_bytes(model: ModelSpec, shard: ShardShape, routed_tokens: flo
     return received * (d * model.hidden + per_expert_token) + own_tokens * moe.shared_experts * per_expert_token
 
 
+def embedding_rank_params(model: ModelSpec, tp: int) -> float:
+    """Embedding parameters one tensor-parallel rank holds: the token table split by vocabulary, the learned
+    position table (GPT style) whole, as Megatron-LM keeps it (a plain ``torch.nn.Embedding`` on every TP rank
+    beside the ``VocabParallelEmbedding``)."""
+    tokens = model.vocab * model.hidden
+    return tokens / tp + (model.embedding_params() - tokens)
+
+
 def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_stage: bool, ep: int = 1) -> float:
     """Parameters one tensor-parallel rank of a pipeline stage holds (norms are replicated, not split).
 
     A MoE layer's router and shared experts are held whole and its routed experts split ``ep`` ways
     (parallel/experts.py: expert tensor parallelism 1).
-    The first stage holds the embedding (vocabulary split t ways); the last holds the final norm and the output
-    layer, or a copy of the embedding when tied (Megatron keeps that copy on the last stage).
+    The first stage holds the embedding (embedding_rank_params: vocabulary split t ways); the last holds the
+    final norm and the output layer, or a copy of the token table when tied (Megatron keeps that copy on the
+    last stage).
     """
     norms = 2 * model.norm_params()
     mlp = model.mlp_params()
@@ -163,7 +172,7 @@ def rank_params(model: ModelSpec, tp: int, layers: int, first_stage: bool, last_
     per_layer = (model.layer_params() - norms - mlp) / tp + mlp_share + norms
     total = layers * per_layer
     if first_stage:
-        total += model.embedding_params() / tp
+        total += embedding_rank_params(model, tp)
     if last_stage:
         output = model.vocab * model.hidden / tp
         if model.tied_embeddings and first_stage:

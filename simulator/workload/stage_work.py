@@ -13,6 +13,7 @@ from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.workload.experts import MoELayer
+from simulator.workload.memory import embedding_rank_params
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times, sm_bound_duration
 from simulator.workload.transformer import (
     AttentionCost,
@@ -186,7 +187,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
         blocks = []
         if index == 0:
             blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
-                                 tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(model.embedding_params() / t,),
+                                 tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(embedding_rank_params(model, t),),
                                  tp_pattern=TpPattern.EMBEDDING))
         for number in range(first_layer, first_layer + count):
             blocks.append(replace(attention_block, name=f"L{number}.attn", layer=number))
