@@ -502,7 +502,7 @@ def _parser() -> argparse.ArgumentParser:
                                 help="run every case of scenarios/published/ and regenerate docs/validation.md")
     published.add_argument("--folder", default="scenarios/published", help="folder of published cases")
     published.add_argument("--out", default="docs/validation.md", help="report to write")
-    published.add_argument("--jobs", type=int, default=1, help="cases simulated in parallel processes")
+    published.add_argument("--jobs", type=_at_least(1), default=1, help="cases simulated in parallel processes")
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")
     published.set_defaults(func=_cmd_validate_published)

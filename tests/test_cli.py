@@ -336,12 +336,15 @@ def test_chunking_off_reads_as_yaml_writes_it():
      "trainsim collective: argument --efficiency: invalid choice: '0.5' (choose from 'calibrated', 'ideal')"),
     (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"], "trainsim sweep: argument --workers: '-3' is below 0"),
     (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"], "trainsim sweep: argument --max-points: '0' is below 1"),
+    (["validate-published", "--jobs", "0"], "trainsim validate-published: argument --jobs: '0' is below 1"),
+    (["validate-published", "--jobs", "-3"], "trainsim validate-published: argument --jobs: '-3' is below 1"),
     (["search", "S", "--out", "OUT", "--workers", "x"],
      "trainsim search: argument --workers: 'x' is not a whole number"),
 ])
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for
-    workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep."""
+    workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep;
+    validate-published --jobs 0 or -3 ran the cases serially as if the flag were absent."""
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
