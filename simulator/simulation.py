@@ -28,7 +28,7 @@ from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
-from simulator.errors import InputError, TopologyError
+from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.config.loader import LoadedScenario
-    from simulator.config.schema import Scenario
+    from simulator.config.schema import CollectiveItem, Scenario
     from simulator.engine.faults import FaultHooks
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
@@ -221,16 +221,16 @@ def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
 
     settings = network_settings(loaded)
     step_faults(loaded, topology)
-    verdict = Verdict({}, ())
     workload = loaded.scenario.workload
+    plans = plan_cache(topology, settings)
     if loaded.scenario.model is None and isinstance(workload, list):
-        ops: list[Op] = located(loaded, lambda: list(build_comm_program(workload, topology.num_gpus)))
-    else:
-        program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
-        ops = list(program.ops)
-        verdict = Verdict(dict(program.memory), tuple(program.warnings))
-    located(loaded, lambda: plan_every_collective(ops, plan_cache(topology, settings)))
-    return verdict
+        items = workload
+        ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
+        located(loaded, lambda: plan_workload(items, ops, plans))
+        return Verdict({}, ())
+    program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
+    located(loaded, lambda: plan_every_collective(program.ops, plans))
+    return Verdict(dict(program.memory), tuple(program.warnings))
 
 
 def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
@@ -239,6 +239,22 @@ def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
     for op in ops:
         if isinstance(op, CollectiveOp):
             plans.phases(op, op.group)
+
+
+def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plans: PlanCache) -> None:
+    """`plan_every_collective` for a workload list: an algorithm an item names itself that cannot run its
+    collective is that item's error (`workload[i].algorithm`), not the run default's."""
+    from simulator.workload.comm_program import item_names
+
+    index_of = {name: index for index, name in enumerate(item_names(items))}
+    for op in ops:
+        try:
+            plans.phases(op, op.group)
+        except ScenarioError as exc:
+            if exc.field != "collectives.algorithm" or op.algorithm == "auto":
+                raise
+            raise ScenarioError(exc.problem, field=f"workload[{index_of[op.name]}].algorithm",
+                                allowed=exc.allowed) from None
 
 
 def located(loaded: LoadedScenario, build):
@@ -442,7 +458,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     settings = network_settings(loaded)
     faults.slowdowns = faults.plan.slowdown_of()
     plans = plan_cache(topology, settings)
-    located(loaded, lambda: plan_every_collective(ops, plans))
+    located(loaded, lambda: plan_workload(workload, ops, plans))
     result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress,
                                                       plans=plans))
     run = Result({}, topology, result.log)

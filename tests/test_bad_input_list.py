@@ -292,6 +292,19 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "collective-algorithm-for-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "all_gather",
                                          "--algorithm", "tree"], 2,
                                     "error: command line: --algorithm: algorithm 'tree' does not implement all_gather"),
+    # an item's own algorithm is blamed on the item (it was 's.yaml:1: collectives.algorithm', a section the
+    # file does not have); the run default still on its own line
+    "workload-item-algorithm-for-op": (scenario(COMM.replace("all_reduce, bytes: 64 MiB",
+                                                             "broadcast, bytes: 1 MiB, algorithm: nvls")), RUN, 2,
+                                       "s.yaml:3: workload[0].algorithm: algorithm 'nvls' does not implement "
+                                       "broadcast"),
+    "workload-item-hierarchical-uneven": (scenario(
+        "cluster: {topology: dgx-h100-cluster, nodes: 2}\nworkload:\n"
+        "  - {op: all_reduce, bytes: 1 MiB}\n  - {op: all_reduce, bytes: 1 MiB, group: [0, 1, 8],"
+        " algorithm: hierarchical}\n"), VALIDATE, 2, "s.yaml:4: workload[1].algorithm: hierarchical all_reduce"),
+    "workload-default-algorithm-for-op": (scenario(COMM.replace("all_reduce, bytes: 64 MiB", "broadcast, bytes: 1 MiB")
+                                                   + "collectives: {algorithm: nvls}\n"), VALIDATE, 2,
+                                          "s.yaml:4: collectives.algorithm: algorithm 'nvls' does not implement"),
     "size-beyond-a-petabyte": (scenario(COMM.replace("64 MiB", "1e30 B")), RUN, 2,
                                "s.yaml:3: workload[0].bytes: size '1e30 B' is more than 1 PiB, beyond any GPU's "
                                "memory (allowed: a size up to 1 PiB (2^50 B), e.g. 64 MiB)"),

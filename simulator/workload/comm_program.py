@@ -42,9 +42,14 @@ def resolve_group(item: CollectiveItem, index: int, num_gpus: int) -> tuple[int,
     return members
 
 
+def item_names(items: list[CollectiveItem]) -> list[str]:
+    """Each item's name, the one its ops carry: its own, else `op#index`."""
+    return [item.name or f"{item.op}#{i}" for i, item in enumerate(items)]
+
+
 def build_comm_program(items: list[CollectiveItem], num_gpus: int) -> list[CollectiveOp]:
     """Ops for every GPU from the scenario's workload list, in file order per GPU."""
-    names = [item.name or f"{item.op}#{i}" for i, item in enumerate(items)]
+    names = item_names(items)
     first_seen: dict[str, int] = {}
     for i, name in enumerate(names):
         if name in first_seen:
