@@ -225,7 +225,7 @@ def _plot_goodput(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.gantt import gantt_figure
     from simulator.report.memory_timeline import memory_figure
-    from simulator.report.outputs import load_run_outputs, save_figure, simulated_ranks
+    from simulator.report.outputs import load_run_outputs, refuse_ranks_without_ops, save_figure
     from simulator.report.run_folder import record_figure
 
     if args.chart == "goodput":
@@ -248,7 +248,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if ranks is not None and any(not 0 <= rank < gpus for rank in ranks):
             raise InputError(f"{args.ranks!r} names ranks the run does not have", field="--ranks",
                              allowed=f"0..{gpus - 1}")
-        _refuse_ranks_without_ops(ranks, simulated_ranks(run.timeline))
+        refuse_ranks_without_ops(ranks or (), run.timeline, "--ranks")
         window = _window(args.window)
         end_s = float(run.timeline["end_s"].max()) if len(run.timeline) else 0.0
         if window is not None and window[0] >= end_s:
@@ -297,17 +297,6 @@ def _ranks(text: str | None) -> list[int] | None:
             raise InputError(f"{part!r} is a range from high to low", field="--ranks", allowed=allowed)
         ranks += list(range(low, high + 1))
     return ranks
-
-
-def _refuse_ranks_without_ops(ranks: list[int] | None, simulated: list[int]) -> None:
-    """A rank folded into an equivalent one (or left out of a per-stage timeline) has no ops of its own: its
-    row would be drawn idle from start to end."""
-    missing = [rank for rank in ranks or () if rank not in set(simulated)]
-    if missing:
-        shown = ", ".join(map(str, simulated[:16])) + (", ..." if len(simulated) > 16 else "")
-        raise InputError(f"rank {missing[0]} has no ops in this run's timeline (folded into an equivalent rank, "
-                         f"or not kept by run.timeline)", field="--ranks",
-                         allowed=f"a simulated rank: {shown}; or rerun with run.fold: false")
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

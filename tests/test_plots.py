@@ -13,6 +13,7 @@ import pytest
 
 import simulator
 from simulator.cli import main
+from simulator.errors import InputError
 from simulator.report.gantt import gantt_figure
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
 from simulator.report.outputs import simulated_ranks
@@ -148,6 +149,20 @@ def test_memory_with_interleaving_and_recompute_returns_to_the_static_state(tmp_
                                                      rel=REL)
         assert curve["bytes"].min() == pytest.approx(static, rel=REL)
         assert curve["bytes"].iloc[-1] == pytest.approx(static, rel=REL)
+
+
+def test_memory_of_a_folded_rank_is_refused(small_model_runs):
+    """Rank 1 (TP rank 1 of stage 0) is folded into rank 0: its curve was stage 0's static memory alone,
+    drawn and labelled with that as its peak."""
+    run = small_model_runs["1f1b"]
+    allowed = "(allowed: a simulated rank: 0, 2, 4, 6; or rerun with run.fold: false)"
+    with pytest.raises(InputError) as refused:
+        memory_timeline(run.timeline, run.summary, 1)
+    assert str(refused.value) == ("<input>: rank: rank 1 has no ops in this run's timeline (folded into an "
+                                  f"equivalent rank, or not kept by run.timeline) {allowed}")
+    with pytest.raises(InputError) as refused:
+        memory_figure(run.timeline, run.summary, ranks=[0, 1])
+    assert refused.value.field == "ranks" and str(refused.value).endswith(allowed)
 
 
 def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):

@@ -20,6 +20,7 @@ from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
     pipeline_actions,
+    refuse_ranks_without_ops,
     stage_of,
     stage_representatives,
     time_unit,
@@ -87,7 +88,9 @@ def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.
 
 def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
     """Bytes in use on ``rank`` as a step function: columns time_s, bytes; each row holds from its time until
-    the next row's. Frees at a moment are applied before allocations at the same moment."""
+    the next row's. Frees at a moment are applied before allocations at the same moment. A rank without ops
+    of its own (folded) is refused: its curve would be its stage's static memory alone."""
+    refuse_ranks_without_ops([rank], timeline, "rank")
     entry = _stage_entry(summary, stage_of(summary, rank))
     static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
     chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
@@ -105,8 +108,12 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
 
 def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     """GiB in use over time on ``ranks`` (default: one simulated rank per pipeline stage), with the GPU's
-    memory capacity as a dashed line."""
-    ranks = stage_representatives(timeline, summary) if ranks is None else [int(r) for r in ranks]
+    memory capacity as a dashed line. Given ``ranks`` must have ops of their own (not folded)."""
+    if ranks is None:
+        ranks = stage_representatives(timeline, summary)
+    else:
+        ranks = [int(r) for r in ranks]
+        refuse_ranks_without_ops(ranks, timeline, "ranks")
     curves = [(rank, memory_timeline(timeline, summary, rank)) for rank in ranks]
     span = max((float(curve["time_s"].max()) for _, curve in curves), default=0.0)
     scale, unit = time_unit(span)

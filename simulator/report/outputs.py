@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.errors import InputError
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
@@ -85,6 +86,18 @@ def simulated_ranks(timeline: pd.DataFrame) -> list[int]:
     """Ranks with ops of their own in the timeline; ranks folded into a representative have only flows."""
     rows = timeline[(timeline["rank"] >= 0) & (timeline["kind"] != "flow")]
     return sorted(int(r) for r in rows["rank"].unique())
+
+
+def refuse_ranks_without_ops(ranks, timeline: pd.DataFrame, field: str) -> None:
+    """A rank folded into an equivalent one (or left out of a per-stage timeline) has no ops of its own: its
+    Gantt row would be drawn idle from start to end, its memory curve as its stage's static memory alone."""
+    simulated = simulated_ranks(timeline)
+    missing = [rank for rank in ranks if rank not in set(simulated)]
+    if missing:
+        shown = ", ".join(map(str, simulated[:16])) + (", ..." if len(simulated) > 16 else "")
+        raise InputError(f"rank {missing[0]} has no ops in this run's timeline (folded into an equivalent rank, "
+                         f"or not kept by run.timeline)", field=field,
+                         allowed=f"a simulated rank: {shown}; or rerun with run.fold: false")
 
 
 def stage_representatives(timeline: pd.DataFrame, summary: dict) -> list[int]:
