@@ -143,14 +143,20 @@ random:
 
 @pytest.mark.parametrize("axes, problem, line", [
     ("grid: {parallelism.ppp: [1, 2]}", "grid.parallelism.ppp: unknown key 'ppp' (allowed: strategy, tp,", 8),
-    ("grid: {parallelism.pp: []}", "List should have at least 1 item", 8),
+    ("grid: {parallelism.pp: []}", "grid.parallelism.pp: [] is empty (allowed: at least 1 item)", 8),
+    ("random: {samples: 2, axes: {parallelism.pp: []}}",
+     "random.axes.parallelism.pp: [] is empty (allowed: at least 1 item)", 8),  # was '.RandomRange: expected..'
+    ("random: {samples: 2, axes: {}}", "random.axes: {} is empty (allowed: at least 1 item)", 8),
     ("grid: {parallelism.ddp.bucket: [1 MiB, 25 parsecs]}", "value '25 parsecs'", 8),
     ("grid: {parallelism.tp: [1, two]}", "value 'two'", 8),
     ("grid: {training.seq_len.x: [1]}", "training.seq_len has no sub-fields", 8),
     ("zip: {parallelism.pp: [1, 2], parallelism.tp: [1]}", "different lengths", 8),
     ("grid: {training.microbatches: [1, 2, 3, 4]}\ngrid2: 1", "unknown key 'grid2'", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['training.micro > 1']",
-     "training.micro: unknown key 'micro'", 9),
+     "training.micro: unknown key 'micro' (allowed: seq_len,", 9),
+    ("grid: {training.microbatches: [1, 2]}\nconstraints: ['parallelism.pq > 1']",  # one group of allowed
+     "parallelism.pq: unknown key 'pq' (allowed: strategy, tp, cp, cp_algorithm, cp_load_balance, ep, pp, dp, "
+     "order, sequence_parallel, tp_comm_overlap, pipeline, zero, fsdp, ddp)", 9),
     ("grid: {training.microbatches: [1, 2]}\nconstraints: ['__import__(\"os\")']", "uses Call", 9),
     ("grid: {'workload[0.bytes': [1 MiB]}", "not a field path", 8),
     ("random: {seed: -1, samples: 2, axes: {training.microbatches: [1, 2]}}", "random.seed: -1 is below 0", 8),
@@ -168,6 +174,7 @@ def test_bad_sweep_file_is_one_located_error(tmp_path, capsys, axes, problem, li
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and problem in err and f"sweep.yaml:{line}:" in err
+    assert err.count("(allowed: ") <= 1
     assert not (tmp_path / "out").exists()
 
 

@@ -157,10 +157,11 @@ def _section_names(annotation: object) -> set[str]:
 _SECTION_NAMES = _section_names(Scenario)
 
 
-def _is_type_tag(part: object) -> bool:
-    """Whether a pydantic error location part names a union member type rather than a field."""
+def _is_type_tag(part: object, sections: set[str]) -> bool:
+    """Whether a pydantic error location part names a union member type (a type or one of ``sections``)
+    rather than a field."""
     return isinstance(part, str) and ("[" in part or part.startswith("function-") or part in _TYPE_TAGS
-                                      or part in _SECTION_NAMES)
+                                      or part in sections)
 
 
 _TYPE_PROBLEMS = {
@@ -180,15 +181,18 @@ _TYPE_PROBLEMS = {
 }
 """Pydantic's type errors as plain words: what the field expected, and an example of it."""
 
+_LENGTH_PROBLEMS = {"too_short": ("min_length", "at least"), "too_long": ("max_length", "at most")}
+"""Pydantic's length errors of lists and mappings: the bound's key in the error's context, and its words."""
+
 _BOUND_PROBLEMS = {"greater_than_equal": ("ge", "below", ">="), "greater_than": ("gt", "not above", ">"),
                    "less_than_equal": ("le", "above", "<="), "less_than": ("lt", "not below", "<")}
 """Pydantic's bound errors: the bound's key in the error's context, how the value misses it, the comparison."""
 
 
-def _location(error: ErrorDetails) -> tuple:
+def _location(error: ErrorDetails, sections: set[str]) -> tuple:
     """The field path of a pydantic error: its location without union member tags, and below it the field a
     section's check blames (FieldProblem)."""
-    loc = tuple(part for part in error["loc"] if not _is_type_tag(part))
+    loc = tuple(part for part in error["loc"] if not _is_type_tag(part, sections))
     blamed = error.get("ctx", {}).get("error")
     return loc + blamed.path if isinstance(blamed, FieldProblem) else loc
 
@@ -198,7 +202,8 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
                      overrides: tuple[Override, ...] = ()) -> ScenarioError:
     """The first pydantic error as a located one-line ScenarioError."""
     errors = exc.errors(include_url=False)
-    cleaned = [_location(error) for error in errors]
+    sections = _SECTION_NAMES | _section_names(model)
+    cleaned = [_location(error, sections) for error in errors]
     deepest = max(range(len(errors)),
                   key=lambda i: (len(cleaned[i]), errors[i]["type"] == "extra_forbidden", -i))
     first, loc = errors[deepest], cleaned[deepest]
@@ -225,6 +230,11 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         key, miss, sign = _BOUND_PROBLEMS[kind]
         bound = first.get("ctx", {}).get(key)
         message, allowed = f"{first.get('input')!r} is {miss} {bound}", f"a value {sign} {bound}"
+    elif kind in _LENGTH_PROBLEMS:
+        key, words = _LENGTH_PROBLEMS[kind]
+        bound, length = first.get("ctx", {}).get(key), first.get("ctx", {}).get("actual_length")
+        message = f"{first.get('input')!r} is empty" if length == 0 else f"{first.get('input')!r} has {length} items"
+        allowed = f"{words} {bound} item" + ("" if bound == 1 else "s")
     elif kind in _TYPE_PROBLEMS:
         message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
     return located_error(loc, message, allowed, source, lines, overrides, error)

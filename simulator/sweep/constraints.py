@@ -52,8 +52,8 @@ def parse_constraint(text: str) -> Constraint:
                 raise ScenarioError(f"constraint {text!r}: {ast.unparse(node)} is not a field path", allowed=ALLOWED)
             problem = path_problem(parse_field(path))
             if problem is not None:
-                where = f" (allowed: {problem.allowed})" if problem.allowed else ""
-                raise ScenarioError(f"constraint {text!r}: {path}: {problem.problem}{where}", allowed=ALLOWED)
+                raise ScenarioError(f"constraint {text!r}: {path}: {problem.problem}",
+                                    allowed=problem.allowed or ALLOWED)
         elif not isinstance(node, _NODES):
             raise ScenarioError(f"constraint {text!r} uses {type(node).__name__}", allowed=ALLOWED)
     return Constraint(text, tree)
