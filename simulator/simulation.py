@@ -18,6 +18,7 @@ import simpy
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
+from simulator.collectives.names import AlgorithmChoice
 from simulator.collector import collector_paused
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import Contention, NcclChannels
@@ -82,7 +83,7 @@ class NetworkSettings:
 
     mode: NetworkMode = "flow"
     efficiency: tuple[tuple[str, float], ...] = ()
-    algorithm: str = "auto"
+    algorithm: AlgorithmChoice = "auto"
     chunk_bytes: float | None = None
     channels: int = 0
 

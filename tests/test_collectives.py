@@ -10,12 +10,14 @@ from functools import partial
 
 import pytest
 
-from simulator.collectives.busbw import bus_bandwidth, bus_bandwidth_factor
+from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
 from simulator.collectives.execute import time_collective
-from simulator.collectives.names import PRIMITIVES
+from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
+from simulator.collectives.sweep import collective_sweep
+from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology, Wiring, add_link
 
@@ -264,12 +266,26 @@ def test_send_recv_is_one_transfer():
     assert close(time_collective(switch_topology(8), "send_recv", "auto", (3, 5), MIB), ALPHA + MIB / BANDWIDTH)
 
 
-def test_unknown_algorithm_lists_the_choices():
+def test_an_unknown_algorithm_or_collective_is_refused_where_it_enters_and_lists_the_choices():
+    """The command line's op and algorithm are checked once, by `trainsim collective` (a scenario's by the
+    schema): the planner takes only the typed sets."""
     with pytest.raises(ScenarioError) as info:
-        plan_collective(CollectiveRequest("all_reduce", (0, 1), MIB), switch_topology(2), "butterfly")
-    assert "unknown algorithm 'butterfly'" in str(info.value)
+        collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="butterfly", ranks=2, sizes=[MIB])
+    assert (info.value.problem, info.value.field) == ("unknown algorithm 'butterfly'", "collectives.algorithm")
     assert info.value.allowed == ("ring, tree, hierarchical, direct, halving_doubling, nvls, collnet_direct, "
                                   "nvls_sharp, auto")
+    with pytest.raises(ScenarioError) as info:
+        collective_sweep("dgx-h100", {}, op="gather", algorithm="auto", ranks=2, sizes=[MIB])
+    assert (info.value.problem, info.value.field) == ("unknown collective 'gather'", "op")
+    assert info.value.allowed == ", ".join(PRIMITIVES)
+
+
+def test_a_scenario_names_an_algorithm_of_the_one_set():
+    text = "cluster: {topology: dgx-h100}\ncollectives: {algorithm: butterfly}\nworkload: []\n"
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_text(text, "s.yaml")
+    assert (info.value.field, info.value.line) == ("collectives.algorithm", 2)
+    assert all(name in info.value.allowed for name in ALGORITHM_CHOICES)
 
 
 def test_unsupported_primitive_names_the_algorithms_that_can():
@@ -278,7 +294,7 @@ def test_unsupported_primitive_names_the_algorithms_that_can():
     assert "does not implement all_to_all" in str(info.value) and "direct" in info.value.allowed
 
 
-@pytest.mark.parametrize("bad", [dict(op="gather"), dict(ranks=(0, 0)), dict(ranks=(0, 9)), dict(nbytes=-1.0),
+@pytest.mark.parametrize("bad", [dict(ranks=(0, 0)), dict(ranks=(0, 9)), dict(nbytes=-1.0),
                                  dict(root=2), dict(chunk_bytes=0.0)])
 def test_bad_requests_are_rejected(bad):
     request = dict(op="all_reduce", ranks=(0, 1), nbytes=MIB) | bad
@@ -314,6 +330,6 @@ def test_busbw_factors_and_ring_busbw_reaches_link_speed():
     assert bus_bandwidth_factor("all_gather", 4) == pytest.approx(0.75)
     assert bus_bandwidth_factor("broadcast", 64) == 1.0
     assert set(PRIMITIVES) == {"broadcast", "reduce", "all_reduce", "reduce_scatter", "all_gather", "all_to_all",
-                               "send_recv"}
+                               "send_recv"} == set(BUS_FACTORS)
     time_s = time_collective(switch_topology(16, alpha=0.0), "all_reduce", "ring", 16, GIB)
     assert close(bus_bandwidth("all_reduce", 16, GIB, time_s), BANDWIDTH, tolerance=1e-6)

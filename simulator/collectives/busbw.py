@@ -3,9 +3,11 @@ that makes the number comparable to a link's speed whatever the group size)."""
 
 from __future__ import annotations
 
-from simulator.errors import ScenarioError
+from collections.abc import Callable
 
-BUS_FACTORS = {
+from simulator.collectives.names import Primitive
+
+BUS_FACTORS: dict[Primitive, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -14,13 +16,11 @@ BUS_FACTORS = {
     "reduce": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
 }
-"""op -> factor for n ranks, as nccl-tests' doc/PERFORMANCE.md defines them."""
+"""op -> factor for n ranks, as nccl-tests' doc/PERFORMANCE.md defines them (every primitive has one)."""
 
 
-def bus_bandwidth_factor(op: str, ranks: int) -> float:
+def bus_bandwidth_factor(op: Primitive, ranks: int) -> float:
     """The nccl-tests busbw/algbw factor of ``op`` over ``ranks`` ranks."""
-    if op not in BUS_FACTORS:
-        raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(BUS_FACTORS))
     return BUS_FACTORS[op](ranks)
 
 
@@ -29,6 +29,6 @@ def algorithm_bandwidth(nbytes: float, time_s: float) -> float:
     return nbytes / time_s
 
 
-def bus_bandwidth(op: str, ranks: int, nbytes: float, time_s: float) -> float:
+def bus_bandwidth(op: Primitive, ranks: int, nbytes: float, time_s: float) -> float:
     """busbw in bytes/s: algbw times the op's factor."""
     return algorithm_bandwidth(nbytes, time_s) * bus_bandwidth_factor(op, ranks)

@@ -8,11 +8,13 @@ the root.
 
 from __future__ import annotations
 
+from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS = ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "send_recv")
+OPS: tuple[Primitive, ...] = ("all_to_all", "all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce",
+                              "send_recv")
 
 
 def shifted_pairs(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network, Transfers
@@ -104,7 +105,7 @@ def run_plans(env: simpy.Environment, network: Network, topology: Topology, plan
     return PlanRunner(network, topology).run_plans(env, plans, key)
 
 
-def time_collective(topology: Topology, op: str, algorithm: str, ranks, nbytes: float, *,
+def time_collective(topology: Topology, op: Primitive, algorithm: AlgorithmChoice, ranks, nbytes: float, *,
                     efficiency: dict[str, float] | None = None, mode: NetworkMode = "flow",
                     chunk_bytes: float | None = None, channels: int | None = None, root: int = 0) -> float:
     """Seconds one collective takes alone on an idle network; ``ranks`` is a count (GPUs 0..k-1) or a list."""

@@ -7,13 +7,14 @@ With g group members per host and N hosts, all-reduce costs
 
 from __future__ import annotations
 
+from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.ring import group_by_host, merge_parallel, ring_phase
 from simulator.collectives.tree import binomial_phases
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
 def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hierarchical") -> list[list[int]]:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 
 from simulator.collectives.hierarchical import host_grid
+from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
+OPS: tuple[Primitive, ...] = ("all_reduce", "reduce_scatter", "all_gather")
 LATENCY = 25e-6
 """NCCL's latency of an NVLS collective, Simple protocol (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS])."""
 TREE_NET_LATENCY = 20.9e-6
@@ -31,7 +32,7 @@ TREE_NET_LATENCY = 20.9e-6
 LATENCY + 2 log2(hosts) x this."""
 
 
-def link_bytes(op: str, nbytes: float, size: int) -> float:
+def link_bytes(op: Primitive, nbytes: float, size: int) -> float:
     """Bytes an NVLS collective moves over each member's busiest switch link."""
     return nbytes * (size + 1) / size if op == "all_reduce" else nbytes
 
@@ -41,7 +42,7 @@ def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
     return topology.nvls and len({topology.gpu_domain[rank] for rank in ranks}) == 1
 
 
-def _in_switch(groups: list[list[int]], op: str, nbytes: float) -> list[Transfer]:
+def _in_switch(groups: list[list[int]], op: Primitive, nbytes: float) -> list[Transfer]:
     """The transfers of one NVLS collective in every group at once (one group per NVLink domain)."""
     transfers = []
     for members in groups:

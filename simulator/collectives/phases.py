@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from simulator.collectives.names import Primitive
+
 
 class Transfer(NamedTuple):
     """``nbytes`` from GPU ``src`` to GPU ``dst`` (global GPU indices) over route ``channel``. A named tuple:
@@ -50,7 +52,7 @@ class CollectiveRequest:
     the group can use); ``pair_bytes`` sizes each pair of an uneven all_to_all (row = sender, group order).
     """
 
-    op: str
+    op: Primitive
     ranks: tuple[int, ...]
     nbytes: float
     root: int = 0

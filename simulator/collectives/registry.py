@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
 from simulator.collectives.chunking import check_chunk
-from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.ring import channel_count, group_by_host, rails_used
 from simulator.collectives.tree import chunk_count
@@ -30,11 +30,11 @@ class Algorithm:
     its NVLS channels (``nvls_channels``, the SMs its kernel holds; engine/contention.py)."""
 
     plan: Planner
-    ops: tuple[str, ...]
+    ops: tuple[Primitive, ...]
     nvls_channels: bool = False
 
 
-ALGORITHMS: dict[str, Algorithm] = {
+ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "ring": Algorithm(ring.plan, ring.OPS),
     "tree": Algorithm(tree.plan, tree.OPS),
     "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS),
@@ -46,33 +46,25 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 """name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 
-ALGORITHM_NAMES = ", ".join(ALGORITHM_CHOICES)
-
-
-def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: str = "auto") -> list[Phase]:
+def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice = "auto"
+                    ) -> list[Phase]:
     """Check ``request``, resolve ``algorithm`` (a registered name or "auto") and return its phases."""
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ScenarioError(f"unknown algorithm {algorithm!r}", field="collectives.algorithm",
-                            allowed=ALGORITHM_NAMES)
     check_request(request, topology)
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
     if request.op == "send_recv":
         return direct.plan(request, topology)
-    if algorithm == "auto":
-        algorithm = choose_algorithm(request, topology)
-    chosen = ALGORITHMS[algorithm]
+    name = choose_algorithm(request, topology) if algorithm == "auto" else algorithm
+    chosen = ALGORITHMS[name]
     if request.op not in chosen.ops:
         able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
-        raise ScenarioError(f"algorithm {algorithm!r} does not implement {request.op}",
+        raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
                             field="collectives.algorithm", allowed=f"{able} or auto")
     return chosen.plan(request, topology)
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:
     """Reject a request no algorithm can plan, naming the field and what would be accepted."""
-    if request.op not in PRIMITIVES:
-        raise ScenarioError(f"unknown collective {request.op!r}", field="op", allowed=", ".join(PRIMITIVES))
     ranks = request.ranks
     if not ranks or len(set(ranks)) != len(ranks):
         raise ScenarioError(f"group {ranks} must list distinct GPUs", field="group", allowed="distinct GPU indices")
@@ -99,7 +91,7 @@ def link_costs(topology: Topology, src: int, dst: int) -> tuple[float, float]:
     return topology.path_latency(src, dst), float(min(topology.link_bandwidth[i] for i in path))
 
 
-def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float]:
+def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmName, float]:
     """Alpha-beta time estimates (seconds) of the candidates `auto` weighs for this request."""
     size, n = len(request.ranks), request.nbytes
     hosts = group_by_host(request.ranks, topology)
@@ -115,8 +107,9 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
     count = len(hosts)
     mean_hop = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
     ring_bandwidth = min(b_in, rails * b_out) if count > 1 else b_in
-    found = {"ring": 2 * (size - 1) * (mean_hop + n / (size * ring_bandwidth)),
-             "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
+    found: dict[AlgorithmName, float] = {
+        "ring": 2 * (size - 1) * (mean_hop + n / (size * ring_bandwidth)),
+        "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
     g = len(hosts[0])
     if count > 1 and g > 1 and all(len(members) == g for members in hosts):
         found["hierarchical"] = (2 * (g - 1) * (a_in + n / (g * b_in))
@@ -126,16 +119,18 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[str, float
     return found
 
 
-def in_network_estimates(n: float, g: int, b_in: float, b_out: float, nvls_inside: bool) -> dict[str, float]:
+def in_network_estimates(n: float, g: int, b_in: float, b_out: float,
+                         nvls_inside: bool) -> dict[AlgorithmName, float]:
     """The SHARP all-reduces' closed forms: NCCL's latency, then the slower of the host's NVLink load and its
     NICs' n/g each way (the two stages are pipelined)."""
-    found = {"collnet_direct": collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))}
+    found: dict[AlgorithmName, float] = {
+        "collnet_direct": collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))}
     if nvls_inside:
         found["nvls_sharp"] = nvls_sharp.LATENCY + n * max((g + 1) / (g * b_in), 1 / (g * b_out))
     return found
 
 
-def choose_algorithm(request: CollectiveRequest, topology: Topology) -> str:
+def choose_algorithm(request: CollectiveRequest, topology: Topology) -> AlgorithmName:
     """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce over 4 or more GPUs inside one
     NVLink-SHARP domain (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth
     per channel and a lower latency than 2 (p-1) ring steps; with fewer its link load, n (p+1)/p, is no lower

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.chunking import chunk_bytes
+from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collector import collector_paused
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
@@ -20,7 +21,14 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
                      chunk: str | None = None) -> list[dict]:
     """One row per size: op, algorithm (as asked), resolved_algorithm (the one that ran: `auto`'s choice for
     this size, as NCCL_DEBUG=INFO names the algorithm NCCL's tuner picked), ranks, bytes, time_s, algbw_GBps,
-    busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
+    busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector is paused meanwhile (simulator/collector.py).
+    ``op`` and ``algorithm`` come from the command line, so they are checked here, against the sets the schema
+    checks a scenario's against."""
+    if op not in PRIMITIVES:
+        raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
+    if algorithm not in ALGORITHM_CHOICES:
+        raise ScenarioError(f"unknown algorithm {algorithm!r}", field="collectives.algorithm",
+                            allowed=", ".join(ALGORITHM_CHOICES))
     topology = load_topology(topology_name, overrides)
     if topology.num_gpus < 2:
         raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
+from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
-OPS = ("all_reduce", "broadcast", "reduce")
+OPS: tuple[Primitive, ...] = ("all_reduce", "broadcast", "reduce")
 
 Edge = tuple[int, int, int, int]
 """(src GPU, dst GPU, channel, first step): the edge carries chunk j at step ``first step + j``."""

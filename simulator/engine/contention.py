@@ -22,6 +22,7 @@ from functools import partial
 import simpy
 
 from simulator.collectives.channels import kernel_channels
+from simulator.collectives.names import AlgorithmName
 from simulator.collectives.registry import ALGORITHMS
 from simulator.engine.stepping import Urgent
 from simulator.program.contention import SmShare
@@ -53,7 +54,7 @@ class NcclChannels:
     that several members share counts once; collectives/channels.py). ``algorithm_of`` resolves `auto`. The
     engine asks once per collective shape; the channels are worked out once per group's members."""
 
-    def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], str]):
+    def __init__(self, share: SmShare, topology: Topology, algorithm_of: Callable[[CollectiveOp], AlgorithmName]):
         self.share = share
         self.topology = topology
         self.algorithm_of = algorithm_of

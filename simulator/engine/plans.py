@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName
 from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.engine.shapes import CollectiveShapes, plan_key
@@ -34,7 +35,7 @@ class PlanCache:
     pipelining chunk and the channel count. Plans are cached by what they depend on, the message size included,
     since `auto` picks different algorithms (and links) for small and large messages."""
 
-    def __init__(self, topology: Topology, *, algorithm: str = "auto", chunk_bytes: float | None = None,
+    def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: float | None = None,
                  channels: int = 0):
         self.topology = topology
         self.default_algorithm = algorithm
@@ -43,7 +44,7 @@ class PlanCache:
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
-        self._algorithms: dict[tuple, str] = {}
+        self._algorithms: dict[tuple, AlgorithmName] = {}
         self._periods: Periods | None = None
         self._periods_found = False
         self._tables: dict[tuple, tuple[tuple, LinkTable]] = {}
@@ -58,17 +59,16 @@ class PlanCache:
         """`plan_key` with ``op``'s own pair sizes: ``group`` the member tuple or its dense id."""
         return plan_key(op, group, op.pair_bytes)
 
-    def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> str:
+    def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
         """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
         size and topology (once per shape)."""
         key = self.key(op, group)
-        algorithm = self._algorithms.get(key)
-        if algorithm is None:
-            algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-            if algorithm == "auto":
-                algorithm = choose_algorithm(self._request(op, group), self.topology)
-            self._algorithms[key] = algorithm
-        return algorithm
+        resolved = self._algorithms.get(key)
+        if resolved is None:
+            wanted = op.algorithm if op.algorithm != "auto" else self.default_algorithm
+            resolved = choose_algorithm(self._request(op, group), self.topology) if wanted == "auto" else wanted
+            self._algorithms[key] = resolved
+        return resolved
 
     def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
         """The phases of ``op`` over ``group`` (planned on first use)."""

@@ -8,6 +8,7 @@ A mixin of ProgramBuilder: it uses the builder core (builder_core.py): ``plan``,
 
 from __future__ import annotations
 
+from simulator.collectives.names import Primitive
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.context import CP_STREAM, ContextAttention
 from simulator.parallel.experts import AllToAll, ExpertWork, ep_group, expert_dp_group, group_images
@@ -113,7 +114,7 @@ class BlockPasses(BuilderCore):
         if len(group) == 1:
             return []
         sharding = self.plan.sharding
-        op = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
+        op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
         nbytes = sum(experts.params for _, _, experts in blocks) * sharding.grad_bytes
         deps = [self._grad_ready[(rank, vs, id(block))] for vs, block, _ in blocks]
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=True) if self.fold else ()

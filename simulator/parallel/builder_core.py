@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block
 from simulator.program.ops import COMPUTE_STREAM, Category
@@ -30,8 +31,9 @@ class BuilderCore(Protocol):
         ``reserved_sms``: launched without them); returns its id."""
         ...
 
-    def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: Category, mb: int = -1, algorithm: str = "auto",
+    def _collective(self, rank: int, stream: str, name: str, op: Primitive, group: tuple[int, ...],
+                    nbytes: float, key: str, deps: list[int], category: Category, mb: int = -1,
+                    algorithm: AlgorithmChoice = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
                     pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         """Append one rank's part of a collective (mirrors of the folded replicas by default; ``pair_bytes``

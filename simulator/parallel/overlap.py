@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
+from simulator.collectives.names import Primitive
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, TpPattern, bound_share
@@ -16,7 +17,7 @@ TP_STREAM = "tp"
 DP_STREAM = "dp"
 
 
-def tp_op(pattern: TpPattern, backward: bool, before: bool, sequence_parallel: bool) -> str | None:
+def tp_op(pattern: TpPattern, backward: bool, before: bool, sequence_parallel: bool) -> Primitive | None:
     """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators."""
     match pattern:
         case TpPattern.EMBEDDING:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker
 from simulator.parallel.folding import mirror_images, representatives
@@ -130,8 +131,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             del recent[:-2]
         return op.id
 
-    def _collective(self, rank: int, stream: str, name: str, op: str, group: tuple[int, ...], nbytes: float,
-                    key: str, deps: list[int], category: Category, mb: int = -1, algorithm: str = "auto",
+    def _collective(self, rank: int, stream: str, name: str, op: Primitive, group: tuple[int, ...],
+                    nbytes: float, key: str, deps: list[int], category: Category, mb: int = -1,
+                    algorithm: AlgorithmChoice = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
                     pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
         deps = self._with_stream_wait(rank, stream, deps)
@@ -277,7 +279,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         layout = self.plan.layout
         if layout.cp == 1 or block.cp_bytes <= 0:
             return deps
-        op = "reduce_scatter" if phase.input_grads else "all_gather"
+        op: Primitive = "reduce_scatter" if phase.input_grads else "all_gather"
         group = layout.group("cp", rank)
         key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
@@ -605,7 +607,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         grad_ops = [self._grad_ready[(rank, vs, id(block))] for vs, block in ready]
         bucket_ops: list[int] = []
         if self._dp_size() > 1 and not sharding.sharded_grad_steps:
-            op = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
+            op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
             group = self._dp_group(rank)
             for index, (deps, nbytes) in enumerate(self._buckets(rank, ready)):
                 deps = deps if sharding.overlap else grad_ops

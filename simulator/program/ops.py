@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from simulator.collectives.names import AlgorithmChoice, Primitive
+
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
 
@@ -69,11 +71,11 @@ class CollectiveOp(Op):
     GPU while it runs (None: as many as NCCL launches channels for the group, engine/contention.py).
     """
 
-    op: str = "all_reduce"
+    op: Primitive = "all_reduce"
     group: tuple[int, ...] = ()
     nbytes: float = 0.0
     key: str = ""
-    algorithm: str = "auto"
+    algorithm: AlgorithmChoice = "auto"
     root: int = 0
     mirrors: tuple[tuple[int, ...], ...] = ()
     pair_bytes: tuple[tuple[float, ...], ...] = ()

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from simulator.catalog.calibration import compute_efficiency as calibrated_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
+from simulator.collectives.names import PRIMITIVES, Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
@@ -233,7 +234,10 @@ class _Builder:
         if op.kind == "collective":
             group = self.members[op.group]
             series: tuple = (op.group,)
-            primitive = op.op
+            if op.op not in PRIMITIVES:
+                raise trace_error(source.file, source.where(op), f"collective {op.op!r} has no trainsim plan",
+                                  ", ".join(PRIMITIVES))
+            primitive: Primitive = op.op
         else:
             if op.peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
