@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from simulator import load_scenario, simulate
 from simulator.errors import ScenarioError
 from simulator.schedules.registry import build_schedule
 
@@ -332,3 +333,15 @@ def test_scattered_pipeline_activations_are_gathered_over_tp_without_sequence_pa
         return
     assert set(gathers["bytes"]) == {activation} and set(gathers["category"]) == {"pp"}
     assert len(gathers[gathers["rank"] == 0]) == 2 and len(gathers[gathers["rank"] == 8]) == 2
+
+
+def test_a_pipeline_send_is_logged_on_the_sender_as_the_send():
+    """Each member of a collective is logged under its own op: the sending rank's row of a pipeline transfer
+    was the receiver's ('recv fwd mb0', the receiver's virtual stage), so the timeline and trace showed every
+    sender receiving."""
+    timeline = simulate(load_scenario("llama3-8b-dgx-h100-dp8",
+                                      ["parallelism.pp=2", "parallelism.dp=4", "run.fold=false"])).timeline
+    sends = timeline[(timeline["kind"] == "collective") & (timeline["category"] == "pp")]
+    first = sends[sends["key"] == sends["key"].iloc[0]].set_index("rank")
+    assert first.loc[0, "name"] == "send fwd mb0" and first.loc[0, "chunk"] == 0
+    assert first.loc[1, "name"] == "recv fwd mb0" and first.loc[1, "chunk"] == 1

@@ -38,14 +38,15 @@ def _terms(op: CollectiveOp) -> str:
 
 @dataclass
 class _Rendezvous:
-    """Members of one collective that have arrived so far, how many are expected (the group's members that
-    have a program), the group's id, and the event that fires when it completes."""
+    """Members of one collective that have arrived so far (each rank's own op: a send and its receive carry
+    different names and virtual stages), how many are expected (the group's members that have a program), the
+    group's id, and the event that fires when it completes."""
 
     template: CollectiveOp
     group_id: int
     expected: int
     done: simpy.Event
-    arrived: dict[int, float] = field(default_factory=dict)
+    arrived: dict[int, CollectiveOp] = field(default_factory=dict)
 
 
 @dataclass
@@ -229,7 +230,7 @@ class Engine:
             if op.rank not in members or op.key in self._finished:
                 raise self._refused(op)
             self._finished.add(op.key)
-            return self._replay(op, group_id, (op.rank,), self.env.event())
+            return self._replay(op, group_id, (op,), self.env.event())
         meeting = self._rendezvous.get(op.key)
         if op.rank not in members or (meeting is None and op.key in self._finished):
             raise self._refused(op)
@@ -242,12 +243,12 @@ class Engine:
             raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {_terms(template)} vs {_terms(op)}")
         if op.rank in meeting.arrived:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) twice")
-        meeting.arrived[op.rank] = self.env.now
+        meeting.arrived[op.rank] = op
         if len(meeting.arrived) == meeting.expected:
             del self._rendezvous[op.key]
             self._finished.add(op.key)
             if template.id in self._alone:
-                return self._replay(template, group_id, tuple(meeting.arrived), meeting.done)
+                return self._replay(template, group_id, tuple(meeting.arrived.values()), meeting.done)
             start(self.env, [self._collective(meeting)])
         return meeting.done
 
@@ -274,7 +275,7 @@ class Engine:
             yield from self.run_plan(self.env, plans[0], op.key)
         if sms:
             self._release(meeting.arrived, op.category, sms)
-        self._record(op, meeting.arrived, start)
+        self._record(meeting.arrived.values(), start)
         meeting.done.succeed()
 
     def _planned(self, op: CollectiveOp, group_id: int, mirrors: tuple[tuple[int, ...], ...]) -> tuple[list, int]:
@@ -314,13 +315,16 @@ class Engine:
         assert self.contention is not None
         self.contention.release(ranks, category, sms)
 
-    def _record(self, op: CollectiveOp, ranks: Iterable[int], start: float) -> None:
+    def _record(self, members: Iterable[CollectiveOp], start: float) -> None:
+        """Log a finished collective's row for each member, under the member's own op (its name, stream and
+        virtual stage: a pipeline send is logged on the sender as the send, not as its receive)."""
         record, end = self.log.record, self.env.now
-        for rank in ranks:
-            record("collective", rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end, op.nbytes,
-                   0.0, op.key)
+        for op in members:
+            record("collective", op.rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end,
+                   op.nbytes, 0.0, op.key)
 
-    def _replay(self, op: CollectiveOp, group_id: int, ranks: tuple[int, ...], done: simpy.Event) -> simpy.Event:
+    def _replay(self, op: CollectiveOp, group_id: int, members: tuple[CollectiveOp, ...],
+                done: simpy.Event) -> simpy.Event:
         """A private collective: time its plan once on an idle network, then replay that run's duration and
         flow rows (shifted to its start) for every identical instance. Nothing is started for it: a timeout's
         callback logs the rows and releases the members (``done``, returned; most collectives of a folded step
@@ -336,29 +340,29 @@ class Engine:
         self._replayed_flows += rows
         if duration > 0:
             if sms:
-                self._hold(ranks, op.category, sms)
+                self._hold((member.rank for member in members), op.category, sms)
             self.env.timeout(duration).callbacks.append(
-                partial(self._replay_ended, op, ranks, done, flows, self.env.now, sms))
+                partial(self._replay_ended, op, members, done, flows, self.env.now, sms))
         else:
-            self._log_replay(op, ranks, flows, self.env.now, 0)
+            self._log_replay(op, members, flows, self.env.now, 0)
             done.succeed()
         return done
 
-    def _replay_ended(self, op: CollectiveOp, ranks: tuple[int, ...], done: simpy.Event, flows: FlowBlock,
-                      start: float, sms: int, _timeout: simpy.Event) -> None:
+    def _replay_ended(self, op: CollectiveOp, members: tuple[CollectiveOp, ...], done: simpy.Event,
+                      flows: FlowBlock, start: float, sms: int, _timeout: simpy.Event) -> None:
         """The only callback of the timeout that ends a replayed collective: log it and release its members,
         at once when nothing else is due now (`succeed_next`)."""
-        self._log_replay(op, ranks, flows, start, sms)
+        self._log_replay(op, members, flows, start, sms)
         succeed_next(self.env, done)
 
-    def _log_replay(self, op: CollectiveOp, ranks: tuple[int, ...], flows: FlowBlock, start: float,
+    def _log_replay(self, op: CollectiveOp, members: tuple[CollectiveOp, ...], flows: FlowBlock, start: float,
                     sms: int) -> None:
         """Log the replayed collective's flows and rows and release the ``sms`` SMs its kernel held (0: none, or
         no contention)."""
         self.log.replayed_flows(op.key, start, flows)
         if sms:
-            self._release(ranks, op.category, sms)
-        self._record(op, ranks, start)
+            self._release((member.rank for member in members), op.category, sms)
+        self._record(members, start)
 
     def _deadlock_report(self) -> str:
         """The collectives still waiting (op, key, the simulated ranks missing and those arrived), or else the

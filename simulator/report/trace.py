@@ -11,8 +11,7 @@ slice per network flow on the sending GPU's `net` thread. `run.trace_compress` g
 Times lie on a nanosecond grid: a slice's start and end are each rounded to the nanosecond and its duration is
 their difference, so slices that meet in the run meet in the trace (Perfetto reads times to the nanosecond).
 Bytes and FLOPs are integers, left out where zero. A rank whose kernels all work on one virtual stage (no
-interleaving) names it in its thread names, and only its slices of another stage (a pipeline send or receive
-shared with a neighbour) carry `chunk`.
+interleaving) names it in its thread names, and only its slices of another stage carry `chunk`.
 
 The events are encoded column by column rather than as one dict per event: what repeats across slices (a name,
 a category, a thread, an args object) is encoded once, the times by orjson straight from arrays, and a chunk's
