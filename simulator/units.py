@@ -1,7 +1,7 @@
 """Quantities with units: "400 Gb/s", "450 GB/s", "25 MiB", "1.5 us", "54 d" into SI floats.
 
 Internal units are bytes, bytes per second and seconds. Bandwidth prefixes are decimal (as vendors quote
-link rates); sizes accept both decimal (KB, MB, GB, TB) and binary (KiB, MiB, GiB, TiB) prefixes.
+link rates); sizes accept both decimal (KB, MB, GB, TB, PB) and binary (KiB, MiB, GiB, TiB, PiB) prefixes.
 A bare number where a unit is needed is an error that lists the units that work.
 """
 
@@ -37,9 +37,9 @@ _KINDS = {
 
 
 def _allowed(kind: str) -> str:
-    names = {"size": "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB",
+    names = {"size": ", ".join(SIZE_UNITS),
              "duration": "ns, us, ms, s, min, h, d",
-             "bandwidth": "b/s or B/s with k, M, G, T prefixes, e.g. '400 Gb/s', '450 GB/s'"}
+             "bandwidth": "b/s or B/s with k, M, G, T, P prefixes, e.g. '400 Gb/s', '450 GB/s'"}
     return names[kind]
 
 

@@ -50,6 +50,20 @@ def run_outputs(tmp_path_factory) -> Path:
     return out
 
 
+def test_a_unit_error_lists_every_unit_the_parser_reads():
+    """1 PiB is the cap on a message size and parsed, but the allowed units of an unknown one stopped at TiB."""
+    from simulator.errors import InputError
+    from simulator.units import SIZE_UNITS, parse_quantity
+
+    assert parse_quantity("1 PiB", "size") == 2.0**50 and parse_quantity("2 PB/s", "bandwidth") == 2e15
+    with pytest.raises(InputError) as refused:
+        parse_quantity("1 XB", "size")
+    assert refused.value.allowed.split(", ") == list(SIZE_UNITS)
+    with pytest.raises(InputError) as refused:
+        parse_quantity("1 Xb/s", "bandwidth")
+    assert "k, M, G, T, P prefixes" in refused.value.allowed
+
+
 def test_run_writes_the_three_outputs(run_outputs):
     assert {path.name for path in run_outputs.iterdir()} == OUTPUTS
     summary = json.loads((run_outputs / "summary.json").read_text())
