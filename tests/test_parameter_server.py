@@ -259,3 +259,24 @@ def test_sharding_a_worker_is_refused_zero_1_included(validation_error, assert_l
     error = validation_error(scenario(), override)
     assert_located(error, (override,), field, words)
     assert error.allowed == ("0" if field.endswith("zero") else "1") + ", or strategy: collective"
+
+
+def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
+    """Full recompute stores each layer's input; while the backward rebuilds a layer its activations are all
+    there too, in the worker's buffers (as a data-parallel rank counts them, memory_plan.stage_memory)."""
+    from dataclasses import replace
+
+    from simulator.catalog.models import get_model
+    from simulator.config.loader import scenario_from_text
+    from simulator.simulation import build_topology, validate
+    from simulator.workload.memory import activation_bytes_per_layer
+    from simulator.workload.transformer import ShardShape
+
+    loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\n"
+                                "model: {preset: llama3-8b, layers: 2}\n"
+                                "training: {seq_len: 512, microbatches: 1, recompute: full}\n"
+                                "parallelism: {strategy: parameter_server}\nps: {servers: 1}\n", "ps.yaml")
+    memory = validate(loaded, build_topology(loaded)).memory
+    model, shard = replace(get_model("llama3-8b"), layers=2), ShardShape(1, 512, dtype_bytes=2)
+    working = activation_bytes_per_layer(model, shard, "selective") - activation_bytes_per_layer(model, shard, "full")
+    assert memory["memory_breakdown_gib"]["buffers"] == pytest.approx(working / 2**30, rel=1e-12)

@@ -2,7 +2,7 @@
 
 A worker holds the whole model's weights and gradients, the gradients in the parameters' format it pushes them
 in (the optimizer state lives on the servers), and the activations of one micro-batch at a time (Korthikanti et
-al., as workload/memory.py computes them). A server GPU
+al., as workload/memory.py computes them, with the layer a recompute is rebuilding). A server GPU
 holds its stripe's weights in the training precision (what workers pull), the optimizer state with the fp32
 master copy, a buffer for the gradient being applied and, under sync, the fp32 sum of the iteration's pushes.
 """
@@ -17,9 +17,16 @@ from simulator.workload.memory import (
     MemoryBreakdown,
     activation_bytes_per_layer,
     head_activation_bytes,
+    recompute_working_bytes,
     state_bytes_per_param,
 )
-from simulator.workload.memory_plan import GIB, breakdown_gib, peak_memory_entries, stored_activations
+from simulator.workload.memory_plan import (
+    GIB,
+    breakdown_gib,
+    peak_memory_entries,
+    rematerialized_activations,
+    stored_activations,
+)
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import ShardShape
 
@@ -35,14 +42,17 @@ SUM_BYTES_PER_PARAM = 4
 
 
 def worker_memory(scenario: Scenario, model: ModelSpec, parameters: int) -> MemoryBreakdown:
-    """A worker: weights and gradients of every parameter, one micro-batch's activations."""
+    """A worker: weights and gradients of every parameter, one micro-batch's activations and, with recompute,
+    the layer its backward is recomputing (memory.recompute_working_bytes)."""
     training = scenario.training
     state = state_bytes_per_param(training.precision, training.optimizer, pushed_grad_dtype(training))
     shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
-    activations = (model.layers * activation_bytes_per_layer(model, shard, stored_activations(training))
+    stored = stored_activations(training)
+    activations = (model.layers * activation_bytes_per_layer(model, shard, stored)
                    + head_activation_bytes(model, shard))
+    working = recompute_working_bytes(model, shard, stored, rematerialized_activations(training))
     return MemoryBreakdown(params=parameters * state.param, grads=parameters * state.grad, optimizer=0.0,
-                           activations=activations)
+                           activations=activations, buffers=working)
 
 
 def server_memory(scenario: Scenario, stripe_params: float) -> MemoryBreakdown:
