@@ -127,7 +127,9 @@ grid:
         assert (tmp_path / f"{chart}.png").stat().st_size > 0
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "nope", "--y", "step_time_s"]) == 2
-    assert "no column 'nope'" in capsys.readouterr().err
+    # the refusal names the columns there are, the axes first (it named none)
+    assert ("no column 'nope' (allowed: a column of the table: point, status, error, collectives.algorithm, "
+            "workload[0].bytes, ") in capsys.readouterr().err
     rows = [{"op": "all_reduce", "algorithm": "ring", "bytes": 2.0**20 * k, "busbw_GBps": 10.0 * k}
             for k in (1, 2, 4)]
     (tmp_path / "rows.json").write_text(json.dumps(rows))

@@ -16,12 +16,20 @@ from simulator.report.run_folder import OUTDIR_FIELD
 from simulator.units import format_size
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
+SHOWN_COLUMNS = 24
+"""Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
+metrics, which results.csv's header lists."""
 
 
 def _check_columns(frame: pd.DataFrame, *names: str | None) -> None:
+    """Refuse a column the table lacks, naming the columns it has (the first SHOWN_COLUMNS)."""
     for name in names:
         if name is not None and name not in frame.columns:
-            raise ScenarioError(f"no column {name!r}", field="--x/--y/--hue/--value", allowed=COLUMN_ALLOWED)
+            columns = [str(column) for column in frame.columns]
+            more = len(columns) - SHOWN_COLUMNS
+            shown = ", ".join(columns[:SHOWN_COLUMNS]) + (f", ... ({more} more)" if more > 0 else "")
+            raise ScenarioError(f"no column {name!r}", field="--x/--y/--hue/--value",
+                                allowed=f"a column of the table: {shown}")
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
