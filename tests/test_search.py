@@ -153,3 +153,21 @@ def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason
                           recompute="none")
     checked = check_memory(base, candidate, load_topology("dgx-h100"), "interleaved")
     assert checked.reason.startswith("refused: 4 chunks per rank: PyTorch FSDP under torch.distributed.pipelining")
+
+
+def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
+    """A 46-character label with ' (tree)' overflowed the 48-character layout column and shifted that row."""
+    import pandas as pd
+
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.report import format_search
+    from simulator.sweep.search import SearchResult
+
+    labels = [Candidate(4, 1, 4, 32, 1, 1, "zero1", "selective").label(),
+              Candidate(8, 1, 2, 32, 1, 1, "zero1", "none").label()]
+    table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
+                          "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
+                          "tree_choice": [True, False]})
+    lines = format_search(SearchResult(table, None, TreeChoice(None, ()), None, "")).splitlines()[:3]
+    assert "(tree)" in lines[1]
+    assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1

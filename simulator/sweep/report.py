@@ -18,10 +18,12 @@ def format_search(result: SearchResult) -> str:
     """The best simulated layouts as a table, the pruning counts, the tree's steps and the comparison."""
     table = result.table
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
-    lines = [f"{'rank':>4}  {'layout':<48} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"]
-    for rank, row in enumerate(simulated.head(SHOWN).to_dict("records"), start=1):
-        marker = " (tree)" if row["tree_choice"] else ""
-        lines.append(f"{rank:>4}  {row['label'] + marker:<48} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
+    rows = simulated.head(SHOWN).to_dict("records")
+    layouts = [row["label"] + (" (tree)" if row["tree_choice"] else "") for row in rows]
+    width = max([48, *map(len, layouts)])
+    lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"]
+    for rank, (row, layout) in enumerate(zip(rows, layouts), start=1):
+        lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
                      f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
