@@ -305,6 +305,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "workload-default-algorithm-for-op": (scenario(COMM.replace("all_reduce, bytes: 64 MiB", "broadcast, bytes: 1 MiB")
                                                    + "collectives: {algorithm: nvls}\n"), VALIDATE, 2,
                                           "s.yaml:4: collectives.algorithm: algorithm 'nvls' does not implement"),
+    # Megatron-LM asserts the distributed optimizer; it was accepted and ignored with ZeRO 0 and 3
+    "overlap-param-gather-with-plain-ddp": (scenario(PRESET + "parallelism: {ddp: {overlap_param_gather: true}}\n"),
+                                            VALIDATE, 2, "s.yaml:4: parallelism.ddp.overlap_param_gather: needs "
+                                            "ZeRO-1/2 (Megatron-LM's distributed optimizer, as it asserts)"),
+    "overlap-param-gather-with-zero-3": (scenario(PRESET + "parallelism: {zero: 3, ddp: {overlap_param_gather: "
+                                                           "true}}\n"), VALIDATE, 2,
+                                         "ZeRO-3 gathers each unit's parameters before its use already (allowed: "
+                                         "false or left out; true with zero: 1 | 2 or fsdp: shard_grad_op)"),
     "size-beyond-a-petabyte": (scenario(COMM.replace("64 MiB", "1e30 B")), RUN, 2,
                                "s.yaml:3: workload[0].bytes: size '1e30 B' is more than 1 PiB, beyond any GPU's "
                                "memory (allowed: a size up to 1 PiB (2^50 B), e.g. 64 MiB)"),

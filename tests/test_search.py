@@ -171,3 +171,12 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     lines = format_search(SearchResult(table, None, TreeChoice(None, ()), None, "")).splitlines()[:3]
     assert "(tree)" in lines[1]
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
+
+
+def test_a_layout_without_zero_1_2_turns_the_bases_param_gather_overlap_off():
+    """`ddp.overlap_param_gather` is refused without ZeRO-1/2's gather; a base that sets it (the published
+    Llama 3 405B rows) must still yield its zero0 and fsdp candidates."""
+    key = "parallelism.ddp.overlap_param_gather"
+    for sharding, kept in (("zero0", False), ("zero1", True), ("zero2", True), ("fsdp", False)):
+        overrides = Candidate(8, 1, 1, 8, 1, 1, sharding, "none").overrides("1f1b")
+        assert (key not in overrides) == kept and overrides.get(key, False) is False

@@ -367,6 +367,13 @@ class ParallelismConfig(Section):
             raise FieldProblem(("ddp", "reduce_every_microbatch"),
                                f"applies to sharded gradients (ZeRO-2 and 3), not ZeRO stage {self.zero_stage}",
                                "zero: 2 | 3 or fsdp: shard_grad_op | full_shard | hybrid_shard")
+        if self.ddp.overlap_param_gather and self.zero_stage not in (1, 2):
+            instead = ("plain DDP gathers no parameters" if self.zero_stage == 0 else
+                       "ZeRO-3 gathers each unit's parameters before its use already")
+            raise FieldProblem(("ddp", "overlap_param_gather"),
+                               "needs ZeRO-1/2 (Megatron-LM's distributed optimizer, as it asserts), whose parameter "
+                               f"all-gather after the optimizer it moves into the next forward; {instead}",
+                               "false or left out; true with zero: 1 | 2 or fsdp: shard_grad_op")
         if every is False and self.zero_stage == 3 and self.fsdp is None:
             raise FieldProblem(("ddp", "reduce_every_microbatch"),
                                "DeepSpeed ZeRO-3 (zero: 3) reduce-scatters every micro-batch's gradients; it "
