@@ -185,3 +185,17 @@ def test_mutated_topologies_fail_cleanly(kind, base):
             pass
 
     check()
+
+
+@pytest.mark.parametrize("text, error", [
+    ("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-9b, layers: 4}\n",
+     "s.yaml:2: model.preset: unknown model preset 'llama3-9b' (allowed: llama3-8b, llama3-70b,"),
+    ("cluster: {topology: dgx-h100}\nworkload: {trace: 'rank*.json', traced_gpu: h100}\n",
+     "s.yaml:2: workload.traced_gpu: unknown GPU 'h100' (allowed: a100-40gb, a100-80gb, h100-sxm,"),
+])
+def test_unknown_catalog_names_are_refused_when_the_scenario_is_read(text, error):
+    """Both were caught only when the step was built, so a sweep's points (validated, never built) admitted
+    them and loading a scenario in Python succeeded."""
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(text, "s.yaml")
+    assert str(refused.value).startswith(error)

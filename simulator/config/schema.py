@@ -41,6 +41,16 @@ def _schedule(name: str) -> str:
     return name
 
 
+def _model_preset(name: str) -> str:
+    """A preset the model catalog has, checked when the scenario is read (the catalog is imported only then:
+    reading the schema loads no catalog)."""
+    from simulator.catalog.models import model_names
+
+    if name not in model_names():
+        raise ValueError(f"unknown model preset {name!r} (allowed: {', '.join(model_names())})")
+    return name
+
+
 MAX_RANGE_MEMBERS = 2**22
 """The most GPUs a workload item's range "A-B" may name (4 M, above the 3.4 M GPUs that scale.py's memory limit
 admits), so that a typo in a bound cannot exhaust memory while the range is read."""
@@ -183,7 +193,7 @@ class SyntheticModel(Section):
 class ModelConfig(Section):
     """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model."""
 
-    preset: str | None = None
+    preset: Annotated[str, AfterValidator(_model_preset)] | None = None
     layers: int | None = Field(default=None, ge=1)
     hidden: int | None = Field(default=None, ge=1)
     ffn_hidden: int | None = Field(default=None, ge=1)

@@ -3,13 +3,22 @@ list of collectives or a transformer model, with what-if knobs (compute speed, d
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from simulator.config.sections import Section
 
 TraceFormat = Literal["kineto", "chakra-json"]
+
+
+def _gpu_name(name: str) -> str:
+    """A GPU the catalog has, checked when the scenario is read (the catalog is imported only then)."""
+    from simulator.catalog.gpus import gpu_names
+
+    if name not in gpu_names():
+        raise ValueError(f"unknown GPU {name!r} (allowed: {', '.join(gpu_names())})")
+    return name
 
 
 class TraceWorkload(Section):
@@ -31,7 +40,7 @@ class TraceWorkload(Section):
     trace: str
     format: TraceFormat = "kineto"
     compute_scale: float = Field(default=1.0, gt=0)
-    traced_gpu: str | None = None
+    traced_gpu: Annotated[str, AfterValidator(_gpu_name)] | None = None
     dp: int | None = Field(default=None, ge=1, le=131_072)
     host_gaps: bool = True
     recost_gemms: bool = False
