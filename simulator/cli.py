@@ -118,12 +118,14 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.chunk": "--chunk"}
+COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.chunk": "--chunk",
+                    "topology": "--topology"}
 """The scenario fields `trainsim collective` fills from its flags, for naming the flag in an error."""
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
     from simulator.collectives.sweep import collective_sweep, format_table
+    from simulator.topology.loader import read_topology
     from simulator.units import parse_size_range
 
     overrides = dict(item.split("=", 1) for item in args.set if "=" in item)
@@ -135,6 +137,9 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     except InputError as exc:
         raise exc.located(field_prefix="--sizes") from None
     try:
+        _refuse_large_cluster(read_topology(args.topology, overrides), "collective",
+                              "time a collective on in seconds (at 65,536 one size takes minutes and 8 GB)",
+                              force=args.force)
         rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
@@ -160,22 +165,31 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
     return 0 if all(result.within for result in results) else 1
 
 
+def _refuse_large_cluster(spec, command: str, purpose: str, *, force: bool) -> None:
+    """Refuse, before building it, a cluster beyond MAX_DESCRIBED_GPUS (read off the topology's parameters)
+    that ``command`` would spend minutes on, unless ``force``."""
+    from simulator.console.paths import option_error
+    from simulator.topology.describe import MAX_DESCRIBED_GPUS
+    from simulator.topology.size import topology_gpus
+
+    gpus = topology_gpus(spec)
+    if gpus is not None and gpus > MAX_DESCRIBED_GPUS and not force:
+        raise option_error(command, f"{spec.name} has {gpus:,} GPUs, too many to {purpose}",
+                           f"at most {MAX_DESCRIBED_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     from simulator.console.paths import option_error
     from simulator.errors import TopologyError
-    from simulator.topology.describe import MAX_DESCRIBED_GPUS, describe_topology, draw_topology
+    from simulator.topology.describe import describe_topology, draw_topology
     from simulator.topology.loader import build_source, read_topology
-    from simulator.topology.size import topology_gpus
 
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
     spec = read_topology(args.file, dict(item.split("=", 1) for item in args.set))
-    gpus = topology_gpus(spec)
-    if gpus is not None and gpus > MAX_DESCRIBED_GPUS and not args.force:
-        raise option_error(f"topo {args.action}", f"{spec.name} has {gpus:,} GPUs, too many to {args.action} in "
-                                                  "seconds (building it takes minutes)",
-                           f"at most {MAX_DESCRIBED_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
+    _refuse_large_cluster(spec, f"topo {args.action}", f"{args.action} in seconds (building it takes minutes)",
+                          force=args.force)
     topology = build_source(spec)
     if args.action == "describe":
         print(describe_topology(topology))
@@ -456,6 +470,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--network", default="flow", choices=NETWORK_MODES)
     coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
+    coll.add_argument("--force", action="store_true", help="run even on more than 32,768 GPUs")
     coll.set_defaults(func=_cmd_collective, one_run=True)
 
     plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts")

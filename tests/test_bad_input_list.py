@@ -320,6 +320,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                  "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
     "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,
                                           "error: command line: --sizes: size '1e30B' is more than 1 PiB"),
+    # 800,000 GPUs ran on for minutes, building the cluster and planning, until memory ran out
+    "collective-on-too-many-gpus": ({}, ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=100000"], 2,
+                                    "error: command line: collective: dgx-h100-cluster has 800,000 GPUs, too many to "
+                                    "time a collective on in seconds"),
+    "collective-unknown-topology": ({}, ["collective", "--topology", "dgx-h900"], 2,
+                                    "error: command line: --topology: unknown topology 'dgx-h900'"),  # <input>:
     "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
                                       "error: command line: --chunk: size '-1' has no unit"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
