@@ -166,16 +166,15 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
 
 
 def _refuse_large_cluster(spec, command: str, purpose: str, *, force: bool) -> None:
-    """Refuse, before building it, a cluster beyond MAX_DESCRIBED_GPUS (read off the topology's parameters)
+    """Refuse, before building it, a cluster beyond MAX_QUICK_GPUS (read off the topology's parameters)
     that ``command`` would spend minutes on, unless ``force``."""
     from simulator.console.paths import option_error
-    from simulator.topology.describe import MAX_DESCRIBED_GPUS
-    from simulator.topology.size import topology_gpus
+    from simulator.topology.size import MAX_QUICK_GPUS, topology_gpus
 
     gpus = topology_gpus(spec)
-    if gpus is not None and gpus > MAX_DESCRIBED_GPUS and not force:
+    if gpus is not None and gpus > MAX_QUICK_GPUS and not force:
         raise option_error(command, f"{spec.name} has {gpus:,} GPUs, too many to {purpose}",
-                           f"at most {MAX_DESCRIBED_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
+                           f"at most {MAX_QUICK_GPUS:,} GPUs: a smaller cluster (--set), or pass --force")
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:

@@ -12,9 +12,6 @@ from simulator.topology.graph import Topology
 from simulator.units import format_bandwidth, format_duration
 
 MAX_DRAWN_NODES = 512
-MAX_DESCRIBED_GPUS = 2**15
-"""`topo describe/draw` refuse larger clusters unless forced: building the graph is linear in the GPUs (32,768
-take ~3.5 s and 160 MB; 131,072 ~12 s and 440 MB, on a shared 2-core machine), a million would take minutes."""
 _SWITCH_TIERS = {1: "leaf", 2: "spine", 3: "core"}
 _ROLE_ORDER = ("GPU", "NVSwitch", "PCIe switch", "host bridge", "NIC", "leaf", "spine", "core", "switch")
 _DRAW_LAYER = {"GPU": 0, "NVSwitch": -1, "PCIe switch": -1, "host bridge": -2, "NIC": 1, "leaf": 2, "spine": 3,

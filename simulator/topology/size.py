@@ -10,6 +10,11 @@ from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, 
 from simulator.topology.loader import TopologySource
 from simulator.topology.parameters import read_parameters
 
+MAX_QUICK_GPUS = 2**15
+"""`topo describe/draw` and `collective` refuse larger clusters unless forced: building the graph is linear in the
+GPUs (32,768 take ~3.5 s and 160 MB; 131,072 ~12 s and 440 MB, on a shared 2-core machine), a million would take
+minutes; one 1 GiB collective on 16,384 GPUs took up to 49 s and 2 GB, on 65,536 more than 190 s and 8 GB."""
+
 
 def _node_gpus(raw: object) -> int:
     kind = raw.get("kind", "nvswitch_node") if isinstance(raw, dict) else None
