@@ -157,8 +157,9 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     if not axes:
         raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
     if count > max_points:
-        raise locate(("grid",), f"{count} points is more than --max-points {max_points}",
-                     "fewer axis values, or a larger --max-points")
+        block = ("grid",) if spec.grid else ("zip",) if spec.zip else ("random", "samples")
+        raise locate(block, f"{count} points is more than --max-points {max_points}",
+                     "fewer axis values or samples, or a larger --max-points")
     constraints = []
     for index, text in enumerate(spec.constraints):
         try:
