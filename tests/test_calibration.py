@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.catalog.calibration import compute_efficiency, kernel_data, tp_overlap
+from simulator.catalog.calibration import kernel_data
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.metrics.intervals import uncovered
+from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.roofline import kernel_duration, kernels_duration, wave_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 from simulator.workload.transformer import (
@@ -38,7 +39,7 @@ def test_every_gpu_constant_names_a_kernel_source():
                                                           (8192, 1610, 0.07)])
 def test_b200_gemm_follows_cublas_by_shape(n, measured, tolerance):
     # pyptx.dev cuBLAS bf16 timings at the boost clock: the calibrated rate over the sustained ratio.
-    gpu, efficiency = get_gpu("b200"), compute_efficiency("b200")
+    gpu, efficiency = get_gpu("b200"), calibrated_efficiency("b200")
     ratio = kernel_data()["gpus"]["b200"]["clock"]["sustained_ratio"]
     gemm = Kernel("gemm", 2.0 * n**3, 3 * 2.0 * n * n, "matmul", n)
     rate = gemm.flops / kernel_duration(gemm, gpu, "bf16", efficiency) / 1e12 / ratio
@@ -47,7 +48,7 @@ def test_b200_gemm_follows_cublas_by_shape(n, measured, tolerance):
 
 def test_large_h100_gemm_runs_at_the_sustained_mamf():
     # 792.1 TFLOP/s (MAMF) x 698.6 / 823.9 (MSMF / MAMF): 671.6 TFLOP/s, less the 64-wide tile factor.
-    gpu, efficiency = get_gpu("h100-sxm"), compute_efficiency("h100-sxm")
+    gpu, efficiency = get_gpu("h100-sxm"), calibrated_efficiency("h100-sxm")
     n = 16384
     gemm = Kernel("gemm", 2.0 * n**3, 3 * 2.0 * n * n, "matmul", n)
     rate = gemm.flops / kernel_duration(gemm, gpu, "bf16", efficiency)
@@ -59,7 +60,7 @@ def test_dense_h100_layer_compute_time_against_kernel_sources():
     # rates at 8k times the sustained ratio (forward 529 TFLOP/s, FA3 paper; backward the paper's 518 without
     # the mask times cuDNN's measured causal / non-causal 463.5 / 530.4), elementwise kernels at 88% of HBM
     # bandwidth. The model adds the tile factor and 2 us per kernel: 2.6% today.
-    gpu, efficiency = get_gpu("h100-sxm"), compute_efficiency("h100-sxm")
+    gpu, efficiency = get_gpu("h100-sxm"), calibrated_efficiency("h100-sxm")
     ratio = 0.848
     kernels = layer_kernels(get_model("llama3-70b"), ShardShape(1, 8192, tp=8, sequence_parallel=True))
     every = kernels.forward + kernels.backward
@@ -88,7 +89,7 @@ def _backward_tflops(gpu_name: str, key_length: int) -> float:
     """The calibrated attention backward rate at ``key_length`` at the boost clock, in TFLOP/s of the table's peak."""
     data = kernel_data()["gpus"][gpu_name]
     kernel = Kernel("attention.bwd", 1e15, 0.0, "attention", key_length, backward=True)
-    rate = kernel.flops / kernel_duration(kernel, get_gpu(gpu_name), "bf16", compute_efficiency(gpu_name))
+    rate = kernel.flops / kernel_duration(kernel, get_gpu(gpu_name), "bf16", calibrated_efficiency(gpu_name))
     return rate / 1e12 / data["clock"]["sustained_ratio"] * data["attention"]["table_peak_tflops"] / 989
 
 
@@ -128,7 +129,7 @@ def test_causal_backward_is_slower_than_without_the_mask_and_than_the_forward():
 def test_b200_attention_follows_cudnns_causal_b200_table(length, forward, backward):
     # cudnn-frontend's B200 run (cuDNN 9.13.1, causal, head dim 128): fractions of 2,250 TFLOP/s at the sustained
     # clock; below 4k keys the 4k figures are held (the shorter rows are dispatch-bound).
-    efficiency = compute_efficiency("b200")
+    efficiency = calibrated_efficiency("b200")
     fractions = {pass_: dict(table)[float(max(length, 4096))] for pass_, table in
                  (("forward", efficiency.attention_forward), ("backward", efficiency.attention_backward))}
     assert fractions["forward"] == pytest.approx(forward / 2250 * 0.815, rel=1e-9)
@@ -238,7 +239,7 @@ def test_unfused_gradient_accumulation_adds_one_pass_per_weight():
     # the layer's four matrices (tp 8: 12 h^2 / 8 weights) and of their biases (3h/8 + h + 4h/8 + h),
     # streamed at the calibrated 88% of the A100's 2.039 TB/s.
     model, gpu = get_model("megatron-76.1b"), get_gpu("a100-80gb")
-    efficiency = compute_efficiency("a100-80gb", "fp16")
+    efficiency = calibrated_efficiency("a100-80gb", "fp16")
     fused = layer_kernels(model, ShardShape(2, 2048, tp=8, grad_accum_bytes=2, **KERNELS_2021), "full")
     separate = layer_kernels(model, ShardShape(2, 2048, tp=8, grad_accum_bytes=2, fused_grad_accumulation=False,
                                                **KERNELS_2021), "full")
@@ -318,7 +319,7 @@ def test_a100_gemms_lose_the_partial_last_wave(catalog_sources):
     # NVIDIA's Matrix Multiplication Background guide: 256x128 tiles, one per SM per wave, 108 SMs on A100.
     # A 2304 x 2304 output (the 1.7B model's projection weight gradient) is 9 x 18 = 162 tiles: two waves,
     # the second 54/108 full, 75% of the slots busy. 108 x 256 rows by 128 columns fill exactly one wave.
-    a100, sms = compute_efficiency("a100-80gb", "fp16"), catalog_sources["sms"]["a100-80gb"]
+    a100, sms = calibrated_efficiency("a100-80gb", "fp16"), catalog_sources["sms"]["a100-80gb"]
     assert a100.wave_sms == sms
     assert a100.wave_tiles == tuple(map(tuple, catalog_sources["gemm_tiles"]))
     assert wave_efficiency((1, 2304, 2304), a100.wave_tiles, a100.wave_sms) == pytest.approx(162 / (2 * sms),
@@ -341,7 +342,7 @@ def test_a100_gemms_lose_the_partial_last_wave(catalog_sources):
 def test_hopper_and_blackwell_gemms_have_no_wave_term():
     # Persistent kernels split the last wave; their calibration comes from measured shapes.
     for name in ("h100-sxm", "h200", "b200"):
-        assert compute_efficiency(name).wave_tiles == ()
+        assert calibrated_efficiency(name).wave_tiles == ()
 
 
 # Dao et al., "FlashAttention" (2022), appendix E.5, row "Megatron" (Megatron-LM's unfused attention) on A100
@@ -354,7 +355,7 @@ FA1_MEGATRON_PLAIN = {2048: (4.28, 8.86)}
 def _unfused_attention_ms(seq_len: int, dropout: bool) -> tuple[float, float]:
     model = ModelSpec("fa1-benchmark", 1, 512, 2048, 8, kv_heads=8, vocab=1, gated_mlp=False, dropout=dropout)
     kernels = layer_kernels(model, ShardShape(16, seq_len), "none", AttentionCost.for_kernel("standard"))
-    gpu, efficiency = get_gpu("a100-40gb"), compute_efficiency("a100-40gb", "fp16")
+    gpu, efficiency = get_gpu("a100-40gb"), calibrated_efficiency("a100-40gb", "fp16")
     passes = (tuple(k for k in kernels.forward if k.name.startswith("attention")),
               tuple(k for k in kernels.backward_input if k.name.startswith("attention")))
     return tuple(kernels_duration(ks, gpu, "fp16", efficiency) * 1e3 for ks in passes)
@@ -396,7 +397,7 @@ def test_unfused_attention_backward_moves_the_kernels_bytes():
     assert by_name["attention.softmax"].memory_kind == by_name["attention.softmax.bwd"].memory_kind == "score_passes"
     assert by_name["attention.softmax.bwd"].backward
     # The backward runs at the score passes' measured backward fraction of the 2,039 GB/s, not the streaming one.
-    a100 = compute_efficiency("a100-80gb", "fp16")
+    a100 = calibrated_efficiency("a100-80gb", "fp16")
     backward = kernel_data()["gpus"]["a100-80gb"]["score_passes"]["backward"]
     seconds = kernel_duration(by_name["attention.softmax.bwd"], get_gpu("a100-80gb"), "fp16", a100)
     assert seconds == pytest.approx(11 * scores / (backward * 2.039e12) + 2e-6, rel=1e-9)
@@ -432,7 +433,7 @@ def test_a100_layernorm_fit_reproduces_apex_timings():
     kernels = layer_kernels(model, ShardShape(32, 512, fused_layernorm=False))
     norm = next(k for k in kernels.forward if k.name == "input_norm")
     norm_bwd = next(k for k in kernels.backward_input if k.name == "input_norm.bwd")
-    gpu, a100 = get_gpu("a100-40gb"), compute_efficiency("a100-40gb", "fp16")
+    gpu, a100 = get_gpu("a100-40gb"), calibrated_efficiency("a100-40gb", "fp16")
     forward_ms, backward_ms = APEX_LAYERNORM_MS
     assert kernel_duration(norm, gpu, "fp16", a100) == pytest.approx(forward_ms * 1e-3, rel=0.0015)
     assert kernel_duration(norm_bwd, gpu, "fp16", a100) == pytest.approx(backward_ms * 1e-3, rel=0.0015)

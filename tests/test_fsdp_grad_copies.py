@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from simulator import load_scenario
-from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
@@ -21,6 +20,7 @@ from simulator.config.schema import TrainingConfig
 from simulator.parallel.sharding import Sharding
 from simulator.program.ops import ComputeOp
 from simulator.simulation import build_topology, sized_topology, step_program
+from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory import rank_params
 from simulator.workload.memory_plan import DDP_BUCKET_COPIES, stage_memory
 from simulator.workload.training import build_training_step
@@ -28,7 +28,7 @@ from simulator.workload.transformer import ShardShape, layer_kernels
 
 ACCUMULATING = Sharding(stage=3, degree=8, grad_bytes=4, param_bytes=2, fsdp=True)
 """bf16 training, fp32 reduce dtype (FSDP2's MixedPrecisionPolicy as torchtitan sets it)."""
-COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * compute_efficiency("h100-sxm", "bf16").memory_peak
+COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm", "bf16").memory_peak
 LAYERS, M = 4, 4
 FSDP_8B = f"""
 cluster: {{topology: dgx-h100}}

@@ -12,13 +12,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.program.ops import CollectiveOp
 from simulator.schedules.base import Action
 from simulator.simulation import build_topology, network_settings, run_step, step_program
+from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory import fsdp_pipelined_bytes, fsdp_working_set_bytes
 
 LAYERS, PP, DP, M = 4, 2, 4, 4
@@ -44,7 +44,7 @@ STAGE_UNITS = ({"embedding": EMBEDDING, "L0": LAYER, "L1": LAYER}, {"L2": LAYER,
 rank 1 layers 2-3 and the head (final norm and output layer)."""
 PARAM_BYTES, GRAD_BYTES = 2, 4
 """bf16 parameters gathered, gradients reduced in fp32 (bf16's gradient buffer, FSDP2's reduce_dtype)."""
-COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * compute_efficiency("h100-sxm", "bf16").memory_peak
+COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm", "bf16").memory_peak
 """HBM bytes per second of FSDP's gradient copies: the calibrated rate of a memory-bound kernel."""
 SCHEDULES = ["parallelism.pipeline.schedule=1f1b", "parallelism.pipeline.schedule=zb-h1",
              "parallelism.pipeline.schedule=gpipe"]

@@ -40,3 +40,15 @@ def test_reading_the_schema_loads_no_algorithm_schedule_parallel_layer_or_engine
 def test_the_names_modules_list_every_registered_algorithm_and_schedule_in_order():
     assert tuple(ALGORITHMS) == get_args(AlgorithmName)
     assert tuple(SCHEDULES) == get_args(BuiltinSchedule)
+
+
+def test_the_catalog_reads_data_and_imports_none_of_its_consumers():
+    loaded = modules_loaded_by("import simulator.catalog.calibration")
+    assert loaded_under(loaded, "simulator.parallel", "simulator.program", "simulator.workload",
+                        "simulator.collectives", "simulator.engine") == []
+
+
+def test_the_collective_command_starts_without_the_workload_builders_or_the_schema():
+    loaded = modules_loaded_by("import simulator.collectives.sweep")
+    assert loaded_under(loaded, "simulator.workload", "simulator.parallel.builder_core", "simulator.parallel.overlap",
+                        "simulator.config.schema", "pydantic") == []

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import get_gpu
 from simulator.parameter_server.placement import shard_tensors, stripe
+from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 
 NIC = 12.5e9  # ethernet-100g: 100 Gb/s per host and direction; `efficiency: ideal` runs links at line rate
@@ -43,7 +43,7 @@ def test_sync_iteration_is_the_slow_workers_compute_plus_its_communication(run_y
     result = run_yaml(scenario())
     ps = result.summary["parameter_server"]
     workers, P, compute = ps["workers"], ps["parameter_bytes"], ps["worker_compute_s"]
-    hbm = get_gpu("a100-80gb").hbm_bandwidth * compute_efficiency("a100-80gb").memory_peak
+    hbm = get_gpu("a100-80gb").hbm_bandwidth * calibrated_efficiency("a100-80gb").memory_peak
     latency = result.topology.path_latency(1, 4)
     accumulate = P / 2 * (2 + 8) / hbm
     update = P / 2 * optimizer_bytes_per_param("adam", "bf16", "bf16") / hbm  # servers keep bf16 gradients

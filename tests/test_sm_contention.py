@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog.calibration import sm_share
 from simulator.engine.contention import NcclChannels
 from simulator.errors import ScenarioError
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
+from simulator.workload.calibrated import sm_share
 
 SHARE = SmShare(sms=132, nvlink_channels=32, pcie_channels=2, network_channels=2, nvls_channels=16, max_channels=32)
 KERNEL_S = 10e-3

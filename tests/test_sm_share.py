@@ -9,7 +9,6 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.catalog.calibration import compute_efficiency, sm_share, tp_overlap
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
@@ -19,6 +18,7 @@ from simulator.parallel.work import Block, StageWork
 from simulator.program.ops import CollectiveOp, ComputeOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
+from simulator.workload.calibrated import calibrated_efficiency, sm_share, tp_overlap
 from simulator.workload.roofline import kernels_duration, sm_bound_duration
 from simulator.workload.training import build_training_step
 from simulator.workload.transformer import ShardShape, layer_kernels
@@ -121,7 +121,7 @@ def test_each_backward_pass_takes_the_sm_bound_seconds_of_its_own_kernels():
     # of the input gradients in B and in the full backward, and nothing in W (it has no weights).
     plan, _ = _plan(DENSE)
     model, gpu = get_model("llama3-8b"), get_gpu("h100-sxm")
-    efficiency = compute_efficiency(gpu.name, "bf16")
+    efficiency = calibrated_efficiency(gpu.name, "bf16")
     kernels = layer_kernels(model, ShardShape(1, 8192, tp=4, cp=2, sequence_parallel=True,
                                               fused_grad_accumulation=False))
     attention = {"input_norm", "qkv_proj", "attention", "out_proj", "attn_residual"}

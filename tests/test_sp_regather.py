@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
+from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.roofline import kernels_duration
 from simulator.workload.transformer import ShardShape, head_kernels, layer_kernels
 
@@ -83,7 +83,7 @@ def _column_gemms() -> dict[str, tuple[float, float]]:
     """(input-gradient, weight-gradient) seconds of each block's column-parallel GEMMs on an H100, by hand from
     the kernel model: QKV, gate and up, the output layer."""
     model, shard = get_model("llama3-70b"), ShardShape(1, 4096, tp=8, sequence_parallel=True)
-    gpu, efficiency = get_gpu("h100-sxm"), compute_efficiency("h100-sxm")
+    gpu, efficiency = get_gpu("h100-sxm"), calibrated_efficiency("h100-sxm")
     layer, head = layer_kernels(model, shard), head_kernels(model, shard)
 
     def seconds(kernels, names, suffix):

@@ -11,7 +11,7 @@ INFO log of a one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02". Th
   doubling is modelled (a group that can use r >= 2 rails runs r rings, not NCCL's 2r);
 - the SM contention model (engine/contention.py) holds one SM per channel on each member while the kernel runs:
   ``kernel_channels``, every channel NCCL launches (``SmShare.network_channels`` per NIC, read by
-  ``sm_share``).
+  workload/calibrated.py ``sm_share``).
 """
 
 from __future__ import annotations

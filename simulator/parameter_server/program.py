@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.catalog.calibration import compute_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec
 from simulator.config.parameter_server import ParameterServerConfig
@@ -32,6 +31,7 @@ from simulator.parameter_server.placement import Placement, place, shard_tensors
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.stage_work import CostContext, transformer_stages
 from simulator.workload.training import (
     PRECISION_BYTES,
@@ -109,7 +109,7 @@ def worker_cost(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, workers: int
     `training.microbatches` or the global batch over the workers."""
     training = scenario.training
     shard = ShardShape(training.micro_batch, training.seq_len, dtype_bytes=PRECISION_BYTES[training.precision])
-    cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
+    cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     (stage,) = transformer_stages(model, shard, training.recompute, cost, [model.layers])
     blocks = stage.blocks
@@ -137,7 +137,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     if config.iteration_slowdown is not None:
         rng = np.random.default_rng([SLOWDOWN_STREAM, scenario.run.seed % 2**63])
         slowdown = draw_factors(config.iteration_slowdown, (len(workers), n), rng)
-    seconds_per_byte = 1.0 / (gpu.hbm_bandwidth * compute_efficiency(gpu.name, training.precision).memory_peak)
+    seconds_per_byte = 1.0 / (gpu.hbm_bandwidth * calibrated_efficiency(gpu.name, training.precision).memory_peak)
     server = ServerCost(endpoint_bytes(placement, held, element, topology), element,
                         optimizer_bytes_per_param(training.optimizer, training.precision,
                                                   pushed_grad_dtype(training)), seconds_per_byte)

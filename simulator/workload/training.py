@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from simulator.catalog.calibration import compute_efficiency, tp_overlap
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
 from simulator.config.schema import (
@@ -32,6 +31,7 @@ from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
+from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.experts import moe_report, plan_experts
 from simulator.workload.memory import expert_sharding
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
@@ -244,7 +244,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        framework_copies=par.fsdp is not None,
                        fused_cross_entropy=training.cross_entropy_fusion,
                        fused_layernorm=training.layernorm_fusion, fused_bias_grad=training.bias_grad_fusion)
-    cost = CostContext(gpu, training.precision, compute_efficiency(gpu.name, training.precision),
+    cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
     if par.fsdp is not None:

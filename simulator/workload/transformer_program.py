@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.catalog.calibration import sm_share
 from simulator.config.schema import Scenario
 from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.workload.calibrated import sm_share
 from simulator.workload.loss_scaling import loss_scaling_summary
 from simulator.workload.memory_plan import (
     chunk_activation_bytes,

@@ -17,7 +17,6 @@ from dataclasses import replace
 from glob import has_magic
 from pathlib import Path
 
-from simulator.catalog.calibration import compute_efficiency as calibrated_efficiency
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.collectives.names import PRIMITIVES, Primitive
 from simulator.config.traces import TraceWorkload
@@ -26,6 +25,7 @@ from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, CommCategory, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
