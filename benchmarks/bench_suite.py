@@ -240,7 +240,7 @@ def run_job(loaded) -> dict:
 
 def run_allreduce(case: Case) -> dict:
     """The collective benchmark's 1 GiB ring all-reduce over ``case.gpus`` GPUs, built the same way, with the
-    cyclic garbage collector paused as `trainsim collective` pauses it (collectives/sweep.py): measured without
+    cyclic garbage collector paused as `trainsim collective` pauses it (collective_sweep.py): measured without
     the pause, the collections walking the cluster's routes grew the 16k point faster than the GPUs."""
     from bench_collective import all_reduce_ops
 

@@ -124,7 +124,7 @@ COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "colle
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
-    from simulator.collectives.sweep import collective_sweep, format_table
+    from simulator.collective_sweep import collective_sweep, format_table
     from simulator.topology.loader import read_topology
     from simulator.units import parse_size_range
 

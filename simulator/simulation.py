@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.collectives.names import AlgorithmChoice
 from simulator.collector import collector_paused
@@ -30,6 +29,7 @@ from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.errors import InputError, ScenarioError, TopologyError
+from simulator.metrics.collectives import collective_table
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
@@ -186,24 +186,6 @@ def network_settings(loaded: LoadedScenario) -> NetworkSettings:
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
                            algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
                            channels=scenario.collectives.channels)
-
-
-def collective_table(frame: pd.DataFrame, ops: list[CollectiveOp]) -> list[dict]:
-    """Per workload item: time from its first start to its last end, algbw and busbw (nccl-tests factors)."""
-    rows = []
-    collectives = frame[frame["kind"] == "collective"]
-    spans = collectives.groupby("key").agg(start=("start_s", "min"), end=("end_s", "max"))
-    span_s = (spans["end"] - spans["start"]).to_dict()
-    seen: set[str] = set()
-    for op in ops:
-        if op.key in seen:
-            continue
-        seen.add(op.key)
-        time_s = float(span_s[op.key])
-        algbw = op.nbytes / time_s / 1e9 if time_s > 0 else 0.0  # nccl-tests' 0 for a 0-byte item; no Infinity
-        rows.append({"name": op.key, "op": op.op, "ranks": len(op.group), "bytes": op.nbytes, "time_s": time_s,
-                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op.op, len(op.group))})
-    return rows
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from functools import partial
 
 import pytest
 
+from simulator.collective_sweep import collective_sweep
 from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidth_factor
 from simulator.collectives.execute import time_collective
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
-from simulator.collectives.sweep import collective_sweep
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology, Wiring, add_link

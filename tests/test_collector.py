@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import gc
 
-import simulator.collectives.sweep as collective_module
+import simulator.collective_sweep as collective_module
 import simulator.simulation as simulation
 from simulator import load_scenario, simulate
-from simulator.collectives.sweep import collective_sweep
+from simulator.collective_sweep import collective_sweep
 
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
 

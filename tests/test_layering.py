@@ -49,6 +49,6 @@ def test_the_catalog_reads_data_and_imports_none_of_its_consumers():
 
 
 def test_the_collective_command_starts_without_the_workload_builders_or_the_schema():
-    loaded = modules_loaded_by("import simulator.collectives.sweep")
+    loaded = modules_loaded_by("import simulator.collective_sweep")
     assert loaded_under(loaded, "simulator.workload", "simulator.parallel.builder_core", "simulator.parallel.overlap",
                         "simulator.config.schema", "pydantic") == []

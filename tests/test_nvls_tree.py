@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import simpy
 
+from simulator.collective_sweep import collective_sweep
 from simulator.collectives import nvls
 from simulator.collectives.execute import run_plan, time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.sweep import collective_sweep
 from simulator.collectives.tree import double_tree_all_reduce, host_tree_all_reduce
 from simulator.errors import ScenarioError
 from simulator.network.calibration import CALIBRATED

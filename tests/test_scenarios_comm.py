@@ -18,7 +18,7 @@ import json
 import pytest
 
 from simulator.cli import main
-from simulator.collectives.sweep import collective_sweep
+from simulator.collective_sweep import collective_sweep
 from simulator.config.loader import scenario_from_text
 from simulator.errors import SimulationError
 from simulator.program.ops import CollectiveOp, ComputeOp

@@ -1,0 +1,30 @@
+"""The collective table of a communication-only run (summary.json's `collectives`): per workload item its time
+from first start to last end, and nccl-tests' algorithm and bus bandwidths."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.program.ops import CollectiveOp
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def collective_table(frame: pd.DataFrame, ops: list[CollectiveOp]) -> list[dict]:
+    """Per workload item: time from its first start to its last end, algbw and busbw (nccl-tests factors)."""
+    rows = []
+    collectives = frame[frame["kind"] == "collective"]
+    spans = collectives.groupby("key").agg(start=("start_s", "min"), end=("end_s", "max"))
+    span_s = (spans["end"] - spans["start"]).to_dict()
+    seen: set[str] = set()
+    for op in ops:
+        if op.key in seen:
+            continue
+        seen.add(op.key)
+        time_s = float(span_s[op.key])
+        algbw = op.nbytes / time_s / 1e9 if time_s > 0 else 0.0  # nccl-tests' 0 for a 0-byte item; no Infinity
+        rows.append({"name": op.key, "op": op.op, "ranks": len(op.group), "bytes": op.nbytes, "time_s": time_s,
+                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op.op, len(op.group))})
+    return rows
