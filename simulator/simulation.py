@@ -385,11 +385,13 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         from simulator.workload.traces.program import throughput_warnings
 
         summary["warnings"] += throughput_warnings(summary, program.peak_flops)
-    if "parameter_server" in program.details:
+    if program.parameter_server is not None:
         from simulator.parameter_server.summary import ps_report
 
-        summary["parameter_server"] = ps_report(program, result.timeline, result.flow_routes.tolist(), topology,
-                                                settings, summary["step_time_s"])
+        plan = program.parameter_server
+        comparison, _ = run_ops(topology, plan.comparison, settings)
+        summary["parameter_server"] = ps_report(plan, result.timeline, result.flow_routes.tolist(), topology,
+                                                summary["step_time_s"], comparison)
     if blocker:
         summary["fold_off_reason"] = blocker
     if not faults.plan.empty:

@@ -3,6 +3,7 @@ load the layers after it, and the names-only modules the first layers read agree
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,26 @@ def test_the_collective_command_starts_without_the_workload_builders_or_the_sche
     loaded = modules_loaded_by("import simulator.collective_sweep")
     assert loaded_under(loaded, "simulator.workload", "simulator.parallel.builder_core", "simulator.parallel.overlap",
                         "simulator.config.schema", "pydantic") == []
+
+
+BEFORE_THE_ORCHESTRATOR = ("catalog", "collectives", "config", "engine", "metrics", "network", "parallel",
+                           "parameter_server", "program", "schedules", "topology", "workload")
+"""The packages the run's orchestrator (simulation.py) calls, which therefore never call it back."""
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at module level, in functions or for type checking alone."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.update([node.module, *(f"{node.module}.{alias.name}" for alias in node.names)])
+    return names
+
+
+def test_no_layer_the_orchestrator_calls_imports_it():
+    importers = sorted(str(path.relative_to(REPO)) for package in BEFORE_THE_ORCHESTRATOR
+                       for path in (REPO / "simulator" / package).rglob("*.py")
+                       if "simulator.simulation" in imported_modules(path))
+    assert importers == []

@@ -9,7 +9,11 @@ import re
 import pytest
 
 from simulator.catalog.gpus import get_gpu
+from simulator.config.loader import scenario_from_text
 from simulator.parameter_server.placement import shard_tensors, stripe
+from simulator.parameter_server.program import ps_program
+from simulator.program.ops import CollectiveOp
+from simulator.simulation import build_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 
@@ -280,3 +284,25 @@ def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
     model, shard = replace(get_model("llama3-8b"), layers=2), ShardShape(1, 512, dtype_bytes=2)
     working = activation_bytes_per_layer(model, shard, "selective") - activation_bytes_per_layer(model, shard, "full")
     assert memory["memory_breakdown_gib"]["buffers"] == pytest.approx(working / 2**30, rel=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["mode: sync", "mode: ssp, staleness: 1"])
+def test_the_program_describes_every_transfer_and_update_for_its_summary(mode):
+    """The summary reads the run back through the program's PsPlan, not by parsing op names: every push and
+    pull is listed by its key with the iteration its ops carry and the worker and server GPU at its ends, and
+    every server update with the worker whose gradient it applies (sync: one update for all)."""
+    loaded = scenario_from_text(scenario(mode, iterations=2), "inline.yaml", [])
+    program = ps_program(loaded.scenario, build_topology(loaded))
+    plan = program.parameter_server
+    assert plan is not None
+    transfers = [op for op in program.ops if isinstance(op, CollectiveOp)]
+    assert {op.key for op in transfers} == set(plan.transfers)
+    for op in transfers:
+        described = plan.transfers[op.key]
+        ends = (described.endpoint, described.worker) if described.pull else (described.worker, described.endpoint)
+        assert (op.name, op.microbatch, op.group) == ("pull" if described.pull else "push", described.iteration, ends)
+    updates = {op.name for op in program.ops if op.category == "optimizer" and not op.name.startswith("accumulate")}
+    assert updates == set(plan.update_owner)
+    expected = {"update": None} if plan.sync else {f"update w{w}": w for w in plan.workers}
+    assert plan.update_owner == expected
+    assert [op.group for op in plan.comparison] == [plan.workers] * len(plan.workers)

@@ -16,8 +16,7 @@ GPU applies what arrives one gradient at a time (a serial stream, first come fir
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from simulator.faults.step import draw_factors
 from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
+from simulator.program.ps_plan import PsPlan, PsTransfer
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
@@ -51,15 +51,17 @@ ACCUMULATE_EXTRA_BYTES = 8
 and write the 4-byte sum."""
 SLOWDOWN_STREAM = 0x50534954
 """Mixed into the seed of the per-iteration slowdown draws, so other users of `run.seed` draw independently."""
-UPDATE_OF = re.compile(r"^update w(\d+)$")
-"""The name of a per-push update on a server GPU: `update w<worker GPU>`."""
 
 
-class _Builder:
-    """Op lists of every worker and server GPU, with ids in creation order."""
+@dataclass
+class PsOps:
+    """Op lists of every worker and server GPU, with ids in creation order, and what the summary needs to read
+    them back: each push and pull by key (``transfers``), each server update's name with the worker whose gradient
+    it applies (``update_owner``)."""
 
-    def __init__(self) -> None:
-        self.ops: list[Op] = []
+    ops: list[Op] = field(default_factory=list)
+    transfers: dict[str, PsTransfer] = field(default_factory=dict)
+    update_owner: dict[str, int | None] = field(default_factory=dict)
 
     def compute(self, rank: int, stream: str, name: str, duration: float, deps: list[int], category: Category,
                 iteration: int, flops: float = 0.0, hbm_bytes: float = 0.0) -> int:
@@ -74,9 +76,14 @@ class _Builder:
         return self.compute(endpoint, UPDATE_STREAM, name, hbm_bytes * server.seconds_per_byte, deps, "optimizer",
                             iteration, hbm_bytes=hbm_bytes)
 
-    def transfer(self, name: str, key: str, src: int, dst: int, nbytes: int, iteration: int,
+    def transfer(self, pull: bool, iteration: int, worker: int, endpoint: int, nbytes: int,
                  src_deps: list[int], dst_deps: list[int]) -> tuple[int, int]:
-        """Both sides of a point-to-point transfer (the sender's op id, the receiver's)."""
+        """Both sides of a push (worker -> server GPU) or a pull (server GPU -> worker): the sender's op id,
+        the receiver's."""
+        name = "pull" if pull else "push"
+        key = transfer_key(name, iteration, worker, endpoint)
+        self.transfers[key] = PsTransfer(pull, iteration, worker, endpoint)
+        src, dst = (endpoint, worker) if pull else (worker, endpoint)
         ids = []
         for rank, deps in ((src, src_deps), (dst, dst_deps)):
             self.ops.append(CollectiveOp(id=len(self.ops), rank=rank, stream=TRANSFER_STREAM, name=name,
@@ -89,6 +96,13 @@ class _Builder:
 def transfer_key(kind: str, iteration: int, worker: int, endpoint: int) -> str:
     """The key of a push or pull: `ps.<kind>.i<iteration>.w<worker GPU>.e<server GPU>`."""
     return f"ps.{kind}.i{iteration}.w{worker}.e{endpoint}"
+
+
+def comparison_allreduce(workers: tuple[int, ...], nbytes: int) -> tuple[Op, ...]:
+    """One ring all-reduce of ``nbytes`` over ``workers``: what the servers' exchange is compared with."""
+    return tuple(CollectiveOp(id=index, rank=w, stream="dp", name="all-reduce", category="dp", op="all_reduce",
+                              group=workers, nbytes=float(nbytes), key="allreduce", algorithm="ring")
+                 for index, w in enumerate(workers))
 
 
 @dataclass(frozen=True)
@@ -141,15 +155,16 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     server = ServerCost(endpoint_bytes(placement, held, element, topology), element,
                         optimizer_bytes_per_param(training.optimizer, training.precision,
                                                   pushed_grad_dtype(training)), seconds_per_byte)
-    ops = build_ops(config, placement, cost, server, slowdown)
-    samples = len(workers) * n * cost.microbatches * training.micro_batch
+    built = build_ops(config, placement, cost, server, slowdown)
+    per_iteration = len(workers) * cost.microbatches * training.micro_batch
+    samples = per_iteration * n
     tokens = samples * training.seq_len
     parameters = sum(cost.tensors)
     details: dict[str, dict] = {"parameter_server": {
         "mode": config.mode, **({"staleness": config.staleness} if config.mode == "ssp" else {}),
         "sharding": config.sharding, "iterations": n, "server_hosts": list(placement.server_hosts),
         "server_gpus": list(placement.endpoints), "workers": len(workers), "worker_gpus": list(workers),
-        "samples_per_iteration": len(workers) * cost.microbatches * training.micro_batch,
+        "samples_per_iteration": per_iteration,
         "tokens_per_sample": training.seq_len, "parameters": parameters, "parameter_bytes": parameters * element,
         "server_parameter_bytes": [params * element for params in held],
         "worker_compute_s": cost.forward_s + cost.backward_s,
@@ -161,11 +176,17 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     details["layout"] = {"strategy": "parameter_server", "dp": len(workers), "microbatches": cost.microbatches,
                          "model": model.name, "gpu": gpu.name}
     ranks = tuple(sorted((*workers, *placement.endpoints)))
-    return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
+    plan = PsPlan(entries=details["parameter_server"], workers=tuple(workers), endpoints=tuple(placement.endpoints),
+                  iterations=n, sync=config.mode == "sync", transfers=built.transfers,
+                  update_owner=built.update_owner, samples_per_iteration=per_iteration,
+                  tokens_per_sample=training.seq_len,
+                  comparison=comparison_allreduce(tuple(workers), parameters * element))
+    return StepProgram(ops=tuple(built.ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=float(tokens),
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
-                       serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details, pipelined=False)
+                       serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details, pipelined=False,
+                       parameter_server=plan)
 
 
 @dataclass(frozen=True)
@@ -188,9 +209,9 @@ class ServerCost:
 
 
 def build_ops(config: ParameterServerConfig, placement: Placement, cost: WorkerCost, server: ServerCost,
-              slowdown: np.ndarray) -> list[Op]:
+              slowdown: np.ndarray) -> PsOps:
     """The ops of every iteration, with the mode's waiting rule as dependencies (see the module docstring)."""
-    ops = _Builder()
+    ops = PsOps()
     workers, endpoints = placement.workers, placement.endpoints
     pulled: dict[int, list[int]] = {w: [] for w in workers}
     applied: dict[tuple[int, int, int], int] = {}  # (worker, iteration, server GPU) -> the update of that push
@@ -204,8 +225,7 @@ def build_ops(config: ParameterServerConfig, placement: Placement, cost: WorkerC
             backward = ops.compute(w, COMPUTE_STREAM, "backward", cost.backward_s * factor, [forward], "backward",
                                    i, flops=cost.backward_flops)
             for e in endpoints:
-                push, recv = ops.transfer("push", transfer_key("push", i, w, e), w, e, server.stripe_bytes[e], i,
-                                          [backward], [])
+                push, recv = ops.transfer(False, i, w, e, server.stripe_bytes[e], [backward], [])
                 pushed[(w, e)] = push
                 received[e].append((w, recv))
         ready: dict[tuple[int, int], int] = {}
@@ -213,11 +233,14 @@ def build_ops(config: ParameterServerConfig, placement: Placement, cost: WorkerC
             if config.mode == "sync":
                 sums = [ops.update(e, f"accumulate w{w}", server.accumulate(e), server, [recv], i)
                         for w, recv in received[e]]
+                ops.update_owner["update"] = None
                 update = ops.update(e, "update", server.update(e), server, sums, i)
                 ready.update(((w, e), update) for w in workers)
                 continue
             for w, recv in received[e]:
-                ready[(w, e)] = applied[(w, i, e)] = ops.update(e, f"update w{w}", server.update(e), server, [recv], i)
+                name = f"update w{w}"
+                ops.update_owner[name] = w
+                ready[(w, e)] = applied[(w, i, e)] = ops.update(e, name, server.update(e), server, [recv], i)
         slowest = i - (config.staleness or 0)
         for w in workers:
             pulls = []
@@ -225,11 +248,10 @@ def build_ops(config: ParameterServerConfig, placement: Placement, cost: WorkerC
                 server_deps = [ready[(w, e)]]
                 if config.mode == "ssp" and slowest >= 0:
                     server_deps += [applied[(other, slowest, e)] for other in workers]
-                _, pull = ops.transfer("pull", transfer_key("pull", i, w, e), e, w, server.stripe_bytes[e], i,
-                                       server_deps, [pushed[(w, e)]])
+                _, pull = ops.transfer(True, i, w, e, server.stripe_bytes[e], server_deps, [pushed[(w, e)]])
                 pulls.append(pull)
             pulled[w] = pulls
-    return ops.ops
+    return ops
 
 
 def endpoint_bytes(placement: Placement, held: tuple[int, ...], element: int,

@@ -15,52 +15,44 @@ Definitions (docs/parameter_server.md):
 - server link: per server GPU the slowest network link every push to it crosses (and its reverse for pulls);
   utilisation is the bytes the run moved over it divided by what its line rate carries in the run.
 - the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
-  alone on the same cluster and network settings; its bytes in total, per worker and on its busiest link,
+  alone on the same cluster and network settings (the program's `PsPlan.comparison`, which simulation.py runs
+  after the step and hands in); its bytes in total, per worker and on its busiest link,
   against the servers' per iteration (seed 001: 2 x workers x parameters through the servers, against about
   2 x parameters per worker spread over every link of the ring).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from simulator.parameter_server.program import UPDATE_OF
-from simulator.program.ops import CollectiveOp, Op
-from simulator.program.step import StepProgram
+from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
 
 if TYPE_CHECKING:
-    from simulator.simulation import NetworkSettings
-
-KEY = re.compile(r"^ps\.(push|pull)\.i(\d+)\.w(\d+)\.e(\d+)$")
+    from simulator.engine.engine import EngineResult
 
 
-def ps_report(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
-              settings: NetworkSettings, makespan_s: float) -> dict:
-    """The `parameter_server` summary entry of a run, with the ring all-reduce it is compared with."""
-    report = ps_summary(program, frame, routes, topology, makespan_s)
-    report["allreduce"] = ring_allreduce(report["worker_gpus"], report["parameter_bytes"], topology, settings)
+def ps_report(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
+              makespan_s: float, comparison: EngineResult) -> dict:
+    """The `parameter_server` summary entry of a run, with the ring all-reduce it is compared with
+    (``comparison``: the run of ``plan.comparison`` alone on the cluster)."""
+    report = ps_summary(plan, frame, routes, topology, makespan_s)
+    report["allreduce"] = allreduce_figures(comparison, len(plan.workers))
     return report
 
 
-def ring_allreduce(workers: list[int], nbytes: int, topology: Topology, settings: NetworkSettings) -> dict:
-    """One ring all-reduce of ``nbytes`` over ``workers``, alone on the cluster: its time and its bytes."""
-    from simulator.simulation import run_ops
-
-    ops: list[Op] = [CollectiveOp(id=index, rank=w, stream="dp", name="all-reduce", category="dp", op="all_reduce",
-                                  group=tuple(workers), nbytes=float(nbytes), key="allreduce", algorithm="ring")
-                     for index, w in enumerate(workers)]
-    result, _ = run_ops(topology, ops, settings)
+def allreduce_figures(result: EngineResult, workers: int) -> dict:
+    """The compared ring all-reduce's time and bytes: in total, per worker and on its busiest link."""
     flows = result.log.to_frame()
     flows = flows[flows["kind"] == "flow"]
     carried = _carried(flows["bytes"].to_numpy(), result.log.flow_routes())
     return {"algorithm": "ring", "time_s": result.makespan_s, "total_bytes": float(flows["bytes"].sum()),
-            "bytes_per_worker": float(flows["bytes"].sum()) / len(workers),
+            "bytes_per_worker": float(flows["bytes"].sum()) / workers,
             "busiest_link_bytes": max(carried.values(), default=0.0)}
 
 
@@ -73,18 +65,17 @@ def _carried(nbytes: np.ndarray, routes: list[tuple[int, ...]]) -> Counter[int]:
     return carried
 
 
-def ps_summary(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
+def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]], topology: Topology,
                makespan_s: float) -> dict:
-    """The plan the program describes and the figures measured in its run."""
-    plan = program.details["parameter_server"]
-    assert isinstance(plan, dict), "a parameter-server program describes its plan"
-    workers, endpoints, n = plan["worker_gpus"], plan["server_gpus"], plan["iterations"]
+    """The plan's summary entries and the figures measured in its run."""
+    workers, endpoints, n = list(plan.workers), list(plan.endpoints), plan.iterations
+    keys = list(plan.transfers)
     ops = frame[frame["kind"] != "flow"]
-    transfers = ops[(ops["kind"] == "collective") & ops["key"].str.startswith("ps.")].drop_duplicates("key")
-    parts = transfers["key"].str.extract(KEY)
-    transfers = transfers.assign(kind=parts[0], iteration=parts[1].astype(int), worker=parts[2].astype(int),
-                                 endpoint=parts[3].astype(int))
-    pulls = transfers[transfers["kind"] == "pull"]
+    transfers = ops[(ops["kind"] == "collective") & ops["key"].isin(keys)].drop_duplicates("key")
+    described = [plan.transfers[key] for key in transfers["key"]]
+    transfers = transfers.assign(pull=[t.pull for t in described], iteration=[t.iteration for t in described],
+                                 worker=[t.worker for t in described], endpoint=[t.endpoint for t in described])
+    pulls = transfers[transfers["pull"]]
     pull_end = pulls.groupby(["worker", "iteration"])["end_s"].max()
     forwards = ops[(ops["category"] == "forward")].set_index(["rank", "microbatch"])["start_s"]
     backwards = ops[(ops["category"] == "backward")].set_index(["rank", "microbatch"])["end_s"]
@@ -92,19 +83,19 @@ def ps_summary(program: StepProgram, frame: pd.DataFrame, routes: list[tuple[int
     exchange_s = [float(pull_end[(w, i)] - backwards[(w, i)]) for w in workers for i in range(n)]
     first_done = float(min(pull_end[(w, n - 1)] for w in workers))
     done = int((pull_end <= first_done).sum())
-    samples = done * plan["samples_per_iteration"] / len(workers)
+    samples = done * plan.samples_per_iteration / len(workers)
     flows = frame[frame["kind"] == "flow"]
     flows = flows.assign(flow=np.arange(len(flows)))
-    is_ps = flows["key"].str.startswith("ps.").to_numpy()
+    is_ps = flows["key"].isin(keys).to_numpy()
     per_iteration = float(flows.loc[is_ps, "bytes"].sum()) / n
     carried = _carried(np.where(is_ps, flows["bytes"].to_numpy(), 0.0), routes)
-    staleness = _staleness(ops, pulls, workers, endpoints, n)
-    lag = _lag(ops, forwards, workers, n, plan["mode"])
+    staleness = _staleness(ops, pulls, workers, endpoints, n, plan.update_owner)
+    lag = _lag(ops, forwards, workers, n, plan.sync, plan.update_owner)
     means = [float(np.mean(times)) for times in iteration_s.values()]
     return {
-        **plan,
+        **plan.entries,
         "samples_per_s": samples / first_done if first_done > 0 else 0.0,
-        "tokens_per_s": samples * plan["tokens_per_sample"] / first_done if first_done > 0 else 0.0,
+        "tokens_per_s": samples * plan.tokens_per_sample / first_done if first_done > 0 else 0.0,
         "throughput_window_s": first_done,
         "iteration_s": {"mean": float(np.mean(means)), "min": float(np.min(means)), "max": float(np.max(means))},
         "worker_iteration_s": {str(w): float(np.mean(times)) for w, times in iteration_s.items()},
@@ -125,37 +116,39 @@ def histogram(values: list[int]) -> list[int]:
     return [counts.get(value, 0) for value in range(max(values) + 1)]
 
 
-def _updates(ops: pd.DataFrame, endpoint: int) -> pd.DataFrame:
-    rows = ops[(ops["rank"] == endpoint) & (ops["kind"] == "compute") & ops["name"].str.startswith("update")]
-    return rows.sort_values("start_s")
+def _updates(ops: pd.DataFrame, update_owner: Mapping[str, int | None]) -> pd.DataFrame:
+    """The server updates' rows (not the sums that precede sync's)."""
+    return ops[(ops["kind"] == "compute") & ops["name"].isin(list(update_owner))]
 
 
 def _staleness(ops: pd.DataFrame, pulls: pd.DataFrame, workers: list[int], endpoints: list[int],
-               n: int) -> list[int]:
+               n: int, update_owner: Mapping[str, int | None]) -> list[int]:
     """Per (worker, iteration): updates applied between its read and the start of its gradient's update."""
     read = pulls.set_index(["worker", "iteration", "endpoint"])["start_s"]
     worst = {(w, i): 0 for w in workers for i in range(n)}
+    every_update = _updates(ops, update_owner)
     for e in endpoints:
-        updates = _updates(ops, e)
+        updates = every_update[every_update["rank"] == e].sort_values("start_s")
         ends = np.sort(updates["end_s"].to_numpy())
         for name, start, i in zip(updates["name"].tolist(), updates["start_s"].tolist(),
                                   updates["microbatch"].tolist()):
-            owner = UPDATE_OF.match(name)
-            for w in workers if owner is None else [int(owner.group(1))]:
+            owner = update_owner[name]
+            for w in workers if owner is None else [owner]:
                 read_at = float(read[(w, i - 1, e)]) if i > 0 else 0.0
                 behind = int(np.searchsorted(ends, start, "right") - np.searchsorted(ends, read_at, "right"))
                 worst[(w, i)] = max(worst[(w, i)], behind)
     return list(worst.values())
 
 
-def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, mode: str) -> list[int]:
+def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, sync: bool,
+         update_owner: Mapping[str, int | None]) -> list[int]:
     """Per (worker, iteration j): j minus the iterations the slowest worker had completed when j started."""
-    updates = ops[(ops["kind"] == "compute") & ops["name"].str.startswith("update")]
-    if mode == "sync":
+    updates = _updates(ops, update_owner)
+    if sync:
         per_iteration = updates.groupby("microbatch")["end_s"].max()
         completed_at = {w: [float(per_iteration[i]) for i in range(n)] for w in workers}
     else:
-        owner = updates["name"].str.extract(UPDATE_OF)[0].astype(int)
+        owner = updates["name"].map(update_owner).astype(int)
         ends = updates.assign(worker=owner).groupby(["worker", "microbatch"])["end_s"].max()
         completed_at = {w: [float(ends[(w, i)]) for i in range(n)] for w in workers}
     cumulative = {w: np.maximum.accumulate(times) for w, times in completed_at.items()}

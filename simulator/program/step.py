@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from simulator.parallel.layout import Layout
 from simulator.program.contention import SmShare
 from simulator.program.ops import Op
+from simulator.program.ps_plan import PsPlan
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class StepProgram:
     ``pipelined`` is false for a step whose ranks idle for another reason than a pipeline (a parameter-server
     worker waits for the servers, which exposed communication counts): its bubble is 0 and not a loss.
     ``sm_share`` (None: off) slows compute-bound kernels while communication kernels hold SMs on their GPU.
+    ``parameter_server`` is a parameter-server run's plan, which its summary reads (None for other steps).
     """
 
     ops: tuple[Op, ...]
@@ -46,4 +48,5 @@ class StepProgram:
     layout: Layout | None = None
     pipelined: bool = True
     sm_share: SmShare | None = None
+    parameter_server: PsPlan | None = None
 
