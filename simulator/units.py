@@ -118,8 +118,8 @@ def parse_size_range(text: str) -> list[float]:
     if ":" in text:
         low_text, high_text = text.split(":", 1)
         low, high = parse_message_size(low_text), parse_message_size(high_text)
-        if low <= 0 or high < low:
-            raise InputError(f"size range {text!r} must go from a positive size up", allowed="e.g. 1MiB:8GiB")
+        if low < 1 or high < low:
+            raise InputError(f"size range {text!r} must go up from a size of 1 B or more", allowed="e.g. 1MiB:8GiB")
         sizes = []
         size = low
         while size <= high * (1 + 1e-12):
@@ -127,8 +127,8 @@ def parse_size_range(text: str) -> list[float]:
             size *= 2
         return sizes
     sizes = [parse_message_size(part) for part in text.split(",")]
-    if any(size <= 0 for size in sizes):
-        raise InputError(f"sizes {text!r} must be positive", allowed="e.g. 1MiB,64MiB")
+    if any(size < 1 for size in sizes):
+        raise InputError(f"sizes {text!r} must be 1 B or more (whole bytes)", allowed="e.g. 1MiB,64MiB")
     return sizes
 
 

@@ -311,6 +311,9 @@ def test_bad_input_through_the_console_script(tmp_path):
     (["--chunk", "0B"], "--chunk", "chunk '0B' is not positive", "a positive size up to 1 PiB"),  # said 0.0
     (["--sizes", "1MiB:1e30B"], "--sizes", "size '1e30B' is more than 1 PiB, beyond any GPU's memory",
      "a size up to 1 PiB"),  # ran, with times of 1e19 s
+    (["--sizes", "1e-9B"], "--sizes", "sizes '1e-9B' must be 1 B or more", "e.g. 1MiB,64MiB"),  # ran: bytes 0
+    (["--sizes", "0.5B:1KiB"], "--sizes", "size range '0.5B:1KiB' must go up from a size of 1 B or more",
+     "e.g. 1MiB:8GiB"),
     (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
