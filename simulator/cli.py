@@ -186,7 +186,12 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
-    spec = read_topology(args.file, dict(item.split("=", 1) for item in args.set))
+    try:
+        spec = read_topology(args.file, dict(item.split("=", 1) for item in args.set))
+    except InputError as exc:
+        if exc.file:
+            raise
+        raise option_error(f"topo {args.action}", exc.problem, exc.allowed) from None
     _refuse_large_cluster(spec, f"topo {args.action}", f"{args.action} in seconds (building it takes minutes)",
                           force=args.force)
     topology = build_source(spec)

@@ -326,6 +326,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                     "time a collective on in seconds"),
     "collective-unknown-topology": ({}, ["collective", "--topology", "dgx-h900"], 2,
                                     "error: command line: --topology: unknown topology 'dgx-h900'"),  # <input>:
+    "topo-unknown-topology": ({}, ["topo", "describe", "dgx-h900"], 2,
+                              "error: command line: topo describe: unknown topology 'dgx-h900'"),  # <input>:
     "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
                                       "error: command line: --chunk: size '-1' has no unit"),
     "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
