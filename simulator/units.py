@@ -89,6 +89,18 @@ def parse_message_size(value: object) -> float:
     return nbytes
 
 
+BUFFER_ALLOWED = "0 B, or a size from 1 B up to 1 PiB (2^50 B), e.g. 64 MiB"
+
+
+def parse_buffer_size(value: object) -> float:
+    """Bytes of a scenario's buffer (a workload item, a synthetic P2P transfer, a gradient bucket): a message
+    size of 0 B (nothing sent) or of 1 B or more, as `trainsim collective --sizes` asks; 0.5 B is a typo."""
+    nbytes = parse_message_size(value)
+    if 0 < nbytes < 1:
+        raise InputError(f"size {value!r} is less than 1 B (a buffer holds whole bytes)", allowed=BUFFER_ALLOWED)
+    return nbytes
+
+
 def parse_duration(value: object) -> float:
     """Seconds from a duration such as "1.5 us" or "54 d"."""
     return parse_quantity(value, "duration")

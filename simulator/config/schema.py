@@ -32,7 +32,7 @@ from simulator.config.training_options import (
     Recompute,
 )
 from simulator.network.modes import NetworkMode
-from simulator.units import parse_message_size, parse_step_duration
+from simulator.units import parse_buffer_size, parse_step_duration
 
 
 def _schedule(name: str) -> str:
@@ -77,8 +77,8 @@ def _group(value: object) -> object:
 
 
 ScheduleName = Annotated[str, AfterValidator(_schedule)]
-MessageSize = Annotated[float, BeforeValidator(user_value(parse_message_size)), Field(ge=0)]
-"""A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (at most 1 PiB)."""
+MessageSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(ge=0)]
+"""A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (0 B, or 1 B to 1 PiB)."""
 StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
 """A time inside one step (at most a day)."""
 Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
