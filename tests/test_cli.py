@@ -133,6 +133,31 @@ def test_validate_ok(capsys):
     assert capsys.readouterr().out.strip().endswith("valid (16 GPUs on dgx-h100-cluster)")
 
 
+HYBRID_TP8 = """cluster: {topology: dgx-h100-cluster}
+model: {preset: llama3-8b, layers: 4}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 8, dp: 2, fsdp: hybrid_shard}
+run: {timeline: summary}
+"""
+
+
+def test_hybrid_shard_with_tp_filling_the_domain_warns(tmp_path, capsys):
+    """TP 8 on 8-GPU DGX H100s leaves one DP rank per NVLink domain: hybrid_shard's shard group is one GPU and
+    the run silently held plain data parallelism's model state. The warning names why, on stderr and in
+    summary.json; with TP 4 two DP ranks share a domain and nothing is said."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(HYBRID_TP8)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err == ("warning: parallelism.fsdp: hybrid_shard shards within an NVLink domain, and TP 8 fills GPU 0's "
+                   "8-GPU domain, so its shard group is one rank: it shards nothing and each GPU holds the model "
+                   "state of plain data parallelism (fsdp: full_shard shards across domains)\n")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["warnings"] == [err.removeprefix("warning: ").strip()]
+    assert main(["validate", str(scenario), "--set", "parallelism.tp=4", "--set", "parallelism.dp=4"]) == 0
+    assert "hybrid_shard" not in capsys.readouterr().err
+
+
 def test_topo_describe_cluster(capsys):
     assert main(["topo", "describe", "dgx-h100-cluster"]) == 0
     text = capsys.readouterr().out

@@ -304,9 +304,22 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
         warnings.append(f"parallelism.tp: TP group of {layout.tp} GPUs spans {len(domains)} NVLink domains; its "
                         "collectives cross the network every layer")
     if hybrid and sharding.degree == 1:
-        warnings.append("parallelism.fsdp: hybrid_shard finds one data-parallel rank per NVLink domain, so it "
-                        "shards nothing and runs as plain data parallelism")
+        warnings.append(f"parallelism.fsdp: hybrid_shard shards within an NVLink domain, and {_alone(layout, topology)}"
+                        ", so its shard group is one rank: it shards nothing and each GPU holds the model state of "
+                        "plain data parallelism (fsdp: full_shard shards across domains)")
     return tuple(warnings)
+
+
+def _alone(layout: Layout, topology: Topology) -> str:
+    """Why GPU 0's NVLink domain holds no other rank of its DP x CP group: the domain is one GPU, or its other
+    GPUs are GPU 0's TP (and PP) peers."""
+    domain = topology.gpu_domain[0]
+    gpus = sum(1 for rank in range(layout.world) if topology.gpu_domain[rank] == domain)
+    if gpus == 1:
+        return "each NVLink domain holds one GPU"
+    if layout.tp >= gpus:
+        return f"TP {layout.tp} fills GPU 0's {gpus}-GPU domain"
+    return f"TP {layout.tp} x PP {layout.pp} fill GPU 0's {gpus}-GPU domain"
 
 
 def _model_section(scenario: Scenario) -> ModelConfig:
