@@ -89,7 +89,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
-    from simulator.console.report import oom_line
+    from simulator.console.report import memory_line, oom_line
     from simulator.simulation import sized_topology, validate
 
     loaded = load_scenario(args.scenario, args.set)
@@ -104,6 +104,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     _warn(verdict.warnings, dict(verdict.memory))
     if not args.quiet:
         print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")
+        memory = memory_line(dict(verdict.memory))
+        if memory:
+            print(f"  {memory}")
     return 0
 
 

@@ -64,6 +64,41 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert main(["validate", scenario, "--strict"]) == 0
 
 
+def test_validate_prints_the_peak_memory_per_gpu(capsys):
+    """`validate` said only 'valid' unless the layout was out of memory; someone sizing a rental needs the peak
+    per GPU, the GPU's capacity and what fills it: the figures of the run's summary (simulation.validate)."""
+    from simulator import load_scenario
+    from simulator.simulation import sized_topology, validate
+
+    scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
+    loaded = load_scenario(scenario, [])
+    memory = validate(loaded, sized_topology(loaded, force=False)).memory
+    assert main(["validate", scenario]) == 0
+    valid, line = capsys.readouterr().out.splitlines()
+    assert valid == f"{scenario}: valid (8 GPUs on dgx-h100)"
+    peak, capacity = memory["peak_memory_gib"], memory["memory_capacity_gib"]
+    head = f"  peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB ({100 * peak / capacity:.1f}%) on pipeline"
+    assert line.startswith(head + " stage 0 (rank 0); largest parts: ")
+    parts = [part.rsplit(" ", 2) for part in line.split("largest parts: ")[1].split(", ")]
+    breakdown = memory["memory_breakdown_gib"]
+    assert [name for name, _, _ in parts] == sorted(breakdown, key=lambda name: -breakdown[name])[:3]
+    assert all(f"{breakdown[name]:.1f}" == size and unit == "GiB" for name, size, unit in parts)
+    assert main(["validate", scenario, "--set", "parallelism.zero=0"]) == 0
+    assert "%, OUT OF MEMORY) on pipeline stage 0 (rank 0)" in capsys.readouterr().out
+    for unmodelled in ("schedule-1f1b-p4-m8", "allreduce-2x-dgx-h100"):  # synthetic costs, collectives only
+        assert main(["validate", str(SCENARIOS / f"{unmodelled}.yaml")]) == 0
+        assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_the_readme_shows_what_validate_prints(capsys, monkeypatch):
+    """The README's `trainsim validate` example is this code's output, not a memory of an older model's."""
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split(f"$ trainsim validate scenarios/{LLAMA_8B}.yaml\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(REPO)
+    assert main(["validate", f"scenarios/{LLAMA_8B}.yaml"]) == 0
+    assert capsys.readouterr().out == shown
+
+
 def test_quiet_prints_nothing_and_still_writes(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--quiet"]) == 0

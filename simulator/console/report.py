@@ -1,5 +1,6 @@
 """What `trainsim run` and `trainsim validate` print: a short table of a run's headline figures (the
-collective table of a communication-only run, the job table of a job over weeks) and the loud out-of-memory line.
+collective table of a communication-only run, the job table of a job over weeks), the loud out-of-memory line and
+`validate`'s peak memory per GPU.
 
 Reads only summary.json's keys and shows those present, so a summary that gains or loses keys still prints.
 """
@@ -49,6 +50,22 @@ def oom_line(summary: dict) -> str:
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:.1f} GiB needed{where}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try ZeRO/FSDP, recompute, more tp or pp, a smaller "
             f"micro_batch)")
+
+
+def memory_line(summary: dict) -> str:
+    """The peak memory per GPU against the GPU's capacity, where it is and its three largest parts, for
+    `trainsim validate` ('' where nothing is modelled: a communication-only workload, a trace, synthetic costs)."""
+    peak = summary.get("peak_memory_gib")
+    if not peak:
+        return ""
+    capacity = summary["memory_capacity_gib"]
+    stage, rank = summary.get("peak_memory_stage"), summary.get("peak_memory_rank")
+    where = f" on pipeline stage {stage} (rank {rank})" if stage is not None else f" on rank {rank}"
+    parts = sorted(summary.get("memory_breakdown_gib", {}).items(), key=lambda part: -part[1])
+    largest = ", ".join(f"{name} {size:.1f} GiB" for name, size in parts[:3] if size)
+    fits = ", OUT OF MEMORY" if summary.get("oom") else ""
+    return (f"peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits}){where}; "
+            f"largest parts: {largest}")
 
 
 def _layout_line(summary: dict) -> str:
