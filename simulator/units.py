@@ -89,16 +89,21 @@ def parse_message_size(value: object) -> float:
     return nbytes
 
 
-BUFFER_ALLOWED = "0 B, or a size from 1 B up to 1 PiB (2^50 B), e.g. 64 MiB"
+BUFFER_ALLOWED = "0 B, or whole bytes from 1 B up to 1 PiB (2^50 B), e.g. 64 MiB"
+
+
+def whole_bytes(nbytes: float, value: object, allowed: str) -> float:
+    """``nbytes``, parsed from ``value``, if it is a whole number of bytes (to float rounding: 0.3 GB is
+    300000000 B): a buffer holds whole bytes, so 1.5 B or 1e-3 B is a typo, refused with ``allowed``."""
+    if not math.isclose(nbytes, round(nbytes), rel_tol=1e-12):
+        raise InputError(f"size {value!r} is {nbytes:.10g} B, not whole bytes", allowed=allowed)
+    return nbytes
 
 
 def parse_buffer_size(value: object) -> float:
     """Bytes of a scenario's buffer (a workload item, a synthetic P2P transfer, a gradient bucket): a message
-    size of 0 B (nothing sent) or of 1 B or more, as `trainsim collective --sizes` asks; 0.5 B is a typo."""
-    nbytes = parse_message_size(value)
-    if 0 < nbytes < 1:
-        raise InputError(f"size {value!r} is less than 1 B (a buffer holds whole bytes)", allowed=BUFFER_ALLOWED)
-    return nbytes
+    size of whole bytes, 0 B meaning nothing sent, as `trainsim collective --sizes` asks."""
+    return whole_bytes(parse_message_size(value), value, BUFFER_ALLOWED)
 
 
 def parse_duration(value: object) -> float:
@@ -132,6 +137,7 @@ def parse_size_range(text: str) -> list[float]:
         low, high = parse_message_size(low_text), parse_message_size(high_text)
         if low < 1 or high < low:
             raise InputError(f"size range {text!r} must go up from a size of 1 B or more", allowed="e.g. 1MiB:8GiB")
+        whole_bytes(low, low_text, "whole bytes, e.g. 1MiB:8GiB")
         sizes = []
         size = low
         while size <= high * (1 + 1e-12):
@@ -141,7 +147,7 @@ def parse_size_range(text: str) -> list[float]:
     sizes = [parse_message_size(part) for part in text.split(",")]
     if any(size < 1 for size in sizes):
         raise InputError(f"sizes {text!r} must be 1 B or more (whole bytes)", allowed="e.g. 1MiB,64MiB")
-    return sizes
+    return [whole_bytes(size, part, "whole bytes, e.g. 1MiB,64MiB") for size, part in zip(sizes, text.split(","))]
 
 
 def format_size(nbytes: float) -> str:

@@ -318,10 +318,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                "memory (allowed: a size up to 1 PiB (2^50 B), e.g. 64 MiB)"),
     # ran a 0.5-byte all-reduce, where `trainsim collective --sizes 0.5B` is refused
     "size-below-a-byte": (scenario(COMM.replace("64 MiB", "0.5 B")), VALIDATE, 2,
-                          "s.yaml:3: workload[0].bytes: size '0.5 B' is less than 1 B (a buffer holds whole bytes) "
-                          "(allowed: 0 B, or a size from 1 B up to 1 PiB (2^50 B), e.g. 64 MiB)"),
+                          "s.yaml:3: workload[0].bytes: size '0.5 B' is 0.5 B, not whole bytes "
+                          "(allowed: 0 B, or whole bytes from 1 B up to 1 PiB (2^50 B), e.g. 64 MiB)"),
     "p2p-bytes-below-a-byte": (scenario(SYNTHETIC.replace("2 ms}", "2 ms, p2p_bytes: 1e-3 B}")), VALIDATE, 2,
-                               "s.yaml:2: model.synthetic.p2p_bytes: size '1e-3 B' is less than 1 B"),
+                               "s.yaml:2: model.synthetic.p2p_bytes: size '1e-3 B' is 0.001 B, not whole bytes"),
+    # ran a 1.5-byte all-reduce, where `trainsim collective --sizes 1.5B` is refused
+    "size-of-a-fraction-of-a-byte": (scenario(COMM.replace("64 MiB", "1.5 B")), VALIDATE, 2,
+                                     "s.yaml:3: workload[0].bytes: size '1.5 B' is 1.5 B, not whole bytes"),
     "bucket-beyond-a-petabyte": (scenario(PRESET + "parallelism: {ddp: {bucket: 2 PiB}}\n"), RUN, 2,
                                  "s.yaml:4: parallelism.ddp.bucket: size '2 PiB' is more than 1 PiB"),
     "collective-size-beyond-a-petabyte": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1e30B"], 2,

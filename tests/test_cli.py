@@ -339,6 +339,9 @@ def test_bad_input_through_the_console_script(tmp_path):
     (["--sizes", "1e-9B"], "--sizes", "sizes '1e-9B' must be 1 B or more", "e.g. 1MiB,64MiB"),  # ran: bytes 0
     (["--sizes", "0.5B:1KiB"], "--sizes", "size range '0.5B:1KiB' must go up from a size of 1 B or more",
      "e.g. 1MiB:8GiB"),
+    # accepted, though the message above says whole bytes, and a scenario's `bytes: 1.5 B` is refused
+    (["--sizes", "1MiB,1.5B"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB,64MiB"),
+    (["--sizes", "1.5B:1KiB"], "--sizes", "size '1.5B' is 1.5 B, not whole bytes", "whole bytes, e.g. 1MiB:8GiB"),
     (["--set", "gpus=0"], "gpus", "must be positive", "a positive value"),
     (["--set", "gpus=1"], "--topology", "dgx-h100 has 1 GPU: a collective needs two or more",
      "a topology of 2 GPUs or more"),  # said 'allowed: 2..1'
