@@ -12,7 +12,7 @@ import pytest
 from simulator import load_scenario, simulate
 from simulator.sweep.executors import PoolExecutor, SerialExecutor
 from simulator.sweep.layouts import Candidate, SearchSpace, structural_reason
-from simulator.sweep.search import search_layouts
+from simulator.sweep.search import search_base, search_layouts
 
 SCENARIO = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
 
@@ -173,10 +173,14 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 
-def test_a_layout_without_zero_1_2_turns_the_bases_param_gather_overlap_off():
-    """`ddp.overlap_param_gather` is refused without ZeRO-1/2's gather; a base that sets it (the published
-    Llama 3 405B rows) must still yield its zero0 and fsdp candidates."""
-    key = "parallelism.ddp.overlap_param_gather"
-    for sharding, kept in (("zero0", False), ("zero1", True), ("zero2", True), ("fsdp", False)):
-        overrides = Candidate(8, 1, 1, 8, 1, 1, sharding, "none").overrides("1f1b")
-        assert (key not in overrides) == kept and overrides.get(key, False) is False
+def test_the_search_base_carries_no_ddp_choices_of_the_scenario():
+    """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
+    ZeRO-0 layouts refuse; the search reads only the base's placement order and end-stage layers from its
+    `parallelism` section (docs/studies.md), so its zero0 candidates are not refused for them."""
+    path = Path(__file__).parents[1] / "scenarios" / "published" / "llama3-405b-8192-gpus.yaml"
+    loaded = load_scenario(path)
+    assert loaded.scenario.parallelism.ddp.overlap_param_gather
+    base = search_base(path, None, loaded.scenario)
+    assert set(base["parallelism"]) == {"order", "pipeline"}
+    overrides = Candidate(8, 1, 16, 64, 1, 1, "zero0", "none").overrides("interleaved")
+    assert not any(key.startswith("parallelism.ddp.") for key in overrides)

@@ -41,7 +41,8 @@ class Candidate:
     def overrides(self, schedule: str) -> dict[str, object]:
         """The scenario fields this layout sets: ``schedule`` (the scenario's) where it runs this many chunks
         per rank, else Megatron's 1F1B, interleaved with virtual stages; sequence parallelism whenever tp > 1
-        (Megatron's practice); the base's `ddp.overlap_param_gather` only where ZeRO-1/2 has the gather it defers."""
+        (Megatron's practice). The base's `parallelism` section is not read (`search.search_base`), so its `ddp`
+        choices never reach a candidate."""
         v = self.virtual_stages
         return {
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
@@ -52,7 +53,7 @@ class Candidate:
             "parallelism.zero": int(self.sharding[-1]) if self.sharding != "fsdp" else 0,
             "parallelism.fsdp": "full_shard" if self.sharding == "fsdp" else None,
             "training.micro_batch": self.micro_batch, "training.recompute": self.recompute,
-        } | ({} if self.sharding in ("zero1", "zero2") else {"parallelism.ddp.overlap_param_gather": False})
+        }
 
     def label(self) -> str:
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
