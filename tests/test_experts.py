@@ -224,3 +224,20 @@ def test_a_very_skewed_dirichlet_routes_every_token_without_a_numpy_warning():
         sample = sample_routing(RoutingConfig(balance="dirichlet", skew=1000.0), 8, 2, None, 512, 4, rng)
     assert sample.counts.sum() == 4 * 512 * 2
     assert (sample.counts <= 512).all()  # distinct experts per token: at most one pick of each per token
+
+
+def test_expert_gradients_are_summed_over_the_tp_ranks_holding_the_same_experts():
+    """Each TP rank holds its experts whole and runs them on its own tokens, so the expert-data-parallel group
+    takes every TP coordinate (Megatron-Core's tp x dp x cp / ep ranks with expert TP 1): it held only the
+    ranks of one TP coordinate, so the TP ranks' partial expert gradients were never summed and the
+    distributed optimizer sharded expert state over tp times fewer ranks."""
+    from simulator.parallel.experts import expert_dp_group
+    from simulator.parallel.layout import Layout
+    from simulator.parallel.sharding import Sharding
+    from simulator.workload.memory import expert_sharding
+
+    layout = Layout(tp=2, dp=8)
+    group = expert_dp_group(layout, 0, 4)
+    assert len(group) == 2 * 8 // 4 and set(layout.group("tp", 0)) <= set(group)
+    assert all(expert_dp_group(layout, member, 4) == group for member in group)
+    assert expert_sharding(Sharding(stage=1, degree=8), ep=4, tp=2).degree == 4

@@ -12,7 +12,7 @@ import pytest
 from simulator.config.loader import scenario_from_text
 from simulator.engine import symmetry
 from simulator.network.model import effective_capacity
-from simulator.parallel.experts import ep_group, expert_dp_group
+from simulator.parallel.experts import ep_group, expert_dp_group, group_images
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import ProgramBuilder
@@ -141,7 +141,9 @@ def _builder_groups(layout: Layout, stage: int) -> dict[str, object]:
 def test_mirror_images_are_the_groups_the_builder_makes(order):
     """For every placement order, each stage's first rank's group of every kind the builder makes: its mirror
     images are exactly the groups of that kind the stage's other ranks run (first occurrence in rank order,
-    members in the builder's order, the group itself left out). A cut-down of the review's exhaustive check."""
+    members in the builder's order, the group itself left out). An expert-DP group spans TP as well, so its
+    images are the ones the builder asks for (experts.group_images). A cut-down of the review's exhaustive
+    check."""
     layout = Layout(tp=2, cp=2, pp=2, dp=3, order=order)
     for stage in range(layout.pp):
         ranks = layout.stage_ranks(stage)
@@ -153,7 +155,9 @@ def test_mirror_images_are_the_groups_the_builder_makes(order):
                 if group not in seen:
                     seen.add(group)
                     wanted.append(group)
-            assert mirror_images(layout, own) == tuple(wanted), (stage, kind, own)
+            images = (group_images(layout, ranks[0], int(kind.split()[-1]), expert_dp=True)
+                      if kind.startswith("expert dp") else mirror_images(layout, own))
+            assert images == tuple(wanted), (stage, kind, own)
 
 
 def test_a_subset_of_the_dp_group_that_is_no_slice_has_no_images():

@@ -4,7 +4,8 @@ Placement (as Megatron-Core with expert tensor parallelism 1): the EP group of a
 consecutive members of its DP x CP group (same TP coordinate, same pipeline stage); EP rank j holds experts
 j E/ep .. (j+1) E/ep - 1 whole. Each TP rank routes its own 1/t of the micro-batch's tokens, so the MoE block
 needs no TP collective with sequence parallelism and an all-gather across TP without it. The expert-data-parallel
-group (ranks holding the same experts, stride ``ep`` in the DP x CP group) reduces the experts' gradients.
+group (ranks holding the same experts: stride ``ep`` in the DP x CP groups of every TP coordinate, tp x dp x cp /
+ep ranks) reduces the experts' gradients.
 
 A MoE MLP block runs: the router, permutation and shared experts; the dispatch all-to-all; the routed experts'
 GEMMs; the combine all-to-all (the backward runs the two all-to-alls in reverse around the experts' backward).
@@ -89,14 +90,32 @@ def ep_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
 
 @lru_cache(maxsize=4096)
 def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
-    """The ranks holding the same experts as ``rank``: stride ``ep`` in its DP x CP group."""
+    """The ranks holding the same experts as ``rank``: stride ``ep`` in the DP x CP group of each of its TP
+    group's members. Every TP rank holds its experts whole and runs them on its own tokens, so their gradients
+    are summed over the TP ranks too (Megatron-Core's expert-data-parallel group with expert TP 1:
+    tp x dp x cp / ep ranks)."""
+    return _across_tp(layout, _expert_slice(layout, rank, ep))
+
+
+def _expert_slice(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
+    """The ranks of ``rank``'s TP coordinate holding its experts: stride ``ep`` in its DP x CP group."""
     group = layout.combined_group(("dp", "cp"), rank)
     return group[group.index(rank) % ep::ep]
+
+
+def _across_tp(layout: Layout, ranks: tuple[int, ...]) -> tuple[int, ...]:
+    """``ranks`` and their TP peers, in rank order."""
+    return tuple(sorted(peer for member in ranks for peer in layout.group("tp", member)))
 
 
 @lru_cache(maxsize=256)
 def group_images(layout: Layout, rank: int, ep: int, expert_dp: bool) -> tuple[tuple[int, ...], ...]:
     """Every other EP (or expert-DP) group of ``rank``'s pipeline stage: the folded replicas' copies of the
-    collective, the other slices of the DP x CP groups (`folding.mirror_images`). Cached: every all-to-all of a
+    collective, the other slices of the DP x CP groups (`folding.mirror_images`); an expert-DP group's are the
+    images of its slice at one TP coordinate, each with its TP peers, once each. Cached: every all-to-all of a
     rank asks again."""
-    return mirror_images(layout, (expert_dp_group if expert_dp else ep_group)(layout, rank, ep))
+    if not expert_dp:
+        return mirror_images(layout, ep_group(layout, rank, ep))
+    own = expert_dp_group(layout, rank, ep)
+    images = (_across_tp(layout, image) for image in mirror_images(layout, _expert_slice(layout, rank, ep)))
+    return tuple(image for image in dict.fromkeys(images) if image != own)

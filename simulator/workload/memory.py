@@ -116,11 +116,11 @@ def model_state_memory(
     )
 
 
-def expert_sharding(sharding: Sharding, ep: int) -> Sharding:
+def expert_sharding(sharding: Sharding, ep: int, tp: int) -> Sharding:
     """How routed experts' state is sharded: over the expert-data-parallel group (the ranks holding the same
-    experts, 1/ep of the data-parallel ranks), as Megatron-Core's distributed optimizer shards expert
-    parameters over that group, not over the whole data-parallel group."""
-    return replace(sharding, degree=max(1, sharding.degree // ep))
+    experts: every TP rank holds them whole, so tp / ep times the data-parallel ranks), as Megatron-Core's
+    distributed optimizer shards expert parameters over that group, not over the whole data-parallel group."""
+    return replace(sharding, degree=max(1, sharding.degree * tp // ep))
 
 
 def routed_params(model: ModelSpec, layers: int, ep: int) -> float:
@@ -363,7 +363,7 @@ def rank_memory(
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     routed = routed_params(model, layers, ep)
     dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce)
-    experts = model_state_memory(routed, expert_sharding(sharding, ep), precision, optimizer, grad_reduce)
+    experts = model_state_memory(routed, expert_sharding(sharding, ep, shard.tp), precision, optimizer, grad_reduce)
     state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
                             dense.optimizer + experts.optimizer)
     per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute, routed_tokens)

@@ -256,7 +256,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                                                   training.grad_reduce_dtype) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
-    optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep) for vstage in held[stage])
+    optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage])
                         * seconds_per_param for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
@@ -276,12 +276,12 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                         warnings, report, routed_tokens)
 
 
-def sharded_params(work, sharding: Sharding, ep: int) -> float:
+def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> float:
     """Parameters a rank of a virtual stage updates: its blocks' share over the shard group and their routed
     experts' share over the expert-data-parallel group (memory.expert_sharding)."""
     routed = sum(block.experts.params for block in work.blocks if block.experts is not None)
     dense_ways = sharding.degree if sharding.stage >= 1 else 1
-    expert_ways = expert_sharding(sharding, ep).degree if sharding.stage >= 1 else 1
+    expert_ways = expert_sharding(sharding, ep, tp).degree if sharding.stage >= 1 else 1
     return work.params / dense_ways + routed / expert_ways
 
 
