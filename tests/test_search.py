@@ -173,14 +173,21 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 
-def test_the_search_base_carries_no_ddp_choices_of_the_scenario():
+def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
     ZeRO-0 layouts refuse; the search reads only the base's placement order and end-stage layers from its
-    `parallelism` section (docs/studies.md), so its zero0 candidates are not refused for them."""
+    `parallelism` section (docs/studies.md), so its layouts are judged by memory alone: ZeRO-0 out of memory,
+    the sharded ones fit."""
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import load_topology
+
     path = Path(__file__).parents[1] / "scenarios" / "published" / "llama3-405b-8192-gpus.yaml"
     loaded = load_scenario(path)
     assert loaded.scenario.parallelism.ddp.overlap_param_gather
     base = search_base(path, None, loaded.scenario)
-    assert set(base["parallelism"]) == {"order", "pipeline"}
-    overrides = Candidate(8, 1, 16, 64, 1, 1, "zero0", "none").overrides("interleaved")
-    assert not any(key.startswith("parallelism.ddp.") for key in overrides)
+    topology = load_topology("dgx-h100-cluster", {"nodes": 1024})
+    reasons = {sharding: check_memory(base, Candidate(8, 1, 16, 64, 1, 1, sharding, "none"), topology,
+                                      "interleaved").reason
+               for sharding in ("zero0", "zero1", "zero2", "fsdp")}
+    assert reasons["zero0"].startswith("out of memory: 113.0 GiB > 79.6 GiB")
+    assert reasons["zero1"] == reasons["zero2"] == reasons["fsdp"] == ""
