@@ -44,10 +44,10 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
     if op == "send_recv":
         group = (0, ranks - 1)
     rows = []
+    plans = plan_cache(topology, settings)
     for nbytes in sizes:
         ops = [CollectiveOp(id=i, rank=rank, stream=COMM_STREAM, name=op, op=op, group=group, nbytes=nbytes,
                             key=op, algorithm=algorithm) for i, rank in enumerate(group)]
-        plans = plan_cache(topology, settings)
         result, _ = run_ops(topology, ops, settings, plans=plans)
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9

@@ -333,3 +333,12 @@ def test_busbw_factors_and_ring_busbw_reaches_link_speed():
                                "send_recv"} == set(BUS_FACTORS)
     time_s = time_collective(switch_topology(16, alpha=0.0), "all_reduce", "ring", 16, GIB)
     assert close(bus_bandwidth("all_reduce", 16, GIB, time_s), BANDWIDTH, tolerance=1e-6)
+
+
+def test_a_send_recv_names_the_direct_transfer_it_runs_whatever_was_asked():
+    """A send_recv is one direct transfer under any algorithm; `trainsim collective --op send_recv
+    --algorithm ring` named 'ring' in its algorithm column."""
+    from simulator.collective_sweep import collective_sweep
+
+    rows = collective_sweep("dgx-h100", {}, op="send_recv", algorithm="ring", ranks=2, sizes=[2**20, 2**24])
+    assert [row["resolved_algorithm"] for row in rows] == ["direct", "direct"]

@@ -213,8 +213,8 @@ def test_llama3_405b_end_stages_hold_only_the_layers_in_flight():
     ("none", "standard", lambda s, b, h, a, t: 0.0),
 ])
 def test_recompute_holds_the_layer_it_recomputes(recompute, attention, working):
-    # GPT 18.4B (h 6144, 48 heads), TP 8 with SP, PP 4, DDP over 2: every stage holds its stored activations, two
-    # DDP buckets of 25 MiB and, with recompute, the one layer the backward is rebuilding.
+    # GPT 18.4B (h 6144, 48 heads), TP 8 with SP, PP 4, DP 1 (no DDP buckets): a stage's buffers are, with
+    # recompute, the one layer the backward is rebuilding, and nothing without.
     loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"), [
         "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=true", "training.micro_batch=1",
         "training.global_batch=8", f"training.recompute={recompute}", f"training.attention={attention}",

@@ -271,8 +271,7 @@ def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
     from dataclasses import replace
 
     from simulator.catalog.models import get_model
-    from simulator.config.loader import scenario_from_text
-    from simulator.simulation import build_topology, validate
+    from simulator.simulation import validate
     from simulator.workload.memory import activation_bytes_per_layer
     from simulator.workload.transformer import ShardShape
 

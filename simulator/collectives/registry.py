@@ -52,15 +52,21 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
     check_request(request, topology)
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
-    if request.op == "send_recv":
-        return direct.plan(request, topology)
-    name = choose_algorithm(request, topology) if algorithm == "auto" else algorithm
+    name = resolve_algorithm(request, topology, algorithm)
     chosen = ALGORITHMS[name]
     if request.op not in chosen.ops:
         able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
         raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
                             field="collectives.algorithm", allowed=f"{able} or auto")
     return chosen.plan(request, topology)
+
+
+def resolve_algorithm(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice) -> AlgorithmName:
+    """The algorithm that runs ``request``: a send_recv is one direct transfer whatever was asked; ``auto`` is
+    `choose_algorithm`'s choice; any other name runs as given."""
+    if request.op == "send_recv":
+        return "direct"
+    return choose_algorithm(request, topology) if algorithm == "auto" else algorithm
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:

@@ -70,7 +70,14 @@ class ProgramOrder:
         """The ordering of ``rank``'s ops alone (a part of the program, affordable where the whole is not): a
         collective whose op on ``rank`` happens before another's there happens before it in the whole program,
         since each op of the rank is part of its collective's node; what the other ranks add is not seen."""
-        return Ordering(self._ops_by_rank[rank], self.async_streams, part=True)
+        known = self._rank_orderings.get(rank)
+        if known is None:
+            known = self._rank_orderings[rank] = Ordering(self._ops_by_rank[rank], self.async_streams, part=True)
+        return known
+
+    @cached_property
+    def _rank_orderings(self) -> dict[int, Ordering]:
+        return {}
 
     @cached_property
     def _ops_by_rank(self) -> dict[int, list[Op]]:

@@ -10,7 +10,7 @@ import numpy as np
 
 from simulator.collectives.names import AlgorithmChoice, AlgorithmName
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.collectives.registry import plan_collective, resolve_algorithm
 from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -66,8 +66,7 @@ class PlanCache:
         resolved = self._algorithms.get(key)
         if resolved is None:
             wanted = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-            resolved = choose_algorithm(self._request(op, group), self.topology) if wanted == "auto" else wanted
-            self._algorithms[key] = resolved
+            resolved = self._algorithms[key] = resolve_algorithm(self._request(op, group), self.topology, wanted)
         return resolved
 
     def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
