@@ -91,6 +91,11 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
     the next row's. Frees at a moment are applied before allocations at the same moment. A rank without ops
     of its own (folded) is refused: its curve would be its stage's static memory alone."""
     refuse_ranks_without_ops([rank], timeline, "rank")
+    return _rank_memory(timeline, summary, rank)
+
+
+def _rank_memory(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
+    """memory_timeline for a rank already known to have ops of its own."""
     entry = _stage_entry(summary, stage_of(summary, rank))
     static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
     chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
@@ -114,7 +119,7 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     else:
         ranks = [int(r) for r in ranks]
         refuse_ranks_without_ops(ranks, timeline, "ranks")
-    curves = [(rank, memory_timeline(timeline, summary, rank)) for rank in ranks]
+    curves = [(rank, _rank_memory(timeline, summary, rank)) for rank in ranks]
     span = max((float(curve["time_s"].max()) for _, curve in curves), default=0.0)
     scale, unit = time_unit(span)
     figure = Figure(figsize=(11, 5), layout="constrained")

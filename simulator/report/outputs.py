@@ -92,7 +92,8 @@ def refuse_ranks_without_ops(ranks, timeline: pd.DataFrame, field: str) -> None:
     """A rank folded into an equivalent one (or left out of a per-stage timeline) has no ops of its own: its
     Gantt row would be drawn idle from start to end, its memory curve as its stage's static memory alone."""
     simulated = simulated_ranks(timeline)
-    missing = [rank for rank in ranks if rank not in set(simulated)]
+    present = set(simulated)
+    missing = [rank for rank in ranks if rank not in present]
     if missing:
         shown = ", ".join(map(str, simulated[:16])) + (", ..." if len(simulated) > 16 else "")
         raise InputError(f"rank {missing[0]} has no ops in this run's timeline (folded into an equivalent rank, "
