@@ -273,6 +273,23 @@ def test_a_rank_on_one_virtual_stage_names_it_on_its_threads(pipelined_run):
     assert carried == 0
 
 
+def test_a_slice_of_another_stage_than_its_ranks_kernels_carries_it(tmp_path):
+    """A rank whose kernels all work on virtual stage 0 names it on its threads; its one op of another stage
+    (a collective on chunk 1) carries `chunk` on its slice, and no other slice does."""
+    log = EventLog()
+    log.record("compute", 0, "compute", "fwd", "forward", 0, 0, 0.0, 1e-6, 0.0, 1e9)
+    log.record("compute", 0, "compute", "bwd", "backward", 0, 0, 1e-6, 3e-6, 0.0, 2e9)
+    log.record("collective", 0, "dp", "rs", "dp", 0, 1, 3e-6, 4e-6, 1024.0, 0.0, "k")
+    log.record("collective", 0, "dp", "ag", "dp", 0, 0, 4e-6, 5e-6, 1024.0, 0.0, "j")
+    path = tmp_path / "trace.json"
+    write_trace(path, log.columns(), SimpleNamespace(gpu_host=[0]), flows=False, load=None, compress=False)
+    events = trace_events(path)
+    threads = [e["args"]["name"] for e in events if e["name"] == "thread_name"]
+    assert threads == ["GPU 0 compute (virtual stage 0)", "GPU 0 dp (virtual stage 0)"]
+    carried = {e["name"]: e["args"].get("chunk") for e in events if e["ph"] == "X"}
+    assert carried == {"fwd": None, "bwd": None, "rs": 1, "ag": None}
+
+
 def test_trace_text_of_unusual_names_and_counts(tmp_path):
     """Names are JSON strings whatever they hold (quotes, backslashes, control and non-ASCII characters);
     counts beyond an int64 stay numbers; a rank without a virtual stage has plain thread names."""
