@@ -120,19 +120,16 @@ def point_folder(out_dir: Path, index: int) -> Path:
 
 def _has_outputs(folder: Path, point: Point) -> bool:
     """Whether ``folder`` holds a complete run of ``point``'s scenario: its manifest checks out and names the
-    point's validated scenario. A point finished without outputs (an earlier run without --point-outputs), or
-    whose folder was removed or written by another scenario, is run again to write them."""
-    from simulator.config.loader import LoadedScenario, validate_as_json
-    from simulator.config.schema import Scenario
+    point's validated scenario (its digest, taken when the sweep was read). A point finished without outputs (an
+    earlier run without --point-outputs), or whose folder was removed or written by another scenario, is run
+    again to write them."""
     from simulator.report.run_folder import checked_manifest
-    from simulator.report.writers import scenario_digest
 
     try:
         manifest = checked_manifest(folder, ())
     except InputError:
         return False
-    loaded = LoadedScenario(validate_as_json(Scenario, point.data), "", {})
-    return manifest.get("scenario_sha256") == scenario_digest(loaded)
+    return manifest.get("scenario_sha256") == point.digest
 
 
 def progress_printer(quiet: bool) -> tuple[Callable[[int, int], None], Callable[[], None]]:

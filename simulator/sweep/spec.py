@@ -37,6 +37,7 @@ from pydantic import Field, ValidationError
 from simulator.config.bundled import bundled_file
 from simulator.config.field_paths import path_problem
 from simulator.config.loader import (
+    LoadedScenario,
     Override,
     located_error,
     validate_as_json,
@@ -56,6 +57,7 @@ from simulator.config.yaml_source import (
     read_yaml,
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
+from simulator.report.writers import scenario_digest
 from simulator.sweep.constraints import Constraint, parse_constraint
 from simulator.sweep.fields import with_values
 from simulator.topology.loader import (
@@ -105,7 +107,8 @@ class SweepFile(Section):
 @dataclass(frozen=True)
 class Point:
     """One point of a sweep: its index, its axis values (by field path, as written), the validated scenario
-    data, a key that changes whenever the scenario does (what resuming matches on), for a point a constraint
+    data, a key that changes whenever the scenario does (what resuming matches on), the validated scenario's
+    digest (what a reused point's run folder must name), for a point a constraint
     rules out, why, and its axis values as overrides of the base, so that an error in a field an axis set is
     located at the axis (as a `--set`'s is at the `--set`)."""
 
@@ -113,6 +116,7 @@ class Point:
     values: tuple[tuple[str, object], ...]
     data: dict
     key: str
+    digest: str
     skipped: str = ""
     overrides: tuple[Override, ...] = ()
 
@@ -183,7 +187,8 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         if not skipped and cluster not in clusters:
             clusters.add(cluster)
             _check_cluster(scenario, base_source, base_lines, written, topology_files)
-        points.append(Point(index, values, point_data, point_key(point_data), skipped, written))
+        digest = scenario_digest(LoadedScenario(scenario, "", {}))
+        points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
     return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
 
 
