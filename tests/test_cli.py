@@ -333,7 +333,7 @@ def test_bad_input_through_the_console_script(tmp_path):
 @pytest.mark.parametrize("args, field, problem, allowed", [
     (["--ranks", "9"], "--ranks", "9 ranks do not fit dgx-h100 (8 GPUs)", "2..8"),
     (["--sizes", "1024"], None, "has no unit", "MiB"),
-    (["--chunk", "0B"], "--chunk", "chunk '0B' is not positive", "a positive size up to 1 PiB"),  # said 0.0
+    (["--chunk", "0B"], "--chunk", "chunk '0B' is not positive", "whole bytes from 1 B up to 1 PiB"),  # said 0.0
     (["--sizes", "1MiB:1e30B"], "--sizes", "size '1e30B' is more than 1 PiB, beyond any GPU's memory",
      "a size up to 1 PiB"),  # ran, with times of 1e19 s
     (["--sizes", "1e-9B"], "--sizes", "sizes '1e-9B' must be 1 B or more", "e.g. 1MiB,64MiB"),  # ran: bytes 0
@@ -353,15 +353,16 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert_one_error_line(captured.err, None, field, problem, allowed)
 
 
-@pytest.mark.parametrize("chunk", ["0 B", "-1 MiB", "1e30 B", "4 parsecs"])
+@pytest.mark.parametrize("chunk", ["0 B", "-1 MiB", "1e30 B", "4 parsecs", "0.5 B", "1e-20 B"])
 def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chunk, capsys):
     """`collectives.chunk` and `trainsim collective --chunk` had a check each, with different words ('chunk 0.0'
-    against "chunk '0B'"), and only the scenario's ran it, at planning time."""
+    against "chunk '0B'"), and only the scenario's ran it, at planning time. A chunk under 1 B or of part of a
+    byte was accepted (a tree all-reduce with chunks of 1e-20 B took 3.6e26 us)."""
     assert main(["validate", "allreduce-2x-dgx-h100", "--set", f"collectives.chunk={chunk}"]) == 2
     scenario = capsys.readouterr().err.split(": collectives.chunk: ", 1)[1]
     assert main(["collective", "--topology", "dgx-h100", "--chunk", chunk]) == 2
     flag = capsys.readouterr().err.split(": --chunk: ", 1)[1]
-    assert scenario == flag and flag.endswith("(allowed: a positive size up to 1 PiB such as 4 MiB, or none (off) "
+    assert scenario == flag and flag.endswith("(allowed: whole bytes from 1 B up to 1 PiB such as 4 MiB, or none (off) "
                                               "to turn chunking off)\n")
 
 

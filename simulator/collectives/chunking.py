@@ -4,10 +4,10 @@ collective --chunk`, a request to plan); kept apart from the registry so that th
 from __future__ import annotations
 
 from simulator.errors import InputError, ScenarioError
-from simulator.units import parse_message_size
+from simulator.units import parse_message_size, whole_bytes
 
 CHUNK_FIELD = "collectives.chunk"
-CHUNK_ALLOWED = "a positive size up to 1 PiB such as 4 MiB, or none (off) to turn chunking off"
+CHUNK_ALLOWED = "whole bytes from 1 B up to 1 PiB such as 4 MiB, or none (off) to turn chunking off"
 CHUNKING_OFF = ("none", "off")
 
 
@@ -25,7 +25,14 @@ def chunk_bytes(value: object) -> float | None:
 
 
 def check_chunk(nbytes: float | None, written: object = None) -> None:
-    """The one check of a pipelining chunk (None: no chunking): a positive size, however it was given."""
-    if nbytes is not None and not nbytes > 0:
-        raise ScenarioError(f"chunk {nbytes if written is None else written!r} is not positive", field=CHUNK_FIELD,
-                            allowed=CHUNK_ALLOWED)
+    """The one check of a pipelining chunk (None: no chunking): whole bytes, at least 1 B, however it was given
+    (a chunk of 1e-20 B cut a tree's buffer into 1e26 chunks)."""
+    if nbytes is None:
+        return
+    shown = nbytes if written is None else written
+    if not nbytes > 0:
+        raise ScenarioError(f"chunk {shown!r} is not positive", field=CHUNK_FIELD, allowed=CHUNK_ALLOWED)
+    try:
+        whole_bytes(nbytes, shown, CHUNK_ALLOWED)
+    except InputError as exc:
+        raise ScenarioError(exc.problem, field=CHUNK_FIELD, allowed=CHUNK_ALLOWED) from None
