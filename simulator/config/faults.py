@@ -12,14 +12,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from simulator.config.reliability import ComponentSpec, MaintenanceConfig
+from simulator.config.reliability import ComponentSpec, Duration, MaintenanceConfig
 from simulator.config.sections import Section, user_value
 from simulator.units import parse_duration, parse_step_duration
 
-Time = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
-"""When a fault strikes, from the start of the step."""
+StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
+"""A time inside one step (at most a day): when a fault strikes, from the start of the step; a synthetic
+stage's pass."""
 Period = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(gt=0)]
-Phase = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
 Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
@@ -63,7 +63,7 @@ class Swing(Section):
 
     amplitude: float = Field(ge=0, lt=1)
     period: Period
-    phase: Phase = 0.0
+    phase: Duration = 0.0
 
 
 class Straggler(Section):
@@ -94,7 +94,7 @@ class LinkFault(Section):
     link: tuple[str, str] | None = None
     uplinks_of: str | None = None
     capacity: float = Field(default=0.0, ge=0, lt=1)
-    at: Time = 0.0
+    at: StepDuration = 0.0
 
     @model_validator(mode="after")
     def _one_selection(self) -> LinkFault:
@@ -107,7 +107,7 @@ class GpuFailure(Section):
     """A GPU that fails at time `at` of the step: the step aborts there."""
 
     gpu: int = Field(ge=0)
-    at: Time = 0.0
+    at: StepDuration = 0.0
 
 
 class StepFaults(Section):

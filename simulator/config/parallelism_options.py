@@ -13,6 +13,7 @@ BuiltinSchedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-
 """The schedules written in code (schedules/registry.py SCHEDULES, in its order)."""
 SCHEDULE_NAMES: tuple[str, ...] = (*get_args(BuiltinSchedule), CUSTOM_SCHEDULE)
 """Every name `parallelism.pipeline.schedule` accepts."""
+SCHEDULE_FIELD: Final = "parallelism.pipeline.schedule"
 
 CpAlgorithm = Literal["ring", "all_gather"]
 """How a CP rank gets the sequence's K/V (`parallelism.cp_algorithm`; parallel/context.py)."""

@@ -12,10 +12,10 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from simulator.collectives.chunking import chunk_bytes
 from simulator.collectives.names import AlgorithmChoice, Primitive
-from simulator.config.faults import FaultsConfig
+from simulator.config.faults import FaultsConfig, StepDuration
 from simulator.config.link_classes import LinkClass
 from simulator.config.moe import MoEConfig
-from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES, CpAlgorithm
+from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES, CpAlgorithm
 from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
@@ -31,23 +31,22 @@ from simulator.config.training_options import (
     Precision,
     Recompute,
 )
+from simulator.errors import lookup
 from simulator.network.modes import NetworkMode
-from simulator.units import parse_buffer_size, parse_step_duration
+from simulator.units import parse_buffer_size
 
 
 def _schedule(name: str) -> str:
-    if name not in SCHEDULE_NAMES:
-        raise ValueError(f"unknown schedule {name!r} (allowed: {', '.join(SCHEDULE_NAMES)})")
-    return name
+    """A schedule the registry builds or 'custom', by the one rule for unknown names (errors.lookup)."""
+    return lookup(dict(zip(SCHEDULE_NAMES, SCHEDULE_NAMES, strict=True)), name, "schedule", SCHEDULE_FIELD)
 
 
 def _model_preset(name: str) -> str:
     """A preset the model catalog has, checked when the scenario is read (the catalog is imported only then:
     reading the schema loads no catalog)."""
-    from simulator.catalog.models import model_names
+    from simulator.catalog.models import get_model
 
-    if name not in model_names():
-        raise ValueError(f"unknown model preset {name!r} (allowed: {', '.join(model_names())})")
+    get_model(name)
     return name
 
 
@@ -76,11 +75,9 @@ def _group(value: object) -> object:
     return list(range(low, high + 1))
 
 
-ScheduleName = Annotated[str, AfterValidator(_schedule)]
+ScheduleName = Annotated[str, AfterValidator(user_value(_schedule))]
 MessageSize = Annotated[float, BeforeValidator(user_value(parse_buffer_size)), Field(ge=0)]
 """A communication buffer's bytes: a collective's or transfer's size, a gradient bucket (0 B, or 1 B to 1 PiB)."""
-StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration)), Field(ge=0)]
-"""A time inside one step (at most a day)."""
 Chunk = Annotated[float | None, BeforeValidator(user_value(chunk_bytes))]
 GpuGroup = Annotated[Literal["all"] | list[int], BeforeValidator(_group)]
 
@@ -193,7 +190,7 @@ class SyntheticModel(Section):
 class ModelConfig(Section):
     """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model."""
 
-    preset: Annotated[str, AfterValidator(_model_preset)] | None = None
+    preset: Annotated[str, AfterValidator(user_value(_model_preset))] | None = None
     layers: int | None = Field(default=None, ge=1)
     hidden: int | None = Field(default=None, ge=1)
     ffn_hidden: int | None = Field(default=None, ge=1)

@@ -7,17 +7,16 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from simulator.config.sections import Section
+from simulator.config.sections import Section, user_value
 
 TraceFormat = Literal["kineto", "chakra-json"]
 
 
 def _gpu_name(name: str) -> str:
     """A GPU the catalog has, checked when the scenario is read (the catalog is imported only then)."""
-    from simulator.catalog.gpus import gpu_names
+    from simulator.catalog.gpus import get_gpu
 
-    if name not in gpu_names():
-        raise ValueError(f"unknown GPU {name!r} (allowed: {', '.join(gpu_names())})")
+    get_gpu(name, "workload.traced_gpu")
     return name
 
 
@@ -40,7 +39,7 @@ class TraceWorkload(Section):
     trace: str
     format: TraceFormat = "kineto"
     compute_scale: float = Field(default=1.0, gt=0)
-    traced_gpu: Annotated[str, AfterValidator(_gpu_name)] | None = None
+    traced_gpu: Annotated[str, AfterValidator(user_value(_gpu_name))] | None = None
     dp: int | None = Field(default=None, ge=1, le=131_072)
     host_gaps: bool = True
     recost_gemms: bool = False

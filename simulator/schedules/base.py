@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from simulator.config.parallelism_options import SCHEDULE_FIELD
 from simulator.errors import ScenarioError
 
 ActionKind = Literal["F", "B", "W", "BW"]
@@ -25,7 +26,6 @@ PLACEMENTS: tuple[Placement, ...] = ("loop", "v")
 STAGES_FIELD = "parallelism.pp"
 MICROBATCHES_FIELD = "training.microbatches"
 VIRTUAL_STAGES_FIELD = "parallelism.pipeline.virtual_stages"
-SCHEDULE_FIELD = "parallelism.pipeline.schedule"
 TABLE_FIELD = "parallelism.pipeline.table"
 OVERLAP_MARK = "+"
 ORDER_RULE = "F, then BW or B ... W, for every micro-batch and chunk"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_NAMES
+from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES
 from simulator.errors import ScenarioError, lookup
-from simulator.schedules.base import SCHEDULE_FIELD, TABLE_FIELD, Placement, Schedule, ScheduleBuilder
+from simulator.schedules.base import TABLE_FIELD, Placement, Schedule, ScheduleBuilder
 from simulator.schedules.custom_csv import csv_schedule, load_table_placement
 from simulator.schedules.gpipe import gpipe
 from simulator.schedules.interleaved import interleaved, interleaved_zero_bubble
