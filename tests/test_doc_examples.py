@@ -5,12 +5,15 @@ A user copies these lines; a subcommand renamed or a flag dropped leaves them sh
 once (`trainsim topo dgx-h100-cluster` once stood where `topo describe` was meant). Only the parsing is checked
 (placeholders such as SCENARIO or DIR parse as any value would), and prose that names a command without its
 arguments or a flag without its value (`trainsim run --force`, `trainsim collective --chunk`) only for its
-subcommands and flags; commands that show alternatives or
-optional parts (`[--strict]`, `local|serial|dask`, `...`) are templates, not commands, and are left out. A
+subcommands and flags: each flag it shows must be one of its subcommand's options (argparse reports missing
+arguments before unknown flags, so its refusal alone would pass `trainsim validate --strikt`). Commands that
+show alternatives or optional parts (`[--strict]`, `local|serial|dask`, `run / validate`, `...`) are
+templates, not commands, and are left out. A
 scenario's relative paths (a trace) are read as from a file in scenarios/, where the bundled fixtures are."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import shlex
 from pathlib import Path
@@ -27,7 +30,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
 YAML_FENCE = re.compile(r"```yaml\n(.*?)```", re.S)
 INLINE = re.compile(r"`(trainsim [^`]+)`")
-TEMPLATE_MARKS = ("[", "|", "...")
+TEMPLATE_MARKS = ("[", "|", " / ", "...")
+FLAG = re.compile(r"--?[A-Za-z][^=]*")
 
 
 def shown_commands(path: Path) -> list[str]:
@@ -59,6 +63,23 @@ def test_a_command_the_docs_show_parses(page, command, capsys):
         refusal = capsys.readouterr().err
         named_only = "arguments are required" in refusal or "expected one argument" in refusal
         assert exc.code == 0 or named_only, f"{page}: `{command}` is refused: {refusal}"
+        unknown = [flag for flag in shown_flags(argv) if flag not in option_strings(argv)]
+        assert not unknown, f"{page}: `{command}` shows flags its subcommand does not have: {unknown}"
+
+
+def shown_flags(argv: list[str]) -> list[str]:
+    """The flags among ``argv``, without an attached value (`--intervals=-5min` is `--intervals`)."""
+    return [match[0] for token in argv if (match := FLAG.match(token))]
+
+
+def option_strings(argv: list[str]) -> set[str]:
+    """The option strings of the (sub)command ``argv`` names (`plot gantt`: the gantt parser's)."""
+    parser = _parser()
+    for token in argv:
+        subcommands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        if subcommands and token in subcommands[0].choices:
+            parser = subcommands[0].choices[token]
+    return set(parser._option_string_actions)
 
 
 def shown_scenarios(path: Path) -> list[str]:
