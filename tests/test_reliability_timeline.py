@@ -1,6 +1,7 @@
 """Job timelines with failures placed by hand (the seeded draw replaced), checked against what must happen at
 those times: a degradation repaired while the job was restarting is over when the next one comes, and the
-maintenance windows that fell inside one long restart are taken once, right after it."""
+maintenance windows that fell inside one long restart are taken once, right after it, and a restart keeps
+every host in use whatever the hosts per replica."""
 
 from __future__ import annotations
 
@@ -29,12 +30,36 @@ def job_with(monkeypatch):
     """The job of JOB with exactly these failures: (time s, class index, unit, repair s) rows."""
     import simulator.reliability.simulate as simulate
 
-    def run(*rows):
+    def run(*rows, text=JOB):
         time, klass, unit, repair = (np.asarray(column) for column in zip(*rows))
         arrivals = Arrivals(time.astype(float), klass.astype(int), unit.astype(int), repair.astype(float))
         monkeypatch.setattr(simulate, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
-        return simulate.simulate_job(scenario_from_text(JOB))
+        return simulate.simulate_job(scenario_from_text(text))
     return run
+
+
+@pytest.mark.parametrize(("nodes", "layout"), [(2, "tp: 4, dp: 4"), (3, "tp: 4, pp: 3, dp: 2")],
+                         ids=["two-replicas-per-host", "a-replica-on-1.5-hosts"])
+def test_every_host_stays_in_use_after_a_restart_whatever_the_hosts_per_replica(job_with, nodes, layout):
+    """A software failure on a GPU of the last host at 1 h, 5 h and 9 h interrupts the job three times when a
+    host holds two replicas (TP 4 on 8-GPU hosts) or a replica spans 1.5 hosts (TP 4 x PP 3). Before the fix
+    the restart set the hosts in use to replicas x (hosts // replicas): 0 or 2 hosts, so every later failure
+    of the last host was taken for one of a host the job no longer used, and the job met one interruption."""
+    text = f"""
+cluster: {{topology: dgx-h100-cluster, nodes: {nodes}, leaf_ports: 2, spines: 2}}
+model: {{layers: 6, hidden: 2048, heads: 16, vocab: 32000}}
+training: {{seq_len: 1024, microbatches: 3}}
+parallelism: {{{layout}}}
+checkpoint: {{interval: 30 min}}
+storage: {{capacity: 1 PB}}
+run: {{horizon: 12 h}}
+faults: {{components: {{software: {{mtbf: 1000 h}}}}}}
+restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0}}
+"""
+    last_gpu = 8 * nodes - 1
+    job = job_with((1 * H, 0, last_gpu, 0.0), (5 * H, 0, last_gpu, 0.0), (9 * H, 0, last_gpu, 0.0), text=text)
+    assert job.summary["interruptions"]["unexpected"]["mean"] == 3
+    assert (job.events["kind"] == "restart").sum() == 3
 
 
 def test_a_spine_repaired_during_a_restart_does_not_block_the_next_one(job_with):

@@ -58,7 +58,14 @@ class JobPlan:
 
     @property
     def hosts_per_replica(self) -> int:
+        """Whole hosts per data-parallel replica, what an elastic job shrinks by (simulate_job refuses elastic
+        without whole hosts per replica)."""
         return self.hosts // self.replicas
+
+    def hosts_for(self, replicas: int) -> int:
+        """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
+        a host holds several replicas or a replica spans a fraction of a host."""
+        return self.hosts * replicas // self.replicas
 
 
 @dataclass(frozen=True)
@@ -293,7 +300,7 @@ class JobProcess:
     def _relaunch(self, t: float, replicas: int) -> None:
         self._collect_repairs(t)
         available = self.in_use - len(self.missing) + self.spares
-        self.in_use = replicas * self.plan.hosts_per_replica
+        self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
         self.missing.clear()
         if replicas != self.replicas:
