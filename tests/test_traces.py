@@ -426,3 +426,55 @@ def test_the_wrong_format_is_named(tmp_path):
         run(f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path}/nodes.json'}}\n", tmp_path)
     assert caught.value.problem == ("no traceEvents list, and it looks like a Chakra execution trace (set "
                                     "workload.format: chakra-json)")
+
+
+def comms_args(folder: Path, rank: int, **args) -> None:
+    """Set the record_param_comms args of the bundled trace's all-reduce (event 4) of ``rank``; None removes one."""
+    path = folder / f"rank{rank}.json"
+    doc = json.loads(path.read_text())
+    doc["traceEvents"][4]["args"].update(args)
+    doc["traceEvents"][4]["args"] = {key: value for key, value in doc["traceEvents"][4]["args"].items()
+                                     if value is not None}
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("shown", ["[" + ", ".join(map(str, range(30))) + ", ...]",
+                                   "[" + ", ".join(map(str, range(29))) + ", ..., 63]"], ids=["older", "recent"])
+def test_a_group_of_64_ranks_that_the_profiler_shortens_spans_64_ranks(tmp_path, shown):
+    """PyTorch lists at most 30 of a group's ranks ('[0, ..., 29, ...]', recent versions '[0, ..., 28, ...,
+    63]'); rank 0's trace of a 64-rank all-reduce was replayed over the 30 ranks shown."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, **{"Process Group Ranks": shown, "Group size": 64})
+    text = two_rank_scenario("100 Gb/s", nodes=64).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    loaded, result = run(text, tmp_path)
+    p = 64
+    assert result.summary["gpus"] == p and result.summary["simulated_ranks"] == 1
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, p)
+                                                          + 200e-6, rel=EXACT)
+
+
+def test_a_shortened_group_follows_the_stated_stride(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    shown = "[" + ", ".join(map(str, range(0, 58, 2))) + ", ..., 126]"
+    comms_args(traces, 0, **{"Process Group Ranks": shown, "Group size": 64, "Global rank start": 0,
+                             "Global rank stride": 2})
+    text = two_rank_scenario("100 Gb/s", nodes=128).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    _, result = run(text, tmp_path)
+    p = 64  # ranks 0, 2, ..., 126 of the traced job
+    assert result.summary["gpus"] == 127
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
+
+
+@pytest.mark.parametrize("args,problem", [
+    ({"Process Group Ranks": "[0, 1, 5, ...]", "Group size": 64}, "its 64 members (Group size) do not follow one"),
+    ({"Process Group Ranks": "[0, 1, ..., 28, ..., 70]", "Group size": 64}, "do not follow one stride"),
+    ({"Process Group Ranks": "[0, 1, ...]", "Group size": None}, "no Group size says how many members it has"),
+    ({"Process Group Ranks": "[0, 1]", "Group size": 4}, "list 2 ranks but its Group size is 4"),
+    ({"Process Group Ranks": "[0, -1]"}, "are not rank numbers"),
+])
+def test_group_ranks_that_cannot_be_told_are_refused_at_their_event(tmp_path, args, problem):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, **args)
+    error = kineto_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]" and problem in error.problem

@@ -28,6 +28,7 @@ from simulator.workload.traces.model import (
     GEMM_OPERANDS,
     TracedOp,
     TracedRank,
+    as_int,
     checked_message,
     gemm_shape,
     kernel_kind,
@@ -204,10 +205,7 @@ class _Parsed:
         count = info.get("Out msg nelems") if primitive == "all_gather" else info.get("In msg nelems")
         if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
             raise trace_error(self.file, where, f"message size {count!r} of {name!r} is not a count of elements")
-        members = _ranks(info.get("Process Group Ranks"))
-        if members is None:
-            raise trace_error(self.file, where, f"process group ranks {info.get('Process Group Ranks')!r} of {name!r} "
-                              "are not rank numbers", "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
+        members = _members(info, self.file, where, name)
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
         nbytes = checked_message(float(count) * element, self.file, where, name)
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
@@ -308,13 +306,64 @@ def _from_kernel_name(name: str) -> tuple[str, str]:
     return primitive, dtype
 
 
-def _ranks(value: object) -> tuple[int, ...] | None:
-    """Process-group ranks given as a list or as its text ("[0, 1]"); () when not given, None when they are
-    not rank numbers."""
-    if isinstance(value, list):
-        if not all(isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 for rank in value):
-            return None
-        return tuple(value)
+def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
+    """A collective's process-group ranks, () when the trace does not give them. PyTorch writes `Process Group
+    Ranks` as the text of a list and shortens a group of more than 30 ranks with '...' ("[0, 1, ..., 28, ...,
+    63]", or in older versions "[0, ..., 29, ...]"); the members then come from `Group size` and the group's stride
+    (`Global rank start` and `Global rank stride` where given, else the shown ranks'), which the shown ranks
+    must follow. A complete list must have `Group size` ranks where that is given."""
+    value = info.get("Process Group Ranks")
+    shown = _shown_ranks(value)
+    if shown is None:
+        raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are not rank numbers",
+                          "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
+    head, tail, shortened = shown
+    size = _whole(info.get("Group size"))
+    if not shortened:
+        if head and size is not None and size != len(head):
+            raise trace_error(file, where, f"process group ranks {value!r} of {name!r} list {len(head)} ranks but "
+                              f"its Group size is {size}", "as many ranks as the Group size")
+        return head
+    start = _whole(info.get("Global rank start"))
+    stride = _whole(info.get("Global rank stride"))
+    if start is None and head:
+        start = head[0]
+    if stride is None and len(head) > 1:
+        stride = head[1] - head[0]
+    members: tuple[int, ...] = ()
+    if size is not None and start is not None and stride is not None and stride > 0:
+        members = tuple(range(start, start + stride * size, stride))
+    if not members or members[:len(head)] != head or (tail and members[-len(tail):] != tail):
+        unknown = ("no Group size says how many members it has" if size is None
+                   else f"its {size} members (Group size) do not follow one stride, so the others are unknown")
+        raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are shortened by the profiler "
+                          f"and {unknown}", "a group of at most 30 ranks, or a strided group (as every group of a "
+                          "device mesh) with its Group size")
+    return members
+
+
+def _shown_ranks(value: object) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """The ranks a `Process Group Ranks` value shows, as (before the first '...', after the last one,
+    whether it is shortened); ((), (), False) when not given, None when they are not rank numbers."""
+    if value is None:
+        return (), (), False
     if isinstance(value, str):
-        return tuple(int(rank) for rank in re.findall(r"\d+", value))
-    return ()
+        words = [word.strip() for word in value.strip().strip("[]").split(",") if word.strip()]
+        if not all(word == "..." or word.isdigit() for word in words):
+            return None
+        parts = "|".join(words).split("...")
+        head, tail = (tuple(int(rank) for rank in part.split("|") if rank) for part in (parts[0], parts[-1]))
+        return head, tail if len(parts) > 1 else (), len(parts) > 1
+    if isinstance(value, list) and all(isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0
+                                       for rank in value):
+        return tuple(value), (), False
+    return None
+
+
+def _whole(value: object) -> int | None:
+    """A whole number >= 0 of the trace's args (a JSON number or its text), None when absent or not one."""
+    try:
+        number = as_int(value)
+    except ValueError:
+        return None
+    return number if number >= 0 else None
