@@ -71,11 +71,11 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its outputs, then (unless ``quiet``) its table of figures."""
-    from simulator.reliability.report import JOB_FILES, write_job_outputs
+    from simulator.reliability.report import write_job_outputs
     from simulator.reliability.simulate import simulate_job
 
     job = simulate_job(loaded, force=force)
-    write_job_outputs(out, job.summary, job.table, job.step_summary)
+    files = write_job_outputs(out, job.summary, job.table, job.step_summary, loaded)
     if not quiet:
         from rich.console import Console
 
@@ -83,7 +83,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 
         print_job_report(job.summary, job.step_summary,
                          Console(highlight=False, width=None if sys.stdout.isatty() else 120))
-        print(f"wrote {out}: {', '.join(JOB_FILES)} ({job.table.num_rows:,} rows of job events)")
+        print(f"wrote {out}: {', '.join(files)} ({job.table.num_rows:,} rows of job events)")
     return 0
 
 

@@ -25,6 +25,7 @@ import pytest
 from simulator.catalog.failures import LLAMA3
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.report.run_folder import checked_manifest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -116,6 +117,25 @@ def test_same_seed_same_events_other_seed_other_events(tmp_path):
     frame = pd.read_parquet(tmp_path / "a" / "job_events.parquet")
     assert set(frame["replication"]) == {0, 1}
     assert {"failure", "checkpoint", "restart"} <= set(frame["kind"])
+
+
+def test_a_job_folder_holds_one_run_with_its_manifest(tmp_path):
+    """A job run writes its files as a run folder: a manifest naming them, and the files of a step run into
+    the same folder removed (its timeline.parquet sat beside the job's files and its manifest vouched for the
+    job's trace.json; a step run after the job left job_summary.json beside the step's files)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "1 d"))
+    out = tmp_path / "out"
+    step_only = ["--set", "run.horizon=null"]
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", *step_only]) == 0
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    job_files = {"job_events.parquet", "job_summary.json", "summary.json", "trace.json"}
+    assert {path.name for path in out.iterdir()} == job_files | {"manifest.json"}
+    manifest = checked_manifest(out, tuple(sorted(job_files)))
+    assert manifest["scenario"] == str(scenario) and set(manifest["files"]) == job_files
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", *step_only]) == 0
+    assert {path.name for path in out.iterdir()} == {"manifest.json", "summary.json", "timeline.parquet",
+                                                     "trace.json"}
 
 
 def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys):

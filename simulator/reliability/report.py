@@ -1,23 +1,26 @@
 """Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
 trace.json with the first replication's failures, checkpoints, restarts, degraded and straggling periods as Perfetto
-tracks (times in microseconds). The event table and the trace are written to a temporary name and moved into
-place; the two summaries are small JSON files written directly. The event table
-goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a dictionary on the
-float columns, which have no repeats to find, doubled the write)."""
+tracks (times in microseconds). They are written as a run folder (report/run_folder.py): together into a
+temporary folder, moved in with a manifest, and the files of an earlier run into the same folder removed. The
+event table goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a
+dictionary on the float columns, which have no repeats to find, doubled the write)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from simulator.report.atomic import write_bytes, write_through_temporary
-from simulator.report.writers import write_summary
+from simulator.report.run_folder import write_run_folder
+from simulator.report.writers import run_identity, write_summary
 
-JOB_FILES = ("job_summary.json", "job_events.parquet", "summary.json", "trace.json")
+if TYPE_CHECKING:
+    from simulator.config.loader import LoadedScenario
+
 TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "degraded": 4, "straggling": 4}
 TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and straggling"}
 
@@ -44,11 +47,14 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 
-def write_job_outputs(out_dir: Path, summary: dict, events: pa.Table, step_summary: dict) -> None:
-    """Write the job simulation's files into ``out_dir`` (created if needed)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_through_temporary(out_dir / "job_events.parquet",
-                            lambda tmp: pq.write_table(events, tmp, use_dictionary=["kind", "cause"]))
-    write_bytes(out_dir / "trace.json", orjson.dumps(job_trace(events)))
-    write_summary(step_summary, out_dir / "summary.json")
-    write_summary(summary, out_dir / "job_summary.json")
+def write_job_outputs(out_dir: Path, summary: dict, events: pa.Table, step_summary: dict,
+                      loaded: LoadedScenario) -> list[str]:
+    """Write the job simulation's files into ``out_dir`` as one run folder; return their names, manifest last."""
+
+    def write(stage: Path) -> None:
+        pq.write_table(events, stage / "job_events.parquet", use_dictionary=["kind", "cause"])
+        (stage / "trace.json").write_bytes(orjson.dumps(job_trace(events)))
+        write_summary(step_summary, stage / "summary.json")
+        write_summary(summary, stage / "job_summary.json")
+
+    return write_run_folder(out_dir, run_identity(loaded), write)

@@ -26,8 +26,10 @@ from simulator.errors import ScenarioError
 from simulator.report.atomic import write_bytes
 
 MANIFEST = "manifest.json"
-RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz")
-"""Files `trainsim run` may write; any of them not written by the latest run is stale and removed."""
+RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz", "job_summary.json",
+               "job_events.parquet")
+"""Files `trainsim run` may write (a step or a job); any of them not written by the latest run is stale and
+removed."""
 FIGURES = "figures"
 """Manifest key: the images `trainsim plot` saved into the run folder (removed by the next run into it)."""
 OUTDIR_FIELD = "OUTDIR"

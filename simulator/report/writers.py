@@ -106,6 +106,10 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
                         load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress)
         write_summary(result.summary, stage / "summary.json")
 
-    identity = {"scenario": loaded.source, "scenario_sha256": scenario_digest(loaded),
-                "trainsim_version": trainsim_version(), "seed": run.seed}
-    return write_run_folder(out_dir, identity, write)
+    return write_run_folder(out_dir, run_identity(loaded), write)
+
+
+def run_identity(loaded: LoadedScenario) -> dict:
+    """What a run folder's manifest says it holds: the scenario's path and digest, the version, the seed."""
+    return {"scenario": loaded.source, "scenario_sha256": scenario_digest(loaded),
+            "trainsim_version": trainsim_version(), "seed": loaded.scenario.run.seed}
