@@ -61,7 +61,7 @@ def child(scenario: str, out_dir: str) -> None:
         return wrapper
 
     loader.load_scenario = timed("loading", loader.load_scenario)
-    job.build_topology = timed("topology", job.build_topology)
+    job.scenario_topology = timed("topology", job.scenario_topology)
     job.StepStates = timed("healthy step", job.StepStates)
     job.cluster_units = timed("units and arrivals", job.cluster_units)
     job.draw_arrivals = timed("units and arrivals", job.draw_arrivals)

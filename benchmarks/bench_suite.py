@@ -271,14 +271,15 @@ def run_trace(case: Case) -> dict:
     from synthetic_trace import write_kineto_trace
 
     from simulator.config.loader import scenario_from_text
-    from simulator.simulation import build_topology, network_settings, run_step
+    from simulator.simulation import network_settings, run_step
+    from simulator.topology.loader import scenario_topology
     from simulator.workload.traces.program import read_traces, trace_program
 
     with tempfile.TemporaryDirectory() as folder:
         write_kineto_trace(Path(folder), case.gpus, case.trace_events)
         loaded = scenario_from_text("cluster: {topology: dgx-h100}\nworkload: {trace: 'rank*.json'}\n",
                                     source=str(Path(folder) / "scenario.yaml"))
-        topology = build_topology(loaded)
+        topology = scenario_topology(loaded)
         start, cpu = time.perf_counter(), time.process_time()
         program = trace_program(loaded.scenario.workload, read_traces(loaded.scenario.workload, Path(folder)),
                                 topology, fold=True)

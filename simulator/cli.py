@@ -90,7 +90,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
     from simulator.console.report import memory_line, oom_line
-    from simulator.simulation import sized_topology, validate
+    from simulator.preflight import validate
+    from simulator.scale import sized_topology
 
     loaded = load_scenario(args.scenario, args.set)
     topology = sized_topology(loaded, force=args.force)

@@ -1,6 +1,7 @@
 """Scale refused before it explodes: what a run will need (GPUs, simulated ranks, ops, flows, memory),
 estimated from the scenario and the topology's parameters before anything large is built, and the refusal of
-runs beyond the limits, with the estimate and what to change.
+runs beyond the limits, with the estimate and what to change; `sized_topology` builds a run's cluster only
+once its layout fits the GPU count and its estimate the limits.
 
 The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
 op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), within about a factor
@@ -14,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
+from simulator.config.locate import located
 from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.errors import InputError
-from simulator.topology.loader import read_topology
+from simulator.topology.graph import Topology
+from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import topology_gpus
 
 MAX_MEMORY_BYTES = 16 * 2**30
@@ -204,3 +207,26 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
                                   f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
                            advice(estimate, scenario))
     return estimate
+
+
+def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
+    """The scenario's cluster, built only once the run's estimate is within the limits and a training layout's
+    degrees multiply to its GPU count (both from the topology's parameters when they tell the GPU count, else
+    after building it: a million-GPU cluster takes tens of seconds to build); ``force`` skips the check."""
+    gpus = None if force else scenario_gpus(loaded)
+    if gpus is not None:
+        located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
+        located(loaded, lambda: refuse_if_too_large(loaded, gpus))
+    topology = scenario_topology(loaded)
+    if gpus is None and not force:
+        located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus))
+    return topology
+
+
+def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
+    """A training step's parallel degrees checked against the cluster's ``gpus`` (parameter servers place
+    their own workers and servers)."""
+    if scenario.model is not None and not scenario.uses_parameter_servers:
+        from simulator.workload.training import pipeline_depth, resolve_layout
+
+        resolve_layout(scenario, gpus, pipeline_depth(scenario))

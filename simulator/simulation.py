@@ -7,8 +7,7 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +18,7 @@ import simpy
 from simulator.collectives.execute import PlanRunner, run_plan
 from simulator.collectives.names import AlgorithmChoice
 from simulator.collector import collector_paused
-from simulator.config.yaml_source import parse_field
+from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.ordering import ProgramOrder
@@ -27,8 +26,7 @@ from simulator.engine.plans import PlanCache, folded_send_excess
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
-from simulator.engine.symmetry import asymmetric_replicas
-from simulator.errors import InputError, ScenarioError, TopologyError
+from simulator.errors import ScenarioError
 from simulator.metrics.collectives import collective_table
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
@@ -39,15 +37,14 @@ from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
-from simulator.topology.loader import load_topology, scenario_field_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from simulator.config.loader import LoadedScenario
-    from simulator.config.schema import CollectiveItem, Scenario
+    from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
-    from simulator.faults.step import Slowdown, StepFaultPlan
+    from simulator.faults.step import StepFaultPlan
     from simulator.parallel.layout import Layout
 
 Progress = Callable[[int, int], None]
@@ -86,20 +83,6 @@ class NetworkSettings:
     algorithm: AlgorithmChoice = "auto"
     chunk_bytes: float | None = None
     channels: int = 0
-
-
-def build_topology(loaded: LoadedScenario) -> Topology:
-    """The scenario's cluster; topology errors in overrides point at the scenario's `cluster` section."""
-    cluster = loaded.scenario.cluster
-    try:
-        return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
-    except TopologyError as exc:
-        path = scenario_field_of(exc, set(cluster.overrides()))
-        if path is None:
-            raise
-        located = loaded.error(path, exc.problem, exc.allowed)
-        raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
-                            line=located.line) from None
 
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
@@ -188,42 +171,6 @@ def network_settings(loaded: LoadedScenario) -> NetworkSettings:
                            channels=scenario.collectives.channels)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """What `validate` found in a scenario that passed its checks: the memory entries of the summary
-    (``oom`` among them, empty for a communication-only workload) and the layout warnings."""
-
-    memory: Mapping[str, object]
-    warnings: tuple[str, ...]
-
-
-def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
-    """Every check a run makes before the clock starts, without running it: the scenario, the program of
-    every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
-    from simulator.workload.comm_program import build_comm_program
-
-    settings = network_settings(loaded)
-    step_faults(loaded, topology)
-    workload = loaded.scenario.workload
-    plans = plan_cache(topology, settings)
-    if loaded.scenario.model is None and isinstance(workload, list):
-        items = workload
-        ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
-        located(loaded, lambda: plan_workload(items, ops, plans))
-        return Verdict({}, ())
-    program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
-    located(loaded, lambda: plan_every_collective(program.ops, plans))
-    return Verdict(dict(program.memory), tuple(program.warnings))
-
-
-def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
-    """Plan each distinct collective once, so unsupported algorithm choices surface, located in the scenario,
-    before a run (an error raised inside the SimPy run would lose its field)."""
-    for op in ops:
-        if isinstance(op, CollectiveOp):
-            plans.phases(op, op.group)
-
-
 def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plans: PlanCache) -> None:
     """`plan_every_collective` for a workload list: an algorithm an item names itself that cannot run its
     collective is that item's error (`workload[i].algorithm`), not the run default's."""
@@ -238,28 +185,6 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
                 raise
             raise ScenarioError(exc.problem, field=f"workload[{index_of[op.name]}].algorithm",
                                 allowed=exc.allowed) from None
-
-
-def located(loaded: LoadedScenario, build):
-    """Run ``build``; an input error raised without a file gets the scenario's file and the field's line."""
-    try:
-        return build()
-    except InputError as exc:
-        if exc.file:
-            raise
-        error = loaded.error(parse_field(exc.field), exc.problem, exc.allowed)
-        raise type(exc)(error.problem, field=error.field, allowed=error.allowed, file=error.file,
-                        line=error.line) from None
-
-
-def fold_blocker(topology: Topology) -> str:
-    """Why rank folding would not be exact on ``topology`` ('' when it is): an explicit graph may give
-    equivalent ranks different links, and hosts of unequal size break the symmetry."""
-    if topology.explicit_graph:
-        return "explicit graph topology (links may differ between equivalent ranks)"
-    if len(set(Counter(topology.gpu_host).values())) > 1:
-        return "hosts with different GPU counts"
-    return ""
 
 
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> StepProgram:
@@ -289,29 +214,6 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
 
     scenario = loaded.scenario
     return located(loaded, lambda: resolve_step_faults(scenario.faults.step, topology, scenario.run.seed))
-
-
-def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache,
-                     shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
-    """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
-    ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
-    slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
-    pruning): the other replicas then only wait for it at the collectives they share. ``shapes``: the index of
-    the program's collectives, when the caller has it."""
-    from simulator.faults.step import folded_slowdowns
-
-    if plan.links:
-        return {}, "link faults (replicas no longer see the same links)"
-    if not plan.slowdowns:
-        return {}, ""
-    if program.layout is None:
-        return {}, "stragglers in a step without a parallel layout"
-    slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
-    if reason or not needs_isolation:
-        return slowdowns, reason
-    if any(kept_mirrors(program.ops, plans, shapes).values()):
-        return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
-    return slowdowns, ""
 
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
@@ -348,37 +250,21 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, result.log
 
 
-def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
-    """What the analyses before ``program``'s run share, made once per program: its collectives by shape and
-    their ordering (built on first use)."""
-    return CollectiveShapes.of(program.ops), ProgramOrder(program.ops, program.async_streams)
-
-
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None) -> Result:
-    """One training step (modelled or traced): build the step program, run it under the step's faults,
-    summarise."""
-    blocker = fold_blocker(topology) if loaded.scenario.run.fold else ""
-    program = step_program(loaded, topology, fold=loaded.scenario.run.fold and not blocker)
+    """One training step (modelled or traced): build the step program, folded where that is exact
+    (engine/fold_policy.py), run it under the step's faults, summarise."""
+    from simulator.engine.fold_policy import folded_step
+
     settings = network_settings(loaded)
     plans = plan_cache(topology, settings)
-    shapes, order = program_indexes(program)
-    if program.folded and settings.mode == "flow":
-        capacity = effective_capacity(topology, dict(settings.efficiency))
-        blocker = located(loaded, lambda: asymmetric_replicas(program.ops, plans, capacity, shapes, order))
-        if blocker:
-            program = step_program(loaded, topology, fold=False)
-            shapes, order = program_indexes(program)
-    faults.slowdowns = faults.plan.slowdown_of()
-    if program.folded and not faults.plan.empty:
-        folded, blocker = fold_with_faults(faults.plan, program, plans, shapes)
-        if blocker:
-            program = step_program(loaded, topology, fold=False)
-            shapes, order = program_indexes(program)
-        else:
-            faults.slowdowns = folded
-    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans, shapes,
-                                                    order))
+    step = located(loaded, lambda: folded_step(lambda fold: step_program(loaded, topology, fold=fold), topology,
+                                               plans, settings.mode, dict(settings.efficiency), faults.plan,
+                                               loaded.scenario.run.fold))
+    program, blocker = step.program, step.off_reason
+    faults.slowdowns = step.slowdowns
+    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans,
+                                                    step.shapes, step.order))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "trace" in program.details:
@@ -399,38 +285,13 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     return result
 
 
-def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
-    """The scenario's cluster, built only once the run's estimate is within the limits of `scale.py` and a
-    training layout's degrees multiply to its GPU count (both from the topology's parameters when they tell the
-    GPU count, else after building it: a million-GPU cluster takes tens of seconds to build); ``force`` skips
-    the check."""
-    from simulator import scale
-
-    gpus = None if force else scale.scenario_gpus(loaded)
-    if gpus is not None:
-        located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
-        located(loaded, lambda: scale.refuse_if_too_large(loaded, gpus))
-    topology = build_topology(loaded)
-    if gpus is None and not force:
-        located(loaded, lambda: scale.refuse_if_too_large(loaded, topology.num_gpus))
-    return topology
-
-
-def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
-    """A training step's parallel degrees checked against the cluster's ``gpus`` (parameter servers place
-    their own workers and servers)."""
-    if scenario.model is not None and not scenario.uses_parameter_servers:
-        from simulator.workload.training import pipeline_depth, resolve_layout
-
-        resolve_layout(scenario, gpus, pipeline_depth(scenario))
-
-
 @collector_paused()
 def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list. Runs estimated beyond the scale limits are refused unless ``force``; ``progress(done, total)`` hears
     of the ops executed. The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
     from simulator.engine.faults import FaultHooks
+    from simulator.scale import sized_topology
 
     topology = sized_topology(loaded, force)
     faults = FaultHooks(topology, step_faults(loaded, topology))

@@ -31,12 +31,13 @@ def run_yaml():
 def validation_error():
     """The ScenarioError that loading and validating an inline scenario raises (the test fails if none)."""
     from simulator.errors import ScenarioError
-    from simulator.simulation import build_topology, validate
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
 
     def check(text: str, *overrides: str) -> ScenarioError:
         with pytest.raises(ScenarioError) as info:
             loaded = scenario_from_text(text, "inline.yaml", list(overrides))
-            validate(loaded, build_topology(loaded))
+            validate(loaded, scenario_topology(loaded))
         return info.value
 
     return check

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError
-from simulator.simulation import build_topology as build_scenario_topology
-from simulator.simulation import validate
+from simulator.preflight import validate
 from simulator.topology.builders import build_topology
+from simulator.topology.loader import scenario_topology
 
 COMM_SCENARIO = {
     "description": "collectives on two DGX H100 nodes",
@@ -141,7 +141,7 @@ def check_scenario_text(text: str) -> None:
     """Load, build and validate; only InputError may escape."""
     try:
         loaded = scenario_from_text(text, "mutant.yaml")
-        topology = build_scenario_topology(loaded)
+        topology = scenario_topology(loaded)
         validate(loaded, topology)
     except InputError as exc:
         assert exc.file and "\n" not in str(exc), str(exc)
@@ -150,7 +150,7 @@ def check_scenario_text(text: str) -> None:
 def test_unmutated_inputs_are_valid():
     for base in (COMM_SCENARIO, TRAINING_SCENARIO, PRESET_SCENARIO):
         loaded = scenario_from_text(yaml.safe_dump(base, sort_keys=False), "base.yaml")
-        validate(loaded, build_scenario_topology(loaded))
+        validate(loaded, scenario_topology(loaded))
     assert build_topology("cluster", copy.deepcopy(CLUSTER_TOPOLOGY)).num_gpus == 8
     assert build_topology("graph", copy.deepcopy(GRAPH_TOPOLOGY)).num_gpus == 3
 

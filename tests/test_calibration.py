@@ -460,14 +460,14 @@ def test_kernel_era_reaches_the_layers_from_the_scenario():
     # LayerNorm pass less, no separate bias sums) and its forward (LayerNorm streams instead of running at apex's
     # measured rate).
     from simulator.config.loader import load_scenario
-    from simulator.simulation import build_topology
+    from simulator.topology.loader import scenario_topology
     from simulator.workload.training import build_training_step
 
     path = str(Path(__file__).parent.parent / "scenarios" / "published" / "megatron-sc21-1.7b.yaml")
     old, new = (load_scenario(path, overrides) for overrides in
                 ([], ["training.layernorm_fusion=true", "training.bias_grad_fusion=true"]))
     assert not old.scenario.training.layernorm_fusion and not old.scenario.training.bias_grad_fusion
-    layers = [next(b for b in build_training_step(loaded.scenario, build_topology(loaded)).plan.stages[0].blocks
+    layers = [next(b for b in build_training_step(loaded.scenario, scenario_topology(loaded)).plan.stages[0].blocks
                    if b.name.startswith("L")) for loaded in (old, new)]
     assert layers[1].forward_s < layers[0].forward_s
     assert layers[1].backward_input_s < layers[0].backward_input_s

@@ -66,9 +66,10 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
 
 def test_validate_prints_the_peak_memory_per_gpu(capsys):
     """`validate` said only 'valid' unless the layout was out of memory; someone sizing a rental needs the peak
-    per GPU, the GPU's capacity and what fills it: the figures of the run's summary (simulation.validate)."""
+    per GPU, the GPU's capacity and what fills it: the figures of the run's summary (preflight.validate)."""
     from simulator import load_scenario
-    from simulator.simulation import sized_topology, validate
+    from simulator.preflight import validate
+    from simulator.scale import sized_topology
 
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
     loaded = load_scenario(scenario, [])

@@ -23,7 +23,8 @@ import yaml
 
 from simulator.cli import _parser
 from simulator.config.loader import scenario_from_text
-from simulator.simulation import sized_topology, validate
+from simulator.preflight import validate
+from simulator.scale import sized_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

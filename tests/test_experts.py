@@ -175,11 +175,12 @@ def test_moe_activations_count_the_routed_tokens_and_their_experts_intermediates
 
 def test_bundled_moe_scenarios_fit_in_memory():
     from simulator import load_scenario
-    from simulator.simulation import build_topology, validate
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
 
     for name in ("deepseek-v3-style-1024-gpus", "mixtral-8x7b-ep8"):
         loaded = load_scenario(name)
-        verdict = validate(loaded, build_topology(loaded))
+        verdict = validate(loaded, scenario_topology(loaded))
         assert not verdict.memory["oom"], name
 
 

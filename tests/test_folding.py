@@ -17,7 +17,8 @@ from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
-from simulator.simulation import build_topology, network_settings, plan_cache, step_program
+from simulator.simulation import network_settings, plan_cache, step_program
+from simulator.topology.loader import scenario_topology
 
 LAYOUT = Layout(tp=2, cp=1, pp=2, dp=2)  # rank = tp + 2 * pp + 4 * dp
 
@@ -338,7 +339,7 @@ def test_the_symmetry_check_refuses_mirrors_of_a_shard_group_shifted_across_host
     fold symmetry check would switch folding off: such a group lies in one NVLink domain, but its mirrors do
     not, so it is compared, and the images take 15.8 ms alone against the group's 1.76 ms."""
     loaded = scenario_from_text(HSDP, "inline.yaml", [])
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     program = step_program(loaded, topology, fold=True)
     settings = network_settings(loaded)
     capacity = effective_capacity(topology, dict(settings.efficiency))

@@ -19,7 +19,9 @@ from simulator.config.loader import scenario_from_text
 from simulator.config.schema import TrainingConfig
 from simulator.parallel.sharding import Sharding
 from simulator.program.ops import ComputeOp
-from simulator.simulation import build_topology, sized_topology, step_program
+from simulator.scale import sized_topology
+from simulator.simulation import step_program
+from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory import rank_params
 from simulator.workload.memory_plan import DDP_BUCKET_COPIES, stage_memory
@@ -77,7 +79,7 @@ def test_a_steps_copies_take_their_bytes_at_the_hbm_rate(every, per_weight):
     # pp 1, dp 8, full_shard: every weight of the rank copied M times at 6 B (reduced every micro-batch), or cast
     # once, added M - 2 times and added and copied into the reduce-scatter input in the last backward.
     loaded = scenario_from_text(FSDP_8B, "inline.yaml", [f"parallelism.ddp.reduce_every_microbatch={every}"])
-    ops = step_program(loaded, build_topology(loaded), fold=True).ops
+    ops = step_program(loaded, scenario_topology(loaded), fold=True).ops
     copies = [op for op in ops if isinstance(op, ComputeOp) and op.rank == 0 and op.name.startswith("fsdp ")]
     params = rank_params(get_model("llama3-8b"), 1, LAYERS, first_stage=True, last_stage=True)
     assert sum(op.duration for op in copies) == pytest.approx(params * per_weight / COPY_RATE, rel=1e-12)

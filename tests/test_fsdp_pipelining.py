@@ -17,7 +17,8 @@ from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.program.ops import CollectiveOp
 from simulator.schedules.base import Action
-from simulator.simulation import build_topology, network_settings, run_step, step_program
+from simulator.simulation import network_settings, run_step, step_program
+from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory import fsdp_pipelined_bytes, fsdp_working_set_bytes
 
@@ -282,7 +283,7 @@ def test_single_stage_schedules_wait_for_every_backward_send(schedule):
     # bytes after the backward that produced it) and the stage has copied its gradients into the reduce-scatter
     # inputs, not when the last send does.
     loaded = scenario_from_text(PIPELINED_8B, "inline.yaml", [f"parallelism.pipeline.schedule={schedule}"])
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     program = step_program(loaded, topology, fold=False)
     first_send = next(op for op in program.ops if isinstance(op, CollectiveOp) and op.rank == 1
                       and op.stream == "pp" and op.name == f"send bwd mb{M - 2}")

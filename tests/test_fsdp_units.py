@@ -10,7 +10,8 @@ import pytest
 from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp, ComputeOp
-from simulator.simulation import build_topology, step_program
+from simulator.simulation import step_program
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory import fsdp_working_set_bytes
 
 LAYERS, DP, M = 4, 8, 2
@@ -72,7 +73,7 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
     # while k runs), and unit k+1's post-backward copy of its gradients into the reduce-scatter input. Units in
     # forward order: embedding, L0..L3, head.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
-    ops = step_program(loaded, build_topology(loaded), fold=True).ops
+    ops = step_program(loaded, scenario_topology(loaded), fold=True).ops
     units = ["embedding", *(f"L{layer}" for layer in range(LAYERS)), "head"]
 
     def last_compute(mb: int, unit: str, prefix: str) -> int:
@@ -96,7 +97,7 @@ def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
     # or the last of the previous micro-batch's backward) before the next unit's backward continues, so at most
     # one gradient reduce-scatter runs behind the compute.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
-    ops = [op for op in step_program(loaded, build_topology(loaded), fold=True).ops if op.rank == 0]
+    ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
     scatters = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")]
     assert len(scatters) == M * UNITS
     waits = [next(op for op in ops if op.id > rs and op.stream == COMPUTE_STREAM) for rs in scatters]
@@ -109,7 +110,7 @@ def test_deepspeed_compute_does_not_wait_for_reduce_scatters():
     # The wait is FSDP2's post_backward; DeepSpeed ZeRO-3 (zero: 3 without fsdp) reduce-scatters the same units
     # but its compute never depends on them.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.zero=3"])
-    ops = [op for op in step_program(loaded, build_topology(loaded), fold=True).ops if op.rank == 0]
+    ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
     scatters = {op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")}
     assert scatters
     compute = [op for op in ops if op.stream == COMPUTE_STREAM and op.id > min(scatters)]

@@ -9,7 +9,7 @@ import pytest
 from simulator.config.loader import scenario_from_text
 from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
-from simulator.simulation import build_topology
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import build_training_step
 
@@ -25,7 +25,7 @@ def _per_gradient_bytes(*overrides: str) -> tuple[float, float, float]:
     """(buffer bytes of rank 0's DP gradient collectives per parameter, gradient bytes memory holds per
     parameter, bytes per weight of the parameter all-gather) for the 8B model on 8 data-parallel ranks."""
     loaded = scenario_from_text(LLAMA_8B_DP8, "inline.yaml", list(overrides))
-    step = build_training_step(loaded.scenario, build_topology(loaded))
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
     sent = {"grads": 0.0, "params": 0.0}
     for op in ProgramBuilder(step.plan, fold=False).build():
         if isinstance(op, CollectiveOp) and op.rank == 0:

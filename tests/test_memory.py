@@ -8,7 +8,7 @@ import pytest
 from simulator import load_scenario
 from simulator.catalog.models import get_model
 from simulator.errors import ScenarioError
-from simulator.simulation import build_topology
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory import (
     Sharding,
     activation_bytes_per_layer,
@@ -140,7 +140,7 @@ def test_last_stage_keeps_fp32_logits():
 
 def _published_stage_memory(case):
     loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "published" / f"{case}.yaml"))
-    step = build_training_step(loaded.scenario, build_topology(loaded))
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
     return step, stage_memory(loaded.scenario, step)
 
 
@@ -219,7 +219,7 @@ def test_recompute_holds_the_layer_it_recomputes(recompute, attention, working):
         "parallelism.pp=4", "parallelism.dp=1", "parallelism.sequence_parallel=true", "training.micro_batch=1",
         "training.global_batch=8", f"training.recompute={recompute}", f"training.attention={attention}",
         "cluster.nodes=4"])
-    step = build_training_step(loaded.scenario, build_topology(loaded))
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
     s, b, h, a, t = 2048, 1, 6144, 48, 8
     for breakdown, _ in stage_memory(loaded.scenario, step):
         assert breakdown.buffers == pytest.approx(working(s, b, h, a, t), rel=1e-12)
@@ -233,6 +233,6 @@ def test_learned_position_table_is_whole_on_every_tp_rank():
     assert rank_params(gpt, 8, 0, first_stage=True, last_stage=False) == pytest.approx(first, rel=1e-12)
     loaded = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "megatron-sc21-18.4b.yaml"),
                            ["parallelism.pp=4", "cluster.nodes=8"])
-    step = build_training_step(loaded.scenario, build_topology(loaded))
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
     embedding = step.plan.stages[0].blocks[0]
     assert embedding.name == "embedding" and embedding.tensors == pytest.approx((first,), rel=1e-12)

@@ -13,7 +13,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.parameter_server.placement import shard_tensors, stripe
 from simulator.parameter_server.program import ps_program
 from simulator.program.ops import CollectiveOp
-from simulator.simulation import build_topology
+from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.training import optimizer_bytes_per_param
 
@@ -245,12 +245,13 @@ def test_memory_of_a_worker_and_of_the_fullest_server_gpu(run_yaml):
 
 def test_a_model_too_large_for_a_worker_is_out_of_memory():
     from simulator.config.loader import scenario_from_text
-    from simulator.simulation import build_topology, validate
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
 
     loaded = scenario_from_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nmodel: {preset: llama3-70b}\n"
                                 "training: {seq_len: 512, microbatches: 1}\nparallelism: {strategy: parameter_server}\n"
                                 "ps: {servers: 1}\n", "big.yaml")
-    verdict = validate(loaded, build_topology(loaded))
+    verdict = validate(loaded, scenario_topology(loaded))
     assert verdict.memory["oom"] and verdict.memory["peak_memory_gib"] > 4 * 70e9 / 2**30
 
 
@@ -271,7 +272,7 @@ def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
     from dataclasses import replace
 
     from simulator.catalog.models import get_model
-    from simulator.simulation import validate
+    from simulator.preflight import validate
     from simulator.workload.memory import activation_bytes_per_layer
     from simulator.workload.transformer import ShardShape
 
@@ -279,7 +280,7 @@ def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
                                 "model: {preset: llama3-8b, layers: 2}\n"
                                 "training: {seq_len: 512, microbatches: 1, recompute: full}\n"
                                 "parallelism: {strategy: parameter_server}\nps: {servers: 1}\n", "ps.yaml")
-    memory = validate(loaded, build_topology(loaded)).memory
+    memory = validate(loaded, scenario_topology(loaded)).memory
     model, shard = replace(get_model("llama3-8b"), layers=2), ShardShape(1, 512, dtype_bytes=2)
     working = activation_bytes_per_layer(model, shard, "selective") - activation_bytes_per_layer(model, shard, "full")
     assert memory["memory_breakdown_gib"]["buffers"] == pytest.approx(working / 2**30, rel=1e-12)
@@ -291,7 +292,7 @@ def test_the_program_describes_every_transfer_and_update_for_its_summary(mode):
     pull is listed by its key with the iteration its ops carry and the worker and server GPU at its ends, and
     every server update with the worker whose gradient it applies (sync: one update for all)."""
     loaded = scenario_from_text(scenario(mode, iterations=2), "inline.yaml", [])
-    program = ps_program(loaded.scenario, build_topology(loaded))
+    program = ps_program(loaded.scenario, scenario_topology(loaded))
     plan = program.parameter_server
     assert plan is not None
     transfers = [op for op in program.ops if isinstance(op, CollectiveOp)]

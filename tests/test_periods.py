@@ -15,6 +15,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.engine.sharing import _connected_sets, kept_mirrors, private_collectives
 from simulator.program.ops import CollectiveOp
 from simulator.topology.builders import build_topology
+from simulator.topology.loader import scenario_topology
 from simulator.topology.periods import NO_IMAGE, Periods
 
 FABRICS = {
@@ -78,7 +79,7 @@ THREE_TIERS = TIERS.replace("pods: 2", "pods: 4")
 
 def _folded(text: str):
     loaded = scenario_from_text(text, "inline.yaml", [])
-    topology = simulation.build_topology(loaded)
+    topology = scenario_topology(loaded)
     program = simulation.step_program(loaded, topology, fold=True)
     settings = simulation.network_settings(loaded)
     return program, simulation.plan_cache(topology, settings), lambda: simulation.plan_cache(topology, settings)

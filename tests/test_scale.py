@@ -12,8 +12,8 @@ import pytest
 from simulator import scale
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
-from simulator.simulation import build_topology, simulate, step_program
-from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology
+from simulator.simulation import simulate, step_program
+from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
 from simulator.topology.size import topology_gpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192"]
 def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
     """Today's ratios estimate / real lie between 0.87 and 1.6."""
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded))
     program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
     assert estimate.gpus == topology.num_gpus
@@ -122,12 +122,12 @@ def test_a_topology_counted_only_by_building_is_checked_after_it_is_built(monkey
 def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_is_built(monkeypatch, capsys):
     """A million-GPU cluster took 20 s to build before the 8,192-GPU layout was found not to cover it; the
     degrees are now checked against the GPU count the topology's parameters give."""
-    import simulator.simulation as simulation
+    import simulator.scale as scale
 
     def no_build(_loaded):
         raise AssertionError("the topology was built")
 
-    monkeypatch.setattr(simulation, "build_topology", no_build)
+    monkeypatch.setattr(scale, "scenario_topology", no_build)
     assert main(["validate", LLAMA_405B, "--set", "cluster.nodes=125000"]) == 2
     assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8192 does not equal the cluster's 1000000 GPUs"
             in capsys.readouterr().err)

@@ -293,7 +293,7 @@ def test_an_unknown_node_is_answered_with_a_link_of_this_topology(tmp_path, caps
 
 
 def test_step_fault_resolution_raises_a_plain_field_error_that_the_top_locates():
-    """faults/step.py names the field and leaves the file and line to simulation.located (it took the scenario's
+    """faults/step.py names the field and leaves the file and line to config/locate.located (it took the scenario's
     locator and built located errors itself)."""
     from simulator.errors import ScenarioError
     from simulator.faults.step import resolve_step_faults

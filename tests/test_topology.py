@@ -15,8 +15,8 @@ from collections import Counter
 import pytest
 
 from simulator.cli import main
+from simulator.engine.fold_policy import fold_blocker
 from simulator.errors import TopologyError
-from simulator.simulation import fold_blocker
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
 from simulator.topology.graph import Wiring, add_link, add_links

@@ -19,7 +19,8 @@ from simulator.cli import main
 from simulator.collectives.execute import time_collective
 from simulator.config.loader import scenario_from_text
 from simulator.errors import TraceError
-from simulator.simulation import build_topology, network_settings
+from simulator.simulation import network_settings
+from simulator.topology.loader import scenario_topology
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
@@ -45,7 +46,7 @@ def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = ""
 
 def allreduce_time(loaded, nbytes: float, ranks: int) -> float:
     settings = network_settings(loaded)
-    return time_collective(build_topology(loaded), "all_reduce", settings.algorithm, ranks, nbytes,
+    return time_collective(scenario_topology(loaded), "all_reduce", settings.algorithm, ranks, nbytes,
                            efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
                            channels=settings.channels)
 
@@ -118,7 +119,7 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{CHAKRA_2RANK}/rank*.json', format: chakra-json}}\n"
     loaded, result = run(text, tmp_path)
     settings = network_settings(loaded)
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     common = {"efficiency": dict(settings.efficiency), "chunk_bytes": settings.chunk_bytes,
               "channels": settings.channels}
     all_reduce = time_collective(topology, "all_reduce", "auto", 2, 64 * 2**20, **common)

@@ -16,7 +16,7 @@ from simulator.config.training_options import (
     PRECISIONS,
     REDUCE_DTYPES_OF,
 )
-from simulator.simulation import build_topology
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory import OPTIMIZER_MOMENT_BYTES
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import (
@@ -45,7 +45,7 @@ def test_tables_cover_each_option_set_exactly():
 def _optimizer_costs(optimizer: str) -> tuple[float, float, float]:
     """(optimizer step seconds, optimizer state bytes, parameters) of the one pipeline stage."""
     loaded = scenario_from_text(LLAMA_8B_DP8, "inline.yaml", [f"training.optimizer={optimizer}"])
-    step = build_training_step(loaded.scenario, build_topology(loaded))
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
     (breakdown, _), = stage_memory(loaded.scenario, step)
     return step.plan.optimizer_s[0], breakdown.optimizer, breakdown.params / 2
 

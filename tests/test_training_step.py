@@ -293,12 +293,12 @@ def test_real_model_bubble_is_paced_by_the_head_stage(run_yaml, m):
     from pathlib import Path
 
     from simulator.config.loader import scenario_from_text
-    from simulator.simulation import build_topology
+    from simulator.topology.loader import scenario_topology
     from simulator.workload.training import build_training_step
 
     text, p = LLAMA_8B_PP4.format(m=m), 4
     loaded = scenario_from_text(text, "inline.yaml")
-    stages = build_training_step(loaded.scenario, build_topology(loaded), Path(".")).plan.stages
+    stages = build_training_step(loaded.scenario, scenario_topology(loaded), Path(".")).plan.stages
     work = [sum(b.forward_s + b.backward_input_s + b.backward_weight_s + b.recompute_s for b in stage.blocks)
             for stage in stages]
     assert work[3] > 1.25 * work[1]

@@ -13,6 +13,7 @@ import simpy
 
 from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
+from simulator.config.locate import located
 from simulator.config.reliability import Effect
 from simulator.errors import ScenarioError
 from simulator.reliability.blast import cluster_units
@@ -23,7 +24,7 @@ from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates
 from simulator.reliability.summary import job_summary
-from simulator.simulation import build_topology, located
+from simulator.topology.loader import scenario_topology
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     horizon = scenario.run.horizon
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     model, size = check_job(loaded, topology)
     states = StepStates(loaded, topology)
     if horizon < states.healthy_step.step_s:

@@ -28,8 +28,9 @@ from simulator.errors import StepAborted
 from simulator.faults.perturbed import with_step_faults
 from simulator.parallel.layout import Layout
 from simulator.reliability.checkpoint import StepState
-from simulator.simulation import Result, build_topology, simulate_training
+from simulator.simulation import Result, simulate_training
 from simulator.topology.graph import Topology
+from simulator.topology.loader import scenario_topology
 
 JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "restart": True, "run": True, "description": True,
                       "faults": {"preset": True, "rate_multiplier": True, "components": True, "maintenance": True}}
@@ -129,7 +130,7 @@ class StepStates:
                                                                       "global_batch": None})
         update["cluster"] = ClusterConfig(topology=scenario.cluster.topology, **overrides)
         loaded = LoadedScenario(scenario.model_copy(update=update), self.loaded.source, self.loaded.lines)
-        topology = build_topology(loaded)
+        topology = scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
                            if gpu < topology.num_gpus)

@@ -15,7 +15,6 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
 from simulator.errors import ScenarioError
-from simulator.simulation import build_topology
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
 from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
@@ -28,6 +27,7 @@ from simulator.sweep.layouts import (
 )
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory import state_bytes_per_param
 from simulator.workload.training import resolve_model
 
@@ -65,7 +65,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if scenario.training.global_batch is None:
         raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
                            "training: {global_batch: 512}")
-    topology = build_topology(loaded)
+    topology = scenario_topology(loaded)
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
     base = search_base(loaded.source, overrides, scenario)

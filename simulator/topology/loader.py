@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import simulator
 from simulator.config.yaml_source import FieldPath, line_of, parse_field, read_yaml
@@ -12,6 +13,9 @@ from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.graph import Topology
 from simulator.topology.parameters import read_parameters
+
+if TYPE_CHECKING:
+    from simulator.config.loader import LoadedScenario
 
 SOURCE_TREE_DIR = Path(simulator.__file__).resolve().parents[1] / "topologies"
 INSTALLED_DIR = Path(sys.prefix) / "share" / "trainsim" / "topologies"
@@ -133,3 +137,18 @@ def build_source(spec: TopologySource) -> Topology:
         raise exc.located(file=spec.source, line=line_of(spec.lines, field_path)) from None
     topology.params["description"] = spec.description
     return topology
+
+
+def scenario_topology(loaded: LoadedScenario) -> Topology:
+    """The scenario's cluster (its file relative to the scenario's folder); errors in a value the scenario's
+    `cluster` section overrides point at that field of the scenario."""
+    cluster = loaded.scenario.cluster
+    try:
+        return load_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent)
+    except TopologyError as exc:
+        path = scenario_field_of(exc, set(cluster.overrides()))
+        if path is None:
+            raise
+        located = loaded.error(path, exc.problem, exc.allowed)
+        raise TopologyError(located.problem, field=located.field, allowed=located.allowed, file=located.file,
+                            line=located.line) from None

@@ -330,7 +330,7 @@ def _model_section(scenario: Scenario) -> ModelConfig:
 
 
 def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:
-    """A ScenarioError at ``field`` of the scenario; `simulation.located` adds the file and line."""
+    """A ScenarioError at ``field`` of the scenario; `config/locate.located` adds the file and line."""
     return ScenarioError(problem, field=field, allowed=allowed)
 
 

@@ -1,0 +1,57 @@
+"""`trainsim validate`: every check a run makes before the clock starts, without running it.
+
+The step faults against the cluster, the program of every rank and a plan of every distinct collective (an
+algorithm may not support an op or a group), on a scenario already loaded and a cluster already built (`trainsim
+validate` builds it through `scale.sized_topology`, which checks the layout and the run's size first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.config.locate import located
+from simulator.engine.plans import PlanCache
+from simulator.program.ops import CollectiveOp, Op
+from simulator.simulation import network_settings, plan_cache, plan_workload, step_faults, step_program
+from simulator.topology.graph import Topology
+
+if TYPE_CHECKING:
+    from simulator.config.loader import LoadedScenario
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `validate` found in a scenario that passed its checks: the memory entries of the summary
+    (``oom`` among them, empty for a communication-only workload) and the layout warnings."""
+
+    memory: Mapping[str, object]
+    warnings: tuple[str, ...]
+
+
+def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
+    """Every check a run makes before the clock starts, without running it: the scenario, the program of
+    every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
+    from simulator.workload.comm_program import build_comm_program
+
+    settings = network_settings(loaded)
+    step_faults(loaded, topology)
+    workload = loaded.scenario.workload
+    plans = plan_cache(topology, settings)
+    if loaded.scenario.model is None and isinstance(workload, list):
+        items = workload
+        ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
+        located(loaded, lambda: plan_workload(items, ops, plans))
+        return Verdict({}, ())
+    program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
+    located(loaded, lambda: plan_every_collective(program.ops, plans))
+    return Verdict(dict(program.memory), tuple(program.warnings))
+
+
+def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
+    """Plan each distinct collective once, so unsupported algorithm choices surface, located in the scenario,
+    before a run (an error raised inside the SimPy run would lose its field)."""
+    for op in ops:
+        if isinstance(op, CollectiveOp):
+            plans.phases(op, op.group)
