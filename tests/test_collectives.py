@@ -19,7 +19,9 @@ from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
+from simulator.network.calibration import CALIBRATED
 from simulator.topology.graph import Topology, Wiring, add_link
+from simulator.topology.loader import load_topology
 
 KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
 ALPHA, BANDWIDTH = 5e-6, 50e9
@@ -71,14 +73,48 @@ def test_ring_reduce_scatter_and_all_gather(op, size, nbytes):
     assert close(time_collective(switch_topology(size), op, "ring", size, nbytes), expected)
 
 
+def chunk_step(chunk: float, alpha: float = ALPHA, bandwidth: float = BANDWIDTH) -> float:
+    """A streamed chunk step: its transfer time c b, or NCCL_STEPS = 8 chunks per slot round trip 2 (a + c b)
+    where the latency outlasts the window."""
+    return max(chunk / bandwidth, 2 * (alpha + chunk / bandwidth) / 8)
+
+
 @pytest.mark.parametrize("op", ["broadcast", "reduce"])
 @pytest.mark.parametrize("size,nbytes,chunk", [(2, 1 * MIB, None), (7, 64 * MIB, None), (8, 64 * MIB, 4 * MIB),
-                                               (33, 1 * GIB, 8 * MIB), (16, 1 * MIB, 4 * MIB)])
+                                               (33, 1 * GIB, 8 * MIB), (16, 1 * MIB, 4 * MIB),
+                                               (8, 64 * MIB, 16 * KIB), (5, 1 * MIB, 1 * KIB)])
 def test_ring_chain_broadcast_and_reduce(op, size, nbytes, chunk):
+    """Chunk 0 crosses the p-1 hops paying a + c b each; each later chunk follows one streamed step behind, its
+    latency hidden by the chunks in flight (the last two cases are window-bound: c b < a / 3)."""
     chunks = math.ceil(nbytes / chunk) if chunk else 1
-    expected = (size - 1 + chunks - 1) * (ALPHA + nbytes / chunks / BANDWIDTH)
+    c = nbytes / chunks
+    expected = (size - 1) * (ALPHA + c / BANDWIDTH) + (chunks - 1) * chunk_step(c)
     simulated = time_collective(switch_topology(size), op, "ring", size, nbytes, chunk_bytes=chunk, root=size // 2)
-    assert close(simulated, expected)
+    assert close(simulated, expected, tolerance=1e-9)
+
+
+def test_chains_of_several_channels_stream_as_one():
+    """Two channels' chains inside one host follow the same hops, each with n/2 in L chunks c: every link
+    carries two chunks a step, and the merged steps still pay the latency only while the chains open."""
+    size, nbytes, chunk = 8, 64 * MIB, 4 * MIB
+    chunks = math.ceil(nbytes / 2 / chunk)
+    c_b = nbytes / 2 / chunks / BANDWIDTH
+    expected = (size - 1) * (ALPHA + 2 * c_b) + (chunks - 1) * 2 * c_b
+    simulated = time_collective(switch_topology(size), "broadcast", "ring", size, nbytes, chunk_bytes=chunk,
+                                channels=2)
+    assert close(simulated, expected, tolerance=1e-9)
+
+
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+def test_chain_on_8_h100_pays_the_latency_once_per_hop(op):
+    """1 GiB over a DGX H100's 7-hop NVLink chain in 4 MiB chunks: 7 (a + c b) + 255 c b = 7 a + n b + 6 c b,
+    busbw 334.6 GB/s at the calibrated NVLink rate (it was 263.4 when every one of the 262 steps paid a + c b)."""
+    topology = load_topology("dgx-h100", {})
+    row = collective_sweep("dgx-h100", {}, op=op, algorithm="ring", ranks=8, sizes=[GIB], chunk="4MiB")[0]
+    c_b = 4 * MIB / (450e9 * CALIBRATED["nvlink"])
+    expected = 7 * topology.path_latency(0, 1) + GIB / 4 / MIB * c_b + 6 * c_b
+    assert row["time_s"] == pytest.approx(expected, rel=1e-9)
+    assert row["busbw_GBps"] == pytest.approx(GIB / expected / 1e9, rel=1e-9)
 
 
 @pytest.mark.parametrize("op", ["broadcast", "reduce"])
@@ -90,17 +126,20 @@ def test_binomial_tree_broadcast_and_reduce(op, size, nbytes):
 
 
 @pytest.mark.parametrize("size,nbytes,chunk", [(4, 1 * MIB, None), (8, 64 * MIB, None), (8, 64 * MIB, 1 * MIB),
-                                               (64, 1 * GIB, 16 * MIB), (16, 8 * GIB, 64 * MIB)])
+                                               (64, 1 * GIB, 16 * MIB), (16, 8 * GIB, 64 * MIB),
+                                               (16, 64 * MIB, 4 * KIB)])
 def test_double_binary_tree_all_reduce(size, nbytes, chunk):
-    """Per tree n/2 in L chunks c: reduce then broadcast, each H + L - 1 steps (H = log2 p) of a + 2c/B
-    (a link carries two chunks), except the single root-edge step at the end of the reduce and the start of
-    the broadcast, which carries one."""
+    """Per tree n/2 in L chunks c: reduce then broadcast, each H + L - 1 steps (H = log2 p) of 2 c b (a link
+    carries two chunks), except the single root-edge step at the end of the reduce and the start of the
+    broadcast, which carries one. The H steps where edges carry their first chunk pay a; the L - 1 streamed
+    steps pay only the stall of the window (the last case, c b < a / 3, is window-bound)."""
     height = int(math.log2(size))
     chunks = math.ceil(nbytes / 2 / chunk) if chunk else 1
     c = nbytes / 2 / chunks
-    expected = 2 * ((height + chunks - 2) * (ALPHA + 2 * c / BANDWIDTH) + ALPHA + c / BANDWIDTH)
+    stall = chunk_step(c) - c / BANDWIDTH
+    expected = 2 * (height * ALPHA + (height + chunks - 2) * 2 * c / BANDWIDTH + c / BANDWIDTH + (chunks - 1) * stall)
     assert close(time_collective(switch_topology(size), "all_reduce", "tree", size, nbytes, chunk_bytes=chunk),
-                 expected)
+                 expected, tolerance=1e-9)
 
 
 def test_pipelined_double_tree_approaches_two_n_beta():

@@ -1,7 +1,8 @@
 """Running a plan: each phase becomes one batch of transfers on the network model, phases back to back.
 
 A phase with ``repeat`` k is posted once, each transfer carrying k times its bytes and paying k times its
-path latency: the k identical steps cost the same as k separate batches while rates stay constant.
+latency per step (its path latency, or the window's stall for steps in flight): the k identical steps cost
+the same as k separate batches while rates stay constant.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
-from simulator.collectives.phases import CollectiveRequest, Phase
+from simulator.collectives.phases import CollectiveRequest, Phase, window_stall
 from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
@@ -24,13 +25,20 @@ if TYPE_CHECKING:
 
 def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer; a pipelined
-    phase charges every transfer the mean latency of the phase's hops."""
+    phase charges every transfer the mean latency of the phase's hops; a phase of steps in flight charges each
+    transfer its `window_stall` per step, its chunk's time read at its path's line rate."""
     repeat = phase.repeat
+    paths = [topology.path(t.src, t.dst, t.channel) for t in phase.transfers]
     latencies = [max(topology.path_latency(t.src, t.dst, t.channel), phase.min_latency) for t in phase.transfers]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
-    return [(topology.path(t.src, t.dst, t.channel), t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
-            for t, latency in zip(phase.transfers, latencies)]
+    if phase.steps_in_flight:
+        line_rate = topology.link_bandwidth
+        latencies = [window_stall(latency, t.nbytes / float(line_rate[list(path)].min()) if path else 0.0,
+                                  phase.steps_in_flight)
+                     for t, path, latency in zip(phase.transfers, paths, latencies)]
+    return [(path, t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
+            for t, path, latency in zip(phase.transfers, paths, latencies)]
 
 
 class PlanRunner:

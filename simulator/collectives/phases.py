@@ -2,8 +2,8 @@
 
 A phase is a batch of transfers that start together; the next phase starts when every transfer of this one
 has finished (the step barrier of a ring or a tree level). ``repeat`` folds k identical consecutive steps
-into one phase: each transfer then carries ``repeat`` times its bytes and pays ``repeat`` times its path
-latency, which equals k separate steps exactly whenever the rates stay constant over the phase.
+into one phase: each transfer then carries ``repeat`` times its bytes and pays ``repeat`` times its latency
+per step, which equals k separate steps exactly whenever the rates stay constant over the phase.
 """
 
 from __future__ import annotations
@@ -33,12 +33,26 @@ class Phase:
     path latency of the phase (NCCL's ring latency model) rather than its own hop's latency every step.
     ``min_latency`` is a floor on each transfer's latency per step, for algorithms whose fixed cost exceeds
     the path's (NVLS: the switch's multicast round trip).
+
+    ``steps_in_flight`` w > 0 marks steps that continue chunk streams already open, with up to w chunk steps
+    in flight per connection (NCCL's ``NCCL_STEPS``): a step's path latency overlaps the chunks ahead of it,
+    so a transfer pays only `window_stall` per step, not its path latency.
     """
 
     transfers: tuple[Transfer, ...]
     repeat: int = 1
     pipelined: bool = False
     min_latency: float = 0.0
+    steps_in_flight: int = 0
+
+
+def window_stall(latency: float, seconds: float, steps_in_flight: int) -> float:
+    """Seconds a chunk step waits beyond its own transfer time ``seconds`` when ``steps_in_flight`` chunks may be
+    in flight on a connection of one-way ``latency``: NCCL's Simple protocol reuses a slot once the chunk in it
+    has crossed (latency + seconds) and been passed on by the receiver (seconds), and the receiver's credit has
+    come back (latency), so a connection moves at most w chunks per 2 (latency + seconds); the stall is zero
+    once seconds >= 2 latency / (w - 2), when the window hides the latency entirely."""
+    return max(0.0, 2 * (latency + seconds) / steps_in_flight - seconds)
 
 
 @dataclass(frozen=True, slots=True)

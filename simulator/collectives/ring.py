@@ -8,6 +8,7 @@ stays on one rail and a host's channels together use all of its NICs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import chain, repeat
 
 from simulator.catalog.calibration import network_channels_per_nic
@@ -119,5 +120,5 @@ def merge_parallel(plans: list[list[Phase]]) -> list[Phase]:
     """Run same-shaped plans side by side: phase i of the result holds phase i of every plan."""
     if len(plans) == 1:
         return plans[0]
-    return [Phase(tuple(t for phase in group for t in phase.transfers), repeat=group[0].repeat)
+    return [replace(group[0], transfers=tuple(t for phase in group for t in phase.transfers))
             for group in zip(*plans)]

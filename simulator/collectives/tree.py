@@ -2,7 +2,8 @@
 
 Also home of `pipelined_phases`, which turns any tree (a chain is a tree too) whose edges start at known
 step offsets into phases of chunk-sized transfers; consecutive steps with the same active edges share one
-phase through ``repeat``.
+phase through ``repeat``, and steps that continue open streams pay only the stall of NCCL's window of chunk
+steps in flight, not the path latency again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
 OPS: tuple[Primitive, ...] = ("all_reduce", "broadcast", "reduce")
+
+NCCL_STEPS = 8
+"""Chunk steps a connection keeps in flight: NCCL's ``NCCL_STEPS`` (src/include/device.h), the slots of a Simple
+protocol buffer that the sender fills before it waits for the receiver's credit (src/device/prims_simple.h)."""
 
 Edge = tuple[int, int, int, int]
 """(src GPU, dst GPU, channel, first step): the edge carries chunk j at step ``first step + j``."""
@@ -32,18 +37,29 @@ def pipelined_phases(edges: list[Edge], nbytes: float, chunks: int) -> list[Phas
 
     At step s the active edges are those whose first step lies in ``[s - chunks + 1, s]``; the set only
     changes when s reaches a first step or a first step plus ``chunks``, so each stretch between two such
-    breakpoints is one phase whose ``repeat`` is the stretch length.
+    breakpoints is one phase whose ``repeat`` is the stretch length. A step where an edge carries its first
+    chunk pays the path latency (nothing is in flight on that edge to hide it behind); every later step of a
+    stretch continues open streams with ``NCCL_STEPS`` chunks in flight and pays only the window's stall, so
+    a chain of h hops costs h (a + c b) + (L - 1) max(c b, 2 (a + c b) / NCCL_STEPS) for L chunks of c bytes:
+    h a + n b + (h - 1) c b while the window hides the latency, NCCL's latency per hop plus size over bandwidth.
     """
     if not edges or nbytes <= 0:
         return []
     chunk = nbytes / chunks
-    breakpoints = sorted({e[3] for e in edges} | {e[3] + chunks for e in edges})
+    firsts = {e[3] for e in edges}
+    breakpoints = sorted(firsts | {first + chunks for first in firsts})
     phases = []
     for start, stop in zip(breakpoints, breakpoints[1:]):
         active = tuple(Transfer(src, dst, chunk, channel) for src, dst, channel, first in edges
                        if start - chunks < first <= start)
-        if active:
-            phases.append(Phase(active, repeat=stop - start))
+        if not active:
+            continue
+        streamed = stop - start
+        if start in firsts:
+            phases.append(Phase(active))
+            streamed -= 1
+        if streamed:
+            phases.append(Phase(active, repeat=streamed, steps_in_flight=NCCL_STEPS))
     return phases
 
 
