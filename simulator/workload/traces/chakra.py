@@ -15,12 +15,13 @@ import heapq
 import json
 from pathlib import Path
 
+from simulator.collectives.names import Primitive
 from simulator.workload.traces.model import TracedOp, TracedRank, as_int, checked_message, trace_error
 
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE",
               5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
-COLLECTIVE_TYPES = {0: "all_reduce", 1: "reduce", 2: "all_gather", 5: "broadcast", 6: "all_to_all",
-                    7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
+COLLECTIVE_TYPES: dict[int, Primitive] = {0: "all_reduce", 1: "reduce", 2: "all_gather", 5: "broadcast",
+                                          6: "all_to_all", 7: "reduce_scatter", 8: "reduce_scatter", 9: "all_reduce"}
 """Chakra CollectiveCommType -> trainsim primitive (BARRIER as an all-reduce of its size; GATHER and SCATTER
 have no trainsim plan)."""
 COLLECTIVE_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
@@ -214,5 +215,5 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
         tag = as_int(attrs.get("comm_tag") or 0)
     except ValueError:
         raise trace_error(file, where, f"comm_tag {attrs.get('comm_tag')!r} is not an integer") from None
-    return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, nbytes=nbytes,
-                    peer=peer_rank, tag=tag, deps=deps)
+    return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
+                    nbytes=nbytes, peer=peer_rank, tag=tag, deps=deps)

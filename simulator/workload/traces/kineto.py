@@ -21,9 +21,11 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
+from typing import Literal
 
 import orjson
 
+from simulator.collectives.names import Primitive
 from simulator.workload.traces.model import (
     GEMM_OPERANDS,
     TracedOp,
@@ -39,7 +41,7 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime")
 US = 1e-6
 
-COLLECTIVE_NAMES = {
+COLLECTIVE_NAMES: dict[str, Primitive] = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
     "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
     "all_gather_into_tensor": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
@@ -47,13 +49,14 @@ COLLECTIVE_NAMES = {
     "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "alltoall": "all_to_all",
     "alltoall_base": "all_to_all", "all_to_allv": "all_to_all", "barrier": "all_reduce",
-    "send": "send", "recv": "recv", "recv_any_source": "recv",
+    "send": "send_recv", "recv": "send_recv", "recv_any_source": "send_recv",
 }
-"""`record_param_comms` collective names (and kernel-name words, lower-cased) -> trainsim primitives."""
+"""`record_param_comms` collective names (lower-cased) -> trainsim primitives (send_recv: a send or a receive)."""
 
-KERNEL_PRIMITIVES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-                     "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all",
-                     "sendrecv": "send_recv", "send": "send", "recv": "recv"}
+KERNEL_PRIMITIVES: dict[str, Primitive] = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter", "broadcast": "broadcast",
+    "reduce": "reduce", "alltoall": "all_to_all", "sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv"}
+"""Words of NCCL kernel names (lower-cased) -> trainsim primitives."""
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
                "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "i32": 4,
@@ -191,7 +194,7 @@ class _Parsed:
         if info is not None:
             primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
             dtype = str(info.get("dtype", dtype)).lower()
-        if primitive in ("send", "recv", "send_recv"):
+        if primitive == "send_recv":
             return None
         if not primitive:
             raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",
@@ -298,10 +301,12 @@ def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:
 
 
 @lru_cache(maxsize=4096)
-def _from_kernel_name(name: str) -> tuple[str, str]:
-    """(primitive, dtype) from an NCCL kernel name such as ncclDevKernel_AllReduce_Sum_bf16_RING_LL."""
+def _from_kernel_name(name: str) -> tuple[Primitive | Literal[""], str]:
+    """(primitive, dtype) from an NCCL kernel name such as ncclDevKernel_AllReduce_Sum_bf16_RING_LL; "" where
+    the name tells neither."""
     words = [word.lower() for word in re.split(r"[_\W]+", name)]
-    primitive = next((KERNEL_PRIMITIVES[word] for word in words if word in KERNEL_PRIMITIVES), "")
+    primitive: Primitive | Literal[""] = next((KERNEL_PRIMITIVES[word] for word in words if word in KERNEL_PRIMITIVES),
+                                              "")
     dtype = next((word for word in words if word in DTYPE_BYTES), "")
     return primitive, dtype
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
+from simulator.collectives.names import Primitive
 from simulator.errors import TraceError
 from simulator.units import MAX_MESSAGE_BYTES, MESSAGE_ALLOWED
 
@@ -21,8 +22,9 @@ GemmShape = tuple[int, int, int, int] | tuple[()]
 class TracedOp:
     """One op of a traced rank. ``index`` is its event's position in the file (errors name it); ``deps`` are
     positions in the rank's op list of ops on other streams (or, in a Chakra graph, any node) it waits for.
-    A collective has a primitive ``op``, a per-rank ``nbytes`` (nccl-tests convention), a process ``group``
-    name and, where the trace lists them, the group's ``members``; a send or receive names its ``peer``. A
+    ``op`` is the primitive a communication op runs (send_recv for a send or a receive), None for compute. A
+    collective has a per-rank ``nbytes`` (nccl-tests convention), a process ``group`` name and, where the trace
+    lists them, the group's ``members``; a send or receive has its ``nbytes`` and names its ``peer``. A
     matrix multiply whose operand shapes the trace records has ``gemm`` = (batch, m, n, k) and its ``dtype``."""
 
     index: int
@@ -31,7 +33,7 @@ class TracedOp:
     kind: OpKind
     start_s: float
     duration_s: float
-    op: str = ""
+    op: Primitive | None = None
     nbytes: float = 0.0
     group: str = ""
     members: tuple[int, ...] = ()

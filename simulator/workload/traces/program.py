@@ -18,7 +18,7 @@ from glob import has_magic
 from pathlib import Path
 
 from simulator.catalog.gpus import GPUSpec, get_gpu
-from simulator.collectives.names import PRIMITIVES, Primitive
+from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
@@ -193,7 +193,7 @@ class _Builder:
         self.recosted = 0
         self.ops: list[Op] = []
         self.ranks: set[int] = set()
-        self._sizes: dict[str, tuple[float, str, int, str, str]] = {}
+        self._sizes: dict[str, tuple[float, Primitive | None, int, str, str]] = {}
         self._transfers: dict[str, dict[str, tuple[str, str]]] = {}
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
@@ -220,7 +220,7 @@ class _Builder:
                                           category="host", duration=source.window[1] - stream_end[last]))
 
     def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
-        if op.kind == "compute":
+        if op.op is None:
             duration, flops = op.duration_s * self.scale, 0.0
             if op.gemm:
                 batch, m, n, k = op.gemm
@@ -234,23 +234,18 @@ class _Builder:
         if op.kind == "collective":
             group = self.members[op.group]
             series: tuple = (op.group,)
-            if op.op not in PRIMITIVES:
-                raise trace_error(source.file, source.where(op), f"collective {op.op!r} has no trainsim plan",
-                                  ", ".join(PRIMITIVES))
-            primitive: Primitive = op.op
         else:
             if op.peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
             group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
             series = ("p2p", *group, op.tag)
-            primitive = "send_recv"
         counts[series] = counts.get(series, -1) + 1
         key = f"{'.'.join(map(str, series))}#{counts[series]}"
         self._check_size(key, op, rank, source)
         if op.kind != "collective":
             self._transfers.setdefault(key, {})[op.kind] = (source.file, source.where(op))
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                            category=_category(op), op=primitive, group=group, nbytes=op.nbytes, key=key)
+                            category=_category(op), op=op.op, group=group, nbytes=op.nbytes, key=key)
 
     def check_transfers_matched(self) -> None:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
@@ -269,8 +264,8 @@ class _Builder:
         """Every member must agree on a collective's primitive and size."""
         first = self._sizes.setdefault(key, (op.nbytes, op.op, rank, source.file, source.where(op)))
         if (first[0], first[1]) != (op.nbytes, op.op):
-            raise trace_error(source.file, source.where(op), f"{op.op or 'transfer'} of {op.nbytes:.0f} bytes on "
-                              f"rank {rank}, but {first[1] or 'transfer'} of {first[0]:.0f} bytes on rank {first[2]} "
+            raise trace_error(source.file, source.where(op), f"{op.op} of {op.nbytes:.0f} bytes on "
+                              f"rank {rank}, but {first[1]} of {first[0]:.0f} bytes on rank {first[2]} "
                               f"({first[3]}: {first[4]}) for the same collective ({key})",
                               "the same primitive and size on every member")
 
