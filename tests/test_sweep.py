@@ -315,3 +315,36 @@ def test_point_outputs_on_resume_are_written_for_points_finished_without_them(tm
     (out / "points" / "00000" / "summary.json").unlink()
     assert resume() == (2, 0)
     assert resume() == (0, 2)
+
+
+def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
+    """A base with `run.horizon` is a job: every point runs the job simulation as `trainsim run` does, its row
+    holds job_summary.json's figures and its point folder the job's files. Before, the points ran one step
+    and ignored the horizon, so a sweep over failure rates gave identical rows without ETTR."""
+    from simulator.reliability.simulate import simulate_job
+
+    job = """
+base:
+  cluster: {topology: dgx-h100, gpus: 8}
+  model: {preset: llama3-8b}
+  training: {seq_len: 2048, global_batch: 8}
+  parallelism: {tp: 8}
+  run: {horizon: 2 d, replications: 2, seed: 3}
+  faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
+  checkpoint: {interval: 30 min, size: 1 GB}
+grid:
+  faults.rate_multiplier: [1, 4]
+outputs: true
+"""
+    out = tmp_path / "out"
+    report = run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor())
+    assert report.statuses == {"ok": 2}
+    rows = pd.read_parquet(out / "results.parquet")
+    base = job.split("grid:")[0].replace("base:\n", "").replace("\n  ", "\n")
+    for point, multiplier in enumerate((1, 4)):
+        expected = simulate_job(scenario_from_text(base, "job.yaml", [f"faults.rate_multiplier={multiplier}"]))
+        assert rows["ettr.mean"].iloc[point] == expected.summary["ettr"]["mean"]
+        written = orjson.loads((out / "points" / f"{point:05d}" / "job_summary.json").read_bytes())
+        assert written["ettr"] == expected.summary["ettr"]
+    assert rows["interruptions.unexpected.mean"].iloc[1] > 2 * rows["interruptions.unexpected.mean"].iloc[0]
+    assert run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor()).reused == 2

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.config.loader import Override
+from simulator.config.loader import LoadedScenario, Override
 from simulator.errors import InputError, SimulationError
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
@@ -52,25 +52,42 @@ class SweepReport:
 
 
 def run_point(task: PointTask) -> PointRecord:
-    """Simulate one point; an input error is `invalid`, any other failure `failed`, never raised."""
-    from simulator.config.loader import LoadedScenario, validate_as_json
+    """Simulate one point (a step, or a job over `run.horizon`); an input error is `invalid`, any other failure
+    `failed`, never raised."""
+    from simulator.config.loader import validate_as_json
     from simulator.config.schema import Scenario
     from simulator.simulation import simulate
 
     try:
         loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides)
-        result = simulate(loaded)
-        if task.outputs_dir is not None:
-            from simulator.report.writers import write_outputs
+        if loaded.scenario.run.horizon is not None:
+            summary = _run_job(loaded, task.outputs_dir)
+        else:
+            result = simulate(loaded)
+            summary = result.summary
+            if task.outputs_dir is not None:
+                from simulator.report.writers import write_outputs
 
-            write_outputs(Path(task.outputs_dir), result, loaded)
+                write_outputs(Path(task.outputs_dir), result, loaded)
     except InputError as exc:
         return PointRecord(task.index, task.key, "invalid", str(exc), {})
     except SimulationError as exc:
         return PointRecord(task.index, task.key, "failed", str(exc), {})
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
         return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {})
-    return PointRecord(task.index, task.key, "ok", "", flatten(result.summary))
+    return PointRecord(task.index, task.key, "ok", "", flatten(summary))
+
+
+def _run_job(loaded: LoadedScenario, outputs_dir: str | None) -> dict:
+    """A point whose scenario has `run.horizon`: the job simulation, as `trainsim run` runs it; its
+    job_summary.json is the point's row."""
+    from simulator.reliability.report import write_job_outputs
+    from simulator.reliability.simulate import simulate_job
+
+    job = simulate_job(loaded)
+    if outputs_dir is not None:
+        write_job_outputs(Path(outputs_dir), job.summary, job.table, job.step_summary, loaded)
+    return job.summary
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False,
