@@ -479,3 +479,30 @@ def test_group_ranks_that_cannot_be_told_are_refused_at_their_event(tmp_path, ar
     comms_args(traces, 0, **args)
     error = kineto_error(traces)
     assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]" and problem in error.problem
+
+
+def one_rank_of_eight(tmp_path: Path, **args):
+    """Rank 0's trace as PyTorch versions without `Process Group Ranks` write it, replayed on 8 GPUs."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, **{"Process Group Name": None, "Process Group Description": None,
+                             "Process Group Ranks": None, "Group size": 8, **args})
+    text = two_rank_scenario("100 Gb/s", nodes=8).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    return run(text, tmp_path)
+
+
+def test_a_group_without_a_rank_list_spans_its_size_from_the_stated_stride(tmp_path):
+    """Before PyTorch listed a group's ranks, rank 0's trace of an 8-rank all-reduce replayed it on 1 GPU, free."""
+    loaded, result = one_rank_of_eight(tmp_path, **{"Global rank start": 0, "Global rank stride": 1})
+    p = 8
+    assert result.summary["gpus"] == p
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, p)
+                                                          + 200e-6, rel=EXACT)
+
+
+def test_a_group_whose_members_cannot_be_told_is_refused_not_shrunk_to_the_traced_ranks(tmp_path):
+    with pytest.raises(TraceError) as caught:
+        one_rank_of_eight(tmp_path)
+    assert caught.value.file.endswith("rank0.json") and caught.value.field == "traceEvents[8]"
+    assert caught.value.problem == ("process group 'default' has 8 members (Group size), but the trace does not "
+                                    "tell which and only rank 0 uses it")

@@ -213,6 +213,7 @@ class _Parsed:
         nbytes = checked_message(float(count) * element, self.file, where, name)
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=nbytes, group=group or "default", members=members,
+                        group_size=_whole(info.get("Group size")) or len(members),
                         description=str(info.get("Process Group Description", "")))
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
@@ -312,11 +313,12 @@ def _from_kernel_name(name: str) -> tuple[Primitive | Literal[""], str]:
 
 
 def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
-    """A collective's process-group ranks, () when the trace does not give them. PyTorch writes `Process Group
+    """A collective's process-group ranks, () when the trace does not tell them. PyTorch writes `Process Group
     Ranks` as the text of a list and shortens a group of more than 30 ranks with '...' ("[0, 1, ..., 28, ...,
-    63]", or in older versions "[0, ..., 29, ...]"); the members then come from `Group size` and the group's stride
-    (`Global rank start` and `Global rank stride` where given, else the shown ranks'), which the shown ranks
-    must follow. A complete list must have `Group size` ranks where that is given."""
+    63]", or in older versions "[0, ..., 29, ...]"); older versions write no list at all. The members then come
+    from `Group size` and the group's stride (`Global rank start` and `Global rank stride`, which PyTorch gives
+    for strided groups, else the shown ranks'), which the shown ranks must follow. A complete list must have
+    `Group size` ranks where that is given."""
     value = info.get("Process Group Ranks")
     shown = _shown_ranks(value)
     if shown is None:
@@ -324,8 +326,8 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
                           "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
     head, tail, shortened = shown
     size = _whole(info.get("Group size"))
-    if not shortened:
-        if head and size is not None and size != len(head):
+    if head and not shortened:
+        if size is not None and size != len(head):
             raise trace_error(file, where, f"process group ranks {value!r} of {name!r} list {len(head)} ranks but "
                               f"its Group size is {size}", "as many ranks as the Group size")
         return head
@@ -338,7 +340,7 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     members: tuple[int, ...] = ()
     if size is not None and start is not None and stride is not None and stride > 0:
         members = tuple(range(start, start + stride * size, stride))
-    if not members or members[:len(head)] != head or (tail and members[-len(tail):] != tail):
+    if shortened and (not members or members[:len(head)] != head or (tail and members[-len(tail):] != tail)):
         unknown = ("no Group size says how many members it has" if size is None
                    else f"its {size} members (Group size) do not follow one stride, so the others are unknown")
         raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are shortened by the profiler "

@@ -24,8 +24,9 @@ class TracedOp:
     positions in the rank's op list of ops on other streams (or, in a Chakra graph, any node) it waits for.
     ``op`` is the primitive a communication op runs (send_recv for a send or a receive), None for compute. A
     collective has a per-rank ``nbytes`` (nccl-tests convention), a process ``group`` name and, where the trace
-    lists them, the group's ``members``; a send or receive has its ``nbytes`` and names its ``peer``. A
-    matrix multiply whose operand shapes the trace records has ``gemm`` = (batch, m, n, k) and its ``dtype``."""
+    tells them, the group's ``members`` and ``group_size`` (0 when not stated); a send or receive has its
+    ``nbytes`` and names its ``peer``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
+    (batch, m, n, k) and its ``dtype``."""
 
     index: int
     name: str
@@ -37,6 +38,7 @@ class TracedOp:
     nbytes: float = 0.0
     group: str = ""
     members: tuple[int, ...] = ()
+    group_size: int = 0
     description: str = ""
     peer: int = -1
     tag: int = 0

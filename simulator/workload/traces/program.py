@@ -140,7 +140,8 @@ def gemm_duration(shape: tuple[int, int, int, int], precision: Precision, gpu: G
 
 
 def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
-    """Members of each process group: as a trace lists them, else the ranks whose traces use the group."""
+    """Members of each process group: as a trace tells them, else the ranks whose traces use the group, which
+    must then be as many as the group's size where a trace states it."""
     listed: dict[str, tuple[int, ...]] = {}
     users: dict[str, set[int]] = {}
     for rank in traced:
@@ -156,6 +157,15 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
                     raise trace_error(rank.file, rank.where(op), f"rank {rank.rank} runs a collective of group "
                                       f"{op.group!r} whose members {list(op.members)} do not include it")
                 listed[op.group] = op.members
+    for rank in traced:
+        for op in rank.ops:
+            if op.kind == "collective" and op.group not in listed and op.group_size not in (0, len(users[op.group])):
+                using = sorted(users[op.group])
+                raise trace_error(rank.file, rank.where(op), f"process group {op.group!r} has {op.group_size} members "
+                                  "(Group size), but the trace does not tell which and only "
+                                  + (f"ranks {using} use it" if len(using) > 1 else f"rank {using[0]} uses it"),
+                                  "a trace of every member, or one that lists the group's ranks (Process Group "
+                                  "Ranks, or Global rank start and stride)")
     return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
 
 
