@@ -55,7 +55,7 @@ def test_the_collective_command_starts_without_the_workload_builders_or_the_sche
                         "simulator.config.schema", "pydantic") == []
 
 
-BEFORE_THE_ORCHESTRATOR = ("catalog", "collectives", "config", "engine", "metrics", "network", "parallel",
+BEFORE_THE_ORCHESTRATOR = ("catalog", "collectives", "config", "engine", "faults", "metrics", "network", "parallel",
                            "parameter_server", "program", "schedules", "topology", "workload")
 """The packages the run's orchestrator (simulation.py) calls, which therefore never call it back."""
 

@@ -10,7 +10,7 @@ from simulator.cli import main
 from simulator.config.faults import GpuFailure, LinkFault, StepFaults, Straggler
 from simulator.config.loader import scenario_from_text
 from simulator.errors import StepAborted
-from simulator.faults.perturbed import perturbed_step
+from simulator.reliability.perturbed import perturbed_step
 from simulator.schedules.registry import build_schedule
 
 F, B = 1e-3, 2e-3

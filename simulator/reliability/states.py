@@ -25,10 +25,10 @@ from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
 from simulator.errors import StepAborted
-from simulator.faults.perturbed import with_step_faults
 from simulator.parallel.layout import Layout
 from simulator.reliability.checkpoint import StepState
-from simulator.simulation import Result, simulate_training
+from simulator.reliability.perturbed import step_outcome, with_step_faults
+from simulator.simulation import simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
@@ -51,8 +51,7 @@ class ClusterState:
     slow_gpus: tuple[tuple[int, float], ...] = ()
 
 
-def _step_state(result: Result, topology: Topology) -> StepState:
-    summary = result.summary
+def _step_state(summary: dict, topology: Topology) -> StepState:
     exposed = summary["exposed_comm_s"]
     network = sum(seconds for category, seconds in exposed.items() if category != "tp")
     params = topology.params
@@ -101,12 +100,13 @@ class StepStates:
         from simulator.simulation import step_faults
 
         loaded, topology = scenario()
+        outcome = step_outcome(lambda: simulate_training(loaded, topology,
+                                                         FaultHooks(topology, step_faults(loaded, topology))))
         entry: tuple[StepState | None, dict]
-        try:
-            result = simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)))
-            entry = (_step_state(result, topology), result.summary)
-        except StepAborted as aborted:
-            entry = (None, {"aborted_at_s": aborted.at_s, "reason": aborted.reason})
+        if outcome.summary is None:
+            entry = (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason})
+        else:
+            entry = (_step_state(outcome.summary, topology), outcome.summary)
         _CACHE[key] = entry
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)

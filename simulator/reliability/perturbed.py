@@ -1,8 +1,9 @@
-"""Step times of perturbed cluster states, for the job simulation: the scenario's step under other `faults.step`.
+"""A step under other faults, for the job simulation: the scenario's step with its `faults.step` replaced, run
+to its time or to the abort a failure causes.
 
     from simulator import load_scenario
     from simulator.config.faults import StepFaults, Straggler
-    from simulator.faults.perturbed import perturbed_step
+    from simulator.reliability.perturbed import perturbed_step
 
     loaded = load_scenario("scenarios/llama3-8b-dgx-h100-dp8.yaml")
     slow = perturbed_step(loaded, StepFaults(stragglers=(Straggler(gpus=(3,), slowdown=1.5),)))
@@ -10,15 +11,19 @@
 
 `StepFaults` is frozen and hashable, so callers can cache outcomes by it. Times are unit strings as in a
 scenario (`GpuFailure(gpu=3, at=f"{t} s")`); the seed of random stragglers is the scenario's `run.seed`.
+The job simulation's cluster states (states.py) take their steps through `step_outcome` too, on a cluster
+they have built themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.config.faults import StepFaults
 from simulator.config.loader import LoadedScenario
 from simulator.errors import StepAborted
+from simulator.simulation import Result, simulate
 
 
 @dataclass(frozen=True)
@@ -39,14 +44,17 @@ def with_step_faults(loaded: LoadedScenario, faults: StepFaults) -> LoadedScenar
     return LoadedScenario(updated, loaded.source, loaded.lines)
 
 
-def perturbed_step(loaded: LoadedScenario, faults: StepFaults) -> StepOutcome:
-    """Simulate one step of ``loaded`` under ``faults``; an abort is an outcome, not an exception."""
-    from simulator.simulation import simulate
-
+def step_outcome(run: Callable[[], Result]) -> StepOutcome:
+    """The outcome of ``run()``: its step time (a workload list's makespan) and summary, or the abort."""
     try:
-        result = simulate(with_step_faults(loaded, faults))
+        result = run()
     except StepAborted as aborted:
         return StepOutcome(None, aborted.at_s, aborted.reason)
     summary = result.summary
     return StepOutcome(summary.get("step_time_s", summary.get("makespan_s")), folded=bool(summary.get("folded")),
                        summary=summary)
+
+
+def perturbed_step(loaded: LoadedScenario, faults: StepFaults) -> StepOutcome:
+    """Simulate one step of ``loaded`` under ``faults``; an abort is an outcome, not an exception."""
+    return step_outcome(lambda: simulate(with_step_faults(loaded, faults)))
