@@ -201,6 +201,17 @@ def test_only_the_graph_builder_makes_an_explicit_graph_and_it_turns_folding_off
     assert not any(load_topology(name).explicit_graph for name in list_bundled_topologies())
 
 
+def test_each_builder_gives_its_hosts_nic_bandwidth_into_the_network():
+    """A host's NICs into the scale-out network, together, as the builder wired them (the job simulation's
+    checkpoint writes share them): the cluster's NICs per server and the NVL72 trays' once racks are joined by
+    the fabric; none where nothing was built, read from the topology rather than from its builder's kind."""
+    assert load_topology("dgx-h100-cluster").host_nic_bandwidth == pytest.approx(8 * 50e9, rel=REL)
+    assert load_topology("ethernet-100g").host_nic_bandwidth == pytest.approx(12.5e9, rel=REL)
+    assert load_topology("gb200-nvl72", {"racks": 2}).host_nic_bandwidth == pytest.approx(4 * 50e9, rel=REL)
+    assert load_topology("gb200-nvl72").host_nic_bandwidth == 0.0
+    assert load_topology("dgx-h100").host_nic_bandwidth == 0.0
+
+
 def test_graph_builder_errors():
     with pytest.raises(TopologyError, match="cannot be reached") as unreachable:
         build_topology("graph", graph_params([{"a": "a", "b": "b", "bandwidth": "1 GB/s", "latency": "1 us",

@@ -54,10 +54,7 @@ class ClusterState:
 def _step_state(summary: dict, topology: Topology) -> StepState:
     exposed = summary["exposed_comm_s"]
     network = sum(seconds for category, seconds in exposed.items() if category != "tp")
-    params = topology.params
-    host_bandwidth = (params.get("nics_per_node") or params.get("nics_per_tray") or 0) * params.get("nic_bandwidth", 0)
-    if params.get("kind") not in ("cluster", "nvl72") or len(set(topology.gpu_domain)) == 1:
-        host_bandwidth = 0.0
+    host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
     return StepState(step_s=step_s, tokens_per_step=summary["tokens_per_s"] * step_s,
                      exposed_network_share=network / step_s if step_s else 0.0, hosts=topology.num_hosts,

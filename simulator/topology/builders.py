@@ -99,6 +99,8 @@ class Fabric:
     leaf_pod: list[int] = field(default_factory=list)
     spine_names: list[list[str]] = field(default_factory=list)
     core_names: list[str] = field(default_factory=list)
+    host_nic_bandwidth: float = 0.0
+    """Bandwidth of each host's NICs into the network together, per direction (0: no network)."""
     _ends: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _middles: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
 
@@ -225,7 +227,8 @@ def _topology(name: str, wiring: Wiring, fabric: Fabric, rails: int, gpu_model: 
     sharp = params.get("sharp", NetworkReduction.NONE)
     return Topology(name=name, wiring=wiring, gpus=fabric.gpus, gpu_host=fabric.gpu_host, gpu_local=fabric.gpu_local,
                     rails=rails, gpu_model=gpu_model, router=fabric, params=params,
-                    nvls=nvls is not NvlinkReduction.NONE, sharp=sharp is not NetworkReduction.NONE)
+                    nvls=nvls is not NvlinkReduction.NONE, sharp=sharp is not NetworkReduction.NONE,
+                    host_nic_bandwidth=fabric.host_nic_bandwidth)
 
 
 def _single_node(node_kind: str) -> Callable[[dict, str], Topology]:
@@ -276,6 +279,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     if p["sharp"] is not NetworkReduction.NONE and link_class != "infiniband":
         raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
                             field="sharp", allowed="none, or link_class: infiniband")
+    fabric.host_nic_bandwidth = nics * bandwidth
     fabric.nic = [""] * len(fabric.gpus)
     fabric.flow_key = [0] * len(fabric.gpus)
     fabric.leaf = [0] * len(fabric.gpus)

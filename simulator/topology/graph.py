@@ -133,6 +133,8 @@ class Topology:
     is the NVLink domain of GPU ``i``: its host, except where NVLink spans hosts (an NVL72 rack). ``nvls``
     says whether the domains' NVSwitches reduce in the switch (NVLink SHARP, the `nvls` algorithm); ``sharp``
     whether the scale-out InfiniBand switches do (SHARP, the `collnet_direct` and `nvls_sharp` algorithms).
+    ``host_nic_bandwidth`` is a host's NICs' bandwidth into the scale-out network together, per direction, as
+    the builder wired it (0 where it built none: a single server, a single NVL72 rack, an explicit graph).
     ``explicit_graph`` says the nodes and links were listed one by one (the `graph` builder), not generated from
     a pattern: equivalent ranks may have different links (no rank folding) and GPUs may forward traffic (fault
     rerouting may pass through them).
@@ -150,6 +152,7 @@ class Topology:
     nvls: bool = False
     sharp: bool = False
     explicit_graph: bool = False
+    host_nic_bandwidth: float = 0.0
     link_index: dict[tuple[str, str], int] = field(init=False, repr=False)
     link_ends: list[tuple[str, str]] = field(init=False, repr=False)
     link_bandwidth: np.ndarray = field(init=False, repr=False)
