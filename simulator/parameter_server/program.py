@@ -28,7 +28,7 @@ from simulator.faults.step import draw_factors
 from simulator.parameter_server.memory import memory_entries, pushed_grad_dtype, server_memory, worker_memory
 from simulator.parameter_server.placement import Placement, place, shard_tensors, stripe
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
-from simulator.program.ps_plan import PsPlan, PsTransfer
+from simulator.program.ps_plan import PsEntries, PsModeEntries, PsPlan, PsTransfer
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
@@ -160,26 +160,27 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
     samples = per_iteration * n
     tokens = samples * training.seq_len
     parameters = sum(cost.tensors)
-    details: dict[str, dict] = {"parameter_server": {
-        "mode": config.mode, **({"staleness": config.staleness} if config.mode == "ssp" else {}),
+    mode: PsModeEntries = ({"mode": config.mode} if config.staleness is None  # the schema: staleness iff ssp
+                           else {"mode": config.mode, "staleness": config.staleness})
+    entries: PsEntries = {
+        **mode,
         "sharding": config.sharding, "iterations": n, "server_hosts": list(placement.server_hosts),
         "server_gpus": list(placement.endpoints), "workers": len(workers), "worker_gpus": list(workers),
         "samples_per_iteration": per_iteration,
         "tokens_per_sample": training.seq_len, "parameters": parameters, "parameter_bytes": parameters * element,
         "server_parameter_bytes": [params * element for params in held],
         "worker_compute_s": cost.forward_s + cost.backward_s,
-    }}
+    }
     busiest = max(placement.endpoints, key=lambda e: (server.stripe_bytes[e], -e))
     memory, memory_gib = memory_entries(worker_memory(scenario, model, parameters), workers[0],
                                         server_memory(scenario, server.stripe_bytes[busiest] / element), busiest, gpu)
-    details["parameter_server"]["memory_gib"] = memory_gib
-    details["layout"] = {"strategy": "parameter_server", "dp": len(workers), "microbatches": cost.microbatches,
-                         "model": model.name, "gpu": gpu.name}
+    entries["memory_gib"] = memory_gib
+    details = {"parameter_server": entries,
+               "layout": {"strategy": "parameter_server", "dp": len(workers), "microbatches": cost.microbatches,
+                          "model": model.name, "gpu": gpu.name}}
     ranks = tuple(sorted((*workers, *placement.endpoints)))
-    plan = PsPlan(entries=details["parameter_server"], workers=tuple(workers), endpoints=tuple(placement.endpoints),
-                  iterations=n, sync=config.mode == "sync", transfers=built.transfers,
-                  update_owner=built.update_owner, samples_per_iteration=per_iteration,
-                  tokens_per_sample=training.seq_len,
+    plan = PsPlan(entries=entries, sync=config.mode == "sync", transfers=built.transfers,
+                  update_owner=built.update_owner,
                   comparison=comparison_allreduce(tuple(workers), parameters * element))
     return StepProgram(ops=tuple(built.ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=float(tokens),
