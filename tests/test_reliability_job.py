@@ -138,6 +138,26 @@ def test_a_job_folder_holds_one_run_with_its_manifest(tmp_path):
                                                      "trace.json"}
 
 
+def test_a_job_without_slow_states_has_no_slow_step_time(tmp_path, capsys):
+    """Only healthy steps: slow-step time is exactly 0 and the table does not list it. The healthy-equivalent
+    step was step x tokens / tokens, an ulp off the step for 12,288 tokens, and the table printed 'slow steps
+    0.000163 us' for a job that never left the healthy state."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text("""
+cluster: {topology: dgx-h100-cluster, nodes: 2, leaf_ports: 2, spines: 2}
+model: {layers: 6, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 3}
+parallelism: {tp: 4, dp: 4}
+storage: {capacity: 1 PB}
+run: {horizon: 20 d, replications: 20}
+faults: {components: {gpu: {mtbf: 2000 h, repair: 1 d}}}
+""")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    assert "slow steps" not in capsys.readouterr().out
+    slow = json.loads((tmp_path / "job" / "job_summary.json").read_text())["time_s"]["slow_steps_s"]
+    assert slow["mean"] == 0.0 and slow["std"] == 0.0
+
+
 def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys):
     """`trainsim run` of a job prints ETTR, goodput, interruptions and time lost as job_summary.json has them
     (not just a path), and nothing with --quiet."""

@@ -112,7 +112,7 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     else:
         stall = size / step.gpus / config.snapshot_bandwidth
         slowdown = step.exposed_network_share * share / (1.0 - share)
-    equivalent = healthy.step_s * step.tokens_per_step / healthy.tokens_per_step
+    equivalent = healthy.step_s * (step.tokens_per_step / healthy.tokens_per_step)  # exactly step_s when healthy
     return SegmentCosts(step_s=step.step_s, equivalent_step_s=equivalent, tokens_per_step=step.tokens_per_step,
                         interval_steps=interval, mode=config.mode, stall_s=stall, write_s=write_s,
                         slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
