@@ -506,3 +506,16 @@ def test_a_group_whose_members_cannot_be_told_is_refused_not_shrunk_to_the_trace
     assert caught.value.file.endswith("rank0.json") and caught.value.field == "traceEvents[8]"
     assert caught.value.problem == ("process group 'default' has 8 members (Group size), but the trace does not "
                                     "tell which and only rank 0 uses it")
+
+
+def test_a_collective_missing_from_a_members_trace_is_refused_before_the_run(tmp_path):
+    """Rank 1's trace without its all-reduce (a trace of another step, or cut short) ran into a deadlock at run
+    time (exit status 1) that named neither file."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    doc = json.loads((traces / "rank1.json").read_text())
+    doc["traceEvents"][8]["cat"] = "gpu_user_annotation"
+    (traces / "rank1.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]"
+    assert error.problem.startswith("all_reduce number 1 of process group '0' on rank 0 has no counterpart on rank 1")
+    assert error.problem.endswith("rank1.json) issues 0 collectives of the group")

@@ -103,6 +103,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         if source is not None:
             builder.add_rank(rank, source)
     builder.check_transfers_matched()
+    builder.check_collectives_matched()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
@@ -205,9 +206,12 @@ class _Builder:
         self.ranks: set[int] = set()
         self._sizes: dict[str, tuple[float, Primitive | None, int, str, str]] = {}
         self._transfers: dict[str, dict[str, tuple[str, str]]] = {}
+        self._joined: dict[str, tuple[str, set[int]]] = {}
+        self._files: dict[int, str] = {}
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
         self.ranks.add(rank)
+        self._files[rank] = source.file
         op_ids: list[int] = []
         stream_end: dict[str, float] = {}
         counts: dict[tuple, int] = {}
@@ -252,7 +256,9 @@ class _Builder:
         counts[series] = counts.get(series, -1) + 1
         key = f"{'.'.join(map(str, series))}#{counts[series]}"
         self._check_size(key, op, rank, source)
-        if op.kind != "collective":
+        if op.kind == "collective":
+            self._joined.setdefault(key, (op.group, set()))[1].add(rank)
+        else:
             self._transfers.setdefault(key, {})[op.kind] = (source.file, source.where(op))
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                             category=_category(op), op=op.op, group=group, nbytes=op.nbytes, key=key)
@@ -269,6 +275,20 @@ class _Builder:
                        else f"rank {peer} has no trace to {missing} it")
                 raise trace_error(file, where, f"a {kind} of rank {src if kind == 'send' else dst} ({key}): {why}",
                                   "a receive on the peer for each send, matched by tag and order")
+
+    def check_collectives_matched(self) -> None:
+        """Every simulated member of a group issues each of the group's collectives: one that a member's trace
+        lacks would wait for it forever, as NCCL would hang (traces of different steps, or cut short)."""
+        for key, (group, joined) in self._joined.items():
+            absent = [member for member in self.members[group] if member in self.ranks and member not in joined]
+            if absent:
+                _, primitive, rank, file, where = self._sizes[key]
+                issued = sum(absent[0] in ranks for name, ranks in self._joined.values() if name == group)
+                raise trace_error(file, where, f"{primitive} number {int(key.rsplit('#', 1)[1]) + 1} of process group "
+                                  f"{group!r} on rank {rank} has no counterpart on rank {absent[0]}, whose trace "
+                                  f"({self._files[absent[0]]}) issues {issued} collective{'s' if issued != 1 else ''} "
+                                  "of the group", "the same collectives of each group, in the same order, on every "
+                                  "member")
 
     def _check_size(self, key: str, op: TracedOp, rank: int, source: TracedRank) -> None:
         """Every member must agree on a collective's primitive and size."""
