@@ -13,7 +13,7 @@ import sys
 import time
 
 from simulator.collectives.busbw import bus_bandwidth_factor
-from simulator.network.calibration import resolve_efficiency
+from simulator.network.calibration import calibrated
 from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     topology = load_topology("dgx-h100-cluster", {"nodes": args.nodes})
     build_s = time.perf_counter() - start
     nbytes = parse_size(args.size)
-    settings = NetworkSettings(mode="flow", efficiency=tuple(sorted(resolve_efficiency("calibrated").items())),
+    settings = NetworkSettings(mode="flow", efficiency=tuple(sorted(calibrated(topology.gpu_model).items())),
                                algorithm=args.algorithm)
     best_s, result, network = float("inf"), None, None
     for _ in range(args.repeat):

@@ -245,12 +245,12 @@ def run_allreduce(case: Case) -> dict:
     from bench_collective import all_reduce_ops
 
     from simulator.collector import collector_paused
-    from simulator.network.calibration import resolve_efficiency
+    from simulator.network.calibration import calibrated
     from simulator.simulation import NetworkSettings, run_ops
     from simulator.topology.loader import load_topology
 
     topology = load_topology("dgx-h100-cluster", {"nodes": case.gpus // 8})
-    settings = NetworkSettings(mode="flow", efficiency=tuple(sorted(resolve_efficiency("calibrated").items())),
+    settings = NetworkSettings(mode="flow", efficiency=tuple(sorted(calibrated(topology.gpu_model).items())),
                                algorithm="ring")
     ops = all_reduce_ops(topology.num_gpus, 2**30, "ring")
     start, cpu = time.perf_counter(), time.process_time()
@@ -285,7 +285,7 @@ def run_trace(case: Case) -> dict:
                                 topology, fold=True)
         import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu
         start, cpu = time.perf_counter(), time.process_time()
-        summary, _ = run_step(program, topology, network_settings(loaded))
+        summary, _ = run_step(program, topology, network_settings(loaded, topology))
         simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return {"import_s": import_s, "import_cpu_s": import_cpu_s, "simulate_s": simulate_s,
             "simulate_cpu_s": simulate_cpu_s,

@@ -37,9 +37,9 @@ def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm:
     if not 2 <= ranks <= topology.num_gpus:
         raise ScenarioError(f"{ranks} ranks do not fit {topology.name} ({topology.num_gpus} GPUs)",
                             field="--ranks", allowed=f"2..{topology.num_gpus}")
-    settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(resolve_efficiency(efficiency,
-                                                                                       "--efficiency").items())),
-                               algorithm=algorithm, chunk_bytes=chunk_bytes(chunk))
+    fractions = resolve_efficiency(efficiency, topology.gpu_model, "--efficiency")
+    settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(fractions.items())), algorithm=algorithm,
+                               chunk_bytes=chunk_bytes(chunk))
     group = tuple(range(ranks))
     if op == "send_recv":
         group = (0, ranks - 1)

@@ -35,7 +35,7 @@ def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
     every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
     from simulator.workload.comm_program import build_comm_program
 
-    settings = network_settings(loaded)
+    settings = network_settings(loaded, topology)
     step_faults(loaded, topology)
     workload = loaded.scenario.workload
     plans = plan_cache(topology, settings)

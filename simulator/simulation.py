@@ -163,9 +163,9 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes())
 
 
-def network_settings(loaded: LoadedScenario) -> NetworkSettings:
+def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:
     scenario = loaded.scenario
-    efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency))
+    efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
                            algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
                            channels=scenario.collectives.channels)
@@ -256,7 +256,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     (engine/fold_policy.py), run it under the step's faults, summarise."""
     from simulator.engine.fold_policy import folded_step
 
-    settings = network_settings(loaded)
+    settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
     step = located(loaded, lambda: folded_step(lambda fold: step_program(loaded, topology, fold=fold), topology,
                                                plans, settings.mode, dict(settings.efficiency), faults.plan,
@@ -301,7 +301,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     from simulator.workload.comm_program import build_comm_program
 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
-    settings = network_settings(loaded)
+    settings = network_settings(loaded, topology)
     faults.slowdowns = faults.plan.slowdown_of()
     plans = plan_cache(topology, settings)
     located(loaded, lambda: plan_workload(workload, ops, plans))

@@ -147,6 +147,9 @@ CHECKS = (
     ("compute slowed while communication kernels hold SMs; folded equals unfolded under it",
      "tests/test_sm_contention.py", "T + L n / SMs for a kernel overlapped for L by kernels holding n SMs; "
      "NCCL channel counts (kernels.yaml nccl)", "1e-12 relative"),
+    ("NVLink per GPU: ring all-reduce busbw on 8 A100 / H100, NVLS all-reduce busbw on 5-8 H100",
+     "tests/test_nvlink_calibration.py", "nccl-tests issues #149 and #212, NCCL issue #1455; NCCL's tuner "
+     "nvlsEfficiency (kernels.yaml nccl-nvlink, nccl-nvls)", "0.5% (ring), 2.5% (NVLS)"),
 )
 """Checks against closed forms and worked figures: (what, test, reference, tolerance)."""
 

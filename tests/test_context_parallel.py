@@ -74,9 +74,11 @@ def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
 
 def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
     # SM contention off: at 8k keys on NVLink the SMs the ring's kernels hold beside the causal attention
-    # backward cost about what the ring hides. The forward and backward end earlier by what the ring hides
-    # (12.19 against 12.42 ms); the step does not show it: the DP x CP gradient all-reduce, 16 ms of the 28.7 ms
-    # step, then overlaps less of the shorter backward, and the two steps tie within 5 us.
+    # backward cost about what the ring hides. The forward and backward end earlier by nearly what the ring hides
+    # (12.14 against 12.36 ms, 90% of it: the DP x CP gradient all-reduce, NVLS over 4 GPUs, loads the switch
+    # links the ring's hidden K/V transfers share at NVLS's in-switch efficiency); the step does not show it:
+    # that all-reduce, 12.5 ms of the 29.7 ms step, then overlaps less of the shorter backward, and the two steps
+    # tie within 5 us.
     ring = run_yaml(SCENARIO, "collectives.sm_contention=none")
     gather = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather", "collectives.sm_contention=none")
     assert ring.summary["exposed_comm_s"]["cp"] < 0.5 * gather.summary["exposed_comm_s"]["cp"]
@@ -86,7 +88,7 @@ def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
         return float(frame.loc[frame["category"].isin(["forward", "backward"]), "end_s"].max())
 
     hidden = gather.summary["exposed_comm_s"]["cp"] - ring.summary["exposed_comm_s"]["cp"]
-    assert hidden > 0 and compute_end(gather) - compute_end(ring) > 0.9 * hidden
+    assert hidden > 0 and compute_end(gather) - compute_end(ring) > 0.85 * hidden
 
 
 def test_unbalanced_causal_split_turns_folding_off(run_yaml):

@@ -341,7 +341,7 @@ def test_the_symmetry_check_refuses_mirrors_of_a_shard_group_shifted_across_host
     loaded = scenario_from_text(HSDP, "inline.yaml", [])
     topology = scenario_topology(loaded)
     program = step_program(loaded, topology, fold=True)
-    settings = network_settings(loaded)
+    settings = network_settings(loaded, topology)
     capacity = effective_capacity(topology, dict(settings.efficiency))
     assert symmetry.asymmetric_replicas(program.ops, plan_cache(topology, settings), capacity) == ""
     shifted = [replace(op, mirrors=_images_by_definition(program.layout, op.group))

@@ -38,7 +38,7 @@ def test_isolated_run_equals_the_network_model(cluster, op, algorithm, ranks, nb
     group = tuple(range(ranks)) if isinstance(ranks, int) else ranks
     request = CollectiveRequest(op=op, ranks=group, nbytes=nbytes, root=0, chunk_bytes=chunk, channels=0)
     phases = plan_collective(request, cluster, algorithm)
-    efficiency = resolve_efficiency(profile)
+    efficiency = resolve_efficiency(profile, cluster.gpu_model)
     env, log = simpy.Environment(), EventLog()
     network = Network(env, cluster, efficiency=efficiency, log=log)
     env.process(run_plan(env, network, cluster, phases, ""))

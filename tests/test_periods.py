@@ -81,7 +81,7 @@ def _folded(text: str):
     loaded = scenario_from_text(text, "inline.yaml", [])
     topology = scenario_topology(loaded)
     program = simulation.step_program(loaded, topology, fold=True)
-    settings = simulation.network_settings(loaded)
+    settings = simulation.network_settings(loaded, topology)
     return program, simulation.plan_cache(topology, settings), lambda: simulation.plan_cache(topology, settings)
 
 

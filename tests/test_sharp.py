@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulator import simulate
+from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import nvls, nvls_sharp
 from simulator.collectives.busbw import bus_bandwidth
@@ -18,12 +19,15 @@ from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import choose_algorithm, plan_collective
 from simulator.config.loader import load_scenario
 from simulator.errors import ScenarioError, TopologyError
-from simulator.network.calibration import CALIBRATED
+from simulator.network.calibration import calibrated
 from simulator.topology.loader import load_topology
 
 GIB = 2.0**30
+CALIBRATED = calibrated("h100-sxm")
 NVLINK = 450e9 * CALIBRATED["nvlink"]
 NIC = 50e9 * CALIBRATED["infiniband"]
+IN_SWITCH = NVLINK * nvls_efficiency("h100-sxm")
+"""What NVLS's in-switch reduction carries per second over each GPU's switch link (collectives/nvls.py)."""
 
 
 def loads(topology, phases, lower: str, upper: str) -> tuple[dict[str, float], dict[str, float]]:
@@ -85,7 +89,7 @@ def test_collnet_direct_time_and_busbw_follow_the_nic_bound_across_hosts():
 
 @pytest.mark.parametrize("algorithm, expected", [
     ("collnet_direct", collnet_direct_latency(8) + GIB * max(2 * 7 / 8 / NVLINK, 1 / (8 * NIC))),
-    ("nvls_sharp", nvls_sharp.LATENCY + GIB * max(9 / 8 / NVLINK, 1 / (8 * NIC))),
+    ("nvls_sharp", nvls_sharp.LATENCY + GIB * max(9 / 8 / IN_SWITCH, 1 / (8 * NIC))),
 ])
 def test_full_hosts_take_the_slower_of_nvlink_and_the_nics(algorithm, expected):
     topology = load_topology("dgx-h100-superpod", {"nodes": 4})
@@ -170,7 +174,7 @@ def test_the_bundled_scenario_shows_each_algorithm_at_its_closed_form():
     scenario = Path(__file__).resolve().parents[1] / "scenarios" / "allreduce-sharp-dgx-h100.yaml"
     rows = {row["name"]: row for row in simulate(load_scenario(str(scenario))).summary["collectives"]}
     assert rows["nvls-sharp"]["time_s"] == pytest.approx(
-        nvls_sharp.LATENCY + GIB * max(9 / 8 / NVLINK, 1 / (8 * NIC)), rel=1e-9)
+        nvls_sharp.LATENCY + GIB * max(9 / 8 / IN_SWITCH, 1 / (8 * NIC)), rel=1e-9)
     assert rows["collnet-direct"]["time_s"] == pytest.approx(
         collnet_direct_latency(8) + GIB * 2 * 7 / 8 / NVLINK, rel=1e-9)
     assert rows["ring"]["time_s"] > rows["collnet-direct"]["time_s"]

@@ -45,8 +45,9 @@ def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = ""
 
 
 def allreduce_time(loaded, nbytes: float, ranks: int) -> float:
-    settings = network_settings(loaded)
-    return time_collective(scenario_topology(loaded), "all_reduce", settings.algorithm, ranks, nbytes,
+    topology = scenario_topology(loaded)
+    settings = network_settings(loaded, topology)
+    return time_collective(topology, "all_reduce", settings.algorithm, ranks, nbytes,
                            efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
                            channels=settings.channels)
 
@@ -118,8 +119,8 @@ def test_compute_scale_by_gpu_ratio(tmp_path):
 def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{CHAKRA_2RANK}/rank*.json', format: chakra-json}}\n"
     loaded, result = run(text, tmp_path)
-    settings = network_settings(loaded)
     topology = scenario_topology(loaded)
+    settings = network_settings(loaded, topology)
     common = {"efficiency": dict(settings.efficiency), "chunk_bytes": settings.chunk_bytes,
               "channels": settings.channels}
     all_reduce = time_collective(topology, "all_reduce", "auto", 2, 64 * 2**20, **common)

@@ -1,6 +1,6 @@
 """The kernel data file kernels.yaml, read once: per GPU the kernel-level measurements (GEMM and attention
-microbenchmarks, HBM streaming, sustained clocks, kernel families), NCCL's channel counts and the TP-overlap
-settings, each naming its source; no end-to-end training table is used.
+microbenchmarks, HBM streaming, sustained clocks, kernel families), NCCL's channel counts, NVLink and NVLS
+efficiencies and the TP-overlap settings, each naming its source; no end-to-end training table is used.
 
 This module only reads: the models that take the figures build their own types from it (the roofline's
 `Efficiency`, `TPOverlap`, `SmShare`: workload/calibrated.py), so the catalog imports none of them.
@@ -27,3 +27,17 @@ def kernel_data() -> MappingProxyType:
 def network_channels_per_nic() -> int:
     """Channels NCCL runs through each NIC a collective drives across hosts (collectives/channels.py)."""
     return int(kernel_data()["nccl"]["network_channels_per_nic"])
+
+
+def nvlink_efficiency(gpu_name: str) -> float:
+    """The fraction of its NVLink line rate NCCL's ring all-reduce reaches on ``gpu_name`` (kernels.yaml
+    ``nvlink``: measured busbw over line rate per direction)."""
+    entry = kernel_data()["gpus"][gpu_name]["nvlink"]
+    return float(entry["busbw_gbps"]) / float(entry["line_rate_gbps"])
+
+
+def nvls_efficiency(gpu_name: str) -> float | None:
+    """The fraction of the ring's NVLink bandwidth NVLS's in-switch reduction reaches on ``gpu_name`` (kernels.yaml
+    ``nvls``, NCCL's tuner); None for a GPU without NVLink SHARP."""
+    entry = kernel_data()["gpus"][gpu_name].get("nvls")
+    return None if entry is None else float(entry["efficiency"])

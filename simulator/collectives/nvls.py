@@ -4,20 +4,31 @@ All-reduce: every GPU owns 1/p of the buffer; it pulls its slice reduced by the 
 the switch reads that slice from every GPU) and stores the result once to a multicast address (`multimem.st`:
 the switch writes it to every GPU). Each GPU's link to the switch then carries n (its share of every reduced
 slice) + n/p (its own store) up, and n/p (its reduced slice) + n (every stored slice) down: n (p+1)/p each way,
-against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth. Reduce-scatter carries n up and
-n/p down, all-gather n/p up and n down: one direction at n. Across hosts all-reduce runs as NCCL's NVLS tree
-does in spirit: in-switch inside each host, rails across hosts (here rail rings rather than trees).
+against 2 (p-1)/p n for a ring, so busbw = 2 (p-1)/(p+1) x link bandwidth x in-switch efficiency (below).
+Reduce-scatter carries n up and n/p down, all-gather n/p up and n down: one direction at n. Across hosts
+all-reduce runs as NCCL's NVLS tree does in spirit: in-switch inside each host, rails across hosts (here rail
+rings rather than trees).
 
 The links are loaded through ordinary GPU-to-GPU transfers of the same size (GPU i to GPU i+1 over the
 switch), which loads every GPU's up and down link exactly as above for all-reduce; for reduce-scatter and
 all-gather the idle direction is loaded too, which only matters when other traffic shares it. Each transfer
 waits NCCL's NVLS latency (25 us) before its bytes flow.
+
+The switch's multimem loads and stores do not reach the rate the ring's stores reach over the same NVLinks: NCCL's
+tuner charges NVLS the ring's NVLink bandwidth times nvlsEfficiency (0.85 on Hopper, 0.74 on Blackwell;
+catalog/kernels.yaml `nvls`), and nccl-tests measures 480 GB/s busbw on 8 H100 against the 2 x 7/9 x 370 = 575
+the link loads alone would allow. The loss is put in the load: each payload byte takes 1/efficiency bytes of its
+switch links, so every busbw (over p, op and the links' own efficiency) comes out of the flow model, and traffic
+sharing those links meets the link time NVLS really holds, which a cap on the collective's rate would hide. The
+flow rows therefore carry these wire bytes.
 """
 
 from __future__ import annotations
 
 import math
 
+from simulator.catalog.calibration import nvls_efficiency
+from simulator.catalog.gpus import gpu_names
 from simulator.collectives.hierarchical import host_grid
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
@@ -42,11 +53,23 @@ def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
     return topology.nvls and len({topology.gpu_domain[rank] for rank in ranks}) == 1
 
 
-def _in_switch(groups: list[list[int]], op: Primitive, nbytes: float) -> list[Transfer]:
-    """The transfers of one NVLS collective in every group at once (one group per NVLink domain)."""
+def in_switch_efficiency(topology: Topology) -> float:
+    """The fraction of the ring's NVLink bandwidth the in-switch reduction reaches on ``topology``'s GPUs."""
+    efficiency = nvls_efficiency(topology.gpu_model)
+    if efficiency is None:
+        able = ", ".join(name for name in gpu_names() if nvls_efficiency(name) is not None)
+        raise ScenarioError(f"nvls needs GPUs with NVLink SHARP; {topology.gpu_model} has none",
+                            field="cluster.gpu_model", allowed=able)
+    return efficiency
+
+
+def in_switch(groups: list[list[int]], op: Primitive, nbytes: float, topology: Topology) -> list[Transfer]:
+    """The transfers of one NVLS collective in every group at once (one group per NVLink domain), each carrying
+    its link load at the in-switch efficiency."""
+    efficiency = in_switch_efficiency(topology)
     transfers = []
     for members in groups:
-        load = link_bytes(op, nbytes, len(members))
+        load = link_bytes(op, nbytes, len(members)) / efficiency
         transfers += [Transfer(rank, members[(index + 1) % len(members)], load) for index, rank in enumerate(members)]
     return transfers
 
@@ -57,7 +80,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     hosts: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
     ranks = request.ranks
     if supports(ranks, topology):
-        return [Phase(tuple(_in_switch([list(ranks)], request.op, request.nbytes)), min_latency=LATENCY)]
+        return [Phase(tuple(in_switch([list(ranks)], request.op, request.nbytes, topology)), min_latency=LATENCY)]
     if not topology.nvls or request.op != "all_reduce":
         raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
                             f"may span hosts whose switches reduce); {topology.name} does not fit",
@@ -66,7 +89,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
     across = 2 * (count - 1) * request.nbytes / (g * count)
-    transfers = _in_switch(hosts, "all_reduce", request.nbytes) if g > 1 else []
+    transfers = in_switch(hosts, "all_reduce", request.nbytes, topology) if g > 1 else []
     transfers += [Transfer(rail[i], rail[(i + 1) % count], across, channel)
                   for channel, rail in enumerate(rails) for i in range(count)]
     return [Phase(tuple(transfers), min_latency=LATENCY + 2 * math.ceil(math.log2(count)) * TREE_NET_LATENCY)]

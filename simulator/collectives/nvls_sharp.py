@@ -4,10 +4,11 @@ NCCL enables its NVLS algorithm across hosts only with CollNet (tuning.cc disabl
 CollNet is off): each GPU of a host pulls its n/g slice reduced by the NVSwitch (`multimem.ld_reduce`), hands it
 to its rail's SHARP tree once (n/g up its NIC), receives the slice reduced over all hosts once (n/g down) and
 stores it to the host's multicast address (`multimem.st`). Each GPU's NVLink carries n (g+1)/g each way, as in
-`nvls`, and each NIC n/g each way; NCCL pipelines the two, so the collective takes the slower, after NCCL's NVLS
-latency inside the host (25 us) plus its NVLS network latency (18 us). Without SHARP switches NCCL runs NVLSTree
-instead, which the `nvls` algorithm models across hosts. All-reduce only: NCCL's NVLS reduce-scatter and
-all-gather across hosts use CollNet's, which `collnet_direct` does not model either.
+`nvls` (at its in-switch efficiency), and each NIC n/g each way; NCCL pipelines the two, so the collective takes
+the slower, after NCCL's NVLS latency inside the host (25 us) plus its NVLS network latency (18 us). Without
+SHARP switches NCCL runs NVLSTree instead, which the `nvls` algorithm models across hosts. All-reduce only:
+NCCL's NVLS reduce-scatter and all-gather across hosts use CollNet's, which `collnet_direct` does not model
+either.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from simulator.catalog.sharp import NVLS_SHARP_NET_LATENCY
 from simulator.collectives import nvls
 from simulator.collectives.collnet_direct import check, sharp_transfers
 from simulator.collectives.names import Primitive
-from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.phases import CollectiveRequest, Phase
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -38,6 +39,5 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
                             f"of the group per host; {topology.name} with this group does not fit",
                             field="collectives.algorithm", allowed="collnet_direct, ring, tree or auto")
     g, n = len(hosts[0]), request.nbytes
-    intra = [Transfer(members[i], members[(i + 1) % g], nvls.link_bytes("all_reduce", n, g))
-             for members in hosts for i in range(g)]
+    intra = nvls.in_switch(hosts, "all_reduce", n, topology)
     return [Phase(tuple(intra + sharp_transfers(hosts, n / g)), min_latency=LATENCY)]

@@ -1,39 +1,44 @@
 """Per-link-class efficiency: the fraction of line rate NCCL achieves on each kind of link (protocol overhead).
 
-`calibrated` is fitted to measured nccl-tests figures (hardware.md in the project's reference data):
-- nvlink: 8x A100 SXM all_reduce busbw ~230 GB/s at 8 GiB on 300 GB/s per direction -> 230/300.
+`calibrated` is fitted to measured nccl-tests figures:
+- nvlink: the cluster's GPU, its NCCL ring all-reduce busbw on 8 GPUs over the line rate per direction
+  (catalog/kernels.yaml `nvlink`, source nccl-nvlink): A100 230/300, H100 and H200 370/450, B200 695/900. The
+  NVLink generation sets it (NVLink 4 carries more of its line rate than NVLink 3), so it is the GPU's, not one
+  figure for every NVLink.
 - infiniband: one NDR 400 Gb/s NIC achieves 46-48 GB/s of 50 GB/s -> 47/50.
-- ethernet, pcie, c2c: no measured figure in the reference set; assumed like InfiniBand (RoCE) and ~80% for PCIe.
+- ethernet, pcie, c2c: no measured figure in the reference set; assumed like InfiniBand (RoCE), ~80% for PCIe,
+  and the GPU's NVLink for NVLink-C2C.
 `ideal` is line rate everywhere, as the textbook closed forms and the seed chapters compute.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import MappingProxyType
 
+from simulator.catalog.calibration import nvlink_efficiency
 from simulator.config.link_classes import LinkClass
 from simulator.errors import ScenarioError
 
-CALIBRATED: Mapping[LinkClass, float] = MappingProxyType({
-    "nvlink": 230.0 / 300.0,
-    "infiniband": 47.0 / 50.0,
-    "ethernet": 47.0 / 50.0,
-    "pcie": 0.80,
-    "c2c": 230.0 / 300.0,
-})
-IDEAL = MappingProxyType({name: 1.0 for name in CALIBRATED})
-PROFILES: dict[str, Mapping[LinkClass, float]] = {"calibrated": CALIBRATED, "ideal": IDEAL}
+MEASURED: Mapping[LinkClass, float] = {"infiniband": 47.0 / 50.0, "ethernet": 47.0 / 50.0, "pcie": 0.80}
+"""The classes whose calibrated efficiency does not depend on the GPU."""
+PROFILES = ("calibrated", "ideal")
 
 
-def resolve_efficiency(setting: str | Mapping[LinkClass, float], field: str = "network.efficiency"
-                       ) -> dict[LinkClass, float]:
-    """Turn a profile name or a per-class mapping (over the calibrated defaults) into a full mapping. The
-    schema has checked a scenario's classes and fractions at load; a name comes from `trainsim collective`'s
-    `--efficiency` too."""
+def calibrated(gpu_model: str) -> dict[LinkClass, float]:
+    """The calibrated efficiency of every link class on a cluster of ``gpu_model`` GPUs."""
+    nvlink = nvlink_efficiency(gpu_model)
+    return {"nvlink": nvlink, **MEASURED, "c2c": nvlink}
+
+
+def resolve_efficiency(setting: str | Mapping[LinkClass, float], gpu_model: str,
+                       field: str = "network.efficiency") -> dict[LinkClass, float]:
+    """Turn a profile name or a per-class mapping (over the calibrated defaults of ``gpu_model``) into a full
+    mapping. The schema has checked a scenario's classes and fractions at load; a name comes from `trainsim
+    collective`'s `--efficiency` too."""
+    defaults = calibrated(gpu_model)
     if isinstance(setting, str):
         if setting not in PROFILES:
             raise ScenarioError(f"unknown efficiency profile {setting!r}", field=field,
                                 allowed=", ".join(PROFILES) + ", or a mapping link class -> fraction")
-        return dict(PROFILES[setting])
-    return {**CALIBRATED, **{link_class: float(value) for link_class, value in setting.items()}}
+        return defaults if setting == "calibrated" else {name: 1.0 for name in defaults}
+    return {**defaults, **{link_class: float(value) for link_class, value in setting.items()}}
