@@ -242,3 +242,34 @@ def test_expert_gradients_are_summed_over_the_tp_ranks_holding_the_same_experts(
     assert len(group) == 2 * 8 // 4 and set(layout.group("tp", 0)) <= set(group)
     assert all(expert_dp_group(layout, member, 4) == group for member in group)
     assert expert_sharding(Sharding(stage=1, degree=8), ep=4, tp=2).degree == 4
+
+
+@pytest.mark.parametrize("overlap_param_gather", [False, True])
+def test_distributed_optimizer_gathers_the_expert_parameters_it_updated_in_shards(run_yaml, overlap_param_gather):
+    """ZeRO-1 reduce-scatters the routed experts' gradients over the expert-data-parallel group, so each rank
+    updates only its shard of its experts: the updated parameters must come back by an all-gather over that
+    group (after the optimizer, or with ``overlap_param_gather`` at the next forward, before the experts run).
+    The gather was missing: the experts' parameters were never gathered, 3/4 of them per rank here."""
+    from simulator.parallel.experts import expert_dp_group
+    from simulator.parallel.layout import Layout
+
+    result = run_yaml(SCENARIO, "parallelism.ep=4", "parallelism.zero=1",
+                      f"parallelism.ddp.overlap_param_gather={str(overlap_param_gather).lower()}")
+    frame = result.timeline
+    ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)]
+    reduced = ops[ops["name"] == "reduce_scatter expert grads"]
+    gathered = ops[ops["name"] == "all_gather expert params"]
+    assert len(gathered) == (2 if overlap_param_gather else 1)  # one per MoE block, or one after the optimizer
+    model = get_model("mixtral-8x7b")
+    expert_params = 2 * 2 * 3 * model.hidden * model.moe.expert_ffn_hidden  # 2 layers x 2 experts a rank (8 / 4)
+    assert float(gathered["bytes"].sum()) == pytest.approx(expert_params * 2, rel=1e-12)  # bf16
+    assert float(reduced["bytes"].sum()) == pytest.approx(expert_params * 4, rel=1e-12)  # fp32 gradients
+    group = expert_dp_group(Layout(tp=TP, dp=8), 0, 4)
+    flows = frame[(frame["kind"] == "flow") & (frame["src"] == 0) & frame["name"].isin(set(gathered["key"]))]
+    assert float(flows["bytes"].sum()) == pytest.approx((len(group) - 1) / len(group) * expert_params * 2, rel=1e-12)
+    experts = frame[(frame["rank"] == 0) & (frame["name"] == "F0 L0.mlp experts")]
+    if overlap_param_gather:
+        assert float(experts["start_s"].iloc[0]) >= float(gathered["end_s"].min())
+    else:
+        step = frame[(frame["rank"] == 0) & (frame["name"] == "optimizer step")]
+        assert float(gathered["start_s"].iloc[0]) >= float(step["end_s"].iloc[0])

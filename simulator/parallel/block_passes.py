@@ -16,6 +16,9 @@ from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM, Category
 
+EXPERT_DP_STREAM = "expert_dp"
+"""ZeRO-1/2's all-gathers of the routed experts' parameters over the expert-data-parallel group."""
+
 
 class BlockPasses(BuilderCore):
     """Ops of a block pass ``phase`` (forward, recompute, backward, or its input or weight gradients alone)."""
@@ -121,3 +124,36 @@ class BlockPasses(BuilderCore):
         pp_rank = self.plan.layout.coords(rank)["pp"]
         return [self._collective(rank, stream, f"{op} expert grads", op, group, nbytes,
                                  f"edp.grads.pp{pp_rank}.{group[0]}", deps, "dp", mirrors=mirrors)]
+
+    def _deferred_expert_gathers(self, rank: int) -> None:
+        """``overlap_param_gather``: each MoE block's routed experts, updated shard by shard by the previous
+        step's optimizer, are all-gathered over the expert-data-parallel group at the start of this step in
+        forward order, one gather per block beside the dense buckets', and the block's first forward waits for it
+        too."""
+        plan, sharding = self.plan, self.plan.sharding
+        if not sharding.overlap_param_gather or sharding.stage not in (1, 2):
+            return
+        for vstage in plan.rank_stages(plan.layout.coords(rank)["pp"]):
+            for block in plan.stages[vstage].blocks:
+                if block.experts is None:
+                    continue
+                op = self._expert_param_gather(rank, [block.experts], f"edp.ag.vs{vstage}.{block.name}", [])
+                if op is not None:
+                    self._param_gathers.setdefault((rank, vstage, id(block)), []).append(op)
+
+    def _expert_param_gather(self, rank: int, experts: list[ExpertWork], key: str, deps: list[int]) -> int | None:
+        """ZeRO-1/2: the distributed optimizer updates each routed expert's parameters shard by shard over the
+        expert-data-parallel group, so that group all-gathers ``experts``' parameters before they are used
+        again, as the DP x CP group gathers the rest: Megatron-Core's expert-parallel buffers, whose gathers run
+        on their own communicator beside the dense buckets' (``EXPERT_DP_STREAM``). None when the group is one
+        rank."""
+        if not experts:
+            return None
+        ep = experts[0].ep
+        group = expert_dp_group(self.plan.layout, rank, ep)
+        if len(group) == 1:
+            return None
+        nbytes = sum(work.params for work in experts) * self.plan.sharding.param_bytes
+        mirrors = group_images(self.plan.layout, rank, ep, expert_dp=True) if self.fold else ()
+        return self._collective(rank, EXPERT_DP_STREAM, "all_gather expert params", "all_gather", group, nbytes,
+                                f"{key}.{group[0]}", deps, "dp", mirrors=mirrors)

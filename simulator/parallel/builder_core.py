@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
 class BuilderCore(Protocol):
     """The builder core: ``plan`` and ``fold``; ``_grad_ready`` maps (rank, virtual stage, id(block)) to the op
-    that finished the block's gradients; ``_param_gathers`` the same key to a deferred parameter gather."""
+    that finished the block's gradients; ``_param_gathers`` the same key to its deferred parameter gathers."""
 
     plan: StepPlan
     fold: bool
     _grad_ready: dict[tuple[int, int, int], int]
-    _param_gathers: dict[tuple[int, int, int], int]
+    _param_gathers: dict[tuple[int, int, int], list[int]]
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,

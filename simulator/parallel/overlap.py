@@ -202,7 +202,7 @@ class OverlapMixin(BuilderCore):
             op = self._collective(rank, DP_STREAM, f"all_gather params bucket {index}", "all_gather", group,
                                   size, f"zero.ag.pp{pp_rank}.bucket{index}.{group[0]}", [], "dp")
             for vstage, block_id in pending:
-                self._param_gathers[(rank, vstage, block_id)] = op
+                self._param_gathers.setdefault((rank, vstage, block_id), []).append(op)
 
         index = 0
         for vstage in plan.rank_stages(pp_rank):
@@ -218,6 +218,5 @@ class OverlapMixin(BuilderCore):
             flush(index)
 
     def _param_gather(self, rank: int, vstage: int, block: Block) -> list[int]:
-        """The deferred parameter gather a block's first forward waits for (none after the first)."""
-        op = self._param_gathers.pop((rank, vstage, id(block)), None)
-        return [] if op is None else [op]
+        """The deferred parameter gathers a block's first forward waits for (none after the first)."""
+        return self._param_gathers.pop((rank, vstage, id(block)), [])

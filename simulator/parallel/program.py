@@ -3,7 +3,8 @@ DDP gradient buckets, ZeRO/FSDP gathers and reduce-scatters, and the optimizer s
 
 Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `tp` the chunked TP
 collectives that `tp_comm_overlap` runs against their neighbouring GEMMs; `dp` runs gradient buckets, ZeRO
-reduce-scatters and ZeRO-1/2 parameter gathers; `dp_all_reduce` HSDP's all-reduces across replicas; `zero`
+reduce-scatters and ZeRO-1/2 parameter gathers; `expert_dp` ZeRO-1/2's gathers of routed experts over the
+expert-data-parallel group (their own communicator); `dp_all_reduce` HSDP's all-reduces across replicas; `zero`
 runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous P2P sends and receives (each runs as soon as its
 data is ready, like isend/irecv).
 """
@@ -95,7 +96,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
         self._handoffs: list[tuple[int, str]] = []
-        self._param_gathers: dict[tuple[int, int, int], int] = {}
+        self._param_gathers: dict[tuple[int, int, int], list[int]] = {}
         self._last_grad_rs: dict[tuple[int, int], int] = {}
         """Per rank and model chunk, the gradient reduce-scatter issued last (FSDP2's
         ``comm_ctx.reduce_scatter_state`` in PyTorch 2.10, the one entry ``reduce_scatter_states`` keeps under
@@ -182,6 +183,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         last_grad_action = self._last_grad_actions(actions)
         tag = f"{coords['tp']}.{coords['cp']}.{coords['dp']}"
         self._deferred_param_gathers(rank)
+        self._deferred_expert_gathers(rank)
         held = plan.rank_stages(pp_rank)
         self._unshard_chunks(rank, [held[chunk] for chunk in dict.fromkeys(action.chunk for action in actions)])
         for index, action in enumerate(actions):
@@ -625,6 +627,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             params = sum(plan.stages[vs].params for vs in vstages)
             self._collective(rank, DP_STREAM, "all_gather params", "all_gather", group, params * sharding.param_bytes,
                              f"zero.ag.pp{pp_rank}.{group[0]}", [step], "dp")
+            experts = [block.experts for vs in vstages for block in plan.stages[vs].blocks if block.experts]
+            self._expert_param_gather(rank, experts, f"edp.ag.pp{pp_rank}", [step])
 
     def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
         """Gradient tensors in reverse forward order, filled into the open bucket until it holds at least
