@@ -101,6 +101,19 @@ def test_failure_counts_follow_the_renewal_rate(distribution, shape):
     assert math.isclose(float(arrivals.unit.max()), 63)
 
 
+@pytest.mark.parametrize("shape", [0.5, 0.8, 2.0])
+def test_a_weibull_class_expects_its_rate_over_a_short_horizon(shape):
+    """A horizon of 5% of the units' MTBF, as a job's weeks are next to a GPU's years: the cluster is in
+    service, each unit's renewal process in equilibrium, so the count is units x horizon / MTBF (4,000 here,
+    Poisson standard deviation 1.6%) whatever the shape. Before, every unit started new at t = 0: shape 0.5
+    drew 6.9 times the rate, 0.8 (the docs' HBM example) 2.1 times (3.2 times for its 72 HBM failures per
+    16,384 GPUs per 54 d) while job_summary.json expected the rate and Young and Daly used it, 2 drew 4% of it."""
+    mtbf, units = 1000.0, 80_000
+    klass = FailureClass("x", "gpu", "replace", 1 / mtbf, "weibull", shape, repair_s=60.0)
+    arrivals = draw_arrivals(np.random.default_rng(1), (klass,), [units], 0.05 * mtbf)
+    assert len(arrivals) == pytest.approx(units * 0.05, rel=0.05)
+
+
 NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s"}
 """Refusals that compare with the simulated step, which `trainsim validate` does not run."""
 

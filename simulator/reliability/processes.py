@@ -1,10 +1,15 @@
 """Failure processes: the arrivals of every component class over a job's horizon, drawn up front.
 
 Each unit (slot) of a class fails as a renewal process: a failed unit is replaced by a new one, whose time
-to failure starts afresh. Exponential times make the class a Poisson process of rate units x rate per unit,
-drawn as a Poisson count with uniform times and units; Weibull times (shape k, scale chosen so that the mean is
-the MTBF) are drawn per unit and summed while they stay inside the horizon. Repair times are drawn per arrival
-(fixed or exponential with the class's mean). Everything comes from one seeded generator, in class order.
+to failure starts afresh. The job starts on a cluster in service, not on new hardware: each process is in
+equilibrium at t = 0, its first failure a forward-recurrence time after the start, so a class expects exactly
+units x rate x horizon failures over any horizon, whatever its distribution (the rate read from a table of a
+running cluster is what the job meets). Exponential times make the class a Poisson process of rate units x
+rate per unit, drawn as a Poisson count with uniform times and units; Weibull times (shape k, scale chosen so
+that the mean is the MTBF) are drawn per unit and summed while they stay inside the horizon, the first one
+as U x L with U uniform and L the length-biased Weibull, (L / scale)^k ~ Gamma(1 + 1/k). Repair times are
+drawn per arrival (fixed or exponential with the class's mean). Everything comes from one seeded generator,
+in class order.
 """
 
 from __future__ import annotations
@@ -37,15 +42,17 @@ def _renewal_times(rng: np.random.Generator, klass: FailureClass, units: int, ho
     if klass.distribution == "exponential":
         count = rng.poisson(units * horizon_s / mean)
         return rng.uniform(0.0, horizon_s, count), rng.integers(0, units, count)
-    scale = mean / math.gamma(1.0 + 1.0 / klass.shape)
-    times, owners = [], []
-    clock = np.zeros(units)
+    shape = klass.shape
+    scale = mean / math.gamma(1.0 + 1.0 / shape)
+    times: list[np.ndarray] = []
+    owners: list[np.ndarray] = []
+    clock = rng.uniform(0.0, 1.0, units) * scale * rng.gamma(1.0 + 1.0 / shape, 1.0, units) ** (1.0 / shape)
     alive = np.arange(units)
     while alive.size:
-        clock[alive] += scale * rng.weibull(klass.shape, alive.size)
         alive = alive[clock[alive] < horizon_s]
         times.append(clock[alive].copy())
         owners.append(alive)
+        clock[alive] += scale * rng.weibull(shape, alive.size)
     return np.concatenate(times), np.concatenate(owners)
 
 
