@@ -520,3 +520,34 @@ def test_a_collective_missing_from_a_members_trace_is_refused_before_the_run(tmp
     assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]"
     assert error.problem.startswith("all_reduce number 1 of process group '0' on rank 0 has no counterpart on rank 1")
     assert error.problem.endswith("rank1.json) issues 0 collectives of the group")
+
+
+def host_synchronised(folder: Path) -> None:
+    """The bundled traces with the optimizer waiting for the all-reduce through the host (cudaStreamSynchronize
+    on the NCCL stream, as a gradient-norm .item() does) instead of a stream wait: the host returns 2 us after
+    the all-reduce ends, launches Adam 3 us later, and Adam starts 5 us after that."""
+    for rank, offset in ((0, 0), (1, 100)):
+        path = folder / f"rank{rank}.json"
+        doc = json.loads(path.read_text())
+        events = doc["traceEvents"]
+        returned = 3722 + offset
+        events[10].update(name="cudaStreamSynchronize", ts=64, dur=returned - 64)
+        events[11] = {"ph": "X", "cat": "cuda_sync", "name": "Stream Sync", "pid": 0, "tid": 20, "ts": 64,
+                      "dur": returned - 64, "args": {"stream": 20, "correlation": 7}}
+        events[12]["ts"] = returned + 3
+        events[13]["ts"] = returned + 8
+        path.write_text(json.dumps(doc))
+
+
+def test_a_host_synchronisation_orders_the_ops_launched_after_it(tmp_path):
+    """Adam, launched after the host waited for the all-reduce, kept its traced start: re-costed on a 4x slower
+    NIC the all-reduce ran on while Adam did, and the step grew by less than the all-reduce."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    host_synchronised(traces)
+    fast_loaded, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    slow_loaded, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    fast_ar = allreduce_time(fast_loaded, ALLREDUCE_BYTES, 2)
+    slow_ar = allreduce_time(slow_loaded, ALLREDUCE_BYTES, 2)
+    # rank 1: GEMM 1100 us, the all-reduce, 10 us of host time from its traced end to Adam's start, Adam 200 us
+    assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_ar + 10e-6 + 200e-6, rel=EXACT)
+    assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)

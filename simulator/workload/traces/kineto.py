@@ -3,7 +3,9 @@
 GPU activity (`kernel`, `gpu_memcpy`, `gpu_memset` events) runs per CUDA stream in start order. A `cuda_sync`
 "Stream Wait Event" makes the next kernel of the waiting stream depend on the last kernel launched on
 `wait_on_stream` before the recorded CUDA event (found through its correlation id), or, when the record is not in
-the trace, on the last kernel of that stream to finish before the wait. NCCL kernels become collectives: the
+the trace, on the last kernel of that stream to finish before the wait; after a host synchronisation (Stream,
+Event or Context Sync) the next kernel of each stream that the blocked thread launches depends on the last one
+to end before it returned on the synchronised stream(s). NCCL kernels become collectives: the
 primitive, message size, data type and process group come from the kernel's own arguments (recent PyTorch) or
 from the `record_param_comms` CPU op that launched it (matched through the launch's correlation id), the
 primitive and data type also from the kernel name (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with
@@ -132,6 +134,7 @@ class _Parsed:
         self.gemms: dict[object, list[tuple[float, float, dict]]] = {}
         self.launches: dict[object, tuple[float, object]] = {}
         self.waits: list[dict] = []
+        self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
         for index, event in enumerate(events):
             if not isinstance(event, dict):
@@ -151,8 +154,8 @@ class _Parsed:
                 self.gpu.append((index, event))
             elif category in RUNTIME_CATEGORIES and "correlation" in args:
                 self.launches[args["correlation"]] = (ts, event.get("tid"))
-            elif category == "cuda_sync" and "wait_on_stream" in args:
-                self.waits.append(event)
+            elif category == "cuda_sync":
+                (self.waits if "wait_on_stream" in args else self.syncs).append(event)
             elif category == "user_annotation" and str(event.get("name", "")).startswith("ProfilerStep#"):
                 self.step_window = (ts * US, (ts + dur) * US)
             elif category == "cpu_op":
@@ -218,14 +221,31 @@ class _Parsed:
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
                     ordered: list[tuple[int, dict]]) -> list[TracedOp]:
-        """Add each stream-wait's dependency to the first op of the waiting stream that starts after it. A
-        stream runs its kernels in launch order, so starts, ends and launch times grow along each stream."""
-        launch = [self.launches.get((event.get("args") or {}).get("correlation"), (float("-inf"),))[0]
-                  for _, event in ordered]
+        """Add each stream-wait's dependency to the first op of the waiting stream that starts after it, and
+        each host synchronisation's (Stream, Event or Context Sync: the host blocks until the GPU work is done)
+        to the first op of each stream that the blocked thread launches after it returns, on the last op to end
+        by then on the synchronised stream (every stream but for a Stream Sync). A stream runs its kernels in
+        launch order, so starts, ends and launch times grow along each stream."""
+        launches = [self.launches.get((event.get("args") or {}).get("correlation"), (float("-inf"), None))
+                    for _, event in ordered]
         starts = {stream: [ops[i].start_s for i in members] for stream, members in by_stream.items()}
         ends = {stream: [ops[i].end_s for i in members] for stream, members in by_stream.items()}
-        launched = {stream: [launch[i] for i in members] for stream, members in by_stream.items()}
+        launched = {stream: [launches[i][0] for i in members] for stream, members in by_stream.items()}
         extra: dict[int, list[int]] = {}
+        for event in self.syncs:
+            args = event.get("args") or {}
+            returned = event["ts"] + event.get("dur", 0)
+            call = self.launches.get(args.get("correlation"))
+            synced = str(args.get("stream"))
+            sources = [synced] if event.get("name") == "Stream Sync" and synced in by_stream else list(by_stream)
+            for stream, members in by_stream.items():
+                first = bisect.bisect_left(launched[stream], returned)
+                if first == len(members) or (call is not None and launches[members[first]][1] != call[1]):
+                    continue
+                for source in sources:
+                    before = bisect.bisect_right(ends[source], returned * US) - 1
+                    if source != stream and before >= 0:
+                        extra.setdefault(members[first], []).append(by_stream[source][before])
         for event in self.waits:
             args = event.get("args") or {}
             waiting, source = str(args.get("stream", event.get("tid"))), str(args["wait_on_stream"])
