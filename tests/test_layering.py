@@ -12,6 +12,8 @@ from typing import get_args
 from simulator.collectives.names import AlgorithmName
 from simulator.collectives.registry import ALGORITHMS
 from simulator.config.parallelism_options import BuiltinSchedule
+from simulator.metrics.events import RowKind
+from simulator.program.ops import COMM_STREAM, COMPUTE_STREAM
 from simulator.schedules.registry import SCHEDULES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,3 +78,22 @@ def test_no_layer_the_orchestrator_calls_imports_it():
                        for path in (REPO / "simulator" / package).rglob("*.py")
                        if "simulator.simulation" in imported_modules(path))
     assert importers == []
+
+
+def _compares_column_to(node: ast.AST, spelt: dict[str, set[str]]) -> bool:
+    """Whether ``node`` compares a column (``frame["kind"]``) with one of the strings ``spelt`` lists for it."""
+    if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Subscript)
+            and isinstance(node.left.slice, ast.Constant)):
+        return False
+    words = spelt.get(node.left.slice.value, set())
+    return any(isinstance(right, ast.Constant) and right.value in words for right in node.comparators)
+
+
+def test_the_logs_rows_are_selected_by_the_defined_kinds_and_streams():
+    """A `kind` or `stream` column compared with a string spelt out selects no rows, silently, once the string
+    changes (a misspelt constant is an error): row kinds come from metrics/events.py, streams from
+    program/ops.py."""
+    spelt = {"kind": set(get_args(RowKind)), "stream": {COMPUTE_STREAM, COMM_STREAM}}
+    found = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted((REPO / "simulator").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text())) if _compares_column_to(node, spelt)]
+    assert found == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.collectives.busbw import bus_bandwidth_factor
+from simulator.metrics.events import COLLECTIVE_KIND
 from simulator.program.ops import CollectiveOp
 
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 def collective_table(frame: pd.DataFrame, ops: list[CollectiveOp]) -> list[dict]:
     """Per workload item: time from its first start to its last end, algbw and busbw (nccl-tests factors)."""
     rows = []
-    collectives = frame[frame["kind"] == "collective"]
+    collectives = frame[frame["kind"] == COLLECTIVE_KIND]
     spans = collectives.groupby("key").agg(start=("start_s", "min"), end=("end_s", "max"))
     span_s = (spans["end"] - spans["start"]).to_dict()
     seen: set[str] = set()

@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 
 RowKind = Literal["compute", "collective", "flow"]
 """What a row of the log is: a compute op, one rank's part of a collective (or send/recv), or a network flow."""
+COMPUTE_KIND: RowKind = "compute"
+COLLECTIVE_KIND: RowKind = "collective"
+FLOW_KIND: RowKind = "flow"
+"""The row kinds, for selecting rows by the `kind` column: a misspelt name is an error, where a misspelt
+string would select no rows."""
 COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes",
            "flops", "src", "dst", "key")
 INT_COLUMNS = ("rank", "microbatch", "chunk", "src", "dst")
@@ -45,7 +50,7 @@ TEXT_COLUMNS = ("kind", "stream", "name", "category", "key")
 FLOW_COLUMNS = ("src", "dst", "start_s", "end_s", "bytes")
 FLOW_ROW = ("key", *FLOW_COLUMNS, "route")
 """The fields of a single flow row's tuple, in order."""
-FLOW_CONSTANTS = {"kind": "flow", "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
+FLOW_CONSTANTS = {"kind": FLOW_KIND, "stream": "net", "category": "", "microbatch": -1, "chunk": -1, "flops": 0.0}
 """The value of every flow row in the columns that do not vary between flows."""
 OP_ROW = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "start_s", "end_s", "bytes", "flops",
           "key", "flows_before")

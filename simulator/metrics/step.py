@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND
 from simulator.metrics.intervals import covered, uncovered
-from simulator.program.ops import COMM_CATEGORIES, PIPELINE_CATEGORIES, Category
+from simulator.program.ops import COMM_CATEGORIES, COMPUTE_STREAM, PIPELINE_CATEGORIES, Category
 
 if TYPE_CHECKING:
     from simulator.metrics.events import EventLog
@@ -106,7 +107,7 @@ def bubble_fraction(rows: StepRows) -> float:
     if window <= 0:
         return 0.0
     stage_work = np.isin(ops["category"], STAGE_WORK_CATEGORIES)
-    work = stage_work & ((ops["stream"] == "compute") | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
+    work = stage_work & ((ops["stream"] == COMPUTE_STREAM) | np.isin(ops["category"], STAGE_COLLECTIVE_CATEGORIES))
     work &= ops["start_s"] < window
     order = np.argsort(ops["rank"][work], kind="stable")
     ranks = ops["rank"][work][order]
@@ -132,7 +133,7 @@ def optimizer_s(rows: StepRows) -> float:
 
 def executed_flops(rows: StepRows) -> float:
     """The FLOPs of every compute op."""
-    return float(np.sum(rows.ops["flops"][rows.ops["kind"] == "compute"]))
+    return float(np.sum(rows.ops["flops"][rows.ops["kind"] == COMPUTE_KIND]))
 
 
 def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
@@ -164,7 +165,7 @@ def traffic_bytes(rows: StepRows, excess: Mapping[str, float] | None = None) -> 
     category, plus a folded run's ``excess`` per category (what its groups' members send on average beyond the
     simulated ranks' own share, engine/plans.py `send_excess`)."""
     ops, flows = rows.ops, rows.flows
-    collectives = ops["kind"] == "collective"
+    collectives = ops["kind"] == COLLECTIVE_KIND
     categories = dict(zip(ops["key"][collectives].tolist(), ops["category"][collectives].tolist()))
     ranks = np.unique(ops["rank"])
     if len(ranks) == 0:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, FLOW_KIND
 from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
 
@@ -49,7 +50,7 @@ def ps_report(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]], 
 def allreduce_figures(result: EngineResult, workers: int) -> dict:
     """The compared ring all-reduce's time and bytes: in total, per worker and on its busiest link."""
     flows = result.log.to_frame()
-    flows = flows[flows["kind"] == "flow"]
+    flows = flows[flows["kind"] == FLOW_KIND]
     carried = _carried(flows["bytes"].to_numpy(), result.log.flow_routes())
     return {"algorithm": "ring", "time_s": result.makespan_s, "total_bytes": float(flows["bytes"].sum()),
             "bytes_per_worker": float(flows["bytes"].sum()) / workers,
@@ -70,8 +71,8 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     """The plan's summary entries and the figures measured in its run."""
     workers, endpoints, n = list(plan.workers), list(plan.endpoints), plan.iterations
     keys = list(plan.transfers)
-    ops = frame[frame["kind"] != "flow"]
-    transfers = ops[(ops["kind"] == "collective") & ops["key"].isin(keys)].drop_duplicates("key")
+    ops = frame[frame["kind"] != FLOW_KIND]
+    transfers = ops[(ops["kind"] == COLLECTIVE_KIND) & ops["key"].isin(keys)].drop_duplicates("key")
     described = [plan.transfers[key] for key in transfers["key"]]
     transfers = transfers.assign(pull=[t.pull for t in described], iteration=[t.iteration for t in described],
                                  worker=[t.worker for t in described], endpoint=[t.endpoint for t in described])
@@ -84,7 +85,7 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     first_done = float(min(pull_end[(w, n - 1)] for w in workers))
     done = int((pull_end <= first_done).sum())
     samples = done * plan.samples_per_iteration / len(workers)
-    flows = frame[frame["kind"] == "flow"]
+    flows = frame[frame["kind"] == FLOW_KIND]
     flows = flows.assign(flow=np.arange(len(flows)))
     is_ps = flows["key"].isin(keys).to_numpy()
     per_iteration = float(flows.loc[is_ps, "bytes"].sum()) / n
@@ -118,7 +119,7 @@ def histogram(values: list[int]) -> list[int]:
 
 def _updates(ops: pd.DataFrame, update_owner: Mapping[str, int | None]) -> pd.DataFrame:
     """The server updates' rows (not the sums that precede sync's)."""
-    return ops[(ops["kind"] == "compute") & ops["name"].isin(list(update_owner))]
+    return ops[(ops["kind"] == COMPUTE_KIND) & ops["name"].isin(list(update_owner))]
 
 
 def _staleness(ops: pd.DataFrame, pulls: pd.DataFrame, workers: list[int], endpoints: list[int],

@@ -9,8 +9,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.intervals import merge
-from simulator.program.ops import PIPELINE_CATEGORIES, Category
+from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES, Category
 from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
@@ -194,7 +195,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     _draw(ax, row, "recompute", recomputing["start_s"].to_numpy(),
           (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, scale, 2.5)
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
-    on_compute = (others["stream"] == "compute").to_numpy()
+    on_compute = (others["stream"] == COMPUTE_STREAM).to_numpy()
     other_class = _bar_class(others["category"]).to_numpy()
     for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
         on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
@@ -214,7 +215,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     rows, labels = _row_ranks(timeline, summary, by, ranks)
     total_rows = len(rows)
     rows, labels = rows[:max_rows], labels[:max_rows]
-    ops = timeline[timeline["rank"].isin(rows) & (timeline["kind"] != "flow")]
+    ops = timeline[timeline["rank"].isin(rows) & (timeline["kind"] != FLOW_KIND)]
     pipeline_ops = timeline.loc[timeline["category"].isin(PIPELINE_CATEGORIES), "end_s"]
     pipeline_end = float(pipeline_ops.max()) if len(pipeline_ops) else 0.0
     full_span = max(float(ops["end_s"].max()) if len(ops) else 0.0, pipeline_end)

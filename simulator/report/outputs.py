@@ -11,10 +11,11 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import InputError
+from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
-from simulator.program.ops import PIPELINE_CATEGORIES
+from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.report.run_folder import checked_manifest, outdir_error
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
@@ -84,7 +85,7 @@ def stage_first_ranks(summary: dict) -> list[int]:
 
 def simulated_ranks(timeline: pd.DataFrame) -> list[int]:
     """Ranks with ops of their own in the timeline; ranks folded into a representative have only flows."""
-    rows = timeline[(timeline["rank"] >= 0) & (timeline["kind"] != "flow")]
+    rows = timeline[(timeline["rank"] >= 0) & (timeline["kind"] != FLOW_KIND)]
     return sorted(int(r) for r in rows["rank"].unique())
 
 
@@ -115,8 +116,8 @@ def stage_representatives(timeline: pd.DataFrame, summary: dict) -> list[int]:
 
 def compute_stream_work(timeline: pd.DataFrame, rank: int) -> pd.DataFrame:
     """The ops that keep ``rank``'s compute stream busy (kernels and blocking TP/CP collectives), by start."""
-    rows = timeline[(timeline["rank"] == rank) & (timeline["stream"] == "compute")
-                    & (timeline["kind"] != "flow") & timeline["category"].isin(STAGE_WORK_CATEGORIES)]
+    rows = timeline[(timeline["rank"] == rank) & (timeline["stream"] == COMPUTE_STREAM)
+                    & (timeline["kind"] != FLOW_KIND) & timeline["category"].isin(STAGE_WORK_CATEGORIES)]
     return rows.sort_values(["start_s", "end_s"], kind="stable")
 
 

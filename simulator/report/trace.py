@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import orjson
 
-from simulator.metrics.events import Columns
+from simulator.metrics.events import COMPUTE_KIND, FLOW_KIND, Columns
 from simulator.metrics.link_load import LinkLoad
 
 if TYPE_CHECKING:
@@ -80,10 +80,10 @@ class _Slices:
         kind, category = columns["kind"], columns["category"]
         shown = columns["rank"][0] >= 0
         if not flows:
-            shown &= ~_matches(*kind, "flow")
+            shown &= ~_matches(*kind, FLOW_KIND)
         rows = np.flatnonzero(shown)
         rank, chunk = columns["rank"][0][rows], columns["chunk"][0][rows]
-        single = _single_stages(rank, chunk, _matches(*kind, "compute")[rows])
+        single = _single_stages(rank, chunk, _matches(*kind, COMPUTE_KIND)[rows])
         thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, single, gpu_host)
         name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
         own_category = ~_matches(*category, "")[rows]

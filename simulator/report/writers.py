@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import orjson
 
-from simulator.metrics.events import FLOAT_COLUMNS, INT_COLUMNS, TEXT_COLUMNS, Columns, arrow_table, frame_columns
+from simulator.metrics.events import (
+    FLOAT_COLUMNS,
+    FLOW_KIND,
+    INT_COLUMNS,
+    TEXT_COLUMNS,
+    Columns,
+    arrow_table,
+    frame_columns,
+)
 from simulator.metrics.link_load import LinkLoad, link_load
 from simulator.report.run_folder import trainsim_version, write_run_folder
 from simulator.report.trace import trace_name, write_trace
@@ -57,7 +65,7 @@ def timeline_rows(result: Result, timeline: str) -> tuple[pa.Table, Columns]:
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
     """The ops (no flows) of the lowest simulated rank of each pipeline stage; all ops when there is no
     pipeline layout (communication-only runs)."""
-    ops = frame[frame["kind"] != "flow"]
+    ops = frame[frame["kind"] != FLOW_KIND]
     layout = summary.get("layout")
     if not layout:
         return ops.reset_index(drop=True)
