@@ -158,6 +158,31 @@ def test_hybrid_shard_with_tp_filling_the_domain_warns(tmp_path, capsys):
     assert "hybrid_shard" not in capsys.readouterr().err
 
 
+SPLIT_HOST_GRAPH = """kind: graph
+nodes:
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 0}
+  - {name: g2, kind: gpu, host: 1}
+  - {name: g3, kind: gpu, host: 0}
+  - {name: sw, kind: switch}
+links:
+""" + "".join(f"  - {{a: g{gpu}, b: sw, bandwidth: 50 GB/s, latency: 1 us, class: infiniband}}\n" for gpu in range(4))
+
+
+def test_the_hybrid_shard_warning_says_what_fills_the_domain_only_when_it_does(tmp_path, capsys):
+    """GPUs 0, 1 and 3 on one host of a graph, TP 2 x DP 2: GPU 0's domain holds no other rank of its DP group
+    (GPU 2), but TP 2 x PP 1 covers only GPUs 0 and 1 of it; the warning said "TP 2 x PP 1 fill GPU 0's
+    3-GPU domain". It now names what the layout's groups show."""
+    (tmp_path / "split.yaml").write_text(SPLIT_HOST_GRAPH)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(HYBRID_TP8.replace("dgx-h100-cluster", "split.yaml").replace("tp: 8", "tp: 2"))
+    assert main(["validate", str(scenario)]) == 0
+    err = capsys.readouterr().err
+    assert ("hybrid_shard shards within an NVLink domain, and the other 2 GPUs of GPU 0's 3-GPU domain hold "
+            "ranks of other DP x CP groups, so its shard group is one rank") in err
+    assert "fill" not in err
+
+
 def test_topo_describe_cluster(capsys):
     assert main(["topo", "describe", "dgx-h100-cluster"]) == 0
     text = capsys.readouterr().out

@@ -311,15 +311,19 @@ def layout_warnings(layout: Layout, topology: Topology, sharding: Sharding, hybr
 
 
 def _alone(layout: Layout, topology: Topology) -> str:
-    """Why GPU 0's NVLink domain holds no other rank of its DP x CP group: the domain is one GPU, or its other
-    GPUs are GPU 0's TP (and PP) peers."""
+    """Why GPU 0's NVLink domain holds no other rank of its DP x CP group: the domain is one GPU, its GPUs are
+    all GPU 0's TP peers, or all its TP and PP peers; else (a graph's host of GPUs not numbered together) only
+    that the others sit elsewhere in the layout."""
     domain = topology.gpu_domain[0]
-    gpus = sum(1 for rank in range(layout.world) if topology.gpu_domain[rank] == domain)
+    members = {rank for rank in range(layout.world) if topology.gpu_domain[rank] == domain}
+    gpus = len(members)
     if gpus == 1:
         return "each NVLink domain holds one GPU"
-    if layout.tp >= gpus:
+    if members <= set(layout.group("tp", 0)):
         return f"TP {layout.tp} fills GPU 0's {gpus}-GPU domain"
-    return f"TP {layout.tp} x PP {layout.pp} fill GPU 0's {gpus}-GPU domain"
+    if members <= set(layout.combined_group(("tp", "pp"), 0)):
+        return f"TP {layout.tp} x PP {layout.pp} fill GPU 0's {gpus}-GPU domain"
+    return f"the other {gpus - 1} GPUs of GPU 0's {gpus}-GPU domain hold ranks of other DP x CP groups"
 
 
 def _model_section(scenario: Scenario) -> ModelConfig:
