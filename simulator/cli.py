@@ -141,10 +141,11 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     except InputError as exc:
         raise exc.located(field_prefix="--sizes") from None
     try:
-        _refuse_large_cluster(read_topology(args.topology, overrides), "collective",
+        cluster = read_topology(args.topology, overrides)
+        _refuse_large_cluster(cluster, "collective",
                               "time a collective on in seconds (at 65,536 one size takes minutes and 8 GB)",
                               force=args.force)
-        rows = collective_sweep(args.topology, overrides, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
+        rows = collective_sweep(cluster, {}, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:

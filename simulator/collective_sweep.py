@@ -11,25 +11,27 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.network.modes import NetworkMode
 from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache, run_ops
-from simulator.topology.loader import load_topology
+from simulator.topology.loader import TopologySource, build_source, read_topology, with_overrides
 from simulator.units import format_size
 
 
 @collector_paused()
-def collective_sweep(topology_name: str, overrides: dict, *, op: str, algorithm: str, ranks: int,
+def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
                      chunk: str | None = None) -> list[dict]:
     """One row per size: op, algorithm (as asked), resolved_algorithm (the one that ran: `auto`'s choice for
     this size, as NCCL_DEBUG=INFO names the algorithm NCCL's tuner picked), ranks, bytes, time_s, algbw_GBps,
     busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector is paused meanwhile (simulator/collector.py).
     ``op`` and ``algorithm`` come from the command line, so they are checked here, against the sets the schema
-    checks a scenario's against."""
+    checks a scenario's against. ``cluster``: a topology's name or path, or its file already read (`trainsim
+    collective` reads it once, to count its GPUs before building); ``overrides`` replace its parameters."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
         raise ScenarioError(f"unknown algorithm {algorithm!r}", field="collectives.algorithm",
                             allowed=", ".join(ALGORITHM_CHOICES))
-    topology = load_topology(topology_name, overrides)
+    topology = build_source(with_overrides(read_topology(cluster) if isinstance(cluster, str) else cluster,
+                                           overrides))
     if topology.num_gpus < 2:
         raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",
                             field="--topology", allowed="a topology of 2 GPUs or more")

@@ -207,6 +207,19 @@ def test_collective_json_keys(capsys):
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 7 / 8, rel=1e-12)
 
 
+def test_collective_reads_its_topology_once(monkeypatch, capsys):
+    """`trainsim collective` read the topology file twice, for the GPU count that refuses a large cluster and
+    again for the sweep; the sweep now builds the file it was handed."""
+    import simulator.topology.loader as loader
+
+    reads: list[str] = []
+    read_yaml = loader.read_yaml
+    monkeypatch.setattr(loader, "read_yaml", lambda path, error: reads.append(str(path)) or read_yaml(path, error))
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2", "--sizes", "1MiB"]) == 0
+    assert [Path(path).name for path in reads] == ["dgx-h100-cluster.yaml"]
+    assert "ranks=16" in capsys.readouterr().out
+
+
 def test_collective_table(capsys):
     assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB:4MiB"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
