@@ -54,10 +54,10 @@ def test_the_part_between_overlapped_gemms_slows_by_its_own_sm_bound_share():
     rest = compute["F0 part"]
     assert rest.duration == pytest.approx(REST_GEMM_S + REST_MEMORY_S, rel=1e-12)
     assert rest.sm_bound_share == pytest.approx(REST_GEMM_S / (REST_GEMM_S + REST_MEMORY_S), rel=1e-12)
-    assert compute["F0 part gemm"].sm_bound_share == 1.0
-    # An all-reduce of both GPUs on a stream of its own starts with the part (after the all-gather's exposed
-    # last chunk) and ends inside it, its kernel holding 32 of 132 SMs.
-    tails = [op.id for op in ops if op.name == "tp all_gather part (last chunk)"]
+    assert compute["F0 part gemm (last step)"].sm_bound_share == 1.0
+    # An all-reduce of both GPUs on a stream of its own starts with the part (after the GEMM beside the
+    # all-gather's ring exchange) and ends inside it, its kernel holding 32 of 132 SMs.
+    tails = [op.id for op in ops if op.name == "F0 part gemm (last step)"]
     ops += [CollectiveOp(id=len(ops) + rank, rank=rank, stream="dp", name="ar", op="all_reduce", group=(0, 1),
                          nbytes=256e6, key="ar", deps=(tail,), sms=32) for rank, tail in enumerate(tails)]
     result, _ = run_ops(topology, ops, NetworkSettings(), sm_share=H100)

@@ -9,6 +9,11 @@ import pytest
 
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
+from simulator.collectives.execute import time_collective
+from simulator.config.loader import scenario_from_text
+from simulator.metrics.intervals import uncovered
+from simulator.simulation import network_settings
+from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.roofline import kernels_duration
 from simulator.workload.transformer import ShardShape, head_kernels, layer_kernels
@@ -144,20 +149,126 @@ def test_exposed_tp_time_without_overlap_is_the_blocking_collectives_and_the_reg
     assert result.summary["comm_s"]["tp"] == pytest.approx(14 * d, rel=1e-6)
 
 
-def test_exposed_tp_time_with_overlap_adds_the_bulk_overhangs_to_the_chunked_ones(run_yaml):
+def _overlapped_gemms() -> dict[str, float]:
+    """Seconds of the GEMMs next to the chunked TP collectives on an H100, by hand from the kernel model: the
+    ring exchanges' (QKV and FC1 forward, projection and FC2 input gradient, the output layer's forward) and the
+    pipelined reduce-scatters' (projection and FC2 forward), keyed by the op that runs them."""
+    model, shard = get_model("llama3-70b"), ShardShape(1, 4096, tp=8, sequence_parallel=True)
+    gpu, efficiency = get_gpu("h100-sxm"), calibrated_efficiency("h100-sxm")
+    layer, head = layer_kernels(model, shard), head_kernels(model, shard)
+
+    def seconds(kernels, *names):
+        return kernels_duration(tuple(k for k in kernels if k.name in names), gpu, "bf16", efficiency)
+
+    return {"F0 L0.attn all_gather": seconds(layer.forward, "qkv_proj"),
+            "F0 L0.mlp all_gather": seconds(layer.forward, "mlp_gate", "mlp_up"),
+            "F0 head all_gather": seconds(head.forward, "lm_head"),
+            "B0 L0.attn all_gather": seconds(layer.backward_input, "out_proj.dgrad"),
+            "B0 L0.mlp all_gather": seconds(layer.backward_input, "mlp_down.dgrad"),
+            "F0 L0.attn reduce_scatter": seconds(layer.forward, "out_proj"),
+            "F0 L0.mlp reduce_scatter": seconds(layer.forward, "mlp_down")}
+
+
+def _ring_exchange_end(start: float, swap_s: float, exchange_s: float, gemm_s: float, steps: int) -> float:
+    """When the GEMM beside an aggregated ring exchange ends, one step at a time as Transformer Engine runs it:
+    after the pair swap, GEMM step k runs on the chunks present and step k + 1 starts when it and exchange k
+    (the ring's steps - 1 exchanges, equal) have ended."""
+    gemm_end = exchange_end = start + swap_s
+    for step in range(steps):
+        gemm_end = max(gemm_end, exchange_end) + gemm_s / steps
+        if step < steps - 1:
+            exchange_end += exchange_s / (steps - 1)
+    return gemm_end
+
+
+def _last_chunk_start(start: float, chunk_s: float, gemm_s: float, chunks: int) -> float:
+    """When the last chunk of a pipelined reduce-scatter starts, chunk by chunk: GEMM chunks back to back, chunk
+    k's reduce-scatter (``chunk_s`` each) once its GEMM chunk and the reduce-scatter before it have ended."""
+    gemm_end = scatter_end = start
+    for _ in range(chunks - 1):
+        gemm_end += gemm_s / chunks
+        scatter_end = max(scatter_end, gemm_end) + chunk_s
+    return max(scatter_end, gemm_end + gemm_s / chunks)
+
+
+def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_overhangs(run_yaml, catalog_sources):
     result = run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true")
     ops = _rank0(result)
-    d = _one_collective(ops)
-    bulk = _check_backward(ops, _column_gemms(), d, bulk=True)
-    # The chunked collectives as before: the last chunks, and what of the first chunks outlasts their GEMM.
+    overlap, method = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_method"]
+    assert (overlap.aggregate, overlap.chunks) == (method["aggregate"], method["num_splits"]) == (True, 4)
     tp = ops[ops["category"] == "tp"]
-    tails = tp[tp["name"].str.endswith("(last chunk)")]
-    chunked = float((tails["end_s"] - tails["start_s"]).sum())
-    for head in tp[tp["name"].str.endswith("(overlapped)")].itertuples():
-        gemm = ops[(ops["name"].str.endswith(" gemm")) & (ops["start_s"] == head.start_s)].iloc[0]
-        chunked += max(0.0, head.end_s - gemm.end_s)
-    embedding = d  # its reduce-scatter follows a lookup, not a GEMM
-    assert result.summary["exposed_comm_s"]["tp"] == pytest.approx(embedding + chunked + bulk, rel=1e-6)
+    whole = tp[tp["name"] == "tp reduce_scatter embedding"]  # it follows a lookup, not a GEMM: blocking, whole
+    d = float((whole["end_s"] - whole["start_s"]).iloc[0])
+    bulk = _check_backward(ops, _column_gemms(), d, bulk=True)
+
+    def one(name: str, phase: str = "fwd"):
+        """The op ``name``; a collective of the pass ``phase`` (its key names it)."""
+        rows = ops[(ops["name"] == name) & ((ops["kind"] == "compute") | ops["key"].str.startswith(f"tp.{phase}."))]
+        assert len(rows) == 1, name
+        return rows.iloc[0]
+
+    gemms, exposed = _overlapped_gemms(), d + bulk
+    steps = TP // 2
+    for key, gemm_s in gemms.items():
+        pass_name, block, op = key.split()
+        phase = "fwd" if pass_name == "F0" else "bwd"
+        last = one(f"{pass_name} {block} gemm ({'last step' if op == 'all_gather' else 'other chunks'})")
+        if op == "all_gather":
+            # The pair swap moves one chunk (1/8 of the message) each way and every GEMM step waits for it; the
+            # ring then moves the other six chunks two at a time beside the first three GEMM steps.
+            swap, ring = (one(f"tp all_gather {block} (pair exchange)", phase),
+                          one(f"tp all_gather {block} (ring exchange)", phase))
+            assert swap.bytes == pytest.approx(2 * MESSAGE / TP, rel=EXACT)
+            assert ring.bytes == pytest.approx(MESSAGE, rel=EXACT) and ring.start_s == swap.end_s
+            swap_s, ring_s = swap.end_s - swap.start_s, ring.end_s - ring.start_s
+            assert last.end_s == pytest.approx(
+                _ring_exchange_end(swap.start_s, swap_s, ring_s, gemm_s, steps), rel=EXACT)
+            # Exposed: the swap, and what the ring's exchanges outlast the GEMM steps beside them by.
+            exposed += swap_s + max(0.0, ring_s - gemm_s * (steps - 1) / steps)
+        else:
+            head, tail = one(f"tp reduce_scatter {block} (overlapped)"), one(f"tp reduce_scatter {block} (last chunk)")
+            first = one(f"{pass_name} {block} gemm (first chunk)")
+            assert head.start_s == first.end_s and tail.start_s == max(head.end_s, last.end_s)
+            # The first three chunks are one collective (one latency): its third for each.
+            chunk_s = (head.end_s - head.start_s) / (overlap.chunks - 1)
+            assert tail.start_s == pytest.approx(_last_chunk_start(first.start_s, chunk_s, gemm_s, overlap.chunks),
+                                                 rel=EXACT)
+            # Exposed: the last chunk, and what the first ones outlast the GEMM's other chunks by.
+            exposed += tail.end_s - tail.start_s + max(0.0, head.end_s - last.end_s)
+    # The MLP's FC1 GEMM hides its ring (GEMM-bound: only the one-chunk swap shows); the attention's QKV GEMM (GQA,
+    # 1,280 columns per rank) does not (communication-bound: the swap and the ring's excess over the GEMM steps).
+    fc1, qkv = one("F0 L0.mlp gemm (first steps)"), one("F0 L0.attn gemm (first steps)")
+    assert fc1.end_s > one("tp all_gather L0.mlp (ring exchange)").end_s
+    assert qkv.end_s < one("tp all_gather L0.attn (ring exchange)").end_s
+    assert result.summary["exposed_comm_s"]["tp"] == pytest.approx(exposed, rel=1e-6)
+
+
+@pytest.mark.parametrize(("block", "gemm_bound"), [("L0.mlp", True), ("L0.attn", False)])
+def test_ring_exchange_exposes_the_pair_swap_and_what_the_ring_outlasts_its_gemm_steps_by(run_yaml, block,
+                                                                                         gemm_bound):
+    """Transformer Engine's aggregated ring exchange at TP 8 (NeMo's Llama 3 405B settings): each GPU pair swaps
+    one chunk (1/8 of the message) before the first GEMM step, then 3 exchanges of two chunks each with the GPU
+    two along run beside the first 3 of the GEMM's 4 steps. Exposed: the swap, plus max(0, ring - 3/4 GEMM).
+    The MLP's FC1 GEMM (7,168 columns per rank) outlasts its ring: only the swap shows, one chunk's time over
+    NVLink. The attention's QKV GEMM (GQA: 1,280 columns) does not: it exposes the communication less the
+    GEMM steps beside it. The swap and ring from the collective model alone, the GEMM from the kernel model."""
+    loaded = scenario_from_text(ONE_LAYER, "inline.yaml", ["parallelism.tp_comm_overlap=true"])
+    topology = scenario_topology(loaded)
+    settings = network_settings(loaded, topology)
+
+    def alone(ranks, nbytes):
+        return time_collective(topology, "all_gather", "ring", ranks, nbytes, efficiency=dict(settings.efficiency),
+                               channels=settings.channels)
+
+    swap, ring = alone((0, 1), 2 * MESSAGE / TP), alone((0, 2, 4, 6), MESSAGE)
+    gemm = _overlapped_gemms()[f"F0 {block} all_gather"]
+    assert (ring > 3 / 4 * gemm) is not gemm_bound
+    ops = _rank0(run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true"))
+    gather = ops[ops["name"].str.startswith(f"tp all_gather {block} (") & ops["key"].str.startswith("tp.fwd.")]
+    compute = ops[ops["kind"] == "compute"]
+    exposed = uncovered(gather["start_s"].to_numpy(), gather["end_s"].to_numpy(), compute["start_s"].to_numpy(),
+                        compute["end_s"].to_numpy())
+    assert exposed == pytest.approx(swap + max(0.0, ring - 3 / 4 * gemm), rel=1e-9)
 
 
 def test_bulk_overlap_holds_the_userbuffers_sms_of_the_nemo_settings(catalog_sources):

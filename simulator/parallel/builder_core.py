@@ -16,11 +16,13 @@ if TYPE_CHECKING:
 
 
 class BuilderCore(Protocol):
-    """The builder core: ``plan`` and ``fold``; ``_grad_ready`` maps (rank, virtual stage, id(block)) to the op
-    that finished the block's gradients; ``_param_gathers`` the same key to its deferred parameter gathers."""
+    """The builder core: ``plan`` and ``fold``; ``_mirror_cache`` holds the folded replicas' copies of a group;
+    ``_grad_ready`` maps (rank, virtual stage, id(block)) to the op that finished the block's gradients;
+    ``_param_gathers`` the same key to its deferred parameter gathers."""
 
     plan: StepPlan
     fold: bool
+    _mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]]
     _grad_ready: dict[tuple[int, int, int], int]
     _param_gathers: dict[tuple[int, int, int], list[int]]
 
@@ -49,6 +51,10 @@ class BuilderCore(Protocol):
               category: Category, mb: int, vstage: int, sm_bound_s: float) -> int:
         """The compute of one block pass, ``sm_bound_s`` of its seconds SM-bound (block_passes.py); returns its
         last op."""
+        ...
+
+    def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The folded replicas' copies of ``group`` (folding.mirror_images), cached."""
         ...
 
     def _dp_size(self) -> int:

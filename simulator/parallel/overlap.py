@@ -4,6 +4,7 @@ gather deferred to the next step's forward (--overlap-param-gather). docs/traini
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -50,15 +51,22 @@ def regathers_input(pattern: TpPattern, sequence_parallel: bool) -> bool:
 
 @dataclass(frozen=True)
 class TPOverlap:
-    """Megatron-style TP communication overlap: each TP collective next to a GEMM is split into ``chunks``; all
-    but the last chunk run on the `tp` stream while the GEMM computes, the last one is exposed. While they run,
-    their kernels hold ``all_gather_sms`` (collective before the GEMM) or ``reduce_scatter_sms`` (after it)
-    SMs, and Transformer Engine launches the GEMM on the other SMs for its whole length (engine/contention.py).
-    The backward's re-gather of a column-parallel input and the reduce-scatter of its input gradient run whole
-    ("bulk") beside the input- and the weight-gradient GEMM, on ``bulk_all_gather_sms`` and
-    ``bulk_reduce_scatter_sms`` SMs."""
+    """Transformer Engine's userbuffers TP overlap (Megatron-LM's --tp-comm-overlap) as NeMo configures it.
+
+    The all-gather before a column-parallel GEMM (QKV and FC1 forward, projection and FC2 input gradient) runs
+    as a ring exchange: the GEMM is split into steps, each on the input chunk already present while the next
+    chunk moves to the neighbour (``aggregate``, at an even TP size above 2: first one chunk swapped within GPU
+    pairs, then two chunks per step with the GPU two along the ring, tp / 2 steps; NeMo aggregates only at TP 4
+    and 8, where steps are left to overlap); its kernel holds ``all_gather_sms`` SMs and the GEMMs
+    run on all of them (``set_sm_margin`` false). The reduce-scatter after a row-parallel GEMM (projection and
+    FC2 forward) is pipelined: the GEMM in ``chunks`` chunks, each chunk's reduce-scatter once its GEMM chunk
+    has ended, on ``reduce_scatter_sms`` SMs that the GEMM chunks leave to it for their whole length
+    (``set_sm_margin`` true; engine/contention.py). The backward's re-gather of a column-parallel input and the
+    reduce-scatter of its input gradient run whole ("bulk") beside the input- and the weight-gradient GEMM, on
+    ``bulk_all_gather_sms`` and ``bulk_reduce_scatter_sms`` SMs."""
 
     chunks: int = 4
+    aggregate: bool = False
     all_gather_sms: int = 0
     reduce_scatter_sms: int = 0
     bulk_all_gather_sms: int = 0
@@ -73,17 +81,17 @@ class OverlapMixin(BuilderCore):
                     vstage: int, name: str, duration: float, category: Category, flops: float,
                     compute_phase: Pass | None = None) -> tuple[list[int], int]:
         """A block's compute with its TP collectives before and after; returns (what the next op waits for, the
-        last compute op). Under ``tp_overlap`` a collective next to a GEMM runs in chunks against it.
+        last compute op). Under ``tp_overlap`` an all-gather before a GEMM runs as a ring exchange against it,
+        a reduce-scatter after one pipelined in chunks behind it.
         ``compute_phase`` names the pass for the compute when it differs from ``phase``, the pass whose TP
         collectives bracket it (input gradients only, between the full backward's collectives)."""
         (before_gemm, before_sm), (after_gemm, after_sm) = self._adjacent_gemms(block, phase)
         if not before_gemm:
             deps = self._tp_collective(rank, block, phase, deps, mb, vstage, before=True)
         else:
-            deps, gemm = self._overlapped(rank, block, phase, deps, mb, vstage, before=True, name=name,
-                                          gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
-                                          category=category)
-            deps = deps + [gemm]
+            deps = self._ring_exchange(rank, block, phase, deps, mb, vstage, name=name,
+                                       gemm=(before_gemm, before_sm), flops=flops * before_gemm / duration,
+                                       category=category)
         pass_phase = compute_phase or phase
         if self._regathers(block, phase):
             left = duration - before_gemm
@@ -96,10 +104,9 @@ class OverlapMixin(BuilderCore):
                           block.sm_bound_seconds(pass_phase) - before_sm - after_sm)
         if not after_gemm:
             return self._tp_collective(rank, block, phase, [last], mb, vstage, before=False), last
-        deps, last = self._overlapped(rank, block, phase, [last], mb, vstage, before=False, name=name,
-                                      gemm=(after_gemm, after_sm), flops=flops * after_gemm / duration,
-                                      category=category)
-        return deps, last
+        return self._pipelined_reduce_scatter(rank, block, phase, [last], mb, vstage, name=name,
+                                              gemm=(after_gemm, after_sm), flops=flops * after_gemm / duration,
+                                              category=category)
 
     def _regathers(self, block: Block, phase: Pass) -> bool:
         """Whether ``phase`` of ``block`` all-gathers the block's input again (``regathers_input``)."""
@@ -149,42 +156,105 @@ class OverlapMixin(BuilderCore):
         return [scatter, wgrad], wgrad
 
     def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
-        """(seconds, SM-bound seconds) of the GEMMs the block's leading and trailing TP collectives overlap (0:
-        not overlapped)."""
+        """(seconds, SM-bound seconds) of the GEMMs the block's leading all-gather (ring exchange) and trailing
+        reduce-scatter (pipelined) overlap (0: not overlapped)."""
         plan = self.plan
         if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
             return (0.0, 0.0), (0.0, 0.0)
         gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s))
         pairs = (gemms[2], gemms[3]) if phase.input_grads else (gemms[0], gemms[1])
         sides = [tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel) for before in (True, False)]
-        leading, trailing = (gemm if side is not None else (0.0, 0.0) for gemm, side in zip(pairs, sides))
+        leading, trailing = (gemm if side == overlapped else (0.0, 0.0)
+                             for gemm, side, overlapped in zip(pairs, sides, ("all_gather", "reduce_scatter")))
         return leading, trailing
 
-    def _overlapped(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int, *,
-                    before: bool, name: str, gemm: tuple[float, float], flops: float,
-                    category: Category) -> tuple[list[int], int]:
-        """One TP collective in chunks against its GEMM: the first chunks on the `tp` stream alongside the GEMM
-        (their kernels hold the userbuffers' SMs; the GEMM runs on the others), the last chunk after both;
-        returns (the last chunk, the GEMM op). ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
-        plan, layout = self.plan, self.plan.layout
-        overlap = plan.tp_overlap
+    def _ring_exchange(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int, *,
+                       name: str, gemm: tuple[float, float], flops: float, category: Category) -> list[int]:
+        """The all-gather before a column-parallel GEMM as Transformer Engine's ring exchange runs it
+        (CommOverlapP2PBase::split_overlap_ag): the GEMM in ``steps`` steps, step k on the input chunks present
+        while the chunks for step k + 1 move one exchange along the ring; step k + 1 waits for both. With
+        ``aggregate`` (tp even, above 2) the GPUs of each pair first swap their chunks, which every GEMM step
+        waits for, then each exchange moves two chunks to the GPU two along: tp / 2 steps over the pair's ring
+        (every other member of the TP group); otherwise tp steps of one chunk over the TP group's ring. Ops: the
+        pair swap, the exchanges as one ring all-gather (its steps - 1 ring steps), the first ``steps - 1`` GEMM
+        steps beside it and the last step after both. With equal GEMM steps of g and exchanges of p, step by step
+        the last GEMM step starts max((steps - 1) g, (steps - 1) p) after the first, as with these ops. Returns
+        the last GEMM step. ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        overlap, layout = self.plan.tp_overlap, self.plan.layout
         assert overlap is not None
-        op = tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
-        if op is None:
-            raise ValueError(f"{block.name} has no TP collective {'before' if before else 'after'} its {phase} "
-                             "pass to overlap")
         group = layout.group("tp", rank)
-        sms = overlap.all_gather_sms if before else overlap.reduce_scatter_sms
-        key = f"tp.{phase}.{op}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        head = (overlap.chunks - 1) / overlap.chunks
-        overlapped = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (overlapped)", op, group,
-                                      block.tp_bytes * head, f"{key}.head", deps, "tp", mb, sms=sms)
+        size, position = len(group), group.index(rank)
+        key = f"tp.{phase}.all_gather.mb{mb}.vs{vstage}.{block.name}"
         gemm_s, gemm_sm_s = gemm
-        gemm_op = self._compute(rank, f"{name} gemm", gemm_s, deps, category, flops, mb=mb,
-                                sm_bound_share=bound_share(gemm_sm_s, gemm_s), reserved_sms=sms)
-        tail = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (last chunk)", op, group,
-                                block.tp_bytes * (1 - head), f"{key}.tail", [overlapped, gemm_op], "tp", mb, sms=sms)
-        return [tail], gemm_op
+        share = bound_share(gemm_sm_s, gemm_s)
+        sms = overlap.all_gather_sms
+        aggregate = overlap.aggregate and size % 2 == 0 and size > 2
+        if aggregate:
+            pair = group[position - position % 2:position - position % 2 + 2]
+            swap = self._collective(
+                rank, TP_STREAM, f"tp all_gather {block.name} (pair exchange)", "all_gather", pair,
+                block.tp_bytes * 2 / size, f"{key}.pair.{pair[0]}", deps, "tp", mb, algorithm="ring",
+                mirrors=self._part_mirrors(group, pair, lambda g: [g[i:i + 2] for i in range(0, len(g), 2)]), sms=sms)
+            deps = [*deps, swap]
+            ring = group[position % 2::2]
+            mirrors = self._part_mirrors(group, ring, lambda g: [g[0::2], g[1::2]])
+        else:
+            ring, mirrors = group, None
+        steps = len(ring)
+        if steps > 1:
+            exchange = self._collective(rank, TP_STREAM, f"tp all_gather {block.name} (ring exchange)", "all_gather",
+                                        ring, block.tp_bytes, f"{key}.ring.{ring[0]}", deps, "tp", mb,
+                                        algorithm="ring", mirrors=mirrors, sms=sms)
+            first = self._compute(rank, f"{name} gemm (first steps)", gemm_s * (steps - 1) / steps, deps, category,
+                                  flops * (steps - 1) / steps, mb=mb, sm_bound_share=share)
+            deps = [first, exchange]
+        return [self._compute(rank, f"{name} gemm (last step)", gemm_s / steps, deps, category, flops / steps, mb=mb,
+                              sm_bound_share=share)]
+
+    def _part_mirrors(self, group: tuple[int, ...], own: tuple[int, ...],
+                      parts: Callable[[tuple[int, ...]], list[tuple[int, ...]]]) -> tuple[tuple[int, ...], ...] | None:
+        """The folded replicas' copies of ``own``, a part of the TP group ``group`` (``parts`` splits a TP group
+        into the parts of its kind): the other parts of ``group`` and of its mirror images, once per part (kept
+        in the builder's mirror cache); None unfolded."""
+        if not self.fold:
+            return None
+        key = ("tp part", *own)
+        mirrors = self._mirror_cache.get(key)
+        if mirrors is None:
+            mirrors = self._mirror_cache[key] = tuple(part for image in (group, *self._mirrors(group))
+                                                      for part in parts(image) if part != own)
+        return mirrors
+
+    def _pipelined_reduce_scatter(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
+                                  *, name: str, gemm: tuple[float, float], flops: float,
+                                  category: Category) -> tuple[list[int], int]:
+        """The reduce-scatter after a row-parallel GEMM as Transformer Engine pipelines it
+        (CommOverlapBase::split_overlap_rs): the GEMM in ``chunks`` chunks back to back on the SMs the
+        userbuffers kernels leave, chunk k's reduce-scatter on the `tp` stream once GEMM chunk k and the
+        reduce-scatter before it have ended. Ops: the first GEMM chunk, the others, the first ``chunks - 1``
+        reduce-scatters as one after the first chunk, and the last after both: with equal chunks of g seconds and
+        reduce-scatters of r, it ends at max(chunks g + r, g + chunks r), as in one op per chunk. Returns (the last
+        reduce-scatter, the last GEMM op). ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        overlap = self.plan.tp_overlap
+        assert overlap is not None
+        group = self.plan.layout.group("tp", rank)
+        key = f"tp.{phase}.reduce_scatter.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        gemm_s, gemm_sm_s = gemm
+        share = bound_share(gemm_sm_s, gemm_s)
+        chunks, sms = overlap.chunks, overlap.reduce_scatter_sms
+        last = self._compute(rank, f"{name} gemm (first chunk)", gemm_s / chunks, deps, category, flops / chunks,
+                             mb=mb, sm_bound_share=share, reserved_sms=sms)
+        waits = [last]
+        if chunks > 1:
+            head = self._collective(rank, TP_STREAM, f"tp reduce_scatter {block.name} (overlapped)", "reduce_scatter",
+                                    group, block.tp_bytes * (chunks - 1) / chunks, f"{key}.head", [last], "tp", mb,
+                                    sms=sms)
+            last = self._compute(rank, f"{name} gemm (other chunks)", gemm_s * (chunks - 1) / chunks, [last], category,
+                                 flops * (chunks - 1) / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms)
+            waits = [last, head]
+        tail = self._collective(rank, TP_STREAM, f"tp reduce_scatter {block.name} (last chunk)", "reduce_scatter",
+                                group, block.tp_bytes / chunks, f"{key}.tail", waits, "tp", mb, sms=sms)
+        return [tail], last
 
     def _deferred_param_gathers(self, rank: int) -> None:
         """``overlap_param_gather`` (Megatron's distributed optimizer): the parameters the previous step's

@@ -70,10 +70,12 @@ def calibrated_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
 
 
 def tp_overlap(gpu_name: str) -> TPOverlap:
-    """Megatron/TE TP overlap on ``gpu_name``: the chunks and the SMs the userbuffers kernels hold, chunked and
-    bulk (engine/contention.py slows the GEMMs beside them)."""
+    """Megatron/TE TP overlap on ``gpu_name``: the pipelined reduce-scatter's chunks, whether the ring exchange
+    aggregates two chunks per step, and the SMs the userbuffers kernels hold, ring exchange, pipelined and bulk
+    (engine/contention.py slows the GEMMs beside them)."""
     config = kernel_data()["tp_comm_overlap"]
-    return TPOverlap(chunks=int(config["chunks"]), all_gather_sms=int(config["all_gather_sms"]),
+    return TPOverlap(chunks=int(config["chunks"]), aggregate=bool(config["aggregate"]),
+                     all_gather_sms=int(config["all_gather_sms"]),
                      reduce_scatter_sms=int(config["reduce_scatter_sms"]),
                      bulk_all_gather_sms=int(config["bulk_all_gather_sms"]),
                      bulk_reduce_scatter_sms=int(config["bulk_reduce_scatter_sms"]))
