@@ -157,9 +157,12 @@ class OverlapMixin(BuilderCore):
 
     def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
         """(seconds, SM-bound seconds) of the GEMMs the block's leading all-gather (ring exchange) and trailing
-        reduce-scatter (pipelined) overlap (0: not overlapped)."""
+        reduce-scatter (pipelined) overlap (0: not overlapped). Transformer Engine's userbuffers serve the
+        transformer layers' linears alone (qkv, proj, fc1, fc2: module/base.py names no others); the output layer
+        is Megatron-core's own ColumnParallelLinear (GPTModel.output_layer), whose forward all-gather blocks."""
         plan = self.plan
-        if plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0:
+        if (plan.tp_overlap is None or plan.layout.tp == 1 or block.tp_bytes <= 0
+                or block.tp_pattern is not TpPattern.LAYER):
             return (0.0, 0.0), (0.0, 0.0)
         gemms = tuple(zip(block.overlap_gemm_s, block.overlap_gemm_sm_s))
         pairs = (gemms[2], gemms[3]) if phase.input_grads else (gemms[0], gemms[1])
