@@ -5,8 +5,10 @@ were, how stale the applied gradients were and how far workers ran ahead of the 
 Definitions (docs/parameter_server.md):
 - iteration time of a worker: from the start of its forward to the end of its last pull of that iteration;
   its exchange time from the end of its backward to that pull's end (pushes, waiting, updates, pulls).
-- throughput: samples of the iterations completed before the first worker finished all of its iterations,
-  over that time (after it, fewer workers train); for sync every worker finishes together.
+- throughput: the samples every worker trained before the first worker finished all of its iterations,
+  over that time (after it, fewer workers train), an iteration under way counting its elapsed share: under
+  sync the workers' last pulls end nanoseconds apart, and counting whole iterations dropped every one that
+  ended after the first worker's.
 - staleness of a gradient: updates a server GPU applied between reading the parameters the gradient was
   computed on (the start of the worker's previous pull) and starting to apply it; the largest over the server
   GPUs. Sync applies one update per iteration after every push is in, so its staleness is 0.
@@ -83,7 +85,8 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
     iteration_s = {w: [float(pull_end[(w, i)] - forwards[(w, i)]) for i in range(n)] for w in workers}
     exchange_s = [float(pull_end[(w, i)] - backwards[(w, i)]) for w in workers for i in range(n)]
     first_done = float(min(pull_end[(w, n - 1)] for w in workers))
-    done = int((pull_end <= first_done).sum())
+    done = sum(_progress(first_done, [float(forwards[(w, i)]) for i in range(n)],
+                         [float(pull_end[(w, i)]) for i in range(n)]) for w in workers)
     samples = done * plan.samples_per_iteration / len(workers)
     flows = frame[frame["kind"] == FLOW_KIND]
     flows = flows.assign(flow=np.arange(len(flows)))
@@ -109,6 +112,15 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
         "lag_histogram": histogram(lag),
         "max_lag": max(lag),
     }
+
+
+def _progress(at: float, starts: list[float], ends: list[float]) -> float:
+    """The iterations a worker has done at time ``at``: those ended by then and the elapsed share of the one
+    under way (its forward's start to its last pull's end)."""
+    done = sum(end <= at for end in ends)
+    if done == len(ends) or starts[done] >= at:
+        return float(done)
+    return done + (at - starts[done]) / (ends[done] - starts[done])
 
 
 def histogram(values: list[int]) -> list[int]:
