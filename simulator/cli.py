@@ -237,10 +237,12 @@ def _cmd_study(args: argparse.Namespace) -> int:
 def _plot_goodput(args: argparse.Namespace) -> int:
     from simulator.reliability.plots import goodput_figure, load_study
     from simulator.report.outputs import save_figure
+    from simulator.report.run_folder import record_figure
 
     study = load_study(Path(args.outdir))
     output = figure_file(args.output or str(Path(args.outdir) / "goodput.png"))
     save_figure(goodput_figure(study), output)
+    record_figure(Path(args.outdir), output)
     print(f"wrote {output}")
     return 0
 

@@ -104,6 +104,21 @@ def test_study_command_writes_the_curve_and_plot(tmp_path):
     assert (out / "goodput.png").stat().st_size > 10_000
 
 
+def test_a_rerun_study_does_not_keep_the_earlier_studys_chart(tmp_path):
+    """The study folder holds one study: rerun with other intervals, the goodput.png drawn of the earlier
+    study goes with its files (it stayed beside the new study.json, showing the old curve)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2"))
+    out = tmp_path / "study"
+    command = ["study", "checkpoint-interval", str(scenario), "--out", str(out), "--intervals"]
+    assert main([*command, "10min,20min,40min"]) == 0
+    assert main(["plot", "goodput", str(out)]) == 0
+    assert (out / "goodput.png").is_file()
+    assert main([*command, "5min,10min"]) == 0
+    assert sorted(path.name for path in out.iterdir()) == ["manifest.json", "study.csv", "study.json"]
+    assert main(["plot", "goodput", str(out)]) == 0
+
+
 def test_goodput_chart_of_a_study_without_failures(tmp_path):
     """A study of a job without failures has no MTBF: the chart says 'no failures' in its legend (it raised a
     TypeError on MTBF None after the study had been written)."""

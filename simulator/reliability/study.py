@@ -116,14 +116,18 @@ def job_summary_of(loaded: LoadedScenario) -> dict:
 
 
 def write_study(out_dir: Path, study: dict) -> list[str]:
-    """study.json (every curve with its points) and study.csv (one row per point) in ``out_dir``."""
+    """study.json (every curve with its points) and study.csv (one row per point), written as one run folder
+    with a manifest (report/run_folder.py): a chart `trainsim plot goodput` saved into an earlier study's
+    folder is removed with that study's files; returns the names written, manifest last."""
     import pandas as pd
 
-    from simulator.report.atomic import write_bytes
+    from simulator.report.run_folder import trainsim_version, write_run_folder
     from simulator.report.writers import write_summary
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rows = [point for curve in study["curves"] for point in curve["points"]]
-    write_bytes(out_dir / "study.csv", pd.DataFrame(rows).to_csv(index=False).encode())
-    write_summary(study, out_dir / "study.json")
-    return ["study.json", "study.csv"]
+    def write(stage: Path) -> None:
+        rows = [point for curve in study["curves"] for point in curve["points"]]
+        (stage / "study.csv").write_bytes(pd.DataFrame(rows).to_csv(index=False).encode())
+        write_summary(study, stage / "study.json")
+
+    identity = {"scenario": study["scenario"], "overrides": study["overrides"], "trainsim_version": trainsim_version()}
+    return write_run_folder(out_dir, identity, write)
