@@ -163,7 +163,9 @@ def test_missing_trace_events(tmp_path):
     assert error.file.endswith("rank0.json") and error.field == "traceEvents"
 
 
-@pytest.mark.parametrize("change,problem", [({"ts": None}, "has no timestamp"), ({"dur": -5}, "has duration -5")])
+@pytest.mark.parametrize("change,problem", [({"ts": None}, "has no timestamp"), ({"dur": -5}, "has duration -5"),
+                                            ({"ts": True}, "has timestamp True"), ({"dur": True}, "has duration True"),
+                                            ({"dur": 1e300}, "lasts 1e+294 s, more than a day")])
 def test_bad_events_name_the_event_index(tmp_path, change, problem):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     edit_event(traces / "rank1.json", 2, **change)
@@ -381,11 +383,17 @@ def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     traces = copy_traces(CHAKRA_2RANK, tmp_path)
     path = traces / "rank1.json"
     path.write_text(path.read_text().replace('"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
-    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{traces}/rank*.json', format: chakra-json}}\n"
+    error = chakra_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "nodes[3]"
+    assert error.problem == "a send of rank 0 (p2p.0.1.7#0): rank 1's trace has no matching receive"
+
+
+def chakra_error(folder: Path) -> TraceError:
+    """The error replaying the Chakra traces of ``folder`` on a DGX H100."""
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n"
     with pytest.raises(TraceError) as caught:
-        run(text, tmp_path)
-    assert caught.value.file.endswith("rank0.json") and caught.value.field == "nodes[3]"
-    assert caught.value.problem == "a send of rank 0 (p2p.0.1.7#0): rank 1's trace has no matching receive"
+        run(text, folder.parent)
+    return caught.value
 
 
 @pytest.mark.parametrize(("field", "value", "problem"), [
@@ -551,3 +559,21 @@ def test_a_host_synchronisation_orders_the_ops_launched_after_it(tmp_path):
     # rank 1: GEMM 1100 us, the all-reduce, 10 us of host time from its traced end to Adam's start, Adam 200 us
     assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_ar + 10e-6 + 200e-6, rel=EXACT)
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)
+
+
+def test_events_spanning_more_than_a_day_are_refused(tmp_path):
+    """An Adam kernel stamped 1e12 us after the rest (a corrupted ts) made a step of 11.6 days of host gap."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    edit_event(traces / "rank1.json", 13, ts=1e12)
+    error = kineto_error(traces)
+    assert error.file.endswith("rank1.json") and error.field == "traceEvents"
+    assert error.problem.startswith("the replayed events span 1e+06 s, more than a day")
+
+
+def test_a_chakra_duration_beyond_a_day_is_refused_at_its_node(tmp_path):
+    traces = copy_traces(CHAKRA_2RANK, tmp_path)
+    path = traces / "rank0.json"
+    path.write_text(path.read_text().replace('"durationMicros": "1500"', '"durationMicros": "100000000000"'))
+    error = chakra_error(traces)
+    assert error.file.endswith("rank0.json") and error.field == "nodes[0]"
+    assert error.problem == "'forward GEMMs' lasts 1e+05 s, more than a day, longer than any training step"

@@ -16,7 +16,14 @@ import json
 from pathlib import Path
 
 from simulator.collectives.names import Primitive
-from simulator.workload.traces.model import TracedOp, TracedRank, as_int, checked_message, trace_error
+from simulator.workload.traces.model import (
+    TracedOp,
+    TracedRank,
+    as_int,
+    checked_duration,
+    checked_message,
+    trace_error,
+)
 
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE", 4: "COMP_NODE",
               5: "COMM_SEND_NODE", 6: "COMM_RECV_NODE", 7: "COMM_COLL_NODE"}
@@ -175,7 +182,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
     kind = NODE_TYPES.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
     name = str(node.get("name", ""))
     start = _int(file, position, node, "start_time_micros", 0) * US
-    duration = _int(file, position, node, "duration_micros", 0) * US
+    duration = checked_duration(_int(file, position, node, "duration_micros", 0) * US, file, where, name)
     attrs = _attrs(node)
     if kind == "COMP_NODE":
         stream = "cpu" if attrs.get("is_cpu_op") in (True, "true", 1) else "compute"

@@ -28,11 +28,13 @@ from typing import Literal
 import orjson
 
 from simulator.collectives.names import Primitive
+from simulator.units import MAX_STEP_DURATION_S
 from simulator.workload.traces.model import (
     GEMM_OPERANDS,
     TracedOp,
     TracedRank,
     as_int,
+    checked_duration,
     checked_message,
     gemm_shape,
     kernel_kind,
@@ -113,14 +115,20 @@ def read_kineto(path: Path) -> TracedRank:
     parsed = _Parsed(file, events)
     if parsed.gpu:
         ops, unknown = parsed.gpu_ops()
-        return TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown))
-    cpu_ops = parsed.cpu_ops()
-    if not cpu_ops:
-        raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy or "
-                          "memset, and no CPU op (cat cpu_op) in the profiled step",
-                          "a profiler trace of one training step")
-    return TracedRank(file=file, rank=rank, ops=tuple(cpu_ops), timed=True, events=len(events),
-                      window=parsed.step_window)
+        traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events),
+                            unknown=tuple(unknown))
+    else:
+        cpu_ops = parsed.cpu_ops()
+        if not cpu_ops:
+            raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy "
+                              "or memset, and no CPU op (cat cpu_op) in the profiled step",
+                              "a profiler trace of one training step")
+        traced = TracedRank(file=file, rank=rank, ops=tuple(cpu_ops), timed=True, events=len(events),
+                            window=parsed.step_window)
+    if traced.span_s() > MAX_STEP_DURATION_S:
+        raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
+                          "longer than any training step", "a profiler trace of one training step")
+    return traced
 
 
 class _Parsed:
@@ -142,12 +150,14 @@ class _Parsed:
             if event.get("ph") != "X":
                 continue
             ts, dur = event.get("ts"), event.get("dur", 0)
-            if not isinstance(ts, (int, float)):
-                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has no timestamp",
+            if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+                problem = "has no timestamp" if ts is None else f"has timestamp {ts!r}"
+                raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} {problem}",
                                   "a numeric ts in microseconds")
-            if not isinstance(dur, (int, float)) or dur < 0:
+            if not isinstance(dur, (int, float)) or isinstance(dur, bool) or dur < 0:
                 raise trace_error(file, f"traceEvents[{index}]", f"event {event.get('name')!r} has duration {dur!r}",
                                   "a duration >= 0 microseconds")
+            checked_duration(dur * US, file, f"traceEvents[{index}]", str(event.get("name", "")))
             category = event.get("cat", "")
             args = event.get("args") or {}
             if category in GPU_CATEGORIES:

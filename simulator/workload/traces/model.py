@@ -11,7 +11,7 @@ from typing import Literal
 
 from simulator.collectives.names import Primitive
 from simulator.errors import TraceError
-from simulator.units import MAX_MESSAGE_BYTES, MESSAGE_ALLOWED
+from simulator.units import MAX_MESSAGE_BYTES, MAX_STEP_DURATION_S, MESSAGE_ALLOWED
 
 OpKind = Literal["compute", "collective", "send", "recv"]
 GemmShape = tuple[int, int, int, int] | tuple[()]
@@ -143,3 +143,11 @@ def checked_message(nbytes: float, file: str, where: str, name: str) -> float:
         raise trace_error(file, where, f"message of {nbytes:.4g} bytes in {name!r} is more than 1 PiB, beyond any "
                           "GPU's memory", MESSAGE_ALLOWED)
     return nbytes
+
+
+def checked_duration(seconds: float, file: str, where: str, name: str) -> float:
+    """A traced op's duration, refused beyond MAX_STEP_DURATION_S as a scenario's times inside a step are."""
+    if seconds > MAX_STEP_DURATION_S:
+        raise trace_error(file, where, f"{name!r} lasts {seconds:.4g} s, more than a day, longer than any "
+                          "training step", "a duration up to 1 d (86,400 s)")
+    return seconds
