@@ -273,3 +273,22 @@ def test_distributed_optimizer_gathers_the_expert_parameters_it_updated_in_shard
     else:
         step = frame[(frame["rank"] == 0) & (frame["name"] == "optimizer step")]
         assert float(gathered["start_s"].iloc[0]) >= float(step["end_s"].iloc[0])
+
+
+@pytest.mark.parametrize("overlap_param_gather", [False, True])
+def test_expert_parameters_are_gathered_when_tp_alone_forms_the_expert_data_parallel_group(run_yaml,
+                                                                                         overlap_param_gather):
+    """With dp = cp = 1 and tp 8 the expert-data-parallel group is the TP group: ZeRO-1 reduce-scatters the
+    experts' gradients over it, so their parameters must come back by an all-gather whether or not it overlaps
+    the next forward. The gather after the optimizer sat under the dense DP guard and was skipped."""
+    result = run_yaml(SCENARIO, "cluster.nodes=1", "parallelism.tp=8", "parallelism.ep=1", "parallelism.dp=1",
+                      "parallelism.zero=1",
+                      f"parallelism.ddp.overlap_param_gather={str(overlap_param_gather).lower()}")
+    frame = result.timeline
+    ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)]
+    reduced = ops[ops["name"] == "reduce_scatter expert grads"]
+    gathered = ops[ops["name"] == "all_gather expert params"]
+    model = get_model("mixtral-8x7b")
+    expert_params = 2 * 8 * 3 * model.hidden * model.moe.expert_ffn_hidden  # 2 layers x 8 experts, whole per rank
+    assert float(reduced["bytes"].sum()) == pytest.approx(expert_params * 4, rel=1e-12)  # fp32 gradients
+    assert float(gathered["bytes"].sum()) == pytest.approx(expert_params * 2, rel=1e-12)  # bf16 parameters

@@ -622,13 +622,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
                              sm_bound_share=0.0)
-        if self._dp_size() > 1 and sharding.stage in (1, 2) and not sharding.overlap_param_gather:
+        if sharding.stage not in (1, 2) or sharding.overlap_param_gather:
+            return
+        if self._dp_size() > 1:
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)
             self._collective(rank, DP_STREAM, "all_gather params", "all_gather", group, params * sharding.param_bytes,
                              f"zero.ag.pp{pp_rank}.{group[0]}", [step], "dp")
-            experts = [block.experts for vs in vstages for block in plan.stages[vs].blocks if block.experts]
-            self._expert_param_gather(rank, experts, f"edp.ag.pp{pp_rank}", [step])
+        experts = [block.experts for vs in vstages for block in plan.stages[vs].blocks if block.experts]
+        self._expert_param_gather(rank, experts, f"edp.ag.pp{pp_rank}", [step])
 
     def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
         """Gradient tensors in reverse forward order, filled into the open bucket until it holds at least
