@@ -49,8 +49,10 @@ def link_bytes(op: Primitive, nbytes: float, size: int) -> float:
 
 
 def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
-    """NVLS needs the whole group in one NVLink domain whose switches reduce (``topology.nvls``)."""
-    return topology.nvls and len({topology.gpu_domain[rank] for rank in ranks}) == 1
+    """NVLS needs the whole group in one NVLink domain whose switches reduce (``topology.nvls``), on GPUs that
+    drive NVLink SHARP."""
+    return (topology.nvls and nvls_efficiency(topology.gpu_model) is not None
+            and len({topology.gpu_domain[rank] for rank in ranks}) == 1)
 
 
 def in_switch_efficiency(topology: Topology) -> float:
