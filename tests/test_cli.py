@@ -228,18 +228,17 @@ def test_collective_table(capsys):
 
 
 def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
-    """`auto` switches algorithm with the size (on two DGX H100s: hierarchical for small messages, the
+    """`auto` switches algorithm with the size (on two DGX A100s: the tree for small messages, the
     rail-aligned ring for large ones); the table and the JSON said only `auto`, so a kink in the busbw curve
     had no explanation. Each row now names the algorithm that ran, as NCCL_DEBUG=INFO does."""
-    args = ["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=2", "--sizes", "64KiB,256MiB"]
+    args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,256MiB"]
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[1].split()[-1] == "algorithm"
-    assert [line.split()[-1] for line in lines[2:]] == ["hierarchical", "ring"]
+    assert [line.split()[-1] for line in lines[2:]] == ["tree", "ring"]
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "hierarchical"),
-                                                                               ("auto", "ring")]
+    assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "tree"), ("auto", "ring")]
     assert main([*args, "--json", "--algorithm", "tree"]) == 0
     assert {row["resolved_algorithm"] for row in json.loads(capsys.readouterr().out)} == {"tree"}
 

@@ -353,8 +353,8 @@ def test_auto_rule():
     assert choose_algorithm(request("all_gather", everyone, GIB), cluster) == "ring"
     assert choose_algorithm(request("all_reduce", everyone, 4 * KIB), cluster) == "tree"
     assert choose_algorithm(request("all_reduce", everyone, 8 * GIB), cluster) == "ring"
-    assert choose_algorithm(request("broadcast", everyone, MIB), cluster) == "tree"
-    assert choose_algorithm(request("broadcast", everyone, GIB, chunk_bytes=4 * MIB), cluster) == "ring"
+    for op in ("broadcast", "reduce"):  # NCCL's tuner costs only the ring (a pipelined chain) for these
+        assert choose_algorithm(request(op, everyone, MIB), cluster) == "ring"
 
 
 def test_auto_is_never_much_slower_than_the_best_candidate():

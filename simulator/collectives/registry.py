@@ -1,9 +1,4 @@
-"""The one registry of collective algorithms, by name, and the `auto` rule that picks one per collective.
-
-`auto` compares alpha-beta estimates built from the topology's own links (latency and bottleneck bandwidth
-of an intra-host and a cross-host path of the group) and takes the cheapest candidate; docs/collectives.md
-states the rule.
-"""
+"""The one registry of collective algorithms, by name; `auto` resolves through tuner.py's rule."""
 
 from __future__ import annotations
 
@@ -11,13 +6,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
 from simulator.collectives.chunking import check_chunk
 from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.ring import channel_count, group_by_host, rails_used
-from simulator.collectives.tree import chunk_count
+from simulator.collectives.tuner import choose_algorithm
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -89,67 +82,3 @@ def check_request(request: CollectiveRequest, topology: Topology) -> None:
     if request.channels < 0:
         raise ScenarioError(f"channels {request.channels} is negative", field="collectives.channels",
                             allowed="0 (one per rail) or a positive count")
-
-
-def link_costs(topology: Topology, src: int, dst: int) -> tuple[float, float]:
-    """(latency s, bottleneck bytes/s) of the route from ``src`` to ``dst`` at nominal link bandwidth."""
-    path = topology.path(src, dst)
-    return topology.path_latency(src, dst), float(min(topology.link_bandwidth[i] for i in path))
-
-
-def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmName, float]:
-    """Alpha-beta time estimates (seconds) of the candidates `auto` weighs for this request."""
-    size, n = len(request.ranks), request.nbytes
-    hosts = group_by_host(request.ranks, topology)
-    widest = max(hosts, key=len)
-    a_in, b_in = link_costs(topology, widest[0], widest[1]) if len(widest) > 1 else (0.0, math.inf)
-    a_out, b_out = link_costs(topology, hosts[0][0], hosts[1][0]) if len(hosts) > 1 else (a_in, b_in)
-    if request.op in ("broadcast", "reduce"):
-        chunks = chunk_count(n, request.chunk_bytes)
-        return {"ring": (size + chunks - 2) * (a_out + n / chunks / b_out),
-                "tree": math.ceil(math.log2(size)) * (a_out + n / b_out)}
-    rails = min(channel_count(request, topology, hosts), rails_used(topology, hosts))  # rings on distinct NICs
-    chunks = chunk_count(n / 2, request.chunk_bytes)
-    count = len(hosts)
-    mean_hop = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
-    ring_bandwidth = min(b_in, rails * b_out) if count > 1 else b_in
-    found: dict[AlgorithmName, float] = {
-        "ring": 2 * (size - 1) * (mean_hop + n / (size * ring_bandwidth)),
-        "tree": 2 * (math.ceil(math.log2(size)) + chunks - 1) * (a_out + n / (chunks * b_out))}
-    g = len(hosts[0])
-    if count > 1 and g > 1 and all(len(members) == g for members in hosts):
-        found["hierarchical"] = (2 * (g - 1) * (a_in + n / (g * b_in))
-                                 + 2 * (count - 1) * (a_out + n / (g * count * b_out)))
-    if request.op == "all_reduce" and collnet_direct.supports(request.ranks, topology):
-        found |= in_network_estimates(n, g, b_in, b_out, nvls_sharp.fits(topology, hosts))
-    return found
-
-
-def in_network_estimates(n: float, g: int, b_in: float, b_out: float,
-                         nvls_inside: bool) -> dict[AlgorithmName, float]:
-    """The SHARP all-reduces' closed forms: NCCL's latency, then the slower of the host's NVLink load and its
-    NICs' n/g each way (the two stages are pipelined)."""
-    found: dict[AlgorithmName, float] = {
-        "collnet_direct": collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))}
-    if nvls_inside:
-        found["nvls_sharp"] = nvls_sharp.LATENCY + n * max((g + 1) / (g * b_in), 1 / (g * b_out))
-    return found
-
-
-def choose_algorithm(request: CollectiveRequest, topology: Topology) -> AlgorithmName:
-    """The `auto` rule: direct for all_to_all / send_recv; nvls for all_reduce over 4 or more GPUs inside one
-    NVLink-SHARP domain (NCCL's tuner ranks NVLS above ring and tree there: 2 x 0.85 x the ring's bus bandwidth
-    per channel and a lower latency than 2 (p-1) ring steps; with fewer its link load, n (p+1)/p, is no lower
-    than the ring's 2 (p-1)/p n); ring for reduce_scatter / all_gather and for all_reduce inside one
-    host; otherwise the cheapest alpha-beta estimate (ties go to the first listed), which on SHARP switches weighs
-    the in-network all-reduces too."""
-    if request.op in ("all_to_all", "send_recv"):
-        return "direct"
-    if request.op == "all_reduce" and nvls.supports(request.ranks, topology) and len(request.ranks) > 3:
-        return "nvls"
-    if request.op in ("reduce_scatter", "all_gather"):
-        return "ring"
-    if request.op == "all_reduce" and len({topology.gpu_host[r] for r in request.ranks}) == 1:
-        return "ring"
-    costs = estimates(request, topology)
-    return min(costs, key=costs.__getitem__)
