@@ -72,3 +72,17 @@ def test_nvls_tree_across_h100_hosts():
     topology = load_topology("dgx-h100-cluster", {"nodes": 4})
     request = CollectiveRequest("all_reduce", tuple(range(32)), 16 * MIB, chunk_bytes=CHUNK)
     assert choose_algorithm(request, topology) == "nvls"
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
+def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
+    """A GB200 NVL72 rack is one NVLink domain over 18 hosts (trays): NVLS there was estimated as the NVLS tree
+    across hosts (25 us + 2 x 5 x 20.9 us at 4 KiB, 9.4 times its simulated 25 us), so at 1 GiB auto took the
+    ring for all_gather, 12% slower than NVLS."""
+    topology = load_topology("gb200-nvl72", {})
+    for nbytes in (4 * KIB, 16 * MIB, GIB):
+        request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
+        times = {algorithm: simulated(topology, request, algorithm) for algorithm in ("ring", "nvls")}
+        pick = choose_algorithm(request, topology)
+        assert pick == "nvls" and times[pick] <= MARGIN * min(times.values())
+        assert 1 / ESTIMATE_FACTOR <= estimates(request, topology)[pick] / times[pick] <= ESTIMATE_FACTOR

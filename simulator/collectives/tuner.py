@@ -98,7 +98,7 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
             found[name] = (size + chunks - 2) * (max(a_in, a_out) + step)
         elif name == "tree":
             found[name] = tree_estimate(n, hosts, channels, rails, request.chunk_bytes, (a_in, b_in), (a_out, b_out))
-        elif name == "nvls" and count == 1:
+        elif name == "nvls" and nvls.supports(request.ranks, topology):
             found[name] = nvls.LATENCY + nvls.link_bytes(request.op, n, size) / b_in
         elif name == "nvls":
             found[name] = (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
@@ -126,7 +126,7 @@ def tree_estimate(n: float, hosts: list[list[int]], channels: int, rails: int, c
     NVLink, spread over the steps. With one member per host it is the double binary tree over the ranks, each
     tree carrying n / 2, every step crossing hosts."""
     (a_in, b_in), (a_out, b_out) = inner, outer
-    count, g = len(hosts), len(hosts[0])
+    count, g = len(hosts), max(map(len, hosts))
     share = n / (2 * channels) if g > 1 else n / 2
     chunks = chunk_count(share, chunk_bytes)
     depth = tree_depth(count if g > 1 else sum(map(len, hosts)))
