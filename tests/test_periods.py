@@ -249,8 +249,8 @@ def test_a_table_is_not_reused_at_a_size_where_auto_picks_other_algorithms():
     table holds the links of each mirror planned at its own size."""
     topology = build_topology("cluster", SIZE_DEPENDENT)
     plans = _plans(topology)
-    mirrors = ((3, 4, 2, 1), (7, 8, 6, 5))
-    small, large = (_op(op="all_reduce", group=(3, 4, 2, 1), nbytes=size, mirrors=mirrors)
+    mirrors = ((0, 1, 4, 2, 3, 5), (4, 5, 8, 6, 7, 9))
+    small, large = (_op(op="all_reduce", group=mirrors[0], nbytes=size, mirrors=mirrors)
                     for size in (16, 16 * 1024))
     assert [plans.resolved_algorithm(large, group) for group in mirrors] == ["tree", "ring"]
     for op in (small, large):
