@@ -250,7 +250,7 @@ def test_bad_fault_input_is_one_located_line(tmp_path, capsys, faults, line, fie
 def test_link_faults_apply_to_workload_lists_too():
     text = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}
-workload: [{name: ar, op: all_reduce, bytes: 1 GiB, group: all}]
+workload: [{name: ar, op: all_reduce, bytes: 1 GiB, group: all, algorithm: ring}]
 """
     healthy = simulate(scenario_from_text(text)).summary["makespan_s"]
     faults = "faults.step.links=[{link: [h0/nic0, leaf0.r0], capacity: 0.5}]"

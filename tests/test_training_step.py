@@ -152,7 +152,8 @@ training: {seq_len: 4096, global_batch: 16, micro_batch: 1}
     tp16 = run_yaml(base + "parallelism: {tp: 16, dp: 1}\n").summary
     tp8 = run_yaml(base + "parallelism: {tp: 8, dp: 2}\n").summary
     assert tp16["step_time_s"] > tp8["step_time_s"]
-    assert tp16["exposed_comm_s"]["tp"] > 3 * tp8["exposed_comm_s"]["tp"]
+    # 2.6 x with NCCL's NVLS tree across the two hosts, which auto weighs as NCCL does (over 3 x by ring)
+    assert tp16["exposed_comm_s"]["tp"] > 2 * tp8["exposed_comm_s"]["tp"]
 
 
 def test_out_of_memory_is_a_result_naming_stage_and_breakdown(run_yaml):
