@@ -92,10 +92,11 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
             # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
             found[name] = RING_STEPS[request.op](size) * (hop + n / size * per_byte)
         elif name == "ring":
-            # A pipelined chain per channel: p - 1 + L - 1 steps, each hop carrying one chunk of n / ch.
+            # A pipelined chain per channel: p - 1 + L - 1 steps, each hop carrying one chunk of n / ch; the
+            # latency is paid once per hop (NCCL keeps chunks in flight), at the slower hop's.
             chunks = chunk_count(n / channels, request.chunk_bytes)
             step = n / (channels * chunks) * max(1 / b_in, channels / (rails * b_out) if count > 1 else 0.0)
-            found[name] = (size + chunks - 2) * (max(a_in, a_out) + step)
+            found[name] = (size - 1) * max(a_in, a_out) + (size + chunks - 2) * step
         elif name == "tree":
             found[name] = tree_estimate(n, hosts, channels, rails, request.chunk_bytes, (a_in, b_in), (a_out, b_out))
         elif name == "nvls" and nvls.supports(request.ranks, topology):
@@ -121,10 +122,11 @@ def tree_estimate(n: float, hosts: list[list[int]], channels: int, rails: int, c
     hosts, D host levels deep: H = g D + g - 1, and every channel's two trees carry n / (2 ch) each. A host's
     edges to its parent start at steps g - 1, 2g - 1, ..., Dg - 1 of the pipeline and stay busy for L steps, so
     X = min(steps, D L if L < g else (D - 1) g + L) steps cross hosts; in each a rail carries k = 2 chunks (a
-    host takes its two children's at once; k = 1 between two hosts, where every host has one peer) and pays the
-    network latency; the other steps pay NVLink's. Over the whole pipeline each GPU sends n (g - 1) / g over
-    NVLink, spread over the steps. With one member per host it is the double binary tree over the ranks, each
-    tree carrying n / 2, every step crossing hosts."""
+    host takes its two children's at once; k = 1 between two hosts, where every host has one peer). Over the
+    whole pipeline each GPU sends n (g - 1) / g over NVLink, spread over the steps. The latency is paid in the H
+    steps that open an edge (NCCL keeps chunks in flight after that): the network's in those that cross hosts,
+    NVLink's in the others. With one member per host it is the double binary tree over the ranks, each tree
+    carrying n / 2, every step crossing hosts."""
     (a_in, b_in), (a_out, b_out) = inner, outer
     count, g = len(hosts), max(map(len, hosts))
     share = n / (2 * channels) if g > 1 else n / 2
@@ -136,7 +138,9 @@ def tree_estimate(n: float, hosts: list[list[int]], channels: int, rails: int, c
     rail_chunks = (1 if count == 2 else 2) * max(1, channels // rails if g > 1 else 1)
     nvlink_step = n * (g - 1) / g / (steps * b_in) if g > 1 else 0.0
     cross_step = max(nvlink_step, rail_chunks * share / chunks / b_out)
-    return 2 * (crossing * (a_out + cross_step) + (steps - crossing) * (a_in + nvlink_step))
+    crossing_fill = min(crossing, height - g + 1)
+    latency = crossing_fill * a_out + (height - crossing_fill) * a_in
+    return 2 * (latency + crossing * cross_step + (steps - crossing) * nvlink_step)
 
 
 def choose_algorithm(request: CollectiveRequest, topology: Topology) -> AlgorithmName:
