@@ -75,6 +75,7 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
     a_in, b_in: latency and bottleneck bandwidth between two members of the fullest host; a_out, b_out: between
     the first members of the first two hosts; p ranks on N hosts, g members on the fullest, n bytes, r the rails
     the group leaves each host on, ch the channels (ring.channel_count), L the pipeline chunks of a tree or chain.
+    NVLS loads its switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does.
     """
     n, size = request.nbytes, len(request.ranks)
     hosts = group_by_host(request.ranks, topology)
@@ -87,7 +88,9 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
     hop = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
     per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
     found: dict[AlgorithmName, float] = {}
-    for name in candidates(request, topology, hosts):
+    names = candidates(request, topology, hosts)
+    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
+    for name in names:
         if name == "ring" and request.op in RING_STEPS:
             # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
             found[name] = RING_STEPS[request.op](size) * (hop + n / size * per_byte)
@@ -100,15 +103,16 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
         elif name == "tree":
             found[name] = tree_estimate(n, hosts, channels, rails, request.chunk_bytes, (a_in, b_in), (a_out, b_out))
         elif name == "nvls" and nvls.supports(request.ranks, topology):
-            found[name] = nvls.LATENCY + nvls.link_bytes(request.op, n, size) / b_in
+            found[name] = nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
         elif name == "nvls":
             found[name] = (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
-                           + max(nvls.link_bytes("all_reduce", n, g) / b_in, 2 * (count - 1) / count * n / g / b_out))
+                           + max(nvls.link_bytes("all_reduce", n, g) / (nvls_rate * b_in),
+                                 2 * (count - 1) / count * n / g / b_out))
         elif name == "collnet_direct":
             # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
             found[name] = collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
         else:
-            found[name] = nvls_sharp.LATENCY + n * max((g + 1) / (g * b_in), 1 / (g * b_out))
+            found[name] = nvls_sharp.LATENCY + n * max((g + 1) / (g * nvls_rate * b_in), 1 / (g * b_out))
     return found
 
 
