@@ -577,3 +577,22 @@ def test_a_chakra_duration_beyond_a_day_is_refused_at_its_node(tmp_path):
     error = chakra_error(traces)
     assert error.file.endswith("rank0.json") and error.field == "nodes[0]"
     assert error.problem == "'forward GEMMs' lasts 1e+05 s, more than a day, longer than any training step"
+
+
+@pytest.mark.parametrize("dtype,element", [("Float8_e4m3fnuz", 1), ("Short", 2), ("ComplexFloat", 8)])
+def test_every_pytorch_scalar_type_of_a_collective_has_its_size(tmp_path, dtype, element):
+    """AMD's fp8 (fnuz), int16 and complex all-reduces were refused as an unknown data type."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, dtype=dtype)
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == 16777216 * element  # 2 ranks: (p-1)/p x 2 = 1 x n
+
+
+def test_an_nccl_kernel_name_gives_a_64_bit_integer_type(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, dtype=None)
+        edit_event(traces / f"rank{rank}.json", 8, name="ncclDevKernel_AllReduce_Sum_i64_RING_LL")
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == 16777216 * 8

@@ -63,9 +63,13 @@ KERNEL_PRIMITIVES: dict[str, Primitive] = {
 """Words of NCCL kernel names (lower-cased) -> trainsim primitives."""
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
-               "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "int": 4, "int32": 4, "i32": 4,
+               "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "i64": 8, "uint64": 8, "u64": 8,
+               "int": 4, "int32": 4, "i32": 4, "uint32": 4, "u32": 4, "short": 2, "int16": 2, "uint16": 2,
                "byte": 1, "char": 1, "bool": 1, "uint8": 1, "int8": 1, "u8": 1, "i8": 1,
-               "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8": 1, "f8": 1}
+               "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+               "fp8": 1, "f8": 1, "f8e4m3": 1, "f8e5m2": 1,
+               "complexhalf": 4, "complexfloat": 8, "complexdouble": 16}
+"""Element bytes of PyTorch's ScalarType names (`dtype`, lower-cased) and of NCCL kernel-name type words."""
 
 
 def load_json(path: Path) -> object:
