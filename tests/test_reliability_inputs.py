@@ -182,3 +182,18 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     assert err == (f"error: command line: --multipliers: {multipliers!r} needs positive, finite values "
                    "(allowed: numbers, e.g. 0.5,1,2,4)"), err
     assert not out.exists()
+
+
+def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
+    """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck is a cluster
+    state simulated as an unfolded step, ~51 million ops + flows and ~42 GiB, past the limits a plain run has.
+    The job is refused in one located line before its healthy step (it ran on for hours without a word, one
+    unfolded step per leaf); `--force` is the way past, as for a plain run."""
+    out = tmp_path / "out"
+    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
+                 "--set", "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
+    assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
+    assert not out.exists()

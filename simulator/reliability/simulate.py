@@ -93,6 +93,30 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
                        "run.replications or a shorter run.horizon; or pass --force")
 
 
+def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, gpus: int) -> None:
+    """Refuse a job whose link-degrading classes (leaf switches, cables, NICs that `degrade`) would simulate
+    each cluster state they make as an unfolded step beyond the limits a plain run has (scale.py): link faults
+    unfold the step, and 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per state, one state
+    per unit struck (the docs' leaf-switch example met ~75 leaves per replication of the 405B job and ran for
+    hours without a word)."""
+    from simulator.scale import MAX_EVENTS, MAX_MEMORY_BYTES, estimate_scale
+
+    scenario = loaded.scenario
+    linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
+    if not linked:
+        return
+    run = scenario.run.model_copy(update={"fold": False, "timeline": "summary"})
+    estimate = estimate_scale(scenario.model_copy(update={"run": run}), gpus)
+    if estimate is None or not estimate.over_limits():
+        return
+    name = linked[0].name
+    field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
+    raise loaded.error(field, f"a {name} failure degrades the cluster, and each such state is simulated as an "
+                       f"unfolded step (link faults unfold it): {estimate.describe()}, beyond the limits of "
+                       f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
+                       "effect: replace (the job restarts without the unit), a smaller cluster, or --force")
+
+
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
     scenario = loaded.scenario
     if scenario.model is None:
@@ -116,13 +140,16 @@ def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel,
 @collector_paused()
 def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
-    expected to handle more than MAX_JOB_EVENTS events is refused unless ``force``."""
+    expected to handle more than MAX_JOB_EVENTS events, or whose degraded states are unfolded steps beyond
+    the scale limits, is refused unless ``force``."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = scenario_topology(loaded)
     model, size = check_job(loaded, topology)
+    if not force:
+        _refuse_unfolded_states(loaded, model, topology.num_gpus)
     states = StepStates(loaded, topology)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
