@@ -17,7 +17,7 @@ from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM, Category
 
 EXPERT_DP_STREAM = "expert_dp"
-"""ZeRO-1/2's all-gathers of the routed experts' parameters over the expert-data-parallel group."""
+"""ZeRO's all-gathers of the routed experts' parameters over the expert-data-parallel group."""
 
 
 class BlockPasses(BuilderCore):
@@ -142,11 +142,13 @@ class BlockPasses(BuilderCore):
                     self._param_gathers.setdefault((rank, vstage, id(block)), []).append(op)
 
     def _expert_param_gather(self, rank: int, experts: list[ExpertWork], key: str, deps: list[int]) -> int | None:
-        """ZeRO-1/2: the distributed optimizer updates each routed expert's parameters shard by shard over the
+        """ZeRO: the distributed optimizer updates each routed expert's parameters shard by shard over the
         expert-data-parallel group, so that group all-gathers ``experts``' parameters before they are used
         again, as the DP x CP group gathers the rest: Megatron-Core's expert-parallel buffers, whose gathers run
-        on their own communicator beside the dense buckets' (``EXPERT_DP_STREAM``). None when the group is one
-        rank."""
+        on their own communicator beside the dense buckets' (``EXPERT_DP_STREAM``). Under ZeRO-3 too: routed
+        experts keep their weights and gradients whole at every stage (memory.expert_sharding), their
+        gradients reduced once after the last micro-batch, so only their optimizer state is sharded. None
+        when the group is one rank."""
         if not experts:
             return None
         ep = experts[0].ep

@@ -3,7 +3,7 @@ DDP gradient buckets, ZeRO/FSDP gathers and reduce-scatters, and the optimizer s
 
 Streams: `compute` runs kernels and the blocking TP/CP collectives (as Megatron does); `tp` the chunked TP
 collectives that `tp_comm_overlap` runs against their neighbouring GEMMs; `dp` runs gradient buckets, ZeRO
-reduce-scatters and ZeRO-1/2 parameter gathers; `expert_dp` ZeRO-1/2's gathers of routed experts over the
+reduce-scatters and ZeRO-1/2 parameter gathers; `expert_dp` ZeRO's gathers of routed experts over the
 expert-data-parallel group (their own communicator); `dp_all_reduce` HSDP's all-reduces across replicas; `zero`
 runs ZeRO-3 parameter prefetches; `pp` holds the asynchronous P2P sends and receives (each runs as soon as its
 data is ready, like isend/irecv).
@@ -622,9 +622,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
                              sm_bound_share=0.0)
-        if sharding.stage not in (1, 2) or sharding.overlap_param_gather:
+        if sharding.stage == 0 or sharding.overlap_param_gather:
             return
-        if self._dp_size() > 1:
+        if self._dp_size() > 1 and sharding.stage in (1, 2):
             group = self._dp_group(rank)
             params = sum(plan.stages[vs].params for vs in vstages)
             self._collective(rank, DP_STREAM, "all_gather params", "all_gather", group, params * sharding.param_bytes,

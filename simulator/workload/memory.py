@@ -119,8 +119,11 @@ def model_state_memory(
 def expert_sharding(sharding: Sharding, ep: int, tp: int) -> Sharding:
     """How routed experts' state is sharded: over the expert-data-parallel group (the ranks holding the same
     experts: every TP rank holds them whole, so tp / ep times the data-parallel ranks), as Megatron-Core's
-    distributed optimizer shards expert parameters over that group, not over the whole data-parallel group."""
-    return replace(sharding, degree=max(1, sharding.degree * tp // ep))
+    distributed optimizer shards expert parameters over that group, not over the whole data-parallel group.
+    Only their optimizer state, at any ZeRO stage (ZeRO-1's sharding): the step keeps the experts' weights
+    whole (no per-layer gather; the optimizer's updates are all-gathered after it) and accumulates their
+    gradients whole until one reduce-scatter after the last micro-batch (parallel/block_passes.py)."""
+    return replace(sharding, stage=min(sharding.stage, 1), degree=max(1, sharding.degree * tp // ep))
 
 
 def routed_params(model: ModelSpec, layers: int, ep: int) -> float:
