@@ -86,3 +86,12 @@ def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
         assert 1 / ESTIMATE_FACTOR <= estimates(request, topology)["nvls"] / times["nvls"] <= ESTIMATE_FACTOR
     assert choose_algorithm(CollectiveRequest(op, tuple(range(72)), 4 * KIB), topology) == "nvls"
+
+
+def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
+    """Hosts whose switches reduce but whose GPUs (A100) cannot drive NVLS: auto weighed the NVLS tree across
+    them and ended every all-reduce there in 'nvls needs GPUs with NVLink SHARP', which nobody had asked for."""
+    node = {"kind": "nvswitch_node", "gpu_model": "a100-80gb", "nvls": "nvswitch3"}
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2, "node": node})
+    request = CollectiveRequest("all_reduce", tuple(range(16)), 64 * MIB, chunk_bytes=CHUNK)
+    assert choose_algorithm(request, topology) == "ring"

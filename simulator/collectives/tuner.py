@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from functools import cache
 
+from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp
 from simulator.collectives.names import AlgorithmName
@@ -31,9 +32,9 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
     NCCL runs them through CollNet only, not modelled; PAT, for one GPU per host, is not modelled). All-reduce:
     the ring; the tree across hosts (inside one host NCCL's tree is a chain of the GPUs, which the `tree` here,
     a double binary tree over the ranks, is not); NVLS inside one domain and, with two or more members on every
-    host, NCCL's NVLS tree across hosts (`nvls`); CollNetDirect and multi-node NVLS (`nvls_sharp`) where the
-    switches reduce (NCCL enables both only with CollNet). `hierarchical` is not an NCCL algorithm and is never
-    a candidate."""
+    host, NCCL's NVLS tree across hosts (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect and multi-node
+    NVLS (`nvls_sharp`) where the switches reduce (NCCL enables both only with CollNet). `hierarchical` is not an
+    NCCL algorithm and is never a candidate."""
     op = request.op
     inside = len(hosts) == 1
     nvls_domain = nvls.supports(request.ranks, topology)
@@ -48,7 +49,7 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return found
     found.append("tree")
     even = len({len(members) for members in hosts}) == 1
-    if topology.nvls and even and len(hosts[0]) > 1:
+    if topology.nvls and nvls_efficiency(topology.gpu_model) is not None and even and len(hosts[0]) > 1:
         found.append("nvls")
     if collnet_direct.supports(request.ranks, topology):
         found.append("collnet_direct")
