@@ -171,7 +171,8 @@ class _Parsed:
             elif category == "cuda_sync":
                 (self.waits if "wait_on_stream" in args else self.syncs).append(event)
             elif category == "user_annotation" and str(event.get("name", "")).startswith("ProfilerStep#"):
-                self.step_window = (ts * US, (ts + dur) * US)
+                if self.step_window is None or ts * US >= self.step_window[0]:
+                    self.step_window = (ts * US, (ts + dur) * US)
             elif category == "cpu_op":
                 self.cpu.append((index, event))
                 if event.get("name") == "record_param_comms":
@@ -183,7 +184,7 @@ class _Parsed:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives."""
         comms = {tid: _Spans(spans) for tid, spans in self.comms.items()}
         gemms = {tid: _Spans(spans) for tid, spans in self.gemms.items()}
-        ordered = sorted(self.gpu, key=lambda item: (item[1]["ts"], item[0]))
+        ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []
         by_stream: dict[str, list[int]] = {}
@@ -201,6 +202,20 @@ class _Parsed:
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)
         return self._with_waits(ops, by_stream, ordered), unknown
+
+    def _in_step(self, gpu: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
+        """The GPU ops of the profiled step: those launched inside the last ProfilerStep annotation where the
+        trace marks steps (a profile of several steps replays its last), ops without a recorded launch by their
+        start from the annotation's; all of them where no step is marked or none was launched inside it."""
+        if self.step_window is None:
+            return gpu
+        low, high = self.step_window
+        kept = []
+        for index, event in gpu:
+            launch = self.launches.get((event.get("args") or {}).get("correlation"))
+            if low <= launch[0] * US <= high if launch is not None else low <= event["ts"] * US:
+                kept.append((index, event))
+        return kept or gpu
 
     def _collective(self, index: int, event: dict, args: dict, name: str, stream: str,
                     comms: dict[object, _Spans]) -> TracedOp | None:
