@@ -37,6 +37,7 @@ from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
+from simulator.topology.loader import scenario_topology
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -275,7 +276,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         from simulator.parameter_server.summary import ps_report
 
         plan = program.parameter_server
-        comparison, _ = run_ops(topology, plan.comparison, settings)
+        healthy = scenario_topology(loaded) if faults.changes_network else topology  # links down stay down
+        comparison, _ = run_ops(healthy, plan.comparison, settings)
         summary["parameter_server"] = ps_report(plan, result.timeline, result.flow_routes.tolist(), topology,
                                                 summary["step_time_s"], comparison)
     if blocker:

@@ -320,3 +320,31 @@ def test_sync_throughput_counts_every_worker_whose_iteration_ends_just_after_the
     ps = summary["parameter_server"]
     assert ps["samples_per_s"] == pytest.approx(ps["samples_per_iteration"] / ps["iteration_s"]["mean"], rel=1e-6)
     assert ps["tokens_per_s"] == pytest.approx(summary["tokens_per_s"], rel=1e-6)
+
+
+FAT_TREE = """
+cluster: {topology: dgx-h100-cluster, nodes: 3}
+model: {layers: 2, hidden: 1024, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 2}
+parallelism: {strategy: parameter_server}
+ps: {servers: 1, mode: sync, iterations: 2}
+"""
+
+
+def test_the_compared_allreduce_runs_on_the_cluster_as_built(run_yaml):
+    """A link taken down in the step stayed down for the comparison all-reduce run after it (the rerouter
+    stays installed on the topology): with h0/nic0's cable cut, its rail-0 ring hops went over NVLink to a
+    peer's NIC and the all-reduce took 1.95 ms instead of 1.04 ms. It now runs on the cluster as built, and
+    its detours no longer count among the step's rerouted routes."""
+    healthy = run_yaml(FAT_TREE).summary["parameter_server"]["allreduce"]
+    cut = run_yaml(FAT_TREE, "faults.step.links=[{link: [h0/nic0, leaf0.r0]}]").summary
+    assert cut["parameter_server"]["allreduce"] == healthy
+    assert cut["faults"]["rerouted_routes"] > 0
+
+
+def test_pushes_rerouted_around_a_failed_link_still_name_a_server_link(run_yaml):
+    """With rail 0's leaf cut off from the spines, the pushes to server GPU 16 arrive partly by its own NIC and
+    partly over NVLink from a peer's (PXN), and share no link: the summary raised ValueError (a traceback). The
+    server link is then the slowest of the last links they arrive by, the GPU's PCIe link from its NIC."""
+    summary = run_yaml(FAT_TREE, "faults.step.links=[{uplinks_of: leaf0.r0}]").summary
+    assert summary["parameter_server"]["server_links"]["per_server_gpu"]["16"]["link"] == "h2/nic0->h2/gpu0"

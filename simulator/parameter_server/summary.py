@@ -14,13 +14,14 @@ Definitions (docs/parameter_server.md):
   GPUs. Sync applies one update per iteration after every push is in, so its staleness is 0.
 - lag: when a worker starts iteration j, j minus the iterations the slowest worker has completed (its update
   applied on every server GPU); SSP keeps it at most k.
-- server link: per server GPU the slowest network link every push to it crosses (and its reverse for pulls);
+- server link: per server GPU the slowest network link every push to it crosses (and its reverse for pulls;
+  where pushes rerouted around a failed link share none, the slowest of the last links they arrive by);
   utilisation is the bytes the run moved over it divided by what its line rate carries in the run.
 - the all-reduce it is compared with: one ring all-reduce of the same gradient over the same workers, simulated
-  alone on the same cluster and network settings (the program's `PsPlan.comparison`, which simulation.py runs
-  after the step and hands in); its bytes in total, per worker and on its busiest link,
-  against the servers' per iteration (seed 001: 2 x workers x parameters through the servers, against about
-  2 x parameters per worker spread over every link of the ring).
+  alone on the same cluster, as built (a step's link faults do not carry over), and network settings (the
+  program's `PsPlan.comparison`, which simulation.py runs after the step and hands in); its bytes in total,
+  per worker and on its busiest link, against the servers' per iteration (seed 001: 2 x workers x parameters
+  through the servers, against about 2 x parameters per worker spread over every link of the ring).
 """
 
 from __future__ import annotations
@@ -177,13 +178,15 @@ def _lag(ops: pd.DataFrame, forwards: pd.Series, workers: list[int], n: int, syn
 def _server_links(flows: pd.DataFrame, routes: list[tuple[int, ...]], carried: Counter[int], topology: Topology,
                   endpoints: list[int], makespan_s: float) -> dict:
     """Per server GPU the slowest link on every push's route into it and its reverse, with their utilisation
-    (``flows`` are the pushes and pulls, numbered by their position among every flow row in ``flow``)."""
+    (``flows`` are the pushes and pulls, numbered by their position among every flow row in ``flow``). Pushes
+    rerouted around a failed link may share none: then the slowest of the last links they arrive by."""
     per_gpu, shares = {}, []
     for e in endpoints:
         into = flows[flows["dst"] == e]["flow"]
         if into.empty:
             continue
-        common = set.intersection(*(set(routes[index]) for index in into))
+        arrivals = [routes[index] for index in into]
+        common = set.intersection(*(set(route) for route in arrivals)) or {route[-1] for route in arrivals}
         link = min(common, key=lambda k: (topology.link_bandwidth[k], k))
         u, v = topology.link_ends[link]
         back = topology.link_index[(v, u)]
