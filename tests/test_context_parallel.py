@@ -72,6 +72,23 @@ def test_all_gather_attention_takes_the_same_causal_shares(run_yaml):
         assert extra == pytest.approx(core * ((2 * cp_rank + 1) / CP - 1), rel=1e-9)
 
 
+def test_all_gather_gathers_the_kv_again_before_the_backward(run_yaml):
+    """Transformer Engine's AttnFuncWithCPAndKVAllGather saves only the rank's own K and V, so its backward
+    all-gathers them again before reduce-scattering their gradients: (cp-1)/cp of the sequence's K/V per rank
+    three times per layer, as the ring moves. The backward's gather was missing (twice the forward's bytes)."""
+    frame = run_yaml(SCENARIO, "parallelism.cp_algorithm=all_gather").timeline
+    expected = (CP - 1) / CP * _kv_bytes()
+    ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "cp")]
+    backward = frame[(frame["rank"] == 0) & (frame["name"] == "B0 L0.attn")]
+    for rank in (0, 2, 4, 6):
+        assert _sent(frame, "cp.fwd.mb0.vs0.L0.attn.", rank) == pytest.approx(expected, rel=1e-12)
+        assert _sent(frame, "cp.bwd.gather.mb0.vs0.L0.attn.", rank) == pytest.approx(expected, rel=1e-12)
+        assert _sent(frame, "cp.bwd.mb0.vs0.L0.attn.", rank) == pytest.approx(expected, rel=1e-12)
+    gather = ops[ops["key"].str.startswith("cp.bwd.gather.mb0.vs0.L0.attn.")]
+    assert gather["name"].tolist() == ["cp all_gather L0.attn"]
+    assert float(gather["end_s"].iloc[0]) <= float(backward["start_s"].iloc[0])
+
+
 def test_ring_hides_kv_traffic_that_all_gather_exposes(run_yaml):
     # SM contention off: at 8k keys on NVLink the SMs the ring's kernels hold beside the causal attention
     # backward cost about what the ring hides. The forward and backward end earlier by nearly what the ring hides

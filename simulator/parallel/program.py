@@ -275,15 +275,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return [self._collective(rank, COMPUTE_STREAM, f"tp {op} {block.name}", op, group, block.tp_bytes, key,
                                  deps, "tp", mb)]
 
-    def _cp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int) -> list[int]:
+    def _cp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
+                       gather: bool = False) -> list[int]:
         """Context parallelism: gather the KV of the whole sequence before attention (forward and recompute),
-        reduce-scatter their gradients after its backward."""
+        gather them again before its backward (``gather``) and reduce-scatter their gradients after it:
+        Transformer Engine's AttnFuncWithCPAndKVAllGather saves only the rank's own K and V for the backward."""
         layout = self.plan.layout
         if layout.cp == 1 or block.cp_bytes <= 0:
             return deps
-        op: Primitive = "reduce_scatter" if phase.input_grads else "all_gather"
+        op: Primitive = "reduce_scatter" if phase.input_grads and not gather else "all_gather"
         group = layout.group("cp", rank)
-        key = f"cp.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
+        key = f"cp.{phase}{'.gather' if gather else ''}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
                                  deps, "cp", mb)]
 
@@ -322,6 +324,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                     deps = [self._pass(rank, block, Pass.RECOMPUTE, name, block.recompute_s,
                                        block.recompute_flops, deps, "recompute", mb, vstage,
                                        block.sm_bound_seconds(Pass.RECOMPUTE))]
+            deps = self._cp_collective(rank, block, Pass.BACKWARD, deps, mb, vstage, gather=True)
             weights = phase.weight_grads
             duration = block.backward_input_s + (block.backward_weight_s if weights else 0.0)
             flops = block.backward_flops - (0.0 if weights else block.backward_weight_flops)
