@@ -626,3 +626,17 @@ def test_a_profile_of_two_steps_replays_its_last_step(tmp_path):
     assert two.summary["step_time_s"] == pytest.approx(one.summary["step_time_s"], rel=EXACT)
     assert two.summary["ops_executed"] == one.summary["ops_executed"]
     assert two.summary["trace"]["traced_step_time_s"] == pytest.approx(4000e-6, rel=EXACT)
+
+
+@pytest.mark.parametrize("description,kind", [
+    ("TENSOR_MODEL_PARALLEL_GROUP", "tp"), ("mesh_tp", "tp"), ("CONTEXT_PARALLEL_GROUP", "cp"),
+    ("EXPERT_MODEL_PARALLEL_GROUP", "ep"), ("DATA_PARALLEL_GROUP_WITH_CP", "dp"), ("mesh_dp_shard_cp", "dp"),
+    ("EXPERT_DATA_PARALLEL_GROUP", "dp"), ("TENSOR_AND_EXPERT_PARALLEL_GROUP", "ep"), ("default_pg", "dp")])
+def test_a_collective_counts_as_the_dimension_its_group_description_names(tmp_path, description, kind):
+    """Megatron-LM spells its groups out (TENSOR_MODEL_PARALLEL_GROUP): its TP all-reduces counted as DP, and
+    torchtitan's FSDP over `dp_shard_cp` as CP."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, **{"Process Group Description": description})
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert [name for name, nbytes in result.summary["traffic_bytes_per_gpu"].items() if nbytes] == [kind]

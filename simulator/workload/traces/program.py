@@ -34,8 +34,15 @@ from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
 READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
-GROUP_KINDS: tuple[CommCategory, ...] = ("tp", "cp", "pp", "ep", "dp")
-"""The dimensions a process group's description may name, in the order they are looked for."""
+GROUP_WORDS: dict[str, CommCategory] = {"dp": "dp", "data": "dp", "fsdp": "dp", "ddp": "dp", "ep": "ep",
+                                        "expert": "ep", "cp": "cp", "context": "cp", "tp": "tp", "tensor": "tp",
+                                        "pp": "pp", "pipeline": "pp"}
+"""Words of a process group's description (torchtitan's mesh names `dp_shard_cp`, Megatron-LM's
+`TENSOR_MODEL_PARALLEL_GROUP`) -> the dimension they name."""
+GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
+"""Which dimension a description naming several counts as: a group spanning data parallelism carries gradients
+(`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
+tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
 GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
                                          "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
@@ -189,8 +196,8 @@ def _category(op: TracedOp) -> CommCategory:
     pp, anything else as dp (data-parallel gradients are what traces of DDP and FSDP jobs carry)."""
     if op.kind in ("send", "recv"):
         return "pp"
-    words = set(re.split(r"[^a-z]+", op.description.lower()))
-    return next((kind for kind in GROUP_KINDS if kind in words), "dp")
+    named = {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", op.description.lower()) if word in GROUP_WORDS}
+    return next((kind for kind in GROUP_KINDS if kind in named), "dp")
 
 
 class _Builder:
