@@ -48,11 +48,15 @@ def link_bytes(op: Primitive, nbytes: float, size: int) -> float:
     return nbytes * (size + 1) / size if op == "all_reduce" else nbytes
 
 
+def available(topology: Topology) -> bool:
+    """Whether ``topology`` can run NVLS at all: switches that reduce (``topology.nvls``) and GPUs that drive
+    NVLink SHARP (an efficiency in the catalog)."""
+    return topology.nvls and nvls_efficiency(topology.gpu_model) is not None
+
+
 def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
-    """NVLS needs the whole group in one NVLink domain whose switches reduce (``topology.nvls``), on GPUs that
-    drive NVLink SHARP."""
-    return (topology.nvls and nvls_efficiency(topology.gpu_model) is not None
-            and len({topology.gpu_domain[rank] for rank in ranks}) == 1)
+    """NVLS inside one domain: the whole group in one NVLink domain of a topology that can run it."""
+    return available(topology) and len({topology.gpu_domain[rank] for rank in ranks}) == 1
 
 
 def in_switch_efficiency(topology: Topology) -> float:

@@ -13,7 +13,6 @@ either.
 
 from __future__ import annotations
 
-from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.sharp import NVLS_SHARP_NET_LATENCY
 from simulator.collectives import nvls
 from simulator.collectives.collnet_direct import check, sharp_transfers
@@ -30,7 +29,7 @@ LATENCY = nvls.LATENCY + NVLS_SHARP_NET_LATENCY
 def fits(topology: Topology, hosts: list[list[int]]) -> bool:
     """NVLS needs every host's members on NVLink-SHARP switches (more than one GPU per host), on GPUs that drive
     NVLink SHARP."""
-    return topology.nvls and nvls_efficiency(topology.gpu_model) is not None and len(hosts[0]) > 1
+    return nvls.available(topology) and len(hosts[0]) > 1
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:

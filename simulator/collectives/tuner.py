@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from simulator.catalog.calibration import nvls_efficiency
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp
 from simulator.collectives.names import AlgorithmName
@@ -49,7 +48,7 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return found
     found.append("tree")
     even = len({len(members) for members in hosts}) == 1
-    if topology.nvls and nvls_efficiency(topology.gpu_model) is not None and even and len(hosts[0]) > 1:
+    if nvls.available(topology) and even and len(hosts[0]) > 1:
         found.append("nvls")
     if collnet_direct.supports(request.ranks, topology):
         found.append("collnet_direct")
