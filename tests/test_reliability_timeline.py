@@ -44,7 +44,8 @@ def test_every_host_stays_in_use_after_a_restart_whatever_the_hosts_per_replica(
     """A software failure on a GPU of the last host at 1 h, 5 h and 9 h interrupts the job three times when a
     host holds two replicas (TP 4 on 8-GPU hosts) or a replica spans 1.5 hosts (TP 4 x PP 3). Before the fix
     the restart set the hosts in use to replicas x (hosts // replicas): 0 or 2 hosts, so every later failure
-    of the last host was taken for one of a host the job no longer used, and the job met one interruption."""
+    of the last host was taken for one of a host the job no longer used, and the job met one interruption.
+    Each restart row's step is the checkpoint's the job resumes from, as its failure row's (it was 0)."""
     text = f"""
 cluster: {{topology: dgx-h100-cluster, nodes: {nodes}, leaf_ports: 2, spines: 2}}
 model: {{layers: 6, hidden: 2048, heads: 16, vocab: 32000}}
@@ -60,6 +61,12 @@ restart: {{detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0}}
     job = job_with((1 * H, 0, last_gpu, 0.0), (5 * H, 0, last_gpu, 0.0), (9 * H, 0, last_gpu, 0.0), text=text)
     assert job.summary["interruptions"]["unexpected"]["mean"] == 3
     assert (job.events["kind"] == "restart").sum() == 3
+    events = job.events
+    checkpoints = events[events["kind"] == "checkpoint"]
+    failures, restarts = events[events["kind"] == "failure"], events[events["kind"] == "restart"]
+    for failure, restart in zip(failures.itertuples(), restarts.itertuples()):
+        resumed = checkpoints[checkpoints["end_s"] <= failure.start_s]["step"].max()
+        assert restart.step == failure.step == resumed > 0  # a restart's step was 0
 
 
 def test_a_spine_repaired_during_a_restart_does_not_block_the_next_one(job_with):

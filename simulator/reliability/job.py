@@ -290,7 +290,8 @@ class JobProcess:
                 planned = False
                 continue
             self._relaunch(end, replicas)
-            self.events.add("restart", begin, end, cause="maintenance" if planned else "failure")
+            self.events.add("restart", begin, end, cause="maintenance" if planned else "failure",
+                            step=self.clock.steps)
             return
 
     def _maintenance_stop(self, costs: SegmentCosts) -> float:
