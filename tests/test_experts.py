@@ -324,3 +324,17 @@ def test_zero_3_keeps_the_experts_weights_whole_and_gathers_what_their_optimizer
     assert float(gathered["bytes"].sum()) == pytest.approx(2 * 2 * 3 * mixtral.hidden * mixtral.moe.expert_ffn_hidden
                                                            * 2, rel=1e-12)
     assert float(gathered["start_s"].iloc[0]) >= float(step["end_s"].iloc[0])
+
+
+def test_expert_optimizer_state_is_sharded_over_tp_when_dp_and_cp_are_one(run_yaml):
+    """dp = cp = 1 with tp 8 under ZeRO-1: the step reduce-scatters the experts' gradients over the TP-formed
+    expert-data-parallel group and updates an eighth of them per rank, so the memory holds an eighth of their
+    optimizer state. The memory model dropped ZeRO whenever dp x cp was 1 and counted it whole (32.0 GiB)."""
+    summary = run_yaml(SCENARIO, "cluster.nodes=1", "parallelism.tp=8", "parallelism.ep=1", "parallelism.dp=1",
+                       "parallelism.zero=1").summary
+    unsharded = run_yaml(SCENARIO, "cluster.nodes=1", "parallelism.tp=8", "parallelism.ep=1", "parallelism.dp=1",
+                         "parallelism.zero=0").summary
+    model = get_model("mixtral-8x7b")
+    routed = 2 * 8 * 3 * model.hidden * model.moe.expert_ffn_hidden  # 2 layers x 8 experts, whole on every rank
+    saved = unsharded["memory_per_stage_gib"][0]["optimizer"] - summary["memory_per_stage_gib"][0]["optimizer"]
+    assert saved * 2**30 == pytest.approx(12 * routed * 7 / 8, rel=1e-9)

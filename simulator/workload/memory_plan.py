@@ -44,7 +44,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
                        dtype_bytes=int(plan.sharding.param_bytes))
     dp_ways = layout.dp * layout.cp
-    stage = plan.sharding.stage if dp_ways > 1 else 0
+    stage = plan.sharding.stage  # with dp x cp = 1 the dense part shards over 1 rank; experts over tp / ep
     accumulates = stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch
     if accumulates and not plan.sharding.fsdp:
         stage = 1
