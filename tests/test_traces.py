@@ -640,3 +640,17 @@ def test_a_collective_counts_as_the_dimension_its_group_description_names(tmp_pa
         comms_args(traces, rank, **{"Process Group Description": description})
     _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
     assert [name for name, nbytes in result.summary["traffic_bytes_per_gpu"].items() if nbytes] == [kind]
+
+
+def test_an_unsupported_chakra_collective_lists_the_types_by_name(tmp_path):
+    """The allowed list named only numbers and primitives ('0 (all_reduce), ..., 9 (all_reduce)'), not the
+    CollectiveCommType names a trace writes and trainsim reads."""
+    traces = copy_traces(CHAKRA_2RANK, tmp_path)
+    path = traces / "rank0.json"
+    path.write_text(path.read_text().replace('{"name": "comm_type", "int64Val": "0"}',
+                                             '{"name": "comm_type", "stringVal": "GATHER"}'))
+    error = chakra_error(traces)
+    assert error.field == "nodes[1]"
+    assert error.problem == "collective type 'GATHER' of 'all_reduce gradients' is not supported"
+    assert error.allowed == ("ALL_REDUCE (0), REDUCE (1), ALL_GATHER (2), BROADCAST (5), ALL_TO_ALL (6), "
+                             "REDUCE_SCATTER (7), REDUCE_SCATTER_BLOCK (8), BARRIER (9)")

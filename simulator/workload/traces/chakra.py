@@ -207,7 +207,8 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
             primitive = COLLECTIVE_TYPES[as_int(code)]
         except (KeyError, TypeError, ValueError):
             raise trace_error(file, where, f"collective type {comm_type!r} of {name!r} is not supported",
-                              ", ".join(f"{key} ({value})" for key, value in COLLECTIVE_TYPES.items())) from None
+                              ", ".join(f"{key} ({code})" for key, code in COLLECTIVE_NAMES.items()
+                                        if code in COLLECTIVE_TYPES)) from None
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
                         group=group or "default", deps=deps)
     send = kind == "COMM_SEND_NODE"
