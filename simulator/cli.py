@@ -338,7 +338,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return 1
     update, stop = progress_printer(args.quiet)
     try:
-        report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, on_progress=update)
+        report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, force=args.force,
+                           on_progress=update)
     except KeyboardInterrupt:
         stop()
         print(f"interrupted: the finished points are in {out}/results.parquet; run again to resume",
@@ -510,6 +511,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="Dask scheduler address (default: start a LocalCluster)")
     sweep.add_argument("--max-points", type=_at_least(1), default=10_000, help="refuse sweeps with more points")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
+    sweep.add_argument("--force", action="store_true",
+                       help="run points even beyond the scale limits (and again those refused before)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sweep.set_defaults(func=_cmd_sweep)
 

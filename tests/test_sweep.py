@@ -348,3 +348,33 @@ outputs: true
         assert written["ettr"] == expected.summary["ettr"]
     assert rows["interruptions.unexpected.mean"].iloc[1] > 2 * rows["interruptions.unexpected.mean"].iloc[0]
     assert run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor()).reused == 2
+
+
+def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, capsys):
+    """A point over the job-event limit says "or pass --force"; `trainsim sweep` had no --force, so the advice
+    could not be followed. Now --force runs it, and runs again the point an earlier run refused."""
+    import simulator.reliability.simulate as job_simulation
+
+    monkeypatch.setattr(job_simulation, "MAX_JOB_EVENTS", 10)
+    path = tmp_path / "sweep.yaml"
+    path.write_text("""
+base:
+  cluster: {topology: dgx-h100, gpus: 8}
+  model: {preset: llama3-8b}
+  training: {seq_len: 2048, global_batch: 8}
+  parallelism: {tp: 8}
+  run: {horizon: 2 d, replications: 1, seed: 3}
+  faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
+  checkpoint: {interval: 30 min, size: 1 GB}
+grid:
+  faults.rate_multiplier: [1]
+""")
+    out = tmp_path / "out"
+    command = ["sweep", str(path), "--out", str(out), "--executor", "serial", "--quiet"]
+    assert main(command) == 0
+    refused = pd.read_parquet(out / "results.parquet")
+    assert list(refused["status"]) == ["invalid"]
+    assert refused["error"][0].endswith("or pass --force)")
+    assert main([*command, "--force"]) == 0
+    assert list(pd.read_parquet(out / "results.parquet")["status"]) == ["ok"]
+    assert "1 ok; 0 reused" in capsys.readouterr().out

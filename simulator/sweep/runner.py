@@ -38,6 +38,8 @@ class PointTask:
     overrides: tuple[Override, ...] = ()
     """The point's axis values as overrides of the base: an error in a field an axis set is located at that
     axis, as when the sweep is read."""
+    force: bool = False
+    """Run the point even beyond the scale limits (`trainsim sweep --force`), as `trainsim run --force` would."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +63,9 @@ def run_point(task: PointTask) -> PointRecord:
     try:
         loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides)
         if loaded.scenario.run.horizon is not None:
-            summary = _run_job(loaded, task.outputs_dir)
+            summary = _run_job(loaded, task.outputs_dir, task.force)
         else:
-            result = simulate(loaded)
+            result = simulate(loaded, force=task.force)
             summary = result.summary
             if task.outputs_dir is not None:
                 from simulator.report.writers import write_outputs
@@ -78,22 +80,24 @@ def run_point(task: PointTask) -> PointRecord:
     return PointRecord(task.index, task.key, "ok", "", flatten(summary))
 
 
-def _run_job(loaded: LoadedScenario, outputs_dir: str | None) -> dict:
+def _run_job(loaded: LoadedScenario, outputs_dir: str | None, force: bool) -> dict:
     """A point whose scenario has `run.horizon`: the job simulation, as `trainsim run` runs it; its
     job_summary.json is the point's row."""
     from simulator.reliability.report import write_job_outputs
     from simulator.reliability.simulate import simulate_job
 
-    job = simulate_job(loaded)
+    job = simulate_job(loaded, force=force)
     if outputs_dir is not None:
         write_job_outputs(Path(outputs_dir), job.summary, job.table, job.step_summary, loaded)
     return job.summary
 
 
-def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False,
+def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
               on_progress: Callable[[int, int], None] | None = None) -> SweepReport:
     """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key) and
-    write the results table. ``on_progress(done, total)`` is called after each point."""
+    write the results table. ``force`` runs points beyond the scale limits, and runs again those an earlier run
+    found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
+    point."""
     out_dir.mkdir(parents=True, exist_ok=True)
     earlier = read_records(out_dir)
     records: dict[int, PointRecord] = {}
@@ -101,7 +105,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     outputs = point_outputs or sweep.outputs
     for point in sweep.points:
         previous = earlier.get(point.index)
-        if previous is not None and previous.key == point.key and (
+        if previous is not None and previous.key == point.key and not (force and previous.status == "invalid") and (
                 not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
             records[point.index] = previous
         elif point.skipped:
@@ -112,7 +116,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     reused = sum(1 for index, record in records.items() if earlier.get(index) is record)
     values = {point.index: point.values for point in sweep.points}
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
-                       str(point_folder(out_dir, p.index)) if outputs else None, p.overrides) for p in todo]
+                       str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force) for p in todo]
     try:
         if on_progress:
             on_progress(len(records), len(sweep.points))
