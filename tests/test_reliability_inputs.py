@@ -197,3 +197,20 @@ def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
     assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
     assert not out.exists()
+
+
+def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_path, capsys):
+    """The docs' throttling class on the 16,384-GPU job: a straggler state slows one replica's stage, whose
+    data-parallel traffic shares links with the other replicas', so each distinct set of stages slowed is an
+    unfolded step past the limits a plain run has. The job is refused in one located line (it ran on for hours
+    without a word); `--force` is the way past."""
+    out = tmp_path / "out"
+    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
+                 "--set", "faults.components={throttling: {unit: gpu, effect: straggle, slowdown: 1.3, "
+                 "mtbf: 5000 h, repair: 1 d}}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
+    assert "shares links with the other replicas'" in err
+    assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
+    assert not out.exists()

@@ -70,6 +70,17 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     return slowdowns, ""
 
 
+def straggler_blocker(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, factor: float) -> str:
+    """Why a job's straggler state would run ``program`` (folded) unfolded ('' when it folds): a state slows
+    the representatives of some pipeline stages (reliability/states.py), and whichever stages they are, the
+    step folds exactly when one slowed representative does (a stage of one rank is slowed alike, else the
+    answer is whether the replica's traffic meets another's), so one straggler on the first stage asks it."""
+    if program.layout is None:
+        return "stragglers in a step without a parallel layout"
+    plan = StepFaultPlan(slowdowns=((program.layout.rank_of(pp=0), Slowdown(factor)),))
+    return fold_with_faults(plan, program, plans, shapes)[1]
+
+
 def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
     """What the analyses before ``program``'s run share, made once per program: its collectives by shape and
     their ordering (built on first use)."""

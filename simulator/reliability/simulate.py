@@ -93,28 +93,53 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
                        "run.replications or a shorter run.horizon; or pass --force")
 
 
-def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, gpus: int) -> None:
-    """Refuse a job whose link-degrading classes (leaf switches, cables, NICs that `degrade`) would simulate
-    each cluster state they make as an unfolded step beyond the limits a plain run has (scale.py): link faults
-    unfold the step, and 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per state, one state
-    per unit struck (the docs' leaf-switch example met ~75 leaves per replication of the 405B job and ran for
-    hours without a word)."""
+def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float) -> str:
+    """Why the job's straggler states would run unfolded while its healthy step folds ('' otherwise): the
+    folded program is built and checked with one slowed representative (about a second on 16,384 GPUs)."""
+    from simulator.engine.fold_policy import fold_blocker, program_indexes, straggler_blocker
+    from simulator.simulation import network_settings, plan_cache, step_program
+
+    if not loaded.scenario.run.fold or fold_blocker(topology):
+        return ""
+    program = step_program(loaded, topology, fold=True)
+    if not program.folded:
+        return ""
+    shapes, _ = program_indexes(program)
+    plans = plan_cache(topology, network_settings(loaded, topology))
+    return located(loaded, lambda: straggler_blocker(program, plans, shapes, factor))
+
+
+def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, topology: Topology) -> None:
+    """Refuse a job whose degraded or straggling states would each be simulated as an unfolded step beyond the
+    limits a plain run has (scale.py): link faults unfold the step (leaf switches, cables, NICs that
+    `degrade`), and so do stragglers in one replica whose traffic meets the others' (each distinct set of
+    stages slowed is a state). 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per state (the
+    docs' leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands
+    of straggler states, and both ran for hours without a word)."""
     from simulator.scale import MAX_EVENTS, MAX_MEMORY_BYTES, estimate_scale
 
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
-    if not linked:
+    straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
+    if not (linked or straggling):
         return
     run = scenario.run.model_copy(update={"fold": False, "timeline": "summary"})
-    estimate = estimate_scale(scenario.model_copy(update={"run": run}), gpus)
+    estimate = estimate_scale(scenario.model_copy(update={"run": run}), topology.num_gpus)
     if estimate is None or not estimate.over_limits():
         return
-    name = linked[0].name
+    limits = (f"{estimate.describe()}, beyond the limits of {MAX_MEMORY_BYTES / 2**30:.0f} GiB and "
+              f"{MAX_EVENTS:,} ops + flows")
+    if linked:
+        name, problem, why = linked[0].name, "degrades the cluster", "link faults unfold it"
+        allowed = "effect: replace (the job restarts without the unit), a smaller cluster, or --force"
+    else:
+        why = _straggler_blocker(loaded, topology, straggling[0].slowdown)
+        if not why:
+            return
+        name, problem, allowed = straggling[0].name, "slows a pipeline stage", "a smaller cluster, or --force"
     field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
-    raise loaded.error(field, f"a {name} failure degrades the cluster, and each such state is simulated as an "
-                       f"unfolded step (link faults unfold it): {estimate.describe()}, beyond the limits of "
-                       f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
-                       "effect: replace (the job restarts without the unit), a smaller cluster, or --force")
+    raise loaded.error(field, f"a {name} failure {problem}, and each such state is simulated as an unfolded "
+                       f"step ({why}): {limits}", allowed)
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
@@ -149,7 +174,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     topology = scenario_topology(loaded)
     model, size = check_job(loaded, topology)
     if not force:
-        _refuse_unfolded_states(loaded, model, topology.num_gpus)
+        _refuse_unfolded_states(loaded, model, topology)
     states = StepStates(loaded, topology)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
