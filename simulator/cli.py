@@ -450,7 +450,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run a scenario and write summary.json, timeline.parquet, trace.json")
+    run = sub.add_parser("run", help="run a scenario (one step, or a job over run.horizon) and write its outputs",
+                         description="Run a scenario. One step writes summary.json and, unless run.timeline is "
+                                     "summary, timeline.parquet and trace.json; a job (run.horizon) writes "
+                                     "job_summary.json, job_events.parquet, trace.json (its events) and summary.json "
+                                     "(its healthy step). Each run folder ends with manifest.json.")
     run.add_argument("scenario", help="a scenario file, or the name of a bundled one (trainsim scenarios)")
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")

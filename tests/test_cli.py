@@ -499,3 +499,25 @@ def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("OUTDIR folder written by `trainsim run` (gantt, memory), `study` (goodput), `sweep` or `search` "
             "(busbw: also a `trainsim collective --json` file)") in text
+
+
+def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
+    """`trainsim run --help` listed only a step's files (and only in `trainsim --help`); a job writes others."""
+    job = tmp_path / "job.yaml"
+    job.write_text("""
+cluster: {topology: dgx-h100, gpus: 8}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 8}
+parallelism: {tp: 8}
+run: {horizon: 1 d, replications: 1, seed: 3}
+faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
+checkpoint: {interval: 30 min, size: 1 GB}
+""")
+    written = set()
+    for scenario, out in ((SCENARIO, tmp_path / "step"), (job, tmp_path / "job")):
+        assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+        written |= {path.name for path in out.iterdir()}
+    assert main(["run", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert {"job_summary.json", "timeline.parquet"} <= written
+    assert [name for name in sorted(written) if name not in shown] == []
