@@ -139,8 +139,9 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
      "faults.components.gpu: shape 0.7 applies to distribution: weibull only (allowed: distribution: weibull with "
      "a shape, or no shape)"),
     (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n  components:"),
-     "faults.maintenance: a 7200 s stop every 3600 s leaves no time to train (allowed: a duration shorter than "
-     "every)"),
+     "faults.maintenance: a 2 h stop every 1 h leaves no time to train (allowed: a duration shorter than every)"),
+    (("  components:", "  maintenance: {every: 1 d, duration: 2 d}\n  components:"),  # was '172800 s ... 86400 s'
+     "faults.maintenance: a 2 d stop every 1 d leaves no time to train (allowed: a duration shorter than every)"),
     (("      mtbf: 1000 h", "      mtbf: 100 ms"),
      "faults: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, 0 maintenance "
      "windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer checkpoint.interval or "

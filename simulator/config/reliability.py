@@ -16,7 +16,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BeforeValidator, Field, model_validator
 
 from simulator.config.sections import Section, user_value
-from simulator.units import parse_bandwidth, parse_duration, parse_size
+from simulator.units import format_duration, parse_bandwidth, parse_duration, parse_size
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
@@ -142,8 +142,8 @@ class MaintenanceConfig(Section):
     @model_validator(mode="after")
     def _time_to_train(self) -> MaintenanceConfig:
         if self.duration >= self.every:
-            raise ValueError(f"a {self.duration:g} s stop every {self.every:g} s leaves no time to train "
-                             "(allowed: a duration shorter than every)")
+            raise ValueError(f"a {format_duration(self.duration)} stop every {format_duration(self.every)} leaves "
+                             "no time to train (allowed: a duration shorter than every)")
         return self
 
 
