@@ -71,11 +71,9 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its outputs, then (unless ``quiet``) its table of figures."""
-    from simulator.reliability.report import write_job_outputs
-    from simulator.reliability.simulate import simulate_job
+    from simulator.reliability.report import run_job
 
-    job = simulate_job(loaded, force=force)
-    files = write_job_outputs(out, job.summary, job.table, job.step_summary, loaded)
+    job, files = run_job(loaded, out, force=force)
     if not quiet:
         from rich.console import Console
 

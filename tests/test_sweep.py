@@ -378,3 +378,30 @@ grid:
     assert main([*command, "--force"]) == 0
     assert list(pd.read_parquet(out / "results.parquet")["status"]) == ["ok"]
     assert "1 ok; 0 reused" in capsys.readouterr().out
+
+
+
+def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
+    """`trainsim run` and a sweep point ran a job through two copies of simulate-then-write; both now call
+    reliability.report.run_job, so a point's folder holds the files `trainsim run` writes, byte for byte (the
+    manifest aside: it names the scenario's source)."""
+    from simulator.reliability.report import run_job
+
+    scenario = """cluster: {topology: dgx-h100, gpus: 8}
+model: {preset: llama3-8b}
+training: {seq_len: 2048, global_batch: 8}
+parallelism: {tp: 8}
+run: {horizon: 1 d, replications: 1, seed: 3}
+faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
+checkpoint: {interval: 30 min, size: 1 GB}
+"""
+    source = str(tmp_path / "job.yaml")  # job_summary.json names it; the sweep is given the same name
+    (tmp_path / "job.yaml").write_text(scenario)
+    assert main(["run", source, "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    sweep = "base:\n" + "".join(f"  {line}\n" for line in scenario.splitlines()) + "grid:\n  run.seed: [3]\n"
+    run_sweep(sweep_from_text(sweep, source), tmp_path / "sweep", SerialExecutor(), point_outputs=True)
+    _, files = run_job(scenario_from_text(scenario, source), tmp_path / "library")
+    for folder in (tmp_path / "sweep" / "points" / "00000", tmp_path / "library"):
+        assert sorted(path.name for path in folder.iterdir()) == sorted(files)
+        for name in files[:-1]:
+            assert (folder / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name

@@ -3,7 +3,8 @@ trace.json with the first replication's failures, checkpoints, restarts, degrade
 tracks (times in microseconds). They are written as a run folder (report/run_folder.py): together into a
 temporary folder, moved in with a manifest, and the files of an earlier run into the same folder removed. The
 event table goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a
-dictionary on the float columns, which have no repeats to find, doubled the write)."""
+dictionary on the float columns, which have no repeats to find, doubled the write). `run_job` simulates a job and
+writes them: the one path `trainsim run` and a sweep point take."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import write_run_folder
 from simulator.report.writers import run_identity, write_summary
 
@@ -47,14 +49,20 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
     return {"traceEvents": trace, "displayTimeUnit": "ms"}
 
 
-def write_job_outputs(out_dir: Path, summary: dict, events: pa.Table, step_summary: dict,
-                      loaded: LoadedScenario) -> list[str]:
+def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False) -> tuple[JobResult, list[str]]:
+    """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
+    `trainsim run` and a sweep point do; return the result and the names of the files written."""
+    job = simulate_job(loaded, force=force)
+    return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
+
+
+def write_job_outputs(out_dir: Path, job: JobResult, loaded: LoadedScenario) -> list[str]:
     """Write the job simulation's files into ``out_dir`` as one run folder; return their names, manifest last."""
 
     def write(stage: Path) -> None:
-        pq.write_table(events, stage / "job_events.parquet", use_dictionary=["kind", "cause"])
-        (stage / "trace.json").write_bytes(orjson.dumps(job_trace(events)))
-        write_summary(step_summary, stage / "summary.json")
-        write_summary(summary, stage / "job_summary.json")
+        pq.write_table(job.table, stage / "job_events.parquet", use_dictionary=["kind", "cause"])
+        (stage / "trace.json").write_bytes(orjson.dumps(job_trace(job.table)))
+        write_summary(job.step_summary, stage / "summary.json")
+        write_summary(job.summary, stage / "job_summary.json")
 
     return write_run_folder(out_dir, run_identity(loaded), write)

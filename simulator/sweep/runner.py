@@ -63,7 +63,10 @@ def run_point(task: PointTask) -> PointRecord:
     try:
         loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides)
         if loaded.scenario.run.horizon is not None:
-            summary = _run_job(loaded, task.outputs_dir, task.force)
+            from simulator.reliability.report import run_job
+
+            outputs = None if task.outputs_dir is None else Path(task.outputs_dir)
+            summary = run_job(loaded, outputs, force=task.force)[0].summary
         else:
             result = simulate(loaded, force=task.force)
             summary = result.summary
@@ -78,18 +81,6 @@ def run_point(task: PointTask) -> PointRecord:
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
         return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {})
     return PointRecord(task.index, task.key, "ok", "", flatten(summary))
-
-
-def _run_job(loaded: LoadedScenario, outputs_dir: str | None, force: bool) -> dict:
-    """A point whose scenario has `run.horizon`: the job simulation, as `trainsim run` runs it; its
-    job_summary.json is the point's row."""
-    from simulator.reliability.report import write_job_outputs
-    from simulator.reliability.simulate import simulate_job
-
-    job = simulate_job(loaded, force=force)
-    if outputs_dir is not None:
-        write_job_outputs(Path(outputs_dir), job.summary, job.table, job.step_summary, loaded)
-    return job.summary
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
