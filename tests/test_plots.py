@@ -4,6 +4,8 @@ stage 0 is p micro-batches for 1F1B and m for GPipe; plus the `trainsim plot` co
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -190,6 +192,20 @@ def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path,
     (out / "timeline.parquet").unlink()
     assert main(["plot", "memory", str(out)]) == 2
     assert "timeline.parquet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("chart", ["gantt", "memory"])
+def test_cli_plot_names_a_replayed_trace_as_what_it_cannot_draw(tmp_path, capsys, chart):
+    """A replayed trace's folder was refused with "summary.json has no layout, ... (not a training-step run?)";
+    the refusal now says it is a replayed trace and where its timeline is."""
+    scenario = Path(__file__).parent.parent / "scenarios" / "trace-allreduce-2rank.yaml"
+    assert main(["run", str(scenario), "--out", str(tmp_path / "trace"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", chart, str(tmp_path / "trace")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'trace'}: OUTDIR: a replayed trace's run has no pipeline layout or memory to plot (its "
+        "timeline is in trace.json, for Perfetto) (allowed: the folder of a modelled training step (a scenario with "
+        "a model))\n")
 
 
 @pytest.mark.parametrize("ranks, error", [

@@ -45,6 +45,10 @@ def load_run_outputs(out_dir: Path) -> RunOutputs:
     if not isinstance(summary, dict):
         raise outdir_error(out_dir, "summary.json is not a JSON object")
     missing = [key for key in REQUIRED_SUMMARY_KEYS if key not in summary]
+    if missing and "trace" in summary:
+        raise outdir_error(out_dir, "a replayed trace's run has no pipeline layout or memory to plot (its "
+                                    "timeline is in trace.json, for Perfetto)",
+                           "the folder of a modelled training step (a scenario with a model)")
     if missing:
         raise outdir_error(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
     try:

@@ -132,9 +132,9 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def outdir_error(out_dir: Path, problem: str) -> ScenarioError:
+def outdir_error(out_dir: Path, problem: str, allowed: str = OUTDIR_ALLOWED) -> ScenarioError:
     """A run folder that `plot` and the readers cannot use, blamed on the OUTDIR argument."""
-    return ScenarioError(problem, field=OUTDIR_FIELD, allowed=OUTDIR_ALLOWED, file=str(out_dir))
+    return ScenarioError(problem, field=OUTDIR_FIELD, allowed=allowed, file=str(out_dir))
 
 
 def checked_manifest(out_dir: Path, needed: tuple[str, ...]) -> dict:
