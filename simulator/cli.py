@@ -393,7 +393,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.sweep.search import search_layouts
 
     out = output_folder(args.out)
-    given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "virtual_stages", "micro_batch", "sharding",
+    given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "ep", "virtual_stages", "micro_batch", "sharding",
                                                      "recompute") if getattr(args, name) is not None}
     try:
         executor = make_executor(args.executor, args.workers, args.scheduler)
@@ -535,7 +535,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0])
     search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
-    for name in ("tp", "cp", "pp", "virtual-stages", "micro-batch"):
+    for name in ("tp", "cp", "pp", "ep", "virtual-stages", "micro-batch"):
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
                             help=f"{name} values to try (default: derived from the cluster and model)")
     search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS))

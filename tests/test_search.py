@@ -191,3 +191,27 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
                for sharding in ("zero0", "zero1", "zero2", "fsdp")}
     assert reasons["zero0"].startswith("out of memory: 113.0 GiB > 79.6 GiB")
     assert reasons["zero1"] == reasons["zero2"] == reasons["fsdp"] == ""
+
+
+def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
+    """Every candidate of mixtral-8x7b-ep8 ran with ep 1 (the base's parallelism section was dropped and no
+    candidate set ep): the search ranked dense-expert layouts the scenario never asked for. Candidates now keep
+    the scenario's ep (or the space's), the table has an `ep` column, and the simulated step is the bundled one
+    where the layout is the scenario's own."""
+    space = SearchSpace(tp=(2,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("none",))
+    result = search_layouts("mixtral-8x7b-ep8", SerialExecutor(), space=space, top=1)
+    rows = result.table.set_index("label")
+    assert set(rows["ep"]) == {8}
+    bundled = simulate(load_scenario("mixtral-8x7b-ep8")).summary["tokens_per_s"]
+    assert rows.loc["tp2 cp1 pp1 dp16 ep8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled,
+                                                                                                       rel=1e-12)
+    assert result.tree.candidate is not None and result.tree.candidate.ep == 8
+
+
+def test_ep_values_that_do_not_divide_the_data_parallel_ranks_are_pruned():
+    assert structural_reason(Candidate(8, 1, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
+                             host_gpus=8, fewer_on_ends=False) == (
+        "ep 8 does not divide dp x cp = 4 (experts split over data-parallel ranks)")
+    assert structural_reason(Candidate(8, 2, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
+                             host_gpus=8, fewer_on_ends=False) == ""

@@ -6,7 +6,8 @@ do not fit but one layer does, split layers with PP and use DP for the rest; if 
 (no larger than the NVLink domain) is a must; if activations (long sequences) are what does not fit, TP +
 sequence parallelism + activation recompute. Its three rules: TP <= GPUs per host; PP <= layers and m >= 4p so
 that the bubble is small; DP takes every remaining GPU. Here every "does it fit" is the simulator's memory model,
-micro-batches are of 1 sequence, without CP or interleaving, and the tree's DP shards with ZeRO-1.
+micro-batches are of 1 sequence, without CP or interleaving, the tree's DP shards with ZeRO-1, and a MoE
+model keeps the scenario's expert parallelism.
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ class TreeChoice:
 
 
 def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
-                     check: Callable[[Candidate], Checked]) -> TreeChoice:
+                     check: Callable[[Candidate], Checked], ep: int = 1) -> TreeChoice:
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
-    state fits on a GPU."""
+    state fits on a GPU, ``ep`` the scenario's expert parallelism."""
     steps = []
-    single = check(Candidate(1, 1, 1, world, 1, 1, "zero1", "none"))
+    single = check(Candidate(1, 1, 1, world, 1, 1, "zero1", "none", ep))
     if not single.reason:
         steps.append("the model trains on one GPU's memory with ZeRO-1 sharding: DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
     if layer_fits:
-        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps)
+        found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep)
         if found is not None:
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(found, tuple(steps))
@@ -50,7 +51,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
         recomputes = ["none", "selective", "full"]
     tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
-    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps)
+    found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep)
     if found is not None:
         return TreeChoice(found, tuple(steps))
     steps.append("nothing the tree tries fits in memory")
@@ -58,7 +59,7 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
 
 
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
-               check: Callable[[Candidate], Checked], steps: list[str]) -> Candidate | None:
+               check: Callable[[Candidate], Checked], steps: list[str], ep: int) -> Candidate | None:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
     for recompute in recomputes:
         for tp in tps:
@@ -69,7 +70,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                 dp = world // (tp * pp)
                 if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:
                     continue
-                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute))
+                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute, ep))
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:.1f} GiB)"
                                  + (f" after {', '.join(tried)}" if tried else ""))

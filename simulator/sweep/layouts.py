@@ -27,7 +27,8 @@ without SP two all-reduces, the same bytes on a ring)."""
 
 @dataclass(frozen=True, order=True)
 class Candidate:
-    """One layout: parallel degrees, interleaving depth, micro-batch size, sharding and recompute."""
+    """One layout: parallel degrees, interleaving depth, micro-batch size, sharding, recompute and the expert
+    parallelism that splits each MoE layer's experts over ranks of the DP x CP group (1 for dense models)."""
 
     tp: int
     cp: int
@@ -37,16 +38,17 @@ class Candidate:
     micro_batch: int
     sharding: Sharding
     recompute: Recompute
+    ep: int = 1
 
     def overrides(self, schedule: str) -> dict[str, object]:
         """The scenario fields this layout sets: ``schedule`` (the scenario's) where it runs this many chunks
         per rank, else Megatron's 1F1B, interleaved with virtual stages; sequence parallelism whenever tp > 1
         (Megatron's practice). The base's `parallelism` section is not read (`search.search_base`), so its `ddp`
-        choices never reach a candidate."""
+        choices never reach a candidate; its `ep` is the space's default (`SearchSpace.ep`)."""
         v = self.virtual_stages
         return {
             "parallelism.tp": self.tp, "parallelism.cp": self.cp, "parallelism.pp": self.pp,
-            "parallelism.dp": self.dp, "parallelism.sequence_parallel": self.tp > 1,
+            "parallelism.dp": self.dp, "parallelism.ep": self.ep, "parallelism.sequence_parallel": self.tp > 1,
             "parallelism.pipeline.schedule": schedule if serves_chunks(schedule, v) else
             ("interleaved" if v > 1 else "1f1b"),
             "parallelism.pipeline.virtual_stages": self.virtual_stages,
@@ -57,7 +59,8 @@ class Candidate:
 
     def label(self) -> str:
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
-        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{interleave} mb{self.micro_batch} "
+        experts = f" ep{self.ep}" if self.ep > 1 else ""
+        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{experts}{interleave} mb{self.micro_batch} "
                 f"{self.sharding} recompute={self.recompute}")
 
 
@@ -75,7 +78,8 @@ class Checked:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    """The values each dimension may take; empty tuples mean the defaults derived from the cluster and model."""
+    """The values each dimension may take; empty tuples mean the defaults derived from the cluster and model
+    (for `ep`, the base scenario's `parallelism.ep`)."""
 
     tp: tuple[int, ...] = ()
     cp: tuple[int, ...] = (1, 2)
@@ -84,6 +88,7 @@ class SearchSpace:
     micro_batch: tuple[int, ...] = (1, 2)
     sharding: tuple[Sharding, ...] = ("zero0", "zero1", "fsdp")
     recompute: tuple[Recompute, ...] = RECOMPUTES
+    ep: tuple[int, ...] = ()
 
 
 def powers_of_two(limit: int) -> tuple[int, ...]:
@@ -94,7 +99,7 @@ def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list
     """Every combination whose degrees multiply to the cluster size, in a fixed order. TP goes one power of two
     past the NVLink domain, so that the rule keeping it inside is visible among the pruned layouts."""
     tps = space.tp or powers_of_two(2 * host_gpus)
-    found = []
+    found: list[Candidate] = []
     for tp in tps:
         for cp in space.cp:
             rest = world // (tp * cp) if world % (tp * cp) == 0 else 0
@@ -108,7 +113,8 @@ def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list
                     for mb in space.micro_batch:
                         for sharding in space.sharding:
                             for recompute in space.recompute:
-                                found.append(Candidate(tp, cp, pp, rest // pp, v, mb, sharding, recompute))
+                                found.extend(Candidate(tp, cp, pp, rest // pp, v, mb, sharding, recompute, ep)
+                                             for ep in space.ep or (1,))
     return found
 
 
@@ -124,6 +130,8 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: i
         return f"{layers} layers do not split over pp x virtual_stages = {stages} stages"
     if global_batch % (c.dp * c.micro_batch):
         return f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}"
+    if (c.dp * c.cp) % c.ep:
+        return f"ep {c.ep} does not divide dp x cp = {c.dp * c.cp} (experts split over data-parallel ranks)"
     return ""
 
 

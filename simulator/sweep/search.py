@@ -32,7 +32,7 @@ from simulator.workload.memory import state_bytes_per_param
 from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
-CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "virtual_stages", "micro_batch", "sharding", "recompute")
+CANDIDATE_COLUMNS = ("tp", "cp", "pp", "dp", "ep", "virtual_stages", "micro_batch", "sharding", "recompute")
 REPORTED_METRICS = ("tokens_per_s", "mfu", "step_time_s", "peak_memory_gib", "bubble_fraction",
                     "bottleneck.verdict")
 
@@ -52,7 +52,8 @@ class SearchResult:
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
                    top: int = DEFAULT_TOP, overrides: list[str] | None = None) -> SearchResult:
     """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
-    parallelism section is ignored)."""
+    parallelism section is ignored but for its placement order, fewer layers on the end stages and, unless the
+    space gives `ep`, its expert parallelism)."""
     space = space or SearchSpace()
     if top < 1:
         raise ScenarioError(f"top {top} simulates no layout of the search", field="--top",
@@ -65,6 +66,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if scenario.training.global_batch is None:
         raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
                            "training: {global_batch: 512}")
+    space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
     topology = scenario_topology(loaded)
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
@@ -91,7 +93,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
-                            layer_fits, check)
+                            layer_fits, check, scenario.parallelism.ep)
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
     rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
