@@ -225,6 +225,17 @@ def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, cap
     assert "TFLOP/s per GPU" not in out and "0 tokens/s" not in out
 
 
+def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, capsys):
+    """With tokens and model FLOPs given, a trace whose ops have no shapes printed 'MFU 31.4%, HFU 0.0%': its
+    executed FLOPs are unknown, not zero, so HFU is n/a; summary.json keeps hfu 0 as documented."""
+    out_dir = tmp_path / "out"
+    assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out_dir),
+                 "--set", "workload.tokens_per_step=8192", "--set", "workload.model_flops_per_token=100000000"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "TFLOP/s per GPU" in line)
+    assert "(MFU " in row and row.rstrip().endswith("HFU n/a: no op shapes in the trace)")
+    assert json.loads((out_dir / "summary.json").read_text())["hfu"] == 0.0
+
+
 def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
     """Synthetic stage costs have no tokens, FLOPs or memory: the table printed '0 tokens/s', 'MFU 0.0%' and
     '0.0 GiB of 79.6 GiB' for the bundled schedule studies."""

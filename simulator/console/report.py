@@ -26,6 +26,14 @@ def _share(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def _hfu(summary: dict) -> str:
+    """HFU, or n/a for a trace whose ops carry no shapes: its executed FLOPs are unknown, not zero (summary.json
+    keeps `hfu` 0 there, as documented)."""
+    if "trace" in summary and not summary.get("hardware_tflops_per_gpu"):
+        return "HFU n/a: no op shapes in the trace"
+    return f"HFU {_share(summary['hfu'])}"
+
+
 def _bottleneck(value: object) -> str:
     """The bottleneck's own sentence (`verdict`) when the summary has one, else the binding constraint and the
     largest loss with its share of the step."""
@@ -103,7 +111,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("throughput", f"{summary['tokens_per_s']:,.0f} tokens/s")
     if "tflops_per_gpu" in summary and not synthetic and not ("trace" in summary and not summary["tflops_per_gpu"]):
         rates = [f"MFU {_share(summary['mfu'])}" if "mfu" in summary else "",
-                 f"HFU {_share(summary['hfu'])}" if "hfu" in summary else ""]
+                 _hfu(summary) if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)
         table.add_row("TFLOP/s per GPU", f"{summary['tflops_per_gpu']:.1f}" + (f" ({extra})" if extra else ""))
     if "bubble_fraction" in summary and not ps:
