@@ -468,6 +468,21 @@ def test_set_reaches_list_items(tmp_path):
         assert [item.bytes for item in workload] == [64 * 2**20, 8 * 2**20]
 
 
+def test_set_reads_numbers_as_a_scenario_file_does(tmp_path, capsys):
+    """`--set workload.model_flops_per_token=1e8` was refused ("expected a number, got '1e8'"): --set parsed its
+    value as YAML 1.1, where 1e8 and 1.0e8 are text, while scenario files read them as numbers. A value nested
+    too deep is still one located line."""
+    from simulator.config.loader import load_scenario
+
+    scenario = SCENARIO.parent / "trace-allreduce-2rank.yaml"
+    for text in ("1e8", "1.0e8", "100000000"):
+        workload = load_scenario(scenario, [f"workload.model_flops_per_token={text}"]).scenario.workload
+        assert workload.model_flops_per_token == 1e8
+    assert main(["validate", str(scenario), "--set", "run.seed=" + "[" * 100]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: --set run.seed=[[") and error.count("\n") == 1
+
+
 def test_field_paths_reach_mapping_keys_written_as_digits():
     """`--set faults.components.1.mtbf=...` sets the key "1" of a mapping (parse_field reads `1` as an index);
     an error on such a key finds its own line."""

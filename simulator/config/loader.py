@@ -26,6 +26,7 @@ from simulator.config.yaml_source import (
     is_field_path,
     line_of,
     parse_field,
+    parse_value,
     parse_yaml_text,
     read_yaml,
     set_field,
@@ -110,7 +111,7 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
             raise ScenarioError(f"{key.strip()!r} is not a field path", file=f"--set {item.strip()}",
                                 allowed=FIELD_PATH_EXAMPLE)
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = parse_value(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         problem = path_problem(parts, result)

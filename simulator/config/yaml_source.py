@@ -49,6 +49,15 @@ _LineLoader.add_implicit_resolver(
 """Numbers such as 4.8e10 and 1e9 are floats, as in YAML 1.2 and JSON (YAML 1.1 read them as strings)."""
 
 
+def parse_value(text: str) -> object:
+    """One YAML value as a scenario file reads it (`--set a.b=VALUE`): 1e8 is a float here too. Raises
+    yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may."""
+    try:
+        return yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader is a SafeLoader
+    except _TooLarge as exc:
+        raise yaml.YAMLError(exc.problem) from None
+
+
 def _compose_lines(node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int]) -> None:
     """Record the line of every mapping key and sequence item by field path, aliases expanded (and bounded)."""
     lines.setdefault(path, node.start_mark.line + 1)
