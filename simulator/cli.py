@@ -402,7 +402,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
         return 1
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
-                                overrides=args.set)
+                                overrides=args.set, force=args.force)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -535,6 +535,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0])
     search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
+    search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
     for name in ("tp", "cp", "pp", "ep", "virtual-stages", "micro-batch"):
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
                             help=f"{name} values to try (default: derived from the cluster and model)")

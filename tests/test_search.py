@@ -66,6 +66,21 @@ def test_search_takes_a_bundled_scenario_by_name():
                                                                                                      rel=1e-12)
 
 
+def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
+    """A candidate over the scale limits failed with "...; or pass --force", but `trainsim search` had no
+    --force; search_layouts(force=True), which --force calls, simulates it."""
+    import simulator.scale
+
+    monkeypatch.setattr(simulator.scale, "MAX_EVENTS", 10)
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("selective",))
+    refused, forced = (search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1, force=force)
+                       .table.set_index("label").loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=selective"]
+                       for force in (False, True))
+    assert refused["status"] == "failed" and refused["reason"].endswith("or pass --force)")
+    assert forced["status"] == "simulated" and forced["tokens_per_s"] > 0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--top", "0"], "command line: --top: top 0 simulates no layout of the search (allowed: 1 or more survivors "
                      "to simulate)"),

@@ -50,10 +50,10 @@ class SearchResult:
 
 
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
-                   top: int = DEFAULT_TOP, overrides: list[str] | None = None) -> SearchResult:
+                   top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False) -> SearchResult:
     """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
     parallelism section is ignored but for its placement order, fewer layers on the end stages and, unless the
-    space gives `ep`, its expert parallelism)."""
+    space gives `ep`, its expert parallelism); ``force`` simulates candidates beyond the scale limits."""
     space = space or SearchSpace()
     if top < 1:
         raise ScenarioError(f"top {top} simulates no layout of the search", field="--top",
@@ -102,7 +102,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
-    runs = _simulate([c for c in checked if not c.reason], loaded, executor)
+    runs = _simulate([c for c in checked if not c.reason], loaded, executor, force)
     table = _table(checked, runs, tree.candidate)
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"],
                                                                   ascending=[False, True])
@@ -148,8 +148,9 @@ def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Check
     return result
 
 
-def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor) -> dict[Candidate, object]:
-    tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None)
+def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor,
+              force: bool) -> dict[Candidate, object]:
+    tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None, force=force)
              for index, c in enumerate(survivors)]
     return {survivors[record.index].candidate: record for record in executor.map_unordered(run_point, tasks)}
 
