@@ -220,7 +220,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
     intervals = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
-    study = run_study(args.scenario, args.set, intervals, multipliers)
+    study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force)
     files = write_study(out, study)
     for curve in study["curves"]:
         print(f"rate x {curve['rate_multiplier']:g}: best interval {curve['best_interval_s']:.0f} s "
@@ -553,6 +553,7 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
                        help="failure-rate multipliers (checkpoint-interval: default 1)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
+    study.add_argument("--force", action="store_true", help="run points even beyond the job-event limit")
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")

@@ -104,6 +104,21 @@ def test_study_command_writes_the_curve_and_plot(tmp_path):
     assert (out / "goodput.png").stat().st_size > 10_000
 
 
+def test_force_runs_a_study_point_past_the_job_event_limit(tmp_path, monkeypatch, capsys):
+    """A study point over the job-event limit was refused with "...; or pass --force", but `trainsim study` had
+    no --force; now it passes --force to every point."""
+    import simulator.reliability.simulate as job_simulation
+
+    monkeypatch.setattr(job_simulation, "MAX_JOB_EVENTS", 10)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
+    command = ["study", "mtbf", str(scenario), "--intervals", "20min", "--out", str(tmp_path / "study")]
+    assert main(command) == 2
+    assert capsys.readouterr().err.rstrip().endswith("or pass --force)")
+    assert main([*command, "--force"]) == 0
+    assert len(json.loads((tmp_path / "study" / "study.json").read_text())["curves"][0]["points"]) == 1
+
+
 def test_a_rerun_study_does_not_keep_the_earlier_studys_chart(tmp_path):
     """The study folder holds one study: rerun with other intervals, the goodput.png drawn of the earlier
     study goes with its files (it stayed beside the new study.json, showing the old curve)."""

@@ -92,9 +92,10 @@ def curve_summary(points: list[StudyPoint]) -> dict:
 
 
 def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
-              multipliers: list[float]) -> dict:
+              multipliers: list[float], force: bool = False) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. Without intervals,
-    each multiplier has one point at the scenario's own interval."""
+    each multiplier has one point at the scenario's own interval. ``force`` runs points beyond the job-event
+    limit."""
     curves = []
     for multiplier in multipliers:
         points = []
@@ -103,16 +104,16 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
             settings = [f"faults.rate_multiplier={multiplier!r}"]
             if interval is not None:
                 settings.append(f"checkpoint.interval={interval!r} s")
-            summary = job_summary_of(load_scenario(scenario, [*overrides, *settings]))
+            summary = job_summary_of(load_scenario(scenario, [*overrides, *settings]), force)
             points.append(StudyPoint(summary["checkpoint"]["interval_s"], multiplier, summary))
         curves.append(curve_summary(points))
     return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
 
 
-def job_summary_of(loaded: LoadedScenario) -> dict:
+def job_summary_of(loaded: LoadedScenario, force: bool = False) -> dict:
     if loaded.scenario.run.horizon is None:
         raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
-    return simulate_job(loaded).summary
+    return simulate_job(loaded, force=force).summary
 
 
 def write_study(out_dir: Path, study: dict) -> list[str]:
