@@ -518,16 +518,7 @@ def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
 
 def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
     """`trainsim run --help` listed only a step's files (and only in `trainsim --help`); a job writes others."""
-    job = tmp_path / "job.yaml"
-    job.write_text("""
-cluster: {topology: dgx-h100, gpus: 8}
-model: {preset: llama3-8b}
-training: {seq_len: 2048, global_batch: 8}
-parallelism: {tp: 8}
-run: {horizon: 1 d, replications: 1, seed: 3}
-faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
-checkpoint: {interval: 30 min, size: 1 GB}
-""")
+    job = Path(__file__).parent / "data" / "small-job.yaml"
     written = set()
     for scenario, out in ((SCENARIO, tmp_path / "step"), (job, tmp_path / "job")):
         assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0

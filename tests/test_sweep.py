@@ -21,6 +21,20 @@ from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
 
 DATA = Path(__file__).parent / "data"
+
+
+def small_job(horizon: str = "1 d", replications: int = 1) -> str:
+    """tests/data/small-job.yaml with its horizon and replications set."""
+    text = (DATA / "small-job.yaml").read_text()
+    run = f"run: {{horizon: {horizon}, replications: {replications},"
+    return text.replace("run: {horizon: 1 d, replications: 1,", run)
+
+
+def job_sweep(grid: str, horizon: str = "1 d", replications: int = 1, outputs: bool = False) -> str:
+    """A sweep file whose base is small_job(...) and whose grid is ``grid`` (YAML lines under `grid:`)."""
+    lines = small_job(horizon, replications).splitlines()[1:]
+    base = "base:\n" + "".join(f"  {line}\n" for line in lines)
+    return base + "grid:\n" + grid + ("outputs: true\n" if outputs else "")
 SWEEP_200 = DATA / "sweep_200.yaml"
 BASE = """
 base:
@@ -323,24 +337,12 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
     and ignored the horizon, so a sweep over failure rates gave identical rows without ETTR."""
     from simulator.reliability.simulate import simulate_job
 
-    job = """
-base:
-  cluster: {topology: dgx-h100, gpus: 8}
-  model: {preset: llama3-8b}
-  training: {seq_len: 2048, global_batch: 8}
-  parallelism: {tp: 8}
-  run: {horizon: 2 d, replications: 2, seed: 3}
-  faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
-  checkpoint: {interval: 30 min, size: 1 GB}
-grid:
-  faults.rate_multiplier: [1, 4]
-outputs: true
-"""
+    job = job_sweep("  faults.rate_multiplier: [1, 4]\n", horizon="2 d", replications=2, outputs=True)
     out = tmp_path / "out"
     report = run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor())
     assert report.statuses == {"ok": 2}
     rows = pd.read_parquet(out / "results.parquet")
-    base = job.split("grid:")[0].replace("base:\n", "").replace("\n  ", "\n")
+    base = small_job("2 d", 2)
     for point, multiplier in enumerate((1, 4)):
         expected = simulate_job(scenario_from_text(base, "job.yaml", [f"faults.rate_multiplier={multiplier}"]))
         assert rows["ettr.mean"].iloc[point] == expected.summary["ettr"]["mean"]
@@ -357,18 +359,7 @@ def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, caps
 
     monkeypatch.setattr(job_simulation, "MAX_JOB_EVENTS", 10)
     path = tmp_path / "sweep.yaml"
-    path.write_text("""
-base:
-  cluster: {topology: dgx-h100, gpus: 8}
-  model: {preset: llama3-8b}
-  training: {seq_len: 2048, global_batch: 8}
-  parallelism: {tp: 8}
-  run: {horizon: 2 d, replications: 1, seed: 3}
-  faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
-  checkpoint: {interval: 30 min, size: 1 GB}
-grid:
-  faults.rate_multiplier: [1]
-""")
+    path.write_text(job_sweep("  faults.rate_multiplier: [1]\n", horizon="2 d"))
     out = tmp_path / "out"
     command = ["sweep", str(path), "--out", str(out), "--executor", "serial", "--quiet"]
     assert main(command) == 0
@@ -387,18 +378,11 @@ def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
     manifest aside: it names the scenario's source)."""
     from simulator.reliability.report import run_job
 
-    scenario = """cluster: {topology: dgx-h100, gpus: 8}
-model: {preset: llama3-8b}
-training: {seq_len: 2048, global_batch: 8}
-parallelism: {tp: 8}
-run: {horizon: 1 d, replications: 1, seed: 3}
-faults: {components: {job_failure: {unit: host, effect: restart, mtbf: 3 h}}}
-checkpoint: {interval: 30 min, size: 1 GB}
-"""
+    scenario = small_job()
     source = str(tmp_path / "job.yaml")  # job_summary.json names it; the sweep is given the same name
     (tmp_path / "job.yaml").write_text(scenario)
     assert main(["run", source, "--out", str(tmp_path / "run"), "--quiet"]) == 0
-    sweep = "base:\n" + "".join(f"  {line}\n" for line in scenario.splitlines()) + "grid:\n  run.seed: [3]\n"
+    sweep = job_sweep("  run.seed: [3]\n")
     run_sweep(sweep_from_text(sweep, source), tmp_path / "sweep", SerialExecutor(), point_outputs=True)
     _, files = run_job(scenario_from_text(scenario, source), tmp_path / "library")
     for folder in (tmp_path / "sweep" / "points" / "00000", tmp_path / "library"):
