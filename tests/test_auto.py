@@ -15,9 +15,9 @@ from simulator.topology.loader import load_topology
 KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
 CHUNK = 4 * MIB
 SIZES = [KIB * 4**k for k in range(12)]  # 1 KiB .. 4 GiB
-MARGIN = 1.05
+MARGIN = 1.01
 """auto's pick may be this much slower in simulation than the fastest candidate NCCL would weigh."""
-ESTIMATE_FACTOR = 1.5
+ESTIMATE_FACTOR = 1.35
 """The estimate of the pick lies within this factor either way of its simulated time (estimates take nominal
 link bandwidths, the simulation the calibrated efficiencies of the cluster's links)."""
 

@@ -170,7 +170,7 @@ def test_tp_comm_overlap_exposes_the_pair_swaps_and_the_last_chunks(run_yaml):
     # beside the input's re-gather and the input gradient's reduce-scatter (test_sp_regather.py has the closed
     # form): 86% more today.
     tails = float((exposed["end_s"] - exposed["start_s"]).sum())
-    assert tails <= overlapped.summary["exposed_comm_s"]["tp"] <= 2 * tails
+    assert tails <= overlapped.summary["exposed_comm_s"]["tp"] <= 1.9 * tails
     assert overlapped.summary["exposed_comm_s"]["tp"] < 0.45 * plain.summary["exposed_comm_s"]["tp"]
     assert overlapped.summary["step_time_s"] < plain.summary["step_time_s"]
     assert overlapped.summary["overlaps"]["tp_comm"] and not plain.summary["overlaps"]["tp_comm"]

@@ -37,7 +37,7 @@ def test_auto_all_reduce_on_8_h100_is_nvls_with_its_closed_form_busbw():
     assert row["time_s"] == pytest.approx(expected, rel=1e-9)
     assert row["busbw_GBps"] == pytest.approx(2 * 7 / 9 * IN_SWITCH / 1e9, rel=1e-3)
     ring = collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="ring", ranks=8, sizes=[8 * GIB])[0]
-    assert row["busbw_GBps"] / ring["busbw_GBps"] == pytest.approx(2 * 7 / 9 * IN_SWITCH / NVLINK, rel=1e-2)
+    assert row["busbw_GBps"] / ring["busbw_GBps"] == pytest.approx(2 * 7 / 9 * IN_SWITCH / NVLINK, rel=5e-3)
 
 
 @pytest.mark.parametrize("ranks, chosen", [(2, "ring"), (3, "ring"), (4, "nvls")])

