@@ -553,7 +553,7 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
                        help="failure-rate multipliers (checkpoint-interval: default 1)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
-    study.add_argument("--force", action="store_true", help="run points even beyond the job-event limit")
+    study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology")

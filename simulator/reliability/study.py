@@ -95,7 +95,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
               multipliers: list[float], force: bool = False) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. Without intervals,
     each multiplier has one point at the scenario's own interval. ``force`` runs points beyond the job-event
-    limit."""
+    and scale limits (degraded or straggling states that would be unfolded steps past them)."""
     curves = []
     for multiplier in multipliers:
         points = []
