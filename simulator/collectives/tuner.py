@@ -96,7 +96,8 @@ def estimates(request: CollectiveRequest, topology: Topology) -> dict[AlgorithmN
             found[name] = RING_STEPS[request.op](size) * (hop + n / size * per_byte)
         elif name == "ring":
             # A pipelined chain per channel: p - 1 + L - 1 steps, each hop carrying one chunk of n / ch; the
-            # latency is paid once per hop (NCCL keeps chunks in flight), at the slower hop's.
+            # latency is paid once per hop (NCCL keeps chunks in flight), at the slower hop's; the 8-slot window's
+            # stall, which the plan charges only when a chunk takes under a third of a hop's latency, is left out.
             chunks = chunk_count(n / channels, request.chunk_bytes)
             step = n / (channels * chunks) * max(1 / b_in, channels / (rails * b_out) if count > 1 else 0.0)
             found[name] = (size - 1) * max(a_in, a_out) + (size + chunks - 2) * step
@@ -129,7 +130,8 @@ def tree_estimate(n: float, hosts: list[list[int]], channels: int, rails: int, c
     host takes its two children's at once; k = 1 between two hosts, where every host has one peer). Over the
     whole pipeline each GPU sends n (g - 1) / g over NVLink, spread over the steps. The latency is paid in the H
     steps that open an edge (NCCL keeps chunks in flight after that): the network's in those that cross hosts,
-    NVLink's in the others. With one member per host it is the double binary tree over the ranks, each tree
+    NVLink's in the others; the 8-slot window's stall (phases.window_stall, charged only for chunks under a third
+    of a hop's latency) is left out. With one member per host it is the double binary tree over the ranks, each tree
     carrying n / 2, every step crossing hosts."""
     (a_in, b_in), (a_out, b_out) = inner, outer
     count, g = len(hosts), max(map(len, hosts))
