@@ -24,7 +24,7 @@ from simulator.engine.shapes import plan_key
 from simulator.engine.sharing import Sharing
 from simulator.engine.stepping import Steps, run_until, start, succeed_next
 from simulator.errors import InputError, SimulationError
-from simulator.metrics.events import EventLog, FlowBlock
+from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, EventLog, FlowBlock
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 
 PROGRESS_EVERY = 1024
@@ -179,8 +179,8 @@ class Engine:
                         kernel = contention.start(rank, duration, op.sm_bound_share, op.reserved_sms)
                         yield kernel.end
                         contention.finish(kernel)
-                log.record("compute", rank, stream if turn is None else op.stream, op.name, op.category, op.microbatch,
-                           op.chunk, start, env.now, op.hbm_bytes, op.flops)
+                log.record(COMPUTE_KIND, rank, stream if turn is None else op.stream, op.name, op.category,
+                           op.microbatch, op.chunk, start, env.now, op.hbm_bytes, op.flops)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)
             else:
@@ -320,7 +320,7 @@ class Engine:
         virtual stage: a pipeline send is logged on the sender as the send, not as its receive)."""
         record, end = self.log.record, self.env.now
         for op in members:
-            record("collective", op.rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end,
+            record(COLLECTIVE_KIND, op.rank, op.stream, op.name, op.category, op.microbatch, op.chunk, start, end,
                    op.nbytes, 0.0, op.key)
 
     def _replay(self, op: CollectiveOp, group_id: int, members: tuple[CollectiveOp, ...],

@@ -15,7 +15,13 @@ import numpy as np
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND
 from simulator.metrics.intervals import covered, uncovered
-from simulator.program.ops import COMM_CATEGORIES, COMPUTE_STREAM, PIPELINE_CATEGORIES, Category
+from simulator.program.ops import (
+    COMM_CATEGORIES,
+    COMPUTE_STREAM,
+    OPTIMIZER_CATEGORY,
+    PIPELINE_CATEGORIES,
+    Category,
+)
 
 if TYPE_CHECKING:
     from simulator.metrics.events import EventLog
@@ -24,7 +30,7 @@ STAGE_WORK_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "tp", "cp",
 """What keeps a stage busy inside an action: its kernels and the blocking TP/CP/EP collectives between them."""
 STAGE_COLLECTIVE_CATEGORIES: tuple[Category, ...] = ("tp", "cp")
 """Collectives that are a stage's own work wherever they run: the compute stream waits for them."""
-COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, "optimizer", "compute")
+COMPUTE_CATEGORIES: tuple[Category, ...] = (*PIPELINE_CATEGORIES, OPTIMIZER_CATEGORY, "compute")
 """What counts as compute when communication is exposed: every kernel, a pipeline pass's, the optimizer's or a
 traced one."""
 OP_COLUMNS = ("kind", "rank", "stream", "category", "start_s", "end_s", "flops", "key")
@@ -127,7 +133,7 @@ def optimizer_s(rows: StepRows) -> float:
     """Mean over the ranks with ops of their optimizer-step time."""
     ops = rows.ops
     ranks = len(np.unique(ops["rank"]))
-    steps = ops["category"] == "optimizer"
+    steps = ops["category"] == OPTIMIZER_CATEGORY
     return float(np.sum(ops["end_s"][steps] - ops["start_s"][steps])) / ranks if ranks else 0.0
 
 

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND, FLOW_KIND
+from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY
 from simulator.program.ps_plan import PsPlan
 from simulator.topology.graph import Topology
 
@@ -81,8 +82,8 @@ def ps_summary(plan: PsPlan, frame: pd.DataFrame, routes: list[tuple[int, ...]],
                                  worker=[t.worker for t in described], endpoint=[t.endpoint for t in described])
     pulls = transfers[transfers["pull"]]
     pull_end = pulls.groupby(["worker", "iteration"])["end_s"].max()
-    forwards = ops[(ops["category"] == "forward")].set_index(["rank", "microbatch"])["start_s"]
-    backwards = ops[(ops["category"] == "backward")].set_index(["rank", "microbatch"])["end_s"]
+    forwards = ops[ops["category"] == FORWARD_CATEGORY].set_index(["rank", "microbatch"])["start_s"]
+    backwards = ops[ops["category"] == BACKWARD_CATEGORY].set_index(["rank", "microbatch"])["end_s"]
     iteration_s = {w: [float(pull_end[(w, i)] - forwards[(w, i)]) for i in range(n)] for w in workers}
     exchange_s = [float(pull_end[(w, i)] - backwards[(w, i)]) for w in workers for i in range(n)]
     first_done = float(min(pull_end[(w, n - 1)] for w in workers))

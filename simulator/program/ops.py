@@ -26,6 +26,15 @@ pass, a dimension's communication, the optimizer step, a traced kernel (`compute
 a collective of a `workload:` list (`comm`), or none (an op built by hand)."""
 PIPELINE_CATEGORIES: tuple[PipelineCategory, ...] = get_args(PipelineCategory)
 COMM_CATEGORIES: tuple[CommCategory, ...] = get_args(CommCategory)
+# The categories metrics and reports pick ops out by, named once: each annotation checks its value against the
+# Literal, so a misspelt category fails mypy instead of matching nothing in a DataFrame.
+FORWARD_CATEGORY: PipelineCategory = "forward"
+BACKWARD_CATEGORY: PipelineCategory = "backward"
+"""A full backward (B) or an input-grad backward (Bi), told apart by the op name's pass prefix."""
+WEIGHT_GRAD_CATEGORY: PipelineCategory = "weight_grad"
+RECOMPUTE_CATEGORY: PipelineCategory = "recompute"
+OPTIMIZER_CATEGORY: Category = "optimizer"
+TP_CATEGORY: CommCategory = "tp"
 
 
 @dataclass(slots=True)

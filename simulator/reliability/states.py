@@ -26,6 +26,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
 from simulator.errors import StepAborted
 from simulator.parallel.layout import Layout
+from simulator.program.ops import TP_CATEGORY
 from simulator.reliability.checkpoint import StepState
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.simulation import simulate_training
@@ -53,7 +54,7 @@ class ClusterState:
 
 def _step_state(summary: dict, topology: Topology) -> StepState:
     exposed = summary["exposed_comm_s"]
-    network = sum(seconds for category, seconds in exposed.items() if category != "tp")
+    network = sum(seconds for category, seconds in exposed.items() if category != TP_CATEGORY)
     host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
     return StepState(step_s=step_s, tokens_per_step=summary["tokens_per_s"] * step_s,

@@ -11,7 +11,14 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.intervals import merge
-from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES, Category
+from simulator.program.ops import (
+    BACKWARD_CATEGORY,
+    COMPUTE_STREAM,
+    OPTIMIZER_CATEGORY,
+    PIPELINE_CATEGORIES,
+    RECOMPUTE_CATEGORY,
+    Category,
+)
 from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
@@ -44,7 +51,7 @@ CHUNK_SHADES = {"forward": ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
                 "backward": ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD")}
 """Colours of the forward and backward passes of chunk 0, 1, 2, 3 of an interleaved schedule (chunk c uses
 shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
-BACKWARD_PASS = ("backward", "recompute")
+BACKWARD_PASS = (BACKWARD_CATEGORY, RECOMPUTE_CATEGORY)
 """Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
 block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
 
@@ -64,7 +71,8 @@ LABEL_FONT_PT = 7.0
 
 def _bar_class(category: pd.Series) -> pd.Series:
     """The BAR_CLASSES key of non-pipeline ops, from their category."""
-    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp", "optimizer": "optimizer"}
+    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp",
+                                   OPTIMIZER_CATEGORY: "optimizer"}
     return category.map(mapping).fillna("other_comm")
 
 
@@ -88,21 +96,21 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int
     starts_pass = ~(in_pass & in_pass.shift(fill_value=False)
                     & (actions["microbatch"] == actions["microbatch"].shift())
                     & (actions["chunk"] == actions["chunk"].shift()))
-    grouped = actions.assign(recompute_s=durations.where(actions["category"] == "recompute", 0.0),
+    grouped = actions.assign(recompute_s=durations.where(actions["category"] == RECOMPUTE_CATEGORY, 0.0),
                              pass_id=starts_pass.cumsum())
     passes = grouped.groupby("pass_id", sort=True).agg(
         name=("name", "last"), category=("category", "last"), microbatch=("microbatch", "first"),
         start_s=("start_s", "min"), end_s=("end_s", "max"), recompute_s=("recompute_s", "sum"),
         stage=("chunk", "first"))
     passes = passes.reset_index(drop=True)
-    kind = passes["category"].where(passes["category"] != "recompute", "backward")
+    kind = passes["category"].where(passes["category"] != RECOMPUTE_CATEGORY, BACKWARD_CATEGORY)
     passes["category"] = kind
     chunk_of_stage = passes["stage"].map({stage: chunk for chunk, stage in enumerate(stages or [])})
     if stages is not None and chunk_of_stage.notna().all():
         passes["chunk"] = chunk_of_stage.astype(int)
         return passes.drop(columns="stage")
     seen = passes.groupby([kind, passes["microbatch"]]).cumcount()
-    backward = kind.isin(("backward",))
+    backward = kind == BACKWARD_CATEGORY
     passes["chunk"] = seen.where(~backward, virtual_stages - 1 - seen).clip(lower=0) if virtual_stages > 1 else 0
     return passes.drop(columns="stage")
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY, WEIGHT_GRAD_CATEGORY
 from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
@@ -48,8 +49,8 @@ def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarr
         keys = ["microbatch", "chunk"]
     else:
         return _allocations_by_action(work, per_microbatch / chunks)
-    forward = work[work["category"] == "forward"].groupby(keys)["start_s"].min()
-    backward = work[work["category"] == "backward"].groupby(keys)["end_s"].max()
+    forward = work[work["category"] == FORWARD_CATEGORY].groupby(keys)["start_s"].min()
+    backward = work[work["category"] == BACKWARD_CATEGORY].groupby(keys)["end_s"].max()
 
     def unit(held: pd.Series) -> np.ndarray:
         if chunks == 1:
@@ -66,8 +67,8 @@ def _allocations_by_action(work: pd.DataFrame, unit: float) -> tuple[np.ndarray,
     """A timeline written before the `chunk` column: each merged forward action brings in, and each merged
     backward action takes out, 1/v of a micro-batch (exact without recompute, which splits a backward)."""
     actions = pipeline_actions(work)
-    actions = actions[actions["category"].isin(("forward", "backward"))]
-    sign = np.where(actions["category"] == "forward", 1.0, -1.0)
+    actions = actions[actions["category"].isin((FORWARD_CATEGORY, BACKWARD_CATEGORY))]
+    sign = np.where(actions["category"] == FORWARD_CATEGORY, 1.0, -1.0)
     return np.where(sign > 0, actions["start_s"], actions["end_s"]), sign * unit
 
 
@@ -80,7 +81,7 @@ def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.
     keys = ["microbatch", "chunk"]
     input_grad = work[input_grad_ops(work)]
     held = pd.concat([input_grad.groupby(keys)["end_s"].max().rename("from"),
-                      work[work["category"] == "weight_grad"].groupby(keys)["end_s"].max().rename("to")],
+                      work[work["category"] == WEIGHT_GRAD_CATEGORY].groupby(keys)["end_s"].max().rename("to")],
                      axis=1, join="inner")
     size = np.array([float(sizes[str(int(chunk))]) * GIB for chunk in held.index.get_level_values("chunk")])
     return np.concatenate([held["from"].to_numpy(), held["to"].to_numpy()]), np.concatenate([size, -size])

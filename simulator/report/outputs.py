@@ -15,7 +15,7 @@ from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
-from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
+from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.report.run_folder import checked_manifest, outdir_error
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
@@ -158,7 +158,7 @@ def pipeline_actions(work: pd.DataFrame) -> pd.DataFrame:
 
 def input_grad_ops(work: pd.DataFrame) -> pd.Series:
     """Which rows are input-gradient-only backwards (a zero-bubble schedule's B, named by its pass)."""
-    return (work["category"] == "backward") & work["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)
+    return (work["category"] == BACKWARD_CATEGORY) & work["name"].str.startswith(Pass.BACKWARD_INPUT.op_prefix)
 
 
 def time_unit(span_s: float) -> tuple[float, str]:
