@@ -154,3 +154,20 @@ def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "OUTDIR: its sweep points are not collectives" in err
     assert not (tmp_path / "b.png").exists()
+
+
+def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):
+    """Every refusal of a study chart's OUTDIR says what it takes, as the run-folder refusals do: a corrupt
+    results.parquet and a JSON file that does not parse named no alternative before."""
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    (folder / "results.parquet").write_text("not parquet")
+    (tmp_path / "rows.json").write_text("{")
+    assert main(["plot", "sweep", str(folder), "--x", "a", "--y", "b"]) == 2
+    assert capsys.readouterr().err == (f"error: {folder}: OUTDIR: results.parquet is not readable (ArrowInvalid) "
+                                       "(allowed: a folder written by `trainsim sweep` (results.parquet) or "
+                                       "`trainsim search` (candidates.parquet))\n")
+    assert main(["plot", "busbw", str(tmp_path / "rows.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path / 'rows.json'}: OUTDIR: not readable JSON (" in err
+    assert err.endswith("(allowed: a sweep of a collectives scenario, or a `trainsim collective --json` file)\n")

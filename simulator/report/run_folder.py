@@ -133,7 +133,8 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
 
 
 def outdir_error(out_dir: Path, problem: str, allowed: str = OUTDIR_ALLOWED) -> ScenarioError:
-    """A run folder that `plot` and the readers cannot use, blamed on the OUTDIR argument."""
+    """An OUTDIR argument that `plot` and the readers cannot use, blamed on it; ``allowed`` says what it should
+    be: a run folder unless a study chart's reader names its own (a sweep or search folder, a JSON file)."""
     return ScenarioError(problem, field=OUTDIR_FIELD, allowed=allowed, file=str(out_dir))
 
 

@@ -12,10 +12,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simulator.errors import ScenarioError
-from simulator.report.run_folder import OUTDIR_FIELD
+from simulator.report.run_folder import outdir_error
 from simulator.units import format_size
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
+TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet) or `trainsim search` (candidates.parquet)"
+BUSBW_ALLOWED = "a sweep of a collectives scenario, or a `trainsim collective --json` file"
 SHOWN_COLUMNS = 24
 """Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
 metrics, which results.csv's header lists."""
@@ -142,14 +144,11 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
 def _read_table(path: Path, name: str) -> pd.DataFrame:
     table = path / name if path.is_dir() else path
     if not table.is_file():
-        raise ScenarioError(f"has no {name}", field=OUTDIR_FIELD, file=str(path),
-                            allowed="a folder written by `trainsim sweep` (results.parquet) or `trainsim search` "
-                                    "(candidates.parquet)")
+        raise outdir_error(path, f"has no {name}", TABLE_ALLOWED)
     try:
         return pd.read_parquet(table)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise ScenarioError(f"{table.name} is not readable ({type(exc).__name__})", field=OUTDIR_FIELD,
-                            file=str(path)) from None
+        raise outdir_error(path, f"{table.name} is not readable ({type(exc).__name__})", TABLE_ALLOWED) from None
 
 
 def collective_rows(path: Path) -> pd.DataFrame:
@@ -159,13 +158,12 @@ def collective_rows(path: Path) -> pd.DataFrame:
         try:
             rows = pd.DataFrame(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:
-            raise ScenarioError(f"not readable JSON ({exc})", field=OUTDIR_FIELD, file=str(path)) from None
+            raise outdir_error(path, f"not readable JSON ({exc})", BUSBW_ALLOWED) from None
         return rows
     frame = _ok(_read_table(path, "results.parquet"))
     if "collectives[0].busbw_GBps" not in frame.columns:
-        raise ScenarioError("its sweep points are not collectives (no collectives[0].busbw_GBps column)",
-                            field=OUTDIR_FIELD, file=str(path),
-                            allowed="a sweep of a collectives scenario, or a `trainsim collective --json` file")
+        raise outdir_error(path, "its sweep points are not collectives (no collectives[0].busbw_GBps column)",
+                           BUSBW_ALLOWED)
     axes = [c for c in frame.columns[3:] if not c.startswith(("collectives[", "step_time", "makespan"))]
     label = next((axis for axis in axes if "bytes" not in axis), None)
     rows = pd.DataFrame({"op": frame.get("collectives[0].op"), "bytes": frame.get("collectives[0].bytes"),
