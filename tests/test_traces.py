@@ -44,10 +44,11 @@ def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = ""
             f"workload: {{trace: '{KINETO_2RANK}/rank*.json', format: kineto{dp}}}\n")
 
 
-def allreduce_time(loaded, nbytes: float, ranks: int) -> float:
+def allreduce_time(loaded, nbytes: float, ranks: int, op: str = "all_reduce") -> float:
+    """``op``'s time over the first ``ranks`` GPUs of the scenario's cluster on an idle network."""
     topology = scenario_topology(loaded)
     settings = network_settings(loaded, topology)
-    return time_collective(topology, "all_reduce", settings.algorithm, ranks, nbytes,
+    return time_collective(topology, op, settings.algorithm, ranks, nbytes,
                            efficiency=dict(settings.efficiency), chunk_bytes=settings.chunk_bytes,
                            channels=settings.channels)
 
@@ -129,6 +130,52 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     assert result.summary["step_time_s"] == pytest.approx(1750e-6 + all_reduce + 400e-6 + transfer + 100e-6,
                                                           rel=EXACT)
     assert result.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(8 * 2**20 / 2, rel=EXACT)
+
+
+def pipeline_transfer(folder: Path, **peers: dict) -> Path:
+    """The bundled two-rank trace with its all-reduce turned into a pipeline transfer of the same 32 MiB: rank
+    0 sends, rank 1 receives (record_param_comms `send` / `recv`, NCCL's SendRecv kernel); ``peers`` sets each
+    rank's peer fields, by default the global `Dst Rank` / `Src Rank` that recent PyTorch writes."""
+    traces = copy_traces(KINETO_2RANK, folder)
+    for rank, collective in enumerate(("send", "recv")):
+        path = traces / f"rank{rank}.json"
+        doc = json.loads(path.read_text())
+        doc["traceEvents"][4]["args"].update({"Collective name": collective},
+                                             **peers.get(f"rank{rank}", {("Dst Rank", "Src Rank")[rank]: 1 - rank}))
+        doc["traceEvents"][8]["name"] = "ncclDevKernel_SendRecv"
+        path.write_text(json.dumps(doc))
+    return traces
+
+
+@pytest.mark.parametrize("peers", [{}, {"rank0": {"Rank": 1}, "rank1": {"Rank": 0}}], ids=["global", "in-group"])
+def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exactly_its_extra_time(tmp_path, peers):
+    """Kineto's NCCL send and receive kernels kept their traced 2700 us on any network, so a trace moved to a
+    slower cluster kept its pipeline transfers' time while its collectives were re-costed. The peer is the
+    global `Dst Rank` / `Src Rank`, or (older PyTorch) `Rank` within the process group's ranks [0, 1]."""
+    traces = pipeline_transfer(tmp_path, **peers)
+    fast_loaded, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    slow_loaded, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    fast_p2p = allreduce_time(fast_loaded, ALLREDUCE_BYTES, 2, op="send_recv")
+    slow_p2p = allreduce_time(slow_loaded, ALLREDUCE_BYTES, 2, op="send_recv")
+    # rank 1's GEMM (1100 us) posts the receive last; the optimizer kernel (200 us) follows the transfer
+    assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_p2p + 200e-6, rel=EXACT)
+    assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_p2p - fast_p2p, rel=EXACT)
+    assert slow_p2p > 3 * fast_p2p  # 32 MiB over a NIC 4x slower: the wire time dominates
+    assert fast.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(ALLREDUCE_BYTES / 2, rel=EXACT)
+    assert fast.summary["warnings"] == []
+
+
+def test_a_transfer_whose_peer_the_trace_does_not_tell_keeps_its_traced_time_and_says_so(tmp_path):
+    traces = pipeline_transfer(tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, **{"Collective name": None, "Dst Rank": None, "Src Rank": None})
+    _, result = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    # the traced step: rank 1's GEMM from 20 us to 1120 us, its receive kernel 2700 us, the optimizer 200 us
+    assert result.summary["step_time_s"] == pytest.approx(4000e-6, rel=EXACT)
+    assert result.summary["trace"]["unknown_kernels"] == 0
+    assert [warning.split(": ", 1)[1] for warning in result.summary["warnings"]] == [
+        "traceEvents[8]: 1 point-to-point kernel replayed at the traced duration, not re-costed: the trace does "
+        "not tell the peer (first: 'ncclDevKernel_SendRecv')"] * 2
 
 
 def copy_traces(source: Path, folder: Path) -> Path:

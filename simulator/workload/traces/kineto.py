@@ -5,11 +5,12 @@ GPU activity (`kernel`, `gpu_memcpy`, `gpu_memset` events) runs per CUDA stream 
 `wait_on_stream` before the recorded CUDA event (found through its correlation id), or, when the record is not in
 the trace, on the last kernel of that stream to finish before the wait; after a host synchronisation (Stream,
 Event or Context Sync) the next kernel of each stream that the blocked thread launches depends on the last one
-to end before it returned on the synchronised stream(s). NCCL kernels become collectives: the
-primitive, message size, data type and process group come from the kernel's own arguments (recent PyTorch) or
-from the `record_param_comms` CPU op that launched it (matched through the launch's correlation id), the
-primitive and data type also from the kernel name (`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with
-no GPU activity replays its outermost CPU ops, one stream per thread.
+to end before it returned on the synchronised stream(s). NCCL kernels become collectives, or sends and
+receives where the trace names their peer: the primitive, message size, data type, process group and peer come
+from the kernel's own arguments (recent PyTorch) or from the `record_param_comms` CPU op that launched it
+(matched through the launch's correlation id), the primitive and data type also from the kernel name
+(`ncclDevKernel_AllReduce_Sum_bf16_RING_LL`). A trace with no GPU activity replays its outermost CPU ops, one
+stream per thread.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from simulator.collectives.names import Primitive
 from simulator.units import MAX_STEP_DURATION_S
 from simulator.workload.traces.model import (
     GEMM_OPERANDS,
+    OpKind,
     TracedOp,
     TracedRank,
     as_int,
@@ -61,6 +63,9 @@ KERNEL_PRIMITIVES: dict[str, Primitive] = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter", "broadcast": "broadcast",
     "reduce": "reduce", "alltoall": "all_to_all", "sendrecv": "send_recv", "send": "send_recv", "recv": "send_recv"}
 """Words of NCCL kernel names (lower-cased) -> trainsim primitives."""
+
+P2P_KINDS: dict[str, OpKind] = {"send": "send", "recv": "recv", "recv_any_source": "recv"}
+"""`Collective name` of a point-to-point kernel -> which end of the transfer it is."""
 
 DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
                "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "i64": 8, "uint64": 8, "u64": 8,
@@ -120,7 +125,7 @@ def read_kineto(path: Path) -> TracedRank:
     if parsed.gpu:
         ops, unknown = parsed.gpu_ops()
         traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events),
-                            unknown=tuple(unknown))
+                            unknown=tuple(unknown), untold_peers=tuple(parsed.untold_peers))
     else:
         cpu_ops = parsed.cpu_ops()
         if not cpu_ops:
@@ -148,6 +153,7 @@ class _Parsed:
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
+        self.untold_peers: list[tuple[int, str]] = []
         for index, event in enumerate(events):
             if not isinstance(event, dict):
                 raise trace_error(file, f"traceEvents[{index}]", "an event is not an object")
@@ -181,7 +187,8 @@ class _Parsed:
                     self.gemms.setdefault(event.get("tid"), []).append((ts, ts + dur, event))
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
-        """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives."""
+        """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
+        and transfers."""
         comms = {tid: _Spans(spans) for tid, spans in self.comms.items()}
         gemms = {tid: _Spans(spans) for tid, spans in self.gemms.items()}
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
@@ -192,9 +199,10 @@ class _Parsed:
             args = event.get("args") or {}
             stream = str(args.get("stream", event.get("tid", 0)))
             name = str(event.get("name", ""))
-            op = self._collective(index, event, args, name, stream, comms) if name.lower().startswith("nccl") else None
+            nccl = name.lower().startswith("nccl")
+            op = self._communication(index, event, args, name, stream, comms) if nccl else None
             if op is None:
-                if event.get("cat") == "kernel" and not kernel_kind(name):
+                if event.get("cat") == "kernel" and not nccl and not kernel_kind(name):
                     unknown.append((index, name))
                 launcher = _enclosing(gemms, self.launches.get(args.get("correlation")))
                 op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US,
@@ -217,9 +225,11 @@ class _Parsed:
                 kept.append((index, event))
         return kept or gpu
 
-    def _collective(self, index: int, event: dict, args: dict, name: str, stream: str,
-                    comms: dict[object, _Spans]) -> TracedOp | None:
-        """An NCCL kernel as a collective; None for point-to-point kernels (replayed as traced compute)."""
+    def _communication(self, index: int, event: dict, args: dict, name: str, stream: str,
+                       comms: dict[object, _Spans]) -> TracedOp | None:
+        """An NCCL kernel as a collective, or as a send or receive where the trace tells its peer; None for a
+        point-to-point kernel whose peer it does not tell (replayed as traced compute, listed in
+        ``untold_peers``)."""
         where = f"traceEvents[{index}]"
         info = args if "Collective name" in args else _enclosing(comms, self.launches.get(args.get("correlation")))
         primitive, dtype = _from_kernel_name(name)
@@ -227,11 +237,49 @@ class _Parsed:
             primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
             dtype = str(info.get("dtype", dtype)).lower()
         if primitive == "send_recv":
-            return None
+            transfer = self._transfer(index, event, name, stream, info, dtype)
+            if transfer is None:
+                self.untold_peers.append((index, name))
+            return transfer
         if not primitive:
             raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",
                               "a kernel named ncclDevKernel_<Collective>_... or a record_param_comms annotation")
-        if info is None or "In msg nelems" not in info:
+        if info is None:
+            raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
+                              "kernel args or a record_param_comms op with 'In msg nelems'")
+        members = _members(info, self.file, where, name)
+        group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
+        return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
+                        op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
+                        group=group or "default", members=members,
+                        group_size=_whole(info.get("Group size")) or len(members),
+                        description=str(info.get("Process Group Description", "")))
+
+    def _transfer(self, index: int, event: dict, name: str, stream: str, info: dict | None,
+                  dtype: str) -> TracedOp | None:
+        """An NCCL send or receive kernel as a transfer to or from its peer, None where the trace does not tell
+        the direction and the peer. The direction is the `Collective name` (send, recv); the peer the global
+        `Dst Rank` of a send or `Src Rank` of a receive (recent PyTorch), else `Rank` (the peer's rank in the
+        process group, as older versions write it) through the group's members. A send and a receive that
+        batch_isend_irecv fuses into one kernel are under no single record_param_comms and stay traced compute."""
+        kind = P2P_KINDS.get(str(info.get("Collective name", "")).lower()) if info is not None else None
+        if info is None or kind is None:
+            return None
+        where = f"traceEvents[{index}]"
+        peer = _whole(info.get("Dst Rank" if kind == "send" else "Src Rank"))
+        if peer is None:
+            members = _members(info, self.file, where, name)
+            in_group = _whole(info.get("Rank"))
+            peer = members[in_group] if in_group is not None and in_group < len(members) else None
+        if peer is None:
+            return None
+        return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
+                        nbytes=self._message_bytes(info, "send_recv", dtype, name, where), peer=peer)
+
+    def _message_bytes(self, info: dict, primitive: Primitive, dtype: str, name: str, where: str) -> float:
+        """Bytes per rank in the nccl-tests convention: `Out msg nelems` of an all-gather, else `In msg nelems`,
+        times the element size of ``dtype``."""
+        if "In msg nelems" not in info:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
         element = DTYPE_BYTES.get(dtype.lower())
@@ -240,13 +288,7 @@ class _Parsed:
         count = info.get("Out msg nelems") if primitive == "all_gather" else info.get("In msg nelems")
         if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
             raise trace_error(self.file, where, f"message size {count!r} of {name!r} is not a count of elements")
-        members = _members(info, self.file, where, name)
-        group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
-        nbytes = checked_message(float(count) * element, self.file, where, name)
-        return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
-                        op=primitive, nbytes=nbytes, group=group or "default", members=members,
-                        group_size=_whole(info.get("Group size")) or len(members),
-                        description=str(info.get("Process Group Description", "")))
+        return checked_message(float(count) * element, self.file, where, name)
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
                     ordered: list[tuple[int, dict]]) -> list[TracedOp]:

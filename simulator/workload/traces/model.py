@@ -56,8 +56,9 @@ class TracedRank:
     """One rank's trace. ``rank`` is its number as the file states it, -1 when it does not. ``timed``: its
     start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
     counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
-    because their kind is not recognised; ``window`` is the traced step's (start, end) where the trace marks
-    it (a ProfilerStep annotation around host-only activity)."""
+    because their kind is not recognised, ``untold_peers`` those of point-to-point kernels kept as compute
+    because the trace does not tell their peer; ``window`` is the traced step's (start, end) where the trace
+    marks it (a ProfilerStep annotation around host-only activity)."""
 
     file: str
     rank: int
@@ -65,6 +66,7 @@ class TracedRank:
     timed: bool
     events: int
     unknown: tuple[tuple[int, str], ...] = ()
+    untold_peers: tuple[tuple[int, str], ...] = ()
     events_field: str = "traceEvents"
     window: tuple[float, float] | None = None
 

@@ -1,5 +1,6 @@
 """Traced ranks into a step program: compute replayed with its traced durations (scaled by the what-if
-knobs), collectives re-costed on the cluster, idle time that no dependency explains kept as host time.
+knobs), collectives and point-to-point transfers re-costed on the cluster, idle time that no dependency
+explains kept as host time.
 
 Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the order of the files (names
 sorted with their numbers compared as numbers). A process group's members come from the trace where it lists
@@ -113,6 +114,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     builder.check_collectives_matched()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
+    warnings += tuple(f"{rank.file}: {rank.events_field}[{rank.untold_peers[0][0]}]: {len(rank.untold_peers)} "
+                      f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
+                      f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
+                      for rank in traced if rank.untold_peers)
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
