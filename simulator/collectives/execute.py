@@ -28,8 +28,11 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     phase charges every transfer the mean latency of the phase's hops; a phase of steps in flight charges each
     transfer its `window_stall` per step, its chunk's time read at its path's line rate."""
     repeat = phase.repeat
-    paths = [topology.path(t.src, t.dst, t.channel) for t in phase.transfers]
-    latencies = [max(topology.path_latency(t.src, t.dst, t.channel), phase.min_latency) for t in phase.transfers]
+    routes = [topology.route(t.src, t.dst, t.channel) for t in phase.transfers]
+    paths = [path for path, _ in routes]
+    latencies = [latency for _, latency in routes]
+    if phase.min_latency > 0:
+        latencies = [max(latency, phase.min_latency) for latency in latencies]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
     if phase.steps_in_flight:

@@ -101,17 +101,28 @@ class Fabric:
     core_names: list[str] = field(default_factory=list)
     host_nic_bandwidth: float = 0.0
     """Bandwidth of each host's NICs into the network together, per direction (0: no network)."""
-    _ends: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _ends: tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]] = field(
+        default_factory=lambda: ([], []), repr=False)
+    """Per GPU (filled on first use): its links up to its leaf, and down from it."""
+    _ways: tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]] = field(
+        default_factory=lambda: ([], []), repr=False)
+    """Per GPU (filled on first use): its links up to its domain's root, and down from it."""
     _middles: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
 
     def __call__(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         return self.route(topo, src, dst, channel)
 
     def route_links(self, topo: Topology, src: int, dst: int, channel: int) -> tuple[int, ...]:
-        """`route` as directed link ids, put together from cached pieces across domains: the source GPU's way
-        up to its leaf, the switch hops between the two leaves, the way down to the destination GPU."""
+        """`route` as directed link ids, put together from pieces kept per GPU: inside a domain the source's
+        way up to where it meets the destination's and the destination's way down; across domains the
+        source GPU's way up to its leaf, the switch hops between the two leaves (kept per hop choice), the
+        way down to the destination GPU."""
         if self.domain[src] == self.domain[dst]:
-            return topo.link_ids(self.route(topo, src, dst, channel))
+            up, down = self.uplinks[src], self.uplinks[dst]
+            if up[0] == down[0]:
+                return self._climb(topo, src)[:1] + self._descent(topo, dst)[-1:]
+            meet = next(i for i, node in enumerate(up) if node in down)
+            return self._climb(topo, src)[:meet + 1] + self._descent(topo, dst)[-1 - down.index(up[meet]):]
         hops = self._hops(src, dst, channel)
         middle = self._middles.get(hops)
         if middle is None:
@@ -145,11 +156,33 @@ class Fabric:
 
     def _end(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
         """Link ids from GPU ``gpu`` up to its leaf, or with ``down`` from its leaf down to it."""
-        end = self._ends.get((gpu, down))
+        ends = self._ends[down]
+        if not ends:
+            ends.extend([None] * len(self.gpus))
+        end = ends[gpu]
         if end is None:
             nodes = [self.gpus[gpu], self.nic[gpu], self.leaf_names[self.leaf[gpu]]]
-            end = self._ends[(gpu, down)] = topo.link_ids(nodes[::-1] if down else nodes)
+            end = ends[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
         return end
+
+    def _climb(self, topo: Topology, gpu: int) -> tuple[int, ...]:
+        """Link ids from GPU ``gpu`` up through its domain's switches to the domain's root."""
+        return self._domain_way(topo, gpu, 0)
+
+    def _descent(self, topo: Topology, gpu: int) -> tuple[int, ...]:
+        """Link ids from the root of GPU ``gpu``'s domain down to it."""
+        return self._domain_way(topo, gpu, 1)
+
+    def _domain_way(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
+        """`_climb`, or with ``down`` `_descent`, worked out on first use."""
+        ways = self._ways[down]
+        if not ways:
+            ways.extend([None] * len(self.gpus))
+        way = ways[gpu]
+        if way is None:
+            nodes = [self.gpus[gpu], *self.uplinks[gpu]]
+            way = ways[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
+        return way
 
     def route(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         """Node names from GPU ``src`` to GPU ``dst``; ``channel`` spreads flows over spines."""

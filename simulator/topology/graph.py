@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, reduce
+from operator import add
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -159,8 +160,10 @@ class Topology:
     link_latency: np.ndarray = field(init=False, repr=False)
     link_class: list[str] = field(init=False, repr=False)
     gpu_domain: list[int] = field(init=False, repr=False)
-    _routes: dict[tuple[int, int, int], tuple[int, ...]] = field(init=False, repr=False, default_factory=dict)
-    _latencies: dict[tuple[int, int, int], float] = field(init=False, repr=False, default_factory=dict)
+    _routes: dict[tuple[int, int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False,
+                                                                              default_factory=dict)
+    _latency_of: list[float] = field(init=False, repr=False)
+    """``link_latency`` as Python floats, for adding up a route's latency without numpy scalars."""
     routes_version: int = field(init=False, repr=False, default=0)
     """Counts `forget_routes` calls, so caches built from routes know when they are stale."""
     capacities: dict[tuple[tuple[str, float], ...], np.ndarray] = field(init=False, repr=False, default_factory=dict)
@@ -174,6 +177,7 @@ class Topology:
         attributes = [edges[edge] for edge in self.link_ends]
         self.link_bandwidth = np.array([data["bandwidth"] for data in attributes], dtype=float)
         self.link_latency = np.array([data["latency"] for data in attributes], dtype=float)
+        self._latency_of = self.link_latency.tolist()
         self.link_class = [data["link_class"] for data in attributes]
 
     @property
@@ -215,18 +219,24 @@ class Topology:
         """Global indices of the GPUs in ``host``, in local order."""
         return [i for i, h in enumerate(self.gpu_host) if h == host]
 
-    def path(self, src: int, dst: int, channel: int = 0) -> tuple[int, ...]:
-        """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
+    def route(self, src: int, dst: int, channel: int = 0) -> tuple[tuple[int, ...], float]:
+        """The directed link ids from GPU ``src`` to GPU ``dst`` (``channel`` picks among parallel routes) and
+        the sum of their latencies, added in path order; worked out once per (src, dst, channel) and kept, both
+        in one entry (a plan over 16k GPUs asks for 131k routes, each once, so one lookup per route counts)."""
         key = (src, dst, channel)
         route = self._routes.get(key)
         if route is None:
             route_links = getattr(self.router, "route_links", None)
             if route_links is not None and src != dst:
-                route = route_links(self, src, dst, channel)
+                links = route_links(self, src, dst, channel)
             else:
-                route = self.link_ids(self._route_nodes(src, dst, channel))
-            self._routes[key] = route
+                links = self.link_ids(self._route_nodes(src, dst, channel))
+            route = self._routes[key] = (links, reduce(add, map(self._latency_of.__getitem__, links), 0.0))
         return route
+
+    def path(self, src: int, dst: int, channel: int = 0) -> tuple[int, ...]:
+        """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
+        return self.route(src, dst, channel)[0]
 
     def link_ids(self, nodes: list[str]) -> tuple[int, ...]:
         """The directed link ids along a path of node names."""
@@ -237,16 +247,11 @@ class Topology:
 
     def path_latency(self, src: int, dst: int, channel: int = 0) -> float:
         """Sum of link latencies along the route from ``src`` to ``dst``."""
-        key = (src, dst, channel)
-        latency = self._latencies.get(key)
-        if latency is None:
-            latency = self._latencies[key] = float(sum(self.link_latency[i] for i in self.path(src, dst, channel)))
-        return latency
+        return self.route(src, dst, channel)[1]
 
     def forget_routes(self) -> None:
         """Drop the cached routes and latencies (after the router's view of the links changed)."""
         self._routes.clear()
-        self._latencies.clear()
         self.routes_version += 1
 
     def _route_nodes(self, src: int, dst: int, channel: int) -> list[str]:
