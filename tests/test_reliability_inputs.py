@@ -58,6 +58,9 @@ BAD = {
     "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 13, "faults"),
     "repair of a restart": (("      repair: 4 h", "      repair: 4 h\n      effect: restart"), 17,
                             "faults.components.gpu.repair"),
+    "weibull shape under 0.1": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull\n"
+                                 "      shape: 0.001"), 19, "faults.components.gpu.shape"),
+    "interval beyond 64-bit steps": (("  interval: 30 min", "  interval: 1e30 steps"), 19, "checkpoint.interval"),
 }
 
 
@@ -157,6 +160,24 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     problem = err.split(": ", 2)[2]
     assert problem == message, err
+
+
+def test_a_class_of_a_unit_the_cluster_lacks_is_refused(tmp_path, capsys):
+    """A `nic` class on one DGX H100 (8 GPUs on NVSwitch, no NIC, switch or cable) counted no units: the job
+    ran without a single NIC failure and said nothing. Now it is one located line, also from `validate`; the
+    llama3 preset's network classes still count none there without a word (the preset is for any cluster)."""
+    single = BASE.replace("  topology: dgx-h100-cluster\n  nodes: 2\n", "  topology: dgx-h100\n").replace(
+        "global_batch: 16", "global_batch: 8")
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(single.replace("    gpu:", "    nic:"))
+    message = (f"error: {scenario}:14: faults.components.nic: class 'nic' fails per nic, and this cluster has no "
+               "nic (allowed: a class whose unit the cluster has: gpu, host)")
+    for command in (["run", str(scenario), "--out", str(tmp_path / "out")], ["validate", str(scenario)]):
+        assert main(command) == 2
+        assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "out").exists()
+    scenario.write_text(single.replace("faults:\n", "faults:\n  preset: llama3\n"))
+    assert main(["validate", str(scenario)]) == 0
 
 
 def test_a_preset_class_given_a_new_rate_keeps_its_label_and_repair(tmp_path):

@@ -18,7 +18,7 @@ from pydantic_core import ErrorDetails
 from simulator.config.bundled import resolve_scenario
 from simulator.config.field_paths import model_in, path_problem
 from simulator.config.schema import Scenario
-from simulator.config.sections import FieldProblem
+from simulator.config.sections import INT64_LIMIT, FieldProblem
 from simulator.config.yaml_source import (
     FIELD_PATH_EXAMPLE,
     FieldPath,
@@ -293,11 +293,6 @@ def validated_scenario(data: dict, source: str, lines: dict, overrides: tuple[Ov
         return validate_as_json(Scenario, data)
     except ValidationError as exc:
         raise validation_error(exc, Scenario, source, lines, overrides=overrides) from None
-
-
-INT64_LIMIT = 2**63
-"""Whole numbers at or beyond this are refused at load: they would fail in numpy, Arrow and the summary's JSON
-after the run (a seed or a token count of 10^22 did)."""
 
 
 def _whole_numbers(data: object, path: FieldPath) -> Iterator[tuple[FieldPath, int]]:

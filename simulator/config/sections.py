@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict
 
 from simulator.errors import InputError
 
+INT64_LIMIT = 2**63
+"""Whole numbers at or beyond this are refused at load: they would fail in numpy, Arrow and the summary's JSON
+after the run (a seed or a token count of 10^22 did, and a checkpoint interval of 10^30 steps)."""
+
 
 class Section(BaseModel):
     """Base of every section: frozen, unknown keys rejected, no type coercion, no infinite or NaN number."""

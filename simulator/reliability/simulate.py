@@ -14,9 +14,9 @@ import simpy
 from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.config.reliability import Effect
+from simulator.config.reliability import UNIT_KINDS, Effect
 from simulator.errors import ScenarioError
-from simulator.reliability.blast import cluster_units
+from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureModel, failure_model
 from simulator.reliability.events import JobEvents
@@ -152,14 +152,28 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
                             field="restart.spares", allowed=f"0 to {hosts}")
 
 
-def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel, float]:
-    """The checks of a job's sections that need no step (spares against the hosts, the failure classes, the
-    checkpoint against the storage), located; its failure model and checkpoint size. `trainsim validate` runs
-    them too."""
+def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:
+    """Refuse a class of `faults.components` whose unit the cluster does not have (a NIC, switch or cable on a
+    single DGX host): it would fail nowhere, silently. The preset's classes are meant for any cluster and are
+    left to count no units."""
+    present = [kind for kind in UNIT_KINDS if units.count(kind)]
+    for klass in model.classes:
+        if klass.name in loaded.scenario.faults.components and not units.count(klass.unit):
+            raise ScenarioError(f"class {klass.name!r} fails per {klass.unit}, and this cluster has no "
+                                f"{klass.unit}", field=f"faults.components.{klass.name}",
+                                allowed=f"a class whose unit the cluster has: {', '.join(present)}")
+
+
+def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel, float, ClusterUnits]:
+    """The checks of a job's sections that need no step (spares against the hosts, the failure classes and
+    their units on the cluster, the checkpoint against the storage), located; its failure model, checkpoint
+    size and the cluster's units. `trainsim validate` runs them too."""
     located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
+    units = cluster_units(topology)
+    located(loaded, lambda: _check_units(loaded, model, units))
     size = located(loaded, lambda: _checkpoint_size(loaded))
-    return model, size
+    return model, size, units
 
 
 @collector_paused()
@@ -172,7 +186,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = scenario_topology(loaded)
-    model, size = check_job(loaded, topology)
+    model, size, units = check_job(loaded, topology)
     if not force:
         _refuse_unfolded_states(loaded, model, topology)
     states = StepStates(loaded, topology)
@@ -190,8 +204,6 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
             cost_cache[state] = None if step is None else segment_costs(
                 step, states.healthy_step, size, scenario.checkpoint, scenario.storage, scenario.restart)
         return cost_cache[state]
-
-    units = cluster_units(topology)
 
     def degradation(index: int, unit: int) -> Degradation:
         """What unit ``unit`` of class ``index`` does to the cluster while degraded or straggling."""
