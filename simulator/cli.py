@@ -329,11 +329,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     out = output_folder(args.out)
     sweep = load_sweep(args.sweep, max_points=args.max_points)
-    try:
-        executor = make_executor(args.executor, args.workers, args.scheduler)
-    except ExecutorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    executor = make_executor(args.executor, args.workers, args.scheduler)
     update, stop = progress_printer(args.quiet)
     try:
         report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, force=args.force,
@@ -395,17 +391,10 @@ def _cmd_search(args: argparse.Namespace) -> int:
     out = output_folder(args.out)
     given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "ep", "virtual_stages", "micro_batch", "sharding",
                                                      "recompute") if getattr(args, name) is not None}
-    try:
-        executor = make_executor(args.executor, args.workers, args.scheduler)
-    except ExecutorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    executor = make_executor(args.executor, args.workers, args.scheduler)
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
                                 overrides=args.set, force=args.force)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     finally:
         executor.close()
     write_search(out, result)

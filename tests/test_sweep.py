@@ -284,6 +284,19 @@ def test_unreachable_scheduler_names_its_address():
         DaskExecutor("tcp://127.0.0.1:9", timeout_s=1)
 
 
+@pytest.mark.parametrize("command", ["sweep", "search"])
+def test_an_executor_that_cannot_start_is_one_line_and_status_1(command, tmp_path, capsys, monkeypatch):
+    """sweep and search leave a failed executor to main's handler, which keeps a message to one line."""
+    def unreachable(*_args):
+        raise ExecutorError("cannot reach the Dask scheduler\nat tcp://127.0.0.1:9 (OSError)")
+
+    monkeypatch.setattr("simulator.sweep.executors.make_executor", unreachable)
+    given = str(tmp_path / "sweep.yaml") if command == "sweep" else "schedule-gpipe-p4-m8"
+    (tmp_path / "sweep.yaml").write_text("base: schedule-gpipe-p4-m8\ngrid: {training.microbatches: [4]}\n")
+    assert main([command, given, "--out", str(tmp_path / "out"), "--executor", "dask"]) == 1
+    assert capsys.readouterr().err == "error: cannot reach the Dask scheduler; at tcp://127.0.0.1:9 (OSError)\n"
+
+
 def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
     (tmp_path / "sweep.yaml").write_text("base: ../nowhere.yaml\ngrid: {parallelism.pp: [1]}\n")
     with pytest.raises(ScenarioError, match="no scenario file"):
