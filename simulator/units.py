@@ -150,26 +150,29 @@ def parse_size_range(text: str) -> list[float]:
     return [whole_bytes(size, part, "whole bytes, e.g. 1MiB,64MiB") for size, part in zip(sizes, text.split(","))]
 
 
+# The units the formatters below choose from, largest first: (name, its size in bytes, seconds or bytes/s).
+_SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("TiB", "GiB", "MiB", "KiB")), ("B", 1.0))
+_DURATION_STEPS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+_BANDWIDTH_STEPS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    """``value`` to 4 significant digits in the first of ``units`` (largest first) whose scale it reaches, the
+    last one when it reaches none."""
+    unit, scale = next(((unit, scale) for unit, scale in units if abs(value) >= scale), units[-1])
+    return f"{value / scale:.4g} {unit}"
+
+
 def format_size(nbytes: float) -> str:
     """A human-readable binary size: 1073741824 -> '1 GiB'."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        scale = SIZE_UNITS[unit]
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.4g} {unit}"
-    return f"{nbytes:.4g} B"
+    return _scaled(nbytes, _SIZE_STEPS)
 
 
 def format_duration(seconds: float) -> str:
     """A human-readable duration: 0.0123 -> '12.3 ms'."""
-    for unit, scale in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.4g} {unit}"
-    return f"{seconds / 1e-9:.4g} ns"
+    return _scaled(seconds, _DURATION_STEPS)
 
 
 def format_bandwidth(bytes_per_s: float) -> str:
     """A human-readable bandwidth in bytes per second: 5e10 -> '50 GB/s'."""
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if abs(bytes_per_s) >= scale:
-            return f"{bytes_per_s / scale:.4g} {unit}"
-    return f"{bytes_per_s:.4g} B/s"
+    return _scaled(bytes_per_s, _BANDWIDTH_STEPS)
