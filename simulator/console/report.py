@@ -91,11 +91,17 @@ def _count(number: object, one: str, many: str = "") -> str:
     return f"{number} {one if number == 1 else (many or one + 's')}"
 
 
-def training_table(summary: dict) -> Table:
-    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck."""
+def _label_table() -> Table:
+    """An empty table of label (bold) and value rows, without a header: the shape of the headline tables."""
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
+    return table
+
+
+def training_table(summary: dict) -> Table:
+    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck."""
+    table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
     if step is not None:
@@ -141,9 +147,7 @@ def _histogram(counts: list[int], unit: str) -> str:
 
 def parameter_server_table(ps: dict) -> Table:
     """A parameter-server run: mode and placement, iteration times, throughput, server links, staleness, lag."""
-    table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+    table = _label_table()
     mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
     table.add_row("parameter servers", f"{mode}, {len(ps['server_hosts'])} server host(s) "
                   f"({len(ps['server_gpus'])} GPUs), {ps['workers']} workers, {ps['iterations']} iterations")
@@ -214,9 +218,7 @@ def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
     frequent causes), the time lost by kind with its share of the horizon, and the checkpoint interval against
     Young's and Daly's."""
-    table = Table(show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
+    table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
     table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {ideal:,.0f} tokens/s")
     table.add_row("ETTR", _mean_ci(job["ettr"], _share))
