@@ -457,10 +457,7 @@ def read_graph_nodes(raw_nodes: list) -> list[dict]:
     nodes: list[dict] = []
     names: set[str] = set()
     for index, raw in enumerate(raw_nodes):
-        try:
-            node = read_parameters(_GRAPH_NODE, raw)
-        except TopologyError as exc:
-            raise exc.located(field_prefix=f"nodes[{index}]") from None
+        node = read_parameters(_GRAPH_NODE, raw, prefix=f"nodes[{index}].")
         if node["name"] in names:
             raise TopologyError(f"duplicate node {node['name']!r}", field=f"nodes[{index}].name")
         names.add(node["name"])
@@ -485,10 +482,7 @@ def _build_graph(p: dict, name: str) -> Topology:
     wiring = Wiring()
     gpus, gpu_hosts = _add_graph_nodes(wiring, p["nodes"])
     for index, raw in enumerate(p["links"]):
-        try:
-            link = read_parameters(_GRAPH_LINK, raw)
-        except TopologyError as exc:
-            raise exc.located(field_prefix=f"links[{index}]") from None
+        link = read_parameters(_GRAPH_LINK, raw, prefix=f"links[{index}].")
         for end in ("a", "b"):
             if link[end] not in wiring:
                 raise TopologyError(f"unknown node {link[end]!r}", field=f"links[{index}].{end}",
