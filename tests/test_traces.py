@@ -528,6 +528,12 @@ def test_a_shortened_group_follows_the_stated_stride(tmp_path):
     ({"Process Group Ranks": "[0, 1, ..., 28, ..., 70]", "Group size": 64}, "do not follow one stride"),
     ({"Process Group Ranks": "[0, 1, ...]", "Group size": None}, "no Group size says how many members it has"),
     ({"Process Group Ranks": "[0, 1]", "Group size": 4}, "list 2 ranks but its Group size is 4"),
+    # PyTorch marks a group whose ranks follow no stride (0, 2, ..., 56, 57, 60, 62, ..., 126: 64 ranks) with
+    # stride -1; shortened, it reads as 0, 2, ..., 126 and was replayed as that
+    ({"Process Group Ranks": "[" + ", ".join(map(str, range(0, 58, 2))) + ", ..., 126]", "Group size": 64,
+      "Global rank start": 0, "Global rank stride": -1}, "follow no single stride (Global rank stride -1)"),
+    ({"Process Group Ranks": "[" + ", ".join(map(str, range(29))) + ", ..., 29]", "Group size": 30},
+     "are marked shortened but show 30 ranks of a group of 30 (Group size)"),
     ({"Process Group Ranks": "[0, -1]"}, "are not rank numbers"),
 ])
 def test_group_ranks_that_cannot_be_told_are_refused_at_their_event(tmp_path, args, problem):

@@ -407,9 +407,12 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     """A collective's process-group ranks, () when the trace does not tell them. PyTorch writes `Process Group
     Ranks` as the text of a list and shortens a group of more than 30 ranks with '...' ("[0, 1, ..., 28, ...,
     63]", or in older versions "[0, ..., 29, ...]"); older versions write no list at all. The members then come
-    from `Group size` and the group's stride (`Global rank start` and `Global rank stride`, which PyTorch gives
-    for strided groups, else the shown ranks'), which the shown ranks must follow. A complete list must have
-    `Group size` ranks where that is given."""
+    from `Group size` and the group's stride (`Global rank start` and `Global rank stride`, else the shown
+    ranks'), which the shown ranks must follow. A complete list must have `Group size` ranks where that is given.
+
+    The ranks the profiler leaves out cannot be read, only vouched for: PyTorch writes a `Global rank stride` of
+    -1 for a group whose ranks follow no single stride, so such a group shortened is refused, and a shortened
+    list must leave out at least one of its `Group size` ranks."""
     value = info.get("Process Group Ranks")
     shown = _shown_ranks(value)
     if shown is None:
@@ -426,6 +429,14 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     stride = _whole(info.get("Global rank stride"))
     if start is None and head:
         start = head[0]
+    if shortened and stride is None and info.get("Global rank stride") in (-1, "-1"):
+        raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are shortened by the profiler "
+                          "and follow no single stride (Global rank stride -1), so the ranks left out are unknown",
+                          "a group of at most 30 ranks, or a strided group (as every group of a device mesh)")
+    if shortened and size is not None and size <= len(head) + len(tail):
+        raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are marked shortened but show "
+                          f"{len(head) + len(tail)} ranks of a group of {size} (Group size)",
+                          "a shortened list leaves out some of the group's ranks")
     if stride is None and len(head) > 1:
         stride = head[1] - head[0]
     members: tuple[int, ...] = ()
