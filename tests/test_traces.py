@@ -132,6 +132,35 @@ def test_chakra_two_ranks_recost_allreduce_and_send(tmp_path):
     assert result.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(8 * 2**20 / 2, rel=EXACT)
 
 
+def rank_five(folder: Path, **info) -> Path:
+    """The bundled rank 0's trace, its distributedInfo saying rank 5 (and ``info``) instead."""
+    path = folder / "rank5.json"
+    doc = json.loads((KINETO_2RANK / "rank0.json").read_text())
+    doc["distributedInfo"] = {key: value for key, value in {**doc["distributedInfo"], "rank": 5, **info}.items()
+                              if value is not None}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(("info", "message"), [
+    ({}, "{path}: distributedInfo.rank: rank 5 is not one of the traced job's 2 ranks (distributedInfo.world_size) "
+         "(allowed: a rank from 0 to 1)"),
+    ({"world_size": None}, "{path}: traceEvents[8]: rank 5 runs a collective of group '0' whose members [0, 1] do "
+                           "not include it"),
+])
+def test_a_file_of_a_rank_outside_its_job_says_so_in_one_line(tmp_path, capsys, info, message):
+    """A single file stating rank 5 of a 2-rank job: with the world size stated, the file's own rank is named;
+    without it, the all-reduce whose group [0, 1] leaves rank 5 out is (compute alone would have replayed it as
+    rank 5 of a 6-rank job)."""
+    path = rank_five(tmp_path, **info)
+    (tmp_path / "scenario.yaml").write_text(f"cluster: {{topology: ethernet-100g, nodes: 8}}\n"
+                                            f"workload: {{trace: '{path}'}}\n")
+    assert main(["run", str(tmp_path / "scenario.yaml"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {message.format(path=path)}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def pipeline_transfer(folder: Path, **peers: dict) -> Path:
     """The bundled two-rank trace with its all-reduce turned into a pipeline transfer of the same 32 MiB: rank
     0 sends, rank 1 receives (record_param_comms `send` / `recv`, NCCL's SendRecv kernel); ``peers`` sets each

@@ -118,9 +118,7 @@ def read_kineto(path: Path) -> TracedRank:
                           "trace (set workload.format: chakra-json)" if chakra else ""),
                           "a Chrome-trace object with traceEvents")
     events = doc["traceEvents"]
-    info = doc.get("distributedInfo") or {}
-    stated = info.get("rank") if isinstance(info, dict) else None
-    rank = stated if isinstance(stated, int) else -1
+    rank = _stated_rank(file, doc.get("distributedInfo"))
     parsed = _Parsed(file, events)
     if parsed.gpu:
         ops, unknown = parsed.gpu_ops()
@@ -138,6 +136,21 @@ def read_kineto(path: Path) -> TracedRank:
         raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
                           "longer than any training step", "a profiler trace of one training step")
     return traced
+
+
+def _stated_rank(file: str, info: object) -> int:
+    """The rank `distributedInfo` states (-1 when it states none), which must be one of the traced job's
+    `world_size` ranks where that is stated: rank 5's trace cannot be of a 2-rank job."""
+    if not isinstance(info, dict):
+        return -1
+    rank, world = (_whole(info.get(key)) for key in ("rank", "world_size"))
+    if rank is None:
+        return -1
+    if world is not None and rank >= world:
+        raise trace_error(file, "distributedInfo.rank", f"rank {rank} is not one of the traced job's {world} "
+                          f"rank{'s' if world != 1 else ''} (distributedInfo.world_size)",
+                          f"a rank from 0 to {world - 1}" if world else "a world_size of at least 1")
+    return rank
 
 
 class _Parsed:
