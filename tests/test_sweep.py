@@ -217,6 +217,31 @@ def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("constraint, problem", [
+    ("10.0 ** 400 > 1", "10.0 ** 400 overflows a float"),  # was an OverflowError traceback, exit status 1
+    ("9 ** 9 ** 9 > 1", "9 ** 9 ** 9 is beyond 4096-bit numbers"),  # was a hang (a 1.2-billion-bit power)
+    ("'a' * 10 ** 11 == 'b'", "'a' * 10 ** 11: texts and lists only join with +"),  # was 'out of memory', 1
+    ("'%999999999s' % 1 == 'b'", "'%999999999s' % 1: texts and lists only join with +"),
+])
+def test_a_constraint_too_large_to_evaluate_is_one_located_error(tmp_path, capsys, constraint, problem):
+    """Arithmetic that overflows, or would take the memory or hours, is refused at the constraint's line."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + f"grid: {{training.microbatches: [4]}}\nconstraints: [\"{constraint}\"]\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    assert capsys.readouterr().err == f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_constraint_arithmetic_within_bounds_still_holds():
+    """The bounds leave ordinary constraints alone: powers of a field, joined texts, 2 ** 4096."""
+    sweep = sweep_from_text(BASE + "grid: {training.microbatches: [4, 8]}\nconstraints: ['2 ** training."
+                            "microbatches > 100 and parallelism.pipeline.schedule + \"x\" == \"gpipex\" "
+                            "and 2 ** 4096 > 0']\n")
+    assert [point.skipped for point in sweep.points] == ["constraint: 2 ** training.microbatches > 100 and "
+                                                         "parallelism.pipeline.schedule + \"x\" == \"gpipex\" "
+                                                         "and 2 ** 4096 > 0", ""]
+
+
 def test_a_point_the_simulator_refuses_is_located_at_the_axis_that_set_the_field(tmp_path):
     """The error named the base scenario's line, which shows the value the axis replaced (global_batch: 32)."""
     path = tmp_path / "sweep.yaml"

@@ -88,7 +88,7 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_evaluate(node.operand, scenario))
     if isinstance(node, ast.BinOp):
-        return _BINARY[type(node.op)](_evaluate(node.left, scenario), _evaluate(node.right, scenario))
+        return _arithmetic(node, _evaluate(node.left, scenario), _evaluate(node.right, scenario))
     if isinstance(node, ast.Compare):
         left = _evaluate(node.left, scenario)
         for op, right_node in zip(node.ops, node.comparators):
@@ -98,3 +98,22 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
             left = right
         return True
     raise ScenarioError(f"cannot evaluate {ast.unparse(node)}", allowed=ALLOWED)
+
+
+MAX_POWER_BITS = 4096
+
+
+def _arithmetic(node: ast.BinOp, left: object, right: object) -> object:
+    """``left op right``, bounded: texts and lists only join (``+``), since a repeated or formatted one
+    (``'a' * 10**11``, ``'%999999999s' % 1``) and a power beyond 4,096 bits (``9 ** 9 ** 9``) would take the
+    machine's memory or hours; a float overflow becomes a ValueError, so each is one line at the constraint
+    instead of a hang or a traceback."""
+    if not isinstance(node.op, ast.Add) and (isinstance(left, (str, list)) or isinstance(right, (str, list))):
+        raise ValueError(f"{ast.unparse(node)}: texts and lists only join with +")
+    if (isinstance(node.op, ast.Pow) and isinstance(left, int) and isinstance(right, int) and right > 0
+            and abs(left) > 1 and right * (abs(left).bit_length() - 1) > MAX_POWER_BITS):
+        raise ValueError(f"{ast.unparse(node)} is beyond {MAX_POWER_BITS}-bit numbers")
+    try:
+        return _BINARY[type(node.op)](left, right)
+    except OverflowError:
+        raise ValueError(f"{ast.unparse(node)} overflows a float") from None
