@@ -248,9 +248,10 @@ def _plot_goodput(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from simulator.report.gantt import gantt_figure
     from simulator.report.memory_timeline import memory_figure
-    from simulator.report.outputs import load_run_outputs, refuse_ranks_without_ops, save_figure
+    from simulator.report.outputs import load_run_outputs, save_figure
     from simulator.report.run_folder import record_figure
 
+    _refuse_options_of_other_charts(args)
     if args.chart == "goodput":
         return _plot_goodput(args)
     if args.chart in STUDY_CHARTS:
@@ -266,24 +267,44 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     output = figure_file(args.output or str(Path(args.outdir) / f"{args.chart}.png"))
     run = load_run_outputs(Path(args.outdir))
     if args.chart == "gantt":
-        ranks = _ranks(args.ranks)
-        gpus = int(run.summary.get("gpus", 0))
-        if ranks is not None and any(not 0 <= rank < gpus for rank in ranks):
-            raise InputError(f"{args.ranks!r} names ranks the run does not have", field="--ranks",
-                             allowed=f"0..{gpus - 1}")
-        refuse_ranks_without_ops(ranks or (), run.timeline, "--ranks")
+        ranks = _run_ranks(args.ranks, run)
         window = _window(args.window)
         end_s = float(run.timeline["end_s"].max()) if len(run.timeline) else 0.0
         if window is not None and window[0] >= end_s:
             raise InputError(f"{args.window!r} starts after the run's last op ends, at {end_s:.6g} s",
                              field="--window", allowed=f"a window that starts before {end_s:.6g} s")
-        figure = gantt_figure(run.timeline, run.summary, by=args.by, ranks=ranks, window=window)
+        figure = gantt_figure(run.timeline, run.summary, by=args.by or GANTT_ROWS[0], ranks=ranks, window=window)
     else:
-        figure = memory_figure(run.timeline, run.summary)
+        figure = memory_figure(run.timeline, run.summary, ranks=_run_ranks(args.ranks, run))
     save_figure(figure, output)
     record_figure(Path(args.outdir), output)
     print(f"wrote {output}")
     return 0
+
+
+PLOT_OPTIONS = {"by": ("gantt",), "window": ("gantt",), "ranks": ("gantt", "memory"), "x": ("sweep", "heatmap"),
+                "y": ("sweep", "heatmap"), "hue": ("sweep",), "value": ("heatmap",), "log_x": ("sweep",)}
+"""The `trainsim plot` options each chart reads; the others are refused rather than silently ignored."""
+
+
+def _refuse_options_of_other_charts(args: argparse.Namespace) -> None:
+    for option, charts in PLOT_OPTIONS.items():
+        if getattr(args, option) not in (None, False) and args.chart not in charts:
+            flag = "--" + option.replace("_", "-")
+            raise InputError(f"not read by a {args.chart} chart", field=flag,
+                             allowed=f"a {' or '.join(charts)} chart")
+
+
+def _run_ranks(text: str | None, run) -> list[int] | None:
+    """--ranks of a run's chart: ranks the run has, each with ops of its own (not folded away)."""
+    from simulator.report.outputs import refuse_ranks_without_ops
+
+    ranks = _ranks(text)
+    gpus = int(run.summary.get("gpus", 0))
+    if ranks is not None and any(not 0 <= rank < gpus for rank in ranks):
+        raise InputError(f"{text!r} names ranks the run does not have", field="--ranks", allowed=f"0..{gpus - 1}")
+    refuse_ranks_without_ops(ranks or (), run.timeline, "--ranks")
+    return ranks
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
@@ -481,9 +502,10 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run` (gantt, memory), `study` "
                       "(goodput), `sweep` or `search` (busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
-    plot.add_argument("--by", choices=GANTT_ROWS, default=GANTT_ROWS[0], help="Gantt rows (default: stage)")
+    plot.add_argument("--by", choices=GANTT_ROWS, default=None, help="gantt: rows (default: stage)")
     plot.add_argument("--window", default=None, metavar="START:END", help="gantt: time window, e.g. 0:5ms")
-    plot.add_argument("--ranks", default=None, metavar="0,2,4-7", help="gantt: these ranks, one row each")
+    plot.add_argument("--ranks", default=None, metavar="0,2,4-7",
+                      help="gantt: these ranks, one row each; memory: one curve each (default: one rank per stage)")
     plot.add_argument("--x", default=None, help="sweep/heatmap: column on the x axis")
     plot.add_argument("--y", default=None, help="sweep/heatmap: column on the y axis")
     plot.add_argument("--hue", default=None, help="sweep: one line per value of this column")

@@ -228,3 +228,38 @@ def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
     assert main(["plot", "gantt", str(out), *flags, "-o", str(tmp_path / "g.png")]) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
     assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("chart, flags, error", [
+    ("memory", ["--ranks", "4"], "--ranks: rank 4 has no ops in this run's timeline (folded into an equivalent "
+                                 "rank, or not kept by run.timeline) (allowed: a simulated rank: 0, 1, 2, 3; or rerun "
+                                 "with run.fold: false)"),
+    ("memory", ["--window", "0:5ms"], "--window: not read by a memory chart (allowed: a gantt chart)"),
+    ("memory", ["--by", "rank"], "--by: not read by a memory chart (allowed: a gantt chart)"),
+    ("gantt", ["--x", "step_time_s"], "--x: not read by a gantt chart (allowed: a sweep or heatmap chart)"),
+    ("gantt", ["--log-x"], "--log-x: not read by a gantt chart (allowed: a sweep chart)"),
+])
+def test_cli_plot_refuses_options_its_chart_does_not_read(tmp_path, capsys, chart, flags, error):
+    """`plot memory --ranks 4` (a folded rank) and `plot memory --window ...` wrote the default chart, exit 0: the
+    memory chart ignored --ranks, and every chart ignored the options of the others."""
+    out = tmp_path / "run"
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", chart, str(out), *flags, "-o", str(tmp_path / "m.png")]) == 2
+    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert not (tmp_path / "m.png").exists()
+
+
+def test_cli_memory_draws_the_ranks_asked_for(tmp_path, monkeypatch):
+    """`plot memory --ranks 0,3`: one curve per rank given (it drew one per stage whatever --ranks said)."""
+    drawn = []
+    monkeypatch.setattr("simulator.report.outputs.save_figure",
+                        lambda figure, path: drawn.append([line.get_label() for line in figure.axes[0].lines]))
+    out = tmp_path / "run"
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert main(["plot", "memory", str(out), "--ranks", "0,3", "-o", str(tmp_path / "m.png")]) == 0
+    assert [label.split(",")[0] for label in drawn[0]] == ["rank 0 (stage 0)", "rank 3 (stage 3)", "capacity 79.6 GiB"]
