@@ -8,10 +8,16 @@ A mixin of ProgramBuilder: it uses the builder core (builder_core.py): ``plan``,
 
 from __future__ import annotations
 
-from simulator.collectives.names import Primitive
 from simulator.parallel.builder_core import BuilderCore
 from simulator.parallel.context import CP_STREAM, ContextAttention
-from simulator.parallel.experts import AllToAll, ExpertWork, ep_group, expert_dp_group, group_images
+from simulator.parallel.experts import (
+    AllToAll,
+    ExpertWork,
+    ep_group,
+    expert_gradient_reduction,
+    expert_param_gather,
+    group_images,
+)
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block, bound_share
 from simulator.program.ops import COMPUTE_STREAM, Category
@@ -95,9 +101,9 @@ class BlockPasses(BuilderCore):
 
     def _all_to_all(self, rank: int, block: Block, experts: ExpertWork, which: AllToAll, phase: Pass, deps: list[int],
                     mb: int, vstage: int) -> list[int]:
-        ep = experts.ep
-        if ep == 1 or not phase.sends_activations:
+        if not experts.exchanges(phase):
             return deps
+        ep = experts.ep
         group = ep_group(self.plan.layout, rank, ep)
         key = f"ep.{which}.{phase}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         mirrors = group_images(self.plan.layout, rank, ep, expert_dp=False) if self.fold else ()
@@ -108,22 +114,18 @@ class BlockPasses(BuilderCore):
 
     def _expert_gradients(self, rank: int, ready: list[tuple[int, Block]], stream: str) -> list[int]:
         """The routed experts' gradients, reduced over the expert-data-parallel group after the last
-        micro-batch (all-reduce, or reduce-scatter under ZeRO), one collective per pipeline stage."""
+        micro-batch (`expert_gradient_reduction`), one collective per pipeline stage."""
         blocks = [(vs, block, block.experts) for vs, block in ready if block.experts is not None]
-        if not blocks:
+        reduction = expert_gradient_reduction(self.plan.layout, rank, [experts for _, _, experts in blocks],
+                                              self.plan.sharding)
+        if reduction is None:
             return []
-        ep = blocks[0][2].ep
-        group = expert_dp_group(self.plan.layout, rank, ep)
-        if len(group) == 1:
-            return []
-        sharding = self.plan.sharding
-        op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
-        nbytes = sum(experts.params for _, _, experts in blocks) * sharding.grad_bytes
         deps = [self._grad_ready[(rank, vs, id(block))] for vs, block, _ in blocks]
-        mirrors = group_images(self.plan.layout, rank, ep, expert_dp=True) if self.fold else ()
+        mirrors = group_images(self.plan.layout, rank, blocks[0][2].ep, expert_dp=True) if self.fold else ()
         pp_rank = self.plan.layout.coords(rank)["pp"]
-        return [self._collective(rank, stream, f"{op} expert grads", op, group, nbytes,
-                                 f"edp.grads.pp{pp_rank}.{group[0]}", deps, "dp", mirrors=mirrors)]
+        return [self._collective(rank, stream, f"{reduction.op} expert grads", reduction.op, reduction.group,
+                                 reduction.nbytes, f"edp.grads.pp{pp_rank}.{reduction.group[0]}", deps, "dp",
+                                 mirrors=mirrors)]
 
     def _deferred_expert_gathers(self, rank: int) -> None:
         """``overlap_param_gather``: each MoE block's routed experts, updated shard by shard by the previous
@@ -149,13 +151,9 @@ class BlockPasses(BuilderCore):
         experts keep their weights and gradients whole at every stage (memory.expert_sharding), their
         gradients reduced once after the last micro-batch, so only their optimizer state is sharded. None
         when the group is one rank."""
-        if not experts:
+        gather = expert_param_gather(self.plan.layout, rank, experts, self.plan.sharding)
+        if gather is None:
             return None
-        ep = experts[0].ep
-        group = expert_dp_group(self.plan.layout, rank, ep)
-        if len(group) == 1:
-            return None
-        nbytes = sum(work.params for work in experts) * self.plan.sharding.param_bytes
-        mirrors = group_images(self.plan.layout, rank, ep, expert_dp=True) if self.fold else ()
-        return self._collective(rank, EXPERT_DP_STREAM, "all_gather expert params", "all_gather", group, nbytes,
-                                f"{key}.{group[0]}", deps, "dp", mirrors=mirrors)
+        mirrors = group_images(self.plan.layout, rank, experts[0].ep, expert_dp=True) if self.fold else ()
+        return self._collective(rank, EXPERT_DP_STREAM, "all_gather expert params", gather.op, gather.group,
+                                gather.nbytes, f"{key}.{gather.group[0]}", deps, "dp", mirrors=mirrors)

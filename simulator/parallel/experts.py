@@ -16,13 +16,18 @@ the hottest EP rank's experts, since every rank of the group waits for that rank
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, assert_never
+from typing import TYPE_CHECKING, Literal, assert_never
 
+from simulator.collectives.names import Primitive
 from simulator.parallel.folding import mirror_images
 from simulator.parallel.layout import Layout
 from simulator.parallel.passes import Pass
+
+if TYPE_CHECKING:
+    from simulator.parallel.sharding import Sharding
 
 AllToAll = Literal["dispatch", "combine"]
 """The two all-to-alls around a MoE block's routed experts."""
@@ -62,6 +67,12 @@ class ExpertWork:
             return self.dispatch_pairs
         return self.combine_pairs
 
+    def exchanges(self, phase: Pass) -> bool:
+        """Whether pass ``phase`` runs the dispatch and the combine all-to-alls around the experts: the experts
+        run in it, it carries activations or input gradients to other ranks (not a weight-gradient pass) and
+        the experts are split over more than one EP rank."""
+        return self.ep > 1 and phase.sends_activations and self.part(phase)[0] > 0
+
     def part(self, phase: Pass) -> tuple[float, float, float]:
         """(seconds, FLOPs, SM-bound seconds) of the experts in pass ``phase``."""
         forward, backward_input, backward_weight, recompute = self.sm_bound_s
@@ -95,6 +106,42 @@ def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     are summed over the TP ranks too (Megatron-Core's expert-data-parallel group with expert TP 1:
     tp x dp x cp / ep ranks)."""
     return _across_tp(layout, _expert_slice(layout, rank, ep))
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertStateCollective:
+    """A collective of the routed experts' gradients or parameters over the expert-data-parallel group: ``op``
+    over ``group``, ``nbytes`` per rank."""
+
+    op: Primitive
+    group: tuple[int, ...]
+    nbytes: float
+
+
+def expert_gradient_reduction(layout: Layout, rank: int, experts: Sequence[ExpertWork],
+                              sharding: Sharding) -> ExpertStateCollective | None:
+    """The routed experts' gradients of ``rank``'s pipeline stage (``experts``: its MoE blocks'), reduced once
+    over the expert-data-parallel group after the last micro-batch: all-reduce, or reduce-scatter under ZeRO.
+    None without experts or when the group is one rank."""
+    op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
+    return _expert_state(layout, rank, experts, op, sharding.grad_bytes)
+
+
+def expert_param_gather(layout: Layout, rank: int, experts: Sequence[ExpertWork],
+                        sharding: Sharding) -> ExpertStateCollective | None:
+    """ZeRO: the all-gather of ``experts``' parameters over the expert-data-parallel group, which the
+    distributed optimizer updated shard by shard. None without experts or when the group is one rank."""
+    return _expert_state(layout, rank, experts, "all_gather", sharding.param_bytes)
+
+
+def _expert_state(layout: Layout, rank: int, experts: Sequence[ExpertWork], op: Primitive,
+                  bytes_per_param: float) -> ExpertStateCollective | None:
+    if not experts:
+        return None
+    group = expert_dp_group(layout, rank, experts[0].ep)
+    if len(group) == 1:
+        return None
+    return ExpertStateCollective(op, group, sum(work.params for work in experts) * bytes_per_param)
 
 
 def _expert_slice(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:

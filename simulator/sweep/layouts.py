@@ -8,11 +8,16 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from simulator.collectives.names import Primitive
 from simulator.config.loader import validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.errors import InputError
+from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
+from simulator.parallel.passes import Pass
+from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.registry import serves_chunks
+from simulator.simulation import NetworkSettings, plan_cache, run_alone
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import RECOMPUTES, Recompute, Sharding
 from simulator.topology.graph import Topology
@@ -135,9 +140,10 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: i
     return ""
 
 
-def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) -> Checked:
+def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str, times: CollectiveTimes) -> Checked:
     """Build the candidate's step: refused by the simulator's own checks (among them the schedule's own
-    requirements), out of memory, or a survivor with its peak memory and estimated throughput."""
+    requirements), out of memory, or a survivor with its peak memory and estimated throughput (``times``: the
+    scenario's network, which times the candidate's expert collectives)."""
     data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
     try:
         scenario = Scenario.model_validate(data)
@@ -150,16 +156,19 @@ def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str) ->
     if peak > step.gpu.hbm_bytes:
         return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
                        peak / GIB)
-    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, topology))
+    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, times))
 
 
-def estimate_step_s(step: TrainingStep, topology: Topology) -> float:
+def estimate_step_s(step: TrainingStep, times: CollectiveTimes) -> float:
     """A quick step time for ranking, not a prediction. Per micro-batch, each pipeline rank's kernels plus its
-    blocking TP and CP traffic (intra-host link rate, or the NIC when the group leaves the host); the slowest
-    rank paces (m + (p - 1) / v) micro-batch slots; then the optimizer step; DP traffic as ring volumes of the
-    rank's gradients and parameters at the NIC rate. Contention is left to the simulator."""
+    blocking TP and CP traffic (intra-host link rate, or the NIC when the group leaves the host) and its MoE
+    blocks' all-to-alls (`expert_exchange_s`); the slowest rank paces (m + (p - 1) / v) micro-batch slots; then
+    the optimizer step; DP traffic as ring volumes of the rank's gradients and parameters at the NIC rate, and
+    the routed experts' own gradients and parameters over their group (`expert_state_s`). Contention is left to
+    the simulator."""
     plan = step.plan
     layout = plan.layout
+    topology = times.topology
     host = len(topology.host_gpus(0))
     intra, nic = _bandwidths(topology)
     tp_rate = intra if layout.tp <= host else nic
@@ -173,19 +182,83 @@ def estimate_step_s(step: TrainingStep, topology: Topology) -> float:
                 seconds += TP_COLLECTIVES_PER_BLOCK * (layout.tp - 1) / layout.tp * block.tp_bytes / tp_rate
                 seconds += 2 * (layout.cp - 1) / layout.cp * block.cp_bytes / cp_rate
                 held += block.params
-        per_rank.append(seconds)
+        per_rank.append(seconds + expert_exchange_s(step, times, pp_rank))
         params.append(held)
     pipeline = max(per_rank) * (plan.microbatches + (layout.pp - 1) / plan.virtual_stages)
     ways = layout.dp * layout.cp
     ring = (ways - 1) / ways * max(params) * plan.sharding.param_bytes / nic if ways > 1 else 0.0
     optimizer = max(plan.optimizer_s)
+    experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
     if plan.sharding.stage == 3:
         # ZeRO-3 gathers every layer again for each micro-batch's forward and backward: at the NIC rate the
         # gathers outlast the layers they prefetch for, so they are counted in full.
-        return pipeline + (2.0 * plan.microbatches + 1.0) * ring + optimizer
+        return pipeline + (2.0 * plan.microbatches + 1.0) * ring + experts + optimizer
     # DDP's all-reduce (or ZeRO-1/2's reduce-scatter) overlaps the backward; ZeRO-1/2's all-gather follows the
     # optimizer step.
-    return max(pipeline, 2.0 * ring) + optimizer + (ring if plan.sharding.stage in (1, 2) else 0.0)
+    return max(pipeline, 2.0 * ring) + experts + optimizer + (ring if plan.sharding.stage in (1, 2) else 0.0)
+
+
+def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
+    """Seconds per micro-batch that pipeline rank ``pp_rank`` spends in its MoE blocks' all-to-alls, all of
+    them exposed (they hold the compute stream). Each pass that exchanges tokens (`ExpertWork.exchanges`: the
+    forward, a full recompute, the backward) runs a dispatch and a combine over the EP group of the stage's
+    first rank (`ep_group`), one sending the routing sample's bytes per pair and the other their transpose, as
+    the program's ops do, each timed alone (`CollectiveTimes`)."""
+    plan = step.plan
+    first = plan.layout.rank_of(pp=pp_rank)
+    seconds = 0.0
+    for vstage in plan.rank_stages(pp_rank):
+        for block in plan.stages[vstage].blocks:
+            experts = block.experts
+            passes = sum(experts.exchanges(phase) for phase in (Pass.FORWARD, Pass.RECOMPUTE, Pass.BACKWARD)
+                         ) if experts is not None else 0
+            if experts is None or not passes:
+                continue
+            group = ep_group(plan.layout, first, experts.ep)
+            seconds += passes * sum(times.seconds("all_to_all", group, experts.dispatch_bytes,
+                                                  experts.pairs(which, backward=False))
+                                    for which in ("dispatch", "combine"))
+    return seconds
+
+
+def expert_state_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
+    """Seconds pipeline rank ``pp_rank``'s routed experts add to the step outside the pipeline: their gradients
+    reduced over the expert-data-parallel group after the last micro-batch and, under ZeRO, their parameters
+    gathered after the optimizer step (the program's `expert_gradient_reduction` and `expert_param_gather`),
+    each timed alone (`CollectiveTimes`). Neither overlaps the backward: the reduction waits for every MoE block's
+    gradients."""
+    plan = step.plan
+    rank = plan.layout.rank_of(pp=pp_rank)
+    experts = [block.experts for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks
+               if block.experts is not None]
+    wanted = [expert_gradient_reduction(plan.layout, rank, experts, plan.sharding)]
+    if plan.sharding.stage:
+        wanted.append(expert_param_gather(plan.layout, rank, experts, plan.sharding))
+    return sum(times.seconds(c.op, c.group, c.nbytes) for c in wanted if c is not None)
+
+
+class CollectiveTimes:
+    """Collectives planned with a run's collective settings and run alone on its idle network, as the engine
+    times a collective that shares no link (`simulation.run_alone`); each shape once, since the candidates that
+    differ only in sharding, recompute or interleaving exchange the same tokens over the same groups, and a
+    64-wide all-to-all takes a few tenths of a second to time."""
+
+    def __init__(self, topology: Topology, settings: NetworkSettings):
+        self.topology = topology
+        self.settings = settings
+        self._plans = plan_cache(topology, settings)
+        self._seconds: dict[tuple, float] = {}
+
+    def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
+                pair_bytes: tuple[tuple[float, ...], ...] = ()) -> float:
+        """Seconds of collective ``op`` over ``group``, ``nbytes`` per rank (``pair_bytes``: an uneven
+        all-to-all's bytes per pair)."""
+        key = (op, group, nbytes, pair_bytes)
+        if key not in self._seconds:
+            item = CollectiveOp(id=0, rank=group[0], stream=COMPUTE_STREAM, name=op, op=op, group=group,
+                                nbytes=nbytes, pair_bytes=pair_bytes)
+            self._seconds[key] = run_alone(self.topology, self.settings, self._plans.phases(item, group))[0]
+        return self._seconds[key]
 
 
 def _bandwidths(topology: Topology) -> tuple[float, float]:

@@ -15,11 +15,13 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
 from simulator.errors import ScenarioError
+from simulator.simulation import network_settings
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
 from simulator.sweep.executors import Executor
 from simulator.sweep.layouts import (
     Candidate,
     Checked,
+    CollectiveTimes,
     SearchSpace,
     check_memory,
     enumerate_candidates,
@@ -68,6 +70,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                            "training: {global_batch: 512}")
     space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
     topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))
     base = search_base(loaded.source, overrides, scenario)
@@ -79,7 +82,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
             reason = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
                                        scenario.parallelism.pipeline.first_last_fewer_layers)
             memo[candidate] = (Checked(candidate, {}, reason) if reason
-                               else check_memory(base, candidate, topology, schedule))
+                               else check_memory(base, candidate, topology, schedule, times))
         return memo[candidate]
 
     candidates = enumerate_candidates(space, topology.num_gpus, host_gpus)
