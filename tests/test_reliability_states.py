@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from simulator import simulate
+from simulator import scale, simulate
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
+from simulator.errors import ScenarioError
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
 
@@ -64,6 +65,45 @@ faults:
     rows = job.events[job.events["kind"] == "straggling"]
     assert len(rows) == pytest.approx(2000 * rate * horizon, rel=0.01)
     assert (rows["end_s"] - rows["start_s"]).to_numpy() == pytest.approx(repair, rel=1e-12)
+
+
+PIPELINED = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"]
+SHARED_NICS = ["cluster.nics_per_node=4", "cluster.oversubscription=2", "collectives.channels=2"]
+
+
+@pytest.mark.parametrize("overrides, own, reason", [
+    ([], "", ""),
+    (PIPELINED, "", "stragglers in one replica whose traffic shares links with the other replicas'"),
+    ([], "{gpus: [9], slowdown: 2}", "stragglers in more than one pipeline replica"),
+    ([*PIPELINED, "network.model=analytic"], "", ""),
+    (SHARED_NICS, "", "their flows share the fabric's links unevenly"),
+], ids=["folds", "shares-links", "own-straggler-in-replica-1", "analytic", "asymmetric-replicas"])
+def test_the_refusal_of_straggler_states_follows_the_engine(monkeypatch, overrides, own, reason):
+    """A job with a straggle class whose states are beyond the scale limits (lowered to 0 ops + flows here) is
+    refused exactly when the engine runs its straggler state unfolded, for the reason that state's own run
+    gives (`fold_off_reason`: the state is `simulate()` of the scenario with the representative GPU 0 slowed).
+    The refusal used to ask only whether one straggler's replica shares links: it let through a state that
+    the scenario's own straggler in replica 1 unfolds (two slow replicas), refused analytic-model states that
+    fold exactly (each transfer runs alone there), and named another reason than the symmetry check's."""
+    stragglers = ", ".join(entry for entry in (own, "{gpus: [0], slowdown: 1.5}") if entry)
+    state = simulate(scenario_from_text(RAILS, "inline.yaml",
+                                        [*overrides, f"faults.step.stragglers=[{stragglers}]"])).summary
+    assert state["folded"] == (not reason)
+    assert reason in state.get("fold_off_reason", "")
+    job = scenario_from_text(RAILS + """run: {horizon: 1 d, replications: 1}
+faults:
+  components:
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
+""", "inline.yaml", [*overrides, f"faults.step.stragglers=[{own}]"])
+    monkeypatch.setattr(scale, "MAX_EVENTS", 0)
+    if reason:
+        with pytest.raises(ScenarioError) as refused:
+            simulate_job(job)
+        assert refused.value.field == "faults.components.throttle"
+        assert (f"each such state is simulated as an unfolded step ({state['fold_off_reason']}): "
+                in refused.value.problem)
+    else:
+        assert simulate_job(job).summary["states"][0]["step_time_s"] > 0
 
 
 def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():

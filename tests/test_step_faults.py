@@ -125,6 +125,20 @@ def test_stragglers_that_break_replica_symmetry_switch_folding_off():
     assert two.summary["fold_off_reason"] == "stragglers in more than one pipeline replica"
 
 
+def test_stragglers_in_one_replica_fold_on_the_analytic_model():
+    """The layout whose slow replica shares links with the other's unfolds on the flow model (above); on the
+    analytic model every transfer runs alone, so the other replica only waits for the slow one at the
+    collectives they share, and the folded step is the unfolded one to the last bit (1 rank per stage)."""
+    setup = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4", "network.model=analytic",
+             "faults.step.stragglers=[{gpus: [8], slowdown: 2}]"]
+    folded = simulate(scenario_from_text(TP_DP, "inline.yaml", setup)).summary
+    unfolded = simulate(scenario_from_text(TP_DP, "inline.yaml", [*setup, "run.fold=false"])).summary
+    healthy = simulate(scenario_from_text(TP_DP, "inline.yaml", setup[:-1])).summary
+    assert folded["folded"] is True and folded["simulated_ranks"] == 2 and "fold_off_reason" not in folded
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    assert folded["step_time_s"] > healthy["step_time_s"] * 1.05
+
+
 def test_random_stragglers_follow_the_seed():
     faults = "faults.step.stragglers=[{fraction: 0.25, draw: {distribution: uniform, low: 1.1, high: 1.3}}]"
     runs = [simulate(scenario_from_text(TP_DP, "inline.yaml", [faults, f"run.seed={seed}"])).summary["faults"]

@@ -4,22 +4,23 @@ Folding is exact only where every replica meets what the representatives meet. T
 the cluster (`fold_blocker`: an explicit graph, or hosts of unequal size), the folded program's collectives
 on the flow model (`engine/symmetry.py`: a mirror that would meet the links differently), and the step's
 faults (`fold_with_faults`: link faults, or stragglers that do not slow a stage alike or stay in one replica
-whose traffic meets no other's). A check that fails rebuilds the program unfolded and gives the reason, which
-the summary reports as `fold_off_reason`.
+whose traffic meets no other's on the flow model). A check that fails rebuilds the program unfolded and gives
+the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
+folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas
-from simulator.faults.step import Slowdown, StepFaultPlan, folded_slowdowns
+from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.program.step import StepProgram
@@ -49,13 +50,14 @@ def fold_blocker(topology: Topology) -> str:
     return ""
 
 
-def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache,
+def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                      shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
     ``({}, reason)``. Link faults break the replicas' symmetry. Stragglers fold when every rank of a stage is
-    slowed alike, or when they lie in one replica whose traffic meets no other replica's (no mirror survives
-    pruning): the other replicas then only wait for it at the collectives they share. ``shapes``: the index of
-    the program's collectives, when the caller has it."""
+    slowed alike, or when they lie in one replica whose traffic meets no other replica's (on the flow model: no
+    mirror survives pruning; the analytic model runs each transfer alone, so no traffic meets another's): the
+    other replicas then only wait for it at the collectives they share. ``shapes``: the index of the program's
+    collectives, when the caller has it."""
     if plan.links:
         return {}, "link faults (replicas no longer see the same links)"
     if not plan.slowdowns:
@@ -65,20 +67,47 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
     if reason or not needs_isolation:
         return slowdowns, reason
-    if any(kept_mirrors(program.ops, plans, shapes).values()):
+    if mode == "flow" and any(kept_mirrors(program.ops, plans, shapes).values()):
         return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
     return slowdowns, ""
 
 
-def straggler_blocker(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, factor: float) -> str:
-    """Why a job's straggler state would run ``program`` (folded) unfolded ('' when it folds): a state slows
-    the representatives of some pipeline stages (reliability/states.py), and whichever stages they are, the
-    step folds exactly when one slowed representative does (a stage of one rank is slowed alike, else the
-    answer is whether the replica's traffic meets another's), so one straggler on the first stage asks it."""
-    if program.layout is None:
-        return "stragglers in a step without a parallel layout"
-    plan = StepFaultPlan(slowdowns=((program.layout.rank_of(pp=0), Slowdown(factor)),))
-    return fold_with_faults(plan, program, plans, shapes)[1]
+def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
+                 faults: StepFaultPlan, shapes: CollectiveShapes, order: ProgramOrder
+                 ) -> tuple[dict[int, Slowdown], str]:
+    """Whether the folded ``program`` is exact, the engine's rule: on the flow model every replica's collectives
+    meet the links as the simulated copy's do (`engine/symmetry.py`; the analytic model runs each transfer
+    alone, so no mirror meets traffic there), and the step's ``faults`` keep the replicas alike
+    (`fold_with_faults`). Each representative's slowdown and '' when it is, else every slowed GPU's (the step
+    runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes (`program_indexes`)."""
+    if mode == "flow":
+        capacity = effective_capacity(plans.topology, dict(efficiency))
+        blocker = asymmetric_replicas(program.ops, plans, capacity, shapes, order)
+        if blocker:
+            return faults.slowdown_of(), blocker
+    folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
+    return (faults.slowdown_of(), blocker) if blocker else (folded, "")
+
+
+def straggler_blocker(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
+                      faults: StepFaultPlan, factor: float) -> str:
+    """Why a job's straggler states would run the folded ``program`` unfolded ('' when every one folds), by the
+    engine's rule (`fold_verdict`) on the step with the scenario's own ``faults``: a state adds stragglers on
+    the representatives of some pipeline stages (reliability/states.py), all in the first replica. Each such
+    state unfolds when the step without them does (the symmetry check, link faults, the scenario's own
+    stragglers across replicas: a state keeps every slowed GPU of the scenario's); otherwise all of them fold
+    exactly when one slowed representative does (its stage is unlike unless it has one rank, and the answer is
+    then whether that replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the
+    first stage asks it."""
+    shapes, order = program_indexes(program)
+    blocker = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)[1]
+    if blocker or program.layout is None:
+        return blocker or "stragglers in a step without a parallel layout"
+    representative = program.layout.rank_of(pp=0)
+    slowed = faults.slowdown_of()
+    slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
+    state = replace(faults, slowdowns=tuple(sorted(slowed.items())))
+    return fold_with_faults(state, program, plans, mode, shapes)[1]
 
 
 def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
@@ -89,24 +118,15 @@ def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrde
 
 def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans: PlanCache, mode: NetworkMode,
                 efficiency: Mapping[str, float], faults: StepFaultPlan, fold: bool) -> FoldedStep:
-    """The step ``build(fold)`` makes, folded when ``fold`` asks for it and every check passes, else rebuilt
-    unfolded. The collectives' symmetry is checked on the flow model only: the analytic model runs each
-    transfer alone, so no mirror meets traffic there."""
+    """The step ``build(fold)`` makes, folded when ``fold`` asks for it and every check passes (`fold_blocker`,
+    then `fold_verdict`), else rebuilt unfolded."""
     blocker = fold_blocker(topology) if fold else ""
     program = build(fold and not blocker)
     shapes, order = program_indexes(program)
-    if program.folded and mode == "flow":
-        capacity = effective_capacity(topology, dict(efficiency))
-        blocker = asymmetric_replicas(program.ops, plans, capacity, shapes, order)
-        if blocker:
-            program = build(False)
-            shapes, order = program_indexes(program)
     slowdowns = faults.slowdown_of()
-    if program.folded and not faults.empty:
-        folded, blocker = fold_with_faults(faults, program, plans, shapes)
+    if program.folded:
+        slowdowns, blocker = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
         if blocker:
             program = build(False)
             shapes, order = program_indexes(program)
-        else:
-            slowdowns = folded
     return FoldedStep(program, shapes, order, slowdowns, blocker)

@@ -94,19 +94,24 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
 
 
 def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float) -> str:
-    """Why the job's straggler states would run unfolded while its healthy step folds ('' otherwise): the
-    folded program is built and checked with one slowed representative (about a second on 16,384 GPUs)."""
-    from simulator.engine.fold_policy import fold_blocker, program_indexes, straggler_blocker
-    from simulator.simulation import network_settings, plan_cache, step_program
+    """Why the job's straggler states would run unfolded ('' when they fold), by the engine's rule
+    (`fold_policy.straggler_blocker`) on the folded step, built once (about a second on 16,384 GPUs)."""
+    from simulator.engine.fold_policy import fold_blocker, straggler_blocker
+    from simulator.simulation import network_settings, plan_cache, step_faults, step_program
 
-    if not loaded.scenario.run.fold or fold_blocker(topology):
-        return ""
+    if not loaded.scenario.run.fold:
+        return "run.fold: false"
+    blocker = fold_blocker(topology)
+    if blocker:
+        return blocker
     program = step_program(loaded, topology, fold=True)
     if not program.folded:
         return ""
-    shapes, _ = program_indexes(program)
-    plans = plan_cache(topology, network_settings(loaded, topology))
-    return located(loaded, lambda: straggler_blocker(program, plans, shapes, factor))
+    settings = network_settings(loaded, topology)
+    plans = plan_cache(topology, settings)
+    faults = step_faults(loaded, topology)
+    return located(loaded, lambda: straggler_blocker(program, plans, settings.mode, dict(settings.efficiency),
+                                                     faults, factor))
 
 
 def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, topology: Topology) -> None:
