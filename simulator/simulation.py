@@ -7,7 +7,7 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,6 +21,7 @@ from simulator.collector import collector_paused
 from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
+from simulator.engine.faults import compute_hook
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache, folded_send_excess
 from simulator.engine.replicas import replica_quotient
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
-    from simulator.faults.step import StepFaultPlan
+    from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
 
 Progress = Callable[[int, int], None]
@@ -88,13 +89,14 @@ class NetworkSettings:
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             async_streams: frozenset[str] = frozenset(), faults: FaultHooks | None = None,
-            progress: Progress | None = None, serial_streams: frozenset[str] = frozenset(),
-            plans: PlanCache | None = None, sm_share: SmShare | None = None,
-            layout: Layout | None = None, shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None
-            ) -> tuple[EngineResult, Network]:
+            slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
+            serial_streams: frozenset[str] = frozenset(), plans: PlanCache | None = None,
+            sm_share: SmShare | None = None, layout: Layout | None = None, shapes: CollectiveShapes | None = None,
+            order: ProgramOrder | None = None) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
-    slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` slows
-    compute and plays link and GPU events (collectives are then never replayed while the network changes);
+    slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` plays link and
+    GPU events (collectives are then never replayed while the network changes); ``slowdowns`` slows the compute
+    of the simulated ranks it names (engine/faults.compute_hook);
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
     caller has already planned with it (the run's settings, the same topology); ``layout`` is a folded
     program's placement, whose data-parallel replicas run as one where they are exact images of each other
@@ -133,7 +135,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         log=log,
         async_streams=async_streams,
         serial_streams=serial_streams,
-        compute_duration=faults.compute_duration if faults is not None and faults.slowdowns else None,
+        compute_duration=compute_hook(slowdowns or {}),
         progress=progress,
         sharing=Sharing(mirrors, private),
         contention=contention,
@@ -218,12 +220,14 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
 
 
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
-             progress: Progress | None = None, plans: PlanCache | None = None,
-             shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None) -> tuple[dict, EventLog]:
+             slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
+             plans: PlanCache | None = None, shapes: CollectiveShapes | None = None,
+             order: ProgramOrder | None = None) -> tuple[dict, EventLog]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes). The metrics are imported here, not at module
-    level, so that `trainsim collective` never loads them. ``shapes``: the index of the program's collectives,
-    and ``order`` its ordering, when the caller has them."""
+    level, so that `trainsim collective` never loads them. ``slowdowns``: each slowed rank's compute slowdown
+    as the program places it (`FoldedStep.slowdowns`: onto the representatives when folded); ``shapes``: the
+    index of the program's collectives, and ``order`` its ordering, when the caller has them."""
     from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
@@ -231,8 +235,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     ops = list(program.ops)
     shapes = shapes or CollectiveShapes.of(ops)
     result, network = run_ops(topology, ops, settings, async_streams=program.async_streams,
-                              faults=faults, progress=progress, serial_streams=program.serial_streams,
-                              plans=plans, sm_share=program.sm_share,
+                              faults=faults, slowdowns=slowdowns, progress=progress,
+                              serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
                               layout=program.layout if program.folded else None, shapes=shapes, order=order)
     summary = training_summary(StepRows.of(result.log), step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
@@ -263,9 +267,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                                                plans, settings.mode, dict(settings.efficiency), faults.plan,
                                                loaded.scenario.run.fold))
     program, blocker = step.program, step.off_reason
-    faults.slowdowns = step.slowdowns
-    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, progress, plans,
-                                                    step.shapes, step.order))
+    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, step.slowdowns, progress,
+                                                    plans, step.shapes, step.order))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "trace" in program.details:
@@ -304,10 +307,10 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded, topology)
-    faults.slowdowns = faults.plan.slowdown_of()
     plans = plan_cache(topology, settings)
     located(loaded, lambda: plan_workload(workload, ops, plans))
-    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults, progress=progress,
+    result, network = located(loaded, lambda: run_ops(topology, ops, settings, faults=faults,
+                                                      slowdowns=faults.plan.slowdown_of(), progress=progress,
                                                       plans=plans))
     run = Result({}, topology, result.log)
     run.summary.update({

@@ -1,5 +1,5 @@
-"""The engine's fault hooks: how long a kernel takes on a slowed GPU, and the link and GPU events of
-`faults.step` played at their times on the network and the routes.
+"""The engine's fault hooks: how long a kernel takes on a slowed GPU (`compute_hook`), and the link and GPU
+events of `faults.step` played at their times on the network and the routes (`FaultHooks`).
 
 A degraded link keeps a fraction of its capacity from its time on; the flows crossing it are re-solved at
 once. A failed link is removed from routing: transfers posted afterwards take a detour, flows in flight on it
@@ -9,28 +9,44 @@ move to their new route with the bytes they have left. A failure that leaves som
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import simpy
 
 from simulator.errors import StepAborted
-from simulator.faults.step import LinkEvent, Slowdown, StepFaultPlan
 from simulator.network.model import Network
 from simulator.topology.graph import Topology
 
 if TYPE_CHECKING:
     from simulator.faults.rerouting import Rerouter
+    from simulator.faults.step import LinkEvent, Slowdown, StepFaultPlan
+
+
+def compute_hook(slowdowns: Mapping[int, Slowdown]) -> Callable[[int, float, float], float] | None:
+    """The engine's compute hook for the simulated ranks slowed by ``slowdowns`` (after folding: the
+    representatives'): how long a kernel of nominal duration starting now takes on a rank; None when no rank
+    is slowed (the engine then takes every kernel's nominal duration)."""
+    if not slowdowns:
+        return None
+    slowed = dict(slowdowns)
+
+    def duration(rank: int, nominal_s: float, now: float) -> float:
+        slowdown = slowed.get(rank)
+        return nominal_s if slowdown is None else nominal_s * slowdown.at(now)
+
+    return duration
 
 
 class FaultHooks:
-    """``slowdowns`` holds the factor of each simulated rank that is slowed (after folding). Create it before
-    any route of ``topology`` is computed: it installs the rerouter and fails the links that are down from the
-    start, which changes ``topology``'s routing for good (give every run its own topology, as `simulate` does)."""
+    """The link and GPU events of a step's fault ``plan`` on ``topology``. Create it before any route of
+    ``topology`` is computed: it installs the rerouter and fails the links that are down from the start, which
+    changes ``topology``'s routing for good (give every run its own topology, as `simulate` does). The plan's
+    slowdowns reach the engine through `compute_hook`, once folding has placed them."""
 
-    def __init__(self, topology: Topology, plan: StepFaultPlan, slowdowns: dict[int, Slowdown] | None = None):
+    def __init__(self, topology: Topology, plan: StepFaultPlan):
         self.topology = topology
         self.plan = plan
-        self.slowdowns = slowdowns or {}
         self.rerouter: Rerouter | None = None
         if any(e.capacity == 0 for e in plan.links):
             from simulator.faults.rerouting import Rerouter  # networkx, needed only when links fail
@@ -51,10 +67,6 @@ class FaultHooks:
         """The `faults` entry of the summary: what was injected, and how many routes took a detour."""
         return {**self.plan.describe(self.topology),
                 "rerouted_routes": self.rerouter.rerouted if self.rerouter is not None else 0}
-
-    def compute_duration(self, rank: int, duration: float, now: float) -> float:
-        slowdown = self.slowdowns.get(rank)
-        return duration if slowdown is None else duration * slowdown.at(now)
 
     def install(self, env: simpy.Environment, network: Network) -> None:
         """Degrade the links degraded from the start; schedule every later event."""
