@@ -16,7 +16,6 @@ from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.config.parameter_server import ParameterServerConfig
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.errors import InputError
 from simulator.topology.graph import Topology
@@ -120,9 +119,11 @@ PS_GPUS_PER_SERVER = 8
 """Server GPUs per server host assumed before the topology is built (a DGX-class host)."""
 
 
-def _ps_estimate(scenario: Scenario, ps: ParameterServerConfig, gpus: int) -> ScaleEstimate:
+def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
     """A parameter-server run: per worker and iteration a forward, a backward, and a push and a pull to every
     server GPU (two ops and one flow each), and a sum or an update per push on the server."""
+    ps = scenario.ps
+    assert ps is not None  # the schema pairs strategy parameter_server with a ps: section
     hosts = ps.servers if isinstance(ps.servers, int) else len(ps.servers)
     endpoints = min(gpus, max(hosts, 1) * PS_GPUS_PER_SERVER)
     workers = max(gpus - endpoints, 1)
@@ -152,8 +153,8 @@ def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: floa
 def estimate_scale(scenario: Scenario, gpus: int) -> ScaleEstimate | None:
     """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs; None for a trace workload, whose
     size is its trace file's (a trace holds its ops already, so it cannot grow past them)."""
-    if scenario.ps is not None:
-        return _ps_estimate(scenario, scenario.ps, gpus)
+    if scenario.uses_parameter_servers:
+        return _ps_estimate(scenario, gpus)
     if scenario.model is not None:
         return _training_estimate(scenario, gpus, scenario.run.fold)
     if isinstance(scenario.workload, list):
@@ -173,11 +174,11 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
 def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
     """What to change to bring a run under the limits, most effective first."""
     steps = []
-    if scenario.ps is not None:
+    if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
     elif not estimate.folded and scenario.model is not None:
         steps.append("fold the ranks (run.fold: true)")
-    if scenario.model is not None and scenario.ps is None:
+    if scenario.model is not None and not scenario.uses_parameter_servers:
         steps.append("fewer micro-batches (training.global_batch or training.microbatches) or layers")
     if scenario.run.timeline == "full":
         steps.append("write less (run.timeline: summary)")
@@ -188,7 +189,7 @@ def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
 def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     """The field most to blame: unfolded ranks; else the cluster when the ops alone would fit (the flows,
     mirrors and graph grow with it); else the work of the step (model and batch) or the workload list."""
-    if scenario.ps is not None:
+    if scenario.uses_parameter_servers:
         return ("ps", "iterations")
     if not estimate.folded and scenario.model is not None:
         return ("run", "fold")
