@@ -562,7 +562,8 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
                        help="checkpoint intervals (mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
-                       help="failure-rate multipliers (checkpoint-interval: default 1)")
+                       help="failure-rate multipliers of the scenario's own rates (checkpoint-interval: "
+                            "default 1)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.set_defaults(func=_cmd_study)

@@ -104,6 +104,23 @@ def test_study_command_writes_the_curve_and_plot(tmp_path):
     assert (out / "goodput.png").stat().st_size > 10_000
 
 
+def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path):
+    """A scenario with `faults.rate_multiplier: 2` (one failing unit with a 3 h MTBF, so 1.5 h): its study's
+    x 1 curve is that scenario, MTBF 1.5 h, and x 2 is 0.75 h. The study set the field to the multiplier
+    instead, so a checkpoint-interval study (multiplier 1 by default) ran the job at half its failure rate
+    and its Young and Daly intervals were those of a 3 h MTBF."""
+    scenario = tmp_path / "job.yaml"
+    text = job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1")
+    scenario.write_text(text.replace("faults:\n", "faults:\n  rate_multiplier: 2\n"))
+    out = tmp_path / "study"
+    assert main(["study", "mtbf", str(scenario), "--intervals", "20min", "--multipliers", "1,2",
+                 "--out", str(out)]) == 0
+    curves = json.loads((out / "study.json").read_text())["curves"]
+    assert [curve["rate_multiplier"] for curve in curves] == [1.0, 2.0]
+    assert [curve["mtbf_s"] for curve in curves] == pytest.approx([M / 2, M / 4], rel=1e-12)
+    assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
+
+
 def test_force_runs_a_study_point_past_the_job_event_limit(tmp_path, monkeypatch, capsys):
     """A study point over the job-event limit was refused with "...; or pass --force", but `trainsim study` had
     no --force; now it passes --force to every point."""

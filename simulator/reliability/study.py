@@ -93,15 +93,18 @@ def curve_summary(points: list[StudyPoint]) -> dict:
 
 def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
               multipliers: list[float], force: bool = False) -> dict:
-    """Simulate every (multiplier, interval) point; one curve summary per multiplier. Without intervals,
-    each multiplier has one point at the scenario's own interval. ``force`` runs points beyond the job-event
-    and scale limits (degraded or straggling states that would be unfolded steps past them)."""
+    """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
+    scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
+    Without intervals, each multiplier has one point at the scenario's own interval. ``force`` runs points
+    beyond the job-event and scale limits (degraded or straggling states that would be unfolded steps past
+    them)."""
+    own = load_scenario(scenario, overrides).scenario.faults.rate_multiplier
     curves = []
     for multiplier in multipliers:
         points = []
         at: list[float | None] = [*intervals] if intervals else [None]
         for interval in at:
-            settings = [f"faults.rate_multiplier={multiplier!r}"]
+            settings = [f"faults.rate_multiplier={own * multiplier!r}"]
             if interval is not None:
                 settings.append(f"checkpoint.interval={interval!r} s")
             summary = job_summary_of(load_scenario(scenario, [*overrides, *settings]), force)
