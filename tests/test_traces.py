@@ -146,7 +146,8 @@ def rank_five(folder: Path, **info) -> Path:
     ({}, "{path}: distributedInfo.rank: rank 5 is not one of the traced job's 2 ranks (distributedInfo.world_size) "
          "(allowed: a rank from 0 to 1)"),
     ({"world_size": None}, "{path}: traceEvents[8]: rank 5 runs a collective of group '0' whose members [0, 1] do "
-                           "not include it"),
+                           "not include it (allowed: the traces of the group's members; a file's rank is its "
+                           "distributedInfo.rank (Kineto), else its place in the file order, from 0)"),
 ])
 def test_a_file_of_a_rank_outside_its_job_says_so_in_one_line(tmp_path, capsys, info, message):
     """A single file stating rank 5 of a 2-rank job: with the world size stated, the file's own rank is named;
@@ -205,6 +206,78 @@ def test_a_transfer_whose_peer_the_trace_does_not_tell_keeps_its_traced_time_and
     assert [warning.split(": ", 1)[1] for warning in result.summary["warnings"]] == [
         "traceEvents[8]: 1 point-to-point kernel replayed at the traced duration, not re-costed: the trace does "
         "not tell the peer (first: 'ncclDevKernel_SendRecv')"] * 2
+
+
+def chakra_step(folder: Path, rank: int, groups: list[dict] | None, pg_name: str = "1", gemm_us: int = 1000) -> None:
+    """A Chakra trace of one rank (a JSON array of nodes): PyTorch's process-group metadata node as Chakra's
+    converter keeps it (the JSON of pg_config_info inside the Python text of `inputs.values`), a GEMM, a 64 MiB
+    all-reduce of group ``pg_name``, 100 us after it."""
+    inputs = {"values": str([json.dumps(groups)]), "shapes": "[[]]", "types": "['String']"}
+    nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE", "inputs": inputs}] if groups else []
+    nodes += [{"id": 2, "name": "gemm", "type": "COMP_NODE", "durationMicros": gemm_us},
+              {"id": 3, "name": "all_reduce", "type": "COMM_COLL_NODE", "dataDeps": [2],
+               "attr": [{"name": "comm_type", "int64Val": 0}, {"name": "comm_size", "int64Val": 64 * 2**20},
+                        {"name": "pg_name", "stringVal": pg_name}]},
+              {"id": 4, "name": "after", "type": "COMP_NODE", "dataDeps": [3], "durationMicros": 100}]
+    (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
+
+
+MESH = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "ranks": [], "group_size": 2},
+        {"pg_name": "1", "pg_desc": "mesh_tp", "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}]
+
+
+def chakra_scenario(folder: Path) -> str:
+    return ("cluster: {topology: dgx-h100}\ncollectives: {algorithm: ring}\n"
+            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
+
+
+@pytest.mark.parametrize(("groups", "pg_name", "kind"), [(MESH, "1", "tp"), (MESH, "0", "dp"), (None, "tp", "tp"),
+                                                        (None, "1", "dp")])
+def test_a_chakra_collective_counts_as_the_dimension_its_process_group_names(tmp_path, groups, pg_name, kind):
+    """Every Chakra collective counted as data-parallel: the group's description (pg_desc of PyTorch's
+    process-group metadata, else its name) now names the dimension, as a Kineto trace's does."""
+    for rank in (0, 1):
+        chakra_step(tmp_path, rank, groups, pg_name)
+    _, result = run(chakra_scenario(tmp_path), tmp_path)
+    n = 64 * 2**20  # a two-rank ring all-reduce sends 2(p-1)/p x n = n per GPU
+    assert result.summary["traffic_bytes_per_gpu"] == pytest.approx(
+        {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0, "ep": 0.0, kind: n}, rel=EXACT)
+
+
+def test_a_chakra_trace_of_one_rank_runs_its_collectives_over_the_groups_the_metadata_lists(tmp_path):
+    """Rank 0's Chakra trace alone: its all-reduce of the 4-rank default group ran over the one rank whose trace
+    uses the group, free; the process-group metadata says the group spans ranks 0-3."""
+    chakra_step(tmp_path, 0, [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4}], "0")
+    loaded, result = run(chakra_scenario(tmp_path), tmp_path)
+    p, n = 4, 64 * 2**20
+    assert result.summary["gpus"] == p and result.summary["simulated_ranks"] == 1
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * n, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + allreduce_time(loaded, n, p) + 100e-6, rel=EXACT)
+
+
+def test_a_chakra_file_outside_the_group_its_metadata_lists_says_how_it_got_its_rank(tmp_path):
+    """A Chakra file states no rank: the one file of rank 5 is rank 0 by file order, outside the group [4, 7]."""
+    chakra_step(tmp_path, 5, [{"pg_name": "3", "pg_desc": "mesh_tp", "ranks": [4, 5, 6, 7], "group_size": 4}], "3")
+    with pytest.raises(TraceError) as caught:
+        run(chakra_scenario(tmp_path), tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'rank5.json'}: nodes[2]: rank 0 runs a collective of group '3' whose members [4, 5, 6, 7] do "
+        "not include it (allowed: the traces of the group's members; a file's rank is its distributedInfo.rank "
+        "(Kineto), else its place in the file order, from 0)")
+
+
+@pytest.mark.parametrize(("values", "problem"), [
+    ("['no groups here']", "the process-group metadata holds no list of process groups"),
+    (str([json.dumps([{"pg_name": "0", "ranks": [0, 1], "group_size": 4}])]),
+     "process group '0' lists ranks [0, 1] with group_size 4"),
+])
+def test_unreadable_chakra_process_group_metadata_is_refused_at_its_node(tmp_path, values, problem):
+    chakra_step(tmp_path, 0, MESH, "0")
+    path = tmp_path / "rank0.json"
+    path.write_text(path.read_text().replace(json.dumps(str([json.dumps(MESH)])), json.dumps(values)))
+    with pytest.raises(TraceError) as caught:
+        run(chakra_scenario(tmp_path), tmp_path)
+    assert caught.value.field == "nodes[0].inputs.values" and caught.value.problem == problem
 
 
 def copy_traces(source: Path, folder: Path) -> Path:

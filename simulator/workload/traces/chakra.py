@@ -4,9 +4,10 @@ with their durations, collective type and size, data and control dependencies an
 Accepted layouts: the output of Chakra's jsonizer (the GlobalMetadata object followed by one object per node,
 protobuf JSON with camelCase keys and 64-bit integers as strings), a JSON array of nodes, or an object with a
 `nodes` array; snake_case keys are read as well. Nodes of other types (metadata, memory) cost nothing and pass
-their dependencies on. A Chakra graph has no streams: compute nodes run in dependency order on `compute`,
-CPU nodes (`is_cpu_op`) on `cpu`, collectives on `comm`, sends and receives each as soon as their
-dependencies are done.
+their dependencies on; a `## process_group:init ##` metadata node (PyTorch's execution traces) tells each
+process group's members and description. A Chakra graph has no streams: compute nodes run in dependency
+order on `compute`, CPU nodes (`is_cpu_op`) on `cpu`, collectives on `comm`, sends and receives each as soon
+as their dependencies are done.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import heapq
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from simulator.collectives.names import Primitive
 from simulator.workload.traces.model import (
@@ -35,6 +37,15 @@ COLLECTIVE_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, 
                     "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9}
 P2P_STREAM = "p2p"
 US = 1e-6
+PG_INIT = "process_group:init"
+
+
+class ProcessGroup(NamedTuple):
+    """What a trace tells of a process group: its description (torch.distributed's `group_desc`, else its
+    name), which names the parallelism it serves, and its members' ranks (() when not told)."""
+
+    description: str
+    members: tuple[int, ...]
 
 
 def read_chakra(path: Path) -> TracedRank:
@@ -48,12 +59,13 @@ def read_chakra(path: Path) -> TracedRank:
             raise trace_error(file, f"nodes[{position}]", f"node id {node_id} appears twice", "unique node ids")
         by_id[node_id] = position
     order = _topological(file, nodes, by_id)
+    groups = _process_groups(file, nodes)
     ops: list[TracedOp] = []
     op_of: dict[int, tuple[int, ...]] = {}
     for position in order:
         node = nodes[position]
         deps = tuple(sorted({dep for parent in _parents(file, position, node, by_id) for dep in op_of[parent]}))
-        op = _op(file, position, node, deps)
+        op = _op(file, position, node, deps, groups)
         if op is None:
             op_of[position] = deps
             continue
@@ -175,7 +187,59 @@ def _topological(file: str, nodes: list[dict], by_id: dict[int, int]) -> list[in
     return order
 
 
-def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp | None:
+def _process_groups(file: str, nodes: list[dict]) -> dict[str, ProcessGroup]:
+    """The process groups that a `## process_group:init ##` node describes, by name. PyTorch's execution-trace
+    observer records torch.distributed's group configuration there (`pg_name`, `pg_desc`, `ranks`, `group_size`;
+    `ranks` empty for a group of every rank) and Chakra's converter keeps the node as metadata, the JSON inside
+    the text of its `inputs.values`; without such a node, nothing is known of the groups but their names."""
+    groups: dict[str, ProcessGroup] = {}
+    for position, node in enumerate(nodes):
+        if PG_INIT not in str(node.get("name", "")):
+            continue
+        where = f"nodes[{position}].inputs.values"
+        inputs = node.get("inputs")
+        entries = _group_entries(inputs.get("values") if isinstance(inputs, dict) else None)
+        if entries is None:
+            raise trace_error(file, where, "the process-group metadata holds no list of process groups",
+                              "the JSON of torch.distributed's pg_config_info: [{pg_name, pg_desc, ranks, "
+                              "group_size}, ...]")
+        for entry in entries:
+            name, desc = entry.get("pg_name"), entry.get("pg_desc")
+            if name is None:  # older PyTorch wrote a pg_id, which no node refers to
+                continue
+            ranks, size = entry.get("ranks") or [], entry.get("group_size", 0)
+            if isinstance(ranks, dict):  # {global rank: rank in the group}, as some versions write it
+                ranks = list(ranks)
+            try:
+                members = tuple(as_int(rank) for rank in ranks)
+                size = as_int(size) if size else len(members)
+            except (TypeError, ValueError):
+                raise trace_error(file, where, f"process group {name!r} has ranks {ranks!r} and size {size!r}",
+                                  "whole numbers") from None
+            distinct = len(set(members)) == len(members)
+            if min(members, default=size) < 0 or not distinct or (members and size != len(members)):
+                raise trace_error(file, where, f"process group {name!r} lists ranks {list(members)} with group_size "
+                                  f"{size}", "distinct ranks >= 0, as many as the group_size")
+            groups[str(name)] = ProcessGroup(str(desc or name), members or tuple(range(size)))
+    return groups
+
+
+def _group_entries(values: object) -> list[dict] | None:
+    """The list of group objects in a process-group metadata node's `inputs.values`: the Python text of a list
+    holding the JSON (Chakra's converter), or the JSON itself."""
+    if isinstance(values, list) and all(isinstance(entry, dict) for entry in values):
+        return values
+    if not isinstance(values, str) or "[{" not in values:
+        return None
+    try:
+        entries, _ = json.JSONDecoder().raw_decode(values, values.index("[{"))
+    except json.JSONDecodeError:
+        return None
+    return entries if all(isinstance(entry, dict) for entry in entries) else None
+
+
+def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
+        groups: dict[str, ProcessGroup]) -> TracedOp | None:
     """A node as a traced op, or None for nodes that cost nothing (metadata, memory)."""
     where = f"nodes[{position}]"
     kind = _get(node, "type")
@@ -209,8 +273,10 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...]) -> TracedOp
             raise trace_error(file, where, f"collective type {comm_type!r} of {name!r} is not supported",
                               ", ".join(f"{key} ({code})" for key, code in COLLECTIVE_NAMES.items()
                                         if code in COLLECTIVE_TYPES)) from None
+        known = groups.get(group, ProcessGroup(group, ()))
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
-                        group=group or "default", deps=deps)
+                        group=group or "default", members=known.members, group_size=len(known.members),
+                        description=known.description, deps=deps)
     send = kind == "COMM_SEND_NODE"
     peer = attrs.get("comm_dst" if send else "comm_src")
     try:

@@ -4,7 +4,8 @@ explains kept as host time.
 
 Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the order of the files (names
 sorted with their numbers compared as numbers). A process group's members come from the trace where it lists
-them (`Process Group Ranks`), otherwise they are the ranks whose traces use the group. Members without a trace
+them (Kineto's `Process Group Ranks`, Chakra's process-group metadata), otherwise they are the ranks whose traces
+use the group. Members without a trace
 are not simulated: like folded ranks, the rendezvous does not wait for them, but the collective's transfers
 still run over every member. Collectives match across ranks by group and issue order (as NCCL's
 communicators do); their sizes must agree.
@@ -168,7 +169,9 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
                                       f"{list(op.members)} here and {list(listed[op.group])} elsewhere")
                 if rank.rank not in op.members:
                     raise trace_error(rank.file, rank.where(op), f"rank {rank.rank} runs a collective of group "
-                                      f"{op.group!r} whose members {list(op.members)} do not include it")
+                                      f"{op.group!r} whose members {list(op.members)} do not include it",
+                                      "the traces of the group's members; a file's rank is its distributedInfo.rank "
+                                      "(Kineto), else its place in the file order, from 0")
                 listed[op.group] = op.members
     for rank in traced:
         for op in rank.ops:
