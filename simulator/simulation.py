@@ -163,7 +163,7 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     env.process(run_plan(env, network, topology, phases, ""))
     env.run()
     c = log.flow_columns()
-    return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.flow_routes())
+    return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.route_table())
 
 
 def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:

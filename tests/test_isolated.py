@@ -4,6 +4,7 @@ rings, chunked trees, direct all-to-all, halving-doubling, hierarchical, a strid
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import simpy
 
@@ -11,6 +12,7 @@ from simulator.collectives.execute import run_plan
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.metrics.events import EventLog
+from simulator.network import isolated
 from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import run_isolated
 from simulator.network.model import Network, effective_capacity
@@ -46,6 +48,22 @@ def test_isolated_run_equals_the_network_model(cluster, op, algorithm, ranks, nb
     alone = run_isolated(cluster, effective_capacity(cluster, efficiency), phases)
     c = log.flow_columns()
     assert alone.duration_s == env.now
-    assert (alone.src, alone.dst, alone.routes) == (c["src"].tolist(), c["dst"].tolist(), log.flow_routes())
-    assert (alone.start_s, alone.end_s, alone.nbytes) == (c["start_s"].tolist(), c["end_s"].tolist(),
-                                                          c["bytes"].tolist())
+    assert (alone.src.tolist(), alone.dst.tolist(), alone.routes.tolist()) == (
+        c["src"].tolist(), c["dst"].tolist(), log.flow_routes())
+    assert (alone.start_s.tolist(), alone.end_s.tolist(), alone.nbytes.tolist()) == (
+        c["start_s"].tolist(), c["end_s"].tolist(), c["bytes"].tolist())
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_rows_are_numbered_by_first_appearance(monkeypatch, collide):
+    """`first_seen_rows` numbers equal routes alike, in order of first appearance, as a dict of tuples would;
+    also when every row's hash collides (then the rows are compared by value)."""
+    if collide:
+        monkeypatch.setattr(isolated, "row_hashes", lambda matrix: np.zeros(len(matrix), dtype=np.uint64))
+    rng = np.random.default_rng(0)
+    matrix = rng.integers(-1, 4, size=(500, 3))
+    numbers: dict[tuple[int, ...], int] = {}
+    expected = [numbers.setdefault(tuple(row), len(numbers)) for row in matrix.tolist()]
+    ids, firsts = isolated.first_seen_rows(matrix)
+    assert ids.tolist() == expected and len(numbers) > 10
+    assert [tuple(row) for row in matrix[firsts].tolist()] == list(numbers)

@@ -86,7 +86,7 @@ def test_event_log_rows_in_recording_order():
     log = EventLog()
     log.record("compute", 3, "compute", "fwd", "forward", 1, -1, 0.0, 1.5, flops=2.0)
     log.flow("k", 3, 4, 0.5, 2.0, 8.0, (7, 9))
-    log.replayed_flows("j", 0.0, FlowBlock.of([4], [3], [2.0], [3.0], [16.0], [(9, 7)]))
+    log.replayed_flows("j", 0.0, FlowBlock.of([4], [3], [2.0], [3.0], [16.0], FlowRoutes.of([(9, 7)])))
     frame = log.to_frame()
     assert frame["kind"].tolist() == ["compute", "flow", "flow"]
     assert frame["rank"].tolist() == [3, 3, 4]
@@ -100,7 +100,8 @@ def test_event_log_rows_in_recording_order():
 def test_replayed_flow_blocks_keep_recording_order_and_shift_times():
     """A replayed collective logs one block reference; the frame must hold its rows where they were logged,
     times moved on by the replay's start, between the single flows and op rows around them."""
-    block = FlowBlock.of([1, 2], [2, 1], [0.0, 0.25], [0.5, 0.75], [8.0, 4.0], [(1, 3, 4), (2,)])
+    block = FlowBlock.of([1, 2], [2, 1], [0.0, 0.25], [0.5, 0.75], [8.0, 4.0],
+                         FlowRoutes.of([(1, 3, 4), (2,)]))
     log = EventLog()
     log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5, 8))
     log.replayed_flows("b", 1.0, block)
@@ -168,7 +169,7 @@ def test_arrow_table_holds_the_log_s_text_ascii_or_not():
 def test_flow_columns_split_once_and_again_after_more_flows():
     """The flow rows are split into columns once and shared (read-only) by every reader; a flow or replay logged
     after a read is in the next one."""
-    block = FlowBlock.of([1], [2], [0.0], [0.5], [8.0], [(1, 3)])
+    block = FlowBlock.of([1], [2], [0.0], [0.5], [8.0], FlowRoutes.of([(1, 3)]))
     log = EventLog()
     log.flow("a", 0, 1, 0.0, 1.0, 2.0, (5, 8))
     first = log.flow_columns()

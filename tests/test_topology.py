@@ -12,11 +12,13 @@ import re
 import warnings
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from simulator.cli import main
 from simulator.engine.fold_policy import fold_blocker
 from simulator.errors import TopologyError
+from simulator.faults.rerouting import Rerouter
 from simulator.topology.builders import BUILDERS, build_topology
 from simulator.topology.describe import describe_topology, draw_topology, tier_bisection
 from simulator.topology.graph import Wiring, add_link, add_links
@@ -340,6 +342,31 @@ def test_link_id_routes_follow_the_node_routes(kind, params):
     for _ in range(3000):
         src, dst, channel = rng.randrange(topo.num_gpus), rng.randrange(topo.num_gpus), rng.randrange(4)
         assert topo.path(src, dst, channel) == topo.link_ids(topo._route_nodes(src, dst, channel))
+
+
+@pytest.mark.parametrize("kind, params", [
+    ("cluster", {"nodes": 96, "leaf_ports": 4, "tiers": 3, "pods": 3, "spines": 4}),
+    ("cluster", {"nodes": 12, "node": {"kind": "pcie_node"}, "nics_per_node": 2, "leaf_ports": 4}),
+    ("cluster", {"nodes": 8, "node": {"kind": "nvswitch_node", "gpus": 1}, "nics_per_node": 1}),
+    ("nvl72", {"racks": 3, "leaf_ports": 8}),
+    ("nvswitch_node", {}),
+])
+def test_routes_at_once_are_the_routes_one_by_one(kind, params):
+    """`Topology.routes` (the fabric's array form, for large phases) gives each (src, dst, channel) the links of
+    `route` and the same latency to the bit, for pairs in one domain (one switch level or a PCIe tree), across
+    leaves, spines and pods, and from a GPU to itself; also where a rerouter (no array form) routes."""
+    topo = build_topology(kind, params)
+    rng = np.random.default_rng(0)
+    src, dst, channel = (rng.integers(0, topo.num_gpus, 2000), rng.integers(0, topo.num_gpus, 2000),
+                         rng.integers(0, 4, 2000))
+    src[:20] = dst[:20]
+    for _ in range(2):
+        matrix, latency = topo.routes(src, dst, channel)
+        for row, ends in enumerate(zip(src.tolist(), dst.tolist(), channel.tolist())):
+            assert tuple(link for link in matrix[row].tolist() if link >= 0) == topo.route(*ends)[0]
+            assert latency[row] == topo.route(*ends)[1]
+        Rerouter(topo)
+        topo.forget_routes()
 
 
 def test_links_added_in_bulk_wire_as_one_by_one():

@@ -8,8 +8,11 @@ the same as k separate batches while rates stay constant.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
@@ -24,24 +27,64 @@ if TYPE_CHECKING:
 
 
 def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
-    """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer; a pipelined
-    phase charges every transfer the mean latency of the phase's hops; a phase of steps in flight charges each
-    transfer its `window_stall` per step, its chunk's time read at its path's line rate."""
+    """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer, the
+    latency as `step_latencies` charges it."""
     repeat = phase.repeat
     routes = [topology.route(t.src, t.dst, t.channel) for t in phase.transfers]
     paths = [path for path, _ in routes]
-    latencies = [latency for _, latency in routes]
+
+    def chunk_seconds() -> list[float]:
+        line_rate = topology.link_bandwidth
+        return [t.nbytes / float(line_rate[list(path)].min()) if path else 0.0
+                for t, path in zip(phase.transfers, paths)]
+
+    latencies = step_latencies(phase, [latency for _, latency in routes], chunk_seconds)
+    return [(path, t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
+            for t, path, latency in zip(phase.transfers, paths, latencies)]
+
+
+@dataclass(frozen=True)
+class PhaseArrays:
+    """One phase's transfers as arrays, `phase_items` without a tuple per transfer (for phases of thousands):
+    their ends, bytes and latency over the phase's repeats, and their routes as a matrix of link ids (one
+    route per row from its first column on, -1 after its end)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    latency: np.ndarray
+    routes: np.ndarray
+
+
+def phase_arrays(topology: Topology, phase: Phase) -> PhaseArrays:
+    """`phase_items` of ``phase`` as arrays, the same numbers (the routes from `Topology.routes`)."""
+    transfers, count = phase.transfers, len(phase.transfers)
+    src, dst, channel = (np.fromiter(map(field, transfers), dtype=np.int64, count=count)
+                         for field in (attrgetter("src"), attrgetter("dst"), attrgetter("channel")))
+    nbytes = np.fromiter((t.nbytes for t in transfers), dtype=float, count=count)
+    routes, latency = topology.routes(src, dst, channel)
+
+    def chunk_seconds() -> list[float]:
+        on_route = routes >= 0
+        rate = np.where(on_route, topology.link_bandwidth[routes], np.inf).min(axis=1, initial=np.inf)
+        return np.where(on_route.any(axis=1), nbytes / rate, 0.0).tolist()
+
+    latencies = step_latencies(phase, latency.tolist(), chunk_seconds)
+    return PhaseArrays(src, dst, nbytes * phase.repeat, np.array(latencies, dtype=float) * phase.repeat, routes)
+
+
+def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable[[], list[float]]) -> list[float]:
+    """The latency each transfer of ``phase`` pays per step, given its path's (``latencies``): at least the
+    phase's floor; in a pipelined phase the mean over the phase's hops; in a phase of steps in flight its
+    `window_stall`, its chunk's time (``chunk_seconds()``) read at its path's line rate."""
     if phase.min_latency > 0:
         latencies = [max(latency, phase.min_latency) for latency in latencies]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
     if phase.steps_in_flight:
-        line_rate = topology.link_bandwidth
-        latencies = [window_stall(latency, t.nbytes / float(line_rate[list(path)].min()) if path else 0.0,
-                                  phase.steps_in_flight)
-                     for t, path, latency in zip(phase.transfers, paths, latencies)]
-    return [(path, t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
-            for t, path, latency in zip(phase.transfers, paths, latencies)]
+        latencies = [window_stall(latency, seconds, phase.steps_in_flight)
+                     for latency, seconds in zip(latencies, chunk_seconds())]
+    return latencies
 
 
 class PlanRunner:

@@ -73,13 +73,13 @@ class FlowBlock:
     start_s: np.ndarray
     end_s: np.ndarray
     nbytes: np.ndarray
-    routes: list[tuple[int, ...]]
+    routes: FlowRoutes
 
     @classmethod
-    def of(cls, src, dst, start_s, end_s, nbytes, routes: list[tuple[int, ...]]) -> FlowBlock:
+    def of(cls, src, dst, start_s, end_s, nbytes, routes: FlowRoutes) -> FlowBlock:
         return cls(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
                    np.asarray(start_s, dtype=np.float64), np.asarray(end_s, dtype=np.float64),
-                   np.asarray(nbytes, dtype=np.float64), list(routes))
+                   np.asarray(nbytes, dtype=np.float64), routes)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -102,6 +102,18 @@ class FlowRoutes:
     def of(cls, routes: list[tuple[int, ...]]) -> FlowRoutes:
         lengths = np.fromiter(map(len, routes), dtype=np.int64, count=len(routes))
         return cls(lengths, np.fromiter(chain.from_iterable(routes), dtype=np.int64, count=int(lengths.sum())))
+
+    @classmethod
+    def of_matrix(cls, matrix: np.ndarray) -> FlowRoutes:
+        """The routes of a matrix of link ids, one route per row from its first column on, -1 after its end."""
+        on_route = matrix >= 0
+        return cls(on_route.sum(axis=1), matrix[on_route])
+
+    @classmethod
+    def joined(cls, parts: Sequence[FlowRoutes]) -> FlowRoutes:
+        """The routes of ``parts``, one after another."""
+        return cls(np.concatenate([part.lengths for part in parts] or [np.empty(0, dtype=np.int64)]),
+                   np.concatenate([part.links for part in parts] or [np.empty(0, dtype=np.int64)]))
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -214,7 +226,8 @@ class EventLog:
         """The route of each flow row, in flow order (a list built on each call: read it once, at the end)."""
         table = self._flow_table()
         layout = table.layout
-        pool = _objects((route for block in self._blocks for route in block.routes), int(layout.pool_start[-1]))
+        pool = _objects((route for block in self._blocks for route in block.routes.tolist()),
+                        int(layout.pool_start[-1]))
         routes = table.routes()
         return layout.merged(_objects(routes, len(routes)), pool[layout.gather]).tolist()
 
@@ -223,7 +236,7 @@ class EventLog:
         table = self._flow_table()
         layout = table.layout
         singles = table.logged[0]
-        pool = FlowRoutes.of([*table.routes(), *(route for block in self._blocks for route in block.routes)])
+        pool = FlowRoutes.joined([FlowRoutes.of(table.routes()), *(block.routes for block in self._blocks)])
         routes = pool.taken(layout.merged(np.arange(singles), singles + layout.gather))
         if self._orbit_representative is None:
             return routes

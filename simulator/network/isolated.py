@@ -13,11 +13,14 @@ the wake-up time `Network` would schedule. Its rows and times equal those of `Ne
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from simulator.collectives.execute import phase_items
+from simulator.collectives.execute import PhaseArrays, phase_arrays
 from simulator.collectives.phases import Phase
-from simulator.network.maxmin import grouped_max_min_rates
+from simulator.metrics.events import FlowRoutes
+from simulator.network.maxmin import flat_grouped_max_min_rates
 from simulator.network.model import FINISH_TOLERANCE
 from simulator.topology.graph import Topology
 
@@ -25,29 +28,45 @@ LARGE_PHASE = 512
 """Transfers in a phase from which the array form is faster than the event-by-event network."""
 
 
+@dataclass(frozen=True)
 class IsolatedRun:
-    """The flow rows of a plan run alone, in the order `Network` logs them (src, dst, start_s, end_s, bytes,
-    routes), and the plan's duration."""
+    """The flow rows of a plan run alone, in the order `Network` logs them, and the plan's duration."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    nbytes: np.ndarray
+    routes: FlowRoutes
+    duration_s: float
+
+
+class _Rows:
+    """The flow rows logged so far, a block of rows per instant at which flows finished."""
 
     def __init__(self) -> None:
-        self.src: list[int] = []
-        self.dst: list[int] = []
-        self.start_s: list[float] = []
-        self.end_s: list[float] = []
-        self.nbytes: list[float] = []
-        self.routes: list[tuple[int, ...]] = []
-        self.duration_s = 0.0
+        self.blocks: list[tuple[PhaseArrays, np.ndarray, float, float]] = []
 
-    def log(self, items: list[tuple], rows: np.ndarray, posted_s: float, end_s: float) -> None:
-        """Append the rows of transfers ``items[rows]``, posted at ``posted_s``, ending at ``end_s``."""
-        for index in rows.tolist():
-            path, nbytes, _, src, dst = items[index][:5]
-            self.src.append(src)
-            self.dst.append(dst)
-            self.start_s.append(posted_s)
-            self.end_s.append(end_s)
-            self.nbytes.append(float(nbytes))
-            self.routes.append(path)
+    def log(self, arrays: PhaseArrays, rows: np.ndarray, posted_s: float, end_s: float) -> None:
+        """Log transfers ``rows`` of ``arrays``, posted at ``posted_s``, ending at ``end_s``."""
+        if rows.size:
+            self.blocks.append((arrays, rows, posted_s, end_s))
+
+    def run(self, duration_s: float) -> IsolatedRun:
+        """The rows as columns, the plan's duration ``duration_s``."""
+        blocks = self.blocks
+
+        def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts or [np.empty(0, dtype=dtype)])
+
+        return IsolatedRun(src=joined([arrays.src[rows] for arrays, rows, _, _ in blocks], np.int64),
+                           dst=joined([arrays.dst[rows] for arrays, rows, _, _ in blocks], np.int64),
+                           start_s=joined([np.full(rows.size, posted) for _, rows, posted, _ in blocks], float),
+                           end_s=joined([np.full(rows.size, end) for _, rows, _, end in blocks], float),
+                           nbytes=joined([arrays.nbytes[rows] for arrays, rows, _, _ in blocks], float),
+                           routes=FlowRoutes.joined([FlowRoutes.of_matrix(arrays.routes[rows])
+                                                     for arrays, rows, _, _ in blocks]),
+                           duration_s=duration_s)
 
 
 def is_large(phases: list[Phase]) -> bool:
@@ -57,39 +76,34 @@ def is_large(phases: list[Phase]) -> bool:
 
 def run_isolated(topology: Topology, capacity: np.ndarray, phases: list[Phase]) -> IsolatedRun:
     """Run ``phases`` back to back from time 0 on an otherwise idle network of link ``capacity`` (bytes/s)."""
-    run = IsolatedRun()
+    rows = _Rows()
     now = 0.0
     for phase in phases:
-        items = phase_items(topology, phase)
-        if items:
-            now = _Phase(items, capacity).run(now, run)
-    run.duration_s = now
-    return run
+        if phase.transfers:
+            now = _Phase(phase_arrays(topology, phase), capacity).run(now, rows)
+    return rows.run(now)
 
 
 class _Phase:
     """The transfers of one phase as arrays: sizes, latencies, routes (as ids into a table of distinct
-    routes, and as a flow-link incidence list)."""
+    routes, in first-seen order, and as a flow-link incidence list)."""
 
-    def __init__(self, items: list[tuple], capacity: np.ndarray):
-        self.items = items
+    def __init__(self, arrays: PhaseArrays, capacity: np.ndarray):
+        self.arrays = arrays
         self.capacity = capacity
-        count = len(items)
-        self.nbytes = np.fromiter((float(item[1]) for item in items), dtype=float, count=count)
-        self.latency = [float(item[2]) for item in items]
-        routes: dict[tuple[int, ...], int] = {}
-        self.route_of = np.fromiter((routes.setdefault(tuple(item[0]), len(routes)) for item in items),
-                                    dtype=np.int64, count=count)
-        self.route_table = list(routes)
-        lengths = np.fromiter((len(item[0]) for item in items), dtype=np.int64, count=count)
-        self.entry_flow = np.repeat(np.arange(count), lengths)
-        self.entry_link = np.fromiter((link for item in items for link in item[0]), dtype=np.int64,
-                                      count=int(lengths.sum()))
-        self.empty = (self.nbytes <= 0) | (lengths == 0)
+        routes = arrays.routes
+        self.nbytes = arrays.nbytes
+        self.latency = arrays.latency.tolist()
+        self.route_of, firsts = first_seen_rows(routes)
+        self.route_table = routes[firsts]
+        flat = FlowRoutes.of_matrix(routes)
+        self.entry_flow = np.repeat(np.arange(len(flat)), flat.lengths)
+        self.entry_link = flat.links
+        self.empty = (self.nbytes <= 0) | (flat.lengths == 0)
 
-    def run(self, posted: float, log: IsolatedRun) -> float:
+    def run(self, posted: float, log: _Rows) -> float:
         """Post the phase at ``posted``; return the time its last transfer finished."""
-        count = len(self.items)
+        count = self.nbytes.size
         arrival = np.array([posted + latency if latency > 0 else posted for latency in self.latency])
         arrivals = sorted(set(arrival.tolist()))
         active = np.zeros(count, dtype=bool)
@@ -104,7 +118,7 @@ class _Phase:
                 arrivals.pop(0)
                 arriving = arrival == now
                 empties = np.flatnonzero(arriving & self.empty)
-                log.log(self.items, empties, posted, now)
+                log.log(self.arrays, empties, posted, now)
                 left -= empties.size
                 end = now if empties.size else end
                 starting = arriving & ~self.empty
@@ -119,7 +133,7 @@ class _Phase:
                 finished = np.zeros(count, dtype=bool)
                 finished[done] = True
                 touched[self.entry_link[finished[self.entry_flow]]] = True
-                log.log(self.items, done, posted, now)
+                log.log(self.arrays, done, posted, now)
                 left -= done.size
                 end = now
                 wake_due, wake_at = None, np.inf
@@ -161,8 +175,8 @@ class _Phase:
         rank[order] = np.arange(order.size)
         group = rank[inverse.reshape(-1)]
         weight = np.bincount(group, minlength=order.size).astype(float)
-        rates = grouped_max_min_rates([self.route_table[r] for r in routes[order].tolist()], weight,
-                                      self.capacity)[group]
+        table = FlowRoutes.of_matrix(self.route_table[routes[order]])
+        rates = flat_grouped_max_min_rates(table.lengths, table.links, weight, self.capacity)[group]
         old = state.rate[component]
         changed = rates != old
         flows, new, old = component[changed], rates[changed], old[changed]
@@ -171,6 +185,32 @@ class _Phase:
         state.rate[flows] = new
         state.finish[flows] = now + state.remaining[flows] / new
         state.ready[flows] = state.finish[flows] - FINISH_TOLERANCE * self.nbytes[flows] / new
+
+
+def first_seen_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``matrix`` (integers) numbered by the first appearance of its value among the rows, and
+    where each number's first row is. The rows are sorted by a 64-bit hash of their values rather than the
+    values themselves (the rows of a 16k-GPU ring's routes: 131k of them, 8 wide), and compared afterwards:
+    should two different rows share a hash, by their values."""
+    _, first, inverse = np.unique(row_hashes(matrix), return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not np.array_equal(matrix, matrix[first[inverse]]):
+        rows = np.ascontiguousarray(matrix).view(np.dtype((np.void, matrix.dtype.itemsize * matrix.shape[1])))
+        _, first, inverse = np.unique(rows.reshape(-1), return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return rank[inverse], first[order]
+
+
+def row_hashes(matrix: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row of ``matrix`` (FNV-1a over its values)."""
+    mixed = np.full(matrix.shape[0], 0xCBF29CE484222325, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in matrix.T:
+            mixed = (mixed ^ column.astype(np.uint64)) * np.uint64(0x100000001B3)
+    return mixed
 
 
 class _FlowState:

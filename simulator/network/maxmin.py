@@ -45,7 +45,14 @@ def grouped_max_min_rates(group_paths: Sequence[Sequence[int]], weight: np.ndarr
     """
     lengths = np.fromiter((len(p) for p in group_paths), dtype=np.int64, count=len(group_paths))
     entry_link = np.fromiter(chain.from_iterable(group_paths), dtype=np.int64, count=int(lengths.sum()))
-    entry_group = np.repeat(np.arange(len(group_paths), dtype=np.int64), lengths)
+    return flat_grouped_max_min_rates(lengths, entry_link, weight, capacity)
+
+
+def flat_grouped_max_min_rates(lengths: np.ndarray, entry_link: np.ndarray, weight: np.ndarray,
+                               capacity: np.ndarray) -> np.ndarray:
+    """`grouped_max_min_rates` with the groups' links flat: group g's are the next ``lengths[g]`` of
+    ``entry_link``."""
+    entry_group = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
     links, entry_link = np.unique(entry_link, return_inverse=True)
     rates = _progressive_fill(entry_link.reshape(-1), entry_group, np.asarray(weight, dtype=float),
                               np.asarray(capacity, dtype=float)[links])

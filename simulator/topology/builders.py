@@ -13,6 +13,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from simulator.catalog.gpus import gpu_names
 from simulator.config.link_classes import LINK_CLASSES
 from simulator.errors import TopologyError
@@ -108,6 +110,7 @@ class Fabric:
         default_factory=lambda: ([], []), repr=False)
     """Per GPU (filled on first use): its links up to its domain's root, and down from it."""
     _middles: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _as_arrays: _FabricArrays | None = field(default=None, repr=False)
 
     def __call__(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         return self.route(topo, src, dst, channel)
@@ -128,6 +131,111 @@ class Fabric:
         if middle is None:
             middle = self._middles[hops] = topo.link_ids(self._switch_hops(*hops))
         return self._end(topo, src, 0) + middle + self._end(topo, dst, 1)
+
+    def route_arrays(self, topo: Topology, src: np.ndarray, dst: np.ndarray,
+                     channel: np.ndarray) -> np.ndarray:
+        """`route_links` of many pairs (``src`` != ``dst``) at once, as a matrix of link ids, one route per
+        row from its first column on, -1 after its end: the leaf ends, spines and cores picked as
+        `route_links` picks them, in numpy (a ring over 16k GPUs asks for 131k routes at once); routes inside
+        a domain with more than one switch level (PCIe trees) one by one."""
+        arrays = self._arrays()
+        inside = arrays.domain[src] == arrays.domain[dst]
+        flat = inside & arrays.flat_domain[src]
+        routes = np.full((src.size, arrays.widest), -1, dtype=np.int64)
+        if flat.any():
+            routes[flat, 0] = self._known(topo, arrays.climb, src[flat], self._to_switch)[:, 0]
+            routes[flat, 1] = self._known(topo, arrays.descent, dst[flat], self._from_switch)[:, 0]
+        for row in np.flatnonzero(inside & ~flat).tolist():
+            links = self.route_links(topo, int(src[row]), int(dst[row]), int(channel[row]))
+            routes[row, :len(links)] = links
+        across = np.flatnonzero(~inside)
+        if across.size:
+            self._fill_across(topo, routes, across, src[across], dst[across], channel[across])
+        return routes
+
+    def _fill_across(self, topo: Topology, routes: np.ndarray, rows: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                     channel: np.ndarray) -> None:
+        """Routes between domains into ``routes[rows]``: the source's two links up to its leaf, the switch hops
+        (each distinct choice of hops routed once, as `route_links` does), the destination's two down."""
+        arrays = self._arrays()
+        low, high = arrays.leaf[src], arrays.leaf[dst]
+        hops = np.zeros((rows.size, 4), dtype=np.int64)
+        hops[:, 0], hops[:, 1] = low, high
+        apart = np.flatnonzero(low != high)
+        if apart.size:
+            key = arrays.flow_key[src[apart]]
+            offset = (arrays.flow_key[dst[apart]] - key) % self.flow_keys
+            mixed = ((key % self.shift_period) * self.flow_keys + offset).astype(np.uint64)
+            mix = _avalanche_array(mixed * np.uint64(0x9E3779B1) + channel[apart].astype(np.uint64)).astype(np.int64)
+            spines = arrays.pod_spines[arrays.leaf_pod[low[apart]]]
+            hops[apart, 2] = mix % spines
+            across = arrays.leaf_pod[low[apart]] != arrays.leaf_pod[high[apart]]
+            hops[apart[across], 3] = (mix[across] // spines[across]) % len(self.core_names)
+        radix = [len(self.leaf_names), max(1, *map(len, self.spine_names)), max(len(self.core_names), 1)]
+        codes = ((hops[:, 0] * radix[0] + hops[:, 1]) * radix[1] + hops[:, 2]) * radix[2] + hops[:, 3]
+        _, first, choice = np.unique(codes, return_index=True, return_inverse=True)
+        middles = [self._middle(topo, tuple(row)) for row in hops[first].tolist()]
+        middle_length = np.fromiter(map(len, middles), dtype=np.int64, count=len(middles))
+        table = np.full((len(middles), max(middle_length.max(initial=0), 1)), -1, dtype=np.int64)
+        for index, middle in enumerate(middles):
+            table[index, :len(middle)] = middle
+        choice = choice.reshape(-1)
+        up = self._known(topo, arrays.leaf_up, src, self._to_leaf)
+        down = self._known(topo, arrays.leaf_down, dst, self._from_leaf)
+        routes[rows, 0], routes[rows, 1] = up[:, 0], up[:, 1]
+        length = middle_length[choice]
+        for column in range(table.shape[1]):
+            has = np.flatnonzero(length > column)
+            routes[rows[has], 2 + column] = table[choice[has], column]
+        routes[rows, 2 + length], routes[rows, 3 + length] = down[:, 0], down[:, 1]
+
+    def _middle(self, topo: Topology, hops: tuple[int, ...]) -> tuple[int, ...]:
+        """Link ids of the switch hops ``hops`` (as `_hops` gives them; same leaf: none), kept once worked out."""
+        hops = hops[:2] if hops[0] == hops[1] else hops
+        middle = self._middles.get(hops)
+        if middle is None:
+            middle = self._middles[hops] = topo.link_ids(self._switch_hops(*hops))
+        return middle
+
+    def _arrays(self) -> _FabricArrays:
+        """The routing tables as arrays (made on first use, once the builder has filled them)."""
+        if self._as_arrays is None:
+            self._as_arrays = _FabricArrays(self)
+        return self._as_arrays
+
+    @staticmethod
+    def _known(topo: Topology, table: np.ndarray, gpus: np.ndarray,
+               way: Callable[[list[int]], list[list[str]]]) -> np.ndarray:
+        """Rows ``gpus`` of ``table``, a per-GPU table of link ids (-1: not yet known) whose row for GPU g holds
+        the links along the nodes ``way(...)`` lists for it (a column of names per node on the way), the
+        missing rows looked up first."""
+        rows = table[gpus]
+        wanted = np.zeros(len(table), dtype=bool)
+        wanted[gpus[(rows < 0).any(axis=1)]] = True
+        missing = np.flatnonzero(wanted).tolist()
+        if missing:
+            nodes = way(missing)
+            table[missing] = np.column_stack([topo.links_between(list(zip(tails, heads)))
+                                              for tails, heads in zip(nodes, nodes[1:])])
+            rows = table[gpus]
+        return rows
+
+    def _to_switch(self, gpus: list[int]) -> list[list[str]]:
+        """The GPUs' and their domains' switches' names (one switch level)."""
+        return [[self.gpus[g] for g in gpus], [self.uplinks[g][0] for g in gpus]]
+
+    def _from_switch(self, gpus: list[int]) -> list[list[str]]:
+        """`_to_switch` the other way."""
+        return self._to_switch(gpus)[::-1]
+
+    def _to_leaf(self, gpus: list[int]) -> list[list[str]]:
+        """The GPUs', their NICs' and their leaves' names."""
+        return [[self.gpus[g] for g in gpus], [self.nic[g] for g in gpus],
+                [self.leaf_names[self.leaf[g]] for g in gpus]]
+
+    def _from_leaf(self, gpus: list[int]) -> list[list[str]]:
+        """`_to_leaf` the other way."""
+        return self._to_leaf(gpus)[::-1]
 
     def _hops(self, src: int, dst: int, channel: int) -> tuple[int, ...]:
         """(leaf of src, leaf of dst, spine index, core index) between two domains: the spine (and core) hashed
@@ -192,6 +300,37 @@ class Fabric:
             return [self.gpus[src], *up[:meet + 1], *reversed(down[:down.index(up[meet])]), self.gpus[dst]]
         return [self.gpus[src], self.nic[src], *self._switch_hops(*self._hops(src, dst, channel)), self.nic[dst],
                 self.gpus[dst]]
+
+
+class _FabricArrays:
+    """A `Fabric`'s routing tables as numpy arrays, for routing many pairs at once (`Fabric.route_arrays`),
+    with per-GPU tables of link ids filled as GPUs are first routed (-1 until then)."""
+
+    def __init__(self, fabric: Fabric):
+        gpus = len(fabric.gpus)
+        self.domain = np.array(fabric.domain, dtype=np.int64)
+        self.flat_domain = np.array([len(up) == 1 for up in fabric.uplinks], dtype=bool)
+        self.leaf = np.array(fabric.leaf or [0] * gpus, dtype=np.int64)
+        self.flow_key = np.array(fabric.flow_key or [0] * gpus, dtype=np.int64)
+        self.leaf_pod = np.array(fabric.leaf_pod or [0], dtype=np.int64)
+        self.pod_spines = np.array([len(spines) for spines in fabric.spine_names] or [0], dtype=np.int64)
+        levels = max((len(up) for up in fabric.uplinks), default=1)
+        self.widest = max(8, 2 * levels)
+        """Columns a route needs: two links to the leaf at each end and up to four switch hops between, or up
+        and down a domain's switch levels."""
+        self.climb = np.full((gpus, 1), -1, dtype=np.int64)
+        self.descent = np.full((gpus, 1), -1, dtype=np.int64)
+        self.leaf_up = np.full((gpus, 2), -1, dtype=np.int64)
+        self.leaf_down = np.full((gpus, 2), -1, dtype=np.int64)
+
+
+def _avalanche_array(values: np.ndarray) -> np.ndarray:
+    """`_avalanche` of each of ``values`` (uint64; only their low 32 bits count, as there)."""
+    mask = np.uint64(0xFFFFFFFF)
+    values = values & mask
+    values = ((values ^ (values >> np.uint64(16))) * np.uint64(0x85EBCA6B)) & mask
+    values = ((values ^ (values >> np.uint64(13))) * np.uint64(0xC2B2AE35)) & mask
+    return values ^ (values >> np.uint64(16))
 
 
 def _avalanche(value: int) -> int:
