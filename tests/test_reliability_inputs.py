@@ -221,6 +221,20 @@ def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
+    """`run.fold: false` on the 16,384-GPU job: its healthy step alone is ~51 million ops + flows and ~42 GiB,
+    which `trainsim run` refuses for a single step, but the job ran it (and every state) without a word. It is
+    refused in one located line at run.fold before the healthy step; `--force` is the way past."""
+    out = tmp_path / "out"
+    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
+                 "--set", "run.fold=false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "run.fold: the job's step is simulated unfolded: 16,384 GPUs, 16,384 simulated ranks" in err
+    assert "(allowed: true, a smaller cluster, or --force)" in err
+    assert not out.exists()
+
+
 def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     """The docs' throttling class on the 16,384-GPU job: a straggler state slows one replica's stage, whose
     data-parallel traffic shares links with the other replicas', so each distinct set of stages slowed is an

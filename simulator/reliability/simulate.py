@@ -95,12 +95,11 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
 
 def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float) -> str:
     """Why the job's straggler states would run unfolded ('' when they fold), by the engine's rule
-    (`fold_policy.straggler_blocker`) on the folded step, built once (about a second on 16,384 GPUs)."""
+    (`fold_policy.straggler_blocker`) on the folded step, built once (about a second on 16,384 GPUs);
+    `run.fold` is on (`_refuse_unfolded_steps` refuses an unfolded job before)."""
     from simulator.engine.fold_policy import fold_blocker, straggler_blocker
     from simulator.simulation import network_settings, plan_cache, step_faults, step_program
 
-    if not loaded.scenario.run.fold:
-        return "run.fold: false"
     blocker = fold_blocker(topology)
     if blocker:
         return blocker
@@ -114,19 +113,20 @@ def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float
                                                      faults, factor))
 
 
-def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, topology: Topology) -> None:
-    """Refuse a job whose degraded or straggling states would each be simulated as an unfolded step beyond the
-    limits a plain run has (scale.py): link faults unfold the step (leaf switches, cables, NICs that
-    `degrade`), and so do stragglers in one replica whose traffic meets the others' (each distinct set of
-    stages slowed is a state). 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per state (the
-    docs' leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands
-    of straggler states, and both ran for hours without a word)."""
+def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology) -> None:
+    """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has (scale.py): its
+    healthy step with `run.fold: false` (as `trainsim run` refuses it), or each of its degraded or straggling
+    states: link faults unfold the step (leaf switches, cables, NICs that `degrade`), and so do stragglers
+    where the engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs
+    unfolded are ~51 million ops + flows and tens of GiB per step (the docs' leaf-switch example met ~75
+    leaves per replication of the 405B job, its throttling example thousands of straggler states, and both
+    ran for hours without a word)."""
     from simulator.scale import MAX_EVENTS, MAX_MEMORY_BYTES, estimate_scale
 
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
-    if not (linked or straggling):
+    if scenario.run.fold and not (linked or straggling):
         return
     run = scenario.run.model_copy(update={"fold": False, "timeline": "summary"})
     estimate = estimate_scale(scenario.model_copy(update={"run": run}), topology.num_gpus)
@@ -134,6 +134,9 @@ def _refuse_unfolded_states(loaded: LoadedScenario, model: FailureModel, topolog
         return
     limits = (f"{estimate.describe()}, beyond the limits of {MAX_MEMORY_BYTES / 2**30:.0f} GiB and "
               f"{MAX_EVENTS:,} ops + flows")
+    if not scenario.run.fold:
+        raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
+                           "true, a smaller cluster, or --force")
     if linked:
         name, problem, why = linked[0].name, "degrades the cluster", "link faults unfold it"
         allowed = "effect: replace (the job restarts without the unit), a smaller cluster, or --force"
@@ -184,8 +187,8 @@ def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel,
 @collector_paused()
 def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
-    expected to handle more than MAX_JOB_EVENTS events, or whose degraded states are unfolded steps beyond
-    the scale limits, is refused unless ``force``."""
+    expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
+    or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -193,7 +196,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     topology = scenario_topology(loaded)
     model, size, units = check_job(loaded, topology)
     if not force:
-        _refuse_unfolded_states(loaded, model, topology)
+        _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
