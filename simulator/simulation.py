@@ -144,9 +144,9 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
 
 
 def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
-    """The run's one cache of collective plans, with the scenario's collective defaults."""
+    """The run's one cache of collective plans, with the scenario's collective defaults and link efficiencies."""
     return PlanCache(topology, algorithm=settings.algorithm, chunk_bytes=settings.chunk_bytes,
-                     channels=settings.channels)
+                     channels=settings.channels, efficiency=dict(settings.efficiency))
 
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, FlowBlock]:

@@ -166,7 +166,7 @@ def time_collective(topology: Topology, op: Primitive, algorithm: AlgorithmChoic
     group = tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks)
     request = CollectiveRequest(op=op, ranks=group, nbytes=float(nbytes), root=root, chunk_bytes=chunk_bytes,
                                 channels=channels or 0)
-    phases = plan_collective(request, topology, algorithm)
+    phases = plan_collective(request, topology, algorithm, efficiency)
     env = simpy.Environment()
     network = Network(env, topology, efficiency=efficiency, mode=mode)
     env.process(run_plan(env, network, topology, phases, key=op))

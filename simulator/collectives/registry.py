@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
@@ -39,13 +39,14 @@ ALGORITHMS: dict[AlgorithmName, Algorithm] = {
 }
 """name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 
-def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice = "auto"
-                    ) -> list[Phase]:
-    """Check ``request``, resolve ``algorithm`` (a registered name or "auto") and return its phases."""
+def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice = "auto",
+                    efficiency: Mapping[str, float] | None = None) -> list[Phase]:
+    """Check ``request``, resolve ``algorithm`` (a registered name, or "auto" for links that reach ``efficiency``)
+    and return its phases."""
     check_request(request, topology)
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
-    name = resolve_algorithm(request, topology, algorithm)
+    name = resolve_algorithm(request, topology, algorithm, efficiency)
     chosen = ALGORITHMS[name]
     if request.op not in chosen.ops:
         able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
@@ -54,12 +55,14 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
     return chosen.plan(request, topology)
 
 
-def resolve_algorithm(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice) -> AlgorithmName:
+def resolve_algorithm(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
+                      efficiency: Mapping[str, float] | None = None) -> AlgorithmName:
     """The algorithm that runs ``request``: a send_recv is one direct transfer whatever was asked; ``auto`` is
-    `choose_algorithm`'s choice; any other name runs as given."""
+    `choose_algorithm`'s choice on links that reach ``efficiency`` (the network model's; None: line rate); any
+    other name runs as given."""
     if request.op == "send_recv":
         return "direct"
-    return choose_algorithm(request, topology) if algorithm == "auto" else algorithm
+    return choose_algorithm(request, topology, efficiency) if algorithm == "auto" else algorithm
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:

@@ -3,7 +3,7 @@ each distinct collective (op, group, size, root, algorithm) is planned once."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,15 +32,17 @@ class LinkTable:
 
 class PlanCache:
     """Plans collectives on ``topology`` with the run's defaults: the algorithm for ops that say `auto`, the
-    pipelining chunk and the channel count. Plans are cached by what they depend on, the message size included,
+    pipelining chunk and the channel count, and the per-class link ``efficiency`` the run's network applies, by
+    which `auto` weighs its candidates. Plans are cached by what they depend on, the message size included,
     since `auto` picks different algorithms (and links) for small and large messages."""
 
     def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: float | None = None,
-                 channels: int = 0):
+                 channels: int = 0, efficiency: Mapping[str, float] | None = None):
         self.topology = topology
         self.default_algorithm = algorithm
         self.chunk_bytes = chunk_bytes
         self.channels = channels
+        self.efficiency = efficiency
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
@@ -66,7 +68,8 @@ class PlanCache:
         resolved = self._algorithms.get(key)
         if resolved is None:
             wanted = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-            resolved = self._algorithms[key] = resolve_algorithm(self._request(op, group), self.topology, wanted)
+            resolved = self._algorithms[key] = resolve_algorithm(self._request(op, group), self.topology, wanted,
+                                                                 self.efficiency)
         return resolved
 
     def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
