@@ -173,3 +173,18 @@ def test_the_chain_and_tree_estimates_charge_the_window_stall(hosts, op, group, 
     assert by_hand > 9 * stall_free
     assert simulated(topology, request, algorithm) == pytest.approx(by_hand, rel=1e-9)
     assert estimates(request, topology, efficiency)[algorithm] == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_equal_estimates_go_to_the_first_listed():
+    """Two ranks on two hosts: the ring's and the tree's estimates are one closed form, 2 a + n / b, but came out in
+    different last bits (2,494.3148936170205 us for the tree against ...210 for the ring at 55.3 MiB), so some
+    sizes of a data-parallel pair took the tree and others the ring; ties go to the ring, listed first (simulated
+    1.88 ms against the tree's 2.49 there: its 4 channels take more routes than the tree's one)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 4, "leaf_ports": 2, "spines": 2, "oversubscription": 2,
+                                                  "nics_per_node": 4})
+    efficiency = calibrated(topology.gpu_model)
+    for nbytes in (27287552.0, 33579008.0, 57958400.0):
+        request = CollectiveRequest("all_reduce", (0, 16), nbytes, chunk_bytes=CHUNK, channels=4)
+        costs = estimates(request, topology, efficiency)
+        assert costs["ring"] == pytest.approx(costs["tree"], rel=1e-12)
+        assert choose_algorithm(request, topology, efficiency) == "ring"

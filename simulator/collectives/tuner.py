@@ -200,11 +200,17 @@ def tree_estimate(n: float, hosts: list[list[int]], channels: int, rails: int, c
     return 2 * (latency + crossing * cross_step + (steps - crossing) * nvlink_step + stalls)
 
 
+TIE = 1 + 1e-9
+"""Estimates within this factor of the lowest tie with it: equal closed forms computed in a different order differ
+in the last bits (the ring's and the tree's over two ranks on two hosts are both 2 a + n / b)."""
+
+
 def choose_algorithm(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None
                      ) -> AlgorithmName:
     """`direct` for all_to_all and send_recv (point to point, as NCCL runs them); otherwise the candidate with
-    the lowest estimate on links that reach ``efficiency`` (ties go to the first listed)."""
+    the lowest estimate on links that reach ``efficiency``, ties (`TIE`) going to the first listed."""
     if request.op in ("all_to_all", "send_recv"):
         return "direct"
     costs = estimates(request, topology, efficiency)
-    return min(costs, key=costs.__getitem__)
+    lowest = min(costs.values())
+    return next(name for name, cost in costs.items() if cost <= lowest * TIE)
