@@ -154,17 +154,21 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate_published(args: argparse.Namespace) -> int:
-    from simulator.validation import published_cases, render, run_cases
+    from simulator.validation import DEFAULT_FOLDER, DEFAULT_REPORT, published_cases, render, run_cases
 
-    folder = Path(args.folder)
+    folder = Path(args.folder) if args.folder else DEFAULT_FOLDER
+    out = Path(args.out) if args.out else DEFAULT_REPORT
     paths = published_cases(folder, args.case)
+    if not args.case and not out.parent.is_dir():
+        raise InputError(f"no folder {out.parent} to write the report into", field="--out",
+                         allowed="a file in an existing folder")
     results = run_cases(paths, jobs=args.jobs)
     for result in results:
         print(f"{result.case}: published {result.published:g}, simulated {result.simulated:.1f} "
               f"({result.error:+.1%}, tolerance {result.tolerance:.0%})")
     if not args.case:
-        Path(args.out).write_text(render(results))
-        print(f"wrote {args.out}")
+        out.write_text(render(results))
+        print(f"wrote {out}")
     return 0 if all(result.within for result in results) else 1
 
 
@@ -531,8 +535,10 @@ def _parser() -> argparse.ArgumentParser:
 
     published = sub.add_parser("validate-published",
                                 help="run every case of scenarios/published/ and regenerate docs/validation.md")
-    published.add_argument("--folder", default="scenarios/published", help="folder of published cases")
-    published.add_argument("--out", default="docs/validation.md", help="report to write")
+    published.add_argument("--folder", default=None,
+                           help="folder of published cases (default: the bundled scenarios/published)")
+    published.add_argument("--out", default=None,
+                           help="report to write (default: docs/validation.md beside the bundled scenarios)")
     published.add_argument("--jobs", type=_at_least(1), default=1, help="cases simulated in parallel processes")
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")

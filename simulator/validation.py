@@ -13,9 +13,13 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
+from simulator.config.bundled import BUNDLED_DIR
 from simulator.errors import ExecutorError, ScenarioError
 
-DEFAULT_FOLDER = Path("scenarios/published")
+DEFAULT_FOLDER = BUNDLED_DIR / "published"
+"""The bundled cases, found from any working folder (as `trainsim run NAME` finds a bundled scenario)."""
+DEFAULT_REPORT = BUNDLED_DIR.parent / "docs" / "validation.md"
+"""The report beside them: the source tree's docs/validation.md."""
 
 
 @dataclass(frozen=True)

@@ -84,3 +84,20 @@ def test_a_killed_worker_is_one_line_naming_the_unfinished_cases(monkeypatch, ca
     err = capsys.readouterr().err.strip()
     assert code == 1 and "\n" not in err and "Traceback" not in err
     assert "nccl-allreduce-8x-a100, nccl-sendrecv-ndr" in err and "--jobs 1" in err
+
+
+def test_the_bundled_cases_are_found_from_any_working_folder(tmp_path, monkeypatch, capsys):
+    """The default --folder was scenarios/published under the working folder: from anywhere but the repository's
+    root, `trainsim validate-published` answered "no scenarios in scenarios/published"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate-published", "--case", "nccl-sendrecv-ndr"]) == 0
+    assert "nccl-sendrecv-ndr: published 47, simulated 47.0" in capsys.readouterr().out
+
+
+def test_a_report_with_no_folder_to_go_to_is_refused_before_the_cases_run(tmp_path, monkeypatch, capsys):
+    """The report's folder was first tried after every case had run (minutes), as an OSError, exit status 1."""
+    monkeypatch.setattr(validation, "run_cases", lambda *args, **kwargs: pytest.fail("ran the cases"))
+    missing = tmp_path / "missing" / "validation.md"
+    assert main(["validate-published", "--folder", str(FOLDER), "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"error: command line: --out: no folder {missing.parent} to write the report "
+                                       "into (allowed: a file in an existing folder)\n")
