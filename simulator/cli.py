@@ -216,9 +216,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 def _cmd_study(args: argparse.Namespace) -> int:
     from simulator.reliability.study import parse_intervals, parse_multipliers, run_study, write_study
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{args.out} exists and is not a folder", field="--out", allowed="a folder path")
+    out = output_folder(args.out)
     if args.study == "checkpoint-interval" and args.intervals is None:
         raise InputError("a checkpoint-interval study needs intervals", field="--intervals",
                          allowed="durations with units, e.g. 5min,10min,30min,1h")

@@ -196,3 +196,18 @@ def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp
     assert err.startswith(f"error: {where}: {problem} (allowed: "), err
     assert len(err.splitlines()) == 1
     assert not list(tmp_path.glob("**/*.png")) and not list(tmp_path.glob("*.foo"))
+
+
+def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, monkeypatch, capsys):
+    """--out under a file (or an unwritable folder) was first tried after the whole study had run: 'error:
+    FILE/.x.partial-...: ...', exit status 1."""
+    import simulator.reliability.study as study
+
+    monkeypatch.setattr(study, "run_study", lambda *args, **kwargs: pytest.fail("ran the study"))
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s"))
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"error: command line: --out: {tmp_path / 'afile'} is not a folder (allowed: "
+                                       "a path inside a writable folder)\n")
