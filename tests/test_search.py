@@ -5,6 +5,7 @@ space is run in docs/studies.md."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -170,7 +171,7 @@ def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason
     candidate = Candidate(tp=1, cp=1, pp=2, dp=4, virtual_stages=4, micro_batch=1, sharding="fsdp",
                           recompute="none")
     topology = load_topology("dgx-h100")
-    checked = check_memory(base, candidate, topology, "interleaved", CollectiveTimes(topology, NetworkSettings()))
+    checked = check_memory(base, candidate, "interleaved", CollectiveTimes(topology, NetworkSettings()))
     assert checked.reason.startswith("refused: 4 chunks per rank: PyTorch FSDP under torch.distributed.pipelining")
 
 
@@ -205,8 +206,9 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     assert loaded.scenario.parallelism.ddp.overlap_param_gather
     base = search_base(path, None, loaded.scenario)
     topology = load_topology("dgx-h100-cluster", {"nodes": 1024})
-    reasons = {sharding: check_memory(base, Candidate(8, 1, 16, 64, 1, 1, sharding, "none"), topology,
-                                      "interleaved", CollectiveTimes(topology, NetworkSettings())).reason
+    times = CollectiveTimes(topology, NetworkSettings())
+    reasons = {sharding: check_memory(base, Candidate(8, 1, 16, 64, 1, 1, sharding, "none"), "interleaved",
+                                      times).reason
                for sharding in ("zero0", "zero1", "zero2", "fsdp")}
     needed = re.match(r"out of memory: ([\d.]+) GiB > 79.6 GiB", reasons["zero0"])
     assert needed and float(needed.group(1)) > 79.6
@@ -260,8 +262,7 @@ def _mixtral_layouts():
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     base = search_base(loaded.source, None, loaded.scenario)
     for tp, ep, recompute in MIXTRAL_LAYOUTS:
-        checked = check_memory(base, Candidate(tp, 1, 1, 32 // tp, 1, 1, "zero1", recompute, ep), topology, "1f1b",
-                               times)
+        checked = check_memory(base, Candidate(tp, 1, 1, 32 // tp, 1, 1, "zero1", recompute, ep), "1f1b", times)
         assert checked.reason == ""
         step = build_training_step(Scenario.model_validate(checked.data), topology)
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
@@ -292,4 +293,51 @@ def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     by_simulation = [label for label, _, _ in sorted(rows, key=lambda row: -row[2])]
     assert by_estimate == by_simulation
     for label, estimated, simulated in rows:
-        assert 1.0 <= simulated / estimated <= 1.035, label
+        assert 0.985 <= simulated / estimated <= 1.0, label
+
+
+DENSE_CLUSTERS = {  # Llama-3-8B, seq 4096: (overrides of llama3-8b-dgx-h100-dp8, layouts as (tp, cp, pp, v, sharding))
+    "one DGX H100": ([], [(1, 1, 1, 1, "zero1"), (2, 1, 1, 1, "zero1"), (8, 1, 1, 1, "zero1"), (1, 1, 2, 1, "zero1"),
+                          (1, 1, 4, 1, "zero1"), (2, 1, 2, 2, "zero1"), (1, 2, 1, 1, "zero1"), (1, 1, 1, 1, "fsdp")]),
+    "four DGX H100": (["cluster.topology=dgx-h100-cluster", "cluster.nodes=4", "training.global_batch=64"],
+                      [(1, 1, 1, 1, "zero1"), (2, 1, 1, 1, "zero1"), (8, 1, 1, 1, "zero1"), (1, 1, 2, 1, "zero1"),
+                       (1, 1, 4, 1, "zero1"), (2, 1, 2, 2, "zero1"), (1, 2, 1, 1, "zero1"), (4, 1, 2, 1, "zero1"),
+                       (2, 1, 2, 1, "zero0"), (1, 1, 1, 1, "fsdp"), (2, 1, 1, 1, "fsdp")]),
+}
+
+
+@pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
+def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
+    """Nothing held the ranking estimate to the simulation (tests/test_auto.py's ESTIMATE_FACTOR bounds the
+    collective tuner's estimates, not this one). It costed DP traffic as a ring at one NIC's rate and TP as four
+    ring volumes at NVLink's: on four hosts it put the fastest of these layouts (dp 32, ZeRO-1) fourth, at 1.34
+    times its simulated step, and FSDP last, at 2.8 times. With the program's own collectives timed alone, the
+    simulated over the estimated tokens/s is 0.91 to 1.03 for DDP and ZeRO-1 (today 0.916 to 1.027: contention
+    and DDP's last buckets, reduced after the backward, are not estimated) and 0.82 to 0.88 for FSDP (today
+    0.828 to 0.869: its overlapping gathers' kernels hold SMs, which slows the compute, 0.20 s of the 1.67 s
+    step on one host), and any two DDP or ZeRO-1 layouts more than 5% apart in the simulation are in the same
+    order in the estimate."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import scenario_topology
+
+    overrides, layouts = DENSE_CLUSTERS[cluster]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, overrides, loaded.scenario)
+    rows = []
+    for tp, cp, pp, v, sharding in layouts:
+        candidate = Candidate(tp, cp, pp, topology.num_gpus // (tp * cp * pp), v, 1, sharding, "none")
+        checked = check_memory(base, candidate, "1f1b", times)
+        assert checked.reason == ""
+        simulated = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary["tokens_per_s"]
+        rows.append((candidate, checked.estimate_tokens_per_s, simulated))
+    for candidate, estimated, simulated in rows:
+        low, high = (0.82, 0.88) if candidate.sharding == "fsdp" else (0.91, 1.03)
+        assert low <= simulated / estimated <= high, candidate.label()
+    unsharded = [row for row in rows if row[0].sharding != "fsdp"]
+    for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(unsharded, 2):
+        if abs(simulated_a / simulated_b - 1) > 0.05:
+            assert (estimated_a > estimated_b) == (simulated_a > simulated_b), (a.label(), b.label())

@@ -23,10 +23,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never
 
+from simulator.collectives.names import Primitive
 from simulator.config.parallelism_options import CpAlgorithm
 from simulator.parallel.passes import Pass
 
 CP_STREAM = "cp"
+
+
+def gathered_kv_op(phase: Pass, gather: bool) -> Primitive:
+    """The blocking CP collective of the ``all_gather`` algorithm on one side of a block pass: the whole
+    sequence's K/V gathered before the forward, the recompute and (``gather``) the backward, their gradients
+    reduce-scattered after the backward."""
+    return "reduce_scatter" if phase.input_grads and not gather else "all_gather"
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,8 +123,7 @@ def expert_gradient_reduction(layout: Layout, rank: int, experts: Sequence[Exper
     """The routed experts' gradients of ``rank``'s pipeline stage (``experts``: its MoE blocks'), reduced once
     over the expert-data-parallel group after the last micro-batch: all-reduce, or reduce-scatter under ZeRO.
     None without experts or when the group is one rank."""
-    op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
-    return _expert_state(layout, rank, experts, op, sharding.grad_bytes)
+    return _expert_state(layout, rank, experts, sharding.grad_reduction, sharding.grad_bytes)
 
 
 def expert_param_gather(layout: Layout, rank: int, experts: Sequence[ExpertWork],

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.parallel.block_passes import BlockPasses
-from simulator.parallel.context import context_fold_blocker
+from simulator.parallel.context import context_fold_blocker, gathered_kv_op
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
@@ -283,7 +283,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         layout = self.plan.layout
         if layout.cp == 1 or block.cp_bytes <= 0:
             return deps
-        op: Primitive = "reduce_scatter" if phase.input_grads and not gather else "all_gather"
+        op = gathered_kv_op(phase, gather)
         group = layout.group("cp", rank)
         key = f"cp.{phase}{'.gather' if gather else ''}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
         return [self._collective(rank, COMPUTE_STREAM, f"cp {op} {block.name}", op, group, block.cp_bytes, key,
@@ -612,7 +612,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         grad_ops = [self._grad_ready[(rank, vs, id(block))] for vs, block in ready]
         bucket_ops: list[int] = []
         if self._dp_size() > 1 and not sharding.sharded_grad_steps:
-            op: Primitive = "all_reduce" if sharding.stage == 0 else "reduce_scatter"
+            op = sharding.grad_reduction
             group = self._dp_group(rank)
             for index, (deps, nbytes) in enumerate(self._buckets(rank, ready)):
                 deps = deps if sharding.overlap else grad_ops

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from simulator.collectives.names import Primitive
+
 ZERO_STAGES = (0, 1, 2, 3)
 
 GradSync = Literal["every_microbatch", "after_last_backward"]
@@ -49,6 +51,12 @@ class Sharding:
     fsdp: bool = False
     reshard_after_forward: bool = True
     grad_copy_rate: float = 0.0
+
+    @property
+    def grad_reduction(self) -> Primitive:
+        """The collective that reduces gradients over their data-parallel group: an all-reduce without ZeRO (every
+        rank keeps the whole sum), a reduce-scatter with it (each rank its shard)."""
+        return "all_reduce" if self.stage == 0 else "reduce_scatter"
 
     @property
     def sharded_grad_steps(self) -> bool:

@@ -1,6 +1,7 @@
 """Candidate layouts of a training step and how each is checked without running it: the structural rules
 (degrees that divide the cluster, the layers and the batch; TP inside an NVLink domain), the memory model, and
-a quick analytic step-time estimate that ranks the survivors before the simulator decides."""
+a quick step-time estimate, from the kernels and the program's collectives each timed alone, that ranks the
+survivors before the simulator decides."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from simulator.config.loader import validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.errors import InputError
+from simulator.parallel.context import gathered_kv_op
 from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
+from simulator.parallel.overlap import tp_op
 from simulator.parallel.passes import Pass
+from simulator.parallel.program import StepPlan
+from simulator.parallel.work import Block
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.registry import serves_chunks
 from simulator.simulation import NetworkSettings, plan_cache, run_alone
@@ -25,9 +30,6 @@ from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import TrainingStep, build_training_step
 
 GIB = 2.0**30
-TP_COLLECTIVES_PER_BLOCK = 4
-"""TP collectives of one block per micro-batch, forward and backward (SP: all-gather + reduce-scatter each way;
-without SP two all-reduces, the same bytes on a ring)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -140,14 +142,14 @@ def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: i
     return ""
 
 
-def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str, times: CollectiveTimes) -> Checked:
-    """Build the candidate's step: refused by the simulator's own checks (among them the schedule's own
-    requirements), out of memory, or a survivor with its peak memory and estimated throughput (``times``: the
-    scenario's network, which times the candidate's expert collectives)."""
+def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes) -> Checked:
+    """Build the candidate's step on ``times``' topology: refused by the simulator's own checks (among them the
+    schedule's own requirements), out of memory, or a survivor with its peak memory and estimated throughput
+    (``times`` the scenario's network, which times the candidate's collectives)."""
     data = with_values(base, {parse_field(name): value for name, value in c.overrides(schedule).items()})
     try:
         scenario = Scenario.model_validate(data)
-        step = build_training_step(scenario, topology)
+        step = build_training_step(scenario, times.topology)
     except ValidationError as exc:  # a check across fields at load (pipelined FSDP's limits): its one line
         return Checked(c, data, f"refused: {validation_error(exc, Scenario, '', {}).problem}")
     except (InputError, ValueError) as exc:
@@ -160,42 +162,78 @@ def check_memory(base: dict, c: Candidate, topology: Topology, schedule: str, ti
 
 
 def estimate_step_s(step: TrainingStep, times: CollectiveTimes) -> float:
-    """A quick step time for ranking, not a prediction. Per micro-batch, each pipeline rank's kernels plus its
-    blocking TP and CP traffic (intra-host link rate, or the NIC when the group leaves the host) and its MoE
-    blocks' all-to-alls (`expert_exchange_s`); the slowest rank paces (m + (p - 1) / v) micro-batch slots; then
-    the optimizer step; DP traffic as ring volumes of the rank's gradients and parameters at the NIC rate, and
-    the routed experts' own gradients and parameters over their group (`expert_state_s`). Contention is left to
-    the simulator."""
+    """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it
+    and timed alone on the idle network (`CollectiveTimes`); contention, between them and with the other
+    groups' copies, is left to the simulator. Per micro-batch, each pipeline rank's kernels plus its blocking TP
+    and CP collectives (`blocking_collectives_s`) and its MoE blocks' all-to-alls (`expert_exchange_s`); under
+    ZeRO-3 its parameter gathers (`data_parallel_s`) run beside that work, and the longer of the two fills the
+    micro-batch's slot. The slowest rank paces (m + (p - 1) / v) slots. Then the gradient reduction over the
+    DP x CP group (DDP's all-reduce or ZeRO's reduce-scatter: it overlaps the backward, so only what outlasts the
+    pipeline counts), the routed experts' reduction and gather (`expert_state_s`), the optimizer step and
+    ZeRO-1/2's parameter all-gather after it."""
     plan = step.plan
-    layout = plan.layout
-    topology = times.topology
-    host = len(topology.host_gpus(0))
-    intra, nic = _bandwidths(topology)
-    tp_rate = intra if layout.tp <= host else nic
-    cp_rate = intra if layout.tp * layout.cp <= host else nic
-    per_rank, params = [], []
+    layout, sharding = plan.layout, plan.sharding
+    slots, reductions, gathers = [], [], []
     for pp_rank in range(layout.pp):
-        seconds = held = 0.0
-        for vstage in plan.rank_stages(pp_rank):
-            for block in plan.stages[vstage].blocks:
-                seconds += block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
-                seconds += TP_COLLECTIVES_PER_BLOCK * (layout.tp - 1) / layout.tp * block.tp_bytes / tp_rate
-                seconds += 2 * (layout.cp - 1) / layout.cp * block.cp_bytes / cp_rate
-                held += block.params
-        per_rank.append(seconds + expert_exchange_s(step, times, pp_rank))
-        params.append(held)
-    pipeline = max(per_rank) * (plan.microbatches + (layout.pp - 1) / plan.virtual_stages)
-    ways = layout.dp * layout.cp
-    ring = (ways - 1) / ways * max(params) * plan.sharding.param_bytes / nic if ways > 1 else 0.0
-    optimizer = max(plan.optimizer_s)
+        rank = layout.rank_of(pp=pp_rank)
+        blocks = [block for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks]
+        work = expert_exchange_s(step, times, pp_rank) + sum(
+            block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
+            + blocking_collectives_s(plan, times, block, rank) for block in blocks)
+        reduction, gather = data_parallel_s(plan, times, rank, sum(block.params for block in blocks))
+        if sharding.stage == 3:
+            # every micro-batch gathers the layers again for its forward and its backward (once per step when
+            # they stay gathered under pipelining) and, unless FSDP's no-sync defers it, reduce-scatters them
+            per_microbatch = (2.0 * gather if sharding.reshard_after_forward else 0.0) + (
+                reduction if sharding.reduce_every_microbatch else 0.0)
+            work = max(work, per_microbatch)
+        slots.append(work)
+        reductions.append(reduction)
+        gathers.append(gather)
+    pipeline = max(slots) * (plan.microbatches + (layout.pp - 1) / plan.virtual_stages)
     experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
-    if plan.sharding.stage == 3:
-        # ZeRO-3 gathers every layer again for each micro-batch's forward and backward: at the NIC rate the
-        # gathers outlast the layers they prefetch for, so they are counted in full.
-        return pipeline + (2.0 * plan.microbatches + 1.0) * ring + experts + optimizer
-    # DDP's all-reduce (or ZeRO-1/2's reduce-scatter) overlaps the backward; ZeRO-1/2's all-gather follows the
-    # optimizer step.
-    return max(pipeline, 2.0 * ring) + experts + optimizer + (ring if plan.sharding.stage in (1, 2) else 0.0)
+    optimizer = max(plan.optimizer_s)
+    if sharding.stage == 3:
+        once = (0.0 if sharding.reduce_every_microbatch else max(reductions)) + (
+            0.0 if sharding.reshard_after_forward else max(gathers))
+        return pipeline + once + experts + optimizer
+    return max(pipeline, max(reductions)) + experts + optimizer + (max(gathers) if sharding.stage else 0.0)
+
+
+def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int) -> float:
+    """Seconds of ``block``'s blocking TP and CP collectives per micro-batch on ``rank``, placed as the program
+    builder places them around its forward, its backward and, where the recompute runs them again, its
+    recompute: on each side the collective its TP pattern puts there (`tp_op`) over the rank's TP group, and
+    with CP's ``all_gather`` algorithm the K/V gathers before and the gradients' reduce-scatter after
+    (`gathered_kv_op`) over its CP group. Ring attention's K/V ring, which runs beside the attention, is left
+    out."""
+    layout = plan.layout
+    passes = [Pass.FORWARD, Pass.BACKWARD] + ([Pass.RECOMPUTE] if plan.recompute_comm and block.recompute_s > 0
+                                              else [])
+    seconds = 0.0
+    if layout.tp > 1 and block.tp_bytes > 0:
+        group = layout.group("tp", rank)
+        tp_ops = (tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
+                  for phase in passes for before in (True, False))
+        seconds += sum(times.seconds(op, group, block.tp_bytes) for op in tp_ops if op is not None)
+    if layout.cp > 1 and block.cp_bytes > 0:
+        group = layout.group("cp", rank)
+        cp_ops = [gathered_kv_op(phase, gather=phase.input_grads) for phase in passes]
+        cp_ops.append(gathered_kv_op(Pass.BACKWARD, gather=False))
+        seconds += sum(times.seconds(op, group, block.cp_bytes) for op in cp_ops)
+    return seconds
+
+
+def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, params: float) -> tuple[float, float]:
+    """(gradient reduction, parameter gather) seconds of ``params`` parameters over ``rank``'s DP x CP group:
+    the sharding's reduction of the gradients (`Sharding.grad_reduction`) and, under ZeRO, the all-gather of the
+    parameters (0 without it, or with one data-parallel rank)."""
+    sharding = plan.sharding
+    group = plan.layout.combined_group(("dp", "cp"), rank)
+    if len(group) == 1:
+        return 0.0, 0.0
+    reduction = times.seconds(sharding.grad_reduction, group, params * sharding.grad_bytes)
+    return reduction, times.seconds("all_gather", group, params * sharding.param_bytes) if sharding.stage else 0.0
 
 
 def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
@@ -259,14 +297,3 @@ class CollectiveTimes:
                                 nbytes=nbytes, pair_bytes=pair_bytes)
             self._seconds[key] = run_alone(self.topology, self.settings, self._plans.phases(item, group))[0]
         return self._seconds[key]
-
-
-def _bandwidths(topology: Topology) -> tuple[float, float]:
-    """(intra-host, cross-host) bytes/s of one GPU: the slowest link between the first two GPUs of host 0, and
-    between the first GPUs of hosts 0 and 1 (its NIC); a one-host cluster has no NIC rate (infinite)."""
-    def slowest(a: int, b: int) -> float:
-        return float(min(topology.link_bandwidth[i] for i in topology.path(a, b)))
-    first = topology.host_gpus(0)
-    intra = slowest(first[0], first[1]) if len(first) > 1 else float("inf")
-    nic = slowest(first[0], topology.host_gpus(1)[0]) if topology.num_hosts > 1 else float("inf")
-    return intra, nic

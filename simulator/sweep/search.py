@@ -82,7 +82,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
             reason = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
                                        scenario.parallelism.pipeline.first_last_fewer_layers)
             memo[candidate] = (Checked(candidate, {}, reason) if reason
-                               else check_memory(base, candidate, topology, schedule, times))
+                               else check_memory(base, candidate, schedule, times))
         return memo[candidate]
 
     candidates = enumerate_candidates(space, topology.num_gpus, host_gpus)
