@@ -195,6 +195,18 @@ def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exact
     assert fast.summary["warnings"] == []
 
 
+def test_one_pipeline_stage_traced_alone_runs_its_transfer_to_the_untraced_stage_on_the_network(tmp_path):
+    """Rank 0's trace alone (one stage's profile): rank 1 is not simulated, the send still runs over the network
+    between the two hosts once rank 0 reaches it, as a collective's untraced members' transfers do."""
+    traces = pipeline_transfer(tmp_path)
+    text = two_rank_scenario("25 Gb/s").replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    loaded, result = run(text, tmp_path)
+    # rank 0's GEMM 1000 us, the 32 MiB send, the optimizer kernel 200 us
+    expected = 1000e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, 2, op="send_recv") + 200e-6
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    assert result.summary["gpus"] == 2 and result.summary["simulated_ranks"] == 1
+
+
 def test_a_transfer_whose_peer_the_trace_does_not_tell_keeps_its_traced_time_and_says_so(tmp_path):
     traces = pipeline_transfer(tmp_path)
     for rank in (0, 1):
