@@ -100,3 +100,30 @@ def test_windows_inside_one_restart_are_taken_once_after_it(job_with):
     stops = events[(events["kind"] == "restart") & (events["cause"] == "maintenance")]["start_s"].to_numpy()
     assert stops[0] == pytest.approx(11 * H, abs=1.0)
     assert stops[1:] == pytest.approx([13.5 * H, 16.5 * H, 19.5 * H, 22.5 * H, 25.5 * H, 28.5 * H], abs=1e-6)
+
+
+SPINE_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 30 min, size: 1 GB}") + """\
+run: {horizon: 3 h}
+faults:
+  components:
+    spine_switch: {mtbf: 1000 d}
+restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
+"""
+
+
+def test_a_checkpoint_overdue_in_a_slower_state_comes_at_once(job_with):
+    """A checkpoint every 30 min is 28,106 healthy steps (64 ms) but 14,609 steps with a spine down (123 ms).
+    Spine 0 fails at 1,440 s, after 22,485 healthy steps: the checkpoint is overdue and is triggered at once,
+    at 1,440 s with the progress of 1,440 s of healthy steps, then every 14,609 slower steps. Before, the steps
+    left to the trigger came out negative: the clock went back to 470 s, logged a checkpoint there with 14,609
+    steps (progress it had passed long before) and trained the 970 s from there again."""
+    job = job_with((0.4 * H, 0, 0, 1 * H), text=SPINE_JOB)
+    healthy, degraded = (state["step_time_s"] for state in job.summary["states"])
+    checkpoints = job.events[job.events["kind"] == "checkpoint"]
+    first = checkpoints.iloc[0]
+    assert first.start_s == pytest.approx(0.4 * H, abs=1e-9)
+    assert first.step == pytest.approx(0.4 * H / healthy, rel=1e-12)
+    interval = round(1800 / degraded)
+    assert checkpoints["step"].iloc[1] == pytest.approx(first.step + interval, rel=1e-12)
+    assert checkpoints["start_s"].is_monotonic_increasing and checkpoints["step"].is_monotonic_increasing
+

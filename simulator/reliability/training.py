@@ -87,11 +87,13 @@ class CheckpointClock:
 
     def _train(self, t: float, t_end: float, c: SegmentCosts) -> float:
         """Train until the next trigger, the end of a background write or ``t_end``. Reaching the trigger
-        adds exactly the steps left, so rounding in times never leaves a sliver of a step behind."""
+        adds exactly the steps left, so rounding in times never leaves a sliver of a step behind. A state
+        with fewer steps per interval (a duration interval in a slower state) can find its trigger overdue:
+        it comes at once."""
         write_end = self.write_end
         writing = write_end is not None and write_end > t
         step_wall = c.step_s * (1.0 + c.slowdown) if writing else c.step_s
-        remaining = c.interval_steps - self.since
+        remaining = max(c.interval_steps - self.since, 0.0)
         trigger = t + remaining * step_wall
         stop = min(t_end, write_end) if writing and write_end is not None else t_end
         if trigger <= stop:
