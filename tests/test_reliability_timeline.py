@@ -127,3 +127,37 @@ def test_a_checkpoint_overdue_in_a_slower_state_comes_at_once(job_with):
     assert checkpoints["step"].iloc[1] == pytest.approx(first.step + interval, rel=1e-12)
     assert checkpoints["start_s"].is_monotonic_increasing and checkpoints["step"].is_monotonic_increasing
 
+
+STOP_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 1 h, size: 60 GB}").replace(
+    "storage: {capacity: 1 PB}", "storage: {capacity: 1 PB, host_write: 0.25 GB/s}") + """\
+run: {horizon: 12 h}
+faults:
+  components:
+    software: {mtbf: 1000 d}
+  maintenance: {every: 6 h, duration: 10 min}
+restart: {detection: 1 min, reschedule: 2 min, launch: 3 min, warmup_steps: 0}
+"""
+
+
+@pytest.mark.parametrize("after_s", [30.0, 300.0], ids=["during-the-write", "during-the-maintenance"])
+def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after_s):
+    """Maintenance at 3 h and 9 h (every 6 h, the first after half a period): the job writes a 60 s
+    checkpoint (60 GB at 4 hosts x 0.25 GB/s) and stops for 10 min. A software failure 30 s or 5 min into the
+    stop at 3 h leaves the stop its 11 min: the failure's 1 min detection overlaps the rest, and the job is back
+    when it would have been without the failure. Before, the failure ended the maintenance at once and the
+    job gained the rest of it (ETTR up by 570 s or 300 s). 30 s into the write the stop's checkpoint is lost:
+    the job resumes from the one before (sync, every hour of training T: written at 2 T + 2 min) and loses
+    the training since its trigger, 3 h - 2 x 60 s - 2 T; before, that half-written checkpoint counted."""
+    quiet = job_with((13 * H, 0, 0, 0.0), text=STOP_JOB)
+    struck = job_with((3 * H + after_s, 0, 0, 0.0), text=STOP_JOB)
+    back = quiet.events[quiet.events["kind"] == "restart"]["end_s"].to_numpy()
+    assert len(back) == 2
+    assert struck.events[struck.events["kind"] == "restart"]["end_s"].to_numpy() == pytest.approx(back, abs=1e-6)
+    parts, before = struck.summary["time_s"], quiet.summary["time_s"]
+    for part in ("maintenance_s", "restart_s", "checkpoint_stall_s"):
+        assert parts[part]["mean"] == pytest.approx(before[part]["mean"], abs=1e-6), part
+    interval = quiet.summary["checkpoint"]["interval_s"]
+    lost = 3 * H - 2 * 60.0 - 2 * interval if after_s < 60 else 0.0
+    assert parts["lost_work_s"]["mean"] == pytest.approx(lost, abs=1e-6)
+    assert parts["productive_s"]["mean"] == pytest.approx(before["productive_s"]["mean"] - lost, abs=1e-6)
+    assert ((struck.events["kind"] == "checkpoint_lost").sum() == 1) == (after_s < 60)

@@ -12,7 +12,9 @@ that state's step time, and the extra time of its kept steps is slow-step time o
 `degrade` failure whose state has no route for some GPU interrupts instead and takes its blast radius, as
 `replace`. Planned maintenance windows come every `every_s`, the first after half a period; at each the job
 checkpoints, stops for its duration and restarts without detection (a window that falls inside a restart is
-taken right after it; several windows that fall inside one restart are taken as one).
+taken right after it; several windows that fall inside one restart are taken as one). A failure during the
+stop does not cut it short: its detection overlaps what is left of the stop, and one that comes before the
+stop's checkpoint is written loses that checkpoint, as any checkpoint being written.
 """
 
 from __future__ import annotations
@@ -133,12 +135,12 @@ class JobProcess:
             if t == arrival:
                 if self._skip(self.next_arrival, t):
                     continue
-                self._fail(self.next_arrival, t, during_training=True)
+                self._fail(self.next_arrival, t, rolls_back=True)
                 yield from self._restart(env, planned=False)
             elif t == maintenance:
                 self.planned += 1
                 self._skip_windows(t)
-                clock.stop_cleanly(t)
+                clock.stop_cleanly(t, t + self.costs.write_s)
                 yield from self._restart(env, planned=True)
 
     def _skip_windows(self, t: float) -> None:
@@ -219,12 +221,13 @@ class JobProcess:
             causes.add(SHRUNK)
         self.causes = tuple(sorted(causes))
 
-    def _fail(self, index: int, t: float, during_training: bool) -> None:
-        """An interrupting failure: lost work, hosts to repair, one row."""
+    def _fail(self, index: int, t: float, rolls_back: bool) -> None:
+        """An interrupting failure: lost work (when it strikes progress not yet in a checkpoint: training, or
+        a planned stop's checkpoint being written), hosts to repair, one row."""
         self.next_arrival += 1
         klass = self.plan.classes[self.klass[index]]
-        lost = self.clock.fail(t) if during_training else 0.0
-        if during_training:
+        lost = self.clock.fail(t) if rolls_back else 0.0
+        if rolls_back:
             self.lost_per_failure.append(lost)
         hosts = 0
         if klass.effect is not Effect.RESTART:
@@ -261,9 +264,12 @@ class JobProcess:
         return heapq.nsmallest(count, self.repairs)[-1]
 
     def _restart(self, env: simpy.Environment, planned: bool):
-        """Restart until it completes without an interrupting failure (or the horizon comes)."""
+        """Restart until it completes without an interrupting failure (or the horizon comes). A planned one
+        first stops for the checkpoint write and the maintenance; a failure during that stop restarts with its
+        detection overlapping the rest of it."""
         horizon = self.plan.horizon_s
         begin = env.now
+        stopped_until = begin + self._maintenance_stop(self.costs) if planned else begin
         while True:
             now = env.now
             self._collect_repairs(now)
@@ -271,7 +277,7 @@ class JobProcess:
             costs = self.costs if replicas == self.replicas else self.plan.costs(self._state(replicas))
             if costs is None:
                 raise SimulationError(f"no route for some GPU on {replicas} replicas")
-            pre = self._maintenance_stop(costs) if planned else costs.detection_s
+            pre = max(stopped_until - now, 0.0 if planned else costs.detection_s)
             end = now + pre + max(0.0, ready - now - pre) + costs.fixed_restart_s + costs.load_s + costs.warmup_s
             arrival = self._peek()
             while arrival is not None and self.times[arrival] < end and self._skip(arrival, self.times[arrival]):
@@ -280,13 +286,14 @@ class JobProcess:
             if arrival is not None and self.times[arrival] < stop:
                 stop = self.times[arrival]
             yield env.timeout(stop - now)
-            maintenance = min(stop - now, pre) if planned else 0.0
+            maintenance = max(0.0, min(stop, stopped_until) - now)
             self.maintenance_s += maintenance
             self.restart_s += stop - now - maintenance
+            self.clock.settle_stop(stop)
             if stop >= horizon:
                 return
             if arrival is not None and stop < end:
-                self._fail(arrival, stop, during_training=False)
+                self._fail(arrival, stop, rolls_back=self.clock.stopping)
                 planned = False
                 continue
             self._relaunch(end, replicas)

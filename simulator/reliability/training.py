@@ -57,6 +57,8 @@ class CheckpointClock:
         self.write_end: float | None = None
         self.write_start = 0.0
         self.write_mark: Mark | None = None
+        self.stop_mark: Mark | None = None
+        self.stop_written = 0.0
         self.slow_spans: list[tuple[float, float, float, tuple[str, ...]]] = []
         self.lost_spans: list[tuple[float, float]] = []
 
@@ -189,7 +191,7 @@ class CheckpointClock:
         if self.slow_spans:
             self.lost_spans.append((self.mark.wall, self.wall))
         self.lost_equiv += self.equiv - self.mark.equiv
-        for mark in (self.stall_mark, self.write_mark):
+        for mark in (self.stall_mark, self.write_mark, self.stop_mark):
             if mark is not None:
                 self.events.add("checkpoint_lost", mark.time, t, step=mark.steps)
         self.steps = self.mark.steps
@@ -197,16 +199,28 @@ class CheckpointClock:
         self.since = 0.0
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
+        self.stop_mark = None
         return lost
 
-    def stop_cleanly(self, t: float) -> None:
-        """A planned stop at ``t``: the job writes a checkpoint of its current progress (its cost is the
-        maintenance's) and loses nothing."""
+    def stop_cleanly(self, t: float, written: float) -> None:
+        """A planned stop at ``t``: training ends (a checkpoint in flight is superseded) and the job writes a
+        checkpoint of its progress, complete at ``written`` (`settle_stop`; its time is the maintenance's). A
+        failure before then loses it (`fail`), as it does any checkpoint being written."""
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
-        self.mark = self._progress(t)
-        self.events.add("checkpoint", t, t, step=self.steps)
+        self.stop_mark, self.stop_written = self._progress(t), written
         self.since = 0.0
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a planned stop's checkpoint is still being written."""
+        return self.stop_mark is not None
+
+    def settle_stop(self, t: float) -> None:
+        """Complete the planned stop's checkpoint once its write has ended by ``t``."""
+        if self.stop_mark is not None and t >= self.stop_written - EPS:
+            self._complete(self.stop_mark, self.stop_written)
+            self.stop_mark = None
 
     def slow_by_cause(self) -> dict[str, float]:
         """Extra time of the kept steps in slower states, per cause (s)."""
