@@ -236,7 +236,7 @@ class Topology:
 
     def path(self, src: int, dst: int, channel: int = 0) -> tuple[int, ...]:
         """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
-        return self.route(src, dst, channel)[0]
+        return (self._routes.get((src, dst, channel)) or self.route(src, dst, channel))[0]
 
     def link_ids(self, nodes: list[str]) -> tuple[int, ...]:
         """The directed link ids along a path of node names."""
