@@ -211,13 +211,15 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
-    """The scenario's cluster, built only once the run's estimate is within the limits and a training layout's
-    degrees multiply to its GPU count (both from the topology's parameters when they tell the GPU count, else
-    after building it: a million-GPU cluster takes tens of seconds to build); ``force`` skips the check."""
-    gpus = None if force else scenario_gpus(loaded)
+    """The scenario's cluster, built only once a training layout's degrees multiply to its GPU count and split
+    its global batch, and the run's estimate is within the limits (both from the topology's parameters when
+    they tell the GPU count, else after building it: a million-GPU cluster takes tens of seconds to build);
+    ``force`` skips the limits, not the layout's check."""
+    gpus = scenario_gpus(loaded)
     if gpus is not None:
         located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
-        located(loaded, lambda: refuse_if_too_large(loaded, gpus))
+        if not force:
+            located(loaded, lambda: refuse_if_too_large(loaded, gpus))
     topology = scenario_topology(loaded)
     if gpus is None and not force:
         located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus))
@@ -225,9 +227,9 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
 
 
 def refuse_wrong_layout(scenario: Scenario, gpus: int) -> None:
-    """A training step's parallel degrees checked against the cluster's ``gpus`` (parameter servers place
-    their own workers and servers)."""
+    """A training step's parallel degrees checked against the cluster's ``gpus``, and its global batch against
+    the data-parallel degree they leave (parameter servers place their own workers and servers)."""
     if scenario.model is not None and not scenario.uses_parameter_servers:
-        from simulator.workload.training import pipeline_depth, resolve_layout
+        from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
-        resolve_layout(scenario, gpus, pipeline_depth(scenario))
+        microbatch_count(scenario, resolve_layout(scenario, gpus, pipeline_depth(scenario)).dp)

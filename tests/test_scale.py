@@ -19,7 +19,8 @@ from simulator.topology.size import topology_gpus
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
 LLAMA_405B = str(SCENARIOS / "llama3-405b-8192-gpus.yaml")
-MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192"]
+MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192", "--set",
+                "training.global_batch=16384"]
 
 
 @pytest.mark.parametrize("name, overrides", [
@@ -131,6 +132,21 @@ def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_
     assert main(["validate", LLAMA_405B, "--set", "cluster.nodes=125000"]) == 2
     assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8192 does not equal the cluster's 1000000 GPUs"
             in capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("flags", [[], ["--force"]])
+def test_a_global_batch_the_layout_cannot_split_is_refused_before_the_size_or_the_build(monkeypatch, capsys,
+                                                                                        flags):
+    """dp 8,192 on a million GPUs with the 405B's global batch of 2,048: the run was refused as too large
+    (an estimate of a batch that cannot be split), and with --force the cluster was built (25 s) before the
+    batch was checked."""
+    def no_build(_loaded):
+        raise AssertionError("the topology was built")
+
+    monkeypatch.setattr(scale, "scenario_topology", no_build)
+    assert main(["validate", LLAMA_405B, *MILLION_GPUS[:4], *flags]) == 2
+    assert capsys.readouterr().err == (f"error: {LLAMA_405B}:7: training.global_batch: global_batch 2048 is not a "
+                                       "multiple of micro_batch x dp = 8192 (allowed: multiples of 8192)\n")
 
 
 GRAPH_GPUS = """kind: graph
