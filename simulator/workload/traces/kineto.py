@@ -273,8 +273,8 @@ class _Parsed:
         """An NCCL send or receive kernel as a transfer to or from its peer, None where the trace does not tell
         the direction and the peer. The direction is the `Collective name` (send, recv); the peer the global
         `Dst Rank` of a send or `Src Rank` of a receive (recent PyTorch), else `Rank` (the peer's rank in the
-        process group, as older versions write it) through the group's members. A send and a receive that
-        batch_isend_irecv fuses into one kernel are under no single record_param_comms and stay traced compute."""
+        process group, as older versions write it) through the group's members. A kernel that no single send or
+        recv annotates (batch_isend_irecv may fuse several into one launch) stays traced compute."""
         kind = P2P_KINDS.get(str(info.get("Collective name", "")).lower()) if info is not None else None
         if info is None or kind is None:
             return None
@@ -442,7 +442,7 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     stride = _whole(info.get("Global rank stride"))
     if start is None and head:
         start = head[0]
-    if shortened and stride is None and info.get("Global rank stride") in (-1, "-1"):
+    if shortened and info.get("Global rank stride") in (-1, "-1"):
         raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are shortened by the profiler "
                           "and follow no single stride (Global rank stride -1), so the ranks left out are unknown",
                           "a group of at most 30 ranks, or a strided group (as every group of a device mesh)")

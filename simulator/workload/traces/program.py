@@ -4,11 +4,11 @@ explains kept as host time.
 
 Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the order of the files (names
 sorted with their numbers compared as numbers). A process group's members come from the trace where it lists
-them (Kineto's `Process Group Ranks`, Chakra's process-group metadata), otherwise they are the ranks whose traces
-use the group. Members without a trace
-are not simulated: like folded ranks, the rendezvous does not wait for them, but the collective's transfers
-still run over every member. Collectives match across ranks by group and issue order (as NCCL's
-communicators do); their sizes must agree.
+them (Kineto's `Process Group Ranks`, Chakra's process-group metadata), otherwise they are the ranks whose
+traces use the group. Members without a trace are not simulated: like folded ranks, the rendezvous does not
+wait for them, but the collective's transfers still run over every member. Collectives match across ranks by
+group and issue order (as NCCL's communicators do), transfers by their two ranks, tag and order; their sizes
+must agree.
 """
 
 from __future__ import annotations
