@@ -269,6 +269,19 @@ def test_sharding_a_worker_is_refused_zero_1_included(validation_error, assert_l
     assert error.allowed == ("0" if field.endswith("zero") else "1") + ", or strategy: collective"
 
 
+@pytest.mark.parametrize(("override", "field", "words"), [
+    ("model.preset=mixtral-8x7b", "model.preset", "preset mixtral-8x7b is a mixture of experts"),
+    ("parallelism.fsdp=full_shard", "parallelism.fsdp", "fsdp full_shard: parameter-server workers each hold"),
+])
+def test_a_moe_preset_and_fsdp_are_refused_for_what_they_are(validation_error, assert_located, override, field,
+                                                              words):
+    """A MoE preset (its experts come from the catalog, not a model.moe section) used to run as a dense model of
+    every expert; fsdp was refused with dp's reason."""
+    text = scenario().replace("model: {layers: 2, hidden: 1024, heads: 16, vocab: 32000}",
+                              "model: {preset: llama3-8b, layers: 2}")
+    assert_located(validation_error(text, override), (override,), field, words)
+
+
 def test_a_worker_with_full_recompute_holds_the_layer_it_recomputes():
     """Full recompute stores each layer's input; while the backward rebuilds a layer its activations are all
     there too, in the worker's buffers (as a data-parallel rank counts them, memory_plan.stage_memory)."""

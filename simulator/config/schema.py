@@ -50,6 +50,13 @@ def _model_preset(name: str) -> str:
     return name
 
 
+def _preset_has_experts(name: str) -> bool:
+    """Whether the model preset ``name`` (already checked to exist) carries its own experts."""
+    from simulator.catalog.models import get_model
+
+    return get_model(name).moe is not None
+
+
 MAX_RANGE_MEMBERS = 2**22
 """The most GPUs a workload item's range "A-B" may name (4 M, above the 3.4 M GPUs that scale.py's memory limit
 admits), so that a typo in a bound cannot exhaust memory while the range is read."""
@@ -481,13 +488,21 @@ class Scenario(Section):
                 raise FieldProblem(("parallelism", name), f"{name} {getattr(par, name)}: parameter-server workers "
                                    "each hold the whole model and the servers the optimizer state",
                                    f"{whole}, or strategy: collective")
-        if par.dp is not None or par.fsdp is not None:
-            name = "dp" if par.dp is not None else "fsdp"
-            raise FieldProblem(("parallelism", name), "with parameter servers every worker GPU is a data-parallel "
+        if par.dp is not None:
+            raise FieldProblem(("parallelism", "dp"), "with parameter servers every worker GPU is a data-parallel "
                                "rank", "leave it out: the workers are the GPUs of the hosts that do not serve")
-        if self.model is None or self.model.synthetic is not None or self.model.moe is not None:
+        if par.fsdp is not None:
+            raise FieldProblem(("parallelism", "fsdp"), f"fsdp {par.fsdp}: parameter-server workers each hold the "
+                               "whole model and the servers the optimizer state", "leave it out, or strategy: "
+                               "collective")
+        model = self.model
+        if model is None or model.synthetic is not None or model.moe is not None:
             raise FieldProblem(("model",), "parameter servers need a dense transformer model (its parameters are "
                                "what they hold)", "a preset or dimensions, without synthetic or moe")
+        if model.preset is not None and _preset_has_experts(model.preset):
+            raise FieldProblem(("model", "preset"), f"preset {model.preset} is a mixture of experts; parameter "
+                               "servers need a dense transformer model (its parameters are what they hold)",
+                               "a dense preset or dimensions")
         if self.run.horizon is not None:
             raise FieldProblem(("run", "horizon"), "a job simulation repeats one training step; a parameter-server "
                                "run is several iterations of workers that drift apart",
