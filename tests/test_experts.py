@@ -135,6 +135,34 @@ def test_bad_expert_settings_are_located_errors(validation_error, overrides, fie
     assert_located(error, tuple(overrides), field, problem)
 
 
+@pytest.mark.parametrize(("section", "expected"), [
+    ("{experts: 64}", (64, 8, 2048, 1, None)),
+    ("{capacity_factor: 1.25}", (256, 8, 2048, 1, 1.25)),
+    ("{top_k: 4, shared_experts: 0, routing: {balance: zipf}}", (256, 4, 2048, 0, None)),
+])
+def test_a_moe_section_over_a_preset_keeps_the_fields_it_leaves_out(section, expected):
+    """A field the section leaves out is the preset's: `moe: {experts: 64}` on deepseek-v3-style used to drop
+    its top-8 to top-1 and its shared expert, and `moe: {capacity_factor: ...}` alone was refused for want of
+    `experts`."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.workload.training import resolve_model
+
+    text = f"cluster: {{topology: dgx-h100-cluster, nodes: 1}}\nmodel: {{preset: deepseek-v3-style, moe: {section}}}\n"
+    moe = resolve_model(scenario_from_text(text, "inline.yaml").scenario).moe
+    assert (moe.experts, moe.top_k, moe.expert_ffn_hidden, moe.shared_experts, moe.capacity_factor) == expected
+
+
+@pytest.mark.parametrize(("text", "overrides", "field", "problem"), [
+    (SCENARIO.replace("experts: 8, top_k: 2, ", ""), ["model.moe.experts=1"], "model.moe.experts",
+     "1 experts are fewer than the preset's top_k 2"),
+    (SCENARIO.replace("mixtral-8x7b", "llama3-8b").replace("experts: 8, ", ""), [], "model.moe.experts",
+     "model.moe needs the number of experts"),
+], ids=["below-top-k", "no-experts"])
+def test_experts_missing_or_below_the_presets_top_k_are_located(validation_error, assert_located, text, overrides,
+                                                                field, problem):
+    assert_located(validation_error(text, *overrides), tuple(overrides), field, problem)
+
+
 def test_expert_optimizer_state_is_sharded_over_the_expert_data_parallel_group():
     """Distributed optimizer over 64 DP ranks with EP 8: the routed experts' 12 B/param of optimizer state split
     over their 8 expert-data-parallel ranks, everything else over all 64 (Megatron-Core)."""

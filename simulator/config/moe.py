@@ -23,18 +23,21 @@ class RoutingConfig(Section):
 
 class MoEConfig(Section):
     """Experts per layer, experts per token (`top_k`), the capacity factor (None: no token is dropped), each
-    expert's FFN width (default: the model's `ffn_hidden`), always-active shared experts, and the routing."""
+    expert's FFN width, always-active shared experts, and the routing. Over a preset with experts of its own,
+    a field left out keeps the preset's value; otherwise `experts` is required and the others default to
+    top_k 1, no capacity factor, the model's `ffn_hidden` and no shared expert (workload/training.py
+    `resolve_model`, which also checks top_k against experts taken from the preset)."""
 
-    experts: int = Field(ge=1, le=65_536)
-    top_k: int = Field(default=1, ge=1)
+    experts: int | None = Field(default=None, ge=1, le=65_536)
+    top_k: int | None = Field(default=None, ge=1)
     capacity_factor: float | None = Field(default=None, gt=0)
     expert_ffn_hidden: int | None = Field(default=None, ge=1)
-    shared_experts: int = Field(default=0, ge=0)
+    shared_experts: int | None = Field(default=None, ge=0)
     routing: RoutingConfig = RoutingConfig()
 
     @model_validator(mode="after")
     def _top_k_within_experts(self) -> MoEConfig:
-        if self.top_k > self.experts:
+        if self.top_k is not None and self.experts is not None and self.top_k > self.experts:
             raise FieldProblem(("top_k",), f"top_k {self.top_k} is above the {self.experts} experts",
                                f"1 to {self.experts}: each token picks distinct experts")
         return self

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.catalog.models import ModelSpec, MoESpec, get_model
+from simulator.config.moe import MoEConfig
 from simulator.config.schema import (
     MAX_MICROBATCHES,
     ModelConfig,
@@ -91,27 +92,47 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
     config = _model_section(scenario)
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                                      "gated_mlp") if getattr(config, name) is not None}
-    if config.moe is not None:
-        dims["moe"] = MoESpec(experts=config.moe.experts, top_k=config.moe.top_k,
-                              expert_ffn_hidden=config.moe.expert_ffn_hidden or config.ffn_hidden or 0,
-                              shared_experts=config.moe.shared_experts, capacity_factor=config.moe.capacity_factor)
     try:
         if config.preset is not None:
             model = get_model(config.preset)
-            if "moe" in dims and not dims["moe"].expert_ffn_hidden:
-                dims["moe"] = replace(dims["moe"], expert_ffn_hidden=model.moe.expert_ffn_hidden if model.moe
-                                      else dims.get("ffn_hidden", model.ffn_hidden))
+            if config.moe is not None:
+                dims["moe"] = _experts(config.moe, model.moe, dims.get("ffn_hidden", model.ffn_hidden))
             return replace(model, **dims)
         hidden = dims["hidden"]
         dims.setdefault("ffn_hidden", 4 * hidden)
         dims.setdefault("kv_heads", dims["heads"])
         dims.setdefault("vocab", 51200)
         dims.setdefault("gated_mlp", False)
-        if "moe" in dims and not dims["moe"].expert_ffn_hidden:
-            dims["moe"] = replace(dims["moe"], expert_ffn_hidden=dims["ffn_hidden"])
+        if config.moe is not None:
+            dims["moe"] = _experts(config.moe, None, dims["ffn_hidden"])
         return ModelSpec(name="custom", **dims)
     except ScenarioError as exc:
         raise ScenarioError(exc.problem, field=exc.field or "model", allowed=exc.allowed) from None
+
+
+def _experts(section: MoEConfig, preset: MoESpec | None, ffn_hidden: int) -> MoESpec:
+    """The `model.moe` section over the preset's experts (``preset``, None for a dense preset or no preset):
+    each field left out keeps the preset's value, or without preset experts the section's default; top_k
+    checked against the experts wherever each came from."""
+    if preset is None:
+        if section.experts is None:
+            raise _invalid("model.moe.experts", "model.moe needs the number of experts (the model has none of "
+                           "its own)", "experts: E, or a preset with experts (mixtral-8x7b, deepseek-v3-style)")
+        preset = MoESpec(experts=section.experts, top_k=1, expert_ffn_hidden=ffn_hidden)
+    given = section.model_fields_set
+    spec = MoESpec(
+        experts=section.experts if section.experts is not None else preset.experts,
+        top_k=section.top_k if section.top_k is not None else preset.top_k,
+        expert_ffn_hidden=section.expert_ffn_hidden or preset.expert_ffn_hidden,
+        shared_experts=section.shared_experts if section.shared_experts is not None else preset.shared_experts,
+        capacity_factor=section.capacity_factor if "capacity_factor" in given else preset.capacity_factor)
+    if spec.top_k > spec.experts and section.top_k is None:
+        raise _invalid("model.moe.experts", f"{spec.experts} experts are fewer than the preset's top_k "
+                       f"{spec.top_k}", f"{spec.top_k} or more experts, or a top_k of at most {spec.experts}")
+    if spec.top_k > spec.experts:
+        raise _invalid("model.moe.top_k", f"top_k {spec.top_k} is above the {spec.experts} experts",
+                       f"1 to {spec.experts}: each token picks distinct experts")
+    return spec
 
 
 def pipeline_depth(scenario: Scenario) -> int:
