@@ -6,6 +6,10 @@ once its layout fits the GPU count and its estimate the limits.
 The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
 op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), within about a factor
 of two (tests/test_scale.py compares it with real programs). `--force` runs past the limits.
+
+A step asked to fold is estimated folded; when a fold check unfolds it anyway (the cluster, the collectives'
+symmetry on the flow model, the step's faults: engine/fold_policy.py), `refuse_unfolded` estimates it again
+unfolded before the unfolded program is built.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
@@ -21,6 +26,9 @@ from simulator.errors import InputError
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import topology_gpus
+
+if TYPE_CHECKING:
+    from simulator.engine.fold_policy import FoldCheck, Unfolding
 
 MAX_MEMORY_BYTES = 16 * 2**30
 """Refuse runs estimated to need more memory than this (16 GiB; the 8,192-GPU Llama 3 405B run needs ~1 GiB)."""
@@ -208,6 +216,33 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
                                   f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
                            advice(estimate, scenario))
     return estimate
+
+
+UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
+    "cluster": ("cluster",), "collectives": ("cluster",), "faults": ("faults", "step")}
+"""The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
+cluster's links unevenly)."""
+UNFOLDING_ADVICE: dict[FoldCheck, str] = {
+    "cluster": "a generated topology whose hosts have equal GPU counts",
+    "collectives": "network.model: analytic (each transfer alone, so the replicas fold)",
+    "faults": "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",
+}
+"""What to change so that the check passes."""
+
+
+def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:
+    """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
+    estimate unfolded is beyond the limits: a located ScenarioError at the field of the check that failed,
+    naming why it unfolds, raised before the unfolded program is built. ``step`` names it (a job's state)."""
+    scenario = loaded.scenario
+    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update={"fold": False})}),
+                              gpus)
+    if estimate is None or not estimate.over_limits():
+        return
+    raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
+                       f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
+                       f"the limits are {MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
+                       f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster (cluster.nodes); or pass --force")
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
+    from simulator.engine.fold_policy import UnfoldingGuard
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
 
@@ -256,16 +257,17 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
-                      progress: Progress | None = None) -> Result:
+                      progress: Progress | None = None, guard: UnfoldingGuard | None = None) -> Result:
     """One training step (modelled or traced): build the step program, folded where that is exact
-    (engine/fold_policy.py), run it under the step's faults, summarise."""
+    (engine/fold_policy.py), run it under the step's faults, summarise. ``guard`` hears why a step asked to
+    fold is unfolded before it is built unfolded (scale.refuse_unfolded)."""
     from simulator.engine.fold_policy import folded_step
 
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
     step = located(loaded, lambda: folded_step(lambda fold: step_program(loaded, topology, fold=fold), topology,
                                                plans, settings.mode, dict(settings.efficiency), faults.plan,
-                                               loaded.scenario.run.fold))
+                                               loaded.scenario.run.fold, guard))
     program, blocker = step.program, step.off_reason
     summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, step.slowdowns, progress,
                                                     plans, step.shapes, step.order))
@@ -293,16 +295,18 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 @collector_paused()
 def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
-    list. Runs estimated beyond the scale limits are refused unless ``force``; ``progress(done, total)`` hears
-    of the ops executed. The cyclic garbage collector is paused meanwhile (simulator/collector.py)."""
+    list. Runs estimated beyond the scale limits are refused unless ``force``, folded steps that a fold check
+    unfolds too before they are built unfolded; ``progress(done, total)`` hears of the ops executed. The cyclic
+    garbage collector is paused meanwhile (simulator/collector.py)."""
     from simulator.engine.faults import FaultHooks
-    from simulator.scale import sized_topology
+    from simulator.scale import refuse_unfolded, sized_topology
 
     topology = sized_topology(loaded, force)
     faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
-        return simulate_training(loaded, topology, faults, progress)
+        guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
+        return simulate_training(loaded, topology, faults, progress, guard)
     from simulator.workload.comm_program import build_comm_program
 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))

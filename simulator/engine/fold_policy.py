@@ -6,7 +6,9 @@ on the flow model (`engine/symmetry.py`: a mirror that would meet the links diff
 faults (`fold_with_faults`: link faults, or stragglers that do not slow a stage alike or stay in one replica
 whose traffic meets no other's on the flow model). A check that fails rebuilds the program unfolded and gives
 the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
-folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`).
+folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
+guard hears of each unfolding (`Unfolding`: which check, why) before the unfolded program is built, so that a
+step too large unfolded is refused (scale.py) before it takes minutes or memory.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
@@ -38,6 +41,23 @@ class FoldedStep:
     order: ProgramOrder
     slowdowns: dict[int, Slowdown]
     off_reason: str
+
+
+FoldCheck = Literal["cluster", "collectives", "faults"]
+"""The check that unfolds a step: the cluster (`fold_blocker`), its collectives on the flow model
+(`engine/symmetry.py`) or the step's faults (`fold_with_faults`)."""
+
+
+@dataclass(frozen=True)
+class Unfolding:
+    """Why a step asked to fold runs unfolded: the check that failed and its reason (`fold_off_reason`)."""
+
+    check: FoldCheck
+    reason: str
+
+
+UnfoldingGuard = Callable[[Unfolding], None]
+"""Told of an unfolding before the unfolded program is built; raises to refuse the run."""
 
 
 def fold_blocker(topology: Topology) -> str:
@@ -74,19 +94,19 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
 
 def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
                  faults: StepFaultPlan, shapes: CollectiveShapes, order: ProgramOrder
-                 ) -> tuple[dict[int, Slowdown], str]:
+                 ) -> tuple[dict[int, Slowdown], Unfolding | None]:
     """Whether the folded ``program`` is exact, the engine's rule: on the flow model every replica's collectives
     meet the links as the simulated copy's do (`engine/symmetry.py`; the analytic model runs each transfer
     alone, so no mirror meets traffic there), and the step's ``faults`` keep the replicas alike
-    (`fold_with_faults`). Each representative's slowdown and '' when it is, else every slowed GPU's (the step
-    runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes (`program_indexes`)."""
+    (`fold_with_faults`). Each representative's slowdown and None when it is, else every slowed GPU's (the
+    step runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes (`program_indexes`)."""
     if mode == "flow":
         capacity = effective_capacity(plans.topology, dict(efficiency))
         blocker = asymmetric_replicas(program.ops, plans, capacity, shapes, order)
         if blocker:
-            return faults.slowdown_of(), blocker
+            return faults.slowdown_of(), Unfolding("collectives", blocker)
     folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
-    return (faults.slowdown_of(), blocker) if blocker else (folded, "")
+    return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
 
 
 def straggler_blocker(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
@@ -100,9 +120,11 @@ def straggler_blocker(program: StepProgram, plans: PlanCache, mode: NetworkMode,
     then whether that replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the
     first stage asks it."""
     shapes, order = program_indexes(program)
-    blocker = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)[1]
-    if blocker or program.layout is None:
-        return blocker or "stragglers in a step without a parallel layout"
+    unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)[1]
+    if unfolding is not None:
+        return unfolding.reason
+    if program.layout is None:
+        return "stragglers in a step without a parallel layout"
     representative = program.layout.rank_of(pp=0)
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
@@ -117,16 +139,22 @@ def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrde
 
 
 def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans: PlanCache, mode: NetworkMode,
-                efficiency: Mapping[str, float], faults: StepFaultPlan, fold: bool) -> FoldedStep:
+                efficiency: Mapping[str, float], faults: StepFaultPlan, fold: bool,
+                guard: UnfoldingGuard | None = None) -> FoldedStep:
     """The step ``build(fold)`` makes, folded when ``fold`` asks for it and every check passes (`fold_blocker`,
-    then `fold_verdict`), else rebuilt unfolded."""
+    then `fold_verdict`), else rebuilt unfolded; ``guard`` hears why before the unfolded program is built."""
     blocker = fold_blocker(topology) if fold else ""
+    if blocker and guard is not None:
+        guard(Unfolding("cluster", blocker))
     program = build(fold and not blocker)
     shapes, order = program_indexes(program)
     slowdowns = faults.slowdown_of()
     if program.folded:
-        slowdowns, blocker = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
-        if blocker:
+        slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
+        if unfolding is not None:
+            if guard is not None:
+                guard(unfolding)
+            blocker = unfolding.reason
             program = build(False)
             shapes, order = program_indexes(program)
     return FoldedStep(program, shapes, order, slowdowns, blocker)

@@ -15,7 +15,7 @@ from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect
-from simulator.errors import ScenarioError
+from simulator.errors import InputError, ScenarioError
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureModel, failure_model
@@ -197,7 +197,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     model, size, units = check_job(loaded, topology)
     if not force:
         _refuse_unfolded_steps(loaded, model, topology)
-    states = StepStates(loaded, topology)
+    states = StepStates(loaded, topology, force=force)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
                            f"({states.healthy_step.step_s:.6g} s)", "a longer duration")
@@ -242,7 +242,10 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
         env = simpy.Environment()
         job = JobProcess(plan, arrivals, events)
         env.process(job.run(env))
-        env.run()
+        try:
+            env.run()
+        except InputError as copy:  # SimPy raises a copy made of the message; the located original is its cause
+            raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
         totals.append(job.totals(healthy))
     met = {state: c for state, c in cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, size, met)

@@ -4,31 +4,35 @@ A state is the number of data-parallel replicas in use (fewer than the layout's 
 the number of spine switches down, the links other degraded units (leaf switches, cables, NICs) took down and
 the straggling GPUs with their slowdown. Spines down are simulated as the same fat tree with the leaf uplink
 capacity scaled by (spines - down) / spines (the `oversubscription` parameter grows by spines / (spines -
-down)): flows hash over spines, so losing one spreads its traffic over the others, and the step stays
-folded. Links down and stragglers are the step-fault engine's (`faults.step` links and stragglers, added to
-the scenario's own): the step is exactly `simulate()` of the scenario with those faults. A state whose links
-leave some GPU without a route has no step (None): the job cannot run in it. A straggling GPU is simulated
-as the first GPU of its pipeline stage (its tensor- and context-parallel peers and the data-parallel replicas
-do the same work and wait for it at their collectives), so a state depends on the stages slowed, not on
-which GPU of the stage. A shrunk job keeps each replica's micro-batches (the global batch shrinks with
-it) on a cluster of just the hosts it uses. The cache lives for the process, keyed by the scenario's
-step-relevant sections, so studies and notebooks that change only failure or checkpoint settings simulate
-each state once.
+down)): flows hash over spines, so losing one spreads its traffic over the others; the step folds where the
+flow model's symmetry check passes on the scaled capacities (the bundled 16,384-GPU job's does with up to two
+spines down; TP 8 x DP 4 on hosts of 4 NICs under 2 spines does not). Links down and stragglers are the
+step-fault engine's (`faults.step` links and stragglers, added to the scenario's own): the step is exactly
+`simulate()` of the scenario with those faults. A state whose links leave some GPU without a route has no step
+(None): the job cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its
+tensor- and context-parallel peers and the data-parallel replicas do the same work and wait for it at their
+collectives), so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job keeps each
+replica's micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses. The cache
+lives for the process, keyed by the scenario's step-relevant sections, so studies and notebooks that change
+only failure or checkpoint settings simulate each state once. A state's step that a fold check unfolds beyond
+the scale limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
+from simulator.engine.fold_policy import UnfoldingGuard
 from simulator.errors import StepAborted
 from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.reliability.checkpoint import StepState
 from simulator.reliability.perturbed import step_outcome, with_step_faults
+from simulator.scale import refuse_unfolded
 from simulator.simulation import simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
@@ -51,6 +55,12 @@ class ClusterState:
     links_down: tuple[tuple[str, str], ...] = ()
     slow_gpus: tuple[tuple[int, float], ...] = ()
 
+    def describe(self) -> str:
+        """What differs from a healthy cluster, in words ('' for none but the replicas)."""
+        parts = [(self.spines_down, "spine switch(es) down"), (len(self.links_down), "link(s) down"),
+                 (len(self.slow_gpus), "straggling GPU(s)")]
+        return ", ".join(f"{count} {what}" for count, what in parts if count)
+
 
 def _step_state(summary: dict, topology: Topology) -> StepState:
     exposed = summary["exposed_comm_s"]
@@ -63,11 +73,13 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
 
 
 class StepStates:
-    """The step of each cluster state of one scenario, simulated on first use; the healthy one at once."""
+    """The step of each cluster state of one scenario, simulated on first use; the healthy one at once. Unless
+    ``force``, a step that a fold check unfolds beyond the scale limits is refused before it is built."""
 
-    def __init__(self, loaded: LoadedScenario, topology: Topology) -> None:
+    def __init__(self, loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> None:
         self.loaded = loaded
         self.topology = topology
+        self.force = force
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
         healthy_step, self.healthy_summary = self._cached(None, lambda: (loaded, topology))
         if healthy_step is None:
@@ -98,8 +110,10 @@ class StepStates:
         from simulator.simulation import step_faults
 
         loaded, topology = scenario()
+        guard = None if self.force else self._guard(loaded, topology, state)
         outcome = step_outcome(lambda: simulate_training(loaded, topology,
-                                                         FaultHooks(topology, step_faults(loaded, topology))))
+                                                         FaultHooks(topology, step_faults(loaded, topology)),
+                                                         guard=guard))
         entry: tuple[StepState | None, dict]
         if outcome.summary is None:
             entry = (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason})
@@ -109,6 +123,16 @@ class StepStates:
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return entry
+
+    @staticmethod
+    def _guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
+        """The refusal of the state's step unfolded beyond the scale limits, as a plain run's, estimated
+        without the timeline a job does not write."""
+        run = loaded.scenario.run.model_copy(update={"timeline": "summary"})
+        quiet = replace(loaded, scenario=loaded.scenario.model_copy(update={"run": run}))
+        differs = state.describe() if state is not None else ""
+        step = f"the job's step with {differs}" if differs else "the job's step"
+        return lambda unfolding: refuse_unfolded(quiet, topology.num_gpus, unfolding, step)
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout

@@ -1,0 +1,158 @@
+"""Steps asked to fold that a fold check unfolds (the cluster, the collectives' symmetry on the flow model, the
+step's faults, a job's spine-down state) are estimated again unfolded and refused beyond the scale limits
+before the unfolded program is built, in one located line naming why; `--force` runs them. The limits are
+lowered here to the folded step's estimate, so the folded run passes and the unfolded one is beyond."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import scale, simulation
+from simulator.cli import main
+from simulator.config.loader import load_scenario
+from simulator.errors import ScenarioError
+from simulator.reliability.simulate import simulate_job
+from simulator.topology.loader import scenario_topology
+
+RAILS = """cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 2, spines: 2}
+model: {layers: 4, hidden: 4096, heads: 32, vocab: 32000}
+training: {seq_len: 1024, microbatches: 1}
+parallelism: {tp: 8, dp: 4}
+run: {timeline: summary}
+"""
+SHARED_NICS = (RAILS.replace("spines: 2}", "spines: 2, nics_per_node: 4, oversubscription: 2}")
+               + "collectives: {channels: 2}\n")
+"""Four NICs per host under 2:1 spines: the replicas' all-reduces meet the fabric's links unevenly, and the
+symmetry check unfolds the step (tests/test_reliability_states.py)."""
+LINK_DOWN = "faults: {step: {links: [{link: [leaf0.r0, spine0]}]}}\n"
+GRAPH = """kind: graph
+nodes:
+  - {name: sw, kind: switch}
+  - {name: g0, kind: gpu, host: 0}
+  - {name: g1, kind: gpu, host: 1}
+  - {name: g2, kind: gpu, host: 2}
+  - {name: g3, kind: gpu, host: 3}
+links:
+  - {a: g0, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g1, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+  - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
+"""
+ON_GRAPH = """cluster: {topology: graph.yaml}
+model: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms, p2p_bytes: 1 MiB}}
+training: {microbatches: 4}
+parallelism: {pp: 2, dp: 2}
+run: {timeline: summary}
+"""
+
+
+def _write(tmp_path, text: str) -> str:
+    (tmp_path / "graph.yaml").write_text(GRAPH)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _limit_to_the_folded_step(monkeypatch, path: str, overrides: list[str]) -> scale.ScaleEstimate:
+    """Lower the event limit to the folded step's estimate; the unfolded step's estimate, beyond it."""
+    loaded = load_scenario(path, overrides)
+    gpus = scenario_topology(loaded).num_gpus
+    folded = scale.estimate_scale(loaded.scenario, gpus)
+    run = loaded.scenario.run.model_copy(update={"fold": False})
+    unfolded = scale.estimate_scale(loaded.scenario.model_copy(update={"run": run}), gpus)
+    assert folded is not None and unfolded is not None and folded.events < unfolded.events
+    monkeypatch.setattr(scale, "MAX_EVENTS", folded.events)
+    return unfolded
+
+
+def _recording_builds(monkeypatch) -> list[bool]:
+    """The `fold` of every step program the runs build."""
+    builds: list[bool] = []
+    build = simulation.step_program
+
+    def recorded(loaded, topology, *, fold):
+        builds.append(fold)
+        return build(loaded, topology, fold=fold)
+
+    monkeypatch.setattr(simulation, "step_program", recorded)
+    return builds
+
+
+CASES = {
+    "cluster": (ON_GRAPH, 1, "cluster", "explicit graph topology (links may differ between equivalent ranks)",
+                "a generated topology whose hosts have equal GPU counts", []),
+    "collectives": (SHARED_NICS, 1, "cluster", "all_reduce 'all_reduce bucket 0' takes 2.173 ms over GPUs",
+                    "network.model: analytic (each transfer alone, so the replicas fold)", [True]),
+    "faults": (RAILS + LINK_DOWN, 6, "faults.step", "link faults (replicas no longer see the same links)",
+               "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",
+               [True]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, monkeypatch, tmp_path, capsys):
+    """Each route that unfolds a step asked to fold: one located line at the field of the check, naming the
+    reason the run's `fold_off_reason` gives and the unfolded estimate (4 GPUs of a graph; 32 GPUs, TP 8 x
+    DP 4), and no unfolded program built (the cluster's check comes before any build, the others after the
+    folded one). It used to be built and run unfolded without a word."""
+    text, line, field, reason, advice, built = CASES[case]
+    path = _write(tmp_path, text)
+    unfolded = _limit_to_the_folded_step(monkeypatch, path, [])
+    builds = _recording_builds(monkeypatch)
+    out = tmp_path / "out"
+    assert main(["run", path, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"error: {path}:{line}: {field}: this run is too large to simulate unfolded ({reason}")
+    assert (f"): {unfolded.describe()}; the limits are 16 GiB and {scale.MAX_EVENTS:,} ops + flows "
+            f"(allowed: {advice}") in err
+    assert err.endswith("a smaller cluster (cluster.nodes); or pass --force)")
+    assert builds == built and not out.exists()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_force_runs_the_unfolded_step(case, monkeypatch, tmp_path, capsys):
+    """`--force` runs the step unfolded, every GPU a simulated rank, with the reason the refusal named."""
+    text, _, _, reason, _, _ = CASES[case]
+    path = _write(tmp_path, text)
+    unfolded = _limit_to_the_folded_step(monkeypatch, path, [])
+    summary = simulation.simulate(load_scenario(path), force=True).summary
+    assert summary["folded"] is False and summary["fold_off_reason"].startswith(reason)
+    assert summary["simulated_ranks"] == unfolded.simulated_ranks == summary["gpus"]
+
+
+def test_a_folded_step_under_the_lowered_limits_runs_folded(monkeypatch, tmp_path):
+    """The same cluster and layout without the asymmetry: folded, one simulated rank (TP 8 x DP 4, no PP), the
+    guard never asked, one program built."""
+    path = _write(tmp_path, RAILS)
+    _limit_to_the_folded_step(monkeypatch, path, [])
+    builds = _recording_builds(monkeypatch)
+    summary = simulation.simulate(load_scenario(path)).summary
+    assert summary["folded"] is True and summary["simulated_ranks"] == 1 and "fold_off_reason" not in summary
+    assert builds == [True]
+
+
+SPINE_JOB = RAILS + """checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+faults:
+  components:
+    spine: {unit: spine_switch, effect: degrade, mtbf: 2 h, repair: 1 h}
+"""
+
+
+def test_a_job_state_with_a_spine_down_that_unfolds_is_refused(monkeypatch, tmp_path):
+    """4 NICs per host under 2 spines: the healthy step folds, but one spine down doubles the uplinks'
+    oversubscription and the symmetry check unfolds that state's step (the docs said spine-down states stay
+    folded). Beyond the limits the job is refused when it meets the state, before building it unfolded;
+    `force` runs it, and the state's step is the slower one."""
+    path = _write(tmp_path, SPINE_JOB)
+    overrides = ["cluster.nics_per_node=4", "run.horizon=1 d", "run.replications=1"]
+    _limit_to_the_folded_step(monkeypatch, path, overrides)
+    with pytest.raises(ScenarioError) as refused:
+        simulate_job(load_scenario(path, overrides))
+    assert refused.value.field == "cluster", str(refused.value)
+    assert refused.value.problem.startswith("the job's step with 1 spine switch(es) down is too large to simulate "
+                                            "unfolded (all_reduce 'all_reduce bucket 0' takes")
+    states = simulate_job(load_scenario(path, overrides), force=True).summary["states"]
+    healthy, spine_down = states[0], next(state for state in states if state["spines_down"] == 1)
+    assert spine_down["step_time_s"] > healthy["step_time_s"]
