@@ -176,6 +176,9 @@ restart: {elastic: true}
     ("{unit: gpu, slowdown: 1.2, mtbf: 9 d}", 12, "faults.components.x"),
     ("{unit: gpu, effect: straggle, slowdown: 0.5, mtbf: 9 d}", 12, "faults.components.x.slowdown"),
     ("{unit: host, effect: degrade, mtbf: 9 d}", 12, "faults.components.x.effect"),
+    # no repair: the state would last 0 s, the class changed nothing (the job ran at ETTR 100% without a word)
+    ("{unit: gpu, effect: straggle, slowdown: 1.3, mtbf: 9 d}", 12, "faults.components.x"),
+    ("{unit: spine_switch, effect: degrade, mtbf: 9 d, repair: 0 s}", 12, "faults.components.x.repair"),
 ])
 def test_bad_state_classes_are_one_located_line(component, line, field, tmp_path, capsys):
     scenario = tmp_path / "job.yaml"

@@ -17,7 +17,7 @@ JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
 faults:
   components:
     gpu: {mtbf: 1000 d}
-    spine_switch: {mtbf: 1000 d}
+    spine_switch: {mtbf: 1000 d, repair: 1 h}
   maintenance: {every: 3 h}
 restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
 """
@@ -106,7 +106,7 @@ SPINE_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint:
 run: {horizon: 3 h}
 faults:
   components:
-    spine_switch: {mtbf: 1000 d}
+    spine_switch: {mtbf: 1000 d, repair: 1 h}
 restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
 """
 

@@ -133,6 +133,11 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                 allowed="no repair, or effect: replace (its hosts go to repair)")
         previous = classes.get(name)
         repair = spec.repair if spec.repair is not None else (previous.repair_s if previous else 0.0)
+        if not effect.interrupts and repair <= 0:
+            raise ScenarioError(f"a {effect} class lasts until its unit's repair, and {name!r} has no repair "
+                                "time, so its failures would change nothing",
+                                field=f"faults.components.{name}" + (".repair" if spec.repair is not None else ""),
+                                allowed="a repair time, e.g. repair: '4 h'")
         classes[name] = FailureClass(name, unit, effect, spec.rate_per_s, spec.distribution, spec.shape, repair,
                                      spec.repair_distribution, label=previous.label if previous else name,
                                      slowdown=spec.slowdown or 1.0)
