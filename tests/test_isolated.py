@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.collectives.execute import run_plan
+from simulator.collectives.execute import phase_arrays, phase_items, run_plan
 from simulator.collectives.phases import CollectiveRequest
-from simulator.collectives.registry import plan_collective
+from simulator.collectives.registry import ALGORITHMS, plan_collective
+from simulator.errors import ScenarioError
 from simulator.metrics.events import EventLog
 from simulator.network import isolated
 from simulator.network.calibration import resolve_efficiency
@@ -67,3 +68,31 @@ def test_rows_are_numbered_by_first_appearance(monkeypatch, collide):
     ids, firsts = isolated.first_seen_rows(matrix)
     assert ids.tolist() == expected and len(numbers) > 10
     assert [tuple(row) for row in matrix[firsts].tolist()] == list(numbers)
+
+
+@pytest.mark.parametrize("topology", ["dgx-h100-cluster", "gb200-nvl72"])
+def test_phase_arrays_are_the_phase_items(topology):
+    """`phase_arrays` (what the array form reads) gives every transfer of every algorithm's phases the ends,
+    bytes, latency and route `phase_items` (what `Network` reads) gives it, to the bit: pipelined phases,
+    chunks in flight, NVLS's latency floor."""
+    topo = load_topology(topology, {"nodes": 8} if topology == "dgx-h100-cluster" else {"racks": 2})
+    kinds = set()
+    for algorithm in ALGORITHMS:
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"):
+            for chunk in (None, 4 * MIB):
+                request = CollectiveRequest(op=op, ranks=tuple(range(topo.num_gpus)), nbytes=64 * MIB,
+                                            chunk_bytes=chunk)
+                try:
+                    phases = plan_collective(request, topo, algorithm)
+                except ScenarioError:
+                    continue
+                for phase in phases:
+                    items, arrays = phase_items(topo, phase), phase_arrays(topo, phase)
+                    assert [(src, dst, float(nbytes), float(latency), tuple(path))
+                            for path, nbytes, latency, src, dst, _ in items] == [
+                        (src, dst, nbytes, latency, tuple(link for link in route if link >= 0))
+                        for src, dst, nbytes, latency, route in zip(arrays.src.tolist(), arrays.dst.tolist(),
+                                                                    arrays.nbytes.tolist(), arrays.latency.tolist(),
+                                                                    arrays.routes.tolist())]
+                    kinds.add((phase.pipelined, phase.steps_in_flight > 0, phase.min_latency > 0))
+    assert {(True, False, False), (False, True, False), (False, False, True)} <= kinds
