@@ -22,6 +22,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL, EventPriority
 
+from simulator.config.link_classes import LINK_CLASSES
 from simulator.metrics.events import EventLog
 from simulator.network.maxmin import grouped_max_min_rates
 from simulator.network.modes import NetworkMode
@@ -624,7 +625,7 @@ def effective_capacity(topology: Topology, efficiency: Mapping[str, float]) -> n
     cached = topology.capacities.get(profile)
     if cached is not None:
         return cached
-    scale = np.array([efficiency.get(c, 1.0) for c in topology.link_class], dtype=float)
-    capacity = topology.capacities[profile] = topology.link_bandwidth * scale
+    per_class = np.array([efficiency.get(name, 1.0) for name in LINK_CLASSES], dtype=float)
+    capacity = topology.capacities[profile] = topology.link_bandwidth * per_class[topology.link_class_ids]
     capacity.setflags(write=False)
     return capacity
