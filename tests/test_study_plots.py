@@ -171,3 +171,15 @@ def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'rows.json'}: OUTDIR: not readable JSON (" in err
     assert err.endswith("(allowed: a sweep of a collectives scenario, or a `trainsim collective --json` file)\n")
+
+
+@pytest.mark.parametrize("text, missing", [("[]", "bytes, busbw_GBps, algorithm"),
+                                           ('[{"bytes": 1024, "time_s": 1e-5}]', "busbw_GBps, algorithm")])
+def test_busbw_of_json_that_is_not_a_collective_table_names_what_it_lacks(tmp_path, capsys, text, missing):
+    """An empty list or other rows blamed flags the command had not been given: "--x/--y/--hue/--value: no
+    column 'bytes' (allowed: a column of the table: )"."""
+    (tmp_path / "rows.json").write_text(text)
+    assert main(["plot", "busbw", str(tmp_path / "rows.json")]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'rows.json'}: OUTDIR: not the rows of a collective table "
+                                       f"(no {missing}) (allowed: a sweep of a collectives scenario, or a `trainsim "
+                                       "collective --json` file)\n")

@@ -18,6 +18,8 @@ from simulator.units import format_size
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
 TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet) or `trainsim search` (candidates.parquet)"
 BUSBW_ALLOWED = "a sweep of a collectives scenario, or a `trainsim collective --json` file"
+COLLECTIVE_JSON_COLUMNS = ("bytes", "busbw_GBps", "algorithm")
+"""What the busbw chart reads of each row of `trainsim collective --json`."""
 SHOWN_COLUMNS = 24
 """Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
 metrics, which results.csv's header lists."""
@@ -159,6 +161,9 @@ def collective_rows(path: Path) -> pd.DataFrame:
             rows = pd.DataFrame(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:
             raise outdir_error(path, f"not readable JSON ({exc})", BUSBW_ALLOWED) from None
+        missing = [column for column in COLLECTIVE_JSON_COLUMNS if column not in rows.columns]
+        if missing:
+            raise outdir_error(path, f"not the rows of a collective table (no {', '.join(missing)})", BUSBW_ALLOWED)
         return rows
     frame = _ok(_read_table(path, "results.parquet"))
     if "collectives[0].busbw_GBps" not in frame.columns:
