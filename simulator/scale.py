@@ -7,9 +7,9 @@ The estimate counts the per-rank program the way `program/` builds it (a forward
 op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), within about a factor
 of two (tests/test_scale.py compares it with real programs). `--force` runs past the limits.
 
-A step asked to fold is estimated folded; when a fold check unfolds it anyway (the cluster, the collectives'
-symmetry on the flow model, the step's faults: engine/fold_policy.py), `refuse_unfolded` estimates it again
-unfolded before the unfolded program is built.
+A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
+the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
+`refuse_unfolded` estimates it again unfolded before the unfolded program is built.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import topology_gpus
 
 if TYPE_CHECKING:
-    from simulator.engine.fold_policy import FoldCheck, Unfolding
+    from simulator.program.unfolding import FoldCheck, Unfolding
 
 MAX_MEMORY_BYTES = 16 * 2**30
 """Refuse runs estimated to need more memory than this (16 GiB; the 8,192-GPU Llama 3 405B run needs ~1 GiB)."""
@@ -219,10 +219,12 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
 
 
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
-    "cluster": ("cluster",), "collectives": ("cluster",), "faults": ("faults", "step")}
+    "plan": ("parallelism", "cp_load_balance"), "cluster": ("cluster",), "collectives": ("cluster",),
+    "faults": ("faults", "step")}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
 UNFOLDING_ADVICE: dict[FoldCheck, str] = {
+    "plan": "true (every CP rank then does the same attention work)",
     "cluster": "a generated topology whose hosts have equal GPU counts",
     "collectives": "network.model: analytic (each transfer alone, so the replicas fold)",
     "faults": "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
-    from simulator.engine.fold_policy import UnfoldingGuard
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
+    from simulator.program.unfolding import UnfoldingGuard
 
 Progress = Callable[[int, int], None]
 """Called with (ops done, ops in total) while a run executes."""
@@ -191,9 +191,11 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
                                 allowed=exc.allowed) from None
 
 
-def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> StepProgram:
+def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
+                 guard: UnfoldingGuard | None = None) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
-    configuration errors located in the scenario's file (errors inside a trace name the trace's file)."""
+    configuration errors located in the scenario's file (errors inside a trace name the trace's file).
+    ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent
@@ -209,7 +211,8 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool) -> S
                                                      fold=fold))
     from simulator.workload.transformer_program import transformer_program
 
-    return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold))
+    return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
+                                                       guard=guard))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
@@ -265,9 +268,11 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
-    step = located(loaded, lambda: folded_step(lambda fold: step_program(loaded, topology, fold=fold), topology,
-                                               plans, settings.mode, dict(settings.efficiency), faults.plan,
-                                               loaded.scenario.run.fold, guard))
+    def build(fold: bool) -> StepProgram:
+        return step_program(loaded, topology, fold=fold, guard=guard)
+
+    step = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
+                                               faults.plan, loaded.scenario.run.fold, guard))
     program, blocker = step.program, step.off_reason
     summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, step.slowdowns, progress,
                                                     plans, step.shapes, step.order))

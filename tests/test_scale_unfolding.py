@@ -1,7 +1,8 @@
-"""Steps asked to fold that a fold check unfolds (the cluster, the collectives' symmetry on the flow model, the
-step's faults, a job's spine-down state) are estimated again unfolded and refused beyond the scale limits
-before the unfolded program is built, in one located line naming why; `--force` runs them. The limits are
-lowered here to the folded step's estimate, so the folded run passes and the unfolded one is beyond."""
+"""Steps asked to fold that a fold check unfolds (the plan's unbalanced context parallelism, the cluster, the
+collectives' symmetry on the flow model, the step's faults, a job's spine-down state) are estimated again
+unfolded and refused beyond the scale limits before the unfolded program is built, in one located line naming
+why; `--force` runs them. The limits are lowered here to the folded step's estimate, so the folded run passes
+and the unfolded one is beyond."""
 
 from __future__ import annotations
 
@@ -38,6 +39,14 @@ links:
   - {a: g2, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
   - {a: g3, b: sw, bandwidth: 100 GB/s, latency: 1 us, class: nvlink}
 """
+UNBALANCED_CP = """cluster: {topology: dgx-h100}
+model: {preset: llama3-8b, layers: 2}
+training: {seq_len: 8192, microbatches: 1}
+parallelism: {tp: 2, cp: 4, cp_load_balance: false}
+run: {timeline: summary}
+"""
+"""Without load balancing, causal CP ranks do different attention work: the plan cannot fold
+(tests/test_context_parallel.py)."""
 ON_GRAPH = """cluster: {topology: graph.yaml}
 model: {synthetic: {stages: 2, forward: 1 ms, backward: 2 ms, p2p_bytes: 1 MiB}}
 training: {microbatches: 4}
@@ -70,15 +79,18 @@ def _recording_builds(monkeypatch) -> list[bool]:
     builds: list[bool] = []
     build = simulation.step_program
 
-    def recorded(loaded, topology, *, fold):
+    def recorded(loaded, topology, *, fold, guard=None):
         builds.append(fold)
-        return build(loaded, topology, fold=fold)
+        return build(loaded, topology, fold=fold, guard=guard)
 
     monkeypatch.setattr(simulation, "step_program", recorded)
     return builds
 
 
 CASES = {
+    "plan": (UNBALANCED_CP, 4, "parallelism.cp_load_balance",
+             "context parallelism without causal load balancing (CP ranks do different attention work)",
+             "true (every CP rank then does the same attention work)", [True]),
     "cluster": (ON_GRAPH, 1, "cluster", "explicit graph topology (links may differ between equivalent ranks)",
                 "a generated topology whose hosts have equal GPU counts", []),
     "collectives": (SHARED_NICS, 1, "cluster", "all_reduce 'all_reduce bucket 0' takes 2.173 ms over GPUs",
@@ -92,9 +104,10 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, monkeypatch, tmp_path, capsys):
     """Each route that unfolds a step asked to fold: one located line at the field of the check, naming the
-    reason the run's `fold_off_reason` gives and the unfolded estimate (4 GPUs of a graph; 32 GPUs, TP 8 x
-    DP 4), and no unfolded program built (the cluster's check comes before any build, the others after the
-    folded one). It used to be built and run unfolded without a word."""
+    reason the run's `fold_off_reason` gives and the unfolded estimate (4 GPUs of a graph; 32 GPUs, TP 8 x DP 4;
+    8 GPUs, TP 2 x CP 4), and no unfolded program built (the cluster's check comes before any build, the plan's
+    inside the folded build before its ops, the others after the folded program). It used to be built and run
+    unfolded without a word."""
     text, line, field, reason, advice, built = CASES[case]
     path = _write(tmp_path, text)
     unfolded = _limit_to_the_folded_step(monkeypatch, path, [])

@@ -7,8 +7,8 @@ faults (`fold_with_faults`: link faults, or stragglers that do not slow a stage 
 whose traffic meets no other's on the flow model). A check that fails rebuilds the program unfolded and gives
 the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
 folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
-guard hears of each unfolding (`Unfolding`: which check, why) before the unfolded program is built, so that a
-step too large unfolded is refused (scale.py) before it takes minutes or memory.
+guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
+so that a step too large unfolded is refused (scale.py) before it takes minutes or memory.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
@@ -27,6 +26,7 @@ from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowd
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.program.step import StepProgram
+from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 
 
@@ -41,23 +41,6 @@ class FoldedStep:
     order: ProgramOrder
     slowdowns: dict[int, Slowdown]
     off_reason: str
-
-
-FoldCheck = Literal["cluster", "collectives", "faults"]
-"""The check that unfolds a step: the cluster (`fold_blocker`), its collectives on the flow model
-(`engine/symmetry.py`) or the step's faults (`fold_with_faults`)."""
-
-
-@dataclass(frozen=True)
-class Unfolding:
-    """Why a step asked to fold runs unfolded: the check that failed and its reason (`fold_off_reason`)."""
-
-    check: FoldCheck
-    reason: str
-
-
-UnfoldingGuard = Callable[[Unfolding], None]
-"""Told of an unfolding before the unfolded program is built; raises to refuse the run."""
 
 
 def fold_blocker(topology: Topology) -> str:

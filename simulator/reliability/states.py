@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
-from simulator.engine.fold_policy import UnfoldingGuard
 from simulator.errors import StepAborted
 from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
+from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refuse_unfolded

@@ -8,6 +8,7 @@ from pathlib import Path
 from simulator.config.schema import Scenario
 from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_blocker
 from simulator.program.step import StepProgram
+from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import sm_share
 from simulator.workload.loss_scaling import loss_scaling_summary
@@ -23,11 +24,15 @@ from simulator.workload.memory_plan import (
 from simulator.workload.training import build_training_step
 
 
-def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, *, fold: bool) -> StepProgram:
+def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, *, fold: bool,
+                        guard: UnfoldingGuard | None = None) -> StepProgram:
     """The scenario's training step as a step program; ``base_dir`` is the scenario's folder (custom schedule
-    tables are looked up there), ``fold`` simulates one representative rank per pipeline stage."""
+    tables are looked up there), ``fold`` simulates one representative rank per pipeline stage where the plan's
+    ranks of a stage do the same work (``guard`` hears why not before the program is built unfolded)."""
     step = build_training_step(scenario, topology, base_dir)
     blocker = plan_fold_blocker(step.plan) if fold else ""
+    if blocker and guard is not None:
+        guard(Unfolding("plan", blocker))
     fold = fold and not blocker
     builder = ProgramBuilder(step.plan, fold=fold)
     ops = builder.build()

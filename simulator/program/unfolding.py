@@ -1,0 +1,27 @@
+"""Why a step asked to fold runs unfolded, told before the unfolded program is built: the check that found it
+(the step's plan, the cluster, the collectives' symmetry on the flow model, the step's faults) and its reason,
+which the summary reports as `fold_off_reason`. The caller's guard (scale.refuse_unfolded) may refuse the run
+there, before a program of every GPU takes minutes or memory that the folded estimate did not count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+FoldCheck = Literal["plan", "cluster", "collectives", "faults"]
+"""The check that unfolds a step: the plan's ranks of a stage doing different work
+(`parallel/program.plan_fold_blocker`), the cluster (`engine/fold_policy.fold_blocker`), its collectives on the
+flow model (`engine/symmetry.py`) or the step's faults (`engine/fold_policy.fold_with_faults`)."""
+
+
+@dataclass(frozen=True)
+class Unfolding:
+    """Why a step asked to fold runs unfolded: the check that failed and its reason (`fold_off_reason`)."""
+
+    check: FoldCheck
+    reason: str
+
+
+UnfoldingGuard = Callable[[Unfolding], None]
+"""Told of an unfolding before the unfolded program is built; raises to refuse the run."""
