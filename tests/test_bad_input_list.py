@@ -136,6 +136,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         scenario(SYNTHETIC + "parallelism:\n  fsdp: full_shard\n  ddp: {reduce_every_microbatch: true}\n"), RUN, 2,
         "s.yaml:6: parallelism.ddp.reduce_every_microbatch: torch.distributed.pipelining turns PyTorch FSDP's "
         "gradient sync off"),
+    # a synthetic model has fixed stage costs and no experts: ep and a moe section were silently ignored
+    "synthetic-with-ep": (scenario(SYNTHETIC + "parallelism: {pp: 2, ep: 2}\n"), RUN, 2,
+                          "s.yaml:4: parallelism.ep: ep 2 needs a model with experts; a synthetic model has none"),
+    "synthetic-with-moe": (scenario(SYNTHETIC.replace("2 ms}}", "2 ms}, moe: {experts: 8}}")), RUN, 2,
+                           "s.yaml:2: model: give either synthetic costs or a model (preset/dimensions/moe)"),
     "hsdp-shard-does-not-divide": (scenario(HSDP_3_HOSTS + "parallelism: {pp: 3, dp: 8, fsdp: hybrid_shard}\n"),
                                    RUN, 2, "s.yaml:4: parallelism.fsdp: hybrid_shard shards over GPU 0's 3 of the 8 "
                                    "DP x CP ranks in its NVLink domain, which does not divide them into equal shard "

@@ -211,8 +211,8 @@ class ModelConfig(Section):
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
-        if self.synthetic is not None and (self.preset or explicit):
-            raise ValueError("give either synthetic costs or a model (preset/dimensions), not both")
+        if self.synthetic is not None and (self.preset or explicit or self.moe is not None):
+            raise ValueError("give either synthetic costs or a model (preset/dimensions/moe), not both")
         if self.synthetic is None and self.preset is None and len(explicit) < 3:
             raise ValueError("a model needs a preset, or at least layers, hidden and heads")
         return self

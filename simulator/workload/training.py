@@ -248,6 +248,9 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     sharding = _sharding(scenario, layout, topology)
     warnings = layout_warnings(layout, topology, sharding, hybrid=par.hybrid_shard)
     if isinstance(source, SyntheticModel):
+        if par.ep > 1:
+            raise _invalid("parallelism.ep", f"ep {par.ep} needs a model with experts; a synthetic model has none",
+                           "1, or a model with model.moe")
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
                         placement=placement)
