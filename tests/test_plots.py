@@ -110,6 +110,21 @@ def test_gantt_merges_the_ops_of_one_action(small_model_runs):
     assert numbers == sorted(list(range(MICROBATCHES)) * 2)
 
 
+def test_gantt_draws_the_expert_all_to_alls_as_their_own_kind(tmp_path):
+    """2 MoE layers x 2 micro-batches x (dispatch and combine, forward and backward) = 16 EP all-to-alls on rank
+    0, each one bar as long as its op, labelled as EP in the legend (they used to be "other communication")."""
+    moe = ("cluster: {topology: dgx-h100}\nmodel: {preset: mixtral-8x7b, layers: 2}\n"
+           "training: {seq_len: 1024, microbatches: 2}\nparallelism: {ep: 8, zero: 1}\n")
+    run = _run(tmp_path, moe, "1f1b")
+    figure = gantt_figure(run.timeline, run.summary)
+    ops = run.timeline[(run.timeline["rank"] == 0) & (run.timeline["kind"] == "collective")
+                       & (run.timeline["category"] == "ep")]
+    assert len(ops) == 16
+    assert sorted(_bars(figure, "ep", 0)) == pytest.approx(sorted((ops["end_s"] - ops["start_s"]) * 1e3), rel=REL)
+    assert len(_bars(figure, "other_comm", 0)) == 0
+    assert "EP all-to-all" in [text.get_text() for text in figure.legends[0].get_texts()]
+
+
 def _static_and_unit(summary: dict, stage: int) -> tuple[float, float]:
     entry = summary["memory_per_stage_gib"][stage]
     static = sum(entry[part] for part in ("params", "grads", "optimizer", "buffers")) * GIB

@@ -1,6 +1,6 @@
 """Gantt chart of a training step: one row per pipeline stage (or rank) showing its forward, backward,
-weight-grad and recompute actions with their micro-batch numbers, blocking TP/CP communication, the
-asynchronous PP/DP/ZeRO traffic in a thin lane under the row, and the idle time (pipeline bubbles)."""
+weight-grad and recompute actions with their micro-batch numbers, blocking TP/CP communication and EP
+all-to-alls, the asynchronous PP/DP/ZeRO traffic in a thin lane under the row, and the idle time (pipeline bubbles)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ BAR_CLASSES: dict[str, tuple[str, str]] = {
     "recompute": ("recompute (R)", "#8172B3"),
     "optimizer": ("optimizer", "#937860"),
     "tp_cp": ("TP/CP collective (blocking)", "#C44E52"),
+    "ep": ("EP all-to-all", "#A6761D"),
     "pp": ("PP send/recv", "#DA8BC3"),
     "dp": ("DP/ZeRO collective", "#2A9D8F"),
     "other_comm": ("other communication", "#64B5CD"),
@@ -55,7 +56,7 @@ BACKWARD_PASS = (BACKWARD_CATEGORY, RECOMPUTE_CATEGORY)
 """Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
 block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
 
-COMMUNICATION_CLASSES = ("tp_cp", "pp", "dp", "other_comm")
+COMMUNICATION_CLASSES = ("tp_cp", "ep", "pp", "dp", "other_comm")
 """Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
 get a white edge so that back-to-back actions of one kind stay apart."""
 MAIN_LANE = (-0.38, 0.56)
@@ -71,7 +72,7 @@ LABEL_FONT_PT = 7.0
 
 def _bar_class(category: pd.Series) -> pd.Series:
     """The BAR_CLASSES key of non-pipeline ops, from their category."""
-    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "pp": "pp", "dp": "dp",
+    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "ep": "ep", "pp": "pp", "dp": "dp",
                                    OPTIMIZER_CATEGORY: "optimizer"}
     return category.map(mapping).fillna("other_comm")
 
@@ -205,7 +206,7 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
     on_compute = (others["stream"] == COMPUTE_STREAM).to_numpy()
     other_class = _bar_class(others["category"]).to_numpy()
-    for kind in ("optimizer", "tp_cp", "pp", "dp", "other_comm"):
+    for kind in ("optimizer", "tp_cp", "ep", "pp", "dp", "other_comm"):
         on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
         for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
             chosen = others[(other_class == kind) & mask]
