@@ -45,7 +45,9 @@ NODE_KINDS = ("gpu", "nvswitch", "pcie_switch", "host_bridge", "nic", "switch")
 
 Router = Callable[["Topology", int, int, int], list[str]]
 """A routing function: (topology, src gpu index, dst gpu index, channel) -> node names along the path. A router
-with a ``route_links`` method of the same arguments returning the link ids directly is asked that instead."""
+with a ``route_links`` method of the same arguments returning the link ids directly is asked that instead, and
+one with a ``route_arrays`` method (topology and arrays of src, dst, channel, src != dst) for many routes at once
+(`Topology.routes`: a matrix of link ids, a route per row, -1 after its end)."""
 
 
 class Wiring:
@@ -222,7 +224,7 @@ class Topology:
     def route(self, src: int, dst: int, channel: int = 0) -> tuple[tuple[int, ...], float]:
         """The directed link ids from GPU ``src`` to GPU ``dst`` (``channel`` picks among parallel routes) and
         the sum of their latencies, added in path order; worked out once per (src, dst, channel) and kept, both
-        in one entry (a plan over 16k GPUs asks for 131k routes, each once, so one lookup per route counts)."""
+        in one entry (one lookup per read)."""
         key = (src, dst, channel)
         route = self._routes.get(key)
         if route is None:
