@@ -161,3 +161,31 @@ def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after
     assert parts["lost_work_s"]["mean"] == pytest.approx(lost, abs=1e-6)
     assert parts["productive_s"]["mean"] == pytest.approx(before["productive_s"]["mean"] - lost, abs=1e-6)
     assert ((struck.events["kind"] == "checkpoint_lost").sum() == 1) == (after_s < 60)
+
+
+ELASTIC_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 10 min}") + """\
+run: {horizon: 5 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d, repair: 1 d}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}
+"""
+
+
+def test_a_shrunk_job_faster_per_token_has_no_negative_slow_steps(job_with):
+    """On these one-GPU hosts data parallelism costs more than it brings: 4 replicas take 64 ms for 4,096
+    tokens, 2 replicas 24 ms for 2,048. Two hosts fail at 1 h (repaired in 100 h), and the elastic job runs on
+    2 replicas from its restart to the horizon: every step trains more tokens per second than a healthy one.
+    That time is productive, not negative slow-step time: slow-step time 0, ETTR at most 1, and goodput above
+    ETTR x the healthy throughput (ETTR 0.963, goodput 1.223 x healthy). Before, the kept steps counted at
+    their healthy-equivalent time: slow-step time -1.30 h (all `elastic_shrink`'s) and ETTR 1.223."""
+    job = job_with((1 * H, GPU, 0, 100 * H), (1 * H, GPU, 1, 100 * H), text=ELASTIC_JOB)
+    summary = job.summary
+    steps = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
+    assert steps[2] / 2048 < steps[4] / 4096
+    parts = {part: value["mean"] for part, value in summary["time_s"].items()}
+    assert parts["slow_steps_s"] == 0.0 and summary["slow_steps_by_cause_s"] == {}
+    ettr = summary["ettr"]["mean"]
+    assert ettr == pytest.approx((5 * H - sum(parts.values()) + parts["productive_s"]) / (5 * H), rel=1e-12)
+    assert ettr <= 1.0
+    assert summary["goodput_tokens_per_s"]["mean"] / summary["ideal_tokens_per_s"] > 1.2 * ettr

@@ -319,10 +319,12 @@ class JobProcess:
         clock = self.clock
         kept_wall = clock.wall - clock.lost_wall
         kept_equiv = clock.equiv - clock.lost_equiv
+        slow_by_cause = clock.slow_by_cause()
+        slow = sum(slow_by_cause.values())
         return ReplicationTotals(
-            productive_s=kept_equiv, slow_steps_s=kept_wall - kept_equiv, lost_work_s=clock.lost_wall,
+            productive_s=kept_wall - slow, slow_steps_s=slow, lost_work_s=clock.lost_wall,
             checkpoint_stall_s=clock.stall_s, checkpoint_slowdown_s=clock.slow_s, restart_s=self.restart_s,
             maintenance_s=self.maintenance_s, steps=clock.steps,
             tokens=kept_equiv / healthy.step_s * healthy.tokens_per_step, interruptions=self.interruptions,
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
-            slow_by_cause_s=clock.slow_by_cause())
+            slow_by_cause_s=slow_by_cause)

@@ -11,7 +11,8 @@ are jumped arithmetically (their checkpoints logged as arrays), so a segment cos
 Slow-step time: training time (`wall`, which only grows) is one axis on which failures cut out the lost
 spans. A segment in a slower state than healthy records its span, the share of it that is extra time
 (1 - healthy-equivalent step / step) and its causes; at the end each cause gets its share of the extra time
-of the kept part (split evenly between causes in force together).
+of the kept part (split evenly between causes in force together). A state faster per token than healthy
+(a negative share) adds none: its kept time is productive.
 """
 
 from __future__ import annotations
@@ -223,7 +224,9 @@ class CheckpointClock:
             self.stop_mark = None
 
     def slow_by_cause(self) -> dict[str, float]:
-        """Extra time of the kept steps in slower states, per cause (s)."""
+        """Extra time of the kept steps in slower states, per cause (s). A state faster per token than the
+        healthy job (an elastic shrink of a layout whose data parallelism costs more than it brings) adds
+        none: its time is productive, not negative slow time."""
         totals: dict[str, float] = {}
         lost, first = self.lost_spans, 0
         for start, end, share, causes in self.slow_spans:
@@ -234,6 +237,8 @@ class CheckpointClock:
                 if lost_start >= end:
                     break
                 kept -= min(end, lost_end) - max(start, lost_start)
+            if share < 0:
+                continue
             for cause in causes:
                 totals[cause] = totals.get(cause, 0.0) + kept * share / len(causes)
         return totals
