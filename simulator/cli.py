@@ -120,6 +120,15 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_override(exc: InputError, overrides: dict[str, str]) -> InputError:
+    """A topology error about a parameter `--set NAME=VALUE` gave, located at that override (as `trainsim run`
+    locates a scenario's), not at the topology file the user did not write."""
+    name = exc.field if exc.field in overrides else exc.field.split(".")[0].split("[")[0]
+    if name not in overrides:
+        return exc
+    return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=f"--set {name}={overrides[name]}")
+
+
 COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.chunk": "--chunk",
                     "topology": "--topology"}
 """The scenario fields `trainsim collective` fills from its flags, for naming the flag in an error."""
@@ -147,7 +156,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
-            raise
+            raise _at_override(exc, overrides) from None
         raise type(exc)(exc.problem, field=COLLECTIVE_FLAGS[exc.field], allowed=exc.allowed) from None
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
@@ -193,15 +202,19 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     bad = [item for item in args.set if "=" not in item]
     if bad:
         raise InputError(f"--set {bad[0]!r} has no '='", field="--set", allowed="--set name=value")
+    overrides = dict(item.split("=", 1) for item in args.set)
     try:
-        spec = read_topology(args.file, dict(item.split("=", 1) for item in args.set))
+        spec = read_topology(args.file, overrides)
     except InputError as exc:
         if exc.file:
-            raise
+            raise _at_override(exc, overrides) from None
         raise option_error(f"topo {args.action}", exc.problem, exc.allowed) from None
     _refuse_large_cluster(spec, f"topo {args.action}", f"{args.action} in seconds (building it takes minutes)",
                           force=args.force)
-    topology = build_source(spec)
+    try:
+        topology = build_source(spec)
+    except InputError as exc:
+        raise _at_override(exc, overrides) from None
     if args.action == "describe":
         print(describe_topology(topology))
     else:

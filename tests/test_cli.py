@@ -390,6 +390,23 @@ def test_collective_bad_arguments(args, field, problem, allowed, capsys):
     assert_one_error_line(captured.err, None, field, problem, allowed)
 
 
+@pytest.mark.parametrize("command", [["topo", "describe", "dgx-h100-cluster"],
+                                     ["collective", "--topology", "dgx-h100-cluster", "--sizes", "1MiB"]])
+@pytest.mark.parametrize("override, error", [
+    ("nodes=0", "--set nodes=0: nodes: '0' must be positive (allowed: a positive value)"),
+    ("nodes=2.5", "--set nodes=2.5: nodes: expected a whole number, got '2.5' (allowed: an integer such as 8)"),
+    ("nics_per_node=9", "--set nics_per_node=9: nics_per_node: 9 NICs per node but 8 GPUs (allowed: 1 to 8)"),
+    ("node.gpus=4", "--set node.gpus=4: node.gpus: unknown override 'node.gpus' for topology kind 'cluster' "
+                    "(allowed: nodes, node, nics_per_node,"),
+])
+def test_a_bad_topology_override_is_located_at_its_set(command, override, error, capsys):
+    """`topo` and `collective` located a bad --set value at the bundled topology file ('.../dgx-h100-cluster.yaml
+    (override): nodes: ...', or the file with no mark for an unknown name), which the user did not write;
+    `trainsim run` names the override, as these now do."""
+    assert main([*command, "--set", override]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {error}")
+
+
 @pytest.mark.parametrize("chunk", ["0 B", "-1 MiB", "1e30 B", "4 parsecs", "0.5 B", "1e-20 B"])
 def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chunk, capsys):
     """`collectives.chunk` and `trainsim collective --chunk` had a check each, with different words ('chunk 0.0'
