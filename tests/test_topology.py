@@ -318,6 +318,9 @@ def test_describe_reports_counts_and_bisection():
     assert bisection["leaf-spine"][0] == pytest.approx(8 * 16 * (32 * 5e10 / 16) / 2, rel=REL)
     text = describe_topology(topo)
     assert "1.8 TB/s" in text and re.search(r"infiniband +16 x +50 GB/s", text) and "spine " in text
+    # the node names a `faults.step` link takes (docs/faults.md sends users here for them)
+    assert re.search(r"GPU +16  h0/gpu0 \.\. h1/gpu7\n", text) and re.search(r"spine +16  spine0 \.\. spine15\n", text)
+    assert re.search(r"leaf +8  leaf0\.r0 \.\. leaf0\.r7\n", text)
     one = describe_topology(load_topology("dgx-h100"))  # said '1 hosts', '1 rail(s)', 'each of 1 hosts/...'
     assert "8 GPUs (h100-sxm) on 1 host, 8 GPUs per host, 1 rail\n" in one and "(each of 1 host/NVLink domain)" in one
 

@@ -71,7 +71,8 @@ def tier_bisection(topo: Topology) -> list[tuple[str, float, int]]:
 
 
 def describe_topology(topo: Topology) -> str:
-    """A multi-line text summary: GPUs and hosts, nodes per kind, link groups, bisection bandwidth per tier."""
+    """A multi-line text summary: GPUs and hosts, nodes per kind (with the first and last node name, the names
+    `faults.step` links take), link groups, bisection bandwidth per tier."""
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
@@ -79,9 +80,15 @@ def describe_topology(topo: Topology) -> str:
              f"{_count(topo.rails, 'rail')}"]
     if topo.params.get("description"):
         lines.append(f"  {' '.join(str(topo.params['description']).split())}")
-    roles = Counter(_role(attrs) for attrs in topo.wiring.nodes.values())
-    lines.append("nodes:")
-    lines += [f"  {role:<12} {roles[role]:>7}" for role in _ROLE_ORDER if roles[role]]
+    roles: Counter[str] = Counter()
+    names: dict[str, list[str]] = {}
+    for name, attrs in topo.wiring.nodes.items():
+        role = _role(attrs)
+        roles[role] += 1
+        names.setdefault(role, [name, name])[1] = name
+    lines.append("nodes (count, first and last name: what `faults.step` links name):")
+    lines += [f"  {role:<12} {roles[role]:>7}  {names[role][0]}" + (f" .. {names[role][1]}" if roles[role] > 1 else "")
+              for role in _ROLE_ORDER if roles[role]]
     groups = Counter((data["link_class"], data["bandwidth"], data["latency"]) for _, _, data in physical_links(topo))
     lines.append("links (full duplex; bandwidth per direction, latency per link):")
     for (link_class, bandwidth, latency), count in sorted(groups.items()):
