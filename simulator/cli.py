@@ -564,11 +564,15 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
-    for name in ("tp", "cp", "pp", "ep", "virtual-stages", "micro-batch"):
+    defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": "1,2", "pp": "every divisor of GPUs / (tp x cp)",
+                "ep": "the scenario's parallelism.ep", "virtual-stages": "1,2,4", "micro-batch": "1,2"}
+    for name, default in defaults.items():
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
-                            help=f"{name} values to try (default: derived from the cluster and model)")
-    search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS))
-    search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES))
+                            help=f"{name} values to try (default: {default})")
+    search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS),
+                        help="shardings to try (default: zero0,zero1,fsdp)")
+    search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES),
+                        help="recompute options to try (default: all three)")
     search.set_defaults(func=_cmd_search)
 
     study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "
