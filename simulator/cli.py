@@ -93,7 +93,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     loaded = load_scenario(args.scenario, args.set)
     topology = sized_topology(loaded, force=args.force)
-    verdict = validate(loaded, topology)
+    verdict = validate(loaded, topology, force=args.force)
     if loaded.scenario.run.horizon is not None:
         from simulator.reliability.simulate import check_job
 

@@ -1,19 +1,23 @@
 """`trainsim validate`: every check a run makes before the clock starts, without running it.
 
-The step faults against the cluster, the program of every rank and a plan of every distinct collective (an
-algorithm may not support an op or a group), on a scenario already loaded and a cluster already built (`trainsim
-validate` builds it through `scale.sized_topology`, which checks the layout and the run's size first).
+The step faults against the cluster, the program of every rank (folded where the run folds it, and refused
+where a fold check unfolds it beyond the scale limits, as the run refuses it) and a plan of every distinct
+collective (an algorithm may not support an op or a group), on a scenario already loaded and a cluster already
+built (`trainsim validate` builds it through `scale.sized_topology`, which checks the layout and the run's size
+first).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from simulator.config.locate import located
 from simulator.engine.plans import PlanCache
 from simulator.program.ops import CollectiveOp, Op
+from simulator.program.step import StepProgram
 from simulator.simulation import network_settings, plan_cache, plan_workload, step_faults, step_program
 from simulator.topology.graph import Topology
 
@@ -30,13 +34,16 @@ class Verdict:
     warnings: tuple[str, ...]
 
 
-def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
+def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> Verdict:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
-    every rank, and a plan for every distinct collective (an algorithm may not support an op or a group)."""
+    every rank (`folded_step`'s, refused unfolded beyond the scale limits unless ``force``), and a plan for
+    every distinct collective (an algorithm may not support an op or a group)."""
+    from simulator.engine.fold_policy import folded_step
+    from simulator.scale import refuse_unfolded
     from simulator.workload.comm_program import build_comm_program
 
     settings = network_settings(loaded, topology)
-    step_faults(loaded, topology)
+    faults = step_faults(loaded, topology)
     workload = loaded.scenario.workload
     plans = plan_cache(topology, settings)
     if loaded.scenario.model is None and isinstance(workload, list):
@@ -44,7 +51,13 @@ def validate(loaded: LoadedScenario, topology: Topology) -> Verdict:
         ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
         located(loaded, lambda: plan_workload(items, ops, plans))
         return Verdict({}, ())
-    program = step_program(loaded, topology, fold=loaded.scenario.run.fold)
+    guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
+
+    def build(fold: bool) -> StepProgram:
+        return step_program(loaded, topology, fold=fold, guard=guard)
+
+    program = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
+                                                  faults, loaded.scenario.run.fold, guard)).program
     located(loaded, lambda: plan_every_collective(program.ops, plans))
     return Verdict(dict(program.memory), tuple(program.warnings))
 

@@ -235,10 +235,11 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
 def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:
     """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
     estimate unfolded is beyond the limits: a located ScenarioError at the field of the check that failed,
-    naming why it unfolds, raised before the unfolded program is built. ``step`` names it (a job's state)."""
+    naming why it unfolds, raised before the unfolded program is built. ``step`` names it (a job's state); a
+    job (`run.horizon`) writes no step timeline, so its steps are estimated without one."""
     scenario = loaded.scenario
-    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update={"fold": False})}),
-                              gpus)
+    unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
+    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus)
     if estimate is None or not estimate.over_limits():
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],

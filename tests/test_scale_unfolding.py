@@ -169,3 +169,16 @@ def test_a_job_state_with_a_spine_down_that_unfolds_is_refused(monkeypatch, tmp_
     states = simulate_job(load_scenario(path, overrides), force=True).summary["states"]
     healthy, spine_down = states[0], next(state for state in states if state["spines_down"] == 1)
     assert spine_down["step_time_s"] > healthy["step_time_s"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_validate_refuses_what_the_run_refuses(case, monkeypatch, tmp_path, capsys):
+    """`trainsim validate` checks the program the run would build, folded where the run folds it, so it gives
+    the run's refusal line; `validate --force` passes it."""
+    text, line, field, reason, _, _ = CASES[case]
+    path = _write(tmp_path, text)
+    _limit_to_the_folded_step(monkeypatch, path, [])
+    assert main(["validate", path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {path}:{line}: {field}: this run is too large to simulate unfolded ({reason}")
+    assert main(["validate", path, "--force", "--quiet"]) == 0

@@ -21,7 +21,7 @@ the scale limits is refused before it is built unfolded (scale.refuse_unfolded),
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
@@ -126,13 +126,10 @@ class StepStates:
 
     @staticmethod
     def _guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
-        """The refusal of the state's step unfolded beyond the scale limits, as a plain run's, estimated
-        without the timeline a job does not write."""
-        run = loaded.scenario.run.model_copy(update={"timeline": "summary"})
-        quiet = replace(loaded, scenario=loaded.scenario.model_copy(update={"run": run}))
+        """The refusal of the state's step unfolded beyond the scale limits, as a plain run's, naming it."""
         differs = state.describe() if state is not None else ""
         step = f"the job's step with {differs}" if differs else "the job's step"
-        return lambda unfolding: refuse_unfolded(quiet, topology.num_gpus, unfolding, step)
+        return lambda unfolding: refuse_unfolded(loaded, topology.num_gpus, unfolding, step)
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
