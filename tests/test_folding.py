@@ -294,6 +294,33 @@ def test_lanes_sharing_a_nic_whose_rings_meet_the_uplinks_unevenly_unfold(run_ya
     assert folded["step_time_s"] == unfolded["step_time_s"]
 
 
+def test_a_two_rank_tree_across_the_replicas_folds_exactly(run_yaml, monkeypatch):
+    """The small fabric with two GPUs per NIC, 4 channels, PP 2 x DP 2, the DP all-reduces forced onto NCCL's
+    tree (`auto` took it for some bucket sizes before its tie rule, and the folded step drifted 4e-5). The flat
+    double tree ran its two trees on channels 0 and 1 whatever the channel count, so one rank sent up on channel
+    1 while its replica sent up on channel 0, hashed onto another spine: unfolded, stage 1's tree sent 24 -> 8 in
+    1.83 ms where its NIC's other lane sent 25 -> 9 in 0.52 and went on to its next bucket at once, while the
+    folded run held that mirror lane to the representative's; the folded step came out 6.7% short (34.12
+    ms against 36.59). Every channel now runs both trees, as the tree across hosts' chains does, each carrying
+    n / (2 channels): both directions of every channel cross at once, as a ring's do, and the folded step is the
+    unfolded one. Over two ranks the tree's up and down are then the ring's reduce-scatter and all-gather, one
+    hop each way per channel, so the step is the ring's (auto's) to the last bits."""
+    from simulator.collectives import registry
+
+    nccl_choice = registry.choose_algorithm
+    overrides = ("cluster.nics_per_node=4", "collectives.channels=4", "parallelism.pp=2", "parallelism.dp=2")
+    ring = run_yaml(SMALL_FABRIC, *overrides).summary
+
+    def tree_for_dp_pairs(request, topology, efficiency=None):
+        pair = len(request.ranks) == 2 and topology.gpu_host[request.ranks[0]] != topology.gpu_host[request.ranks[1]]
+        return "tree" if request.op == "all_reduce" and pair else nccl_choice(request, topology, efficiency)
+
+    monkeypatch.setattr(registry, "choose_algorithm", tree_for_dp_pairs)
+    folded, unfolded = _folded_and_unfolded(run_yaml, *overrides)
+    assert folded["folded"] and "fold_off_reason" not in folded
+    assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(ring["step_time_s"], rel=1e-12)
+
+
 HSDP = """
 cluster: {topology: dgx-h100-cluster, nodes: 2}
 network: {efficiency: ideal}

@@ -35,32 +35,39 @@ def chunk_count(nbytes: float, chunk_bytes: float | None) -> int:
 def pipelined_phases(edges: list[Edge], nbytes: float, chunks: int) -> list[Phase]:
     """Phases that move ``nbytes`` in ``chunks`` equal chunks over ``edges`` as a pipeline.
 
-    At step s the active edges are those whose first step lies in ``[s - chunks + 1, s]``; the set only
-    changes when s reaches a first step or a first step plus ``chunks``, so each stretch between two such
-    breakpoints is one phase whose ``repeat`` is the stretch length. A step where an edge carries its first
-    chunk pays the path latency (nothing is in flight on that edge to hide it behind); every later step of a
-    stretch continues open streams with ``NCCL_STEPS`` chunks in flight and pays only the window's stall, so
-    a chain of h hops costs h (a + c b) + (L - 1) max(c b, 2 (a + c b) / NCCL_STEPS) for L chunks of c bytes:
-    h a + n b + (h - 1) c b while the window hides the latency, NCCL's latency per hop plus size over bandwidth.
+    Each stretch of steps over which the active edges stay the same (`pipeline_stretches`) is one phase whose
+    ``repeat`` is the stretch length. A step where an edge carries its first chunk pays the path latency
+    (nothing is in flight on that edge to hide it behind); every later step of a stretch continues open
+    streams with ``NCCL_STEPS`` chunks in flight and pays only the window's stall, so a chain of h hops costs
+    h (a + c b) + (L - 1) max(c b, 2 (a + c b) / NCCL_STEPS) for L chunks of c bytes: h a + n b + (h - 1) c b
+    while the window hides the latency, NCCL's latency per hop plus size over bandwidth.
     """
     if not edges or nbytes <= 0:
         return []
     chunk = nbytes / chunks
-    firsts = {e[3] for e in edges}
-    breakpoints = sorted(firsts | {first + chunks for first in firsts})
     phases = []
-    for start, stop in zip(breakpoints, breakpoints[1:]):
+    for start, stop, opens in pipeline_stretches([e[3] for e in edges], chunks):
         active = tuple(Transfer(src, dst, chunk, channel) for src, dst, channel, first in edges
                        if start - chunks < first <= start)
         if not active:
             continue
         streamed = stop - start
-        if start in firsts:
+        if opens:
             phases.append(Phase(active))
             streamed -= 1
         if streamed:
             phases.append(Phase(active, repeat=streamed, steps_in_flight=NCCL_STEPS))
     return phases
+
+
+def pipeline_stretches(firsts: list[int], chunks: int) -> list[tuple[int, int, bool]]:
+    """The stretches [start, stop) of a pipeline of ``chunks`` chunks over edges that carry their first chunk
+    at steps ``firsts``, over which the active edges (those whose first step lies in [s - chunks + 1, s]) stay
+    the same: the set only changes when s reaches a first step or a first step plus ``chunks``. Each with
+    whether its first step opens an edge (an edge carries its first chunk then). Some may have no active edge."""
+    opening = set(firsts)
+    breakpoints = sorted(opening | {first + chunks for first in opening})
+    return [(start, stop, start in opening) for start, stop in zip(breakpoints, breakpoints[1:])]
 
 
 def in_order_tree(size: int) -> tuple[list[int], list[int], list[int]]:
@@ -100,14 +107,31 @@ def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int,
     return trees
 
 
-def double_tree_all_reduce(request: CollectiveRequest) -> list[Phase]:
-    """Each tree reduces half the buffer up to its root, then broadcasts it down, pipelined in chunks."""
-    half = request.nbytes / 2
-    chunks = chunk_count(half, request.chunk_bytes)
-    trees = double_binary_tree(request.ranks)
-    up = [(child, parent, index, h) for index, tree in enumerate(trees) for child, parent, h, _ in tree]
-    down = [(parent, child, index, d) for index, tree in enumerate(trees) for child, parent, _, d in tree]
-    return pipelined_phases(up, half, chunks) + pipelined_phases(down, half, chunks)
+def double_tree_all_reduce(request: CollectiveRequest, channels: int = 1) -> list[Phase]:
+    """Every channel's two trees over the ranks (`double_tree_edges`), up then down."""
+    return all_reduce_phases(double_tree_edges(request.ranks, channels), request, channels)
+
+
+def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveRequest, channels: int
+                      ) -> list[Phase]:
+    """A tree all-reduce over the (up, down) ``edges`` of ``channels`` channels' two trees: each tree reduces
+    n / (2 channels) up to its root, then broadcasts it down, pipelined in chunks."""
+    share = request.nbytes / (2 * channels)
+    chunks = chunk_count(share, request.chunk_bytes)
+    up, down = edges
+    return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
+
+
+def double_tree_edges(ranks: tuple[int, ...], channels: int) -> tuple[list[Edge], list[Edge]]:
+    """The up and down edges of the `double_binary_tree` over ``ranks`` on each of ``channels``: every channel
+    runs both trees, as every channel of the tree across hosts does (`host_tree_edges`). An edge up starts at
+    its child's height, an edge down at its parent's depth."""
+    trees = double_binary_tree(ranks)
+    up = [(child, parent, channel, height) for channel in range(channels) for tree in trees
+          for child, parent, height, _ in tree]
+    down = [(parent, child, channel, depth) for channel in range(channels) for tree in trees
+            for child, parent, _, depth in tree]
+    return up, down
 
 
 def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, int]]:
@@ -129,13 +153,27 @@ def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, i
 
 
 def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, channels: int) -> list[Phase]:
-    """NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a double binary tree of
-    the chains. Every channel runs two trees (the second with the mirrored host tree and the reversed chains),
-    each carrying n / (2 channels), pipelined in chunks; channel c's chains start at local position c, so the
-    channels leave each host through different GPUs (and NICs). A chain's first GPU talks to the parent
-    host's last GPU, as NCCL's tree-up and tree-down GPUs sit at the two ends of the intra-node chain."""
-    share = request.nbytes / (2 * channels)
-    chunks = chunk_count(share, request.chunk_bytes)
+    """NCCL's tree across hosts (`host_tree_edges`), up then down."""
+    return all_reduce_phases(host_tree_edges(hosts, channels), request, channels)
+
+
+def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: int
+                     ) -> tuple[list[Edge], list[Edge]]:
+    """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host) on
+    ``channels``: NCCL's tree across hosts (`host_tree_edges`) where some host holds two members or more, else
+    the double binary tree over the ranks (`double_tree_edges`: one member per host, or a group in one host)."""
+    if len(hosts) > 1 and max(map(len, hosts)) > 1:
+        return host_tree_edges(hosts, channels)
+    return double_tree_edges(ranks, channels)
+
+
+def host_tree_edges(hosts: list[list[int]], channels: int) -> tuple[list[Edge], list[Edge]]:
+    """The up and down edges of NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a
+    double binary tree of the chains. Every channel runs two trees (the second with the mirrored host tree and
+    the reversed chains); channel c's chains start at local position c, so the channels leave each host
+    through different GPUs (and NICs). A chain's first GPU talks to the parent host's last GPU, as NCCL's
+    tree-up and tree-down GPUs sit at the two ends of the intra-node chain. An edge up starts at its child's
+    height, an edge down at its parent's depth."""
     host_trees = double_binary_tree(tuple(range(len(hosts))))
     up, down = [], []
     for channel in range(channels):
@@ -150,12 +188,9 @@ def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, cha
             for child, above, _, _ in host_tree:
                 parent[chains[child][0]] = chains[above][-1]
             height, depth = _heights_depths(parent)
-            tag = 2 * channel + index
-            up += [(child, above, tag, height[child]) for child, above in parent.items() if above >= 0]
-            down += [(above, child, tag, depth[above]) for child, above in parent.items() if above >= 0]
-    up = [(a, b, tag // 2, step) for a, b, tag, step in up]
-    down = [(a, b, tag // 2, step) for a, b, tag, step in down]
-    return pipelined_phases(up, share, chunks) + pipelined_phases(down, share, chunks)
+            up += [(child, above, channel, height[child]) for child, above in parent.items() if above >= 0]
+            down += [(above, child, channel, depth[above]) for child, above in parent.items() if above >= 0]
+    return up, down
 
 
 def binomial_rounds(size: int) -> list[list[tuple[int, int]]]:
@@ -181,15 +216,14 @@ def binomial_phases(ranks: tuple[int, ...], root: int, nbytes: float, *, toward_
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """All-reduce: per host a chain, across hosts a double binary tree (NCCL's tree), or the double binary tree
-    over the ranks when every host holds one member or the group sits in one host; binomial-tree broadcast and
-    reduce (not pipelined: see docs)."""
+    over the ranks when every host holds one member or the group sits in one host; every channel (counted as
+    for rings) runs both trees. Binomial-tree broadcast and reduce (not pipelined: see docs)."""
     if request.op == "all_reduce":
         from simulator.collectives.ring import channel_count, group_by_host  # ring builds on this module
 
         hosts = group_by_host(request.ranks, topology)
-        if len(hosts) > 1 and max(len(members) for members in hosts) > 1:
-            return host_tree_all_reduce(hosts, request, channel_count(request, topology, hosts))
-        return double_tree_all_reduce(request)
+        channels = channel_count(request, topology, hosts)
+        return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels), request, channels)
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
     raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm",
