@@ -124,3 +124,24 @@ def test_cp_that_does_not_split_the_sequence_is_a_located_error(validation_error
     assert error.field == "parallelism.cp"
     assert problem in error.problem
     assert error.line == 5
+
+
+@pytest.mark.parametrize(("overrides", "problem"), [
+    (["training.seq_len=8196", "parallelism.cp_load_balance=false", "parallelism.sequence_parallel=true"],
+     "seq_len 8196 does not split into cp x tp = 4 x 2 = 8 token shares, which sequence parallelism gives"),
+    (["training.seq_len=8196", "parallelism.cp_load_balance=false", "model.preset=mixtral-8x7b",
+      "parallelism.ep=2"], "which the experts' routing gives each TP rank"),
+])
+def test_a_cp_share_that_tp_does_not_split_is_a_located_error(validation_error, assert_located, overrides, problem):
+    """8196 tokens split into 4 CP shares of 2049, which sequence parallelism (or MoE routing) over TP 2 cut into
+    1024.5 tokens a rank: the run used to simulate fractional tokens (Megatron-LM asserts the split)."""
+    assert_located(validation_error(SCENARIO, *overrides), tuple(overrides), "training.seq_len", problem)
+
+
+def test_without_sequence_parallelism_or_experts_tp_holds_the_whole_cp_share():
+    from simulator.config.loader import scenario_from_text
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
+
+    loaded = scenario_from_text(SCENARIO, "inline.yaml", ["training.seq_len=8196", "parallelism.cp_load_balance=false"])
+    validate(loaded, scenario_topology(loaded))

@@ -271,6 +271,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
+    _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     experts = plan_experts(scenario, model, layout, shard, cost)
@@ -377,6 +378,18 @@ def _check_context(seq_len: int, cp: int, balanced: bool) -> None:
         what = f"2 x cp = {chunks} chunks (cp_load_balance)" if chunks != cp else f"cp {cp} shares"
         raise _invalid("parallelism.cp", f"seq_len {seq_len} does not split into {what}",
                        f"cp with seq_len divisible by {'2 x cp' if chunks != cp else 'cp'}")
+
+
+def _check_sequence_shards(seq_len: int, layout: Layout, sequence_parallel: bool, experts: bool) -> None:
+    """With sequence parallelism each TP rank holds, and with experts routes, its 1/tp of the CP rank's
+    seq_len / cp tokens (Megatron-LM splits the sequence dimension and asserts that it divides), so a whole
+    number of them."""
+    shards = layout.cp * layout.tp
+    if layout.tp > 1 and (sequence_parallel or experts) and seq_len % shards:
+        who = "sequence parallelism" if sequence_parallel else "the experts' routing"
+        raise _invalid("training.seq_len", f"seq_len {seq_len} does not split into cp x tp = {layout.cp} x "
+                       f"{layout.tp} = {shards} token shares, which {who} gives each TP rank",
+                       f"a multiple of {shards}")
 
 
 def _check_heads(model: ModelSpec, layout: Layout) -> None:
