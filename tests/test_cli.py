@@ -407,6 +407,18 @@ def test_a_bad_topology_override_is_located_at_its_set(command, override, error,
     assert capsys.readouterr().err.startswith(f"error: {error}")
 
 
+@pytest.mark.parametrize("command, where", [(["topo", "describe"], "topo describe"),
+                                            (["collective", "--sizes", "1MiB", "--topology"], "--topology")])
+def test_a_missing_topology_file_says_what_is_allowed(command, where, tmp_path, capsys):
+    """A path that is no file (missing, or a folder) was 'error: nothere.yaml: cannot read file: No such file or
+    directory', with neither the option nor what it takes (a scenario's cluster.topology said both)."""
+    for path in (tmp_path / "nothere.yaml", tmp_path):
+        assert main([*command, str(path)]) == 2
+        assert capsys.readouterr().err == (f"error: command line: {where}: no topology file {path} (allowed: a "
+                                           "bundled topology's name, or a YAML file's path relative to the working "
+                                           "folder)\n")
+
+
 @pytest.mark.parametrize("chunk", ["0 B", "-1 MiB", "1e30 B", "4 parsecs", "0.5 B", "1e-20 B"])
 def test_a_chunk_is_checked_once_for_the_scenario_and_the_collective_command(chunk, capsys):
     """`collectives.chunk` and `trainsim collective --chunk` had a check each, with different words ('chunk 0.0'

@@ -51,9 +51,10 @@ def resolve_topology_path(name_or_path: str, folder: Path | None = None) -> Path
                                 allowed=", ".join(list_bundled_topologies()) + ", or a path to a YAML file")
         return path
     path = Path(text) if folder is None else folder / text
-    if folder is not None and not path.is_file():
+    if not path.is_file():
+        relative_to = "the working folder" if folder is None else "the scenario"
         raise TopologyError(f"no topology file {path}", field="topology",
-                            allowed="a bundled topology's name, or a YAML file's path relative to the scenario")
+                            allowed=f"a bundled topology's name, or a YAML file's path relative to {relative_to}")
     return path
 
 
