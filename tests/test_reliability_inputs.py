@@ -78,6 +78,16 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_an_unknown_effect_names_the_choices(tmp_path, capsys):
+    """An enum field's refusal was pydantic's own words, "Input should be 'replace', 'restart', 'degrade' or
+    'straggle'", with no (allowed: ...) as every literal field's has."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("      repair: 4 h", "      effect: explode"))
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (f"error: {scenario}:17: faults.components.gpu.effect: 'explode' is not a valid "
+                                       "choice (allowed: replace, restart, degrade or straggle)\n")
+
+
 def test_units_and_blast_radius_on_the_graph():
     topology = load_topology("dgx-h100-cluster", {"nodes": 64})
     units = cluster_units(topology)

@@ -219,7 +219,7 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         allowed = _allowed_keys(model, loc[:-1])
     elif kind == "missing":
         message = "required field is missing"
-    elif kind == "literal_error":
+    elif kind in ("literal_error", "enum"):
         expected = first.get("ctx", {}).get("expected", "")
         message = f"{first.get('input')!r} is not a valid choice"
         allowed = expected.replace("'", "")
