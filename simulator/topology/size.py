@@ -12,7 +12,7 @@ from simulator.topology.parameters import read_parameters
 
 MAX_QUICK_GPUS = 2**15
 """`topo describe/draw` and `collective` refuse larger clusters unless forced: building the cluster is linear in the
-GPUs (`topo describe` of 32,768 took 1.9 s and 170 MB, of 131,072 6.8 s and 460 MB, on a shared 2-core machine on
+GPUs (`topo describe` of 32,768 took 1.8 s and 170 MB, of 131,072 6.8 s and 460 MB, on a shared 2-core machine on
 2026-12-03), a million would take minutes; one 1 GiB ring all-reduce on 65,536 GPUs took 2.9 s and 0.6 GB."""
 
 
