@@ -101,6 +101,9 @@ def _evaluate(node: ast.AST, scenario: BaseModel) -> object:
 
 
 MAX_POWER_BITS = 4096
+"""The largest whole-number power a constraint may compute, in bits, bounded from below as floor(log2 |base|) x
+exponent: 2 ** 4096 passes, 2 ** 4097 does not, and a power of another base may reach about twice the bits
+(3 ** 4096 has 6,492), still microseconds of work."""
 
 
 def _arithmetic(node: ast.BinOp, left: object, right: object) -> object:

@@ -126,11 +126,7 @@ class Fabric:
                 return self._climb(topo, src)[:1] + self._descent(topo, dst)[-1:]
             meet = next(i for i, node in enumerate(up) if node in down)
             return self._climb(topo, src)[:meet + 1] + self._descent(topo, dst)[-1 - down.index(up[meet]):]
-        hops = self._hops(src, dst, channel)
-        middle = self._middles.get(hops)
-        if middle is None:
-            middle = self._middles[hops] = topo.link_ids(self._switch_hops(*hops))
-        return self._end(topo, src, 0) + middle + self._end(topo, dst, 1)
+        return self._end(topo, src, 0) + self._middle(topo, self._hops(src, dst, channel)) + self._end(topo, dst, 1)
 
     def route_arrays(self, topo: Topology, src: np.ndarray, dst: np.ndarray,
                      channel: np.ndarray) -> np.ndarray:
@@ -190,7 +186,8 @@ class Fabric:
         routes[rows, 2 + length], routes[rows, 3 + length] = down[:, 0], down[:, 1]
 
     def _middle(self, topo: Topology, hops: tuple[int, ...]) -> tuple[int, ...]:
-        """Link ids of the switch hops ``hops`` (as `_hops` gives them; same leaf: none), kept once worked out."""
+        """Link ids of the switch hops ``hops`` (as `_hops` gives them; same leaf: none), kept once worked out:
+        the one table `route_links` and `route_arrays` both read, so their routes agree."""
         hops = hops[:2] if hops[0] == hops[1] else hops
         middle = self._middles.get(hops)
         if middle is None:

@@ -258,8 +258,8 @@ class Topology:
         """`route` of many (src, dst, channel) at once: a matrix of link ids (at least one column), one route
         per row from its first column on (-1 after its end), and each route's latency, its links' added in
         path order as `route` adds them. The router's array form where it has one (a 16k-GPU ring's 131k
-        routes in numpy), else `route` per row; not kept in the route cache (a large phase's routes are asked
-        for once)."""
+        routes in numpy), which keeps nothing in the route cache (a large phase's routes are asked for once);
+        else `route` per row, which keeps each."""
         route_arrays = getattr(self.router, "route_arrays", None)
         moving = np.flatnonzero(src != dst)
         if route_arrays is not None:
