@@ -15,7 +15,18 @@ from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
-from simulator.sweep.options import EXECUTORS, GANTT_ROWS, RECOMPUTES, SHARDINGS, STUDIES, STUDY_CHARTS
+from simulator.sweep.options import (
+    EXECUTORS,
+    GANTT_ROWS,
+    RECOMPUTES,
+    SEARCH_CP,
+    SEARCH_MICRO_BATCHES,
+    SEARCH_SHARDINGS,
+    SEARCH_VIRTUAL_STAGES,
+    SHARDINGS,
+    STUDIES,
+    STUDY_CHARTS,
+)
 
 EXIT_INPUT = 2
 """A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
@@ -408,6 +419,11 @@ def _at_least(minimum: int):
     return parse
 
 
+def _listed(values: tuple[object, ...]) -> str:
+    """``values`` as a comma list, the way the list options take them (`--cp 1,2`)."""
+    return ",".join(map(str, values))
+
+
 def _choice_list(choices: tuple[str, ...]):
     def parse(text: str) -> tuple[str, ...]:
         values = tuple(text.split(","))
@@ -564,15 +580,16 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--workers", type=_at_least(0), default=0)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
-    defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": "1,2", "pp": "every divisor of GPUs / (tp x cp)",
-                "ep": "the scenario's parallelism.ep", "virtual-stages": "1,2,4", "micro-batch": "1,2"}
+    defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": _listed(SEARCH_CP),
+                "pp": "every divisor of GPUs / (tp x cp)", "ep": "the scenario's parallelism.ep",
+                "virtual-stages": _listed(SEARCH_VIRTUAL_STAGES), "micro-batch": _listed(SEARCH_MICRO_BATCHES)}
     for name, default in defaults.items():
         search.add_argument(f"--{name}", type=_int_list, default=None, metavar="N,N,...",
                             help=f"{name} values to try (default: {default})")
     search.add_argument("--sharding", type=_choice_list(SHARDINGS), default=None, metavar=",".join(SHARDINGS),
-                        help="shardings to try (default: zero0,zero1,fsdp)")
+                        help=f"shardings to try (default: {_listed(SEARCH_SHARDINGS)})")
     search.add_argument("--recompute", type=_choice_list(RECOMPUTES), default=None, metavar=",".join(RECOMPUTES),
-                        help="recompute options to try (default: all three)")
+                        help=f"recompute options to try (default: {_listed(RECOMPUTES)})")
     search.set_defaults(func=_cmd_search)
 
     study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "

@@ -342,3 +342,18 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(unsharded, 2):
         if abs(simulated_a / simulated_b - 1) > 0.05:
             assert (estimated_a > estimated_b) == (simulated_a > simulated_b), (a.label(), b.label())
+
+
+def test_search_help_states_the_search_spaces_own_defaults(capsys):
+    """`trainsim search --help` gives the default values of cp, v, the micro-batch, the shardings and recompute;
+    they are read from the one definition `SearchSpace` takes (sweep/options.py), not written out again."""
+    from simulator.cli import main
+
+    assert main(["search", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    space = SearchSpace()
+    for option, values in (("cp", space.cp), ("virtual-stages", space.virtual_stages),
+                           ("micro-batch", space.micro_batch)):
+        assert f"{option} values to try (default: {','.join(map(str, values))})" in text, option
+    assert f"shardings to try (default: {','.join(space.sharding)})" in text
+    assert f"recompute options to try (default: {','.join(space.recompute)})" in text

@@ -24,7 +24,15 @@ from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.registry import serves_chunks
 from simulator.simulation import NetworkSettings, plan_cache, run_alone
 from simulator.sweep.fields import with_values
-from simulator.sweep.options import RECOMPUTES, Recompute, Sharding
+from simulator.sweep.options import (
+    RECOMPUTES,
+    SEARCH_CP,
+    SEARCH_MICRO_BATCHES,
+    SEARCH_SHARDINGS,
+    SEARCH_VIRTUAL_STAGES,
+    Recompute,
+    Sharding,
+)
 from simulator.topology.graph import Topology
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import TrainingStep, build_training_step
@@ -89,11 +97,11 @@ class SearchSpace:
     (for `ep`, the base scenario's `parallelism.ep`)."""
 
     tp: tuple[int, ...] = ()
-    cp: tuple[int, ...] = (1, 2)
+    cp: tuple[int, ...] = SEARCH_CP
     pp: tuple[int, ...] = ()
-    virtual_stages: tuple[int, ...] = (1, 2, 4)
-    micro_batch: tuple[int, ...] = (1, 2)
-    sharding: tuple[Sharding, ...] = ("zero0", "zero1", "fsdp")
+    virtual_stages: tuple[int, ...] = SEARCH_VIRTUAL_STAGES
+    micro_batch: tuple[int, ...] = SEARCH_MICRO_BATCHES
+    sharding: tuple[Sharding, ...] = SEARCH_SHARDINGS
     recompute: tuple[Recompute, ...] = RECOMPUTES
     ep: tuple[int, ...] = ()
 

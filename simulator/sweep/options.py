@@ -12,6 +12,12 @@ SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 RECOMPUTES: tuple[Recompute, ...] = RECOMPUTE_MODES
 """Recompute options (`training.recompute`'s set) from the least extra compute to the most: a lighter one that
 fits dominates."""
+SEARCH_CP: tuple[int, ...] = (1, 2)
+SEARCH_VIRTUAL_STAGES: tuple[int, ...] = (1, 2, 4)
+SEARCH_MICRO_BATCHES: tuple[int, ...] = (1, 2)
+SEARCH_SHARDINGS: tuple[Sharding, ...] = ("zero0", "zero1", "fsdp")
+"""The layout search's values of the dimensions that the cluster and model do not set (sweep/layouts.py
+`SearchSpace`), named once for it and for `trainsim search --help`."""
 STUDY_CHARTS = ("sweep", "heatmap", "busbw", "front")
 """`trainsim plot` charts drawn from a sweep or search folder (report/study_plots.py)."""
 GanttRows = Literal["stage", "rank"]
