@@ -36,6 +36,12 @@ MAX_EVENTS = 20_000_000
 """Refuse runs estimated to simulate more ops plus flows than this (about ten minutes of simulation; the
 8,192-GPU Llama 3 405B run has ~0.4 M)."""
 
+
+def limits_text() -> str:
+    """The two limits as every refusal states them: '16 GiB and 20,000,000 ops + flows' (read when asked, so a
+    test that lowers a limit sees its own)."""
+    return f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows"
+
 TOPOLOGY_BYTES_PER_GPU = 5_000
 """Graph, link arrays and routes per GPU (measured: 32,768 DGX H100 GPUs take ~0.16 GB)."""
 OP_BYTES = 1_000
@@ -213,7 +219,7 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
     if estimate is not None and estimate.over_limits():
         field = _cause(estimate, scenario)
         raise loaded.error(field, f"this run is too large to simulate: {estimate.describe()}; the limits are "
-                                  f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
+                                  f"{limits_text()}",
                            advice(estimate, scenario))
     return estimate
 
@@ -244,7 +250,7 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
                        f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
-                       f"the limits are {MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows",
+                       f"the limits are {limits_text()}",
                        f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster (cluster.nodes); or pass --force")
 
 

@@ -121,7 +121,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     unfolded are ~51 million ops + flows and tens of GiB per step (the docs' leaf-switch example met ~75
     leaves per replication of the 405B job, its throttling example thousands of straggler states, and both
     ran for hours without a word)."""
-    from simulator.scale import MAX_EVENTS, MAX_MEMORY_BYTES, estimate_scale
+    from simulator.scale import estimate_scale, limits_text
 
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
@@ -132,8 +132,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     estimate = estimate_scale(scenario.model_copy(update={"run": run}), topology.num_gpus)
     if estimate is None or not estimate.over_limits():
         return
-    limits = (f"{estimate.describe()}, beyond the limits of {MAX_MEMORY_BYTES / 2**30:.0f} GiB and "
-              f"{MAX_EVENTS:,} ops + flows")
+    limits = f"{estimate.describe()}, beyond the limits of {limits_text()}"
     if not scenario.run.fold:
         raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
                            "true, a smaller cluster, or --force")
