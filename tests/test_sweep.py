@@ -15,6 +15,7 @@ from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.config.yaml_source import parse_field
 from simulator.errors import ExecutorError, ScenarioError
+from simulator.sweep.constraints import EVALUABLE
 from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
 from simulator.sweep.fields import value_at
 from simulator.sweep.runner import run_sweep
@@ -213,7 +214,7 @@ def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, 
     path.write_text(BASE + f"grid: {{training.microbatches: [4]}}\nconstraints: ['{constraint}']\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem}\n"
+    assert err == f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem} (allowed: {EVALUABLE})\n"
     assert not (tmp_path / "out").exists()
 
 
@@ -224,11 +225,13 @@ def test_a_constraint_on_a_value_the_point_lacks_is_one_located_error(tmp_path, 
     ("'%999999999s' % 1 == 'b'", "'%999999999s' % 1: texts and lists only join with +"),
 ])
 def test_a_constraint_too_large_to_evaluate_is_one_located_error(tmp_path, capsys, constraint, problem):
-    """Arithmetic that overflows, or would take the memory or hours, is refused at the constraint's line."""
+    """Arithmetic that overflows, or would take the memory or hours, is refused at the constraint's line, saying
+    what a constraint may compute (it said nothing of that)."""
     path = tmp_path / "sweep.yaml"
     path.write_text(BASE + f"grid: {{training.microbatches: [4]}}\nconstraints: [\"{constraint}\"]\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
-    assert capsys.readouterr().err == f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem}\n"
+    assert capsys.readouterr().err == (f"error: {path}:9: constraints[0]: cannot evaluate at point 0: {problem} "
+                                       f"(allowed: {EVALUABLE})\n")
     assert not (tmp_path / "out").exists()
 
 

@@ -26,6 +26,9 @@ _COMPARE: dict[type, Callable] = {
     ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 ALLOWED = "field paths, numbers, strings, + - * / // % **, comparisons, and/or/not, lists"
+EVALUABLE = ("a constraint every point can evaluate: fields the point has, numbers within floats and powers of up "
+             "to 4,096 bits, texts and lists only joined with +")
+"""What a constraint that fails at a point (a field the point lacks, an overflow, a type mismatch) should be."""
 
 
 @dataclass(frozen=True)

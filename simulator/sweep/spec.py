@@ -58,7 +58,7 @@ from simulator.config.yaml_source import (
 )
 from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.report.writers import scenario_digest
-from simulator.sweep.constraints import Constraint, parse_constraint
+from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint
 from simulator.sweep.fields import with_values
 from simulator.topology.loader import (
     TopologySource,
@@ -324,7 +324,8 @@ def _violated(constraints: list[Constraint], scenario: Scenario, index: int, loc
                 return f"constraint: {constraint.text}"
         except (TypeError, ValueError, ZeroDivisionError, ScenarioError) as exc:
             problem = exc.problem if isinstance(exc, ScenarioError) else exc
-            raise locate(("constraints", number), f"cannot evaluate at point {index}: {problem}") from None
+            allowed = (exc.allowed if isinstance(exc, ScenarioError) else "") or EVALUABLE
+            raise locate(("constraints", number), f"cannot evaluate at point {index}: {problem}", allowed) from None
     return ""
 
 
