@@ -180,11 +180,12 @@ def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[li
     total = 0.0
     for src, dst, first in tree_edges(request.ranks, tuple(map(tuple, hosts)), channels):
         crossing = host[src] != host[dst]
+        sides = ((inner, ~crossing, src, dst), (outer, crossing, nic[src], nic[dst]))
         for start, stop, opens in pipeline_stretches(first.tolist(), chunks):
-            active = (first <= start) & (first > start - chunks)
-            ports = [(hop, busiest(out[active & among], into[active & among]) * chunk / hop.bandwidth)
-                     for hop, among, out, into in ((inner, ~crossing, src, dst), (outer, crossing, nic[src], nic[dst]))
-                     if (active & among).any()]
+            # the active edges, first step in (start - chunks, start]: one slice of the edges sorted by first step
+            low, high = np.searchsorted(first, (start - chunks, start), side="right").tolist()
+            ports = [(hop, busiest(out[low:high][among[low:high]], into[low:high][among[low:high]]) * chunk
+                      / hop.bandwidth) for hop, among, out, into in sides if among[low:high].any()]
             if not ports:
                 continue
             streamed = max(seconds + hop.stall(chunk) for hop, seconds in ports)
@@ -197,11 +198,13 @@ def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[li
 def tree_edges(ranks: tuple[int, ...], hosts: tuple[tuple[int, ...], ...], channels: int
                ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
     """The up and down edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host) as arrays:
-    source, destination and first step of each (`all_reduce_edges`), kept for the group's other sizes."""
+    source, destination and first step of each (`all_reduce_edges`), sorted by first step (so that the edges
+    active at a step are one slice), kept for the group's other sizes."""
     found = []
     for edges in all_reduce_edges(ranks, [list(members) for members in hosts], channels):
         src, dst, _, first = np.array(edges, dtype=np.int64).reshape(-1, 4).T
-        found.append((src, dst, first))
+        order = np.argsort(first, kind="stable")
+        found.append((src[order], dst[order], first[order]))
     return tuple(found)
 
 
