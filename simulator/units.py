@@ -163,6 +163,12 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
     return f"{value / scale:.4g} {unit}"
 
 
+def format_count(count: float) -> str:
+    """A count for a message: whole and with thousands separators, 4 significant digits from 10^15 on (a count
+    derived from a 1e300 s horizon has hundreds of digits): 27648096 -> '27,648,096', 6.48e299 -> '6.48e+299'."""
+    return f"{count:,.0f}" if abs(count) < 1e15 else f"{count:.4g}"
+
+
 def format_size(nbytes: float) -> str:
     """A human-readable binary size: 1073741824 -> '1 GiB'."""
     return _scaled(nbytes, _SIZE_STEPS)

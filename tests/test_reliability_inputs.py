@@ -159,6 +159,13 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
      "faults: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, 0 maintenance "
      "windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer checkpoint.interval or "
      "faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass --force)"),
+    # 16 GPUs at 1 / 1000 h over 1e300 s: 16 / 3.6e6 x 1e300 = 4.444e294 failures; 1e300 s / 30 min = 5.556e296
+    # checkpoints; 5.600e296 in all. They printed with 297 digits each.
+    (("  horizon: 2 d", "  horizon: 1e300 s"),
+     "checkpoint.interval: the job would handle ~5.6e+296 events over 1 replication(s) (4.444e+294 failures, 0 "
+     "maintenance windows, 5.556e+296 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
+     "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
+     "--force)"),
 ])
 def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an
@@ -170,6 +177,22 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     problem = err.split(": ", 2)[2]
     assert problem == message, err
+
+
+def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
+    """`--force` runs a job past the 20 million event limit, but not one of more than 10^12 events (70 days and
+    150 TiB at the limit's rate): 16 GPUs failing 1e300 times a second for 2 d draw 16 x 1e300 x 172,800 =
+    2.765e306 failures, whose count numpy could not even draw (its 'lam value too large' was a traceback)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("      mtbf: 1000 h", "      rate: 1e300 per 1 s"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--force"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: {scenario}:13: faults: the job would handle ~2.765e+306 events over 1 replication(s) (2.765e+306 "
+        "failures, 0 maintenance windows, 96 checkpoints; even --force runs at most 1,000,000,000,000) (allowed: "
+        "lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer run.replications or "
+        "a shorter run.horizon)")
+    assert not out.exists()
 
 
 def test_a_class_of_a_unit_the_cluster_lacks_is_refused(tmp_path, capsys):

@@ -25,6 +25,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
+from simulator.units import format_count
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -66,13 +67,19 @@ def _checkpoint_size(loaded: LoadedScenario) -> float:
 MAX_JOB_EVENTS = 20_000_000
 """Refuse job simulations expected to handle more failure arrivals, maintenance windows and checkpoints than
 this over all replications (about two minutes and 3 GiB; the bundled 54-day Llama 3 job has ~1.6 M, nearly
-all of them checkpoints)."""
+all of them checkpoints), unless forced."""
+MAX_FORCED_JOB_EVENTS = 10**12
+"""Refuse job simulations expected to handle more events than this even when forced: at the rate of
+MAX_JOB_EVENTS, 50,000 times its two minutes and 3 GiB (about 70 days and 150 TiB). Beyond about 9.2e18
+failures in one replication numpy cannot even draw their count (a rate of 1e300 per second was its traceback)."""
 
 
-def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], healthy: SegmentCosts) -> None:
+def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], healthy: SegmentCosts, *,
+                     force: bool) -> None:
     """Refuse a job whose expected events (failures drawn, maintenance windows, checkpoints written) over
-    every replication pass MAX_JOB_EVENTS, before any is drawn, naming the part that dominates and the field
-    that sets it (a per-GPU MTBF of one second on 32 GPUs draws 28 million failures per 10-day replication)."""
+    every replication pass MAX_JOB_EVENTS (MAX_FORCED_JOB_EVENTS when ``force``), before any is drawn, naming
+    the part that dominates and the field that sets it (a per-GPU MTBF of one second on 32 GPUs draws 28
+    million failures per 10-day replication)."""
     scenario = loaded.scenario
     horizon, replications = scenario.run.horizon or 0.0, scenario.run.replications
     parts = {
@@ -81,16 +88,19 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
         ("checkpoint", "interval"): horizon / (healthy.interval_steps * healthy.step_s),
     }
     total = sum(parts.values()) * replications
-    if total <= MAX_JOB_EVENTS:
+    limit = MAX_FORCED_JOB_EVENTS if force else MAX_JOB_EVENTS
+    if total <= limit:
         return
     names = {("faults",): "failures", ("faults", "maintenance", "every"): "maintenance windows",
              ("checkpoint", "interval"): "checkpoints"}
     field = max(parts, key=lambda path: parts[path])
-    counted = ", ".join(f"{parts[path] * replications:,.0f} {names[path]}" for path in parts)
-    raise loaded.error(field, f"the job would handle ~{total:,.0f} events over {replications} replication(s) "
-                       f"({counted}; limit {MAX_JOB_EVENTS:,})",
-                       "lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
-                       "run.replications or a shorter run.horizon; or pass --force")
+    counted = ", ".join(f"{format_count(parts[path] * replications)} {names[path]}" for path in parts)
+    changes = ("lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
+               "run.replications or a shorter run.horizon")
+    beyond = "even --force runs at most" if force else "limit"
+    raise loaded.error(field, f"the job would handle ~{format_count(total)} events over {replications} "
+                       f"replication(s) ({counted}; {beyond} {format_count(limit)})",
+                       changes if force else f"{changes}; or pass --force")
 
 
 def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float) -> str:
@@ -230,8 +240,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
-    if not force:
-        _refuse_long_job(loaded, model, counts, healthy)
+    _refuse_long_job(loaded, model, counts, healthy, force=force)
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
