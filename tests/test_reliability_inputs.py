@@ -61,6 +61,11 @@ BAD = {
     "weibull shape under 0.1": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull\n"
                                  "      shape: 0.001"), 19, "faults.components.gpu.shape"),
     "interval beyond 64-bit steps": (("  interval: 30 min", "  interval: 1e30 steps"), 19, "checkpoint.interval"),
+    "a class without a name": (("    gpu:", '    "":\n      unit: gpu'), 15, "faults.components."),
+    "a class named as a restart's cause": (("    gpu:", "    maintenance:\n      unit: gpu"), 15,
+                                           "faults.components.maintenance"),
+    "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,
+                                            "faults.components.elastic_shrink"),
 }
 
 
@@ -166,6 +171,9 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
      "maintenance windows, 5.556e+296 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
+    (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
+     "faults.components.elastic_shrink: 'elastic_shrink' is a cause the job's outputs name already (allowed: a "
+     "non-blank name other than failure, maintenance and elastic_shrink, e.g. rack_pdu)"),
 ])
 def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an

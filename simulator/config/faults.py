@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from simulator.config.reliability import ComponentSpec, Duration, MaintenanceConfig
+from simulator.config.reliability import ComponentName, ComponentSpec, Duration, MaintenanceConfig
 from simulator.config.sections import Section, user_value
 from simulator.units import parse_duration, parse_step_duration
 
@@ -138,5 +138,5 @@ class FaultsConfig(Section):
     step: StepFaults = StepFaults()
     preset: Annotated[str, AfterValidator(_failure_preset)] | None = None
     rate_multiplier: float = Field(default=1.0, gt=0)
-    components: dict[str, ComponentSpec] = {}
+    components: dict[ComponentName, ComponentSpec] = {}
     maintenance: MaintenanceConfig | None = None

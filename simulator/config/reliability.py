@@ -13,7 +13,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal, get_args
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
 from simulator.units import format_duration, parse_bandwidth, parse_duration, parse_size
@@ -46,6 +46,34 @@ class Effect(StrEnum):
     @property
     def interrupts(self) -> bool:
         return self in (Effect.REPLACE, Effect.RESTART)
+
+
+class BuiltInCause(StrEnum):
+    """The causes a job's outputs name besides its component classes (job_events.parquet's `cause`,
+    `slow_steps_by_cause_s`): the one definition, so that no class takes one of these names and merges with it."""
+
+    FAILURE = "failure"
+    """A restart after an unexpected interruption."""
+    MAINTENANCE = "maintenance"
+    """A restart after a planned maintenance stop."""
+    ELASTIC_SHRINK = "elastic_shrink"
+    """The slow steps of an elastic job running on fewer replicas."""
+
+
+def _component_name(name: str) -> str:
+    """A component class's name as the outputs show it: not blank (a checkpoint event's cause is empty) and no
+    built-in cause (its failures and slow steps would be counted as that cause's)."""
+    *others, last = BuiltInCause
+    allowed = f"a non-blank name other than {', '.join(others)} and {last}, e.g. rack_pdu"
+    if not name.strip():
+        raise ValueError(f"a component class needs a name, got {name!r} (allowed: {allowed})")
+    if name in set(BuiltInCause):
+        raise ValueError(f"{name!r} is a cause the job's outputs name already (allowed: {allowed})")
+    return name
+
+
+ComponentName = Annotated[str, AfterValidator(_component_name)]
+"""A key of `faults.components`: a class's name, checked at load."""
 
 
 EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from simulator.config.reliability import Effect
+from simulator.config.reliability import BuiltInCause, Effect
 from simulator.errors import SimulationError
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.components import FailureClass, Maintenance
@@ -37,8 +37,6 @@ from simulator.reliability.states import ClusterState, Degradation, state_of
 from simulator.reliability.training import EPS, CheckpointClock
 
 INF = math.inf
-SHRUNK = "elastic_shrink"
-"""The slow-step cause of an elastic job running on fewer replicas."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +216,7 @@ class JobProcess:
         self.costs = costs
         causes = {self.plan.classes[index].name for index, _ in self.degraded}
         if self.replicas < self.plan.replicas:
-            causes.add(SHRUNK)
+            causes.add(BuiltInCause.ELASTIC_SHRINK)
         self.causes = tuple(sorted(causes))
 
     def _fail(self, index: int, t: float, rolls_back: bool) -> None:
@@ -297,7 +295,7 @@ class JobProcess:
                 planned = False
                 continue
             self._relaunch(end, replicas)
-            self.events.add("restart", begin, end, cause="maintenance" if planned else "failure",
+            self.events.add("restart", begin, end, cause=BuiltInCause.MAINTENANCE if planned else BuiltInCause.FAILURE,
                             step=self.clock.steps)
             return
 
