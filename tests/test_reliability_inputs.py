@@ -66,6 +66,7 @@ BAD = {
                                            "faults.components.maintenance"),
     "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,
                                             "faults.components.elastic_shrink"),
+    "a rate per a bare unit": (("      mtbf: 1000 h", "      rate: 0.5 per h"), 16, "faults.components.gpu.rate"),
 }
 
 
@@ -174,6 +175,9 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
     (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
      "faults.components.elastic_shrink: 'elastic_shrink' is a cause the job's outputs name already (allowed: a "
      "non-blank name other than failure, maintenance and elastic_shrink, e.g. rack_pdu)"),
+    (("      mtbf: 1000 h", "      rate: 0.5 per h"),
+     "faults.components.gpu.rate: rate '0.5 per h' has a period without its number, 'h' (allowed: 'N per U units "
+     "per T' or 'N per T', T a duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),
 ])
 def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an
@@ -201,6 +205,17 @@ def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
         "lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer run.replications or "
         "a shorter run.horizon)")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("rate", ["0.5 per 1 h", ".5 per 1 h", "1 per 2 units per 1 h", "1800 per 1 units per 1 h"])
+def test_a_rate_reads_decimal_counts_as_durations_read_numbers(rate):
+    """"N per T" takes N as any number a duration takes ('.5' too, which the rate refused while '.5 h' was
+    read): a unit failing 0.5 times per hour fails 0.5 / 3,600 s = 1.389e-4 times a second. The docs' "N per U
+    units per T" divides by U (1 per 2 units per hour is the same rate); 1800 per unit per hour is 0.5 / s."""
+    from simulator.config.reliability import parse_rate
+
+    expected = 0.5 if rate.startswith("1800") else 0.5 / 3600
+    assert parse_rate(rate) == pytest.approx(expected, rel=1e-15)
 
 
 def test_a_class_of_a_unit_the_cluster_lacks_is_refused(tmp_path, capsys):

@@ -85,16 +85,19 @@ EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
 """The units each effect applies to."""
 
 
-_RATE = re.compile(r"^\s*(?P<count>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+per\s+"
-                   r"(?:(?P<units>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_RATE = re.compile(rf"^\s*(?P<count>{_NUMBER})\s+per\s+(?:(?P<units>{_NUMBER})\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
 
 
 def parse_rate(value: object) -> float:
-    """Failures per unit per second from "N per U units per T" or "N per T" (per unit)."""
-    allowed = "'N per U units per T' or 'N per T', e.g. '148 per 16384 units per 54 d'"
+    """Failures per unit per second from "N per U units per T" or "N per T" (per unit), T a duration with its
+    number as every duration is written ("0.5 per 1 h"; "0.5 per h" is refused with that form)."""
+    allowed = "'N per U units per T' or 'N per T', T a duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h'"
     match = _RATE.match(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
+    if not re.search(r"\d", match["time"]):
+        raise ValueError(f"rate {value!r} has a period without its number, {match['time']!r} (allowed: {allowed})")
     count = float(match["count"])
     units = float(match["units"]) if match["units"] else 1.0
     period = user_value(parse_duration)(match["time"])
