@@ -296,6 +296,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         ranks = _run_ranks(args.ranks, run)
         window = _window(args.window)
         end_s = float(run.timeline["end_s"].max()) if len(run.timeline) else 0.0
+        if end_s <= 0:
+            from simulator.report.run_folder import outdir_error
+
+            raise outdir_error(Path(args.outdir), "every op of this run ends at 0 s: a Gantt chart has no time to draw",
+                               "the folder of a run whose ops take time")
         if window is not None and window[0] >= end_s:
             raise InputError(f"{args.window!r} starts after the run's last op ends, at {end_s:.6g} s",
                              field="--window", allowed=f"a window that starts before {end_s:.6g} s")

@@ -278,3 +278,18 @@ def test_cli_memory_draws_the_ranks_asked_for(tmp_path, monkeypatch):
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
     assert main(["plot", "memory", str(out), "--ranks", "0,3", "-o", str(tmp_path / "m.png")]) == 0
     assert [label.split(",")[0] for label in drawn[0]] == ["rank 0 (stage 0)", "rank 3 (stage 3)", "capacity 79.6 GiB"]
+
+
+def test_cli_gantt_of_a_run_that_takes_no_time_is_one_line(tmp_path, capsys):
+    """A synthetic step with forward and backward of 0 s ran (step time 0 us); its Gantt chart ended in a
+    traceback, "ValueError: window 0.0:0.0 must have 0 <= START < END"."""
+    out = tmp_path / "run"
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b").replace(f"forward: {FORWARD_MS} ms", "forward: 0 s")
+                        .replace(f"backward: {BACKWARD_MS} ms", "backward: 0 s"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(out), "-o", str(tmp_path / "g.png")]) == 2
+    assert capsys.readouterr().err == (f"error: {out}: OUTDIR: every op of this run ends at 0 s: a Gantt chart has no "
+                                       "time to draw (allowed: the folder of a run whose ops take time)\n")
+    assert not (tmp_path / "g.png").exists()

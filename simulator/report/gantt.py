@@ -228,6 +228,8 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     pipeline_ops = timeline.loc[timeline["category"].isin(PIPELINE_CATEGORIES), "end_s"]
     pipeline_end = float(pipeline_ops.max()) if len(pipeline_ops) else 0.0
     full_span = max(float(ops["end_s"].max()) if len(ops) else 0.0, pipeline_end)
+    if window is None and full_span <= 0:
+        raise ValueError("every op of the timeline ends at 0 s: no time to draw")
     low, high = window if window is not None else (0.0, full_span)
     if not 0 <= low < high:
         raise ValueError(f"window {low}:{high} must have 0 <= START < END")
