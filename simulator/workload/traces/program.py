@@ -45,6 +45,9 @@ GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
 """Which dimension a description naming several counts as: a group spanning data parallelism carries gradients
 (`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
 tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
+ASYNC_STREAMS = frozenset({P2P_STREAM})
+"""The replayed program's asynchronous streams (every op its own stream): Chakra's sends and receives, which run
+as soon as their dependencies are done."""
 GEMM_PRECISIONS: dict[str, Precision] = {"float": "fp32", "c10::bfloat16": "bf16", "bfloat16": "bf16",
                                          "c10::half": "fp16", "half": "fp16"}
 """PyTorch `Input type` of a matrix multiply -> the precision whose peak bounds it."""
@@ -130,7 +133,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks,
                        tokens_per_step=tokens, model_flops_per_step=tokens * (config.model_flops_per_token or 0.0),
                        peak_flops=gpu.peak(PEAK_PRECISION),
-                       async_streams=frozenset({P2P_STREAM}), folded=len(ranks) < world, warnings=warnings,
+                       async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details)
 
 
@@ -282,14 +285,14 @@ class _Builder:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
         its partner in the peer's trace would wait forever. A peer without a trace is not simulated and the
         transfer runs when its traced end is reached, as a collective's untraced members' transfers do (one
-        stage's profile of a pipeline); but for a Chakra transfer, whose asynchronous stream the engine's
-        sharing analysis cannot order against a rank it does not simulate."""
+        stage's profile of a pipeline); but for a transfer on an asynchronous stream (`ASYNC_STREAMS`: Chakra's),
+        which the engine's sharing analysis cannot order against a rank it does not simulate."""
         for key, ends in self._transfers.items():
             if len(ends) == 1:
                 (kind, (file, where, stream)), = ends.items()
                 src, dst = (int(rank) for rank in key.split(".")[1:3])
                 peer, missing = (dst, "receive") if kind == "send" else (src, "send")
-                if peer not in self.ranks and stream != P2P_STREAM:
+                if peer not in self.ranks and stream not in ASYNC_STREAMS:
                     continue
                 why = (f"rank {peer}'s trace has no matching {missing}" if peer in self.ranks
                        else f"rank {peer} has no trace to {missing} it")
