@@ -93,6 +93,12 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     return buckets + 2
 
 
+def _buckets_per_layer(layer_bytes: float, tensors: int, bucket: float) -> float:
+    """DDP buckets a layer's gradients fill: its bytes over the bucket size, but no more than its tensors, since a
+    tensor closes the bucket it joins (`ddp.bucket: 0 B` is one bucket per tensor)."""
+    return min(float(tensors), layer_bytes / bucket) if bucket > 0 else float(tensors)
+
+
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
@@ -101,10 +107,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstima
     tp, cp, pp, v = par.tp, par.cp, par.pp, par.pipeline.virtual_stages
     dp = par.dp or max(gpus // (tp * cp * pp), 1)
     if model is not None and model.synthetic is not None:
-        layers, blocks, layer_params = model.synthetic.stages, float(model.synthetic.stages), 0
+        layers, blocks, layer_params, layer_tensor_count = model.synthetic.stages, float(model.synthetic.stages), 0, 0
     else:
+        from simulator.workload.stage_work import layer_tensors
+
         spec = resolve_model(scenario)
         layers, blocks, layer_params = spec.layers, 2.0 * spec.layers + 2, spec.layer_params()
+        layer_tensor_count = sum(len(block) for block in layer_tensors(spec, tp))
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
@@ -114,7 +123,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstima
         "cp": m * layers_per_rank * 2 * cp if cp > 1 else 0.0,
         "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
-                              layers_per_rank * layer_params * 2 / (tp * par.ddp.bucket)) if dp > 1 else 0.0,
+                              layers_per_rank * _buckets_per_layer(layer_params * 2 / tp, layer_tensor_count,
+                                                                   par.ddp.bucket)) if dp > 1 else 0.0,
     }
     group = {"tp": tp, "cp": cp, "pp": 1, "dp": dp}
     per_stage = tp * cp * dp

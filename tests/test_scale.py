@@ -34,6 +34,10 @@ MILLION_GPUS = ["--set", "cluster.nodes=131072", "--set", "parallelism.dp=8192",
     ("llama3-405b-8192-gpus", []),
     ("schedule-interleaved-p4-m8", []),
     ("schedule-zb-h1-p4-m8", []),
+    # a bucket of 0 B (one per tensor) divided by zero; one of 1 B was estimated at 14 billion ops and refused
+    ("llama3-8b-dgx-h100-dp8", ["parallelism.ddp.bucket=0 B"]),
+    ("llama3-8b-dgx-h100-dp8", ["parallelism.ddp.bucket=1 B"]),
+    ("schedule-1f1b-p4-m8", ["parallelism.ddp.bucket=0 B"]),
 ])
 def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
     """Today's ratios estimate / real lie between 0.87 and 1.6."""
