@@ -182,8 +182,10 @@ def test_the_chain_and_tree_estimates_charge_the_window_stall(hosts, op, group, 
 def test_equal_estimates_go_to_the_first_listed():
     """Two ranks on two hosts: the ring's and the tree's estimates are one closed form, 2 a + n / b, but came out in
     different last bits (2,494.3148936170205 us for the tree against ...210 for the ring at 55.3 MiB), so some
-    sizes of a data-parallel pair took the tree and others the ring; ties go to the ring, listed first (simulated
-    1.88 ms against the tree's 2.49 there: its 4 channels take more routes than the tree's one)."""
+    sizes of a data-parallel pair took the tree and others the ring; ties go to the ring, listed first. (Both
+    simulate 1.88 ms there now that the tree runs on every channel, as the ring does; the tree on one channel took
+    2.49. Both estimates stay 1.33 times that: they read one route's bottleneck, the leaf's oversubscribed uplink,
+    while the 4 channels hash over both spines.)"""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4, "leaf_ports": 2, "spines": 2, "oversubscription": 2,
                                                   "nics_per_node": 4})
     efficiency = calibrated(topology.gpu_model)
