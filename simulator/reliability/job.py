@@ -172,7 +172,8 @@ class JobProcess:
 
     def _degrade(self, index: int, t: float) -> bool:
         """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones and for a
-        degradation that would leave some GPU without a route."""
+        degradation that would leave some GPU without a route. A spine whose loss would leave none up is
+        skipped (a cluster without spines, one DGX host, still takes its stragglers and degradations)."""
         klass = self.plan.classes[self.klass[index]]
         if klass.effect.interrupts:
             return False
@@ -180,7 +181,7 @@ class JobProcess:
         key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
         if key not in self.degraded:
             candidate = state_of(self.replicas, [d for _, d in self.degraded] + [key[1]])
-            if candidate.spines_down >= self.plan.spines:
+            if candidate.spines_down and candidate.spines_down >= self.plan.spines:
                 self.next_arrival += 1
                 return True
             if self.plan.costs(candidate) is None:
