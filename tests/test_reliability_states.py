@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from simulator import scale, simulate
@@ -16,6 +17,9 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
+from simulator.sweep.executors import SerialExecutor
+from simulator.sweep.runner import run_sweep
+from simulator.sweep.spec import load_sweep
 
 ONE_GPU_HOSTS = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
@@ -213,3 +217,61 @@ def test_a_straggler_on_a_single_host_runs_the_scenario_the_user_set():
     assert throttled > 1.5 * from_file
     assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] > 0
 
+
+STATES = ONE_GPU_HOSTS + """run: {horizon: 4 d, replications: 2, seed: 5}
+restart: {elastic: true}
+faults:
+  components:
+    gpu: {mtbf: 20 d, repair: 6 h}
+    spine_switch: {mtbf: 4 d, repair: 6 h}
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 8 d, repair: 6 h}
+"""
+
+
+@pytest.mark.parametrize("setting, written", [
+    ("training.seq_len=2048", ("seq_len: 1024", "seq_len: 2048")),
+    ("cluster.oversubscription=4", ("oversubscription: 2", "oversubscription: 4")),
+    ("cluster.spines=4", ("spines: 2", "spines: 4")),
+], ids=["training", "cluster-uplinks", "cluster-spines"])
+def test_every_state_of_a_job_run_with_set_is_the_states_of_the_file_that_says_so(setting, written):
+    """Spine-down, straggling and shrunk (elastic) states of a job run with a `--set` have the step times of
+    the same job with the value written in its file, to the bit: the states are built from the scenario as
+    set, not re-read from the file."""
+    as_set = simulate_job(scenario_from_text(STATES, "job.yaml", [setting])).summary["states"]
+    as_written = simulate_job(scenario_from_text(STATES.replace(*written), "job.yaml")).summary["states"]
+    assert as_set == as_written
+    assert {state["replicas"] for state in as_set} == {3, 4}
+    assert any(state["spines_down"] for state in as_set) and any(state["slow_gpus"] for state in as_set)
+    plain = simulate_job(scenario_from_text(STATES, "job.yaml")).summary["states"]
+    assert [state["step_time_s"] for state in as_set] != [state["step_time_s"] for state in plain[:len(as_set)]]
+
+
+SHRINKING = ONE_GPU_HOSTS.replace("vocab: 32000}", "vocab: 32000, moe: {experts: 8, top_k: 2}}") + """\
+run: {horizon: 2 d, replications: 1, seed: 5}
+restart: {elastic: true}
+faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
+"""
+SHRUNK_EP = "ep 4 does not divide dp x cp = 3 x 1 = 3 ranks (allowed: divisors of 3)"
+
+
+@pytest.mark.parametrize("command", ["run", "study"])
+def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
+    """EP 4 fits the healthy DP 4 and not the 3 replicas an elastic job shrinks to; the value came from
+    `--set parallelism.ep=4`, and the error named the file's `parallelism: {dp: 4}` line instead (the
+    shrunk state's scenario was rebuilt without the overrides)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SHRINKING)
+    args = ["mtbf"] if command == "study" else []
+    assert main([command, *args, str(scenario), "--set", "parallelism.ep=4", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: --set parallelism.ep=4: parallelism.ep: {SHRUNK_EP}\n"
+
+
+def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
+    """The same point from a sweep's axis: its error names the axis's line, not the base's `parallelism`."""
+    path = tmp_path / "sweep.yaml"
+    base = "".join(f"  {line}\n" for line in SHRINKING.strip().splitlines())
+    path.write_text(f"base:\n{base}grid:\n  parallelism.ep: [4]\n")
+    run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
+    frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    axis_line = 1 + len(base.splitlines()) + 2
+    assert frame["error"][0] == f"{path}:{axis_line}: grid.parallelism.ep: value 4: {SHRUNK_EP}"

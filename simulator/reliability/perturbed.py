@@ -18,7 +18,7 @@ they have built themselves.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator.config.faults import StepFaults
 from simulator.config.loader import LoadedScenario
@@ -38,10 +38,11 @@ class StepOutcome:
 
 
 def with_step_faults(loaded: LoadedScenario, faults: StepFaults) -> LoadedScenario:
-    """``loaded`` with its `faults.step` replaced (the other fault settings kept)."""
+    """``loaded`` with its `faults.step` replaced (the other fault settings, and the overrides that locate an
+    error, kept)."""
     scenario = loaded.scenario
     updated = scenario.model_copy(update={"faults": scenario.faults.model_copy(update={"step": faults})})
-    return LoadedScenario(updated, loaded.source, loaded.lines)
+    return replace(loaded, scenario=updated)
 
 
 def step_outcome(run: Callable[[], Result]) -> StepOutcome:

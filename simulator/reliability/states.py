@@ -21,7 +21,7 @@ the scale limits is refused before it is built unfolded (scale.refuse_unfolded),
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.config.faults import LinkFault, Straggler
 from simulator.config.loader import LoadedScenario
@@ -134,7 +134,8 @@ class StepStates:
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
         overrides and the state's links down and stragglers added to its `faults.step` (those outside a
-        shrunk job's cluster dropped)."""
+        shrunk job's cluster dropped). It keeps the healthy one's `--set` overrides (or sweep axes), so an
+        error in a value one of them wrote names it, as the healthy step's would."""
         scenario = self.loaded.scenario
         overrides = scenario.cluster.overrides()
         update: dict = {}
@@ -148,7 +149,7 @@ class StepStates:
             update["training"] = scenario.training.model_copy(update={"microbatches": self.microbatches,
                                                                       "global_batch": None})
         update["cluster"] = ClusterConfig(topology=scenario.cluster.topology, **overrides)
-        loaded = LoadedScenario(scenario.model_copy(update=update), self.loaded.source, self.loaded.lines)
+        loaded = replace(self.loaded, scenario=scenario.model_copy(update=update))
         topology = scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
