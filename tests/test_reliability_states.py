@@ -251,14 +251,15 @@ run: {horizon: 2 d, replications: 1, seed: 5}
 restart: {elastic: true}
 faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 """
-SHRUNK_EP = "ep 4 does not divide dp x cp = 3 x 1 = 3 ranks (allowed: divisors of 3)"
+SHRUNK_EP = ("ep 4 does not divide dp x cp = 3 x 1 = 3 ranks of the elastic job shrunk to 3 replicas (allowed: "
+             "divisors of cp = 1 (the job can shrink to any count down to 1 replica), or restart.elastic: false)")
 
 
 @pytest.mark.parametrize("command", ["run", "study"])
 def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
     """EP 4 fits the healthy DP 4 and not the 3 replicas an elastic job shrinks to; the value came from
     `--set parallelism.ep=4`, and the error named the file's `parallelism: {dp: 4}` line instead (the
-    shrunk state's scenario was rebuilt without the overrides)."""
+    shrunk state's scenario was rebuilt without the overrides). It is refused at load now (below)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SHRINKING)
     args = ["mtbf"] if command == "study" else []
@@ -275,3 +276,52 @@ def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
     frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
     axis_line = 1 + len(base.splitlines()) + 2
     assert frame["error"][0] == f"{path}:{axis_line}: grid.parallelism.ep: value 4: {SHRUNK_EP}"
+
+
+def test_an_ep_that_a_shrunk_elastic_job_cannot_split_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
+    """EP 2 divides DP 4 x CP 1 but not the 3 x 1 ranks of the job shrunk to 3 replicas: refused at the file's
+    `ep` line before a step is simulated (it ended the job when it first shrank, after everything before)."""
+    def no_step(*args, **kwargs):
+        raise AssertionError("a step was simulated")
+
+    monkeypatch.setattr("simulator.reliability.simulate.StepStates", no_step)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SHRINKING.replace("parallelism: {dp: 4}", "parallelism: {dp: 4,\n  ep: 2}"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:7: parallelism.ep: ep 2 does not divide dp x cp = 3 x 1 = 3 ranks of the elastic job "
+        "shrunk to 3 replicas (allowed: divisors of cp = 1 (the job can shrink to any count down to 1 replica), "
+        "or restart.elastic: false)\n")
+    assert not out.exists()
+
+
+def test_an_ep_dividing_cp_runs_elastic_and_a_job_that_cannot_shrink_is_not_refused():
+    """EP 2 with CP 2 splits every shrunk count's ranks (3 x 2 = 6, ..., 1 x 2 = 2); EP 4 on an inelastic job
+    never shrinks. Both run."""
+    moe = SHRINKING.replace("parallelism: {dp: 4}", "parallelism: {dp: 4, ep: 4}")
+    assert simulate_job(scenario_from_text(moe.replace("restart: {elastic: true}", ""))).summary
+    split = SHRINKING.replace("nodes: 4,", "nodes: 8,").replace("parallelism: {dp: 4}",
+                                                               "parallelism: {dp: 4, cp: 2, ep: 2}")
+    assert simulate_job(scenario_from_text(split)).summary
+
+
+def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():
+    """The scenario's own straggler on GPU 3 and link of host 3 are on the host a job shrunk to 3 replicas gave
+    up: its shrunk state's step is `simulate()` of the 3-host cluster without them (to the bit), where the job
+    ended with 'unknown GPU index 3 (allowed: 0 to 2)'. Its straggler on GPU 1, still in the job, is kept: the
+    shrunk step is slower than the plain 3-host one."""
+    faults = ["faults.step.stragglers=[{gpus: [1, 3], slowdown: 1.5}]",
+              "faults.step.links=[{link: [h3/nic0, leaf1.r0], capacity: 0.5}]"]
+    text = STATES.replace("    spine_switch: {mtbf: 4 d, repair: 6 h}\n", "").replace(
+        "    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 8 d, repair: 6 h}\n", "")
+    states = {state["replicas"]: state for state in
+              simulate_job(scenario_from_text(text, "job.yaml", faults)).summary["states"]}
+    assert set(states) == {3, 4}
+    three = ["cluster.nodes=3", "parallelism.dp=3", "faults.step.stragglers=[{gpus: [1], slowdown: 1.5}]"]
+    assert states[3]["step_time_s"] == simulate(scenario_from_text(ONE_GPU_HOSTS, "job.yaml", three)).summary[
+        "step_time_s"]
+    assert states[3]["step_time_s"] > simulate(scenario_from_text(ONE_GPU_HOSTS, "job.yaml", three[:2])).summary[
+        "step_time_s"]
+    assert states[4]["step_time_s"] == simulate(scenario_from_text(ONE_GPU_HOSTS, "job.yaml", faults)).summary[
+        "step_time_s"]

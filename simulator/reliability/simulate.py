@@ -26,7 +26,7 @@ from simulator.reliability.states import ClusterState, Degradation, StepStates
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
 from simulator.units import format_count
-from simulator.workload.training import resolve_model
+from simulator.workload.training import pipeline_depth, resolve_layout, resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -182,15 +182,37 @@ def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnit
 
 
 def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel, float, ClusterUnits]:
-    """The checks of a job's sections that need no step (spares against the hosts, the failure classes and
-    their units on the cluster, the checkpoint against the storage), located; its failure model, checkpoint
-    size and the cluster's units. `trainsim validate` runs them too."""
+    """The checks of a job's sections that need no step (spares against the hosts, an elastic job's shrunk
+    layouts, the failure classes and their units on the cluster, the checkpoint against the storage), located;
+    its failure model, checkpoint size and the cluster's units. `trainsim validate` runs them too."""
     located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
+    if loaded.scenario.restart.elastic:
+        _check_elastic(loaded, topology)
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
     units = cluster_units(topology)
     located(loaded, lambda: _check_units(loaded, model, units))
     size = located(loaded, lambda: _checkpoint_size(loaded))
     return model, size, units
+
+
+def _check_elastic(loaded: LoadedScenario, topology: Topology) -> None:
+    """Refuse, before any step is simulated, an elastic job that could not run on some replica count it can
+    shrink to (every one from the layout's DP down to 1: a restart takes the replicas the healthy hosts fill):
+    it needs whole hosts per replica, and its EP degree must divide each count's DP x CP ranks. EP divides
+    DP x CP (the healthy step checks it), so it divides (DP - 1) x CP only where it divides CP, and then every
+    count's: the count named is DP - 1, the first the job meets. (EP 4 on DP 4 shrunk to 3 was refused only
+    when the job first shrank, minutes into the run.)"""
+    scenario = loaded.scenario
+    layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
+    if topology.num_hosts % layout.dp:
+        raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
+                           "a layout whose replicas each fill whole hosts")
+    ep, cp, shrunk = scenario.parallelism.ep, layout.cp, layout.dp - 1
+    if shrunk and cp % ep and located(loaded, lambda: resolve_model(scenario)).moe is not None:
+        raise loaded.error(("parallelism", "ep"), f"ep {ep} does not divide dp x cp = {shrunk} x {cp} = "
+                           f"{shrunk * cp} ranks of the elastic job shrunk to {shrunk} replicas",
+                           f"divisors of cp = {cp} (the job can shrink to any count down to 1 replica), or "
+                           "restart.elastic: false")
 
 
 @collector_paused()
@@ -210,9 +232,6 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
                            f"({states.healthy_step.step_s:.6g} s)", "a longer duration")
-    if scenario.restart.elastic and topology.num_hosts % states.healthy.replicas:
-        raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
-                           "a layout whose replicas each fill whole hosts")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
     def costs(state: ClusterState) -> SegmentCosts | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from simulator.config.faults import LinkFault, Straggler
+from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
 from simulator.errors import StepAborted
@@ -133,9 +133,10 @@ class StepStates:
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
-        overrides and the state's links down and stragglers added to its `faults.step` (those outside a
-        shrunk job's cluster dropped). It keeps the healthy one's `--set` overrides (or sweep axes), so an
-        error in a value one of them wrote names it, as the healthy step's would."""
+        overrides and the state's links down and stragglers added to its `faults.step` (on a shrunk job's
+        cluster, the state's and the scenario's own outside it dropped: faults_within). It keeps the healthy
+        one's `--set` overrides (or sweep axes), so an error in a value one of them wrote names it, as the
+        healthy step's would."""
         scenario = self.loaded.scenario
         overrides = scenario.cluster.overrides()
         update: dict = {}
@@ -154,11 +155,33 @@ class StepStates:
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
                            if gpu < topology.num_gpus)
-        if links or stragglers:
-            own = scenario.faults.step
+        own = scenario.faults.step
+        if state.replicas != self.healthy.replicas:
+            own = faults_within(own, topology)
+        if links or stragglers or own != scenario.faults.step:
             faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
             loaded = with_step_faults(loaded, faults)
         return loaded, topology
+
+
+def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
+    """The scenario's `faults.step` on a shrunk job's cluster: those on GPUs, links and switches it no longer
+    uses dropped. They sit on the hosts the job gave up, as the failures of units beyond its hosts (ignored) and
+    the state's own stragglers and links down (dropped); kept, GPU 3 of a job shrunk to 3 GPUs ended the job
+    with 'unknown GPU index 3'. A straggler by `fraction` or `all` applies to the smaller cluster; one left with
+    no GPU stays in place (empty), so the later entries keep their index and with it their random draws."""
+    def on_cluster(entry: Straggler) -> Straggler:
+        if not isinstance(entry.gpus, tuple):
+            return entry
+        return entry.model_copy(update={"gpus": tuple(gpu for gpu in entry.gpus if gpu < topology.num_gpus)})
+
+    def linked(entry: LinkFault) -> bool:
+        return topology.graph.has_edge(*entry.link) if entry.link is not None else entry.uplinks_of in topology.graph
+
+    return faults.model_copy(update={
+        "stragglers": tuple(map(on_cluster, faults.stragglers)),
+        "links": tuple(entry for entry in faults.links if linked(entry)),
+        "gpu_failures": tuple(entry for entry in faults.gpu_failures if entry.gpu < topology.num_gpus)})
 
 
 @dataclass(frozen=True)
