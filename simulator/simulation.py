@@ -23,7 +23,7 @@ from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import compute_hook
 from simulator.engine.ordering import ProgramOrder
-from simulator.engine.plans import PlanCache, folded_send_excess
+from simulator.engine.plans import PlanCache, traffic_correction
 from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
@@ -247,7 +247,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
-                               send_excess=folded_send_excess(ops, plans, shapes) if program.folded else None)
+                               traffic_correction=traffic_correction(ops, plans, shapes))
     summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))

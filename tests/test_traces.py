@@ -238,8 +238,8 @@ MESH = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
         {"pg_name": "1", "pg_desc": "mesh_tp", "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}]
 
 
-def chakra_scenario(folder: Path) -> str:
-    return ("cluster: {topology: dgx-h100}\ncollectives: {algorithm: ring}\n"
+def chakra_scenario(folder: Path, cluster: str = "{topology: dgx-h100}", algorithm: str = "ring") -> str:
+    return (f"cluster: {cluster}\ncollectives: {{algorithm: {algorithm}}}\n"
             f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
 
 
@@ -265,6 +265,38 @@ def test_a_chakra_trace_of_one_rank_runs_its_collectives_over_the_groups_the_met
     assert result.summary["gpus"] == p and result.summary["simulated_ranks"] == 1
     assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * n, rel=EXACT)
     assert result.summary["step_time_s"] == pytest.approx(1000e-6 + allreduce_time(loaded, n, p) + 100e-6, rel=EXACT)
+
+
+@pytest.mark.parametrize(("cluster", "ranks", "algorithm", "sent"), [
+    ("{topology: dgx-h100}", [0, 1, 2, 3], "ring", 1.5), ("{topology: dgx-h100}", [0, 1, 2, 3], "tree", 1.5),
+    ("{topology: dgx-h100}", [0, 1, 2, 3], "nvls", 1.25),
+    ("{topology: dgx-h100-cluster, nodes: 2}", [0, 1, 8, 9], "ring", 1.5),
+    ("{topology: dgx-h100-cluster, nodes: 2}", [0, 1, 8, 9], "tree", 1.5),
+    ("{topology: dgx-h100-cluster, nodes: 2}", [0, 1, 8, 9], "nvls", 2.0)])
+def test_an_all_reduce_reports_the_bytes_its_gpus_send_not_the_load_that_times_it(tmp_path, cluster, ranks,
+                                                                                  algorithm, sent):
+    """Traffic per GPU of a 4-GPU all-reduce of n, rank 0 simulated (the others folded), in units of n. Ring:
+    2 (p-1)/p = 1.5. Tree: each of the 2 x channels trees carries n/(2 channels) once up each edge and once down,
+    3 edges of 4 GPUs, so 2 x 3 / 4 = 1.5 on the mean (an inner rank sends 2, a leaf or root 1). NVLS in one host:
+    each GPU sends its share of every reduced slice and its stored slice, (p+1)/p = 1.25, not the 1.25/0.85 its
+    flows carry to time the switch's in-switch efficiency. NVLS over 2 hosts of g = 2: (g+1)/g = 1.5 to the
+    switch and 2 (h-1)/(g h) = 0.5 over the rail rings, 2.0 (its flows carried 1.5/0.85 + 0.5 = 2.26)."""
+    group = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": ranks, "group_size": len(ranks)}]
+    chakra_step(tmp_path, 0, group, "0")
+    _, result = run(chakra_scenario(tmp_path, cluster, algorithm), tmp_path)
+    n = 64 * 2**20
+    assert result.summary["simulated_ranks"] == 1
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(sent * n, rel=EXACT)
+
+
+def test_a_two_gpu_nvls_all_reduce_reports_the_bytes_each_gpu_sends(tmp_path):
+    """Both ranks simulated: NVLS over p = 2 GPUs sends (p+1)/p n = 1.5 n from each (its flows carry 1.5/0.85 n),
+    where the ring sends 2 (p-1)/p n = n."""
+    for rank in (0, 1):
+        chakra_step(tmp_path, rank, MESH, "0")
+    _, result = run(chakra_scenario(tmp_path, algorithm="nvls"), tmp_path)
+    assert result.summary["simulated_ranks"] == 2
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(1.5 * 64 * 2**20, rel=EXACT)
 
 
 def test_a_chakra_file_outside_the_group_its_metadata_lists_says_how_it_got_its_rank(tmp_path):

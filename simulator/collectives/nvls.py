@@ -20,7 +20,9 @@ catalog/kernels.yaml `nvls`), and nccl-tests measures 480 GB/s busbw on 8 H100 a
 the link loads alone would allow. The loss is put in the load: each payload byte takes 1/efficiency bytes of its
 switch links, so every busbw (over p, op and the links' own efficiency) comes out of the flow model, and traffic
 sharing those links meets the link time NVLS really holds, which a cap on the collective's rate would hide. The
-flow rows therefore carry these wire bytes.
+flow rows therefore carry these load bytes; each transfer's ``sent_share`` keeps what its GPU really sends
+(`sent_bytes`: n (p+1)/p for all-reduce, n for reduce-scatter, n/p for all-gather), which the summary's traffic
+reports.
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def link_bytes(op: Primitive, nbytes: float, size: int) -> float:
     return nbytes * (size + 1) / size if op == "all_reduce" else nbytes
 
 
+def sent_bytes(op: Primitive, nbytes: float, size: int) -> float:
+    """Bytes each member really sends to the switch in an NVLS collective: its share of every reduced slice and
+    its store for all-reduce, its share of every slice for reduce-scatter, its own slice for all-gather."""
+    return nbytes / size if op == "all_gather" else link_bytes(op, nbytes, size)
+
+
 def available(topology: Topology) -> bool:
     """Whether ``topology`` can run NVLS at all: switches that reduce (``topology.nvls``) and GPUs that drive
     NVLink SHARP (an efficiency in the catalog)."""
@@ -71,12 +79,14 @@ def in_switch_efficiency(topology: Topology) -> float:
 
 def in_switch(groups: list[list[int]], op: Primitive, nbytes: float, topology: Topology) -> list[Transfer]:
     """The transfers of one NVLS collective in every group at once (one group per NVLink domain), each carrying
-    its link load at the in-switch efficiency."""
+    its link load at the in-switch efficiency and, as its sent share, the `sent_bytes` its GPU really sends."""
     efficiency = in_switch_efficiency(topology)
     transfers = []
     for members in groups:
         load = link_bytes(op, nbytes, len(members)) / efficiency
-        transfers += [Transfer(rank, members[(index + 1) % len(members)], load) for index, rank in enumerate(members)]
+        share = sent_bytes(op, nbytes, len(members)) / load
+        transfers += [Transfer(rank, members[(index + 1) % len(members)], load, 0, share)
+                      for index, rank in enumerate(members)]
     return transfers
 
 

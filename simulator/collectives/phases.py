@@ -16,12 +16,17 @@ from simulator.collectives.names import Primitive
 
 class Transfer(NamedTuple):
     """``nbytes`` from GPU ``src`` to GPU ``dst`` (global GPU indices) over route ``channel``. A named tuple:
-    plans of large groups make tens of thousands, and a frozen dataclass costs three times as much to build."""
+    plans of large groups make tens of thousands, and a frozen dataclass costs three times as much to build.
+
+    ``sent_share`` is the part of ``nbytes`` that ``src`` really sends: below 1 where the load is made larger
+    than the payload to time a slower transfer (NVLS: the in-switch efficiency; an all-gather's idle direction),
+    so the reported traffic counts bytes sent while the flow model sees the load."""
 
     src: int
     dst: int
     nbytes: float
     channel: int = 0
+    sent_share: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -100,6 +100,17 @@ class PlanCache:
         mean = sum(sent.values()) / len(sent)
         return {rank: mean - own for rank, own in sent.items()}
 
+    def unsent_bytes(self, op: CollectiveOp) -> dict[int, float] | None:
+        """Per member of ``op``'s group, the bytes its flows carry beyond what that member really sends
+        (`Transfer.sent_share`: NVLS's load at its in-switch efficiency); None where the flows carry what is
+        sent."""
+        unsent: dict[int, float] = dict.fromkeys(op.group, 0.0)
+        for phase in self.phases(op, op.group):
+            for t in phase.transfers:
+                if t.sent_share != 1.0:
+                    unsent[t.src] += t.nbytes * (1.0 - t.sent_share) * phase.repeat
+        return unsent if any(unsent.values()) else None
+
     def links(self, op: CollectiveOp, group: tuple[int, ...]) -> frozenset[int]:
         """The directed links the plan of ``op`` over ``group`` uses; they depend on the size only through the
         algorithm, so they are cached per algorithm. A send/recv is one transfer on channel 0 whatever the
@@ -220,24 +231,39 @@ class PlanCache:
         return None if self.topology.routes_version else self._periods
 
 
-def folded_send_excess(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None
+def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None
                        ) -> dict[str, float]:
-    """Per category, the bytes a folded run's collectives send per member on average beyond what its simulated
-    ranks send (`PlanCache.send_excess`, summed over their collective ops), worked out once per collective shape
-    (``shapes``, the index of ``ops``' collectives, made here unless the caller has it). A group whose members
-    are all simulated (a pipeline send between stage representatives) already counts every member's flows."""
+    """Per category, the bytes to add to the simulated ranks' flows so that they count what every GPU really
+    sends (summed over their collective ops, worked out once per collective shape; ``shapes``, the index of
+    ``ops``' collectives, made here unless the caller has it): in a folded run, what a group's members send on
+    average beyond the simulated rank's own share (`PlanCache.send_excess`; a group whose members are all
+    simulated, as in an unfolded run, already counts every member's flows), less the load its flows carry
+    beyond the bytes sent (`PlanCache.unsent_bytes`: NVLS's), the members' mean where the group is partly
+    simulated."""
     simulated = {op.rank for op in ops}
     shapes = shapes or CollectiveShapes.of(ops)
     partly_simulated: dict[int, bool] = {}
-    excess_of: list[dict[int, float] | None] = []
+    correction_of: list[dict[int, float] | None] = []
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
         partly = partly_simulated.get(gid)
         if partly is None:
             partly = partly_simulated[gid] = not simulated.issuperset(op.group)
-        excess_of.append(plans.send_excess(op) if partly else None)
-    excess: dict[str, float] = {}
+        correction_of.append(_correction(plans, op, partly))
+    correction: dict[str, float] = {}
     for op, shape in zip(shapes.ops, shapes.shape_of):
-        extra = excess_of[shape]
+        extra = correction_of[shape]
         if extra is not None and extra[op.rank]:
-            excess[op.category] = excess.get(op.category, 0.0) + extra[op.rank]
-    return excess
+            correction[op.category] = correction.get(op.category, 0.0) + extra[op.rank]
+    return correction
+
+
+def _correction(plans: PlanCache, op: CollectiveOp, partly: bool) -> dict[int, float] | None:
+    """Per member of ``op``'s group, what `traffic_correction` adds to its flows (None: nothing)."""
+    excess = plans.send_excess(op) if partly else None
+    unsent = plans.unsent_bytes(op)
+    if unsent is None:
+        return excess
+    if partly:
+        mean = sum(unsent.values()) / len(unsent)
+        unsent = dict.fromkeys(unsent, mean)
+    return {rank: (excess[rank] if excess else 0.0) - unsent[rank] for rank in unsent}

@@ -230,7 +230,7 @@ def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, .
             if (phase.repeat, phase.pipelined, phase.min_latency, phase.steps_in_flight) != (
                     image.repeat, image.pipelined, image.min_latency, image.steps_in_flight):
                 return None
-            if sorted([(shift[src], shift[dst], nbytes, channel) for src, dst, nbytes, channel in phase.transfers]
+            if sorted([t._replace(src=shift[t.src], dst=shift[t.dst]) for t in phase.transfers]
                       ) != sorted(image.transfers):
                 return None
             for t in phase.transfers:

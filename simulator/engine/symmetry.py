@@ -66,7 +66,7 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
     transfers = [t for phase in phases for t in phase.transfers]
     if not transfers:
         return [np.int64(0).tobytes()] * len(phases)
-    sources, destinations, nbytes, channels = zip(*transfers)
+    sources, destinations, nbytes, channels, _ = zip(*transfers)
     paths = list(map(topology.path, sources, destinations, channels))
     lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
     links = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))

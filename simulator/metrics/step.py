@@ -165,11 +165,11 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     }
 
 
-def traffic_bytes(rows: StepRows, excess: Mapping[str, float] | None = None) -> dict:
+def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None) -> dict:
     """Bytes a GPU sends per step for each kind of communication, mean over the simulated ranks: flows sent by
     a rank that has ops (folded peers and mirrors are the same traffic again), matched to their collective's
-    category, plus a folded run's ``excess`` per category (what its groups' members send on average beyond the
-    simulated ranks' own share, engine/plans.py `send_excess`)."""
+    category, plus the ``correction`` per category (a folded run's groups' members' mean beyond the simulated
+    ranks' own share, less the load flows carry beyond the bytes sent: engine/plans.py `traffic_correction`)."""
     ops, flows = rows.ops, rows.flows
     collectives = ops["kind"] == COLLECTIVE_KIND
     categories = dict(zip(ops["key"][collectives].tolist(), ops["category"][collectives].tolist()))
@@ -179,7 +179,7 @@ def traffic_bytes(rows: StepRows, excess: Mapping[str, float] | None = None) -> 
     sent = np.isin(flows["src"], ranks)
     sums = grouped_sums(list(map(categories.get, flows["key"][sent].tolist(), repeat(""))),
                         flows["bytes"][sent].tolist())
-    for kind, extra in (excess or {}).items():
+    for kind, extra in (correction or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
     return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_CATEGORIES}

@@ -74,10 +74,10 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
 def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated_ranks: int,
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
                      memory_bound_share: float, pipelined: bool = True,
-                     send_excess: Mapping[str, float] | None = None) -> dict:
+                     traffic_correction: Mapping[str, float] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute,
     HFU the FLOPs the GPUs really executed (recompute included). A step that is not ``pipelined`` has no
-    bubble (StepProgram.pipelined). ``send_excess`` completes a folded run's traffic (`traffic_bytes`)."""
+    bubble (StepProgram.pipelined). ``traffic_correction`` turns the flows into bytes sent (`traffic_bytes`)."""
     comm = communication_metrics(rows, step_time_s)
     bubble = bubble_fraction(rows) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(simulated_ranks, 1)
@@ -93,7 +93,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
         "comm_s": comm["comm_s"],
-        "traffic_bytes_per_gpu": traffic_bytes(rows, send_excess),
+        "traffic_bytes_per_gpu": traffic_bytes(rows, traffic_correction),
         **memory,
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(rows) if pipelined else None,
