@@ -156,8 +156,7 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     times to the last bit)."""
     if settings.mode == "flow" and is_large(phases):
         alone = run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), phases)
-        return alone.duration_s, FlowBlock.of(alone.src, alone.dst, alone.start_s, alone.end_s, alone.nbytes,
-                                              alone.routes)
+        return alone.duration_s, alone.rows
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)

@@ -49,9 +49,9 @@ def test_isolated_run_equals_the_network_model(cluster, op, algorithm, ranks, nb
     alone = run_isolated(cluster, effective_capacity(cluster, efficiency), phases)
     c = log.flow_columns()
     assert alone.duration_s == env.now
-    assert (alone.src.tolist(), alone.dst.tolist(), alone.routes.tolist()) == (
+    assert (alone.rows.src.tolist(), alone.rows.dst.tolist(), alone.rows.routes.tolist()) == (
         c["src"].tolist(), c["dst"].tolist(), log.flow_routes())
-    assert (alone.start_s.tolist(), alone.end_s.tolist(), alone.nbytes.tolist()) == (
+    assert (alone.rows.start_s.tolist(), alone.rows.end_s.tolist(), alone.rows.nbytes.tolist()) == (
         c["start_s"].tolist(), c["end_s"].tolist(), c["bytes"].tolist())
 
 

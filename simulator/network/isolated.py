@@ -8,7 +8,7 @@ flows; rates are re-solved once per instant for the flows connected to the links
 components `Network` solves, grouped by route in the same order, so the same floating-point operations give
 the same rates); a flow finishes when its remaining bytes run out, within `FINISH_TOLERANCE` of its size, at
 the wake-up time `Network` would schedule. Its rows and times equal those of `Network` to the last bit
-(tests/test_network.py); the cost is a few numpy passes per instant, so it is used for large phases only.
+(tests/test_isolated.py); the cost is a few numpy passes per instant, so it is used for large phases only.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from simulator.collectives.execute import PhaseArrays, phase_arrays
 from simulator.collectives.phases import Phase
-from simulator.metrics.events import FlowRoutes
+from simulator.metrics.events import FlowBlock, FlowRoutes
 from simulator.network.maxmin import flat_grouped_max_min_rates
 from simulator.network.model import FINISH_TOLERANCE
 from simulator.topology.graph import Topology
@@ -32,12 +32,7 @@ LARGE_PHASE = 512
 class IsolatedRun:
     """The flow rows of a plan run alone, in the order `Network` logs them, and the plan's duration."""
 
-    src: np.ndarray
-    dst: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
-    nbytes: np.ndarray
-    routes: FlowRoutes
+    rows: FlowBlock
     duration_s: float
 
 
@@ -59,14 +54,14 @@ class _Rows:
         def joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
             return np.concatenate(parts or [np.empty(0, dtype=dtype)])
 
-        return IsolatedRun(src=joined([arrays.src[rows] for arrays, rows, _, _ in blocks], np.int64),
-                           dst=joined([arrays.dst[rows] for arrays, rows, _, _ in blocks], np.int64),
-                           start_s=joined([np.full(rows.size, posted) for _, rows, posted, _ in blocks], float),
-                           end_s=joined([np.full(rows.size, end) for _, rows, _, end in blocks], float),
-                           nbytes=joined([arrays.nbytes[rows] for arrays, rows, _, _ in blocks], float),
-                           routes=FlowRoutes.joined([FlowRoutes.of_matrix(arrays.routes[rows])
-                                                     for arrays, rows, _, _ in blocks]),
-                           duration_s=duration_s)
+        flows = FlowBlock.of(joined([arrays.src[rows] for arrays, rows, _, _ in blocks], np.int64),
+                             joined([arrays.dst[rows] for arrays, rows, _, _ in blocks], np.int64),
+                             joined([np.full(rows.size, posted) for _, rows, posted, _ in blocks], float),
+                             joined([np.full(rows.size, end) for _, rows, _, end in blocks], float),
+                             joined([arrays.nbytes[rows] for arrays, rows, _, _ in blocks], float),
+                             FlowRoutes.joined([FlowRoutes.of_matrix(arrays.routes[rows])
+                                                for arrays, rows, _, _ in blocks]))
+        return IsolatedRun(rows=flows, duration_s=duration_s)
 
 
 def is_large(phases: list[Phase]) -> bool:

@@ -261,33 +261,34 @@ class Fabric:
 
     def _end(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
         """Link ids from GPU ``gpu`` up to its leaf, or with ``down`` from its leaf down to it."""
-        ends = self._ends[down]
-        if not ends:
-            ends.extend([None] * len(self.gpus))
-        end = ends[gpu]
-        if end is None:
-            nodes = [self.gpus[gpu], self.nic[gpu], self.leaf_names[self.leaf[gpu]]]
-            end = ends[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
-        return end
+        return self._per_gpu(topo, self._ends[down], gpu, down, self._leaf_way)
 
     def _climb(self, topo: Topology, gpu: int) -> tuple[int, ...]:
         """Link ids from GPU ``gpu`` up through its domain's switches to the domain's root."""
-        return self._domain_way(topo, gpu, 0)
+        return self._per_gpu(topo, self._ways[0], gpu, 0, self._domain_way)
 
     def _descent(self, topo: Topology, gpu: int) -> tuple[int, ...]:
         """Link ids from the root of GPU ``gpu``'s domain down to it."""
-        return self._domain_way(topo, gpu, 1)
+        return self._per_gpu(topo, self._ways[1], gpu, 1, self._domain_way)
 
-    def _domain_way(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
-        """`_climb`, or with ``down`` `_descent`, worked out on first use."""
-        ways = self._ways[down]
-        if not ways:
-            ways.extend([None] * len(self.gpus))
-        way = ways[gpu]
-        if way is None:
-            nodes = [self.gpus[gpu], *self.uplinks[gpu]]
-            way = ways[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
-        return way
+    def _leaf_way(self, gpu: int) -> list[str]:
+        """Node names from GPU ``gpu`` through its NIC to its leaf."""
+        return [self.gpus[gpu], self.nic[gpu], self.leaf_names[self.leaf[gpu]]]
+
+    def _domain_way(self, gpu: int) -> list[str]:
+        """Node names from GPU ``gpu`` up through its domain's switches."""
+        return [self.gpus[gpu], *self.uplinks[gpu]]
+
+    def _per_gpu(self, topo: Topology, cache: list[tuple[int, ...] | None], gpu: int, down: int,
+                 way: Callable[[int], list[str]]) -> tuple[int, ...]:
+        """The link ids of GPU ``gpu``'s ``way`` (reversed with ``down``), kept in ``cache`` after first use."""
+        if not cache:
+            cache.extend([None] * len(self.gpus))
+        links = cache[gpu]
+        if links is None:
+            nodes = way(gpu)
+            links = cache[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
+        return links
 
     def route(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         """Node names from GPU ``src`` to GPU ``dst``; ``channel`` spreads flows over spines."""
