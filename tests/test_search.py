@@ -279,7 +279,8 @@ def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time(
 
     for checked, step, times, summary in _mixtral_layouts():
         estimated = step.plan.microbatches * expert_exchange_s(step, times, 0)
-        assert estimated == pytest.approx(summary["exposed_comm_s"]["ep"], rel=0.055), checked.candidate.label()
+        simulated = summary["exposed_comm_s"]["ep"]
+        assert 0.945 * simulated <= estimated <= simulated, checked.candidate.label()
 
 
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():

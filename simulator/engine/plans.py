@@ -16,6 +16,10 @@ from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
 from simulator.topology.periods import NO_IMAGE, Periods
 
+LOADED_BEYOND_SENT: frozenset[AlgorithmName] = frozenset({"nvls", "nvls_sharp"})
+"""The algorithms whose flows carry more than their GPUs send (`Transfer.sent_share` below 1: NVLS's load at
+its in-switch efficiency, collectives/nvls.py)."""
+
 
 @dataclass(frozen=True)
 class LinkTable:
@@ -103,7 +107,9 @@ class PlanCache:
     def unsent_bytes(self, op: CollectiveOp) -> dict[int, float] | None:
         """Per member of ``op``'s group, the bytes its flows carry beyond what that member really sends
         (`Transfer.sent_share`: NVLS's load at its in-switch efficiency); None where the flows carry what is
-        sent."""
+        sent. Only the NVLS plans load their flows beyond what is sent, so no other plan is scanned."""
+        if self.resolved_algorithm(op, op.group) not in LOADED_BEYOND_SENT:
+            return None
         unsent: dict[int, float] = dict.fromkeys(op.group, 0.0)
         for phase in self.phases(op, op.group):
             for t in phase.transfers:
