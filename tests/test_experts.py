@@ -4,6 +4,8 @@ drops equal to what the routing sample implies, skew slowing the step, and the c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -72,6 +74,29 @@ def test_capacity_drops_what_the_routing_sample_implies(run_yaml):
     assert fractions[1.0] > 0.1
     assert 0 < fractions[1.25] < fractions[1.0]
     assert run_yaml(SCENARIO, "model.moe.capacity_factor=1.0").summary["moe"]["dropped_token_fraction"] == 0.0
+
+
+def test_mfu_counts_only_the_expert_work_the_capacity_kept_and_nominal_mfu_all_of_it(run_yaml):
+    """CF 0.5, uniform routing: each expert keeps ceil(0.5 x 2048 x 2 / 8) = 256 of the 512 tokens each source
+    rank sends it, half the token-expert assignments. The model FLOPs behind MFU lose half of the routed experts'
+    6 x layers x top_k x (one expert's weights) per token; `nominal_*` keeps top_k experts for every token.
+    Dropping tokens shortens the step, so counting the dropped work raised MFU to 1.7 x HFU; now MFU stays at or
+    below HFU (no recompute here: HFU adds only elementwise work and attention's full square)."""
+    model = replace(get_model("mixtral-8x7b"), layers=2)
+    gpus, tokens = 16, 8 * SEQ  # dp 8, one micro-batch of one sequence each
+    nominal_per_token = 6 * (model.active_params() - model.embedding_params()) + 6 * 2 * model.hidden * SEQ
+    kept_per_token = nominal_per_token - 0.5 * 6 * 2 * 2 * model.expert_params()
+    dropped = run_yaml(SCENARIO, "model.moe.capacity_factor=0.5").summary
+    step = dropped["step_time_s"]
+    assert dropped["moe"]["dropped_token_fraction"] == 0.5
+    assert dropped["tflops_per_gpu"] == pytest.approx(kept_per_token * tokens / gpus / step / 1e12, rel=1e-12)
+    assert dropped["nominal_tflops_per_gpu"] == pytest.approx(nominal_per_token * tokens / gpus / step / 1e12,
+                                                              rel=1e-12)
+    assert dropped["mfu"] / dropped["nominal_mfu"] == pytest.approx(kept_per_token / nominal_per_token, rel=1e-12)
+    assert dropped["mfu"] < dropped["hfu"] < dropped["nominal_mfu"]
+    whole = run_yaml(SCENARIO).summary
+    assert whole["nominal_mfu"] == whole["mfu"] and whole["nominal_tflops_per_gpu"] == whole["tflops_per_gpu"]
+    assert whole["mfu"] > dropped["mfu"]
 
 
 def test_same_seed_same_routing_other_seed_other_routing():

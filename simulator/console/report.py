@@ -120,6 +120,10 @@ def training_table(summary: dict) -> Table:
                  _hfu(summary) if "hfu" in summary else ""]
         extra = ", ".join(rate for rate in rates if rate)
         table.add_row("TFLOP/s per GPU", f"{summary['tflops_per_gpu']:.1f}" + (f" ({extra})" if extra else ""))
+        if summary.get("nominal_tflops_per_gpu", summary["tflops_per_gpu"]) != summary["tflops_per_gpu"]:
+            dropped = (summary.get("moe") or {}).get("dropped_token_fraction", 0.0)
+            table.add_row("nominal TFLOP/s per GPU", f"{summary['nominal_tflops_per_gpu']:.1f} (MFU "
+                          f"{_share(summary['nominal_mfu'])}; top_k for every token, {_share(dropped)} dropped)")
     if "bubble_fraction" in summary and not ps:
         pipelined = (summary.get("layout") or {}).get("pp", 1) > 1
         table.add_row("pipeline bubble" if pipelined else "compute idle", _share(summary["bubble_fraction"]))

@@ -74,10 +74,14 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
 def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated_ranks: int,
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
                      memory_bound_share: float, pipelined: bool = True,
-                     traffic_correction: Mapping[str, float] | None = None) -> dict:
-    """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute,
-    HFU the FLOPs the GPUs really executed (recompute included). A step that is not ``pipelined`` has no
-    bubble (StepProgram.pipelined). ``traffic_correction`` turns the flows into bytes sent (`traffic_bytes`)."""
+                     traffic_correction: Mapping[str, float] | None = None,
+                     nominal_model_flops_per_step: float | None = None) -> dict:
+    """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
+    (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
+    HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
+    adds the nominal rates, top_k experts for every token, as Megatron-LM and papers count them. A step that is
+    not ``pipelined`` has no bubble (StepProgram.pipelined). ``traffic_correction`` turns the flows into bytes
+    sent (`traffic_bytes`)."""
     comm = communication_metrics(rows, step_time_s)
     bubble = bubble_fraction(rows) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(simulated_ranks, 1)
@@ -89,6 +93,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         "hardware_tflops_per_gpu": flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
         "mfu": model_flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
         "hfu": flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0,
+        **(_nominal_rates(nominal_model_flops_per_step / gpus, step_time_s, peak_flops)
+           if nominal_model_flops_per_step is not None else {}),
         "bubble_fraction": bubble,
         "comm_ratio": comm["comm_ratio"],
         "exposed_comm_s": comm["exposed_comm_s"],
@@ -100,6 +106,12 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                          optimizer_s(rows))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary
+
+
+def _nominal_rates(flops_per_gpu: float, step_time_s: float, peak_flops: float) -> dict[str, float]:
+    """`nominal_tflops_per_gpu` and `nominal_mfu`: the model's nominal FLOPs per GPU over the step."""
+    return {"nominal_tflops_per_gpu": flops_per_gpu / step_time_s / 1e12 if step_time_s else 0.0,
+            "nominal_mfu": flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0}
 
 
 def sm_contention_summary(lost_s: dict[str, float], simulated_ranks: int) -> dict:

@@ -20,7 +20,9 @@ class StepProgram:
 
     ``ranks`` are the ranks that have ops; with folding each stands for the ranks of its pipeline stage (its
     TP, CP and DP peers run the same program), and the collectives' mirrors carry the other replicas' traffic.
-    ``world`` is the number of GPUs the step spans. Streams in ``async_streams`` run each op in its own
+    ``world`` is the number of GPUs the step spans. ``model_flops_per_step`` counts the model work the step
+    did (MFU); ``nominal_model_flops_per_step``, with experts, the architecture's (top_k experts for every token,
+    the capacity's drops included). Streams in ``async_streams`` run each op in its own
     process (isend/irecv); streams in ``serial_streams`` run one op at a time, first ready first
     run (a server applying updates).
     ``memory`` holds the summary's memory entries when the producer models memory (empty otherwise);
@@ -38,6 +40,7 @@ class StepProgram:
     tokens_per_step: float
     model_flops_per_step: float
     peak_flops: float
+    nominal_model_flops_per_step: float | None = None
     async_streams: frozenset[str] = frozenset()
     serial_streams: frozenset[str] = frozenset()
     memory: Mapping[str, object] = field(default_factory=dict)

@@ -85,6 +85,9 @@ class TrainingStep:
     moe: Mapping[str, object] | None = None
     routed_tokens: float | None = None
     """Tokens the hottest EP rank's experts receive per micro-batch (None without experts)."""
+    nominal_model_flops_per_step: float | None = None
+    """With experts, the architecture's model FLOPs: top_k routed experts for every token, dropped ones included
+    (``model_flops_per_step`` counts only the token-expert assignments the capacity kept); None without."""
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
@@ -291,14 +294,16 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
                     single_stage_loop=par.pipeline.schedule in SINGLE_STAGE)
     tokens = m * layout.dp * training.micro_batch * training.seq_len
-    model_flops = model_flops_per_token(model, training.seq_len) * tokens
-    report, routed_tokens = None, None
+    nominal_flops = model_flops_per_token(model, training.seq_len) * tokens
+    model_flops, report, routed_tokens, nominal = nominal_flops, None, None, None
     if experts is not None:
         routed_tokens = float(experts.sample.rank_load(experts.ep)[experts.sample.hottest_rank(experts.ep)])
         report = moe_report(model, shard, cost, experts.sample, experts.ep, experts.layer,
                             max(sum(counts[vstage] for vstage in stages_of_rank) for stages_of_rank in held), m)
+        model_flops -= experts.sample.dropped_fraction * routed_flops_per_token(model) * tokens
+        nominal = nominal_flops
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
-                        warnings, report, routed_tokens)
+                        warnings, report, routed_tokens, nominal)
 
 
 def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> float:
@@ -369,6 +374,13 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     serves as the output layer)."""
     lookup_params = 0 if model.tied_embeddings else model.embedding_params()
     return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5) - 6.0 * lookup_params
+
+
+def routed_flops_per_token(model: ModelSpec) -> float:
+    """The routed experts' share of `model_flops_per_token`: 6 x the weights of top_k experts in every layer.
+    A token-expert assignment the capacity drops does none of its share (the token passes on the residual)."""
+    moe = model.moe
+    return 6.0 * model.layers * moe.top_k * model.expert_params() if moe is not None else 0.0
 
 
 def _check_context(seq_len: int, cp: int, balanced: bool) -> None:

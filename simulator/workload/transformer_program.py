@@ -43,6 +43,7 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                             chunk_activation_bytes(scenario, step), chunk_weight_grad_bytes(scenario, step))
     return StepProgram(ops=tuple(ops), world=topology.num_gpus, ranks=ranks,
                        tokens_per_step=step.tokens_per_step, model_flops_per_step=step.model_flops_per_step,
+                       nominal_model_flops_per_step=step.nominal_model_flops_per_step,
                        peak_flops=step.gpu.peak(scenario.training.precision), async_streams=ASYNC_STREAMS,
                        memory=memory, memory_bound_share=memory_bound_share(step), folded=fold,
                        warnings=step.warnings,
