@@ -8,7 +8,7 @@ import pytest
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.tuner import candidates, choose_algorithm, estimates
+from simulator.collectives.tuner import candidates, choose_algorithm, estimates, group_shape, tree_passes
 from simulator.network.calibration import calibrated
 from simulator.program.ops import CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache
@@ -194,3 +194,22 @@ def test_equal_estimates_go_to_the_first_listed():
         costs = estimates(request, topology, efficiency)
         assert costs["ring"] == pytest.approx(costs["tree"], rel=1e-12)
         assert choose_algorithm(request, topology, efficiency) == "ring"
+
+
+def test_translated_groups_share_one_tree_shape():
+    """Rails 0 and 3 of 4 DGX H100 hosts are the same group moved by 3 GPUs: one shape (members per host as
+    positions, the NIC of each position numbered in order of first use), so the tree's edges are built once for
+    both and for every size (`tree_passes`), and their tree estimates are equal. Rail 0 with a second member on
+    host 0 is another shape."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 4})
+    rail = [tuple(range(offset, 32, 8)) for offset in (0, 3)]
+    shapes = [group_shape(group, group_by_host(group, topology), topology) for group in rail]
+    assert shapes[0] == shapes[1] == (((0,), (1,), (2,), (3,)), (0, 1, 2, 3))
+    wider = (0, 1, 8, 16, 24)
+    assert group_shape(wider, group_by_host(wider, topology), topology) == (((0, 1), (2,), (3,), (4,)),
+                                                                           (0, 1, 2, 3, 4))
+    tree_passes.cache_clear()
+    costs = [[estimates(CollectiveRequest("all_reduce", group, size), topology)["tree"] for size in (MIB, GIB)]
+             for group in rail]
+    assert costs[0] == costs[1]
+    assert tree_passes.cache_info().misses == 1

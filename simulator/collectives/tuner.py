@@ -172,20 +172,13 @@ def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[li
     share = request.nbytes / (2 * channels)
     chunks = chunk_count(share, request.chunk_bytes)
     chunk = share / chunks
-    members = list(request.ranks)
-    host = np.zeros(topology.num_gpus, dtype=np.int64)
-    host[members] = [topology.gpu_host[gpu] for gpu in members]
-    nic = np.zeros(topology.num_gpus, dtype=np.int64)
-    nic[members] = np.unique([topology.gpu_nic[gpu] for gpu in members], return_inverse=True)[1].reshape(-1)
     total = 0.0
-    for src, dst, first in tree_edges(request.ranks, tuple(map(tuple, hosts)), channels):
-        crossing = host[src] != host[dst]
-        sides = ((inner, ~crossing, src, dst), (outer, crossing, nic[src], nic[dst]))
-        for start, stop, opens in pipeline_stretches(first.tolist(), chunks):
-            # the active edges, first step in (start - chunks, start]: one slice of the edges sorted by first step
-            low, high = np.searchsorted(first, (start - chunks, start), side="right").tolist()
-            ports = [(hop, busiest(out[low:high][among[low:high]], into[low:high][among[low:high]]) * chunk
-                      / hop.bandwidth) for hop, among, out, into in sides if among[low:high].any()]
+    for tree_pass in tree_passes(*group_shape(request.ranks, hosts, topology), channels):
+        sides = ((inner, tree_pass.inside), (outer, tree_pass.across))
+        for start, stop, opens in pipeline_stretches(list(tree_pass.steps), chunks):
+            # the active edges, first step in (start - chunks, start]
+            active = ((hop, edges.busiest(start - chunks, start)) for hop, edges in sides)
+            ports = [(hop, count * chunk / hop.bandwidth) for hop, count in active if count]
             if not ports:
                 continue
             streamed = max(seconds + hop.stall(chunk) for hop, seconds in ports)
@@ -194,23 +187,65 @@ def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[li
     return total
 
 
-@lru_cache(maxsize=8)
-def tree_edges(ranks: tuple[int, ...], hosts: tuple[tuple[int, ...], ...], channels: int
-               ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-    """The up and down edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host) as arrays:
-    source, destination and first step of each (`all_reduce_edges`), sorted by first step (so that the edges
-    active at a step are one slice), kept for the group's other sizes."""
+def group_shape(ranks: tuple[int, ...], hosts: list[list[int]], topology: Topology
+                ) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The group as the tree estimate sees it, whichever GPUs it holds: its members per host (``hosts``) as
+    positions in ``ranks``, and the NIC of each position, numbered in order of first use. The data-parallel
+    groups of a layout are translates of one another, so they share one shape (and one `tree_passes`)."""
+    position = dict(zip(ranks, range(len(ranks))))
+    names = list(map(topology.gpu_nic.__getitem__, ranks))
+    number = dict(zip(dict.fromkeys(names), range(len(names))))
+    return (tuple(tuple(map(position.__getitem__, members)) for members in hosts),
+            tuple(map(number.__getitem__, names)))
+
+
+class EdgePorts(NamedTuple):
+    """Edges of one side of a tree pass (inside hosts or across them), sorted by ``first`` step, with the port
+    each sends on (``out``) and receives on (``into``): the member's position inside a host, its NIC across."""
+
+    first: np.ndarray
+    out: np.ndarray
+    into: np.ndarray
+
+    def busiest(self, after: int, until: int) -> int:
+        """The most edges one port sends or receives on among those whose first step lies in (after, until]
+        (one slice, the edges being sorted by first step); 0 when there is none."""
+        low, high = np.searchsorted(self.first, (after, until), side="right").tolist()
+        if low == high:
+            return 0
+        return int(max(np.bincount(self.out[low:high]).max(), np.bincount(self.into[low:high]).max()))
+
+
+class TreePass(NamedTuple):
+    """The up or the down pass of the tree all-reduce: the distinct first ``steps`` of its edges and its edges
+    ``inside`` hosts and ``across`` them."""
+
+    steps: tuple[int, ...]
+    inside: EdgePorts
+    across: EdgePorts
+
+
+@lru_cache(maxsize=64)
+def tree_passes(hosts: tuple[tuple[int, ...], ...], nics: tuple[int, ...], channels: int
+                ) -> tuple[TreePass, ...]:
+    """The up and down passes of the tree all-reduce (`all_reduce_edges`) over a group of `group_shape`
+    (``hosts``, ``nics``: positions per host, NIC per position) on ``channels``, built once per shape: a
+    run's translated groups, and every size `auto` weighs for one, share them."""
+    host_of = np.empty(len(nics), dtype=np.int64)
+    for index, members in enumerate(hosts):
+        host_of[list(members)] = index
+    nic = np.array(nics, dtype=np.int64)
     found = []
-    for edges in all_reduce_edges(ranks, [list(members) for members in hosts], channels):
+    for edges in all_reduce_edges(tuple(range(len(nics))), [list(members) for members in hosts], channels):
         src, dst, _, first = np.array(edges, dtype=np.int64).reshape(-1, 4).T
         order = np.argsort(first, kind="stable")
-        found.append((src[order], dst[order], first[order]))
+        src, dst, first = src[order], dst[order], first[order]
+        crossing = host_of[src] != host_of[dst]
+        inside, across = ~crossing, crossing
+        found.append(TreePass(tuple(np.unique(first).tolist()),
+                              EdgePorts(first[inside], src[inside], dst[inside]),
+                              EdgePorts(first[across], nic[src[across]], nic[dst[across]])))
     return tuple(found)
-
-
-def busiest(out: np.ndarray, into: np.ndarray) -> int:
-    """The most edges one port sends on (``out``: each edge's sending port) or receives on (``into``)."""
-    return int(max(np.bincount(out).max(), np.bincount(into).max()))
 
 
 TIE = 1 + 1e-9
