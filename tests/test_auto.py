@@ -23,8 +23,23 @@ simulated 5.17 ms and auto took the ring (5.49 ms)."""
 MARGIN = 1.01
 """auto's pick may be this much slower in simulation than the fastest candidate NCCL would weigh."""
 ESTIMATE_FACTOR = 1.05
-"""The estimate of the pick lies within this factor either way of its simulated time (worst today: the tree's,
-0.96 of it on 16 DGX A100s at 16 MiB; the ring's and NVLS's estimates come out exact)."""
+"""The tree's estimate, where it is the pick across hosts, lies within this factor either way of its simulated
+time (worst today: 0.961 of it on 16 DGX A100s at 16 MiB): it times each stretch of the pipeline by its busiest
+port, where the simulation shares every link among the flows active at each instant."""
+EXACT_ESTIMATES = ("ring", "nvls")
+"""Estimated exactly (rel 1e-9) where they are the pick: on one host, every step of the ring moves n / p per link
+and of NVLS its `link_bytes` per switch link, one latency each, as the plans run them; across hosts the ring is
+picked only where the NICs bound it, and the NVLS tree's slower side bounds it. (Across DGX H100s the ring, never
+the pick there, is estimated up to 1.6% over: its host-exit GPUs send 7 of 8 channels' steps on NVLink, not 8,
+and there NVLink, 370 GB/s, binds the estimate while the 8 rails' 376 GB/s bound the simulation.)"""
+
+
+def assert_estimate_holds(estimate: float, simulated_s: float, algorithm: str, context: object = None) -> None:
+    """``estimate`` is ``simulated_s`` exactly for `EXACT_ESTIMATES`, within `ESTIMATE_FACTOR` otherwise."""
+    if algorithm in EXACT_ESTIMATES:
+        assert estimate == pytest.approx(simulated_s, rel=1e-9), (algorithm, context)
+    else:
+        assert 1 / ESTIMATE_FACTOR <= estimate / simulated_s <= ESTIMATE_FACTOR, (algorithm, context)
 
 
 def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=None) -> float:
@@ -51,8 +66,7 @@ def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts):
             efficiency = calibrated(topology.gpu_model)
             pick = choose_algorithm(request, topology, efficiency)
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
-            estimate = estimates(request, topology, efficiency)[pick]
-            assert 1 / ESTIMATE_FACTOR <= estimate / times[pick] <= ESTIMATE_FACTOR, (op, nbytes, pick)
+            assert_estimate_holds(estimates(request, topology, efficiency)[pick], times[pick], pick, (op, nbytes))
 
 
 def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
@@ -65,6 +79,8 @@ def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
 
 
 def test_one_gpu_per_host_weighs_the_flat_double_tree():
+    """One GPU per host: the ring's steps and the tree's edges each cross one NIC, none shares a port, so both
+    estimates are the simulated times exactly."""
     topology = load_topology("dgx-a100-cluster", {"nodes": 16})
     rail = tuple(range(0, topology.num_gpus, 8))
     for nbytes in (KIB, MIB, GIB):
@@ -73,7 +89,8 @@ def test_one_gpu_per_host_weighs_the_flat_double_tree():
         efficiency = calibrated(topology.gpu_model)
         pick = choose_algorithm(request, topology, efficiency)
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
-        assert 1 / ESTIMATE_FACTOR <= estimates(request, topology, efficiency)[pick] / times[pick] <= ESTIMATE_FACTOR
+        for algorithm, estimate in estimates(request, topology, efficiency).items():
+            assert estimate == pytest.approx(times[algorithm], rel=1e-9), (nbytes, algorithm)
 
 
 def test_nvls_tree_across_h100_hosts():
@@ -94,8 +111,7 @@ def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
         efficiency = calibrated(topology.gpu_model)
         pick = choose_algorithm(request, topology, efficiency)
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
-        nvls_estimate = estimates(request, topology, efficiency)["nvls"]
-        assert 1 / ESTIMATE_FACTOR <= nvls_estimate / times["nvls"] <= ESTIMATE_FACTOR
+        assert_estimate_holds(estimates(request, topology, efficiency)["nvls"], times["nvls"], "nvls", nbytes)
     assert choose_algorithm(CollectiveRequest(op, tuple(range(72)), 4 * KIB), topology) == "nvls"
 
 
