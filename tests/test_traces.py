@@ -2,8 +2,10 @@
 and whose collectives are re-costed on the simulated cluster.
 
 Expected figures: a ring all-reduce sends 2(p-1)/p x n bytes per GPU (Patarasuk and Yuan 2009; NCCL's
-busbw factor); a collective's time on an idle network is `collectives.execute.time_collective`, the same model
-the engine runs, so a re-costed trace must move by exactly the difference of two such times.
+busbw factor); the two-rank traces' all-reduce and transfer between two single-GPU hosts take the closed form
+`transfer_s` (latency + bytes / (link rate x efficiency)); elsewhere a collective's time on an idle network is
+`collectives.execute.time_collective`, the same model the engine runs, so a re-costed trace must move by exactly
+the difference of two such times.
 """
 
 from __future__ import annotations
@@ -53,15 +55,22 @@ def allreduce_time(loaded, nbytes: float, ranks: int, op: str = "all_reduce") ->
                            channels=settings.channels)
 
 
+def transfer_s(nic_bit_rate: float, nbytes: float = ALLREDUCE_BYTES) -> float:
+    """The closed form of a transfer of ``nbytes`` (by default the traces' 32 MiB) between the two single-GPU
+    hosts of ethernet-100g (topologies/ethernet-100g.yaml) with NICs of ``nic_bit_rate`` (bits/s): the path's
+    latency, 7 us per NIC through the one switch, plus the bytes over the Ethernet link's rate at the calibrated
+    Ethernet efficiency, 0.94 (the GPU's 32 GB/s PCIe to its NIC, at 0.8 of it, is faster)."""
+    return 2 * 7e-6 + nbytes / (nic_bit_rate / 8 * 0.94)
+
+
 def test_two_rank_allreduce_is_recosted_and_a_slower_network_adds_exactly_its_extra_time(tmp_path):
-    fast_loaded, fast = run(two_rank_scenario("100 Gb/s"), tmp_path)
-    slow_loaded, slow = run(two_rank_scenario("25 Gb/s"), tmp_path)
-    fast_ar = allreduce_time(fast_loaded, ALLREDUCE_BYTES, 2)
-    slow_ar = allreduce_time(slow_loaded, ALLREDUCE_BYTES, 2)
+    _, fast = run(two_rank_scenario("100 Gb/s"), tmp_path)
+    _, slow = run(two_rank_scenario("25 Gb/s"), tmp_path)
+    # a two-rank ring all-reduce: a reduce-scatter step and an all-gather step, each sending n / 2 both ways
+    fast_ar, slow_ar = (2 * transfer_s(rate, ALLREDUCE_BYTES / 2) for rate in (100e9, 25e9))  # 2.884, 11.451 ms
     # rank 1's GEMM (1100 us) gates the all-reduce, the optimizer kernel (200 us) follows it
     assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_ar + 200e-6, rel=EXACT)
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)
-    assert slow_ar > 3 * fast_ar
     assert fast.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(ALLREDUCE_BYTES, rel=EXACT)
     assert fast.summary["trace"]["traced_step_time_s"] == pytest.approx(4000e-6, rel=EXACT)
 
@@ -183,14 +192,12 @@ def test_a_pipeline_transfer_is_recosted_and_a_slower_inter_host_link_adds_exact
     slower cluster kept its pipeline transfers' time while its collectives were re-costed. The peer is the
     global `Dst Rank` / `Src Rank`, or (older PyTorch) `Rank` within the process group's ranks [0, 1]."""
     traces = pipeline_transfer(tmp_path, **peers)
-    fast_loaded, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
-    slow_loaded, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
-    fast_p2p = allreduce_time(fast_loaded, ALLREDUCE_BYTES, 2, op="send_recv")
-    slow_p2p = allreduce_time(slow_loaded, ALLREDUCE_BYTES, 2, op="send_recv")
+    _, fast = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    _, slow = run(two_rank_scenario("25 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    fast_p2p, slow_p2p = transfer_s(100e9), transfer_s(25e9)  # 2.870 and 11.437 ms
     # rank 1's GEMM (1100 us) posts the receive last; the optimizer kernel (200 us) follows the transfer
     assert fast.summary["step_time_s"] == pytest.approx(1100e-6 + fast_p2p + 200e-6, rel=EXACT)
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_p2p - fast_p2p, rel=EXACT)
-    assert slow_p2p > 3 * fast_p2p  # 32 MiB over a NIC 4x slower: the wire time dominates
     assert fast.summary["traffic_bytes_per_gpu"]["pp"] == pytest.approx(ALLREDUCE_BYTES / 2, rel=EXACT)
     assert fast.summary["warnings"] == []
 
@@ -200,10 +207,9 @@ def test_one_pipeline_stage_traced_alone_runs_its_transfer_to_the_untraced_stage
     between the two hosts once rank 0 reaches it, as a collective's untraced members' transfers do."""
     traces = pipeline_transfer(tmp_path)
     text = two_rank_scenario("25 Gb/s").replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
-    loaded, result = run(text, tmp_path)
+    _, result = run(text, tmp_path)
     # rank 0's GEMM 1000 us, the 32 MiB send, the optimizer kernel 200 us
-    expected = 1000e-6 + allreduce_time(loaded, ALLREDUCE_BYTES, 2, op="send_recv") + 200e-6
-    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + transfer_s(25e9) + 200e-6, rel=EXACT)
     assert result.summary["gpus"] == 2 and result.summary["simulated_ranks"] == 1
 
 
