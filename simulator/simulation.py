@@ -245,6 +245,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                nominal_model_flops_per_step=program.nominal_model_flops_per_step,
+                               training_ranks=program.training_ranks,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                traffic_correction=traffic_correction(ops, plans, shapes))

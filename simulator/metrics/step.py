@@ -5,7 +5,7 @@ that pandas' groupby made are made as it makes them (`grouped_sums`), so the fig
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from itertools import repeat
 from math import isfinite
@@ -49,6 +49,11 @@ class StepRows:
     @classmethod
     def of(cls, log: EventLog) -> StepRows:
         return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("key", "src", "bytes")))
+
+    def of_ranks(self, ranks: Collection[int]) -> StepRows:
+        """The op rows of ``ranks`` alone (the flows unchanged)."""
+        mine = np.isin(self.ops["rank"], np.fromiter(ranks, dtype=np.int64))
+        return StepRows({name: column[mine] for name, column in self.ops.items()}, self.flows)
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:

@@ -4,7 +4,7 @@ largest loss of the step (pipeline bubble, exposed communication of one kind, op
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from simulator.metrics.step import (
     StepRows,
@@ -75,15 +75,20 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
                      memory_bound_share: float, pipelined: bool = True,
                      traffic_correction: Mapping[str, float] | None = None,
-                     nominal_model_flops_per_step: float | None = None) -> dict:
+                     nominal_model_flops_per_step: float | None = None,
+                     training_ranks: Collection[int] | None = None) -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
     adds the nominal rates, top_k experts for every token, as Megatron-LM and papers count them. A step that is
     not ``pipelined`` has no bubble (StepProgram.pipelined). ``traffic_correction`` turns the flows into bytes
-    sent (`traffic_bytes`)."""
-    comm = communication_metrics(rows, step_time_s)
-    bubble = bubble_fraction(rows) if pipelined else 0.0
+    sent (`traffic_bytes`). ``training_ranks`` (None: every rank) are the ranks whose times the communication
+    figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
+    (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
+    FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies."""
+    timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
+    comm = communication_metrics(timed, step_time_s)
+    bubble = bubble_fraction(timed) if pipelined else 0.0
     flops_per_gpu = executed_flops(rows) / max(simulated_ranks, 1)
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
@@ -102,8 +107,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
         "traffic_bytes_per_gpu": traffic_bytes(rows, traffic_correction),
         **memory,
     }
-    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(rows) if pipelined else None,
-                         optimizer_s(rows))
+    losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
+                         optimizer_s(timed))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
     return summary
 

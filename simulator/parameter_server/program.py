@@ -187,7 +187,7 @@ def ps_program(scenario: Scenario, topology: Topology) -> StepProgram:
                        model_flops_per_step=model_flops_per_token(model, training.seq_len) * tokens,
                        peak_flops=gpu.peak(training.precision), async_streams=frozenset({TRANSFER_STREAM}),
                        serial_streams=frozenset({UPDATE_STREAM}), memory=memory, details=details, pipelined=False,
-                       parameter_server=plan)
+                       parameter_server=plan, training_ranks=tuple(workers))
 
 
 @dataclass(frozen=True)

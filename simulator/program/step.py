@@ -32,6 +32,8 @@ class StepProgram:
     worker waits for the servers, which exposed communication counts): its bubble is 0 and not a loss.
     ``sm_share`` (None: off) slows compute-bound kernels while communication kernels hold SMs on their GPU.
     ``parameter_server`` is a parameter-server run's plan, which its summary reads (None for other steps).
+    ``training_ranks`` are the ranks that train when others only serve them (a parameter-server run's workers;
+    None: every rank): the summary's communication times and losses are their means.
     """
 
     ops: tuple[Op, ...]
@@ -52,4 +54,5 @@ class StepProgram:
     pipelined: bool = True
     sm_share: SmShare | None = None
     parameter_server: PsPlan | None = None
+    training_ranks: tuple[int, ...] | None = None
 
