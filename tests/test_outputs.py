@@ -309,6 +309,64 @@ def test_trace_text_of_unusual_names_and_counts(tmp_path):
         "ar", "tp", {"bytes": 1024}, 0.5, 1.5)
 
 
+def overlapping_slices(events: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of slices on one thread that overlap without nesting (on the nanosecond grid Perfetto reads):
+    the trace format forbids them, and Perfetto drops them."""
+    threads: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            start = round(e["ts"] * 1000)
+            threads.setdefault((e["pid"], e["tid"]), []).append((start, start + round(e["dur"] * 1000), e["name"]))
+    found = []
+    for spans in threads.values():
+        open_spans: list[tuple[int, str]] = []
+        for start, end, name in sorted(spans, key=lambda span: (span[0], -span[1])):
+            open_spans = [(until, outer) for until, outer in open_spans if until > start]
+            found += [(outer, name) for until, outer in open_spans if end > until]
+            open_spans.append((end, name))
+    return found
+
+
+def test_ops_of_one_stream_that_overlap_go_on_lanes_of_their_own(tmp_path):
+    """A pipeline send from 0 to 2 us and a receive from 1 to 3 us on one stream overlap: the receive goes on a
+    second lane (thread "GPU 0 pp, lane 2"), and the send from 2 to 4 us back on the first, free again at 2 us."""
+    log = EventLog()
+    log.record("collective", 0, "pp", "send 0", "pp", 0, -1, 0.0, 2e-6, 8.0, 0.0, "a")
+    log.record("collective", 0, "pp", "recv 0", "pp", 0, -1, 1e-6, 3e-6, 8.0, 0.0, "b")
+    log.record("collective", 0, "pp", "send 1", "pp", 1, -1, 2e-6, 4e-6, 8.0, 0.0, "c")
+    path = tmp_path / "trace.json"
+    write_trace(path, log.columns(), SimpleNamespace(gpu_host=[0]), flows=False, load=None, compress=False)
+    events = trace_events(path)
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert [threads[e["tid"]] for e in events if e["ph"] == "X"] == ["GPU 0 pp", "GPU 0 pp, lane 2", "GPU 0 pp"]
+    assert overlapping_slices(events) == []
+
+
+def test_no_two_slices_of_a_thread_overlap_in_a_run_with_concurrent_pipeline_transfers(tmp_path):
+    """Llama 3 8B on 4 stages (1F1B, 16 micro-batches): the middle stages' sends of one micro-batch overlap their
+    receives of another on their `pp` stream (twice each); every op still has its slice, and no slice of a
+    thread overlaps another."""
+    out = tmp_path / "out"
+    assert main(["run", str(TRAINING), "--out", str(out), "--quiet", "--set", "parallelism.pp=4",
+                 "--set", "parallelism.dp=2", "--set", "run.trace=ops"]) == 0
+    events = trace_events(out / "trace.json")
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    assert sum(e["ph"] == "X" for e in events) == (timeline["kind"] != "flow").sum()
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"GPU 1 pp, lane 2 (virtual stage 1)", "GPU 2 pp, lane 2 (virtual stage 2)"} <= threads
+    assert overlapping_slices(events) == []
+
+
+def test_a_synthetic_pipeline_logs_its_handoffs_on_the_pp_stream(tmp_path):
+    """The synthetic schedules' stage handoffs (zero-time ops on the async `pp` stream) are logged under `pp`,
+    not one stream per op (`pp#25`): 4 stages have 8 trace threads, compute and pp each."""
+    out = tmp_path / "out"
+    assert main(["run", str(PIPELINE), "--out", str(out), "--quiet"]) == 0
+    assert set(pd.read_parquet(out / "timeline.parquet")["stream"]) == {"compute", "pp"}
+    threads = [e["args"]["name"] for e in trace_events(out / "trace.json") if e["name"] == "thread_name"]
+    assert len(threads) == 8 and "GPU 3 pp (virtual stage 3)" in threads
+
+
 def test_trace_levels_and_gzip(tmp_path):
     events = {}
     for level in ("ops", "ops+links", "full"):

@@ -156,7 +156,8 @@ class Engine:
 
     def _stream(self, rank: int, stream: str, ops: list[Op], turn: simpy.Resource | None = None) -> Steps:
         """Run ``ops`` in order; with ``turn`` (one op of a serial stream) the op first waits for the stream to
-        be free, and is logged under the stream's own name."""
+        be free. An op is logged under its own stream's name, also where ``stream`` is one op's slice of an async
+        or serial stream (`pp#17`)."""
         env, log, finished, awaited = self.env, self.log, self._finished_ops, self._awaited
         contention, slowed, progress, total = self.contention, self.compute_duration, self.progress, self._total
         for op in ops:
@@ -179,7 +180,7 @@ class Engine:
                         kernel = contention.start(rank, duration, op.sm_bound_share, op.reserved_sms)
                         yield kernel.end
                         contention.finish(kernel)
-                log.record(COMPUTE_KIND, rank, stream if turn is None else op.stream, op.name, op.category,
+                log.record(COMPUTE_KIND, rank, op.stream, op.name, op.category,
                            op.microbatch, op.chunk, start, env.now, op.hbm_bytes, op.flops)
             elif isinstance(op, CollectiveOp):
                 yield self._join(op)

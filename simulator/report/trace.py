@@ -2,7 +2,8 @@
 file in chunks of rows, so that neither one dict per event for the whole run nor the whole text is ever held at
 once.
 
-A process per host (server) and a thread per GPU stream carry the op slices; times are in microseconds.
+A process per host (server) and a thread per GPU stream carry the op slices, with further threads (lanes)
+where a stream's ops overlap in time; times are in microseconds.
 `run.trace` chooses what else goes in: `ops` nothing; `ops+links` (the default) a process "network links"
 with one counter track per busy link (its utilisation in time bins, metrics/link_load.py); `full` also one
 slice per network flow on the sending GPU's `net` thread. `run.trace_compress` gzips the stream
@@ -21,6 +22,7 @@ events are one join of these pieces.
 from __future__ import annotations
 
 import gzip
+import heapq
 from collections.abc import Iterator
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -84,7 +86,10 @@ class _Slices:
         rows = np.flatnonzero(shown)
         rank, chunk = columns["rank"][0][rows], columns["chunk"][0][rows]
         single = _single_stages(rank, chunk, _matches(*kind, COMPUTE_KIND)[rows])
-        thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, single, gpu_host)
+        self.start_ns = np.rint(columns["start_s"][0][rows] * 1e9)
+        self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
+        thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, single, gpu_host,
+                                                              (self.start_ns, self.end_ns))
         name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
         own_category = ~_matches(*category, "")[rows]
         cat, cat_rows = _combos(own_category, category[0][rows], kind[0][rows])
@@ -98,8 +103,6 @@ class _Slices:
                        _objects(',"cat":' + encode_basestring(value) for value in cats), thread_table,
                        _objects(_args_text({key: values[row] for key, values in args.items()})
                                 for row in arg_rows.tolist()))
-        self.start_ns = np.rint(columns["start_s"][0][rows] * 1e9)
-        self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
 
     def metadata(self) -> bytes:
         """The process and thread name events."""
@@ -116,13 +119,16 @@ class _Slices:
 
 
 def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows: np.ndarray, single: np.ndarray,
-             gpu_host: list[int]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+             gpu_host: list[int], times_ns: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Each row's thread (an index into the table), the table of each thread's pid, tid and ts key as text, and
-    the process and thread name events: a process per host, a thread per GPU stream (tids from 1 in (rank,
-    stream) order), named with the rank's virtual stage where it has one (``single``, else -1)."""
+    the process and thread name events: a process per host, a thread per GPU stream and lane (tids from 1 in
+    (rank, stream, lane) order; `_lanes`), named with the rank's virtual stage where it has one (``single``,
+    else -1)."""
     codes, values = stream[0][rows], stream[1] or []
     order = {value: position for position, value in enumerate(sorted(set(values)))}
-    thread, thread_rows = _combos(rank, np.array([order[value] for value in values] or [0])[codes])
+    stream_order = np.array([order[value] for value in values] or [0])[codes]
+    lane = _lanes(_combos(rank, stream_order)[0], *times_ns)
+    thread, thread_rows = _combos(rank, stream_order, lane)
     hosts: set[int] = set()
     events: list[dict] = []
     table = []
@@ -134,10 +140,31 @@ def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows
             events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
                            "args": {"name": f"host {host}"}})
         stage = f" (virtual stage {single[gpu]})" if single[gpu] >= 0 else ""
+        extra = f", lane {lane[row] + 1}" if lane[row] else ""
         events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": tid,
-                       "args": {"name": f"GPU {gpu} {values[codes[row]]}{stage}"}})
+                       "args": {"name": f"GPU {gpu} {values[codes[row]]}{extra}{stage}"}})
         table.append(f',"pid":{host},"tid":{tid},"ts":')
     return thread, _objects(table), events
+
+
+def _lanes(stream: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Each slice's lane within its stream (``stream``: a code per slice): 0 where the stream's slices follow
+    one another, else the lowest lane free at its start, in order of start (then end). Ops of one stream may
+    overlap (a pipeline send beside a receive, a server's concurrent pushes, a GPU's flows), and slices that
+    overlap on one thread without nesting are against the trace format: Perfetto drops them."""
+    lane = np.zeros(len(stream), dtype=np.int64)
+    order = np.lexsort((end_ns, start_ns, stream))
+    ordered = stream[order]
+    clash = (ordered[1:] == ordered[:-1]) & (start_ns[order][1:] < end_ns[order][:-1])
+    for code in np.unique(ordered[1:][clash]).tolist():
+        busy: list[tuple[float, int]] = []
+        free: list[int] = []
+        for row in order[ordered == code].tolist():
+            while busy and busy[0][0] <= start_ns[row]:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            lane[row] = heapq.heappop(free) if free else len(busy)
+            heapq.heappush(busy, (end_ns[row], int(lane[row])))
+    return lane
 
 
 def _single_stages(rank: np.ndarray, chunk: np.ndarray, kernel: np.ndarray) -> np.ndarray:
