@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -136,6 +137,25 @@ def test_a_job_folder_holds_one_run_with_its_manifest(tmp_path):
     assert main(["run", str(scenario), "--out", str(out), "--quiet", *step_only]) == 0
     assert {path.name for path in out.iterdir()} == {"manifest.json", "summary.json", "timeline.parquet",
                                                      "trace.json"}
+
+
+def test_the_job_trace_is_in_microseconds_on_a_nanosecond_grid_without_a_display_unit(tmp_path):
+    """The job's trace.json holds `traceEvents` alone, as a step's does (an older Perfetto trace processor reads
+    a `displayTimeUnit` as the unit of `ts`: the job wrote "ms"), and each event's start and end are its
+    event's times in microseconds rounded to the nanosecond (they had float noise below it: 295897378.73028946)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "2 d"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    trace = json.loads((out / "trace.json").read_text(), parse_float=Decimal)
+    assert list(trace) == ["traceEvents"]
+    events = pd.read_parquet(out / "job_events.parquet")
+    timed = [event for event in trace["traceEvents"] if event["ph"] != "M"]
+    assert len(timed) == len(events) > 10
+    for event, row in zip(timed, events.itertuples(index=False), strict=True):
+        assert event["ts"] * 1000 == round(row.start_s * 1e9), event
+        if event["ph"] == "X":
+            assert (event["ts"] + event["dur"]) * 1000 == round(row.end_s * 1e9), event
 
 
 def test_a_job_without_slow_states_has_no_slow_step_time(tmp_path, capsys):

@@ -29,7 +29,9 @@ TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and 
 
 def job_trace(events: pa.Table, replication: int = 0) -> dict:
     """Chrome trace events of one replication: one thread per track, failures as instants. ``events`` is
-    sorted by replication."""
+    sorted by replication. Times are in microseconds on a nanosecond grid, as in a step's trace (report/trace.py),
+    and the file holds `traceEvents` alone: older Perfetto trace processors read a `displayTimeUnit` as the
+    unit of `ts`."""
     bounds = np.searchsorted(events.column("replication").to_numpy(), [replication, replication + 1])
     rows = events.slice(int(bounds[0]), int(bounds[1] - bounds[0]))
     trace: list[dict] = [{"ph": "M", "name": "process_name", "pid": 0, "tid": 0,
@@ -39,14 +41,15 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
     columns = [rows.column(c).to_pylist() for c in ("kind", "cause", "start_s", "end_s", "step", "lost_work_s",
                                                     "hosts")]
     for kind, cause, start, end, step, lost, hosts in zip(*columns):
-        event = {"name": f"{kind} {cause}".strip(), "cat": kind, "pid": 0, "tid": TRACKS[kind], "ts": start * 1e6,
-                 "args": {"step": step, "lost_work_s": lost, "hosts": hosts}}
+        start_ns, end_ns = round(start * 1e9), round(end * 1e9)
+        event = {"name": f"{kind} {cause}".strip(), "cat": kind, "pid": 0, "tid": TRACKS[kind],
+                 "ts": start_ns / 1e3, "args": {"step": step, "lost_work_s": lost, "hosts": hosts}}
         if kind == "failure":
             event.update(ph="i", s="t")
         else:
-            event.update(ph="X", dur=(end - start) * 1e6)
+            event.update(ph="X", dur=(end_ns - start_ns) / 1e3)
         trace.append(event)
-    return {"traceEvents": trace, "displayTimeUnit": "ms"}
+    return {"traceEvents": trace}
 
 
 def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False) -> tuple[JobResult, list[str]]:
