@@ -151,6 +151,16 @@ def test_a_bundled_scenario_runs_by_name_from_any_folder(tmp_path):
     assert summary["scenario"] == str(SCENARIOS / f"{LLAMA_8B}.yaml")
 
 
+def test_a_bundled_scenario_runs_by_name_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """`trainsim run NAME --out NAME` writes its outputs into a folder called NAME; running the same command
+    again runs the scenario again (it read the folder as the scenario: "cannot read file: Is a directory")."""
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        assert main(["run", LLAMA_8B, "--out", LLAMA_8B, "--quiet", "--set", "run.timeline=summary"]) == 0
+    summary = json.loads((tmp_path / LLAMA_8B / "summary.json").read_text())
+    assert summary["scenario"] == str(SCENARIOS / f"{LLAMA_8B}.yaml")
+
+
 def test_an_unknown_scenario_name_lists_the_bundled_ones(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["validate", "llama3-8b"]) == 2

@@ -40,14 +40,18 @@ def scenario_description(name: str) -> str:
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
-    """The file a scenario argument names: an existing path, else a bundled scenario by name ('.yaml' may be
-    left out); anything else is an error listing the bundled names."""
+    """The file a scenario argument names: an existing file, else a bundled scenario by name ('.yaml' may be
+    left out); anything else is an error listing the bundled names. A folder of the scenario's name (where
+    `trainsim run NAME --out NAME` put its outputs) does not hide the scenario; a folder of no scenario's name
+    is returned, for the reader to say what it is."""
     path = Path(name_or_path)
-    if path.exists() or path.parent != Path("."):
+    if path.is_file() or path.parent != Path("."):
         return path
     bundled = bundled_file(path.name)
     if bundled is not None:
         return bundled
+    if path.exists():
+        return path
     raise ScenarioError("no such file, and no bundled scenario of that name", file=str(name_or_path),
                         allowed=", ".join(bundled_scenarios()) + ", or a path to a YAML file")
 
