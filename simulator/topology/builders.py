@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -60,6 +61,9 @@ PCIE_NODE_PARAMETERS = {
     "gpu_model": Param("text", "a100-80gb", "GPU model name in the catalog", choices=gpu_names()),
 }
 
+Hashed = TypeVar("Hashed", int, np.ndarray)
+"""One flow's integer (a bool for a flag), or an array of many flows' (`Fabric._spine_and_core`, `_avalanche`)."""
+
 
 @dataclass
 class Fabric:
@@ -103,12 +107,6 @@ class Fabric:
     core_names: list[str] = field(default_factory=list)
     host_nic_bandwidth: float = 0.0
     """Bandwidth of each host's NICs into the network together, per direction (0: no network)."""
-    _ends: tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]] = field(
-        default_factory=lambda: ([], []), repr=False)
-    """Per GPU (filled on first use): its links up to its leaf, and down from it."""
-    _ways: tuple[list[tuple[int, ...] | None], list[tuple[int, ...] | None]] = field(
-        default_factory=lambda: ([], []), repr=False)
-    """Per GPU (filled on first use): its links up to its domain's root, and down from it."""
     _middles: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _as_arrays: _FabricArrays | None = field(default=None, repr=False)
 
@@ -139,8 +137,8 @@ class Fabric:
         flat = inside & arrays.flat_domain[src]
         routes = np.full((src.size, arrays.widest), -1, dtype=np.int64)
         if flat.any():
-            routes[flat, 0] = self._known(topo, arrays.climb, src[flat], self._to_switch)[:, 0]
-            routes[flat, 1] = self._known(topo, arrays.descent, dst[flat], self._from_switch)[:, 0]
+            routes[flat, 0] = self._known(topo, arrays.climb, src[flat], self._to_root)[:, 0]
+            routes[flat, 1] = self._known(topo, arrays.descent, dst[flat], self._from_root)[:, 0]
         for row in np.flatnonzero(inside & ~flat).tolist():
             links = self.route_links(topo, int(src[row]), int(dst[row]), int(channel[row]))
             routes[row, :len(links)] = links
@@ -159,14 +157,10 @@ class Fabric:
         hops[:, 0], hops[:, 1] = low, high
         apart = np.flatnonzero(low != high)
         if apart.size:
-            key = arrays.flow_key[src[apart]]
-            offset = (arrays.flow_key[dst[apart]] - key) % self.flow_keys
-            mixed = ((key % self.shift_period) * self.flow_keys + offset).astype(np.uint64)
-            mix = _avalanche_array(mixed * np.uint64(0x9E3779B1) + channel[apart].astype(np.uint64)).astype(np.int64)
-            spines = arrays.pod_spines[arrays.leaf_pod[low[apart]]]
-            hops[apart, 2] = mix % spines
-            across = arrays.leaf_pod[low[apart]] != arrays.leaf_pod[high[apart]]
-            hops[apart[across], 3] = (mix[across] // spines[across]) % len(self.core_names)
+            pods = arrays.leaf_pod[low[apart]], arrays.leaf_pod[high[apart]]
+            hops[apart, 2], hops[apart, 3] = self._spine_and_core(
+                arrays.flow_key[src[apart]], arrays.flow_key[dst[apart]], channel[apart],
+                arrays.pod_spines[pods[0]], pods[0] != pods[1])
         radix = [len(self.leaf_names), max(1, *map(len, self.spine_names)), max(len(self.core_names), 1)]
         codes = ((hops[:, 0] * radix[0] + hops[:, 1]) * radix[1] + hops[:, 2]) * radix[2] + hops[:, 3]
         _, first, choice = np.unique(codes, return_index=True, return_inverse=True)
@@ -204,26 +198,25 @@ class Fabric:
     def _known(topo: Topology, table: np.ndarray, gpus: np.ndarray,
                way: Callable[[list[int]], list[list[str]]]) -> np.ndarray:
         """Rows ``gpus`` of ``table``, a per-GPU table of link ids (-1: not yet known) whose row for GPU g holds
-        the links along the nodes ``way(...)`` lists for it (a column of names per node on the way), the
-        missing rows looked up first."""
+        the links along the nodes ``way(...)`` lists for it (a column of names per node on the way; GPUs with ways
+        of one length), left-aligned (a row wider than its way is -1 after it), the missing rows looked up
+        first."""
         rows = table[gpus]
-        wanted = np.zeros(len(table), dtype=bool)
-        wanted[gpus[(rows < 0).any(axis=1)]] = True
-        missing = np.flatnonzero(wanted).tolist()
+        missing = np.unique(gpus[rows[:, 0] < 0]).tolist()
         if missing:
             nodes = way(missing)
-            table[missing] = np.column_stack([topo.links_between(list(zip(tails, heads)))
-                                              for tails, heads in zip(nodes, nodes[1:])])
+            table[missing, :len(nodes) - 1] = np.column_stack([topo.links_between(list(zip(tails, heads)))
+                                                               for tails, heads in zip(nodes, nodes[1:])])
             rows = table[gpus]
         return rows
 
-    def _to_switch(self, gpus: list[int]) -> list[list[str]]:
-        """The GPUs' and their domains' switches' names (one switch level)."""
-        return [[self.gpus[g] for g in gpus], [self.uplinks[g][0] for g in gpus]]
+    def _to_root(self, gpus: list[int]) -> list[list[str]]:
+        """The GPUs' names and their domains' switches' up to the root (GPUs with as many switch levels)."""
+        return [[self.gpus[g] for g in gpus], *map(list, zip(*(self.uplinks[g] for g in gpus)))]
 
-    def _from_switch(self, gpus: list[int]) -> list[list[str]]:
-        """`_to_switch` the other way."""
-        return self._to_switch(gpus)[::-1]
+    def _from_root(self, gpus: list[int]) -> list[list[str]]:
+        """`_to_root` the other way."""
+        return self._to_root(gpus)[::-1]
 
     def _to_leaf(self, gpus: list[int]) -> list[list[str]]:
         """The GPUs', their NICs' and their leaves' names."""
@@ -242,12 +235,19 @@ class Fabric:
         low, high = self.leaf[src], self.leaf[dst]
         if low == high:
             return (low, high)
-        key = self.flow_key[src]
-        offset = (self.flow_key[dst] - key) % self.flow_keys
+        pods = self.leaf_pod[low], self.leaf_pod[high]
+        return (low, high, *self._spine_and_core(self.flow_key[src], self.flow_key[dst], channel,
+                                                 len(self.spine_names[pods[0]]), pods[0] != pods[1]))
+
+    def _spine_and_core(self, key: Hashed, other: Hashed, channel: Hashed, spines: Hashed, across: Hashed
+                        ) -> tuple[Hashed, Hashed]:
+        """The spine and core indices of flows from flow key ``key`` to flow key ``other`` on ``channel`` between
+        two leaves, ``spines`` the spine count of the source's pod and ``across`` whether the leaves lie in
+        different pods (core 0 when not): one flow as ints (`_hops`), or many as int64 arrays
+        (`_fill_across`), where the products wrap modulo 2^64 and keep the low 32 bits `_avalanche` reads."""
+        offset = (other - key) % self.flow_keys
         mix = _avalanche(((key % self.shift_period) * self.flow_keys + offset) * 0x9E3779B1 + channel)
-        spines = len(self.spine_names[self.leaf_pod[low]])
-        across = self.leaf_pod[low] != self.leaf_pod[high]
-        return (low, high, mix % spines, (mix // spines) % len(self.core_names) if across else 0)
+        return mix % spines, (mix // spines) % max(len(self.core_names), 1) * across
 
     def _switch_hops(self, low: int, high: int, spine: int = 0, core: int = 0) -> list[str]:
         """Switch names from leaf ``low`` to leaf ``high`` through the spine (and core) of those indices."""
@@ -261,34 +261,28 @@ class Fabric:
 
     def _end(self, topo: Topology, gpu: int, down: int) -> tuple[int, ...]:
         """Link ids from GPU ``gpu`` up to its leaf, or with ``down`` from its leaf down to it."""
-        return self._per_gpu(topo, self._ends[down], gpu, down, self._leaf_way)
+        arrays = self._arrays()
+        if down:
+            return self._row(topo, arrays.leaf_down, gpu, 2, self._from_leaf)
+        return self._row(topo, arrays.leaf_up, gpu, 2, self._to_leaf)
 
     def _climb(self, topo: Topology, gpu: int) -> tuple[int, ...]:
         """Link ids from GPU ``gpu`` up through its domain's switches to the domain's root."""
-        return self._per_gpu(topo, self._ways[0], gpu, 0, self._domain_way)
+        return self._row(topo, self._arrays().climb, gpu, len(self.uplinks[gpu]), self._to_root)
 
     def _descent(self, topo: Topology, gpu: int) -> tuple[int, ...]:
         """Link ids from the root of GPU ``gpu``'s domain down to it."""
-        return self._per_gpu(topo, self._ways[1], gpu, 1, self._domain_way)
+        return self._row(topo, self._arrays().descent, gpu, len(self.uplinks[gpu]), self._from_root)
 
-    def _leaf_way(self, gpu: int) -> list[str]:
-        """Node names from GPU ``gpu`` through its NIC to its leaf."""
-        return [self.gpus[gpu], self.nic[gpu], self.leaf_names[self.leaf[gpu]]]
-
-    def _domain_way(self, gpu: int) -> list[str]:
-        """Node names from GPU ``gpu`` up through its domain's switches."""
-        return [self.gpus[gpu], *self.uplinks[gpu]]
-
-    def _per_gpu(self, topo: Topology, cache: list[tuple[int, ...] | None], gpu: int, down: int,
-                 way: Callable[[int], list[str]]) -> tuple[int, ...]:
-        """The link ids of GPU ``gpu``'s ``way`` (reversed with ``down``), kept in ``cache`` after first use."""
-        if not cache:
-            cache.extend([None] * len(self.gpus))
-        links = cache[gpu]
-        if links is None:
-            nodes = way(gpu)
-            links = cache[gpu] = topo.link_ids(nodes[::-1] if down else nodes)
-        return links
+    def _row(self, topo: Topology, table: np.ndarray, gpu: int, length: int,
+             way: Callable[[list[int]], list[list[str]]]) -> tuple[int, ...]:
+        """The ``length`` link ids of GPU ``gpu``'s row of ``table`` (a `_known` table), looked up first when
+        not yet known: the one copy that routes one at a time and many at once both read."""
+        if table.item(gpu, 0) < 0:
+            links = topo.link_ids([names[0] for names in way([gpu])])
+            table[gpu, :length] = links
+            return links
+        return tuple(table[gpu].tolist()[:length])
 
     def route(self, topo: Topology, src: int, dst: int, channel: int) -> list[str]:
         """Node names from GPU ``src`` to GPU ``dst``; ``channel`` spreads flows over spines."""
@@ -302,7 +296,8 @@ class Fabric:
 
 class _FabricArrays:
     """A `Fabric`'s routing tables as numpy arrays, for routing many pairs at once (`Fabric.route_arrays`),
-    with per-GPU tables of link ids filled as GPUs are first routed (-1 until then)."""
+    with the per-GPU tables of link ids (up to the leaf and down from it, up the domain's switches and down
+    them) that routing one pair at a time reads too, filled as GPUs are first routed (-1 until then)."""
 
     def __init__(self, fabric: Fabric):
         gpus = len(fabric.gpus)
@@ -316,26 +311,18 @@ class _FabricArrays:
         self.widest = max(8, 2 * levels)
         """Columns a route needs: two links to the leaf at each end and up to four switch hops between, or up
         and down a domain's switch levels."""
-        self.climb = np.full((gpus, 1), -1, dtype=np.int64)
-        self.descent = np.full((gpus, 1), -1, dtype=np.int64)
+        self.climb = np.full((gpus, levels), -1, dtype=np.int64)
+        self.descent = np.full((gpus, levels), -1, dtype=np.int64)
         self.leaf_up = np.full((gpus, 2), -1, dtype=np.int64)
         self.leaf_down = np.full((gpus, 2), -1, dtype=np.int64)
 
 
-def _avalanche_array(values: np.ndarray) -> np.ndarray:
-    """`_avalanche` of each of ``values`` (uint64; only their low 32 bits count, as there)."""
-    mask = np.uint64(0xFFFFFFFF)
-    values = values & mask
-    values = ((values ^ (values >> np.uint64(16))) * np.uint64(0x85EBCA6B)) & mask
-    values = ((values ^ (values >> np.uint64(13))) * np.uint64(0xC2B2AE35)) & mask
-    return values ^ (values >> np.uint64(16))
-
-
-def _avalanche(value: int) -> int:
+def _avalanche(value: Hashed) -> Hashed:
     """A 32-bit integer hash in which every input bit flips every output bit with probability about 1/2
     (MurmurHash3's finalizer): keys that differ by a little, such as neighbouring hosts at one offset, land on
-    spines as if drawn at random, as ECMP's hash of a flow's header does."""
-    value &= 0xFFFFFFFF
+    spines as if drawn at random, as ECMP's hash of a flow's header does. Only the low 32 bits of ``value`` count
+    (an int, or an int64 array, whose wrapped products keep them)."""
+    value = value & 0xFFFFFFFF
     value = ((value ^ (value >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
     value = ((value ^ (value >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
     return value ^ (value >> 16)
