@@ -5,12 +5,13 @@ a sync checkpoint costs C = 60 s (60 GB at 1 GB/s), a restart R. Renewal-reward 
 of a checkpoint every T of work: a failure X after the previous one leaves floor((X - R) / (T + C)) completed
 cycles of T useful work, so ETTR(T) = T sum_j P(X > R + j (T + C)) / M.
 
-- Small restart cost (R = 10 s), exponential failures: the simulated optimum lies within 10% of Daly's
-  interval (1,099 s; the exact optimum is 1,098 s).
+- Small restart cost (R = 10 s), exponential failures: the fitted optimum lies within 2% of Daly's
+  interval (1,099 s; the exact optimum is 1,098 s) and the best interval tried is one either side of it.
 - Large restart cost (R = 1 h): with exponential failures the optimum does not move (memoryless: R only delays
   when the next cycles start, it scales the waste, not its shape), but with Weibull failures of shape 0.5
   (a fresh unit fails early more often) the optimum moves to 1,520 s, 38% above Daly: Young and Daly assume
-  exponential failures. The simulated ETTR follows the renewal-reward curve point by point within 0.005.
+  exponential failures. The simulated ETTR follows the renewal-reward curve point by point, within 0.0015 (0.004
+  for Weibull failures, noisier over 20 replications).
 """
 
 from __future__ import annotations
@@ -59,22 +60,31 @@ def simulated_curve(text: str, intervals: list[float]) -> list[dict]:
 
 
 def test_small_restart_cost_optimum_near_daly():
+    """Daly's interval sqrt(2 C M) (1 + sqrt(C / 2M) / 3 + C / 18M) - C = 1,098.8 s for C = 60 s, M = 3 h. The
+    optimum of a parabola fitted to the simulated curve lies within 2% of it (today 1.3% below), and the best
+    interval tried is one of the two either side of the exact optimum (1,099 s), whose exact ETTRs differ by
+    5e-5, well below the sampling error. The simulated ETTR is the renewal-reward ETTR within 0.0015 at every
+    interval (today 0.0011 at worst; 20 replications of 54 d, 95% half-width 0.006)."""
     intervals = [400.0, 600.0, 800.0, 1000.0, 1200.0, 1400.0, 1800.0, 2400.0, 3200.0]
     curve = simulated_curve(job_text("exponential", 1.0, "10 s"), intervals)
     daly = curve[0]["daly_interval_s"]
-    assert daly == pytest.approx(1098.8, abs=0.5)
+    assert daly == pytest.approx(math.sqrt(2 * C * M) * (1 + math.sqrt(C / (2 * M)) / 3 + C / (18 * M)) - C,
+                                 rel=1e-12)
     ettr = [s["ettr"]["mean"] for s in curve]
     from simulator.reliability.study import fitted_optimum
 
-    assert fitted_optimum(intervals, ettr) == pytest.approx(daly, rel=0.10)
-    best = intervals[int(np.argmax(ettr))]
-    assert best == pytest.approx(daly, rel=0.10)
+    assert fitted_optimum(intervals, ettr) == pytest.approx(daly, rel=0.02)
+    assert intervals[int(np.argmax(ettr))] in (1000.0, 1200.0)
     for interval, summary in zip(intervals, curve):
-        assert summary["ettr"]["mean"] == pytest.approx(renewal_ettr(interval, 10.0, 1.0), abs=0.005)
+        assert summary["ettr"]["mean"] == pytest.approx(renewal_ettr(interval, 10.0, 1.0), abs=0.0015)
 
 
-@pytest.mark.parametrize("distribution, shape, optimum", [("exponential", 1.0, 1100.0), ("weibull", 0.5, 1520.0)])
-def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, shape, optimum):
+@pytest.mark.parametrize("distribution, shape, optimum, error", [("exponential", 1.0, 1100.0, 0.001),
+                                                                  ("weibull", 0.5, 1520.0, 0.004)])
+def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, shape, optimum, error):
+    """The simulated ETTR is the renewal-reward ETTR within ``error`` at every interval: today 0.0004 at worst
+    for exponential failures and 0.0039 for Weibull 0.5, whose long tail of failure gaps makes the 20
+    replications' mean noisier (95% half-width 0.006 and 0.008)."""
     intervals = [800.0, 1100.0, 1500.0, 2100.0]
     grid = np.linspace(300.0, 4000.0, 3701)
     exact = grid[int(np.argmax([renewal_ettr(t, 3600.0, shape) for t in grid]))]
@@ -82,7 +92,7 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     curve = simulated_curve(job_text(distribution, shape, "1 h"), intervals)
     daly = curve[0]["daly_interval_s"]
     for interval, summary in zip(intervals, curve):
-        assert summary["ettr"]["mean"] == pytest.approx(renewal_ettr(interval, 3600.0, shape), abs=0.005)
+        assert summary["ettr"]["mean"] == pytest.approx(renewal_ettr(interval, 3600.0, shape), abs=error)
     best = intervals[int(np.argmax([s["ettr"]["mean"] for s in curve]))]
     assert best == min(intervals, key=lambda t: abs(t - exact))
     assert (abs(exact - daly) / daly > 0.3) == (distribution == "weibull")
