@@ -110,13 +110,16 @@ def test_units_and_blast_radius_on_the_graph():
 
 @pytest.mark.parametrize("distribution, shape", [("exponential", 1.0), ("weibull", 0.7), ("weibull", 2.0)])
 def test_failure_counts_follow_the_renewal_rate(distribution, shape):
-    """Over a horizon of 200 MTBFs per unit, the count per unit is H / MTBF (renewal theorem) within 2%."""
+    """Over a horizon of 200 MTBFs per unit, the count per unit is H / MTBF (renewal theorem) within 0.5% (today
+    0.3% at worst; standard deviation of the 12,800 failures' count 0.9% for exponential gaps, 1.3% for Weibull
+    0.7), and the exponential repair times' mean is the class's 60 s within 1.2% (today 1.0%; standard error
+    60 / sqrt(12,800) s, 0.9%)."""
     mtbf = 1000.0
     klass = FailureClass("x", "gpu", "replace", 1 / mtbf, distribution, shape, repair_s=60.0)
     arrivals = draw_arrivals(np.random.default_rng(1), (klass,), [64], 200 * mtbf)
-    assert len(arrivals) / 64 == pytest.approx(200, rel=0.02)
+    assert len(arrivals) / 64 == pytest.approx(200, rel=0.005)
     assert np.all(np.diff(arrivals.time_s) >= 0)
-    assert arrivals.repair_s.mean() == pytest.approx(60.0, rel=0.05)
+    assert arrivals.repair_s.mean() == pytest.approx(60.0, rel=0.012)
     assert math.isclose(float(arrivals.unit.max()), 63)
 
 
@@ -130,7 +133,7 @@ def test_a_weibull_class_expects_its_rate_over_a_short_horizon(shape):
     mtbf, units = 1000.0, 80_000
     klass = FailureClass("x", "gpu", "replace", 1 / mtbf, "weibull", shape, repair_s=60.0)
     arrivals = draw_arrivals(np.random.default_rng(1), (klass,), [units], 0.05 * mtbf)
-    assert len(arrivals) == pytest.approx(units * 0.05, rel=0.05)
+    assert len(arrivals) == pytest.approx(units * 0.05, rel=0.025)  # today 2.1% over at shape 0.5, 1.3 sd
 
 
 NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s"}

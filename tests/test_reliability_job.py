@@ -5,10 +5,10 @@
   paper's 419 (419 +/- 1.96 sqrt(419 / 100)), each cause in its own Poisson band around its count in
   tests/data/llama3_interruptions.csv (Llama 3 paper, Table 5) at family-wise 95% (Bonferroni over the 18
   causes: z = 2.99), and ETTR is above 90% with the checkpoint and restart costs docs/reliability.md documents
-  (the paper: "effective training time > 90%").
+  (the paper: "effective training time > 90%"), up to 0.005 below the renewal's 0.9235 by hand.
 - Seed 003: failures every 3 h, a checkpoint every 30 min, negligible write: mean lost work per failure is
   15 min within 5%. The exact mean for exponential failures restarting at a checkpoint is
-  E[X mod tau] = M - tau e^(-tau/M) / (1 - e^(-tau/M)) = 14.59 min; the simulation matches it within 2%.
+  E[X mod tau] = M - tau e^(-tau/M) / (1 - e^(-tau/M)) = 14.59 min; the simulation matches it within 0.5%.
 - The wall time splits exactly into productive time and the named losses; the same seed gives the same
   job_events.parquet bytes, another seed other events.
 """
@@ -79,13 +79,27 @@ def test_llama3_interruptions_match_the_paper(llama3_job):
         mean = summary["interruptions"]["by_cause"][by_label[label]]["mean"]
         low, high = poisson_band(count, 100, z_family)
         assert low <= mean <= high, (label, mean, count)
-    assert summary["interruptions"]["planned"]["mean"] == pytest.approx(47, abs=1)
+    # planned interruptions are not drawn: the preset's 47 over the 54 d, in every replication
+    assert summary["interruptions"]["planned"] == {"mean": 47.0, "std": 0.0, "ci95_low": 47.0, "ci95_high": 47.0}
 
 
 def test_llama3_effective_training_time_above_90_percent(llama3_job):
-    ettr = llama3_job.summary["ettr"]
+    """Above the paper's 90%, and as the renewal gives it by hand: each of the 419 expected unexpected
+    interruptions costs the restart (detection, rescheduling, launch, load, warm-up: 703 s) and on average half
+    a checkpoint cycle of lost work; between them a cycle of ``interval_s`` of training costs ``cost_s`` (the
+    snapshot stall and the background write's slowdown); each of the 47 planned interruptions waits for its
+    checkpoint's write. That gives 0.9235; the simulation is up to 0.005 below it (today 0.0035: a replaced
+    host's restart waits for a spare when all 32 are under repair, 744 s per interruption on average) and above
+    it by no more than its sampling error (standard error 0.0003)."""
+    summary = llama3_job.summary
+    ettr, checkpoint, horizon = summary["ettr"], summary["checkpoint"], summary["horizon_s"]
     assert ettr["ci95_low"] > 0.90
-    assert ettr["mean"] < 0.96
+    cycle = checkpoint["interval_s"] + checkpoint["cost_s"]
+    lost = (419 * (summary["restart"]["total_s"] + cycle / 2) + horizon * checkpoint["cost_s"] / cycle
+            + 47 * checkpoint["write_s"])
+    renewal = 1 - lost / horizon
+    assert renewal == pytest.approx(0.9235, abs=1e-4)
+    assert renewal - 0.005 <= ettr["mean"] <= renewal + 0.001
 
 
 def test_time_splits_exactly_into_productive_time_and_losses(llama3_job):
@@ -102,7 +116,7 @@ def test_seed003_lost_work_per_failure_is_half_the_interval():
     assert lost_min == pytest.approx(15.0, rel=0.05)
     mtbf, tau = 180.0, 30.0
     exact = mtbf - tau * math.exp(-tau / mtbf) / (1 - math.exp(-tau / mtbf))
-    assert lost_min == pytest.approx(exact, rel=0.02)
+    assert lost_min == pytest.approx(exact, rel=0.005)  # today 0.3% low; standard error of the mean 0.9%
     assert job.summary["restart"]["total_s"] == pytest.approx(60 + 1e9 / 1e12, rel=1e-9)
 
 
