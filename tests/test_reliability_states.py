@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import orjson
 import pandas as pd
 import pytest
 
@@ -252,60 +253,83 @@ run: {horizon: 2 d, replications: 1, seed: 5}
 restart: {elastic: true}
 faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
 """
-SHRUNK_EP = ("ep 4 does not divide dp x cp = 3 x 1 = 3 ranks of the elastic job shrunk to 3 replicas (allowed: "
-             "divisors of cp = 1 (the job can shrink to any count down to 1 replica), or restart.elastic: false)")
+PODS = ["--set", "cluster.tiers=3", "--set", "cluster.pods=2"]
+SHRUNK_PODS = ("the elastic job shrunk to 2 replicas (2 hosts): 3 splits leaf groups into pods, but 2 hosts make one "
+               "leaf group (up to 2 hosts) (allowed: tiers: 2, or more than 2 hosts (nodes), or fewer leaf_ports; or "
+               "restart.min_replicas above 2)")
 
 
 @pytest.mark.parametrize("command", ["run", "study"])
 def test_an_error_in_a_shrunk_state_names_the_set_that_wrote_the_value(command, tmp_path, capsys):
-    """EP 4 fits the healthy DP 4 and not the 3 replicas an elastic job shrinks to; the value came from
-    `--set parallelism.ep=4`, and the error named the file's `parallelism: {dp: 4}` line instead (the
-    shrunk state's scenario was rebuilt without the overrides). It is refused at load now (below)."""
+    """Two pods of one leaf group each fit the healthy 4 hosts and not the 2 hosts of the job shrunk to 2
+    replicas; the values came from `--set`, and the error names the `--set cluster.tiers=3` (a shrunk state's
+    scenario rebuilt without the overrides named the file's `cluster` line). It is refused at load (below)."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SHRINKING)
     args = ["mtbf"] if command == "study" else []
-    assert main([command, *args, str(scenario), "--set", "parallelism.ep=4", "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == f"error: --set parallelism.ep=4: parallelism.ep: {SHRUNK_EP}\n"
+    assert main([command, *args, str(scenario), *PODS, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: --set cluster.tiers=3: cluster.tiers: {SHRUNK_PODS}\n"
 
 
 def test_an_error_in_a_shrunk_state_of_a_sweep_point_names_its_axis(tmp_path):
-    """The same point from a sweep's axis: its error names the axis's line, not the base's `parallelism`."""
+    """The same point from a sweep's axes: its error names the `tiers` axis's line, not the base's `cluster`."""
     path = tmp_path / "sweep.yaml"
     base = "".join(f"  {line}\n" for line in SHRINKING.strip().splitlines())
-    path.write_text(f"base:\n{base}grid:\n  parallelism.ep: [4]\n")
+    path.write_text(f"base:\n{base}grid:\n  cluster.tiers: [3]\n  cluster.pods: [2]\n")
     run_sweep(load_sweep(path), tmp_path / "out", SerialExecutor())
     frame = pd.read_parquet(tmp_path / "out" / "results.parquet")
     axis_line = 1 + len(base.splitlines()) + 2
-    assert frame["error"][0] == f"{path}:{axis_line}: grid.parallelism.ep: value 4: {SHRUNK_EP}"
+    shrunk, problem = SHRUNK_PODS.split(": ", 1)
+    assert frame["error"][0] == f"{path}:{axis_line}: grid.cluster.tiers: {shrunk}: value 3: {problem}"
 
 
-def test_an_ep_that_a_shrunk_elastic_job_cannot_split_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
-    """EP 2 divides DP 4 x CP 1 but not the 3 x 1 ranks of the job shrunk to 3 replicas: refused at the file's
-    `ep` line before a step is simulated (it ended the job when it first shrank, after everything before)."""
+def test_a_size_an_elastic_job_cannot_run_on_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
+    """Every size the job can shrink to is built at load: the 2 hosts of 2 replicas make one leaf group, which
+    two pods cannot split. Refused at the file's `tiers` line before a step is simulated, naming the size and
+    the `min_replicas` that avoids it (it ended the job when it first shrank to 2, after everything before);
+    with `min_replicas: 3` the job runs."""
     def no_step(*args, **kwargs):
         raise AssertionError("a step was simulated")
 
-    monkeypatch.setattr("simulator.reliability.simulate.StepStates", no_step)
+    text = SHRINKING.replace("oversubscription: 2}", "oversubscription: 2,\n          tiers: 3, pods: 2}")
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(SHRINKING.replace("parallelism: {dp: 4}", "parallelism: {dp: 4,\n  ep: 2}"))
+    scenario.write_text(text)
     out = tmp_path / "out"
-    assert main(["run", str(scenario), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {scenario}:7: parallelism.ep: ep 2 does not divide dp x cp = 3 x 1 = 3 ranks of the elastic job "
-        "shrunk to 3 replicas (allowed: divisors of cp = 1 (the job can shrink to any count down to 1 replica), "
-        "or restart.elastic: false)\n")
+    with monkeypatch.context() as patch:
+        patch.setattr("simulator.reliability.simulate.StepStates", no_step)
+        assert main(["run", str(scenario), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: {scenario}:4: cluster.tiers: {SHRUNK_PODS}\n"
     assert not out.exists()
+    kept = simulate_job(scenario_from_text(text, "job.yaml", ["restart.min_replicas=3"])).summary
+    assert kept["replicas"]["sizes"] == [3, 4]
 
 
-def test_an_ep_dividing_cp_runs_elastic_and_a_job_that_cannot_shrink_is_not_refused():
-    """EP 2 with CP 2 splits every shrunk count's ranks (3 x 2 = 6, ..., 1 x 2 = 2); EP 4 on an inelastic job
-    never shrinks. Both run."""
-    moe = SHRINKING.replace("parallelism: {dp: 4}", "parallelism: {dp: 4, ep: 4}")
-    inelastic = simulate_job(scenario_from_text(moe.replace("restart: {elastic: true}", ""))).summary
-    assert {state["replicas"] for state in inelastic["states"]} == {4}
-    split = SHRINKING.replace("nodes: 4,", "nodes: 8,").replace("parallelism: {dp: 4}",
-                                                               "parallelism: {dp: 4, cp: 2, ep: 2}")
-    assert {state["replicas"] for state in simulate_job(scenario_from_text(split)).summary["states"]} > {4}
+@pytest.mark.parametrize("settings, message", [
+    (["restart.min_replicas=5"], "min_replicas 5 is above the layout's 4 replicas (allowed: 1 to 4)"),
+    (["restart.elastic=false", "restart.min_replicas=2"],
+     "min_replicas bounds an elastic job's shrinking (allowed: restart.elastic: true, or no min_replicas)"),
+], ids=["above-dp", "not-elastic"])
+def test_a_min_replicas_the_job_cannot_use_is_one_located_line(settings, message, tmp_path, capsys):
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SHRINKING)
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    assert main(["run", str(scenario), *sets, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: --set {settings[-1]}: restart.min_replicas: {message}\n"
+
+
+def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():
+    """EP 2 on DP 4 splits 4 and 2 replicas' ranks, not 3 or 1: the job runs on those sizes only (it was
+    refused at load); EP 4 on DP 4 splits only 4 (the job waits for repaired hosts, as an inelastic one) and EP 2
+    with CP 2 every size. An inelastic EP 4 never shrinks."""
+    def sizes(parallelism, text=SHRINKING):
+        summary = simulate_job(scenario_from_text(text.replace("parallelism: {dp: 4}", parallelism))).summary
+        return summary["replicas"]["sizes"], {state["replicas"] for state in summary["states"]}
+
+    assert sizes("parallelism: {dp: 4, ep: 2}") == ([2, 4], {2, 4})
+    assert sizes("parallelism: {dp: 4, ep: 4}") == ([4], {4})
+    split = SHRINKING.replace("nodes: 4,", "nodes: 8,")
+    assert sizes("parallelism: {dp: 4, cp: 2, ep: 2}", split)[0] == [1, 2, 3, 4]
+    assert sizes("parallelism: {dp: 4, ep: 4}", SHRINKING.replace("restart: {elastic: true}", "")) == ([4], {4})
 
 
 def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():
@@ -327,3 +351,31 @@ def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():
         "step_time_s"]
     assert states[4]["step_time_s"] == simulate(scenario_from_text(ONE_GPU_HOSTS, "job.yaml", faults)).summary[
         "step_time_s"]
+
+
+def test_an_elastic_job_with_outages_writes_the_same_bytes_for_the_same_seed(tmp_path):
+    """Shrinks, waits below `min_replicas`, regrows and both spines down (an outage) over 20 replications: the
+    same seed writes the same job_events.parquet and job_summary.json, byte for byte; another seed does not."""
+    text = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 20 min}") + """\
+run: {horizon: 10 d, replications: 20, seed: 7}
+faults:
+  components:
+    gpu: {mtbf: 8 d, repair: 1 d}
+    spine_switch: {mtbf: 3 d, repair: 12 h}
+    software: {mtbf: 10 d}
+restart: {elastic: true, min_replicas: 2}
+"""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+
+    def written(name, *sets):
+        out = tmp_path / name
+        assert main(["run", str(scenario), "--quiet", "--out", str(out), *sets]) == 0
+        return [(out / file).read_bytes() for file in ("job_events.parquet", "job_summary.json")]
+
+    first = written("a")
+    assert written("b") == first
+    assert written("c", "--set", "run.seed=8")[0] != first[0]
+    summary = orjson.loads(first[1])
+    assert summary["replicas"]["shrinks"]["mean"] > 0 and summary["replicas"]["regrows"]["mean"] > 0
+    assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] > 0

@@ -13,7 +13,7 @@ import pytest
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
 from simulator.reliability.processes import Arrivals
-from tests.test_reliability_states import ONE_GPU_HOSTS
+from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS
 
 H = 3600.0
 JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
@@ -215,3 +215,123 @@ def test_a_shrunk_job_faster_per_token_has_no_negative_slow_steps(job_with):
     tokens = written * interval[4] / steps[4] * 4096 + (productive - written * interval[4]) / steps[2] * 2048
     assert summary["goodput_tokens_per_s"]["mean"] == pytest.approx(tokens / horizon, rel=1e-9)
     assert summary["ideal_tokens_per_s"] == pytest.approx(4096 / steps[4], rel=1e-12)
+
+
+MIN_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 10 min}") + """\
+run: {horizon: 20 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d, repair: 10 h}
+    software: {mtbf: 1000 d}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true, min_replicas: 3}
+"""
+SOFTWARE = 1
+
+
+def test_an_elastic_job_waits_for_repair_below_its_minimum_and_regrows_at_the_next_restart(job_with):
+    """DP 4 on one-GPU hosts, no spares, `min_replicas: 3`. GPU 0 fails at 1 h (back at 11 h): the job restarts
+    on 3 replicas. GPU 1 fails at 2 h (back at 12 h): 2 hosts are left, below the minimum, so the restart waits
+    until 11 h and relaunches on 3 (without the minimum it ran on 2 from 2 h). A software failure at 14 h finds
+    4 hosts (the one back at 12 h is a spare): the job grows back to 4. One shrink, one regrow; running time on 3
+    replicas = (2 h - first relaunch) + (14 h - second), on 4 the rest of the horizon less the restarts."""
+    job = job_with((1 * H, GPU, 0, 10 * H), (2 * H, GPU, 1, 10 * H), (14 * H, SOFTWARE, 0, 0.0), text=MIN_JOB)
+    summary, events = job.summary, job.events
+    restarts = events[events["kind"] == "restart"][["start_s", "end_s"]].to_numpy()
+    assert restarts[:, 0].tolist() == [1 * H, 2 * H, 14 * H]
+    load = restarts[1, 1] - 11 * H
+    assert 0 < load < 1 and restarts[0, 1] == pytest.approx(1 * H + 60 + load, abs=1e-9)
+    assert {state["replicas"] for state in summary["states"]} == {3, 4}
+    replicas = summary["replicas"]
+    assert replicas["sizes"] == [3, 4]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
+    running = {int(size): value["mean"] for size, value in replicas["running_s"].items()}
+    assert running[3] == pytest.approx(2 * H - restarts[0, 1] + 14 * H - restarts[1, 1], abs=1e-6)
+    assert running[4] == pytest.approx(1 * H + 20 * H - restarts[2, 1], abs=1e-6)
+    assert sum(running.values()) + summary["time_s"]["restart_s"]["mean"] == pytest.approx(20 * H, abs=1e-6)
+
+
+GROW_JOB = RAILS.replace("checkpoint: {interval: 30 min}", "checkpoint: {interval: 1000 d}") + """\
+run: {horizon: 8 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d, repair: 2 h}
+  maintenance: {every: 10 h}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}
+"""
+
+
+def test_goodput_and_ettr_count_a_shrunk_job_by_its_throughput(job_with):
+    """TP 8 x DP 4 on four DGX H100, no checkpoint but the maintenance stop's at 5 h. GPU 0 fails at 1 h (its
+    host back at 3 h): the hour at 4 replicas is lost, the job runs on 3 from its restart t1 to 5 h, and the
+    maintenance stop's restart, ending at t2, finds the repaired host: 4 replicas to the 8 h horizon. By hand,
+    with r = tokens per second of each state: goodput x horizon = (5 h - t1) r3 + (8 h - t2) r4, and ETTR x
+    horizon = (5 h - t1) r3 / r4 + (8 h - t2) (3 replicas train 3/4 of the tokens in a shorter step, their
+    data-parallel reduction over fewer hosts: r3 / r4 = 0.84)."""
+    job = job_with((1 * H, GPU, 0, 2 * H), text=GROW_JOB)
+    summary, events = job.summary, job.events
+    (t0, t1), (t4, t2) = events[events["kind"] == "restart"][["start_s", "end_s"]].to_numpy().tolist()
+    assert (t0, t4) == (1 * H, 5 * H)
+    rate = {state["replicas"]: state["tokens_per_step"] / state["step_time_s"] for state in summary["states"]}
+    assert rate[3] / rate[4] == pytest.approx(0.84, abs=0.01)
+    at_3, at_4 = 5 * H - t1, 8 * H - t2
+    assert summary["goodput_tokens_per_s"]["mean"] * 8 * H == pytest.approx(at_3 * rate[3] + at_4 * rate[4],
+                                                                             rel=1e-9)
+    assert summary["ettr"]["mean"] * 8 * H == pytest.approx(at_3 * rate[3] / rate[4] + at_4, rel=1e-9)
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, abs=1e-6)
+    assert summary["slow_steps_by_cause_s"]["elastic_shrink"]["mean"] == pytest.approx(
+        at_3 * (1 - rate[3] / rate[4]), rel=1e-9)
+    replicas = summary["replicas"]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
+    assert {size: value["mean"] for size, value in replicas["running_s"].items()} == pytest.approx(
+        {"4": 1 * H + at_4, "3": at_3}, abs=1e-6)
+
+
+def test_losing_the_last_spine_stops_the_job_until_a_repair(job_with):
+    """One-GPU hosts under two leaves joined by two spines. Spine 0 fails at 1 h (back at 2 h), spine 1 at
+    1.5 h (back at 4.5 h): with both down no GPU of one leaf reaches the other's, so the job is interrupted at
+    1.5 h (a spine_switch interruption, no host taken) and its restart waits for spine 0 at 2 h (the 1 min
+    detection overlaps the wait); then it trains with one spine down until 4.5 h. Before, the second spine's
+    loss was skipped and the job trained on as if one spine were down."""
+    job = job_with((1 * H, 0, 0, 1 * H), (1.5 * H, 0, 1, 3 * H), text=SPINE_JOB.replace("3 h", "6 h"))
+    summary, events = job.summary, job.events
+    failures = events[events["kind"] == "failure"]
+    assert failures[["cause", "start_s", "hosts"]].to_numpy().tolist() == [["spine_switch", 1.5 * H, 0]]
+    restart = events[events["kind"] == "restart"][["start_s", "end_s"]].to_numpy().tolist()
+    load = summary["checkpoint"]["load_s"]
+    assert restart == [pytest.approx([1.5 * H, 2 * H + load], abs=1e-9)]
+    assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] == 1
+    assert [state["spines_down"] for state in summary["states"]] == [0, 1]
+    degraded = events[events["kind"] == "degraded"][["start_s", "end_s"]].to_numpy().tolist()
+    assert degraded == [[1 * H, 2 * H], [1.5 * H, 4.5 * H]]
+
+
+UNDER_ONE_LEAF = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 10 min}") + """\
+run: {horizon: 10 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d, repair: 2 h}
+    spine_switch: {mtbf: 1000 d, repair: 5 h}
+    software: {mtbf: 1000 d}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}
+"""
+
+
+def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches_where_it_can(job_with):
+    """GPUs 0 and 1 fail at 1 h (back at 3 h): the elastic job runs on 2 replicas, two hosts under one leaf.
+    Both spines fail at 1.5 h and 1.6 h (back at 6.5 h, 6.6 h): that job needs none and trains on (no
+    interruption). A software failure at 4 h finds 4 hosts, but 4 or 3 replicas span both leaves with no spine
+    up: it relaunches on the 2 that can run (it waited for the spines before), and a software failure at 8 h
+    grows it back to 4. One shrink, one regrow."""
+    job = job_with((1 * H, 0, 0, 2 * H), (1 * H, 0, 1, 2 * H), (1.5 * H, 1, 0, 5 * H), (1.6 * H, 1, 1, 5 * H),
+                   (4 * H, 2, 0, 0.0), (8 * H, 2, 0, 0.0), text=UNDER_ONE_LEAF)
+    summary, events = job.summary, job.events
+    assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] == 0
+    restarts = events[events["kind"] == "restart"][["start_s", "end_s"]].to_numpy()
+    assert restarts[:, 0].tolist() == [1 * H, 4 * H, 8 * H]
+    assert (restarts[:, 1] - restarts[:, 0] < 61).all()  # detection and load: no wait for the spines
+    met = {(state["replicas"], state["spines_down"]) for state in summary["states"]}
+    assert met == {(4, 0), (3, 0), (2, 0), (2, 1), (2, 2)}  # 3: planned at 1 h before the second GPU failed
+    replicas = summary["replicas"]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
+    running = {int(size): value["mean"] for size, value in replicas["running_s"].items()}
+    assert running[2] == pytest.approx(8 * H - restarts[0, 1] - (restarts[1, 1] - restarts[1, 0]), abs=1e-6)

@@ -216,7 +216,7 @@ class StorageConfig(Section):
 class RestartConfig(Section):
     """Restart after an interruption: detection + rescheduling (spare hosts; when none, wait for repair) +
     launch + checkpoint load + warm-up steps. `elastic`: continue on fewer data-parallel replicas instead of
-    waiting for repaired hosts."""
+    waiting for repaired hosts, down to `min_replicas` (none: 1; below it the job waits for repair)."""
 
     detection: Duration = 120.0
     reschedule: Duration = 180.0
@@ -224,3 +224,4 @@ class RestartConfig(Section):
     warmup_steps: int = Field(default=10, ge=0)
     spares: int = Field(default=0, ge=0)
     elastic: bool = False
+    min_replicas: int | None = Field(default=None, ge=1)

@@ -220,8 +220,8 @@ def _long_duration(seconds: float) -> str:
 
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
-    frequent causes), the time lost by kind with its share of the horizon, and the checkpoint interval against
-    Young's and Daly's."""
+    frequent causes), the time lost by kind with its share of the horizon, an elastic job's shrinks, regrows
+    and running time on each replica count, and the checkpoint interval against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
     table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {ideal:,.0f} tokens/s")
@@ -241,6 +241,13 @@ def job_table(job: dict) -> Table:
     lost = [f"{label} {_long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
             for part, label in TIME_LOST if times.get(part, {}).get("mean")]
     table.add_row("time lost", ", ".join(lost) or "none")
+    replicas = job.get("replicas")
+    if job.get("elastic") and replicas:
+        running = ", ".join(f"{size} replicas {_long_duration(value['mean'])} ({_share(value['mean'] / horizon)})"
+                            for size, value in replicas["running_s"].items() if value["mean"])
+        table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "
+                      f"regrows (sizes {', '.join(map(str, replicas['sizes']))}); running on "
+                      + (running or "none"))
     checkpoint = job["checkpoint"]
     optimum = (f"; Young {_seconds(job['young_interval_s'])}, Daly {_seconds(job['daly_interval_s'])}"
                if job.get("young_interval_s") is not None else "")

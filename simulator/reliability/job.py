@@ -5,16 +5,18 @@ Failures arrive per unit slot of the job's topology (processes.py). A failure of
 (a slot beyond a shrunk job's hosts, or a host already out) is ignored. `replace` and `restart` failures
 interrupt: the clock rolls back to the last completed checkpoint, the hosts in the blast radius go to repair,
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
-or with `elastic` shrinking to the replicas the hosts allow), launch, checkpoint load and warm-up steps. An
-interrupting failure during a restart starts it over. `degrade` and `straggle` failures change the cluster
-state until their repair (a unit hit again while degraded stays so until its last repair): the job trains at
-that state's step time, and the extra time of its kept steps is slow-step time of the causes in force. A
-`degrade` failure whose state has no route for some GPU interrupts instead and takes its blast radius, as
-`replace`. Planned maintenance windows come every `every_s`, the first after half a period; at each the job
-checkpoints, stops for its duration and restarts without detection (a window that falls inside a restart is
-taken right after it; several windows that fall inside one restart are taken as one). A failure during the
-stop does not cut it short: its detection overlaps what is left of the stop, and one that comes before the
-stop's checkpoint is written loses that checkpoint, as any checkpoint being written.
+or with `elastic` relaunching on the largest of the job's sizes the hosts fill, elastic.py, waiting only below
+the smallest), launch, checkpoint load and warm-up steps. An interrupting failure during a restart starts it
+over. `degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while
+degraded stays so until its last repair): the job trains at that state's step time, and the extra time of
+its kept steps is slow-step time of the causes in force. A `degrade` failure whose state has no route for
+some GPU interrupts instead: it takes its blast radius, as `replace`, or, when that holds no host (the last
+spine up), stays down and the restart waits for the repair that gives every GPU a route again. Planned
+maintenance windows come every `every_s`, the first after half a period; at each the job checkpoints, stops for
+its duration and restarts without detection (a window that falls inside a restart is taken right after it;
+several windows that fall inside one restart are taken as one). A failure during the stop does not cut it
+short: its detection overlaps what is left of the stop, and one that comes before the stop's checkpoint is
+written loses that checkpoint, as any checkpoint being written.
 """
 
 from __future__ import annotations
@@ -49,18 +51,13 @@ class JobPlan:
     maintenance: Maintenance | None
     hosts: int
     replicas: int
-    spines: int
     spares: int
     elastic: bool
+    sizes: tuple[int, ...]
+    """The replica counts the job runs on, ascending, `replicas` last (elastic.py; only it when not elastic)."""
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
-
-    @property
-    def hosts_per_replica(self) -> int:
-        """Whole hosts per data-parallel replica, what an elastic job shrinks by (simulate_job refuses elastic
-        without whole hosts per replica)."""
-        return self.hosts // self.replicas
 
     def hosts_for(self, replicas: int) -> int:
         """The hosts a job of ``replicas`` data-parallel replicas runs on: every host at full size, also when
@@ -85,6 +82,11 @@ class ReplicationTotals:
     planned: int
     lost_per_failure_s: tuple[float, ...]
     slow_by_cause_s: dict[str, float]
+    shrinks: int
+    regrows: int
+    running_by_replicas_s: dict[int, float]
+    """Wall time the job ran (trained, checkpointed, lost work) on each replica count: the horizon less
+    restarts and maintenance."""
 
 
 class JobProcess:
@@ -113,6 +115,9 @@ class JobProcess:
         self.interruptions: Counter = Counter()
         self.planned = 0
         self.lost_per_failure: list[float] = []
+        self.shrinks = 0
+        self.regrows = 0
+        self.running_s: dict[int, float] = {}
 
     def run(self, env: simpy.Environment):
         """The SimPy process: train to the next event, handle it, repeat until the horizon."""
@@ -126,7 +131,8 @@ class JobProcess:
             back = self.degraded_repairs[0][0] if self.degraded_repairs else INF
             maintenance = max(self.next_maintenance, now)
             t = min(arrival, back, maintenance, horizon)
-            clock.advance(now, t, self.costs, self.causes)
+            clock.advance(now, t, self.running, self.causes)
+            self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
             if t >= horizon:
                 break
@@ -138,7 +144,7 @@ class JobProcess:
             elif t == maintenance:
                 self.planned += 1
                 self._skip_windows(t)
-                clock.stop_cleanly(t, t + self.costs.write_s)
+                clock.stop_cleanly(t, t + self.running.write_s)
                 yield from self._restart(env, planned=True)
 
     def _skip_windows(self, t: float) -> None:
@@ -171,27 +177,29 @@ class JobProcess:
         return False
 
     def _degrade(self, index: int, t: float) -> bool:
-        """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones and for a
-        degradation that would leave some GPU without a route. A spine whose loss would leave none up is
-        skipped (a cluster without spines, one DGX host, still takes its stragglers and degradations)."""
+        """Apply a `degrade` or `straggle` arrival until its repair; False for interrupting ones. A degradation
+        that would leave some GPU without a route interrupts too: one that takes hosts as `replace` does (a
+        leaf above single-NIC hosts), one that takes none (the last spine up, all that joined the leaves) is
+        applied, and the restart waits for the repair that gives the job its routes back (`_routable`); a
+        degradation during that wait (the same spine again, another one) starts the restart over, as any
+        failure of a unit in use does, so that it waits for the later repair."""
         klass = self.plan.classes[self.klass[index]]
         if klass.effect.interrupts:
             return False
         self._end_degradations(t)
         key = (self.klass[index], self.plan.degradation(self.klass[index], self.unit[index]))
-        if key not in self.degraded:
+        if key not in self.degraded and self.costs is not None and self.plan.blast[self.klass[index]][self.unit[index]]:
             candidate = state_of(self.replicas, [d for _, d in self.degraded] + [key[1]])
-            if candidate.spines_down and candidate.spines_down >= self.plan.spines:
-                self.next_arrival += 1
-                return True
             if self.plan.costs(candidate) is None:
                 return False
-        self.next_arrival += 1
         end = t + self.repair[index]
         self.degraded[key] = self.degraded.get(key, 0) + 1
-        heapq.heappush(self.degraded_repairs, (end, self.next_arrival, key))
+        heapq.heappush(self.degraded_repairs, (end, index + 1, key))
         self.events.add("straggling" if klass.effect is Effect.STRAGGLE else "degraded", t, end, cause=klass.name)
         self._refresh()
+        if self.costs is None and klass.effect is Effect.DEGRADE:
+            return False
+        self.next_arrival += 1
         return True
 
     def _end_degradations(self, now: float) -> None:
@@ -209,16 +217,21 @@ class JobProcess:
         return state_of(replicas, [d for _, d in self.degraded])
 
     def _refresh(self) -> None:
-        """The cluster state, its costs and the slow-step causes in force, after a change."""
+        """The cluster state, its costs (None while it leaves some GPU without a route: the job waits in a
+        restart) and the slow-step causes in force, after a change."""
         self.state = self._state(self.replicas)
-        costs = self.plan.costs(self.state)
-        if costs is None:
-            raise SimulationError(f"no route for some GPU in cluster state {self.state}")
-        self.costs = costs
+        self.costs = self.plan.costs(self.state)
         causes = {self.plan.classes[index].name for index, _ in self.degraded}
         if self.replicas < self.plan.replicas:
             causes.add(BuiltInCause.ELASTIC_SHRINK)
         self.causes = tuple(sorted(causes))
+
+    @property
+    def running(self) -> SegmentCosts:
+        """The costs of the state the job trains in: never one without a route (the restart waits it out)."""
+        if self.costs is None:
+            raise SimulationError(f"the job trains in cluster state {self.state}, which has no route for some GPU")
+        return self.costs
 
     def _fail(self, index: int, t: float, rolls_back: bool) -> None:
         """An interrupting failure: lost work (when it strikes progress not yet in a checkpoint: training, or
@@ -243,18 +256,41 @@ class JobProcess:
             heapq.heappop(self.repairs)
             self.spares += 1
 
-    def _hosts_ready(self, now: float) -> tuple[float, int]:
-        """When enough hosts are there to relaunch, and the replicas the job then runs."""
-        per_replica = self.plan.hosts_per_replica
-        healthy = self.in_use - len(self.missing)
-        if self.plan.elastic:
-            replicas = min(self.plan.replicas, (healthy + self.spares) // per_replica)
-            if replicas >= 1:
-                return now, replicas
-            short = per_replica - healthy - self.spares
-            return self._returns(short), 1
-        short = len(self.missing) - self.spares
-        return (self._returns(short) if short > 0 else now), self.state.replicas
+    def _relaunch_plan(self, now: float) -> tuple[float, int, SegmentCosts]:
+        """When the job can relaunch, on how many replicas, and the costs of that state: the largest of its
+        sizes (all its replicas but for an elastic job) that the healthy and spare hosts fill and whose GPUs all
+        have a route; else the largest they fill, once repairs give it its routes back; else, with too few hosts
+        for the smallest size, the largest that the hosts back by the time the smallest fits fill."""
+        have = self.in_use - len(self.missing) + self.spares
+        fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
+        for size in fitting:
+            costs = self.plan.costs(self._state(size))
+            if costs is not None:
+                return now, size, costs
+        ready = now
+        if not fitting:
+            ready = self._returns(self.plan.hosts_for(self.plan.sizes[0]) - have)
+            have += sum(1 for back in self.repairs if back <= ready + EPS)
+            fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
+        size = fitting[0] if fitting else self.plan.sizes[0]
+        routable, costs = self._routable(size)
+        return max(ready, routable), size, costs
+
+    def _routable(self, replicas: int) -> tuple[float, SegmentCosts]:
+        """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
+        force: then at the repair that ends it), and the costs of that state."""
+        counts = dict(self.degraded)
+        costs = self.plan.costs(state_of(replicas, [d for _, d in counts]))
+        if costs is not None:
+            return 0.0, costs
+        for end, _, key in sorted(self.degraded_repairs):
+            counts[key] -= 1
+            if not counts[key]:
+                del counts[key]
+                costs = self.plan.costs(state_of(replicas, [d for _, d in counts]))
+                if costs is not None:
+                    return end, costs
+        raise SimulationError(f"no route for some GPU on {replicas} replicas with every degradation repaired")
 
     def _returns(self, count: int) -> float:
         """The time by which ``count`` more hosts are back from repair (never, when fewer are away)."""
@@ -268,14 +304,12 @@ class JobProcess:
         detection overlapping the rest of it."""
         horizon = self.plan.horizon_s
         begin = env.now
-        stopped_until = begin + self._maintenance_stop(self.costs) if planned else begin
+        stopped_until = begin + self._maintenance_stop(self.running) if planned else begin
         while True:
             now = env.now
             self._collect_repairs(now)
-            ready, replicas = self._hosts_ready(now)
-            costs = self.costs if replicas == self.replicas else self.plan.costs(self._state(replicas))
-            if costs is None:
-                raise SimulationError(f"no route for some GPU on {replicas} replicas")
+            self._end_degradations(now)
+            ready, replicas, costs = self._relaunch_plan(now)
             pre = max(stopped_until - now, 0.0 if planned else costs.detection_s)
             end = now + pre + max(0.0, ready - now - pre) + costs.fixed_restart_s + costs.load_s + costs.warmup_s
             arrival = self._peek()
@@ -311,6 +345,10 @@ class JobProcess:
         self.spares = available - self.in_use
         self.missing.clear()
         if replicas != self.replicas:
+            if replicas < self.replicas:
+                self.shrinks += 1
+            else:
+                self.regrows += 1
             self.replicas = replicas
             self._refresh()
 
@@ -326,4 +364,5 @@ class JobProcess:
             maintenance_s=self.maintenance_s, steps=clock.steps,
             tokens=kept_equiv / healthy.step_s * healthy.tokens_per_step, interruptions=self.interruptions,
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
-            slow_by_cause_s=slow_by_cause)
+            slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
+            running_by_replicas_s=dict(self.running_s))

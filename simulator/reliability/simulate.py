@@ -19,6 +19,7 @@ from simulator.errors import InputError, ScenarioError
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureModel, failure_model
+from simulator.reliability.elastic import elastic_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
@@ -26,7 +27,7 @@ from simulator.reliability.states import ClusterState, Degradation, StepStates
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
 from simulator.units import format_count
-from simulator.workload.training import pipeline_depth, resolve_layout, resolve_model
+from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,38 +182,28 @@ def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnit
                                 allowed=f"a class whose unit the cluster has: {', '.join(present)}")
 
 
-def check_job(loaded: LoadedScenario, topology: Topology) -> tuple[FailureModel, float, ClusterUnits]:
-    """The checks of a job's sections that need no step (spares against the hosts, an elastic job's shrunk
-    layouts, the failure classes and their units on the cluster, the checkpoint against the storage), located;
-    its failure model, checkpoint size and the cluster's units. `trainsim validate` runs them too."""
+@dataclass(frozen=True)
+class JobChecks:
+    """What the checks of a job's sections resolved: its failure model, checkpoint size, the cluster's units
+    and the replica counts it runs on (ascending, the layout's DP last)."""
+
+    model: FailureModel
+    checkpoint_bytes: float
+    units: ClusterUnits
+    sizes: tuple[int, ...]
+
+
+def check_job(loaded: LoadedScenario, topology: Topology) -> JobChecks:
+    """The checks of a job's sections that need no step (spares against the hosts, an elastic job's sizes,
+    the failure classes and their units on the cluster, the checkpoint against the storage), located.
+    `trainsim validate` runs them too."""
     located(loaded, lambda: _check_inputs(loaded, topology.num_hosts))
-    if loaded.scenario.restart.elastic:
-        _check_elastic(loaded, topology)
+    sizes = elastic_sizes(loaded, topology)
     model = located(loaded, lambda: failure_model(loaded.scenario.faults))
     units = cluster_units(topology)
     located(loaded, lambda: _check_units(loaded, model, units))
     size = located(loaded, lambda: _checkpoint_size(loaded))
-    return model, size, units
-
-
-def _check_elastic(loaded: LoadedScenario, topology: Topology) -> None:
-    """Refuse, before any step is simulated, an elastic job that could not run on some replica count it can
-    shrink to (every one from the layout's DP down to 1: a restart takes the replicas the healthy hosts fill):
-    it needs whole hosts per replica, and its EP degree must divide each count's DP x CP ranks. EP divides
-    DP x CP (the healthy step checks it), so it divides (DP - 1) x CP only where it divides CP, and then every
-    count's: the count named is DP - 1, the first the job meets. (EP 4 on DP 4 shrunk to 3 was refused only
-    when the job first shrank, minutes into the run.)"""
-    scenario = loaded.scenario
-    layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
-    if topology.num_hosts % layout.dp:
-        raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
-                           "a layout whose replicas each fill whole hosts")
-    ep, cp, shrunk = scenario.parallelism.ep, layout.cp, layout.dp - 1
-    if shrunk and cp % ep and located(loaded, lambda: resolve_model(scenario)).moe is not None:
-        raise loaded.error(("parallelism", "ep"), f"ep {ep} does not divide dp x cp = {shrunk} x {cp} = "
-                           f"{shrunk * cp} ranks of the elastic job shrunk to {shrunk} replicas",
-                           f"divisors of cp = {cp} (the job can shrink to any count down to 1 replica), or "
-                           "restart.elastic: false")
+    return JobChecks(model, size, units, sizes)
 
 
 @collector_paused()
@@ -225,7 +216,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
     topology = scenario_topology(loaded)
-    model, size, units = check_job(loaded, topology)
+    checks = check_job(loaded, topology)
+    model, size, units = checks.model, checks.checkpoint_bytes, checks.units
     if not force:
         _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology, force=force)
@@ -253,9 +245,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
 
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
-                   hosts=topology.num_hosts, replicas=states.healthy.replicas, spines=units.spines,
-                   spares=scenario.restart.spares, elastic=scenario.restart.elastic, costs=costs,
-                   degradation=degradation)
+                   hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
+                   elastic=scenario.restart.elastic, sizes=checks.sizes, costs=costs, degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None

@@ -4,18 +4,21 @@ A state is the number of data-parallel replicas in use (fewer than the layout's 
 the number of spine switches down, the links other degraded units (leaf switches, cables, NICs) took down and
 the straggling GPUs with their slowdown. Spines down are simulated as the same fat tree with the leaf uplink
 capacity scaled by (spines - down) / spines (the `oversubscription` parameter grows by spines / (spines -
-down)): flows hash over spines, so losing one spreads its traffic over the others; the step folds where the
-flow model's symmetry check passes on the scaled capacities (the bundled 16,384-GPU job's does with up to two
-spines down; TP 8 x DP 4 on hosts of 4 NICs under 2 spines does not). Links down and stragglers are the
-step-fault engine's (`faults.step` links and stragglers, added to the scenario's own): the step is exactly
-`simulate()` of the scenario with those faults. A state whose links leave some GPU without a route has no step
-(None): the job cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its
-tensor- and context-parallel peers and the data-parallel replicas do the same work and wait for it at their
-collectives), so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job keeps each
-replica's micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses. The cache
-lives for the process, keyed by the scenario's step-relevant sections, so studies and notebooks that change
-only failure or checkpoint settings simulate each state once. A state's step that a fold check unfolds beyond
-the scale limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
+down), spines counted over every pod): flows hash over spines, so losing one spreads its traffic over the
+others; the step folds where the flow model's symmetry check passes on the scaled capacities (the bundled
+16,384-GPU job's does with up to two spines down; TP 8 x DP 4 on hosts of 4 NICs under 2 spines does not).
+Every spine down is every leaf's uplinks down, a state without a route where the job spans leaf groups (the
+rails of one leaf group still join its hosts). Links down and stragglers are the step-fault engine's
+(`faults.step` links and stragglers, added to the scenario's own): the step is exactly `simulate()` of the
+scenario with those faults. A state whose links leave some GPU without a route has no step (None): the job
+cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its tensor- and
+context-parallel peers and the data-parallel replicas do the same work and wait for it at their collectives),
+so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job keeps each replica's
+micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses
+(elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's step-relevant sections, so
+studies and notebooks that change only failure or checkpoint settings simulate each state once. A state's step
+that a fold check unfolds beyond the scale limits is refused before it is built unfolded
+(scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
+from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refuse_unfolded
 from simulator.simulation import simulate_training
@@ -138,30 +142,43 @@ class StepStates:
         one's `--set` overrides (or sweep axes), so an error in a value one of them wrote names it, as the
         healthy step's would."""
         scenario = self.loaded.scenario
-        overrides = scenario.cluster.overrides()
-        update: dict = {}
-        if state.spines_down:
-            spines = self.topology.params["spines"]
-            overrides["oversubscription"] = (self.topology.params["oversubscription"] * spines
-                                             / (spines - state.spines_down))
-        if state.replicas != self.healthy.replicas:
-            overrides["nodes"] = state.replicas * (self.topology.num_hosts // self.healthy.replicas)
-            update["parallelism"] = scenario.parallelism.model_copy(update={"dp": state.replicas})
-            update["training"] = scenario.training.model_copy(update={"microbatches": self.microbatches,
-                                                                      "global_batch": None})
-        update["cluster"] = ClusterConfig(topology=scenario.cluster.topology, **overrides)
-        loaded = replace(self.loaded, scenario=scenario.model_copy(update=update))
+        shrunk = state.replicas != self.healthy.replicas
+        if shrunk:
+            scenario = shrunk_scenario(scenario, self.topology.num_hosts, self.healthy.replicas,
+                                       self.microbatches, state.replicas)
+        spines = _spines(self.topology)
+        if 0 < state.spines_down < spines:
+            overrides = {**scenario.cluster.overrides(), "oversubscription": (
+                self.topology.params["oversubscription"] * spines / (spines - state.spines_down))}
+            scenario = scenario.model_copy(update={"cluster": ClusterConfig(topology=scenario.cluster.topology,
+                                                                            **overrides)})
+        loaded = replace(self.loaded, scenario=scenario)
         topology = scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
+        if 0 < spines <= state.spines_down:
+            links += tuple(LinkFault(uplinks_of=leaf) for leaf in _leaves_below_spines(topology))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
                            if gpu < topology.num_gpus)
         own = scenario.faults.step
-        if state.replicas != self.healthy.replicas:
+        if shrunk:
             own = faults_within(own, topology)
         if links or stragglers or own != scenario.faults.step:
             faults = own.model_copy(update={"links": own.links + links, "stragglers": own.stragglers + stragglers})
             loaded = with_step_faults(loaded, faults)
         return loaded, topology
+
+
+def _spines(topology: Topology) -> int:
+    """The spine switches (tier 2) of the cluster's fabric."""
+    return sum(1 for attributes in topology.wiring.nodes.values() if attributes.get("tier") == 2)
+
+
+def _leaves_below_spines(topology: Topology) -> list[str]:
+    """The leaf switches (tier 1) with links up to spines, in wiring order: their uplinks are every link to a
+    spine (none on a cluster of one leaf)."""
+    nodes = topology.wiring.nodes
+    return list(dict.fromkeys(low for low, high in topology.wiring.edges
+                              if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2))
 
 
 def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
