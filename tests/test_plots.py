@@ -191,6 +191,24 @@ def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
     assert capacity[0] == pytest.approx(run.summary["memory_capacity_gib"], rel=REL)
 
 
+def test_memory_figure_of_sixteen_stages_gives_each_its_own_colour(tmp_path):
+    """16 pipeline stages, 16 curves: each has a colour of its own (the ten-colour cycle drew stage 10 in stage
+    0's blue, and the legend could not tell them apart); up to ten keep the cycle."""
+    path = tmp_path / "p16.yaml"
+    path.write_text("""
+cluster: {topology: dgx-h100-cluster, nodes: 2}
+model: {synthetic: {stages: 16, forward: 1 ms, backward: 2 ms}}
+training: {microbatches: 16}
+parallelism: {pp: 16, pipeline: {schedule: 1f1b}}
+""")
+    run = simulator.simulate(simulator.load_scenario(str(path)))
+    colours = [matplotlib.colors.to_hex(line.get_color()) for line in memory_figure(
+        run.timeline, run.summary).axes[0].get_lines()[:-1]]
+    assert len(colours) == 16 == len(set(colours))
+    few = memory_figure(run.timeline, run.summary, ranks=[0, 5]).axes[0].get_lines()[:-1]
+    assert [line.get_color() for line in few] == ["C0", "C1"]
+
+
 def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path, capsys):
     out = tmp_path / "run"
     scenario = tmp_path / "1f1b.yaml"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from simulator.program.ops import BACKWARD_CATEGORY, FORWARD_CATEGORY, WEIGHT_GRAD_CATEGORY
@@ -29,6 +30,8 @@ from simulator.report.outputs import (
 
 GIB = 2.0**30
 STATIC_PARTS = ("params", "grads", "optimizer", "buffers")
+CYCLE = [f"C{index}" for index in range(10)]
+"""Matplotlib's default colour cycle, by name."""
 
 
 def _stage_entry(summary: dict, stage: int) -> dict:
@@ -125,9 +128,9 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     scale, unit = time_unit(span)
     figure = Figure(figsize=(11, 5), layout="constrained")
     ax = figure.add_subplot()
-    for rank, curve in curves:
+    for (rank, curve), colour in zip(curves, _curve_colours(len(curves))):
         peak = curve["bytes"].max() / GIB
-        ax.step(curve["time_s"] * scale, curve["bytes"] / GIB, where="post",
+        ax.step(curve["time_s"] * scale, curve["bytes"] / GIB, where="post", color=colour,
                 label=f"rank {rank} (stage {stage_of(summary, rank)}), peak {peak:.1f} GiB")
     capacity = float(summary["memory_capacity_gib"])
     top = max([capacity] + [curve["bytes"].max() / GIB for _, curve in curves])
@@ -141,3 +144,11 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     ax.grid(color="#DDDDDD", linewidth=0.5)
     ax.legend(fontsize=8, loc="lower right")
     return figure
+
+
+def _curve_colours(count: int) -> list:
+    """A colour per curve: matplotlib's ten-colour cycle, or beyond ten curves (16 pipeline stages) a sweep of
+    viridis in curve order, where the cycle would give two stages one colour in the legend."""
+    if count <= len(CYCLE):
+        return CYCLE[:count]
+    return [tuple(colour) for colour in colormaps["viridis"](np.linspace(0.0, 0.9, count))]
