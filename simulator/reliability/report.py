@@ -1,13 +1,15 @@
 """Outputs of a job simulation: job_summary.json, job_events.parquet, the healthy step's summary.json and
-trace.json with the first replication's failures, checkpoints, restarts, degraded and straggling periods as Perfetto
-tracks (times in microseconds). They are written as a run folder (report/run_folder.py): together into a
-temporary folder, moved in with a manifest, and the files of an earlier run into the same folder removed. The
+trace.json (trace.json.gz with `run.trace_compress`) with the first replication's failures, checkpoints,
+restarts, degraded and straggling periods as Perfetto tracks (times in microseconds). They are written as a run
+folder (report/run_folder.py): together into a temporary folder, moved in with a manifest, and the files of an
+earlier run into the same folder removed. The
 event table goes to Parquet straight from Arrow, dictionary-encoding only its two string columns (trying a
 dictionary on the float columns, which have no repeats to find, doubled the write). `run_job` simulates a job and
 writes them: the one path `trainsim run` and a sweep point take."""
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ import pyarrow.parquet as pq
 
 from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import write_run_folder
+from simulator.report.trace import trace_name
 from simulator.report.writers import run_identity, write_summary
 
 if TYPE_CHECKING:
@@ -62,9 +65,12 @@ def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False
 def write_job_outputs(out_dir: Path, job: JobResult, loaded: LoadedScenario) -> list[str]:
     """Write the job simulation's files into ``out_dir`` as one run folder; return their names, manifest last."""
 
+    compress = loaded.scenario.run.trace_compress
+
     def write(stage: Path) -> None:
         pq.write_table(job.table, stage / "job_events.parquet", use_dictionary=["kind", "cause"])
-        (stage / "trace.json").write_bytes(orjson.dumps(job_trace(job.table)))
+        trace = orjson.dumps(job_trace(job.table))
+        (stage / trace_name(compress)).write_bytes(gzip.compress(trace, mtime=0) if compress else trace)
         write_summary(job.step_summary, stage / "summary.json")
         write_summary(job.summary, stage / "job_summary.json")
 
