@@ -117,6 +117,23 @@ def test_communication_run_prints_its_collective_table(tmp_path, capsys):
         assert line.split()[-2:] == [f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}"]
 
 
+def test_the_collective_table_gives_each_size_in_a_unit_it_reads_in(tmp_path, capsys):
+    """Sizes were always printed in MiB (1 B as 9.537e-07 MiB, 1 GiB as 1,024 MiB); each now takes the largest
+    binary unit it reaches, to 4 significant digits (3000 B: 2.93 KiB), while summary.json keeps bytes."""
+    scenario = tmp_path / "sizes.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100-cluster, nodes: 2}\nworkload:\n"
+                        "  - {name: one, op: all_reduce, bytes: 1 B, group: 0-7}\n"
+                        "  - {name: odd, op: all_reduce, bytes: 3000 B, group: 0-7}\n"
+                        "  - {name: big, op: all_reduce, bytes: 1 GiB, group: all}\n"
+                        "  - {name: empty, op: all_reduce, bytes: 0 B, group: all}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.split()}
+    assert {name: rows[name][3:5] for name in ("one", "odd", "big", "empty")} == {
+        "one": ["1", "B"], "odd": ["2.93", "KiB"], "big": ["1", "GiB"], "empty": ["0", "B"]}
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [row["bytes"] for row in summary["collectives"]] == [1, 3000, 2**30, 0]
+
+
 def test_progress_bar_stays_silent_off_a_terminal(capsys):
     with RunProgress(enabled=True) as progress:
         progress.started -= 10  # as if the run had been going for ten seconds

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
+from simulator.units import format_size
 
 
 def _seconds(value: float) -> str:
@@ -173,12 +174,13 @@ def parameter_server_table(ps: dict) -> Table:
 
 
 def collective_table(summary: dict) -> Table:
-    """A communication-only run: per workload item, its time, algorithm and bus bandwidth."""
+    """A communication-only run: per workload item, its size in the largest binary unit it reaches (1 B, 64 KiB,
+    1 GiB), its time, algorithm and bus bandwidth."""
     table = Table(box=None, padding=(0, 2))
     for name in ("name", "op", "ranks", "size", "time", "algbw GB/s", "busbw GB/s"):
         table.add_column(name, justify="left" if name in ("name", "op") else "right")
     for row in summary.get("collectives", []):
-        table.add_row(str(row["name"]), str(row["op"]), str(row["ranks"]), f"{row['bytes'] / 2**20:,.4g} MiB",
+        table.add_row(str(row["name"]), str(row["op"]), str(row["ranks"]), format_size(row["bytes"]),
                       _seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}")
     return table
 
