@@ -458,6 +458,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     print(format_search(result))
     print(f"wrote {out}/candidates.parquet, {out}/candidates.csv (every layout, with why it was pruned), "
           f"{out}/search.json")
+    if result.winner is None:  # a script must tell this from a search that found a layout
+        return _fail(f"error: no layout of the search fits and simulates; {out}/candidates.csv says why each "
+                     "was pruned or failed", EXIT_RUNTIME)
     return 0
 
 
@@ -576,7 +579,11 @@ def _parser() -> argparse.ArgumentParser:
                            help="run only this case (file name without .yaml); the report is not written")
     published.set_defaults(func=_cmd_validate_published)
 
-    search = sub.add_parser("search", help="search parallel layouts for a scenario's model, cluster and batch")
+    search = sub.add_parser("search", help="search parallel layouts for a scenario's model, cluster and batch",
+                            description="Search the parallel layouts of a scenario's model, cluster and batch: "
+                                        "prune, estimate, simulate the best. Exit status 0 when a layout "
+                                        "simulated, 1 when none fits or simulates (the files written say why), "
+                                        "2 for bad input.")
     search.add_argument("scenario")
     search.add_argument("--out", required=True, help="output folder: candidates.parquet/.csv, search.json")
     search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")

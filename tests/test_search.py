@@ -9,6 +9,7 @@ import itertools
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from simulator import load_scenario, simulate
@@ -100,6 +101,25 @@ def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args,
     assert main(["search", str(SCENARIO), "--out", str(tmp_path / "out"), *args]) == 2
     assert capsys.readouterr().err.strip() == f"error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, capsys):
+    """Llama-3-70B on one DGX H100 at tp 8: 18 layouts, every one out of memory (model state alone is 140 GB a
+    GPU), and the tree finds none either. The search said so and exited 0, so a script could not tell it from a
+    found layout; it now exits 1 (the run found nothing; 2 stays for bad input), having written the files that
+    say why each layout was pruned."""
+    from simulator.cli import main
+
+    out = tmp_path / "out"
+    args = ["search", str(SCENARIO), "--out", str(out), "--set", "cluster.nodes=1", "--tp", "8", "--cp", "1",
+            "--pp", "1", "--executor", "serial"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == (f"error: no layout of the search fits and simulates; {out}/candidates.csv says "
+                                    "why each was pruned or failed")
+    assert "0 simulated, 18 pruned, 0 failed" in captured.out
+    table = pd.read_csv(out / "candidates.csv")
+    assert len(table) == 18 and set(table["status"]) == {"pruned"} and table["reason"].str.len().min() > 0
 
 
 def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
