@@ -38,7 +38,7 @@ TRAINING_SCENARIO = {
     "network": {"efficiency": {"nvlink": 0.8}},
     "model": {"synthetic": {"stages": 2, "forward": "1 ms", "backward": "2 ms", "p2p_bytes": "16 MiB"}},
     "training": {"seq_len": 2048, "microbatches": 4, "precision": "bf16"},
-    "parallelism": {"tp": 4, "pp": 2, "dp": 1, "order": ["tp", "cp", "pp", "dp"],
+    "parallelism": {"tp": 1, "pp": 2, "dp": 4, "order": ["tp", "cp", "pp", "dp"],
                     "pipeline": {"schedule": "1f1b", "virtual_stages": 1}, "ddp": {"bucket": "25 MiB"}},
 }
 

@@ -139,6 +139,13 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # a synthetic model has fixed stage costs and no experts: ep and a moe section were silently ignored
     "synthetic-with-ep": (scenario(SYNTHETIC + "parallelism: {pp: 2, ep: 2}\n"), RUN, 2,
                           "s.yaml:4: parallelism.ep: ep 2 needs a model with experts; a synthetic model has none"),
+    # nor layers, heads or a sequence: tp and cp took GPUs and changed nothing (the same step time as tp 1)
+    "synthetic-with-tp": (scenario(SYNTHETIC + "parallelism: {pp: 2, tp: 2, dp: 2}\n"), RUN, 2,
+                          "s.yaml:4: parallelism.tp: tp 2 has no effect on a synthetic model: its stage times are "
+                          "given whole, with no layers' matrices to split (allowed: 1, or a model with dimensions or "
+                          "a preset)"),
+    "synthetic-with-cp": (scenario(SYNTHETIC + "parallelism:\n  pp: 2\n  cp: 4\n  dp: 1\n"), RUN, 2,
+                          "s.yaml:6: parallelism.cp: cp 4 has no effect on a synthetic model"),
     "synthetic-with-moe": (scenario(SYNTHETIC.replace("2 ms}}", "2 ms}, moe: {experts: 8}}")), RUN, 2,
                            "s.yaml:2: model: give either synthetic costs or a model (preset/dimensions/moe)"),
     "hsdp-shard-does-not-divide": (scenario(HSDP_3_HOSTS + "parallelism: {pp: 3, dp: 8, fsdp: hybrid_shard}\n"),

@@ -61,7 +61,9 @@ BAD = {
     "weibull shape under 0.1": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull\n"
                                  "      shape: 0.001"), 19, "faults.components.gpu.shape"),
     "interval beyond 64-bit steps": (("  interval: 30 min", "  interval: 1e30 steps"), 19, "checkpoint.interval"),
-    "a class without a name": (("    gpu:", '    "":\n      unit: gpu'), 15, "faults.components."),
+    # the empty key quoted: the field read `faults.components.`, a trailing dot and nothing after it
+    "a class without a name": (("    gpu:", '    "":\n      unit: gpu'), 15, "faults.components['']"),
+    "a class named blank": (("    gpu:", '    " ":\n      unit: gpu'), 15, "faults.components[' ']"),
     "a class named as a restart's cause": (("    gpu:", "    maintenance:\n      unit: gpu"), 15,
                                            "faults.components.maintenance"),
     "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,

@@ -160,11 +160,16 @@ def line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:
 
 
 def dotted(path: FieldPath) -> str:
-    """``('parallelism', 'tp')`` -> ``parallelism.tp``; list indices as ``workload[2].bytes``."""
+    """``('parallelism', 'tp')`` -> ``parallelism.tp``; list indices as ``workload[2].bytes``; a mapping key that
+    would not show (empty, or with spaces at an end: a component class's name) quoted in brackets,
+    ``faults.components['']``, not ``faults.components.``. A key holding dots stays as it is: a sweep's axis
+    (``grid.parallelism.tp``) reads as the path it names."""
     text = ""
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif not part or part != part.strip():
+            text += f"[{part!r}]"
         else:
             text += f".{part}" if text else str(part)
     return text

@@ -254,6 +254,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
         if par.ep > 1:
             raise _invalid("parallelism.ep", f"ep {par.ep} needs a model with experts; a synthetic model has none",
                            "1, or a model with model.moe")
+        _check_synthetic_splits(layout)
         stages = synthetic_stages(layout.pp, v, source.forward, source.backward, source.p2p_bytes)
         plan = StepPlan(layout, schedule, stages, v, m, False, sharding, optimizer_s=(0.0,) * layout.pp,
                         placement=placement)
@@ -381,6 +382,16 @@ def routed_flops_per_token(model: ModelSpec) -> float:
     A token-expert assignment the capacity drops does none of its share (the token passes on the residual)."""
     moe = model.moe
     return 6.0 * model.layers * moe.top_k * model.expert_params() if moe is not None else 0.0
+
+
+def _check_synthetic_splits(layout: Layout) -> None:
+    """A synthetic model gives each stage's pass times whole, with no layers, heads or sequence to split, so
+    tp and cp above 1 would only take GPUs and change nothing: refused, as ep is."""
+    for name, degree, what in (("tp", layout.tp, "layers' matrices"), ("cp", layout.cp, "sequence")):
+        if degree > 1:
+            raise _invalid(f"parallelism.{name}", f"{name} {degree} has no effect on a synthetic model: its stage "
+                           f"times are given whole, with no {what} to split",
+                           "1, or a model with dimensions or a preset")
 
 
 def _check_context(seq_len: int, cp: int, balanced: bool) -> None:
