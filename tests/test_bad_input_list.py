@@ -266,6 +266,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "stragglers-not-a-list": (scenario(SYNTHETIC + "faults: {step: {stragglers: {gpus: [0]}}}\n"), RUN, 2,
                               "s.yaml:4: faults.step.stragglers: expected a list, got {'gpus': [0]} (allowed: a YAML "
                               "list"),  # said 'Input should be a valid array'
+    # accepted, and the run printed a step of 5.085e+297 s; a GPU 1000 times slower than its peers has failed
+    "straggler-slowdown-1e300": (scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1e300}]}}\n"),
+                                 RUN, 2, "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 1e+300 is more than "
+                                 "1000: a GPU that much slower than its peers has failed (model it as a GPU failure) "
+                                 "(allowed: a factor up to 1000, e.g. 1.5)"),
+    "straggler-draw-high-1e300": (
+        scenario(SYNTHETIC + "faults:\n  step:\n    stragglers:\n      - gpus: [0]\n"
+                 "        draw: {distribution: uniform, low: 1, high: 1e300}\n"), RUN, 2,
+        "s.yaml:8: faults.step.stragglers[0].draw.high: slowdown 1e+300 is more than 1000"),
 
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),

@@ -182,6 +182,7 @@ restart: {elastic: true}
     ("{unit: gpu, effect: straggle, mtbf: 9 d}", 12, "faults.components.x"),
     ("{unit: gpu, slowdown: 1.2, mtbf: 9 d}", 12, "faults.components.x"),
     ("{unit: gpu, effect: straggle, slowdown: 0.5, mtbf: 9 d}", 12, "faults.components.x.slowdown"),
+    ("{unit: gpu, effect: straggle, slowdown: 1e300, mtbf: 9 d, repair: 1 h}", 12, "faults.components.x.slowdown"),
     ("{unit: host, effect: degrade, mtbf: 9 d}", 12, "faults.components.x.effect"),
     # no repair: the state would last 0 s, the class changed nothing (the job ran at ETTR 100% without a word)
     ("{unit: gpu, effect: straggle, slowdown: 1.3, mtbf: 9 d}", 12, "faults.components.x"),

@@ -153,6 +153,26 @@ def test_random_stragglers_follow_the_seed():
     assert sorted(factors)[15] == pytest.approx(1.2, rel=0.03)  # a 32-draw median: standard error 2.2%
 
 
+def test_a_lognormal_draw_is_capped_where_a_given_slowdown_is_refused():
+    """A given factor above MAX_SLOWDOWN (1000) is refused at load; a lognormal draw's tail cannot be, so it is
+    capped there: sigma 1000 puts about half the draws above 1000, a quarter beyond a float (exp(1000 z) for
+    z > 0.71), capped without a numpy overflow warning."""
+    import warnings
+
+    import numpy as np
+
+    from simulator.config.faults import SlowdownDraw
+    from simulator.config.reliability import MAX_SLOWDOWN
+    from simulator.faults.step import draw_factors
+
+    draw = SlowdownDraw(distribution="lognormal", median=1.0, sigma=1000.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        factors = draw_factors(draw, 1000, np.random.default_rng(0))
+    assert MAX_SLOWDOWN == 1000.0
+    assert factors.max() == 1000.0 and 400 < int((factors == 1000.0).sum()) < 600
+
+
 SPINES = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
           leaf_ports: 2, spines: 2, oversubscription: 2}

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from simulator.config.reliability import ComponentName, ComponentSpec, Duration, MaintenanceConfig
+from simulator.config.reliability import ComponentName, ComponentSpec, Duration, MaintenanceConfig, SlowdownFactor
 from simulator.config.sections import Section, user_value
 from simulator.units import parse_duration, parse_step_duration
 
@@ -20,7 +20,6 @@ StepDuration = Annotated[float, BeforeValidator(user_value(parse_step_duration))
 """A time inside one step (at most a day): when a fault strikes, from the start of the step; a synthetic
 stage's pass."""
 Period = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(gt=0)]
-Factor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 def _gpu_selection(value: object) -> object:
@@ -41,9 +40,9 @@ class SlowdownDraw(Section):
     or `lognormal` with `median` and `sigma` (the factor is median x exp(sigma x N(0, 1)))."""
 
     distribution: Literal["uniform", "lognormal"]
-    low: Factor | None = None
-    high: Factor | None = None
-    median: Factor | None = None
+    low: SlowdownFactor | None = None
+    high: SlowdownFactor | None = None
+    median: SlowdownFactor | None = None
     sigma: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
@@ -72,7 +71,7 @@ class Straggler(Section):
 
     gpus: GpuSelection | None = None
     fraction: float | None = Field(default=None, gt=0, le=1)
-    slowdown: Factor | None = None
+    slowdown: SlowdownFactor | None = None
     draw: SlowdownDraw | None = None
     swing: Swing | None = None
 

@@ -29,6 +29,26 @@ CheckpointMode = Literal["sync", "async"]
 """How a checkpoint is written: training stalls for the write, or only for a snapshot while the write runs."""
 
 
+MAX_SLOWDOWN = 1000.0
+"""Largest compute slowdown of a straggling GPU. Fail-slow GPUs (thermal or power throttling, degraded HBM or
+PCIe links) run a few times, at worst some tens of times, slower; one a thousand times slower does no useful
+work and holds every peer at each collective, which is a failed GPU (faults.step.gpu_failures, or a failure
+class), so a larger factor (1e300) is a typo rather than a study."""
+
+
+def _within_max_slowdown(factor: float) -> float:
+    """``factor`` if it is at most MAX_SLOWDOWN (see there)."""
+    if factor > MAX_SLOWDOWN:
+        raise ValueError(f"slowdown {factor:g} is more than {MAX_SLOWDOWN:g}: a GPU that much slower than its peers "
+                         f"has failed (model it as a GPU failure) (allowed: a factor up to {MAX_SLOWDOWN:g}, e.g. 1.5)")
+    return factor
+
+
+SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_within_max_slowdown)]
+"""A compute slowdown factor: above 0 (below 1 is faster than nominal, as a drawn jitter can be), at most
+MAX_SLOWDOWN."""
+
+
 class Effect(StrEnum):
     """What a failure of a component class does to the job: the one definition of the option set."""
 
@@ -149,7 +169,7 @@ class ComponentSpec(Section):
 
     unit: UnitKind | None = None
     effect: Effect | None = None
-    slowdown: float | None = Field(default=None, gt=1)
+    slowdown: Annotated[SlowdownFactor, Field(gt=1)] | None = None
     mtbf: PositiveDuration | None = None
     rate: Rate | None = None
     distribution: FailureDistribution = "exponential"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
+from simulator.config.reliability import MAX_SLOWDOWN
 from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
@@ -137,10 +138,14 @@ def _factors(entry: Straggler, count: int, rng: np.random.Generator) -> list[flo
 
 
 def draw_factors(draw: SlowdownDraw, shape: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """Slowdown factors of the given shape from ``draw``: uniform between low and high, or lognormal."""
+    """Slowdown factors of the given shape from ``draw``: uniform between low and high, or lognormal, whose
+    tail is capped at MAX_SLOWDOWN, the bound a given factor is held to (median 1 and sigma 2 would draw a
+    factor above 1000 for one GPU in 3,600)."""
     if draw.low is not None and draw.high is not None:
         return rng.uniform(draw.low, draw.high, shape)
-    return float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
+    with np.errstate(over="ignore"):  # a very wide sigma's tail overflows to inf, capped below like the rest
+        factors = float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
+    return np.minimum(factors, MAX_SLOWDOWN)
 
 
 def _example_link(graph) -> str:
