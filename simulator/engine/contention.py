@@ -25,7 +25,7 @@ from simulator.collectives.channels import kernel_channels
 from simulator.collectives.names import AlgorithmName
 from simulator.collectives.registry import ALGORITHMS
 from simulator.engine.stepping import Urgent
-from simulator.program.contention import SmShare
+from simulator.program.contention import SmShare, mixed_rate
 from simulator.program.ops import CollectiveOp
 from simulator.topology.graph import Topology
 
@@ -108,8 +108,7 @@ class Contention:
         """A kernel's speed when communication holds ``held`` SMs and it was launched without ``reserved``: the
         share of its time SMs limit runs at the SM rate, the rest at full speed."""
         rates = self._sm_rates
-        rate = rates[min(max(held, reserved), len(rates) - 1)]
-        return 1.0 if rate == 1.0 else 1.0 / (kernel_sm_bound / rate + 1.0 - kernel_sm_bound)
+        return mixed_rate(rates[min(max(held, reserved), len(rates) - 1)], kernel_sm_bound)
 
     def hold(self, ranks: Iterable[int], category: str, sms: int) -> None:
         """A collective's kernel of ``category`` starts on ``ranks``, holding ``sms`` SMs on each (`kernel_sms`

@@ -30,3 +30,17 @@ class SmShare:
         """The speed of a compute-bound kernel while communication kernels hold ``held`` SMs (one SM at least
         stays with the compute)."""
         return (self.sms - min(held, self.sms - 1)) / self.sms
+
+    def overlap_delay(self, overlap_s: float, held: int, compute_s: float, sm_bound: float) -> float:
+        """How much longer ``compute_s`` seconds of compute, SM-bound for the share ``sm_bound`` of them, take
+        while communication kernels holding ``held`` SMs run beside them for ``overlap_s`` seconds: the
+        engine's rule in closed form, T + L (1 - rate) for an overlap L (`mixed_rate`), until the compute runs
+        under the communication throughout (T / rate). The layout search charges its estimate this way."""
+        rate = mixed_rate(self.rate(held), sm_bound)
+        return min(overlap_s * (1.0 - rate), compute_s * (1.0 / rate - 1.0))
+
+
+def mixed_rate(sm_rate: float, sm_bound: float) -> float:
+    """The speed of a kernel SM-bound for the share ``sm_bound`` of its time when its SM-bound part runs at
+    ``sm_rate``: the rest (HBM-bound) keeps its speed."""
+    return 1.0 if sm_rate == 1.0 else 1.0 / (sm_bound / sm_rate + 1.0 - sm_bound)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import cache
 
 from simulator.catalog.calibration import kernel_data, network_channels_per_nic
+from simulator.config.schema import SmContention
 from simulator.errors import ScenarioError
 from simulator.parallel.overlap import TPOverlap
 from simulator.program.contention import SmShare
@@ -79,6 +80,11 @@ def tp_overlap(gpu_name: str) -> TPOverlap:
                      reduce_scatter_sms=int(config["reduce_scatter_sms"]),
                      bulk_all_gather_sms=int(config["bulk_all_gather_sms"]),
                      bulk_reduce_scatter_sms=int(config["bulk_reduce_scatter_sms"]))
+
+
+def contention_share(sm_contention: SmContention, gpu_name: str) -> SmShare | None:
+    """What slows compute beside communication kernels under ``collectives.sm_contention`` (None: nothing)."""
+    return sm_share(gpu_name) if sm_contention == "nccl" else None
 
 
 def sm_share(gpu_name: str) -> SmShare:

@@ -10,7 +10,7 @@ from simulator.parallel.program import ASYNC_STREAMS, ProgramBuilder, plan_fold_
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
-from simulator.workload.calibrated import sm_share
+from simulator.workload.calibrated import contention_share
 from simulator.workload.loss_scaling import loss_scaling_summary
 from simulator.workload.memory_plan import (
     chunk_activation_bytes,
@@ -54,4 +54,4 @@ def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, 
                                    if scenario.training.loss_scaling else {}),
                                 **({"fold_off_reason": blocker} if blocker else {})},
                        layout=layout,
-                       sm_share=sm_share(step.gpu.name) if scenario.collectives.sm_contention == "nccl" else None)
+                       sm_share=contention_share(scenario.collectives.sm_contention, step.gpu.name))
