@@ -21,7 +21,7 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork, TpPattern, layer_units
+from simulator.parallel.work import Block, StageWork, TpPattern, gradient_buckets, layer_units
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
@@ -636,23 +636,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._expert_param_gather(rank, experts, f"edp.ag.pp{pp_rank}", [step])
 
     def _buckets(self, rank: int, ready: list[tuple[int, Block]]) -> list[tuple[list[int], float]]:
-        """Gradient tensors in reverse forward order, filled into the open bucket until it holds at least
-        ``bucket_bytes``, as PyTorch DDP assigns them."""
+        """The rank's gradient buckets (`gradient_buckets`), each with the ops that finish its blocks'
+        gradients."""
         sharding = self.plan.sharding
-        buckets: list[tuple[list[int], float]] = []
-        deps: list[int] = []
-        size = 0.0
-        for vs, block in ready:
-            ready_op = self._grad_ready[(rank, vs, id(block))]
-            for tensor in reversed(block.tensors or (block.params,)):
-                if tensor <= 0:
-                    continue
-                if not deps or deps[-1] != ready_op:
-                    deps.append(ready_op)
-                size += tensor * sharding.grad_bytes
-                if size >= sharding.bucket_bytes:
-                    buckets.append((deps, size))
-                    deps, size = [], 0.0
-        if deps:
-            buckets.append((deps, size))
-        return buckets
+        return gradient_buckets(((self._grad_ready[(rank, vs, id(block))], block) for vs, block in ready),
+                                sharding.grad_bytes, sharding.bucket_bytes)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import assert_never
+from typing import TypeVar, assert_never
 
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.passes import Pass
+
+Key = TypeVar("Key")
 
 
 class TpPattern(StrEnum):
@@ -107,6 +109,30 @@ def layer_units(blocks: Iterable[Block]) -> dict[int, tuple[str, str, float]]:
             first, _, params = units.get(block.layer, (block.name, block.name, 0.0))
             units[block.layer] = (first, block.name, params + block.params)
     return units
+
+
+def gradient_buckets(ready: Iterable[tuple[Key, Block]], grad_bytes: float,
+                     bucket_bytes: float) -> list[tuple[list[Key], float]]:
+    """PyTorch DDP's gradient buckets: the parameter tensors of the blocks in ``ready``, given in the order
+    their gradients are finished (reverse forward order) each with the key that marks it finished, filled into
+    the open bucket until it holds at least ``bucket_bytes`` (``grad_bytes`` per gradient); per bucket, the
+    keys of its blocks (a key once where blocks share it, in order) and its bytes."""
+    buckets: list[tuple[list[Key], float]] = []
+    keys: list[Key] = []
+    size = 0.0
+    for key, block in ready:
+        for tensor in reversed(block.tensors or (block.params,)):
+            if tensor <= 0:
+                continue
+            if not keys or keys[-1] != key:
+                keys.append(key)
+            size += tensor * grad_bytes
+            if size >= bucket_bytes:
+                buckets.append((keys, size))
+                keys, size = [], 0.0
+    if keys:
+        buckets.append((keys, size))
+    return buckets
 
 
 def bound_share(sm_bound_s: float, seconds: float) -> float:
