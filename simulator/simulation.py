@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from simulator.collectives.execute import PlanRunner, run_plan
+from simulator.collectives.execute import PlanRunner, run_plan, run_plans
 from simulator.collectives.names import AlgorithmChoice
 from simulator.collector import collector_paused
 from simulator.config.locate import located
@@ -43,6 +43,7 @@ from simulator.topology.loader import scenario_topology
 if TYPE_CHECKING:
     import pandas as pd
 
+    from simulator.collectives.phases import Phase
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
@@ -164,6 +165,19 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     env.run()
     c = log.flow_columns()
     return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.route_table())
+
+
+def alone_seconds(topology: Topology, settings: NetworkSettings, plans: list[list[Phase]]) -> float:
+    """Seconds ``plans`` take run together on an otherwise idle network, as the engine runs collectives that
+    overlap; for one plan `run_alone`'s duration to the last bit, without its flow rows (the event-by-event
+    network logs nothing: the layout search times thousands of collectives and reads only their durations)."""
+    if len(plans) == 1 and settings.mode == "flow" and is_large(plans[0]):
+        return run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), plans[0]).duration_s
+    env = simpy.Environment()
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode)
+    env.process(run_plans(env, network, topology, plans, ""))
+    env.run()
+    return env.now
 
 
 def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:
