@@ -13,16 +13,18 @@ from simulator.collectives.names import Primitive
 from simulator.config.loader import validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
+from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
 from simulator.parallel.context import gathered_kv_op
 from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
 from simulator.parallel.overlap import tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
-from simulator.parallel.work import Block
+from simulator.parallel.work import Block, gradient_buckets, layer_units
+from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.registry import serves_chunks
-from simulator.simulation import NetworkSettings, plan_cache, run_alone
+from simulator.simulation import NetworkSettings, alone_seconds, plan_cache
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import (
     RECOMPUTES,
@@ -34,10 +36,15 @@ from simulator.sweep.options import (
     Sharding,
 )
 from simulator.topology.graph import Topology
+from simulator.workload.calibrated import contention_share
 from simulator.workload.memory_plan import stage_memory
 from simulator.workload.training import TrainingStep, build_training_step
 
 GIB = 2.0**30
+CollectiveShape = tuple[Primitive, tuple[int, ...], float]
+"""A collective as `CollectiveTimes` times it: (op, group, bytes per rank)."""
+PASSES = (Pass.FORWARD, Pass.BACKWARD, Pass.RECOMPUTE)
+"""The passes of a block a micro-batch runs (the recompute where it has one)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -166,58 +173,123 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
     if peak > step.gpu.hbm_bytes:
         return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
                        peak / GIB)
-    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, times))
+    share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
+    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, times, share))
 
 
-def estimate_step_s(step: TrainingStep, times: CollectiveTimes) -> float:
+def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:
     """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it
-    and timed alone on the idle network (`CollectiveTimes`); contention, between them and with the other
-    groups' copies, is left to the simulator. Per micro-batch, each pipeline rank's kernels plus its blocking TP
-    and CP collectives (`blocking_collectives_s`) and its MoE blocks' all-to-alls (`expert_exchange_s`); under
-    ZeRO-3 its parameter gathers (`data_parallel_s`) run beside that work, and the longer of the two fills the
-    micro-batch's slot. The slowest rank paces (m + (p - 1) / v) slots. Then the gradient reduction over the
-    DP x CP group (DDP's all-reduce or ZeRO's reduce-scatter: it overlaps the backward, so only what outlasts the
-    pipeline counts), the routed experts' reduction and gather (`expert_state_s`), the optimizer step and
-    ZeRO-1/2's parameter all-gather after it."""
+    and timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other
+    groups' copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the
+    compute are charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per
+    micro-batch, each pipeline rank's kernels plus its blocking TP and CP collectives
+    (`blocking_collectives_s`) and its MoE blocks' all-to-alls (`expert_exchange_s`); under ZeRO-3 its units'
+    parameter gathers and per-micro-batch reduce-scatters (`data_parallel_s`) run beside that work, slowing its
+    kernels, FSDP's gradient copies (`grad_copies_s`) join it, and the longer of the two fills the
+    micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the pipeline's fill
+    and drain (divided by v under interleaving). Then what the gradient reduction over the DP x CP group
+    leaves after the last backward (`reduction_tail_s`), the routed experts' reduction and gather
+    (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it (pipelined FSDP's
+    reduce-scatters and gathers, once per step)."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
-    slots, reductions, gathers = [], [], []
+    slots, tails, backwards, gathers, once = [], [], [], [], []
     for pp_rank in range(layout.pp):
         rank = layout.rank_of(pp=pp_rank)
         blocks = [block for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks]
-        work = expert_exchange_s(step, times, pp_rank) + sum(
-            block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
-            + blocking_collectives_s(plan, times, block, rank) for block in blocks)
-        reduction, gather = data_parallel_s(plan, times, rank, sum(block.params for block in blocks))
+        compute = sum(block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
+                      for block in blocks)
+        sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
+        work = compute + expert_exchange_s(step, times, pp_rank) + sum(
+            blocking_collectives_s(plan, times, block, rank) for block in blocks)
+        params = sum(block.params for block in blocks)
+        units = sharded_units(plan, blocks) if sharding.stage == 3 else [params]
+        gather = (data_parallel_s(plan, times, rank, "all_gather", units, sharding.param_bytes) if sharding.stage
+                  else 0.0)
         if sharding.stage == 3:
-            # every micro-batch gathers the layers again for its forward and its backward (once per step when
-            # they stay gathered under pipelining) and, unless FSDP's no-sync defers it, reduce-scatters them
-            per_microbatch = (2.0 * gather if sharding.reshard_after_forward else 0.0) + (
-                reduction if sharding.reduce_every_microbatch else 0.0)
-            work = max(work, per_microbatch)
+            reduction = data_parallel_s(plan, times, rank, sharding.grad_reduction, units, sharding.grad_bytes)
+            beside = sharded_microbatch_s(plan, times, rank, units)
+            if share is not None and beside > 0 and compute > 0:
+                group = layout.combined_group(("dp", "cp"), rank)
+                held = times.sms("all_gather", group, max(units) * sharding.param_bytes, share)
+                work += share.overlap_delay(beside, held, compute, sm_bound / compute)
+            work = max(work + grad_copies_s(plan, params) / plan.microbatches, beside)
+            once.append((0.0 if sharding.reshard_after_forward else gather)
+                        + (reduction if sharding.stage_reduces_grads else 0.0))
+        backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
-        reductions.append(reduction)
+        backwards.append(backward)
+        tails.append(tail)
         gathers.append(gather)
-    pipeline = max(slots) * (plan.microbatches + (layout.pp - 1) / plan.virtual_stages)
+    # the slowest rank runs every micro-batch; the others' slots add the pipeline's fill and drain (a chunk's
+    # share each under interleaving): (m + (p - 1) / v) slots when the ranks are alike
+    pipeline = max(slots) * plan.microbatches + (sum(slots) - max(slots)) / plan.virtual_stages
+    # pipeline rank r's last backward ends before the first rank's by the last micro-batch's backwards of the
+    # ranks before it (a chunk's each under interleaving), which its tail may fill
+    exposed = max(tail - sum(backwards[:pp_rank]) / plan.virtual_stages for pp_rank, tail in enumerate(tails))
     experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
     optimizer = max(plan.optimizer_s)
+    after = max(once) if sharding.stage == 3 else (max(gathers) if sharding.stage else 0.0)
+    return pipeline + max(exposed, 0.0) + experts + optimizer + after
+
+
+def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
+                     share: SmShare | None) -> tuple[float, float]:
+    """(the last micro-batch's backward on ``rank``, what its gradient reduction outlasts it by). The program's
+    reduction collectives queue on the data-parallel stream, each sent as its gradients are finished: DDP's
+    and ZeRO-1/2's buckets (`gradient_buckets`; all of them at the end without overlap), ZeRO-3's
+    reduce-scatter of each FSDP unit (its first block's backward finishes it); the backward's blocks run back
+    to back, each with its blocking TP and CP collectives. Their kernels' SMs slow the backward's kernels
+    (`SmShare.overlap_delay`): the last reduction starts that much later, unless the queue already ended
+    later. Where every micro-batch reduce-scatters, its slot holds the reductions and their toll: only the
+    last unit's is left. Pipelined FSDP reduces after the
+    chunk (`estimate_step_s`): no tail here."""
+    layout, sharding = plan.layout, plan.sharding
+    group = layout.combined_group(("dp", "cp"), rank)
+    pp_rank = layout.coords(rank)["pp"]
+    ready = [block for vstage in reversed(plan.rank_stages(pp_rank)) for block in reversed(plan.stages[vstage].blocks)]
+    backward = (Pass.BACKWARD, Pass.RECOMPUTE)
+    finished, clock, compute, sm_bound = [], 0.0, 0.0, 0.0
+    for block in ready:
+        kernels = block.backward_input_s + block.backward_weight_s + block.recompute_s
+        clock += kernels + blocking_collectives_s(plan, times, block, rank, backward)
+        compute += kernels
+        sm_bound += sum(block.sm_bound_seconds(phase) for phase in backward)
+        finished.append(clock)
+    if len(group) == 1 or sharding.stage_reduces_grads:
+        return clock, 0.0
     if sharding.stage == 3:
-        once = (0.0 if sharding.reduce_every_microbatch else max(reductions)) + (
-            0.0 if sharding.reshard_after_forward else max(gathers))
-        return pipeline + once + experts + optimizer
-    return max(pipeline, max(reductions)) + experts + optimizer + (max(gathers) if sharding.stage else 0.0)
+        units = layer_units(reversed(ready))
+        firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
+        queue = [(finished[index], units[layer][2] * sharding.grad_bytes) for layer, index in firsts.items()]
+    else:
+        queue = [(finished[keys[-1]] if sharding.overlap else clock, nbytes)
+                 for keys, nbytes in gradient_buckets(enumerate(ready), sharding.grad_bytes, sharding.bucket_bytes)]
+    end, last, busy = 0.0, 0.0, 0.0
+    for ready_s, nbytes in queue:
+        last = times.seconds(sharding.grad_reduction, group, nbytes)
+        end = max(end, ready_s) + last
+        busy += last
+    if sharding.stage == 3 and sharding.reduce_every_microbatch:
+        return clock, last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
+    delay = 0.0
+    if share is not None and compute > 0:
+        held = times.sms(sharding.grad_reduction, group, queue[0][1], share)
+        delay = share.overlap_delay(min(busy, clock), held, compute, sm_bound / compute)
+    return clock, max(end - clock, delay + last)
 
 
-def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int) -> float:
-    """Seconds of ``block``'s blocking TP and CP collectives per micro-batch on ``rank``, placed as the program
-    builder places them around its forward, its backward and, where the recompute runs them again, its
-    recompute: on each side the collective its TP pattern puts there (`tp_op`) over the rank's TP group, and
-    with CP's ``all_gather`` algorithm the K/V gathers before and the gradients' reduce-scatter after
-    (`gathered_kv_op`) over its CP group. Ring attention's K/V ring, which runs beside the attention, is left
-    out."""
+def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
+                           wanted: tuple[Pass, ...] = PASSES) -> float:
+    """Seconds of ``block``'s blocking TP and CP collectives per micro-batch on ``rank`` in the ``wanted``
+    passes, placed as the program builder places them around its forward, its backward and, where the
+    recompute runs them again, its recompute: on each side the collective its TP pattern puts there (`tp_op`)
+    over the rank's TP group, and with CP's ``all_gather`` algorithm the K/V gathers before and the
+    gradients' reduce-scatter after (`gathered_kv_op`) over its CP group. Ring attention's K/V ring, which runs
+    beside the attention, is left out."""
     layout = plan.layout
-    passes = [Pass.FORWARD, Pass.BACKWARD] + ([Pass.RECOMPUTE] if plan.recompute_comm and block.recompute_s > 0
-                                              else [])
+    passes = [phase for phase in wanted
+              if phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0)]
     seconds = 0.0
     if layout.tp > 1 and block.tp_bytes > 0:
         group = layout.group("tp", rank)
@@ -227,21 +299,59 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
     if layout.cp > 1 and block.cp_bytes > 0:
         group = layout.group("cp", rank)
         cp_ops = [gathered_kv_op(phase, gather=phase.input_grads) for phase in passes]
-        cp_ops.append(gathered_kv_op(Pass.BACKWARD, gather=False))
+        if Pass.BACKWARD in passes:
+            cp_ops.append(gathered_kv_op(Pass.BACKWARD, gather=False))
         seconds += sum(times.seconds(op, group, block.cp_bytes) for op in cp_ops)
     return seconds
 
 
-def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, params: float) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) seconds of ``params`` parameters over ``rank``'s DP x CP group:
-    the sharding's reduction of the gradients (`Sharding.grad_reduction`) and, under ZeRO, the all-gather of the
-    parameters (0 without it, or with one data-parallel rank)."""
+def sharded_units(plan: StepPlan, blocks: list[Block]) -> list[float]:
+    """The parameters of each unit ZeRO-3 gathers and reduce-scatters on its own, as the program builder
+    splits ``blocks``: one FSDP unit per layer (`layer_units`), else (DeepSpeed) one block at a time."""
+    if plan.sharding.gather_per_layer:
+        return [params for _, _, params in layer_units(blocks).values()]
+    return [block.params for block in blocks if block.params > 0]
+
+
+def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primitive, units: list[float],
+                    bytes_per_param: float) -> float:
+    """Seconds of collective ``op`` over ``rank``'s DP x CP group, once for each of ``units`` (parameters,
+    ``bytes_per_param`` each per rank), one after another (0 with one data-parallel rank)."""
+    group = plan.layout.combined_group(("dp", "cp"), rank)
+    return sum(times.seconds(op, group, params * bytes_per_param) for params in units) if len(group) > 1 else 0.0
+
+
+def sharded_microbatch_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[float]) -> float:
+    """Seconds per micro-batch of ZeRO-3's collectives beside the compute on ``rank``: each of ``units``
+    gathered for its forward and again for its backward (once per step when it stays gathered under
+    pipelining), the backward's gather running together with the unit's gradient reduce-scatter on the other
+    stream (`CollectiveTimes.together`) unless FSDP's no-sync defers that to the step's end."""
     sharding = plan.sharding
     group = plan.layout.combined_group(("dp", "cp"), rank)
     if len(group) == 1:
-        return 0.0, 0.0
-    reduction = times.seconds(sharding.grad_reduction, group, params * sharding.grad_bytes)
-    return reduction, times.seconds("all_gather", group, params * sharding.param_bytes) if sharding.stage else 0.0
+        return 0.0
+    seconds = 0.0
+    for params in units:
+        gather: CollectiveShape = ("all_gather", group, params * sharding.param_bytes)
+        reduction: CollectiveShape = (sharding.grad_reduction, group, params * sharding.grad_bytes)
+        if not sharding.reshard_after_forward:
+            seconds += times.seconds(*reduction) if sharding.reduce_every_microbatch else 0.0
+        elif sharding.reduce_every_microbatch:
+            seconds += times.seconds(*gather) + times.together(gather, reduction)
+        else:
+            seconds += 2.0 * times.seconds(*gather)
+    return seconds
+
+
+def grad_copies_s(plan: StepPlan, params: float) -> float:
+    """Seconds per step of PyTorch FSDP's copies of ``params`` weights' fresh gradients on the compute stream
+    (`Sharding.grad_copy_bytes` over the step's micro-batches, at ``grad_copy_rate``; 0 where none are
+    charged)."""
+    sharding, m = plan.sharding, plan.microbatches
+    if sharding.grad_copy_rate <= 0:
+        return 0.0
+    return params * sum(sum(sharding.grad_copy_bytes(mb == 0, mb == m - 1, plan.layout.pp > 1))
+                        for mb in range(m)) / sharding.grad_copy_rate
 
 
 def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
@@ -294,6 +404,7 @@ class CollectiveTimes:
         self.settings = settings
         self._plans = plan_cache(topology, settings)
         self._seconds: dict[tuple, float] = {}
+        self._channels: dict[SmShare, NcclChannels] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
                 pair_bytes: tuple[tuple[float, ...], ...] = ()) -> float:
@@ -301,7 +412,31 @@ class CollectiveTimes:
         all-to-all's bytes per pair)."""
         key = (op, group, nbytes, pair_bytes)
         if key not in self._seconds:
-            item = CollectiveOp(id=0, rank=group[0], stream=COMPUTE_STREAM, name=op, op=op, group=group,
-                                nbytes=nbytes, pair_bytes=pair_bytes)
-            self._seconds[key] = run_alone(self.topology, self.settings, self._plans.phases(item, group))[0]
+            item = _collective(op, group, nbytes, pair_bytes)
+            self._seconds[key] = alone_seconds(self.topology, self.settings, [self._plans.phases(item, group)])
         return self._seconds[key]
+
+    def together(self, *shapes: CollectiveShape) -> float:
+        """Seconds the collectives ``shapes`` (op, group, bytes per rank) take started together on the idle
+        network, sharing its links as the engine shares them between collectives on different streams."""
+        if shapes not in self._seconds:
+            self._seconds[shapes] = alone_seconds(self.topology, self.settings, [
+                self._plans.phases(_collective(op, group, nbytes), group) for op, group, nbytes in shapes])
+        return self._seconds[shapes]
+
+    def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare) -> int:
+        """The SMs the kernel of collective ``op`` over ``group``, ``nbytes`` per rank, holds on each member, as
+        the engine counts them (`NcclChannels`, with the algorithm the run would choose)."""
+        channels = self._channels.get(share)
+        if channels is None:
+            plans = self._plans
+            channels = self._channels[share] = NcclChannels(share, self.topology,
+                                                            lambda item: plans.resolved_algorithm(item, item.group))
+        return channels(_collective(op, group, nbytes))
+
+
+def _collective(op: Primitive, group: tuple[int, ...], nbytes: float,
+                pair_bytes: tuple[tuple[float, ...], ...] = ()) -> CollectiveOp:
+    """The program's op for collective ``op`` over ``group`` (what `CollectiveTimes` plans and counts)."""
+    return CollectiveOp(id=0, rank=group[0], stream=COMPUTE_STREAM, name=op, op=op, group=group, nbytes=nbytes,
+                        pair_bytes=pair_bytes)
