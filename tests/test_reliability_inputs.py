@@ -267,33 +267,35 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     assert not out.exists()
 
 
+def refused_16k_job(tmp_path, capsys, setting: str) -> str:
+    """The error of the 16,384-GPU job run for one replication with ``setting``: refused (exit 2) in one line,
+    with nothing written."""
+    out = tmp_path / "out"
+    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
+                 "--set", setting]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert not out.exists()
+    return err
+
+
 def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck is a cluster
     state simulated as an unfolded step, ~51 million ops + flows and ~42 GiB, past the limits a plain run has.
     The job is refused in one located line before its healthy step (it ran on for hours without a word, one
     unfolded step per leaf); `--force` is the way past, as for a plain run."""
-    out = tmp_path / "out"
-    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
-                 "--set", "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
+    err = refused_16k_job(tmp_path, capsys, "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}")
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
     assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
-    assert not out.exists()
 
 
 def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
     """`run.fold: false` on the 16,384-GPU job: its healthy step alone is ~51 million ops + flows and ~42 GiB,
     which `trainsim run` refuses for a single step, but the job ran it (and every state) without a word. It is
     refused in one located line at run.fold before the healthy step; `--force` is the way past."""
-    out = tmp_path / "out"
-    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
-                 "--set", "run.fold=false"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
+    err = refused_16k_job(tmp_path, capsys, "run.fold=false")
     assert "run.fold: the job's step is simulated unfolded: 16,384 GPUs, 16,384 simulated ranks" in err
     assert "(allowed: true, a smaller cluster, or --force)" in err
-    assert not out.exists()
 
 
 def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_path, capsys):
@@ -301,13 +303,8 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
     data-parallel traffic shares links with the other replicas', so each distinct set of stages slowed is an
     unfolded step past the limits a plain run has. The job is refused in one located line (it ran on for hours
     without a word); `--force` is the way past."""
-    out = tmp_path / "out"
-    assert main(["run", "llama3-405b-16k-job", "--out", str(out), "--set", "run.replications=1",
-                 "--set", "faults.components={throttling: {unit: gpu, effect: straggle, slowdown: 1.3, "
-                 "mtbf: 5000 h, repair: 1 d}}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
+    err = refused_16k_job(tmp_path, capsys, "faults.components={throttling: {unit: gpu, effect: straggle, "
+                                            "slowdown: 1.3, mtbf: 5000 h, repair: 1 d}}")
     assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
     assert "shares links with the other replicas'" in err
     assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
-    assert not out.exists()
