@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from simulator import load_scenario, simulate
+from simulator.catalog.models import get_model
 from simulator.errors import ScenarioError
 from simulator.schedules.registry import build_schedule
 
@@ -96,13 +97,15 @@ def test_model_state_memory_matches_seed_003(run_yaml, zero, expected_gb):
 
 @pytest.mark.parametrize("zero,factor", [(0, 2.0), (1, 2.0), (2, 2.0), (3, 3.0)])
 def test_data_parallel_traffic_per_gpu(run_yaml, zero, factor):
-    """DP and ZeRO-1/2 move ~2 x params per GPU per step (ring: 2 (N-1)/N), ZeRO-3 ~3 x (one micro-batch).
-    The ring is asked for: on NVLink SHARP `auto` all-reduces in the switch, (N+1)/N x params. Gradients
-    reduced in bf16, as parameters are gathered (test_grad_reduce.py ties the default fp32 buffer's bytes)."""
+    """DP and ZeRO-1/2 move 2 (N-1)/N x the parameters' bytes per GPU per step (a ring all-reduce, or a
+    reduce-scatter and an all-gather), ZeRO-3 3 (N-1)/N (one micro-batch: two gathers and a reduce-scatter),
+    exactly. The ring is asked for: on NVLink SHARP `auto` all-reduces in the switch, (N+1)/N x params.
+    Gradients reduced in bf16, as parameters are gathered (test_grad_reduce.py ties the default fp32 buffer's
+    bytes)."""
     summary = run_yaml(LLAMA_8B_DP8, f"parallelism.zero={zero}", "collectives.algorithm=ring",
                        "training.grad_reduce_dtype=bf16").summary
-    param_bytes = 8.03e9 * 2
-    assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(factor * 7 / 8 * param_bytes, rel=0.02)
+    param_bytes = get_model("llama3-8b").num_params() * 2  # 8.03e9 parameters in bf16
+    assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(factor * 7 / 8 * param_bytes, rel=1e-9)
 
 
 def test_tensor_parallel_all_reduces_match_seed_003(run_yaml):
