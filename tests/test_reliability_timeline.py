@@ -335,3 +335,25 @@ def test_a_job_shrunk_under_one_leaf_keeps_running_without_spines_and_relaunches
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
     running = {int(size): value["mean"] for size, value in replicas["running_s"].items()}
     assert running[2] == pytest.approx(8 * H - restarts[0, 1] - (restarts[1, 1] - restarts[1, 0]), abs=1e-6)
+
+
+def test_every_spine_down_on_one_leaf_group_is_the_step_without_its_leaf_spine_links(job_with):
+    """TP 4 x DP 4 on two DGX H100 under one leaf group (8 rail leaves, 2 spines): both spines down at 1.5 h
+    leave every host joined through the rails (PXN: a GPU sends over NVLink to the peer on the other rail), so
+    the job trains on, no interruption, at the step of the scenario with every leaf-spine link down (to the
+    bit). Before, the second spine's loss was skipped: the state never existed."""
+    text = RAILS.replace("nodes: 4", "nodes: 2").replace("tp: 8, dp: 4", "tp: 4, dp: 4") + """\
+run: {horizon: 3 h}
+faults:
+  components:
+    spine_switch: {mtbf: 1000 d, repair: 1 h}
+restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
+"""
+    job = job_with((1 * H, 0, 0, 1 * H), (1.5 * H, 0, 1, 1 * H), text=text)
+    summary = job.summary
+    assert summary["interruptions"]["unexpected"]["mean"] == 0
+    steps = {state["spines_down"]: state["step_time_s"] for state in summary["states"]}
+    uplinks = ", ".join(f"{{uplinks_of: leaf0.r{rail}}}" for rail in range(8))
+    cut = simulate(scenario_from_text(text, "job.yaml", [f"faults.step.links=[{uplinks}]"])).summary
+    assert steps[2] == cut["step_time_s"]
+    assert steps[2] == steps[0]  # the collectives' neighbours are rail-aligned here: no traffic on the spines

@@ -76,31 +76,38 @@ class Rerouter:
 
     def split(self) -> str:
         """'' when every GPU still reaches every other around the failed links, else which pair cannot."""
-        graph, gpus = self.topology.graph, self.topology.gpus
-        undirected = nx.Graph((u, v) for u, v in graph.edges() if (u, v) not in self.down)
-        undirected.add_nodes_from(graph.nodes)
-        if self.gpus_forward:
-            component = nx.node_connected_component(undirected, gpus[0])
-            stranded = next((gpu for gpu in gpus if gpu not in component), None)
-            return f"{gpus[0]} cannot reach {stranded}" if stranded else ""
-        fabric = undirected.subgraph(n for n in graph.nodes if graph.nodes[n].get("kind") != "gpu")
-        component_of = {node: index for index, nodes in enumerate(nx.connected_components(fabric)) for node in nodes}
-        own = {gpu: {component_of[n] for n in undirected.neighbors(gpu) if n in component_of} for gpu in gpus}
-        domain_reach: dict[object, set[int]] = {}
-        for gpu in gpus:
-            domain = graph.nodes[gpu].get("nvlink_domain")
-            if domain is not None:
-                domain_reach.setdefault(domain, set()).update(own[gpu])
-        reach: dict[frozenset[int], str] = {}
-        for gpu in gpus:
-            domain = graph.nodes[gpu].get("nvlink_domain")
-            components = frozenset(own[gpu] if domain is None else domain_reach[domain])
-            if not components and len(gpus) > 1:
-                return f"{gpu} has no working link"
-            reach.setdefault(components, gpu)
-        kinds = list(reach.items())
-        for i, (first, gpu_a) in enumerate(kinds):
-            for second, gpu_b in kinds[i + 1:]:
-                if not first & second:
-                    return f"{gpu_a} cannot reach {gpu_b}"
-        return ""
+        return split(self.topology, self.down)
+
+
+def split(topology: Topology, down: set[tuple[str, str]]) -> str:
+    """'' when every GPU of ``topology`` still reaches every other without the directed links ``down`` (GPUs
+    forwarding for their own NVLink domain only, as the Rerouter's detours; any node on an explicit graph),
+    else which pair cannot."""
+    graph, gpus = topology.graph, topology.gpus
+    undirected = nx.Graph((u, v) for u, v in graph.edges() if (u, v) not in down)
+    undirected.add_nodes_from(graph.nodes)
+    if topology.explicit_graph:
+        component = nx.node_connected_component(undirected, gpus[0])
+        stranded = next((gpu for gpu in gpus if gpu not in component), None)
+        return f"{gpus[0]} cannot reach {stranded}" if stranded else ""
+    fabric = undirected.subgraph(n for n in graph.nodes if graph.nodes[n].get("kind") != "gpu")
+    component_of = {node: index for index, nodes in enumerate(nx.connected_components(fabric)) for node in nodes}
+    own = {gpu: {component_of[n] for n in undirected.neighbors(gpu) if n in component_of} for gpu in gpus}
+    domain_reach: dict[object, set[int]] = {}
+    for gpu in gpus:
+        domain = graph.nodes[gpu].get("nvlink_domain")
+        if domain is not None:
+            domain_reach.setdefault(domain, set()).update(own[gpu])
+    reach: dict[frozenset[int], str] = {}
+    for gpu in gpus:
+        domain = graph.nodes[gpu].get("nvlink_domain")
+        components = frozenset(own[gpu] if domain is None else domain_reach[domain])
+        if not components and len(gpus) > 1:
+            return f"{gpu} has no working link"
+        reach.setdefault(components, gpu)
+    kinds = list(reach.items())
+    for i, (first, gpu_a) in enumerate(kinds):
+        for second, gpu_b in kinds[i + 1:]:
+            if not first & second:
+                return f"{gpu_a} cannot reach {gpu_b}"
+    return ""

@@ -30,6 +30,7 @@ from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
 from simulator.config.schema import ClusterConfig
 from simulator.errors import StepAborted
+from simulator.faults.rerouting import split
 from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
@@ -84,6 +85,7 @@ class StepStates:
         self.loaded = loaded
         self.topology = topology
         self.force = force
+        self.spines = _spines(topology)
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
         healthy_step, self.healthy_summary = self._cached(None, lambda: (loaded, topology))
         if healthy_step is None:
@@ -114,19 +116,33 @@ class StepStates:
         from simulator.simulation import step_faults
 
         loaded, topology = scenario()
+        cut = self._cut_by_spines(topology, state)
+        if cut:
+            return self._store(key, (None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}))
         guard = None if self.force else self._guard(loaded, topology, state)
         outcome = step_outcome(lambda: simulate_training(loaded, topology,
                                                          FaultHooks(topology, step_faults(loaded, topology)),
                                                          guard=guard))
-        entry: tuple[StepState | None, dict]
         if outcome.summary is None:
-            entry = (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason})
-        else:
-            entry = (_step_state(outcome.summary, topology), outcome.summary)
+            return self._store(key, (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}))
+        return self._store(key, (_step_state(outcome.summary, topology), outcome.summary))
+
+    @staticmethod
+    def _store(key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
+               ) -> tuple[StepState | None, dict]:
         _CACHE[key] = entry
         if len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
         return entry
+
+    def _cut_by_spines(self, topology: Topology, state: ClusterState | None) -> str:
+        """With every spine down, which GPUs of the state's cluster no longer reach each other ('' for none:
+        the rails of one leaf group still join its hosts), read off the wiring: a job spanning leaf groups is
+        not built as an unfolded step (link faults unfold it) only to abort at its start."""
+        if state is None or not 0 < self.spines <= state.spines_down:
+            return ""
+        down = {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine), (spine, leaf))}
+        return split(topology, down)
 
     @staticmethod
     def _guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
@@ -146,7 +162,7 @@ class StepStates:
         if shrunk:
             scenario = shrunk_scenario(scenario, self.topology.num_hosts, self.healthy.replicas,
                                        self.microbatches, state.replicas)
-        spines = _spines(self.topology)
+        spines = self.spines
         if 0 < state.spines_down < spines:
             overrides = {**scenario.cluster.overrides(), "oversubscription": (
                 self.topology.params["oversubscription"] * spines / (spines - state.spines_down))}
@@ -156,7 +172,7 @@ class StepStates:
         topology = scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         if 0 < spines <= state.spines_down:
-            links += tuple(LinkFault(uplinks_of=leaf) for leaf in _leaves_below_spines(topology))
+            links += tuple(LinkFault(link=pair) for pair in spine_links(topology))
         stragglers = tuple(Straggler(gpus=(gpu,), slowdown=factor) for gpu, factor in state.slow_gpus
                            if gpu < topology.num_gpus)
         own = scenario.faults.step
@@ -173,12 +189,12 @@ def _spines(topology: Topology) -> int:
     return sum(1 for attributes in topology.wiring.nodes.values() if attributes.get("tier") == 2)
 
 
-def _leaves_below_spines(topology: Topology) -> list[str]:
-    """The leaf switches (tier 1) with links up to spines, in wiring order: their uplinks are every link to a
-    spine (none on a cluster of one leaf)."""
+def spine_links(topology: Topology) -> list[tuple[str, str]]:
+    """Every link between a leaf switch (tier 1) and a spine (tier 2), leaf first, in wiring order (none on a
+    cluster of one leaf)."""
     nodes = topology.wiring.nodes
-    return list(dict.fromkeys(low for low, high in topology.wiring.edges
-                              if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2))
+    return [(low, high) for low, high in topology.wiring.edges
+            if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2]
 
 
 def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
