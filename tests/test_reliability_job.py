@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import simulator
 from simulator.catalog.failures import LLAMA3
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
@@ -187,6 +188,28 @@ def test_a_job_gzips_its_trace_with_run_trace_compress(tmp_path):
                                                              "trace.json.gz", "manifest.json"}
         written.append((zipped / "trace.json.gz").read_bytes())
     assert gzip.decompress(written[0]) == (plain / "trace.json").read_bytes() and written[1] == written[0]
+
+
+def test_jobs_that_differ_in_seed_do_not_share_a_cached_step(tmp_path):
+    """run.seed draws a random straggler's factor, so it changes the step: a job with seed 2 run after one with
+    seed 1 in the same process (a sweep worker, a study, a notebook) has seed 2's step, the step a plain run of
+    seed 2 simulates (it reused seed 1's, 0.416 s for 0.448 s, and its summary.json said seed 1). A job of another
+    file with the same contents shares the step, but its summary.json names its own file."""
+    first = tmp_path / "job.yaml"
+    straggler = "  step: {stragglers: [{fraction: 0.1, draw: {distribution: uniform, low: 1, high: 3}}]}\n"
+    first.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "1 d").replace(
+        "faults:\n", "faults:\n" + straggler))
+    steps = {seed: simulator.simulate(load_scenario(first, ["run.horizon=null", f"run.seed={seed}"])).summary[
+        "step_time_s"] for seed in (1, 2)}
+    assert steps[2] > steps[1] * 1.01
+    for seed in (1, 2):
+        job = simulate_job(load_scenario(first, [f"run.seed={seed}"]))
+        assert job.summary["step_time_s"] == job.step_summary["step_time_s"] == steps[seed]
+        assert job.step_summary["seed"] == seed
+    second = tmp_path / "same.yaml"
+    second.write_text(first.read_text())
+    job = simulate_job(load_scenario(second, ["run.seed=2"]))
+    assert (job.step_summary["scenario"], job.step_summary["step_time_s"]) == (str(second), steps[2])
 
 
 def test_a_job_without_slow_states_has_no_slow_step_time(tmp_path, capsys):

@@ -15,10 +15,10 @@ cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline
 context-parallel peers and the data-parallel replicas do the same work and wait for it at their collectives),
 so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job keeps each replica's
 micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses
-(elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's step-relevant sections, so
-studies and notebooks that change only failure or checkpoint settings simulate each state once. A state's step
-that a fold check unfolds beyond the scale limits is refused before it is built unfolded
-(scale.refuse_unfolded), unless the job is forced.
+(elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's step-relevant sections
+(run.seed among them: it draws random stragglers and routing samples), so studies and notebooks that change only
+failure or checkpoint settings simulate each state once. A state's step that a fold check unfolds beyond the
+scale limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
-from simulator.config.schema import ClusterConfig
+from simulator.config.schema import ClusterConfig, RunConfig
 from simulator.errors import StepAborted
 from simulator.faults.rerouting import split
 from simulator.parallel.layout import Layout
@@ -42,9 +42,11 @@ from simulator.simulation import simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
-JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "restart": True, "run": True, "description": True,
+JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "restart": True, "description": True,
+                      "run": {name: True for name in RunConfig.model_fields if name != "seed"},
                       "faults": {"preset": True, "rate_multiplier": True, "components": True, "maintenance": True}}
-"""Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time)."""
+"""Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; run.seed
+does: it draws random stragglers and a MoE model's routing sample)."""
 
 _CACHE: OrderedDict[tuple[str, ClusterState | None], tuple[StepState | None, dict]] = OrderedDict()
 _CACHE_SIZE = 64
@@ -87,7 +89,10 @@ class StepStates:
         self.force = force
         self.spines = _spines(topology)
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
-        healthy_step, self.healthy_summary = self._cached(None, lambda: (loaded, topology))
+        healthy_step, summary = self._cached(None, lambda: (loaded, topology))
+        self.healthy_summary = {**summary, "scenario": loaded.source}
+        """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
+        the same step sections)."""
         if healthy_step is None:
             raise StepAborted(self.healthy_summary["aborted_at_s"], self.healthy_summary["reason"])
         self.healthy_step: StepState = healthy_step
