@@ -93,7 +93,8 @@ class BlockPasses(BuilderCore):
         if not backward:
             deps = [self._part(rank, name, *rest, deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "combine" if backward else "dispatch", phase, deps, mb, vstage)
-        deps = [self._part(rank, f"{name} experts", expert_s, expert_flops, expert_sm_s, deps, category, mb)]
+        deps = [self._part(rank, f"{name} experts", expert_s, expert_flops * experts.mean_load_share, expert_sm_s,
+                           deps, category, mb)]
         deps = self._all_to_all(rank, block, experts, "dispatch" if backward else "combine", phase, deps, mb, vstage)
         if backward:
             return self._part(rank, name, *rest, deps, category, mb)

@@ -41,7 +41,10 @@ class ExpertWork:
     included on the diagonal), ``combine_pairs`` its transpose; ``dispatch_bytes``: their mean per rank (k n d
     elements for uniform routing);
     ``params``: routed-expert parameters this rank holds; ``sm_bound_s``: the seconds of the experts' kernels that
-    SMs limit (forward, backward input, backward weight, recompute).
+    SMs limit (forward, backward input, backward weight, recompute). The seconds and FLOPs are the hottest EP
+    rank's, which every rank of the group waits for; ``mean_load_share`` (the group's mean rank load over the
+    hottest's, 1 for an even routing) is the share of those FLOPs an average rank executes, which its expert ops
+    record, so that HFU counts what the GPUs executed, not the hottest rank's work on every GPU.
     """
 
     ep: int
@@ -58,6 +61,7 @@ class ExpertWork:
     recompute_flops: float
     params: float
     sm_bound_s: tuple[float, float, float, float]
+    mean_load_share: float = 1.0
 
     def pairs(self, which: AllToAll, backward: bool) -> tuple[tuple[float, ...], ...]:
         """Bytes per (sender, receiver) of the ``which`` (dispatch or combine) all-to-all: the dispatch matrix

@@ -181,11 +181,19 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostCon
                       backward_weight_flops=flops(routed.backward_weight), recompute_flops=flops(routed.recompute),
                       params=float(per_rank * model.expert_params()),
                       sm_bound_s=(sm_bound(routed.forward), sm_bound(routed.backward_input),
-                                  sm_bound(routed.backward_weight), sm_bound(routed.recompute)))
+                                  sm_bound(routed.backward_weight), sm_bound(routed.recompute)),
+                      mean_load_share=mean_load_share(sample, ep))
     matrices = 3 if model.gated_mlp else 2
     shared = (float(model.expert_params() // matrices * moe.shared_experts),) * matrices if moe.shared_experts else ()
     tensors = (float(model.norm_params()), float(model.router_params()), *shared)
     return MoELayer(kernels, tensors, work)
+
+
+def mean_load_share(sample: RoutingSample, ep: int) -> float:
+    """The EP group's mean rank load over its hottest rank's: the share of the hottest rank's expert FLOPs
+    (GEMMs and activations both grow linearly with the tokens) that an average rank executes."""
+    loads = sample.rank_load(ep)
+    return float(loads.mean() / loads.max()) if loads.max() > 0 else 1.0
 
 
 def moe_report(model: ModelSpec, shard: ShardShape, cost: CostContext, sample: RoutingSample, ep: int,
