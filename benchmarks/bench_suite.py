@@ -285,7 +285,7 @@ def run_trace(case: Case) -> dict:
                                 topology, fold=True)
         import_s, import_cpu_s = time.perf_counter() - start, time.process_time() - cpu
         start, cpu = time.perf_counter(), time.process_time()
-        summary, _ = run_step(program, topology, network_settings(loaded, topology))
+        summary, _, _ = run_step(program, topology, network_settings(loaded, topology))
         simulate_s, simulate_cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return {"import_s": import_s, "import_cpu_s": import_cpu_s, "simulate_s": simulate_s,
             "simulate_cpu_s": simulate_cpu_s,

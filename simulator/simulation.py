@@ -22,6 +22,7 @@ from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import compute_hook
+from simulator.engine.lockstep import Lockstep, lockstep
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache, traffic_correction
 from simulator.engine.replicas import replica_quotient
@@ -142,7 +143,10 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         sharing=Sharing(mirrors, private),
         contention=contention,
     )
-    return engine.run(ops), network
+    result = engine.run(ops)
+    if mirrors and settings.mode == "flow":
+        result.lockstep = lockstep(log, ops, mirrors, topology)
+    return result, network
 
 
 def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
@@ -239,9 +243,10 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
              plans: PlanCache | None = None, shapes: CollectiveShapes | None = None,
-             order: ProgramOrder | None = None) -> tuple[dict, EventLog]:
+             order: ProgramOrder | None = None) -> tuple[dict, EventLog, Lockstep]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
-    log comes back for the timeline and the flows' routes). The metrics are imported here, not at module
+    log comes back for the timeline and the flows' routes, with whether a folded run's mirrors kept pace with
+    their groups: engine/lockstep.py). The metrics are imported here, not at module
     level, so that `trainsim collective` never loads them. ``slowdowns``: each slowed rank's compute slowdown
     as the program places it (`FoldedStep.slowdowns`: onto the representatives when folded); ``shapes``: the
     index of the program's collectives, and ``order`` its ordering, when the caller has them."""
@@ -271,15 +276,18 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
-    return summary, result.log
+    return summary, result.log, result.lockstep
 
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None, guard: UnfoldingGuard | None = None) -> Result:
     """One training step (modelled or traced): build the step program, folded where that is exact
-    (engine/fold_policy.py), run it under the step's faults, summarise. ``guard`` hears why a step asked to
-    fold is unfolded before it is built unfolded (scale.refuse_unfolded)."""
-    from simulator.engine.fold_policy import folded_step
+    (engine/fold_policy.py), run it under the step's faults, summarise. A folded run whose mirrors fell out of
+    step with their groups (engine/lockstep.py) is run again unfolded; where only pipeline hand-offs did and
+    ``guard`` refuses the step unfolded, the folded run stands with a warning. ``guard`` hears why a step asked
+    to fold is unfolded before it is built unfolded (scale.refuse_unfolded)."""
+    from simulator.engine.fold_policy import FoldedStep, folded_step, unfolded_step
+    from simulator.program.unfolding import Unfolding
 
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
@@ -288,9 +296,25 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     step = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
                                                faults.plan, loaded.scenario.run.fold, guard))
+    def run(step: FoldedStep) -> tuple[dict, EventLog, Lockstep]:
+        return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
+                                                plans, step.shapes, step.order))
+
+    summary, log, kept_pace = run(step)
+    out_of_step = kept_pace.collectives or kept_pace.hand_offs
+    if out_of_step:
+        unfolding = Unfolding("collectives", out_of_step)
+        try:
+            if guard is not None:
+                guard(unfolding)
+        except ScenarioError:
+            if kept_pace.collectives:
+                raise
+            summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
+        else:
+            step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
+            summary, log, _ = run(step)
     program, blocker = step.program, step.off_reason
-    summary, log = located(loaded, lambda: run_step(program, topology, settings, faults, step.slowdowns, progress,
-                                                    plans, step.shapes, step.order))
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
     if "trace" in program.details:

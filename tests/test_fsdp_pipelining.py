@@ -289,7 +289,7 @@ def test_single_stage_schedules_wait_for_every_backward_send(schedule):
                       and op.stream == "pp" and op.name == f"send bwd mb{M - 2}")
     ops = tuple(replace(op, nbytes=op.nbytes * 5000) if isinstance(op, CollectiveOp) and op.key == first_send.key
                 else op for op in program.ops)
-    _, log = run_step(replace(program, ops=ops), topology, network_settings(loaded, topology))
+    _, log, _ = run_step(replace(program, ops=ops), topology, network_settings(loaded, topology))
     frame = log.to_frame()
     rank_ops = _rank_ops(type("Run", (), {"timeline": frame}), 1)
     sends = rank_ops[(rank_ops["stream"] == "pp") & rank_ops["name"].str.contains("bwd")]

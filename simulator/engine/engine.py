@@ -19,6 +19,7 @@ import simpy
 
 from simulator.engine.contention import Contention
 from simulator.engine.groups import GroupIds
+from simulator.engine.lockstep import Lockstep
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import plan_key
 from simulator.engine.sharing import Sharing
@@ -58,6 +59,9 @@ class EngineResult:
     ops_executed: int
     replayed_flows: int = 0
     sm_lost_s: dict[str, float] = field(default_factory=dict)
+    lockstep: Lockstep = field(default_factory=Lockstep)
+    """Whether a folded run's mirrors kept pace with their groups (engine/lockstep.py), filled in by the caller
+    that knows the mirrors kept."""
 
 
 class Engine:

@@ -135,9 +135,17 @@ def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans:
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
         if unfolding is not None:
-            if guard is not None:
-                guard(unfolding)
-            blocker = unfolding.reason
-            program = build(False)
-            shapes, order = program_indexes(program)
+            return unfolded_step(build, faults, unfolding, guard)
     return FoldedStep(program, shapes, order, slowdowns, blocker)
+
+
+def unfolded_step(build: Callable[[bool], StepProgram], faults: StepFaultPlan, unfolding: Unfolding,
+                  guard: UnfoldingGuard | None = None) -> FoldedStep:
+    """The step ``build(False)`` makes, every rank simulated, for the reason ``unfolding`` gives (``guard``
+    hears it first): a fold check failed before the run, or the folded run's mirrors fell out of step with
+    their groups (engine/lockstep.py, after the run), which the checks before it cannot all foresee."""
+    if guard is not None:
+        guard(unfolding)
+    program = build(False)
+    shapes, order = program_indexes(program)
+    return FoldedStep(program, shapes, order, faults.slowdown_of(), unfolding.reason)

@@ -259,6 +259,10 @@ class EventLog:
             found["key"] = _objects(keys, len(keys))[codes]
         return found
 
+    def flow_keys(self) -> tuple[np.ndarray, list[str]]:
+        """Each flow row's key as a code into the distinct keys (in order of first appearance), and those keys."""
+        return self._flow_table().keys()
+
     def to_frame(self) -> pd.DataFrame:
         """The log as a DataFrame, rows in recording order: int64 and float64 columns, and text columns of the
         dtype pandas infers for lists of strings (`str`, on Arrow), built from each column's distinct strings

@@ -1,0 +1,117 @@
+"""Whether a folded run's mirrors kept pace with their groups: the certificate that the folded step is the
+unfolded one.
+
+A folded collective runs its group's plan and each kept mirror's plan at once and ends when the last of them
+does (collectives/execute.py `run_plans`); the unfolded run ends each group's copy on its own. So the two runs
+agree as long as every mirror's plan ends when its group's does: the mirrors then stand for lanes that start
+every collective when the representative does, which is the unfolded run's trajectory, flow for flow. The
+checks before the run (engine/symmetry.py) compare each collective with its mirrors alone and against the
+unequal traffic that may overlap it; they cannot see a lane whose flows meet another collective's (or their
+own mirrors') flows on an uplink that the representative's do not, as when two GPUs share a NIC and their
+flows hash onto the spines unevenly. The run can: a mirror that ended later held the representative back,
+where an unfolded lane would not have waited, and one that ended sooner would have gone on sooner. This reads
+the ends off the event log after the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.engine.sharing import Mirrors
+from simulator.metrics.events import EventLog
+from simulator.program.ops import CollectiveOp, Op
+from simulator.topology.graph import Topology
+
+IN_STEP = 1e-9
+"""Relative difference of two plans' ends below which they ended together (float rounding of a differently
+ordered max-min solve)."""
+
+KEYS = 1 << 24
+"""Plan indices per key when (key, plan) pairs are packed into one integer: a collective has far fewer mirrors."""
+
+
+@dataclass(frozen=True)
+class Lockstep:
+    """Why a folded run's mirrors fell out of step with their groups, '' where none did: for the collectives
+    other than pipeline hand-offs (``collectives``), and for the hand-offs (``hand_offs``), which fold unless
+    the step can be afforded unfolded (simulation.py): a hand-off's mirrors out of step was found in the
+    published long-context case, which unfolded is far beyond the scale limits."""
+
+    collectives: str = ""
+    hand_offs: str = ""
+
+
+def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology) -> Lockstep:
+    """Whether every kept mirror (``mirrors`` by op id) of the folded run logged in ``log`` ended each
+    collective's plan when its group did, by the flows the log holds (a replica quotient logs the first
+    replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
+    keys) that did not. A pipeline send/recv is held to it only by the mirrors whose hand-off takes the same
+    hops as its own (`same_hops`): one routed inside a leaf group in one replica and across the spines in
+    another is a known, accepted difference (engine/symmetry.py)."""
+    numbers: dict[tuple[int, tuple[int, ...], bool], int] = {}
+    sets: list[tuple[CollectiveOp, Mirrors]] = []
+    of_key: dict[str, int] = {}
+    op_of: dict[str, CollectiveOp] = {}
+    for op in ops:
+        kept = mirrors.get(op.id)
+        if kept and isinstance(op, CollectiveOp) and op.key not in of_key:
+            number = numbers.setdefault((id(kept), op.group, op.op == "send_recv"), len(sets))
+            if number == len(sets):
+                sets.append((op, kept))
+            of_key[op.key] = number
+            op_of[op.key] = op
+    if not of_key:
+        return Lockstep()
+    codes, keys = log.flow_keys()
+    found = log.flow_columns(("src", "end_s"))
+    src, end = found["src"], found["end_s"]
+    of_row = np.array([of_key.get(key, -1) for key in keys] or [-1], dtype=np.int64)[codes]
+    plan = np.full(codes.size, -1, dtype=np.int64)
+    for number, (op, kept) in enumerate(sets):
+        rows = np.flatnonzero(of_row == number)
+        if rows.size:
+            plan[rows] = _plan_lookup(op, kept, topology)[src[rows]]
+    compared = np.flatnonzero(plan >= 0)
+    order = compared[np.lexsort((plan[compared], codes[compared]))]
+    starts = np.flatnonzero(np.diff(codes[order] * KEYS + plan[order], prepend=-1))
+    if not starts.size:
+        return Lockstep()
+    ends = np.maximum.reduceat(end[order], starts)
+    key_of = codes[order][starts]
+    bounds = np.flatnonzero(np.diff(key_of, prepend=-1))
+    latest, earliest = np.maximum.reduceat(ends, bounds), np.minimum.reduceat(ends, bounds)
+    reasons = {False: "", True: ""}
+    for index in np.flatnonzero(latest - earliest > IN_STEP * latest).tolist():
+        op = op_of[keys[key_of[bounds[index]]]]
+        hand_off = op.op == "send_recv"
+        if not reasons[hand_off]:
+            reasons[hand_off] = (
+                f"{op.op} {op.name!r} over GPUs {list(op.group)} ended on its mirrors between "
+                f"{earliest[index] * 1e3:.6g} and {latest[index] * 1e3:.6g} ms in the folded run: the lanes of a "
+                "stage met the fabric's traffic unlike (flows hashed onto the spines load their links unevenly), "
+                "so one rank cannot stand for its stage")
+        if all(reasons.values()):
+            break
+    return Lockstep(reasons[False], reasons[True])
+
+
+def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndarray:
+    """Per GPU, the index of the plan it sends in: 0 for ``op``'s group, i for its i-th kept mirror, -1 for a
+    GPU in none, or in a send/recv mirror whose hand-off takes other hops than the group's (`same_hops`)."""
+    lookup = np.full(topology.num_gpus, -1, dtype=np.int64)
+    for index, group in enumerate((op.group, *kept)):
+        if op.op != "send_recv" or same_hops(topology, op.group, group):
+            lookup[np.array(group, dtype=np.int64)] = index
+    return lookup
+
+
+def same_hops(topology: Topology, pair: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether the hand-off from ``pair[0]`` to ``pair[-1]`` and that of ``other`` cross links of the same
+    bandwidth and class, hop for hop."""
+    def hops(ends: tuple[int, ...]) -> list[tuple[float, str]]:
+        return [(float(topology.link_bandwidth[link]), topology.link_class[link])
+                for link in topology.path(ends[0], ends[-1])]
+    return hops(pair) == hops(other)
