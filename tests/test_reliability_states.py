@@ -47,7 +47,8 @@ def test_straggling_time_matches_the_closed_form():
     replica 0's GPU, so the job is slow while any of the four is throttled: at time t with probability
     1 - exp(-L min(t, R)), L = 4/48 h (an M/G/inf count, arrivals from t = 0). Expected slow-step time =
     E[time throttled] x (1 - healthy step / throttled step), with no checkpoint in the horizon. 2,000
-    replications of 10 d: 0.57% off today (standard error 0.43%); tolerance 1%."""
+    replications of 10 d: 0.57% off today (standard error 0.43%); tolerance 0.7%. The 40,000 straggling
+    windows expected: 0.48% over today (Poisson standard error 0.5%); tolerance 0.6%."""
     text = ONE_GPU_HOSTS + """run: {horizon: 10 d, replications: 2000, seed: 3}
 faults:
   components:
@@ -64,12 +65,12 @@ faults:
     slowed = repair - (1 - math.exp(-rate * repair)) / rate + (horizon - repair) * (1 - math.exp(-rate * repair))
     expected = slowed * (1 - healthy / throttled)
     slow = summary["time_s"]["slow_steps_s"]
-    assert slow["mean"] == pytest.approx(expected, rel=0.01)
+    assert slow["mean"] == pytest.approx(expected, rel=0.007)
     assert slow["ci95_low"] < expected < slow["ci95_high"]
     assert summary["slow_steps_by_cause_s"]["throttle"]["mean"] == pytest.approx(slow["mean"], rel=1e-12)
     assert summary["ettr"]["mean"] == pytest.approx(1 - slow["mean"] / horizon, rel=1e-12)
     rows = job.events[job.events["kind"] == "straggling"]
-    assert len(rows) == pytest.approx(2000 * rate * horizon, rel=0.01)
+    assert len(rows) == pytest.approx(2000 * rate * horizon, rel=0.006)
     assert (rows["end_s"] - rows["start_s"]).to_numpy() == pytest.approx(repair, rel=1e-12)
 
 
