@@ -455,3 +455,34 @@ def test_hsdp_over_dp_and_cp_folds_exactly(run_yaml):
     unfolded = run_yaml(HSDP, *overrides, "run.timeline=summary", "run.fold=false").summary
     assert folded["folded"] and folded["simulated_ranks"] == 1
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
+
+
+def _refused_unfolded(text: str) -> dict:
+    """The summary of ``text`` run with a guard that refuses every unfolding (a step too large unfolded)."""
+    from simulator.engine.faults import FaultHooks
+    from simulator.errors import ScenarioError
+    from simulator.simulation import simulate_training, step_faults
+
+    loaded = scenario_from_text(text, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+
+    def refuse(unfolding):
+        raise ScenarioError(f"too large unfolded: {unfolding.reason}")
+
+    return simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)),
+                             guard=refuse).summary
+
+
+def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_of_step():
+    """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the
+    checks before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded
+    run stands with a warning that says why it is not exact (the published long-context row)."""
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="too large unfolded: all_reduce 'tp all_reduce"):
+        _refused_unfolded(TWO_PER_NIC)
+    summary = _refused_unfolded(ONE_NIC)
+    assert summary["folded"] and "fold_off_reason" not in summary
+    (warning,) = summary["warnings"]
+    assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
+                              "over GPUs [4, 8] ended on its mirrors")
