@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 from simulator.config.locate import located
 from simulator.engine.plans import PlanCache
 from simulator.program.ops import CollectiveOp, Op
-from simulator.program.step import StepProgram
-from simulator.simulation import network_settings, plan_cache, plan_workload, step_faults, step_program
+from simulator.simulation import network_settings, plan_cache, plan_workload, prepare_training, step_faults
 from simulator.topology.graph import Topology
 
 if TYPE_CHECKING:
@@ -38,27 +37,22 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
     every rank (`folded_step`'s, refused unfolded beyond the scale limits unless ``force``), and a plan for
     every distinct collective (an algorithm may not support an op or a group)."""
-    from simulator.engine.fold_policy import folded_step
     from simulator.scale import refuse_unfolded
     from simulator.workload.comm_program import build_comm_program
 
     settings = network_settings(loaded, topology)
     faults = step_faults(loaded, topology)
     workload = loaded.scenario.workload
-    plans = plan_cache(topology, settings)
     if loaded.scenario.model is None and isinstance(workload, list):
         items = workload
+        plans = plan_cache(topology, settings)
         ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
         located(loaded, lambda: plan_workload(items, ops, plans))
         return Verdict({}, ())
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
-
-    def build(fold: bool) -> StepProgram:
-        return step_program(loaded, topology, fold=fold, guard=guard)
-
-    program = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
-                                                  faults, loaded.scenario.run.fold, guard)).program
-    located(loaded, lambda: plan_every_collective(program.ops, plans))
+    prepared = prepare_training(loaded, topology, faults, guard)
+    program = prepared.step.program
+    located(loaded, lambda: plan_every_collective(program.ops, prepared.plans))
     return Verdict(dict(program.memory), tuple(program.warnings))
 
 

@@ -248,15 +248,24 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
 """What to change so that the check passes."""
 
 
-def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:
-    """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
-    estimate unfolded is beyond the limits: a located ScenarioError at the field of the check that failed,
-    naming why it unfolds, raised before the unfolded program is built. ``step`` names it (a job's state); a
-    job (`run.horizon`) writes no step timeline, so its steps are estimated without one."""
+def unfolded_beyond_limits(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
+    """The estimate of the step of ``loaded`` simulated unfolded on ``gpus`` GPUs when it is beyond the limits,
+    else None (None too for a trace, whose size is its file's): the one rule by which a step that a fold
+    check unfolds, or a job's step or states that run unfolded, are refused. A job (`run.horizon`) writes no
+    step timeline, so its steps are estimated without one."""
     scenario = loaded.scenario
     unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
     estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus)
-    if estimate is None or not estimate.over_limits():
+    return estimate if estimate is not None and estimate.over_limits() else None
+
+
+def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, step: str = "this run") -> None:
+    """Refuse the step of ``loaded``, asked to fold and estimated so, that ``unfolding`` runs unfolded, when its
+    estimate unfolded is beyond the limits (`unfolded_beyond_limits`): a located ScenarioError at the field of
+    the check that failed, naming why it unfolds, raised before the unfolded program is built. ``step`` names
+    it (a job's state)."""
+    estimate = unfolded_beyond_limits(loaded, gpus)
+    if estimate is None:
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
                        f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "

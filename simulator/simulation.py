@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
+    from simulator.engine.fold_policy import FoldedStep
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.layout import Layout
     from simulator.program.unfolding import UnfoldingGuard
@@ -279,23 +280,50 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     return summary, result.log, result.lockstep
 
 
-def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
-                      progress: Progress | None = None, guard: UnfoldingGuard | None = None) -> Result:
-    """One training step (modelled or traced): build the step program, folded where that is exact
-    (engine/fold_policy.py), run it under the step's faults, summarise. A folded run whose mirrors fell out of
-    step with their groups (engine/lockstep.py) is run again unfolded; where only pipeline hand-offs did and
-    ``guard`` refuses the step unfolded, the folded run stands with a warning. ``guard`` hears why a step asked
-    to fold is unfolded before it is built unfolded (scale.refuse_unfolded)."""
-    from simulator.engine.fold_policy import FoldedStep, folded_step, unfolded_step
-    from simulator.program.unfolding import Unfolding
+@dataclass(frozen=True)
+class PreparedStep:
+    """A training step built, not yet run: the run's network settings, its one plan cache, its program folded
+    where that is exact (`fold_policy.folded_step`) with the indexes the analyses share, and how it is built
+    (``build(fold)``; again unfolded when a folded run's mirrors fall out of step)."""
+
+    settings: NetworkSettings
+    plans: PlanCache
+    step: FoldedStep
+    build: Callable[[bool], StepProgram]
+
+
+def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFaultPlan,
+                     guard: UnfoldingGuard | None = None) -> PreparedStep:
+    """The training step (modelled or traced) of ``loaded`` under the step's ``faults``, its program folded where
+    that is exact (engine/fold_policy.py), else rebuilt unfolded; ``guard`` hears why a step asked to fold is
+    unfolded before it is built unfolded (scale.refuse_unfolded)."""
+    from simulator.engine.fold_policy import folded_step
 
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
+
     def build(fold: bool) -> StepProgram:
         return step_program(loaded, topology, fold=fold, guard=guard)
 
     step = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
-                                               faults.plan, loaded.scenario.run.fold, guard))
+                                               faults, loaded.scenario.run.fold, guard))
+    return PreparedStep(settings, plans, step, build)
+
+
+def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
+                      progress: Progress | None = None, guard: UnfoldingGuard | None = None,
+                      prepared: PreparedStep | None = None) -> Result:
+    """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
+    None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
+    groups (engine/lockstep.py) is run again unfolded; where only pipeline hand-offs did and ``guard`` refuses
+    the step unfolded, the folded run stands with a warning."""
+    from simulator.engine.fold_policy import unfolded_step
+    from simulator.program.unfolding import Unfolding
+
+    if prepared is None:
+        prepared = prepare_training(loaded, topology, faults.plan, guard)
+    settings, plans, step, build = prepared.settings, prepared.plans, prepared.step, prepared.build
+
     def run(step: FoldedStep) -> tuple[dict, EventLog, Lockstep]:
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
                                                 plans, step.shapes, step.order))

@@ -92,27 +92,25 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
     return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
 
 
-def straggler_blocker(program: StepProgram, plans: PlanCache, mode: NetworkMode, efficiency: Mapping[str, float],
-                      faults: StepFaultPlan, factor: float) -> str:
-    """Why a job's straggler states would run the folded ``program`` unfolded ('' when every one folds), by the
-    engine's rule (`fold_verdict`) on the step with the scenario's own ``faults``: a state adds stragglers on
-    the representatives of some pipeline stages (reliability/states.py), all in the first replica. Each such
-    state unfolds when the step without them does (the symmetry check, link faults, the scenario's own
-    stragglers across replicas: a state keeps every slowed GPU of the scenario's); otherwise all of them fold
-    exactly when one slowed representative does (its stage is unlike unless it has one rank, and the answer is
-    then whether that replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the
-    first stage asks it."""
-    shapes, order = program_indexes(program)
-    unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)[1]
-    if unfolding is not None:
-        return unfolding.reason
+def straggler_blocker(step: FoldedStep, plans: PlanCache, mode: NetworkMode, faults: StepFaultPlan,
+                      factor: float) -> str:
+    """Why a job's straggler states would run unfolded ('' when every one folds), by the engine's rule, asked
+    of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a state adds
+    stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
+    replica. Each such state unfolds when the step without them does (the cluster, the symmetry check, link
+    faults, the scenario's own stragglers across replicas: a state keeps every slowed GPU of the scenario's),
+    which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
+    representative does (its stage is unlike unless it has one rank, and the answer is then whether that
+    replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
+    it."""
+    program = step.program
     if program.layout is None:
         return "stragglers in a step without a parallel layout"
     representative = program.layout.rank_of(pp=0)
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
     state = replace(faults, slowdowns=tuple(sorted(slowed.items())))
-    return fold_with_faults(state, program, plans, mode, shapes)[1]
+    return fold_with_faults(state, program, plans, mode, step.shapes)[1]
 
 
 def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 import simpy
@@ -23,7 +23,7 @@ from simulator.reliability.elastic import elastic_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
-from simulator.reliability.states import ClusterState, Degradation, StepStates
+from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
 from simulator.units import format_count
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from simulator.simulation import PreparedStep
     from simulator.topology.graph import Topology
 
 
@@ -104,60 +105,63 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
                        changes if force else f"{changes}; or pass --force")
 
 
-def _straggler_blocker(loaded: LoadedScenario, topology: Topology, factor: float) -> str:
-    """Why the job's straggler states would run unfolded ('' when they fold), by the engine's rule
-    (`fold_policy.straggler_blocker`) on the folded step, built once (about a second on 16,384 GPUs);
-    `run.fold` is on (`_refuse_unfolded_steps` refuses an unfolded job before)."""
-    from simulator.engine.fold_policy import fold_blocker, straggler_blocker
-    from simulator.simulation import network_settings, plan_cache, step_faults, step_program
+def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology
+                           ) -> PreparedStep | None:
+    """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has
+    (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
+    or each of its degraded or straggling states: link faults unfold the step (leaf switches, cables, NICs
+    that `degrade`), and so do stragglers where the engine's folding rule says so (each distinct set of stages
+    slowed is a state). 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per step (the docs'
+    leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands of
+    straggler states, and both ran for hours without a word).
 
-    blocker = fold_blocker(topology)
-    if blocker:
-        return blocker
-    program = step_program(loaded, topology, fold=True)
-    if not program.folded:
-        return ""
-    settings = network_settings(loaded, topology)
-    plans = plan_cache(topology, settings)
-    faults = step_faults(loaded, topology)
-    return located(loaded, lambda: straggler_blocker(program, plans, settings.mode, dict(settings.efficiency),
-                                                     faults, factor))
-
-
-def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology) -> None:
-    """Refuse a job whose steps would be simulated unfolded beyond the limits a plain run has (scale.py): its
-    healthy step with `run.fold: false` (as `trainsim run` refuses it), or each of its degraded or straggling
-    states: link faults unfold the step (leaf switches, cables, NICs that `degrade`), and so do stragglers
-    where the engine's folding rule says so (each distinct set of stages slowed is a state). 16,384 GPUs
-    unfolded are ~51 million ops + flows and tens of GiB per step (the docs' leaf-switch example met ~75
-    leaves per replication of the 405B job, its throttling example thousands of straggler states, and both
-    ran for hours without a word)."""
-    from simulator.scale import estimate_scale, limits_text
+    The straggler states are asked of the healthy step, built here once and
+    returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
+    job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
+    from simulator.engine.fold_policy import straggler_blocker
+    from simulator.program.unfolding import Unfolding
+    from simulator.scale import limits_text, unfolded_beyond_limits
+    from simulator.simulation import prepare_training, step_faults
 
     scenario = loaded.scenario
     linked = [klass for klass in model.classes if klass.effect is Effect.DEGRADE and klass.unit != "spine_switch"]
     straggling = [klass for klass in model.classes if klass.effect is Effect.STRAGGLE]
     if scenario.run.fold and not (linked or straggling):
-        return
-    run = scenario.run.model_copy(update={"fold": False, "timeline": "summary"})
-    estimate = estimate_scale(scenario.model_copy(update={"run": run}), topology.num_gpus)
-    if estimate is None or not estimate.over_limits():
-        return
+        return None
+    estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
+    if estimate is None:
+        return None
     limits = f"{estimate.describe()}, beyond the limits of {limits_text()}"
     if not scenario.run.fold:
         raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
                            "true, a smaller cluster, or --force")
+    klass = linked[0] if linked else straggling[0]
+    field = ("faults", "components", klass.name) if klass.name in scenario.faults.components else ("faults",)
+
+    def refuse(why: str) -> NoReturn:
+        problem = "degrades the cluster" if linked else "slows a pipeline stage"
+        restart = "effect: replace (the job restarts without the unit), " if linked else ""
+        raise loaded.error(field, f"a {klass.name} failure {problem}, and each such state is simulated as an "
+                           f"unfolded step ({why}): {limits}", f"{restart}a smaller cluster, or --force")
+
     if linked:
-        name, problem, why = linked[0].name, "degrades the cluster", "link faults unfold it"
-        allowed = "effect: replace (the job restarts without the unit), a smaller cluster, or --force"
-    else:
-        why = _straggler_blocker(loaded, topology, straggling[0].slowdown)
-        if not why:
-            return
-        name, problem, allowed = straggling[0].name, "slows a pipeline stage", "a smaller cluster, or --force"
-    field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
-    raise loaded.error(field, f"a {name} failure {problem}, and each such state is simulated as an unfolded "
-                       f"step ({why}): {limits}", allowed)
+        refuse("link faults unfold it")
+    refuse_healthy = state_guard(loaded, topology, None)
+
+    def guard(unfolding: Unfolding) -> None:
+        """A fold check that unfolds the healthy step unfolds every straggler state; the plan's refuses the
+        job's step itself."""
+        if unfolding.check != "plan":
+            refuse(unfolding.reason)
+        refuse_healthy(unfolding)
+
+    faults = step_faults(loaded, topology)
+    healthy = prepare_training(loaded, topology, faults, guard)
+    why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.plans, healthy.settings.mode, faults,
+                                                    klass.slowdown))
+    if why:
+        refuse(why)
+    return healthy
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
@@ -218,9 +222,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     topology = scenario_topology(loaded)
     checks = check_job(loaded, topology)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
-    if not force:
-        _refuse_unfolded_steps(loaded, model, topology)
-    states = StepStates(loaded, topology, force=force)
+    prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
+    states = StepStates(loaded, topology, force=force, healthy=prepared)
     if horizon < states.healthy_step.step_s:
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
                            f"({states.healthy_step.step_s:.6g} s)", "a longer duration")

@@ -38,7 +38,7 @@ from simulator.reliability.checkpoint import StepState
 from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.perturbed import step_outcome, with_step_faults
 from simulator.scale import refuse_unfolded
-from simulator.simulation import simulate_training
+from simulator.simulation import PreparedStep, simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
@@ -80,16 +80,18 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
 
 
 class StepStates:
-    """The step of each cluster state of one scenario, simulated on first use; the healthy one at once. Unless
-    ``force``, a step that a fold check unfolds beyond the scale limits is refused before it is built."""
+    """The step of each cluster state of one scenario, simulated on first use; the healthy one at once, from
+    ``healthy`` when the caller has built it already (`prepare_training`). Unless ``force``, a step that a fold
+    check unfolds beyond the scale limits is refused before it is built."""
 
-    def __init__(self, loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> None:
+    def __init__(self, loaded: LoadedScenario, topology: Topology, *, force: bool = False,
+                 healthy: PreparedStep | None = None) -> None:
         self.loaded = loaded
         self.topology = topology
         self.force = force
         self.spines = _spines(topology)
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
-        healthy_step, summary = self._cached(None, lambda: (loaded, topology))
+        healthy_step, summary = self._cached(None, lambda: (loaded, topology), healthy)
         self.healthy_summary = {**summary, "scenario": loaded.source}
         """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
         the same step sections)."""
@@ -112,7 +114,8 @@ class StepStates:
         """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage."""
         return self.layout.rank_of(pp=self.layout.coords(gpu)["pp"])
 
-    def _cached(self, state: ClusterState | None, scenario) -> tuple[StepState | None, dict]:
+    def _cached(self, state: ClusterState | None, scenario, prepared: PreparedStep | None = None
+                ) -> tuple[StepState | None, dict]:
         key = (self.key, state)
         if key in _CACHE:
             _CACHE.move_to_end(key)
@@ -124,10 +127,10 @@ class StepStates:
         cut = self._cut_by_spines(topology, state)
         if cut:
             return self._store(key, (None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}))
-        guard = None if self.force else self._guard(loaded, topology, state)
+        guard = None if self.force else state_guard(loaded, topology, state)
         outcome = step_outcome(lambda: simulate_training(loaded, topology,
                                                          FaultHooks(topology, step_faults(loaded, topology)),
-                                                         guard=guard))
+                                                         guard=guard, prepared=prepared))
         if outcome.summary is None:
             return self._store(key, (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}))
         return self._store(key, (_step_state(outcome.summary, topology), outcome.summary))
@@ -148,13 +151,6 @@ class StepStates:
             return ""
         down = {edge for leaf, spine in spine_links(topology) for edge in ((leaf, spine), (spine, leaf))}
         return split(topology, down)
-
-    @staticmethod
-    def _guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
-        """The refusal of the state's step unfolded beyond the scale limits, as a plain run's, naming it."""
-        differs = state.describe() if state is not None else ""
-        step = f"the job's step with {differs}" if differs else "the job's step"
-        return lambda unfolding: refuse_unfolded(loaded, topology.num_gpus, unfolding, step)
 
     def _scenario_of(self, state: ClusterState) -> tuple[LoadedScenario, Topology]:
         """The scenario of a degraded, straggling or shrunk state: the healthy one with cluster and layout
@@ -200,6 +196,14 @@ def spine_links(topology: Topology) -> list[tuple[str, str]]:
     nodes = topology.wiring.nodes
     return [(low, high) for low, high in topology.wiring.edges
             if nodes[low].get("tier") == 1 and nodes[high].get("tier") == 2]
+
+
+def state_guard(loaded: LoadedScenario, topology: Topology, state: ClusterState | None) -> UnfoldingGuard:
+    """The refusal of the step of ``state`` (None: the healthy one) unfolded beyond the scale limits, as a plain
+    run's, naming it."""
+    differs = state.describe() if state is not None else ""
+    step = f"the job's step with {differs}" if differs else "the job's step"
+    return lambda unfolding: refuse_unfolded(loaded, topology.num_gpus, unfolding, step)
 
 
 def faults_within(faults: StepFaults, topology: Topology) -> StepFaults:
