@@ -264,7 +264,7 @@ class JobProcess:
         have = self.in_use - len(self.missing) + self.spares
         fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
         for size in fitting:
-            costs = self.plan.costs(self._state(size))
+            costs = self.costs if size == self.replicas else self.plan.costs(self._state(size))
             if costs is not None:
                 return now, size, costs
         ready = now
