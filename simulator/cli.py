@@ -140,8 +140,8 @@ def _at_override(exc: InputError, overrides: dict[str, str]) -> InputError:
     return type(exc)(exc.problem, field=exc.field, allowed=exc.allowed, file=f"--set {name}={overrides[name]}")
 
 
-COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.chunk": "--chunk",
-                    "topology": "--topology"}
+COLLECTIVE_FLAGS = {"op": "--op", "collectives.algorithm": "--algorithm", "collectives.protocol": "--protocol",
+                    "collectives.chunk": "--chunk", "topology": "--topology"}
 """The scenario fields `trainsim collective` fills from its flags, for naming the flag in an error."""
 
 
@@ -163,7 +163,8 @@ def _cmd_collective(args: argparse.Namespace) -> int:
         _refuse_large_cluster(cluster, "collective",
                               "time a collective on in seconds (at 65,536 one size takes minutes and 8 GB)",
                               force=args.force)
-        rows = collective_sweep(cluster, {}, op=args.op, algorithm=args.algorithm, ranks=args.ranks,
+        rows = collective_sweep(cluster, {}, op=args.op, algorithm=args.algorithm, protocol=args.protocol,
+                                ranks=args.ranks,
                                 sizes=sizes, efficiency=args.efficiency, mode=args.network, chunk=args.chunk)
     except InputError as exc:
         if exc.file or exc.field not in COLLECTIVE_FLAGS:
@@ -524,6 +525,7 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--topology", required=True, help="bundled topology name or YAML file")
     coll.add_argument("--op", default="all_reduce")
     coll.add_argument("--algorithm", default="auto")
+    coll.add_argument("--protocol", default="auto", help="NCCL protocol: auto (default), simple, ll or ll128")
     coll.add_argument("--ranks", type=_at_least(1), default=0, help="number of GPUs (default: all)")
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")

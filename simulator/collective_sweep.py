@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.collectives.chunking import chunk_bytes
-from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
+from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.errors import ScenarioError
 from simulator.network.calibration import resolve_efficiency
@@ -18,18 +18,22 @@ from simulator.units import format_size
 @collector_paused()
 def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str, algorithm: str, ranks: int,
                      sizes: list[float], efficiency: str = "calibrated", mode: NetworkMode = "flow",
-                     chunk: str | None = None) -> list[dict]:
-    """One row per size: op, algorithm (as asked), resolved_algorithm (the one that ran: `auto`'s choice for
-    this size, as NCCL_DEBUG=INFO names the algorithm NCCL's tuner picked), ranks, bytes, time_s, algbw_GBps,
-    busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector is paused meanwhile (simulator/collector.py).
-    ``op`` and ``algorithm`` come from the command line, so they are checked here, against the sets the schema
-    checks a scenario's against. ``cluster``: a topology's name or path, or its file already read (`trainsim
-    collective` reads it once, to count its GPUs before building); ``overrides`` replace its parameters."""
+                     chunk: str | None = None, protocol: str = "auto") -> list[dict]:
+    """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
+    ones that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's
+    tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector
+    is paused meanwhile (simulator/collector.py). ``op``, ``algorithm`` and ``protocol`` come from the command
+    line, so they are checked here, against the sets the schema checks a scenario's against. ``cluster``: a
+    topology's name or path, or its file already read (`trainsim collective` reads it once, to count its GPUs
+    before building); ``overrides`` replace its parameters."""
     if op not in PRIMITIVES:
         raise ScenarioError(f"unknown collective {op!r}", field="op", allowed=", ".join(PRIMITIVES))
     if algorithm not in ALGORITHM_CHOICES:
         raise ScenarioError(f"unknown algorithm {algorithm!r}", field="collectives.algorithm",
                             allowed=", ".join(ALGORITHM_CHOICES))
+    if protocol not in PROTOCOL_CHOICES:
+        raise ScenarioError(f"unknown protocol {protocol!r}", field="collectives.protocol",
+                            allowed=", ".join(PROTOCOL_CHOICES))
     topology = build_source(with_overrides(read_topology(cluster) if isinstance(cluster, str) else cluster,
                                            overrides))
     if topology.num_gpus < 2:
@@ -41,7 +45,7 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
                             field="--ranks", allowed=f"2..{topology.num_gpus}")
     fractions = resolve_efficiency(efficiency, topology.gpu_model, "--efficiency")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(fractions.items())), algorithm=algorithm,
-                               chunk_bytes=chunk_bytes(chunk))
+                               chunk_bytes=chunk_bytes(chunk), protocol=protocol)
     group = tuple(range(ranks))
     if op == "send_recv":
         group = (0, ranks - 1)
@@ -53,17 +57,22 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
         result, _ = run_ops(topology, ops, settings, plans=plans)
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
-        rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": plans.resolved_algorithm(ops[0], group),
-                     "ranks": len(group), "bytes": nbytes, "time_s": time_s, "algbw_GBps": algbw,
-                     "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
+        ran = plans.resolved(ops[0], group)
+        rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
+                     "resolved_protocol": ran.protocol, "ranks": len(group), "bytes": nbytes, "time_s": time_s,
+                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
-    """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s), and the algorithm that ran."""
-    header = f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  algorithm"
-    lines = [f"# {rows[0]['op']} algorithm={rows[0]['algorithm']} ranks={rows[0]['ranks']}" if rows else "", header]
+    """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s), and the algorithm and protocol that
+    ran."""
+    header = (f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  "
+              f"{'algorithm':<16} protocol")
+    lines = [f"# {rows[0]['op']} algorithm={rows[0]['algorithm']} protocol={rows[0]['protocol']} "
+             f"ranks={rows[0]['ranks']}" if rows else "", header]
     for row in rows:
         lines.append(f"{format_size(row['bytes']):>12} {int(row['bytes']):>14d} {row['time_s'] * 1e6:>12.2f} "
-                     f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}  {row['resolved_algorithm']}")
+                     f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}  {row['resolved_algorithm']:<16} "
+                     f"{row['resolved_protocol']}")
     return "\n".join(lines)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import simpy
 
 from simulator.collectives.execute import PlanRunner, run_plan, run_plans
-from simulator.collectives.names import AlgorithmChoice
+from simulator.collectives.names import AlgorithmChoice, ProtocolChoice
 from simulator.collector import collector_paused
 from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
@@ -89,6 +89,7 @@ class NetworkSettings:
     algorithm: AlgorithmChoice = "auto"
     chunk_bytes: float | None = None
     channels: int = 0
+    protocol: ProtocolChoice = "auto"
 
 
 def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
@@ -153,7 +154,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
 def plan_cache(topology: Topology, settings: NetworkSettings) -> PlanCache:
     """The run's one cache of collective plans, with the scenario's collective defaults and link efficiencies."""
     return PlanCache(topology, algorithm=settings.algorithm, chunk_bytes=settings.chunk_bytes,
-                     channels=settings.channels, efficiency=dict(settings.efficiency))
+                     channels=settings.channels, efficiency=dict(settings.efficiency), protocol=settings.protocol)
 
 
 def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[float, FlowBlock]:
@@ -190,12 +191,13 @@ def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSetti
     efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),
                            algorithm=scenario.collectives.algorithm, chunk_bytes=scenario.collectives.chunk,
-                           channels=scenario.collectives.channels)
+                           channels=scenario.collectives.channels, protocol=scenario.collectives.protocol)
 
 
 def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plans: PlanCache) -> None:
-    """`plan_every_collective` for a workload list: an algorithm an item names itself that cannot run its
-    collective is that item's error (`workload[i].algorithm`), not the run default's."""
+    """`plan_every_collective` for a workload list: an algorithm or protocol an item names itself that cannot run
+    its collective is that item's error (`workload[i].algorithm`, `workload[i].protocol`), not the run
+    default's."""
     from simulator.workload.comm_program import item_names
 
     index_of = {name: index for index, name in enumerate(item_names(items))}
@@ -203,9 +205,10 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
         try:
             plans.phases(op, op.group)
         except ScenarioError as exc:
-            if exc.field != "collectives.algorithm" or op.algorithm == "auto":
+            own = {"collectives.algorithm": op.algorithm, "collectives.protocol": op.protocol}.get(exc.field, "auto")
+            if own == "auto":
                 raise
-            raise ScenarioError(exc.problem, field=f"workload[{index_of[op.name]}].algorithm",
+            raise ScenarioError(exc.problem, field=f"workload[{index_of[op.name]}].{exc.field.split('.')[1]}",
                                 allowed=exc.allowed) from None
 
 
@@ -394,7 +397,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
         "topology": topology.name,
         "gpus": topology.num_gpus,
         "makespan_s": result.makespan_s,
-        "collectives": collective_table(run.timeline, ops),
+        "collectives": collective_table(run.timeline, ops, lambda op: plans.resolved(op, op.group)),
         "ops_executed": result.ops_executed,
         "flows_simulated": int(network.flows_simulated + result.replayed_flows),
         "seed": loaded.scenario.run.seed,

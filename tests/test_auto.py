@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.collectives import protocols
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.tuner import candidates, choose_algorithm, estimates, group_shape, tree_passes
+from simulator.collectives.tuner import Choice, candidates, choose, estimates, group_shape, tree_passes
 from simulator.network.calibration import calibrated
 from simulator.program.ops import CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache
@@ -22,31 +23,42 @@ per host, where an estimate spreading the chains' NVLink bytes evenly over the s
 simulated 5.17 ms and auto took the ring (5.49 ms)."""
 MARGIN = 1.01
 """auto's pick may be this much slower in simulation than the fastest candidate NCCL would weigh."""
-ESTIMATE_FACTOR = 1.05
-"""The tree's estimate, where it is the pick across hosts, lies within this factor either way of its simulated
-time (worst today: 0.961 of it on 16 DGX A100s at 16 MiB): it times each stretch of the pipeline by its busiest
-port, where the simulation shares every link among the flows active at each instant."""
+ESTIMATE_FACTOR = 1.03
+"""The estimate of the pick, where it is not exact (`assert_estimate_holds`), lies within this factor either way of
+its simulated time (worst today: 0.972 of it, the LL tree over 16 DGX A100s at 1 MiB): the tree's times each
+stretch of the pipeline by its busiest port, where the simulation shares every link among the flows active at
+each instant; the ring's across hosts is exact where the NICs bound it, 1.010 of it where NVLink does (below)."""
 EXACT_ESTIMATES = ("ring", "nvls")
-"""Estimated exactly (rel 1e-9) where they are the pick: on one host, every step of the ring moves n / p per link
-and of NVLS its `link_bytes` per switch link, one latency each, as the plans run them; across hosts the ring is
-picked only where the NICs bound it, and the NVLS tree's slower side bounds it. (Across DGX H100s the ring, never
-the pick there, is estimated up to 1.6% over: its host-exit GPUs send 7 of 8 channels' steps on NVLink, not 8,
-and there NVLink, 370 GB/s, binds the estimate while the 8 rails' 376 GB/s bound the simulation.)"""
+"""Estimated exactly (rel 1e-9) where they are the pick on one host, every step of the ring moving n / p per link
+and of NVLS its `link_bytes` per switch link, one latency each, as the plans run them; and NVLS across hosts,
+whose slower side bounds it. (Across DGX H100s the ring is estimated up to 1.6% over: its host-exit GPUs send 7 of
+8 channels' steps on NVLink, not 8, and there NVLink, 370 GB/s, binds the estimate while the 8 rails' 376 GB/s
+bound the simulation. Under Simple it is never the pick there; under LL it is, at 4 MiB on two hosts, 1.010 over.)"""
 
 
-def assert_estimate_holds(estimate: float, simulated_s: float, algorithm: str, context: object = None) -> None:
-    """``estimate`` is ``simulated_s`` exactly for `EXACT_ESTIMATES`, within `ESTIMATE_FACTOR` otherwise."""
-    if algorithm in EXACT_ESTIMATES:
+def assert_estimate_holds(estimate: float, simulated_s: float, algorithm: str, context: object = None,
+                          across_hosts: bool = False) -> None:
+    """``estimate`` is ``simulated_s`` exactly for `EXACT_ESTIMATES` (the ring inside one host), within
+    `ESTIMATE_FACTOR` otherwise."""
+    if algorithm in EXACT_ESTIMATES and not (algorithm == "ring" and across_hosts):
         assert estimate == pytest.approx(simulated_s, rel=1e-9), (algorithm, context)
     else:
         assert 1 / ESTIMATE_FACTOR <= estimate / simulated_s <= ESTIMATE_FACTOR, (algorithm, context)
 
 
-def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=None) -> float:
-    """The simulated time of ``request`` run by ``algorithm``, at the calibrated efficiencies unless given."""
+def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=None, protocol="simple") -> float:
+    """The simulated time of ``request`` run by ``algorithm`` under ``protocol``, at the calibrated efficiencies
+    unless given."""
     return time_collective(topology, request.op, algorithm, list(request.ranks), request.nbytes,
                            efficiency=calibrated(topology.gpu_model) if efficiency is None else efficiency,
-                           chunk_bytes=request.chunk_bytes)
+                           chunk_bytes=request.chunk_bytes, protocol=protocol)
+
+
+def simulated_pairs(topology, request: CollectiveRequest, efficiency=None) -> dict[Choice, float]:
+    """The simulated time of every (algorithm, protocol) NCCL's tuner weighs for ``request``."""
+    names = candidates(request, topology, group_by_host(request.ranks, topology))
+    return {Choice(name, protocol): simulated(topology, request, name, efficiency, protocol) for name in names
+            for protocol in protocols.available(name, request.op, request.ranks, topology)}
 
 
 @pytest.mark.parametrize("name", ["dgx-h100-cluster", "dgx-a100-cluster"])
@@ -54,19 +66,20 @@ def simulated(topology, request: CollectiveRequest, algorithm: str, efficiency=N
 def test_auto_is_the_fastest_nccl_candidate_and_its_estimate_holds(name, hosts):
     """On 16 DGX H100s auto took `hierarchical` (not an NCCL algorithm; 448 us at 1 MiB) over the tree (383 us),
     whose estimate was far from its simulation (1,808 against 253 us at 16 MiB on two hosts), and it never
-    weighed NVLS across hosts (NCCL's NVLS tree, 197 us there)."""
+    weighed NVLS across hosts (NCCL's NVLS tree, 197 us there). Every algorithm is weighed under each protocol
+    it runs with (LL and LL128 for the ring and the tree's all-reduce)."""
     topology = load_topology(name, {"nodes": hosts})
     ops = ["all_reduce", "reduce_scatter", "all_gather"] if hosts == 1 else ["all_reduce"]
     for op in ops:
         for nbytes in SIZES:
             request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
-            names = candidates(request, topology, group_by_host(request.ranks, topology))
-            assert "hierarchical" not in names
-            times = {algorithm: simulated(topology, request, algorithm) for algorithm in names}
+            assert "hierarchical" not in candidates(request, topology, group_by_host(request.ranks, topology))
+            times = simulated_pairs(topology, request)
             efficiency = calibrated(topology.gpu_model)
-            pick = choose_algorithm(request, topology, efficiency)
+            pick = choose(request, topology, efficiency)
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
-            assert_estimate_holds(estimates(request, topology, efficiency)[pick], times[pick], pick, (op, nbytes))
+            estimate = estimates(request, topology, efficiency, pick.protocol)[pick.algorithm]
+            assert_estimate_holds(estimate, times[pick], pick.algorithm, (op, nbytes, pick), hosts > 1)
 
 
 def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
@@ -74,8 +87,9 @@ def test_tree_across_hosts_is_the_pick_for_small_messages_where_nccl_takes_it():
     bandwidth the large ones, as in NCCL's tuner."""
     topology = load_topology("dgx-a100-cluster", {"nodes": 16})
     everyone = tuple(range(topology.num_gpus))
-    assert choose_algorithm(CollectiveRequest("all_reduce", everyone, MIB, chunk_bytes=CHUNK), topology) == "tree"
-    assert choose_algorithm(CollectiveRequest("all_reduce", everyone, GIB, chunk_bytes=CHUNK), topology) == "ring"
+    for nbytes, algorithm in ((MIB, "tree"), (GIB, "ring")):
+        request = CollectiveRequest("all_reduce", everyone, nbytes, chunk_bytes=CHUNK)
+        assert choose(request, topology, protocol="simple").algorithm == algorithm
 
 
 def test_one_gpu_per_host_weighs_the_flat_double_tree():
@@ -87,7 +101,7 @@ def test_one_gpu_per_host_weighs_the_flat_double_tree():
         request = CollectiveRequest("all_reduce", rail, nbytes, chunk_bytes=CHUNK)
         times = {algorithm: simulated(topology, request, algorithm) for algorithm in ("ring", "tree")}
         efficiency = calibrated(topology.gpu_model)
-        pick = choose_algorithm(request, topology, efficiency)
+        pick = choose(request, topology, efficiency, protocol="simple").algorithm
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
         for algorithm, estimate in estimates(request, topology, efficiency).items():
             assert estimate == pytest.approx(times[algorithm], rel=1e-9), (nbytes, algorithm)
@@ -97,7 +111,7 @@ def test_nvls_tree_across_h100_hosts():
     """NCCL runs its NVLS tree across hosts whose switches reduce (without SHARP); auto did not weigh it."""
     topology = load_topology("dgx-h100-cluster", {"nodes": 4})
     request = CollectiveRequest("all_reduce", tuple(range(32)), 16 * MIB, chunk_bytes=CHUNK)
-    assert choose_algorithm(request, topology) == "nvls"
+    assert choose(request, topology, protocol="simple").algorithm == "nvls"
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather"])
@@ -109,10 +123,10 @@ def test_nvls_inside_an_nvlink_domain_of_many_hosts(op):
         request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
         times = {algorithm: simulated(topology, request, algorithm) for algorithm in ("ring", "nvls")}
         efficiency = calibrated(topology.gpu_model)
-        pick = choose_algorithm(request, topology, efficiency)
+        pick = choose(request, topology, efficiency, protocol="simple").algorithm
         assert times[pick] <= MARGIN * min(times.values()), (nbytes, times)
         assert_estimate_holds(estimates(request, topology, efficiency)["nvls"], times["nvls"], "nvls", nbytes)
-    assert choose_algorithm(CollectiveRequest(op, tuple(range(72)), 4 * KIB), topology) == "nvls"
+    assert choose(CollectiveRequest(op, tuple(range(72)), 4 * KIB), topology, protocol="simple").algorithm == "nvls"
 
 
 def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
@@ -121,7 +135,7 @@ def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
     node = {"kind": "nvswitch_node", "gpu_model": "a100-80gb", "nvls": "nvswitch3"}
     topology = load_topology("dgx-h100-cluster", {"nodes": 2, "node": node})
     request = CollectiveRequest("all_reduce", tuple(range(16)), 64 * MIB, chunk_bytes=CHUNK)
-    assert choose_algorithm(request, topology) == "ring"
+    assert choose(request, topology, protocol="simple").algorithm == "ring"
 
 
 @pytest.mark.parametrize("profile", ["calibrated", "ideal"])
@@ -135,9 +149,8 @@ def test_auto_ranks_h100_candidates_as_the_simulation_does(hosts, profile):
     for op in ops:
         for nbytes in (KIB * 2**k for k in range(23)):
             request = CollectiveRequest(op, tuple(range(topology.num_gpus)), nbytes, chunk_bytes=CHUNK)
-            names = candidates(request, topology, group_by_host(request.ranks, topology))
-            times = {algorithm: simulated(topology, request, algorithm, efficiency) for algorithm in names}
-            pick = choose_algorithm(request, topology, efficiency)
+            times = simulated_pairs(topology, request, efficiency)
+            pick = choose(request, topology, efficiency)
             assert times[pick] <= MARGIN * min(times.values()), (op, nbytes, pick, times)
 
 
@@ -153,7 +166,7 @@ def test_auto_weighs_the_links_at_the_runs_efficiency():
     for efficiency, fastest in (({}, "tree"), (calibrated(topology.gpu_model), "ring")):
         times = {algorithm: simulated(topology, request, algorithm, efficiency) for algorithm in ("ring", "tree")}
         assert min(times, key=times.__getitem__) == fastest, times
-        assert choose_algorithm(request, topology, efficiency) == fastest
+        assert choose(request, topology, efficiency, protocol="simple").algorithm == fastest
         settings = NetworkSettings(efficiency=tuple(sorted(efficiency.items())), chunk_bytes=CHUNK)
         assert plan_cache(topology, settings).resolved_algorithm(op, group) == fastest
 
@@ -209,7 +222,7 @@ def test_equal_estimates_go_to_the_first_listed():
         request = CollectiveRequest("all_reduce", (0, 16), nbytes, chunk_bytes=CHUNK, channels=4)
         costs = estimates(request, topology, efficiency)
         assert costs["ring"] == pytest.approx(costs["tree"], rel=1e-12)
-        assert choose_algorithm(request, topology, efficiency) == "ring"
+        assert choose(request, topology, efficiency, protocol="simple").algorithm == "ring"
 
 
 def test_translated_groups_share_one_tree_shape():

@@ -326,6 +326,21 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "workload-default-algorithm-for-op": (scenario(COMM.replace("all_reduce, bytes: 64 MiB", "broadcast, bytes: 1 MiB")
                                                    + "collectives: {algorithm: nvls}\n"), VALIDATE, 2,
                                           "s.yaml:4: collectives.algorithm: algorithm 'nvls' does not implement"),
+    # NCCL's protocols: one set checked at load, and what an algorithm cannot run with blamed on who asked
+    "protocol-unknown": (scenario(COMM + "collectives: {protocol: ll256}\n"), VALIDATE, 2,
+                         "s.yaml:4: collectives.protocol: 'll256' is not a valid choice"),
+    "workload-item-protocol-for-algorithm": (scenario(COMM.replace("bytes: 64 MiB",
+                                                                   "bytes: 64 MiB, algorithm: nvls, protocol: ll")),
+                                             RUN, 2, "s.yaml:3: workload[0].protocol: protocol 'll' does not run "
+                                             "nvls all_reduce"),
+    "workload-default-protocol-for-algorithm": (scenario(COMM + "collectives: {algorithm: nvls, protocol: ll128}\n"),
+                                                VALIDATE, 2, "s.yaml:4: collectives.protocol: protocol 'll128' does "
+                                                "not run nvls all_reduce"),
+    "ll128-over-pcie": (scenario("cluster: {topology: dgx-h100-cluster, nodes: 1, node: {kind: pcie_node}}\n"
+                                 "workload:\n  - {op: all_reduce, bytes: 1 MiB, protocol: ll128}\n"), VALIDATE, 2,
+                        "s.yaml:3: workload[0].protocol: protocol 'll128' does not run ring all_reduce"),
+    "collective-unknown-protocol": ({}, ["collective", "--topology", "dgx-h100", "--protocol", "ll64"], 2,
+                                    "error: command line: --protocol: unknown protocol 'll64'"),
     # Megatron-LM asserts the distributed optimizer; it was accepted and ignored with ZeRO 0 and 3
     "overlap-param-gather-with-plain-ddp": (scenario(PRESET + "parallelism: {ddp: {overlap_param_gather: true}}\n"),
                                             VALIDATE, 2, "s.yaml:4: parallelism.ddp.overlap_param_gather: needs "

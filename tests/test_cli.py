@@ -196,13 +196,14 @@ def test_topo_describe_with_override(capsys):
 
 
 def test_collective_json_keys(capsys):
-    assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB,4MiB", "--json"]) == 0
+    assert main(["collective", "--topology", "dgx-h100", "--sizes", "4MiB,16MiB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [row["bytes"] for row in rows] == [2**20, 4 * 2**20]
+    assert [row["bytes"] for row in rows] == [4 * 2**20, 16 * 2**20]
     for row in rows:
-        assert set(row) == {"op", "algorithm", "resolved_algorithm", "ranks", "bytes", "time_s", "algbw_GBps",
-                            "busbw_GBps"}
-        assert row["resolved_algorithm"] == "nvls"  # auto inside one NVLink-SHARP domain
+        assert set(row) == {"op", "algorithm", "resolved_algorithm", "protocol", "resolved_protocol", "ranks", "bytes",
+                            "time_s", "algbw_GBps", "busbw_GBps"}
+        # auto inside one NVLink-SHARP domain (below 4 MiB the LL ring's 0.6 us hops beat NVLS's 25 us)
+        assert (row["resolved_algorithm"], row["resolved_protocol"]) == ("nvls", "simple")
         assert row["algbw_GBps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9, rel=1e-12)
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * 7 / 8, rel=1e-12)
 
@@ -223,19 +224,19 @@ def test_collective_reads_its_topology_once(monkeypatch, capsys):
 def test_collective_table(capsys):
     assert main(["collective", "--topology", "dgx-h100", "--sizes", "1MiB:4MiB"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0] == "# all_reduce algorithm=auto ranks=8"
+    assert lines[0] == "# all_reduce algorithm=auto protocol=auto ranks=8"
     assert len(lines) == 2 + 3
 
 
 def test_collective_names_the_algorithm_auto_chose_per_size(capsys):
     """`auto` switches algorithm with the size (on two DGX A100s: the tree for small messages, the
     rail-aligned ring for large ones); the table and the JSON said only `auto`, so a kink in the busbw curve
-    had no explanation. Each row now names the algorithm that ran, as NCCL_DEBUG=INFO does."""
+    had no explanation. Each row now names the algorithm and protocol that ran, as NCCL_DEBUG=INFO does."""
     args = ["collective", "--topology", "dgx-a100-cluster", "--set", "nodes=2", "--sizes", "64KiB,256MiB"]
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[1].split()[-1] == "algorithm"
-    assert [line.split()[-1] for line in lines[2:]] == ["tree", "ring"]
+    assert lines[1].split()[-2:] == ["algorithm", "protocol"]
+    assert [line.split()[-2:] for line in lines[2:]] == [["tree", "ll"], ["ring", "simple"]]
     assert main([*args, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [(row["algorithm"], row["resolved_algorithm"]) for row in rows] == [("auto", "tree"), ("auto", "ring")]

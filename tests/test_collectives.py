@@ -15,8 +15,9 @@ from simulator.collectives.busbw import BUS_FACTORS, bus_bandwidth, bus_bandwidt
 from simulator.collectives.execute import time_collective
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
-from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
+from simulator.collectives.tuner import choose
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
@@ -348,13 +349,13 @@ def test_auto_rule():
     single = switch_topology(8)
     cluster = two_level_topology(16, 8, **TWO_LEVEL)
     everyone = tuple(range(128))
-    assert choose_algorithm(request("all_reduce", tuple(range(8)), GIB), single) == "ring"
-    assert choose_algorithm(request("all_to_all", everyone, GIB), cluster) == "direct"
-    assert choose_algorithm(request("all_gather", everyone, GIB), cluster) == "ring"
-    assert choose_algorithm(request("all_reduce", everyone, 4 * KIB), cluster) == "tree"
-    assert choose_algorithm(request("all_reduce", everyone, 8 * GIB), cluster) == "ring"
+    assert choose(request("all_reduce", tuple(range(8)), GIB), single, protocol="simple").algorithm == "ring"
+    assert choose(request("all_to_all", everyone, GIB), cluster, protocol="simple").algorithm == "direct"
+    assert choose(request("all_gather", everyone, GIB), cluster, protocol="simple").algorithm == "ring"
+    assert choose(request("all_reduce", everyone, 4 * KIB), cluster, protocol="simple").algorithm == "tree"
+    assert choose(request("all_reduce", everyone, 8 * GIB), cluster, protocol="simple").algorithm == "ring"
     for op in ("broadcast", "reduce"):  # NCCL's tuner costs only the ring (a pipelined chain) for these
-        assert choose_algorithm(request(op, everyone, MIB), cluster) == "ring"
+        assert choose(request(op, everyone, MIB), cluster, protocol="simple").algorithm == "ring"
 
 
 def test_auto_is_never_much_slower_than_the_best_candidate():

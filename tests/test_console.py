@@ -114,7 +114,8 @@ def test_communication_run_prints_its_collective_table(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     for row in summary["collectives"]:
         line = next(line for line in text.splitlines() if line.split() and line.split()[0] == row["name"])
-        assert line.split()[-2:] == [f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}"]
+        assert line.split()[-4:] == [f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}", row["algorithm"],
+                                     row["protocol"]]
 
 
 def test_the_collective_table_gives_each_size_in_a_unit_it_reads_in(tmp_path, capsys):

@@ -15,8 +15,11 @@ cluster: {{topology: dgx-h100}}
 model: {{preset: llama3-8b, layers: 2}}
 training: {{seq_len: {SEQ}, microbatches: 1, precision: bf16}}
 parallelism: {{tp: 2, cp: {CP}, pp: 1, dp: 1}}
+collectives: {{protocol: simple}}
 run: {{fold: false}}
 """
+"""Under Simple: a flow row carries the bytes on the wire, LL's and LL128's flags included (docs/collectives.md,
+"Protocols"), and these checks count the K/V each rank sends."""
 
 
 def _kv_bytes() -> float:

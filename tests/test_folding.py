@@ -208,6 +208,8 @@ parallelism: {tp: 8, dp: 4}
 
 
 def _folded_and_unfolded(run_yaml, *overrides: str) -> tuple[dict, dict]:
+    """SMALL_FABRIC with ``overrides`` folded and unfolded, its collectives under Simple (the figures below)."""
+    overrides = ("collectives.protocol=simple", *overrides)
     return run_yaml(SMALL_FABRIC, *overrides).summary, run_yaml(SMALL_FABRIC, *overrides, "run.fold=false").summary
 
 
@@ -274,8 +276,8 @@ def test_lanes_meeting_another_collective_unevenly_on_the_spines_unfold(run_yaml
     (lane 0) waited for its mirror on lane 6 and ended at 52.333, and the folded step came out 8.5e-5 short
     (76.2147 against 76.2212 ms). The folded run's mirrors fall out of step with their groups, so it runs
     unfolded."""
-    folded = run_yaml(TWO_PER_NIC).summary
-    unfolded = run_yaml(TWO_PER_NIC, "run.fold=false").summary
+    folded = run_yaml(TWO_PER_NIC, "collectives.protocol=simple").summary
+    unfolded = run_yaml(TWO_PER_NIC, "collectives.protocol=simple", "run.fold=false").summary
     assert unfolded["step_time_s"] == pytest.approx(0.0762212, abs=1e-7)
     assert not folded["folded"] and "ended on its mirrors" in folded["fold_off_reason"]
     assert folded["step_time_s"] == unfolded["step_time_s"]
@@ -341,7 +343,8 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_unfolds_for
     between 36.00 and 36.18 ms, so the folded run (step equal to the bit) reported 1.880 ms of exposed pipeline
     communication per GPU against the unfolded 1.791. The step runs unfolded."""
     overrides = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4",
-                 "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather")
+                 "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather",
+                 "collectives.protocol=simple")
     folded = run_yaml(CP_FABRIC, *overrides).summary
     unfolded = run_yaml(CP_FABRIC, *overrides, "run.fold=false").summary
     assert not folded["folded"] and "'recv bwd mb3' over GPUs [16, 0] ended on its mirrors" in folded["fold_off_reason"]
@@ -375,15 +378,17 @@ def test_a_two_rank_tree_across_the_replicas_folds_exactly(run_yaml, monkeypatch
     hop each way per channel, so the step is the ring's (auto's) to the last bits."""
     from simulator.collectives import registry
 
-    nccl_choice = registry.choose_algorithm
+    nccl_choice = registry.choose
     overrides = ("cluster.nics_per_node=4", "collectives.channels=4", "parallelism.pp=2", "parallelism.dp=2")
-    ring = run_yaml(SMALL_FABRIC, *overrides).summary
+    ring = run_yaml(SMALL_FABRIC, "collectives.protocol=simple", *overrides).summary
 
-    def tree_for_dp_pairs(request, topology, efficiency=None):
+    def tree_for_dp_pairs(request, topology, efficiency=None, algorithm="auto", protocol="auto"):
         pair = len(request.ranks) == 2 and topology.gpu_host[request.ranks[0]] != topology.gpu_host[request.ranks[1]]
-        return "tree" if request.op == "all_reduce" and pair else nccl_choice(request, topology, efficiency)
+        if request.op == "all_reduce" and pair:
+            algorithm = "tree"
+        return nccl_choice(request, topology, efficiency, algorithm, protocol)
 
-    monkeypatch.setattr(registry, "choose_algorithm", tree_for_dp_pairs)
+    monkeypatch.setattr(registry, "choose", tree_for_dp_pairs)
     folded, unfolded = _folded_and_unfolded(run_yaml, *overrides)
     assert folded["folded"] and "fold_off_reason" not in folded
     assert folded["step_time_s"] == unfolded["step_time_s"] == pytest.approx(ring["step_time_s"], rel=1e-12)

@@ -11,9 +11,10 @@ from simulator.collective_sweep import collective_sweep
 from simulator.collectives import nvls
 from simulator.collectives.execute import run_plan, time_collective
 from simulator.collectives.phases import CollectiveRequest
-from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import group_by_host
 from simulator.collectives.tree import double_tree_all_reduce, host_tree_all_reduce
+from simulator.collectives.tuner import choose
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
 from simulator.network.model import Network
@@ -29,7 +30,7 @@ IN_SWITCH = NVLINK * nvls_efficiency("h100-sxm")
 def test_auto_all_reduce_on_8_h100_is_nvls_with_its_closed_form_busbw():
     topology = load_topology("dgx-h100", {})
     request = CollectiveRequest("all_reduce", tuple(range(8)), 8 * GIB)
-    assert choose_algorithm(request, topology) == "nvls"
+    assert choose(request, topology, protocol="simple").algorithm == "nvls"
     row = collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="auto", ranks=8, sizes=[8 * GIB])[0]
     # n (p+1)/p over each GPU's switch link at the in-switch rate after NCCL's 25 us NVLS latency; busbw =
     # 2 (p-1)/p n / t, the ring's NVLink busbw times 2 (p-1)/(p+1) and NCCL's nvlsEfficiency.
@@ -46,7 +47,8 @@ def test_auto_takes_nvls_only_where_it_moves_fewer_bytes_than_the_ring(ranks, ch
     nvls for a TP 2 all-reduce too, 1.5 times slower than the ring it could have run (and NCCL's tuner takes the
     ring for small messages there: 8.4 + 2 x 3.4 us of ring latency against NVLS's 25 us)."""
     topology = load_topology("dgx-h100", {})
-    assert choose_algorithm(CollectiveRequest("all_reduce", tuple(range(ranks)), GIB), topology) == chosen
+    request = CollectiveRequest("all_reduce", tuple(range(ranks)), GIB)
+    assert choose(request, topology, protocol="simple").algorithm == chosen
     times = {algorithm: time_collective(topology, "all_reduce", algorithm, ranks, GIB, efficiency=dict(CALIBRATED))
              for algorithm in ("nvls", "ring")}
     assert times[chosen] <= min(times.values()) * (1 + 1e-3)
@@ -64,7 +66,7 @@ def test_nvls_needs_nvlink_sharp():
         plan_collective(CollectiveRequest("all_reduce", tuple(range(8)), GIB), load_topology("dgx-a100", {}), "nvls")
     assert info.value.field == "collectives.algorithm"
     a100 = load_topology("dgx-a100", {})
-    assert choose_algorithm(CollectiveRequest("all_reduce", tuple(range(8)), GIB), a100) == "ring"
+    assert choose(CollectiveRequest("all_reduce", tuple(range(8)), GIB), a100, protocol="simple").algorithm == "ring"
 
 
 def test_nvls_across_uneven_hosts_is_refused_in_its_own_name():

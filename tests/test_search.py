@@ -292,15 +292,16 @@ def _mixtral_layouts():
 def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time():
     """The estimate left out the MoE blocks' all-to-alls: 0.43 s of mixtral-8x7b-ep8's 1.99 s step (EP 8 across
     two hosts) against 0.05 s with EP 4 inside a host, so it ranked the two alike. Its EP term, m micro-batches
-    of the stage's all-to-alls each timed alone, is the simulated exposed EP time within 5.5% (today 0.7% to 4.9%
-    low: in the simulation the backward's first all-to-all shares its links with the gradient buckets reduced
-    meanwhile, 20% slower on NVLink with EP 8 in one host)."""
+    of the stage's all-to-alls each timed alone, is the simulated exposed EP time within 11.5% (up to 10.8% low:
+    in the simulation the backward's first all-to-all shares its links with the gradient buckets reduced
+    meanwhile, 20% slower on NVLink with EP 8 in one host; it was 4.9% before those buckets could run under LL
+    and LL128, whose flags take link time too)."""
     from simulator.sweep.layouts import expert_exchange_s
 
     for checked, step, times, summary in _mixtral_layouts():
         estimated = step.plan.microbatches * expert_exchange_s(step, times, 0)
         simulated = summary["exposed_comm_s"]["ep"]
-        assert 0.945 * simulated <= estimated <= simulated, checked.candidate.label()
+        assert 0.885 * simulated <= estimated <= simulated, checked.candidate.label()
 
 
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():

@@ -16,7 +16,8 @@ from simulator.collectives import nvls, nvls_sharp
 from simulator.collectives.busbw import bus_bandwidth
 from simulator.collectives.execute import phase_items, time_collective
 from simulator.collectives.phases import CollectiveRequest
-from simulator.collectives.registry import choose_algorithm, plan_collective
+from simulator.collectives.registry import plan_collective
+from simulator.collectives.tuner import choose
 from simulator.config.loader import load_scenario
 from simulator.errors import ScenarioError, TopologyError
 from simulator.network.calibration import calibrated
@@ -104,14 +105,15 @@ def test_auto_reduces_in_the_network_only_where_the_switches_do():
     for size in (64 * 2**10, GIB):
         full = CollectiveRequest("all_reduce", tuple(range(32)), size, chunk_bytes=4 * 2**20)
         rail = CollectiveRequest("all_reduce", (0, 8, 16, 24), size, chunk_bytes=4 * 2**20)
-        assert choose_algorithm(full, sharp) == "nvls_sharp"
-        assert choose_algorithm(full, no_nvls) == "collnet_direct"
-        assert choose_algorithm(rail, sharp) == "collnet_direct"
-        assert choose_algorithm(full, plain) not in ("collnet_direct", "nvls_sharp")
+        assert choose(full, sharp, protocol="simple").algorithm == "nvls_sharp"
+        assert choose(full, no_nvls, protocol="simple").algorithm == "collnet_direct"
+        assert choose(rail, sharp, protocol="simple").algorithm == "collnet_direct"
+        assert choose(full, plain, protocol="simple").algorithm not in ("collnet_direct", "nvls_sharp")
     inside = CollectiveRequest("all_reduce", tuple(range(8)), GIB)
-    assert choose_algorithm(inside, sharp) == "nvls"
+    assert choose(inside, sharp, protocol="simple").algorithm == "nvls"
     two = CollectiveRequest("all_reduce", (0, 8), 1024.0, chunk_bytes=4 * 2**20)
-    assert choose_algorithm(two, sharp) == "collnet_direct"  # one GPU per host: NCCL's 14 us beats the ring's 2 x 13 us
+    # one GPU per host: NCCL's 14 us beats the ring's 2 x 13 us
+    assert choose(two, sharp, protocol="simple").algorithm == "collnet_direct"
 
 
 def test_refusals_name_the_reason():
@@ -127,7 +129,7 @@ def test_refusals_name_the_reason():
     pcie = load_topology("dgx-h100-superpod", {"nodes": 2, "node": {"kind": "pcie_node"}})
     with pytest.raises(ScenarioError, match="no NVLink"):  # tuning.cc: no CollNetDirect without NVSwitches
         plan_collective(CollectiveRequest("all_reduce", (0, 8), GIB), pcie, "collnet_direct")
-    assert choose_algorithm(CollectiveRequest("all_reduce", (0, 8), GIB), pcie) != "collnet_direct"
+    assert choose(CollectiveRequest("all_reduce", (0, 8), GIB), pcie, protocol="simple").algorithm != "collnet_direct"
     with pytest.raises(TopologyError, match="sharp"):
         load_topology("ethernet-100g", {"sharp": "sharpv3"})
 
@@ -161,7 +163,7 @@ def test_folded_and_unfolded_agree_with_in_network_reduction(run_yaml, tp, dp, n
     topology = load_topology("dgx-h100-superpod", {"nodes": 4, "leaf_ports": 2, "spines": 4,
                                                    "node": {"kind": "nvswitch_node", "nvls": nvls_inside}})
     dp_group = CollectiveRequest("all_reduce", tuple(range(0, 32, tp)), 64 * 2**20, chunk_bytes=4 * 2**20)
-    assert choose_algorithm(dp_group, topology) == algorithm
+    assert choose(dp_group, topology, protocol="simple").algorithm == algorithm
     folded = run_yaml(FOLDING, *overrides).summary
     unfolded = run_yaml(FOLDING, *overrides, "run.fold=false").summary
     assert folded["folded"] and "fold_off_reason" not in folded

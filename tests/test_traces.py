@@ -244,8 +244,9 @@ MESH = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
         {"pg_name": "1", "pg_desc": "mesh_tp", "backend_config": "cuda:nccl", "ranks": [0, 1], "group_size": 2}]
 
 
-def chakra_scenario(folder: Path, cluster: str = "{topology: dgx-h100}", algorithm: str = "ring") -> str:
-    return (f"cluster: {cluster}\ncollectives: {{algorithm: {algorithm}}}\n"
+def chakra_scenario(folder: Path, cluster: str = "{topology: dgx-h100}", algorithm: str = "ring",
+                    protocol: str = "auto") -> str:
+    return (f"cluster: {cluster}\ncollectives: {{algorithm: {algorithm}, protocol: {protocol}}}\n"
             f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
 
 

@@ -204,7 +204,8 @@ def test_folded_and_unfolded_agree_on_256_gpus_with_tp_pp_dp(run_yaml):
     """The scale issue's check: TP x PP x DP on 256 GPUs, one rank per stage simulated vs all 256. Each
     two-host replica has a leaf group of its own, so the replicas are exact images of each other under the spine
     hash (replicas sharing a leaf group can land on the spines differently, and fold exactly only where that
-    costs nothing)."""
+    costs nothing). The traffic agrees to rounding: the TP collectives run under LL128, whose flows carry 128/120 of
+    the payload that the reports take back off, summed over other ranks in the two runs."""
     text = """
 cluster: {topology: dgx-h100-cluster, nodes: 32, leaf_ports: 2}
 model: {preset: llama3-8b, layers: 8}
@@ -215,7 +216,7 @@ parallelism: {tp: 4, pp: 4, dp: 16, sequence_parallel: true, zero: 1}
     unfolded = run_yaml(text, "run.fold=false").summary
     assert (folded["simulated_ranks"], unfolded["simulated_ranks"]) == (4, 256)
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
-    assert folded["traffic_bytes_per_gpu"] == unfolded["traffic_bytes_per_gpu"]
+    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
 
 
 def test_folding_switches_itself_off_on_an_explicit_graph(run_yaml, tmp_path):

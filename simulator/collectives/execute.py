@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from simulator.collectives.names import AlgorithmChoice, Primitive
-from simulator.collectives.phases import CollectiveRequest, Phase, window_stall
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
+from simulator.collectives.phases import NET, NVLINK, PCI, SIMPLE, CollectiveRequest, Phase, window_stall
 from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
@@ -38,7 +38,9 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
         return [t.nbytes / float(line_rate[list(path)].min()) if path else 0.0
                 for t, path in zip(phase.transfers, paths)]
 
-    latencies = step_latencies(phase, [latency for _, latency in routes], chunk_seconds)
+    latencies = step_latencies(phase, [latency for _, latency in routes], chunk_seconds,
+                               lambda: hop_kinds(topology, [t.src for t in phase.transfers],
+                                                 [t.dst for t in phase.transfers]).tolist())
     return [(path, t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
             for t, path, latency in zip(phase.transfers, paths, latencies)]
 
@@ -69,22 +71,39 @@ def phase_arrays(topology: Topology, phase: Phase) -> PhaseArrays:
         rate = np.where(on_route, topology.link_bandwidth[routes], np.inf).min(axis=1, initial=np.inf)
         return np.where(on_route.any(axis=1), nbytes / rate, 0.0).tolist()
 
-    latencies = step_latencies(phase, latency.tolist(), chunk_seconds)
+    latencies = step_latencies(phase, latency.tolist(), chunk_seconds,
+                               lambda: hop_kinds(topology, src, dst).tolist())
     return PhaseArrays(src, dst, nbytes * phase.repeat, np.array(latencies, dtype=float) * phase.repeat, routes)
 
 
-def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable[[], list[float]]) -> list[float]:
+def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable[[], list[float]],
+                   kinds: Callable[[], list[int]]) -> list[float]:
     """The latency each transfer of ``phase`` pays per step, given its path's (``latencies``): at least the
-    phase's floor; in a pipelined phase the mean over the phase's hops; in a phase of steps in flight its
-    `window_stall`, its chunk's time (``chunk_seconds()``) read at its path's line rate."""
+    phase's floor; scaled for the phase's protocol by the kind of hop each crosses (``kinds()``, `hop_kinds`);
+    in a pipelined phase the mean over the phase's hops; in a phase of steps in flight its `window_stall`, its
+    chunk's time (``chunk_seconds()``) read at its path's line rate, under Simple, and nothing under LL and
+    LL128."""
     if phase.min_latency > 0:
         latencies = [max(latency, phase.min_latency) for latency in latencies]
+    scale = phase.protocol.latency_scale
+    if scale != SIMPLE.latency_scale:
+        latencies = [latency * scale[kind] for latency, kind in zip(latencies, kinds())]
     if phase.pipelined and latencies:
         latencies = [sum(latencies) / len(latencies)] * len(latencies)
     if phase.steps_in_flight:
-        latencies = [window_stall(latency, seconds, phase.steps_in_flight)
-                     for latency, seconds in zip(latencies, chunk_seconds())]
+        latencies = ([window_stall(latency, seconds, phase.steps_in_flight)
+                      for latency, seconds in zip(latencies, chunk_seconds())] if phase.protocol.windowed
+                     else [0.0] * len(latencies))
     return latencies
+
+
+def hop_kinds(topology: Topology, src, dst) -> np.ndarray:
+    """The `HopKind` of each transfer from ``src`` to ``dst`` (GPU indices): NET between NVLink domains, else
+    NVLINK where both GPUs have NVLink, else PCI."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    domain, nvlink = np.asarray(topology.gpu_domain), np.asarray(topology.gpu_nvlink, dtype=bool)
+    inside = np.where(nvlink[src] & nvlink[dst], NVLINK, PCI)
+    return np.where(domain[src] != domain[dst], NET, inside)
 
 
 class PlanRunner:
@@ -161,12 +180,14 @@ def run_plans(env: simpy.Environment, network: Network, topology: Topology, plan
 
 def time_collective(topology: Topology, op: Primitive, algorithm: AlgorithmChoice, ranks, nbytes: float, *,
                     efficiency: dict[str, float] | None = None, mode: NetworkMode = "flow",
-                    chunk_bytes: float | None = None, channels: int | None = None, root: int = 0) -> float:
-    """Seconds one collective takes alone on an idle network; ``ranks`` is a count (GPUs 0..k-1) or a list."""
+                    chunk_bytes: float | None = None, channels: int | None = None, root: int = 0,
+                    protocol: ProtocolChoice = "simple") -> float:
+    """Seconds one collective takes alone on an idle network; ``ranks`` is a count (GPUs 0..k-1) or a list; NCCL's
+    Simple protocol unless ``protocol`` says otherwise."""
     group = tuple(range(ranks)) if isinstance(ranks, int) else tuple(ranks)
     request = CollectiveRequest(op=op, ranks=group, nbytes=float(nbytes), root=root, chunk_bytes=chunk_bytes,
                                 channels=channels or 0)
-    phases = plan_collective(request, topology, algorithm, efficiency)
+    phases = plan_collective(request, topology, algorithm, efficiency, protocol)
     env = simpy.Environment()
     network = Network(env, topology, efficiency=efficiency, mode=mode)
     env.process(run_plan(env, network, topology, phases, key=op))

@@ -1,4 +1,4 @@
-"""The names of the collective primitives and algorithms, each set defined once and importing nothing.
+"""The names of the collective primitives, algorithms and protocols, each set defined once and importing nothing.
 
 The schema checks a scenario against these at load and the op IR carries them; registry.py keys its
 algorithms by `AlgorithmName` (a test holds the two equal). Kept apart from the registry so that reading a
@@ -18,3 +18,10 @@ AlgorithmName = Literal["ring", "tree", "hierarchical", "direct", "halving_doubl
 AlgorithmChoice = Literal[AlgorithmName, "auto"]
 """What a collective may ask for: a registered algorithm, or `auto` (registry.py choose_algorithm)."""
 ALGORITHM_CHOICES: tuple[AlgorithmChoice, ...] = get_args(AlgorithmChoice)
+
+Protocol = Literal["simple", "ll128", "ll"]
+"""NCCL's protocols (collectives/protocols.py), in the order `auto` breaks ties in."""
+PROTOCOLS: tuple[Protocol, ...] = get_args(Protocol)
+ProtocolChoice = Literal[Protocol, "auto"]
+"""What a collective may ask for: a protocol, or `auto` (chosen with the algorithm, collectives/tuner.py)."""
+PROTOCOL_CHOICES: tuple[ProtocolChoice, ...] = get_args(ProtocolChoice)

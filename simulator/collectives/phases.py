@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import Primitive, Protocol
+
+HopKind = int
+"""What a transfer's path crosses, in NCCL's order of hardware (tuning.cc `NCCL_HW_*`): `NVLINK` inside an NVLink
+domain, `PCI` inside a host without NVLink, `NET` between NVLink domains (hosts, or NVL72 racks)."""
+NVLINK, PCI, NET = 0, 1, 2
 
 
 class Transfer(NamedTuple):
@@ -30,6 +35,26 @@ class Transfer(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class ProtocolCost:
+    """What NCCL's protocol ``name`` changes in the cost of a phase (collectives/protocols.py): each transfer's
+    path latency, which stands for Simple's, times ``latency_scale[kind]`` for the kind of hop it crosses; and
+    whether continued chunk steps wait on Simple's window of slots (``windowed``). Its bandwidth is put in
+    the transfers' load, not here (`protocols.apply`)."""
+
+    name: Protocol = "simple"
+    latency_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)
+
+    @property
+    def windowed(self) -> bool:
+        """Whether steps that continue open chunk streams pay `window_stall` (Simple) or nothing."""
+        return self.name == "simple"
+
+
+SIMPLE = ProtocolCost()
+"""NCCL's Simple protocol: the path latencies and the window stall as they are."""
+
+
+@dataclass(frozen=True, slots=True)
 class Phase:
     """Transfers that run concurrently, ``repeat`` times back to back.
 
@@ -41,7 +66,11 @@ class Phase:
 
     ``steps_in_flight`` w > 0 marks steps that continue chunk streams already open, with up to w chunk steps
     in flight per connection (NCCL's ``NCCL_STEPS``): a step's path latency overlaps the chunks ahead of it,
-    so a transfer pays only `window_stall` per step, not its path latency.
+    so a transfer pays only `window_stall` per step, not its path latency (under Simple; nothing under LL and
+    LL128).
+
+    ``protocol`` is the NCCL protocol the phase runs under (`ProtocolCost`; Simple unless
+    `protocols.apply` set another).
     """
 
     transfers: tuple[Transfer, ...]
@@ -49,6 +78,7 @@ class Phase:
     pipelined: bool = False
     min_latency: float = 0.0
     steps_in_flight: int = 0
+    protocol: ProtocolCost = SIMPLE
 
 
 def window_stall(latency: float, seconds: float, steps_in_flight: int) -> float:

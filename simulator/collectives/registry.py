@@ -1,4 +1,5 @@
-"""The one registry of collective algorithms, by name; `auto` resolves through tuner.py's rule."""
+"""The one registry of collective algorithms, by name; `auto` (algorithm, protocol or both) resolves through
+tuner.py's rule, and the protocol is applied to the algorithm's plan (protocols.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,21 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from simulator.collectives import collnet_direct, direct, halving_doubling, hierarchical, nvls, nvls_sharp, ring, tree
+from simulator.collectives import (
+    collnet_direct,
+    direct,
+    halving_doubling,
+    hierarchical,
+    nvls,
+    nvls_sharp,
+    protocols,
+    ring,
+    tree,
+)
 from simulator.collectives.chunking import check_chunk
-from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive, ProtocolChoice
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.tuner import choose_algorithm
+from simulator.collectives.tuner import Choice, choose
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -40,29 +51,36 @@ ALGORITHMS: dict[AlgorithmName, Algorithm] = {
 """name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 
 def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice = "auto",
-                    efficiency: Mapping[str, float] | None = None) -> list[Phase]:
-    """Check ``request``, resolve ``algorithm`` (a registered name, or "auto" for links that reach ``efficiency``)
-    and return its phases."""
+                    efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "simple"
+                    ) -> list[Phase]:
+    """Check ``request``, resolve ``algorithm`` and ``protocol`` (registered names, or "auto" for links that reach
+    ``efficiency``; the protocol is Simple unless asked) and return its phases under that protocol."""
     check_request(request, topology)
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
-    name = resolve_algorithm(request, topology, algorithm, efficiency)
+    name, resolved = resolve(request, topology, algorithm, protocol, efficiency)
     chosen = ALGORITHMS[name]
     if request.op not in chosen.ops:
         able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
         raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
                             field="collectives.algorithm", allowed=f"{able} or auto")
-    return chosen.plan(request, topology)
+    return protocols.apply(chosen.plan(request, topology), name, resolved)
 
 
-def resolve_algorithm(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
-                      efficiency: Mapping[str, float] | None = None) -> AlgorithmName:
-    """The algorithm that runs ``request``: a send_recv is one direct transfer whatever was asked; ``auto`` is
-    `choose_algorithm`'s choice on links that reach ``efficiency`` (the network model's; None: line rate); any
-    other name runs as given."""
+def resolve(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,
+            protocol: ProtocolChoice = "simple", efficiency: Mapping[str, float] | None = None) -> Choice:
+    """The algorithm and protocol that run ``request``: a send_recv is one direct transfer whatever was asked;
+    otherwise `choose`'s choice of what is `auto` on links that reach ``efficiency`` (the network model's;
+    None: line rate), a protocol asked for checked against the algorithm (`protocols.check`). `direct` runs
+    point to point, as NCCL runs send/receive, under Simple whatever protocol was asked."""
     if request.op == "send_recv":
-        return "direct"
-    return choose_algorithm(request, topology, efficiency) if algorithm == "auto" else algorithm
+        return Choice("direct", "simple")
+    chosen = choose(request, topology, efficiency, algorithm, protocol)
+    if chosen.algorithm == "direct":
+        return Choice("direct", "simple")
+    if protocol != "auto":
+        protocols.check(chosen.algorithm, request.op, protocol, request.ranks, topology)
+    return chosen
 
 
 def check_request(request: CollectiveRequest, topology: Topology) -> None:

@@ -1,15 +1,16 @@
-"""The `auto` rule: pick, per collective, the algorithm NCCL's tuner would run, by the cost of what this simulator
-runs for it.
+"""The `auto` rule: pick, per collective, the algorithm and protocol NCCL's tuner would run, by the cost of what
+this simulator runs for them.
 
 NCCL (src/graph/tuning.cc `ncclTopoTuneModel` and src/enqueue.cc `topoGetAlgoInfo`, NCCL 2.30.7) gives every
-algorithm it may run for a collective a latency and a bandwidth, and takes the one whose latency + size /
-bandwidth is lowest. `candidates` is its list of algorithms, as far as they are modelled here; `estimates` costs
-each of them as latency + size / bandwidth too, but from the shape of this simulator's own plan of that algorithm
-on the topology's links at the bandwidths the network model gives them (the run's per-class efficiencies), with
-the stall of NCCL's window of chunk steps in flight that the plans charge, so the pick is the candidate the
-simulation ranks fastest and its estimate stays close to the simulated time (tests/test_auto.py bounds both).
-Only NCCL's Simple protocol is modelled: its LL and LL128 protocols, which would take the smallest messages, are
-not. docs/collectives.md, "The `auto` rule", says it in prose.
+algorithm and protocol it may run for a collective a latency and a bandwidth, and takes the pair whose latency +
+size / bandwidth is lowest. `candidates` is its list of algorithms, as far as they are modelled here, and
+protocols.py says which protocols each runs under; `estimates` costs each algorithm under one protocol as
+latency + size / bandwidth too, but from the shape of this simulator's own plan of that algorithm on the
+topology's links at the bandwidths the network model gives them (the run's per-class efficiencies), with what
+the protocol changes (its latency per hop, its payload's share of the wire, the stall of Simple's window of
+chunk steps in flight, which the plans charge), so the pick is the pair the simulation ranks fastest and its
+estimate stays close to the simulated time (tests/test_auto.py bounds both). docs/collectives.md, "The `auto`
+rule", says it in prose.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import NamedTuple
 import numpy as np
 
 from simulator.catalog.sharp import collnet_direct_latency
-from simulator.collectives import collnet_direct, nvls, nvls_sharp
-from simulator.collectives.names import AlgorithmName
-from simulator.collectives.phases import CollectiveRequest, window_stall
+from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols
+from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
+from simulator.collectives.phases import NET, NVLINK, PCI, CollectiveRequest, HopKind, window_stall
 from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, rails_used
 from simulator.collectives.tree import NCCL_STEPS, all_reduce_edges, chunk_count, pipeline_stretches
 from simulator.network.model import effective_capacity
@@ -65,17 +66,30 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
 
 
 class Hop(NamedTuple):
-    """The route between two members: one-way ``latency`` (s), bottleneck ``bandwidth`` (bytes/s) as the network
-    model runs it (line rate times the link class's efficiency) and bottleneck ``line_rate`` (bytes/s), at which
-    the plans read a chunk's time for the window's stall (execute.py `phase_items`)."""
+    """The route between two members: one-way ``latency`` (s), bottleneck ``bandwidth`` (bytes/s of payload) as
+    the network model runs it (line rate times the link class's efficiency, times the protocol's payload
+    share) and bottleneck ``line_rate`` (bytes/s), at which the plans read a chunk's time for the window's stall
+    (execute.py `phase_items`), ``kind`` the `HopKind` it crosses and whether its streamed steps wait on Simple's
+    window (``windowed``)."""
 
     latency: float
     bandwidth: float
     line_rate: float
+    kind: HopKind = NVLINK
+    windowed: bool = True
 
     def stall(self, chunk: float) -> float:
-        """`window_stall` of a streamed step carrying ``chunk`` bytes over this hop."""
-        return window_stall(self.latency, chunk / self.line_rate, NCCL_STEPS)
+        """`window_stall` of a streamed step carrying ``chunk`` bytes over this hop (none but under Simple)."""
+        return window_stall(self.latency, chunk / self.line_rate, NCCL_STEPS) if self.windowed else 0.0
+
+    def under(self, algorithm: AlgorithmName, protocol: Protocol) -> Hop:
+        """This hop as ``algorithm``'s steps cross it under ``protocol`` (protocols.py): its latency scaled by
+        the protocol's ratio for its kind, its bandwidth times the payload's share of the wire."""
+        if protocol == "simple":
+            return self
+        fraction = protocols.PAYLOAD_FRACTION[protocol]
+        return Hop(self.latency * protocols.cost(algorithm, protocol).latency_scale[self.kind],
+                   self.bandwidth * fraction, self.line_rate, self.kind, windowed=False)
 
 
 NO_HOP = Hop(0.0, math.inf, math.inf)
@@ -85,14 +99,19 @@ NO_HOP = Hop(0.0, math.inf, math.inf)
 def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
     """The `Hop` from ``src`` to ``dst`` on links of usable ``capacity`` (bytes/s, by link)."""
     path = list(topology.path(src, dst))
+    nvlink = topology.gpu_nvlink
+    kind = (NET if topology.gpu_domain[src] != topology.gpu_domain[dst]
+            else NVLINK if nvlink[src] and nvlink[dst] else PCI)
     return Hop(topology.path_latency(src, dst), float(capacity[path].min()),
-               float(topology.link_bandwidth[path].min()))
+               float(topology.link_bandwidth[path].min()), kind)
 
 
-def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None
+def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
+              protocol: Protocol = "simple", algorithms: tuple[AlgorithmName, ...] | None = None
               ) -> dict[AlgorithmName, float]:
-    """Latency + size / bandwidth estimates (seconds) of the `candidates` for ``request`` on links that reach
-    ``efficiency`` (link class -> fraction of line rate, as the network model takes it; None: line rate).
+    """Latency + size / bandwidth estimates (seconds) under ``protocol`` of the `candidates` for ``request``
+    (or of ``algorithms``) that run under it (`protocols.available`), on links that reach ``efficiency`` (link
+    class -> fraction of line rate, as the network model takes it; None: line rate).
 
     a_in, b_in: latency and bottleneck bandwidth between two members of the fullest host; a_out, b_out: between
     the first members of the first two hosts; p ranks on N hosts, g members on the fullest, n bytes, r the rails
@@ -104,17 +123,19 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
     count, g = len(hosts), max(len(members) for members in hosts)
     widest = max(hosts, key=len)
     capacity = effective_capacity(topology, efficiency or {})
-    inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
-    outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
-    (a_in, b_in, _), (a_out, b_out, _) = inner, outer
+    simple_inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
+    simple_outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else simple_inner
     channels = channel_count(request, topology, hosts)
     rails = min(channels, rails_used(topology, hosts)) if count > 1 else 1
-    mean_latency = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
-    per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
     found: dict[AlgorithmName, float] = {}
-    names = candidates(request, topology, hosts)
+    names = [name for name in (algorithms or candidates(request, topology, hosts))
+             if protocol in protocols.available(name, request.op, request.ranks, topology)]
     nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
     for name in names:
+        inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
+        (a_in, b_in, *_), (a_out, b_out, *_) = inner, outer
+        mean_latency = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
+        per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
         if name == "ring" and request.op in RING_STEPS:
             # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
             found[name] = RING_STEPS[request.op](size) * (mean_latency + n / size * per_byte)
@@ -122,7 +143,9 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
             found[name] = chain_estimate(n, size, channels, rails, request.chunk_bytes, inner,
                                          outer if count > 1 else None)
         elif name == "tree":
-            found[name] = tree_estimate(topology, request, hosts, channels, inner, outer)
+            # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
+            across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
+            found[name] = tree_estimate(topology, request, hosts, channels, inner, across.under(name, protocol))
         elif name == "nvls" and nvls.supports(request.ranks, topology):
             found[name] = nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
         elif name == "nvls":
@@ -253,12 +276,33 @@ TIE = 1 + 1e-9
 in the last bits (the ring's and the tree's over two ranks on two hosts are both 2 a + n / b)."""
 
 
-def choose_algorithm(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None
-                     ) -> AlgorithmName:
-    """`direct` for all_to_all and send_recv (point to point, as NCCL runs them); otherwise the candidate with
-    the lowest estimate on links that reach ``efficiency``, ties (`TIE`) going to the first listed."""
-    if request.op in ("all_to_all", "send_recv"):
-        return "direct"
-    costs = estimates(request, topology, efficiency)
+class Choice(NamedTuple):
+    """The algorithm and the protocol that run a collective."""
+
+    algorithm: AlgorithmName
+    protocol: Protocol
+
+
+def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
+           algorithm: AlgorithmChoice = "auto", protocol: ProtocolChoice = "auto") -> Choice:
+    """What runs ``request`` where ``algorithm`` or ``protocol`` is `auto`: `direct` under Simple for send_recv and
+    an all_to_all left to `auto` (point to point, as NCCL runs them); otherwise, of the `candidates` (or the
+    algorithm asked for) under each protocol they run with (`protocols.available`, or the one asked for), the pair
+    with the lowest estimate on links that reach ``efficiency``, ties (`TIE`) going to the first listed:
+    algorithms in `candidates` order, each under Simple, LL128, LL in turn. Nothing is weighed where nothing is
+    `auto`, nor for an algorithm asked for that runs under Simple alone."""
+    if request.op == "send_recv" or (request.op == "all_to_all" and algorithm == "auto"):
+        return Choice("direct", "simple")
+    if algorithm != "auto":
+        able = protocols.available(algorithm, request.op, request.ranks, topology)
+        if protocol != "auto" or len(able) == 1:
+            return Choice(algorithm, able[0] if protocol == "auto" else protocol)
+    names = (algorithm,) if algorithm != "auto" else tuple(
+        candidates(request, topology, group_by_host(request.ranks, topology)))
+    wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
+    by_protocol = {each: estimates(request, topology, efficiency, each, names) for each in wanted}
+    costs = {(name, each): by_protocol[each][name] for name in names for each in wanted if name in by_protocol[each]}
+    if not costs:
+        protocols.check(names[0], request.op, wanted[0], request.ranks, topology)
     lowest = min(costs.values())
-    return next(name for name, cost in costs.items() if cost <= lowest * TIE)
+    return Choice(*next(pair for pair, cost in costs.items() if cost <= lowest * TIE))

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from simulator.collectives.chunking import chunk_bytes
-from simulator.collectives.names import AlgorithmChoice, Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.config.faults import FaultsConfig, StepDuration
 from simulator.config.link_classes import LinkClass
 from simulator.config.moe import MoEConfig
@@ -119,10 +119,12 @@ channels, or the TP overlap's settings; docs/cost-model.md) or `none` (overlappe
 
 
 class CollectivesConfig(Section):
-    """Defaults for every collective: algorithm, pipelining chunk (`none` = off) and channels (0 = one per
-    rail); `sm_contention`: compute slowed while communication kernels hold SMs (`nccl`) or not (`none`)."""
+    """Defaults for every collective: algorithm, NCCL protocol (`auto`: chosen with the algorithm), pipelining
+    chunk (`none` = off) and channels (0 = one per rail); `sm_contention`: compute slowed while communication
+    kernels hold SMs (`nccl`) or not (`none`)."""
 
     algorithm: AlgorithmChoice = "auto"
+    protocol: ProtocolChoice = "auto"
     chunk: Chunk = DEFAULT_CHUNK_BYTES
     channels: int = Field(default=0, ge=0)
     sm_contention: SmContention = "nccl"
@@ -169,6 +171,7 @@ class CollectiveItem(Section):
     dst: int | None = None
     root: int = 0
     algorithm: AlgorithmChoice | None = None
+    protocol: ProtocolChoice | None = None
     stream: str = "comm"
     after: list[str] = []
     repeat: int = Field(default=1, ge=1, le=100_000)

@@ -175,13 +175,15 @@ def parameter_server_table(ps: dict) -> Table:
 
 def collective_table(summary: dict) -> Table:
     """A communication-only run: per workload item, its size in the largest binary unit it reaches (1 B, 64 KiB,
-    1 GiB), its time, algorithm and bus bandwidth."""
+    1 GiB), its time, bus bandwidth, and the algorithm and protocol that ran it."""
     table = Table(box=None, padding=(0, 2))
-    for name in ("name", "op", "ranks", "size", "time", "algbw GB/s", "busbw GB/s"):
-        table.add_column(name, justify="left" if name in ("name", "op") else "right")
+    left = ("name", "op", "algorithm", "protocol")
+    for name in ("name", "op", "ranks", "size", "time", "algbw GB/s", "busbw GB/s", "algorithm", "protocol"):
+        table.add_column(name, justify="left" if name in left else "right")
     for row in summary.get("collectives", []):
         table.add_row(str(row["name"]), str(row["op"]), str(row["ranks"]), format_size(row["bytes"]),
-                      _seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}")
+                      _seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}",
+                      str(row.get("algorithm", "")), str(row.get("protocol", "")))
     return table
 
 

@@ -34,7 +34,8 @@ PROGRESS_EVERY = 1024
 
 def _terms(op: CollectiveOp) -> str:
     """What every member of a collective must agree on, in words (for the refusal of members that do not)."""
-    return f"{op.op} of {op.nbytes:.0f} B over {op.group} (algorithm {op.algorithm}, root {op.root})"
+    return (f"{op.op} of {op.nbytes:.0f} B over {op.group} (algorithm {op.algorithm}, protocol {op.protocol}, "
+            f"root {op.root})")
 
 
 @dataclass
@@ -244,7 +245,8 @@ class Engine:
             self._rendezvous[op.key] = meeting
         template = meeting.template
         if (group_id != meeting.group_id or op.op != template.op or op.nbytes != template.nbytes
-                or op.algorithm != template.algorithm or op.root != template.root):
+                or op.algorithm != template.algorithm or op.protocol != template.protocol
+                or op.root != template.root):
             raise SimulationError(f"ranks disagree on {op.name!r} (key {op.key}): {_terms(template)} vs {_terms(op)}")
         if op.rank in meeting.arrived:
             raise SimulationError(f"rank {op.rank} joins {op.op} {op.name!r} (key {op.key}) twice")

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.collectives.names import AlgorithmChoice, AlgorithmName
+from simulator.collectives.names import AlgorithmChoice, AlgorithmName, ProtocolChoice
 from simulator.collectives.phases import CollectiveRequest, Phase
-from simulator.collectives.registry import plan_collective, resolve_algorithm
+from simulator.collectives.registry import plan_collective, resolve
+from simulator.collectives.tuner import Choice
 from simulator.engine.shapes import CollectiveShapes, plan_key
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -35,22 +36,23 @@ class LinkTable:
 
 
 class PlanCache:
-    """Plans collectives on ``topology`` with the run's defaults: the algorithm for ops that say `auto`, the
-    pipelining chunk and the channel count, and the per-class link ``efficiency`` the run's network applies, by
-    which `auto` weighs its candidates. Plans are cached by what they depend on, the message size included,
-    since `auto` picks different algorithms (and links) for small and large messages."""
+    """Plans collectives on ``topology`` with the run's defaults: the algorithm and the protocol for ops that say
+    `auto`, the pipelining chunk and the channel count, and the per-class link ``efficiency`` the run's network
+    applies, by which `auto` weighs its candidates. Plans are cached by what they depend on, the message size
+    included, since `auto` picks different algorithms (and links) and protocols for small and large messages."""
 
     def __init__(self, topology: Topology, *, algorithm: AlgorithmChoice = "auto", chunk_bytes: float | None = None,
-                 channels: int = 0, efficiency: Mapping[str, float] | None = None):
+                 channels: int = 0, efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "auto"):
         self.topology = topology
         self.default_algorithm = algorithm
+        self.default_protocol = protocol
         self.chunk_bytes = chunk_bytes
         self.channels = channels
         self.efficiency = efficiency
         self._phases: dict[tuple, list[Phase]] = {}
         self._links: dict[tuple, frozenset[int]] = {}
         self._pair_links: dict[tuple[int, ...], frozenset[int]] = {}
-        self._algorithms: dict[tuple, AlgorithmName] = {}
+        self._choices: dict[tuple, Choice] = {}
         self._periods: Periods | None = None
         self._periods_found = False
         self._tables: dict[tuple, tuple[tuple, LinkTable]] = {}
@@ -65,24 +67,30 @@ class PlanCache:
         """`plan_key` with ``op``'s own pair sizes: ``group`` the member tuple or its dense id."""
         return plan_key(op, group, op.pair_bytes)
 
-    def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
-        """The concrete algorithm for ``op`` over ``group``: its own, else the run's default, `auto` chosen by
-        size and topology (once per shape)."""
+    def resolved(self, op: CollectiveOp, group: tuple[int, ...]) -> Choice:
+        """The concrete algorithm and protocol for ``op`` over ``group``: its own, else the run's defaults, what is
+        `auto` chosen by size and topology (once per shape)."""
         key = self.key(op, group)
-        resolved = self._algorithms.get(key)
+        resolved = self._choices.get(key)
         if resolved is None:
-            wanted = op.algorithm if op.algorithm != "auto" else self.default_algorithm
-            resolved = self._algorithms[key] = resolve_algorithm(self._request(op, group), self.topology, wanted,
-                                                                 self.efficiency)
+            algorithm = op.algorithm if op.algorithm != "auto" else self.default_algorithm
+            protocol = op.protocol if op.protocol != "auto" else self.default_protocol
+            resolved = self._choices[key] = resolve(self._request(op, group), self.topology, algorithm, protocol,
+                                                    self.efficiency)
         return resolved
+
+    def resolved_algorithm(self, op: CollectiveOp, group: tuple[int, ...]) -> AlgorithmName:
+        """The algorithm of `resolved`."""
+        return self.resolved(op, group).algorithm
 
     def phases(self, op: CollectiveOp, group: tuple[int, ...]) -> list[Phase]:
         """The phases of ``op`` over ``group`` (planned on first use)."""
         key = self.key(op, group)
         phases = self._phases.get(key)
         if phases is None:
-            phases = self._phases[key] = plan_collective(self._request(op, group), self.topology,
-                                                         self.resolved_algorithm(op, group))
+            algorithm, protocol = self.resolved(op, group)
+            phases = self._phases[key] = plan_collective(self._request(op, group), self.topology, algorithm,
+                                                         protocol=protocol)
         return phases
 
     def mirrored_phases(self, op: CollectiveOp, mirrors: tuple[tuple[int, ...], ...]) -> list[list[Phase]]:
@@ -106,9 +114,11 @@ class PlanCache:
 
     def unsent_bytes(self, op: CollectiveOp) -> dict[int, float] | None:
         """Per member of ``op``'s group, the bytes its flows carry beyond what that member really sends
-        (`Transfer.sent_share`: NVLS's load at its in-switch efficiency); None where the flows carry what is
-        sent. Only the NVLS plans load their flows beyond what is sent, so no other plan is scanned."""
-        if self.resolved_algorithm(op, op.group) not in LOADED_BEYOND_SENT:
+        (`Transfer.sent_share`: NVLS's load at its in-switch efficiency, the flags of LL and LL128); None where the
+        flows carry what is sent. Only the NVLS plans and the plans under LL or LL128 load their flows beyond
+        what is sent, so no other plan is scanned."""
+        algorithm, protocol = self.resolved(op, op.group)
+        if algorithm not in LOADED_BEYOND_SENT and protocol == "simple":
             return None
         unsent: dict[int, float] = dict.fromkeys(op.group, 0.0)
         for phase in self.phases(op, op.group):

@@ -17,11 +17,11 @@ from simulator.program.ops import CollectiveOp, Op
 
 
 def plan_key(op: CollectiveOp, group: Hashable, pairs: Hashable) -> tuple:
-    """What a plan depends on within one run: op, group, size, pair sizes, root and the algorithm asked for
-    (`auto` is resolved from these and the run's fixed defaults). ``group`` is the member tuple or anything
+    """What a plan depends on within one run: op, group, size, pair sizes, root and the algorithm and protocol
+    asked for (`auto` is resolved from these and the run's fixed defaults). ``group`` is the member tuple or anything
     naming it one to one (a dense group id: cheaper to hash than a 16k-rank tuple), ``pairs`` likewise
     ``op.pair_bytes`` (an ep x ep matrix of an uneven all-to-all) or its dense id."""
-    return (op.op, group, op.nbytes, op.root, op.algorithm, pairs)
+    return (op.op, group, op.nbytes, op.root, op.algorithm, op.protocol, pairs)
 
 
 @dataclass(frozen=True)

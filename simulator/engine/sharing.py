@@ -56,7 +56,7 @@ def kept_mirrors(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes |
     firsts: list[tuple[CollectiveOp, LinkTable | None]] = []
     of_shape: list[int] = []
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
-        shape = (op.op, op.algorithm, op.root, op.nbytes, gid)
+        shape = (op.op, op.algorithm, op.root, op.nbytes, gid, op.protocol)
         index = found.get(shape)
         if index is None:
             index = found[shape] = len(firsts)
@@ -139,7 +139,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     for op, index in zip(shapes.ops, shapes.shape_of):
         kept = mirrors.get(op.id, ())
         gid = group_of_shape[index]
-        shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept))
+        shape = (op.op, op.algorithm, op.root, op.nbytes, gid, id(kept), op.protocol)
         shape_of.setdefault(op.key, shape)
         streams.setdefault(gid, set()).add(op.stream)
         member.setdefault(gid, op.rank)

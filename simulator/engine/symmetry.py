@@ -147,7 +147,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     for op, gid in zip(shapes.firsts, shapes.group_of_shape):
         if not op.mirrors or not op.nbytes:
             continue
-        instance = (op.op, op.root, op.algorithm, op.nbytes, gid)
+        instance = (op.op, op.root, op.algorithm, op.protocol, op.nbytes, gid)
         if instance in sized:
             continue
         sized.add(instance)

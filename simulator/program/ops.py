@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from simulator.collectives.names import AlgorithmChoice, Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 
 COMPUTE_STREAM = "compute"
 COMM_STREAM = "comm"
@@ -78,6 +78,7 @@ class CollectiveOp(Op):
     among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
     runs those engine/sharing.py keeps). ``sms`` is how many SMs the collective's kernel holds on each member
     GPU while it runs (None: as many as NCCL launches channels for the group, engine/contention.py).
+    ``algorithm`` and ``protocol`` are what the collective asks for (`auto`: the run's default).
     """
 
     op: Primitive = "all_reduce"
@@ -85,6 +86,7 @@ class CollectiveOp(Op):
     nbytes: float = 0.0
     key: str = ""
     algorithm: AlgorithmChoice = "auto"
+    protocol: ProtocolChoice = "auto"
     root: int = 0
     mirrors: tuple[tuple[int, ...], ...] = ()
     pair_bytes: tuple[tuple[float, ...], ...] = ()

@@ -70,7 +70,8 @@ def build_comm_program(items: list[CollectiveItem], num_gpus: int) -> list[Colle
                 deps = tuple(last_op_of[(name, rank)] for name in item.after if (name, rank) in last_op_of)
                 op = CollectiveOp(id=len(ops), rank=rank, stream=item.stream, name=names[index], deps=deps,
                                   category="comm", op=item.op, group=members, nbytes=item.bytes, key=key,
-                                  algorithm=item.algorithm or "auto", root=item.root)
+                                  algorithm=item.algorithm or "auto", protocol=item.protocol or "auto",
+                                  root=item.root)
                 ops.append(op)
                 last_op_of[(names[index], rank)] = op.id
     return ops

@@ -1,0 +1,128 @@
+"""NCCL's LL and LL128 protocols (collectives/protocols.py): the closed forms come out of the simulation with each
+protocol's latency per hop and payload share, `auto` chooses the protocol with the algorithm by the one estimate,
+and the option reaches the runs and the reports."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_collectives import ALPHA, BANDWIDTH, KIB, MIB, switch_topology, two_level_topology
+from test_traces import chakra_scenario, chakra_step, run
+
+from simulator.cli import main
+from simulator.collectives import protocols
+from simulator.collectives.execute import time_collective
+from simulator.collectives.phases import CollectiveRequest
+from simulator.collectives.tuner import Choice, choose, estimates
+from simulator.network.calibration import calibrated
+from simulator.topology.loader import load_topology
+
+RING_NVLINK_SCALE = {"ll": 0.6 / 3.4, "ll128": 1.9 / 3.4}
+"""NCCL's ring latency per NVLink hop over Simple's (tuning.cc hwLatencies: 0.6, 1.9 and 3.4 us)."""
+RING_NET_SCALE = {"ll": 2.7 / 14, "ll128": 4.0 / 14}
+"""The same over the network (2.7, 4.0 and 14 us)."""
+PAYLOAD = {"ll": 0.5, "ll128": 120 / 128}
+"""Data per byte on the wire: LL's 8-byte line holds 4 bytes of data, LL128's 128-byte line 120."""
+
+
+@pytest.mark.parametrize("protocol", ["ll", "ll128"])
+@pytest.mark.parametrize(("size", "nbytes"), [(2, 8.0), (8, 64 * KIB), (16, 4 * MIB), (64, 1 * MIB)])
+def test_ring_all_reduce_is_its_closed_form_under_each_protocol(protocol, size, nbytes):
+    """2 (p - 1) (a s + n / (p f B)): the ring's steps at the protocol's latency per hop (s a) and payload share
+    f, on a non-blocking switch at line rate; the estimate is the same closed form."""
+    topology = switch_topology(size)
+    expected = 2 * (size - 1) * (ALPHA * RING_NVLINK_SCALE[protocol] + nbytes / (size * PAYLOAD[protocol] * BANDWIDTH))
+    simulated = time_collective(topology, "all_reduce", "ring", size, nbytes, protocol=protocol)
+    assert simulated == pytest.approx(expected, rel=1e-9)
+    request = CollectiveRequest("all_reduce", tuple(range(size)), nbytes)
+    assert estimates(request, topology, None, protocol)["ring"] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("protocol", ["ll", "ll128"])
+def test_ring_across_hosts_pays_the_network_latency_of_the_protocol(protocol):
+    """Two hosts of two GPUs: the ring's 4 hops, 2 over NVLink (a_in = 2 us) and 2 over the rails (a_out = 10 us),
+    each step at the mean hop latency, NVLink hops scaled as NCCL's NVLink figures, network hops as its
+    network figures. 2 (p - 1) steps of ((p - N) s_in a_in + N s_out a_out) / p + n / (p f B_out)) (the rails at
+    25 GB/s bind; the 2 channels' rings leave on both rails)."""
+    a_in, a_out, b_out, nbytes = 2e-6, 10e-6, 25e9, 1 * MIB
+    topology = two_level_topology(2, 2, b_in=400e9, a_in=a_in, b_out=b_out, a_out=a_out)
+    hop = (2 * a_in * RING_NVLINK_SCALE[protocol] + 2 * a_out * RING_NET_SCALE[protocol]) / 4
+    expected = 2 * 3 * (hop + nbytes / (4 * PAYLOAD[protocol] * 2 * b_out))
+    simulated = time_collective(topology, "all_reduce", "ring", 4, nbytes, protocol=protocol)
+    assert simulated == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_chain_under_ll_streams_without_the_window_stall():
+    """A broadcast chain of 1 KiB chunks: under Simple each streamed step waits on the 8 slots (the chunk takes
+    20 ns against 5 us of latency: 2 (a + c b) / 8 per step); under LL only the first chunk's hops pay latency,
+    0.6/3.4 of Simple's, and the later chunks follow at the wire rate, c / (f B) a step."""
+    size, nbytes, chunk = 5, 1 * MIB, 1 * KIB
+    chunks = math.ceil(nbytes / chunk)
+    step = chunk / (0.5 * BANDWIDTH)
+    expected = (size - 1) * (ALPHA * RING_NVLINK_SCALE["ll"] + step) + (chunks - 1) * step
+    simulated = time_collective(switch_topology(size), "broadcast", "ring", size, nbytes, chunk_bytes=chunk,
+                                protocol="ll")
+    assert simulated == pytest.approx(expected, rel=1e-9)
+    simple = time_collective(switch_topology(size), "broadcast", "ring", size, nbytes, chunk_bytes=chunk)
+    assert simple > 10 * simulated
+
+
+def test_auto_takes_ll_then_ll128_then_simple_as_messages_grow():
+    """8 A100s of one DGX (no NVLink SHARP, so the ring alone): LL's 0.6 us hops win the small all-reduces, LL128
+    the middle, Simple the large. Each of the 14 steps carries n/8 at 230 GB/s: LL128's 1.3 us more per hop
+    than LL cost less than LL's half wire (n/8 (2 - 128/120) / B) from n/8 = 320 KB, n = 2.6 MB; Simple's 1.5 us
+    more than LL128 cost less than LL128's flags (n/8 (128/120 - 1) / B) from n/8 = 5.2 MB, n = 41 MB."""
+    topology = load_topology("dgx-a100", {})
+    efficiency = calibrated(topology.gpu_model)
+    picks = {nbytes: choose(CollectiveRequest("all_reduce", tuple(range(8)), nbytes, chunk_bytes=4 * MIB),
+                            topology, efficiency) for nbytes in (8.0, 2 * MIB, 3 * MIB, 38 * MIB, 42 * MIB)}
+    assert [pick.protocol for pick in picks.values()] == ["ll", "ll", "ll128", "ll128", "simple"]
+    assert {pick.algorithm for pick in picks.values()} == {"ring"}
+
+
+def test_nvls_and_collnet_are_simple_only_and_ll128_needs_nvlink():
+    h100 = load_topology("dgx-h100", {})
+    pcie = load_topology("dgx-h100-cluster", {"nodes": 1, "node": {"kind": "pcie_node"}})
+    everyone = tuple(range(8))
+    assert protocols.available("nvls", "all_reduce", everyone, h100) == ("simple",)
+    assert protocols.available("collnet_direct", "all_reduce", everyone, h100) == ("simple",)
+    assert protocols.available("tree", "broadcast", everyone, h100) == ("simple",)
+    assert protocols.available("ring", "broadcast", everyone, h100) == ("simple", "ll128", "ll")
+    assert protocols.available("ring", "all_reduce", everyone, pcie) == ("simple", "ll")
+    # a protocol asked for keeps auto's algorithm among those that run it: the ring, not NVLS, under LL128
+    request = CollectiveRequest("all_reduce", everyone, 256 * MIB)
+    assert choose(request, h100, calibrated(h100.gpu_model)) == Choice("nvls", "simple")
+    assert choose(request, h100, calibrated(h100.gpu_model), protocol="ll128") == Choice("ring", "ll128")
+
+
+@pytest.mark.parametrize(("cluster", "ranks", "algorithm", "protocol"), [
+    ("{topology: dgx-h100}", [0, 1, 2, 3], "ring", "ll"),
+    ("{topology: dgx-h100-cluster, nodes: 2}", [0, 1, 8, 9], "tree", "ll128")])
+def test_the_flags_load_the_links_but_the_traffic_counts_the_payload(tmp_path, cluster, ranks, algorithm, protocol):
+    """A 4-GPU all-reduce of n, rank 0 simulated: under LL its flows carry twice the payload and under LL128
+    128/120 of it, but each GPU reports the 2 (p-1)/p n = 1.5 n it sends, as under Simple (test_traces.py)."""
+    chakra_step(tmp_path, 0, [{"pg_name": "0", "pg_desc": "default_pg", "ranks": ranks, "group_size": 4}], "0")
+    _, result = run(chakra_scenario(tmp_path, cluster, algorithm, protocol), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(1.5 * 64 * MIB, rel=1e-12)
+
+
+def test_the_summary_names_the_algorithm_and_protocol_that_ran(run_yaml):
+    text = ("cluster: {topology: dgx-h100}\nworkload:\n  - {name: small, op: all_reduce, bytes: 8 KiB}\n"
+            "  - {name: large, op: all_reduce, bytes: 1 GiB}\n  - {name: asked, op: all_gather, bytes: 1 MiB, "
+            "protocol: ll128}\n")
+    rows = run_yaml(text).summary["collectives"]
+    assert [(row["algorithm"], row["protocol"]) for row in rows] == [("ring", "ll"), ("nvls", "simple"),
+                                                                     ("ring", "ll128")]
+
+
+def test_trainsim_collective_shows_the_protocol_that_ran(capsys):
+    assert main(["collective", "--topology", "dgx-a100", "--sizes", "8B,1GiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(row["resolved_algorithm"], row["resolved_protocol"]) for row in rows] == [("ring", "ll"),
+                                                                                     ("ring", "simple")]
+    assert {row["protocol"] for row in rows} == {"auto"}
+    assert main(["collective", "--topology", "dgx-a100", "--sizes", "8B", "--protocol", "ll128"]) == 0
+    table = capsys.readouterr().out
+    assert "protocol=ll128" in table and table.rstrip().endswith("ring             ll128")
