@@ -178,6 +178,38 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
     assert main(["plot", "goodput", str(out)]) == 0
 
 
+def test_a_synthetic_models_study_charts_goodput_in_healthy_steps(tmp_path, capsys):
+    """A synthetic model has no tokens: the job crashed dividing by them. Its study's points carry goodput in
+    healthy-equivalent steps per second (tokens per second null), the chart draws those, and the job's table
+    says tokens/s n/a. Without failures all training is kept: goodput = ETTR / 6 ms. At 10 min, 143 whole cycles
+    of 100,000 6 ms steps and a 0.1 s write (10 GB at 4 hosts x 25 GB/s) fit in the day: ETTR = 1 - 14.3 s / 1 d."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text("""
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {synthetic: {stages: 1, forward: 1 ms, backward: 2 ms}}
+training: {microbatches: 2}
+parallelism: {dp: 4}
+checkpoint: {size: 10 GB}
+storage: {capacity: 1 PB}
+run: {horizon: 1 d}
+""")
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min", "--out", str(out)]) == 0
+    point = json.loads((out / "study.json").read_text())["curves"][0]["points"][0]
+    assert point["goodput_tokens_per_s"] is None
+    assert point["ettr"] == pytest.approx(1 - 143 * 0.1 / 86400, rel=1e-12)
+    assert point["goodput_steps_per_s"] == pytest.approx(point["ettr"] / 0.006, rel=1e-12)
+    from simulator.reliability.plots import goodput_figure, load_study
+
+    assert goodput_figure(load_study(out)).axes[1].get_ylabel() == "goodput (healthy-equivalent steps/s)"
+    assert main(["plot", "goodput", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    table = capsys.readouterr().out
+    assert "6 ms, tokens/s n/a" in table and "healthy-equivalent steps/s, 100.0% of healthy" in table
+
+
 @pytest.mark.parametrize("content, option, problem", [
     ("{", None, "study.json is not readable JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
      "(char 1))"),

@@ -360,3 +360,35 @@ restart: {detection: 0 s, reschedule: 0 s, launch: 0 s, warmup_steps: 0}
     cut = simulate(scenario_from_text(text, "job.yaml", [f"faults.step.links=[{uplinks}]"])).summary
     assert steps[2] == cut["step_time_s"]
     assert steps[2] == steps[0]  # the collectives' neighbours are rail-aligned here: no traffic on the spines
+
+
+SYNTHETIC_JOB = ELASTIC_JOB.replace("model: {layers: 2, hidden: 2048, heads: 16, vocab: 32000}",
+                                    "model: {synthetic: {stages: 1, forward: 1 ms, backward: 2 ms}}").replace(
+    "training: {seq_len: 1024, microbatches: 1}", "training: {microbatches: 2}").replace(
+    "checkpoint: {interval: 10 min}", "checkpoint: {interval: 10 min, size: 10 GB}")
+
+
+def test_a_synthetic_models_job_counts_goodput_in_healthy_steps(job_with):
+    """Synthetic stage costs have no tokens (the job divided by their zero tokens per step and crashed). A step
+    is 2 micro-batches x (1 + 2) ms = 6 ms on any DP (no gradients to reduce); its work is its replicas'
+    micro-batches. DP 4 on one-GPU hosts, two hosts fail at 1 h: the elastic job restarts on 2 replicas, whose
+    6 ms step does half the healthy step's work (healthy-equivalent 3 ms: slow-step share 1/2). By hand: sync
+    checkpoints every round(600 s / 6 ms) = 100,000 steps, written at 25 GB/s a host: 10 GB in 0.1 s on 4 hosts,
+    0.2 s on 2. floor(3600 / 600.1) = 5 written by 1 h, 599.5 s lost; restart 60 s + 0.2 s read; then 23 cycles
+    of 600.2 s in the 14,339.8 s left. Token figures are null (n/a), goodput counts healthy-equivalent steps."""
+    job = job_with((1 * H, GPU, 0, 100 * H), (1 * H, GPU, 1, 100 * H), text=SYNTHETIC_JOB)
+    summary = job.summary
+    steps = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
+    assert steps[2] == steps[4] == 0.006 and {state["tokens_per_step"] for state in summary["states"]} == {None}
+    assert summary["tokens_per_step"] is None and summary["ideal_tokens_per_s"] is None
+    assert summary["goodput_tokens_per_s"] is None
+    horizon, lost, restart, stalls = 5 * H, 599.5, 60.2, 5 * 0.1 + 23 * 0.2
+    parts = {part: value["mean"] for part, value in summary["time_s"].items()}
+    for part, expected in (("lost_work_s", lost), ("restart_s", restart), ("checkpoint_stall_s", stalls)):
+        assert parts[part] == pytest.approx(expected, rel=1e-9), part
+    shrunk = horizon - lost - restart - stalls - 5 * 600.0  # 14,335.2 s trained on 2 replicas
+    assert summary["slow_steps_by_cause_s"]["elastic_shrink"]["mean"] == pytest.approx(shrunk / 2, rel=1e-9)
+    assert summary["ettr"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / horizon, rel=1e-9)  # 0.565
+    assert summary["ideal_steps_per_s"] == pytest.approx(1 / 0.006, rel=1e-12)
+    assert summary["goodput_steps_per_s"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / 0.006 / horizon,
+                                                                   rel=1e-9)

@@ -228,11 +228,19 @@ def job_table(job: dict) -> Table:
     and running time on each replica count, and the checkpoint interval against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
-    table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {ideal:,.0f} tokens/s")
+    if ideal is None:  # no tokens (synthetic stage costs, a trace that states none): goodput in healthy steps
+        rate, goodput, ideal = "tokens/s n/a", job["goodput_steps_per_s"], job["ideal_steps_per_s"]
+
+        def text(value: float) -> str:
+            return f"{value:.4g} healthy-equivalent steps/s"
+    else:
+        rate, goodput = f"{ideal:,.0f} tokens/s", job["goodput_tokens_per_s"]
+
+        def text(value: float) -> str:
+            return f"{value:,.0f} tokens/s"
+    table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {rate}")
     table.add_row("ETTR", _mean_ci(job["ettr"], _share))
-    goodput = job["goodput_tokens_per_s"]
-    table.add_row("goodput", _mean_ci(goodput, lambda value: f"{value:,.0f} tokens/s")
-                  + f", {_share(goodput['mean'] / ideal)} of healthy")
+    table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy")
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
     causes = sorted(((name, value) for name, value in interruptions["by_cause"].items() if value["mean"] > 0),
                     key=lambda item: (-item[1]["mean"], item[0]))[:3]

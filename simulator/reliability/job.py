@@ -77,7 +77,9 @@ class ReplicationTotals:
     restart_s: float
     maintenance_s: float
     steps: float
-    tokens: float
+    equivalent_steps: float
+    """Healthy-equivalent steps kept (lost work excluded): the kept training time at the healthy step's rate of
+    work; times the healthy step's tokens, the tokens trained."""
     interruptions: Counter
     planned: int
     lost_per_failure_s: tuple[float, ...]
@@ -362,7 +364,7 @@ class JobProcess:
             productive_s=kept_wall - slow, slow_steps_s=slow, lost_work_s=clock.lost_wall,
             checkpoint_stall_s=clock.stall_s, checkpoint_slowdown_s=clock.slow_s, restart_s=self.restart_s,
             maintenance_s=self.maintenance_s, steps=clock.steps,
-            tokens=kept_equiv / healthy.step_s * healthy.tokens_per_step, interruptions=self.interruptions,
+            equivalent_steps=kept_equiv / healthy.step_s, interruptions=self.interruptions,
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s))

@@ -17,7 +17,17 @@ STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
 CURVE_KEYS = ("rate_multiplier", "mtbf_s", "young_interval_s", "daly_interval_s", "best_interval_s", "best_ettr",
               "points")
 POINT_KEYS = ("interval_s", "ettr", "ettr_ci95_low", "ettr_ci95_high", "goodput_tokens_per_s")
-"""What the chart reads of each curve and point of study.json."""
+"""What the chart reads of each curve and point of study.json (a model without tokens: `goodput_steps_per_s`
+too, its goodput_tokens_per_s null)."""
+STEPS_KEY = "goodput_steps_per_s"
+
+
+def _point_missing(point: object) -> str | None:
+    """The first field the chart reads that a point of study.json lacks."""
+    if not isinstance(point, dict):
+        return POINT_KEYS[0]
+    needed = (*POINT_KEYS, STEPS_KEY) if point.get("goodput_tokens_per_s") is None else POINT_KEYS
+    return next((key for key in needed if key not in point), None)
 
 
 def _missing(curve: object) -> str | None:
@@ -30,8 +40,7 @@ def _missing(curve: object) -> str | None:
     points = curve["points"]
     if not isinstance(points, list) or not points:
         return "points"
-    return next((key for point in points for key in POINT_KEYS if not isinstance(point, dict) or key not in point),
-                None)
+    return next((key for key in map(_point_missing, points) if key), None)
 
 
 def load_study(folder: Path) -> dict:
@@ -58,9 +67,12 @@ def load_study(folder: Path) -> dict:
 
 
 def goodput_figure(study: dict) -> Figure:
-    """Two panels sharing the interval axis (minutes, log scale): ETTR with its 95% band, and goodput."""
+    """Two panels sharing the interval axis (minutes, log scale): ETTR with its 95% band, and goodput (in
+    healthy-equivalent steps per second when some point's model has no tokens)."""
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
+    tokens = all(p["goodput_tokens_per_s"] is not None for curve in study["curves"] for p in curve["points"])
+    goodput = ((lambda p: p["goodput_tokens_per_s"] / 1e6) if tokens else (lambda p: p[STEPS_KEY]))
     for index, curve in enumerate(study["curves"]):
         color = f"C{index}"
         points = curve["points"]
@@ -71,7 +83,7 @@ def goodput_figure(study: dict) -> Figure:
         if all(p["ettr_ci95_low"] is not None for p in points):
             ettr_axis.fill_between(minutes, [p["ettr_ci95_low"] for p in points],
                                    [p["ettr_ci95_high"] for p in points], color=color, alpha=0.15)
-        goodput_axis.plot(minutes, [p["goodput_tokens_per_s"] / 1e6 for p in points], "o-", color=color)
+        goodput_axis.plot(minutes, [goodput(p) for p in points], "o-", color=color)
         for axis in (ettr_axis, goodput_axis):
             if curve["young_interval_s"]:
                 axis.axvline(curve["young_interval_s"] / 60, color=color, linestyle="--", linewidth=0.9)
@@ -88,7 +100,7 @@ def goodput_figure(study: dict) -> Figure:
     ettr_axis.set_ylabel("ETTR (effective training time ratio)")
     ettr_axis.legend(fontsize=8)
     ettr_axis.grid(True, alpha=0.3)
-    goodput_axis.set_ylabel("goodput (M tokens/s)")
+    goodput_axis.set_ylabel("goodput (M tokens/s)" if tokens else "goodput (healthy-equivalent steps/s)")
     goodput_axis.set_xlabel("checkpoint interval (min)")
     goodput_axis.grid(True, alpha=0.3)
     figure.suptitle(Path(str(study.get("scenario", ""))).name)

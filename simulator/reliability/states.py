@@ -75,6 +75,7 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
     host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
     return StepState(step_s=step_s, tokens_per_step=summary["tokens_per_s"] * step_s,
+                     replicas=int(summary["layout"]["dp"]),
                      exposed_network_share=network / step_s if step_s else 0.0, hosts=topology.num_hosts,
                      gpus=topology.num_gpus, host_network_bandwidth=float(host_bandwidth))
 

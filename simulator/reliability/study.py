@@ -35,7 +35,8 @@ class StudyPoint:
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
                 "interval_steps": s["checkpoint"]["interval_steps"], "ettr": s["ettr"]["mean"],
                 "ettr_ci95_low": s["ettr"]["ci95_low"], "ettr_ci95_high": s["ettr"]["ci95_high"],
-                "goodput_tokens_per_s": s["goodput_tokens_per_s"]["mean"],
+                "goodput_tokens_per_s": (s["goodput_tokens_per_s"] or {}).get("mean"),
+                "goodput_steps_per_s": s["goodput_steps_per_s"]["mean"],
                 "interruptions": s["interruptions"]["unexpected"]["mean"], "mtbf_s": s["mtbf_s"],
                 "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"]}
 

@@ -1,6 +1,7 @@
-"""job_summary.json: ETTR, goodput, interruptions by cause and where the time went, as means with 95%
-intervals over replications, beside the inputs that explain them (step, checkpoint and restart costs, the
-failure model's expected counts, Young's and Daly's intervals)."""
+"""job_summary.json: ETTR, goodput (healthy-equivalent steps per second, and tokens per second where the model
+has tokens: null, n/a, for synthetic stage costs or a trace that states none), interruptions by cause and where
+the time went, as means with 95% intervals over replications, beside the inputs that explain them (step,
+checkpoint and restart costs, the failure model's expected counts, Young's and Daly's intervals)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
     lost = [value for t in totals for value in t.lost_per_failure_s]
     restart_s = healthy.detection_s + healthy.fixed_restart_s + healthy.load_s + healthy.warmup_s
+    tokens = healthy.tokens_per_step or None  # a model without tokens: its token figures are n/a (null)
     return {
         "scenario": loaded.source,
         "seed": scenario.run.seed,
@@ -69,8 +71,9 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "spare_hosts": plan.spares,
         "elastic": plan.elastic,
         "step_time_s": healthy.step_s,
-        "tokens_per_step": healthy.tokens_per_step,
-        "ideal_tokens_per_s": healthy.tokens_per_step / healthy.step_s,
+        "tokens_per_step": tokens,
+        "ideal_tokens_per_s": tokens / healthy.step_s if tokens else None,
+        "ideal_steps_per_s": 1.0 / healthy.step_s,
         "checkpoint": {
             "mode": healthy.mode, "size_bytes": size, "interval_steps": healthy.interval_steps,
             "interval_s": healthy.interval_steps * healthy.step_s, "write_s": healthy.write_s,
@@ -84,7 +87,9 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "young_interval_s": young_interval(cost, mtbf) if mtbf else None,
         "daly_interval_s": daly_interval(cost, mtbf) if mtbf else None,
         "ettr": mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
-        "goodput_tokens_per_s": mean_interval([t.tokens / horizon for t in totals]),
+        "goodput_tokens_per_s": mean_interval([t.equivalent_steps * tokens / horizon for t in totals]) if tokens
+        else None,
+        "goodput_steps_per_s": mean_interval([t.equivalent_steps / horizon for t in totals]),
         "interruptions": {
             "unexpected": mean_interval([sum(t.interruptions.values()) for t in totals]),
             "planned": mean_interval([t.planned for t in totals]),
@@ -98,5 +103,6 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
-                    "tokens_per_step": c.tokens_per_step} for state, c in sorted(states.items())],
+                    "tokens_per_step": c.tokens_per_step if tokens else None}
+                   for state, c in sorted(states.items())],
     }
