@@ -275,6 +275,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
         scenario(SYNTHETIC + "faults:\n  step:\n    stragglers:\n      - gpus: [0]\n"
                  "        draw: {distribution: uniform, low: 1, high: 1e300}\n"), RUN, 2,
         "s.yaml:8: faults.step.stragglers[0].draw.high: slowdown 1e+300 is more than 1000"),
+    # drew factors of 1e-56 beside ones capped at 1000 (a GPU whose kernels took no time)
+    "straggler-draw-sigma-50": (
+        scenario(SYNTHETIC + "faults:\n  step:\n    stragglers:\n      - gpus: [0]\n"
+                 "        draw: {distribution: lognormal, median: 1, sigma: 50}\n"), RUN, 2,
+        "s.yaml:8: faults.step.stragglers[0].draw.sigma: 50 is above 2.3 (allowed: a value <= 2.3)"),
+    "straggler-slowdown-1e-300": (
+        scenario(SYNTHETIC + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1e-300}]}}\n"), RUN, 2,
+        "s.yaml:4: faults.step.stragglers[0].slowdown: slowdown 1e-300 is less than 0.001: no GPU runs a thousand "
+        "times faster than its nominal kernels (allowed: a factor from 0.001 to 1000, e.g. 1.5)"),
 
     "override-list-item-value": (scenario(COMM), RUN + ["--set", "workload[0].root=9"], 2,
                                  "--set workload[0].root=9: workload[0].root: root 9 is not a position in the group"),

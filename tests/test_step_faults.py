@@ -153,24 +153,36 @@ def test_random_stragglers_follow_the_seed():
     assert sorted(factors)[15] == pytest.approx(1.2, rel=0.03)  # a 32-draw median: standard error 2.2%
 
 
-def test_a_lognormal_draw_is_capped_where_a_given_slowdown_is_refused():
-    """A given factor above MAX_SLOWDOWN (1000) is refused at load; a lognormal draw's tail cannot be, so it is
-    capped there: sigma 1000 puts about half the draws above 1000, a quarter beyond a float (exp(1000 z) for
-    z > 0.71), capped without a numpy overflow warning."""
-    import warnings
-
+def test_a_lognormal_draw_is_held_within_the_bounds_a_given_slowdown_is_refused_beyond():
+    """A given factor outside [1/1000, 1000] is refused at load; a lognormal draw's tails cannot be, so they are
+    held there: median 1000 puts half the draws above 1000, median 1/1000 half below it (sigma at its bound,
+    2.3, so those halves are wide: a draw 1.7 sigma out is 50 times beyond the median)."""
     import numpy as np
 
     from simulator.config.faults import SlowdownDraw
-    from simulator.config.reliability import MAX_SLOWDOWN
+    from simulator.config.reliability import MAX_SLOWDOWN, MIN_SLOWDOWN
     from simulator.faults.step import draw_factors
 
-    draw = SlowdownDraw(distribution="lognormal", median=1.0, sigma=1000.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    assert (MIN_SLOWDOWN, MAX_SLOWDOWN) == (1e-3, 1000.0)
+    for median, bound in ((1000.0, MAX_SLOWDOWN), (1e-3, MIN_SLOWDOWN)):
+        draw = SlowdownDraw(distribution="lognormal", median=median, sigma=2.3)
         factors = draw_factors(draw, 1000, np.random.default_rng(0))
-    assert MAX_SLOWDOWN == 1000.0
-    assert factors.max() == 1000.0 and 400 < int((factors == 1000.0).sum()) < 600
+        assert MIN_SLOWDOWN <= factors.min() and factors.max() <= MAX_SLOWDOWN
+        assert 400 < int((factors == bound).sum()) < 600
+
+
+def test_stragglers_on_one_gpu_multiply_within_the_bound():
+    """Entries naming the same GPU multiply: 2 x 3 = 6, exactly one entry of 6's step. Two entries of 1000 made a
+    factor of a million (a 5,085 s step) past the bound each entry is held to; their product is held at 1000,
+    the step of one entry of 1000."""
+    def run(*factors):
+        entries = ", ".join(f"{{gpus: [0], slowdown: {factor}}}" for factor in factors)
+        return simulate(scenario_from_text(SPINES, "inline.yaml", [f"faults.step.stragglers=[{entries}]"])).summary
+    assert run(2, 3)["faults"]["slowed_gpus"]["0"]["factor"] == 6.0
+    assert run(2, 3)["step_time_s"] == run(6)["step_time_s"]
+    capped = run(1000, 1000)
+    assert capped["faults"]["slowed_gpus"]["0"]["factor"] == 1000.0
+    assert capped["step_time_s"] == run(1000)["step_time_s"]
 
 
 SPINES = """

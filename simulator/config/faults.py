@@ -12,7 +12,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
-from simulator.config.reliability import ComponentName, ComponentSpec, Duration, MaintenanceConfig, SlowdownFactor
+from simulator.config.reliability import (
+    MAX_SLOWDOWN_SIGMA,
+    ComponentName,
+    ComponentSpec,
+    Duration,
+    MaintenanceConfig,
+    SlowdownFactor,
+)
 from simulator.config.sections import Section, user_value
 from simulator.units import parse_duration, parse_step_duration
 
@@ -37,13 +44,14 @@ GpuSelection = Annotated[tuple[int, ...] | Literal["all"], BeforeValidator(_gpu_
 
 class SlowdownDraw(Section):
     """A slowdown factor drawn per GPU from the run's seeded generator: `uniform` between `low` and `high`,
-    or `lognormal` with `median` and `sigma` (the factor is median x exp(sigma x N(0, 1)))."""
+    or `lognormal` with `median` and `sigma` (the factor is median x exp(sigma x N(0, 1)); sigma at most
+    MAX_SLOWDOWN_SIGMA, the tails held within the factor's bounds)."""
 
     distribution: Literal["uniform", "lognormal"]
     low: SlowdownFactor | None = None
     high: SlowdownFactor | None = None
     median: SlowdownFactor | None = None
-    sigma: float | None = Field(default=None, ge=0)
+    sigma: float | None = Field(default=None, ge=0, le=MAX_SLOWDOWN_SIGMA)
 
     @model_validator(mode="after")
     def _parameters(self) -> SlowdownDraw:
@@ -67,7 +75,8 @@ class Swing(Section):
 
 class Straggler(Section):
     """GPUs whose compute runs `slowdown` times longer (or by a factor `draw`n per GPU): by index (`gpus`, or
-    `all`), or a seeded random `fraction` of the GPUs. Overlapping entries multiply."""
+    `all`), or a seeded random `fraction` of the GPUs. Overlapping entries multiply, the product held within the
+    factor's bounds (MIN_SLOWDOWN to MAX_SLOWDOWN), as a drawn factor is."""
 
     gpus: GpuSelection | None = None
     fraction: float | None = Field(default=None, gt=0, le=1)

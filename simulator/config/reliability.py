@@ -34,18 +34,29 @@ MAX_SLOWDOWN = 1000.0
 PCIe links) run a few times, at worst some tens of times, slower; one a thousand times slower does no useful
 work and holds every peer at each collective, which is a failed GPU (faults.step.gpu_failures, or a failure
 class), so a larger factor (1e300) is a typo rather than a study."""
+MIN_SLOWDOWN = 1.0 / MAX_SLOWDOWN
+"""Smallest compute factor (below 1 is faster than nominal, as a drawn jitter can be): a GPU a thousand times
+faster than its nominal kernels is a typo (1e-300 made every kernel of the GPU take no time)."""
+MAX_SLOWDOWN_SIGMA = 2.3
+"""Widest lognormal slowdown draw: ln(MAX_SLOWDOWN) / 3 = 2.303, rounded down, so a draw three standard
+deviations from median 1 stays within [MIN_SLOWDOWN, MAX_SLOWDOWN]. Measured GPU-to-GPU spreads are a few
+percent; sigma 50 drew factors of 1e-56 beside ones capped at 1000, nothing a cluster shows."""
 
 
-def _within_max_slowdown(factor: float) -> float:
-    """``factor`` if it is at most MAX_SLOWDOWN (see there)."""
+def _within_slowdown_bounds(factor: float) -> float:
+    """``factor`` if it is within [MIN_SLOWDOWN, MAX_SLOWDOWN] (see there)."""
     if factor > MAX_SLOWDOWN:
         raise ValueError(f"slowdown {factor:g} is more than {MAX_SLOWDOWN:g}: a GPU that much slower than its peers "
                          f"has failed (model it as a GPU failure) (allowed: a factor up to {MAX_SLOWDOWN:g}, e.g. 1.5)")
+    if factor < MIN_SLOWDOWN:
+        raise ValueError(f"slowdown {factor:g} is less than {MIN_SLOWDOWN:g}: no GPU runs a thousand times faster "
+                         f"than its nominal kernels (allowed: a factor from {MIN_SLOWDOWN:g} to {MAX_SLOWDOWN:g}, "
+                         "e.g. 1.5)")
     return factor
 
 
-SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_within_max_slowdown)]
-"""A compute slowdown factor: above 0 (below 1 is faster than nominal, as a drawn jitter can be), at most
+SlowdownFactor = Annotated[float, Field(gt=0, allow_inf_nan=False), AfterValidator(_within_slowdown_bounds)]
+"""A compute slowdown factor from MIN_SLOWDOWN (below 1 is faster than nominal, as a drawn jitter can be) to
 MAX_SLOWDOWN."""
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
-from simulator.config.reliability import MAX_SLOWDOWN
+from simulator.config.reliability import MAX_SLOWDOWN, MIN_SLOWDOWN
 from simulator.errors import ScenarioError
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
@@ -37,7 +37,10 @@ class Slowdown:
         return value
 
     def times(self, other: Slowdown) -> Slowdown:
-        return Slowdown(self.factor * other.factor, self.swings + other.swings)
+        """Both slowdowns at once: the factors' product, held within [MIN_SLOWDOWN, MAX_SLOWDOWN] (two entries of
+        1000 on one GPU made a factor of a million, past the bound each entry is held to), the swings of both."""
+        factor = min(max(self.factor * other.factor, MIN_SLOWDOWN), MAX_SLOWDOWN)
+        return Slowdown(factor, self.swings + other.swings)
 
     @property
     def nominal(self) -> bool:
@@ -139,13 +142,12 @@ def _factors(entry: Straggler, count: int, rng: np.random.Generator) -> list[flo
 
 def draw_factors(draw: SlowdownDraw, shape: int | tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Slowdown factors of the given shape from ``draw``: uniform between low and high, or lognormal, whose
-    tail is capped at MAX_SLOWDOWN, the bound a given factor is held to (median 1 and sigma 2 would draw a
-    factor above 1000 for one GPU in 3,600)."""
+    tails are held within [MIN_SLOWDOWN, MAX_SLOWDOWN], the bounds a given factor is held to (median 1 and
+    sigma 2 would draw a factor above 1000 for one GPU in 3,600, and one below 1/1000 as often)."""
     if draw.low is not None and draw.high is not None:
         return rng.uniform(draw.low, draw.high, shape)
-    with np.errstate(over="ignore"):  # a very wide sigma's tail overflows to inf, capped below like the rest
-        factors = float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
-    return np.minimum(factors, MAX_SLOWDOWN)
+    factors = float(draw.median or 1.0) * np.exp(float(draw.sigma or 0.0) * rng.standard_normal(shape))
+    return np.clip(factors, MIN_SLOWDOWN, MAX_SLOWDOWN)
 
 
 def _example_link(graph) -> str:
