@@ -363,8 +363,12 @@ def test_a_synthetic_pipeline_logs_its_handoffs_on_the_pp_stream(tmp_path):
     out = tmp_path / "out"
     assert main(["run", str(PIPELINE), "--out", str(out), "--quiet"]) == 0
     assert set(pd.read_parquet(out / "timeline.parquet")["stream"]) == {"compute", "pp"}
-    threads = [e["args"]["name"] for e in trace_events(out / "trace.json") if e["name"] == "thread_name"]
+    events = trace_events(out / "trace.json")
+    threads = [e["args"]["name"] for e in events if e["name"] == "thread_name"]
     assert len(threads) == 8 and "GPU 3 pp (virtual stage 3)" in threads
+    # No flows, so no link carried anything: no "network links" process (it was there, empty).
+    processes = [e["args"]["name"] for e in events if e["name"] == "process_name"]
+    assert processes == ["host 0"] and not any(e["ph"] == "C" for e in events)
 
 
 def test_trace_levels_and_gzip(tmp_path):

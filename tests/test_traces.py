@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from simulator import simulate
@@ -73,6 +74,18 @@ def test_two_rank_allreduce_is_recosted_and_a_slower_network_adds_exactly_its_ex
     assert slow.summary["step_time_s"] - fast.summary["step_time_s"] == pytest.approx(slow_ar - fast_ar, rel=EXACT)
     assert fast.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(ALLREDUCE_BYTES, rel=EXACT)
     assert fast.summary["trace"]["traced_step_time_s"] == pytest.approx(4000e-6, rel=EXACT)
+
+
+def test_kineto_streams_are_named_streams_in_the_timeline_and_the_trace(tmp_path):
+    """Kineto numbers CUDA streams (`args.stream` 7 and 20 in these traces): the replay names them `stream 7`,
+    so the trace's threads read `GPU 0 stream 7`; they read `GPU 0 7`, a number a user could not place."""
+    out = tmp_path / "out"
+    assert main(["run", str(REPO / "scenarios" / "trace-allreduce-2rank.yaml"), "--out", str(out), "--quiet"]) == 0
+    streams = set(pd.read_parquet(out / "timeline.parquet").query("kind != 'flow'")["stream"])
+    assert streams == {"stream 7", "stream 20"}
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    threads = sorted(e["args"]["name"] for e in events if e["name"] == "thread_name")
+    assert threads == ["GPU 0 stream 20", "GPU 0 stream 7", "GPU 1 stream 20", "GPU 1 stream 7"]
 
 
 def test_trace_replicated_to_dp64_sends_the_ring_all_reduce_traffic(tmp_path):

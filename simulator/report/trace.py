@@ -182,11 +182,12 @@ def _single_stages(rank: np.ndarray, chunk: np.ndarray, kernel: np.ndarray) -> n
 
 def _counters(load: LinkLoad, topology: Topology, pid: int) -> bytes:
     """The "network links" process and one counter track per link: a sample at each bin where the
-    utilisation (rounded to 0.1 %) changes, and a last one back at zero at the end of the run."""
+    utilisation (rounded to 0.1 %) changes, and a last one back at zero at the end of the run. Nothing when no
+    link carried a flow (a run on one GPU, or without flows): an empty process would only clutter the view."""
+    if not load.links:
+        return b""
     process = orjson.dumps({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                             "args": {"name": "network links (utilisation of line rate)"}})
-    if not load.links:
-        return process
     values = np.hstack((load.utilisation.round(3), np.zeros((len(load.links), 1))))
     sampled = np.ones(values.shape, dtype=bool)
     sampled[:, 1:-1] = values[:, 1:-1] != values[:, :-2]

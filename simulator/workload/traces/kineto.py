@@ -67,6 +67,7 @@ KERNEL_PRIMITIVES: dict[str, Primitive] = {
 P2P_KINDS: dict[str, OpKind] = {"send": "send", "recv": "recv", "recv_any_source": "recv"}
 """`Collective name` of a point-to-point kernel -> which end of the transfer it is."""
 
+
 DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "half": 2, "float16": 2, "f16": 2,
                "double": 8, "float64": 8, "f64": 8, "long": 8, "int64": 8, "i64": 8, "uint64": 8, "u64": 8,
                "int": 4, "int32": 4, "i32": 4, "uint32": 4, "u32": 4, "short": 2, "int16": 2, "uint16": 2,
@@ -75,6 +76,12 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "f32": 4, "bfloat16": 2, "bf16": 2, "ha
                "fp8": 1, "f8": 1, "f8e4m3": 1, "f8e5m2": 1,
                "complexhalf": 4, "complexfloat": 8, "complexdouble": 16}
 """Element bytes of PyTorch's ScalarType names (`dtype`, lower-cased) and of NCCL kernel-name type words."""
+
+
+def cuda_stream(number: object) -> str:
+    """The replayed stream of Kineto's CUDA stream ``number`` (`args.stream`): `stream 7`, so that the trace's
+    threads and the timeline read `GPU 0 stream 7`, not a bare `GPU 0 7`."""
+    return f"stream {number}"
 
 
 def load_json(path: Path) -> object:
@@ -210,7 +217,7 @@ class _Parsed:
         by_stream: dict[str, list[int]] = {}
         for index, event in ordered:
             args = event.get("args") or {}
-            stream = str(args.get("stream", event.get("tid", 0)))
+            stream = cuda_stream(args.get("stream", event.get("tid", 0)))
             name = str(event.get("name", ""))
             nccl = name.lower().startswith("nccl")
             op = self._communication(index, event, args, name, stream, comms) if nccl else None
@@ -320,7 +327,7 @@ class _Parsed:
             args = event.get("args") or {}
             returned = event["ts"] + event.get("dur", 0)
             call = self.launches.get(args.get("correlation"))
-            synced = str(args.get("stream"))
+            synced = cuda_stream(args.get("stream"))
             sources = [synced] if event.get("name") == "Stream Sync" and synced in by_stream else list(by_stream)
             for stream, members in by_stream.items():
                 first = bisect.bisect_left(launched[stream], returned)
@@ -332,7 +339,7 @@ class _Parsed:
                         extra.setdefault(members[first], []).append(by_stream[source][before])
         for event in self.waits:
             args = event.get("args") or {}
-            waiting, source = str(args.get("stream", event.get("tid"))), str(args["wait_on_stream"])
+            waiting, source = cuda_stream(args.get("stream", event.get("tid"))), cuda_stream(args["wait_on_stream"])
             ts = event["ts"] * US
             if waiting not in by_stream or source not in by_stream:
                 continue
@@ -358,7 +365,7 @@ class _Parsed:
             if ts < ends.get(tid, float("-inf")) or not low <= ts * US <= high:
                 continue
             ends[tid] = ts + dur
-            ops.append(TracedOp(index, str(event.get("name", "")), f"cpu{tid}", "compute", ts * US, dur * US,
+            ops.append(TracedOp(index, str(event.get("name", "")), f"cpu thread {tid}", "compute", ts * US, dur * US,
                                 **_gemm_fields(event)))
         return ops
 
