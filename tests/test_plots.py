@@ -5,18 +5,21 @@ stage 0 is p micro-batches for 1F1B and m for GPipe; plus the `trainsim plot` co
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import simulator
 from simulator.cli import main
 from simulator.errors import InputError
-from simulator.report.gantt import gantt_figure
+from simulator.program.ops import Category
+from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, gantt_figure
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
 from simulator.report.outputs import simulated_ranks
 
@@ -189,6 +192,13 @@ def test_memory_figure_draws_each_stage_and_the_capacity(small_model_runs):
     assert len(lines) == STAGES + 1
     capacity = lines[-1].get_ydata()
     assert capacity[0] == pytest.approx(run.summary["memory_capacity_gib"], rel=REL)
+    # The legend sits beside the axes, clear of the curves and of the title (inside, at the lower right, it
+    # covered the later stages' curves).
+    figure.draw_without_rendering()
+    (legend,) = figure.legends
+    box = legend.get_window_extent()
+    assert not box.overlaps(figure.axes[0].get_window_extent())
+    assert not box.overlaps(figure.axes[0].title.get_window_extent())
 
 
 def test_memory_figure_of_sixteen_stages_gives_each_its_own_colour(tmp_path):
@@ -311,3 +321,14 @@ def test_cli_gantt_of_a_run_that_takes_no_time_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (f"error: {out}: OUTDIR: every op of this run ends at 0 s: a Gantt chart has no "
                                        "time to draw (allowed: the folder of a run whose ops take time)\n")
     assert not (tmp_path / "g.png").exists()
+
+
+def test_every_op_category_of_a_training_step_has_its_gantt_bar():
+    """Bars are chosen by category through one table each (pipeline passes, other ops); a category without a
+    bar is refused instead of drawn as "other communication" (the fallback every unknown category got)."""
+    traced = {"compute", "host", ""}  # a replayed trace's kernels and host gaps: `plot` refuses those runs
+    assert set(PASS_BARS) | set(OP_BARS) == set(get_args(Category)) - traced
+    assert set(BAR_CLASSES) == set(Bar)
+    assert _bar_class(pd.Series(["tp", "cp", "optimizer"])).tolist() == [Bar.TP_CP, Bar.TP_CP, Bar.OPTIMIZER]
+    with pytest.raises(ValueError, match="no Gantt bar for op category 'host'"):
+        _bar_class(pd.Series(["dp", "host"]))

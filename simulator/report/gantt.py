@@ -4,6 +4,8 @@ all-to-alls, the asynchronous PP/DP/ZeRO traffic in a thin lane under the row, a
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -14,10 +16,13 @@ from simulator.metrics.intervals import merge
 from simulator.program.ops import (
     BACKWARD_CATEGORY,
     COMPUTE_STREAM,
+    FORWARD_CATEGORY,
     OPTIMIZER_CATEGORY,
     PIPELINE_CATEGORIES,
     RECOMPUTE_CATEGORY,
+    WEIGHT_GRAD_CATEGORY,
     Category,
+    PipelineCategory,
 )
 from simulator.report.outputs import (
     compute_stream_work,
@@ -32,33 +37,60 @@ from simulator.report.outputs import (
 from simulator.schedules.base import rank_stages
 from simulator.sweep.options import GANTT_ROWS, GanttRows
 
-BAR_CLASSES: dict[str, tuple[str, str]] = {
-    "forward": ("forward (F)", "#4C72B0"),
-    "backward": ("backward (B)", "#DD8452"),
-    "backward_input": ("input-grad backward (Bi)", "#F2C14E"),
-    "weight_grad": ("weight-grad (W)", "#55A868"),
-    "recompute": ("recompute (R)", "#8172B3"),
-    "optimizer": ("optimizer", "#937860"),
-    "tp_cp": ("TP/CP collective (blocking)", "#C44E52"),
-    "ep": ("EP all-to-all", "#A6761D"),
-    "pp": ("PP send/recv", "#DA8BC3"),
-    "dp": ("DP/ZeRO collective", "#2A9D8F"),
-    "other_comm": ("other communication", "#64B5CD"),
-    "idle": ("idle (bubble)", "#E3E3E3"),
+
+class Bar(StrEnum):
+    """The kinds of bar the chart draws (a collection's gid is 'kind:row'), in legend order."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    BACKWARD_INPUT = "backward_input"
+    WEIGHT_GRAD = "weight_grad"
+    RECOMPUTE = "recompute"
+    OPTIMIZER = "optimizer"
+    TP_CP = "tp_cp"
+    EP = "ep"
+    PP = "pp"
+    DP = "dp"
+    OTHER_COMM = "other_comm"
+    IDLE = "idle"
+
+
+BAR_CLASSES: dict[Bar, tuple[str, str]] = {
+    Bar.FORWARD: ("forward (F)", "#4C72B0"),
+    Bar.BACKWARD: ("backward (B)", "#DD8452"),
+    Bar.BACKWARD_INPUT: ("input-grad backward (Bi)", "#F2C14E"),
+    Bar.WEIGHT_GRAD: ("weight-grad (W)", "#55A868"),
+    Bar.RECOMPUTE: ("recompute (R)", "#8172B3"),
+    Bar.OPTIMIZER: ("optimizer", "#937860"),
+    Bar.TP_CP: ("TP/CP collective (blocking)", "#C44E52"),
+    Bar.EP: ("EP all-to-all", "#A6761D"),
+    Bar.PP: ("PP send/recv", "#DA8BC3"),
+    Bar.DP: ("DP/ZeRO collective", "#2A9D8F"),
+    Bar.OTHER_COMM: ("other communication", "#64B5CD"),
+    Bar.IDLE: ("idle (bubble)", "#E3E3E3"),
 }
 """Legend entry and colour of each kind of bar; one fixed colour per kind so charts compare side by side."""
 
-CHUNK_SHADES = {"forward": ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
-                "backward": ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD")}
+PASS_BARS: dict[PipelineCategory, Bar] = {FORWARD_CATEGORY: Bar.FORWARD, BACKWARD_CATEGORY: Bar.BACKWARD,
+                                          WEIGHT_GRAD_CATEGORY: Bar.WEIGHT_GRAD, RECOMPUTE_CATEGORY: Bar.RECOMPUTE}
+"""The bar of a merged pipeline action, by its category (an input-grad-only backward gets BACKWARD_INPUT)."""
+OP_BARS: dict[Category, Bar] = {"tp": Bar.TP_CP, "cp": Bar.TP_CP, "ep": Bar.EP, "pp": Bar.PP, "dp": Bar.DP,
+                                OPTIMIZER_CATEGORY: Bar.OPTIMIZER, "comm": Bar.OTHER_COMM}
+"""The bar of any other op of a training step, by its category; a replayed trace's kernels and host gaps
+(`compute`, `host`) have none: `plot` refuses such runs before drawing."""
+ACTION_BARS = (Bar.FORWARD, Bar.BACKWARD, Bar.BACKWARD_INPUT, Bar.WEIGHT_GRAD, Bar.RECOMPUTE)
+"""Bars of the pipeline actions, on the main lane."""
+COMMUNICATION_CLASSES = (Bar.TP_CP, Bar.EP, Bar.PP, Bar.DP, Bar.OTHER_COMM)
+"""Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
+get a white edge so that back-to-back actions of one kind stay apart."""
+
+CHUNK_SHADES = {Bar.FORWARD: ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
+                Bar.BACKWARD: ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD")}
 """Colours of the forward and backward passes of chunk 0, 1, 2, 3 of an interleaved schedule (chunk c uses
 shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
 BACKWARD_PASS = (BACKWARD_CATEGORY, RECOMPUTE_CATEGORY)
 """Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
 block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
-
-COMMUNICATION_CLASSES = ("tp_cp", "ep", "pp", "dp", "other_comm")
-"""Drawn with a hairline edge of their own colour so that ops far shorter than a pixel still show; actions
-get a white edge so that back-to-back actions of one kind stay apart."""
 MAIN_LANE = (-0.38, 0.56)
 """(offset from the row centre, height) of the compute-stream lane."""
 COMM_STRIP = (MAIN_LANE[0] + 0.7 * MAIN_LANE[1], 0.3 * MAIN_LANE[1])
@@ -71,17 +103,19 @@ LABEL_FONT_PT = 7.0
 
 
 def _bar_class(category: pd.Series) -> pd.Series:
-    """The BAR_CLASSES key of non-pipeline ops, from their category."""
-    mapping: dict[Category, str] = {"tp": "tp_cp", "cp": "tp_cp", "ep": "ep", "pp": "pp", "dp": "dp",
-                                   OPTIMIZER_CATEGORY: "optimizer"}
-    return category.map(mapping).fillna("other_comm")
+    """The bar of non-pipeline ops, from their category (OP_BARS); a category without one is refused, not
+    drawn as some other kind."""
+    unknown = sorted(set(category) - set(OP_BARS))
+    if unknown:
+        raise ValueError(f"no Gantt bar for op category {', '.join(map(repr, unknown))} (a training step's ops "
+                         f"have {', '.join(map(repr, OP_BARS))})")
+    return category.map(OP_BARS)
 
 
 def _action_class(actions: pd.DataFrame) -> pd.Series:
-    """The BAR_CLASSES key of merged pipeline actions; input-grad-only backwards (named by their pass) get their
-    own."""
-    is_input_grad = input_grad_ops(actions)
-    return actions["category"].where(~is_input_grad, "backward_input")
+    """The bar of merged pipeline actions (PASS_BARS); input-grad-only backwards (named by their pass) get
+    their own."""
+    return actions["category"].map(PASS_BARS).where(~input_grad_ops(actions), Bar.BACKWARD_INPUT)
 
 
 def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int] | None = None) -> pd.DataFrame:
@@ -116,7 +150,7 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int
     return passes.drop(columns="stage")
 
 
-def _chunk_colour(kind: str, chunk: int, virtual_stages: int) -> str | None:
+def _chunk_colour(kind: Bar, chunk: int, virtual_stages: int) -> str | None:
     """The shade of an interleaved chunk's forward or backward pass (None: the kind's own colour)."""
     shades = CHUNK_SHADES.get(kind)
     return shades[chunk % len(shades)] if shades and virtual_stages > 1 else None
@@ -157,7 +191,7 @@ def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tupl
     return edges_start[keep], edges_end[keep]
 
 
-def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
+def _draw(ax, row: int, kind: Bar, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
           scale: float, zorder: float, colour: str | None = None) -> None:
     """One broken_barh call: all bars of one kind in one row; the collection's gid is 'kind:row'."""
     if len(starts) == 0:
@@ -167,7 +201,7 @@ def _draw(ax, row: int, kind: str, starts: np.ndarray, ends: np.ndarray, lane: t
     spans = np.column_stack([starts[keep] * scale, widths[keep]])
     if len(spans):
         colour = colour or BAR_CLASSES[kind][1]
-        edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != "idle" else "none"
+        edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != Bar.IDLE else "none"
         ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
                        zorder=zorder, gid=f"{kind}:{row}")
 
@@ -193,20 +227,20 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     actions = pipeline_passes(pipeline_actions(work), virtual_stages, stages)
     classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
     idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
-    _draw(ax, row, "idle", idle_s, idle_e, MAIN_LANE, scale, zorder=1)
-    for kind in ("forward", "backward", "backward_input", "weight_grad", "recompute"):
+    _draw(ax, row, Bar.IDLE, idle_s, idle_e, MAIN_LANE, scale, zorder=1)
+    for kind in ACTION_BARS:
         chosen = actions[classes == kind] if len(actions) else actions
         for chunk, part in chosen.groupby("chunk") if len(chosen) else ():
             colour = _chunk_colour(kind, int(str(chunk)), virtual_stages)
             _draw(ax, row, kind, part["start_s"].to_numpy(), part["end_s"].to_numpy(), MAIN_LANE, scale, 2,
                   colour=colour)
     recomputing = actions[actions["recompute_s"] > 0] if len(actions) else actions
-    _draw(ax, row, "recompute", recomputing["start_s"].to_numpy(),
+    _draw(ax, row, Bar.RECOMPUTE, recomputing["start_s"].to_numpy(),
           (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, scale, 2.5)
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
     on_compute = (others["stream"] == COMPUTE_STREAM).to_numpy()
     other_class = _bar_class(others["category"]).to_numpy()
-    for kind in ("optimizer", "tp_cp", "ep", "pp", "dp", "other_comm"):
+    for kind in (Bar.OPTIMIZER, *COMMUNICATION_CLASSES):
         on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
         for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
             chosen = others[(other_class == kind) & mask]
@@ -244,13 +278,14 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     labels_left = MAX_LABELS
     by_rank = dict(tuple(ops.groupby("rank", sort=False)))
     empty = ops.iloc[:0]
-    used: set[str] = set()
+    used: set[Bar] = set()
     for row, rank in enumerate(rows):
         actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages,
                             held_stages(summary, stage_of(summary, rank)))
         visible = actions[(actions["end_s"] > low) & (actions["start_s"] < high)] if len(actions) else actions
         labels_left -= _label_actions(ax, row, visible, scale, min_label_width, labels_left)
-        used.update(str(collection.get_gid()).split(":")[0] for collection in ax.collections if collection.get_gid())
+        used.update(Bar(str(collection.get_gid()).split(":")[0]) for collection in ax.collections
+                    if collection.get_gid())
 
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -270,7 +305,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     return figure
 
 
-def _legend(used: set[str], virtual_stages: int) -> list[Patch]:
+def _legend(used: set[Bar], virtual_stages: int) -> list[Patch]:
     """One entry per kind of bar drawn; with interleaving, one per chunk for forward and backward passes."""
     handles = []
     for kind, (label, colour) in BAR_CLASSES.items():

@@ -139,10 +139,12 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("memory in use (GiB)")
-    ax.set_title(f"{summary.get('scenario', 'training step')}: memory per rank (static state + activations "
-                 f"of in-flight micro-batches)")
+    ax.set_title(f"{summary.get('scenario', 'training step')}: memory per rank\n(static state + activations of "
+                 f"in-flight micro-batches)")
     ax.grid(color="#DDDDDD", linewidth=0.5)
-    ax.legend(fontsize=8, loc="lower right")
+    # Beside the axes (the title, on two lines, stays above them): inside, it hid the curves of the later
+    # stages, which sit low and run to the right end (16 stages: half the plot).
+    figure.legend(loc="outside right upper", fontsize=8, frameon=False)
     return figure
 
 
