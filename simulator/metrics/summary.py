@@ -125,4 +125,4 @@ def sm_contention_summary(lost_s: dict[str, float], simulated_ranks: int) -> dic
     pipeline bubble absorbs still counts."""
     ranks = max(simulated_ranks, 1)
     by_kind = {category: seconds / ranks for category, seconds in lost_s.items()}
-    return {"compute_slowdown_s": by_kind, "total_compute_slowdown_s": sum(by_kind.values())}
+    return {"compute_slowdown_s": by_kind, "total_compute_slowdown_s": sum(by_kind.values(), 0.0)}
