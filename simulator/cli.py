@@ -63,7 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from simulator.console.report import print_run_report
 
         print_run_report(result.summary, Console(highlight=False, width=None if sys.stdout.isatty() else 120))
-        print(f"wrote {args.out}: {', '.join(files)} ({len(result.log)} events simulated)")
+        print(f"wrote {args.out}: {', '.join(files)} ({len(result.log):,} events simulated)")
     return 0
 
 
@@ -239,6 +239,7 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
+    from simulator.console.report import format_seconds
     from simulator.reliability.study import parse_intervals, parse_multipliers, run_study, write_study
 
     out = output_folder(args.out)
@@ -250,9 +251,9 @@ def _cmd_study(args: argparse.Namespace) -> int:
     study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force)
     files = write_study(out, study)
     for curve in study["curves"]:
-        print(f"rate x {curve['rate_multiplier']:g}: best interval {curve['best_interval_s']:.0f} s "
-              f"(ETTR {curve['best_ettr']:.4f})" + (f"; Young {curve['young_interval_s']:.0f} s, Daly "
-                                                     f"{curve['daly_interval_s']:.0f} s"
+        print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])} "
+              f"(ETTR {curve['best_ettr']:.4f})" + (f"; Young {format_seconds(curve['young_interval_s'])}, Daly "
+                                                     f"{format_seconds(curve['daly_interval_s'])}"
                                                      if curve["young_interval_s"] is not None else
                                                      "; no failures expected, so no Young or Daly interval"))
     print(f"wrote {args.out}: {', '.join(files)}")
@@ -455,10 +456,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
                                 overrides=args.set, force=args.force)
     finally:
         executor.close()
-    write_search(out, result)
+    files = write_search(out, result, args.scenario, args.set)
     print(format_search(result))
-    print(f"wrote {out}/candidates.parquet, {out}/candidates.csv (every layout, with why it was pruned), "
-          f"{out}/search.json")
+    print(f"wrote {out}: {', '.join(files)} (candidates: every layout, with why it was pruned)")
     if result.winner is None:  # a script must tell this from a search that found a layout
         return _fail(f"error: no layout of the search fits and simulates; {out}/candidates.csv says why each "
                      "was pruned or failed", EXIT_RUNTIME)
@@ -587,7 +587,8 @@ def _parser() -> argparse.ArgumentParser:
                                         "simulated, 1 when none fits or simulates (the files written say why), "
                                         "2 for bad input.")
     search.add_argument("scenario")
-    search.add_argument("--out", required=True, help="output folder: candidates.parquet/.csv, search.json")
+    search.add_argument("--out", required=True,
+                        help="output folder: candidates.parquet/.csv, search.json, manifest.json")
     search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0])

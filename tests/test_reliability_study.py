@@ -20,10 +20,12 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
+from simulator.console.report import format_seconds
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -98,7 +100,10 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     assert (abs(exact - daly) / daly > 0.3) == (distribution == "weibull")
 
 
-def test_study_command_writes_the_curve_and_plot(tmp_path):
+def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
+    """Besides the curves: what the command prints and study.csv hold to four and six significant digits (the
+    Young interval printed 1138 s, `:.0f`, which shows a 0.4 s interval as 0 s; the CSV held float noise,
+    1138.4199576606166); study.json keeps every digit."""
     scenario = tmp_path / "job.yaml"
     scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 2"))
     out = tmp_path / "study"
@@ -110,6 +115,13 @@ def test_study_command_writes_the_curve_and_plot(tmp_path):
     assert second["mtbf_s"] == pytest.approx(first["mtbf_s"] / 2)
     assert second["daly_interval_s"] < first["daly_interval_s"]
     assert len((out / "study.csv").read_text().splitlines()) == 1 + 6
+    young = math.sqrt(2 * first["checkpoint_cost_s"] * M)  # sqrt(2 C M), C = 60 s: 1,138.42 s
+    assert first["young_interval_s"] == pytest.approx(young, rel=1e-12)
+    printed = capsys.readouterr().out.splitlines()[0]
+    assert printed.startswith("rate x 1: best interval ") and "; Young 1138 s, Daly " in printed
+    rows = pd.read_csv(out / "study.csv", dtype=str)
+    assert set(rows["young_interval_s"]) == {"1138.42", f"{young / math.sqrt(2):.6g}"}  # x 2: M / 2
+    assert all(len(value.replace(".", "").lstrip("0")) <= 6 for value in rows["ettr"])
     assert main(["plot", "goodput", str(out)]) == 0
     assert (out / "goodput.png").stat().st_size > 10_000
 
@@ -253,3 +265,9 @@ def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, mo
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (f"error: command line: --out: {tmp_path / 'afile'} is not a folder (allowed: "
                                        "a path inside a writable folder)\n")
+
+
+def test_durations_print_with_four_significant_digits_and_no_exponent():
+    """`format_seconds` (the job and study printouts): 10,800 s printed as 1.08e+04 s."""
+    assert [format_seconds(value) for value in (29.39387691338477, 0.4, 10800.0, 1138.4199576606166)] == [
+        "29.39 s", "400 ms", "10,800 s", "1138 s"]

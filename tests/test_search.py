@@ -6,6 +6,7 @@ space is run in docs/studies.md."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from pathlib import Path
 
@@ -14,10 +15,13 @@ import pytest
 
 from simulator import load_scenario, simulate
 from simulator.simulation import NetworkSettings
+from simulator.sweep import report as search_report
+from simulator.sweep.decision_tree import TreeChoice
 from simulator.sweep.executors import PoolExecutor, SerialExecutor
 from simulator.sweep.layouts import Candidate, CollectiveTimes, SearchSpace, structural_reason
 from simulator.sweep.options import Recompute
-from simulator.sweep.search import search_base, search_layouts
+from simulator.sweep.report import write_search
+from simulator.sweep.search import SearchResult, search_base, search_layouts
 
 SCENARIO = Path(__file__).parent / "data" / "llama3_70b_64_dgx_h100.yaml"
 
@@ -439,3 +443,39 @@ def test_the_estimates_sm_toll_is_the_engines_closed_form():
     mixed = 1.0 / (0.5 / (100 / 132) + 0.5)
     assert share.overlap_delay(0.1, 32, 1.0, 0.5) == pytest.approx(0.1 * (1.0 - mixed), rel=1e-12)
     assert share.overlap_delay(10.0, 32, 1.0, 1.0) == pytest.approx(132 / 100 - 1.0, rel=1e-12)
+
+
+def _search_result(tokens_per_s: float) -> SearchResult:
+    """A search's result made by hand: one simulated layout at ``tokens_per_s`` (no simulation needed to test
+    what is written)."""
+    row = {"label": "tp8 cp1 pp1 dp8 mb1 zero1 recompute=none", "tp": 8, "cp": 1, "pp": 1, "dp": 8, "ep": 1,
+           "virtual_stages": 1, "micro_batch": 1, "sharding": "zero1", "recompute": "none", "status": "simulated",
+           "reason": "", "memory_model_peak_gib": 71.23456789, "estimate_tokens_per_s": 1.0e5 / 3,
+           "tree_choice": True, "tokens_per_s": tokens_per_s, "mfu": 0.4, "step_time_s": 0.5,
+           "peak_memory_gib": 71.23456789, "bubble_fraction": 0.0, "bottleneck.verdict": "compute-bound"}
+    return SearchResult(pd.DataFrame([row]), row, TreeChoice(None, ("tp8",)), row, "the search agrees")
+
+
+def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch):
+    """candidates.parquet, candidates.csv and search.json move in together with a manifest: a search
+    interrupted while writing (Ctrl-C) leaves the earlier search's three files as they were, and no temporary
+    folder. They were moved in one by one: a Ctrl-C between two left one search's table beside another's
+    summary. The CSV's floats have six significant digits (1.0e5 / 3 -> 33333.3), the Parquet file every digit."""
+    out = tmp_path / "search"
+    files = write_search(out, _search_result(1000.0), "s.yaml", ["run.seed=2"])
+    assert files == ["candidates.csv", "candidates.parquet", "search.json", "manifest.json"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["scenario"], manifest["overrides"]) == ("s.yaml", ["run.seed=2"])
+    assert sorted(manifest["files"]) == files[:-1]
+    assert ",71.2346,33333.3,True,1000," in (out / "candidates.csv").read_text()
+    assert pd.read_parquet(out / "candidates.parquet")["estimate_tokens_per_s"][0] == 1.0e5 / 3
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+
+    def interrupted(frame):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_report, "csv_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_search(out, _search_result(2000.0), "s.yaml", [])
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+    assert [path.name for path in tmp_path.iterdir()] == ["search"]

@@ -14,8 +14,11 @@ from simulator.program.ops import COMM_CATEGORIES
 from simulator.units import format_size
 
 
-def _seconds(value: float) -> str:
-    """A duration with a unit that keeps three or four significant digits."""
+def format_seconds(value: float) -> str:
+    """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
+    separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s)."""
+    if value >= 1e4:
+        return f"{value:,.0f} s"
     if value >= 1:
         return f"{value:.4g} s"
     if value >= 1e-3:
@@ -106,7 +109,7 @@ def training_table(summary: dict) -> Table:
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
     if step is not None:
-        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", _seconds(step))
+        table.add_row(f"run time ({ps['iterations']} iterations)" if ps else "step time", format_seconds(step))
     untold = "trace" in summary and not summary.get("tokens_per_s")
     synthetic = (summary.get("layout") or {}).get("model") == "synthetic"
     if untold:
@@ -130,7 +133,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("pipeline bubble" if pipelined else "compute idle", _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
-        shown = [f"{kind} {_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_CATEGORIES
+        shown = [f"{kind} {format_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_CATEGORIES
                  if exposed.get(kind)]
         table.add_row("exposed communication", ", ".join(shown) or "none")
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
@@ -157,16 +160,17 @@ def parameter_server_table(ps: dict) -> Table:
     table.add_row("parameter servers", f"{mode}, {len(ps['server_hosts'])} server host(s) "
                   f"({len(ps['server_gpus'])} GPUs), {ps['workers']} workers, {ps['iterations']} iterations")
     times = ps["iteration_s"]
-    table.add_row("iteration time", f"{_seconds(times['mean'])} mean over workers "
-                  f"({_seconds(times['min'])} to {_seconds(times['max'])})")
+    table.add_row("iteration time", f"{format_seconds(times['mean'])} mean over workers "
+                  f"({format_seconds(times['min'])} to {format_seconds(times['max'])})")
     table.add_row("throughput", f"{ps['samples_per_s']:,.1f} samples/s, {ps['tokens_per_s']:,.0f} tokens/s "
-                  f"(first {_seconds(ps['throughput_window_s'])}, every worker training)")
+                  f"(first {format_seconds(ps['throughput_window_s'])}, every worker training)")
     table.add_row("server traffic", f"{ps['server_traffic_bytes_per_iteration'] / 2**30:,.2f} GiB per iteration, "
                   f"server links {_share(ps['server_links']['mean_utilisation'])} busy")
     ring = ps.get("allreduce")
     if ring:
-        table.add_row("vs ring all-reduce", f"exchange {_seconds(ps['exchange_s'])} against {_seconds(ring['time_s'])}"
-                      f" alone; busiest link {ps['busiest_link_bytes_per_iteration'] / 2**30:,.2f} GiB against "
+        table.add_row("vs ring all-reduce", f"exchange {format_seconds(ps['exchange_s'])} against "
+                      f"{format_seconds(ring['time_s'])} alone; busiest link "
+                      f"{ps['busiest_link_bytes_per_iteration'] / 2**30:,.2f} GiB against "
                       f"{ring['busiest_link_bytes'] / 2**30:,.2f} GiB per iteration")
     table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates"))
     table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations"))
@@ -182,7 +186,7 @@ def collective_table(summary: dict) -> Table:
         table.add_column(name, justify="left" if name in left else "right")
     for row in summary.get("collectives", []):
         table.add_row(str(row["name"]), str(row["op"]), str(row["ranks"]), format_size(row["bytes"]),
-                      _seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}",
+                      format_seconds(row["time_s"]), f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}",
                       str(row.get("algorithm", "")), str(row.get("protocol", "")))
     return table
 
@@ -196,7 +200,7 @@ def print_run_report(summary: dict, console: Console) -> None:
             console.print(parameter_server_table(summary["parameter_server"]))
     else:
         console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
-                      f"{_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
+                      f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
         console.print(collective_table(summary))
 
 
@@ -219,7 +223,7 @@ def _long_duration(seconds: float) -> str:
         return f"{seconds / 3600:,.1f} h"
     if seconds >= 60:
         return f"{seconds / 60:.1f} min"
-    return _seconds(seconds)
+    return format_seconds(seconds)
 
 
 def job_table(job: dict) -> Table:
@@ -238,7 +242,7 @@ def job_table(job: dict) -> Table:
 
         def text(value: float) -> str:
             return f"{value:,.0f} tokens/s"
-    table.add_row("healthy step", f"{_seconds(job['step_time_s'])}, {rate}")
+    table.add_row("healthy step", f"{format_seconds(job['step_time_s'])}, {rate}")
     table.add_row("ETTR", _mean_ci(job["ettr"], _share))
     table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy")
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
@@ -261,11 +265,11 @@ def job_table(job: dict) -> Table:
                       f"regrows (sizes {', '.join(map(str, replicas['sizes']))}); running on "
                       + (running or "none"))
     checkpoint = job["checkpoint"]
-    optimum = (f"; Young {_seconds(job['young_interval_s'])}, Daly {_seconds(job['daly_interval_s'])}"
+    optimum = (f"; Young {format_seconds(job['young_interval_s'])}, Daly {format_seconds(job['daly_interval_s'])}"
                if job.get("young_interval_s") is not None else "")
     table.add_row("checkpoints", f"{checkpoint['mode']} every {checkpoint['interval_steps']} steps "
-                  f"({_seconds(checkpoint['interval_s'])}), {_seconds(checkpoint['cost_s'])} of training each"
-                  + optimum)
+                  f"({format_seconds(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
+                  "each" + optimum)
     return table
 
 

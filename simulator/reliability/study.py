@@ -127,11 +127,12 @@ def write_study(out_dir: Path, study: dict) -> list[str]:
     import pandas as pd
 
     from simulator.report.run_folder import trainsim_version, write_run_folder
+    from simulator.report.tables import csv_text
     from simulator.report.writers import write_summary
 
     def write(stage: Path) -> None:
         rows = [point for curve in study["curves"] for point in curve["points"]]
-        (stage / "study.csv").write_bytes(pd.DataFrame(rows).to_csv(index=False).encode())
+        (stage / "study.csv").write_bytes(csv_text(pd.DataFrame(rows)).encode())
         write_summary(study, stage / "study.json")
 
     identity = {"scenario": study["scenario"], "overrides": study["overrides"], "trainsim_version": trainsim_version()}

@@ -1,6 +1,7 @@
 """Files that appear whole or not at all: written under a temporary name beside their place and moved in with
-one rename, so a reader (or a crash) never sees half a file. Every writer of a study's or a job's files goes
-through here; a run's folder moves its files in together instead (report/run_folder.py)."""
+one rename, so a reader (or a crash) never sees half a file: a sweep's results and journal, and the manifest
+`plot` updates. Files that belong together (a run's, a job's, a study's, a search's) move in as one folder
+instead (report/run_folder.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from simulator.report.atomic import write_through_temporary
+from simulator.report.run_folder import trainsim_version, write_run_folder
+from simulator.report.tables import csv_text
 from simulator.sweep.search import SearchResult
 
 SHOWN = 10
@@ -33,9 +34,11 @@ def format_search(result: SearchResult) -> str:
     return "\n".join(lines)
 
 
-def write_search(out_dir: Path, result: SearchResult) -> None:
-    """candidates.parquet, candidates.csv and search.json, each moved into place when complete."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: list[str]) -> list[str]:
+    """candidates.parquet, candidates.csv and search.json, written as one run folder with a manifest
+    (report/run_folder.py): moved in together once all three exist, so a search refused or interrupted while
+    writing leaves the folder as it was, never a table of one search beside the summary of another. Returns
+    the names written, manifest last."""
     summary = {
         "winner": _clean(result.winner),
         "tree_choice": _clean(result.tree_row),
@@ -44,13 +47,14 @@ def write_search(out_dir: Path, result: SearchResult) -> None:
         "layouts": len(result.table),
         "status_counts": result.table["status"].value_counts().sort_index().to_dict(),
     }
-    writers = {
-        "candidates.parquet": lambda path: result.table.to_parquet(path, index=False),
-        "candidates.csv": lambda path: result.table.to_csv(path, index=False),
-        "search.json": lambda path: path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2)),
-    }
-    for name, write in writers.items():
-        write_through_temporary(out_dir / name, write)
+
+    def write(stage: Path) -> None:
+        result.table.to_parquet(stage / "candidates.parquet", index=False)
+        (stage / "candidates.csv").write_bytes(csv_text(result.table).encode())
+        (stage / "search.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+
+    identity = {"scenario": scenario, "overrides": list(overrides), "trainsim_version": trainsim_version()}
+    return write_run_folder(out_dir, identity, write)
 
 
 def _clean(row: dict | None) -> dict | None:

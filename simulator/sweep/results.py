@@ -14,6 +14,7 @@ import orjson
 import pandas as pd
 
 from simulator.report.atomic import write_bytes, write_through_temporary
+from simulator.report.tables import csv_text
 
 PointStatus = Literal["ok", "invalid", "failed", "skipped"]
 """ok: simulated; invalid: the scenario was refused when the point was built (a layout that does not divide the
@@ -112,4 +113,4 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
 def write_results(out_dir: Path, frame: pd.DataFrame) -> None:
     """results.parquet and results.csv, each written under a temporary name and moved into place."""
     write_through_temporary(out_dir / RESULTS_PARQUET, lambda path: frame.to_parquet(path, index=False))
-    write_through_temporary(out_dir / RESULTS_CSV, lambda path: frame.to_csv(path, index=False))
+    write_bytes(out_dir / RESULTS_CSV, csv_text(frame).encode())
