@@ -179,7 +179,7 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
      "--force)"),
     (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
      "faults.components.elastic_shrink: 'elastic_shrink' is a cause the job's outputs name already (allowed: a "
-     "non-blank name other than failure, maintenance and elastic_shrink, e.g. rack_pdu)"),
+     "non-blank name other than failure, maintenance, elastic_shrink and regrow, e.g. rack_pdu)"),
     (("      mtbf: 1000 h", "      rate: 0.5 per h"),
      "faults.components.gpu.rate: rate '0.5 per h' has a period without its number, 'h' (allowed: 'N per U units "
      "per T' or 'N per T', T a duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),

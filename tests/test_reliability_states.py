@@ -310,13 +310,45 @@ def test_a_size_an_elastic_job_cannot_run_on_is_refused_before_any_step(tmp_path
     (["restart.min_replicas=5"], "min_replicas 5 is above the layout's 4 replicas (allowed: 1 to 4)"),
     (["restart.elastic=false", "restart.min_replicas=2"],
      "min_replicas bounds an elastic job's shrinking (allowed: restart.elastic: true, or no min_replicas)"),
-], ids=["above-dp", "not-elastic"])
-def test_a_min_replicas_the_job_cannot_use_is_one_located_line(settings, message, tmp_path, capsys):
+    (["restart.elastic=false", "restart.elastic_batch=keep_global"], "elastic_batch sets an elastic job's batch "
+     "on fewer replicas (allowed: restart.elastic: true, or no elastic_batch)"),
+    (["restart.elastic=false", "restart.regrow=on_repair"],
+     "regrow says when an elastic job grows back (allowed: restart.elastic: true, or no regrow)"),
+], ids=["above-dp", "not-elastic", "batch-not-elastic", "regrow-not-elastic"])
+def test_an_elastic_setting_the_job_cannot_use_is_one_located_line(settings, message, tmp_path, capsys):
     scenario = tmp_path / "job.yaml"
     scenario.write_text(SHRINKING)
     sets = [arg for setting in settings for arg in ("--set", setting)]
     assert main(["run", str(scenario), *sets, "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == f"error: --set {settings[-1]}: restart.min_replicas: {message}\n"
+    field = settings[-1].split("=")[0]
+    assert capsys.readouterr().err == f"error: --set {settings[-1]}: {field}: {message}\n"
+
+
+@pytest.mark.parametrize("microbatches, problem", [
+    (1, "keeps its global batch of 4 sequences, which is not a multiple of micro_batch x dp = 1 x 3 (allowed: a "
+        "global batch that micro_batch x every size divides; elastic_batch: keep_per_replica, or "
+        "restart.min_replicas above 3)"),
+    (25_002, "keeps its global batch of 100008 sequences: 100008 micro-batches per replica (allowed: at most "
+             "100000; elastic_batch: keep_per_replica, or restart.min_replicas above 1)"),
+], ids=["indivisible", "too-many-micro-batches"])
+def test_a_global_batch_a_size_cannot_split_is_refused_at_load_naming_the_size(microbatches, problem, tmp_path,
+                                                                                capsys):
+    """keep_global on DP 4 of `microbatches` each: a global batch of 4 does not split over 3 replicas (4 / 3
+    micro-batches each); one of 100,008 splits over 3 and 2 but is 100,008 micro-batches on 1, above
+    MAX_MICROBATCHES. Refused at the `restart` line, naming the size, before any step; 6 splits over 3, 2 and 1
+    and the job runs."""
+    text = SHRINKING.replace("restart: {elastic: true}", "restart: {elastic: true, elastic_batch: keep_global}")
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text.replace("microbatches: 1", f"microbatches: {microbatches}"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    size = 3 if microbatches == 1 else 1
+    line = text.splitlines().index("restart: {elastic: true, elastic_batch: keep_global}") + 1
+    assert capsys.readouterr().err == (f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk "
+                                       f"to {size} replicas {problem}\n")
+    assert not out.exists()
+    kept = simulate_job(scenario_from_text(text.replace("microbatches: 1", "microbatches: 6"))).summary
+    assert kept["replicas"]["sizes"] == [1, 2, 3, 4]
 
 
 def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():
@@ -355,9 +387,13 @@ def test_a_shrunk_job_drops_the_scenarios_step_faults_on_hosts_it_gave_up():
         "step_time_s"]
 
 
-def test_an_elastic_job_with_outages_writes_the_same_bytes_for_the_same_seed(tmp_path):
-    """Shrinks, waits below `min_replicas`, regrows and both spines down (an outage) over 20 replications: the
-    same seed writes the same job_events.parquet and job_summary.json, byte for byte; another seed does not."""
+@pytest.mark.parametrize("policies", [[], ["--set", "restart.regrow=on_repair", "--set",
+                                             "restart.elastic_batch=keep_global", "--set", "training.microbatches=3"]],
+                         ids=["defaults", "regrow-on-repair-keep-global"])
+def test_an_elastic_job_with_outages_writes_the_same_bytes_for_the_same_seed(tmp_path, policies):
+    """Shrinks, waits below `min_replicas`, regrows (at the next restart, or on repair with restarts of its own,
+    keeping the global batch) and both spines down (an outage) over 20 replications: the same seed writes the
+    same job_events.parquet and job_summary.json, byte for byte; another seed does not."""
     text = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 20 min}") + """\
 run: {horizon: 10 d, replications: 20, seed: 7}
 faults:
@@ -375,9 +411,10 @@ restart: {elastic: true, min_replicas: 2}
         assert main(["run", str(scenario), "--quiet", "--out", str(out), *sets]) == 0
         return [(out / file).read_bytes() for file in ("job_events.parquet", "job_summary.json")]
 
-    first = written("a")
-    assert written("b") == first
-    assert written("c", "--set", "run.seed=8")[0] != first[0]
+    first = written("a", *policies)
+    assert written("b", *policies) == first
+    assert written("c", *policies, "--set", "run.seed=8")[0] != first[0]
     summary = orjson.loads(first[1])
     assert summary["replicas"]["shrinks"]["mean"] > 0 and summary["replicas"]["regrows"]["mean"] > 0
+    assert (summary["replicas"]["regrow_restarts"]["mean"] > 0) == bool(policies)
     assert summary["interruptions"]["by_cause"]["spine_switch"]["mean"] > 0

@@ -392,3 +392,125 @@ def test_a_synthetic_models_job_counts_goodput_in_healthy_steps(job_with):
     assert summary["ideal_steps_per_s"] == pytest.approx(1 / 0.006, rel=1e-12)
     assert summary["goodput_steps_per_s"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / 0.006 / horizon,
                                                                    rel=1e-9)
+
+
+GLOBAL_JOB = RAILS.replace("checkpoint: {interval: 30 min}", "checkpoint: {interval: 1000 d}").replace(
+    "microbatches: 1", "microbatches: 3") + """\
+run: {horizon: 8 h}
+faults:
+  components:
+    gpu: {mtbf: 1000 d, repair: 100 h}
+restart: {detection: 1 min, reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true, elastic_batch: BATCH}
+"""
+
+
+def _plain_step(*settings: str) -> dict:
+    """The summary of `simulate()` of RAILS with ``settings``."""
+    return simulate(scenario_from_text(RAILS, "inline.yaml", list(settings))).summary
+
+
+@pytest.mark.parametrize("batch", ["keep_global", "keep_per_replica"])
+def test_a_shrunk_job_keeps_its_global_or_its_per_replica_batch(job_with, batch):
+    """TP 8 x DP 4 on four DGX H100, 3 micro-batches per replica (a global batch of 12). GPU 0 fails at 1 h
+    (its host away for the rest of the 8 h horizon, no checkpoint before: the hour is lost) and the job restarts
+    on 3 replicas: 1 min detection + the checkpoint read by 3 hosts at 25 GB/s each. keep_global: each replica
+    runs 12 / 3 = 4 micro-batches, the 12,288 tokens of a healthy step in a longer one; that step is the 3-host
+    step of one micro-batch plus 3 micro-batches' forward and backward, u each (a micro-batch more adds u before
+    the last backward, which the gradient reduction overlaps; u = the one-host step of 2 micro-batches less that of
+    1). keep_per_replica: 3 micro-batches, 9,216 tokens. By hand, with t the restart's end: goodput x horizon =
+    (8 h - t) x tokens / step, ETTR x horizon = (8 h - t) x healthy-equivalent time, slow-step time (all
+    elastic_shrink's) the rest of (8 h - t) when the state trains slower per token than the healthy one."""
+    job = job_with((1 * H, GPU, 0, 100 * H), text=GLOBAL_JOB.replace("BATCH", batch))
+    summary = job.summary
+    states = {state["replicas"]: state for state in summary["states"]}
+    healthy = states[4]
+    assert healthy["tokens_per_step"] == pytest.approx(12 * 1024, rel=1e-12)
+    u = _plain_step("cluster.nodes=1", "parallelism.dp=1", "training.microbatches=2")["step_time_s"] - _plain_step(
+        "cluster.nodes=1", "parallelism.dp=1", "training.microbatches=1")["step_time_s"]
+    one = _plain_step("cluster.nodes=3", "parallelism.dp=3", "training.microbatches=1")["step_time_s"]
+    microbatches, tokens = (4, 12 * 1024) if batch == "keep_global" else (3, 9 * 1024)
+    assert states[3]["step_time_s"] == pytest.approx(one + (microbatches - 1) * u, rel=1e-12)
+    assert states[3]["step_time_s"] == _plain_step("cluster.nodes=3", "parallelism.dp=3",
+                                                   f"training.microbatches={microbatches}")["step_time_s"]
+    assert states[3]["tokens_per_step"] == pytest.approx(tokens, rel=1e-12)
+    restart = 60.0 + summary["checkpoint"]["size_bytes"] / (3 * 25e9)
+    (start, end), = job.events[job.events["kind"] == "restart"][["start_s", "end_s"]].to_numpy().tolist()
+    assert (start, end) == (1 * H, pytest.approx(1 * H + restart, rel=1e-12))
+    shrunk = 8 * H - end
+    equivalent = shrunk * healthy["step_time_s"] / states[3]["step_time_s"] * tokens / healthy["tokens_per_step"]
+    assert summary["goodput_tokens_per_s"]["mean"] * 8 * H == pytest.approx(
+        shrunk / states[3]["step_time_s"] * tokens, rel=1e-9)
+    assert summary["ettr"]["mean"] * 8 * H == pytest.approx(min(equivalent, shrunk), rel=1e-9)
+    slow = summary["slow_steps_by_cause_s"].get("elastic_shrink", {"mean": 0.0})["mean"]
+    assert slow == pytest.approx(max(shrunk - equivalent, 0.0), rel=1e-9, abs=1e-9)
+    if batch == "keep_global":  # same tokens in a longer step: 1 - 26.6 / 27.1 ms of the time is slow
+        assert slow == pytest.approx(shrunk * 0.0173, rel=0.01)
+    assert summary["replicas"]["elastic_batch"] == batch
+
+
+REGROW_JOB = GROW_JOB.replace("maintenance: {every: 10 h}", "maintenance: {every: 100 h}").replace(
+    "elastic: true}", "elastic: true, regrow: REGROW}")
+
+
+@pytest.mark.parametrize("regrow", ["on_repair", "next_restart"])
+def test_a_job_regrows_on_repair_or_at_its_next_restart(job_with, regrow):
+    """TP 8 x DP 4 on four DGX H100, no checkpoint before the horizon (8 h) but those a regrow writes, no
+    maintenance in it. Hosts 0 and 1 fail at 1 h (back at 3 h and 5 h): the job restarts on 2 replicas
+    (detection d = 1 min + the read by 2 hosts, L2). on_repair: at 3 h host 0 is back and 3 replicas fit: the
+    job writes a checkpoint from its 2 hosts (W2) and restarts on 3, without detection (reading on 3 hosts,
+    L3); at 5 h the same to 4 (W3 + L4). One shrink (4 -> 2) and two regrows, both restarts taken to
+    regrow, their time W2 + L3 + W3 + L4; running on 4: 1 h + (8 h - 5 h - W3 - L4), on 3: 2 h - W2 - L3, on
+    2: 2 h - d - L2. next_restart: no restart comes, the job runs on 2 replicas from 1 h + d + L2 to 8 h."""
+    job = job_with((1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 4 * H), text=REGROW_JOB.replace("REGROW", regrow))
+    summary, events = job.summary, job.events
+    size = summary["checkpoint"]["size_bytes"]
+    write = read = {hosts: size / (hosts * 25e9) for hosts in (2, 3, 4)}  # per-host write and read: 25 GB/s
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    first = ["failure", 1 * H, pytest.approx(1 * H + 60 + read[2], rel=1e-12)]
+    replicas = summary["replicas"]
+    running = {int(count): value["mean"] for count, value in replicas["running_s"].items()}
+    if regrow == "next_restart":
+        assert restarts == [first]
+        assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 0)
+        assert running == pytest.approx({4: 1 * H, 2: 7 * H - 60 - read[2]}, abs=1e-6)
+        assert replicas["regrow_restarts"]["mean"] == 0
+        return
+    regrow_3, regrow_4 = write[2] + read[3], write[3] + read[4]
+    assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + regrow_3, rel=1e-12)],
+                        ["regrow", 5 * H, pytest.approx(5 * H + regrow_4, rel=1e-12)]]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 2)
+    assert replicas["regrow_restarts"]["mean"] == 2
+    assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow_3 + regrow_4, rel=1e-12)
+    assert summary["time_s"]["restart_s"]["mean"] == pytest.approx(60 + read[2] + regrow_3 + regrow_4, rel=1e-12)
+    assert running == pytest.approx({4: 1 * H + 3 * H - regrow_4, 3: 2 * H - regrow_3, 2: 2 * H - 60 - read[2]},
+                                    abs=1e-6)
+    checkpoints = events[events["kind"] == "checkpoint"][["start_s", "end_s"]].to_numpy().ravel().tolist()
+    assert checkpoints == pytest.approx([3 * H, 3 * H + write[2], 5 * H, 5 * H + write[3]], rel=1e-12)
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, abs=1e-6)  # only the first hour
+    rate = {state["replicas"]: state["tokens_per_step"] / state["step_time_s"] for state in summary["states"]}
+    trained = {4: running[4] - 1 * H, 3: running[3], 2: running[2]}  # the hour on 4 replicas is lost
+    assert summary["goodput_tokens_per_s"]["mean"] * 8 * H == pytest.approx(
+        sum(trained[count] * rate[count] for count in trained), rel=1e-9)
+
+
+def test_a_synthetic_job_keeping_its_global_batch_runs_twice_the_micro_batches_at_half_the_replicas(job_with):
+    """The synthetic job above with 3 micro-batches of 0.5 + 1.5 ms per step on DP 4 (a global batch of 12 that
+    4, 3, 2 and 1 replicas split), keeping its global batch: shrunk to 2 replicas at 1 h, each runs 6
+    micro-batches, a 12 ms step of the healthy 6 ms step's work (slow-step share 1/2, as half the work in 6 ms
+    with keep_per_replica). Checkpoints every round(600 s / 12 ms) = 50,000 steps, 0.2 s each on 2 hosts: the
+    same 5 written by 1 h, 599.5 s lost, 60.2 s restart and 23 cycles as above, so ETTR and goodput in steps are
+    the same closed forms."""
+    text = SYNTHETIC_JOB.replace("elastic: true}", "elastic: true, elastic_batch: keep_global}").replace(
+        "forward: 1 ms, backward: 2 ms", "forward: 0.5 ms, backward: 1.5 ms").replace(
+        "training: {microbatches: 2}", "training: {microbatches: 3}")
+    job = job_with((1 * H, GPU, 0, 100 * H), (1 * H, GPU, 1, 100 * H), text=text)
+    summary = job.summary
+    steps = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
+    # 3 replicas (4 micro-batches each): planned at 1 h before the second GPU failed
+    assert steps == pytest.approx({4: 3 * 0.002, 3: 4 * 0.002, 2: 6 * 0.002}, rel=1e-12)
+    horizon, lost, restart, stalls = 5 * H, 599.5, 60.2, 5 * 0.1 + 23 * 0.2
+    shrunk = horizon - lost - restart - stalls - 5 * 600.0
+    assert summary["slow_steps_by_cause_s"]["elastic_shrink"]["mean"] == pytest.approx(shrunk / 2, rel=1e-9)
+    assert summary["ettr"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / horizon, rel=1e-9)
+    assert summary["goodput_steps_per_s"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / 0.006 / horizon,
+                                                                   rel=1e-9)

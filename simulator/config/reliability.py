@@ -89,6 +89,8 @@ class BuiltInCause(StrEnum):
     """A restart after a planned maintenance stop."""
     ELASTIC_SHRINK = "elastic_shrink"
     """The slow steps of an elastic job running on fewer replicas."""
+    REGROW = "regrow"
+    """A restart an elastic job takes to grow back onto repaired hosts (`restart.regrow: on_repair`)."""
 
 
 def _component_name(name: str) -> str:
@@ -244,10 +246,32 @@ class StorageConfig(Section):
     capacity: Size = 240e15
 
 
+class ElasticBatch(StrEnum):
+    """What an elastic job keeps when it runs on fewer data-parallel replicas: the one definition of the
+    option set (docs/reliability.md)."""
+
+    KEEP_PER_REPLICA = "keep_per_replica"
+    """Each replica keeps its micro-batches: the global batch shrinks with the replicas (Horovod Elastic,
+    a torchrun elastic script with a fixed per-rank batch)."""
+    KEEP_GLOBAL = "keep_global"
+    """The global batch stays: each replica runs dp / replicas times its micro-batches (gradient accumulation,
+    as Megatron-LM and NeMo derive micro-batches from the global batch, and DeepSpeed's elasticity)."""
+
+
+class Regrow(StrEnum):
+    """When an elastic job that shrank grows back onto repaired or spare hosts: the one definition."""
+
+    NEXT_RESTART = "next_restart"
+    """At its next restart (a failure or a maintenance stop); it never restarts just to grow."""
+    ON_REPAIR = "on_repair"
+    """As soon as the hosts fill a larger size: it checkpoints and pays a restart to grow."""
+
+
 class RestartConfig(Section):
     """Restart after an interruption: detection + rescheduling (spare hosts; when none, wait for repair) +
     launch + checkpoint load + warm-up steps. `elastic`: continue on fewer data-parallel replicas instead of
-    waiting for repaired hosts, down to `min_replicas` (none: 1; below it the job waits for repair)."""
+    waiting for repaired hosts, down to `min_replicas` (none: 1; below it the job waits for repair), keeping
+    the per-replica or the global batch (`elastic_batch`), and growing back when `regrow` says."""
 
     detection: Duration = 120.0
     reschedule: Duration = 180.0
@@ -256,3 +280,5 @@ class RestartConfig(Section):
     spares: int = Field(default=0, ge=0)
     elastic: bool = False
     min_replicas: int | None = Field(default=None, ge=1)
+    elastic_batch: ElasticBatch = ElasticBatch.KEEP_PER_REPLICA
+    regrow: Regrow = Regrow.NEXT_RESTART

@@ -30,12 +30,12 @@ links); capped here, such a write slows that time at most 99-fold instead of div
 @dataclass(frozen=True)
 class StepState:
     """A cluster state's step as the engine simulated it: time, tokens (0 for a model without tokens: synthetic
-    stage costs, a trace that states none), data-parallel replicas, the share of the step that is exposed
-    network communication, and the hosts and GPUs it ran on."""
+    stage costs, a trace that states none), micro-batches over all data-parallel replicas (its work), the share
+    of the step that is exposed network communication, and the hosts and GPUs it ran on."""
 
     step_s: float
     tokens_per_step: float
-    replicas: int
+    microbatches: int
     exposed_network_share: float
     hosts: int
     gpus: int
@@ -114,9 +114,9 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     else:
         stall = size / step.gpus / config.snapshot_bandwidth
         slowdown = step.exposed_network_share * share / (1.0 - share)
-    # A step's work is its replicas' micro-batches (a shrunk job keeps each replica's), so its tokens scale with
-    # its replicas; counted by replicas, a model without tokens has a healthy-equivalent step too.
-    equivalent = healthy.step_s * (step.replicas / healthy.replicas)  # exactly step_s when healthy
+    # A step's work is its replicas' micro-batches (a shrunk job keeps each replica's, or the global batch), so
+    # its tokens scale with them; counted by micro-batches, a model without tokens has a healthy-equivalent step.
+    equivalent = healthy.step_s * (step.microbatches / healthy.microbatches)  # exactly step_s when healthy
     return SegmentCosts(step_s=step.step_s, equivalent_step_s=equivalent, tokens_per_step=step.tokens_per_step,
                         interval_steps=interval, mode=config.mode, stall_s=stall, write_s=write_s,
                         slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,

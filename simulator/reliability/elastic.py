@@ -1,15 +1,17 @@
 """The data-parallel sizes an elastic job restarts on, and the scenario of each.
 
 An elastic job (`restart.elastic`) restarts on fewer data-parallel replicas when the spare pool cannot replace
-every lost host, as torchelastic's min/max nodes or NeMo's fault-tolerant restarts on fewer nodes do: each
-replica keeps its hosts and micro-batches (the global batch shrinks with it, so no batch divisibility binds).
-It runs only on the sizes its layout allows, from the layout's DP down to `restart.min_replicas` (1 unless
-given): every size for a dense model, those whose DP x CP ranks EP divides for a mixture of experts (its
-expert groups split the data-parallel ranks: EP 2 on DP 4 runs on 4 or 2 replicas, never 3). With too few
-hosts for the smallest it waits for repaired ones. Every size is checked at load, before any step is
-simulated: its cluster built and its step resolved (layout, schedule, sharding, experts: `build_training_step`,
-no op built), so a constraint that breaks as DP shrinks is one located line naming the size, not an error when
-the job first shrinks, deep into a run.
+every lost host, as torchelastic's min/max nodes or NeMo's fault-tolerant restarts on fewer nodes do. Each
+replica keeps its hosts; `restart.elastic_batch` says what happens to the batch: `keep_per_replica`, each
+replica keeps its micro-batches and the global batch shrinks with the replicas; `keep_global`, the global
+batch stays and each replica runs more micro-batches (DP x micro-batches / size: gradient accumulation), which
+needs that count whole at every size. It runs only on the sizes its layout allows, from the layout's DP down to
+`restart.min_replicas` (1 unless given): every size for a dense model, those whose DP x CP ranks EP divides for
+a mixture of experts (its expert groups split the data-parallel ranks: EP 2 on DP 4 runs on 4 or 2 replicas,
+never 3). With too few hosts for the smallest it waits for repaired ones. Every size is checked at load, before
+any step is simulated: its batch split (keep_global), its cluster built and its step resolved (layout,
+schedule, sharding, experts: `build_training_step`, no op built), so a constraint that breaks as DP shrinks is
+one located line naming the size, not an error when the job first shrinks, deep into a run.
 """
 
 from __future__ import annotations
@@ -20,22 +22,34 @@ from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
-from simulator.config.schema import ClusterConfig, Scenario
+from simulator.config.reliability import ElasticBatch
+from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.errors import InputError
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.workload.training import build_training_step, microbatch_count, pipeline_depth, resolve_layout
 
 
+def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replicas: int) -> int:
+    """Micro-batches per replica of a job of ``dp`` replicas running ``microbatches`` each, on ``replicas``:
+    the same (keep_per_replica), or the global batch's share (keep_global; whole at every size, checked at
+    load by `_check_batch`)."""
+    if batch is ElasticBatch.KEEP_GLOBAL:
+        return dp * microbatches // replicas
+    return microbatches
+
+
 def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> Scenario:
     """``scenario`` (a layout of ``dp`` replicas on ``hosts`` hosts, ``microbatches`` per replica) on
-    ``replicas`` of its replicas: the hosts they fill, DP set, each replica's micro-batches kept."""
+    ``replicas`` of its replicas: the hosts they fill, DP set, each replica's micro-batches as
+    `restart.elastic_batch` says (shrunk_microbatches)."""
     cluster = scenario.cluster
     nodes = replicas * (hosts // dp)
+    count = shrunk_microbatches(scenario.restart.elastic_batch, dp, microbatches, replicas)
     return scenario.model_copy(update={
         "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
         "parallelism": scenario.parallelism.model_copy(update={"dp": replicas}),
-        "training": scenario.training.model_copy(update={"microbatches": microbatches, "global_batch": None})})
+        "training": scenario.training.model_copy(update={"microbatches": count, "global_batch": None})})
 
 
 def allowed_sizes(dp: int, cp: int, ep: int, smallest: int) -> tuple[int, ...]:
@@ -67,9 +81,11 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
     restart = scenario.restart
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
     if not restart.elastic:
-        if restart.min_replicas is not None:
-            raise loaded.error(("restart", "min_replicas"), "min_replicas bounds an elastic job's shrinking",
-                               "restart.elastic: true, or no min_replicas")
+        for name, what in (("min_replicas", "bounds an elastic job's shrinking"),
+                           ("elastic_batch", "sets an elastic job's batch on fewer replicas"),
+                           ("regrow", "says when an elastic job grows back")):
+            if getattr(restart, name) != type(restart).model_fields[name].default:
+                raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
         return (layout.dp,)
     if topology.num_hosts % layout.dp:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
@@ -81,8 +97,28 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest)
     microbatches = located(loaded, lambda: microbatch_count(scenario, layout.dp))
     for size in reversed(sizes[:-1]):
+        _check_batch(loaded, layout.dp, microbatches, size)
         located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
     return sizes
+
+
+def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:
+    """Refuse a `keep_global` job whose global batch does not split into whole micro-batches over ``size``
+    replicas, or splits into more than MAX_MICROBATCHES each, naming the size."""
+    training = loaded.scenario.training
+    if loaded.scenario.restart.elastic_batch is not ElasticBatch.KEEP_GLOBAL:
+        return
+    total = dp * microbatches
+    sequences = total * training.micro_batch
+    shrunk = f"the elastic job shrunk to {size} replicas keeps its global batch of {sequences} sequences"
+    fixes = f"elastic_batch: keep_per_replica, or restart.min_replicas above {size}"
+    if total % size:
+        raise loaded.error(("restart", "elastic_batch"), f"{shrunk}, which is not a multiple of micro_batch x "
+                           f"dp = {training.micro_batch} x {size}", f"a global batch that micro_batch x every "
+                           f"size divides; {fixes}")
+    if total // size > MAX_MICROBATCHES:
+        raise loaded.error(("restart", "elastic_batch"), f"{shrunk}: {total // size} micro-batches per replica",
+                           f"at most {MAX_MICROBATCHES}; {fixes}")
 
 
 def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> None:

@@ -7,9 +7,13 @@ interrupt: the clock rolls back to the last completed checkpoint, the hosts in t
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
 or with `elastic` relaunching on the largest of the job's sizes the hosts fill, elastic.py, waiting only below
 the smallest), launch, checkpoint load and warm-up steps. An interrupting failure during a restart starts it
-over. `degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while
-degraded stays so until its last repair): the job trains at that state's step time, and the extra time of
-its kept steps is slow-step time of the causes in force. A `degrade` failure whose state has no route for
+over. A shrunk elastic job grows back at its next restart, or with `regrow: on_repair` as soon as the hosts
+back from repair (and spares) fill a larger size whose GPUs all have a route: it stops cleanly (writes a
+checkpoint, as a maintenance stop does, but with no maintenance to wait for) and restarts without detection;
+its time is restart time, and a failure during its write loses that checkpoint and restarts with detection.
+`degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while degraded
+stays so until its last repair): the job trains at that state's step time, and the extra time of its kept steps
+is slow-step time of the causes in force. A `degrade` failure whose state has no route for
 some GPU interrupts instead: it takes its blast radius, as `replace`, or, when that holds no host (the last
 spine up), stays down and the restart waits for the repair that gives every GPU a route again. Planned
 maintenance windows come every `every_s`, the first after half a period; at each the job checkpoints, stops for
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from simulator.config.reliability import BuiltInCause, Effect
+from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.components import FailureClass, Maintenance
@@ -55,6 +59,7 @@ class JobPlan:
     elastic: bool
     sizes: tuple[int, ...]
     """The replica counts the job runs on, ascending, `replicas` last (elastic.py; only it when not elastic)."""
+    regrow: Regrow
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
@@ -89,6 +94,10 @@ class ReplicationTotals:
     running_by_replicas_s: dict[int, float]
     """Wall time the job ran (trained, checkpointed, lost work) on each replica count: the horizon less
     restarts and maintenance."""
+    regrow_restarts: int
+    """Restarts taken to grow back (`regrow: on_repair`), also those a failure cut short."""
+    regrow_restart_s: float
+    """Their time, up to their end or the failure that cut them short (a part of `restart_s`)."""
 
 
 class JobProcess:
@@ -119,6 +128,8 @@ class JobProcess:
         self.lost_per_failure: list[float] = []
         self.shrinks = 0
         self.regrows = 0
+        self.regrow_restarts = 0
+        self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
 
     def run(self, env: simpy.Environment):
@@ -132,7 +143,8 @@ class JobProcess:
             arrival = times[self.next_arrival] if self.next_arrival < count else INF
             back = self.degraded_repairs[0][0] if self.degraded_repairs else INF
             maintenance = max(self.next_maintenance, now)
-            t = min(arrival, back, maintenance, horizon)
+            regrow = self._regrow_due(now)
+            t = min(arrival, back, maintenance, regrow, horizon)
             clock.advance(now, t, self.running, self.causes)
             self.running_s[self.replicas] = self.running_s.get(self.replicas, 0.0) + t - now
             yield env.timeout(t - now)
@@ -142,12 +154,29 @@ class JobProcess:
                 if self._skip(self.next_arrival, t):
                     continue
                 self._fail(self.next_arrival, t, rolls_back=True)
-                yield from self._restart(env, planned=False)
+                yield from self._restart(env, BuiltInCause.FAILURE)
             elif t == maintenance:
                 self.planned += 1
                 self._skip_windows(t)
                 clock.stop_cleanly(t, t + self.running.write_s)
-                yield from self._restart(env, planned=True)
+                yield from self._restart(env, BuiltInCause.MAINTENANCE)
+            elif t == regrow:
+                self.regrow_restarts += 1
+                clock.stop_cleanly(t, t + self.running.write_s)
+                yield from self._restart(env, BuiltInCause.REGROW)
+
+    def _regrow_due(self, now: float) -> float:
+        """When a shrunk job with `regrow: on_repair` restarts to grow: now if the hosts in use, spare and back
+        from repair fill its next larger size and that size's GPUs all have a route; else when enough hosts are
+        back (checked again then); never when not shrunk, not regrowing on repair, or without a route."""
+        if self.plan.regrow is not Regrow.ON_REPAIR or self.replicas == self.plan.replicas:
+            return INF
+        self._collect_repairs(now)
+        larger = next(size for size in self.plan.sizes if size > self.replicas)
+        need = self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
+        if need > 0:
+            return self._returns(need)
+        return now if self.plan.costs(self._state(larger)) is not None else INF
 
     def _skip_windows(self, t: float) -> None:
         """After the window taken at ``t``, the next one due after ``t``: windows that came due while the
@@ -300,13 +329,16 @@ class JobProcess:
             return INF
         return heapq.nsmallest(count, self.repairs)[-1]
 
-    def _restart(self, env: simpy.Environment, planned: bool):
+    def _restart(self, env: simpy.Environment, cause: BuiltInCause):
         """Restart until it completes without an interrupting failure (or the horizon comes). A planned one
-        first stops for the checkpoint write and the maintenance; a failure during that stop restarts with its
-        detection overlapping the rest of it."""
+        (maintenance, regrow) first stops for the checkpoint write, and a maintenance one for the maintenance;
+        a failure during a maintenance stop restarts with its detection overlapping the rest of it, one during
+        a regrow's write with its detection (the write is lost, nothing else holds the job)."""
         horizon = self.plan.horizon_s
         begin = env.now
-        stopped_until = begin + self._maintenance_stop(self.running) if planned else begin
+        planned = cause is not BuiltInCause.FAILURE
+        stopped_until = begin + self._stop_s(self.running, cause) if planned else begin
+        maintained_until = stopped_until if cause is BuiltInCause.MAINTENANCE else begin
         while True:
             now = env.now
             self._collect_repairs(now)
@@ -321,24 +353,28 @@ class JobProcess:
             if arrival is not None and self.times[arrival] < stop:
                 stop = self.times[arrival]
             yield env.timeout(stop - now)
-            maintenance = max(0.0, min(stop, stopped_until) - now)
+            maintenance = max(0.0, min(stop, maintained_until) - now)
             self.maintenance_s += maintenance
             self.restart_s += stop - now - maintenance
+            if cause is BuiltInCause.REGROW:
+                self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
             if stop >= horizon:
                 return
             if arrival is not None and stop < end:
                 self._fail(arrival, stop, rolls_back=self.clock.stopping)
-                planned = False
+                if cause is BuiltInCause.REGROW:
+                    stopped_until = stop
+                planned, cause = False, BuiltInCause.FAILURE
                 continue
             self._relaunch(end, replicas)
-            self.events.add("restart", begin, end, cause=BuiltInCause.MAINTENANCE if planned else BuiltInCause.FAILURE,
-                            step=self.clock.steps)
+            self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
             return
 
-    def _maintenance_stop(self, costs: SegmentCosts) -> float:
+    def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
+        """How long a planned stop holds the job before its restart: the checkpoint write, and the maintenance."""
         duration = self.plan.maintenance.duration_s if self.plan.maintenance else 0.0
-        return costs.write_s + duration
+        return costs.write_s + (duration if cause is BuiltInCause.MAINTENANCE else 0.0)
 
     def _relaunch(self, t: float, replicas: int) -> None:
         self._collect_repairs(t)
@@ -367,4 +403,5 @@ class JobProcess:
             equivalent_steps=kept_equiv / healthy.step_s, interruptions=self.interruptions,
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
-            running_by_replicas_s=dict(self.running_s))
+            running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
+            regrow_restart_s=self.regrow_restart_s)

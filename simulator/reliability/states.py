@@ -13,12 +13,13 @@ rails of one leaf group still join its hosts). Links down and stragglers are the
 scenario with those faults. A state whose links leave some GPU without a route has no step (None): the job
 cannot run in it. A straggling GPU is simulated as the first GPU of its pipeline stage (its tensor- and
 context-parallel peers and the data-parallel replicas do the same work and wait for it at their collectives),
-so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job keeps each replica's
-micro-batches (the global batch shrinks with it) on a cluster of just the hosts it uses
-(elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's step-relevant sections
-(run.seed among them: it draws random stragglers and routing samples), so studies and notebooks that change only
-failure or checkpoint settings simulate each state once. A state's step that a fold check unfolds beyond the
-scale limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
+so a state depends on the stages slowed, not on which GPU of the stage. A shrunk job runs on a cluster of just
+the hosts it uses, each replica keeping its micro-batches or taking its share of the global batch
+(`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
+step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
+restart.elastic_batch), so studies and notebooks that change only failure or checkpoint settings simulate each
+state once. A state's step that a fold check unfolds beyond the scale limits is refused before it is built
+unfolded (scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
+from simulator.config.reliability import RestartConfig
 from simulator.config.schema import ClusterConfig, RunConfig
 from simulator.errors import StepAborted
 from simulator.faults.rerouting import split
@@ -42,11 +44,13 @@ from simulator.simulation import PreparedStep, simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 
-JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "restart": True, "description": True,
+JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
+                      "restart": {name: True for name in RestartConfig.model_fields if name != "elastic_batch"},
                       "run": {name: True for name in RunConfig.model_fields if name != "seed"},
                       "faults": {"preset": True, "rate_multiplier": True, "components": True, "maintenance": True}}
 """Scenario fields that do not change a step (`faults.step` does; run.fold/timeline do not change its time; run.seed
-does: it draws random stragglers and a MoE model's routing sample)."""
+does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
+micro-batches)."""
 
 _CACHE: OrderedDict[tuple[str, ClusterState | None], tuple[StepState | None, dict]] = OrderedDict()
 _CACHE_SIZE = 64
@@ -75,7 +79,7 @@ def _step_state(summary: dict, topology: Topology) -> StepState:
     host_bandwidth = topology.host_nic_bandwidth if len(set(topology.gpu_domain)) > 1 else 0.0
     step_s = summary["step_time_s"]
     return StepState(step_s=step_s, tokens_per_step=summary["tokens_per_s"] * step_s,
-                     replicas=int(summary["layout"]["dp"]),
+                     microbatches=int(summary["layout"]["dp"]) * int(summary["layout"]["microbatches"]),
                      exposed_network_share=network / step_s if step_s else 0.0, hosts=topology.num_hosts,
                      gpus=topology.num_gpus, host_network_bandwidth=float(host_bandwidth))
 

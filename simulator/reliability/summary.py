@@ -40,12 +40,17 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     return total, per_class
 
 
-def replica_figures(plan: JobPlan, totals: list[ReplicationTotals]) -> dict:
-    """The replica counts the job may run on (ascending), how often it shrank and grew back, and its running
-    time (the horizon less restarts and maintenance) on each count it met, the layout's first."""
+def replica_figures(loaded: LoadedScenario, plan: JobPlan, totals: list[ReplicationTotals]) -> dict:
+    """The replica counts the job may run on (ascending), its batch and regrow policies, how often it shrank
+    and grew back, the restarts it took only to grow back and their time, and its running time (the horizon
+    less restarts and maintenance) on each count it met, the layout's first."""
     met = sorted({size for t in totals for size in t.running_by_replicas_s}, reverse=True)
-    return {"sizes": list(plan.sizes), "shrinks": mean_interval([t.shrinks for t in totals]),
+    restart = loaded.scenario.restart
+    return {"sizes": list(plan.sizes), "elastic_batch": restart.elastic_batch, "regrow": restart.regrow,
+            "shrinks": mean_interval([t.shrinks for t in totals]),
             "regrows": mean_interval([t.regrows for t in totals]),
+            "regrow_restarts": mean_interval([t.regrow_restarts for t in totals]),
+            "regrow_restart_s": mean_interval([t.regrow_restart_s for t in totals]),
             "running_s": {str(size): mean_interval([t.running_by_replicas_s.get(size, 0.0) for t in totals])
                           for size in met}}
 
@@ -99,7 +104,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
-        "replicas": replica_figures(plan, totals),
+        "replicas": replica_figures(loaded, plan, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
