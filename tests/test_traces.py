@@ -582,15 +582,33 @@ SEND_TO_RANK_1 = ('[{"id": 1, "name": "send", "type": "COMM_SEND_NODE", "attr": 
                   '{"name": "comm_size", "int64Val": 100}]}]')
 
 
-def test_a_send_to_a_rank_without_a_trace_is_refused(tmp_path):
-    """A one-file Chakra trace sending to rank 1 used to crash the engine (IndexError in engine/ordering.py)."""
+def chakra_stage(gemm_us: int = 0) -> str:
+    """Rank 0 of a pipeline in Chakra JSON: a GEMM of ``gemm_us`` (none for 0), a 32 MiB send to rank 1, then 100 us
+    of compute that waits for it (a control dependency)."""
+    send = {"id": 2, "name": "send activations", "type": "COMM_SEND_NODE",
+            "attr": [{"name": "comm_dst", "int32Val": 1}, {"name": "comm_size", "int64Val": ALLREDUCE_BYTES}]}
+    nodes = [{"id": 1, "name": "gemm", "type": "COMP_NODE", "durationMicros": gemm_us}, {**send, "dataDeps": [1]},
+             {"id": 3, "name": "after", "type": "COMP_NODE", "ctrlDeps": [2], "durationMicros": 100}]
+    return json.dumps(nodes if gemm_us else [send])
+
+
+@pytest.mark.parametrize("gemm_us", [1000, 0])
+def test_one_chakra_stage_traced_alone_sends_to_the_untraced_stage_over_the_network(tmp_path, gemm_us):
+    """A Chakra send to a rank without a trace was refused: the engine's ordering crashed (IndexError) on a
+    program whose only ops are asynchronous. Now it runs as a Kineto one does, the peer taken as ready, and warns.
+    Without the GEMM the program is the send alone (no in-order stream at all)."""
     path = tmp_path / "rank0.json"
-    path.write_text(SEND_TO_RANK_1)
-    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{path}', format: chakra-json}}\n"
-    with pytest.raises(TraceError) as caught:
-        run(text, tmp_path)
-    assert str(caught.value) == (f"{path}: nodes[0]: a send of rank 0 (p2p.0.1.0#0): rank 1 has no trace to receive "
-                                 "it (allowed: a receive on the peer for each send, matched by tag and order)")
+    path.write_text(chakra_stage(gemm_us))
+    text = (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{path}', format: chakra-json}}\n")
+    _, result = run(text, tmp_path)
+    # the GEMM, the 32 MiB send between the two hosts (closed form), the 100 us after it
+    expected = (gemm_us + 100) * 1e-6 + transfer_s(25e9) if gemm_us else transfer_s(25e9)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    assert result.summary["gpus"] == 2 and result.summary["simulated_ranks"] == 1
+    assert result.summary["warnings"] == [
+        f"{path}: nodes[{1 if gemm_us else 0}]: 1 point-to-point transfer with rank 1, which has no trace, run over "
+        "the network as soon as this rank reaches them, the peer taken as ready"]
 
 
 def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
@@ -600,7 +618,8 @@ def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     path.write_text(path.read_text().replace('"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
     error = chakra_error(traces)
     assert error.file.endswith("rank0.json") and error.field == "nodes[3]"
-    assert error.problem == "a send of rank 0 (p2p.0.1.7#0): rank 1's trace has no matching receive"
+    assert error.problem == (f"send 'send activations' is rank 0's 1st send to rank 1 with tag 7, but rank 1's trace "
+                             f"({traces / 'rank1.json'}) has 0 matching receives")
 
 
 def chakra_error(folder: Path) -> TraceError:

@@ -253,8 +253,10 @@ def _waves(predecessors: Csr, successors: Csr) -> list[list[int]]:
 
 def _clocks(places: Places, predecessors: Csr, waves: list[list[int]], components: int) -> np.ndarray:
     """The nodes x components clock table: own positions, and per wave the latest of each node's own row and
-    its predecessors' (a node's own position on a component is later than any of its predecessors' there)."""
-    clocks = np.full((len(predecessors[0]) - 1, components), -1, dtype=np.int32)
+    its predecessors' (a node's own position on a component is later than any of its predecessors' there).
+    It has one column at least: a padding reach mark points at component 0, which a program of asynchronous
+    ops alone (a Chakra trace of sends and receives) does not have."""
+    clocks = np.full((len(predecessors[0]) - 1, max(components, 1)), -1, dtype=np.int32)
     nodes, columns, positions = places
     clocks[nodes, columns] = positions
     order = np.fromiter(chain.from_iterable(waves[1:]), dtype=np.int64)

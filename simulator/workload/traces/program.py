@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from glob import has_magic
 from pathlib import Path
+from typing import NamedTuple
 
 from simulator.catalog.gpus import GPUSpec, get_gpu
 from simulator.collectives.names import Primitive
@@ -114,7 +115,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
             builder.add_rank(rank, source)
-    builder.check_transfers_matched()
+    untraced = builder.check_transfers_matched()
     builder.check_collectives_matched()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
@@ -122,6 +123,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
+    warnings += untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
@@ -211,6 +213,19 @@ def _category(op: TracedOp) -> CommCategory:
     return next((kind for kind in GROUP_KINDS if kind in named), "dp")
 
 
+class _End(NamedTuple):
+    """One end of a point-to-point transfer: where its trace has it, and which transfer it is (the ``number``-th
+    from ``src`` to ``dst`` with ``tag``, from 0)."""
+
+    file: str
+    where: str
+    name: str
+    src: int
+    dst: int
+    tag: int
+    number: int
+
+
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
@@ -223,7 +238,7 @@ class _Builder:
         self.ops: list[Op] = []
         self.ranks: set[int] = set()
         self._sizes: dict[str, tuple[float, Primitive | None, int, str, str]] = {}
-        self._transfers: dict[str, dict[str, tuple[str, str, str]]] = {}
+        self._transfers: dict[str, dict[str, _End]] = {}
         self._joined: dict[str, tuple[str, set[int]]] = {}
         self._files: dict[int, str] = {}
 
@@ -277,27 +292,35 @@ class _Builder:
         if op.kind == "collective":
             self._joined.setdefault(key, (op.group, set()))[1].add(rank)
         else:
-            self._transfers.setdefault(key, {})[op.kind] = (source.file, source.where(op), op.stream)
+            self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0], group[1],
+                                                                op.tag, counts[series])
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                             category=_category(op), op=op.op, group=group, nbytes=op.nbytes, key=key)
 
-    def check_transfers_matched(self) -> None:
+    def check_transfers_matched(self) -> tuple[str, ...]:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
-        its partner in the peer's trace would wait forever. A peer without a trace is not simulated and the
-        transfer runs when its traced end is reached, as a collective's untraced members' transfers do (one
-        stage's profile of a pipeline); but for a transfer on an asynchronous stream (`ASYNC_STREAMS`: Chakra's),
-        which the engine's sharing analysis cannot order against a rank it does not simulate."""
-        for key, ends in self._transfers.items():
-            if len(ends) == 1:
-                (kind, (file, where, stream)), = ends.items()
-                src, dst = (int(rank) for rank in key.split(".")[1:3])
-                peer, missing = (dst, "receive") if kind == "send" else (src, "send")
-                if peer not in self.ranks and stream not in ASYNC_STREAMS:
-                    continue
-                why = (f"rank {peer}'s trace has no matching {missing}" if peer in self.ranks
-                       else f"rank {peer} has no trace to {missing} it")
-                raise trace_error(file, where, f"a {kind} of rank {src if kind == 'send' else dst} ({key}): {why}",
-                                  "a receive on the peer for each send, matched by tag and order")
+        its partner in the peer's trace would wait forever. A peer without a trace (one pipeline stage profiled
+        alone) is not simulated: the transfer runs over the network between the two GPUs as soon as its traced
+        end is reached, the peer taken as ready, as a collective's untraced members' transfers do; one warning
+        per file says how many of its transfers did so."""
+        untraced: dict[str, list[tuple[str, int]]] = {}
+        for ends in self._transfers.values():
+            if len(ends) == 2:
+                continue
+            (kind, end), = ends.items()
+            rank, peer = (end.src, end.dst) if kind == "send" else (end.dst, end.src)
+            if peer not in self.ranks:
+                untraced.setdefault(end.file, []).append((end.where, peer))
+                continue
+            partner, other = ("receive", "recv") if kind == "send" else ("send", "send")
+            found = sum(other in sides and (sides[other].src, sides[other].dst, sides[other].tag)
+                        == (end.src, end.dst, end.tag) for sides in self._transfers.values())
+            tagged = f" with tag {end.tag}" if end.tag else ""
+            raise trace_error(end.file, end.where, f"{kind} {end.name!r} is rank {rank}'s {_ordinal(end.number + 1)} "
+                              f"{kind} {'to' if kind == 'send' else 'from'} rank {peer}{tagged}, but rank {peer}'s "
+                              f"trace ({self._files[peer]}) has {found} matching {partner}{'s' if found != 1 else ''}",
+                              f"a {partner} on the peer for each {kind}, matched by tag and order")
+        return tuple(_untraced_warning(file, ends) for file, ends in untraced.items())
 
     def check_collectives_matched(self) -> None:
         """Every simulated member of a group issues each of the group's collectives: one that a member's trace
@@ -321,6 +344,21 @@ class _Builder:
                               f"rank {rank}, but {first[1]} of {first[0]:.0f} bytes on rank {first[2]} "
                               f"({first[3]}: {first[4]}) for the same collective ({key})",
                               "the same primitive and size on every member")
+
+
+def _untraced_warning(file: str, ends: list[tuple[str, int]]) -> str:
+    """One file's transfers whose peers have no trace, (where, peer) each, in one line."""
+    peers = sorted({peer for _, peer in ends})
+    many = len(peers) > 1
+    return (f"{file}: {ends[0][0]}: {len(ends)} point-to-point transfer{'s' if len(ends) > 1 else ''} with "
+            f"rank{'s' if many else ''} {', '.join(map(str, peers))}, which {'have' if many else 'has'} no trace, "
+            "run over the network as soon as this rank reaches them, the peer taken as ready")
+
+
+def _ordinal(number: int) -> str:
+    """1st, 2nd, 3rd, 4th... 11th, 12th, 13th, 21st."""
+    suffix = "th" if number % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
 
 
 def throughput_warnings(summary: dict, peak_flops: float) -> list[str]:
