@@ -292,8 +292,8 @@ class _Builder:
         if op.kind == "collective":
             self._joined.setdefault(key, (op.group, set()))[1].add(rank)
         else:
-            self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0], group[1],
-                                                                op.tag, counts[series])
+            self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
+                                                                group[1], op.tag, counts[series])
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                             category=_category(op), op=op.op, group=group, nbytes=op.nbytes, key=key)
 
