@@ -21,9 +21,10 @@ from simulator import simulate
 from simulator.cli import main
 from simulator.collectives.execute import time_collective
 from simulator.config.loader import scenario_from_text
-from simulator.errors import TraceError
+from simulator.errors import ScenarioError, TraceError
 from simulator.simulation import network_settings
 from simulator.topology.loader import scenario_topology
+from simulator.workload.traces.layout import group_kinds
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
@@ -563,7 +564,8 @@ def test_an_unknown_trace_key_lists_the_trace_fields(tmp_path):
     with pytest.raises(ScenarioError) as caught:
         scenario_from_text(text, source="s.yaml")
     assert str(caught.value) == ("s.yaml:2: workload.tp: unknown key 'tp' (allowed: trace, format, compute_scale, "
-                                 "traced_gpu, dp, host_gaps, recost_gemms, tokens_per_step, model_flops_per_token)")
+                                 "traced_gpu, dp, traced_tp, traced_pp, host_gaps, recost_gemms, tokens_per_step, "
+                                 "model_flops_per_token)")
 
 
 @pytest.mark.parametrize("section", ["parallelism: {tp: 2}", "training: {seq_len: 4096}"])
@@ -894,3 +896,144 @@ def test_an_unsupported_chakra_collective_lists_the_types_by_name(tmp_path):
     assert error.problem == "collective type 'GATHER' of 'all_reduce gradients' is not supported"
     assert error.allowed == ("ALL_REDUCE (0), REDUCE (1), ALL_GATHER (2), BROADCAST (5), ALL_TO_ALL (6), "
                              "REDUCE_SCATTER (7), REDUCE_SCATTER_BLOCK (8), BARRIER (9)")
+
+
+SEQ_2RANK = REPO / "tests" / "data" / "traces" / "seq-2rank"
+MIB = 2**20
+
+
+def seq_args(folder: Path, rank: int, index: int, **changes) -> None:
+    """Change (None: remove) the collective args of kernel ``index`` of ``rank``'s trace in ``folder``."""
+    path = folder / f"rank{rank}.json"
+    doc = json.loads(path.read_text())
+    args = doc["traceEvents"][index]["args"]
+    args.update(changes)
+    for name in [name for name, value in changes.items() if value is None]:
+        del args[name]
+    path.write_text(json.dumps(doc))
+
+
+def test_collectives_with_sequence_numbers_match_by_them_and_replay_recosted(tmp_path):
+    """tests/data/traces/seq-2rank: a GEMM of 1000 us on stream 7 and, on the NCCL stream from 1000 us, all-reduces
+    of 8 and 16 MiB (bf16) with PyTorch's `Seq` 41 and 42, back to back (no host gap between them)."""
+    loaded, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(SEQ_2RANK)), tmp_path)
+    expected = 1000e-6 + allreduce_time(loaded, 8 * MIB, 2) + allreduce_time(loaded, 16 * MIB, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_a_collective_the_profiler_dropped_on_one_rank_is_named_by_its_sequence_number(tmp_path):
+    """Rank 1's trace lacks the kernel of seq 41 (a profiler buffer that overflowed). By order, rank 1's 16 MiB
+    all-reduce would be taken for rank 0's 8 MiB one; by sequence number the missing one is named."""
+    traces = copy_traces(SEQ_2RANK, tmp_path)
+    doc = json.loads((traces / "rank1.json").read_text())
+    del doc["traceEvents"][1]
+    (traces / "rank1.json").write_text(json.dumps(doc))
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank0.json", "traceEvents[1]")
+    assert error.problem == (f"all_reduce seq 41 of process group '0' on rank 0 has no counterpart on rank 1, whose "
+                             f"trace ({traces / 'rank1.json'}) has seq 42 of the group")
+    for rank, index in ((0, 1), (0, 2), (1, 1)):
+        seq_args(traces, rank, index, Seq=None)
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank1.json", "traceEvents[1]")
+    assert error.problem == (f"all_reduce of 16777216 bytes on rank 1 as number 1 of process group '0', but "
+                             f"all_reduce of 8388608 bytes on rank 0 ({traces / 'rank0.json'}: traceEvents[1])")
+
+
+def test_ranks_disagreeing_on_a_numbered_collective_name_it_and_both_events(tmp_path):
+    traces = copy_traces(SEQ_2RANK, tmp_path)
+    seq_args(traces, 1, 2, **{"Collective name": "_allgather_base", "Out msg nelems": 16777216})
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank1.json", "traceEvents[2]")
+    assert error.problem == (f"all_gather of 33554432 bytes on rank 1 as seq 42 of process group '0', but "
+                             f"all_reduce of 16777216 bytes on rank 0 ({traces / 'rank0.json'}: traceEvents[2])")
+
+
+def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[tuple]]) -> None:
+    """Chakra traces of ``work``'s ranks: PyTorch's process-group metadata (``groups``, each described "undefined",
+    as torch.distributed describes a group created without a description), then each rank's ops in a chain:
+    ("all_reduce", group, bytes), ("send", peer, bytes) or ("recv", peer, bytes)."""
+    meta = [{"pg_name": name, "pg_desc": "undefined", "ranks": ranks, "group_size": len(ranks)}
+            for name, ranks in groups.items()]
+    for rank, ops in work.items():
+        nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
+                  "inputs": {"values": str([json.dumps(meta)])}}]
+        for number, (kind, target, nbytes) in enumerate(ops, start=2):
+            attrs = [{"name": "comm_size", "int64Val": nbytes}]
+            if kind == "all_reduce":
+                node_type, attrs = "COMM_COLL_NODE", [*attrs, {"name": "comm_type", "int64Val": 0},
+                                                      {"name": "pg_name", "stringVal": target}]
+            else:
+                peer = "comm_dst" if kind == "send" else "comm_src"
+                node_type, attrs = f"COMM_{kind.upper()}_NODE", [*attrs, {"name": peer, "int32Val": target}]
+            nodes.append({"id": number, "name": kind, "type": node_type, "ctrlDeps": [number - 1] if number > 2 else [],
+                          "attr": attrs})
+        (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
+
+
+def test_numbered_groups_count_as_the_dimension_their_ranks_vary_along(tmp_path):
+    """TP 2 x DP 2 on four ranks, groups named only by number: the runs of consecutive ranks [0, 1] and [2, 3] are
+    TP (Megatron-LM's and torchtitan's order, TP innermost), the strided [0, 2] and [1, 3] DP. Each rank
+    all-reduces 1 MiB over its TP group and 4 MiB over its DP group; a two-rank ring sends 2(p-1)/p x n = n per
+    GPU. Every numbered group used to count as DP (5 MiB)."""
+    groups = {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]}
+    tp_group, dp_group = {0: "1", 1: "1", 2: "2", 3: "2"}, {0: "3", 1: "4", 2: "3", 3: "4"}
+    chakra_job(tmp_path, groups, {rank: [("all_reduce", tp_group[rank], MIB), ("all_reduce", dp_group[rank], 4 * MIB)]
+                                  for rank in range(4)})
+    _, result = run(chakra_scenario(tmp_path), tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic["tp"], traffic["dp"]) == (pytest.approx(MIB, rel=EXACT), pytest.approx(4 * MIB, rel=EXACT))
+
+
+def tp_pp_job(folder: Path) -> None:
+    """TP 2 x PP 2 on four ranks: stage 0 (ranks 0, 1) all-reduces 1 MiB over its group of consecutive ranks and
+    sends 2 MiB to the same place in stage 1, which receives it and all-reduces 1 MiB over its own group."""
+    first = {rank: [("all_reduce", "1", MIB), ("send", rank + 2, 2 * MIB)] for rank in (0, 1)}
+    second = {rank: [("recv", rank - 2, 2 * MIB), ("all_reduce", "2", MIB)] for rank in (2, 3)}
+    chakra_job(folder, {"1": [0, 1], "2": [2, 3]}, first | second)
+
+
+@pytest.mark.parametrize(("declared", "kind"), [("traced_tp: 2", "tp"), ("traced_tp: 1", "dp"),
+                                                  ("traced_tp: 2, traced_pp: 2", "tp")])
+def test_a_numbered_group_of_a_whole_pipeline_stage_is_refused_unless_the_layout_is_declared(tmp_path, declared, kind):
+    """Transfers two ranks apart make stages of two ranks, and the groups [0, 1] and [2, 3] are whole stages: TP 2
+    without DP, or DP 2 without TP. Declared, each rank's 1 MiB all-reduce sends n = 1 MiB per GPU of that kind;
+    the transfers count as PP, 2 MiB over four GPUs."""
+    tp_pp_job(tmp_path)
+    with pytest.raises(ScenarioError) as caught:
+        run(chakra_scenario(tmp_path), tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '1' is all 2 ranks of a pipeline stage: "
+        "tensor parallelism without data parallelism, or the other way round, is unknown (allowed: "
+        "workload.traced_tp: 2 or 1 (the traced job's TP size), or Process Group Descriptions)")
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", f"format: chakra-json, {declared}")
+    _, result = run(text, tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic[kind], traffic["pp"]) == (pytest.approx(MIB, rel=EXACT), pytest.approx(MIB, rel=EXACT))
+
+
+@pytest.mark.parametrize(("groups", "transfers", "kinds"), [
+    # TP 2 x CP 2 x DP 2 on 8 ranks, one stage: [0, 1] sets TP 2, so r = rank % 8 // 2; [0, 2] runs r 0-1 of
+    # 0-3 (CP), [0, 4] r 0, 2 (DP), [0, 2, 4, 6] all of r (DP with CP), the group of every rank DP
+    ({"tp": [0, 1], "cp": [0, 2], "dp": [0, 4], "dp_cp": [0, 2, 4, 6], "world": list(range(8))}, [],
+     ["tp", "cp", "dp", "dp", "dp"]),
+    # TP 2 x DP 2 x PP 2: a transfer 4 ranks apart makes stages of 4; [0, 4] varies the stage alone (PP),
+    # Megatron-LM's model-parallel group [0, 1, 4, 5] the TP place first (TP)
+    ({"tp": [0, 1], "dp": [0, 2], "pp": [0, 4], "mp": [0, 1, 4, 5]}, [(0, 4)], ["tp", "dp", "pp", "tp"]),
+])
+def test_the_dimension_of_a_numbered_group_is_the_first_its_ranks_vary_along(groups, transfers, kinds):
+    members = {name: tuple(ranks) for name, ranks in groups.items()}
+    found = group_kinds(members, {}, 8, transfers, None, None)
+    assert [found[name] for name in groups] == kinds
+
+
+@pytest.mark.parametrize(("groups", "tp", "field", "problem"), [
+    ({"1": (0, 1), "2": (0, 1, 2, 3)}, None, "workload.trace",
+     "process groups of 2 and 4 consecutive ranks ('1', '2'): which is tensor parallelism is unknown"),
+    ({"1": (0, 1, 2)}, 3, "workload.traced_tp",
+     "tensor parallelism of 3 does not divide the traced job's pipeline stages of 8 ranks"),
+])
+def test_a_layout_that_cannot_be_told_is_refused(groups, tp, field, problem):
+    with pytest.raises(ScenarioError) as caught:
+        group_kinds(groups, {}, 8, [], tp, None)
+    assert (caught.value.field, caught.value.problem) == (field, problem)

@@ -273,7 +273,7 @@ class _Parsed:
                         op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
                         group=group or "default", members=members,
                         group_size=_whole(info.get("Group size")) or len(members),
-                        description=str(info.get("Process Group Description", "")))
+                        description=str(info.get("Process Group Description", "")), seq=_sequence(info))
 
     def _transfer(self, index: int, event: dict, name: str, stream: str, info: dict | None,
                   dtype: str) -> TracedOp | None:
@@ -487,6 +487,13 @@ def _shown_ranks(value: object) -> tuple[tuple[int, ...], tuple[int, ...], bool]
                                        for rank in value):
         return tuple(value), (), False
     return None
+
+
+def _sequence(info: dict) -> int:
+    """A collective's `Seq` (PyTorch's count of the process group's collectives on this rank, which every member
+    keeps alike), -1 where the trace has none."""
+    seq = _whole(info.get("Seq"))
+    return -1 if seq is None else seq
 
 
 def _whole(value: object) -> int | None:

@@ -26,7 +26,8 @@ class TracedOp:
     collective has a per-rank ``nbytes`` (nccl-tests convention), a process ``group`` name and, where the trace
     tells them, the group's ``members`` and ``group_size`` (0 when not stated); a send or receive has its
     ``nbytes`` and names its ``peer``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
-    (batch, m, n, k) and its ``dtype``."""
+    (batch, m, n, k) and its ``dtype``. ``seq`` is a collective's sequence number in its process group where
+    the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not."""
 
     index: int
     name: str
@@ -42,6 +43,7 @@ class TracedOp:
     description: str = ""
     peer: int = -1
     tag: int = 0
+    seq: int = -1
     deps: tuple[int, ...] = ()
     gemm: GemmShape = ()
     dtype: str = ""

@@ -7,8 +7,9 @@ sorted with their numbers compared as numbers). A process group's members come f
 them (Kineto's `Process Group Ranks`, Chakra's process-group metadata), otherwise they are the ranks whose
 traces use the group. Members without a trace are not simulated: like folded ranks, the rendezvous does not
 wait for them, but the collective's transfers still run over every member. Collectives match across ranks by
-group and issue order (as NCCL's communicators do), transfers by their two ranks, tag and order; their sizes
-must agree.
+group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
+NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. Each
+collective counts as its group's parallel dimension (layout.py).
 """
 
 from __future__ import annotations
@@ -32,20 +33,12 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
+from simulator.workload.traces.layout import group_kinds
 from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
 READERS: dict[str, Callable[[Path], TracedRank]] = {"kineto": read_kineto, "chakra-json": read_chakra}
-GROUP_WORDS: dict[str, CommCategory] = {"dp": "dp", "data": "dp", "fsdp": "dp", "ddp": "dp", "ep": "ep",
-                                        "expert": "ep", "cp": "cp", "context": "cp", "tp": "tp", "tensor": "tp",
-                                        "pp": "pp", "pipeline": "pp"}
-"""Words of a process group's description (torchtitan's mesh names `dp_shard_cp`, Megatron-LM's
-`TENSOR_MODEL_PARALLEL_GROUP`) -> the dimension they name."""
-GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
-"""Which dimension a description naming several counts as: a group spanning data parallelism carries gradients
-(`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
-tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
 ASYNC_STREAMS = frozenset({P2P_STREAM})
 """The replayed program's asynchronous streams (every op its own stream): Chakra's sends and receives, which run
 as soon as their dependencies are done."""
@@ -95,6 +88,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     world = traced_world = max([rank.rank for rank in traced] + [m for group in members.values() for m in group]
                                + peers) + 1
+    descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
+    kinds = group_kinds(members, descriptions, world,
+                        [(rank.rank, op.peer) for rank in traced for op in rank.ops if op.kind in ("send", "recv")],
+                        config.traced_tp, config.traced_pp)
     if config.dp is not None:
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
@@ -110,7 +107,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
     gpu = get_gpu(topology.gpu_model)
-    builder = _Builder(members, scale, config.host_gaps, gpu if config.recost_gemms else None)
+    builder = _Builder(members, kinds, _sequenced(traced), scale, config.host_gaps,
+                       gpu if config.recost_gemms else None)
     for rank in simulated:
         source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
@@ -190,6 +188,13 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
     return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
 
 
+def _sequenced(traced: list[TracedRank]) -> frozenset[str]:
+    """The process groups whose collectives match across ranks by sequence number: those whose every collective
+    on every traced rank records one (PyTorch's `Seq`); the others match by issue order."""
+    collectives = [op for rank in traced for op in rank.ops if op.kind == "collective"]
+    return frozenset({op.group for op in collectives} - {op.group for op in collectives if op.seq < 0})
+
+
 def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
     """Groups after replicating the traced data-parallel ranks to ``dp`` ranks: every group must span the
     traced job, and then spans all ``dp`` ranks."""
@@ -202,15 +207,6 @@ def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dic
                                 "the trace is not purely data-parallel", field="workload.dp",
                                 allowed="leave dp out for traces with model-parallel groups")
     return {group: tuple(range(dp)) for group in members}
-
-
-def _category(op: TracedOp) -> CommCategory:
-    """What the metrics count a communication op as: the kind its process group's description names, P2P as
-    pp, anything else as dp (data-parallel gradients are what traces of DDP and FSDP jobs carry)."""
-    if op.kind in ("send", "recv"):
-        return "pp"
-    named = {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", op.description.lower()) if word in GROUP_WORDS}
-    return next((kind for kind in GROUP_KINDS if kind in named), "dp")
 
 
 class _End(NamedTuple):
@@ -229,17 +225,20 @@ class _End(NamedTuple):
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
-    def __init__(self, members: dict[str, tuple[int, ...]], scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
+    def __init__(self, members: dict[str, tuple[int, ...]], kinds: dict[str, CommCategory], sequenced: frozenset[str],
+                 scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
+        self.kinds = kinds
+        self.sequenced = sequenced
         self.scale = scale
         self.host_gaps = host_gaps
         self.gemm_gpu = gemm_gpu
         self.recosted = 0
         self.ops: list[Op] = []
         self.ranks: set[int] = set()
-        self._sizes: dict[str, tuple[float, Primitive | None, int, str, str]] = {}
+        self._sizes: dict[str, _First] = {}
         self._transfers: dict[str, dict[str, _End]] = {}
-        self._joined: dict[str, tuple[str, set[int]]] = {}
+        self._joined: dict[str, tuple[str, int, set[int]]] = {}
         self._files: dict[int, str] = {}
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
@@ -280,22 +279,31 @@ class _Builder:
                              category="compute", duration=duration, flops=flops)
         if op.kind == "collective":
             group = self.members[op.group]
-            series: tuple = (op.group,)
+            by_seq = op.group in self.sequenced
+            series: tuple = (op.group, f"seq{op.seq}") if by_seq else (op.group,)
         else:
             if op.peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
             group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
             series = ("p2p", *group, op.tag)
         counts[series] = counts.get(series, -1) + 1
-        key = f"{'.'.join(map(str, series))}#{counts[series]}"
-        self._check_size(key, op, rank, source)
+        number = counts[series]
+        key = f"{'.'.join(map(str, series))}#{number}"
+        if op.kind != "collective":
+            label = f"transfer number {number + 1} from rank {group[0]} to rank {group[1]}"
+        elif by_seq:
+            label = f"seq {op.seq} of process group {op.group!r}" + (f" (kernel {number + 1})" if number else "")
+        else:
+            label = f"number {number + 1} of process group {op.group!r}"
+        self._check_size(key, label, op, rank, source)
         if op.kind == "collective":
-            self._joined.setdefault(key, (op.group, set()))[1].add(rank)
+            self._joined.setdefault(key, (op.group, op.seq if by_seq else -1, set()))[2].add(rank)
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
-                                                                group[1], op.tag, counts[series])
+                                                                group[1], op.tag, number)
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                            category=_category(op), op=op.op, group=group, nbytes=op.nbytes, key=key)
+                            category=self.kinds[op.group] if op.kind == "collective" else "pp", op=op.op,
+                            group=group, nbytes=op.nbytes, key=key)
 
     def check_transfers_matched(self) -> tuple[str, ...]:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
@@ -324,26 +332,50 @@ class _Builder:
 
     def check_collectives_matched(self) -> None:
         """Every simulated member of a group issues each of the group's collectives: one that a member's trace
-        lacks would wait for it forever, as NCCL would hang (traces of different steps, or cut short)."""
-        for key, (group, joined) in self._joined.items():
+        lacks would wait for it forever, as NCCL would hang (traces of different steps, cut short, or missing a
+        kernel the profiler dropped). Where the group's collectives carry sequence numbers, the error says which
+        numbers the member's trace has."""
+        for key, (group, seq, joined) in self._joined.items():
             absent = [member for member in self.members[group] if member in self.ranks and member not in joined]
-            if absent:
-                _, primitive, rank, file, where = self._sizes[key]
-                issued = sum(absent[0] in ranks for name, ranks in self._joined.values() if name == group)
-                raise trace_error(file, where, f"{primitive} number {int(key.rsplit('#', 1)[1]) + 1} of process group "
-                                  f"{group!r} on rank {rank} has no counterpart on rank {absent[0]}, whose trace "
-                                  f"({self._files[absent[0]]}) issues {issued} collective{'s' if issued != 1 else ''} "
-                                  "of the group", "the same collectives of each group, in the same order, on every "
-                                  "member")
+            if not absent:
+                continue
+            first = self._sizes[key]
+            theirs = [entry for entry in self._joined.values() if entry[0] == group and absent[0] in entry[2]]
+            issued = (f"has seq {_spans(sorted({entry[1] for entry in theirs}))} of the group" if seq >= 0 and theirs
+                      else f"issues {len(theirs)} collective{'s' if len(theirs) != 1 else ''} of the group")
+            raise trace_error(first.file, first.where, f"{first.op} {first.label} on rank {first.rank} has no "
+                              f"counterpart on rank {absent[0]}, whose trace ({self._files[absent[0]]}) {issued}",
+                              "the same collectives of each group, in the same order, on every member")
 
-    def _check_size(self, key: str, op: TracedOp, rank: int, source: TracedRank) -> None:
-        """Every member must agree on a collective's primitive and size."""
-        first = self._sizes.setdefault(key, (op.nbytes, op.op, rank, source.file, source.where(op)))
-        if (first[0], first[1]) != (op.nbytes, op.op):
-            raise trace_error(source.file, source.where(op), f"{op.op} of {op.nbytes:.0f} bytes on "
-                              f"rank {rank}, but {first[1]} of {first[0]:.0f} bytes on rank {first[2]} "
-                              f"({first[3]}: {first[4]}) for the same collective ({key})",
-                              "the same primitive and size on every member")
+    def _check_size(self, key: str, label: str, op: TracedOp, rank: int, source: TracedRank) -> None:
+        """Every member must agree on a collective's (or a transfer's) primitive and size."""
+        first = self._sizes.setdefault(key, _First(op.nbytes, op.op, rank, source.file, source.where(op), label))
+        if (first.nbytes, first.op) != (op.nbytes, op.op):
+            raise trace_error(source.file, source.where(op), f"{op.op} of {op.nbytes:.0f} bytes on rank {rank} as "
+                              f"{label}, but {first.op} of {first.nbytes:.0f} bytes on rank {first.rank} "
+                              f"({first.file}: {first.where})", "the same primitive and size on every member")
+
+
+class _First(NamedTuple):
+    """A collective or transfer as the first rank to reach it in the build has it: the others must agree."""
+
+    nbytes: float
+    op: Primitive | None
+    rank: int
+    file: str
+    where: str
+    label: str
+
+
+def _spans(numbers: list[int]) -> str:
+    """Sorted numbers as runs: 1-4, 6, 9-10."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    return ", ".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
 
 
 def _untraced_warning(file: str, ends: list[tuple[str, int]]) -> str:
