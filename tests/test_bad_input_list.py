@@ -263,6 +263,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "override-index-of-a-trace": (scenario("cluster: {topology: dgx-h100}\nworkload: {trace: t.json}\n"),
                                   RUN + ["--set", "workload[0].bytes=1MiB"], 2,
                                   "workload: workload is a section here, not a list (allowed: its keys: trace,"),
+    # a million channels made a million ring flows per hop: over two minutes without an answer
+    "channels-beyond-nccl": (scenario(COMM + "collectives: {channels: 1000000}\n"), RUN, 2,
+                             "s.yaml:4: collectives.channels: 1000000 channels are more than NCCL runs (MAXCHANNELS) "
+                             "(allowed: 0, one per rail, or 1 to 32)"),
     "stragglers-not-a-list": (scenario(SYNTHETIC + "faults: {step: {stragglers: {gpus: [0]}}}\n"), RUN, 2,
                               "s.yaml:4: faults.step.stragglers: expected a list, got {'gpus': [0]} (allowed: a YAML "
                               "list"),  # said 'Input should be a valid array'

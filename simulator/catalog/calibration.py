@@ -29,6 +29,11 @@ def network_channels_per_nic() -> int:
     return int(kernel_data()["nccl"]["network_channels_per_nic"])
 
 
+def max_channels() -> int:
+    """NCCL's channel cap (MAXCHANNELS): no collective runs on more channels."""
+    return int(kernel_data()["nccl"]["max_channels"])
+
+
 def nvlink_efficiency(gpu_name: str) -> float:
     """The fraction of its NVLink line rate NCCL's ring all-reduce reaches on ``gpu_name`` (kernels.yaml
     ``nvlink``: measured busbw over line rate per direction)."""

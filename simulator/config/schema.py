@@ -118,15 +118,26 @@ SmContention = Literal["nccl", "none"]
 channels, or the TP overlap's settings; docs/cost-model.md) or `none` (overlapped communication is free)."""
 
 
+def _within_nccl_channels(channels: int) -> int:
+    """``channels`` if NCCL could run that many (a million made a million ring flows per hop: no answer in
+    minutes)."""
+    from simulator.catalog.calibration import max_channels
+
+    if channels > max_channels():
+        raise ValueError(f"{channels} channels are more than NCCL runs (MAXCHANNELS) (allowed: 0, one per rail, or "
+                         f"1 to {max_channels()})")
+    return channels
+
+
 class CollectivesConfig(Section):
     """Defaults for every collective: algorithm, NCCL protocol (`auto`: chosen with the algorithm), pipelining
-    chunk (`none` = off) and channels (0 = one per rail); `sm_contention`: compute slowed while communication
-    kernels hold SMs (`nccl`) or not (`none`)."""
+    chunk (`none` = off) and channels (0 = one per rail; at most NCCL's MAXCHANNELS); `sm_contention`: compute
+    slowed while communication kernels hold SMs (`nccl`) or not (`none`)."""
 
     algorithm: AlgorithmChoice = "auto"
     protocol: ProtocolChoice = "auto"
     chunk: Chunk = DEFAULT_CHUNK_BYTES
-    channels: int = Field(default=0, ge=0)
+    channels: Annotated[int, Field(ge=0), AfterValidator(_within_nccl_channels)] = 0
     sm_contention: SmContention = "nccl"
 
 
