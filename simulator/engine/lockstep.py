@@ -48,9 +48,11 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     """Whether every kept mirror (``mirrors`` by op id) of the folded run logged in ``log`` ended each
     collective's plan when its group did, by the flows the log holds (a replica quotient logs the first
     replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
-    keys) that did not. A pipeline send/recv is held to it only by the mirrors whose hand-off takes the same
-    hops as its own (`same_hops`): one routed inside a leaf group in one replica and across the spines in
-    another is a known, accepted difference (engine/symmetry.py)."""
+    keys) that did not, with how many instances did not and by how much at most (the widest gap between the
+    ends of one instance's plans), so that a warning says how far the folded run may be from exact. A pipeline
+    send/recv is held to it only by the mirrors whose hand-off takes the same hops as its own (`same_hops`):
+    one routed inside a leaf group in one replica and across the spines in another is a known, accepted
+    difference (engine/symmetry.py)."""
     numbers: dict[tuple[int, tuple[int, ...], bool], int] = {}
     sets: list[tuple[CollectiveOp, Mirrors]] = []
     of_key: dict[str, int] = {}
@@ -83,18 +85,24 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     key_of = codes[order][starts]
     bounds = np.flatnonzero(np.diff(key_of, prepend=-1))
     latest, earliest = np.maximum.reduceat(ends, bounds), np.minimum.reduceat(ends, bounds)
+    apart = np.flatnonzero(latest - earliest > IN_STEP * latest)
+    first: dict[bool, int] = {}
+    count: dict[bool, int] = {False: 0, True: 0}
+    widest: dict[bool, float] = {False: 0.0, True: 0.0}
+    for index in apart.tolist():
+        hand_off = op_of[keys[key_of[bounds[index]]]].op == "send_recv"
+        first.setdefault(hand_off, index)
+        count[hand_off] += 1
+        widest[hand_off] = max(widest[hand_off], float(latest[index] - earliest[index]))
     reasons = {False: "", True: ""}
-    for index in np.flatnonzero(latest - earliest > IN_STEP * latest).tolist():
+    for hand_off, index in first.items():
         op = op_of[keys[key_of[bounds[index]]]]
-        hand_off = op.op == "send_recv"
-        if not reasons[hand_off]:
-            reasons[hand_off] = (
-                f"{op.op} {op.name!r} over GPUs {list(op.group)} ended on its mirrors between "
-                f"{earliest[index] * 1e3:.6g} and {latest[index] * 1e3:.6g} ms in the folded run: the lanes of a "
-                "stage met the fabric's traffic unlike (flows hashed onto the spines load their links unevenly), "
-                "so one rank cannot stand for its stage")
-        if all(reasons.values()):
-            break
+        reasons[hand_off] = (
+            f"{op.op} {op.name!r} over GPUs {list(op.group)} ended on its mirrors between "
+            f"{earliest[index] * 1e3:.6g} and {latest[index] * 1e3:.6g} ms in the folded run ({count[hand_off]} "
+            f"instance{'s' if count[hand_off] > 1 else ''} out of step, by up to {widest[hand_off] * 1e3:.3g} ms): "
+            "the lanes of a stage met the fabric's traffic unlike (flows hashed onto the spines load their links "
+            "unevenly), so one rank cannot stand for its stage")
     return Lockstep(reasons[False], reasons[True])
 
 
