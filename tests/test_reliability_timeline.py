@@ -514,3 +514,26 @@ def test_a_synthetic_job_keeping_its_global_batch_runs_twice_the_micro_batches_a
     assert summary["ettr"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / horizon, rel=1e-9)
     assert summary["goodput_steps_per_s"]["mean"] == pytest.approx((5 * 600.0 + shrunk / 2) / 0.006 / horizon,
                                                                    rel=1e-9)
+
+
+def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(job_with):
+    """The on_repair job above loses host 0 at 1 h (back at 3 h): it runs on 3 replicas from 1 h + d + L3. At 3 h
+    it stops to regrow, and host 2 fails 0.1 s into the checkpoint write (longer than that on 3 hosts): the
+    write is lost (a checkpoint_lost row, no checkpoint), so is the training since the restart at 1 h, and the
+    restart goes on as a failure's: detection d = 1 min from 3 h + 0.1 s, then the read on the 3 hosts left
+    (host 0 back, host 2 away): one restart row from 3 h, cause failure; one restart taken to regrow, 0.1 s of
+    it; no regrow."""
+    job = job_with((1 * H, GPU, 0, 2 * H), (3 * H + 0.1, GPU, 16, 100 * H),
+                   text=REGROW_JOB.replace("REGROW", "on_repair"))
+    summary, events = job.summary, job.events
+    read = summary["checkpoint"]["size_bytes"] / (3 * 25e9)
+    assert read > 0.1  # the write on 3 hosts (as long as the read) outlasts 0.1 s
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    assert restarts == [["failure", 1 * H, pytest.approx(1 * H + 60 + read, rel=1e-12)],
+                        ["failure", 3 * H, pytest.approx(3 * H + 0.1 + 60 + read, rel=1e-12)]]
+    lost = events[events["kind"] == "checkpoint_lost"][["start_s", "end_s"]].to_numpy().tolist()
+    assert lost == [[3 * H, 3 * H + 0.1]] and (events["kind"] == "checkpoint").sum() == 0
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(3 * H - 60 - read, rel=1e-9)
+    replicas = summary["replicas"]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"]) == (1, 0, 1)
+    assert replicas["regrow_restart_s"]["mean"] == pytest.approx(0.1, rel=1e-9)
