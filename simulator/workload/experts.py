@@ -127,6 +127,13 @@ def _passes(forward, backward_input, backward_weight, recompute: str) -> PassKer
 
 def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recompute: str) -> PassKernels:
     """The routed experts of one EP rank, expert j receiving ``loads[j]`` tokens."""
+    return _routed_kernels(model, shard, tuple(float(tokens) for tokens in loads), recompute)
+
+
+@lru_cache(maxsize=256)
+def _routed_kernels(model: ModelSpec, shard: ShardShape, loads: tuple[float, ...], recompute: str) -> PassKernels:
+    """`routed_kernels`, built once for the steps of a search that route the same tokens over the same shard
+    (a DeepSeek-style rank runs 32 experts of a few GEMMs each, in every candidate of the layout)."""
     width = _moe_of(model).expert_ffn_hidden
     forward: list[Kernel] = []
     backward_input: list[Kernel] = []
@@ -134,16 +141,18 @@ def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recom
     for index, tokens in enumerate(loads):
         if tokens <= 0:
             continue
-        f, bi, bw = _ffn(f"expert{index}", model, float(tokens), width, shard)
+        f, bi, bw = _ffn(f"expert{index}", model, tokens, width, shard)
         forward += f
         backward_input += bi
         backward_weight += bw
     return _passes(tuple(forward), tuple(backward_input), tuple(backward_weight), recompute)
 
 
+@lru_cache(maxsize=64)
 def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext, sample: RoutingSample,
               ep: int) -> MoELayer:
-    """The MoE block of every layer: the hottest EP rank's experts, each pair's tokens on the all-to-alls."""
+    """The MoE block of every layer: the hottest EP rank's experts, each pair's tokens on the all-to-alls. Built
+    once for the steps of a search that route the same sample (`seeded_routing` keeps it) over the same shard."""
     moe, d = _moe_of(model), shard.dtype_bytes
     tokens = shard.tokens / shard.tp
     norm = _norm("mlp_norm", model, shard)

@@ -9,7 +9,9 @@ docs/cost-model.md gives the sources of the defaults.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from operator import attrgetter
 from typing import assert_never
 
 from simulator.catalog.gpus import GPUSpec
@@ -185,3 +187,31 @@ def sm_bound_duration(
     duration: the part that slows while communication kernels hold SMs (engine/contention.py)."""
     times = (roofline_times(kernel, gpu, precision, efficiency) for kernel in kernels)
     return sum(compute for compute, memory in times if compute >= memory)
+
+
+_kernel_shape = attrgetter(*(f.name for f in fields(Kernel) if f.name not in ("name", "weights")))
+"""What `roofline_times` reads of a kernel: every field but its name and its weight count."""
+
+
+class RooflineTable:
+    """`roofline_times` on one GPU at one precision and efficiency, each kernel shape costed once: a layout
+    search builds thousands of steps whose layers run the same kernels (and an MoE rank's experts of equal load
+    the same GEMMs) again. The times are the same floats `roofline_times` gives."""
+
+    def __init__(self, gpu: GPUSpec, precision: str, efficiency: Efficiency):
+        self.gpu, self.precision, self.efficiency = gpu, precision, efficiency
+        self._times: dict[tuple, tuple[float, float]] = {}
+
+    def times(self, kernel: Kernel) -> tuple[float, float]:
+        """(compute seconds, HBM seconds) of ``kernel``."""
+        shape = _kernel_shape(kernel)
+        found = self._times.get(shape)
+        if found is None:
+            found = self._times[shape] = roofline_times(kernel, self.gpu, self.precision, self.efficiency)
+        return found
+
+
+@lru_cache(maxsize=16)
+def roofline_table(gpu: GPUSpec, precision: str, efficiency: Efficiency) -> RooflineTable:
+    """The one `RooflineTable` of this GPU, precision and efficiency in the process."""
+    return RooflineTable(gpu, precision, efficiency)

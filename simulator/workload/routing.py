@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -35,18 +36,21 @@ def popularity(routing: RoutingConfig, experts: int, rng: np.random.Generator) -
     return weights / weights.sum()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RoutingSample:
-    """Assignments per (source rank, expert) of one micro-batch in one EP group, before and after capacity."""
+    """Assignments per (source rank, expert) of one micro-batch in one EP group, before and after capacity.
+    Equal only to itself (its arrays have no one truth value), so a cache may key a step's MoE block on it."""
 
     counts: np.ndarray
     capacity: float
     top_k: int
 
-    @property
+    @cached_property
     def kept(self) -> np.ndarray:
-        """Assignments each expert accepts from each source rank: min(count, capacity)."""
-        return np.minimum(self.counts, self.capacity)
+        """Assignments each expert accepts from each source rank: min(count, capacity) (read-only)."""
+        kept = np.minimum(self.counts, self.capacity)
+        kept.flags.writeable = False
+        return kept
 
     @property
     def dropped_fraction(self) -> float:

@@ -14,7 +14,7 @@ from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.workload.experts import MoELayer
 from simulator.workload.memory import embedding_rank_params
-from simulator.workload.roofline import Efficiency, kernels_duration, roofline_times, sm_bound_duration
+from simulator.workload.roofline import Efficiency, roofline_table
 from simulator.workload.transformer import (
     AttentionCost,
     PassKernels,
@@ -50,13 +50,17 @@ class CostContext:
     efficiency: Efficiency = Efficiency()
     attention: AttentionCost = AttentionCost()
 
+    def times(self, kernels) -> list[tuple[float, float]]:
+        """Each kernel's (compute seconds, HBM seconds) on this GPU (`roofline_times`, each shape costed once)."""
+        return list(map(roofline_table(self.gpu, self.precision, self.efficiency).times, kernels))
+
     def seconds(self, kernels) -> float:
-        """The kernels' time back to back on this GPU."""
-        return kernels_duration(kernels, self.gpu, self.precision, self.efficiency)
+        """The kernels' time back to back on this GPU (`kernels_duration`)."""
+        return sum(max(times) for times in self.times(kernels))
 
     def sm_bound(self, kernels) -> float:
-        """The share of the kernels' time that SM contention slows (workload/roofline.py)."""
-        return sm_bound_duration(kernels, self.gpu, self.precision, self.efficiency)
+        """The share of the kernels' time that SM contention slows (`sm_bound_duration`)."""
+        return sum(compute for compute, memory in self.times(kernels) if compute >= memory)
 
 
 def _part(kernels, attention: bool):
@@ -79,7 +83,7 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     gemms = (adjacent(kernels.forward, leading), adjacent(kernels.forward, trailing),
              adjacent(kernels.backward_input, trailing), adjacent(kernels.backward_input, leading))
     column_wgrads = adjacent(kernels.backward_weight, leading)
-    times = [roofline_times(k, cost.gpu, cost.precision, cost.efficiency) for k in kernels.forward + kernels.backward]
+    times = cost.times(kernels.forward + kernels.backward)
     compute_s = sum(compute for compute, _ in times)
     memory_s = sum(memory for _, memory in times)
     return Block(name=name, layer=layer, forward_s=seconds(kernels.forward),
