@@ -310,9 +310,10 @@ def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time(
 
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     """With the all-to-alls and the experts' gradient reduction and parameter gather over their group timed, the
-    estimate orders these layouts as the simulation does (tokens/s 147,653 > 140,146 > 131,472 > 115,854 > 98,786
-    today) and the simulated tokens/s is 0.987 to 1.0 of the estimated (today 0.9876 to 0.9989 with the gradient
-    buckets' tail and their SMs' toll on the backward estimated; 0.987 to 0.997 before them); before the EP
+    estimate orders these layouts as the simulation does (tokens/s 147,401 > 140,137 > 131,502 > 116,555 > 98,816
+    today) and the simulated tokens/s is 0.988 to 0.999 of the estimated (today 0.9887 to 0.9981 with the gradient
+    buckets' tail and their SMs' toll on the backward estimated and NCCL's LL/LL128 protocols simulated; 0.987
+    to 0.997 before the tail and the toll); before the EP
     terms, it put tp2 ep8 (184,595 tokens/s estimated) above tp2 ep4 (182,987) and stayed 0.71 to 0.78 of the
     simulation."""
     rows = [(checked.candidate.label(), checked.estimate_tokens_per_s, summary["tokens_per_s"])
@@ -321,7 +322,7 @@ def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     by_simulation = [label for label, _, _ in sorted(rows, key=lambda row: -row[2])]
     assert by_estimate == by_simulation
     for label, estimated, simulated in rows:
-        assert 0.987 <= simulated / estimated <= 1.0, label
+        assert 0.988 <= simulated / estimated <= 0.999, label
 
 
 DENSE_CLUSTERS = {  # Llama-3-8B, seq 4096: (overrides of llama3-8b-dgx-h100-dp8, layouts as (tp, cp, pp, v, sharding))
@@ -393,11 +394,11 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
     units and gradient copies counted, and each pipeline stage's own slot in the fill and drain, simulated over
     estimated tokens/s is:
 
-    - without pipelining, 0.96 to 1.002 for DDP and ZeRO-1 (today 0.9636 to 1.0005; the two lowest are TP 8,
+    - without pipelining, 0.965 to 1.001 for DDP and ZeRO-1 (today 0.9657 to 1.0005; the two lowest are TP 8,
       whose sequence-parallel collectives expose more than their blocking time alone; dp 8 on one host is
-      estimated 0.05% slow, so the estimate is no longer a lower bound) and 0.925 to 0.97 for FSDP (today
-      0.926 to 0.968; 0.828 to 0.869 before the SM toll, 0.20 s of the 1.67 s step on one host);
-    - with pipelining, 0.985 to 1.0 (today 0.988 to 0.998; 0.916 to 1.027 when every slot was timed at the
+      estimated 0.05% slow, so the estimate is no longer a lower bound) and 0.925 to 0.969 for FSDP (today
+      0.9256 to 0.9683; 0.828 to 0.869 before the SM toll, 0.20 s of the 1.67 s step on one host);
+    - with pipelining, 0.987 to 0.999 (today 0.9880 to 0.9979; 0.916 to 1.027 when every slot was timed at the
       slowest rank's work and DDP's last buckets were left out).
 
     And any two layouts, FSDP included, more than 2% apart in the simulation are in the same order in the
@@ -406,9 +407,9 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
             for candidate, estimated, _, summary in _dense_layouts(cluster)]
     for candidate, estimated, simulated in rows:
         if candidate.pp > 1:
-            low, high = 0.985, 1.0
+            low, high = 0.987, 0.999
         else:
-            low, high = (0.925, 0.97) if candidate.sharding == "fsdp" else (0.96, 1.002)
+            low, high = (0.925, 0.969) if candidate.sharding == "fsdp" else (0.965, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
@@ -479,3 +480,34 @@ def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch
         write_search(out, _search_result(2000.0), "s.yaml", [])
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
     assert [path.name for path in tmp_path.iterdir()] == ["search"]
+
+
+def test_the_estimate_charges_what_ring_attentions_ring_outlasts():
+    """Ring attention runs the CP group's K/V ring beside the attention of every block but the last, which waits
+    for it (`ring_exposed_s`). Left out, the estimate put Llama-3-8B at 1,024 tokens a sequence on one DGX H100
+    (where the short attention covers less of the ring the wider the group) at simulated over estimated tokens/s
+    0.9968 with cp 2, 0.9875 with cp 4 and 0.9635 with cp 8; with the ring's excess timed, 0.997 to 1.0 (today
+    0.9972, 0.9993, 0.9995). Its ring term is at least the simulated exposed CP time (cp 8: 0.0453 s against
+    0.0411 s a step): the simulation counts as exposed only the time no compute runs."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.parallel.passes import Pass
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory, ring_exposed_s
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    overrides = ["training.seq_len=1024"]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, overrides, loaded.scenario)
+    for cp in (2, 4, 8):
+        checked = check_memory(base, Candidate(1, cp, 1, 8 // cp, 1, 1, "zero1", "none"), "1f1b", times)
+        plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
+        ring = plan.microbatches * sum(ring_exposed_s(plan, times, block.context, 0, phase)
+                                       for block in plan.stages[0].blocks if block.context is not None
+                                       for phase in (Pass.FORWARD, Pass.BACKWARD))
+        summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+        assert 0.997 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.0, cp
+        assert ring >= summary["exposed_comm_s"]["cp"], cp

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from simulator.collectives.names import Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.config.loader import validation_error
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
-from simulator.parallel.context import gathered_kv_op
+from simulator.parallel.context import ContextAttention, gathered_kv_op
 from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
 from simulator.parallel.overlap import tp_op
 from simulator.parallel.passes import Pass
@@ -285,8 +285,8 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
     passes, placed as the program builder places them around its forward, its backward and, where the
     recompute runs them again, its recompute: on each side the collective its TP pattern puts there (`tp_op`)
     over the rank's TP group, and with CP's ``all_gather`` algorithm the K/V gathers before and the
-    gradients' reduce-scatter after (`gathered_kv_op`) over its CP group. Ring attention's K/V ring, which runs
-    beside the attention, is left out."""
+    gradients' reduce-scatter after (`gathered_kv_op`) over its CP group; with ring attention, what of the K/V
+    ring the attention beside it does not cover (`ring_exposed_s`)."""
     layout = plan.layout
     passes = [phase for phase in wanted
               if phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0)]
@@ -296,13 +296,30 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
         tp_ops = (tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
                   for phase in passes for before in (True, False))
         seconds += sum(times.seconds(op, group, block.tp_bytes) for op in tp_ops if op is not None)
-    if layout.cp > 1 and block.cp_bytes > 0:
+    if block.context is not None and block.context.ring:
+        seconds += sum(ring_exposed_s(plan, times, block.context, rank, phase) for phase in wanted)
+    elif layout.cp > 1 and block.cp_bytes > 0:
         group = layout.group("cp", rank)
         cp_ops = [gathered_kv_op(phase, gather=phase.input_grads) for phase in passes]
         if Pass.BACKWARD in passes:
             cp_ops.append(gathered_kv_op(Pass.BACKWARD, gather=False))
         seconds += sum(times.seconds(op, group, block.cp_bytes) for op in cp_ops)
     return seconds
+
+
+def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAttention, rank: int,
+                   phase: Pass) -> float:
+    """Seconds ring attention's K/V ring adds to pass ``phase`` of a block on ``rank``: the program runs the
+    ring (the K/V, with their gradients twice the bytes in the backward, as one ring all-gather over the CP
+    group) beside the attention on every block but the last, which waits for it (`BlockPasses._context_pass`),
+    so what the ring outlasts that attention by is exposed."""
+    core_s = context.core(phase)[0]
+    if core_s <= 0:
+        return 0.0
+    cp_rank = plan.layout.coords(rank)["cp"]
+    beside = core_s * context.share(cp_rank) * (1 - context.last_step_share(cp_rank))
+    nbytes = context.kv_bytes * (2 if phase.input_grads else 1)
+    return max(times.seconds("all_gather", plan.layout.group("cp", rank), nbytes, algorithm="ring") - beside, 0.0)
 
 
 def sharded_units(plan: StepPlan, blocks: list[Block]) -> list[float]:
@@ -407,12 +424,12 @@ class CollectiveTimes:
         self._channels: dict[SmShare, NcclChannels] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
-                pair_bytes: tuple[tuple[float, ...], ...] = ()) -> float:
+                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> float:
         """Seconds of collective ``op`` over ``group``, ``nbytes`` per rank (``pair_bytes``: an uneven
-        all-to-all's bytes per pair)."""
-        key = (op, group, nbytes, pair_bytes)
+        all-to-all's bytes per pair; ``algorithm``: the one the program asks for)."""
+        key = (op, group, nbytes, pair_bytes, algorithm)
         if key not in self._seconds:
-            item = _collective(op, group, nbytes, pair_bytes)
+            item = _collective(op, group, nbytes, pair_bytes, algorithm)
             self._seconds[key] = alone_seconds(self.topology, self.settings, [self._plans.phases(item, group)])
         return self._seconds[key]
 
@@ -436,7 +453,7 @@ class CollectiveTimes:
 
 
 def _collective(op: Primitive, group: tuple[int, ...], nbytes: float,
-                pair_bytes: tuple[tuple[float, ...], ...] = ()) -> CollectiveOp:
+                pair_bytes: tuple[tuple[float, ...], ...] = (), algorithm: AlgorithmChoice = "auto") -> CollectiveOp:
     """The program's op for collective ``op`` over ``group`` (what `CollectiveTimes` plans and counts)."""
     return CollectiveOp(id=0, rank=group[0], stream=COMPUTE_STREAM, name=op, op=op, group=group, nbytes=nbytes,
-                        pair_bytes=pair_bytes)
+                        pair_bytes=pair_bytes, algorithm=algorithm)
