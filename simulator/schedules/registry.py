@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES
 from simulator.errors import ScenarioError, lookup
-from simulator.schedules.base import TABLE_FIELD, Placement, Schedule, ScheduleBuilder
+from simulator.schedules.base import TABLE_FIELD, Action, Placement, Schedule, ScheduleBuilder
 from simulator.schedules.custom_csv import csv_schedule, load_table_placement
 from simulator.schedules.gpipe import gpipe
 from simulator.schedules.interleaved import interleaved, interleaved_zero_bubble
@@ -72,5 +73,14 @@ def serves_chunks(name: str, v: int) -> bool:
 
 
 def build_schedule(name: str, p: int, m: int, v: int = 1, table: str | Path | None = None) -> Schedule:
-    """The per-rank action lists of schedule ``name`` for p stages, m micro-batches and v chunks per rank."""
-    return get_schedule(name, table)(p, m, v)
+    """The per-rank action lists of schedule ``name`` for p stages, m micro-batches and v chunks per rank, each
+    call its own lists. A named schedule is built once per (name, p, m, v): a layout search asks for the same
+    ones for many candidates."""
+    if table is not None:
+        return get_schedule(name, table)(p, m, v)
+    return [list(actions) for actions in _named_schedule(name, p, m, v)]
+
+
+@lru_cache(maxsize=256)
+def _named_schedule(name: str, p: int, m: int, v: int) -> tuple[tuple[Action, ...], ...]:
+    return tuple(tuple(actions) for actions in get_schedule(name)(p, m, v))
