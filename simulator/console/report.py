@@ -130,7 +130,11 @@ def training_table(summary: dict) -> Table:
                           f"{_share(summary['nominal_mfu'])}; top_k for every token, {_share(dropped)} dropped)")
     if "bubble_fraction" in summary and not ps:
         pipelined = (summary.get("layout") or {}).get("pp", 1) > 1
-        table.add_row("pipeline bubble" if pipelined else "compute idle", _share(summary["bubble_fraction"]))
+        # Of the pipeline window, not of the step: the bottleneck row's "pipeline bubble, x% of the step" is the
+        # same idle time over the whole step, and the two read as a contradiction without their bases.
+        table.add_row("pipeline bubble" if pipelined else "compute idle",
+                      f"{_share(summary['bubble_fraction'])} of the pipeline window" if pipelined
+                      else _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
         shown = [f"{kind} {format_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_CATEGORIES
