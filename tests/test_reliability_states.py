@@ -324,31 +324,31 @@ def test_an_elastic_setting_the_job_cannot_use_is_one_located_line(settings, mes
     assert capsys.readouterr().err == f"error: --set {settings[-1]}: {field}: {message}\n"
 
 
-@pytest.mark.parametrize("microbatches, problem", [
-    (1, "keeps its global batch of 4 sequences, which is not a multiple of micro_batch x dp = 1 x 3 (allowed: a "
-        "global batch that micro_batch x every size divides; elastic_batch: keep_per_replica, or "
-        "restart.min_replicas above 3)"),
-    (25_002, "keeps its global batch of 100008 sequences: 100008 micro-batches per replica (allowed: at most "
-             "100000; elastic_batch: keep_per_replica, or restart.min_replicas above 1)"),
-], ids=["indivisible", "too-many-micro-batches"])
-def test_a_global_batch_a_size_cannot_split_is_refused_at_load_naming_the_size(microbatches, problem, tmp_path,
-                                                                                capsys):
-    """keep_global on DP 4 of `microbatches` each: a global batch of 4 does not split over 3 replicas (4 / 3
-    micro-batches each); one of 100,008 splits over 3 and 2 but is 100,008 micro-batches on 1, above
-    MAX_MICROBATCHES. Refused at the `restart` line, naming the size, before any step; 6 splits over 3, 2 and 1
-    and the job runs."""
+def test_a_kept_global_batch_shrinks_only_to_sizes_it_splits_over(tmp_path, capsys):
+    """keep_global on DP 4: a global batch of 4 micro-batches splits over 4, 2 and 1 replicas, never 3 (4 / 3
+    each), so the job runs on those sizes only (as Megatron-LM needs DP to divide it); 6 per replica (24 in all)
+    splits over every size; keep_per_replica needs no split. One of 25,002 per replica (100,008 in all) splits
+    over 3 and 2 but is 100,008 micro-batches on 1, above MAX_MICROBATCHES: refused at the `restart` line,
+    naming the size, before any step."""
     text = SHRINKING.replace("restart: {elastic: true}", "restart: {elastic: true, elastic_batch: keep_global}")
+
+    def sizes(microbatches, job=text):
+        return simulate_job(scenario_from_text(job.replace("microbatches: 1", f"microbatches: {microbatches}"))
+                            ).summary["replicas"]["sizes"]
+
+    assert sizes(1) == [1, 2, 4]
+    assert sizes(6) == [1, 2, 3, 4]
+    assert sizes(1, SHRINKING) == [1, 2, 3, 4]
     scenario = tmp_path / "job.yaml"
-    scenario.write_text(text.replace("microbatches: 1", f"microbatches: {microbatches}"))
+    scenario.write_text(text.replace("microbatches: 1", "microbatches: 25002"))
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out)]) == 2
-    size = 3 if microbatches == 1 else 1
     line = text.splitlines().index("restart: {elastic: true, elastic_batch: keep_global}") + 1
-    assert capsys.readouterr().err == (f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk "
-                                       f"to {size} replicas {problem}\n")
+    assert capsys.readouterr().err == (
+        f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk to 1 replicas keeps its global "
+        "batch of 100008 sequences: 100008 micro-batches per replica (allowed: at most 100000; elastic_batch: "
+        "keep_per_replica, or restart.min_replicas above 1)\n")
     assert not out.exists()
-    kept = simulate_job(scenario_from_text(text.replace("microbatches: 1", "microbatches: 6"))).summary
-    assert kept["replicas"]["sizes"] == [1, 2, 3, 4]
 
 
 def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():

@@ -4,12 +4,14 @@ An elastic job (`restart.elastic`) restarts on fewer data-parallel replicas when
 every lost host, as torchelastic's min/max nodes or NeMo's fault-tolerant restarts on fewer nodes do. Each
 replica keeps its hosts; `restart.elastic_batch` says what happens to the batch: `keep_per_replica`, each
 replica keeps its micro-batches and the global batch shrinks with the replicas; `keep_global`, the global
-batch stays and each replica runs more micro-batches (DP x micro-batches / size: gradient accumulation), which
-needs that count whole at every size. It runs only on the sizes its layout allows, from the layout's DP down to
-`restart.min_replicas` (1 unless given): every size for a dense model, those whose DP x CP ranks EP divides for
-a mixture of experts (its expert groups split the data-parallel ranks: EP 2 on DP 4 runs on 4 or 2 replicas,
-never 3). With too few hosts for the smallest it waits for repaired ones. Every size is checked at load, before
-any step is simulated: its batch split (keep_global), its cluster built and its step resolved (layout,
+batch stays and each replica runs more micro-batches (DP x micro-batches / size: gradient accumulation). It
+runs only on the sizes its layout allows, from the layout's DP down to `restart.min_replicas` (1 unless given):
+every size for a dense model, those whose DP x CP ranks EP divides for a mixture of experts (its expert groups
+split the data-parallel ranks: EP 2 on DP 4 runs on 4 or 2 replicas, never 3), and with `keep_global` those
+its global batch splits into whole micro-batches over (as Megatron-LM requires of DP, and DeepSpeed's
+elasticity of its GPU counts: a batch of 4 micro-batches on DP 4 runs on 4, 2 or 1 replicas, never 3). With
+too few hosts for the smallest it waits for repaired ones. Every size is checked at load, before any step is
+simulated: its micro-batch count (keep_global), its cluster built and its step resolved (layout,
 schedule, sharding, experts: `build_training_step`, no op built), so a constraint that breaks as DP shrinks is
 one located line naming the size, not an error when the job first shrinks, deep into a run.
 """
@@ -32,8 +34,8 @@ from simulator.workload.training import build_training_step, microbatch_count, p
 
 def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replicas: int) -> int:
     """Micro-batches per replica of a job of ``dp`` replicas running ``microbatches`` each, on ``replicas``:
-    the same (keep_per_replica), or the global batch's share (keep_global; whole at every size, checked at
-    load by `_check_batch`)."""
+    the same (keep_per_replica), or the global batch's share (keep_global; whole on every size the job runs
+    on, allowed_sizes)."""
     if batch is ElasticBatch.KEEP_GLOBAL:
         return dp * microbatches // replicas
     return microbatches
@@ -52,9 +54,11 @@ def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, 
         "training": scenario.training.model_copy(update={"microbatches": count, "global_batch": None})})
 
 
-def allowed_sizes(dp: int, cp: int, ep: int, smallest: int) -> tuple[int, ...]:
-    """Replica counts from ``smallest`` to ``dp``, ascending, whose DP x CP ranks EP divides."""
-    return tuple(size for size in range(smallest, dp + 1) if size * cp % ep == 0)
+def allowed_sizes(dp: int, cp: int, ep: int, smallest: int, batch_microbatches: int | None = None) -> tuple[int, ...]:
+    """Replica counts from ``smallest`` to ``dp``, ascending, whose DP x CP ranks EP divides and, when the
+    global batch is kept (``batch_microbatches`` micro-batches in all), over which it splits whole."""
+    return tuple(size for size in range(smallest, dp + 1)
+                 if size * cp % ep == 0 and (batch_microbatches is None or batch_microbatches % size == 0))
 
 
 _CHECKED: dict[str, tuple[int, ...]] = {}
@@ -94,8 +98,9 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
     if smallest > layout.dp:
         raise loaded.error(("restart", "min_replicas"), f"min_replicas {smallest} is above the layout's "
                            f"{layout.dp} replicas", f"1 to {layout.dp}")
-    sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest)
     microbatches = located(loaded, lambda: microbatch_count(scenario, layout.dp))
+    kept = layout.dp * microbatches if restart.elastic_batch is ElasticBatch.KEEP_GLOBAL else None
+    sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
     for size in reversed(sizes[:-1]):
         _check_batch(loaded, layout.dp, microbatches, size)
         located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
@@ -103,22 +108,17 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:
-    """Refuse a `keep_global` job whose global batch does not split into whole micro-batches over ``size``
-    replicas, or splits into more than MAX_MICROBATCHES each, naming the size."""
+    """Refuse a `keep_global` job whose global batch splits into more than MAX_MICROBATCHES micro-batches per
+    replica on ``size`` replicas, naming the size."""
     training = loaded.scenario.training
     if loaded.scenario.restart.elastic_batch is not ElasticBatch.KEEP_GLOBAL:
         return
     total = dp * microbatches
-    sequences = total * training.micro_batch
-    shrunk = f"the elastic job shrunk to {size} replicas keeps its global batch of {sequences} sequences"
-    fixes = f"elastic_batch: keep_per_replica, or restart.min_replicas above {size}"
-    if total % size:
-        raise loaded.error(("restart", "elastic_batch"), f"{shrunk}, which is not a multiple of micro_batch x "
-                           f"dp = {training.micro_batch} x {size}", f"a global batch that micro_batch x every "
-                           f"size divides; {fixes}")
     if total // size > MAX_MICROBATCHES:
-        raise loaded.error(("restart", "elastic_batch"), f"{shrunk}: {total // size} micro-batches per replica",
-                           f"at most {MAX_MICROBATCHES}; {fixes}")
+        raise loaded.error(("restart", "elastic_batch"), f"the elastic job shrunk to {size} replicas keeps its "
+                           f"global batch of {total * training.micro_batch} sequences: {total // size} "
+                           f"micro-batches per replica", f"at most {MAX_MICROBATCHES}; elastic_batch: "
+                           f"keep_per_replica, or restart.min_replicas above {size}")
 
 
 def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> None:
