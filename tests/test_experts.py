@@ -418,3 +418,20 @@ def test_expert_optimizer_state_is_sharded_over_tp_when_dp_and_cp_are_one(run_ya
     routed = 2 * 8 * 3 * model.hidden * model.moe.expert_ffn_hidden  # 2 layers x 8 experts, whole on every rank
     saved = unsharded["memory_per_stage_gib"][0]["optimizer"] - summary["memory_per_stage_gib"][0]["optimizer"]
     assert saved * 2**30 == pytest.approx(12 * routed * 7 / 8, rel=1e-9)
+
+
+def test_a_huge_micro_batch_routes_a_bounded_sample_scaled_to_all_its_tokens(monkeypatch):
+    """A billion tokens per rank drew Gumbel keys for hours (`training.seq_len: 1e9` on Mixtral ran past two
+    minutes). A rank draws at most MAX_ROUTING_KEYS // experts tokens and scales the counts: with a budget of
+    8 x 512 keys over 8 experts, 512 tokens are drawn and the counts are exactly (10,000 / 512) x that draw's,
+    summing to 10,000 tokens x top 2 per rank. At or below the budget nothing is scaled: the draw is the full
+    sample (the same generator state gives the same counts)."""
+    import simulator.workload.routing as routing
+
+    monkeypatch.setattr(routing, "MAX_ROUTING_KEYS", 8 * 512)
+    zipf = RoutingConfig(balance="zipf", skew=1.0)
+    scaled = sample_routing(zipf, 8, 2, None, 10_000, 4, np.random.default_rng(5)).counts
+    drawn = sample_routing(zipf, 8, 2, None, 512, 4, np.random.default_rng(5)).counts
+    assert drawn.sum(axis=1).tolist() == [512 * 2] * 4
+    assert scaled == pytest.approx(drawn * (10_000 / 512), rel=1e-12)
+    assert scaled.sum(axis=1) == pytest.approx([10_000 * 2] * 4, rel=1e-12)
