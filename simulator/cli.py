@@ -347,7 +347,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
     if text is None:
         return None
     parts = text.split(":")
-    allowed = "START:END with units, e.g. 0:5ms or 1.2s:1.4s, START < END"
+    allowed = "START:END with units, e.g. 0:5ms or 1.2s:1.4s, 0 <= START < END"
     if len(parts) != 2:
         raise InputError(f"{text!r} is not START:END", field="--window", allowed=allowed)
     try:
@@ -356,6 +356,8 @@ def _window(text: str | None) -> tuple[float, float] | None:
         raise InputError(exc.problem, field="--window", allowed=allowed) from None
     if not low < high:
         raise InputError(f"{text!r}: START is not before END", field="--window", allowed=allowed)
+    if low < 0:
+        raise InputError(f"{text!r}: START is before the step begins", field="--window", allowed=allowed)
     return low, high
 
 

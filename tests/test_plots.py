@@ -258,6 +258,9 @@ def test_cli_plot_names_a_replayed_trace_as_what_it_cannot_draw(tmp_path, capsys
     ("1-2-3", "--ranks: '1-2-3' is not a rank list (allowed: e.g. 0,2,4 or 0-7, each range from low to high)"),
     (["--window", "1s:2s"], "--window: '1s:2s' starts after the run's last op ends, at 0.033 s (allowed: a "
                             "window that starts before 0.033 s)"),  # GPipe and 1F1B: (m + p - 1) x (F + B)
+    # a traceback (ValueError from the chart) before
+    (["--window", "-1ms:2ms"], "--window: '-1ms:2ms': START is before the step begins (allowed: START:END with "
+                               "units, e.g. 0:5ms or 1.2s:1.4s, 0 <= START < END)"),
 ])
 def test_cli_gantt_refuses_ranks_it_cannot_draw(tmp_path, capsys, ranks, error):
     """A folded rank (DP replica 1 of p = 4, dp = 2) was drawn idle from start to end, and '3-1' gave no rows

@@ -102,6 +102,35 @@ def test_window_and_ranks_zoom(tmp_path, capsys):
     assert not (tmp_path / "bad.png").exists()
 
 
+@pytest.mark.parametrize("flags, error", [
+    (["--x", "workload[0].bytes", "--y", "workload[0].bytes", "--value", "collectives[0].time_s"],
+     "--x/--y/--value: --x workload[0].bytes, --y workload[0].bytes and --value collectives[0].time_s name one "
+     "column twice (allowed: three different columns: two axes and a metric)"),
+    (["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value", "workload[0].bytes"],
+     "--x/--y/--value: --x workload[0].bytes, --y collectives.algorithm and --value workload[0].bytes name one "
+     "column twice (allowed: three different columns: two axes and a metric)"),
+    (["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value", "status"],
+     "--value: column 'status' holds values that are not numbers (allowed: a numeric column (a metric such as "
+     "step_time_s))"),
+])
+def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, flags, error):
+    """A heat map over one column twice (pandas: 'Grouper ... not 1-dimensional') or of a text column (pandas:
+    "dtype 'str' does not support operation 'mean'") was a traceback, exit 1."""
+    sweep = sweep_from_text("""
+base:
+  cluster: {topology: dgx-h100}
+  workload: [{op: all_reduce, bytes: 1 MiB}]
+grid:
+  collectives.algorithm: [ring, tree]
+  workload[0].bytes: [1 MiB, 16 MiB]
+""", "c.yaml")
+    run_sweep(sweep, tmp_path / "sweep", SerialExecutor())
+    capsys.readouterr()
+    assert main(["plot", "heatmap", str(tmp_path / "sweep"), *flags, "-o", str(tmp_path / "h.png")]) == 2
+    assert capsys.readouterr().err == f"error: command line: {error}\n"
+    assert not (tmp_path / "h.png").exists()
+
+
 def _write(tmp_path, text: str):
     path = tmp_path / "scenario.yaml"
     path.write_text(text)

@@ -62,9 +62,19 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
 
 
 def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
-    """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell)."""
+    """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell);
+    refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
+    pandas traceback)."""
     _check_columns(frame, x, y, value)
-    table = _ok(frame).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    if len({x, y, value}) < 3:
+        raise ScenarioError(f"--x {x}, --y {y} and --value {value} name one column twice", field="--x/--y/--value",
+                            allowed="three different columns: two axes and a metric")
+    rows = _ok(frame)
+    numbers = pd.to_numeric(rows[value], errors="coerce")
+    if (numbers.isna() & rows[value].notna()).any():
+        raise ScenarioError(f"column {value!r} holds values that are not numbers", field="--value",
+                            allowed="a numeric column (a metric such as step_time_s)")
+    table = rows.assign(**{value: numbers}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     figure = Figure(figsize=(1.2 + 1.1 * max(len(table.columns), 1), 1.4 + 0.6 * max(len(table.index), 1)),
                     layout="constrained")
     ax = figure.add_subplot()
