@@ -252,7 +252,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     files = write_study(out, study)
     for curve in study["curves"]:
         print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])} "
-              f"(ETTR {curve['best_ettr']:.4f})" + (f"; Young {format_seconds(curve['young_interval_s'])}, Daly "
+              f"(ETTR {100 * curve['best_ettr']:.2f}%)" + (f"; Young {format_seconds(curve['young_interval_s'])}, Daly "
                                                      f"{format_seconds(curve['daly_interval_s'])}"
                                                      if curve["young_interval_s"] is not None else
                                                      "; no failures expected, so no Young or Daly interval"))

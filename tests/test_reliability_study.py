@@ -119,6 +119,7 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     assert first["young_interval_s"] == pytest.approx(young, rel=1e-12)
     printed = capsys.readouterr().out.splitlines()[0]
     assert printed.startswith("rate x 1: best interval ") and "; Young 1138 s, Daly " in printed
+    assert f"(ETTR {100 * first['best_ettr']:.2f}%)" in printed  # a percentage, as the job's table prints it
     rows = pd.read_csv(out / "study.csv", dtype=str)
     assert set(rows["young_interval_s"]) == {"1138.42", f"{young / math.sqrt(2):.6g}"}  # x 2: M / 2
     assert all(len(value.replace(".", "").lstrip("0")) <= 6 for value in rows["ettr"])
