@@ -29,6 +29,8 @@ ALPHA_IB, NDR_BANDWIDTH = 2 * 6.5e-6, 50e9
 """dgx-h100-cluster's latency between the same GPU of two servers, on one rail leaf (topologies/dgx-h100-cluster.yaml:
 two NIC-to-leaf links of 6.5 us; switch_latency is charged on switch-to-switch links, which this path has none
 of), and an NDR NIC's 400 Gb/s per direction."""
+BASE = 8.4e-6
+"""NCCL's base latency of a collective under Simple, ring or tree (tuning.cc baseLatencies), paid once each."""
 PIPELINED_8B = f"""
 cluster: {{topology: dgx-h100}}
 network: {{efficiency: ideal}}
@@ -73,9 +75,9 @@ def _backward_end(ops) -> float:
 
 
 def _ring_seconds(nbytes: float) -> float:
-    """A ring reduce-scatter (or all-gather) of ``nbytes`` over the DP group alone on the NVSwitch: (N-1)
-    latencies and (N-1)/N of the bytes through one link (Thakur et al.)."""
-    return (DP - 1) * ALPHA + (DP - 1) / DP * nbytes / BANDWIDTH
+    """A ring reduce-scatter (or all-gather) of ``nbytes`` over the DP group alone on the NVSwitch: NCCL's base
+    latency, (N-1) latencies and (N-1)/N of the bytes through one link (Thakur et al.)."""
+    return BASE + (DP - 1) * ALPHA + (DP - 1) / DP * nbytes / BANDWIDTH
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -267,7 +269,7 @@ def test_hybrid_shard_all_reduces_each_shard_after_its_reduce_scatter(run_yaml, 
         scatter_end = scatter.start_s + _ring_seconds(GRAD_BYTES * params)
         assert scatter.end_s == pytest.approx(scatter_end, rel=1e-9)
         assert reduce.start_s == pytest.approx(max(scatter_end, reduce_end), rel=1e-9)
-        reduce_end = reduce.start_s + 2 * ALPHA_IB + GRAD_BYTES * params / 4 / NDR_BANDWIDTH
+        reduce_end = reduce.start_s + BASE + 2 * ALPHA_IB + GRAD_BYTES * params / 4 / NDR_BANDWIDTH
         assert reduce.end_s == pytest.approx(reduce_end, rel=1e-9)
     assert scatters["start_s"].iloc[1] < reduces["end_s"].iloc[0]  # the next reduce-scatter overlaps
     optimizer = ops[ops["name"] == "optimizer step"]

@@ -15,6 +15,7 @@ from simulator.cli import main
 from simulator.collectives import protocols
 from simulator.collectives.execute import time_collective
 from simulator.collectives.phases import CollectiveRequest
+from simulator.collectives.registry import plan_collective
 from simulator.collectives.tuner import Choice, choose, estimates
 from simulator.network.calibration import calibrated
 from simulator.topology.loader import load_topology
@@ -25,15 +26,18 @@ RING_NET_SCALE = {"ll": 2.7 / 14, "ll128": 4.0 / 14}
 """The same over the network (2.7, 4.0 and 14 us)."""
 PAYLOAD = {"ll": 0.5, "ll128": 120 / 128}
 """Data per byte on the wire: LL's 8-byte line holds 4 bytes of data, LL128's 128-byte line 120."""
+RING_BASE = {"ll": 6.6e-6, "ll128": 14e-6, "simple": 8.4e-6}
+"""NCCL's base latency of a ring collective, paid once (tuning.cc baseLatencies)."""
 
 
 @pytest.mark.parametrize("protocol", ["ll", "ll128"])
 @pytest.mark.parametrize(("size", "nbytes"), [(2, 8.0), (8, 64 * KIB), (16, 4 * MIB), (64, 1 * MIB)])
 def test_ring_all_reduce_is_its_closed_form_under_each_protocol(protocol, size, nbytes):
-    """2 (p - 1) (a s + n / (p f B)): the ring's steps at the protocol's latency per hop (s a) and payload share
-    f, on a non-blocking switch at line rate; the estimate is the same closed form."""
+    """base + 2 (p - 1) (a s + n / (p f B)): the protocol's base latency, then the ring's steps at its latency per
+    hop (s a) and payload share f, on a non-blocking switch at line rate; the estimate is the same closed form."""
     topology = switch_topology(size)
-    expected = 2 * (size - 1) * (ALPHA * RING_NVLINK_SCALE[protocol] + nbytes / (size * PAYLOAD[protocol] * BANDWIDTH))
+    expected = RING_BASE[protocol] + 2 * (size - 1) * (ALPHA * RING_NVLINK_SCALE[protocol]
+                                                       + nbytes / (size * PAYLOAD[protocol] * BANDWIDTH))
     simulated = time_collective(topology, "all_reduce", "ring", size, nbytes, protocol=protocol)
     assert simulated == pytest.approx(expected, rel=1e-9)
     request = CollectiveRequest("all_reduce", tuple(range(size)), nbytes)
@@ -44,12 +48,12 @@ def test_ring_all_reduce_is_its_closed_form_under_each_protocol(protocol, size, 
 def test_ring_across_hosts_pays_the_network_latency_of_the_protocol(protocol):
     """Two hosts of two GPUs: the ring's 4 hops, 2 over NVLink (a_in = 2 us) and 2 over the rails (a_out = 10 us),
     each step at the mean hop latency, NVLink hops scaled as NCCL's NVLink figures, network hops as its
-    network figures. 2 (p - 1) steps of ((p - N) s_in a_in + N s_out a_out) / p + n / (p f B_out)) (the rails at
-    25 GB/s bind; the 2 channels' rings leave on both rails)."""
+    network figures. The base latency, then 2 (p - 1) steps of ((p - N) s_in a_in + N s_out a_out) / p
+    + n / (p f B_out)) (the rails at 25 GB/s bind; the 2 channels' rings leave on both rails)."""
     a_in, a_out, b_out, nbytes = 2e-6, 10e-6, 25e9, 1 * MIB
     topology = two_level_topology(2, 2, b_in=400e9, a_in=a_in, b_out=b_out, a_out=a_out)
     hop = (2 * a_in * RING_NVLINK_SCALE[protocol] + 2 * a_out * RING_NET_SCALE[protocol]) / 4
-    expected = 2 * 3 * (hop + nbytes / (4 * PAYLOAD[protocol] * 2 * b_out))
+    expected = RING_BASE[protocol] + 2 * 3 * (hop + nbytes / (4 * PAYLOAD[protocol] * 2 * b_out))
     simulated = time_collective(topology, "all_reduce", "ring", 4, nbytes, protocol=protocol)
     assert simulated == pytest.approx(expected, rel=1e-9)
 
@@ -61,7 +65,7 @@ def test_a_chain_under_ll_streams_without_the_window_stall():
     size, nbytes, chunk = 5, 1 * MIB, 1 * KIB
     chunks = math.ceil(nbytes / chunk)
     step = chunk / (0.5 * BANDWIDTH)
-    expected = (size - 1) * (ALPHA * RING_NVLINK_SCALE["ll"] + step) + (chunks - 1) * step
+    expected = RING_BASE["ll"] + (size - 1) * (ALPHA * RING_NVLINK_SCALE["ll"] + step) + (chunks - 1) * step
     simulated = time_collective(switch_topology(size), "broadcast", "ring", size, nbytes, chunk_bytes=chunk,
                                 protocol="ll")
     assert simulated == pytest.approx(expected, rel=1e-9)
@@ -72,12 +76,14 @@ def test_a_chain_under_ll_streams_without_the_window_stall():
 def test_auto_takes_ll_then_ll128_then_simple_as_messages_grow():
     """8 A100s of one DGX (no NVLink SHARP, so the ring alone): LL's 0.6 us hops win the small all-reduces, LL128
     the middle, Simple the large. Each of the 14 steps carries n/8 at 230 GB/s: LL128's 1.3 us more per hop
-    than LL cost less than LL's half wire (n/8 (2 - 128/120) / B) from n/8 = 320 KB, n = 2.6 MB; Simple's 1.5 us
-    more than LL128 cost less than LL128's flags (n/8 (128/120 - 1) / B) from n/8 = 5.2 MB, n = 41 MB."""
+    than LL, and its base latency 7.4 us more (14 against 6.6), 25.6 us in all, cost less than LL's half wire
+    (14 n/8 (2 - 128/120) / B) from n/8 = 450 KB, n = 3.6 MB (3.4 MiB); Simple's 1.5 us more per hop than LL128,
+    less its base latency's 5.6 us less (8.4 against 14), 15.4 us in all, cost less than LL128's flags
+    (14 n/8 (128/120 - 1) / B) from n/8 = 3.8 MB, n = 30 MB (28.6 MiB)."""
     topology = load_topology("dgx-a100", {})
     efficiency = calibrated(topology.gpu_model)
     picks = {nbytes: choose(CollectiveRequest("all_reduce", tuple(range(8)), nbytes, chunk_bytes=4 * MIB),
-                            topology, efficiency) for nbytes in (8.0, 2 * MIB, 3 * MIB, 38 * MIB, 42 * MIB)}
+                            topology, efficiency) for nbytes in (8.0, 3 * MIB, 4 * MIB, 27 * MIB, 31 * MIB)}
     assert [pick.protocol for pick in picks.values()] == ["ll", "ll", "ll128", "ll128", "simple"]
     assert {pick.algorithm for pick in picks.values()} == {"ring"}
 
@@ -126,3 +132,36 @@ def test_trainsim_collective_shows_the_protocol_that_ran(capsys):
     assert main(["collective", "--topology", "dgx-a100", "--sizes", "8B", "--protocol", "ll128"]) == 0
     table = capsys.readouterr().out
     assert "protocol=ll128" in table and table.rstrip().endswith("ring             ll128")
+
+
+def test_a_small_all_reduce_pays_nccls_base_latency_once():
+    """8 bytes over one DGX H100 (its NVLink hop 3.4 us, NCCL's Simple ring figure): `auto` runs the LL ring, 6.6 us
+    of base latency then 14 hops of 0.6 us, 15.0 us as NCCL's tuner reckons it (tuning.cc: baseLatencies plus
+    nsteps x hwLatencies), where it took 8.4 us without the base latency; the bytes add 0.1 ns. NVLS has no base
+    latency in NCCL: its 25 us alone."""
+    topology = load_topology("dgx-h100", {})
+    efficiency = calibrated(topology.gpu_model)
+    assert topology.path_latency(0, 1) == pytest.approx(3.4e-6)
+    assert time_collective(topology, "all_reduce", "auto", 8, 8.0, efficiency=efficiency,
+                           protocol="auto") == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=1e-4)
+    assert time_collective(topology, "all_reduce", "nvls", 8, 8.0, efficiency=efficiency) == pytest.approx(25e-6,
+                                                                                                          rel=1e-4)
+
+
+@pytest.mark.parametrize("protocol", ["ll", "ll128", "simple"])
+def test_the_tree_pays_its_own_base_latency_before_its_first_step(protocol):
+    """A double binary tree all-reduce of 8 ranks in one chunk per tree (c = n/2): NCCL's tree base latency (6.8,
+    14 and 8.4 us), then up and down H = 3 levels, each level's first step paying the tree's latency per hop
+    (0.6, 1.25 and 4.0 us over Simple's 4.0, times a), and 2 (H - 1) + 1 chunk times per pass at the payload share
+    (the root edge carries one chunk, the others two)."""
+    size, nbytes = 8, 64 * KIB
+    scale = {"ll": 0.6 / 4.0, "ll128": 1.25 / 4.0, "simple": 1.0}[protocol]
+    payload = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}[protocol]
+    base = {"ll": 6.8e-6, "ll128": 14e-6, "simple": 8.4e-6}[protocol]
+    chunk_s = nbytes / 2 / (payload * BANDWIDTH)
+    expected = base + 2 * (3 * ALPHA * scale + (2 * 2 + 1) * chunk_s)
+    simulated = time_collective(switch_topology(size), "all_reduce", "tree", size, nbytes, protocol=protocol)
+    assert simulated == pytest.approx(expected, rel=1e-9)
+    phases = plan_collective(CollectiveRequest("all_reduce", tuple(range(size)), nbytes), switch_topology(size),
+                             "tree", protocol=protocol)
+    assert [phase.launch for phase in phases] == pytest.approx([base] + [0.0] * (len(phases) - 1), rel=1e-12)

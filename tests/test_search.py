@@ -310,10 +310,11 @@ def test_the_estimates_all_to_all_term_is_the_simulated_exposed_all_to_all_time(
 
 def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     """With the all-to-alls and the experts' gradient reduction and parameter gather over their group timed, the
-    estimate orders these layouts as the simulation does (tokens/s 147,401 > 140,137 > 131,502 > 116,555 > 98,816
-    today) and the simulated tokens/s is 0.988 to 0.999 of the estimated (today 0.9887 to 0.9981 with the gradient
-    buckets' tail and their SMs' toll on the backward estimated and NCCL's LL/LL128 protocols simulated; 0.987
-    to 0.997 before the tail and the toll); before the EP
+    estimate orders these layouts as the simulation does (tokens/s 147,385 > 139,784 > 131,180 > 114,740 > 98,554
+    today) and the simulated tokens/s is 0.985 to 0.999 of the estimated (today 0.9858 to 0.9980 with the gradient
+    buckets' tail and their SMs' toll on the backward estimated, NCCL's LL/LL128 protocols simulated and NCCL's
+    base latency on every collective, which took TP 8's from 0.9887 to 0.9858; 0.987 to 0.997 before the tail and
+    the toll); before the EP
     terms, it put tp2 ep8 (184,595 tokens/s estimated) above tp2 ep4 (182,987) and stayed 0.71 to 0.78 of the
     simulation."""
     rows = [(checked.candidate.label(), checked.estimate_tokens_per_s, summary["tokens_per_s"])
@@ -322,7 +323,7 @@ def test_the_estimate_ranks_mixtral_layouts_as_the_simulation_does():
     by_simulation = [label for label, _, _ in sorted(rows, key=lambda row: -row[2])]
     assert by_estimate == by_simulation
     for label, estimated, simulated in rows:
-        assert 0.988 <= simulated / estimated <= 0.999, label
+        assert 0.985 <= simulated / estimated <= 0.999, label
 
 
 DENSE_CLUSTERS = {  # Llama-3-8B, seq 4096: (overrides of llama3-8b-dgx-h100-dp8, layouts as (tp, cp, pp, v, sharding))
@@ -365,8 +366,9 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
     forward, backward and recompute kernels plus the optimizer step, is the simulated step less the exposed
     communication and less what the collectives' kernels took from the compute (`sm_contention`), to float
     rounding. Checked on the layouts without pipelining or FSDP whose exposed communication is of one kind (DP,
-    or TP alone: dp 8, tp 8, cp 2 on one host; dp 32, cp 2 on four), where the exposed times of different kinds
-    cannot overlap and count twice."""
+    or TP alone: dp 8, tp 8, cp 2 on one host; dp 32 on four, where cp 2 exposes 3 us of CP beside its DP since
+    every collective pays NCCL's base latency), where the exposed times of different kinds cannot overlap and
+    count twice."""
     checked = 0
     for candidate, _, step, summary in _dense_layouts(cluster):
         exposed = [seconds for seconds in summary["exposed_comm_s"].values() if seconds > 0]
@@ -380,7 +382,7 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
         assert compute == pytest.approx(plan.microbatches * kernels + plan.optimizer_s[0], rel=1e-9), \
             candidate.label()
         checked += 1
-    assert checked == {"one DGX H100": 3, "four DGX H100": 2}[cluster]
+    assert checked == {"one DGX H100": 3, "four DGX H100": 1}[cluster]
 
 
 @pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
@@ -394,11 +396,12 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
     units and gradient copies counted, and each pipeline stage's own slot in the fill and drain, simulated over
     estimated tokens/s is:
 
-    - without pipelining, 0.965 to 1.001 for DDP and ZeRO-1 (today 0.9657 to 1.0005; the two lowest are TP 8,
-      whose sequence-parallel collectives expose more than their blocking time alone; dp 8 on one host is
-      estimated 0.05% slow, so the estimate is no longer a lower bound) and 0.925 to 0.969 for FSDP (today
-      0.9256 to 0.9683; 0.828 to 0.869 before the SM toll, 0.20 s of the 1.67 s step on one host);
-    - with pipelining, 0.987 to 0.999 (today 0.9880 to 0.9979; 0.916 to 1.027 when every slot was timed at the
+    - without pipelining, 0.96 to 1.001 for DDP and ZeRO-1 (today 0.9605 to 1.0005; the two lowest are TP 8,
+      whose sequence-parallel collectives expose more than their blocking time alone, the more since each pays
+      NCCL's base latency: 0.9657 and 0.9693 before it; dp 8 on one host is estimated 0.05% slow, so the
+      estimate is no longer a lower bound) and 0.92 to 0.969 for FSDP (today 0.9240 to 0.9683; 0.828 to 0.869
+      before the SM toll, 0.20 s of the 1.67 s step on one host);
+    - with pipelining, 0.987 to 0.999 (today 0.9877 to 0.9977; 0.916 to 1.027 when every slot was timed at the
       slowest rank's work and DDP's last buckets were left out).
 
     And any two layouts, FSDP included, more than 2% apart in the simulation are in the same order in the
@@ -409,7 +412,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = 0.987, 0.999
         else:
-            low, high = (0.925, 0.969) if candidate.sharding == "fsdp" else (0.965, 1.001)
+            low, high = (0.92, 0.969) if candidate.sharding == "fsdp" else (0.96, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:

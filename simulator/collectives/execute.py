@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     """The network model's items for one phase: (links, bytes, latency, src, dst, channel) per transfer, the
-    latency as `step_latencies` charges it."""
+    latency as `step_latencies` charges it per step, times the phase's repeats, plus its `Phase.launch` once."""
     repeat = phase.repeat
     routes = [topology.route(t.src, t.dst, t.channel) for t in phase.transfers]
     paths = [path for path, _ in routes]
@@ -41,7 +41,7 @@ def phase_items(topology: Topology, phase: Phase) -> list[tuple]:
     latencies = step_latencies(phase, [latency for _, latency in routes], chunk_seconds,
                                lambda: hop_kinds(topology, [t.src for t in phase.transfers],
                                                  [t.dst for t in phase.transfers]).tolist())
-    return [(path, t.nbytes * repeat, latency * repeat, t.src, t.dst, t.channel)
+    return [(path, t.nbytes * repeat, latency * repeat + phase.launch, t.src, t.dst, t.channel)
             for t, path, latency in zip(phase.transfers, paths, latencies)]
 
 
@@ -73,7 +73,8 @@ def phase_arrays(topology: Topology, phase: Phase) -> PhaseArrays:
 
     latencies = step_latencies(phase, latency.tolist(), chunk_seconds,
                                lambda: hop_kinds(topology, src, dst).tolist())
-    return PhaseArrays(src, dst, nbytes * phase.repeat, np.array(latencies, dtype=float) * phase.repeat, routes)
+    return PhaseArrays(src, dst, nbytes * phase.repeat,
+                       np.array(latencies, dtype=float) * phase.repeat + phase.launch, routes)
 
 
 def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable[[], list[float]],

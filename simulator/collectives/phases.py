@@ -71,6 +71,10 @@ class Phase:
 
     ``protocol`` is the NCCL protocol the phase runs under (`ProtocolCost`; Simple unless
     `protocols.apply` set another).
+
+    ``launch`` is a latency every transfer pays once before its first step, not per repeat: NCCL's base latency
+    of the collective, which `protocols.apply` puts on a plan's first phase, so the whole plan starts that much
+    later.
     """
 
     transfers: tuple[Transfer, ...]
@@ -79,6 +83,7 @@ class Phase:
     min_latency: float = 0.0
     steps_in_flight: int = 0
     protocol: ProtocolCost = SIMPLE
+    launch: float = 0.0
 
 
 def window_stall(latency: float, seconds: float, steps_in_flight: int) -> float:

@@ -28,10 +28,12 @@ tree, CollNet and multi-node NVLS are Simple only (tuning.cc gives them no LL or
 the algorithms NCCL does not have (`hierarchical`, `halving_doubling`) and point-to-point `direct` (NCCL's LL
 for small point-to-point messages, below NCCL_P2P_LL_THRESHOLD, is not modelled).
 
-Not modelled: NCCL's base latency per collective (tuning.cc `baseLatencies`: 6.6 us for an LL ring, 14 us for
-LL128, 8.4 us for Simple), which the simulation charges under no protocol; NCCL's caps on LL's and LL128's
-bandwidth (`llMaxBws`, `perChMaxRingLL128Bws`: 141 GB/s for LL inside a Hopper node), and its tuner's further
-LL factors (an LL tree at 1/3.8 of the tree's bandwidth rather than 1/2).
+- the base latency: NCCL charges every collective, once per launch, a latency by algorithm and protocol on top of
+  its hops' (tuning.cc `baseLatencies`: the kernel's start and the protocol's setup); `apply` puts it on the
+  plan's first phase (`Phase.launch`) and the `auto` estimate adds the same `base_latency`.
+Not modelled: NCCL's caps on LL's and LL128's bandwidth (`llMaxBws`, `perChMaxRingLL128Bws`: 141 GB/s for LL
+inside a Hopper node), and its tuner's further LL factors (an LL tree at 1/3.8 of the tree's bandwidth rather
+than 1/2).
 """
 
 from __future__ import annotations
@@ -54,6 +56,20 @@ HOP_LATENCY_US: dict[str, dict[Protocol, tuple[float, float, float]]] = {
 """NCCL's latency per hop (us) by algorithm, protocol and kind of hop (NVLink, PCIe, network): tuning.cc
 `hwLatencies`, NCCL master of 2026-06-11. Only the ratios to Simple's are used."""
 
+BASE_LATENCY_US: dict[str, dict[Protocol, float]] = {
+    "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4},
+    "tree": {"ll": 6.8, "ll128": 14.0, "simple": 8.4},
+}
+"""NCCL's base latency of a collective (us) by algorithm and protocol: tuning.cc `baseLatencies`, NCCL master of
+2026-06-11. NVLS, the NVLS tree and CollNet have none there: their fixed cost is in their own latencies (nvls.py
+`LATENCY`, catalog/sharp.py)."""
+
+BASE_LATENCY_ALGORITHMS: dict[AlgorithmName, str] = {
+    "ring": "ring", "tree": "tree", "hierarchical": "ring", "halving_doubling": "ring"}
+"""The algorithms that pay a base latency, by the row of `BASE_LATENCY_US` they read: NCCL's ring and tree, and the
+collective kernels NCCL does not have, launched as one kernel like its ring. `direct` (send/receive, NCCL's
+point-to-point, which its tuner does not cost) and the algorithms with their own fixed latency pay none."""
+
 PROTOCOL_ALGORITHMS: dict[AlgorithmName, tuple[Primitive, ...]] = {
     "ring": ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"), "tree": ("all_reduce",)}
 """The algorithms that run under LL and LL128, and for which primitives (NCCL's ring and its tree all-reduce)."""
@@ -67,6 +83,12 @@ def cost(algorithm: AlgorithmName, protocol: Protocol) -> ProtocolCost:
     own, simple = table[protocol], table["simple"]
     scale = (own[NVLINK] / simple[NVLINK], own[PCI] / simple[PCI], own[NET] / simple[NET])
     return ProtocolCost(protocol, scale)
+
+
+def base_latency(algorithm: AlgorithmName, protocol: Protocol) -> float:
+    """Seconds NCCL's base latency adds once to a collective that ``algorithm`` runs under ``protocol``."""
+    row = BASE_LATENCY_ALGORITHMS.get(algorithm)
+    return 0.0 if row is None else BASE_LATENCY_US[row][protocol] * 1e-6
 
 
 def ll128_enabled(ranks: tuple[int, ...], topology: Topology) -> bool:
@@ -94,11 +116,15 @@ def check(algorithm: AlgorithmName, op: Primitive, protocol: Protocol, ranks: tu
 
 def apply(phases: list[Phase], algorithm: AlgorithmName, protocol: Protocol) -> list[Phase]:
     """``algorithm``'s ``phases`` under ``protocol``: each phase costed by its `ProtocolCost`, each transfer
-    loading its links with its payload over the protocol's `PAYLOAD_FRACTION` (sending the payload)."""
-    if protocol == "simple":
-        return phases
-    protocol_cost, fraction = cost(algorithm, protocol), PAYLOAD_FRACTION[protocol]
-    return [replace(phase, protocol=protocol_cost,
-                    transfers=tuple(t._replace(nbytes=t.nbytes / fraction, sent_share=t.sent_share * fraction)
-                                    for t in phase.transfers))
-            for phase in phases]
+    loading its links with its payload over the protocol's `PAYLOAD_FRACTION` (sending the payload), and the
+    first phase started after the `base_latency`."""
+    if protocol != "simple":
+        protocol_cost, fraction = cost(algorithm, protocol), PAYLOAD_FRACTION[protocol]
+        phases = [replace(phase, protocol=protocol_cost,
+                          transfers=tuple(t._replace(nbytes=t.nbytes / fraction, sent_share=t.sent_share * fraction)
+                                          for t in phase.transfers))
+                  for phase in phases]
+    launch = base_latency(algorithm, protocol)
+    if phases and launch:
+        phases = [replace(phases[0], launch=launch), *phases[1:]]
+    return phases

@@ -111,7 +111,8 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
               ) -> dict[AlgorithmName, float]:
     """Latency + size / bandwidth estimates (seconds) under ``protocol`` of the `candidates` for ``request``
     (or of ``algorithms``) that run under it (`protocols.available`), on links that reach ``efficiency`` (link
-    class -> fraction of line rate, as the network model takes it; None: line rate).
+    class -> fraction of line rate, as the network model takes it; None: line rate), each with NCCL's base
+    latency of the algorithm under the protocol (`protocols.base_latency`), which its plan charges once.
 
     a_in, b_in: latency and bottleneck bandwidth between two members of the fullest host; a_out, b_out: between
     the first members of the first two hosts; p ranks on N hosts, g members on the fullest, n bytes, r the rails
@@ -157,6 +158,7 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
             found[name] = collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
         else:
             found[name] = nvls_sharp.LATENCY + n * max((g + 1) / (g * nvls_rate * b_in), 1 / (g * b_out))
+        found[name] += protocols.base_latency(name, protocol)
     return found
 
 
