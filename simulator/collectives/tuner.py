@@ -110,56 +110,77 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
               protocol: Protocol = "simple", algorithms: tuple[AlgorithmName, ...] | None = None
               ) -> dict[AlgorithmName, float]:
     """Latency + size / bandwidth estimates (seconds) under ``protocol`` of the `candidates` for ``request``
-    (or of ``algorithms``) that run under it (`protocols.available`), on links that reach ``efficiency`` (link
-    class -> fraction of line rate, as the network model takes it; None: line rate), each with NCCL's base
-    latency of the algorithm under the protocol (`protocols.base_latency`), which its plan charges once.
+    (or of ``algorithms``) that run under it: `estimates_by_protocol` for one protocol."""
+    return estimates_by_protocol(request, topology, efficiency, (protocol,), algorithms)[protocol]
 
-    a_in, b_in: latency and bottleneck bandwidth between two members of the fullest host; a_out, b_out: between
-    the first members of the first two hosts; p ranks on N hosts, g members on the fullest, n bytes, r the rails
-    the group leaves each host on, ch the channels (ring.channel_count), L the pipeline chunks of a tree or chain.
-    NVLS loads its switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does.
-    """
-    n, size = request.nbytes, len(request.ranks)
-    hosts = group_by_host(request.ranks, topology)
+
+def estimates_by_protocol(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
+                          wanted: tuple[Protocol, ...], algorithms: tuple[AlgorithmName, ...] | None = None,
+                          hosts: list[list[int]] | None = None) -> dict[Protocol, dict[AlgorithmName, float]]:
+    """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the `candidates` for
+    ``request`` (or of ``algorithms``) that run under it (`protocols.available`), on links that reach
+    ``efficiency`` (link class -> fraction of line rate, as the network model takes it; None: line rate), each
+    with NCCL's base latency of the algorithm under the protocol (`protocols.base_latency`), which its plan
+    charges once. The group's hosts (``hosts`` when the caller has them), hops and channels are read once for
+    every protocol: only the hops' latency and payload share depend on it."""
+    hosts = hosts or group_by_host(request.ranks, topology)
     count, g = len(hosts), max(len(members) for members in hosts)
     widest = max(hosts, key=len)
     capacity = effective_capacity(topology, efficiency or {})
     simple_inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
     simple_outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else simple_inner
+    simple_across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
     channels = channel_count(request, topology, hosts)
     rails = min(channels, rails_used(topology, hosts)) if count > 1 else 1
-    found: dict[AlgorithmName, float] = {}
-    names = [name for name in (algorithms or candidates(request, topology, hosts))
-             if protocol in protocols.available(name, request.op, request.ranks, topology)]
-    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
-    for name in names:
-        inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
-        (a_in, b_in, *_), (a_out, b_out, *_) = inner, outer
-        mean_latency = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
-        per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
-        if name == "ring" and request.op in RING_STEPS:
-            # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
-            found[name] = RING_STEPS[request.op](size) * (mean_latency + n / size * per_byte)
-        elif name == "ring":
-            found[name] = chain_estimate(n, size, channels, rails, request.chunk_bytes, inner,
-                                         outer if count > 1 else None)
-        elif name == "tree":
-            # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
-            across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
-            found[name] = tree_estimate(topology, request, hosts, channels, inner, across.under(name, protocol))
-        elif name == "nvls" and nvls.supports(request.ranks, topology):
-            found[name] = nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
-        elif name == "nvls":
-            found[name] = (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
-                           + max(nvls.link_bytes("all_reduce", n, g) / (nvls_rate * b_in),
-                                 2 * (count - 1) / count * n / g / b_out))
-        elif name == "collnet_direct":
-            # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
-            found[name] = collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
-        else:
-            found[name] = nvls_sharp.LATENCY + n * max((g + 1) / (g * nvls_rate * b_in), 1 / (g * b_out))
-        found[name] += protocols.base_latency(name, protocol)
-    return found
+    listed = algorithms or tuple(candidates(request, topology, hosts))
+    able = {name: protocols.available(name, request.op, request.ranks, topology) for name in listed}
+    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(listed) else 1.0
+    return {protocol: {name: _estimate(request, topology, hosts, name, protocol, simple_inner, simple_outer,
+                                       simple_across, channels, rails, nvls_rate)
+                       for name in listed if protocol in able[name]} for protocol in wanted}
+
+
+def _estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
+              protocol: Protocol, simple_inner: Hop, simple_outer: Hop, simple_across: Hop, channels: int,
+              rails: int, nvls_rate: float) -> float:
+    """One algorithm's estimate under one protocol (`estimates_by_protocol`), from the group's hops under
+    Simple (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out,
+    b_out between the first members of the first two hosts, across from the first host's last member to the
+    second's first."""
+    inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
+    return _transfer_estimate(request, topology, hosts, name, inner, outer, simple_across.under(name, protocol),
+                              channels, rails, nvls_rate) + protocols.base_latency(name, protocol)
+
+
+def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
+                       inner: Hop, outer: Hop, across: Hop, channels: int, rails: int, nvls_rate: float) -> float:
+    """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
+    hosts, g members on the fullest, n bytes, r the rails the group leaves each host on, ch the channels
+    (ring.channel_count), L the pipeline chunks of a tree or chain. NVLS loads its switch links at its
+    in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
+    n, size = request.nbytes, len(request.ranks)
+    count, g = len(hosts), max(len(members) for members in hosts)
+    (a_in, b_in, *_), (a_out, b_out, *_) = inner, outer
+    mean_latency = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
+    per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
+    if name == "ring" and request.op in RING_STEPS:
+        # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
+        return RING_STEPS[request.op](size) * (mean_latency + n / size * per_byte)
+    if name == "ring":
+        return chain_estimate(n, size, channels, rails, request.chunk_bytes, inner, outer if count > 1 else None)
+    if name == "tree":
+        # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
+        return tree_estimate(topology, request, hosts, channels, inner, across)
+    if name == "nvls" and nvls.supports(request.ranks, topology):
+        return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
+    if name == "nvls":
+        return (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
+                + max(nvls.link_bytes("all_reduce", n, g) / (nvls_rate * b_in),
+                      2 * (count - 1) / count * n / g / b_out))
+    if name == "collnet_direct":
+        # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
+        return collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
+    return nvls_sharp.LATENCY + n * max((g + 1) / (g * nvls_rate * b_in), 1 / (g * b_out))
 
 
 def chain_estimate(n: float, size: int, channels: int, rails: int, chunk_bytes: float | None, inner: Hop,
@@ -299,10 +320,10 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
         able = protocols.available(algorithm, request.op, request.ranks, topology)
         if protocol != "auto" or len(able) == 1:
             return Choice(algorithm, able[0] if protocol == "auto" else protocol)
-    names = (algorithm,) if algorithm != "auto" else tuple(
-        candidates(request, topology, group_by_host(request.ranks, topology)))
+    hosts = group_by_host(request.ranks, topology)
+    names = (algorithm,) if algorithm != "auto" else tuple(candidates(request, topology, hosts))
     wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
-    by_protocol = {each: estimates(request, topology, efficiency, each, names) for each in wanted}
+    by_protocol = estimates_by_protocol(request, topology, efficiency, wanted, names, hosts)
     costs = {(name, each): by_protocol[each][name] for name in names for each in wanted if name in by_protocol[each]}
     if not costs:
         protocols.check(names[0], request.op, wanted[0], request.ranks, topology)
