@@ -308,3 +308,18 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
     assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
     assert "shares links with the other replicas'" in err
     assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
+
+
+@pytest.mark.parametrize("scenario, settings, problem", [
+    ("llama3-8b-dgx-h100-dp8", ["run.horizon=1d", "restart.spares=3"],
+     "3 spare hosts for a job on 1 host (allowed: 0 to 1)"),
+    ("llama3-405b-16k-job", ["restart.spares=5000"], "5000 spare hosts for a job on 2048 hosts (allowed: 0 to 2048)"),
+], ids=["one-host", "2048-hosts"])
+def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem, tmp_path, capsys):
+    """A spare pool larger than the job is one line, the host count in the singular for one host (it read
+    "1 hosts"), before any step is simulated."""
+    out = tmp_path / "out"
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    assert main(["run", scenario, *sets, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: --set {settings[-1]}: restart.spares: {problem}\n"
+    assert not out.exists()

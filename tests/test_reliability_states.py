@@ -345,7 +345,7 @@ def test_a_kept_global_batch_shrinks_only_to_sizes_it_splits_over(tmp_path, caps
     assert main(["run", str(scenario), "--out", str(out)]) == 2
     line = text.splitlines().index("restart: {elastic: true, elastic_batch: keep_global}") + 1
     assert capsys.readouterr().err == (
-        f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk to 1 replicas keeps its global "
+        f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk to 1 replica keeps its global "
         "batch of 100008 sequences: 100008 micro-batches per replica (allowed: at most 100000; elastic_batch: "
         "keep_per_replica, or restart.min_replicas above 1)\n")
     assert not out.exists()

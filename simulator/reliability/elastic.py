@@ -115,10 +115,15 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
         return
     total = dp * microbatches
     if total // size > MAX_MICROBATCHES:
-        raise loaded.error(("restart", "elastic_batch"), f"the elastic job shrunk to {size} replicas keeps its "
+        raise loaded.error(("restart", "elastic_batch"), f"the elastic job shrunk to {_replicas(size)} keeps its "
                            f"global batch of {total * training.micro_batch} sequences: {total // size} "
                            f"micro-batches per replica", f"at most {MAX_MICROBATCHES}; elastic_batch: "
                            f"keep_per_replica, or restart.min_replicas above {size}")
+
+
+def _replicas(count: int) -> str:
+    """``count`` replicas in words, singular for one."""
+    return f"{count} replica" + ("" if count == 1 else "s")
 
 
 def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> None:
@@ -131,6 +136,6 @@ def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, 
             located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
-        raise type(error)(f"the elastic job shrunk to {size} replicas ({size * (hosts // dp)} hosts): "
+        raise type(error)(f"the elastic job shrunk to {_replicas(size)} ({size * (hosts // dp)} hosts): "
                           f"{error.problem}", field=error.field, file=error.file, line=error.line,
                           allowed=f"{allowed}restart.min_replicas above {size}") from None

@@ -170,8 +170,9 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
         raise ScenarioError("a job simulation needs a training step", field="run.horizon",
                             allowed="a model section, or no run.horizon")
     if scenario.restart.spares > hosts:
-        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {hosts} hosts",
-                            field="restart.spares", allowed=f"0 to {hosts}")
+        job = f"{hosts} host" + ("" if hosts == 1 else "s")
+        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {job}", field="restart.spares",
+                            allowed=f"0 to {hosts}")
 
 
 def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:
