@@ -102,6 +102,19 @@ def test_window_and_ranks_zoom(tmp_path, capsys):
     assert not (tmp_path / "bad.png").exists()
 
 
+def _all_reduce_sweep(out, sizes: str) -> None:
+    """A sweep of ring and tree all-reduces on one DGX H100 over ``sizes``, written to ``out``."""
+    sweep = sweep_from_text(f"""
+base:
+  cluster: {{topology: dgx-h100}}
+  workload: [{{op: all_reduce, bytes: 1 MiB}}]
+grid:
+  collectives.algorithm: [ring, tree]
+  workload[0].bytes: [{sizes}]
+""", "c.yaml")
+    run_sweep(sweep, out, SerialExecutor())
+
+
 @pytest.mark.parametrize("flags, error", [
     (["--x", "workload[0].bytes", "--y", "workload[0].bytes", "--value", "collectives[0].time_s"],
      "--x/--y/--value: --x workload[0].bytes, --y workload[0].bytes and --value collectives[0].time_s name one "
@@ -116,15 +129,7 @@ def test_window_and_ranks_zoom(tmp_path, capsys):
 def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, flags, error):
     """A heat map over one column twice (pandas: 'Grouper ... not 1-dimensional') or of a text column (pandas:
     "dtype 'str' does not support operation 'mean'") was a traceback, exit 1."""
-    sweep = sweep_from_text("""
-base:
-  cluster: {topology: dgx-h100}
-  workload: [{op: all_reduce, bytes: 1 MiB}]
-grid:
-  collectives.algorithm: [ring, tree]
-  workload[0].bytes: [1 MiB, 16 MiB]
-""", "c.yaml")
-    run_sweep(sweep, tmp_path / "sweep", SerialExecutor())
+    _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", "heatmap", str(tmp_path / "sweep"), *flags, "-o", str(tmp_path / "h.png")]) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
@@ -138,15 +143,7 @@ def _write(tmp_path, text: str):
 
 
 def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, capsys):
-    sweep = sweep_from_text("""
-base:
-  cluster: {topology: dgx-h100}
-  workload: [{op: all_reduce, bytes: 1 MiB}]
-grid:
-  collectives.algorithm: [ring, tree]
-  workload[0].bytes: [1 MiB, 16 MiB, 256 MiB]
-""", "c.yaml")
-    run_sweep(sweep, tmp_path / "sweep", SerialExecutor())
+    _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB, 256 MiB")
     for chart, extra in (("sweep", ["--x", "workload[0].bytes", "--y", "collectives[0].busbw_GBps", "--hue",
                                     "collectives.algorithm"]),
                          ("heatmap", ["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value",
