@@ -186,6 +186,90 @@ def test_a_file_of_a_rank_outside_its_job_says_so_in_one_line(tmp_path, capsys, 
     assert not (tmp_path / "out").exists()
 
 
+def distributed_info(path: Path, **info) -> None:
+    """Set (None: remove) fields of the `distributedInfo` of the Kineto trace at ``path``."""
+    doc = json.loads(path.read_text())
+    doc["distributedInfo"] = {key: value for key, value in {**doc["distributedInfo"], **info}.items()
+                              if value is not None}
+    path.write_text(json.dumps(doc))
+
+
+def test_one_rank_of_a_job_spans_the_world_size_its_trace_states(tmp_path):
+    """Rank 0's trace of a 4-rank job (distributedInfo.world_size 4) whose all-reduce is of the group [0, 1]: the
+    job was taken as the 2 ranks the trace names. It spans 4 GPUs now; rank 0's GEMM (1000 us), the two-rank
+    ring all-reduce (8.4 us base latency, then two steps of n/2 each way over 100 GbE: 2.892 ms), the optimizer
+    (200 us)."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    distributed_info(traces / "rank0.json", world_size=4)
+    text = two_rank_scenario("100 Gb/s", nodes=4).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    _, result = run(text, tmp_path)
+    assert result.summary["gpus"] == 4 and result.summary["simulated_ranks"] == 1
+    all_reduce = 8.4e-6 + 2 * transfer_s(100e9, ALLREDUCE_BYTES / 2)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + all_reduce + 200e-6, rel=EXACT)
+
+
+@pytest.mark.parametrize(("edits", "where", "problem"), [
+    ({"rank1.json": {"world_size": 4}}, "rank1.json: distributedInfo.world_size",
+     "the traced job has 4 ranks here, but 2 in {traces}/rank0.json (distributedInfo.world_size)"),
+    ({"rank0.json": {"rank": None}, "rank1.json": {"rank": 0}}, "rank1.json: distributedInfo.rank",
+     "the file states rank 0, but {traces}/rank0.json states none, so ranks are the files' order, which makes this "
+     "one rank 1"),
+    ({"rank1.json": {"pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 2]}]}},
+     "rank1.json: distributedInfo.pg_config[0]",
+     "process group '0' has ranks [0, 2] and pg_size 2 of a 2-rank job (distributedInfo.world_size)"),
+    ({"rank0.json": {"pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]},
+      "rank1.json": {"pg_config": [{"pg_name": "0", "pg_desc": "", "pg_size": 2, "ranks": [1, 0]}]}},
+     "rank1.json: distributedInfo.pg_config", "process group '0' has ranks [1, 0] here, but [0, 1] in "
+     "{traces}/rank0.json"),
+])
+def test_traces_that_disagree_on_their_job_are_refused_in_one_line(tmp_path, edits, where, problem):
+    """Each file's distributedInfo is taken at its word, and the files of one job must tell the same job. Rank 1's
+    file saying 4 ranks where rank 0's says 2 was replayed as a 2-rank job; a file stating no rank beside one that
+    does made the stated rank silently the file order's."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for file, info in edits.items():
+        distributed_info(traces / file, **info)
+    error = kineto_error(traces)
+    assert (f"{Path(error.file).name}: {error.field}", error.problem) == (where, problem.format(traces=traces))
+
+
+def test_a_file_stating_the_process_groups_beside_one_that_does_not_agrees_with_it(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    distributed_info(traces / "rank0.json", pg_config=[{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2,
+                                                        "ranks": [0, 1]}])
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(ALLREDUCE_BYTES, rel=EXACT)
+
+
+def test_the_process_groups_the_profiler_states_give_members_and_descriptions(tmp_path):
+    """distributedInfo.pg_config lists every group with all its ranks and its description. A 64-rank group of a
+    128-rank job whose ranks follow no stride, shortened in the kernel's args, was refused (the ranks left out
+    unknown); its description only there (not in the kernel's args) was not read, so its all-reduce counted as
+    DP. Rank 0 alone: the ring of 64 sends 2 (p-1)/p n per GPU, as TP."""
+    ranks = [*range(0, 58, 2), 57, *range(60, 128, 2)]
+    assert len(ranks) == 64
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, world=128, **{"Process Group Ranks": "[" + ", ".join(map(str, ranks[:29])) + ", ..., 126]",
+                                        "Group size": 64, "Global rank stride": -1, "Process Group Description": None})
+    distributed_info(traces / "rank0.json", pg_config=[
+        {"pg_name": "0", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "backend_config": "cuda:nccl", "pg_size": 64,
+         "ranks": ranks}])
+    text = two_rank_scenario("100 Gb/s", nodes=128).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    _, result = run(text, tmp_path)
+    p = 64
+    assert result.summary["gpus"] == 128
+    assert result.summary["traffic_bytes_per_gpu"]["tp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
+
+
+def test_a_group_beyond_the_stated_world_size_is_refused_at_its_event(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, **{"Process Group Ranks": "[0, 1, 2, 3]", "Group size": 4})
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank0.json", "traceEvents[8]")
+    assert error.problem == (f"all_reduce of process group '0' of ranks 0-3, beyond the traced job's 2 ranks "
+                             f"(distributedInfo.world_size of {traces / 'rank0.json'})")
+
+
 def pipeline_transfer(folder: Path, **peers: dict) -> Path:
     """The bundled two-rank trace with its all-reduce turned into a pipeline transfer of the same 32 MiB: rank
     0 sends, rank 1 receives (record_param_comms `send` / `recv`, NCCL's SendRecv kernel); ``peers`` sets each
@@ -675,10 +759,13 @@ def test_the_wrong_format_is_named(tmp_path):
                                     "workload.format: chakra-json)")
 
 
-def comms_args(folder: Path, rank: int, **args) -> None:
-    """Set the record_param_comms args of the bundled trace's all-reduce (event 4) of ``rank``; None removes one."""
+def comms_args(folder: Path, rank: int, world: int | None = None, **args) -> None:
+    """Set the record_param_comms args of the bundled trace's all-reduce (event 4) of ``rank``; None removes one.
+    ``world``: the job's size that distributedInfo states instead of 2, for a group of more ranks."""
     path = folder / f"rank{rank}.json"
     doc = json.loads(path.read_text())
+    if world is not None:
+        doc["distributedInfo"]["world_size"] = world
     doc["traceEvents"][4]["args"].update(args)
     doc["traceEvents"][4]["args"] = {key: value for key, value in doc["traceEvents"][4]["args"].items()
                                      if value is not None}
@@ -691,7 +778,7 @@ def test_a_group_of_64_ranks_that_the_profiler_shortens_spans_64_ranks(tmp_path,
     """PyTorch lists at most 30 of a group's ranks ('[0, ..., 29, ...]', recent versions '[0, ..., 28, ...,
     63]'); rank 0's trace of a 64-rank all-reduce was replayed over the 30 ranks shown."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
-    comms_args(traces, 0, **{"Process Group Ranks": shown, "Group size": 64})
+    comms_args(traces, 0, world=64, **{"Process Group Ranks": shown, "Group size": 64})
     text = two_rank_scenario("100 Gb/s", nodes=64).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
     loaded, result = run(text, tmp_path)
     p = 64
@@ -704,12 +791,12 @@ def test_a_group_of_64_ranks_that_the_profiler_shortens_spans_64_ranks(tmp_path,
 def test_a_shortened_group_follows_the_stated_stride(tmp_path):
     traces = copy_traces(KINETO_2RANK, tmp_path)
     shown = "[" + ", ".join(map(str, range(0, 58, 2))) + ", ..., 126]"
-    comms_args(traces, 0, **{"Process Group Ranks": shown, "Group size": 64, "Global rank start": 0,
-                             "Global rank stride": 2})
+    comms_args(traces, 0, world=128, **{"Process Group Ranks": shown, "Group size": 64, "Global rank start": 0,
+                                        "Global rank stride": 2})
     text = two_rank_scenario("100 Gb/s", nodes=128).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
     _, result = run(text, tmp_path)
-    p = 64  # ranks 0, 2, ..., 126 of the traced job
-    assert result.summary["gpus"] == 127
+    p = 64  # ranks 0, 2, ..., 126 of the traced job of 128 (distributedInfo.world_size)
+    assert result.summary["gpus"] == 128
     assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(2 * (p - 1) / p * ALLREDUCE_BYTES, rel=EXACT)
 
 
@@ -736,8 +823,8 @@ def test_group_ranks_that_cannot_be_told_are_refused_at_their_event(tmp_path, ar
 def one_rank_of_eight(tmp_path: Path, **args):
     """Rank 0's trace as PyTorch versions without `Process Group Ranks` write it, replayed on 8 GPUs."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
-    comms_args(traces, 0, **{"Process Group Name": None, "Process Group Description": None,
-                             "Process Group Ranks": None, "Group size": 8, **args})
+    comms_args(traces, 0, world=8, **{"Process Group Name": None, "Process Group Description": None,
+                                      "Process Group Ranks": None, "Group size": 8, **args})
     text = two_rank_scenario("100 Gb/s", nodes=8).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
     return run(text, tmp_path)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import heapq
 import json
 from pathlib import Path
-from typing import NamedTuple
 
 from simulator.collectives.names import Primitive
 from simulator.workload.traces.model import (
+    ProcessGroup,
     TracedOp,
     TracedRank,
     as_int,
@@ -38,14 +38,9 @@ COLLECTIVE_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, 
 P2P_STREAM = "p2p"
 US = 1e-6
 PG_INIT = "process_group:init"
-
-
-class ProcessGroup(NamedTuple):
-    """What a trace tells of a process group: its description (torch.distributed's `group_desc`, else its
-    name), which names the parallelism it serves, and its members' ranks (() when not told)."""
-
-    description: str
-    members: tuple[int, ...]
+DEFAULT_GROUP = "default_pg"
+"""torch.distributed's description of the default process group, the one of every rank of the job: where its
+ranks are 0 to n-1, the job has n ranks."""
 
 
 def read_chakra(path: Path) -> TracedRank:
@@ -59,7 +54,7 @@ def read_chakra(path: Path) -> TracedRank:
             raise trace_error(file, f"nodes[{position}]", f"node id {node_id} appears twice", "unique node ids")
         by_id[node_id] = position
     order = _topological(file, nodes, by_id)
-    groups = _process_groups(file, nodes)
+    groups, groups_field = _process_groups(file, nodes)
     ops: list[TracedOp] = []
     op_of: dict[int, tuple[int, ...]] = {}
     for position in order:
@@ -74,7 +69,10 @@ def read_chakra(path: Path) -> TracedRank:
     if not ops:
         raise trace_error(file, "nodes", f"nothing to replay in {len(nodes)} nodes: no COMP_NODE, COMM_COLL_NODE, "
                           "COMM_SEND_NODE or COMM_RECV_NODE", "an execution trace of one training step")
-    return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes")
+    world = next((len(group.members) for group in groups.values()
+                  if group.description == DEFAULT_GROUP and group.members == tuple(range(len(group.members)))), 0)
+    return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes",
+                      world=world, world_field=groups_field, groups=groups, groups_field=groups_field)
 
 
 def _documents(path: Path) -> list:
@@ -187,12 +185,14 @@ def _topological(file: str, nodes: list[dict], by_id: dict[int, int]) -> list[in
     return order
 
 
-def _process_groups(file: str, nodes: list[dict]) -> dict[str, ProcessGroup]:
-    """The process groups that a `## process_group:init ##` node describes, by name. PyTorch's execution-trace
-    observer records torch.distributed's group configuration there (`pg_name`, `pg_desc`, `ranks`, `group_size`;
-    `ranks` empty for a group of every rank) and Chakra's converter keeps the node as metadata, the JSON inside
-    the text of its `inputs.values`; without such a node, nothing is known of the groups but their names."""
+def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGroup], str]:
+    """The process groups that a `## process_group:init ##` node describes, by name, and the node's field.
+    PyTorch's execution-trace observer records torch.distributed's group configuration there (`pg_name`,
+    `pg_desc`, `ranks`, `group_size`; `ranks` empty for a group of every rank) and Chakra's converter keeps the
+    node as metadata, the JSON inside the text of its `inputs.values`; without such a node, nothing is known of
+    the groups but their names."""
     groups: dict[str, ProcessGroup] = {}
+    where = ""
     for position, node in enumerate(nodes):
         if PG_INIT not in str(node.get("name", "")):
             continue
@@ -221,7 +221,7 @@ def _process_groups(file: str, nodes: list[dict]) -> dict[str, ProcessGroup]:
                 raise trace_error(file, where, f"process group {name!r} lists ranks {list(members)} with group_size "
                                   f"{size}", "distinct ranks >= 0, as many as the group_size")
             groups[str(name)] = ProcessGroup(str(desc or name), members or tuple(range(size)))
-    return groups
+    return groups, where
 
 
 def _group_entries(values: object) -> list[dict] | None:

@@ -33,6 +33,7 @@ from simulator.units import MAX_STEP_DURATION_S
 from simulator.workload.traces.model import (
     GEMM_OPERANDS,
     OpKind,
+    ProcessGroup,
     TracedOp,
     TracedRank,
     as_int,
@@ -125,46 +126,59 @@ def read_kineto(path: Path) -> TracedRank:
                           "trace (set workload.format: chakra-json)" if chakra else ""),
                           "a Chrome-trace object with traceEvents")
     events = doc["traceEvents"]
-    rank = _stated_rank(file, doc.get("distributedInfo"))
-    parsed = _Parsed(file, events)
-    if parsed.gpu:
-        ops, unknown = parsed.gpu_ops()
-        traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events),
-                            unknown=tuple(unknown), untold_peers=tuple(parsed.untold_peers))
-    else:
-        cpu_ops = parsed.cpu_ops()
-        if not cpu_ops:
-            raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy "
-                              "or memset, and no CPU op (cat cpu_op) in the profiled step",
-                              "a profiler trace of one training step")
-        traced = TracedRank(file=file, rank=rank, ops=tuple(cpu_ops), timed=True, events=len(events),
-                            window=parsed.step_window)
+    rank, world, groups = _distributed_info(file, doc.get("distributedInfo"))
+    parsed = _Parsed(file, events, groups)
+    ops, unknown = parsed.gpu_ops() if parsed.gpu else (parsed.cpu_ops(), [])
+    if not ops:
+        raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy "
+                          "or memset, and no CPU op (cat cpu_op) in the profiled step",
+                          "a profiler trace of one training step")
+    traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown),
+                        untold_peers=tuple(parsed.untold_peers), window=None if parsed.gpu else parsed.step_window,
+                        world=world, world_field="distributedInfo.world_size", groups=groups,
+                        groups_field="distributedInfo.pg_config")
     if traced.span_s() > MAX_STEP_DURATION_S:
         raise trace_error(file, "traceEvents", f"the replayed events span {traced.span_s():.4g} s, more than a day, "
                           "longer than any training step", "a profiler trace of one training step")
     return traced
 
 
-def _stated_rank(file: str, info: object) -> int:
-    """The rank `distributedInfo` states (-1 when it states none), which must be one of the traced job's
-    `world_size` ranks where that is stated: rank 5's trace cannot be of a 2-rank job."""
+def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, ProcessGroup]]:
+    """(rank, world size, process groups by name) as `distributedInfo` states them: -1, 0 and none where it does
+    not. The rank must be one of the `world_size` ranks, and each group of `pg_config` (torch.distributed's
+    configuration of every group the job made: `pg_name`, `pg_desc`, `pg_size`, `ranks`) `pg_size` distinct
+    ranks of the job."""
     if not isinstance(info, dict):
-        return -1
+        return -1, 0, {}
     rank, world = (_whole(info.get(key)) for key in ("rank", "world_size"))
-    if rank is None:
-        return -1
-    if world is not None and rank >= world:
+    if rank is not None and world is not None and rank >= world:
         raise trace_error(file, "distributedInfo.rank", f"rank {rank} is not one of the traced job's {world} "
                           f"rank{'s' if world != 1 else ''} (distributedInfo.world_size)",
                           f"a rank from 0 to {world - 1}" if world else "a world_size of at least 1")
-    return rank
+    configs = info.get("pg_config")
+    groups: dict[str, ProcessGroup] = {}
+    for index, config in enumerate(configs if isinstance(configs, list) else []):
+        if not isinstance(config, dict) or config.get("pg_name") is None:
+            continue
+        name, ranks, size = str(config["pg_name"]), config.get("ranks"), config.get("pg_size")
+        shown = _shown_ranks(ranks)
+        members = shown[0] if shown is not None and not shown[2] else None
+        if (members is None or not members or len(set(members)) != len(members)
+                or (size is not None and _whole(size) != len(members))
+                or (world is not None and max(members) >= world)):
+            job = f" of a {world}-rank job (distributedInfo.world_size)" if world is not None else ""
+            raise trace_error(file, f"distributedInfo.pg_config[{index}]", f"process group {name!r} has ranks "
+                              f"{ranks!r} and pg_size {size!r}{job}", "pg_size distinct ranks of the job")
+        groups[name] = ProcessGroup(str(config.get("pg_desc") or name), members)
+    return -1 if rank is None else rank, world or 0, groups
 
 
 class _Parsed:
     """A trace's complete events sorted by kind, each with its index in traceEvents."""
 
-    def __init__(self, file: str, events: list):
+    def __init__(self, file: str, events: list, groups: dict[str, ProcessGroup]):
         self.file = file
+        self.groups = groups
         self.gpu: list[tuple[int, dict]] = []
         self.cpu: list[tuple[int, dict]] = []
         self.comms: dict[object, list[tuple[float, float, dict]]] = {}
@@ -267,13 +281,15 @@ class _Parsed:
         if info is None:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
-        members = _members(info, self.file, where, name)
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
+        stated = self.groups.get(group)
+        members = stated.members if stated is not None else _members(info, self.file, where, name)
+        description = str(info.get("Process Group Description", stated.description if stated is not None else ""))
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
                         group=group or "default", members=members,
                         group_size=_whole(info.get("Group size")) or len(members),
-                        description=str(info.get("Process Group Description", "")), seq=_sequence(info))
+                        description=description, seq=_sequence(info))
 
     def _transfer(self, index: int, event: dict, name: str, stream: str, info: dict | None,
                   dtype: str) -> TracedOp | None:
@@ -288,7 +304,8 @@ class _Parsed:
         where = f"traceEvents[{index}]"
         peer = _whole(info.get("Dst Rank" if kind == "send" else "Src Rank"))
         if peer is None:
-            members = _members(info, self.file, where, name)
+            stated = self.groups.get(str(info.get("Process Group Name", "")))
+            members = stated.members if stated is not None else _members(info, self.file, where, name)
             in_group = _whole(info.get("Rank"))
             peer = members[in_group] if in_group is not None and in_group < len(members) else None
         if peer is None:

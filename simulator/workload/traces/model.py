@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from simulator.collectives.names import Primitive
 from simulator.errors import TraceError
@@ -16,6 +16,14 @@ from simulator.units import MAX_MESSAGE_BYTES, MAX_STEP_DURATION_S, MESSAGE_ALLO
 OpKind = Literal["compute", "collective", "send", "recv"]
 GemmShape = tuple[int, int, int, int] | tuple[()]
 """(batch, m, n, k) of a matrix multiply, () where the op is not one or its shapes are not recorded."""
+
+
+class ProcessGroup(NamedTuple):
+    """What a trace states of a process group beside its collectives: its description (torch.distributed's
+    `group_desc`, else its name), which names the parallelism it serves, and its members' global ranks."""
+
+    description: str
+    members: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,10 @@ class TracedOp:
 
 @dataclass(frozen=True)
 class TracedRank:
-    """One rank's trace. ``rank`` is its number as the file states it, -1 when it does not. ``timed``: its
+    """One rank's trace. ``rank`` is its number as the file states it, -1 when it does not; ``world`` the traced
+    job's size as it states it (Kineto's `distributedInfo.world_size`, Chakra's default process group), 0 when it
+    does not, and ``world_field`` where it states it; ``groups`` the process groups it states by name (Kineto's
+    `distributedInfo.pg_config`, Chakra's process-group metadata), and ``groups_field`` where. ``timed``: its
     start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
     counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
     because their kind is not recognised, ``untold_peers`` those of point-to-point kernels kept as compute
@@ -71,6 +82,10 @@ class TracedRank:
     untold_peers: tuple[tuple[int, str], ...] = ()
     events_field: str = "traceEvents"
     window: tuple[float, float] | None = None
+    world: int = 0
+    world_field: str = ""
+    groups: dict[str, ProcessGroup] = field(default_factory=dict)
+    groups_field: str = ""
 
     def where(self, op: TracedOp) -> str:
         """The field that locates ``op`` in its file: traceEvents[i] or nodes[i]."""

@@ -3,9 +3,10 @@ knobs), collectives and point-to-point transfers re-costed on the cluster, idle 
 explains kept as host time.
 
 Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the order of the files (names
-sorted with their numbers compared as numbers). A process group's members come from the trace where it lists
-them (Kineto's `Process Group Ranks`, Chakra's process-group metadata), otherwise they are the ranks whose
-traces use the group. Members without a trace are not simulated: like folded ranks, the rendezvous does not
+sorted with their numbers compared as numbers); the job's size is what the traces state (`world_size`, Chakra's
+default group), else the highest rank they name plus one, and files must agree on it. A process group's members
+come from the trace where it lists them (Kineto's `pg_config` or `Process Group Ranks`, Chakra's process-group
+metadata), otherwise they are the ranks whose traces use the group. Members without a trace are not simulated: like folded ranks, the rendezvous does not
 wait for them, but the collective's transfers still run over every member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
 NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. Each
@@ -34,7 +35,7 @@ from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import group_kinds
-from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
+from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
@@ -78,16 +79,22 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
             raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
                                 allowed="one file per rank")
         return sorted(traced, key=lambda rank: rank.rank)
+    unstated = next(rank for rank in traced if rank.rank < 0)
+    for index, rank in enumerate(traced):
+        if 0 <= rank.rank != index:
+            raise trace_error(rank.file, "distributedInfo.rank", f"the file states rank {rank.rank}, but "
+                              f"{unstated.file} states none, so ranks are the files' order, which makes this one "
+                              f"rank {index}", "every file stating its rank (distributedInfo.rank), or none")
     return [replace(rank, rank=index) for index, rank in enumerate(traced)]
 
 
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
                   fold: bool) -> StepProgram:
     """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
+    world = traced_world = _world(traced)
+    _stated_groups(traced)
     members = _group_members(traced)
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
-    world = traced_world = max([rank.rank for rank in traced] + [m for group in members.values() for m in group]
-                               + peers) + 1
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     kinds = group_kinds(members, descriptions, world,
                         [(rank.rank, op.peer) for rank in traced for op in rank.ops if op.kind in ("send", "recv")],
@@ -154,6 +161,55 @@ def gemm_duration(shape: tuple[int, int, int, int], precision: Precision, gpu: G
                     hbm_bytes=batch * (m * k + k * n + m * n) * PRECISION_BYTES[precision], kind="matmul",
                     size_dim=min(m, n, k))
     return kernel_duration(kernel, gpu, precision, calibrated_efficiency(gpu.name))
+
+
+def _world(traced: list[TracedRank]) -> int:
+    """The traced job's number of ranks: as its traces state it, which must agree and hold every rank they name
+    (files, process-group members, peers), else the highest rank they name plus one (a trace of part of a job
+    knows only the ranks it meets)."""
+    stated = [rank for rank in traced if rank.world]
+    for rank in stated[1:]:
+        if rank.world != stated[0].world:
+            raise trace_error(rank.file, rank.world_field, f"the traced job has {rank.world} ranks here, but "
+                              f"{stated[0].world} in {stated[0].file} ({stated[0].world_field})",
+                              "traces of one job, alike in its size")
+    named = [(rank, op, max((*op.members, op.peer), default=-1)) for rank in traced for op in rank.ops]
+    highest = max([rank.rank for rank in traced] + [number for _, _, number in named])
+    if not stated:
+        return highest + 1
+    world, where = stated[0].world, f"{stated[0].world_field} of {stated[0].file}"
+    for rank in traced:
+        if rank.rank >= world:
+            raise trace_error(rank.file, rank.events_field, f"the file is rank {rank.rank}, beyond the traced "
+                              f"job's {world} ranks ({where})", "a rank of the job: the file's distributedInfo.rank "
+                              "(Kineto), else its place in the file order, from 0")
+        for name, group in rank.groups.items():
+            if max(group.members, default=0) >= world:
+                raise trace_error(rank.file, rank.groups_field, f"process group {name!r} has ranks "
+                                  f"{_spans(sorted(group.members))}, beyond the traced job's {world} ranks ({where})",
+                                  f"ranks from 0 to {world - 1}")
+    for rank, op, number in named:
+        if number >= world:
+            what = (f"{op.op} of process group {op.group!r} of ranks {_spans(sorted(op.members))}"
+                    if op.kind == "collective"
+                    else f"{op.kind} {'to' if op.kind == 'send' else 'from'} rank {op.peer}")
+            raise trace_error(rank.file, rank.where(op), f"{what}, beyond the traced job's {world} ranks ({where})",
+                              f"ranks from 0 to {world - 1}")
+    return world
+
+
+def _stated_groups(traced: list[TracedRank]) -> dict[str, ProcessGroup]:
+    """Every process group the traces state (used in the step or not), by name: files that state the same group
+    must agree on its members."""
+    stated: dict[str, tuple[ProcessGroup, TracedRank]] = {}
+    for rank in traced:
+        for name, group in rank.groups.items():
+            first, where = stated.setdefault(name, (group, rank))
+            if first.members != group.members:
+                raise trace_error(rank.file, rank.groups_field, f"process group {name!r} has ranks "
+                                  f"{list(group.members)} here, but {list(first.members)} in {where.file}",
+                                  "traces of one job, alike in its process groups")
+    return {name: group for name, (group, _) in stated.items()}
 
 
 def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
