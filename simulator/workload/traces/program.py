@@ -6,8 +6,9 @@ Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the
 sorted with their numbers compared as numbers); the job's size is what the traces state (`world_size`, Chakra's
 default group), else the highest rank they name plus one, and files must agree on it. A process group's members
 come from the trace where it lists them (Kineto's `pg_config` or `Process Group Ranks`, Chakra's process-group
-metadata), otherwise they are the ranks whose traces use the group. Members without a trace are not simulated: like folded ranks, the rendezvous does not
-wait for them, but the collective's transfers still run over every member. Collectives match across ranks by
+metadata), otherwise they are the ranks whose traces use the group. Members without a trace are not simulated:
+like folded ranks, the rendezvous does not wait for them, but the collective's transfers still run over every
+member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
 NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. Each
 collective counts as its group's parallel dimension (layout.py).
