@@ -161,7 +161,7 @@ def test_tp_comm_overlap_exposes_the_pair_swaps_and_the_last_chunks(run_yaml):
     assert plain.summary["exposed_comm_s"]["tp"] == pytest.approx(
         float((blocking["end_s"] - blocking["start_s"]).sum()), rel=0.02)
     tp = _rank0(overlapped.timeline, "tp")
-    exposed = tp[tp["name"].str.endswith("(pair exchange)") | tp["name"].str.endswith("(last chunk)")
+    exposed = tp[tp["name"].str.endswith("(pair exchange)") | tp["name"].str.endswith("(chunk 4 of 4)")
                  | (tp["stream"] == "compute")]
     # The ring exchanges' pair swaps (every GEMM step waits for them), the pipelined reduce-scatters' last chunks
     # and the embedding's reduce-scatter are exposed; the ring exchanges, the first chunks and the backward's
@@ -192,7 +192,7 @@ def test_overlapped_gemms_pay_for_the_sms_communication_holds(run_yaml, catalog_
 
     # The pipelined reduce-scatter's GEMM chunks run on the SMs its kernels leave (108), whether or not a chunk
     # runs (set_sm_margin): they last their nominal time times 132 / 108.
-    for suffix in ("gemm (first chunk)", "gemm (other chunks)"):
+    for suffix in ("gemm (chunk 1 of 4)", "gemm (chunk 4 of 4)"):
         for gemm, nominal in zip(first_forward(paid.timeline, suffix), first_forward(free.timeline, suffix),
                                  strict=True):
             assert gemm.end_s - gemm.start_s == pytest.approx(

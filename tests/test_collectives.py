@@ -170,6 +170,18 @@ def test_direct_pairwise_gather_scatter(op, factor):
     assert close(time_collective(switch_topology(size), op, "direct", size, nbytes), expected)
 
 
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (8, 16 * MIB)])
+def test_userbuffers_is_one_latency_and_the_rings_bytes(op, size, nbytes):
+    """Transformer Engine's userbuffers kernel: every member sends n/p to every other at once, a + (p-1)/p n b,
+    without NCCL's base latency, whatever protocol the run asks for (it has none of NCCL's)."""
+    expected = ALPHA + (size - 1) / size * nbytes / BANDWIDTH
+    assert close(time_collective(switch_topology(size), op, "userbuffers", size, nbytes), expected, 1e-9)
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("all_reduce", (0, 1), MIB), switch_topology(2), "userbuffers")
+    assert info.value.problem == "algorithm 'userbuffers' does not implement all_reduce"
+
+
 @pytest.mark.parametrize("size,nbytes", [(2, 8 * GIB), (4, 1 * KIB), (16, 64 * MIB), (64, 1 * GIB)])
 def test_halving_doubling(size, nbytes):
     steps, volume = math.log2(size), (size - 1) / size * nbytes / BANDWIDTH
@@ -320,7 +332,7 @@ def test_an_unknown_algorithm_or_collective_is_refused_where_it_enters_and_lists
         collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="butterfly", ranks=2, sizes=[MIB])
     assert (info.value.problem, info.value.field) == ("unknown algorithm 'butterfly'", "collectives.algorithm")
     assert info.value.allowed == ("ring, tree, hierarchical, direct, halving_doubling, nvls, collnet_direct, "
-                                  "nvls_sharp, auto")
+                                  "nvls_sharp, userbuffers, auto")
     with pytest.raises(ScenarioError) as info:
         collective_sweep("dgx-h100", {}, op="gather", algorithm="auto", ranks=2, sizes=[MIB])
     assert (info.value.problem, info.value.field) == ("unknown collective 'gather'", "op")

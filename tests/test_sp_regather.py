@@ -10,6 +10,7 @@ import pytest
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.collectives.execute import time_collective
+from simulator.collectives.protocols import BASE_LATENCY_US
 from simulator.config.loader import scenario_from_text
 from simulator.metrics.intervals import uncovered
 from simulator.simulation import network_settings
@@ -19,6 +20,8 @@ from simulator.workload.roofline import kernels_duration
 from simulator.workload.transformer import ShardShape, head_kernels, layer_kernels
 
 EXACT = 1e-9
+NVLINK_LATENCY = 3.4e-6
+"""dgx-h100's path latency between two GPUs (NCCL's Simple ring latency per NVLink hop, tuning.cc)."""
 SEQ, HIDDEN, TP, LAYERS, MICROBATCHES = 4096, 8192, 8, 2, 2
 MESSAGE = SEQ * HIDDEN * 2
 """One TP collective's per-rank buffer: b x s x h x 2 B."""
@@ -107,7 +110,7 @@ def _rank0(result):
 
 def _one_collective(ops) -> float:
     """The duration every whole TP collective of this case takes (same bytes, same group, nothing beside it)."""
-    whole = ops[(ops["category"] == "tp") & ~ops["name"].str.contains(r"\(overlapped\)|\(last chunk\)", regex=True)]
+    whole = ops[ops["category"] == "tp"]
     durations = (whole["end_s"] - whole["start_s"]).to_numpy()
     assert durations.max() == pytest.approx(durations.min(), rel=EXACT)
     return float(durations[0])
@@ -180,30 +183,41 @@ def _ring_exchange_end(start: float, swap_s: float, exchange_s: float, gemm_s: f
     return gemm_end
 
 
-def _last_chunk_start(start: float, chunk_s: float, gemm_s: float, chunks: int) -> float:
-    """When the last chunk of a pipelined reduce-scatter starts, chunk by chunk: GEMM chunks back to back, chunk
-    k's reduce-scatter (``chunk_s`` each) once its GEMM chunk and the reduce-scatter before it have ended."""
+def _pipeline_end(start: float, chunk_s: float, gemm_s: float, chunks: int) -> float:
+    """When the last chunk of a pipelined reduce-scatter ends, chunk by chunk: GEMM chunks back to back from
+    ``start``, chunk k's reduce-scatter (``chunk_s`` each) once its GEMM chunk and the reduce-scatter before it
+    have ended."""
     gemm_end = scatter_end = start
-    for _ in range(chunks - 1):
+    for _ in range(chunks):
         gemm_end += gemm_s / chunks
         scatter_end = max(scatter_end, gemm_end) + chunk_s
-    return max(scatter_end, gemm_end + gemm_s / chunks)
+    return scatter_end
+
+
+def _userbuffers_s(ring_s: float, fraction: float = 1.0) -> float:
+    """One userbuffers reduce-scatter or all-gather over the 8 GPUs of ``fraction`` of the message, from the NCCL
+    ring's ``ring_s`` for the whole message (Simple): the ring pays NCCL's base latency b and 7 hop latencies a
+    beside its 7/8 n over NVLink; the userbuffers kernel one latency a beside the same bytes."""
+    a, b = NVLINK_LATENCY, BASE_LATENCY_US["ring"]["simple"] * 1e-6
+    return a + (ring_s - b - (TP - 1) * a) * fraction
 
 
 def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_overhangs(run_yaml, catalog_sources):
     result = run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true")
+    assert scenario_topology(scenario_from_text(ONE_LAYER)).path_latency(0, 1) == pytest.approx(NVLINK_LATENCY)
     ops = _rank0(result)
     overlap, method = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_method"]
     assert (overlap.aggregate, overlap.chunks) == (method["aggregate"], method["num_splits"]) == (True, 4)
     tp = ops[ops["category"] == "tp"]
-    # Blocking, whole: the embedding's reduce-scatter (it follows a lookup, not a GEMM) and the output layer's
-    # all-gather (Megatron-core's own ColumnParallelLinear, no userbuffers).
+    # Blocking, whole, by NCCL's ring: the embedding's reduce-scatter (it follows a lookup, not a GEMM) and the
+    # output layer's all-gather (Megatron-core's own ColumnParallelLinear, no userbuffers).
     whole = tp[tp["stream"] == "compute"]
     assert sorted(whole["name"]) == ["tp all_gather head", "tp reduce_scatter embedding"]
     durations = (whole["end_s"] - whole["start_s"]).to_numpy()
     assert durations.max() == pytest.approx(durations.min(), rel=EXACT)
     d = float(durations[0])
-    bulk = _check_backward(ops, _column_gemms(), d, bulk=True)
+    # The bulk re-gathers and reduce-scatters are userbuffers kernels: one latency, not NCCL's base and 7 hops.
+    bulk = _check_backward(ops, _column_gemms(), _userbuffers_s(d), bulk=True)
 
     def one(name: str, phase: str = "fwd"):
         """The op ``name``; a collective of the pass ``phase`` (its key names it)."""
@@ -212,12 +226,12 @@ def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_o
         return rows.iloc[0]
 
     gemms, exposed = _overlapped_gemms(), 2 * d + bulk
-    steps = TP // 2
+    steps, chunks = TP // 2, overlap.chunks
     for key, gemm_s in gemms.items():
         pass_name, block, op = key.split()
         phase = "fwd" if pass_name == "F0" else "bwd"
-        last = one(f"{pass_name} {block} gemm ({'last step' if op == 'all_gather' else 'other chunks'})")
         if op == "all_gather":
+            last = one(f"{pass_name} {block} gemm (last step)")
             # The pair swap moves one chunk (1/8 of the message) each way and every GEMM step waits for it; the
             # ring then moves the other six chunks two at a time beside the first three GEMM steps.
             swap, ring = (one(f"tp all_gather {block} (pair exchange)", phase),
@@ -230,15 +244,15 @@ def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_o
             # Exposed: the swap, and what the ring's exchanges outlast the GEMM steps beside them by.
             exposed += swap_s + max(0.0, ring_s - gemm_s * (steps - 1) / steps)
         else:
-            head, tail = one(f"tp reduce_scatter {block} (overlapped)"), one(f"tp reduce_scatter {block} (last chunk)")
-            first = one(f"{pass_name} {block} gemm (first chunk)")
-            assert head.start_s == first.end_s and tail.start_s == max(head.end_s, last.end_s)
-            # The first three chunks are one collective (one latency): its third for each.
-            chunk_s = (head.end_s - head.start_s) / (overlap.chunks - 1)
-            assert tail.start_s == pytest.approx(_last_chunk_start(first.start_s, chunk_s, gemm_s, overlap.chunks),
-                                                 rel=EXACT)
-            # Exposed: the last chunk, and what the first ones outlast the GEMM's other chunks by.
-            exposed += tail.end_s - tail.start_s + max(0.0, head.end_s - last.end_s)
+            scatters = [one(f"tp reduce_scatter {block} (chunk {k} of {chunks})") for k in range(1, chunks + 1)]
+            gemm_chunks = [one(f"{pass_name} {block} gemm (chunk {k} of {chunks})") for k in range(1, chunks + 1)]
+            # One userbuffers kernel per chunk, each a quarter of the message and one latency of its own.
+            for scatter in scatters:
+                assert scatter.end_s - scatter.start_s == pytest.approx(_userbuffers_s(d, 1 / chunks), rel=EXACT)
+            assert scatters[-1].end_s == pytest.approx(
+                _pipeline_end(gemm_chunks[0].start_s, _userbuffers_s(d, 1 / chunks), gemm_s, chunks), rel=EXACT)
+            # Exposed: what the reduce-scatters outlast the last GEMM chunk by.
+            exposed += scatters[-1].end_s - gemm_chunks[-1].end_s
     # The MLP's FC1 GEMM hides its ring (GEMM-bound: only the one-chunk swap shows); the attention's QKV GEMM (GQA,
     # 1,280 columns per rank) does not (communication-bound: the swap and the ring's excess over the GEMM steps).
     fc1, qkv = one("F0 L0.mlp gemm (first steps)"), one("F0 L0.attn gemm (first steps)")
@@ -264,7 +278,9 @@ def test_ring_exchange_exposes_the_pair_swap_and_what_the_ring_outlasts_its_gemm
         return time_collective(topology, "all_gather", "ring", ranks, nbytes, efficiency=dict(settings.efficiency),
                                channels=settings.channels)
 
-    swap, ring = alone((0, 1), 2 * MESSAGE / TP), alone((0, 2, 4, 6), MESSAGE)
+    swap = time_collective(topology, "all_gather", "userbuffers", (0, 1), 2 * MESSAGE / TP,
+                           efficiency=dict(settings.efficiency))
+    ring = alone((0, 2, 4, 6), MESSAGE)
     gemm = _overlapped_gemms()[f"F0 {block} all_gather"]
     assert (ring > 3 / 4 * gemm) is not gemm_bound
     ops = _rank0(run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true"))

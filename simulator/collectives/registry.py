@@ -17,6 +17,7 @@ from simulator.collectives import (
     protocols,
     ring,
     tree,
+    userbuffers,
 )
 from simulator.collectives.chunking import check_chunk
 from simulator.collectives.names import AlgorithmChoice, AlgorithmName, Primitive, ProtocolChoice
@@ -47,6 +48,7 @@ ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True),
     "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS),
     "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True),
+    "userbuffers": Algorithm(userbuffers.plan, userbuffers.OPS),
 }
 """name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from simulator.collectives.names import AlgorithmChoice, Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.parallel.passes import Pass
 from simulator.parallel.work import Block
 from simulator.program.ops import COMPUTE_STREAM, Category
@@ -37,9 +37,11 @@ class BuilderCore(Protocol):
                     nbytes: float, key: str, deps: list[int], category: Category, mb: int = -1,
                     algorithm: AlgorithmChoice = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
-                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
+                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None,
+                    protocol: ProtocolChoice = "auto") -> int:
         """Append one rank's part of a collective (mirrors of the folded replicas by default; ``pair_bytes``
-        for an uneven all-to-all; ``sms`` the SMs its kernel holds, None: NCCL's channels); returns its id."""
+        for an uneven all-to-all; ``sms`` the SMs its kernel holds, None: NCCL's channels; ``protocol`` the one
+        it runs under, `auto`: the run's default); returns its id."""
         ...
 
     def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,

@@ -118,16 +118,16 @@ class OverlapMixin(BuilderCore):
         """The backward of a block whose input the column-parallel linears saved sharded (``regathers_input``),
         after its leading TP collective, as Megatron-LM runs it: the compute up to those linears' input-gradient
         GEMMs; then the input's all-gather on the `tp` stream beside those GEMMs (``async_op=True``; with
-        ``tp_comm_overlap`` Transformer Engine's bulk overlap, qkv_dgrad / fc1_dgrad, whose kernels hold their
-        SMs while the GEMMs run on all of them: ``set_sm_margin`` false, so the engine's SM sharing slows the
-        GEMMs only while the collective runs); their weight-gradient GEMMs wait for it (``handle.wait()``); then
-        the input gradient's reduce-scatter: with ``tp_comm_overlap`` whole beside the weight-gradient GEMMs (bulk
-        qkv_wgrad / fc1_wgrad), otherwise blocking after them, as every TP collective on the compute stream. A
-        pass without weight gradients (a zero-bubble B) waits for the gather too, then its reduce-scatter blocks
-        (Megatron-LM waits right after the input-gradient GEMM; the zero-bubble fork keeps the gathered input for
-        the W). ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the leading collective; the FLOPs
-        are shared by time, as for the chunked overlap. Returns (what the next op waits for, the last compute
-        op)."""
+        ``tp_comm_overlap`` Transformer Engine's bulk overlap, qkv_dgrad / fc1_dgrad, whose userbuffers kernels
+        (collectives/userbuffers.py) hold their SMs while the GEMMs run on all of them: ``set_sm_margin`` false, so
+        the engine's SM sharing slows the GEMMs only while the collective runs); their weight-gradient GEMMs wait
+        for it (``handle.wait()``); then the input gradient's reduce-scatter: with ``tp_comm_overlap`` whole beside
+        the weight-gradient GEMMs (bulk qkv_wgrad / fc1_wgrad), otherwise blocking after them, as every TP
+        collective on the compute stream. A pass without weight gradients (a zero-bubble B) waits for the gather
+        too, then its reduce-scatter blocks (Megatron-LM waits right after the input-gradient GEMM; the zero-bubble
+        fork keeps the gathered input for the W). ``whole``: the pass's (seconds, FLOPs, SM-bound seconds) after the
+        leading collective; the FLOPs are shared by time, as for the chunked overlap. Returns (what the next op
+        waits for, the last compute op)."""
         duration, flops, sm_bound_s = whole
         overlap = self.plan.tp_overlap
         rate = flops / duration if duration > 0 else 0.0
@@ -138,9 +138,13 @@ class OverlapMixin(BuilderCore):
                           sm_bound_s - dgrad_sm - wgrad_sm)
         group = self.plan.layout.group("tp", rank)
         key = f"tp.{Pass.BACKWARD}.{{}}.mb{mb}.vs{vstage}.{block.name}.{group[0]}"
-        gather_sms = None if overlap is None else overlap.bulk_all_gather_sms
-        gather = self._collective(rank, TP_STREAM, f"tp all_gather {block.name} (input again)", "all_gather", group,
-                                  block.tp_bytes, key.format("regather"), [rest], "tp", mb, sms=gather_sms)
+        gather_name, gather_key = f"tp all_gather {block.name} (input again)", key.format("regather")
+        if overlap is None:
+            gather = self._collective(rank, TP_STREAM, gather_name, "all_gather", group, block.tp_bytes, gather_key,
+                                      [rest], "tp", mb)
+        else:
+            gather = self._userbuffers(rank, gather_name, "all_gather", group, block.tp_bytes, gather_key, [rest], mb,
+                                       overlap.bulk_all_gather_sms)
         dgrad = self._compute(rank, f"{name} dgrad", dgrad_s, [rest], category, rate * dgrad_s, mb=mb,
                               sm_bound_share=bound_share(dgrad_sm, dgrad_s))
         if not phase.weight_grads:
@@ -151,8 +155,8 @@ class OverlapMixin(BuilderCore):
             return self._tp_collective(rank, block, Pass.BACKWARD, [wgrad], mb, vstage, before=False), wgrad
         op = tp_op(block.tp_pattern, backward=True, before=False, sequence_parallel=True)
         assert op is not None
-        scatter = self._collective(rank, TP_STREAM, f"tp {op} {block.name} (bulk)", op, group, block.tp_bytes,
-                                   key.format(op), [dgrad], "tp", mb, sms=overlap.bulk_reduce_scatter_sms)
+        scatter = self._userbuffers(rank, f"tp {op} {block.name} (bulk)", op, group, block.tp_bytes, key.format(op),
+                                    [dgrad], mb, overlap.bulk_reduce_scatter_sms)
         return [scatter, wgrad], wgrad
 
     def _adjacent_gemms(self, block: Block, phase: Pass) -> tuple[tuple[float, float], tuple[float, float]]:
@@ -181,8 +185,11 @@ class OverlapMixin(BuilderCore):
         (every other member of the TP group); otherwise tp steps of one chunk over the TP group's ring. Ops: the
         pair swap, the exchanges as one ring all-gather (its steps - 1 ring steps), the first ``steps - 1`` GEMM
         steps beside it and the last step after both. With equal GEMM steps of g and exchanges of p, step by step
-        the last GEMM step starts max((steps - 1) g, (steps - 1) p) after the first, as with these ops. Returns
-        the last GEMM step. ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        the last GEMM step starts max((steps - 1) g, (steps - 1) p) after the first, as with these ops. The pair
+        swap is a userbuffers kernel (collectives/userbuffers.py: one latency, no NCCL base latency); the
+        exchanges, userbuffers sends and receives step by step, are costed as NCCL's ring under Simple (a latency
+        per step, and the ring's base latency once, which TE does not pay). Returns the last GEMM step.
+        ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
         overlap, layout = self.plan.tp_overlap, self.plan.layout
         assert overlap is not None
         group = layout.group("tp", rank)
@@ -194,10 +201,10 @@ class OverlapMixin(BuilderCore):
         aggregate = overlap.aggregate and size % 2 == 0 and size > 2
         if aggregate:
             pair = group[position - position % 2:position - position % 2 + 2]
-            swap = self._collective(
-                rank, TP_STREAM, f"tp all_gather {block.name} (pair exchange)", "all_gather", pair,
-                block.tp_bytes * 2 / size, f"{key}.pair.{pair[0]}", deps, "tp", mb, algorithm="ring",
-                mirrors=self._part_mirrors(group, pair, lambda g: [g[i:i + 2] for i in range(0, len(g), 2)]), sms=sms)
+            swap = self._userbuffers(
+                rank, f"tp all_gather {block.name} (pair exchange)", "all_gather", pair, block.tp_bytes * 2 / size,
+                f"{key}.pair.{pair[0]}", deps, mb, sms,
+                mirrors=self._part_mirrors(group, pair, lambda g: [g[i:i + 2] for i in range(0, len(g), 2)]))
             deps = [*deps, swap]
             ring = group[position % 2::2]
             mirrors = self._part_mirrors(group, ring, lambda g: [g[0::2], g[1::2]])
@@ -207,7 +214,7 @@ class OverlapMixin(BuilderCore):
         if steps > 1:
             exchange = self._collective(rank, TP_STREAM, f"tp all_gather {block.name} (ring exchange)", "all_gather",
                                         ring, block.tp_bytes, f"{key}.ring.{ring[0]}", deps, "tp", mb,
-                                        algorithm="ring", mirrors=mirrors, sms=sms)
+                                        algorithm="ring", protocol="simple", mirrors=mirrors, sms=sms)
             first = self._compute(rank, f"{name} gemm (first steps)", gemm_s * (steps - 1) / steps, deps, category,
                                   flops * (steps - 1) / steps, mb=mb, sm_bound_share=share)
             deps = [first, exchange]
@@ -234,10 +241,9 @@ class OverlapMixin(BuilderCore):
         """The reduce-scatter after a row-parallel GEMM as Transformer Engine pipelines it
         (CommOverlapBase::split_overlap_rs): the GEMM in ``chunks`` chunks back to back on the SMs the
         userbuffers kernels leave, chunk k's reduce-scatter on the `tp` stream once GEMM chunk k and the
-        reduce-scatter before it have ended. Ops: the first GEMM chunk, the others, the first ``chunks - 1``
-        reduce-scatters as one after the first chunk, and the last after both: with equal chunks of g seconds and
-        reduce-scatters of r, it ends at max(chunks g + r, g + chunks r), as in one op per chunk. Returns (the last
-        reduce-scatter, the last GEMM op). ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
+        reduce-scatter before it have ended: one op per GEMM chunk and one userbuffers kernel per chunk, each
+        paying its own latency, as TE launches them. Returns (the last reduce-scatter, the last GEMM chunk).
+        ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
         overlap = self.plan.tp_overlap
         assert overlap is not None
         group = self.plan.layout.group("tp", rank)
@@ -245,19 +251,21 @@ class OverlapMixin(BuilderCore):
         gemm_s, gemm_sm_s = gemm
         share = bound_share(gemm_sm_s, gemm_s)
         chunks, sms = overlap.chunks, overlap.reduce_scatter_sms
-        last = self._compute(rank, f"{name} gemm (first chunk)", gemm_s / chunks, deps, category, flops / chunks,
-                             mb=mb, sm_bound_share=share, reserved_sms=sms)
-        waits = [last]
-        if chunks > 1:
-            head = self._collective(rank, TP_STREAM, f"tp reduce_scatter {block.name} (overlapped)", "reduce_scatter",
-                                    group, block.tp_bytes * (chunks - 1) / chunks, f"{key}.head", [last], "tp", mb,
-                                    sms=sms)
-            last = self._compute(rank, f"{name} gemm (other chunks)", gemm_s * (chunks - 1) / chunks, [last], category,
-                                 flops * (chunks - 1) / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms)
-            waits = [last, head]
-        tail = self._collective(rank, TP_STREAM, f"tp reduce_scatter {block.name} (last chunk)", "reduce_scatter",
-                                group, block.tp_bytes / chunks, f"{key}.tail", waits, "tp", mb, sms=sms)
-        return [tail], last
+        scatter: list[int] = []
+        for index in range(1, chunks + 1):
+            deps = [self._compute(rank, f"{name} gemm (chunk {index} of {chunks})", gemm_s / chunks, deps, category,
+                                  flops / chunks, mb=mb, sm_bound_share=share, reserved_sms=sms)]
+            scatter = [self._userbuffers(rank, f"tp reduce_scatter {block.name} (chunk {index} of {chunks})",
+                                         "reduce_scatter", group, block.tp_bytes / chunks, f"{key}.{index}",
+                                         [*deps, *scatter], mb, sms)]
+        return scatter, deps[0]
+
+    def _userbuffers(self, rank: int, name: str, op: Primitive, group: tuple[int, ...], nbytes: float, key: str,
+                     deps: list[int], mb: int, sms: int, mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
+        """One Transformer Engine userbuffers kernel on the `tp` stream (collectives/userbuffers.py): its own
+        algorithm, none of NCCL's protocols or base latency."""
+        return self._collective(rank, TP_STREAM, name, op, group, nbytes, key, deps, "tp", mb,
+                                algorithm="userbuffers", protocol="simple", mirrors=mirrors, sms=sms)
 
     def _deferred_param_gathers(self, rank: int) -> None:
         """``overlap_param_gather`` (Megatron's distributed optimizer): the parameters the previous step's

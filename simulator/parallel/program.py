@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.collectives.names import AlgorithmChoice, Primitive
+from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker, gathered_kv_op
 from simulator.parallel.folding import mirror_images, representatives
@@ -136,14 +136,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                     nbytes: float, key: str, deps: list[int], category: Category, mb: int = -1,
                     algorithm: AlgorithmChoice = "auto",
                     mirrors: tuple[tuple[int, ...], ...] | None = None,
-                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None) -> int:
+                    pair_bytes: tuple[tuple[float, ...], ...] = (), sms: int | None = None,
+                    protocol: ProtocolChoice = "auto") -> int:
         deps = self._with_stream_wait(rank, stream, deps)
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, chunk=self._vstage, op=op, group=group, nbytes=nbytes,
                             key=key,
-                            mirrors=mirrors, algorithm=algorithm, pair_bytes=pair_bytes, sms=sms)
+                            mirrors=mirrors, algorithm=algorithm, protocol=protocol, pair_bytes=pair_bytes, sms=sms)
         self.ops.append(item)
         if stream in (DP_STREAM, ALL_REDUCE_STREAM):
             self._dp_ops.setdefault(rank, []).append(item.id)
