@@ -493,6 +493,52 @@ def test_a_job_regrows_on_repair_or_at_its_next_restart(job_with, regrow):
         sum(trained[count] * rate[count] for count in trained), rel=1e-9)
 
 
+RENDEZVOUS_JOB = REGROW_JOB.replace("REGROW", "on_repair").replace("reschedule: 0 s, launch: 0 s",
+                                                                   "reschedule: 3 min, launch: 5 min")
+
+
+@pytest.mark.parametrize("case", ["back-during-a-failures-restart", "back-during-a-regrows-rendezvous",
+                                  "back-after-a-regrows-rendezvous"])
+def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
+    """The on_repair job above with 3 min rescheduling and 5 min launch: a restart re-forms the group when
+    launch begins (detection d = 1 min, or the regrow's write W, then rescheduling), with every host back by
+    then, and launches, loads (L) and warms up on it; a host back later waits for the next restart. Host 0
+    fails at 1 h. Back 2 min later, inside its restart's detection and rescheduling: the job relaunches on all 4
+    replicas, no shrink (it shrank to 3 and regrew at once, a restart more). Host 1 failing at 1 h too (2
+    replicas left), host 0 back at 3 h and host 1 at 3 h + 2 min: one regrow, 2 -> 4, host 1 joining the regrow's
+    rendezvous at 3 h + W2 + 3 min (it regrew to 3, then again to 4: a regrow per host). Host 1 back at
+    3 h + 6 min instead, after that rendezvous: the regrow to 3, then, at its end, the next one to 4."""
+    rows = {"back-during-a-failures-restart": [(1 * H, GPU, 0, 120.0)],
+            "back-during-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 120)],
+            "back-after-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 360)]}[case]
+    job = job_with(*rows, text=RENDEZVOUS_JOB)
+    summary, events = job.summary, job.events
+    size = summary["checkpoint"]["size_bytes"]
+    write = read = {hosts: size / (hosts * 25e9) for hosts in (2, 3, 4)}  # per-host write and read: 25 GB/s
+    assert write[2] < 120  # host 1 back at 3 h + 2 min is inside the regrow's write and rescheduling
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    replicas = summary["replicas"]
+    counts = (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"])
+    if case == "back-during-a-failures-restart":
+        assert restarts == [["failure", 1 * H, pytest.approx(1 * H + 60 + 180 + 300 + read[4], rel=1e-12)]]
+        assert counts == (0, 0, 0)
+        return
+    first = ["failure", 1 * H, pytest.approx(1 * H + 60 + 180 + 300 + read[2], rel=1e-12)]
+    if case == "back-during-a-regrows-rendezvous":
+        regrow = write[2] + 180 + 300 + read[4]
+        assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + regrow, rel=1e-12)]]
+        assert counts == (1, 1, 1)
+    else:
+        to_3, to_4 = write[2] + 180 + 300 + read[3], write[3] + 180 + 300 + read[4]
+        assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + to_3, rel=1e-12)],
+                            ["regrow", pytest.approx(3 * H + to_3, rel=1e-12),
+                             pytest.approx(3 * H + to_3 + to_4, rel=1e-12)]]
+        regrow = to_3 + to_4
+        assert counts == (1, 2, 2)
+    assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow, rel=1e-12)
+    assert replicas["regrow_restarts_cut_short"]["mean"] == 0
+
+
 def test_a_synthetic_job_keeping_its_global_batch_runs_twice_the_micro_batches_at_half_the_replicas(job_with):
     """The synthetic job above with 3 micro-batches of 0.5 + 1.5 ms per step on DP 4 (a global batch of 12 that
     4, 3, 2 and 1 replicas split), keeping its global batch: shrunk to 2 replicas at 1 h, each runs 6
@@ -521,8 +567,8 @@ def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(j
     it stops to regrow, and host 2 fails 0.1 s into the checkpoint write (longer than that on 3 hosts): the
     write is lost (a checkpoint_lost row, no checkpoint), so is the training since the restart at 1 h, and the
     restart goes on as a failure's: detection d = 1 min from 3 h + 0.1 s, then the read on the 3 hosts left
-    (host 0 back, host 2 away): one restart row from 3 h, cause failure; one restart taken to regrow, 0.1 s of
-    it; no regrow."""
+    (host 0 back, host 2 away): one restart row from 3 h, cause failure; one restart taken to regrow that a
+    failure cut short, 0.1 s of it; no regrow, and no restart that regrew (it was counted as one)."""
     job = job_with((1 * H, GPU, 0, 2 * H), (3 * H + 0.1, GPU, 16, 100 * H),
                    text=REGROW_JOB.replace("REGROW", "on_repair"))
     summary, events = job.summary, job.events
@@ -535,5 +581,6 @@ def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(j
     assert lost == [[3 * H, 3 * H + 0.1]] and (events["kind"] == "checkpoint").sum() == 0
     assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(3 * H - 60 - read, rel=1e-9)
     replicas = summary["replicas"]
-    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"]) == (1, 0, 1)
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 0)
+    assert (replicas["regrow_restarts"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]) == (0, 1)
     assert replicas["regrow_restart_s"]["mean"] == pytest.approx(0.1, rel=1e-9)

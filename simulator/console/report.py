@@ -230,11 +230,20 @@ def _long_duration(seconds: float) -> str:
     return format_seconds(seconds)
 
 
+def _regrowing(replicas: dict) -> str:
+    """The restarts an elastic job took only to regrow, those a failure cut short, and their time ('' for none)."""
+    restarts, cut = replicas["regrow_restarts"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]
+    if not restarts and not cut:
+        return ""
+    short = f", {cut:,.1f} more cut short by a failure" if cut else ""
+    return f", {restarts:,.1f} restarts to regrow ({_long_duration(replicas['regrow_restart_s']['mean'])}{short})"
+
+
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
     frequent causes), the time lost by kind with its share of the horizon, an elastic job's shrinks, regrows
-    (the restarts taken only to regrow, and their time), policies and running time on each replica count, and
-    the checkpoint interval against Young's and Daly's."""
+    (the restarts taken only to regrow, those a failure cut short, and their time), policies and running time on
+    each replica count, and the checkpoint interval against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
     if ideal is None:  # no tokens (synthetic stage costs, a trace that states none): goodput in healthy steps
@@ -266,12 +275,10 @@ def job_table(job: dict) -> Table:
     if job.get("elastic") and replicas:
         running = ", ".join(f"{size} replicas {_long_duration(value['mean'])} ({_share(value['mean'] / horizon)})"
                             for size, value in replicas["running_s"].items() if value["mean"])
-        restarts = replicas["regrow_restarts"]["mean"]
-        regrowing = (f", {restarts:,.1f} restarts to regrow ({_long_duration(replicas['regrow_restart_s']['mean'])})"
-                     if restarts else "")
         table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "
-                      f"regrows{regrowing} (sizes {', '.join(map(str, replicas['sizes']))}; {replicas['elastic_batch']}"
-                      f", regrow {replicas['regrow']}); running on " + (running or "none"))
+                      f"regrows{_regrowing(replicas)} (sizes {', '.join(map(str, replicas['sizes']))}; "
+                      f"{replicas['elastic_batch']}, regrow {replicas['regrow']}); "
+                      "running on " + (running or "none"))
     checkpoint = job["checkpoint"]
     optimum = (f"; Young {format_seconds(job['young_interval_s'])}, Daly {format_seconds(job['daly_interval_s'])}"
                if job.get("young_interval_s") is not None else "")

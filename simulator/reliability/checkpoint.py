@@ -66,8 +66,6 @@ class SegmentCosts:
     slowdown: float
     load_s: float
     warmup_s: float
-    fixed_restart_s: float
-    detection_s: float
 
     @cached_property
     def cycle(self) -> Cycle:
@@ -119,5 +117,4 @@ def segment_costs(step: StepState, healthy: StepState, size: float, config: Chec
     equivalent = healthy.step_s * (step.microbatches / healthy.microbatches)  # exactly step_s when healthy
     return SegmentCosts(step_s=step.step_s, equivalent_step_s=equivalent, tokens_per_step=step.tokens_per_step,
                         interval_steps=interval, mode=config.mode, stall_s=stall, write_s=write_s,
-                        slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s,
-                        fixed_restart_s=restart.reschedule + restart.launch, detection_s=restart.detection)
+                        slowdown=slowdown, load_s=load_s, warmup_s=restart.warmup_steps * step.step_s)

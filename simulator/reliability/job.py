@@ -6,11 +6,14 @@ Failures arrive per unit slot of the job's topology (processes.py). A failure of
 interrupt: the clock rolls back to the last completed checkpoint, the hosts in the blast radius go to repair,
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
 or with `elastic` relaunching on the largest of the job's sizes the hosts fill, elastic.py, waiting only below
-the smallest), launch, checkpoint load and warm-up steps. An interrupting failure during a restart starts it
-over. A shrunk elastic job grows back at its next restart, or with `regrow: on_repair` as soon as the hosts
-back from repair (and spares) fill a larger size whose GPUs all have a route: it stops cleanly (writes a
-checkpoint, as a maintenance stop does, but with no maintenance to wait for) and restarts without detection;
-its time is restart time, and a failure during its write loses that checkpoint and restarts with detection.
+the smallest), launch, checkpoint load and warm-up steps. The group is formed once per restart, as launch
+begins (its rendezvous): every host back from repair by then joins it, one back later waits for the next
+restart. An interrupting failure during a restart starts it over. A shrunk elastic job grows back at its next
+restart, or with `regrow: on_repair` as soon as the hosts back from repair (and spares) fill a larger size
+whose GPUs all have a route: it stops cleanly (writes a checkpoint, as a maintenance stop does, but with no
+maintenance to wait for) and restarts without detection, on the largest size the hosts back by its rendezvous
+fill (one regrow for the hosts back during its write and rescheduling, not one per host); its time is restart
+time, and a failure during its write loses that checkpoint and restarts with detection.
 `degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while degraded
 stays so until its last repair): the job trains at that state's step time, and the extra time of its kept steps
 is slow-step time of the causes in force. A `degrade` failure whose state has no route for
@@ -60,6 +63,10 @@ class JobPlan:
     sizes: tuple[int, ...]
     """The replica counts the job runs on, ascending, `replicas` last (elastic.py; only it when not elastic)."""
     regrow: Regrow
+    detection_s: float
+    reschedule_s: float
+    launch_s: float
+    """The parts of a restart that no cluster state changes (`restart.detection`, `reschedule`, `launch`)."""
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
@@ -95,9 +102,11 @@ class ReplicationTotals:
     """Wall time the job ran (trained, checkpointed, lost work) on each replica count: the horizon less
     restarts and maintenance."""
     regrow_restarts: int
-    """Restarts taken to grow back (`regrow: on_repair`), also those a failure cut short."""
+    """Restarts taken to grow back (`regrow: on_repair`) that did: each one a regrow."""
+    regrow_restarts_cut_short: int
+    """Restarts taken to grow back that a failure cut short (they went on as the failure's restart)."""
     regrow_restart_s: float
-    """Their time, up to their end or the failure that cut them short (a part of `restart_s`)."""
+    """The time of both, up to their end or the failure (a part of `restart_s`)."""
 
 
 class JobProcess:
@@ -129,6 +138,7 @@ class JobProcess:
         self.shrinks = 0
         self.regrows = 0
         self.regrow_restarts = 0
+        self.regrow_restarts_cut_short = 0
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
 
@@ -161,7 +171,6 @@ class JobProcess:
                 clock.stop_cleanly(t, t + self.running.write_s)
                 yield from self._restart(env, BuiltInCause.MAINTENANCE)
             elif t == regrow:
-                self.regrow_restarts += 1
                 clock.stop_cleanly(t, t + self.running.write_s)
                 yield from self._restart(env, BuiltInCause.REGROW)
 
@@ -287,25 +296,27 @@ class JobProcess:
             heapq.heappop(self.repairs)
             self.spares += 1
 
-    def _relaunch_plan(self, now: float) -> tuple[float, int, SegmentCosts]:
-        """When the job can relaunch, on how many replicas, and the costs of that state: the largest of its
-        sizes (all its replicas but for an elastic job) that the healthy and spare hosts fill and whose GPUs all
-        have a route; else the largest they fill, once repairs give it its routes back; else, with too few hosts
-        for the smallest size, the largest that the hosts back by the time the smallest fits fill."""
+    def _relaunch_plan(self, gate: float) -> tuple[float, int, SegmentCosts]:
+        """When the restarting job re-forms its group (its rendezvous: launch begins then) and on how many
+        replicas, with that state's costs. The group forms once the job may (``gate``: detection, or a planned
+        stop, is over), the hosts fill its smallest size (waiting for repaired ones, overlapping detection) and
+        rescheduling has placed them; every host back by then joins, as a torchelastic rendezvous admits every
+        node that has arrived, and one back later waits for the next restart. It takes the largest of its sizes
+        (all its replicas but for an elastic job) those hosts fill whose GPUs all have a route; else the largest
+        they fill, once repairs give it its routes back (hosts back during that wait join the next restart)."""
         have = self.in_use - len(self.missing) + self.spares
+        short = self.plan.hosts_for(self.plan.sizes[0]) - have
+        formed = max(gate, self._returns(short)) if short > 0 else gate
+        rendezvous = formed + self.plan.reschedule_s
+        have += sum(1 for back in self.repairs if back <= rendezvous + EPS)
         fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
         for size in fitting:
             costs = self.costs if size == self.replicas else self.plan.costs(self._state(size))
             if costs is not None:
-                return now, size, costs
-        ready = now
-        if not fitting:
-            ready = self._returns(self.plan.hosts_for(self.plan.sizes[0]) - have)
-            have += sum(1 for back in self.repairs if back <= ready + EPS)
-            fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
+                return rendezvous, size, costs
         size = fitting[0] if fitting else self.plan.sizes[0]
         routable, costs = self._routable(size)
-        return max(ready, routable), size, costs
+        return max(formed, routable) + self.plan.reschedule_s, size, costs
 
     def _routable(self, replicas: int) -> tuple[float, SegmentCosts]:
         """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
@@ -324,7 +335,8 @@ class JobProcess:
         raise SimulationError(f"no route for some GPU on {replicas} replicas with every degradation repaired")
 
     def _returns(self, count: int) -> float:
-        """The time by which ``count`` more hosts are back from repair (never, when fewer are away)."""
+        """The time by which ``count`` (at least 1) more hosts are back from repair (never, when fewer are
+        away)."""
         if count > len(self.repairs):
             return INF
         return heapq.nsmallest(count, self.repairs)[-1]
@@ -343,9 +355,9 @@ class JobProcess:
             now = env.now
             self._collect_repairs(now)
             self._end_degradations(now)
-            ready, replicas, costs = self._relaunch_plan(now)
-            pre = max(stopped_until - now, 0.0 if planned else costs.detection_s)
-            end = now + pre + max(0.0, ready - now - pre) + costs.fixed_restart_s + costs.load_s + costs.warmup_s
+            gate = max(stopped_until, now if planned else now + self.plan.detection_s)
+            rendezvous, replicas, costs = self._relaunch_plan(gate)
+            end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
             arrival = self._peek()
             while arrival is not None and self.times[arrival] < end and self._skip(arrival, self.times[arrival]):
                 arrival = self._peek()
@@ -364,9 +376,12 @@ class JobProcess:
             if arrival is not None and stop < end:
                 self._fail(arrival, stop, rolls_back=self.clock.stopping)
                 if cause is BuiltInCause.REGROW:
+                    self.regrow_restarts_cut_short += 1
                     stopped_until = stop
                 planned, cause = False, BuiltInCause.FAILURE
                 continue
+            if cause is BuiltInCause.REGROW:
+                self.regrow_restarts += 1
             self._relaunch(end, replicas)
             self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
             return
@@ -404,4 +419,4 @@ class JobProcess:
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,
             running_by_replicas_s=dict(self.running_s), regrow_restarts=self.regrow_restarts,
-            regrow_restart_s=self.regrow_restart_s)
+            regrow_restarts_cut_short=self.regrow_restarts_cut_short, regrow_restart_s=self.regrow_restart_s)

@@ -250,8 +250,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
-                   elastic=scenario.restart.elastic, sizes=checks.sizes, regrow=scenario.restart.regrow, costs=costs,
-                   degradation=degradation)
+                   elastic=scenario.restart.elastic, sizes=checks.sizes, regrow=scenario.restart.regrow,
+                   detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
+                   launch_s=scenario.restart.launch, costs=costs, degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None

@@ -42,14 +42,16 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
 
 def replica_figures(loaded: LoadedScenario, plan: JobPlan, totals: list[ReplicationTotals]) -> dict:
     """The replica counts the job may run on (ascending), its batch and regrow policies, how often it shrank
-    and grew back, the restarts it took only to grow back and their time, and its running time (the horizon
-    less restarts and maintenance) on each count it met, the layout's first."""
+    and grew back, the restarts it took only to grow back (those that did, those a failure cut short) and their
+    time, and its running time (the horizon less restarts and maintenance) on each count it met, the layout's
+    first."""
     met = sorted({size for t in totals for size in t.running_by_replicas_s}, reverse=True)
     restart = loaded.scenario.restart
     return {"sizes": list(plan.sizes), "elastic_batch": restart.elastic_batch, "regrow": restart.regrow,
             "shrinks": mean_interval([t.shrinks for t in totals]),
             "regrows": mean_interval([t.regrows for t in totals]),
             "regrow_restarts": mean_interval([t.regrow_restarts for t in totals]),
+            "regrow_restarts_cut_short": mean_interval([t.regrow_restarts_cut_short for t in totals]),
             "regrow_restart_s": mean_interval([t.regrow_restart_s for t in totals]),
             "running_s": {str(size): mean_interval([t.running_by_replicas_s.get(size, 0.0) for t in totals])
                           for size in met}}
@@ -65,7 +67,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     cost = checkpoint_cost_s(healthy)
     causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
     lost = [value for t in totals for value in t.lost_per_failure_s]
-    restart_s = healthy.detection_s + healthy.fixed_restart_s + healthy.load_s + healthy.warmup_s
+    restart_s = plan.detection_s + plan.reschedule_s + plan.launch_s + healthy.load_s + healthy.warmup_s
     tokens = healthy.tokens_per_step or None  # a model without tokens: its token figures are n/a (null)
     return {
         "scenario": loaded.source,
@@ -84,7 +86,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
             "interval_s": healthy.interval_steps * healthy.step_s, "write_s": healthy.write_s,
             "stall_s": healthy.stall_s, "slowdown": healthy.slowdown, "cost_s": cost, "load_s": healthy.load_s,
         },
-        "restart": {"detection_s": healthy.detection_s, "reschedule_and_launch_s": healthy.fixed_restart_s,
+        "restart": {"detection_s": plan.detection_s, "reschedule_and_launch_s": plan.reschedule_s + plan.launch_s,
                     "load_s": healthy.load_s, "warmup_s": healthy.warmup_s, "total_s": restart_s},
         "failure_model": per_class,
         "expected_unexpected_interruptions": expected,
