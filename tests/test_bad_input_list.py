@@ -98,6 +98,10 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "step-duration-beyond-a-day": (scenario(SYNTHETIC.replace("forward: 1 ms", "forward: 1e300 s")), RUN, 2,
                                    "s.yaml:2: model.synthetic.forward: duration '1e300 s' is more than a day, longer "
                                    "than any training step (allowed: a duration up to 1 d, e.g. 3 ms)"),
+    # an explicit pp: 1 was taken for "left out" and the run had 2 stages
+    "synthetic-explicit-pp-one": (scenario(SYNTHETIC + "parallelism: {pp: 1, dp: 4}\n"), VALIDATE, 2,
+                                  "s.yaml:4: parallelism.pp: pp 1 differs from the synthetic model's 2 stages "
+                                  "(allowed: 2 (or leave it out))"),
     "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,

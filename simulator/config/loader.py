@@ -5,6 +5,7 @@ Every failure becomes one ScenarioError naming the file, the line, the field pat
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +50,21 @@ class Override:
 
 
 @dataclass(frozen=True)
+class OptionSetting:
+    """A value a command's option writes into the scenario (`trainsim study --multipliers` sets
+    faults.rate_multiplier): an error in it names the ``option`` and the value as the user wrote it (``shown``),
+    not a field of the file or a `--set` the user never typed."""
+
+    option: str
+    path: FieldPath
+    value: object
+    shown: str
+
+    def override(self) -> Override:
+        return Override(self.path, "command line", field=self.option, prefix=f"{self.shown}: ")
+
+
+@dataclass(frozen=True)
 class LoadedScenario:
     """A validated scenario plus where it came from, so later checks can point at the right line."""
 
@@ -61,6 +77,22 @@ class LoadedScenario:
     def error(self, path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
         """A ScenarioError located at ``path`` in this scenario's file (or the override that set it)."""
         return located_error(path, problem, allowed, self.source, self.lines, self.overrides)
+
+    def gave(self, path: FieldPath) -> bool:
+        """Whether the scenario (its file or an override) gives the field at ``path``, rather than leaving it to
+        its default: a check across several fields blames the one the user set, even where the value equals
+        the default."""
+        node: object = self.scenario
+        for part in path:
+            if isinstance(node, BaseModel):
+                if part not in node.model_fields_set:
+                    return False
+                node = getattr(node, str(part))
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                return False
+        return True
 
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
@@ -94,8 +126,6 @@ def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict
     """Apply ``a.b=value`` strings (``workload[0].bytes=...`` for a list item; values parsed as YAML scalars)
     to a nested dict; return the new dict and the field path each override set, for locating errors in the
     values they wrote."""
-    import copy
-
     result = copy.deepcopy(data)
     written: list[Override] = []
     for item in overrides:
@@ -257,13 +287,14 @@ def _plain(value: object) -> object:
     return item() if callable(item) else str(value)
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> LoadedScenario:
-    """Read, override and validate a scenario file, or a bundled scenario given by name; raise ScenarioError
-    on any problem."""
+def load_scenario(path: str | Path, overrides: list[str] | None = None,
+                  settings: tuple[OptionSetting, ...] = ()) -> LoadedScenario:
+    """Read, override (`--set` ``overrides``, then a command's option ``settings``) and validate a scenario file,
+    or a bundled scenario given by name; raise ScenarioError on any problem."""
     path = resolve_scenario(path)
     source = str(path)
     data, lines = read_yaml(path, ScenarioError)
-    return scenario_from_data(data, lines, source, overrides)
+    return scenario_from_data(data, lines, source, overrides, settings)
 
 
 def scenario_from_text(text: str, source: str = "<text>", overrides: list[str] | None = None) -> LoadedScenario:
@@ -272,13 +303,19 @@ def scenario_from_text(text: str, source: str = "<text>", overrides: list[str] |
     return scenario_from_data(data, lines, source, overrides)
 
 
-def scenario_from_data(data: object, lines: dict, source: str, overrides: list[str] | None) -> LoadedScenario:
+def scenario_from_data(data: object, lines: dict, source: str, overrides: list[str] | None,
+                       settings: tuple[OptionSetting, ...] = ()) -> LoadedScenario:
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
                             file=source, line=1)
     written: tuple[Override, ...] = ()
     if overrides:
         data, written = apply_overrides(data, overrides, source)
+    if settings:
+        data = copy.deepcopy(data)
+        for setting in settings:
+            set_field(data, setting.path, setting.value)
+        written += tuple(setting.override() for setting in settings)
     return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written)
 
 

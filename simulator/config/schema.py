@@ -19,7 +19,7 @@ from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD
 from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServerConfig, Strategy
 from simulator.config.precision import LossScalingConfig
 from simulator.config.published import PublishedConfig
-from simulator.config.reliability import CheckpointConfig, PositiveDuration, RestartConfig, StorageConfig
+from simulator.config.reliability import CheckpointConfig, Horizon, RestartConfig, StorageConfig
 from simulator.config.sections import FieldProblem, Section, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
@@ -162,7 +162,7 @@ class RunConfig(Section):
     timeline: Literal["full", "per-stage", "summary"] = "full"
     trace: TraceLevel = "ops+links"
     trace_compress: bool = False
-    horizon: PositiveDuration | None = None
+    horizon: Horizon | None = None
     replications: int = Field(default=1, ge=1, le=MAX_REPLICATIONS)
 
 
@@ -446,7 +446,7 @@ class Scenario(Section):
     @property
     def pipeline_stages(self) -> int:
         """The step's pipeline depth: the synthetic model's stage count where it gives one (`parallelism.pp`
-        must then be 1 or the same, checked with the cluster), else `parallelism.pp`."""
+        must then be left out or the same, checked with the cluster), else `parallelism.pp`."""
         synthetic = self.model.synthetic if self.model is not None else None
         return synthetic.stages if synthetic is not None else self.parallelism.pp
 

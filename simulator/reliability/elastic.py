@@ -70,8 +70,11 @@ UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run"
 
 def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...]:
     """The replica counts the job runs on, ascending, the layout's DP last (only it for a job that is not
-    elastic); each smaller one checked (`_check_size`) once per process. Refusals are located."""
-    key = loaded.scenario.model_dump_json(exclude=UNCHECKED_SECTIONS)
+    elastic); each smaller one checked (`_check_size`) once per process. Refusals are located. The key holds
+    which restart fields the scenario gives, as a job that is not elastic refuses an elastic policy given
+    explicitly even at its default value."""
+    scenario = loaded.scenario
+    key = scenario.model_dump_json(exclude=UNCHECKED_SECTIONS) + repr(sorted(scenario.restart.model_fields_set))
     if key not in _CHECKED:
         if len(_CHECKED) >= _CHECKED_SIZE:
             del _CHECKED[next(iter(_CHECKED))]
@@ -88,7 +91,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
         for name, what in (("min_replicas", "bounds an elastic job's shrinking"),
                            ("elastic_batch", "sets an elastic job's batch on fewer replicas"),
                            ("regrow", "says when an elastic job grows back")):
-            if getattr(restart, name) != type(restart).model_fields[name].default:
+            if name in restart.model_fields_set:
                 raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
         return (layout.dp,)
     if topology.num_hosts % layout.dp:

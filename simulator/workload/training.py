@@ -139,10 +139,12 @@ def _experts(section: MoEConfig, preset: MoESpec | None, ffn_hidden: int) -> MoE
 
 
 def pipeline_depth(scenario: Scenario) -> int:
-    """``parallelism.pp``, or the synthetic model's stage count (``pp`` may then be left at 1)."""
-    pp, stages = scenario.parallelism.pp, scenario.pipeline_stages
-    if pp not in (1, stages):
-        raise _invalid("parallelism.pp", f"pp {pp} differs from the synthetic model's {stages} stages",
+    """``parallelism.pp``, or the synthetic model's stage count (``pp`` may then be left out). A ``pp`` the
+    scenario gives is honoured as given, 1 included: it must equal the stage count (its default, 1, stands
+    for "not given" only when the field is absent)."""
+    par, stages = scenario.parallelism, scenario.pipeline_stages
+    if "pp" in par.model_fields_set and par.pp != stages:
+        raise _invalid("parallelism.pp", f"pp {par.pp} differs from the synthetic model's {stages} stages",
                        f"{stages} (or leave it out)")
     return stages
 
