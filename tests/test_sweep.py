@@ -393,6 +393,25 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
     assert run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor()).reused == 2
 
 
+def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):
+    """A synthetic model has no tokens: its job's goodput is in healthy-equivalent steps/s, and its table wrote
+    an all-null `goodput_tokens_per_s` column (and tokens_per_step, ideal_tokens_per_s, and with one replication
+    every ci95 bound: 75 columns of nothing). A step of 33 ms ((m + p - 1)(F + B), 1F1B, m = 8, p = 4) over a
+    day without failures runs 86,400 / 0.033 steps less the checkpoints' stalls: the goodput is the ideal
+    1 / 0.033 = 30.3 steps/s times the ETTR."""
+    sweep = ("base:\n  cluster: {topology: dgx-h100}\n"
+             "  model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}\n"
+             "  training: {microbatches: 8}\n  parallelism: {pp: 4, dp: 2}\n  run: {horizon: 1 d}\n"
+             "  checkpoint: {size: 1 GB}\ngrid:\n  checkpoint.interval: [10 min, 30 min]\n")
+    out = tmp_path / "out"
+    assert run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor()).statuses == {"ok": 2}
+    rows = pd.read_parquet(out / "results.parquet")
+    assert [column for column in rows.columns if rows[column].isna().all()] == []
+    assert not [column for column in rows.columns if "token" in column or "ci95" in column]
+    assert list(rows["ideal_steps_per_s"]) == pytest.approx([1 / 0.033] * 2, rel=1e-12)
+    assert list(rows["goodput_steps_per_s.mean"]) == pytest.approx(list(rows["ettr.mean"] / 0.033), rel=1e-9)
+
+
 def test_force_runs_a_job_point_refused_for_its_size(tmp_path, monkeypatch, capsys):
     """A point over the job-event limit says "or pass --force"; `trainsim sweep` had no --force, so the advice
     could not be followed. Now --force runs it, and runs again the point an earlier run refused."""

@@ -5,6 +5,7 @@ nested keys flattened (`exposed_comm_s.dp`, `collectives[0].busbw_GBps`)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -89,13 +90,15 @@ def read_records(out_dir: Path) -> dict[int, PointRecord]:
 
 def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict[int, PointRecord]) -> pd.DataFrame:
     """One row per finished point, in point order: point, status, error, the axes, then the metrics (in the
-    order they first appear). An axis whose values are not all numbers (or all booleans) is written as text."""
+    order they first appear) that some point has a value for: a metric null in every point (the token figures
+    of a synthetic model's job, the confidence bounds of a single replication) would be a column of nothing.
+    An axis whose values are not all numbers (or all booleans) is written as text."""
     rows = []
     for index in sorted(records):
         record = records[index]
         row = {"point": index, "status": record.status, "error": record.error}
         row.update(dict(values[index]))
-        row.update({key: value for key, value in record.metrics.items() if key not in row})
+        row.update({key: value for key, value in record.metrics.items() if key not in row and value is not None})
         rows.append(row)
     frame = pd.DataFrame(rows, columns=None if rows else [*LEADING_COLUMNS, *axes])
     for axis in axes:
@@ -106,8 +109,16 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
             frame[axis] = column.map(str)
     for name in frame.columns[len(LEADING_COLUMNS) + len(axes):]:
         if frame[name].dtype == object:
-            frame[name] = frame[name].map(lambda v: v if v is None or isinstance(v, str) else str(v))
+            frame[name] = frame[name].map(_cell_text)
     return frame
+
+
+def _cell_text(value: object) -> str | None:
+    """A cell of a metric column of mixed types as text; missing (None, or NaN where a point lacks the metric)
+    stays missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value if isinstance(value, str) else str(value)
 
 
 def write_results(out_dir: Path, frame: pd.DataFrame) -> None:
