@@ -106,9 +106,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     topology = sized_topology(loaded, force=args.force)
     verdict = validate(loaded, topology, force=args.force)
     if loaded.scenario.run.horizon is not None:
-        from simulator.reliability.simulate import check_job
+        from simulator.reliability.simulate import validate_job
 
-        check_job(loaded, topology)
+        validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
     _warn(verdict.warnings, dict(verdict.memory))

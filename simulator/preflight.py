@@ -9,14 +9,15 @@ first).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 from simulator.config.locate import located
 from simulator.engine.plans import PlanCache
-from simulator.program.ops import CollectiveOp, Op
+from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.simulation import network_settings, plan_cache, plan_workload, prepare_training, step_faults
 from simulator.topology.graph import Topology
 
@@ -27,10 +28,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Verdict:
     """What `validate` found in a scenario that passed its checks: the memory entries of the summary
-    (``oom`` among them, empty for a communication-only workload) and the layout warnings."""
+    (``oom`` among them, empty for a communication-only workload), the layout warnings and a lower bound of the
+    step time that needs no run (`step_floor`; 0 for a communication-only workload)."""
 
     memory: Mapping[str, object]
     warnings: tuple[str, ...]
+    step_floor_s: float = 0.0
 
 
 def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> Verdict:
@@ -53,7 +56,20 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
     located(loaded, lambda: plan_every_collective(program.ops, prepared.plans))
-    return Verdict(dict(program.memory), tuple(program.warnings))
+    return Verdict(dict(program.memory), tuple(program.warnings),
+                   step_floor(program.ops, set(prepared.step.slowdowns)))
+
+
+def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:
+    """A lower bound of the step time without running it: the most kernel time one stream of one GPU holds. A
+    stream runs its ops one after another and the engine never runs a kernel in less than its nominal time
+    (SM contention only stretches it), except on a GPU a fault slows by a factor that may be below 1: the
+    ``slowed`` ranks are left out."""
+    busy: dict[tuple[int, str], float] = defaultdict(float)
+    for op in ops:
+        if isinstance(op, ComputeOp) and op.rank not in slowed:
+            busy[op.rank, op.stream] += op.duration
+    return max(busy.values(), default=0.0)
 
 
 def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:

@@ -55,7 +55,20 @@ BAD = {
     "fractional steps": (("  interval: 30 min", "  interval: 1.5 steps"), 19, "checkpoint.interval"),
     "maintenance longer than its period": (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n"
                                             "  components:"), 14, "faults.maintenance"),
-    "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 13, "faults"),
+    "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 15, "faults.components.gpu"),
+    # blamed on checkpoint.interval, which the scenario left at its default of 30 min
+    "horizon of 1e300 s": (("  horizon: 2 d", "  horizon: 1e300 s"), 12, "run.horizon"),
+    # 36,500 d: 1.77 M events per replication, 21.2 M over 12 (below); blamed on checkpoint.interval (the
+    # largest part, left at its default) before
+    "replications past the event limit": (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"), 13,
+                                          "run.replications"),
+    # blamed on storage.capacity, which the scenario gives too, before
+    "checkpoint size over capacity": (("  interval: 30 min", "  interval: 30 min\n  size: 2 PB"), 20,
+                                      "checkpoint.size"),
+    "bytes per parameter over capacity": (("  interval: 30 min", "  interval: 30 min\n  bytes_per_param: 1e6"),
+                                          20, "checkpoint.bytes_per_param"),
+    "elastic policy without elastic": (("  spares: 1", "  spares: 1\n  regrow: next_restart"), 24,
+                                       "restart.regrow"),
     "repair of a restart": (("      repair: 4 h", "      repair: 4 h\n      effect: restart"), 17,
                             "faults.components.gpu.repair"),
     "weibull shape under 0.1": (("      repair: 4 h", "      repair: 4 h\n      distribution: weibull\n"
@@ -138,21 +151,50 @@ def test_a_weibull_class_expects_its_rate_over_a_short_horizon(shape):
     assert len(arrivals) == pytest.approx(units * 0.05, rel=0.025)  # today 2.1% over at shape 0.5, 1.3 sd
 
 
-NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s"}
-"""Refusals that compare with the simulated step, which `trainsim validate` does not run."""
+NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s", "replications past the event limit"}
+"""Refusals that compare with the simulated step, which `trainsim validate` does not run: it refuses them at
+the same field from what it can count without the step (a lower bound of the step time; the failures and
+maintenance windows, not the checkpoints), in words of its own."""
 
 
-@pytest.mark.parametrize("case", sorted(set(BAD) - NEEDS_THE_STEP))
+@pytest.mark.parametrize("case", sorted(BAD))
 def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
     """`trainsim validate` of a job scenario gives the run's one line (it said 'valid' of spares beyond the
-    cluster, an unknown class or a checkpoint larger than the storage)."""
+    cluster, an unknown class or a checkpoint larger than the storage, and of a horizon shorter than the
+    step), at the same field where it needs the step."""
     (old, new), _, _ = BAD[case]
     scenario = tmp_path / "job.yaml"
     scenario.write_text(BASE.replace(old, new))
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 2
     refused = capsys.readouterr().err
+    if case == "replications past the event limit":  # its excess is checkpoints, which validate cannot count
+        assert main(["validate", str(scenario)]) == 0
+        return
     assert main(["validate", str(scenario)]) == 2
-    assert capsys.readouterr().err == refused
+    said = capsys.readouterr().err
+    if case in NEEDS_THE_STEP:
+        assert said.split(": ")[:3] == refused.split(": ")[:3]
+    else:
+        assert said == refused
+
+
+def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path, capsys):
+    """A 1F1B step of 4 stages and 8 micro-batches of F = 1 ms, B = 2 ms lasts (m + p - 1)(F + B) = 33 ms, and no
+    stage can finish before its own m (F + B) = 24 ms of kernels: `trainsim validate` refuses a 20 ms horizon
+    from that bound (it said 'valid', and `run` refused it), and passes 30 ms, which only `run` can refuse."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\n"
+                        "model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}\n"
+                        "training: {microbatches: 8}\nparallelism: {pp: 4, dp: 2}\n"
+                        "run: {horizon: 20 ms}\ncheckpoint: {size: 1 GB}\n")
+    assert main(["validate", str(scenario)]) == 2
+    assert capsys.readouterr().err == (f"error: {scenario}:5: run.horizon: the horizon is shorter than one step (at "
+                                       "least 0.024 s, the kernels of its busiest GPU stream alone) (allowed: a "
+                                       "longer duration)\n")
+    assert main(["validate", str(scenario), "--set", "run.horizon=30 ms", "--quiet"]) == 0
+    assert main(["run", str(scenario), "--set", "run.horizon=30 ms", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == ("error: --set run.horizon=30 ms: run.horizon: the horizon is shorter than one "
+                                       "step (0.033 s) (allowed: a longer duration)\n")
 
 
 @pytest.mark.parametrize("change, message", [
@@ -167,14 +209,21 @@ def test_validate_refuses_what_a_job_run_refuses(case, tmp_path, capsys):
     (("  components:", "  maintenance: {every: 1 d, duration: 2 d}\n  components:"),  # was '172800 s ... 86400 s'
      "faults.maintenance: a 2 d stop every 1 d leaves no time to train (allowed: a duration shorter than every)"),
     (("      mtbf: 1000 h", "      mtbf: 100 ms"),
-     "faults: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, 0 maintenance "
-     "windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer checkpoint.interval or "
-     "faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass --force)"),
-    # 16 GPUs at 1 / 1000 h over 1e300 s: 16 / 3.6e6 x 1e300 = 4.444e294 failures; 1e300 s / 30 min = 5.556e296
-    # checkpoints; 5.600e296 in all. They printed with 297 digits each.
+     "faults.components.gpu: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, "
+     "0 maintenance windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
+     "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
+     "--force)"),
+    # 1e300 s / 30 min = 5.556e296 checkpoints were refused under the default checkpoint.interval, each count
+    # printed with 297 digits at first
     (("  horizon: 2 d", "  horizon: 1e300 s"),
-     "checkpoint.interval: the job would handle ~5.6e+296 events over 1 replication(s) (4.444e+294 failures, 0 "
-     "maintenance windows, 5.556e+296 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
+     "run.horizon: horizon 1e+300 s is more than 36,500 d (a century), longer than any training job (allowed: a "
+     "duration up to 36500 d, e.g. 54 d)"),
+    # 16 GPUs at 1 / 1000 h over 36,500 d: 16 x 876,000 h / 1000 h = 14,016 failures; 36,500 d / 30 min =
+    # 1,752,000 checkpoints (1,751,999.6: 30 min rounds to whole steps); ~1.77 M per replication, within the
+    # limit, and 12 x 1,766,016 = 21.2 M over 12 replications, beyond it: the replications carry the excess
+    (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"),
+     "run.replications: the job would handle ~21,192,187 events over 12 replication(s) (168,192 failures, 0 "
+     "maintenance windows, 21,023,995 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
     (("    gpu:", "    elastic_shrink:\n      unit: gpu"),
@@ -205,10 +254,10 @@ def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--force"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"error: {scenario}:13: faults: the job would handle ~2.765e+306 events over 1 replication(s) (2.765e+306 "
-        "failures, 0 maintenance windows, 96 checkpoints; even --force runs at most 1,000,000,000,000) (allowed: "
-        "lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer run.replications or "
-        "a shorter run.horizon)")
+        f"error: {scenario}:15: faults.components.gpu: the job would handle ~2.765e+306 events over 1 replication(s) "
+        "(2.765e+306 failures, 0 maintenance windows, 96 checkpoints; even --force runs at most 1,000,000,000,000) "
+        "(allowed: lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
+        "run.replications or a shorter run.horizon)")
     assert not out.exists()
 
 
@@ -264,6 +313,26 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     err = capsys.readouterr().err.strip()
     assert err == (f"error: command line: --multipliers: {multipliers!r} needs positive, finite values "
                    "(allowed: numbers, e.g. 0.5,1,2,4)"), err
+    assert not out.exists()
+
+
+def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, capsys):
+    """16 GPUs failing every 1000 h for 2 d expect 16 x 48 h / 1000 h = 0.768 failures; x 1e12, 768 billion. The
+    refusal named the scenario's `faults` line, which the user did not change, and a multiplier that overflowed
+    the rate a `--set faults.rate_multiplier=inf` the user never typed."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["study", "mtbf", str(scenario), "--multipliers", "1,1e12", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: --multipliers: x 1e+12: the job would handle ~768,000,000,096 events over 1 "
+        "replication(s) (768,000,000,000 failures, 0 maintenance windows, 96 checkpoints; limit 20,000,000) "
+        "(allowed: lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
+        "run.replications or a shorter run.horizon; or pass --force)\n")
+    assert main(["study", "mtbf", str(scenario), "--multipliers", "1e308", "--set", "faults.rate_multiplier=10",
+                 "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("error: command line: --multipliers: x 1e+308: expected a finite number, got "
+                                       "inf (allowed: a number such as 0.5)\n")
     assert not out.exists()
 
 

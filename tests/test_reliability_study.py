@@ -272,3 +272,10 @@ def test_durations_print_with_four_significant_digits_and_no_exponent():
     """`format_seconds` (the job and study printouts): 10,800 s printed as 1.08e+04 s."""
     assert [format_seconds(value) for value in (29.39387691338477, 0.4, 10800.0, 1138.4199576606166)] == [
         "29.39 s", "400 ms", "10,800 s", "1138 s"]
+
+
+def test_an_astronomical_duration_prints_four_significant_digits():
+    """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: it printed
+    as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does."""
+    assert [format_seconds(value) for value in (999_999_999_999_999.0, 1e15, 1.4239444e153)] == [
+        "999,999,999,999,999 s", "1e+15 s", "1.424e+153 s"]

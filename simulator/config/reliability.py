@@ -168,6 +168,22 @@ about 0.7 to 0.8 (Schroeder and Gibson, DSN 2006)."""
 
 PositiveDuration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(gt=0)]
 Duration = Annotated[float, BeforeValidator(user_value(parse_duration)), Field(ge=0)]
+
+MAX_HORIZON_DAYS = 36_500
+"""Longest job horizon: a century. No training job runs that long, so a longer horizon is a typo (1e300 s),
+refused at its own line by `trainsim validate` and `run` alike rather than after the healthy step as millions of
+checkpoints; the job's clock in float seconds still resolves half a microsecond there."""
+
+
+def _within_horizon(seconds: float) -> float:
+    if seconds > MAX_HORIZON_DAYS * 86_400.0:
+        raise ValueError(f"horizon {seconds:.4g} s is more than {MAX_HORIZON_DAYS:,} d (a century), longer than any "
+                         f"training job (allowed: a duration up to {MAX_HORIZON_DAYS} d, e.g. 54 d)")
+    return seconds
+
+
+Horizon = Annotated[PositiveDuration, AfterValidator(_within_horizon)]
+"""A job's wall time (`run.horizon`): positive, at most MAX_HORIZON_DAYS."""
 Bandwidth = Annotated[float, BeforeValidator(user_value(parse_bandwidth)), Field(gt=0)]
 Size = Annotated[float, BeforeValidator(user_value(parse_size)), Field(gt=0)]
 Rate = Annotated[float, BeforeValidator(parse_rate)]
@@ -194,7 +210,7 @@ class ComponentSpec(Section):
     def _one_rate(self) -> ComponentSpec:
         if (self.mtbf is None) == (self.rate is None):
             raise ValueError("give exactly one of mtbf and rate (allowed: mtbf: '50000 h', rate: '3 per 54 d')")
-        if self.shape != 1.0 and self.distribution != "weibull":
+        if self.shape != 1.0 and self.distribution != "weibull":  # shape 1 is the exponential's own
             raise ValueError(f"shape {self.shape:g} applies to distribution: weibull only (allowed: distribution: "
                              "weibull with a shape, or no shape)")
         if (self.effect == Effect.STRAGGLE) != (self.slowdown is not None):

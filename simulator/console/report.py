@@ -16,7 +16,10 @@ from simulator.units import format_size
 
 def format_seconds(value: float) -> str:
     """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
-    separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s)."""
+    separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s; four significant digits
+    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits)."""
+    if value >= 1e15:
+        return f"{value:.4g} s"
     if value >= 1e4:
         return f"{value:,.0f} s"
     if value >= 1:

@@ -18,8 +18,6 @@ from functools import cached_property
 from typing import NamedTuple
 
 from simulator.config.reliability import CheckpointConfig, CheckpointMode, RestartConfig, StorageConfig
-from simulator.errors import ScenarioError
-from simulator.units import format_size
 
 MAX_WRITE_NETWORK_SHARE = 0.99
 """The most of a host's network bandwidth a background checkpoint write is taken to hold. The exposed network
@@ -84,14 +82,9 @@ class SegmentCosts:
         return Cycle(train, stall, slow, train + stall)
 
 
-def checkpoint_bytes(config: CheckpointConfig, storage: StorageConfig, params: float) -> float:
-    """The checkpoint's size; refused when the storage could never hold it."""
-    size = config.size if config.size is not None else params * config.bytes_per_param
-    if size > storage.capacity:
-        raise ScenarioError(f"a {format_size(size)} checkpoint is larger than the storage "
-                            f"({format_size(storage.capacity)})", field="storage.capacity",
-                            allowed=f"at least {format_size(size)}, or a smaller checkpoint.size")
-    return size
+def checkpoint_bytes(config: CheckpointConfig, params: float) -> float:
+    """The checkpoint's size: `size`, else ``params`` times `bytes_per_param`."""
+    return config.size if config.size is not None else params * config.bytes_per_param
 
 
 def segment_costs(step: StepState, healthy: StepState, size: float, config: CheckpointConfig,

@@ -15,6 +15,7 @@ from simulator.collector import collector_paused
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect
+from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError, ScenarioError
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
@@ -26,7 +27,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
-from simulator.units import format_count
+from simulator.units import format_count, format_size
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -58,12 +59,22 @@ class JobResult:
 
 
 def _checkpoint_size(loaded: LoadedScenario) -> float:
+    """The checkpoint's bytes, refused when the storage could never hold it, at the field the user set: the
+    checkpoint's `size` or `bytes_per_param` (a typo in a size is likelier than in the store's), else
+    `storage.capacity` (a huge checkpoint.size was blamed on the default capacity)."""
     scenario = loaded.scenario
     if scenario.checkpoint.size is None and scenario.model is not None and scenario.model.synthetic is not None:
         raise ScenarioError("a synthetic model has no parameter count to size the checkpoint from",
                             field="checkpoint", allowed="checkpoint.size: e.g. '6.48 TB'")
     params = 0.0 if scenario.checkpoint.size is not None else float(resolve_model(scenario).num_params())
-    return checkpoint_bytes(scenario.checkpoint, scenario.storage, params)
+    size, capacity = checkpoint_bytes(scenario.checkpoint, params), scenario.storage.capacity
+    if size <= capacity:
+        return size
+    own = ("checkpoint", "size") if scenario.checkpoint.size is not None else ("checkpoint", "bytes_per_param")
+    field = own if loaded.gave(own) else ("storage", "capacity")
+    raise loaded.error(field, f"a {format_size(size)} checkpoint is larger than the storage "
+                       f"({format_size(capacity)})", f"a checkpoint of at most {format_size(capacity)}, or a "
+                       f"storage.capacity of at least {format_size(size)}")
 
 
 MAX_JOB_EVENTS = 20_000_000
@@ -76,26 +87,31 @@ MAX_JOB_EVENTS, 50,000 times its two minutes and 3 GiB (about 70 days and 150 Ti
 failures in one replication numpy cannot even draw their count (a rate of 1e300 per second was its traceback)."""
 
 
-def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], healthy: SegmentCosts, *,
-                     force: bool) -> None:
+def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None,
+                    *, force: bool) -> None:
     """Refuse a job whose expected events (failures drawn, maintenance windows, checkpoints written) over
     every replication pass MAX_JOB_EVENTS (MAX_FORCED_JOB_EVENTS when ``force``), before any is drawn, naming
-    the part that dominates and the field that sets it (a per-GPU MTBF of one second on 32 GPUs draws 28
-    million failures per 10-day replication)."""
+    the part that dominates and the field the user set that carries it (`_blamed_for_events`; a per-GPU MTBF of
+    one second on 32 GPUs draws 28 million failures per 10-day replication). ``checkpoint_period_s`` is the
+    healthy cycle's time between checkpoints; None where the step is not simulated (`trainsim validate`), which
+    counts the failures and maintenance windows alone."""
     scenario = loaded.scenario
     horizon, replications = scenario.run.horizon or 0.0, scenario.run.replications
-    parts = {
-        ("faults",): sum(units * klass.rate_per_unit_s for klass, units in zip(model.classes, counts)) * horizon,
-        ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0,
-        ("checkpoint", "interval"): horizon / (healthy.interval_steps * healthy.step_s),
-    }
+    per_class = [units * klass.rate_per_unit_s * horizon for klass, units in zip(model.classes, counts)]
+    parts = {("faults",): sum(per_class),
+             ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0}
+    if checkpoint_period_s is not None:
+        parts[("checkpoint", "interval")] = horizon / checkpoint_period_s
     total = sum(parts.values()) * replications
     limit = MAX_FORCED_JOB_EVENTS if force else MAX_JOB_EVENTS
     if total <= limit:
         return
     names = {("faults",): "failures", ("faults", "maintenance", "every"): "maintenance windows",
              ("checkpoint", "interval"): "checkpoints"}
-    field = max(parts, key=lambda path: parts[path])
+    dominant = max(parts, key=lambda path: parts[path])
+    if dominant == ("faults",):
+        dominant = ("faults", "components", model.classes[per_class.index(max(per_class))].name)
+    field = _blamed_for_events(loaded, dominant, total / replications <= limit)
     counted = ", ".join(f"{format_count(parts[path] * replications)} {names[path]}" for path in parts)
     changes = ("lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
                "run.replications or a shorter run.horizon")
@@ -103,6 +119,22 @@ def _refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[i
     raise loaded.error(field, f"the job would handle ~{format_count(total)} events over {replications} "
                        f"replication(s) ({counted}; {beyond} {format_count(limit)})",
                        changes if force else f"{changes}; or pass --force")
+
+
+def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replication_fits: bool) -> FieldPath:
+    """The field a refusal of too many job events names, one the user set: `run.replications` where a single
+    replication would be within the limit; else the largest part's own field where the scenario gives it
+    (`faults.rate_multiplier`, which scales every class, before the failure class that dominates;
+    `faults.maintenance.every`; `checkpoint.interval`); else `run.horizon`, which multiplies every part (a
+    horizon of 1e300 s was blamed on the default checkpoint interval)."""
+    if one_replication_fits:
+        return ("run", "replications")
+    if dominant[0] == "faults" and loaded.gave(("faults", "rate_multiplier")):
+        return ("faults", "rate_multiplier")
+    for path in (dominant, ("faults", "preset")) if dominant[:2] == ("faults", "components") else (dominant,):
+        if loaded.gave(path):
+            return path
+    return ("run", "horizon")
 
 
 def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology: Topology
@@ -211,6 +243,27 @@ def check_job(loaded: LoadedScenario, topology: Topology) -> JobChecks:
     return JobChecks(model, size, units, sizes)
 
 
+def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> None:
+    """Refuse a horizon shorter than one step of ``step_s`` seconds (``step``: that time as the refusal says it:
+    the simulated step's for `trainsim run`, a lower bound of it for `trainsim validate`)."""
+    horizon = loaded.scenario.run.horizon
+    if horizon is not None and horizon < step_s:
+        raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step ({step})", "a longer duration")
+
+
+def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *, force: bool = False) -> None:
+    """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
+    the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
+    time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
+    on the failures and maintenance windows, whose counts need no step (the checkpoints' need its time; with
+    ``force``, the limit --force keeps)."""
+    checks = check_job(loaded, topology)
+    refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
+                         "stream alone")
+    counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
+    refuse_long_job(loaded, checks.model, counts, None, force=force)
+
+
 @collector_paused()
 def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
@@ -225,9 +278,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
     prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology, force=force, healthy=prepared)
-    if horizon < states.healthy_step.step_s:
-        raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step "
-                           f"({states.healthy_step.step_s:.6g} s)", "a longer duration")
+    refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
     def costs(state: ClusterState) -> SegmentCosts | None:
@@ -256,7 +307,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
-    _refuse_long_job(loaded, model, counts, healthy, force=force)
+    refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):

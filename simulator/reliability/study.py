@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.config.loader import LoadedScenario, load_scenario
+from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.errors import InputError
 from simulator.reliability.simulate import simulate_job
-from simulator.units import parse_duration
+from simulator.units import format_duration, parse_duration
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,12 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
         points = []
         at: list[float | None] = [*intervals] if intervals else [None]
         for interval in at:
-            settings = [f"faults.rate_multiplier={own * multiplier!r}"]
+            settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), own * multiplier,
+                                      f"x {multiplier:g}")]
             if interval is not None:
-                settings.append(f"checkpoint.interval={interval!r} s")
-            summary = job_summary_of(load_scenario(scenario, [*overrides, *settings]), force)
+                settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
+                                              format_duration(interval)))
+            summary = job_summary_of(load_scenario(scenario, overrides, tuple(settings)), force)
             points.append(StudyPoint(summary["checkpoint"]["interval_s"], multiplier, summary))
         curves.append(curve_summary(points))
     return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
