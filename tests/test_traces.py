@@ -24,7 +24,8 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError, TraceError
 from simulator.simulation import network_settings
 from simulator.topology.loader import scenario_topology
-from simulator.workload.traces.layout import group_kinds
+from simulator.workload.traces.layout import TracedSizes, group_kinds
+from simulator.workload.traces.model import ProcessGroup
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO_2RANK = REPO / "scenarios" / "traces" / "allreduce-2rank"
@@ -649,8 +650,8 @@ def test_an_unknown_trace_key_lists_the_trace_fields(tmp_path):
     with pytest.raises(ScenarioError) as caught:
         scenario_from_text(text, source="s.yaml")
     assert str(caught.value) == ("s.yaml:2: workload.tp: unknown key 'tp' (allowed: trace, format, compute_scale, "
-                                 "traced_gpu, dp, traced_tp, traced_pp, host_gaps, recost_gemms, tokens_per_step, "
-                                 "model_flops_per_token)")
+                                 "traced_gpu, dp, traced_tp, traced_pp, traced_cp, traced_ep, host_gaps, recost_gemms, "
+                                 "tokens_per_step, model_flops_per_token)")
 
 
 @pytest.mark.parametrize("section", ["parallelism: {tp: 2}", "training: {seq_len: 4096}"])
@@ -1007,6 +1008,18 @@ def test_collectives_with_sequence_numbers_match_by_them_and_replay_recosted(tmp
     loaded, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(SEQ_2RANK)), tmp_path)
     expected = 1000e-6 + allreduce_time(loaded, 8 * MIB, 2) + allreduce_time(loaded, 16 * MIB, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    assert result.summary["trace"]["collective_matching"] == {"0": "seq"}
+
+
+def test_chakra_collectives_match_by_group_and_order_and_the_summary_says_so(tmp_path):
+    """Chakra's converter writes no number of a collective within its group (a node's `seq_id` attribute is
+    PyTorch's autograd sequence number of the op), so its collectives match by pg_name and issue order, as the
+    summary says per group; the bundled Kineto trace has no `Seq` either."""
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{CHAKRA_2RANK}/rank*.json', format: chakra-json}}\n"
+    _, chakra = run(text, tmp_path)
+    assert chakra.summary["trace"]["collective_matching"] == {"0": "order"}
+    _, kineto = run(two_rank_scenario("100 Gb/s"), tmp_path)
+    assert kineto.summary["trace"]["collective_matching"] == {"0": "order"}
 
 
 def test_a_collective_the_profiler_dropped_on_one_rank_is_named_by_its_sequence_number(tmp_path):
@@ -1037,12 +1050,15 @@ def test_ranks_disagreeing_on_a_numbered_collective_name_it_and_both_events(tmp_
                              f"all_reduce of 16777216 bytes on rank 0 ({traces / 'rank0.json'}: traceEvents[2])")
 
 
-def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[tuple]]) -> None:
+def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[tuple]],
+               named: dict[str, tuple[str, list[int]]] | None = None) -> None:
     """Chakra traces of ``work``'s ranks: PyTorch's process-group metadata (``groups``, each described "undefined",
-    as torch.distributed describes a group created without a description), then each rank's ops in a chain:
-    ("all_reduce", group, bytes), ("send", peer, bytes) or ("recv", peer, bytes)."""
-    meta = [{"pg_name": name, "pg_desc": "undefined", "ranks": ranks, "group_size": len(ranks)}
-            for name, ranks in groups.items()]
+    as torch.distributed describes a group created without a description, and the ``named`` ones: name ->
+    (description, ranks)), then each rank's ops in a chain: ("all_reduce", group, bytes), ("send", peer, bytes)
+    or ("recv", peer, bytes)."""
+    described = {name: ("undefined", ranks) for name, ranks in groups.items()} | (named or {})
+    meta = [{"pg_name": name, "pg_desc": desc, "ranks": ranks, "group_size": len(ranks)}
+            for name, (desc, ranks) in described.items()]
     for rank, ops in work.items():
         nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
                   "inputs": {"values": str([json.dumps(meta)])}}]
@@ -1100,28 +1116,113 @@ def test_a_numbered_group_of_a_whole_pipeline_stage_is_refused_unless_the_layout
     assert (traffic[kind], traffic["pp"]) == (pytest.approx(MIB, rel=EXACT), pytest.approx(MIB, rel=EXACT))
 
 
-@pytest.mark.parametrize(("groups", "transfers", "kinds"), [
+def kinds_of(groups: dict[str, list[int] | tuple[int, ...]], transfers: list[tuple[int, int]], **declared):
+    """group_kinds of numbered ``groups`` of an 8-rank job with the sizes ``declared`` (tp=, cp=...)."""
+    members = {name: ProcessGroup("undefined", tuple(ranks)) for name, ranks in groups.items()}
+    return group_kinds(members, 8, transfers, TracedSizes(**declared))
+
+
+@pytest.mark.parametrize(("groups", "transfers", "declared", "kinds"), [
     # TP 2 x CP 2 x DP 2 on 8 ranks, one stage: [0, 1] sets TP 2, so r = rank % 8 // 2; [0, 2] runs r 0-1 of
-    # 0-3 (CP), [0, 4] r 0, 2 (DP), [0, 2, 4, 6] all of r (DP with CP), the group of every rank DP
+    # 0-3 (CP, declared 2 with no EP), [0, 4] r 0, 2 (DP), [0, 2, 4, 6] all of r (DP with CP), every rank DP
     ({"tp": [0, 1], "cp": [0, 2], "dp": [0, 4], "dp_cp": [0, 2, 4, 6], "world": list(range(8))}, [],
-     ["tp", "cp", "dp", "dp", "dp"]),
+     {"cp": 2, "ep": 1}, ["tp", "cp", "dp", "dp", "dp"]),
+    # the same with EP 2 in CP's place (EP 2, CP 1)
+    ({"tp": [0, 1], "ep": [0, 2]}, [], {"cp": 1}, ["tp", "ep"]),
+    # CP 2 and EP 4 on 8 ranks of TP 1: each run counts as the one of its length
+    ({"cp": [0, 1], "ep": [0, 1, 2, 3]}, [], {"tp": 1, "cp": 2, "ep": 4}, ["cp", "ep"]),
     # TP 2 x DP 2 x PP 2: a transfer 4 ranks apart makes stages of 4; [0, 4] varies the stage alone (PP),
     # Megatron-LM's model-parallel group [0, 1, 4, 5] the TP place first (TP)
-    ({"tp": [0, 1], "dp": [0, 2], "pp": [0, 4], "mp": [0, 1, 4, 5]}, [(0, 4)], ["tp", "dp", "pp", "tp"]),
+    ({"tp": [0, 1], "dp": [0, 2], "pp": [0, 4], "mp": [0, 1, 4, 5]}, [(0, 4)], {}, ["tp", "dp", "pp", "tp"]),
 ])
-def test_the_dimension_of_a_numbered_group_is_the_first_its_ranks_vary_along(groups, transfers, kinds):
-    members = {name: tuple(ranks) for name, ranks in groups.items()}
-    found = group_kinds(members, {}, 8, transfers, None, None)
+def test_the_dimension_of_a_numbered_group_is_the_first_its_ranks_vary_along(groups, transfers, declared, kinds):
+    found = kinds_of(groups, transfers, **declared)
     assert [found[name] for name in groups] == kinds
 
 
-@pytest.mark.parametrize(("groups", "tp", "field", "problem"), [
-    ({"1": (0, 1), "2": (0, 1, 2, 3)}, None, "workload.trace",
+@pytest.mark.parametrize(("groups", "declared", "field", "problem"), [
+    ({"1": (0, 1), "2": (0, 1, 2, 3)}, {}, "workload.trace",
      "process groups of 2 and 4 consecutive ranks ('1', '2'): which is tensor parallelism is unknown"),
-    ({"1": (0, 1, 2)}, 3, "workload.traced_tp",
+    ({"1": (0, 1, 2)}, {"tp": 3}, "workload.traced_tp",
      "tensor parallelism of 3 does not divide the traced job's pipeline stages of 8 ranks"),
+    ({"1": (0, 1), "2": (0, 2)}, {}, "workload.trace", "process group '2' (ranks [0, 2]) spans 2 consecutive places "
+     "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown"),
 ])
-def test_a_layout_that_cannot_be_told_is_refused(groups, tp, field, problem):
+def test_a_layout_that_cannot_be_told_is_refused(groups, declared, field, problem):
     with pytest.raises(ScenarioError) as caught:
-        group_kinds(groups, {}, 8, [], tp, None)
+        kinds_of(groups, [], **declared)
     assert (caught.value.field, caught.value.problem) == (field, problem)
+
+
+def moe_job(folder: Path, named: dict[str, tuple[str, list[int]]] | None = None) -> None:
+    """A 4-rank mixture-of-experts job without TP in Megatron-LM's order, its groups named only by number: expert
+    parallelism over [0, 1] and [2, 3] (the places next to TP, as CP would be), expert data parallelism over
+    [0, 2] and [1, 3], dense data parallelism over all four. Each rank all-reduces 1 MiB over its EP group, 2 MiB
+    over its expert-DP group, 4 MiB over all ranks; ``named``: more groups the metadata lists (name: description,
+    ranks), used by no collective."""
+    groups = {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3], "5": [0, 1, 2, 3]}
+    chakra_job(folder, groups, {rank: [("all_reduce", "1" if rank < 2 else "2", MIB),
+                                       ("all_reduce", "3" if rank % 2 == 0 else "4", 2 * MIB),
+                                       ("all_reduce", "5", 4 * MIB)] for rank in range(4)},
+               named=named)
+
+
+@pytest.mark.parametrize(("declared", "kind"), [
+    ("", "tp"), ("traced_tp: 1, traced_cp: 1", "ep"), ("traced_tp: 1, traced_cp: 1, traced_ep: 2", "ep"),
+    ("traced_tp: 1, traced_cp: 2, traced_ep: 1", "cp")])
+def test_numbered_groups_next_to_tp_count_as_the_cp_or_ep_the_declared_sizes_leave(tmp_path, declared, kind):
+    """The groups [0, 1] and [2, 3] are TP by default (TP innermost); with no TP they take the places next to
+    it, which CP and EP share, and count as the one whose declared size they can be. Per GPU: the two-rank rings
+    send n (1 MiB over [0, 1], 2 MiB over [0, 2]), the 4-rank ring 2 (p-1)/p n = 6 MiB. The step is the three
+    all-reduces one after another (each rank's chain, NCCL's Simple protocol), none sharing a link with another
+    at the same time."""
+    moe_job(tmp_path)
+    text = chakra_scenario(tmp_path, protocol="simple").replace("format: chakra-json",
+                                                                f"format: chakra-json, {declared}")
+    loaded, result = run(text, tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic[kind], traffic["dp"]) == (pytest.approx(MIB, rel=EXACT), pytest.approx(8 * MIB, rel=EXACT))
+    expected = allreduce_time(loaded, MIB, 2) + allreduce_time(loaded, 2 * MIB, 2) + allreduce_time(loaded, 4 * MIB, 4)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+@pytest.mark.parametrize(("declared", "problem", "allowed"), [
+    ("traced_tp: 1", "context or expert parallelism is unknown",
+     "workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has none; 2 for this group's)"),
+    ("traced_tp: 1, traced_ep: 2", "expert parallelism of 2, or context parallelism, whose size is not told",
+     "workload.traced_cp: the traced job's CP size (1 where it has none)"),
+    ("traced_tp: 1, traced_cp: 2, traced_ep: 2", "context and expert parallelism are both 2, so which it is is "
+     "unknown", "Process Group Descriptions naming the group's dimension"),
+    ("traced_tp: 1, traced_cp: 1, traced_ep: 1", "but the traced job's context parallelism is 1 and its expert "
+     "parallelism 1", "Process Group Descriptions naming the group's dimension"),
+])
+def test_a_numbered_group_that_could_be_cp_or_ep_is_refused_naming_what_to_declare(tmp_path, declared, problem,
+                                                                                    allowed):
+    moe_job(tmp_path)
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", f"format: chakra-json, {declared}")
+    with pytest.raises(ScenarioError) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "workload.trace"
+    assert caught.value.problem.startswith("process group '1' (ranks [0, 1]) spans 2 consecutive places next to "
+                                           "tensor parallelism in its pipeline stage")
+    assert problem in caught.value.problem and caught.value.allowed.startswith(allowed)
+
+
+def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
+    """Megatron-LM names its groups: a TENSOR_MODEL_PARALLEL_GROUP and a CONTEXT_PARALLEL_GROUP of one rank each
+    (TP 1, CP 1), listed by the metadata though no collective uses them, leave the places next to TP to EP; the
+    numbered [0, 1] counts as EP with nothing declared (it counted as TP). A declared size that they contradict
+    is refused at its line."""
+    named = {"6": ("TENSOR_MODEL_PARALLEL_GROUP", [0]), "7": ("CONTEXT_PARALLEL_GROUP", [0])}
+    moe_job(tmp_path, named)
+    _, result = run(chakra_scenario(tmp_path), tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic["ep"], traffic["tp"], traffic["dp"]) == (
+        pytest.approx(MIB, rel=EXACT), 0.0, pytest.approx(8 * MIB, rel=EXACT))
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_tp: 2")
+    with pytest.raises(ScenarioError) as caught:
+        run(text, tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.traced_tp: the trace's process group 'TENSOR_MODEL_PARALLEL_GROUP' "
+        "has 1 rank, but the scenario declares TP of 2 (allowed: 1, as the trace's groups say, or traced_tp left out)")
+

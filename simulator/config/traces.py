@@ -33,9 +33,10 @@ class TraceWorkload(Section):
     traced duration of every matrix multiply whose operand shapes the trace records (`record_shapes=True`) by
     the kernel model's time on the cluster's GPU (docs/cost-model.md). A trace states no tokens: give
     `tokens_per_step` (tokens one step of the traced job processes; replication multiplies them by `dp` over
-    the traced ranks) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU. `traced_tp`
-    and `traced_pp` are the traced job's tensor- and pipeline-parallel sizes, which tell the dimension of a
-    process group that the trace names only by number (workload/traces/layout.py); left out, they are inferred.
+    the traced ranks) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU. `traced_tp`,
+    `traced_pp`, `traced_cp` and `traced_ep` are the traced job's tensor-parallel size, pipeline stages,
+    context- and expert-parallel sizes, which tell the dimension of a process group that the trace names only
+    by number (workload/traces/layout.py); left out, they are told by the trace's named groups or inferred.
     """
 
     trace: str
@@ -45,6 +46,8 @@ class TraceWorkload(Section):
     dp: int | None = Field(default=None, ge=1, le=131_072)
     traced_tp: int | None = Field(default=None, ge=1, le=131_072)
     traced_pp: int | None = Field(default=None, ge=1, le=131_072)
+    traced_cp: int | None = Field(default=None, ge=1, le=131_072)
+    traced_ep: int | None = Field(default=None, ge=1, le=131_072)
     host_gaps: bool = True
     recost_gemms: bool = False
     tokens_per_step: int | None = Field(default=None, ge=1)

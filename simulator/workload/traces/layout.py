@@ -2,25 +2,29 @@
 description names, else the one its ranks vary along in the traced job's layout.
 
 The layout is Megatron-LM's and torchtitan's rank order: tensor parallelism innermost (TP groups are runs of
-consecutive ranks), then context and data parallelism, pipeline stages outermost (a stage is a run of
-consecutive ranks). The pipeline stage's size is `workload.traced_pp`'s share of the traced job, else the
-smallest rank distance of a point-to-point transfer (neighbouring stages), else the whole job; the TP size is
-`workload.traced_tp`, else the size of the groups of consecutive ranks smaller than a stage (the TP groups
-every TP job's trace uses), else 1. A rank is then (t, r, p): its place in its TP group, in the rest of its
-stage (context and data parallelism, r), and its stage; a group counts as the first of dp, cp, tp, pp that
-its ranks vary along, as a description naming several does: r varying over the whole rest of a stage or with
-a stride is dp, over a run of consecutive values short of it cp; t alone tp; p alone pp. The group of every
-rank counts as dp (the default group: a DDP or FSDP job's gradients, a step's loss), unless the declared
-sizes leave the job no data parallelism (TP x PP = its ranks).
+consecutive ranks), then context (or expert) and data parallelism, pipeline stages outermost (a stage is a run
+of consecutive ranks). Each size is the scenario's `workload.traced_*`, else the one the trace's groups named
+for a single dimension tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride is the
+TP size), else inferred from the groups named only by number: a stage is the smallest rank distance of a
+point-to-point transfer (neighbouring stages), else the whole job; TP the size of the groups of consecutive ranks
+smaller than a stage (the TP groups every TP job's trace uses), else 1. A rank is then (t, r, p): its place in
+its TP group, in the rest of its stage (context, expert and data parallelism, r), and its stage; a group counts
+as the first of dp, cp, tp, pp that its ranks vary along, as a description naming several does: r varying over
+the whole rest of a stage or with a stride is dp; over a run of consecutive values short of it cp or ep (both
+take the places next to TP), whichever of the CP and EP sizes the run can be; t alone tp; p alone pp. The group
+of every rank counts as dp (the default group: a DDP or FSDP job's gradients, a step's loss), unless the
+declared sizes leave the job no data parallelism (TP x PP = its ranks).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from simulator.errors import ScenarioError
 from simulator.program.ops import CommCategory
+from simulator.workload.traces.model import ProcessGroup
 
 GROUP_WORDS: dict[str, CommCategory] = {"dp": "dp", "data": "dp", "fsdp": "dp", "ddp": "dp", "ep": "ep",
                                         "expert": "ep", "cp": "cp", "context": "cp", "tp": "tp", "tensor": "tp",
@@ -31,31 +35,80 @@ GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
 """Which dimension a group serving several counts as: a group spanning data parallelism carries gradients
 (`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
 tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
+SIZED_KINDS: tuple[CommCategory, ...] = ("tp", "pp", "cp", "ep")
+"""The dimensions whose size `workload.traced_*` declares (PP: the number of stages)."""
 LAYOUT_ALLOWED = ("a Process Group Description naming the group's dimension, or workload.traced_tp and "
                   "traced_pp giving the traced job's layout")
 
 
+@dataclass(frozen=True)
+class TracedSizes:
+    """The traced job's TP size, pipeline stages, CP and EP sizes, as the scenario declares them
+    (`workload.traced_tp`, `traced_pp`, `traced_cp`, `traced_ep`), or as the trace's groups tell them; None
+    where neither does."""
+
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+
+
+def named_kinds(description: str) -> set[CommCategory]:
+    """The dimensions a group's description names among its words."""
+    return {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", description.lower()) if word in GROUP_WORDS}
+
+
 def named_kind(description: str) -> CommCategory | None:
     """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none."""
-    named = {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", description.lower()) if word in GROUP_WORDS}
+    named = named_kinds(description)
     return next((kind for kind in GROUP_KINDS if kind in named), None)
 
 
-def group_kinds(members: dict[str, tuple[int, ...]], descriptions: dict[str, str], world: int,
-                transfers: Iterable[tuple[int, int]], tp: int | None, pp: int | None) -> dict[str, CommCategory]:
-    """The dimension each group counts as: the one its description names, else the one its ranks vary along
-    in the layout of a ``world``-rank job with the given (or inferred) TP and PP sizes."""
-    kinds = {group: named_kind(descriptions.get(group, "")) for group in members}
-    unnamed = {group: ranks for group, ranks in members.items() if kinds[group] is None}
+def group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[tuple[int, int]],
+                declared: TracedSizes, stated: Iterable[ProcessGroup] = ()) -> dict[str, CommCategory]:
+    """The dimension each of ``groups`` counts as: the one its description names, else the one its ranks vary
+    along in the layout of a ``world``-rank job with the sizes ``declared``, else told by the descriptions of
+    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred."""
+    kinds = {name: named_kind(group.description) for name, group in groups.items()}
+    unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
     if not unnamed:
-        return {group: kind or "dp" for group, kind in kinds.items()}
-    stage = _stage_size(world, list(transfers), pp)
-    tensor = _tp_size(unnamed, stage, world, tp)
-    no_dp = (tp is not None or pp is not None) and stage == tensor
-    for group, ranks in unnamed.items():
+        return {name: kind or "dp" for name, kind in kinds.items()}
+    sizes = _told_sizes(declared, [*groups.values(), *stated])
+    stage = _stage_size(world, list(transfers), sizes.pp)
+    tensor = _tp_size(unnamed, stage, world, sizes.tp)
+    no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
+    for name, ranks in unnamed.items():
         whole = len(set(ranks)) == world
-        kinds[group] = _varying_kind(tuple(sorted(ranks)), tensor, stage) if no_dp or not whole else "dp"
-    return {group: kind or "dp" for group, kind in kinds.items()}
+        kinds[name] = _varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes) if no_dp or not whole else "dp"
+    return {name: kind or "dp" for name, kind in kinds.items()}
+
+
+def _told_sizes(declared: TracedSizes, groups: list[ProcessGroup]) -> TracedSizes:
+    """Each size as declared, else as the groups whose description names that dimension alone tell it (their
+    size, where they agree; PP: the number of stages a pipeline group spans), TP also as the rank stride of such
+    CP groups (CP takes the places next to TP). A declared size that such groups contradict is refused: the
+    trace and the scenario describe different jobs."""
+    told: dict[CommCategory, dict[int, str]] = {}
+    strides: set[int] = set()
+    for group in groups:
+        dims = named_kinds(group.description)
+        if len(dims) == 1 and group.members:
+            kind = dims.pop()
+            told.setdefault(kind, {}).setdefault(len(set(group.members)), group.description)
+            if kind == "cp" and len(group.members) > 1:
+                strides.add(_stride(group.members))
+    sizes = {}
+    for kind in SIZED_KINDS:
+        value, sizes_told = getattr(declared, kind), told.get(kind, {})
+        if value is not None and sizes_told and set(sizes_told) != {value}:
+            size, description = next((size, desc) for size, desc in sizes_told.items() if size != value)
+            raise ScenarioError(f"the trace's process group {description!r} has {_ranks(size)}, but the scenario "
+                                f"declares {kind.upper()} of {value}", field=f"workload.traced_{kind}",
+                                allowed=f"{size}, as the trace's groups say, or traced_{kind} left out")
+        sizes[kind] = value if value is not None else next(iter(sizes_told)) if len(sizes_told) == 1 else None
+    if sizes["tp"] is None and len(strides) == 1 and 0 not in strides:
+        sizes["tp"] = strides.pop()
+    return TracedSizes(**sizes)
 
 
 def _stage_size(world: int, transfers: list[tuple[int, int]], pp: int | None) -> int:
@@ -78,9 +131,10 @@ def _stage_size(world: int, transfers: list[tuple[int, int]], pp: int | None) ->
 
 
 def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, tp: int | None) -> int:
-    """The TP size: `traced_tp`, else the size of the groups of consecutive ranks inside a stage and smaller
-    than it, else 1. A group of a whole stage of consecutive ranks, where there is more than one stage and no
-    smaller such group, could be TP (no DP) as well as DP (no TP): refused unless `traced_tp` says which."""
+    """The TP size: `traced_tp` (or as the trace's groups tell it), else the size of the groups of consecutive
+    ranks inside a stage and smaller than it, else 1. A group of a whole stage of consecutive ranks, where there
+    is more than one stage and no smaller such group, could be TP (no DP) as well as DP (no TP): refused unless
+    `traced_tp` says which."""
     if tp is not None:
         if stage % tp:
             raise ScenarioError(f"tensor parallelism of {tp} does not divide the traced job's pipeline stages of "
@@ -105,19 +159,52 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, tp: int
     return 1
 
 
-def _varying_kind(ranks: tuple[int, ...], tp: int, stage: int) -> CommCategory:
-    """The first of dp, cp, tp, pp that the group's ranks vary along, with TP groups of ``tp`` consecutive ranks
-    inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp."""
+def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes: TracedSizes) -> CommCategory:
+    """The first of dp, cp (or ep), tp, pp that the group's ranks vary along, with TP groups of ``tp``
+    consecutive ranks inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp."""
     places = [(rank % tp, rank % stage // tp, rank // stage) for rank in ranks]
     rest = sorted({place[1] for place in places})
     if len(rest) > 1:
         consecutive = rest == list(range(rest[0], rest[0] + len(rest)))
-        return "cp" if consecutive and len(rest) < stage // tp else "dp"
+        if not consecutive or len(rest) == stage // tp:
+            return "dp"
+        return _run_kind(name, ranks, len(rest), sizes)
     if len({place[0] for place in places}) > 1:
         return "tp"
     if len({place[2] for place in places}) > 1:
         return "pp"
     return "dp"
+
+
+def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes) -> CommCategory:
+    """A group over ``length`` consecutive places next to TP, short of its stage's: context parallelism, or
+    expert parallelism (Megatron-LM and torchtitan put both there), whichever of the two sizes can be
+    ``length``; refused where both can (a size not told can be any) or neither."""
+    could_cp, could_ep = sizes.cp in (None, length), sizes.ep in (None, length)
+    if could_cp != could_ep:
+        return "cp" if could_cp else "ep"
+    group = (f"process group {name!r} (ranks {list(ranks)}) spans {length} consecutive places next to tensor "
+             "parallelism in its pipeline stage")
+    describe = "Process Group Descriptions naming the group's dimension"
+    if not could_cp:
+        raise ScenarioError(f"{group}, but the traced job's context parallelism is {sizes.cp} and its expert "
+                            f"parallelism {sizes.ep}", field="workload.trace", allowed=describe)
+    if sizes.cp is not None and sizes.ep is not None:
+        raise ScenarioError(f"{group}: context and expert parallelism are both {length}, so which it is is unknown",
+                            field="workload.trace", allowed=describe)
+    for told, kind, other, untold in ((sizes.cp, "context", "expert", "ep"), (sizes.ep, "expert", "context", "cp")):
+        if told is not None:
+            raise ScenarioError(f"{group}: {kind} parallelism of {length}, or {other} parallelism, whose size is not "
+                                "told", field="workload.trace", allowed=f"workload.traced_{untold}: the traced job's "
+                                f"{untold.upper()} size (1 where it has none), or {describe}")
+    raise ScenarioError(f"{group}: context or expert parallelism is unknown", field="workload.trace",
+                        allowed=f"workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has "
+                        f"none; {length} for this group's), or {describe}")
+
+
+def _ranks(count: int) -> str:
+    """'1 rank', '2 ranks'."""
+    return f"{count} rank{'s' if count != 1 else ''}"
 
 
 def _stride(ranks: tuple[int, ...]) -> int:

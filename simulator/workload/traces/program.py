@@ -35,7 +35,7 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
-from simulator.workload.traces.layout import group_kinds
+from simulator.workload.traces.layout import TracedSizes, group_kinds
 from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
@@ -93,13 +93,15 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                   fold: bool) -> StepProgram:
     """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
     world = traced_world = _world(traced)
-    _stated_groups(traced)
+    stated = _stated_groups(traced)
     members = _group_members(traced)
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
-    kinds = group_kinds(members, descriptions, world,
+    used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
+    kinds = group_kinds(used, world,
                         [(rank.rank, op.peer) for rank in traced for op in rank.ops if op.kind in ("send", "recv")],
-                        config.traced_tp, config.traced_pp)
+                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
+                        [group for name, group in stated.items() if name not in used])
     if config.dp is not None:
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
@@ -115,8 +117,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
     gpu = get_gpu(topology.gpu_model)
-    builder = _Builder(members, kinds, _sequenced(traced), scale, config.host_gaps,
-                       gpu if config.recost_gemms else None)
+    sequenced = _sequenced(traced)
+    builder = _Builder(members, kinds, sequenced, scale, config.host_gaps, gpu if config.recost_gemms else None)
     for rank in simulated:
         source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
@@ -135,7 +137,9 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
                          "compute_scale": scale, "dp": config.dp,
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
-                         "recosted_gemms": builder.recosted}}
+                         "recosted_gemms": builder.recosted,
+                         "collective_matching": {group: "seq" if group in sequenced else "order"
+                                                 for group in sorted(members)}}}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     tokens = (config.tokens_per_step or 0) * world / traced_world
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks,
