@@ -138,6 +138,27 @@ def test_the_nvls_tree_is_weighed_only_on_gpus_that_drive_nvlink_sharp():
     assert choose(request, topology, protocol="simple").algorithm == "ring"
 
 
+@pytest.mark.parametrize(("nics", "ranks", "nvls_tree"), [(8, (0, 1, 8, 9), True), (4, (0, 1, 8, 9), False),
+                                                          (4, (0, 2, 8, 10), True)])
+def test_the_nvls_tree_needs_two_heads_on_every_host(nics, ranks, nvls_tree):
+    """NCCL runs its NVLS tree only on an NVLS graph of 2 channels or more, one per head: a member GPU that is
+    a NIC's local GPU, none twice (tuning.cc, search.cc). Two H100s per host on NICs of their own make 2 heads, and
+    NCCL weighs the tree there (the fastest at 256 MiB: 2.92 ms against the double tree's 2.97 and the ring's
+    4.34); two sharing a NIC (4 NICs per host) make one, and auto weighed the NVLS tree there all the same. The
+    ring's and the NVLS tree's estimates cross the NICs the members drive: with two members on one NIC the ring's
+    was half its simulated 8.62 ms (it counted 2 rails)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 2, "nics_per_node": nics})
+    efficiency = calibrated(topology.gpu_model)
+    request = CollectiveRequest("all_reduce", ranks, 256 * MIB, chunk_bytes=CHUNK)
+    names = candidates(request, topology, group_by_host(ranks, topology))
+    assert ("nvls" in names) is nvls_tree
+    times = simulated_pairs(topology, request)
+    pick = choose(request, topology, efficiency)
+    assert times[pick] <= MARGIN * min(times.values()), (pick, times)
+    for algorithm, estimate in estimates(request, topology, efficiency, algorithms=("ring", "nvls")).items():
+        assert estimate == pytest.approx(simulated(topology, request, algorithm), rel=1e-9), algorithm
+
+
 @pytest.mark.parametrize("profile", ["calibrated", "ideal"])
 @pytest.mark.parametrize("hosts", [1, 2])
 def test_auto_ranks_h100_candidates_as_the_simulation_does(hosts, profile):

@@ -67,6 +67,15 @@ def supports(ranks: tuple[int, ...], topology: Topology) -> bool:
     return available(topology) and len({topology.gpu_domain[rank] for rank in ranks}) == 1
 
 
+MIN_HEADS = 2
+"""NCCL runs NVLS and its NVLS tree only on an NVLS graph of at least 2 channels (src/graph/tuning.cc: "NVLS/NVLStree
+needs at least 2 channels"; NCCL master of 2026-06-11). Inside one NVLink domain the graph has a channel per GPU
+(up to 32, search.cc), so any group of 2 or more qualifies; across hosts a channel per head, a member GPU that is
+the local GPU of a NIC, no GPU twice (search.cc, NCCL_TOPO_PATTERN_NVLS), the fewest of any host (connect.cc):
+here the distinct NICs a host's members drive (`ring.nics_used`; the PCIe distances that would let a NIC no
+member drives pick one of them as its local GPU are not modelled, so members sharing a NIC make one head)."""
+
+
 def in_switch_efficiency(topology: Topology) -> float:
     """The fraction of the ring's NVLink bandwidth the in-switch reduction reaches on ``topology``'s GPUs."""
     efficiency = nvls_efficiency(topology.gpu_model)

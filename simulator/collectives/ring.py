@@ -39,6 +39,13 @@ def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     return max(1, min(topology.rails, min(len(members) for members in hosts)))
 
 
+def nics_used(topology: Topology, hosts: list[list[int]]) -> int:
+    """The fewest distinct NICs the members of any one host drive (members may share a NIC: `nics_per_node`
+    below the GPUs per node)."""
+    nic = topology.gpu_nic
+    return min(len({nic[rank] for rank in members}) for members in hosts)
+
+
 def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> int:
     """``request.channels`` when set (> 0); else across hosts one ring per rail the group can use, and at
     least the channels NCCL runs through one NIC (extra rings share a rail but are separate flows; see

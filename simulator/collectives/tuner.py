@@ -26,7 +26,7 @@ from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
 from simulator.collectives.phases import NET, NVLINK, PCI, CollectiveRequest, HopKind, window_stall
-from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, rails_used
+from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
 from simulator.collectives.tree import NCCL_STEPS, all_reduce_edges, chunk_count, pipeline_stretches
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
@@ -38,8 +38,9 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
     Reduce-scatter and all-gather: the ring, and NVLS inside one NVLink-SHARP domain (NCCL >= 2.19; across hosts
     NCCL runs them through CollNet only, not modelled; PAT, for one GPU per host, is not modelled). All-reduce:
     the ring; the tree across hosts (inside one host NCCL's tree is a chain of the GPUs, which the `tree` here,
-    a double binary tree over the ranks, is not); NVLS inside one domain and, with two or more members on every
-    host, NCCL's NVLS tree across hosts (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect and multi-node
+    a double binary tree over the ranks, is not); NVLS inside one domain and, with as many members on every host
+    and at least `nvls.MIN_HEADS` heads on each (members on distinct NICs), NCCL's NVLS tree across hosts
+    (`nvls`), on GPUs that drive NVLink SHARP; CollNetDirect and multi-node
     NVLS (`nvls_sharp`) where the switches reduce (NCCL enables both only with CollNet). `hierarchical` is not an
     NCCL algorithm and is never a candidate."""
     op = request.op
@@ -56,7 +57,7 @@ def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[
         return found
     found.append("tree")
     even = len({len(members) for members in hosts}) == 1
-    if nvls.available(topology) and even and len(hosts[0]) > 1:
+    if nvls.available(topology) and even and nics_used(topology, hosts) >= nvls.MIN_HEADS:
         found.append("nvls")
     if collnet_direct.supports(request.ranks, topology):
         found.append("collnet_direct")
@@ -131,7 +132,7 @@ def estimates_by_protocol(request: CollectiveRequest, topology: Topology, effici
     simple_outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else simple_inner
     simple_across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
     channels = channel_count(request, topology, hosts)
-    rails = min(channels, rails_used(topology, hosts)) if count > 1 else 1
+    rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
     listed = algorithms or tuple(candidates(request, topology, hosts))
     able = {name: protocols.available(name, request.op, request.ranks, topology) for name in listed}
     nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(listed) else 1.0
@@ -155,7 +156,8 @@ def _estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[i
 def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
                        inner: Hop, outer: Hop, across: Hop, channels: int, rails: int, nvls_rate: float) -> float:
     """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
-    hosts, g members on the fullest, n bytes, r the rails the group leaves each host on, ch the channels
+    hosts, g members on the fullest, n bytes, r the rails the group leaves each host on (distinct NICs, at most
+    one per channel), ch the channels
     (ring.channel_count), L the pipeline chunks of a tree or chain. NVLS loads its switch links at its
     in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
     n, size = request.nbytes, len(request.ranks)
@@ -174,9 +176,10 @@ def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: li
     if name == "nvls" and nvls.supports(request.ranks, topology):
         return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
     if name == "nvls":
+        # g rail rings of n / g each, over the NICs the members drive (members may share one)
         return (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
                 + max(nvls.link_bytes("all_reduce", n, g) / (nvls_rate * b_in),
-                      2 * (count - 1) / count * n / g / b_out))
+                      2 * (count - 1) / count * n / nics_used(topology, hosts) / b_out))
     if name == "collnet_direct":
         # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
         return collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
