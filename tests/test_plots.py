@@ -73,6 +73,21 @@ def test_gantt_has_one_row_per_stage_busy_for_m_times_f_plus_b(synthetic_1f1b):
         assert busy == pytest.approx(MICROBATCHES * (FORWARD_MS + BACKWARD_MS), rel=REL)
 
 
+@pytest.mark.parametrize("window_ms, legend", [
+    (None, ["forward (F)", "backward (B)", "idle (bubble)"]),
+    # 1F1B, p = 4, F = 1 ms, B = 2 ms: stage 0's first backward starts after p forwards and p - 1 hand-offs
+    # down and back (stage 3's F0 ends at 4 ms, its B0 at 6 ms, stage 0's B0 starts at 4 F + 3 B = 10 ms)
+    ((0.0, 2.0), ["forward (F)", "idle (bubble)"]),
+    # the last 3 ms, (m + p - 1)(F + B) = 33 ms: the stages drain with backward passes only
+    ((30.0, 33.0), ["backward (B)", "idle (bubble)"]),
+])
+def test_gantt_legend_lists_what_the_window_shows(synthetic_1f1b, window_ms, legend):
+    """`plot gantt --window 0:2ms` listed backward passes in its legend, drawn only outside the window."""
+    window = None if window_ms is None else (window_ms[0] / 1e3, window_ms[1] / 1e3)
+    figure = gantt_figure(synthetic_1f1b.timeline, synthetic_1f1b.summary, window=window)
+    assert [text.get_text() for text in figure.legends[0].get_texts()] == legend
+
+
 def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     summary = synthetic_1f1b.summary
     figure = gantt_figure(synthetic_1f1b.timeline, summary)

@@ -192,18 +192,19 @@ def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tupl
 
 
 def _draw(ax, row: int, kind: Bar, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float],
-          scale: float, zorder: float, colour: str | None = None) -> None:
-    """One broken_barh call: all bars of one kind in one row; the collection's gid is 'kind:row'."""
-    if len(starts) == 0:
-        return
+          scale: float, zorder: float, shown: tuple[float, float], colour: str | None = None) -> bool:
+    """One broken_barh call: the bars of one kind in one row that reach into the ``shown`` (start, end) window;
+    the collection's gid is 'kind:row'. Returns whether it drew any (the legend lists only what is visible)."""
     widths = (ends - starts) * scale
-    keep = widths > 0
+    keep = (widths > 0) & (ends > shown[0]) & (starts < shown[1])
+    if not keep.any():
+        return False
     spans = np.column_stack([starts[keep] * scale, widths[keep]])
-    if len(spans):
-        colour = colour or BAR_CLASSES[kind][1]
-        edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != Bar.IDLE else "none"
-        ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
-                       zorder=zorder, gid=f"{kind}:{row}")
+    colour = colour or BAR_CLASSES[kind][1]
+    edge = colour if kind in COMMUNICATION_CLASSES else "white" if kind != Bar.IDLE else "none"
+    ax.broken_barh(spans, (row + lane[0], lane[1]), facecolors=colour, edgecolor=edge, linewidth=0.4,
+                   zorder=zorder, gid=f"{kind}:{row}")
+    return True
 
 
 def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width: float, budget: int) -> int:
@@ -221,22 +222,30 @@ def _label_actions(ax, row: int, actions: pd.DataFrame, scale: float, min_width:
 
 
 def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, scale: float,
-              virtual_stages: int, stages: list[int]) -> pd.DataFrame:
-    """Draw one rank's idle time, merged actions and communication in row ``row``; returns the actions."""
+              virtual_stages: int, stages: list[int], shown: tuple[float, float]
+              ) -> tuple[pd.DataFrame, set[tuple[Bar, int]]]:
+    """Draw one rank's idle time, merged actions and communication in row ``row``, the bars that reach into the
+    ``shown`` window; returns the actions and the (kind, chunk) pairs drawn (chunk -1 where the kind has one
+    colour)."""
     work = compute_stream_work(rank_ops, rank)
     actions = pipeline_passes(pipeline_actions(work), virtual_stages, stages)
     classes = _action_class(actions) if len(actions) else pd.Series(dtype=object)
-    idle_s, idle_e = _idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window)
-    _draw(ax, row, Bar.IDLE, idle_s, idle_e, MAIN_LANE, scale, zorder=1)
+    drawn: set[tuple[Bar, int]] = set()
+
+    def draw(kind: Bar, starts: np.ndarray, ends: np.ndarray, lane: tuple[float, float], zorder: float,
+             chunk: int = -1) -> None:
+        colour = _chunk_colour(kind, chunk, virtual_stages) if chunk >= 0 else None
+        if _draw(ax, row, kind, starts, ends, lane, scale, zorder, shown, colour=colour):
+            drawn.add((kind, chunk if colour else -1))
+
+    draw(Bar.IDLE, *_idle(work["start_s"].to_numpy(), work["end_s"].to_numpy(), window), MAIN_LANE, 1)
     for kind in ACTION_BARS:
         chosen = actions[classes == kind] if len(actions) else actions
         for chunk, part in chosen.groupby("chunk") if len(chosen) else ():
-            colour = _chunk_colour(kind, int(str(chunk)), virtual_stages)
-            _draw(ax, row, kind, part["start_s"].to_numpy(), part["end_s"].to_numpy(), MAIN_LANE, scale, 2,
-                  colour=colour)
+            draw(kind, part["start_s"].to_numpy(), part["end_s"].to_numpy(), MAIN_LANE, 2, int(str(chunk)))
     recomputing = actions[actions["recompute_s"] > 0] if len(actions) else actions
-    _draw(ax, row, Bar.RECOMPUTE, recomputing["start_s"].to_numpy(),
-          (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, scale, 2.5)
+    draw(Bar.RECOMPUTE, recomputing["start_s"].to_numpy(),
+         (recomputing["start_s"] + recomputing["recompute_s"]).to_numpy(), MAIN_LANE, 2.5)
     others = rank_ops[~rank_ops["category"].isin(PIPELINE_CATEGORIES)]
     on_compute = (others["stream"] == COMPUTE_STREAM).to_numpy()
     other_class = _bar_class(others["category"]).to_numpy()
@@ -244,8 +253,8 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
         on_lane = COMM_STRIP if kind in COMMUNICATION_CLASSES else MAIN_LANE
         for lane, mask, z in ((on_lane, on_compute, 3), (SIDE_LANE, ~on_compute, 2)):
             chosen = others[(other_class == kind) & mask]
-            _draw(ax, row, kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, scale, z)
-    return actions
+            draw(kind, chosen["start_s"].to_numpy(), chosen["end_s"].to_numpy(), lane, z)
+    return actions, drawn
 
 
 def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stage", ranks=None,
@@ -253,8 +262,8 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or the given ``ranks``,
     bars are forward and backward passes labelled with their micro-batch (one shade per chunk when
     interleaved; a pass's recompute as its own bar at its start), idle time within the pipeline window is grey,
-    ``window`` (start, end) in seconds zooms in, the legend lists what is drawn and the title gives the run's
-    bubble fraction."""
+    ``window`` (start, end) in seconds zooms in (only the bars that reach into it are drawn), the legend lists
+    what is visible and the title gives the run's bubble fraction."""
     rows, labels = _row_ranks(timeline, summary, by, ranks)
     total_rows = len(rows)
     rows, labels = rows[:max_rows], labels[:max_rows]
@@ -278,14 +287,13 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     labels_left = MAX_LABELS
     by_rank = dict(tuple(ops.groupby("rank", sort=False)))
     empty = ops.iloc[:0]
-    used: set[Bar] = set()
+    used: set[tuple[Bar, int]] = set()
     for row, rank in enumerate(rows):
-        actions = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages,
-                            held_stages(summary, stage_of(summary, rank)))
+        actions, drawn = _draw_row(ax, row, by_rank.get(rank, empty), rank, pipeline_end, scale, virtual_stages,
+                                   held_stages(summary, stage_of(summary, rank)), (low, high))
         visible = actions[(actions["end_s"] > low) & (actions["start_s"] < high)] if len(actions) else actions
         labels_left -= _label_actions(ax, row, visible, scale, min_label_width, labels_left)
-        used.update(Bar(str(collection.get_gid()).split(":")[0]) for collection in ax.collections
-                    if collection.get_gid())
+        used |= drawn
 
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -305,15 +313,17 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     return figure
 
 
-def _legend(used: set[Bar], virtual_stages: int) -> list[Patch]:
-    """One entry per kind of bar drawn; with interleaving, one per chunk for forward and backward passes."""
+def _legend(used: set[tuple[Bar, int]], virtual_stages: int) -> list[Patch]:
+    """One entry per kind of bar visible (``used``: (kind, chunk) pairs, chunk -1 for a kind of one colour);
+    with interleaving, one per chunk visible for forward and backward passes."""
     handles = []
     for kind, (label, colour) in BAR_CLASSES.items():
-        if kind not in used:
+        chunks = sorted(chunk for drawn, chunk in used if drawn == kind)
+        if not chunks:
             continue
-        if kind in CHUNK_SHADES and virtual_stages > 1:
+        if chunks != [-1]:
             handles += [Patch(facecolor=_chunk_colour(kind, chunk, virtual_stages), label=f"{label} chunk {chunk}")
-                        for chunk in range(virtual_stages)]
+                        for chunk in chunks]
         else:
             handles.append(Patch(facecolor=colour, label=label))
     return handles
