@@ -174,6 +174,25 @@ def test_the_job_trace_is_in_microseconds_on_a_nanosecond_grid_without_a_display
             assert (event["ts"] + event["dur"]) * 1000 == round(row.end_s * 1e9), event
 
 
+def test_the_job_trace_leaves_out_args_that_are_zero(tmp_path):
+    """Every event repeated `"lost_work_s": 0.0, "hosts": 0` where nothing was lost or taken (every checkpoint
+    and restart), and wrote whole steps as floats (`"step": 29.0`): each event's args now hold its event row's
+    step (an integer), lost work and hosts where they are not zero, and nothing else."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 1").replace("54 d", "2 d"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    timed = [event for event in json.loads((out / "trace.json").read_text())["traceEvents"] if event["ph"] != "M"]
+    events = pd.read_parquet(out / "job_events.parquet")
+    assert {"checkpoint", "failure", "restart"} <= set(events["kind"])
+    for event, row in zip(timed, events.itertuples(index=False), strict=True):
+        expected = {name: value for name, value in (("step", row.step), ("lost_work_s", row.lost_work_s),
+                                                     ("hosts", row.hosts)) if value}
+        assert event.get("args", {}) == expected, event
+        assert all(value for value in event.get("args", {}).values())
+        assert isinstance(event.get("args", {}).get("step", 0), int), event
+
+
 def test_a_job_gzips_its_trace_with_run_trace_compress(tmp_path):
     """`run.trace_compress: true` gives a job trace.json.gz (it wrote trace.json, the option silently ignored),
     the same events as the plain file, the same bytes on a rerun (no time stamp in the gzip header)."""
