@@ -287,9 +287,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
         figure = study_figure(args.chart, Path(args.outdir), x=args.x, y=args.y, hue=args.hue, value=args.value,
                               log_x=args.log_x)
-        output = figure_file(args.output or str((Path(args.outdir) if Path(args.outdir).is_dir()
-                                                 else Path(args.outdir).parent) / f"{args.chart}.png"))
+        folder = Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent
+        output = figure_file(args.output or str(folder / f"{args.chart}.png"))
         save_figure(figure, output)
+        record_figure(folder, output)
         print(f"wrote {output}")
         return 0
     output = figure_file(args.output or str(Path(args.outdir) / f"{args.chart}.png"))

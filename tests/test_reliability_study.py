@@ -26,6 +26,8 @@ import pytest
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.console.report import format_seconds
+from simulator.reliability.study import write_study
+from simulator.report.run_folder import write_run_folder
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -242,8 +244,8 @@ def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp
             "best_interval_s": 60.0, "best_ettr": 0.9, "points": [{
                 "interval_s": 60.0, "ettr": 0.9, "ettr_ci95_low": None, "ettr_ci95_high": None,
                 "goodput_tokens_per_s": 1e6}]}]})
-    if content is not None:
-        (folder / "study.json").write_text(content)
+    if content is not None:  # as `trainsim study` writes its folder: the file with a manifest that lists it
+        write_run_folder(folder, {"scenario": "job.yaml"}, lambda stage: (stage / "study.json").write_text(content))
     output = ["-o", str(tmp_path / option)] if option else []
     assert main(["plot", "goodput", str(folder), *output]) == 2
     err = capsys.readouterr().err.strip()
@@ -251,6 +253,32 @@ def test_goodput_chart_refuses_what_it_cannot_draw(content, option, problem, tmp
     assert err.startswith(f"error: {where}: {problem} (allowed: "), err
     assert len(err.splitlines()) == 1
     assert not list(tmp_path.glob("**/*.png")) and not list(tmp_path.glob("*.foo"))
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda folder: (folder / "manifest.json").unlink(),
+     "has no manifest.json (not a complete trainsim run, or written before manifests)"),
+    (lambda folder: (folder / "study.json").write_text((folder / "study.json").read_text().replace("1.0", "2.0")),
+     "study.json is not the file this run wrote (mixed or edited folder)"),
+    (lambda folder: (folder / "study.csv").unlink(), "study.csv of this run is missing (incomplete folder)"),
+])
+def test_goodput_chart_checks_the_study_folder_against_its_manifest(change, problem, tmp_path, capsys):
+    """`plot goodput` read study.json whatever its folder's manifest said (an edited file, another study's
+    beside this one's table), as `plot gantt` and `plot memory` do not: it now refuses such a folder in one
+    line, as they do."""
+    folder = tmp_path / "study"
+    study = {"scenario": "job.yaml", "overrides": [], "curves": [{
+        "rate_multiplier": 1.0, "mtbf_s": 3600.0, "young_interval_s": 60.0, "daly_interval_s": 59.0,
+        "best_interval_s": 60.0, "best_ettr": 0.9, "points": [{
+            "rate_multiplier": 1.0, "interval_s": 60.0, "ettr": 0.9, "ettr_ci95_low": None, "ettr_ci95_high": None,
+            "goodput_tokens_per_s": 1e6}]}]}
+    write_study(folder, study)
+    assert main(["plot", "goodput", str(folder), "-o", str(tmp_path / "ok.png")]) == 0
+    change(folder)
+    assert main(["plot", "goodput", str(folder)]) == 2
+    assert capsys.readouterr().err == (f"error: {folder}: OUTDIR: {problem} (allowed: a folder written by "
+                                       "`trainsim study ... --out DIR`)\n")
+    assert not (folder / "goodput.png").exists()
 
 
 def test_a_study_out_inside_a_file_is_refused_before_the_study_runs(tmp_path, monkeypatch, capsys):

@@ -23,6 +23,7 @@ from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.report.gantt import gantt_figure, pipeline_passes
 from simulator.report.outputs import compute_stream_work, pipeline_actions
+from simulator.report.run_folder import write_run_folder
 from simulator.report.study_plots import pareto_front
 from simulator.sweep.executors import SerialExecutor
 from simulator.sweep.runner import run_sweep
@@ -163,10 +164,21 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
     candidates = pd.DataFrame({"label": ["a", "b", "c", "d"], "status": ["simulated"] * 3 + ["pruned"],
                                "peak_memory_gib": [40.0, 50.0, 60.0, None],
                                "tokens_per_s": [1.0, 3.0, 2.0, None], "tree_choice": [False, False, True, False]})
-    (tmp_path / "search").mkdir()
-    candidates.to_parquet(tmp_path / "search" / "candidates.parquet")
+    write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
+                     lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
     assert main(["plot", "front", str(tmp_path / "search")]) == 0
-    assert (tmp_path / "search" / "front.png").is_file()
+    assert (tmp_path / "search" / "front.png").is_file()  # listed in the manifest: the next search removes it
+    assert json.loads((tmp_path / "search" / "manifest.json").read_text())["figures"] == ["front.png"]
+    # the table edited after the search wrote it: refused, as a run's charts refuse theirs (it was drawn)
+    candidates.assign(tokens_per_s=candidates["tokens_per_s"] * 2).to_parquet(tmp_path / "search" /
+                                                                                "candidates.parquet")
+    capsys.readouterr()
+    assert main(["plot", "front", str(tmp_path / "search"), "-o", str(tmp_path / "edited.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'search'}: OUTDIR: candidates.parquet is not the file this run wrote (mixed or edited "
+        "folder) (allowed: a folder written by `trainsim search ... --out DIR` (candidates.parquet and its "
+        "manifest.json))\n")
+    assert not (tmp_path / "edited.png").exists()
     assert list(pareto_front(candidates[:3], "peak_memory_gib", "tokens_per_s")["label"]) == ["a", "b"]
 
 

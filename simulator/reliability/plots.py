@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
-from simulator.report.run_folder import OUTDIR_FIELD
+from simulator.report.run_folder import OUTDIR_FIELD, checked_manifest
 
 STUDY_FILE = "study.json"
 STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
@@ -44,12 +44,14 @@ def _missing(curve: object) -> str | None:
 
 
 def load_study(folder: Path) -> dict:
-    """study.json of a `trainsim study` folder, refused in one line when it is missing, not JSON, or lacks a
+    """study.json of a `trainsim study` folder, refused in one line when it is missing, is not the file its
+    folder's manifest lists (run_folder.checked_manifest: a mixed or edited folder), is not JSON, or lacks a
     curve or a field the chart reads (a hand-edited or truncated file)."""
     path = folder / STUDY_FILE
     if not path.is_file():
         problem = "is a file, not a folder" if folder.is_file() else f"has no {STUDY_FILE}"
         raise InputError(problem, field=OUTDIR_FIELD, allowed=STUDY_ALLOWED, file=str(folder))
+    checked_manifest(folder, (STUDY_FILE,), STUDY_ALLOWED)
     try:
         study = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:

@@ -138,36 +138,41 @@ def outdir_error(out_dir: Path, problem: str, allowed: str = OUTDIR_ALLOWED) -> 
     return ScenarioError(problem, field=OUTDIR_FIELD, allowed=allowed, file=str(out_dir))
 
 
-def checked_manifest(out_dir: Path, needed: tuple[str, ...]) -> dict:
+def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTDIR_ALLOWED) -> dict:
     """The folder's manifest, after checking that it lists every file in ``needed``, that every file it lists
     is there, that the ``needed`` ones are the very files the run wrote (size and SHA-256), and that no other
-    run output lies beside them. Anything else is a ScenarioError on OUTDIR."""
+    run output lies beside them. Anything else is a ScenarioError on OUTDIR, saying what the folder should be
+    (``allowed``: a `trainsim run` folder, or a study's or a search's that a chart reads)."""
     out_dir = Path(out_dir)
+
+    def refuse(problem: str) -> ScenarioError:
+        return outdir_error(out_dir, problem, allowed)
+
     if not out_dir.is_dir():
-        raise outdir_error(out_dir, "no such folder")
+        raise refuse("no such folder")
     path = out_dir / MANIFEST
     if not path.is_file():
-        raise outdir_error(out_dir, "has no manifest.json (not a complete trainsim run, or written before manifests)")
+        raise refuse("has no manifest.json (not a complete trainsim run, or written before manifests)")
     try:
         manifest = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
-        raise outdir_error(out_dir, f"manifest.json is not readable JSON ({exc})") from None
+        raise refuse(f"manifest.json is not readable JSON ({exc})") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict):
-        raise outdir_error(out_dir, "manifest.json lists no files")
+        raise refuse("manifest.json lists no files")
     for name in needed:
         if name not in files:
-            raise outdir_error(out_dir, f"this run wrote no {name} (see run.timeline)")
+            raise refuse(f"this run wrote no {name}" + (" (see run.timeline)" if name in RUN_OUTPUTS else ""))
     for name, entry in sorted(files.items()):
         target = out_dir / str(name)
         if not target.is_file():
-            raise outdir_error(out_dir, f"{name} of this run is missing (incomplete folder)")
+            raise refuse(f"{name} of this run is missing (incomplete folder)")
         expected = entry if isinstance(entry, dict) else {}
         if name in needed and (target.stat().st_size != expected.get("bytes")
                                or file_digest(target) != expected.get("sha256")):
-            raise outdir_error(out_dir, f"{name} is not the file this run wrote (mixed or edited folder)")
+            raise refuse(f"{name} is not the file this run wrote (mixed or edited folder)")
     strangers = [name for name in RUN_OUTPUTS if name not in files and (out_dir / name).exists()]
     if strangers:
-        raise outdir_error(out_dir, f"{', '.join(strangers)} {'belongs' if len(strangers) == 1 else 'belong'} to "
-                               "another run (mixed folder)")
+        raise refuse(f"{', '.join(strangers)} {'belongs' if len(strangers) == 1 else 'belong'} to another run "
+                     "(mixed folder)")
     return manifest

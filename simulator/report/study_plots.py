@@ -12,11 +12,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from simulator.errors import ScenarioError
-from simulator.report.run_folder import outdir_error
+from simulator.report.run_folder import checked_manifest, outdir_error
 from simulator.units import format_size
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
 TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet) or `trainsim search` (candidates.parquet)"
+SEARCH_ALLOWED = "a folder written by `trainsim search ... --out DIR` (candidates.parquet and its manifest.json)"
 BUSBW_ALLOWED = "a sweep of a collectives scenario, or a `trainsim collective --json` file"
 COLLECTIVE_JSON_COLUMNS = ("bytes", "busbw_GBps", "algorithm")
 """What the busbw chart reads of each row of `trainsim collective --json`."""
@@ -153,10 +154,15 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     return figure
 
 
-def _read_table(path: Path, name: str) -> pd.DataFrame:
+def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> pd.DataFrame:
+    """The table ``name`` of the folder ``path`` (or the file ``path``); with ``manifest_allowed`` (what the
+    folder should be), after checking it against its folder's manifest, as a run's charts are (a sweep's folder
+    has none: it is appended to point by point)."""
     table = path / name if path.is_dir() else path
     if not table.is_file():
-        raise outdir_error(path, f"has no {name}", TABLE_ALLOWED)
+        raise outdir_error(path, f"has no {name}", manifest_allowed or TABLE_ALLOWED)
+    if manifest_allowed is not None:
+        checked_manifest(table.parent, (table.name,), manifest_allowed)
     try:
         return pd.read_parquet(table)
     except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
@@ -191,7 +197,7 @@ def study_figure(chart: str, path: Path, *, x: str | None = None, y: str | None 
                  value: str | None = None, log_x: bool = False) -> Figure:
     """The figure of one study chart read from ``path`` (a sweep or search folder, or collective JSON)."""
     if chart == "front":
-        return front_figure(_read_table(path, "candidates.parquet"))
+        return front_figure(_read_table(path, "candidates.parquet", SEARCH_ALLOWED))
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
     if x is None or y is None or (chart == "heatmap" and value is None):
