@@ -7,7 +7,9 @@ Expected figures: DGX H100 = 8 GPUs per host, NDR NIC 400 Gb/s = 50 GB/s per dir
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import json
 import os
 import re
@@ -26,10 +28,24 @@ OUTPUTS = {"summary.json", "timeline.parquet", "trace.json", "manifest.json"}
 ERROR_LINE = re.compile(r"^error: (?P<where>[^:]+(?::\d+)?): (?P<rest>.+)$")
 
 
-def trainsim(*args: str, cwd: Path = REPO, timeout: float = 60, env: dict | None = None):
-    """Run the real console entry point in a fresh interpreter."""
+CPU_LIMIT_S = 60
+"""CPU seconds a `trainsim` child may use (each command here needs about one): a hang that spins is killed
+after that much work whatever the machine's load. A wall-clock limit of 60 s failed a healthy run once, on 2
+cores shared at load 8."""
+WALL_LIMIT_S = 600
+"""Wall seconds a child may take: a hang that waits without spinning still fails, however loaded the machine."""
+
+
+def _limit_cpu() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S))
+
+
+def trainsim(*args: str, cwd: Path = REPO, env: dict | None = None):
+    """Run the real console entry point in a fresh interpreter, within CPU_LIMIT_S and WALL_LIMIT_S."""
     return subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=WALL_LIMIT_S, env={**os.environ, **(env or {})}, preexec_fn=_limit_cpu)
 
 
 def snapshot(folder: Path) -> dict[str, bytes] | None:
@@ -43,10 +59,13 @@ def snapshot(folder: Path) -> dict[str, bytes] | None:
 
 @pytest.fixture(scope="module")
 def run_outputs(tmp_path_factory) -> Path:
+    """`trainsim run` of SCENARIO, in this process (its entry point in a fresh interpreter, and another hash
+    seed, is test_same_scenario_gives_identical_outputs's): it printed nothing on stderr."""
     out = tmp_path_factory.mktemp("run") / "out"
-    completed = trainsim("run", str(SCENARIO), "--out", str(out), env={"PYTHONHASHSEED": "1"})
-    assert completed.returncode == 0, completed.stderr
-    assert completed.stderr == ""
+    errors = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+        assert main(["run", str(SCENARIO), "--out", str(out)]) == 0
+    assert errors.getvalue() == ""
     return out
 
 
@@ -91,7 +110,8 @@ def test_trace_has_a_process_per_host_and_a_thread_per_gpu_stream(run_outputs):
 
 
 def test_same_scenario_gives_identical_outputs(run_outputs, tmp_path):
-    """A second run (another process, another hash seed) and a third (in-process) write the same bytes."""
+    """A second run (another process, hash seed 2) and a third (in-process, as the fixture's) write the same
+    bytes as the fixture's run."""
     again = tmp_path / "again"
     completed = trainsim("run", str(SCENARIO), "--out", str(again), env={"PYTHONHASHSEED": "2"})
     assert completed.returncode == 0, completed.stderr
@@ -267,7 +287,7 @@ def test_a_custom_schedule_that_would_deadlock_is_refused_before_running(tmp_pat
     scenario = tmp_path / "dead.yaml"
     scenario.write_text(DEADLOCKED_SCENARIO.format(table=tmp_path / "table.csv"))
     for command in (("validate", str(scenario)), ("run", str(scenario), "--out", str(tmp_path / "out"))):
-        completed = trainsim(*command, timeout=60)
+        completed = trainsim(*command)
         assert completed.returncode == 2
         assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr
         assert "parallelism.pipeline.table: the schedule cannot run" in completed.stderr
