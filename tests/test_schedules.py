@@ -260,3 +260,26 @@ def test_a_table_given_with_another_schedule_is_refused() -> None:
         scenario_from_text(text, source="s.yaml")
     assert str(caught.value) == ("s.yaml:6: parallelism.pipeline.table: a schedule table is read only by schedule "
                                  "'custom', not '1f1b' (allowed: schedule: custom with the table, or no table)")
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
+def test_exposed_hand_offs_closed_forms_are_the_ideal_executors_count(name: str) -> None:
+    """The closed forms of schedules/hand_offs.py (GPipe 2(p - 1); 1F1B 2(m + p - 3 - floor((m - 2) / p)), so
+    for p 4 and m 8 two round trips of 6 hops and 2 hops of the partial group: 16; interleaved 2(p v - 1)) are
+    how much longer the ideal executor runs with a hop of c, in units of c, whatever the forward, backward and
+    hop (while the hop is short beside a chunk's work)."""
+    from simulator.schedules.hand_offs import exposed_hand_offs
+
+    assert exposed_hand_offs("1f1b", build_schedule("1f1b", 4, 8), 1) == 16
+    assert exposed_hand_offs("1f1b", build_schedule("1f1b", 64, 128), 1) == 376
+    for v in ((1,) if name != "interleaved" else (2, 4)):
+        for p in range(2, 9):
+            for m in range(1, 3 * p + 3):
+                if name == "interleaved" and m % p:
+                    continue
+                schedule = build_schedule(name, p, m, v)
+                hops = exposed_hand_offs(name, schedule, v)
+                for f, b, c in ((1.0, 2.0, 1e-3), (1.0, 3.0, 0.05)):
+                    grown = (simulate_schedule(schedule, f, b, p2p=c, v=v).makespan
+                             - simulate_schedule(schedule, f, b, v=v).makespan)
+                    assert grown == pytest.approx(hops * c, rel=1e-9), (p, m, v, f, b, c)

@@ -17,12 +17,14 @@ from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
 from simulator.parallel.context import ContextAttention, gathered_kv_op
 from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
-from simulator.parallel.overlap import tp_op
+from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
 from simulator.parallel.work import Block, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
+from simulator.schedules.base import stage_rank
+from simulator.schedules.hand_offs import exposed_hand_offs
 from simulator.schedules.registry import serves_chunks
 from simulator.simulation import NetworkSettings, alone_seconds, plan_cache
 from simulator.sweep.fields import with_values
@@ -174,10 +176,12 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
         return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
                        peak / GIB)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
-    return Checked(c, data, "", peak / GIB, step.tokens_per_step / estimate_step_s(step, times, share))
+    seconds = estimate_step_s(step, times, scenario.parallelism.pipeline.schedule, share)
+    return Checked(c, data, "", peak / GIB, step.tokens_per_step / seconds)
 
 
-def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:
+def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
+                    share: SmShare | None = None) -> float:
     """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it
     and timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other
     groups' copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the
@@ -187,7 +191,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     parameter gathers and per-micro-batch reduce-scatters (`data_parallel_s`) run beside that work, slowing its
     kernels, FSDP's gradient copies (`grad_copies_s`) join it, and the longer of the two fills the
     micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the pipeline's fill
-    and drain (divided by v under interleaving). Then what the gradient reduction over the DP x CP group
+    and drain (divided by v under interleaving), and the stage-to-stage sends that ``schedule`` (the pipeline
+    schedule's name) leaves exposed (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group
     leaves after the last backward (`reduction_tail_s`), the routed experts' reduction and gather
     (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it (pipelined FSDP's
     reduce-scatters and gathers, once per step)."""
@@ -201,7 +206,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
                       for block in blocks)
         sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
         work = compute + expert_exchange_s(step, times, pp_rank) + sum(
-            blocking_collectives_s(plan, times, block, rank) for block in blocks)
+            blocking_collectives_s(plan, times, block, rank, share=share) for block in blocks)
         params = sum(block.params for block in blocks)
         units = sharded_units(plan, blocks) if sharding.stage == 3 else [params]
         gather = (data_parallel_s(plan, times, rank, "all_gather", units, sharding.param_bytes) if sharding.stage
@@ -223,7 +228,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
         gathers.append(gather)
     # the slowest rank runs every micro-batch; the others' slots add the pipeline's fill and drain (a chunk's
     # share each under interleaving): (m + (p - 1) / v) slots when the ranks are alike
-    pipeline = max(slots) * plan.microbatches + (sum(slots) - max(slots)) / plan.virtual_stages
+    pipeline = (max(slots) * plan.microbatches + (sum(slots) - max(slots)) / plan.virtual_stages
+                + pipeline_sends_s(plan, times, schedule))
     # pipeline rank r's last backward ends before the first rank's by the last micro-batch's backwards of the
     # ranks before it (a chunk's each under interleaving), which its tail may fill
     exposed = max(tail - sum(backwards[:pp_rank]) / plan.virtual_stages for pp_rank, tail in enumerate(tails))
@@ -231,6 +237,31 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     optimizer = max(plan.optimizer_s)
     after = max(once) if sharding.stage == 3 else (max(gathers) if sharding.stage else 0.0)
     return pipeline + max(exposed, 0.0) + experts + optimizer + after
+
+
+def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> float:
+    """Seconds the pipeline's stage-to-stage sends add to the step under ``schedule`` (the schedule's name): the
+    hand-offs its critical path waits for (`exposed_hand_offs`: closed forms for GPipe, 1F1B and interleaved
+    1F1B, derived in schedules/hand_offs.py) times the slowest hop. A hop is the program's send between the
+    ranks of the first TP, CP and DP coordinates holding two consecutive virtual stages, the sending stage's
+    activation (`StageWork.p2p_bytes`: 1/t of it per TP rank), timed alone on the idle network as the engine
+    times it (NVLink inside a host, the NICs across hosts); a turn on one rank (the V placement) is free, as
+    in the program. Exact where every hop crosses the same kind of link, as where each stage spans whole
+    hosts; where they mix, every hop is charged at the slowest (an upper bound). The search's layouts run
+    sequence parallelism whenever tp > 1, so no receiver re-gathers its activation over TP."""
+    layout = plan.layout
+    if layout.pp == 1:
+        return 0.0
+    slowest = 0.0
+    for vstage in range(len(plan.stages) - 1):
+        sender = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
+        receiver = layout.rank_of(pp=stage_rank(vstage + 1, layout.pp, plan.placement))
+        if sender == receiver:
+            continue
+        forward = times.seconds("send_recv", (sender, receiver), plan.stages[vstage].p2p_bytes)
+        backward = times.seconds("send_recv", (receiver, sender), plan.stages[vstage + 1].p2p_bytes)
+        slowest = max(slowest, forward, backward)
+    return exposed_hand_offs(schedule, plan.schedule, plan.virtual_stages, plan.placement) * slowest
 
 
 def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
@@ -252,7 +283,7 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     finished, clock, compute, sm_bound = [], 0.0, 0.0, 0.0
     for block in ready:
         kernels = block.backward_input_s + block.backward_weight_s + block.recompute_s
-        clock += kernels + blocking_collectives_s(plan, times, block, rank, backward)
+        clock += kernels + blocking_collectives_s(plan, times, block, rank, backward, share)
         compute += kernels
         sm_bound += sum(block.sm_bound_seconds(phase) for phase in backward)
         finished.append(clock)
@@ -280,13 +311,14 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
 
 
 def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
-                           wanted: tuple[Pass, ...] = PASSES) -> float:
+                           wanted: tuple[Pass, ...] = PASSES, share: SmShare | None = None) -> float:
     """Seconds of ``block``'s blocking TP and CP collectives per micro-batch on ``rank`` in the ``wanted``
     passes, placed as the program builder places them around its forward, its backward and, where the
     recompute runs them again, its recompute: on each side the collective its TP pattern puts there (`tp_op`)
     over the rank's TP group, and with CP's ``all_gather`` algorithm the K/V gathers before and the
     gradients' reduce-scatter after (`gathered_kv_op`) over its CP group; with ring attention, what of the K/V
-    ring the attention beside it does not cover (`ring_exposed_s`)."""
+    ring the attention beside it does not cover (`ring_exposed_s`); with sequence parallelism, what the
+    backward's re-gather of the block's input adds (`regather_s`; ``share`` the SM rule it is charged by)."""
     layout = plan.layout
     passes = [phase for phase in wanted
               if phase is not Pass.RECOMPUTE or (plan.recompute_comm and block.recompute_s > 0)]
@@ -296,6 +328,8 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
         tp_ops = (tp_op(block.tp_pattern, phase.input_grads, before, plan.sequence_parallel)
                   for phase in passes for before in (True, False))
         seconds += sum(times.seconds(op, group, block.tp_bytes) for op in tp_ops if op is not None)
+        if Pass.BACKWARD in wanted:
+            seconds += regather_s(plan, times, block, rank, share)
     if block.context is not None and block.context.ring:
         seconds += sum(ring_exposed_s(plan, times, block.context, rank, phase) for phase in wanted)
     elif layout.cp > 1 and block.cp_bytes > 0:
@@ -305,6 +339,27 @@ def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block,
             cp_ops.append(gathered_kv_op(Pass.BACKWARD, gather=False))
         seconds += sum(times.seconds(op, group, block.cp_bytes) for op in cp_ops)
     return seconds
+
+
+def regather_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int, share: SmShare | None) -> float:
+    """Seconds the backward of ``block`` on ``rank`` loses to re-gathering its input over the TP group
+    (`regathers_input`: sequence parallelism saves a column-parallel linear's input sharded). The program runs
+    the gather on the `tp` stream beside the input-gradient GEMMs, whose kernels it slows by its SMs (the
+    engine's rule, `SmShare.overlap_delay`; ``share`` None: not at all), and the weight-gradient GEMMs wait
+    for it: the longer of the gather and the slowed GEMMs, less the GEMMs. Under Transformer Engine's TP
+    overlap (`tp_overlap`) the bulk overlap runs it with other SMs and is not estimated."""
+    layout = plan.layout
+    if (layout.tp == 1 or block.tp_bytes <= 0 or plan.tp_overlap is not None
+            or not regathers_input(block.tp_pattern, plan.sequence_parallel)):
+        return 0.0
+    group = layout.group("tp", rank)
+    gather = times.seconds("all_gather", group, block.tp_bytes)
+    dgrad_s, dgrad_sm = block.overlap_gemm_s[3], block.overlap_gemm_sm_s[3]
+    slowed = dgrad_s
+    if share is not None and dgrad_s > 0:
+        held = times.sms("all_gather", group, block.tp_bytes, share)
+        slowed += share.overlap_delay(gather, held, dgrad_s, dgrad_sm / dgrad_s)
+    return max(gather, slowed) - dgrad_s
 
 
 def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAttention, rank: int,
