@@ -245,19 +245,25 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> f
     1F1B, derived in schedules/hand_offs.py) times the slowest hop. A hop is the program's send between the
     ranks of the first TP, CP and DP coordinates holding two consecutive virtual stages, the sending stage's
     activation (`StageWork.p2p_bytes`: 1/t of it per TP rank), timed alone on the idle network as the engine
-    times it (NVLink inside a host, the NICs across hosts); a turn on one rank (the V placement) is free, as
-    in the program. Exact where every hop crosses the same kind of link, as where each stage spans whole
-    hosts; where they mix, every hop is charged at the slowest (an upper bound). The search's layouts run
+    times it; the first hop of each kind is timed (inside one NVLink domain, or across to another over the
+    NICs), each way. A turn on one rank (the V placement) is free, as in the program. Exact where every hop
+    is of one kind, as where each stage spans whole hosts; where they mix, every hop is charged at the slower
+    kind (an upper bound). The search's layouts run
     sequence parallelism whenever tp > 1, so no receiver re-gathers its activation over TP."""
     layout = plan.layout
     if layout.pp == 1:
         return 0.0
-    slowest = 0.0
+    domain = times.topology.gpu_domain
+    first_of_kind: dict[bool, int] = {}
     for vstage in range(len(plan.stages) - 1):
         sender = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
         receiver = layout.rank_of(pp=stage_rank(vstage + 1, layout.pp, plan.placement))
-        if sender == receiver:
-            continue
+        if sender != receiver:
+            first_of_kind.setdefault(domain[sender] == domain[receiver], vstage)
+    slowest = 0.0
+    for vstage in first_of_kind.values():
+        sender = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
+        receiver = layout.rank_of(pp=stage_rank(vstage + 1, layout.pp, plan.placement))
         forward = times.seconds("send_recv", (sender, receiver), plan.stages[vstage].p2p_bytes)
         backward = times.seconds("send_recv", (receiver, sender), plan.stages[vstage + 1].p2p_bytes)
         slowest = max(slowest, forward, backward)
