@@ -1055,15 +1055,16 @@ def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[
     """Chakra traces of ``work``'s ranks: PyTorch's process-group metadata (``groups``, each described "undefined",
     as torch.distributed describes a group created without a description, and the ``named`` ones: name ->
     (description, ranks)), then each rank's ops in a chain: ("all_reduce", group, bytes), ("send", peer, bytes)
-    or ("recv", peer, bytes)."""
+    or ("recv", peer, bytes), a send or receive with its group's name as a fourth item where it has one."""
     described = {name: ("undefined", ranks) for name, ranks in groups.items()} | (named or {})
     meta = [{"pg_name": name, "pg_desc": desc, "ranks": ranks, "group_size": len(ranks)}
             for name, (desc, ranks) in described.items()]
     for rank, ops in work.items():
         nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
                   "inputs": {"values": str([json.dumps(meta)])}}]
-        for number, (kind, target, nbytes) in enumerate(ops, start=2):
-            attrs = [{"name": "comm_size", "int64Val": nbytes}]
+        for number, (kind, target, nbytes, *pg_name) in enumerate(ops, start=2):
+            attrs = [{"name": "comm_size", "int64Val": nbytes}, *({"name": "pg_name", "stringVal": name}
+                                                                  for name in pg_name)]
             if kind == "all_reduce":
                 node_type, attrs = "COMM_COLL_NODE", [*attrs, {"name": "comm_type", "int64Val": 0},
                                                       {"name": "pg_name", "stringVal": target}]
@@ -1226,3 +1227,25 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
         f"{tmp_path / 'scenario.yaml'}:3: workload.traced_tp: the trace's process group 'TENSOR_MODEL_PARALLEL_GROUP' "
         "has 1 rank, but the scenario declares TP of 2 (allowed: 1, as the trace's groups say, or traced_tp left out)")
 
+
+
+def test_a_context_parallel_ring_s_transfers_count_as_cp_and_do_not_make_pipeline_stages(tmp_path):
+    """CP 2 x DP 2 on four ranks without TP or PP: each CP pair ([0, 1], [2, 3], named CONTEXT_PARALLEL_GROUP)
+    passes 1 MiB each way, as a ring attention's sends do, then each rank all-reduces 2 MiB over its numbered DP
+    group ([0, 2], [1, 3]). The transfers one rank apart made every rank a pipeline stage: they counted as PP, and
+    so did the DP all-reduces (their ranks differ in the stage alone). Per GPU: 1 MiB of CP (2 MiB over the pair),
+    the two-rank ring's n = 2 MiB of DP. The step: the two transfers one after the other (rank 0 sends first, then
+    receives; rank 1 the other way round), then the all-reduce, no two sharing a link at once."""
+    cp_group = {0: "6", 1: "6", 2: "7", 3: "7"}
+    first = {0: "send", 1: "recv", 2: "send", 3: "recv"}
+    second = {"send": "recv", "recv": "send"}
+    work = {rank: [(first[rank], rank ^ 1, MIB, cp_group[rank]), (second[first[rank]], rank ^ 1, MIB, cp_group[rank]),
+                   ("all_reduce", "3" if rank % 2 == 0 else "4", 2 * MIB)] for rank in range(4)}
+    chakra_job(tmp_path, {"3": [0, 2], "4": [1, 3]}, work,
+               named={"6": ("CONTEXT_PARALLEL_GROUP", [0, 1]), "7": ("CONTEXT_PARALLEL_GROUP", [2, 3])})
+    loaded, result = run(chakra_scenario(tmp_path, protocol="simple"), tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic["cp"], traffic["dp"], traffic["pp"]) == (
+        pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
+    expected = 2 * allreduce_time(loaded, MIB, 2, "send_recv") + allreduce_time(loaded, 2 * MIB, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)

@@ -290,4 +290,5 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
     except ValueError:
         raise trace_error(file, where, f"comm_tag {attrs.get('comm_tag')!r} is not an integer") from None
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
-                    nbytes=nbytes, peer=peer_rank, tag=tag, deps=deps)
+                    nbytes=nbytes, group=group, description=groups.get(group, ProcessGroup(group, ())).description,
+                    peer=peer_rank, tag=tag, deps=deps)

@@ -310,8 +310,12 @@ class _Parsed:
             peer = members[in_group] if in_group is not None and in_group < len(members) else None
         if peer is None:
             return None
+        group = str(info.get("Process Group Name", ""))
+        stated = self.groups.get(group)
+        description = str(info.get("Process Group Description", stated.description if stated is not None else ""))
         return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
-                        nbytes=self._message_bytes(info, "send_recv", dtype, name, where), peer=peer)
+                        nbytes=self._message_bytes(info, "send_recv", dtype, name, where), group=group,
+                        description=description, peer=peer)
 
     def _message_bytes(self, info: dict, primitive: Primitive, dtype: str, name: str, where: str) -> float:
         """Bytes per rank in the nccl-tests convention: `Out msg nelems` of an all-gather, else `In msg nelems`,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from simulator.errors import ScenarioError
 from simulator.program.ops import CommCategory
-from simulator.workload.traces.model import ProcessGroup
+from simulator.workload.traces.model import ProcessGroup, TracedOp
 
 GROUP_WORDS: dict[str, CommCategory] = {"dp": "dp", "data": "dp", "fsdp": "dp", "ddp": "dp", "ep": "ep",
                                         "expert": "ep", "cp": "cp", "context": "cp", "tp": "tp", "tensor": "tp",
@@ -62,6 +62,13 @@ def named_kind(description: str) -> CommCategory | None:
     """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none."""
     named = named_kinds(description)
     return next((kind for kind in GROUP_KINDS if kind in named), None)
+
+
+def transfer_kind(op: TracedOp) -> CommCategory:
+    """The dimension a point-to-point transfer serves: the one its group's description names (a context-parallel
+    ring's sends, Megatron-LM's `CONTEXT_PARALLEL_GROUP`), else pipeline parallelism (neighbouring stages'
+    hand-offs, where pipeline schedules put point-to-point transfers). Only pipeline transfers tell the stages."""
+    return named_kind(op.description) or "pp"
 
 
 def group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[tuple[int, int]],

@@ -33,7 +33,8 @@ class TracedOp:
     ``op`` is the primitive a communication op runs (send_recv for a send or a receive), None for compute. A
     collective has a per-rank ``nbytes`` (nccl-tests convention), a process ``group`` name and, where the trace
     tells them, the group's ``members`` and ``group_size`` (0 when not stated); a send or receive has its
-    ``nbytes`` and names its ``peer``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
+    ``nbytes``, names its ``peer`` and, where the trace tells them, its ``group`` and the group's
+    ``description``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
     (batch, m, n, k) and its ``dtype``. ``seq`` is a collective's sequence number in its process group where
     the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not."""
 

@@ -35,7 +35,7 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
-from simulator.workload.traces.layout import TracedSizes, group_kinds
+from simulator.workload.traces.layout import TracedSizes, group_kinds, transfer_kind
 from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
@@ -98,8 +98,8 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
-    kinds = group_kinds(used, world,
-                        [(rank.rank, op.peer) for rank in traced for op in rank.ops if op.kind in ("send", "recv")],
+    kinds = group_kinds(used, world, [(rank.rank, op.peer) for rank in traced for op in rank.ops
+                                      if op.kind in ("send", "recv") and transfer_kind(op) == "pp"],
                         TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                         [group for name, group in stated.items() if name not in used])
     if config.dp is not None:
@@ -363,7 +363,7 @@ class _Builder:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.tag, number)
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                            category=self.kinds[op.group] if op.kind == "collective" else "pp", op=op.op,
+                            category=self.kinds[op.group] if op.kind == "collective" else transfer_kind(op), op=op.op,
                             group=group, nbytes=op.nbytes, key=key)
 
     def check_transfers_matched(self) -> tuple[str, ...]:
