@@ -386,7 +386,7 @@ def test_the_estimates_compute_term_is_the_simulated_compute(cluster):
 
 @pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
 def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
-    """Nothing held the ranking estimate to the simulation (tests/test_auto.py's ESTIMATE_FACTOR bounds the
+    """Nothing held the ranking estimate to the simulation (tests/test_auto.py's EXACT_ESTIMATES hold the
     collective tuner's estimates, not this one). It costed DP traffic as a ring at one NIC's rate and TP as four
     ring volumes at NVLink's: on four hosts it put the fastest of these layouts (dp 32, ZeRO-1) fourth, at 1.34
     times its simulated step, and FSDP last, at 2.8 times. With the program's own collectives timed alone, its

@@ -16,7 +16,7 @@ import numpy as np
 import simpy
 
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
-from simulator.collectives.phases import NET, NVLINK, PCI, SIMPLE, CollectiveRequest, Phase, window_stall
+from simulator.collectives.phases import SIMPLE, CollectiveRequest, Phase, hop_kinds, window_stall
 from simulator.collectives.registry import plan_collective
 from simulator.network.model import Network, Transfers
 from simulator.network.modes import NetworkMode
@@ -96,15 +96,6 @@ def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable
                       for latency, seconds in zip(latencies, chunk_seconds())] if phase.protocol.windowed
                      else [0.0] * len(latencies))
     return latencies
-
-
-def hop_kinds(topology: Topology, src, dst) -> np.ndarray:
-    """The `HopKind` of each transfer from ``src`` to ``dst`` (GPU indices): NET between NVLink domains, else
-    NVLINK where both GPUs have NVLink, else PCI."""
-    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-    domain, nvlink = np.asarray(topology.gpu_domain), np.asarray(topology.gpu_nvlink, dtype=bool)
-    inside = np.where(nvlink[src] & nvlink[dst], NVLINK, PCI)
-    return np.where(domain[src] != domain[dst], NET, inside)
 
 
 class PlanRunner:

@@ -9,14 +9,28 @@ per step, which equals k separate steps exactly whenever the rates stay constant
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
 
 from simulator.collectives.names import Primitive, Protocol
+
+if TYPE_CHECKING:
+    from simulator.topology.graph import Topology
 
 HopKind = int
 """What a transfer's path crosses, in NCCL's order of hardware (tuning.cc `NCCL_HW_*`): `NVLINK` inside an NVLink
 domain, `PCI` inside a host without NVLink, `NET` between NVLink domains (hosts, or NVL72 racks)."""
 NVLINK, PCI, NET = 0, 1, 2
+
+
+def hop_kinds(topology: Topology, src, dst) -> np.ndarray:
+    """The `HopKind` of each transfer from ``src`` to ``dst`` (GPU indices): NET between NVLink domains, else
+    NVLINK where both GPUs have NVLink, else PCI."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    domain, nvlink = topology.gpu_domain_array, topology.gpu_nvlink_array
+    inside = np.where(nvlink[src] & nvlink[dst], NVLINK, PCI)
+    return np.where(domain[src] != domain[dst], NET, inside)
 
 
 class Transfer(NamedTuple):

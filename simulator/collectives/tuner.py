@@ -16,20 +16,24 @@ rule", says it in prose.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import lru_cache
-from typing import NamedTuple
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
 from simulator.catalog.sharp import collnet_direct_latency
-from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols
+from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols, ring
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
-from simulator.collectives.phases import NET, NVLINK, PCI, CollectiveRequest, HopKind, window_stall
+from simulator.collectives.phases import NET, NVLINK, PCI, CollectiveRequest, HopKind, Phase, hop_kinds, window_stall
 from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
 from simulator.collectives.tree import NCCL_STEPS, all_reduce_edges, chunk_count, pipeline_stretches
 from simulator.network.model import effective_capacity
 from simulator.topology.graph import Topology
+
+T = TypeVar("T")
 
 
 def candidates(request: CollectiveRequest, topology: Topology, hosts: list[list[int]]) -> list[AlgorithmName]:
@@ -97,6 +101,75 @@ NO_HOP = Hop(0.0, math.inf, math.inf)
 """The intra-host hop of a group with one member per host: none, free."""
 
 
+class PhaseLoad(NamedTuple):
+    """One phase of a plan as the engine runs it, for the estimates of the ring across hosts (its one phase, a
+    step of which every member of each channel's ring sends n / (p ch) to its successor on that channel's route)
+    and of the NVLS tree (the in-switch transfers and the rail rings at once): each transfer's path ``latencies``
+    and hop ``kinds``, the links their routes use (``used``) and the bytes each carries per byte of the
+    collective (``load``). The transfers that share links are equal, so under max-min sharing the phase lasts as
+    long as its most loaded link takes (`seconds`): on an oversubscribed fabric the uplinks the channels' routes
+    hash onto, which one route's bottleneck does not show (4 channels over 2 spines share each uplink two by
+    two). The load scales with the size, so it is found once per group (`plan_load`)."""
+
+    latencies: np.ndarray
+    kinds: np.ndarray
+    used: np.ndarray
+    load: np.ndarray
+
+    def seconds(self, nbytes: float, capacity: np.ndarray) -> float:
+        """How long the phase of a collective of ``nbytes`` keeps its most loaded link busy at ``capacity``."""
+        return nbytes * float((self.load / capacity[self.used]).max())
+
+    def latency(self, protocol: Protocol) -> float:
+        """The mean of the transfers' latencies under ``protocol``, each scaled for its kind of hop (a ring step's,
+        a pipelined phase's in execute.py `step_latencies`)."""
+        if protocol == "simple":
+            return float(self.latencies.mean())
+        scale = np.array(protocols.cost("ring", protocol).latency_scale)
+        return float((self.latencies * scale[self.kinds]).mean())
+
+
+def plan_load(topology: Topology, request: CollectiveRequest,
+              plan: Callable[[CollectiveRequest, Topology], list[Phase]]) -> PhaseLoad:
+    """The `PhaseLoad` of the one-phase ``plan`` of ``request``'s group on its channels (`kept` per group)."""
+
+    def build() -> PhaseLoad:
+        (phase,) = plan(replace(request, nbytes=1.0), topology)
+        src, dst, channel = (np.fromiter(map(field, phase.transfers), dtype=np.int64, count=len(phase.transfers))
+                             for field in (attrgetter("src"), attrgetter("dst"), attrgetter("channel")))
+        nbytes = np.fromiter(map(attrgetter("nbytes"), phase.transfers), dtype=float, count=len(phase.transfers))
+        routes, latencies = topology.routes(src, dst, channel)
+        on_route = routes >= 0
+        used, link_of = np.unique(routes[on_route], return_inverse=True)
+        load = np.bincount(link_of, weights=np.broadcast_to(nbytes[:, None], routes.shape)[on_route],
+                           minlength=used.size)
+        return PhaseLoad(latencies, hop_kinds(topology, src, dst), used, load)
+
+    return kept(topology, (plan, request.ranks, request.channels), build)
+
+
+def kept(topology: Topology, key: tuple, build: Callable[[], T]) -> T:
+    """``build()``, kept per topology (as its routes stand) and ``key`` in `KEPT`: a run weighs several sizes of
+    one group, each under every protocol, and the routes of a group's plan do not depend on them."""
+    entries = KEPT.setdefault(id(topology), {})
+    full_key = (*key, topology.routes_version)
+    found = entries.get(full_key)
+    if found is not None and found[0] is topology:
+        return found[1]
+    if len(entries) >= KEPT_PER_TOPOLOGY:
+        entries.clear()
+    result = build()
+    entries[full_key] = (topology, result)
+    return result
+
+
+KEPT: dict[int, dict[tuple, tuple[Topology, Any]]] = {}
+"""`kept`'s results by topology (its id; an entry holds its topology, so an id another takes later is not mistaken
+for it) and key."""
+KEPT_PER_TOPOLOGY = 4096
+"""Entries kept per topology before they are dropped (a 16k-GPU run weighs a few hundred groups)."""
+
+
 def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
     """The `Hop` from ``src`` to ``dst`` on links of usable ``capacity`` (bytes/s, by link)."""
     path = list(topology.path(src, dst))
@@ -136,18 +209,36 @@ def estimates_by_protocol(request: CollectiveRequest, topology: Topology, effici
     listed = algorithms or tuple(candidates(request, topology, hosts))
     able = {name: protocols.available(name, request.op, request.ranks, topology) for name in listed}
     nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(listed) else 1.0
+    loads = {}
+    if count > 1 and request.op in RING_STEPS and "ring" in listed:
+        loads["ring"] = plan_load(topology, request, ring.plan)
+    if count > 1 and "nvls" in listed and not nvls.supports(request.ranks, topology):
+        loads["nvls"] = plan_load(topology, request, nvls.plan)
     return {protocol: {name: _estimate(request, topology, hosts, name, protocol, simple_inner, simple_outer,
-                                       simple_across, channels, rails, nvls_rate)
+                                       simple_across, channels, rails, nvls_rate, loads.get(name), capacity)
                        for name in listed if protocol in able[name]} for protocol in wanted}
 
 
 def _estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
               protocol: Protocol, simple_inner: Hop, simple_outer: Hop, simple_across: Hop, channels: int,
-              rails: int, nvls_rate: float) -> float:
+              rails: int, nvls_rate: float, load: PhaseLoad | None, capacity: np.ndarray) -> float:
     """One algorithm's estimate under one protocol (`estimates_by_protocol`), from the group's hops under
     Simple (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out,
     b_out between the first members of the first two hosts, across from the first host's last member to the
-    second's first."""
+    second's first; the ring and the NVLS tree across hosts from their plans' own phase (``load``), the double
+    tree from its plan's edges (`tree_estimate`)."""
+    if name == "tree":
+        # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
+        tree_s = tree_estimate(topology, request, hosts, channels, simple_inner.under(name, protocol),
+                               simple_across.under(name, protocol), capacity * protocols.PAYLOAD_FRACTION[protocol])
+        return tree_s + protocols.base_latency(name, protocol)
+    if name == "ring" and load is not None:
+        step = load.latency(protocol) + load.seconds(request.nbytes, capacity * protocols.PAYLOAD_FRACTION[protocol])
+        return RING_STEPS[request.op](len(request.ranks)) * step + protocols.base_latency(name, protocol)
+    if name == "nvls" and load is not None:
+        # one phase whose transfers all wait the tree's latency floor (nvls.plan), then its busiest link
+        return (nvls.LATENCY + 2 * math.ceil(math.log2(len(hosts))) * nvls.TREE_NET_LATENCY
+                + load.seconds(request.nbytes, capacity))
     inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
     return _transfer_estimate(request, topology, hosts, name, inner, outer, simple_across.under(name, protocol),
                               channels, rails, nvls_rate) + protocols.base_latency(name, protocol)
@@ -157,29 +248,18 @@ def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: li
                        inner: Hop, outer: Hop, across: Hop, channels: int, rails: int, nvls_rate: float) -> float:
     """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
     hosts, g members on the fullest, n bytes, r the rails the group leaves each host on (distinct NICs, at most
-    one per channel), ch the channels
-    (ring.channel_count), L the pipeline chunks of a tree or chain. NVLS loads its switch links at its
-    in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
+    one per channel), ch the channels (ring.channel_count), L the pipeline chunks of a chain. NVLS loads its
+    switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
     n, size = request.nbytes, len(request.ranks)
     count, g = len(hosts), max(len(members) for members in hosts)
-    (a_in, b_in, *_), (a_out, b_out, *_) = inner, outer
-    mean_latency = ((size - count) * a_in + count * a_out) / size if count > 1 else a_in
-    per_byte = max(1 / b_in, 1 / (rails * b_out)) if count > 1 else 1 / b_in
+    (a_in, b_in, *_), (_, b_out, *_) = inner, outer
     if name == "ring" and request.op in RING_STEPS:
-        # One ring per channel; per step every link carries n / p in all (the NICs n / (p r)).
-        return RING_STEPS[request.op](size) * (mean_latency + n / size * per_byte)
+        # Inside one host (across hosts: `PhaseLoad`): per step every GPU's link carries n / p.
+        return RING_STEPS[request.op](size) * (a_in + n / size / b_in)
     if name == "ring":
         return chain_estimate(n, size, channels, rails, request.chunk_bytes, inner, outer if count > 1 else None)
-    if name == "tree":
-        # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
-        return tree_estimate(topology, request, hosts, channels, inner, across)
     if name == "nvls" and nvls.supports(request.ranks, topology):
         return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
-    if name == "nvls":
-        # g rail rings of n / g each, over the NICs the members drive (members may share one)
-        return (nvls.LATENCY + 2 * math.ceil(math.log2(count)) * nvls.TREE_NET_LATENCY
-                + max(nvls.link_bytes("all_reduce", n, g) / (nvls_rate * b_in),
-                      2 * (count - 1) / count * n / nics_used(topology, hosts) / b_out))
     if name == "collnet_direct":
         # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
         return collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
@@ -206,13 +286,15 @@ def chain_estimate(n: float, size: int, channels: int, rails: int, chunk_bytes: 
 
 
 def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[list[int]], channels: int, inner: Hop,
-                  outer: Hop) -> float:
+                  outer: Hop, capacity: np.ndarray) -> float:
     """NCCL's tree all-reduce as tree.py plans it, step by step over the plan's own edges (`all_reduce_edges`):
     every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of L chunks of c bytes
     in which an edge carries chunk j at its first step plus j. Over each stretch of steps with the same active
     edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its busiest port: c times the
     most active edges a GPU sends or receives on inside its host over the NVLink bandwidth (``inner``), and c
-    times the most active edges a NIC sends or receives on across hosts over the network's (``outer``). A step
+    times the most active edges across hosts any link of their routes carries over its payload ``capacity``
+    (`AcrossLinks`: a NIC, or on an oversubscribed fabric the leaf uplink the channels' routes hash onto;
+    ``outer`` gives the latency and the window's stall). A step
     that opens an edge pays its hop's latency; the later steps continue open streams and pay instead the 8-slot
     window's stall (`Hop.stall`, zero unless a chunk takes under a third of a hop's latency). Counting the
     active edges, not spreading a host's NVLink bytes evenly over the steps, sees the chain steps that hide
@@ -222,12 +304,21 @@ def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[li
     chunks = chunk_count(share, request.chunk_bytes)
     chunk = share / chunks
     total = 0.0
-    for tree_pass in tree_passes(*group_shape(request.ranks, hosts, topology), channels):
-        sides = ((inner, tree_pass.inside), (outer, tree_pass.across))
+    passes = tree_passes(*group_shape(request.ranks, hosts, topology), channels)
+
+    def routes() -> list[np.ndarray]:
+        ranks = np.array(request.ranks, dtype=np.int64)
+        return [topology.routes(ranks[src], ranks[dst], channel)[0]
+                for src, dst, channel in (tree_pass.across_ends.T for tree_pass in passes)]
+
+    for tree_pass, across_routes in zip(passes, kept(topology, ("tree", request.ranks, channels), routes)):
+        links = AcrossLinks(across_routes, capacity)
         for start, stop, opens in pipeline_stretches(list(tree_pass.steps), chunks):
             # the active edges, first step in (start - chunks, start]
-            active = ((hop, edges.busiest(start - chunks, start)) for hop, edges in sides)
-            ports = [(hop, count * chunk / hop.bandwidth) for hop, count in active if count]
+            count = tree_pass.inside.busiest(start - chunks, start)
+            ports = [(inner, count * chunk / inner.bandwidth)] if count else []
+            across = links.seconds_per_byte(tree_pass.across, start - chunks, start)
+            ports += [(outer, across * chunk)] if across else []
             if not ports:
                 continue
             streamed = max(seconds + hop.stall(chunk) for hop, seconds in ports)
@@ -266,12 +357,33 @@ class EdgePorts(NamedTuple):
 
 
 class TreePass(NamedTuple):
-    """The up or the down pass of the tree all-reduce: the distinct first ``steps`` of its edges and its edges
-    ``inside`` hosts and ``across`` them."""
+    """The up or the down pass of the tree all-reduce: the distinct first ``steps`` of its edges, its edges
+    ``inside`` hosts and ``across`` them, and the across edges' (sender, receiver, channel) as positions in the
+    group (``across_ends``, one row per edge in ``across``'s order), which their routes are found from."""
 
     steps: tuple[int, ...]
     inside: EdgePorts
     across: EdgePorts
+    across_ends: np.ndarray
+
+
+class AcrossLinks(NamedTuple):
+    """The links a tree pass's edges across hosts cross (``routes``: one row per edge in `EdgePorts` order, -1
+    past a route's end) and every link's usable ``capacity`` (bytes/s of payload)."""
+
+    routes: np.ndarray
+    capacity: np.ndarray
+
+    def seconds_per_byte(self, edges: EdgePorts, after: int, until: int) -> float:
+        """Among the edges whose first step lies in (after, until], the most any link carries over its capacity:
+        seconds per byte of a chunk, each edge carrying one (0 when no edge is active)."""
+        low, high = np.searchsorted(edges.first, (after, until), side="right").tolist()
+        links = self.routes[low:high]
+        links = links[links >= 0]
+        if not links.size:
+            return 0.0
+        used, counts = np.unique(links, return_counts=True)
+        return float((counts / self.capacity[used]).max())
 
 
 @lru_cache(maxsize=64)
@@ -286,14 +398,15 @@ def tree_passes(hosts: tuple[tuple[int, ...], ...], nics: tuple[int, ...], chann
     nic = np.array(nics, dtype=np.int64)
     found = []
     for edges in all_reduce_edges(tuple(range(len(nics))), [list(members) for members in hosts], channels):
-        src, dst, _, first = np.array(edges, dtype=np.int64).reshape(-1, 4).T
+        src, dst, channel, first = np.array(edges, dtype=np.int64).reshape(-1, 4).T
         order = np.argsort(first, kind="stable")
-        src, dst, first = src[order], dst[order], first[order]
+        src, dst, channel, first = src[order], dst[order], channel[order], first[order]
         crossing = host_of[src] != host_of[dst]
         inside, across = ~crossing, crossing
         found.append(TreePass(tuple(np.unique(first).tolist()),
                               EdgePorts(first[inside], src[inside], dst[inside]),
-                              EdgePorts(first[across], nic[src[across]], nic[dst[across]])))
+                              EdgePorts(first[across], nic[src[across]], nic[dst[across]]),
+                              np.stack((src[across], dst[across], channel[across]), axis=1)))
     return tuple(found)
 
 

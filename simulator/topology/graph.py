@@ -217,6 +217,16 @@ class Topology:
         linked = {u for (u, _), data in self.wiring.edges.items() if data["link_class"] == "nvlink"}
         return [gpu in linked for gpu in self.gpus]
 
+    @cached_property
+    def gpu_domain_array(self) -> np.ndarray:
+        """``gpu_domain`` as an array (for reading many GPUs' domains at once)."""
+        return np.array(self.gpu_domain, dtype=np.int64)
+
+    @cached_property
+    def gpu_nvlink_array(self) -> np.ndarray:
+        """``gpu_nvlink`` as an array (for reading many GPUs' at once)."""
+        return np.array(self.gpu_nvlink, dtype=bool)
+
     def host_gpus(self, host: int) -> list[int]:
         """Global indices of the GPUs in ``host``, in local order."""
         return [i for i, h in enumerate(self.gpu_host) if h == host]
