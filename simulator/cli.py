@@ -98,17 +98,21 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator import load_scenario
-    from simulator.console.report import memory_line, oom_line
+    from simulator.console.report import memory_line, oom_line, skipped_sizes_text
     from simulator.preflight import validate
     from simulator.scale import sized_topology
+    from simulator.workload.memory_plan import GIB
 
     loaded = load_scenario(args.scenario, args.set)
     topology = sized_topology(loaded, force=args.force)
     verdict = validate(loaded, topology, force=args.force)
+    skipped = ""
     if loaded.scenario.run.horizon is not None:
         from simulator.reliability.simulate import validate_job
 
-        validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
+        sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
+        text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
+        skipped = f"elastic sizes: {', '.join(map(str, sizes.sizes))}; {text}" if text else ""
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
     _warn(verdict.warnings, dict(verdict.memory))
@@ -117,6 +121,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         memory = memory_line(dict(verdict.memory))
         if memory:
             print(f"  {memory}")
+        if skipped:
+            print(f"  {skipped}")
     return 0
 
 

@@ -21,6 +21,7 @@ from simulator.reliability.summary import TIME_PARTS
 from simulator.sweep.executors import SerialExecutor
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep
+from simulator.workload.training import resolve_model
 
 ONE_GPU_HOSTS = """
 cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
@@ -339,16 +340,69 @@ def test_a_kept_global_batch_shrinks_only_to_sizes_it_splits_over(tmp_path, caps
     assert sizes(1) == [1, 2, 4]
     assert sizes(6) == [1, 2, 3, 4]
     assert sizes(1, SHRINKING) == [1, 2, 3, 4]
-    scenario = tmp_path / "job.yaml"
-    scenario.write_text(text.replace("microbatches: 1", "microbatches: 25002"))
-    out = tmp_path / "out"
-    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    scenario, error = run_refused(tmp_path, capsys, text.replace("microbatches: 1", "microbatches: 25002"))
     line = text.splitlines().index("restart: {elastic: true, elastic_batch: keep_global}") + 1
-    assert capsys.readouterr().err == (
+    assert error == (
         f"error: {scenario}:{line}: restart.elastic_batch: the elastic job shrunk to 1 replica keeps its global "
         "batch of 100008 sequences: 100008 micro-batches per replica (allowed: at most 100000; elastic_batch: "
         "keep_per_replica, or restart.min_replicas above 1)\n")
+
+
+def run_refused(tmp_path: Path, capsys, text: str) -> tuple[Path, str]:
+    """``text`` written as a job file and run: refused (exit 2, no output folder). The file and its error."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
     assert not out.exists()
+    return scenario, capsys.readouterr().err
+
+
+ZERO3_JOB = SHRINKING.replace("vocab: 32000, moe: {experts: 8, top_k: 2}}", "vocab: 32000}").replace(
+    "layers: 2, hidden: 2048, heads: 16", "layers: 6, hidden: 12288, heads: 96").replace(
+    "parallelism: {dp: 4}", "parallelism: {dp: 4, zero: 3}")
+GIB = 2.0**30
+
+
+def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_path, capsys):
+    """ZeRO-3 shards each parameter's 18 B (bf16 weight, fp32 gradient, Adam's 12 B: the ZeRO paper's
+    (2 + 2 + K) Psi / N with 4-byte gradients) over the N replicas, so a GPU of the job shrunk to N holds
+    18 Psi (1/N - 1/4) more than on 4; the activations (one micro-batch on every size) and the two gathered
+    layers (with more than one replica) stay. 11.66e9 parameters: 58.0 GiB on 4, 74.3 GiB on 3, 106.8 GiB on
+    2 and 197.8 GiB on 1 (no gathered layers): an H100 holds 79.6 GiB, so the job runs on 3 and 4 and skips 1
+    and 2 (it ran on them, out of memory, with a warning at most). With 8 layers it fits on no smaller size:
+    refused at its `min_replicas` line, naming 3 replicas' 95.3 GiB (15.28e9 parameters: 85.4 GiB of states,
+    6.75 GiB of gathered layers and 3.16 GiB of activations), before any step."""
+    job = simulate_job(scenario_from_text(ZERO3_JOB))
+    replicas, healthy = job.summary["replicas"], job.step_summary
+    params = resolve_model(scenario_from_text(ZERO3_JOB).scenario).num_params()
+    states = sum(healthy["memory_breakdown_gib"][part] for part in ("params", "grads", "optimizer"))
+    assert states == pytest.approx(18 * params / 4 / GIB, rel=1e-12)
+    peak, buffers = healthy["peak_memory_gib"], healthy["memory_breakdown_gib"]["buffers"]
+    assert replicas["sizes"] == [3, 4]
+    assert replicas["out_of_memory_gib"] == pytest.approx(
+        {"1": peak - buffers + 18 * params * (1 - 1 / 4) / GIB, "2": peak + 18 * params * (1 / 2 - 1 / 4) / GIB},
+        rel=1e-12)
+    assert peak + 18 * params * (1 / 3 - 1 / 4) / GIB < replicas["memory_capacity_gib"] == healthy[
+        "memory_capacity_gib"]
+    assert {state["replicas"] for state in job.summary["states"]} == {3, 4}  # one failure in the 2 days
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(ZERO3_JOB)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "printed")]) == 0
+    assert ("(sizes 3, 4; 1, 2 skipped, out of memory: 106.8 GiB per GPU on 2, the GPU holds 79.6 GiB; "
+            "keep_per_replica, regrow next_restart)") in " ".join(capsys.readouterr().out.split())
+    assert main(["validate", str(scenario)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("  elastic sizes: 3, 4; 1, 2 skipped, out of memory: 106.8 GiB "
+                                                        "per GPU on 2, the GPU holds 79.6 GiB")
+    text = ZERO3_JOB.replace("layers: 6", "layers: 8").replace("restart: {elastic: true}",
+                                                               "restart: {elastic: true, min_replicas: 2}")
+    scenario, error = run_refused(tmp_path, capsys, text)
+    line = text.splitlines().index("restart: {elastic: true, min_replicas: 2}") + 1
+    assert error == (
+        f"error: {scenario}:{line}: restart.min_replicas: the elastic job fits in GPU memory on none of its "
+        "smaller sizes: shrunk to 3 replicas it needs 95.3 GiB per GPU, the GPU holds 79.6 GiB (allowed: less "
+        "memory per GPU on fewer replicas (recompute, more tp or pp, a smaller micro_batch), or "
+        "restart.elastic: false)\n")
 
 
 def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():

@@ -13,7 +13,7 @@ import pytest
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
 from simulator.reliability.processes import Arrivals
-from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS
+from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
 H = 3600.0
 JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
@@ -537,6 +537,23 @@ def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
         assert counts == (1, 2, 2)
     assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow, rel=1e-12)
     assert replicas["regrow_restarts_cut_short"]["mean"] == 0
+
+
+def test_an_elastic_job_waits_for_repair_rather_than_run_out_of_memory(job_with):
+    """The ZeRO-3 job whose step fits in an H100's memory on 4 and 3 replicas, not on 2 or 1
+    (test_reliability_states): GPUs 0 and 1 fail at 1 h, host 0 back at 3 h, host 1 at 5 h. The 2 hosts left
+    would hold 2 replicas, out of memory: the restart waits for host 0 and re-forms on 3 at 3 h + 3 min
+    rescheduling, then launches (5 min), loads on 3 hosts (L3) and warms up (10 steps); it never runs on 2 (it
+    did, from 1 h + 10 min). It stays on 3 to the horizon (no restart after host 1 is back)."""
+    job = job_with((1 * H, GPU, 0, 2 * H), (1 * H, GPU, 1, 4 * H), text=ZERO3_JOB)
+    summary, events = job.summary, job.events
+    step = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
+    assert set(step) == {3, 4}
+    end = 3 * H + 180 + 300 + summary["checkpoint"]["size_bytes"] / (3 * 25e9) + 10 * step[3]
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    assert restarts == [["failure", 1 * H, pytest.approx(end, rel=1e-12)]]
+    running = {int(count): value["mean"] for count, value in summary["replicas"]["running_s"].items()}
+    assert running == pytest.approx({4: 1 * H, 3: 48 * H - end}, rel=1e-12)
 
 
 def test_a_synthetic_job_keeping_its_global_batch_runs_twice_the_micro_batches_at_half_the_replicas(job_with):

@@ -242,11 +242,22 @@ def _regrowing(replicas: dict) -> str:
     return f", {restarts:,.1f} restarts to regrow ({_long_duration(replicas['regrow_restart_s']['mean'])}{short})"
 
 
+def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float | None) -> str:
+    """The smaller sizes an elastic job skips because its step does not fit in GPU memory there, with the peak
+    memory per GPU on the largest of them against the GPU's ('' for none)."""
+    if not out_of_memory_gib or capacity_gib is None:
+        return ""
+    largest = max(out_of_memory_gib, key=int)
+    return (f"{', '.join(out_of_memory_gib)} skipped, out of memory: {out_of_memory_gib[largest]:.1f} GiB per GPU "
+            f"on {largest}, the GPU holds {capacity_gib:.1f} GiB")
+
+
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
     frequent causes), the time lost by kind with its share of the horizon, an elastic job's shrinks, regrows
-    (the restarts taken only to regrow, those a failure cut short, and their time), policies and running time on
-    each replica count, and the checkpoint interval against Young's and Daly's."""
+    (the restarts taken only to regrow, and their time), sizes (those skipped for memory), policies and running
+    time on each replica count, and
+    the checkpoint interval against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
     if ideal is None:  # no tokens (synthetic stage costs, a trace that states none): goodput in healthy steps
@@ -278,10 +289,11 @@ def job_table(job: dict) -> Table:
     if job.get("elastic") and replicas:
         running = ", ".join(f"{size} replicas {_long_duration(value['mean'])} ({_share(value['mean'] / horizon)})"
                             for size, value in replicas["running_s"].items() if value["mean"])
+        skipped = skipped_sizes_text(replicas["out_of_memory_gib"], replicas["memory_capacity_gib"])
         table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "
-                      f"regrows{_regrowing(replicas)} (sizes {', '.join(map(str, replicas['sizes']))}; "
-                      f"{replicas['elastic_batch']}, regrow {replicas['regrow']}); "
-                      "running on " + (running or "none"))
+                      f"regrows{_regrowing(replicas)} (sizes {', '.join(map(str, replicas['sizes']))}"
+                      f"{'; ' + skipped if skipped else ''}; {replicas['elastic_batch']}, "
+                      f"regrow {replicas['regrow']}); running on " + (running or "none"))
     checkpoint = job["checkpoint"]
     optimum = (f"; Young {format_seconds(job['young_interval_s'])}, Daly {format_seconds(job['daly_interval_s'])}"
                if job.get("young_interval_s") is not None else "")

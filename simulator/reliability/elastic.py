@@ -9,16 +9,19 @@ runs only on the sizes its layout allows, from the layout's DP down to `restart.
 every size for a dense model, those whose DP x CP ranks EP divides for a mixture of experts (its expert groups
 split the data-parallel ranks: EP 2 on DP 4 runs on 4 or 2 replicas, never 3), and with `keep_global` those
 its global batch splits into whole micro-batches over (as Megatron-LM requires of DP, and DeepSpeed's
-elasticity of its GPU counts: a batch of 4 micro-batches on DP 4 runs on 4, 2 or 1 replicas, never 3). With
-too few hosts for the smallest it waits for repaired ones. Every size is checked at load, before any step is
-simulated: its micro-batch count (keep_global), its cluster built and its step resolved (layout,
-schedule, sharding, experts: `build_training_step`, no op built), so a constraint that breaks as DP shrinks is
-one located line naming the size, not an error when the job first shrinks, deep into a run.
+elasticity of its GPU counts: a batch of 4 micro-batches on DP 4 runs on 4, 2 or 1 replicas, never 3), and
+only those whose step fits in GPU memory (ZeRO shards its states over fewer replicas, keep_global can hold
+more micro-batches: a shrunk size that does not fit is skipped, as a trainer that ran out of memory there
+would fail its restart). With too few hosts for the smallest it waits for repaired ones. Every size is checked
+at load, before any step is simulated: its micro-batch count (keep_global), its cluster built and its step
+resolved (layout, schedule, sharding, experts: `build_training_step`, no op built) with its peak memory per
+GPU (the step summary's), so a constraint that breaks as DP shrinks is one located line naming the size, not
+an error when the job first shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.errors import InputError
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
+from simulator.workload.memory_plan import GIB, stage_memory
 from simulator.workload.training import build_training_step, microbatch_count, pipeline_depth, resolve_layout
 
 
@@ -61,18 +65,33 @@ def allowed_sizes(dp: int, cp: int, ep: int, smallest: int, batch_microbatches: 
                  if size * cp % ep == 0 and (batch_microbatches is None or batch_microbatches % size == 0))
 
 
-_CHECKED: dict[str, tuple[int, ...]] = {}
+@dataclass(frozen=True)
+class ElasticSizes:
+    """The replica counts a job runs on, ascending, the layout's DP last (only it when not elastic), and the
+    smaller ones an elastic job skips because its step does not fit in GPU memory there: (size, peak memory
+    per GPU in bytes), ascending, against the GPU's ``capacity_bytes``."""
+
+    sizes: tuple[int, ...]
+    out_of_memory: tuple[tuple[int, float], ...] = ()
+    capacity_bytes: float = 0.0
+
+    def out_of_memory_gib(self) -> dict[str, float]:
+        """The sizes skipped for memory (as text, the summary's keys) -> the peak memory per GPU each needs, GiB."""
+        return {str(size): peak / GIB for size, peak in self.out_of_memory}
+
+
+_CHECKED: dict[str, ElasticSizes] = {}
 """Sizes already checked, by the scenario less the sections they do not depend on: a study reruns the job
 for every interval and failure rate, and checking costs a cluster built per size (about 0.1 s at 2,048 hosts)."""
 _CHECKED_SIZE = 64
 UNCHECKED_SECTIONS = {"faults": True, "checkpoint": True, "storage": True, "run": True, "description": True}
 
 
-def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...]:
+def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     """The replica counts the job runs on, ascending, the layout's DP last (only it for a job that is not
-    elastic); each smaller one checked (`_check_size`) once per process. Refusals are located. The key holds
-    which restart fields the scenario gives, as a job that is not elastic refuses an elastic policy given
-    explicitly even at its default value."""
+    elastic), and those skipped for memory; each smaller one checked (`_check_size`) once per process.
+    Refusals are located. The key holds which restart fields the scenario gives, as a job that is not elastic
+    refuses an elastic policy given explicitly even at its default value."""
     scenario = loaded.scenario
     key = scenario.model_dump_json(exclude=UNCHECKED_SECTIONS) + repr(sorted(scenario.restart.model_fields_set))
     if key not in _CHECKED:
@@ -82,8 +101,9 @@ def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...]
     return _CHECKED[key]
 
 
-def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...]:
-    """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use and a size it cannot run on."""
+def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
+    """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
+    an elastic job that fits in GPU memory on none of its smaller sizes."""
     scenario = loaded.scenario
     restart = scenario.restart
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
@@ -93,7 +113,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
                            ("regrow", "says when an elastic job grows back")):
             if name in restart.model_fields_set:
                 raise loaded.error(("restart", name), f"{name} {what}", f"restart.elastic: true, or no {name}")
-        return (layout.dp,)
+        return ElasticSizes((layout.dp,))
     if topology.num_hosts % layout.dp:
         raise loaded.error(("restart", "elastic"), "elastic needs whole hosts per data-parallel replica",
                            "a layout whose replicas each fill whole hosts")
@@ -104,10 +124,22 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> tuple[int, ...
     microbatches = located(loaded, lambda: microbatch_count(scenario, layout.dp))
     kept = layout.dp * microbatches if restart.elastic_batch is ElasticBatch.KEEP_GLOBAL else None
     sizes = allowed_sizes(layout.dp, layout.cp, scenario.parallelism.ep, smallest, kept)
+    fitting, out_of_memory, capacity = [layout.dp], [], 0.0
     for size in reversed(sizes[:-1]):
         _check_batch(loaded, layout.dp, microbatches, size)
-        located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
-    return sizes
+        memory = located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
+        if memory is not None and memory[0] > memory[1]:
+            out_of_memory.append((size, memory[0]))
+            capacity = memory[1]
+        else:
+            fitting.append(size)
+    if len(fitting) == 1 and out_of_memory:
+        largest, peak = out_of_memory[0]
+        raise loaded.error(("restart", "min_replicas"), f"the elastic job fits in GPU memory on none of its "
+                           f"smaller sizes: shrunk to {_replicas(largest)} it needs {peak / GIB:.1f} GiB per GPU, "
+                           f"the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
+                           "(recompute, more tp or pp, a smaller micro_batch), or restart.elastic: false")
+    return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity)
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:
@@ -129,16 +161,20 @@ def _replicas(count: int) -> str:
     return f"{count} replica" + ("" if count == 1 else "s")
 
 
-def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> None:
-    """Build the cluster of the job shrunk to ``size`` replicas and resolve its step; an error names the size
-    and the `min_replicas` that avoids it."""
+def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int
+                ) -> tuple[float, float] | None:
+    """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
+    and the GPU's, in bytes (None for a parameter-server job, whose step is not built here); an error names
+    the size and the `min_replicas` that avoids it."""
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, dp, microbatches, size))
     try:
         topology = scenario_topology(shrunk)
-        if not shrunk.scenario.uses_parameter_servers:
-            located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
+        if shrunk.scenario.uses_parameter_servers:
+            return None
+        step = located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
         raise type(error)(f"the elastic job shrunk to {_replicas(size)} ({size * (hosts // dp)} hosts): "
                           f"{error.problem}", field=error.field, file=error.file, line=error.line,
                           allowed=f"{allowed}restart.min_replicas above {size}") from None
+    return max(breakdown.total for breakdown, _ in stage_memory(shrunk.scenario, step)), step.gpu.hbm_bytes

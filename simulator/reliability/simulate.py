@@ -20,7 +20,7 @@ from simulator.errors import InputError, ScenarioError
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureModel, failure_model
-from simulator.reliability.elastic import elastic_sizes
+from simulator.reliability.elastic import ElasticSizes, elastic_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
@@ -222,12 +222,12 @@ def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnit
 @dataclass(frozen=True)
 class JobChecks:
     """What the checks of a job's sections resolved: its failure model, checkpoint size, the cluster's units
-    and the replica counts it runs on (ascending, the layout's DP last)."""
+    and the replica counts it runs on (ascending, the layout's DP last; those skipped for memory)."""
 
     model: FailureModel
     checkpoint_bytes: float
     units: ClusterUnits
-    sizes: tuple[int, ...]
+    sizes: ElasticSizes
 
 
 def check_job(loaded: LoadedScenario, topology: Topology) -> JobChecks:
@@ -251,17 +251,19 @@ def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> No
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step ({step})", "a longer duration")
 
 
-def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *, force: bool = False) -> None:
+def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *, force: bool = False
+                 ) -> ElasticSizes:
     """What `trainsim validate` checks of a job without simulating its step, refusing as `trainsim run` does:
     the checks that need no step (check_job); the horizon against ``step_floor_s``, a lower bound of the step
     time (preflight.step_floor: a horizon shorter than it is shorter than the step); and the job-event limit
     on the failures and maintenance windows, whose counts need no step (the checkpoints' need its time; with
-    ``force``, the limit --force keeps)."""
+    ``force``, the limit --force keeps). The job's sizes, for validate to name those skipped for memory."""
     checks = check_job(loaded, topology)
     refuse_short_horizon(loaded, step_floor_s, f"at least {step_floor_s:.6g} s, the kernels of its busiest GPU "
                          "stream alone")
     counts = [checks.units.count(klass.unit) for klass in checks.model.classes]
     refuse_long_job(loaded, checks.model, counts, None, force=force)
+    return checks.sizes
 
 
 @collector_paused()
@@ -301,7 +303,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
-                   elastic=scenario.restart.elastic, sizes=checks.sizes, regrow=scenario.restart.regrow,
+                   elastic=scenario.restart.elastic, sizes=checks.sizes.sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]
@@ -323,5 +325,5 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
             raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
         totals.append(job.totals(healthy))
     met = {state: c for state, c in cost_cache.items() if c is not None}
-    summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
+    summary = job_summary(loaded, plan, checks.sizes, counts, totals, healthy, size, met)
     return JobResult(summary, events, states.healthy_summary)

@@ -9,9 +9,11 @@ from typing import Any
 
 from simulator.config.loader import LoadedScenario
 from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
+from simulator.workload.memory_plan import GIB
 
 TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s", "checkpoint_slowdown_s",
               "restart_s", "maintenance_s")
@@ -40,14 +42,18 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     return total, per_class
 
 
-def replica_figures(loaded: LoadedScenario, plan: JobPlan, totals: list[ReplicationTotals]) -> dict:
-    """The replica counts the job may run on (ascending), its batch and regrow policies, how often it shrank
-    and grew back, the restarts it took only to grow back (those that did, those a failure cut short) and their
-    time, and its running time (the horizon less restarts and maintenance) on each count it met, the layout's
-    first."""
+def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[ReplicationTotals]) -> dict:
+    """The replica counts the job may run on (ascending) and the smaller ones it skips because its step does not
+    fit in GPU memory there (the peak memory per GPU each needs against the GPU's, GiB), its batch and regrow
+    policies, how often it shrank and grew back, the restarts it took only to grow back (those that did, those
+    a failure cut short) and their time, and its running time (the horizon less restarts and maintenance) on
+    each count it met, the layout's first."""
     met = sorted({size for t in totals for size in t.running_by_replicas_s}, reverse=True)
     restart = loaded.scenario.restart
-    return {"sizes": list(plan.sizes), "elastic_batch": restart.elastic_batch, "regrow": restart.regrow,
+    return {"sizes": list(sizes.sizes),
+            "out_of_memory_gib": sizes.out_of_memory_gib(),
+            "memory_capacity_gib": sizes.capacity_bytes / GIB if sizes.out_of_memory else None,
+            "elastic_batch": restart.elastic_batch, "regrow": restart.regrow,
             "shrinks": mean_interval([t.shrinks for t in totals]),
             "regrows": mean_interval([t.regrows for t in totals]),
             "regrow_restarts": mean_interval([t.regrow_restarts for t in totals]),
@@ -57,8 +63,9 @@ def replica_figures(loaded: LoadedScenario, plan: JobPlan, totals: list[Replicat
                           for size in met}}
 
 
-def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals: list[ReplicationTotals],
-                healthy: SegmentCosts, size: float, states: dict[ClusterState, SegmentCosts]) -> dict:
+def job_summary(loaded: LoadedScenario, plan: JobPlan, sizes: ElasticSizes, counts: list[int],
+                totals: list[ReplicationTotals], healthy: SegmentCosts, size: float,
+                states: dict[ClusterState, SegmentCosts]) -> dict:
     """The job_summary.json dict."""
     scenario = loaded.scenario
     horizon = plan.horizon_s
@@ -106,7 +113,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
-        "replicas": replica_figures(loaded, plan, totals),
+        "replicas": replica_figures(loaded, sizes, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
