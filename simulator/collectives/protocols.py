@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simulator.collectives.names import AlgorithmName, Primitive, Protocol
-from simulator.collectives.phases import NET, NVLINK, PCI, SIMPLE, Phase, ProtocolCost
+from simulator.collectives.phases import NET, NVLINK, PCI, SIMPLE, Phase, ProtocolCost, Transfer
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -121,8 +121,8 @@ def apply(phases: list[Phase], algorithm: AlgorithmName, protocol: Protocol) -> 
     if protocol != "simple":
         protocol_cost, fraction = cost(algorithm, protocol), PAYLOAD_FRACTION[protocol]
         phases = [replace(phase, protocol=protocol_cost,
-                          transfers=tuple(t._replace(nbytes=t.nbytes / fraction, sent_share=t.sent_share * fraction)
-                                          for t in phase.transfers))
+                          transfers=tuple(Transfer(src, dst, nbytes / fraction, channel, sent_share * fraction)
+                                          for src, dst, nbytes, channel, sent_share in phase.transfers))
                   for phase in phases]
     launch = base_latency(algorithm, protocol)
     if phases and launch:

@@ -9,6 +9,7 @@ steps in flight, not the path latency again.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
@@ -45,10 +46,14 @@ def pipelined_phases(edges: list[Edge], nbytes: float, chunks: int) -> list[Phas
     if not edges or nbytes <= 0:
         return []
     chunk = nbytes / chunks
+    transfers = [Transfer(src, dst, chunk, channel) for src, dst, channel, _ in edges]
+    # edge indices by first step, so that each stretch's active edges are one slice (put back in edge order)
+    by_first = sorted(range(len(edges)), key=lambda index: edges[index][3])
+    firsts = [edges[index][3] for index in by_first]
     phases = []
-    for start, stop, opens in pipeline_stretches([e[3] for e in edges], chunks):
-        active = tuple(Transfer(src, dst, chunk, channel) for src, dst, channel, first in edges
-                       if start - chunks < first <= start)
+    for start, stop, opens in pipeline_stretches(firsts, chunks):
+        active = tuple(map(transfers.__getitem__, sorted(by_first[bisect_right(firsts, start - chunks):
+                                                                  bisect_right(firsts, start)])))
         if not active:
             continue
         streamed = stop - start
