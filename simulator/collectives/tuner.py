@@ -171,13 +171,15 @@ KEPT_PER_TOPOLOGY = 4096
 
 
 def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
-    """The `Hop` from ``src`` to ``dst`` on links of usable ``capacity`` (bytes/s, by link)."""
-    path = list(topology.path(src, dst))
+    """The `Hop` from ``src`` to ``dst`` on links of usable ``capacity`` (bytes/s, by link). The bottlenecks are
+    read link by link: `auto` asks for hops thousands of times per run, and indexing numpy arrays by a route of
+    a few links costs more than reading its items."""
+    path = topology.path(src, dst)
     nvlink = topology.gpu_nvlink
     kind = (NET if topology.gpu_domain[src] != topology.gpu_domain[dst]
             else NVLINK if nvlink[src] and nvlink[dst] else PCI)
-    return Hop(topology.path_latency(src, dst), float(capacity[path].min()),
-               float(topology.link_bandwidth[path].min()), kind)
+    return Hop(topology.path_latency(src, dst), min(map(capacity.item, path)),
+               min(map(topology.link_bandwidth.item, path)), kind)
 
 
 def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
