@@ -1,7 +1,7 @@
 """Job timelines with failures placed by hand (the seeded draw replaced), checked against what must happen at
 those times: a degradation repaired while the job was restarting is over when the next one comes, and the
-maintenance windows that fell inside one long restart are taken once, right after it, and a restart keeps
-every host in use whatever the hosts per replica."""
+maintenance windows that fell inside one long restart are taken once, right after it, a restart keeps
+every host in use whatever the hosts per replica, and a regrow right after a restart writes no checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import pytest
 
 from simulator import simulate
 from simulator.config.loader import scenario_from_text
+from simulator.reliability.checkpoint import SegmentCosts
+from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
+from simulator.reliability.training import CheckpointClock
 from tests.test_reliability_states import ONE_GPU_HOSTS, RAILS, ZERO3_JOB
 
 H = 3600.0
@@ -507,7 +510,8 @@ def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
     replicas, no shrink (it shrank to 3 and regrew at once, a restart more). Host 1 failing at 1 h too (2
     replicas left), host 0 back at 3 h and host 1 at 3 h + 2 min: one regrow, 2 -> 4, host 1 joining the regrow's
     rendezvous at 3 h + W2 + 3 min (it regrew to 3, then again to 4: a regrow per host). Host 1 back at
-    3 h + 6 min instead, after that rendezvous: the regrow to 3, then, at its end, the next one to 4."""
+    3 h + 6 min instead, after that rendezvous: the regrow to 3, then, at its end, the next one to 4, which
+    writes no checkpoint (the one the regrow to 3 wrote holds every step: it wrote W3 before)."""
     rows = {"back-during-a-failures-restart": [(1 * H, GPU, 0, 120.0)],
             "back-during-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 120)],
             "back-after-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 360)]}[case]
@@ -529,7 +533,7 @@ def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
         assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + regrow, rel=1e-12)]]
         assert counts == (1, 1, 1)
     else:
-        to_3, to_4 = write[2] + 180 + 300 + read[3], write[3] + 180 + 300 + read[4]
+        to_3, to_4 = write[2] + 180 + 300 + read[3], 180 + 300 + read[4]
         assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + to_3, rel=1e-12)],
                             ["regrow", pytest.approx(3 * H + to_3, rel=1e-12),
                              pytest.approx(3 * H + to_3 + to_4, rel=1e-12)]]
@@ -601,3 +605,53 @@ def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(j
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 0)
     assert (replicas["regrow_restarts"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]) == (0, 1)
     assert replicas["regrow_restart_s"]["mean"] == pytest.approx(0.1, rel=1e-9)
+
+
+@pytest.mark.parametrize("struck", [False, True], ids=["quiet", "a-failure-during-its-rescheduling"])
+def test_a_regrow_right_after_a_restart_writes_no_checkpoint(job_with, struck):
+    """The rendezvous job above (no checkpoint before the horizon but a regrow's) loses host 0 at 1 h, back
+    6 min later: after its restart's rendezvous (1 h + d + 3 min), before its end, so the job relaunches on 3
+    (at E = 1 h + 1 + 3 + 5 min + L3) and the hosts fill 4 at once. Nothing is trained since the checkpoint
+    loaded (none: step 0), so the regrow writes none: 3 min rescheduling + 5 min launch + L4, not W3 more. The
+    first hour stays the only lost work. Struck: host 2 fails 60 s into that regrow; no checkpoint is lost
+    (none was being written) and the restart goes on as the failure's: detection to E + 2 min, rescheduling,
+    launch and the read on the 3 hosts left (host 0 back, host 2 away)."""
+    host_0 = (1 * H, GPU, 0, 360.0)
+    job = job_with(host_0, text=RENDEZVOUS_JOB)
+    size = job.summary["checkpoint"]["size_bytes"]
+    read = {hosts: size / (hosts * 25e9) for hosts in (3, 4)}  # per-host read: 25 GB/s
+    end = 1 * H + 60 + 180 + 300 + read[3]
+    if struck:
+        job = job_with(host_0, (end + 60, GPU, 16, 100 * H), text=RENDEZVOUS_JOB)
+    summary, events = job.summary, job.events
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    first = ["failure", 1 * H, pytest.approx(end, rel=1e-12)]
+    replicas = summary["replicas"]
+    assert (events["kind"] == "checkpoint").sum() == 0 and (events["kind"] == "checkpoint_lost").sum() == 0
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, rel=1e-12)
+    if struck:
+        assert restarts == [first, ["failure", pytest.approx(end, rel=1e-12),
+                                    pytest.approx(end + 60 + 60 + 180 + 300 + read[3], rel=1e-12)]]
+        assert (replicas["regrows"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]) == (0, 1)
+        assert replicas["regrow_restart_s"]["mean"] == pytest.approx(60, rel=1e-9)
+        return
+    regrow = 180 + 300 + read[4]
+    assert restarts == [first, ["regrow", pytest.approx(end, rel=1e-12), pytest.approx(end + regrow, rel=1e-12)]]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"]) == (1, 1, 1)
+    assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow, rel=1e-12)
+
+
+def test_an_async_checkpoint_being_written_does_not_save_the_job():
+    """Async, 1 s steps, a trigger every 10 steps, a 0.5 s snapshot, then a 30 s background write. At 10.5 s the
+    write of step 10 is under way and no step has been trained since its trigger, yet the job is not saved: the
+    last durable checkpoint is step 0's (a regrow then writes its own). A failure at 11.5 s rolls back to step 0:
+    saved, with 11 s of training lost (the 10 steps before the trigger and the one trained during the write)."""
+    costs = SegmentCosts(step_s=1.0, equivalent_step_s=1.0, tokens_per_step=1.0, interval_steps=10, mode="async",
+                         stall_s=0.5, write_s=30.0, slowdown=0.0, load_s=0.0, warmup_s=0.0)
+    clock = CheckpointClock(JobEvents())
+    assert clock.saved
+    clock.advance(0.0, 10.5, costs)
+    assert (clock.steps, clock.saved, clock.write_end) == (10.0, False, 40.5)
+    clock.advance(10.5, 11.5, costs)
+    assert clock.fail(11.5) == 11.0
+    assert (clock.steps, clock.saved) == (0.0, True)

@@ -11,9 +11,10 @@ begins (its rendezvous): every host back from repair by then joins it, one back 
 restart. An interrupting failure during a restart starts it over. A shrunk elastic job grows back at its next
 restart, or with `regrow: on_repair` as soon as the hosts back from repair (and spares) fill a larger size
 whose GPUs all have a route: it stops cleanly (writes a checkpoint, as a maintenance stop does, but with no
-maintenance to wait for) and restarts without detection, on the largest size the hosts back by its rendezvous
-fill (one regrow for the hosts back during its write and rescheduling, not one per host); its time is restart
-time, and a failure during its write loses that checkpoint and restarts with detection.
+maintenance to wait for, and none when no step was trained since the last completed one: right after a
+restart the checkpoint loaded is current) and restarts without detection, on the largest size the hosts back
+by its rendezvous fill (one regrow for the hosts back during its write and rescheduling, not one per host); its
+time is restart time, and a failure during its write loses that checkpoint and restarts with detection.
 `degrade` and `straggle` failures change the cluster state until their repair (a unit hit again while degraded
 stays so until its last repair): the job trains at that state's step time, and the extra time of its kept steps
 is slow-step time of the causes in force. A `degrade` failure whose state has no route for
@@ -171,7 +172,8 @@ class JobProcess:
                 clock.stop_cleanly(t, t + self.running.write_s)
                 yield from self._restart(env, BuiltInCause.MAINTENANCE)
             elif t == regrow:
-                clock.stop_cleanly(t, t + self.running.write_s)
+                if not clock.saved:
+                    clock.stop_cleanly(t, t + self.running.write_s)
                 yield from self._restart(env, BuiltInCause.REGROW)
 
     def _regrow_due(self, now: float) -> float:
@@ -387,9 +389,11 @@ class JobProcess:
             return
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
-        """How long a planned stop holds the job before its restart: the checkpoint write, and the maintenance."""
+        """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
+        regrow that found its progress already in the last checkpoint), and the maintenance."""
+        write = costs.write_s if self.clock.stopping else 0.0
         duration = self.plan.maintenance.duration_s if self.plan.maintenance else 0.0
-        return costs.write_s + (duration if cause is BuiltInCause.MAINTENANCE else 0.0)
+        return write + (duration if cause is BuiltInCause.MAINTENANCE else 0.0)
 
     def _relaunch(self, t: float, replicas: int) -> None:
         self._collect_repairs(t)

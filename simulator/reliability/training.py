@@ -213,6 +213,12 @@ class CheckpointClock:
         self.since = 0.0
 
     @property
+    def saved(self) -> bool:
+        """Whether the last completed checkpoint holds every step trained: none since it was loaded (a restart
+        rolls back to it) or written. One being written does not count: it is not durable until it completes."""
+        return self.steps == self.mark.steps
+
+    @property
     def stopping(self) -> bool:
         """Whether a planned stop's checkpoint is still being written."""
         return self.stop_mark is not None
