@@ -36,29 +36,37 @@ class JobEvents:
 
     def table(self) -> pa.Table:
         """All rows, sorted by replication and start time (stable: logging order breaks ties); `kind` and
-        `cause` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are."""
+        `cause` dictionary columns (over EVENT_KINDS and the causes met, sorted), written to Parquet as they are.
+        The columns are allocated once at full length, single rows first, and the checkpoint blocks expanded
+        into them in place: a long job has millions of checkpoints, and concatenating temporaries of that
+        length costs more than the expansion itself."""
         columns = list(zip(*self.rows)) if self.rows else [()] * len(COLUMNS)
-        replication = np.asarray(columns[0], dtype=np.int32)
-        kind = np.asarray([KIND_CODE[k] for k in columns[1]], dtype=np.int8)
         names = sorted({"", *columns[2]})
         code_of = {name: code for code, name in enumerate(names)}
-        cause = np.asarray([code_of[c] for c in columns[2]], dtype=np.int32)
-        start, end, step, lost = (np.asarray(c, dtype=float) for c in columns[3:7])
-        hosts = np.asarray(columns[7], dtype=np.int64)
-        if self.blocks:
-            rep, a, b, s, p, k, n = (np.asarray(c) for c in zip(*self.blocks))
-            counts = n.astype(np.int64)
-            total = int(counts.sum())
+        blocks = [np.asarray(c) for c in zip(*self.blocks)] if self.blocks else []
+        counts = blocks[-1].astype(np.int64) if blocks else np.zeros(0, dtype=np.int64)
+        single, total = len(self.rows), int(counts.sum())
+        replication = np.empty(single + total, dtype=np.int32)
+        kind = np.full(single + total, KIND_CODE["checkpoint"], dtype=np.int8)
+        cause = np.full(single + total, code_of[""], dtype=np.int32)
+        start, end, step, lost = (np.zeros(single + total) for _ in range(4))
+        hosts = np.zeros(single + total, dtype=np.int64)
+        replication[:single] = columns[0]
+        kind[:single] = [KIND_CODE[k] for k in columns[1]]
+        cause[:single] = [code_of[c] for c in columns[2]]
+        for column, values in zip((start, end, step, lost, hosts), columns[3:]):
+            column[:single] = values
+        if blocks:
+            rep, a, b, s, p, k, _ = blocks
+            checkpoints = slice(single, None)
             j = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            period = np.repeat(p, counts)
-            replication = np.concatenate([replication, np.repeat(rep, counts).astype(np.int32)])
-            kind = np.concatenate([kind, np.full(total, KIND_CODE["checkpoint"], dtype=np.int8)])
-            cause = np.concatenate([cause, np.full(total, code_of[""], dtype=np.int32)])
-            start = np.concatenate([start, np.repeat(a, counts) + j * period])
-            end = np.concatenate([end, np.repeat(b, counts) + j * period])
-            step = np.concatenate([step, np.repeat(s, counts) + j * np.repeat(k, counts)])
-            lost = np.concatenate([lost, np.zeros(total)])
-            hosts = np.concatenate([hosts, np.zeros(total, dtype=np.int64)])
+            offset = np.repeat(p, counts) * j
+            replication[checkpoints] = np.repeat(rep, counts)
+            for column, first in ((start, a), (end, b)):
+                column[checkpoints] = np.repeat(first, counts)
+                column[checkpoints] += offset
+            step[checkpoints] = np.repeat(s, counts)
+            step[checkpoints] += np.repeat(k, counts) * j
         order = _by_replication_and_start(replication, start)
         arrays = [
             pa.array(replication[order]),
