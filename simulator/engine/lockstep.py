@@ -101,8 +101,8 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
             f"{op.op} {op.name!r} over GPUs {list(op.group)} ended on its mirrors between "
             f"{earliest[index] * 1e3:.6g} and {latest[index] * 1e3:.6g} ms in the folded run ({count[hand_off]} "
             f"instance{'s' if count[hand_off] > 1 else ''} out of step, by up to {widest[hand_off] * 1e3:.3g} ms): "
-            "the lanes of a stage met the fabric's traffic unlike (flows hashed onto the spines load their links "
-            "unevenly), so one rank cannot stand for its stage")
+            "the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, or a "
+            "ring that runs the other way round through every other host), so one rank cannot stand for its stage")
     return Lockstep(reasons[False], reasons[True])
 
 
