@@ -190,84 +190,45 @@ def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mappin
     return estimates_by_protocol(request, topology, efficiency, (protocol,), algorithms)[protocol]
 
 
-class GroupTerms(NamedTuple):
-    """What the estimates read of a group that does not depend on the collective's size (`group_terms`): its
-    members per host, the algorithms weighed (``names``) and the protocols each runs under (``able``), its hops
-    under Simple (`_estimate`'s a_in/b_in, a_out/b_out and across), channels, rails, NVLS's in-switch
-    efficiency, the one-phase plans' loads by algorithm and every link's usable ``capacity`` (bytes/s). Shared
-    between calls: read, never changed."""
-
-    hosts: list[list[int]]
-    names: tuple[AlgorithmName, ...]
-    able: Mapping[AlgorithmName, tuple[Protocol, ...]]
-    inner: Hop
-    outer: Hop
-    across: Hop
-    channels: int
-    rails: int
-    nvls_rate: float
-    loads: Mapping[AlgorithmName, PhaseLoad]
-    capacity: np.ndarray
-
-
-def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
-                algorithms: tuple[AlgorithmName, ...] | None) -> GroupTerms:
-    """The `GroupTerms` of ``request``'s group weighing ``algorithms`` (None: its `candidates`) on links that
-    reach ``efficiency``, `kept` per topology as its routes stand: `auto` weighs every size of a group, and
-    only the estimates' size terms change between them."""
-
-    def build() -> GroupTerms:
-        hosts = group_by_host(request.ranks, topology)
-        count, g = len(hosts), max(len(members) for members in hosts)
-        widest = max(hosts, key=len)
-        capacity = effective_capacity(topology, efficiency or {})
-        inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
-        outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
-        across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else inner
-        channels = channel_count(request, topology, hosts)
-        rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
-        names = algorithms or tuple(candidates(request, topology, hosts))
-        able = {name: protocols.available(name, request.op, request.ranks, topology) for name in names}
-        nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
-        loads: dict[AlgorithmName, PhaseLoad] = {}
-        if count > 1 and request.op in RING_STEPS and "ring" in names:
-            loads["ring"] = plan_load(topology, request, ring.plan)
-        if count > 1 and "nvls" in names and not nvls.supports(request.ranks, topology):
-            loads["nvls"] = plan_load(topology, request, nvls.plan)
-        return GroupTerms(hosts, names, able, inner, outer, across, channels, rails, nvls_rate, loads, capacity)
-
-    profile = tuple(sorted(efficiency.items())) if efficiency else ()
-    return kept(topology, ("terms", replace(request, nbytes=1.0), profile, algorithms), build)
-
-
 def estimates_by_protocol(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
-                          wanted: tuple[Protocol, ...], algorithms: tuple[AlgorithmName, ...] | None = None
-                          ) -> dict[Protocol, dict[AlgorithmName, float]]:
+                          wanted: tuple[Protocol, ...], algorithms: tuple[AlgorithmName, ...] | None = None,
+                          hosts: list[list[int]] | None = None) -> dict[Protocol, dict[AlgorithmName, float]]:
     """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the `candidates` for
     ``request`` (or of ``algorithms``) that run under it (`protocols.available`), on links that reach
     ``efficiency`` (link class -> fraction of line rate, as the network model takes it; None: line rate), each
     with NCCL's base latency of the algorithm under the protocol (`protocols.base_latency`), which its plan
-    charges once. The group's hosts, hops and channels (`group_terms`) are read once for every size and
-    protocol: only the hops' latency and payload share depend on the protocol."""
-    return terms_estimates(request, topology, group_terms(request, topology, efficiency, algorithms), wanted)
+    charges once. The group's hosts (``hosts`` when the caller has them), hops and channels are read once for
+    every protocol: only the hops' latency and payload share depend on it."""
+    hosts = hosts or group_by_host(request.ranks, topology)
+    count, g = len(hosts), max(len(members) for members in hosts)
+    widest = max(hosts, key=len)
+    capacity = effective_capacity(topology, efficiency or {})
+    simple_inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
+    simple_outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else simple_inner
+    simple_across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
+    channels = channel_count(request, topology, hosts)
+    rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
+    listed = algorithms or tuple(candidates(request, topology, hosts))
+    able = {name: protocols.available(name, request.op, request.ranks, topology) for name in listed}
+    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(listed) else 1.0
+    loads = {}
+    if count > 1 and request.op in RING_STEPS and "ring" in listed:
+        loads["ring"] = plan_load(topology, request, ring.plan)
+    if count > 1 and "nvls" in listed and not nvls.supports(request.ranks, topology):
+        loads["nvls"] = plan_load(topology, request, nvls.plan)
+    return {protocol: {name: _estimate(request, topology, hosts, name, protocol, simple_inner, simple_outer,
+                                       simple_across, channels, rails, nvls_rate, loads.get(name), capacity)
+                       for name in listed if protocol in able[name]} for protocol in wanted}
 
 
-def terms_estimates(request: CollectiveRequest, topology: Topology, terms: GroupTerms, wanted: tuple[Protocol, ...]
-                    ) -> dict[Protocol, dict[AlgorithmName, float]]:
-    """`estimates_by_protocol` from the group's `GroupTerms`, which only ``request``'s size is added to."""
-    return {protocol: {name: _estimate(request, topology, terms, name, protocol)
-                       for name in terms.names if protocol in terms.able[name]} for protocol in wanted}
-
-
-def _estimate(request: CollectiveRequest, topology: Topology, terms: GroupTerms, name: AlgorithmName,
-              protocol: Protocol) -> float:
+def _estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
+              protocol: Protocol, simple_inner: Hop, simple_outer: Hop, simple_across: Hop, channels: int,
+              rails: int, nvls_rate: float, load: PhaseLoad | None, capacity: np.ndarray) -> float:
     """One algorithm's estimate under one protocol (`estimates_by_protocol`), from the group's hops under
     Simple (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out,
     b_out between the first members of the first two hosts, across from the first host's last member to the
-    second's first; the ring and the NVLS tree across hosts from their plans' own phase (its load), the double
+    second's first; the ring and the NVLS tree across hosts from their plans' own phase (``load``), the double
     tree from its plan's edges (`tree_estimate`)."""
-    hosts, channels, rails, capacity = terms.hosts, terms.channels, terms.rails, terms.capacity
-    simple_inner, simple_outer, simple_across, load = terms.inner, terms.outer, terms.across, terms.loads.get(name)
     if name == "tree":
         # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
         tree_s = tree_estimate(topology, request, hosts, channels, simple_inner.under(name, protocol),
@@ -282,7 +243,7 @@ def _estimate(request: CollectiveRequest, topology: Topology, terms: GroupTerms,
                 + load.seconds(request.nbytes, capacity))
     inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
     return _transfer_estimate(request, topology, hosts, name, inner, outer, simple_across.under(name, protocol),
-                              channels, rails, terms.nvls_rate) + protocols.base_latency(name, protocol)
+                              channels, rails, nvls_rate) + protocols.base_latency(name, protocol)
 
 
 def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
@@ -477,11 +438,10 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
         able = protocols.available(algorithm, request.op, request.ranks, topology)
         if protocol != "auto" or len(able) == 1:
             return Choice(algorithm, able[0] if protocol == "auto" else protocol)
-    asked: tuple[AlgorithmName, ...] | None = (algorithm,) if algorithm != "auto" else None
-    terms = group_terms(request, topology, efficiency, asked)
-    names = terms.names
+    hosts = group_by_host(request.ranks, topology)
+    names = (algorithm,) if algorithm != "auto" else tuple(candidates(request, topology, hosts))
     wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
-    by_protocol = terms_estimates(request, topology, terms, wanted)
+    by_protocol = estimates_by_protocol(request, topology, efficiency, wanted, names, hosts)
     costs = {(name, each): by_protocol[each][name] for name in names for each in wanted if name in by_protocol[each]}
     if not costs:
         protocols.check(names[0], request.op, wanted[0], request.ranks, topology)
