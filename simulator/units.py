@@ -163,6 +163,12 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
     return f"{value / scale:.4g} {unit}"
 
 
+def counted(number: object, one: str, many: str = "") -> str:
+    """A count with its noun, singular for one: '1 host', '8 hosts', '2 micro-batches' (``many`` where the plural
+    is not ``one`` + 's')."""
+    return f"{number} {one if number == 1 else (many or one + 's')}"
+
+
 def format_count(count: float) -> str:
     """A count for a message: whole and with thousands separators, 4 significant digits from 10^15 on (a count
     derived from a 1e300 s horizon has hundreds of digits): 27648096 -> '27,648,096', 6.48e299 -> '6.48e+299'."""

@@ -25,7 +25,7 @@ MARGIN = 1.01
 """auto's pick may be this much slower in simulation than the fastest candidate NCCL would weigh."""
 EXACT_ESTIMATES = ("ring", "nvls", "tree")
 """Estimated exactly (rel 1e-9) on the bundled DGX clusters, as the plans run them: the ring's step is n / (p ch)
-per transfer over the most loaded link of its own routes (`tuner.RingStep`), NVLS moves its `link_bytes` per switch
+per transfer over the most loaded link of its own routes (`tuner.PhaseLoad`), NVLS moves its `link_bytes` per switch
 link, its tree across hosts is bound by its slower side, and the double tree runs stretch by stretch over its
 busiest NVLink port and its most loaded link across hosts (`tuner.AcrossLinks`). Before the estimates read the
 plans' own links, the ring across DGX H100s came out up to 1.6% over (one NVLink bound where the 8 rails bound the

@@ -56,17 +56,22 @@ BAD = {
     "maintenance longer than its period": (("  components:", "  maintenance: {every: 1 h, duration: 2 h}\n"
                                             "  components:"), 14, "faults.maintenance"),
     "failures every 0.1 s": (("      mtbf: 1000 h", "      mtbf: 100 ms"), 15, "faults.components.gpu"),
-    # blamed on checkpoint.interval, which the scenario left at its default of 30 min
+    # was blamed on checkpoint.interval, which the scenario leaves at its default of 30 min
     "horizon of 1e300 s": (("  horizon: 2 d", "  horizon: 1e300 s"), 12, "run.horizon"),
-    # 36,500 d: 1.77 M events per replication, 21.2 M over 12 (below); blamed on checkpoint.interval (the
-    # largest part, left at its default) before
+    # 36,500 d: 1.77 M events per replication, 21.2 M over 12 (below); was blamed on checkpoint.interval
+    # (the largest part, left at its default)
     "replications past the event limit": (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"), 13,
                                           "run.replications"),
-    # blamed on storage.capacity, which the scenario gives too, before
+    # was blamed on storage.capacity, which the scenario gives too
     "checkpoint size over capacity": (("  interval: 30 min", "  interval: 30 min\n  size: 2 PB"), 20,
                                       "checkpoint.size"),
     "bytes per parameter over capacity": (("  interval: 30 min", "  interval: 30 min\n  bytes_per_param: 1e6"),
                                           20, "checkpoint.bytes_per_param"),
+    # maintenance windows dominate: the failure rates' multiplier scales none of them (was blamed on it)
+    "maintenance past the event limit": (("  horizon: 2 d\nfaults:\n  components:",
+                                          "  horizon: 36500 d\nfaults:\n  rate_multiplier: 1\n"
+                                          "  maintenance: {every: 1 min, duration: 1 s}\n  components:"), 15,
+                                         "faults.maintenance.every"),
     "elastic policy without elastic": (("  spares: 1", "  spares: 1\n  regrow: next_restart"), 24,
                                        "restart.regrow"),
     "repair of a restart": (("      repair: 4 h", "      repair: 4 h\n      effect: restart"), 17,
@@ -151,7 +156,8 @@ def test_a_weibull_class_expects_its_rate_over_a_short_horizon(shape):
     assert len(arrivals) == pytest.approx(units * 0.05, rel=0.025)  # today 2.1% over at shape 0.5, 1.3 sd
 
 
-NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s", "replications past the event limit"}
+NEEDS_THE_STEP = {"horizon under a step", "failures every 0.1 s", "replications past the event limit",
+                  "maintenance past the event limit"}
 """Refusals that compare with the simulated step, which `trainsim validate` does not run: it refuses them at
 the same field from what it can count without the step (a lower bound of the step time; the failures and
 maintenance windows, not the checkpoints), in words of its own."""

@@ -16,6 +16,7 @@ rule", says it in prose.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import lru_cache
@@ -151,21 +152,23 @@ def plan_load(topology: Topology, request: CollectiveRequest,
 def kept(topology: Topology, key: tuple, build: Callable[[], T]) -> T:
     """``build()``, kept per topology (as its routes stand) and ``key`` in `KEPT`: a run weighs several sizes of
     one group, each under every protocol, and the routes of a group's plan do not depend on them."""
-    entries = KEPT.setdefault(id(topology), {})
+    entries = KEPT.get(id(topology))
+    if entries is None:
+        entries = KEPT[id(topology)] = {}
+        weakref.finalize(topology, KEPT.pop, id(topology), None)
     full_key = (*key, topology.routes_version)
     found = entries.get(full_key)
-    if found is not None and found[0] is topology:
-        return found[1]
+    if found is not None:
+        return found
     if len(entries) >= KEPT_PER_TOPOLOGY:
         entries.clear()
-    result = build()
-    entries[full_key] = (topology, result)
+    entries[full_key] = result = build()
     return result
 
 
-KEPT: dict[int, dict[tuple, tuple[Topology, Any]]] = {}
-"""`kept`'s results by topology (its id; an entry holds its topology, so an id another takes later is not mistaken
-for it) and key."""
+KEPT: dict[int, dict[tuple, Any]] = {}
+"""`kept`'s results by topology (its id, dropped when the topology is collected, so that a sweep's topologies do
+not stay alive and an id another takes later finds nothing) and key."""
 KEPT_PER_TOPOLOGY = 4096
 """Entries kept per topology before they are dropped (a 16k-GPU run weighs a few hundred groups)."""
 

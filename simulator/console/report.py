@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
-from simulator.units import format_size
+from simulator.units import counted, format_size
 
 
 def format_seconds(value: float) -> str:
@@ -86,16 +86,12 @@ def memory_line(summary: dict) -> str:
 def _layout_line(summary: dict) -> str:
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
-    head = f"{what} on {summary.get('topology', '?')} ({_count(summary.get('gpus', '?'), 'GPU')}"
+    head = f"{what} on {summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}"
     if not layout:
         return head + ")"
     degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
-    return f"{head}, {degrees}, {_count(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step)"
+    return f"{head}, {degrees}, {counted(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step)"
 
-
-def _count(number: object, one: str, many: str = "") -> str:
-    """'1 GPU', '8 GPUs'."""
-    return f"{number} {one if number == 1 else (many or one + 's')}"
 
 
 def _label_table() -> Table:

@@ -24,7 +24,7 @@ no kept transfer ends with its images, which run.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -227,10 +227,8 @@ def _link_images(planned: list[tuple[CollectiveOp, tuple[int, ...], tuple[int, .
         if image_group is not group and len({bool(kept[t.src]) for phase in phases for t in phase.transfers}) > 1:
             return None  # its phases would end with its kept transfers, not with the images it drops
         for phase, image in zip(phases, image_phases):
-            if (phase.repeat, phase.pipelined, phase.min_latency, phase.steps_in_flight, phase.protocol,
-                    phase.launch) != (image.repeat, image.pipelined, image.min_latency, image.steps_in_flight,
-                                      image.protocol, image.launch):
-                return None
+            if replace(phase, transfers=()) != replace(image, transfers=()):
+                return None  # every field but the transfers, which follow
             if sorted([t._replace(src=shift[t.src], dst=shift[t.dst]) for t in phase.transfers]
                       ) != sorted(image.transfers):
                 return None

@@ -32,6 +32,7 @@ from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.errors import InputError
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
+from simulator.units import counted
 from simulator.workload.memory_plan import GIB, stage_memory
 from simulator.workload.training import build_training_step, microbatch_count, pipeline_depth, resolve_layout
 
@@ -136,8 +137,8 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     if len(fitting) == 1 and out_of_memory:
         largest, peak = out_of_memory[0]
         raise loaded.error(("restart", "min_replicas"), f"the elastic job fits in GPU memory on none of its "
-                           f"smaller sizes: shrunk to {_replicas(largest)} it needs {peak / GIB:.1f} GiB per GPU, "
-                           f"the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
+                           f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
+                           f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
                            "(recompute, more tp or pp, a smaller micro_batch), or restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity)
 
@@ -150,15 +151,10 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
         return
     total = dp * microbatches
     if total // size > MAX_MICROBATCHES:
-        raise loaded.error(("restart", "elastic_batch"), f"the elastic job shrunk to {_replicas(size)} keeps its "
-                           f"global batch of {total * training.micro_batch} sequences: {total // size} "
+        raise loaded.error(("restart", "elastic_batch"), f"the elastic job shrunk to {counted(size, 'replica')} "
+                           f"keeps its global batch of {total * training.micro_batch} sequences: {total // size} "
                            f"micro-batches per replica", f"at most {MAX_MICROBATCHES}; elastic_batch: "
                            f"keep_per_replica, or restart.min_replicas above {size}")
-
-
-def _replicas(count: int) -> str:
-    """``count`` replicas in words, singular for one."""
-    return f"{count} replica" + ("" if count == 1 else "s")
 
 
 def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int
@@ -174,7 +170,7 @@ def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, 
         step = located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
-        raise type(error)(f"the elastic job shrunk to {_replicas(size)} ({size * (hosts // dp)} hosts): "
+        raise type(error)(f"the elastic job shrunk to {counted(size, 'replica')} ({size * (hosts // dp)} hosts): "
                           f"{error.problem}", field=error.field, file=error.file, line=error.line,
                           allowed=f"{allowed}restart.min_replicas above {size}") from None
     return max(breakdown.total for breakdown, _ in stage_memory(shrunk.scenario, step)), step.gpu.hbm_bytes

@@ -27,7 +27,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary
 from simulator.topology.loader import scenario_topology
-from simulator.units import format_count, format_size
+from simulator.units import counted, format_count, format_size
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -112,12 +112,12 @@ def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[in
     if dominant == ("faults",):
         dominant = ("faults", "components", model.classes[per_class.index(max(per_class))].name)
     field = _blamed_for_events(loaded, dominant, total / replications <= limit)
-    counted = ", ".join(f"{format_count(parts[path] * replications)} {names[path]}" for path in parts)
+    listed = ", ".join(f"{format_count(parts[path] * replications)} {names[path]}" for path in parts)
     changes = ("lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
                "run.replications or a shorter run.horizon")
     beyond = "even --force runs at most" if force else "limit"
     raise loaded.error(field, f"the job would handle ~{format_count(total)} events over {replications} "
-                       f"replication(s) ({counted}; {beyond} {format_count(limit)})",
+                       f"replication(s) ({listed}; {beyond} {format_count(limit)})",
                        changes if force else f"{changes}; or pass --force")
 
 
@@ -129,7 +129,7 @@ def _blamed_for_events(loaded: LoadedScenario, dominant: FieldPath, one_replicat
     horizon of 1e300 s was blamed on the default checkpoint interval)."""
     if one_replication_fits:
         return ("run", "replications")
-    if dominant[0] == "faults" and loaded.gave(("faults", "rate_multiplier")):
+    if dominant[:2] == ("faults", "components") and loaded.gave(("faults", "rate_multiplier")):
         return ("faults", "rate_multiplier")
     for path in (dominant, ("faults", "preset")) if dominant[:2] == ("faults", "components") else (dominant,):
         if loaded.gave(path):
@@ -202,8 +202,8 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
         raise ScenarioError("a job simulation needs a training step", field="run.horizon",
                             allowed="a model section, or no run.horizon")
     if scenario.restart.spares > hosts:
-        job = f"{hosts} host" + ("" if hosts == 1 else "s")
-        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {job}", field="restart.spares",
+        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {counted(hosts, 'host')}",
+                            field="restart.spares",
                             allowed=f"0 to {hosts}")
 
 

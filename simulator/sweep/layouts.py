@@ -254,16 +254,14 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> f
     if layout.pp == 1:
         return 0.0
     domain = times.topology.gpu_domain
-    first_of_kind: dict[bool, int] = {}
+    first_of_kind: dict[bool, tuple[int, int, int]] = {}
     for vstage in range(len(plan.stages) - 1):
         sender = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
         receiver = layout.rank_of(pp=stage_rank(vstage + 1, layout.pp, plan.placement))
         if sender != receiver:
-            first_of_kind.setdefault(domain[sender] == domain[receiver], vstage)
+            first_of_kind.setdefault(domain[sender] == domain[receiver], (vstage, sender, receiver))
     slowest = 0.0
-    for vstage in first_of_kind.values():
-        sender = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
-        receiver = layout.rank_of(pp=stage_rank(vstage + 1, layout.pp, plan.placement))
+    for vstage, sender, receiver in first_of_kind.values():
         forward = times.seconds("send_recv", (sender, receiver), plan.stages[vstage].p2p_bytes)
         backward = times.seconds("send_recv", (receiver, sender), plan.stages[vstage + 1].p2p_bytes)
         slowest = max(slowest, forward, backward)

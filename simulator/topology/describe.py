@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from simulator.errors import TopologyError
 from simulator.topology.graph import Topology
-from simulator.units import format_bandwidth, format_duration
+from simulator.units import counted, format_bandwidth, format_duration
 
 MAX_DRAWN_NODES = 512
 _SWITCH_TIERS = {1: "leaf", 2: "spine", 3: "core"}
@@ -27,10 +27,6 @@ def _role(attrs: dict) -> str:
     return {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch", "host_bridge": "host bridge",
             "nic": "NIC"}[kind]
 
-
-def _count(number: int, singular: str, plural: str = "") -> str:
-    """'1 host', '8 hosts'."""
-    return f"{number} {singular if number == 1 else plural or singular + 's'}"
 
 
 def _shared_domain(a: dict, b: dict) -> object:
@@ -76,8 +72,8 @@ def describe_topology(topo: Topology) -> str:
     per_host = Counter(topo.gpu_host)
     sizes = sorted(set(per_host.values()))
     lines = [f"topology {topo.name} ({topo.params.get('kind', 'custom')}): {topo.num_gpus} GPUs ({topo.gpu_model})"
-             f" on {_count(topo.num_hosts, 'host')}, {'/'.join(map(str, sizes))} GPUs per host, "
-             f"{_count(topo.rails, 'rail')}"]
+             f" on {counted(topo.num_hosts, 'host')}, {'/'.join(map(str, sizes))} GPUs per host, "
+             f"{counted(topo.rails, 'rail')}"]
     if topo.params.get("description"):
         lines.append(f"  {' '.join(str(topo.params['description']).split())}")
     roles: Counter[str] = Counter()
@@ -95,7 +91,7 @@ def describe_topology(topo: Topology) -> str:
         lines.append(f"  {link_class:<11} {count:>7} x {format_bandwidth(bandwidth):>10}  {format_duration(latency)}")
     lines.append("bisection bandwidth per tier (per direction):")
     for tier, bandwidth, domains in tier_bisection(topo):
-        scope = (f"each of {_count(domains, 'host/NVLink domain', 'hosts/NVLink domains')}" if domains
+        scope = (f"each of {counted(domains, 'host/NVLink domain', 'hosts/NVLink domains')}" if domains
                  else "whole fabric")
         lines.append(f"  {tier:<24} {format_bandwidth(bandwidth):>10}  ({scope})")
     return "\n".join(lines)
@@ -131,7 +127,7 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
             axes.plot([], [], color=colour, label=link_class)
     axes.set_yticks(sorted(layers), [_role(topo.graph.nodes[layers[k][0]]) for k in sorted(layers)])
     axes.set_xticks([])
-    axes.set_title(f"{topo.name}: {_count(topo.num_gpus, 'GPU')}, {_count(topo.num_hosts, 'host')}")
+    axes.set_title(f"{topo.name}: {counted(topo.num_gpus, 'GPU')}, {counted(topo.num_hosts, 'host')}")
     if axes.get_legend_handles_labels()[1]:  # a lone GPU has no links to label
         axes.legend(loc="upper right", fontsize="small")
     figure.tight_layout()
