@@ -43,6 +43,7 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert "OUT OF MEMORY" not in captured.out
     assert lines["bottleneck"].endswith(summary["bottleneck"].get("verdict", summary["bottleneck"]["constraint"]))
     assert captured.out.splitlines()[0] == "llama3-8b on dgx-h100 (8 GPUs, TP1 CP1 PP1 DP8, 4 micro-batches per step)"
+    assert all(line == line.rstrip() for line in captured.out.splitlines()), "trailing blanks in a pipe"
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
@@ -116,6 +117,7 @@ def test_communication_run_prints_its_collective_table(tmp_path, capsys):
         line = next(line for line in text.splitlines() if line.split() and line.split()[0] == row["name"])
         assert line.split()[-4:] == [f"{row['algbw_GBps']:.1f}", f"{row['busbw_GBps']:.1f}", row["algorithm"],
                                      row["protocol"]]
+    assert all(line == line.rstrip() for line in text.splitlines()), "trailing blanks in a pipe"
 
 
 def test_the_collective_table_gives_each_size_in_a_unit_it_reads_in(tmp_path, capsys):

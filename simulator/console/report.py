@@ -194,17 +194,28 @@ def collective_table(summary: dict) -> Table:
     return table
 
 
+def _print_table(console: Console, table: Table) -> None:
+    """Print ``table``; off a terminal without the blanks rich pads each line's last cell with, so a log or a
+    pipe gets no trailing spaces."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    with console.capture() as captured:
+        console.print(table)
+    console.file.write("".join(f"{line.rstrip()}\n" for line in captured.get().splitlines()))
+
+
 def print_run_report(summary: dict, console: Console) -> None:
     """The table that ends a run: a training step's figures, or the collective table."""
     if "step_time_s" in summary:
         console.print(_layout_line(summary), highlight=False)
-        console.print(training_table(summary))
+        _print_table(console, training_table(summary))
         if "parameter_server" in summary:
-            console.print(parameter_server_table(summary["parameter_server"]))
+            _print_table(console, parameter_server_table(summary["parameter_server"]))
     else:
         console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
-        console.print(collective_table(summary))
+        _print_table(console, collective_table(summary))
 
 
 TIME_LOST = (("restart_s", "restarts"), ("lost_work_s", "work redone"), ("checkpoint_stall_s", "checkpoint stalls"),
@@ -304,4 +315,4 @@ def print_job_report(job: dict, step: dict, console: Console) -> None:
     horizon = job["horizon_s"]
     span = f"{horizon / 86400:,.4g} days" if horizon >= 86400 else _long_duration(horizon)
     console.print(f"{_layout_line(step)}, {span}, {job['replications']} replication(s)", highlight=False)
-    console.print(job_table(job))
+    _print_table(console, job_table(job))
