@@ -1,7 +1,8 @@
 """Job timelines with failures placed by hand (the seeded draw replaced), checked against what must happen at
 those times: a degradation repaired while the job was restarting is over when the next one comes, and the
 maintenance windows that fell inside one long restart are taken once, right after it, a restart keeps
-every host in use whatever the hosts per replica, and a regrow right after a restart writes no checkpoint."""
+every host in use whatever the hosts per replica, and a regrow or maintenance stop right after a restart writes no
+checkpoint."""
 
 from __future__ import annotations
 
@@ -167,6 +168,26 @@ def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after
     assert parts["lost_work_s"]["mean"] == pytest.approx(lost, abs=1e-6)
     assert parts["productive_s"]["mean"] == pytest.approx(before["productive_s"]["mean"] - lost, abs=1e-6)
     assert ((struck.events["kind"] == "checkpoint_lost").sum() == 1) == (after_s < 60)
+
+
+def test_a_maintenance_stop_right_after_a_restart_writes_no_checkpoint(job_with):
+    """A software failure at 2 h 55 min: its restart (1 min detection, 2 min rescheduling, 3 min launch, the
+    read L) ends at E = 3 h 1 min + L, so the window due at 3 h is taken right after it. Nothing is trained
+    since the checkpoint just loaded, so the stop writes none: 10 min of maintenance, then 2 + 3 min + L, and
+    the stop's maintenance time is 10 min. Before, it wrote its 60 s checkpoint first (a checkpoint row at E,
+    11 min of maintenance and the job back 60 s later). The window at 9 h, after 6 h of training, still writes
+    one: 60 s more maintenance, 21 min in all."""
+    job = job_with((2 * H + 55 * 60, 0, 0, 0.0), text=STOP_JOB)
+    summary, events = job.summary, job.events
+    load = summary["checkpoint"]["load_s"]
+    end = 3 * H + 60 + load
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    back = end + 600 + 120 + 180 + load
+    assert restarts[:2] == [["failure", 2 * H + 55 * 60, pytest.approx(end, rel=1e-12)],
+                            ["maintenance", pytest.approx(end, rel=1e-12), pytest.approx(back, rel=1e-12)]]
+    written = events[events["kind"] == "checkpoint"]["start_s"].to_numpy()
+    assert not ((written > 2 * H + 55 * 60) & (written < back)).any()
+    assert summary["time_s"]["maintenance_s"]["mean"] == pytest.approx(600 + 660, rel=1e-12)
 
 
 ELASTIC_JOB = ONE_GPU_HOSTS.replace("checkpoint: {interval: 1000 d}", "checkpoint: {interval: 10 min}") + """\

@@ -20,11 +20,12 @@ stays so until its last repair): the job trains at that state's step time, and t
 is slow-step time of the causes in force. A `degrade` failure whose state has no route for
 some GPU interrupts instead: it takes its blast radius, as `replace`, or, when that holds no host (the last
 spine up), stays down and the restart waits for the repair that gives every GPU a route again. Planned
-maintenance windows come every `every_s`, the first after half a period; at each the job checkpoints, stops for
-its duration and restarts without detection (a window that falls inside a restart is taken right after it;
-several windows that fall inside one restart are taken as one). A failure during the stop does not cut it
-short: its detection overlaps what is left of the stop, and one that comes before the stop's checkpoint is
-written loses that checkpoint, as any checkpoint being written.
+maintenance windows come every `every_s`, the first after half a period; at each the job checkpoints (unless no
+step was trained since the last completed one, as for a regrow), stops for its duration and restarts without
+detection (a window that falls inside a restart is taken right after it, with no checkpoint: the one loaded
+is current; several windows that fall inside one restart are taken as one). A failure during the stop does not
+cut it short: its detection overlaps what is left of the stop, and one that comes before the stop's checkpoint
+is written loses that checkpoint, as any checkpoint being written.
 """
 
 from __future__ import annotations
@@ -169,12 +170,18 @@ class JobProcess:
             elif t == maintenance:
                 self.planned += 1
                 self._skip_windows(t)
-                clock.stop_cleanly(t, t + self.running.write_s)
+                self._stop_cleanly(t)
                 yield from self._restart(env, BuiltInCause.MAINTENANCE)
             elif t == regrow:
-                if not clock.saved:
-                    clock.stop_cleanly(t, t + self.running.write_s)
+                self._stop_cleanly(t)
                 yield from self._restart(env, BuiltInCause.REGROW)
+
+    def _stop_cleanly(self, t: float) -> None:
+        """A clean stop at ``t`` (maintenance, regrow) writes a checkpoint of the job's progress, unless the last
+        completed one already holds every step: nothing trained since it was loaded (a stop right after a
+        restart) or written. An async one still being written is not durable, and does not spare the write."""
+        if not self.clock.saved:
+            self.clock.stop_cleanly(t, t + self.running.write_s)
 
     def _regrow_due(self, now: float) -> float:
         """When a shrunk job with `regrow: on_repair` restarts to grow: now if the hosts in use, spare and back
