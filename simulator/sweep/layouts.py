@@ -193,12 +193,16 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the pipeline's fill
     and drain (divided by v under interleaving), and the stage-to-stage sends that ``schedule`` (the pipeline
     schedule's name) leaves exposed (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group
-    leaves after the last backward (`reduction_tail_s`), the routed experts' reduction and gather
-    (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it (pipelined FSDP's
-    reduce-scatters and gathers, once per step)."""
+    leaves after the last backward (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk 0
+    after it, `chunk_reductions_s`), the routed experts' reduction and gather (`expert_state_s`), the optimizer
+    step and ZeRO-1/2's parameter all-gather after it. Pipelined FSDP's once-per-step gathers add what they
+    delay the pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which
+    hold its compute stream amid the drain, the longest rank's for each chunk."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
-    slots, tails, backwards, gathers, once = [], [], [], [], []
+    slots, tails, backwards, gathers = [], [], [], []
+    chunk_reductions = ([chunk_reductions_s(plan, times, pp_rank) for pp_rank in range(layout.pp)]
+                        if sharding.stage_reduces_grads else [])
     for pp_rank in range(layout.pp):
         rank = layout.rank_of(pp=pp_rank)
         blocks = [block for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks]
@@ -209,22 +213,19 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
             blocking_collectives_s(plan, times, block, rank, share=share) for block in blocks)
         params = sum(block.params for block in blocks)
         units = sharded_units(plan, blocks) if sharding.stage == 3 else [params]
-        gather = (data_parallel_s(plan, times, rank, "all_gather", units, sharding.param_bytes) if sharding.stage
-                  else 0.0)
+        gather = (data_parallel_s(plan, times, rank, "all_gather", units, sharding.param_bytes)
+                  if sharding.stage in (1, 2) else 0.0)
         if sharding.stage == 3:
-            reduction = data_parallel_s(plan, times, rank, sharding.grad_reduction, units, sharding.grad_bytes)
             beside = sharded_microbatch_s(plan, times, rank, units)
             if share is not None and beside > 0 and compute > 0:
                 group = layout.combined_group(("dp", "cp"), rank)
                 held = times.sms("all_gather", group, max(units) * sharding.param_bytes, share)
                 work += share.overlap_delay(beside, held, compute, sm_bound / compute)
             work = max(work + grad_copies_s(plan, params) / plan.microbatches, beside)
-            once.append((0.0 if sharding.reshard_after_forward else gather)
-                        + (reduction if sharding.stage_reduces_grads else 0.0))
         backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
         backwards.append(backward)
-        tails.append(tail)
+        tails.append(tail + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
     # the slowest rank runs every micro-batch; the others' slots add the pipeline's fill and drain (a chunk's
     # share each under interleaving): (m + (p - 1) / v) slots when the ranks are alike
@@ -235,8 +236,63 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     exposed = max(tail - sum(backwards[:pp_rank]) / plan.virtual_stages for pp_rank, tail in enumerate(tails))
     experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
     optimizer = max(plan.optimizer_s)
-    after = max(once) if sharding.stage == 3 else (max(gathers) if sharding.stage else 0.0)
+    if sharding.stage == 3:
+        after = 0.0 if sharding.reshard_after_forward else unshard_delay_s(plan, times)
+        # a chunk's reduction holds its rank's compute stream amid the drain (all but chunk 0, which ends last)
+        after += sum(max(chunks[c] for chunks in chunk_reductions) for c in range(1, plan.virtual_stages)
+                     ) if chunk_reductions else 0.0
+    else:
+        after = max(gathers) if sharding.stage else 0.0
     return pipeline + max(exposed, 0.0) + experts + optimizer + after
+
+
+def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
+    """Seconds of pipelined FSDP's reduce-scatters of each of pipeline rank ``pp_rank``'s chunks (chunk 0
+    first): the chunk's units one after another over the DP x CP group, timed alone (`_chunk_grad_sync`)."""
+    rank = plan.layout.rank_of(pp=pp_rank)
+    return [data_parallel_s(plan, times, rank, plan.sharding.grad_reduction,
+                            sharded_units(plan, list(plan.stages[vstage].blocks)), plan.sharding.grad_bytes)
+            for vstage in plan.rank_stages(pp_rank)]
+
+
+def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
+    """Seconds pipelined FSDP's parameter gathers (once per step, `reshard_after_forward` false) delay the
+    step: how much later the first micro-batch's forward leaves the last virtual stage than without them. It
+    runs the chain of that forward through the virtual stages, each taking the stage's forward kernels and
+    blocking TP and CP collectives after the previous stage's (the pipeline's fill, on whose end the step
+    waits), while each rank's gathers, timed alone one after another on its prefetch stream, start with the
+    step. Under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) a unit waits for its own gather and the
+    gather of unit k waits for unit k - 3's forward (FSDP2's implicit prefetch, `_zero3_gather`); under the
+    runtime's other schedules every unit of the rank's chunks is gathered at the step's start, chunk by chunk,
+    and a chunk's first forward waits for all of its own (`_unshard_chunks`). The units the rank gathers while
+    an earlier stage computes cost nothing, so only what outlasts the fill is charged: the first rank's first
+    units, and any rank whose gathers are slower than its forward."""
+    layout = plan.layout
+    ready: dict[int, float] = {}  # per pipeline rank, when its prefetch stream has gathered what it queued
+    plain = gathered = 0.0  # the first micro-batch's forward: where it ends without the gathers, and with them
+    for vstage, stage in enumerate(plan.stages):
+        rank = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
+        group = layout.combined_group(("dp", "cp"), rank)
+        layers: dict[int, tuple[float, float]] = {}  # per layer (FSDP unit), in forward order: params, forward
+        for block in stage.blocks:
+            params, forward = layers.get(block.layer, (0.0, 0.0))
+            layers[block.layer] = (params + block.params, forward + block.forward_s
+                                   + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,)))
+        units = [(times.seconds("all_gather", group, params * plan.sharding.param_bytes) if params > 0 else 0.0,
+                  forward) for params, forward in layers.values()]
+        plain += sum(forward for _, forward in units)
+        if plan.single_stage_loop:
+            ends: list[float] = []
+            queue = ready.get(rank, 0.0)
+            for gather, forward in units:
+                queue = max(queue, ends[-3] if len(ends) >= 3 else 0.0) + gather
+                gathered = max(gathered, queue) + forward
+                ends.append(gathered)
+            ready[rank] = queue
+        else:
+            ready[rank] = ready.get(rank, 0.0) + sum(gather for gather, _ in units)
+            gathered = max(gathered, ready[rank]) + sum(forward for _, forward in units)
+    return gathered - plain
 
 
 def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> float:
