@@ -24,7 +24,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError, TraceError
 from simulator.simulation import network_settings
 from simulator.topology.loader import scenario_topology
-from simulator.workload.traces.layout import TracedSizes, group_kinds
+from simulator.workload.traces.layout import TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1118,9 +1118,9 @@ def test_a_numbered_group_of_a_whole_pipeline_stage_is_refused_unless_the_layout
 
 
 def kinds_of(groups: dict[str, list[int] | tuple[int, ...]], transfers: list[tuple[int, int]], **declared):
-    """group_kinds of numbered ``groups`` of an 8-rank job with the sizes ``declared`` (tp=, cp=...)."""
+    """The dimensions of numbered ``groups`` of an 8-rank job with the sizes ``declared`` (tp=, cp=...)."""
     members = {name: ProcessGroup("undefined", tuple(ranks)) for name, ranks in groups.items()}
-    return group_kinds(members, 8, transfers, TracedSizes(**declared))
+    return dimensions(members, 8, [Transfer(src, dst, "") for src, dst in transfers], TracedSizes(**declared)).groups
 
 
 @pytest.mark.parametrize(("groups", "transfers", "declared", "kinds"), [
@@ -1229,23 +1229,52 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
 
 
 
-def test_a_context_parallel_ring_s_transfers_count_as_cp_and_do_not_make_pipeline_stages(tmp_path):
-    """CP 2 x DP 2 on four ranks without TP or PP: each CP pair ([0, 1], [2, 3], named CONTEXT_PARALLEL_GROUP)
-    passes 1 MiB each way, as a ring attention's sends do, then each rank all-reduces 2 MiB over its numbered DP
-    group ([0, 2], [1, 3]). The transfers one rank apart made every rank a pipeline stage: they counted as PP, and
-    so did the DP all-reduces (their ranks differ in the stage alone). Per GPU: 1 MiB of CP (2 MiB over the pair),
-    the two-rank ring's n = 2 MiB of DP. The step: the two transfers one after the other (rank 0 sends first, then
-    receives; rank 1 the other way round), then the all-reduce, no two sharing a link at once."""
+def cp_ring_job(folder: Path, ring_groups: str) -> None:
+    """CP 2 x DP 2 on four ranks without TP or PP: each CP pair ([0, 1], [2, 3]) passes 1 MiB each way, as a ring
+    attention's sends do, then each rank all-reduces 2 MiB over its numbered DP group ([0, 2], [1, 3]). The CP
+    groups are "6" and "7"; ``ring_groups`` says how the trace tells them: "named" (described
+    CONTEXT_PARALLEL_GROUP, the sends in them), "listed" (so described in the metadata, the sends in no group), or
+    "numbered" (described "undefined", as the sends' groups)."""
     cp_group = {0: "6", 1: "6", 2: "7", 3: "7"}
     first = {0: "send", 1: "recv", 2: "send", 3: "recv"}
     second = {"send": "recv", "recv": "send"}
-    work = {rank: [(first[rank], rank ^ 1, MIB, cp_group[rank]), (second[first[rank]], rank ^ 1, MIB, cp_group[rank]),
+    in_group = {rank: [] if ring_groups == "listed" else [cp_group[rank]] for rank in range(4)}
+    work = {rank: [(first[rank], rank ^ 1, MIB, *in_group[rank]), (second[first[rank]], rank ^ 1, MIB, *in_group[rank]),
                    ("all_reduce", "3" if rank % 2 == 0 else "4", 2 * MIB)] for rank in range(4)}
-    chakra_job(tmp_path, {"3": [0, 2], "4": [1, 3]}, work,
-               named={"6": ("CONTEXT_PARALLEL_GROUP", [0, 1]), "7": ("CONTEXT_PARALLEL_GROUP", [2, 3])})
-    loaded, result = run(chakra_scenario(tmp_path, protocol="simple"), tmp_path)
+    described = "undefined" if ring_groups == "numbered" else "CONTEXT_PARALLEL_GROUP"
+    chakra_job(folder, {"3": [0, 2], "4": [1, 3]}, work, named={"6": (described, [0, 1]), "7": (described, [2, 3])})
+
+
+@pytest.mark.parametrize(("ring_groups", "declared"), [
+    ("named", ""), ("listed", ""), ("numbered", "traced_tp: 1, traced_cp: 2")])
+def test_a_context_parallel_ring_s_transfers_count_as_cp_and_do_not_make_pipeline_stages(tmp_path, ring_groups,
+                                                                                         declared):
+    """A transfer whose ends are in one CP group is the CP ring's, whether the transfer's group names CP, or a
+    listed group does, or the declared TP and CP sizes make [0, 1] and [2, 3] CP groups (Megatron-LM's order).
+    The transfers one rank apart made every rank a pipeline stage: they counted as PP, and so did the DP
+    all-reduces (their ranks differ in the stage alone). Per GPU: 1 MiB of CP (2 MiB over the pair), the
+    two-rank ring's n = 2 MiB of DP. The step: the two transfers one after the other (rank 0 sends first, then
+    receives; rank 1 the other way round), then the all-reduce, no two sharing a link at once."""
+    cp_ring_job(tmp_path, ring_groups)
+    text = chakra_scenario(tmp_path, protocol="simple").replace("format: chakra-json",
+                                                                f"format: chakra-json, {declared}")
+    loaded, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic["cp"], traffic["dp"], traffic["pp"]) == (
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
     expected = 2 * allreduce_time(loaded, MIB, 2, "send_recv") + allreduce_time(loaded, 2 * MIB, 2)
     assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_a_transfer_of_a_cp_job_whose_tp_is_not_told_is_refused_naming_traced_tp(tmp_path):
+    """With CP 2 declared but not TP, the numbered ring's transfer from 0 to 1 is CP's (TP 1: CP groups [0, 1])
+    or a pipeline hand-off (TP 2: CP groups [0, 2]); refused, not guessed."""
+    cp_ring_job(tmp_path, "numbered")
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_cp: 2")
+    with pytest.raises(ScenarioError) as caught:
+        run(text, tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: the traced job has context parallelism of 2 and a TP size "
+        "not told, so whether its transfer from rank 0 to rank 1 is the CP ring's or a pipeline hand-off is unknown "
+        "(its CP groups follow from the TP size) (allowed: workload.traced_tp: the traced job's TP size (1 where it "
+        "has none), or Process Group Descriptions naming the CP groups)")

@@ -13,18 +13,22 @@ as the first of dp, cp, tp, pp that its ranks vary along, as a description namin
 the whole rest of a stage or with a stride is dp; over a run of consecutive values short of it cp or ep (both
 take the places next to TP), whichever of the CP and EP sizes the run can be; t alone tp; p alone pp. The group
 of every rank counts as dp (the default group: a DDP or FSDP job's gradients, a step's loss), unless the
-declared sizes leave the job no data parallelism (TP x PP = its ranks).
+declared sizes leave the job no data parallelism (TP x PP = its ranks). A point-to-point transfer counts as the
+dimension its group's description names, else as CP where its two ends are in one CP group (a ring attention's
+sends: a group described as CP, or the layout's CP group of the declared or told sizes), else as PP; only the PP
+ones tell the stages.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from simulator.errors import ScenarioError
 from simulator.program.ops import CommCategory
-from simulator.workload.traces.model import ProcessGroup, TracedOp
+from simulator.workload.traces.model import ProcessGroup
 
 GROUP_WORDS: dict[str, CommCategory] = {"dp": "dp", "data": "dp", "fsdp": "dp", "ddp": "dp", "ep": "ep",
                                         "expert": "ep", "cp": "cp", "context": "cp", "tp": "tp", "tensor": "tp",
@@ -64,24 +68,74 @@ def named_kind(description: str) -> CommCategory | None:
     return next((kind for kind in GROUP_KINDS if kind in named), None)
 
 
-def transfer_kind(op: TracedOp) -> CommCategory:
-    """The dimension a point-to-point transfer serves: the one its group's description names (a context-parallel
-    ring's sends, Megatron-LM's `CONTEXT_PARALLEL_GROUP`), else pipeline parallelism (neighbouring stages'
-    hand-offs, where pipeline schedules put point-to-point transfers). Only pipeline transfers tell the stages."""
-    return named_kind(op.description) or "pp"
+class Transfer(NamedTuple):
+    """A point-to-point transfer as the layout sees it: its sender, its receiver and its process group's
+    description ('' where the trace tells none)."""
+
+    src: int
+    dst: int
+    description: str
 
 
-def group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[tuple[int, int]],
-                declared: TracedSizes, stated: Iterable[ProcessGroup] = ()) -> dict[str, CommCategory]:
+@dataclass(frozen=True)
+class Dimensions:
+    """The dimension each process group of a trace (by name) counts as, and what tells the dimension of its
+    point-to-point transfers: the traced job's sizes and the CP groups its descriptions name (their members)."""
+
+    groups: dict[str, CommCategory]
+    sizes: TracedSizes
+    cp_groups: tuple[frozenset[int], ...]
+
+    def transfer(self, transfer: Transfer) -> CommCategory:
+        """The dimension a point-to-point transfer serves: the one its group's description names, else context
+        parallelism where its two ends are in one CP group (a ring attention's sends in a group named only by
+        number: the ends lie in a group described as CP, or in a CP group of the job's TP and CP sizes), else
+        pipeline parallelism (neighbouring stages' hand-offs, where pipeline schedules put point-to-point
+        transfers). A job of CP > 1 whose TP size is neither declared nor told, so that its CP groups are not
+        known, is refused for such a transfer, naming `traced_tp`."""
+        named = named_kind(transfer.description)
+        if named is not None:
+            return named
+        ends = {transfer.src, transfer.dst}
+        if any(ends <= members for members in self.cp_groups):
+            return "cp"
+        cp, tp = self.sizes.cp, self.sizes.tp
+        if cp is None or cp == 1:
+            return "pp"
+        if tp is None:
+            raise ScenarioError(f"the traced job has context parallelism of {cp} and a TP size not told, so whether "
+                                f"its transfer from rank {transfer.src} to rank {transfer.dst} is the CP ring's or a "
+                                "pipeline hand-off is unknown (its CP groups follow from the TP size)",
+                                field="workload.trace", allowed="workload.traced_tp: the traced job's TP size (1 "
+                                "where it has none), or Process Group Descriptions naming the CP groups")
+        block = tp * cp
+        return "cp" if transfer.src // block == transfer.dst // block and transfer.src % tp == transfer.dst % tp \
+            else "pp"
+
+
+def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[Transfer], declared: TracedSizes,
+               stated: Iterable[ProcessGroup] = ()) -> Dimensions:
     """The dimension each of ``groups`` counts as: the one its description names, else the one its ranks vary
     along in the layout of a ``world``-rank job with the sizes ``declared``, else told by the descriptions of
-    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred."""
+    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred. Only
+    the ``transfers`` that serve pipeline parallelism (Dimensions.transfer) tell the stages."""
+    listed = [*groups.values(), *stated]
+    sizes = _told_sizes(declared, listed)
+    cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
+    told = Dimensions({}, sizes, cp_groups)
+    pipeline = [(transfer.src, transfer.dst) for transfer in dict.fromkeys(transfers)
+                if told.transfer(transfer) == "pp"]
+    return replace(told, groups=_group_kinds(groups, world, pipeline, declared, sizes))
+
+
+def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],
+                 declared: TracedSizes, sizes: TracedSizes) -> dict[str, CommCategory]:
+    """The dimension each group counts as: its description's, else its ranks' (dimensions)."""
     kinds = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
     if not unnamed:
         return {name: kind or "dp" for name, kind in kinds.items()}
-    sizes = _told_sizes(declared, [*groups.values(), *stated])
-    stage = _stage_size(world, list(transfers), sizes.pp)
+    stage = _stage_size(world, transfers, sizes.pp)
     tensor = _tp_size(unnamed, stage, world, sizes.tp)
     no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
     for name, ranks in unnamed.items():

@@ -28,14 +28,14 @@ from simulator.collectives.names import Primitive
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
-from simulator.program.ops import CollectiveOp, CommCategory, ComputeOp, Op
+from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.kineto import read_kineto
-from simulator.workload.traces.layout import TracedSizes, group_kinds, transfer_kind
+from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
@@ -98,10 +98,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
-    kinds = group_kinds(used, world, [(rank.rank, op.peer) for rank in traced for op in rank.ops
-                                      if op.kind in ("send", "recv") and transfer_kind(op) == "pp"],
-                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
-                        [group for name, group in stated.items() if name not in used])
+    kinds = dimensions(used, world, [_transfer(rank.rank, op) for rank in traced for op in rank.ops
+                                     if op.kind in ("send", "recv")],
+                       TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
+                       [group for name, group in stated.items() if name not in used])
     if config.dp is not None:
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
@@ -256,6 +256,11 @@ def _sequenced(traced: list[TracedRank]) -> frozenset[str]:
     return frozenset({op.group for op in collectives} - {op.group for op in collectives if op.seq < 0})
 
 
+def _transfer(rank: int, op: TracedOp) -> Transfer:
+    """Rank ``rank``'s send or receive ``op`` as the transfer it is an end of."""
+    return Transfer(rank, op.peer, op.description) if op.kind == "send" else Transfer(op.peer, rank, op.description)
+
+
 def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
     """Groups after replicating the traced data-parallel ranks to ``dp`` ranks: every group must span the
     traced job, and then spans all ``dp`` ranks."""
@@ -286,7 +291,7 @@ class _End(NamedTuple):
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
-    def __init__(self, members: dict[str, tuple[int, ...]], kinds: dict[str, CommCategory], sequenced: frozenset[str],
+    def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, sequenced: frozenset[str],
                  scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
         self.kinds = kinds
@@ -363,7 +368,8 @@ class _Builder:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.tag, number)
         return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                            category=self.kinds[op.group] if op.kind == "collective" else transfer_kind(op), op=op.op,
+                            category=self.kinds.groups[op.group] if op.kind == "collective"
+                            else self.kinds.transfer(Transfer(group[0], group[1], op.description)), op=op.op,
                             group=group, nbytes=op.nbytes, key=key)
 
     def check_transfers_matched(self) -> tuple[str, ...]:
