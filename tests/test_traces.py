@@ -1229,6 +1229,53 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
 
 
 
+def pairs_job(folder: Path) -> None:
+    """Four ranks, their groups named only by number: each rank all-reduces 1 MiB over [0, 1] or [2, 3] and 2 MiB
+    over [0, 2] or [1, 3]. TP 2 x CP 2 (no DP), or CP 2 x DP 2 (no TP), alike."""
+    chakra_job(folder, {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]},
+               {rank: [("all_reduce", "1" if rank < 2 else "2", MIB), ("all_reduce", "3" if rank % 2 == 0 else "4",
+                                                                       2 * MIB)] for rank in range(4)})
+
+
+@pytest.mark.parametrize(("job", "declared", "other"), [(pairs_job, "traced_cp: 2", "context"),
+                                                         (moe_job, "traced_ep: 2", "expert")])
+def test_a_run_of_consecutive_ranks_of_the_declared_cp_or_ep_size_is_not_taken_for_tp(tmp_path, job, declared,
+                                                                                        other):
+    """Runs of two consecutive ranks, [0, 1] and [2, 3], with CP (or EP) of 2 declared and TP not: TP 2 beside a
+    CP (EP) of 2 over [0, 2] and [1, 3] (no DP), or no TP and a CP (EP) of 2 over the runs (DP over [0, 2]); both
+    layouts hold every group whole, so it is refused naming traced_tp. They were taken for TP. Declared, the
+    runs' 1 MiB all-reduces send the two-rank ring's n = 1 MiB per GPU of CP (EP), [0, 2]'s 2 MiB ones 2 MiB of
+    DP."""
+    job(tmp_path)
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", f"format: chakra-json, {declared}")
+    with pytest.raises(ScenarioError) as caught:
+        run(text, tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '1' (ranks [0, 1]) is 2 consecutive ranks "
+        f"inside a pipeline stage: tensor parallelism of 2, or {other} parallelism of 2 without TP, is unknown "
+        "(allowed: workload.traced_tp: 2 or 1 (the traced job's TP size), or Process Group Descriptions)")
+    kind = "cp" if other == "context" else "ep"
+    layout = "traced_tp: 1, traced_cp: 1, traced_ep: 1".replace(f"{kind}: 1", f"{kind}: 2")
+    _, result = run(text.replace(declared, layout), tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic[kind], traffic["tp"]) == (pytest.approx(MIB, rel=EXACT), 0.0)
+
+
+def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path):
+    """TP 2 x CP 2 declared: [0, 2] spans the whole rest of the stage, which CP 2 fills (no DP): CP, not DP as it
+    counted. Per GPU: the two-rank rings' n, 1 MiB of TP and 2 MiB of CP, no DP. With EP not declared, [0, 2]
+    could as well be EP: refused naming traced_ep."""
+    pairs_job(tmp_path)
+    text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_tp: 2, traced_cp: 2")
+    with pytest.raises(ScenarioError) as caught:
+        run(text, tmp_path)
+    assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size (1 where it has none)")
+    _, result = run(text.replace("traced_cp: 2", "traced_cp: 2, traced_ep: 1"), tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic["tp"], traffic["cp"], traffic["dp"]) == (
+        pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
+
+
 def cp_ring_job(folder: Path, ring_groups: str) -> None:
     """CP 2 x DP 2 on four ranks without TP or PP: each CP pair ([0, 1], [2, 3]) passes 1 MiB each way, as a ring
     attention's sends do, then each rank all-reduces 2 MiB over its numbered DP group ([0, 2], [1, 3]). The CP

@@ -2,21 +2,22 @@
 description names, else the one its ranks vary along in the traced job's layout.
 
 The layout is Megatron-LM's and torchtitan's rank order: tensor parallelism innermost (TP groups are runs of
-consecutive ranks), then context (or expert) and data parallelism, pipeline stages outermost (a stage is a run
-of consecutive ranks). Each size is the scenario's `workload.traced_*`, else the one the trace's groups named
-for a single dimension tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride is the
-TP size), else inferred from the groups named only by number: a stage is the smallest rank distance of a
-point-to-point transfer (neighbouring stages), else the whole job; TP the size of the groups of consecutive ranks
-smaller than a stage (the TP groups every TP job's trace uses), else 1. A rank is then (t, r, p): its place in
-its TP group, in the rest of its stage (context, expert and data parallelism, r), and its stage; a group counts
-as the first of dp, cp, tp, pp that its ranks vary along, as a description naming several does: r varying over
-the whole rest of a stage or with a stride is dp; over a run of consecutive values short of it cp or ep (both
-take the places next to TP), whichever of the CP and EP sizes the run can be; t alone tp; p alone pp. The group
-of every rank counts as dp (the default group: a DDP or FSDP job's gradients, a step's loss), unless the
-declared sizes leave the job no data parallelism (TP x PP = its ranks). A point-to-point transfer counts as the
-dimension its group's description names, else as CP where its two ends are in one CP group (a ring attention's
-sends: a group described as CP, or the layout's CP group of the declared or told sizes), else as PP; only the PP
-ones tell the stages.
+consecutive ranks), then context (or expert) and data parallelism, pipeline stages outermost (a stage is a run of
+consecutive ranks). Each size is the scenario's `workload.traced_*`, else the one the trace's groups named for a
+single dimension tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride is the TP size),
+else inferred from the groups named only by number: a stage is the smallest rank distance of a point-to-point
+transfer (neighbouring stages), else the whole job; TP the size of the groups of consecutive ranks smaller than a
+stage (the TP groups every TP job's trace uses), else 1, unless the CP or EP size is that length too, where the
+layout that holds every group whole is taken (TP of the length, or TP 1) and neither or both are refused. A rank is
+then (t, r, p): its place in its TP group, in the rest of its stage (context, expert and data parallelism, r), and
+its stage; a group counts as the first of dp, cp, tp, pp that its ranks vary along, as a description naming several
+does: r varying over the whole rest of a stage (but where CP fills it: no DP) or with a stride is dp; over a run of
+consecutive values short of it cp or ep (both take the places next to TP), whichever of the CP and EP sizes the run
+can be; t alone tp; p alone pp. The group of every rank counts as dp (the default group: a DDP or FSDP job's
+gradients, a step's loss), unless the declared sizes leave the job no data parallelism (TP x PP = its ranks). A
+point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in
+one CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told
+sizes), else as PP; only the PP ones tell the stages.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tu
     if not unnamed:
         return {name: kind or "dp" for name, kind in kinds.items()}
     stage = _stage_size(world, transfers, sizes.pp)
-    tensor = _tp_size(unnamed, stage, world, sizes.tp)
+    tensor = _tp_size(unnamed, stage, world, sizes)
     no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
     for name, ranks in unnamed.items():
         whole = len(set(ranks)) == world
@@ -191,11 +192,14 @@ def _stage_size(world: int, transfers: list[tuple[int, int]], pp: int | None) ->
     return stage
 
 
-def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, tp: int | None) -> int:
+def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: TracedSizes) -> int:
     """The TP size: `traced_tp` (or as the trace's groups tell it), else the size of the groups of consecutive
     ranks inside a stage and smaller than it, else 1. A group of a whole stage of consecutive ranks, where there
     is more than one stage and no smaller such group, could be TP (no DP) as well as DP (no TP): refused unless
-    `traced_tp` says which."""
+    `traced_tp` says which. So is a run whose length is the CP or EP size (declared or told), which could be TP
+    or, without TP, CP or EP, unless only one of the two readings makes every group one of its layout's
+    (_fitting_tp)."""
+    tp = sizes.tp
     if tp is not None:
         if stage % tp:
             raise ScenarioError(f"tensor parallelism of {tp} does not divide the traced job's pipeline stages of "
@@ -203,14 +207,14 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, tp: int
         return tp
     runs = {group: len(ranks) for group, ranks in groups.items()
             if len(ranks) > 1 and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage}
-    sizes = sorted({size for size in runs.values() if size < stage})
-    if len(sizes) > 1:
-        raise ScenarioError(f"process groups of {' and '.join(map(str, sizes))} consecutive ranks "
+    lengths = sorted({size for size in runs.values() if size < stage})
+    if len(lengths) > 1:
+        raise ScenarioError(f"process groups of {' and '.join(map(str, lengths))} consecutive ranks "
                             f"({', '.join(repr(group) for group, size in runs.items() if size < stage)}): "
                             "which is tensor parallelism is unknown", field="workload.trace",
                             allowed="workload.traced_tp: the traced job's TP size, or Process Group Descriptions")
-    if sizes:
-        return sizes[0]
+    if lengths:
+        return _fitting_tp(groups, lengths[0], stage, world, sizes)
     whole = [group for group, size in runs.items() if size == stage]
     if whole and stage < world:
         raise ScenarioError(f"process group {whole[0]!r} is all {stage} ranks of a pipeline stage: tensor parallelism "
@@ -220,6 +224,42 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, tp: int
     return 1
 
 
+def _fitting_tp(groups: dict[str, tuple[int, ...]], length: int, stage: int, world: int, sizes: TracedSizes) -> int:
+    """The TP size where the runs of consecutive ranks inside a stage are ``length`` long: ``length``, or 1
+    where the CP or EP size is ``length`` too (the runs are then CP or EP groups of a job without TP), whichever
+    alone makes every group of more than one rank a whole group of its layout (_fits); refused where both do, or
+    neither."""
+    shared = [kind for kind in ("cp", "ep") if getattr(sizes, kind) == length]
+    if not shared:
+        return length
+    inner = length
+    fitting = [tp for tp in (length, 1) if stage % (tp * inner) == 0
+               and all(_fits(ranks, tp, inner, stage, world) for ranks in groups.values() if len(set(ranks)) > 1)]
+    if len(fitting) == 1:
+        return fitting[0]
+    name, ranks = next((name, ranks) for name, ranks in groups.items()
+                       if len(ranks) == length and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage)
+    names = " or ".join({"cp": "context", "ep": "expert"}[kind] for kind in shared)
+    raise ScenarioError(f"process group {name!r} (ranks {sorted(ranks)}) is {length} consecutive ranks inside a "
+                        f"pipeline stage: tensor parallelism of {length}, or {names} parallelism of {length} without "
+                        "TP, is unknown", field="workload.trace",
+                        allowed=f"workload.traced_tp: {length} or 1 (the traced job's TP size), or Process Group "
+                        "Descriptions")
+
+
+def _fits(ranks: tuple[int, ...], tp: int, inner: int, stage: int, world: int) -> bool:
+    """Whether ``ranks`` are a whole group of the layout of TP ``tp``, then ``inner`` places (CP or EP), then the
+    rest of a stage of ``stage`` ranks, then the stages: every rank that differs from one of them only along the
+    places they vary along is one of them (a group of 2 of a stage's 4 data-parallel places is no group)."""
+    places = [(rank % tp, rank // tp % inner, rank % stage // (tp * inner), rank // stage) for rank in ranks]
+    extents = (tp, inner, stage // (tp * inner), world // stage)
+    varying = [len({place[axis] for place in places}) > 1 for axis in range(4)]
+    whole = 1
+    for axis, varies in enumerate(varying):
+        whole *= extents[axis] if varies else 1
+    return len(set(ranks)) == whole
+
+
 def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes: TracedSizes) -> CommCategory:
     """The first of dp, cp (or ep), tp, pp that the group's ranks vary along, with TP groups of ``tp``
     consecutive ranks inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp."""
@@ -227,7 +267,7 @@ def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes:
     rest = sorted({place[1] for place in places})
     if len(rest) > 1:
         consecutive = rest == list(range(rest[0], rest[0] + len(rest)))
-        if not consecutive or len(rest) == stage // tp:
+        if not consecutive or (len(rest) == stage // tp and sizes.cp != len(rest)):
             return "dp"
         return _run_kind(name, ranks, len(rest), sizes)
     if len({place[0] for place in places}) > 1:
@@ -238,9 +278,9 @@ def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes:
 
 
 def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes) -> CommCategory:
-    """A group over ``length`` consecutive places next to TP, short of its stage's: context parallelism, or
-    expert parallelism (Megatron-LM and torchtitan put both there), whichever of the two sizes can be
-    ``length``; refused where both can (a size not told can be any) or neither."""
+    """A group over ``length`` consecutive places next to TP (short of its stage's, or all of them where CP fills
+    them): context parallelism, or expert parallelism (Megatron-LM and torchtitan put both there), whichever of
+    the two sizes can be ``length``; refused where both can (a size not told can be any) or neither."""
     could_cp, could_ep = sizes.cp in (None, length), sizes.ep in (None, length)
     if could_cp != could_ep:
         return "cp" if could_cp else "ep"
