@@ -1117,10 +1117,13 @@ def test_a_numbered_group_of_a_whole_pipeline_stage_is_refused_unless_the_layout
     assert (traffic[kind], traffic["pp"]) == (pytest.approx(MIB, rel=EXACT), pytest.approx(MIB, rel=EXACT))
 
 
-def kinds_of(groups: dict[str, list[int] | tuple[int, ...]], transfers: list[tuple[int, int]], **declared):
-    """The dimensions of numbered ``groups`` of an 8-rank job with the sizes ``declared`` (tp=, cp=...)."""
+def kinds_of(groups: dict[str, list[int] | tuple[int, ...]], transfers: list[tuple[int, int]],
+             all_to_alls: dict[str, bool] | None = None, **declared):
+    """The dimensions of numbered ``groups`` of an 8-rank job with the sizes ``declared`` (tp=, cp=...), the
+    groups ``all_to_alls`` names running all-to-alls (True: split unevenly)."""
     members = {name: ProcessGroup("undefined", tuple(ranks)) for name, ranks in groups.items()}
-    return dimensions(members, 8, [Transfer(src, dst, "") for src, dst in transfers], TracedSizes(**declared)).groups
+    return dimensions(members, 8, [Transfer(src, dst, "") for src, dst in transfers], TracedSizes(**declared),
+                      all_to_alls=all_to_alls).groups
 
 
 @pytest.mark.parametrize(("groups", "transfers", "declared", "kinds"), [
@@ -1139,6 +1142,15 @@ def kinds_of(groups: dict[str, list[int] | tuple[int, ...]], transfers: list[tup
 def test_the_dimension_of_a_numbered_group_is_the_first_its_ranks_vary_along(groups, transfers, declared, kinds):
     found = kinds_of(groups, transfers, **declared)
     assert [found[name] for name in groups] == kinds
+
+
+@pytest.mark.parametrize(("all_to_alls", "kinds"), [({}, ["dp", "dp"]), ({"ep": True}, ["ep", "dp"])])
+def test_an_all_to_all_group_over_the_rest_of_a_stage_is_ep_not_dp(all_to_alls, kinds):
+    """TP 1 x EP 4 x PP 2 on 8 ranks (a transfer 4 ranks apart: stages of 4): the EP group [0, 1, 2, 3] has the
+    ranks of the DP group, the whole rest of its stage. Its uneven all-to-alls (token dispatch) make it EP; DP
+    runs none. Both counted as DP."""
+    found = kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [(0, 4)], all_to_alls, tp=1)
+    assert [found["ep"], found["dp"]] == kinds
 
 
 @pytest.mark.parametrize(("groups", "declared", "field", "problem"), [
@@ -1274,6 +1286,52 @@ def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic["tp"], traffic["cp"], traffic["dp"]) == (
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
+
+
+def all_to_all_2rank(folder: Path, splits: str) -> Path:
+    """seq-2rank with its first collective an all-to-all of group '5' (ranks [0, 1], described 'undefined', as
+    PyTorch describes a group made without one) of 8 MiB per rank, each rank sending shares of ``splits``
+    elements (PyTorch's `In split size` / `Out split size`); the second stays the default group's 16 MiB
+    all-reduce."""
+    traces = copy_traces(SEQ_2RANK, folder)
+    for rank in (0, 1):
+        seq_args(traces, rank, 1, **{"Collective name": "all_to_allv", "Process Group Name": "5",
+                                     "Process Group Description": "undefined", "Process Group Ranks": "[0, 1]",
+                                     "In split size": splits, "Out split size": splits, "Seq": 1})
+    return traces
+
+
+@pytest.mark.parametrize(("splits", "declared", "kind"), [
+    ("[1048576, 3145728]", "", "ep"), ("[2097152, 2097152]", "traced_cp: 2, traced_ep: 1", "cp"),
+    ("[]", "traced_cp: 1", "ep")])
+def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(tmp_path, splits, declared, kind):
+    """Two ranks whose numbered group [0, 1] runs an all-to-all: neither TP nor DP runs one (it counted as DP, the
+    group being every rank), so it is EP where its shares differ (a mixture of experts' token dispatch; a Ulysses
+    attention's all-to-all splits evenly), else the CP or EP that the declared sizes leave. Per GPU, the
+    all-to-all sends (p-1)/p x n = 4 MiB of that kind, the default group's two-rank ring all-reduce n = 16 MiB of
+    DP, in a step of the GEMM and the two re-costed collectives back to back."""
+    traces = all_to_all_2rank(tmp_path, splits)
+    text = two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("ring", "auto")
+    if declared:
+        text = text.replace("format: kineto", f"format: kineto, {declared}")
+    loaded, result = run(text, tmp_path)
+    traffic = result.summary["traffic_bytes_per_gpu"]
+    assert (traffic[kind], traffic["dp"]) == (pytest.approx(4 * MIB, rel=EXACT), pytest.approx(16 * MIB, rel=EXACT))
+    expected = 1000e-6 + allreduce_time(loaded, 8 * MIB, 2, "all_to_all") + allreduce_time(loaded, 16 * MIB, 2)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+
+
+def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(tmp_path):
+    """A Ulysses attention's all-to-all and an evenly split token dispatch look alike: with neither size
+    declared, refused in one line naming traced_cp and traced_ep."""
+    traces = all_to_all_2rank(tmp_path, "[]")
+    with pytest.raises(ScenarioError) as caught:
+        run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("ring", "auto"), tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '5' (ranks [0, 1]) spans 2 consecutive places "
+        "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown (allowed: "
+        "workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has none; 2 for this "
+        "group's), or Process Group Descriptions naming the group's dimension)")
 
 
 def cp_ring_job(folder: Path, ring_groups: str) -> None:

@@ -289,7 +289,8 @@ class _Parsed:
                         op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
                         group=group or "default", members=members,
                         group_size=_whole(info.get("Group size")) or len(members),
-                        description=description, seq=_sequence(info))
+                        description=description, seq=_sequence(info),
+                        uneven=primitive == "all_to_all" and _uneven_splits(info))
 
     def _transfer(self, index: int, event: dict, name: str, stream: str, info: dict | None,
                   dtype: str) -> TracedOp | None:
@@ -515,6 +516,13 @@ def _sequence(info: dict) -> int:
     keeps alike), -1 where the trace has none."""
     seq = _whole(info.get("Seq"))
     return -1 if seq is None else seq
+
+
+def _uneven_splits(info: dict) -> bool:
+    """Whether an all-to-all's `In split size` or `Out split size` (PyTorch's text of the shares it sends to and
+    receives from each member, "[]" where they are equal, shortened with "..." beyond 30) shows unequal shares."""
+    return any(len(set(re.findall(r"-?\d+", str(info.get(field, ""))))) > 1
+               for field in ("In split size", "Out split size"))
 
 
 def _whole(value: object) -> int | None:

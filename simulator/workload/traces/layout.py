@@ -17,13 +17,14 @@ can be; t alone tp; p alone pp. The group of every rank counts as dp (the defaul
 gradients, a step's loss), unless the declared sizes leave the job no data parallelism (TP x PP = its ranks). A
 point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in
 one CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told
-sizes), else as PP; only the PP ones tell the stages.
+sizes), else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP nor DP (a Ulysses
+attention's or a token dispatch's): CP or EP, EP where one splits unevenly.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -115,33 +116,36 @@ class Dimensions:
 
 
 def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[Transfer], declared: TracedSizes,
-               stated: Iterable[ProcessGroup] = ()) -> Dimensions:
+               stated: Iterable[ProcessGroup] = (), all_to_alls: Mapping[str, bool] | None = None) -> Dimensions:
     """The dimension each of ``groups`` counts as: the one its description names, else the one its ranks vary
     along in the layout of a ``world``-rank job with the sizes ``declared``, else told by the descriptions of
     these and the other ``stated`` groups (those the traces list but the step does not use), else inferred. Only
-    the ``transfers`` that serve pipeline parallelism (Dimensions.transfer) tell the stages."""
+    the ``transfers`` that serve pipeline parallelism (Dimensions.transfer) tell the stages. ``all_to_alls``: the
+    groups that run all-to-alls, each with whether one splits unevenly; neither TP nor DP runs one, so such a
+    group is CP (a Ulysses attention's) or EP (a token dispatch), EP where it splits unevenly."""
     listed = [*groups.values(), *stated]
     sizes = _told_sizes(declared, listed)
     cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
     told = Dimensions({}, sizes, cp_groups)
     pipeline = [(transfer.src, transfer.dst) for transfer in dict.fromkeys(transfers)
                 if told.transfer(transfer) == "pp"]
-    return replace(told, groups=_group_kinds(groups, world, pipeline, declared, sizes))
+    return replace(told, groups=_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls or {}))
 
 
 def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],
-                 declared: TracedSizes, sizes: TracedSizes) -> dict[str, CommCategory]:
+                 declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool]) -> dict[str, CommCategory]:
     """The dimension each group counts as: its description's, else its ranks' (dimensions)."""
     kinds = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
     if not unnamed:
         return {name: kind or "dp" for name, kind in kinds.items()}
     stage = _stage_size(world, transfers, sizes.pp)
-    tensor = _tp_size(unnamed, stage, world, sizes)
+    tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
     no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
     for name, ranks in unnamed.items():
-        whole = len(set(ranks)) == world
-        kinds[name] = _varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes) if no_dp or not whole else "dp"
+        default = len(set(ranks)) == world and name not in all_to_alls
+        kinds[name] = (_varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes, all_to_alls.get(name))
+                       if no_dp or not default else "dp")
     return {name: kind or "dp" for name, kind in kinds.items()}
 
 
@@ -192,21 +196,22 @@ def _stage_size(world: int, transfers: list[tuple[int, int]], pp: int | None) ->
     return stage
 
 
-def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: TracedSizes) -> int:
+def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: TracedSizes,
+             all_to_alls: Mapping[str, bool]) -> int:
     """The TP size: `traced_tp` (or as the trace's groups tell it), else the size of the groups of consecutive
     ranks inside a stage and smaller than it, else 1. A group of a whole stage of consecutive ranks, where there
     is more than one stage and no smaller such group, could be TP (no DP) as well as DP (no TP): refused unless
     `traced_tp` says which. So is a run whose length is the CP or EP size (declared or told), which could be TP
     or, without TP, CP or EP, unless only one of the two readings makes every group one of its layout's
-    (_fitting_tp)."""
+    (_fitting_tp). A group running all-to-alls (CP's or EP's) is no TP group."""
     tp = sizes.tp
     if tp is not None:
         if stage % tp:
             raise ScenarioError(f"tensor parallelism of {tp} does not divide the traced job's pipeline stages of "
                                 f"{stage} ranks", field="workload.traced_tp", allowed=f"a divisor of {stage}")
         return tp
-    runs = {group: len(ranks) for group, ranks in groups.items()
-            if len(ranks) > 1 and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage}
+    runs = {group: len(ranks) for group, ranks in groups.items() if group not in all_to_alls
+            and len(ranks) > 1 and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage}
     lengths = sorted({size for size in runs.values() if size < stage})
     if len(lengths) > 1:
         raise ScenarioError(f"process groups of {' and '.join(map(str, lengths))} consecutive ranks "
@@ -214,7 +219,8 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: 
                             "which is tensor parallelism is unknown", field="workload.trace",
                             allowed="workload.traced_tp: the traced job's TP size, or Process Group Descriptions")
     if lengths:
-        return _fitting_tp(groups, lengths[0], stage, world, sizes)
+        return _fitting_tp(groups, next(group for group, size in runs.items() if size == lengths[0]), stage, world,
+                           sizes)
     whole = [group for group, size in runs.items() if size == stage]
     if whole and stage < world:
         raise ScenarioError(f"process group {whole[0]!r} is all {stage} ranks of a pipeline stage: tensor parallelism "
@@ -224,23 +230,23 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: 
     return 1
 
 
-def _fitting_tp(groups: dict[str, tuple[int, ...]], length: int, stage: int, world: int, sizes: TracedSizes) -> int:
-    """The TP size where the runs of consecutive ranks inside a stage are ``length`` long: ``length``, or 1
-    where the CP or EP size is ``length`` too (the runs are then CP or EP groups of a job without TP), whichever
-    alone makes every group of more than one rank a whole group of its layout (_fits); refused where both do, or
-    neither."""
+def _fitting_tp(groups: dict[str, tuple[int, ...]], run: str, stage: int, world: int, sizes: TracedSizes) -> int:
+    """The TP size where the runs of consecutive ranks inside a stage are as long as ``run``, one of them: that
+    length, or 1 where the CP or EP size is that length too (the runs are then CP or EP groups of a job without
+    TP), whichever alone makes every group of more than one rank a whole group of its layout (_fits); refused
+    where both do, or neither."""
+    ranks = sorted(groups[run])
+    length = len(ranks)
     shared = [kind for kind in ("cp", "ep") if getattr(sizes, kind) == length]
     if not shared:
         return length
     inner = length
     fitting = [tp for tp in (length, 1) if stage % (tp * inner) == 0
-               and all(_fits(ranks, tp, inner, stage, world) for ranks in groups.values() if len(set(ranks)) > 1)]
+               and all(_fits(members, tp, inner, stage, world) for members in groups.values() if len(set(members)) > 1)]
     if len(fitting) == 1:
         return fitting[0]
-    name, ranks = next((name, ranks) for name, ranks in groups.items()
-                       if len(ranks) == length and _stride(ranks) == 1 and min(ranks) // stage == max(ranks) // stage)
     names = " or ".join({"cp": "context", "ep": "expert"}[kind] for kind in shared)
-    raise ScenarioError(f"process group {name!r} (ranks {sorted(ranks)}) is {length} consecutive ranks inside a "
+    raise ScenarioError(f"process group {run!r} (ranks {ranks}) is {length} consecutive ranks inside a "
                         f"pipeline stage: tensor parallelism of {length}, or {names} parallelism of {length} without "
                         "TP, is unknown", field="workload.trace",
                         allowed=f"workload.traced_tp: {length} or 1 (the traced job's TP size), or Process Group "
@@ -260,16 +266,19 @@ def _fits(ranks: tuple[int, ...], tp: int, inner: int, stage: int, world: int) -
     return len(set(ranks)) == whole
 
 
-def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes: TracedSizes) -> CommCategory:
+def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes: TracedSizes,
+                  uneven: bool | None) -> CommCategory:
     """The first of dp, cp (or ep), tp, pp that the group's ranks vary along, with TP groups of ``tp``
-    consecutive ranks inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp."""
+    consecutive ranks inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp.
+    ``uneven``: None where the group runs no all-to-all, else whether one splits unevenly; a group running them
+    over the whole rest of a stage is CP or EP, not DP."""
     places = [(rank % tp, rank % stage // tp, rank // stage) for rank in ranks]
     rest = sorted({place[1] for place in places})
     if len(rest) > 1:
         consecutive = rest == list(range(rest[0], rest[0] + len(rest)))
-        if not consecutive or (len(rest) == stage // tp and sizes.cp != len(rest)):
+        if not consecutive or (len(rest) == stage // tp and sizes.cp != len(rest) and uneven is None):
             return "dp"
-        return _run_kind(name, ranks, len(rest), sizes)
+        return _run_kind(name, ranks, len(rest), sizes, uneven is True)
     if len({place[0] for place in places}) > 1:
         return "tp"
     if len({place[2] for place in places}) > 1:
@@ -277,19 +286,22 @@ def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes:
     return "dp"
 
 
-def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes) -> CommCategory:
+def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes, uneven: bool) -> CommCategory:
     """A group over ``length`` consecutive places next to TP (short of its stage's, or all of them where CP fills
-    them): context parallelism, or expert parallelism (Megatron-LM and torchtitan put both there), whichever of
-    the two sizes can be ``length``; refused where both can (a size not told can be any) or neither."""
-    could_cp, could_ep = sizes.cp in (None, length), sizes.ep in (None, length)
+    them or the group runs all-to-alls): context parallelism, or expert parallelism (Megatron-LM and torchtitan
+    put both there), whichever of the two sizes can be ``length`` (EP alone where an all-to-all of the group
+    splits ``uneven``ly, as CP's never do); refused where both can (a size not told can be any) or neither."""
+    could_cp, could_ep = sizes.cp in (None, length) and not uneven, sizes.ep in (None, length)
     if could_cp != could_ep:
         return "cp" if could_cp else "ep"
     group = (f"process group {name!r} (ranks {list(ranks)}) spans {length} consecutive places next to tensor "
              "parallelism in its pipeline stage")
     describe = "Process Group Descriptions naming the group's dimension"
     if not could_cp:
-        raise ScenarioError(f"{group}, but the traced job's context parallelism is {sizes.cp} and its expert "
-                            f"parallelism {sizes.ep}", field="workload.trace", allowed=describe)
+        why = (f"its all-to-alls split unevenly, as context parallelism's do not, and the traced job's expert "
+               f"parallelism is {sizes.ep}" if uneven
+               else f"the traced job's context parallelism is {sizes.cp} and its expert parallelism {sizes.ep}")
+        raise ScenarioError(f"{group}, but {why}", field="workload.trace", allowed=describe)
     if sizes.cp is not None and sizes.ep is not None:
         raise ScenarioError(f"{group}: context and expert parallelism are both {length}, so which it is is unknown",
                             field="workload.trace", allowed=describe)

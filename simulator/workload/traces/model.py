@@ -36,7 +36,9 @@ class TracedOp:
     ``nbytes``, names its ``peer`` and, where the trace tells them, its ``group`` and the group's
     ``description``. A matrix multiply whose operand shapes the trace records has ``gemm`` =
     (batch, m, n, k) and its ``dtype``. ``seq`` is a collective's sequence number in its process group where
-    the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not."""
+    the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not.
+    ``uneven``: an all-to-all whose ranks send unequal shares (split sizes that differ: a mixture of experts'
+    token dispatch; a Ulysses attention's all-to-all splits evenly), as far as the trace tells."""
 
     index: int
     name: str
@@ -53,6 +55,7 @@ class TracedOp:
     peer: int = -1
     tag: int = 0
     seq: int = -1
+    uneven: bool = False
     deps: tuple[int, ...] = ()
     gemm: GemmShape = ()
     dtype: str = ""

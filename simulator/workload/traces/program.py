@@ -101,7 +101,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     kinds = dimensions(used, world, [_transfer(rank.rank, op) for rank in traced for op in rank.ops
                                      if op.kind in ("send", "recv")],
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
-                       [group for name, group in stated.items() if name not in used])
+                       [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
     if config.dp is not None:
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
@@ -254,6 +254,14 @@ def _sequenced(traced: list[TracedRank]) -> frozenset[str]:
     on every traced rank records one (PyTorch's `Seq`); the others match by issue order."""
     collectives = [op for rank in traced for op in rank.ops if op.kind == "collective"]
     return frozenset({op.group for op in collectives} - {op.group for op in collectives if op.seq < 0})
+
+
+def _all_to_alls(traced: list[TracedRank]) -> dict[str, bool]:
+    """The process groups that run all-to-alls, each with whether any of them splits unevenly."""
+    uneven: dict[str, bool] = {}
+    for op in (op for rank in traced for op in rank.ops if op.kind == "collective" and op.op == "all_to_all"):
+        uneven[op.group] = uneven.get(op.group, False) or op.uneven
+    return uneven
 
 
 def _transfer(rank: int, op: TracedOp) -> Transfer:
