@@ -1317,8 +1317,10 @@ def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(
     loaded, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic[kind], traffic["dp"]) == (pytest.approx(4 * MIB, rel=EXACT), pytest.approx(16 * MIB, rel=EXACT))
-    expected = 1000e-6 + allreduce_time(loaded, 8 * MIB, 2, "all_to_all") + allreduce_time(loaded, 16 * MIB, 2)
-    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    exchange, reduce = allreduce_time(loaded, 8 * MIB, 2, "all_to_all"), allreduce_time(loaded, 16 * MIB, 2)
+    assert result.summary["step_time_s"] == pytest.approx(1000e-6 + exchange + reduce, rel=EXACT)
+    exposed = result.summary["exposed_comm_s"]
+    assert (exposed[kind], exposed["dp"]) == (pytest.approx(exchange, rel=EXACT), pytest.approx(reduce, rel=EXACT))
 
 
 def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(tmp_path):
@@ -1367,8 +1369,11 @@ def test_a_context_parallel_ring_s_transfers_count_as_cp_and_do_not_make_pipelin
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic["cp"], traffic["dp"], traffic["pp"]) == (
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
-    expected = 2 * allreduce_time(loaded, MIB, 2, "send_recv") + allreduce_time(loaded, 2 * MIB, 2)
-    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)
+    ring, reduce = 2 * allreduce_time(loaded, MIB, 2, "send_recv"), allreduce_time(loaded, 2 * MIB, 2)
+    assert result.summary["step_time_s"] == pytest.approx(ring + reduce, rel=EXACT)
+    exposed = result.summary["exposed_comm_s"]
+    assert (exposed["cp"], exposed["dp"], exposed["pp"]) == (pytest.approx(ring, rel=EXACT),
+                                                             pytest.approx(reduce, rel=EXACT), 0.0)
 
 
 def test_a_transfer_of_a_cp_job_whose_tp_is_not_told_is_refused_naming_traced_tp(tmp_path):
