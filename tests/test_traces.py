@@ -1288,17 +1288,18 @@ def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path)
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
 
 
-def all_to_all_2rank(folder: Path, splits: str) -> Path:
-    """seq-2rank with its first collective an all-to-all of group '5' (ranks [0, 1], described 'undefined', as
-    PyTorch describes a group made without one) of 8 MiB per rank, each rank sending shares of ``splits``
-    elements (PyTorch's `In split size` / `Out split size`); the second stays the default group's 16 MiB
-    all-reduce."""
+def all_to_all_2rank(folder: Path, splits: str) -> str:
+    """The scenario of seq-2rank with its first collective an all-to-all of group '5' (ranks [0, 1], described
+    'undefined', as PyTorch describes a group made without one) of 8 MiB per rank, each rank sending shares of
+    ``splits`` elements (PyTorch's `In split size` / `Out split size`); the second stays the default group's
+    16 MiB all-reduce. NCCL's algorithm choice (`auto`): a ring does not run all-to-alls."""
     traces = copy_traces(SEQ_2RANK, folder)
     for rank in (0, 1):
         seq_args(traces, rank, 1, **{"Collective name": "all_to_allv", "Process Group Name": "5",
                                      "Process Group Description": "undefined", "Process Group Ranks": "[0, 1]",
                                      "In split size": splits, "Out split size": splits, "Seq": 1})
-    return traces
+    return two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("{algorithm: ring}",
+                                                                                         "{algorithm: auto}")
 
 
 @pytest.mark.parametrize(("splits", "declared", "kind"), [
@@ -1310,8 +1311,7 @@ def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(
     attention's all-to-all splits evenly), else the CP or EP that the declared sizes leave. Per GPU, the
     all-to-all sends (p-1)/p x n = 4 MiB of that kind, the default group's two-rank ring all-reduce n = 16 MiB of
     DP, in a step of the GEMM and the two re-costed collectives back to back."""
-    traces = all_to_all_2rank(tmp_path, splits)
-    text = two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("ring", "auto")
+    text = all_to_all_2rank(tmp_path, splits)
     if declared:
         text = text.replace("format: kineto", f"format: kineto, {declared}")
     loaded, result = run(text, tmp_path)
@@ -1326,9 +1326,9 @@ def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(
 def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(tmp_path):
     """A Ulysses attention's all-to-all and an evenly split token dispatch look alike: with neither size
     declared, refused in one line naming traced_cp and traced_ep."""
-    traces = all_to_all_2rank(tmp_path, "[]")
+    text = all_to_all_2rank(tmp_path, "[]")
     with pytest.raises(ScenarioError) as caught:
-        run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("ring", "auto"), tmp_path)
+        run(text, tmp_path)
     assert str(caught.value) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '5' (ranks [0, 1]) spans 2 consecutive places "
         "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown (allowed: "
