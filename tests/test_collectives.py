@@ -5,6 +5,7 @@ mode, efficiency 1, on small hand-built topologies."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from functools import partial
 
@@ -17,7 +18,7 @@ from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import group_by_host, ring_order
-from simulator.collectives.tuner import choose
+from simulator.collectives.tuner import choose, estimates
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
@@ -244,6 +245,37 @@ def test_two_node_ring_uses_every_nic(channels, nics_used):
     cross_step = TWO_LEVEL["a_out"] + n / (size * nics_used) / TWO_LEVEL["b_out"]
     simulated = time_collective(topology, "all_reduce", "ring", size, n, channels=channels)
     assert close(simulated, BASE + 2 * (size - 1) * cross_step)
+
+
+def cross_host_nics(topology: Topology, phases) -> Counter:
+    """How many cross-host transfers of ``phases`` leave through each NIC."""
+    return Counter(topology.gpu_nic[t.src] for phase in phases for t in phase.transfers
+                   if topology.gpu_host[t.src] != topology.gpu_host[t.dst])
+
+
+def test_rings_and_trees_spread_evenly_over_nics_that_two_gpus_share():
+    """2 DGX H100 hosts with 4 NICs for 8 GPUs (GPUs 2k and 2k+1 on NIC k): the 4 rings leave each host through
+    the 4 NICs, one each, as NCCL's search places channels (one per NIC in turn, returning to it), and so do the
+    tree's chains. Ring all-reduce of 1 GiB, p = 16, 4 rings: a step moves n/(4p) through every NIC at 50 GB/s
+    (the 64 GB/s PCIe hop to it and n/p per GPU on 450 GB/s NVLink are faster); 14 of a ring's 16 hops cross
+    NVLink (3.4 us), 2 cross hosts (13 us: GPU-NIC-leaf-NIC-GPU, 3.25 us each), mean 4.6 us, so
+    t = 8.4 us + 2(p-1) (4.6 us + n/(4p x 50 GB/s)) = 10.213 ms, busbw 2(p-1)/p n / t = 197 GB/s. With NIC 0
+    carrying two rings and NIC 2 none, a step took twice as long: 20.3 ms, 99 GB/s. The ring's broadcast
+    estimate counts the rails as equally loaded, so it now matches the simulation (6.75 ms; 12.6 before)."""
+    topology = load_topology("dgx-h100-cluster", {"nics_per_node": 4})
+    ranks, n = tuple(range(16)), 1 * GIB
+    for algorithm in ("ring", "tree"):
+        phases = plan_collective(CollectiveRequest("all_reduce", ranks, n), topology, algorithm)
+        sends = cross_host_nics(topology, phases)
+        assert sorted(sends) == [f"h{host}/nic{nic}" for host in range(2) for nic in range(4)]
+        assert len(set(sends.values())) == 1, sends
+    simulated = time_collective(topology, "all_reduce", "ring", 16, n)
+    step = (14 * 3.4e-6 + 2 * 13e-6) / 16 + n / (4 * 16 * 50e9)
+    assert close(simulated, BASE + 30 * step, 1e-6)
+    assert close(bus_bandwidth("all_reduce", 16, n, simulated), 197.1e9, 1e-3)
+    request = CollectiveRequest("broadcast", ranks, n, chunk_bytes=4 * MIB)
+    simulated = time_collective(topology, "broadcast", "ring", 16, n, chunk_bytes=4 * MIB)
+    assert close(estimates(request, topology, algorithms=("ring",))["ring"], simulated, 1e-6)
 
 
 def two_spine_topology(hosts: int) -> Topology:

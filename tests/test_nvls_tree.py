@@ -82,7 +82,7 @@ def test_nvls_across_uneven_hosts_is_refused_in_its_own_name():
 def test_host_tree_is_chains_joined_by_a_binary_tree_of_hosts():
     topology = load_topology("dgx-h100-cluster", {"nodes": 4})
     request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes=None)
-    phases = host_tree_all_reduce(group_by_host(request.ranks, topology), request, channels=1)
+    phases = host_tree_all_reduce(group_by_host(request.ranks, topology), request, 1, topology.gpu_nic)
     edges = {(t.src, t.dst) for phase in phases[: len(phases) // 2] for t in phase.transfers}
     cross = [(a, b) for a, b in edges if topology.gpu_host[a] != topology.gpu_host[b]]
     # Two trees, each: 7 chain edges in each of 4 hosts, 3 host-to-host edges.

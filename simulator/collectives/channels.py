@@ -1,4 +1,5 @@
-"""How many channels NCCL runs a collective on, worked out in one place from one figure.
+"""How many channels NCCL runs a collective on, worked out in one place from one figure, and which NIC of a host
+each channel takes (`first_member`).
 
 Across hosts NCCL's graph search finds one ring channel through each NIC the group drives, at least one, and
 ncclTopoPostset (src/graph/connect.cc, "Duplication should be complete now": nChannels = min(MAXCHANNELS,
@@ -17,6 +18,7 @@ INFO log of a one-GPU-per-node job shows "Channel 00/02" and "Channel 01/02". Th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 
 from simulator.program.contention import SmShare
 from simulator.topology.graph import Topology
@@ -34,3 +36,16 @@ def kernel_channels(share: SmShare, topology: Topology, group: tuple[int, ...]) 
         nvlink = topology.gpu_nvlink
         return share.nvlink_channels if all(nvlink[rank] for rank in group) else share.pcie_channels
     return min(share.max_channels, share.network_channels * max(map(len, nics.values())))
+
+
+def first_member(members: list[int], nic_of: Sequence[Hashable], channel: int) -> int:
+    """The position in a host's ``members`` (in local order; ``nic_of[member]`` the NIC each drives) where
+    ``channel``'s ring or tree chain enters the host, leaving it through the member before (cyclically):
+    channel c takes the c-th of the NICs the members drive, in turn, and enters at that NIC's last member, so
+    that where a NIC serves several members the channel leaves through it too, and every NIC carries as many
+    channels as any other. NCCL's search does the same: channel c starts from the next NIC in turn
+    (src/graph/search.cc, ncclTopoSearchRecNet) at a GPU local to it, and its ring returns to that NIC. With
+    one member per NIC it is position c."""
+    nics = list(dict.fromkeys(nic_of[member] for member in members))
+    wanted = nics[channel % len(nics)]
+    return max(position for position, member in enumerate(members) if nic_of[member] == wanted)

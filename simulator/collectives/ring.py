@@ -3,7 +3,8 @@ pipelined chain (a ring cut open at the root) for broadcast and reduce.
 
 Across hosts the rings are rail-aligned as NCCL builds them: inside each host a channel's ring enters and
 leaves through GPUs whose local indices match those of the neighbouring hosts, so every cross-host hop
-stays on one rail and a host's channels together use all of its NICs.
+stays on one rail, and the channels take the host's NICs in turn, so that every NIC carries as many rings as
+any other (`first_member`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import replace
 from itertools import chain, repeat
 
 from simulator.catalog.calibration import network_channels_per_nic
+from simulator.collectives.channels import first_member
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.collectives.tree import chunk_count, pipelined_phases
@@ -59,7 +61,8 @@ def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[li
 
 def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:
     """One channel's ring: hosts in turn, alternating direction, each entered at the local index the
-    previous host left from, so that cross-host hops join GPUs with equal local indices (one rail)."""
+    previous host left from, so that cross-host hops join GPUs with equal local indices (one rail); the
+    first host is entered at its `first_member` for the channel."""
     if len(hosts) == 1:
         members = hosts[0]
         start = channel % len(members)
@@ -71,7 +74,7 @@ def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list
         if len(members) > 1:
             locals_ = [local[r] for r in members]
             start = (locals_.index(exit_local) if exit_local is not None and exit_local in locals_
-                     else channel % len(members))
+                     else first_member(members, topology.gpu_nic, channel))
             members = (members[start:] + members[:start] if index % 2 == 0
                        else members[start::-1] + members[:start:-1])
         order += members

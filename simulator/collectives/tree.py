@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Hashable, Sequence
 
+from simulator.collectives.channels import first_member
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
@@ -157,33 +159,37 @@ def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, i
     return height, depth
 
 
-def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, channels: int) -> list[Phase]:
+def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, channels: int,
+                         nic_of: Sequence[Hashable]) -> list[Phase]:
     """NCCL's tree across hosts (`host_tree_edges`), up then down."""
-    return all_reduce_phases(host_tree_edges(hosts, channels), request, channels)
+    return all_reduce_phases(host_tree_edges(hosts, channels, nic_of), request, channels)
 
 
-def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: int
+def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
                      ) -> tuple[list[Edge], list[Edge]]:
-    """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host) on
-    ``channels``: NCCL's tree across hosts (`host_tree_edges`) where some host holds two members or more, else
-    the double binary tree over the ranks (`double_tree_edges`: one member per host, or a group in one host)."""
+    """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host;
+    ``nic_of[member]``: the NIC each drives) on ``channels``: NCCL's tree across hosts (`host_tree_edges`) where
+    some host holds two members or more, else the double binary tree over the ranks (`double_tree_edges`: one
+    member per host, or a group in one host)."""
     if len(hosts) > 1 and max(map(len, hosts)) > 1:
-        return host_tree_edges(hosts, channels)
+        return host_tree_edges(hosts, channels, nic_of)
     return double_tree_edges(ranks, channels)
 
 
-def host_tree_edges(hosts: list[list[int]], channels: int) -> tuple[list[Edge], list[Edge]]:
+def host_tree_edges(hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
+                    ) -> tuple[list[Edge], list[Edge]]:
     """The up and down edges of NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a
     double binary tree of the chains. Every channel runs two trees (the second with the mirrored host tree and
-    the reversed chains); channel c's chains start at local position c, so the channels leave each host
-    through different GPUs (and NICs). A chain's first GPU talks to the parent host's last GPU, as NCCL's
-    tree-up and tree-down GPUs sit at the two ends of the intra-node chain. An edge up starts at its child's
-    height, an edge down at its parent's depth."""
+    the reversed chains); channel c's chains start at the host's `first_member` for c (``nic_of[member]``: the
+    NIC each drives), so the channels take the host's NICs in turn and each NIC carries as many as any other. A
+    chain's first GPU talks to the parent host's last GPU, as NCCL's tree-up and tree-down GPUs sit at the two
+    ends of the intra-node chain. An edge up starts at its child's height, an edge down at its parent's depth."""
     host_trees = double_binary_tree(tuple(range(len(hosts))))
     up, down = [], []
     for channel in range(channels):
+        starts = [first_member(members, nic_of, channel) for members in hosts]
         for index, host_tree in enumerate(host_trees):
-            chains = [members[channel % len(members):] + members[:channel % len(members)] for members in hosts]
+            chains = [members[start:] + members[:start] for members, start in zip(hosts, starts)]
             if index:
                 chains = [chain[::-1] for chain in chains]
             parent = {chain[k + 1]: chain[k] for chain in chains for k in range(len(chain) - 1)}
@@ -228,7 +234,8 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
 
         hosts = group_by_host(request.ranks, topology)
         channels = channel_count(request, topology, hosts)
-        return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels), request, channels)
+        return all_reduce_phases(all_reduce_edges(request.ranks, hosts, channels, topology.gpu_nic), request,
+                                 channels)
     if request.op in ("broadcast", "reduce"):
         return binomial_phases(request.ranks, request.root, request.nbytes, toward_root=request.op == "reduce")
     raise ScenarioError(f"algorithm 'tree' does not implement {request.op}", field="collectives.algorithm",

@@ -402,7 +402,7 @@ def tree_passes(hosts: tuple[tuple[int, ...], ...], nics: tuple[int, ...], chann
         host_of[list(members)] = index
     nic = np.array(nics, dtype=np.int64)
     found = []
-    for edges in all_reduce_edges(tuple(range(len(nics))), [list(members) for members in hosts], channels):
+    for edges in all_reduce_edges(tuple(range(len(nics))), [list(members) for members in hosts], channels, nics):
         src, dst, channel, first = np.array(edges, dtype=np.int64).reshape(-1, 4).T
         order = np.argsort(first, kind="stable")
         src, dst, channel, first = src[order], dst[order], channel[order], first[order]
