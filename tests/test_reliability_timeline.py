@@ -531,8 +531,9 @@ def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
     replicas, no shrink (it shrank to 3 and regrew at once, a restart more). Host 1 failing at 1 h too (2
     replicas left), host 0 back at 3 h and host 1 at 3 h + 2 min: one regrow, 2 -> 4, host 1 joining the regrow's
     rendezvous at 3 h + W2 + 3 min (it regrew to 3, then again to 4: a regrow per host). Host 1 back at
-    3 h + 6 min instead, after that rendezvous: the regrow to 3, then, at its end, the next one to 4, which
-    writes no checkpoint (the one the regrow to 3 wrote holds every step: it wrote W3 before)."""
+    3 h + 6 min instead, after that rendezvous, during its launch: the group re-forms then (rendezvous at
+    3 h + 9 min) and launches on 4, still one regrow restart, 6 + 3 + 5 min + L4 (it regrew to 3, then at the end
+    of that restart to 4: W2 + 8 min + L3 + 8 min + L4, two regrows)."""
     rows = {"back-during-a-failures-restart": [(1 * H, GPU, 0, 120.0)],
             "back-during-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 120)],
             "back-after-a-regrows-rendezvous": [(1 * H, GPU, 0, 2 * H), (1 * H, GPU, 8, 2 * H + 360)]}[case]
@@ -554,12 +555,9 @@ def test_hosts_back_before_a_restarts_rendezvous_join_it(job_with, case):
         assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + regrow, rel=1e-12)]]
         assert counts == (1, 1, 1)
     else:
-        to_3, to_4 = write[2] + 180 + 300 + read[3], 180 + 300 + read[4]
-        assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + to_3, rel=1e-12)],
-                            ["regrow", pytest.approx(3 * H + to_3, rel=1e-12),
-                             pytest.approx(3 * H + to_3 + to_4, rel=1e-12)]]
-        regrow = to_3 + to_4
-        assert counts == (1, 2, 2)
+        regrow = 360 + 180 + 300 + read[4]
+        assert restarts == [first, ["regrow", 3 * H, pytest.approx(3 * H + regrow, rel=1e-12)]]
+        assert counts == (1, 1, 1)
     assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow, rel=1e-12)
     assert replicas["regrow_restarts_cut_short"]["mean"] == 0
 
@@ -628,38 +626,35 @@ def test_a_failure_during_a_regrows_write_loses_it_and_restarts_with_detection(j
     assert replicas["regrow_restart_s"]["mean"] == pytest.approx(0.1, rel=1e-9)
 
 
-@pytest.mark.parametrize("struck", [False, True], ids=["quiet", "a-failure-during-its-rescheduling"])
-def test_a_regrow_right_after_a_restart_writes_no_checkpoint(job_with, struck):
-    """The rendezvous job above (no checkpoint before the horizon but a regrow's) loses host 0 at 1 h, back
-    6 min later: after its restart's rendezvous (1 h + d + 3 min), before its end, so the job relaunches on 3
-    (at E = 1 h + 1 + 3 + 5 min + L3) and the hosts fill 4 at once. Nothing is trained since the checkpoint
-    loaded (none: step 0), so the regrow writes none: 3 min rescheduling + 5 min launch + L4, not W3 more. The
-    first hour stays the only lost work. Struck: host 2 fails 60 s into that regrow; no checkpoint is lost
-    (none was being written) and the restart goes on as the failure's: detection to E + 2 min, rescheduling,
-    launch and the read on the 3 hosts left (host 0 back, host 2 away)."""
-    host_0 = (1 * H, GPU, 0, 360.0)
-    job = job_with(host_0, text=RENDEZVOUS_JOB)
-    size = job.summary["checkpoint"]["size_bytes"]
-    read = {hosts: size / (hosts * 25e9) for hosts in (3, 4)}  # per-host read: 25 GB/s
-    end = 1 * H + 60 + 180 + 300 + read[3]
-    if struck:
-        job = job_with(host_0, (end + 60, GPU, 16, 100 * H), text=RENDEZVOUS_JOB)
+@pytest.mark.parametrize("case", ["on_repair", "next_restart", "on_repair-struck"])
+def test_a_host_back_during_a_restarts_launch_re_forms_its_group_on_repair(job_with, case):
+    """The rendezvous job above (no checkpoint before the horizon) loses host 0 at 1 h, back 6 min later: after
+    its restart's rendezvous (1 h + d + 3 min = 1 h 4 min), during its launch. on_repair: the group re-forms at
+    once, as torchelastic agents restart their workers when a node waits at the rendezvous: rendezvous at
+    1 h 9 min, 5 min launch, the read on 4 hosts (L4): one restart, no shrink, no regrow, no checkpoint, the
+    first hour the only lost work (before, it relaunched on 3 at 1 h 9 min + L3, then regrew to 4 at once:
+    1 h 17 min + L3 + L4). next_restart: the host waits for the next restart (none comes): 3 replicas from
+    1 h 9 min + L3 to the horizon. Struck: host 2 fails at 1 h 10 min, in the re-formed group's launch: the
+    restart goes on as the failure's, 1 min detection, 3 min rescheduling, 5 min launch and the read on the 3
+    hosts left (host 0 back, host 2 away): back at 1 h 19 min + L3, one shrink."""
+    rows = [(1 * H, GPU, 0, 360.0)] + ([(1 * H + 600, GPU, 16, 100 * H)] if case == "on_repair-struck" else [])
+    text = RENDEZVOUS_JOB if case != "next_restart" else RENDEZVOUS_JOB.replace("on_repair", "next_restart")
+    job = job_with(*rows, text=text)
     summary, events = job.summary, job.events
+    read = {hosts: summary["checkpoint"]["size_bytes"] / (hosts * 25e9) for hosts in (3, 4)}  # 25 GB/s a host
+    end = {"on_repair": 1 * H + 840 + read[4], "next_restart": 1 * H + 840 + read[3] - 300,
+           "on_repair-struck": 1 * H + 1140 + read[3]}[case]
     restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
-    first = ["failure", 1 * H, pytest.approx(end, rel=1e-12)]
-    replicas = summary["replicas"]
+    assert restarts == [["failure", 1 * H, pytest.approx(end, rel=1e-12)]]
     assert (events["kind"] == "checkpoint").sum() == 0 and (events["kind"] == "checkpoint_lost").sum() == 0
     assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, rel=1e-12)
-    if struck:
-        assert restarts == [first, ["failure", pytest.approx(end, rel=1e-12),
-                                    pytest.approx(end + 60 + 60 + 180 + 300 + read[3], rel=1e-12)]]
-        assert (replicas["regrows"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]) == (0, 1)
-        assert replicas["regrow_restart_s"]["mean"] == pytest.approx(60, rel=1e-9)
-        return
-    regrow = 180 + 300 + read[4]
-    assert restarts == [first, ["regrow", pytest.approx(end, rel=1e-12), pytest.approx(end + regrow, rel=1e-12)]]
-    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"]) == (1, 1, 1)
-    assert replicas["regrow_restart_s"]["mean"] == pytest.approx(regrow, rel=1e-12)
+    replicas = summary["replicas"]
+    shrinks = 0 if case == "on_repair" else 1
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"], replicas["regrow_restarts"]["mean"]) == (
+        shrinks, 0, 0)
+    running = {int(count): value["mean"] for count, value in replicas["running_s"].items()}
+    assert running == pytest.approx({4: 1 * H + 8 * H - end} if case == "on_repair"
+                                    else {4: 1 * H, 3: 8 * H - end}, abs=1e-6)
 
 
 def test_an_async_checkpoint_being_written_does_not_save_the_job():

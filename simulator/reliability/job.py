@@ -6,9 +6,11 @@ Failures arrive per unit slot of the job's topology (processes.py). A failure of
 interrupt: the clock rolls back to the last completed checkpoint, the hosts in the blast radius go to repair,
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
 or with `elastic` relaunching on the largest of the job's sizes the hosts fill, elastic.py, waiting only below
-the smallest), launch, checkpoint load and warm-up steps. The group is formed once per restart, as launch
-begins (its rendezvous): every host back from repair by then joins it, one back later waits for the next
-restart. An interrupting failure during a restart starts it over. A shrunk elastic job grows back at its next
+the smallest), launch, checkpoint load and warm-up steps. The group is formed as launch begins (its rendezvous):
+every host back from repair by then joins it. One back later, during launch, load or warm-up, waits for the next
+restart, unless the job regrows `on_repair` and the hosts back then fill a larger size: then the group re-forms
+at once, from rescheduling (torchelastic agents restart their workers when a node waits at the rendezvous).
+An interrupting failure during a restart starts it over. A shrunk elastic job grows back at its next
 restart, or with `regrow: on_repair` as soon as the hosts back from repair (and spares) fill a larger size
 whose GPUs all have a route: it stops cleanly (writes a checkpoint, as a maintenance stop does, but with no
 maintenance to wait for, and none when no step was trained since the last completed one: right after a
@@ -310,9 +312,10 @@ class JobProcess:
         replicas, with that state's costs. The group forms once the job may (``gate``: detection, or a planned
         stop, is over), the hosts fill its smallest size (waiting for repaired ones, overlapping detection) and
         rescheduling has placed them; every host back by then joins, as a torchelastic rendezvous admits every
-        node that has arrived, and one back later waits for the next restart. It takes the largest of its sizes
-        (all its replicas but for an elastic job) those hosts fill whose GPUs all have a route; else the largest
-        they fill, once repairs give it its routes back (hosts back during that wait join the next restart)."""
+        node that has arrived (one back later re-forms the group, `_rejoin_due`, or waits for the next restart).
+        It takes the largest of its sizes (all its replicas but for an elastic job) those hosts fill whose GPUs all
+        have a route; else the largest they fill, once repairs give it its routes back (hosts back during that
+        wait join the next restart)."""
         have = self.in_use - len(self.missing) + self.spares
         short = self.plan.hosts_for(self.plan.sizes[0]) - have
         formed = max(gate, self._returns(short)) if short > 0 else gate
@@ -357,20 +360,22 @@ class JobProcess:
         a regrow's write with its detection (the write is lost, nothing else holds the job)."""
         horizon = self.plan.horizon_s
         begin = env.now
-        planned = cause is not BuiltInCause.FAILURE
-        stopped_until = begin + self._stop_s(self.running, cause) if planned else begin
+        detects = cause is BuiltInCause.FAILURE
+        stopped_until = begin if detects else begin + self._stop_s(self.running, cause)
         maintained_until = stopped_until if cause is BuiltInCause.MAINTENANCE else begin
         while True:
             now = env.now
             self._collect_repairs(now)
             self._end_degradations(now)
-            gate = max(stopped_until, now if planned else now + self.plan.detection_s)
+            gate = max(stopped_until, now + self.plan.detection_s if detects else now)
             rendezvous, replicas, costs = self._relaunch_plan(gate)
             end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
+            rejoin = self._rejoin_due(rendezvous, end, replicas)
             arrival = self._peek()
-            while arrival is not None and self.times[arrival] < end and self._skip(arrival, self.times[arrival]):
+            while arrival is not None and self.times[arrival] < min(end, rejoin) and self._skip(
+                    arrival, self.times[arrival]):
                 arrival = self._peek()
-            stop = min(end, horizon)
+            stop = min(end, rejoin, horizon)
             if arrival is not None and self.times[arrival] < stop:
                 stop = self.times[arrival]
             yield env.timeout(stop - now)
@@ -382,18 +387,36 @@ class JobProcess:
             self.clock.settle_stop(stop)
             if stop >= horizon:
                 return
+            if stop == rejoin:
+                detects = False
+                continue
             if arrival is not None and stop < end:
                 self._fail(arrival, stop, rolls_back=self.clock.stopping)
                 if cause is BuiltInCause.REGROW:
                     self.regrow_restarts_cut_short += 1
                     stopped_until = stop
-                planned, cause = False, BuiltInCause.FAILURE
+                detects, cause = True, BuiltInCause.FAILURE
                 continue
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
             self._relaunch(end, replicas)
             self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
             return
+
+    def _rejoin_due(self, rendezvous: float, end: float, replicas: int) -> float:
+        """When a restart that formed its group on ``replicas`` at ``rendezvous`` re-forms it, during launch,
+        checkpoint load or warm-up (before ``end``): with `regrow: on_repair`, at the return of the host with which
+        the hosts back fill a larger size whose GPUs all have a route, as torchelastic agents restart their
+        workers when a node waits at the rendezvous; never with `next_restart` (hosts back wait for the next
+        restart), at full size, or when that size has no route."""
+        if self.plan.regrow is not Regrow.ON_REPAIR or replicas == self.plan.replicas:
+            return INF
+        larger = next(size for size in self.plan.sizes if size > replicas)
+        need = self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
+        back = self._returns(need) if need > 0 else INF
+        if not rendezvous + EPS < back < end or self.plan.costs(self._state(larger)) is None:
+            return INF
+        return back
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
