@@ -228,11 +228,14 @@ def test_the_console_prints_the_parameter_server_figures(tmp_path, capsys):
     assert "pipeline bubble" not in out
 
 
-def test_no_job_simulation_over_parameter_server_iterations(tmp_path, capsys):
+@pytest.mark.parametrize("restart", ["", "restart: {elastic: true, min_replicas: 2}\n"], ids=["plain", "elastic"])
+def test_no_job_simulation_over_parameter_server_iterations(tmp_path, capsys, restart):
+    """Refused at load, an elastic job too: the memory check of an elastic job's smaller sizes
+    (reliability/elastic.py) resolves a dense step, and so never meets a parameter-server one."""
     from simulator.cli import main
 
     path = tmp_path / "job.yaml"
-    path.write_text(scenario() + "run: {horizon: 1 d}\n")
+    path.write_text(scenario() + "run: {horizon: 1 d}\n" + restart)
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
     assert f"{path}:9: run.horizon: a job simulation repeats one training step" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

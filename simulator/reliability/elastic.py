@@ -129,7 +129,7 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     for size in reversed(sizes[:-1]):
         _check_batch(loaded, layout.dp, microbatches, size)
         memory = located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
-        if memory is not None and memory[0] > memory[1]:
+        if memory[0] > memory[1]:
             out_of_memory.append((size, memory[0]))
             capacity = memory[1]
         else:
@@ -157,16 +157,13 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
                            f"keep_per_replica, or restart.min_replicas above {size}")
 
 
-def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int
-                ) -> tuple[float, float] | None:
+def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> tuple[float, float]:
     """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
-    and the GPU's, in bytes (None for a parameter-server job, whose step is not built here); an error names
-    the size and the `min_replicas` that avoids it."""
+    and the GPU's, in bytes; an error names the size and the `min_replicas` that avoids it. A parameter-server
+    scenario never gets here: it has no job simulation (the schema refuses `run.horizon` with parameter servers)."""
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, dp, microbatches, size))
     try:
         topology = scenario_topology(shrunk)
-        if shrunk.scenario.uses_parameter_servers:
-            return None
         step = located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
