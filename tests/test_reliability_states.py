@@ -371,8 +371,9 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
     layers (with more than one replica) stay. 11.66e9 parameters: 58.0 GiB on 4, 74.3 GiB on 3, 106.8 GiB on
     2 and 197.8 GiB on 1 (no gathered layers): an H100 holds 79.6 GiB, so the job runs on 3 and 4 and skips 1
     and 2 (it ran on them, out of memory, with a warning at most). With 8 layers it fits on no smaller size:
-    refused at its `min_replicas` line, naming 3 replicas' 95.3 GiB (15.28e9 parameters: 85.4 GiB of states,
-    6.75 GiB of gathered layers and 3.16 GiB of activations), before any step."""
+    refused at `restart.elastic` (it was `min_replicas`, which cannot help), naming 3 replicas' 95.3 GiB
+    (15.28e9 parameters: 85.4 GiB of states, 6.75 GiB of gathered layers and 3.16 GiB of activations), before
+    any step."""
     job = simulate_job(scenario_from_text(ZERO3_JOB))
     replicas, healthy = job.summary["replicas"], job.step_summary
     params = resolve_model(scenario_from_text(ZERO3_JOB).scenario).num_params()
@@ -399,10 +400,36 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
     scenario, error = run_refused(tmp_path, capsys, text)
     line = text.splitlines().index("restart: {elastic: true, min_replicas: 2}") + 1
     assert error == (
-        f"error: {scenario}:{line}: restart.min_replicas: the elastic job fits in GPU memory on none of its "
+        f"error: {scenario}:{line}: restart.elastic: the elastic job fits in GPU memory on none of its "
         "smaller sizes: shrunk to 3 replicas it needs 95.3 GiB per GPU, the GPU holds 79.6 GiB (allowed: less "
         "memory per GPU on fewer replicas (recompute, more tp or pp, a smaller micro_batch), or "
         "restart.elastic: false)\n")
+
+
+def test_an_elastic_job_whose_layout_is_out_of_memory_is_warned_as_a_plain_one(tmp_path, capsys):
+    """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of
+    states per GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out-
+    of-memory warning a plain run gives (before, a job run gave none); the elastic one gets the same verdict, and
+    runs on 4 replicas only, its smaller sizes (more states per GPU) skipped. Before, it was refused at
+    restart.min_replicas, a field it does not set. `validate --strict` refuses both at parallelism, as a plain
+    run's layout."""
+    text = ZERO3_JOB.replace("layers: 6", "layers: 12")
+    params = resolve_model(scenario_from_text(text).scenario).num_params()
+    assert 18 * params / 4 / GIB == pytest.approx(94.4, abs=0.05)
+    warnings = {}
+    for name, job in (("plain", text.replace("restart: {elastic: true}", "")), ("elastic", text)):
+        scenario = tmp_path / f"{name}.yaml"
+        scenario.write_text(job)
+        assert main(["run", str(scenario), "--out", str(tmp_path / name), "--quiet"]) == 0
+        warnings[name] = capsys.readouterr().err
+        summary = orjson.loads((tmp_path / name / "job_summary.json").read_bytes())
+        assert summary["replicas"]["sizes"] == [4]
+        assert main(["validate", str(scenario), "--strict"]) == 2
+        line = job.splitlines().index("parallelism: {dp: 4, zero: 3}") + 1
+        assert f"{scenario}:{line}: parallelism: OUT OF MEMORY: 105.8 GiB needed" in capsys.readouterr().err
+    assert warnings["plain"] == warnings["elastic"]
+    assert "warning: OUT OF MEMORY: 105.8 GiB needed" in " ".join(warnings["plain"].split())
+    assert list(summary["replicas"]["out_of_memory_gib"]) == ["1", "2", "3"]
 
 
 def test_an_elastic_moe_job_runs_on_the_sizes_ep_splits():

@@ -16,7 +16,9 @@ would fail its restart). With too few hosts for the smallest it waits for repair
 at load, before any step is simulated: its micro-batch count (keep_global), its cluster built and its step
 resolved (layout, schedule, sharding, experts: `build_training_step`, no op built) with its peak memory per
 GPU (the step summary's), so a constraint that breaks as DP shrinks is one located line naming the size, not
-an error when the job first shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits.
+an error when the job first shrinks, deep into a run, and so is an elastic job none of whose smaller sizes fits
+while its layout does. A layout that does not fit itself gets a plain job's verdict, a warning (its step's
+out-of-memory line), not a refusal: the job runs on it and the smaller sizes that fit, if any.
 """
 
 from __future__ import annotations
@@ -104,7 +106,8 @@ def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
 
 def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
-    an elastic job that fits in GPU memory on none of its smaller sizes."""
+    an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
+    does not is warned about as a plain job is, by its step's summary)."""
     scenario = loaded.scenario
     restart = scenario.restart
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
@@ -128,19 +131,19 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     fitting, out_of_memory, capacity = [layout.dp], [], 0.0
     for size in reversed(sizes[:-1]):
         _check_batch(loaded, layout.dp, microbatches, size)
-        memory = located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches, size))
-        if memory[0] > memory[1]:
-            out_of_memory.append((size, memory[0]))
-            capacity = memory[1]
+        peak, capacity = located(loaded, partial(_check_size, loaded, topology.num_hosts, layout.dp, microbatches,
+                                                 size))
+        if peak > capacity:
+            out_of_memory.append((size, peak))
         else:
             fitting.append(size)
-    if len(fitting) == 1 and out_of_memory:
+    if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology)[0] <= capacity:
         largest, peak = out_of_memory[0]
-        raise loaded.error(("restart", "min_replicas"), f"the elastic job fits in GPU memory on none of its "
+        raise loaded.error(("restart", "elastic"), f"the elastic job fits in GPU memory on none of its "
                            f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
                            f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
                            "(recompute, more tp or pp, a smaller micro_batch), or restart.elastic: false")
-    return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity)
+    return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
 
 
 def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) -> None:
@@ -159,15 +162,20 @@ def _check_batch(loaded: LoadedScenario, dp: int, microbatches: int, size: int) 
 
 def _check_size(loaded: LoadedScenario, hosts: int, dp: int, microbatches: int, size: int) -> tuple[float, float]:
     """Build the cluster of the job shrunk to ``size`` replicas and resolve its step: its peak memory per GPU
-    and the GPU's, in bytes; an error names the size and the `min_replicas` that avoids it. A parameter-server
-    scenario never gets here: it has no job simulation (the schema refuses `run.horizon` with parameter servers)."""
+    and the GPU's (`_peak_memory`); an error names the size and the `min_replicas` that avoids it."""
     shrunk = replace(loaded, scenario=shrunk_scenario(loaded.scenario, hosts, dp, microbatches, size))
     try:
-        topology = scenario_topology(shrunk)
-        step = located(shrunk, lambda: build_training_step(shrunk.scenario, topology, Path(loaded.source).parent))
+        return _peak_memory(shrunk, scenario_topology(shrunk))
     except InputError as error:
         allowed = f"{error.allowed}; or " if error.allowed else ""
         raise type(error)(f"the elastic job shrunk to {counted(size, 'replica')} ({size * (hosts // dp)} hosts): "
                           f"{error.problem}", field=error.field, file=error.file, line=error.line,
                           allowed=f"{allowed}restart.min_replicas above {size}") from None
-    return max(breakdown.total for breakdown, _ in stage_memory(shrunk.scenario, step)), step.gpu.hbm_bytes
+
+
+def _peak_memory(loaded: LoadedScenario, topology: Topology) -> tuple[float, float]:
+    """The scenario's step resolved on ``topology`` (no op built): its peak memory per GPU, as the step summary
+    gives it, and the GPU's, in bytes. A parameter-server scenario never gets here: it has no job simulation
+    (the schema refuses `run.horizon` with parameter servers)."""
+    step = located(loaded, lambda: build_training_step(loaded.scenario, topology, Path(loaded.source).parent))
+    return max(breakdown.total for breakdown, _ in stage_memory(loaded.scenario, step)), step.gpu.hbm_bytes
