@@ -213,10 +213,11 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
 
 
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
-                 guard: UnfoldingGuard | None = None) -> StepProgram:
+                 guard: UnfoldingGuard | None = None, lanes: bool = False) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file).
-    ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded."""
+    ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded;
+    ``lanes`` folds the transformer's step by CP lane (parallel/lanes.py)."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent
@@ -233,7 +234,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     from simulator.workload.transformer_program import transformer_program
 
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
-                                                       guard=guard))
+                                                       guard=guard, lanes=lanes))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
@@ -318,8 +319,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                       prepared: PreparedStep | None = None) -> Result:
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
-    groups (engine/lockstep.py) is run again unfolded; where only pipeline hand-offs did and ``guard`` refuses
-    the step unfolded, the folded run stands with a warning."""
+    groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
+    rank per CP lane (`fold_policy.lane_step`: the unfolded run's timeline where its own mirrors keep pace, at a
+    fraction of its cost); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
+    folded run stands with a warning."""
     from simulator.engine.fold_policy import unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -343,8 +346,13 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 raise
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
-            step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
-            summary, log, _ = run(step)
+            by_lane = None if kept_pace.collectives else _by_lane(loaded, topology, step, faults.plan, run)
+            if by_lane is not None:
+                step, summary, log = by_lane
+                summary["fold_lanes_reason"] = out_of_step
+            else:
+                step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
+                summary, log, _ = run(step)
     program, blocker = step.program, step.off_reason
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
@@ -365,6 +373,20 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
     return result
+
+
+def _by_lane(loaded: LoadedScenario, topology: Topology, folded: FoldedStep, faults: StepFaultPlan,
+             run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]]) -> tuple[FoldedStep, dict, EventLog] | None:
+    """The stage-``folded`` step run again with one rank per CP lane (`fold_policy.lane_step`) and its summary and
+    log, where lanes apply and no mirror of that run fell out of step (it is then the unfolded run), else None."""
+    from simulator.engine.fold_policy import lane_step
+
+    lanes = located(loaded, lambda: lane_step(lambda: step_program(loaded, topology, fold=True, lanes=True),
+                                              folded, faults))
+    if lanes is None:
+        return None
+    summary, log, kept_pace = run(lanes)
+    return None if kept_pace.collectives or kept_pace.hand_offs else (lanes, summary, log)
 
 
 @collector_paused()

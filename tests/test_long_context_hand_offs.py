@@ -1,9 +1,9 @@
 """The published long-context row (TP 8, CP 16, PP 16, DP 8 on 2,048 DGX H100) folds inexactly, and why: its
 pipeline hand-offs between two leaf groups hash onto the spines unevenly across the CP lanes of a stage. These
 tests pin the cause on the fabric's routes and the spread the folded run reports, so that a change to either
-is noticed, and, on a small analogue that runs unfolded in seconds, what an exact fold would need: the folded
-run replayed lane by lane is the unfolded one without SM contention, not with it (docs/architecture.md, rank
-folding: lockstep)."""
+is noticed, and, on a small analogue that runs unfolded in seconds, what an exact fold needs: the run folded
+by stage replayed lane by lane is the unfolded one without SM contention, not with it, and the run folded by
+CP lane (parallel/lanes.py) is the unfolded one with it (docs/architecture.md, rank folding: lockstep)."""
 
 from __future__ import annotations
 
@@ -206,6 +206,35 @@ def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfo
     assert figures["exposed_comm_s"] == unfolded.summary["exposed_comm_s"]
     assert figures["comm_ratio"] == unfolded.summary["comm_ratio"]
     assert bubble_fraction(replayed) == unfolded.summary["bubble_fraction"]
+
+
+def test_the_step_folded_by_lane_is_the_unfolded_one_row_for_row_with_sm_contention():
+    """What the stage fold cannot play, one rank per CP lane can (parallel/lanes.py): the small analogue with SM
+    contention on runs folded by stage, its hand-offs fall out of step, and it runs again with the 16 ranks of
+    rail 0 (4 stages x 4 lanes), each lane's compute slowed by its own hand-offs' SMs; no mirror of that run
+    falls out of step (the rails hash alike, the replicas are images). Its op rows, each repeated on the 8 rails
+    of its lane, are every op row of the 128 GPUs of the unfolded run to the bit, and so is the step; the
+    per-GPU figures are the unfolded ones up to the order of the sums (mean over 16 ranks against 128)."""
+    loaded = scenario_from_text(SMALL_ANALOGUE, "inline.yaml", [])
+    lanes = simulate(loaded)
+    unfolded = simulate(scenario_from_text(SMALL_ANALOGUE, "inline.yaml", ["run.fold=false"]))
+    assert lanes.summary["folded"] and lanes.summary["simulated_ranks"] == 16 and not lanes.summary["warnings"]
+    assert lanes.summary["fold_lanes_reason"].startswith(
+        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.44523 and 4.59569 ms")
+    assert lanes.summary["step_time_s"] == unfolded.summary["step_time_s"]
+    columns = (*MATCHED, "start_s", "end_s")
+    rows = lanes.log.op_columns(columns)
+    rails = np.tile(np.arange(8), len(rows["rank"]))
+    on_rails = {name: np.repeat(np.asarray(column), 8) for name, column in rows.items()}
+    on_rails["rank"] = on_rails["rank"] + rails
+    ours, truth = _in_order(on_rails), _in_order(unfolded.log.op_columns(columns))
+    for column in columns:
+        assert np.array_equal(ours[column], truth[column])
+    for figure in ("exposed_comm_s", "traffic_bytes_per_gpu"):
+        assert lanes.summary[figure] == pytest.approx(unfolded.summary[figure], rel=1e-12)
+    assert lanes.summary["bubble_fraction"] == pytest.approx(unfolded.summary["bubble_fraction"], rel=1e-12)
+    lost = lanes.summary["sm_contention"]["compute_slowdown_s"]
+    assert lost == pytest.approx(unfolded.summary["sm_contention"]["compute_slowdown_s"], rel=1e-12)
 
 
 def test_sm_contention_makes_a_lanes_compute_depend_on_its_own_hand_offs():

@@ -8,7 +8,9 @@ whose traffic meets no other's on the flow model). A check that fails rebuilds t
 the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
 folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
-so that a step too large unfolded is refused (scale.py) before it takes minutes or memory.
+so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
+only mirrors out of step were pipeline hand-offs, `lane_step` is tried before unfolding: one rank per CP lane of
+each stage (parallel/lanes.py), the unfolded run where its own mirrors keep pace, at a fraction of its cost.
 """
 
 from __future__ import annotations
@@ -135,6 +137,21 @@ def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans:
         if unfolding is not None:
             return unfolded_step(build, faults, unfolding, guard)
     return FoldedStep(program, shapes, order, slowdowns, blocker)
+
+
+def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, faults: StepFaultPlan) -> FoldedStep | None:
+    """The step with one rank per CP lane of each stage (``build_lanes()``, parallel/lanes.py), to run where the
+    stage-folded ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
+    stand for them: no CP lanes, no layout (a trace), expert groups (whose images lanes do not select), or step
+    faults (their stragglers fold onto the stages' representatives)."""
+    program = folded.program
+    layout = program.layout
+    if layout is None or layout.cp == 1 or "moe" in program.details or "trace" in program.details \
+            or not faults.empty:
+        return None
+    lanes = build_lanes()
+    shapes, order = program_indexes(lanes)
+    return FoldedStep(lanes, shapes, order, faults.slowdown_of(), "")
 
 
 def unfolded_step(build: Callable[[bool], StepProgram], faults: StepFaultPlan, unfolding: Unfolding,

@@ -17,6 +17,7 @@ from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoi
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker, gathered_kv_op
 from simulator.parallel.folding import mirror_images, representatives
+from simulator.parallel.lanes import lane_images, lane_representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
@@ -76,12 +77,15 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
     run the same program at the same times); collectives still span their full groups and carry mirrors, the
-    same collective of every folded replica, so links shared between replicas carry all of their traffic.
+    same collective of every folded replica, so links shared between replicas carry all of their traffic. With
+    ``lanes`` too, one rank per CP lane of each stage gets a program, and only TP rails and DP replicas are
+    folded (parallel/lanes.py).
     """
 
-    def __init__(self, plan: StepPlan, *, fold: bool = False):
+    def __init__(self, plan: StepPlan, *, fold: bool = False, lanes: bool = False):
         self.plan = plan
         self.fold = fold
+        self.lanes = lanes and fold
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._peers: dict[tuple[int, int], int] = {}
         self.ops: list[Op] = []
@@ -157,13 +161,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return [*deps, self._compute_waits.pop(rank)]
 
     def representatives(self) -> list[int]:
-        """The ranks that get a program: all of them, or with folding one per pipeline stage."""
+        """The ranks that get a program: all of them, or with folding one per pipeline stage (per CP lane of a
+        stage with ``lanes``)."""
+        if self.lanes:
+            return lane_representatives(self.plan.layout)
         return representatives(self.plan.layout, self.fold)
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         mirrors = self._mirror_cache.get(group)
         if mirrors is None:
-            mirrors = self._mirror_cache[group] = mirror_images(self.plan.layout, group)
+            images = lane_images if self.lanes else mirror_images
+            mirrors = self._mirror_cache[group] = images(self.plan.layout, group)
         return mirrors
 
     def build(self) -> list[Op]:

@@ -25,16 +25,17 @@ from simulator.workload.training import build_training_step
 
 
 def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, *, fold: bool,
-                        guard: UnfoldingGuard | None = None) -> StepProgram:
+                        guard: UnfoldingGuard | None = None, lanes: bool = False) -> StepProgram:
     """The scenario's training step as a step program; ``base_dir`` is the scenario's folder (custom schedule
     tables are looked up there), ``fold`` simulates one representative rank per pipeline stage where the plan's
-    ranks of a stage do the same work (``guard`` hears why not before the program is built unfolded)."""
+    ranks of a stage do the same work (``guard`` hears why not before the program is built unfolded), with
+    ``lanes`` one per CP lane of each stage (parallel/lanes.py)."""
     step = build_training_step(scenario, topology, base_dir)
     blocker = plan_fold_blocker(step.plan) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("plan", blocker))
     fold = fold and not blocker
-    builder = ProgramBuilder(step.plan, fold=fold)
+    builder = ProgramBuilder(step.plan, fold=fold, lanes=lanes)
     ops = builder.build()
     layout = step.plan.layout
     ranks = tuple(builder.representatives())
