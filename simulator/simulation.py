@@ -346,7 +346,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 raise
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
-            by_lane = None if kept_pace.collectives else _by_lane(loaded, topology, step, faults.plan, run)
+            by_lane = None if kept_pace.collectives else _by_lane(loaded, topology, prepared, faults.plan, run)
             if by_lane is not None:
                 step, summary, log = by_lane
                 summary["fold_lanes_reason"] = out_of_step
@@ -375,14 +375,17 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     return result
 
 
-def _by_lane(loaded: LoadedScenario, topology: Topology, folded: FoldedStep, faults: StepFaultPlan,
+def _by_lane(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep, faults: StepFaultPlan,
              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]]) -> tuple[FoldedStep, dict, EventLog] | None:
-    """The stage-``folded`` step run again with one rank per CP lane (`fold_policy.lane_step`) and its summary and
-    log, where lanes apply and no mirror of that run fell out of step (it is then the unfolded run), else None."""
+    """The ``prepared`` step, folded by stage, run again with one rank per CP lane (`fold_policy.lane_step`) and
+    its summary and log, where lanes apply and no mirror of that run fell out of step (it is then the unfolded
+    run), else None."""
     from simulator.engine.fold_policy import lane_step
 
+    settings = prepared.settings
     lanes = located(loaded, lambda: lane_step(lambda: step_program(loaded, topology, fold=True, lanes=True),
-                                              folded, faults))
+                                              prepared.step, prepared.plans, settings.mode,
+                                              dict(settings.efficiency), faults))
     if lanes is None:
         return None
     summary, log, kept_pace = run(lanes)

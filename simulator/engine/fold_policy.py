@@ -139,11 +139,13 @@ def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans:
     return FoldedStep(program, shapes, order, slowdowns, blocker)
 
 
-def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, faults: StepFaultPlan) -> FoldedStep | None:
+def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
+              efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
     """The step with one rank per CP lane of each stage (``build_lanes()``, parallel/lanes.py), to run where the
     stage-folded ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
-    stand for them: no CP lanes, no layout (a trace), expert groups (whose images lanes do not select), or step
-    faults (their stragglers fold onto the stages' representatives)."""
+    stand for them: no CP lanes, no layout (a trace), expert groups (whose images lanes do not select), step
+    faults (their stragglers fold onto the stages' representatives), or a lane's collectives whose mirrors would
+    meet the links otherwise than they do (`fold_verdict`, the stage fold's rule)."""
     program = folded.program
     layout = program.layout
     if layout is None or layout.cp == 1 or "moe" in program.details or "trace" in program.details \
@@ -151,7 +153,8 @@ def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, faults
         return None
     lanes = build_lanes()
     shapes, order = program_indexes(lanes)
-    return FoldedStep(lanes, shapes, order, faults.slowdown_of(), "")
+    slowdowns, unfolding = fold_verdict(lanes, plans, mode, efficiency, faults, shapes, order)
+    return FoldedStep(lanes, shapes, order, slowdowns, "") if unfolding is None else None
 
 
 def unfolded_step(build: Callable[[bool], StepProgram], faults: StepFaultPlan, unfolding: Unfolding,
