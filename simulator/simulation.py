@@ -186,6 +186,24 @@ def alone_seconds(topology: Topology, settings: NetworkSettings, plans: list[lis
     return env.now
 
 
+def together_ends(topology: Topology, settings: NetworkSettings, plans: list[list[Phase]]) -> tuple[float, ...]:
+    """When each of ``plans``, started together on an otherwise idle network, ends (seconds after the start),
+    as the engine runs collectives that overlap on different streams: the layout search charges the SMs of a
+    collective that shares its links for as long as it runs."""
+    env = simpy.Environment()
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode)
+    ends = [0.0] * len(plans)
+
+    def run(index: int, phases: list[Phase]):
+        yield env.process(run_plan(env, network, topology, phases, ""))
+        ends[index] = env.now
+
+    for index, phases in enumerate(plans):
+        env.process(run(index, phases))
+    env.run()
+    return tuple(ends)
+
+
 def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:
     scenario = loaded.scenario
     efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))

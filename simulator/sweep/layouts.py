@@ -5,6 +5,7 @@ survivors before the simulator decides."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -20,13 +21,13 @@ from simulator.parallel.experts import ep_group, expert_gradient_reduction, expe
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
-from simulator.parallel.work import Block, gradient_buckets, layer_units
+from simulator.parallel.work import Block, TpPattern, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.base import stage_rank
 from simulator.schedules.hand_offs import exposed_hand_offs
 from simulator.schedules.registry import serves_chunks
-from simulator.simulation import NetworkSettings, alone_seconds, plan_cache
+from simulator.simulation import NetworkSettings, alone_seconds, plan_cache, together_ends
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import (
     RECOMPUTES,
@@ -45,6 +46,8 @@ from simulator.workload.training import TrainingStep, build_training_step
 GIB = 2.0**30
 CollectiveShape = tuple[Primitive, tuple[int, ...], float]
 """A collective as `CollectiveTimes` times it: (op, group, bytes per rank)."""
+Span = tuple[float, tuple[CollectiveShape, ...]]
+"""Seconds during which the collectives named run beside the compute (`sharded_microbatch_spans`)."""
 PASSES = (Pass.FORWARD, Pass.BACKWARD, Pass.RECOMPUTE)
 """The passes of a block a micro-batch runs (the recompute where it has one)."""
 
@@ -182,22 +185,23 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
 
 def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
                     share: SmShare | None = None) -> float:
-    """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it
-    and timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other
-    groups' copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the
-    compute are charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per
-    micro-batch, each pipeline rank's kernels plus its blocking TP and CP collectives
-    (`blocking_collectives_s`) and its MoE blocks' all-to-alls (`expert_exchange_s`); under ZeRO-3 its units'
-    parameter gathers and per-micro-batch reduce-scatters (`data_parallel_s`) run beside that work, slowing its
-    kernels, FSDP's gradient copies (`grad_copies_s`) join it, and the longer of the two fills the
-    micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the pipeline's fill
-    and drain (divided by v under interleaving), and the stage-to-stage sends that ``schedule`` (the pipeline
-    schedule's name) leaves exposed (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group
-    leaves after the last backward (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk 0
-    after it, `chunk_reductions_s`), the routed experts' reduction and gather (`expert_state_s`), the optimizer
-    step and ZeRO-1/2's parameter all-gather after it. Pipelined FSDP's once-per-step gathers add what they
-    delay the pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which
-    hold its compute stream amid the drain, the longest rank's for each chunk."""
+    """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it and
+    timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other groups'
+    copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the compute are
+    charged by the engine's rule (`SmShare.overlap_delay`; ``share`` None: not at all). Per micro-batch, each
+    pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
+    all-to-alls (`expert_exchange_s`); under ZeRO-3 its units' parameter gathers and per-micro-batch reduce-scatters
+    (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
+    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`) and its compute's waits for the previous unit's
+    reduce-scatter (`reduce_scatter_waits_s`) join it, and the longer of the two fills the micro-batch's slot. The
+    slowest rank's slot comes m times, the others' once each for the pipeline's fill and drain (divided by v under
+    interleaving), and the stage-to-stage sends that ``schedule`` (the pipeline schedule's name) leaves exposed
+    (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group leaves after the last backward
+    (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`),
+    the routed experts' reduction and gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter
+    all-gather after it. Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
+    (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid the
+    drain, the longest rank's for each chunk."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     slots, tails, backwards, gathers = [], [], [], []
@@ -212,16 +216,16 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
         work = compute + expert_exchange_s(step, times, pp_rank) + sum(
             blocking_collectives_s(plan, times, block, rank, share=share) for block in blocks)
         params = sum(block.params for block in blocks)
-        units = sharded_units(plan, blocks) if sharding.stage == 3 else [params]
-        gather = (data_parallel_s(plan, times, rank, "all_gather", units, sharding.param_bytes)
+        gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
                   if sharding.stage in (1, 2) else 0.0)
         if sharding.stage == 3:
-            beside = sharded_microbatch_s(plan, times, rank, units)
-            if share is not None and beside > 0 and compute > 0:
-                group = layout.combined_group(("dp", "cp"), rank)
-                held = times.sms("all_gather", group, max(units) * sharding.param_bytes, share)
-                work += share.overlap_delay(beside, held, compute, sm_bound / compute)
-            work = max(work + grad_copies_s(plan, params) / plan.microbatches, beside)
+            unit_work = sharded_unit_work(plan, times, rank, blocks)
+            spans = sharded_microbatch_spans(plan, times, rank, unit_work)
+            beside = sum(seconds for seconds, _ in spans)
+            if share is not None and compute > 0:
+                work += sharded_toll_s(spans, times, share, compute, sm_bound / compute)
+            work = max(work + grad_copies_s(plan, params) / plan.microbatches
+                       + reduce_scatter_waits_s(plan, times, rank, unit_work), beside)
         backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
         backwards.append(backward)
@@ -453,26 +457,106 @@ def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primi
     return sum(times.seconds(op, group, params * bytes_per_param) for params in units) if len(group) > 1 else 0.0
 
 
-def sharded_microbatch_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[float]) -> float:
-    """Seconds per micro-batch of ZeRO-3's collectives beside the compute on ``rank``: each of ``units``
-    gathered for its forward and again for its backward (once per step when it stays gathered under
-    pipelining), the backward's gather running together with the unit's gradient reduce-scatter on the other
-    stream (`CollectiveTimes.together`) unless FSDP's no-sync defers that to the step's end."""
+@dataclass(frozen=True)
+class ShardedUnit:
+    """One unit ZeRO-3 gathers and reduce-scatters on its own (`sharded_units`), with its kernels and blocking
+    TP and CP collectives per micro-batch: in the forward, and in the backward (its recompute included) with its
+    gradients' FSDP copies; ``head`` where it holds the output layer, which FSDP keeps gathered from its forward
+    to its backward."""
+
+    params: float
+    forward_s: float
+    backward_s: float
+    head: bool
+
+
+def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block]) -> list[ShardedUnit]:
+    """The units of ``blocks`` on ``rank`` in forward order, as the program builder splits them: one FSDP unit
+    per layer (a layer's blocks together), else (DeepSpeed) one block at a time."""
+    grouped: dict[int, list[Block]] = {}
+    for index, block in enumerate(blocks):
+        grouped.setdefault(block.layer if plan.sharding.gather_per_layer else index, []).append(block)
+    backward = (Pass.BACKWARD, Pass.RECOMPUTE)
+    return [ShardedUnit(
+        params=sum(block.params for block in unit),
+        forward_s=sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
+                      for block in unit),
+        backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
+                       + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
+        + grad_copies_s(plan, sum(block.params for block in unit)) / plan.microbatches,
+        head=any(block.tp_pattern is TpPattern.HEAD for block in unit)) for unit in grouped.values()]
+
+
+def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
+                             units: list[ShardedUnit]) -> list[Span]:
+    """ZeRO-3's collectives beside the compute on ``rank`` per micro-batch, as spans of (seconds, the collectives
+    running in them). Each of ``units`` (forward order) is gathered for its forward and, but the head, again for
+    its backward (once per step when it stays gathered under pipelining). Reduce-scattering every
+    micro-batch, the backward gathers the second unit as the first starts and each later one as the unit two
+    before it (in backward order) finishes, beside that unit's reduce-scatter on the other stream
+    (`CollectiveTimes.together`: both while the shorter runs, then the longer alone); FSDP's no-sync defers the
+    reduce-scatters to the step's end."""
     sharding = plan.sharding
     group = plan.layout.combined_group(("dp", "cp"), rank)
     if len(group) == 1:
+        return []
+    shaped = [u for u in units if u.params > 0]
+    gathers: list[CollectiveShape] = [("all_gather", group, u.params * sharding.param_bytes) for u in shaped]
+    reductions: list[CollectiveShape] = [(sharding.grad_reduction, group, u.params * sharding.grad_bytes)
+                                         for u in shaped]
+    if not sharding.reshard_after_forward:
+        return [(times.seconds(*r), (r,)) for r in reductions] if sharding.reduce_every_microbatch else []
+    spans: list[Span] = [(times.seconds(*g), (g,)) for g in gathers]
+    regathered = [g for g, u in zip(gathers, shaped) if not (u.head and sharding.gather_per_layer)]
+    if not sharding.reduce_every_microbatch:
+        return spans + [(times.seconds(*g), (g,)) for g in regathered]
+    backward_gathers, backward_reductions = regathered[::-1], reductions[::-1]
+    spans.append((times.seconds(*backward_gathers[0]), (backward_gathers[0],)))
+    for index, reduction in enumerate(backward_reductions):
+        gather = backward_gathers[index + 1] if index + 1 < len(backward_gathers) else None
+        if gather is None:
+            spans.append((times.seconds(*reduction), (reduction,)))
+            continue
+        gathered, reduced = times.together(gather, reduction)
+        spans += [(min(gathered, reduced), (gather, reduction)),
+                  (abs(reduced - gathered), (reduction,) if reduced > gathered else (gather,))]
+    return spans
+
+
+def reduce_scatter_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
+    """Seconds per micro-batch PyTorch FSDP's compute stream waits for reduce-scatters on ``rank`` when it
+    reduce-scatters every micro-batch's gradients: after each unit's backward the compute waits for the
+    previous unit's reduce-scatter (`_grads_done`, FSDP2's post-backward), which started as that unit's backward
+    ended, so a reduce-scatter longer than the next unit's backward (``units`` in forward order) holds the
+    compute by the difference. The one beside it is the gather `sharded_microbatch_spans` pairs it with; the
+    last unit's is waited for only in the next micro-batch (the step's last: `reduction_tail_s`)."""
+    sharding = plan.sharding
+    group = plan.layout.combined_group(("dp", "cp"), rank)
+    if not (sharding.fsdp and sharding.reduce_every_microbatch) or len(group) == 1:
         return 0.0
-    seconds = 0.0
-    for params in units:
-        gather: CollectiveShape = ("all_gather", group, params * sharding.param_bytes)
-        reduction: CollectiveShape = (sharding.grad_reduction, group, params * sharding.grad_bytes)
-        if not sharding.reshard_after_forward:
-            seconds += times.seconds(*reduction) if sharding.reduce_every_microbatch else 0.0
-        elif sharding.reduce_every_microbatch:
-            seconds += times.seconds(*gather) + times.together(gather, reduction)
-        else:
-            seconds += 2.0 * times.seconds(*gather)
-    return seconds
+    backward = [u for u in reversed(units) if u.params > 0]
+    regathered = [u for u in backward if sharding.reshard_after_forward and not u.head]
+    waits = 0.0
+    for index, (unit, following) in enumerate(zip(backward, backward[1:])):
+        reduction: CollectiveShape = (sharding.grad_reduction, group, unit.params * sharding.grad_bytes)
+        beside = regathered[index + 1] if index + 1 < len(regathered) else None
+        reduced = (times.together(("all_gather", group, beside.params * sharding.param_bytes), reduction)[1]
+                   if beside is not None else times.seconds(*reduction))
+        waits += max(reduced - following.backward_s, 0.0)
+    return waits
+
+
+def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
+                   compute_s: float, sm_bound: float) -> float:
+    """Seconds ZeRO-3's collectives beside ``compute_s`` seconds of kernels (SM-bound for the share
+    ``sm_bound``) add to them by the SMs their NCCL kernels hold (`SmShare.overlap_delay`), span by span of
+    ``spans`` (`sharded_microbatch_spans`): where the backward's gather and reduce-scatter run together, both
+    kernels' SMs; at most what the compute loses run under the most held throughout."""
+    held = [sum(times.sms(*shape, share) for shape in running) for _, running in spans]
+    if not spans or compute_s <= 0:
+        return 0.0
+    total = sum(share.overlap_delay(seconds, sms, compute_s, sm_bound) for (seconds, _), sms in zip(spans, held))
+    return min(total, share.overlap_delay(math.inf, max(held), compute_s, sm_bound))
 
 
 def grad_copies_s(plan: StepPlan, params: float) -> float:
@@ -536,6 +620,7 @@ class CollectiveTimes:
         self.settings = settings
         self._plans = plan_cache(topology, settings)
         self._seconds: dict[tuple, float] = {}
+        self._ends: dict[tuple[CollectiveShape, ...], tuple[float, ...]] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
@@ -548,13 +633,13 @@ class CollectiveTimes:
             self._seconds[key] = alone_seconds(self.topology, self.settings, [self._plans.phases(item, group)])
         return self._seconds[key]
 
-    def together(self, *shapes: CollectiveShape) -> float:
-        """Seconds the collectives ``shapes`` (op, group, bytes per rank) take started together on the idle
+    def together(self, *shapes: CollectiveShape) -> tuple[float, ...]:
+        """When each of the collectives ``shapes`` (op, group, bytes per rank) ends, started together on the idle
         network, sharing its links as the engine shares them between collectives on different streams."""
-        if shapes not in self._seconds:
-            self._seconds[shapes] = alone_seconds(self.topology, self.settings, [
+        if shapes not in self._ends:
+            self._ends[shapes] = together_ends(self.topology, self.settings, [
                 self._plans.phases(_collective(op, group, nbytes), group) for op, group, nbytes in shapes])
-        return self._seconds[shapes]
+        return self._ends[shapes]
 
     def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare) -> int:
         """The SMs the kernel of collective ``op`` over ``group``, ``nbytes`` per rank, holds on each member, as
