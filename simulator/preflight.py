@@ -51,12 +51,12 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
         plans = plan_cache(topology, settings)
         ops = located(loaded, lambda: build_comm_program(items, topology.num_gpus))
         located(loaded, lambda: plan_workload(items, ops, plans))
-        return Verdict({}, ())
+        return Verdict({}, loaded.ignored_without_a_horizon())
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
     located(loaded, lambda: plan_every_collective(program.ops, prepared.plans))
-    return Verdict(dict(program.memory), tuple(program.warnings),
+    return Verdict(dict(program.memory), (*loaded.ignored_without_a_horizon(), *program.warnings),
                    step_floor(program.ops, set(prepared.step.slowdowns)))
 
 

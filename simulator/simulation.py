@@ -424,8 +424,20 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
         guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
-        return simulate_training(loaded, topology, faults, progress, guard)
+        run = simulate_training(loaded, topology, faults, progress, guard)
+    else:
+        run = simulate_workload(loaded, workload, topology, faults, progress)
+    ignored = loaded.ignored_without_a_horizon()
+    if ignored:
+        run.summary["warnings"] = [*ignored, *run.summary.get("warnings", ())]
+    return run
+
+
+def simulate_workload(loaded: LoadedScenario, workload: list[CollectiveItem], topology: Topology,
+                      faults: FaultHooks, progress: Progress | None = None) -> Result:
+    """A communication-only run: the scenario's workload list of collectives, with its table of them."""
     from simulator.workload.comm_program import build_comm_program
+
 
     ops = located(loaded, lambda: build_comm_program(workload, topology.num_gpus))
     settings = network_settings(loaded, topology)

@@ -3,6 +3,7 @@ files; units and blast radii counted on the topology graph; failure processes ag
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -398,3 +399,28 @@ def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem,
     assert main(["run", scenario, *sets, "--out", str(out)]) == 2
     assert capsys.readouterr().err == f"error: --set {settings[-1]}: restart.spares: {problem}\n"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("setting", ["faults.rate_multiplier=2", "faults.preset=llama3", "restart.elastic=true",
+                                     "storage.capacity=1 PB", "checkpoint.interval=10 min"])
+def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys):
+    """A single step (no run.horizon) runs, but says which of its fields it ignored; it used to say nothing."""
+    field = setting.split("=")[0]
+    warning = (f"--set {setting}: {field}: only a job over weeks reads it (run.horizon); this single step "
+               "ignores it")
+    out = tmp_path / "out"
+    assert main(["run", "llama3-8b-dgx-h100-dp8", "--out", str(out), "--set", setting, "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"warning: {warning}"]
+    assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
+    assert main(["validate", "llama3-8b-dgx-h100-dp8", "--set", setting, "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines() == [f"warning: {warning}"]
+
+
+def test_a_collective_list_warns_of_a_checkpoint_at_its_line(tmp_path, capsys):
+    scenario = tmp_path / "list.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 1 MiB}\n"
+                        "checkpoint:\n  interval: 10 min\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: {scenario}:5: checkpoint.interval: only a job over weeks reads it (run.horizon); this single "
+        "step ignores it"]

@@ -138,6 +138,10 @@ def _failure_preset(name: str) -> str:
     return name
 
 
+JOB_FAULT_FIELDS = frozenset({"preset", "rate_multiplier", "components", "maintenance"})
+"""The fields of `faults` that describe failure processes over a job's horizon (all but `step`)."""
+
+
 class FaultsConfig(Section):
     """Faults of a scenario: inside a step (`step`) and over the job's horizon (a `preset` table of
     component failure rates, scaled by `rate_multiplier`, with `components` added or overriding it by

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from simulator.config.bundled import resolve_scenario
+from simulator.config.faults import JOB_FAULT_FIELDS
 from simulator.config.field_paths import model_in, path_problem
 from simulator.config.schema import Scenario
 from simulator.config.sections import INT64_LIMIT, FieldProblem
@@ -93,6 +94,19 @@ class LoadedScenario:
             else:
                 return False
         return True
+
+    def ignored_without_a_horizon(self) -> tuple[str, ...]:
+        """A located warning for each field the scenario sets that only a job over weeks reads (`checkpoint`,
+        `storage`, `restart`, the failure processes of `faults`) when it has no `run.horizon`: a single step
+        ignores them, and a user who meant a job should hear so before trusting the figures."""
+        scenario = self.scenario
+        if scenario.run.horizon is not None:
+            return ()
+        paths = [(name, field) for name in ("checkpoint", "storage", "restart")
+                 for field in sorted(getattr(scenario, name).model_fields_set)]
+        paths += [("faults", field) for field in sorted(scenario.faults.model_fields_set & JOB_FAULT_FIELDS)]
+        return tuple(str(self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores "
+                                          "it")) for path in paths)
 
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
