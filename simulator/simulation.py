@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
-    from simulator.engine.fold_policy import FoldedStep
+    from simulator.engine.fold_policy import FoldedStep, StepBuilder
     from simulator.faults.step import Slowdown, StepFaultPlan
+    from simulator.parallel.folding import RankClasses
     from simulator.parallel.layout import Layout
     from simulator.program.unfolding import UnfoldingGuard
 
@@ -231,11 +232,14 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
 
 
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
-                 guard: UnfoldingGuard | None = None, lanes: bool = False) -> StepProgram:
+                 guard: UnfoldingGuard | None = None, lanes: bool = False,
+                 classes: RankClasses | None = None) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file).
     ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded;
-    ``lanes`` folds the transformer's step by CP lane (parallel/lanes.py)."""
+    ``lanes`` folds the transformer's step by CP lane (parallel/lanes.py); ``classes``: the ranks of a stage
+    the transformer's folded step simulates apart (engine/rank_classes.py, which classes only the layout's
+    representatives, never a trace's ranks)."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent
@@ -252,7 +256,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     from simulator.workload.transformer_program import transformer_program
 
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
-                                                       guard=guard, lanes=lanes))
+                                                       guard=guard, lanes=lanes, classes=classes))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
@@ -306,12 +310,12 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
 class PreparedStep:
     """A training step built, not yet run: the run's network settings, its one plan cache, its program folded
     where that is exact (`fold_policy.folded_step`) with the indexes the analyses share, and how it is built
-    (``build(fold)``; again unfolded when a folded run's mirrors fall out of step)."""
+    (``build(fold, classes)``; again unfolded when a folded run's mirrors fall out of step)."""
 
     settings: NetworkSettings
     plans: PlanCache
     step: FoldedStep
-    build: Callable[[bool], StepProgram]
+    build: StepBuilder
 
 
 def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFaultPlan,
@@ -324,8 +328,8 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
     settings = network_settings(loaded, topology)
     plans = plan_cache(topology, settings)
 
-    def build(fold: bool) -> StepProgram:
-        return step_program(loaded, topology, fold=fold, guard=guard)
+    def build(fold: bool, classes: RankClasses | None) -> StepProgram:
+        return step_program(loaded, topology, fold=fold, guard=guard, classes=classes)
 
     step = located(loaded, lambda: folded_step(build, topology, plans, settings.mode, dict(settings.efficiency),
                                                faults, loaded.scenario.run.fold, guard))

@@ -79,9 +79,9 @@ def _recording_builds(monkeypatch) -> list[bool]:
     builds: list[bool] = []
     build = simulation.step_program
 
-    def recorded(loaded, topology, *, fold, guard=None):
+    def recorded(loaded, topology, *, fold, guard=None, classes=None):
         builds.append(fold)
-        return build(loaded, topology, fold=fold, guard=guard)
+        return build(loaded, topology, fold=fold, guard=guard, classes=classes)
 
     monkeypatch.setattr(simulation, "step_program", recorded)
     return builds

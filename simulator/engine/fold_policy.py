@@ -21,15 +21,21 @@ from dataclasses import dataclass, replace
 
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
+from simulator.engine.rank_classes import rank_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
+from simulator.parallel.folding import RankClasses
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
+
+StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
+"""How a step program is built: folded or not, and with which classes of ranks simulated apart (None: one
+representative per stage)."""
 
 
 @dataclass(frozen=True)
@@ -121,17 +127,23 @@ def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrde
     return CollectiveShapes.of(program.ops), ProgramOrder(program.ops, program.async_streams)
 
 
-def folded_step(build: Callable[[bool], StepProgram], topology: Topology, plans: PlanCache, mode: NetworkMode,
+def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: NetworkMode,
                 efficiency: Mapping[str, float], faults: StepFaultPlan, fold: bool,
                 guard: UnfoldingGuard | None = None) -> FoldedStep:
-    """The step ``build(fold)`` makes, folded when ``fold`` asks for it and every check passes (`fold_blocker`,
-    then `fold_verdict`), else rebuilt unfolded; ``guard`` hears why before the unfolded program is built."""
+    """The step ``build(fold, None)`` makes, folded when ``fold`` asks for it and every check passes
+    (`fold_blocker`, then `fold_verdict`), else rebuilt unfolded; ``guard`` hears why before the unfolded
+    program is built. Folded on the flow model without step faults, it is built again with one representative
+    per class of ranks where its ranks are not all alike (`_classed_step`)."""
     blocker = fold_blocker(topology) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("cluster", blocker))
-    program = build(fold and not blocker)
+    program = build(fold and not blocker, None)
     shapes, order = program_indexes(program)
     slowdowns = faults.slowdown_of()
+    if program.folded and mode == "flow" and faults.empty:
+        classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order)
+        if classed is not None:
+            return classed
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
         if unfolding is not None:
@@ -157,13 +169,31 @@ def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, plans:
     return FoldedStep(lanes, shapes, order, slowdowns, "") if unfolding is None else None
 
 
-def unfolded_step(build: Callable[[bool], StepProgram], faults: StepFaultPlan, unfolding: Unfolding,
+def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,
+                  efficiency: Mapping[str, float], faults: StepFaultPlan, shapes: CollectiveShapes,
+                  order: ProgramOrder) -> FoldedStep | None:
+    """The step folded with one representative per class of ranks (engine/rank_classes.py) where the folded
+    ``program``'s ranks are not all alike and the classed program passes `fold_verdict`, else None (the
+    program with one rank per stage is then judged as before, and the lockstep check guards it after the run:
+    the classed program's representatives of one stage have no order between their ops, so the check of
+    unequal traffic sees more collectives that may overlap and can refuse a classed step whose single fold
+    keeps pace, as on the DeepSeek search's FSDP layouts)."""
+    classes = rank_classes(program, plans, shapes, order)
+    if classes is None:
+        return None
+    classed = build(True, classes)
+    classed_shapes, classed_order = program_indexes(classed)
+    slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
+    return None if unfolding is not None else FoldedStep(classed, classed_shapes, classed_order, slowdowns, "")
+
+
+def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfolding,
                   guard: UnfoldingGuard | None = None) -> FoldedStep:
-    """The step ``build(False)`` makes, every rank simulated, for the reason ``unfolding`` gives (``guard``
+    """The step ``build(False, None)`` makes, every rank simulated, for the reason ``unfolding`` gives (``guard``
     hears it first): a fold check failed before the run, or the folded run's mirrors fell out of step with
     their groups (engine/lockstep.py, after the run), which the checks before it cannot all foresee."""
     if guard is not None:
         guard(unfolding)
-    program = build(False)
+    program = build(False, None)
     shapes, order = program_indexes(program)
     return FoldedStep(program, shapes, order, faults.slowdown_of(), unfolding.reason)

@@ -223,7 +223,7 @@ def unequal_shapes(table: RouteTable, load: np.ndarray) -> bytes:
             + rows[np.lexsort(rows.T[::-1])].tobytes())
 
 
-def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
+def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
                  ) -> Callable[[int], list[tuple[int, ...]]]:
     """For a shape (index into ``shapes.firsts``), which of ``among`` may overlap its instances: per distinct
     combination met by one of its instances, those of ``among`` with an instance that may overlap it (by the
@@ -250,7 +250,7 @@ def _overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[
 def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
-    every one meets it alike), instance by instance (`_overlapping`). Timing alone cannot excuse this: the
+    every one meets it alike), instance by instance (`overlapping`). Timing alone cannot excuse this: the
     mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes
     whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us later on those lanes).
     Pipeline send/recvs are not compared (see `asymmetric_replicas`); each shape is compared with one mirror per
@@ -259,11 +259,11 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
     if not loads:
         return ""
     topology = plans.topology
-    overlapping = _overlapping(shapes, order, sorted(loads))
+    overlaps = overlapping(shapes, order, sorted(loads))
     for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
-        combinations = overlapping(shape)
+        combinations = overlaps(shape)
         if not combinations:
             continue
         own = route_table(topology, plans.phases(op, op.group))

@@ -7,20 +7,84 @@ the equivalent ranks run the same collective in, so links shared between replica
 moves with cyclic shifts of the coordinates; a slice of the DP x CP group (an HSDP shard group, a block of
 consecutive members; its replica group, every k-th member; an EP or expert-DP group) does not, since a shift
 carries a block across two blocks: its images are the other slices of the same kind.
+
+Where the ranks of a stage are not all alike (a ring that runs one way round through every other host: the
+classing rule is engine/rank_classes.py), folding simulates one representative per class and stage
+(`RankClasses`), and each group carries as mirrors only the images that its class stands for (`class_images`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from simulator.parallel.layout import Layout
 
 
-def representatives(layout: Layout, fold: bool) -> list[int]:
-    """The ranks that get a program: all of them, or with folding the first rank of each pipeline stage."""
-    if fold:
+@dataclass(frozen=True)
+class RankClasses:
+    """The classes of ranks that folding simulates apart: ``of_position[i]`` is the class of the i-th rank of
+    every pipeline stage (`Layout.stage_ranks` order, the same TP, CP and DP coordinates in every stage),
+    classes numbered in order of their first position. Each class's first rank of each stage is its
+    representative there; the other ranks of the class mirror it."""
+
+    of_position: tuple[int, ...]
+
+    @cached_property
+    def firsts(self) -> tuple[int, ...]:
+        """Each class's first position, in class order."""
+        return tuple(self.of_position.index(number) for number in range(max(self.of_position) + 1))
+
+
+def representatives(layout: Layout, fold: bool, classes: RankClasses | None = None) -> list[int]:
+    """The ranks that get a program: all of them, or with folding the first rank of each pipeline stage, or of
+    each class in each stage (``classes``), stage by stage."""
+    if not fold:
+        return list(range(layout.world))
+    if classes is None:
         return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
-    return list(range(layout.world))
+    return [ranks[position] for stage in range(layout.pp) for ranks in [layout.stage_ranks(stage)]
+            for position in classes.firsts]
+
+
+def _stage_positions(layout: Layout, ranks: np.ndarray) -> np.ndarray:
+    """Each of ``ranks``' position in its pipeline stage (its index in `Layout.stage_ranks`)."""
+    stride = layout.stride("pp")
+    return ranks // (stride * layout.pp) * stride + ranks % stride
+
+
+def _at_position(layout: Layout, ranks: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The ranks at ``positions`` in the pipeline stages of ``ranks`` (`_stage_positions` inverted)."""
+    stride = layout.stride("pp")
+    stages = ranks // stride % layout.pp
+    return positions // stride * stride * layout.pp + stages * stride + positions % stride
+
+
+def class_images(layout: Layout, classes: RankClasses, group: tuple[int, ...],
+                 images: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The images of ``group`` (all of its folded copies, as `mirror_images` gives them) that its simulated
+    members stand for under ``classes``: those with no representative in them whose first member's class has
+    its representative (in that member's stage) in ``group``, so that each image is mirrored by exactly one
+    simulated group."""
+    if not images:
+        return images
+    orbit = (group, *images)
+    owner = np.full(layout.world, -1, dtype=np.int64)
+    owner[np.concatenate([np.array(image, dtype=np.int64) for image in orbit])] = np.repeat(
+        np.arange(len(orbit)), [len(image) for image in orbit])
+    firsts = np.array([min(image) for image in images], dtype=np.int64)
+    of_position = np.array(classes.of_position, dtype=np.int64)
+    class_firsts = np.array(classes.firsts, dtype=np.int64)
+    standing_for = owner[_at_position(layout, firsts, class_firsts[of_position[_stage_positions(layout, firsts)]])]
+    if (standing_for < 0).any():
+        raise ValueError(f"internal error: a class representative lies in none of the copies of group "
+                         f"{list(group)}, so its folded replicas cannot be classed")
+    simulated = np.zeros(layout.world, dtype=bool)
+    simulated[np.array(representatives(layout, True, classes), dtype=np.int64)] = True
+    return tuple(image for image, own in zip(images, (standing_for == 0).tolist())
+                 if own and not simulated[np.array(image, dtype=np.int64)].any())
 
 
 def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:

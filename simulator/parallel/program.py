@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker, gathered_kv_op
-from simulator.parallel.folding import mirror_images, representatives
+from simulator.parallel.folding import RankClasses, class_images, mirror_images, representatives
 from simulator.parallel.lanes import lane_images, lane_representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
@@ -76,16 +76,19 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     """Accumulates ops with unique ids; one instance builds one step.
 
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
-    run the same program at the same times); collectives still span their full groups and carry mirrors, the
-    same collective of every folded replica, so links shared between replicas carry all of their traffic. With
-    ``lanes`` too, one rank per CP lane of each stage gets a program, and only TP rails and DP replicas are
-    folded (parallel/lanes.py).
+    run the same program at the same times), or one per class of ``classes`` and stage; collectives still span
+    their full groups and carry mirrors, the same collective of every folded replica (of the class), so links
+    shared between replicas carry all of their traffic. With ``lanes`` too, one rank per CP lane of each stage
+    gets a program, and only TP rails and DP replicas are folded (parallel/lanes.py).
     """
 
-    def __init__(self, plan: StepPlan, *, fold: bool = False, lanes: bool = False):
+    def __init__(self, plan: StepPlan, *, fold: bool = False, lanes: bool = False,
+                 classes: RankClasses | None = None):
         self.plan = plan
         self.fold = fold
         self.lanes = lanes and fold
+        self.classes = classes if fold and not lanes else None
+        self._classed: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._peers: dict[tuple[int, int], int] = {}
         self.ops: list[Op] = []
@@ -145,6 +148,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         deps = self._with_stream_wait(rank, stream, deps)
         if mirrors is None:
             mirrors = self._mirrors(group) if self.fold else ()
+        if self.classes is not None and mirrors:
+            mirrors = self._class_mirrors(group, mirrors)
         item = CollectiveOp(id=len(self.ops), rank=rank, stream=stream, name=name, deps=tuple(deps),
                             category=category, microbatch=mb, chunk=self._vstage, op=op, group=group, nbytes=nbytes,
                             key=key,
@@ -162,10 +167,20 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def representatives(self) -> list[int]:
         """The ranks that get a program: all of them, or with folding one per pipeline stage (per CP lane of a
-        stage with ``lanes``)."""
+        stage with ``lanes``, per class of ``classes`` with those)."""
         if self.lanes:
             return lane_representatives(self.plan.layout)
-        return representatives(self.plan.layout, self.fold)
+        return representatives(self.plan.layout, self.fold, self.classes)
+
+    def _class_mirrors(self, group: tuple[int, ...], images: tuple[tuple[int, ...], ...]
+                       ) -> tuple[tuple[int, ...], ...]:
+        """Of ``images``, the copies of ``group`` that its class stands for (folding.class_images), cached."""
+        assert self.classes is not None
+        key = (group, images)
+        found = self._classed.get(key)
+        if found is None:
+            found = self._classed[key] = class_images(self.plan.layout, self.classes, group, images)
+        return found
 
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         mirrors = self._mirror_cache.get(group)

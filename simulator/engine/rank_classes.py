@@ -1,0 +1,131 @@
+"""Which ranks of a pipeline stage folding must simulate apart: the symmetry classing rule.
+
+Folding lets one rank stand for every rank of its stage, which is exact only where each of them meets the same
+loads on its links. A collective that spans several hosts need not load every host alike: NCCL's ring runs one
+way round through every other host (collectives/ring.py `ring_order`, so that its hops between hosts stay on one
+rail), so a host's NVLink links carry k to k+1 on one host and k to k-1 on the next. A collective whose mirrors
+lie on other hosts than its group (an expert-parallel all-to-all inside each host) and that may run beside such a
+ring then meets it one way on half of the hosts and the other way on the rest, and ends at other times there
+(14 us apart on the DeepSeek search's candidates, docs/architecture.md). So hosts are classed by what the links
+of each of them carry of every such collective, and ranks by the classes of their hosts in every stage; folding
+then simulates one representative per class and stage (parallel/folding.py `RankClasses`).
+
+What a host carries of a collective is, per phase of its plan over every copy of its group (the group and its
+mirrors), the transfers inside the host: both ends' indices in the host and the bytes. Only collectives that span
+several hosts are read (one inside a host is moved from host to host whole), and only those that may overlap
+(engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where nothing mirrored
+meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the checks of
+engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a rank
+of every host of a large job. Classes of unequal size are not used (the summary's per-GPU figures average over
+the simulated ranks, which must then stand for as many ranks each): the fold then stays one rank per stage, as
+the lockstep check after the run (engine/lockstep.py) guards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulator.engine.ordering import ProgramOrder
+from simulator.engine.plans import PlanCache
+from simulator.engine.shapes import CollectiveShapes
+from simulator.engine.symmetry import overlapping
+from simulator.parallel.folding import RankClasses, representatives
+from simulator.program.ops import CollectiveOp
+from simulator.program.step import StepProgram
+
+
+def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes,
+                 order: ProgramOrder) -> RankClasses | None:
+    """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart, None
+    where its ranks are all alike (or the classes would not stand for as many ranks each). Only a program that
+    simulates its layout's representatives is classed (a trace simulates the ranks it has)."""
+    layout = program.layout
+    if layout is None or not program.folded or program.ranks != tuple(representatives(layout, True)):
+        return None
+    topology = plans.topology
+    host = np.asarray(topology.gpu_host, dtype=np.int64)
+    kinds = _multi_host_kinds(shapes, plans, host)
+    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local))
+               for kind, shapes_of in kinds.items()}
+    unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
+    if not unlike:
+        return None
+    met = _met_by_mirrored(shapes, order, [shape for kind in unlike for shape in kinds[kind]], host)
+    relevant = [kind for kind in unlike if met.intersection(kinds[kind])]
+    if not relevant:
+        return None
+    signature = {h: tuple(unlike[kind].get(h, b"") for kind in relevant) for h in range(int(host.max()) + 1)}
+    stage_hosts = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
+    keys = [tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T]
+    numbers: dict[tuple, int] = {}
+    of_position = tuple(numbers.setdefault(key, len(numbers)) for key in keys)
+    sizes = np.bincount(np.array(of_position))
+    if len(numbers) == 1 or (sizes != sizes[0]).any():
+        return None
+    return RankClasses(of_position)
+
+
+def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:
+    """The collectives whose groups span several hosts with more than one member on some host (one member per
+    host sends nothing inside a host; pipeline hand-offs aside: a send loads its two ends alike wherever it
+    lies), by kind (primitive, root, algorithm, group), each with its shapes (indices into
+    ``shapes.firsts``), the first that sends anything first."""
+    kinds: dict[tuple, list[int]] = {}
+    spanning: dict[int, bool] = {}
+    for shape, op in enumerate(shapes.firsts):
+        if op.op == "send_recv":
+            continue
+        group = shapes.group_of_shape[shape]
+        if group not in spanning:
+            per_host = np.unique(host[np.array(op.group, dtype=np.int64)], return_counts=True)[1]
+            spanning[group] = len(per_host) > 1 and per_host.max() > 1
+        if not spanning[group]:
+            continue
+        kind = (op.op, op.root, plans.resolved_algorithm(op, op.group), group)
+        kinds.setdefault(kind, []).append(shape)
+    ordered = {kind: sorted(found, key=lambda shape: not shapes.firsts[shape].nbytes) for kind, found in kinds.items()}
+    return {kind: found for kind, found in ordered.items() if shapes.firsts[found[0]].nbytes}
+
+
+def _carried(plans: PlanCache, op: CollectiveOp, host: np.ndarray, local: np.ndarray) -> dict[int, bytes]:
+    """What each host's NVLink links carry of ``op`` over its group and every mirror: per phase, the transfers
+    inside the host as (phase, sender's index in the host, receiver's, bytes), sorted, as bytes (empty for a
+    host the collective crosses without a transfer inside it)."""
+    parts = [np.zeros((0, 5))]
+    copies = (op.group, *op.mirrors)
+    crossed = np.unique(host[np.concatenate([np.array(copy, dtype=np.int64) for copy in copies])])
+    carried = dict.fromkeys(crossed.tolist(), b"")
+    for group in copies:
+        for index, phase in enumerate(plans.phases(op, group)):
+            transfers = np.array(phase.transfers, dtype=np.float64).reshape(-1, 5)
+            src, dst = transfers[:, 0].astype(np.int64), transfers[:, 1].astype(np.int64)
+            inside = host[src] == host[dst]
+            parts.append(np.column_stack((host[src], np.full(len(src), index), local[src], local[dst],
+                                          transfers[:, 2]))[inside])
+    table = np.concatenate(parts)
+    table = table[np.lexsort(table.T[::-1])]
+    bounds = np.flatnonzero(np.diff(table[:, 0], prepend=-1, append=-1))
+    carried.update((int(table[start, 0]), table[start:end, 1:].tobytes()) for start, end in zip(bounds, bounds[1:]))
+    return carried
+
+
+def _met_by_mirrored(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int], host: np.ndarray
+                     ) -> set[int]:
+    """Those of ``among`` (shapes) that may overlap an instance of a collective that sends inside hosts and has
+    mirrors on other hosts (`_mirrored_inside_hosts`)."""
+    met_by = overlapping(shapes, order, among)
+    return {other for shape, op in enumerate(shapes.firsts) if _mirrored_inside_hosts(op, host)
+            for combination in met_by(shape) for other in combination}
+
+
+def _mirrored_inside_hosts(op: CollectiveOp, host: np.ndarray) -> bool:
+    """Whether ``op`` has two members on one host (so that it meets NVLink loads; a transfer between hosts
+    leaves by the NIC) and a mirror on other hosts than its group (a copy on the same hosts, another TP lane's
+    ring, meets what its group meets)."""
+    placed = host[np.array(op.group, dtype=np.int64)]
+    if len(np.unique(placed)) == len(placed):
+        return False
+    own = set(placed.tolist())
+    return any(set(host[np.array(mirror, dtype=np.int64)].tolist()) != own for mirror in op.mirrors)

@@ -1,0 +1,94 @@
+"""Ranks classed apart where a ring runs the other way round through every other host (engine/rank_classes.py).
+
+MoE with EP 8 inside each of four DGX H100 hosts, TP 1, DP 32 and ZeRO-1: the gradients' reduce-scatter over all
+32 GPUs is one ring per channel that runs k to k+1 through hosts 0 and 2 and k to k-1 through hosts 1 and 3
+(collectives/ring.py `ring_order`), and the backward's all-to-alls inside each host run beside it. With one rank
+per stage the all-to-all's mirrors on hosts 1 and 3 ended 0.7 us after its group on host 0, so the folded run fell
+out of step and ran again unfolded. Classed by what their hosts carry, hosts 0 and 2 and hosts 1 and 3 each get a
+representative (ranks 0 and 8), and the folded run is the unfolded one, rank for rank."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from simulator.config.loader import scenario_from_text
+from simulator.engine.fold_policy import program_indexes
+from simulator.engine.rank_classes import rank_classes
+from simulator.parallel.experts import ep_group, group_images
+from simulator.parallel.folding import RankClasses, class_images, representatives
+from simulator.parallel.layout import Layout
+from simulator.simulation import network_settings, plan_cache, run_step, simulate, step_program
+from simulator.topology.loader import scenario_topology
+
+ALTERNATING = """
+cluster: {topology: dgx-h100-cluster, nodes: 4}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000,
+        moe: {experts: 16, top_k: 2, routing: {balance: dirichlet, skew: 0.2}}}
+training: {seq_len: 1024, microbatches: 4, recompute: full}
+parallelism: {tp: 1, dp: 32, ep: 8, zero: 1}
+"""
+BY_HOST_PARITY = RankClasses((0,) * 8 + (1,) * 8 + (0,) * 8 + (1,) * 8)
+"""Positions 0-7 (host 0) and 16-23 (host 2) in one class, hosts 1 and 3 in the other."""
+
+
+def _numbers(summary: dict, path: str = "") -> dict[str, object]:
+    """Every leaf of ``summary`` by its path, the fold's own entries left out."""
+    if isinstance(summary, dict):
+        return {key: value for name, entry in summary.items()
+                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated")
+                for key, value in _numbers(entry, f"{path}.{name}").items()}
+    return {path: summary}
+
+
+def test_ranks_are_classed_by_the_direction_of_the_ring_through_their_host():
+    loaded = scenario_from_text(ALTERNATING, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+    program = step_program(loaded, topology, fold=True)
+    assert program.ranks == (0,)
+    shapes, order = program_indexes(program)
+    assert rank_classes(program, plan_cache(topology, network_settings(loaded, topology)), shapes, order) \
+        == BY_HOST_PARITY
+
+
+def test_each_class_mirrors_only_its_own_hosts():
+    """An EP group's copies on the other three hosts: rank 0's group stands for host 2's, rank 8's (the other
+    representative) for host 3's; a group with both representatives in it (the DP ring) has no copies."""
+    layout = Layout(tp=1, dp=32)
+    assert representatives(layout, True, BY_HOST_PARITY) == [0, 8]
+    for rank, kept in ((0, (16,)), (8, (24,))):
+        group = ep_group(layout, rank, 8)
+        images = group_images(layout, rank, 8, expert_dp=False)
+        assert [image[0] for image in images] == [first for first in (0, 8, 16, 24) if first != group[0]]
+        assert tuple(image[0] for image in class_images(layout, BY_HOST_PARITY, group, images)) == kept
+
+
+def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
+    """Folded with a representative per class, step and summary equal the unfolded run's to 1e-9, and the two
+    representatives' ops start and end when they do unfolded, to the bit. With one rank per stage, the folded
+    run's all-to-all fell out of step with its mirrors (what the run had to fall back from)."""
+    text = ALTERNATING + "run: {timeline: full}\n"
+    folded = simulate(scenario_from_text(text, "inline.yaml", []))
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
+    assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 2
+    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
+    assert ours.keys() == theirs.keys()
+    for path, value in ours.items():
+        if isinstance(value, float):
+            assert math.isclose(value, theirs[path], rel_tol=1e-9, abs_tol=1e-15), path
+        else:
+            assert value == theirs[path], path
+    columns = ["rank", "key", "start_s", "end_s"]
+    ops = folded.timeline[folded.timeline["kind"] != "flow"]
+    assert set(ops["rank"]) == {0, 8}
+    same = unfolded.timeline[(unfolded.timeline["kind"] != "flow") & unfolded.timeline["rank"].isin({0, 8})]
+    ours_rows = ops[columns].sort_values(columns).to_numpy()
+    theirs_rows = same[columns].sort_values(columns).to_numpy()
+    assert np.array_equal(ours_rows, theirs_rows)
+
+    loaded = scenario_from_text(ALTERNATING, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+    settings = network_settings(loaded, topology)
+    _, _, kept_pace = run_step(step_program(loaded, topology, fold=True), topology, settings)
+    assert "all_to_all 'ep combine" in kept_pace.collectives and "out of step" in kept_pace.collectives
