@@ -183,6 +183,22 @@ def test_userbuffers_is_one_latency_and_the_rings_bytes(op, size, nbytes):
     assert info.value.problem == "algorithm 'userbuffers' does not implement all_reduce"
 
 
+@pytest.mark.parametrize("size,nbytes", [(2, 1 * KIB), (4, 64 * MIB), (8, 16 * MIB)])
+def test_ring_exchange_is_the_rings_steps_without_nccls_base_latency(size, nbytes):
+    """Transformer Engine's ring exchange: p - 1 copies of n/p to the next GPU in group order, one after the
+    other, each paying its path latency: (p-1)(a + n/p b), NCCL's ring all-gather less its base latency."""
+    topology = switch_topology(size)
+    exchange = time_collective(topology, "all_gather", "ring_exchange", size, nbytes)
+    assert close(exchange, (size - 1) * (ALPHA + nbytes / size / BANDWIDTH), 1e-9)
+    assert close(time_collective(topology, "all_gather", "ring", size, nbytes) - exchange, BASE, 1e-6)
+    (phase,) = plan_collective(CollectiveRequest("all_gather", (6, 0, 4, 2), MIB), switch_topology(8),
+                               "ring_exchange")
+    assert {(t.src, t.dst) for t in phase.transfers} == {(6, 0), (0, 4), (4, 2), (2, 6)}
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(CollectiveRequest("reduce_scatter", (0, 1), MIB), switch_topology(2), "ring_exchange")
+    assert info.value.problem == "algorithm 'ring_exchange' does not implement reduce_scatter"
+
+
 @pytest.mark.parametrize("size,nbytes", [(2, 8 * GIB), (4, 1 * KIB), (16, 64 * MIB), (64, 1 * GIB)])
 def test_halving_doubling(size, nbytes):
     steps, volume = math.log2(size), (size - 1) / size * nbytes / BANDWIDTH
@@ -364,7 +380,7 @@ def test_an_unknown_algorithm_or_collective_is_refused_where_it_enters_and_lists
         collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="butterfly", ranks=2, sizes=[MIB])
     assert (info.value.problem, info.value.field) == ("unknown algorithm 'butterfly'", "collectives.algorithm")
     assert info.value.allowed == ("ring, tree, hierarchical, direct, halving_doubling, nvls, collnet_direct, "
-                                  "nvls_sharp, userbuffers, auto")
+                                  "nvls_sharp, userbuffers, ring_exchange, auto")
     with pytest.raises(ScenarioError) as info:
         collective_sweep("dgx-h100", {}, op="gather", algorithm="auto", ranks=2, sizes=[MIB])
     assert (info.value.problem, info.value.field) == ("unknown collective 'gather'", "op")

@@ -202,6 +202,16 @@ def _userbuffers_s(ring_s: float, fraction: float = 1.0) -> float:
     return a + (ring_s - b - (TP - 1) * a) * fraction
 
 
+def _ring_exchange_s(ring_s: float, members: int) -> float:
+    """A ring exchange of the whole message over ``members`` GPUs (every other one of the 8 when aggregated), from
+    the NCCL ring's ``ring_s`` over the 8 (Simple), whose 7/8 n over NVLink take ring_s - b - 7 a: members - 1
+    copies of n/members to the next GPU, one after the other, each paying the latency a, none of NCCL's base
+    latency b (Transformer Engine's userbuffers sends and receives launch no NCCL kernel)."""
+    a, b = NVLINK_LATENCY, BASE_LATENCY_US["ring"]["simple"] * 1e-6
+    nvlink_s = (ring_s - b - (TP - 1) * a) * TP / (TP - 1)
+    return (members - 1) * (a + nvlink_s / members)
+
+
 def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_overhangs(run_yaml, catalog_sources):
     result = run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true")
     assert scenario_topology(scenario_from_text(ONE_LAYER)).path_latency(0, 1) == pytest.approx(NVLINK_LATENCY)
@@ -239,6 +249,7 @@ def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_o
             assert swap.bytes == pytest.approx(2 * MESSAGE / TP, rel=EXACT)
             assert ring.bytes == pytest.approx(MESSAGE, rel=EXACT) and ring.start_s == swap.end_s
             swap_s, ring_s = swap.end_s - swap.start_s, ring.end_s - ring.start_s
+            assert ring_s == pytest.approx(_ring_exchange_s(d, steps), rel=EXACT)
             assert last.end_s == pytest.approx(
                 _ring_exchange_end(swap.start_s, swap_s, ring_s, gemm_s, steps), rel=EXACT)
             # Exposed: the swap, and what the ring's exchanges outlast the GEMM steps beside them by.
@@ -274,13 +285,11 @@ def test_ring_exchange_exposes_the_pair_swap_and_what_the_ring_outlasts_its_gemm
     topology = scenario_topology(loaded)
     settings = network_settings(loaded, topology)
 
-    def alone(ranks, nbytes):
-        return time_collective(topology, "all_gather", "ring", ranks, nbytes, efficiency=dict(settings.efficiency),
-                               channels=settings.channels)
+    def alone(algorithm, ranks, nbytes):
+        return time_collective(topology, "all_gather", algorithm, ranks, nbytes, efficiency=dict(settings.efficiency))
 
-    swap = time_collective(topology, "all_gather", "userbuffers", (0, 1), 2 * MESSAGE / TP,
-                           efficiency=dict(settings.efficiency))
-    ring = alone((0, 2, 4, 6), MESSAGE)
+    swap = alone("userbuffers", (0, 1), 2 * MESSAGE / TP)
+    ring = alone("ring_exchange", (0, 2, 4, 6), MESSAGE)
     gemm = _overlapped_gemms()[f"F0 {block} all_gather"]
     assert (ring > 3 / 4 * gemm) is not gemm_bound
     ops = _rank0(run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true"))

@@ -13,7 +13,7 @@ Primitive = Literal["broadcast", "reduce", "all_reduce", "reduce_scatter", "all_
 PRIMITIVES: tuple[Primitive, ...] = get_args(Primitive)
 
 AlgorithmName = Literal["ring", "tree", "hierarchical", "direct", "halving_doubling", "nvls", "collnet_direct",
-                        "nvls_sharp", "userbuffers"]
+                        "nvls_sharp", "userbuffers", "ring_exchange"]
 """The registered algorithms (registry.py ALGORITHMS, in its order)."""
 AlgorithmChoice = Literal[AlgorithmName, "auto"]
 """What a collective may ask for: a registered algorithm, or `auto` (registry.py choose_algorithm)."""

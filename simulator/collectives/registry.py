@@ -49,6 +49,7 @@ ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS),
     "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True),
     "userbuffers": Algorithm(userbuffers.plan, userbuffers.OPS),
+    "ring_exchange": Algorithm(userbuffers.ring_exchange, userbuffers.RING_EXCHANGE_OPS),
 }
 """name -> algorithm, one per names.py AlgorithmName. send_recv is one transfer whatever the algorithm."""
 

@@ -1,5 +1,6 @@
-"""Transformer Engine's userbuffers collectives: the one-kernel reduce-scatter and all-gather that its TP overlap
-launches (Megatron-LM's --tp-comm-overlap; parallel/overlap.py), which are not NCCL's.
+"""Transformer Engine's userbuffers collectives, which its TP overlap launches (Megatron-LM's --tp-comm-overlap;
+parallel/overlap.py) instead of NCCL's: the one-kernel reduce-scatter and all-gather (`plan`) and the ring
+exchange's point-to-point steps (`ring_exchange`).
 
 Read in Transformer Engine main of 2026-08-22 (transformer_engine/common/comm_gemm_overlap/userbuffers/
 userbuffers.cu, comm_gemm_overlap.cpp): a reduce-scatter (`reducescatter2_userbuff_stridedoutput` for each chunk
@@ -11,20 +12,32 @@ once: each transfer pays its path's latency once (the flags' round before the lo
 GPU's NVLink each way, as in NCCL's ring, and none of NCCL's base latency, protocols or window of chunk steps
 applies (it runs under Simple's costs, which change nothing in a single phase).
 
+The ring exchange (`CommOverlapP2PBase::split_overlap_ag`) launches no collective kernel at all: each of its
+exchanges is a `userbuffers_send` to the next GPU of the ring and a `userbuffers_recv` from the previous one. With
+`use_ce` (Transformer Engine's default; NeMo's RingExchangeOverlapCfg does not set it) the send is a copy-engine
+`cudaMemcpyAsync` into the peer's registered buffer followed by a one-thread kernel that raises the peer's flag,
+and the receive a one-thread kernel that waits for its own flag; the next exchange's send waits for this one's
+receive (an event between the send and receive streams). So p - 1 exchanges one after the other, each moving n/p to
+the next GPU: the ring's all-gather phase, each step paying its path's latency (the flag behind the copy) and none
+of NCCL's base latency or protocols.
+
 What stands in for a measurement: no kernel-level timing of userbuffers was found, so its latency is the path's
 (the bundled topologies' NVLink latency, 3.4 us) and its bandwidth the NVLink's efficiency as NCCL's ring
-reaches it (catalog/kernels.yaml `nccl-nvlink`). Not modelled: the multicast variants (`callranks_rsMC`, with
-NVLink SHARP buffers), which NeMo's settings do not ask for.
+reaches it (catalog/kernels.yaml `nccl-nvlink`), the copy engine's included. Not modelled: the multicast variants
+(`callranks_rsMC`, with NVLink SHARP buffers), which NeMo's settings do not ask for, and the cost of launching
+the ring exchange's copies and flag kernels (one each per exchange) beyond the path's latency.
 """
 
 from __future__ import annotations
 
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
+from simulator.collectives.ring import ring_phase
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
 OPS: tuple[Primitive, ...] = ("reduce_scatter", "all_gather")
+RING_EXCHANGE_OPS: tuple[Primitive, ...] = ("all_gather",)
 
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
@@ -35,3 +48,10 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     ranks = request.ranks
     share = request.nbytes / len(ranks)
     return [Phase(tuple(Transfer(src, dst, share) for src in ranks for dst in ranks if dst != src))]
+
+
+def ring_exchange(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """The ring exchange's all-gather: p - 1 exchanges in which every member sends n/p to the next in group
+    order (Transformer Engine's ``_next_rank``), one ring phase (``topology`` only routes them)."""
+    ranks = request.ranks
+    return [ring_phase([list(ranks)], request.nbytes / len(ranks), len(ranks) - 1)]

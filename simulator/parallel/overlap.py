@@ -187,8 +187,8 @@ class OverlapMixin(BuilderCore):
         steps beside it and the last step after both. With equal GEMM steps of g and exchanges of p, step by step
         the last GEMM step starts max((steps - 1) g, (steps - 1) p) after the first, as with these ops. The pair
         swap is a userbuffers kernel (collectives/userbuffers.py: one latency, no NCCL base latency); the
-        exchanges, userbuffers sends and receives step by step, are costed as NCCL's ring under Simple (a latency
-        per step, and the ring's base latency once, which TE does not pay). Returns the last GEMM step.
+        exchanges are userbuffers sends and receives, one after the other (the `ring_exchange` algorithm: a
+        latency per exchange, none of NCCL's). Returns the last GEMM step.
         ``gemm``: the GEMM's (seconds, SM-bound seconds)."""
         overlap, layout = self.plan.tp_overlap, self.plan.layout
         assert overlap is not None
@@ -214,7 +214,7 @@ class OverlapMixin(BuilderCore):
         if steps > 1:
             exchange = self._collective(rank, TP_STREAM, f"tp all_gather {block.name} (ring exchange)", "all_gather",
                                         ring, block.tp_bytes, f"{key}.ring.{ring[0]}", deps, "tp", mb,
-                                        algorithm="ring", protocol="simple", mirrors=mirrors, sms=sms)
+                                        algorithm="ring_exchange", protocol="simple", mirrors=mirrors, sms=sms)
             first = self._compute(rank, f"{name} gemm (first steps)", gemm_s * (steps - 1) / steps, deps, category,
                                   flops * (steps - 1) / steps, mb=mb, sm_bound_share=share)
             deps = [first, exchange]
