@@ -408,10 +408,10 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       (`reduce_scatter_waits_s`) (today 0.9685 to 0.9956; tp 2 dp 16 on four hosts is the lowest: at each
       micro-batch's start the first units' gathers queue behind the previous backward's, 7 ms a micro-batch
       that is not estimated);
-    - with pipelining, 0.991 to 1.002 (today 0.9918 to 1.0018; 0.9877 to 0.9977 before the stage-to-stage
+    - with pipelining, 0.991 to 1.002 (today 0.9915 to 1.0018; 0.9877 to 0.9977 before the stage-to-stage
       sends and the re-gather were estimated; 0.916 to 1.027 when every slot was timed at the slowest rank's
       work and DDP's last buckets were left out). Pipelined FSDP (1F1B pp 2 and 4, interleaved pp 2 v 2):
-      0.996 to 1.002 (today 0.9962 to 1.0013): its once-per-step gathers charged as the delay they put on the
+      0.996 to 1.001 (today 0.9962 to 1.0005): its once-per-step gathers charged as the delay they put on the
       first micro-batch's forward (`unshard_delay_s`: on four hosts, tp 1 pp 2, the embedding's and layer 0's
       7.6 ms, not all 17 units' 41.7 ms) and each chunk's reduce-scatters where they hold the rank's compute
       (`chunk_reductions_s`); it was 1.0118 to 1.0299 on four hosts when every gather and reduce-scatter of
@@ -423,7 +423,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
             for candidate, estimated, _, summary in _dense_layouts(cluster)]
     for candidate, estimated, simulated in rows:
         if candidate.pp > 1:
-            low, high = (0.996, 1.002) if candidate.sharding == "fsdp" else (0.991, 1.002)
+            low, high = (0.996, 1.001) if candidate.sharding == "fsdp" else (0.991, 1.002)
         else:
             low, high = (0.968, 0.996) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
@@ -471,6 +471,22 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     toll = plan.microbatches * sharded_toll_s(spans, times, share, compute, sm_bound / compute)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.03)
+
+
+def test_1f1bs_steady_state_round_trips_lengthen_the_period_only_where_no_rank_is_slower():
+    """Under 1F1B rank r keeps p - r micro-batches in flight, so its period T obeys (p - r) T >= the work of
+    ranks r to p - 1 plus 2 (p - 1 - r) hops. With equal slots of 1 s and hops of 0.01 s on p = 4 ranks, rank 0's
+    bound, (4 + 0.06) / 4 = 1.015 s, adds the closed form's 2 (p - 1) / p = 1.5 hops to the period: share 1.
+    With the last rank 0.02 s slower (the output layer), the others wait for it, not for the round trips:
+    share 0. 0.005 s slower: rank 0's bound is (4.005 + 0.06) / 4 = 1.01625 s against 1.005 s without hops,
+    0.01125 s of the 0.015: share 0.75. The DeepSeek search's pipelined FSDP layouts (pp 64 and pp 32, the
+    output layer's gradient copies making the last rank the slowest) were estimated 3.0% and 2.2% slow when
+    every steady-state round trip was charged (docs/studies.md)."""
+    from simulator.sweep.layouts import steady_state_share
+
+    assert steady_state_share([1.0, 1.0, 1.0, 1.0], 0.01) == pytest.approx(1.0, rel=1e-12)
+    assert steady_state_share([1.0, 1.0, 1.0, 1.02], 0.01) == 0.0
+    assert steady_state_share([1.0, 1.0, 1.0, 1.005], 0.01) == pytest.approx(0.75, rel=1e-12)
 
 
 @pytest.mark.parametrize(("tp", "pp", "v"), [(1, 2, 1), (2, 2, 2)])

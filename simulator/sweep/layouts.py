@@ -234,7 +234,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     # the slowest rank runs every micro-batch; the others' slots add the pipeline's fill and drain (a chunk's
     # share each under interleaving): (m + (p - 1) / v) slots when the ranks are alike
     pipeline = (max(slots) * plan.microbatches + (sum(slots) - max(slots)) / plan.virtual_stages
-                + pipeline_sends_s(plan, times, schedule))
+                + pipeline_sends_s(plan, times, schedule, slots))
     # pipeline rank r's last backward ends before the first rank's by the last micro-batch's backwards of the
     # ranks before it (a chunk's each under interleaving), which its tail may fill
     exposed = max(tail - sum(backwards[:pp_rank]) / plan.virtual_stages for pp_rank, tail in enumerate(tails))
@@ -299,7 +299,7 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     return gathered - plain
 
 
-def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> float:
+def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str, slots: list[float]) -> float:
     """Seconds the pipeline's stage-to-stage sends add to the step under ``schedule`` (the schedule's name): the
     hand-offs its critical path waits for (`exposed_hand_offs`: closed forms for GPipe, 1F1B and interleaved
     1F1B, derived in schedules/hand_offs.py) times the slowest hop. A hop is the program's send between the
@@ -308,8 +308,11 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> f
     times it; the first hop of each kind is timed (inside one NVLink domain, or across to another over the
     NICs), each way. A turn on one rank (the V placement) is free, as in the program. Exact where every hop
     is of one kind, as where each stage spans whole hosts; where they mix, every hop is charged at the slower
-    kind (an upper bound). The search's layouts run
-    sequence parallelism whenever tp > 1, so no receiver re-gathers its activation over TP."""
+    kind (an upper bound). The search's layouts run sequence parallelism whenever tp > 1, so no receiver
+    re-gathers its activation over TP. Under 1F1B, beyond the first micro-batch's round trip (2 (p - 1) hops,
+    the fill and drain) the closed form counts the steady state's round trips, derived for equal stages; with
+    ``slots`` (each pipeline rank's work per micro-batch) only the share of them that lengthens the steady
+    state is charged (`steady_state_share`)."""
     layout = plan.layout
     if layout.pp == 1:
         return 0.0
@@ -325,7 +328,27 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str) -> f
         forward = times.seconds("send_recv", (sender, receiver), plan.stages[vstage].p2p_bytes)
         backward = times.seconds("send_recv", (receiver, sender), plan.stages[vstage + 1].p2p_bytes)
         slowest = max(slowest, forward, backward)
-    return exposed_hand_offs(schedule, plan.schedule, plan.virtual_stages, plan.placement) * slowest
+    hops = exposed_hand_offs(schedule, plan.schedule, plan.virtual_stages, plan.placement)
+    if schedule != "1f1b":
+        return hops * slowest
+    fill = 2 * (layout.pp - 1)
+    return (fill + (hops - fill) * steady_state_share(slots, slowest)) * slowest
+
+
+def steady_state_share(slots: list[float], hop_s: float) -> float:
+    """The share of 1F1B's steady-state round trips that lengthen its period, with ``slots`` the pipeline
+    ranks' work per micro-batch and a hop of ``hop_s``. Rank r keeps p - r micro-batches in flight, each
+    going to the last rank and back, so the period T obeys (p - r) T >= the work of ranks r to p - 1 plus
+    2 (p - 1 - r) hops, for every r; without hops, T is the largest such average of the work. With equal
+    stages the bound of rank 0 adds 2 (p - 1) / p hops to a period of one slot (share 1: the closed form);
+    where one rank is slower than the others by more than that (the last one with the output layer), the
+    others wait for it, not for the round trips (share 0)."""
+    p = len(slots)
+    if p == 1 or hop_s <= 0:
+        return 1.0
+    free = max(sum(slots[r:]) / (p - r) for r in range(p))
+    waiting = max((sum(slots[r:]) + 2 * (p - 1 - r) * hop_s) / (p - r) for r in range(p))
+    return min(1.0, (waiting - free) / (2 * (p - 1) * hop_s / p))
 
 
 def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
