@@ -391,6 +391,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.sweep.executors import make_executor
     from simulator.sweep.runner import progress_printer, run_sweep
     from simulator.sweep.spec import load_sweep
+    from simulator.units import counted
 
     out = output_folder(args.out)
     sweep = load_sweep(args.sweep, max_points=args.max_points)
@@ -408,8 +409,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         stop()
         executor.close()
     counts = ", ".join(f"{count} {status}" for status, count in report.statuses.items())
-    print(f"sweep: {len(sweep.points)} points ({counts}; {report.reused} reused) on {executor.workers} "
-          f"{args.executor} worker(s); wrote {out}/results.parquet, {out}/results.csv")
+    print(f"sweep: {counted(len(sweep.points), 'point')} ({counts}; {report.reused} reused) on "
+          f"{counted(executor.workers, f'{args.executor} worker')}; wrote {out}/results.parquet, {out}/results.csv")
     return 0
 
 

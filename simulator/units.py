@@ -164,9 +164,10 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
 
 
 def counted(number: object, one: str, many: str = "") -> str:
-    """A count with its noun, singular for one: '1 host', '8 hosts', '2 micro-batches' (``many`` where the plural
-    is not ``one`` + 's')."""
-    return f"{number} {one if number == 1 else (many or one + 's')}"
+    """A count with its noun, singular for one, whole numbers with thousands separators: '1 host', '16,384 GPUs',
+    '2 micro-batches' (``many`` where the plural is not ``one`` + 's')."""
+    shown = f"{number:,}" if isinstance(number, int) and not isinstance(number, bool) else number
+    return f"{shown} {one if number == 1 else (many or one + 's')}"
 
 
 def format_count(count: float) -> str:

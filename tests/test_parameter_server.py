@@ -221,7 +221,7 @@ def test_the_console_prints_the_parameter_server_figures(tmp_path, capsys):
     path.write_text(scenario("mode: ssp, staleness: 1", iterations=3))
     assert main(["run", str(path), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    for words in ("run time (3 iterations)", "parameter servers     ssp (staleness 1), 1 server host(s) (1 GPUs), "
+    for words in ("run time (3 iterations)", "parameter servers     ssp (staleness 1), 1 server host (1 GPU), "
                   "4 workers, 3 iterations", "samples/s", "server traffic", "vs ring all-reduce",
                   "staleness", "lag behind slowest    mean", "max 1 iterations"):
         assert words in out, (words, out)

@@ -216,7 +216,7 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
     (("  components:", "  maintenance: {every: 1 d, duration: 2 d}\n  components:"),  # was '172800 s ... 86400 s'
      "faults.maintenance: a 2 d stop every 1 d leaves no time to train (allowed: a duration shorter than every)"),
     (("      mtbf: 1000 h", "      mtbf: 100 ms"),
-     "faults.components.gpu: the job would handle ~27,648,096 events over 1 replication(s) (27,648,000 failures, "
+     "faults.components.gpu: the job would handle ~27,648,096 events over 1 replication (27,648,000 failures, "
      "0 maintenance windows, 96 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
@@ -229,7 +229,7 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
     # 1,752,000 checkpoints (1,751,999.6: 30 min rounds to whole steps); ~1.77 M per replication, within the
     # limit, and 12 x 1,766,016 = 21.2 M over 12 replications, beyond it: the replications carry the excess
     (("  horizon: 2 d", "  horizon: 36500 d\n  replications: 12"),
-     "run.replications: the job would handle ~21,192,187 events over 12 replication(s) (168,192 failures, 0 "
+     "run.replications: the job would handle ~21,192,187 events over 12 replications (168,192 failures, 0 "
      "maintenance windows, 21,023,995 checkpoints; limit 20,000,000) (allowed: lower failure rates, a longer "
      "checkpoint.interval or faults.maintenance.every, fewer run.replications or a shorter run.horizon; or pass "
      "--force)"),
@@ -261,7 +261,7 @@ def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--force"]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"error: {scenario}:15: faults.components.gpu: the job would handle ~2.765e+306 events over 1 replication(s) "
+        f"error: {scenario}:15: faults.components.gpu: the job would handle ~2.765e+306 events over 1 replication "
         "(2.765e+306 failures, 0 maintenance windows, 96 checkpoints; even --force runs at most 1,000,000,000,000) "
         "(allowed: lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
         "run.replications or a shorter run.horizon)")
@@ -333,7 +333,7 @@ def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, 
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1,1e12", "--out", str(out)]) == 2
     assert capsys.readouterr().err == (
         "error: command line: --multipliers: x 1e+12: the job would handle ~768,000,000,096 events over 1 "
-        "replication(s) (768,000,000,000 failures, 0 maintenance windows, 96 checkpoints; limit 20,000,000) "
+        "replication (768,000,000,000 failures, 0 maintenance windows, 96 checkpoints; limit 20,000,000) "
         "(allowed: lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
         "run.replications or a shorter run.horizon; or pass --force)\n")
     assert main(["study", "mtbf", str(scenario), "--multipliers", "1e308", "--set", "faults.rate_multiplier=10",
@@ -389,7 +389,8 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
 @pytest.mark.parametrize("scenario, settings, problem", [
     ("llama3-8b-dgx-h100-dp8", ["run.horizon=1d", "restart.spares=3"],
      "3 spare hosts for a job on 1 host (allowed: 0 to 1)"),
-    ("llama3-405b-16k-job", ["restart.spares=5000"], "5000 spare hosts for a job on 2048 hosts (allowed: 0 to 2048)"),
+    ("llama3-405b-16k-job", ["restart.spares=5000"],
+     "5,000 spare hosts for a job on 2,048 hosts (allowed: 0 to 2,048)"),
 ], ids=["one-host", "2048-hosts"])
 def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem, tmp_path, capsys):
     """A spare pool larger than the job is one line, the host count in the singular for one host (it read

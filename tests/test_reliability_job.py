@@ -296,7 +296,7 @@ def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):
     assert by_cause["cpu"]["mean"] == 0 and by_cause["job_failure"]["mean"] > 0
     line = next(line for line in printed.splitlines() if line.lstrip().startswith("interruptions"))
     assert line.rstrip().endswith(f"; most: job_failure {by_cause['job_failure']['mean']:,.1f}"), line
-    assert ", 2.0 h, 2 replication(s)\n" in printed
+    assert ", 2.0 h, 2 replications\n" in printed
 
 
 def test_an_async_write_longer_than_the_interval_costs_its_wait():

@@ -134,7 +134,7 @@ def test_a_layout_that_does_not_cover_the_cluster_is_refused_before_the_cluster_
 
     monkeypatch.setattr(scale, "scenario_topology", no_build)
     assert main(["validate", LLAMA_405B, "--set", "cluster.nodes=125000"]) == 2
-    assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8192 does not equal the cluster's 1000000 GPUs"
+    assert ("parallelism: tp x cp x pp x dp = 8 x 1 x 16 x 64 = 8,192 does not equal the cluster's 1,000,000 GPUs"
             in capsys.readouterr().err)
 
 

@@ -160,8 +160,9 @@ def parameter_server_table(ps: dict) -> Table:
     """A parameter-server run: mode and placement, iteration times, throughput, server links, staleness, lag."""
     table = _label_table()
     mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
-    table.add_row("parameter servers", f"{mode}, {len(ps['server_hosts'])} server host(s) "
-                  f"({len(ps['server_gpus'])} GPUs), {ps['workers']} workers, {ps['iterations']} iterations")
+    table.add_row("parameter servers", f"{mode}, {counted(len(ps['server_hosts']), 'server host')} "
+                  f"({counted(len(ps['server_gpus']), 'GPU')}), {counted(ps['workers'], 'worker')}, "
+                  f"{counted(ps['iterations'], 'iteration')}")
     times = ps["iteration_s"]
     table.add_row("iteration time", f"{format_seconds(times['mean'])} mean over workers "
                   f"({format_seconds(times['min'])} to {format_seconds(times['max'])})")
@@ -213,7 +214,7 @@ def print_run_report(summary: dict, console: Console) -> None:
         if "parameter_server" in summary:
             _print_table(console, parameter_server_table(summary["parameter_server"]))
     else:
-        console.print(f"{summary.get('topology', '?')} ({summary.get('gpus', '?')} GPUs), makespan "
+        console.print(f"{summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
         _print_table(console, collective_table(summary))
 
@@ -314,5 +315,5 @@ def print_job_report(job: dict, step: dict, console: Console) -> None:
     """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
     horizon = job["horizon_s"]
     span = f"{horizon / 86400:,.4g} days" if horizon >= 86400 else _long_duration(horizon)
-    console.print(f"{_layout_line(step)}, {span}, {job['replications']} replication(s)", highlight=False)
+    console.print(f"{_layout_line(step)}, {span}, {counted(job['replications'], 'replication')}", highlight=False)
     _print_table(console, job_table(job))

@@ -116,8 +116,8 @@ def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[in
     changes = ("lower failure rates, a longer checkpoint.interval or faults.maintenance.every, fewer "
                "run.replications or a shorter run.horizon")
     beyond = "even --force runs at most" if force else "limit"
-    raise loaded.error(field, f"the job would handle ~{format_count(total)} events over {replications} "
-                       f"replication(s) ({listed}; {beyond} {format_count(limit)})",
+    raise loaded.error(field, f"the job would handle ~{format_count(total)} events over "
+                       f"{counted(replications, 'replication')} ({listed}; {beyond} {format_count(limit)})",
                        changes if force else f"{changes}; or pass --force")
 
 
@@ -202,9 +202,8 @@ def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:
         raise ScenarioError("a job simulation needs a training step", field="run.horizon",
                             allowed="a model section, or no run.horizon")
     if scenario.restart.spares > hosts:
-        raise ScenarioError(f"{scenario.restart.spares} spare hosts for a job on {counted(hosts, 'host')}",
-                            field="restart.spares",
-                            allowed=f"0 to {hosts}")
+        raise ScenarioError(f"{scenario.restart.spares:,} spare hosts for a job on {counted(hosts, 'host')}",
+                            field="restart.spares", allowed=f"0 to {hosts:,}")
 
 
 def _check_units(loaded: LoadedScenario, model: FailureModel, units: ClusterUnits) -> None:

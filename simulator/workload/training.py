@@ -154,13 +154,13 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
     par = scenario.parallelism
     fixed = par.tp * par.cp * pp
     if par.dp is None and world % fixed:
-        raise _invalid("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed} does not divide "
-                       f"the cluster's {world} GPUs", f"degrees whose product divides {world}")
+        raise _invalid("parallelism", f"tp x cp x pp = {par.tp} x {par.cp} x {pp} = {fixed:,} does not divide "
+                       f"the cluster's {world:,} GPUs", f"degrees whose product divides {world:,}")
     dp = par.dp if par.dp is not None else world // fixed
     if fixed * dp != world:
         raise _invalid("parallelism", f"tp x cp x pp x dp = {par.tp} x {par.cp} x {pp} x {dp} = "
-                       f"{fixed * dp} does not equal the cluster's {world} GPUs",
-                       f"degrees whose product is {world}")
+                       f"{fixed * dp:,} does not equal the cluster's {world:,} GPUs",
+                       f"degrees whose product is {world:,}")
     return Layout(tp=par.tp, cp=par.cp, pp=pp, dp=dp, order=tuple(par.order))
 
 
