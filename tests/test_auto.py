@@ -3,13 +3,27 @@ those algorithms gives (collectives/tuner.py; docs/collectives.md, "The `auto` r
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simulator.collectives import protocols
 from simulator.collectives.execute import time_collective
+from simulator.collectives.names import PROTOCOLS
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.tuner import Choice, candidates, choose, estimates, group_shape, tree_passes
+from simulator.collectives.tuner import (
+    CHOICES,
+    Choice,
+    candidates,
+    choice_key,
+    choose,
+    estimates,
+    group_shape,
+    group_terms,
+    terms_estimates,
+    tree_passes,
+)
 from simulator.network.calibration import calibrated
 from simulator.program.ops import CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache
@@ -294,3 +308,86 @@ def test_translated_groups_share_one_tree_shape():
              for group in rail]
     assert costs[0] == costs[1]
     assert tree_passes.cache_info().misses == 1
+
+
+def choice_case(topology, request: CollectiveRequest, efficiency, algorithm: str = "auto", protocol: str = "auto"
+                ) -> tuple[tuple, dict, Choice]:
+    """``choose``'s key for ``request`` (as `choose` builds it), the estimates of its own terms under every
+    protocol weighed, and its pick, the cache emptied first so that nothing is shared."""
+    names = (algorithm,) if algorithm != "auto" else None
+    wanted = PROTOCOLS if protocol == "auto" else (protocol,)
+    terms = group_terms(request, topology, efficiency, names)
+    CHOICES.clear()
+    return (choice_key(request, terms, wanted), terms_estimates(request, terms, wanted),
+            choose(request, topology, efficiency, algorithm, protocol))
+
+
+def test_choices_are_shared_only_where_the_estimates_are_equal():
+    """`choose` keeps its picks by the group's terms (`GroupTerms.key`: every figure the estimates read, no GPU
+    or link named) and the request's op, size, chunk and protocols weighed, so that groups placed alike share
+    one answer. The estimates read nothing of the request but its op, size and chunk (the same estimates come
+    out for any other group, root or channel count), so equal keys give equal estimates and picks: checked over
+    every group below on an oversubscribed fabric (8 DGX H100s, 2 per leaf group, 2 spines at 4:1), each op,
+    two sizes, at line rate and calibrated: 432 picks, 140 keys. The 8 GPUs of each host share one key per op,
+    size and efficiency, and so do the 8 rails (their links numbered in order of first use load alike)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 4})
+    hosts = [tuple(range(8 * host, 8 * host + 8)) for host in range(8)]
+    rails = [tuple(range(rail, 64, 8)) for rail in range(8)]
+    pairs = [(0, 8), (1, 9), (0, 16), (8, 24), (0, 1), (8, 9), (0, 63)]
+    mixed = [(0, 1, 8, 9), (16, 17, 24, 25), (0, 1, 2, 8), (0, 8, 1, 9)]
+    by_key: dict[tuple, tuple[dict, Choice]] = {}
+    cases = 0
+    for efficiency in (None, calibrated(topology.gpu_model)):
+        for group in hosts + rails + pairs + mixed:
+            for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+                for nbytes in (MIB, GIB):
+                    request = CollectiveRequest(op, group, nbytes, chunk_bytes=CHUNK)
+                    key, costs, pick = choice_case(topology, request, efficiency)
+                    other = replace(request, ranks=tuple(range(40, 40 + len(group))), root=len(group) - 1,
+                                    channels=3)
+                    terms = group_terms(request, topology, efficiency)
+                    assert terms_estimates(other, terms, PROTOCOLS) == costs
+                    assert by_key.setdefault(key, (costs, pick)) == (costs, pick), (group, op, nbytes)
+                    cases += 1
+    # 2 efficiencies x 4 ops x 2 sizes x 27 groups; the 8 hosts share one key each time, as do the 8 rails
+    assert cases == 432 and len(by_key) == 140
+    for groups in (hosts, rails):
+        assert len({choice_case(topology, CollectiveRequest("all_reduce", group, MIB), None)[0]
+                    for group in groups}) == 1
+
+
+def test_a_changed_input_changes_the_choice_key_or_no_estimate():
+    """Changing any one input of a pick (each field of the request, the efficiencies, the algorithm or protocol
+    asked for, the group's place, the topology's links) changes `choose`'s key, or leaves every estimate as it
+    was: a root; the group moved by two leaf groups (4 hosts); two other GPUs of each host (NVLink alike, each
+    member on a NIC of its own)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 4})
+    efficiency = calibrated(topology.gpu_model)
+    base = CollectiveRequest("all_reduce", (0, 1, 8, 9, 16, 17), 8 * MIB, chunk_bytes=CHUNK)
+    key, costs, _ = choice_case(topology, base, efficiency)
+    changed = {
+        "op": (topology, replace(base, op="all_gather"), efficiency, "auto", "auto"),
+        "nbytes": (topology, replace(base, nbytes=9 * MIB), efficiency, "auto", "auto"),
+        "chunk": (topology, replace(base, chunk_bytes=None), efficiency, "auto", "auto"),
+        "channels": (topology, replace(base, channels=1), efficiency, "auto", "auto"),
+        "root": (topology, replace(base, root=3), efficiency, "auto", "auto"),
+        "ranks, alike": (topology, replace(base, ranks=(32, 33, 40, 41, 48, 49)), efficiency, "auto", "auto"),
+        "ranks, other rails": (topology, replace(base, ranks=(0, 4, 8, 12, 16, 20)), efficiency, "auto", "auto"),
+        "ranks, other hosts": (topology, replace(base, ranks=(0, 1, 8, 9, 24, 25)), efficiency, "auto", "auto"),
+        "ranks, 3 per host": (topology, replace(base, ranks=(0, 1, 2, 8, 9, 10)), efficiency, "auto", "auto"),
+        "efficiency": (topology, base, None, "auto", "auto"),
+        "algorithm": (topology, base, efficiency, "tree", "auto"),
+        "protocol": (topology, base, efficiency, "auto", "ll128"),
+        "nics": (load_topology("dgx-h100-cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2,
+                                                    "oversubscription": 4, "nic_bandwidth": "25 GB/s"}),
+                   base, efficiency, "auto", "auto"),
+        "uplinks": (load_topology("dgx-h100-cluster", {"nodes": 8, "leaf_ports": 2, "spines": 2,
+                                                       "oversubscription": 2}), base, efficiency, "auto", "auto"),
+    }
+    unchanged = set()
+    for name, (where, request, asked_efficiency, algorithm, protocol) in changed.items():
+        other_key, other_costs, _ = choice_case(where, request, asked_efficiency, algorithm, protocol)
+        if other_key == key:
+            assert other_costs == costs, name
+            unchanged.add(name)
+    assert unchanged == {"root", "ranks, alike", "ranks, other rails"}

@@ -106,20 +106,22 @@ class PhaseLoad(NamedTuple):
     """One phase of a plan as the engine runs it, for the estimates of the ring across hosts (its one phase, a
     step of which every member of each channel's ring sends n / (p ch) to its successor on that channel's route)
     and of the NVLS tree (the in-switch transfers and the rail rings at once): each transfer's path ``latencies``
-    and hop ``kinds``, the links their routes use (``used``) and the bytes each carries per byte of the
-    collective (``load``). The transfers that share links are equal, so under max-min sharing the phase lasts as
-    long as its most loaded link takes (`seconds`): on an oversubscribed fabric the uplinks the channels' routes
-    hash onto, which one route's bottleneck does not show (4 channels over 2 spines share each uplink two by
-    two). The load scales with the size, so it is found once per group (`plan_load`)."""
+    and hop ``kinds``, the bytes each link their routes use carries per byte of the collective (``load``, links in
+    order of first use) and those links' usable ``capacity`` (bytes/s). The transfers that share links are equal,
+    so under max-min sharing the phase lasts as long as its most loaded link takes (`seconds`): on an
+    oversubscribed fabric the uplinks the channels' routes hash onto, which one route's bottleneck does not show
+    (4 channels over 2 spines share each uplink two by two). The load scales with the size, so it is found once
+    per group and efficiency (`plan_load`)."""
 
     latencies: np.ndarray
     kinds: np.ndarray
-    used: np.ndarray
     load: np.ndarray
+    capacity: np.ndarray
 
-    def seconds(self, nbytes: float, capacity: np.ndarray) -> float:
-        """How long the phase of a collective of ``nbytes`` keeps its most loaded link busy at ``capacity``."""
-        return nbytes * float((self.load / capacity[self.used]).max())
+    def seconds(self, nbytes: float, fraction: float = 1.0) -> float:
+        """How long the phase of a collective of ``nbytes`` keeps its most loaded link busy, ``fraction`` of
+        each link's capacity carrying payload."""
+        return nbytes * float((self.load / (self.capacity * fraction)).max())
 
     def latency(self, protocol: Protocol) -> float:
         """The mean of the transfers' latencies under ``protocol``, each scaled for its kind of hop (a ring step's,
@@ -129,10 +131,16 @@ class PhaseLoad(NamedTuple):
         scale = np.array(protocols.cost("ring", protocol).latency_scale)
         return float((self.latencies * scale[self.kinds]).mean())
 
+    def key(self) -> tuple[bytes, ...]:
+        """The arrays' contents, for `GroupTerms.key`."""
+        return tuple(array.tobytes() for array in self)
+
 
 def plan_load(topology: Topology, request: CollectiveRequest,
-              plan: Callable[[CollectiveRequest, Topology], list[Phase]]) -> PhaseLoad:
-    """The `PhaseLoad` of the one-phase ``plan`` of ``request``'s group on its channels (`kept` per group)."""
+              plan: Callable[[CollectiveRequest, Topology], list[Phase]], efficiency: Mapping[str, float] | None
+              ) -> PhaseLoad:
+    """The `PhaseLoad` of the one-phase ``plan`` of ``request``'s group on its channels, on links that reach
+    ``efficiency`` (`kept` per group and efficiency)."""
 
     def build() -> PhaseLoad:
         (phase,) = plan(replace(request, nbytes=1.0), topology)
@@ -141,12 +149,28 @@ def plan_load(topology: Topology, request: CollectiveRequest,
         nbytes = np.fromiter(map(attrgetter("nbytes"), phase.transfers), dtype=float, count=len(phase.transfers))
         routes, latencies = topology.routes(src, dst, channel)
         on_route = routes >= 0
-        used, link_of = np.unique(routes[on_route], return_inverse=True)
+        used, link_of = first_use(routes[on_route])
         load = np.bincount(link_of, weights=np.broadcast_to(nbytes[:, None], routes.shape)[on_route],
                            minlength=used.size)
-        return PhaseLoad(latencies, hop_kinds(topology, src, dst), used, load)
+        return PhaseLoad(latencies, hop_kinds(topology, src, dst), load,
+                         effective_capacity(topology, efficiency or {})[used])
 
-    return kept(topology, (plan, request.ranks, request.channels), build)
+    return kept(topology, (plan, request.ranks, request.channels, profile_of(efficiency)), build)
+
+
+def first_use(links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``links`` in order of first use, and each entry of ``links`` as a position in that order:
+    numbered so, translated groups that load their links alike give equal arrays (and `GroupTerms` keys)."""
+    ids, first, inverse = np.unique(links, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    return ids[order], position[inverse.reshape(-1)]
+
+
+def profile_of(efficiency: Mapping[str, float] | None) -> tuple[tuple[str, float], ...]:
+    """``efficiency`` as a key (link class -> fraction of line rate, sorted; empty: line rate)."""
+    return tuple(sorted(efficiency.items())) if efficiency else ()
 
 
 def kept(topology: Topology, key: tuple, build: Callable[[], T]) -> T:
@@ -185,90 +209,129 @@ def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
                min(map(topology.link_bandwidth.item, path)), kind)
 
 
-def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
-              protocol: Protocol = "simple", algorithms: tuple[AlgorithmName, ...] | None = None
-              ) -> dict[AlgorithmName, float]:
-    """Latency + size / bandwidth estimates (seconds) under ``protocol`` of the `candidates` for ``request``
-    (or of ``algorithms``) that run under it: `estimates_by_protocol` for one protocol."""
-    return estimates_by_protocol(request, topology, efficiency, (protocol,), algorithms)[protocol]
+class GroupTerms(NamedTuple):
+    """All that the estimates read of a group and the topology, as plain figures (`group_terms`): its ``size``,
+    its hosts (``host_count``) and the members on the fullest (``widest``), the algorithms weighed (``names``) and
+    the protocols each runs under (``able``, in ``names``' order), its hops under Simple (`_estimate`'s a_in/b_in,
+    a_out/b_out and across), channels, rails, NVLS's in-switch efficiency, whether it lies in one NVLS domain,
+    the one-phase plans' loads by algorithm and the tree's passes with the links they cross (None but for the
+    tree). No GPU or link is named, so groups placed alike on links alike have equal terms: `choose` keys its
+    choices by them (`key`) and the request's op and size fields, the rest of what the estimates read."""
+
+    size: int
+    host_count: int
+    widest: int
+    names: tuple[AlgorithmName, ...]
+    able: tuple[tuple[Protocol, ...], ...]
+    inner: Hop
+    outer: Hop
+    across: Hop
+    channels: int
+    rails: int
+    nvls_rate: float
+    nvls_domain: bool
+    loads: tuple[tuple[AlgorithmName, PhaseLoad], ...]
+    tree: TreeTerms | None
+
+    def key(self) -> tuple:
+        """The terms as a hashable value: the arrays by their contents."""
+        loads = tuple((name, load.key()) for name, load in self.loads)
+        return (*self[:12], loads, self.tree and self.tree.key())
 
 
-def estimates_by_protocol(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
-                          wanted: tuple[Protocol, ...], algorithms: tuple[AlgorithmName, ...] | None = None,
-                          hosts: list[list[int]] | None = None) -> dict[Protocol, dict[AlgorithmName, float]]:
-    """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the `candidates` for
-    ``request`` (or of ``algorithms``) that run under it (`protocols.available`), on links that reach
-    ``efficiency`` (link class -> fraction of line rate, as the network model takes it; None: line rate), each
-    with NCCL's base latency of the algorithm under the protocol (`protocols.base_latency`), which its plan
-    charges once. The group's hosts (``hosts`` when the caller has them), hops and channels are read once for
-    every protocol: only the hops' latency and payload share depend on it."""
+def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,
+                algorithms: tuple[AlgorithmName, ...] | None = None, hosts: list[list[int]] | None = None
+                ) -> GroupTerms:
+    """The `GroupTerms` of ``request``'s group weighing ``algorithms`` (None: its `candidates`) on links that
+    reach ``efficiency`` (link class -> fraction of line rate, as the network model takes it; None: line
+    rate), ``hosts`` its members per host when the caller has them."""
     hosts = hosts or group_by_host(request.ranks, topology)
     count, g = len(hosts), max(len(members) for members in hosts)
     widest = max(hosts, key=len)
     capacity = effective_capacity(topology, efficiency or {})
-    simple_inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
-    simple_outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else simple_inner
-    simple_across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else simple_inner
+    inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
+    outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
+    across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else inner
     channels = channel_count(request, topology, hosts)
     rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
-    listed = algorithms or tuple(candidates(request, topology, hosts))
-    able = {name: protocols.available(name, request.op, request.ranks, topology) for name in listed}
-    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(listed) else 1.0
-    loads = {}
-    if count > 1 and request.op in RING_STEPS and "ring" in listed:
-        loads["ring"] = plan_load(topology, request, ring.plan)
-    if count > 1 and "nvls" in listed and not nvls.supports(request.ranks, topology):
-        loads["nvls"] = plan_load(topology, request, nvls.plan)
-    return {protocol: {name: _estimate(request, topology, hosts, name, protocol, simple_inner, simple_outer,
-                                       simple_across, channels, rails, nvls_rate, loads.get(name), capacity)
-                       for name in listed if protocol in able[name]} for protocol in wanted}
+    names = algorithms or tuple(candidates(request, topology, hosts))
+    able = tuple(protocols.available(name, request.op, request.ranks, topology) for name in names)
+    nvls_rate = nvls.in_switch_efficiency(topology) if {"nvls", "nvls_sharp"} & set(names) else 1.0
+    nvls_domain = "nvls" in names and nvls.supports(request.ranks, topology)
+    loads: list[tuple[AlgorithmName, PhaseLoad]] = []
+    if count > 1 and request.op in RING_STEPS and "ring" in names:
+        loads.append(("ring", plan_load(topology, request, ring.plan, efficiency)))
+    if count > 1 and "nvls" in names and not nvls_domain:
+        loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
+    tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
+    return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, across, channels, rails, nvls_rate,
+                      nvls_domain, tuple(loads), tree)
 
 
-def _estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
-              protocol: Protocol, simple_inner: Hop, simple_outer: Hop, simple_across: Hop, channels: int,
-              rails: int, nvls_rate: float, load: PhaseLoad | None, capacity: np.ndarray) -> float:
-    """One algorithm's estimate under one protocol (`estimates_by_protocol`), from the group's hops under
-    Simple (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out,
-    b_out between the first members of the first two hosts, across from the first host's last member to the
-    second's first; the ring and the NVLS tree across hosts from their plans' own phase (``load``), the double
-    tree from its plan's edges (`tree_estimate`)."""
-    if name == "tree":
+def estimates(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None = None,
+              protocol: Protocol = "simple", algorithms: tuple[AlgorithmName, ...] | None = None
+              ) -> dict[AlgorithmName, float]:
+    """Latency + size / bandwidth estimates (seconds) under ``protocol`` of the `candidates` for ``request``
+    (or of ``algorithms``) that run under it: `terms_estimates` for one protocol."""
+    return terms_estimates(request, group_terms(request, topology, efficiency, algorithms), (protocol,))[protocol]
+
+
+def terms_estimates(request: CollectiveRequest, terms: GroupTerms, wanted: tuple[Protocol, ...]
+                    ) -> dict[Protocol, dict[AlgorithmName, float]]:
+    """Per protocol in ``wanted``, latency + size / bandwidth estimates (seconds) of the algorithms of ``terms``
+    that run under it, each with NCCL's base latency of the algorithm under the protocol
+    (`protocols.base_latency`), which its plan charges once. Of ``request`` only its op, size and chunk are
+    read: the group's hops and channels are in ``terms``, found once for every protocol (only the hops'
+    latency and payload share depend on it)."""
+    loads = dict(terms.loads)
+    return {protocol: {name: _estimate(request, terms, name, protocol, loads.get(name))
+                       for name, able in zip(terms.names, terms.able) if protocol in able} for protocol in wanted}
+
+
+def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, protocol: Protocol,
+              load: PhaseLoad | None) -> float:
+    """One algorithm's estimate under one protocol (`terms_estimates`), from the group's hops under Simple
+    (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out, b_out
+    between the first members of the first two hosts, across from the first host's last member to the second's
+    first; the ring and the NVLS tree across hosts from their plans' own phase (``load``), the double tree from
+    its plan's edges (`tree_estimate`)."""
+    fraction = protocols.PAYLOAD_FRACTION[protocol]
+    if name == "tree" and terms.tree is not None:
         # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
-        tree_s = tree_estimate(topology, request, hosts, channels, simple_inner.under(name, protocol),
-                               simple_across.under(name, protocol), capacity * protocols.PAYLOAD_FRACTION[protocol])
+        tree_s = tree_estimate(request, terms.tree, terms.inner.under(name, protocol),
+                               terms.across.under(name, protocol), fraction)
         return tree_s + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None:
-        step = load.latency(protocol) + load.seconds(request.nbytes, capacity * protocols.PAYLOAD_FRACTION[protocol])
-        return RING_STEPS[request.op](len(request.ranks)) * step + protocols.base_latency(name, protocol)
+        step = load.latency(protocol) + load.seconds(request.nbytes, fraction)
+        return RING_STEPS[request.op](terms.size) * step + protocols.base_latency(name, protocol)
     if name == "nvls" and load is not None:
         # one phase whose transfers all wait the tree's latency floor (nvls.plan), then its busiest link
-        return (nvls.LATENCY + 2 * math.ceil(math.log2(len(hosts))) * nvls.TREE_NET_LATENCY
-                + load.seconds(request.nbytes, capacity))
-    inner, outer = simple_inner.under(name, protocol), simple_outer.under(name, protocol)
-    return _transfer_estimate(request, topology, hosts, name, inner, outer, simple_across.under(name, protocol),
-                              channels, rails, nvls_rate) + protocols.base_latency(name, protocol)
+        return (nvls.LATENCY + 2 * math.ceil(math.log2(terms.host_count)) * nvls.TREE_NET_LATENCY
+                + load.seconds(request.nbytes))
+    inner, outer = terms.inner.under(name, protocol), terms.outer.under(name, protocol)
+    return _transfer_estimate(request, terms, name, inner, outer) + protocols.base_latency(name, protocol)
 
 
-def _transfer_estimate(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], name: AlgorithmName,
-                       inner: Hop, outer: Hop, across: Hop, channels: int, rails: int, nvls_rate: float) -> float:
+def _transfer_estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName, inner: Hop, outer: Hop
+                       ) -> float:
     """``name``'s latency + size / bandwidth on hops already under its protocol (`_estimate`): p ranks on N
     hosts, g members on the fullest, n bytes, r the rails the group leaves each host on (distinct NICs, at most
     one per channel), ch the channels (ring.channel_count), L the pipeline chunks of a chain. NVLS loads its
     switch links at its in-switch efficiency (nvls.in_switch_efficiency), as its plan does."""
-    n, size = request.nbytes, len(request.ranks)
-    count, g = len(hosts), max(len(members) for members in hosts)
+    n, size, g = request.nbytes, terms.size, terms.widest
     (a_in, b_in, *_), (_, b_out, *_) = inner, outer
     if name == "ring" and request.op in RING_STEPS:
         # Inside one host (across hosts: `PhaseLoad`): per step every GPU's link carries n / p.
         return RING_STEPS[request.op](size) * (a_in + n / size / b_in)
     if name == "ring":
-        return chain_estimate(n, size, channels, rails, request.chunk_bytes, inner, outer if count > 1 else None)
-    if name == "nvls" and nvls.supports(request.ranks, topology):
-        return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (nvls_rate * b_in)
+        return chain_estimate(n, size, terms.channels, terms.rails, request.chunk_bytes, inner,
+                              outer if terms.host_count > 1 else None)
+    if name == "nvls" and terms.nvls_domain:
+        return nvls.LATENCY + nvls.link_bytes(request.op, n, size) / (terms.nvls_rate * b_in)
     if name == "collnet_direct":
         # The heads' scatter and broadcast on NVLink and n / g each way per NIC, pipelined.
         return collnet_direct_latency(g) + n * max(2 * (g - 1) / (g * b_in), 1 / (g * b_out))
-    return nvls_sharp.LATENCY + n * max((g + 1) / (g * nvls_rate * b_in), 1 / (g * b_out))
+    return nvls_sharp.LATENCY + n * max((g + 1) / (g * terms.nvls_rate * b_in), 1 / (g * b_out))
 
 
 def chain_estimate(n: float, size: int, channels: int, rails: int, chunk_bytes: float | None, inner: Hop,
@@ -290,34 +353,66 @@ def chain_estimate(n: float, size: int, channels: int, rails: int, chunk_bytes: 
     return (size - 1) * (latency + step) + (chunks - 1) * streamed
 
 
-def tree_estimate(topology: Topology, request: CollectiveRequest, hosts: list[list[int]], channels: int, inner: Hop,
-                  outer: Hop, capacity: np.ndarray) -> float:
+class TreeTerms(NamedTuple):
+    """What the tree estimate reads of a group (`tree_terms`): its `group_shape` and ``channels``, the passes
+    of its plan (`tree_passes`) and, per pass, the links its edges across hosts cross (`AcrossLinks`, numbered
+    in order of first use)."""
+
+    shape: tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
+    channels: int
+    passes: tuple[TreePass, ...]
+    links: tuple[AcrossLinks, ...]
+
+    def key(self) -> tuple:
+        """The terms as a hashable value: the passes follow from the shape and channels, the links by contents."""
+        return (self.shape, self.channels, tuple((links.routes.tobytes(), links.routes.shape,
+                                                  links.capacity.tobytes()) for links in self.links))
+
+
+def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], channels: int,
+               efficiency: Mapping[str, float] | None) -> TreeTerms:
+    """The `TreeTerms` of ``request``'s group (``hosts``: its members per host) on ``channels``, on links that
+    reach ``efficiency`` (`kept` per group and efficiency)."""
+    shape = group_shape(request.ranks, hosts, topology)
+    passes = tree_passes(*shape, channels)
+
+    def build() -> tuple[AcrossLinks, ...]:
+        ranks = np.array(request.ranks, dtype=np.int64)
+        capacity = effective_capacity(topology, efficiency or {})
+        found = []
+        for src, dst, channel in (tree_pass.across_ends.T for tree_pass in passes):
+            routes = topology.routes(ranks[src], ranks[dst], channel)[0]
+            on_route = routes >= 0
+            used, numbered = first_use(routes[on_route])
+            links = np.full(routes.shape, -1, dtype=np.int64)
+            links[on_route] = numbered
+            found.append(AcrossLinks(links, capacity[used]))
+        return tuple(found)
+
+    return TreeTerms(shape, channels, passes,
+                     kept(topology, ("tree", request.ranks, channels, profile_of(efficiency)), build))
+
+
+def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, fraction: float) -> float:
     """NCCL's tree all-reduce as tree.py plans it, step by step over the plan's own edges (`all_reduce_edges`):
     every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of L chunks of c bytes
     in which an edge carries chunk j at its first step plus j. Over each stretch of steps with the same active
     edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its busiest port: c times the
     most active edges a GPU sends or receives on inside its host over the NVLink bandwidth (``inner``), and c
-    times the most active edges across hosts any link of their routes carries over its payload ``capacity``
-    (`AcrossLinks`: a NIC, or on an oversubscribed fabric the leaf uplink the channels' routes hash onto;
-    ``outer`` gives the latency and the window's stall). A step
+    times the most active edges across hosts any link of their routes carries over the ``fraction`` of its
+    capacity that carries payload (`AcrossLinks`: a NIC, or on an oversubscribed fabric the leaf uplink the
+    channels' routes hash onto; ``outer`` gives the latency and the window's stall). A step
     that opens an edge pays its hop's latency; the later steps continue open streams and pay instead the 8-slot
     window's stall (`Hop.stall`, zero unless a chunk takes under a third of a hop's latency). Counting the
     active edges, not spreading a host's NVLink bytes evenly over the steps, sees the chain steps that hide
     behind a step across hosts: when L equals the members per host, 2 DGX A100 hosts, 512 MiB, the even spread
     took the tree 10% over its simulated time and the ring (6% slower) was picked."""
-    share = request.nbytes / (2 * channels)
+    share = request.nbytes / (2 * terms.channels)
     chunks = chunk_count(share, request.chunk_bytes)
     chunk = share / chunks
     total = 0.0
-    passes = tree_passes(*group_shape(request.ranks, hosts, topology), channels)
-
-    def routes() -> list[np.ndarray]:
-        ranks = np.array(request.ranks, dtype=np.int64)
-        return [topology.routes(ranks[src], ranks[dst], channel)[0]
-                for src, dst, channel in (tree_pass.across_ends.T for tree_pass in passes)]
-
-    for tree_pass, across_routes in zip(passes, kept(topology, ("tree", request.ranks, channels), routes)):
-        links = AcrossLinks(across_routes, capacity)
+    for tree_pass, across_links in zip(terms.passes, terms.links):
+        links = AcrossLinks(across_links.routes, across_links.capacity * fraction)
         for start, stop, opens in pipeline_stretches(list(tree_pass.steps), chunks):
             # the active edges, first step in (start - chunks, start]
             count = tree_pass.inside.busiest(start - chunks, start)
@@ -373,8 +468,9 @@ class TreePass(NamedTuple):
 
 
 class AcrossLinks(NamedTuple):
-    """The links a tree pass's edges across hosts cross (``routes``: one row per edge in `EdgePorts` order, -1
-    past a route's end) and every link's usable ``capacity`` (bytes/s of payload)."""
+    """The links a tree pass's edges across hosts cross (``routes``: one row per edge in `EdgePorts` order, each
+    link as its position in ``capacity``, -1 past a route's end) and their usable ``capacity`` (bytes/s of
+    payload)."""
 
     routes: np.ndarray
     capacity: np.ndarray
@@ -444,9 +540,30 @@ def choose(request: CollectiveRequest, topology: Topology, efficiency: Mapping[s
     hosts = group_by_host(request.ranks, topology)
     names = (algorithm,) if algorithm != "auto" else tuple(candidates(request, topology, hosts))
     wanted: tuple[Protocol, ...] = PROTOCOLS if protocol == "auto" else (protocol,)
-    by_protocol = estimates_by_protocol(request, topology, efficiency, wanted, names, hosts)
+    terms = group_terms(request, topology, efficiency, names, hosts)
+    key = choice_key(request, terms, wanted)
+    found = CHOICES.get(key)
+    if found is not None:
+        return found
+    by_protocol = terms_estimates(request, terms, wanted)
     costs = {(name, each): by_protocol[each][name] for name in names for each in wanted if name in by_protocol[each]}
     if not costs:
         protocols.check(names[0], request.op, wanted[0], request.ranks, topology)
     lowest = min(costs.values())
-    return Choice(*next(pair for pair, cost in costs.items() if cost <= lowest * TIE))
+    if len(CHOICES) >= CHOICES_KEPT:
+        CHOICES.clear()
+    CHOICES[key] = chosen = Choice(*next(pair for pair, cost in costs.items() if cost <= lowest * TIE))
+    return chosen
+
+
+def choice_key(request: CollectiveRequest, terms: GroupTerms, wanted: tuple[Protocol, ...]) -> tuple:
+    """What `choose`'s pick for ``request`` depends on: all that `terms_estimates` reads (the request's op,
+    size and chunk, the group's ``terms``) and the protocols ``wanted``."""
+    return request.op, request.nbytes, request.chunk_bytes, wanted, terms.key()
+
+
+CHOICES: dict[tuple, Choice] = {}
+"""`choose`'s picks by `choice_key`: a run asks for thousands of groups placed alike (the 16k-GPU job: 4,872
+group and size pairs, 12 keys), whichever topology they lie on."""
+CHOICES_KEPT = 4096
+"""Picks kept before they are dropped."""
