@@ -24,13 +24,24 @@ domain, `PCI` inside a host without NVLink, `NET` between NVLink domains (hosts,
 NVLINK, PCI, NET = 0, 1, 2
 
 
+HOP_KIND = ((PCI, NVLINK), (NET, NET))
+"""The `HopKind` of a hop by whether it crosses NVLink domains, then whether both GPUs have NVLink: NET between
+domains, else NVLINK where both have it, else PCI (read by `hop_kind` and `hop_kinds`)."""
+
+
+def hop_kind(topology: Topology, src: int, dst: int) -> HopKind:
+    """The `HopKind` from GPU ``src`` to GPU ``dst``, read item by item (`auto` asks for thousands of hops, one
+    at a time)."""
+    nvlink = topology.gpu_nvlink
+    return HOP_KIND[topology.gpu_domain[src] != topology.gpu_domain[dst]][nvlink[src] and nvlink[dst]]
+
+
 def hop_kinds(topology: Topology, src, dst) -> np.ndarray:
-    """The `HopKind` of each transfer from ``src`` to ``dst`` (GPU indices): NET between NVLink domains, else
-    NVLINK where both GPUs have NVLink, else PCI."""
+    """The `HopKind` of each transfer from ``src`` to ``dst`` (arrays of GPU indices)."""
     src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
     domain, nvlink = topology.gpu_domain_array, topology.gpu_nvlink_array
-    inside = np.where(nvlink[src] & nvlink[dst], NVLINK, PCI)
-    return np.where(domain[src] != domain[dst], NET, inside)
+    crosses, both = domain[src] != domain[dst], nvlink[src] & nvlink[dst]
+    return np.array(HOP_KIND, dtype=np.int64)[crosses.astype(np.int64), both.astype(np.int64)]
 
 
 class Transfer(NamedTuple):

@@ -28,7 +28,7 @@ import numpy as np
 from simulator.catalog.sharp import collnet_direct_latency
 from simulator.collectives import collnet_direct, nvls, nvls_sharp, protocols, ring
 from simulator.collectives.names import PROTOCOLS, AlgorithmChoice, AlgorithmName, Protocol, ProtocolChoice
-from simulator.collectives.phases import NET, NVLINK, PCI, CollectiveRequest, HopKind, Phase, hop_kinds, window_stall
+from simulator.collectives.phases import NVLINK, CollectiveRequest, HopKind, Phase, hop_kind, hop_kinds, window_stall
 from simulator.collectives.ring import RING_STEPS, channel_count, group_by_host, nics_used
 from simulator.collectives.tree import NCCL_STEPS, all_reduce_edges, chunk_count, pipeline_stretches
 from simulator.network.model import effective_capacity
@@ -202,11 +202,8 @@ def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
     read link by link: `auto` asks for hops thousands of times per run, and indexing numpy arrays by a route of
     a few links costs more than reading its items."""
     path = topology.path(src, dst)
-    nvlink = topology.gpu_nvlink
-    kind = (NET if topology.gpu_domain[src] != topology.gpu_domain[dst]
-            else NVLINK if nvlink[src] and nvlink[dst] else PCI)
     return Hop(topology.path_latency(src, dst), min(map(capacity.item, path)),
-               min(map(topology.link_bandwidth.item, path)), kind)
+               min(map(topology.link_bandwidth.item, path)), hop_kind(topology, src, dst))
 
 
 class GroupTerms(NamedTuple):
