@@ -176,8 +176,8 @@ def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Ef
 def kernels_duration(
     kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
 ) -> float:
-    """Seconds a sequence of kernels takes back to back on one stream."""
-    return sum(kernel_duration(kernel, gpu, precision, efficiency) for kernel in kernels)
+    """Seconds a sequence of kernels takes back to back on one stream (each shape costed once, `roofline_table`)."""
+    return sum(max(times) for times in map(roofline_table(gpu, precision, efficiency).times, kernels))
 
 
 def sm_bound_duration(
@@ -185,7 +185,7 @@ def sm_bound_duration(
 ) -> float:
     """Seconds of ``kernels_duration`` spent in the kernels whose compute, not their HBM traffic, sets their
     duration: the part that slows while communication kernels hold SMs (engine/contention.py)."""
-    times = (roofline_times(kernel, gpu, precision, efficiency) for kernel in kernels)
+    times = map(roofline_table(gpu, precision, efficiency).times, kernels)
     return sum(compute for compute, memory in times if compute >= memory)
 
 

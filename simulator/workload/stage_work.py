@@ -14,7 +14,7 @@ from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork, TpPattern
 from simulator.workload.experts import MoELayer
 from simulator.workload.memory import embedding_rank_params
-from simulator.workload.roofline import Efficiency, roofline_table
+from simulator.workload.roofline import Efficiency, kernels_duration, roofline_table, sm_bound_duration
 from simulator.workload.transformer import (
     AttentionCost,
     PassKernels,
@@ -56,11 +56,11 @@ class CostContext:
 
     def seconds(self, kernels) -> float:
         """The kernels' time back to back on this GPU (`kernels_duration`)."""
-        return sum(max(times) for times in self.times(kernels))
+        return kernels_duration(kernels, self.gpu, self.precision, self.efficiency)
 
     def sm_bound(self, kernels) -> float:
         """The share of the kernels' time that SM contention slows (`sm_bound_duration`)."""
-        return sum(compute for compute, memory in self.times(kernels) if compute >= memory)
+        return sm_bound_duration(kernels, self.gpu, self.precision, self.efficiency)
 
 
 def _part(kernels, attention: bool):
