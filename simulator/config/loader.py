@@ -324,12 +324,12 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
                             file=source, line=1)
     written: tuple[Override, ...] = ()
     if overrides:
-        data, written = apply_overrides(data, overrides, source)
-    if settings:
+        data, written = apply_overrides(data, overrides, source)  # a copy, which the settings may write into
+    elif settings:
         data = copy.deepcopy(data)
-        for setting in settings:
-            set_field(data, setting.path, setting.value)
-        written += tuple(setting.override() for setting in settings)
+    for setting in settings:
+        set_field(data, setting.path, setting.value)
+    written += tuple(setting.override() for setting in settings)
     return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written)
 
 
