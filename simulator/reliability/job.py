@@ -54,7 +54,9 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class JobPlan:
-    """Everything a replication needs that does not change between replications."""
+    """Everything a replication needs that does not change between replications. ``detection_s``,
+    ``reschedule_s`` and ``launch_s`` are the parts of a restart that no cluster state changes
+    (`restart.detection`, `reschedule`, `launch`)."""
 
     horizon_s: float
     classes: tuple[FailureClass, ...]
@@ -70,7 +72,6 @@ class JobPlan:
     detection_s: float
     reschedule_s: float
     launch_s: float
-    """The parts of a restart that no cluster state changes (`restart.detection`, `reschedule`, `launch`)."""
     costs: Callable[[ClusterState], SegmentCosts | None]
     degradation: Callable[[int, int], Degradation]
     """(class index, unit index) -> what that unit's degradation or straggling does to the cluster."""
