@@ -351,22 +351,22 @@ def _run_ranks(text: str | None, run) -> list[int] | None:
 
 def _window(text: str | None) -> tuple[float, float] | None:
     """--window START:END (durations with units, e.g. 0:5ms or 1.2s:1.4s) in seconds."""
+    from simulator.report.gantt import WINDOW_RULE, window_problem
     from simulator.units import parse_duration
 
     if text is None:
         return None
     parts = text.split(":")
-    allowed = "START:END with units, e.g. 0:5ms or 1.2s:1.4s, 0 <= START < END"
+    allowed = f"START:END with units, e.g. 0:5ms or 1.2s:1.4s, {WINDOW_RULE}"
     if len(parts) != 2:
         raise InputError(f"{text!r} is not START:END", field="--window", allowed=allowed)
     try:
         low, high = (parse_duration(part.strip() or "0") for part in parts)
     except InputError as exc:
         raise InputError(exc.problem, field="--window", allowed=allowed) from None
-    if not low < high:
-        raise InputError(f"{text!r}: START is not before END", field="--window", allowed=allowed)
-    if low < 0:
-        raise InputError(f"{text!r}: START is before the step begins", field="--window", allowed=allowed)
+    problem = window_problem(low, high)
+    if problem:
+        raise InputError(f"{text!r}: {problem}", field="--window", allowed=allowed)
     return low, high
 
 

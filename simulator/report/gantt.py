@@ -257,6 +257,19 @@ def _draw_row(ax, row: int, rank_ops: pd.DataFrame, rank: int, window: float, sc
     return actions, drawn
 
 
+WINDOW_RULE = "0 <= START < END"
+"""What a zoom window (start, end) must satisfy, in seconds from the step's start (`window_problem`)."""
+
+
+def window_problem(low: float, high: float) -> str | None:
+    """What breaks `WINDOW_RULE` in the window (``low``, ``high``), None when nothing does."""
+    if not low < high:
+        return "START is not before END"
+    if low < 0:
+        return "START is before the step begins"
+    return None
+
+
 def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stage", ranks=None,
                  max_rows: int = 64, window: tuple[float, float] | None = None) -> Figure:
     """A Gantt chart of the step: rows are pipeline stages (their tp=cp=dp=0 rank) or the given ``ranks``,
@@ -274,8 +287,9 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     if window is None and full_span <= 0:
         raise ValueError("every op of the timeline ends at 0 s: no time to draw")
     low, high = window if window is not None else (0.0, full_span)
-    if not 0 <= low < high:
-        raise ValueError(f"window {low}:{high} must have 0 <= START < END")
+    problem = window_problem(low, high)
+    if problem:
+        raise ValueError(f"window {low}:{high}: {problem} ({WINDOW_RULE})")
     span = high - low
     scale, unit = time_unit(span)
     virtual_stages = int(summary["layout"].get("virtual_stages", 1))
