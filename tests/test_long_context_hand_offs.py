@@ -65,24 +65,16 @@ def test_hand_offs_across_leaf_groups_hash_several_lanes_onto_one_uplink():
 
 def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_step():
     """Folded, a hand-off ends when its slowest lane's does (collectives/execute.py `run_plans`): the first one
-    out of step, stage 5's forward send of micro-batch 0, ended on its lanes between 154.009 and 154.667 ms,
-    and 1,340 hand-off instances did, by up to 1.07 ms (lanes 5, 7, 13 and 14 behind the others on every
-    forward send across a leaf group: 887 forward sends, 112 forward and 304 backward receives, 37 backward
-    sends). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning (the
-    fold by CP lane is tried only where the step may unfold); no collective other than a hand-off fell out of
-    step. With every CP lane simulated (256 ranks, what --force runs, not run here: 307 s of CPU, 10.7 GiB) no
-    mirror fell out of step, the step was 11.305081 s and the exposed pipeline communication 456.7 ms per GPU
-    (425.7 ms against the folded 463.2 before the base latency and the userbuffers kernels, with a step of
-    11.281937 s). Measured 2026-12-03 (step 11.282 s); a change to the network
-    model, the spine hash or the program moves these figures, and should be looked at here: with NCCL's base
-    latency on every collective the send ends between 154.233 and 154.839 ms, 1,337 instances fall out of step,
-    by up to 1.07 ms still, the folded step is 11.293336 s and its exposed pipeline communication 461.0 ms (the
-    unfolded figures not measured again); with the TP overlap's userbuffers kernels (one per reduce-scatter
-    chunk, no base latency) the send ends between 154.233 and 154.566 ms, 1,329 instances fall out of step, by
-    up to 1.07 ms, the folded step is 11.300020 s and its exposed pipeline communication 488.3 ms; with the ring
-    exchange's steps as userbuffers sends too (collectives/userbuffers.py `ring_exchange`, no base latency) the
-    send ends between 154.233 and 154.565 ms, still 1,329 instances by up to 1.07 ms, the folded step is
-    11.299570 s and its exposed pipeline communication 488.8 ms."""
+    out of step, stage 5's forward send of micro-batch 0, ends on its lanes between 154.233 and 154.565 ms, and
+    1,329 hand-off instances do, by up to 1.07 ms (lanes 5, 7, 13 and 14 behind the others on every forward send
+    across a leaf group). The folded step is 11.299570 s and its exposed pipeline communication 488.8 ms per GPU.
+    Unfolded the step is far beyond the scale limits, so the folded run stands with this warning (the fold by CP
+    lane is tried only where the step may unfold); no collective other than a hand-off falls out of step. With
+    every CP lane simulated (256 ranks, what --force runs, not run here: 307 s of CPU, 10.7 GiB) no mirror fell
+    out of step, the step was 11.305081 s and the exposed pipeline communication 456.7 ms per GPU (measured
+    before the ring exchange's steps ran as userbuffers sends, collectives/userbuffers.py `ring_exchange`).
+    Measured 2026-12-03; a change to the network model, the spine hash or the program moves these figures, and
+    should be looked at here."""
     summary = simulate(load_scenario(LONG_CONTEXT)).summary
     assert summary["folded"] and "fold_off_reason" not in summary
     (warning,) = summary["warnings"]
