@@ -282,9 +282,8 @@ class _Parsed:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
-        stated = self.groups.get(group)
-        members = stated.members if stated is not None else _members(info, self.file, where, name)
-        description = str(info.get("Process Group Description", stated.description if stated is not None else ""))
+        stated, description = self._stated(group, info)
+        members = self._members_of(stated, info, where, name)
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
                         group=group or "default", members=members,
@@ -303,20 +302,29 @@ class _Parsed:
         if info is None or kind is None:
             return None
         where = f"traceEvents[{index}]"
+        group = str(info.get("Process Group Name", ""))
+        stated, description = self._stated(group, info)
         peer = _whole(info.get("Dst Rank" if kind == "send" else "Src Rank"))
         if peer is None:
-            stated = self.groups.get(str(info.get("Process Group Name", "")))
-            members = stated.members if stated is not None else _members(info, self.file, where, name)
+            members = self._members_of(stated, info, where, name)
             in_group = _whole(info.get("Rank"))
             peer = members[in_group] if in_group is not None and in_group < len(members) else None
         if peer is None:
             return None
-        group = str(info.get("Process Group Name", ""))
-        stated = self.groups.get(group)
-        description = str(info.get("Process Group Description", stated.description if stated is not None else ""))
         return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
                         nbytes=self._message_bytes(info, "send_recv", dtype, name, where), group=group,
                         description=description, peer=peer)
+
+    def _stated(self, group: str, info: dict) -> tuple[ProcessGroup | None, str]:
+        """The process group the trace states under the name ``group`` (None if it states none), and the
+        description of an NCCL kernel's group: its annotation's (``info``), else the stated group's."""
+        stated = self.groups.get(group)
+        return stated, str(info.get("Process Group Description", stated.description if stated is not None else ""))
+
+    def _members_of(self, stated: ProcessGroup | None, info: dict, where: str, name: str) -> tuple[int, ...]:
+        """The members of an NCCL kernel's group: the ``stated`` group's, else those its annotation ``info``
+        lists (`_members`)."""
+        return stated.members if stated is not None else _members(info, self.file, where, name)
 
     def _message_bytes(self, info: dict, primitive: Primitive, dtype: str, name: str, where: str) -> float:
         """Bytes per rank in the nccl-tests convention: `Out msg nelems` of an all-gather, else `In msg nelems`,
