@@ -1388,3 +1388,20 @@ def test_a_transfer_of_a_cp_job_whose_tp_is_not_told_is_refused_naming_traced_tp
         "not told, so whether its transfer from rank 0 to rank 1 is the CP ring's or a pipeline hand-off is unknown "
         "(its CP groups follow from the TP size) (allowed: workload.traced_tp: the traced job's TP size (1 where it "
         "has none), or Process Group Descriptions naming the CP groups)")
+
+
+def test_chakra_errors_name_the_metadata_node_that_stated_the_groups(tmp_path):
+    """A group's error named the last `process_group:init` node, here one that names no group (older PyTorch's
+    pg_ids, which no node refers to), not the node that stated the group at fault (the first node)."""
+    groups = [*MESH, {"pg_name": "2", "pg_desc": "mesh_cp", "ranks": [0, 5], "group_size": 2}]
+    older = [{"pg_id": 0, "ranks": [], "group_size": 2}]
+    for rank in range(2):
+        chakra_step(tmp_path, rank, groups, "1")
+        nodes = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        inputs = {"values": str([json.dumps(older)]), "shapes": "[[]]", "types": "['String']"}
+        nodes.append({"id": 5, "name": "## process_group:init ##", "type": "METADATA_NODE", "inputs": inputs})
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(nodes))
+    with pytest.raises(TraceError) as error:
+        simulate(scenario_from_text(chakra_scenario(tmp_path)))
+    assert str(error.value).startswith(f"{tmp_path / 'rank0.json'}: nodes[0].inputs.values: process group '2' has "
+                                       "ranks 0, 5, beyond the traced job's 2 ranks")

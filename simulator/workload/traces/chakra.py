@@ -54,7 +54,7 @@ def read_chakra(path: Path) -> TracedRank:
             raise trace_error(file, f"nodes[{position}]", f"node id {node_id} appears twice", "unique node ids")
         by_id[node_id] = position
     order = _topological(file, nodes, by_id)
-    groups, groups_field = _process_groups(file, nodes)
+    groups, stated_at = _process_groups(file, nodes)
     ops: list[TracedOp] = []
     op_of: dict[int, tuple[int, ...]] = {}
     for position in order:
@@ -69,10 +69,12 @@ def read_chakra(path: Path) -> TracedRank:
     if not ops:
         raise trace_error(file, "nodes", f"nothing to replay in {len(nodes)} nodes: no COMP_NODE, COMM_COLL_NODE, "
                           "COMM_SEND_NODE or COMM_RECV_NODE", "an execution trace of one training step")
-    world = next((len(group.members) for group in groups.values()
-                  if group.description == DEFAULT_GROUP and group.members == tuple(range(len(group.members)))), 0)
+    everyone = next((name for name, group in groups.items()
+                     if group.description == DEFAULT_GROUP and group.members == tuple(range(len(group.members)))), None)
     return TracedRank(file=file, rank=-1, ops=tuple(ops), timed=False, events=len(nodes), events_field="nodes",
-                      world=world, world_field=groups_field, groups=groups, groups_field=groups_field)
+                      world=len(groups[everyone].members) if everyone is not None else 0,
+                      world_field=_metadata_field(stated_at[everyone] if everyone is not None else None), groups=groups,
+                      groups_field=_metadata_field(max(stated_at.values(), default=None)))
 
 
 def _documents(path: Path) -> list:
@@ -185,18 +187,20 @@ def _topological(file: str, nodes: list[dict], by_id: dict[int, int]) -> list[in
     return order
 
 
-def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGroup], str]:
-    """The process groups that a `## process_group:init ##` node describes, by name, and the node's field.
+def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGroup], dict[str, int]]:
+    """The process groups that a `## process_group:init ##` node describes, by name, and the position of the
+    node that stated each (the last, where several do; an init node that names no group, as older PyTorch's
+    pg_ids, states none).
     PyTorch's execution-trace observer records torch.distributed's group configuration there (`pg_name`,
     `pg_desc`, `ranks`, `group_size`; `ranks` empty for a group of every rank) and Chakra's converter keeps the
     node as metadata, the JSON inside the text of its `inputs.values`; without such a node, nothing is known of
     the groups but their names."""
     groups: dict[str, ProcessGroup] = {}
-    where = ""
+    stated_at: dict[str, int] = {}
     for position, node in enumerate(nodes):
         if PG_INIT not in str(node.get("name", "")):
             continue
-        where = f"nodes[{position}].inputs.values"
+        where = _metadata_field(position)
         inputs = node.get("inputs")
         entries = _group_entries(inputs.get("values") if isinstance(inputs, dict) else None)
         if entries is None:
@@ -221,7 +225,13 @@ def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGrou
                 raise trace_error(file, where, f"process group {name!r} lists ranks {list(members)} with group_size "
                                   f"{size}", "distinct ranks >= 0, as many as the group_size")
             groups[str(name)] = ProcessGroup(str(desc or name), members or tuple(range(size)))
-    return groups, where
+            stated_at[str(name)] = position
+    return groups, stated_at
+
+
+def _metadata_field(position: int | None) -> str:
+    """The field of the process-group metadata of the node at ``position`` ('' for None: no node)."""
+    return f"nodes[{position}].inputs.values" if position is not None else ""
 
 
 def _group_entries(values: object) -> list[dict] | None:
