@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 from simulator.errors import ScenarioError
@@ -64,8 +65,11 @@ def named_kinds(description: str) -> set[CommCategory]:
     return {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", description.lower()) if word in GROUP_WORDS}
 
 
+@lru_cache(maxsize=256)
 def named_kind(description: str) -> CommCategory | None:
-    """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none."""
+    """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none; kept
+    per description, since every send and receive asks for its group's (twice: to tell the stages, then its
+    op's category) and a trace has a few descriptions."""
     named = named_kinds(description)
     return next((kind for kind in GROUP_KINDS if kind in named), None)
 
