@@ -103,6 +103,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.console.report import memory_line, oom_line, skipped_sizes_text
     from simulator.preflight import validate
     from simulator.scale import sized_topology
+    from simulator.units import counted
     from simulator.workload.memory_plan import GIB
 
     loaded = load_scenario(args.scenario, args.set)
@@ -119,7 +120,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
     _warn(verdict.warnings, dict(verdict.memory))
     if not args.quiet:
-        print(f"{args.scenario}: valid ({topology.num_gpus} GPUs on {topology.name})")
+        print(f"{args.scenario}: valid ({counted(topology.num_gpus, 'GPU')} on {topology.name})")
         memory = memory_line(dict(verdict.memory))
         if memory:
             print(f"  {memory}")

@@ -174,15 +174,15 @@ def run_alone(topology: Topology, settings: NetworkSettings, phases) -> tuple[fl
     return env.now, FlowBlock.of(c["src"], c["dst"], c["start_s"], c["end_s"], c["bytes"], log.route_table())
 
 
-def alone_seconds(topology: Topology, settings: NetworkSettings, plans: list[list[Phase]]) -> float:
-    """Seconds ``plans`` take run together on an otherwise idle network, as the engine runs collectives that
-    overlap; for one plan `run_alone`'s duration to the last bit, without its flow rows (the event-by-event
-    network logs nothing: the layout search times thousands of collectives and reads only their durations)."""
-    if len(plans) == 1 and settings.mode == "flow" and is_large(plans[0]):
-        return run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), plans[0]).duration_s
+def alone_seconds(topology: Topology, settings: NetworkSettings, phases: list[Phase]) -> float:
+    """Seconds the plan ``phases`` takes on an otherwise idle network: `run_alone`'s duration to the last bit,
+    without its flow rows (the event-by-event network logs nothing: the layout search times thousands of
+    collectives and reads only their durations; `together_ends` times plans that overlap)."""
+    if settings.mode == "flow" and is_large(phases):
+        return run_isolated(topology, effective_capacity(topology, dict(settings.efficiency)), phases).duration_s
     env = simpy.Environment()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode)
-    env.process(run_plans(env, network, topology, plans, ""))
+    env.process(run_plans(env, network, topology, [phases], ""))
     env.run()
     return env.now
 

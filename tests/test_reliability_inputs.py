@@ -403,7 +403,7 @@ def test_more_spares_than_hosts_is_refused_in_words(scenario, settings, problem,
 
 
 @pytest.mark.parametrize("setting", ["faults.rate_multiplier=2", "faults.preset=llama3", "restart.elastic=true",
-                                     "storage.capacity=1 PB", "checkpoint.interval=10 min"])
+                                     "storage.capacity=1 PB", "checkpoint.interval=10 min", "run.replications=5"])
 def test_a_single_step_warns_of_what_only_a_job_reads(setting, tmp_path, capsys):
     """A single step (no run.horizon) runs, but says which of its fields it ignored; it used to say nothing."""
     field = setting.split("=")[0]

@@ -487,6 +487,9 @@ def test_1f1bs_steady_state_round_trips_lengthen_the_period_only_where_no_rank_i
     assert steady_state_share([1.0, 1.0, 1.0, 1.0], 0.01) == pytest.approx(1.0, rel=1e-12)
     assert steady_state_share([1.0, 1.0, 1.0, 1.02], 0.01) == 0.0
     assert steady_state_share([1.0, 1.0, 1.0, 1.005], 0.01) == pytest.approx(0.75, rel=1e-12)
+    # a slow first rank sets the period by its own slot, 1.02 s, which every bound with hops stays within (rank
+    # 0's: (1.02 + 3 + 6 x 0.01) / 4 = 1.02 s): the round trips lengthen nothing (was 1.0, suffix averages alone)
+    assert steady_state_share([1.02, 1.0, 1.0, 1.0], 0.01) == 0.0
 
 
 @pytest.mark.parametrize(("tp", "pp", "v"), [(1, 2, 1), (2, 2, 2)])

@@ -233,7 +233,8 @@ class GroupTerms(NamedTuple):
     def key(self) -> tuple:
         """The terms as a hashable value: the arrays by their contents."""
         loads = tuple((name, load.key()) for name, load in self.loads)
-        return (*self[:12], loads, self.tree and self.tree.key())
+        plain = tuple(getattr(self, name) for name in self._fields if name not in ("loads", "tree"))
+        return (*plain, loads, self.tree and self.tree.key())
 
 
 def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapping[str, float] | None,

@@ -18,8 +18,9 @@ exchanges is a `userbuffers_send` to the next GPU of the ring and a `userbuffers
 `cudaMemcpyAsync` into the peer's registered buffer followed by a one-thread kernel that raises the peer's flag,
 and the receive a one-thread kernel that waits for its own flag; the next exchange's send waits for this one's
 receive (an event between the send and receive streams). So p - 1 exchanges one after the other, each moving n/p to
-the next GPU: the ring's all-gather phase, each step paying its path's latency (the flag behind the copy) and none
-of NCCL's base latency or protocols.
+the next GPU: the ring's all-gather phase, each step paying the path latency (the flag behind the copy; the
+pipelined ring phase charges its hops' mean, which is every hop's inside one NVLink domain, where TP runs) and
+none of NCCL's base latency or protocols.
 
 What stands in for a measurement: no kernel-level timing of userbuffers was found, so its latency is the path's
 (the bundled topologies' NVLink latency, 3.4 us) and its bandwidth the NVLink's efficiency as NCCL's ring

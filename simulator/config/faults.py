@@ -138,10 +138,6 @@ def _failure_preset(name: str) -> str:
     return name
 
 
-JOB_FAULT_FIELDS = frozenset({"preset", "rate_multiplier", "components", "maintenance"})
-"""The fields of `faults` that describe failure processes over a job's horizon (all but `step`)."""
-
-
 class FaultsConfig(Section):
     """Faults of a scenario: inside a step (`step`) and over the job's horizon (a `preset` table of
     component failure rates, scaled by `rate_multiplier`, with `components` added or overriding it by
@@ -152,3 +148,7 @@ class FaultsConfig(Section):
     rate_multiplier: float = Field(default=1.0, gt=0)
     components: dict[ComponentName, ComponentSpec] = {}
     maintenance: MaintenanceConfig | None = None
+
+
+JOB_FAULT_FIELDS = frozenset(FaultsConfig.model_fields) - {"step"}
+"""The fields of `faults` that describe failure processes over a job's horizon: all but `step`."""

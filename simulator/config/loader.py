@@ -97,13 +97,15 @@ class LoadedScenario:
 
     def ignored_without_a_horizon(self) -> tuple[str, ...]:
         """A located warning for each field the scenario sets that only a job over weeks reads (`checkpoint`,
-        `storage`, `restart`, the failure processes of `faults`) when it has no `run.horizon`: a single step
-        ignores them, and a user who meant a job should hear so before trusting the figures."""
+        `storage`, `restart`, `run.replications`, the failure processes of `faults`) when it has no
+        `run.horizon`: a single step ignores them, and a user who meant a job should hear so before trusting the
+        figures."""
         scenario = self.scenario
         if scenario.run.horizon is not None:
             return ()
         paths = [(name, field) for name in ("checkpoint", "storage", "restart")
                  for field in sorted(getattr(scenario, name).model_fields_set)]
+        paths += [("run", "replications")] if "replications" in scenario.run.model_fields_set else []
         paths += [("faults", field) for field in sorted(scenario.faults.model_fields_set & JOB_FAULT_FIELDS)]
         return tuple(str(self.error(path, "only a job over weeks reads it (run.horizon); this single step ignores "
                                           "it")) for path in paths)

@@ -295,7 +295,8 @@ def job_table(job: dict) -> Table:
     table.add_row("time lost", ", ".join(lost) or "none")
     replicas = job.get("replicas")
     if job.get("elastic") and replicas:
-        running = ", ".join(f"{size} replicas {_long_duration(value['mean'])} ({_share(value['mean'] / horizon)})"
+        running = ", ".join(f"{counted(int(size), 'replica')} {_long_duration(value['mean'])} "
+                            f"({_share(value['mean'] / horizon)})"
                             for size, value in replicas["running_s"].items() if value["mean"])
         skipped = skipped_sizes_text(replicas["out_of_memory_gib"], replicas["memory_capacity_gib"])
         table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "

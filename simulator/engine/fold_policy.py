@@ -28,7 +28,7 @@ from simulator.engine.symmetry import asymmetric_replicas
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
-from simulator.parallel.folding import RankClasses
+from simulator.parallel.folding import RankClasses, representatives
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -100,8 +100,8 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
     return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
 
 
-def straggler_blocker(step: FoldedStep, plans: PlanCache, mode: NetworkMode, faults: StepFaultPlan,
-                      factor: float) -> str:
+def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mode: NetworkMode,
+                      faults: StepFaultPlan, factor: float) -> str:
     """Why a job's straggler states would run unfolded ('' when every one folds), by the engine's rule, asked
     of its healthy ``step`` (with the scenario's own ``faults``) as `folded_step` made it, folded: a state adds
     stragglers on the representatives of some pipeline stages (reliability/states.py), all in the first
@@ -110,15 +110,19 @@ def straggler_blocker(step: FoldedStep, plans: PlanCache, mode: NetworkMode, fau
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
     representative does (its stage is unlike unless it has one rank, and the answer is then whether that
     replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
-    it."""
-    program = step.program
-    if program.layout is None:
+    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: a state's step
+    has faults, which `folded_step` folds no other way."""
+    program, shapes, layout = step.program, step.shapes, step.program.layout
+    if layout is None:
         return "stragglers in a step without a parallel layout"
-    representative = program.layout.rank_of(pp=0)
+    if program.folded and list(program.ranks) != representatives(layout, True):
+        program = build(True, None)
+        shapes = CollectiveShapes.of(program.ops)
+    representative = layout.rank_of(pp=0)
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
     state = replace(faults, slowdowns=tuple(sorted(slowed.items())))
-    return fold_with_faults(state, program, plans, mode, step.shapes)[1]
+    return fold_with_faults(state, program, plans, mode, shapes)[1]
 
 
 def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
@@ -160,8 +164,7 @@ def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, plans:
     meet the links otherwise than they do (`fold_verdict`, the stage fold's rule)."""
     program = folded.program
     layout = program.layout
-    if layout is None or layout.cp == 1 or "moe" in program.details or "trace" in program.details \
-            or not faults.empty:
+    if layout is None or layout.cp == 1 or "moe" in program.details or not faults.empty:
         return None
     lanes = build_lanes()
     shapes, order = program_indexes(lanes)

@@ -193,11 +193,16 @@ class JobProcess:
         if self.plan.regrow is not Regrow.ON_REPAIR or self.replicas == self.plan.replicas:
             return INF
         self._collect_repairs(now)
-        larger = next(size for size in self.plan.sizes if size > self.replicas)
-        need = self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
+        larger, need = self._growth(self.replicas)
         if need > 0:
             return self._returns(need)
         return now if self.plan.costs(self._state(larger)) is not None else INF
+
+    def _growth(self, replicas: int) -> tuple[int, int]:
+        """The next size above ``replicas`` and how many more hosts it needs back from repair beyond those in
+        use and spare (0 or less: they are in hand)."""
+        larger = next(size for size in self.plan.sizes if size > replicas)
+        return larger, self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
 
     def _skip_windows(self, t: float) -> None:
         """After the window taken at ``t``, the next one due after ``t``: windows that came due while the
@@ -412,8 +417,7 @@ class JobProcess:
         restart), at full size, or when that size has no route."""
         if self.plan.regrow is not Regrow.ON_REPAIR or replicas == self.plan.replicas:
             return INF
-        larger = next(size for size in self.plan.sizes if size > replicas)
-        need = self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
+        larger, need = self._growth(replicas)
         back = self._returns(need) if need > 0 else INF
         if not rendezvous + EPS < back < end or self.plan.costs(self._state(larger)) is None:
             return INF
@@ -421,7 +425,7 @@ class JobProcess:
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
-        regrow that found its progress already in the last checkpoint), and the maintenance."""
+        clean stop that found its progress already saved, `_stop_cleanly`), and the maintenance."""
         write = costs.write_s if self.clock.stopping else 0.0
         duration = self.plan.maintenance.duration_s if self.plan.maintenance else 0.0
         return write + (duration if cause is BuiltInCause.MAINTENANCE else 0.0)

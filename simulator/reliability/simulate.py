@@ -189,8 +189,8 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
 
     faults = step_faults(loaded, topology)
     healthy = prepare_training(loaded, topology, faults, guard)
-    why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.plans, healthy.settings.mode, faults,
-                                                    klass.slowdown))
+    why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
+                                                    healthy.settings.mode, faults, klass.slowdown))
     if why:
         refuse(why)
     return healthy

@@ -5,7 +5,6 @@ survivors before the simulator decides."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -339,15 +338,16 @@ def steady_state_share(slots: list[float], hop_s: float) -> float:
     """The share of 1F1B's steady-state round trips that lengthen its period, with ``slots`` the pipeline
     ranks' work per micro-batch and a hop of ``hop_s``. Rank r keeps p - r micro-batches in flight, each
     going to the last rank and back, so the period T obeys (p - r) T >= the work of ranks r to p - 1 plus
-    2 (p - 1 - r) hops, for every r; without hops, T is the largest such average of the work. With equal
+    2 (p - 1 - r) hops, for every r, and T >= every rank's own slot (one forward and one backward per period);
+    without hops, T is the largest of these bounds. With equal
     stages the bound of rank 0 adds 2 (p - 1) / p hops to a period of one slot (share 1: the closed form);
     where one rank is slower than the others by more than that (the last one with the output layer), the
     others wait for it, not for the round trips (share 0)."""
     p = len(slots)
     if p == 1 or hop_s <= 0:
         return 1.0
-    free = max(sum(slots[r:]) / (p - r) for r in range(p))
-    waiting = max((sum(slots[r:]) + 2 * (p - 1 - r) * hop_s) / (p - r) for r in range(p))
+    free = max(max(slots), *(sum(slots[r:]) / (p - r) for r in range(p)))
+    waiting = max(free, *((sum(slots[r:]) + 2 * (p - 1 - r) * hop_s) / (p - r) for r in range(p)))
     return min(1.0, (waiting - free) / (2 * (p - 1) * hop_s / p))
 
 
@@ -579,7 +579,8 @@ def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
     if not spans or compute_s <= 0:
         return 0.0
     total = sum(share.overlap_delay(seconds, sms, compute_s, sm_bound) for (seconds, _), sms in zip(spans, held))
-    return min(total, share.overlap_delay(math.inf, max(held), compute_s, sm_bound))
+    together = sum(seconds for seconds, _ in spans)
+    return min(total, share.overlap_delay(together, max(held), compute_s, sm_bound))
 
 
 def grad_copies_s(plan: StepPlan, params: float) -> float:
@@ -653,7 +654,7 @@ class CollectiveTimes:
         key = (op, group, nbytes, pair_bytes, algorithm)
         if key not in self._seconds:
             item = _collective(op, group, nbytes, pair_bytes, algorithm)
-            self._seconds[key] = alone_seconds(self.topology, self.settings, [self._plans.phases(item, group)])
+            self._seconds[key] = alone_seconds(self.topology, self.settings, self._plans.phases(item, group))
         return self._seconds[key]
 
     def together(self, *shapes: CollectiveShape) -> tuple[float, ...]:
