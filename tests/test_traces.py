@@ -43,6 +43,13 @@ def run(text: str, folder: Path):
     return loaded, simulate(loaded)
 
 
+def refusal(text: str, folder: Path) -> ScenarioError:
+    """The one-line refusal `run` of ``text`` in ``folder`` raises (the test fails if it runs)."""
+    with pytest.raises(ScenarioError) as caught:
+        run(text, folder)
+    return caught.value
+
+
 def two_rank_scenario(nic: str, *, dp: str = "", nodes: int = 2, extra: str = "") -> str:
     return (f"cluster: {{topology: ethernet-100g, nodes: {nodes}, nic_bandwidth: {nic}}}\n"
             f"collectives: {{algorithm: ring}}\n{extra}"
@@ -1105,9 +1112,7 @@ def test_a_numbered_group_of_a_whole_pipeline_stage_is_refused_unless_the_layout
     without DP, or DP 2 without TP. Declared, each rank's 1 MiB all-reduce sends n = 1 MiB per GPU of that kind;
     the transfers count as PP, 2 MiB over four GPUs."""
     tp_pp_job(tmp_path)
-    with pytest.raises(ScenarioError) as caught:
-        run(chakra_scenario(tmp_path), tmp_path)
-    assert str(caught.value) == (
+    assert str(refusal(chakra_scenario(tmp_path), tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '1' is all 2 ranks of a pipeline stage: "
         "tensor parallelism without data parallelism, or the other way round, is unknown (allowed: "
         "workload.traced_tp: 2 or 1 (the traced job's TP size), or Process Group Descriptions)")
@@ -1213,12 +1218,11 @@ def test_a_numbered_group_that_could_be_cp_or_ep_is_refused_naming_what_to_decla
                                                                                     allowed):
     moe_job(tmp_path)
     text = chakra_scenario(tmp_path).replace("format: chakra-json", f"format: chakra-json, {declared}")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert caught.value.field == "workload.trace"
-    assert caught.value.problem.startswith("process group '1' (ranks [0, 1]) spans 2 consecutive places next to "
-                                           "tensor parallelism in its pipeline stage")
-    assert problem in caught.value.problem and caught.value.allowed.startswith(allowed)
+    refused = refusal(text, tmp_path)
+    assert refused.field == "workload.trace"
+    assert refused.problem.startswith("process group '1' (ranks [0, 1]) spans 2 consecutive places next to "
+                                      "tensor parallelism in its pipeline stage")
+    assert problem in refused.problem and refused.allowed.startswith(allowed)
 
 
 def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
@@ -1233,9 +1237,7 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
     assert (traffic["ep"], traffic["tp"], traffic["dp"]) == (
         pytest.approx(MIB, rel=EXACT), 0.0, pytest.approx(8 * MIB, rel=EXACT))
     text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_tp: 2")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert str(caught.value) == (
+    assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.traced_tp: the trace's process group 'TENSOR_MODEL_PARALLEL_GROUP' "
         "has 1 rank, but the scenario declares TP of 2 (allowed: 1, as the trace's groups say, or traced_tp left out)")
 
@@ -1260,9 +1262,7 @@ def test_a_run_of_consecutive_ranks_of_the_declared_cp_or_ep_size_is_not_taken_f
     DP."""
     job(tmp_path)
     text = chakra_scenario(tmp_path).replace("format: chakra-json", f"format: chakra-json, {declared}")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert str(caught.value) == (
+    assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '1' (ranks [0, 1]) is 2 consecutive ranks "
         f"inside a pipeline stage: tensor parallelism of 2, or {other} parallelism of 2 without TP, is unknown "
         "(allowed: workload.traced_tp: 2 or 1 (the traced job's TP size), or Process Group Descriptions)")
@@ -1279,9 +1279,8 @@ def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path)
     could as well be EP: refused naming traced_ep."""
     pairs_job(tmp_path)
     text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_tp: 2, traced_cp: 2")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size (1 where it has none)")
+    assert refusal(text, tmp_path).allowed.startswith(
+        "workload.traced_ep: the traced job's EP size (1 where it has none)")
     _, result = run(text.replace("traced_cp: 2", "traced_cp: 2, traced_ep: 1"), tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic["tp"], traffic["cp"], traffic["dp"]) == (
@@ -1327,9 +1326,7 @@ def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(t
     """A Ulysses attention's all-to-all and an evenly split token dispatch look alike: with neither size
     declared, refused in one line naming traced_cp and traced_ep."""
     text = all_to_all_2rank(tmp_path, "[]")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert str(caught.value) == (
+    assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '5' (ranks [0, 1]) spans 2 consecutive places "
         "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown (allowed: "
         "workload.traced_cp and traced_ep: the traced job's CP and EP sizes (1 where it has none; 2 for this "
@@ -1381,9 +1378,7 @@ def test_a_transfer_of_a_cp_job_whose_tp_is_not_told_is_refused_naming_traced_tp
     or a pipeline hand-off (TP 2: CP groups [0, 2]); refused, not guessed."""
     cp_ring_job(tmp_path, "numbered")
     text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_cp: 2")
-    with pytest.raises(ScenarioError) as caught:
-        run(text, tmp_path)
-    assert str(caught.value) == (
+    assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: the traced job has context parallelism of 2 and a TP size "
         "not told, so whether its transfer from rank 0 to rank 1 is the CP ring's or a pipeline hand-off is unknown "
         "(its CP groups follow from the TP size) (allowed: workload.traced_tp: the traced job's TP size (1 where it "
