@@ -81,12 +81,13 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
 
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
-    """A job over weeks (`run.horizon`): its outputs, its healthy step's warnings (out of memory among them) as a
-    plain run gives them, then (unless ``quiet``) its table of figures."""
+    """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
+    gives them, printed as soon as that step is simulated, before the job (which can take minutes); then its
+    outputs and (unless ``quiet``) its table of figures."""
     from simulator.reliability.report import run_job
 
-    job, files = run_job(loaded, out, force=force)
-    _warn(job.step_summary.get("warnings", []), job.step_summary)
+    job, files = run_job(loaded, out, force=force,
+                         on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
     if not quiet:
         from rich.console import Console
 

@@ -317,3 +317,43 @@ def test_an_async_write_longer_than_the_interval_costs_its_wait():
     assert checkpoint["write_s"] == pytest.approx(10.0) and checkpoint["write_s"] > 2 * step
     assert checkpoint["cost_s"] == pytest.approx(checkpoint["write_s"] + checkpoint["stall_s"] - step, rel=1e-12)
     assert summary["ettr"]["mean"] == pytest.approx(step / (checkpoint["write_s"] + checkpoint["stall_s"]), rel=2e-4)
+
+
+OOM_JOB = """
+cluster: {topology: dgx-h100-cluster}
+model: {preset: llama3-70b, layers: 48}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 8, dp: 2, fsdp: hybrid_shard}
+run: {horizon: 1 d, replications: 2}
+faults: {components: {gpu: {mtbf: 2 d, repair: 6 h}}}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+"""
+
+
+def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
+    """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
+    warning): 43.2e9 parameters / 8 at 18 B of plain data parallelism's state (bf16 weights, fp32 gradients,
+    Adam's 12 B) are 90.5 GiB per GPU, 96.0 GiB with activations and buffers, out of memory on an H100. Both
+    warnings are on stderr before the first replication draws its failures (they came after the whole job,
+    which can take minutes), once, and the layout's once in summary.json's warnings."""
+    import simulator.reliability.simulate as job_simulation
+
+    draw = job_simulation.draw_arrivals
+    before: list[str] = []
+
+    def drawing(*args):
+        before.append(capsys.readouterr().err)
+        return draw(*args)
+
+    monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(OOM_JOB)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0
+    assert len(before) == 2 and before[1] == "" and capsys.readouterr().err == ""
+    lines = before[0].splitlines()
+    assert [line.split(":")[:2] for line in lines] == [["warning", " parallelism.fsdp"],
+                                                       ["warning", " OUT OF MEMORY"]]
+    assert "96.0 GiB needed" in lines[1]
+    warnings = json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
+    assert warnings == [lines[0].removeprefix("warning: ")]

@@ -10,6 +10,7 @@ writes them: the one path `trainsim run` and a sweep point take."""
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,10 +62,12 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
     return {"traceEvents": trace}
 
 
-def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False) -> tuple[JobResult, list[str]]:
+def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False,
+            on_healthy_step: Callable[[dict], None] | None = None) -> tuple[JobResult, list[str]]:
     """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
-    `trainsim run` and a sweep point do; return the result and the names of the files written."""
-    job = simulate_job(loaded, force=force)
+    `trainsim run` and a sweep point do; return the result and the names of the files written.
+    ``on_healthy_step``: simulate_job's, told of the healthy step before the job is simulated."""
+    job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step)
     return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
 
 

@@ -4,6 +4,7 @@ seeded failures (replication r draws from `numpy.random.default_rng([run.seed, r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, NoReturn
@@ -266,10 +267,14 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
 
 
 @collector_paused()
-def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
+def simulate_job(loaded: LoadedScenario, *, force: bool = False,
+                 on_healthy_step: Callable[[dict], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
-    or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``."""
+    or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
+    ``on_healthy_step`` gets the healthy step's summary once the job has passed its checks, before any
+    replication is simulated: `trainsim run` prints its warnings (out of memory above all) then, not minutes
+    later when the job ends."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -309,6 +314,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False) -> JobResult:
     healthy = costs(states.healthy)
     assert healthy is not None
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
+    if on_healthy_step is not None:
+        on_healthy_step(states.healthy_summary)
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
