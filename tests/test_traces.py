@@ -1287,45 +1287,126 @@ def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path)
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
 
 
-def all_to_all_2rank(folder: Path, splits: str) -> str:
+def all_to_all_2rank(folder: Path, splits: dict[int, tuple[str, str]]) -> str:
     """The scenario of seq-2rank with its first collective an all-to-all of group '5' (ranks [0, 1], described
-    'undefined', as PyTorch describes a group made without one) of 8 MiB per rank, each rank sending shares of
-    ``splits`` elements (PyTorch's `In split size` / `Out split size`); the second stays the default group's
-    16 MiB all-reduce. NCCL's algorithm choice (`auto`): a ring does not run all-to-alls."""
+    'undefined', as PyTorch describes a group made without one) of 4 Mi bf16 elements (8 MiB) in per rank, rank r
+    splitting them as ``splits[r]`` says (PyTorch's `In split size`, `Out split size`: elements to and from each
+    member); the second stays the default group's 16 MiB all-reduce. NCCL's algorithm choice (`auto`): a ring
+    does not run all-to-alls."""
     traces = copy_traces(SEQ_2RANK, folder)
     for rank in (0, 1):
         seq_args(traces, rank, 1, **{"Collective name": "all_to_allv", "Process Group Name": "5",
                                      "Process Group Description": "undefined", "Process Group Ranks": "[0, 1]",
-                                     "In split size": splits, "Out split size": splits, "Seq": 1})
+                                     "In split size": splits[rank][0], "Out split size": splits[rank][1], "Seq": 1})
     return two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)).replace("{algorithm: ring}",
                                                                                          "{algorithm: auto}")
 
 
-@pytest.mark.parametrize(("splits", "declared", "kind"), [
-    ("[1048576, 3145728]", "", "ep"), ("[2097152, 2097152]", "traced_cp: 2, traced_ep: 1", "cp"),
-    ("[]", "traced_cp: 1", "ep")])
-def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(tmp_path, splits, declared, kind):
+EVEN = {0: ("[]", "[]"), 1: ("[]", "[]")}
+UNEVEN = {0: ("[1048576, 3145728]", "[1048576, 1048576]"), 1: ("[1048576, 3145728]", "[3145728, 3145728]")}
+"""Rank 0 sends 3 Mi elements (6 MiB) to rank 1, rank 1 1 Mi (2 MiB) to rank 0; each keeps the rest."""
+
+
+@pytest.mark.parametrize(("splits", "declared", "kind", "pair"), [
+    (UNEVEN, "", "ep", 6 * MIB), ({rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)},
+                                  "traced_cp: 2, traced_ep: 1", "cp", 4 * MIB),
+    (EVEN, "traced_cp: 1", "ep", 4 * MIB)])
+def test_an_all_to_all_is_cp_or_ep_by_its_splits_or_the_declared_sizes_never_dp(tmp_path, splits, declared, kind,
+                                                                                pair):
     """Two ranks whose numbered group [0, 1] runs an all-to-all: neither TP nor DP runs one (it counted as DP, the
     group being every rank), so it is EP where its shares differ (a mixture of experts' token dispatch; a Ulysses
     attention's all-to-all splits evenly), else the CP or EP that the declared sizes leave. Per GPU, the
-    all-to-all sends (p-1)/p x n = 4 MiB of that kind, the default group's two-rank ring all-reduce n = 16 MiB of
-    DP, in a step of the GEMM and the two re-costed collectives back to back."""
+    all-to-all sends 4 MiB of that kind (evenly (p-1)/p x n; unevenly 6 and 2 MiB), the default group's two-rank
+    ring all-reduce n = 16 MiB of DP, in a step of the GEMM and the two re-costed collectives back to back. The
+    all-to-all's one phase lasts as long as its larger transfer, ``pair`` bytes: the time of an even all-to-all of
+    2 x ``pair`` (it ran with even shares of 4 MiB whatever the splits)."""
     text = all_to_all_2rank(tmp_path, splits)
     if declared:
         text = text.replace("format: kineto", f"format: kineto, {declared}")
     loaded, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
     assert (traffic[kind], traffic["dp"]) == (pytest.approx(4 * MIB, rel=EXACT), pytest.approx(16 * MIB, rel=EXACT))
-    exchange, reduce = allreduce_time(loaded, 8 * MIB, 2, "all_to_all"), allreduce_time(loaded, 16 * MIB, 2)
+    exchange, reduce = allreduce_time(loaded, 2 * pair, 2, "all_to_all"), allreduce_time(loaded, 16 * MIB, 2)
     assert result.summary["step_time_s"] == pytest.approx(1000e-6 + exchange + reduce, rel=EXACT)
     exposed = result.summary["exposed_comm_s"]
     assert (exposed[kind], exposed["dp"]) == (pytest.approx(exchange, rel=EXACT), pytest.approx(reduce, rel=EXACT))
 
 
+DISPATCH_MIB = ((1, 8, 2, 2), (2, 1, 4, 2), (2, 2, 1, 6), (3, 2, 2, 1))
+"""MiB rank i sends rank j in a 4-rank token dispatch (row i, column j): unequal rows and columns."""
+
+
+def dispatch_4rank(folder: Path, ranks: tuple[int, ...] = (0, 1, 2, 3)) -> None:
+    """Kineto traces of ``ranks`` of a 4-rank job whose one kernel is an all-to-all over every rank (group '9',
+    described 'undefined'), its args as recent PyTorch writes them on an NCCL kernel: bf16 elements in and out,
+    each rank's `In split size` its row of DISPATCH_MIB and `Out split size` its column, in elements."""
+    folder.mkdir(parents=True, exist_ok=True)
+    elements = MIB // 2
+    for rank in ranks:
+        sends = [share * elements for share in DISPATCH_MIB[rank]]
+        receives = [row[rank] * elements for row in DISPATCH_MIB]
+        args = {"device": rank, "stream": 20, "correlation": 1, "Collective name": "all_to_allv",
+                "In msg nelems": sum(sends), "Out msg nelems": sum(receives), "dtype": "BFloat16", "Group size": 4,
+                "Process Group Name": "9", "Process Group Description": "undefined",
+                "Process Group Ranks": "[0, 1, 2, 3]", "In split size": str(sends), "Out split size": str(receives),
+                "Seq": 1}
+        kernel = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": 20, "ts": 0,
+                  "dur": 900, "args": args}
+        doc = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 4}, "traceEvents": [kernel]}
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
+def dispatch_scenario(folder: Path) -> str:
+    return ("cluster: {topology: ethernet-100g, nodes: 4, nic_bandwidth: 100 Gb/s}\n"
+            f"workload: {{trace: '{folder}/rank*.json', format: kineto}}\n")
+
+
+def phase_s(mib: float) -> float:
+    """One all-to-all phase whose largest transfer is ``mib`` MiB, between single-GPU hosts of ethernet-100g:
+    that transfer's closed form (each transfer of a phase has its own NIC uplink and downlink)."""
+    return transfer_s(100e9, mib * MIB)
+
+
+def test_a_traced_all_to_all_runs_with_its_recorded_split_sizes(tmp_path):
+    """Four single-GPU hosts, each rank's trace one uneven all-to-all (DISPATCH_MIB). NCCL's all-to-all runs
+    as p - 1 = 3 phases, rank i sending rank i + k in phase k, each as long as its largest transfer: 8 MiB
+    (0 -> 1) of 8, 4, 6, 3; then 2 of 2, 2, 2, 2; then 2 of 2, 2, 2, 2. Per GPU it sends what its row sends
+    to others, 37 / 4 MiB in the mean, as EP (an uneven all-to-all). Before, the ranks' different message sizes
+    were refused."""
+    dispatch_4rank(tmp_path)
+    _, result = run(dispatch_scenario(tmp_path), tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(phase_s(8) + phase_s(2) + phase_s(2), rel=EXACT)
+    assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(37 / 4 * MIB, rel=EXACT)
+
+
+def test_pairs_between_untraced_ranks_take_the_mean_of_the_told_ones(tmp_path):
+    """Ranks 0 and 1 traced: their rows and columns tell every pair but 2 -> 3 and 3 -> 2, which take the mean
+    of the ten told pairs between different ranks, (8 + 2 + 2 + 2 + 4 + 2 + 2 + 3 + 2 + 2) / 10 = 2.9 MiB: the
+    phases' largest transfers are 8 MiB (0 -> 1; 2 -> 3 is 2.9), 2 MiB and 2.9 MiB (3 -> 2)."""
+    dispatch_4rank(tmp_path, (0, 1))
+    _, result = run(dispatch_scenario(tmp_path), tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(phase_s(8) + phase_s(2) + phase_s(2.9), rel=EXACT)
+
+
+def test_split_sizes_on_which_a_sender_and_its_receiver_disagree_are_refused(tmp_path):
+    """Rank 2 says it receives 5 MiB from rank 1, whose row sends it 4 MiB: one line naming both traces."""
+    dispatch_4rank(tmp_path)
+    path = tmp_path / "rank2.json"
+    doc = json.loads(path.read_text())
+    doc["traceEvents"][0]["args"]["Out split size"] = str([share * MIB // 2 for share in (2, 5, 1, 2)])
+    path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as caught:
+        run(dispatch_scenario(tmp_path), tmp_path)
+    assert str(caught.value) == (
+        f"{path}: traceEvents[0]: all_to_all seq 1 of process group '9': rank 1 sends rank 2 5242880 bytes by rank "
+        f"2's split sizes, but 4194304 bytes by rank 1's ({tmp_path / 'rank1.json'}: traceEvents[0]) (allowed: In "
+        "split size and Out split size on which each sender and receiver agree)")
+
+
 def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(tmp_path):
     """A Ulysses attention's all-to-all and an evenly split token dispatch look alike: with neither size
     declared, refused in one line naming traced_cp and traced_ep."""
-    text = all_to_all_2rank(tmp_path, "[]")
+    text = all_to_all_2rank(tmp_path, EVEN)
     assert str(refusal(text, tmp_path)) == (
         f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '5' (ranks [0, 1]) spans 2 consecutive places "
         "next to tensor parallelism in its pipeline stage: context or expert parallelism is unknown (allowed: "

@@ -24,7 +24,7 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import accumulate
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
 
@@ -161,7 +161,7 @@ def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, Proc
         if not isinstance(config, dict) or config.get("pg_name") is None:
             continue
         name, ranks, size = str(config["pg_name"]), config.get("ranks"), config.get("pg_size")
-        shown = _shown_ranks(ranks)
+        shown = _shown_numbers(ranks)
         members = shown[0] if shown is not None and not shown[2] else None
         if (members is None or not members or len(set(members)) != len(members)
                 or (size is not None and _whole(size) != len(members))
@@ -284,12 +284,42 @@ class _Parsed:
         group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
         stated, description = self._stated(group, info)
         members = self._members_of(stated, info, where, name)
+        size = _whole(info.get("Group size")) or len(members)
+        nbytes = self._message_bytes(info, primitive, dtype, name, where)
+        shares = self._shares(info, nbytes, size, name, where) if primitive == "all_to_all" else _Shares()
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
-                        op=primitive, nbytes=self._message_bytes(info, primitive, dtype, name, where),
-                        group=group or "default", members=members,
-                        group_size=_whole(info.get("Group size")) or len(members),
-                        description=description, seq=_sequence(info),
-                        uneven=primitive == "all_to_all" and _uneven_splits(info))
+                        op=primitive, nbytes=nbytes, group=group or "default", members=members, group_size=size,
+                        description=description, seq=_sequence(info), uneven=shares.uneven, sends=shares.sends,
+                        receives=shares.receives)
+
+    def _shares(self, info: dict, nbytes: float, size: int, name: str, where: str) -> _Shares:
+        """An all-to-all's bytes to and from each member, in group order, from its `In split size` and `Out split
+        size` (PyTorch's text of a list, "[]" where a side splits evenly, shortened with "..." beyond 30 members).
+        all_to_allv's splits count rows of its tensors, the list form all_to_all's elements: either way a share
+        is its split times the input's row (`In msg nelems` over the input's splits, else `Out msg nelems` over
+        the output's) of ``nbytes`` / `In msg nelems` bytes an element; an even side is its message over the
+        members. Where neither side is listed, or a list is shortened, the shares are not told (even)."""
+        lists = []
+        for field in ("In split size", "Out split size"):
+            shown = _shown_numbers(info.get(field))
+            if shown is None or (shown[0] and not shown[2] and size and len(shown[0]) != size):
+                raise trace_error(self.file, where, f"{field} {info.get(field)!r} of {name!r} is not a count per "
+                                  f"member of its group of {size}", f"{size} whole numbers such as [4, 0, 2, 2], "
+                                  "or [] (an even split)")
+            lists.append(shown)
+        uneven = any(len(set(head + tail)) > 1 for head, tail, _ in lists)
+        (sent, _, cut_in), (received, _, cut_out) = lists
+        if cut_in or cut_out or not (sent or received):
+            return _Shares(uneven=uneven)
+        members = len(sent or received)
+        in_elements = float(info["In msg nelems"])
+        out_elements = _message_count(info.get("Out msg nelems"), in_elements)
+        element = nbytes / in_elements if in_elements else 0.0
+        rows, nelems = (sent, in_elements) if sent else (received, out_elements)
+        row = element * nelems / sum(rows) if sum(rows) else 0.0
+        return _Shares(tuple(share * row for share in sent) if sent else (nbytes / members,) * members,
+                       tuple(share * row for share in received) if received
+                       else (element * out_elements / members,) * members, uneven)
 
     def _transfer(self, index: int, event: dict, name: str, stream: str, info: dict | None,
                   dtype: str) -> TracedOp | None:
@@ -464,7 +494,7 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     -1 for a group whose ranks follow no single stride, so such a group shortened is refused, and a shortened
     list must leave out at least one of its `Group size` ranks."""
     value = info.get("Process Group Ranks")
-    shown = _shown_ranks(value)
+    shown = _shown_numbers(value)
     if shown is None:
         raise trace_error(file, where, f"process group ranks {value!r} of {name!r} are not rank numbers",
                           "a list of ranks such as [0, 1] or its text \"[0, 1]\"")
@@ -501,9 +531,10 @@ def _members(info: dict, file: str, where: str, name: str) -> tuple[int, ...]:
     return members
 
 
-def _shown_ranks(value: object) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
-    """The ranks a `Process Group Ranks` value shows, as (before the first '...', after the last one,
-    whether it is shortened); ((), (), False) when not given, None when they are not rank numbers."""
+def _shown_numbers(value: object) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """The numbers a list the profiler writes shows (`Process Group Ranks`, `In split size`: whole numbers, the
+    text of a list or a list), as (before the first '...', after the last one, whether it is shortened);
+    ((), (), False) when not given, None when they are not whole numbers."""
     if value is None:
         return (), (), False
     if isinstance(value, str):
@@ -519,6 +550,11 @@ def _shown_ranks(value: object) -> tuple[tuple[int, ...], tuple[int, ...], bool]
     return None
 
 
+def _message_count(value: object, default: float) -> float:
+    """A message's element count (`Out msg nelems`), ``default`` where the args do not give one."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else default
+
+
 def _sequence(info: dict) -> int:
     """A collective's `Seq` (PyTorch's count of the process group's collectives on this rank, which every member
     keeps alike), -1 where the trace has none."""
@@ -526,11 +562,13 @@ def _sequence(info: dict) -> int:
     return -1 if seq is None else seq
 
 
-def _uneven_splits(info: dict) -> bool:
-    """Whether an all-to-all's `In split size` or `Out split size` (PyTorch's text of the shares it sends to and
-    receives from each member, "[]" where they are equal, shortened with "..." beyond 30) shows unequal shares."""
-    return any(len(set(re.findall(r"-?\d+", str(info.get(field, ""))))) > 1
-               for field in ("In split size", "Out split size"))
+class _Shares(NamedTuple):
+    """What a rank's trace tells of an all-to-all's shares: the bytes it sends each member and receives from
+    each, in group order (() where not told), and whether they differ (as far as shortened lists show)."""
+
+    sends: tuple[float, ...] = ()
+    receives: tuple[float, ...] = ()
+    uneven: bool = False
 
 
 def _whole(value: object) -> int | None:

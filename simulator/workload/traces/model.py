@@ -38,7 +38,9 @@ class TracedOp:
     (batch, m, n, k) and its ``dtype``. ``seq`` is a collective's sequence number in its process group where
     the trace records it (PyTorch's `Seq`: every member numbers the group's collectives alike), -1 where not.
     ``uneven``: an all-to-all whose ranks send unequal shares (split sizes that differ: a mixture of experts'
-    token dispatch; a Ulysses attention's all-to-all splits evenly), as far as the trace tells."""
+    token dispatch; a Ulysses attention's all-to-all splits evenly), as far as the trace tells; ``sends`` and
+    ``receives`` the bytes it sends each member of its group and receives from each, in group order, where the
+    trace tells them (() where not: an even all-to-all)."""
 
     index: int
     name: str
@@ -56,6 +58,8 @@ class TracedOp:
     tag: int = 0
     seq: int = -1
     uneven: bool = False
+    sends: tuple[float, ...] = ()
+    receives: tuple[float, ...] = ()
     deps: tuple[int, ...] = ()
     gemm: GemmShape = ()
     dtype: str = ""

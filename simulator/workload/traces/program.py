@@ -34,6 +34,7 @@ from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
+from simulator.workload.traces.exchanges import TracedShares, pair_bytes
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
@@ -106,6 +107,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
                                 field="workload.dp", allowed="leave dp out for traces with pipeline stages")
+        if any(op.sends or op.receives for rank in traced for op in rank.ops):
+            raise ScenarioError("the trace's all-to-alls list split sizes per traced rank (expert parallelism), "
+                                "which replicas cannot share", field="workload.dp",
+                                allowed="leave dp out for traces with split all-to-alls")
         members = _replicated(members, world, config.dp)
         world = config.dp
     if world > topology.num_gpus:
@@ -125,6 +130,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
             builder.add_rank(rank, source)
     untraced = builder.check_transfers_matched()
     builder.check_collectives_matched()
+    builder.settle_exchanges()
     warnings = tuple(f"{rank.file}: {rank.events_field}[{rank.unknown[0][0]}]: {len(rank.unknown)} kernels of "
                      f"unknown kind kept as compute (first: {rank.unknown[0][1]!r})" for rank in traced if rank.unknown)
     warnings += tuple(f"{rank.file}: {rank.events_field}[{rank.untold_peers[0][0]}]: {len(rank.untold_peers)} "
@@ -313,6 +319,7 @@ class _Builder:
         self._sizes: dict[str, _First] = {}
         self._transfers: dict[str, dict[str, _End]] = {}
         self._joined: dict[str, tuple[str, int, set[int]]] = {}
+        self._exchanges: dict[str, list[tuple[CollectiveOp, TracedShares]]] = {}
         self._files: dict[int, str] = {}
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
@@ -375,10 +382,26 @@ class _Builder:
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.tag, number)
-        return CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
-                            category=self.kinds.groups[op.group] if op.kind == "collective"
-                            else self.kinds.transfer(Transfer(group[0], group[1], op.description)), op=op.op,
-                            group=group, nbytes=op.nbytes, key=key)
+        collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
+                                  category=self.kinds.groups[op.group] if op.kind == "collective"
+                                  else self.kinds.transfer(Transfer(group[0], group[1], op.description)), op=op.op,
+                                  group=group, nbytes=op.nbytes, key=key)
+        if op.op == "all_to_all":
+            self._exchanges.setdefault(key, []).append((collective, TracedShares(
+                rank, source.file, source.where(op), op.nbytes, op.sends, op.receives)))
+        return collective
+
+    def settle_exchanges(self) -> None:
+        """Give each all-to-all whose traces list split sizes its bytes per pair (exchanges.pair_bytes), the
+        same matrix on every member's op, and as ``nbytes`` the mean a member sends; an all-to-all without
+        them stays even, its members agreeing on the size."""
+        for key, parts in self._exchanges.items():
+            group = parts[0][0].group
+            pairs = pair_bytes(group, [shares for _, shares in parts], f"all_to_all {self._sizes[key].label}")
+            for collective, _ in parts:
+                if pairs:
+                    collective.pair_bytes = pairs
+                    collective.nbytes = sum(map(sum, pairs)) / len(group)
 
     def check_transfers_matched(self) -> tuple[str, ...]:
         """Every send of a simulated rank has its receive on the peer, and the other way round: an end without
@@ -423,9 +446,10 @@ class _Builder:
                               "the same collectives of each group, in the same order, on every member")
 
     def _check_size(self, key: str, label: str, op: TracedOp, rank: int, source: TracedRank) -> None:
-        """Every member must agree on a collective's (or a transfer's) primitive and size."""
+        """Every member must agree on a collective's (or a transfer's) primitive and size; an all-to-all's members
+        may send different amounts, which settle_exchanges checks pair by pair."""
         first = self._sizes.setdefault(key, _First(op.nbytes, op.op, rank, source.file, source.where(op), label))
-        if (first.nbytes, first.op) != (op.nbytes, op.op):
+        if first.op != op.op or (first.nbytes != op.nbytes and op.op != "all_to_all"):
             raise trace_error(source.file, source.where(op), f"{op.op} of {op.nbytes:.0f} bytes on rank {rank} as "
                               f"{label}, but {first.op} of {first.nbytes:.0f} bytes on rank {first.rank} "
                               f"({first.file}: {first.where})", "the same primitive and size on every member")
