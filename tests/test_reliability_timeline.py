@@ -671,3 +671,43 @@ def test_an_async_checkpoint_being_written_does_not_save_the_job():
     clock.advance(10.5, 11.5, costs)
     assert clock.fail(11.5) == 11.0
     assert (clock.steps, clock.saved) == (0.0, True)
+
+
+REJOIN_JOB = UNDER_ONE_LEAF.replace("reschedule: 0 s, launch: 0 s, warmup_steps: 0, elastic: true}",
+                                    "reschedule: 3 min, launch: 5 min, warmup_steps: 0, elastic: true, "
+                                    "regrow: on_repair}")
+M = 60.0
+
+
+@pytest.mark.parametrize("case", ["spine-repaired-before-the-host", "spines-lost-before-the-host"])
+def test_a_restart_judges_a_larger_sizes_route_when_the_host_returns(job_with, case):
+    """One-GPU hosts under two leaves, two spines (3 or 4 replicas span both leaves, 2 sit under one), on_repair,
+    1 min detection, 3 min rescheduling, 5 min launch. GPUs 0 and 1 fail at 1 h (host 0 back at 3 h 6 min, host 1
+    never): the job restarts on 2 replicas. A software failure at 3 h restarts it: rendezvous at 3 h 4 min on the
+    2 hosts in hand, launch and the read on 2 hosts (L2) to 3 h 9 min + L2; host 0 is back at 3 h 6 min, during
+    launch, and 3 replicas could re-form the group if their GPUs have a route then.
+    Spine repaired before the host: both spines fail at 2 h, spine 0 is back at 3 h 5 min: at 3 h 6 min one spine
+    is up, so the group re-forms on 3 (rendezvous 3 h 9 min, launch, L3): one restart 3 h to 3 h 14 min + L3.
+    Judged at 3 h, with both spines down, it stayed on 2 and regrew at once after (3 h 9 min + L2 + 8 min + L3).
+    Spines lost before the host: both fail at 3 h 5 min (back at 5 h 5 min): at 3 h 6 min 3 replicas have no
+    route, so the restart ends on 2 at 3 h 9 min + L2, and the job regrows when spine 0 is back (its checkpoint
+    written on 2 hosts, W2, then 8 min and L3). Judged at 3 h, it re-formed at 3 h 6 min only to form on 2 again:
+    3 h 14 min + L2."""
+    repaired = case == "spine-repaired-before-the-host"
+    spines = ([(2 * H, 1, 0, 1 * H + 5 * M), (2 * H + 10, 1, 1, 100 * H)] if repaired
+              else [(3 * H + 5 * M, 1, 0, 2 * H), (3 * H + 5 * M + 1, 1, 1, 2 * H)])
+    rows = sorted([(1 * H, 0, 0, 2 * H + 6 * M), (1 * H, 0, 1, 100 * H), (3 * H, 2, 0, 0.0), *spines])
+    job = job_with(*rows, text=REJOIN_JOB)
+    summary, events = job.summary, job.events
+    size = summary["checkpoint"]["size_bytes"]
+    read = write = {hosts: size / (hosts * 25e9) for hosts in (2, 3)}  # per-host write and read: 25 GB/s
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    first = ["failure", 1 * H, pytest.approx(1 * H + 9 * M + read[2], rel=1e-12)]
+    if repaired:
+        assert restarts == [first, ["failure", 3 * H, pytest.approx(3 * H + 14 * M + read[3], rel=1e-12)]]
+    else:
+        regrow = 5 * H + 5 * M
+        assert restarts == [first, ["failure", 3 * H, pytest.approx(3 * H + 9 * M + read[2], rel=1e-12)],
+                            ["regrow", regrow, pytest.approx(regrow + write[2] + 8 * M + read[3], rel=1e-12)]]
+    replicas = summary["replicas"]
+    assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)

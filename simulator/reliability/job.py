@@ -376,11 +376,13 @@ class JobProcess:
             gate = max(stopped_until, now + self.plan.detection_s if detects else now)
             rendezvous, replicas, costs = self._relaunch_plan(gate)
             end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
-            rejoin = self._rejoin_due(rendezvous, end, replicas)
-            arrival = self._peek()
-            while arrival is not None and self.times[arrival] < min(end, rejoin) and self._skip(
-                    arrival, self.times[arrival]):
-                arrival = self._peek()
+            larger, back = self._grows_back(rendezvous, end, replicas)
+            arrival = self._skip_arrivals(min(end, back))
+            rejoin = INF
+            if arrival is None or self.times[arrival] >= min(end, back):
+                rejoin = self._rejoin_due(larger, back) if back < end else INF
+                if rejoin == INF:
+                    arrival = self._skip_arrivals(end)
             stop = min(end, rejoin, horizon)
             if arrival is not None and self.times[arrival] < stop:
                 stop = self.times[arrival]
@@ -409,19 +411,38 @@ class JobProcess:
             self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
             return
 
-    def _rejoin_due(self, rendezvous: float, end: float, replicas: int) -> float:
-        """When a restart that formed its group on ``replicas`` at ``rendezvous`` re-forms it, during launch,
-        checkpoint load or warm-up (before ``end``): with `regrow: on_repair`, at the return of the host with which
-        the hosts back fill a larger size whose GPUs all have a route, as torchelastic agents restart their
-        workers when a node waits at the rendezvous; never with `next_restart` (hosts back wait for the next
-        restart), at full size, or when that size has no route."""
+    def _skip_arrivals(self, until: float) -> int | None:
+        """Consume the arrivals before ``until`` that do not interrupt a restart (`_skip`: units not in use,
+        degradations and stragglers, applied); the index of the next one left, if any."""
+        arrival = self._peek()
+        while arrival is not None and self.times[arrival] < until and self._skip(arrival, self.times[arrival]):
+            arrival = self._peek()
+        return arrival
+
+    def _grows_back(self, rendezvous: float, end: float, replicas: int) -> tuple[int, float]:
+        """For a restart that formed its group on ``replicas`` at ``rendezvous`` and completes at ``end``: the
+        next larger size and the return of the host with which the hosts back fill it, between the two
+        (``INF`` otherwise); only with `regrow: on_repair` below full size (with `next_restart` hosts back wait
+        for the next restart)."""
         if self.plan.regrow is not Regrow.ON_REPAIR or replicas == self.plan.replicas:
-            return INF
+            return replicas, INF
         larger, need = self._growth(replicas)
         back = self._returns(need) if need > 0 else INF
-        if not rendezvous + EPS < back < end or self.plan.costs(self._state(larger)) is None:
-            return INF
-        return back
+        return larger, back if rendezvous + EPS < back < end else INF
+
+    def _rejoin_due(self, larger: int, back: float) -> float:
+        """When the restart re-forms its group on ``larger`` replicas, during launch, checkpoint load or warm-up:
+        at ``back``, the host's return (`_grows_back`), as torchelastic agents restart their workers when a node
+        waits at the rendezvous, if that size's GPUs all have a route with the degradations in force then
+        (those that began before it, consumed by `_skip_arrivals`, less those repaired by it); never otherwise.
+        Judged at the pass's start, a spine repaired before the host came back kept the job small, and two spines
+        lost before it re-formed a group that could not grow."""
+        in_force = Counter(self.degraded)
+        for repaired, _, key in self.degraded_repairs:
+            if repaired <= back + EPS:
+                in_force[key] -= 1
+        degradations = [degradation for (_, degradation), count in in_force.items() if count > 0]
+        return back if self.plan.costs(state_of(larger, degradations)) is not None else INF
 
     def _stop_s(self, costs: SegmentCosts, cause: BuiltInCause) -> float:
         """How long a planned stop holds the job before its restart: the checkpoint write it began (none for a
