@@ -406,6 +406,25 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
         "restart.elastic: false)\n")
 
 
+def test_the_job_plan_carries_the_elastic_sizes_it_was_checked_with(monkeypatch):
+    """The ZeRO-3 job above: its sizes are checked once (elastic_sizes), and the plan every replication reads
+    carries them whole: 3 and 4 run, 1 and 2 skipped for memory against the H100's 79.6 GiB. job_summary.json's
+    replica figures are read from that plan (job_summary was handed the sizes a second time, beside it)."""
+    import simulator.reliability.simulate as job_simulation
+
+    plans, checked = [], []
+    process, check = job_simulation.JobProcess, job_simulation.elastic_sizes
+    monkeypatch.setattr(job_simulation, "JobProcess", lambda plan, *rest: plans.append(plan) or process(plan, *rest))
+    monkeypatch.setattr(job_simulation, "elastic_sizes", lambda *args: checked.append(check(*args)) or checked[-1])
+    job = simulate_job(scenario_from_text(ZERO3_JOB))
+    assert len(checked) == 1 and len(plans) == 1 and plans[0].sizes is checked[0]
+    sizes = checked[0]
+    assert sizes.sizes == (3, 4) and [size for size, _ in sizes.out_of_memory] == [1, 2]
+    assert sizes.capacity_bytes / GIB == pytest.approx(79.6, abs=0.05)
+    replicas = job.summary["replicas"]
+    assert replicas["sizes"] == [3, 4] and replicas["out_of_memory_gib"] == sizes.out_of_memory_gib()
+
+
 def test_an_elastic_job_whose_layout_is_out_of_memory_is_warned_as_a_plain_one(tmp_path, capsys):
     """With 12 layers (22.53e9 parameters) the ZeRO-3 job's own layout does not fit: 18 Psi / 4 = 94.4 GiB of
     states per GPU on 4 replicas, 105.8 GiB in all, against the H100's 79.6 GiB. The plain job runs with the out-

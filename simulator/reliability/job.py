@@ -44,6 +44,7 @@ from simulator.config.reliability import BuiltInCause, Effect, Regrow
 from simulator.errors import SimulationError
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.components import FailureClass, Maintenance
+from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, Degradation, state_of
@@ -66,8 +67,9 @@ class JobPlan:
     replicas: int
     spares: int
     elastic: bool
-    sizes: tuple[int, ...]
-    """The replica counts the job runs on, ascending, `replicas` last (elastic.py; only it when not elastic)."""
+    sizes: ElasticSizes
+    """The replica counts the job runs on, ascending, `replicas` last (only it when not elastic), and those
+    skipped for memory: elastic.py's, computed once when the job is checked."""
     regrow: Regrow
     detection_s: float
     reschedule_s: float
@@ -201,7 +203,7 @@ class JobProcess:
     def _growth(self, replicas: int) -> tuple[int, int]:
         """The next size above ``replicas`` and how many more hosts it needs back from repair beyond those in
         use and spare (0 or less: they are in hand)."""
-        larger = next(size for size in self.plan.sizes if size > replicas)
+        larger = next(size for size in self.plan.sizes.sizes if size > replicas)
         return larger, self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
 
     def _skip_windows(self, t: float) -> None:
@@ -323,16 +325,16 @@ class JobProcess:
         have a route; else the largest they fill, once repairs give it its routes back (hosts back during that
         wait join the next restart)."""
         have = self.in_use - len(self.missing) + self.spares
-        short = self.plan.hosts_for(self.plan.sizes[0]) - have
+        short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - have
         formed = max(gate, self._returns(short)) if short > 0 else gate
         rendezvous = formed + self.plan.reschedule_s
         have += sum(1 for back in self.repairs if back <= rendezvous + EPS)
-        fitting = [size for size in reversed(self.plan.sizes) if self.plan.hosts_for(size) <= have]
+        fitting = [size for size in reversed(self.plan.sizes.sizes) if self.plan.hosts_for(size) <= have]
         for size in fitting:
             costs = self.costs if size == self.replicas else self.plan.costs(self._state(size))
             if costs is not None:
                 return rendezvous, size, costs
-        size = fitting[0] if fitting else self.plan.sizes[0]
+        size = fitting[0] if fitting else self.plan.sizes.sizes[0]
         routable, costs = self._routable(size)
         return max(formed, routable) + self.plan.reschedule_s, size, costs
 

@@ -307,7 +307,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     plan = JobPlan(horizon_s=horizon, classes=model.classes,
                    blast=tuple(units.blast[klass.unit] for klass in model.classes), maintenance=model.maintenance,
                    hosts=topology.num_hosts, replicas=states.healthy.replicas, spares=scenario.restart.spares,
-                   elastic=scenario.restart.elastic, sizes=checks.sizes.sizes, regrow=scenario.restart.regrow,
+                   elastic=scenario.restart.elastic, sizes=checks.sizes, regrow=scenario.restart.regrow,
                    detection_s=scenario.restart.detection, reschedule_s=scenario.restart.reschedule,
                    launch_s=scenario.restart.launch, costs=costs, degradation=degradation)
     counts = [units.count(klass.unit) for klass in model.classes]
@@ -331,5 +331,5 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
             raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
         totals.append(job.totals(healthy))
     met = {state: c for state, c in cost_cache.items() if c is not None}
-    summary = job_summary(loaded, plan, checks.sizes, counts, totals, healthy, size, met)
+    summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
     return JobResult(summary, events, states.healthy_summary)

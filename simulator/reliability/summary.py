@@ -63,10 +63,9 @@ def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[Re
                           for size in met}}
 
 
-def job_summary(loaded: LoadedScenario, plan: JobPlan, sizes: ElasticSizes, counts: list[int],
-                totals: list[ReplicationTotals], healthy: SegmentCosts, size: float,
-                states: dict[ClusterState, SegmentCosts]) -> dict:
-    """The job_summary.json dict."""
+def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals: list[ReplicationTotals],
+                healthy: SegmentCosts, size: float, states: dict[ClusterState, SegmentCosts]) -> dict:
+    """The job_summary.json dict (the replica sizes read from the plan, which carries them once)."""
     scenario = loaded.scenario
     horizon = plan.horizon_s
     expected, per_class = expected_interruptions(plan, counts)
@@ -113,7 +112,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, sizes: ElasticSizes, coun
         "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
-        "replicas": replica_figures(loaded, sizes, totals),
+        "replicas": replica_figures(loaded, plan.sizes, totals),
         "states": [{"replicas": state.replicas, "spines_down": state.spines_down,
                     "links_down": [list(pair) for pair in state.links_down],
                     "slow_gpus": {str(gpu): factor for gpu, factor in state.slow_gpus}, "step_time_s": c.step_s,
