@@ -182,3 +182,62 @@ def test_validate_refuses_what_the_run_refuses(case, monkeypatch, tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {path}:{line}: {field}: this run is too large to simulate unfolded ({reason}")
     assert main(["validate", path, "--force", "--quiet"]) == 0
+
+
+CLASSED_CP = """cluster: {topology: dgx-h100-cluster, nodes: 2, node: {kind: nvswitch_node, gpus: 2}, nics_per_node: 1}
+model: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}
+training: {seq_len: 8192, microbatches: 2}
+parallelism: {cp: 2, dp: 2}
+"""
+"""Two hosts of two GPUs: CP groups (0, 1) and (2, 3), one inside each host; the gradients' all-reduce over all
+four ranks is one ring, which runs one way through host 0's NVLink and the other way through host 1's
+(collectives/ring.py), beside the CP rings: the healthy step folds with a representative per host
+(engine/rank_classes.py)."""
+THROTTLE = """run: {horizon: 1 d, replications: 1}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+faults: {components: {throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 2 h, repair: 1 h}}}
+"""
+SHARES_LINKS = "stragglers in one replica whose traffic shares links with the other replicas'"
+
+
+def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(monkeypatch, tmp_path):
+    """The healthy step of CLASSED_CP simulates ranks 0 and 2, one per class, and has no mirrors at all: each
+    class's CP ring stands only for itself and the all-reduce spans every rank. So a straggler on GPU 0 would
+    fold on it (the classed program's verdict: ''). A straggler state has faults, which `folded_step` never
+    classes: it runs one rank per stage, rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose
+    NVLink links the all-reduce's ring also takes: the slow replica's traffic meets another's, so the state runs
+    unfolded, all 4 ranks. The blocker, asked of the classed program, said every straggler state folds; asked
+    of the one-rank-per-stage program, it names the reason the state's own run gives, and a job whose unfolded
+    states are beyond the scale limits is refused at its straggle class before it draws a failure (it was
+    refused only when a replication met the state)."""
+    from dataclasses import replace
+
+    import simulator.reliability.simulate as job_simulation
+    from simulator.config.loader import scenario_from_text
+    from simulator.engine.fold_policy import fold_with_faults, straggler_blocker
+    from simulator.faults.step import Slowdown
+
+    loaded = scenario_from_text(CLASSED_CP)
+    topology = scenario_topology(loaded)
+    faults = simulation.step_faults(loaded, topology)
+    healthy = simulation.prepare_training(loaded, topology, faults)
+    classed = healthy.step.program
+    assert classed.ranks == (0, 2) and not any(getattr(op, "mirrors", ()) for op in classed.ops)
+    slowed = replace(faults, slowdowns=((0, Slowdown(1.5)),))
+    assert fold_with_faults(slowed, classed, healthy.plans, healthy.settings.mode, healthy.step.shapes)[1] == ""
+    why = straggler_blocker(healthy.step, healthy.build, healthy.plans, healthy.settings.mode, faults, 1.5)
+    assert why == SHARES_LINKS
+    state = simulation.simulate(scenario_from_text(
+        CLASSED_CP + "faults: {step: {stragglers: [{gpus: [0], slowdown: 1.5}]}}\n")).summary
+    assert (state["folded"], state["fold_off_reason"], state["simulated_ranks"]) == (False, why, 4)
+
+    path = _write(tmp_path, CLASSED_CP + THROTTLE)
+    _limit_to_the_folded_step(monkeypatch, path, [])
+    drawn: list[int] = []
+    monkeypatch.setattr(job_simulation, "draw_arrivals", lambda *args: drawn.append(1))
+    with pytest.raises(ScenarioError) as refused:
+        simulate_job(load_scenario(path))
+    assert refused.value.field == "faults.components.throttle" and not drawn
+    assert refused.value.problem.startswith(f"a throttle failure slows a pipeline stage, and each such state is "
+                                            f"simulated as an unfolded step ({why}): ")
