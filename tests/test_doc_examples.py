@@ -1,6 +1,10 @@
 """What the README and docs/*.md show a user to type is accepted: every `trainsim` command parses, and every
 whole scenario (a YAML block with a `cluster:`) validates.
 
+A page that shows a command with what it prints (a block that opens with `$ trainsim ...`) shows what it prints
+now: the command is run (its `--out` in a temporary folder) and its output compared line for line, and the
+summary.json excerpt of docs/training-step.md is compared with the summary of that run.
+
 A user copies these lines; a subcommand renamed or a flag dropped leaves them showing a command that fails at
 once (`trainsim topo dgx-h100-cluster` once stood where `topo describe` was meant). Only the parsing is checked
 (placeholders such as SCENARIO or DIR parse as any value would), and prose that names a command without its
@@ -14,6 +18,7 @@ scenario's relative paths (a trace) are read as from a file in scenarios/, where
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 from pathlib import Path
@@ -21,7 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.cli import _parser
+from simulator import load_scenario, simulate
+from simulator.cli import _parser, main
 from simulator.config.loader import scenario_from_text
 from simulator.preflight import validate
 from simulator.scale import sized_topology
@@ -101,3 +107,52 @@ def test_a_scenario_the_docs_show_validates(page, index, text):
     loaded = scenario_from_text(text, str(ROOT / "scenarios" / f"example-{index}.yaml"))
     verdict = validate(loaded, sized_topology(loaded, force=False))
     assert not verdict.memory.get("oom"), page
+
+
+SHOWN_RUN = re.compile(r"```\n\$ (trainsim [^\n]+)\n(.*?)```", re.S)
+"""A code block that opens with a `$ trainsim ...` line: the command, then what it prints."""
+
+
+def shown_outputs(path: Path) -> list[tuple[str, str]]:
+    """The (command, printed text) pairs a page shows."""
+    return [(command, printed) for command, printed in SHOWN_RUN.findall(path.read_text()) if printed.strip()]
+
+
+OUTPUTS = [pytest.param(path.relative_to(ROOT).as_posix(), command, printed, id=f"{path.name}-{index}")
+           for path in DOCS for index, (command, printed) in enumerate(shown_outputs(path))]
+
+
+def test_the_docs_show_outputs():
+    assert {case.values[0] for case in OUTPUTS} >= {"README.md", "docs/collectives.md", "docs/reliability.md",
+                                                     "docs/training-step.md"}
+
+
+@pytest.mark.parametrize(("page", "command", "printed"), OUTPUTS)
+def test_a_command_the_docs_show_prints_what_they_show(page, command, printed, tmp_path, monkeypatch, capsys):
+    """Figures a page shows drift from the code when a cost changes; the failure prints the new text to paste."""
+    argv = shlex.split(command)[1:]
+    shown_out = argv[argv.index("--out") + 1] if "--out" in argv else None
+    if shown_out is not None:
+        argv[argv.index("--out") + 1] = str(tmp_path / "out")
+    monkeypatch.chdir(ROOT)
+    assert main(argv) == 0, capsys.readouterr().err
+    now = capsys.readouterr().out
+    if shown_out is not None:
+        now = now.replace(str(tmp_path / "out"), shown_out)
+    assert now == printed, f"{page}: `{command}` now prints:\n{now}"
+
+
+def test_the_summary_excerpt_of_training_step_md_is_the_runs():
+    """docs/training-step.md shows an excerpt of summary.json of `trainsim run llama3-8b-dgx-h100-dp8`: each key
+    it shows holds what the run writes."""
+    page = (ROOT / "docs" / "training-step.md").read_text()
+    excerpt = json.loads(re.findall(r"```json\n(.*?)```", page, re.S)[-1])
+    summary = json.loads(json.dumps(simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary))
+    assert shown_part(summary, excerpt) == excerpt
+
+
+def shown_part(value: object, shown: object) -> object:
+    """``value`` cut to the keys ``shown`` has, at every depth (an excerpt may leave keys of a mapping out)."""
+    if isinstance(value, dict) and isinstance(shown, dict):
+        return {key: shown_part(value.get(key), part) for key, part in shown.items()}
+    return value
