@@ -10,6 +10,7 @@ import re
 import sys
 from pathlib import Path
 
+from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.console.paths import figure_file, output_folder
 from simulator.errors import ExecutorError, InputError, SimulationError
@@ -507,6 +508,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)}\n")
 
 
+SCENARIO_HELP = "a scenario file, or the name of a bundled one (trainsim scenarios)"
+EXECUTOR_HELP = "local process pool (default), serial (this process) or dask"
+WORKERS_HELP = "pool or LocalCluster workers (default, or 0: all cores)"
+SCHEDULER_HELP = "Dask scheduler address (default: start a LocalCluster)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.")
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
@@ -517,43 +524,60 @@ def _parser() -> argparse.ArgumentParser:
                                      "summary, timeline.parquet and trace.json; a job (run.horizon) writes "
                                      "job_summary.json, job_events.parquet, trace.json (its events) and summary.json "
                                      "(its healthy step). Each run folder ends with manifest.json.")
-    run.add_argument("scenario", help="a scenario file, or the name of a bundled one (trainsim scenarios)")
+    run.add_argument("scenario", help=SCENARIO_HELP)
     run.add_argument("--out", required=True, help="output folder")
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
     run.set_defaults(func=_cmd_run, one_run=True)
 
-    validate = sub.add_parser("validate", help="check a scenario and its topology without running it")
-    validate.add_argument("scenario")
-    validate.add_argument("--set", action="append", default=[], metavar="a.b=VALUE")
+    validate = sub.add_parser("validate", help="check a scenario and its topology without running it",
+                              description="Check a scenario and its topology without running it: every check a "
+                                          "run makes before the clock starts. Prints the peak memory per GPU "
+                                          "against the GPU's capacity and its largest parts; a layout that does "
+                                          "not fit is a warning, an error with --strict.")
+    validate.add_argument("scenario", help=SCENARIO_HELP)
+    validate.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     validate.add_argument("--strict", action="store_true", help="a run that does not fit in memory is an error")
     validate.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     validate.add_argument("--force", action="store_true", help="check even beyond the scale limits")
     validate.set_defaults(func=_cmd_validate)
 
-    scenarios = sub.add_parser("scenarios", help="list the bundled scenarios (run them by name)")
+    scenarios = sub.add_parser("scenarios", help="list the bundled scenarios (run them by name)",
+                               description="List the bundled scenarios, each with the first sentence of its "
+                                           "description; any command that takes a scenario takes one of these "
+                                           "names, from any folder.")
     scenarios.set_defaults(func=_cmd_scenarios)
 
-    coll = sub.add_parser("collective", help="time one collective over a size range, like nccl-tests")
+    coll = sub.add_parser("collective", help="time one collective over a size range, like nccl-tests",
+                          description="Time one collective alone on an idle cluster, once per size, and print "
+                                      "an nccl-tests-like table: size, time, algbw and busbw (GB/s = 1e9 B/s), "
+                                      "and the algorithm and protocol that ran (docs/collectives.md).")
     coll.add_argument("--topology", required=True, help="bundled topology name or YAML file")
-    coll.add_argument("--op", default="all_reduce")
-    coll.add_argument("--algorithm", default="auto")
-    coll.add_argument("--protocol", default="auto", help="NCCL protocol: auto (default), simple, ll or ll128")
+    coll.add_argument("--op", default="all_reduce", help=f"the collective: {', '.join(PRIMITIVES)} (default "
+                                                         "all_reduce; send_recv: GPU 0 to the group's last)")
+    coll.add_argument("--algorithm", default="auto",
+                      help=f"{', '.join(ALGORITHM_CHOICES)} (default auto: the rule's choice for each size)")
+    coll.add_argument("--protocol", default="auto",
+                      help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto)")
     coll.add_argument("--ranks", type=_at_least(1), default=0, help="number of GPUs (default: all)")
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", choices=list(EFFICIENCY_PROFILES), default="calibrated",
                       help="calibrated (default) or ideal (line rate); per link class only in a scenario's "
                            "network.efficiency")
-    coll.add_argument("--network", default="flow", choices=NETWORK_MODES)
+    coll.add_argument("--network", default="flow", choices=NETWORK_MODES,
+                      help="flow (default: flows share links max-min fairly) or analytic (no contention)")
     coll.add_argument("--chunk", default="4MiB", help="pipelining chunk size (default 4MiB; 'none' = off)")
     coll.add_argument("--json", action="store_true", help="print JSON objects instead of a table")
     coll.add_argument("--force", action="store_true", help="run even on more than 32,768 GPUs")
     coll.set_defaults(func=_cmd_collective, one_run=True)
 
-    plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts")
-    plot.add_argument("chart", choices=["gantt", "memory", "goodput", *STUDY_CHARTS])
+    plot = sub.add_parser("plot", help="draw a run's Gantt chart or memory timeline, or a study's charts",
+                          description="Draw a chart of a folder that trainsim wrote: gantt and memory of a "
+                                      "run, goodput of a study, sweep, heatmap and busbw of a sweep, front of a "
+                                      "layout search (docs/plots.md).")
+    plot.add_argument("chart", choices=["gantt", "memory", "goodput", *STUDY_CHARTS], help="the chart to draw")
     plot.add_argument("outdir", metavar="OUTDIR", help="folder written by `trainsim run` (gantt, memory), `study` "
                       "(goodput), `sweep` or `search` (busbw: also a `trainsim collective --json` file)")
     plot.add_argument("-o", "--output", default=None, help="image file (default: OUTDIR/CHART.png)")
@@ -568,15 +592,16 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--log-x", action="store_true", help="sweep: logarithmic x axis")
     plot.set_defaults(func=_cmd_plot)
 
-    sweep = sub.add_parser("sweep", help="run every point of a sweep file; results in OUT/results.parquet")
-    sweep.add_argument("sweep", metavar="SWEEP.yaml")
+    sweep = sub.add_parser("sweep", help="run every point of a sweep file; results in OUT/results.parquet",
+                           description="Run every point of a sweep file (a base scenario and the fields to vary: "
+                                       "grid, zip and random axes, constraints); one row per point in "
+                                       "OUT/results.parquet and OUT/results.csv (docs/studies.md).")
+    sweep.add_argument("sweep", metavar="SWEEP.yaml", help="the sweep file")
     sweep.add_argument("--out", required=True, help="output folder (a re-run resumes, skipping finished points)")
     sweep.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
-                       help="local process pool (default), serial (this process) or dask")
-    sweep.add_argument("--workers", type=_at_least(0), default=0,
-                       help="pool or LocalCluster workers (default, or 0: all cores)")
-    sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
-                       help="Dask scheduler address (default: start a LocalCluster)")
+                       help=EXECUTOR_HELP)
+    sweep.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
+    sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     sweep.add_argument("--max-points", type=_at_least(1), default=10_000, help="refuse sweeps with more points")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--force", action="store_true",
@@ -585,7 +610,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.set_defaults(func=_cmd_sweep)
 
     published = sub.add_parser("validate-published",
-                                help="run every case of scenarios/published/ and regenerate docs/validation.md")
+                                help="run every case of scenarios/published/ and regenerate docs/validation.md",
+                                description="Simulate every case of scenarios/published/, print each against its "
+                                            "published figure and regenerate docs/validation.md; exit status 1 "
+                                            "when one is outside its tolerance.")
     published.add_argument("--folder", default=None,
                            help="folder of published cases (default: the bundled scenarios/published)")
     published.add_argument("--out", default=None,
@@ -600,14 +628,14 @@ def _parser() -> argparse.ArgumentParser:
                                         "prune, estimate, simulate the best. Exit status 0 when a layout "
                                         "simulated, 1 when none fits or simulates (the files written say why), "
                                         "2 for bad input.")
-    search.add_argument("scenario")
+    search.add_argument("scenario", help=SCENARIO_HELP + "; its model, cluster and training batch")
     search.add_argument("--out", required=True,
                         help="output folder: candidates.parquet/.csv, search.json, manifest.json")
     search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
-    search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0])
-    search.add_argument("--workers", type=_at_least(0), default=0)
-    search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786")
+    search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0], help=EXECUTOR_HELP)
+    search.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
+    search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
     defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": _listed(SEARCH_CP),
                 "pp": "every divisor of GPUs / (tp x cp)", "ep": "the scenario's parallelism.ep",
@@ -622,9 +650,14 @@ def _parser() -> argparse.ArgumentParser:
     search.set_defaults(func=_cmd_search)
 
     study = sub.add_parser("study", help="job studies: ETTR and goodput against the checkpoint interval "
-                                         "(and failure-rate multipliers), with Young's and Daly's intervals")
-    study.add_argument("study", choices=STUDIES)
-    study.add_argument("scenario", help="a scenario with run.horizon")
+                                         "(and failure-rate multipliers), with Young's and Daly's intervals",
+                           description="Rerun a job simulation (a scenario with run.horizon) for every checkpoint "
+                                       "interval and failure-rate multiplier: ETTR and goodput of each, the best "
+                                       "interval, Young's and Daly's (docs/reliability.md); draw it with "
+                                       "trainsim plot goodput.")
+    study.add_argument("study", choices=STUDIES,
+                       help="checkpoint-interval: against --intervals; mtbf: for each of --multipliers")
+    study.add_argument("scenario", help=SCENARIO_HELP + " with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
                        help="checkpoint intervals (mtbf: default the scenario's own)")
@@ -635,11 +668,15 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.set_defaults(func=_cmd_study)
 
-    topo = sub.add_parser("topo", help="describe or draw a topology")
-    topo.add_argument("action", choices=["describe", "draw"])
-    topo.add_argument("file", help="bundled topology name or YAML file")
-    topo.add_argument("-o", "--output", default="topology.png")
-    topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE")
+    topo = sub.add_parser("topo", help="describe or draw a topology",
+                          description="Describe a topology (its nodes with the names faults.step links use, its "
+                                      "link classes, its bisection bandwidth per tier) or draw a small one.")
+    topo.add_argument("action", choices=["describe", "draw"],
+                      help="describe: counts, link classes, bisection bandwidth per tier; draw: a picture")
+    topo.add_argument("file", metavar="TOPOLOGY", help="bundled topology name or YAML file")
+    topo.add_argument("-o", "--output", default="topology.png", help="draw: image file (default topology.png)")
+    topo.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                      help="topology parameter, e.g. nodes=16")
     topo.add_argument("--force", action="store_true",
                       help="describe or draw even beyond the size limit (minutes for a million GPUs)")
     topo.set_defaults(func=_cmd_topo)

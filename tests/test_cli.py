@@ -7,6 +7,7 @@ Expected figures: DGX H100 = 8 GPUs per host, NDR NIC 400 Gb/s = 50 GB/s per dir
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import gc
 import io
@@ -564,6 +565,23 @@ def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert ("OUTDIR folder written by `trainsim run` (gantt, memory), `study` (goodput), `sweep` or `search` "
             "(busbw: also a `trainsim collective --json` file)") in text
+
+
+def test_every_subcommand_and_argument_says_what_it_is():
+    """`trainsim validate --help` showed a bare `scenario` and `--set a.b=VALUE`, `collective --help` an `--op`
+    without the collectives it takes, `topo --help` a bare `file` and `-o`: each subcommand has a description
+    and each of its arguments a help text, and `collective`'s lists the names it accepts."""
+    from simulator.cli import _parser
+    from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
+
+    subcommands = next(action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction))
+    bare = [f"{name} {action.dest}" for name, parser in subcommands.choices.items() for action in parser._actions
+            if not action.help]
+    assert bare == []
+    assert [name for name, parser in subcommands.choices.items() if not parser.description] == []
+    helps = {action.dest: action.help for action in subcommands.choices["collective"]._actions}
+    for dest, names in (("op", PRIMITIVES), ("algorithm", ALGORITHM_CHOICES), ("protocol", PROTOCOL_CHOICES)):
+        assert [name for name in names if name not in helps[dest]] == []
 
 
 def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
