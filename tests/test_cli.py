@@ -567,6 +567,16 @@ def test_plot_help_names_every_command_that_writes_an_outdir(capsys):
             "(busbw: also a `trainsim collective --json` file)") in text
 
 
+def test_the_collective_table_of_a_run_cuts_no_name(tmp_path, capsys):
+    """The SHARP scenario's table is 122 characters wide: fitted to 120 off a terminal, it printed
+    'collnet-dire…' for the item and 'collnet_dire…' for the algorithm that ran it."""
+    assert main(["run", "allreduce-sharp-dgx-h100", "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.lstrip().startswith("collnet"))
+    assert row.split()[0] == "collnet-direct" and row.split()[-2:] == ["collnet_direct", "simple"]
+    assert not any("\u2026" in line for line in lines)
+
+
 def test_every_subcommand_and_argument_says_what_it_is():
     """`trainsim validate --help` showed a bare `scenario` and `--set a.b=VALUE`, `collective --help` an `--op`
     without the collectives it takes, `topo --help` a bare `file` and `-o`: each subcommand has a description

@@ -195,14 +195,25 @@ def collective_table(summary: dict) -> Table:
     return table
 
 
-def _print_table(console: Console, table: Table) -> None:
+WIDEST_GRID = 1000
+"""The most characters a line of a grid (`collective_table`) takes off a terminal."""
+
+
+def _print_table(console: Console, table: Table, *, whole: bool = False) -> None:
     """Print ``table``; off a terminal without the blanks rich pads each line's last cell with, so a log or a
-    pipe gets no trailing spaces."""
+    pipe gets no trailing spaces, and, where ``whole``, at the table's natural width however wide: a grid's
+    cells are names and figures, which fitting it to the console's 120 characters cut ('collnet_dire…')."""
     if console.is_terminal:
         console.print(table)
         return
-    with console.capture() as captured:
-        console.print(table)
+    width = console.width
+    if whole:
+        console.width = max(width, console.measure(table, options=console.options.update_width(WIDEST_GRID)).maximum)
+    try:
+        with console.capture() as captured:
+            console.print(table)
+    finally:
+        console.width = width
     console.file.write("".join(f"{line.rstrip()}\n" for line in captured.get().splitlines()))
 
 
@@ -216,7 +227,7 @@ def print_run_report(summary: dict, console: Console) -> None:
     else:
         console.print(f"{summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
-        _print_table(console, collective_table(summary))
+        _print_table(console, collective_table(summary), whole=True)
 
 
 TIME_LOST = (("restart_s", "restarts"), ("lost_work_s", "work redone"), ("checkpoint_stall_s", "checkpoint stalls"),
