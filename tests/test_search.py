@@ -212,8 +212,11 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
                           "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
                           "tree_choice": [True, False]})
-    lines = format_search(SearchResult(table, None, TreeChoice(None, ()), None, "")).splitlines()[:3]
+    text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""))
+    lines = text.splitlines()[:3]
     assert "(tree)" in lines[1]
+    # The tree is named by where a user reads it, not by the design notes it came from ('seed 000, 21.9.1').
+    assert "decision tree (rules of thumb, docs/studies.md): one layer fits" in text and "seed" not in text
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 

@@ -142,7 +142,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
                     xytext=(5, 5), textcoords="offset points")
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
         ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,
-                   label="seed decision tree")
+                   label="decision tree's layout")
         ax.annotate(f"tree: {tree['label']}", (tree["peak_memory_gib"], tree["tokens_per_s"]), fontsize=8,
                     xytext=(5, -12), textcoords="offset points")
     ax.set_xlabel("peak memory (GiB)")

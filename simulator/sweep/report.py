@@ -29,7 +29,7 @@ def format_search(result: SearchResult) -> str:
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
                  f"{counts.get('failed', 0)} failed")
-    lines.append("decision tree (seed 000, 21.9.1): " + " -> ".join(result.tree.steps))
+    lines.append("decision tree (rules of thumb, docs/studies.md): " + " -> ".join(result.tree.steps))
     lines.append(result.comparison)
     return "\n".join(lines)
 
