@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from simulator.errors import ScenarioError
@@ -65,11 +64,8 @@ def named_kinds(description: str) -> set[CommCategory]:
     return {GROUP_WORDS[word] for word in re.split(r"[^a-z]+", description.lower()) if word in GROUP_WORDS}
 
 
-@lru_cache(maxsize=256)
 def named_kind(description: str) -> CommCategory | None:
-    """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none; kept
-    per description, since every send and receive asks for its group's (twice: to tell the stages, then its
-    op's category) and a trace has a few descriptions."""
+    """The dimension a group's description names (the first of GROUP_KINDS among its words), None if none."""
     named = named_kinds(description)
     return next((kind for kind in GROUP_KINDS if kind in named), None)
 
@@ -85,55 +81,55 @@ class Transfer(NamedTuple):
 
 @dataclass(frozen=True)
 class Dimensions:
-    """The dimension each process group of a trace (by name) counts as, and what tells the dimension of its
-    point-to-point transfers: the traced job's sizes and the CP groups its descriptions name (their members)."""
+    """The dimension each process group of a trace (by name) and each of its point-to-point transfers counts as,
+    each classified once."""
 
     groups: dict[str, CommCategory]
-    sizes: TracedSizes
-    cp_groups: tuple[frozenset[int], ...]
+    transfers: dict[Transfer, CommCategory]
 
-    def transfer(self, transfer: Transfer) -> CommCategory:
-        """The dimension a point-to-point transfer serves: the one its group's description names, else context
-        parallelism where its two ends are in one CP group (a ring attention's sends in a group named only by
-        number: the ends lie in a group described as CP, or in a CP group of the job's TP and CP sizes), else
-        pipeline parallelism (neighbouring stages' hand-offs, where pipeline schedules put point-to-point
-        transfers). A job of CP > 1 whose TP size is neither declared nor told, so that its CP groups are not
-        known, is refused for such a transfer, naming `traced_tp`."""
-        named = named_kind(transfer.description)
-        if named is not None:
-            return named
-        ends = {transfer.src, transfer.dst}
-        if any(ends <= members for members in self.cp_groups):
-            return "cp"
-        cp, tp = self.sizes.cp, self.sizes.tp
-        if cp is None or cp == 1:
-            return "pp"
-        if tp is None:
-            raise ScenarioError(f"the traced job has context parallelism of {cp} and a TP size not told, so whether "
-                                f"its transfer from rank {transfer.src} to rank {transfer.dst} is the CP ring's or a "
-                                "pipeline hand-off is unknown (its CP groups follow from the TP size)",
-                                field="workload.trace", allowed="workload.traced_tp: the traced job's TP size (1 "
-                                "where it has none), or Process Group Descriptions naming the CP groups")
-        block = tp * cp
-        return "cp" if transfer.src // block == transfer.dst // block and transfer.src % tp == transfer.dst % tp \
-            else "pp"
+
+def _transfer_kind(transfer: Transfer, sizes: TracedSizes, cp_groups: tuple[frozenset[int], ...]) -> CommCategory:
+    """The dimension a point-to-point transfer serves: the one its group's description names, else context
+    parallelism where its two ends are in one CP group (a ring attention's sends in a group named only by
+    number: the ends lie in a group described as CP, ``cp_groups``, or in a CP group of the job's TP and CP
+    ``sizes``), else pipeline parallelism (neighbouring stages' hand-offs, where pipeline schedules put
+    point-to-point transfers). A job of CP > 1 whose TP size is neither declared nor told, so that its CP groups
+    are not known, is refused for such a transfer, naming `traced_tp`."""
+    named = named_kind(transfer.description)
+    if named is not None:
+        return named
+    ends = {transfer.src, transfer.dst}
+    if any(ends <= members for members in cp_groups):
+        return "cp"
+    cp, tp = sizes.cp, sizes.tp
+    if cp is None or cp == 1:
+        return "pp"
+    if tp is None:
+        raise ScenarioError(f"the traced job has context parallelism of {cp} and a TP size not told, so whether "
+                            f"its transfer from rank {transfer.src} to rank {transfer.dst} is the CP ring's or a "
+                            "pipeline hand-off is unknown (its CP groups follow from the TP size)",
+                            field="workload.trace", allowed="workload.traced_tp: the traced job's TP size (1 "
+                            "where it has none), or Process Group Descriptions naming the CP groups")
+    block = tp * cp
+    return "cp" if transfer.src // block == transfer.dst // block and transfer.src % tp == transfer.dst % tp \
+        else "pp"
 
 
 def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[Transfer], declared: TracedSizes,
                stated: Iterable[ProcessGroup] = (), all_to_alls: Mapping[str, bool] | None = None) -> Dimensions:
     """The dimension each of ``groups`` counts as: the one its description names, else the one its ranks vary
     along in the layout of a ``world``-rank job with the sizes ``declared``, else told by the descriptions of
-    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred. Only
-    the ``transfers`` that serve pipeline parallelism (Dimensions.transfer) tell the stages. ``all_to_alls``: the
-    groups that run all-to-alls, each with whether one splits unevenly; neither TP nor DP runs one, so such a
-    group is CP (a Ulysses attention's) or EP (a token dispatch), EP where it splits unevenly."""
+    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred. Each
+    of the ``transfers`` is classified once (_transfer_kind); only those that serve pipeline parallelism tell the
+    stages. ``all_to_alls``: the groups that run all-to-alls, each with whether one splits unevenly; neither TP
+    nor DP runs one, so such a group is CP (a Ulysses attention's) or EP (a token dispatch), EP where it splits
+    unevenly."""
     listed = [*groups.values(), *stated]
     sizes = _told_sizes(declared, listed)
     cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
-    told = Dimensions({}, sizes, cp_groups)
-    pipeline = [(transfer.src, transfer.dst) for transfer in dict.fromkeys(transfers)
-                if told.transfer(transfer) == "pp"]
-    return replace(told, groups=_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls or {}))
+    kinds = {transfer: _transfer_kind(transfer, sizes, cp_groups) for transfer in dict.fromkeys(transfers)}
+    pipeline = [(transfer.src, transfer.dst) for transfer, kind in kinds.items() if kind == "pp"]
+    return Dimensions(_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls or {}), kinds)
 
 
 def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],

@@ -384,7 +384,7 @@ class _Builder:
                                                                 group[1], op.tag, number)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                                   category=self.kinds.groups[op.group] if op.kind == "collective"
-                                  else self.kinds.transfer(Transfer(group[0], group[1], op.description)), op=op.op,
+                                  else self.kinds.transfers[_transfer(rank, op)], op=op.op,
                                   group=group, nbytes=op.nbytes, key=key)
         if op.op == "all_to_all":
             self._exchanges.setdefault(key, []).append((collective, TracedShares(
