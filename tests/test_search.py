@@ -5,6 +5,7 @@ space is run in docs/studies.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -411,14 +412,17 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       (`reduce_scatter_waits_s`) (today 0.9685 to 0.9956; tp 2 dp 16 on four hosts is the lowest: at each
       micro-batch's start the first units' gathers queue behind the previous backward's, 7 ms a micro-batch
       that is not estimated);
-    - with pipelining, 0.991 to 1.002 (today 0.9915 to 1.0018; 0.9877 to 0.9977 before the stage-to-stage
-      sends and the re-gather were estimated; 0.916 to 1.027 when every slot was timed at the slowest rank's
-      work and DDP's last buckets were left out). Pipelined FSDP (1F1B pp 2 and 4, interleaved pp 2 v 2):
-      0.996 to 1.001 (today 0.9962 to 1.0005): its once-per-step gathers charged as the delay they put on the
-      first micro-batch's forward (`unshard_delay_s`: on four hosts, tp 1 pp 2, the embedding's and layer 0's
-      7.6 ms, not all 17 units' 41.7 ms) and each chunk's reduce-scatters where they hold the rank's compute
-      (`chunk_reductions_s`); it was 1.0118 to 1.0299 on four hosts when every gather and reduce-scatter of
-      the rank was charged after the pipeline.
+    - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
+      toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
+      estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
+      0.9977 before the stage-to-stage sends and the re-gather were estimated; 0.916 to 1.027 when every slot
+      was timed at the slowest rank's work and DDP's last buckets were left out). Pipelined FSDP (1F1B pp 2
+      and 4, interleaved pp 2 v 2): 0.996 to 1.0015 (today 0.9969 to 1.0010; 0.9962 to 1.0005 before the
+      hand-offs' toll, interleaved 0.9970 and 0.9962, now 0.9987 and 0.9977): its once-per-step gathers
+      charged as the delay they put on the first micro-batch's forward (`unshard_delay_s`: on four hosts, tp
+      1 pp 2, the embedding's and layer 0's 7.6 ms, not all 17 units' 41.7 ms) and each chunk's
+      reduce-scatters where they hold the rank's compute (`chunk_reductions_s`); it was 1.0118 to 1.0299 on
+      four hosts when every gather and reduce-scatter of the rank was charged after the pipeline.
 
     And any two layouts, FSDP included, more than 2% apart in the simulation are in the same order in the
     estimate (before, FSDP ranked above ZeRO-1 layouts it trails by 6% to 16%)."""
@@ -426,13 +430,100 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
             for candidate, estimated, _, summary in _dense_layouts(cluster)]
     for candidate, estimated, simulated in rows:
         if candidate.pp > 1:
-            low, high = (0.996, 1.001) if candidate.sharding == "fsdp" else (0.991, 1.002)
+            low, high = (0.996, 1.0015) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
             low, high = (0.968, 0.996) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
             assert (estimated_a > estimated_b) == (simulated_a > simulated_b), (a.label(), b.label())
+
+
+def _free_hand_offs(step):
+    """``step`` with every stage-to-stage hand-off free (no bytes to send: the program hands off on the GPU)."""
+    stages = tuple(dataclasses.replace(stage, p2p_bytes=0.0) for stage in step.plan.stages)
+    return dataclasses.replace(step, plan=dataclasses.replace(step.plan, stages=stages))
+
+
+@pytest.mark.parametrize("cluster", DENSE_CLUSTERS)
+def test_hand_offs_lengthen_the_interleaved_step_about_as_estimated(cluster, monkeypatch):
+    """Llama-3-8B tp 2 pp 2 v 2 (ZeRO-1): the simulated step with the hand-offs against the same step with them
+    free is 2.97 ms longer on one host (m 16) and 1.49 ms on four (m 8), where the estimate charged 0.29 ms,
+    six hops of 49 us (2 (p v - 1), `pipeline_sends_s`): 0.098 and 0.197 of it. The event log says why: the
+    last rank, heavier by the output layer, never waits, so its hops are hidden, but each send starts as its
+    action ends, beside the opening TP all-gather of its next action, which shares the send's NVLink port
+    and takes 94 us instead of 57, and every send and receive holds SMs beside the kernels (0.85 ms and 0.29
+    ms of the four hosts' 1.49). With that charged to every slot (`hand_off_toll_s`) the estimate's growth is
+    1.087 and 1.215 of the simulated; the rest is the sends term's six hops, of which the ideal executor run
+    with the stages' own times counts 3.1 on the critical path (six with equal stages)."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory, estimate_step_s
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload import training, transformer_program
+    from simulator.workload.calibrated import contention_share
+
+    overrides = DENSE_CLUSTERS[cluster][0]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+                           Candidate(2, 1, 2, topology.num_gpus // 4, 2, 1, "zero1", "none"), "1f1b", times)
+    scenario = Scenario.model_validate(checked.data)
+    step = training.build_training_step(scenario, topology)
+    share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
+    estimated = [estimate_step_s(each, times, "interleaved", share) for each in (step, _free_hand_offs(step))]
+    simulated = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary["step_time_s"]
+    monkeypatch.setattr(transformer_program, "build_training_step",
+                        lambda *args: _free_hand_offs(training.build_training_step(*args)))
+    free = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary["step_time_s"]
+    assert 1.05 <= (estimated[0] - estimated[1]) / (simulated - free) <= 1.25
+
+
+def test_an_interleaved_ranks_later_chunks_reduce_their_gradients_before_its_last_backwards():
+    """Under interleaving a rank's chunk finishes its gradients p backwards before the chunk below it (Megatron's
+    groups of p micro-batches), so its buckets go out long before the step's last backward. The estimate ran
+    every chunk's backward back to back after the last one's (one micro-batch of each), leaving the later
+    chunks' buckets queued at the end: on Llama-3-70B tp 4 cp 2 pp 2 dp 32 v 4 (ZeRO-1, the default search's
+    first by estimate) the simulated tokens/s was 1.0097 of the estimate; from the rank's own actions
+    (`_cool_down`) and with the hand-offs' toll, 0.9961. On Llama-3-8B tp 2 pp 2 v 2 over four hosts the
+    first rank's reduction outlasts its last backward by 17.09 ms simulated, 24.12 ms estimated before and
+    18.18 ms now."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory, reduction_tail_s
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import contention_share
+    from simulator.workload.training import build_training_step
+
+    loaded = load_scenario(SCENARIO)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    checked = check_memory(search_base(SCENARIO, [], loaded.scenario),
+                           Candidate(4, 2, 2, 32, 4, 1, "zero1", "none"), "1f1b", times)
+    summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+    assert 0.995 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 0.998
+
+    overrides = DENSE_CLUSTERS["four DGX H100"][0]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+                           Candidate(2, 1, 2, 8, 2, 1, "zero1", "none"), "1f1b", times)
+    scenario = Scenario.model_validate(checked.data)
+    step = build_training_step(scenario, topology)
+    _, tail = reduction_tail_s(step.plan, times, 0, contention_share(scenario.collectives.sm_contention,
+                                                                     step.gpu.name))
+    checked.data["run"]["timeline"] = "full"
+    timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
+    rank = timeline[timeline["rank"] == 0]
+    backward_end = rank.loc[rank["category"] == "backward", "end_s"].max()
+    reduced = rank.loc[rank["stream"] == "dp", "end_s"]
+    optimizer = rank.loc[rank["category"] == "optimizer", "start_s"].min()
+    simulated_tail = reduced[reduced <= optimizer].max() - backward_end
+    assert tail == pytest.approx(simulated_tail, rel=0.07)
 
 
 @pytest.mark.parametrize("cluster", DENSE_CLUSTERS)

@@ -82,6 +82,21 @@ class Block:
     overlap_gemm_sm_s: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     column_wgrad_s: tuple[float, float] = (0.0, 0.0)
 
+    def pass_seconds(self, phase: Pass) -> float:
+        """Kernel seconds of pass ``phase``."""
+        match phase:
+            case Pass.FORWARD:
+                return self.forward_s
+            case Pass.RECOMPUTE:
+                return self.recompute_s
+            case Pass.BACKWARD:
+                return self.backward_input_s + self.backward_weight_s
+            case Pass.BACKWARD_INPUT:
+                return self.backward_input_s
+            case Pass.BACKWARD_WEIGHT:
+                return self.backward_weight_s
+        assert_never(phase)
+
     def sm_bound_seconds(self, phase: Pass) -> float:
         """SM-bound seconds of pass ``phase``."""
         forward, backward_input, backward_weight, recompute = self.sm_bound_s or (

@@ -214,6 +214,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
         sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
         work = compute + expert_exchange_s(step, times, pp_rank) + sum(
             blocking_collectives_s(plan, times, block, rank, share=share) for block in blocks)
+        if share is not None and compute > 0:
+            work += hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound / compute)
         params = sum(block.params for block in blocks)
         gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
                   if sharding.stage in (1, 2) else 0.0)
@@ -334,6 +336,74 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str, slot
     return (fill + (hops - fill) * steady_state_share(slots, slowest)) * slowest
 
 
+def hand_off_toll_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int, share: SmShare,
+                    compute_s: float, sm_bound: float) -> float:
+    """Seconds per micro-batch pipeline rank ``pp_rank``'s hand-offs take from its compute stream though they
+    run on their own (the `pp` stream, Megatron-LM's overlapped P2P): each send and receive of its chunks'
+    activations and gradients holds SMs for as long as it runs, which slows the ``compute_s`` seconds of
+    kernels beside it (SM-bound for the share ``sm_bound``) by the engine's rule (`SmShare.overlap_delay`),
+    and a send starts as its action ends, when the rank's next action opens with its blocking TP or CP
+    collective (`opening_collective`; after a forward a backward, after a backward a forward, as in the
+    steady state) while every member of that collective's group sends its own hop: where they share links the
+    collective runs longer than alone, by what `CollectiveTimes.together` gives. Where a rank waits for its
+    input anyway, this is hidden in its wait; on the slowest rank, which never waits, it lengthens every slot
+    (measured on Llama-3-8B tp 2 pp 2 v 2: 37 us on each 57 us all-gather a send meets on NVLink)."""
+    layout = plan.layout
+    rank = layout.rank_of(pp=pp_rank)
+    last = len(plan.stages) - 1
+    hops, delay, held = 0.0, 0.0, 0
+    for vstage in plan.rank_stages(pp_rank):
+        # (sending stage, receiving stage, the pass the sender's next action runs) of each hand-off of the chunk
+        transfers = [(vstage - 1, vstage, None), (vstage + 1, vstage, None),
+                     (vstage, vstage + 1, Pass.BACKWARD), (vstage, vstage - 1, Pass.FORWARD)]
+        for src, dst, following in transfers:
+            if not (0 <= src <= last and 0 <= dst <= last):
+                continue
+            nbytes = plan.stages[src].p2p_bytes
+            pair = (_stage_peer(plan, rank, src), _stage_peer(plan, rank, dst))
+            if pair[0] == pair[1] or nbytes <= 0:
+                continue
+            hops += times.seconds("send_recv", pair, nbytes)
+            held = max(held, times.sms("send_recv", pair, nbytes, share))
+            opening = opening_collective(plan, rank, vstage, following) if following is not None else None
+            if opening is not None:
+                op, group, opening_bytes = opening
+                sends: tuple[CollectiveShape, ...] = tuple(
+                    ("send_recv", (member, _stage_peer(plan, member, dst)), nbytes) for member in group)
+                delay += times.together(opening, *sends)[0] - times.seconds(op, group, opening_bytes)
+    return delay + (share.overlap_delay(hops, held, compute_s, sm_bound) if hops > 0 else 0.0)
+
+
+def _stage_peer(plan: StepPlan, rank: int, vstage: int) -> int:
+    """The rank with ``rank``'s TP, CP and DP coordinates that holds virtual stage ``vstage``."""
+    coords = plan.layout.coords(rank)
+    coords["pp"] = stage_rank(vstage, plan.layout.pp, plan.placement)
+    return plan.layout.rank_of(**coords)
+
+
+def opening_collective(plan: StepPlan, rank: int, vstage: int, phase: Pass) -> CollectiveShape | None:
+    """The blocking collective ``rank``'s ``phase`` (forward or backward) of virtual stage ``vstage`` opens
+    with, as the program builder orders it: the first block's (the last one's in the backward, through its
+    recompute where that runs first) CP gather of the K/V, else the TP collective its pattern puts before the
+    pass; None where a kernel comes first (or Transformer Engine's TP overlap runs the collective as a ring
+    exchange against a GEMM)."""
+    layout = plan.layout
+    blocks = plan.stages[vstage].blocks
+    if not blocks:
+        return None
+    block = blocks[0] if phase is Pass.FORWARD else blocks[-1]
+    if phase is Pass.BACKWARD and block.recompute_s > 0:
+        if not plan.recompute_comm:
+            return None
+        phase = Pass.RECOMPUTE
+    if layout.cp > 1 and block.cp_bytes > 0:
+        return gathered_kv_op(phase, gather=True), layout.group("cp", rank), block.cp_bytes
+    op = tp_op(block.tp_pattern, phase.input_grads, True, plan.sequence_parallel)
+    if layout.tp == 1 or block.tp_bytes <= 0 or op is None or plan.tp_overlap is not None:
+        return None
+    return op, layout.group("tp", rank), block.tp_bytes
+
+
 def steady_state_share(slots: list[float], hop_s: float) -> float:
     """The share of 1F1B's steady-state round trips that lengthen its period, with ``slots`` the pipeline
     ranks' work per micro-batch and a hop of ``hop_s``. Rank r keeps p - r micro-batches in flight, each
@@ -356,8 +426,11 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     """(the last micro-batch's backward on ``rank``, what its gradient reduction outlasts it by). The program's
     reduction collectives queue on the data-parallel stream, each sent as its gradients are finished: DDP's
     and ZeRO-1/2's buckets (`gradient_buckets`; all of them at the end without overlap), ZeRO-3's
-    reduce-scatter of each FSDP unit (its first block's backward finishes it); the backward's blocks run back
-    to back, each with its blocking TP and CP collectives. Their kernels' SMs slow the backward's kernels
+    reduce-scatter of each FSDP unit (its first block's backward finishes it), a chunk's in the action that
+    finishes its gradients. The rank's actions from the first of those on run back to back (`_cool_down`),
+    each block with its blocking TP and CP collectives: under interleaving a chunk's last backward is followed
+    by p more of the chunk before it (Megatron-LM's groups of p micro-batches), so the later chunks' buckets
+    go out well before the end. The kernels' SMs slow the kernels beside them
     (`SmShare.overlap_delay`): the last reduction starts that much later, unless the queue already ended
     later. Where every micro-batch reduce-scatters, its slot holds the reductions and their toll: only the
     last unit's is left. Pipelined FSDP reduces after the
@@ -365,17 +438,13 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     layout, sharding = plan.layout, plan.sharding
     group = layout.combined_group(("dp", "cp"), rank)
     pp_rank = layout.coords(rank)["pp"]
-    ready = [block for vstage in reversed(plan.rank_stages(pp_rank)) for block in reversed(plan.stages[vstage].blocks)]
-    backward = (Pass.BACKWARD, Pass.RECOMPUTE)
-    finished, clock, compute, sm_bound = [], 0.0, 0.0, 0.0
-    for block in ready:
-        kernels = block.backward_input_s + block.backward_weight_s + block.recompute_s
-        clock += kernels + blocking_collectives_s(plan, times, block, rank, backward, share)
-        compute += kernels
-        sm_bound += sum(block.sm_bound_seconds(phase) for phase in backward)
-        finished.append(clock)
+    stages = plan.rank_stages(pp_rank)
+    backward = sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
+                   + blocking_collectives_s(plan, times, block, rank, (Pass.BACKWARD, Pass.RECOMPUTE), share)
+                   for vstage in stages for block in plan.stages[vstage].blocks)
     if len(group) == 1 or sharding.stage_reduces_grads:
-        return clock, 0.0
+        return backward, 0.0
+    ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
     if sharding.stage == 3:
         units = layer_units(reversed(ready))
         firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
@@ -389,12 +458,43 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
         end = max(end, ready_s) + last
         busy += last
     if sharding.stage == 3 and sharding.reduce_every_microbatch:
-        return clock, last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
+        return backward, last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
     delay = 0.0
     if share is not None and compute > 0:
         held = times.sms(sharding.grad_reduction, group, queue[0][1], share)
         delay = share.overlap_delay(min(busy, clock), held, compute, sm_bound / compute)
-    return clock, max(end - clock, delay + last)
+    return backward, max(end - clock, delay + last)
+
+
+_ACTION_PASSES: dict[str, tuple[Pass, ...]] = {
+    "F": (Pass.FORWARD,), "B": (Pass.BACKWARD_INPUT, Pass.RECOMPUTE), "BW": (Pass.BACKWARD, Pass.RECOMPUTE),
+    "W": (Pass.BACKWARD_WEIGHT,)}
+"""The passes of a block each kind of pipeline action runs."""
+
+
+def _cool_down(plan: StepPlan, times: CollectiveTimes, rank: int,
+               share: SmShare | None) -> tuple[list[Block], list[float], float, float, float]:
+    """The actions of ``rank`` from the first that finishes a chunk's gradients to its last, run back to back
+    on its compute stream: (the blocks whose gradients those actions finish, in the order they finish, when
+    each finishes, the actions' seconds, their kernels' seconds, the SM-bound seconds of these)."""
+    pp_rank = plan.layout.coords(rank)["pp"]
+    actions, stages = plan.schedule[pp_rank], plan.rank_stages(pp_rank)
+    finals = {action.chunk: index for index, action in enumerate(actions) if action.kind in ("W", "BW")}
+    ready, finished, clock, compute, sm_bound = [], [], 0.0, 0.0, 0.0
+    for index in range(min(finals.values()), len(actions)):
+        action = actions[index]
+        passes = _ACTION_PASSES[action.kind]
+        blocks = plan.stages[stages[action.chunk]].blocks
+        for block in blocks if action.kind == "F" else reversed(blocks):
+            kernels = sum(block.pass_seconds(phase) for phase in passes)
+            talking = tuple(phase for phase in passes if phase.sends_activations)
+            clock += kernels + (blocking_collectives_s(plan, times, block, rank, talking, share) if talking else 0.0)
+            compute += kernels
+            sm_bound += sum(block.sm_bound_seconds(phase) for phase in passes)
+            if index == finals[action.chunk]:
+                ready.append(block)
+                finished.append(clock)
+    return ready, finished, clock, compute, sm_bound
 
 
 def blocking_collectives_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
