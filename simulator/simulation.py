@@ -342,8 +342,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
-    rank per CP lane (`fold_policy.lane_step`: the unfolded run's timeline where its own mirrors keep pace, at a
-    fraction of its cost); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
+    rank per CP lane (`fold_policy.lane_step`) or else with ranks classed by their hand-offs' route loads
+    (`fold_policy.route_step`), either the unfolded run's timeline where its own mirrors keep pace, at a
+    fraction of its cost; where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
     folded run stands with a warning."""
     from simulator.engine.fold_policy import unfolded_step
     from simulator.program.unfolding import Unfolding
@@ -368,10 +369,10 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 raise
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
-            by_lane = None if kept_pace.collectives else _by_lane(loaded, topology, prepared, faults.plan, run)
-            if by_lane is not None:
-                step, summary, log = by_lane
-                summary["fold_lanes_reason"] = out_of_step
+            refolded = None if kept_pace.collectives else _refolded(loaded, topology, prepared, faults.plan, run)
+            if refolded is not None:
+                step, summary, log, reason_key = refolded
+                summary[reason_key] = out_of_step
             else:
                 step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
                 summary, log, _ = run(step)
@@ -397,21 +398,29 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     return result
 
 
-def _by_lane(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep, faults: StepFaultPlan,
-             run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]]) -> tuple[FoldedStep, dict, EventLog] | None:
-    """The ``prepared`` step, folded by stage, run again with one rank per CP lane (`fold_policy.lane_step`) and
-    its summary and log, where lanes apply and no mirror of that run fell out of step (it is then the unfolded
-    run), else None."""
-    from simulator.engine.fold_policy import lane_step
+def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep, faults: StepFaultPlan,
+              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]]
+              ) -> tuple[FoldedStep, dict, EventLog, str] | None:
+    """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs, run again
+    with one rank per CP lane (`fold_policy.lane_step`), else with its ranks classed also by their hand-offs'
+    route loads (`fold_policy.route_step`), where that applies and no mirror of that run fell out of step (it
+    is then the unfolded run): the step, its summary and log, and the summary key that says why it ran; else
+    None."""
+    from simulator.engine.fold_policy import lane_step, route_step
 
     settings = prepared.settings
     lanes = located(loaded, lambda: lane_step(lambda: step_program(loaded, topology, fold=True, lanes=True),
                                               prepared.step, prepared.plans, settings.mode,
                                               dict(settings.efficiency), faults))
-    if lanes is None:
+    if lanes is not None:
+        summary, log, kept_pace = run(lanes)
+        if not (kept_pace.collectives or kept_pace.hand_offs):
+            return lanes, summary, log, "fold_lanes_reason"
+    routes = located(loaded, lambda: route_step(prepared.build, prepared.step, prepared.plans, faults))
+    if routes is None:
         return None
-    summary, log, kept_pace = run(lanes)
-    return None if kept_pace.collectives or kept_pace.hand_offs else (lanes, summary, log)
+    summary, log, kept_pace = run(routes)
+    return None if kept_pace.collectives or kept_pace.hand_offs else (routes, summary, log, "fold_routes_reason")
 
 
 @collector_paused()

@@ -239,22 +239,25 @@ def test_folded_and_unfolded_agree_on_small_fabrics(run_yaml, nodes, leaf_ports,
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=rel)
 
 
-def test_hand_offs_whose_mirrors_fall_out_of_step_unfold(run_yaml):
+def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
     """Cross-rail PP pairs over 3:1 spine links (8 hosts, 4 per leaf group, TP 4 x PP 4 x DP 4): the hand-offs
     of the lanes of a stage meet the DP rings of the rails they leave and enter unlike, so in the folded run
     the backward receive of micro-batch 3 on the representative's mirrors ends between 8.301 and 8.335 ms (7.917
     and 7.950 before every collective paid NCCL's base latency). The
     folded step was the unfolded one to the bit, but the representative of stage 0 was held to its slowest
     mirror: its receive ended 33 us after the unfolded rank 0's (8.632 against 8.599 ms), as did 14 of its
-    ops after it. The folded run's mirrors are checked to keep pace with their groups (engine/lockstep.py),
-    and the step runs unfolded, with the reason."""
+    ops after it. The folded run's mirrors are checked to keep pace with their groups (engine/lockstep.py), and
+    the step runs again with its ranks classed also by the loads their hand-offs meet on their routes (two
+    representatives per stage, 8 of 32 ranks), which is the unfolded run (it ran unfolded before)."""
     folded, unfolded = _folded_and_unfolded(
         run_yaml, "cluster.nodes=8", "cluster.leaf_ports=4", "cluster.oversubscription=3", "parallelism.tp=4",
         "parallelism.pp=4", "parallelism.dp=4")
-    assert not folded["folded"]
-    assert "send_recv 'recv bwd mb3' over GPUs [8, 4] ended on its mirrors between 8.30148 and 8.33495 ms" in (
-        folded["fold_off_reason"])
+    assert folded["folded"] and folded["simulated_ranks"] == 8 and "fold_off_reason" not in folded
+    assert folded["fold_routes_reason"].startswith(
+        "send_recv 'recv bwd mb3' over GPUs [8, 4] ended on its mirrors between 8.30148 and 8.33495 ms")
     assert folded["step_time_s"] == unfolded["step_time_s"]
+    for kind, seconds in unfolded["exposed_comm_s"].items():
+        assert folded["exposed_comm_s"][kind] == pytest.approx(seconds, rel=EXACT, abs=1e-15)
 
 
 TWO_PER_NIC = """

@@ -1,4 +1,5 @@
-"""Ranks classed apart where a ring runs the other way round through every other host (engine/rank_classes.py).
+"""Ranks classed apart where a ring runs the other way round through every other host, or where a pipeline
+hand-off's route meets other flows on one host's spine uplink and not on its mirrors' (engine/rank_classes.py).
 
 MoE with EP 8 inside each of four DGX H100 hosts, TP 1, DP 32 and ZeRO-1: the gradients' reduce-scatter over all
 32 GPUs is one ring per channel that runs k to k+1 through hosts 0 and 2 and k to k-1 through hosts 1 and 3
@@ -14,12 +15,13 @@ import math
 import numpy as np
 
 from simulator.config.loader import scenario_from_text
-from simulator.engine.fold_policy import program_indexes
+from simulator.engine.fold_policy import program_indexes, route_step
 from simulator.engine.rank_classes import rank_classes
+from simulator.faults.step import StepFaultPlan
 from simulator.parallel.experts import ep_group, group_images
 from simulator.parallel.folding import RankClasses, class_images, representatives
 from simulator.parallel.layout import Layout
-from simulator.simulation import network_settings, plan_cache, run_step, simulate, step_program
+from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, simulate, step_program
 from simulator.topology.loader import scenario_topology
 
 ALTERNATING = """
@@ -92,3 +94,72 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
     settings = network_settings(loaded, topology)
     _, _, kept_pace = run_step(step_program(loaded, topology, fold=True), topology, settings)
     assert "all_to_all 'ep combine" in kept_pace.collectives and "out of step" in kept_pace.collectives
+
+
+WRAP_ON_UNLIKE_SPINES = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, leaf_ports: 1, spines: 2, oversubscription: 2}
+model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 4096, microbatches: 8, precision: bf16}
+parallelism: {tp: 8, pp: 2, dp: 2, order: [tp, cp, dp, pp], pipeline: {schedule: interleaved, virtual_stages: 2}}
+"""
+"""Four DGX H100, one per leaf group, two spines at 2:1; TP 8 on each host, stage 0 on hosts 0 and 1 (the two DP
+replicas), stage 1 on hosts 2 and 3, interleaved with two chunks per rank, so stage 0 hands its chunk 1's
+gradients back to stage 1 (the wrap) over the spines while the stage's DP ring crosses them too."""
+BY_HOST = RankClasses((0,) * 8 + (1,) * 8)
+"""Positions 0-7 (hosts 0 and 2) in one class, 8-15 (hosts 1 and 3) in the other."""
+OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.9125 and 57.091 ms"
+
+
+def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
+    """The fabric's hash: rank 0's wrap to rank 16 and its mirror from rank 8 to rank 24 both take spine 0 (one
+    host per leaf group: the same offset hashes alike), but the DP ring's channel 0 runs 0 to 8 over spine 1 and
+    8 to 0 over spine 0, so only host 1's wrap shares its uplink. Folded with one rank per stage, the wrap's
+    mirror ended 0.178 ms after it (3 instances out of step); classed also by their hand-offs' route loads,
+    hosts 0 and 2 and hosts 1 and 3 each get a representative, and by the NVLink loads alone none."""
+    loaded = scenario_from_text(WRAP_ON_UNLIKE_SPINES, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+
+    def spine(src: int, dst: int) -> list[tuple[str, str]]:
+        return [ends for ends in map(topology.link_ends.__getitem__, topology.path(src, dst)) if "spine" in ends[1]]
+
+    assert spine(0, 16) == [("leaf0.r0", "spine0")] and spine(8, 24) == [("leaf1.r0", "spine0")]
+    assert spine(0, 8) == [("leaf0.r0", "spine1")] and spine(8, 0) == [("leaf1.r0", "spine0")]
+    settings = network_settings(loaded, topology)
+    plans = plan_cache(topology, settings)
+    program = step_program(loaded, topology, fold=True)
+    assert program.ranks == (0, 16)
+    _, _, kept_pace = run_step(program, topology, settings, plans=plans)
+    assert kept_pace.collectives == ""
+    assert kept_pace.hand_offs.startswith(OUT_OF_STEP + " in the folded run (3 instances out of step, by up to "
+                                          "0.178 ms)")
+    shapes, order = program_indexes(program)
+    assert rank_classes(program, plans, shapes, order) is None
+    assert rank_classes(program, plans, shapes, order, routes=True) == BY_HOST
+    prepared = prepare_training(loaded, topology, StepFaultPlan())
+    routed = route_step(prepared.build, prepared.step, plans, StepFaultPlan())
+    assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
+
+
+def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
+    """The folded run, after its stage fold's hand-offs fell out of step, runs again classed by route loads (4 of
+    32 ranks): step time equal to the unfolded run's to the bit, every figure of the summary to 1e-9, and the
+    representatives' ops start and end when they do unfolded, to the bit."""
+    text = WRAP_ON_UNLIKE_SPINES + "run: {timeline: full}\n"
+    folded = simulate(scenario_from_text(text, "inline.yaml", []))
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
+    assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 4
+    assert folded.summary["fold_routes_reason"].startswith(OUT_OF_STEP)
+    assert "fold_off_reason" not in folded.summary and unfolded.summary["simulated_ranks"] == 32
+    assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
+    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
+    assert ours.keys() - {".fold_routes_reason"} == theirs.keys()
+    for path, value in theirs.items():
+        if isinstance(value, float):
+            assert math.isclose(ours[path], value, rel_tol=1e-9, abs_tol=1e-15), path
+        else:
+            assert ours[path] == value, path
+    columns = ["rank", "key", "start_s", "end_s"]
+    ops = folded.timeline[folded.timeline["kind"] != "flow"]
+    assert set(ops["rank"]) == {0, 8, 16, 24}
+    same = unfolded.timeline[(unfolded.timeline["kind"] != "flow") & unfolded.timeline["rank"].isin({0, 8, 16, 24})]
+    assert np.array_equal(ops[columns].sort_values(columns).to_numpy(), same[columns].sort_values(columns).to_numpy())

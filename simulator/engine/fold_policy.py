@@ -9,8 +9,9 @@ the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is th
 folded program; a job asks it of its straggler states before it meets them (`straggler_blocker`). The caller's
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
-only mirrors out of step were pipeline hand-offs, `lane_step` is tried before unfolding: one rank per CP lane of
-each stage (parallel/lanes.py), the unfolded run where its own mirrors keep pace, at a fraction of its cost.
+only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
+parallel/lanes.py) and then `route_step` (ranks classed also by their hand-offs' route loads) are tried before
+unfolding: the unfolded run where their own mirrors keep pace, at a fraction of its cost.
 """
 
 from __future__ import annotations
@@ -170,6 +171,30 @@ def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, plans:
     shapes, order = program_indexes(lanes)
     slowdowns, unfolding = fold_verdict(lanes, plans, mode, efficiency, faults, shapes, order)
     return FoldedStep(lanes, shapes, order, slowdowns, "") if unfolding is None else None
+
+
+def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, faults: StepFaultPlan) -> FoldedStep | None:
+    """The step with its ranks classed also by the loads their pipeline hand-offs meet on their routes
+    (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors out
+    of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
+    hand-off can share an uplink that its mirrors' do not); None where no such classes refine its own: no layout
+    (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
+    classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
+    stage), so each class's copies are some of the copies ``folded`` judged alike before its run (`fold_verdict`,
+    not asked again: the classed program's representatives have no order between their ops, so its check of
+    unequal traffic would see every collective overlap); the lockstep check after its run certifies it."""
+    program = folded.program
+    layout = program.layout
+    if layout is None or not faults.empty:
+        return None
+    stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
+    shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
+    classes = rank_classes(stage_fold, plans, shapes, order, routes=True)
+    if classes is None or list(program.ranks) == representatives(layout, True, classes):
+        return None
+    classed = build(True, classes)
+    classed_shapes, classed_order = program_indexes(classed)
+    return FoldedStep(classed, classed_shapes, classed_order, folded.slowdowns, "")
 
 
 def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,

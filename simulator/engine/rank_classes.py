@@ -36,35 +36,111 @@ from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 
 
-def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes,
-                 order: ProgramOrder) -> RankClasses | None:
+def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
+                 routes: bool = False) -> RankClasses | None:
     """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart, None
     where its ranks are all alike (or the classes would not stand for as many ranks each). Only a program that
-    simulates its layout's representatives is classed (a trace simulates the ranks it has)."""
+    simulates its layout's representatives is classed (a trace simulates the ranks it has). With ``routes``
+    (asked where a folded run's hand-offs fell out of step), hosts are classed also by the loads their pipeline
+    hand-offs meet on their routes (`_route_signatures`), and where that gives one class or classes of unequal
+    size, ranks are classed by their hosts (one class per host of each stage): route loads counted before the
+    run need not tell apart hosts whose hand-offs meet other flows at other times."""
     layout = program.layout
     if layout is None or not program.folded or program.ranks != tuple(representatives(layout, True)):
         return None
-    topology = plans.topology
-    host = np.asarray(topology.gpu_host, dtype=np.int64)
-    kinds = _multi_host_kinds(shapes, plans, host)
-    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local))
-               for kind, shapes_of in kinds.items()}
-    unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
-    if not unlike:
-        return None
-    met = _met_by_mirrored(shapes, order, [shape for kind in unlike for shape in kinds[kind]], host)
-    relevant = [kind for kind in unlike if met.intersection(kinds[kind])]
-    if not relevant:
-        return None
-    signature = {h: tuple(unlike[kind].get(h, b"") for kind in relevant) for h in range(int(host.max()) + 1)}
+    host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
+    hosts = range(int(host.max()) + 1)
+    nvlink = _nvlink_signatures(plans, shapes, order, host)
+    routed = _route_signatures(plans, shapes, order, host) if routes else {}
+    signature = {h: (nvlink.get(h, ()), routed.get(h, b"")) for h in hosts}
     stage_hosts = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
-    keys = [tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T]
+    classes = _equal_classes([tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T])
+    if classes is None and routes:
+        classes = _equal_classes([tuple(column.tolist()) for column in stage_hosts.T])
+    return classes
+
+
+def _equal_classes(keys: Sequence[tuple]) -> RankClasses | None:
+    """The classes of positions with equal ``keys``, numbered in order of first position; None where they are
+    one class or of unequal sizes."""
     numbers: dict[tuple, int] = {}
     of_position = tuple(numbers.setdefault(key, len(numbers)) for key in keys)
     sizes = np.bincount(np.array(of_position))
     if len(numbers) == 1 or (sizes != sizes[0]).any():
         return None
     return RankClasses(of_position)
+
+
+def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
+                       ) -> dict[int, tuple[bytes, ...]]:
+    """Per host, what its NVLink links carry of the collectives that span hosts and load them unlike, where
+    something mirrored on other hosts may meet them (empty where none do)."""
+    topology = plans.topology
+    kinds = _multi_host_kinds(shapes, plans, host)
+    carried = {kind: _carried(plans, shapes.firsts[shapes_of[0]], host, np.asarray(topology.gpu_local))
+               for kind, shapes_of in kinds.items()}
+    unlike = {kind: loads for kind, loads in carried.items() if len(set(loads.values())) > 1}
+    if not unlike:
+        return {}
+    met = _met_by_mirrored(shapes, order, [shape for kind in unlike for shape in kinds[kind]], host)
+    relevant = [kind for kind in unlike if met.intersection(kinds[kind])]
+    return {h: tuple(unlike[kind].get(h, b"") for kind in relevant) for h in range(int(host.max()) + 1)
+            } if relevant else {}
+
+
+def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
+                      ) -> dict[int, bytes]:
+    """Per host, the loads its pipeline hand-offs between hosts meet on their routes, where the copies of a
+    hand-off (its group and mirrors) meet unlike loads: per hand-off shape and combination of collectives
+    between hosts that may overlap its instances (`overlapping`), for each copy with an end on the host, that
+    end's role and index in the host and, link by link along the copy's route, how many transfers between hosts
+    of its own copies and of the overlapping collectives' copies cross the link (empty where every copy meets
+    the same loads). The fabric hashes each source host's flows onto its own spine (topology/builders.py
+    `Fabric`), so one host's hand-off can share an uplink with another collective's flows where its mirrors' do
+    not, and end later (docs/architecture.md)."""
+    topology = plans.topology
+    local = np.asarray(topology.gpu_local, dtype=np.int64)
+    links = len(topology.link_class)
+    between = [shape for shape, op in enumerate(shapes.firsts)
+               if op.nbytes and len(np.unique(host[np.array(op.group, dtype=np.int64)])) > 1]
+    hand_offs = [shape for shape in between if shapes.firsts[shape].op == "send_recv"]
+    counts = {shape: _transfers_between_hosts(plans, shapes.firsts[shape], host, links) for shape in between}
+    overlaps = overlapping(shapes, order, between)
+    found: dict[int, list[bytes]] = {}
+    for shape in hand_offs:
+        ends, table = _copy_routes(plans, shapes.firsts[shape], links)
+        for number, met_by in enumerate([(), *overlaps(shape)]):
+            load = np.append(sum((counts[other] for other in met_by), counts[shape]), -1)[table]
+            if (load == load[0]).all():
+                continue
+            for (src, dst), row in zip(ends.tolist(), load):
+                entry = np.concatenate(([shape, number, local[src], local[dst]], row)).tobytes()
+                found.setdefault(int(host[src]), []).append(b"s" + entry)
+                found.setdefault(int(host[dst]), []).append(b"r" + entry)
+    return {h: b"".join(sorted(entries)) for h, entries in found.items()}
+
+
+def _transfers_between_hosts(plans: PlanCache, op: CollectiveOp, host: np.ndarray, links: int) -> np.ndarray:
+    """How many of the transfers between hosts of ``op``'s plans (over its group and every mirror, all phases)
+    cross each directed link."""
+    topology = plans.topology
+    crossed = [link for copy in (op.group, *op.mirrors) for phase in plans.phases(op, copy)
+               for t in phase.transfers if host[t.src] != host[t.dst]
+               for link in topology.path(t.src, t.dst, t.channel)]
+    return np.bincount(np.array(crossed, dtype=np.int64), minlength=links)
+
+
+def _copy_routes(plans: PlanCache, op: CollectiveOp, links: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each copy of the hand-off ``op`` (its group, then its mirrors) as its two ends, and as the links of its
+    transfers' routes in plan order, padded with ``links`` (one past the last link id) to the longest."""
+    topology = plans.topology
+    copies = (op.group, *op.mirrors)
+    paths = [[link for phase in plans.phases(op, copy) for t in phase.transfers
+              for link in topology.path(t.src, t.dst, t.channel)] for copy in copies]
+    table = np.full((len(paths), max(map(len, paths))), links, dtype=np.int64)
+    for row, path in enumerate(paths):
+        table[row, :len(path)] = path
+    return np.array([(copy[0], copy[-1]) for copy in copies], dtype=np.int64), table
 
 
 def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:
