@@ -259,7 +259,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
     intervals = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
-    study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force)
+    study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force,
+                      on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
     files = write_study(out, study)
     for curve in study["curves"]:
         print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])} "

@@ -357,3 +357,14 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
     assert "96.0 GiB needed" in lines[1]
     warnings = json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
     assert warnings == [lines[0].removeprefix("warning: ")]
+
+
+def test_the_job_table_says_one_day_and_one_step_in_the_singular(tmp_path, capsys):
+    """A one-day job checkpointing every step: its table read '1 days' and 'every 1 steps'."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(SEED003.replace("replications: 10", "replications: 2").replace("54 d", "1 d").replace(
+        "interval: 30 min", "interval: 1 steps"))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = capsys.readouterr().out
+    assert ", 1 day, 2 replications\n" in printed
+    assert "checkpoints      sync every 1 step (" in printed

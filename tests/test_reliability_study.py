@@ -307,3 +307,27 @@ def test_an_astronomical_duration_prints_four_significant_digits():
     as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does."""
     assert [format_seconds(value) for value in (999_999_999_999_999.0, 1e15, 1.4239444e153)] == [
         "999,999,999,999,999 s", "1e+15 s", "1.424e+153 s"]
+
+
+def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):
+    """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
+    warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
+    failure; the points (two intervals, two replications each) change no step, so nothing more is said."""
+    import simulator.reliability.simulate as job_simulation
+    from tests.test_reliability_job import OOM_JOB
+
+    draw = job_simulation.draw_arrivals
+    before: list[str] = []
+
+    def drawing(*args):
+        before.append(capsys.readouterr().err)
+        return draw(*args)
+
+    monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(OOM_JOB)
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
+                 "--out", str(tmp_path / "study")]) == 0
+    assert len(before) == 4 and before[1:] == ["", "", ""] and capsys.readouterr().err == ""
+    assert [line.split(":")[:2] for line in before[0].splitlines()] == [["warning", " parallelism.fsdp"],
+                                                                        ["warning", " OUT OF MEMORY"]]

@@ -317,7 +317,7 @@ def job_table(job: dict) -> Table:
     checkpoint = job["checkpoint"]
     optimum = (f"; Young {format_seconds(job['young_interval_s'])}, Daly {format_seconds(job['daly_interval_s'])}"
                if job.get("young_interval_s") is not None else "")
-    table.add_row("checkpoints", f"{checkpoint['mode']} every {checkpoint['interval_steps']} steps "
+    table.add_row("checkpoints", f"{checkpoint['mode']} every {counted(checkpoint['interval_steps'], 'step')} "
                   f"({format_seconds(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
                   "each" + optimum)
     return table
@@ -326,6 +326,7 @@ def job_table(job: dict) -> Table:
 def print_job_report(job: dict, step: dict, console: Console) -> None:
     """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
     horizon = job["horizon_s"]
-    span = f"{horizon / 86400:,.4g} days" if horizon >= 86400 else _long_duration(horizon)
+    days = f"{horizon / 86400:,.4g}"
+    span = f"{days} {'day' if days == '1' else 'days'}" if horizon >= 86400 else _long_duration(horizon)
     console.print(f"{_layout_line(step)}, {span}, {counted(job['replications'], 'replication')}", highlight=False)
     _print_table(console, job_table(job))

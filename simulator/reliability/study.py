@@ -11,6 +11,7 @@ checkpoint every T: cost b / T, lost work c T) to the grid: T* = sqrt(b / c) whe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,16 +94,18 @@ def curve_summary(points: list[StudyPoint]) -> dict:
 
 
 def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
-              multipliers: list[float], force: bool = False) -> dict:
+              multipliers: list[float], force: bool = False,
+              on_healthy_step: Callable[[dict], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval. ``force`` runs points
     beyond the job-event and scale limits (degraded or straggling states that would be unfolded steps past
-    them)."""
+    them). ``on_healthy_step`` gets the healthy step's summary once, before the first point's job is simulated
+    (the points change no step): `trainsim study` prints its warnings then."""
     own = load_scenario(scenario, overrides).scenario.faults.rate_multiplier
-    curves = []
+    curves: list[dict] = []
     for multiplier in multipliers:
-        points = []
+        points: list[StudyPoint] = []
         at: list[float | None] = [*intervals] if intervals else [None]
         for interval in at:
             settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), own * multiplier,
@@ -110,16 +113,19 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
             if interval is not None:
                 settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
                                               format_duration(interval)))
-            summary = job_summary_of(load_scenario(scenario, overrides, tuple(settings)), force)
+            summary = job_summary_of(load_scenario(scenario, overrides, tuple(settings)), force,
+                                     None if curves or points else on_healthy_step)
             points.append(StudyPoint(summary["checkpoint"]["interval_s"], multiplier, summary))
         curves.append(curve_summary(points))
     return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
 
 
-def job_summary_of(loaded: LoadedScenario, force: bool = False) -> dict:
+def job_summary_of(loaded: LoadedScenario, force: bool = False,
+                   on_healthy_step: Callable[[dict], None] | None = None) -> dict:
+    """job_summary.json's dict of one study point (simulate_job's ``on_healthy_step`` passed on)."""
     if loaded.scenario.run.horizon is None:
         raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
-    return simulate_job(loaded, force=force).summary
+    return simulate_job(loaded, force=force, on_healthy_step=on_healthy_step).summary
 
 
 def write_study(out_dir: Path, study: dict) -> list[str]:
