@@ -186,7 +186,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate_published(args: argparse.Namespace) -> int:
-    from simulator.validation import DEFAULT_FOLDER, DEFAULT_REPORT, published_cases, render, run_cases
+    from simulator.validation import DEFAULT_FOLDER, DEFAULT_REPORT, UNITS, published_cases, render, run_cases
 
     folder = Path(args.folder) if args.folder else DEFAULT_FOLDER
     out = Path(args.out) if args.out else DEFAULT_REPORT
@@ -196,8 +196,8 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
                          allowed="a file in an existing folder")
     results = run_cases(paths, jobs=args.jobs)
     for result in results:
-        print(f"{result.case}: published {result.published:g}, simulated {result.simulated:.1f} "
-              f"({result.error:+.1%}, tolerance {result.tolerance:.0%})")
+        print(f"{result.case}: {UNITS[result.metric]}: published {result.published:g}, simulated "
+              f"{result.simulated:.1f} ({result.error:+.1%}, tolerance {result.tolerance:.0%})")
     if not args.case:
         out.write_text(render(results))
         print(f"wrote {out}")

@@ -45,8 +45,10 @@ def test_report_lists_cases_errors_and_fitting():
 
 
 def test_validate_published_command_runs_named_cases(capsys):
+    """Each case's line names its metric with its unit ('published 137, simulated 142.7' left a user to guess
+    TFLOP/s, and by which formula)."""
     assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr"]) == 0
-    assert "nccl-sendrecv-ndr: published 47, simulated 47.0" in capsys.readouterr().out
+    assert "nccl-sendrecv-ndr: busbw GB/s: published 47, simulated 47.0" in capsys.readouterr().out
 
 
 def test_an_unknown_case_is_refused_naming_the_cases(capsys):
@@ -91,7 +93,7 @@ def test_the_bundled_cases_are_found_from_any_working_folder(tmp_path, monkeypat
     root, `trainsim validate-published` answered "no scenarios in scenarios/published"."""
     monkeypatch.chdir(tmp_path)
     assert main(["validate-published", "--case", "nccl-sendrecv-ndr"]) == 0
-    assert "nccl-sendrecv-ndr: published 47, simulated 47.0" in capsys.readouterr().out
+    assert "nccl-sendrecv-ndr: busbw GB/s: published 47, simulated 47.0" in capsys.readouterr().out
 
 
 def test_a_report_with_no_folder_to_go_to_is_refused_before_the_cases_run(tmp_path, monkeypatch, capsys):
