@@ -148,17 +148,19 @@ def training_table(summary: dict) -> Table:
     return table
 
 
-def _histogram(counts: list[int], unit: str) -> str:
-    """A histogram of 0, 1, 2, ...: its mean and largest value, and the pairs `value: count` when few."""
+def _histogram(counts: list[int], unit: str, counted_things: str) -> str:
+    """A histogram of 0, 1, 2, ...: its mean and largest value, and when few values occur how many
+    ``counted_things`` each has ('144 gradients at 0'; a bare '(0: 144)' left the reader to guess which is which)."""
     total = sum(counts)
     mean = sum(value * count for value, count in enumerate(counts)) / total if total else 0.0
-    pairs = [f"{value}: {count}" for value, count in enumerate(counts) if count]
-    return f"mean {mean:.2f}, max {len(counts) - 1} {unit}" + (f" ({', '.join(pairs)})" if len(pairs) <= 6 else "")
+    pairs = [f"{count:,} at {value}" for value, count in enumerate(counts) if count]
+    shown = f" ({counted_things}: {', '.join(pairs)})" if len(pairs) <= 6 else ""
+    return f"mean {mean:.2f}, max {len(counts) - 1} {unit}{shown}"
 
 
-def parameter_server_table(ps: dict) -> Table:
-    """A parameter-server run: mode and placement, iteration times, throughput, server links, staleness, lag."""
-    table = _label_table()
+def add_parameter_server_rows(table: Table, ps: dict) -> None:
+    """A parameter-server run's rows, added to its training table so that the two read as one, aligned: mode and
+    placement, iteration times, throughput, server links, staleness, lag."""
     mode = ps["mode"] + (f" (staleness {ps['staleness']})" if "staleness" in ps else "")
     table.add_row("parameter servers", f"{mode}, {counted(len(ps['server_hosts']), 'server host')} "
                   f"({counted(len(ps['server_gpus']), 'GPU')}), {counted(ps['workers'], 'worker')}, "
@@ -176,9 +178,8 @@ def parameter_server_table(ps: dict) -> Table:
                       f"{format_seconds(ring['time_s'])} alone; busiest link "
                       f"{ps['busiest_link_bytes_per_iteration'] / 2**30:,.2f} GiB against "
                       f"{ring['busiest_link_bytes'] / 2**30:,.2f} GiB per iteration")
-    table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates"))
-    table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations"))
-    return table
+    table.add_row("staleness", _histogram(ps["staleness_histogram"], "updates", "gradients"))
+    table.add_row("lag behind slowest", _histogram(ps["lag_histogram"], "iterations", "worker iterations"))
 
 
 def collective_table(summary: dict) -> Table:
@@ -221,9 +222,10 @@ def print_run_report(summary: dict, console: Console) -> None:
     """The table that ends a run: a training step's figures, or the collective table."""
     if "step_time_s" in summary:
         console.print(_layout_line(summary), highlight=False)
-        _print_table(console, training_table(summary))
+        table = training_table(summary)
         if "parameter_server" in summary:
-            _print_table(console, parameter_server_table(summary["parameter_server"]))
+            add_parameter_server_rows(table, summary["parameter_server"])
+        _print_table(console, table)
     else:
         console.print(f"{summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
