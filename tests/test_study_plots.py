@@ -154,9 +154,12 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
         assert (tmp_path / f"{chart}.png").stat().st_size > 0
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "nope", "--y", "step_time_s"]) == 2
-    # the refusal names the columns there are, the axes first (it named none)
-    assert ("no column 'nope' (allowed: a column of the table: point, status, error, collectives.algorithm, "
-            "workload[0].bytes, ") in capsys.readouterr().err
+    # the refusal names the flag at fault (it named all four) and the columns there are, the axes first
+    assert ("command line: --x: no column 'nope' (allowed: a column of the table: point, status, error, "
+            "collectives.algorithm, workload[0].bytes, ") in capsys.readouterr().err
+    assert main(["plot", "heatmap", str(tmp_path / "sweep"), "--x", "workload[0].bytes", "--y",
+                 "collectives.algorithm", "--value", "time"]) == 2
+    assert "command line: --value: no column 'time' (allowed: " in capsys.readouterr().err
     rows = [{"op": "all_reduce", "algorithm": "ring", "bytes": 2.0**20 * k, "busbw_GBps": 10.0 * k}
             for k in (1, 2, 4)]
     (tmp_path / "rows.json").write_text(json.dumps(rows))

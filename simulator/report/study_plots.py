@@ -26,15 +26,15 @@ SHOWN_COLUMNS = 24
 metrics, which results.csv's header lists."""
 
 
-def _check_columns(frame: pd.DataFrame, *names: str | None) -> None:
-    """Refuse a column the table lacks, naming the columns it has (the first SHOWN_COLUMNS)."""
-    for name in names:
+def _check_columns(frame: pd.DataFrame, named: dict[str, str | None]) -> None:
+    """Refuse a column the table lacks at what ``named`` it (a flag such as --x, or OUTDIR for the columns a
+    chart needs of its file), naming the columns it has (the first SHOWN_COLUMNS)."""
+    for field, name in named.items():
         if name is not None and name not in frame.columns:
             columns = [str(column) for column in frame.columns]
             more = len(columns) - SHOWN_COLUMNS
             shown = ", ".join(columns[:SHOWN_COLUMNS]) + (f", ... ({more} more)" if more > 0 else "")
-            raise ScenarioError(f"no column {name!r}", field="--x/--y/--hue/--value",
-                                allowed=f"a column of the table: {shown}")
+            raise ScenarioError(f"no column {name!r}", field=field, allowed=f"a column of the table: {shown}")
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 
 def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *, log_x: bool = False) -> Figure:
     """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``."""
-    _check_columns(frame, x, y, hue)
+    _check_columns(frame, {"--x": x, "--y": y, "--hue": hue})
     rows = _ok(frame)
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
@@ -66,7 +66,7 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell);
     refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
     pandas traceback)."""
-    _check_columns(frame, x, y, value)
+    _check_columns(frame, {"--x": x, "--y": y, "--value": value})
     if len({x, y, value}) < 3:
         raise ScenarioError(f"--x {x}, --y {y} and --value {value} name one column twice", field="--x/--y/--value",
                             allowed="three different columns: two axes and a metric")
@@ -95,7 +95,8 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
 def busbw_figure(rows: pd.DataFrame, *, label: str = "algorithm") -> Figure:
     """Bus bandwidth (GB/s) against message size, one line per ``label`` value (columns `bytes`,
     `busbw_GBps` and ``label``), as nccl-tests reports it."""
-    _check_columns(rows, "bytes", "busbw_GBps", label)
+    for column in ("bytes", "busbw_GBps", label):
+        _check_columns(rows, {"OUTDIR": column})
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
     for value, group in rows.groupby(label, sort=True):
@@ -129,7 +130,8 @@ def pareto_front(points: pd.DataFrame, memory: str, throughput: str) -> pd.DataF
 def front_figure(candidates: pd.DataFrame) -> Figure:
     """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front joined, the
     winner and the decision tree's choice labelled (a search folder's candidates.parquet)."""
-    _check_columns(candidates, "status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice")
+    for column in ("status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice"):
+        _check_columns(candidates, {"OUTDIR": column})
     simulated = candidates[candidates["status"] == "simulated"]
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
