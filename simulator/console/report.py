@@ -30,7 +30,7 @@ def format_seconds(value: float) -> str:
 
 
 def _share(value: float) -> str:
-    return f"{100 * value:.1f}%"
+    return f"{100 * value:,.1f}%"
 
 
 def _hfu(summary: dict) -> str:
@@ -62,7 +62,7 @@ def oom_line(summary: dict) -> str:
         return ""
     stage = summary.get("peak_memory_stage")
     where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
-    return (f"OUT OF MEMORY: {summary['peak_memory_gib']:.1f} GiB needed{where}, the GPU holds "
+    return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try ZeRO/FSDP, recompute, more tp or pp, a smaller "
             f"micro_batch)")
 
@@ -77,9 +77,9 @@ def memory_line(summary: dict) -> str:
     stage, rank = summary.get("peak_memory_stage"), summary.get("peak_memory_rank")
     where = f" on pipeline stage {stage} (rank {rank})" if stage is not None else f" on rank {rank}"
     parts = sorted(summary.get("memory_breakdown_gib", {}).items(), key=lambda part: -part[1])
-    largest = ", ".join(f"{name} {size:.1f} GiB" for name, size in parts[:3] if size)
+    largest = ", ".join(f"{name} {size:,.1f} GiB" for name, size in parts[:3] if size)
     fits = ", OUT OF MEMORY" if summary.get("oom") else ""
-    return (f"peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits}){where}; "
+    return (f"peak memory per GPU: {peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits}){where}; "
             f"largest parts: {largest}")
 
 
@@ -141,7 +141,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("exposed communication", ", ".join(shown) or "none")
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
-        text = f"{peak:.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
+        text = f"{peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
@@ -269,7 +269,7 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
     if not out_of_memory_gib or capacity_gib is None:
         return ""
     largest = max(out_of_memory_gib, key=int)
-    return (f"{', '.join(out_of_memory_gib)} skipped, out of memory: {out_of_memory_gib[largest]:.1f} GiB per GPU "
+    return (f"{', '.join(out_of_memory_gib)} skipped, out of memory: {out_of_memory_gib[largest]:,.1f} GiB per GPU "
             f"on {largest}, the GPU holds {capacity_gib:.1f} GiB")
 
 

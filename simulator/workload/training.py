@@ -177,8 +177,8 @@ def microbatch_count(scenario: Scenario, dp: int) -> int:
                        f"of micro_batch x dp = {per_step}", f"multiples of {per_step}")
     count = training.global_batch // per_step
     if count > MAX_MICROBATCHES:
-        raise _invalid("training.global_batch", f"{count} micro-batches per step",
-                       f"at most {MAX_MICROBATCHES} (global_batch / (micro_batch x dp))")
+        raise _invalid("training.global_batch", f"{count:,} micro-batches per step",
+                       f"at most {MAX_MICROBATCHES:,} (global_batch / (micro_batch x dp))")
     return count
 
 
