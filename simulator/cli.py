@@ -122,7 +122,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
     _warn(verdict.warnings, dict(verdict.memory))
     if not args.quiet:
-        print(f"{args.scenario}: valid ({counted(topology.num_gpus, 'GPU')} on {topology.name})")
+        gpus = counted(topology.num_gpus, "GPU")
+        if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
+            gpus = f"{verdict.gpus:,} of the {gpus}"
+        print(f"{args.scenario}: valid ({gpus} on {topology.name})")
         memory = memory_line(dict(verdict.memory))
         if memory:
             print(f"  {memory}")

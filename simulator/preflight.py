@@ -28,12 +28,15 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Verdict:
     """What `validate` found in a scenario that passed its checks: the memory entries of the summary
-    (``oom`` among them, empty for a communication-only workload), the layout warnings and a lower bound of the
-    step time that needs no run (`step_floor`; 0 for a communication-only workload)."""
+    (``oom`` among them, empty for a communication-only workload), the layout warnings, a lower bound of the
+    step time that needs no run (`step_floor`; 0 for a communication-only workload) and the GPUs the step spans
+    (the summary's `gpus`: a replayed trace's ranks, which may be fewer than the cluster's; None for a
+    communication-only workload, which spans the cluster)."""
 
     memory: Mapping[str, object]
     warnings: tuple[str, ...]
     step_floor_s: float = 0.0
+    gpus: int | None = None
 
 
 def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> Verdict:
@@ -57,7 +60,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     program = prepared.step.program
     located(loaded, lambda: plan_every_collective(program.ops, prepared.plans))
     return Verdict(dict(program.memory), (*loaded.ignored_without_a_horizon(), *program.warnings),
-                   step_floor(program.ops, set(prepared.step.slowdowns)))
+                   step_floor(program.ops, set(prepared.step.slowdowns)), program.world)
 
 
 def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:

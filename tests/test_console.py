@@ -99,6 +99,14 @@ def test_validate_prints_the_peak_memory_per_gpu(capsys):
         assert capsys.readouterr().out.count("\n") == 1
 
 
+def test_validate_counts_the_gpus_a_trace_spans_as_the_run_does(tmp_path, capsys):
+    """The two-rank Chakra trace on a DGX H100: `validate` said '8 GPUs', the run '2 GPUs'."""
+    assert main(["validate", "trace-chakra-2rank"]) == 0
+    assert capsys.readouterr().out == "trace-chakra-2rank: valid (2 of the 8 GPUs on dgx-h100)\n"
+    assert main(["run", "trace-chakra-2rank", "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.startswith("trace on dgx-h100 (2 GPUs)\n")
+
+
 def test_quiet_prints_nothing_and_still_writes(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "schedule-1f1b-p4-m8.yaml"), "--out", str(out), "--quiet"]) == 0
