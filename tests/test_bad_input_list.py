@@ -49,7 +49,13 @@ def scenario(text: str) -> dict[str, str]:
 CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     # scenario text
     "yaml-syntax": (scenario("cluster: {topology: dgx-h100\n"), RUN, 2, "s.yaml:2: YAML syntax error"),
-    "tab-indent": (scenario("cluster:\n\ttopology: dgx-h100\n"), RUN, 2, "YAML syntax error"),
+    "tab-indent": (scenario("cluster:\n\ttopology: dgx-h100\n"), RUN, 2,
+                   "s.yaml:2: YAML syntax error at column 1: found character '\\t' that cannot start any token "
+                   "(allowed: the keys of one section indented alike, deeper than the key above them (spaces, "
+                   "not tabs))"),
+    "misindented-key": (scenario("cluster:\n  topology: dgx-h100\n model: {preset: llama3-8b}\n"), RUN, 2,
+                        "s.yaml:3: YAML syntax error at column 2: expected <block end>, but found '<block mapping "
+                        "start>' (allowed: the keys of one section indented alike"),
     "complex-key": (scenario("? [a, b]\n: 1\n" + COMM), RUN, 2, "a key must be a plain value"),
     "duplicate-key": (scenario(COMM + "cluster: {topology: dgx-h100}\n"), RUN, 2, "key given twice"),
     "empty-file": (scenario(""), RUN, 2, "a scenario must be a mapping"),

@@ -49,6 +49,9 @@ _LineLoader.add_implicit_resolver(
 """Numbers such as 4.8e10 and 1e9 are floats, as in YAML 1.2 and JSON (YAML 1.1 read them as strings)."""
 
 
+INDENTATION = "the keys of one section indented alike, deeper than the key above them (spaces, not tabs)"
+"""What a misindented key breaks, for PyYAML's 'expected <block end>, but found ...'."""
+
 def parse_value(text: str) -> object:
     """One YAML value as a scenario file reads it (`--set a.b=VALUE`): 1e8 is a float here too. Raises
     yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may."""
@@ -117,7 +120,10 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(f"YAML syntax error: {problem}", file=source, line=line) from None
+        column = f" at column {mark.column + 1}" if mark is not None else ""
+        # PyYAML words a misindented key as a block it expected to end, a tab as a character: say what is wrong.
+        allowed = INDENTATION if "<block" in problem or "'\\t'" in problem else ""
+        raise error(f"YAML syntax error{column}: {problem}", file=source, line=line, allowed=allowed) from None
     except DuplicateKey as duplicate:
         raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),
                     allowed="each key once per section", file=source, line=duplicate.line) from None
