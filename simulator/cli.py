@@ -418,6 +418,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{count} {status}" for status, count in report.statuses.items())
     print(f"sweep: {counted(len(sweep.points), 'point')} ({counts}; {report.reused} reused) on "
           f"{counted(executor.workers, f'{args.executor} worker')}; wrote {out}/results.parquet, {out}/results.csv")
+    for status, (index, reason) in report.first_reasons.items():
+        others = report.statuses[status] - 1
+        print(f"  {status}: point {index}" + (f" (and {counted(others, 'other')})" if others else "") +
+              f": {reason}")
     return 0
 
 

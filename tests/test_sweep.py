@@ -256,6 +256,20 @@ def test_a_point_the_simulator_refuses_is_located_at_the_axis_that_set_the_field
                                  "multiple of micro_batch x dp = 8 (allowed: multiples of 8)")
 
 
+def test_the_command_says_why_points_did_not_run(tmp_path, capsys):
+    """'sweep: 4 points (1 invalid, 2 ok, 1 skipped)' sent the user to results.csv to learn why; the command
+    prints each status's first point, how many others share it, and its reason."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  parallelism.pp: [4, 3]\n  training.microbatches: [2, 8]\n"
+                    "constraints: ['training.microbatches > 2']\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sweep: 4 points (1 invalid, 1 ok, 2 skipped; 0 reused)")
+    assert lines[1:] == [f"  invalid: point 3: {path}:9: grid.parallelism.pp: value 3: pp 3 differs from the "
+                         "synthetic model's 4 stages (allowed: 4 (or leave it out))",
+                         "  skipped: point 0 (and 1 other): constraint: training.microbatches > 2"]
+
+
 @pytest.mark.parametrize("axis, message", [
     ("parallelism.order[0]", "grid.parallelism.order[0]: parallelism.order has no item [0] (the scenario gives no "
                              "parallelism.order) (allowed: a whole list as parallelism.order)"),  # expected a list,
