@@ -233,7 +233,7 @@ def test_progress_bar_draws_on_a_terminal(monkeypatch):
         while select.select([master], [], [], 0.5)[0]:
             drawn += os.read(master, 65536)
     os.close(master)
-    assert b"2048/4096" in drawn and b"simulating" in drawn
+    assert b"2,048/4,096 ops" in drawn and b"simulating" in drawn
 
 
 def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):

@@ -32,11 +32,12 @@ class RunProgress:
             if time.monotonic() - self.started < SHOW_AFTER_S:
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("ops"), TimeElapsedColumn(), console=Console(stderr=True),
-                                transient=True)
+            # the counts with separators, as the run's last line gives its events ('83877/83877' did not)
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                TextColumn("{task.completed:,.0f}/{task.total:,.0f} ops"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.description, total=total)
         if self.task is not None:
