@@ -266,13 +266,31 @@ def _cmd_study(args: argparse.Namespace) -> int:
                       on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
     files = write_study(out, study)
     for curve in study["curves"]:
-        print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])} "
-              f"(ETTR {100 * curve['best_ettr']:.2f}%)" + (f"; Young {format_seconds(curve['young_interval_s'])}, Daly "
-                                                     f"{format_seconds(curve['daly_interval_s'])}"
-                                                     if curve["young_interval_s"] is not None else
-                                                     "; no failures expected, so no Young or Daly interval"))
+        steps, edge = _steps_and_edge(curve)
+        print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])}, "
+              f"{steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}" +
+              (f"; Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
+               if curve["young_interval_s"] is not None else "; no failures expected, so no Young or Daly interval"))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
+
+
+def _steps_and_edge(curve: dict) -> tuple[str, str]:
+    """The best interval's whole steps (what the job ran: the interval asked for, rounded) and, where it is the
+    shortest or longest of several tried, that the optimum may lie beyond them ('1min' printed as 61.17 s, and
+    the best at the edge of the grid read as the optimum)."""
+    from simulator.units import counted
+
+    points = curve["points"]
+    best = next(point for point in points if point["interval_s"] == curve["best_interval_s"])
+    steps = counted(best["interval_steps"], "step")
+    tried = sorted({point["interval_s"] for point in points})
+    if len(tried) < 2 or tried[0] < best["interval_s"] < tried[-1]:
+        return steps, ""
+    if best["interval_s"] == tried[-1]:
+        return steps, ", the longest tried: the optimum may be longer"
+    # a checkpoint every step is as often as a job checkpoints
+    return steps, ", the shortest tried: the optimum may be shorter" if best["interval_steps"] > 1 else ""
 
 
 def _plot_goodput(args: argparse.Namespace) -> int:

@@ -102,6 +102,24 @@ def test_large_restart_cost_moves_the_optimum_only_for_weibull(distribution, sha
     assert (abs(exact - daly) / daly > 0.3) == (distribution == "weibull")
 
 
+@pytest.mark.parametrize("best, steps, edge", [
+    (61.2, "6 steps", ", the shortest tried: the optimum may be shorter"),
+    (122.3, "12 steps", ""),
+    (244.6, "24 steps", ", the longest tried: the optimum may be longer"),
+])
+def test_the_study_line_gives_the_best_intervals_steps_and_whether_it_is_at_the_edge(best, steps, edge):
+    """'--intervals 1min,2min,4min' printed 'best interval 61.17 s' (1 min rounded to 6 steps of 10.19 s) with no
+    word that the best was the shortest tried, where Young's interval (13.6 s) said the optimum lay below."""
+    from simulator.cli import _steps_and_edge
+
+    points = [{"interval_s": 61.2, "interval_steps": 6}, {"interval_s": 122.3, "interval_steps": 12},
+              {"interval_s": 244.6, "interval_steps": 24}]
+    assert _steps_and_edge({"points": points, "best_interval_s": best}) == (steps, edge)
+    one_step = [{"interval_s": 10.2, "interval_steps": 1}, *points]  # no job checkpoints more often than a step
+    assert _steps_and_edge({"points": one_step, "best_interval_s": 10.2}) == ("1 step", "")
+    assert _steps_and_edge({"points": points[:1], "best_interval_s": 61.2}) == ("6 steps", "")
+
+
 def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     """Besides the curves: what the command prints and study.csv hold to four and six significant digits (the
     Young interval printed 1138 s, `:.0f`, which shows a 0.4 s interval as 0 s; the CSV held float noise,
