@@ -350,3 +350,18 @@ def test_every_op_category_of_a_training_step_has_its_gantt_bar():
     assert _bar_class(pd.Series(["tp", "cp", "optimizer"])).tolist() == [Bar.TP_CP, Bar.TP_CP, Bar.OPTIMIZER]
     with pytest.raises(ValueError, match="no Gantt bar for op category 'host'"):
         _bar_class(pd.Series(["dp", "host"]))
+
+
+def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):
+    """'this run wrote no timeline.parquet (see run.timeline)' was given for a job's folder too, which no
+    run.timeline setting fills: a step's folder points at run.timeline, a job's at running the step alone."""
+    step, job = tmp_path / "step", tmp_path / "job"
+    assert main(["run", "schedule-gpipe-p4-m8", "--set", "run.timeline=summary", "--out", str(step), "--quiet"]) == 0
+    assert main(["run", str(Path(__file__).parent / "data" / "small-job.yaml"), "--out", str(job), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", "gantt", str(step)]) == 2
+    assert ("wrote no timeline.parquet (run.timeline: summary writes none; run it again with --set "
+            "run.timeline=full or per-stage)") in capsys.readouterr().err
+    assert main(["plot", "memory", str(job)]) == 2
+    assert ("wrote no timeline.parquet (a job over weeks writes its events, not a step's timeline: run the step "
+            "without run.horizon)") in capsys.readouterr().err

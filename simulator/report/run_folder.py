@@ -30,6 +30,9 @@ RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz"
                "job_events.parquet")
 """Files `trainsim run` may write (a step or a job); any of them not written by the latest run is stale and
 removed."""
+NO_TIMELINE = " (run.timeline: summary writes none; run it again with --set run.timeline=full or per-stage)"
+NO_JOB_TIMELINE = " (a job over weeks writes its events, not a step's timeline: run the step without run.horizon)"
+"""Why a folder lacks the timeline a chart reads, and what to do: a step's, and a job's."""
 FIGURES = "figures"
 """Manifest key: the images `trainsim plot` saved into the run folder (removed by the next run into it)."""
 OUTDIR_FIELD = "OUTDIR"
@@ -162,7 +165,8 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTD
         raise refuse("manifest.json lists no files")
     for name in needed:
         if name not in files:
-            raise refuse(f"this run wrote no {name}" + (" (see run.timeline)" if name in RUN_OUTPUTS else ""))
+            why = "" if name != "timeline.parquet" else NO_JOB_TIMELINE if "job_summary.json" in files else NO_TIMELINE
+            raise refuse(f"this run wrote no {name}{why}")
     for name, entry in sorted(files.items()):
         target = out_dir / str(name)
         if not target.is_file():
