@@ -541,7 +541,9 @@ SCHEDULER_HELP = "Dask scheduler address (default: start a LocalCluster)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.")
+    parser = _Parser(prog="trainsim", description="Simulate GPU clusters training large models.",
+                     epilog="Start with `trainsim scenarios`, then `trainsim validate NAME` and `trainsim run NAME "
+                            "--out DIR`; `trainsim COMMAND --help` for a command's options.")
     parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -589,6 +589,11 @@ def test_every_subcommand_and_argument_says_what_it_is():
             if not action.help]
     assert bare == []
     assert [name for name, parser in subcommands.choices.items() if not parser.description] == []
+    # the top-level help ends with the first commands to try: each is one the parser takes
+    shown = re.findall(r"`trainsim ([^`]+)`", _parser().epilog or "")
+    assert [command.split()[0] for command in shown] == ["scenarios", "validate", "run", "COMMAND"]
+    for command in shown[:-1]:
+        assert _parser().parse_args(command.split()).command == command.split()[0]
     helps = {action.dest: action.help for action in subcommands.choices["collective"]._actions}
     for dest, names in (("op", PRIMITIVES), ("algorithm", ALGORITHM_CHOICES), ("protocol", PROTOCOL_CHOICES)):
         assert [name for name in names if name not in helps[dest]] == []
