@@ -1149,13 +1149,28 @@ def test_the_dimension_of_a_numbered_group_is_the_first_its_ranks_vary_along(gro
     assert [found[name] for name in groups] == kinds
 
 
-@pytest.mark.parametrize(("all_to_alls", "kinds"), [({}, ["dp", "dp"]), ({"ep": True}, ["ep", "dp"])])
-def test_an_all_to_all_group_over_the_rest_of_a_stage_is_ep_not_dp(all_to_alls, kinds):
+@pytest.mark.parametrize(("all_to_alls", "declared", "kinds"), [
+    ({}, {}, ["dp", "dp"]), ({"ep": True}, {}, ["ep", "dp"]), ({"ep": True}, {"ep": 4}, ["ep", "dp"])])
+def test_an_all_to_all_group_over_the_rest_of_a_stage_is_ep_not_dp(all_to_alls, declared, kinds):
     """TP 1 x EP 4 x PP 2 on 8 ranks (a transfer 4 ranks apart: stages of 4): the EP group [0, 1, 2, 3] has the
     ranks of the DP group, the whole rest of its stage. Its uneven all-to-alls (token dispatch) make it EP; DP
-    runs none. Both counted as DP."""
-    found = kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [(0, 4)], all_to_alls, tp=1)
+    runs none, so it stays DP, EP 4 declared or not. Both counted as DP."""
+    found = kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [(0, 4)], all_to_alls, tp=1, **declared)
     assert [found["ep"], found["dp"]] == kinds
+
+
+def test_a_group_over_the_rest_of_a_stage_that_ep_spans_unseen_is_refused_naming_traced_ep():
+    """The same job with EP 4 declared: the DP group [0, 1, 2, 3] has the EP group's ranks. Where the EP group
+    runs all-to-alls it is told apart and the other is DP (above); where none does (Megatron-LM's all-gather
+    token dispatcher runs all-gathers and reduce-scatters, as a distributed optimizer's DP group does), which is
+    which is unknown: refused naming traced_ep (both counted as DP)."""
+    with pytest.raises(ScenarioError) as caught:
+        kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [(0, 4)], tp=1, ep=4)
+    assert caught.value.problem == (
+        "process group 'ep' (ranks [0, 1, 2, 3]) spans the whole rest of its pipeline stage, as expert parallelism "
+        "of 4 does beside data parallelism, and runs no all-to-all: the EP group's (a token dispatch by all-gather), "
+        "or the DP group's, is unknown")
+    assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size, if not 4")
 
 
 @pytest.mark.parametrize(("groups", "declared", "field", "problem"), [
@@ -1243,12 +1258,13 @@ def test_the_sizes_that_named_groups_tell_place_the_numbered_ones(tmp_path):
 
 
 
-def pairs_job(folder: Path) -> None:
+def pairs_job(folder: Path, named: dict[str, tuple[str, list[int]]] | None = None) -> None:
     """Four ranks, their groups named only by number: each rank all-reduces 1 MiB over [0, 1] or [2, 3] and 2 MiB
-    over [0, 2] or [1, 3]. TP 2 x CP 2 (no DP), or CP 2 x DP 2 (no TP), alike."""
+    over [0, 2] or [1, 3]. TP 2 x CP 2 (no DP), or CP 2 x DP 2 (no TP), alike. ``named``: more groups the
+    metadata lists (name: description, ranks), used by no collective."""
     chakra_job(folder, {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]},
                {rank: [("all_reduce", "1" if rank < 2 else "2", MIB), ("all_reduce", "3" if rank % 2 == 0 else "4",
-                                                                       2 * MIB)] for rank in range(4)})
+                                                                       2 * MIB)] for rank in range(4)}, named=named)
 
 
 @pytest.mark.parametrize(("job", "declared", "other"), [(pairs_job, "traced_cp: 2", "context"),
@@ -1273,17 +1289,27 @@ def test_a_run_of_consecutive_ranks_of_the_declared_cp_or_ep_size_is_not_taken_f
     assert (traffic[kind], traffic["tp"]) == (pytest.approx(MIB, rel=EXACT), 0.0)
 
 
-def test_a_cp_group_spanning_the_rest_of_its_stage_counts_as_cp_not_dp(tmp_path):
-    """TP 2 x CP 2 declared: [0, 2] spans the whole rest of the stage, which CP 2 fills (no DP): CP, not DP as it
-    counted. Per GPU: the two-rank rings' n, 1 MiB of TP and 2 MiB of CP, no DP. With EP not declared, [0, 2]
-    could as well be EP: refused naming traced_ep."""
+def test_a_numbered_reduction_over_the_cp_ranks_of_a_job_without_dp_is_refused_unless_cp_is_told_apart(tmp_path):
+    """TP 2 x CP 2 declared (no DP): [0, 2] spans the whole rest of the stage, which CP fills, and all-reduces 2
+    MiB. Megatron-LM reduces the gradients over DATA_PARALLEL_GROUP_WITH_CP, the CP group's ranks where DP is 1,
+    and its CP group runs no all-to-all either (ring sends, Transformer Engine's all-gathers, the loss's
+    all-reduce): refused naming traced_cp (it counted as CP). With the CP groups the metadata describes as
+    CONTEXT_PARALLEL_GROUP (unused here), the numbered [0, 2] is the gradients': per GPU the two-rank rings' n,
+    1 MiB of TP and 2 MiB of DP, no CP."""
     pairs_job(tmp_path)
-    text = chakra_scenario(tmp_path).replace("format: chakra-json", "format: chakra-json, traced_tp: 2, traced_cp: 2")
-    assert refusal(text, tmp_path).allowed.startswith(
-        "workload.traced_ep: the traced job's EP size (1 where it has none)")
-    _, result = run(text.replace("traced_cp: 2", "traced_cp: 2, traced_ep: 1"), tmp_path)
+    text = chakra_scenario(tmp_path).replace("format: chakra-json",
+                                             "format: chakra-json, traced_tp: 2, traced_cp: 2, traced_ep: 1")
+    assert str(refusal(text, tmp_path)) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.trace: process group '3' (ranks [0, 2]) spans the whole rest of "
+        "its pipeline stage, which context parallelism of 2 fills (no data parallelism), and runs no all-to-all: the "
+        "CP group's, or the gradients' reduced over the CP ranks (Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP), is "
+        "unknown (allowed: workload.traced_cp: the traced job's CP size, if not 2; or Process Group Descriptions "
+        "naming the group's dimension (a group described as CP, or one of its size running all-to-alls, tells the "
+        "others apart))")
+    pairs_job(tmp_path, {"6": ("CONTEXT_PARALLEL_GROUP", [0, 2]), "7": ("CONTEXT_PARALLEL_GROUP", [1, 3])})
+    _, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]
-    assert (traffic["tp"], traffic["cp"], traffic["dp"]) == (
+    assert (traffic["tp"], traffic["dp"], traffic["cp"]) == (
         pytest.approx(MIB, rel=EXACT), pytest.approx(2 * MIB, rel=EXACT), 0.0)
 
 

@@ -1,24 +1,24 @@
 """Which parallel dimension each process group of a trace serves, for the metrics' traffic per kind: the one its
 description names, else the one its ranks vary along in the traced job's layout.
 
-The layout is Megatron-LM's and torchtitan's rank order: tensor parallelism innermost (TP groups are runs of
-consecutive ranks), then context (or expert) and data parallelism, pipeline stages outermost (a stage is a run of
-consecutive ranks). Each size is the scenario's `workload.traced_*`, else the one the trace's groups named for a
-single dimension tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride is the TP size),
-else inferred from the groups named only by number: a stage is the smallest rank distance of a point-to-point
-transfer (neighbouring stages), else the whole job; TP the size of the groups of consecutive ranks smaller than a
-stage (the TP groups every TP job's trace uses), else 1, unless the CP or EP size is that length too, where the
-layout that holds every group whole is taken (TP of the length, or TP 1) and neither or both are refused. A rank is
-then (t, r, p): its place in its TP group, in the rest of its stage (context, expert and data parallelism, r), and
-its stage; a group counts as the first of dp, cp, tp, pp that its ranks vary along, as a description naming several
-does: r varying over the whole rest of a stage (but where CP fills it: no DP) or with a stride is dp; over a run of
-consecutive values short of it cp or ep (both take the places next to TP), whichever of the CP and EP sizes the run
-can be; t alone tp; p alone pp. The group of every rank counts as dp (the default group: a DDP or FSDP job's
-gradients, a step's loss), unless the declared sizes leave the job no data parallelism (TP x PP = its ranks). A
-point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in
-one CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told
-sizes), else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP nor DP (a Ulysses
-attention's or a token dispatch's): CP or EP, EP where one splits unevenly.
+The layout is Megatron-LM's and torchtitan's rank order: tensor parallelism innermost (TP groups are runs of consecutive
+ranks), then context (or expert) and data parallelism, pipeline stages outermost (a stage is a run of consecutive
+ranks). Each size is the scenario's `workload.traced_*`, else the one the trace's groups named for a single dimension
+tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride is the TP size), else inferred from the
+groups named only by number: a stage is the smallest rank distance of a point-to-point transfer (neighbouring stages),
+else the whole job; TP the size of the groups of consecutive ranks smaller than a stage (the TP groups every TP job's
+trace uses), else 1, unless the CP or EP size is that length too, where the layout that holds every group whole is taken
+(TP of the length, or TP 1) and neither or both are refused. A rank is then (t, r, p): its place in its TP group, in the
+rest of its stage (context, expert and data parallelism, r), and its stage; a group counts as the first of dp, cp, tp,
+pp that its ranks vary along, as a description naming several does: r varying over the whole rest of a stage or with a
+stride is dp (refused where CP or EP of that size could own the group as well and the trace does not tell their groups
+apart); over a run of consecutive values short of it cp or ep (both take the places next to TP), whichever of the CP and
+EP sizes the run can be; t alone tp; p alone pp. The group of every rank counts as dp (the default group: a DDP or FSDP
+job's gradients, a step's loss), unless the declared sizes leave the job no data parallelism (TP x PP = its ranks). A
+point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in one
+CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told sizes),
+else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP nor DP (a Ulysses attention's
+or a token dispatch's): CP or EP, EP where one splits unevenly.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
 (`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
 tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
 SIZED_KINDS: tuple[CommCategory, ...] = ("tp", "pp", "cp", "ep")
+RUN_KINDS: tuple[CommCategory, ...] = ("cp", "ep")
+"""The dimensions that take the places next to TP in a stage (Megatron-LM's and torchtitan's order)."""
 """The dimensions whose size `workload.traced_*` declares (PP: the number of stages)."""
 LAYOUT_ALLOWED = ("a Process Group Description naming the group's dimension, or workload.traced_tp and "
                   "traced_pp giving the traced job's layout")
@@ -129,12 +131,26 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
     kinds = {transfer: _transfer_kind(transfer, sizes, cp_groups) for transfer in dict.fromkeys(transfers)}
     pipeline = [(transfer.src, transfer.dst) for transfer, kind in kinds.items() if kind == "pp"]
-    return Dimensions(_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls or {}), kinds)
+    all_to_alls = all_to_alls or {}
+    identified = _identified(listed, [groups[name] for name in all_to_alls if name in groups], sizes)
+    return Dimensions(_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls, identified), kinds)
+
+
+def _identified(listed: list[ProcessGroup], exchanging: list[ProcessGroup],
+                sizes: TracedSizes) -> frozenset[CommCategory]:
+    """CP and EP where the trace tells their groups apart from the gradients' groups of the same ranks: a group
+    described as that dimension alone, or one of its size among the ``exchanging`` groups (those running
+    all-to-alls: a Ulysses attention's, a token dispatch's)."""
+    named = {kind for group in listed for kind in RUN_KINDS if named_kinds(group.description) == {kind}}
+    exchange_sizes = {len(set(group.members)) for group in exchanging}
+    return frozenset(named | {kind for kind in RUN_KINDS if getattr(sizes, kind) in exchange_sizes})
 
 
 def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],
-                 declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool]) -> dict[str, CommCategory]:
-    """The dimension each group counts as: its description's, else its ranks' (dimensions)."""
+                 declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
+                 identified: frozenset[CommCategory]) -> dict[str, CommCategory]:
+    """The dimension each group counts as: its description's, else its ranks' (dimensions); ``identified``: the
+    dimensions among CP and EP whose groups the trace tells apart (_identified)."""
     kinds = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
     if not unnamed:
@@ -144,8 +160,8 @@ def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tu
     no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
     for name, ranks in unnamed.items():
         default = len(set(ranks)) == world and name not in all_to_alls
-        kinds[name] = (_varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes, all_to_alls.get(name))
-                       if no_dp or not default else "dp")
+        kinds[name] = (_varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes, all_to_alls.get(name),
+                                     identified) if no_dp or not default else "dp")
     return {name: kind or "dp" for name, kind in kinds.items()}
 
 
@@ -237,7 +253,7 @@ def _fitting_tp(groups: dict[str, tuple[int, ...]], run: str, stage: int, world:
     where both do, or neither."""
     ranks = sorted(groups[run])
     length = len(ranks)
-    shared = [kind for kind in ("cp", "ep") if getattr(sizes, kind) == length]
+    shared = [kind for kind in RUN_KINDS if getattr(sizes, kind) == length]
     if not shared:
         return length
     inner = length
@@ -267,16 +283,21 @@ def _fits(ranks: tuple[int, ...], tp: int, inner: int, stage: int, world: int) -
 
 
 def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes: TracedSizes,
-                  uneven: bool | None) -> CommCategory:
+                  uneven: bool | None, identified: frozenset[CommCategory]) -> CommCategory:
     """The first of dp, cp (or ep), tp, pp that the group's ranks vary along, with TP groups of ``tp``
     consecutive ranks inside pipeline stages of ``stage`` ranks; a group of one rank (no traffic) counts as dp.
     ``uneven``: None where the group runs no all-to-all, else whether one splits unevenly; a group running them
-    over the whole rest of a stage is CP or EP, not DP."""
+    over the whole rest of a stage is CP or EP, not DP. One running none there is DP, but where CP or EP of
+    that size (declared or told) has no group the trace tells apart (``identified``): refused (_gradients_or)."""
     places = [(rank % tp, rank % stage // tp, rank // stage) for rank in ranks]
     rest = sorted({place[1] for place in places})
     if len(rest) > 1:
-        consecutive = rest == list(range(rest[0], rest[0] + len(rest)))
-        if not consecutive or (len(rest) == stage // tp and sizes.cp != len(rest) and uneven is None):
+        if rest != list(range(rest[0], rest[0] + len(rest))):
+            return "dp"
+        if len(rest) == stage // tp and uneven is None:
+            filling = [kind for kind in RUN_KINDS if getattr(sizes, kind) == len(rest) and kind not in identified]
+            if filling:
+                raise _gradients_or(name, ranks, len(rest), filling[0])
             return "dp"
         return _run_kind(name, ranks, len(rest), sizes, uneven is True)
     if len({place[0] for place in places}) > 1:
@@ -286,9 +307,31 @@ def _varying_kind(name: str, ranks: tuple[int, ...], tp: int, stage: int, sizes:
     return "dp"
 
 
+def _gradients_or(name: str, ranks: tuple[int, ...], length: int, kind: CommCategory) -> ScenarioError:
+    """The refusal of a numbered group over the whole rest of its stage, running no all-to-all, where CP or EP
+    (``kind``) of that ``length`` spans those ranks too: its collectives cannot tell its own group from the
+    gradients'. Megatron-LM reduces gradients over DATA_PARALLEL_GROUP_WITH_CP, the CP group's ranks where DP is 1,
+    while its CP group runs all-gathers and reduce-scatters (Transformer Engine's all_gather variant) and the
+    loss's all-reduce; where EP spans a stage's data-parallel ranks, its all-gather token dispatcher runs
+    all-gathers and reduce-scatters over the DP group's ranks. A group described as that dimension, or one of
+    its size running all-to-alls, tells the others apart (they are the gradients')."""
+    group = f"process group {name!r} (ranks {list(ranks)}) spans the whole rest of its pipeline stage"
+    if kind == "cp":
+        problem = (f"{group}, which context parallelism of {length} fills (no data parallelism), and runs no "
+                   "all-to-all: the CP group's, or the gradients' reduced over the CP ranks (Megatron-LM's "
+                   "DATA_PARALLEL_GROUP_WITH_CP), is unknown")
+    else:
+        problem = (f"{group}, as expert parallelism of {length} does beside data parallelism, and runs no "
+                   "all-to-all: the EP group's (a token dispatch by all-gather), or the DP group's, is unknown")
+    return ScenarioError(problem, field="workload.trace",
+                         allowed=f"workload.traced_{kind}: the traced job's {kind.upper()} size, if not {length}; or "
+                         "Process Group Descriptions naming the group's dimension (a group described as "
+                         f"{kind.upper()}, or one of its size running all-to-alls, tells the others apart)")
+
+
 def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes, uneven: bool) -> CommCategory:
-    """A group over ``length`` consecutive places next to TP (short of its stage's, or all of them where CP fills
-    them or the group runs all-to-alls): context parallelism, or expert parallelism (Megatron-LM and torchtitan
+    """A group over ``length`` consecutive places next to TP (short of its stage's, or all of them where the
+    group runs all-to-alls): context parallelism, or expert parallelism (Megatron-LM and torchtitan
     put both there), whichever of the two sizes can be ``length`` (EP alone where an all-to-all of the group
     splits ``uneven``ly, as CP's never do); refused where both can (a size not told can be any) or neither."""
     could_cp, could_ep = sizes.cp in (None, length) and not uneven, sizes.ep in (None, length)
