@@ -168,9 +168,6 @@ def test_the_nvls_tree_needs_two_heads_on_every_host(nics, ranks, nvls_tree):
 OVERSUBSCRIBED = {"nodes": 8, "leaf_ports": 2, "spines": 2, "oversubscription": 4}
 """8 DGX H100s, a leaf per rail over every 2 hosts, 2 spines, uplinks at a quarter of the leaves' downlinks:
 2 x 50 GB/s / 4 / 2 spines = 12.5 GB/s per leaf-spine link, a quarter of a NIC's 50."""
-TREE_FACTOR = 1.02
-"""The double tree's estimate on `OVERSUBSCRIBED` lies within this factor of its simulation (worst today 0.981 of
-it: one H100 per host at 1 MiB under Simple, where the stretches' latencies and stalls, not the links, differ)."""
 
 
 @pytest.mark.parametrize("per_host", [1, 8])
@@ -180,7 +177,9 @@ def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fab
     here two hosts of one leaf group, which no spine separates: 0.25 to 0.96 of the simulated ring and as little as
     0.25 of the tree where the uplinks bind (1 GiB over one H100 per host on 2 channels: 40.2 against 80.2 ms). They
     now load every link of the plans' own routes, as the engine does, the channels' flows hashed over the 2
-    spines: the ring exactly, the tree within `TREE_FACTOR`; auto's pick is the fastest candidate."""
+    spines, and each step of the tree across hosts takes the latency of the slowest route among its edges (hosts
+    under one leaf or across the spines): both exactly (the tree was within 2% while one latency stood for every
+    edge: 0.981 of its simulation, one H100 per host at 1 MiB); auto's pick is the fastest candidate."""
     topology = load_topology("dgx-h100-cluster", OVERSUBSCRIBED)
     efficiency = calibrated(topology.gpu_model)
     ranks = tuple(range(0, topology.num_gpus, 8 // per_host))
@@ -191,10 +190,7 @@ def test_estimates_follow_the_channels_over_the_uplinks_of_an_oversubscribed_fab
             for algorithm, estimate in guesses.items():
                 took = time_collective(topology, "all_reduce", algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=protocol)
-                if algorithm == "ring":
-                    assert estimate == pytest.approx(took, rel=1e-9), (nbytes, protocol)
-                else:
-                    assert 1 / TREE_FACTOR <= estimate / took <= TREE_FACTOR, (nbytes, protocol, estimate / took)
+                assert estimate == pytest.approx(took, rel=1e-9), (algorithm, nbytes, protocol)
         times = {pair: time_collective(topology, "all_reduce", pair.algorithm, ranks, nbytes, efficiency=efficiency,
                                        chunk_bytes=CHUNK, channels=channels, protocol=pair.protocol)
                  for pair in (Choice(name, protocol) for name in candidates(request, topology,
@@ -221,19 +217,22 @@ def test_auto_ranks_h100_candidates_as_the_simulation_does(hosts, profile):
 
 
 def test_auto_weighs_the_links_at_the_runs_efficiency():
-    """Two DGX A100s, an 8 MiB all-reduce: at line rate the tree is the faster (simulated 214 us against the
-    ring's 217); at the calibrated efficiencies the ring is (222 against 232 us): the tree leans on its NVLink
+    """Two DGX A100s, a 32 MiB all-reduce: at line rate the tree is the faster (simulated 439 us against the
+    ring's 461); at the calibrated efficiencies the ring is (481 against 507 us): the tree leans on its NVLink
     chains, and NVLink keeps 0.77 of its line rate there, InfiniBand, which bounds the ring, 0.94. Estimating at
-    nominal bandwidths took the tree under both. The scenario's efficiency reaches the run's plan cache."""
+    nominal bandwidths took the tree under both. The scenario's efficiency reaches the run's plan cache. (It was
+    8 MiB, 214 / 217 and 232 / 222 us, until the tree's chains joined at their first GPUs as NCCL's do: the tree
+    now takes 188 us there at the calibrated efficiencies.)"""
     topology = load_topology("dgx-a100-cluster", {"nodes": 2})
     group = tuple(range(16))
-    request = CollectiveRequest("all_reduce", group, 8 * MIB, chunk_bytes=CHUNK)
-    op = CollectiveOp(id=0, rank=0, stream="dp", name="grads", op="all_reduce", group=group, nbytes=8 * MIB)
+    request = CollectiveRequest("all_reduce", group, 32 * MIB, chunk_bytes=CHUNK)
+    op = CollectiveOp(id=0, rank=0, stream="dp", name="grads", op="all_reduce", group=group, nbytes=32 * MIB)
     for efficiency, fastest in (({}, "tree"), (calibrated(topology.gpu_model), "ring")):
         times = {algorithm: simulated(topology, request, algorithm, efficiency) for algorithm in ("ring", "tree")}
         assert min(times, key=times.__getitem__) == fastest, times
         assert choose(request, topology, efficiency, protocol="simple").algorithm == fastest
-        settings = NetworkSettings(efficiency=tuple(sorted(efficiency.items())), chunk_bytes=CHUNK)
+        settings = NetworkSettings(efficiency=tuple(sorted(efficiency.items())), chunk_bytes=CHUNK,
+                                   protocol="simple")
         assert plan_cache(topology, settings).resolved_algorithm(op, group) == fastest
 
 
@@ -373,7 +372,7 @@ def test_a_changed_input_changes_the_choice_key_or_no_estimate():
         "root": (topology, replace(base, root=3), efficiency, "auto", "auto"),
         "ranks, alike": (topology, replace(base, ranks=(32, 33, 40, 41, 48, 49)), efficiency, "auto", "auto"),
         "ranks, other rails": (topology, replace(base, ranks=(0, 4, 8, 12, 16, 20)), efficiency, "auto", "auto"),
-        "ranks, other hosts": (topology, replace(base, ranks=(0, 1, 8, 9, 24, 25)), efficiency, "auto", "auto"),
+        "ranks, other hosts": (topology, replace(base, ranks=(0, 1, 16, 17, 32, 33)), efficiency, "auto", "auto"),
         "ranks, 3 per host": (topology, replace(base, ranks=(0, 1, 2, 8, 9, 10)), efficiency, "auto", "auto"),
         "efficiency": (topology, base, None, "auto", "auto"),
         "algorithm": (topology, base, efficiency, "tree", "auto"),

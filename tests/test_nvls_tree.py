@@ -13,7 +13,7 @@ from simulator.collectives.execute import run_plan, time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.tree import double_tree_all_reduce, host_tree_all_reduce
+from simulator.collectives.tree import double_tree_all_reduce, host_tree_edges
 from simulator.collectives.tuner import choose
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
@@ -79,15 +79,51 @@ def test_nvls_across_uneven_hosts_is_refused_in_its_own_name():
     assert info.value.field == "collectives.algorithm"
 
 
-def test_host_tree_is_chains_joined_by_a_binary_tree_of_hosts():
-    topology = load_topology("dgx-h100-cluster", {"nodes": 4})
-    request = CollectiveRequest("all_reduce", tuple(range(32)), GIB, chunk_bytes=None)
-    phases = host_tree_all_reduce(group_by_host(request.ranks, topology), request, 1, topology.gpu_nic)
-    edges = {(t.src, t.dst) for phase in phases[: len(phases) // 2] for t in phase.transfers}
-    cross = [(a, b) for a, b in edges if topology.gpu_host[a] != topology.gpu_host[b]]
-    # Two trees, each: 7 chain edges in each of 4 hosts, 3 host-to-host edges.
-    assert len(edges) == 2 * (4 * 7 + 3)
-    assert len(cross) == 2 * 3
+def tree_parents(hosts: int, nics: int, channels: int) -> list[list[dict[int, int]]]:
+    """Per channel, per tree, each GPU's parent (the GPU it sends to on the way up) in the tree all-reduce over
+    every GPU of ``hosts`` DGX H100 hosts with ``nics`` NICs each: NCCL's "Trees" log line read from the plan's
+    up edges (each tree holds p - 1 of them, channel by channel, tree by tree)."""
+    topology = load_topology("dgx-h100-cluster", {"nodes": hosts, "nics_per_node": nics})
+    ranks = tuple(range(8 * hosts))
+    up, _ = host_tree_edges(group_by_host(ranks, topology), channels, topology.gpu_nic)
+    size = len(ranks) - 1
+    trees = [dict((src, dst) for src, dst, _, _ in up[start:start + size]) for start in range(0, len(up), size)]
+    assert all(channel == c for c in range(channels) for _, _, channel, _ in up[2 * c * size:(2 * c + 2) * size])
+    return [trees[2 * c:2 * c + 2] for c in range(channels)]
+
+
+def nccl_tree(hosts: int, heads: list[int], chain: list[int], receivers: dict[tuple[int, int], int]
+              ) -> dict[int, int]:
+    """A tree as NCCL's connectTrees builds it: in each host h (GPUs 8h..8h+7) the chain of local indices
+    ``chain`` (treeIntra: each GPU sends up to the one before it), and ``heads``' host h sending to
+    ``receivers[h, parent]``'s local GPU of its parent host (the chain's first GPU, or its second for a first
+    child under BALANCED_TREE); ``heads[h]`` is h's parent host, -1 for the root, whose head sends nowhere."""
+    parent = {8 * h + chain[k + 1]: 8 * h + chain[k] for h in range(hosts) for k in range(7)}
+    parent.update({8 * child + chain[0]: 8 * above + local for (child, above), local in receivers.items()})
+    assert [h for h in range(hosts) if 8 * h + chain[0] not in parent] == [heads.index(-1)]
+    assert all(heads[child] == above for child, above in receivers)
+    return parent
+
+
+@pytest.mark.parametrize("channel", range(8))
+def test_host_tree_chains_start_at_the_nic_and_join_at_their_heads_as_nccl_does(channel):
+    """NCCL's tree on DGX H100 hosts, hand-derived from src/graph (search.cc, connect.cc, trees.cc): channel c
+    goes through NIC c (8 NICs) or c mod 4 (4 NICs, GPUs 2k and 2k+1 on NIC k) and its chain starts at that
+    NIC's first GPU, then follows the local order round the host; both trees of a channel share the chains. The
+    host tree is ncclGetDtree's: over 2 hosts host 1 under host 0, then host 0 under host 1; over 4 hosts 0 -> 2
+    -> {1, 3}, then the mirror 3 -> 1 -> {2, 0}. With 8 NICs (TREE pattern) every host-to-host edge joins the
+    two chains' first GPUs; with 4 NICs (BALANCED_TREE) a host's first child (lower position) sends to the
+    parent's second GPU, which shares the first's NIC. Every edge across hosts stays on the channel's rail."""
+    for nics in (8, 4):
+        start = channel if nics == 8 else 2 * (channel % 4)
+        chain = [(start + k) % 8 for k in range(8)]
+        first, second = chain[0], chain[1] if nics == 4 else chain[0]
+        two = tree_parents(2, nics, 8)[channel]
+        assert two == [nccl_tree(2, [-1, 0], chain, {(1, 0): first}),
+                       nccl_tree(2, [1, -1], chain, {(0, 1): first})]
+        four = tree_parents(4, nics, 8)[channel]
+        assert four == [nccl_tree(4, [-1, 2, 0, 2], chain, {(2, 0): first, (1, 2): second, (3, 2): first}),
+                        nccl_tree(4, [1, 3, 1, -1], chain, {(1, 3): first, (2, 1): second, (0, 1): first})]
 
 
 def test_tree_across_two_hosts_is_no_longer_the_slowest():
@@ -95,7 +131,7 @@ def test_tree_across_two_hosts_is_no_longer_the_slowest():
                                          sizes=[GIB], chunk="4MiB")[0]["time_s"]
              for algorithm in ("ring", "tree", "hierarchical", "direct", "halving_doubling")}
     assert times["tree"] < max(times.values())
-    # 5.26 ms against the ring's 5.49 ms at 1 GiB (the flat double binary tree over all 16 ranks takes 23.2 ms).
+    # 5.58 ms against the ring's 5.49 ms at 1 GiB (the flat double binary tree over all 16 ranks takes 23.2 ms).
     assert times["tree"] < 1.05 * times["ring"]
     topology = load_topology("dgx-h100-cluster", {})
     flat = double_tree_all_reduce(CollectiveRequest("all_reduce", tuple(range(16)), GIB, chunk_bytes=4 * 2**20))

@@ -1,5 +1,6 @@
-"""How many channels NCCL runs a collective on, worked out in one place from one figure, and which NIC of a host
-each channel takes (`first_member`).
+"""How many channels NCCL runs a collective on, worked out in one place from one figure, and where each channel
+crosses a host: the NIC it takes (`channel_nic`), where a ring enters (`first_member`), a tree's chain
+(`tree_chain`) and the GPUs that take its child hosts (`child_receivers`), as NCCL's src/graph places them.
 
 Across hosts NCCL's graph search finds one ring channel through each NIC the group drives, at least one, and
 ncclTopoPostset (src/graph/connect.cc, "Duplication should be complete now": nChannels = min(MAXCHANNELS,
@@ -38,14 +39,45 @@ def kernel_channels(share: SmShare, topology: Topology, group: tuple[int, ...]) 
     return min(share.max_channels, share.network_channels * max(map(len, nics.values())))
 
 
+def channel_nic(members: list[int], nic_of: Sequence[Hashable], channel: int) -> Hashable:
+    """The NIC of a host that ``channel`` crosses hosts through: the c-th of the NICs its ``members`` (in local
+    order) drive, in order of first appearance, in turn, so that every NIC carries as many channels as any
+    other. NCCL's search does the same: channel c starts from the next NIC in turn (src/graph/search.cc,
+    ncclTopoSearchRecNet, ``nets[(nChannels + i) % netCount]``, the NICs listed GPU by GPU by
+    ncclTopoPrefNetsChannelFirst)."""
+    nics = list(dict.fromkeys(nic_of[member] for member in members))
+    return nics[channel % len(nics)]
+
+
 def first_member(members: list[int], nic_of: Sequence[Hashable], channel: int) -> int:
     """The position in a host's ``members`` (in local order; ``nic_of[member]`` the NIC each drives) where
-    ``channel``'s ring or tree chain enters the host, leaving it through the member before (cyclically):
-    channel c takes the c-th of the NICs the members drive, in turn, and enters at that NIC's last member, so
-    that where a NIC serves several members the channel leaves through it too, and every NIC carries as many
-    channels as any other. NCCL's search does the same: channel c starts from the next NIC in turn
-    (src/graph/search.cc, ncclTopoSearchRecNet) at a GPU local to it, and its ring returns to that NIC. With
-    one member per NIC it is position c."""
-    nics = list(dict.fromkeys(nic_of[member] for member in members))
-    wanted = nics[channel % len(nics)]
+    ``channel``'s ring enters the host, leaving it through the member before (cyclically): the last member of
+    the channel's NIC (`channel_nic`), so that where a NIC serves several members the ring leaves through it
+    too, as NCCL's ring returns to the NIC it started from. With one member per NIC it is position c."""
+    wanted = channel_nic(members, nic_of, channel)
     return max(position for position, member in enumerate(members) if nic_of[member] == wanted)
+
+
+def tree_chain(members: list[int], nic_of: Sequence[Hashable], channel: int) -> list[int]:
+    """``channel``'s chain through a host's ``members`` (in local order; ``nic_of[member]`` the NIC each drives)
+    in a tree across hosts, NCCL's treeIntra: it starts at the first member of the channel's NIC
+    (`channel_nic`), the GPU NCCL's search enters from that NIC (search.cc ncclTopoSearchRecNet tries the NIC's
+    net.localGpu first, topo.cc ncclTopoGetLocalGpu: its first local GPU whose own NIC it is), and goes on
+    through the members in local order, cyclically (search.cc ncclTopoSearchNextGpuSort: behind NVSwitches a
+    tree tries only the next GPU). The first GPU talks to the parent host (connect.cc ncclTopoPreset:
+    treeToParent is treeIntra[0]); the last is a leaf."""
+    wanted = channel_nic(members, nic_of, channel)
+    start = next(position for position, member in enumerate(members) if nic_of[member] == wanted)
+    return members[start:] + members[:start]
+
+
+def child_receivers(chain: list[int], nic_of: Sequence[Hashable]) -> tuple[int, int]:
+    """The GPUs of a host's tree ``chain`` (`tree_chain`) that receive from its first and its second child host
+    (NCCL's treeToChild0 and treeToChild1, connect.cc ncclTopoPreset; a child is the first where its position
+    in the binary tree is below its parent's, trees.cc ncclGetBtree). Under NCCL's TREE pattern both are the
+    chain's first GPU; under BALANCED_TREE, which the search keeps where the chain's second GPU reaches the
+    same NIC (search.cc ncclTopoSearchCheckNet: it must return to the NIC the first one did), the second GPU
+    takes the first child, halving the first GPU's share of the NIC's traffic."""
+    if len(chain) > 1 and nic_of[chain[1]] == nic_of[chain[0]]:
+        return chain[1], chain[0]
+    return chain[0], chain[0]

@@ -12,7 +12,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 
-from simulator.collectives.channels import first_member
+from simulator.collectives.channels import child_receivers, tree_chain
 from simulator.collectives.names import Primitive
 from simulator.collectives.phases import CollectiveRequest, Phase, Transfer
 from simulator.errors import ScenarioError
@@ -99,18 +99,21 @@ def in_order_tree(size: int) -> tuple[list[int], list[int], list[int]]:
     return parent, height, depth
 
 
-def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int, int]]]:
-    """Two complementary binary trees over ``ranks``: per tree, (child, parent, child height, parent depth).
+def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int, int, int]]]:
+    """Two complementary binary trees over ``ranks``: per tree, (child, parent, child height, parent depth,
+    side), side 0 where the child's position lies below its parent's (NCCL's first child, ncclGetBtree's
+    parentChildType), 1 above.
 
-    The second tree mirrors positions (even sizes) or shifts them by one (odd sizes), so a rank that is
-    interior in one tree is a leaf in the other and every rank's links carry about the same load.
+    The second tree mirrors positions (even sizes) or shifts them by one (odd sizes: position q holds rank
+    q + 1), as trees.cc ncclGetDtree does, so a rank that is interior in one tree is a leaf in the other and
+    every rank's links carry about the same load.
     """
     size = len(ranks)
     parent, height, depth = in_order_tree(size)
     trees = []
-    for mapping in (lambda p: p, (lambda p: size - 1 - p) if size % 2 == 0 else (lambda p: (p - 1) % size)):
-        trees.append([(ranks[mapping(p)], ranks[mapping(parent[p])], height[p], depth[parent[p]])
-                      for p in range(size) if parent[p] >= 0])
+    for mapping in (lambda p: p, (lambda p: size - 1 - p) if size % 2 == 0 else (lambda p: (p + 1) % size)):
+        trees.append([(ranks[mapping(p)], ranks[mapping(parent[p])], height[p], depth[parent[p]],
+                       int(p > parent[p])) for p in range(size) if parent[p] >= 0])
     return trees
 
 
@@ -135,9 +138,9 @@ def double_tree_edges(ranks: tuple[int, ...], channels: int) -> tuple[list[Edge]
     its child's height, an edge down at its parent's depth."""
     trees = double_binary_tree(ranks)
     up = [(child, parent, channel, height) for channel in range(channels) for tree in trees
-          for child, parent, height, _ in tree]
+          for child, parent, height, _, _ in tree]
     down = [(parent, child, channel, depth) for channel in range(channels) for tree in trees
-            for child, parent, _, depth in tree]
+            for child, parent, _, depth, _ in tree]
     return up, down
 
 
@@ -179,25 +182,26 @@ def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: i
 def host_tree_edges(hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
                     ) -> tuple[list[Edge], list[Edge]]:
     """The up and down edges of NCCL's tree across hosts: inside each host a chain of its GPUs, across hosts a
-    double binary tree of the chains. Every channel runs two trees (the second with the mirrored host tree and
-    the reversed chains); channel c's chains start at the host's `first_member` for c (``nic_of[member]``: the
-    NIC each drives), so the channels take the host's NICs in turn and each NIC carries as many as any other. A
-    chain's first GPU talks to the parent host's last GPU, as NCCL's tree-up and tree-down GPUs sit at the two
-    ends of the intra-node chain. An edge up starts at its child's height, an edge down at its parent's depth."""
+    double binary tree of the chains, as connect.cc connectTrees joins them. Channel c's chain in each host is
+    its `tree_chain` (it starts at the first GPU of the channel's NIC, so the channels take the host's NICs in
+    turn); both trees of a channel run over the same chains (ncclTopoPreset copies channel c's chain to channel
+    c + nChannels, which carries the second tree), the second with the mirrored or shifted host tree. A chain's
+    first GPU talks to its parent host's GPU that receives that child (`child_receivers`: the parent chain's
+    first GPU, or its second where the two share a NIC), so every edge across hosts joins GPUs on the channel's
+    NIC, one rail. An edge up starts at its child's height, an edge down at its parent's depth."""
     host_trees = double_binary_tree(tuple(range(len(hosts))))
     up, down = [], []
     for channel in range(channels):
-        starts = [first_member(members, nic_of, channel) for members in hosts]
-        for index, host_tree in enumerate(host_trees):
-            chains = [members[start:] + members[:start] for members, start in zip(hosts, starts)]
-            if index:
-                chains = [chain[::-1] for chain in chains]
-            parent = {chain[k + 1]: chain[k] for chain in chains for k in range(len(chain) - 1)}
-            children = {child for child, _, _, _ in host_tree}
+        chains = [tree_chain(members, nic_of, channel) for members in hosts]
+        receivers = [child_receivers(chain, nic_of) for chain in chains]
+        inside = {chain[k + 1]: chain[k] for chain in chains for k in range(len(chain) - 1)}
+        for host_tree in host_trees:
+            parent = dict(inside)
+            children = {child for child, *_ in host_tree}
             root = next(h for h in range(len(hosts)) if h not in children)
             parent[chains[root][0]] = -1
-            for child, above, _, _ in host_tree:
-                parent[chains[child][0]] = chains[above][-1]
+            for child, above, _, _, side in host_tree:
+                parent[chains[child][0]] = receivers[above][side]
             height, depth = _heights_depths(parent)
             up += [(child, above, channel, height[child]) for child, above in parent.items() if above >= 0]
             down += [(above, child, channel, depth[above]) for child, above in parent.items() if above >= 0]

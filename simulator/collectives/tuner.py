@@ -209,8 +209,8 @@ def hop(topology: Topology, capacity: np.ndarray, src: int, dst: int) -> Hop:
 class GroupTerms(NamedTuple):
     """All that the estimates read of a group and the topology, as plain figures (`group_terms`): its ``size``,
     its hosts (``host_count``) and the members on the fullest (``widest``), the algorithms weighed (``names``) and
-    the protocols each runs under (``able``, in ``names``' order), its hops under Simple (`_estimate`'s a_in/b_in,
-    a_out/b_out and across), channels, rails, NVLS's in-switch efficiency, whether it lies in one NVLS domain,
+    the protocols each runs under (``able``, in ``names``' order), its hops under Simple (`_estimate`'s a_in/b_in
+    and a_out/b_out), channels, rails, NVLS's in-switch efficiency, whether it lies in one NVLS domain,
     the one-phase plans' loads by algorithm and the tree's passes with the links they cross (None but for the
     tree). No GPU or link is named, so groups placed alike on links alike have equal terms: `choose` keys its
     choices by them (`key`) and the request's op and size fields, the rest of what the estimates read."""
@@ -222,7 +222,6 @@ class GroupTerms(NamedTuple):
     able: tuple[tuple[Protocol, ...], ...]
     inner: Hop
     outer: Hop
-    across: Hop
     channels: int
     rails: int
     nvls_rate: float
@@ -249,7 +248,6 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     capacity = effective_capacity(topology, efficiency or {})
     inner = hop(topology, capacity, widest[0], widest[1]) if g > 1 else NO_HOP
     outer = hop(topology, capacity, hosts[0][0], hosts[1][0]) if count > 1 else inner
-    across = hop(topology, capacity, hosts[0][-1], hosts[1][0]) if count > 1 else inner
     channels = channel_count(request, topology, hosts)
     rails = min(channels, nics_used(topology, hosts)) if count > 1 else 1
     names = algorithms or tuple(candidates(request, topology, hosts))
@@ -262,7 +260,7 @@ def group_terms(request: CollectiveRequest, topology: Topology, efficiency: Mapp
     if count > 1 and "nvls" in names and not nvls_domain:
         loads.append(("nvls", plan_load(topology, request, nvls.plan, efficiency)))
     tree = tree_terms(request, topology, hosts, channels, efficiency) if "tree" in names else None
-    return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, across, channels, rails, nvls_rate,
+    return GroupTerms(len(request.ranks), count, g, names, able, inner, outer, channels, rails, nvls_rate,
                       nvls_domain, tuple(loads), tree)
 
 
@@ -290,14 +288,11 @@ def _estimate(request: CollectiveRequest, terms: GroupTerms, name: AlgorithmName
               load: PhaseLoad | None) -> float:
     """One algorithm's estimate under one protocol (`terms_estimates`), from the group's hops under Simple
     (latency a, bottleneck bandwidth b): a_in, b_in between two members of the fullest host, a_out, b_out
-    between the first members of the first two hosts, across from the first host's last member to the second's
-    first; the ring and the NVLS tree across hosts from their plans' own phase (``load``), the double tree from
-    its plan's edges (`tree_estimate`)."""
+    between the first members of the first two hosts; the ring and the NVLS tree across hosts from their plans'
+    own phase (``load``), the double tree from its plan's edges (`tree_estimate`)."""
     fraction = protocols.PAYLOAD_FRACTION[protocol]
     if name == "tree" and terms.tree is not None:
-        # the tree's edges across hosts join a chain's end to the next host's chain start: across rails
-        tree_s = tree_estimate(request, terms.tree, terms.inner.under(name, protocol),
-                               terms.across.under(name, protocol), fraction)
+        tree_s = tree_estimate(request, terms.tree, terms.inner, terms.outer, protocol)
         return tree_s + protocols.base_latency(name, protocol)
     if name == "ring" and load is not None:
         step = load.latency(protocol) + load.seconds(request.nbytes, fraction)
@@ -364,7 +359,8 @@ class TreeTerms(NamedTuple):
     def key(self) -> tuple:
         """The terms as a hashable value: the passes follow from the shape and channels, the links by contents."""
         return (self.shape, self.channels, tuple((links.routes.tobytes(), links.routes.shape,
-                                                  links.capacity.tobytes()) for links in self.links))
+                                                  links.capacity.tobytes(), links.latency.tobytes())
+                                                 for links in self.links))
 
 
 def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[int]], channels: int,
@@ -379,44 +375,49 @@ def tree_terms(request: CollectiveRequest, topology: Topology, hosts: list[list[
         capacity = effective_capacity(topology, efficiency or {})
         found = []
         for src, dst, channel in (tree_pass.across_ends.T for tree_pass in passes):
-            routes = topology.routes(ranks[src], ranks[dst], channel)[0]
+            routes, latency = topology.routes(ranks[src], ranks[dst], channel)
             on_route = routes >= 0
             used, numbered = first_use(routes[on_route])
             links = np.full(routes.shape, -1, dtype=np.int64)
             links[on_route] = numbered
-            found.append(AcrossLinks(links, capacity[used]))
+            found.append(AcrossLinks(links, capacity[used], latency))
         return tuple(found)
 
     return TreeTerms(shape, channels, passes,
                      kept(topology, ("tree", request.ranks, channels, profile_of(efficiency)), build))
 
 
-def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, fraction: float) -> float:
-    """NCCL's tree all-reduce as tree.py plans it, step by step over the plan's own edges (`all_reduce_edges`):
-    every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of L chunks of c bytes
-    in which an edge carries chunk j at its first step plus j. Over each stretch of steps with the same active
-    edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its busiest port: c times the
-    most active edges a GPU sends or receives on inside its host over the NVLink bandwidth (``inner``), and c
-    times the most active edges across hosts any link of their routes carries over the ``fraction`` of its
-    capacity that carries payload (`AcrossLinks`: a NIC, or on an oversubscribed fabric the leaf uplink the
-    channels' routes hash onto; ``outer`` gives the latency and the window's stall). A step
-    that opens an edge pays its hop's latency; the later steps continue open streams and pay instead the 8-slot
-    window's stall (`Hop.stall`, zero unless a chunk takes under a third of a hop's latency). Counting the
-    active edges, not spreading a host's NVLink bytes evenly over the steps, sees the chain steps that hide
-    behind a step across hosts: when L equals the members per host, 2 DGX A100 hosts, 512 MiB, the even spread
-    took the tree 10% over its simulated time and the ring (6% slower) was picked."""
+def tree_estimate(request: CollectiveRequest, terms: TreeTerms, inner: Hop, outer: Hop, protocol: Protocol) -> float:
+    """NCCL's tree all-reduce under ``protocol`` as tree.py plans it, step by step over the plan's own edges
+    (`all_reduce_edges`): every channel's two trees carry n / (2 ch) each, up then down, each pass a pipeline of
+    L chunks of c bytes in which an edge carries chunk j at its first step plus j. Over each stretch of steps
+    with the same active edges (`pipeline_stretches`, as the plan's phases), a step lasts as long as its
+    busiest port: c times the most active edges a GPU sends or receives on inside its host over the NVLink
+    bandwidth (``inner``, under Simple as ``outer``), and c times the most active edges across hosts any link of
+    their routes carries over the share of its capacity that carries payload (`AcrossLinks`: a NIC, or on an
+    oversubscribed fabric the leaf uplink the channels' routes hash onto); the edges across hosts take the
+    latency of the slowest route among them (`AcrossLinks.slowest`: hosts under one leaf or across the
+    spines), ``outer``'s otherwise. A step that opens an edge pays its hop's latency; the later steps continue
+    open streams and pay instead the 8-slot window's stall (`Hop.stall`, zero unless a chunk takes under a third
+    of a hop's latency). Counting the active edges, not spreading a host's NVLink bytes evenly over the steps,
+    sees the chain steps that hide behind a step across hosts: when L equals the members per host, 2 DGX A100
+    hosts, 512 MiB, the even spread took the tree 10% over its simulated time and the ring (6% slower) was
+    picked."""
+    fraction = protocols.PAYLOAD_FRACTION[protocol]
+    inner = inner.under("tree", protocol)
     share = request.nbytes / (2 * terms.channels)
     chunks = chunk_count(share, request.chunk_bytes)
     chunk = share / chunks
     total = 0.0
-    for tree_pass, across_links in zip(terms.passes, terms.links):
-        links = AcrossLinks(across_links.routes, across_links.capacity * fraction)
+    for tree_pass, links in zip(terms.passes, terms.links):
         for start, stop, opens in pipeline_stretches(list(tree_pass.steps), chunks):
             # the active edges, first step in (start - chunks, start]
             count = tree_pass.inside.busiest(start - chunks, start)
             ports = [(inner, count * chunk / inner.bandwidth)] if count else []
-            across = links.seconds_per_byte(tree_pass.across, start - chunks, start)
-            ports += [(outer, across * chunk)] if across else []
+            across = links.seconds_per_byte(tree_pass.across, start - chunks, start) / fraction
+            if across:
+                slowest = outer._replace(latency=links.slowest(tree_pass.across, start - chunks, start))
+                ports.append((slowest.under("tree", protocol), across * chunk))
             if not ports:
                 continue
             streamed = max(seconds + hop.stall(chunk) for hop, seconds in ports)
@@ -467,11 +468,12 @@ class TreePass(NamedTuple):
 
 class AcrossLinks(NamedTuple):
     """The links a tree pass's edges across hosts cross (``routes``: one row per edge in `EdgePorts` order, each
-    link as its position in ``capacity``, -1 past a route's end) and their usable ``capacity`` (bytes/s of
-    payload)."""
+    link as its position in ``capacity``, -1 past a route's end), their usable ``capacity`` (bytes/s at the
+    run's efficiencies) and each route's path ``latency`` (s)."""
 
     routes: np.ndarray
     capacity: np.ndarray
+    latency: np.ndarray
 
     def seconds_per_byte(self, edges: EdgePorts, after: int, until: int) -> float:
         """Among the edges whose first step lies in (after, until], the most any link carries over its capacity:
@@ -483,6 +485,11 @@ class AcrossLinks(NamedTuple):
             return 0.0
         used, counts = np.unique(links, return_counts=True)
         return float((counts / self.capacity[used]).max())
+
+    def slowest(self, edges: EdgePorts, after: int, until: int) -> float:
+        """The longest path latency among the edges whose first step lies in (after, until] (one at least)."""
+        low, high = np.searchsorted(edges.first, (after, until), side="right").tolist()
+        return float(self.latency[low:high].max())
 
 
 @lru_cache(maxsize=64)
