@@ -188,11 +188,12 @@ CLASSED_CP = """cluster: {topology: dgx-h100-cluster, nodes: 2, node: {kind: nvs
 model: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}
 training: {seq_len: 8192, microbatches: 2}
 parallelism: {cp: 2, dp: 2}
+collectives: {algorithm: ring}
 """
 """Two hosts of two GPUs: CP groups (0, 1) and (2, 3), one inside each host; the gradients' all-reduce over all
-four ranks is one ring, which runs one way through host 0's NVLink and the other way through host 1's
-(collectives/ring.py), beside the CP rings: the healthy step folds with a representative per host
-(engine/rank_classes.py)."""
+four ranks is one ring (asked for: `auto` takes NCCL's tree there, whose chains run the same way in every
+host), which runs one way through host 0's NVLink and the other way through host 1's (collectives/ring.py),
+beside the CP rings: the healthy step folds with a representative per host (engine/rank_classes.py)."""
 THROTTLE = """run: {horizon: 1 d, replications: 1}
 checkpoint: {interval: 30 min}
 storage: {capacity: 1 PB}
