@@ -19,6 +19,11 @@ engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classin
 of every host of a large job. Classes of unequal size are not used (the summary's per-GPU figures average over
 the simulated ranks, which must then stand for as many ranks each): the fold then stays one rank per stage, as
 the lockstep check after the run (engine/lockstep.py) guards.
+
+Where that check finds only pipeline hand-offs out of step, hosts are classed also by what their hand-offs
+between hosts meet on their routes (``routes``): the fabric hashes each source host's flows onto a spine of
+its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its mirrors'
+do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md).
 """
 
 from __future__ import annotations
