@@ -232,14 +232,13 @@ def plan_workload(items: list[CollectiveItem], ops: Sequence[CollectiveOp], plan
 
 
 def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
-                 guard: UnfoldingGuard | None = None, lanes: bool = False,
-                 classes: RankClasses | None = None) -> StepProgram:
+                 guard: UnfoldingGuard | None = None, classes: RankClasses | None = None) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file).
     ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded;
-    ``lanes`` folds the transformer's step by CP lane (parallel/lanes.py); ``classes``: the ranks of a stage
-    the transformer's folded step simulates apart (engine/rank_classes.py, which classes only the layout's
-    representatives, never a trace's ranks)."""
+    ``classes``: the ranks of a stage the transformer's folded step simulates apart (engine/rank_classes.py,
+    which classes only the layout's representatives, never a trace's ranks; or its CP lanes,
+    parallel/folding.py `lane_classes`)."""
     from simulator.config.traces import TraceWorkload
 
     base_dir = Path(loaded.source).parent
@@ -256,7 +255,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
     from simulator.workload.transformer_program import transformer_program
 
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
-                                                       guard=guard, lanes=lanes, classes=classes))
+                                                       guard=guard, classes=classes))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
@@ -409,8 +408,7 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
     from simulator.engine.fold_policy import lane_step, route_step
 
     settings = prepared.settings
-    lanes = located(loaded, lambda: lane_step(lambda: step_program(loaded, topology, fold=True, lanes=True),
-                                              prepared.step, prepared.plans, settings.mode,
+    lanes = located(loaded, lambda: lane_step(prepared.build, prepared.step, prepared.plans, settings.mode,
                                               dict(settings.efficiency), faults))
     if lanes is not None:
         summary, log, kept_pace = run(lanes)

@@ -346,7 +346,7 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     K/V all-gathers' cross-leaf flows unevenly: the backward receive of micro-batch 3 ended on the mirrors
     between 37.83 and 38.00 ms, so the stage-folded run (step equal to the bit) reported 1.904 ms of exposed
     pipeline communication per GPU against the unfolded 1.815. The step runs again with one rank per CP lane
-    (parallel/lanes.py: 2 stages x 4 lanes), whose mirrors keep pace, and gives the unfolded figures."""
+    (classes keyed by CP lane: 2 stages x 4 lanes), whose mirrors keep pace, and gives the unfolded figures."""
     overrides = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4",
                  "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather",
                  "collectives.protocol=simple")

@@ -3,7 +3,8 @@ pipeline hand-offs between two leaf groups hash onto the spines unevenly across 
 tests pin the cause on the fabric's routes and the spread the folded run reports, so that a change to either
 is noticed, and, on a small analogue that runs unfolded in seconds, what an exact fold needs: the run folded
 by stage replayed lane by lane is the unfolded one without SM contention, not with it, and the run folded by
-CP lane (parallel/lanes.py) is the unfolded one with it (docs/architecture.md, rank folding: lockstep)."""
+CP lane (parallel/folding.py `lane_classes`) is the unfolded one with it (docs/architecture.md, rank folding:
+lockstep)."""
 
 from __future__ import annotations
 
@@ -207,7 +208,7 @@ def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfo
 
 
 def test_the_step_folded_by_lane_is_the_unfolded_one_row_for_row_with_sm_contention():
-    """What the stage fold cannot play, one rank per CP lane can (parallel/lanes.py): the small analogue with SM
+    """What the stage fold cannot play, one rank per CP lane can (classes keyed by CP lane): the small analogue with SM
     contention on runs folded by stage, its hand-offs fall out of step, and it runs again with the 16 ranks of
     rail 0 (4 stages x 4 lanes), each lane's compute slowed by its own hand-offs' SMs; no mirror of that run
     falls out of step (the rails hash alike, the replicas are images). Its op rows, each repeated on the 8 rails

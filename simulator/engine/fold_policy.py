@@ -10,7 +10,7 @@ folded program; a job asks it of its straggler states before it meets them (`str
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
-parallel/lanes.py) and then `route_step` (ranks classed also by their hand-offs' route loads) are tried before
+classes keyed by CP lane) and then `route_step` (ranks classed also by their hand-offs' route loads) are tried before
 unfolding: the unfolded run where their own mirrors keep pace, at a fraction of its cost.
 """
 
@@ -29,7 +29,7 @@ from simulator.engine.symmetry import asymmetric_replicas
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
-from simulator.parallel.folding import RankClasses, representatives
+from simulator.parallel.folding import RankClasses, lane_classes, representatives
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -156,18 +156,17 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     return FoldedStep(program, shapes, order, slowdowns, blocker)
 
 
-def lane_step(build_lanes: Callable[[], StepProgram], folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
+def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
-    """The step with one rank per CP lane of each stage (``build_lanes()``, parallel/lanes.py), to run where the
-    stage-folded ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
-    stand for them: no CP lanes, no layout (a trace), expert groups (whose images lanes do not select), step
-    faults (their stragglers fold onto the stages' representatives), or a lane's collectives whose mirrors would
-    meet the links otherwise than they do (`fold_verdict`, the stage fold's rule)."""
-    program = folded.program
-    layout = program.layout
-    if layout is None or layout.cp == 1 or "moe" in program.details or not faults.empty:
+    """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
+    run where the stage-folded ``folded`` step's only mirrors out of step were pipeline hand-offs; None where
+    lanes cannot stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the
+    stages' representatives), or a lane's collectives whose mirrors would meet the links otherwise than they do
+    (`fold_verdict`, the stage fold's rule)."""
+    layout = folded.program.layout
+    if layout is None or layout.cp == 1 or not faults.empty:
         return None
-    lanes = build_lanes()
+    lanes = build(True, lane_classes(layout))
     shapes, order = program_indexes(lanes)
     slowdowns, unfolding = fold_verdict(lanes, plans, mode, efficiency, faults, shapes, order)
     return FoldedStep(lanes, shapes, order, slowdowns, "") if unfolding is None else None

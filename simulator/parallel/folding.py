@@ -38,6 +38,17 @@ class RankClasses:
         return tuple(self.of_position.index(number) for number in range(max(self.of_position) + 1))
 
 
+def lane_classes(layout: Layout) -> RankClasses:
+    """One class per context-parallel lane: a stage-folded run times one rank per stage, so a pipeline hand-off
+    ends when the slowest of its lanes' flows does; where the lanes' hand-offs cross the spines on uplinks of
+    unlike load (the published long-context row), each lane goes on at its own end, its compute slowed by its own
+    hand-off's SMs, until a collective gathers the lanes. Classed by lane, each lane's representative (rail 0,
+    replica 0) is timed under its own hand-offs and SM holds, and only the TP rails and DP replicas, whose
+    hand-offs hash alike, are folded onto it."""
+    stage = np.array(layout.stage_ranks(0), dtype=np.int64)
+    return RankClasses(tuple(((stage // layout.stride("cp")) % layout.cp).tolist()))
+
+
 def representatives(layout: Layout, fold: bool, classes: RankClasses | None = None) -> list[int]:
     """The ranks that get a program: all of them, or with folding the first rank of each pipeline stage, or of
     each class in each stage (``classes``), stage by stage."""

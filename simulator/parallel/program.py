@@ -17,7 +17,6 @@ from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoi
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker, gathered_kv_op
 from simulator.parallel.folding import RankClasses, class_images, mirror_images, representatives
-from simulator.parallel.lanes import lane_images, lane_representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
@@ -78,16 +77,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     With ``fold`` on, only one representative rank per pipeline stage gets a program (its TP, CP and DP peers
     run the same program at the same times), or one per class of ``classes`` and stage; collectives still span
     their full groups and carry mirrors, the same collective of every folded replica (of the class), so links
-    shared between replicas carry all of their traffic. With ``lanes`` too, one rank per CP lane of each stage
-    gets a program, and only TP rails and DP replicas are folded (parallel/lanes.py).
+    shared between replicas carry all of their traffic.
     """
 
-    def __init__(self, plan: StepPlan, *, fold: bool = False, lanes: bool = False,
-                 classes: RankClasses | None = None):
+    def __init__(self, plan: StepPlan, *, fold: bool = False, classes: RankClasses | None = None):
         self.plan = plan
         self.fold = fold
-        self.lanes = lanes and fold
-        self.classes = classes if fold and not lanes else None
+        self.classes = classes if fold else None
         self._classed: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._mirror_cache: dict[tuple, tuple[tuple[int, ...], ...]] = {}
         self._peers: dict[tuple[int, int], int] = {}
@@ -166,10 +162,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return [*deps, self._compute_waits.pop(rank)]
 
     def representatives(self) -> list[int]:
-        """The ranks that get a program: all of them, or with folding one per pipeline stage (per CP lane of a
-        stage with ``lanes``, per class of ``classes`` with those)."""
-        if self.lanes:
-            return lane_representatives(self.plan.layout)
+        """The ranks that get a program: all of them, or with folding one per pipeline stage (per class of
+        ``classes`` with those)."""
         return representatives(self.plan.layout, self.fold, self.classes)
 
     def _class_mirrors(self, group: tuple[int, ...], images: tuple[tuple[int, ...], ...]
@@ -185,8 +179,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _mirrors(self, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         mirrors = self._mirror_cache.get(group)
         if mirrors is None:
-            images = lane_images if self.lanes else mirror_images
-            mirrors = self._mirror_cache[group] = images(self.plan.layout, group)
+            mirrors = self._mirror_cache[group] = mirror_images(self.plan.layout, group)
         return mirrors
 
     def build(self) -> list[Op]:

@@ -26,19 +26,18 @@ from simulator.workload.training import build_training_step
 
 
 def transformer_program(scenario: Scenario, topology: Topology, base_dir: Path, *, fold: bool,
-                        guard: UnfoldingGuard | None = None, lanes: bool = False,
-                        classes: RankClasses | None = None) -> StepProgram:
+                        guard: UnfoldingGuard | None = None, classes: RankClasses | None = None) -> StepProgram:
     """The scenario's training step as a step program; ``base_dir`` is the scenario's folder (custom schedule
     tables are looked up there), ``fold`` simulates one representative rank per pipeline stage where the plan's
     ranks of a stage do the same work (``guard`` hears why not before the program is built unfolded), with
-    ``lanes`` one per CP lane of each stage (parallel/lanes.py), with ``classes`` one per class and stage where
-    the ranks of a stage are not all alike (engine/rank_classes.py)."""
+    ``classes`` one per class and stage where the ranks of a stage are not all alike (engine/rank_classes.py, or
+    one per CP lane: parallel/folding.py `lane_classes`)."""
     step = build_training_step(scenario, topology, base_dir)
     blocker = plan_fold_blocker(step.plan) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("plan", blocker))
     fold = fold and not blocker
-    builder = ProgramBuilder(step.plan, fold=fold, lanes=lanes, classes=classes)
+    builder = ProgramBuilder(step.plan, fold=fold, classes=classes)
     ops = builder.build()
     layout = step.plan.layout
     ranks = tuple(builder.representatives())
