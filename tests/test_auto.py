@@ -19,14 +19,17 @@ from simulator.collectives.tuner import (
     choice_key,
     choose,
     estimates,
+    first_period_translate,
     group_shape,
     group_terms,
     terms_estimates,
     tree_passes,
+    weighed_group,
 )
 from simulator.network.calibration import calibrated
 from simulator.program.ops import CollectiveOp
 from simulator.simulation import NetworkSettings, plan_cache
+from simulator.topology.builders import build_topology
 from simulator.topology.loader import load_topology
 
 KIB, MIB, GIB = 2.0**10, 2.0**20, 2.0**30
@@ -317,7 +320,7 @@ def choice_case(topology, request: CollectiveRequest, efficiency, algorithm: str
     wanted = PROTOCOLS if protocol == "auto" else (protocol,)
     terms = group_terms(request, topology, efficiency, names)
     CHOICES.clear()
-    return (choice_key(request, terms, wanted), terms_estimates(request, terms, wanted),
+    return (choice_key(request, terms.key(), wanted), terms_estimates(request, terms, wanted),
             choose(request, topology, efficiency, algorithm, protocol))
 
 
@@ -390,3 +393,23 @@ def test_a_changed_input_changes_the_choice_key_or_no_estimate():
             assert other_costs == costs, name
             unchanged.add(name)
     assert unchanged == {"root", "ranks, alike", "ranks, other rails"}
+
+
+def test_choose_weighs_a_group_once_up_to_whole_periods_of_the_fabric():
+    """`choose` finds a group's terms and their key once for the group and every translate of it by whole periods
+    of the fabric's spine hash (16 GPUs here, a leaf group of 2 hosts): the translates cross links alike, so their
+    terms are equal; the 16k-GPU job's 4,366 groups and ops come to 320 terms so. On a fabric whose partial last
+    pod has narrower core links (`Periods.exact` false) every group keeps its own, as the translate there picks
+    another algorithm (tests/test_periods.py)."""
+    topology = load_topology("dgx-h100-cluster", OVERSUBSCRIBED)
+    efficiency = calibrated(topology.gpu_model)
+    group = (0, 1, 8, 9)
+    moved = tuple(rank + 2 * 16 for rank in group)
+    assert first_period_translate(topology, moved) == group
+    request = CollectiveRequest("all_reduce", group, 8 * MIB, chunk_bytes=CHUNK)
+    weighed = weighed_group(request, topology, efficiency, "auto")
+    assert weighed_group(replace(request, ranks=moved), topology, efficiency, "auto") is weighed
+    assert weighed.key == group_terms(replace(request, ranks=moved), topology, efficiency).key()
+    partial = build_topology("cluster", {"nodes": 5, "leaf_ports": 1, "tiers": 3, "pods": 3, "spines": 1, "cores": 4,
+                                         "nics_per_node": 1, "oversubscription": 4, "node": {"gpus": 2}})
+    assert first_period_translate(partial, (4, 5, 8, 6, 7, 9)) == (4, 5, 8, 6, 7, 9)
