@@ -357,12 +357,13 @@ def refused_16k_job(tmp_path, capsys, setting: str) -> str:
 
 def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck is a cluster
-    state simulated as an unfolded step, ~51 million ops + flows and ~42 GiB, past the limits a plain run has.
+    state simulated as an unfolded step, ~45 million ops + flows and ~37 GiB, past the limits a plain run has.
     The job is refused in one located line before its healthy step (it ran on for hours without a word, one
     unfolded step per leaf); `--force` is the way past, as for a plain run."""
     err = refused_16k_job(tmp_path, capsys, "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}")
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
-    assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
+    assert "16,384 simulated ranks (not folded), ~26,773,504 ops, ~18,434,048 flows, ~37.0 GiB of memory" in err
+    assert "or --force)" in err
 
 
 def test_an_unfolded_job_beyond_the_scale_limits_is_refused(tmp_path, capsys):
@@ -378,12 +379,15 @@ def test_straggler_states_that_unfold_beyond_the_scale_limits_are_refused(tmp_pa
     """The docs' throttling class on the 16,384-GPU job: a straggler state slows one replica's stage, whose
     data-parallel traffic shares links with the other replicas', so each distinct set of stages slowed is an
     unfolded step past the limits a plain run has. The job is refused in one located line (it ran on for hours
-    without a word); `--force` is the way past."""
+    without a word), naming the ways past: the analytic network model, on which a slow replica's traffic meets
+    no other's and the states fold (it named only a smaller cluster and `--force`)."""
     err = refused_16k_job(tmp_path, capsys, "faults.components={throttling: {unit: gpu, effect: straggle, "
                                             "slowdown: 1.3, mtbf: 5000 h, repair: 1 d}}")
     assert "faults.components.throttling: a throttling failure slows a pipeline stage" in err
     assert "shares links with the other replicas'" in err
-    assert "16,384 simulated ranks (not folded)" in err and "or --force)" in err
+    assert "16,384 simulated ranks (not folded)" in err
+    assert err.endswith("(allowed: network.model: analytic (each transfer alone, so the slow replica meets no "
+                        "other's traffic and its states fold), a smaller cluster, or --force)")
 
 
 @pytest.mark.parametrize("scenario, settings, problem", [

@@ -62,6 +62,11 @@ def fold_blocker(topology: Topology) -> str:
     return ""
 
 
+SHARED_LINKS = "stragglers in one replica whose traffic shares links with the other replicas'"
+"""Why stragglers in one replica unfold a step on the flow model (`fold_with_faults`); the analytic model, which
+runs each transfer alone, folds them."""
+
+
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                      shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
@@ -80,7 +85,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
     if reason or not needs_isolation:
         return slowdowns, reason
     if mode == "flow" and any(kept_mirrors(program.ops, plans, shapes).values()):
-        return {}, "stragglers in one replica whose traffic shares links with the other replicas'"
+        return {}, SHARED_LINKS
     return slowdowns, ""
 
 

@@ -144,14 +144,14 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     (`scale.unfolded_beyond_limits`): its healthy step with `run.fold: false` (as `trainsim run` refuses it),
     or each of its degraded or straggling states: link faults unfold the step (leaf switches, cables, NICs
     that `degrade`), and so do stragglers where the engine's folding rule says so (each distinct set of stages
-    slowed is a state). 16,384 GPUs unfolded are ~51 million ops + flows and tens of GiB per step (the docs'
+    slowed is a state). 16,384 GPUs unfolded are ~45 million ops + flows and ~37 GiB per step (the docs'
     leaf-switch example met ~75 leaves per replication of the 405B job, its throttling example thousands of
     straggler states, and both ran for hours without a word).
 
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
-    from simulator.engine.fold_policy import straggler_blocker
+    from simulator.engine.fold_policy import SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
     from simulator.scale import limits_text, unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
@@ -174,8 +174,10 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     def refuse(why: str) -> NoReturn:
         problem = "degrades the cluster" if linked else "slows a pipeline stage"
         restart = "effect: replace (the job restarts without the unit), " if linked else ""
+        analytic = ("network.model: analytic (each transfer alone, so the slow replica meets no other's "
+                    "traffic and its states fold), " if why == SHARED_LINKS else "")
         raise loaded.error(field, f"a {klass.name} failure {problem}, and each such state is simulated as an "
-                           f"unfolded step ({why}): {limits}", f"{restart}a smaller cluster, or --force")
+                           f"unfolded step ({why}): {limits}", f"{restart}{analytic}a smaller cluster, or --force")
 
     if linked:
         refuse("link faults unfold it")
