@@ -407,6 +407,26 @@ def test_a_sweep_over_a_job_runs_the_job_simulation_at_every_point(tmp_path):
     assert run_sweep(sweep_from_text(job, "s.yaml"), out, SerialExecutor()).reused == 2
 
 
+def test_a_job_sweeps_rows_say_whether_the_step_fits_in_memory(tmp_path):
+    """Llama 3 8B and 70B under TP 8 on one DGX H100: the 70B step needs more than the H100's 79.6 GiB (70.6e9
+    parameters / 8 at 18 B of bf16 weights, fp32 gradients and Adam's 12 B are 147.8 GiB alone). A job point's row held
+    job_summary.json's figures only, so the sweep's table could not tell the layout that does not fit; it now
+    holds the healthy step's `oom`, peak and capacity per GPU and `warnings`, as a step point's row does, equal
+    to the step's summary.json."""
+    sweep = job_sweep("  model.preset: [llama3-8b, llama3-70b]\n", outputs=True)
+    out = tmp_path / "out"
+    assert run_sweep(sweep_from_text(sweep, "s.yaml"), out, SerialExecutor()).statuses == {"ok": 2}
+    rows = pd.read_parquet(out / "results.parquet")
+    assert list(rows["oom"]) == [False, True]
+    for point in (0, 1):
+        step = orjson.loads((out / "points" / f"{point:05d}" / "summary.json").read_bytes())
+        assert rows["peak_memory_gib"].iloc[point] == step["peak_memory_gib"]
+        assert rows["memory_capacity_gib"].iloc[point] == step["memory_capacity_gib"] == pytest.approx(79.65,
+                                                                                                      abs=0.01)
+        assert orjson.loads(rows["warnings"].iloc[point]) == step["warnings"]
+    assert rows["peak_memory_gib"].iloc[1] > 147.8
+
+
 def test_a_job_sweep_of_a_synthetic_model_writes_no_column_of_nothing(tmp_path):
     """A synthetic model has no tokens: its job's goodput is in healthy-equivalent steps/s, and its table wrote
     an all-null `goodput_tokens_per_s` column (and tokens_per_step, ideal_tokens_per_s, and with one replication

@@ -55,6 +55,12 @@ class SweepReport:
     first_reasons: dict[str, tuple[int, str]]
 
 
+STEP_FIGURES = ("oom", "peak_memory_gib", "memory_capacity_gib", "warnings")
+"""What a job point's row holds of its healthy step beside job_summary.json's figures: whether the step fits in
+GPU memory and its warnings, as a step point's row has them (a job's table could not tell a layout out of
+memory)."""
+
+
 def run_point(task: PointTask) -> PointRecord:
     """Simulate one point (a step, or a job over `run.horizon`); an input error is `invalid`, any other failure
     `failed`, never raised."""
@@ -68,7 +74,9 @@ def run_point(task: PointTask) -> PointRecord:
             from simulator.reliability.report import run_job
 
             outputs = None if task.outputs_dir is None else Path(task.outputs_dir)
-            summary = run_job(loaded, outputs, force=task.force)[0].summary
+            job = run_job(loaded, outputs, force=task.force)[0]
+            summary = {**job.summary, **{key: job.step_summary[key] for key in STEP_FIGURES
+                                         if job.step_summary.get(key) is not None}}
         else:
             result = simulate(loaded, force=task.force)
             summary = result.summary
