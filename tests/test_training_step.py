@@ -184,8 +184,9 @@ def test_layout_errors_name_the_field(run_yaml, override, field):
     assert error.value.field == field
     if field == override.split("=")[0]:  # the override set the faulty value itself: it is the location
         assert (error.value.file, error.value.line) == (f"--set {override}", None)
-    else:
+    else:  # a check across the section's fields: at the section's line, naming the override under it
         assert error.value.file == "inline.yaml" and error.value.line is not None
+        assert error.value.problem.endswith(f" (with --set {override})")
 
 
 def test_heads_must_divide_by_tp(run_yaml):

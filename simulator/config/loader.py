@@ -49,6 +49,11 @@ class Override:
     """The field an error in the value names; '' for the scenario field at fault."""
     prefix: str = ""
 
+    @property
+    def where(self) -> str:
+        """Where the user wrote it, as an error message names it."""
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
 
 @dataclass(frozen=True)
 class OptionSetting:
@@ -113,9 +118,14 @@ class LoadedScenario:
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
                   overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError) -> ScenarioError:
-    """The error in the value at ``path``: at the override that wrote it, else at the file's line."""
+    """The error in the value at ``path``: at the override that wrote it, else at the file's line, naming the
+    overrides that wrote under ``path`` (a check across a section's fields, `parallelism`'s product, may fail
+    because of one of them, and the file's line alone shows other values than the ones checked)."""
     found = _blamed_override(path, lines, overrides)
     if found is None:
+        under = [override.where for override in overrides if _text(override.path[:len(path)]) == _text(path)]
+        if under:
+            problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
     return error(found.prefix + problem, field=found.field or dotted(path), allowed=allowed, file=found.file,
                  line=found.line)
@@ -125,17 +135,18 @@ def _blamed_override(path: FieldPath, lines: dict, overrides: tuple[Override, ..
     """The override that gave the value at ``path``: the last one at or above it; a key the file does not have
     is blamed on the last override that wrote under it (`--set foo.bar=1`: unknown key foo). Parts compare as
     text, since a digit part that set_field wrote into a mapping comes back from pydantic as its key's text."""
-    def text(parts: FieldPath) -> tuple[str, ...]:
-        return tuple(str(part) for part in parts)
-
     for override in reversed(overrides):
-        if text(path[:len(override.path)]) == text(override.path):
+        if _text(path[:len(override.path)]) == _text(override.path):
             return override
     if path not in lines:
         for override in reversed(overrides):
-            if text(override.path[:len(path)]) == text(path):
+            if _text(override.path[:len(path)]) == _text(path):
                 return override
     return None
+
+
+def _text(parts: FieldPath) -> tuple[str, ...]:
+    return tuple(str(part) for part in parts)
 
 
 def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[Override, ...]]:
