@@ -163,3 +163,40 @@ def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
     assert set(ops["rank"]) == {0, 8, 16, 24}
     same = unfolded.timeline[(unfolded.timeline["kind"] != "flow") & unfolded.timeline["rank"].isin({0, 8, 16, 24})]
     assert np.array_equal(ops[columns].sort_values(columns).to_numpy(), same[columns].sort_values(columns).to_numpy())
+
+
+WRAP_OVER_SHARED_NICS = WRAP_ON_UNLIKE_SPINES.replace(
+    "spines: 2, oversubscription: 2}", "spines: 4, oversubscription: 2, nics_per_node: 4}\ncollectives: {channels: 2}")
+"""The wrap case with two GPUs per NIC and four spines: host 0's wraps to host 2 leave its even lanes over spine 3
+and its odd lanes over spine 1, so the lanes of one host meet the fabric unlike, which classes of whole hosts
+cannot tell apart."""
+WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.8374 and 58.1944 ms"
+
+
+def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
+    """The fallback after route classes: the stage-folded run's wrap falls out of step (5 instances, by up to
+    0.357 ms), route classes give one representative per host of each stage (4 of 32 ranks), and that run's
+    mirrors fall out of step too (10 instances, by up to 0.357 ms), so the step runs unfolded: every summary
+    figure is the unfolded run's, the reason is the stage fold's, and no route reason is reported."""
+    loaded = scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+
+    def spine(src: int, dst: int) -> list[str]:
+        return [ends[1] for ends in map(topology.link_ends.__getitem__, topology.path(src, dst)) if "spine" in ends[1]]
+
+    assert [spine(lane, lane + 16) for lane in range(4)] == [["spine3"], ["spine1"], ["spine3"], ["spine1"]]
+    settings = network_settings(loaded, topology)
+    prepared = prepare_training(loaded, topology, StepFaultPlan())
+    assert prepared.step.program.ranks == (0, 16)
+    routed = route_step(prepared.build, prepared.step, prepared.plans, StepFaultPlan())
+    assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
+    _, _, kept_pace = run_step(routed.program, topology, settings, plans=prepared.plans)
+    assert kept_pace.collectives == ""
+    assert kept_pace.hand_offs.startswith(WRAP_LATE + " in the folded run (10 instances out of step, by up to "
+                                          "0.357 ms)")
+    folded = simulate(loaded).summary
+    unfolded = simulate(scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", ["run.fold=false"])).summary
+    assert not folded["folded"] and folded["simulated_ranks"] == 32 and "fold_routes_reason" not in folded
+    assert folded.pop("fold_off_reason").startswith(WRAP_LATE + " in the folded run (5 instances out of step, by "
+                                                    "up to 0.357 ms)")
+    assert folded == unfolded
