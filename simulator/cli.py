@@ -68,9 +68,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
+def _warn(warnings: list[str] | tuple[str, ...], memory: dict, zero_stage: int | None = None) -> None:
     """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal (rich
-    imported only then)."""
+    imported only then); ``zero_stage`` where ``memory`` has no layout (`oom_line`)."""
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if memory.get("oom"):
@@ -78,7 +78,8 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict) -> None:
 
         from simulator.console.report import oom_line
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory)}", style="bold red")
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory, zero_stage)}",
+                                                                   style="bold red")
 
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
@@ -119,8 +120,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {', '.join(map(str, sizes.sizes))}; {text}" if text else ""
     if args.strict and verdict.memory.get("oom"):
-        raise loaded.error(("parallelism",), oom_line(dict(verdict.memory)), "a layout that fits in GPU memory")
-    _warn(verdict.warnings, dict(verdict.memory))
+        raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism.zero_stage),
+                           "a layout that fits in GPU memory")
+    _warn(verdict.warnings, dict(verdict.memory), loaded.scenario.parallelism.zero_stage)
     if not args.quiet:
         gpus = counted(topology.num_gpus, "GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has

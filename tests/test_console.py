@@ -66,6 +66,23 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert main(["validate", scenario, "--strict"]) == 0
 
 
+@pytest.mark.parametrize("zero,remedies", [
+    (0, "(try ZeRO/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
+    (2, "(try ZeRO-3/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
+    (3, "(try recompute, more tp or pp, a smaller micro_batch)"),
+])
+def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, zero, remedies):
+    """A layout already sharded to ZeRO-3 (or FSDP) is not told to try ZeRO/FSDP: run, validate alike."""
+    scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
+    too_big = ["--set", f"parallelism.zero={zero}", "--set", "training.micro_batch=16", "--set",
+               "training.global_batch=128"]
+    assert main(["validate", scenario, *too_big]) == 0
+    validated = capsys.readouterr().err
+    assert "OUT OF MEMORY" in validated and validated.split("\n")[0].endswith(remedies)
+    assert main(["run", scenario, "--out", str(tmp_path / "out"), "--set", "run.timeline=summary", *too_big]) == 0
+    assert capsys.readouterr().err.split("\n")[0].endswith(remedies)
+
+
 def test_validate_prints_the_peak_memory_per_gpu(capsys):
     """`validate` said only 'valid' unless the layout was out of memory; someone sizing a rental needs the peak
     per GPU, the GPU's capacity and what fills it: the figures of the run's summary (preflight.validate)."""

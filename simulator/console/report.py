@@ -56,14 +56,18 @@ def _bottleneck(value: object) -> str:
     return text
 
 
-def oom_line(summary: dict) -> str:
-    """The out-of-memory message of a summary ('' when the run fits)."""
+def oom_line(summary: dict, zero_stage: int | None = None) -> str:
+    """The out-of-memory message of a summary ('' when the run fits). Its remedies leave out sharding the
+    layout already does to the full: ``zero_stage``, else the summary layout's (any ZeRO stage when unknown)."""
     if not summary.get("oom"):
         return ""
     stage = summary.get("peak_memory_stage")
     where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
+    if zero_stage is None:
+        zero_stage = summary.get("layout", {}).get("zero_stage", 0)
+    sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(zero_stage, "")
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
-            f"{summary['memory_capacity_gib']:.1f} GiB (try ZeRO/FSDP, recompute, more tp or pp, a smaller "
+            f"{summary['memory_capacity_gib']:.1f} GiB (try {sharding}recompute, more tp or pp, a smaller "
             f"micro_batch)")
 
 
