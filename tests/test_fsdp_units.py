@@ -93,17 +93,33 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
 
 
 def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
-    # FSDP2's post_backward: the compute stream waits for the reduce-scatter issued before (the previous unit's,
-    # or the last of the previous micro-batch's backward) before the next unit's backward continues, so at most
-    # one gradient reduce-scatter runs behind the compute.
+    # FSDP2's post_backward: the compute stream waits for the reduce-scatter issued before (the previous unit's)
+    # before the next unit's backward continues, so at most one gradient reduce-scatter runs behind the compute.
+    # After a micro-batch's backward the root's post-backward callback waits for its last one (the embedding's)
+    # before the next forward.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
     ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
     scatters = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")]
     assert len(scatters) == M * UNITS
     waits = [next(op for op in ops if op.id > rs and op.stream == COMPUTE_STREAM) for rs in scatters]
     assert not set(waits[0].deps) & set(scatters)
-    for previous, waiting in zip(scatters, waits[1:-1]):  # the last one's successor is the optimizer (all)
-        assert set(waiting.deps) & set(scatters) == {previous}
+    for index, waiting in enumerate(waits[1:-1], start=1):  # the last one's successor is the optimizer (all)
+        backward_ends = index % UNITS == UNITS - 1
+        assert set(waiting.deps) & set(scatters) == {scatters[index] if backward_ends else scatters[index - 1]}
+        assert waiting.name.startswith("F1 embedding") == backward_ends
+
+
+@pytest.mark.parametrize("sharding, waits", [("parallelism.fsdp=full_shard", True), ("parallelism.zero=3", False)])
+def test_fsdp_next_forward_gathers_after_the_last_reduce_scatter(sharding, waits):
+    # torchtitan accumulates gradients with FSDP2's is_last_backward left true: the root's post-backward callback
+    # makes the compute stream wait for the backward's last reduce-scatter and the next forward's root pre-forward
+    # makes the all-gather streams wait for the compute stream, so micro-batch 1's first gather (the embedding's)
+    # starts after micro-batch 0's embedding reduce-scatter. DeepSpeed has no such wait.
+    loaded = scenario_from_text(SHARDED_8B, "inline.yaml", [sharding])
+    ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
+    (last,) = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.embedding.vs0.op0.")]
+    first = next(op for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("zero3.ag.fwd.mb1."))
+    assert (last in first.deps) is waits
 
 
 def test_deepspeed_compute_does_not_wait_for_reduce_scatters():

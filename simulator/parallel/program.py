@@ -118,6 +118,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Per rank, virtual stage and block, the blocks whose gradients FSDP has copied this step (_grad_copy)."""
         self._compute_waits: dict[int, int] = {}
         """Per rank, the reduce-scatter the next op on the compute stream waits for (FSDP2's ``wait_event``)."""
+        self._gather_waits: dict[int, int] = {}
+        """Per rank, the reduce-scatter the next forward's first all-gather waits for (`_end_backward`)."""
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
 
@@ -361,6 +363,20 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         last = self._reduce_copies(rank, vstage, reduce_copies, final, mb, waits)
         if final and phase.weight_grads and deps:
             self._chunk_grad_sync(rank, vstage, [*(waits or deps[-1:]), *last])
+        self._end_backward(rank, vstage)
+
+    def _end_backward(self, rank: int, vstage: int) -> None:
+        """FSDP2's root post-backward callback after each micro-batch's backward without pipelining: torchtitan's
+        gradient accumulation leaves ``is_last_backward`` true, so the callback makes the compute stream wait for
+        the last reduce-scatter (torch/distributed/fsdp/_fully_shard/_fsdp_state.py,
+        ``_root_post_backward_final_callback``: ``current_stream().wait_event(reduce_scatter_state.event)``),
+        the embedding's; the next forward's ``_root_pre_forward`` makes the all-gather streams wait for the compute
+        stream (``all_gather_stream.wait_stream(current_stream)``), so its first gather waits for that
+        reduce-scatter too. Under pipelining the stage runs its backwards with ``set_is_last_backward(False)``
+        and reduces its gradients once (``stage_reduces_grads``): no such wait."""
+        if self.plan.layout.pp > 1 or (rank, vstage) not in self._last_grad_rs:
+            return
+        self._compute_waits[rank] = self._gather_waits[rank] = self._last_grad_rs[rank, vstage]
 
     def _weight_grads(self, rank: int, action: Action, vstage: int, work: StageWork, final: bool) -> None:
         """A zero-bubble W: the stage's weight gradients of one micro-batch, block by block in backward order;
@@ -574,6 +590,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             name = block.name if first == last else f"L{block.layer}"
         ends = self._unit_ends.setdefault(rank, [[], []])
         window = ends[0] if sharding.gather_per_layer and not phase.input_grads else ends[1]
+        if not phase.input_grads and rank in self._gather_waits:
+            window = [*window, self._gather_waits.pop(rank)]
         ends[:] = [ends[1], self._recent_compute.get(rank, [])[-1:]]
         if sharding.gather_per_layer and phase.input_grads and block.tp_pattern is TpPattern.HEAD:
             return []
