@@ -198,12 +198,13 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group leaves after the last backward
     (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`),
     the routed experts' reduction and gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter
-    all-gather after it. Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
-    (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid the
-    drain, the longest rank's for each chunk."""
+    all-gather after it. ZeRO-3 gathering every micro-batch adds what the forwards' starts wait for
+    (`microbatch_starts_s`, the slowest rank's). Pipelined FSDP's once-per-step gathers add what they delay the
+    pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its
+    compute stream amid the drain, the longest rank's for each chunk."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
-    slots, tails, backwards, gathers = [], [], [], []
+    slots, tails, backwards, gathers, starts = [], [], [], [], []
     chunk_reductions = ([chunk_reductions_s(plan, times, pp_rank) for pp_rank in range(layout.pp)]
                         if sharding.stage_reduces_grads else [])
     for pp_rank in range(layout.pp):
@@ -224,9 +225,10 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
             spans = sharded_microbatch_spans(plan, times, rank, unit_work)
             beside = sum(seconds for seconds, _ in spans)
             if share is not None and compute > 0:
-                work += sharded_toll_s(spans, times, share, compute, sm_bound / compute)
+                work += sharded_toll_s(spans_beside_compute(plan, spans), times, share, compute, sm_bound / compute)
             work = max(work + grad_copies_s(plan, params) / plan.microbatches
                        + reduce_scatter_waits_s(plan, times, rank, unit_work), beside)
+            starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
         backwards.append(backward)
@@ -242,7 +244,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
     optimizer = max(plan.optimizer_s)
     if sharding.stage == 3:
-        after = 0.0 if sharding.reshard_after_forward else unshard_delay_s(plan, times)
+        after = max(starts) if sharding.reshard_after_forward else unshard_delay_s(plan, times)
         # a chunk's reduction holds its rank's compute stream amid the drain (all but chunk 0, which ends last)
         after += sum(max(chunks[c] for chunks in chunk_reductions) for c in range(1, plan.virtual_stages)
                      ) if chunk_reductions else 0.0
@@ -667,6 +669,47 @@ def reduce_scatter_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, un
                    if beside is not None else times.seconds(*reduction))
         waits += max(reduced - following.backward_s, 0.0)
     return waits
+
+
+def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
+    """Seconds per step the forwards' starts hold ``rank``'s compute under ZeRO-3 gathering every micro-batch
+    (``units`` in forward order): a forward waits for its first unit's gather and then for the second's (queued
+    behind it) less the first unit's forward. The step's first forward does; under PyTorch FSDP every forward
+    does (FSDP2's root pre-forward makes the all-gather streams wait for the compute stream), where DeepSpeed
+    gathers the next forward's first blocks during the backward before it. Under PyTorch FSDP without
+    pipelining each forward after the first also waits, before its gathers, for the previous backward's last
+    reduce-scatter, the first unit's, alone (FSDP2's root post-backward callback, `ProgramBuilder._end_backward`;
+    the reduce-scatter before it is `reduce_scatter_waits_s`'s, the step's last backward's
+    `reduction_tail_s`'s)."""
+    sharding, m = plan.sharding, plan.microbatches
+    group = plan.layout.combined_group(("dp", "cp"), rank)
+    shaped = [u for u in units if u.params > 0]
+    if not shaped or len(group) == 1:
+        return 0.0
+    first = shaped[0]
+    opening = times.seconds("all_gather", group, first.params * sharding.param_bytes)
+    if len(shaped) > 1:
+        second = times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
+        opening += max(second - first.forward_s, 0.0)
+    waits = (times.seconds(sharding.grad_reduction, group, first.params * sharding.grad_bytes)
+             if waits_for_last_reduction(plan) else 0.0)
+    return (m if sharding.fsdp else 1) * opening + (m - 1) * waits
+
+
+def waits_for_last_reduction(plan: StepPlan) -> bool:
+    """Whether each forward after the first waits for the previous backward's last reduce-scatter: PyTorch FSDP
+    reduce-scattering every micro-batch without pipelining (`ProgramBuilder._end_backward`)."""
+    sharding = plan.sharding
+    return sharding.fsdp and sharding.reduce_every_microbatch and plan.layout.pp == 1
+
+
+def spans_beside_compute(plan: StepPlan, spans: list[Span]) -> list[Span]:
+    """Of ``spans`` (`sharded_microbatch_spans`), those that run beside the compute: under PyTorch FSDP not the
+    first two units' gathers, which each forward's start waits for, nor the backward's last reduce-scatter where
+    the next forward waits for it (`microbatch_starts_s`)."""
+    if not (plan.sharding.fsdp and plan.sharding.reshard_after_forward):
+        return spans
+    return spans[2:-1] if waits_for_last_reduction(plan) else spans[2:]
 
 
 def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
