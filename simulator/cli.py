@@ -86,10 +86,12 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
     gives them, printed as soon as that step is simulated, before the job (which can take minutes); then its
     outputs and (unless ``quiet``) its table of figures."""
+    from simulator.console.progress import RunProgress
     from simulator.reliability.report import run_job
 
-    job, files = run_job(loaded, out, force=force,
-                         on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
+    with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
+        job, files = run_job(loaded, out, force=force, progress=progress,
+                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
     if not quiet:
         from rich.console import Console
 
@@ -264,8 +266,11 @@ def _cmd_study(args: argparse.Namespace) -> int:
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
     intervals = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
-    study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force,
-                      on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
+    from simulator.console.progress import RunProgress
+
+    with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
+        study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
+                          on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
     files = write_study(out, study)
     for curve in study["curves"]:
         steps, edge = _steps_and_edge(curve)
@@ -696,6 +701,7 @@ def _parser() -> argparse.ArgumentParser:
                             "default 1)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
+    study.add_argument("--quiet", action="store_true", help="no progress bar")
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology",

@@ -253,6 +253,28 @@ def test_progress_bar_draws_on_a_terminal(monkeypatch):
     assert b"2,048/4,096 ops" in drawn and b"simulating" in drawn
 
 
+def test_job_progress_bar_counts_replications(monkeypatch):
+    """A job's bar counts replications, not ops (`trainsim run` of a scenario with run.horizon)."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    drawn = b""
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("TERM", "xterm-256color")
+        with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+            progress.started -= 10
+            progress(1_500, 2_000)
+            assert progress.bar is not None
+            progress.bar.refresh()
+        terminal.flush()
+        while select.select([master], [], [], 0.5)[0]:
+            drawn += os.read(master, 65536)
+    os.close(master)
+    assert b"1,500/2,000 replications" in drawn and b"simulating the job" in drawn
+
+
 def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):
     """The engine reports every 1,024 ops: a run of 38,381 ops went on to 'writing outputs' at 37,888."""
     import pty

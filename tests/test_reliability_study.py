@@ -349,3 +349,20 @@ def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path,
     assert len(before) == 4 and before[1:] == ["", "", ""] and capsys.readouterr().err == ""
     assert [line.split(":")[:2] for line in before[0].splitlines()] == [["warning", " parallelism.fsdp"],
                                                                         ["warning", " OUT OF MEMORY"]]
+
+
+def test_job_and_study_progress_count_replications_and_points(tmp_path):
+    """A job is told of each replication as it ends and a study of each point, in order and to the total: the
+    bar a terminal draws for minutes-long studies (docs/reliability.md) counts what the run really did."""
+    from simulator.reliability.simulate import simulate_job
+    from simulator.reliability.study import run_study
+
+    text = job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 3")
+    heard: list[tuple[int, int]] = []
+    simulate_job(scenario_from_text(text, "job.yaml"), progress=lambda done, total: heard.append((done, total)))
+    assert heard == [(1, 3), (2, 3), (3, 3)]
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    points: list[tuple[int, int]] = []
+    run_study(scenario, [], [600.0, 1200.0], [0.5, 1.0, 2.0], progress=lambda done, total: points.append((done, total)))
+    assert points == [(done, 6) for done in range(1, 7)]

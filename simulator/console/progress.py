@@ -16,14 +16,16 @@ SHOW_AFTER_S = 1.0
 
 
 class RunProgress:
-    """Callable as ``progress(done, total)`` from the engine; ``phase`` names what the run does next."""
+    """Callable as ``progress(done, total)`` from the engine (ops), a job (replications) or a study (points):
+    ``unit`` names what is counted; ``phase`` names what the run does next."""
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, unit: str = "ops", description: str = "simulating"):
         self.enabled = enabled and sys.stderr.isatty()
         self.started = time.monotonic()
         self.bar: Progress | None = None
         self.task: TaskID | None = None
-        self.description = "simulating"
+        self.unit = unit
+        self.description = description
 
     def __call__(self, done: int, total: int) -> None:
         if not self.enabled:
@@ -35,8 +37,8 @@ class RunProgress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             # the counts with separators, as the run's last line gives its events ('83877/83877' did not)
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
-                                TextColumn("{task.completed:,.0f}/{task.total:,.0f} ops"), TimeElapsedColumn(),
+            counts = TextColumn(f"{{task.completed:,.0f}}/{{task.total:,.0f}} {self.unit}")
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), counts, TimeElapsedColumn(),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(self.description, total=total)

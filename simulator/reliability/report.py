@@ -63,11 +63,12 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
 
 
 def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False,
-            on_healthy_step: Callable[[dict], None] | None = None) -> tuple[JobResult, list[str]]:
+            on_healthy_step: Callable[[dict], None] | None = None,
+            progress: Callable[[int, int], None] | None = None) -> tuple[JobResult, list[str]]:
     """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
     `trainsim run` and a sweep point do; return the result and the names of the files written.
-    ``on_healthy_step``: simulate_job's, told of the healthy step before the job is simulated."""
-    job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step)
+    ``on_healthy_step``, ``progress``: simulate_job's (the healthy step before the job; each replication)."""
+    job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step, progress=progress)
     return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
 
 

@@ -270,13 +270,14 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
 
 @collector_paused()
 def simulate_job(loaded: LoadedScenario, *, force: bool = False,
-                 on_healthy_step: Callable[[dict], None] | None = None) -> JobResult:
+                 on_healthy_step: Callable[[dict], None] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
     ``on_healthy_step`` gets the healthy step's summary once the job has passed its checks, before any
     replication is simulated: `trainsim run` prints its warnings (out of memory above all) then, not minutes
-    later when the job ends."""
+    later when the job ends. ``progress(done, total)`` hears of each replication simulated."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -332,6 +333,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         except InputError as copy:  # SimPy raises a copy made of the message; the located original is its cause
             raise copy.__cause__ if isinstance(copy.__cause__, InputError) else copy from None
         totals.append(job.totals(healthy))
+        if progress is not None:
+            progress(replication + 1, scenario.run.replications)
     met = {state: c for state, c in cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
     return JobResult(summary, events, states.healthy_summary)

@@ -95,18 +95,20 @@ def curve_summary(points: list[StudyPoint]) -> dict:
 
 def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
               multipliers: list[float], force: bool = False,
-              on_healthy_step: Callable[[dict], None] | None = None) -> dict:
+              on_healthy_step: Callable[[dict], None] | None = None,
+              progress: Callable[[int, int], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval. ``force`` runs points
     beyond the job-event and scale limits (degraded or straggling states that would be unfolded steps past
     them). ``on_healthy_step`` gets the healthy step's summary once, before the first point's job is simulated
-    (the points change no step): `trainsim study` prints its warnings then."""
+    (the points change no step): `trainsim study` prints its warnings then. ``progress(done, total)`` hears
+    of each point simulated."""
     own = load_scenario(scenario, overrides).scenario.faults.rate_multiplier
     curves: list[dict] = []
+    at: list[float | None] = [*intervals] if intervals else [None]
     for multiplier in multipliers:
         points: list[StudyPoint] = []
-        at: list[float | None] = [*intervals] if intervals else [None]
         for interval in at:
             settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), own * multiplier,
                                       f"x {multiplier:g}")]
@@ -116,6 +118,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
             summary = job_summary_of(load_scenario(scenario, overrides, tuple(settings)), force,
                                      None if curves or points else on_healthy_step)
             points.append(StudyPoint(summary["checkpoint"]["interval_s"], multiplier, summary))
+            if progress is not None:
+                progress(len(curves) * len(at) + len(points), len(multipliers) * len(at))
         curves.append(curve_summary(points))
     return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
 
