@@ -35,6 +35,7 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
 from simulator.network.modes import NetworkMode
+from simulator.parallel.folding import cp_lanes
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
@@ -148,7 +149,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     )
     result = engine.run(ops)
     if mirrors and settings.mode == "flow":
-        result.lockstep = lockstep(log, ops, mirrors, topology)
+        lanes = None if layout is None or layout.cp == 1 else cp_lanes(layout)
+        result.lockstep = lockstep(log, ops, mirrors, topology, lanes)
     return result, network
 
 
@@ -368,7 +370,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 raise
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
-            refolded = None if kept_pace.collectives else _refolded(loaded, topology, prepared, faults.plan, run)
+            refolded = None if kept_pace.collectives else _refolded(loaded, topology, prepared, faults.plan, run,
+                                                                   kept_pace)
             if refolded is not None:
                 step, summary, log, reason_key = refolded
                 summary[reason_key] = out_of_step
@@ -398,27 +401,29 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
 
 def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep, faults: StepFaultPlan,
-              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]]
+              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]], kept_pace: Lockstep
               ) -> tuple[FoldedStep, dict, EventLog, str] | None:
-    """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs, run again
-    with one rank per CP lane (`fold_policy.lane_step`), else with its ranks classed also by their hand-offs'
-    route loads (`fold_policy.route_step`), where that applies and no mirror of that run fell out of step (it
-    is then the unfolded run): the step, its summary and log, and the summary key that says why it ran; else
-    None."""
+    """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
+    its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
+    classed also by their hand-offs' route loads (`fold_policy.route_step`), route classes first where copies
+    of one CP lane's hand-off ended apart (one rank per lane would hold them to one representative again), each
+    where it applies until one whose mirrors all keep pace (it is then the unfolded run): the step, its summary
+    and log, and the summary key that says why it ran; else None."""
     from simulator.engine.fold_policy import lane_step, route_step
 
-    settings = prepared.settings
-    lanes = located(loaded, lambda: lane_step(prepared.build, prepared.step, prepared.plans, settings.mode,
-                                              dict(settings.efficiency), faults))
-    if lanes is not None:
-        summary, log, kept_pace = run(lanes)
-        if not (kept_pace.collectives or kept_pace.hand_offs):
-            return lanes, summary, log, "fold_lanes_reason"
-    routes = located(loaded, lambda: route_step(prepared.build, prepared.step, prepared.plans, faults))
-    if routes is None:
-        return None
-    summary, log, kept_pace = run(routes)
-    return None if kept_pace.collectives or kept_pace.hand_offs else (routes, summary, log, "fold_routes_reason")
+    settings, build, plans = prepared.settings, prepared.build, prepared.plans
+    tries: list[tuple[str, Callable[[], FoldedStep | None]]] = [
+        ("fold_lanes_reason", lambda: lane_step(build, prepared.step, plans, settings.mode, dict(settings.efficiency),
+                                                faults)),
+        ("fold_routes_reason", lambda: route_step(build, prepared.step, plans, faults))]
+    for reason_key, refold in reversed(tries) if kept_pace.hand_offs_within_lanes else tries:
+        step = located(loaded, refold)
+        if step is None:
+            continue
+        summary, log, refolded_pace = run(step)
+        if not (refolded_pace.collectives or refolded_pace.hand_offs):
+            return step, summary, log, reason_key
+    return None
 
 
 @collector_paused()

@@ -11,13 +11,14 @@ import pytest
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine import symmetry
+from simulator.faults.step import StepFaultPlan
 from simulator.network.model import effective_capacity
 from simulator.parallel.experts import ep_group, expert_dp_group, group_images
 from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
-from simulator.simulation import network_settings, plan_cache, step_program
+from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, step_program
 from simulator.topology.loader import scenario_topology
 
 LAYOUT = Layout(tp=2, cp=1, pp=2, dp=2)  # rank = tp + 2 * pp + 4 * dp
@@ -346,7 +347,8 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     K/V all-gathers' cross-leaf flows unevenly: the backward receive of micro-batch 3 ended on the mirrors
     between 37.83 and 38.00 ms, so the stage-folded run (step equal to the bit) reported 1.904 ms of exposed
     pipeline communication per GPU against the unfolded 1.815. The step runs again with one rank per CP lane
-    (classes keyed by CP lane: 2 stages x 4 lanes), whose mirrors keep pace, and gives the unfolded figures."""
+    (classes keyed by CP lane: 2 stages x 4 lanes), whose mirrors keep pace, and gives the unfolded figures; it
+    runs before route classes since the stage fold's copies of each lane ended together (only the lanes apart)."""
     overrides = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4",
                  "parallelism.pp=2", "parallelism.dp=2", "parallelism.cp_algorithm=all_gather",
                  "collectives.protocol=simple")
@@ -358,6 +360,12 @@ def test_cp_all_gather_over_two_replicas_on_an_oversubscribed_fabric_folds_by_la
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["exposed_comm_s"] == pytest.approx(unfolded["exposed_comm_s"], rel=1e-12)
     assert folded["exposed_comm_s"]["pp"] == pytest.approx(0.0018145, rel=1e-4)
+    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", list(overrides))
+    topology = scenario_topology(loaded)
+    prepared = prepare_training(loaded, topology, StepFaultPlan())
+    assert len(prepared.step.program.ranks) == 4
+    _, _, kept_pace = run_step(prepared.step.program, topology, prepared.settings, plans=prepared.plans)
+    assert kept_pace.hand_offs and not kept_pace.hand_offs_within_lanes
 
 
 @pytest.mark.parametrize("batch_transfers", [symmetry.BATCH_TRANSFERS, 1])

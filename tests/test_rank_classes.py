@@ -11,11 +11,13 @@ representative (ranks 0 and 8), and the folded run is the unfolded one, rank for
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from simulator.config.loader import scenario_from_text
-from simulator.engine.fold_policy import program_indexes, route_step
+from simulator.engine import fold_policy
+from simulator.engine.fold_policy import FoldedStep, program_indexes, route_step
 from simulator.engine.rank_classes import rank_classes
 from simulator.faults.step import StepFaultPlan
 from simulator.parallel.experts import ep_group, group_images
@@ -167,8 +169,8 @@ def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
 
 WRAP_OVER_SHARED_NICS = WRAP_ON_UNLIKE_SPINES.replace(
     "spines: 2, oversubscription: 2}", "spines: 4, oversubscription: 2, nics_per_node: 4}\ncollectives: {channels: 2}")
-"""The wrap case with two GPUs per NIC and four spines: host 0's wraps to host 2 leave its even lanes over spine 3
-and its odd lanes over spine 1, so the lanes of one host meet the fabric unlike, which classes of whole hosts
+"""The wrap case with two GPUs per NIC and four spines: host 0's wraps to host 2 leave its even GPUs over spine 3
+and its odd GPUs over spine 1, so the TP rails of one host meet the fabric unlike, which classes of whole hosts
 cannot tell apart."""
 WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.8374 and 58.1944 ms"
 
@@ -200,3 +202,36 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     assert folded.pop("fold_off_reason").startswith(WRAP_LATE + " in the folded run (5 instances out of step, by "
                                                     "up to 0.357 ms)")
     assert folded == unfolded
+
+
+def test_hand_offs_apart_within_a_cp_lane_try_route_classes_before_lanes(monkeypatch):
+    """The wrap case with TP 4 x CP 2 on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and
+    1 ended apart (the spine hash tells the hosts apart, not the lanes), so one rank per lane cannot hold them to
+    one representative and route classes run first (4 of 32 ranks); their run falls out of step too (8
+    instances, a host's two lanes apart), then the lanes' (3 instances, the hosts apart), and the step runs
+    unfolded, figure for figure."""
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    loaded = scenario_from_text(text, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+    prepared = prepare_training(loaded, topology, StepFaultPlan())
+    assert prepared.step.program.ranks == (0, 16)
+    _, _, kept_pace = run_step(prepared.step.program, topology, network_settings(loaded, topology),
+                               plans=prepared.plans)
+    assert kept_pace.hand_offs_within_lanes and kept_pace.collectives == ""
+    tried: list[tuple[int, ...] | None] = []
+
+    def recorded(step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
+        def call(*args: object) -> FoldedStep | None:
+            found = step(*args)
+            tried.append(None if found is None else found.program.ranks)
+            return found
+        return call
+
+    monkeypatch.setattr(fold_policy, "route_step", recorded(fold_policy.route_step))
+    monkeypatch.setattr(fold_policy, "lane_step", recorded(fold_policy.lane_step))
+    folded = simulate(loaded).summary
+    assert tried == [(0, 8, 16, 24), (0, 4, 16, 20)]
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"])).summary
+    assert folded.pop("fold_off_reason").startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
+                                                    "between 46.4155 and 46.594 ms in the folded run (5 instances")
+    assert not folded["folded"] and folded == unfolded

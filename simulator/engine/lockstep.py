@@ -42,9 +42,13 @@ class Lockstep:
 
     collectives: str = ""
     hand_offs: str = ""
+    hand_offs_within_lanes: bool = False
+    """Whether some hand-off's copies in one CP lane (of those the caller named) ended apart: one rank per lane
+    would then hold copies that met the fabric unlike to one representative, as the stage fold did."""
 
 
-def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology) -> Lockstep:
+def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology,
+             lanes: np.ndarray | None = None) -> Lockstep:
     """Whether every kept mirror (``mirrors`` by op id) of the folded run logged in ``log`` ended each
     collective's plan when its group did, by the flows the log holds (a replica quotient logs the first
     replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
@@ -52,7 +56,8 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     ends of one instance's plans), so that a warning says how far the folded run may be from exact. A pipeline
     send/recv is held to it only by the mirrors whose hand-off takes the same hops as its own (`same_hops`):
     one routed inside a leaf group in one replica and across the spines in another is a known, accepted
-    difference (engine/symmetry.py)."""
+    difference (engine/symmetry.py). ``lanes``: each GPU's CP lane, where the run's layout has several, to say
+    whether copies of one lane ended apart."""
     numbers: dict[tuple[int, tuple[int, ...], bool], int] = {}
     sets: list[tuple[CollectiveOp, Mirrors]] = []
     of_key: dict[str, int] = {}
@@ -94,6 +99,10 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
         first.setdefault(hand_off, index)
         count[hand_off] += 1
         widest[hand_off] = max(widest[hand_off], float(latest[index] - earliest[index]))
+    within = False
+    if lanes is not None and True in first:
+        sends = np.array([key in op_of and op_of[key].op == "send_recv" for key in keys])[key_of]
+        within = _apart_within(ends[sends], key_of[sends], lanes[src[order][starts]][sends])
     reasons = {False: "", True: ""}
     for hand_off, index in first.items():
         op = op_of[keys[key_of[bounds[index]]]]
@@ -103,7 +112,17 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
             f"instance{'s' if count[hand_off] > 1 else ''} out of step, by up to {widest[hand_off] * 1e3:.3g} ms): "
             "the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, or a "
             "ring that runs the other way round through every other host), so one rank cannot stand for its stage")
-    return Lockstep(reasons[False], reasons[True])
+    return Lockstep(reasons[False], reasons[True], within)
+
+
+def _apart_within(ends: np.ndarray, key_of: np.ndarray, lane: np.ndarray) -> bool:
+    """Whether two plans of one instance (``key_of``) sent from one ``lane`` ended apart, of the plans'
+    ``ends`` (a plan's lane is its sender's)."""
+    pairs, which = np.unique(np.column_stack((key_of, lane)), axis=0, return_inverse=True)
+    latest, earliest = np.full(len(pairs), -np.inf), np.full(len(pairs), np.inf)
+    np.maximum.at(latest, which.ravel(), ends)
+    np.minimum.at(earliest, which.ravel(), ends)
+    return bool((latest - earliest > IN_STEP * latest).any())
 
 
 def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndarray:

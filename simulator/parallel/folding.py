@@ -45,8 +45,12 @@ def lane_classes(layout: Layout) -> RankClasses:
     hand-off's SMs, until a collective gathers the lanes. Classed by lane, each lane's representative (rail 0,
     replica 0) is timed under its own hand-offs and SM holds, and only the TP rails and DP replicas, whose
     hand-offs hash alike, are folded onto it."""
-    stage = np.array(layout.stage_ranks(0), dtype=np.int64)
-    return RankClasses(tuple(((stage // layout.stride("cp")) % layout.cp).tolist()))
+    return RankClasses(tuple(cp_lanes(layout)[np.array(layout.stage_ranks(0), dtype=np.int64)].tolist()))
+
+
+def cp_lanes(layout: Layout) -> np.ndarray:
+    """Each rank's context-parallel lane (its CP coordinate)."""
+    return (np.arange(layout.world) // layout.stride("cp")) % layout.cp
 
 
 def representatives(layout: Layout, fold: bool, classes: RankClasses | None = None) -> list[int]:
