@@ -9,6 +9,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
@@ -28,6 +29,9 @@ from simulator.sweep.options import (
     STUDIES,
     STUDY_CHARTS,
 )
+
+if TYPE_CHECKING:
+    from simulator.config.schema import ParallelismConfig
 
 EXIT_INPUT = 2
 """A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
@@ -57,7 +61,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = simulate(loaded, force=args.force, progress=progress)
         progress.phase("writing outputs")
         files = write_outputs(out, result, loaded)
-    _warn(result.summary.get("warnings", []), result.summary)
+    _warn(result.summary.get("warnings", []), result.summary, loaded.scenario.parallelism)
     if not args.quiet:
         from rich.console import Console
 
@@ -68,9 +72,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn(warnings: list[str] | tuple[str, ...], memory: dict, zero_stage: int | None = None) -> None:
+def _warn(warnings: list[str] | tuple[str, ...], memory: dict, parallelism: ParallelismConfig) -> None:
     """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal (rich
-    imported only then); ``zero_stage`` where ``memory`` has no layout (`oom_line`)."""
+    imported only then), with the remedies the scenario's ``parallelism`` leaves (`oom_line`)."""
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if memory.get("oom"):
@@ -78,7 +82,7 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, zero_stage: int |
 
         from simulator.console.report import oom_line
 
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory, zero_stage)}",
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {oom_line(memory, parallelism)}",
                                                                    style="bold red")
 
 
@@ -91,7 +95,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
         job, files = run_job(loaded, out, force=force, progress=progress,
-                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
+                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary,
+                                                                   loaded.scenario.parallelism))
     if not quiet:
         from rich.console import Console
 
@@ -122,9 +127,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {', '.join(map(str, sizes.sizes))}; {text}" if text else ""
     if args.strict and verdict.memory.get("oom"):
-        raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism.zero_stage),
+        raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism),
                            "a layout that fits in GPU memory")
-    _warn(verdict.warnings, dict(verdict.memory), loaded.scenario.parallelism.zero_stage)
+    _warn(verdict.warnings, dict(verdict.memory), loaded.scenario.parallelism)
     if not args.quiet:
         gpus = counted(topology.num_gpus, "GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
@@ -266,11 +271,13 @@ def _cmd_study(args: argparse.Namespace) -> int:
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
     intervals = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
+    from simulator import load_scenario
     from simulator.console.progress import RunProgress
 
+    parallelism = load_scenario(args.scenario, args.set).scenario.parallelism  # the points change no layout
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
-                          on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary))
+                          on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, parallelism))
     files = write_study(out, study)
     for curve in study["curves"]:
         steps, edge = _steps_and_edge(curve)
@@ -701,7 +708,7 @@ def _parser() -> argparse.ArgumentParser:
                             "default 1)")
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
-    study.add_argument("--quiet", action="store_true", help="no progress bar")
+    study.add_argument("--quiet", action="store_true", help="no progress bar (the results are printed all the same)")
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology",

@@ -56,6 +56,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "misindented-key": (scenario("cluster:\n  topology: dgx-h100\n model: {preset: llama3-8b}\n"), RUN, 2,
                         "s.yaml:3: YAML syntax error at column 2: expected <block end>, but found '<block mapping "
                         "start>' (allowed: the keys of one section indented alike"),
+    "key-under-a-value": (scenario("cluster:\n  topology: dgx-h100\n    nodes: 2\n"), RUN, 2,
+                          "s.yaml:3: YAML syntax error at column 10: mapping values are not allowed here (allowed: "
+                          "a key at its section's indentation (not deeper, under a key that has a value)"),
     "complex-key": (scenario("? [a, b]\n: 1\n" + COMM), RUN, 2, "a key must be a plain value"),
     "duplicate-key": (scenario(COMM + "cluster: {topology: dgx-h100}\n"), RUN, 2, "key given twice"),
     "empty-file": (scenario(""), RUN, 2, "a scenario must be a mapping"),

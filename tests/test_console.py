@@ -66,15 +66,18 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert main(["validate", scenario, "--strict"]) == 0
 
 
-@pytest.mark.parametrize("zero,remedies", [
-    (0, "(try ZeRO/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
-    (2, "(try ZeRO-3/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
-    (3, "(try recompute, more tp or pp, a smaller micro_batch)"),
+@pytest.mark.parametrize("sharding,remedies", [
+    ("parallelism.zero=0", "(try ZeRO/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.zero=2", "(try ZeRO-3/FSDP, recompute, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.zero=3", "(try recompute, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.fsdp=full_shard", "(try recompute, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.fsdp=hybrid_shard", "(try fsdp: full_shard, recompute, more tp or pp, a smaller micro_batch)"),
 ])
-def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, zero, remedies):
-    """A layout already sharded to ZeRO-3 (or FSDP) is not told to try ZeRO/FSDP: run, validate alike."""
+def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, sharding, remedies):
+    """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to try ZeRO/FSDP; hybrid_shard, sharded
+    inside each NVLink domain only, is told full_shard: run, validate alike."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
-    too_big = ["--set", f"parallelism.zero={zero}", "--set", "training.micro_batch=16", "--set",
+    too_big = ["--set", "parallelism.zero=0", "--set", sharding, "--set", "training.micro_batch=16", "--set",
                "training.global_batch=128"]
     assert main(["validate", scenario, *too_big]) == 0
     validated = capsys.readouterr().err

@@ -189,6 +189,19 @@ def test_layout_errors_name_the_field(run_yaml, override, field):
         assert error.value.problem.endswith(f" (with --set {override})")
 
 
+def test_a_section_check_names_each_kind_of_override_as_the_user_wrote_it():
+    """A check across a section stays at its line and names what wrote under it: a `--set`, a sweep axis at its
+    line, a command's option with the value as typed (not 'command line')."""
+    from simulator.config.loader import OptionSetting, Override, located_error
+
+    overrides = (Override(("checkpoint", "size"), "--set checkpoint.size=1TB"),
+                 Override(("checkpoint", "interval"), "sweep.yaml", line=4, field="axes[0]"),
+                 OptionSetting("--intervals", ("checkpoint", "interval"), 60.0, "1min").override())
+    error = located_error(("checkpoint",), "too slow", "", "job.yaml", {("checkpoint",): 7}, overrides)
+    assert (error.file, error.line) == ("job.yaml", 7)
+    assert error.problem == "too slow (with --set checkpoint.size=1TB, sweep.yaml:4, --intervals 1min)"
+
+
 def test_heads_must_divide_by_tp(run_yaml):
     with pytest.raises(ScenarioError) as error:
         run_yaml(LLAMA_8B_DP8, "parallelism.tp=8", "parallelism.dp=1", "model.heads=4", "model.kv_heads=4")

@@ -51,8 +51,11 @@ class Override:
 
     @property
     def where(self) -> str:
-        """Where the user wrote it, as an error message names it."""
-        return self.file if self.line is None else f"{self.file}:{self.line}"
+        """Where the user wrote it, as an error message names it: the `--set`, the sweep file's line, or a
+        command's option with the value as typed (`--intervals 1min`)."""
+        if self.line is not None:
+            return f"{self.file}:{self.line}"
+        return f"{self.field} {self.prefix.removesuffix(': ')}" if self.field else self.file
 
 
 @dataclass(frozen=True)

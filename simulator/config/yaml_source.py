@@ -52,6 +52,12 @@ _LineLoader.add_implicit_resolver(
 INDENTATION = "the keys of one section indented alike, deeper than the key above them (spaces, not tabs)"
 """What a misindented key breaks, for PyYAML's 'expected <block end>, but found ...'."""
 
+NESTED_UNDER_A_VALUE = ("a key at its section's indentation (not deeper, under a key that has a value), and a value "
+                        "holding ': ' in quotes")
+"""What PyYAML's 'mapping values are not allowed here' means: a key indented under a key that already has a value
+(`topology: x` then a deeper `nodes: 2`), or an unquoted ': ' inside a value."""
+
+
 def parse_value(text: str) -> object:
     """One YAML value as a scenario file reads it (`--set a.b=VALUE`): 1e8 is a float here too. Raises
     yaml.YAMLError for text that is no YAML value, or nests deeper than a scenario may."""
@@ -122,7 +128,8 @@ def parse_yaml_text(text: str, source: str, error: type[InputError]) -> tuple[ob
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         column = f" at column {mark.column + 1}" if mark is not None else ""
         # PyYAML words a misindented key as a block it expected to end, a tab as a character: say what is wrong.
-        allowed = INDENTATION if "<block" in problem or "'\\t'" in problem else ""
+        allowed = (INDENTATION if "<block" in problem or "'\\t'" in problem else
+                   NESTED_UNDER_A_VALUE if "mapping values are not allowed" in problem else "")
         raise error(f"YAML syntax error{column}: {problem}", file=source, line=line, allowed=allowed) from None
     except DuplicateKey as duplicate:
         raise error(f"key given twice (first on line {duplicate.first_line})", field=dotted(duplicate.path),

@@ -7,11 +7,16 @@ Reads only summary.json's keys and shows those present, so a summary that gains 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
 from simulator.units import counted, format_size
+
+if TYPE_CHECKING:
+    from simulator.config.schema import ParallelismConfig
 
 
 def format_seconds(value: float) -> str:
@@ -56,16 +61,17 @@ def _bottleneck(value: object) -> str:
     return text
 
 
-def oom_line(summary: dict, zero_stage: int | None = None) -> str:
+def oom_line(summary: dict, parallelism: ParallelismConfig) -> str:
     """The out-of-memory message of a summary ('' when the run fits). Its remedies leave out sharding the
-    layout already does to the full: ``zero_stage``, else the summary layout's (any ZeRO stage when unknown)."""
+    layout already does to the full (``parallelism``, the scenario's): ZeRO-3 or FSDP's full_shard."""
     if not summary.get("oom"):
         return ""
     stage = summary.get("peak_memory_stage")
     where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
-    if zero_stage is None:
-        zero_stage = summary.get("layout", {}).get("zero_stage", 0)
-    sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(zero_stage, "")
+    if parallelism.hybrid_shard:  # sharded inside each NVLink domain only
+        sharding = "fsdp: full_shard, "
+    else:
+        sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try {sharding}recompute, more tp or pp, a smaller "
             f"micro_batch)")
