@@ -1173,6 +1173,34 @@ def test_a_group_over_the_rest_of_a_stage_that_ep_spans_unseen_is_refused_naming
     assert caught.value.allowed.startswith("workload.traced_ep: the traced job's EP size, if not 4")
 
 
+@pytest.mark.parametrize(("world", "declared"), [(2, {}), (4, {"pp": 2})])
+def test_a_numbered_group_over_cp_ranks_that_fill_a_job_without_dp_is_refused_as_over_a_stage(world, declared):
+    """TP 1 x CP 2 and no DP, in one stage or two: the numbered group [0, 1] runs no all-to-all, and is the CP
+    group's or the gradients' (DATA_PARALLEL_GROUP_WITH_CP). Where it spans every rank (one stage) it counted as
+    the default group's DP unseen; now TP x CP x PP = the job's ranks leaves it no DP group, so it is refused as
+    in two stages. Told apart by a group described as CP, it is DP."""
+    groups = {"5": ProcessGroup("", (0, 1))}
+    sizes = TracedSizes(tp=1, cp=2, ep=1, **declared)
+    with pytest.raises(ScenarioError) as caught:
+        dimensions(groups, world, [], sizes)
+    assert (caught.value.field, caught.value.allowed.split(":")[0]) == ("workload.trace", "workload.traced_cp")
+    described = [ProcessGroup("CONTEXT_PARALLEL_GROUP", (0, 1))]
+    assert dimensions(groups, world, [], sizes, described).groups == {"5": "dp"}
+
+
+def test_an_ep_dispatch_of_the_cp_size_does_not_tell_the_cp_groups_apart():
+    """CP = EP = 4 in stages of 4 ranks (no TP, no DP): [0, 1, 2, 3] running uneven all-to-alls is EP's token
+    dispatch, which tells the EP groups apart but not CP's; the numbered group of the same ranks running none is
+    the CP group's or the gradients', refused naming traced_cp (it counted as DP, the dispatch taken to identify
+    CP too)."""
+    with pytest.raises(ScenarioError) as caught:
+        kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [], {"ep": True}, tp=1, pp=2, cp=4, ep=4)
+    assert caught.value.problem.startswith("process group 'dp' (ranks [0, 1, 2, 3]) spans the whole rest of its "
+                                           "pipeline stage, which context parallelism of 4 fills")
+    assert kinds_of({"ep": [0, 1, 2, 3], "dp": (0, 1, 2, 3)}, [], {"ep": True}, tp=1, pp=2, cp=1, ep=4) == {
+        "ep": "ep", "dp": "dp"}
+
+
 @pytest.mark.parametrize(("groups", "declared", "field", "problem"), [
     ({"1": (0, 1), "2": (0, 1, 2, 3)}, {}, "workload.trace",
      "process groups of 2 and 4 consecutive ranks ('1', '2'): which is tensor parallelism is unknown"),

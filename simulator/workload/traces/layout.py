@@ -14,7 +14,7 @@ pp that its ranks vary along, as a description naming several does: r varying ov
 stride is dp (refused where CP or EP of that size could own the group as well and the trace does not tell their groups
 apart); over a run of consecutive values short of it cp or ep (both take the places next to TP), whichever of the CP and
 EP sizes the run can be; t alone tp; p alone pp. The group of every rank counts as dp (the default group: a DDP or FSDP
-job's gradients, a step's loss), unless the declared sizes leave the job no data parallelism (TP x PP = its ranks). A
+job's gradients, a step's loss), unless the sizes leave the job no data parallelism (TP x CP x PP = its ranks). A
 point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in one
 CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told sizes),
 else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP nor DP (a Ulysses attention's
@@ -42,9 +42,9 @@ GROUP_KINDS: tuple[CommCategory, ...] = ("dp", "ep", "cp", "tp", "pp")
 (`DATA_PARALLEL_GROUP_WITH_CP`, `dp_shard_cp`, `EXPERT_DATA_PARALLEL_GROUP`), one spanning experts their
 tokens (`TENSOR_AND_EXPERT_PARALLEL_GROUP`)."""
 SIZED_KINDS: tuple[CommCategory, ...] = ("tp", "pp", "cp", "ep")
+"""The dimensions whose size `workload.traced_*` declares (PP: the number of stages)."""
 RUN_KINDS: tuple[CommCategory, ...] = ("cp", "ep")
 """The dimensions that take the places next to TP in a stage (Megatron-LM's and torchtitan's order)."""
-"""The dimensions whose size `workload.traced_*` declares (PP: the number of stages)."""
 LAYOUT_ALLOWED = ("a Process Group Description naming the group's dimension, or workload.traced_tp and "
                   "traced_pp giving the traced job's layout")
 
@@ -132,32 +132,40 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     kinds = {transfer: _transfer_kind(transfer, sizes, cp_groups) for transfer in dict.fromkeys(transfers)}
     pipeline = [(transfer.src, transfer.dst) for transfer, kind in kinds.items() if kind == "pp"]
     all_to_alls = all_to_alls or {}
-    identified = _identified(listed, [groups[name] for name in all_to_alls if name in groups], sizes)
+    identified = _identified(listed, [(groups[name], uneven) for name, uneven in all_to_alls.items() if name in groups],
+                             sizes)
     return Dimensions(_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls, identified), kinds)
 
 
-def _identified(listed: list[ProcessGroup], exchanging: list[ProcessGroup],
+def _identified(listed: list[ProcessGroup], exchanging: list[tuple[ProcessGroup, bool]],
                 sizes: TracedSizes) -> frozenset[CommCategory]:
     """CP and EP where the trace tells their groups apart from the gradients' groups of the same ranks: a group
-    described as that dimension alone, or one of its size among the ``exchanging`` groups (those running
-    all-to-alls: a Ulysses attention's, a token dispatch's)."""
+    described as that dimension alone, or one of the ``exchanging`` groups (those running all-to-alls: a Ulysses
+    attention's, a token dispatch's, each with whether one splits unevenly) that its description, else its size
+    alone (_run_reading), gives that dimension: with CP and EP of one size, an EP group's uneven dispatch
+    identifies EP, not CP."""
     named = {kind for group in listed for kind in RUN_KINDS if named_kinds(group.description) == {kind}}
-    exchange_sizes = {len(set(group.members)) for group in exchanging}
-    return frozenset(named | {kind for kind in RUN_KINDS if getattr(sizes, kind) in exchange_sizes})
+    exchanged = {named_kind(group.description) or _run_reading(len(set(group.members)), sizes, uneven)
+                 for group, uneven in exchanging}
+    return frozenset(named | {kind for kind in RUN_KINDS if kind in exchanged})
 
 
 def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],
                  declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
                  identified: frozenset[CommCategory]) -> dict[str, CommCategory]:
     """The dimension each group counts as: its description's, else its ranks' (dimensions); ``identified``: the
-    dimensions among CP and EP whose groups the trace tells apart (_identified)."""
+    dimensions among CP and EP whose groups the trace tells apart (_identified). The group of every rank is dp
+    (the default group) but where the declared TP or PP, or the CP size, leave the job no data parallelism
+    (TP x CP x PP = its ranks): it is then classified as any group, so a CP that spans the job is refused as
+    one that fills a stage is (_varying_kind)."""
     kinds = {name: named_kind(group.description) for name, group in groups.items()}
     unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
     if not unnamed:
         return {name: kind or "dp" for name, kind in kinds.items()}
     stage = _stage_size(world, transfers, sizes.pp)
     tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
-    no_dp = (declared.tp is not None or declared.pp is not None) and stage == tensor
+    no_dp = (any(size is not None for size in (declared.tp, declared.pp, sizes.cp))
+             and tensor * (sizes.cp or 1) * (world // stage) == world)
     for name, ranks in unnamed.items():
         default = len(set(ranks)) == world and name not in all_to_alls
         kinds[name] = (_varying_kind(name, tuple(sorted(ranks)), tensor, stage, sizes, all_to_alls.get(name),
@@ -329,14 +337,25 @@ def _gradients_or(name: str, ranks: tuple[int, ...], length: int, kind: CommCate
                          f"{kind.upper()}, or one of its size running all-to-alls, tells the others apart)")
 
 
+def _run_reading(length: int, sizes: TracedSizes, uneven: bool) -> CommCategory | None:
+    """CP or EP, whichever alone of the two sizes (a size not told being any) can be ``length`` for a group over
+    that many places next to TP (EP alone where its all-to-alls split ``uneven``ly); None where both or neither
+    can."""
+    could_cp, could_ep = sizes.cp in (None, length) and not uneven, sizes.ep in (None, length)
+    if could_cp == could_ep:
+        return None
+    return "cp" if could_cp else "ep"
+
+
 def _run_kind(name: str, ranks: tuple[int, ...], length: int, sizes: TracedSizes, uneven: bool) -> CommCategory:
     """A group over ``length`` consecutive places next to TP (short of its stage's, or all of them where the
     group runs all-to-alls): context parallelism, or expert parallelism (Megatron-LM and torchtitan
     put both there), whichever of the two sizes can be ``length`` (EP alone where an all-to-all of the group
     splits ``uneven``ly, as CP's never do); refused where both can (a size not told can be any) or neither."""
-    could_cp, could_ep = sizes.cp in (None, length) and not uneven, sizes.ep in (None, length)
-    if could_cp != could_ep:
-        return "cp" if could_cp else "ep"
+    reading = _run_reading(length, sizes, uneven)
+    if reading is not None:
+        return reading
+    could_cp = sizes.cp in (None, length) and not uneven
     group = (f"process group {name!r} (ranks {list(ranks)}) spans {length} consecutive places next to tensor "
              "parallelism in its pipeline stage")
     describe = "Process Group Descriptions naming the group's dimension"
