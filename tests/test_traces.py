@@ -1468,6 +1468,35 @@ def test_an_evenly_split_all_to_all_of_untold_cp_and_ep_is_refused_naming_both(t
         "group's), or Process Group Descriptions naming the group's dimension)")
 
 
+def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_are(tmp_path):
+    """Rank 1's even all-to-all has 2 Mi elements (4 MiB) in, rank 0's 4 Mi (8 MiB), neither listing splits (as
+    Chakra's never do): refused as members disagreeing on the size, not on split sizes the traces do not have."""
+    text = all_to_all_2rank(tmp_path, EVEN).replace("format: kineto", "format: kineto, traced_cp: 1")
+    seq_args(tmp_path / "traces", 1, 1, **{"In msg nelems": 2**21, "Out msg nelems": 2**21})
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (caught.value.problem, caught.value.allowed) == (
+        f"all_to_all seq 1 of process group '5': 4194304 bytes on rank 1, but 8388608 bytes on rank 0 "
+        f"({tmp_path / 'traces' / 'rank0.json'}: traceEvents[1])", "the same primitive and size on every member")
+
+
+def test_equal_split_sizes_replicate_as_an_even_all_to_all_and_unequal_ones_are_refused(tmp_path):
+    """PyTorch's list-form all_to_all records one split per tensor, equal or not: with `dp: 4` the two traced
+    ranks' all-to-all of 8 MiB in equal halves (CP 2 declared) replicates as the even one does, over four ranks
+    (3/4 x 8 = 6 MiB of CP per GPU), with the same step time (it was refused for listing splits); unequal
+    splits are refused, as replicas cannot share them."""
+    halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
+    results = []
+    for name, splits in (("split", halves), ("even", EVEN)):
+        text = all_to_all_2rank(tmp_path / name, splits).replace(
+            "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")
+        results.append(run(text, tmp_path / name)[1].summary)
+    assert results[0]["traffic_bytes_per_gpu"]["cp"] == pytest.approx(6 * MIB, rel=EXACT)
+    assert results[0]["step_time_s"] == results[1]["step_time_s"]
+    text = all_to_all_2rank(tmp_path / "uneven", UNEVEN).replace("format: kineto", "format: kineto, dp: 4")
+    assert refusal(text.replace("nodes: 2", "nodes: 4"), tmp_path / "uneven").field == "workload.dp"
+
+
 def cp_ring_job(folder: Path, ring_groups: str) -> None:
     """CP 2 x DP 2 on four ranks without TP or PP: each CP pair ([0, 1], [2, 3]) passes 1 MiB each way, as a ring
     attention's sends do, then each rank all-reduces 2 MiB over its numbered DP group ([0, 2], [1, 3]). The CP

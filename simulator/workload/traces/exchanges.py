@@ -60,11 +60,16 @@ def pair_bytes(group: tuple[int, ...], told: list[TracedShares], label: str) -> 
 def _tell(cells: dict[tuple[int, int], tuple[float, TracedShares]], pair: tuple[int, int], value: float,
           teller: TracedShares, label: str, group: tuple[int, ...]) -> None:
     """Record that ``teller``'s trace gives ``pair`` (sender, receiver places) ``value`` bytes, refusing a
-    figure that another trace gave otherwise."""
+    figure that another trace gave otherwise: by their split sizes, or, where neither trace lists any (Chakra's
+    never do), as members whose even all-to-alls differ in size."""
     known = cells.setdefault(pair, (value, teller))
     if abs(known[0] - value) <= AGREEMENT * max(known[0], value):
         return
     first = known[1]
+    if not (teller.sends or teller.receives or first.sends or first.receives):
+        raise trace_error(teller.file, teller.where, f"{label}: {teller.nbytes:.0f} bytes on rank {teller.rank}, but "
+                          f"{first.nbytes:.0f} bytes on rank {first.rank} ({first.file}: {first.where})",
+                          "the same primitive and size on every member")
     src, dst = (group[place] for place in pair)
     raise trace_error(teller.file, teller.where, f"{label}: rank {src} sends rank {dst} {value:.0f} bytes by rank "
                       f"{teller.rank}'s split sizes, but {known[0]:.0f} bytes by rank {first.rank}'s ({first.file}: "

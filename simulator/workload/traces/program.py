@@ -107,10 +107,11 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
         if peers:
             raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
                                 field="workload.dp", allowed="leave dp out for traces with pipeline stages")
-        if any(op.sends or op.receives for rank in traced for op in rank.ops):
-            raise ScenarioError("the trace's all-to-alls list split sizes per traced rank (expert parallelism), "
-                                "which replicas cannot share", field="workload.dp",
-                                allowed="leave dp out for traces with split all-to-alls")
+        if any(len(set(op.sends)) > 1 or len(set(op.receives)) > 1 for rank in traced for op in rank.ops):
+            raise ScenarioError("the trace's all-to-alls list unequal split sizes per traced rank (expert "
+                                "parallelism), which replicas cannot share", field="workload.dp",
+                                allowed="leave dp out for traces with uneven all-to-alls")
+        traced = _without_even_splits(traced)
         members = _replicated(members, world, config.dp)
         world = config.dp
     if world > topology.num_gpus:
@@ -273,6 +274,13 @@ def _all_to_alls(traced: list[TracedRank]) -> dict[str, bool]:
 def _transfer(rank: int, op: TracedOp) -> Transfer:
     """Rank ``rank``'s send or receive ``op`` as the transfer it is an end of."""
     return Transfer(rank, op.peer, op.description) if op.kind == "send" else Transfer(op.peer, rank, op.description)
+
+
+def _without_even_splits(traced: list[TracedRank]) -> list[TracedRank]:
+    """The traced ranks with split sizes that are all equal left out: such an all-to-all (PyTorch's list form
+    records one split per tensor, equal or not) is an even one, which replicas of the traced group share as
+    one without splits."""
+    return [replace(rank, ops=tuple(replace(op, sends=(), receives=()) for op in rank.ops)) for rank in traced]
 
 
 def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
