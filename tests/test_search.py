@@ -569,8 +569,9 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     compute = sum(b.forward_s + b.backward_input_s + b.backward_weight_s + b.recompute_s for b in blocks)
     sm_bound = sum(b.sm_bound_seconds(phase) for b in blocks for phase in PASSES)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
-    spans = sharded_microbatch_spans(plan, times, 0, sharded_unit_work(plan, times, 0, blocks))
-    toll = plan.microbatches * sharded_toll_s(spans_beside_compute(plan, spans), times, share, compute,
+    units = sharded_unit_work(plan, times, 0, blocks)
+    spans = sharded_microbatch_spans(plan, times, 0, units)
+    toll = plan.microbatches * sharded_toll_s(spans_beside_compute(plan, spans, units), times, share, compute,
                                               sm_bound / compute)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.03)

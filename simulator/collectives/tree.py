@@ -162,12 +162,6 @@ def _heights_depths(parent: dict[int, int]) -> tuple[dict[int, int], dict[int, i
     return height, depth
 
 
-def host_tree_all_reduce(hosts: list[list[int]], request: CollectiveRequest, channels: int,
-                         nic_of: Sequence[Hashable]) -> list[Phase]:
-    """NCCL's tree across hosts (`host_tree_edges`), up then down."""
-    return all_reduce_phases(host_tree_edges(hosts, channels, nic_of), request, channels)
-
-
 def all_reduce_edges(ranks: tuple[int, ...], hosts: list[list[int]], channels: int, nic_of: Sequence[Hashable]
                      ) -> tuple[list[Edge], list[Edge]]:
     """The (up, down) edges of the tree all-reduce over ``ranks`` (``hosts``: its members per host;

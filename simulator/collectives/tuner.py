@@ -591,7 +591,8 @@ def first_period_translate(topology: Topology, ranks: tuple[int, ...]) -> tuple[
     """``ranks`` moved by whole periods of the fabric's spine hash (topology/periods.py) so that the lowest lies in
     the first period, where every link maps onto a link alike (`Periods.exact`) and no fault has moved a route:
     a group and its translates then cross links alike, transfer for transfer, and have equal terms. Elsewhere
-    ``ranks`` as given."""
+    ``ranks`` as given. `Periods.exact` checks that links map forward onto links alike; unlike the plan cache,
+    which runs one moved copy of each class to check it, this trusts it (every bundled fabric is periodic)."""
     periods = kept(topology, ("periods",), lambda: (Periods.of(topology),))[0]
     if periods is None or not periods.exact or topology.routes_version:
         return ranks

@@ -225,7 +225,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
             spans = sharded_microbatch_spans(plan, times, rank, unit_work)
             beside = sum(seconds for seconds, _ in spans)
             if share is not None and compute > 0:
-                work += sharded_toll_s(spans_beside_compute(plan, spans), times, share, compute, sm_bound / compute)
+                beside_compute = spans_beside_compute(plan, spans, unit_work)
+                work += sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
             work = max(work + grad_copies_s(plan, params) / plan.microbatches
                        + reduce_scatter_waits_s(plan, times, rank, unit_work), beside)
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
@@ -674,9 +675,8 @@ def reduce_scatter_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, un
 def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
     """Seconds per step the forwards' starts hold ``rank``'s compute under ZeRO-3 gathering every micro-batch
     (``units`` in forward order): a forward waits for its first unit's gather and then for the second's (queued
-    behind it) less the first unit's forward. The step's first forward does; under PyTorch FSDP every forward
-    does (FSDP2's root pre-forward makes the all-gather streams wait for the compute stream), where DeepSpeed
-    gathers the next forward's first blocks during the backward before it. Under PyTorch FSDP without
+    behind it) less the first unit's forward. Every forward does (FSDP2's root pre-forward makes the all-gather
+    streams wait for the compute stream: the search's ZeRO-3 is PyTorch FSDP's). Under PyTorch FSDP without
     pipelining each forward after the first also waits, before its gathers, for the previous backward's last
     reduce-scatter, the first unit's, alone (FSDP2's root post-backward callback, `ProgramBuilder._end_backward`;
     the reduce-scatter before it is `reduce_scatter_waits_s`'s, the step's last backward's
@@ -693,7 +693,7 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
         opening += max(second - first.forward_s, 0.0)
     waits = (times.seconds(sharding.grad_reduction, group, first.params * sharding.grad_bytes)
              if waits_for_last_reduction(plan) else 0.0)
-    return (m if sharding.fsdp else 1) * opening + (m - 1) * waits
+    return m * opening + (m - 1) * waits
 
 
 def waits_for_last_reduction(plan: StepPlan) -> bool:
@@ -703,13 +703,15 @@ def waits_for_last_reduction(plan: StepPlan) -> bool:
     return sharding.fsdp and sharding.reduce_every_microbatch and plan.layout.pp == 1
 
 
-def spans_beside_compute(plan: StepPlan, spans: list[Span]) -> list[Span]:
-    """Of ``spans`` (`sharded_microbatch_spans`), those that run beside the compute: under PyTorch FSDP not the
-    first two units' gathers, which each forward's start waits for, nor the backward's last reduce-scatter where
-    the next forward waits for it (`microbatch_starts_s`)."""
+def spans_beside_compute(plan: StepPlan, spans: list[Span], units: list[ShardedUnit]) -> list[Span]:
+    """Of ``spans`` (`sharded_microbatch_spans` of ``units``: the forward's gathers first, one per unit with
+    parameters, the backward's last reduce-scatter last), those that run beside the compute: under PyTorch FSDP
+    not the first two units' gathers, which each forward's start waits for, nor the backward's last
+    reduce-scatter where the next forward waits for it (`microbatch_starts_s`)."""
     if not (plan.sharding.fsdp and plan.sharding.reshard_after_forward):
         return spans
-    return spans[2:-1] if waits_for_last_reduction(plan) else spans[2:]
+    opening = min(2, sum(1 for unit in units if unit.params > 0))
+    return spans[opening:-1] if waits_for_last_reduction(plan) else spans[opening:]
 
 
 def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
