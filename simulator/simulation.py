@@ -343,8 +343,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
-    rank per CP lane (`fold_policy.lane_step`) or else with ranks classed by their hand-offs' route loads
-    (`fold_policy.route_step`), either the unfolded run's timeline where its own mirrors keep pace, at a
+    rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' route loads
+    (`fold_policy.route_step`), route classes first where copies of one lane's hand-off ended apart, either
+    the unfolded run's timeline where its own mirrors keep pace, at a
     fraction of its cost; where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
     folded run stands with a warning."""
     from simulator.engine.fold_policy import unfolded_step

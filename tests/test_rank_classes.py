@@ -235,3 +235,31 @@ def test_hand_offs_apart_within_a_cp_lane_try_route_classes_before_lanes(monkeyp
     assert folded.pop("fold_off_reason").startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
                                                     "between 46.4155 and 46.594 ms in the folded run (5 instances")
     assert not folded["folded"] and folded == unfolded
+
+
+CROSS_RAIL_PP = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 2, oversubscription: 3}
+collectives: {channels: 2, protocol: simple}
+model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 4, pp: 4, dp: 4}
+"""
+"""tests/test_folding.py's cross-rail hand-offs (8 hosts, TP 4 x PP 4 x DP 4): each of a stage's four DP replicas
+is a TP group of four GPUs on its own host (stage 0 on hosts 0, 2, 4 and 6)."""
+
+
+def test_route_classes_come_from_the_signature_and_fall_back_to_hosts(monkeypatch):
+    """On the cross-rail fabric the route signature puts a stage's replicas 0 and 2 in one class and 1 and 3 in
+    the other (two representatives per stage), where classing by host gives each replica its own (four). Where
+    the signature gives no classes of equal size (here, stubbed, no classes at all) ranks are classed by host:
+    the fallback that the DeepSeek search candidate's fold (docs/studies.md) rests on."""
+    loaded = scenario_from_text(CROSS_RAIL_PP, "inline.yaml", [])
+    topology = scenario_topology(loaded)
+    plans = plan_cache(topology, network_settings(loaded, topology))
+    program = step_program(loaded, topology, fold=True)
+    shapes, order = program_indexes(program)
+    assert rank_classes(program, plans, shapes, order) is None
+    assert rank_classes(program, plans, shapes, order, routes=True) == RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2)
+    monkeypatch.setattr("simulator.engine.rank_classes._route_signatures", lambda *args: {})
+    assert rank_classes(program, plans, shapes, order, routes=True) == RankClasses((0,) * 4 + (1,) * 4 + (2,) * 4
+                                                                                  + (3,) * 4)

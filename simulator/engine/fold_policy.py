@@ -10,8 +10,9 @@ folded program; a job asks it of its straggler states before it meets them (`str
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
-classes keyed by CP lane) and then `route_step` (ranks classed also by their hand-offs' route loads) are tried before
-unfolding: the unfolded run where their own mirrors keep pace, at a fraction of its cost.
+classes keyed by CP lane) and `route_step` (ranks classed also by their hand-offs' route loads) are tried before
+unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`):
+the unfolded run where their own mirrors keep pace, at a fraction of its cost.
 """
 
 from __future__ import annotations
