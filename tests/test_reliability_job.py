@@ -331,12 +331,9 @@ storage: {capacity: 1 PB}
 """
 
 
-def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
-    """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
-    warning): 43.2e9 parameters / 8 at 18 B of plain data parallelism's state (bf16 weights, fp32 gradients,
-    Adam's 12 B) are 90.5 GiB per GPU, 96.0 GiB with activations and buffers, out of memory on an H100. Both
-    warnings are on stderr before the first replication draws its failures (they came after the whole job,
-    which can take minutes), once, and the layout's once in summary.json's warnings."""
+def stderr_before_each_draw(monkeypatch, capsys) -> list[str]:
+    """What stderr has received before each replication draws its failures, one entry per replication (a
+    job's or a study point's), filled in as the job runs."""
     import simulator.reliability.simulate as job_simulation
 
     draw = job_simulation.draw_arrivals
@@ -347,6 +344,16 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
         return draw(*args)
 
     monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
+    return before
+
+
+def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
+    """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
+    warning): 43.2e9 parameters / 8 at 18 B of plain data parallelism's state (bf16 weights, fp32 gradients,
+    Adam's 12 B) are 90.5 GiB per GPU, 96.0 GiB with activations and buffers, out of memory on an H100. Both
+    warnings are on stderr before the first replication draws its failures (they came after the whole job,
+    which can take minutes), once, and the layout's once in summary.json's warnings."""
+    before = stderr_before_each_draw(monkeypatch, capsys)
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
     assert main(["run", str(scenario), "--out", str(tmp_path / "job"), "--quiet"]) == 0

@@ -331,17 +331,9 @@ def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path,
     """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
     warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
     failure; the points (two intervals, two replications each) change no step, so nothing more is said."""
-    import simulator.reliability.simulate as job_simulation
-    from tests.test_reliability_job import OOM_JOB
+    from tests.test_reliability_job import OOM_JOB, stderr_before_each_draw
 
-    draw = job_simulation.draw_arrivals
-    before: list[str] = []
-
-    def drawing(*args):
-        before.append(capsys.readouterr().err)
-        return draw(*args)
-
-    monkeypatch.setattr(job_simulation, "draw_arrivals", drawing)
+    before = stderr_before_each_draw(monkeypatch, capsys)
     scenario = tmp_path / "job.yaml"
     scenario.write_text(OOM_JOB)
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
