@@ -109,11 +109,12 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     between = [shape for shape, op in enumerate(shapes.firsts)
                if op.nbytes and len(np.unique(host[np.array(op.group, dtype=np.int64)])) > 1]
     hand_offs = [shape for shape in between if shapes.firsts[shape].op == "send_recv"]
-    counts = {shape: _transfers_between_hosts(plans, shapes.firsts[shape], host, links) for shape in between}
+    routes = {shape: _copy_transfers(plans, shapes.firsts[shape], host) for shape in between}
+    counts = {shape: _transfers_between_hosts(routes[shape], links) for shape in between}
     overlaps = overlapping(shapes, order, between)
     found: dict[int, list[bytes]] = {}
     for shape in hand_offs:
-        ends, table = _copy_routes(plans, shapes.firsts[shape], links)
+        ends, table = _copy_routes(shapes.firsts[shape], routes[shape], links)
         for number, met_by in enumerate([(), *overlaps(shape)]):
             load = np.append(sum((counts[other] for other in met_by), counts[shape]), -1)[table]
             if (load == load[0]).all():
@@ -125,23 +126,30 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     return {h: b"".join(sorted(entries)) for h, entries in found.items()}
 
 
-def _transfers_between_hosts(plans: PlanCache, op: CollectiveOp, host: np.ndarray, links: int) -> np.ndarray:
-    """How many of the transfers between hosts of ``op``'s plans (over its group and every mirror, all phases)
-    cross each directed link."""
+CopyTransfers = list[list[tuple[Sequence[int], bool]]]
+"""Per copy of a collective (its group, then its mirrors), each transfer of its plan in order as its route's
+links and whether it runs between hosts."""
+
+
+def _copy_transfers(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> CopyTransfers:
+    """``op``'s transfers, copy by copy, with their routes (walked once for the counts and the route table)."""
     topology = plans.topology
-    crossed = [link for copy in (op.group, *op.mirrors) for phase in plans.phases(op, copy)
-               for t in phase.transfers if host[t.src] != host[t.dst]
-               for link in topology.path(t.src, t.dst, t.channel)]
+    return [[(topology.path(t.src, t.dst, t.channel), bool(host[t.src] != host[t.dst]))
+             for phase in plans.phases(op, copy) for t in phase.transfers] for copy in (op.group, *op.mirrors)]
+
+
+def _transfers_between_hosts(transfers: CopyTransfers, links: int) -> np.ndarray:
+    """How many of the transfers between hosts of a collective (over its group and every mirror, all phases)
+    cross each directed link."""
+    crossed = [link for copy in transfers for path, between in copy if between for link in path]
     return np.bincount(np.array(crossed, dtype=np.int64), minlength=links)
 
 
-def _copy_routes(plans: PlanCache, op: CollectiveOp, links: int) -> tuple[np.ndarray, np.ndarray]:
+def _copy_routes(op: CollectiveOp, transfers: CopyTransfers, links: int) -> tuple[np.ndarray, np.ndarray]:
     """Each copy of the hand-off ``op`` (its group, then its mirrors) as its two ends, and as the links of its
     transfers' routes in plan order, padded with ``links`` (one past the last link id) to the longest."""
-    topology = plans.topology
     copies = (op.group, *op.mirrors)
-    paths = [[link for phase in plans.phases(op, copy) for t in phase.transfers
-              for link in topology.path(t.src, t.dst, t.channel)] for copy in copies]
+    paths = [[link for path, _ in copy for link in path] for copy in transfers]
     table = np.full((len(paths), max(map(len, paths))), links, dtype=np.int64)
     for row, path in enumerate(paths):
         table[row, :len(path)] = path
