@@ -436,8 +436,8 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     go out well before the end. The kernels' SMs slow the kernels beside them
     (`SmShare.overlap_delay`): the last reduction starts that much later, unless the queue already ended
     later. Where every micro-batch reduce-scatters, its slot holds the reductions and their toll: only the
-    last unit's is left. Pipelined FSDP reduces after the
-    chunk (`estimate_step_s`): no tail here."""
+    last unit's is left. Pipelined FSDP reduces after the chunk (`estimate_step_s`), and stages without
+    weights have nothing to reduce: no tail there."""
     layout, sharding = plan.layout, plan.sharding
     group = layout.combined_group(("dp", "cp"), rank)
     pp_rank = layout.coords(rank)["pp"]
@@ -455,6 +455,8 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     else:
         queue = [(finished[keys[-1]] if sharding.overlap else clock, nbytes)
                  for keys, nbytes in gradient_buckets(enumerate(ready), sharding.grad_bytes, sharding.bucket_bytes)]
+    if not queue:  # stages without weights (a synthetic model's): nothing to reduce
+        return backward, 0.0
     end, last, busy = 0.0, 0.0, 0.0
     for ready_s, nbytes in queue:
         last = times.seconds(sharding.grad_reduction, group, nbytes)
