@@ -113,7 +113,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from simulator.console.report import memory_line, oom_line, skipped_sizes_text
     from simulator.preflight import validate
     from simulator.scale import sized_topology
-    from simulator.units import counted
+    from simulator.units import counted, number_ranges
     from simulator.workload.memory_plan import GIB
 
     loaded = load_scenario(args.scenario, args.set)
@@ -125,7 +125,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
         sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
-        skipped = f"elastic sizes: {', '.join(map(str, sizes.sizes))}; {text}" if text else ""
+        skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism),
                            "a layout that fits in GPU memory")

@@ -170,6 +170,18 @@ def counted(number: object, one: str, many: str = "") -> str:
     return f"{shown} {one if number == 1 else (many or one + 's')}"
 
 
+def number_ranges(numbers) -> str:
+    """Whole numbers, ascending, with each run of three or more consecutive ones as 'first to last': an elastic
+    job's sizes on 128 replicas read '22 to 128', not 107 numbers; [3, 4] stays '3, 4'."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(f"{run[0]} to {run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)
+
+
 def format_count(count: float) -> str:
     """A count for a message: whole and with thousands separators, 4 significant digits from 10^15 on (a count
     derived from a 1e300 s horizon has hundreds of digits): 27648096 -> '27,648,096', 6.48e299 -> '6.48e+299'."""

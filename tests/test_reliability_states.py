@@ -406,6 +406,18 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
         "restart.elastic: false)\n")
 
 
+def test_an_elastic_jobs_sizes_print_runs_as_ranges():
+    """The 405B job made elastic without spares runs on 22 to 128 replicas (21 and fewer are out of memory): its
+    table and `validate` listed all 107 sizes and the 21 skipped, number by number; runs of three or more
+    consecutive sizes now read 'first to last', pairs and gaps as they are."""
+    from simulator.units import number_ranges
+
+    assert number_ranges(range(22, 129)) == "22 to 128"
+    assert number_ranges([1, 2]) == "1, 2"
+    assert number_ranges([1, 2, 4, 6, 7, 8]) == "1, 2, 4, 6 to 8"
+    assert number_ranges([]) == ""
+
+
 def test_the_job_plan_carries_the_elastic_sizes_it_was_checked_with(monkeypatch):
     """The ZeRO-3 job above: its sizes are checked once (elastic_sizes), and the plan every replication reads
     carries them whole: 3 and 4 run, 1 and 2 skipped for memory against the H100's 79.6 GiB. job_summary.json's

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
-from simulator.units import counted, format_size
+from simulator.units import counted, format_size, number_ranges
 
 if TYPE_CHECKING:
     from simulator.config.schema import ParallelismConfig
@@ -279,8 +279,9 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
     if not out_of_memory_gib or capacity_gib is None:
         return ""
     largest = max(out_of_memory_gib, key=int)
-    return (f"{', '.join(out_of_memory_gib)} skipped, out of memory: {out_of_memory_gib[largest]:,.1f} GiB per GPU "
-            f"on {largest}, the GPU holds {capacity_gib:.1f} GiB")
+    skipped = number_ranges(sorted(map(int, out_of_memory_gib)))
+    return (f"{skipped} skipped, out of memory: {out_of_memory_gib[largest]:,.1f} GiB per GPU on {largest}, the GPU "
+            f"holds {capacity_gib:.1f} GiB")
 
 
 def job_table(job: dict) -> Table:
@@ -323,7 +324,7 @@ def job_table(job: dict) -> Table:
                             for size, value in replicas["running_s"].items() if value["mean"])
         skipped = skipped_sizes_text(replicas["out_of_memory_gib"], replicas["memory_capacity_gib"])
         table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "
-                      f"regrows{_regrowing(replicas)} (sizes {', '.join(map(str, replicas['sizes']))}"
+                      f"regrows{_regrowing(replicas)} (sizes {number_ranges(replicas['sizes'])}"
                       f"{'; ' + skipped if skipped else ''}; {replicas['elastic_batch']}, "
                       f"regrow {replicas['regrow']}); running on " + (running or "none"))
     checkpoint = job["checkpoint"]
