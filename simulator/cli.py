@@ -262,7 +262,6 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
-    from simulator.console.report import format_seconds
     from simulator.reliability.study import parse_intervals, parse_multipliers, run_study, write_study
 
     out = output_folder(args.out)
@@ -280,13 +279,29 @@ def _cmd_study(args: argparse.Namespace) -> int:
                           on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, parallelism))
     files = write_study(out, study)
     for curve in study["curves"]:
-        steps, edge = _steps_and_edge(curve)
-        print(f"rate x {curve['rate_multiplier']:g}: best interval {format_seconds(curve['best_interval_s'])}, "
-              f"{steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}" +
-              (f"; Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
-               if curve["young_interval_s"] is not None else "; no failures expected, so no Young or Daly interval"))
+        print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
+
+
+def _study_line(curve: dict) -> str:
+    """One multiplier's line: its system MTBF, the best interval tried (or, with one interval, that interval and
+    its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals."""
+    from simulator.console.report import format_seconds, long_duration
+
+    mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""
+    steps, edge = _steps_and_edge(curve)
+    interval = format_seconds(curve["best_interval_s"])
+    if len(curve["points"]) == 1:
+        point = curve["points"][0]
+        spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%"
+                  if point["ettr_ci95_low"] is not None else "")
+        result = f"interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%{spread})"
+    else:
+        result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
+    optimum = (f"; Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
+               if curve["young_interval_s"] is not None else "; no failures expected, so no Young or Daly interval")
+    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}{optimum}"
 
 
 def _steps_and_edge(curve: dict) -> tuple[str, str]:

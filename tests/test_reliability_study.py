@@ -138,7 +138,7 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     young = math.sqrt(2 * first["checkpoint_cost_s"] * M)  # sqrt(2 C M), C = 60 s: 1,138.42 s
     assert first["young_interval_s"] == pytest.approx(young, rel=1e-12)
     printed = capsys.readouterr().out.splitlines()[0]
-    assert printed.startswith("rate x 1: best interval ") and "; Young 1138 s, Daly " in printed
+    assert printed.startswith("rate x 1 (MTBF 3.0 h): best interval ") and "; Young 1138 s, Daly " in printed
     assert f"(ETTR {100 * first['best_ettr']:.2f}%)" in printed  # a percentage, as the job's table prints it
     rows = pd.read_csv(out / "study.csv", dtype=str)
     assert set(rows["young_interval_s"]) == {"1138.42", f"{young / math.sqrt(2):.6g}"}  # x 2: M / 2
@@ -147,11 +147,12 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     assert (out / "goodput.png").stat().st_size > 10_000
 
 
-def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path):
+def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, capsys):
     """A scenario with `faults.rate_multiplier: 2` (one failing unit with a 3 h MTBF, so 1.5 h): its study's
     x 1 curve is that scenario, MTBF 1.5 h, and x 2 is 0.75 h. The study set the field to the multiplier
     instead, so a checkpoint-interval study (multiplier 1 by default) ran the job at half its failure rate
-    and its Young and Daly intervals were those of a 3 h MTBF."""
+    and its Young and Daly intervals were those of a 3 h MTBF. Each line names its MTBF, and with one interval
+    that interval's ETTR, not a 'best interval' (the only one tried)."""
     scenario = tmp_path / "job.yaml"
     text = job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1")
     scenario.write_text(text.replace("faults:\n", "faults:\n  rate_multiplier: 2\n"))
@@ -162,6 +163,12 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path):
     assert [curve["rate_multiplier"] for curve in curves] == [1.0, 2.0]
     assert [curve["mtbf_s"] for curve in curves] == pytest.approx([M / 2, M / 4], rel=1e-12)
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
+    lines = capsys.readouterr().out.splitlines()
+    ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 1200 s, 3,888 steps (ETTR {ettr[0]:.2f}%); Young 805 s, "
+                         "Daly 765.5 s",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
+                         f"rate x 2 (MTBF 45.0 min): interval 1200 s, 3,888 steps (ETTR {ettr[1]:.2f}%); "
+                         "Young 569.2 s, Daly 529.9 s"]
 
 
 def test_force_runs_a_study_point_past_the_job_event_limit(tmp_path, monkeypatch, capsys):

@@ -255,7 +255,7 @@ def _mean_ci(interval: dict, text) -> str:
     return f"{text(interval['mean'])} (95%: {text(interval['ci95_low'])} to {text(interval['ci95_high'])})"
 
 
-def _long_duration(seconds: float) -> str:
+def long_duration(seconds: float) -> str:
     """A duration of a job's scale: hours, minutes or seconds, whichever reads best."""
     if seconds >= 3600:
         return f"{seconds / 3600:,.1f} h"
@@ -270,7 +270,7 @@ def _regrowing(replicas: dict) -> str:
     if not restarts and not cut:
         return ""
     short = f", {cut:,.1f} more cut short by a failure" if cut else ""
-    return f", {restarts:,.1f} restarts to regrow ({_long_duration(replicas['regrow_restart_s']['mean'])}{short})"
+    return f", {restarts:,.1f} restarts to regrow ({long_duration(replicas['regrow_restart_s']['mean'])}{short})"
 
 
 def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float | None) -> str:
@@ -309,17 +309,17 @@ def job_table(job: dict) -> Table:
     causes = sorted(((name, value) for name, value in interruptions["by_cause"].items() if value["mean"] > 0),
                     key=lambda item: (-item[1]["mean"], item[0]))[:3]
     most = ", ".join(f"{labels.get(name, {}).get('label', name)} {value['mean']:,.1f}" for name, value in causes)
-    mtbf = f" (MTBF {_long_duration(job['mtbf_s'])})" if job.get("mtbf_s") else ""
+    mtbf = f" (MTBF {long_duration(job['mtbf_s'])})" if job.get("mtbf_s") else ""
     table.add_row("interruptions", _mean_ci(interruptions["unexpected"], lambda value: f"{value:,.1f}")
                   + f" unexpected{mtbf}, {interruptions['planned']['mean']:,.1f} planned"
                   + (f"; most: {most}" if most else ""))
     times = job["time_s"]
-    lost = [f"{label} {_long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
+    lost = [f"{label} {long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
             for part, label in TIME_LOST if times.get(part, {}).get("mean")]
     table.add_row("time lost", ", ".join(lost) or "none")
     replicas = job.get("replicas")
     if job.get("elastic") and replicas:
-        running = ", ".join(f"{counted(int(size), 'replica')} {_long_duration(value['mean'])} "
+        running = ", ".join(f"{counted(int(size), 'replica')} {long_duration(value['mean'])} "
                             f"({_share(value['mean'] / horizon)})"
                             for size, value in replicas["running_s"].items() if value["mean"])
         skipped = skipped_sizes_text(replicas["out_of_memory_gib"], replicas["memory_capacity_gib"])
@@ -340,6 +340,6 @@ def print_job_report(job: dict, step: dict, console: Console) -> None:
     """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
     horizon = job["horizon_s"]
     days = f"{horizon / 86400:,.4g}"
-    span = f"{days} {'day' if days == '1' else 'days'}" if horizon >= 86400 else _long_duration(horizon)
+    span = f"{days} {'day' if days == '1' else 'days'}" if horizon >= 86400 else long_duration(horizon)
     console.print(f"{_layout_line(step)}, {span}, {counted(job['replications'], 'replication')}", highlight=False)
     _print_table(console, job_table(job))
