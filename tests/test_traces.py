@@ -1201,6 +1201,37 @@ def test_an_ep_dispatch_of_the_cp_size_does_not_tell_the_cp_groups_apart():
         "ep": "ep", "dp": "dp"}
 
 
+@pytest.mark.parametrize(("declared", "transfers", "allowed", "telling", "told"), [
+    ({"tp": 1, "pp": 4, "cp": 2}, [], "workload.traced_cp: the traced job's CP size, if not 2; or Process Group "
+     "Descriptions naming the group's dimension (a group described as CP alone, or one of 2 ranks running evenly "
+     "split all-to-alls where the traced job's EP size is told and is not 2, tells the others apart)",
+     ({"ep": 1}, False, "cp"), ({}, False, None)),
+    ({"tp": 1, "ep": 4}, [(0, 4)], "workload.traced_ep: the traced job's EP size, if not 4; or Process Group "
+     "Descriptions naming the group's dimension (a group described as EP alone, or one of 4 ranks running "
+     "all-to-alls that split unevenly, or where the traced job's CP size is told and is not 4, tells the others "
+     "apart)", ({"cp": 1}, False, "ep"), ({"cp": 4}, True, None)),
+])
+def test_a_group_the_gradients_may_share_is_refused_naming_the_all_to_alls_that_tell_it_apart(
+        declared, transfers, allowed, telling, told):
+    """The numbered group [0, 1] (CP 2 filling stages of 2 ranks) or [0, 1, 2, 3] (EP 4 beside DP in stages of 4)
+    runs no all-to-all and may be that dimension's or the gradients': refused, and the allowed text says which
+    all-to-all group tells them apart (an all-to-all group of that size told apart whatever it read as, before
+    7842363). The one it names does: the group then counts as DP. One it does not name does not: with EP 4 and CP
+    4 an uneven dispatch reads as EP, not CP's; with CP 2 and EP not told an even one reads as neither (refused,
+    here for that group itself)."""
+    size = 2 if "cp" in declared else 4
+    ranks = tuple(range(size))
+    with pytest.raises(ScenarioError) as caught:
+        kinds_of({"dp": ranks}, transfers, **declared)
+    assert caught.value.allowed == allowed
+    more, uneven, kind = telling
+    assert kinds_of({"dp": ranks, "a2a": list(ranks)}, transfers, {"a2a": uneven}, **declared, **more) == {
+        "dp": "dp", "a2a": kind}
+    more, uneven, _ = told
+    with pytest.raises(ScenarioError):
+        kinds_of({"dp": ranks, "a2a": list(ranks)}, transfers, {"a2a": uneven}, **{**declared, **more})
+
+
 @pytest.mark.parametrize(("groups", "declared", "field", "problem"), [
     ({"1": (0, 1), "2": (0, 1, 2, 3)}, {}, "workload.trace",
      "process groups of 2 and 4 consecutive ranks ('1', '2'): which is tensor parallelism is unknown"),
@@ -1332,8 +1363,8 @@ def test_a_numbered_reduction_over_the_cp_ranks_of_a_job_without_dp_is_refused_u
         "its pipeline stage, which context parallelism of 2 fills (no data parallelism), and runs no all-to-all: the "
         "CP group's, or the gradients' reduced over the CP ranks (Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP), is "
         "unknown (allowed: workload.traced_cp: the traced job's CP size, if not 2; or Process Group Descriptions "
-        "naming the group's dimension (a group described as CP, or one of its size running all-to-alls, tells the "
-        "others apart))")
+        "naming the group's dimension (a group described as CP alone, or one of 2 ranks running evenly split "
+        "all-to-alls where the traced job's EP size is told and is not 2, tells the others apart))")
     pairs_job(tmp_path, {"6": ("CONTEXT_PARALLEL_GROUP", [0, 2]), "7": ("CONTEXT_PARALLEL_GROUP", [1, 3])})
     _, result = run(text, tmp_path)
     traffic = result.summary["traffic_bytes_per_gpu"]

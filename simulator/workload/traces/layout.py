@@ -321,8 +321,10 @@ def _gradients_or(name: str, ranks: tuple[int, ...], length: int, kind: CommCate
     gradients'. Megatron-LM reduces gradients over DATA_PARALLEL_GROUP_WITH_CP, the CP group's ranks where DP is 1,
     while its CP group runs all-gathers and reduce-scatters (Transformer Engine's all_gather variant) and the
     loss's all-reduce; where EP spans a stage's data-parallel ranks, its all-gather token dispatcher runs
-    all-gathers and reduce-scatters over the DP group's ranks. A group described as that dimension, or one of
-    its size running all-to-alls, tells the others apart (they are the gradients')."""
+    all-gathers and reduce-scatters over the DP group's ranks. What tells the others apart (they are then the
+    gradients') is what _identified reads: a group described as that dimension alone, or one running all-to-alls
+    that its description, else its size and splits (_run_reading), give that dimension; the allowed text says
+    which all-to-alls those are for ``kind``."""
     group = f"process group {name!r} (ranks {list(ranks)}) spans the whole rest of its pipeline stage"
     if kind == "cp":
         problem = (f"{group}, which context parallelism of {length} fills (no data parallelism), and runs no "
@@ -331,10 +333,16 @@ def _gradients_or(name: str, ranks: tuple[int, ...], length: int, kind: CommCate
     else:
         problem = (f"{group}, as expert parallelism of {length} does beside data parallelism, and runs no "
                    "all-to-all: the EP group's (a token dispatch by all-gather), or the DP group's, is unknown")
+    if kind == "cp":
+        reads = (f"one of {length} ranks running evenly split all-to-alls where the traced job's EP size is told "
+                 f"and is not {length}")
+    else:
+        reads = (f"one of {length} ranks running all-to-alls that split unevenly, or where the traced job's CP size "
+                 f"is told and is not {length}")
     return ScenarioError(problem, field="workload.trace",
                          allowed=f"workload.traced_{kind}: the traced job's {kind.upper()} size, if not {length}; or "
                          "Process Group Descriptions naming the group's dimension (a group described as "
-                         f"{kind.upper()}, or one of its size running all-to-alls, tells the others apart)")
+                         f"{kind.upper()} alone, or {reads}, tells the others apart)")
 
 
 def _run_reading(length: int, sizes: TracedSizes, uneven: bool) -> CommCategory | None:
