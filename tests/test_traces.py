@@ -706,6 +706,109 @@ def test_one_chakra_stage_traced_alone_sends_to_the_untraced_stage_over_the_netw
         "the network as soon as this rank reaches them, the peer taken as ready"]
 
 
+PIPELINE_GROUPS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 4},
+                   {"pg_name": "2", "pg_desc": "undefined", "ranks": [1, 2, 3], "group_size": 3},
+                   {"pg_name": "3", "pg_desc": "undefined", "ranks": [0, 1], "group_size": 2}]
+"""A 4-rank job's process groups as PyTorch's execution-trace observer records them: the default group, a
+pipeline group of ranks 1-3 and a two-rank pipeline group of ranks 0 and 1."""
+
+
+def launched(kind: str, group: str, place: int | None, first_id: int, deps: list[int]) -> list[dict]:
+    """A send or receive of 32 MiB in process group ``group`` as Chakra's converter writes it from a PyTorch
+    execution trace: no comm_dst / comm_src, and (``place`` not None) the record_param_comms CPU op that launched
+    it, kept as a node of its own and the GPU node's control dependency, its inputs the text of PyTorch's
+    RECORD_PARAM_COMMS_DATA list (input tensors, (seq, is-p2p), (group name, description), the peer's rank in the
+    group, the name, split sizes, global rank start and stride, the group's size)."""
+    node = {"id": first_id + 1, "name": "ncclDevKernel_SendRecv", "type": f"COMM_{kind.upper()}_NODE",
+            "dataDeps": deps, "attr": [{"name": "comm_size", "int64Val": ALLREDUCE_BYTES},
+                                       {"name": "pg_name", "stringVal": group},
+                                       {"name": "is_cpu_op", "boolVal": False}]}
+    if place is None:
+        return [node]
+    values = [[[7, 8, 0, ALLREDUCE_BYTES // 2, 2, "cuda:0"]], [12, True], [group, "undefined"], place, kind, [], [],
+              0, 1, 3]
+    launcher = {"id": first_id, "name": "record_param_comms", "type": "COMP_NODE", "dataDeps": deps,
+                "inputs": {"values": str(values), "shapes": "[]", "types": "[]"},
+                "attr": [{"name": "is_cpu_op", "boolVal": True}]}
+    return [launcher, {**node, "ctrlDeps": [first_id], "dataDeps": [first_id]}]
+
+
+def p2p_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
+    """Chakra traces of ranks 0-3 of the job of PIPELINE_GROUPS (``ranks``: each rank's nodes after the
+    process-group metadata, node 1), on four single-GPU hosts of 25 Gb/s Ethernet; returns the scenario."""
+    meta = {"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
+            "inputs": {"values": str([json.dumps(PIPELINE_GROUPS)])}}
+    for rank, nodes in ranks.items():
+        (folder / f"rank{rank}.json").write_text(json.dumps([meta, *nodes]))
+    return (f"cluster: {{topology: ethernet-100g, nodes: 4, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
+
+
+IDLE = {"id": 2, "name": "idle", "type": "COMP_NODE", "durationMicros": 10}
+
+
+def test_chakra_sends_and_receives_without_peers_take_them_from_their_launching_record_param_comms(tmp_path):
+    """Chakra's converter writes no comm_dst / comm_src on the send and receive nodes it makes from a PyTorch
+    execution trace (they were refused for the missing peer), but keeps the record_param_comms op that launched
+    each, whose inputs hold the peer's rank in the group (ProcessGroupNCCL::send passes its destination there):
+    over pipeline group [1, 2, 3], rank 1 sends to group rank 1 (rank 2), which receives from group rank 0 (rank
+    1) and then sends to group rank 2 (rank 3). The step is the two 32 MiB transfers one after the other, each
+    the closed form between two hosts; rank 0 idles 10 us."""
+    text = p2p_job(tmp_path, {0: [IDLE], 1: launched("send", "2", 1, 2, []),
+                              2: [*launched("recv", "2", 0, 2, []), *launched("send", "2", 2, 4, [3])],
+                              3: launched("recv", "2", 1, 2, [])})
+    _, result = run(text, tmp_path)
+    flows = result.timeline[result.timeline["kind"] == "flow"]
+    assert list(zip(flows["src"], flows["dst"], flows["bytes"], strict=True)) == [
+        (1, 2, ALLREDUCE_BYTES), (2, 3, ALLREDUCE_BYTES)]
+    assert list(flows["start_s"]) == pytest.approx([0.0, transfer_s(25e9)], rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(2 * transfer_s(25e9), rel=EXACT)
+
+
+def test_chakra_sends_and_receives_of_a_two_rank_group_take_its_other_member_as_the_peer(tmp_path):
+    """Without a record_param_comms node, the peer of a transfer in a process group of two ranks is the one that
+    is not the file's own (its place in the file order): rank 0's send in group [0, 1] reaches rank 1, whose
+    receive waits for it before 100 us of compute; the step is the transfer's closed form plus that compute."""
+    after = {"id": 4, "name": "after", "type": "COMP_NODE", "dataDeps": [3], "durationMicros": 100}
+    text = p2p_job(tmp_path, {0: launched("send", "3", None, 2, []), 1: [*launched("recv", "3", None, 2, []), after]})
+    _, result = run(text, tmp_path)
+    flows = result.timeline[result.timeline["kind"] == "flow"]
+    assert list(zip(flows["src"], flows["dst"], flows["bytes"], strict=True)) == [(0, 1, ALLREDUCE_BYTES)]
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9) + 100e-6, rel=EXACT)
+
+
+@pytest.mark.parametrize(("nodes", "field", "problem"), [
+    (launched("send", "2", None, 2, []), "nodes[1]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and "
+     "its process group '2' has 3 ranks [1, 2, 3], so which is the peer is unknown without the record_param_comms "
+     "node that launched it"),
+    (launched("recv", "9", 0, 2, []), "nodes[2]", "COMM_RECV_NODE 'ncclDevKernel_SendRecv' has no comm_src, and the "
+     "trace lists no members of its process group '9' (no process-group metadata for it)"),
+    (launched("send", "2", 3, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and its "
+     "record_param_comms node (id 2) names rank 3 of process group '2', which has 3 ranks"),
+])
+def test_a_chakra_transfer_whose_peer_the_trace_does_not_determine_is_refused_at_its_node(tmp_path, nodes, field,
+                                                                                       problem):
+    text = p2p_job(tmp_path, {0: nodes})
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (caught.value.field, caught.value.problem) == (field, problem)
+    assert caught.value.allowed == (
+        "the peer rank as an attribute (comm_dst / comm_src), or the send's (receive's) launching record_param_comms "
+        "node with its process group's members in the process-group metadata, or a process group of two ranks "
+        "(pg_name)")
+
+
+def test_a_chakra_transfer_of_a_two_rank_group_without_the_file_s_rank_is_refused(tmp_path):
+    """A Chakra file's rank is its place in the file order: a send of group '3' (ranks [0, 1]) in the third file,
+    rank 2, which is not in the group, has no peer the group tells; refused, naming the rank and the group."""
+    text = p2p_job(tmp_path, {0: [IDLE], 1: [IDLE], 2: launched("send", "3", None, 2, [])})
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (Path(caught.value.file).name, caught.value.field) == ("rank2.json", "nodes[1]")
+    assert caught.value.problem == ("send 'ncclDevKernel_SendRecv' names no peer, and rank 2 is not in its process "
+                                    "group '3' of ranks [0, 1], whose other member would be the peer")
+
+
 def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     """It used to run into the engine's deadlock report (exit status 1) instead of naming the node."""
     traces = copy_traces(CHAKRA_2RANK, tmp_path)

@@ -12,6 +12,7 @@ as their dependencies are done.
 
 from __future__ import annotations
 
+import ast
 import heapq
 import json
 from pathlib import Path
@@ -36,6 +37,11 @@ have no trainsim plan)."""
 COLLECTIVE_NAMES = {"ALL_REDUCE": 0, "REDUCE": 1, "ALL_GATHER": 2, "GATHER": 3, "SCATTER": 4, "BROADCAST": 5,
                     "ALL_TO_ALL": 6, "REDUCE_SCATTER": 7, "REDUCE_SCATTER_BLOCK": 8, "BARRIER": 9}
 P2P_STREAM = "p2p"
+LAUNCHER = "record_param_comms"
+"""PyTorch's CPU op around every collective and point-to-point call, whose inputs record the call's arguments."""
+PEER_ALLOWED = ("the peer rank as an attribute (comm_dst / comm_src), or the send's (receive's) launching "
+                "record_param_comms node with its process group's members in the process-group metadata, or a "
+                "process group of two ranks (pg_name)")
 US = 1e-6
 PG_INIT = "process_group:init"
 DEFAULT_GROUP = "default_pg"
@@ -60,7 +66,7 @@ def read_chakra(path: Path) -> TracedRank:
     for position in order:
         node = nodes[position]
         deps = tuple(sorted({dep for parent in _parents(file, position, node, by_id) for dep in op_of[parent]}))
-        op = _op(file, position, node, deps, groups)
+        op = _op(file, position, node, deps, groups, _launcher(nodes, by_id, node))
         if op is None:
             op_of[position] = deps
             continue
@@ -248,9 +254,24 @@ def _group_entries(values: object) -> list[dict] | None:
     return entries if all(isinstance(entry, dict) for entry in entries) else None
 
 
+def _launcher(nodes: list[dict], by_id: dict[int, int], node: dict) -> dict | None:
+    """The `record_param_comms` node that launched ``node``, where the trace keeps it: Chakra's converter gives a
+    GPU node its launching CPU op as a control dependency, and keeps that op as a node of its own."""
+    deps = _get(node, "ctrl_deps")
+    for dep in deps if isinstance(deps, list) else []:
+        try:
+            parent = nodes[by_id[as_int(dep)]]
+        except (KeyError, TypeError, ValueError):
+            continue
+        if parent.get("name") == LAUNCHER:
+            return parent
+    return None
+
+
 def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
-        groups: dict[str, ProcessGroup]) -> TracedOp | None:
-    """A node as a traced op, or None for nodes that cost nothing (metadata, memory)."""
+        groups: dict[str, ProcessGroup], launcher: dict | None) -> TracedOp | None:
+    """A node as a traced op, or None for nodes that cost nothing (metadata, memory); ``launcher`` is the
+    `record_param_comms` node that launched it, if the trace keeps one."""
     where = f"nodes[{position}]"
     kind = _get(node, "type")
     kind = NODE_TYPES.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
@@ -288,17 +309,75 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
                         group=group or "default", members=known.members, group_size=len(known.members),
                         description=known.description, deps=deps)
     send = kind == "COMM_SEND_NODE"
-    peer = attrs.get("comm_dst" if send else "comm_src")
-    try:
-        peer_rank = as_int(peer)
-    except (TypeError, ValueError):
-        field = "comm_dst" if send else "comm_src"
-        problem = f"{kind} {name!r} has no {field}" if peer is None else f"{field} {peer!r} of {name!r} is not a rank"
-        raise trace_error(file, where, problem, "the peer rank as an attribute") from None
+    field = "comm_dst" if send else "comm_src"
+    peer = attrs.get(field)
+    members: tuple[int, ...] = ()
+    if peer is None:
+        peer_rank, members = _untold_peer(file, where, f"{kind} {name!r} has no {field}", group, groups,
+                                          launcher, "send" if send else "recv")
+    else:
+        try:
+            peer_rank = as_int(peer)
+        except (TypeError, ValueError):
+            raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED) from None
     try:
         tag = as_int(attrs.get("comm_tag") or 0)
     except ValueError:
         raise trace_error(file, where, f"comm_tag {attrs.get('comm_tag')!r} is not an integer") from None
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
                     nbytes=nbytes, group=group, description=groups.get(group, ProcessGroup(group, ())).description,
-                    peer=peer_rank, tag=tag, deps=deps)
+                    peer=peer_rank, members=members, tag=tag, deps=deps)
+
+
+def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[str, ProcessGroup],
+                 launcher: dict | None, collective: str) -> tuple[int, tuple[int, ...]]:
+    """The peer of a send or receive without comm_dst / comm_src (Chakra's converter from PyTorch execution
+    traces writes neither): (its global rank, ()) where the launching `record_param_comms` node names its rank in
+    the process group, the group's member at that place (torch.distributed lists a group's ranks in the order of
+    their ranks in the group); else (-1, the
+    members) where the group has two ranks, its peer then the member other than the file's rank, which the file
+    order gives later (model.with_group_peers); else refused, ``missing`` saying what the node lacks."""
+    known = groups.get(group)
+    members = known.members if known is not None else ()
+    place = _launched_peer(launcher, collective)
+    if place is not None and members:
+        if place >= len(members):
+            raise trace_error(file, where, f"{missing}, and its record_param_comms node (id {_launcher_id(launcher)}) "
+                              f"names rank {place} of process group {group!r}, which has {len(members)} ranks",
+                              PEER_ALLOWED)
+        return members[place], ()
+    if len(set(members)) == 2:
+        return -1, members
+    if not group:
+        why = "and no process group (pg_name)"
+    elif known is None:
+        why = f"and the trace lists no members of its process group {group!r} (no process-group metadata for it)"
+    elif place is None:
+        why = (f"and its process group {group!r} has {len(members)} ranks {list(members)}, so which is the peer "
+               f"is unknown without the record_param_comms node that launched it")
+    else:
+        why = f"and its process group {group!r} has {len(members)} ranks"
+    raise trace_error(file, where, f"{missing}, {why}", PEER_ALLOWED)
+
+
+def _launcher_id(launcher: dict | None) -> object:
+    """The id of a `record_param_comms` node, as the file writes it."""
+    return (launcher or {}).get("id")
+
+
+def _launched_peer(launcher: dict | None, collective: str) -> int | None:
+    """The peer's rank in its process group as the `record_param_comms` node that launched a send (recv) records
+    it: PyTorch's RECORD_PARAM_COMMS takes (input tensors, seq, group name, rank, collective name, split sizes...)
+    and ProcessGroupNCCL::send (recv) passes the destination (source) rank in the group as that rank, right before
+    the name "send" ("recv"); Chakra's converter keeps the inputs as the Python text of their list. None where
+    there is no such node, or its inputs do not read so."""
+    inputs = launcher.get("inputs") if launcher is not None else None
+    values = inputs.get("values") if isinstance(inputs, dict) else None
+    try:
+        parsed = ast.literal_eval(values) if isinstance(values, str) else values
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if not isinstance(parsed, list) or collective not in parsed[1:]:
+        return None
+    rank = parsed[parsed.index(collective, 1) - 1]
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
@@ -40,7 +40,9 @@ class TracedOp:
     ``uneven``: an all-to-all whose ranks send unequal shares (split sizes that differ: a mixture of experts'
     token dispatch; a Ulysses attention's all-to-all splits evenly), as far as the trace tells; ``sends`` and
     ``receives`` the bytes it sends each member of its group and receives from each, in group order, where the
-    trace tells them (() where not: an even all-to-all)."""
+    trace tells them (() where not: an even all-to-all). A send or receive whose trace tells only its process
+    group, of two ranks, has ``peer`` -1 and the group's ``members`` until the rank's number is known
+    (with_group_peers)."""
 
     index: int
     name: str
@@ -106,6 +108,24 @@ class TracedRank:
         if not self.ops:
             return 0.0
         return max(op.end_s for op in self.ops) - min(op.start_s for op in self.ops)
+
+
+def with_group_peers(traced: TracedRank) -> TracedRank:
+    """``traced`` with the peer of each send or receive that its trace leaves to its two-rank process group (a
+    Chakra node without comm_dst / comm_src: chakra.py) set to the group's other member, now that the rank's
+    number is known (a Chakra file's is its place in the file order); refused where the rank is not a member."""
+    ops = list(traced.ops)
+    for position, op in enumerate(ops):
+        if op.kind not in ("send", "recv") or op.peer >= 0:
+            continue
+        others = sorted(set(op.members) - {traced.rank})
+        if len(others) != 1:
+            raise trace_error(traced.file, traced.where(op), f"{op.kind} {op.name!r} names no peer, and rank "
+                              f"{traced.rank} is not in its process group {op.group!r} of ranks {list(op.members)}, "
+                              "whose other member would be the peer", "a file's rank: its place in the file order, "
+                              "from 0; or the peer rank as an attribute (comm_dst / comm_src)")
+        ops[position] = replace(op, peer=others[0], members=())
+    return replace(traced, ops=tuple(ops))
 
 
 KERNEL_KINDS = (

@@ -37,7 +37,7 @@ from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.exchanges import TracedShares, pair_bytes
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
-from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error
+from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error, with_group_peers
 from simulator.workload.training import PRECISION_BYTES
 from simulator.workload.transformer import Kernel
 
@@ -80,14 +80,14 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
         if len(set(numbers)) != len(numbers):
             raise ScenarioError(f"two trace files claim the same rank ({sorted(numbers)})", field="workload.trace",
                                 allowed="one file per rank")
-        return sorted(traced, key=lambda rank: rank.rank)
+        return [with_group_peers(rank) for rank in sorted(traced, key=lambda rank: rank.rank)]
     unstated = next(rank for rank in traced if rank.rank < 0)
     for index, rank in enumerate(traced):
         if 0 <= rank.rank != index:
             raise trace_error(rank.file, "distributedInfo.rank", f"the file states rank {rank.rank}, but "
                               f"{unstated.file} states none, so ranks are the files' order, which makes this one "
                               f"rank {index}", "every file stating its rank (distributedInfo.rank), or none")
-    return [replace(rank, rank=index) for index, rank in enumerate(traced)]
+    return [with_group_peers(replace(rank, rank=index)) for index, rank in enumerate(traced)]
 
 
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
