@@ -122,6 +122,48 @@ def test_fsdp_next_forward_gathers_after_the_last_reduce_scatter(sharding, waits
     assert (last in first.deps) is waits
 
 
+HSDP_8B = (SHARDED_8B.replace("{topology: dgx-h100}", "{topology: dgx-h100-cluster, nodes: 2}\n"
+                                                      "network: {efficiency: ideal}")
+           .replace(f"dp: {DP}}}", "dp: 16, fsdp: hybrid_shard}")
+           .replace(f"global_batch: {DP * M}", f"global_batch: {16 * M}"))
+"""Two DGX H100 hosts, DP 16 under hybrid_shard: each host's 8 GPUs a shard group, GPU g of the two hosts a
+replica group of 2, joined by g's rail (ideal network efficiency: closed forms)."""
+BASE, RAIL_LATENCY, NDR_BANDWIDTH = 8.4e-6, 2 * 6.5e-6, 50e9
+"""NCCL's base latency of a Simple ring; dgx-h100-cluster's latency between like GPUs of two servers on one rail
+leaf (two NIC-to-leaf links of 6.5 us); an NDR NIC's 400 Gb/s per direction."""
+
+
+def test_hsdp_optimizer_waits_for_the_last_backward_s_replica_all_reduces(run_yaml):
+    """FSDP2's HSDP without pipelining, as torchtitan runs it (set_requires_all_reduce(is_last), is_last_backward
+    left true): every micro-batch's post_backward reduce-scatters each unit over its host; only the last one's
+    foreach_reduce then all-reduces the shard across the replicas on all_reduce_stream and records the post-reduce
+    event there, and the root's post-backward callback (finalize_backward -> _wait_for_post_backward) makes the
+    compute stream wait for every unit's post-reduce and all-reduce events (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param_group.py, _fsdp_state.py): the optimizer starts when the last all-reduce ends. The program
+    already did so (the optimizer waits for every dp and dp_all_reduce op). Hand-derived: one all-reduce per unit
+    of params x 4 B / 8, each a ring of 2 over the rail, b + 2 a + n / B; the embedding's, issued last, starts
+    when its reduce-scatter ends and ends 9.8 ms after the backward's last op (its last gradient copy), exposed;
+    the step is its end plus the optimizer."""
+    frame = run_yaml(HSDP_8B).timeline
+    ours = frame[(frame["rank"] == 0) & (frame["kind"] != "flow")]
+    reduces = ours[ours["name"].str.startswith("all_reduce shard ")]
+    params = {"embedding": EMBEDDING, "head": HEAD, **{f"L{layer}": LAYER for layer in range(LAYERS)}}
+    assert sorted(reduces["name"].str.removeprefix("all_reduce shard ")) == sorted(params)
+    assert list(reduces["bytes"]) == [4 * params[name.removeprefix("all_reduce shard ")] / 8
+                                      for name in reduces["name"]]
+    closed_form = BASE + 2 * RAIL_LATENCY + reduces["bytes"] / NDR_BANDWIDTH
+    assert (reduces["end_s"] - reduces["start_s"]).to_numpy() == pytest.approx(closed_form.to_numpy(), rel=1e-9)
+    (scatter_end,) = ours[ours["name"] == "reduce_scatter grads embedding"]["end_s"].iloc[-1:]
+    last = reduces[reduces["name"] == "all_reduce shard embedding"].iloc[0]
+    assert last.start_s == pytest.approx(scatter_end, rel=1e-12)
+    assert last.end_s == reduces["end_s"].max()
+    backward_end = ours[ours["category"] == "backward"]["end_s"].max()
+    assert last.end_s - backward_end > 5e-3
+    (optimizer,) = ours[ours["name"] == "optimizer step"].itertuples()
+    assert optimizer.start_s == pytest.approx(last.end_s, abs=1e-12)
+    assert frame["end_s"].max() == pytest.approx(optimizer.end_s, abs=1e-12)
+
+
 def test_deepspeed_compute_does_not_wait_for_reduce_scatters():
     # The wait is FSDP2's post_backward; DeepSpeed ZeRO-3 (zero: 3 without fsdp) reduce-scatters the same units
     # but its compute never depends on them.
