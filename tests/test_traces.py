@@ -785,6 +785,8 @@ def test_chakra_sends_and_receives_of_a_two_rank_group_take_its_other_member_as_
      "trace lists no members of its process group '9' (no process-group metadata for it)"),
     (launched("send", "2", 3, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and its "
      "record_param_comms node (id 2) names rank 3 of process group '2', which has 3 ranks"),
+    (launched("send", "", 1, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and no "
+     "process group (pg_name)"),
 ])
 def test_a_chakra_transfer_whose_peer_the_trace_does_not_determine_is_refused_at_its_node(tmp_path, nodes, field,
                                                                                        problem):

@@ -334,9 +334,9 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
     """The peer of a send or receive without comm_dst / comm_src (Chakra's converter from PyTorch execution
     traces writes neither): (its global rank, ()) where the launching `record_param_comms` node names its rank in
     the process group, the group's member at that place (torch.distributed lists a group's ranks in the order of
-    their ranks in the group); else (-1, the
-    members) where the group has two ranks, its peer then the member other than the file's rank, which the file
-    order gives later (model.with_group_peers); else refused, ``missing`` saying what the node lacks."""
+    their ranks in the group); else (-1, the members) where the group has two ranks, its peer then the member
+    other than the file's rank, which the file order gives later (model.with_group_peers); else refused,
+    ``missing`` saying what the node lacks."""
     known = groups.get(group)
     members = known.members if known is not None else ()
     place = _launched_peer(launcher, collective)
@@ -350,13 +350,11 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
         return -1, members
     if not group:
         why = "and no process group (pg_name)"
-    elif known is None:
+    elif not members:
         why = f"and the trace lists no members of its process group {group!r} (no process-group metadata for it)"
-    elif place is None:
+    else:
         why = (f"and its process group {group!r} has {len(members)} ranks {list(members)}, so which is the peer "
                f"is unknown without the record_param_comms node that launched it")
-    else:
-        why = f"and its process group {group!r} has {len(members)} ranks"
     raise trace_error(file, where, f"{missing}, {why}", PEER_ALLOWED)
 
 
