@@ -344,9 +344,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
     rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' route loads
-    (`fold_policy.route_step`), route classes first where copies of one lane's hand-off ended apart, either
-    the unfolded run's timeline where its own mirrors keep pace, at a
-    fraction of its cost; where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
+    (`fold_policy.route_step`), route classes first where copies of one lane's hand-off ended apart, then by
+    the meet of the two (`fold_policy.meet_step`), each the unfolded run's timeline where its own mirrors keep
+    pace, at a fraction of its cost; where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
     folded run stands with a warning."""
     from simulator.engine.fold_policy import unfolded_step
     from simulator.program.unfolding import Unfolding
@@ -407,23 +407,29 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
     its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
     classed also by their hand-offs' route loads (`fold_policy.route_step`), route classes first where copies
-    of one CP lane's hand-off ended apart (one rank per lane would hold them to one representative again), each
-    where it applies until one whose mirrors all keep pace (it is then the unfolded run): the step, its summary
-    and log, and the summary key that says why it ran; else None."""
-    from simulator.engine.fold_policy import lane_step, route_step
+    of one CP lane's hand-off ended apart (one rank per lane would hold them to one representative again), then
+    by the meet of the two where both ran (`fold_policy.meet_step`), each where it applies until one whose
+    mirrors all keep pace (it is then the unfolded run): the step, its summary and log, and the summary key that
+    says why it ran; else None."""
+    from simulator.engine.fold_policy import lane_step, meet_step, route_step
 
-    settings, build, plans = prepared.settings, prepared.build, prepared.plans
+    build, folded = prepared.build, prepared.step
+    judged = (prepared.plans, prepared.settings.mode, dict(prepared.settings.efficiency))
+    tried: list[FoldedStep] = []
     tries: list[tuple[str, Callable[[], FoldedStep | None]]] = [
-        ("fold_lanes_reason", lambda: lane_step(build, prepared.step, plans, settings.mode, dict(settings.efficiency),
-                                                faults)),
-        ("fold_routes_reason", lambda: route_step(build, prepared.step, plans, faults))]
-    for reason_key, refold in reversed(tries) if kept_pace.hand_offs_within_lanes else tries:
+        ("fold_lanes_reason", lambda: lane_step(build, folded, *judged, faults)),
+        ("fold_routes_reason", lambda: route_step(build, folded, *judged, faults))]
+    if kept_pace.hand_offs_within_lanes:
+        tries.reverse()
+    tries.append(("fold_meet_reason", lambda: meet_step(build, folded, tried, *judged)))
+    for reason_key, refold in tries:
         step = located(loaded, refold)
         if step is None:
             continue
         summary, log, refolded_pace = run(step)
         if not (refolded_pace.collectives or refolded_pace.hand_offs):
             return step, summary, log, reason_key
+        tried.append(step)
     return None
 
 

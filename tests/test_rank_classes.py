@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
+import pytest
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine import fold_policy
-from simulator.engine.fold_policy import FoldedStep, program_indexes, route_step
+from simulator.engine.fold_policy import FoldedStep, meet_step, program_indexes, route_step
 from simulator.engine.rank_classes import rank_classes
 from simulator.faults.step import StepFaultPlan
 from simulator.parallel.experts import ep_group, group_images
-from simulator.parallel.folding import RankClasses, class_images, representatives
+from simulator.parallel.folding import RankClasses, class_images, lane_classes, representatives
 from simulator.parallel.layout import Layout
+from simulator.program.step import StepProgram
 from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, simulate, step_program
 from simulator.topology.loader import scenario_topology
 
@@ -138,7 +142,7 @@ def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
     assert rank_classes(program, plans, shapes, order) is None
     assert rank_classes(program, plans, shapes, order, routes=True) == BY_HOST
     prepared = prepare_training(loaded, topology, StepFaultPlan())
-    routed = route_step(prepared.build, prepared.step, plans, StepFaultPlan())
+    routed = route_step(prepared.build, prepared.step, plans, "flow", settings.efficiency, StepFaultPlan())
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
 
 
@@ -190,7 +194,7 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     settings = network_settings(loaded, topology)
     prepared = prepare_training(loaded, topology, StepFaultPlan())
     assert prepared.step.program.ranks == (0, 16)
-    routed = route_step(prepared.build, prepared.step, prepared.plans, StepFaultPlan())
+    routed = route_step(prepared.build, prepared.step, prepared.plans, "flow", settings.efficiency, StepFaultPlan())
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
     _, _, kept_pace = run_step(routed.program, topology, settings, plans=prepared.plans)
     assert kept_pace.collectives == ""
@@ -204,13 +208,34 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     assert folded == unfolded
 
 
-def test_hand_offs_apart_within_a_cp_lane_try_route_classes_before_lanes(monkeypatch):
-    """The wrap case with TP 4 x CP 2 on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and
-    1 ended apart (the spine hash tells the hosts apart, not the lanes), so one rank per lane cannot hold them to
-    one representative and route classes run first (4 of 32 ranks); their run falls out of step too (8
-    instances, a host's two lanes apart), then the lanes' (3 instances, the hosts apart), and the step runs
-    unfolded, figure for figure."""
-    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...] | None]]:
+    """The refolds `simulate` tries after a folded run's hand-offs fell out of step, in order, each with the
+    ranks it simulates (None where it did not apply)."""
+    tried: list[tuple[str, tuple[int, ...] | None]] = []
+
+    def recorded(name: str, step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
+        def call(*args: object) -> FoldedStep | None:
+            found = step(*args)
+            tried.append((name, None if found is None else found.program.ranks))
+            return found
+        return call
+
+    for name in ("lane_step", "route_step", "meet_step"):
+        monkeypatch.setattr(fold_policy, name, recorded(name, getattr(fold_policy, name)))
+    return tried
+
+
+@pytest.mark.parametrize("tp, cp, lanes, ended", [
+    (4, 2, (0, 4, 16, 20), "46.4155 and 46.594 ms"),
+    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "39.9811 and 40.1596 ms")])
+def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkeypatch, tp, cp, lanes, ended):
+    """The wrap case with TP x CP on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and 1
+    ended apart (the spine hash tells the hosts apart, not the lanes), so route classes run first (4 of 32 ranks:
+    0 and 8, 16 and 24); their run falls out of step too (a host's lanes apart), then the lanes' (the hosts
+    apart), then their meet, one rank per lane of each host (8 or 16 of 32 ranks), which keeps pace: the step is
+    the unfolded one to the bit, as are the representatives' ops, and every figure of the summary is within 1e-12
+    (per-GPU averages summed over the simulated ranks and over all 32)."""
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", f"tp: {tp}, cp: {cp},")
     loaded = scenario_from_text(text, "inline.yaml", [])
     topology = scenario_topology(loaded)
     prepared = prepare_training(loaded, topology, StepFaultPlan())
@@ -218,23 +243,72 @@ def test_hand_offs_apart_within_a_cp_lane_try_route_classes_before_lanes(monkeyp
     _, _, kept_pace = run_step(prepared.step.program, topology, network_settings(loaded, topology),
                                plans=prepared.plans)
     assert kept_pace.hand_offs_within_lanes and kept_pace.collectives == ""
-    tried: list[tuple[int, ...] | None] = []
+    layout = Layout(tp=tp, cp=cp, pp=2, dp=2)
+    met = RankClasses((0,) * 8 + (1,) * 8).meet(lane_classes(layout))
+    assert met == RankClasses(tuple(position // tp for position in range(16)))  # one per lane (TP group) of a host
+    tried = _recording(monkeypatch)
+    folded = simulate(scenario_from_text(text + "run: {timeline: full}\n", "inline.yaml", []))
+    simulated = tuple(range(0, 32, tp))
+    assert tried == [("route_step", (0, 8, 16, 24)), ("lane_step", lanes), ("meet_step", simulated)]
+    unfolded = simulate(scenario_from_text(text + "run: {timeline: full}\n", "inline.yaml", ["run.fold=false"]))
+    assert folded.summary["folded"] and folded.summary["simulated_ranks"] == len(simulated)
+    assert folded.summary["fold_meet_reason"].startswith(
+        f"send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between {ended} in the folded run (5 "
+        "instances")
+    assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
+    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
+    assert ours.keys() - {".fold_meet_reason"} == theirs.keys()
+    for path, value in theirs.items():
+        if isinstance(value, float):
+            assert math.isclose(ours[path], value, rel_tol=1e-12, abs_tol=1e-18), path
+        else:
+            assert ours[path] == value, path
+    columns = ["rank", "key", "start_s", "end_s"]
+    ops = folded.timeline[folded.timeline["kind"] != "flow"]
+    assert set(ops["rank"]) == set(simulated)
+    same = unfolded.timeline[(unfolded.timeline["kind"] != "flow") & unfolded.timeline["rank"].isin(simulated)]
+    assert np.array_equal(ops[columns].sort_values(columns).to_numpy(), same[columns].sort_values(columns).to_numpy())
 
-    def recorded(step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
-        def call(*args: object) -> FoldedStep | None:
-            found = step(*args)
-            tried.append(None if found is None else found.program.ranks)
-            return found
-        return call
 
-    monkeypatch.setattr(fold_policy, "route_step", recorded(fold_policy.route_step))
-    monkeypatch.setattr(fold_policy, "lane_step", recorded(fold_policy.lane_step))
-    folded = simulate(loaded).summary
-    assert tried == [(0, 8, 16, 24), (0, 4, 16, 20)]
+def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
+    """The wrap over shared NICs with TP 4 x CP 2: a host's even and odd GPUs hash their wraps onto two spines,
+    which neither hosts nor lanes (GPUs 0-3 and 4-7) part, so route classes, lanes and their meet (8 of 32 ranks)
+    each fall out of step and the step runs unfolded: every summary figure is the unfolded run's, the reason is
+    the stage fold's, and no refold's reason is reported."""
+    text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
+    tried = _recording(monkeypatch)
+    folded = simulate(scenario_from_text(text, "inline.yaml", [])).summary
+    assert tried == [("route_step", (0, 8, 16, 24)), ("lane_step", (0, 4, 16, 20)),
+                     ("meet_step", (0, 4, 8, 12, 16, 20, 24, 28))]
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"])).summary
-    assert folded.pop("fold_off_reason").startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                    "between 46.4155 and 46.594 ms in the folded run (5 instances")
-    assert not folded["folded"] and folded == unfolded
+    assert not folded["folded"] and folded["simulated_ranks"] == 32
+    assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & folded.keys()
+    assert folded.pop("fold_off_reason").startswith(
+        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.3497 and 47.7067 ms in the "
+        "folded run (5 instances")
+    assert folded == unfolded
+
+
+def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
+    """The meet runs only after both refolds ran: with one (no CP lanes, say) it would be that one's classes again;
+    with lanes finer than the route classes, it is the lanes'. A meet of classes of unequal size is none."""
+    lanes = RankClasses((0, 1) * 8)
+    hosts = RankClasses((0,) * 8 + (1,) * 8)
+    by_host_and_lane = RankClasses((0, 1) * 4 + (2, 3) * 4)
+    assert lanes.meet(hosts) == by_host_and_lane and by_host_and_lane.refines(lanes)
+    assert by_host_and_lane.refines(hosts) and not lanes.refines(hosts) and not hosts.refines(lanes)
+    assert lanes.meet(RankClasses((0,) * 4 + (1,) * 12)) is None
+    folded = cast(FoldedStep, SimpleNamespace(classes=None, program=SimpleNamespace(layout=None)))
+
+    def never(*args: object) -> StepProgram:
+        raise AssertionError("no program is built")
+
+    def ran(classes: RankClasses) -> FoldedStep:
+        return cast(FoldedStep, SimpleNamespace(classes=classes))
+
+    unused = (None, "flow", {})
+    assert meet_step(never, folded, [ran(lanes)], *unused) is None
+    assert meet_step(never, folded, [ran(hosts), ran(by_host_and_lane)], *unused) is None
 
 
 CROSS_RAIL_PP = """

@@ -11,14 +11,17 @@ guard hears of each unfolding (program/unfolding.py: which check, why) before th
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
 classes keyed by CP lane) and `route_step` (ranks classed also by their hand-offs' route loads) are tried before
-unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`):
-the unfolded run where their own mirrors keep pace, at a fraction of its cost.
+unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
+then where both ran `meet_step` (their meet: one rank per CP lane of each class by route): the unfolded run
+where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` only where its
+classes do not refine those of the folded step, which passed it (`_refined_step`); the lockstep check after its
+run certifies it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from simulator.engine.ordering import ProgramOrder
@@ -51,6 +54,8 @@ class FoldedStep:
     order: ProgramOrder
     slowdowns: dict[int, Slowdown]
     off_reason: str
+    classes: RankClasses | None = None
+    """The classes of ranks folded apart (None: one representative per stage, or unfolded)."""
 
 
 def fold_blocker(topology: Topology) -> str:
@@ -165,29 +170,24 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
 def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
-    run where the stage-folded ``folded`` step's only mirrors out of step were pipeline hand-offs; None where
-    lanes cannot stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the
-    stages' representatives), or a lane's collectives whose mirrors would meet the links otherwise than they do
-    (`fold_verdict`, the stage fold's rule)."""
+    run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
+    stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the stages'
+    representatives), or a lane program that `_refined_step` refuses."""
     layout = folded.program.layout
     if layout is None or layout.cp == 1 or not faults.empty:
         return None
-    lanes = build(True, lane_classes(layout))
-    shapes, order = program_indexes(lanes)
-    slowdowns, unfolding = fold_verdict(lanes, plans, mode, efficiency, faults, shapes, order)
-    return FoldedStep(lanes, shapes, order, slowdowns, "") if unfolding is None else None
+    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency)
 
 
-def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, faults: StepFaultPlan) -> FoldedStep | None:
+def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
+               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
     """The step with its ranks classed also by the loads their pipeline hand-offs meet on their routes
     (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors out
     of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
     hand-off can share an uplink that its mirrors' do not); None where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
-    stage), so each class's copies are some of the copies ``folded`` judged alike before its run (`fold_verdict`,
-    not asked again: the classed program's representatives have no order between their ops, so its check of
-    unequal traffic would see every collective overlap); the lockstep check after its run certifies it."""
+    stage), so `_refined_step` does not judge them again."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:
@@ -195,11 +195,46 @@ def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, faults:
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
     classes = rank_classes(stage_fold, plans, shapes, order, routes=True)
-    if classes is None or list(program.ranks) == representatives(layout, True, classes):
+    return _refined_step(build, folded, classes, plans, mode, efficiency)
+
+
+def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
+              mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
+    """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
+    step (``tried``: `lane_step`'s and `route_step`'s, in the order they ran): one rank per CP lane of each class
+    of hosts by route, where route classes part the hosts but not a host's lanes and lanes the reverse. None
+    where fewer than two ran, or their meet is one of them (one refines the other) or has classes of unequal
+    size."""
+    if len(tried) != 2 or tried[0].classes is None or tried[1].classes is None:
         return None
-    classed = build(True, classes)
-    classed_shapes, classed_order = program_indexes(classed)
-    return FoldedStep(classed, classed_shapes, classed_order, folded.slowdowns, "")
+    met = tried[0].classes.meet(tried[1].classes)
+    return None if met in (tried[0].classes, tried[1].classes) else _refined_step(build, folded, met, plans, mode,
+                                                                                 efficiency)
+
+
+def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
+                  mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
+    """The step folded with one representative per class of ``classes``, to run again where ``folded``'s only
+    mirrors out of step were pipeline hand-offs; None where there are no such classes, they simulate the ranks
+    ``folded`` did, or `fold_verdict` refuses them. It judges only classes that do not refine ``folded``'s (one
+    rank per CP lane on a step classed by NVLink loads): ``folded`` passed it, so each of a refinement's class's
+    copies of a collective are some of the copies judged alike there (a group and its images over the links
+    alone, each copy against the unequal traffic that may overlap it by the whole program's order), and judged
+    again, a refinement's representatives have no order between their ops, so the check of unequal traffic
+    would see every collective overlap (on the DeepSeek candidate, 128 ranks, the ordering is skipped as too
+    large and it refused the route classes for a CP ring beside the skewed all-to-all of its own host). The
+    lockstep check after the run certifies either."""
+    layout = folded.program.layout
+    if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
+        return None
+    refined = build(True, classes)
+    shapes, order = program_indexes(refined)
+    slowdowns = folded.slowdowns
+    if folded.classes is not None and not classes.refines(folded.classes):
+        slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
+        if unfolding is not None:
+            return None
+    return FoldedStep(refined, shapes, order, slowdowns, "", classes)
 
 
 def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,
@@ -217,7 +252,8 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     classed = build(True, classes)
     classed_shapes, classed_order = program_indexes(classed)
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
-    return None if unfolding is not None else FoldedStep(classed, classed_shapes, classed_order, slowdowns, "")
+    return None if unfolding is not None else FoldedStep(classed, classed_shapes, classed_order, slowdowns, "",
+                                                          classes)
 
 
 def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfolding,

@@ -59,21 +59,10 @@ def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShape
     routed = _route_signatures(plans, shapes, order, host) if routes else {}
     signature = {h: (nvlink.get(h, ()), routed.get(h, b"")) for h in hosts}
     stage_hosts = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
-    classes = _equal_classes([tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T])
+    classes = RankClasses.keyed([tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T])
     if classes is None and routes:
-        classes = _equal_classes([tuple(column.tolist()) for column in stage_hosts.T])
+        classes = RankClasses.keyed([tuple(column.tolist()) for column in stage_hosts.T])
     return classes
-
-
-def _equal_classes(keys: Sequence[tuple]) -> RankClasses | None:
-    """The classes of positions with equal ``keys``, numbered in order of first position; None where they are
-    one class or of unequal sizes."""
-    numbers: dict[tuple, int] = {}
-    of_position = tuple(numbers.setdefault(key, len(numbers)) for key in keys)
-    sizes = np.bincount(np.array(of_position))
-    if len(numbers) == 1 or (sizes != sizes[0]).any():
-        return None
-    return RankClasses(of_position)
 
 
 def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray

@@ -15,6 +15,7 @@ classing rule is engine/rank_classes.py), folding simulates one representative p
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -36,6 +37,27 @@ class RankClasses:
     def firsts(self) -> tuple[int, ...]:
         """Each class's first position, in class order."""
         return tuple(self.of_position.index(number) for number in range(max(self.of_position) + 1))
+
+    @staticmethod
+    def keyed(keys: Sequence[Hashable]) -> RankClasses | None:
+        """The classes of positions with equal ``keys``, numbered in order of first position; None where they are
+        one class or of unequal sizes (the summary's per-GPU figures average over the simulated ranks, which must
+        then stand for as many ranks each)."""
+        numbers: dict[Hashable, int] = {}
+        of_position = tuple(numbers.setdefault(key, len(numbers)) for key in keys)
+        sizes = np.bincount(np.array(of_position))
+        if len(numbers) == 1 or (sizes != sizes[0]).any():
+            return None
+        return RankClasses(of_position)
+
+    def meet(self, other: RankClasses) -> RankClasses | None:
+        """The coarsest classes finer than both these and ``other`` (positions alike in both, the intersections
+        of their classes), None where those are of unequal sizes."""
+        return RankClasses.keyed(list(zip(self.of_position, other.of_position)))
+
+    def refines(self, other: RankClasses) -> bool:
+        """Whether each of these classes lies inside one of ``other``'s."""
+        return len(set(zip(self.of_position, other.of_position))) == len(self.firsts)
 
 
 def lane_classes(layout: Layout) -> RankClasses:
