@@ -35,7 +35,7 @@ import numpy as np
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
-from simulator.engine.symmetry import overlapping
+from simulator.engine.symmetry import overlapping, padded, routed
 from simulator.parallel.folding import RankClasses, representatives
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
@@ -94,16 +94,16 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     not, and end later (docs/architecture.md)."""
     topology = plans.topology
     local = np.asarray(topology.gpu_local, dtype=np.int64)
-    links = len(topology.link_class)
     between = [shape for shape, op in enumerate(shapes.firsts)
                if op.nbytes and len(np.unique(host[np.array(op.group, dtype=np.int64)])) > 1]
     hand_offs = [shape for shape in between if shapes.firsts[shape].op == "send_recv"]
-    routes = {shape: _copy_transfers(plans, shapes.firsts[shape], host) for shape in between}
-    counts = {shape: _transfers_between_hosts(routes[shape], links) for shape in between}
+    routes = {shape: _copy_routes(plans, shapes.firsts[shape], host) for shape in between}
+    counts = {shape: crossed for shape, (_, crossed) in routes.items()}
     overlaps = overlapping(shapes, order, between)
     found: dict[int, list[bytes]] = {}
     for shape in hand_offs:
-        ends, table = _copy_routes(shapes.firsts[shape], routes[shape], links)
+        op, table = shapes.firsts[shape], routes[shape][0]
+        ends = np.array([(copy[0], copy[-1]) for copy in (op.group, *op.mirrors)], dtype=np.int64)
         for number, met_by in enumerate([(), *overlaps(shape)]):
             load = np.append(sum((counts[other] for other in met_by), counts[shape]), -1)[table]
             if (load == load[0]).all():
@@ -115,34 +115,18 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     return {h: b"".join(sorted(entries)) for h, entries in found.items()}
 
 
-CopyTransfers = list[list[tuple[Sequence[int], bool]]]
-"""Per copy of a collective (its group, then its mirrors), each transfer of its plan in order as its route's
-links and whether it runs between hosts."""
-
-
-def _copy_transfers(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> CopyTransfers:
-    """``op``'s transfers, copy by copy, with their routes (walked once for the counts and the route table)."""
+def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``op``'s plan over each copy of its group (the group, then its mirrors), routed once (symmetry.py
+    `routed`): per copy, the links of its transfers' routes in plan order, padded with one past the last link id
+    to the longest; and how many of its transfers between hosts, over every copy, cross each directed link."""
     topology = plans.topology
-    return [[(topology.path(t.src, t.dst, t.channel), bool(host[t.src] != host[t.dst]))
-             for phase in plans.phases(op, copy) for t in phase.transfers] for copy in (op.group, *op.mirrors)]
-
-
-def _transfers_between_hosts(transfers: CopyTransfers, links: int) -> np.ndarray:
-    """How many of the transfers between hosts of a collective (over its group and every mirror, all phases)
-    cross each directed link."""
-    crossed = [link for copy in transfers for path, between in copy if between for link in path]
-    return np.bincount(np.array(crossed, dtype=np.int64), minlength=links)
-
-
-def _copy_routes(op: CollectiveOp, transfers: CopyTransfers, links: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each copy of the hand-off ``op`` (its group, then its mirrors) as its two ends, and as the links of its
-    transfers' routes in plan order, padded with ``links`` (one past the last link id) to the longest."""
-    copies = (op.group, *op.mirrors)
-    paths = [[link for path, _ in copy for link in path] for copy in transfers]
-    table = np.full((len(paths), max(map(len, paths))), links, dtype=np.int64)
-    for row, path in enumerate(paths):
-        table[row, :len(path)] = path
-    return np.array([(copy[0], copy[-1]) for copy in copies], dtype=np.int64), table
+    copies = [[t for phase in plans.phases(op, copy) for t in phase.transfers] for copy in (op.group, *op.mirrors)]
+    transfers = [t for copy in copies for t in copy]
+    lengths, links = routed(topology, transfers)
+    between = np.array([host[t.src] != host[t.dst] for t in transfers], dtype=bool)
+    per_copy = np.diff(np.append(0, np.cumsum(lengths))[np.cumsum([0, *map(len, copies)])])
+    crossed = np.bincount(links[np.repeat(between, lengths)], minlength=len(topology.link_class))
+    return padded(per_copy, links, len(topology.link_class)), crossed
 
 
 def _multi_host_kinds(shapes: CollectiveShapes, plans: PlanCache, host: np.ndarray) -> dict[tuple, list[int]]:

@@ -23,7 +23,7 @@ from itertools import chain
 
 import numpy as np
 
-from simulator.collectives.phases import Phase
+from simulator.collectives.phases import Phase, Transfer
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
@@ -66,18 +66,12 @@ def route_shapes(topology: Topology, phases: Sequence[Phase], link_kinds: np.nda
     transfers = [t for phase in phases for t in phase.transfers]
     if not transfers:
         return [np.int64(0).tobytes()] * len(phases)
-    sources, destinations, nbytes, channels, _ = zip(*transfers)
-    paths = list(map(topology.path, sources, destinations, channels))
-    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    links = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
-    of_transfer = np.repeat(np.arange(len(paths)), lengths)
+    lengths, links = routed(topology, transfers)
     of_phase = np.repeat(np.arange(len(phases)), sizes)
-    _, crossing, load = np.unique(of_phase[of_transfer] * len(link_kinds) + links, return_inverse=True,
+    _, crossing, load = np.unique(np.repeat(of_phase, lengths) * len(link_kinds) + links, return_inverse=True,
                                   return_counts=True)
-    table = np.full((len(paths), 1 + int(lengths.max())), -1, dtype=np.int64)
-    table[:, 0] = np.array(nbytes, dtype=np.float64).view(np.int64)
-    table[of_transfer, 1 + np.arange(links.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = (
-        link_kinds[links] + load[crossing])
+    table = np.column_stack((np.array([t.nbytes for t in transfers], dtype=np.float64).view(np.int64),
+                             padded(lengths, link_kinds[links] + load[crossing], -1)))
     table = table[np.lexsort((*table.T[::-1], of_phase))]
     widths = np.zeros(len(phases), dtype=np.int64)
     np.maximum.at(widths, of_phase, 1 + lengths)
@@ -187,11 +181,8 @@ def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.
 def _link_bytes(topology: Topology, phases: Sequence[Phase]) -> np.ndarray:
     """The bytes ``phases`` put on each directed link: every transfer's bytes times its phase's repeats, on each
     link of its route (summed per link in transfer order, one array pass)."""
-    transfers = [(t, phase.repeat) for phase in phases for t in phase.transfers]
-    paths = [topology.path(t.src, t.dst, t.channel) for t, _ in transfers]
-    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    links = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
-    sent = np.array([t.nbytes * repeat for t, repeat in transfers], dtype=np.float64)
+    lengths, links = routed(topology, [t for phase in phases for t in phase.transfers])
+    sent = np.array([t.nbytes * phase.repeat for phase in phases for t in phase.transfers], dtype=np.float64)
     return np.bincount(links, weights=np.repeat(sent, lengths), minlength=len(topology.link_class))
 
 
@@ -203,14 +194,26 @@ links, padded to the plan's longest route with the id one past the last link."""
 def route_table(topology: Topology, phases: Sequence[Phase]) -> RouteTable:
     """``phases`` routed once, to read what they meet of several loads (`unequal_shapes`)."""
     transfers = [(index, t) for index, phase in enumerate(phases) for t in phase.transfers]
-    paths = [topology.path(t.src, t.dst, t.channel) for _, t in transfers]
-    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    flat = np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
-    links = np.full((len(paths), int(lengths.max(initial=0))), len(topology.link_class), dtype=np.int64)
-    links[np.repeat(np.arange(len(paths)), lengths),
-          np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = flat
+    lengths, links = routed(topology, [t for _, t in transfers])
     heads = np.array([(index, t.nbytes) for index, t in transfers], dtype=np.float64).reshape(-1, 2)
-    return len(phases), heads, links
+    return len(phases), heads, padded(lengths, links, len(topology.link_class))
+
+
+def routed(topology: Topology, transfers: Sequence[Transfer]) -> tuple[np.ndarray, np.ndarray]:
+    """``transfers`` routed once: each one's number of links, and the links of every route one after another, in
+    the transfers' order."""
+    paths = [topology.path(t.src, t.dst, t.channel) for t in transfers]
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    return lengths, np.fromiter(chain.from_iterable(paths), dtype=np.int64, count=int(lengths.sum()))
+
+
+def padded(lengths: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
+    """Per route (``lengths``: its number of links, as `routed` gives them), a row of ``values`` (one per link of
+    the routes, in order), padded with ``fill`` to the longest route."""
+    table = np.full((len(lengths), int(lengths.max(initial=0))), fill, dtype=np.int64)
+    table[np.repeat(np.arange(len(lengths)), lengths),
+          np.arange(values.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)] = values
+    return table
 
 
 def unequal_shapes(table: RouteTable, load: np.ndarray) -> bytes:
