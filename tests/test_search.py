@@ -409,14 +409,16 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       to 0.969 (today 0.9281 to 0.9683; 0.828 to 0.869 before the SM toll, 0.20 s of the 1.67 s step on one
       host), 0.968 to 0.996 since the backward's gather and reduce-scatter, which run together, are charged
       both kernels' SMs (`sharded_toll_s`) and FSDP's compute waits for the previous unit's reduce-scatter
-      (`reduce_scatter_waits_s`) (0.9685 to 0.9956; tp 2 dp 16 on four hosts the lowest: at each
+      (`backward_waits_s`) (0.9685 to 0.9956; tp 2 dp 16 on four hosts the lowest: at each
       micro-batch's start the first units' gathers queued behind the previous backward's, 7 ms a micro-batch
       that was not estimated). Since the program waits for the backward's last reduce-scatter before the next
       forward's gathers (FSDP2's root post-backward callback, `_end_backward`) and the estimate charges what
       each forward's start waits for apart from the kernels' SM toll (`microbatch_starts_s`,
       `spans_beside_compute`): 0.9915 to 1.0011 (0.9592 to 0.9862 with the wait simulated and not estimated;
-      tp 2 dp 16 on four hosts is still the lowest, its backward's embedding gather 0.86 ms exposed a
-      micro-batch);
+      tp 2 dp 16 on four hosts the lowest, its backward's embedding gather 0.86 ms exposed a micro-batch),
+      0.9907 to 1.0007 since the backward's waits for the next unit's gather are estimated too and set against
+      the backward slowed by the SM toll (tp 2 dp 16 on four hosts the lowest: its TP collectives run slower
+      beside FSDP's on NVLink, up to 8.7 ms a step not estimated);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -437,7 +439,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.996, 1.0015) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.991, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (0.990, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
@@ -575,6 +577,32 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
                                               sm_bound / compute)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.03)
+
+
+@pytest.mark.parametrize("tp", [4, 8])
+def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp):
+    """Llama-3-70B FSDP without pipelining on 64 DGX H100 (tests/data/llama3_70b_64_dgx_h100.yaml), where the
+    gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128) or longer (tp 8, dp 64):
+    simulated over estimated tokens/s 0.995 to 1.008 (today 0.9952 and 1.0077; 1.0169 and 1.0226 before). tp 8
+    is bound by its collectives: its slot was the sum of every span of them, the first units' gathers and the
+    last reduce-scatter included, which each forward's start waits for and `microbatch_starts_s` charges again (21 ms
+    a micro-batch counted twice); the slot now holds only the spans beside the compute (`spans_beside_compute`).
+    tp 4 is bound by its compute: a unit's reduce-scatter (14.8 ms beside the next gather) outlasted the next
+    unit's backward as timed alone (14.3 ms), 0.5 ms a unit, 52 ms a micro-batch, but the collectives' SMs
+    slow that backward (15.1 ms simulated) and the compute never waits there; the waits now set the
+    reduce-scatter against the backward slowed by the estimate's SM toll (`backward_waits_s`)."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import check_memory
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario(SCENARIO)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    checked = check_memory(search_base(loaded.source, None, loaded.scenario),
+                           Candidate(tp, 1, 1, 512 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
+    summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+    assert 0.995 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.008
 
 
 def test_1f1bs_steady_state_round_trips_lengthen_the_period_only_where_no_rank_is_slower():

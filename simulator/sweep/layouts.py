@@ -191,17 +191,17 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
     all-to-alls (`expert_exchange_s`); under ZeRO-3 its units' parameter gathers and per-micro-batch reduce-scatters
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
-    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`) and its compute's waits for the previous unit's
-    reduce-scatter (`reduce_scatter_waits_s`) join it, and the longer of the two fills the micro-batch's slot. The
-    slowest rank's slot comes m times, the others' once each for the pipeline's fill and drain (divided by v under
-    interleaving), and the stage-to-stage sends that ``schedule`` (the pipeline schedule's name) leaves exposed
-    (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP group leaves after the last backward
-    (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`),
-    the routed experts' reduction and gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter
-    all-gather after it. ZeRO-3 gathering every micro-batch adds what the forwards' starts wait for
-    (`microbatch_starts_s`, the slowest rank's). Pipelined FSDP's once-per-step gathers add what they delay the
-    pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its
-    compute stream amid the drain, the longest rank's for each chunk."""
+    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`) and its compute's waits in the backward for the
+    previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) join it, and the longer of the
+    two fills the micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the
+    pipeline's fill and drain (divided by v under interleaving), and the stage-to-stage sends that ``schedule`` (the
+    pipeline schedule's name) leaves exposed (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP
+    group leaves after the last backward (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk
+    0 after it, `chunk_reductions_s`), the routed experts' reduction and gather (`expert_state_s`), the optimizer
+    step and ZeRO-1/2's parameter all-gather after it. ZeRO-3 gathering every micro-batch adds what the forwards'
+    starts wait for (`microbatch_starts_s`, the slowest rank's). Pipelined FSDP's once-per-step gathers add what
+    they delay the pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which
+    hold its compute stream amid the drain, the longest rank's for each chunk."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     slots, tails, backwards, gathers, starts = [], [], [], [], []
@@ -222,13 +222,14 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
                   if sharding.stage in (1, 2) else 0.0)
         if sharding.stage == 3:
             unit_work = sharded_unit_work(plan, times, rank, blocks)
-            spans = sharded_microbatch_spans(plan, times, rank, unit_work)
-            beside = sum(seconds for seconds, _ in spans)
-            if share is not None and compute > 0:
-                beside_compute = spans_beside_compute(plan, spans, unit_work)
-                work += sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
-            work = max(work + grad_copies_s(plan, params) / plan.microbatches
-                       + reduce_scatter_waits_s(plan, times, rank, unit_work), beside)
+            # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
+            beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
+                                                  unit_work)
+            toll = (sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
+                    if share is not None and compute > 0 else 0.0)
+            work = max(work + toll + grad_copies_s(plan, params) / plan.microbatches
+                       + backward_waits_s(plan, times, rank, unit_work, 1 + toll / compute if compute > 0 else 1.0),
+                       sum(seconds for seconds, _ in beside_compute))
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
@@ -651,13 +652,18 @@ def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
     return spans
 
 
-def reduce_scatter_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
-    """Seconds per micro-batch PyTorch FSDP's compute stream waits for reduce-scatters on ``rank`` when it
-    reduce-scatters every micro-batch's gradients: after each unit's backward the compute waits for the
-    previous unit's reduce-scatter (`_grads_done`, FSDP2's post-backward), which started as that unit's backward
-    ended, so a reduce-scatter longer than the next unit's backward (``units`` in forward order) holds the
-    compute by the difference. The one beside it is the gather `sharded_microbatch_spans` pairs it with; the
-    last unit's is waited for only in the next micro-batch (the step's last: `reduction_tail_s`)."""
+def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit],
+                     slowed: float = 1.0) -> float:
+    """Seconds per micro-batch PyTorch FSDP's compute stream waits in the backward on ``rank`` when it
+    reduce-scatters every micro-batch's gradients. As a unit's backward ends (``units`` in forward order, run
+    in reverse), its reduce-scatter starts and, beside it, the gather of the unit two after it in backward order
+    (`sharded_microbatch_spans`: `CollectiveTimes.together`); the compute runs the next unit's backward, then
+    waits for that reduce-scatter (`_grads_done`, FSDP2's post-backward) and, before the unit after, for that
+    gather: the gap is whichever of the two ends later, less the next unit's backward, ``slowed`` times its own
+    (the SMs of the collectives beside it slow its kernels: `sharded_toll_s`, spread over the micro-batch's). A
+    gather larger than a layer's (the embedding's, last in backward order) is waited for though the
+    reduce-scatter beside it is not. The last unit's reduce-scatter is waited for only in the next micro-batch
+    (the step's last: `reduction_tail_s`)."""
     sharding = plan.sharding
     group = plan.layout.combined_group(("dp", "cp"), rank)
     if not (sharding.fsdp and sharding.reduce_every_microbatch) or len(group) == 1:
@@ -668,9 +674,9 @@ def reduce_scatter_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, un
     for index, (unit, following) in enumerate(zip(backward, backward[1:])):
         reduction: CollectiveShape = (sharding.grad_reduction, group, unit.params * sharding.grad_bytes)
         beside = regathered[index + 1] if index + 1 < len(regathered) else None
-        reduced = (times.together(("all_gather", group, beside.params * sharding.param_bytes), reduction)[1]
-                   if beside is not None else times.seconds(*reduction))
-        waits += max(reduced - following.backward_s, 0.0)
+        ends = (times.together(reduction, ("all_gather", group, beside.params * sharding.param_bytes))
+                if beside is not None else (times.seconds(*reduction),))
+        waits += max(max(ends) - slowed * following.backward_s, 0.0)
     return waits
 
 
@@ -681,7 +687,7 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     streams wait for the compute stream: the search's ZeRO-3 is PyTorch FSDP's). Under PyTorch FSDP without
     pipelining each forward after the first also waits, before its gathers, for the previous backward's last
     reduce-scatter, the first unit's, alone (FSDP2's root post-backward callback, `ProgramBuilder._end_backward`;
-    the reduce-scatter before it is `reduce_scatter_waits_s`'s, the step's last backward's
+    the reduce-scatter before it is `backward_waits_s`'s, the step's last backward's
     `reduction_tail_s`'s)."""
     sharding, m = plan.sharding, plan.microbatches
     group = plan.layout.combined_group(("dp", "cp"), rank)
