@@ -208,6 +208,10 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
     (("  interval: 30 min", "  interval: -5 steps"),
      "checkpoint.interval: interval '-5 steps' must be a whole number of steps, at least one (allowed: '200 steps', "
      "'30 min')"),
+    # a bare number read as a duration without its unit, and the refusal offered durations only
+    (("  interval: 30 min", "  interval: 200"),
+     "checkpoint.interval: duration 200 has no unit (allowed: a number of steps, e.g. '200 steps', or a duration "
+     "in ns, us, ms, s, min, h, d, e.g. '30 min')"),
     (("      repair: 4 h", "      shape: 0.7"),
      "faults.components.gpu: shape 0.7 applies to distribution: weibull only (allowed: distribution: weibull with "
      "a shape, or no shape)"),

@@ -16,6 +16,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
+from simulator.errors import InputError
 from simulator.units import format_duration, parse_bandwidth, parse_duration, parse_size
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
@@ -152,7 +153,11 @@ def parse_interval(value: object) -> float | int:
                 raise ValueError(f"interval {value!r} is beyond 64-bit step counts (allowed: fewer than 2^63 "
                                  "steps, or a duration such as '30 min')")
             return int(steps)
-    seconds = user_value(parse_duration)(value)
+    try:
+        seconds = parse_duration(value)
+    except InputError as exc:
+        raise ValueError(f"{exc.problem} (allowed: a number of steps, e.g. '200 steps', or a duration in "
+                         f"{exc.allowed}, e.g. '30 min')") from None
     if seconds <= 0:
         raise ValueError(f"interval {value!r} must be positive (allowed: '200 steps', '30 min')")
     return seconds
