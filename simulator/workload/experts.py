@@ -1,6 +1,6 @@
 """Cost of a mixture-of-experts MLP block on one rank per micro-batch, from a routing sample.
 
-Kernels (docs/cost-model.md, "Mixture of experts"): the MLP norm, the router (an n x E GEMM over the rank's n
+Kernels (docs/training-step.md, "Mixture of experts"): the MLP norm, the router (an n x E GEMM over the rank's n
 tokens, n = b s / (cp tp): each TP rank routes its own share), the permutation into expert order and back
 (elementwise, k n h elements read and written each way), the shared experts (dense GEMMs on all n tokens)
 and the residual; then the routed experts of the hottest EP rank, each a GEMM chain sized by the tokens that
