@@ -58,7 +58,7 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
-    located(loaded, lambda: plan_every_collective(program.ops, prepared.plans))
+    located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     return Verdict(dict(program.memory), (*loaded.ignored_without_a_horizon(), *program.warnings),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world)
 
@@ -75,9 +75,10 @@ def step_floor(ops: Sequence[Op], slowed: Collection[int]) -> float:
     return max(busy.values(), default=0.0)
 
 
-def plan_every_collective(ops: Sequence[Op], plans: PlanCache) -> None:
+def plan_every_collective(firsts: Sequence[CollectiveOp], plans: PlanCache) -> None:
     """Plan each distinct collective once, so unsupported algorithm choices surface, located in the scenario,
-    before a run (an error raised inside the SimPy run would lose its field)."""
-    for op in ops:
-        if isinstance(op, CollectiveOp):
-            plans.phases(op, op.group)
+    before a run (an error raised inside the SimPy run would lose its field). ``firsts``: the first op of each
+    collective shape (`CollectiveShapes.firsts`, in program order); a plan depends on nothing else, so the first
+    that fails is the program's first collective that would."""
+    for op in firsts:
+        plans.phases(op, op.group)
