@@ -223,7 +223,8 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     again, a refinement's representatives have no order between their ops, so the check of unequal traffic
     would see every collective overlap (on the DeepSeek candidate, 128 ranks, the ordering is skipped as too
     large and it refused the route classes for a CP ring beside the skewed all-to-all of its own host). The
-    lockstep check after the run certifies either."""
+    lockstep check after the run certifies either. Refolds run only without step faults (`lane_step`,
+    `route_step`), so the step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
         return None
