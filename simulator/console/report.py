@@ -248,6 +248,11 @@ TIME_LOST = (("restart_s", "restarts"), ("lost_work_s", "work redone"), ("checkp
 """job_summary.json's `time_s` parts other than productive time, in the order the job table lists them."""
 
 
+RESTART_PARTS = (("detection_s", "detection"), ("reschedule_and_launch_s", "rescheduling and launch"),
+                 ("load_s", "load"), ("warmup_s", "warm-up"))
+"""job_summary.json's `restart` parts, in the order the job table lists those that take time."""
+
+
 def _mean_ci(interval: dict, text) -> str:
     """A replications' mean and, when there is one, its 95% interval, each formatted by ``text``."""
     if interval.get("ci95_low") is None:
@@ -286,7 +291,8 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
 
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
-    frequent causes), the time lost by kind with its share of the horizon, an elastic job's shrinks, regrows
+    frequent causes), the time lost by kind with its share of the horizon, the work redone per failure and the
+    restart's parts, an elastic job's shrinks, regrows
     (the restarts taken only to regrow, and their time), sizes (those skipped for memory), policies and running
     time on each replica count, and
     the checkpoint interval against Young's and Daly's."""
@@ -317,6 +323,12 @@ def job_table(job: dict) -> Table:
     lost = [f"{label} {long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
             for part, label in TIME_LOST if times.get(part, {}).get("mean")]
     table.add_row("time lost", ", ".join(lost) or "none")
+    per_failure = job["lost_work_per_failure_s"]
+    if per_failure["mean"] is not None:
+        restart = job["restart"]
+        parts = ", ".join(f"{label} {long_duration(restart[part])}" for part, label in RESTART_PARTS if restart[part])
+        table.add_row("per failure", _mean_ci(per_failure, format_seconds) + " of work redone, then a restart of "
+                      f"{long_duration(restart['total_s'])} with spares at hand" + (f" ({parts})" if parts else ""))
     replicas = job.get("replicas")
     if job.get("elastic") and replicas:
         running = ", ".join(f"{counted(int(size), 'replica')} {long_duration(value['mean'])} "
