@@ -583,7 +583,8 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
 def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp):
     """Llama-3-70B FSDP without pipelining on 64 DGX H100 (tests/data/llama3_70b_64_dgx_h100.yaml), where the
     gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128) or longer (tp 8, dp 64):
-    simulated over estimated tokens/s 0.995 to 1.008 (today 0.9952 and 1.0077; 1.0169 and 1.0226 before). tp 8
+    simulated over estimated tokens/s 0.994 to 1.009 (today 0.9952 and 1.0077, 0.1% of room each side; 1.0169
+    and 1.0226 before). tp 8
     is bound by its collectives: its slot was the sum of every span of them, the first units' gathers and the
     last reduce-scatter included, which each forward's start waits for and `microbatch_starts_s` charges again (21 ms
     a micro-batch counted twice); the slot now holds only the spans beside the compute (`spans_beside_compute`).
@@ -602,7 +603,7 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp):
     checked = check_memory(search_base(loaded.source, None, loaded.scenario),
                            Candidate(tp, 1, 1, 512 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-    assert 0.995 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.008
+    assert 0.994 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.009
 
 
 def test_1f1bs_steady_state_round_trips_lengthen_the_period_only_where_no_rank_is_slower():

@@ -733,6 +733,12 @@ def launched(kind: str, group: str, place: int | None, first_id: int, deps: list
     return [launcher, {**node, "ctrlDeps": [first_id], "dataDeps": [first_id]}]
 
 
+def garbled(nodes: list[dict]) -> list[dict]:
+    """``launched``'s nodes with the launcher's inputs replaced by text that names no rank."""
+    launcher, node = nodes
+    return [{**launcher, "inputs": {**launcher["inputs"], "values": "['send']"}}, node]
+
+
 def p2p_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
     """Chakra traces of ranks 0-3 of the job of PIPELINE_GROUPS (``ranks``: each rank's nodes after the
     process-group metadata, node 1), on four single-GPU hosts of 25 Gb/s Ethernet; returns the scenario."""
@@ -787,6 +793,9 @@ def test_chakra_sends_and_receives_of_a_two_rank_group_take_its_other_member_as_
      "record_param_comms node (id 2) names rank 3 of process group '2', which has 3 ranks"),
     (launched("send", "", 1, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and no "
      "process group (pg_name)"),
+    (garbled(launched("send", "2", 1, 2, [])), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no "
+     "comm_dst, and its record_param_comms node (id 2) names no rank before 'send' in its inputs, so which of the 3 "
+     "ranks [1, 2, 3] of process group '2' is the peer is unknown"),
 ])
 def test_a_chakra_transfer_whose_peer_the_trace_does_not_determine_is_refused_at_its_node(tmp_path, nodes, field,
                                                                                        problem):
@@ -833,8 +842,9 @@ def chakra_error(folder: Path) -> TraceError:
 @pytest.mark.parametrize(("field", "value", "problem"), [
     ("comm_size", '"1.5"', "comm_size '1.5' of 'send' is not a whole number of bytes"),
     ("comm_dst", "1.5", "comm_dst 1.5 of 'send' is not a rank"),
+    ("comm_dst", "-1", "comm_dst -1 of 'send' is not a rank"),
 ])
-def test_chakra_numbers_that_are_not_whole_are_refused_not_truncated(tmp_path, field, value, problem):
+def test_chakra_numbers_that_are_not_whole_or_not_ranks_are_refused(tmp_path, field, value, problem):
     path = tmp_path / "rank0.json"
     path.write_text(SEND_TO_RANK_1.replace('"int64Val": 100' if field == "comm_size" else '"int32Val": 1',
                                            f'"int64Val": {value}'))
@@ -1310,7 +1320,7 @@ def test_an_ep_dispatch_of_the_cp_size_does_not_tell_the_cp_groups_apart():
     ({"tp": 1, "pp": 4, "cp": 2}, [], "workload.traced_cp: the traced job's CP size, if not 2; or Process Group "
      "Descriptions naming the group's dimension (a group described as CP alone, or one of 2 ranks running evenly "
      "split all-to-alls where the traced job's EP size is told and is not 2, tells the others apart)",
-     ({"ep": 1}, False, "cp"), ({}, False, None)),
+     ({"ep": 1}, False, "cp"), ({}, True, None)),
     ({"tp": 1, "ep": 4}, [(0, 4)], "workload.traced_ep: the traced job's EP size, if not 4; or Process Group "
      "Descriptions naming the group's dimension (a group described as EP alone, or one of 4 ranks running "
      "all-to-alls that split unevenly, or where the traced job's CP size is told and is not 4, tells the others "
@@ -1322,8 +1332,8 @@ def test_a_group_the_gradients_may_share_is_refused_naming_the_all_to_alls_that_
     runs no all-to-all and may be that dimension's or the gradients': refused, and the allowed text says which
     all-to-all group tells them apart (an all-to-all group of that size told apart whatever it read as, before
     7842363). The one it names does: the group then counts as DP. One it does not name does not: with EP 4 and CP
-    4 an uneven dispatch reads as EP, not CP's; with CP 2 and EP not told an even one reads as neither (refused,
-    here for that group itself)."""
+    4 an uneven dispatch reads as EP, not CP's; with CP 2 an uneven one reads as EP's: each leaves the numbered
+    group refused."""
     size = 2 if "cp" in declared else 4
     ranks = tuple(range(size))
     with pytest.raises(ScenarioError) as caught:
@@ -1333,8 +1343,9 @@ def test_a_group_the_gradients_may_share_is_refused_naming_the_all_to_alls_that_
     assert kinds_of({"dp": ranks, "a2a": list(ranks)}, transfers, {"a2a": uneven}, **declared, **more) == {
         "dp": "dp", "a2a": kind}
     more, uneven, _ = told
-    with pytest.raises(ScenarioError):
+    with pytest.raises(ScenarioError) as caught:
         kinds_of({"dp": ranks, "a2a": list(ranks)}, transfers, {"a2a": uneven}, **{**declared, **more})
+    assert caught.value.problem.startswith("process group 'dp'")
 
 
 @pytest.mark.parametrize(("groups", "declared", "field", "problem"), [

@@ -319,7 +319,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
         try:
             peer_rank = as_int(peer)
         except (TypeError, ValueError):
-            raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED) from None
+            peer_rank = -1
+        if peer_rank < 0:
+            raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED)
     try:
         tag = as_int(attrs.get("comm_tag") or 0)
     except ValueError:
@@ -352,6 +354,10 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
         why = "and no process group (pg_name)"
     elif not members:
         why = f"and the trace lists no members of its process group {group!r} (no process-group metadata for it)"
+    elif launcher is not None:
+        why = (f"and its record_param_comms node (id {_launcher_id(launcher)}) names no rank before {collective!r} "
+               f"in its inputs, so which of the {len(members)} ranks {list(members)} of process group {group!r} is "
+               f"the peer is unknown")
     else:
         why = (f"and its process group {group!r} has {len(members)} ranks {list(members)}, so which is the peer "
                f"is unknown without the record_param_comms node that launched it")
