@@ -13,9 +13,9 @@ only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP l
 classes keyed by CP lane) and `route_step` (ranks classed also by their hand-offs' route loads) are tried before
 unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
 then where both ran `meet_step` (their meet: one rank per CP lane of each class by route): the unfolded run
-where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` only where its
-classes do not refine those of the folded step, which passed it (`_refined_step`); the lockstep check after its
-run certifies it.
+where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` where its
+program can be ordered, else only where its classes do not refine those of the folded step (`_refined_step`);
+the lockstep check after its run certifies it.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     hand-off can share an uplink that its mirrors' do not); None where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
-    stage), so `_refined_step` does not judge them again."""
+    stage), so `_refined_step` judges them only where their program can be ordered."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:
@@ -216,14 +216,16 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
                   mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
     """The step folded with one representative per class of ``classes``, to run again where ``folded``'s only
     mirrors out of step were pipeline hand-offs; None where there are no such classes, they simulate the ranks
-    ``folded`` did, or `fold_verdict` refuses them. It judges only classes that do not refine ``folded``'s (one
-    rank per CP lane on a step classed by NVLink loads): ``folded`` passed it, so each of a refinement's class's
-    copies of a collective are some of the copies judged alike there (a group and its images over the links
-    alone, each copy against the unequal traffic that may overlap it by the whole program's order), and judged
-    again, a refinement's representatives have no order between their ops, so the check of unequal traffic
-    would see every collective overlap (on the DeepSeek candidate, 128 ranks, the ordering is skipped as too
-    large and it refused the route classes for a CP ring beside the skewed all-to-all of its own host). The
-    lockstep check after the run certifies either. Refolds run only without step faults (`lane_step`,
+    ``folded`` did, or `fold_verdict` refuses them. Every refold whose program gets an ordering (`ProgramOrder`)
+    is judged: that ``folded`` passed the check does not vouch for it, since `engine/symmetry.py` judged the
+    unequal traffic each mirror meets by ``folded``'s order, with its classes in lockstep, and refolds run
+    because they were not. Where the refold's program is too large to order, classes that cut across
+    ``folded``'s (lanes on a step classed by NVLink loads) are still judged, and a refinement of them (route
+    classes, the meet, lanes on a step folded by stage) is not: unordered, the check takes every pair of
+    collectives to overlap and refuses what runs apart (on the DeepSeek candidate, 128 ranks, a CP ring beside
+    the skewed all-to-all of its own host). That is a known limit: its shapes were judged alike on ``folded``,
+    but the unequal traffic that its drifted classes meet, notably from mirrors that pruning dropped, was not,
+    and only the lockstep check after the run guards it. Refolds run only without step faults (`lane_step`,
     `route_step`), so the step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
@@ -231,7 +233,8 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
     slowdowns = folded.slowdowns
-    if folded.classes is not None and not classes.refines(folded.classes):
+    refines = folded.classes is None or classes.refines(folded.classes)
+    if order.ordering is not None or not refines:
         slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
         if unfolding is not None:
             return None
