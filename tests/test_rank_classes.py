@@ -17,16 +17,19 @@ from typing import cast
 
 import numpy as np
 import pytest
+from test_folding import CP_FABRIC
 
 from simulator.config.loader import scenario_from_text
 from simulator.engine import fold_policy
-from simulator.engine.fold_policy import FoldedStep, meet_step, program_indexes, route_step
+from simulator.engine.fold_policy import FoldedStep, lane_step, meet_step, program_indexes, route_step
 from simulator.engine.rank_classes import rank_classes
+from simulator.engine.shapes import CollectiveShapes
 from simulator.faults.step import StepFaultPlan
 from simulator.parallel.experts import ep_group, group_images
 from simulator.parallel.folding import RankClasses, class_images, lane_classes, representatives
 from simulator.parallel.layout import Layout
 from simulator.program.step import StepProgram
+from simulator.program.unfolding import Unfolding
 from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, simulate, step_program
 from simulator.topology.loader import scenario_topology
 
@@ -309,6 +312,50 @@ def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
     unused = (None, "flow", {})
     assert meet_step(never, folded, [ran(lanes)], *unused) is None
     assert meet_step(never, folded, [ran(hosts), ran(by_host_and_lane)], *unused) is None
+
+
+
+def test_every_refold_that_can_be_ordered_is_judged_and_only_unordered_refinements_skip_it(monkeypatch):
+    """`_refined_step`'s rule, with `fold_verdict` refusing every program: on the wrap case with TP 4 x CP 2
+    (folded by stage, each refold small enough to order) route classes, lanes and their meet all run when
+    judged by the real check and are refused by the refusing one; with no ordering (as for the DeepSeek
+    candidate's 128 ranks), the three refine the stage fold and run unjudged, while lanes that cut across a
+    step classed by NVLink loads (the CP fabric of tests/test_folding.py: hosts 0 and 3, hosts 1 and 2 of each
+    stage) are still judged, so refused."""
+    loaded = scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml", [])
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    build, folded = prepared.build, prepared.step
+    judged = (prepared.plans, "flow", prepared.settings.efficiency)
+
+    def refolds() -> list[tuple[int, ...] | None]:
+        routes = route_step(build, folded, *judged, StepFaultPlan())
+        lanes = lane_step(build, folded, *judged, StepFaultPlan())
+        met = None if routes is None or lanes is None else meet_step(build, folded, [routes, lanes], *judged)
+        return [None if step is None else step.program.ranks for step in (routes, lanes, met)]
+
+    cp_loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+        "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
+        "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
+    classed = prepare_training(cp_loaded, scenario_topology(cp_loaded), StepFaultPlan())
+    layout = classed.step.program.layout
+    assert classed.step.classes == RankClasses((0,) * 8 + (1,) * 16 + (0,) * 8) and layout is not None
+    assert not lane_classes(layout).refines(classed.step.classes)
+    assert folded.classes is None and folded.program.ranks == (0, 16)
+    ran = [(0, 8, 16, 24), (0, 4, 16, 20), (0, 4, 8, 12, 16, 20, 24, 28)]
+    assert refolds() == ran
+
+    def refuse(*args: object) -> tuple[dict, Unfolding]:
+        return {}, Unfolding("collectives", "refused")
+
+    monkeypatch.setattr(fold_policy, "fold_verdict", refuse)
+    routes = route_step(build, folded, *judged, StepFaultPlan())
+    lanes = lane_step(build, folded, *judged, StepFaultPlan())
+    assert routes is None and lanes is None
+    monkeypatch.setattr(fold_policy, "program_indexes", lambda program: (CollectiveShapes.of(program.ops),
+                                                                         SimpleNamespace(ordering=None)))
+    assert refolds() == ran
+    assert lane_step(classed.build, classed.step, classed.plans, "flow", classed.settings.efficiency,
+                     StepFaultPlan()) is None
 
 
 CROSS_RAIL_PP = """
