@@ -56,8 +56,8 @@ def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShape
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     hosts = range(int(host.max()) + 1)
     nvlink = _nvlink_signatures(plans, shapes, order, host)
-    routed = _route_signatures(plans, shapes, order, host) if routes else {}
-    signature = {h: (nvlink.get(h, ()), routed.get(h, b"")) for h in hosts}
+    by_route = _route_signatures(plans, shapes, order, host) if routes else {}
+    signature = {h: (nvlink.get(h, ()), by_route.get(h, b"")) for h in hosts}
     stage_hosts = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
     classes = RankClasses.keyed([tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T])
     if classes is None and routes:
