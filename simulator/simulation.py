@@ -346,7 +346,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' route loads
     (`fold_policy.route_step`), route classes first where copies of one lane's hand-off ended apart, then by
     the meet of the two (`fold_policy.meet_step`), each the unfolded run's timeline where its own mirrors keep
-    pace, at a fraction of its cost; where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
+    pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
+    first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
     folded run stands with a warning."""
     from simulator.engine.fold_policy import unfolded_step
     from simulator.program.unfolding import Unfolding
@@ -410,7 +411,9 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
     of one CP lane's hand-off ended apart (one rank per lane would hold them to one representative again), then
     by the meet of the two where both ran (`fold_policy.meet_step`), each where it applies until one whose
     mirrors all keep pace (it is then the unfolded run): the step, its summary and log, and the summary key that
-    says why it ran; else None."""
+    says why it ran; else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends
+    the tries (None: the step unfolds), the rule the first folded run follows: refolds are made for hand-offs
+    out of step, not for other collectives."""
     from simulator.engine.fold_policy import lane_step, meet_step, route_step
 
     build, folded = prepared.build, prepared.step
@@ -427,7 +430,9 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
         if step is None:
             continue
         summary, log, refolded_pace = run(step)
-        if not (refolded_pace.collectives or refolded_pace.hand_offs):
+        if refolded_pace.collectives:
+            return None
+        if not refolded_pace.hand_offs:
             return step, summary, log, reason_key
         tried.append(step)
     return None

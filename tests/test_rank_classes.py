@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import cast
 
@@ -19,9 +20,11 @@ import numpy as np
 import pytest
 from test_folding import CP_FABRIC
 
+from simulator import simulation
 from simulator.config.loader import scenario_from_text
 from simulator.engine import fold_policy
 from simulator.engine.fold_policy import FoldedStep, lane_step, meet_step, program_indexes, route_step
+from simulator.engine.lockstep import Lockstep
 from simulator.engine.rank_classes import rank_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.faults.step import StepFaultPlan
@@ -290,6 +293,29 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
         "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.3497 and 47.7067 ms in the "
         "folded run (5 instances")
     assert folded == unfolded
+
+
+
+def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monkeypatch):
+    """The rule of the first folded run holds for refolds: on the wrap case with TP 4 x CP 2, where route classes,
+    lanes and their meet run in turn and the meet keeps pace (above), a route run reported with a collective
+    other than a hand-off out of step ends the tries, and the step runs unfolded with the stage fold's reason."""
+    text = WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,")
+    real = simulation.run_step
+
+    def drifting(program: StepProgram, *args, **kwargs) -> tuple[dict, object, Lockstep]:
+        summary, log, kept_pace = real(program, *args, **kwargs)
+        return summary, log, replace(kept_pace, collectives="drifted") if program.ranks == (0, 8, 16, 24) \
+            else kept_pace
+
+    monkeypatch.setattr(simulation, "run_step", drifting)
+    tried = _recording(monkeypatch)
+    summary = simulate(scenario_from_text(text, "inline.yaml", [])).summary
+    assert tried == [("route_step", (0, 8, 16, 24))]
+    assert not summary["folded"] and summary["simulated_ranks"] == 32
+    assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
+    assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
+                                                 "between 46.4155 and 46.594 ms in the folded run (5 instances")
 
 
 def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
