@@ -226,7 +226,8 @@ the host-pair hash)."""
     (4, 2, 2, 2, 2, 4, 1, 8, 8, EXACT),     # TP 4: two replicas per host, DP rings over the spines
     (8, 2, 4, 4, 2, 8, 2, 4, 8, EXACT),     # PP pairs inside leaf groups, DP rings over spines at 4:1
     (4, 1, 2, 2, 1, 2, 2, 8, 8, EXACT),     # one host per leaf: every DP ring crosses the spines
-    (4, 3, 2, 2, 2, 8, 2, 2, 8, EXACT),     # replica 0's PP pair stays in a leaf group, replica 1's crosses it
+    (4, 3, 2, 2, 2, 8, 2, 2, 8, EXACT),     # replica 0's PP pair stays in a leaf group, replica 1's crosses it:
+                                            # hand-offs end with the crossing copy, never replayed alone
     (4, 2, 2, 2, 4, 8, 2, 2, 4, EXACT),     # two GPUs per NIC: lanes hash apart, their rings timed alone agree
     (6, 2, 3, 2, 4, 8, 3, 2, 8, PP_ROUTES),  # 3-host replicas on 2-host leaf groups: folded 0.70% slow
 ])

@@ -63,7 +63,8 @@ parallelism: {tp: 2, pp: 2, ep: 4, zero: 1}
     replayed = run_yaml(scenario, *overrides)
     live_private = []
 
-    def none_private(ops, links_of, async_streams, mirrors, mirror_links=None, shapes=None, order=None):
+    def none_private(ops, links_of, async_streams, mirrors, mirror_links=None, shapes=None, order=None,
+                     timed_apart=None):
         live_private.append(True)
         return frozenset()
 
@@ -81,6 +82,23 @@ def test_an_instance_whose_mirrors_share_its_links_is_never_replayed():
                         key="X", mirrors=((2, 3),))]
     assert not sharing.private_collectives(ops, lambda op, group: frozenset({7}), ASYNC, {0: ((2, 3),)})
     assert sharing.private_collectives(ops, lambda op, group: frozenset({group[0]}), ASYNC, {0: ((2, 3),)}) == {0}
+
+
+def test_a_hand_off_whose_mirror_takes_other_hops_is_never_replayed():
+    """A send alone on its links, its mirror on links of their own: replayed, unless its mirror would take
+    another time alone (the folded send ends with its slowest copy, which a replay without mirrors drops)."""
+    ops = [CollectiveOp(id=0, rank=0, stream="pp", name="S", op="send_recv", group=(0, 1), nbytes=1.0, key="S",
+                        mirrors=((2, 3),))]
+    asked = []
+
+    def apart(op, mirrors):
+        asked.append((op.key, mirrors))
+        return True
+
+    assert sharing.private_collectives(ops, _own_links, ASYNC, {0: ((2, 3),)}, timed_apart=lambda op, kept: False) \
+        == {0}
+    assert not sharing.private_collectives(ops, _own_links, ASYNC, {0: ((2, 3),)}, timed_apart=apart)
+    assert asked == [("S", ((2, 3),))]
 
 
 def _random_program(seed: int, groups: int) -> list:

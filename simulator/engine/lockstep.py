@@ -142,3 +142,9 @@ def same_hops(topology: Topology, pair: tuple[int, ...], other: tuple[int, ...])
         return [(float(topology.link_bandwidth[link]), topology.link_class[link])
                 for link in topology.path(ends[0], ends[-1])]
     return hops(pair) == hops(other)
+
+
+def hops_apart(topology: Topology, op: CollectiveOp, mirrors: Mirrors) -> bool:
+    """Whether ``op`` is a hand-off one of whose ``mirrors`` crosses other hops than its own (`same_hops`), so
+    takes another time alone: the copies of a collective that the fold symmetry check lets differ."""
+    return op.op == "send_recv" and any(not same_hops(topology, op.group, mirror) for mirror in mirrors)

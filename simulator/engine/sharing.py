@@ -29,6 +29,9 @@ Mirrors = tuple[tuple[int, ...], ...]
 MirrorLinks = Callable[[CollectiveOp, Mirrors], frozenset[int]]
 """(op, mirrors) -> the directed links its plans over all of ``mirrors`` use together."""
 
+TimedApart = Callable[[CollectiveOp, Mirrors], bool]
+"""(op, mirrors) -> whether a plan over one of ``mirrors`` may take another time alone than the op's own."""
+
 
 @dataclass(frozen=True)
 class Sharing:
@@ -118,14 +121,19 @@ def _one_group(_op: CollectiveOp, _group: tuple[int, ...]) -> frozenset[int]:
 
 def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: frozenset[str],
                         mirrors: Mapping[int, Mirrors], mirror_links: MirrorLinks | None = None,
-                        shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None) -> frozenset[int]:
+                        shapes: CollectiveShapes | None = None, order: ProgramOrder | None = None,
+                        timed_apart: TimedApart | None = None) -> frozenset[int]:
     """Ids of the collective ops whose instance runs alone on its links: no instance of other traffic that may
     overlap it in time (engine/ordering.py) uses a link of its own or of its kept ``mirrors``, and its mirrors
     do not share its own links. Such an instance's time is its time on an idle network, and its mirrors, on
     links nothing running meanwhile uses, change no simulated time: the engine times it once per shape and
     replays it without them. ``mirror_links`` gives the links of an op's kept mirrors together (default: the
     union of ``links_of`` over them); ``shapes`` is the index of ``ops``' collectives and ``order`` the ordering
-    of ``ops`` with ``async_streams`` (shared with the fold symmetry check), when the caller has them."""
+    of ``ops`` with ``async_streams`` (shared with the fold symmetry check), when the caller has them.
+    Replaying without the mirrors is exact only where each mirror alone takes the op's time, as the fold
+    symmetry check makes sure for every collective but pipeline hand-offs: an op whose kept mirrors
+    ``timed_apart`` flags (a hand-off whose mirror crosses the spines where it stays in a leaf group) is never
+    private, so it ends when its slowest copy does, as it does where other traffic may overlap it."""
     shapes = shapes or CollectiveShapes.of(ops)
     if not shapes.ops:
         return frozenset()
@@ -136,6 +144,7 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     streams: dict[int, set[str]] = {}
     member: dict[int, int] = {}
     footprints: dict[tuple, tuple[frozenset[int], frozenset[int]]] = {}
+    apart: set[tuple] = set()
     for op, index in zip(shapes.ops, shapes.shape_of):
         kept = mirrors.get(op.id, ())
         gid = group_of_shape[index]
@@ -147,13 +156,15 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
             mirrored = (mirror_links(op, kept) if mirror_links is not None
                         else frozenset().union(*(links_of(op, mirror) for mirror in kept)))
             footprints[shape] = (links_of(op, op.group), mirrored)
+            if kept and timed_apart is not None and timed_apart(op, kept):
+                apart.add(shape)
     shapes_on: dict[int, set[tuple]] = {}
     for shape, (own, mirrored) in footprints.items():
         for link in own | mirrored:
             shapes_on.setdefault(link, set()).add(shape)
     private = _private_instances(order or ProgramOrder(ops, async_streams), shape_of, streams, footprints, shapes_on,
                                  member)
-    return frozenset(op.id for op in shapes.ops if op.key in private)
+    return frozenset(op.id for op in shapes.ops if op.key in private and shape_of[op.key] not in apart)
 
 
 def _private_instances(order: ProgramOrder, shape_of: dict[str, tuple], streams: dict[int, set[str]],
