@@ -98,6 +98,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
+        self._last_send: dict[tuple[int, int], int] = {}
         self._handoffs: list[tuple[int, str]] = []
         self._param_gathers: dict[tuple[int, int, int], list[int]] = {}
         self._last_grad_rs: dict[tuple[int, int], int] = {}
@@ -269,15 +270,30 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _send(self, rank: int, direction: Pass, mb: int, vstage: int, dst_vstage: int, last_op: int,
               tag: str) -> int | None:
-        """The P2P send of ``last_op``'s output to ``dst_vstage``'s rank; None for a free hand-off."""
+        """The P2P send of ``last_op``'s output to ``dst_vstage``'s rank; None for a free hand-off.
+
+        A rank's sends to one peer run in the order they are issued, each after the one before: PyTorch's
+        ProcessGroupNCCL issues a lone isend/irecv on the communicator and NCCL stream of the unordered rank pair
+        (`getKeySendRecv`), and a batch (`batch_isend_irecv`: Megatron-LM's `_batched_p2p_ops`, torch
+        pipelining's `_batch_p2p`) on the process group's communicator and stream of the device; kernels on one
+        stream run in order. So a burst of sends (the embedding-only first chunk's forwards) leaves one after
+        another instead of sharing the link at once; a receive is its send's other end, so receives from one
+        peer keep that order too. Both keys serialize more than this, which is left out: a pair's transfers
+        the other way share the stream, and a batch's stream also carries the rank's transfers with its other
+        neighbour; but the ops of one batch (in 1F1B's steady state Megatron sends an activation to the next
+        stage and receives a gradient from it in one) run as one NCCL group, at once, so those orders depend
+        on how the schedule batches its transfers, which the program does not model."""
         dst = self._peer(rank, dst_vstage)
         nbytes = self.plan.stages[vstage].p2p_bytes
         key = self._p2p_key(direction, mb, vstage, tag)
         if dst == rank or nbytes <= 0:
             self._handoff_producers[key] = last_op
             return None
-        return self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
-                                [last_op], "pp", mb)
+        previous = self._last_send.get((rank, dst))
+        op = self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
+                              [last_op] if previous is None else [last_op, previous], "pp", mb)
+        self._last_send[rank, dst] = op
+        return op
 
     def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
@@ -502,8 +518,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         action (the runtime's REDUCE_GRAD follows it; its backward send is already issued and does not wait),
         or under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) every backward send of the chunk: both
         wait for all of them before ``perform_reduce_grad`` (ScheduleGPipe its ``bwd_sends_to_wait``,
-        Schedule1F1B each cooldown send before the next), and on the asynchronous P2P stream an earlier send
-        can end after the last."""
+        Schedule1F1B each cooldown send before the next); as a rank's sends to one peer end in issue order
+        (`_send`), the last of them ends last."""
         sharding = self.plan.sharding
         if not sharding.stage_reduces_grads or self._dp_size() == 1:
             return
