@@ -37,7 +37,7 @@ CHUNK = 4 * MIB
 SIZES = [KIB * 4**k for k in range(12)] + [512 * MIB]
 """1 KiB .. 4 GiB in steps of 4, and 512 MiB: on two DGX A100s its tree has 8 chunks per pipeline, as many as GPUs
 per host, where an estimate spreading the chains' NVLink bytes evenly over the steps came out 10% over the
-simulated 5.17 ms and auto took the ring (5.49 ms)."""
+simulated 5.16 ms and auto took the ring (5.50 ms)."""
 MARGIN = 1.01
 """auto's pick may be this much slower in simulation than the fastest candidate NCCL would weigh."""
 EXACT_ESTIMATES = ("ring", "nvls", "tree")

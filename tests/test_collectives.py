@@ -114,8 +114,7 @@ def test_chains_of_several_channels_stream_as_one():
 def test_chain_on_8_h100_pays_the_latency_once_per_hop(op):
     """1 GiB over a DGX H100's 7-hop NVLink chain in 4 MiB chunks: 7 (a + c b) + 255 c b = 7 a + n b + 6 c b, plus
     the base latency,
-    busbw 358.6 GB/s at H100's calibrated NVLink rate (334.6 at A100's 0.767, 263.4 there when every one of the
-    262 steps paid a + c b)."""
+    busbw 357.6 GB/s at H100's calibrated NVLink rate."""
     topology = load_topology("dgx-h100", {})
     row = collective_sweep("dgx-h100", {}, op=op, algorithm="ring", ranks=8, sizes=[GIB], chunk="4MiB")[0]
     c_b = 4 * MIB / (450e9 * calibrated("h100-sxm")["nvlink"])

@@ -84,8 +84,8 @@ class Fabric:
     flow's header. But every period repeats the same draw: a cross-replica collective's flows out of each leaf
     group collide on the spines as the first group's do, where per-flow ECMP draws each group independently
     and a synchronized collective waits for the worst of them. This is optimistic for such collectives on a
-    contended spine tier (Llama 3 405B at 8,192 GPUs: 475 TFLOP/s per GPU, about 408 with independent draws;
-    docs/architecture.md, rank folding).
+    contended spine tier (Llama 3 405B at 8,192 GPUs in an experiment of 2 December: 475 TFLOP/s per GPU, about
+    408 with independent draws; docs/architecture.md, rank folding).
     """
 
     gpus: list[str] = field(default_factory=list)
