@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 
 from simulator.errors import InputError
 
@@ -170,7 +171,7 @@ def counted(number: object, one: str, many: str = "") -> str:
     return f"{shown} {one if number == 1 else (many or one + 's')}"
 
 
-def number_ranges(numbers) -> str:
+def number_ranges(numbers: Iterable[int]) -> str:
     """Whole numbers, ascending, with each run of three or more consecutive ones as 'first to last': an elastic
     job's sizes on 128 replicas read '22 to 128', not 107 numbers; [3, 4] stays '3, 4'."""
     runs: list[list[int]] = []
