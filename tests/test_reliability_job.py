@@ -8,8 +8,8 @@
   (the paper: "effective training time > 90%"), up to 0.005 below the renewal's 0.9235 by hand.
 - Seed 003: failures every 3 h, a checkpoint every 30 min, negligible write: mean lost work per failure is
   15 min within 5%. The exact mean for exponential failures restarting at a checkpoint is
-  E[X mod tau] = M - tau e^(-tau/M) / (1 - e^(-tau/M)) = 14.58 min; the simulation matches it within 2% (the
-  95% half-width of its mean over these failures: 1.96 x 0.9%).
+  E[X mod tau] = M - tau e^(-tau/M) / (1 - e^(-tau/M)) = 14.58 min; the simulation matches it within 2%,
+  about 2.2 standard errors of its mean over these failures (0.9% each).
 - The wall time splits exactly into productive time and the named losses; the same seed gives the same
   job_events.parquet bytes, another seed other events.
 """
