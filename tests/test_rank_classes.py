@@ -384,6 +384,28 @@ def test_every_refold_that_can_be_ordered_is_judged_and_only_unordered_refinemen
                      StepFaultPlan()) is None
 
 
+
+def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():
+    """On the CP fabric of tests/test_folding.py the folded step is classed by NVLink loads (hosts 0 and 3, hosts
+    1 and 2 of each stage: 4 of 64 ranks), which route classes may add nothing to (`route_step` is then None):
+    where only the lanes ran (8 ranks) and fell out of step, the meet is one rank per CP lane of each of those
+    classes (16 ranks); without a refold run, or with a stage fold and one refold, none."""
+    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+        "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
+        "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    build, folded = prepared.build, prepared.step
+    judged = (prepared.plans, "flow", prepared.settings.efficiency)
+    assert folded.program.ranks == (0, 8, 16, 24)
+    lanes = lane_step(build, folded, *judged, StepFaultPlan())
+    assert lanes is not None and lanes.program.ranks == (0, 4, 8, 12, 16, 20, 24, 28)
+    met = meet_step(build, folded, [lanes], *judged)
+    assert met is not None and met.classes == RankClasses(tuple(position // 4 for position in range(32)))
+    assert met.program.ranks == (0, 4, 8, 12, 32, 36, 40, 44, 16, 20, 24, 28, 48, 52, 56, 60)
+    assert meet_step(build, folded, [], *judged) is None
+    assert meet_step(build, replace(folded, classes=None), [lanes], *judged) is None
+
+
 CROSS_RAIL_PP = """
 cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 2, oversubscription: 3}
 collectives: {channels: 2, protocol: simple}

@@ -12,7 +12,8 @@ so that a step too large unfolded is refused (scale.py) before it takes minutes 
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
 classes keyed by CP lane) and `route_step` (ranks classed also by their hand-offs' route loads) are tried before
 unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
-then where both ran `meet_step` (their meet: one rank per CP lane of each class by route): the unfolded run
+then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
+step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` where its
 program can be ordered, else only where its classes do not refine those of the folded step (`_refined_step`);
 the lockstep check after its run certifies it.
@@ -202,13 +203,15 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
               mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
     step (``tried``: `lane_step`'s and `route_step`'s, in the order they ran): one rank per CP lane of each class
-    of hosts by route, where route classes part the hosts but not a host's lanes and lanes the reverse. None
-    where fewer than two ran, or their meet is one of them (one refines the other) or has classes of unequal
-    size."""
-    if len(tried) != 2 or tried[0].classes is None or tried[1].classes is None:
+    of hosts by route, where route classes part the hosts but not a host's lanes and lanes the reverse. Where
+    only one ran and ``folded`` is classed (by NVLink loads, which route classes may add nothing to), ``folded``'s
+    classes stand for the hosts' side. None where fewer than two sides remain, or their meet is one of them (one
+    refines the other) or has classes of unequal size."""
+    sides = [*tried] if len(tried) == 2 or folded.classes is None else [folded, *tried]
+    if len(sides) != 2 or sides[0].classes is None or sides[1].classes is None:
         return None
-    met = tried[0].classes.meet(tried[1].classes)
-    return None if met in (tried[0].classes, tried[1].classes) else _refined_step(build, folded, met, plans, mode,
+    met = sides[0].classes.meet(sides[1].classes)
+    return None if met in (sides[0].classes, sides[1].classes) else _refined_step(build, folded, met, plans, mode,
                                                                                  efficiency)
 
 
