@@ -72,10 +72,9 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
     `_send`). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning (the
     fold by CP lane is tried only where the step may unfold); no collective other than a hand-off falls out of
-    step. With every CP lane simulated (256 ranks, what --force runs, not run here: 307 s of CPU, 10.7 GiB) no
-    mirror fell out of step, the step was 11.305081 s and the exposed pipeline communication 456.7 ms per GPU
-    (measured before the ring exchange's steps ran as userbuffers sends, collectives/userbuffers.py
-    `ring_exchange`, and before the sends' issue order). Measured 2026-12-03; a change to the network model,
+    step. With every CP lane simulated (256 ranks, what --force runs, not run here: 225 s of CPU, 10.6 GiB) no
+    mirror falls out of step, the step is 11.296940 s and the exposed pipeline communication 453.1 ms per GPU
+    (the stage fold 3.3e-6 short). Measured 2026-12-03; a change to the network model,
     the spine hash or the program moves these figures, and should be looked at here."""
     summary = simulate(load_scenario(LONG_CONTEXT)).summary
     assert summary["folded"] and "fold_off_reason" not in summary
