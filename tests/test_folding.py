@@ -218,8 +218,8 @@ EXACT = 1e-9
 PP_ROUTES = 7.5e-3
 """Pipeline pairs routed inside a leaf group in one replica and across the spines in another (every pair crossing
 hosts, so engine/symmetry.py compares them no further): folding keeps the simulated replica's routes, so the step
-is off by the hops and the spine uplinks those hand-offs take: 0.70% slow on the fabric below (0.32% fast under
-the host-pair hash)."""
+is off by the hops and the spine uplinks those hand-offs take: 0.55% slow on the fabric below (0.39% while a
+hand-off with a mirror over other hops was replayed at the simulated replica's time, before f70232c)."""
 
 
 @pytest.mark.parametrize("nodes, leaf_ports, spines, oversubscription, channels, tp, pp, dp, nics, rel", [
@@ -229,7 +229,7 @@ the host-pair hash)."""
     (4, 3, 2, 2, 2, 8, 2, 2, 8, EXACT),     # replica 0's PP pair stays in a leaf group, replica 1's crosses it:
                                             # hand-offs end with the crossing copy, never replayed alone
     (4, 2, 2, 2, 4, 8, 2, 2, 4, EXACT),     # two GPUs per NIC: lanes hash apart, their rings timed alone agree
-    (6, 2, 3, 2, 4, 8, 3, 2, 8, PP_ROUTES),  # 3-host replicas on 2-host leaf groups: folded 0.70% slow
+    (6, 2, 3, 2, 4, 8, 3, 2, 8, PP_ROUTES),  # 3-host replicas on 2-host leaf groups: folded 0.55% slow
 ])
 def test_folded_and_unfolded_agree_on_small_fabrics(run_yaml, nodes, leaf_ports, spines, oversubscription, channels,
                                                     tp, pp, dp, nics, rel):

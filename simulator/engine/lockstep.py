@@ -54,7 +54,7 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
     keys) that did not, with how many instances did not and by how much at most (the widest gap between the
     ends of one instance's plans), so that a warning says how far the folded run may be from exact. A pipeline
-    send/recv is held to it only by the mirrors whose hand-off takes the same hops as its own (`same_hops`):
+    send/recv is held to it only by the mirrors whose hand-off takes the same hops as its own (`hop_signature`):
     one routed inside a leaf group in one replica and across the spines in another is a known, accepted
     difference (engine/symmetry.py). ``lanes``: each GPU's CP lane, where the run's layout has several, to say
     whether copies of one lane ended apart."""
@@ -127,24 +127,26 @@ def _apart_within(ends: np.ndarray, key_of: np.ndarray, lane: np.ndarray) -> boo
 
 def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndarray:
     """Per GPU, the index of the plan it sends in: 0 for ``op``'s group, i for its i-th kept mirror, -1 for a
-    GPU in none, or in a send/recv mirror whose hand-off takes other hops than the group's (`same_hops`)."""
+    GPU in none, or in a send/recv mirror whose hand-off takes other hops than the group's (`hop_signature`)."""
     lookup = np.full(topology.num_gpus, -1, dtype=np.int64)
+    own = hop_signature(topology, op.group) if op.op == "send_recv" else None
     for index, group in enumerate((op.group, *kept)):
-        if op.op != "send_recv" or same_hops(topology, op.group, group):
+        if own is None or hop_signature(topology, group) == own:
             lookup[np.array(group, dtype=np.int64)] = index
     return lookup
 
 
-def same_hops(topology: Topology, pair: tuple[int, ...], other: tuple[int, ...]) -> bool:
-    """Whether the hand-off from ``pair[0]`` to ``pair[-1]`` and that of ``other`` cross links of the same
-    bandwidth and class, hop for hop."""
-    def hops(ends: tuple[int, ...]) -> list[tuple[float, str]]:
-        return [(float(topology.link_bandwidth[link]), topology.link_class[link])
-                for link in topology.path(ends[0], ends[-1])]
-    return hops(pair) == hops(other)
+def hop_signature(topology: Topology, pair: tuple[int, ...]) -> list[tuple[float, str]]:
+    """The bandwidth and class of each link the hand-off from ``pair[0]`` to ``pair[-1]`` crosses, hop for hop:
+    two hand-offs with equal signatures take the same time alone."""
+    return [(float(topology.link_bandwidth[link]), topology.link_class[link])
+            for link in topology.path(pair[0], pair[-1])]
 
 
 def hops_apart(topology: Topology, op: CollectiveOp, mirrors: Mirrors) -> bool:
-    """Whether ``op`` is a hand-off one of whose ``mirrors`` crosses other hops than its own (`same_hops`), so
-    takes another time alone: the copies of a collective that the fold symmetry check lets differ."""
-    return op.op == "send_recv" and any(not same_hops(topology, op.group, mirror) for mirror in mirrors)
+    """Whether ``op`` is a hand-off one of whose ``mirrors`` crosses other hops than its own (`hop_signature`),
+    so takes another time alone: the copies of a collective that the fold symmetry check lets differ."""
+    if op.op != "send_recv":
+        return False
+    own = hop_signature(topology, op.group)
+    return any(hop_signature(topology, mirror) != own for mirror in mirrors)

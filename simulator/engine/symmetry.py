@@ -125,7 +125,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     NVLink domain or all leave it (`_domain_crossing`); with pipeline stages not aligned to hosts one replica
     hands a stage on over NVLink and another over the NICs, and folding was 0.1-2.2% off (tp 4, pp 3, dp 2 on
     three hosts). Pairs that all cross the fabric are not compared further: one inside a leaf group in one
-    replica and across the spines in another differs by the hops and uplinks it takes (0.70% of the step on the
+    replica and across the spines in another differs by the hops and uplinks it takes (0.55% of the step on the
     small fabric of tests/test_folding.py), and turning folding off for that unfolded the published SC21 and
     Llama 3 cases into runs of tens of GiB.
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).

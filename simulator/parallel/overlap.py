@@ -22,8 +22,8 @@ DP_STREAM = "dp"
 @cache
 def tp_op(pattern: TpPattern, backward: bool, before: bool, sequence_parallel: bool) -> Primitive | None:
     """The TP collective (or None) at one side of a block's forward or backward, per Megatron's operators.
-    Cached: the builder asks it twice per block pass, and matching on enum members costs about 2 us a call on
-    Python 3.11 (an enum member read off its class is a descriptor lookup), a third of a large program's build."""
+    Cached: the builder asks it twice per block pass, and matching on enum members (each read off its class
+    through a descriptor on Python 3.11) costs 0.27 us a call against 0.06 us cached."""
     match pattern:
         case TpPattern.EMBEDDING:
             if backward or before:

@@ -13,11 +13,7 @@ from enum import StrEnum
 
 
 class Pass(StrEnum):
-    """One pass of a block; the value names it in op names and collective keys. Hashed as its value, by str's
-    own hash: Python 3.11's Enum hashes in Python code, and the program builder looks passes up in sets and
-    tables several times per op."""
-
-    __hash__ = str.__hash__
+    """One pass of a block; the value names it in op names and collective keys."""
 
     FORWARD = "fwd"
     RECOMPUTE = "rec"
