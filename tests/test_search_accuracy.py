@@ -1,0 +1,72 @@
+"""benchmarks/search_accuracy.py writes docs/search-accuracy.md: its rows must be the search's estimate and the
+simulation of the layout, not figures of its own. Checked on Llama-3-8B DP 8 on one DGX H100 (the bundled
+scenario's own layout, so the simulation is `trainsim run`'s) against `estimate_step_s` and `simulate()` called
+directly, and on a layout the search refuses."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from simulator import load_scenario, simulate
+from simulator.simulation import network_settings
+from simulator.sweep.layouts import CollectiveTimes, estimate_step_s
+from simulator.topology.loader import scenario_topology
+from simulator.workload.calibrated import contention_share
+from simulator.workload.training import build_training_step
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "search_accuracy.py"
+BUNDLED = "llama3-8b-dgx-h100-dp8"
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("search_accuracy", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(script):
+    case = script.Case("dp8", "Llama-3-8B", BUNDLED, (), script.layout(1, 1, 1, 8, recompute="selective"))
+    measured = script.measure(case)
+
+    loaded = load_scenario(BUNDLED)
+    topology = scenario_topology(loaded)
+    step = build_training_step(loaded.scenario, topology)
+    estimate_s = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
+                                 loaded.scenario.parallelism.pipeline.schedule,
+                                 contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
+    summary = simulate(loaded).summary
+    assert measured.reason == ""
+    assert measured.estimate_tokens_per_s == pytest.approx(step.tokens_per_step / estimate_s, rel=1e-12)
+    assert measured.tokens_per_s == pytest.approx(summary["tokens_per_s"], rel=1e-12)
+    assert measured.step_time_s == pytest.approx(summary["step_time_s"], rel=1e-12)
+    assert measured.estimate_step_s == pytest.approx(estimate_s, rel=1e-12)
+
+    refused = script.measure(script.Case("tp16", "Llama-3-8B", BUNDLED, (), script.layout(16, 1, 1, 16)))
+    assert refused.reason.startswith("refused: ")
+
+    text = script.render([measured, refused], [], "python benchmarks/search_accuracy.py")
+    assert text.startswith(script.HEADER + "\n")
+    ratio = summary["tokens_per_s"] * estimate_s / step.tokens_per_step
+    assert (f"| dp8 | Llama-3-8B | tp1 cp1 pp1 dp8 mb1 zero1 recompute=selective | "
+            f"{step.tokens_per_step / estimate_s:,.0f} | {summary['tokens_per_s']:,.0f} | {estimate_s:.4f} | "
+            f"{summary['step_time_s']:.4f} | {ratio:.4f} |") in text.splitlines()
+    assert f"| tp16 | Llama-3-8B | tp16 cp1 pp1 dp1 mb1 zero1 recompute=none | {refused.reason} | | | | |" in text
+    # the refused layout has no ratio, so the family's band is the one measured layout's
+    assert f"| Llama-3-8B | 1 | {ratio:.4f} (dp8) | {ratio:.4f} (dp8) |" in text.splitlines()
+
+
+def test_case_names_are_unique_and_select_by_pattern(script):
+    names = [task.name for task in [*script.CASES, *script.SEARCHES]]
+    assert len(names) == len(set(names))
+    assert [task.name for task in script.selected(["8b-seq1024-*"], long=False)] == [
+        "8b-seq1024-cp2-zero1", "8b-seq1024-cp4-zero1", "8b-seq1024-cp8-zero1"]
+    assert not any(task.name == "deepseek-default" for task in script.selected([], long=False))
