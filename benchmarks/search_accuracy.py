@@ -7,13 +7,17 @@ bands of that ratio per family. The searches are whole `trainsim search` runs (o
 worker), reported by their pick, its estimate and simulated tokens/s, and the decision tree's layout. Cases run in
 `--jobs` worker processes; the report lists them in the declared order, so it is the same whatever finishes
 first, apart from its date line.
-Run: python benchmarks/search_accuracy.py [--jobs N] [--case PATTERN ...] [--long] [--write-doc PATH]
+`--reuse FILE` keeps the simulated figures by what the simulation depends on, so that after a change to the estimate
+alone (simulator/sweep/) a rerun simulates nothing again.
+Run: python benchmarks/search_accuracy.py [--jobs N] [--case PATTERN ...] [--long] [--reuse FILE] [--write-doc PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
+import json
 import platform
 import subprocess
 import sys
@@ -78,6 +82,8 @@ class Measured:
     tokens_per_s: float
     step_time_s: float
     reason: str = ""
+    key: str = ""
+    """The simulation's `simulation_key`."""
 
     @property
     def ratio(self) -> float:
@@ -178,8 +184,9 @@ SEARCHES: tuple[SearchCase, ...] = (
 )
 
 
-def measure(case: Case) -> Measured:
-    """The case's layout estimated as the search estimates it, then simulated."""
+def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
+    """The case's layout estimated as the search estimates it, then simulated (or its simulation taken from
+    ``known``, the figures of earlier runs by `simulation_key`)."""
     loaded = load_scenario(str(REPO / case.scenario) if "/" in case.scenario else case.scenario,
                            list(case.overrides))
     topology = scenario_topology(loaded)
@@ -188,8 +195,24 @@ def measure(case: Case) -> Measured:
     checked = check_memory(base, case.candidate, loaded.scenario.parallelism.pipeline.schedule, times)
     if checked.reason:
         return Measured(case, 0.0, 0.0, 0.0, checked.reason)
-    summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-    return Measured(case, checked.estimate_tokens_per_s, summary["tokens_per_s"], summary["step_time_s"])
+    key = simulation_key(checked.data, loaded.source)
+    summary = (known or {}).get(key) or simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+    return Measured(case, checked.estimate_tokens_per_s, summary["tokens_per_s"], summary["step_time_s"], key=key)
+
+
+def simulation_key(data: dict, source: str) -> str:
+    """What a simulation depends on: the scenario's data and folder, and the simulator's own files but for the
+    search's (`simulator/sweep/`, which `simulate()` never runs), the bundled topologies and scenarios. A run
+    with `--reuse` takes the figures of a case whose key is unchanged, so that a change to the estimate alone
+    re-runs only the estimate."""
+    digest = hashlib.sha256(json.dumps([data, str(Path(source).resolve().parent)], sort_keys=True,
+                                       default=str).encode())
+    sweep = REPO / "simulator" / "sweep"
+    files = sorted(path for folder in ("simulator", "topologies", "scenarios") for path in (REPO / folder).rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts and not path.is_relative_to(sweep))
+    for path in files:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def run_search(search: SearchCase) -> SearchOutcome:
@@ -201,32 +224,32 @@ def run_search(search: SearchCase) -> SearchOutcome:
                          result.tree_row or {})
 
 
-def run_all(tasks: Sequence[Case | SearchCase], jobs: int,
-            done: Callable[[Case | SearchCase, float], None]) -> list[Measured | SearchOutcome]:
-    """Every task in ``jobs`` worker processes (here, with 1), results in the order of ``tasks``; ``done`` hears of
-    each as it finishes, with its worker's CPU seconds."""
+def run_all(tasks: Sequence[Case | SearchCase], jobs: int, known: dict[str, dict],
+            done: Callable[[Measured | SearchOutcome, float], None]) -> list[Measured | SearchOutcome]:
+    """Every task in ``jobs`` worker processes (here, with 1), results in the order of ``tasks`` (``known``: the
+    simulations to reuse); ``done`` hears of each as it finishes, with its worker's CPU seconds."""
     if jobs <= 1:
         results = []
         for task in tasks:
-            result, cpu_s = timed(task)
-            done(task, cpu_s)
+            result, cpu_s = timed(task, known)
+            done(result, cpu_s)
             results.append(result)
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         # the largest clusters come last in the declared order: started first, they do not finish alone
-        futures = {pool.submit(timed, task): task for task in reversed(tasks)}
+        futures = {pool.submit(timed, task, known): task for task in reversed(tasks)}
         finished = {}
         for future in as_completed(futures):
             result, cpu_s = future.result()
-            done(futures[future], cpu_s)
+            done(result, cpu_s)
             finished[futures[future].name] = result
         return [finished[task.name] for task in tasks]
 
 
-def timed(task: Case | SearchCase) -> tuple[Measured | SearchOutcome, float]:
+def timed(task: Case | SearchCase, known: dict[str, dict]) -> tuple[Measured | SearchOutcome, float]:
     """The task's result and the CPU seconds it took (for the progress lines, not the report)."""
     start = time.process_time()
-    result = run_search(task) if isinstance(task, SearchCase) else measure(task)
+    result = run_search(task) if isinstance(task, SearchCase) else measure(task, known)
     return result, time.process_time() - start
 
 
@@ -304,10 +327,10 @@ def render(rows: Sequence[Measured], outcomes: Sequence[SearchOutcome], command:
 
 def selected(patterns: Sequence[str], long: bool) -> list[Case | SearchCase]:
     """The cases and searches whose names match a pattern (all without one; long searches only with ``long``)."""
-    tasks: list[Case | SearchCase] = [*CASES, *(s for s in SEARCHES if long or not s.long)]
+    every: list[Case | SearchCase] = [*CASES, *SEARCHES]
     if not patterns:
-        return tasks
-    return [task for task in [*CASES, *SEARCHES] if any(fnmatch.fnmatchcase(task.name, p) for p in patterns)]
+        return [task for task in every if isinstance(task, Case) or long or not task.long]
+    return [task for task in every if any(fnmatch.fnmatchcase(task.name, p) for p in patterns)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,10 +342,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run the long searches (whole default spaces: many minutes each)")
     parser.add_argument("--write-doc", type=Path, metavar="PATH", help="write the report there (e.g. "
                         "docs/search-accuracy.md)")
+    parser.add_argument("--reuse", type=Path, metavar="PATH",
+                        help="a JSON file of simulated figures: cases whose simulation is unchanged (same scenario "
+                        "data, same simulator outside simulator/sweep/) take theirs from it; it gets this run's")
     parser.add_argument("--list", action="store_true", help="list the case and search names and exit")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(task.name for task in [*CASES, *SEARCHES]))
+        print("\n".join(task.name for task in selected([], long=True)))
         return 0
     if args.case and args.write_doc:
         parser.error("--write-doc writes the whole report; it does not take --case")
@@ -330,10 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     if not tasks:
         parser.error(f"no case or search matches {' '.join(args.case)} (see --list)")
 
-    def done(task: Case | SearchCase, cpu_s: float) -> None:
-        print(f"{task.name}: {cpu_s:.1f} s CPU", file=sys.stderr, flush=True)
+    known = json.loads(args.reuse.read_text()) if args.reuse and args.reuse.exists() else {}
+    kept = dict(known)
 
-    results = run_all(tasks, args.jobs, done)
+    def done(result: Measured | SearchOutcome, cpu_s: float) -> None:
+        """A progress line; a new simulation kept in the --reuse file at once (a run stopped midway keeps it)."""
+        name = result.case.name if isinstance(result, Measured) else result.search.name
+        print(f"{name}: {cpu_s:.1f} s CPU", file=sys.stderr, flush=True)
+        if args.reuse and isinstance(result, Measured) and result.key and result.key not in kept:
+            kept[result.key] = {"tokens_per_s": result.tokens_per_s, "step_time_s": result.step_time_s}
+            args.reuse.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
+
+    results = run_all(tasks, args.jobs, known, done)
     rows = [r for r in results if isinstance(r, Measured)]
     outcomes = [r for r in results if isinstance(r, SearchOutcome)]
     typed = " ".join(["python benchmarks/search_accuracy.py", *(argv if argv is not None else sys.argv[1:])])

@@ -1,7 +1,8 @@
 """benchmarks/search_accuracy.py writes docs/search-accuracy.md: its rows must be the search's estimate and the
 simulation of the layout, not figures of its own. Checked on Llama-3-8B DP 8 on one DGX H100 (the bundled
 scenario's own layout, so the simulation is `trainsim run`'s) against `estimate_step_s` and `simulate()` called
-directly, and on a layout the search refuses."""
+directly, and on a layout the search refuses; a simulation kept from an earlier run (`--reuse`) is taken by its
+key."""
 
 from __future__ import annotations
 
@@ -49,6 +50,10 @@ def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(scri
     assert measured.tokens_per_s == pytest.approx(summary["tokens_per_s"], rel=1e-12)
     assert measured.step_time_s == pytest.approx(summary["step_time_s"], rel=1e-12)
     assert measured.estimate_step_s == pytest.approx(estimate_s, rel=1e-12)
+
+    reused = script.measure(case, {measured.key: {"tokens_per_s": 1.0, "step_time_s": 2.0}})
+    assert (reused.estimate_tokens_per_s, reused.tokens_per_s, reused.step_time_s) == (
+        measured.estimate_tokens_per_s, 1.0, 2.0)
 
     refused = script.measure(script.Case("tp16", "Llama-3-8B", BUNDLED, (), script.layout(16, 1, 1, 16)))
     assert refused.reason.startswith("refused: ")
