@@ -7,8 +7,8 @@ bands of that ratio per family. The searches are whole `trainsim search` runs (o
 worker), reported by their pick, its estimate and simulated tokens/s, and the decision tree's layout. Cases run in
 `--jobs` worker processes; the report lists them in the declared order, so it is the same whatever finishes
 first, apart from its date line.
-`--reuse FILE` keeps the simulated figures by what the simulation depends on, so that after a change to the estimate
-alone (simulator/sweep/) a rerun simulates nothing again.
+`--reuse FILE` keeps each simulation's figures with the files it read, so that after a change to the estimate alone
+(simulator/sweep/) a rerun simulates nothing again.
 Run: python benchmarks/search_accuracy.py [--jobs N] [--case PATTERN ...] [--long] [--reuse FILE] [--write-doc PATH]
 """
 
@@ -83,7 +83,9 @@ class Measured:
     step_time_s: float
     reason: str = ""
     key: str = ""
-    """The simulation's `simulation_key`."""
+    """The simulated scenario's `scenario_key`."""
+    kept: dict = field(default_factory=dict)
+    """The simulated figures with the files the simulation read, for `--reuse`."""
 
     @property
     def ratio(self) -> float:
@@ -185,8 +187,8 @@ SEARCHES: tuple[SearchCase, ...] = (
 
 
 def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
-    """The case's layout estimated as the search estimates it, then simulated (or its simulation taken from
-    ``known``, the figures of earlier runs by `simulation_key`)."""
+    """The case's layout estimated as the search estimates it, then simulated, or its simulation taken from
+    ``known`` (earlier runs' figures by `scenario_key`) where none of the files it read has changed since."""
     loaded = load_scenario(str(REPO / case.scenario) if "/" in case.scenario else case.scenario,
                            list(case.overrides))
     topology = scenario_topology(loaded)
@@ -195,24 +197,38 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
     checked = check_memory(base, case.candidate, loaded.scenario.parallelism.pipeline.schedule, times)
     if checked.reason:
         return Measured(case, 0.0, 0.0, 0.0, checked.reason)
-    key = simulation_key(checked.data, loaded.source)
-    summary = (known or {}).get(key) or simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-    return Measured(case, checked.estimate_tokens_per_s, summary["tokens_per_s"], summary["step_time_s"], key=key)
+    key = scenario_key(checked.data, loaded.source)
+    kept = (known or {}).get(key)
+    if kept is None or any(digest(Path(path)) != sha for path, sha in kept["files"].items()):
+        summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
+        kept = {"tokens_per_s": summary["tokens_per_s"], "step_time_s": summary["step_time_s"],
+                "files": simulation_files()}
+    return Measured(case, checked.estimate_tokens_per_s, kept["tokens_per_s"], kept["step_time_s"], key=key,
+                    kept=kept)
 
 
-def simulation_key(data: dict, source: str) -> str:
-    """What a simulation depends on: the scenario's data and folder, and the simulator's own files but for the
-    search's (`simulator/sweep/`, which `simulate()` never runs), the bundled topologies and scenarios. A run
-    with `--reuse` takes the figures of a case whose key is unchanged, so that a change to the estimate alone
-    re-runs only the estimate."""
-    digest = hashlib.sha256(json.dumps([data, str(Path(source).resolve().parent)], sort_keys=True,
-                                       default=str).encode())
-    sweep = REPO / "simulator" / "sweep"
-    files = sorted(path for folder in ("simulator", "topologies", "scenarios") for path in (REPO / folder).rglob("*")
-                   if path.is_file() and "__pycache__" not in path.parts and not path.is_relative_to(sweep))
-    for path in files:
-        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def scenario_key(data: dict, source: str) -> str:
+    """The scenario a simulation ran: its data and the folder its relative paths start from."""
+    return hashlib.sha256(json.dumps([data, str(Path(source).resolve().parent)], sort_keys=True,
+                                     default=str).encode()).hexdigest()
+
+
+def simulation_files() -> dict[str, str]:
+    """The SHA-256 of each file a simulation in this process may have read: the simulator's modules it has imported
+    but the search's (`simulator/sweep/`, which `simulate()` never runs), the simulator's data files and the
+    bundled topologies. `--reuse` takes a simulation again only while every one is unchanged, so that after a
+    change to the estimate alone nothing is simulated again."""
+    modules = {Path(module.__file__) for name, module in list(sys.modules.items())
+               if name.split(".")[0] == "simulator" and not name.startswith("simulator.sweep") and module.__file__}
+    package = Path(sys.modules["simulator"].__file__ or "").parent
+    data = {path for path in package.rglob("*") if path.suffix in (".yaml", ".json", ".csv")}
+    topologies = {path for path in (REPO / "topologies").rglob("*") if path.is_file()}
+    return {str(path): digest(path) for path in sorted(modules | data | topologies)}
+
+
+def digest(path: Path) -> str:
+    """The file's SHA-256 ('' when it is gone)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 def run_search(search: SearchCase) -> SearchOutcome:
@@ -288,10 +304,10 @@ def searches_table(outcomes: Sequence[SearchOutcome]) -> list[str]:
     for o in outcomes:
         w, t = o.winner, o.tree
         if not w:
-            lines.append(f"| {o.search.what} | {o.layouts} | {o.simulated} | none simulated | | | | | |")
+            lines.append(f"| {o.search.what} | {o.layouts:,} | {o.simulated} | none simulated | | | | | |")
             continue
         tree_label, tree_rate = (t["label"], t["tokens_per_s"]) if t else ("none fits", float("nan"))
-        lines.append(f"| {o.search.what} | {o.layouts} | {o.simulated} | {w['label']} | "
+        lines.append(f"| {o.search.what} | {o.layouts:,} | {o.simulated} | {w['label']} | "
                      f"{w['estimate_tokens_per_s']:,.0f} | {w['tokens_per_s']:,.0f} | {tree_label} | "
                      f"{tree_rate:,.0f} | {w['tokens_per_s'] / tree_rate - 1:+.1%} |")
     return lines
@@ -343,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-doc", type=Path, metavar="PATH", help="write the report there (e.g. "
                         "docs/search-accuracy.md)")
     parser.add_argument("--reuse", type=Path, metavar="PATH",
-                        help="a JSON file of simulated figures: cases whose simulation is unchanged (same scenario "
-                        "data, same simulator outside simulator/sweep/) take theirs from it; it gets this run's")
+                        help="a JSON file of simulated figures: a case whose scenario and simulator files (but "
+                        "simulator/sweep/) are unchanged takes its figures from it; it gets this run's")
     parser.add_argument("--list", action="store_true", help="list the case and search names and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -363,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         """A progress line; a new simulation kept in the --reuse file at once (a run stopped midway keeps it)."""
         name = result.case.name if isinstance(result, Measured) else result.search.name
         print(f"{name}: {cpu_s:.1f} s CPU", file=sys.stderr, flush=True)
-        if args.reuse and isinstance(result, Measured) and result.key and result.key not in kept:
-            kept[result.key] = {"tokens_per_s": result.tokens_per_s, "step_time_s": result.step_time_s}
+        if args.reuse and isinstance(result, Measured) and result.key and kept.get(result.key) != result.kept:
+            kept[result.key] = result.kept
             args.reuse.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
 
     results = run_all(tasks, args.jobs, known, done)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator import load_scenario, simulate
+from simulator import load_scenario, simulate, simulation
 from simulator.simulation import network_settings
 from simulator.sweep.layouts import CollectiveTimes, estimate_step_s
 from simulator.topology.loader import scenario_topology
@@ -51,9 +51,15 @@ def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(scri
     assert measured.step_time_s == pytest.approx(summary["step_time_s"], rel=1e-12)
     assert measured.estimate_step_s == pytest.approx(estimate_s, rel=1e-12)
 
-    reused = script.measure(case, {measured.key: {"tokens_per_s": 1.0, "step_time_s": 2.0}})
+    files = measured.kept["files"]
+    assert simulation.__file__ in files
+    assert not any("sweep" in path for path in files)  # a change to the estimate alone keeps the simulation
+    kept = {**measured.kept, "tokens_per_s": 1.0, "step_time_s": 2.0}
+    reused = script.measure(case, {measured.key: kept})
     assert (reused.estimate_tokens_per_s, reused.tokens_per_s, reused.step_time_s) == (
         measured.estimate_tokens_per_s, 1.0, 2.0)
+    changed = {**kept, "files": {**files, next(iter(files)): "an older version"}}
+    assert script.measure(case, {measured.key: changed}).tokens_per_s == measured.tokens_per_s
 
     refused = script.measure(script.Case("tp16", "Llama-3-8B", BUNDLED, (), script.layout(16, 1, 1, 16)))
     assert refused.reason.startswith("refused: ")
