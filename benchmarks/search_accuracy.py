@@ -18,6 +18,7 @@ import argparse
 import fnmatch
 import hashlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -199,7 +200,7 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
         return Measured(case, 0.0, 0.0, 0.0, checked.reason)
     key = scenario_key(checked.data, loaded.source)
     kept = (known or {}).get(key)
-    if kept is None or any(digest(Path(path)) != sha for path, sha in kept["files"].items()):
+    if kept is None or any(digest(REPO / path) != sha for path, sha in kept["files"].items()):
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
         kept = {"tokens_per_s": summary["tokens_per_s"], "step_time_s": summary["step_time_s"],
                 "files": simulation_files()}
@@ -208,22 +209,23 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
 
 
 def scenario_key(data: dict, source: str) -> str:
-    """The scenario a simulation ran: its data and the folder its relative paths start from."""
-    return hashlib.sha256(json.dumps([data, str(Path(source).resolve().parent)], sort_keys=True,
-                                     default=str).encode()).hexdigest()
+    """The scenario a simulation ran: its data and the folder its relative paths start from (from the checkout's
+    root, so that another checkout of the same files finds it)."""
+    folder = os.path.relpath(Path(source).resolve().parent, REPO)
+    return hashlib.sha256(json.dumps([data, folder], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def simulation_files() -> dict[str, str]:
-    """The SHA-256 of each file a simulation in this process may have read: the simulator's modules it has imported
-    but the search's (`simulator/sweep/`, which `simulate()` never runs), the simulator's data files and the
-    bundled topologies. `--reuse` takes a simulation again only while every one is unchanged, so that after a
-    change to the estimate alone nothing is simulated again."""
+    """The SHA-256 of each file a simulation in this process may have read, by its path from the checkout's root:
+    the simulator's modules it has imported but the search's (`simulator/sweep/`, which `simulate()` never runs),
+    the simulator's data files and the bundled topologies. `--reuse` takes a simulation again only while every
+    one is unchanged, so that after a change to the estimate alone nothing is simulated again."""
     modules = {Path(module.__file__) for name, module in list(sys.modules.items())
                if name.split(".")[0] == "simulator" and not name.startswith("simulator.sweep") and module.__file__}
     package = Path(sys.modules["simulator"].__file__ or "").parent
     data = {path for path in package.rglob("*") if path.suffix in (".yaml", ".json", ".csv")}
     topologies = {path for path in (REPO / "topologies").rglob("*") if path.is_file()}
-    return {str(path): digest(path) for path in sorted(modules | data | topologies)}
+    return {os.path.relpath(path, REPO): digest(path) for path in sorted(modules | data | topologies)}
 
 
 def digest(path: Path) -> str:
