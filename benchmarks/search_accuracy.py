@@ -28,6 +28,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from a checkout: the package beside it, not an installed one
     sys.path.insert(0, str(REPO))
@@ -200,10 +202,10 @@ def measure(case: Case, known: dict[str, dict] | None = None) -> Measured:
         return Measured(case, 0.0, 0.0, 0.0, checked.reason)
     key = scenario_key(checked.data, loaded.source)
     kept = (known or {}).get(key)
-    if kept is None or any(digest(REPO / path) != sha for path, sha in kept["files"].items()):
+    if kept is None or kept["files"] != FILES_AT_START:
         summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
         kept = {"tokens_per_s": summary["tokens_per_s"], "step_time_s": summary["step_time_s"],
-                "files": simulation_files()}
+                "files": FILES_AT_START}
     return Measured(case, checked.estimate_tokens_per_s, kept["tokens_per_s"], kept["step_time_s"], key=key,
                     kept=kept)
 
@@ -216,21 +218,26 @@ def scenario_key(data: dict, source: str) -> str:
 
 
 def simulation_files() -> dict[str, str]:
-    """The SHA-256 of each file a simulation in this process may have read, by its path from the checkout's root:
-    the simulator's modules it has imported but the search's (`simulator/sweep/`, which `simulate()` never runs),
-    the simulator's data files and the bundled topologies. `--reuse` takes a simulation again only while every
-    one is unchanged, so that after a change to the estimate alone nothing is simulated again."""
-    modules = {Path(module.__file__) for name, module in list(sys.modules.items())
-               if name.split(".")[0] == "simulator" and not name.startswith("simulator.sweep") and module.__file__}
-    package = Path(sys.modules["simulator"].__file__ or "").parent
-    data = {path for path in package.rglob("*") if path.suffix in (".yaml", ".json", ".csv")}
+    """The SHA-256 of each file a simulation may read, by its path from the checkout's root: the simulator's
+    modules but the search's (`simulator/sweep/`, which `simulate()` never runs), its data files and the bundled
+    topologies, with the interpreter's and numpy's versions. Taken once as the process starts
+    (`FILES_AT_START`), before any simulation, so that a checkout changing during a long run cannot label old
+    figures with new files; `--reuse` takes a simulation again only while all of it is unchanged, so that after a
+    change to the estimate alone nothing is simulated again."""
+    package = REPO / "simulator"
+    files = {path for path in package.rglob("*") if path.suffix in (".py", ".yaml", ".json", ".csv")
+             and not path.is_relative_to(package / "sweep")}
     topologies = {path for path in (REPO / "topologies").rglob("*") if path.is_file()}
-    return {os.path.relpath(path, REPO): digest(path) for path in sorted(modules | data | topologies)}
+    versions = {"<python>": platform.python_version(), "<numpy>": np.__version__}
+    return versions | {os.path.relpath(path, REPO): digest(path) for path in sorted(files | topologies)}
 
 
 def digest(path: Path) -> str:
     """The file's SHA-256 ('' when it is gone)."""
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+FILES_AT_START = simulation_files()
 
 
 def run_search(search: SearchCase) -> SearchOutcome:
