@@ -56,6 +56,18 @@ def _numbers(summary: dict, path: str = "") -> dict[str, object]:
     return {path: summary}
 
 
+def _assert_same_figures(folded: dict, unfolded: dict, rel: float, absolute: float, reason: str = "") -> None:
+    """Every figure of the folded summary equals the unfolded one's (floats within ``rel`` / ``absolute``), the
+    folded run's ``reason`` entry (why it refolded) its only extra."""
+    ours, theirs = _numbers(folded), _numbers(unfolded)
+    assert ours.keys() - ({f".{reason}"} if reason else set()) == theirs.keys()
+    for path, value in theirs.items():
+        if isinstance(value, float):
+            assert math.isclose(ours[path], value, rel_tol=rel, abs_tol=absolute), path
+        else:
+            assert ours[path] == value, path
+
+
 def test_ranks_are_classed_by_the_direction_of_the_ring_through_their_host():
     loaded = scenario_from_text(ALTERNATING, "inline.yaml", [])
     topology = scenario_topology(loaded)
@@ -86,13 +98,7 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
     folded = simulate(scenario_from_text(text, "inline.yaml", []))
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 2
-    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
-    assert ours.keys() == theirs.keys()
-    for path, value in ours.items():
-        if isinstance(value, float):
-            assert math.isclose(value, theirs[path], rel_tol=1e-9, abs_tol=1e-15), path
-        else:
-            assert value == theirs[path], path
+    _assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15)
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == {0, 8}
@@ -163,13 +169,7 @@ def test_the_wrap_on_unlike_spines_folds_exactly_by_route_class():
     assert folded.summary["fold_routes_reason"].startswith(OUT_OF_STEP)
     assert "fold_off_reason" not in folded.summary and unfolded.summary["simulated_ranks"] == 32
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
-    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
-    assert ours.keys() - {".fold_routes_reason"} == theirs.keys()
-    for path, value in theirs.items():
-        if isinstance(value, float):
-            assert math.isclose(ours[path], value, rel_tol=1e-9, abs_tol=1e-15), path
-        else:
-            assert ours[path] == value, path
+    _assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15, "fold_routes_reason")
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == {0, 8, 16, 24}
@@ -262,13 +262,7 @@ def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkey
         f"send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between {ended} in the folded run (5 "
         "instances")
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
-    ours, theirs = _numbers(folded.summary), _numbers(unfolded.summary)
-    assert ours.keys() - {".fold_meet_reason"} == theirs.keys()
-    for path, value in theirs.items():
-        if isinstance(value, float):
-            assert math.isclose(ours[path], value, rel_tol=1e-12, abs_tol=1e-18), path
-        else:
-            assert ours[path] == value, path
+    _assert_same_figures(folded.summary, unfolded.summary, 1e-12, 1e-18, "fold_meet_reason")
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
     assert set(ops["rank"]) == set(simulated)
