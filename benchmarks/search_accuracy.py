@@ -315,10 +315,15 @@ def searches_table(outcomes: Sequence[SearchOutcome]) -> list[str]:
         if not w:
             lines.append(f"| {o.search.what} | {o.layouts:,} | {o.simulated} | none simulated | | | | | |")
             continue
-        tree_label, tree_rate = (t["label"], t["tokens_per_s"]) if t else ("none fits", float("nan"))
-        lines.append(f"| {o.search.what} | {o.layouts:,} | {o.simulated} | {w['label']} | "
-                     f"{w['estimate_tokens_per_s']:,.0f} | {w['tokens_per_s']:,.0f} | {tree_label} | "
-                     f"{tree_rate:,.0f} | {w['tokens_per_s'] / tree_rate - 1:+.1%} |")
+        head = (f"| {o.search.what} | {o.layouts:,} | {o.simulated} | {w['label']} | "
+                f"{w['estimate_tokens_per_s']:,.0f} | {w['tokens_per_s']:,.0f} |")
+        if not t:
+            lines.append(f"{head} none fits | - | - |")
+        elif t.get("status") != "simulated":
+            lines.append(f"{head} {t['label']} | not simulated ({t.get('status')}) | - |")
+        else:
+            lines.append(f"{head} {t['label']} | {t['tokens_per_s']:,.0f} | "
+                         f"{w['tokens_per_s'] / t['tokens_per_s'] - 1:+.1%} |")
     return lines
 
 

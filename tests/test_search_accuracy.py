@@ -81,3 +81,17 @@ def test_case_names_are_unique_and_select_by_pattern(script):
     assert [task.name for task in script.selected(["8b-seq1024-*"], long=False)] == [
         "8b-seq1024-cp2-zero1", "8b-seq1024-cp4-zero1", "8b-seq1024-cp8-zero1"]
     assert not any(task.name == "deepseek-default" for task in script.selected([], long=False))
+
+
+def test_a_search_row_says_when_the_tree_s_layout_has_no_simulated_figure(script):
+    """The winner against the tree's layout: a ratio where the tree's layout was simulated, else what happened
+    to it (no layout fits, or its status), never a 'nan'."""
+    search = script.SearchCase("s", "a search", BUNDLED, script.SearchSpace(), 1)
+    winner = {"label": "w", "estimate_tokens_per_s": 110.0, "tokens_per_s": 100.0}
+    rows = script.searches_table([
+        script.SearchOutcome(search, 3, 2, winner, {"label": "t", "status": "simulated", "tokens_per_s": 80.0}),
+        script.SearchOutcome(search, 3, 1, winner, {"label": "t", "status": "failed", "tokens_per_s": None}),
+        script.SearchOutcome(search, 3, 1, winner, {})])[2:]
+    assert rows == ["| a search | 3 | 2 | w | 110 | 100 | t | 80 | +25.0% |",
+                    "| a search | 3 | 1 | w | 110 | 100 | t | not simulated (failed) | - |",
+                    "| a search | 3 | 1 | w | 110 | 100 | none fits | - | - |"]
