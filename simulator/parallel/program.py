@@ -23,6 +23,7 @@ from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
 from simulator.parallel.work import Block, StageWork, TpPattern, gradient_buckets, layer_units
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
+from simulator.program.send_order import SendOrder
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
 ZERO_STREAM = "zero"
@@ -98,7 +99,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._dp_ops: dict[int, list[int]] = {}
         self._recent_compute: dict[int, list[int]] = {}
         self._handoff_producers: dict[str, int] = {}
-        self._last_send: dict[tuple[int, int], int] = {}
+        self._send_order = SendOrder()
         self._handoffs: list[tuple[int, str]] = []
         self._param_gathers: dict[tuple[int, int, int], list[int]] = {}
         self._last_grad_rs: dict[tuple[int, int], int] = {}
@@ -270,30 +271,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _send(self, rank: int, direction: Pass, mb: int, vstage: int, dst_vstage: int, last_op: int,
               tag: str) -> int | None:
-        """The P2P send of ``last_op``'s output to ``dst_vstage``'s rank; None for a free hand-off.
-
-        A rank's sends to one peer run in the order they are issued, each after the one before: PyTorch's
-        ProcessGroupNCCL issues a lone isend/irecv on the communicator and NCCL stream of the unordered rank pair
-        (`getKeySendRecv`), and a batch (`batch_isend_irecv`: Megatron-LM's `_batched_p2p_ops`, torch
-        pipelining's `_batch_p2p`) on the process group's communicator and stream of the device; kernels on one
-        stream run in order. So a burst of sends (the embedding-only first chunk's forwards) leaves one after
-        another instead of sharing the link at once; a receive is its send's other end, so receives from one
-        peer keep that order too. Both keys serialize more than this, which is left out: a pair's transfers
-        the other way share the stream, and a batch's stream also carries the rank's transfers with its other
-        neighbour; but the ops of one batch (in 1F1B's steady state Megatron sends an activation to the next
-        stage and receives a gradient from it in one) run as one NCCL group, at once, so those orders depend
-        on how the schedule batches its transfers, which the program does not model."""
+        """The P2P send of ``last_op``'s output to ``dst_vstage``'s rank; None for a free hand-off. A rank's sends
+        to one peer leave in the order they are issued (program/send_order.py: one NCCL stream per pair)."""
         dst = self._peer(rank, dst_vstage)
         nbytes = self.plan.stages[vstage].p2p_bytes
         key = self._p2p_key(direction, mb, vstage, tag)
         if dst == rank or nbytes <= 0:
             self._handoff_producers[key] = last_op
             return None
-        previous = self._last_send.get((rank, dst))
-        op = self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
-                              [last_op] if previous is None else [last_op, previous], "pp", mb)
-        self._last_send[rank, dst] = op
-        return op
+        deps = list(self._send_order.issue((rank, dst), len(self.ops), [last_op]))
+        return self._collective(rank, PP_STREAM, f"send {direction} mb{mb}", "send_recv", (rank, dst), nbytes, key,
+                                deps, "pp", mb)
 
     def _tp_collective(self, rank: int, block: Block, phase: Pass, deps: list[int], mb: int, vstage: int,
                        before: bool) -> list[int]:
@@ -519,7 +507,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         or under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) every backward send of the chunk: both
         wait for all of them before ``perform_reduce_grad`` (ScheduleGPipe its ``bwd_sends_to_wait``,
         Schedule1F1B each cooldown send before the next); as a rank's sends to one peer end in issue order
-        (`_send`), the last of them ends last."""
+        (`_send`, program/send_order.py), the last of them ends last."""
         sharding = self.plan.sharding
         if not sharding.stage_reduces_grads or self._dp_size() == 1:
             return

@@ -10,8 +10,9 @@ metadata), otherwise they are the ranks whose traces use the group. Members with
 like folded ranks, the rendezvous does not wait for them, but the collective's transfers still run over every
 member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
-NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. Each
-collective counts as its group's parallel dimension (layout.py).
+NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. A rank's
+sends to one peer over one process group leave in issue order, each after the one before (program/send_order.py),
+as the modelled pipeline's do. Each collective counts as its group's parallel dimension (layout.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
+from simulator.program.send_order import SendOrder
 from simulator.program.step import StepProgram
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
@@ -329,6 +331,7 @@ class _Builder:
         self._joined: dict[str, tuple[str, int, set[int]]] = {}
         self._exchanges: dict[str, list[tuple[CollectiveOp, TracedShares]]] = {}
         self._files: dict[int, str] = {}
+        self._send_order = SendOrder()
 
     def add_rank(self, rank: int, source: TracedRank) -> None:
         self.ranks.add(rank)
@@ -390,6 +393,8 @@ class _Builder:
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.tag, number)
+            if op.kind == "send":
+                deps = self._send_order.issue((rank, op.peer, op.group), len(self.ops), deps)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                                   category=self.kinds.groups[op.group] if op.kind == "collective"
                                   else self.kinds.transfers[_transfer(rank, op)], op=op.op,
