@@ -1,5 +1,6 @@
 """Traced point-to-point transfers as the modelled pipeline runs them: a rank's sends to one peer over one
-process group leave in issue order (program/send_order.py).
+process group leave in issue order (program/send_order.py), and a Chakra send or receive without `pg_name`
+takes its group from where the trace determines it.
 
 Expected figures: a transfer between two single-GPU hosts of ethernet-100g waits the path's latency (7 us per
 NIC, `test_traces.transfer_s`) and then streams its bytes at the Ethernet link's rate times the calibrated 0.94;
@@ -12,7 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
-from test_traces import EXACT, run
+from test_traces import EXACT, launched, p2p_job, run, transfer_s
+
+from simulator.errors import TraceError
 
 MIB = 1 << 20
 NIC_BITS = 25e9
@@ -79,3 +82,66 @@ def test_sends_to_one_peer_over_two_process_groups_do_not_wait_for_each_other(tm
     end = pytest.approx(LATENCY + 2 * MIB / RATE, rel=EXACT)
     assert flow_times(result) == [(0, 1, MIB, 0.0, end)] * 2
 
+
+def without_pg_name(nodes: list[dict]) -> list[dict]:
+    """``nodes`` with no pg_name attribute: as a converter that leaves the group to the launching node writes them."""
+    return [{**node, "attr": [attr for attr in node.get("attr", []) if attr["name"] != "pg_name"]} for node in nodes]
+
+
+def test_a_chakra_transfer_without_pg_name_takes_the_group_its_launching_record_param_comms_names(tmp_path):
+    """The record_param_comms node that launched each send and receive records its group's (name, description)
+    before the peer's rank in the group: group '2' of ranks [1, 2, 3], so rank 1 sends to rank 2, which sends on
+    to rank 3, as where the nodes name the group (test_traces): two 32 MiB transfers one after the other, each
+    the closed form between two hosts. The nodes without pg_name were refused."""
+    text = p2p_job(tmp_path, {0: [{"id": 2, "name": "idle", "type": "COMP_NODE", "durationMicros": 10}],
+                              1: without_pg_name(launched("send", "2", 1, 2, [])),
+                              2: without_pg_name([*launched("recv", "2", 0, 2, []), *launched("send", "2", 2, 4, [3])]),
+                              3: without_pg_name(launched("recv", "2", 1, 2, []))})
+    _, result = run(text, tmp_path)
+    flows = result.timeline[result.timeline["kind"] == "flow"]
+    assert list(zip(flows["src"], flows["dst"], flows["start_s"], strict=True)) == [
+        (1, 2, 0.0), (2, 3, pytest.approx(transfer_s(25e9), rel=EXACT))]
+    assert result.summary["step_time_s"] == pytest.approx(2 * transfer_s(25e9), rel=EXACT)
+
+
+def two_rank_job(folder: Path, groups: list[dict]) -> str:
+    """Rank 0 sends 32 MiB and rank 1 receives it, then computes 100 us: nodes with neither peer nor pg_name nor a
+    launching node, after process-group metadata of ``groups`` (none: no metadata node); on two single-GPU hosts
+    of 25 Gb/s Ethernet. Returns the scenario."""
+    meta = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
+             "inputs": {"values": str([json.dumps(groups)])}}] if groups else []
+    after = {"id": 4, "name": "after", "type": "COMP_NODE", "dataDeps": [3], "durationMicros": 100}
+    for rank, kind in enumerate(("send", "recv")):
+        transfer = {"id": 3, "name": kind, "type": f"COMM_{kind.upper()}_NODE",
+                    "attr": [{"name": "comm_size", "int64Val": 32 * MIB}]}
+        (folder / f"rank{rank}.json").write_text(json.dumps([*meta, transfer, *([after] if rank else [])]))
+    return (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
+
+
+def test_a_chakra_transfer_without_pg_name_in_a_job_of_one_process_group_is_in_that_group(tmp_path):
+    """The process-group metadata of a two-rank job lists its default group alone, so the transfer is in it and
+    its peer is the group's other rank: rank 0 to rank 1, the closed form between two hosts, then rank 1's
+    100 us. It was refused for the missing pg_name."""
+    text = two_rank_job(tmp_path, [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 2}])
+    _, result = run(text, tmp_path)
+    flows = result.timeline[result.timeline["kind"] == "flow"]
+    assert list(zip(flows["src"], flows["dst"], flows["bytes"], strict=True)) == [(0, 1, 32 * MIB)]
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9) + 100e-6, rel=EXACT)
+
+
+@pytest.mark.parametrize(("groups", "listed"), [
+    ([], "no process-group metadata"),
+    ([{"pg_name": "0", "pg_desc": "default_pg", "ranks": [], "group_size": 2},
+      {"pg_name": "1", "pg_desc": "undefined", "ranks": [0, 1], "group_size": 2}],
+     "the process-group metadata lists 2 groups")])
+def test_a_chakra_transfer_without_pg_name_whose_group_the_trace_does_not_determine_is_refused(tmp_path, groups,
+                                                                                             listed):
+    """Two groups of the same two ranks (the default group and a pipeline group): either may carry the transfer,
+    so it is refused at the node rather than given one; so is one of a trace without process-group metadata."""
+    text = two_rank_job(tmp_path, groups)
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (Path(caught.value.file).name, caught.value.field) == ("rank0.json", f"nodes[{1 if groups else 0}]")
+    assert caught.value.problem == ("COMM_SEND_NODE 'send' has no comm_dst, and no process group: no pg_name, no "
+                                    f"record_param_comms node that launched it names one, and {listed}")

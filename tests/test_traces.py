@@ -792,7 +792,11 @@ def test_chakra_sends_and_receives_of_a_two_rank_group_take_its_other_member_as_
     (launched("send", "2", 3, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and its "
      "record_param_comms node (id 2) names rank 3 of process group '2', which has 3 ranks"),
     (launched("send", "", 1, 2, []), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and no "
-     "process group (pg_name)"),
+     "process group: no pg_name, its record_param_comms node (id 2) names none, and the process-group metadata "
+     "lists 3 groups"),
+    (launched("send", "", None, 2, []), "nodes[1]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no comm_dst, and no "
+     "process group: no pg_name, no record_param_comms node that launched it names one, and the process-group "
+     "metadata lists 3 groups"),
     (garbled(launched("send", "2", 1, 2, [])), "nodes[2]", "COMM_SEND_NODE 'ncclDevKernel_SendRecv' has no "
      "comm_dst, and its record_param_comms node (id 2) names no rank before 'send' in its inputs, so which of the 3 "
      "ranks [1, 2, 3] of process group '2' is the peer is unknown"),
@@ -806,7 +810,8 @@ def test_a_chakra_transfer_whose_peer_the_trace_does_not_determine_is_refused_at
     assert caught.value.allowed == (
         "the peer rank as an attribute (comm_dst / comm_src), or the send's (receive's) launching record_param_comms "
         "node with its process group's members in the process-group metadata, or a process group of two ranks "
-        "(pg_name)")
+        "(pg_name, else the group the launching record_param_comms node names, else the process-group metadata's "
+        "only group)")
 
 
 def test_a_chakra_transfer_of_a_two_rank_group_without_the_file_s_rank_is_refused(tmp_path):

@@ -41,7 +41,8 @@ LAUNCHER = "record_param_comms"
 """PyTorch's CPU op around every collective and point-to-point call, whose inputs record the call's arguments."""
 PEER_ALLOWED = ("the peer rank as an attribute (comm_dst / comm_src), or the send's (receive's) launching "
                 "record_param_comms node with its process group's members in the process-group metadata, or a "
-                "process group of two ranks (pg_name)")
+                "process group of two ranks (pg_name, else the group the launching record_param_comms node "
+                "names, else the process-group metadata's only group)")
 US = 1e-6
 PG_INIT = "process_group:init"
 DEFAULT_GROUP = "default_pg"
@@ -309,12 +310,14 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
                         group=group or "default", members=known.members, group_size=len(known.members),
                         description=known.description, deps=deps)
     send = kind == "COMM_SEND_NODE"
+    call = "send" if send else "recv"
+    group = _transfer_group(group, groups, launcher, call)
     field = "comm_dst" if send else "comm_src"
     peer = attrs.get(field)
     members: tuple[int, ...] = ()
     if peer is None:
         peer_rank, members = _untold_peer(file, where, f"{kind} {name!r} has no {field}", group, groups,
-                                          launcher, "send" if send else "recv")
+                                          launcher, call)
     else:
         try:
             peer_rank = as_int(peer)
@@ -329,6 +332,16 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
                     nbytes=nbytes, group=group, description=groups.get(group, ProcessGroup(group, ())).description,
                     peer=peer_rank, members=members, tag=tag, deps=deps)
+
+
+def _transfer_group(pg_name: str, groups: dict[str, ProcessGroup], launcher: dict | None, collective: str) -> str:
+    """The process group of a send (recv): its ``pg_name``; else the group that its launching `record_param_comms`
+    node records (PyTorch records every call's group among its arguments); else the only group of the
+    process-group metadata (torch.distributed's configuration lists every group the job made, so a job of one
+    group sends in it); else '', unknown (several groups, or no metadata)."""
+    if pg_name:
+        return pg_name
+    return _launched_group(launcher, collective) or (next(iter(groups)) if len(groups) == 1 else "")
 
 
 def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[str, ProcessGroup],
@@ -351,7 +364,10 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
     if len(set(members)) == 2:
         return -1, members
     if not group:
-        why = "and no process group (pg_name)"
+        named = (f"its record_param_comms node (id {_launcher_id(launcher)}) names none" if launcher is not None
+                 else "no record_param_comms node that launched it names one")
+        listed = f"the process-group metadata lists {len(groups)} groups" if groups else "no process-group metadata"
+        why = f"and no process group: no pg_name, {named}, and {listed}"
     elif not members:
         why = f"and the trace lists no members of its process group {group!r} (no process-group metadata for it)"
     elif launcher is not None:
@@ -371,17 +387,34 @@ def _launcher_id(launcher: dict | None) -> object:
 
 def _launched_peer(launcher: dict | None, collective: str) -> int | None:
     """The peer's rank in its process group as the `record_param_comms` node that launched a send (recv) records
-    it: PyTorch's RECORD_PARAM_COMMS takes (input tensors, seq, group name, rank, collective name, split sizes...)
-    and ProcessGroupNCCL::send (recv) passes the destination (source) rank in the group as that rank, right before
-    the name "send" ("recv"); Chakra's converter keeps the inputs as the Python text of their list. None where
-    there is no such node, or its inputs do not read so."""
+    it: ProcessGroupNCCL::send (recv) passes the destination (source) rank in the group as the rank of the call's
+    arguments (`_launch_arguments`). None where there is no such node, or its inputs do not read so."""
+    arguments = _launch_arguments(launcher, collective)
+    rank = arguments[-1] if arguments else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+
+
+def _launched_group(launcher: dict | None, collective: str) -> str:
+    """The name of the process group that the `record_param_comms` node that launched a send (recv) records:
+    PyTorch passes the group's (name, description) right before the rank (`_launch_arguments`). '' where there
+    is no such node, or its inputs do not read so."""
+    arguments = _launch_arguments(launcher, collective)
+    group = arguments[-2] if len(arguments) >= 2 else None
+    name = group[0] if isinstance(group, (list, tuple)) and group else None
+    return name if isinstance(name, str) else ""
+
+
+def _launch_arguments(launcher: dict | None, collective: str) -> list:
+    """The arguments a `record_param_comms` node records before the name of its call ``collective``: PyTorch's
+    RECORD_PARAM_COMMS_DATA takes (input tensors, seq, (group name, description), rank, collective name, split
+    sizes...), which Chakra's converter keeps as the Python text of their list; [] where there is no such node,
+    or its inputs do not read so."""
     inputs = launcher.get("inputs") if launcher is not None else None
     values = inputs.get("values") if isinstance(inputs, dict) else None
     try:
         parsed = ast.literal_eval(values) if isinstance(values, str) else values
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
+        return []
     if not isinstance(parsed, list) or collective not in parsed[1:]:
-        return None
-    rank = parsed[parsed.index(collective, 1) - 1]
-    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+        return []
+    return parsed[:parsed.index(collective, 1)]
