@@ -332,3 +332,20 @@ def test_one_gpu_and_one_micro_batch_read_in_the_singular():
     summary = {"topology": "dgx-h100", "gpus": 1,
                "layout": {"model": "m", "tp": 1, "cp": 1, "pp": 1, "dp": 1, "microbatches": 1}}
     assert _layout_line(summary) == "m on dgx-h100 (1 GPU, TP1 CP1 PP1 DP1, 1 micro-batch per step)"
+
+
+def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
+    """Pipeline hand-offs exposing 828.2 us of a 1.707 s step (Llama 3 8B, pp 2 interleaved on one DGX H100)
+    printed 'pp 828.2 us (0.0%)', which reads as nothing exposed: 0.0485% is '<0.1%'; a share of exactly 0 and
+    one that rounds up to 0.1% keep their figures."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    summary = {"step_time_s": 1.707, "exposed_comm_s": {"pp": 828.2e-6, "dp": 0.9e-3, "tp": 0.0},
+               "bubble_fraction": 0.0}
+    console = Console(width=200, record=True)
+    console.print(training_table(summary))
+    text = console.export_text()
+    assert "exposed communication    pp 828.2 us (<0.1%), dp 900 us (0.1%)" in text
+    assert "compute idle             0.0%" in text
