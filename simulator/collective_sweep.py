@@ -40,8 +40,11 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
         raise ScenarioError(f"{topology.name} has {topology.num_gpus} GPU: a collective needs two or more",
                             field="--topology", allowed="a topology of 2 GPUs or more")
     ranks = ranks or topology.num_gpus
-    if not 2 <= ranks <= topology.num_gpus:
-        raise ScenarioError(f"{ranks} ranks do not fit {topology.name} ({topology.num_gpus} GPUs)",
+    if ranks < 2:
+        raise ScenarioError(f"{ranks} rank: a collective needs two or more", field="--ranks",
+                            allowed=f"2..{topology.num_gpus}")
+    if ranks > topology.num_gpus:
+        raise ScenarioError(f"{ranks:,} ranks do not fit {topology.name} ({topology.num_gpus:,} GPUs)",
                             field="--ranks", allowed=f"2..{topology.num_gpus}")
     fractions = resolve_efficiency(efficiency, topology.gpu_model, "--efficiency")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(fractions.items())), algorithm=algorithm,

@@ -465,7 +465,9 @@ def test_chunking_off_reads_as_yaml_writes_it():
 
 
 @pytest.mark.parametrize("args, error", [
-    (["collective", "--topology", "dgx-h100", "--ranks", "0"], "trainsim collective: argument --ranks: '0' is below 1"),
+    (["collective", "--topology", "dgx-h100", "--ranks", "0"], "trainsim collective: argument --ranks: '0' is below 2"),
+    # --ranks 1 passed the flag's check, then was told '1 ranks do not fit dgx-h100 (8 GPUs)', which it does
+    (["collective", "--topology", "dgx-h100", "--ranks", "1"], "trainsim collective: argument --ranks: '1' is below 2"),
     (["collective", "--topology", "dgx-h100", "--efficiency", "0.5"],  # offered 'a mapping', which no flag takes
      "trainsim collective: argument --efficiency: invalid choice: '0.5' (choose from 'calibrated', 'ideal')"),
     (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"], "trainsim sweep: argument --workers: '-3' is below 0"),

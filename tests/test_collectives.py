@@ -386,6 +386,15 @@ def test_an_unknown_algorithm_or_collective_is_refused_where_it_enters_and_lists
     assert info.value.allowed == ", ".join(PRIMITIVES)
 
 
+def test_one_rank_is_refused_as_too_few_not_as_too_many():
+    """`collective_sweep(ranks=1)` said '1 ranks do not fit dgx-h100 (8 GPUs)': one rank fits; a collective needs
+    two."""
+    with pytest.raises(ScenarioError) as info:
+        collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="auto", ranks=1, sizes=[MIB])
+    assert (info.value.problem, info.value.field, info.value.allowed) == (
+        "1 rank: a collective needs two or more", "--ranks", "2..8")
+
+
 def test_a_scenario_names_an_algorithm_of_the_one_set():
     text = "cluster: {topology: dgx-h100}\ncollectives: {algorithm: butterfly}\nworkload: []\n"
     with pytest.raises(ScenarioError) as info:
