@@ -103,7 +103,7 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     Uses a bare matplotlib Figure (Agg canvas), so no pyplot state or display is involved.
     """
     if topo.graph.number_of_nodes() > MAX_DRAWN_NODES:
-        raise TopologyError(f"topology {topo.name} has {topo.graph.number_of_nodes()} nodes, too many to draw",
+        raise TopologyError(f"topology {topo.name} has {topo.graph.number_of_nodes():,} nodes, too many to draw",
                             field="nodes",
                             allowed=f"at most {MAX_DRAWN_NODES} nodes (GPUs, switches, NICs): fewer servers, or "
                                     "topo describe")
