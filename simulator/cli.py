@@ -89,7 +89,8 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, parallelism: Para
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
     gives them, printed as soon as that step is simulated, before the job (which can take minutes); then its
-    outputs and (unless ``quiet``) its table of figures."""
+    outputs, the job's own warnings (restarts that mostly wait for hosts) and (unless ``quiet``) its table of
+    figures."""
     from simulator.console.progress import RunProgress
     from simulator.reliability.report import run_job
 
@@ -97,6 +98,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
         job, files = run_job(loaded, out, force=force, progress=progress,
                              on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary,
                                                                    loaded.scenario.parallelism))
+    for warning in job.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if not quiet:
         from rich.console import Console
 

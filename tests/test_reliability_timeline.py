@@ -6,13 +6,16 @@ checkpoint."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
 from simulator import simulate
+from simulator.cli import main
 from simulator.config.loader import scenario_from_text
+from simulator.console.report import long_duration
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.events import JobEvents
 from simulator.reliability.processes import Arrivals
@@ -272,6 +275,9 @@ def test_an_elastic_job_waits_for_repair_below_its_minimum_and_regrows_at_the_ne
     assert running[3] == pytest.approx(2 * H - restarts[0, 1] + 14 * H - restarts[1, 1], abs=1e-6)
     assert running[4] == pytest.approx(1 * H + 20 * H - restarts[2, 1], abs=1e-6)
     assert sum(running.values()) + summary["time_s"]["restart_s"]["mean"] == pytest.approx(20 * H, abs=1e-6)
+    # only the second restart waits: from its detection's end to the first host back
+    assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(11 * H - (2 * H + 60), abs=1e-9)
+    assert job.warnings[0].endswith("more spares cut it (the elastic job waits below its smallest size, 3 replicas)")
 
 
 GROW_JOB = RAILS.replace("checkpoint: {interval: 30 min}", "checkpoint: {interval: 1000 d}") + """\
@@ -711,3 +717,58 @@ def test_a_restart_judges_a_larger_sizes_route_when_the_host_returns(job_with, c
                             ["regrow", regrow, pytest.approx(regrow + write[2] + 8 * M + read[3], rel=1e-12)]]
     replicas = summary["replicas"]
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
+
+
+WAIT_JOB = ONE_GPU_HOSTS + """run: {horizon: 30 h}
+faults: {components: {gpu: {mtbf: 1000 d}}}
+restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
+"""
+
+
+@pytest.mark.parametrize("spares", [0, 2])
+def test_the_wait_for_hosts_is_the_part_of_restart_time_after_detection_until_hosts_return(job_with, spares):
+    """DP 4 on one-GPU hosts. GPU 0 fails at 1 h (its host back at 11 h), GPU 1 at 5 h (back at 15 h). Without
+    spares the first restart waits from its detection's end (1 h 2 min) until the second failure starts it over,
+    and that one from 5 h 2 min until both hosts are back (15 h): 14 h - 4 min of waiting, all of the restart
+    time but detection, rescheduling, launch and load (14 h 8 min + load). With 2 spares the hosts are in hand:
+    no wait, two restarts of 10 min + load. The parts still add up to the horizon."""
+    text = WAIT_JOB.replace("warmup_steps: 0", f"warmup_steps: 0, spares: {spares}")
+    summary = job_with((1 * H, 0, 0, 10 * H), (5 * H, 0, 1, 10 * H), text=text).summary
+    waiting, restart = summary["restart_waiting_for_hosts_s"]["mean"], summary["time_s"]["restart_s"]["mean"]
+    load = summary["restart"]["load_s"]
+    if spares:
+        assert waiting == 0.0
+        assert restart == pytest.approx(2 * (10 * 60 + load), rel=1e-12)
+    else:
+        assert waiting == pytest.approx(14 * H - 4 * 60, rel=1e-12)
+        assert restart == pytest.approx(14 * H + 8 * 60 + load, rel=1e-12)
+    assert sum(value["mean"] for value in summary["time_s"].values()) == pytest.approx(30 * H, rel=1e-12)
+
+
+@pytest.mark.parametrize("waited_min", [89, 91])
+def test_restarts_that_mostly_wait_for_hosts_warn_above_5_percent_of_the_horizon(job_with, tmp_path, capsys,
+                                                                                 waited_min):
+    """GPU 0 fails at 1 h and its host is back after 2 min of detection and ``waited_min`` minutes, no spares:
+    the wait is 89 or 91 min of the 30 h horizon (1.5 h, 5%, is the threshold). Above it `trainsim run` warns
+    on stderr, naming the figure and the knobs, summary.json's warnings keep it, and the job table gives the
+    wait within the restarts and per failure; below it none of them does."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(WAIT_JOB)
+    job_with((1 * H, 0, 0, (2 + waited_min) * 60.0), text=WAIT_JOB)  # the failure placed, for the CLI too
+    assert main(["run", str(scenario), "--out", str(tmp_path / "job")]) == 0
+    printed = capsys.readouterr()
+    out = " ".join(printed.out.split())
+    warnings = json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
+    job = json.loads((tmp_path / "job" / "job_summary.json").read_text())
+    assert job["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(waited_min * 60.0, rel=1e-12)
+    share = waited_min / 60 / 30
+    restart = job["time_s"]["restart_s"]["mean"]
+    assert f"{long_duration(waited_min * 60.0)} of it waiting for hosts" in out
+    assert f"{long_duration(waited_min * 60.0)} waiting for hosts on average" in out  # one failure
+    warning = (f"restarts waited {waited_min / 60:.4g} h a run for spare or repaired hosts, {share:.1%} of the "
+               f"horizon ({waited_min * 60 / restart:.0%} of the restart time; over 5% warns): the spare pool "
+               "is too small (restart.spares: 0); more spares or restart.elastic: true cut it")
+    if waited_min > 90:
+        assert warnings == [warning] and f"warning: {warning}" in printed.err
+    else:
+        assert warnings == [] and "waited" not in printed.err

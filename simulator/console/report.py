@@ -295,11 +295,11 @@ def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float 
 
 def job_table(job: dict) -> Table:
     """A job over weeks: ETTR, goodput against the healthy step's throughput, interruptions (the three most
-    frequent causes), the time lost by kind with its share of the horizon, the work redone per failure and the
-    restart's parts, an elastic job's shrinks, regrows
-    (the restarts taken only to regrow, and their time), sizes (those skipped for memory), policies and running
-    time on each replica count, and
-    the checkpoint interval against Young's and Daly's."""
+    frequent causes), the time lost by kind with its share of the horizon (the restarts' with the part of it
+    spent waiting for hosts), the work redone per failure and the restart's parts (and the mean wait for hosts
+    per failure), an elastic job's shrinks, regrows (the restarts taken only to regrow, and their time), sizes
+    (those skipped for memory), policies and running time on each replica count, and the checkpoint interval
+    against Young's and Daly's."""
     table = _label_table()
     horizon, ideal = job["horizon_s"], job["ideal_tokens_per_s"]
     if ideal is None:  # no tokens (synthetic stage costs, a trace that states none): goodput in healthy steps
@@ -324,15 +324,21 @@ def job_table(job: dict) -> Table:
                   + f" unexpected{mtbf}, {interruptions['planned']['mean']:,.1f} planned"
                   + (f"; most: {most}" if most else ""))
     times = job["time_s"]
-    lost = [f"{label} {long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)})"
-            for part, label in TIME_LOST if times.get(part, {}).get("mean")]
+    waiting = (job.get("restart_waiting_for_hosts_s") or {}).get("mean") or 0.0
+    of_which = {"restart_s": f"; {long_duration(waiting)} of it waiting for hosts"} if waiting else {}
+    lost = [f"{label} {long_duration(times[part]['mean'])} ({_share(times[part]['mean'] / horizon)}"
+            f"{of_which.get(part, '')})" for part, label in TIME_LOST if times.get(part, {}).get("mean")]
     table.add_row("time lost", ", ".join(lost) or "none")
     per_failure = job["lost_work_per_failure_s"]
     if per_failure["mean"] is not None:
         restart = job["restart"]
         parts = ", ".join(f"{label} {long_duration(restart[part])}" for part, label in RESTART_PARTS if restart[part])
+        unexpected = job["interruptions"]["unexpected"]["mean"]
+        wait = (f", and {long_duration(waiting / unexpected)} waiting for hosts on average" if waiting and unexpected
+                else "")
         table.add_row("per failure", _mean_ci(per_failure, format_seconds) + " of work redone, then a restart of "
-                      f"{long_duration(restart['total_s'])} with spares at hand" + (f" ({parts})" if parts else ""))
+                      f"{long_duration(restart['total_s'])} with spares at hand" + (f" ({parts})" if parts else "")
+                      + wait)
     replicas = job.get("replicas")
     if job.get("elastic") and replicas:
         running = ", ".join(f"{counted(int(size), 'replica')} {long_duration(value['mean'])} "

@@ -94,6 +94,9 @@ class ReplicationTotals:
     checkpoint_stall_s: float
     checkpoint_slowdown_s: float
     restart_s: float
+    waiting_for_hosts_s: float
+    """The part of `restart_s` a restart waited, after detection (or a planned stop), for spare or repaired hosts
+    to fill the job's smallest size: what a larger spare pool (`restart.spares`) or `restart.elastic` cuts."""
     maintenance_s: float
     steps: float
     equivalent_steps: float
@@ -138,6 +141,7 @@ class JobProcess:
         self.missing: set[int] = set()
         self.next_maintenance = plan.maintenance.every_s / 2 if plan.maintenance else INF
         self.restart_s = 0.0
+        self.waiting_for_hosts_s = 0.0
         self.maintenance_s = 0.0
         self.interruptions: Counter = Counter()
         self.planned = 0
@@ -315,15 +319,16 @@ class JobProcess:
             heapq.heappop(self.repairs)
             self.spares += 1
 
-    def _relaunch_plan(self, gate: float) -> tuple[float, int, SegmentCosts]:
-        """When the restarting job re-forms its group (its rendezvous: launch begins then) and on how many
-        replicas, with that state's costs. The group forms once the job may (``gate``: detection, or a planned
-        stop, is over), the hosts fill its smallest size (waiting for repaired ones, overlapping detection) and
-        rescheduling has placed them; every host back by then joins, as a torchelastic rendezvous admits every
-        node that has arrived (one back later re-forms the group, `_rejoin_due`, or waits for the next restart).
-        It takes the largest of its sizes (all its replicas but for an elastic job) those hosts fill whose GPUs all
-        have a route; else the largest they fill, once repairs give it its routes back (hosts back during that
-        wait join the next restart)."""
+    def _relaunch_plan(self, gate: float) -> tuple[float, float, int, SegmentCosts]:
+        """When the restarting job has the hosts it needs, when it re-forms its group (its rendezvous: launch
+        begins then) and on how many replicas, with that state's costs. The group forms once the job may
+        (``gate``: detection, or a planned stop, is over), the hosts fill its smallest size (waiting for repaired
+        ones, overlapping detection: the first time returned, ``gate`` when none is missing) and rescheduling has
+        placed them; every host back by then joins, as a torchelastic rendezvous admits every node that has
+        arrived (one back later re-forms the group, `_rejoin_due`, or waits for the next restart). It takes the
+        largest of its sizes (all its replicas but for an elastic job) those hosts fill whose GPUs all have a
+        route; else the largest they fill, once repairs give it its routes back (hosts back during that wait
+        join the next restart; the wait for a route is not a wait for hosts)."""
         have = self.in_use - len(self.missing) + self.spares
         short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - have
         formed = max(gate, self._returns(short)) if short > 0 else gate
@@ -333,10 +338,10 @@ class JobProcess:
         for size in fitting:
             costs = self.costs if size == self.replicas else self.plan.costs(self._state(size))
             if costs is not None:
-                return rendezvous, size, costs
+                return formed, rendezvous, size, costs
         size = fitting[0] if fitting else self.plan.sizes.sizes[0]
         routable, costs = self._routable(size)
-        return max(formed, routable) + self.plan.reschedule_s, size, costs
+        return formed, max(formed, routable) + self.plan.reschedule_s, size, costs
 
     def _routable(self, replicas: int) -> tuple[float, SegmentCosts]:
         """When the job on ``replicas`` replicas has a route for every GPU (at once, unless an outage is in
@@ -376,7 +381,7 @@ class JobProcess:
             self._collect_repairs(now)
             self._end_degradations(now)
             gate = max(stopped_until, now + self.plan.detection_s if detects else now)
-            rendezvous, replicas, costs = self._relaunch_plan(gate)
+            hosts_in_hand, rendezvous, replicas, costs = self._relaunch_plan(gate)
             end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
             larger, back = self._grows_back(rendezvous, end, replicas)
             arrival = self._skip_arrivals(min(end, back))
@@ -392,6 +397,7 @@ class JobProcess:
             maintenance = max(0.0, min(stop, maintained_until) - now)
             self.maintenance_s += maintenance
             self.restart_s += stop - now - maintenance
+            self.waiting_for_hosts_s += max(0.0, min(stop, hosts_in_hand) - gate)
             if cause is BuiltInCause.REGROW:
                 self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
@@ -476,7 +482,7 @@ class JobProcess:
         return ReplicationTotals(
             productive_s=kept_wall - slow, slow_steps_s=slow, lost_work_s=clock.lost_wall,
             checkpoint_stall_s=clock.stall_s, checkpoint_slowdown_s=clock.slow_s, restart_s=self.restart_s,
-            maintenance_s=self.maintenance_s, steps=clock.steps,
+            waiting_for_hosts_s=self.waiting_for_hosts_s, maintenance_s=self.maintenance_s, steps=clock.steps,
             equivalent_steps=kept_equiv / healthy.step_s, interruptions=self.interruptions,
             planned=self.planned, lost_per_failure_s=tuple(self.lost_per_failure),
             slow_by_cause_s=slow_by_cause, shrinks=self.shrinks, regrows=self.regrows,

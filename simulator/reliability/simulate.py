@@ -26,7 +26,7 @@ from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
-from simulator.reliability.summary import job_summary
+from simulator.reliability.summary import job_summary, waiting_warning
 from simulator.topology.loader import scenario_topology
 from simulator.units import counted, format_count, format_size
 from simulator.workload.training import resolve_model
@@ -41,12 +41,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class JobResult:
-    """A finished job simulation: job_summary.json's dict, the event log and the healthy step's summary. The
-    event table is built on first use (a study that reads only the summary never builds it)."""
+    """A finished job simulation: job_summary.json's dict, the event log, the healthy step's summary (summary.json:
+    its warnings and then the job's) and the warnings on what the job met (`summary.waiting_warning`), which
+    `trainsim run` prints once the job is simulated. The event table is built on first use (a study that reads
+    only the summary never builds it)."""
 
     summary: dict
     log: JobEvents
     step_summary: dict
+    warnings: tuple[str, ...]
 
     @cached_property
     def table(self) -> pa.Table:
@@ -337,4 +340,9 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
             progress(replication + 1, scenario.run.replications)
     met = {state: c for state, c in cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
-    return JobResult(summary, events, states.healthy_summary)
+    waiting = waiting_warning(summary)
+    warnings = () if waiting is None else (waiting,)
+    step_summary = states.healthy_summary
+    if warnings:
+        step_summary = {**step_summary, "warnings": [*step_summary.get("warnings", ()), *warnings]}
+    return JobResult(summary, events, step_summary, warnings)

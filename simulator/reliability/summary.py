@@ -13,10 +13,16 @@ from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
+from simulator.units import counted, format_duration
 from simulator.workload.memory_plan import GIB
 
 TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s", "checkpoint_slowdown_s",
               "restart_s", "maintenance_s")
+
+WAITING_WARNING_SHARE = 0.05
+"""Warn when the mean time a job's restarts wait for spare or repaired hosts exceeds this share of the horizon:
+ETTR then falls by more than that for a cause the spare pool or elasticity removes, and nothing else in the
+table says why."""
 
 
 def checkpoint_cost_s(costs: SegmentCosts) -> float:
@@ -109,6 +115,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
             "by_cause": {name: mean_interval([t.interruptions.get(name, 0) for t in totals]) for name in causes},
         },
         "time_s": {part: mean_interval([getattr(t, part) for t in totals]) for part in TIME_PARTS},
+        "restart_waiting_for_hosts_s": mean_interval([t.waiting_for_hosts_s for t in totals]),
         "slow_steps_by_cause_s": {name: mean_interval([t.slow_by_cause_s.get(name, 0.0) for t in totals])
                                   for name in sorted({name for t in totals for name in t.slow_by_cause_s})},
         "lost_work_per_failure_s": mean_interval(lost),
@@ -119,3 +126,20 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
                     "tokens_per_step": c.tokens_per_step if tokens else None}
                    for state, c in sorted(states.items())],
     }
+
+
+def waiting_warning(summary: dict) -> str | None:
+    """A warning when the job's restarts spent more than WAITING_WARNING_SHARE of the horizon waiting for hosts,
+    naming the figure and the knobs that cut it (`restart.spares`, and `restart.elastic` for a job that is not;
+    an elastic one waits only below its smallest size, which the warning names); None below it."""
+    waiting, horizon = summary["restart_waiting_for_hosts_s"]["mean"], summary["horizon_s"]
+    if waiting <= WAITING_WARNING_SHARE * horizon:
+        return None
+    restarts = summary["time_s"]["restart_s"]["mean"]
+    smallest = summary["replicas"]["sizes"][0]
+    knobs = (f"more spares cut it (the elastic job waits below its smallest size, {counted(smallest, 'replica')})"
+             if summary["elastic"] else "more spares or restart.elastic: true cut it")
+    return (f"restarts waited {format_duration(waiting)} a run for spare or repaired hosts, "
+            f"{waiting / horizon:.1%} of the horizon ({waiting / restarts:.0%} of the restart time; over "
+            f"{WAITING_WARNING_SHARE:.0%} warns): the spare pool is too small (restart.spares: "
+            f"{summary['spare_hosts']:,}); {knobs}")
