@@ -262,24 +262,79 @@ def test_a_table_given_with_another_schedule_is_refused() -> None:
                                  "'custom', not '1f1b' (allowed: schedule: custom with the table, or no table)")
 
 
-@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
-def test_exposed_hand_offs_closed_forms_are_the_ideal_executors_count(name: str) -> None:
-    """The closed forms of schedules/hand_offs.py (GPipe 2(p - 1); 1F1B 2(m + p - 3 - floor((m - 2) / p)), so
-    for p 4 and m 8 two round trips of 6 hops and 2 hops of the partial group: 16; interleaved 2(p v - 1)) are
-    how much longer the ideal executor runs with a hop of c, in units of c, whatever the forward, backward and
-    hop (while the hop is short beside a chunk's work)."""
-    from simulator.schedules.hand_offs import exposed_hand_offs
+def _exposed_hand_offs(name: str, p: int, m: int, v: int) -> int:
+    """Hops on a schedule's critical path with a hop short beside a chunk's work, by closed form. GPipe 2(p - 1):
+    only the first micro-batch's trip to the last stage and the last gradient's trip back wait. 1F1B
+    2(m + p - 3 - floor((m - 2) / p)): rank r's B(j) waits for F(j) to reach the last stage and its gradient to
+    return, 2(p - 1 - r) hops beside p - r of its own pairs, so rank 0's steady state waits for a round trip
+    per group of p micro-batches, after the first micro-batch's round trip, and each micro-batch of the last
+    partial group adds a hop each way. Interleaved 2(p v - 1): its deeper warm-up (one more forward per rank
+    than the steady state needs) hides every hand-off but the fill's and the drain's."""
+    if name == "gpipe":
+        return 2 * (p - 1)
+    if name == "1f1b":
+        return 2 * (m + p - 3 - (m - 2) // p)
+    return 2 * (p * v - 1)
 
-    assert exposed_hand_offs("1f1b", build_schedule("1f1b", 4, 8), 1) == 16
-    assert exposed_hand_offs("1f1b", build_schedule("1f1b", 64, 128), 1) == 376
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b", "interleaved"])
+def test_the_ideal_executor_exposes_the_closed_forms_hand_offs(name: str) -> None:
+    """With a hop of c the ideal executor runs longer than with free hops by the closed form's count of hops
+    times c (for p 4 and m 8 under 1F1B two round trips of 6 hops and 2 hops of the partial group: 16),
+    whatever the forward, backward and hop (while the hop is short beside a chunk's work)."""
+    assert _exposed_hand_offs("1f1b", 4, 8, 1) == 16
     for v in ((1,) if name != "interleaved" else (2, 4)):
         for p in range(2, 9):
             for m in range(1, 3 * p + 3):
                 if name == "interleaved" and m % p:
                     continue
                 schedule = build_schedule(name, p, m, v)
-                hops = exposed_hand_offs(name, schedule, v)
+                hops = _exposed_hand_offs(name, p, m, v)
                 for f, b, c in ((1.0, 2.0, 1e-3), (1.0, 3.0, 0.05)):
                     grown = (simulate_schedule(schedule, f, b, p2p=c, v=v).makespan
                              - simulate_schedule(schedule, f, b, v=v).makespan)
                     assert grown == pytest.approx(hops * c, rel=1e-9), (p, m, v, f, b, c)
+
+
+def _timeline(timing) -> list[list[tuple[str, float, float]]]:
+    return [[(str(t.action), t.start, t.end) for t in rank] for rank in timing.timeline]
+
+
+def test_unequal_stages_run_as_timed_by_hand() -> None:
+    """Each virtual stage's own durations, hop 0.5. 1F1B, p 2, m 2, forwards 1 and 2, backwards 2 and 4: rank 1's
+    F0 waits for rank 0's (ends 1) and the hop: 1.5 to 3.5, its BW0 3.5 to 7.5, F1 (input there at 2.5) 7.5 to
+    9.5, BW1 to 13.5; rank 0's BW0 waits for rank 1's and the hop, 8 to 10, its BW1 14 to 16. ZB-H1 with input
+    grads 1 and 3 and weight grads 1 and 2: rank 1 runs F0 1.5-3.5, B0 3.5-6.5, F1 6.5-8.5, B1 8.5-11.5, then its
+    W0 and W1 to 15.5, while rank 0's BW0 (2) starts at 7 and BW1 at 12: 15.5, where 1F1B's order of the same
+    work holds rank 1's weight grads in its BW0 (3.5 to 8.5) and BW1 (10.5 to 15.5), so rank 0's BW1 runs
+    16 to 18. ZBV (V placement, stages 0 to 3 on ranks 0, 1, 1, 0) with forwards and input grads 1, 1,
+    2, 2 and weight grads 1: rank 1's turn from stage 1 to 2 is free, rank 0's F0c1 (stage 3) waits for it and
+    the hop, 4.5 + 0.5."""
+    one_f_one_b = simulate_schedule(build_schedule("1f1b", 2, 2), [1, 2], [2, 4], p2p=0.5)
+    assert _timeline(one_f_one_b) == [
+        [("F0", 0.0, 1.0), ("F1", 1.0, 2.0), ("BW0", 8.0, 10.0), ("BW1", 14.0, 16.0)],
+        [("F0", 1.5, 3.5), ("BW0", 3.5, 7.5), ("F1", 7.5, 9.5), ("BW1", 9.5, 13.5)]]
+    assert one_f_one_b.makespan == 16.0
+    zb = simulate_schedule(build_schedule("zb-h1", 2, 2), [1, 2], [1, 3], [1, 2], p2p=0.5)
+    assert _timeline(zb) == [
+        [("F0", 0.0, 1.0), ("F1", 1.0, 2.0), ("BW0", 7.0, 9.0), ("BW1", 12.0, 14.0)],
+        [("F0", 1.5, 3.5), ("B0", 3.5, 6.5), ("F1", 6.5, 8.5), ("B1", 8.5, 11.5), ("W0", 11.5, 13.5),
+         ("W1", 13.5, 15.5)]]
+    assert simulate_schedule(build_schedule("1f1b", 2, 2), [1, 2], [1, 3], [1, 2], p2p=0.5).makespan == 18.0
+    zbv = simulate_schedule(build_schedule("zbv", 2, 2, 2), [1, 1, 2, 2], [1, 1, 2, 2], [1, 1, 1, 1], p2p=0.5,
+                            placement="v")
+    assert _timeline(zbv)[1][:2] == [("F0", 1.5, 2.5), ("F0c1", 2.5, 4.5)]
+    assert _timeline(zbv)[0][2] == ("F0c1", 5.0, 7.0)
+
+
+def test_equal_stage_lists_run_as_the_stage_duration_split_over_chunks() -> None:
+    """A duration per stage is split over its v chunks: the same as each virtual stage's own duration 1/v of it;
+    a list that is not one per virtual stage, or a negative duration, is refused."""
+    schedule = build_schedule("interleaved-zb", 4, 8, 2)
+    split = simulate_schedule(schedule, 2.0, 3.0, 1.0, p2p=0.25)
+    listed = simulate_schedule(schedule, [1.0] * 8, [1.5] * 8, [0.5] * 8, p2p=0.25)
+    assert listed.timeline == split.timeline
+    with pytest.raises(ValueError, match="f gives 4 durations; the schedule has 8 virtual stages"):
+        simulate_schedule(schedule, [1.0] * 4, 1.0)
+    with pytest.raises(ValueError, match="duration w must be >= 0, got -1"):
+        simulate_schedule(schedule, 1.0, 1.0, [1.0] * 7 + [-1.0])

@@ -1,6 +1,7 @@
 """An exact, dependency-driven "ideal executor" of pipeline schedules: fixed durations, optional fixed P2P delay.
 
-Used as the closed-form reference for tests and quick studies (the SimPy engine runs schedules for real).
+Used as the closed-form reference for tests and quick studies, and as the layout search's pipeline term with each
+virtual stage's own durations (sweep/layouts.py); the SimPy engine runs schedules for real.
 Dependencies, with s the virtual stage an action's chunk holds under the placement and S = p v stages:
 F(mb, s) needs F(mb, s - 1); the input-grad backward (B or BW) of (mb, s) needs that of (mb, s + 1), or
 F(mb, S - 1) on the last stage, and its own forward; W needs its own B. Each rank runs its list in order; an
@@ -10,12 +11,15 @@ rank). The two halves of an overlapped slot run back to back, each when its own 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages
 
 _Key = tuple[str, int, int]  # (kind, micro-batch, virtual stage)
+Durations = float | Sequence[float]
+"""A duration per pipeline stage (split over its chunks), or one per virtual stage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,30 +42,77 @@ class ScheduleTiming:
     peak_in_flight: tuple[int, ...]
 
 
-def simulate_schedule(schedule: Schedule, f: float, b: float, w: float = 0.0, p2p: float = 0.0,
+def simulate_schedule(schedule: Schedule, f: Durations, b: Durations, w: Durations = 0.0, p2p: float = 0.0,
                       v: int | None = None, placement: Placement = "loop") -> ScheduleTiming:
-    """Run ``schedule`` with per-stage durations f (forward), b (input grad) and w (weight grad); BW lasts b + w.
+    """Run ``schedule`` with durations f (forward), b (input grad) and w (weight grad); BW lasts b + w.
     ``placement`` says which virtual stage each chunk of a rank holds (see schedules.base.rank_stages).
 
-    With v chunks per rank (inferred from the largest chunk index when not given) every chunk action lasts 1/v of
-    its per-stage duration. Bubble fraction is the mean over ranks of idle time / makespan. Peak in-flight counts,
-    per rank, the forwards (chunks) whose input-grad backward has not finished.
+    A number is one pipeline stage's duration: with v chunks per rank (inferred from the largest chunk index when
+    not given) every chunk action lasts 1/v of it. A sequence gives each virtual stage's own duration (p v of
+    them, in stage order), so stages may differ, as a model's first and last stages do. Bubble fraction is the
+    mean over ranks of idle time / makespan. Peak in-flight counts, per rank, the forwards (chunks) whose
+    input-grad backward has not finished.
     """
-    for value, name in ((f, "f"), (b, "b"), (w, "w"), (p2p, "p2p")):
-        if value < 0:
-            raise ValueError(f"duration {name} must be >= 0, got {value}")
+    if p2p < 0:
+        raise ValueError(f"duration p2p must be >= 0, got {p2p}")
     p = len(schedule)
     if v is None:
         v = 1 + max((a.chunk for rank in schedule for a in rank), default=0)
-    durations = {"F": f / v, "B": b / v, "W": w / v, "BW": (b + w) / v}
+    f_s, b_s, w_s = (_per_stage(value, name, p, v) for value, name in ((f, "f"), (b, "b"), (w, "w")))
+    order = schedule_order(schedule, v, placement)
+    starts, ends = execute(order, f_s, b_s, w_s, p2p)
+    timelines: list[list[TimedAction]] = [[] for _ in range(p)]
+    for index, action in enumerate(order.actions):
+        timelines[order.ranks[index]].append(TimedAction(action, starts[index], ends[index]))
+    return _summarise(schedule, timelines)
+
+
+def _per_stage(value: Durations, name: str, p: int, v: int) -> list[float]:
+    """Each virtual stage's action duration from a stage's duration (split over its v chunks) or a list of
+    them; ValueError where one is negative or the list is not one per virtual stage."""
+    durations = [value / v] * (p * v) if isinstance(value, int | float) else list(value)
+    if len(durations) != p * v:
+        raise ValueError(f"{name} gives {len(durations)} durations; the schedule has {p * v} virtual stages")
+    if any(duration < 0 for duration in durations):
+        raise ValueError(f"duration {name} must be >= 0, got {min(durations)}")
+    return durations
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOrder:
+    """A schedule compiled for the ideal executor: its actions in an order in which each comes after its
+    dependencies and after the actions before it on its rank. Which action may start first depends only on
+    which have finished, never on when, so one order serves every set of durations (a layout search times the
+    same schedule shape with many)."""
+
+    actions: tuple[Action, ...]
+    ranks: tuple[int, ...]
+    """The rank each action runs on."""
+    kinds: tuple[int, ...]
+    """Each action's kind as an index into (F, B, W, BW)."""
+    stages: tuple[int, ...]
+    """The virtual stage each action's chunk holds."""
+    dependencies: tuple[tuple[tuple[int, bool], ...], ...]
+    """Per action: (index of an action it waits for, whether that one ran on another rank)."""
+    p: int
+    last: tuple[int, ...]
+    """Each rank's last action's index (-1 for a rank without actions)."""
+
+
+_KINDS: tuple[str, ...] = ("F", "B", "W", "BW")
+
+
+def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") -> ScheduleOrder:
+    """``schedule`` (v chunks per rank, ``placement``) compiled for `execute`; SimulationError where it
+    deadlocks."""
+    p = len(schedule)
     stages = [rank_stages(r, p, v, placement) for r in range(p)]
     owner = {stage: r for r in range(p) for stage in stages[r]}
     grad_kind = {(a.microbatch, stages[r][a.chunk]): a.kind for r, rank in enumerate(schedule) for a in rank
                  if a.kind in ("B", "BW")}
     last_stage = p * v - 1
 
-    def dependencies(action: Action, rank: int) -> list[_Key]:
-        stage = stages[rank][action.chunk]
+    def dependencies(action: Action, stage: int) -> list[_Key]:
         mb = action.microbatch
         if action.kind == "F":
             return [("F", mb, stage - 1)] if stage > 0 else []
@@ -72,35 +123,61 @@ def simulate_schedule(schedule: Schedule, f: float, b: float, w: float = 0.0, p2
             return [own_forward]
         return [own_forward, (grad_kind.get((mb, stage + 1), "B"), mb, stage + 1)]
 
-    finished: dict[_Key, float] = {}
-    timelines: list[list[TimedAction]] = [[] for _ in range(p)]
+    index_of: dict[_Key, int] = {}
+    actions: list[Action] = []
+    ranks: list[int] = []
+    kinds: list[int] = []
+    action_stages: list[int] = []
+    waits: list[tuple[tuple[int, bool], ...]] = []
+    last = [-1] * p
     next_index = [0] * p
-    free_at = [0.0] * p
     progressed = True
     while progressed:
         progressed = False
         for rank in range(p):
-            actions = schedule[rank]
-            while next_index[rank] < len(actions):
-                action = actions[next_index[rank]]
-                deps = dependencies(action, rank)
-                if any(dep not in finished for dep in deps):
+            rank_actions = schedule[rank]
+            while next_index[rank] < len(rank_actions):
+                action = rank_actions[next_index[rank]]
+                stage = stages[rank][action.chunk]
+                deps = dependencies(action, stage)
+                if any(dep not in index_of for dep in deps):
                     break
-                start = free_at[rank]
-                for dep in deps:
-                    delay = p2p if owner[dep[2]] != rank else 0.0
-                    start = max(start, finished[dep] + delay)
-                end = start + durations[action.kind]
-                finished[(action.kind, action.microbatch, stages[rank][action.chunk])] = end
-                timelines[rank].append(TimedAction(action, start, end))
-                free_at[rank] = end
+                waits.append(tuple((index_of[dep], owner[dep[2]] != rank) for dep in deps))
+                index_of[(action.kind, action.microbatch, stage)] = last[rank] = len(actions)
+                actions.append(action)
+                ranks.append(rank)
+                kinds.append(_KINDS.index(action.kind))
+                action_stages.append(stage)
                 next_index[rank] += 1
                 progressed = True
     stuck = [rank for rank in range(p) if next_index[rank] < len(schedule[rank])]
     if stuck:
-        waits = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
-        raise SimulationError(f"pipeline schedule deadlocks: no action can start ({waits})")
-    return _summarise(schedule, timelines)
+        blocked = "; ".join(f"rank {r} at {schedule[r][next_index[r]]}" for r in stuck)
+        raise SimulationError(f"pipeline schedule deadlocks: no action can start ({blocked})")
+    return ScheduleOrder(tuple(actions), tuple(ranks), tuple(kinds), tuple(action_stages), tuple(waits), p,
+                         tuple(last))
+
+
+def execute(order: ScheduleOrder, f: list[float], b: list[float], w: list[float],
+            p2p: float = 0.0) -> tuple[list[float], list[float]]:
+    """(start, end) of every action of ``order``, each virtual stage's forward, input-grad and weight-grad
+    actions lasting ``f``, ``b`` and ``w`` of it (BW the sum), a dependency on another rank's action arriving
+    ``p2p`` after it ends: each action starts when its rank is free and its dependencies have arrived."""
+    durations = (f, b, w, [grad + weight for grad, weight in zip(b, w, strict=True)])
+    starts: list[float] = []
+    ends: list[float] = []
+    free_at = [0.0] * order.p
+    for rank, kind, stage, deps in zip(order.ranks, order.kinds, order.stages, order.dependencies, strict=True):
+        start = free_at[rank]
+        for dep, crosses in deps:
+            arrival = ends[dep] + p2p if crosses else ends[dep]
+            if arrival > start:
+                start = arrival
+        end = start + durations[kind][stage]
+        starts.append(start)
+        ends.append(end)
+        free_at[rank] = end
+    return starts, ends
 
 
 def _summarise(schedule: Schedule, timelines: list[list[TimedAction]]) -> ScheduleTiming:

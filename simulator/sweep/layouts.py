@@ -6,11 +6,13 @@ survivors before the simulator decides."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from pydantic import ValidationError
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.config.loader import validation_error
+from simulator.config.parallelism_options import CUSTOM_SCHEDULE
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
@@ -23,9 +25,9 @@ from simulator.parallel.program import StepPlan
 from simulator.parallel.work import Block, TpPattern, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
-from simulator.schedules.base import stage_rank
-from simulator.schedules.hand_offs import exposed_hand_offs
-from simulator.schedules.registry import serves_chunks
+from simulator.schedules.base import Placement, stage_rank
+from simulator.schedules.registry import build_schedule, serves_chunks
+from simulator.schedules.timing import ScheduleOrder, execute, schedule_order
 from simulator.simulation import NetworkSettings, alone_seconds, plan_cache, together_ends
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import (
@@ -193,18 +195,21 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
     (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`) and its compute's waits in the backward for the
     previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) join it, and the longer of the
-    two fills the micro-batch's slot. The slowest rank's slot comes m times, the others' once each for the
-    pipeline's fill and drain (divided by v under interleaving), and the stage-to-stage sends that ``schedule`` (the
-    pipeline schedule's name) leaves exposed (`pipeline_sends_s`). Then what the gradient reduction over the DP x CP
-    group leaves after the last backward (`reduction_tail_s`; pipelined FSDP's reduce-scatters of each rank's chunk
-    0 after it, `chunk_reductions_s`), the routed experts' reduction and gather (`expert_state_s`), the optimizer
-    step and ZeRO-1/2's parameter all-gather after it. ZeRO-3 gathering every micro-batch adds what the forwards'
-    starts wait for (`microbatch_starts_s`, the slowest rank's). Pipelined FSDP's once-per-step gathers add what
-    they delay the pipeline's fill by (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which
-    hold its compute stream amid the drain, the longest rank's for each chunk."""
+    two fills the micro-batch's slot. The pipeline is ``schedule`` (the pipeline schedule's name) run on the ideal
+    executor with each virtual stage's forward, input-grad and weight-grad actions (`stage_actions_s`) stretched
+    to its rank's slot and the slowest hop between ranks (`pipeline_ends_s`): its fill, drain and exposed
+    hand-offs are the schedule's own. Then what the gradient reduction over the DP x CP group leaves after each
+    rank's last action (`reduction_tail_s`, less the time the rank ends before the last; pipelined FSDP's
+    reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`), the routed experts' reduction and
+    gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it. ZeRO-3
+    gathering every micro-batch adds what the forwards' starts wait for (`microbatch_starts_s`, the slowest
+    rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
+    (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid
+    the drain, the longest rank's for each chunk."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
-    slots, tails, backwards, gathers, starts = [], [], [], [], []
+    slots, tails, gathers, starts = [], [], [], []
+    actions: list[tuple[float, float, float]] = [(0.0, 0.0, 0.0)] * len(plan.stages)
     chunk_reductions = ([chunk_reductions_s(plan, times, pp_rank) for pp_rank in range(layout.pp)]
                         if sharding.stage_reduces_grads else [])
     for pp_rank in range(layout.pp):
@@ -213,8 +218,10 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
         compute = sum(block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
                       for block in blocks)
         sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
-        work = compute + expert_exchange_s(step, times, pp_rank) + sum(
-            blocking_collectives_s(plan, times, block, rank, share=share) for block in blocks)
+        for vstage in plan.rank_stages(pp_rank):
+            actions[vstage] = stage_actions_s(plan, times, vstage, rank, share)
+        work = expert_exchange_s(step, times, pp_rank) + sum(
+            sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
         if share is not None and compute > 0:
             work += hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound / compute)
         params = sum(block.params for block in blocks)
@@ -231,18 +238,14 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
                        + backward_waits_s(plan, times, rank, unit_work, 1 + toll / compute if compute > 0 else 1.0),
                        sum(seconds for seconds, _ in beside_compute))
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
-        backward, tail = reduction_tail_s(plan, times, rank, share)
         slots.append(work)
-        backwards.append(backward)
-        tails.append(tail + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
+        tails.append(reduction_tail_s(plan, times, rank, share)
+                     + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
-    # the slowest rank runs every micro-batch; the others' slots add the pipeline's fill and drain (a chunk's
-    # share each under interleaving): (m + (p - 1) / v) slots when the ranks are alike
-    pipeline = (max(slots) * plan.microbatches + (sum(slots) - max(slots)) / plan.virtual_stages
-                + pipeline_sends_s(plan, times, schedule, slots))
-    # pipeline rank r's last backward ends before the first rank's by the last micro-batch's backwards of the
-    # ranks before it (a chunk's each under interleaving), which its tail may fill
-    exposed = max(tail - sum(backwards[:pp_rank]) / plan.virtual_stages for pp_rank, tail in enumerate(tails))
+    ends = pipeline_ends_s(plan, times, schedule, actions, slots)
+    pipeline = max(ends)
+    # a rank that ends before the last has that long for its gradient reduction's tail
+    exposed = max(end + tail for end, tail in zip(ends, tails, strict=True)) - pipeline
     experts = max(expert_state_s(step, times, pp_rank) for pp_rank in range(layout.pp))
     optimizer = max(plan.optimizer_s)
     if sharding.stage == 3:
@@ -252,7 +255,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
                      ) if chunk_reductions else 0.0
     else:
         after = max(gathers) if sharding.stage else 0.0
-    return pipeline + max(exposed, 0.0) + experts + optimizer + after
+    return pipeline + exposed + experts + optimizer + after
 
 
 def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
@@ -304,23 +307,62 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     return gathered - plain
 
 
-def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str, slots: list[float]) -> float:
-    """Seconds the pipeline's stage-to-stage sends add to the step under ``schedule`` (the schedule's name): the
-    hand-offs its critical path waits for (`exposed_hand_offs`: closed forms for GPipe, 1F1B and interleaved
-    1F1B, derived in schedules/hand_offs.py) times the slowest hop. A hop is the program's send between the
-    ranks of the first TP, CP and DP coordinates holding two consecutive virtual stages, the sending stage's
-    activation (`StageWork.p2p_bytes`: 1/t of it per TP rank), timed alone on the idle network as the engine
-    times it; the first hop of each kind is timed (inside one NVLink domain, or across to another over the
-    NICs), each way. A turn on one rank (the V placement) is free, as in the program. Exact where every hop
-    is of one kind, as where each stage spans whole hosts; where they mix, every hop is charged at the slower
-    kind (an upper bound). The search's layouts run sequence parallelism whenever tp > 1, so no receiver
-    re-gathers its activation over TP. Under 1F1B, beyond the first micro-batch's round trip (2 (p - 1) hops,
-    the fill and drain) the closed form counts the steady state's round trips, derived for equal stages; with
-    ``slots`` (each pipeline rank's work per micro-batch) only the share of them that lengthens the steady
-    state is charged (`steady_state_share`)."""
+def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, schedule: str,
+                    actions: list[tuple[float, float, float]], slots: list[float]) -> list[float]:
+    """When each pipeline rank's last action ends: ``schedule`` (the pipeline schedule's name) run on the ideal
+    executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad actions lasting
+    ``actions`` of it (`stage_actions_s`) stretched so that each rank's per micro-batch work is its slot in
+    ``slots`` (what the slot holds beyond those, the MoE all-to-alls, the hand-offs' toll, ZeRO-3's waits,
+    shared in proportion), and a hand-off between ranks arriving one hop (`hand_off_s`) after its action ends.
+    So the fill, drain and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what
+    1F1B leaves idle, and where one stage is heavier the others wait for it rather than for their hand-offs.
+    The schedule's order is compiled once per shape (`_named_order`): a search times the same ones many times."""
     layout = plan.layout
-    if layout.pp == 1:
-        return 0.0
+    f, b, w = [0.0] * len(plan.stages), [0.0] * len(plan.stages), [0.0] * len(plan.stages)
+    for pp_rank, slot in enumerate(slots):
+        vstages = plan.rank_stages(pp_rank)
+        raw = sum(sum(actions[vstage]) for vstage in vstages)
+        stretch = slot / raw if raw > 0 else 0.0
+        for vstage in vstages:
+            f[vstage], b[vstage], w[vstage] = (seconds * stretch for seconds in actions[vstage])
+    order = (schedule_order(plan.schedule, plan.virtual_stages, plan.placement) if schedule == CUSTOM_SCHEDULE
+             else _named_order(schedule, layout.pp, plan.microbatches, plan.virtual_stages, plan.placement))
+    _, ends = execute(order, f, b, w, hand_off_s(plan, times))
+    return [ends[last] if last >= 0 else 0.0 for last in order.last]
+
+
+@lru_cache(maxsize=64)
+def _named_order(name: str, p: int, m: int, v: int, placement: Placement) -> ScheduleOrder:
+    """The ideal executor's order of the named schedule of this shape."""
+    return schedule_order(build_schedule(name, p, m, v), v, placement)
+
+
+def stage_actions_s(plan: StepPlan, times: CollectiveTimes, vstage: int, rank: int,
+                    share: SmShare | None) -> tuple[float, float, float]:
+    """Seconds of virtual stage ``vstage``'s forward, input-grad backward and weight-grad backward of one
+    micro-batch on ``rank`` (its pipeline rank's representative): the blocks' kernels of each pass and their
+    blocking TP and CP collectives, the backward's (and the recompute's, which runs before the input grads)
+    with the input grads; a weight-grad pass has none (`Pass.sends_activations`). A schedule that keeps the
+    backward whole runs the last two together."""
+    forward = grads = weights = 0.0
+    for block in plan.stages[vstage].blocks:
+        forward += block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,), share)
+        grads += block.backward_input_s + block.recompute_s + blocking_collectives_s(
+            plan, times, block, rank, (Pass.BACKWARD, Pass.RECOMPUTE), share)
+        weights += block.backward_weight_s
+    return forward, grads, weights
+
+
+def hand_off_s(plan: StepPlan, times: CollectiveTimes) -> float:
+    """Seconds of the slowest stage-to-stage hand-off: the program's send between the ranks of the first TP, CP
+    and DP coordinates holding two consecutive virtual stages, the sending stage's activation
+    (`StageWork.p2p_bytes`: 1/t of it per TP rank), timed alone on the idle network as the engine times it;
+    the first hop of each kind is timed (inside one NVLink domain, or across to another over the NICs), each
+    way. A turn on one rank (the V placement) is free, as in the program. Exact where every hop is of one kind,
+    as where each stage spans whole hosts; where they mix, every hop is charged at the slower kind (an upper
+    bound). The search's layouts run sequence parallelism whenever tp > 1, so no receiver re-gathers its
+    activation over TP."""
+    layout = plan.layout
     domain = times.topology.gpu_domain
     first_of_kind: dict[bool, tuple[int, int, int]] = {}
     for vstage in range(len(plan.stages) - 1):
@@ -333,11 +375,7 @@ def pipeline_sends_s(plan: StepPlan, times: CollectiveTimes, schedule: str, slot
         forward = times.seconds("send_recv", (sender, receiver), plan.stages[vstage].p2p_bytes)
         backward = times.seconds("send_recv", (receiver, sender), plan.stages[vstage + 1].p2p_bytes)
         slowest = max(slowest, forward, backward)
-    hops = exposed_hand_offs(schedule, plan.schedule, plan.virtual_stages, plan.placement)
-    if schedule != "1f1b":
-        return hops * slowest
-    fill = 2 * (layout.pp - 1)
-    return (fill + (hops - fill) * steady_state_share(slots, slowest)) * slowest
+    return slowest
 
 
 def hand_off_toll_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int, share: SmShare,
@@ -408,26 +446,9 @@ def opening_collective(plan: StepPlan, rank: int, vstage: int, phase: Pass) -> C
     return op, layout.group("tp", rank), block.tp_bytes
 
 
-def steady_state_share(slots: list[float], hop_s: float) -> float:
-    """The share of 1F1B's steady-state round trips that lengthen its period, with ``slots`` the pipeline
-    ranks' work per micro-batch and a hop of ``hop_s``. Rank r keeps p - r micro-batches in flight, each
-    going to the last rank and back, so the period T obeys (p - r) T >= the work of ranks r to p - 1 plus
-    2 (p - 1 - r) hops, for every r, and T >= every rank's own slot (one forward and one backward per period);
-    without hops, T is the largest of these bounds. With equal
-    stages the bound of rank 0 adds 2 (p - 1) / p hops to a period of one slot (share 1: the closed form);
-    where one rank is slower than the others by more than that (the last one with the output layer), the
-    others wait for it, not for the round trips (share 0)."""
-    p = len(slots)
-    if p == 1 or hop_s <= 0:
-        return 1.0
-    free = max(max(slots), *(sum(slots[r:]) / (p - r) for r in range(p)))
-    waiting = max(free, *((sum(slots[r:]) + 2 * (p - 1 - r) * hop_s) / (p - r) for r in range(p)))
-    return min(1.0, (waiting - free) / (2 * (p - 1) * hop_s / p))
-
-
 def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
-                     share: SmShare | None) -> tuple[float, float]:
-    """(the last micro-batch's backward on ``rank``, what its gradient reduction outlasts it by). The program's
+                     share: SmShare | None) -> float:
+    """Seconds ``rank``'s gradient reduction outlasts the rank's last action by. The program's
     reduction collectives queue on the data-parallel stream, each sent as its gradients are finished: DDP's
     and ZeRO-1/2's buckets (`gradient_buckets`; all of them at the end without overlap), ZeRO-3's
     reduce-scatter of each FSDP unit (its first block's backward finishes it), a chunk's in the action that
@@ -441,13 +462,8 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     weights have nothing to reduce: no tail there."""
     layout, sharding = plan.layout, plan.sharding
     group = layout.combined_group(("dp", "cp"), rank)
-    pp_rank = layout.coords(rank)["pp"]
-    stages = plan.rank_stages(pp_rank)
-    backward = sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
-                   + blocking_collectives_s(plan, times, block, rank, (Pass.BACKWARD, Pass.RECOMPUTE), share)
-                   for vstage in stages for block in plan.stages[vstage].blocks)
     if len(group) == 1 or sharding.stage_reduces_grads:
-        return backward, 0.0
+        return 0.0
     ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
     if sharding.stage == 3:
         units = layer_units(reversed(ready))
@@ -457,19 +473,19 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
         queue = [(finished[keys[-1]] if sharding.overlap else clock, nbytes)
                  for keys, nbytes in gradient_buckets(enumerate(ready), sharding.grad_bytes, sharding.bucket_bytes)]
     if not queue:  # stages without weights (a synthetic model's): nothing to reduce
-        return backward, 0.0
+        return 0.0
     end, last, busy = 0.0, 0.0, 0.0
     for ready_s, nbytes in queue:
         last = times.seconds(sharding.grad_reduction, group, nbytes)
         end = max(end, ready_s) + last
         busy += last
     if sharding.stage == 3 and sharding.reduce_every_microbatch:
-        return backward, last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
+        return last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
     delay = 0.0
     if share is not None and compute > 0:
         held = times.sms(sharding.grad_reduction, group, queue[0][1], share)
         delay = share.overlap_delay(min(busy, clock), held, compute, sm_bound / compute)
-    return backward, max(end - clock, delay + last)
+    return max(end - clock, delay + last)
 
 
 _ACTION_PASSES: dict[str, tuple[Pass, ...]] = {
