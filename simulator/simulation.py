@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from simulator.config.loader import LoadedScenario
     from simulator.config.schema import CollectiveItem
     from simulator.engine.faults import FaultHooks
-    from simulator.engine.fold_policy import FoldedStep, StepBuilder
+    from simulator.engine.fold_policy import FoldedStep, GivenUp, StepBuilder
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.folding import RankClasses
     from simulator.parallel.layout import Layout
@@ -349,8 +349,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     the meet of the two (`fold_policy.meet_step`), each the unfolded run's timeline where its own mirrors keep
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
     first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
-    folded run stands with a warning."""
-    from simulator.engine.fold_policy import unfolded_step
+    folded run stands with a warning. Each fold given up on the way, refused before its run or out of step in
+    it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`)."""
+    from simulator.engine.fold_policy import fell_out_of_step, unfolded_step
     from simulator.program.unfolding import Unfolding
 
     if prepared is None:
@@ -362,6 +363,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                                                 plans, step.shapes, step.order))
 
     summary, log, kept_pace = run(step)
+    given_up = list(step.given_up)
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
     if out_of_step:
         unfolding = Unfolding("collectives", out_of_step)
@@ -373,8 +375,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                 raise
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
-            refolded = None if kept_pace.collectives else _refolded(loaded, topology, prepared, faults.plan, run,
-                                                                   kept_pace)
+            given_up.append(fell_out_of_step(step, kept_pace))
+            refolded = None if kept_pace.collectives else _refolded(loaded, prepared, faults.plan, run, kept_pace,
+                                                                   given_up)
             if refolded is not None:
                 step, summary, log, reason_key = refolded
                 summary[reason_key] = out_of_step
@@ -398,14 +401,16 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
                                                 summary["step_time_s"], comparison)
     if blocker:
         summary["fold_off_reason"] = blocker
+    if given_up:
+        summary["fold_given_up"] = [entry.summary() for entry in given_up]
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
     return result
 
 
-def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep, faults: StepFaultPlan,
-              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]], kept_pace: Lockstep
-              ) -> tuple[FoldedStep, dict, EventLog, str] | None:
+def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultPlan,
+              run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]], kept_pace: Lockstep,
+              given_up: list[GivenUp]) -> tuple[FoldedStep, dict, EventLog, str] | None:
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
     its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
     classed also by their hand-offs' route loads (`fold_policy.route_step`), route classes first where copies
@@ -414,13 +419,14 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
     mirrors all keep pace (it is then the unfolded run): the step, its summary and log, and the summary key that
     says why it ran; else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends
     the tries (None: the step unfolds), the rule the first folded run follows: refolds are made for hand-offs
-    out of step, not for other collectives."""
-    from simulator.engine.fold_policy import lane_step, meet_step, route_step
+    out of step, not for other collectives. Each refold refused before its run or out of step in it is appended
+    to ``given_up``."""
+    from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_step
 
     build, folded = prepared.build, prepared.step
     judged = (prepared.plans, prepared.settings.mode, dict(prepared.settings.efficiency))
     tried: list[FoldedStep] = []
-    tries: list[tuple[str, Callable[[], FoldedStep | None]]] = [
+    tries: list[tuple[str, Callable[[], FoldedStep | GivenUp | None]]] = [
         ("fold_lanes_reason", lambda: lane_step(build, folded, *judged, faults)),
         ("fold_routes_reason", lambda: route_step(build, folded, *judged, faults))]
     if kept_pace.hand_offs_within_lanes:
@@ -428,13 +434,15 @@ def _refolded(loaded: LoadedScenario, topology: Topology, prepared: PreparedStep
     tries.append(("fold_meet_reason", lambda: meet_step(build, folded, tried, *judged)))
     for reason_key, refold in tries:
         step = located(loaded, refold)
-        if step is None:
+        if step is None or isinstance(step, GivenUp):
+            given_up.extend(() if step is None else (step,))
             continue
         summary, log, refolded_pace = run(step)
+        if not refolded_pace.apart:
+            return step, summary, log, reason_key
+        given_up.append(fell_out_of_step(step, refolded_pace))
         if refolded_pace.collectives:
             return None
-        if not refolded_pace.hand_offs:
-            return step, summary, log, reason_key
         tried.append(step)
     return None
 

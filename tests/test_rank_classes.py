@@ -22,8 +22,9 @@ from test_folding import CP_FABRIC
 
 from simulator import simulation
 from simulator.config.loader import scenario_from_text
+from simulator.console.report import folding_text
 from simulator.engine import fold_policy
-from simulator.engine.fold_policy import FoldedStep, lane_step, meet_step, program_indexes, route_step
+from simulator.engine.fold_policy import FoldedStep, GivenUp, lane_step, meet_step, program_indexes, route_step
 from simulator.engine.lockstep import Lockstep
 from simulator.engine.rank_classes import rank_classes
 from simulator.engine.shapes import CollectiveShapes
@@ -48,10 +49,10 @@ BY_HOST_PARITY = RankClasses((0,) * 8 + (1,) * 8 + (0,) * 8 + (1,) * 8)
 
 
 def _numbers(summary: dict, path: str = "") -> dict[str, object]:
-    """Every leaf of ``summary`` by its path, the fold's own entries left out."""
+    """Every leaf of ``summary`` by its path, the fold's own entries (the folds given up among them) left out."""
     if isinstance(summary, dict):
         return {key: value for name, entry in summary.items()
-                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated")
+                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated", "fold_given_up")
                 for key, value in _numbers(entry, f"{path}.{name}").items()}
     return {path: summary}
 
@@ -98,6 +99,7 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
     folded = simulate(scenario_from_text(text, "inline.yaml", []))
     unfolded = simulate(scenario_from_text(text, "inline.yaml", ["run.fold=false"]))
     assert folded.summary["folded"] and folded.summary["simulated_ranks"] == 2
+    assert "fold_given_up" not in folded.summary and folding_text(folded.summary) == "2 of 32 ranks simulated (folded)"
     _assert_same_figures(folded.summary, unfolded.summary, 1e-9, 1e-15)
     columns = ["rank", "key", "start_s", "end_s"]
     ops = folded.timeline[folded.timeline["kind"] != "flow"]
@@ -112,6 +114,21 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
     settings = network_settings(loaded, topology)
     _, _, kept_pace = run_step(step_program(loaded, topology, fold=True), topology, settings)
     assert "all_to_all 'ep combine" in kept_pace.collectives and "out of step" in kept_pace.collectives
+
+
+def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_them(monkeypatch):
+    """With `fold_verdict` refusing every program, the alternating case's classed fold (ranks 0 and 8) and then
+    its stage fold (rank 0) are given up before any run: the summary lists both, in that order, with the check's
+    short text and its reason, and the step runs unfolded with the stage fold's reason."""
+    monkeypatch.setattr(fold_policy, "fold_verdict", lambda *args: ({}, Unfolding("collectives", "refused")))
+    summary = simulate(scenario_from_text(ALTERNATING, "inline.yaml", [])).summary
+    assert not summary["folded"] and summary["simulated_ranks"] == 32 and summary["fold_off_reason"] == "refused"
+    refused = {"why": "mirrors would meet the links unlike", "reason": "refused"}
+    assert summary["fold_given_up"] == [{"fold": "classes", "simulated_ranks": 2, **refused},
+                                        {"fold": "stage", "simulated_ranks": 1, **refused}]
+    assert folding_text(summary) == (
+        "32 of 32 ranks simulated; given up: classes fold (2 ranks): mirrors would meet the links unlike (refused); "
+        "given up: stage fold (1 rank): mirrors would meet the links unlike (refused)")
 
 
 WRAP_ON_UNLIKE_SPINES = """
@@ -189,7 +206,8 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     """The fallback after route classes: the stage-folded run's wrap falls out of step (5 instances, by up to
     0.357 ms), route classes give one representative per host of each stage (4 of 32 ranks), and that run's
     mirrors fall out of step too (10 instances, by up to 0.357 ms), so the step runs unfolded: every summary
-    figure is the unfolded run's, the reason is the stage fold's, and no route reason is reported."""
+    figure is the unfolded run's, the reason is the stage fold's, and no route reason is reported; both folds are
+    listed as given up, with the wrap's figures, in the summary and in the printed line."""
     loaded = scenario_from_text(WRAP_OVER_SHARED_NICS, "inline.yaml", [])
     topology = scenario_topology(loaded)
 
@@ -211,6 +229,21 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     assert not folded["folded"] and folded["simulated_ranks"] == 32 and "fold_routes_reason" not in folded
     assert folded.pop("fold_off_reason").startswith(WRAP_LATE + " in the folded run (5 instances out of step, by "
                                                     "up to 0.357 ms)")
+    assert folding_text(folded) == (
+        "32 of 32 ranks simulated; given up: stage fold (2 ranks): hand-off out of step in its run, send_recv 'send "
+        "bwd mb6' over GPUs [0, 16] ended between 57.84 ms and 58.19 ms (5 instances out of step, by up to 357 us); "
+        "given up: routes fold (4 ranks): hand-off out of step in its run, send_recv 'send bwd mb6' over GPUs "
+        "[0, 16] ended between 57.84 ms and 58.19 ms (10 instances out of step, by up to 357 us)")
+    stage, routes = folded.pop("fold_given_up")
+    for entry, ranks, instances in ((stage, 2, 5), (routes, 4, 10)):
+        assert entry["fold"] == ("stage" if ranks == 2 else "routes") and entry["simulated_ranks"] == ranks
+        assert entry["why"] == "hand-off out of step in its run"
+        assert entry["reason"].startswith(f"{WRAP_LATE} in the folded run ({instances} instances out of step")
+        apart = entry["out_of_step"]
+        assert (apart["op"], apart["name"], apart["group"], apart["instances"]) == ("send_recv", "send bwd mb6",
+                                                                                 [0, 16], instances)
+        assert [round(end * 1e3, 4) for end in apart["ended_s"]] == [57.8374, 58.1944]
+        assert apart["widest_s"] == pytest.approx(0.357e-3, abs=5e-7)
     assert folded == unfolded
 
 
@@ -274,7 +307,8 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     """The wrap over shared NICs with TP 4 x CP 2: a host's even and odd GPUs hash their wraps onto two spines,
     which neither hosts nor lanes (GPUs 0-3 and 4-7) part, so route classes, lanes and their meet (8 of 32 ranks)
     each fall out of step and the step runs unfolded: every summary figure is the unfolded run's, the reason is
-    the stage fold's, and no refold's reason is reported."""
+    the stage fold's, and no refold's reason is reported; the folds given up are listed in the order they ran,
+    each with its wrap instances out of step (5 by stage, 10 by route class and by lane, 14 by their meet)."""
     text = WRAP_OVER_SHARED_NICS.replace("tp: 8,", "tp: 4, cp: 2,")
     tried = _recording(monkeypatch)
     folded = simulate(scenario_from_text(text, "inline.yaml", [])).summary
@@ -286,6 +320,10 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert folded.pop("fold_off_reason").startswith(
         "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.3497 and 47.7067 ms in the "
         "folded run (5 instances")
+    given_up = folded.pop("fold_given_up")
+    assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["instances"]) for entry in given_up] == [
+        ("stage", 2, 5), ("routes", 4, 10), ("lanes", 4, 10), ("meet", 8, 14)]
+    assert {entry["why"] for entry in given_up} == {"hand-off out of step in its run"}
     assert folded == unfolded
 
 
@@ -310,6 +348,8 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
                                                  "between 46.4155 and 46.594 ms in the folded run (5 instances")
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
+                                                                                                ("routes", 4)]
 
 
 def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
@@ -341,7 +381,7 @@ def test_every_refold_that_can_be_ordered_is_judged_and_only_unordered_refinemen
     judged by the real check and are refused by the refusing one; with no ordering (as for the DeepSeek
     candidate's 128 ranks), the three refine the stage fold and run unjudged, while lanes that cut across a
     step classed by NVLink loads (the CP fabric of tests/test_folding.py: hosts 0 and 3, hosts 1 and 2 of each
-    stage) are still judged, so refused."""
+    stage) are still judged, so refused: given up, with the check's reason."""
     loaded = scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml", [])
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     build, folded = prepared.build, prepared.step
@@ -370,12 +410,13 @@ def test_every_refold_that_can_be_ordered_is_judged_and_only_unordered_refinemen
     monkeypatch.setattr(fold_policy, "fold_verdict", refuse)
     routes = route_step(build, folded, *judged, StepFaultPlan())
     lanes = lane_step(build, folded, *judged, StepFaultPlan())
-    assert routes is None and lanes is None
+    assert routes == GivenUp("routes", 4, Unfolding("collectives", "refused"))
+    assert lanes == GivenUp("lanes", 4, Unfolding("collectives", "refused"))
     monkeypatch.setattr(fold_policy, "program_indexes", lambda program: (CollectiveShapes.of(program.ops),
                                                                          SimpleNamespace(ordering=None)))
     assert refolds() == ran
     assert lane_step(classed.build, classed.step, classed.plans, "flow", classed.settings.efficiency,
-                     StepFaultPlan()) is None
+                     StepFaultPlan()) == GivenUp("lanes", 8, Unfolding("collectives", "refused"))
 
 
 

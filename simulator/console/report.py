@@ -108,6 +108,33 @@ def _layout_line(summary: dict) -> str:
 
 
 
+def _given_up_text(entry: dict) -> str:
+    """One fold given up (an entry of summary.json's `fold_given_up`): which, how many ranks it simulates, why,
+    and where its run fell out of step the first collective out of step with its figures, else the check's
+    reason."""
+    ranks = entry.get("simulated_ranks")
+    head = f"{entry['fold']} fold" + (f" ({counted(ranks, 'rank')})" if ranks is not None else "")
+    apart = entry.get("out_of_step")
+    if not apart:
+        return f"{head}: {entry['why']} ({entry['reason']})"
+    first, last = apart["ended_s"]
+    return (f"{head}: {entry['why']}, {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between "
+            f"{format_seconds(first)} and {format_seconds(last)} ({counted(apart['instances'], 'instance')} out of "
+            f"step, by up to {format_seconds(apart['widest_s'])})")
+
+
+def folding_text(summary: dict) -> str:
+    """How many ranks the run simulated of its GPUs, and each fold given up on the way with why (the summary's
+    `fold_given_up`; '' for a summary without simulated ranks)."""
+    ranks = summary.get("simulated_ranks")
+    if ranks is None:
+        return ""
+    text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
+        " (folded)" if summary.get("folded") else "")
+    given_up = summary.get("fold_given_up") or []
+    return text + "".join(f"; given up: {_given_up_text(entry)}" for entry in given_up)
+
+
 def _label_table() -> Table:
     """An empty table of label (bold) and value rows, without a header: the shape of the headline tables."""
     table = Table(show_header=False, box=None, padding=(0, 2))
@@ -159,6 +186,9 @@ def training_table(summary: dict) -> Table:
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
+    folding = folding_text(summary)
+    if folding:
+        table.add_row("ranks", folding)
     return table
 
 

@@ -24,7 +24,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
+from simulator.engine.lockstep import Lockstep, OutOfStep
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.rank_classes import rank_classes
@@ -44,6 +46,49 @@ StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
 representative per stage)."""
 
 
+FoldKind = Literal["stage", "classes", "lanes", "routes", "meet"]
+"""How a step is folded: one rank per pipeline stage, one per class of ranks by NVLink loads (`rank_classes`), per
+CP lane (`lane_step`), per class by hand-off route loads (`route_step`) or by the meet of the last two
+(`meet_step`)."""
+
+REFUSED = {"plan": "ranks of a stage do different work", "cluster": "cluster not symmetric",
+           "collectives": "mirrors would meet the links unlike", "faults": "step faults unlike across replicas"}
+"""Why a fold is refused before its run, by the check that refused it (`Unfolding.check`): the stable short text
+of a `GivenUp`."""
+
+
+@dataclass(frozen=True)
+class GivenUp:
+    """A fold given up: which (`FoldKind`) and how many ranks it simulates, why (the check that refused it before
+    its run, `Unfolding`), and where its run's mirrors fell out of step (engine/lockstep.py), the figures of the
+    first instance out of step."""
+
+    fold: FoldKind
+    ranks: int | None
+    """None where the fold's program was never built (refused by the cluster or the plan) and has no layout."""
+    unfolding: Unfolding
+    out_of_step: OutOfStep | None = None
+
+    @property
+    def why(self) -> str:
+        """A short stable text: the check that refused the fold, or the kind of collective out of step."""
+        if self.out_of_step is None:
+            return REFUSED[self.unfolding.check]
+        return f"{'hand-off' if self.out_of_step.hand_off else 'collective'} out of step in its run"
+
+    def summary(self) -> dict:
+        """What summary.json's `fold_given_up` lists of it (docs/training-step.md)."""
+        entry = {"fold": self.fold, "simulated_ranks": self.ranks, "why": self.why, "reason": self.unfolding.reason}
+        return entry if self.out_of_step is None else {**entry, "out_of_step": self.out_of_step.figures()}
+
+
+def fell_out_of_step(step: FoldedStep, kept_pace: Lockstep) -> GivenUp:
+    """The fold of ``step`` given up after its run, whose mirrors fell out of step (``kept_pace``, its lockstep
+    report, not in step): other collectives are named before hand-offs, as the run's `fold_off_reason`."""
+    first = kept_pace.apart[0]
+    return GivenUp(step.kind, len(step.program.ranks), Unfolding("collectives", first.reason()), first)
+
+
 @dataclass(frozen=True)
 class FoldedStep:
     """The step program to run, folded where that is exact: its collectives by shape and their ordering (what
@@ -57,6 +102,10 @@ class FoldedStep:
     off_reason: str
     classes: RankClasses | None = None
     """The classes of ranks folded apart (None: one representative per stage, or unfolded)."""
+    kind: FoldKind = "stage"
+    """How the program is folded, where it is."""
+    given_up: tuple[GivenUp, ...] = ()
+    """The folds refused before this step was chosen (`folded_step`'s classes, its stage fold), in order."""
 
 
 def fold_blocker(topology: Topology) -> str:
@@ -157,31 +206,39 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     program = build(fold and not blocker, None)
     shapes, order = program_indexes(program)
     slowdowns = faults.slowdown_of()
+    given_up: tuple[GivenUp, ...] = ()
+    plan_blocker = str(program.details.get("fold_off_reason", ""))
+    if fold and not program.folded and (blocker or plan_blocker):
+        refused = Unfolding("cluster", blocker) if blocker else Unfolding("plan", plan_blocker)
+        layout = program.layout
+        given_up = (GivenUp("stage", None if layout is None else len(representatives(layout, True)), refused),)
     if program.folded and mode == "flow" and faults.empty:
         classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order)
-        if classed is not None:
+        if isinstance(classed, FoldedStep):
             return classed
+        given_up = () if classed is None else (classed,)
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
         if unfolding is not None:
-            return unfolded_step(build, faults, unfolding, guard)
-    return FoldedStep(program, shapes, order, slowdowns, blocker)
+            refused_stage = GivenUp("stage", len(program.ranks), unfolding)
+            return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, refused_stage))
+    return FoldedStep(program, shapes, order, slowdowns, blocker, given_up=given_up)
 
 
 def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-              efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
+              efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | GivenUp | None:
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
     run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
     stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the stages'
-    representatives), or a lane program that `_refined_step` refuses."""
+    representatives); a lane program that `_refined_step` refuses is given up (`GivenUp`)."""
     layout = folded.program.layout
     if layout is None or layout.cp == 1 or not faults.empty:
         return None
-    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency)
+    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, "lanes")
 
 
 def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | None:
+               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | GivenUp | None:
     """The step with its ranks classed also by the loads their pipeline hand-offs meet on their routes
     (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors out
     of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
@@ -196,11 +253,11 @@ def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
     classes = rank_classes(stage_fold, plans, shapes, order, routes=True)
-    return _refined_step(build, folded, classes, plans, mode, efficiency)
+    return _refined_step(build, folded, classes, plans, mode, efficiency, "routes")
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
-              mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
+              mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | GivenUp | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
     step (``tried``: `lane_step`'s and `route_step`'s, in the order they ran): one rank per CP lane of each class
     of hosts by route, where route classes part the hosts but not a host's lanes and lanes the reverse. Where
@@ -212,24 +269,24 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
         return None
     met = sides[0].classes.meet(sides[1].classes)
     return None if met in (sides[0].classes, sides[1].classes) else _refined_step(build, folded, met, plans, mode,
-                                                                                 efficiency)
+                                                                                 efficiency, "meet")
 
 
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
-                  mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | None:
-    """The step folded with one representative per class of ``classes``, to run again where ``folded``'s only
-    mirrors out of step were pipeline hand-offs; None where there are no such classes, they simulate the ranks
-    ``folded`` did, or `fold_verdict` refuses them. Every refold whose program gets an ordering (`ProgramOrder`)
-    is judged: that ``folded`` passed the check does not vouch for it, since `engine/symmetry.py` judged the
-    unequal traffic each mirror meets by ``folded``'s order, with its classes in lockstep, and refolds run
-    because they were not. Where the refold's program is too large to order, classes that cut across
-    ``folded``'s (lanes on a step classed by NVLink loads) are still judged, and a refinement of them (route
-    classes, the meet, lanes on a step folded by stage) is not: unordered, the check takes every pair of
-    collectives to overlap and refuses what runs apart (on the DeepSeek candidate, 128 ranks, a CP ring beside
-    the skewed all-to-all of its own host). That is a known limit: its shapes were judged alike on ``folded``,
-    but the unequal traffic that its drifted classes meet, notably from mirrors that pruning dropped, was not,
-    and only the lockstep check after the run guards it. Refolds run only without step faults (`lane_step`,
-    `route_step`), so the step is judged without any."""
+                  mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind) -> FoldedStep | GivenUp | None:
+    """The step folded (as ``kind``) with one representative per class of ``classes``, to run again where
+    ``folded``'s only mirrors out of step were pipeline hand-offs; None where there are no such classes or they
+    simulate the ranks ``folded`` did, given up (`GivenUp`) where `fold_verdict` refuses them. Every refold whose
+    program gets an ordering (`ProgramOrder`) is judged: that ``folded`` passed the check does not vouch for it,
+    since `engine/symmetry.py` judged the unequal traffic each mirror meets by ``folded``'s order, with its classes
+    in lockstep, and refolds run because they were not. Where the refold's program is too large to order, classes
+    that cut across ``folded``'s (lanes on a step classed by NVLink loads) are still judged, and a refinement of
+    them (route classes, the meet, lanes on a step folded by stage) is not: unordered, the check takes every pair of
+    collectives to overlap and refuses what runs apart (on the DeepSeek candidate, 128 ranks, a CP ring beside the
+    skewed all-to-all of its own host). That is a known limit: its shapes were judged alike on ``folded``, but the
+    unequal traffic that its drifted classes meet, notably from mirrors that pruning dropped, was not, and only the
+    lockstep check after the run guards it. Refolds run only without step faults (`lane_step`, `route_step`), so the
+    step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
         return None
@@ -240,15 +297,16 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     if order.ordering is not None or not refines:
         slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
         if unfolding is not None:
-            return None
-    return FoldedStep(refined, shapes, order, slowdowns, "", classes)
+            return GivenUp(kind, len(refined.ranks), unfolding)
+    return FoldedStep(refined, shapes, order, slowdowns, "", classes, kind)
 
 
 def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                   efficiency: Mapping[str, float], faults: StepFaultPlan, shapes: CollectiveShapes,
-                  order: ProgramOrder) -> FoldedStep | None:
+                  order: ProgramOrder) -> FoldedStep | GivenUp | None:
     """The step folded with one representative per class of ranks (engine/rank_classes.py) where the folded
-    ``program``'s ranks are not all alike and the classed program passes `fold_verdict`, else None (the
+    ``program``'s ranks are not all alike and the classed program passes `fold_verdict`; None where they are
+    all alike, the classed fold given up (`GivenUp`) where the check refuses it (the
     program with one rank per stage is then judged as before, and the lockstep check guards it after the run:
     the classed program's representatives of one stage have no order between their ops, so the check of
     unequal traffic sees more collectives that may overlap and can refuse a classed step whose single fold
@@ -259,8 +317,9 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     classed = build(True, classes)
     classed_shapes, classed_order = program_indexes(classed)
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
-    return None if unfolding is not None else FoldedStep(classed, classed_shapes, classed_order, slowdowns, "",
-                                                          classes)
+    if unfolding is not None:
+        return GivenUp("classes", len(classed.ranks), unfolding)
+    return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", classes, "classes")
 
 
 def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfolding,

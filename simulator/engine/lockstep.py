@@ -34,6 +34,40 @@ KEYS = 1 << 24
 
 
 @dataclass(frozen=True)
+class OutOfStep:
+    """The first collective instance of a kind whose mirrors ended apart in a folded run, with the figures that
+    say how far the run may be from exact: when its plans ended (first and last), how many instances of the kind
+    ended apart and the widest gap between the ends of one instance's plans."""
+
+    op: str
+    name: str
+    group: tuple[int, ...]
+    earliest_s: float
+    latest_s: float
+    instances: int
+    widest_s: float
+
+    @property
+    def hand_off(self) -> bool:
+        """Whether it is a pipeline hand-off (a send/recv), which refolds are made for."""
+        return self.op == "send_recv"
+
+    def reason(self) -> str:
+        """The sentence a summary's fold reasons give (`fold_off_reason` and the refolds' keys)."""
+        return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between "
+                f"{self.earliest_s * 1e3:.6g} and {self.latest_s * 1e3:.6g} ms in the folded run ({self.instances} "
+                f"instance{'s' if self.instances > 1 else ''} out of step, by up to {self.widest_s * 1e3:.3g} ms): "
+                "the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, or "
+                "a ring that runs the other way round through every other host), so one rank cannot stand for its "
+                "stage")
+
+    def figures(self) -> dict:
+        """Its figures as summary.json holds them (seconds)."""
+        return {"op": self.op, "name": self.name, "group": list(self.group),
+                "ended_s": [self.earliest_s, self.latest_s], "instances": self.instances, "widest_s": self.widest_s}
+
+
+@dataclass(frozen=True)
 class Lockstep:
     """Why a folded run's mirrors fell out of step with their groups, '' where none did: for the collectives
     other than pipeline hand-offs (``collectives``), and for the hand-offs (``hand_offs``), which fold unless
@@ -45,6 +79,9 @@ class Lockstep:
     hand_offs_within_lanes: bool = False
     """Whether some hand-off's copies in one CP lane (of those the caller named) ended apart: one rank per lane
     would then hold copies that met the fabric unlike to one representative, as the stage fold did."""
+    apart: tuple[OutOfStep, ...] = ()
+    """The first instance out of step of each kind that fell out of step, other collectives before hand-offs:
+    the figures behind ``collectives`` and ``hand_offs``."""
 
 
 def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], topology: Topology,
@@ -103,16 +140,13 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     if lanes is not None and True in first:
         sends = np.array([key in op_of and op_of[key].op == "send_recv" for key in keys])[key_of]
         within = _apart_within(ends[sends], key_of[sends], lanes[src[order][starts]][sends])
-    reasons = {False: "", True: ""}
-    for hand_off, index in first.items():
+    apart_of: dict[bool, OutOfStep] = {}
+    for hand_off, index in sorted(first.items()):
         op = op_of[keys[key_of[bounds[index]]]]
-        reasons[hand_off] = (
-            f"{op.op} {op.name!r} over GPUs {list(op.group)} ended on its mirrors between "
-            f"{earliest[index] * 1e3:.6g} and {latest[index] * 1e3:.6g} ms in the folded run ({count[hand_off]} "
-            f"instance{'s' if count[hand_off] > 1 else ''} out of step, by up to {widest[hand_off] * 1e3:.3g} ms): "
-            "the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, or a "
-            "ring that runs the other way round through every other host), so one rank cannot stand for its stage")
-    return Lockstep(reasons[False], reasons[True], within)
+        apart_of[hand_off] = OutOfStep(op.op, op.name, op.group, float(earliest[index]), float(latest[index]),
+                                       count[hand_off], widest[hand_off])
+    reasons = {hand_off: found.reason() for hand_off, found in apart_of.items()}
+    return Lockstep(reasons.get(False, ""), reasons.get(True, ""), within, tuple(apart_of.values()))
 
 
 def _apart_within(ends: np.ndarray, key_of: np.ndarray, lane: np.ndarray) -> bool:
