@@ -6,9 +6,11 @@ from __future__ import annotations
 import gc
 
 import simulator.collective_sweep as collective_module
+import simulator.preflight as preflight
 import simulator.simulation as simulation
 from simulator import load_scenario, simulate
 from simulator.collective_sweep import collective_sweep
+from simulator.topology.loader import scenario_topology
 
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
 
@@ -34,3 +36,21 @@ def test_simulate_and_collective_sweep_run_with_the_collector_paused(monkeypatch
     simulate(load_scenario(str(scenario)))
     collective_sweep("dgx-h100", {}, op="all_reduce", algorithm="ring", ranks=8, sizes=[2**20])
     assert (in_simulate, in_sweep) == ([False], [False]) and gc.isenabled()
+
+
+def test_validate_builds_the_program_with_the_collector_paused(monkeypatch, tmp_path):
+    """`trainsim validate` builds the step program a run builds, as large, so it pauses the collector too."""
+    seen: list[bool] = []
+    real = preflight.prepare_training
+
+    def prepare_training(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(preflight, "prepare_training", prepare_training)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 512, heads: 8, vocab: 1000}\n"
+                        "training: {seq_len: 512, microbatches: 2}\nparallelism: {tp: 8}\n")
+    loaded = load_scenario(str(scenario))
+    preflight.validate(loaded, scenario_topology(loaded))
+    assert seen == [False] and gc.isenabled()
