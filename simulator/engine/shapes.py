@@ -38,7 +38,8 @@ class CollectiveShapes:
     def of(ops: Sequence[Op]) -> CollectiveShapes:
         """The index of ``ops``' collectives (compute ops are left out). Groups and pair sizes are keyed by
         dense ids found by object identity first (`GroupIds`): the builder hands the ops of one group or one
-        expert routing the same few tuple objects, so each is hashed once, not once per op."""
+        expert routing the same few tuple objects, so each is hashed once, not once per op; an op without pair
+        sizes (all but an uneven all-to-all) is keyed -1 without a lookup."""
         group_id = GroupIds().id
         pairs_id = GroupIds().id
         index: dict[tuple, int] = {}
@@ -48,7 +49,7 @@ class CollectiveShapes:
         shape_of = []
         for op in collectives:
             gid = group_id(op.group)
-            key = plan_key(op, gid, pairs_id(op.pair_bytes))
+            key = plan_key(op, gid, pairs_id(op.pair_bytes) if op.pair_bytes else -1)
             shape = index.get(key)
             if shape is None:
                 shape = index[key] = len(firsts)
