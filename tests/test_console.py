@@ -43,8 +43,31 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
             in lines["peak memory"])
     assert "OUT OF MEMORY" not in captured.out
     assert lines["bottleneck"].endswith(summary["bottleneck"].get("verdict", summary["bottleneck"]["constraint"]))
+    assert "ranks" not in lines  # its fold holds: nothing given up
     assert captured.out.splitlines()[0] == "llama3-8b on dgx-h100 (8 GPUs, TP1 CP1 PP1 DP8, 4 micro-batches per step)"
     assert all(line == line.rstrip() for line in captured.out.splitlines()), "trailing blanks in a pipe"
+
+
+def test_a_ranks_row_says_which_folds_were_given_up_and_why():
+    """The report's `ranks` row, only where the summary lists folds given up (`fold_given_up`): the ranks
+    simulated of the GPUs, then each fold with its ranks, why and the check's reason."""
+    import io
+
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    def printed(summary: dict) -> list[str]:
+        console = Console(file=io.StringIO(), width=400)
+        console.print(training_table(summary))
+        return [" ".join(line.split()) for line in console.file.getvalue().splitlines()]
+
+    summary = {"step_time_s": 1.0, "simulated_ranks": 32, "gpus": 32, "folded": False}
+    assert printed(summary) == ["step time 1 s"]
+    summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "cluster not symmetric",
+                                 "reason": "hosts with different GPU counts"}]
+    assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; given up: stage fold (2 ranks): cluster not "
+                                   "symmetric (hosts with different GPU counts)")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):

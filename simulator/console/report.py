@@ -144,7 +144,8 @@ def _label_table() -> Table:
 
 
 def training_table(summary: dict) -> Table:
-    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck."""
+    """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck, and
+    where a fold was given up on the way, the ranks simulated and why (`folding_text`)."""
     table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
@@ -186,9 +187,8 @@ def training_table(summary: dict) -> Table:
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
-    folding = folding_text(summary)
-    if folding:
-        table.add_row("ranks", folding)
+    if summary.get("fold_given_up"):
+        table.add_row("ranks", folding_text(summary))
     return table
 
 
