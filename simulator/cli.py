@@ -31,7 +31,10 @@ from simulator.sweep.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from simulator.config.schema import ParallelismConfig
+    from simulator.reliability.study import IntervalGrid
 
 EXIT_INPUT = 2
 """A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
@@ -265,26 +268,47 @@ def _cmd_topo(args: argparse.Namespace) -> int:
 
 
 def _cmd_study(args: argparse.Namespace) -> int:
-    from simulator.reliability.study import parse_intervals, parse_multipliers, run_study, write_study
+    """A study's points, and its lines; a checkpoint-interval study without --intervals runs `default_grid`'s,
+    printed first (the healthy step's warnings then come with the grid, before the points)."""
+    from simulator.reliability.study import default_grid, parse_intervals, parse_multipliers, run_study, write_study
 
     out = output_folder(args.out)
-    if args.study == "checkpoint-interval" and args.intervals is None:
-        raise InputError("a checkpoint-interval study needs intervals", field="--intervals",
-                         allowed="durations with units, e.g. 5min,10min,30min,1h")
     intervals = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
     from simulator import load_scenario
     from simulator.console.progress import RunProgress
 
-    parallelism = load_scenario(args.scenario, args.set).scenario.parallelism  # the points change no layout
+    loaded = load_scenario(args.scenario, args.set)
+    parallelism = loaded.scenario.parallelism  # the points change no layout
+
+    def warn(summary: dict) -> None:
+        _warn(summary.get("warnings", []), summary, parallelism)
+
+    on_healthy_step: Callable[[dict], None] | None = warn
+    if args.study == "checkpoint-interval" and args.intervals is None:
+        if loaded.scenario.run.horizon is None:
+            raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
+        grid = default_grid(loaded, args.force, warn)
+        print(_grid_line(grid))
+        intervals, on_healthy_step = grid.intervals_s, None
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
-                          on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, parallelism))
+                          on_healthy_step=on_healthy_step)
     files = write_study(out, study)
     for curve in study["curves"]:
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
+
+
+def _grid_line(grid: IntervalGrid) -> str:
+    """The default intervals of a checkpoint-interval study: around which Daly interval, and each in whole steps
+    with its duration."""
+    from simulator.console.report import format_seconds
+
+    points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
+    return (f"intervals (no --intervals): 1/4 to 4 times Daly's {format_seconds(grid.daly_s)} in ratios of sqrt 2, "
+            f"in whole steps of {format_seconds(grid.step_s)}: {points} steps")
 
 
 def _study_line(curve: dict) -> str:
@@ -720,7 +744,8 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("scenario", help=SCENARIO_HELP + " with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
-                       help="checkpoint intervals (mtbf: default the scenario's own)")
+                       help="checkpoint intervals (checkpoint-interval: default 1/4 to 4 times the job's Daly "
+                            "interval in ratios of sqrt 2, whole steps, printed; mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
                        help="failure-rate multipliers of the scenario's own rates (checkpoint-interval: "
                             "default 1)")

@@ -401,8 +401,12 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                               "error: command line: topo describe: unknown topology 'dgx-h900'"),  # <input>:
     "collective-chunk-without-unit": ({}, ["collective", "--topology", "dgx-h100", "--chunk", "-1"], 2,
                                       "error: command line: --chunk: size '-1' has no unit"),
-    "study-without-intervals": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st"], 2,
-                                "error: command line: --intervals: a checkpoint-interval study needs intervals"),
+    "study-without-intervals-or-failures": (scenario("cluster: {topology: dgx-h100, gpus: 8}\nmodel: {preset: "
+                                                     "llama3-8b}\ntraining: {seq_len: 2048, global_batch: 8}\n"
+                                                     "parallelism: {tp: 8}\nrun: {horizon: 1 d}\n"),
+                                            ["study", "checkpoint-interval", "TMP/s.yaml", "--out", "TMP/st"], 2,
+                                            "error: command line: --intervals: the job expects no failure, so it "
+                                            "has no Daly interval to build the default grid around"),
     "study-negative-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                      "--intervals", "-5min,10min"], 2,
                                 "error: command line: --intervals: '-5min,10min' needs positive, finite values "

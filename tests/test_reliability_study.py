@@ -384,3 +384,34 @@ def test_job_and_study_progress_count_replications_and_points(tmp_path):
     points: list[tuple[int, int]] = []
     run_study(scenario, [], [600.0, 1200.0], [0.5, 1.0, 2.0], progress=lambda done, total: points.append((done, total)))
     assert points == [(done, 6) for done in range(1, 7)]
+
+
+def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(tmp_path, capsys):
+    """Without --intervals (it was refused) a checkpoint-interval study runs the whole steps nearest Daly's
+    interval (1,098.8 s for C = 60 s, M = 3 h) times 2^(k/2), k = -4 to 4, each once, and prints them first: 890
+    to 14,242 steps of 0.3086 s. The fitted optimum lies inside the grid (today 1,071 s, 2.5% below Daly; 10
+    replications of 54 d)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 10"))
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(out), "--quiet"]) == 0
+    curve = json.loads((out / "study.json").read_text())["curves"][0]
+    daly = math.sqrt(2 * C * M) * (1 + math.sqrt(C / (2 * M)) / 3 + C / (18 * M)) - C
+    assert curve["daly_interval_s"] == pytest.approx(daly, rel=1e-12)
+    points = curve["points"]
+    step = points[0]["interval_s"] / points[0]["interval_steps"]
+    expected = sorted({round(daly * 2 ** (k / 2) / step) for k in range(-4, 5)})
+    assert [point["interval_steps"] for point in points] == expected
+    assert (expected[0], expected[-1]) == (890, 14242)
+    assert [point["interval_s"] for point in points] == pytest.approx([n * step for n in expected], rel=1e-12)
+    assert points[0]["interval_s"] < curve["fitted_optimum_s"] < points[-1]["interval_s"]
+    assert curve["fitted_optimum_s"] == pytest.approx(daly, rel=0.05)
+    printed = capsys.readouterr().out.splitlines()[0]
+    shown = ", ".join(f"{n:,} ({format_seconds(n * step)})" for n in expected)
+    assert printed == (f"intervals (no --intervals): 1/4 to 4 times Daly's {format_seconds(daly)} in ratios of "
+                       f"sqrt 2, in whole steps of {format_seconds(step)}: {shown} steps")
+
+
+def test_the_study_help_gives_the_default_grid(capsys):
+    assert main(["study", "--help"]) == 0
+    assert "default 1/4 to 4 times the job's Daly interval" in " ".join(capsys.readouterr().out.split())

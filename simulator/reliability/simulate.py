@@ -271,16 +271,26 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
     return checks.sizes
 
 
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job checked and its healthy step simulated, before any replication: its plan, failure model and unit
+    counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
+    (None for one without a route; the replications add theirs) and the healthy step's summary."""
+
+    plan: JobPlan
+    model: FailureModel
+    counts: list[int]
+    healthy: SegmentCosts
+    checkpoint_bytes: float
+    cost_cache: dict[ClusterState, SegmentCosts | None]
+    step_summary: dict
+
+
 @collector_paused()
-def simulate_job(loaded: LoadedScenario, *, force: bool = False,
-                 on_healthy_step: Callable[[dict], None] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> JobResult:
-    """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
-    expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
-    or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
-    ``on_healthy_step`` gets the healthy step's summary once the job has passed its checks, before any
-    replication is simulated: `trainsim run` prints its warnings (out of memory above all) then, not minutes
-    later when the job ends. ``progress(done, total)`` hears of each replication simulated."""
+def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
+    """A job's checks, its healthy step (cached for the process: a study's points share it) and plan, the garbage
+    collector paused; refused as `simulate_job` says, except for the job-event limit, which needs the interval
+    the job runs."""
     scenario = loaded.scenario
     horizon = scenario.run.horizon
     if horizon is None:
@@ -319,9 +329,26 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
+    return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary)
+
+
+@collector_paused()
+def simulate_job(loaded: LoadedScenario, *, force: bool = False,
+                 on_healthy_step: Callable[[dict], None] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> JobResult:
+    """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
+    expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
+    or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
+    ``on_healthy_step`` gets the healthy step's summary once the job has passed its checks, before any
+    replication is simulated: `trainsim run` prints its warnings (out of memory above all) then, not minutes
+    later when the job ends. ``progress(done, total)`` hears of each replication simulated."""
+    scenario = loaded.scenario
+    prepared = prepare_job(loaded, force=force)
+    plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
     if on_healthy_step is not None:
-        on_healthy_step(states.healthy_summary)
+        on_healthy_step(prepared.step_summary)
+    horizon = plan.horizon_s
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
@@ -338,11 +365,11 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         totals.append(job.totals(healthy))
         if progress is not None:
             progress(replication + 1, scenario.run.replications)
-    met = {state: c for state, c in cost_cache.items() if c is not None}
-    summary = job_summary(loaded, plan, counts, totals, healthy, size, met)
+    met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
+    summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met)
     waiting = waiting_warning(summary)
     warnings = () if waiting is None else (waiting,)
-    step_summary = states.healthy_summary
+    step_summary = prepared.step_summary
     if warnings:
         step_summary = {**step_summary, "warnings": [*step_summary.get("warnings", ()), *warnings]}
     return JobResult(summary, events, step_summary, warnings)

@@ -19,7 +19,8 @@ import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.errors import InputError
-from simulator.reliability.simulate import simulate_job
+from simulator.reliability.simulate import prepare_job, simulate_job
+from simulator.reliability.summary import optimum_intervals
 from simulator.units import format_duration, parse_duration
 
 
@@ -61,6 +62,45 @@ def parse_multipliers(text: str) -> list[float]:
     return parse_list(text, float, "--multipliers", "numbers, e.g. 0.5,1,2,4")
 
 
+DEFAULT_GRID_FACTORS = tuple(2.0 ** (k / 2) for k in range(-4, 5))
+"""A checkpoint-interval study without `--intervals` tries the job's Daly interval times these: nine points in
+ratios of sqrt 2 from 1/4 to 4 times it, wide enough for the optimum of a job whose failures are not
+exponential (Weibull 0.5 with a 1 h restart: 1.38 times Daly, tests/test_reliability_study.py) and for the fit."""
+
+
+@dataclass(frozen=True)
+class IntervalGrid:
+    """The default intervals of a checkpoint-interval study: Daly's interval of the job as the scenario gives it,
+    its healthy step, and the distinct whole numbers of steps nearest Daly x DEFAULT_GRID_FACTORS (at least one),
+    ascending, with their durations."""
+
+    daly_s: float
+    step_s: float
+    steps: tuple[int, ...]
+
+    @property
+    def intervals_s(self) -> list[float]:
+        return [steps * self.step_s for steps in self.steps]
+
+
+def default_grid(loaded: LoadedScenario, force: bool = False,
+                 on_healthy_step: Callable[[dict], None] | None = None) -> IntervalGrid:
+    """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
+    (its checkpoint cost at the scenario's interval, its failure rates as written); refused, at `--intervals`,
+    for a job without failures, which has none. ``on_healthy_step`` gets the healthy step's summary once it is
+    simulated."""
+    job = prepare_job(loaded, force=force)
+    if on_healthy_step is not None:
+        on_healthy_step(job.step_summary)
+    _, _, daly = optimum_intervals(job.plan, job.counts, job.healthy)
+    if daly is None:
+        raise InputError("the job expects no failure, so it has no Daly interval to build the default grid "
+                         "around", field="--intervals", allowed="durations with units, e.g. 5min,10min,30min,1h")
+    step = job.healthy.step_s
+    steps = sorted({max(1, round(daly * factor / step)) for factor in DEFAULT_GRID_FACTORS})
+    return IntervalGrid(daly, step, tuple(steps))
+
+
 def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
     """T* of the least-squares fit ETTR = a - b / T - c T, when b and c come out positive."""
     if len(intervals) < 3:
@@ -99,7 +139,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
               progress: Callable[[int, int], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
-    Without intervals, each multiplier has one point at the scenario's own interval. ``force`` runs points
+    Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
+    study passes `default_grid`'s). ``force`` runs points
     beyond the job-event and scale limits (degraded or straggling states that would be unfolded steps past
     them). ``on_healthy_step`` gets the healthy step's summary once, before the first point's job is simulated
     (the points change no step): `trainsim study` prints its warnings then. ``progress(done, total)`` hears

@@ -48,6 +48,17 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     return total, per_class
 
 
+def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
+                      ) -> tuple[float | None, float | None, float | None]:
+    """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
+    M and the healthy checkpoint's cost C (`checkpoint_cost_s`); all None without failures."""
+    expected, _ = expected_interruptions(plan, counts)
+    if not expected:
+        return None, None, None
+    mtbf, cost = plan.horizon_s / expected, checkpoint_cost_s(healthy)
+    return mtbf, young_interval(cost, mtbf), daly_interval(cost, mtbf)
+
+
 def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[ReplicationTotals]) -> dict:
     """The replica counts the job may run on (ascending) and the smaller ones it skips because its step does not
     fit in GPU memory there (the peak memory per GPU each needs against the GPU's, GiB), its batch and regrow
@@ -75,7 +86,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     scenario = loaded.scenario
     horizon = plan.horizon_s
     expected, per_class = expected_interruptions(plan, counts)
-    mtbf = horizon / expected if expected else None
+    mtbf, young, daly = optimum_intervals(plan, counts, healthy)
     cost = checkpoint_cost_s(healthy)
     causes = sorted({name for t in totals for name in t.interruptions} | set(per_class))
     lost = [value for t in totals for value in t.lost_per_failure_s]
@@ -103,8 +114,8 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "failure_model": per_class,
         "expected_unexpected_interruptions": expected,
         "mtbf_s": mtbf,
-        "young_interval_s": young_interval(cost, mtbf) if mtbf else None,
-        "daly_interval_s": daly_interval(cost, mtbf) if mtbf else None,
+        "young_interval_s": young,
+        "daly_interval_s": daly,
         "ettr": mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
         "goodput_tokens_per_s": mean_interval([t.equivalent_steps * tokens / horizon for t in totals]) if tokens
         else None,
