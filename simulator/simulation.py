@@ -208,6 +208,30 @@ def together_ends(topology: Topology, settings: NetworkSettings, plans: list[lis
     return tuple(ends)
 
 
+def chain_ends(topology: Topology, settings: NetworkSettings, running: list[list[Phase]],
+               chain: list[tuple[float, list[Phase]]]) -> tuple[float, ...]:
+    """When each plan of ``chain`` ends (seconds after the start), run one after another on one stream, each
+    ``wait`` seconds (its pair's first) after the one before it ended (the first after the start), while the
+    plans ``running`` start together at the start, on an otherwise idle network: a compute stream's blocking
+    collectives between its kernels beside the collectives of another stream, for the layout search."""
+    env = simpy.Environment()
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode)
+    ends: list[float] = []
+
+    def stream():
+        for wait, phases in chain:
+            if wait > 0:
+                yield env.timeout(wait)
+            yield env.process(run_plan(env, network, topology, phases, ""))
+            ends.append(env.now)
+
+    for phases in running:
+        env.process(run_plan(env, network, topology, phases, ""))
+    env.process(stream())
+    env.run()
+    return tuple(ends)
+
+
 def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:
     scenario = loaded.scenario
     efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))

@@ -418,7 +418,8 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       tp 2 dp 16 on four hosts the lowest, its backward's embedding gather 0.86 ms exposed a micro-batch),
       0.9907 to 1.0007 since the backward's waits for the next unit's gather are estimated too and set against
       the backward slowed by the SM toll (tp 2 dp 16 on four hosts the lowest: its TP collectives run slower
-      beside FSDP's on NVLink, up to 8.7 ms a step not estimated);
+      beside FSDP's on NVLink, 8.75 ms a step not estimated), 1.0004 to 1.0007 since the forward's are timed
+      beside the gather under way (`forward_sharing_s`);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -439,7 +440,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.996, 1.0015) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.990, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (0.999, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
@@ -601,12 +602,17 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.03)
 
 
-@pytest.mark.parametrize("tp", [4, 8])
-def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp):
+@pytest.mark.parametrize("tp, cp", [(4, 1), (8, 1), (2, 2)])
+def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     """Llama-3-70B FSDP without pipelining on 64 DGX H100 (tests/data/llama3_70b_64_dgx_h100.yaml), where the
-    gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128) or longer (tp 8, dp 64):
-    simulated over estimated tokens/s 0.994 to 1.009 (today 0.9952 and 1.0077, 0.1% of room each side; 1.0169
-    and 1.0226 before). tp 8
+    gathers and reduce-scatters over the NICs take as long as the compute (tp 4, dp 128; tp 2 cp 2 dp 128, the
+    default space's first by estimate) or longer (tp 8, dp 64): simulated over estimated tokens/s 0.994 to
+    1.009 (today 1.0037, 1.0077 and 0.9963; 1.0169 and 1.0226 for tp 4 and 8 before). tp 2 cp 2 was 0.977, and
+    tp 4 0.9952, until the forward's TP collectives were timed beside the gather under way
+    (`forward_sharing_s`): with 4 members of the DP x CP group in each host (2 with tp 4) the gathers' rings
+    cross NVLink, and a TP collective that starts while they move data there lasts up to 3.7 times its alone
+    time (tp 2 cp 2: 0.146 s a step estimated against 0.160 s simulated; tp 4: 0.064 s against 0.064 s, where
+    the rest of the estimate, the backward's waits above all, is 0.4% slow). tp 8
     is bound by its collectives: its slot was the sum of every span of them, the first units' gathers and the
     last reduce-scatter included, which each forward's start waits for and `microbatch_starts_s` charges again (21 ms
     a micro-batch counted twice); the slot now holds only the spans beside the compute (`spans_beside_compute`).
@@ -623,9 +629,87 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp):
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     checked = check_memory(search_base(loaded.source, None, loaded.scenario),
-                           Candidate(tp, 1, 1, 512 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
+                           Candidate(tp, cp, 1, 512 // (tp * cp), 1, 1, "fsdp", "none"), "1f1b", times)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert 0.994 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.009
+
+
+def test_a_transfer_beside_another_from_its_gpu_takes_half_the_link():
+    """`CollectiveTimes.beside`, the engine's flow model run with a collective under way: on one DGX H100 a
+    send of B bytes from GPU 0 to GPU 1 alone takes L + B / C (its path's latency, then NVLink's rate C); started
+    while a long send from GPU 0 to GPU 2 moves data, it shares GPU 0's NVLink port, at C / 2, and takes
+    L + 2 B / C, which is what a send of 2 B takes alone. The next send of the chain, from GPU 3 to GPU 1,
+    shares no link with it and takes its alone time."""
+    from simulator.simulation import network_settings
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8")
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    nbytes = 64e6
+    under_way = ("send_recv", (0, 2), 100 * nbytes)
+    send = ("send_recv", (0, 1), nbytes)
+    doubled = times.seconds("send_recv", (0, 1), 2 * nbytes)
+    assert times.seconds(*under_way) > 1e-3 + 2 * doubled
+    assert times.beside(under_way, ((1e-3, send),)) == pytest.approx(doubled, rel=1e-12)
+    assert times.beside(under_way, ((1e-3, send), (0.0, ("send_recv", (3, 1), nbytes)))) == pytest.approx(
+        times.seconds(*send), rel=1e-12)
+
+
+def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
+    """Llama-3-8B FSDP on four DGX H100: with tp 2 the DP group (dp 16) has 4 members in each host, so each
+    unit's gather runs its ring over NVLink too, and the TP collectives of the forward that start while it moves
+    data there share the GPUs' NVLink ports with it. The estimate walks the forward on its clock, each unit's
+    gather started as FSDP2's prefetch starts it, and times each TP collective beside the gather under way
+    (`forward_sharing_s`): m micro-batches of it are the simulated forward TP collectives' time beyond their
+    alone times within 3% (8.68 ms against 8.75 ms a step; not estimated before, when tp 2 was this family's
+    lowest row, 0.9907, now 1.0004). With tp 8 (dp 4, one member a host) the gathers cross only the NICs and
+    the term is nothing."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import (
+        PASSES,
+        check_memory,
+        forward_sharing_s,
+        sharded_microbatch_spans,
+        sharded_toll_s,
+        sharded_unit_work,
+        spans_beside_compute,
+    )
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import contention_share
+    from simulator.workload.training import build_training_step
+
+    overrides, _ = DENSE_CLUSTERS["four DGX H100"]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, overrides, loaded.scenario)
+    for tp in (2, 8):
+        checked = check_memory(base, Candidate(tp, 1, 1, 32 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
+        scenario = Scenario.model_validate(checked.data)
+        step = build_training_step(scenario, topology)
+        plan, blocks = step.plan, list(step.plan.stages[0].blocks)
+        compute = sum(b.forward_s + b.backward_input_s + b.backward_weight_s for b in blocks)
+        sm_bound = sum(b.sm_bound_seconds(phase) for b in blocks for phase in PASSES)
+        units = sharded_unit_work(plan, times, 0, blocks)
+        spans = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, 0, units), units)
+        toll = sharded_toll_s(spans, times, contention_share(scenario.collectives.sm_contention, step.gpu.name),
+                              compute, sm_bound / compute)
+        estimated = plan.microbatches * forward_sharing_s(plan, times, 0, blocks, 1 + toll / compute)
+        if tp == 8:
+            assert estimated == pytest.approx(0.0, abs=1e-12)
+            continue
+        timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
+        rank = timeline[timeline["rank"] == 0]
+        forward_ends = rank[rank["category"] == "forward"].groupby("microbatch")["end_s"].max()
+        tp_ops = rank[(rank["kind"] == "collective") & (rank["stream"] == "compute") & (rank["category"] == "tp")]
+        forward = tp_ops[tp_ops["start_s"] < tp_ops["microbatch"].map(forward_ends)]
+        alone = [times.seconds("all_gather" if "all_gather" in name else "reduce_scatter", (0, 1), nbytes)
+                 for name, nbytes in zip(forward["name"], forward["bytes"])]
+        simulated = float((forward["end_s"] - forward["start_s"]).sum()) - sum(alone)
+        assert estimated == pytest.approx(simulated, rel=0.03)
 
 
 @pytest.mark.parametrize(("tp", "pp", "v"), [(1, 2, 1), (2, 2, 2)])

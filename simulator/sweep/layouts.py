@@ -28,7 +28,7 @@ from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
 from simulator.schedules.base import Placement, stage_rank
 from simulator.schedules.registry import build_schedule, serves_chunks
 from simulator.schedules.timing import ScheduleOrder, execute, schedule_order
-from simulator.simulation import NetworkSettings, alone_seconds, plan_cache, together_ends
+from simulator.simulation import NetworkSettings, alone_seconds, chain_ends, plan_cache, together_ends
 from simulator.sweep.fields import with_values
 from simulator.sweep.options import (
     RECOMPUTES,
@@ -193,15 +193,16 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     pipeline rank's kernels plus its blocking TP and CP collectives (`blocking_collectives_s`) and its MoE blocks'
     all-to-alls (`expert_exchange_s`); under ZeRO-3 its units' parameter gathers and per-micro-batch reduce-scatters
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
-    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`) and its compute's waits in the backward for the
-    previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) join it, and the longer of the
-    two fills the micro-batch's slot. The pipeline is ``schedule`` (the pipeline schedule's name) run on the ideal
-    executor with each virtual stage's forward, input-grad and weight-grad actions (`stage_actions_s`) stretched
-    to its rank's slot and the slowest hop between ranks (`pipeline_ends_s`): its fill, drain and exposed
-    hand-offs are the schedule's own. Then what the gradient reduction over the DP x CP group leaves after each
-    rank's last action (`reduction_tail_s`, less the time the rank ends before the last; pipelined FSDP's
-    reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`), the routed experts' reduction and
-    gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it. ZeRO-3
+    (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the
+    previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking
+    collectives outlast their alone times by beside the gather under way (`forward_sharing_s`) join it, and the
+    longer of the two fills the micro-batch's slot. The pipeline is ``schedule`` (the pipeline schedule's name)
+    run on the ideal executor with each virtual stage's forward, input-grad and weight-grad actions
+    (`stage_actions_s`) stretched to its rank's slot and the slowest hop between ranks (`pipeline_ends_s`): its
+    fill, drain and exposed hand-offs are the schedule's own. Then what the gradient reduction over the DP x CP
+    group leaves after each rank's last action (`reduction_tail_s`, less the time the rank ends before the last;
+    pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`), the routed experts'
+    reduction and gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it. ZeRO-3
     gathering every micro-batch adds what the forwards' starts wait for (`microbatch_starts_s`, the slowest
     rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
     (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid
@@ -234,8 +235,10 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
                                                   unit_work)
             toll = (sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
                     if share is not None and compute > 0 else 0.0)
+            slowed = 1 + toll / compute if compute > 0 else 1.0
             work = max(work + toll + grad_copies_s(plan, params) / plan.microbatches
-                       + backward_waits_s(plan, times, rank, unit_work, 1 + toll / compute if compute > 0 else 1.0),
+                       + backward_waits_s(plan, times, rank, unit_work, slowed)
+                       + forward_sharing_s(plan, times, rank, blocks, slowed),
                        sum(seconds for seconds, _ in beside_compute))
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         slots.append(work)
@@ -618,9 +621,6 @@ class ShardedUnit:
 def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block]) -> list[ShardedUnit]:
     """The units of ``blocks`` on ``rank`` in forward order, as the program builder splits them: one FSDP unit
     per layer (a layer's blocks together), else (DeepSpeed) one block at a time."""
-    grouped: dict[int, list[Block]] = {}
-    for index, block in enumerate(blocks):
-        grouped.setdefault(block.layer if plan.sharding.gather_per_layer else index, []).append(block)
     backward = (Pass.BACKWARD, Pass.RECOMPUTE)
     return [ShardedUnit(
         params=sum(block.params for block in unit),
@@ -629,7 +629,16 @@ def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
         backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
                        + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
         + grad_copies_s(plan, sum(block.params for block in unit)) / plan.microbatches,
-        head=any(block.tp_pattern is TpPattern.HEAD for block in unit)) for unit in grouped.values()]
+        head=any(block.tp_pattern is TpPattern.HEAD for block in unit)) for unit in unit_blocks(plan, blocks)]
+
+
+def unit_blocks(plan: StepPlan, blocks: list[Block]) -> list[list[Block]]:
+    """``blocks`` split into the units ZeRO-3 gathers on their own, in forward order: one FSDP unit per layer (a
+    layer's blocks together), else (DeepSpeed) one block at a time."""
+    grouped: dict[int, list[Block]] = {}
+    for index, block in enumerate(blocks):
+        grouped.setdefault(block.layer if plan.sharding.gather_per_layer else index, []).append(block)
+    return list(grouped.values())
 
 
 def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
@@ -694,6 +703,89 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
                 if beside is not None else (times.seconds(*reduction),))
         waits += max(max(ends) - slowed * following.backward_s, 0.0)
     return waits
+
+
+def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
+                      slowed: float = 1.0) -> float:
+    """Seconds per micro-batch PyTorch FSDP's forward on ``rank`` (``blocks``, in forward order) loses to its
+    blocking collectives sharing links with the parameter gathers on the prefetch stream. The gather of unit k
+    starts once the gather before it has ended and unit k - 3's last forward kernel has (FSDP2's implicit
+    prefetch, `_zero3_gather`; before that unit's closing TP collective), so while a unit computes, the gather of
+    the unit two ahead is under way. Where the DP x CP group has several members in an NVLink domain the
+    gather's ring crosses NVLink too, and a TP collective that starts while the gather moves data there shares
+    the GPUs' NVLink ports with it (Llama-3-70B, tp 2 cp 2 dp 128: a 64 MiB reduce-scatter over the TP pair,
+    0.10 ms alone, takes 0.37 ms). Walks the forward on the estimate's clock, kernels ``slowed`` times their own
+    (the SM toll, `sharded_toll_s`, spread over the micro-batch's kernels), each unit waiting for its gather, and
+    times the blocking collectives since the gather under way began one after another beside it
+    (`CollectiveTimes.beside`, the engine's flow model): what they outlast their alone times by (nothing
+    before the gather leaves its start-up latency, or after it ends)."""
+    sharding = plan.sharding
+    group = plan.layout.combined_group(("dp", "cp"), rank)
+    if not (sharding.fsdp and sharding.reshard_after_forward) or len(group) == 1:
+        return 0.0
+    units = [(unit, sum(block.params for block in unit)) for unit in unit_blocks(plan, blocks)]
+    shapes: list[CollectiveShape] = [("all_gather", group, params * sharding.param_bytes)
+                                     for _, params in units if params > 0]
+    gathers: list[tuple[float, float, CollectiveShape]] = []  # (start, end, shape) on the prefetch stream
+    ends: list[float] = []  # where each gathered unit's last kernel ends
+
+    def queue() -> None:
+        """Start every gather whose turn has come: each after the one before, gather k after unit k - 3."""
+        while len(gathers) < min(len(shapes), len(ends) + 3):
+            k = len(gathers)
+            start = max(gathers[-1][1] if gathers else 0.0, ends[k - 3] if k >= 3 else 0.0)
+            gathers.append((start, start + times.seconds(*shapes[k]), shapes[k]))
+
+    clock = excess = 0.0
+    chain: list[tuple[float, CollectiveShape]] = []  # the blocking collectives since the gather under way began
+    chained, chain_end = -1, 0.0  # which gather that is; where the chain's last collective ended
+    queue()
+    for unit, params in units:
+        if params > 0:
+            clock = max(clock, gathers[len(ends)][1])
+        steps = [step for block in unit for step in forward_steps(plan, times, block, rank)]
+        last_kernel = max(index for index, step in enumerate(steps) if isinstance(step, float))
+        for index, step in enumerate(steps):
+            if isinstance(step, float):
+                clock += slowed * step
+                if index == last_kernel and params > 0:
+                    ends.append(clock)
+                    queue()
+                continue
+            alone = took = times.seconds(*step)
+            under_way = next((k for k, (start, end, _) in enumerate(gathers) if start <= clock < end), -1)
+            if under_way >= 0:
+                if under_way != chained:
+                    chain, chained, chain_end = [], under_way, gathers[under_way][0]
+                chain.append((clock - chain_end, step))
+                took = times.beside(gathers[under_way][2], tuple(chain))
+                chain_end = clock + took
+            excess += took - alone
+            clock += took
+    return excess
+
+
+def forward_steps(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int) -> list[float | CollectiveShape]:
+    """The forward of ``block`` on ``rank`` as the program builder runs it on the compute stream, in order: its
+    blocking collectives (`CollectiveShape`s: CP's gathered K/V, then the TP collective its pattern puts before
+    the kernels) and its kernels' seconds (with what ring attention's ring outlasts the attention by,
+    `ring_exposed_s`), then the TP collective after. Under Transformer Engine's TP overlap the TP collectives run
+    against GEMMs and are left out, as `blocking_collectives_s` leaves their overlap."""
+    layout = plan.layout
+    steps: list[float | CollectiveShape] = []
+    if layout.cp > 1 and block.cp_bytes > 0 and not (block.context is not None and block.context.ring):
+        steps.append((gathered_kv_op(Pass.FORWARD, gather=False), layout.group("cp", rank), block.cp_bytes))
+    tp = layout.tp > 1 and block.tp_bytes > 0 and plan.tp_overlap is None
+    before, after = (tp_op(block.tp_pattern, False, side, plan.sequence_parallel) if tp else None
+                     for side in (True, False))
+    if before is not None:
+        steps.append((before, layout.group("tp", rank), block.tp_bytes))
+    ring = (ring_exposed_s(plan, times, block.context, rank, Pass.FORWARD)
+            if block.context is not None and block.context.ring else 0.0)
+    steps.append(block.forward_s + ring)
+    if after is not None:
+        steps.append((after, layout.group("tp", rank), block.tp_bytes))
+    return steps
 
 
 def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
@@ -814,6 +906,7 @@ class CollectiveTimes:
         self._plans = plan_cache(topology, settings)
         self._seconds: dict[tuple, float] = {}
         self._ends: dict[tuple[CollectiveShape, ...], tuple[float, ...]] = {}
+        self._beside: dict[tuple[CollectiveShape, tuple[tuple[float, CollectiveShape], ...]], float] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
@@ -830,9 +923,25 @@ class CollectiveTimes:
         """When each of the collectives ``shapes`` (op, group, bytes per rank) ends, started together on the idle
         network, sharing its links as the engine shares them between collectives on different streams."""
         if shapes not in self._ends:
-            self._ends[shapes] = together_ends(self.topology, self.settings, [
-                self._plans.phases(_collective(op, group, nbytes), group) for op, group, nbytes in shapes])
+            self._ends[shapes] = together_ends(self.topology, self.settings, [self._phases(s) for s in shapes])
         return self._ends[shapes]
+
+    def beside(self, running: CollectiveShape, chain: tuple[tuple[float, CollectiveShape], ...]) -> float:
+        """Seconds the last collective of ``chain`` takes where the collectives of ``chain`` run one after another
+        on one stream, each ``wait`` seconds (its pair's first) after the one before it ended, and ``running``
+        starts with the first wait, on the idle network (`simulation.chain_ends`): they share links with what of
+        it is still under way. Waits are keyed to the nanosecond, so that the identical layers of a model, whose
+        clocks differ by float rounding, share one timing."""
+        key = (running, tuple((round(wait, 9), shape) for wait, shape in chain))
+        if key not in self._beside:
+            ends = chain_ends(self.topology, self.settings, [self._phases(running)],
+                              [(wait, self._phases(shape)) for wait, shape in key[1]])
+            self._beside[key] = ends[-1] - (ends[-2] if len(ends) > 1 else 0.0) - key[1][-1][0]
+        return self._beside[key]
+
+    def _phases(self, shape: CollectiveShape) -> list:
+        op, group, nbytes = shape
+        return self._plans.phases(_collective(op, group, nbytes), group)
 
     def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare) -> int:
         """The SMs the kernel of collective ``op`` over ``group``, ``nbytes`` per rank, holds on each member, as
