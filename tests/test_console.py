@@ -372,3 +372,16 @@ def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     text = console.export_text()
     assert "exposed communication    pp 828.2 us (<0.1%), dp 900 us (0.1%)" in text
     assert "compute idle             0.0%" in text
+
+
+def test_a_moe_layout_line_names_its_expert_parallelism():
+    """Mixtral-8x7B's run opened with 'TP2 CP1 PP1 DP16', its scenario's EP 8 nowhere in the printout."""
+    from simulator.console.report import _layout_line
+
+    summary = {"topology": "dgx-h100-cluster", "gpus": 32, "moe": {"ep": 8},
+               "layout": {"model": "mixtral-8x7b", "tp": 2, "cp": 1, "pp": 1, "dp": 16, "microbatches": 4}}
+    assert _layout_line(summary) == ("mixtral-8x7b on dgx-h100-cluster (32 GPUs, TP2 CP1 PP1 DP16 EP8, "
+                                     "4 micro-batches per step)")
+    summary["moe"]["ep"] = 1
+    assert "DP16, 4 micro-batches" in _layout_line(summary)
+

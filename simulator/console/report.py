@@ -104,6 +104,9 @@ def _layout_line(summary: dict) -> str:
     if not layout:
         return head + ")"
     degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
+    ep = (summary.get("moe") or {}).get("ep", 1)
+    if ep > 1:  # the experts' split of the DP x CP ranks: a MoE layout read without it looks expert-replicated
+        degrees += f" EP{ep}"
     return f"{head}, {degrees}, {counted(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step)"
 
 
