@@ -385,3 +385,25 @@ def test_a_moe_layout_line_names_its_expert_parallelism():
     summary["moe"]["ep"] = 1
     assert "DP16, 4 micro-batches" in _layout_line(summary)
 
+
+def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
+    """faults-straggler-and-spine-link printed the table of a healthy run: its straggler and its failed link
+    were in summary.json's `faults` alone."""
+    assert main(["run", "faults-straggler-and-spine-link", "--out", str(tmp_path / "out")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "step faults" in line)
+    assert row.split("step faults")[1].strip() == ("compute of GPU 1 x2; leaf0.r0-spine0 down from 5 ms "
+                                                   "(4 routes rerouted)")
+
+
+def test_many_slowed_gpus_and_links_print_as_counts():
+    from simulator.console.report import _step_faults
+
+    faults = {"slowed_gpus": {str(gpu): {"factor": 1 + gpu / 100, "swings": [[0.015, 86400.0, 50400.0]]}
+                              for gpu in range(10)},
+              "links": [{"link": f"leaf{i}.r0-spine0", "at_s": 0.0, "capacity": 0.5} for i in range(6)],
+              "gpu_failures": [], "rerouted_routes": 0}
+    assert _step_faults(faults) == (
+        "compute of 10 GPUs x1 to x1.09 (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
+        "leaf1.r0-spine0 degraded to 50.0% from the start, leaf2.r0-spine0 degraded to 50.0% from the start, "
+        "leaf3.r0-spine0 degraded to 50.0% from the start, 2 more links")
+

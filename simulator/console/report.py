@@ -188,11 +188,43 @@ def training_table(summary: dict) -> Table:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
         text = f"{peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)})"
         table.add_row("peak memory", f"[bold red]{text}, OUT OF MEMORY[/]" if summary.get("oom") else text)
+    if summary.get("faults"):
+        table.add_row("step faults", _step_faults(summary["faults"]))
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
     if summary.get("fold_given_up"):
         table.add_row("ranks", folding_text(summary))
     return table
+
+
+SHOWN_FAULTS = 4
+
+
+def _step_faults(faults: dict) -> str:
+    """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
+    link does not print as a healthy one: the compute factors of a few slowed GPUs by index, of many as a count
+    and range; each link's state and time (a few, then a count) and the routes that took a detour; GPU failures
+    after the step's end (one before it aborts the step)."""
+    parts = []
+    slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
+    if slowed:
+        factors = sorted(entry["factor"] for _, entry in slowed)
+        text = ("compute of " + ", ".join(f"GPU {gpu} x{entry['factor']:.3g}" for gpu, entry in slowed)
+                if len(slowed) <= SHOWN_FAULTS
+                else f"compute of {len(slowed):,} GPUs x{factors[0]:.3g} to x{factors[-1]:.3g}")
+        parts.append(text + (" (with a swing)" if any(entry["swings"] for _, entry in slowed) else ""))
+    links = faults.get("links") or []
+    shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "
+             + (f"from {format_seconds(link['at_s'])}" if link["at_s"] else "from the start")
+             for link in links[:SHOWN_FAULTS]]
+    if len(links) > SHOWN_FAULTS:
+        shown.append(f"{len(links) - SHOWN_FAULTS:,} more links")
+    if shown:
+        rerouted = faults.get("rerouted_routes", 0)
+        parts.append(", ".join(shown) + (f" ({counted(rerouted, 'route')} rerouted)" if rerouted else ""))
+    parts += [f"GPU {failure['gpu']} ({failure['name']}) fails at {format_seconds(failure['at_s'])}, after the "
+              "step's end" for failure in faults.get("gpu_failures") or []]
+    return "; ".join(parts) or "none"
 
 
 def _histogram(counts: list[int], unit: str, counted_things: str) -> str:
