@@ -185,6 +185,16 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
     assert list(pareto_front(candidates[:3], "peak_memory_gib", "tokens_per_s")["label"]) == ["a", "b"]
 
 
+def test_the_front_reads_tokens_per_second_with_thousands_separators():
+    """The front's axis read 480000 where the search's table prints 480,576 tokens/s."""
+    from simulator.report.study_plots import front_figure
+
+    candidates = pd.DataFrame({"label": ["a", "b"], "status": ["simulated"] * 2, "peak_memory_gib": [68.9, 72.3],
+                               "tokens_per_s": [465_432.0, 480_576.0], "tree_choice": [True, False]})
+    axis = front_figure(candidates).axes[0].yaxis
+    assert axis.get_major_formatter()(480_000, 0) == "480,000"
+
+
 def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, capsys):
     """A sweep of training steps has no collective columns; the busbw chart raised pandas' ValueError."""
     folder = tmp_path / "sweep"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import StrMethodFormatter
 
 from simulator.errors import ScenarioError
 from simulator.report.run_folder import checked_manifest, outdir_error
@@ -141,7 +142,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     if len(simulated):
         winner = simulated.sort_values("tokens_per_s", ascending=False).iloc[0]
         ax.annotate(f"best: {winner['label']}", (winner["peak_memory_gib"], winner["tokens_per_s"]), fontsize=8,
-                    xytext=(5, 5), textcoords="offset points")
+                    xytext=(-5, 5), textcoords="offset points", ha="right")  # the best lies right: label inwards
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
         ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,
                    label="decision tree's layout")
@@ -149,6 +150,7 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
                     xytext=(5, -12), textcoords="offset points")
     ax.set_xlabel("peak memory (GiB)")
     ax.set_ylabel("tokens/s")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 480,000 as the search's table prints it
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
     pruned = int((candidates["status"] == "pruned").sum())
