@@ -221,6 +221,25 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     assert len({line.index("MFU") + 3 for line in lines[:1]} | {line.index("%") + 1 for line in lines[1:]}) == 1
 
 
+def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_layout():
+    """Llama 3 405B on one DGX H100: the search printed the ranking's header over no rows, and nothing said how
+    far the layouts were from fitting (each one's peak in candidates.csv alone)."""
+    import pandas as pd
+
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.report import format_search
+    from simulator.sweep.search import SearchResult
+
+    table = pd.DataFrame({"label": ["tp8 pp1", "tp4 pp2", "tp2 pp4"], "status": "pruned",
+                          "reason": ["out of memory: 853.0 GiB > 79.6 GiB HBM",
+                                     "out of memory: 913.0 GiB > 79.6 GiB HBM",
+                                     "40 layers do not split over pp x virtual_stages = 3 stages"],
+                          "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False})
+    lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, "")).splitlines()
+    assert lines[:2] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",
+                         "least memory of any layout: tp8 pp1, 853.0 GiB per GPU by the memory model"]
+
+
 def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     """The published Llama 3 405B rows set `ddp.overlap_param_gather` and `ddp.reduce_every_microbatch`, which
     ZeRO-0 layouts refuse; the search reads only the base's placement order and end-stage layers from its

@@ -22,13 +22,17 @@ def format_search(result: SearchResult) -> str:
     rows = simulated.head(SHOWN).to_dict("records")
     layouts = [row["label"] + (" (tree)" if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
-    lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"]
+    lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"] if rows else []
     for rank, (row, layout) in enumerate(zip(rows, layouts), start=1):
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
                      f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
                  f"{counts.get('failed', 0)} failed")
+    if not rows and "memory_model_peak_gib" in table and table["memory_model_peak_gib"].notna().any():
+        leanest = table.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
+        lines.append(f"least memory of any layout: {leanest['label']}, {leanest['memory_model_peak_gib']:,.1f} GiB "
+                     "per GPU by the memory model")
     lines.append("decision tree (rules of thumb, docs/studies.md): " + " -> ".join(result.tree.steps))
     lines.append(result.comparison)
     return "\n".join(lines)
