@@ -134,7 +134,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism),
-                           "a layout that fits in GPU memory")
+                           "a layout that fits in GPU memory", every_override=True)
     _warn(verdict.warnings, dict(verdict.memory), loaded.scenario.parallelism)
     if not args.quiet:
         gpus = counted(topology.num_gpus, "GPU")

@@ -87,6 +87,11 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert captured.out == "" and captured.err.count("\n") == 1
     assert captured.err.startswith(f"error: {scenario}:8: parallelism: OUT OF MEMORY: 153.6 GiB")
     assert main(["validate", scenario, "--strict"]) == 0
+    # Located at the layout, the refusal names every override: a micro-batch set by --set made it 132.0 GiB at
+    # the file's parallelism line, which shows a layout that fits, and the line did not say what changed.
+    assert main(["validate", scenario, "--strict", "--set", "training.micro_batch=4", *oom]) == 2
+    assert "(with --set training.micro_batch=4, --set parallelism.zero=0) (allowed: a layout that fits in GPU " \
+           "memory)\n" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("sharding,remedies", [

@@ -83,9 +83,13 @@ class LoadedScenario:
     overrides: tuple[Override, ...] = ()
     """Each `--set` (or a sweep point's axis), so errors in a value it set point at it."""
 
-    def error(self, path: FieldPath, problem: str, allowed: str = "") -> ScenarioError:
-        """A ScenarioError located at ``path`` in this scenario's file (or the override that set it)."""
-        return located_error(path, problem, allowed, self.source, self.lines, self.overrides)
+    def error(self, path: FieldPath, problem: str, allowed: str = "", every_override: bool = False) -> ScenarioError:
+        """A ScenarioError located at ``path`` in this scenario's file (or the override that set it); with
+        ``every_override``, naming every override, not only those under ``path`` (a check of the whole scenario
+        located at one section, such as out of memory at `parallelism`: a micro-batch or a model set elsewhere
+        counts as much)."""
+        return located_error(path, problem, allowed, self.source, self.lines, self.overrides,
+                             named=self.overrides if every_override else None)
 
     def gave(self, path: FieldPath) -> bool:
         """Whether the scenario (its file or an override) gives the field at ``path``, rather than leaving it to
@@ -120,13 +124,16 @@ class LoadedScenario:
 
 
 def located_error(path: FieldPath, problem: str, allowed: str, source: str, lines: dict,
-                  overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError) -> ScenarioError:
+                  overrides: tuple[Override, ...], error: type[ScenarioError] = ScenarioError,
+                  named: tuple[Override, ...] | None = None) -> ScenarioError:
     """The error in the value at ``path``: at the override that wrote it, else at the file's line, naming the
     overrides that wrote under ``path`` (a check across a section's fields, `parallelism`'s product, may fail
-    because of one of them, and the file's line alone shows other values than the ones checked)."""
+    because of one of them, and the file's line alone shows other values than the ones checked), or ``named``
+    where given."""
     found = _blamed_override(path, lines, overrides)
     if found is None:
-        under = [override.where for override in overrides if _text(override.path[:len(path)]) == _text(path)]
+        under = [override.where for override in (overrides if named is None else named)
+                 if named is not None or _text(override.path[:len(path)]) == _text(path)]
         if under:
             problem += f" (with {', '.join(under)})"
         return error(problem, field=dotted(path), allowed=allowed, file=source, line=line_of(lines, path))
