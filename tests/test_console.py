@@ -411,4 +411,3 @@ def test_many_slowed_gpus_and_links_print_as_counts():
         "compute of 10 GPUs x1 to x1.09 (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
         "leaf1.r0-spine0 degraded to 50.0% from the start, leaf2.r0-spine0 degraded to 50.0% from the start, "
         "leaf3.r0-spine0 degraded to 50.0% from the start, 2 more links")
-
