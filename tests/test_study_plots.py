@@ -207,6 +207,19 @@ def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, cap
     assert not (tmp_path / "b.png").exists()
 
 
+def test_a_search_folder_is_refused_by_the_sweep_charts_with_the_chart_it_has(tmp_path, capsys):
+    """`plot sweep` and `plot heatmap` read a sweep's results.parquet alone, yet their refusal of a search folder
+    offered 'or `trainsim search` (candidates.parquet)', the very folder it refused."""
+    candidates = pd.DataFrame({"label": ["a"], "status": ["simulated"], "peak_memory_gib": [40.0],
+                               "tokens_per_s": [1.0], "tree_choice": [False], "tp": [8], "pp": [1]})
+    write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
+                     lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
+    assert main(["plot", "heatmap", str(tmp_path / "search"), "--x", "tp", "--y", "pp", "--value", "tokens_per_s"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front`, not "
+        "heatmap (allowed: a folder written by `trainsim sweep` (results.parquet))\n")
+
+
 def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):
     """Every refusal of a study chart's OUTDIR says what it takes, as the run-folder refusals do: a corrupt
     results.parquet and a JSON file that does not parse named no alternative before."""
@@ -216,8 +229,7 @@ def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):
     (tmp_path / "rows.json").write_text("{")
     assert main(["plot", "sweep", str(folder), "--x", "a", "--y", "b"]) == 2
     assert capsys.readouterr().err == (f"error: {folder}: OUTDIR: results.parquet is not readable (ArrowInvalid) "
-                                       "(allowed: a folder written by `trainsim sweep` (results.parquet) or "
-                                       "`trainsim search` (candidates.parquet))\n")
+                                       "(allowed: a folder written by `trainsim sweep` (results.parquet))\n")
     assert main(["plot", "busbw", str(tmp_path / "rows.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{tmp_path / 'rows.json'}: OUTDIR: not readable JSON (" in err

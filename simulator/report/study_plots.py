@@ -17,7 +17,7 @@ from simulator.report.run_folder import checked_manifest, outdir_error
 from simulator.units import format_size
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
-TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet) or `trainsim search` (candidates.parquet)"
+TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet)"
 SEARCH_ALLOWED = "a folder written by `trainsim search ... --out DIR` (candidates.parquet and its manifest.json)"
 BUSBW_ALLOWED = "a sweep of a collectives scenario, or a `trainsim collective --json` file"
 COLLECTIVE_JSON_COLUMNS = ("bytes", "busbw_GBps", "algorithm")
@@ -207,6 +207,9 @@ def study_figure(chart: str, path: Path, *, x: str | None = None, y: str | None 
     if x is None or y is None or (chart == "heatmap" and value is None):
         needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
         raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)
+    if path.is_dir() and not (path / "results.parquet").exists() and (path / "candidates.parquet").exists():
+        raise outdir_error(path, f"a layout search's folder: its chart is `trainsim plot front`, not {chart}",
+                           TABLE_ALLOWED)
     frame = _read_table(path, "results.parquet")
     if chart == "heatmap":
         return heatmap_figure(frame, x, y, value or "")
