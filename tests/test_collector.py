@@ -15,16 +15,17 @@ from simulator.topology.loader import scenario_topology
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
 
 
-def _spy(module, monkeypatch) -> list[bool]:
-    """Record whether the collector is on each time ``module`` runs ops."""
+def _spy(module, monkeypatch, name: str = "run_ops") -> list[bool]:
+    """Record whether the collector is on each time ``module`` calls its function ``name`` (runs ops, by
+    default)."""
     seen: list[bool] = []
-    real = module.run_ops
+    real = getattr(module, name)
 
-    def run_ops(*args, **kwargs):
+    def spied(*args, **kwargs):
         seen.append(gc.isenabled())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, "run_ops", run_ops)
+    monkeypatch.setattr(module, name, spied)
     return seen
 
 
@@ -40,14 +41,7 @@ def test_simulate_and_collective_sweep_run_with_the_collector_paused(monkeypatch
 
 def test_validate_builds_the_program_with_the_collector_paused(monkeypatch, tmp_path):
     """`trainsim validate` builds the step program a run builds, as large, so it pauses the collector too."""
-    seen: list[bool] = []
-    real = preflight.prepare_training
-
-    def prepare_training(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(preflight, "prepare_training", prepare_training)
+    seen = _spy(preflight, monkeypatch, "prepare_training")
     scenario = tmp_path / "s.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 512, heads: 8, vocab: 1000}\n"
                         "training: {seq_len: 512, microbatches: 2}\nparallelism: {tp: 8}\n")
