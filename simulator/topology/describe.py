@@ -128,8 +128,9 @@ def draw_topology(topo: Topology, path: str | Path) -> Path:
     axes.set_yticks(sorted(layers), [_role(topo.graph.nodes[layers[k][0]]) for k in sorted(layers)])
     axes.set_xticks([])
     axes.set_title(f"{topo.name}: {counted(topo.num_gpus, 'GPU')}, {counted(topo.num_hosts, 'host')}")
-    if axes.get_legend_handles_labels()[1]:  # a lone GPU has no links to label
-        axes.legend(loc="upper right", fontsize="small")
+    classes = axes.get_legend_handles_labels()[1]
+    if classes:  # a lone GPU has no links to label; below the axes, where no node is (upper right hid the last GPU)
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, 0), ncol=len(classes), fontsize="small", frameon=False)
     figure.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
