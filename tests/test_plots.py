@@ -96,6 +96,10 @@ def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     assert idle_share == pytest.approx(summary["bubble_fraction"], rel=REL)
     assert idle_share == pytest.approx((STAGES - 1) / (MICROBATCHES + STAGES - 1), rel=REL)
     assert f"bubble {100 * summary['bubble_fraction']:.1f}%" in figure.axes[0].get_title()
+    # Titled by the scenario's file name: the summary's path (absolute for a bundled scenario run by name)
+    # filled half the title.
+    assert figure.axes[0].get_title().startswith("1f1b.yaml: tp=1 cp=1 pp=4 dp=2")
+    assert memory_figure(synthetic_1f1b.timeline, summary).axes[0].get_title().startswith("1f1b.yaml: memory")
 
 
 def test_gantt_by_rank_and_row_limit(synthetic_1f1b):

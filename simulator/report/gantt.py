@@ -29,6 +29,7 @@ from simulator.report.outputs import (
     input_grad_ops,
     pipeline_actions,
     run_layout,
+    run_name,
     simulated_ranks,
     stage_of,
     stage_representatives,
@@ -319,7 +320,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
     chunks = f", {virtual_stages} chunks/stage" if virtual_stages > 1 else ""
-    ax.set_title(f"{summary.get('scenario', 'training step')}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
+    ax.set_title(f"{run_name(summary)}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
                  f"dp={layout.dp}, {info.get('microbatches', '?')} micro-batches{chunks} — bubble "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
     figure.legend(handles=_legend(used, virtual_stages), loc="outside lower center", ncol=6, fontsize=8,

@@ -23,6 +23,7 @@ from simulator.report.outputs import (
     input_grad_ops,
     pipeline_actions,
     refuse_ranks_without_ops,
+    run_name,
     stage_of,
     stage_representatives,
     time_unit,
@@ -139,7 +140,7 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     ax.set_ylim(0, top * 1.08 if top > 0 else 1)
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("memory in use (GiB)")
-    ax.set_title(f"{summary.get('scenario', 'training step')}: memory per rank\n(static state + activations of "
+    ax.set_title(f"{run_name(summary)}: memory per rank\n(static state + activations of "
                  f"in-flight micro-batches)")
     ax.grid(color="#DDDDDD", linewidth=0.5)
     # Beside the axes (the title, on two lines, stays above them): inside, it hid the curves of the later

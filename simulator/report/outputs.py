@@ -68,6 +68,12 @@ def save_figure(figure, path: Path, dpi: int = 120) -> None:
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
 
 
+def run_name(summary: dict) -> str:
+    """What a run's charts are titled by: its scenario's file name (the summary holds the path as given,
+    absolute for a bundled scenario run by name, which filled half a title), else 'training step'."""
+    return Path(summary["scenario"]).name if summary.get("scenario") else "training step"
+
+
 def run_layout(summary: dict) -> Layout:
     """The 4D layout the run used, from summary['layout']."""
     info = summary["layout"]
