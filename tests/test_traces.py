@@ -832,8 +832,67 @@ def test_a_send_whose_receive_is_missing_is_refused_before_the_run(tmp_path):
     path.write_text(path.read_text().replace('"type": "COMM_RECV_NODE"', '"type": "COMP_NODE"'))
     error = chakra_error(traces)
     assert error.file.endswith("rank0.json") and error.field == "nodes[3]"
-    assert error.problem == (f"send 'send activations' is rank 0's 1st send to rank 1 with tag 7, but rank 1's trace "
+    assert error.problem == (f"send 'send activations' is rank 0's 1st send to rank 1, but rank 1's trace "
                              f"({traces / 'rank1.json'}) has 0 matching receives")
+    assert error.allowed == "a receive on the peer for each send, matched by process group and order"
+
+
+def p2p_node(node_id: int, kind: str, peer: int, nbytes: int, *, tag: int | None = None, group: str | None = None,
+             deps: tuple[int, ...] = ()) -> dict:
+    """A Chakra send (receive) of ``nbytes`` to (from) ``peer``, with its ``comm_tag`` and ``pg_name`` where
+    given, after the nodes ``deps`` (control dependencies)."""
+    attrs = [{"name": "comm_size", "int64Val": nbytes},
+             {"name": "comm_dst" if kind == "send" else "comm_src", "int32Val": peer}]
+    attrs += [{"name": "comm_tag", "int64Val": tag}] if tag is not None else []
+    attrs += [{"name": "pg_name", "stringVal": group}] if group is not None else []
+    return {"id": node_id, "name": f"{kind} {node_id}", "type": f"COMM_{kind.upper()}_NODE", "attr": attrs,
+            "ctrlDeps": list(deps)}
+
+
+def two_host_chakra_job(folder: Path, ranks: dict[int, list[dict]]) -> str:
+    """Chakra traces of ``ranks`` (each rank's nodes) on the two single-GPU hosts of 25 Gb/s Ethernet."""
+    for rank, nodes in ranks.items():
+        (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
+    return (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{folder}/rank*.json', format: chakra-json}}\n")
+
+
+def test_transfers_match_in_order_whatever_their_tags(tmp_path):
+    """Rank 0 sends 1 MiB with tag 0, then 1 MiB with tag 1; rank 1 receives tag 1, then tag 0. PyTorch's
+    ProcessGroupNCCL ignores tags and NCCL pairs a communicator's sends and receives in order, so the first send
+    meets the first receive: the two transfers run one after the other (the second send waits for the first on
+    the pair's stream). Matched by tag, each receive waited for the other's send: a deadlock (exit 1)."""
+    text = two_host_chakra_job(tmp_path, {
+        0: [p2p_node(1, "send", 1, MIB, tag=0), p2p_node(2, "send", 1, MIB, tag=1)],
+        1: [p2p_node(1, "recv", 0, MIB, tag=1), p2p_node(2, "recv", 0, MIB, tag=0, deps=(1,))]})
+    _, result = run(text, tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(2 * transfer_s(25e9, MIB), rel=EXACT)
+
+
+def test_transfers_match_per_process_group(tmp_path):
+    """Rank 0 sends 1 MiB in group a, then 2 MiB in group b; rank 1 receives b's 2 MiB, then a's 1 MiB. Each
+    group is its own communicator, so each send meets its group's receive (matched by order alone they disagreed
+    on the size and were refused): b's transfer runs at once, and a's, whose send is not held back by b's (another
+    stream), when rank 1 receives it after b's."""
+    text = two_host_chakra_job(tmp_path, {
+        0: [p2p_node(1, "send", 1, MIB, group="a"), p2p_node(2, "send", 1, 2 * MIB, group="b")],
+        1: [p2p_node(1, "recv", 0, 2 * MIB, group="b"), p2p_node(2, "recv", 0, MIB, group="a", deps=(1,))]})
+    _, result = run(text, tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9, 2 * MIB) + transfer_s(25e9, MIB),
+                                                          rel=EXACT)
+
+
+def test_a_transfer_s_ends_that_disagree_on_the_size_in_one_group_are_refused_naming_the_group(tmp_path):
+    """The same two transfers as above, all in group a: rank 1's first receive (2 MiB) is rank 0's first send
+    (1 MiB), refused."""
+    text = two_host_chakra_job(tmp_path, {
+        0: [p2p_node(1, "send", 1, MIB, group="a"), p2p_node(2, "send", 1, 2 * MIB, group="a")],
+        1: [p2p_node(1, "recv", 0, 2 * MIB, group="a"), p2p_node(2, "recv", 0, MIB, group="a", deps=(1,))]})
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.problem == (f"send_recv of 2097152 bytes on rank 1 as transfer number 1 from rank 0 to rank 1 "
+                                    f"in process group 'a', but send_recv of 1048576 bytes on rank 0 "
+                                    f"({tmp_path / 'rank0.json'}: nodes[0])")
 
 
 def chakra_error(folder: Path) -> TraceError:

@@ -325,13 +325,9 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
             peer_rank = -1
         if peer_rank < 0:
             raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED)
-    try:
-        tag = as_int(attrs.get("comm_tag") or 0)
-    except ValueError:
-        raise trace_error(file, where, f"comm_tag {attrs.get('comm_tag')!r} is not an integer") from None
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
                     nbytes=nbytes, group=group, description=groups.get(group, ProcessGroup(group, ())).description,
-                    peer=peer_rank, members=members, tag=tag, deps=deps)
+                    peer=peer_rank, members=members, deps=deps)
 
 
 def _transfer_group(pg_name: str, groups: dict[str, ProcessGroup], launcher: dict | None, collective: str) -> str:

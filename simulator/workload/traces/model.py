@@ -57,7 +57,6 @@ class TracedOp:
     group_size: int = 0
     description: str = ""
     peer: int = -1
-    tag: int = 0
     seq: int = -1
     uneven: bool = False
     sends: tuple[float, ...] = ()

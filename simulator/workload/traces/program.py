@@ -10,9 +10,11 @@ metadata), otherwise they are the ranks whose traces use the group. Members with
 like folded ranks, the rendezvous does not wait for them, but the collective's transfers still run over every
 member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
-NCCL's communicators run them); transfers by their two ranks, tag and order; their sizes must agree. A rank's
-sends to one peer over one process group leave in issue order, each after the one before (program/send_order.py),
-as the modelled pipeline's do. Each collective counts as its group's parallel dimension (layout.py).
+NCCL's communicators run them); transfers by their two ranks, process group and order (PyTorch's
+ProcessGroupNCCL ignores tags; NCCL pairs a communicator's sends and receives in order), their sizes must agree.
+A rank's sends to one peer over one process group leave in issue order, each after the one before
+(program/send_order.py), as the modelled pipeline's do. Each collective counts as its group's parallel dimension
+(layout.py).
 """
 
 from __future__ import annotations
@@ -301,14 +303,14 @@ def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dic
 
 class _End(NamedTuple):
     """One end of a point-to-point transfer: where its trace has it, and which transfer it is (the ``number``-th
-    from ``src`` to ``dst`` with ``tag``, from 0)."""
+    from ``src`` to ``dst`` in process ``group``, from 0)."""
 
     file: str
     where: str
     name: str
     src: int
     dst: int
-    tag: int
+    group: str
     number: int
 
 
@@ -377,12 +379,13 @@ class _Builder:
             if op.peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
             group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
-            series = ("p2p", *group, op.tag)
+            series = ("p2p", *group, op.group) if op.group else ("p2p", *group)
         counts[series] = counts.get(series, -1) + 1
         number = counts[series]
         key = f"{'.'.join(map(str, series))}#{number}"
         if op.kind != "collective":
-            label = f"transfer number {number + 1} from rank {group[0]} to rank {group[1]}"
+            label = (f"transfer number {number + 1} from rank {group[0]} to rank {group[1]}"
+                     + (f" in process group {op.group!r}" if op.group else ""))
         elif by_seq:
             label = f"seq {op.seq} of process group {op.group!r}" + (f" (kernel {number + 1})" if number else "")
         else:
@@ -392,7 +395,7 @@ class _Builder:
             self._joined.setdefault(key, (op.group, op.seq if by_seq else -1, set()))[2].add(rank)
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
-                                                                group[1], op.tag, number)
+                                                                group[1], op.group, number)
             if op.kind == "send":
                 deps = self._send_order.issue((rank, op.peer, op.group), len(self.ops), deps)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
@@ -432,13 +435,13 @@ class _Builder:
                 untraced.setdefault(end.file, []).append((end.where, peer))
                 continue
             partner, other = ("receive", "recv") if kind == "send" else ("send", "send")
-            found = sum(other in sides and (sides[other].src, sides[other].dst, sides[other].tag)
-                        == (end.src, end.dst, end.tag) for sides in self._transfers.values())
-            tagged = f" with tag {end.tag}" if end.tag else ""
+            found = sum(other in sides and (sides[other].src, sides[other].dst, sides[other].group)
+                        == (end.src, end.dst, end.group) for sides in self._transfers.values())
+            grouped = f" in process group {end.group!r}" if end.group else ""
             raise trace_error(end.file, end.where, f"{kind} {end.name!r} is rank {rank}'s {_ordinal(end.number + 1)} "
-                              f"{kind} {'to' if kind == 'send' else 'from'} rank {peer}{tagged}, but rank {peer}'s "
+                              f"{kind} {'to' if kind == 'send' else 'from'} rank {peer}{grouped}, but rank {peer}'s "
                               f"trace ({self._files[peer]}) has {found} matching {partner}{'s' if found != 1 else ''}",
-                              f"a {partner} on the peer for each {kind}, matched by tag and order")
+                              f"a {partner} on the peer for each {kind}, matched by process group and order")
         return tuple(_untraced_warning(file, ends) for file, ends in untraced.items())
 
     def check_collectives_matched(self) -> None:
