@@ -411,3 +411,19 @@ def test_many_slowed_gpus_and_links_print_as_counts():
         "compute of 10 GPUs x1 to x1.09 (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
         "leaf1.r0-spine0 degraded to 50.0% from the start, leaf2.r0-spine0 degraded to 50.0% from the start, "
         "leaf3.r0-spine0 degraded to 50.0% from the start, 2 more links")
+
+
+def test_a_communication_only_run_with_a_link_fault_prints_it(tmp_path, capsys):
+    """A `workload:` run with a failed link wrote summary.json's `faults` but printed none of it: four one-GPU
+    hosts, one 256 MiB all-reduce, leaf0.r0-spine0 down at 1 ms (its 7 routes through that link move)."""
+    scenario = tmp_path / "ar.yaml"
+    scenario.write_text(
+        "cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,\n"
+        "          leaf_ports: 2, spines: 2, oversubscription: 2}\n"
+        "workload:\n"
+        "  - {name: ar, op: all_reduce, bytes: 256 MiB, group: all}\n"
+        "faults: {step: {links: [{link: [leaf0.r0, spine0], at: 1 ms}]}}\n")
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dgx-h100-cluster (4 GPUs), makespan ")
+    assert lines[1] == "step faults: leaf0.r0-spine0 down from 1 ms (7 routes rerouted)"

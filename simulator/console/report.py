@@ -298,7 +298,8 @@ def _print_table(console: Console, table: Table, *, whole: bool = False) -> None
 
 
 def print_run_report(summary: dict, console: Console) -> None:
-    """The table that ends a run: a training step's figures, or the collective table."""
+    """The table that ends a run: a training step's figures, or the collective table, under the makespan line and,
+    when `faults.step` acted, the `step faults` line (a communication-only run's link faults are no less real)."""
     if "step_time_s" in summary:
         console.print(_layout_line(summary), highlight=False)
         table = training_table(summary)
@@ -308,6 +309,8 @@ def print_run_report(summary: dict, console: Console) -> None:
     else:
         console.print(f"{summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
+        if summary.get("faults"):
+            console.print(f"step faults: {_step_faults(summary['faults'])}", highlight=False)
         _print_table(console, collective_table(summary), whole=True)
 
 
