@@ -46,7 +46,8 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     every rank (`folded_step`'s, refused unfolded beyond the scale limits unless ``force``), and a plan for
     every distinct collective (an algorithm may not support an op or a group). The cyclic garbage collector is
     paused meanwhile, as in a run (simulator/collector.py): the program's million ops are a heap that each
-    full collection walks again (on the SC21 1T row, 64 stages x 512 micro-batches, 6.0 -> 4.4 s of CPU)."""
+    full collection walks again (on the SC21 1T row, 64 stages x 512 micro-batches, 5.76 -> 4.45 s of CPU,
+    means of two runs each)."""
     from simulator.scale import refuse_unfolded
     from simulator.workload.comm_program import build_comm_program
 

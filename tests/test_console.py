@@ -393,11 +393,23 @@ def test_a_moe_layout_line_names_its_expert_parallelism():
 
 def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     """faults-straggler-and-spine-link printed the table of a healthy run: its straggler and its failed link
-    were in summary.json's `faults` alone."""
+    were in summary.json's `faults` alone. Its spine link down unfolds the step: the stage fold (one rank, one
+    stage) is given up before its run, which summary.json's `fold_given_up` and the `ranks` row say (8fdfc04
+    added both to this scenario's outputs)."""
     assert main(["run", "faults-straggler-and-spine-link", "--out", str(tmp_path / "out")]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "step faults" in line)
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if "step faults" in line)
     assert row.split("step faults")[1].strip() == ("compute of GPU 1 x2; leaf0.r0-spine0 down from 5 ms "
                                                    "(4 routes rerouted)")
+    ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
+    assert " ".join(" ".join(lines[ranks:ranks + 2]).split()) == (
+        "ranks 4 of 4 ranks simulated; given up: stage fold (1 rank): step faults unlike across replicas (link "
+        "faults (replicas no longer see the same links))")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "step faults unlike across "
+                                         "replicas", "reason": "link faults (replicas no longer see the same links)"}]
+    assert summary["fold_off_reason"] == "link faults (replicas no longer see the same links)"
+    assert (summary["simulated_ranks"], summary["gpus"]) == (4, 4)
 
 
 def test_many_slowed_gpus_and_links_print_as_counts():

@@ -6,11 +6,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import get_args
 
 import pytest
 
 from simulator.config.loader import scenario_from_text
-from simulator.engine import symmetry
+from simulator.engine import fold_policy, symmetry
 from simulator.faults.step import StepFaultPlan
 from simulator.network.model import effective_capacity
 from simulator.parallel.experts import ep_group, expert_dp_group, group_images
@@ -18,6 +19,7 @@ from simulator.parallel.folding import mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
+from simulator.program.unfolding import FoldCheck, Unfolding
 from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, step_program
 from simulator.topology.loader import scenario_topology
 
@@ -508,3 +510,20 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
                               "over GPUs [4, 8] ended on its mirrors")
+
+
+def test_every_fold_check_has_its_refusal_text():
+    """`fold_given_up`'s `why` of a fold refused before its run is `REFUSED` of the check that refused it: one
+    text per `FoldCheck`, none for a check that does not exist."""
+    assert set(fold_policy.REFUSED) == set(get_args(FoldCheck))
+
+
+@pytest.mark.parametrize(("fold", "kind"), [(True, "stage"), (False, None)])
+def test_a_step_s_fold_kind_is_none_where_every_rank_is_simulated(fold, kind):
+    """SMALL_FABRIC folds to one rank per stage (rank 0 of 32, one stage); unfolded (run.fold false, or rebuilt by
+    `unfolded_step` for a check that refused the fold) its step has no fold kind, where it was labelled 'stage'."""
+    loaded = scenario_from_text(SMALL_FABRIC, "inline.yaml", [f"run.fold={str(fold).lower()}"])
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    assert (len(prepared.step.program.ranks), prepared.step.kind) == (1 if fold else 32, kind)
+    unfolded = fold_policy.unfolded_step(prepared.build, StepFaultPlan(), Unfolding("plan", "refused"))
+    assert (len(unfolded.program.ranks), unfolded.kind, unfolded.off_reason) == (32, None, "refused")

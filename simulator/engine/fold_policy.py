@@ -38,7 +38,7 @@ from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.parallel.folding import RankClasses, lane_classes, representatives
 from simulator.program.step import StepProgram
-from simulator.program.unfolding import Unfolding, UnfoldingGuard
+from simulator.program.unfolding import FoldCheck, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 
 StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
@@ -51,7 +51,7 @@ FoldKind = Literal["stage", "classes", "lanes", "routes", "meet"]
 CP lane (`lane_step`), per class by hand-off route loads (`route_step`) or by the meet of the last two
 (`meet_step`)."""
 
-REFUSED = {"plan": "ranks of a stage do different work", "cluster": "cluster not symmetric",
+REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work", "cluster": "cluster not symmetric",
            "collectives": "mirrors would meet the links unlike", "faults": "step faults unlike across replicas"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`): the stable short text
 of a `GivenUp`."""
@@ -83,8 +83,10 @@ class GivenUp:
 
 
 def fell_out_of_step(step: FoldedStep, kept_pace: Lockstep) -> GivenUp:
-    """The fold of ``step`` given up after its run, whose mirrors fell out of step (``kept_pace``, its lockstep
-    report, not in step): other collectives are named before hand-offs, as the run's `fold_off_reason`."""
+    """The fold of ``step`` (a folded one: an unfolded step has no mirrors) given up after its run, whose mirrors
+    fell out of step (``kept_pace``, its lockstep report, not in step): other collectives are named before
+    hand-offs, as the run's `fold_off_reason`."""
+    assert step.kind is not None
     first = kept_pace.apart[0]
     return GivenUp(step.kind, len(step.program.ranks), Unfolding("collectives", first.reason()), first)
 
@@ -100,10 +102,10 @@ class FoldedStep:
     order: ProgramOrder
     slowdowns: dict[int, Slowdown]
     off_reason: str
+    kind: FoldKind | None
+    """How the program is folded; None where it is not (every rank simulated)."""
     classes: RankClasses | None = None
     """The classes of ranks folded apart (None: one representative per stage, or unfolded)."""
-    kind: FoldKind = "stage"
-    """How the program is folded, where it is."""
     given_up: tuple[GivenUp, ...] = ()
     """The folds refused before this step was chosen (`folded_step`'s classes, its stage fold), in order."""
 
@@ -222,7 +224,8 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
         if unfolding is not None:
             refused_stage = GivenUp("stage", len(program.ranks), unfolding)
             return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, refused_stage))
-    return FoldedStep(program, shapes, order, slowdowns, blocker, given_up=given_up)
+    return FoldedStep(program, shapes, order, slowdowns, blocker, "stage" if program.folded else None,
+                      given_up=given_up)
 
 
 def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
@@ -298,7 +301,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
         slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
         if unfolding is not None:
             return GivenUp(kind, len(refined.ranks), unfolding)
-    return FoldedStep(refined, shapes, order, slowdowns, "", classes, kind)
+    return FoldedStep(refined, shapes, order, slowdowns, "", kind, classes)
 
 
 def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mode: NetworkMode,
@@ -319,7 +322,7 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
     if unfolding is not None:
         return GivenUp("classes", len(classed.ranks), unfolding)
-    return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", classes, "classes")
+    return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes)
 
 
 def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfolding,
@@ -331,4 +334,4 @@ def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfoldin
         guard(unfolding)
     program = build(False, None)
     shapes, order = program_indexes(program)
-    return FoldedStep(program, shapes, order, faults.slowdown_of(), unfolding.reason)
+    return FoldedStep(program, shapes, order, faults.slowdown_of(), unfolding.reason, None)
