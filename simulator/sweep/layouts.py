@@ -219,12 +219,12 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
         compute = sum(block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
                       for block in blocks)
         sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
-        for vstage in plan.rank_stages(pp_rank):
-            actions[vstage] = stage_actions_s(plan, times, vstage, rank, share)
-        work = expert_exchange_s(step, times, pp_rank) + sum(
-            sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
-        if share is not None and compute > 0:
-            work += hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound / compute)
+        toll = (hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound / compute)
+                if share is not None and compute > 0 else 0.0)
+        own = {vstage: stage_actions_s(plan, times, vstage, rank, share) for vstage in plan.rank_stages(pp_rank)}
+        for vstage, stage_actions in with_hand_off_toll(own, toll).items():
+            actions[vstage] = stage_actions
+        work = sum(sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
         params = sum(block.params for block in blocks)
         gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
                   if sharding.stage in (1, 2) else 0.0)
@@ -233,10 +233,10 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
             # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
             beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
                                                   unit_work)
-            toll = (sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
-                    if share is not None and compute > 0 else 0.0)
-            slowed = 1 + toll / compute if compute > 0 else 1.0
-            work = max(work + toll + grad_copies_s(plan, params) / plan.microbatches
+            sharded_toll = (sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
+                            if share is not None and compute > 0 else 0.0)
+            slowed = 1 + sharded_toll / compute if compute > 0 else 1.0
+            work = max(work + sharded_toll + grad_copies_s(plan, params) / plan.microbatches
                        + backward_waits_s(plan, times, rank, unit_work, slowed)
                        + forward_sharing_s(plan, times, rank, blocks, slowed),
                        sum(seconds for seconds, _ in beside_compute))
@@ -314,9 +314,11 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, schedule: str,
                     actions: list[tuple[float, float, float]], slots: list[float]) -> list[float]:
     """When each pipeline rank's last action ends: ``schedule`` (the pipeline schedule's name) run on the ideal
     executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad actions lasting
-    ``actions`` of it (`stage_actions_s`) stretched so that each rank's per micro-batch work is its slot in
-    ``slots`` (what the slot holds beyond those, the MoE all-to-alls, the hand-offs' toll, ZeRO-3's waits,
-    shared in proportion), and a hand-off between ranks arriving one hop (`hand_off_s`) after its action ends.
+    ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`) stretched so that
+    each rank's per micro-batch work is its slot in ``slots`` (what the slot holds beyond those, ZeRO-3's waits
+    and tolls, shared in proportion), and a hand-off between ranks arriving one hop (`hand_off_s`) after its
+    action ends. The MoE all-to-alls and the hand-offs' toll sit in the forwards and input grads, not in the
+    weight grads a zero-bubble schedule postpones into its bubbles.
     So the fill, drain and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what
     1F1B leaves idle, and where one stage is heavier the others wait for it rather than for their hand-offs.
     The schedule's order is compiled once per shape (`_named_order`): a search times the same ones many times."""
@@ -343,17 +345,33 @@ def _named_order(name: str, p: int, m: int, v: int, placement: Placement) -> Sch
 def stage_actions_s(plan: StepPlan, times: CollectiveTimes, vstage: int, rank: int,
                     share: SmShare | None) -> tuple[float, float, float]:
     """Seconds of virtual stage ``vstage``'s forward, input-grad backward and weight-grad backward of one
-    micro-batch on ``rank`` (its pipeline rank's representative): the blocks' kernels of each pass and their
-    blocking TP and CP collectives, the backward's (and the recompute's, which runs before the input grads)
-    with the input grads; a weight-grad pass has none (`Pass.sends_activations`). A schedule that keeps the
-    backward whole runs the last two together."""
+    micro-batch on ``rank`` (its pipeline rank's representative): the blocks' kernels of each pass, their
+    blocking TP and CP collectives and their MoE all-to-alls (`block_exchanges_s`), the backward's (and the
+    recompute's, which runs before the input grads) with the input grads; a weight-grad pass has none
+    (`Pass.sends_activations`), so a schedule that postpones it into the bubbles hides no communication. A
+    schedule that keeps the backward whole runs the last two together."""
     forward = grads = weights = 0.0
+    backward = (Pass.BACKWARD, Pass.RECOMPUTE)
     for block in plan.stages[vstage].blocks:
-        forward += block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,), share)
-        grads += block.backward_input_s + block.recompute_s + blocking_collectives_s(
-            plan, times, block, rank, (Pass.BACKWARD, Pass.RECOMPUTE), share)
+        forward += (block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,), share)
+                    + block_exchanges_s(plan, times, block, rank, (Pass.FORWARD,)))
+        grads += (block.backward_input_s + block.recompute_s
+                  + blocking_collectives_s(plan, times, block, rank, backward, share)
+                  + block_exchanges_s(plan, times, block, rank, backward))
         weights += block.backward_weight_s
     return forward, grads, weights
+
+
+def with_hand_off_toll(actions: dict[int, tuple[float, float, float]],
+                       toll: float) -> dict[int, tuple[float, float, float]]:
+    """A rank's virtual stages' (forward, input-grad, weight-grad) seconds with ``toll``, what its hand-offs
+    take from its compute stream per micro-batch (`hand_off_toll_s`), shared over its forwards and input
+    grads in proportion: a send follows one of those and a receive precedes one, and a weight-grad action
+    neither sends nor receives."""
+    sending = sum(forward + grads for forward, grads, _ in actions.values())
+    scale = 1 + toll / sending if sending > 0 else 1.0
+    return {vstage: (forward * scale, grads * scale, weights)
+            for vstage, (forward, grads, weights) in actions.items()}
 
 
 def hand_off_s(plan: StepPlan, times: CollectiveTimes) -> float:
@@ -863,19 +881,22 @@ def expert_exchange_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) 
     the program's ops do, each timed alone (`CollectiveTimes`)."""
     plan = step.plan
     first = plan.layout.rank_of(pp=pp_rank)
-    seconds = 0.0
-    for vstage in plan.rank_stages(pp_rank):
-        for block in plan.stages[vstage].blocks:
-            experts = block.experts
-            passes = sum(experts.exchanges(phase) for phase in (Pass.FORWARD, Pass.RECOMPUTE, Pass.BACKWARD)
-                         ) if experts is not None else 0
-            if experts is None or not passes:
-                continue
-            group = ep_group(plan.layout, first, experts.ep)
-            seconds += passes * sum(times.seconds("all_to_all", group, experts.dispatch_bytes,
-                                                  experts.pairs(which, backward=False))
-                                    for which in ("dispatch", "combine"))
-    return seconds
+    return sum(block_exchanges_s(plan, times, block, first, PASSES)
+               for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks)
+
+
+def block_exchanges_s(plan: StepPlan, times: CollectiveTimes, block: Block, rank: int,
+                      phases: tuple[Pass, ...]) -> float:
+    """Seconds per micro-batch of ``block``'s MoE all-to-alls in ``phases`` on ``rank`` (0 for a dense
+    block): a dispatch and a combine over ``rank``'s EP group per pass that exchanges tokens, timed alone as
+    `expert_exchange_s` says."""
+    experts = block.experts
+    passes = sum(experts.exchanges(phase) for phase in phases) if experts is not None else 0
+    if experts is None or not passes:
+        return 0.0
+    group = ep_group(plan.layout, rank, experts.ep)
+    return passes * sum(times.seconds("all_to_all", group, experts.dispatch_bytes,
+                                      experts.pairs(which, backward=False)) for which in ("dispatch", "combine"))
 
 
 def expert_state_s(step: TrainingStep, times: CollectiveTimes, pp_rank: int) -> float:
