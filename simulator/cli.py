@@ -286,8 +286,6 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     on_healthy_step: Callable[[dict], None] | None = warn
     if args.study == "checkpoint-interval" and args.intervals is None:
-        if loaded.scenario.run.horizon is None:
-            raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
         grid = default_grid(loaded, args.force, warn)
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None
@@ -296,19 +294,34 @@ def _cmd_study(args: argparse.Namespace) -> int:
                           on_healthy_step=on_healthy_step)
     files = write_study(out, study)
     for curve in study["curves"]:
+        if curve["warnings"]:
+            from simulator.console.report import format_seconds
+
+            where = f"rate x {curve['rate_multiplier']:g}, interval {format_seconds(curve['warnings_interval_s'])}"
+            _warn([f"{where}: {warning}" for warning in curve["warnings"]], {}, parallelism)
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
 
 
 def _grid_line(grid: IntervalGrid) -> str:
-    """The default intervals of a checkpoint-interval study: around which Daly interval, and each in whole steps
-    with its duration."""
+    """The default intervals of a checkpoint-interval study: the range they span over the Daly interval they are
+    built around, and each in whole steps with its duration; where rounding to whole steps merged points or
+    raised them to one step, how many (the 405B job's 1/4 to 4 times Daly is 1 to 5 steps, 0.75 to 3.75 times)."""
     from simulator.console.report import format_seconds
+    from simulator.reliability.study import DEFAULT_GRID_FACTORS
+    from simulator.units import counted
 
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
-    return (f"intervals (no --intervals): 1/4 to 4 times Daly's {format_seconds(grid.daly_s)} in ratios of sqrt 2, "
-            f"in whole steps of {format_seconds(grid.step_s)}: {points} steps")
+    low, high = (steps * grid.step_s / grid.daly_s for steps in (grid.steps[0], grid.steps[-1]))
+    rounded = [f"{counted(len(DEFAULT_GRID_FACTORS) - len(grid.steps), 'point')} merged in rounding"] \
+        if len(grid.steps) < len(DEFAULT_GRID_FACTORS) else []
+    if grid.clamped:
+        rounded.append(f"{grid.clamped} below half a step raised to one step")
+    how = f" ({', '.join(rounded)})" if rounded else ""
+    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}, "
+            f"{len(DEFAULT_GRID_FACTORS)} points from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps "
+            f"of {format_seconds(grid.step_s)}{how}: {points} steps")
 
 
 def _study_line(curve: dict) -> str:

@@ -6,7 +6,8 @@ full collections cost about a fifth of `simulate()`'s CPU and found 20 objects (
 about 1,300); on the 16,384-GPU job they cost 1.4-2.8 s of 9-12 s CPU, and pausing them there adds about
 50 MiB to the peak memory. Reference counting still frees everything else as it goes.
 
-The pause is taken once, by decorating the entry points: `simulate()` and `simulate_job()` (the library's),
+The pause is taken once, by decorating the entry points: `simulate()`, `simulate_job()` and `prepare_job()`
+(the library's; a study prepares each point's job before any runs),
 `collective_sweep()` (`trainsim collective`), `preflight.validate()` (`trainsim validate`, which builds the same
 program: on the SC21 1T row its collections cost about a quarter of the CPU) and `trainsim run`, which also loads
 the scenario and writes the outputs with the run's heap alive. What runs beneath them (`run_ops`, the job's event

@@ -309,8 +309,8 @@ def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):
 def test_an_async_write_longer_than_the_interval_costs_its_wait():
     """Async checkpoints every step (1.2 s) with a 10 s background write and no failures: each trigger waits
     for the previous write, so a cycle lasts write + snapshot and one checkpoint costs write + snapshot - step
-    (9.4 s; it was reported as the 0.66 s snapshot and slowdown). ETTR = step / (write + snapshot) within 2e-4
-    (the first cycle, one in 8,131, does not wait)."""
+    (here 10 s + 2.5 s - 0.3086 s = 12.19 s; it was reported as the 2.5 s snapshot and the slowdown share).
+    ETTR = step / (write + snapshot) within 2e-4 (the first cycle, one in 8,131, does not wait)."""
     changes = {"run: {horizon: 54 d, replications: 10, seed: 3}": "run: {horizon: 1 d, seed: 3}",
                "faults:\n  components:\n    job_failure: {unit: host, effect: restart, mtbf: 3 h}\n": "",
                "checkpoint: {interval: 30 min, size: 1 GB}": "checkpoint: {interval: 1 steps, size: 1 TB, mode: async}",
@@ -325,6 +325,19 @@ def test_an_async_write_longer_than_the_interval_costs_its_wait():
     assert checkpoint["cost_s"] == pytest.approx(checkpoint["write_s"] + checkpoint["stall_s"] - step, rel=1e-12)
     assert summary["ettr"]["mean"] == pytest.approx(step / (checkpoint["write_s"] + checkpoint["stall_s"]), rel=2e-4)
 
+
+
+@pytest.mark.parametrize("slowdown", [0.0, 0.05])
+def test_the_docs_example_of_an_async_write_outlasting_its_interval_costs_9_4_s(slowdown):
+    """docs/reliability.md's example: a 10 s write with a 0.6 s snapshot every 1.2 s step costs W + S - k t =
+    10 + 0.6 - 1.2 = 9.4 s a checkpoint, whatever the write's slowdown (the write, not the steps, sets the
+    cycle)."""
+    from simulator.reliability.checkpoint import SegmentCosts
+    from simulator.reliability.summary import checkpoint_cost_s
+
+    costs = SegmentCosts(step_s=1.2, equivalent_step_s=1.2, tokens_per_step=1.0, interval_steps=1, mode="async",
+                         stall_s=0.6, write_s=10.0, slowdown=slowdown, load_s=0.0, warmup_s=0.0)
+    assert checkpoint_cost_s(costs) == pytest.approx(9.4, rel=1e-12)
 
 OOM_JOB = """
 cluster: {topology: dgx-h100-cluster}

@@ -30,6 +30,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import format_seconds
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
+from simulator.units import format_duration
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -356,7 +357,8 @@ def test_an_astronomical_duration_prints_four_significant_digits():
 def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):
     """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
     warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
-    failure; the points (two intervals, two replications each) change no step, so nothing more is said."""
+    failure; the points (two intervals, two replications each) change no step, so nothing more is said of it.
+    The job's own warning (its restarts wait for hosts) comes once, after the points, for the curve."""
     from tests.test_reliability_job import OOM_JOB, stderr_before_each_draw
 
     before = stderr_before_each_draw(monkeypatch, capsys)
@@ -364,7 +366,9 @@ def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path,
     scenario.write_text(OOM_JOB)
     assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min",
                  "--out", str(tmp_path / "study")]) == 0
-    assert len(before) == 4 and before[1:] == ["", "", ""] and capsys.readouterr().err == ""
+    assert len(before) == 4 and before[1:] == ["", "", ""]
+    after = capsys.readouterr().err.splitlines()
+    assert len(after) == 1 and after[0].startswith("warning: rate x 1, interval ") and "restarts waited" in after[0]
     assert [line.split(":")[:2] for line in before[0].splitlines()] == [["warning", " parallelism.fsdp"],
                                                                         ["warning", " OUT OF MEMORY"]]
 
@@ -408,10 +412,100 @@ def test_a_checkpoint_interval_study_without_intervals_runs_a_grid_around_daly(t
     assert curve["fitted_optimum_s"] == pytest.approx(daly, rel=0.05)
     printed = capsys.readouterr().out.splitlines()[0]
     shown = ", ".join(f"{n:,} ({format_seconds(n * step)})" for n in expected)
-    assert printed == (f"intervals (no --intervals): 1/4 to 4 times Daly's {format_seconds(daly)} in ratios of "
-                       f"sqrt 2, in whole steps of {format_seconds(step)}: {shown} steps")
+    low, high = expected[0] * step / daly, expected[-1] * step / daly  # 0.25 and 4 to three digits
+    assert printed == (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(daly)}, 9 "
+                       f"points from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps of "
+                       f"{format_seconds(step)}: {shown} steps")
+    assert (f"{low:.3g}", f"{high:.3g}") == ("0.25", "4")
+
+
+TINY_CHECKPOINT_JOB = (job_text("exponential", 1.0, "10 s").replace("size: 60 GB", "size: 8 KB")
+                       .replace("horizon: 54 d, replications: 20", "horizon: 5 d, replications: 20"))
+"""A job whose Daly interval is 1.35 steps: C = 8 KB / 1 GB/s = 8 us, M = 3 h, sqrt(2 C M) = 0.416 s, steps of
+0.3086 s; over 5 days a checkpoint every step is 1.4 million events a replication."""
+
+
+def test_a_default_grid_over_the_job_event_limit_is_refused_before_any_point_runs(tmp_path, capsys, monkeypatch):
+    """The default grid of a job whose Daly interval is 1.35 steps is 1 to 5 steps: Daly x 1/4 and x 1/sqrt 2
+    round to no step (raised to one), x 1/2 to x 1 to one step too (4 points merged), and the line says so, with
+    the range the steps really span over Daly (0.74 to 3.7 times, not 1/4 to 4). A checkpoint every step over 5
+    days is 40 failures + 432,000 s / step events a replication; at 20 replications only that point is over the
+    20 M limit, and the study is refused once, at run.replications, before any point runs, with the
+    replications every point fits in (it printed the grid, ran nothing and said "a longer checkpoint.interval",
+    which the grid sets)."""
+    import simulator.reliability.study as study
+    from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(TINY_CHECKPOINT_JOB)
+    grid = default_grid(scenario_from_text(TINY_CHECKPOINT_JOB))
+    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    assert nearest == [0, 0, 1, 1, 1, 2, 3, 4, 5] and grid.steps == (1, 2, 3, 4, 5) and grid.clamped == 2
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a point ran before the refusal")
+
+    monkeypatch.setattr(study, "simulate_job", ran)
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study"), "--quiet"]) == 2
+    printed = capsys.readouterr()
+    shown = ", ".join(f"{n} ({format_seconds(n * grid.step_s)})" for n in range(1, 6))
+    low, high = grid.step_s / grid.daly_s, 5 * grid.step_s / grid.daly_s
+    assert printed.out.splitlines() == [
+        f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}, 9 points "
+        f"from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps of {format_seconds(grid.step_s)} (4 "
+        f"points merged in rounding, 2 below half a step raised to one step): {shown} steps"]
+    events = [40 + 5 * 86400 / (n * grid.step_s) for n in range(1, 6)]
+    assert [20 * count > 20e6 for count in events] == [True, False, False, False, False]
+    fits = int(20e6 // events[0])
+    assert fits == 14
+    assert printed.err == (
+        f"error: {scenario}:6: run.replications: 1 of the study's 5 points would each handle more than 20,000,000 "
+        f"events over 20 replications, the job-event limit (the most, a checkpoint every 1 step "
+        f"({format_duration(grid.step_s)}) at rate x 1: ~{20 * events[0]:,.0f}) (allowed: at most 14 "
+        "run.replications (every point then fits), or --intervals or --multipliers without the 1 point over it; "
+        "or pass --force)\n")
+
+
+def test_a_job_that_only_degrades_or_straggles_is_told_so_at_the_default_grid(tmp_path, capsys):
+    """A job whose one failure class straggles expects failures, but none that interrupts it: no Daly interval
+    to build the grid around, and the refusal says why ("expects no failure" was false)."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace(
+        "job_failure: {unit: host, effect: restart, mtbf: 3 h, distribution: exponential, shape: 1.0}",
+        "throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 48 h, repair: 6 h}"))
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study")]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: command line: --intervals: the job expects no failure that interrupts the job (its classes only "
+        "degrade or straggle), so it has no Daly interval to build the default grid around")
 
 
 def test_the_study_help_gives_the_default_grid(capsys):
     assert main(["study", "--help"]) == 0
     assert "default 1/4 to 4 times the job's Daly interval" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curve(tmp_path, capsys, monkeypatch):
+    """GPU 0 fails at 1 h and its host is back 93 min later, no spares: each point's restart waits 91 min after
+    its 2 min detection, over 5% of the 30 h horizon. Every study row gives that wait, and the job's warning
+    (which `trainsim run` prints, and a study dropped) comes once for the curve, naming its point."""
+    import simulator.reliability.simulate as job_simulation
+    from simulator.reliability.processes import Arrivals
+    from tests.test_reliability_timeline import WAIT_JOB
+
+    arrivals = Arrivals(np.array([3600.0]), np.array([0]), np.array([0]), np.array([93 * 60.0]))
+    monkeypatch.setattr(job_simulation, "draw_arrivals", lambda rng, classes, counts, horizon: arrivals)
+    scenario, out = tmp_path / "job.yaml", tmp_path / "study"
+    scenario.write_text(WAIT_JOB)
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,20min", "--out", str(out),
+                 "--quiet"]) == 0
+    curve = json.loads((out / "study.json").read_text())["curves"][0]
+    assert [point["restart_waiting_for_hosts_s"] for point in curve["points"]] == pytest.approx([91 * 60.0] * 2,
+                                                                                                 rel=1e-12)
+    assert pd.read_csv(out / "study.csv")["restart_waiting_for_hosts_s"].tolist() == [5460.0, 5460.0]
+    assert curve["warnings_interval_s"] == curve["points"][0]["interval_s"]
+    assert len(curve["warnings"]) == 1 and curve["warnings"][0].startswith(
+        "restarts waited 1.517 h per replication for spare or repaired hosts, 5.1% of the horizon")
+    err = capsys.readouterr().err
+    assert err.count("restarts waited") == 1
+    assert (f"warning: rate x 1, interval {format_seconds(curve['points'][0]['interval_s'])}: "
+            f"{curve['warnings'][0]}\n") in err

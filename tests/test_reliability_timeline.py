@@ -277,7 +277,28 @@ def test_an_elastic_job_waits_for_repair_below_its_minimum_and_regrows_at_the_ne
     assert sum(running.values()) + summary["time_s"]["restart_s"]["mean"] == pytest.approx(20 * H, abs=1e-6)
     # only the second restart waits: from its detection's end to the first host back
     assert summary["restart_waiting_for_hosts_s"]["mean"] == pytest.approx(11 * H - (2 * H + 60), abs=1e-9)
-    assert job.warnings[0].endswith("more spares cut it (the elastic job waits below its smallest size, 3 replicas)")
+    assert job.warnings[0].endswith("more spares or a lower restart.min_replicas cut it (the elastic job waits below "
+                                    "its smallest size, its restart.min_replicas, 3 replicas)")
+
+
+@pytest.mark.parametrize(("min_replicas", "knobs"), [
+    (3, "more spares or a lower restart.min_replicas cut it (the elastic job waits below its smallest size, its "
+        "restart.min_replicas, 3 replicas)"),
+    (2, "more spares cut it (the elastic job waits below its smallest size, 3 replicas)"),
+    (None, "more spares cut it (the elastic job waits below its smallest size, 3 replicas)")])
+def test_an_elastic_jobs_waiting_warning_names_min_replicas_only_where_it_sets_the_smallest_size(min_replicas,
+                                                                                                 knobs):
+    """An elastic job whose smallest size is 3 replicas waited 2 h per replication of a 20 h horizon (10%), half
+    of its 4 h of restarts. A lower `restart.min_replicas` lowers that size only where it is the minimum; with
+    `min_replicas: 2` (or none), 3 is the smallest for memory or EP, which the minimum cannot lower."""
+    from simulator.reliability.summary import waiting_warning
+
+    summary = {"restart_waiting_for_hosts_s": {"mean": 2 * H}, "horizon_s": 20 * H,
+               "time_s": {"restart_s": {"mean": 4 * H}}, "replicas": {"sizes": [3, 4]}, "elastic": True,
+               "spare_hosts": 0}
+    assert waiting_warning(summary, min_replicas) == (
+        "restarts waited 2 h per replication for spare or repaired hosts, 10.0% of the horizon (50% of the restart "
+        f"time; over 5% warns): the spare pool is too small (restart.spares: 0); {knobs}")
 
 
 GROW_JOB = RAILS.replace("checkpoint: {interval: 30 min}", "checkpoint: {interval: 1000 d}") + """\
@@ -765,8 +786,8 @@ def test_restarts_that_mostly_wait_for_hosts_warn_above_5_percent_of_the_horizon
     restart = job["time_s"]["restart_s"]["mean"]
     assert f"{long_duration(waited_min * 60.0)} of it waiting for hosts" in out
     assert f"{long_duration(waited_min * 60.0)} waiting for hosts on average" in out  # one failure
-    warning = (f"restarts waited {waited_min / 60:.4g} h a run for spare or repaired hosts, {share:.1%} of the "
-               f"horizon ({waited_min * 60 / restart:.0%} of the restart time; over 5% warns): the spare pool "
+    warning = (f"restarts waited {waited_min / 60:.4g} h per replication for spare or repaired hosts, {share:.1%} "
+               f"of the horizon ({waited_min * 60 / restart:.0%} of the restart time; over 5% warns): the spare pool "
                "is too small (restart.spares: 0); more spares or restart.elastic: true cut it")
     if waited_min > 90:
         assert warnings == [warning] and f"warning: {warning}" in printed.err

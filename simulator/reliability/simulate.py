@@ -91,6 +91,26 @@ MAX_JOB_EVENTS, 50,000 times its two minutes and 3 GiB (about 70 days and 150 Ti
 failures in one replication numpy cannot even draw their count (a rate of 1e300 per second was its traceback)."""
 
 
+def job_event_limit(force: bool) -> int:
+    """The most events a job simulation may handle over all its replications: MAX_JOB_EVENTS, or
+    MAX_FORCED_JOB_EVENTS with ``force``."""
+    return MAX_FORCED_JOB_EVENTS if force else MAX_JOB_EVENTS
+
+
+def job_event_parts(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None
+                    ) -> tuple[dict[FieldPath, float], list[float]]:
+    """The events one replication is expected to handle, by the field that carries each part (failures drawn,
+    maintenance windows, and checkpoints written where ``checkpoint_period_s`` is given), and the failures per
+    class."""
+    horizon = loaded.scenario.run.horizon or 0.0
+    per_class = [units * klass.rate_per_unit_s * horizon for klass, units in zip(model.classes, counts)]
+    parts = {("faults",): sum(per_class),
+             ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0}
+    if checkpoint_period_s is not None:
+        parts[("checkpoint", "interval")] = horizon / checkpoint_period_s
+    return parts, per_class
+
+
 def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[int], checkpoint_period_s: float | None,
                     *, force: bool) -> None:
     """Refuse a job whose expected events (failures drawn, maintenance windows, checkpoints written) over
@@ -99,15 +119,10 @@ def refuse_long_job(loaded: LoadedScenario, model: FailureModel, counts: list[in
     one second on 32 GPUs draws 28 million failures per 10-day replication). ``checkpoint_period_s`` is the
     healthy cycle's time between checkpoints; None where the step is not simulated (`trainsim validate`), which
     counts the failures and maintenance windows alone."""
-    scenario = loaded.scenario
-    horizon, replications = scenario.run.horizon or 0.0, scenario.run.replications
-    per_class = [units * klass.rate_per_unit_s * horizon for klass, units in zip(model.classes, counts)]
-    parts = {("faults",): sum(per_class),
-             ("faults", "maintenance", "every"): horizon / model.maintenance.every_s if model.maintenance else 0.0}
-    if checkpoint_period_s is not None:
-        parts[("checkpoint", "interval")] = horizon / checkpoint_period_s
+    replications = loaded.scenario.run.replications
+    parts, per_class = job_event_parts(loaded, model, counts, checkpoint_period_s)
     total = sum(parts.values()) * replications
-    limit = MAX_FORCED_JOB_EVENTS if force else MAX_JOB_EVENTS
+    limit = job_event_limit(force)
     if total <= limit:
         return
     names = {("faults",): "failures", ("faults", "maintenance", "every"): "maintenance windows",
@@ -367,7 +382,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
             progress(replication + 1, scenario.run.replications)
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met)
-    waiting = waiting_warning(summary)
+    waiting = waiting_warning(summary, scenario.restart.min_replicas)
     warnings = () if waiting is None else (waiting,)
     step_summary = prepared.step_summary
     if warnings:

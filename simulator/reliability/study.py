@@ -19,18 +19,20 @@ import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.errors import InputError
-from simulator.reliability.simulate import prepare_job, simulate_job
-from simulator.reliability.summary import optimum_intervals
-from simulator.units import format_duration, parse_duration
+from simulator.reliability.simulate import job_event_limit, job_event_parts, prepare_job, refuse_long_job, simulate_job
+from simulator.reliability.summary import no_failure_text, optimum_intervals
+from simulator.units import counted, format_count, format_duration, parse_duration
 
 
 @dataclass(frozen=True)
 class StudyPoint:
-    """One job simulation of a study: its interval and rate multiplier, and what it gave."""
+    """One job simulation of a study: its interval and rate multiplier, what it gave, and the job's warnings
+    (`summary.waiting_warning`)."""
 
     interval_s: float
     multiplier: float
     summary: dict
+    warnings: tuple[str, ...]
 
     def row(self) -> dict:
         s = self.summary
@@ -39,7 +41,8 @@ class StudyPoint:
                 "ettr_ci95_low": s["ettr"]["ci95_low"], "ettr_ci95_high": s["ettr"]["ci95_high"],
                 "goodput_tokens_per_s": (s["goodput_tokens_per_s"] or {}).get("mean"),
                 "goodput_steps_per_s": s["goodput_steps_per_s"]["mean"],
-                "interruptions": s["interruptions"]["unexpected"]["mean"], "mtbf_s": s["mtbf_s"],
+                "interruptions": s["interruptions"]["unexpected"]["mean"],
+                "restart_waiting_for_hosts_s": s["restart_waiting_for_hosts_s"]["mean"], "mtbf_s": s["mtbf_s"],
                 "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"]}
 
 
@@ -62,6 +65,12 @@ def parse_multipliers(text: str) -> list[float]:
     return parse_list(text, float, "--multipliers", "numbers, e.g. 0.5,1,2,4")
 
 
+def require_horizon(loaded: LoadedScenario) -> None:
+    """Refuse a job study of a scenario without `run.horizon`, at that field."""
+    if loaded.scenario.run.horizon is None:
+        raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
+
+
 DEFAULT_GRID_FACTORS = tuple(2.0 ** (k / 2) for k in range(-4, 5))
 """A checkpoint-interval study without `--intervals` tries the job's Daly interval times these: nine points in
 ratios of sqrt 2 from 1/4 to 4 times it, wide enough for the optimum of a job whose failures are not
@@ -71,12 +80,13 @@ exponential (Weibull 0.5 with a 1 h restart: 1.38 times Daly, tests/test_reliabi
 @dataclass(frozen=True)
 class IntervalGrid:
     """The default intervals of a checkpoint-interval study: Daly's interval of the job as the scenario gives it,
-    its healthy step, and the distinct whole numbers of steps nearest Daly x DEFAULT_GRID_FACTORS (at least one),
-    ascending, with their durations."""
+    its healthy step, the distinct whole numbers of steps nearest Daly x DEFAULT_GRID_FACTORS (at least one),
+    ascending, with their durations, and how many factors came out below half a step (run at one step)."""
 
     daly_s: float
     step_s: float
     steps: tuple[int, ...]
+    clamped: int
 
     @property
     def intervals_s(self) -> list[float]:
@@ -87,18 +97,21 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None) -> IntervalGrid:
     """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
     (its checkpoint cost at the scenario's interval, its failure rates as written); refused, at `--intervals`,
-    for a job without failures, which has none. ``on_healthy_step`` gets the healthy step's summary once it is
-    simulated."""
+    for a job without failures that interrupt it, which has none (`summary.no_failure_text` says which).
+    ``on_healthy_step`` gets the healthy step's summary once it is simulated."""
+    require_horizon(loaded)
     job = prepare_job(loaded, force=force)
     if on_healthy_step is not None:
         on_healthy_step(job.step_summary)
     _, _, daly = optimum_intervals(job.plan, job.counts, job.healthy)
     if daly is None:
-        raise InputError("the job expects no failure, so it has no Daly interval to build the default grid "
-                         "around", field="--intervals", allowed="durations with units, e.g. 5min,10min,30min,1h")
+        raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
+                         "build the default grid around", field="--intervals",
+                         allowed="durations with units, e.g. 5min,10min,30min,1h")
     step = job.healthy.step_s
-    steps = sorted({max(1, round(daly * factor / step)) for factor in DEFAULT_GRID_FACTORS})
-    return IntervalGrid(daly, step, tuple(steps))
+    nearest = [round(daly * factor / step) for factor in DEFAULT_GRID_FACTORS]
+    steps = sorted({max(1, n) for n in nearest})
+    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest))
 
 
 def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
@@ -114,10 +127,13 @@ def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
 
 
 def curve_summary(points: list[StudyPoint]) -> dict:
-    """Best grid point, fitted optimum, Young and Daly of one multiplier's interval curve."""
+    """Best grid point, fitted optimum, Young and Daly of one multiplier's interval curve, and the job's warning
+    of its point that waited longest for hosts among those that warned (None where none did)."""
     points = sorted(points, key=lambda p: p.interval_s)
     best = max(points, key=lambda p: p.summary["ettr"]["mean"])
     first = points[0].summary
+    warned = [p for p in points if p.warnings]
+    waited = max(warned, key=lambda p: p.summary["restart_waiting_for_hosts_s"]["mean"], default=None)
     return {
         "rate_multiplier": points[0].multiplier,
         "mtbf_s": first["mtbf_s"],
@@ -130,6 +146,8 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "fitted_optimum_s": fitted_optimum([p.interval_s for p in points],
                                            [p.summary["ettr"]["mean"] for p in points]),
         "points": [p.row() for p in points],
+        "warnings": [] if waited is None else list(waited.warnings),
+        "warnings_interval_s": None if waited is None else waited.interval_s,
     }
 
 
@@ -140,37 +158,71 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
-    study passes `default_grid`'s). ``force`` runs points
-    beyond the job-event and scale limits (degraded or straggling states that would be unfolded steps past
-    them). ``on_healthy_step`` gets the healthy step's summary once, before the first point's job is simulated
-    (the points change no step): `trainsim study` prints its warnings then. ``progress(done, total)`` hears
-    of each point simulated."""
-    own = load_scenario(scenario, overrides).scenario.faults.rate_multiplier
-    curves: list[dict] = []
+    study passes `default_grid`'s). Every point is checked against the job-event limit before any runs
+    (`refuse_long_study`); ``force`` runs points beyond it and beyond the scale limits (degraded or straggling
+    states that would be unfolded steps past them). ``on_healthy_step`` gets the healthy step's summary once,
+    before the first point's job is simulated (the points change no step): `trainsim study` prints its
+    warnings then. ``progress(done, total)`` hears of each point simulated."""
+    base = load_scenario(scenario, overrides)
+    require_horizon(base)
+    own = base.scenario.faults.rate_multiplier
     at: list[float | None] = [*intervals] if intervals else [None]
-    for multiplier in multipliers:
+    grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval))
+             for interval in at] for multiplier in multipliers]
+    refuse_long_study(base, [point for row in grid for point in row], force)
+    curves: list[dict] = []
+    for row in grid:
         points: list[StudyPoint] = []
-        for interval in at:
-            settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), own * multiplier,
-                                      f"x {multiplier:g}")]
-            if interval is not None:
-                settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
-                                              format_duration(interval)))
-            summary = job_summary_of(load_scenario(scenario, overrides, tuple(settings)), force,
-                                     None if curves or points else on_healthy_step)
-            points.append(StudyPoint(summary["checkpoint"]["interval_s"], multiplier, summary))
+        for multiplier, loaded in row:
+            result = simulate_job(loaded, force=force, on_healthy_step=None if curves or points else on_healthy_step)
+            points.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
+                                     result.warnings))
             if progress is not None:
                 progress(len(curves) * len(at) + len(points), len(multipliers) * len(at))
         curves.append(curve_summary(points))
     return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
 
 
-def job_summary_of(loaded: LoadedScenario, force: bool = False,
-                   on_healthy_step: Callable[[dict], None] | None = None) -> dict:
-    """job_summary.json's dict of one study point (simulate_job's ``on_healthy_step`` passed on)."""
-    if loaded.scenario.run.horizon is None:
-        raise loaded.error(("run", "horizon"), "a job study needs a horizon", "run.horizon: e.g. '54 d'")
-    return simulate_job(loaded, force=force, on_healthy_step=on_healthy_step).summary
+def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multiplier: float, multiplier: float,
+                         interval: float | None) -> LoadedScenario:
+    """The scenario of one study point: ``rate_multiplier`` (the scenario's own times ``multiplier``, which
+    `--multipliers` names) and, where given, the checkpoint interval (`--intervals`)."""
+    settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), rate_multiplier, f"x {multiplier:g}")]
+    if interval is not None:
+        settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
+                                      format_duration(interval)))
+    return load_scenario(scenario, overrides, tuple(settings))
+
+
+def refuse_long_study(base: LoadedScenario, points: list[tuple[float, LoadedScenario]], force: bool) -> None:
+    """Refuse a study whose points would pass the job-event limit (`simulate.refuse_long_job`'s, the forced one
+    with ``force``), once, before any point runs (its shortest intervals, a checkpoint every step on the 405B
+    job, came last only in the default grid's order; a refusal there followed minutes of other points), naming
+    how many replications every point fits in. A point over the limit at one replication is refused as that
+    job is (its failures or maintenance, which the study does not set)."""
+    events: list[float] = []
+    labels: list[str] = []
+    for multiplier, loaded in points:
+        job = prepare_job(loaded, force=force)
+        steps, step = job.healthy.interval_steps, job.healthy.step_s
+        parts, _ = job_event_parts(loaded, job.model, job.counts, steps * step)
+        events.append(sum(parts.values()))
+        labels.append(f"a checkpoint every {counted(steps, 'step')} ({format_duration(steps * step)}) at rate "
+                      f"x {multiplier:g}")
+        if events[-1] > job_event_limit(force):
+            refuse_long_job(loaded, job.model, job.counts, steps * step, force=force)
+    replications, limit = base.scenario.run.replications, job_event_limit(force)
+    worst = max(events)
+    if worst * replications <= limit:
+        return
+    over = sum(count * replications > limit for count in events)
+    changes = (f"at most {int(limit // worst):,} run.replications (every point then fits), or --intervals or "
+               f"--multipliers without the {counted(over, 'point')} over it")
+    beyond = "the most even --force runs" if force else "the job-event limit"
+    raise base.error(("run", "replications"), f"{over} of the study's {counted(len(points), 'point')} would each "
+                     f"handle more than {format_count(limit)} events over {counted(replications, 'replication')}, "
+                     f"{beyond} (the most, {labels[events.index(worst)]}: ~{format_count(worst * replications)})",
+                     changes if force else f"{changes}; or pass --force")
 
 
 def write_study(out_dir: Path, study: dict) -> list[str]:

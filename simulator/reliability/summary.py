@@ -21,15 +21,15 @@ TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s
 
 WAITING_WARNING_SHARE = 0.05
 """Warn when the mean time a job's restarts wait for spare or repaired hosts exceeds this share of the horizon:
-ETTR then falls by more than that for a cause the spare pool or elasticity removes, and nothing else in the
-table says why."""
+ETTR then falls by about that much for a cause that more spares or elasticity mostly remove, and nothing else in
+the table says why."""
 
 
 def checkpoint_cost_s(costs: SegmentCosts) -> float:
     """Time one checkpoint costs in steady state, the C of Young's and Daly's formulas: a checkpoint cycle
     less its steps' time. Sync: the write. Async: the snapshot plus the background write's slowdown, and the
-    wait for the write when it outlasts the interval's steps (a 10 s write every 1.2 s step costs 9.4 s a
-    checkpoint, not the 0.66 s snapshot and slowdown)."""
+    wait for the write when it outlasts the interval's steps (a 10 s write with a 0.6 s snapshot every 1.2 s step
+    costs 10 + 0.6 - 1.2 = 9.4 s a checkpoint, not the snapshot and its slowdown share)."""
     return costs.cycle.period_s - costs.interval_steps * costs.step_s
 
 
@@ -48,10 +48,19 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
     return total, per_class
 
 
+def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
+    """What a job without expected interruptions expects: "no failure", or, where its classes do fail but only
+    degrade or straggle, "no failure that interrupts the job (its classes only degrade or straggle)"."""
+    if any(units * klass.rate_per_unit_s > 0 for klass, units in zip(plan.classes, counts)):
+        return "no failure that interrupts the job (its classes only degrade or straggle)"
+    return "no failure"
+
+
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
     """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
-    M and the healthy checkpoint's cost C (`checkpoint_cost_s`); all None without failures."""
+    M and the healthy checkpoint's cost C (`checkpoint_cost_s`); all None without failures that interrupt the job
+    (`no_failure_text`)."""
     expected, _ = expected_interruptions(plan, counts)
     if not expected:
         return None, None, None
@@ -139,18 +148,25 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
     }
 
 
-def waiting_warning(summary: dict) -> str | None:
+def waiting_warning(summary: dict, min_replicas: int | None = None) -> str | None:
     """A warning when the job's restarts spent more than WAITING_WARNING_SHARE of the horizon waiting for hosts,
     naming the figure and the knobs that cut it (`restart.spares`, and `restart.elastic` for a job that is not;
-    an elastic one waits only below its smallest size, which the warning names); None below it."""
+    an elastic one waits only below its smallest size, which the warning names, and which a lower
+    `restart.min_replicas` lowers where that size is ``min_replicas``, not one memory or EP sets); None below
+    it."""
     waiting, horizon = summary["restart_waiting_for_hosts_s"]["mean"], summary["horizon_s"]
     if waiting <= WAITING_WARNING_SHARE * horizon:
         return None
     restarts = summary["time_s"]["restart_s"]["mean"]
     smallest = summary["replicas"]["sizes"][0]
-    knobs = (f"more spares cut it (the elastic job waits below its smallest size, {counted(smallest, 'replica')})"
-             if summary["elastic"] else "more spares or restart.elastic: true cut it")
-    return (f"restarts waited {format_duration(waiting)} a run for spare or repaired hosts, "
+    if not summary["elastic"]:
+        knobs = "more spares or restart.elastic: true cut it"
+    elif min_replicas is not None and min_replicas == smallest > 1:
+        knobs = (f"more spares or a lower restart.min_replicas cut it (the elastic job waits below its smallest "
+                 f"size, its restart.min_replicas, {counted(smallest, 'replica')})")
+    else:
+        knobs = f"more spares cut it (the elastic job waits below its smallest size, {counted(smallest, 'replica')})"
+    return (f"restarts waited {format_duration(waiting)} per replication for spare or repaired hosts, "
             f"{waiting / horizon:.1%} of the horizon ({waiting / restarts:.0%} of the restart time; over "
             f"{WAITING_WARNING_SHARE:.0%} warns): the spare pool is too small (restart.spares: "
             f"{summary['spare_hosts']:,}); {knobs}")
