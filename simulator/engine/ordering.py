@@ -116,9 +116,13 @@ class Ordering:
         waves = _waves(predecessors, successors)
         self.first_component, self.first_position = _first_places(count, *places)
         self.clocks = _clocks(places, predecessors, waves, columns)
-        self._mark_components, self._mark_positions, self._passed = _reach_marks(
+        self._mark_components, self._mark_positions, passed = _reach_marks(
             self.first_component, self.first_position, successors, waves)
-        self._passing = np.array(sorted(self._passed), dtype=np.int64)
+        self._count = count
+        self._passing = np.zeros(count, dtype=bool)
+        self._passing[list(passed)] = True
+        self._passed_pairs = np.sort(np.fromiter(
+            (node * count + other for node, others in passed.items() for other in others), dtype=np.int64))
 
     @cached_property
     def node_of_op(self) -> dict[int, int]:
@@ -129,9 +133,9 @@ class Ordering:
         """For each i, whether node ``a[i]`` finishes before node ``b[i]`` starts in every run: ``b[i]`` is
         reachable from one of ``a[i]``'s reach marks, or is an asynchronous node passed on the way to them."""
         reached = (self.clocks[b[:, None], self._mark_components[a]] >= self._mark_positions[a]).any(axis=1)
-        if self._passed:
-            for index in np.flatnonzero(np.isin(a, self._passing)):
-                reached[index] |= int(b[index]) in self._passed[int(a[index])]
+        rows = np.flatnonzero(self._passing[a])
+        if len(rows):
+            reached[rows] |= self._passes(a[rows], b[rows])
         return reached & (a != b)
 
     def before(self, a: int, b: int) -> bool:
@@ -156,10 +160,17 @@ class Ordering:
     def _before_table(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """[i, j]: whether node ``a[i]`` happens before node ``b[j]`` (or is it: the caller sets those apart)."""
         table = (self.clocks[b][:, self._mark_components[a]] >= self._mark_positions[a]).any(axis=2).T
-        if self._passed:
-            for index in np.flatnonzero(np.isin(a, self._passing)):
-                table[index] |= np.isin(b, list(self._passed[int(a[index])]))
+        rows = np.flatnonzero(self._passing[a])
+        if len(rows):
+            table[rows] |= self._passes(a[rows, None], b[None, :])
         return table
+
+    def _passes(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Elementwise (broadcast): whether asynchronous node ``a`` passes asynchronous node ``b`` on the way to
+        its reach marks; the pairs are kept as one sorted array of codes ``a x nodes + b``, searched at once."""
+        codes = a * self._count + b
+        found = np.searchsorted(self._passed_pairs, codes)
+        return self._passed_pairs[np.minimum(found, len(self._passed_pairs) - 1)] == codes
 
 
 def _components(ops: Sequence[Op], async_streams: frozenset[str]) -> tuple[np.ndarray, int]:
