@@ -882,6 +882,29 @@ def test_transfers_match_per_process_group(tmp_path):
                                                           rel=EXACT)
 
 
+@pytest.mark.parametrize(("description", "kind"), [("mesh_cp", "cp"), ("undefined", "pp")])
+def test_a_chakra_transfer_s_group_missing_from_the_metadata_is_described_as_its_launcher_records(
+        tmp_path, description, kind):
+    """Rank 0 sends 32 MiB to rank 1 in process group '9', which no process-group metadata lists; the launching
+    record_param_comms nodes record the group as ('9', ``description``). The description was the group's name,
+    '9', naming no dimension (so a pipeline hand-off); now it is the launcher's: `mesh_cp` makes it the CP
+    ring's, `undefined` still names none."""
+    for rank, kind_ in ((0, "send"), (1, "recv")):
+        values = [[[7, 8, 0, ALLREDUCE_BYTES // 2, 2, "cuda:0"]], [12, True], ["9", description], 1 - rank, kind_,
+                  [], [], 0, 1, 2]
+        launcher = {"id": 1, "name": "record_param_comms", "type": "COMP_NODE",
+                    "inputs": {"values": str(values), "shapes": "[]", "types": "[]"},
+                    "attr": [{"name": "is_cpu_op", "boolVal": True}]}
+        node = p2p_node(2, kind_, 1 - rank, ALLREDUCE_BYTES, deps=(1,))
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps([launcher, node]))
+    text = (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{tmp_path}/rank*.json', format: chakra-json}}\n")
+    _, result = run(text, tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9), rel=EXACT)
+    assert result.summary["traffic_bytes_per_gpu"] == pytest.approx(
+        {"tp": 0.0, "cp": 0.0, "pp": 0.0, "dp": 0.0, "ep": 0.0, kind: ALLREDUCE_BYTES / 2}, rel=EXACT)
+
+
 def test_a_transfer_s_ends_that_disagree_on_the_size_in_one_group_are_refused_naming_the_group(tmp_path):
     """The same two transfers as above, all in group a: rank 1's first receive (2 MiB) is rank 0's first send
     (1 MiB), refused."""

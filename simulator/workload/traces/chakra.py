@@ -311,7 +311,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
                         description=known.description, deps=deps)
     send = kind == "COMM_SEND_NODE"
     call = "send" if send else "recv"
-    group = _transfer_group(group, groups, launcher, call)
+    group, description = _transfer_group(group, groups, launcher, call)
     field = "comm_dst" if send else "comm_src"
     peer = attrs.get(field)
     members: tuple[int, ...] = ()
@@ -326,18 +326,26 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
         if peer_rank < 0:
             raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED)
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
-                    nbytes=nbytes, group=group, description=groups.get(group, ProcessGroup(group, ())).description,
+                    nbytes=nbytes, group=group, description=description,
                     peer=peer_rank, members=members, deps=deps)
 
 
-def _transfer_group(pg_name: str, groups: dict[str, ProcessGroup], launcher: dict | None, collective: str) -> str:
-    """The process group of a send (recv): its ``pg_name``; else the group that its launching `record_param_comms`
-    node records (PyTorch records every call's group among its arguments); else the only group of the
-    process-group metadata (torch.distributed's configuration lists every group the job made, so a job of one
-    group sends in it); else '', unknown (several groups, or no metadata)."""
-    if pg_name:
-        return pg_name
-    return _launched_group(launcher, collective) or (next(iter(groups)) if len(groups) == 1 else "")
+def _transfer_group(pg_name: str, groups: dict[str, ProcessGroup], launcher: dict | None,
+                    collective: str) -> tuple[str, str]:
+    """The process group of a send (recv) and its description. The group: its ``pg_name``; else the group that
+    its launching `record_param_comms` node records (PyTorch records every call's group among its arguments);
+    else the only group of the process-group metadata (torch.distributed's configuration lists every group the
+    job made, so a job of one group sends in it); else '', unknown (several groups, or no metadata). Its
+    description: the metadata's; where the metadata lacks the group, the one the launching node records with that
+    group's name (the same call's record: no doubt which group it describes); else the name. A description is
+    never taken to name a group: descriptions are not unique (torchtitan's mesh gives each pipeline group
+    `mesh_pp`, PyTorch every group made without one `undefined`), and a group that the metadata lacks by name is
+    none of those it lists by any description."""
+    launched, launched_description = _launched_group(launcher, collective)
+    name = pg_name or launched or (next(iter(groups)) if len(groups) == 1 else "")
+    if name in groups:
+        return name, groups[name].description
+    return name, launched_description if name == launched and launched_description else name
 
 
 def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[str, ProcessGroup],
@@ -390,14 +398,16 @@ def _launched_peer(launcher: dict | None, collective: str) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
 
 
-def _launched_group(launcher: dict | None, collective: str) -> str:
-    """The name of the process group that the `record_param_comms` node that launched a send (recv) records:
-    PyTorch passes the group's (name, description) right before the rank (`_launch_arguments`). '' where there
-    is no such node, or its inputs do not read so."""
+def _launched_group(launcher: dict | None, collective: str) -> tuple[str, str]:
+    """The (name, description) of the process group that the `record_param_comms` node that launched a send
+    (recv) records: PyTorch passes them right before the rank (`_launch_arguments`). '' each where there is no
+    such node, or its inputs do not read so."""
     arguments = _launch_arguments(launcher, collective)
     group = arguments[-2] if len(arguments) >= 2 else None
-    name = group[0] if isinstance(group, (list, tuple)) and group else None
-    return name if isinstance(name, str) else ""
+    fields = list(group) if isinstance(group, (list, tuple)) else []
+    name, description = (fields + [None, None])[:2]
+    return (name if isinstance(name, str) else "",
+            description if isinstance(name, str) and isinstance(description, str) else "")
 
 
 def _launch_arguments(launcher: dict | None, collective: str) -> list:
