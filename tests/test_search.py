@@ -524,7 +524,7 @@ def test_hand_offs_lengthen_the_interleaved_step_about_as_estimated(cluster, mon
     scenario = Scenario.model_validate(checked.data)
     step = training.build_training_step(scenario, topology)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
-    estimated = [estimate_step_s(each, times, "interleaved", share) for each in (step, _free_hand_offs(step))]
+    estimated = [estimate_step_s(each, times, share) for each in (step, _free_hand_offs(step))]
     simulated = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary["step_time_s"]
     monkeypatch.setattr(transformer_program, "build_training_step",
                         lambda *args: _free_hand_offs(training.build_training_step(*args)))
@@ -910,6 +910,6 @@ def test_the_estimate_times_a_synthetic_pipeline_by_its_schedule(name, step_ms):
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     step = build_training_step(scenario, topology)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
-    estimated = estimate_step_s(step, times, scenario.parallelism.pipeline.schedule, share)
+    estimated = estimate_step_s(step, times, share)
     assert estimated == pytest.approx(step_ms * 1e-3, rel=1e-12)
     assert simulate(loaded).summary["step_time_s"] == pytest.approx(step_ms * 1e-3, rel=1e-12)

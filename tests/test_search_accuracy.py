@@ -42,7 +42,6 @@ def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(scri
     topology = scenario_topology(loaded)
     step = build_training_step(loaded.scenario, topology)
     estimate_s = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
-                                 loaded.scenario.parallelism.pipeline.schedule,
                                  contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
     summary = simulate(loaded).summary
     assert measured.reason == ""

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from simulator.collectives.names import AlgorithmChoice, Primitive
 from simulator.config.loader import validation_error
-from simulator.config.parallelism_options import CUSTOM_SCHEDULE
 from simulator.config.schema import Scenario
 from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
@@ -25,8 +24,8 @@ from simulator.parallel.program import StepPlan
 from simulator.parallel.work import Block, TpPattern, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
-from simulator.schedules.base import Placement, stage_rank
-from simulator.schedules.registry import build_schedule, serves_chunks
+from simulator.schedules.base import Action, Placement, stage_rank
+from simulator.schedules.registry import serves_chunks
 from simulator.schedules.timing import ScheduleOrder, execute, schedule_order
 from simulator.simulation import NetworkSettings, alone_seconds, chain_ends, plan_cache, together_ends
 from simulator.sweep.fields import with_values
@@ -180,12 +179,11 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
         return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
                        peak / GIB)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
-    seconds = estimate_step_s(step, times, scenario.parallelism.pipeline.schedule, share)
+    seconds = estimate_step_s(step, times, share)
     return Checked(c, data, "", peak / GIB, step.tokens_per_step / seconds)
 
 
-def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
-                    share: SmShare | None = None) -> float:
+def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:
     """A quick step time for ranking, not a prediction. Each collective in it is built as the program builds it and
     timed alone on the idle network (`CollectiveTimes`); contention between collectives, and with the other groups'
     copies, is left to the simulator; the SMs that overlapped data-parallel collectives take from the compute are
@@ -196,8 +194,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
     (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the
     previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking
     collectives outlast their alone times by beside the gather under way (`forward_sharing_s`) join it, and the
-    longer of the two fills the micro-batch's slot. The pipeline is ``schedule`` (the pipeline schedule's name)
-    run on the ideal executor with each virtual stage's forward, input-grad and weight-grad actions
+    longer of the two fills the micro-batch's slot. The pipeline is the plan's schedule run on the ideal
+    executor with each virtual stage's forward, input-grad and weight-grad actions
     (`stage_actions_s`) stretched to its rank's slot and the slowest hop between ranks (`pipeline_ends_s`): its
     fill, drain and exposed hand-offs are the schedule's own. Then what the gradient reduction over the DP x CP
     group leaves after each rank's last action (`reduction_tail_s`, less the time the rank ends before the last;
@@ -245,7 +243,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, schedule: str,
         tails.append(reduction_tail_s(plan, times, rank, share)
                      + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
-    ends = pipeline_ends_s(plan, times, schedule, actions, slots)
+    ends = pipeline_ends_s(plan, times, actions, slots)
     pipeline = max(ends)
     # a rank that ends before the last has that long for its gradient reduction's tail
     exposed = max(end + tail for end, tail in zip(ends, tails, strict=True)) - pipeline
@@ -310,19 +308,18 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     return gathered - plain
 
 
-def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, schedule: str,
-                    actions: list[tuple[float, float, float]], slots: list[float]) -> list[float]:
-    """When each pipeline rank's last action ends: ``schedule`` (the pipeline schedule's name) run on the ideal
-    executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad actions lasting
-    ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`) stretched so that
-    each rank's per micro-batch work is its slot in ``slots`` (what the slot holds beyond those, ZeRO-3's waits
-    and tolls, shared in proportion), and a hand-off between ranks arriving one hop (`hand_off_s`) after its
-    action ends. The MoE all-to-alls and the hand-offs' toll sit in the forwards and input grads, not in the
-    weight grads a zero-bubble schedule postpones into its bubbles.
-    So the fill, drain and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what
-    1F1B leaves idle, and where one stage is heavier the others wait for it rather than for their hand-offs.
-    The schedule's order is compiled once per shape (`_named_order`): a search times the same ones many times."""
-    layout = plan.layout
+def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[float, float, float]],
+                    slots: list[float]) -> list[float]:
+    """When each pipeline rank's last action ends: the plan's schedule, the per-rank actions the program runs,
+    on the ideal executor (schedules/timing.py), each virtual stage's forward, input-grad and weight-grad
+    actions lasting ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`)
+    stretched so that each rank's per micro-batch work is its slot in ``slots`` (what the slot holds beyond
+    those, ZeRO-3's waits and tolls, shared in proportion), and a hand-off between ranks arriving one hop
+    (`hand_off_s`) after its action ends. The MoE all-to-alls and the hand-offs' toll sit in the forwards and
+    input grads, not in the weight grads a zero-bubble schedule postpones into its bubbles. So the fill, drain
+    and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what 1F1B leaves idle, and
+    where one stage is heavier the others wait for it rather than for their hand-offs. The schedule's order
+    is compiled once per schedule (`_compiled_order`): a search times the same ones many times."""
     f, b, w = [0.0] * len(plan.stages), [0.0] * len(plan.stages), [0.0] * len(plan.stages)
     for pp_rank, slot in enumerate(slots):
         vstages = plan.rank_stages(pp_rank)
@@ -330,16 +327,15 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, schedule: str,
         stretch = slot / raw if raw > 0 else 0.0
         for vstage in vstages:
             f[vstage], b[vstage], w[vstage] = (seconds * stretch for seconds in actions[vstage])
-    order = (schedule_order(plan.schedule, plan.virtual_stages, plan.placement) if schedule == CUSTOM_SCHEDULE
-             else _named_order(schedule, layout.pp, plan.microbatches, plan.virtual_stages, plan.placement))
+    order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
     _, ends = execute(order, f, b, w, hand_off_s(plan, times))
     return [ends[last] if last >= 0 else 0.0 for last in order.last]
 
 
 @lru_cache(maxsize=64)
-def _named_order(name: str, p: int, m: int, v: int, placement: Placement) -> ScheduleOrder:
-    """The ideal executor's order of the named schedule of this shape."""
-    return schedule_order(build_schedule(name, p, m, v), v, placement)
+def _compiled_order(schedule: tuple[tuple[Action, ...], ...], v: int, placement: Placement) -> ScheduleOrder:
+    """The ideal executor's order of ``schedule`` (each rank's actions; v chunks per rank, ``placement``)."""
+    return schedule_order([list(rank) for rank in schedule], v, placement)
 
 
 def stage_actions_s(plan: StepPlan, times: CollectiveTimes, vstage: int, rank: int,
