@@ -614,10 +614,9 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import (
-        PASSES,
         check_memory,
         sharded_microbatch_spans,
-        sharded_toll_s,
+        sharded_slowdown,
         sharded_unit_work,
         spans_beside_compute,
     )
@@ -634,13 +633,10 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
     plan, blocks = step.plan, list(step.plan.stages[0].blocks)
-    compute = sum(b.forward_s + b.backward_input_s + b.backward_weight_s + b.recompute_s for b in blocks)
-    sm_bound = sum(b.sm_bound_seconds(phase) for b in blocks for phase in PASSES)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
     units = sharded_unit_work(plan, times, 0, blocks)
     spans = sharded_microbatch_spans(plan, times, 0, units)
-    toll = plan.microbatches * sharded_toll_s(spans_beside_compute(plan, spans, units), times, share, compute,
-                                              sm_bound / compute)
+    toll = plan.microbatches * sharded_slowdown(spans_beside_compute(plan, spans, units), times, share, blocks)[0]
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.03)
 
@@ -712,11 +708,10 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import (
-        PASSES,
         check_memory,
         forward_sharing_s,
         sharded_microbatch_spans,
-        sharded_toll_s,
+        sharded_slowdown,
         sharded_unit_work,
         spans_beside_compute,
     )
@@ -734,13 +729,11 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
         scenario = Scenario.model_validate(checked.data)
         step = build_training_step(scenario, topology)
         plan, blocks = step.plan, list(step.plan.stages[0].blocks)
-        compute = sum(b.forward_s + b.backward_input_s + b.backward_weight_s for b in blocks)
-        sm_bound = sum(b.sm_bound_seconds(phase) for b in blocks for phase in PASSES)
         units = sharded_unit_work(plan, times, 0, blocks)
         spans = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, 0, units), units)
-        toll = sharded_toll_s(spans, times, contention_share(scenario.collectives.sm_contention, step.gpu.name),
-                              compute, sm_bound / compute)
-        estimated = plan.microbatches * forward_sharing_s(plan, times, 0, blocks, 1 + toll / compute)
+        _, slowed = sharded_slowdown(spans, times, contention_share(scenario.collectives.sm_contention,
+                                                                    step.gpu.name), blocks)
+        estimated = plan.microbatches * forward_sharing_s(plan, times, 0, blocks, slowed)
         if tp == 8:
             assert estimated == pytest.approx(0.0, abs=1e-12)
             continue

@@ -214,10 +214,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     for pp_rank in range(layout.pp):
         rank = layout.rank_of(pp=pp_rank)
         blocks = [block for vstage in plan.rank_stages(pp_rank) for block in plan.stages[vstage].blocks]
-        compute = sum(block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
-                      for block in blocks)
-        sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
-        toll = (hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound / compute)
+        compute, sm_bound = kernels_s(blocks)
+        toll = (hand_off_toll_s(plan, times, pp_rank, share, compute, sm_bound)
                 if share is not None and compute > 0 else 0.0)
         own = {vstage: stage_actions_s(plan, times, vstage, rank, share) for vstage in plan.rank_stages(pp_rank)}
         for vstage, stage_actions in with_hand_off_toll(own, toll).items():
@@ -231,9 +229,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
             # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
             beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
                                                   unit_work)
-            sharded_toll = (sharded_toll_s(beside_compute, times, share, compute, sm_bound / compute)
-                            if share is not None and compute > 0 else 0.0)
-            slowed = 1 + sharded_toll / compute if compute > 0 else 1.0
+            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks)
             work = max(work + sharded_toll + grad_copies_s(plan, params) / plan.microbatches
                        + backward_waits_s(plan, times, rank, unit_work, slowed)
                        + forward_sharing_s(plan, times, rank, blocks, slowed),
@@ -842,6 +838,26 @@ def spans_beside_compute(plan: StepPlan, spans: list[Span], units: list[ShardedU
         return spans
     opening = min(2, sum(1 for unit in units if unit.params > 0))
     return spans[opening:-1] if waits_for_last_reduction(plan) else spans[opening:]
+
+
+def kernels_s(blocks: list[Block]) -> tuple[float, float]:
+    """Seconds of ``blocks``' kernels per micro-batch, every pass's (the recompute's included), and the share of
+    them that is SM-bound (0 where there are none): what the SMs of collectives running beside them slow."""
+    compute = sum(block.forward_s + block.backward_input_s + block.backward_weight_s + block.recompute_s
+                  for block in blocks)
+    sm_bound = sum(block.sm_bound_seconds(phase) for block in blocks for phase in PASSES)
+    return compute, sm_bound / compute if compute > 0 else 0.0
+
+
+def sharded_slowdown(spans: list[Span], times: CollectiveTimes, share: SmShare | None,
+                     blocks: list[Block]) -> tuple[float, float]:
+    """ZeRO-3's SM toll per micro-batch on ``blocks``' kernels (`sharded_toll_s` over ``spans``; none where
+    ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`)."""
+    compute, sm_bound = kernels_s(blocks)
+    if share is None or compute <= 0:
+        return 0.0, 1.0
+    toll = sharded_toll_s(spans, times, share, compute, sm_bound)
+    return toll, 1 + toll / compute
 
 
 def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
