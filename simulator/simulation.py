@@ -227,8 +227,7 @@ def chain_ends(topology: Topology, settings: NetworkSettings, running: list[list
 
     for phases in running:
         env.process(run_plan(env, network, topology, phases, ""))
-    env.process(stream())
-    env.run()
+    env.run(until=env.process(stream()))  # what runs beside the chain after it ended changes none of its ends
     return tuple(ends)
 
 
