@@ -195,6 +195,32 @@ def test_the_front_reads_tokens_per_second_with_thousands_separators():
     assert axis.get_major_formatter()(480_000, 0) == "480,000"
 
 
+@pytest.mark.parametrize("best_memory_gib", [10.0, 90.0])
+def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
+    """The best layout's label sat left of its point, over the tick labels when the best was the leftmost point
+    (the constrained layout squeezing the axes to keep it on the figure); the decision tree's sat right of its
+    point, past the axes when that was the rightmost."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from simulator.report.study_plots import front_figure
+
+    tree_memory_gib = 100.0 - best_memory_gib
+    candidates = pd.DataFrame({"label": ["tp8 cp1 pp2 dp4 mb1 zero1 recompute=selective",
+                                         "tp4 cp1 pp4 dp4 mb1 zero1 recompute=none", "c"],
+                               "status": ["simulated"] * 3, "peak_memory_gib": [best_memory_gib, tree_memory_gib, 50.0],
+                               "tokens_per_s": [500_000.0, 300_000.0, 400_000.0], "tree_choice": [False, True, False]})
+    figure = front_figure(candidates)
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)
+    figure_box, axes_box = figure.bbox, figure.axes[0].bbox
+    labels = [text for text in figure.axes[0].texts if text.get_text().startswith(("best:", "tree:"))]
+    assert len(labels) == 2
+    for label in labels:
+        extent = label.get_window_extent(renderer)
+        assert figure_box.y0 <= extent.y0 and extent.y1 <= figure_box.y1
+        assert axes_box.x0 <= extent.x0 and extent.x1 <= axes_box.x1  # not over the tick labels, nor squeezing the axes
+
+
 def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, capsys):
     """A sweep of training steps has no collective columns; the busbw chart raised pandas' ValueError."""
     folder = tmp_path / "sweep"
@@ -214,10 +240,12 @@ def test_a_search_folder_is_refused_by_the_sweep_charts_with_the_chart_it_has(tm
                                "tokens_per_s": [1.0], "tree_choice": [False], "tp": [8], "pp": [1]})
     write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
                      lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
+    refusal = (f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front`, "
+               "not `trainsim plot heatmap` (allowed: a folder written by `trainsim sweep` (results.parquet))\n")
     assert main(["plot", "heatmap", str(tmp_path / "search"), "--x", "tp", "--y", "pp", "--value", "tokens_per_s"]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front`, not "
-        "heatmap (allowed: a folder written by `trainsim sweep` (results.parquet))\n")
+    assert capsys.readouterr().err == refusal
+    assert main(["plot", "heatmap", str(tmp_path / "search")]) == 2  # told the folder is wrong before the options
+    assert capsys.readouterr().err == refusal
 
 
 def test_unreadable_study_inputs_say_what_they_should_be(tmp_path, capsys):

@@ -128,6 +128,16 @@ def pareto_front(points: pd.DataFrame, memory: str, throughput: str) -> pd.DataF
     return ordered.loc[keep]
 
 
+def _label_inwards(ax, text: str, x: float, y: float, xs: pd.Series, rise: float) -> None:
+    """Label the point (x, y) on the side of it facing the middle of ``xs`` (the plotted points' x), ``rise``
+    points above it: a label on the right of the rightmost point, or on the left of the leftmost, runs off the
+    figure."""
+    low, high = float(xs.min()), float(xs.max())
+    rightwards = not (high > low and (x - low) / (high - low) > 0.5)
+    ax.annotate(text, (x, y), fontsize=8, xytext=(5 if rightwards else -5, rise), textcoords="offset points",
+                ha="left" if rightwards else "right")
+
+
 def front_figure(candidates: pd.DataFrame) -> Figure:
     """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front joined, the
     winner and the decision tree's choice labelled (a search folder's candidates.parquet)."""
@@ -139,15 +149,14 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     ax.scatter(simulated["peak_memory_gib"], simulated["tokens_per_s"], color="#4C72B0", label="simulated layouts")
     front = pareto_front(simulated, "peak_memory_gib", "tokens_per_s")
     ax.plot(front["peak_memory_gib"], front["tokens_per_s"], color="#C44E52", label="throughput-memory front")
+    memories = simulated["peak_memory_gib"]
     if len(simulated):
         winner = simulated.sort_values("tokens_per_s", ascending=False).iloc[0]
-        ax.annotate(f"best: {winner['label']}", (winner["peak_memory_gib"], winner["tokens_per_s"]), fontsize=8,
-                    xytext=(-5, 5), textcoords="offset points", ha="right")  # the best lies right: label inwards
+        _label_inwards(ax, f"best: {winner['label']}", winner["peak_memory_gib"], winner["tokens_per_s"], memories, 5)
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
         ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,
                    label="decision tree's layout")
-        ax.annotate(f"tree: {tree['label']}", (tree["peak_memory_gib"], tree["tokens_per_s"]), fontsize=8,
-                    xytext=(5, -12), textcoords="offset points")
+        _label_inwards(ax, f"tree: {tree['label']}", tree["peak_memory_gib"], tree["tokens_per_s"], memories, -12)
     ax.set_xlabel("peak memory (GiB)")
     ax.set_ylabel("tokens/s")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))  # 480,000 as the search's table prints it
@@ -204,12 +213,12 @@ def study_figure(chart: str, path: Path, *, x: str | None = None, y: str | None 
         return front_figure(_read_table(path, "candidates.parquet", SEARCH_ALLOWED))
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
+    if path.is_dir() and not (path / "results.parquet").exists() and (path / "candidates.parquet").exists():
+        raise outdir_error(path, f"a layout search's folder: its chart is `trainsim plot front`, not "
+                           f"`trainsim plot {chart}`", TABLE_ALLOWED)
     if x is None or y is None or (chart == "heatmap" and value is None):
         needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
         raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)
-    if path.is_dir() and not (path / "results.parquet").exists() and (path / "candidates.parquet").exists():
-        raise outdir_error(path, f"a layout search's folder: its chart is `trainsim plot front`, not {chart}",
-                           TABLE_ALLOWED)
     frame = _read_table(path, "results.parquet")
     if chart == "heatmap":
         return heatmap_figure(frame, x, y, value or "")
