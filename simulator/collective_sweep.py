@@ -42,10 +42,10 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
     ranks = ranks or topology.num_gpus
     if ranks < 2:
         raise ScenarioError(f"{ranks} rank: a collective needs two or more", field="--ranks",
-                            allowed=f"2..{topology.num_gpus}")
+                            allowed=f"2..{topology.num_gpus:,}")
     if ranks > topology.num_gpus:
         raise ScenarioError(f"{ranks:,} ranks do not fit {topology.name} ({topology.num_gpus:,} GPUs)",
-                            field="--ranks", allowed=f"2..{topology.num_gpus}")
+                            field="--ranks", allowed=f"2..{topology.num_gpus:,}")
     fractions = resolve_efficiency(efficiency, topology.gpu_model, "--efficiency")
     settings = NetworkSettings(mode=mode, efficiency=tuple(sorted(fractions.items())), algorithm=algorithm,
                                chunk_bytes=chunk_bytes(chunk), protocol=protocol)

@@ -391,6 +391,8 @@ def test_bad_input_through_the_console_script(tmp_path):
 
 @pytest.mark.parametrize("args, field, problem, allowed", [
     (["--ranks", "9"], "--ranks", "9 ranks do not fit dgx-h100 (8 GPUs)", "2..8"),
+    (["--set", "gpus=16384", "--ranks", "16385"], "--ranks", "16,385 ranks do not fit dgx-h100 (16,384 GPUs)",
+     "2..16,384"),  # the range read 2..16384 beside the problem's 16,384
     (["--sizes", "1024"], None, "has no unit", "MiB"),
     (["--chunk", "0B"], "--chunk", "chunk '0B' is not positive", "whole bytes from 1 B up to 1 PiB"),  # said 0.0
     (["--sizes", "1MiB:1e30B"], "--sizes", "size '1e30B' is more than 1 PiB, beyond any GPU's memory",

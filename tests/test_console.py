@@ -399,7 +399,7 @@ def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     assert main(["run", "faults-straggler-and-spine-link", "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(line for line in lines if "step faults" in line)
-    assert row.split("step faults")[1].strip() == ("compute of GPU 1 x2; leaf0.r0-spine0 down from 5 ms "
+    assert row.split("step faults")[1].strip() == ("GPU 1 compute x2 slower; leaf0.r0-spine0 down from 5 ms "
                                                    "(4 routes rerouted)")
     ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
     assert " ".join(" ".join(lines[ranks:ranks + 2]).split()) == (
@@ -420,7 +420,7 @@ def test_many_slowed_gpus_and_links_print_as_counts():
               "links": [{"link": f"leaf{i}.r0-spine0", "at_s": 0.0, "capacity": 0.5} for i in range(6)],
               "gpu_failures": [], "rerouted_routes": 0}
     assert _step_faults(faults) == (
-        "compute of 10 GPUs x1 to x1.09 (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
+        "10 GPUs' compute x1 to x1.09 slower (with a swing); leaf0.r0-spine0 degraded to 50.0% from the start, "
         "leaf1.r0-spine0 degraded to 50.0% from the start, leaf2.r0-spine0 degraded to 50.0% from the start, "
         "leaf3.r0-spine0 degraded to 50.0% from the start, 2 more links")
 

@@ -233,8 +233,9 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
     assert json.loads((out / "study.json").read_text())["curves"][0]["mtbf_s"] is None
     from simulator.reliability.plots import goodput_figure, load_study
 
-    legend = goodput_figure(load_study(out)).axes[0].get_legend()
-    assert legend.get_texts()[0].get_text() == "rate x 1 (no failures)"
+    figure = goodput_figure(load_study(out))
+    assert figure.get_suptitle() == "job.yaml"  # the scenario's file name, as a run's charts are titled
+    assert figure.axes[0].get_legend().get_texts()[0].get_text() == "rate x 1 (no failures)"
     assert main(["plot", "goodput", str(out)]) == 0
 
 

@@ -198,20 +198,21 @@ def training_table(summary: dict) -> Table:
 
 
 SHOWN_FAULTS = 4
+"""The most slowed GPUs and failed links the `step faults` row names one by one; more print as a count."""
 
 
 def _step_faults(faults: dict) -> str:
     """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
-    link does not print as a healthy one: the compute factors of a few slowed GPUs by index, of many as a count
+    link does not print as a healthy one: the slowdown factors of a few slowed GPUs by index, of many as a count
     and range; each link's state and time (a few, then a count) and the routes that took a detour; GPU failures
     after the step's end (one before it aborts the step)."""
     parts = []
     slowed = sorted((int(gpu), entry) for gpu, entry in (faults.get("slowed_gpus") or {}).items())
     if slowed:
         factors = sorted(entry["factor"] for _, entry in slowed)
-        text = ("compute of " + ", ".join(f"GPU {gpu} x{entry['factor']:.3g}" for gpu, entry in slowed)
+        text = (", ".join(f"GPU {gpu} compute x{entry['factor']:.3g} slower" for gpu, entry in slowed)
                 if len(slowed) <= SHOWN_FAULTS
-                else f"compute of {len(slowed):,} GPUs x{factors[0]:.3g} to x{factors[-1]:.3g}")
+                else f"{len(slowed):,} GPUs' compute x{factors[0]:.3g} to x{factors[-1]:.3g} slower")
         parts.append(text + (" (with a swing)" if any(entry["swings"] for _, entry in slowed) else ""))
     links = faults.get("links") or []
     shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from simulator.errors import InputError
+from simulator.report.outputs import run_name
 from simulator.report.run_folder import OUTDIR_FIELD, checked_manifest
 
 STUDY_FILE = "study.json"
@@ -105,5 +106,5 @@ def goodput_figure(study: dict) -> Figure:
     goodput_axis.set_ylabel("goodput (M tokens/s)" if tokens else "goodput (healthy-equivalent steps/s)")
     goodput_axis.set_xlabel("checkpoint interval (min)")
     goodput_axis.grid(True, alpha=0.3)
-    figure.suptitle(Path(str(study.get("scenario", ""))).name)
+    figure.suptitle(run_name(study))
     return figure
