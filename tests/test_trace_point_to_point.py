@@ -1,5 +1,6 @@
 """Traced point-to-point transfers as the modelled pipeline runs them: a rank's sends to one peer over one
-process group leave in issue order (program/send_order.py), and a Chakra send or receive without `pg_name`
+process group leave in issue order (program/send_order.py) where the trace records no stream (Chakra), a Kineto
+trace's sends keep their recorded streams, and a Chakra send or receive without `pg_name`
 takes its group from where the trace determines it.
 
 Expected figures: a transfer between two single-GPU hosts of ethernet-100g waits the path's latency (7 us per
@@ -145,3 +146,34 @@ def test_a_chakra_transfer_without_pg_name_whose_group_the_trace_does_not_determ
     assert (Path(caught.value.file).name, caught.value.field) == ("rank0.json", f"nodes[{1 if groups else 0}]")
     assert caught.value.problem == ("COMM_SEND_NODE 'send' has no comm_dst, and no process group: no pg_name, no "
                                     f"record_param_comms node that launched it names one, and {listed}")
+
+
+def kineto_transfers(folder: Path, streams: tuple[int, int]) -> Path:
+    """Kineto traces of two ranks: rank 0 sends 1 MiB to rank 1 in process group '0' twice at 0 us, on CUDA
+    streams ``streams``, and rank 1 receives them on the same streams (the collective's args on the NCCL
+    kernel, as recent PyTorch writes them)."""
+    for rank, (kind, peer_field) in enumerate((("send", "Dst Rank"), ("recv", "Src Rank"))):
+        events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": stream, "ts": 0,
+                   "dur": 100, "args": {"device": 0, "stream": stream, "Collective name": kind,
+                                        "In msg nelems": MIB // 2, "Out msg nelems": MIB // 2, "dtype": "BFloat16",
+                                        "Process Group Name": "0", "Process Group Ranks": "[0, 1]",
+                                        peer_field: 1 - rank}}
+                  for stream in streams]
+        doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+               "traceEvents": events}
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("streams", [(20, 30), (20, 20)], ids=["two-streams", "one-stream"])
+def test_kineto_sends_keep_their_recorded_streams(tmp_path, streams):
+    """A lone isend runs on the pair's NCCL stream and a batch_isend_irecv on the group's: two sends to one peer
+    in one group on two recorded streams ran at once, sharing the NIC (each at half its rate, both ending at
+    L + 2 MiB / r), where the send order chained them (2 (L + 1 MiB / r)); on one stream they still run one
+    after the other."""
+    traces = kineto_transfers(tmp_path, streams)
+    text = (f"cluster: {{topology: ethernet-100g, nodes: 2, nic_bandwidth: 25 Gb/s}}\n"
+            f"workload: {{trace: '{traces}/rank*.json', format: kineto}}\n")
+    _, result = run(text, tmp_path)
+    expected = LATENCY + 2 * MIB / RATE if streams[0] != streams[1] else 2 * (LATENCY + MIB / RATE)
+    assert result.summary["step_time_s"] == pytest.approx(expected, rel=EXACT)

@@ -12,8 +12,9 @@ Both keys serialize more than this, which is left out: a pair's transfers the ot
 a batch's stream also carries the rank's transfers with its other neighbour; but the ops of one batch (in
 1F1B's steady state Megatron sends an activation to the next stage and receives a gradient from it in one) run
 as one NCCL group, at once, so those orders depend on how the job batches its transfers, which neither the
-modelled program nor a trace's separate send and receive ops tell. Every producer of point-to-point sends
-(parallel/program.py's pipeline hand-offs, workload/traces/program.py's traced sends) orders them here.
+modelled program nor a trace's separate send and receive ops tell. Every producer of point-to-point sends that
+no recorded stream orders (parallel/program.py's pipeline hand-offs, workload/traces/program.py's Chakra sends)
+orders them here; a Kineto trace's sends keep the streams they ran on.
 """
 
 from __future__ import annotations

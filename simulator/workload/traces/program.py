@@ -12,9 +12,10 @@ member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
 NCCL's communicators run them); transfers by their two ranks, process group and order (PyTorch's
 ProcessGroupNCCL ignores tags; NCCL pairs a communicator's sends and receives in order), their sizes must agree.
-A rank's sends to one peer over one process group leave in issue order, each after the one before
-(program/send_order.py), as the modelled pipeline's do. Each collective counts as its group's parallel dimension
-(layout.py).
+A rank's sends to one peer over one process group that no recorded stream orders (Chakra's, on ASYNC_STREAMS)
+leave in issue order, each after the one before (program/send_order.py), as the modelled pipeline's do; a
+Kineto send keeps its recorded stream, which orders it as the job ran. Each collective counts as its group's
+parallel dimension (layout.py).
 """
 
 from __future__ import annotations
@@ -396,7 +397,7 @@ class _Builder:
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.group, number)
-            if op.kind == "send":
+            if op.kind == "send" and op.stream in ASYNC_STREAMS:
                 deps = self._send_order.issue((rank, op.peer, op.group), len(self.ops), deps)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                                   category=self.kinds.groups[op.group] if op.kind == "collective"
