@@ -177,7 +177,7 @@ def test_tp_comm_overlap_exposes_the_pair_swaps_and_the_last_chunks(run_yaml):
 
 
 def test_overlapped_gemms_pay_for_the_sms_communication_holds(run_yaml, catalog_sources):
-    overlap, held = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_sms"]
+    overlap, held = tp_overlap(), catalog_sources["tp_comm_overlap_sms"]
     assert (overlap.all_gather_sms, overlap.reduce_scatter_sms) == (held["all_gather"], held["reduce_scatter"])
     sms = catalog_sources["sms"]["h100-sxm"]
     free = run_yaml(OVERLAP, "parallelism.tp_comm_overlap=true", "collectives.sm_contention=none")

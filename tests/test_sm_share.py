@@ -48,7 +48,7 @@ def _plan(text: str, *overrides: str):
 
 def test_the_part_between_overlapped_gemms_slows_by_its_own_sm_bound_share():
     plan, topology = _plan(TWO_GPUS)
-    plan = replace(plan, stages=(StageWork((PART,), 0.0),), tp_overlap=tp_overlap("h100-sxm"))
+    plan = replace(plan, stages=(StageWork((PART,), 0.0),), tp_overlap=tp_overlap())
     ops = ProgramBuilder(plan).build()
     compute = {op.name: op for op in ops if isinstance(op, ComputeOp) and op.rank == 0}
     rest = compute["F0 part"]

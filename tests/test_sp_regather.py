@@ -216,7 +216,7 @@ def test_exposed_tp_time_with_overlap_is_the_ring_exchanges_pipelines_and_bulk_o
     result = run_yaml(ONE_LAYER, "parallelism.tp_comm_overlap=true")
     assert scenario_topology(scenario_from_text(ONE_LAYER)).path_latency(0, 1) == pytest.approx(NVLINK_LATENCY)
     ops = _rank0(result)
-    overlap, method = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_method"]
+    overlap, method = tp_overlap(), catalog_sources["tp_comm_overlap_method"]
     assert (overlap.aggregate, overlap.chunks) == (method["aggregate"], method["num_splits"]) == (True, 4)
     tp = ops[ops["category"] == "tp"]
     # Blocking, whole, by NCCL's ring: the embedding's reduce-scatter (it follows a lookup, not a GEMM) and the
@@ -301,6 +301,6 @@ def test_ring_exchange_exposes_the_pair_swap_and_what_the_ring_outlasts_its_gemm
 
 
 def test_bulk_overlap_holds_the_userbuffers_sms_of_the_nemo_settings(catalog_sources):
-    overlap, held = tp_overlap("h100-sxm"), catalog_sources["tp_comm_overlap_sms"]
+    overlap, held = tp_overlap(), catalog_sources["tp_comm_overlap_sms"]
     assert (overlap.bulk_all_gather_sms, overlap.bulk_reduce_scatter_sms) == (held["bulk_all_gather"],
                                                                              held["bulk_reduce_scatter"])

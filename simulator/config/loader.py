@@ -159,7 +159,7 @@ def _text(parts: FieldPath) -> tuple[str, ...]:
     return tuple(str(part) for part in parts)
 
 
-def apply_overrides(data: dict, overrides: list[str], source: str) -> tuple[dict, tuple[Override, ...]]:
+def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Override, ...]]:
     """Apply ``a.b=value`` strings (``workload[0].bytes=...`` for a list item; values parsed as YAML scalars)
     to a nested dict; return the new dict and the field path each override set, for locating errors in the
     values they wrote."""
@@ -347,7 +347,7 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
                             file=source, line=1)
     written: tuple[Override, ...] = ()
     if overrides:
-        data, written = apply_overrides(data, overrides, source)  # a copy, which the settings may write into
+        data, written = apply_overrides(data, overrides)  # a copy, which the settings may write into
     elif settings:
         data = copy.deepcopy(data)
     for setting in settings:

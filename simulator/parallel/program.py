@@ -244,7 +244,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _p2p_key(self, direction: Pass, mb: int, src_vstage: int, tag: str) -> str:
         return f"pp.{direction}.mb{mb}.vs{src_vstage}.{tag}"
 
-    def _receive(self, rank: int, direction: Pass, mb: int, src_vstage: int, work: StageWork, tag: str) -> list[int]:
+    def _receive(self, rank: int, direction: Pass, mb: int, src_vstage: int, tag: str) -> list[int]:
         """The receive an action waits for: a P2P transfer, or a free hand-off (same GPU, or no P2P cost)
         whose dependency on the producing op is filled in once every rank's program is built.
 
@@ -314,7 +314,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _forward(self, rank: int, action: Action, vstage: int, work: StageWork, tag: str) -> None:
         mb = action.microbatch
-        deps = self._receive(rank, Pass.FORWARD, mb, vstage - 1, work, tag) if vstage > 0 else []
+        deps = self._receive(rank, Pass.FORWARD, mb, vstage - 1, tag) if vstage > 0 else []
         if (rank, vstage) in self._unshards:
             deps = [*deps, self._unshards.pop((rank, vstage))]
         for block in work.blocks:
@@ -333,7 +333,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         gradients alone (BACKWARD_INPUT, a zero-bubble B), between the full backward's TP collectives."""
         mb = action.microbatch
         last_stage = len(self.plan.stages) - 1
-        deps = self._receive(rank, Pass.BACKWARD, mb, vstage + 1, work, tag) if vstage < last_stage else []
+        deps = self._receive(rank, Pass.BACKWARD, mb, vstage + 1, tag) if vstage < last_stage else []
         reduce_copies: list[tuple[Block, int, float]] = []
         for block in reversed(work.blocks):
             deps = deps + self._zero3_gather(rank, block, vstage, mb, Pass.BACKWARD)

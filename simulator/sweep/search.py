@@ -121,7 +121,7 @@ def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict
     written, _ = read_yaml(path, ScenarioError)
     if not isinstance(written, dict):
         raise ScenarioError("the scenario is not a mapping of sections", file=str(path), allowed="a scenario file")
-    data, _ = apply_overrides(written, overrides or [], str(path))
+    data, _ = apply_overrides(written, overrides or [])
     pipeline = scenario.parallelism.pipeline
     data["parallelism"] = {"order": list(scenario.parallelism.order),
                            "pipeline": {"first_last_fewer_layers": pipeline.first_last_fewer_layers}}

@@ -70,10 +70,11 @@ def calibrated_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
     )
 
 
-def tp_overlap(gpu_name: str) -> TPOverlap:
-    """Megatron/TE TP overlap on ``gpu_name``: the pipelined reduce-scatter's chunks, whether the ring exchange
-    aggregates two chunks per step, and the SMs the userbuffers kernels hold, ring exchange, pipelined and bulk
-    (engine/contention.py slows the GEMMs beside them)."""
+def tp_overlap() -> TPOverlap:
+    """Megatron/TE TP overlap, one setting for every GPU (kernels.yaml's `tp_comm_overlap`): the pipelined
+    reduce-scatter's chunks, whether the ring exchange aggregates two chunks per step, and the SMs the
+    userbuffers kernels hold, ring exchange, pipelined and bulk (engine/contention.py slows the GEMMs beside
+    them)."""
     config = kernel_data()["tp_comm_overlap"]
     return TPOverlap(chunks=int(config["chunks"]), aggregate=bool(config["aggregate"]),
                      all_gather_sms=int(config["all_gather_sms"]),

@@ -292,7 +292,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
-    overlap = tp_overlap(gpu.name) if par.tp_comm_overlap else None
+    overlap = tp_overlap() if par.tp_comm_overlap else None
     plan = StepPlan(layout, schedule, stages, v, m, par.sequence_parallel, sharding, optimizer_s,
                     recompute_comm=training.recompute == "full", tp_overlap=overlap, placement=placement,
                     single_stage_loop=par.pipeline.schedule in SINGLE_STAGE)
