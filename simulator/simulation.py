@@ -59,7 +59,7 @@ Progress = Callable[[int, int], None]
 """Called with (ops done, ops in total) while a run executes."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
     """A finished run: the summary (what summary.json holds), the cluster it ran on and the event log; the
     timeline is made of the log on first use."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.config.parameter_server import ParameterServerConfig
+from simulator.config.parameter_server import ParameterServerConfig, Sharding
 from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
@@ -64,7 +64,7 @@ def place(config: ParameterServerConfig, topology: Topology) -> Placement:
     return Placement(server_hosts, tuple(endpoints), tuple(endpoint_server), workers)
 
 
-def shard_tensors(tensors: Sequence[int], servers: int, how: str) -> tuple[int, ...]:
+def shard_tensors(tensors: Sequence[int], servers: int, how: Sharding) -> tuple[int, ...]:
     """Parameters each server holds. ``round_robin``: tensor j goes to server j mod servers, in model order.
     ``by_size``: largest tensor first onto the server holding the fewest parameters so far (ties: the lower
     index), the longest-processing-time rule, which keeps the largest server within 4/3 of the best split."""
