@@ -339,9 +339,21 @@ def _study_line(curve: dict) -> str:
         result = f"interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%{spread})"
     else:
         result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
-    optimum = (f"; Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
-               if curve["young_interval_s"] is not None else "; no failures expected, so no Young or Daly interval")
-    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}{optimum}"
+    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}; {_optimum_text(curve)}"
+
+
+def _optimum_text(curve: dict) -> str:
+    """Young's and Daly's intervals, or why there are none: no failure interrupts the job. Its degradations and
+    stragglers, where it expects some, are named with their count: they cost time though they take no restart
+    (the line said "no failures expected" of a job losing time to them)."""
+    from simulator.console.report import format_seconds, horizon_span
+
+    if curve["young_interval_s"] is not None:
+        return f"Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
+    if not curve["expected_slowdowns"]:
+        return "no failures expected, so no Young or Daly interval"
+    return (f"no failure expected that interrupts the job, only {curve['expected_slowdowns']:,.3g} degradations or "
+            f"stragglers in {horizon_span(curve['horizon_s'])} (slower steps, no restart), so no Young or Daly interval")
 
 
 def _steps_and_edge(curve: dict) -> tuple[str, str]:

@@ -129,14 +129,18 @@ def test_the_docs_show_outputs():
 
 @pytest.mark.parametrize(("page", "command", "printed"), OUTPUTS)
 def test_a_command_the_docs_show_prints_what_they_show(page, command, printed, tmp_path, monkeypatch, capsys):
-    """Figures a page shows drift from the code when a cost changes; the failure prints the new text to paste."""
+    """Figures a page shows drift from the code when a cost changes; the failure prints the new text to paste. A
+    refusal the page shows (its last line `error: ...`) is its output and then its one-line error, exit 2."""
     argv = shlex.split(command)[1:]
     shown_out = argv[argv.index("--out") + 1] if "--out" in argv else None
     if shown_out is not None:
         argv[argv.index("--out") + 1] = str(tmp_path / "out")
     monkeypatch.chdir(ROOT)
-    assert main(argv) == 0, capsys.readouterr().err
-    now = capsys.readouterr().out
+    refused = printed.splitlines()[-1].startswith("error: ")
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == (2 if refused else 0), captured.err
+    now = captured.out + captured.err if refused else captured.out
     if shown_out is not None:
         now = now.replace(str(tmp_path / "out"), shown_out)
     assert now == printed, f"{page}: `{command}` now prints:\n{now}"

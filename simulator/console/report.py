@@ -427,10 +427,14 @@ def job_table(job: dict) -> Table:
     return table
 
 
+def horizon_span(horizon_s: float) -> str:
+    """A job's horizon: in days from a day up, else as `long_duration` (a 2 h horizon is not 0.08333 days)."""
+    days = f"{horizon_s / 86400:,.4g}"
+    return f"{days} {'day' if days == '1' else 'days'}" if horizon_s >= 86400 else long_duration(horizon_s)
+
+
 def print_job_report(job: dict, step: dict, console: Console) -> None:
     """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
-    horizon = job["horizon_s"]
-    days = f"{horizon / 86400:,.4g}"
-    span = f"{days} {'day' if days == '1' else 'days'}" if horizon >= 86400 else long_duration(horizon)
-    console.print(f"{_layout_line(step)}, {span}, {counted(job['replications'], 'replication')}", highlight=False)
+    console.print(f"{_layout_line(step)}, {horizon_span(job['horizon_s'])}, "
+                  f"{counted(job['replications'], 'replication')}", highlight=False)
     _print_table(console, job_table(job))
