@@ -352,8 +352,9 @@ def _optimum_text(curve: dict) -> str:
         return f"Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
-    return (f"no failure expected that interrupts the job, only {curve['expected_slowdowns']:,.3g} degradations or "
-            f"stragglers in {horizon_span(curve['horizon_s'])} (slower steps, no restart), so no Young or Daly interval")
+    slowdowns = f"{curve['expected_slowdowns']:,.3g} degradations or stragglers in {horizon_span(curve['horizon_s'])}"
+    return (f"no failure expected that interrupts the job, only {slowdowns} (slower steps, no restart), so no Young or "
+            "Daly interval")
 
 
 def _steps_and_edge(curve: dict) -> tuple[str, str]:
