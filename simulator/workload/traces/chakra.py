@@ -61,13 +61,14 @@ def read_chakra(path: Path) -> TracedRank:
             raise trace_error(file, f"nodes[{position}]", f"node id {node_id} appears twice", "unique node ids")
         by_id[node_id] = position
     order = _topological(file, nodes, by_id)
-    groups, stated_at = _process_groups(file, nodes)
+    groups, stated_at, unnamed = _process_groups(file, nodes)
+    only = next(iter(groups)) if len(groups) == 1 and not unnamed else ""
     ops: list[TracedOp] = []
     op_of: dict[int, tuple[int, ...]] = {}
     for position in order:
         node = nodes[position]
         deps = tuple(sorted({dep for parent in _parents(file, position, node, by_id) for dep in op_of[parent]}))
-        op = _op(file, position, node, deps, groups, _launcher(nodes, by_id, node))
+        op = _op(file, position, node, deps, groups, only, _launcher(nodes, by_id, node))
         if op is None:
             op_of[position] = deps
             continue
@@ -194,16 +195,17 @@ def _topological(file: str, nodes: list[dict], by_id: dict[int, int]) -> list[in
     return order
 
 
-def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGroup], dict[str, int]]:
-    """The process groups that a `## process_group:init ##` node describes, by name, and the position of the
-    node that stated each (the last, where several do; an init node that names no group, as older PyTorch's
-    pg_ids, states none).
+def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGroup], dict[str, int], int]:
+    """The process groups that a `## process_group:init ##` node describes, by name, the position of the node
+    that stated each (the last, where several do), and how many entries name no group (older PyTorch's pg_ids,
+    which no node refers to: such a metadata's groups are not all known by name).
     PyTorch's execution-trace observer records torch.distributed's group configuration there (`pg_name`,
     `pg_desc`, `ranks`, `group_size`; `ranks` empty for a group of every rank) and Chakra's converter keeps the
     node as metadata, the JSON inside the text of its `inputs.values`; without such a node, nothing is known of
     the groups but their names."""
     groups: dict[str, ProcessGroup] = {}
     stated_at: dict[str, int] = {}
+    unnamed = 0
     for position, node in enumerate(nodes):
         if PG_INIT not in str(node.get("name", "")):
             continue
@@ -216,7 +218,8 @@ def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGrou
                               "group_size}, ...]")
         for entry in entries:
             name, desc = entry.get("pg_name"), entry.get("pg_desc")
-            if name is None:  # older PyTorch wrote a pg_id, which no node refers to
+            if name is None:
+                unnamed += 1
                 continue
             ranks, size = entry.get("ranks") or [], entry.get("group_size", 0)
             if isinstance(ranks, dict):  # {global rank: rank in the group}, as some versions write it
@@ -233,7 +236,7 @@ def _process_groups(file: str, nodes: list[dict]) -> tuple[dict[str, ProcessGrou
                                   f"{size}", "distinct ranks >= 0, as many as the group_size")
             groups[str(name)] = ProcessGroup(str(desc or name), members or tuple(range(size)))
             stated_at[str(name)] = position
-    return groups, stated_at
+    return groups, stated_at, unnamed
 
 
 def _metadata_field(position: int | None) -> str:
@@ -269,10 +272,11 @@ def _launcher(nodes: list[dict], by_id: dict[int, int], node: dict) -> dict | No
     return None
 
 
-def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
-        groups: dict[str, ProcessGroup], launcher: dict | None) -> TracedOp | None:
-    """A node as a traced op, or None for nodes that cost nothing (metadata, memory); ``launcher`` is the
-    `record_param_comms` node that launched it, if the trace keeps one."""
+def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dict[str, ProcessGroup], only: str,
+        launcher: dict | None) -> TracedOp | None:
+    """A node as a traced op, or None for nodes that cost nothing (metadata, memory); ``only`` is the one group
+    the process-group metadata lists ('' where it lists none or several), ``launcher`` the `record_param_comms`
+    node that launched it, if the trace keeps one."""
     where = f"nodes[{position}]"
     kind = _get(node, "type")
     kind = NODE_TYPES.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
@@ -305,16 +309,17 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
             raise trace_error(file, where, f"collective type {comm_type!r} of {name!r} is not supported",
                               ", ".join(f"{key} ({code})" for key, code in COLLECTIVE_NAMES.items()
                                         if code in COLLECTIVE_TYPES)) from None
-        known = groups.get(group, ProcessGroup(group, ()))
+        group, description, inferred = _group(group, groups, only, launcher, None)
+        members = groups[group].members if group in groups else ()
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
-                        group=group or "default", members=known.members, group_size=len(known.members),
-                        description=known.description, deps=deps)
+                        group=group, members=members, group_size=len(members), description=description,
+                        group_inferred=inferred, deps=deps)
     send = kind == "COMM_SEND_NODE"
     call = "send" if send else "recv"
-    group, description = _transfer_group(group, groups, launcher, call)
+    group, description, inferred = _group(group, groups, only, launcher, call)
     field = "comm_dst" if send else "comm_src"
     peer = attrs.get(field)
-    members: tuple[int, ...] = ()
+    members = ()
     if peer is None:
         peer_rank, members = _untold_peer(file, where, f"{kind} {name!r} has no {field}", group, groups,
                                           launcher, call)
@@ -326,26 +331,29 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...],
         if peer_rank < 0:
             raise trace_error(file, where, f"{field} {peer!r} of {name!r} is not a rank", PEER_ALLOWED)
     return TracedOp(position, name, P2P_STREAM, "send" if send else "recv", start, duration, op="send_recv",
-                    nbytes=nbytes, group=group, description=description,
+                    nbytes=nbytes, group=group, description=description, group_inferred=inferred,
                     peer=peer_rank, members=members, deps=deps)
 
 
-def _transfer_group(pg_name: str, groups: dict[str, ProcessGroup], launcher: dict | None,
-                    collective: str) -> tuple[str, str]:
-    """The process group of a send (recv) and its description. The group: its ``pg_name``; else the group that
-    its launching `record_param_comms` node records (PyTorch records every call's group among its arguments);
-    else the only group of the process-group metadata (torch.distributed's configuration lists every group the
-    job made, so a job of one group sends in it); else '', unknown (several groups, or no metadata). Its
-    description: the metadata's; where the metadata lacks the group, the one the launching node records with that
-    group's name (the same call's record: no doubt which group it describes); else the name. A description is
-    never taken to name a group: descriptions are not unique (torchtitan's mesh gives each pipeline group
+def _group(pg_name: str, groups: dict[str, ProcessGroup], only: str, launcher: dict | None,
+           call: str | None) -> tuple[str, str, bool]:
+    """The process group of a collective (``call`` None) or a send (recv), its description, and whether the group
+    is inferred rather than named by the node's own record. The group: its ``pg_name``; else the group that its
+    launching `record_param_comms` node records (PyTorch records every call's group among its arguments); else
+    ``only``, the only group of the process-group metadata (torch.distributed's configuration lists every group
+    the rank is a member of, so a rank of one group communicates in it), inferred; else '', unknown (several
+    groups, or no metadata: groups.py settles it from the other traces or refuses). Its description: the
+    metadata's; where the metadata lacks the group, the one the launching node records with that group's name
+    (the same call's record: no doubt which group it describes); else the name. A description is never taken to
+    name a group: descriptions are not unique (torchtitan's mesh gives each pipeline group
     `mesh_pp`, PyTorch every group made without one `undefined`), and a group that the metadata lacks by name is
     none of those it lists by any description."""
-    launched, launched_description = _launched_group(launcher, collective)
-    name = pg_name or launched or (next(iter(groups)) if len(groups) == 1 else "")
+    launched, launched_description = _launched_group(launcher, call)
+    name = pg_name or launched or only
+    inferred = not (pg_name or launched) and bool(only)
     if name in groups:
-        return name, groups[name].description
-    return name, launched_description if name == launched and launched_description else name
+        return name, groups[name].description, inferred
+    return name, launched_description if name == launched and launched_description else name, inferred
 
 
 def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[str, ProcessGroup],
@@ -398,11 +406,11 @@ def _launched_peer(launcher: dict | None, collective: str) -> int | None:
     return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
 
 
-def _launched_group(launcher: dict | None, collective: str) -> tuple[str, str]:
-    """The (name, description) of the process group that the `record_param_comms` node that launched a send
-    (recv) records: PyTorch passes them right before the rank (`_launch_arguments`). '' each where there is no
-    such node, or its inputs do not read so."""
-    arguments = _launch_arguments(launcher, collective)
+def _launched_group(launcher: dict | None, call: str | None) -> tuple[str, str]:
+    """The (name, description) of the process group that the `record_param_comms` node that launched a
+    collective (``call`` None) or a send (recv) records: PyTorch passes them right before the rank
+    (`_launch_arguments`). '' each where there is no such node, or its inputs do not read so."""
+    arguments = _launch_arguments(launcher, call)
     group = arguments[-2] if len(arguments) >= 2 else None
     fields = list(group) if isinstance(group, (list, tuple)) else []
     name, description = (fields + [None, None])[:2]
@@ -410,17 +418,20 @@ def _launched_group(launcher: dict | None, collective: str) -> tuple[str, str]:
             description if isinstance(name, str) and isinstance(description, str) else "")
 
 
-def _launch_arguments(launcher: dict | None, collective: str) -> list:
-    """The arguments a `record_param_comms` node records before the name of its call ``collective``: PyTorch's
-    RECORD_PARAM_COMMS_DATA takes (input tensors, seq, (group name, description), rank, collective name, split
-    sizes...), which Chakra's converter keeps as the Python text of their list; [] where there is no such node,
-    or its inputs do not read so."""
+def _launch_arguments(launcher: dict | None, call: str | None) -> list:
+    """The arguments a `record_param_comms` node records before the name of its call, ``call`` (any collective's
+    where None: the first text among them): PyTorch's RECORD_PARAM_COMMS_DATA takes (input tensors, seq, (group
+    name, description), rank, collective name, split sizes...), which Chakra's converter keeps as the Python text
+    of their list; [] where there is no such node, or its inputs do not read so."""
     inputs = launcher.get("inputs") if launcher is not None else None
     values = inputs.get("values") if isinstance(inputs, dict) else None
     try:
         parsed = ast.literal_eval(values) if isinstance(values, str) else values
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return []
-    if not isinstance(parsed, list) or collective not in parsed[1:]:
+    if not isinstance(parsed, list):
         return []
-    return parsed[:parsed.index(collective, 1)]
+    named = next((position for position in range(1, len(parsed)) if isinstance(parsed[position], str)), None)
+    if named is None or (call is not None and parsed[named] != call):
+        return []
+    return parsed[:named]

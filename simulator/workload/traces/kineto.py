@@ -281,14 +281,14 @@ class _Parsed:
         if info is None:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
-        group = str(info.get("Process Group Name", info.get("Process Group Description", "")))
+        group = str(info.get("Process Group Name", ""))
         stated, description = self._stated(group, info)
         members = self._members_of(stated, info, where, name)
         size = _whole(info.get("Group size")) or len(members)
         nbytes = self._message_bytes(info, primitive, dtype, name, where)
         shares = self._shares(info, nbytes, size, name, where) if primitive == "all_to_all" else _Shares()
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
-                        op=primitive, nbytes=nbytes, group=group or "default", members=members, group_size=size,
+                        op=primitive, nbytes=nbytes, group=group, members=members, group_size=size,
                         description=description, seq=_sequence(info), uneven=shares.uneven, sends=shares.sends,
                         receives=shares.receives)
 

@@ -42,7 +42,9 @@ class TracedOp:
     ``receives`` the bytes it sends each member of its group and receives from each, in group order, where the
     trace tells them (() where not: an even all-to-all). A send or receive whose trace tells only its process
     group, of two ranks, has ``peer`` -1 and the group's ``members`` until the rank's number is known
-    (with_group_peers)."""
+    (with_group_peers). ``group_inferred``: the op's own record names no group, and ``group`` is the only one
+    its rank's process-group metadata lists (groups.py lets a name that the other end of a transfer records
+    prevail over it)."""
 
     index: int
     name: str
@@ -56,6 +58,7 @@ class TracedOp:
     members: tuple[int, ...] = ()
     group_size: int = 0
     description: str = ""
+    group_inferred: bool = False
     peer: int = -1
     seq: int = -1
     uneven: bool = False

@@ -40,6 +40,7 @@ from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
 from simulator.workload.traces.exchanges import TracedShares, pair_bytes
+from simulator.workload.traces.groups import settled_groups
 from simulator.workload.traces.kineto import read_kineto
 from simulator.workload.traces.layout import Dimensions, TracedSizes, Transfer, dimensions
 from simulator.workload.traces.model import ProcessGroup, TracedOp, TracedRank, trace_error, with_group_peers
@@ -98,6 +99,7 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
                   fold: bool) -> StepProgram:
     """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
+    traced, settled = settled_groups(traced)
     world = traced_world = _world(traced)
     stated = _stated_groups(traced)
     members = _group_members(traced)
@@ -143,7 +145,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
-    warnings += untraced
+    warnings += settled + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
