@@ -314,8 +314,10 @@ def _grid_line(grid: IntervalGrid) -> str:
 
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
     low, high = (steps * grid.step_s / grid.daly_s for steps in (grid.steps[0], grid.steps[-1]))
-    rounded = [f"{counted(len(DEFAULT_GRID_FACTORS) - len(grid.steps), 'point')} merged in rounding"] \
-        if len(grid.steps) < len(DEFAULT_GRID_FACTORS) else []
+    merged = len(DEFAULT_GRID_FACTORS) - len(grid.steps) - grid.past_horizon
+    rounded = [f"{counted(merged, 'point')} merged in rounding"] if merged else []
+    if grid.past_horizon:
+        rounded.append(f"{grid.past_horizon} past run.horizon left out")
     if grid.clamped:
         rounded.append(f"{grid.clamped} below half a step raised to one step")
     how = f" ({', '.join(rounded)})" if rounded else ""

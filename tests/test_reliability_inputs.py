@@ -243,6 +243,11 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
     (("      mtbf: 1000 h", "      rate: 0.5 per h"),
      "faults.components.gpu.rate: rate '0.5 per h' has a period without its number, 'h' (allowed: 'N per U units "
      "per T' or 'N per T', T a duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),
+    # was "unknown duration unit 'GPUs per 54 d' in '16384 GPUs per 54 d'"
+    (("      mtbf: 1000 h", "      rate: 148 per 16384 GPUs per 54 d"),
+     "faults.components.gpu.rate: rate '148 per 16384 GPUs per 54 d' counts 'GPUs': the count of units is written "
+     "'16384 units' (the class's unit says what a unit is) (allowed: 'N per U units per T' or 'N per T', T a "
+     "duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),
 ])
 def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an
@@ -254,6 +259,36 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     problem = err.split(": ", 2)[2]
     assert problem == message, err
+
+
+def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, capsys):
+    """A checkpoint interval longer than the horizon ('3 d' meant as '3 min') wrote no checkpoint without a word:
+    it warns at its line, with the most whole healthy steps the horizon holds for an interval in steps, on stderr
+    and in summary.json's warnings, and the job runs (no checkpoint row in its events); the default interval
+    (30 min) past a shorter horizon asked for no checkpoint and does not warn."""
+    import pandas as pd
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
+    warning = ("--set checkpoint.interval=3 d: checkpoint.interval: a checkpoint every 3 d is longer than run.horizon "
+               "(2 d): the job writes none, and each failure loses the work since its start or the last maintenance "
+               "stop (allowed: a duration up to 2 d for checkpoints to be written)")
+    assert capsys.readouterr().err == f"warning: {warning}\n"
+    assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
+    assert "checkpoint" not in set(pd.read_parquet(out / "job_events.parquet")["kind"].astype(str))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set",
+                 "checkpoint.interval=1000000000 steps"]) == 0
+    err = capsys.readouterr().err
+    step = json.loads((out / "job_summary.json").read_text())["step_time_s"]
+    assert f"(allowed: at most {math.floor(2 * 86400 / step):,} steps or a duration up to 2 d for" in err
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", "checkpoint.interval=2 d"]) == 0
+    assert capsys.readouterr().err == ""
+    short = tmp_path / "short.yaml"
+    short.write_text(BASE.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d", "horizon: 20 min"))
+    assert main(["run", str(short), "--out", str(out), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):

@@ -510,3 +510,32 @@ def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curv
     assert err.count("restarts waited") == 1
     assert (f"warning: rate x 1, interval {format_seconds(curve['points'][0]['interval_s'])}: "
             f"{curve['warnings'][0]}\n") in err
+
+
+def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys):
+    """Daly's interval for C = 60 s, M = 3 h is 1,098.8 s, so the default grid's x 4 (4,395 s) is past a 1 h
+    horizon: it is left out (a point there wrote no checkpoint, and would now be refused at --intervals), and
+    the printed line says so; a 4 min horizon (the scenario's own interval 2 min), shorter than Daly x 1/4
+    (274.7 s), has no point left and is refused at --intervals before any point runs."""
+    from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
+
+    text = job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
+                                                        "horizon: 1 h, replications: 2")
+    grid = default_grid(scenario_from_text(text))
+    nearest = [round(grid.daly_s * factor / grid.step_s) for factor in DEFAULT_GRID_FACTORS]
+    assert [n * grid.step_s > 3600 for n in nearest] == [False] * 8 + [True]
+    assert grid.steps == tuple(nearest[:8]) and grid.past_horizon == 1
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    out = tmp_path / "study"
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert "(1 past run.horizon left out)" in capsys.readouterr().out.splitlines()[0]
+    points = json.loads((out / "study.json").read_text())["curves"][0]["points"]
+    assert [point["interval_steps"] for point in points] == nearest[:8]
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "short"), "--quiet",
+                 "--set", "run.horizon=4 min", "--set", "checkpoint.interval=2 min"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: command line: --intervals: Daly's interval ({format_duration(grid.daly_s)}) x 0.25 is longer than "
+        "run.horizon (4 min): failures are too rare in the horizon for checkpoints to matter (allowed: durations "
+        "up to 4 min, e.g. 5min,10min,30min,1h)\n")
+    assert not (tmp_path / "short").exists()

@@ -130,6 +130,10 @@ def parse_rate(value: object) -> float:
     match = _RATE.match(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
+    counted_as = re.match(rf"^(?P<units>{_NUMBER})\s+(?P<word>\S+)\s+per\s", match["time"])
+    if counted_as:
+        raise ValueError(f"rate {value!r} counts {counted_as['word']!r}: the count of units is written "
+                         f"'{counted_as['units']} units' (the class's unit says what a unit is) (allowed: {allowed})")
     if not re.search(r"\d", match["time"]):
         raise ValueError(f"rate {value!r} has a period without its number, {match['time']!r} (allowed: {allowed})")
     count = float(match["count"])

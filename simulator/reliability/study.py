@@ -82,12 +82,14 @@ exponential (Weibull 0.5 with a 1 h restart: 1.38 times Daly, tests/test_reliabi
 class IntervalGrid:
     """The default intervals of a checkpoint-interval study: Daly's interval of the job as the scenario gives it,
     its healthy step, the distinct whole numbers of steps nearest Daly x DEFAULT_GRID_FACTORS (at least one),
-    ascending, with their durations, and how many factors came out below half a step (run at one step)."""
+    ascending, with their durations, how many factors came out below half a step (run at one step) and how many
+    past the horizon (left out: a job would write no checkpoint)."""
 
     daly_s: float
     step_s: float
     steps: tuple[int, ...]
     clamped: int
+    past_horizon: int
 
     @property
     def intervals_s(self) -> list[float]:
@@ -97,8 +99,9 @@ class IntervalGrid:
 def default_grid(loaded: LoadedScenario, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None) -> IntervalGrid:
     """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
-    (its checkpoint cost at the scenario's interval, its failure rates as written); refused, at `--intervals`,
-    for a job without failures that interrupt it, which has none (`summary.no_failure_text` says which).
+    (its checkpoint cost at the scenario's interval, its failure rates as written), those past the horizon left
+    out; refused, at `--intervals`, for a job without failures that interrupt it, which has none
+    (`summary.no_failure_text` says which), and for one whose every point is past the horizon.
     ``on_healthy_step`` gets the healthy step's summary once it is simulated."""
     require_horizon(loaded)
     job = prepare_job(loaded, force=force)
@@ -109,10 +112,16 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
         raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
                          "build the default grid around", field="--intervals",
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
-    step = job.healthy.step_s
+    step, horizon = job.healthy.step_s, job.plan.horizon_s
     nearest = [round(daly * factor / step) for factor in DEFAULT_GRID_FACTORS]
-    steps = sorted({max(1, n) for n in nearest})
-    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest))
+    past = sum(n * step > horizon for n in nearest)
+    steps = sorted({max(1, n) for n in nearest if n * step <= horizon})
+    if not steps:
+        raise InputError(f"Daly's interval ({format_duration(daly)}) x {min(DEFAULT_GRID_FACTORS):g} is longer "
+                         f"than run.horizon ({format_duration(horizon)}): failures are too rare in the horizon for "
+                         "checkpoints to matter", field="--intervals",
+                         allowed=f"durations up to {format_duration(horizon)}, e.g. 5min,10min,30min,1h")
+    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest), past)
 
 
 def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
