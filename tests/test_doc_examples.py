@@ -13,24 +13,38 @@ subcommands and flags: each flag it shows must be one of its subcommand's option
 arguments before unknown flags, so its refusal alone would pass `trainsim validate --strikt`). Commands that
 show alternatives or optional parts (`[--strict]`, `local|serial|dask`, `run / validate`, `...`) are
 templates, not commands, and are left out. A
-scenario's relative paths (a trace) are read as from a file in scenarios/, where the bundled fixtures are."""
+scenario's relative paths (a trace) are read as from a file in scenarios/, where the bundled fixtures are.
+
+Figures quoted in prose are checked where the run is cheap: `trainsim collective` figures of docs/collectives.md
+and bundled runs' figures (COLLECTIVE_QUOTES, SCENARIO_QUOTES), and docs/schedules.md's example and CSV table.
+Reference tables stay true to the code: docs/architecture.md's module map names every module of simulator/ and
+none that is gone, and each field table lists every field of its schema model with the default the model has."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import contextlib
+import functools
+import itertools
 import json
 import re
 import shlex
+from enum import Enum
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from simulator import load_scenario, simulate
 from simulator.cli import _parser, main
+from simulator.config import schema
 from simulator.config.loader import scenario_from_text
+from simulator.errors import InputError
 from simulator.preflight import validate
 from simulator.scale import sized_topology
+from simulator.units import parse_bandwidth, parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -160,3 +174,253 @@ def shown_part(value: object, shown: object) -> object:
     if isinstance(value, dict) and isinstance(shown, dict):
         return {key: shown_part(value.get(key), part) for key, part in shown.items()}
     return value
+
+
+MODULE_ROW = re.compile(r"^\| (`[^|]+`) \|(.*)$", re.M)
+"""A row of docs/architecture.md's module map: its first cell (the modules it is about), then the rest."""
+
+
+def module_map() -> list[tuple[str, str]]:
+    """The module map's rows as (first cell, whole row)."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    return [(match[1], match[0]) for match in MODULE_ROW.finditer(page)]
+
+
+def named_in_map(module: str, rows: list[tuple[str, str]]) -> bool:
+    """``module`` (a path under simulator/) is named in the map: by its path, or by its file name or stem in the
+    row of its folder (the `collectives/` row names `ring`, `names.py`, ...)."""
+    if any(f"`{module}`" in row for _, row in rows):
+        return True
+    folder, _, file = module.rpartition("/")
+    folder_rows = [row for first, row in rows if f"`{folder}/`" in first]
+    return any(f"`{file}`" in row or f"`{file.removesuffix('.py')}`" in row for row in folder_rows)
+
+
+def test_the_module_map_names_every_module_and_no_other():
+    rows = module_map()
+    package = ROOT / "simulator"
+    modules = [path.relative_to(package).as_posix() for path in sorted(package.rglob("*.py"))
+               if path.name != "__init__.py"]
+    assert not [module for module in modules if not named_in_map(module, rows)]
+    named = {name for first, _ in rows for name in re.findall(r"`([\w/]+\.py)`", first)}
+    assert not [name for name in named if not (package / name).exists()]
+
+
+FIELD_TABLES = [
+    ("docs/training-step.md", "### `training`", {"": "TrainingConfig"}),
+    ("docs/training-step.md", "### `parallelism`", {"": "ParallelismConfig"}),
+    ("docs/network.md", "## Scenario: `network:`", {"": "NetworkConfig"}),
+    ("docs/collectives.md", "## Scenario: `collectives:`", {"": "CollectivesConfig"}),
+    ("docs/collectives.md", "Fields of an item", {"": "CollectiveItem"}),
+    ("docs/cost-model.md", "## Published cases", {"": "PublishedConfig"}),
+    ("docs/reliability.md", "The fields and their defaults",
+     {"checkpoint.": "CheckpointConfig", "storage.": "StorageConfig", "restart.": "RestartConfig"}),
+]
+"""The pages' field tables (the first `| field |` table after the anchor) and the schema models each documents,
+by the prefix their fields take there; docs/reliability.md's also lists `run.horizon` and `run.replications`."""
+
+
+def field_table(page: str, anchor: str) -> dict[str, str]:
+    """Field name -> its default cell, from the first `| field | default |` table after ``anchor``."""
+    lines = (ROOT / page).read_text().splitlines()
+    start = next(index for index, line in enumerate(lines) if anchor in line)
+    header = next(index for index in range(start, len(lines)) if lines[index].startswith("| field | default"))
+    table: dict[str, str] = {}
+    for line in itertools.takewhile(lambda line: line.startswith("|"), lines[header + 2:]):
+        first, default = (cell.strip() for cell in line.split("|")[1:3])
+        names = re.findall(r"`([^`]+)`", first)
+        defaults = default.split(", ") if len(names) > 1 and default.count(", ") == len(names) - 1 else [default]
+        table.update(zip(names, defaults * len(names) if len(defaults) == 1 else defaults, strict=True))
+    return table
+
+
+REQUIRED = object()
+"""The default of a field a scenario must give."""
+
+
+def schema_fields(model: type[BaseModel], prefix: str) -> dict[str, object]:
+    """A model's fields with their defaults (`REQUIRED` where there is none); a sub-section that is always
+    present (`parallelism.pipeline`) by its own fields, an optional one (`training.loss_scaling`) as one field."""
+    fields: dict[str, object] = {}
+    for name, info in model.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            fields.update(schema_fields(info.annotation, f"{prefix}{name}."))
+        else:
+            fields[prefix + name] = REQUIRED if info.is_required() else info.get_default(call_default_factory=True)
+    return fields
+
+
+def shown_default(cell: str) -> object:
+    """The value a default cell shows: YAML (`true`, `1`, `[]`, `"no"`), else a quantity with its unit."""
+    text = cell.strip("`")
+    value = yaml.safe_load(text)
+    if not isinstance(value, str):
+        return value
+    for parse in (parse_size, parse_duration, parse_bandwidth):
+        with contextlib.suppress(InputError):
+            return parse(value)
+    return value
+
+
+@pytest.mark.parametrize(("page", "anchor", "models"), FIELD_TABLES, ids=[case[1] for case in FIELD_TABLES])
+def test_a_field_table_lists_every_field_with_its_default(page, anchor, models):
+    table = field_table(page, anchor)
+    fields = {name: default for prefix, model in models.items()
+              for name, default in schema_fields(getattr(schema, model), prefix).items()}
+    assert sorted(set(fields) - set(table)) == [], f"{page}: fields without a row"
+    assert sorted(set(table) - set(fields) - {"run.horizon", "run.replications"}) == [], f"{page}: rows of no field"
+    for name, default in fields.items():
+        if default is REQUIRED:
+            assert table[name] == "required", name
+        elif default is not None:
+            value = default.value if isinstance(default, Enum) else default
+            assert shown_default(table[name]) == value, f"{page}: {name} defaults to {value!r}, shown {table[name]}"
+
+
+def test_the_schedule_example_of_schedules_md_gives_what_it_shows(capsys):
+    page = (ROOT / "docs" / "schedules.md").read_text()
+    block = re.findall(r"```python\n(.*?)```", page, re.S)[0]
+    namespace: dict = {}
+    exec(block, namespace)
+    order = re.search(r"print\(format_schedule\(schedule\)\)\s+# (.*) \.\.\.", block)[1]
+    assert capsys.readouterr().out.startswith(order)
+    makespan, bubble, peak = ast.literal_eval(re.search(r"peak_in_flight\s+# (.*)", block)[1])
+    timing = namespace["timing"]
+    assert (timing.makespan, round(timing.bubble_fraction, 3), timing.peak_in_flight) == (makespan, bubble, peak)
+
+
+def test_the_csv_table_of_schedules_md_is_what_schedule_to_csv_writes():
+    from simulator import schedules
+
+    page = (ROOT / "docs" / "schedules.md").read_text()
+    block = next(block for block in FENCE.findall(page) if "schedule_to_csv(" in block)
+    expression = re.search(r"what (schedule_to_csv\(.*\)) writes", block)[1]
+    table = "".join(line + "\n" for line in block.splitlines() if not line.startswith("#"))
+    assert eval(expression, vars(schedules)) == table
+
+
+A100_16 = "--topology dgx-a100-cluster --set nodes=16"
+COLLECTIVE_QUOTES = [
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --set nics_per_node=4 --algorithm ring "
+                             "--sizes 1GiB --efficiency ideal",
+                             "--topology dgx-h100-cluster --set nodes=2 --set nics_per_node=4 --algorithm ring "
+                             "--sizes 1GiB"],
+     "1 GiB takes {0[ms]:.1f} ms at line rate, busbw {0[busbw]:.0f} GB/s (`--efficiency ideal`; {1[ms]:.1f} ms and "
+     "{1[busbw]:.0f} GB/s calibrated;"),
+    *[("docs/collectives.md", [f"--topology dgx-h100-cluster --set nodes={hosts} --set nics_per_node={nics} "
+                               "--algorithm tree --protocol simple --sizes 1MiB,64MiB,1GiB"],
+       f"| {hosts} | {nics} | {{0[us]:.0f}} us | {{1[us]:,.0f}} us | {{2[ms]:.2f}} ms |")
+      for hosts, nics in ((2, 8), (2, 4), (4, 8), (4, 4))],
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=2 --algorithm ring --sizes 1GiB"],
+     "against the ring's {0[ms]:.2f} ms (the flat tree"),
+    ("docs/collectives.md", [f"--topology dgx-h100 --algorithm nvls --ranks {ranks} --sizes 4GiB"
+                             for ranks in range(5, 9)],
+     "{0[busbw]:.0f}, {1[busbw]:.0f}, {2[busbw]:.0f} and {3[busbw]:.0f} GB/s on 5 to 8 GPUs at 4 GiB"),
+    ("docs/collectives.md", ["--topology dgx-h100 --set gpu_model=b200 --set nvlink_bandwidth=900GB/s --algorithm nvls "
+                             "--sizes 4GiB"],
+     "On 8 B200s it gives {0[busbw]:.0f} GB/s"),
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --algorithm nvls --sizes 4GiB",
+                             "--topology dgx-h100-cluster --algorithm ring --sizes 4GiB"],
+     "On two DGX H100s at 4 GiB it gives {0[busbw]:.0f} GB/s busbw against the ring's {1[busbw]:.0f} ("),
+    ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --algorithm collnet_direct --sizes 1GiB",
+                             "--topology dgx-h100-superpod --set nodes=4 --algorithm ring --sizes 1GiB"],
+     "on 4 hosts, 1 GiB takes {0[ms]:.2f} ms (busbw {0[busbw]:.0f} GB/s, ring {1[ms]:.2f} ms)"),
+    ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1GiB",
+                             "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls --sizes 1GiB"],
+     "On 4 DGX H100 hosts, 1 GiB takes {0[ms]:.2f} ms, busbw {0[busbw]:.0f} GB/s (`nvls` across hosts without "
+     "SHARP, rail rings of 2(N-1)/N n/g per NIC: {1[ms]:.2f} ms, {1[busbw]:.0f} GB/s)"),
+    ("docs/collectives.md", ["--topology dgx-h100 --op broadcast --algorithm ring --protocol simple --sizes 1GiB",
+                             "--topology dgx-h100 --algorithm tree --sizes 1GiB",
+                             "--topology dgx-h100-cluster --algorithm tree --sizes 1GiB"],
+     "takes {0[ms]:.2f} ms, busbw {0[busbw]:.1f} GB/s at H100's NVLink efficiency (`trainsim collective --topology "
+     "dgx-h100 --op broadcast --algorithm ring --protocol simple --sizes 1GiB`); a tree all-reduce of 1 GiB over the "
+     "8 GPUs {1[ms]:.2f} ms, over 2 DGX H100 nodes {2[ms]:.2f} ms"),
+    ("docs/collectives.md", ["--topology dgx-h100 --sizes 8B,4KiB"],
+     "= {0[us]:.1f} us (LL ring; `trainsim collective --topology dgx-h100 --sizes 8B`)"),
+    ("docs/collectives.md", ["--topology dgx-h100 --sizes 8B,4KiB"], "the simulation gives {1[us]:.1f} at both"),
+    ("docs/collectives.md", ["--topology dgx-h100 --sizes 1MiB", "--topology dgx-h100 --protocol ll --sizes 1GiB"],
+     "up to 1 MiB, where it reaches {0[busbw]:.0f} GB/s busbw, half the cap; forced at 1 GiB (`--protocol ll`) it "
+     "reaches {1[busbw]:.0f} GB/s here"),
+    ("docs/collectives.md", ["--topology dgx-a100-cluster --algorithm tree --sizes 512MiB",
+                             "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
+     "over its simulated {0[ms]:.2f} ms for 512 MiB over two DGX A100s (8 chunks per pipeline, as many as GPUs per "
+     "host) and picks the ring ({1[ms]:.2f} ms)"),
+    ("docs/collectives.md", ["--topology dgx-a100-cluster --sizes 512MiB",
+                             "--topology dgx-a100-cluster --algorithm ring --sizes 512MiB"],
+     "between two hosts the Simple tree again from 512 MiB ({0[ms]:.2f} ms against the ring's {1[ms]:.2f}:"),
+    ("docs/collectives.md", ["--topology dgx-h100-cluster --set nodes=16 --sizes 1MiB"],
+     "(16 hosts, 1 MiB: {0[us]:.1f} us)"),
+    ("docs/collectives.md", [f"{A100_16} --sizes 1KiB", f"{A100_16} --algorithm tree --protocol simple --sizes 1KiB",
+                             f"{A100_16} --algorithm ring --protocol simple --sizes 1KiB", f"{A100_16} --sizes 1GiB",
+                             f"{A100_16} --algorithm tree --sizes 1GiB"],
+     "(1 KiB on 16 hosts: {0[us]:.0f} us, where the Simple tree takes {1[us]:.0f} and the Simple ring {2[us]:,.0f}), "
+     "the LL and LL128 ring for the middle sizes and the Simple ring for large ones (1 GiB: {3[ms]:.1f} ms against "
+     "the tree's {4[ms]:.1f})"),
+    ("docs/collectives.md", ["--topology dgx-h100-superpod --set nodes=4 --sizes 1KiB",
+                             "--topology dgx-h100-superpod --set nodes=4 --algorithm nvls_sharp --sizes 1KiB"],
+     "({0[us]:.1f} us at 1 KiB, against `nvls_sharp`'s {1[us]:.0f} us without base latency)"),
+]
+"""Figures docs/collectives.md quotes from `trainsim collective` runs: the commands, and the text with the
+figures of their rows (every command's rows, in order: `ms` and `us` the time, `busbw` in GB/s)."""
+
+
+def flowing(text: str) -> str:
+    """``text`` with each run of white space one space, as a sentence reads across the page's line breaks."""
+    return re.sub(r"\s+", " ", text)
+
+
+@pytest.mark.parametrize(("page", "commands", "quote"), COLLECTIVE_QUOTES,
+                         ids=[f"{case[1][0]} ..." for case in COLLECTIVE_QUOTES])
+def test_a_collective_figure_a_page_quotes_is_what_the_command_prints(page, commands, quote, capsys):
+    rows = []
+    for command in commands:
+        assert main(["collective", *shlex.split(command), "--json"]) == 0
+        rows += [{"ms": row["time_s"] * 1e3, "us": row["time_s"] * 1e6, "busbw": row["busbw_GBps"]}
+                 for row in json.loads(capsys.readouterr().out)]
+    now = quote.format(*rows)
+    assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
+
+
+SCENARIO_QUOTES = [
+    ("docs/training-step.md", "mixtral-8x7b-ep8",
+     "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
+    ("docs/training-step.md", "mixtral-8x7b-ep8",
+     "(`trainsim run mixtral-8x7b-ep8 --out DIR`: {s[moe][dropped_token_fraction]:.1%} dropped, MFU {s[mfu]:.1%}, "
+     "nominal {s[nominal_mfu]:.1%})"),
+    ("docs/training-step.md", "mixtral-8x7b-ep8",
+     "`mixtral-8x7b-ep8` sends {gb_ep:.2f} GB per GPU of it per step, `traffic_bytes_per_gpu.ep`, and leaves "
+     "{s[exposed_comm_s][ep]:.3f} s exposed"),
+    ("docs/training-step.md", "llama3-8b-dgx-h100-dp8",
+     "fully exposed: {ms_exposed_dp:.1f} ms of the {ms_dp:.0f} ms of DP communication"),
+    ("docs/parameter_server.md", "parameter-server-vs-allreduce",
+     "(sync: {ms_exchange:.0f} ms of exchange per iteration against a {ms_allreduce:.0f} ms all-reduce on an idle "
+     "cluster; `busiest_link_bytes` {gib_busiest:.1f} GiB against {gib_allreduce_busiest:.1f} GiB)"),
+]
+"""Figures pages quote from a bundled scenario's summary: the scenario, and the text with its figures (`s` the
+summary, and the derived figures of `quoted_figures`)."""
+
+
+def quoted_figures(summary: dict) -> dict:
+    """The summary and the figures pages derive from it in other units."""
+    figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
+                     "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
+                     "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3}
+    if "parameter_server" in summary:
+        servers = summary["parameter_server"]
+        figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
+                    "gib_busiest": servers["busiest_link_bytes_per_iteration"] / 2**30,
+                    "gib_allreduce_busiest": servers["allreduce"]["busiest_link_bytes"] / 2**30}
+    return figures
+
+
+@functools.cache
+def bundled_summary(name: str) -> dict:
+    """The summary of a bundled scenario's run, once per session."""
+    return simulate(load_scenario(name)).summary
+
+
+@pytest.mark.parametrize(("page", "scenario", "quote"), SCENARIO_QUOTES,
+                         ids=[f"{case[1]}-{index}" for index, case in enumerate(SCENARIO_QUOTES)])
+def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, quote):
+    now = quote.format(**quoted_figures(bundled_summary(scenario)))
+    assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
