@@ -72,10 +72,10 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
     `_send`). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning and
     its stage fold in `fold_given_up` with these figures (the fold by CP lane is tried only where the step may
-    unfold); no collective other than a hand-off falls out of step. With every CP lane simulated (256 ranks, what --force runs, not run here: 225 s of CPU, 10.6 GiB) no
-    mirror falls out of step, the step is 11.296940 s and the exposed pipeline communication 453.1 ms per GPU
-    (the stage fold 3.3e-6 short). Measured 2026-12-03; a change to the network model,
-    the spine hash or the program moves these figures, and should be looked at here."""
+    unfold); no collective other than a hand-off falls out of step. With every CP lane simulated (256 ranks, what
+    --force runs, not run here: 225 s of CPU, 10.6 GiB) no mirror falls out of step, the step is 11.296940 s and
+    the exposed pipeline communication 453.1 ms per GPU (the stage fold 3.3e-6 short). Measured 2026-12-03; a
+    change to the network model, the spine hash or the program moves these figures, and should be looked at here."""
     summary = simulate(load_scenario(LONG_CONTEXT)).summary
     assert summary["folded"] and "fold_off_reason" not in summary
     (warning,) = summary["warnings"]
