@@ -358,8 +358,7 @@ def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
     lanes = RankClasses((0, 1) * 8)
     hosts = RankClasses((0,) * 8 + (1,) * 8)
     by_host_and_lane = RankClasses((0, 1) * 4 + (2, 3) * 4)
-    assert lanes.meet(hosts) == by_host_and_lane and by_host_and_lane.refines(lanes)
-    assert by_host_and_lane.refines(hosts) and not lanes.refines(hosts) and not hosts.refines(lanes)
+    assert lanes.meet(hosts) == by_host_and_lane == by_host_and_lane.meet(lanes) == by_host_and_lane.meet(hosts)
     assert lanes.meet(RankClasses((0,) * 4 + (1,) * 12)) is None
     folded = cast(FoldedStep, SimpleNamespace(classes=None, program=SimpleNamespace(layout=None)))
 
@@ -375,49 +374,69 @@ def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
 
 
 
-def test_every_refold_that_can_be_ordered_is_judged_and_only_unordered_refinements_skip_it(monkeypatch):
+def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch):
     """`_refined_step`'s rule, with `fold_verdict` refusing every program: on the wrap case with TP 4 x CP 2
     (folded by stage, each refold small enough to order) route classes, lanes and their meet all run when
     judged by the real check and are refused by the refusing one; with no ordering (as for the DeepSeek
-    candidate's 128 ranks), the three refine the stage fold and run unjudged, while lanes that cut across a
-    step classed by NVLink loads (the CP fabric of tests/test_folding.py: hosts 0 and 3, hosts 1 and 2 of each
-    stage) are still judged, so refused: given up, with the check's reason."""
+    candidate's 128 ranks) they are refused too, where route classes and lanes, which refine the stage fold, ran
+    unjudged before; and so are lanes that cut across a step classed by NVLink loads (the CP fabric of
+    tests/test_folding.py: hosts 0 and 3, hosts 1 and 2 of each stage): given up, with the check's reason."""
     loaded = scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml", [])
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     build, folded = prepared.build, prepared.step
     judged = (prepared.plans, "flow", prepared.settings.efficiency)
 
-    def refolds() -> list[tuple[int, ...] | None]:
+    def refolds() -> list[tuple[int, ...] | GivenUp | None]:
         routes = route_step(build, folded, *judged, StepFaultPlan())
         lanes = lane_step(build, folded, *judged, StepFaultPlan())
-        met = None if routes is None or lanes is None else meet_step(build, folded, [routes, lanes], *judged)
-        return [None if step is None else step.program.ranks for step in (routes, lanes, met)]
+        ran = [step for step in (routes, lanes) if isinstance(step, FoldedStep)]
+        met = meet_step(build, folded, ran, *judged) if len(ran) == 2 else None
+        return [step.program.ranks if isinstance(step, FoldedStep) else step for step in (routes, lanes, met)]
 
     cp_loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
         "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
         "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
     classed = prepare_training(cp_loaded, scenario_topology(cp_loaded), StepFaultPlan())
-    layout = classed.step.program.layout
-    assert classed.step.classes == RankClasses((0,) * 8 + (1,) * 16 + (0,) * 8) and layout is not None
-    assert not lane_classes(layout).refines(classed.step.classes)
+    assert classed.step.classes == RankClasses((0,) * 8 + (1,) * 16 + (0,) * 8)
     assert folded.classes is None and folded.program.ranks == (0, 16)
-    ran = [(0, 8, 16, 24), (0, 4, 16, 20), (0, 4, 8, 12, 16, 20, 24, 28)]
-    assert refolds() == ran
+    assert refolds() == [(0, 8, 16, 24), (0, 4, 16, 20), (0, 4, 8, 12, 16, 20, 24, 28)]
 
     def refuse(*args: object) -> tuple[dict, Unfolding]:
         return {}, Unfolding("collectives", "refused")
 
+    refused = Unfolding("collectives", "refused")
     monkeypatch.setattr(fold_policy, "fold_verdict", refuse)
-    routes = route_step(build, folded, *judged, StepFaultPlan())
-    lanes = lane_step(build, folded, *judged, StepFaultPlan())
-    assert routes == GivenUp("routes", 4, Unfolding("collectives", "refused"))
-    assert lanes == GivenUp("lanes", 4, Unfolding("collectives", "refused"))
+    assert refolds() == [GivenUp("routes", 4, refused), GivenUp("lanes", 4, refused), None]
     monkeypatch.setattr(fold_policy, "program_indexes", lambda program: (CollectiveShapes.of(program.ops),
                                                                          SimpleNamespace(ordering=None)))
-    assert refolds() == ran
+    assert refolds() == [GivenUp("routes", 4, refused), GivenUp("lanes", 4, refused), None]
     assert lane_step(classed.build, classed.step, classed.plans, "flow", classed.settings.efficiency,
-                     StepFaultPlan()) == GivenUp("lanes", 8, Unfolding("collectives", "refused"))
+                     StepFaultPlan()) == GivenUp("lanes", 8, refused)
 
+
+def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monkeypatch):
+    """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`MAX_CLOCK_ENTRIES` 0, as
+    beyond the clock table's limit) and a check that passes the stage fold but refuses every refold. The stage
+    fold runs and its wrap falls out of step; route classes and lanes are each refused before their run (they ran
+    unjudged before, and route classes kept pace), no meet is tried (none ran), and the step runs unfolded: the
+    folds given up say so in the order tried."""
+    from simulator.engine import ordering
+
+    real = fold_policy.fold_verdict
+
+    def refuse_refolds(program: StepProgram, *args: object) -> tuple[dict, Unfolding | None]:
+        if program.ranks != (0, 16):
+            return {}, Unfolding("collectives", "refused")
+        return real(program, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 0)
+    monkeypatch.setattr(fold_policy, "fold_verdict", refuse_refolds)
+    summary = simulate(scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml",
+                                          [])).summary
+    assert not summary["folded"] and summary["simulated_ranks"] == 32
+    assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in summary["fold_given_up"]] == [
+        ("stage", 2, "hand-off out of step in its run"), ("routes", 4, "mirrors would meet the links unlike"),
+        ("lanes", 4, "mirrors would meet the links unlike")]
 
 
 def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():

@@ -14,9 +14,8 @@ classes keyed by CP lane) and `route_step` (ranks classed also by their hand-off
 unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
 then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
 step classed by NVLink loads (with those classes): the unfolded run
-where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` where its
-program can be ordered, else only where its classes do not refine those of the folded step (`_refined_step`);
-the lockstep check after its run certifies it.
+where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
+as the first fold is (`_refined_step`), and the lockstep check after its run certifies it.
 """
 
 from __future__ import annotations
@@ -279,28 +278,23 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
                   mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind) -> FoldedStep | GivenUp | None:
     """The step folded (as ``kind``) with one representative per class of ``classes``, to run again where
     ``folded``'s only mirrors out of step were pipeline hand-offs; None where there are no such classes or they
-    simulate the ranks ``folded`` did, given up (`GivenUp`) where `fold_verdict` refuses them. Every refold whose
-    program gets an ordering (`ProgramOrder`) is judged: that ``folded`` passed the check does not vouch for it,
-    since `engine/symmetry.py` judged the unequal traffic each mirror meets by ``folded``'s order, with its classes
-    in lockstep, and refolds run because they were not. Where the refold's program is too large to order, classes
-    that cut across ``folded``'s (lanes on a step classed by NVLink loads) are still judged, and a refinement of
-    them (route classes, the meet, lanes on a step folded by stage) is not: unordered, the check takes every pair of
-    collectives to overlap and refuses what runs apart (on the DeepSeek candidate, 128 ranks, a CP ring beside the
-    skewed all-to-all of its own host). That is a known limit: its shapes were judged alike on ``folded``, but the
-    unequal traffic that its drifted classes meet, notably from mirrors that pruning dropped, was not, and only the
-    lockstep check after the run guards it. Refolds run only without step faults (`lane_step`, `route_step`), so the
-    step is judged without any."""
+    simulate the ranks ``folded`` did, given up (`GivenUp`) where `fold_verdict` refuses them. Every refold is
+    judged as the first fold is, whether its program can be ordered (`ProgramOrder`) or not: that ``folded``
+    passed the check does not vouch for it, since `engine/symmetry.py` judged the unequal traffic each mirror
+    meets by ``folded``'s order, with its classes in lockstep, and refolds run because they were not. Unordered,
+    the check takes every pair of collectives to overlap and may refuse a refold that would keep pace (on the
+    DeepSeek candidate, 128 ranks, a CP ring beside the skewed all-to-all of its own host): the step then tries
+    the next refold or unfolds, exact either way, where an unjudged refold met unequal traffic (notably from
+    mirrors that pruning dropped, which the lockstep check after the run does not compare) unguarded. Refolds
+    run only without step faults (`lane_step`, `route_step`), so the step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
         return None
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
-    slowdowns = folded.slowdowns
-    refines = folded.classes is None or classes.refines(folded.classes)
-    if order.ordering is not None or not refines:
-        slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
-        if unfolding is not None:
-            return GivenUp(kind, len(refined.ranks), unfolding)
+    slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
+    if unfolding is not None:
+        return GivenUp(kind, len(refined.ranks), unfolding)
     return FoldedStep(refined, shapes, order, slowdowns, "", kind, classes)
 
 

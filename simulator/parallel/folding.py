@@ -55,10 +55,6 @@ class RankClasses:
         of their classes), None where those are of unequal sizes."""
         return RankClasses.keyed(list(zip(self.of_position, other.of_position)))
 
-    def refines(self, other: RankClasses) -> bool:
-        """Whether each of these classes lies inside one of ``other``'s."""
-        return len(set(zip(self.of_position, other.of_position))) == len(self.firsts)
-
 
 def lane_classes(layout: Layout) -> RankClasses:
     """One class per context-parallel lane: a stage-folded run times one rank per stage, so a pipeline hand-off
