@@ -58,7 +58,8 @@ class ComputeOp(Op):
     """A kernel (or fused run of kernels) lasting ``duration`` seconds, doing ``flops`` and moving HBM ``bytes``.
     ``sm_bound_share`` is the share of its nominal time in kernels that SMs, not HBM, limit: only those slow
     down while communication kernels hold SMs (0: memory-bound throughout); ``reserved_sms`` are SMs it is
-    launched without, left to the communication overlapping it."""
+    launched without, left to the communication overlapping it. The program builder passes the fields by
+    position (parallel/program.py), so their order is kept (tests/test_ops.py)."""
 
     duration: float = 0.0
     flops: float = 0.0
@@ -78,7 +79,8 @@ class CollectiveOp(Op):
     among folded replicas: their flows run alongside, so the fabric sees every replica's traffic (the engine
     runs those engine/sharing.py keeps). ``sms`` is how many SMs the collective's kernel holds on each member
     GPU while it runs (None: as many as NCCL launches channels for the group, engine/contention.py).
-    ``algorithm`` and ``protocol`` are what the collective asks for (`auto`: the run's default).
+    ``algorithm`` and ``protocol`` are what the collective asks for (`auto`: the run's default). The program
+    builder passes the fields by position, as `ComputeOp`'s.
     """
 
     op: Primitive = "all_reduce"
