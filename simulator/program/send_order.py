@@ -14,7 +14,8 @@ a batch's stream also carries the rank's transfers with its other neighbour; but
 as one NCCL group, at once, so those orders depend on how the job batches its transfers, which neither the
 modelled program nor a trace's separate send and receive ops tell. Every producer of point-to-point sends that
 no recorded stream orders (parallel/program.py's pipeline hand-offs, workload/traces/program.py's Chakra sends)
-orders them here; a Kineto trace's sends keep the streams they ran on.
+orders them here; a Kineto trace's sends keep the streams they ran on. docs/traces.md ("What the order leaves
+out") says what the left-out orders would change.
 """
 
 from __future__ import annotations
