@@ -527,26 +527,37 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refused(problem: str, allowed: str) -> argparse.ArgumentTypeError:
+    """An argparse type's refusal with what the flag allows, as every other bad input says it
+    (`_Parser.error` puts it on the one line)."""
+    return argparse.ArgumentTypeError(f"{problem} (allowed: {allowed})")
+
+
+INT_LIST_ALLOWED = "whole numbers of 1 or more, comma-separated, e.g. 1,2,4"
+
+
 def _int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma list of integers") from None
+        raise _refused(f"{text!r} is not a comma list of whole numbers", INT_LIST_ALLOWED) from None
     if any(value < 1 for value in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every value must be at least 1")
+        raise _refused(f"{text!r} has a value below 1", INT_LIST_ALLOWED)
     return values
 
 
 def _at_least(minimum: int):
     """An argparse type: a whole number no smaller than ``minimum`` (a negative worker count made the Dask
     LocalCluster wait forever for workers, and the local pool raise a traceback)."""
+    allowed = f"a whole number, {minimum} or more"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise _refused(f"{text!r} is not a whole number", allowed) from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r} is below {minimum}")
+            raise _refused(f"{text!r} is below {minimum}", allowed)
         return value
     return parse
 
@@ -561,7 +572,7 @@ def _choice_list(choices: tuple[str, ...]):
         values = tuple(text.split(","))
         bad = [value for value in values if value not in choices]
         if bad:
-            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(choices)}")
+            raise _refused(f"{bad[0]!r} is not a choice", f"a comma list of {', '.join(choices)}")
         return values
     return parse
 
@@ -611,11 +622,24 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+ARGUMENT_ERROR = re.compile(r"argument (?P<field>[^:]+): (?P<problem>.*)", re.S)
+"""argparse's refusal of one argument's value: "argument --ranks: '0' is below 2 (allowed: ...)"."""
+CHOICES = re.compile(r"invalid choice: (?P<value>'[^']*') \(choose from (?P<choices>.*)\)", re.S)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with its usage errors in the same one-line form as every other error (status 2)."""
+    """argparse with its usage errors in the same one-line form as every other error (status 2): a refused
+    value as `command line: FLAG: problem (allowed: ...)`, argparse's own choices among them."""
 
     def error(self, message: str):
-        self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)}\n")
+        argument = ARGUMENT_ERROR.fullmatch(_one_line(message))
+        if argument is None:
+            self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)}\n")
+        field, problem = argument["field"], argument["problem"]
+        choice = CHOICES.fullmatch(problem)
+        if choice is not None:
+            problem = f"invalid choice {choice['value']} (allowed: {choice['choices'].replace(chr(39), '')})"
+        self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {field}: {problem}\n")
 
 
 SCENARIO_HELP = "a scenario file, or the name of a bundled one (trainsim scenarios)"
@@ -743,7 +767,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("scenario", help=SCENARIO_HELP + "; its model, cluster and training batch")
     search.add_argument("--out", required=True,
                         help="output folder: candidates.parquet/.csv, search.json, manifest.json")
-    search.add_argument("--top", type=int, default=8, help="survivors simulated, best estimates first (default 8)")
+    search.add_argument("--top", type=_at_least(1), default=8,
+                        help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0], help=EXECUTOR_HELP)
     search.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)

@@ -331,7 +331,7 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                   "9 ranks do not fit"),
     "unknown-option": ({}, ["run", "TMP/s.yaml", "--out", "TMP/out", "--frobnicate"], 2,
                        "unrecognized arguments: --frobnicate"),
-    "unknown-command": ({}, ["simulate"], 2, "invalid choice: 'simulate'"),
+    "unknown-command": ({}, ["simulate"], 2, "invalid choice 'simulate' (allowed: run, validate, scenarios"),
     "collective-bare-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1024"], 2,
                              "error: command line: --sizes: size '1024' has no unit"),
     "collective-unknown-op": ({}, ["collective", "--topology", "dgx-h100", "--op", "bogus"], 2,

@@ -467,22 +467,43 @@ def test_chunking_off_reads_as_yaml_writes_it():
 
 
 @pytest.mark.parametrize("args, error", [
-    (["collective", "--topology", "dgx-h100", "--ranks", "0"], "trainsim collective: argument --ranks: '0' is below 2"),
+    (["collective", "--topology", "dgx-h100", "--ranks", "0"],
+     "trainsim collective: --ranks: '0' is below 2 (allowed: a whole number, 2 or more)"),
     # --ranks 1 passed the flag's check, then was told '1 ranks do not fit dgx-h100 (8 GPUs)', which it does
-    (["collective", "--topology", "dgx-h100", "--ranks", "1"], "trainsim collective: argument --ranks: '1' is below 2"),
+    (["collective", "--topology", "dgx-h100", "--ranks", "1"],
+     "trainsim collective: --ranks: '1' is below 2 (allowed: a whole number, 2 or more)"),
     (["collective", "--topology", "dgx-h100", "--efficiency", "0.5"],  # offered 'a mapping', which no flag takes
-     "trainsim collective: argument --efficiency: invalid choice: '0.5' (choose from 'calibrated', 'ideal')"),
-    (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"], "trainsim sweep: argument --workers: '-3' is below 0"),
-    (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"], "trainsim sweep: argument --max-points: '0' is below 1"),
-    (["validate-published", "--jobs", "0"], "trainsim validate-published: argument --jobs: '0' is below 1"),
-    (["validate-published", "--jobs", "-3"], "trainsim validate-published: argument --jobs: '-3' is below 1"),
+     "trainsim collective: --efficiency: invalid choice '0.5' (allowed: calibrated, ideal)"),
+    (["sweep", "SWEEP", "--out", "OUT", "--workers", "-3"],
+     "trainsim sweep: --workers: '-3' is below 0 (allowed: a whole number, 0 or more)"),
+    (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"],
+     "trainsim sweep: --max-points: '0' is below 1 (allowed: a whole number, 1 or more)"),
+    (["validate-published", "--jobs", "0"],
+     "trainsim validate-published: --jobs: '0' is below 1 (allowed: a whole number, 1 or more)"),
+    (["validate-published", "--jobs", "-3"],
+     "trainsim validate-published: --jobs: '-3' is below 1 (allowed: a whole number, 1 or more)"),
     (["search", "S", "--out", "OUT", "--workers", "x"],
-     "trainsim search: argument --workers: 'x' is not a whole number"),
+     "trainsim search: --workers: 'x' is not a whole number (allowed: a whole number, 0 or more)"),
+    (["search", "S", "--out", "OUT", "--top", "x"],  # argparse's own 'invalid int value: 'x'', nothing allowed
+     "trainsim search: --top: 'x' is not a whole number (allowed: a whole number, 1 or more)"),
+    (["search", "S", "--out", "OUT", "--top", "0"],
+     "trainsim search: --top: '0' is below 1 (allowed: a whole number, 1 or more)"),
+    (["search", "S", "--out", "OUT", "--pp", "1,0"],
+     "trainsim search: --pp: '1,0' has a value below 1 (allowed: whole numbers of 1 or more, comma-separated, "
+     "e.g. 1,2,4)"),
+    (["search", "S", "--out", "OUT", "--tp", "2,x"],
+     "trainsim search: --tp: '2,x' is not a comma list of whole numbers (allowed: whole numbers of 1 or more, "
+     "comma-separated, e.g. 1,2,4)"),
+    (["search", "S", "--out", "OUT", "--sharding", "zero1,zero9"],
+     "trainsim search: --sharding: 'zero9' is not a choice (allowed: a comma list of zero0, zero1, zero2, fsdp)"),
+    (["study", "mtbf2", "S", "--out", "OUT"],
+     "trainsim study: study: invalid choice 'mtbf2' (allowed: checkpoint-interval, mtbf)"),
 ])
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for
     workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep;
-    validate-published --jobs 0 or -3 ran the cases serially as if the flag were absent."""
+    validate-published --jobs 0 or -3 ran the cases serially as if the flag were absent. Each refusal says
+    what the flag allows, as every other bad input does (argparse's said none, and 'argument --ranks')."""
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
     assert main(args) == 2
     assert capsys.readouterr().err == f"error: command line: {error}\n"
