@@ -80,7 +80,7 @@ def _facts(summary: dict) -> tuple[tuple[str, str], ...]:
         ("step", f"{summary['step_time_s']:.2f} s"),
         ("bubble", f"{summary['bubble_fraction']:.1%}"),
         ("exposed TP / PP / DP", f"{exposed['tp']:.2f} / {exposed['pp']:.2f} / {exposed['dp']:.2f} s"),
-        ("peak memory", f"{summary['peak_memory_gib']:.1f} GiB{' (out of memory)' if summary['oom'] else ''}"),
+        ("peak memory", f"{summary['peak_memory_gib']:,.1f} GiB{' (out of memory)' if summary['oom'] else ''}"),
         ("overlaps", ", ".join(name for name, on in summary.get("overlaps", {}).items() if on) or "none"),
         ("compute lost to SM contention", _contention(summary.get("sm_contention"))),
     )

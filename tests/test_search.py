@@ -19,7 +19,7 @@ from simulator.simulation import NetworkSettings
 from simulator.sweep import report as search_report
 from simulator.sweep.decision_tree import TreeChoice
 from simulator.sweep.executors import PoolExecutor, SerialExecutor
-from simulator.sweep.layouts import Candidate, CollectiveTimes, SearchSpace, structural_reason
+from simulator.sweep.layouts import Candidate, CollectiveTimes, Pruned, Pruning, SearchSpace, structural_reason
 from simulator.sweep.options import Recompute
 from simulator.sweep.report import write_search
 from simulator.sweep.search import SearchResult, search_base, search_layouts
@@ -46,6 +46,7 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     pruned = table[table["status"] == "pruned"]
     assert (pruned["reason"].str.len() > 0).all()
     assert pruned["reason"].str.startswith("TP 16 spans hosts").sum() == 9
+    assert (pruned["reason_kind"] == Pruned.TP_SPANS_HOSTS).sum() == 9  # tp 16 x pp 1, 2, 4 x 3 recomputes
     assert pruned["reason"].str.startswith("out of memory").any()
     assert pruned["reason"].str.contains("ranks below the top 1").any()
     assert result.winner["label"] in result.comparison and result.tree_row["label"] in result.comparison
@@ -60,8 +61,8 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     (Candidate(8, 2, 16, 2, 1, 1, "zero1", "none"), ""),
 ])
 def test_structural_rules(candidate, problem):
-    reason = structural_reason(candidate, layers=80, global_batch=512, host_gpus=8, fewer_on_ends=False)
-    assert (problem in reason) if problem else reason == ""
+    pruning = structural_reason(candidate, layers=80, global_batch=512, host_gpus=8, fewer_on_ends=False)
+    assert (problem in pruning.reason) if problem else pruning is None
 
 
 def test_search_takes_a_bundled_scenario_by_name():
@@ -92,8 +93,7 @@ def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--top", "0"], "command line: --top: top 0 simulates no layout of the search (allowed: 1 or more survivors "
-                     "to simulate)"),
+    (["--top", "0"], "command line: trainsim search: --top: '0' is below 1 (allowed: a whole number, 1 or more)"),
     (["--tp", "3", "--cp", "1", "--pp", "1"],
      "command line: --tp/--cp/--pp/--virtual-stages: no layout of the search space fits the 512 GPUs (allowed: "
      "tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1)"),
@@ -112,7 +112,9 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     """Llama-3-70B on one DGX H100 at tp 8: 18 layouts, every one out of memory (model state alone is 140 GB a
     GPU), and the tree finds none either. The search said so and exited 0, so a script could not tell it from a
     found layout; it now exits 1 (the run found nothing; 2 stays for bad input), having written the files that
-    say why each layout was pruned."""
+    say why each layout was pruned. The summary counts them by kind (it gave only the total): 2 micro-batches x
+    3 shardings x 3 recomputes, with dp 1 ZeRO-1 and FSDP the same layout as ZeRO-0 (12), ZeRO-0's 6 out of
+    memory."""
     from simulator.cli import main
 
     out = tmp_path / "out"
@@ -122,9 +124,18 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     captured = capsys.readouterr()
     assert captured.err.strip() == (f"error: no layout of the search fits and simulates; {out}/candidates.csv says "
                                     "why each was pruned or failed")
-    assert "0 simulated, 18 pruned, 0 failed" in captured.out
+    assert ("0 simulated, 18 pruned, 0 failed\n  pruned, the same layout as another sharding (dp x cp = 1): "
+            "12 layouts\n  pruned, out of memory: 6 layouts\n") in captured.out
+    # the tree's ten steps one a line (they were one line of 1,000 characters), none over 120 characters
+    assert ("\ndecision tree (rules of thumb, docs/studies.md): one GPU: out of memory: 664.3 GiB > 79.6 GiB HBM\n"
+            "  -> tp1 recompute=none: no pp with m >= 4p fits (pp8 out of memory: 328.6 GiB > 79.6 GiB HBM)\n"
+            "  -> PP + DP alone does not fit") in captured.out
+    assert max(map(len, captured.out.splitlines()[:-1])) <= 120  # the last: where the files went
     table = pd.read_csv(out / "candidates.csv")
     assert len(table) == 18 and set(table["status"]) == {"pruned"} and table["reason"].str.len().min() > 0
+    assert table["reason_kind"].value_counts().to_dict() == {"same_layout": 12, "out_of_memory": 6}
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["pruned_by_kind"] == {"same_layout": 12, "out_of_memory": 6}
 
 
 def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
@@ -212,7 +223,7 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
               Candidate(8, 1, 2, 32, 1, 1, "zero1", "none").label()]
     table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
                           "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
-                          "tree_choice": [True, False]})
+                          "tree_choice": [True, False], "reason_kind": None})
     text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""))
     lines = text.splitlines()[:3]
     assert "(tree)" in lines[1]
@@ -234,9 +245,12 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
                           "reason": ["out of memory: 853.0 GiB > 79.6 GiB HBM",
                                      "out of memory: 913.0 GiB > 79.6 GiB HBM",
                                      "40 layers do not split over pp x virtual_stages = 3 stages"],
+                          "reason_kind": ["out_of_memory", "out_of_memory", "layers_do_not_split"],
                           "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False})
     lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, "")).splitlines()
-    assert lines[:2] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",
+    assert lines[:4] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",
+                         "  pruned, out of memory: 2 layouts",
+                         "  pruned, layers do not split over pp x virtual stages: 1 layout",
                          "least memory of any layout: tp8 pp1, 853.0 GiB per GPU by the memory model"]
 
 
@@ -260,6 +274,13 @@ def test_the_published_405b_base_yields_every_sharding_of_its_layout():
     needed = re.match(r"out of memory: ([\d.]+) GiB > 79.6 GiB", reasons["zero0"])
     assert needed and float(needed.group(1)) > 79.6
     assert reasons["zero1"] == reasons["zero2"] == reasons["fsdp"] == ""
+    # over a thousand GiB the figure carries separators, as every GiB figure the CLI prints: at tp 4 ZeRO-0
+    # keeps a quarter of the 405B parameters' state, at least 14 bytes each (bf16 weights, fp32 master and
+    # Adam's two moments): 1,320 GiB and more
+    wide = check_memory(base, Candidate(4, 1, 1, 2048, 1, 1, "zero0", "none"), "interleaved", times).pruning
+    assert wide is not None and wide.kind == Pruned.OUT_OF_MEMORY
+    figure = re.fullmatch(r"out of memory: (\d{1,3}(?:,\d{3})+\.\d) GiB > 79\.6 GiB HBM", wide.reason)
+    assert figure and float(figure.group(1).replace(",", "")) > 405e9 / 4 * 14 / 2**30
 
 
 def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
@@ -280,10 +301,10 @@ def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
 
 def test_ep_values_that_do_not_divide_the_data_parallel_ranks_are_pruned():
     assert structural_reason(Candidate(8, 1, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             host_gpus=8, fewer_on_ends=False) == (
-        "ep 8 does not divide dp x cp = 4 (experts split over data-parallel ranks)")
+                             host_gpus=8, fewer_on_ends=False) == Pruning(
+        Pruned.EP_DOES_NOT_DIVIDE, "ep 8 does not divide dp x cp = 4 (experts split over data-parallel ranks)")
     assert structural_reason(Candidate(8, 2, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
-                             host_gpus=8, fewer_on_ends=False) == ""
+                             host_gpus=8, fewer_on_ends=False) is None
 
 
 MIXTRAL_LAYOUTS: dict[tuple[int, int, Recompute], str] = {  # (tp, ep, recompute) of mixtral-8x7b-ep8's 32 GPUs
@@ -818,7 +839,7 @@ def _search_result(tokens_per_s: float) -> SearchResult:
     what is written)."""
     row = {"label": "tp8 cp1 pp1 dp8 mb1 zero1 recompute=none", "tp": 8, "cp": 1, "pp": 1, "dp": 8, "ep": 1,
            "virtual_stages": 1, "micro_batch": 1, "sharding": "zero1", "recompute": "none", "status": "simulated",
-           "reason": "", "memory_model_peak_gib": 71.23456789, "estimate_tokens_per_s": 1.0e5 / 3,
+           "reason": "", "reason_kind": None, "memory_model_peak_gib": 71.23456789, "estimate_tokens_per_s": 1.0e5 / 3,
            "tree_choice": True, "tokens_per_s": tokens_per_s, "mfu": 0.4, "step_time_s": 0.5,
            "peak_memory_gib": 71.23456789, "bubble_fraction": 0.0, "bottleneck.verdict": "compute-bound"}
     return SearchResult(pd.DataFrame([row]), row, TreeChoice(None, ("tp8",)), row, "the search agrees")

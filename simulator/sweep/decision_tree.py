@@ -72,7 +72,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                     continue
                 checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute, ep))
                 if not checked.reason:
-                    steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:.1f} GiB)"
+                    steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
                                  + (f" after {', '.join(tried)}" if tried else ""))
                     return checked.candidate
                 tried.append(f"pp{pp} {checked.reason}")

@@ -6,6 +6,7 @@ survivors before the simulator decides."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 from pydantic import ValidationError
@@ -91,16 +92,63 @@ class Candidate:
                 f"{self.sharding} recompute={self.recompute}")
 
 
+class Pruned(StrEnum):
+    """Why the search did not simulate a layout, by kind: the one definition of the set (candidates.csv's
+    `reason_kind`, the counts `trainsim search` prints); each layout's own reason, with its figures, is a
+    `Pruning`'s text."""
+
+    TP_SPANS_HOSTS = "tp_spans_hosts"
+    LAYERS_DO_NOT_SPLIT = "layers_do_not_split"
+    BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide"
+    EP_DOES_NOT_DIVIDE = "ep_does_not_divide"
+    REFUSED = "refused"
+    OUT_OF_MEMORY = "out_of_memory"
+    SAME_LAYOUT = "same_layout"
+    DOMINATED = "dominated"
+    BELOW_TOP = "below_top"
+
+    @property
+    def label(self) -> str:
+        """The kind in words, as the search's summary prints it."""
+        return PRUNED_LABELS[self]
+
+
+PRUNED_LABELS = {
+    Pruned.TP_SPANS_HOSTS: "TP wider than a host",
+    Pruned.LAYERS_DO_NOT_SPLIT: "layers do not split over pp x virtual stages",
+    Pruned.BATCH_DOES_NOT_DIVIDE: "global batch not a multiple of dp x micro-batch",
+    Pruned.EP_DOES_NOT_DIVIDE: "ep does not divide dp x cp",
+    Pruned.REFUSED: "refused by the simulator's checks",
+    Pruned.OUT_OF_MEMORY: "out of memory",
+    Pruned.SAME_LAYOUT: "the same layout as another sharding (dp x cp = 1)",
+    Pruned.DOMINATED: "dominated by a lighter recompute that fits",
+    Pruned.BELOW_TOP: "estimate ranks below --top",
+}
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """Why one layout was pruned: its kind and the reason in full, with its figures."""
+
+    kind: Pruned
+    reason: str
+
+
 @dataclass(frozen=True)
 class Checked:
-    """A candidate after the checks: its scenario data, why it was pruned ('' if it survived), its peak memory
+    """A candidate after the checks: its scenario data, why it was pruned (None if it survived), its peak memory
     and estimated tokens/s (0 when not known)."""
 
     candidate: Candidate
     data: dict
-    reason: str = ""
+    pruning: Pruning | None = None
     peak_memory_gib: float = 0.0
     estimate_tokens_per_s: float = 0.0
+
+    @property
+    def reason(self) -> str:
+        """Why it was pruned, in full ('' if it survived)."""
+        return self.pruning.reason if self.pruning is not None else ""
 
 
 @dataclass(frozen=True)
@@ -145,21 +193,27 @@ def enumerate_candidates(space: SearchSpace, world: int, host_gpus: int) -> list
     return found
 
 
-def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: int, fewer_on_ends: bool) -> str:
-    """Why a layout cannot run, from arithmetic alone ('' when it may). What the pipeline schedule needs of the
+def structural_reason(c: Candidate, layers: int, global_batch: int, host_gpus: int,
+                      fewer_on_ends: bool) -> Pruning | None:
+    """Why a layout cannot run, from arithmetic alone (None when it may). What the pipeline schedule needs of the
     micro-batch count (groups of pp for the looping interleaved ones, m >= 2p for DualPipeV) is left to the
     schedule itself, which check_memory builds."""
     if c.tp > host_gpus:
-        return f"TP {c.tp} spans hosts: its collectives would leave the {host_gpus}-GPU NVLink domain (seed rule 1)"
+        return Pruning(Pruned.TP_SPANS_HOSTS,
+                       f"TP {c.tp} spans hosts: its collectives would leave the {host_gpus}-GPU NVLink domain "
+                       "(seed rule 1)")
     stages = c.pp * c.virtual_stages
     split = layers + 2 if fewer_on_ends and stages >= 2 else layers
     if split % stages:
-        return f"{layers} layers do not split over pp x virtual_stages = {stages} stages"
+        return Pruning(Pruned.LAYERS_DO_NOT_SPLIT,
+                       f"{layers} layers do not split over pp x virtual_stages = {stages} stages")
     if global_batch % (c.dp * c.micro_batch):
-        return f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}"
+        return Pruning(Pruned.BATCH_DOES_NOT_DIVIDE,
+                       f"global batch {global_batch} is not a multiple of dp x micro_batch = {c.dp * c.micro_batch}")
     if (c.dp * c.cp) % c.ep:
-        return f"ep {c.ep} does not divide dp x cp = {c.dp * c.cp} (experts split over data-parallel ranks)"
-    return ""
+        return Pruning(Pruned.EP_DOES_NOT_DIVIDE,
+                       f"ep {c.ep} does not divide dp x cp = {c.dp * c.cp} (experts split over data-parallel ranks)")
+    return None
 
 
 def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes) -> Checked:
@@ -171,16 +225,18 @@ def check_memory(base: dict, c: Candidate, schedule: str, times: CollectiveTimes
         scenario = Scenario.model_validate(data)
         step = build_training_step(scenario, times.topology)
     except ValidationError as exc:  # a check across fields at load (pipelined FSDP's limits): its one line
-        return Checked(c, data, f"refused: {validation_error(exc, Scenario, '', {}).problem}")
+        problem = validation_error(exc, Scenario, "", {}).problem
+        return Checked(c, data, Pruning(Pruned.REFUSED, f"refused: {problem}"))
     except (InputError, ValueError) as exc:
-        return Checked(c, data, f"refused: {getattr(exc, 'problem', str(exc).splitlines()[0])}")
+        problem = getattr(exc, "problem", str(exc).splitlines()[0])
+        return Checked(c, data, Pruning(Pruned.REFUSED, f"refused: {problem}"))
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
     if peak > step.gpu.hbm_bytes:
-        return Checked(c, data, f"out of memory: {peak / GIB:.1f} GiB > {step.gpu.hbm_bytes / GIB:.1f} GiB HBM",
-                       peak / GIB)
+        needed = f"{peak / GIB:,.1f} GiB > {step.gpu.hbm_bytes / GIB:,.1f} GiB HBM"
+        return Checked(c, data, Pruning(Pruned.OUT_OF_MEMORY, f"out of memory: {needed}"), peak / GIB)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
     seconds = estimate_step_s(step, times, share)
-    return Checked(c, data, "", peak / GIB, step.tokens_per_step / seconds)
+    return Checked(c, data, None, peak / GIB, step.tokens_per_step / seconds)
 
 
 def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare | None = None) -> float:

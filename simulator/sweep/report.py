@@ -4,19 +4,25 @@ comparison; OUT/candidates.parquet and .csv (every layout with its status and re
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import orjson
 
 from simulator.report.run_folder import trainsim_version, write_run_folder
 from simulator.report.tables import csv_text
+from simulator.sweep.layouts import Pruned
 from simulator.sweep.search import SearchResult
+from simulator.units import counted
 
 SHOWN = 10
+WIDTH = 118
+"""The width the comparison's sentences are wrapped to (one line of 600 characters ran off every terminal)."""
 
 
 def format_search(result: SearchResult) -> str:
-    """The best simulated layouts as a table, the pruning counts, the tree's steps and the comparison."""
+    """The best simulated layouts as a table, the status counts with the pruned ones by kind, the tree's steps
+    one a line (they were one line of up to a thousand characters) and the comparison, wrapped."""
     table = result.table
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
     rows = simulated.head(SHOWN).to_dict("records")
@@ -29,12 +35,15 @@ def format_search(result: SearchResult) -> str:
     counts = table["status"].value_counts().to_dict()
     lines.append(f"{len(table)} layouts: {counts.get('simulated', 0)} simulated, {counts.get('pruned', 0)} pruned, "
                  f"{counts.get('failed', 0)} failed")
+    lines.extend(f"  pruned, {kind.label}: {counted(count, 'layout')}" for kind, count in pruned_by_kind(table).items())
     if not rows and "memory_model_peak_gib" in table and table["memory_model_peak_gib"].notna().any():
         leanest = table.sort_values(["memory_model_peak_gib", "label"]).iloc[0]  # no figure (NaN) sorts last
         lines.append(f"least memory of any layout: {leanest['label']}, {leanest['memory_model_peak_gib']:,.1f} GiB "
                      "per GPU by the memory model")
-    lines.append("decision tree (rules of thumb, docs/studies.md): " + " -> ".join(result.tree.steps))
-    lines.append(result.comparison)
+    first, *rest = result.tree.steps
+    lines.append(f"decision tree (rules of thumb, docs/studies.md): {first}")
+    lines.extend(f"  -> {step}" for step in rest)
+    lines.extend(textwrap.wrap(result.comparison, WIDTH, break_long_words=False, break_on_hyphens=False))
     return "\n".join(lines)
 
 
@@ -50,6 +59,7 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
         "comparison": result.comparison,
         "layouts": len(result.table),
         "status_counts": result.table["status"].value_counts().sort_index().to_dict(),
+        "pruned_by_kind": {kind.value: count for kind, count in pruned_by_kind(result.table).items()},
     }
 
     def write(stage: Path) -> None:
@@ -59,6 +69,13 @@ def write_search(out_dir: Path, result: SearchResult, scenario: str, overrides: 
 
     identity = {"scenario": scenario, "overrides": list(overrides), "trainsim_version": trainsim_version()}
     return write_run_folder(out_dir, identity, write)
+
+
+def pruned_by_kind(table) -> dict[Pruned, int]:
+    """How many layouts were pruned for each kind of reason, most first (then in `Pruned`'s order)."""
+    counts = table["reason_kind"].value_counts().to_dict()
+    kinds = sorted((kind for kind in Pruned if counts.get(kind.value)), key=lambda kind: -counts[kind.value])
+    return {kind: int(counts[kind.value]) for kind in kinds}
 
 
 def _clean(row: dict | None) -> dict | None:

@@ -22,6 +22,8 @@ from simulator.sweep.layouts import (
     Candidate,
     Checked,
     CollectiveTimes,
+    Pruned,
+    Pruning,
     SearchSpace,
     check_memory,
     enumerate_candidates,
@@ -79,9 +81,9 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
 
     def check(candidate: Candidate) -> Checked:
         if candidate not in memo:
-            reason = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
-                                       scenario.parallelism.pipeline.first_last_fewer_layers)
-            memo[candidate] = (Checked(candidate, {}, reason) if reason
+            pruning = structural_reason(candidate, model.layers, scenario.training.global_batch or 0, host_gpus,
+                                        scenario.parallelism.pipeline.first_last_fewer_layers)
+            memo[candidate] = (Checked(candidate, {}, pruning) if pruning is not None
                                else check_memory(base, candidate, schedule, times))
         return memo[candidate]
 
@@ -100,8 +102,9 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
     rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
-    checked = [replace(c, reason=f"estimate {c.estimate_tokens_per_s:,.0f} tokens/s ranks below the top {top} "
-                                 f"(cut at {rank_cut:,.0f}); not simulated (--top)")
+    checked = [replace(c, pruning=Pruning(Pruned.BELOW_TOP, f"estimate {c.estimate_tokens_per_s:,.0f} tokens/s ranks "
+                                                             f"below the top {top} (cut at {rank_cut:,.0f}); not "
+                                                             "simulated (--top)"))
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
@@ -136,13 +139,15 @@ def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Check
     fitting: dict[Candidate, str] = {}
     for candidate in candidates:
         if candidate.dp * candidate.cp == 1 and candidate.sharding != space.sharding[0]:
-            result.append(Checked(candidate, {}, f"same layout as {space.sharding[0]}: with dp x cp = 1 there is "
-                                                  f"nothing to shard"))
+            result.append(Checked(candidate, {}, Pruning(Pruned.SAME_LAYOUT, f"same layout as {space.sharding[0]}: "
+                                                                             "with dp x cp = 1 there is nothing to "
+                                                                             "shard")))
             continue
         key = replace(candidate, recompute="none")
         if key in fitting:
-            result.append(Checked(candidate, {}, f"dominated: recompute={fitting[key]} fits with the same layout "
-                                                  "and does less work"))
+            result.append(Checked(candidate, {}, Pruning(Pruned.DOMINATED, f"dominated: recompute={fitting[key]} "
+                                                                           "fits with the same layout and does less "
+                                                                           "work")))
             continue
         checked = check(candidate)
         if not checked.reason:
@@ -165,6 +170,7 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.Dat
         record = runs.get(c.candidate)
         status = "pruned" if c.reason else ("simulated" if record is not None and record.status == "ok" else "failed")
         row.update(status=status, reason=c.reason or (record.error if record is not None else ""),
+                   reason_kind=c.pruning.kind.value if c.pruning is not None else None,
                    memory_model_peak_gib=c.peak_memory_gib or None,
                    estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree)
         metrics = record.metrics if record is not None else {}

@@ -67,7 +67,7 @@ from simulator.topology.loader import (
     scenario_field_of,
     with_overrides,
 )
-from simulator.units import parse_quantity
+from simulator.units import parse_quantity, shown_value
 
 Axis = Annotated[list, Field(min_length=1)]
 DEFAULT_MAX_POINTS = 10_000
@@ -180,7 +180,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
         written = tuple(Override(parse_field(name), source, line_of(lines, axes[name]), dotted(axes[name]),
-                                 f"value {value!r}: ") for name, value in values)
+                                 f"value {_shown(value)}: ") for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
@@ -190,6 +190,11 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         digest = scenario_digest(LoadedScenario(scenario, "", {}))
         points.append(Point(index, values, point_data, point_key(point_data), digest, skipped, written))
     return Sweep(source, base_source, base_lines, tuple(axes), tuple(points), spec.outputs)
+
+
+def _shown(value: object) -> str:
+    """An axis value in an error about its point: short (`shown_value`), a text quoted."""
+    return repr(shown_value(value)) if isinstance(value, str) else shown_value(value)
 
 
 def _locator(source: str, lines: dict):
