@@ -183,6 +183,23 @@ def number_ranges(numbers: Iterable[int]) -> str:
     return ", ".join(f"{run[0]} to {run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)
 
 
+SHOWN_SIGNIFICANT_DIGITS = 6
+"""Digits a value of a sweep axis is shown with in messages and charts (the results files keep every one)."""
+
+
+def shown_value(value: object) -> str:
+    """A sweep axis's value as a person reads it: a float, or a quantity's number where it has more digits, to
+    SHOWN_SIGNIFICANT_DIGITS significant digits (random draws printed as 0.30000000000000004 or
+    11.501145599256004 read 0.3 and 11.5011; '0.00143764319991 s' reads '0.00143764 s', '25 MiB' stays)."""
+    if isinstance(value, float):
+        return f"{value:.{SHOWN_SIGNIFICANT_DIGITS}g}"
+    match = _NUMBER.match(value) if isinstance(value, str) else None
+    if match is None or not match.group(2):
+        return str(value)
+    short = f"{float(match.group(1)):.{SHOWN_SIGNIFICANT_DIGITS}g}"
+    return f"{short} {match.group(2)}" if float(short) != float(match.group(1)) else str(value)
+
+
 def format_count(count: float) -> str:
     """A count for a message: whole and with thousands separators, 4 significant digits from 10^15 on (a count
     derived from a 1e300 s horizon has hundreds of digits): 27648096 -> '27,648,096', 6.48e299 -> '6.48e+299'."""

@@ -274,3 +274,19 @@ def test_busbw_of_json_that_is_not_a_collective_table_names_what_it_lacks(tmp_pa
     assert capsys.readouterr().err == (f"error: {tmp_path / 'rows.json'}: OUTDIR: not the rows of a collective table "
                                        f"(no {missing}) (allowed: a sweep of a collectives scenario, or a `trainsim "
                                        "collective --json` file)\n")
+
+
+def test_a_sweeps_drawn_values_read_in_six_significant_digits_on_the_charts():
+    """A random axis's draws (and sums such as 0.1 + 0.2) labelled a heatmap's ticks and a sweep chart's legend
+    with every digit, 0.30000000000000004 or 11.501145599256004; they read 0.3 and 11.5011 (the results files
+    keep every digit)."""
+    from simulator.report.study_plots import heatmap_figure, sweep_figure
+
+    frame = pd.DataFrame({"status": "ok", "a": [0.1 + 0.2, 0.1 + 0.2, 11.501145599256004, 11.501145599256004],
+                          "b": ["0.00143764319991 s", "25 MiB", "0.00143764319991 s", "25 MiB"],
+                          "step_time_s": [1.0, 2.0, 3.0, 4.0]})
+    heatmap = heatmap_figure(frame, "a", "b", "step_time_s")
+    assert [text.get_text() for text in heatmap.axes[0].get_xticklabels()] == ["0.3", "11.5011"]
+    assert [text.get_text() for text in heatmap.axes[0].get_yticklabels()] == ["0.00143764 s", "25 MiB"]
+    lines = sweep_figure(frame, "step_time_s", "step_time_s", hue="a")
+    assert [text.get_text() for text in lines.axes[0].get_legend().get_texts()] == ["a = 0.3", "a = 11.5011"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pandas as pd
 import pytest
@@ -20,6 +21,7 @@ from simulator.sweep.executors import DaskExecutor, PoolExecutor, SerialExecutor
 from simulator.sweep.fields import value_at
 from simulator.sweep.runner import run_sweep
 from simulator.sweep.spec import load_sweep, sweep_from_text
+from simulator.units import shown_value
 
 DATA = Path(__file__).parent / "data"
 
@@ -154,6 +156,24 @@ random:
     draws = [dict(p.values)["model.synthetic.forward"] for p in first.points]
     assert all(1e-3 <= float(d.split()[0]) <= 4e-3 and d.endswith(" s") for d in draws)
     assert draws[:3] == draws[3:6]
+
+
+def test_a_random_draws_value_reads_in_six_significant_digits(tmp_path, capsys):
+    """A draw that a field refuses was named with every digit ('value 11.501145599256004: ...'); the message
+    names it as the charts do (`shown_value`), the results keep every digit."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "random: {seed: 7, samples: 1, axes: {training.microbatches: {low: 4, high: 16}}}\n")
+    draw = float(np.random.default_rng(7).uniform(4, 16))
+    assert main(["sweep", str(path), "--out", str(tmp_path / "out"), "--executor", "serial"]) == 2
+    assert f"random.axes.training.microbatches: value {draw:.6g}: expected a whole number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, shown", [
+    (0.1 + 0.2, "0.3"), (11.501145599256004, "11.5011"), (2.0, "2"), (8, "8"), (True, "True"), ("nccl", "nccl"),
+    ("0.00143764319991 s", "0.00143764 s"), ("25 MiB", "25 MiB"), ("1e-3 s", "1e-3 s"), ([1, 2], "[1, 2]"),
+])
+def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(value, shown):
+    assert shown_value(value) == shown
 
 
 @pytest.mark.parametrize("axes, problem, line", [

@@ -14,7 +14,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from simulator.errors import ScenarioError
 from simulator.report.run_folder import checked_manifest, outdir_error
-from simulator.units import format_size
+from simulator.units import format_size, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
 TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet)"
@@ -52,7 +52,7 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
     for value, group in groups:
         ordered = group.sort_values(x)
-        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {value!s}" if hue else y)
+        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
     ax.set_xlabel(x)
@@ -81,8 +81,8 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
                     layout="constrained")
     ax = figure.add_subplot()
     image = ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")
-    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns])
-    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index])
+    ax.set_xticks(range(len(table.columns)), [shown_value(c) for c in table.columns])
+    ax.set_yticks(range(len(table.index)), [shown_value(i) for i in table.index])
     for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
         if np.isfinite(cell):
             ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8, color="white")
