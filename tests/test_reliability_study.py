@@ -348,6 +348,13 @@ def test_durations_print_with_four_significant_digits_and_no_exponent():
         "29.39 s", "400 ms", "10,800 s", "1138 s"]
 
 
+def test_a_duration_takes_the_unit_of_its_rounded_value():
+    """A 1 ms checkpoint cost computed as 0.0009999999999763531 s printed '1000 us of training each'; 0.99999 s
+    printed '1000 ms' and 9999.99 s '1e+04 s'."""
+    assert [format_seconds(value) for value in (0.0009999999999763531, 0.99999, 9999.99, 0.00099949, 0.99994)] == [
+        "1 ms", "1 s", "10,000 s", "999.5 us", "999.9 ms"]
+
+
 def test_an_astronomical_duration_prints_four_significant_digits():
     """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: it printed
     as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does."""

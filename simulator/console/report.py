@@ -22,16 +22,23 @@ if TYPE_CHECKING:
 def format_seconds(value: float) -> str:
     """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
     separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s; four significant digits
-    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits)."""
+    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits). The unit is
+    chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost printed as '1000 us', 9999.99 s as
+    '1e+04 s'."""
     if value >= 1e15:
         return f"{value:.4g} s"
-    if value >= 1e4:
+    if _rounds_to(value, 1e4):
         return f"{value:,.0f} s"
-    if value >= 1:
+    if _rounds_to(value, 1):
         return f"{value:.4g} s"
-    if value >= 1e-3:
+    if _rounds_to(value, 1e-3):
         return f"{value * 1e3:.4g} ms"
     return f"{value * 1e6:.4g} us"
+
+
+def _rounds_to(value: float, bound: float) -> bool:
+    """Whether ``value`` to four significant digits is ``bound`` or more."""
+    return float(f"{value:.4g}") >= bound
 
 
 def _share(value: float) -> str:
