@@ -50,9 +50,12 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
 
 def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
     """What a job without expected interruptions expects: "no failure", or, where its classes do fail but only
-    degrade or straggle, "no failure that interrupts the job (its classes only degrade or straggle)"."""
-    if any(units * klass.rate_per_unit_s > 0 for klass, units in zip(plan.classes, counts)):
-        return "no failure that interrupts the job (its classes only degrade or straggle)"
+    degrade or straggle, "no failure that interrupts the job (its classes only degrade or straggle: 2.07
+    expected over the horizon, slower steps but no restart)"."""
+    slowdowns = sum(units * klass.rate_per_unit_s * plan.horizon_s for klass, units in zip(plan.classes, counts))
+    if slowdowns > 0:
+        return (f"no failure that interrupts the job (its classes only degrade or straggle: {slowdowns:,.3g} "
+                "expected over the horizon, slower steps but no restart)")
     return "no failure"
 
 
