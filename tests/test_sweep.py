@@ -332,13 +332,15 @@ def test_more_points_than_allowed_is_refused(tmp_path, capsys):
 
 
 def test_too_many_random_samples_are_blamed_at_samples(tmp_path, capsys):
-    """A sweep of random samples only was refused at 'grid', which it lacks: line 1, the base."""
+    """A sweep of random samples only was refused at 'grid', which it lacks: line 1, the base. The counts carry
+    separators (1000000 points, --max-points 10000 read as digits to count)."""
     path = tmp_path / "sweep.yaml"
     path.write_text("base: schedule-gpipe-p4-m8\nrandom:\n  seed: 1\n  samples: 1000000\n"
                     "  axes: {run.seed: [1, 2]}\n")
     assert main(["sweep", str(path), "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err == (f"error: {path}:4: random.samples: 1000000 points is more than --max-points "
-                                       "10000 (allowed: fewer axis values or samples, or a larger --max-points)\n")
+    assert capsys.readouterr().err == (f"error: {path}:4: random.samples: 1,000,000 points is more than "
+                                       "--max-points 10,000 (allowed: fewer axis values or samples, or a larger "
+                                       "--max-points)\n")
 
 
 def test_unreachable_scheduler_names_its_address():

@@ -162,7 +162,7 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
     if count > max_points:
         block = ("grid",) if spec.grid else ("zip",) if spec.zip else ("random", "samples")
-        raise locate(block, f"{count} points is more than --max-points {max_points}",
+        raise locate(block, f"{count:,} points is more than --max-points {max_points:,}",
                      "fewer axis values or samples, or a larger --max-points")
     constraints = []
     for index, text in enumerate(spec.constraints):
