@@ -183,6 +183,20 @@ def number_ranges(numbers: Iterable[int]) -> str:
     return ", ".join(f"{run[0]} to {run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs)
 
 
+def magnitude(value: object) -> float | None:
+    """A sweep value's size for ordering: a number as it is, a quantity in its SI unit (a size, a duration or a
+    bandwidth), None for anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        for kind in _KINDS:
+            try:
+                return parse_quantity(value, kind)
+            except InputError:
+                continue
+    return None
+
+
 SHOWN_SIGNIFICANT_DIGITS = 6
 """Digits a value of a sweep axis is shown with in messages and charts (the results files keep every one)."""
 

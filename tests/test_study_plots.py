@@ -290,3 +290,21 @@ def test_a_sweeps_drawn_values_read_in_six_significant_digits_on_the_charts():
     assert [text.get_text() for text in heatmap.axes[0].get_yticklabels()] == ["0.00143764 s", "25 MiB"]
     lines = sweep_figure(frame, "step_time_s", "step_time_s", hue="a")
     assert [text.get_text() for text in lines.axes[0].get_legend().get_texts()] == ["a = 0.3", "a = 11.5011"]
+
+
+def test_quantities_on_a_chart_axis_go_smallest_first():
+    """A sweep over `forward: [4 ms, 25 ms, 100 us]` drew its heatmap columns and its line's points in the
+    texts' order, 100 us, 25 ms, 4 ms; they go by size. Values that are not all sizes keep their order."""
+    from simulator.report.study_plots import heatmap_figure, sweep_figure
+
+    frame = pd.DataFrame({"status": "ok", "forward": ["4 ms", "25 ms", "100 us"] * 2, "m": [4, 4, 4, 8, 8, 8],
+                          "step_time_s": [0.042, 0.189, 0.0147, 0.066, 0.297, 0.0231]})
+    heatmap = heatmap_figure(frame, "forward", "m", "step_time_s")
+    assert [text.get_text() for text in heatmap.axes[0].get_xticklabels()] == ["100 us", "4 ms", "25 ms"]
+    assert heatmap.axes[0].images[0].get_array()[0].tolist() == [0.0147, 0.042, 0.189]
+    lines = sweep_figure(frame, "forward", "step_time_s", hue="m")
+    assert [list(line.get_ydata()) for line in lines.axes[0].get_lines()] == [[0.0147, 0.042, 0.189],
+                                                                              [0.0231, 0.066, 0.297]]
+    mixed = frame.assign(forward=["4 ms", "fast", "100 us"] * 2)
+    labels = heatmap_figure(mixed, "forward", "m", "step_time_s").axes[0].get_xticklabels()
+    assert [text.get_text() for text in labels] == ["100 us", "4 ms", "fast"]  # pandas' own order of texts

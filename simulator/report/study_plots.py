@@ -14,7 +14,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from simulator.errors import ScenarioError
 from simulator.report.run_folder import checked_manifest, outdir_error
-from simulator.units import format_size, shown_value
+from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
 TABLE_ALLOWED = "a folder written by `trainsim sweep` (results.parquet)"
@@ -38,6 +38,13 @@ def _check_columns(frame: pd.DataFrame, named: dict[str, str | None]) -> None:
             raise ScenarioError(f"no column {name!r}", field=field, allowed=f"a column of the table: {shown}")
 
 
+def _by_magnitude(values):
+    """A sort key for an axis's values (a Series or an Index): by size where each is a number or a quantity
+    ('100 us', '4 ms', '25 ms', which sorted as texts read '100 us', '25 ms', '4 ms'), else the values."""
+    sizes = values.map(magnitude)
+    return values if pd.isna(sizes).any() else sizes.astype(float)
+
+
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
     """The simulated rows of a sweep's results (all rows when there is no status column)."""
     return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
@@ -51,7 +58,7 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     ax = figure.add_subplot()
     groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
     for value, group in groups:
-        ordered = group.sort_values(x)
+        ordered = group.sort_values(x, key=_by_magnitude)
         ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
@@ -77,6 +84,7 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
         raise ScenarioError(f"column {value!r} holds values that are not numbers", field="--value",
                             allowed="a numeric column (a metric such as step_time_s)")
     table = rows.assign(**{value: numbers}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
     figure = Figure(figsize=(1.2 + 1.1 * max(len(table.columns), 1), 1.4 + 0.6 * max(len(table.index), 1)),
                     layout="constrained")
     ax = figure.add_subplot()
