@@ -769,6 +769,45 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
         assert estimated == pytest.approx(simulated, rel=0.03)
 
 
+def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buckets():
+    """Llama-3-8B tp 8 pp 2 dp 2 (ZeRO-1) on four DGX H100: each stage spans a host, so the backward hand-off
+    from pipeline rank 1 to rank 0 crosses the NICs, 0.102 ms alone. The last micro-batch's backward finishes
+    the stage's gradients, and the buckets its last block completes go out over the same NIC as its send: the
+    simulated send takes 0.281 ms, 0.179 ms more than the others. The estimate times the send beside those
+    buckets, as one reduction of their bytes (`hand_offs_beside_buckets_s`): 0.162 ms more, within 12% (the
+    buckets run one after another, with their latencies between). The earlier micro-batches' hand-offs, and
+    every hand-off inside a host (tp 4 pp 2 v 2 there), take their alone times, and so does the estimate."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import _compiled_order, check_memory, hand_off_s, hand_offs_beside_buckets_s
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    overrides, _ = DENSE_CLUSTERS["four DGX H100"]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    base = search_base(loaded.source, overrides, loaded.scenario)
+    for tp, v in ((8, 1), (4, 2)):
+        checked = check_memory(base, Candidate(tp, 1, 2, 16 // tp, v, 1, "zero1", "none"), "1f1b", times)
+        plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
+        order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
+        excess = hand_offs_beside_buckets_s(plan, times, order)
+        if tp == 4:
+            assert set(excess.values()) == {0.0}
+            continue
+        (index, estimated), = excess.items()
+        assert (order.ranks[index], order.actions[index].microbatch) == (1, plan.microbatches - 1)
+        timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
+        sends = timeline[(timeline["rank"] == plan.layout.rank_of(pp=1)) & (timeline["stream"] == "pp")
+                         & timeline["name"].str.startswith("send bwd")]
+        seconds = (sends["end_s"] - sends["start_s"]).groupby(sends["microbatch"]).max()
+        alone = hand_off_s(plan, times)
+        assert seconds.drop(plan.microbatches - 1).to_numpy() == pytest.approx(alone, rel=1e-9)
+        assert estimated == pytest.approx(seconds[plan.microbatches - 1] - alone, rel=0.12)
+
+
 @pytest.mark.parametrize(("tp", "pp", "v"), [(1, 2, 1), (2, 2, 2)])
 def test_pipelined_fsdps_gathers_delay_the_first_forward_as_simulated(tp, pp, v):
     """Pipelined FSDP gathers each unit once per step. Llama-3-8B on four DGX H100 (dp 16 or 8 over the NICs):

@@ -159,18 +159,20 @@ def schedule_order(schedule: Schedule, v: int, placement: Placement = "loop") ->
 
 
 def execute(order: ScheduleOrder, f: list[float], b: list[float], w: list[float],
-            p2p: float = 0.0) -> tuple[list[float], list[float]]:
+            p2p: float = 0.0, slower: dict[int, float] | None = None) -> tuple[list[float], list[float]]:
     """(start, end) of every action of ``order``, each virtual stage's forward, input-grad and weight-grad
     actions lasting ``f``, ``b`` and ``w`` of it (BW the sum), a dependency on another rank's action arriving
-    ``p2p`` after it ends: each action starts when its rank is free and its dependencies have arrived."""
+    ``p2p`` after it ends (``slower``: after the actions it holds, by their index in ``order``, that long):
+    each action starts when its rank is free and its dependencies have arrived."""
     durations = (f, b, w, [grad + weight for grad, weight in zip(b, w, strict=True)])
+    hops = slower or {}
     starts: list[float] = []
     ends: list[float] = []
     free_at = [0.0] * order.p
     for rank, kind, stage, deps in zip(order.ranks, order.kinds, order.stages, order.dependencies, strict=True):
         start = free_at[rank]
         for dep, crosses in deps:
-            arrival = ends[dep] + p2p if crosses else ends[dep]
+            arrival = ends[dep] + hops.get(dep, p2p) if crosses else ends[dep]
             if arrival > start:
                 start = arrival
         end = start + durations[kind][stage]

@@ -367,7 +367,9 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[
     actions lasting ``actions`` of it (`stage_actions_s`, with the hand-offs' toll, `with_hand_off_toll`)
     stretched so that each rank's per micro-batch work is its slot in ``slots`` (what the slot holds beyond
     those, ZeRO-3's waits and tolls, shared in proportion), and a hand-off between ranks arriving one hop
-    (`hand_off_s`) after its action ends. The MoE all-to-alls and the hand-offs' toll sit in the forwards and
+    (`hand_off_s`) after its action ends; the backward hand-off of the action that finishes a chunk's
+    gradients also takes what it shares the sender's NIC with their buckets for (`hand_offs_beside_buckets_s`).
+    The MoE all-to-alls and the hand-offs' toll sit in the forwards and
     input grads, not in the weight grads a zero-bubble schedule postpones into its bubbles. So the fill, drain
     and exposed hand-offs are the schedule's own: a zero-bubble schedule's W fills what 1F1B leaves idle, and
     where one stage is heavier the others wait for it rather than for their hand-offs. The schedule's order
@@ -380,8 +382,58 @@ def pipeline_ends_s(plan: StepPlan, times: CollectiveTimes, actions: list[tuple[
         for vstage in vstages:
             f[vstage], b[vstage], w[vstage] = (seconds * stretch for seconds in actions[vstage])
     order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
-    _, ends = execute(order, f, b, w, hand_off_s(plan, times))
+    hop = hand_off_s(plan, times)
+    slower = {index: hop + excess for index, excess in hand_offs_beside_buckets_s(plan, times, order).items()}
+    _, ends = execute(order, f, b, w, hop, slower)
     return [ends[last] if last >= 0 else 0.0 for last in order.last]
+
+
+def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: ScheduleOrder) -> dict[int, float]:
+    """What the backward hand-off of the action that finishes a chunk's gradients takes beyond its alone time,
+    by the action's index in ``order``: DDP's and ZeRO-1/2's gradient buckets (`gradient_buckets`, filled over
+    the rank's chunks in the order their gradients are finished, as the program fills them) go out as their
+    last block's gradients are finished, so those the action's last block completes start on the `dp` stream
+    as its send starts on the `pp` stream, and where both cross the sender's NIC the send shares it
+    (`CollectiveTimes.together`, the buckets as one reduction of their bytes over the DP x CP group). On the
+    drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. A backward that keeps
+    its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces otherwise:
+    nothing."""
+    layout, sharding = plan.layout, plan.sharding
+    if sharding.stage == 3 or not sharding.overlap:
+        return {}
+    kinds = ("F", "B", "W", "BW")
+    finals: dict[tuple[int, int], int] = {}  # (pipeline rank, chunk) -> index of the action finishing its grads
+    for index, (action, pp_rank, kind) in enumerate(zip(order.actions, order.ranks, order.kinds, strict=True)):
+        if kinds[kind] in ("W", "BW"):
+            finals[pp_rank, action.chunk] = index
+    excess: dict[int, float] = {}
+    for pp_rank in range(layout.pp):
+        sender = layout.rank_of(pp=pp_rank)
+        group = layout.combined_group(("dp", "cp"), sender)
+        if len(group) == 1:
+            continue
+        vstages = plan.rank_stages(pp_rank)
+        ready = [((vstage, index), block) for vstage in reversed(vstages)
+                 for index, block in reversed(list(enumerate(plan.stages[vstage].blocks)))]
+        closing: dict[int, float] = {}  # per virtual stage: the bytes of the buckets its first block completes
+        for keys, nbytes in gradient_buckets(ready, sharding.grad_bytes, sharding.bucket_bytes):
+            vstage, index = keys[-1]
+            if index == min((i for i, block in enumerate(plan.stages[vstage].blocks) if block.params > 0), default=-1):
+                closing[vstage] = closing.get(vstage, 0.0) + nbytes
+        for chunk, vstage in enumerate(vstages):
+            index = finals.get((pp_rank, chunk), -1)
+            if vstage == 0 or index < 0 or kinds[order.kinds[index]] != "BW" or vstage not in closing:
+                continue
+            receiver = _stage_peer(plan, sender, vstage - 1)
+            nbytes = plan.stages[vstage].p2p_bytes
+            if receiver == sender or nbytes <= 0:
+                continue
+            send: CollectiveShape = ("send_recv", (sender, receiver), nbytes)
+            buckets: CollectiveShape = (sharding.grad_reduction, group, closing[vstage])
+            excess[index] = max(times.together(send, buckets)[0] - times.seconds(*send), 0.0)
+    return excess
+
+
 
 
 @lru_cache(maxsize=64)
