@@ -169,3 +169,18 @@ def test_a_kineto_collective_without_a_group_name_is_not_named_by_its_descriptio
     assert result.summary["warnings"] == [
         f"{traces / 'rank0.json'}: traceEvents[8]: 2 collectives name no process group, and no trace names one: "
         "taken as one group of the ranks that run them (0, 1)"]
+
+
+def test_a_group_whose_members_no_trace_tells_is_taken_as_its_traced_ranks_with_a_warning(tmp_path):
+    """Rank 0's trace alone of an 8-rank job (world_size 8), its all-reduce in group '0' with neither `Process
+    Group Ranks` nor `Group size`: the group's members are the ranks whose traces use it, rank 0 alone, so the
+    all-reduce sends nothing (a one-rank ring). That was silent; the run now warns that the group was taken as
+    1 of the job's 8 ranks."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    comms_args(traces, 0, world=8, **{"Process Group Ranks": None, "Group size": None})
+    text = two_rank_scenario("100 Gb/s", nodes=8).replace(f"{KINETO_2RANK}/rank*.json", f"{traces}/rank0.json")
+    _, result = run(text, tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == 0.0
+    assert result.summary["warnings"] == [
+        f"{traces / 'rank0.json'}: traceEvents[8]: process group '0': no trace lists its members or its size, so it "
+        "is taken as the rank whose traces use it (0), 1 of the traced job's 8"]

@@ -6,7 +6,8 @@ Ranks: a rank's number comes from its trace (`distributedInfo.rank`) or from the
 sorted with their numbers compared as numbers); the job's size is what the traces state (`world_size`, Chakra's
 default group), else the highest rank they name plus one, and files must agree on it. A process group's members
 come from the trace where it lists them (Kineto's `pg_config` or `Process Group Ranks`, Chakra's process-group
-metadata), otherwise they are the ranks whose traces use the group. Members without a trace are not simulated:
+metadata), otherwise they are the ranks whose traces use the group (with a warning where they are fewer than
+the job's ranks and no trace gives the group's size). Members without a trace are not simulated:
 like folded ranks, the rendezvous does not wait for them, but the collective's transfers still run over every
 member. Collectives match across ranks by
 group and sequence number where the trace records them (PyTorch's `Seq`), else by group and issue order (as
@@ -103,6 +104,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     world = traced_world = _world(traced)
     stated = _stated_groups(traced)
     members = _group_members(traced)
+    assumed = _assumed_members(traced, members, world)
     peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
@@ -145,7 +147,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
-    warnings += settled + untraced
+    warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
                          "traced_step_time_s": max(rank.span_s() for rank in traced) if traced[0].timed else None,
@@ -261,6 +263,25 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
                                   "a trace of every member, or one that lists the group's ranks (Process Group "
                                   "Ranks, or Global rank start and stride)")
     return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
+
+
+def _assumed_members(traced: list[TracedRank], members: dict[str, tuple[int, ...]], world: int) -> tuple[str, ...]:
+    """One warning per process group that no trace lists the members of or gives a size, whose members are then
+    the ranks whose traces use it (_group_members), fewer than the traced job's ``world``: the group may span
+    ranks without a trace, whose part of its collectives' traffic is then not simulated."""
+    told = {op.group for rank in traced for op in rank.ops if op.kind == "collective" and (op.members or op.group_size)}
+    warned: set[str] = set()
+    warnings = []
+    for rank in traced:
+        for op in rank.ops:
+            if op.kind != "collective" or op.group in told | warned or len(members[op.group]) >= world:
+                continue
+            warned.add(op.group)
+            ranks = members[op.group]
+            warnings.append(f"{rank.file}: {rank.where(op)}: process group {op.group!r}: no trace lists its members or "
+                            f"its size, so it is taken as the rank{'s' if len(ranks) > 1 else ''} whose traces use it "
+                            f"({_spans(list(ranks))}), {len(ranks)} of the traced job's {world}")
+    return tuple(warnings)
 
 
 def _sequenced(traced: list[TracedRank]) -> frozenset[str]:
