@@ -381,23 +381,29 @@ def test_a_collective_figure_a_page_quotes_is_what_the_command_prints(page, comm
     assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
 
 
+STRAIGHT_FAULTS = ("faults-straggler-and-spine-link", ("faults.step.links=[]",))
 SCENARIO_QUOTES = [
-    ("docs/training-step.md", "mixtral-8x7b-ep8",
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
-    ("docs/training-step.md", "mixtral-8x7b-ep8",
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`trainsim run mixtral-8x7b-ep8 --out DIR`: {s[moe][dropped_token_fraction]:.1%} dropped, MFU {s[mfu]:.1%}, "
      "nominal {s[nominal_mfu]:.1%})"),
-    ("docs/training-step.md", "mixtral-8x7b-ep8",
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "`mixtral-8x7b-ep8` sends {gb_ep:.2f} GB per GPU of it per step, `traffic_bytes_per_gpu.ep`, and leaves "
      "{s[exposed_comm_s][ep]:.3f} s exposed"),
-    ("docs/training-step.md", "llama3-8b-dgx-h100-dp8",
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
      "fully exposed: {ms_exposed_dp:.1f} ms of the {ms_dp:.0f} ms of DP communication"),
-    ("docs/parameter_server.md", "parameter-server-vs-allreduce",
+    ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
      "(sync: {ms_exchange:.0f} ms of exchange per iteration against a {ms_allreduce:.0f} ms all-reduce on an idle "
      "cluster; `busiest_link_bytes` {gib_busiest:.1f} GiB against {gib_allreduce_busiest:.1f} GiB)"),
+    ("docs/plots.md", ("llama3-8b-dgx-h100-dp8", ("parallelism.pp=4", "parallelism.dp=2")),
+     "(rank 4 here: {gib_static_stage_0:.1f} GiB against rank 0's {s[peak_memory_gib]:.1f} GiB peak)"),
+    ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.0%} compute idle folded,"),
+    ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
+     "compute idle folded, {s[bubble_fraction]:.1%} with `--set run.fold=false`)"),
 ]
-"""Figures pages quote from a bundled scenario's summary: the scenario, and the text with its figures (`s` the
-summary, and the derived figures of `quoted_figures`)."""
+"""Figures pages quote from a bundled scenario's summary: the scenario with the overrides the page names, and
+the text with its figures (`s` the summary, and the derived figures of `quoted_figures`)."""
 
 
 def quoted_figures(summary: dict) -> dict:
@@ -405,6 +411,9 @@ def quoted_figures(summary: dict) -> dict:
     figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3}
+    if "memory_per_stage_gib" in summary:
+        stage = summary["memory_per_stage_gib"][0]
+        figures["gib_static_stage_0"] = stage["total"] - stage["activations"]
     if "parameter_server" in summary:
         servers = summary["parameter_server"]
         figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
@@ -414,13 +423,23 @@ def quoted_figures(summary: dict) -> dict:
 
 
 @functools.cache
-def bundled_summary(name: str) -> dict:
-    """The summary of a bundled scenario's run, once per session."""
-    return simulate(load_scenario(name)).summary
+def bundled_summary(name: str, overrides: tuple[str, ...]) -> dict:
+    """The summary of a bundled scenario's run with ``overrides``, once per session."""
+    return simulate(load_scenario(name, list(overrides))).summary
 
 
 @pytest.mark.parametrize(("page", "scenario", "quote"), SCENARIO_QUOTES,
-                         ids=[f"{case[1]}-{index}" for index, case in enumerate(SCENARIO_QUOTES)])
+                         ids=[f"{case[1][0]}-{index}" for index, case in enumerate(SCENARIO_QUOTES)])
 def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, quote):
-    now = quote.format(**quoted_figures(bundled_summary(scenario)))
+    now = quote.format(**quoted_figures(bundled_summary(*scenario)))
     assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
+
+
+def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
+    loaded = load_scenario("deepseek-v3-style-1024-gpus", ["training.recompute=none"])
+    stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage_gib"][1]
+    state = stage["params"] + stage["grads"] + stage["optimizer"]
+    now = (f"without it stage 1 would keep {stage['in_flight_microbatches']:.0f} micro-batches of "
+           f"{stage['activation_per_microbatch']:.1f} GiB next to {state:.1f} GiB of model state "
+           f"({stage['total']:.1f} GiB)")
+    assert now in flowing((ROOT / "docs" / "training-step.md").read_text()), now
