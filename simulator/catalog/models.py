@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Literal, get_args
 
 from simulator.errors import ScenarioError, lookup
 
-NORMS = ("rmsnorm", "layernorm")
+Norm = Literal["rmsnorm", "layernorm"]
+"""The normalisation layers a preset uses (workload/transformer.py costs each)."""
+NORMS: tuple[Norm, ...] = get_args(Norm)
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class ModelSpec:
     vocab: int
     gated_mlp: bool
     tied_embeddings: bool = False
-    norm: str = "rmsnorm"
+    norm: Norm = "rmsnorm"
     bias: bool = False
     learned_positions: bool = False
     max_positions: int = 0

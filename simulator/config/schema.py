@@ -26,6 +26,7 @@ from simulator.config.training_options import (
     DEFAULT_GRAD_REDUCE,
     LOSS_SCALED,
     REDUCE_DTYPES_OF,
+    AttentionKernel,
     GradReduceDtype,
     Optimizer,
     Precision,
@@ -252,7 +253,7 @@ class TrainingConfig(Section):
     precision: Precision = "bf16"
     recompute: Recompute = "none"
     optimizer: Optimizer = "adam"
-    attention: Literal["flash", "standard"] = "flash"
+    attention: AttentionKernel = "flash"
     grad_accumulation_fusion: bool | None = None
     cross_entropy_fusion: bool = True
     layernorm_fusion: bool = True

@@ -13,6 +13,8 @@ Optimizer = Literal["adam", "adamw", "sgd", "sgd_momentum"]
 """The optimizer: its state per parameter (memory) and the bytes its step streams through HBM."""
 Recompute = Literal["none", "selective", "full"]
 """Activation recomputation: none, the attention core only (selective), or each layer's whole forward (full)."""
+AttentionKernel = Literal["flash", "standard"]
+"""The attention core: fused flash attention, or Megatron-LM's unfused kernels through HBM."""
 GradReduceDtype = Literal["fp32", "bf16", "fp16"]
 """The format of the gradient buffer: gradients accumulate over micro-batches in it and the data-parallel
 all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP's ``reduce_dtype``)."""

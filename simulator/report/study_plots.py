@@ -14,6 +14,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from simulator.errors import ScenarioError
 from simulator.report.run_folder import checked_manifest, outdir_error
+from simulator.sweep.options import StudyChart
 from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -214,7 +215,7 @@ def collective_rows(path: Path) -> pd.DataFrame:
     return rows
 
 
-def study_figure(chart: str, path: Path, *, x: str | None = None, y: str | None = None, hue: str | None = None,
+def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str | None = None, hue: str | None = None,
                  value: str | None = None, log_x: bool = False) -> Figure:
     """The figure of one study chart read from ``path`` (a sweep or search folder, or collective JSON)."""
     if chart == "front":

@@ -18,7 +18,8 @@ SEARCH_MICRO_BATCHES: tuple[int, ...] = (1, 2)
 SEARCH_SHARDINGS: tuple[Sharding, ...] = ("zero0", "zero1", "fsdp")
 """The layout search's values of the dimensions that the cluster and model do not set (sweep/layouts.py
 `SearchSpace`), named once for it and for `trainsim search --help`."""
-STUDY_CHARTS = ("sweep", "heatmap", "busbw", "front")
+StudyChart = Literal["sweep", "heatmap", "busbw", "front"]
+STUDY_CHARTS: tuple[StudyChart, ...] = get_args(StudyChart)
 """`trainsim plot` charts drawn from a sweep or search folder (report/study_plots.py)."""
 GanttRows = Literal["stage", "rank"]
 GANTT_ROWS: tuple[GanttRows, ...] = get_args(GanttRows)

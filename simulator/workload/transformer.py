@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from simulator.catalog.models import ModelSpec
-from simulator.config.training_options import RECOMPUTE_MODES, Recompute
+from simulator.catalog.models import ModelSpec, Norm
+from simulator.config.training_options import RECOMPUTE_MODES, AttentionKernel, Recompute
 from simulator.errors import ScenarioError
 
 KernelKind = Literal["matmul", "attention", "elementwise"]
@@ -36,7 +36,7 @@ class NormCost:
     memory_kind: MemoryKind | None = None
 
 
-_NORMS = {"rmsnorm": NormCost((4.0, 8.0), 2), "layernorm": NormCost((7.0, 14.0), 2)}
+_NORMS: dict[Norm, NormCost] = {"rmsnorm": NormCost((4.0, 8.0), 2), "layernorm": NormCost((7.0, 14.0), 2)}
 """Norms as Transformer Engine runs them: the backward reads x and dy once, writing dx and the weight
 gradients from the same pass."""
 _APEX_LAYERNORM = NormCost((7.0, 14.0), 4, "layernorm")
@@ -129,15 +129,12 @@ class AttentionCost:
     flash: bool = True
 
     @classmethod
-    def for_kernel(cls, kind: str) -> AttentionCost:
+    def for_kernel(cls, kind: AttentionKernel) -> AttentionCost:
         """``flash`` (fused, scores stay on chip, causal blocks skipped) or ``standard`` (Megatron-LM before
         flash attention: the full score matrix is computed and goes through HBM for softmax and dropout)."""
         if kind == "flash":
             return cls()
-        if kind == "standard":
-            return cls(causal_factor=1.0, backward_factor=2.0, flash=False)
-        raise ScenarioError(f"unknown attention kernel {kind!r}", field="training.attention",
-                            allowed="flash, standard")
+        return cls(causal_factor=1.0, backward_factor=2.0, flash=False)
 
 
 @dataclass(frozen=True)
