@@ -232,6 +232,8 @@ def chain_ends(topology: Topology, settings: NetworkSettings, running: list[list
 
 
 def network_settings(loaded: LoadedScenario, topology: Topology) -> NetworkSettings:
+    """The scenario's network and collective settings, its link efficiencies resolved for ``topology``'s GPU
+    model."""
     scenario = loaded.scenario
     efficiency = located(loaded, lambda: resolve_efficiency(scenario.network.efficiency, topology.gpu_model))
     return NetworkSettings(mode=scenario.network.model, efficiency=tuple(sorted(efficiency.items())),

@@ -1,0 +1,2 @@
+"""Scenario files: safe YAML with a line table, the pydantic schema and its option sets, overrides, and
+errors located at FILE:LINE."""

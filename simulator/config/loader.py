@@ -342,6 +342,8 @@ def scenario_from_text(text: str, source: str = "<text>", overrides: list[str] |
 
 def scenario_from_data(data: object, lines: dict, source: str, overrides: list[str] | None,
                        settings: tuple[OptionSetting, ...] = ()) -> LoadedScenario:
+    """Parsed YAML ``data`` (with its line table) as a validated scenario: the ``--set`` ``overrides`` and the
+    option ``settings`` written into a copy first, each remembered for locating errors in what it wrote."""
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of sections", allowed=", ".join(Scenario.model_fields),
                             file=source, line=1)

@@ -1,0 +1,1 @@
+"""The event log and what is computed from it: step metrics, the summary, collective tables, link load."""

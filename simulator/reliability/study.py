@@ -59,10 +59,12 @@ def parse_list(text: str, parse, option: str, example: str) -> list[float]:
 
 
 def parse_intervals(text: str) -> list[float]:
+    """``--intervals``: comma-separated positive durations, in seconds."""
     return parse_list(text, parse_duration, "--intervals", "durations with units, e.g. 5min,10min,30min,1h")
 
 
 def parse_multipliers(text: str) -> list[float]:
+    """``--multipliers``: comma-separated positive numbers."""
     return parse_list(text, float, "--multipliers", "numbers, e.g. 0.5,1,2,4")
 
 

@@ -167,6 +167,7 @@ class SearchSpace:
 
 
 def powers_of_two(limit: int) -> tuple[int, ...]:
+    """1, 2, 4, ... up to ``limit``."""
     return tuple(2**k for k in range(limit.bit_length()) if 2**k <= limit)
 
 

@@ -142,11 +142,14 @@ def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
 
 def sweep_from_text(text: str, source: str = "<sweep>", folder: Path = Path("."),
                     max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
+    """Like `load_sweep` for YAML text already in memory; a relative base scenario is read from ``folder``."""
     data, lines = parse_yaml_text(text, source, ScenarioError)
     return sweep_from_data(data, lines, source, folder, max_points)
 
 
 def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_points: int) -> Sweep:
+    """Parsed sweep YAML ``data`` validated and expanded into its points (at most ``max_points``), each a
+    validated scenario; any mistake is one ScenarioError located in ``source``."""
     if not isinstance(data, dict):
         raise ScenarioError("a sweep file must be a mapping", allowed=", ".join(SweepFile.model_fields), file=source,
                             line=1)

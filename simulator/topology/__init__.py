@@ -1,0 +1,1 @@
+"""Clusters: builders list the nodes and links, graph.py compiles them into arrays and routes."""

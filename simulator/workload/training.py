@@ -165,6 +165,8 @@ def resolve_layout(scenario: Scenario, world: int, pp: int) -> Layout:
 
 
 def microbatch_count(scenario: Scenario, dp: int) -> int:
+    """``training.microbatches``, or the global batch over micro_batch x ``dp``: a whole number, at most
+    `MAX_MICROBATCHES`."""
     training = scenario.training
     if training.microbatches is not None:
         return training.microbatches
