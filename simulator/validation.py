@@ -12,9 +12,13 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from simulator.config.bundled import BUNDLED_DIR
 from simulator.errors import ExecutorError, ScenarioError
+
+if TYPE_CHECKING:
+    from simulator.config.published import Metric
 
 DEFAULT_FOLDER = BUNDLED_DIR / "published"
 """The bundled cases, found from any working folder (as `trainsim run NAME` finds a bundled scenario)."""
@@ -57,7 +61,7 @@ def published_cases(folder: Path = DEFAULT_FOLDER, names: Sequence[str] = ()) ->
     return [case for case in cases if not names or case.stem in names]
 
 
-def _simulated(loaded, summary: dict, metric: str) -> float:
+def _simulated(loaded, summary: dict, metric: Metric) -> float:
     from simulator.catalog.models import get_model
     from simulator.workload.transformer import megatron_flops_per_iteration
 

@@ -7,10 +7,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from simulator.errors import InputError, TopologyError
 from simulator.units import parse_bandwidth, parse_duration
+
+ParamKind = Literal["count", "index", "ratio", "bandwidth", "duration", "text", "mapping", "list"]
+"""How a builder parameter is read (`_READERS`) and bounded (`read_parameters`)."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class Param:
     StrEnum), which the parameter is then read as.
     """
 
-    kind: str
+    kind: ParamKind
     default: object = None
     doc: str = ""
     choices: tuple | type[StrEnum] = ()
@@ -60,7 +63,7 @@ def _read_typed(value: object, type_: type, what: str) -> object:
     return value
 
 
-_READERS: dict[str, Callable[[object], object]] = {
+_READERS: dict[ParamKind, Callable[[object], object]] = {
     "count": _read_integer,
     "index": _read_integer,
     "ratio": _read_ratio,
