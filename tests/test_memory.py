@@ -78,7 +78,7 @@ def test_hybrid_shard_and_bad_stage():
                                                                                                rel=1e-12)
     with pytest.raises(ScenarioError) as info:
         model_state_memory(1e9, Sharding(4, 8))
-    assert info.value.field == "parallelism.zero_stage"
+    assert info.value.field == "parallelism.zero"
 
 
 @pytest.mark.parametrize("tp, sp", [(1, False), (8, False), (8, True)])

@@ -67,14 +67,14 @@ class ModelSpec:
             if getattr(self, name) < 1:
                 raise ScenarioError(f"{name} must be at least 1, got {getattr(self, name)}", field=f"model.{name}")
         if self.norm not in NORMS:
-            raise ScenarioError(f"unknown norm {self.norm!r}", field="model.norm", allowed=", ".join(NORMS))
+            raise ScenarioError(f"unknown norm {self.norm!r}", field="model.preset", allowed=", ".join(NORMS))
         if self.hidden % self.heads or self.heads % self.kv_heads:
             raise ScenarioError(
                 f"hidden {self.hidden}, heads {self.heads}, kv_heads {self.kv_heads} do not divide evenly",
                 field="model.heads", allowed="heads dividing hidden, kv_heads dividing heads",
             )
         if self.learned_positions and self.max_positions < 1:
-            raise ScenarioError("learned positions need max_positions >= 1", field="model.max_positions")
+            raise ScenarioError("learned positions need max_positions >= 1", field="model.preset")
 
     @property
     def head_dim(self) -> int:

@@ -101,7 +101,7 @@ def model_state_memory(
     gradients in the buffer format ``grad_reduce`` (state_bytes_per_param)."""
     if sharding.stage not in ZERO_STAGES:
         raise ScenarioError(
-            f"unknown ZeRO stage {sharding.stage}", field="parallelism.zero_stage", allowed="0, 1, 2, 3"
+            f"unknown ZeRO stage {sharding.stage}", field="parallelism.zero", allowed="0, 1, 2, 3"
         )
     if sharding.degree < 1:
         raise ScenarioError(
