@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from typing import Literal
 
 from simulator.errors import InputError
 
@@ -30,21 +31,23 @@ BANDWIDTH_UNITS: dict[str, float] = {
 }
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d].*?)?\s*$")
 
-_KINDS = {
+QuantityKind = Literal["size", "duration", "bandwidth"]
+"""The kinds of quantity a unit can give (bytes, seconds, bytes per second)."""
+_KINDS: dict[QuantityKind, dict[str, float]] = {
     "size": SIZE_UNITS,
     "duration": DURATION_UNITS,
     "bandwidth": BANDWIDTH_UNITS,
 }
 
 
-def _allowed(kind: str) -> str:
+def _allowed(kind: QuantityKind) -> str:
     names = {"size": ", ".join(SIZE_UNITS),
              "duration": "ns, us, ms, s, min, h, d",
              "bandwidth": "b/s or B/s with k, M, G, T, P prefixes, e.g. '400 Gb/s', '450 GB/s'"}
     return names[kind]
 
 
-def parse_quantity(value: object, kind: str) -> float:
+def parse_quantity(value: object, kind: QuantityKind) -> float:
     """Parse ``value`` (a string with a unit) as a quantity of ``kind`` and return it in SI units."""
     table = _KINDS[kind]
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):

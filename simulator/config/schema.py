@@ -142,6 +142,7 @@ class CollectivesConfig(Section):
     sm_contention: SmContention = "nccl"
 
 
+TimelineLevel = Literal["full", "per-stage", "summary"]
 TraceLevel = Literal["ops", "ops+links", "full"]
 """What trace.json holds: op slices; plus link utilisation counters; plus one slice per network flow."""
 
@@ -160,7 +161,7 @@ class RunConfig(Section):
 
     seed: int = Field(default=0, ge=0)
     fold: bool = True
-    timeline: Literal["full", "per-stage", "summary"] = "full"
+    timeline: TimelineLevel = "full"
     trace: TraceLevel = "ops+links"
     trace_compress: bool = False
     horizon: Horizon | None = None

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from simulator.config.loader import LoadedScenario
+    from simulator.config.schema import TimelineLevel
     from simulator.simulation import Result
 
 
@@ -49,7 +50,7 @@ def write_timeline(table: pa.Table, path: Path) -> None:
                    write_statistics=[*INT_COLUMNS, *FLOAT_COLUMNS])
 
 
-def timeline_rows(result: Result, timeline: str) -> tuple[pa.Table, Columns]:
+def timeline_rows(result: Result, timeline: TimelineLevel) -> tuple[pa.Table, Columns]:
     """What timeline.parquet holds and the columns the trace reads, made once for both. The whole timeline comes
     off the log's columns as an Arrow table (no DataFrame, no pandas); one rank per stage (`per-stage`) is
     picked from the DataFrame."""

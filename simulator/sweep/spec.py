@@ -67,11 +67,11 @@ from simulator.topology.loader import (
     scenario_field_of,
     with_overrides,
 )
-from simulator.units import parse_quantity, shown_value
+from simulator.units import QuantityKind, parse_quantity, shown_value
 
 Axis = Annotated[list, Field(min_length=1)]
 DEFAULT_MAX_POINTS = 10_000
-_BASE_UNITS = {"size": "B", "duration": "s", "bandwidth": "B/s"}
+_BASE_UNITS: dict[QuantityKind, str] = {"size": "B", "duration": "s", "bandwidth": "B/s"}
 
 
 class RandomRange(Section):
@@ -294,10 +294,10 @@ def _draw(rng: np.random.Generator, axis: RandomRange, where: ScenarioError) -> 
     return int(value) if axis.integer else float(value)
 
 
-def _quantity(value: float | str, where: ScenarioError) -> tuple[str, float]:
-    """('', number) for a plain number, (kind, SI value) for a quantity with a unit."""
+def _quantity(value: float | str, where: ScenarioError) -> tuple[QuantityKind | None, float]:
+    """(None, number) for a plain number, (kind, SI value) for a quantity with a unit."""
     if not isinstance(value, str):
-        return "", float(value)
+        return None, float(value)
     for kind in _BASE_UNITS:
         try:
             return kind, parse_quantity(value, kind)

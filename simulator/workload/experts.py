@@ -33,6 +33,7 @@ from simulator.workload.transformer import (
 
 if TYPE_CHECKING:
     from simulator.config.schema import Scenario
+    from simulator.config.training_options import Recompute
     from simulator.parallel.layout import Layout
     from simulator.workload.stage_work import CostContext
 
@@ -120,18 +121,18 @@ def _ffn(prefix: str, model: ModelSpec, tokens: float, width: float, shard: Shar
     return forward, backward_input, backward_weight
 
 
-def _passes(forward, backward_input, backward_weight, recompute: str) -> PassKernels:
+def _passes(forward, backward_input, backward_weight, recompute: Recompute) -> PassKernels:
     recomputed = tuple(Kernel(f"recompute.{k.name}", k.flops, k.hbm_bytes, k.kind, k.size_dim) for k in forward)
     return PassKernels(forward, recomputed if recompute == "full" else (), backward_input, backward_weight)
 
 
-def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recompute: str) -> PassKernels:
+def routed_kernels(model: ModelSpec, shard: ShardShape, loads: np.ndarray, recompute: Recompute) -> PassKernels:
     """The routed experts of one EP rank, expert j receiving ``loads[j]`` tokens."""
     return _routed_kernels(model, shard, tuple(float(tokens) for tokens in loads), recompute)
 
 
 @lru_cache(maxsize=256)
-def _routed_kernels(model: ModelSpec, shard: ShardShape, loads: tuple[float, ...], recompute: str) -> PassKernels:
+def _routed_kernels(model: ModelSpec, shard: ShardShape, loads: tuple[float, ...], recompute: Recompute) -> PassKernels:
     """`routed_kernels`, built once for the steps of a search that route the same tokens over the same shard
     (a DeepSeek-style rank runs 32 experts of a few GEMMs each, in every candidate of the layout)."""
     width = _moe_of(model).expert_ffn_hidden
@@ -149,7 +150,7 @@ def _routed_kernels(model: ModelSpec, shard: ShardShape, loads: tuple[float, ...
 
 
 @lru_cache(maxsize=64)
-def moe_layer(model: ModelSpec, shard: ShardShape, recompute: str, cost: CostContext, sample: RoutingSample,
+def moe_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: CostContext, sample: RoutingSample,
               ep: int) -> MoELayer:
     """The MoE block of every layer: the hottest EP rank's experts, each pair's tokens on the all-to-alls. Built
     once for the steps of a search that route the same sample (`seeded_routing` keeps it) over the same shard."""

@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import assert_never
 
 from simulator.catalog.gpus import GPUSpec
+from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.workload.transformer import MEASURED_KERNELS, Kernel, MemoryKind
 
@@ -98,7 +99,7 @@ def log_interpolate(points: tuple[tuple[float, float], ...], length: float) -> f
     return points[-1][1]
 
 
-def compute_precision(kernel: Kernel, precision: str) -> str:
+def compute_precision(kernel: Kernel, precision: Precision) -> Precision:
     """Precision whose peak bounds ``kernel``: elementwise math runs on fp32 CUDA cores, attention in bf16 under fp8."""
     if kernel.kind == "elementwise":
         return "fp32"
@@ -152,7 +153,7 @@ def memory_efficiency(hbm_bytes: float, bandwidth: float, efficiency: Efficiency
 
 
 def roofline_times(
-    kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+    kernel: Kernel, gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()
 ) -> tuple[float, float]:
     """(compute seconds, HBM seconds) of ``kernel`` at achieved rates; its duration is the larger."""
     compute_time = 0.0
@@ -168,20 +169,20 @@ def roofline_times(
     return compute_time, memory_time
 
 
-def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()) -> float:
+def kernel_duration(kernel: Kernel, gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()) -> float:
     """Seconds ``kernel`` takes on ``gpu`` at ``precision``: the slower of its compute and its HBM traffic."""
     return max(roofline_times(kernel, gpu, precision, efficiency))
 
 
 def kernels_duration(
-    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()
 ) -> float:
     """Seconds a sequence of kernels takes back to back on one stream (each shape costed once, `roofline_table`)."""
     return sum(max(times) for times in map(roofline_table(gpu, precision, efficiency).times, kernels))
 
 
 def sm_bound_duration(
-    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: str, efficiency: Efficiency = Efficiency()
+    kernels: tuple[Kernel, ...], gpu: GPUSpec, precision: Precision, efficiency: Efficiency = Efficiency()
 ) -> float:
     """Seconds of ``kernels_duration`` spent in the kernels whose compute, not their HBM traffic, sets their
     duration: the part that slows while communication kernels hold SMs (engine/contention.py)."""
@@ -198,7 +199,7 @@ class RooflineTable:
     search builds thousands of steps whose layers run the same kernels (and an MoE rank's experts of equal load
     the same GEMMs) again. The times are the same floats `roofline_times` gives."""
 
-    def __init__(self, gpu: GPUSpec, precision: str, efficiency: Efficiency):
+    def __init__(self, gpu: GPUSpec, precision: Precision, efficiency: Efficiency):
         self.gpu, self.precision, self.efficiency = gpu, precision, efficiency
         self._times: dict[tuple, tuple[float, float]] = {}
 
@@ -212,6 +213,6 @@ class RooflineTable:
 
 
 @lru_cache(maxsize=16)
-def roofline_table(gpu: GPUSpec, precision: str, efficiency: Efficiency) -> RooflineTable:
+def roofline_table(gpu: GPUSpec, precision: Precision, efficiency: Efficiency) -> RooflineTable:
     """The one `RooflineTable` of this GPU, precision and efficiency in the process."""
     return RooflineTable(gpu, precision, efficiency)
