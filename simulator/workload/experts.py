@@ -22,13 +22,14 @@ from simulator.errors import ScenarioError
 from simulator.parallel.experts import ExpertWork
 from simulator.workload.routing import RoutingSample, sample_routing
 from simulator.workload.transformer import (
-    _ACTIVATION_FLOPS,
+    ACTIVATION_FLOPS,
     Kernel,
     PassKernels,
     ShardShape,
-    _matmul,
-    _norm,
-    _residual,
+    kernel_flops,
+    matmul_kernels,
+    norm_kernels,
+    residual_kernels,
 )
 
 if TYPE_CHECKING:
@@ -107,9 +108,9 @@ def seeded_routing(routing: RoutingConfig, experts: int, top_k: int, capacity_fa
 def _ffn(prefix: str, model: ModelSpec, tokens: float, width: float, shard: ShardShape):
     """An MLP of ``width`` on ``tokens`` tokens: (forward, input-grad, weight-grad) kernels in forward order."""
     inputs = ("gate", "up") if model.gated_mlp else ("fc1",)
-    first = [_matmul(f"{prefix}.{name}", tokens, width, model.hidden, shard) for name in inputs]
-    down = _matmul(f"{prefix}.down", tokens, model.hidden, width, shard)
-    fwd_flops, bwd_flops = _ACTIVATION_FLOPS[model.gated_mlp]
+    first = [matmul_kernels(f"{prefix}.{name}", tokens, width, model.hidden, shard) for name in inputs]
+    down = matmul_kernels(f"{prefix}.down", tokens, model.hidden, width, shard)
+    fwd_flops, bwd_flops = ACTIVATION_FLOPS[model.gated_mlp]
     elements = tokens * width
     d = shard.dtype_bytes
     reads = len(inputs)
@@ -156,12 +157,12 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: C
     once for the steps of a search that route the same sample (`seeded_routing` keeps it) over the same shard."""
     moe, d = _moe_of(model), shard.dtype_bytes
     tokens = shard.tokens / shard.tp
-    norm = _norm("mlp_norm", model, shard)
-    router = _matmul("router", tokens, moe.experts, model.hidden, shard)
+    norm = norm_kernels("mlp_norm", model, shard)
+    router = matmul_kernels("router", tokens, moe.experts, model.hidden, shard)
     moved = 2.0 * moe.top_k * tokens * model.hidden * d
     permute = (Kernel("moe_permute", 0.0, 2 * moved, "elementwise"),
                Kernel("moe_permute.bwd", 0.0, 2 * moved, "elementwise"))
-    residual = _residual("mlp_residual", model, shard)
+    residual = residual_kernels("mlp_residual", model, shard)
     shared_f, shared_bi, shared_bw = ((), (), ())
     if moe.shared_experts:
         shared_f, shared_bi, shared_bw = _ffn("shared", model, tokens, moe.shared_experts * moe.expert_ffn_hidden,
@@ -177,18 +178,16 @@ def moe_layer(model: ModelSpec, shard: ShardShape, recompute: Recompute, cost: C
                           rest.backward_input + routed.backward_input, rest.backward_weight + routed.backward_weight)
 
     seconds, sm_bound = cost.seconds, cost.sm_bound
-
-    def flops(ks):
-        return sum(k.flops for k in ks)
-
     pairs = sample.pair_tokens(ep) * (model.hidden * d)
     work = ExpertWork(ep=ep, dispatch_pairs=tuple(tuple(float(x) for x in row) for row in pairs),
                       combine_pairs=tuple(tuple(float(x) for x in row) for row in pairs.T),
                       dispatch_bytes=float(pairs.sum(axis=1).mean()),
                       forward_s=seconds(routed.forward), backward_input_s=seconds(routed.backward_input),
                       backward_weight_s=seconds(routed.backward_weight), recompute_s=seconds(routed.recompute),
-                      forward_flops=flops(routed.forward), backward_input_flops=flops(routed.backward_input),
-                      backward_weight_flops=flops(routed.backward_weight), recompute_flops=flops(routed.recompute),
+                      forward_flops=kernel_flops(routed.forward),
+                      backward_input_flops=kernel_flops(routed.backward_input),
+                      backward_weight_flops=kernel_flops(routed.backward_weight),
+                      recompute_flops=kernel_flops(routed.recompute),
                       params=float(per_rank * model.expert_params()),
                       sm_bound_s=(sm_bound(routed.forward), sm_bound(routed.backward_input),
                                   sm_bound(routed.backward_weight), sm_bound(routed.recompute)),

@@ -22,6 +22,7 @@ from simulator.workload.transformer import (
     embedding_kernels,
     grad_accumulation,
     head_kernels,
+    kernel_flops,
     kv_heads_per_rank,
     layer_kernels,
 )
@@ -73,9 +74,6 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
            experts: ExpertWork | None = None) -> Block:
     seconds, sm_bound = cost.seconds, cost.sm_bound
 
-    def flops(ks):
-        return sum(k.flops for k in ks)
-
     def adjacent(ks, names):
         return tuple(k for k in ks if k.kind == "matmul" and k.name.split(".")[0] in names)
 
@@ -88,10 +86,10 @@ def _block(name: str, layer: int, kernels: PassKernels, cost: CostContext, *, tp
     memory_s = sum(memory for _, memory in times)
     return Block(name=name, layer=layer, forward_s=seconds(kernels.forward),
                  backward_input_s=seconds(kernels.backward_input), backward_weight_s=seconds(kernels.backward_weight),
-                 recompute_s=seconds(kernels.recompute), forward_flops=flops(kernels.forward),
-                 backward_flops=flops(kernels.backward_input + kernels.backward_weight),
-                 backward_weight_flops=flops(kernels.backward_weight),
-                 recompute_flops=flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
+                 recompute_s=seconds(kernels.recompute), forward_flops=kernel_flops(kernels.forward),
+                 backward_flops=kernel_flops(kernels.backward_input + kernels.backward_weight),
+                 backward_weight_flops=kernel_flops(kernels.backward_weight),
+                 recompute_flops=kernel_flops(kernels.recompute), tp_bytes=tp_bytes, cp_bytes=cp_bytes,
                  params=sum(tensors), memory_bound=memory_s > compute_s,
                  sm_bound_s=(sm_bound(kernels.forward), sm_bound(kernels.backward_input),
                              sm_bound(kernels.backward_weight), sm_bound(kernels.recompute)),
@@ -147,7 +145,7 @@ def context_attention(kernels: PassKernels, cost: CostContext, shard: ShardShape
         return cost.seconds(core(ks))
 
     def flops(ks):
-        return sum(k.flops for k in core(ks))
+        return kernel_flops(core(ks))
 
     def sm_bound(ks):
         return cost.sm_bound(core(ks))

@@ -10,6 +10,7 @@ weight-gradient kernels so that schedules such as ZB-H1 can place them apart. do
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
@@ -43,7 +44,8 @@ _APEX_LAYERNORM = NormCost((7.0, 14.0), 4, "layernorm")
 """LayerNorm as apex's and Megatron-LM's 2021 fused kernel runs it (megatron/fused_kernels/
 layer_norm_cuda_kernel.cu, HostLayerNormGradient): cuComputePartGradGammaBeta reads dy and x for the weight
 gradients, then cuComputeGradInput reads both again to write dx (`training.layernorm_fusion: false`)."""
-_ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}  # gated SwiGLU, GeLU (tanh form)
+ACTIVATION_FLOPS = {True: (5.0, 10.0), False: (8.0, 12.0)}
+"""FLOPs per element of the MLP activation (forward, backward), by ``gated_mlp``: SwiGLU, or GeLU's tanh form."""
 _CROSS_ENTROPY_FLOPS = (5.0, 2.0)
 _FP32 = 4
 # HBM bytes per logit of Megatron-LM's unfused vocab-parallel cross-entropy on ``logits.float()``
@@ -77,6 +79,11 @@ class Kernel:
     weights: float = 0.0
     output: tuple[float, float, float] | tuple[()] = ()
     memory_kind: MemoryKind | None = None
+
+
+def kernel_flops(kernels: Iterable[Kernel]) -> float:
+    """The FLOPs of ``kernels`` together, summed in order."""
+    return sum(kernel.flops for kernel in kernels)
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,7 @@ class PassKernels:
     @property
     def flops(self) -> float:
         """FLOPs of forward plus backward (recompute included)."""
-        return sum(kernel.flops for kernel in self.forward + self.backward)
+        return kernel_flops(self.forward + self.backward)
 
     @property
     def hbm_bytes(self) -> float:
@@ -196,7 +203,7 @@ def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
     return max(1, math.ceil(model.kv_heads / tp))
 
 
-def _matmul(name: str, m: float, n: float, k: float, shard: ShardShape,
+def matmul_kernels(name: str, m: float, n: float, k: float, shard: ShardShape,
             bias: bool = False) -> tuple[Kernel, Kernel, Kernel]:
     """Forward Y[m,n] = X[m,k] W[k,n], input gradient dX = dY W^T, weight gradient X^T dY: added into the
     gradient buffer (``grad_accum_bytes`` per element, read and written) by the GEMM itself (fused), or written
@@ -228,7 +235,7 @@ def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
     return PassKernels(kernels.forward, kernels.recompute, kernels.backward_input, kernels.backward_weight + adds)
 
 
-def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
+def norm_kernels(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
     """Norm forward (read x, write y) and backward (read x and dy, twice for apex's LayerNorm, write dx; the
     weight gradients come out of the same passes)."""
     elements = shard.pointwise_tokens * model.hidden
@@ -242,7 +249,7 @@ def _norm(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kerne
     )
 
 
-def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
+def residual_kernels(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
     """(Bias + dropout +) residual add: read branch and skip, write the sum (and a 1-byte dropout mask).
 
     Backward as autograd runs it: the skip's gradient is the output gradient itself, and where the skip meets
@@ -333,7 +340,7 @@ def _activation(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, Kernel]:
     """SwiGLU (read gate and up, write one) or GeLU (read one, write one), and their backward."""
     elements = shard.tokens * model.ffn_hidden / shard.tp
     d = shard.dtype_bytes
-    fwd_flops, bwd_flops = _ACTIVATION_FLOPS[model.gated_mlp]
+    fwd_flops, bwd_flops = ACTIVATION_FLOPS[model.gated_mlp]
     if model.gated_mlp:
         return (
             Kernel("mlp_act", fwd_flops * elements, 3 * d * elements, "elementwise"),
@@ -365,20 +372,21 @@ def layer_kernels(
     ffn = model.ffn_hidden / t
 
     bias = model.bias and shard.fused_bias_grad
-    input_norm = _norm("input_norm", model, shard)
-    qkv = _matmul("qkv_proj", tokens, q_width + 2 * kv_width, h, shard, bias)
+    input_norm = norm_kernels("input_norm", model, shard)
+    qkv = matmul_kernels("qkv_proj", tokens, q_width + 2 * kv_width, h, shard, bias)
     attention = _attention_core(model, shard, cost)
-    out_proj = _matmul("out_proj", tokens, h, q_width, shard, bias)
-    attn_residual = _residual("attn_residual", model, shard)
-    mlp_norm = _norm("mlp_norm", model, shard)
+    out_proj = matmul_kernels("out_proj", tokens, h, q_width, shard, bias)
+    attn_residual = residual_kernels("attn_residual", model, shard)
+    mlp_norm = norm_kernels("mlp_norm", model, shard)
     mlp_in: tuple[tuple[Kernel, Kernel, Kernel], ...]
     if model.gated_mlp:
-        mlp_in = (_matmul("mlp_gate", tokens, ffn, h, shard, bias), _matmul("mlp_up", tokens, ffn, h, shard, bias))
+        mlp_in = (matmul_kernels("mlp_gate", tokens, ffn, h, shard, bias),
+                  matmul_kernels("mlp_up", tokens, ffn, h, shard, bias))
     else:
-        mlp_in = (_matmul("mlp_fc1", tokens, ffn, h, shard, bias),)
+        mlp_in = (matmul_kernels("mlp_fc1", tokens, ffn, h, shard, bias),)
     activation = _activation(model, shard)
-    mlp_out = _matmul("mlp_down" if model.gated_mlp else "mlp_fc2", tokens, h, ffn, shard, bias)
-    mlp_residual = _residual("mlp_residual", model, shard)
+    mlp_out = matmul_kernels("mlp_down" if model.gated_mlp else "mlp_fc2", tokens, h, ffn, shard, bias)
+    mlp_residual = residual_kernels("mlp_residual", model, shard)
 
     forward = (
         input_norm[0], qkv[0], *attention[0], out_proj[0], attn_residual[0], mlp_norm[0],
@@ -422,9 +430,9 @@ def head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
     logits are cast to fp32 and go through max, subtract, exp, sum and divide as separate passes, and the
     gradient is scaled and cast back (_UNFUSED_CROSS_ENTROPY_BYTES)."""
     validate_shard(model, shard)
-    final_norm = _norm("final_norm", model, shard)
+    final_norm = norm_kernels("final_norm", model, shard)
     vocab = model.vocab / shard.tp
-    lm_head = _matmul("lm_head", shard.tokens, vocab, model.hidden, shard)
+    lm_head = matmul_kernels("lm_head", shard.tokens, vocab, model.hidden, shard)
     logits = shard.tokens * vocab
     fwd_flops, bwd_flops = _CROSS_ENTROPY_FLOPS
     if shard.fused_cross_entropy:
