@@ -162,12 +162,16 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
             ks, ke = _cat(per_category, (kind,))
             totals[kind].append(covered(ks, ke))
             exposed[kind].append(uncovered(ks, ke, cs, ce))
-    mean = lambda values: float(np.mean(values)) if values else 0.0  # noqa: E731
     return {
-        "comm_ratio": mean(ratios),
-        "exposed_comm_s": {kind: mean(exposed[kind]) for kind in COMM_CATEGORIES},
-        "comm_s": {kind: mean(totals[kind]) for kind in COMM_CATEGORIES},
+        "comm_ratio": _mean(ratios),
+        "exposed_comm_s": {kind: _mean(exposed[kind]) for kind in COMM_CATEGORIES},
+        "comm_s": {kind: _mean(totals[kind]) for kind in COMM_CATEGORIES},
     }
+
+
+def _mean(values: list[float]) -> float:
+    """The mean over ranks, 0 where no rank has ops."""
+    return float(np.mean(values)) if values else 0.0
 
 
 def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None) -> dict:
