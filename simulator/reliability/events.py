@@ -6,12 +6,15 @@ their few distinct values), so that writing job_events.parquet never goes throug
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import numpy as np
 import pyarrow as pa
 
-EVENT_KINDS = ("failure", "checkpoint", "checkpoint_lost", "restart", "degraded", "straggling")
+EventKind = Literal["failure", "checkpoint", "checkpoint_lost", "restart", "degraded", "straggling"]
+EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
 """A planned maintenance stop is a `restart` whose cause is `maintenance`."""
-KIND_CODE = {kind: code for code, kind in enumerate(EVENT_KINDS)}
+KIND_CODE: dict[EventKind, int] = {kind: code for code, kind in enumerate(EVENT_KINDS)}
 COLUMNS = ("replication", "kind", "cause", "start_s", "end_s", "step", "lost_work_s", "hosts")
 
 
@@ -23,7 +26,7 @@ class JobEvents:
         self.rows: list[tuple] = []
         self.blocks: list[tuple] = []
 
-    def add(self, kind: str, start: float, end: float, *, cause: str = "", step: float = 0.0,
+    def add(self, kind: EventKind, start: float, end: float, *, cause: str = "", step: float = 0.0,
             lost_work_s: float = 0.0, hosts: int = 0) -> None:
         self.rows.append((self.replication, kind, cause, start, end, step, lost_work_s, hosts))
 
