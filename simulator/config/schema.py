@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from simulator.collectives.chunking import chunk_bytes
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.config.faults import FaultsConfig, StepDuration
-from simulator.config.link_classes import LinkClass
+from simulator.config.link_classes import EfficiencyProfile, LinkClass
 from simulator.config.moe import MoEConfig
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES, CpAlgorithm
 from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServerConfig, Strategy
@@ -107,7 +107,7 @@ class NetworkConfig(Section):
     """`model`: flow (max-min sharing) or analytic (no contention); `efficiency`: calibrated, ideal or per class."""
 
     model: NetworkMode = "flow"
-    efficiency: Literal["calibrated", "ideal"] | dict[LinkClass, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
+    efficiency: EfficiencyProfile | dict[LinkClass, Annotated[float, Field(gt=0, le=1)]] = "calibrated"
 
 
 DEFAULT_CHUNK_BYTES = 4 * 2**20

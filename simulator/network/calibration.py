@@ -14,14 +14,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import get_args
 
 from simulator.catalog.calibration import nvlink_efficiency
-from simulator.config.link_classes import LinkClass
+from simulator.config.link_classes import EfficiencyProfile, LinkClass
 from simulator.errors import ScenarioError
 
 MEASURED: Mapping[LinkClass, float] = {"infiniband": 47.0 / 50.0, "ethernet": 47.0 / 50.0, "pcie": 0.80}
 """The classes whose calibrated efficiency does not depend on the GPU."""
-PROFILES = ("calibrated", "ideal")
+PROFILES: tuple[EfficiencyProfile, ...] = get_args(EfficiencyProfile)
 
 
 def calibrated(gpu_model: str) -> dict[LinkClass, float]:
