@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from simulator.config.link_classes import LINK_CLASSES
+from simulator.config.link_classes import LINK_CLASSES, LinkClass
 from simulator.errors import TopologyError
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class Wiring:
         return self._graph
 
 
-def link_attributes(a: str, b: str, bandwidth: float, latency: float, link_class: str) -> dict:
+def link_attributes(a: str, b: str, bandwidth: float, latency: float, link_class: LinkClass) -> dict:
     """The attributes of both edges of the link between ``a`` and ``b``, checked."""
     if not bandwidth > 0:
         raise TopologyError(f"link {a} <-> {b} has bandwidth {bandwidth!r}", allowed="a positive bandwidth")
@@ -107,7 +107,7 @@ def link_attributes(a: str, b: str, bandwidth: float, latency: float, link_class
 
 
 def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, latency: float,
-             link_class: str) -> None:
+             link_class: LinkClass) -> None:
     """Add one full-duplex physical link as two directed edges with the same capacity and latency."""
     attributes = link_attributes(a, b, bandwidth, latency, link_class)
     for u, v in ((a, b), (b, a)):
@@ -115,7 +115,7 @@ def add_link(graph: Wiring | nx.DiGraph, a: str, b: str, *, bandwidth: float, la
 
 
 def add_links(wiring: Wiring, ends: Iterable[tuple[str, str]], *, bandwidth: float, latency: float,
-              link_class: str) -> None:
+              link_class: LinkClass) -> None:
     """`add_link` for every pair of ``ends``, links of one kind: checked once, their edges (a, b) and (b, a), in
     that order, sharing one attribute dict (a builder adds a hundred thousand edges)."""
     attributes: dict | None = None
@@ -160,7 +160,7 @@ class Topology:
     link_ends: list[tuple[str, str]] = field(init=False, repr=False)
     link_bandwidth: np.ndarray = field(init=False, repr=False)
     link_latency: np.ndarray = field(init=False, repr=False)
-    link_class: list[str] = field(init=False, repr=False)
+    link_class: list[LinkClass] = field(init=False, repr=False)
     gpu_domain: list[int] = field(init=False, repr=False)
     _routes: dict[tuple[int, int, int], tuple[tuple[int, ...], float]] = field(init=False, repr=False,
                                                                               default_factory=dict)
