@@ -32,7 +32,7 @@ class CaseResult:
 
     case: str
     source: str
-    metric: str
+    metric: Metric
     published: float
     simulated: float
     tolerance: float

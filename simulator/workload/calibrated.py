@@ -12,6 +12,7 @@ from functools import cache
 
 from simulator.catalog.calibration import kernel_data, network_channels_per_nic
 from simulator.config.schema import SmContention
+from simulator.config.training_options import Precision
 from simulator.errors import ScenarioError
 from simulator.parallel.overlap import TPOverlap
 from simulator.program.contention import SmShare
@@ -45,7 +46,7 @@ def causal_backward_tflops(attention: dict) -> tuple[tuple[float, float], ...]:
 
 
 @cache
-def calibrated_efficiency(gpu_name: str, precision: str = "bf16") -> Efficiency:
+def calibrated_efficiency(gpu_name: str, precision: Precision = "bf16") -> Efficiency:
     """The roofline efficiencies of ``gpu_name`` at ``precision`` from kernels.yaml (defaults when absent)."""
     entry = kernel_data()["gpus"].get(gpu_name)
     if entry is None:
