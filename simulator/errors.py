@@ -41,6 +41,7 @@ class InputError(TrainsimError):
         )
 
     def render(self) -> str:
+        """The one line the user sees: ``FILE:LINE: field: problem (allowed: ...)``."""
         where = self.file or "<input>"
         if self.line is not None:
             where = f"{where}:{self.line}"

@@ -71,12 +71,15 @@ class ScaleEstimate:
 
     @property
     def events(self) -> int:
+        """Ops and flows together, the simulated events the limit counts."""
         return self.ops + self.flows
 
     def over_limits(self) -> bool:
+        """Whether the run needs more than MAX_MEMORY_BYTES or MAX_EVENTS."""
         return self.memory_bytes > MAX_MEMORY_BYTES or self.events > MAX_EVENTS
 
     def describe(self) -> str:
+        """The estimate in words, for the refusal message."""
         return (f"{self.gpus:,} GPUs, {self.simulated_ranks:,} simulated ranks "
                 f"({'folded' if self.folded else 'not folded'}), ~{self.ops:,} ops, ~{self.flows:,} flows, "
                 f"~{self.memory_bytes / 2**30:,.1f} GiB of memory")

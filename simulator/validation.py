@@ -41,10 +41,12 @@ class CaseResult:
 
     @property
     def error(self) -> float:
+        """Relative error of the simulated figure against the published one."""
         return self.simulated / self.published - 1.0
 
     @property
     def within(self) -> bool:
+        """Whether the relative error is within the case's tolerance."""
         return abs(self.error) <= self.tolerance
 
 

@@ -70,6 +70,7 @@ class OptionSetting:
     shown: str
 
     def override(self) -> Override:
+        """Where an error in the value points: the option and the value as written, on the command line."""
         return Override(self.path, "command line", field=self.option, prefix=f"{self.shown}: ")
 
 

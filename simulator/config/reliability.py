@@ -77,6 +77,7 @@ class Effect(StrEnum):
 
     @property
     def interrupts(self) -> bool:
+        """Whether the effect stops the job (replace or restart), rather than slowing it."""
         return self in (Effect.REPLACE, Effect.RESTART)
 
 

@@ -100,6 +100,7 @@ class ClusterConfig(BaseModel):
     topology: str
 
     def overrides(self) -> dict:
+        """The builder parameters the scenario sets, by name."""
         return dict(self.model_extra or {})
 
 

@@ -40,11 +40,14 @@ class Rerouter:
         topology.router = self
 
     def take_down(self, edges: list[tuple[str, str]]) -> None:
+        """Mark the links between the node pairs ``edges`` down, both directions, and drop the cached routes."""
         for u, v in edges:
             self.down |= {(u, v), (v, u)}
         self.topology.forget_routes()
 
     def __call__(self, topology: Topology, src: int, dst: int, channel: int) -> list[str]:
+        """The base router's route, or where it crosses a link that is down one of the shortest detours around the
+        failed links, picked by a hash of the ends and the channel (a SimulationError where none is left)."""
         if self.base is not None:
             nodes = self.base(topology, src, dst, channel)
         else:

@@ -31,6 +31,7 @@ class Slowdown:
     swings: tuple[tuple[float, float, float], ...] = ()
 
     def at(self, time_s: float) -> float:
+        """The slowdown factor of a kernel starting at ``time_s``."""
         value = self.factor
         for amplitude, period, phase in self.swings:
             value *= 1.0 + amplitude * math.sin(2.0 * math.pi * (time_s + phase) / period)
@@ -44,6 +45,7 @@ class Slowdown:
 
     @property
     def nominal(self) -> bool:
+        """Whether the GPU runs at its own speed throughout."""
         return self.factor == 1.0 and not self.swings
 
 
@@ -81,6 +83,7 @@ class StepFaultPlan:
         return not (self.slowdowns or self.links or self.gpu_failures)
 
     def slowdown_of(self) -> dict[int, Slowdown]:
+        """The slowdown of each slowed GPU, by GPU index."""
         return dict(self.slowdowns)
 
     def describe(self, topology: Topology) -> dict:

@@ -92,6 +92,7 @@ class ContextAttention:
 
     @property
     def ring(self) -> bool:
+        """Whether the K/V blocks travel a ring over the CP group (ring attention with cp > 1)."""
         return self.algorithm == "ring" and self.cp > 1
 
 

@@ -474,6 +474,8 @@ class JobProcess:
             self._refresh()
 
     def totals(self, healthy: SegmentCosts) -> ReplicationTotals:
+        """The replication's totals: its time split into parts, its steps (and their worth at the ``healthy``
+        step time), interruptions and resizes."""
         clock = self.clock
         kept_wall = clock.wall - clock.lost_wall
         kept_equiv = clock.equiv - clock.lost_equiv

@@ -36,6 +36,7 @@ class StudyPoint:
     warnings: tuple[str, ...]
 
     def row(self) -> dict:
+        """The point as a row of the study's table."""
         s = self.summary
         return {"rate_multiplier": self.multiplier, "interval_s": self.interval_s,
                 "interval_steps": s["checkpoint"]["interval_steps"], "ettr": s["ettr"]["mean"],

@@ -39,6 +39,7 @@ class Constraint:
     tree: ast.Expression
 
     def holds(self, scenario: BaseModel) -> bool:
+        """Whether ``scenario`` satisfies the constraint."""
         return bool(_evaluate(self.tree.body, scenario))
 
 
