@@ -16,7 +16,7 @@ from simulator.metrics.step import STAGE_WORK_CATEGORIES
 from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
 from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CATEGORIES
-from simulator.report.run_folder import checked_manifest, outdir_error
+from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
 REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
@@ -51,10 +51,7 @@ def load_run_outputs(out_dir: Path) -> RunOutputs:
                            "the folder of a modelled training step (a scenario with a model)")
     if missing:
         raise outdir_error(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
-    try:
-        timeline = pd.read_parquet(timeline_path)
-    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise outdir_error(out_dir, f"timeline.parquet is not readable ({type(exc).__name__})") from None
+    timeline = read_parquet_table(timeline_path, out_dir)
     absent = [column for column in REQUIRED_TIMELINE_COLUMNS if column not in timeline.columns]
     if absent:
         raise outdir_error(out_dir, f"timeline.parquet has no column {', '.join(absent)}")

@@ -19,11 +19,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from simulator.errors import ScenarioError
 from simulator.report.atomic import write_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MANIFEST = "manifest.json"
 RUN_OUTPUTS = ("summary.json", "timeline.parquet", "trace.json", "trace.json.gz", "job_summary.json",
@@ -139,6 +143,16 @@ def outdir_error(out_dir: Path, problem: str, allowed: str = OUTDIR_ALLOWED) -> 
     """An OUTDIR argument that `plot` and the readers cannot use, blamed on it; ``allowed`` says what it should
     be: a run folder unless a study chart's reader names its own (a sweep or search folder, a JSON file)."""
     return ScenarioError(problem, field=OUTDIR_FIELD, allowed=allowed, file=str(out_dir))
+
+
+def read_parquet_table(path: Path, out_dir: Path, allowed: str = OUTDIR_ALLOWED) -> pd.DataFrame:
+    """The Parquet file ``path`` as a DataFrame; one that cannot be read is an error blamed on ``out_dir``."""
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
+        raise outdir_error(out_dir, f"{path.name} is not readable ({type(exc).__name__})", allowed) from None
 
 
 def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTDIR_ALLOWED) -> dict:

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import StrMethodFormatter
 
 from simulator.errors import ScenarioError
-from simulator.report.run_folder import checked_manifest, outdir_error
+from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
 from simulator.units import format_size, magnitude, shown_value
 
@@ -185,10 +185,7 @@ def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> p
         raise outdir_error(path, f"has no {name}", manifest_allowed or TABLE_ALLOWED)
     if manifest_allowed is not None:
         checked_manifest(table.parent, (table.name,), manifest_allowed)
-    try:
-        return pd.read_parquet(table)
-    except Exception as exc:  # pyarrow raises several unrelated types for a corrupt file
-        raise outdir_error(path, f"{table.name} is not readable ({type(exc).__name__})", TABLE_ALLOWED) from None
+    return read_parquet_table(table, path, TABLE_ALLOWED)
 
 
 def collective_rows(path: Path) -> pd.DataFrame:
