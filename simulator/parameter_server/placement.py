@@ -17,12 +17,11 @@ from simulator.topology.graph import Topology
 
 @dataclass(frozen=True)
 class Placement:
-    """``server_hosts`` in the order given; ``endpoints`` the GPUs that serve, host by host, with the index of
-    their server in ``endpoint_server``; ``workers`` the GPUs that train, in index order."""
+    """``server_hosts`` in the order given; ``endpoints`` the GPUs that serve, host by host; ``workers`` the GPUs
+    that train, in index order."""
 
     server_hosts: tuple[int, ...]
     endpoints: tuple[int, ...]
-    endpoint_server: tuple[int, ...]
     workers: tuple[int, ...]
 
 
@@ -55,13 +54,9 @@ def place(config: ParameterServerConfig, topology: Topology) -> Placement:
         if len(server_hosts) >= hosts:
             raise ScenarioError(f"all {hosts} hosts serve, no worker is left", field="ps.servers", allowed=allowed)
     serving = set(server_hosts)
-    endpoints, endpoint_server = [], []
-    for index, host in enumerate(server_hosts):
-        gpus = topology.host_gpus(host)
-        endpoints += gpus
-        endpoint_server += [index] * len(gpus)
+    endpoints = tuple(gpu for host in server_hosts for gpu in topology.host_gpus(host))
     workers = tuple(gpu for gpu in range(topology.num_gpus) if topology.gpu_host[gpu] not in serving)
-    return Placement(server_hosts, tuple(endpoints), tuple(endpoint_server), workers)
+    return Placement(server_hosts, endpoints, workers)
 
 
 def shard_tensors(tensors: Sequence[int], servers: int, how: Sharding) -> tuple[int, ...]:

@@ -25,7 +25,6 @@ class ClusterUnits:
     hosts: int
     blast: dict[UnitKind, tuple[tuple[int, ...], ...]]
     spines: int
-    hosts_per_leaf: int
     nodes: dict[UnitKind, tuple[str, ...]]
     cable_ends: tuple[tuple[str, str], ...]
     gpus: dict[UnitKind, tuple[tuple[int, ...], ...]]
@@ -90,6 +89,5 @@ def cluster_units(topology: Topology) -> ClusterUnits:
         "nic": tuple(nic for nic, _ in nics), "leaf_switch": tuple(leaves), "spine_switch": tuple(spines)}
     gpus: dict[UnitKind, tuple[tuple[int, ...], ...]] = {
         "gpu": tuple((gpu,) for gpu in range(topology.num_gpus)), "host": tuple(map(tuple, host_gpus))}
-    per_leaf = max((len(hosts) for hosts in leaf_hosts.values()), default=0)
-    return ClusterUnits(topology.num_hosts, blast, len(spines), per_leaf, nodes, tuple(cable_ends), gpus,
+    return ClusterUnits(topology.num_hosts, blast, len(spines), nodes, tuple(cable_ends), gpus,
                         {node: tuple(sorted(others)) for node, others in outgoing.items()})

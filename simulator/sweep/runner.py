@@ -45,13 +45,12 @@ class PointTask:
 @dataclass(frozen=True)
 class SweepReport:
     """How a sweep went: how many points ran now, how many were reused from an earlier run, the counts per
-    status, where the results are, and for each status but ok its first point and why (`first_reasons`), so
-    that the command can say why points did not run without the user opening the table."""
+    status, and for each status but ok its first point and why (`first_reasons`), so that the command can say
+    why points did not run without the user opening the table."""
 
     ran: int
     reused: int
     statuses: dict[str, int]
-    results: Path
     first_reasons: dict[str, tuple[int, str]]
 
 
@@ -135,7 +134,7 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
         statuses[record.status] = statuses.get(record.status, 0) + 1
         if record.status != "ok":
             first_reasons.setdefault(record.status, (index, record.error))
-    return SweepReport(len(todo), reused, dict(sorted(statuses.items())), out_dir, dict(sorted(first_reasons.items())))
+    return SweepReport(len(todo), reused, dict(sorted(statuses.items())), dict(sorted(first_reasons.items())))
 
 
 def point_folder(out_dir: Path, index: int) -> Path:
