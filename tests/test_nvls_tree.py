@@ -13,7 +13,7 @@ from simulator.collectives.execute import run_plan, time_collective
 from simulator.collectives.phases import CollectiveRequest
 from simulator.collectives.registry import plan_collective
 from simulator.collectives.ring import group_by_host
-from simulator.collectives.tree import double_tree_all_reduce, host_tree_edges
+from simulator.collectives.tree import all_reduce_phases, double_tree_edges, host_tree_edges
 from simulator.collectives.tuner import choose
 from simulator.errors import ScenarioError
 from simulator.network.calibration import calibrated
@@ -134,7 +134,8 @@ def test_tree_across_two_hosts_is_no_longer_the_slowest():
     # 5.58 ms against the ring's 5.50 ms at 1 GiB (the flat double binary tree over all 16 ranks takes 23.2 ms).
     assert times["tree"] < 1.05 * times["ring"]
     topology = load_topology("dgx-h100-cluster", {})
-    flat = double_tree_all_reduce(CollectiveRequest("all_reduce", tuple(range(16)), GIB, chunk_bytes=4 * 2**20))
+    request = CollectiveRequest("all_reduce", tuple(range(16)), GIB, chunk_bytes=4 * 2**20)
+    flat = all_reduce_phases(double_tree_edges(request.ranks, 1), request, 1)
     env = simpy.Environment()
     network = Network(env, topology, efficiency=dict(CALIBRATED))
     env.process(run_plan(env, network, topology, flat))

@@ -117,11 +117,6 @@ def double_binary_tree(ranks: tuple[int, ...]) -> list[list[tuple[int, int, int,
     return trees
 
 
-def double_tree_all_reduce(request: CollectiveRequest, channels: int = 1) -> list[Phase]:
-    """Every channel's two trees over the ranks (`double_tree_edges`), up then down."""
-    return all_reduce_phases(double_tree_edges(request.ranks, channels), request, channels)
-
-
 def all_reduce_phases(edges: tuple[list[Edge], list[Edge]], request: CollectiveRequest, channels: int
                       ) -> list[Phase]:
     """A tree all-reduce over the (up, down) ``edges`` of ``channels`` channels' two trees: each tree reduces
