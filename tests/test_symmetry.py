@@ -263,3 +263,26 @@ def test_each_instance_meets_the_unequal_traffic_of_its_own_overlaps():
     assert folded / unfolded - 1 == pytest.approx(0.0766, abs=1e-3)
     both = {"tp": [("T1", CHAIN_0123, ()), ("T2", CHAIN_1032, ())], "dp": [("S1", (0, 4), ())]}
     assert _lanes_verdict(both) == ""
+
+
+def test_a_program_too_large_to_order_is_judged_on_its_ranks_own_orders(monkeypatch):
+    """With no ordering of the whole program (its limit set to 0 entries), each instance is judged on the order
+    of its rank's ops: the all-gather made to wait for the tree still folds (the folded step is the unfolded one),
+    the one beside the tree is still refused, each instance still meets its own overlaps (refused) and an
+    all-gather beside both trees their sum (folds). Taking every pair to overlap, as before, refused the first."""
+    from simulator.engine import ordering
+    from simulator.engine.ordering import ProgramOrder
+
+    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 0)
+    after = {"tp": [("T", CHAIN_0123, ())], "dp": [("S", (0, 4), ("T",))]}
+    assert ProgramOrder(_lanes_ops(after, range(1)), frozenset()).ordering is None
+    assert _lanes_verdict(after) == ""
+    folded, unfolded = _lanes_steps(after)
+    assert folded == pytest.approx(unfolded, rel=1e-12)
+    beside = {"tp": [("T", CHAIN_0123, ())], "dp": [("S", (0, 4), ())]}
+    assert "over GPUs [0, 4] meets the traffic" in _lanes_verdict(beside)
+    each = {"tp": [("T1", CHAIN_0123, ()), ("T2", CHAIN_1032, ("S1",))],
+            "dp": [("S1", (0, 4), ()), ("S2", (0, 4), ("T1",))]}
+    assert "over GPUs [0, 4] meets the traffic" in _lanes_verdict(each)
+    both = {"tp": [("T1", CHAIN_0123, ()), ("T2", CHAIN_1032, ())], "dp": [("S1", (0, 4), ())]}
+    assert _lanes_verdict(both) == ""

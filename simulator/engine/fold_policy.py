@@ -282,10 +282,10 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     judged as the first fold is, whether its program can be ordered (`ProgramOrder`) or not: that ``folded``
     passed the check does not vouch for it, since `engine/symmetry.py` judged the unequal traffic each mirror
     meets by ``folded``'s order, with its classes in lockstep, and refolds run because they were not. Unordered,
-    the check takes every pair of collectives to overlap and may refuse a refold that would keep pace (on the
-    DeepSeek candidate, 128 ranks, a CP ring beside the skewed all-to-all of its own host): the step then tries
-    the next refold or unfolds, exact either way, where an unjudged refold met unequal traffic (notably from
-    mirrors that pruning dropped, which the lockstep check after the run does not compare) unguarded. Refolds
+    the check judges each instance by its first rank's ordering (`symmetry._rank_overlapping`), and where it
+    refuses, the step tries the next refold or unfolds, exact either way, where an unjudged refold met unequal
+    traffic (notably from mirrors that pruning dropped, which the lockstep check after the run does not compare)
+    unguarded. Refolds
     run only without step faults (`lane_step`, `route_step`), so the step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):

@@ -230,12 +230,13 @@ def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[i
                  ) -> Callable[[int], list[tuple[int, ...]]]:
     """For a shape (index into ``shapes.firsts``), which of ``among`` may overlap its instances: per distinct
     combination met by one of its instances, those of ``among`` with an instance that may overlap it (by the
-    program's ``order``), in order, none empty; all of ``among`` at once where the program is too large to
-    order. Each instance meets the traffic of its own overlaps together, not that of every shape some other
-    instance meets (two instances meeting mirror-image loads would see their sum, alike on every lane)."""
+    program's ``order``), in order, none empty. Each instance meets the traffic of its own overlaps together,
+    not that of every shape some other instance meets (two instances meeting mirror-image loads would see their
+    sum, alike on every lane). Where the program is too large to order, each instance is judged on the ordering
+    of its first rank's ops alone (`_rank_overlapping`)."""
     ordering = order.ordering
     if ordering is None:
-        return lambda shape: [tuple(among)]
+        return _rank_overlapping(shapes, order, among)
     nodes: dict[int, list[int]] = {}
     for op, shape in zip(shapes.ops, shapes.shape_of):
         nodes.setdefault(shape, []).append(ordering.node_of_key[op.key])
@@ -245,6 +246,54 @@ def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[i
 
     def combinations(shape: int) -> list[tuple[int, ...]]:
         met = np.array([instances[other].meet(ordering, arrays[shape]) for other in among]).T
+        return [tuple(others[row].tolist()) for row in np.unique(met, axis=0) if row.any()]
+
+    return combinations
+
+
+def _rank_overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[int]
+                      ) -> Callable[[int], list[tuple[int, ...]]]:
+    """`overlapping` for a program too large to order: an instance is judged on the ordering of the ops of its
+    first rank (`ProgramOrder.rank_ordering`), which knows less of what happens before what than the program's
+    but nothing false (an op of the rank is part of its collective's node). Another shape's instance with an op
+    on that rank may overlap it where that ordering says so; one without is taken to overlap it. Judging every
+    pair to overlap instead refused refolds of hundreds of ranks whose collectives run one after another on each
+    rank (a CP exchange and the skewed all-to-all of its own host, on the DeepSeek search's candidate)."""
+    keys: dict[int, set[str]] = {}
+    first_rank: dict[str, int] = {}
+    on_rank: dict[tuple[int, int], set[str]] = {}
+    for op, shape in zip(shapes.ops, shapes.shape_of):
+        keys.setdefault(shape, set()).add(op.key)
+        first_rank.setdefault(op.key, op.rank)
+        on_rank.setdefault((shape, op.rank), set()).add(op.key)
+    others = np.array(among, dtype=np.int64)
+    placed: dict[tuple[int, int], Instances | None] = {}
+
+    def instances_on(rank: int, other: int) -> Instances | None:
+        """``other``'s instances on ``rank``'s ordering, None where some of them have no op on the rank."""
+        if (other, rank) not in placed:
+            there = on_rank.get((other, rank), set())
+            local = order.rank_ordering(rank)
+            placed[other, rank] = (Instances.of(local, np.array([local.node_of_key[key] for key in sorted(there)],
+                                                                dtype=np.int64))
+                                   if len(there) == len(keys[other]) else None)
+        return placed[other, rank]
+
+    def met_on(rank: int, shape: int) -> np.ndarray:
+        """Per instance of ``shape`` whose first rank is ``rank`` (in sorted key order), which of ``among`` may
+        overlap it."""
+        local = order.rank_ordering(rank)
+        judged = sorted(key for key in keys[shape] if first_rank[key] == rank)
+        nodes = np.array([local.node_of_key[key] for key in judged], dtype=np.int64)
+        met = np.zeros((len(judged), len(among)), dtype=bool)
+        for column, other in enumerate(among):
+            instances = instances_on(rank, other)
+            met[:, column] = True if instances is None else instances.meet(local, nodes)
+        return met
+
+    def combinations(shape: int) -> list[tuple[int, ...]]:
+        ranks = sorted({first_rank[key] for key in keys[shape]})
+        met = np.vstack([met_on(rank, shape) for rank in ranks])
         return [tuple(others[row].tolist()) for row in np.unique(met, axis=0) if row.any()]
 
     return combinations
