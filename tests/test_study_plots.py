@@ -137,6 +137,22 @@ def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, fla
     assert not (tmp_path / "h.png").exists()
 
 
+def test_a_line_through_points_that_share_a_place_says_so(tmp_path):
+    """A job sweep over checkpoint.interval x restart.spares x checkpoint.mode drawn against the interval alone
+    joined 4 points per interval in one line, a zigzag between ETTR 0.64 and 0.99 that read as a curve. Without
+    --hue, ring and tree share each size here: the title says how many points share a place; with --hue, one
+    point per place, it does not."""
+    from simulator.report.study_plots import sweep_figure
+
+    _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
+    frame = pd.read_parquet(tmp_path / "sweep" / "results.parquet")
+    title = sweep_figure(frame, "workload[0].bytes", "collectives[0].busbw_GBps").axes[0].get_title()
+    assert title == ("collectives[0].busbw_GBps vs workload[0].bytes\nup to 2 points per place, other axes varying, "
+                     "joined in point order: --hue splits them")
+    split = sweep_figure(frame, "workload[0].bytes", "collectives[0].busbw_GBps", "collectives.algorithm")
+    assert split.axes[0].get_title() == "collectives[0].busbw_GBps vs workload[0].bytes by collectives.algorithm"
+
+
 def _write(tmp_path, text: str):
     path = tmp_path / "scenario.yaml"
     path.write_text(text)

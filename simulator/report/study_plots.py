@@ -52,14 +52,18 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *, log_x: bool = False) -> Figure:
-    """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``."""
+    """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``. Points of one line at
+    one place (the sweep varies an axis the chart does not show) are joined in point order, and the title says
+    so: the zigzag read as a curve."""
     _check_columns(frame, {"--x": x, "--y": y, "--hue": hue})
     rows = _ok(frame)
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
     groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
+    shared = 1
     for value, group in groups:
-        ordered = group.sort_values(x, key=_by_magnitude)
+        ordered = group.sort_values(x, key=_by_magnitude, kind="stable")
+        shared = max(shared, int(ordered[x].value_counts().max()) if len(ordered) else 1)
         ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
@@ -67,7 +71,9 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     ax.set_ylabel(y)
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
-    ax.set_title(f"{y} vs {x}" + (f" by {hue}" if hue else ""))
+    ax.set_title(f"{y} vs {x}" + (f" by {hue}" if hue else "") + (
+        f"\nup to {shared} points per place, other axes varying, joined in point order: --hue splits them"
+        if shared > 1 else ""))
     return figure
 
 
