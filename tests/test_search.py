@@ -108,6 +108,28 @@ def test_a_search_that_would_simulate_nothing_is_refused(tmp_path, capsys, args,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_search_of_a_job_scenario_is_refused_at_its_horizon(tmp_path, capsys):
+    """A job scenario (run.horizon) ran every simulated candidate as a job over weeks, whose row has no step
+    throughput, and the search ended in a traceback formatting tokens/s of None after minutes of work. It is
+    refused at the horizon's line before anything runs; `--set run.horizon=null` searches its step (here
+    refused further on, at a space that fits no layout, so nothing is simulated)."""
+    from simulator.cli import main
+
+    job = tmp_path / "job.yaml"
+    job.write_text(SCENARIO.read_text() + "run: {horizon: 30 d}\nfaults: {preset: llama3}\n")
+    line = len(SCENARIO.read_text().splitlines()) + 1
+    out = tmp_path / "out"
+    assert main(["search", str(job), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {job}:{line}: run.horizon: a layout search ranks layouts by their training step, and a scenario "
+        "with run.horizon runs each as a job over weeks (it simulated the candidates as jobs, then failed on their "
+        "missing step figures) (allowed: a scenario without run.horizon, or --set run.horizon=null)\n")
+    assert not out.exists()
+    assert main(["search", str(job), "--out", str(out), "--set", "run.horizon=null", "--tp", "3", "--cp", "1",
+                 "--pp", "1"]) == 2
+    assert "--tp/--cp/--pp/--virtual-stages: no layout of the search space fits" in capsys.readouterr().err
+
+
 def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, capsys):
     """Llama-3-70B on one DGX H100 at tp 8: 18 layouts, every one out of memory (model state alone is 140 GB a
     GPU), and the tree finds none either. The search said so and exited 0, so a script could not tell it from a

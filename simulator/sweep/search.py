@@ -70,6 +70,11 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if scenario.training.global_batch is None:
         raise loaded.error(("training", "global_batch"), "a layout search needs the global batch",
                            "training: {global_batch: 512}")
+    if scenario.run.horizon is not None:
+        raise loaded.error(("run", "horizon"), "a layout search ranks layouts by their training step, and a "
+                           "scenario with run.horizon runs each as a job over weeks (it simulated the candidates "
+                           "as jobs, then failed on their missing step figures)",
+                           "a scenario without run.horizon, or --set run.horizon=null")
     space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
