@@ -126,16 +126,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     topology = sized_topology(loaded, force=args.force)
     verdict = validate(loaded, topology, force=args.force)
     skipped = ""
+    warnings = list(verdict.warnings)
     if loaded.scenario.run.horizon is not None:
-        from simulator.reliability.simulate import validate_job
+        from simulator.reliability.simulate import interval_past_horizon, validate_job
 
         sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
+        if not isinstance(loaded.scenario.checkpoint.interval, int):  # in steps, it needs the simulated step
+            warnings += [w for w in (interval_past_horizon(loaded, None, 0.0),) if w is not None]
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism),
                            "a layout that fits in GPU memory", every_override=True)
-    _warn(verdict.warnings, dict(verdict.memory), loaded.scenario.parallelism)
+    _warn(warnings, dict(verdict.memory), loaded.scenario.parallelism)
     if not args.quiet:
         gpus = counted(topology.num_gpus, "GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has

@@ -264,8 +264,8 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
 def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, capsys):
     """A checkpoint interval longer than the horizon ('3 d' meant as '3 min') wrote no checkpoint without a word:
     it warns at its line, with the most whole healthy steps the horizon holds for an interval in steps, on stderr
-    and in summary.json's warnings, and the job runs (no checkpoint row in its events); the default interval
-    (30 min) past a shorter horizon asked for no checkpoint and does not warn."""
+    and in summary.json's warnings (`validate` too, for a duration), and the job runs (no checkpoint row in its
+    events); the default interval (30 min) past a shorter horizon asked for no checkpoint and does not warn."""
     import pandas as pd
 
     scenario = tmp_path / "job.yaml"
@@ -277,6 +277,8 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
                "stop (allowed: a duration up to 2 d for checkpoints to be written)")
     assert capsys.readouterr().err == f"warning: {warning}\n"
     assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
+    assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
+    assert capsys.readouterr().err == f"warning: {warning}\n"  # it needs no step (in steps it does: run says)
     assert "checkpoint" not in set(pd.read_parquet(out / "job_events.parquet")["kind"].astype(str))
     assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set",
                  "checkpoint.interval=1000000000 steps"]) == 0
