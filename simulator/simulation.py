@@ -375,8 +375,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
     first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
     folded run stands with a warning. Each fold given up on the way, refused before its run or out of step in
-    it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`), and so does a folded run that
-    stands out of step (its hand-offs' figures: the warning alone said only that it was not exact)."""
+    it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out
+    of step is not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same
+    shape)."""
     from simulator.engine.fold_policy import fell_out_of_step, unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -390,18 +391,21 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     summary, log, kept_pace = run(step)
     given_up = list(step.given_up)
+    not_exact = None
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
     if out_of_step:
         unfolding = Unfolding("collectives", out_of_step)
-        given_up.append(fell_out_of_step(step, kept_pace))
+        fell_out = fell_out_of_step(step, kept_pace)
         try:
             if guard is not None:
                 guard(unfolding)
         except ScenarioError:
             if kept_pace.collectives:
                 raise
+            not_exact = fell_out
             summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
         else:
+            given_up.append(fell_out)
             refolded = None if kept_pace.collectives else _refolded(loaded, prepared, faults.plan, run, kept_pace,
                                                                    given_up)
             if refolded is not None:
@@ -429,6 +433,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         summary["fold_off_reason"] = blocker
     if given_up:
         summary["fold_given_up"] = [entry.summary() for entry in given_up]
+    if not_exact is not None:
+        summary["fold_not_exact"] = not_exact.summary()
     if not faults.plan.empty:
         summary["faults"] = faults.describe()
     return result

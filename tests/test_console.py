@@ -49,8 +49,9 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
 
 
 def test_a_ranks_row_says_which_folds_were_given_up_and_why():
-    """The report's `ranks` row, only where the summary lists folds given up (`fold_given_up`): the ranks
-    simulated of the GPUs, then each fold with its ranks, why and the check's reason."""
+    """The report's `ranks` row, only where the summary lists folds given up (`fold_given_up`) or a fold that
+    stands though not exact (`fold_not_exact`): the ranks simulated of the GPUs, then each fold given up with its
+    ranks, why and the check's reason, and the one not exact with its ranks and why."""
     import io
 
     from rich.console import Console
@@ -68,6 +69,11 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
                                  "reason": "hosts with different GPU counts"}]
     assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; given up: stage fold (2 ranks): cluster not "
                                    "symmetric (hosts with different GPU counts)")
+    standing = {"step_time_s": 1.0, "simulated_ranks": 4, "gpus": 32, "folded": True,
+                "fold_not_exact": {"fold": "stage", "simulated_ranks": 4, "why": "hand-off out of step in its run",
+                                   "reason": "send_recv 'send fwd mb0' ..."}}
+    assert printed(standing)[1] == ("ranks 4 of 32 ranks simulated (folded); not exact: stage fold (4 ranks): "
+                                    "hand-off out of step in its run (see the warning)")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):

@@ -11,6 +11,7 @@ from typing import get_args
 import pytest
 
 from simulator.config.loader import scenario_from_text
+from simulator.console.report import folding_text
 from simulator.engine import fold_policy, symmetry
 from simulator.faults.step import StepFaultPlan
 from simulator.network.model import effective_capacity
@@ -501,8 +502,9 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the
     checks before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded
     run stands with a warning that says why it is not exact (the published long-context row), and its stage fold
-    is listed in `fold_given_up` with the figures of the hand-off out of step (it was missing there: the user saw
-    the warning but no entry saying how far the fold fell short)."""
+    is `fold_not_exact` with the figures of the hand-off out of step, not in `fold_given_up` (it ran and stands:
+    listed there, the `ranks` line said 'given up' of the fold whose figures were printed); the `ranks` line says
+    'not exact' of it and leaves its figures to the warning."""
     from simulator.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="too large unfolded: all_reduce 'tp all_reduce"):
@@ -512,11 +514,15 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
                               "over GPUs [4, 8] ended on its mirrors")
-    (entry,) = summary["fold_given_up"]
+    assert "fold_given_up" not in summary
+    entry = summary["fold_not_exact"]
     assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == ("stage", 4, "hand-off out of step in its run")
     assert entry["reason"] == warning.removeprefix("folded step not exact, and too large to simulate unfolded: ")
     assert (entry["out_of_step"]["op"], entry["out_of_step"]["name"]) == ("send_recv", "send fwd mb0")
     assert entry["out_of_step"]["group"] == [4, 8]
+    assert folding_text(summary) == (
+        f"4 of {summary['gpus']} ranks simulated (folded); not exact: stage fold (4 ranks): hand-off out of step in "
+        "its run (see the warning)")
 
 
 def test_every_fold_check_has_its_refusal_text():

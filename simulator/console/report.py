@@ -126,8 +126,7 @@ def _given_up_text(entry: dict) -> str:
     """One fold given up (an entry of summary.json's `fold_given_up`): which, how many ranks it simulates, why,
     and where its run fell out of step the first collective out of step with its figures, else the check's
     reason."""
-    ranks = entry.get("simulated_ranks")
-    head = f"{entry['fold']} fold" + (f" ({counted(ranks, 'rank')})" if ranks is not None else "")
+    head = _fold_head(entry)
     apart = entry.get("out_of_step")
     if not apart:
         return f"{head}: {entry['why']} ({entry['reason']})"
@@ -137,16 +136,27 @@ def _given_up_text(entry: dict) -> str:
             f"step, by up to {format_seconds(apart['widest_s'])})")
 
 
+def _fold_head(entry: dict) -> str:
+    """Which fold an entry of `fold_given_up` or `fold_not_exact` is, and how many ranks it simulates."""
+    ranks = entry.get("simulated_ranks")
+    return f"{entry['fold']} fold" + (f" ({counted(ranks, 'rank')})" if ranks is not None else "")
+
+
 def folding_text(summary: dict) -> str:
-    """How many ranks the run simulated of its GPUs, and each fold given up on the way with why (the summary's
-    `fold_given_up`; '' for a summary without simulated ranks)."""
+    """How many ranks the run simulated of its GPUs, each fold given up on the way with why (the summary's
+    `fold_given_up`), and the fold that ran and stands though not exact (`fold_not_exact`: only which and why,
+    its figures are in the run's warning); '' for a summary without simulated ranks."""
     ranks = summary.get("simulated_ranks")
     if ranks is None:
         return ""
     text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
         " (folded)" if summary.get("folded") else "")
     given_up = summary.get("fold_given_up") or []
-    return text + "".join(f"; given up: {_given_up_text(entry)}" for entry in given_up)
+    text += "".join(f"; given up: {_given_up_text(entry)}" for entry in given_up)
+    not_exact = summary.get("fold_not_exact")
+    if not_exact:
+        text += f"; not exact: {_fold_head(not_exact)}: {not_exact['why']} (see the warning)"
+    return text
 
 
 def _label_table() -> Table:
@@ -203,7 +213,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("step faults", _step_faults(summary["faults"]))
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
-    if summary.get("fold_given_up"):
+    if summary.get("fold_given_up") or summary.get("fold_not_exact"):
         table.add_row("ranks", folding_text(summary))
     return table
 

@@ -76,7 +76,7 @@ class GivenUp:
         return f"{'hand-off' if self.out_of_step.hand_off else 'collective'} out of step in its run"
 
     def summary(self) -> dict:
-        """What summary.json's `fold_given_up` lists of it (docs/training-step.md)."""
+        """What summary.json's `fold_given_up` lists of it, or `fold_not_exact` is (docs/training-step.md)."""
         entry = {"fold": self.fold, "simulated_ranks": self.ranks, "why": self.why, "reason": self.unfolding.reason}
         return entry if self.out_of_step is None else {**entry, "out_of_step": self.out_of_step.figures()}
 
