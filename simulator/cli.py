@@ -795,7 +795,7 @@ def _parser() -> argparse.ArgumentParser:
                                        "interval and failure-rate multiplier: ETTR and goodput of each, the best "
                                        "interval, Young's and Daly's (docs/reliability.md); draw it with "
                                        "trainsim plot goodput.")
-    study.add_argument("study", choices=STUDIES,
+    study.add_argument("study", choices=STUDIES, metavar="kind",
                        help="checkpoint-interval: against --intervals; mtbf: for each of --multipliers")
     study.add_argument("scenario", help=SCENARIO_HELP + " with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")

@@ -207,14 +207,25 @@ SHOWN_SIGNIFICANT_DIGITS = 6
 def shown_value(value: object) -> str:
     """A sweep axis's value as a person reads it: a float, or a quantity's number where it has more digits, to
     SHOWN_SIGNIFICANT_DIGITS significant digits (random draws printed as 0.30000000000000004 or
-    11.501145599256004 read 0.3 and 11.5011; '0.00143764319991 s' reads '0.00143764 s', '25 MiB' stays)."""
+    11.501145599256004 read 0.3 and 11.5011; '0.00143764319991 s' reads '0.00143764 s', '25 MiB' stays); from
+    10^6 to 10^15 whole with thousands separators, as format_count (1234567.8 read 1.23457e+06)."""
     if isinstance(value, float):
-        return f"{value:.{SHOWN_SIGNIFICANT_DIGITS}g}"
+        return _significant(value)
     match = _NUMBER.match(value) if isinstance(value, str) else None
     if match is None or not match.group(2):
         return str(value)
-    short = f"{float(match.group(1)):.{SHOWN_SIGNIFICANT_DIGITS}g}"
-    return f"{short} {match.group(2)}" if float(short) != float(match.group(1)) else str(value)
+    number = float(match.group(1))
+    rounded = float(f"{number:.{SHOWN_SIGNIFICANT_DIGITS}g}")
+    return f"{_significant(number)} {match.group(2)}" if rounded != number else str(value)
+
+
+def _significant(number: float) -> str:
+    """``number`` to SHOWN_SIGNIFICANT_DIGITS significant digits, whole with thousands separators where that
+    would print an exponent below 10^15 (from 10^6 on)."""
+    rounded = float(f"{number:.{SHOWN_SIGNIFICANT_DIGITS}g}")
+    if 10**SHOWN_SIGNIFICANT_DIGITS <= abs(rounded) < 1e15:
+        return format_count(rounded)
+    return f"{number:.{SHOWN_SIGNIFICANT_DIGITS}g}"
 
 
 def format_count(count: float) -> str:

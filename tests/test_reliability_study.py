@@ -359,9 +359,11 @@ def test_a_duration_takes_the_unit_of_its_rounded_value():
 
 def test_an_astronomical_duration_prints_four_significant_digits():
     """Young's interval of a study at failure rates x 1e-300 is sqrt(2 x cost x MTBF), ~1.4e153 s: it printed
-    as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does."""
-    assert [format_seconds(value) for value in (999_999_999_999_999.0, 1e15, 1.4239444e153)] == [
-        "999,999,999,999,999 s", "1e+15 s", "1.424e+153 s"]
+    as 154 digits with separators. From 10^15 s on, four significant digits, as format_count does; the boundary
+    is decided on the value as rounded, as the units are: 999,999,999,999,999 s is 1e+15 to four digits, and
+    9.9949e14 s is not."""
+    assert [format_seconds(value) for value in (999_999_999_999_999.0, 9.9949e14, 1e15, 1.4239444e153)] == [
+        "1e+15 s", "999,490,000,000,000 s", "1e+15 s", "1.424e+153 s"]
 
 
 def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):

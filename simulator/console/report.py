@@ -22,10 +22,10 @@ if TYPE_CHECKING:
 def format_seconds(value: float) -> str:
     """A duration with a unit that keeps three or four significant digits (whole seconds with thousands
     separators from 10,000 s on, where four digits would print an exponent: 1.08e+04 s; four significant digits
-    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits). The unit is
-    chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost printed as '1000 us', 9999.99 s as
-    '1e+04 s'."""
-    if value >= 1e15:
+    from 10^15 s on, as format_count: Young's interval at a failure rate x 1e-300 had 307 digits). The unit and
+    the form are chosen by the value as rounded: a checkpoint's 0.99999999999998 ms cost printed as '1000 us',
+    9999.99 s as '1e+04 s', 999,999,999,999,999 s with 15 digits."""
+    if _rounds_to(value, 1e15):
         return f"{value:.4g} s"
     if _rounds_to(value, 1e4):
         return f"{value:,.0f} s"
@@ -44,7 +44,7 @@ def _rounds_to(value: float, bound: float) -> bool:
 def _share(value: float) -> str:
     """A fraction as a percentage to 0.1%; a positive one below 0.05% is '<0.1%', not '0.0%', which reads as none
     (the pipeline hand-offs' 828 us of a 1.7 s step printed 'pp 828.2 us (0.0%)'); one short of the whole by
-    under 0.05% is '>99.9%', not '100.0%', which reads as nothing lost (a job losing 24 min of a day to
+    under 0.05% is '>99.9%', not '100.0%', which reads as nothing lost (a job losing 14.3 s of a day to
     checkpoints printed 'ETTR 100.0%')."""
     if 0 < value < 0.0005:
         return "<0.1%"
