@@ -988,3 +988,14 @@ def test_the_estimate_times_a_synthetic_pipeline_by_its_schedule(name, step_ms):
     estimated = estimate_step_s(step, times, share)
     assert estimated == pytest.approx(step_ms * 1e-3, rel=1e-12)
     assert simulate(loaded).summary["step_time_s"] == pytest.approx(step_ms * 1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize("top", [0, -2])
+def test_a_search_that_would_simulate_no_layout_is_refused_as_the_command_line_refuses_it(top):
+    """`search_layouts(top=0)` (the library; the CLI's --top refuses it first) is refused in the CLI's words,
+    before the scenario is read."""
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as refused:
+        search_layouts("no-such-scenario", SerialExecutor(), top=top)
+    assert str(refused.value) == f"<input>: --top: '{top}' is below 1 (allowed: a whole number, 1 or more)"

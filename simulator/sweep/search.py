@@ -60,8 +60,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     space gives `ep`, its expert parallelism); ``force`` simulates candidates beyond the scale limits."""
     space = space or SearchSpace()
     if top < 1:
-        raise ScenarioError(f"top {top} simulates no layout of the search", field="--top",
-                            allowed="1 or more survivors to simulate")
+        raise ScenarioError(f"'{top}' is below 1", field="--top", allowed="a whole number, 1 or more")
     loaded = load_scenario(scenario_path, overrides)
     scenario = loaded.scenario
     if scenario.model is None or scenario.model.synthetic is not None:
