@@ -999,3 +999,11 @@ def test_a_search_that_would_simulate_no_layout_is_refused_as_the_command_line_r
     with pytest.raises(ScenarioError) as refused:
         search_layouts("no-such-scenario", SerialExecutor(), top=top)
     assert str(refused.value) == f"<input>: --top: '{top}' is below 1 (allowed: a whole number, 1 or more)"
+
+
+def test_each_pruned_kind_carries_its_own_words():
+    """A kind's label is defined with the kind (a table beside the enum could miss a new member): one label per
+    kind, none shared, and a kind read back from candidates.csv's `reason_kind` keeps its words."""
+    assert len({kind.label for kind in Pruned}) == len(Pruned) == 9
+    assert Pruned("dominated").label == "dominated by a lighter recompute that fits"
+    assert Pruned.BELOW_TOP == "below_top" and Pruned.BELOW_TOP.label == "estimate ranks below --top"

@@ -94,36 +94,27 @@ class Candidate:
 
 class Pruned(StrEnum):
     """Why the search did not simulate a layout, by kind: the one definition of the set (candidates.csv's
-    `reason_kind`, the counts `trainsim search` prints); each layout's own reason, with its figures, is a
-    `Pruning`'s text."""
+    `reason_kind`, the counts `trainsim search` prints), each kind with its words (`label`); each layout's own
+    reason, with its figures, is a `Pruning`'s text."""
 
-    TP_SPANS_HOSTS = "tp_spans_hosts"
-    LAYERS_DO_NOT_SPLIT = "layers_do_not_split"
-    BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide"
-    EP_DOES_NOT_DIVIDE = "ep_does_not_divide"
-    REFUSED = "refused"
-    OUT_OF_MEMORY = "out_of_memory"
-    SAME_LAYOUT = "same_layout"
-    DOMINATED = "dominated"
-    BELOW_TOP = "below_top"
+    label: str
+    """The kind in words, as the search's summary prints it."""
 
-    @property
-    def label(self) -> str:
-        """The kind in words, as the search's summary prints it."""
-        return PRUNED_LABELS[self]
+    def __new__(cls, value: str, label: str) -> Pruned:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
 
-
-PRUNED_LABELS = {
-    Pruned.TP_SPANS_HOSTS: "TP wider than a host",
-    Pruned.LAYERS_DO_NOT_SPLIT: "layers do not split over pp x virtual stages",
-    Pruned.BATCH_DOES_NOT_DIVIDE: "global batch not a multiple of dp x micro-batch",
-    Pruned.EP_DOES_NOT_DIVIDE: "ep does not divide dp x cp",
-    Pruned.REFUSED: "refused by the simulator's checks",
-    Pruned.OUT_OF_MEMORY: "out of memory",
-    Pruned.SAME_LAYOUT: "the same layout as another sharding (dp x cp = 1)",
-    Pruned.DOMINATED: "dominated by a lighter recompute that fits",
-    Pruned.BELOW_TOP: "estimate ranks below --top",
-}
+    TP_SPANS_HOSTS = "tp_spans_hosts", "TP wider than a host"
+    LAYERS_DO_NOT_SPLIT = "layers_do_not_split", "layers do not split over pp x virtual stages"
+    BATCH_DOES_NOT_DIVIDE = "batch_does_not_divide", "global batch not a multiple of dp x micro-batch"
+    EP_DOES_NOT_DIVIDE = "ep_does_not_divide", "ep does not divide dp x cp"
+    REFUSED = "refused", "refused by the simulator's checks"
+    OUT_OF_MEMORY = "out_of_memory", "out of memory"
+    SAME_LAYOUT = "same_layout", "the same layout as another sharding (dp x cp = 1)"
+    DOMINATED = "dominated", "dominated by a lighter recompute that fits"
+    BELOW_TOP = "below_top", "estimate ranks below --top"
 
 
 @dataclass(frozen=True)
