@@ -19,3 +19,11 @@ def test_compute_op_fields_keep_the_order_the_builder_passes():
 def test_collective_op_fields_keep_the_order_the_builder_passes():
     assert [field.name for field in fields(CollectiveOp)] == [
         *OP, "op", "group", "nbytes", "key", "algorithm", "protocol", "root", "mirrors", "pair_bytes", "sms"]
+
+
+def test_the_defaults_the_builder_passes_by_position_are_the_fields_defaults():
+    """Passing by position, the builder writes the defaults it leaves alone as literals (`_compute`: 0.0
+    hbm_bytes; `_collective`: root 0): a default changed here would not reach the ops it builds."""
+    compute = {field.name: field.default for field in fields(ComputeOp)}
+    collective = {field.name: field.default for field in fields(CollectiveOp)}
+    assert (compute["hbm_bytes"], collective["root"]) == (0.0, 0)

@@ -129,7 +129,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
                  reserved_sms: int = 0) -> int:
         deps = self._with_stream_wait(rank, stream, deps)
-        # Fields by position (their order is pinned by tests/test_ops.py): keywords took a fifth of the build.
+        # Fields by position (their order and the defaults written here are pinned by tests/test_ops.py): keywords
+        # took a fifth of the build.
         op = ComputeOp(len(self.ops), rank, stream, name, tuple(deps), category, mb, self._vstage,
                        duration, flops, 0.0, sm_bound_share, reserved_sms)
         self.ops.append(op)
