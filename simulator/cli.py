@@ -352,12 +352,14 @@ def _optimum_text(curve: dict) -> str:
     stragglers, where it expects some, are named with their count: they cost time though they take no restart
     (the line said "no failures expected" of a job losing time to them)."""
     from simulator.console.report import format_seconds, horizon_span
+    from simulator.units import expected_count
 
     if curve["young_interval_s"] is not None:
         return f"Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
-    slowdowns = f"{curve['expected_slowdowns']:,.3g} degradations or stragglers in {horizon_span(curve['horizon_s'])}"
+    expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")
+    slowdowns = f"{expected} in {horizon_span(curve['horizon_s'])}"
     return (f"no failure expected that interrupts the job, only {slowdowns} (slower steps, no restart), so no Young or "
             "Daly interval")
 

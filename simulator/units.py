@@ -174,6 +174,16 @@ def counted(number: object, one: str, many: str = "") -> str:
     return f"{shown} {one if number == 1 else (many or one + 's')}"
 
 
+def expected_count(expected: float, one: str = "", many: str = "") -> str:
+    """A count a model expects (a mean, rarely whole), with its noun where given: whole with thousands
+    separators from 100 on, three significant digits below, the noun singular for exactly one ('4,250
+    degradations', '2.07 degradations', '1 degradation'; '{:,.3g}' printed '4.25e+03' and '1 degradations')."""
+    shown = format_count(expected) if abs(expected) >= 100 else f"{expected:.3g}"
+    if not one:
+        return shown
+    return f"{shown} {one if expected == 1 else (many or one + 's')}"
+
+
 def number_ranges(numbers: Iterable[int]) -> str:
     """Whole numbers, ascending, with each run of three or more consecutive ones as 'first to last': an elastic
     job's sizes on 128 replicas read '22 to 128', not 107 numbers; [3, 4] stays '3, 4'."""

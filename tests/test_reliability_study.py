@@ -30,7 +30,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import format_seconds
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
-from simulator.units import format_duration
+from simulator.units import expected_count, format_duration
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -552,3 +552,26 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
         "run.horizon (4 min): failures are too rare in the horizon for checkpoints to matter (allowed: durations "
         "up to 4 min, e.g. 5min,10min,30min,1h)\n")
     assert not (tmp_path / "short").exists()
+
+
+@pytest.mark.parametrize("expected, shown", [
+    (4250.0, "4,250 degradations"), (216.0, "216 degradations"), (99.94, "99.9 degradations"),
+    (2.0736, "2.07 degradations"), (1.0, "1 degradation"), (0.5, "0.5 degradations"),
+    (6.48e299, "6.48e+299 degradations"),
+])
+def test_an_expected_count_is_whole_from_100_and_singular_for_one(expected, shown):
+    """`expected_count`: '{:,.3g}' printed 4,250 expected degradations as '4.25e+03 degradations' and one as
+    '1 degradations'."""
+    assert expected_count(expected, "degradation") == shown
+    assert expected_count(expected) == shown.split()[0]
+
+
+@pytest.mark.parametrize("expected, words", [
+    (4250.0, "4,250 degradations or stragglers"), (1.0, "1 degradation or straggler")])
+def test_a_study_line_counts_its_expected_slowdowns_in_words(expected, words):
+    """The study line of a job whose failures only slow it, with the count as `expected_count` writes it."""
+    from simulator.cli import _optimum_text
+
+    curve = {"young_interval_s": None, "expected_slowdowns": expected, "horizon_s": 86400.0}
+    assert _optimum_text(curve) == (f"no failure expected that interrupts the job, only {words} in 1 day (slower "
+                                    "steps, no restart), so no Young or Daly interval")

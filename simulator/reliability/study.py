@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
-from simulator.config.reliability import Effect
 from simulator.errors import InputError
 from simulator.reliability.simulate import job_event_limit, job_event_parts, prepare_job, refuse_long_job, simulate_job
-from simulator.reliability.summary import no_failure_text, optimum_intervals
+from simulator.reliability.summary import expected_slowdowns, no_failure_text, optimum_intervals
 from simulator.units import counted, format_count, format_duration, parse_duration
 
 
@@ -139,13 +138,6 @@ def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
     return math.sqrt(b / c)
 
 
-def expected_slowdowns(summary: dict) -> float:
-    """Failures the job's model expects over the horizon that only slow it (its `degrade` and `straggle`
-    classes): no restart, so no part of M, but time lost all the same."""
-    return sum(klass["expected_in_horizon"] for klass in summary["failure_model"].values()
-               if not Effect(klass["effect"]).interrupts)
-
-
 def curve_summary(points: list[StudyPoint]) -> dict:
     """Best grid point, fitted optimum, Young and Daly of one multiplier's interval curve, and the job's warning
     of its point that waited longest for hosts among those that warned (None where none did)."""
@@ -158,7 +150,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "rate_multiplier": points[0].multiplier,
         "mtbf_s": first["mtbf_s"],
         "horizon_s": first["horizon_s"],
-        "expected_slowdowns": expected_slowdowns(first),
+        "expected_slowdowns": expected_slowdowns(first["failure_model"]),
         "checkpoint_cost_s": first["checkpoint"]["cost_s"],
         "restart_s": first["restart"]["total_s"],
         "young_interval_s": first["young_interval_s"],

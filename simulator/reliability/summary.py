@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.config.loader import LoadedScenario
+from simulator.config.reliability import Effect
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.elastic import ElasticSizes
 from simulator.reliability.job import JobPlan, ReplicationTotals
 from simulator.reliability.states import ClusterState
 from simulator.reliability.stats import daly_interval, mean_interval, young_interval
-from simulator.units import counted, format_duration
+from simulator.units import counted, expected_count, format_duration
 from simulator.workload.memory_plan import GIB
 
 TIME_PARTS = ("productive_s", "slow_steps_s", "lost_work_s", "checkpoint_stall_s", "checkpoint_slowdown_s",
@@ -34,7 +35,9 @@ def checkpoint_cost_s(costs: SegmentCosts) -> float:
 
 
 def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dict]:
-    """Unexpected interruptions the failure model expects over the horizon (all units in use), per class."""
+    """Unexpected interruptions the failure model expects over the horizon (all units in use), and per class
+    its figures with the failures it expects in the horizon (`expected_in_horizon`: units x rate x horizon, the
+    one place that count is made; `expected_slowdowns` reads it back)."""
     per_class: dict[str, dict[str, Any]] = {}
     for klass, units in zip(plan.classes, counts):
         per_class[klass.name] = {
@@ -43,19 +46,26 @@ def expected_interruptions(plan: JobPlan, counts: list[int]) -> tuple[float, dic
             "rate_per_unit_per_h": klass.rate_per_unit_s * 3600,
             "repair_s": klass.repair_s, "expected_in_horizon": units * klass.rate_per_unit_s * plan.horizon_s,
         }
-    total = sum(units * klass.rate_per_unit_s * plan.horizon_s for klass, units in zip(plan.classes, counts)
-                if klass.effect.interrupts)
+    total = sum(entry["expected_in_horizon"] for entry in per_class.values() if Effect(entry["effect"]).interrupts)
     return total, per_class
+
+
+def expected_slowdowns(failure_model: dict) -> float:
+    """Failures a job's model expects over the horizon that only slow it (its `degrade` and `straggle` classes),
+    from its per-class figures (`expected_interruptions`, job_summary.json's `failure_model`): no restart, so no
+    part of M, but time lost all the same."""
+    return sum(entry["expected_in_horizon"] for entry in failure_model.values()
+               if not Effect(entry["effect"]).interrupts)
 
 
 def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
     """What a job without expected interruptions expects: "no failure", or, where its classes do fail but only
     degrade or straggle, "no failure that interrupts the job (its classes only degrade or straggle: 2.07
     expected over the horizon, slower steps but no restart)"."""
-    slowdowns = sum(units * klass.rate_per_unit_s * plan.horizon_s for klass, units in zip(plan.classes, counts))
+    slowdowns = expected_slowdowns(expected_interruptions(plan, counts)[1])
     if slowdowns > 0:
-        return (f"no failure that interrupts the job (its classes only degrade or straggle: {slowdowns:,.3g} "
-                "expected over the horizon, slower steps but no restart)")
+        return (f"no failure that interrupts the job (its classes only degrade or straggle: "
+                f"{expected_count(slowdowns)} expected over the horizon, slower steps but no restart)")
     return "no failure"
 
 
