@@ -169,7 +169,8 @@ def _label_table() -> Table:
 
 def training_table(summary: dict) -> Table:
     """Step time, throughput, FLOP rates, bubble, exposed communication per kind, peak memory, bottleneck, and
-    where a fold was given up on the way, the ranks simulated and why (`folding_text`)."""
+    where a fold was given up on the way or the one that stands is not exact, the ranks simulated and why
+    (`folding_text`)."""
     table = _label_table()
     step = summary.get("step_time_s")
     ps = summary.get("parameter_server")
