@@ -375,9 +375,10 @@ def _invalid(field: str, problem: str, allowed: str = "") -> ScenarioError:
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs per token (no recompute): 6 N plus causal attention, the convention MFU is reported in,
-    with N counting the weights that do matmul work (the input embedding is a lookup; a tied embedding still
-    serves as the output layer)."""
-    lookup_params = 0 if model.tied_embeddings else model.embedding_params()
+    with N counting the weights that do matmul work: the input embedding's tables are lookups, except that a
+    tied token table also serves as the output layer (a learned position table is a lookup either way)."""
+    output_layer = model.vocab * model.hidden if model.tied_embeddings else 0
+    lookup_params = model.embedding_params() - output_layer
     return six_n_flops_per_token(model, seq_len, attention=True, causal_factor=0.5) - 6.0 * lookup_params
 
 
