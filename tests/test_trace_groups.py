@@ -171,6 +171,26 @@ def test_a_kineto_collective_without_a_group_name_is_not_named_by_its_descriptio
         "taken as one group of the ranks that run them (0, 1)"]
 
 
+def test_a_kineto_collective_without_a_group_name_takes_the_only_group_of_pg_config(tmp_path):
+    """The bundled two-rank Kineto all-reduce without `Process Group Name`, each rank's `pg_config` listing one
+    group, '0' of ranks 0 and 1: as a Chakra node without pg_name beside metadata of one group, the all-reduce
+    is in that group (its 32 MiB per GPU of DP, matched in group '0'), without a warning. It was refused: the
+    collective named no group while the traces named '0'."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, **{"Process Group Name": None, "Process Group Description": None,
+                                    "Process Group Ranks": None})
+        path = traces / f"rank{rank}.json"
+        doc = json.loads(path.read_text())
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2,
+                                                "ranks": [0, 1]}]
+        path.write_text(json.dumps(doc))
+    _, result = run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(ALLREDUCE_BYTES, rel=EXACT)
+    assert result.summary["trace"]["collective_matching"] == {"0": "order"}
+    assert result.summary["warnings"] == []
+
+
 def test_a_group_whose_members_no_trace_tells_is_taken_as_its_traced_ranks_with_a_warning(tmp_path):
     """Rank 0's trace alone of an 8-rank job (world_size 8), its all-reduce in group '0' with neither `Process
     Group Ranks` nor `Group size`: the group's members are the ranks whose traces use it, rank 0 alone, so the

@@ -1,18 +1,17 @@
 """The process group of each traced communication op whose own record does not name one, settled across the
 traced ranks before their ops are matched.
 
-A process group's name is the same on every member (torch.distributed names a group alike on all its ranks),
-and a send meets its receive only in one communicator, so the two ends of a transfer are in one group: an end
-whose record names none (a Chakra node without `pg_name` or a launching node naming one, and process-group
-metadata listing several groups or none) takes the group that the other ends between the same two ranks name,
-where they name one; an end in the only group its rank's metadata lists (an inference: the metadata lists the
-groups the rank was a member of when it was recorded) takes a different group that an end's own record names,
-with a warning; an end that could be in either of two named groups is refused. A collective whose record names
-no group is in the group of every collective that names none, of the ranks that run them, where no trace
-names a process group at all (a hand-written trace) and they describe their group alike (Kineto's `Process
-Group Description`, none in Chakra), with a warning; beside named groups, or described differently, it is
-refused: a description is not a name (descriptions repeat: PyTorch describes every group made without one
-`undefined`)."""
+A process group's name is the same on every member (torch.distributed names a group alike on all its ranks), and a
+send meets its receive only in one communicator, so the two ends of a transfer are in one group: an end whose
+record names none (a Chakra node without `pg_name` or a launching node naming one, a Kineto kernel without `Process
+Group Name`, and process-group metadata listing several groups or none) takes the group that the other ends between
+the same two ranks name, where they name one; an end in the only group its rank's metadata lists (an inference: the
+metadata lists the groups the rank was a member of when it was recorded) takes a different group that an end's own
+record names, with a warning; an end that could be in either of two named groups is refused. A collective whose
+record names no group is in the group of every collective that names none, of the ranks that run them, where no
+trace names a process group at all (a hand-written trace) and they describe their group alike (Kineto's `Process
+Group Description`, none in Chakra), with a warning; beside named groups, or described differently, it is refused:
+a description is not a name (descriptions repeat: PyTorch describes every group made without one `undefined`)."""
 
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from simulator.workload.traces.model import TracedOp, TracedRank, trace_error
 UNNAMED_GROUP = "default"
 """The group of collectives in traces that name no process group."""
 GROUP_ALLOWED = ("the op's process group: pg_name on the node, or its launching record_param_comms node naming "
-                 "it, or process-group metadata listing one group (Chakra); Process Group Name (Kineto)")
+                 "it (Chakra); Process Group Name (Kineto); or process-group metadata (pg_config) listing one group")
 
 
 def settled_groups(traced: list[TracedRank]) -> tuple[list[TracedRank], tuple[str, ...]]:

@@ -126,8 +126,8 @@ def read_kineto(path: Path) -> TracedRank:
                           "trace (set workload.format: chakra-json)" if chakra else ""),
                           "a Chrome-trace object with traceEvents")
     events = doc["traceEvents"]
-    rank, world, groups = _distributed_info(file, doc.get("distributedInfo"))
-    parsed = _Parsed(file, events, groups)
+    rank, world, groups, only = _distributed_info(file, doc.get("distributedInfo"))
+    parsed = _Parsed(file, events, groups, only)
     ops, unknown = parsed.gpu_ops() if parsed.gpu else (parsed.cpu_ops(), [])
     if not ops:
         raise trace_error(file, "traceEvents", f"nothing to replay in {len(events)} events: no GPU kernel, memcpy "
@@ -143,13 +143,14 @@ def read_kineto(path: Path) -> TracedRank:
     return traced
 
 
-def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, ProcessGroup]]:
-    """(rank, world size, process groups by name) as `distributedInfo` states them: -1, 0 and none where it does
-    not. The rank must be one of the `world_size` ranks, and each group of `pg_config` (torch.distributed's
-    configuration of every group the job made: `pg_name`, `pg_desc`, `pg_size`, `ranks`) `pg_size` distinct
-    ranks of the job."""
+def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, ProcessGroup], str]:
+    """(rank, world size, process groups by name, the only group) as `distributedInfo` states them: -1, 0, none
+    and '' where it does not. The rank must be one of the `world_size` ranks, and each group of `pg_config`
+    (torch.distributed's configuration of every group the rank is a member of: `pg_name`, `pg_desc`, `pg_size`,
+    `ranks`) `pg_size` distinct ranks of the job. The only group: the one `pg_config` lists where it lists one
+    and no entry without a `pg_name`, as Chakra's process-group metadata (chakra.py), else ''."""
     if not isinstance(info, dict):
-        return -1, 0, {}
+        return -1, 0, {}, ""
     rank, world = (_whole(info.get(key)) for key in ("rank", "world_size"))
     if rank is not None and world is not None and rank >= world:
         raise trace_error(file, "distributedInfo.rank", f"rank {rank} is not one of the traced job's {world} "
@@ -157,8 +158,10 @@ def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, Proc
                           f"a rank from 0 to {world - 1}" if world else "a world_size of at least 1")
     configs = info.get("pg_config")
     groups: dict[str, ProcessGroup] = {}
+    unnamed = False
     for index, config in enumerate(configs if isinstance(configs, list) else []):
         if not isinstance(config, dict) or config.get("pg_name") is None:
+            unnamed = True
             continue
         name, ranks, size = str(config["pg_name"]), config.get("ranks"), config.get("pg_size")
         shown = _shown_numbers(ranks)
@@ -170,15 +173,17 @@ def _distributed_info(file: str, info: object) -> tuple[int, int, dict[str, Proc
             raise trace_error(file, f"distributedInfo.pg_config[{index}]", f"process group {name!r} has ranks "
                               f"{ranks!r} and pg_size {size!r}{job}", "pg_size distinct ranks of the job")
         groups[name] = ProcessGroup(str(config.get("pg_desc") or name), members)
-    return -1 if rank is None else rank, world or 0, groups
+    only = next(iter(groups)) if len(groups) == 1 and not unnamed else ""
+    return -1 if rank is None else rank, world or 0, groups, only
 
 
 class _Parsed:
     """A trace's complete events sorted by kind, each with its index in traceEvents."""
 
-    def __init__(self, file: str, events: list, groups: dict[str, ProcessGroup]):
+    def __init__(self, file: str, events: list, groups: dict[str, ProcessGroup], only: str):
         self.file = file
         self.groups = groups
+        self.only = only
         self.gpu: list[tuple[int, dict]] = []
         self.cpu: list[tuple[int, dict]] = []
         self.comms: dict[object, list[tuple[float, float, dict]]] = {}
@@ -281,7 +286,7 @@ class _Parsed:
         if info is None:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
-        group = str(info.get("Process Group Name", ""))
+        group, inferred = self._group(info)
         stated, description = self._stated(group, info)
         members = self._members_of(stated, info, where, name)
         size = _whole(info.get("Group size")) or len(members)
@@ -289,8 +294,8 @@ class _Parsed:
         shares = self._shares(info, nbytes, size, name, where) if primitive == "all_to_all" else _Shares()
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=nbytes, group=group, members=members, group_size=size,
-                        description=description, seq=_sequence(info), uneven=shares.uneven, sends=shares.sends,
-                        receives=shares.receives)
+                        description=description, group_inferred=inferred, seq=_sequence(info),
+                        uneven=shares.uneven, sends=shares.sends, receives=shares.receives)
 
     def _shares(self, info: dict, nbytes: float, size: int, name: str, where: str) -> _Shares:
         """An all-to-all's bytes to and from each member, in group order, from its `In split size` and `Out split
@@ -332,7 +337,7 @@ class _Parsed:
         if info is None or kind is None:
             return None
         where = f"traceEvents[{index}]"
-        group = str(info.get("Process Group Name", ""))
+        group, inferred = self._group(info)
         stated, description = self._stated(group, info)
         peer = _whole(info.get("Dst Rank" if kind == "send" else "Src Rank"))
         if peer is None:
@@ -343,7 +348,14 @@ class _Parsed:
             return None
         return TracedOp(index, name, stream, kind, event["ts"] * US, event.get("dur", 0) * US, op="send_recv",
                         nbytes=self._message_bytes(info, "send_recv", dtype, name, where), group=group,
-                        description=description, peer=peer)
+                        description=description, group_inferred=inferred, peer=peer)
+
+    def _group(self, info: dict) -> tuple[str, bool]:
+        """An NCCL kernel's process group and whether it is inferred: its annotation's `Process Group Name`; else
+        the only group of `pg_config` (the rank's groups: a rank of one group communicates in it), inferred;
+        else '' (groups.py settles it from the other traces or refuses)."""
+        named = str(info.get("Process Group Name", ""))
+        return named or self.only, not named and bool(self.only)
 
     def _stated(self, group: str, info: dict) -> tuple[ProcessGroup | None, str]:
         """The process group the trace states under the name ``group`` (None if it states none), and the
