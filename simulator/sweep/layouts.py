@@ -277,7 +277,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
             # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
             beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
                                                   unit_work)
-            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks)
+            blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
+            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking)
             work = max(work + sharded_toll + grad_copies_s(plan, params) / plan.microbatches
                        + backward_waits_s(plan, times, rank, unit_work, slowed)
                        + forward_sharing_s(plan, times, rank, blocks, slowed),
@@ -950,27 +951,34 @@ def kernels_s(blocks: list[Block]) -> tuple[float, float]:
 
 
 def sharded_slowdown(spans: list[Span], times: CollectiveTimes, share: SmShare | None,
-                     blocks: list[Block]) -> tuple[float, float]:
+                     blocks: list[Block], blocking_s: float) -> tuple[float, float]:
     """ZeRO-3's SM toll per micro-batch on ``blocks``' kernels (`sharded_toll_s` over ``spans``; none where
-    ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`)."""
+    ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`). The
+    collectives run beside the compute stream's kernels and its ``blocking_s`` seconds of blocking TP and CP
+    collectives (`blocking_collectives_s`), which the engine does not slow (it slows a kernel by its SM-bound
+    share): each span is charged for the kernels' share of that time. FSDP's gradient copies are not in it: a
+    unit's reduce-scatter and the gather beside it start after the copy of its gradients and, where the compute
+    is the longer, end within the next unit's backward, before its copy."""
     compute, sm_bound = kernels_s(blocks)
     if share is None or compute <= 0:
         return 0.0, 1.0
-    toll = sharded_toll_s(spans, times, share, compute, sm_bound)
+    toll = sharded_toll_s(spans, times, share, compute, sm_bound, compute / (compute + blocking_s))
     return toll, 1 + toll / compute
 
 
 def sharded_toll_s(spans: list[Span], times: CollectiveTimes, share: SmShare,
-                   compute_s: float, sm_bound: float) -> float:
+                   compute_s: float, sm_bound: float, kernel_share: float = 1.0) -> float:
     """Seconds ZeRO-3's collectives beside ``compute_s`` seconds of kernels (SM-bound for the share
     ``sm_bound``) add to them by the SMs their NCCL kernels hold (`SmShare.overlap_delay`), span by span of
-    ``spans`` (`sharded_microbatch_spans`): where the backward's gather and reduce-scatter run together, both
-    kernels' SMs; at most what the compute loses run under the most held throughout."""
+    ``spans`` (`sharded_microbatch_spans`), each for the share ``kernel_share`` of it that the compute stream
+    runs kernels in: where the backward's gather and reduce-scatter run together, both kernels' SMs; at most
+    what the compute loses run under the most held throughout."""
     held = [sum(times.sms(*shape, share) for shape in running) for _, running in spans]
     if not spans or compute_s <= 0:
         return 0.0
-    total = sum(share.overlap_delay(seconds, sms, compute_s, sm_bound) for (seconds, _), sms in zip(spans, held))
-    together = sum(seconds for seconds, _ in spans)
+    total = sum(share.overlap_delay(kernel_share * seconds, sms, compute_s, sm_bound)
+                for (seconds, _), sms in zip(spans, held))
+    together = kernel_share * sum(seconds for seconds, _ in spans)
     return min(total, share.overlap_delay(together, max(held), compute_s, sm_bound))
 
 
