@@ -505,7 +505,11 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       0.9907 to 1.0007 since the backward's waits for the next unit's gather are estimated too and set against
       the backward slowed by the SM toll (tp 2 dp 16 on four hosts the lowest: its TP collectives run slower
       beside FSDP's on NVLink, 8.75 ms a step not estimated), 1.0004 to 1.0007 since the forward's are timed
-      beside the gather under way (`forward_sharing_s`);
+      beside the gather under way (`forward_sharing_s`), 0.9960 to 1.0007 since the SM toll charges the
+      FSDP collectives' spans for the kernels' share of the compute stream's work alone (`sharded_slowdown`;
+      tp 2 dp 16 on four hosts the lowest: the head's reduce-scatter outlasts the last layer's backward, so
+      layer 29's gather runs beside it too, 7.51 ms simulated against 6.42 ms timed with one gather, which the
+      toll's overcharge on the TP collectives hid);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -526,7 +530,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.996, 1.0015) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.999, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (0.995, 1.0015) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
