@@ -851,8 +851,10 @@ def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buc
     the stage's gradients, and the buckets its last block completes go out over the same NIC as its send: the
     simulated send takes 0.281 ms, 0.179 ms more than the others. The estimate times the send beside those
     buckets, as one reduction of their bytes (`hand_offs_beside_buckets_s`): 0.162 ms more, within 12% (the
-    buckets run one after another, with their latencies between). The earlier micro-batches' hand-offs, and
-    every hand-off inside a host (tp 4 pp 2 v 2 there), take their alone times, and so does the estimate."""
+    buckets run one after another, with their latencies between). The earlier micro-batches' hand-offs take
+    their alone times, and so does the estimate. Inside a host (tp 4 pp 2 v 2 there) the estimate charges
+    nothing beyond the alone time, though there the simulated backward hand-offs take up to 0.049 ms against
+    0.026 ms alone."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings

@@ -394,10 +394,9 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
     layout, sharding = plan.layout, plan.sharding
     if sharding.stage == 3 or not sharding.overlap:
         return {}
-    kinds = ("F", "B", "W", "BW")
     finals: dict[tuple[int, int], int] = {}  # (pipeline rank, chunk) -> index of the action finishing its grads
-    for index, (action, pp_rank, kind) in enumerate(zip(order.actions, order.ranks, order.kinds, strict=True)):
-        if kinds[kind] in ("W", "BW"):
+    for index, (action, pp_rank) in enumerate(zip(order.actions, order.ranks, strict=True)):
+        if action.kind in ("W", "BW"):
             finals[pp_rank, action.chunk] = index
     excess: dict[int, float] = {}
     for pp_rank in range(layout.pp):
@@ -415,7 +414,7 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
                 closing[vstage] = closing.get(vstage, 0.0) + nbytes
         for chunk, vstage in enumerate(vstages):
             index = finals.get((pp_rank, chunk), -1)
-            if vstage == 0 or index < 0 or kinds[order.kinds[index]] != "BW" or vstage not in closing:
+            if vstage == 0 or index < 0 or order.actions[index].kind != "BW" or vstage not in closing:
                 continue
             receiver = _stage_peer(plan, sender, vstage - 1)
             nbytes = plan.stages[vstage].p2p_bytes
@@ -425,8 +424,6 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
             buckets: CollectiveShape = (sharding.grad_reduction, group, closing[vstage])
             excess[index] = max(times.together(send, buckets)[0] - times.seconds(*send), 0.0)
     return excess
-
-
 
 
 @lru_cache(maxsize=64)
