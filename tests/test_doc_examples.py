@@ -187,13 +187,12 @@ def module_map() -> list[tuple[str, str]]:
 
 
 def named_in_map(module: str, rows: list[tuple[str, str]]) -> bool:
-    """``module`` (a path under simulator/) is named in the map: by its path, or by its file name or stem in the
-    row of its folder (the `collectives/` row names `ring`, `names.py`, ...)."""
+    """``module`` (a path under simulator/) is named in the map: by its path, or by its file name in the row of
+    its folder (the `collectives/` row names `ring.py`, `names.py`, ...)."""
     if any(f"`{module}`" in row for _, row in rows):
         return True
     folder, _, file = module.rpartition("/")
-    folder_rows = [row for first, row in rows if f"`{folder}/`" in first]
-    return any(f"`{file}`" in row or f"`{file.removesuffix('.py')}`" in row for row in folder_rows)
+    return any(f"`{file}`" in row for first, row in rows if f"`{folder}/`" in first)
 
 
 def test_the_module_map_names_every_module_and_no_other():
@@ -203,6 +202,8 @@ def test_the_module_map_names_every_module_and_no_other():
                if path.name != "__init__.py"]
     assert not [module for module in modules if not named_in_map(module, rows)]
     named = {name for first, _ in rows for name in re.findall(r"`([\w/]+\.py)`", first)}
+    named |= {f"{folder}/{file}" for first, row in rows for folder in re.findall(r"`([\w/]+)/`", first)
+              for file in re.findall(r"`(\w+\.py)`", row)}
     assert not [name for name in named if not (package / name).exists()]
 
 
@@ -236,6 +237,26 @@ def field_table(page: str, anchor: str) -> dict[str, str]:
 
 REQUIRED = object()
 """The default of a field a scenario must give."""
+
+NONE_DEFAULT_CELLS = {
+    "global_batch": "none",
+    "microbatches": "none",
+    "grad_accumulation_fusion": "the framework's",
+    "grad_reduce_dtype": "per precision",
+    "loss_scaling": "none",
+    "dp": "GPUs / (tp cp pp)",
+    "pipeline.table": "none",
+    "fsdp": "none",
+    "ddp.reduce_every_microbatch": "the framework's",
+    "name": "`OP#INDEX` (e.g. `all_reduce#0`)",
+    "src": "none",
+    "dst": "none",
+    "algorithm": "`collectives.algorithm`",
+    "protocol": "`collectives.protocol`",
+    "checkpoint.size": "parameters x `bytes_per_param`",
+    "restart.min_replicas": "1",
+}
+"""The default cell of each field whose schema default is None: what the code does without it, in words."""
 
 
 def schema_fields(model: type[BaseModel], prefix: str) -> dict[str, object]:
@@ -272,7 +293,9 @@ def test_a_field_table_lists_every_field_with_its_default(page, anchor, models):
     for name, default in fields.items():
         if default is REQUIRED:
             assert table[name] == "required", name
-        elif default is not None:
+        elif default is None:
+            assert table[name] == NONE_DEFAULT_CELLS[name], f"{page}: {name} without a value, shown {table[name]}"
+        else:
             value = default.value if isinstance(default, Enum) else default
             assert shown_default(table[name]) == value, f"{page}: {name} defaults to {value!r}, shown {table[name]}"
 
