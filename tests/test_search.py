@@ -845,19 +845,22 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
         assert estimated == pytest.approx(simulated, rel=0.03)
 
 
-def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buckets():
+def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buckets(monkeypatch):
     """Llama-3-8B tp 8 pp 2 dp 2 (ZeRO-1) on four DGX H100: each stage spans a host, so the backward hand-off
     from pipeline rank 1 to rank 0 crosses the NICs, 0.102 ms alone. The last micro-batch's backward finishes
     the stage's gradients, and the buckets its last block completes go out over the same NIC as its send: the
     simulated send takes 0.281 ms, 0.179 ms more than the others. The estimate times the send beside those
     buckets, as one reduction of their bytes (`hand_offs_beside_buckets_s`): 0.162 ms more, within 12% (the
-    buckets run one after another, with their latencies between). The earlier micro-batches' hand-offs take
-    their alone times, and so does the estimate. Inside a host (tp 4 pp 2 v 2 there) the estimate charges
-    nothing beyond the alone time, though there the simulated backward hand-offs take up to 0.049 ms against
-    0.026 ms alone."""
+    buckets run one after another, with their latencies between), and its step is that much longer than without
+    the term, the hand-off being on the drain's path. Without overlap (`ddp.overlap` false) every bucket waits
+    for the last backward, and the first in line starts beside its send: again 0.281 ms simulated, 0.162 ms more
+    estimated. The earlier micro-batches' hand-offs take their alone times, and so does the estimate. Inside a
+    host (tp 4 pp 2 v 2 there) the estimate charges nothing beyond the alone time, though there the simulated
+    backward hand-offs take up to 0.049 ms against 0.026 ms alone."""
     from simulator.config.loader import scenario_from_data
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
+    from simulator.sweep import layouts
     from simulator.sweep.layouts import _compiled_order, check_memory, hand_off_s, hand_offs_beside_buckets_s
     from simulator.topology.loader import scenario_topology
     from simulator.workload.training import build_training_step
@@ -867,9 +870,11 @@ def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buc
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     base = search_base(loaded.source, overrides, loaded.scenario)
-    for tp, v in ((8, 1), (4, 2)):
+    for tp, v, overlap in ((8, 1, True), (8, 1, False), (4, 2, True)):
         checked = check_memory(base, Candidate(tp, 1, 2, 16 // tp, v, 1, "zero1", "none"), "1f1b", times)
-        plan = build_training_step(Scenario.model_validate(checked.data), topology).plan
+        checked.data["parallelism"].setdefault("ddp", {})["overlap"] = overlap
+        step = build_training_step(Scenario.model_validate(checked.data), topology)
+        plan = step.plan
         order = _compiled_order(tuple(tuple(rank) for rank in plan.schedule), plan.virtual_stages, plan.placement)
         excess = hand_offs_beside_buckets_s(plan, times, order)
         if tp == 4:
@@ -877,6 +882,10 @@ def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buc
             continue
         (index, estimated), = excess.items()
         assert (order.ranks[index], order.actions[index].microbatch) == (1, plan.microbatches - 1)
+        with_term = layouts.estimate_step_s(step, times)
+        monkeypatch.setattr(layouts, "hand_offs_beside_buckets_s", lambda *_: {})
+        assert with_term - layouts.estimate_step_s(step, times) == pytest.approx(estimated, rel=1e-9)
+        monkeypatch.undo()
         timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
         sends = timeline[(timeline["rank"] == plan.layout.rank_of(pp=1)) & (timeline["stream"] == "pp")
                          & timeline["name"].str.startswith("send bwd")]

@@ -388,11 +388,13 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
     last block's gradients are finished, so those the action's last block completes start on the `dp` stream
     as its send starts on the `pp` stream, and where both cross the sender's NIC the send shares it
     (`CollectiveTimes.together`, the buckets as one reduction of their bytes over the DP x CP group). On the
-    drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. A backward that keeps
-    its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces otherwise:
-    nothing."""
+    drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. Without overlap
+    (`ddp.overlap` false) every bucket waits for all the rank's gradients, so the first bucket in line starts
+    beside the send of the action that finishes the last of them, and the others queue behind it. A backward
+    that keeps its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces
+    otherwise: nothing."""
     layout, sharding = plan.layout, plan.sharding
-    if sharding.stage == 3 or not sharding.overlap:
+    if sharding.stage == 3:
         return {}
     finals: dict[tuple[int, int], int] = {}  # (pipeline rank, chunk) -> index of the action finishing its grads
     for index, (action, pp_rank) in enumerate(zip(order.actions, order.ranks, strict=True)):
@@ -407,8 +409,12 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
         vstages = plan.rank_stages(pp_rank)
         ready = [((vstage, index), block) for vstage in reversed(vstages)
                  for index, block in reversed(list(enumerate(plan.stages[vstage].blocks)))]
-        closing: dict[int, float] = {}  # per virtual stage: the bytes of the buckets its first block completes
-        for keys, nbytes in gradient_buckets(ready, sharding.grad_bytes, sharding.bucket_bytes):
+        buckets = gradient_buckets(ready, sharding.grad_bytes, sharding.bucket_bytes)
+        closing: dict[int, float] = {}  # per virtual stage: the bytes of the buckets that start as it finishes
+        if not sharding.overlap and buckets:
+            last = max(finals.get((pp_rank, chunk), -1) for chunk in range(len(vstages)))
+            closing[vstages[order.actions[last].chunk]] = buckets[0][1]
+        for keys, nbytes in buckets if sharding.overlap else ():
             vstage, index = keys[-1]
             if index == min((i for i, block in enumerate(plan.stages[vstage].blocks) if block.params > 0), default=-1):
                 closing[vstage] = closing.get(vstage, 0.0) + nbytes
@@ -421,8 +427,8 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
             if receiver == sender or nbytes <= 0:
                 continue
             send: CollectiveShape = ("send_recv", (sender, receiver), nbytes)
-            buckets: CollectiveShape = (sharding.grad_reduction, group, closing[vstage])
-            excess[index] = max(times.together(send, buckets)[0] - times.seconds(*send), 0.0)
+            beside: CollectiveShape = (sharding.grad_reduction, group, closing[vstage])
+            excess[index] = max(times.together(send, beside)[0] - times.seconds(*send), 0.0)
     return excess
 
 
