@@ -204,3 +204,25 @@ def test_a_group_whose_members_no_trace_tells_is_taken_as_its_traced_ranks_with_
     assert result.summary["warnings"] == [
         f"{traces / 'rank0.json'}: traceEvents[8]: process group '0': no trace lists its members or its size, so it "
         "is taken as the rank whose traces use it (0), 1 of the traced job's 8"]
+
+
+def test_no_member_warning_where_every_rank_of_the_job_has_a_trace(tmp_path):
+    """Four ranks, each traced, no metadata: a 1 MiB all-reduce in group 'tp0' (ranks 0, 1) or 'tp1' (2, 3),
+    then one in 'dp' of all four, no trace listing members or sizes. The ranks that use a group are all its
+    members, as no rank lacks a trace: 1 MiB (2-rank ring, 2(p-1)/p x n) + 1.5 MiB (4-rank) per GPU, and no
+    warning (one per tp group was given, as if the groups could span untraced ranks)."""
+    nodes = {rank: [collective_node(1, "tp0" if rank < 2 else "tp1"), collective_node(2, "dp", deps=(1,))]
+             for rank in range(4)}
+    for rank, rank_nodes in nodes.items():
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(rank_nodes))
+    cluster = "{topology: ethernet-100g, nodes: 4, nic_bandwidth: 25 Gb/s}"
+    _, result = run(chakra_scenario(tmp_path, cluster), tmp_path)
+    assert sum(result.summary["traffic_bytes_per_gpu"].values()) == pytest.approx(2.5 * MIB, rel=EXACT)
+    assert result.summary["warnings"] == []
+
+
+def collective_node(node_id: int, group: str, deps: tuple[int, ...] = ()) -> dict:
+    """A Chakra all-reduce of 1 MiB in process group ``group`` (pg_name), after the nodes ``deps``."""
+    return {"id": node_id, "name": f"all_reduce {node_id}", "type": "COMM_COLL_NODE", "ctrlDeps": list(deps),
+            "attr": [{"name": "comm_type", "int64Val": 0}, {"name": "comm_size", "int64Val": MIB},
+                     {"name": "pg_name", "stringVal": group}]}

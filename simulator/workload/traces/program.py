@@ -267,8 +267,11 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
 
 def _assumed_members(traced: list[TracedRank], members: dict[str, tuple[int, ...]], world: int) -> tuple[str, ...]:
     """One warning per process group that no trace lists the members of or gives a size, whose members are then
-    the ranks whose traces use it (_group_members), fewer than the traced job's ``world``: the group may span
-    ranks without a trace, whose part of its collectives' traffic is then not simulated."""
+    the ranks whose traces use it (_group_members), fewer than the traced job's ``world``, where some of its
+    ranks have no trace: the group may span them, whose part of its collectives' traffic is then not simulated.
+    Where every rank has a trace, the ranks that use a group are all its members."""
+    if {rank.rank for rank in traced} >= set(range(world)):
+        return ()
     told = {op.group for rank in traced for op in rank.ops if op.kind == "collective" and (op.members or op.group_size)}
     warned: set[str] = set()
     warnings = []
