@@ -69,8 +69,24 @@ def test_a_group_named_by_the_other_end_prevails_over_the_metadata_s_only_group_
     _, result = run(text, tmp_path)
     assert result.summary["step_time_s"] == pytest.approx(transfer_s(25e9, MIB), rel=EXACT)
     assert result.summary["warnings"] == [
-        f"{tmp_path / 'rank1.json'}: nodes[1]: recv 'recv 1' is taken in process group '3', which rank 0's send "
-        "(nodes[1]) names, not in '0', the only group its process-group metadata lists"]
+        f"{tmp_path / 'rank1.json'}: nodes[1]: recv 'recv 1' is taken in process group '3', not in '0', the only "
+        "group the rank's process-group metadata lists: rank 0's send (nodes[1]) between the same ranks names it"]
+
+
+def test_the_ends_taken_in_a_group_the_other_ends_name_are_one_warning_per_file_and_groups(tmp_path):
+    """Rank 0 sends 1 MiB three times in group '3', each after the one before; rank 1's receives name none and
+    its metadata lists only '0'. The three receives are taken in '3' (three closed-form transfers in a row) and
+    one warning counts them, citing the first (it was one warning per receive, each citing rank 0's first
+    send)."""
+    sends = [p2p_node(node, "send", 1, MIB, group="3", deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
+    receives = [p2p_node(node, "recv", 0, MIB, deps=(node - 1,) if node > 1 else ()) for node in (1, 2, 3)]
+    text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS), *sends], 1: [metadata(ONLY_DEFAULT), *receives]})
+    _, result = run(text, tmp_path)
+    assert result.summary["step_time_s"] == pytest.approx(3 * transfer_s(25e9, MIB), rel=EXACT)
+    assert result.summary["warnings"] == [
+        f"{tmp_path / 'rank1.json'}: nodes[1]: 3 sends or receives are taken in process group '3', not in '0', the "
+        "only group the rank's process-group metadata lists: rank 0's send (nodes[1]) between the same ranks names "
+        "it (first: recv 'recv 1')"]
 
 
 def test_a_receive_that_names_no_group_between_ranks_that_use_two_is_refused(tmp_path):

@@ -36,7 +36,7 @@ def settled_groups(traced: list[TracedRank]) -> tuple[list[TracedRank], tuple[st
 
 def _settle_transfers(traced: list[TracedRank], ops: list[list[TracedOp]]) -> tuple[str, ...]:
     """Settle the group of each transfer end between two traced ranks from the ends between the same two (in
-    ``ops``, by rank index, in place)."""
+    ``ops``, by rank index, in place); one warning per file, inferred group and group taken instead."""
     place = {rank.rank: index for index, rank in enumerate(traced)}
     pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for index, rank in enumerate(traced):
@@ -44,7 +44,7 @@ def _settle_transfers(traced: list[TracedRank], ops: list[list[TracedOp]]) -> tu
             if op.kind in ("send", "recv") and op.peer in place:
                 pair = (rank.rank, op.peer) if op.kind == "send" else (op.peer, rank.rank)
                 pairs.setdefault(pair, []).append((index, position))
-    warnings: list[str] = []
+    overruled: dict[tuple[int, str, str], list[tuple[TracedOp, int, TracedOp]]] = {}
     for (src, dst), ends in pairs.items():
         told = [end for end in ends if ops[end[0]][end[1]].group and not ops[end[0]][end[1]].group_inferred]
         tellers = told or [end for end in ends if ops[end[0]][end[1]].group]
@@ -67,13 +67,23 @@ def _settle_transfers(traced: list[TracedRank], ops: list[list[TracedOp]]) -> tu
             if op.group == teller.group:
                 continue
             if op.group:
-                warnings.append(f"{traced[index].file}: {traced[index].where(op)}: {op.kind} {op.name!r} is taken in "
-                                f"process group {teller.group!r}, which rank {traced[teller_index].rank}'s "
-                                f"{teller.kind} ({traced[teller_index].where(teller)}) names, not in {op.group!r}, "
-                                "the only group its process-group metadata lists")
+                overruled.setdefault((index, op.group, teller.group), []).append((op, teller_index, teller))
             ops[index][position] = replace(op, group=teller.group, description=teller.description,
                                            group_inferred=teller.group_inferred)
-    return tuple(warnings)
+    return tuple(_overruled_warning(traced, index, inferred, taken, ends)
+                 for (index, inferred, taken), ends in overruled.items())
+
+
+def _overruled_warning(traced: list[TracedRank], index: int, inferred: str, taken: str,
+                       ends: list[tuple[TracedOp, int, TracedOp]]) -> str:
+    """The warning for the transfer ends of rank ``index`` in ``inferred``, the only group of its metadata, taken
+    in ``taken`` that ends between the same ranks name: how many, and the first with an end naming its group."""
+    rank, (first, teller_index, teller) = traced[index], ends[0]
+    count = f"{len(ends)} sends or receives are" if len(ends) > 1 else f"{first.kind} {first.name!r} is"
+    shown = f" (first: {first.kind} {first.name!r})" if len(ends) > 1 else ""
+    return (f"{rank.file}: {rank.where(first)}: {count} taken in process group {taken!r}, not in {inferred!r}, the "
+            f"only group the rank's process-group metadata lists: rank {traced[teller_index].rank}'s "
+            f"{teller.kind} ({traced[teller_index].where(teller)}) between the same ranks names it{shown}")
 
 
 def _inferred(op: TracedOp) -> str:
