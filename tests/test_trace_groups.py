@@ -102,6 +102,22 @@ def test_a_receive_that_names_no_group_between_ranks_that_use_two_is_refused(tmp
                                     "are in 2 ('a', 'b'): which is its communicator is unknown")
 
 
+def test_ends_whose_metadata_give_different_only_groups_are_refused_where_they_disagree(tmp_path):
+    """Neither end of a 1 MiB transfer names its group; rank 0's metadata lists only '3', rank 1's only '0'.
+    Which is their communicator is unknown: refused at rank 1's receive, naming both groups and both metadata
+    nodes (it failed later, as rank 1 having '0 matching receives' in group '3')."""
+    text = two_host_chakra_job(tmp_path, {0: [metadata(TWO_GROUPS[1:]), p2p_node(1, "send", 1, MIB)],
+                                          1: [metadata(ONLY_DEFAULT), p2p_node(1, "recv", 0, MIB)]})
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert (Path(caught.value.file).name, caught.value.field) == ("rank1.json", "nodes[1]")
+    assert caught.value.problem == (
+        "recv 'recv 1' names no process group and is taken in '0', the only group its rank's process-group metadata "
+        f"lists (nodes[0].inputs.values), but rank 0's send 'send 1' ({tmp_path / 'rank0.json'}: nodes[1]) in '3', "
+        f"the only group in {tmp_path / 'rank0.json'}: nodes[0].inputs.values; no end between the two ranks names "
+        "its group: which is their communicator is unknown")
+
+
 def collective_rank(folder: Path, rank: int, groups: list[dict] | None, launched: str | None) -> None:
     """Rank ``rank``'s Chakra trace: metadata of ``groups`` (none: no metadata node), then a 64 MiB all-reduce
     without pg_name, launched (``launched`` not None) by a record_param_comms node that records group

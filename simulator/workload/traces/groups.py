@@ -7,9 +7,10 @@ record names none (a Chakra node without `pg_name` or a launching node naming on
 Group Name`, and process-group metadata listing several groups or none) takes the group that the other ends between
 the same two ranks name, where they name one; an end in the only group its rank's metadata lists (an inference: the
 metadata lists the groups the rank was a member of when it was recorded) takes a different group that an end's own
-record names, with a warning; an end that could be in either of two named groups is refused. A collective whose
-record names no group is in the group of every collective that names none, of the ranks that run them, where no
-trace names a process group at all (a hand-written trace) and they describe their group alike (Kineto's `Process
+record names, with a warning; an end that could be in either of two named groups is refused, as are ends that no
+end between the same two ranks names a group for, whose ranks' metadata list different only groups. A collective
+whose record names no group is in the group of every collective that names none, of the ranks that run them, where
+no trace names a process group at all (a hand-written trace) and they describe their group alike (Kineto's `Process
 Group Description`, none in Chakra), with a warning; beside named groups, or described differently, it is refused:
 a description is not a name (descriptions repeat: PyTorch describes every group made without one `undefined`)."""
 
@@ -27,7 +28,8 @@ GROUP_ALLOWED = ("the op's process group: pg_name on the node, or its launching 
 
 def settled_groups(traced: list[TracedRank]) -> tuple[list[TracedRank], tuple[str, ...]]:
     """``traced`` with every communication op's process group settled (the module's rules), and the warnings
-    for the groups taken: one per inferred group another end overrules, one for unnamed collectives."""
+    for the groups taken: one per file and pair of groups where other ends overrule inferred ones, one for
+    unnamed collectives."""
     ops = [list(rank.ops) for rank in traced]
     warnings = _settle_transfers(traced, ops)
     warnings += _settle_collectives(traced, ops)
@@ -49,6 +51,8 @@ def _settle_transfers(traced: list[TracedRank], ops: list[list[TracedOp]]) -> tu
         told = [end for end in ends if ops[end[0]][end[1]].group and not ops[end[0]][end[1]].group_inferred]
         tellers = told or [end for end in ends if ops[end[0]][end[1]].group]
         groups = list(dict.fromkeys(ops[index][position].group for index, position in tellers))
+        if not told and len(groups) > 1:
+            _refuse_inferred_apart(traced, ops, tellers)
         if len(groups) > 1:
             for index, position in ends:
                 op = ops[index][position]
@@ -72,6 +76,23 @@ def _settle_transfers(traced: list[TracedRank], ops: list[list[TracedOp]]) -> tu
                                            group_inferred=teller.group_inferred)
     return tuple(_overruled_warning(traced, index, inferred, taken, ends)
                  for (index, inferred, taken), ends in overruled.items())
+
+
+def _refuse_inferred_apart(traced: list[TracedRank], ops: list[list[TracedOp]],
+                           inferred: list[tuple[int, int]]) -> None:
+    """Refuse the first of the ``inferred`` ends of one transfer (none naming its group in its own record) whose
+    group differs from the first's: each rank's metadata lists another only group, so neither is its
+    communicator for certain."""
+    first_index, first_position = inferred[0]
+    first = ops[first_index][first_position]
+    index, position = next((index, position) for index, position in inferred
+                           if ops[index][position].group != first.group)
+    op, rank, other = ops[index][position], traced[index], traced[first_index]
+    raise trace_error(rank.file, rank.where(op), f"{op.kind} {op.name!r} names no process group and is taken in "
+                      f"{op.group!r}, the only group its rank's process-group metadata lists ({rank.groups_field}), "
+                      f"but rank {other.rank}'s {first.kind} {first.name!r} ({other.file}: {other.where(first)}) in "
+                      f"{first.group!r}, the only group in {other.file}: {other.groups_field}; no end between the "
+                      "two ranks names its group: which is their communicator is unknown", GROUP_ALLOWED)
 
 
 def _overruled_warning(traced: list[TracedRank], index: int, inferred: str, taken: str,
