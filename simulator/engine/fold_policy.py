@@ -247,7 +247,7 @@ def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     hand-off can share an uplink that its mirrors' do not); None where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
-    stage), so `_refined_step` judges them only where their program can be ordered."""
+    stage); `_refined_step` judges them before their run, ordered or not."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:

@@ -11,8 +11,9 @@ how many of the phase's transfers cross it. Equal shapes are equal by symmetry; 
 are timed alone on the links (network/isolated.py) and folding is off only if the times differ. Timing alone
 cannot see what a mirror meets only in the step: a collective whose members send unlike amounts (a tree's
 inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
-load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), or folding
-is off. A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does.
+load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), each
+overlapping collective's load on its own (a sum of mirror images is alike on every lane), or folding is off.
+A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does.
 """
 
 from __future__ import annotations
@@ -216,12 +217,16 @@ def padded(lengths: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
     return table
 
 
-def unequal_shapes(table: RouteTable, load: np.ndarray) -> bytes:
-    """What a plan (its `route_table`) meets of the unequal traffic ``load`` (`unequal_traffic`): per phase,
-    per transfer its bytes and that load on each link of its route, in route order (-1 past its end), the
-    transfers sorted; as bytes, equal exactly when two plans meet the load alike phase by phase."""
+def unequal_shapes(table: RouteTable, loads: np.ndarray) -> bytes:
+    """What a plan (its `route_table`) meets of the unequal traffic ``loads`` (`unequal_traffic`: one load per
+    link, or a column of loads per link, one per collective shape): per phase, per transfer its bytes and those
+    loads on each link of its route, in route order (-1 past its end), the transfers sorted; as bytes, equal
+    exactly when two plans meet the loads alike phase by phase, transfer for transfer in one matching for all
+    the columns together, so that they then meet the sum of any of the columns alike too."""
     phases, heads, links = table
-    rows = np.hstack((heads, np.append(load, -1.0)[links]))
+    columns = loads.reshape(len(loads), -1)
+    met = np.vstack((columns, np.full((1, columns.shape[1]), -1.0)))[links]
+    rows = np.hstack((heads, met.reshape(len(heads), -1)))
     return (np.array([phases, rows.shape[1]], dtype=np.int64).tobytes()
             + rows[np.lexsort(rows.T[::-1])].tobytes())
 
@@ -230,10 +235,9 @@ def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[i
                  ) -> Callable[[int], list[tuple[int, ...]]]:
     """For a shape (index into ``shapes.firsts``), which of ``among`` may overlap its instances: per distinct
     combination met by one of its instances, those of ``among`` with an instance that may overlap it (by the
-    program's ``order``), in order, none empty. Each instance meets the traffic of its own overlaps together,
-    not that of every shape some other instance meets (two instances meeting mirror-image loads would see their
-    sum, alike on every lane). Where the program is too large to order, each instance is judged on the ordering
-    of its first rank's ops alone (`_rank_overlapping`)."""
+    program's ``order``), in order, none empty. Each instance is judged on its own overlaps, not on every shape
+    some other instance meets, which would refuse more than is needed. Where the program is too large to order,
+    each instance is judged on the ordering of its first rank's ops alone (`_rank_overlapping`)."""
     ordering = order.ordering
     if ordering is None:
         return _rank_overlapping(shapes, order, among)
@@ -302,7 +306,10 @@ def _rank_overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequ
 def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
-    every one meets it alike), instance by instance (`overlapping`). Timing alone cannot excuse this: the
+    every one meets it alike), instance by instance (`overlapping`), each overlapping collective's load a
+    column of its own (`unequal_shapes`): their sum can cancel (two trees whose inner ranks are mirror images
+    load every lane alike), and met alike column by column, any sum of them is met alike, so overlaps guessed
+    too widely (an unordered program's) refuse more, never pass more. Timing alone cannot excuse this: the
     mirror meets that traffic only in the step (tests/test_fold_equivalence.py: a tree all-reduce over TP lanes
     whose inner ranks' NVLink ports carry twice a leaf's TP tree bytes ends 20 us later on those lanes).
     Pipeline send/recvs are not compared (see `asymmetric_replicas`); each shape is compared with one mirror per
@@ -322,10 +329,10 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
         mirrors = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
                    for index in _class_firsts(plans, op)]
         for met_by in combinations:
-            load = sum((loads[other] for other in met_by), np.zeros(len(topology.link_class)))
-            met = unequal_shapes(own, load)
+            met_loads = np.column_stack([loads[other] for other in met_by])
+            met = unequal_shapes(own, met_loads)
             for mirror, table in mirrors:
-                if unequal_shapes(table, load) != met:
+                if unequal_shapes(table, met_loads) != met:
                     return (f"{op.op} {op.name!r} over GPUs {list(op.group)} meets the traffic of collectives "
                             f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
                             f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
