@@ -91,7 +91,11 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     of its own copies and of the overlapping collectives' copies cross the link (empty where every copy meets
     the same loads). The fabric hashes each source host's flows onto its own spine (topology/builders.py
     `Fabric`), so one host's hand-off can share an uplink with another collective's flows where its mirrors' do
-    not, and end later (docs/architecture.md)."""
+    not, and end later (docs/architecture.md). The counts of a combination are summed, so loads that are mirror
+    images can cancel and leave hosts unparted that meet them unlike (engine/symmetry.py judges each load on its
+    own for that reason): these classes are a proposal, not a guard; a refold on classes too coarse is held to
+    the same checks as any fold (`fold_verdict` before its run, the lockstep check after it), and where it fails
+    them the next refold or the unfolded step runs."""
     topology = plans.topology
     local = np.asarray(topology.gpu_local, dtype=np.int64)
     between = [shape for shape, op in enumerate(shapes.firsts)
