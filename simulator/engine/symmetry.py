@@ -274,7 +274,9 @@ def _rank_overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequ
     placed: dict[tuple[int, int], Instances | None] = {}
 
     def instances_on(rank: int, other: int) -> Instances | None:
-        """``other``'s instances on ``rank``'s ordering, None where some of them have no op on the rank."""
+        """``other``'s instances on ``rank``'s ordering, None where some of them have no op on the rank: one of
+        those is taken to overlap, which puts ``other`` in every combination whatever the rest meet (instances
+        of one shape share its group, so in a built program they are all on the rank or none is)."""
         if (other, rank) not in placed:
             there = on_rank.get((other, rank), set())
             local = order.rank_ordering(rank)
