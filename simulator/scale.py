@@ -4,8 +4,10 @@ runs beyond the limits, with the estimate and what to change; `sized_topology` b
 once its layout fits the GPU count and its estimate the limits.
 
 The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
-op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), within about a factor
-of two (tests/test_scale.py compares it with real programs). `--force` runs past the limits.
+op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), and each collective's
+flows the way its plan posts them (a group across hosts runs a ring per channel, collectives/ring.py's count,
+beside the folded replicas that meet it), within about a factor of two (tests/test_scale.py compares it with
+real programs and runs). `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -15,17 +17,21 @@ the cluster, the collectives' symmetry on the flow model, the step's faults: pro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simulator.collectives.ring import cross_host_channels, usable_rails
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.errors import InputError
+from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
-from simulator.topology.size import topology_gpus
+from simulator.topology.size import HostShape, host_shape, topology_gpus
 
 if TYPE_CHECKING:
     from simulator.program.unfolding import FoldCheck, Unfolding
@@ -68,6 +74,9 @@ class ScaleEstimate:
     flows: int
     memory_bytes: float
     folded: bool
+    tp_host_gpus: int = 0
+    """The GPUs of a host when TP groups cross hosts (their collectives then run on the network: a ring per
+    channel and most of the flows), else 0."""
 
     @property
     def events(self) -> int:
@@ -96,13 +105,61 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     return buckets + 2
 
 
+def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
+    """Context-parallel collectives of one rank per layer and micro-batch (parallel/context.py): one ring (or
+    one K/V all-gather) for the forward, another for a full recompute (a selective one keeps the gathered K/V),
+    and for the backward a ring, or an all-gather and the gradients' reduce-scatter."""
+    return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
+
+
 def _buckets_per_layer(layer_bytes: float, tensors: int, bucket: float) -> float:
     """DDP buckets a layer's gradients fill: its bytes over the bucket size, but no more than its tensors, since a
     tensor closes the bucket it joins (`ddp.bucket: 0 B` is one bucket per tensor)."""
     return min(float(tensors), layer_bytes / bucket) if bucket > 0 else float(tensors)
 
 
-def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstimate:
+@dataclass(frozen=True)
+class CollectiveShape:
+    """One collective of a parallel dimension as the flow model runs it: its ``members``, the ``transfers`` its
+    plan posts (a ring per channel across hosts, ring.py's channel count; the members inside one host), and the
+    ``replicas`` of it per pipeline stage a folded run simulates beside it (the mirrors that meet the simulated
+    traffic on the network: engine/sharing.py prunes the others, and those inside other hosts never meet it)."""
+
+    members: int
+    transfers: int
+    replicas: int
+
+
+def _hosts_of(layout: Layout, kind: str, hosts: HostShape | None) -> Counter[int]:
+    """The members of ``kind``'s first group per host (empty without a host shape: one host)."""
+    return Counter(rank // hosts.gpus for rank in layout.group(kind, 0)) if hosts is not None else Counter()
+
+
+def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None) -> dict[str, CollectiveShape]:
+    """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer). A group across hosts keeps
+    the replicas that share its NICs; when another dimension crosses hosts too, its collectives join replicas on
+    other hosts to the simulated ones, on the rails they use (on every rail when one of them uses them all),
+    so the sharing search reaches that share of every dimension's replicas."""
+    per_host = {kind: _hosts_of(layout, kind, hosts) for kind in kinds if kind != "pp"}
+    crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
+    shapes = {"pp": CollectiveShape(1, 1, 1)}
+    for kind in per_host:
+        members = layout.degree(kind)
+        if kind not in crossing or hosts is None:
+            shapes[kind] = CollectiveShape(members, members, 1)
+            continue
+        rails = usable_rails(hosts.rails, crossing[kind])
+        replicas = layout.world // layout.pp // members
+        if len(crossing) > 1:
+            joined = max(usable_rails(hosts.rails, fewest) for fewest in crossing.values())
+            kept = replicas * joined // hosts.rails
+        else:
+            kept = hosts.gpus // crossing[kind] * rails // hosts.rails
+        shapes[kind] = CollectiveShape(members, members * cross_host_channels(rails), min(replicas, max(1, kept)))
+    return shapes
+
+
+def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None) -> ScaleEstimate:
     from simulator.workload.training import resolve_model
 
     par, training = scenario.parallelism, scenario.training
@@ -123,23 +180,27 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool) -> ScaleEstima
     compute = m * blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
     comm = {
         "tp": m * layers_per_rank * (8 if par.sequence_parallel else 4) if tp > 1 else 0.0,
-        "cp": m * layers_per_rank * 2 * cp if cp > 1 else 0.0,
+        "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
                               layers_per_rank * _buckets_per_layer(layer_params * 2 / tp, layer_tensor_count,
                                                                    par.ddp.bucket)) if dp > 1 else 0.0,
     }
-    group = {"tp": tp, "cp": cp, "pp": 1, "dp": dp}
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
+    shapes = _collective_shapes(layout, comm, hosts)
     per_stage = tp * cp * dp
     ranks = pp if fold else gpus
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
-        flows = pp * sum(count * group[kind] for kind, count in comm.items())
+        flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())
         mirrors = pp * sum(comm.values()) * per_stage * 2
     else:
-        flows = gpus * sum(comm.values())
+        flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
-    return _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
+    estimate = _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
+    if hosts is not None and shapes["tp"].transfers > tp:
+        return replace(estimate, tp_host_gpus=hosts.gpus)
+    return estimate
 
 
 PS_GPUS_PER_SERVER = 8
@@ -177,13 +238,14 @@ def _estimate(scenario: Scenario, gpus: int, ranks: int, ops: float, flows: floa
     return ScaleEstimate(gpus, ranks, math.ceil(ops), math.ceil(flows), memory, fold)
 
 
-def estimate_scale(scenario: Scenario, gpus: int) -> ScaleEstimate | None:
-    """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs; None for a trace workload, whose
-    size is its trace file's (a trace holds its ops already, so it cannot grow past them)."""
+def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None) -> ScaleEstimate | None:
+    """The estimate of a run of ``scenario`` on a cluster of ``gpus`` GPUs made of ``hosts`` (None: collectives
+    stay inside one host); None for a trace workload, whose size is its trace file's (a trace holds its ops
+    already, so it cannot grow past them)."""
     if scenario.uses_parameter_servers:
         return _ps_estimate(scenario, gpus)
     if scenario.model is not None:
-        return _training_estimate(scenario, gpus, scenario.run.fold)
+        return _training_estimate(scenario, gpus, scenario.run.fold, hosts)
     if isinstance(scenario.workload, list):
         return _comm_estimate(scenario, scenario.workload, gpus)
     return None
@@ -198,9 +260,20 @@ def scenario_gpus(loaded: LoadedScenario) -> int | None:
         return None
 
 
+def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
+    """The host shape of the scenario's cluster from the topology file's parameters (None: one host, or unknown)."""
+    cluster = loaded.scenario.cluster
+    try:
+        return host_shape(read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent))
+    except InputError:  # the build reports it, located
+        return None
+
+
 def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
     """What to change to bring a run under the limits, most effective first."""
     steps = []
+    if estimate.tp_host_gpus:
+        steps.append(f"TP inside one host (parallelism.tp at most {estimate.tp_host_gpus}, the GPUs of a host)")
     if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
     elif not estimate.folded and scenario.model is not None:
@@ -214,12 +287,15 @@ def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
 
 
 def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
-    """The field most to blame: unfolded ranks; else the cluster when the ops alone would fit (the flows,
-    mirrors and graph grow with it); else the work of the step (model and batch) or the workload list."""
+    """The field most to blame: unfolded ranks; else TP groups across hosts; else the cluster when the ops alone
+    would fit (the flows, mirrors and graph grow with it); else the work of the step (model and batch) or the
+    workload list."""
     if scenario.uses_parameter_servers:
         return ("ps", "iterations")
     if not estimate.folded and scenario.model is not None:
         return ("run", "fold")
+    if estimate.tp_host_gpus:
+        return ("parallelism", "tp")
     if estimate.ops <= MAX_EVENTS and estimate.ops * OP_BYTES <= MAX_MEMORY_BYTES:
         return ("cluster", "nodes") if "nodes" in scenario.cluster.overrides() else ("cluster",)
     return ("model",) if scenario.model is not None else ("workload",)
@@ -228,7 +304,7 @@ def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
 def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
     """Estimate the run and raise a located ScenarioError, with the estimate and advice, beyond the limits."""
     scenario = loaded.scenario
-    estimate = estimate_scale(scenario, gpus)
+    estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded))
     if estimate is not None and estimate.over_limits():
         field = _cause(estimate, scenario)
         raise loaded.error(field, f"this run is too large to simulate: {estimate.describe()}; the limits are "
@@ -258,7 +334,8 @@ def unfolded_beyond_limits(loaded: LoadedScenario, gpus: int) -> ScaleEstimate |
     step timeline, so its steps are estimated without one."""
     scenario = loaded.scenario
     unfolded = {"fold": False, **({"timeline": "summary"} if scenario.run.horizon is not None else {})}
-    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus)
+    estimate = estimate_scale(scenario.model_copy(update={"run": scenario.run.model_copy(update=unfolded)}), gpus,
+                              scenario_hosts(loaded))
     return estimate if estimate is not None and estimate.over_limits() else None
 
 

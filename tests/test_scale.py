@@ -12,6 +12,7 @@ import pytest
 from simulator import scale
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
+from simulator.parallel.layout import Layout
 from simulator.simulation import simulate, step_program
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
 from simulator.topology.size import topology_gpus
@@ -51,9 +52,11 @@ def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
 
 
 def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limits():
-    """The bundled 8,192-GPU run simulates 362,688 flows (its summary's flows_simulated)."""
-    estimate = scale.estimate_scale(load_scenario(LLAMA_405B).scenario, 8192)
-    assert 0.5 <= estimate.flows / 362_688 <= 2.0
+    """The bundled 8,192-GPU run simulates 338,360 flows (its summary's flows_simulated); the estimate, 376,960:
+    its DP rings cross 64 hosts on one rail each, two channels of 64 transfers, their replicas on other rails."""
+    loaded = load_scenario(LLAMA_405B)
+    estimate = scale.estimate_scale(loaded.scenario, 8192, scale.scenario_hosts(loaded))
+    assert 1.0 <= estimate.flows / 338_360 <= 1.2
     assert not estimate.over_limits() and estimate.memory_bytes < 2 * 2**30
 
 
@@ -188,3 +191,52 @@ def test_a_graph_counts_the_gpus_it_builds(tmp_path):
     graph = tmp_path / "graph.yaml"
     graph.write_text(GRAPH_GPUS)
     assert topology_gpus(read_topology(str(graph))) == load_topology(str(graph)).num_gpus == 3
+
+
+TORCHTITAN_70B = SCENARIOS / "llama3-70b-torchtitan-pp-fsdp.yaml"
+TP16_DP8 = ["model.layers=4", "parallelism.tp=16", "parallelism.dp=8", "cluster.nodes=32",
+            "training.global_batch=16"]
+"""TP 16 on 8-GPU hosts with DP 8 and PP 2: every TP collective a ring per rail across two hosts, beside the
+replicas the DP collectives join to it (the run that passed the check at 1,320 flows makes 103,392)."""
+
+
+@pytest.mark.parametrize("path, overrides", [
+    (TORCHTITAN_70B, ["model.layers=4", "training.global_batch=4"]),
+    (TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1", "cluster.nodes=4",
+                      "training.global_batch=2"]),
+    (TORCHTITAN_70B, TP16_DP8),
+    (SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml", ["model.layers=2", "parallelism.cp=4", "parallelism.dp=2",
+                                                 "parallelism.cp_algorithm=all_gather"]),
+    (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"]),
+])
+def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides):
+    """Estimate / flows_simulated: 0.65, 0.53, 0.72, 0.83, 1.05 (TP 16 across hosts was 0.07, 0.01 before the
+    estimate counted a ring per channel and the replicas beside it)."""
+    loaded = load_scenario(path, overrides)
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert 0.5 <= estimate.flows / simulate(loaded).summary["flows_simulated"] <= 1.25
+
+
+def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
+    """TP 16 over two 8-GPU hosts with 8 rails: 8 channels (one per rail) of 16 transfers; DP 8 crosses hosts
+    too, so the 8 replicas of each TP group per stage meet the simulated traffic: 1,024 flows a collective,
+    where one host's TP 8 posts its 8 transfers alone."""
+    across = load_scenario(TORCHTITAN_70B, TP16_DP8)
+    shapes = scale._collective_shapes(Layout(tp=16, pp=2, dp=8), ("tp", "dp", "pp"), scale.scenario_hosts(across))
+    assert shapes["tp"] == scale.CollectiveShape(members=16, transfers=128, replicas=8)
+    inside = scale._collective_shapes(Layout(tp=8, pp=2, dp=2), ("tp", "dp"), scale.scenario_hosts(across))
+    assert inside["tp"] == scale.CollectiveShape(members=8, transfers=8, replicas=1)
+
+
+def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_run(monkeypatch, tmp_path, capsys):
+    """With the limit at 50,000 events the TP-16 step (~74,760 flows estimated, 103,392 real) is refused at
+    parallelism.tp before the cluster is built; the old estimate (1,320 flows) let it run."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
+    monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
+    args = [str(TORCHTITAN_70B), *(word for item in TP16_DP8 for word in ("--set", item))]
+    assert main(["run", *args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert ("--set parallelism.tp=16: parallelism.tp: this run is too large to simulate: 256 GPUs, 2 simulated ranks "
+            "(folded), ~170 ops, ~74,760 flows") in err
+    assert "(allowed: TP inside one host (parallelism.tp at most 8, the GPUs of a host);" in err

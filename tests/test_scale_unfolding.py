@@ -66,9 +66,10 @@ def _limit_to_the_folded_step(monkeypatch, path: str, overrides: list[str]) -> s
     """Lower the event limit to the folded step's estimate; the unfolded step's estimate, beyond it."""
     loaded = load_scenario(path, overrides)
     gpus = scenario_topology(loaded).num_gpus
-    folded = scale.estimate_scale(loaded.scenario, gpus)
+    hosts = scale.scenario_hosts(loaded)
+    folded = scale.estimate_scale(loaded.scenario, gpus, hosts)
     run = loaded.scenario.run.model_copy(update={"fold": False})
-    unfolded = scale.estimate_scale(loaded.scenario.model_copy(update={"run": run}), gpus)
+    unfolded = scale.estimate_scale(loaded.scenario.model_copy(update={"run": run}), gpus, hosts)
     assert folded is not None and unfolded is not None and folded.events < unfolded.events
     monkeypatch.setattr(scale, "MAX_EVENTS", folded.events)
     return unfolded

@@ -38,7 +38,18 @@ def group_by_host(ranks: tuple[int, ...], topology: Topology) -> list[list[int]]
 def rails_used(topology: Topology, hosts: list[list[int]]) -> int:
     """Distinct rails a group spanning hosts can leave each host on: at most its smallest per-host member
     count, since only that many distinct exit GPUs exist."""
-    return max(1, min(topology.rails, min(len(members) for members in hosts)))
+    return usable_rails(topology.rails, min(len(members) for members in hosts))
+
+
+def usable_rails(rails: int, fewest_members: int) -> int:
+    """`rails_used` from the host's rail count and the fewest members any one host of the group holds (also read
+    by scale.py, which counts flows before the cluster is built)."""
+    return max(1, min(rails, fewest_members))
+
+
+def cross_host_channels(rails: int) -> int:
+    """The rings of a group spanning hosts that can use ``rails`` rails (`channel_count` unasked)."""
+    return max(network_channels_per_nic(), rails)
 
 
 def nics_used(topology: Topology, hosts: list[list[int]]) -> int:
@@ -56,7 +67,7 @@ def channel_count(request: CollectiveRequest, topology: Topology, hosts: list[li
         return request.channels
     if len(hosts) < 2:
         return 1
-    return max(network_channels_per_nic(), rails_used(topology, hosts))
+    return cross_host_channels(rails_used(topology, hosts))
 
 
 def ring_order(hosts: list[list[int]], topology: Topology, channel: int) -> list[int]:

@@ -4,6 +4,7 @@ cluster too large to simulate can be refused in milliseconds instead of after mi
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from simulator.errors import TopologyError
 from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, read_graph_nodes
@@ -52,3 +53,25 @@ def topology_gpus(spec: TopologySource) -> int | None:
         return int(counter(dict(spec.params)))
     except TopologyError:
         return None
+
+
+@dataclass(frozen=True)
+class HostShape:
+    """The GPUs of each host of a cluster and the rails (NICs) each host leaves on, read from its parameters:
+    what tells a collective's flows apart from its members' count before the cluster is built (scale.py)."""
+
+    gpus: int
+    rails: int
+
+
+def host_shape(spec: TopologySource) -> HostShape | None:
+    """The `HostShape` of a multi-host cluster ``spec``, or None for a single host, a rack-scale NVLink domain, a
+    graph, or parameters the builder will refuse (every collective then counts as inside one host)."""
+    if spec.kind != "cluster":
+        return None
+    try:
+        params = read_parameters(BUILDERS["cluster"].parameters, dict(spec.params))
+        gpus = _node_gpus(params["node"])
+    except TopologyError:
+        return None
+    return HostShape(gpus, min(params["nics_per_node"] or gpus, gpus))
