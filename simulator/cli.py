@@ -91,9 +91,9 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, parallelism: Para
 
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
-    gives them, printed as soon as that step is simulated, before the job (which can take minutes); then its
-    outputs, the job's own warnings (restarts that mostly wait for hosts) and (unless ``quiet``) its table of
-    figures."""
+    gives them and the job's known before it runs (an interval that writes no checkpoint), printed as soon as
+    that step is simulated, before the job (which can take minutes); then its outputs, the warning that its
+    restarts mostly waited for hosts, where they did, and (unless ``quiet``) its table of figures."""
     from simulator.console.progress import RunProgress
     from simulator.reliability.report import run_job
 
@@ -101,8 +101,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
         job, files = run_job(loaded, out, force=force, progress=progress,
                              on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary,
                                                                    loaded.scenario.parallelism))
-    for warning in job.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    if job.waiting is not None:
+        print(f"warning: {job.waiting}", file=sys.stderr)
     if not quiet:
         from rich.console import Console
 
@@ -133,8 +133,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         sizes = validate_job(loaded, topology, verdict.step_floor_s, force=args.force)
         text = skipped_sizes_text(sizes.out_of_memory_gib(), sizes.capacity_bytes / GIB)
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
-        if not isinstance(loaded.scenario.checkpoint.interval, int):  # in steps, it needs the simulated step
-            warnings += [w for w in (interval_past_horizon(loaded, None, 0.0),) if w is not None]
+        warnings += [w for w in (interval_past_horizon(loaded, None),) if w is not None]
     if args.strict and verdict.memory.get("oom"):
         raise loaded.error(("parallelism",), oom_line(dict(verdict.memory), loaded.scenario.parallelism),
                            "a layout that fits in GPU memory", every_override=True)
@@ -292,19 +291,29 @@ def _cmd_study(args: argparse.Namespace) -> int:
         grid = default_grid(loaded, args.force, warn)
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None
+
+    def warn_points(warned: list[dict]) -> None:
+        _warn([f"{_point_name(w)}: {w['warning']}" for w in warned], {}, parallelism)
+
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
-                          on_healthy_step=on_healthy_step)
+                          on_healthy_step=on_healthy_step, on_point_warnings=warn_points)
     files = write_study(out, study)
     for curve in study["curves"]:
         if curve["warnings"]:
-            from simulator.console.report import format_seconds
-
-            where = f"rate x {curve['rate_multiplier']:g}, interval {format_seconds(curve['warnings_interval_s'])}"
+            where = _point_name({"rate_multiplier": curve["rate_multiplier"],
+                                 "interval_s": curve["warnings_interval_s"]})
             _warn([f"{where}: {warning}" for warning in curve["warnings"]], {}, parallelism)
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0
+
+
+def _point_name(point: dict) -> str:
+    """A study point as its warnings name it: 'rate x 1, interval 600.3 s'."""
+    from simulator.console.report import format_seconds
+
+    return f"rate x {point['rate_multiplier']:g}, interval {format_seconds(point['interval_s'])}"
 
 
 def _grid_line(grid: IntervalGrid) -> str:

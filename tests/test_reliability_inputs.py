@@ -15,6 +15,7 @@ from simulator.reliability.blast import cluster_units
 from simulator.reliability.components import FailureClass
 from simulator.reliability.processes import draw_arrivals
 from simulator.topology.loader import load_topology
+from simulator.units import format_duration
 
 BASE = """cluster:
   topology: dgx-h100-cluster
@@ -263,34 +264,62 @@ def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
 
 def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, capsys):
     """A checkpoint interval longer than the horizon ('3 d' meant as '3 min') wrote no checkpoint without a word:
-    it warns at its line, with the most whole healthy steps the horizon holds for an interval in steps, on stderr
-    and in summary.json's warnings (`validate` too, for a duration), and the job runs (no checkpoint row in its
-    events); the default interval (30 min) past a shorter horizon asked for no checkpoint and does not warn."""
+    it warns at its line, with the most whole healthy steps whose first write still ends within the horizon, on
+    stderr and in summary.json's warnings (`validate` too, for a duration, without the steps it cannot know), and
+    the job runs (no checkpoint row in its events); the default interval (30 min) past a shorter horizon asked for
+    no checkpoint and does not warn."""
     import pandas as pd
 
     scenario = tmp_path / "job.yaml"
     scenario.write_text(BASE)
     out = tmp_path / "out"
     assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
-    warning = ("--set checkpoint.interval=3 d: checkpoint.interval: a checkpoint every 3 d is longer than run.horizon "
-               "(2 d): the job writes none, and each failure loses the work since its start or the last maintenance "
-               "stop (allowed: a duration up to 2 d for checkpoints to be written)")
+    job = json.loads((out / "job_summary.json").read_text())
+    step, write = job["step_time_s"], job["checkpoint"]["write_s"]
+    most = math.ceil((2 * 86400 - write) / step) - 1
+    problem = ("a checkpoint every 3 d is longer than run.horizon (2 d): the job writes none, and each failure loses "
+               "the work since its start or the last maintenance stop")
+    warning = (f"--set checkpoint.interval=3 d: checkpoint.interval: {problem} (allowed: at most {most:,} steps or a "
+               f"duration up to {most * step:,.1f} s for checkpoints to be written)")
     assert capsys.readouterr().err == f"warning: {warning}\n"
     assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
-    assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
-    assert capsys.readouterr().err == f"warning: {warning}\n"  # it needs no step (in steps it does: run says)
     assert "checkpoint" not in set(pd.read_parquet(out / "job_events.parquet")["kind"].astype(str))
-    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set",
-                 "checkpoint.interval=1000000000 steps"]) == 0
-    err = capsys.readouterr().err
-    step = json.loads((out / "job_summary.json").read_text())["step_time_s"]
-    assert f"(allowed: at most {math.floor(2 * 86400 / step):,} steps or a duration up to 2 d for" in err
-    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", "checkpoint.interval=2 d"]) == 0
-    assert capsys.readouterr().err == ""
+    assert main(["validate", str(scenario), "--quiet", "--set", "checkpoint.interval=3 d"]) == 0
+    assert capsys.readouterr().err == (f"warning: --set checkpoint.interval=3 d: checkpoint.interval: {problem} "
+                                       "(allowed: a duration under 2 d for checkpoints to be written)\n")
     short = tmp_path / "short.yaml"
     short.write_text(BASE.replace("  interval: 30 min\n", "  mode: sync\n").replace("horizon: 2 d", "horizon: 20 min"))
     assert main(["run", str(short), "--out", str(out), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("interval", ["2 d", "one step more", "the most steps"])
+def test_an_interval_whose_first_write_ends_at_the_horizon_warns_and_the_bound_is_exact(tmp_path, capsys, interval):
+    """An interval equal to the horizon, or whose first write (the interval in whole steps, then the write) would
+    end at or past it, writes no checkpoint either, and warns with that end; the bound it names is exact: a job
+    without failures at that many steps writes its one checkpoint, and one step more writes none."""
+    import pandas as pd
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE.replace("mtbf: 1000 h", "mtbf: 1000000000 h"))
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    job = json.loads((out / "job_summary.json").read_text())
+    step, write = job["step_time_s"], job["checkpoint"]["write_s"]
+    most = math.ceil((2 * 86400 - write) / step) - 1
+    given = {"2 d": "2 d", "one step more": f"{most + 1} steps", "the most steps": f"{most} steps"}[interval]
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--set", f"checkpoint.interval={given}"]) == 0
+    err = capsys.readouterr().err
+    written = (pd.read_parquet(out / "job_events.parquet")["kind"].astype(str) == "checkpoint").sum()
+    if interval == "the most steps":
+        assert (err, written) == ("", 1)
+        return
+    steps = round(2 * 86400 / step) if interval == "2 d" else most + 1
+    assert written == 0
+    assert (f"finishes no write before run.horizon (172,800.0 s): its first, after {steps:,} steps and a "
+            f"{format_duration(write)} write, would end at {steps * step + write:,.2f} s: the job writes none") in err
+    assert f"(allowed: at most {most:,} steps or a duration up to {most * step:,.1f} s for" in err
 
 
 def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):

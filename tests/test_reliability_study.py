@@ -525,6 +525,36 @@ def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curv
             f"{curve['warnings'][0]}\n") in err
 
 
+def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_path, capsys):
+    """On a 1 h horizon, --intervals 10min,2h,3h at rates x 1 and x 2: the 2 h and 3 h points of both curves write
+    no checkpoint. Each of the four warns once, named by its rate and interval, before the first point is
+    simulated (a study kept one point's warnings a curve, after all had run), and study.json keeps them in
+    the study's order; the 10 min points do not warn."""
+    from simulator.reliability.study import run_study
+
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
+                                                                      "horizon: 1 h, replications: 2"))
+    heard: list[object] = []
+    study = run_study(scenario, [], [600.0, 7200.0, 10800.0], [1.0, 2.0],
+                      on_point_warnings=lambda warned: heard.append([w["warning"] for w in warned]),
+                      progress=lambda done, total: heard.append(done))
+    warned = study["point_warnings"]
+    assert [(w["rate_multiplier"], round(w["interval_s"] / 3600, 2)) for w in warned] == [
+        (1.0, 2.0), (1.0, 3.0), (2.0, 2.0), (2.0, 3.0)]
+    assert all("is longer than run.horizon (1 h): the job writes none" in w["warning"] for w in warned)
+    assert heard == [[w["warning"] for w in warned], 1, 2, 3, 4, 5, 6]
+    assert all(curve["warnings"] == [] for curve in study["curves"])
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "10min,2h,3h", "--multipliers",
+                 "1,2", "--out", str(tmp_path / "study"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning: ") == 4
+    for w in warned:
+        assert (f"warning: rate x {w['rate_multiplier']:g}, interval {format_seconds(w['interval_s'])}: "
+                "command line: --intervals: ") in err
+    assert json.loads((tmp_path / "study" / "study.json").read_text())["point_warnings"] == warned
+
+
 def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys):
     """Daly's interval for C = 60 s, M = 3 h is 1,098.8 s, so the default grid's x 4 (4,395 s) is past a 1 h
     horizon: it is left out (a point there wrote no checkpoint, and would now be refused at --intervals), and

@@ -740,12 +740,12 @@ def test_a_restart_judges_a_larger_sizes_route_when_the_host_returns(job_with, c
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
 
 
-WAIT_JOB = ONE_GPU_HOSTS.replace("interval: 1000 d", "interval: 30 h") + """run: {horizon: 30 h}
+WAIT_JOB = ONE_GPU_HOSTS.replace("interval: 1000 d", "interval: 29 h") + """run: {horizon: 30 h}
 faults: {components: {gpu: {mtbf: 1000 d}}}
 restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 0}
 """
-"""One-GPU hosts on DP 4 for 30 h; a checkpoint interval of the whole horizon writes none, without the warning
-one longer than the horizon gives, so that the job's only warning is its wait for hosts."""
+"""One-GPU hosts on DP 4 for 30 h; a checkpoint every 29 h, which a job that first fails at 1 h never reaches (no
+checkpoint, yet no warning of an interval past the horizon), so that the job's only warning is its wait for hosts."""
 
 
 @pytest.mark.parametrize("spares", [0, 2])

@@ -29,7 +29,7 @@ from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary, waiting_warning
 from simulator.topology.loader import scenario_topology
-from simulator.units import counted, format_count, format_duration, format_size
+from simulator.units import counted, format_count, format_duration, format_size, parse_duration
 from simulator.workload.training import resolve_model
 
 if TYPE_CHECKING:
@@ -43,15 +43,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class JobResult:
     """A finished job simulation: job_summary.json's dict, the event log, the healthy step's summary (summary.json:
-    its warnings and then the job's) and the job's warnings (an interval past the horizon,
-    `interval_past_horizon`; restarts that mostly wait for hosts, `summary.waiting_warning`), which
-    `trainsim run` prints once the job is simulated. The event table is built on first use (a study that reads
-    only the summary never builds it)."""
+    its warnings and then the job's) and the job's warnings: those known before it runs (an interval that lets
+    no checkpoint finish, `interval_past_horizon`), then ``waiting`` where its restarts mostly waited for hosts
+    (`summary.waiting_warning`), which `trainsim run` prints once the job is simulated. The event table is built
+    on first use (a study that reads only the summary never builds it)."""
 
     summary: dict
     log: JobEvents
     step_summary: dict
     warnings: tuple[str, ...]
+    waiting: str | None
 
     @cached_property
     def table(self) -> pa.Table:
@@ -273,26 +274,52 @@ def refuse_short_horizon(loaded: LoadedScenario, step_s: float, step: str) -> No
         raise loaded.error(("run", "horizon"), f"the horizon is shorter than one step ({step})", "a longer duration")
 
 
-def interval_past_horizon(loaded: LoadedScenario, steps: int | None, step_s: float) -> str | None:
+def _shown_duration(seconds: float) -> str:
+    """``seconds`` as format_duration shows it where that is exact, else in seconds to 7 digits ('2 d', but
+    '172,799 s', which format_duration rounds to '2 d')."""
+    shown = format_duration(seconds)
+    return shown if parse_duration(shown) == seconds else f"{seconds:,.7g} s"
+
+
+def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) -> str | None:
     """A warning, located at `checkpoint.interval` (or the `--set` or `study --intervals` that set it), when the
-    interval the user set is longer than the horizon: the job writes no periodic checkpoint, and every failure
+    interval the user set lets no checkpoint finish within the horizon: the job writes none, and every failure
     rolls back to its start or its last maintenance stop ('30 d' meant as '30 min' ran without a word and gave
     ETTR 86.8% instead of 99.0%). A job that never checkpoints is a fair baseline to weigh checkpoints against, so
-    it runs. ``steps`` is the interval in steps of ``step_s`` seconds, None for a duration.
-    The default interval past a shorter horizon asked for no checkpoint and is left alone."""
+    it runs. With the ``healthy`` state's costs (`trainsim run`) the first write ends at the earliest after the
+    interval in whole healthy steps and the write (an interval equal to the horizon, or one rounding up to it,
+    writes none either); without them (`trainsim validate`, before any step) a duration interval is judged
+    alone. The default interval past a shorter horizon asked for no checkpoint and is left alone."""
     horizon, interval = loaded.scenario.run.horizon, loaded.scenario.checkpoint.interval
     if horizon is None or not loaded.gave(("checkpoint", "interval")):
         return None
-    interval_s = interval if steps is None else steps * step_s
-    if interval_s <= horizon:
-        return None
-    every = (format_duration(interval_s) if steps is None
-             else f"{counted(steps, 'step')} ({format_duration(step_s)} each)")
-    most = f"at most {math.floor(horizon / step_s):,} steps or " if steps is not None else ""
-    return str(loaded.error(("checkpoint", "interval"), f"a checkpoint every {every} is longer than run.horizon "
-                            f"({format_duration(horizon)}): the job writes none, and each failure loses the work "
-                            "since its start or the last maintenance stop",
-                            f"{most}a duration up to {format_duration(horizon)} for checkpoints to be written"))
+    if healthy is None:
+        if isinstance(interval, int) or interval < horizon:
+            return None
+        interval_s, first_s, write_s = float(interval), float(interval), 0.0
+    else:
+        interval_s = healthy.interval_steps * healthy.step_s
+        write_s = healthy.write_s
+        first_s = interval_s + write_s
+        if first_s < horizon:
+            return None
+    every = (_shown_duration(interval) if not isinstance(interval, int)
+             else f"{counted(interval, 'step')} ({format_duration(healthy.step_s)} each)" if healthy else "")
+    if interval > horizon if not isinstance(interval, int) else interval_s > horizon:
+        why = f"is longer than run.horizon ({format_duration(horizon)})"
+    elif healthy is None:
+        why = f"finishes no write before run.horizon ({format_duration(horizon)})"
+    else:
+        why = (f"finishes no write before run.horizon ({horizon:,.1f} s): its first, after "
+               f"{counted(healthy.interval_steps, 'step')} and a {format_duration(write_s)} write, would end at "
+               f"{first_s:,.2f} s")
+    most = ""
+    if healthy is not None and (steps := math.ceil((horizon - write_s) / healthy.step_s) - 1) >= 1:
+        most = f"at most {steps:,} steps or a duration up to {steps * healthy.step_s:,.1f} s"
+    return str(loaded.error(("checkpoint", "interval"), f"a checkpoint every {every} {why}: the job writes none, "
+                            "and each failure loses the work since its start or the last maintenance stop",
+                            f"{most or f'a duration under {format_duration(horizon)}'} for checkpoints to be "
+                            "written"))
 
 
 def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float, *, force: bool = False
@@ -342,8 +369,6 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)
     states = StepStates(loaded, topology, force=force, healthy=prepared)
     refuse_short_horizon(loaded, states.healthy_step.step_s, f"{states.healthy_step.step_s:.6g} s")
-    interval, step_s = scenario.checkpoint.interval, states.healthy_step.step_s
-    warning = interval_past_horizon(loaded, interval if isinstance(interval, int) else None, step_s)
     cost_cache: dict[ClusterState, SegmentCosts | None] = {}
 
     def costs(state: ClusterState) -> SegmentCosts | None:
@@ -372,6 +397,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
+    warning = interval_past_horizon(loaded, healthy)
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
                        () if warning is None else (warning,))
 
@@ -383,15 +409,16 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
-    ``on_healthy_step`` gets the healthy step's summary once the job has passed its checks, before any
-    replication is simulated: `trainsim run` prints its warnings (out of memory above all) then, not minutes
-    later when the job ends. ``progress(done, total)`` hears of each replication simulated."""
+    ``on_healthy_step`` gets the healthy step's summary, its warnings followed by the job's known before it runs,
+    once the job has passed its checks, before any replication is simulated: `trainsim run` prints them (out of
+    memory above all, an interval that writes no checkpoint) then, not minutes later when the job ends.
+    ``progress(done, total)`` hears of each replication simulated."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
     if on_healthy_step is not None:
-        on_healthy_step(prepared.step_summary)
+        on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))
     horizon = plan.horizon_s
     events = JobEvents()
     totals: list[ReplicationTotals] = []
@@ -413,7 +440,11 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met)
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     warnings = prepared.warnings + (() if waiting is None else (waiting,))
-    step_summary = prepared.step_summary
-    if warnings:
-        step_summary = {**step_summary, "warnings": [*step_summary.get("warnings", ()), *warnings]}
-    return JobResult(summary, events, step_summary, warnings)
+    return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting)
+
+
+def _with_warnings(step_summary: dict, warnings: tuple[str, ...]) -> dict:
+    """The healthy step's summary with the job's ``warnings`` after its own."""
+    if not warnings:
+        return step_summary
+    return {**step_summary, "warnings": [*step_summary.get("warnings", ()), *warnings]}

@@ -19,20 +19,27 @@ import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
 from simulator.errors import InputError
-from simulator.reliability.simulate import job_event_limit, job_event_parts, prepare_job, refuse_long_job, simulate_job
+from simulator.reliability.simulate import (
+    PreparedJob,
+    job_event_limit,
+    job_event_parts,
+    prepare_job,
+    refuse_long_job,
+    simulate_job,
+)
 from simulator.reliability.summary import expected_slowdowns, no_failure_text, optimum_intervals
 from simulator.units import counted, format_count, format_duration, parse_duration
 
 
 @dataclass(frozen=True)
 class StudyPoint:
-    """One job simulation of a study: its interval and rate multiplier, what it gave, and the job's warnings
-    (`summary.waiting_warning`)."""
+    """One job simulation of a study: its interval and rate multiplier, what it gave, and the job's warning that
+    its restarts mostly waited for hosts (`summary.waiting_warning`; None where they did not)."""
 
     interval_s: float
     multiplier: float
     summary: dict
-    warnings: tuple[str, ...]
+    waiting: str | None
 
     def row(self) -> dict:
         """The point as a row of the study's table."""
@@ -114,10 +121,11 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
         raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
                          "build the default grid around", field="--intervals",
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
-    step, horizon = job.healthy.step_s, job.plan.horizon_s
+    step, horizon, write = job.healthy.step_s, job.plan.horizon_s, job.healthy.write_s
     nearest = [round(daly * factor / step) for factor in DEFAULT_GRID_FACTORS]
-    past = sum(n * step > horizon for n in nearest)
-    steps = sorted({max(1, n) for n in nearest if n * step <= horizon})
+    writes = [max(1, n) * step + write < horizon for n in nearest]  # the first write ends within the horizon
+    past = writes.count(False)
+    steps = sorted({max(1, n) for n, written in zip(nearest, writes, strict=True) if written})
     if not steps:
         raise InputError(f"Daly's interval ({format_duration(daly)}) x {min(DEFAULT_GRID_FACTORS):g} is longer "
                          f"than run.horizon ({format_duration(horizon)}): failures are too rare in the horizon for "
@@ -139,12 +147,13 @@ def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
 
 
 def curve_summary(points: list[StudyPoint]) -> dict:
-    """Best grid point, fitted optimum, Young and Daly of one multiplier's interval curve, and the job's warning
-    of its point that waited longest for hosts among those that warned (None where none did)."""
+    """Best grid point, fitted optimum, Young and Daly of one multiplier's interval curve, and the warning of its
+    point whose restarts waited longest for hosts among those that warned of it (None where none did: the wait
+    is much alike from point to point, so one is told, not each)."""
     points = sorted(points, key=lambda p: p.interval_s)
     best = max(points, key=lambda p: p.summary["ettr"]["mean"])
     first = points[0].summary
-    warned = [p for p in points if p.warnings]
+    warned = [p for p in points if p.waiting is not None]
     waited = max(warned, key=lambda p: p.summary["restart_waiting_for_hosts_s"]["mean"], default=None)
     return {
         "rate_multiplier": points[0].multiplier,
@@ -160,7 +169,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "fitted_optimum_s": fitted_optimum([p.interval_s for p in points],
                                            [p.summary["ettr"]["mean"] for p in points]),
         "points": [p.row() for p in points],
-        "warnings": [] if waited is None else list(waited.warnings),
+        "warnings": [] if waited is None or waited.waiting is None else [waited.waiting],
         "warnings_interval_s": None if waited is None else waited.interval_s,
     }
 
@@ -168,33 +177,51 @@ def curve_summary(points: list[StudyPoint]) -> dict:
 def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
               multipliers: list[float], force: bool = False,
               on_healthy_step: Callable[[dict], None] | None = None,
+              on_point_warnings: Callable[[list[dict]], None] | None = None,
               progress: Callable[[int, int], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
-    study passes `default_grid`'s). Every point is checked against the job-event limit before any runs
-    (`refuse_long_study`); ``force`` runs points beyond it and beyond the scale limits (degraded or straggling
-    states that would be unfolded steps past them). ``on_healthy_step`` gets the healthy step's summary once,
-    before the first point's job is simulated (the points change no step): `trainsim study` prints its
-    warnings then. ``progress(done, total)`` hears of each point simulated."""
+    study passes `default_grid`'s). Every point is checked, and checked against the job-event limit, before any
+    runs (`refuse_long_study`); ``force`` runs points beyond it and beyond the scale limits (degraded or
+    straggling states that would be unfolded steps past them). Then, before the first point's job is simulated,
+    ``on_healthy_step`` gets the healthy step's summary once (the points change no step) and
+    ``on_point_warnings`` the warnings each point gives before it runs (`point_warnings`: an interval that
+    writes no checkpoint), which `trainsim study` prints, and study.json keeps as `point_warnings`.
+    ``progress(done, total)`` hears of each point simulated."""
     base = load_scenario(scenario, overrides)
     require_horizon(base)
     own = base.scenario.faults.rate_multiplier
     at: list[float | None] = [*intervals] if intervals else [None]
     grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval))
              for interval in at] for multiplier in multipliers]
-    refuse_long_study(base, [point for row in grid for point in row], force)
+    points = [point for row in grid for point in row]
+    jobs = [prepare_job(loaded, force=force) for _, loaded in points]
+    refuse_long_study(base, points, jobs, force)
+    if on_healthy_step is not None:
+        on_healthy_step(jobs[0].step_summary)
+    warned = point_warnings(points, jobs)
+    if on_point_warnings is not None:
+        on_point_warnings(warned)
     curves: list[dict] = []
     for row in grid:
-        points: list[StudyPoint] = []
+        done: list[StudyPoint] = []
         for multiplier, loaded in row:
-            result = simulate_job(loaded, force=force, on_healthy_step=None if curves or points else on_healthy_step)
-            points.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
-                                     result.warnings))
+            result = simulate_job(loaded, force=force)
+            done.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
+                                   result.waiting))
             if progress is not None:
-                progress(len(curves) * len(at) + len(points), len(multipliers) * len(at))
-        curves.append(curve_summary(points))
-    return {"scenario": str(scenario), "overrides": list(overrides), "curves": curves}
+                progress(len(curves) * len(at) + len(done), len(points))
+        curves.append(curve_summary(done))
+    return {"scenario": str(scenario), "overrides": list(overrides), "point_warnings": warned, "curves": curves}
+
+
+def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob]) -> list[dict]:
+    """The warnings each study point gives before it runs (`PreparedJob.warnings`), with its rate multiplier and
+    the interval it runs (in whole steps), in the study's order."""
+    return [{"rate_multiplier": multiplier, "interval_s": job.healthy.interval_steps * job.healthy.step_s,
+             "warning": warning}
+            for (multiplier, _), job in zip(points, jobs, strict=True) for warning in job.warnings]
 
 
 def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multiplier: float, multiplier: float,
@@ -208,16 +235,17 @@ def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multip
     return load_scenario(scenario, overrides, tuple(settings))
 
 
-def refuse_long_study(base: LoadedScenario, points: list[tuple[float, LoadedScenario]], force: bool) -> None:
-    """Refuse a study whose points would pass the job-event limit (`simulate.refuse_long_job`'s, the forced one
-    with ``force``), once, before any point runs (its shortest intervals, a checkpoint every step on the 405B
-    job, came last only in the default grid's order; a refusal there followed minutes of other points), naming
-    how many replications every point fits in. A point over the limit at one replication is refused as that
-    job is (its failures or maintenance, which the study does not set)."""
+def refuse_long_study(base: LoadedScenario, points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob],
+                      force: bool) -> None:
+    """Refuse a study whose points (``jobs``: each one's checks and healthy step) would pass the job-event limit
+    (`simulate.refuse_long_job`'s, the forced one with ``force``), once, before any point runs (its shortest
+    intervals, a checkpoint every step on the 405B job, came last only in the default grid's order; a refusal
+    there followed minutes of other points), naming how many replications every point fits in. A point over the
+    limit at one replication is refused as that job is (its failures or maintenance, which the study does not
+    set)."""
     events: list[float] = []
     labels: list[str] = []
-    for multiplier, loaded in points:
-        job = prepare_job(loaded, force=force)
+    for (multiplier, loaded), job in zip(points, jobs, strict=True):
         steps, step = job.healthy.interval_steps, job.healthy.step_s
         parts, _ = job_event_parts(loaded, job.model, job.counts, steps * step)
         events.append(sum(parts.values()))
