@@ -177,11 +177,12 @@ def counted(number: object, one: str, many: str = "") -> str:
 def expected_count(expected: float, one: str = "", many: str = "") -> str:
     """A count a model expects (a mean, rarely whole), with its noun where given: whole with thousands
     separators from 100 on, three significant digits below, the noun singular for exactly one ('4,250
-    degradations', '2.07 degradations', '1 degradation'; '{:,.3g}' printed '4.25e+03' and '1 degradations')."""
+    degradations', '2.07 degradations', '1 degradation'; '{:,.3g}' printed '4.25e+03' and '1 degradations'), the
+    noun's number following the figure shown (0.9996 reads '1 degradation')."""
     shown = format_count(expected) if abs(expected) >= 100 else f"{expected:.3g}"
     if not one:
         return shown
-    return f"{shown} {one if expected == 1 else (many or one + 's')}"
+    return f"{shown} {one if shown == '1' else (many or one + 's')}"
 
 
 def number_ranges(numbers: Iterable[int]) -> str:
@@ -218,7 +219,8 @@ def shown_value(value: object) -> str:
     """A sweep axis's value as a person reads it: a float, or a quantity's number where it has more digits, to
     SHOWN_SIGNIFICANT_DIGITS significant digits (random draws printed as 0.30000000000000004 or
     11.501145599256004 read 0.3 and 11.5011; '0.00143764319991 s' reads '0.00143764 s', '25 MiB' stays); from
-    10^6 to 10^15 whole with thousands separators, as format_count (1234567.8 read 1.23457e+06)."""
+    10^6 to 10^15 to the nearest whole number with thousands separators, as format_count (1234567.8 read
+    1.23457e+06, now 1,234,568; 1048576.0 reads 1,048,576)."""
     if isinstance(value, float):
         return _significant(value)
     match = _NUMBER.match(value) if isinstance(value, str) else None
@@ -230,11 +232,12 @@ def shown_value(value: object) -> str:
 
 
 def _significant(number: float) -> str:
-    """``number`` to SHOWN_SIGNIFICANT_DIGITS significant digits, whole with thousands separators where that
-    would print an exponent below 10^15 (from 10^6 on)."""
+    """``number`` to SHOWN_SIGNIFICANT_DIGITS significant digits, or, where that would print an exponent below
+    10^15 (from 10^6 on), to the nearest whole number with thousands separators: every digit shown is the
+    number's own (1048576 reads '1,048,576', not '1,048,580')."""
     rounded = float(f"{number:.{SHOWN_SIGNIFICANT_DIGITS}g}")
     if 10**SHOWN_SIGNIFICANT_DIGITS <= abs(rounded) < 1e15:
-        return format_count(rounded)
+        return format_count(number)
     return f"{number:.{SHOWN_SIGNIFICANT_DIGITS}g}"
 
 

@@ -249,6 +249,16 @@ def test_validate_refuses_a_horizon_shorter_than_the_step_it_can_bound(tmp_path,
      "faults.components.gpu.rate: rate '148 per 16384 GPUs per 54 d' counts 'GPUs': the count of units is written "
      "'16384 units' (the class's unit says what a unit is) (allowed: 'N per U units per T' or 'N per T', T a "
      "duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),
+    # was "unknown duration unit ',384 GPUs per 54 d' in '16,384 GPUs per 54 d'"
+    (("      mtbf: 1000 h", "      rate: 148 per 16,384 GPUs per 54 d"),
+     "faults.components.gpu.rate: rate '148 per 16,384 GPUs per 54 d' counts 'GPUs': the count of units is "
+     "written '16,384 units' (the class's unit says what a unit is) (allowed: 'N per U units per T' or 'N per T', T "
+     "a duration, e.g. '148 per 16384 units per 54 d', '0.5 per 1 h')"),
+    # was "counts 'd': the count of units is written '2 units'", a duration taken for a count of units
+    (("      mtbf: 1000 h", "      rate: 148 per 2 d per 54 d"),
+     "faults.components.gpu.rate: cannot read rate '148 per 2 d per 54 d': after the count, one period or 'U units "
+     "per' a period (allowed: 'N per U units per T' or 'N per T', T a duration, e.g. '148 per 16384 units per 54 d', "
+     "'0.5 per 1 h')"),
 ])
 def test_bad_job_input_says_what_to_change(change, message, tmp_path, capsys):
     """The refusal names the problem in the user's terms: '-5 steps' is not read as a duration with an
@@ -338,14 +348,16 @@ def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("rate", ["0.5 per 1 h", ".5 per 1 h", "1 per 2 units per 1 h", "1800 per 1 units per 1 h"])
+@pytest.mark.parametrize("rate", ["0.5 per 1 h", ".5 per 1 h", "1 per 2 units per 1 h", "1800 per 1 units per 1 h",
+                                  "1,800 per 1 units per 1 h", "8,192 per 16,384 units per 1 h"])
 def test_a_rate_reads_decimal_counts_as_durations_read_numbers(rate):
     """"N per T" takes N as any number a duration takes ('.5' too, which the rate refused while '.5 h' was
     read): a unit failing 0.5 times per hour fails 0.5 / 3,600 s = 1.389e-4 times a second. The docs' "N per U
-    units per T" divides by U (1 per 2 units per hour is the same rate); 1800 per unit per hour is 0.5 / s."""
+    units per T" divides by U (1 per 2 units per hour is the same rate); 1800 per unit per hour is 0.5 / s.
+    Counts take thousands separators ('16,384 units' was "unknown duration unit ',384 units per 1 h'")."""
     from simulator.config.reliability import parse_rate
 
-    expected = 0.5 if rate.startswith("1800") else 0.5 / 3600
+    expected = 0.5 if "800 per" in rate else 0.5 / 3600
     assert parse_rate(rate) == pytest.approx(expected, rel=1e-15)
 
 

@@ -580,14 +580,14 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     assert capsys.readouterr().err == (
         f"error: command line: --intervals: Daly's interval ({format_duration(grid.daly_s)}) x 0.25 is longer than "
         "run.horizon (4 min): failures are too rare in the horizon for checkpoints to matter (allowed: durations "
-        "up to 4 min, e.g. 5min,10min,30min,1h)\n")
+        "under 4 min, e.g. 30 s,1 min,2 min)\n")
     assert not (tmp_path / "short").exists()
 
 
 @pytest.mark.parametrize("expected, shown", [
     (4250.0, "4,250 degradations"), (216.0, "216 degradations"), (99.94, "99.9 degradations"),
-    (2.0736, "2.07 degradations"), (1.0, "1 degradation"), (0.5, "0.5 degradations"),
-    (6.48e299, "6.48e+299 degradations"),
+    (2.0736, "2.07 degradations"), (1.0, "1 degradation"), (0.9996, "1 degradation"), (1.0004, "1 degradation"),
+    (0.5, "0.5 degradations"), (6.48e299, "6.48e+299 degradations"),
 ])
 def test_an_expected_count_is_whole_from_100_and_singular_for_one(expected, shown):
     """`expected_count`: '{:,.3g}' printed 4,250 expected degradations as '4.25e+03 degradations' and one as

@@ -140,8 +140,9 @@ def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, fla
 def test_a_line_through_points_that_share_a_place_says_so(tmp_path):
     """A job sweep over checkpoint.interval x restart.spares x checkpoint.mode drawn against the interval alone
     joined 4 points per interval in one line, a zigzag between ETTR 0.64 and 0.99 that read as a curve. Without
-    --hue, ring and tree share each size here: the title says how many points share a place; with --hue, one
-    point per place, it does not."""
+    --hue, ring and tree share each size here: the title says how many points share a place and suggests
+    --hue; with --hue, one point per place, it says nothing; with a --hue that splits nothing it does not
+    suggest --hue again."""
     from simulator.report.study_plots import sweep_figure
 
     _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
@@ -151,6 +152,11 @@ def test_a_line_through_points_that_share_a_place_says_so(tmp_path):
                      "joined in point order: --hue splits them")
     split = sweep_figure(frame, "workload[0].bytes", "collectives[0].busbw_GBps", "collectives.algorithm")
     assert split.axes[0].get_title() == "collectives[0].busbw_GBps vs workload[0].bytes by collectives.algorithm"
+    frame["run.seed"] = 0  # a hue that splits nothing: --hue is set, so the title does not suggest it
+    unsplit = sweep_figure(frame, "workload[0].bytes", "collectives[0].busbw_GBps", "run.seed")
+    assert unsplit.axes[0].get_title() == (
+        "collectives[0].busbw_GBps vs workload[0].bytes by run.seed\nup to 2 points per place, other axes varying, "
+        "joined in point order: more axes vary than --x and --hue show")
 
 
 def _write(tmp_path, text: str):

@@ -171,8 +171,8 @@ def test_a_random_draws_value_reads_in_six_significant_digits(tmp_path, capsys):
 @pytest.mark.parametrize("value, shown", [
     (0.1 + 0.2, "0.3"), (11.501145599256004, "11.5011"), (2.0, "2"), (8, "8"), (True, "True"), ("nccl", "nccl"),
     ("0.00143764319991 s", "0.00143764 s"), ("25 MiB", "25 MiB"), ("1e-3 s", "1e-3 s"), ([1, 2], "[1, 2]"),
-    (1234567.8, "1,234,570"), (999999.7, "1,000,000"), (-2.5e7, "-25,000,000"), ("12345678.9 B", "12,345,700 B"),
-    (2.5e15, "2.5e+15"), (999999.0, "999999"),
+    (1234567.8, "1,234,568"), (999999.7, "1,000,000"), (-2.5e7, "-25,000,000"), ("12345678.9 B", "12,345,679 B"),
+    (2.5e15, "2.5e+15"), (999999.0, "999999"), (1048576.0, "1,048,576"), ("1048577 B", "1,048,577 B"),
 ])
 def test_shown_value_keeps_six_significant_digits_and_what_needs_no_rounding(value, shown):
     assert shown_value(value) == shown

@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from simulator.config.sections import INT64_LIMIT, Section, user_value
 from simulator.errors import InputError
-from simulator.units import format_duration, parse_bandwidth, parse_duration, parse_size
+from simulator.units import DURATION_UNITS, format_duration, parse_bandwidth, parse_duration, parse_size
 
 UnitKind = Literal["gpu", "host", "nic", "leaf_switch", "spine_switch", "cable"]
 UNIT_KINDS: tuple[UnitKind, ...] = get_args(UnitKind)
@@ -120,7 +120,8 @@ EFFECT_UNITS: dict[Effect, tuple[str, ...]] = {
 """The units each effect applies to."""
 
 
-_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?:\.\d*)?|\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+"""A number as a rate's count or units are written, thousands separators allowed ('16,384')."""
 _RATE = re.compile(rf"^\s*(?P<count>{_NUMBER})\s+per\s+(?:(?P<units>{_NUMBER})\s+units?\s+per\s+)?(?P<time>.+?)\s*$")
 
 
@@ -132,13 +133,16 @@ def parse_rate(value: object) -> float:
     if not match:
         raise ValueError(f"cannot read rate {value!r} (allowed: {allowed})")
     counted_as = re.match(rf"^(?P<units>{_NUMBER})\s+(?P<word>\S+)\s+per\s", match["time"])
-    if counted_as:
+    if counted_as and counted_as["word"] not in DURATION_UNITS:
         raise ValueError(f"rate {value!r} counts {counted_as['word']!r}: the count of units is written "
                          f"'{counted_as['units']} units' (the class's unit says what a unit is) (allowed: {allowed})")
+    if re.search(r"\sper\s", match["time"]):
+        raise ValueError(f"cannot read rate {value!r}: after the count, one period or 'U units per' a period "
+                         f"(allowed: {allowed})")
     if not re.search(r"\d", match["time"]):
         raise ValueError(f"rate {value!r} has a period without its number, {match['time']!r} (allowed: {allowed})")
-    count = float(match["count"])
-    units = float(match["units"]) if match["units"] else 1.0
+    count = float(match["count"].replace(",", ""))
+    units = float(match["units"].replace(",", "")) if match["units"] else 1.0
     period = user_value(parse_duration)(match["time"])
     if count <= 0 or units <= 0 or period <= 0:
         raise ValueError(f"rate {value!r} must be positive (allowed: {allowed})")

@@ -130,7 +130,8 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
         raise InputError(f"Daly's interval ({format_duration(daly)}) x {min(DEFAULT_GRID_FACTORS):g} is longer "
                          f"than run.horizon ({format_duration(horizon)}): failures are too rare in the horizon for "
                          "checkpoints to matter", field="--intervals",
-                         allowed=f"durations up to {format_duration(horizon)}, e.g. 5min,10min,30min,1h")
+                         allowed=f"durations under {format_duration(horizon)}, e.g. "
+                                 + ",".join(format_duration(horizon * share) for share in (0.125, 0.25, 0.5)))
     return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest), past)
 
 

@@ -54,7 +54,7 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *, log_x: bool = False) -> Figure:
     """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``. Points of one line at
     one place (the sweep varies an axis the chart does not show) are joined in point order, and the title says
-    so: the zigzag read as a curve."""
+    so (the zigzag read as a curve), suggesting --hue where it is not set."""
     _check_columns(frame, {"--x": x, "--y": y, "--hue": hue})
     rows = _ok(frame)
     figure = Figure(figsize=(8, 5), layout="constrained")
@@ -71,8 +71,9 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     ax.set_ylabel(y)
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
+    split = "more axes vary than --x and --hue show" if hue else "--hue splits them"
     ax.set_title(f"{y} vs {x}" + (f" by {hue}" if hue else "") + (
-        f"\nup to {shared} points per place, other axes varying, joined in point order: --hue splits them"
+        f"\nup to {shared} points per place, other axes varying, joined in point order: {split}"
         if shared > 1 else ""))
     return figure
 
