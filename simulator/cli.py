@@ -595,16 +595,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from simulator.sweep.executors import make_executor
     from simulator.sweep.layouts import SearchSpace
     from simulator.sweep.report import format_search, write_search
+    from simulator.sweep.runner import progress_printer
     from simulator.sweep.search import search_layouts
 
     out = output_folder(args.out)
     given = {name: getattr(args, name) for name in ("tp", "cp", "pp", "ep", "virtual_stages", "micro_batch", "sharding",
                                                      "recompute") if getattr(args, name) is not None}
     executor = make_executor(args.executor, args.workers, args.scheduler)
+    update, stop = progress_printer(args.quiet, "search")
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
-                                overrides=args.set, force=args.force)
+                                overrides=args.set, force=args.force, on_progress=update)
     finally:
+        stop()
         executor.close()
     files = write_search(out, result, args.scenario, args.set)
     print(format_search(result))
@@ -788,6 +791,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
+    search.add_argument("--quiet", action="store_true",
+                        help="no progress bar over the simulated candidates (the results are printed all the same)")
     defaults = {"tp": "powers of two up to twice a host's GPUs", "cp": _listed(SEARCH_CP),
                 "pp": "every divisor of GPUs / (tp x cp)", "ep": "the scenario's parallelism.ep",
                 "virtual-stages": _listed(SEARCH_VIRTUAL_STAGES), "micro-batch": _listed(SEARCH_MICRO_BATCHES)}

@@ -77,6 +77,25 @@ def test_search_takes_a_bundled_scenario_by_name():
                                                                                                      rel=1e-12)
 
 
+def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsys):
+    """A search simulated its candidates (minutes for a 70B space) without a word: `on_progress` hears of each
+    candidate simulated, as a sweep's of each point (the CLI draws it as a progress bar on a terminal), and
+    `--quiet` takes it away, as it does for sweep and study; the results are printed all the same."""
+    from simulator.cli import main
+
+    space = SearchSpace(tp=(1, 2), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("selective",))
+    heard: list[tuple[int, int]] = []
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=2,
+                            on_progress=lambda done, total: heard.append((done, total)))
+    simulated = int((result.table["status"] == "simulated").sum())  # the top 2 and the decision tree's layout
+    assert simulated == 3 and heard == [(done, simulated) for done in range(1, simulated + 1)]
+    assert main(["search", "llama3-8b-dgx-h100-dp8", "--out", str(tmp_path / "s"), "--quiet", "--tp", "1",
+                 "--cp", "1", "--pp", "1", "--virtual-stages", "1", "--micro-batch", "1", "--sharding", "zero1",
+                 "--recompute", "selective", "--top", "1"]) == 0
+    assert "wrote" in capsys.readouterr().out
+
+
 def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
     """A candidate over the scale limits failed with "...; or pass --force", but `trainsim search` had no
     --force; search_layouts(force=True), which --force calls, simulates it."""

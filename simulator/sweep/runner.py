@@ -156,14 +156,15 @@ def _has_outputs(folder: Path, point: Point) -> bool:
     return manifest.get("scenario_sha256") == point.digest
 
 
-def progress_printer(quiet: bool) -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A rich progress bar with ETA on a terminal (nothing when quiet or not a terminal): (update, stop)."""
+def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    """A rich progress bar named ``label`` with ETA on a terminal (nothing when quiet or not a terminal):
+    (update, stop)."""
     if quiet or not sys.stderr.isatty():
         return (lambda done, total: None), (lambda: None)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    progress = Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), "ETA",
+    progress = Progress(label, BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), "ETA",
                         TimeRemainingColumn(), console=Console(stderr=True), transient=True)
     task = progress.add_task("points", total=None)
     progress.start()

@@ -6,6 +6,7 @@ by simulated tokens/s and say where and why the winner and the tree disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -54,10 +55,12 @@ class SearchResult:
 
 
 def search_layouts(scenario_path: str | Path, executor: Executor, *, space: SearchSpace | None = None,
-                   top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False) -> SearchResult:
+                   top: int = DEFAULT_TOP, overrides: list[str] | None = None, force: bool = False,
+                   on_progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Search the layouts of the training step in ``scenario_path``, a file or a bundled scenario's name (its
     parallelism section is ignored but for its placement order, fewer layers on the end stages and, unless the
-    space gives `ep`, its expert parallelism); ``force`` simulates candidates beyond the scale limits."""
+    space gives `ep`, its expert parallelism); ``force`` simulates candidates beyond the scale limits.
+    ``on_progress(done, total)`` hears of each candidate simulated (the simulations take nearly all the time)."""
     space = space or SearchSpace()
     if top < 1:
         raise ScenarioError(f"'{top}' is below 1", field="--top", allowed="a whole number, 1 or more")
@@ -112,7 +115,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                if not c.reason and c not in chosen and c.candidate != tree.candidate else c for c in checked]
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
-    runs = _simulate([c for c in checked if not c.reason], loaded, executor, force)
+    runs = _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress)
     table = _table(checked, runs, tree.candidate)
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"],
                                                                   ascending=[False, True])
@@ -160,11 +163,16 @@ def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Check
     return result
 
 
-def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor,
-              force: bool) -> dict[Candidate, object]:
+def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Executor, force: bool,
+              on_progress: Callable[[int, int], None] | None) -> dict[Candidate, object]:
     tasks = [PointTask(index, point_key(c.data), c.data, loaded.source, loaded.lines, None, force=force)
              for index, c in enumerate(survivors)]
-    return {survivors[record.index].candidate: record for record in executor.map_unordered(run_point, tasks)}
+    runs: dict[Candidate, object] = {}
+    for record in executor.map_unordered(run_point, tasks):
+        runs[survivors[record.index].candidate] = record
+        if on_progress is not None:
+            on_progress(len(runs), len(tasks))
+    return runs
 
 
 def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.DataFrame:
