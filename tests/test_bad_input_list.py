@@ -411,6 +411,14 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                      "--intervals", "-5min,10min"], 2,
                                 "error: command line: --intervals: '-5min,10min' needs positive, finite values "
                                 "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
+    "study-interval-twice": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
+                                  "--intervals", "10min,600s"], 2,
+                             "error: command line: --intervals: '10min,600s' gives 600 s twice (allowed: distinct "
+                             "values, durations with units, e.g. 5min,10min,30min,1h)"),
+    "study-multiplier-twice": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
+                                    "--multipliers", "1,1,2"], 2,
+                               "error: command line: --multipliers: '1,1,2' gives 1 twice (allowed: distinct "
+                               "values, numbers, e.g. 0.5,1,2,4)"),
     "collnet-without-sharp": (scenario("cluster: {topology: dgx-h100-cluster}\ncollectives: {algorithm: collnet_direct}"
                                        "\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
                               "s.yaml:2: collectives.algorithm: collnet_direct needs a group across hosts on SHARP "

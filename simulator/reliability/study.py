@@ -55,13 +55,17 @@ class StudyPoint:
 
 
 def parse_list(text: str, parse, option: str, example: str) -> list[float]:
-    """A comma list of positive values (durations or numbers) from the command line."""
+    """A comma list of distinct positive values (durations or numbers) from the command line."""
     try:
         values = [parse(part.strip()) for part in text.split(",") if part.strip()]
     except (InputError, ValueError):
         raise InputError(f"cannot read {text!r}", field=option, allowed=example) from None
     if not values or any(not 0 < value < math.inf for value in values):
         raise InputError(f"{text!r} needs positive, finite values", field=option, allowed=example)
+    twice = next((value for index, value in enumerate(values) if value in values[:index]), None)
+    if twice is not None:  # the same point simulated twice, a duplicate row in the curve and its fit
+        raise InputError(f"{text!r} gives {twice:g}{' s' if parse is parse_duration else ''} twice", field=option,
+                         allowed=f"distinct values, {example}")
     return values
 
 
