@@ -4,8 +4,9 @@ runs beyond the limits, with the estimate and what to change; `sized_topology` b
 once its layout fits the GPU count and its estimate the limits.
 
 The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
-op per block and micro-batch; TP/SP, CP, P2P and DP collectives; folded mirror groups), and each collective's
-flows the way its plan posts them (a group across hosts runs a ring per channel, collectives/ring.py's count,
+op per block and micro-batch, split around the TP collectives as the builder splits them; TP/SP, EP, CP, P2P and
+DP collectives; folded mirror groups), and each collective's flows the way its plan posts them (a group across
+hosts runs a ring per channel, collectives/ring.py's count, an EP all-to-all a transfer to every other member,
 beside the folded replicas that meet it), within about a factor of two (tests/test_scale.py compares it with
 real programs and runs). `--force` runs past the limits.
 
@@ -28,10 +29,12 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.errors import InputError
+from simulator.parallel.experts import ep_group
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import HostShape, host_shape, topology_gpus
+from simulator.workload.calibrated import tp_overlap
 
 if TYPE_CHECKING:
     from simulator.program.unfolding import FoldCheck, Unfolding
@@ -97,11 +100,15 @@ class ScaleEstimate:
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
     """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
     wrapped unit (PyTorch FSDP: a layer, the embedding, the head) in every forward and backward and
-    reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets, the optimizer's gather."""
+    reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets, or, where the step reduces
+    every micro-batch's gradients (`ddp.reduce_every_microbatch`), each micro-batch's (PyTorch FSDP's per unit),
+    and the optimizer's gather."""
     if par.gathers_per_unit:
         return units * 3 * m
     if par.zero == 3:
         return blocks * 2 * m + units * m
+    if par.reduce_every_microbatch(par.pp):
+        return (units if par.fsdp is not None else buckets) * m + 2
     return buckets + 2
 
 
@@ -110,6 +117,32 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     one K/V all-gather) for the forward, another for a full recompute (a selective one keeps the gathered K/V),
     and for the backward a ring, or an all-gather and the gradients' reduce-scatter."""
     return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
+
+
+def _tp_splits(par: ParallelismConfig) -> tuple[int, int]:
+    """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
+    pass around its collectives, and the TP collectives, as the builder posts them (parallel/overlap.py).
+    Without sequence parallelism an all-reduce after each block's forward and backward. With it, per block: the
+    forward's all-gather and reduce-scatter; the backward's all-gather, the input's all-gather again and the
+    reduce-scatter, the pass split into the rest, the input-gradient and the weight-gradient GEMMs. With
+    `tp_comm_overlap`, each all-gather before a GEMM is a ring exchange (and a pair swap where it aggregates)
+    beside the GEMM's first steps and then its last step, and the forward's reduce-scatter a chunk each of
+    `chunks` GEMM chunks."""
+    if not par.sequence_parallel:
+        return 0, 4
+    compute, collectives = 2, 5
+    if par.tp_comm_overlap:
+        overlap = tp_overlap()
+        exchanges = 2 if overlap.aggregate and par.tp % 2 == 0 and par.tp > 2 else 1
+        compute += 2 + overlap.chunks + 2  # GEMM steps of the forward's and the backward's exchange; RS chunks
+        collectives += 2 * (exchanges - 1) + overlap.chunks - 1
+    return 2 * compute, 2 * collectives
+
+
+def _ep_all_to_alls(recompute: str) -> int:
+    """EP all-to-alls of one rank per MoE layer and micro-batch (parallel/experts.py): the dispatch and the
+    combine in the forward and again, reversed, in the backward, and in a full recompute's forward."""
+    return 4 + 2 * (recompute == "full")
 
 
 def _buckets_per_layer(layer_bytes: float, tensors: int, bucket: float) -> float:
@@ -130,23 +163,28 @@ class CollectiveShape:
     replicas: int
 
 
-def _hosts_of(layout: Layout, kind: str, hosts: HostShape | None) -> Counter[int]:
-    """The members of ``kind``'s first group per host (empty without a host shape: one host)."""
-    return Counter(rank // hosts.gpus for rank in layout.group(kind, 0)) if hosts is not None else Counter()
+def _first_group(layout: Layout, kind: str, ep: int) -> tuple[int, ...]:
+    """Rank 0's group of ``kind``: its EP block of the DP x CP group for `ep` (parallel/experts.py)."""
+    return ep_group(layout, 0, ep) if kind == "ep" else layout.group(kind, 0)
 
 
-def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None) -> dict[str, CollectiveShape]:
-    """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer). A group across hosts keeps
-    the replicas that share its NICs; when another dimension crosses hosts too, its collectives join replicas on
-    other hosts to the simulated ones, on the rails they use (on every rail when one of them uses them all),
-    so the sharing search reaches that share of every dimension's replicas."""
-    per_host = {kind: _hosts_of(layout, kind, hosts) for kind in kinds if kind != "pp"}
+def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None,
+                       ep: int = 1) -> dict[str, CollectiveShape]:
+    """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer; an EP all-to-all posts one
+    to every other member, collectives/direct.py, on no extra channel). A group across hosts keeps the replicas
+    that share its NICs; when another dimension crosses hosts too, its collectives join replicas on other hosts
+    to the simulated ones, on the rails they use (on every rail when one of them uses them all), so the sharing
+    search reaches that share of every dimension's replicas."""
+    groups = {kind: _first_group(layout, kind, ep) for kind in kinds if kind != "pp"}
+    per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
+                for kind, group in groups.items()}
     crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
     shapes = {"pp": CollectiveShape(1, 1, 1)}
-    for kind in per_host:
-        members = layout.degree(kind)
+    for kind, group in groups.items():
+        members = len(group)
+        peers = members - 1 if kind == "ep" else 1
         if kind not in crossing or hosts is None:
-            shapes[kind] = CollectiveShape(members, members, 1)
+            shapes[kind] = CollectiveShape(members, members * peers, 1)
             continue
         rails = usable_rails(hosts.rails, crossing[kind])
         replicas = layout.world // layout.pp // members
@@ -155,8 +193,18 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             kept = replicas * joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
-        shapes[kind] = CollectiveShape(members, members * cross_host_channels(rails), min(replicas, max(1, kept)))
+        transfers = members * peers if kind == "ep" else members * cross_host_channels(rails)
+        shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)))
     return shapes
+
+
+def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) -> int:
+    """Ranks a folded run simulates per stage: two where EP all-to-alls run beside rings across hosts, whose
+    direction alternates from host to host (engine/rank_classes.py classes the hosts by it: the bundled MoE
+    runs simulate two ranks a stage), else one."""
+    rings_across = any(shapes[kind].transfers > shapes[kind].members for kind, count in comm.items()
+                       if count and kind not in ("ep", "pp"))
+    return 2 if comm["ep"] and rings_across else 1
 
 
 def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostShape | None) -> ScaleEstimate:
@@ -168,18 +216,23 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     dp = par.dp or max(gpus // (tp * cp * pp), 1)
     if model is not None and model.synthetic is not None:
         layers, blocks, layer_params, layer_tensor_count = model.synthetic.stages, float(model.synthetic.stages), 0, 0
+        moe = False
     else:
         from simulator.workload.stage_work import layer_tensors
 
         spec = resolve_model(scenario)
         layers, blocks, layer_params = spec.layers, 2.0 * spec.layers + 2, spec.layer_params()
         layer_tensor_count = sum(len(block) for block in layer_tensors(spec, tp))
+        moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
-    compute = m * blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
+    split_compute, tp_collectives = _tp_splits(par) if tp > 1 else (0, 0)
+    compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
+                   + layers_per_rank * split_compute)
     comm = {
-        "tp": m * layers_per_rank * (8 if par.sequence_parallel else 4) if tp > 1 else 0.0,
+        "tp": m * layers_per_rank * tp_collectives,
+        "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
@@ -187,9 +240,9 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                                                    par.ddp.bucket)) if dp > 1 else 0.0,
     }
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
-    shapes = _collective_shapes(layout, comm, hosts)
+    shapes = _collective_shapes(layout, comm, hosts, par.ep)
     per_stage = tp * cp * dp
-    ranks = pp if fold else gpus
+    ranks = pp * _rank_classes(comm, shapes) if fold else gpus
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())

@@ -52,11 +52,13 @@ def test_the_estimate_counts_the_ops_within_a_factor_of_two(name, overrides):
 
 
 def test_the_estimate_of_the_405b_run_is_near_its_real_flows_and_under_the_limits():
-    """The bundled 8,192-GPU run simulates 338,360 flows (its summary's flows_simulated); the estimate, 376,960:
-    its DP rings cross 64 hosts on one rail each, two channels of 64 transfers, their replicas on other rails."""
+    """The bundled 8,192-GPU run simulates 338,360 flows (its summary's flows_simulated); the estimate, 441,472:
+    its DP rings cross 64 hosts on one rail each, two channels of 64 transfers, their replicas on other rails,
+    and the TP collectives count as the builder posts them with sequence parallelism, five a block and
+    micro-batch (376,960 when they counted four), each as a ring of eight transfers in the host."""
     loaded = load_scenario(LLAMA_405B)
     estimate = scale.estimate_scale(loaded.scenario, 8192, scale.scenario_hosts(loaded))
-    assert 1.0 <= estimate.flows / 338_360 <= 1.2
+    assert 1.25 <= estimate.flows / 338_360 <= 1.35
     assert not estimate.over_limits() and estimate.memory_bytes < 2 * 2**30
 
 
@@ -210,11 +212,40 @@ replicas the DP collectives join to it (the run that passed the check at 1,320 f
     (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"]),
 ])
 def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides):
-    """Estimate / flows_simulated: 0.65, 0.53, 0.72, 0.83, 1.05 (TP 16 across hosts was 0.07, 0.01 before the
+    """Estimate / flows_simulated: 0.78, 0.66, 0.88, 0.83, 1.05 (0.65, 0.53, 0.72 before the TP collectives
+    counted as the builder posts them with sequence parallelism; TP 16 across hosts was 0.07, 0.01 before the
     estimate counted a ring per channel and the replicas beside it)."""
     loaded = load_scenario(path, overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert 0.5 <= estimate.flows / simulate(loaded).summary["flows_simulated"] <= 1.25
+
+
+MOE_AND_OVERLAP = {
+    "mixtral": ("mixtral-8x7b-ep8", [], (1.371, 1.551)),
+    "deepseek": ("deepseek-v3-style-1024-gpus", ["model.layers=14"], (0.862, 0.647)),
+    "405b-tp-overlap": ("published/llama3-405b-8192-gpus", ["model.layers=14", "parallelism.pipeline.virtual_stages=1",
+                                                           "training.global_batch=1024"], (0.951, 0.460)),
+    "long-context": ("published/llama3-405b-long-context", ["model.layers=14",
+                                                            "parallelism.pipeline.virtual_stages=1"], (0.954, 1.436)),
+}
+"""Estimate / simulated ops and flows of runs with EP all-to-alls, TP communication overlap and gradients reduced
+every micro-batch, each held within 8% of today's ratio. Before the estimate counted the all-to-alls (four a MoE
+layer and micro-batch, six with a full recompute, each a transfer to every other member of the EP group), the
+two ranks a stage the MoE runs fold to, the overlap's GEMM steps and chunks and the per-micro-batch
+reduce-scatters, they were: ops 0.402, 0.282, 0.328, 0.023 and flows 0.377, 0.322, 0.200, 0.081 (the last ran
+unfolded; its estimate unfolded is now beyond the memory limit, so it stays folded, not exact, as the full-size
+case does)."""
+
+
+@pytest.mark.parametrize("case", MOE_AND_OVERLAP)
+def test_the_estimate_counts_all_to_alls_tp_overlap_and_per_microbatch_reductions(case):
+    name, overrides, (ops_ratio, flows_ratio) = MOE_AND_OVERLAP[case]
+    loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert estimate.simulated_ranks == summary["simulated_ranks"]
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops_ratio, rel=0.08)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.08)
 
 
 def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
@@ -229,7 +260,7 @@ def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
 
 
 def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_run(monkeypatch, tmp_path, capsys):
-    """With the limit at 50,000 events the TP-16 step (~74,760 flows estimated, 103,392 real) is refused at
+    """With the limit at 50,000 events the TP-16 step (~91,144 flows estimated, 103,392 real) is refused at
     parallelism.tp before the cluster is built; the old estimate (1,320 flows) let it run."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
@@ -238,5 +269,5 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     assert ("--set parallelism.tp=16: parallelism.tp: this run is too large to simulate: 256 GPUs, 2 simulated ranks "
-            "(folded), ~170 ops, ~74,760 flows") in err
+            "(folded), ~218 ops, ~91,144 flows") in err
     assert "(allowed: TP inside one host (parallelism.tp at most 8, the GPUs of a host);" in err
