@@ -16,7 +16,7 @@ from simulator.program.ops import COMM_CATEGORIES
 from simulator.units import counted, format_size, number_ranges
 
 if TYPE_CHECKING:
-    from simulator.config.schema import ParallelismConfig
+    from simulator.config.schema import ParallelismConfig, TrainingConfig
 
 
 def format_seconds(value: float) -> str:
@@ -76,9 +76,11 @@ def _bottleneck(value: object) -> str:
     return text
 
 
-def oom_line(summary: dict, parallelism: ParallelismConfig) -> str:
-    """The out-of-memory message of a summary ('' when the run fits). Its remedies leave out sharding the
-    layout already does to the full (``parallelism``, the scenario's): ZeRO-3 or FSDP's full_shard."""
+def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingConfig) -> str:
+    """The out-of-memory message of a summary ('' when the run fits). Its remedies leave out what the scenario
+    (``parallelism``, ``training``) already does to the full, and steps that save it nothing: ZeRO-3 or FSDP's
+    full_shard, full recompute, a micro-batch of 1; selective recompute is offered only beside standard attention,
+    for flash attention keeps no score matrix for it to drop (docs/training-step.md), so full recompute instead."""
     if not summary.get("oom"):
         return ""
     stage = summary.get("peak_memory_stage")
@@ -87,9 +89,11 @@ def oom_line(summary: dict, parallelism: ParallelismConfig) -> str:
         sharding = "fsdp: full_shard, "
     else:
         sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
+    selective_saves = training.recompute == "none" and training.attention == "standard"
+    recompute = "" if training.recompute == "full" else "recompute, " if selective_saves else "full recompute, "
+    micro_batch = ", a smaller micro_batch" if training.micro_batch > 1 else ""
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
-            f"{summary['memory_capacity_gib']:.1f} GiB (try {sharding}recompute, more tp or pp, a smaller "
-            f"micro_batch)")
+            f"{summary['memory_capacity_gib']:.1f} GiB (try {sharding}{recompute}more tp or pp{micro_batch})")
 
 
 def memory_line(summary: dict) -> str:
