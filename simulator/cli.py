@@ -440,7 +440,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                              field="--window", allowed=f"a window that starts before {end_s:.6g} s")
         figure = gantt_figure(run.timeline, run.summary, by=args.by or GANTT_ROWS[0], ranks=ranks, window=window)
     else:
-        figure = memory_figure(run.timeline, run.summary, ranks=_run_ranks(args.ranks, run))
+        ranks = _run_ranks(args.ranks, run)
+        if not run.summary.get("peak_memory_gib"):
+            from simulator.report.run_folder import outdir_error
+
+            raise outdir_error(Path(args.outdir), "this run models no memory (synthetic per-stage costs report it as "
+                                                  "0 GiB): its chart would be flat lines at 0",
+                               "the folder of a run of a model with dimensions or a preset")
+        figure = memory_figure(run.timeline, run.summary, ranks=ranks)
     save_figure(figure, output)
     record_figure(Path(args.outdir), output)
     print(f"wrote {output}")

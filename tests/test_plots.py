@@ -243,16 +243,19 @@ def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path,
     scenario = tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
     assert main(["run", str(scenario), "--out", str(out)]) == 0
-    for chart, extra in (("gantt", ["--by", "rank"]), ("memory", [])):
+    modelled, scenario = tmp_path / "modelled", tmp_path / "small.yaml"
+    scenario.write_text(SMALL_MODEL.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(modelled), "--quiet"]) == 0
+    for chart, folder, extra in (("gantt", out, ["--by", "rank"]), ("memory", modelled, [])):
         image = tmp_path / f"{chart}.png"
-        assert main(["plot", chart, str(out), "-o", str(image), *extra]) == 0
+        assert main(["plot", chart, str(folder), "-o", str(image), *extra]) == 0
         assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     capsys.readouterr()
     assert main(["plot", "gantt", str(tmp_path / "missing")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "OUTDIR" in error
-    (out / "timeline.parquet").unlink()
-    assert main(["plot", "memory", str(out)]) == 2
+    (modelled / "timeline.parquet").unlink()
+    assert main(["plot", "memory", str(modelled)]) == 2
     assert "timeline.parquet" in capsys.readouterr().err
 
 
@@ -324,10 +327,24 @@ def test_cli_memory_draws_the_ranks_asked_for(tmp_path, monkeypatch):
                         lambda figure, path: drawn.append([line.get_label() for line in figure.axes[0].lines]))
     out = tmp_path / "run"
     scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SMALL_MODEL.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    assert main(["plot", "memory", str(out), "--ranks", "0,6", "-o", str(tmp_path / "m.png")]) == 0
+    assert [label.split(",")[0] for label in drawn[0]] == ["rank 0 (stage 0)", "rank 6 (stage 3)", "capacity 79.6 GiB"]
+
+
+def test_cli_memory_of_a_run_without_memory_is_one_line(tmp_path, capsys):
+    """The bundled schedule studies (synthetic per-stage costs, memory reported as 0) drew a memory chart of flat
+    lines at 0.0 GiB under the GPU's capacity, exit 0, as if each stage needed nothing."""
+    out, scenario = tmp_path / "run", tmp_path / "1f1b.yaml"
     scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
     assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
-    assert main(["plot", "memory", str(out), "--ranks", "0,3", "-o", str(tmp_path / "m.png")]) == 0
-    assert [label.split(",")[0] for label in drawn[0]] == ["rank 0 (stage 0)", "rank 3 (stage 3)", "capacity 79.6 GiB"]
+    capsys.readouterr()
+    assert main(["plot", "memory", str(out), "-o", str(tmp_path / "m.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {out}: OUTDIR: this run models no memory (synthetic per-stage costs report it as 0 GiB): its chart "
+        "would be flat lines at 0 (allowed: the folder of a run of a model with dimensions or a preset)\n")
+    assert not (tmp_path / "m.png").exists()
 
 
 def test_cli_gantt_of_a_run_that_takes_no_time_is_one_line(tmp_path, capsys):
