@@ -388,13 +388,13 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
     last block's gradients are finished, so those the action's last block completes start on the `dp` stream
     as its send starts on the `pp` stream, and where both cross the sender's NIC the send shares it
     (`CollectiveTimes.together`, the buckets as one reduction of their bytes over the DP x CP group). On the
-    drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. Without overlap
-    (`ddp.overlap` false) every bucket waits for all the rank's gradients, so the first bucket in line starts
-    beside the send of the action that finishes the last of them, and the others queue behind it. A backward
-    that keeps its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces
-    otherwise: nothing."""
+    drain every chunk's last micro-batch passes such a hand-off at each hop of its chain. A backward that keeps
+    its weight gradients apart (a zero-bubble W) finishes them after its send, and ZeRO-3 reduces otherwise:
+    nothing. No search candidate sets `ddp` (`search.search_base` drops the scenario's, `Candidate.overrides`
+    sets none), so without overlap nothing is charged, and ZeRO-2 reducing every micro-batch (whose sends all
+    share the NIC with its reductions) is timed as buckets after the last."""
     layout, sharding = plan.layout, plan.sharding
-    if sharding.stage == 3:
+    if sharding.stage == 3 or not sharding.overlap:
         return {}
     finals: dict[tuple[int, int], int] = {}  # (pipeline rank, chunk) -> index of the action finishing its grads
     for index, (action, pp_rank) in enumerate(zip(order.actions, order.ranks, strict=True)):
@@ -411,10 +411,7 @@ def hand_offs_beside_buckets_s(plan: StepPlan, times: CollectiveTimes, order: Sc
                  for index, block in reversed(list(enumerate(plan.stages[vstage].blocks)))]
         buckets = gradient_buckets(ready, sharding.grad_bytes, sharding.bucket_bytes)
         closing: dict[int, float] = {}  # per virtual stage: the bytes of the buckets that start as it finishes
-        if not sharding.overlap and buckets:
-            last = max(finals.get((pp_rank, chunk), -1) for chunk in range(len(vstages)))
-            closing[vstages[order.actions[last].chunk]] = buckets[0][1]
-        for keys, nbytes in buckets if sharding.overlap else ():
+        for keys, nbytes in buckets:
             vstage, index = keys[-1]
             if index == min((i for i, block in enumerate(plan.stages[vstage].blocks) if block.params > 0), default=-1):
                 closing[vstage] = closing.get(vstage, 0.0) + nbytes
