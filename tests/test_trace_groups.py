@@ -223,6 +223,32 @@ def test_a_kineto_collective_without_a_group_name_takes_the_only_group_of_pg_con
     assert result.summary["warnings"] == []
 
 
+def test_kineto_collectives_whose_metadata_give_different_only_groups_are_refused_where_they_disagree(tmp_path):
+    """The bundled two-rank Kineto all-reduce without `Process Group Name`, rank 0's `pg_config` listing only '0'
+    of ranks 0 and 1, rank 1's only '5' of the same ranks: which is their communicator is unknown, refused at
+    rank 1's all-reduce naming both groups and both metadata, as a transfer's ends are (it failed later, as
+    rank 0's all-reduce in '0' without a counterpart on rank 1)."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank, name in ((0, "0"), (1, "5")):
+        comms_args(traces, rank, **{"Process Group Name": None, "Process Group Description": None,
+                                    "Process Group Ranks": None})
+        path = traces / f"rank{rank}.json"
+        doc = json.loads(path.read_text())
+        doc["distributedInfo"]["pg_config"] = [{"pg_name": name, "pg_desc": "undefined", "pg_size": 2,
+                                                "ranks": [0, 1]}]
+        path.write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as caught:
+        run(two_rank_scenario("100 Gb/s").replace(str(KINETO_2RANK), str(traces)), tmp_path)
+    kernel = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+    assert (Path(caught.value.file).name, caught.value.field) == ("rank1.json", "traceEvents[8]")
+    assert caught.value.problem == (
+        f"collective {kernel!r} names no process group and is taken in '5', the only group its rank's process-group "
+        f"metadata lists (distributedInfo.pg_config), but rank 0's collective {kernel!r} "
+        f"({traces / 'rank0.json'}: traceEvents[8]) in '0' of ranks [0, 1], the only group in "
+        f"{traces / 'rank0.json'}: distributedInfo.pg_config, and rank 1 runs no collective of '0': which is their "
+        "communicator is unknown")
+
+
 def test_a_group_whose_members_no_trace_tells_is_taken_as_its_traced_ranks_with_a_warning(tmp_path):
     """Rank 0's trace alone of an 8-rank job (world_size 8), its all-reduce in group '0' with neither `Process
     Group Ranks` nor `Group size`: the group's members are the ranks whose traces use it, rank 0 alone, so the

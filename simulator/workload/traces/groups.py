@@ -8,7 +8,9 @@ Group Name`, and process-group metadata listing several groups or none) takes th
 the same two ranks name, where they name one; an end in the only group its rank's metadata lists (an inference: the
 metadata lists the groups the rank was a member of when it was recorded) takes a different group that an end's own
 record names, with a warning; an end that could be in either of two named groups is refused, as are ends that no
-end between the same two ranks names a group for, whose ranks' metadata list different only groups. A collective
+end between the same two ranks names a group for, whose ranks' metadata list different only groups, and
+collectives taken in their rank's only group where a member of it runs none of that group's and takes its own in
+another only group. A collective
 whose record names no group is in the group of every collective that names none, of the ranks that run them, where
 no trace names a process group at all (a hand-written trace) and they describe their group alike (Kineto's `Process
 Group Description`, none in Chakra), with a warning; beside named groups, or described differently, it is refused:
@@ -32,6 +34,7 @@ def settled_groups(traced: list[TracedRank]) -> tuple[list[TracedRank], tuple[st
     unnamed collectives."""
     ops = [list(rank.ops) for rank in traced]
     warnings = _settle_transfers(traced, ops)
+    _refuse_collectives_inferred_apart(traced, ops)
     warnings += _settle_collectives(traced, ops)
     return [replace(rank, ops=tuple(rank_ops)) for rank, rank_ops in zip(traced, ops, strict=True)], warnings
 
@@ -93,6 +96,33 @@ def _refuse_inferred_apart(traced: list[TracedRank], ops: list[list[TracedOp]],
                       f"but rank {other.rank}'s {first.kind} {first.name!r} ({other.file}: {other.where(first)}) in "
                       f"{first.group!r}, the only group in {other.file}: {other.groups_field}; no end between the "
                       "two ranks names its group: which is their communicator is unknown", GROUP_ALLOWED)
+
+
+def _refuse_collectives_inferred_apart(traced: list[TracedRank], ops: list[list[TracedOp]]) -> None:
+    """Refuse the collectives of a rank whose record names no group, taken in the only group its metadata lists,
+    where a member of that group runs none of that group's collectives and takes its own unnamed ones in
+    another only group: each rank's metadata lists another group, so neither is their communicator for
+    certain (matching would fail later, as a collective without a counterpart). Refused at the member's first."""
+    place = {rank.rank: index for index, rank in enumerate(traced)}
+    inferred: dict[int, TracedOp] = {}  # rank index -> its first collective in an inferred group
+    for index, rank_ops in enumerate(ops):
+        first = next((op for op in rank_ops if op.kind == "collective" and op.group_inferred), None)
+        if first is not None:
+            inferred[index] = first
+    for index, first in inferred.items():
+        for member in first.members:
+            other = place.get(member, index)
+            if other == index or other not in inferred or any(
+                    op.kind == "collective" and op.group == first.group for op in ops[other]):
+                continue
+            op, rank, named = inferred[other], traced[other], traced[index]
+            raise trace_error(rank.file, rank.where(op), f"collective {op.name!r} names no process group and is "
+                              f"taken in {op.group!r}, the only group its rank's process-group metadata lists "
+                              f"({rank.groups_field}), but rank {named.rank}'s collective {first.name!r} "
+                              f"({named.file}: {named.where(first)}) in {first.group!r} of ranks "
+                              f"{list(first.members)}, the only group in {named.file}: {named.groups_field}, and "
+                              f"rank {rank.rank} runs no collective of {first.group!r}: which is their "
+                              "communicator is unknown", GROUP_ALLOWED)
 
 
 def _overruled_warning(traced: list[TracedRank], index: int, inferred: str, taken: str,
