@@ -8,7 +8,9 @@ op per block and micro-batch, split around the TP collectives as the builder spl
 DP collectives; folded mirror groups), and each collective's flows the way its plan posts them (a group across
 hosts runs a ring per channel, collectives/ring.py's count, an EP all-to-all a transfer to every other member,
 beside the folded replicas that meet it), within about a factor of two (tests/test_scale.py compares it with
-real programs and runs). `--force` runs past the limits.
+real programs and runs). Every collective is counted as NCCL's ring would post it, whatever
+`collectives.algorithm` says: a hierarchical one posts fewer flows (TP 16 over two hosts: 2.6 times fewer), so
+the estimate errs towards refusing there. `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -78,8 +80,10 @@ class ScaleEstimate:
     memory_bytes: float
     folded: bool
     tp_host_gpus: int = 0
-    """The GPUs of a host when TP groups cross hosts (their collectives then run on the network: a ring per
-    channel and most of the flows), else 0."""
+    """The GPUs of an NVLink domain (a host; a GB200 NVL72 rack) when TP groups cross domains (their collectives
+    then run on the network: a ring per channel and most of the flows), else 0."""
+    tp_order: bool = False
+    """Whether TP groups cross domains because of `parallelism.order` (TP not innermost), not their degree."""
 
     @property
     def events(self) -> int:
@@ -169,12 +173,14 @@ def _first_group(layout: Layout, kind: str, ep: int) -> tuple[int, ...]:
 
 
 def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None,
-                       ep: int = 1) -> dict[str, CollectiveShape]:
+                       ep: int = 1, channels: int = 0) -> dict[str, CollectiveShape]:
     """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer; an EP all-to-all posts one
     to every other member, collectives/direct.py, on no extra channel). A group across hosts keeps the replicas
     that share its NICs; when another dimension crosses hosts too, its collectives join replicas on other hosts
     to the simulated ones, on the rails they use (on every rail when one of them uses them all), so the sharing
-    search reaches that share of every dimension's replicas."""
+    search reaches that share of every dimension's replicas; a group across the trays of one NVL72 rack meets
+    no replica on a NIC. ``channels`` (`collectives.channels`, 0: NCCL's
+    choice) is the rings of every ring collective, inside a host too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep) for kind in kinds if kind != "pp"}
     per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
                 for kind, group in groups.items()}
@@ -182,18 +188,20 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     shapes = {"pp": CollectiveShape(1, 1, 1)}
     for kind, group in groups.items():
         members = len(group)
-        peers = members - 1 if kind == "ep" else 1
+        peers = members - 1 if kind == "ep" else channels or 1
         if kind not in crossing or hosts is None:
             shapes[kind] = CollectiveShape(members, members * peers, 1)
             continue
         rails = usable_rails(hosts.rails, crossing[kind])
         replicas = layout.world // layout.pp // members
-        if len(crossing) > 1:
+        if len({rank // hosts.domain for rank in group}) == 1:  # trays of one NVL72 rack: no NIC shared
+            kept = 1
+        elif len(crossing) > 1:
             joined = max(usable_rails(hosts.rails, fewest) for fewest in crossing.values())
             kept = replicas * joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
-        transfers = members * peers if kind == "ep" else members * cross_host_channels(rails)
+        transfers = members * (peers if kind == "ep" or channels else cross_host_channels(rails))
         shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)))
     return shapes
 
@@ -240,7 +248,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                                                    par.ddp.bucket)) if dp > 1 else 0.0,
     }
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
-    shapes = _collective_shapes(layout, comm, hosts, par.ep)
+    shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels)
     per_stage = tp * cp * dp
     ranks = pp * _rank_classes(comm, shapes) if fold else gpus
     ops = ranks * (compute + sum(comm.values()) + 1)
@@ -251,8 +259,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
     estimate = _estimate(scenario, gpus, ranks, ops, flows, mirrors, fold)
-    if hosts is not None and shapes["tp"].transfers > tp:
-        return replace(estimate, tp_host_gpus=hosts.gpus)
+    if hosts is not None and len({rank // hosts.domain for rank in layout.group("tp", 0)}) > 1:
+        return replace(estimate, tp_host_gpus=hosts.domain, tp_order=tp <= hosts.domain)
     return estimate
 
 
@@ -325,8 +333,11 @@ def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
 def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
     """What to change to bring a run under the limits, most effective first."""
     steps = []
-    if estimate.tp_host_gpus:
-        steps.append(f"TP inside one host (parallelism.tp at most {estimate.tp_host_gpus}, the GPUs of a host)")
+    if estimate.tp_order:
+        steps.append("TP innermost, inside one NVLink domain (parallelism.order starting with tp)")
+    elif estimate.tp_host_gpus:
+        steps.append(f"TP inside one NVLink domain (parallelism.tp at most {estimate.tp_host_gpus}, the GPUs of "
+                     "a host or NVL72 rack)")
     if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
     elif not estimate.folded and scenario.model is not None:
@@ -340,7 +351,8 @@ def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
 
 
 def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
-    """The field most to blame: unfolded ranks; else TP groups across hosts; else the cluster when the ops alone
+    """The field most to blame: unfolded ranks; else TP groups across NVLink domains (their degree, or the order
+    that places them so); else the cluster when the ops alone
     would fit (the flows, mirrors and graph grow with it); else the work of the step (model and batch) or the
     workload list."""
     if scenario.uses_parameter_servers:
@@ -348,7 +360,7 @@ def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     if not estimate.folded and scenario.model is not None:
         return ("run", "fold")
     if estimate.tp_host_gpus:
-        return ("parallelism", "tp")
+        return ("parallelism", "order") if estimate.tp_order else ("parallelism", "tp")
     if estimate.ops <= MAX_EVENTS and estimate.ops * OP_BYTES <= MAX_MEMORY_BYTES:
         return ("cluster", "nodes") if "nodes" in scenario.cluster.overrides() else ("cluster",)
     return ("model",) if scenario.model is not None else ("workload",)

@@ -248,6 +248,51 @@ def test_the_estimate_counts_all_to_alls_tp_overlap_and_per_microbatch_reduction
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.08)
 
 
+DP8_TWO_LAYERS = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
+
+
+@pytest.mark.parametrize("overrides, before, after", [
+    # collectives.channels: ring.py runs that many rings inside a host too
+    (["model.layers=2", "collectives.channels=32"], 0.038, 1.231),
+    # GB200 NVL72: a tray is a host to ring.py, a rack one NVLink domain
+    (["model.layers=2", "cluster.topology=gb200-nvl72", "parallelism.tp=8", "parallelism.dp=9",
+      "training.global_batch=18"], 0.18, 0.366),
+    (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=8", "parallelism.dp=18",
+      "training.global_batch=36"], 0.13, 1.288),
+    (["model.layers=2", "cluster.topology=gb200-nvl72", "cluster.racks=2", "parallelism.tp=4", "parallelism.dp=36",
+      "training.global_batch=36"], 0.22, 0.426),
+])
+def test_the_estimate_reads_the_channels_and_nvl72_trays(overrides, before, after):
+    """Estimate / simulated flows with `collectives.channels` set and on GB200 NVL72 racks, held within 8% of
+    today's ratio (``before``: when the estimate ignored the channels and took a rack for one host)."""
+    loaded = load_scenario(DP8_TWO_LAYERS, overrides)
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(after, rel=0.08)
+    assert estimate.tp_host_gpus == 0  # TP inside an NVLink domain, even across NVL72 trays
+
+
+def test_tp_16_across_hosts_with_32_channels_counts_them():
+    """TP 16 over two hosts with `collectives.channels: 32`: 32 rings of 16 transfers a collective, where the
+    estimate counted one per rail (8): estimate / simulated flows 0.17, now 0.666 (within 8%)."""
+    loaded = load_scenario(TORCHTITAN_70B, ["model.layers=4", "parallelism.tp=16", "parallelism.dp=1",
+                                            "cluster.nodes=4", "training.global_batch=2", "collectives.channels=32"])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    assert estimate.flows / simulate(loaded).summary["flows_simulated"] == pytest.approx(0.666, rel=0.08)
+
+
+def test_tp_across_hosts_by_the_order_blames_the_order(monkeypatch, capsys):
+    """TP 4 on 8-GPU hosts, but `parallelism.order` puts DP innermost, so the TP groups cross hosts: refused at
+    parallelism.order with 'TP innermost', not at parallelism.tp with 'at most 8', which TP 4 already is."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 100)  # the step: ~110 ops and ~396 flows estimated
+    overrides = ["model.layers=4", "parallelism.tp=4", "parallelism.dp=4", "cluster.nodes=4",
+                 "training.global_batch=4", "parallelism.order=[dp,tp,cp,pp]"]
+    args = [str(TORCHTITAN_70B), *(word for item in overrides for word in ("--set", item))]
+    assert main(["validate", *args]) == 2
+    err = capsys.readouterr().err
+    assert "--set parallelism.order=[dp,tp,cp,pp]: parallelism.order: this run is too large to simulate" in err
+    assert "(allowed: TP innermost, inside one NVLink domain (parallelism.order starting with tp);" in err
+
+
 def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
     """TP 16 over two 8-GPU hosts with 8 rails: 8 channels (one per rail) of 16 transfers; DP 8 crosses hosts
     too, so the 8 replicas of each TP group per stage meet the simulated traffic: 1,024 flows a collective,
@@ -270,4 +315,4 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     assert ("--set parallelism.tp=16: parallelism.tp: this run is too large to simulate: 256 GPUs, 2 simulated ranks "
             "(folded), ~218 ops, ~91,144 flows") in err
-    assert "(allowed: TP inside one host (parallelism.tp at most 8, the GPUs of a host);" in err
+    assert "(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack);" in err

@@ -57,21 +57,29 @@ def topology_gpus(spec: TopologySource) -> int | None:
 
 @dataclass(frozen=True)
 class HostShape:
-    """The GPUs of each host of a cluster and the rails (NICs) each host leaves on, read from its parameters:
-    what tells a collective's flows apart from its members' count before the cluster is built (scale.py)."""
+    """The GPUs of each host of a cluster, the rails (NICs) each host leaves on, and the GPUs of each NVLink
+    domain, read from its parameters: what tells a collective's flows apart from its members' count before the
+    cluster is built (scale.py). A GB200 NVL72 tray is a host (collectives/ring.py runs a ring per channel through
+    trays) inside a rack's NVLink domain; a DGX host is its own domain."""
 
     gpus: int
     rails: int
+    domain: int
 
 
 def host_shape(spec: TopologySource) -> HostShape | None:
-    """The `HostShape` of a multi-host cluster ``spec``, or None for a single host, a rack-scale NVLink domain, a
+    """The `HostShape` of a multi-host cluster ``spec`` or of GB200 NVL72 racks, or None for a single host, a
     graph, or parameters the builder will refuse (every collective then counts as inside one host)."""
-    if spec.kind != "cluster":
-        return None
     try:
-        params = read_parameters(BUILDERS["cluster"].parameters, dict(spec.params))
-        gpus = _node_gpus(params["node"])
+        if spec.kind == "cluster":
+            params = read_parameters(BUILDERS["cluster"].parameters, dict(spec.params))
+            gpus = _node_gpus(params["node"])
+            return HostShape(gpus, min(params["nics_per_node"] or gpus, gpus), gpus)
+        if spec.kind == "nvl72":
+            params = read_parameters(BUILDERS["nvl72"].parameters, dict(spec.params))
+            tray = params["gpus_per_tray"]
+            rails = min(params["nics_per_tray"], tray) if params["racks"] > 1 else 1
+            return HostShape(tray, rails, tray * params["trays"])
     except TopologyError:
         return None
-    return HostShape(gpus, min(params["nics_per_node"] or gpus, gpus))
+    return None
