@@ -77,23 +77,16 @@ def _bottleneck(value: object) -> str:
 
 
 def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingConfig) -> str:
-    """The out-of-memory message of a summary ('' when the run fits). Its remedies leave out what the scenario
-    (``parallelism``, ``training``) already does to the full, and steps that save it nothing: ZeRO-3 or FSDP's
-    full_shard, full recompute, a micro-batch of 1; selective recompute is offered only beside standard attention,
-    for flash attention keeps no score matrix for it to drop (docs/training-step.md), so full recompute instead."""
+    """The out-of-memory message of a summary ('' when the run fits), with the remedies that would help this
+    scenario (``parallelism``, ``training``; `memory.memory_remedies`)."""
     if not summary.get("oom"):
         return ""
+    from simulator.workload.memory import memory_remedies
+
     stage = summary.get("peak_memory_stage")
     where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
-    if parallelism.hybrid_shard:  # sharded inside each NVLink domain only
-        sharding = "fsdp: full_shard, "
-    else:
-        sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
-    selective_saves = training.recompute == "none" and training.attention == "standard"
-    recompute = "" if training.recompute == "full" else "recompute, " if selective_saves else "full recompute, "
-    micro_batch = ", a smaller micro_batch" if training.micro_batch > 1 else ""
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
-            f"{summary['memory_capacity_gib']:.1f} GiB (try {sharding}{recompute}more tp or pp{micro_batch})")
+            f"{summary['memory_capacity_gib']:.1f} GiB (try {memory_remedies(parallelism, training)})")
 
 
 def memory_line(summary: dict) -> str:

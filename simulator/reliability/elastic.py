@@ -35,6 +35,7 @@ from simulator.errors import InputError
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.units import counted
+from simulator.workload.memory import memory_remedies
 from simulator.workload.memory_plan import GIB, stage_memory
 from simulator.workload.training import build_training_step, microbatch_count, pipeline_depth, resolve_layout
 
@@ -142,7 +143,8 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
         raise loaded.error(("restart", "elastic"), f"the elastic job fits in GPU memory on none of its "
                            f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
                            f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
-                           "(recompute, more tp or pp, a smaller micro_batch), or restart.elastic: false")
+                           f"({memory_remedies(loaded.scenario.parallelism, loaded.scenario.training)}), or "
+                           "restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
+from simulator.config.schema import ParallelismConfig, TrainingConfig
 from simulator.config.training_options import (
     OPTIMIZERS,
     PRECISIONS,
@@ -379,3 +380,20 @@ def rank_memory(
         activations=in_flight * per_micro_batch,
         buffers=buffer_bytes,
     )
+
+
+def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig) -> str:
+    """What would lower the memory per GPU of a layout, for an out-of-memory message: 'ZeRO-3/FSDP, full
+    recompute, more tp or pp'. It leaves out what the scenario already does to the full and steps that save it
+    nothing: ZeRO-3 or FSDP's full_shard, full recompute, a micro-batch of 1; selective recompute is offered only
+    beside standard attention, for flash attention keeps no score matrix for it to drop (docs/training-step.md),
+    so full recompute instead."""
+    if parallelism.hybrid_shard:  # sharded inside each NVLink domain only
+        sharding = "fsdp: full_shard, "
+    else:
+        sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
+    selective_saves = training.recompute == "none" and training.attention == "standard"
+    recompute = "" if training.recompute == "full" else "recompute, " if selective_saves else "full recompute, "
+    micro_batch = ", a smaller micro_batch" if training.micro_batch > 1 else ""
+    return f"{sharding}{recompute}more tp or pp{micro_batch}"
+
