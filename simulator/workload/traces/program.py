@@ -105,21 +105,24 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     stated = _stated_groups(traced)
     members = _group_members(traced)
     assumed = _assumed_members(traced, members, world)
+    peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
     kinds = dimensions(used, world, [_transfer(rank.rank, op) for rank in traced for op in rank.ops
                                      if op.kind in ("send", "recv")],
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                        [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
-    replicas = _Replicas(members, kinds, world, config.dp)
     if config.dp is not None:
+        if peers:
+            raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
+                                field="workload.dp", allowed="leave dp out for traces with pipeline stages")
         if any(len(set(op.sends)) > 1 or len(set(op.receives)) > 1 for rank in traced for op in rank.ops):
             raise ScenarioError("the trace's all-to-alls list unequal split sizes per traced rank (expert "
                                 "parallelism), which replicas cannot share", field="workload.dp",
                                 allowed="leave dp out for traces with uneven all-to-alls")
         traced = _without_even_splits(traced)
-        members = replicas.members()
-        world = replicas.world
+        members = _replicated(members, world, config.dp)
+        world = config.dp
     if world > topology.num_gpus:
         raise ScenarioError(f"the traced job spans {world} ranks; the cluster has only {topology.num_gpus} "
                             f"GPU{'s' if topology.num_gpus > 1 else ''}",
@@ -130,11 +133,11 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
     gpu = get_gpu(topology.gpu_model)
     sequenced = _sequenced(traced)
-    builder = _Builder(members, replicas, sequenced, scale, config.host_gaps, gpu if config.recost_gemms else None)
+    builder = _Builder(members, kinds, sequenced, scale, config.host_gaps, gpu if config.recost_gemms else None)
     for rank in simulated:
-        source = by_rank.get(rank % traced_world)
+        source = by_rank.get(rank, by_rank.get(rank % len(traced)))
         if source is not None:
-            builder.add_rank(rank, source, replicas.copy_of(rank))
+            builder.add_rank(rank, source)
     untraced = builder.check_transfers_matched()
     builder.check_collectives_matched()
     builder.settle_exchanges()
@@ -152,7 +155,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
                          "recosted_gemms": builder.recosted,
                          "collective_matching": {group: "seq" if group in sequenced else "order"
-                                                 for group in sorted(kinds.groups)}}}
+                                                 for group in sorted(members)}}}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
     tokens = (config.tokens_per_step or 0) * world / traced_world
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks,
@@ -311,55 +314,18 @@ def _without_even_splits(traced: list[TracedRank]) -> list[TracedRank]:
     return [replace(rank, ops=tuple(replace(op, sends=(), receives=()) for op in rank.ops)) for rank in traced]
 
 
-class _Replicas:
-    """The traced job replicated along data parallelism to ``dp`` replicas (None: not replicated). The traced job of
-    ``world`` ranks holds d >= 2 data-parallel replicas (d: the size of its smallest group counted as `dp`) of world
-    / d ranks each; copies go outermost, as parallel/layout.py puts dp, so copy q of traced rank r is rank r + q x
-    world, q < dp / d, and inside a copy the traced order (and hosts, where the job fills whole ones) stand. A group
-    counted as `dp` (the gradients') spans its members' copies in every copy of the job; any other group (tp, cp,
-    pp, ep) and every transfer stays inside its copy, the group named ``name@q`` in copy q >= 1."""
-
-    def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int, dp: int | None):
-        self.traced_members = members
-        self.kinds = kinds
-        self.traced_world = world
-        self.copies = 1
-        if dp is None:
-            return
-        degree = min((len(ranks) for group, ranks in members.items() if kinds.groups[group] == "dp"), default=1)
-        if degree < 2:
-            raise ScenarioError("the traced job has no data parallelism (no process group of 2 or more ranks counts "
-                                "as dp), so the trace cannot tell the gradients' traffic of more replicas",
-                                field="workload.dp", allowed="leave dp out, or trace a job of 2 or more "
-                                "data-parallel replicas")
-        if dp % degree:
-            raise ScenarioError(f"dp {dp} is not a multiple of the traced job's data parallelism of {degree}",
-                                field="workload.dp", allowed=f"multiples of {degree}")
-        self.copies = dp // degree
-
-    @property
-    def world(self) -> int:
-        return self.traced_world * self.copies
-
-    def copy_of(self, rank: int) -> int:
-        """Which copy of the traced job ``rank`` is in."""
-        return rank // self.traced_world
-
-    def name(self, group: str, copy: int) -> str:
-        """The name of traced ``group`` in ``copy``: one name for a data-parallel group, which spans every copy."""
-        return group if copy == 0 or self.kinds.groups[group] == "dp" else f"{group}@{copy}"
-
-    def members(self) -> dict[str, tuple[int, ...]]:
-        """Every group of every copy with its ranks."""
-        offsets = [copy * self.traced_world for copy in range(self.copies)]
-        replicated: dict[str, tuple[int, ...]] = {}
-        for group, ranks in self.traced_members.items():
-            if self.kinds.groups[group] == "dp":
-                replicated[group] = tuple(sorted(rank + offset for offset in offsets for rank in ranks))
-            else:
-                replicated |= {self.name(group, copy): tuple(rank + offset for rank in ranks)
-                               for copy, offset in enumerate(offsets)}
-        return replicated
+def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
+    """Groups after replicating the traced data-parallel ranks to ``dp`` ranks: every group must span the
+    traced job, and then spans all ``dp`` ranks."""
+    if dp % world:
+        raise ScenarioError(f"dp {dp} is not a multiple of the {world} traced ranks", field="workload.dp",
+                            allowed=f"multiples of {world}")
+    for group, ranks in members.items():
+        if ranks != tuple(range(world)):
+            raise ScenarioError(f"process group {group!r} spans ranks {list(ranks)}, not the whole traced job, so "
+                                "the trace is not purely data-parallel", field="workload.dp",
+                                allowed="leave dp out for traces with model-parallel groups")
+    return {group: tuple(range(dp)) for group in members}
 
 
 class _End(NamedTuple):
@@ -378,11 +344,10 @@ class _End(NamedTuple):
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
-    def __init__(self, members: dict[str, tuple[int, ...]], replicas: _Replicas, sequenced: frozenset[str],
+    def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, sequenced: frozenset[str],
                  scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
-        self.replicas = replicas
-        self.kinds = replicas.kinds
+        self.kinds = kinds
         self.sequenced = sequenced
         self.scale = scale
         self.host_gaps = host_gaps
@@ -397,8 +362,7 @@ class _Builder:
         self._files: dict[int, str] = {}
         self._send_order = SendOrder()
 
-    def add_rank(self, rank: int, source: TracedRank, copy: int) -> None:
-        """Rank ``rank``'s ops: those of ``source``, in ``copy`` of the traced job (_Replicas)."""
+    def add_rank(self, rank: int, source: TracedRank) -> None:
         self.ranks.add(rank)
         self._files[rank] = source.file
         op_ids: list[int] = []
@@ -415,15 +379,14 @@ class _Builder:
                                               deps=deps, category="host", duration=op.start_s - ready))
                     deps = ()
             op_ids.append(len(self.ops))
-            self.ops.append(self._op(rank, source, op, deps, counts, copy))
+            self.ops.append(self._op(rank, source, op, deps, counts))
         if source.window and stream_end and self.host_gaps:
             last = max(stream_end, key=lambda stream: stream_end[stream])
             if source.window[1] - stream_end[last] > TIMESTAMP_ROUNDING_S:
                 self.ops.append(ComputeOp(id=len(self.ops), rank=rank, stream=last, name="host gap",
                                           category="host", duration=source.window[1] - stream_end[last]))
 
-    def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict,
-            copy: int) -> Op:
+    def _op(self, rank: int, source: TracedRank, op: TracedOp, deps: tuple[int, ...], counts: dict) -> Op:
         if op.op is None:
             duration, flops = op.duration_s * self.scale, 0.0
             if op.gemm:
@@ -435,16 +398,14 @@ class _Builder:
                     self.recosted += 1
             return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                              category="compute", duration=duration, flops=flops)
-        name = self.replicas.name(op.group, copy) if op.kind == "collective" else op.group
-        peer = op.peer + copy * self.replicas.traced_world
         if op.kind == "collective":
-            group = self.members[name]
+            group = self.members[op.group]
             by_seq = op.group in self.sequenced
-            series: tuple = (name, f"seq{op.seq}") if by_seq else (name,)
+            series: tuple = (op.group, f"seq{op.seq}") if by_seq else (op.group,)
         else:
-            if peer == rank:
+            if op.peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
-            group = (rank, peer) if op.kind == "send" else (peer, rank)
+            group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
             series = ("p2p", *group, op.group) if op.group else ("p2p", *group)
         counts[series] = counts.get(series, -1) + 1
         number = counts[series]
@@ -458,15 +419,15 @@ class _Builder:
             label = f"number {number + 1} of process group {op.group!r}"
         self._check_size(key, label, op, rank, source)
         if op.kind == "collective":
-            self._joined.setdefault(key, (name, op.seq if by_seq else -1, set()))[2].add(rank)
+            self._joined.setdefault(key, (op.group, op.seq if by_seq else -1, set()))[2].add(rank)
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.group, number)
             if op.kind == "send" and op.stream in ASYNC_STREAMS:
-                deps = self._send_order.issue((rank, peer, op.group), len(self.ops), deps)
+                deps = self._send_order.issue((rank, op.peer, op.group), len(self.ops), deps)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                                   category=self.kinds.groups[op.group] if op.kind == "collective"
-                                  else self.kinds.transfers[_transfer(source.rank, op)], op=op.op,
+                                  else self.kinds.transfers[_transfer(rank, op)], op=op.op,
                                   group=group, nbytes=op.nbytes, key=key)
         if op.op == "all_to_all":
             self._exchanges.setdefault(key, []).append((collective, TracedShares(
