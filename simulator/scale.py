@@ -333,11 +333,12 @@ def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
 def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
     """What to change to bring a run under the limits, most effective first."""
     steps = []
+    innermost = "TP innermost, inside one NVLink domain (parallelism.order starting with tp)"
     if estimate.tp_order:
-        steps.append("TP innermost, inside one NVLink domain (parallelism.order starting with tp)")
+        steps.append(innermost)
     elif estimate.tp_host_gpus:
         steps.append(f"TP inside one NVLink domain (parallelism.tp at most {estimate.tp_host_gpus}, the GPUs of "
-                     "a host or NVL72 rack)")
+                     "a host or NVL72 rack)" + ("" if scenario.parallelism.order[0] == "tp" else f" and {innermost}"))
     if scenario.uses_parameter_servers:
         steps.append("fewer iterations (ps.iterations)")
     elif not estimate.folded and scenario.model is not None:

@@ -293,6 +293,18 @@ def test_tp_across_hosts_by_the_order_blames_the_order(monkeypatch, capsys):
     assert "(allowed: TP innermost, inside one NVLink domain (parallelism.order starting with tp);" in err
 
 
+def test_tp_across_hosts_by_degree_and_order_names_both(monkeypatch, capsys):
+    """TP 16 on 8-GPU hosts with DP innermost: 'parallelism.tp at most 8' alone would still leave TP 8 across
+    hosts, so the advice names the order too."""
+    monkeypatch.setattr(scale, "MAX_EVENTS", 100)
+    overrides = ["model.layers=4", "parallelism.tp=16", "parallelism.dp=2", "cluster.nodes=8",
+                 "training.global_batch=2", "parallelism.order=[dp,tp,cp,pp]"]
+    args = [str(TORCHTITAN_70B), *(word for item in overrides for word in ("--set", item))]
+    assert main(["validate", *args]) == 2
+    assert ("(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack) and "
+            "TP innermost, inside one NVLink domain (parallelism.order starting with tp);") in capsys.readouterr().err
+
+
 def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
     """TP 16 over two 8-GPU hosts with 8 rails: 8 channels (one per rail) of 16 transfers; DP 8 crosses hosts
     too, so the 8 replicas of each TP group per stage meet the simulated traffic: 1,024 flows a collective,
