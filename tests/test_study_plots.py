@@ -137,6 +137,25 @@ def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, fla
     assert not (tmp_path / "h.png").exists()
 
 
+@pytest.mark.parametrize("chart", ["sweep", "heatmap"])
+def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path, capsys, chart):
+    """`trainsim plot sweep DIR` on a run's folder asked for --x and --y first, and only once they were given
+    said the folder holds no sweep; the folder is now judged first, and a sweep's folder without the axes is
+    still told what the chart needs."""
+    from simulator.cli import main
+
+    run = tmp_path / "run"
+    assert main(["run", "llama3-8b-dgx-h100-dp8", "--out", str(run), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["plot", chart, str(run)]) == 2
+    assert capsys.readouterr().err == (f"error: {run}: OUTDIR: has no results.parquet (allowed: a folder written by "
+                                       "`trainsim sweep` (results.parquet))\n")
+    _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
+    capsys.readouterr()
+    assert main(["plot", chart, str(tmp_path / "sweep")]) == 2
+    assert f"a {chart} chart needs --x and --y" in capsys.readouterr().err
+
+
 def test_a_line_through_points_that_share_a_place_says_so(tmp_path):
     """A job sweep over checkpoint.interval x restart.spares x checkpoint.mode drawn against the interval alone
     joined 4 points per interval in one line, a zigzag between ETTR 0.64 and 0.99 that read as a curve. Without

@@ -229,10 +229,10 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
     if path.is_dir() and not (path / "results.parquet").exists() and (path / "candidates.parquet").exists():
         raise outdir_error(path, f"a layout search's folder: its chart is `trainsim plot front`, not "
                            f"`trainsim plot {chart}`", TABLE_ALLOWED)
+    frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags
     if x is None or y is None or (chart == "heatmap" and value is None):
         needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
         raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)
-    frame = _read_table(path, "results.parquet")
     if chart == "heatmap":
         return heatmap_figure(frame, x, y, value or "")
     return sweep_figure(frame, x, y, hue, log_x=log_x)
