@@ -296,16 +296,19 @@ def interval_past_horizon(loaded: LoadedScenario, healthy: SegmentCosts | None) 
     if healthy is None:
         if isinstance(interval, int) or interval < horizon:
             return None
-        interval_s, first_s, write_s = float(interval), float(interval), 0.0
+        interval_s, write_s = float(interval), 0.0
     else:
         interval_s = healthy.interval_steps * healthy.step_s
         write_s = healthy.write_s
         first_s = interval_s + write_s
         if first_s < horizon:
             return None
-    every = (_shown_duration(interval) if not isinstance(interval, int)
-             else f"{counted(interval, 'step')} ({format_duration(healthy.step_s)} each)" if healthy else "")
-    if interval > horizon if not isinstance(interval, int) else interval_s > horizon:
+    if isinstance(interval, int):
+        assert healthy is not None  # validate, without the step, left an interval in steps alone above
+        every, longer = f"{counted(interval, 'step')} ({format_duration(healthy.step_s)} each)", interval_s > horizon
+    else:
+        every, longer = _shown_duration(interval), interval > horizon
+    if longer:
         why = f"is longer than run.horizon ({format_duration(horizon)})"
     elif healthy is None:
         why = f"finishes no write before run.horizon ({format_duration(horizon)})"
