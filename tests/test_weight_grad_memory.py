@@ -8,7 +8,7 @@ import pytest
 
 from simulator.catalog.models import get_model
 from simulator.report.gantt import gantt_figure, pipeline_passes
-from simulator.report.memory_timeline import memory_timeline
+from simulator.report.memory_timeline import memory_figure, memory_timeline
 from simulator.report.outputs import compute_stream_work, pipeline_actions, stage_of, stage_representatives
 from simulator.schedules.registry import build_schedule
 from simulator.schedules.timing import peak_held_weight, peak_in_flight
@@ -116,3 +116,16 @@ def test_zbv_gantt_rows_name_the_rank_and_its_stages(run_yaml):
         ops = stage_of_op[stage_of_op["chunk"] == stage]
         assert (passes["chunk"] == chunk).sum() == len(pipeline_passes(pipeline_actions(ops), 2, [1, 6]))
     assert sorted(set(passes["chunk"])) == [0, 1]
+
+
+def test_zbv_memory_legend_names_both_stages_of_each_rank(run_yaml):
+    """A rank of the V holds stages r and 2p - 1 - r and its curve is the memory of both: the legend named one
+    ("rank 1 (stage 1)"), which read as half the model's layers on that GPU."""
+    result = run_yaml(ZBV)
+    figure = memory_figure(result.timeline, result.summary)
+    labels = [text.get_text() for text in figure.legends[0].get_texts()][:-1]
+    assert [label.split(", peak")[0] for label in labels] == [
+        "rank 0 (stages 0, 7)", "rank 1 (stages 1, 6)", "rank 2 (stages 2, 5)", "rank 3 (stages 3, 4)"]
+    unfolded = run_yaml(ZBV, "run.fold=false")
+    named = memory_figure(unfolded.timeline, unfolded.summary, ranks=[5]).legends[0].get_texts()[0].get_text()
+    assert named.startswith("rank 5 (stages 1, 6), peak ")

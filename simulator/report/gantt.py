@@ -26,6 +26,7 @@ from simulator.program.ops import (
 )
 from simulator.report.outputs import (
     compute_stream_work,
+    held_stages,
     input_grad_ops,
     pipeline_actions,
     run_layout,
@@ -35,7 +36,6 @@ from simulator.report.outputs import (
     stage_representatives,
     time_unit,
 )
-from simulator.schedules.base import rank_stages
 from simulator.sweep.options import GANTT_ROWS, GanttRows
 
 
@@ -174,13 +174,6 @@ def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> t
     else:
         labels = [f"rank {r} (stage {s})" for r, s in zip(chosen, pp_ranks)]
     return chosen, labels
-
-
-def held_stages(summary: dict, pp_rank: int) -> list[int]:
-    """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first, under the run's placement."""
-    layout = summary["layout"]
-    return rank_stages(pp_rank, int(layout["pp"]), int(layout.get("virtual_stages", 1)),
-                       layout.get("placement", "loop"))
 
 
 def _idle(busy_starts: np.ndarray, busy_ends: np.ndarray, window: float) -> tuple[np.ndarray, np.ndarray]:

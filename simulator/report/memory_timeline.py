@@ -22,6 +22,7 @@ from simulator.report.outputs import (
     compute_stream_work,
     input_grad_ops,
     pipeline_actions,
+    rank_and_stages,
     refuse_ranks_without_ops,
     run_name,
     stage_of,
@@ -132,7 +133,7 @@ def memory_figure(timeline: pd.DataFrame, summary: dict, ranks=None) -> Figure:
     for (rank, curve), colour in zip(curves, _curve_colours(len(curves))):
         peak = curve["bytes"].max() / GIB
         ax.step(curve["time_s"] * scale, curve["bytes"] / GIB, where="post", color=colour,
-                label=f"rank {rank} (stage {stage_of(summary, rank)}), peak {peak:,.1f} GiB")
+                label=f"{rank_and_stages(summary, rank)}, peak {peak:,.1f} GiB")
     capacity = float(summary["memory_capacity_gib"])
     top = max([capacity] + [curve["bytes"].max() / GIB for _, curve in curves])
     ax.axhline(capacity, color="#C44E52", linestyle="--", label=f"capacity {capacity:.1f} GiB")

@@ -1,5 +1,6 @@
 """A run's output folder as the plots read it (summary.json + timeline.parquet), the rank -> pipeline stage
-map of its layout, and the pipeline actions of a rank: consecutive ops of one micro-batch merged into one."""
+map of its layout and the virtual stages a pipeline rank holds, and the pipeline actions of a rank:
+consecutive ops of one micro-batch merged into one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from simulator.parallel.layout import DIMENSIONS, Layout
 from simulator.parallel.passes import Pass
 from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
+from simulator.schedules.base import rank_stages
 
 REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
 REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
@@ -82,6 +84,20 @@ def run_layout(summary: dict) -> Layout:
 def stage_of(summary: dict, rank: int) -> int:
     """The pipeline stage ``rank`` belongs to."""
     return run_layout(summary).coords(rank)["pp"]
+
+
+def held_stages(summary: dict, pp_rank: int) -> list[int]:
+    """The virtual stages pipeline rank ``pp_rank`` holds, chunk 0 first, under the run's placement: one
+    without interleaving, r, r + p, ... looped, r and 2p - 1 - r in the V."""
+    layout = summary["layout"]
+    return rank_stages(pp_rank, int(layout["pp"]), int(layout.get("virtual_stages", 1)),
+                       layout.get("placement", "loop"))
+
+
+def rank_and_stages(summary: dict, rank: int) -> str:
+    """A rank named with the pipeline stages it holds: "rank 2 (stage 1)", "rank 1 (stages 1, 6)"."""
+    stages = held_stages(summary, stage_of(summary, rank))
+    return f"rank {rank} (stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))})"
 
 
 def stage_first_ranks(summary: dict) -> list[int]:
