@@ -263,7 +263,8 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
                  guard: UnfoldingGuard | None = None, classes: RankClasses | None = None) -> StepProgram:
     """The scenario's step program from its workload source (a trace, or the transformer model), with
     configuration errors located in the scenario's file (errors inside a trace name the trace's file).
-    ``guard`` hears why the transformer's plan unfolds a step asked to fold before it is built unfolded;
+    ``guard`` hears why the transformer's plan, or a replicated trace's copies, unfold a step asked to fold
+    before it is built unfolded;
     ``classes``: the ranks of a stage the transformer's folded step simulates apart (engine/rank_classes.py,
     which classes only the layout's representatives, never a trace's ranks; or its CP lanes,
     parallel/folding.py `lane_classes`)."""
@@ -279,7 +280,7 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
         from simulator.workload.traces.program import read_traces, trace_program
 
         return located(loaded, lambda: trace_program(workload, read_traces(workload, base_dir), topology,
-                                                     fold=fold))
+                                                     fold=fold, guard=guard))
     from simulator.workload.transformer_program import transformer_program
 
     return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,

@@ -518,7 +518,9 @@ def test_a_glob_matching_nothing_points_at_the_scenario_line(tmp_path):
     assert caught.value.field == "workload.trace" and caught.value.line == 3
 
 
-def test_replication_refuses_a_trace_with_model_parallel_groups(tmp_path):
+def test_replication_refuses_a_trace_without_a_group_across_its_data_parallelism(tmp_path):
+    """Each rank's collectives in a group of its own: two data-parallel replicas (TP, CP and PP 1) that no
+    collective joins, so the trace tells no gradient traffic for more replicas to share."""
     traces = copy_traces(CHAKRA_2RANK, tmp_path)
     for rank in (0, 1):
         path = traces / f"rank{rank}.json"
@@ -528,7 +530,9 @@ def test_replication_refuses_a_trace_with_model_parallel_groups(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{traces}/rank*.json', format: chakra-json, dp: 4}}\n"
     with pytest.raises(Exception) as caught:
         run(text, tmp_path)
-    assert caught.value.field == "workload.dp" and "not the whole traced job" in caught.value.problem
+    assert (caught.value.field, caught.value.problem) == (
+        "workload.dp", "the traced job has data parallelism of 2 (its 2 ranks over TP 1 x CP 1 x PP 1) but no process "
+        "group spans its data-parallel places, so the trace cannot tell the gradients' traffic of more replicas")
 
 
 TORCH_TRACE = REPO / "tests" / "data" / "traces" / "torch_cpu_step.json"
@@ -1716,16 +1720,21 @@ def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_ar
 
 def test_equal_split_sizes_replicate_as_an_even_all_to_all_and_unequal_ones_are_refused(tmp_path):
     """PyTorch's list-form all_to_all records one split per tensor, equal or not: with `dp: 4` the two traced
-    ranks' all-to-all of 8 MiB in equal halves (CP 2 declared) replicates as the even one does, over four ranks
-    (3/4 x 8 = 6 MiB of CP per GPU), with the same step time (it was refused for listing splits); unequal
-    splits are refused, as replicas cannot share them."""
+    ranks (EP 2 inside DP 2, whose default group all-reduces the gradients) are copied twice, and the
+    all-to-all of 8 MiB in equal halves replicates as the even one does, each copy keeping its EP pair (1/2 x 8
+    = 4 MiB of EP per GPU), with the same step time (it was refused for listing splits); unequal splits are
+    refused. A CP 2 trace of the two ranks has no data parallelism, and is refused (it was spread over four
+    ranks, 6 MiB of CP per GPU, as if its CP group were the gradients')."""
     halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
     results = []
     for name, splits in (("split", halves), ("even", EVEN)):
         text = all_to_all_2rank(tmp_path / name, splits).replace(
-            "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")
+            "format: kineto", "format: kineto, traced_cp: 1, traced_ep: 2, dp: 4").replace("nodes: 2", "nodes: 4")
         results.append(run(text, tmp_path / name)[1].summary)
-    assert results[0]["traffic_bytes_per_gpu"]["cp"] == pytest.approx(6 * MIB, rel=EXACT)
+    assert results[0]["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
+    text = all_to_all_2rank(tmp_path / "cp", halves).replace(
+        "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")
+    assert refusal(text, tmp_path / "cp").problem.startswith("the traced job has no data parallelism")
     assert results[0]["step_time_s"] == results[1]["step_time_s"]
     text = all_to_all_2rank(tmp_path / "uneven", UNEVEN).replace("format: kineto", "format: kineto, dp: 4")
     assert refusal(text.replace("nodes: 2", "nodes: 4"), tmp_path / "uneven").field == "workload.dp"

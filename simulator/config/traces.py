@@ -26,14 +26,16 @@ class TraceWorkload(Section):
 
     Compute keeps its traced durations times `compute_scale`, or times the ratio of the dense bf16 peaks of
     `traced_gpu` (the GPU the trace was taken on) and the cluster's GPU. Collectives are re-costed on the
-    cluster with the scenario's `collectives` settings. `dp` replicates the traced data-parallel rank(s) to
-    that many ranks: every collective spanning all traced ranks then spans all `dp` ranks. `host_gaps` keeps
+    cluster with the scenario's `collectives` settings. `dp` gives the job that many data-parallel replicas of
+    the traced model, a multiple of the traced job's own d: its ranks are copied dp / d times, model-parallel
+    groups and transfers inside each copy, data-parallel groups across all (workload/traces/program.py
+    `_Replicas`, docs/traces.md). `host_gaps` keeps
     the idle time between a stream's ops that no dependency explains (kernel launch and Python overhead) as
     host time, so that a replay on the traced device reproduces the traced step. `recost_gemms` replaces the
     traced duration of every matrix multiply whose operand shapes the trace records (`record_shapes=True`) by
     the kernel model's time on the cluster's GPU (docs/cost-model.md). A trace states no tokens: give
-    `tokens_per_step` (tokens one step of the traced job processes; replication multiplies them by `dp` over
-    the traced ranks) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU. `traced_tp`,
+    `tokens_per_step` (tokens one step of the traced job processes; replication multiplies them by the copies,
+    `dp` over d) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU. `traced_tp`,
     `traced_pp`, `traced_cp` and `traced_ep` are the traced job's tensor-parallel size, pipeline stages,
     context- and expert-parallel sizes, which tell the dimension of a process group that the trace names only
     by number (workload/traces/layout.py); left out, they are told by the trace's named groups or inferred.

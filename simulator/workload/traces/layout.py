@@ -88,6 +88,9 @@ class Dimensions:
 
     groups: dict[str, CommCategory]
     transfers: dict[Transfer, CommCategory]
+    sizes: TracedSizes = TracedSizes()
+    """The traced job's layout as it was read: TP and pipeline stages (declared, told or inferred), CP and EP
+    (declared or told; None where neither)."""
 
 
 def _transfer_kind(transfer: Transfer, sizes: TracedSizes, cp_groups: tuple[frozenset[int], ...]) -> CommCategory:
@@ -134,7 +137,12 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     all_to_alls = all_to_alls or {}
     identified = _identified(listed, [(groups[name], uneven) for name, uneven in all_to_alls.items() if name in groups],
                              sizes)
-    return Dimensions(_group_kinds(groups, world, pipeline, declared, sizes, all_to_alls, identified), kinds)
+    named = {name: named_kind(group.description) for name, group in groups.items()}
+    unnamed = {name: group.members for name, group in groups.items() if named[name] is None}
+    stage = _stage_size(world, pipeline, sizes.pp)
+    tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
+    return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, declared, sizes, all_to_alls, identified),
+                      kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep))
 
 
 def _identified(listed: list[ProcessGroup], exchanging: list[tuple[ProcessGroup, bool]],
@@ -150,20 +158,16 @@ def _identified(listed: list[ProcessGroup], exchanging: list[tuple[ProcessGroup,
     return frozenset(named | {kind for kind in RUN_KINDS if kind in exchanged})
 
 
-def _group_kinds(groups: dict[str, ProcessGroup], world: int, transfers: list[tuple[int, int]],
-                 declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
+def _group_kinds(named: dict[str, CommCategory | None], unnamed: dict[str, tuple[int, ...]], world: int, stage: int,
+                 tensor: int, declared: TracedSizes, sizes: TracedSizes, all_to_alls: Mapping[str, bool],
                  identified: frozenset[CommCategory]) -> dict[str, CommCategory]:
-    """The dimension each group counts as: its description's, else its ranks' (dimensions); ``identified``: the
-    dimensions among CP and EP whose groups the trace tells apart (_identified). The group of every rank is dp
-    (the default group) but where the declared TP or PP, or the CP size, leave the job no data parallelism
-    (TP x CP x PP = its ranks): it is then classified as any group, so a CP that spans the job is refused as
-    one that fills a stage is (_varying_kind)."""
-    kinds = {name: named_kind(group.description) for name, group in groups.items()}
-    unnamed = {name: group.members for name, group in groups.items() if kinds[name] is None}
-    if not unnamed:
-        return {name: kind or "dp" for name, kind in kinds.items()}
-    stage = _stage_size(world, transfers, sizes.pp)
-    tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
+    """The dimension each group counts as: the one its description ``named``, else its ranks' in pipeline stages
+    of ``stage`` ranks with TP ``tensor`` (``unnamed``: those groups' ranks); ``identified``: the dimensions among
+    CP and EP whose groups the trace tells apart (_identified). The group of every rank is dp (the default group)
+    but where the declared TP or PP, or the CP size, leave the job no data parallelism (TP x CP x PP = its
+    ranks): it is then classified as any group, so a CP that spans the job is refused as one that fills a stage
+    is (_varying_kind)."""
+    kinds = dict(named)
     no_dp = (any(size is not None for size in (declared.tp, declared.pp, sizes.cp))
              and tensor * (sizes.cp or 1) * (world // stage) == world)
     for name, ranks in unnamed.items():

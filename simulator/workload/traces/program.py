@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from glob import has_magic
 from pathlib import Path
 from typing import NamedTuple
@@ -36,6 +36,7 @@ from simulator.errors import ScenarioError
 from simulator.program.ops import CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
 from simulator.program.step import StepProgram
+from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
@@ -98,44 +99,49 @@ def read_traces(config: TraceWorkload, base_dir: Path) -> list[TracedRank]:
 
 
 def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Topology, *,
-                  fold: bool) -> StepProgram:
-    """The step program of the traced ranks on ``topology``, with the knobs of ``config``."""
+                  fold: bool, guard: UnfoldingGuard | None = None) -> StepProgram:
+    """The step program of the traced ranks on ``topology``, with the knobs of ``config``; folded where
+    ``fold`` asks for it: only the traced ranks simulated, the copies that `workload.dp` adds mirrored on their
+    ops, unless a copy's own traffic may meet the cluster unlike (_copies_unlike; ``guard`` hears why before the
+    program is built unfolded)."""
     traced, settled = settled_groups(traced)
     world = traced_world = _world(traced)
     stated = _stated_groups(traced)
     members = _group_members(traced)
     assumed = _assumed_members(traced, members, world)
-    peers = [op.peer for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
-    kinds = dimensions(used, world, [_transfer(rank.rank, op) for rank in traced for op in rank.ops
-                                     if op.kind in ("send", "recv")],
+    transfers = [_transfer(rank.rank, op) for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
+    kinds = dimensions(used, world, transfers,
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                        [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
+    replicas = _replicas(config.dp, members, kinds, world)
+    groups = replicas.members(members)
     if config.dp is not None:
-        if peers:
-            raise ScenarioError("the trace has point-to-point transfers, so it is not purely data-parallel",
-                                field="workload.dp", allowed="leave dp out for traces with pipeline stages")
         if any(len(set(op.sends)) > 1 or len(set(op.receives)) > 1 for rank in traced for op in rank.ops):
             raise ScenarioError("the trace's all-to-alls list unequal split sizes per traced rank (expert "
                                 "parallelism), which replicas cannot share", field="workload.dp",
                                 allowed="leave dp out for traces with uneven all-to-alls")
         traced = _without_even_splits(traced)
-        members = _replicated(members, world, config.dp)
-        world = config.dp
+        world = replicas.world
     if world > topology.num_gpus:
         raise ScenarioError(f"the traced job spans {world} ranks; the cluster has only {topology.num_gpus} "
                             f"GPU{'s' if topology.num_gpus > 1 else ''}",
                             field="workload.dp" if config.dp else "workload.trace",
                             allowed=f"a cluster of at least {world} GPUs")
+    blocker = _copies_unlike(topology, replicas, members, transfers) if fold and replicas.copies > 1 else ""
+    if blocker and guard is not None:
+        guard(Unfolding("plan", blocker))
+    fold = fold and not blocker
     scale = compute_scale(config, topology)
     by_rank = {rank.rank: rank for rank in traced}
     simulated = sorted(by_rank) if fold or config.dp is None else list(range(world))
     gpu = get_gpu(topology.gpu_model)
     sequenced = _sequenced(traced)
-    builder = _Builder(members, kinds, sequenced, scale, config.host_gaps, gpu if config.recost_gemms else None)
+    builder = _Builder(groups, kinds, replicas, fold, sequenced, scale, config.host_gaps,
+                       gpu if config.recost_gemms else None)
     for rank in simulated:
-        source = by_rank.get(rank, by_rank.get(rank % len(traced)))
+        source = by_rank.get(rank % traced_world)
         if source is not None:
             builder.add_rank(rank, source)
     untraced = builder.check_transfers_matched()
@@ -155,9 +161,10 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                          "unknown_kernels": sum(len(rank.unknown) for rank in traced),
                          "recosted_gemms": builder.recosted,
                          "collective_matching": {group: "seq" if group in sequenced else "order"
-                                                 for group in sorted(members)}}}
+                                                 for group in sorted(kinds.groups)}},
+               **({"fold_off_reason": blocker} if blocker else {})}
     ranks = tuple(rank for rank in simulated if rank in builder.ranks)
-    tokens = (config.tokens_per_step or 0) * world / traced_world
+    tokens = (config.tokens_per_step or 0) * replicas.copies
     return StepProgram(ops=tuple(builder.ops), world=world, ranks=ranks,
                        tokens_per_step=tokens, model_flops_per_step=tokens * (config.model_flops_per_token or 0.0),
                        peak_flops=gpu.peak(PEAK_PRECISION),
@@ -314,18 +321,166 @@ def _without_even_splits(traced: list[TracedRank]) -> list[TracedRank]:
     return [replace(rank, ops=tuple(replace(op, sends=(), receives=()) for op in rank.ops)) for rank in traced]
 
 
-def _replicated(members: dict[str, tuple[int, ...]], world: int, dp: int) -> dict[str, tuple[int, ...]]:
-    """Groups after replicating the traced data-parallel ranks to ``dp`` ranks: every group must span the
-    traced job, and then spans all ``dp`` ranks."""
-    if dp % world:
-        raise ScenarioError(f"dp {dp} is not a multiple of the {world} traced ranks", field="workload.dp",
-                            allowed=f"multiples of {world}")
+@dataclass(frozen=True)
+class _Replicas:
+    """The traced job's copies that `workload.dp` asks for (one: not replicated). The traced job holds d
+    data-parallel replicas of the model (_replicas); dp = N gives N / d copies of it, copy q of traced rank r
+    being rank r + q x ``traced_world``: copies outermost, new replicas after the traced ones as
+    parallel/layout.py puts dp last, so that inside a copy the traced order, and the hosts where the traced job
+    fills whole ones, stand. A group in ``widened`` (a data-parallel group across the traced job's replicas)
+    spans its members' copies in every copy; any other group (TP, CP, PP, EP, an HSDP shard group) and every
+    point-to-point transfer is copied into each copy, the group named ``name@q`` in copy q >= 1. A widened
+    group lists its traced members copy by copy, so that with one copy it is the traced group, order and all."""
+
+    traced_world: int
+    copies: int = 1
+    widened: frozenset[str] = frozenset()
+
+    @property
+    def world(self) -> int:
+        return self.traced_world * self.copies
+
+    def copy_of(self, rank: int) -> int:
+        """Which copy of the traced job ``rank`` is in."""
+        return rank // self.traced_world
+
+    def name(self, group: str, copy: int) -> str:
+        """The name of traced ``group`` in ``copy``: one name for a widened group, which spans every copy."""
+        return group if copy == 0 or group in self.widened else f"{group}@{copy}"
+
+    def members(self, traced: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+        """Every group of every copy with its ranks, from the ``traced`` groups' members."""
+        replicated: dict[str, tuple[int, ...]] = {}
+        for group, ranks in traced.items():
+            if group in self.widened:
+                replicated[group] = tuple(rank for copy in range(self.copies) for rank in self.moved(ranks, copy))
+            else:
+                replicated |= {self.name(group, copy): self.moved(ranks, copy) for copy in range(self.copies)}
+        return replicated
+
+    def moved(self, ranks: tuple[int, ...], copy: int) -> tuple[int, ...]:
+        """Traced ``ranks`` in ``copy``."""
+        return tuple(rank + copy * self.traced_world for rank in ranks)
+
+    def images(self, ranks: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The copies of copy 0's ``ranks`` (a copied group, or a transfer's two ends) in the other copies: the
+        mirrors of a folded run's op over them, which the engine runs beside it and its fold checks judge."""
+        return tuple(self.moved(ranks, copy) for copy in range(1, self.copies))
+
+
+DP_GROUPS_ALLOWED = ("data-parallel groups over all of the traced job's data-parallel places, or every s-th of them "
+                     "(expert-data-parallel, HSDP replicate groups), or over a block of consecutive ones (HSDP shard "
+                     "groups)")
+
+
+def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int) -> _Replicas:
+    """The copies of the traced job of ``world`` ranks that `workload.dp` = ``dp`` asks for. The traced job's
+    data parallelism d is its ranks over TP x CP x PP as the layout read them (layout.py; never a group's size:
+    Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP spans d x CP ranks, an expert-data-parallel group fewer than d);
+    a rank's data-parallel place is r // (TP x CP) mod d in its stage. Each group counted as dp is widened where
+    in each of its slices (ranks alike but for their data-parallel place) it holds every place, or every s-th
+    from one below s (_reach), and copied where it holds a block of consecutive places (an HSDP shard
+    group, inside one replica's block); any other shape is refused, as is a trace whose d is 1 or that has no
+    widened group (it tells no gradient traffic), and a dp that is not a multiple of d."""
+    if dp is None:
+        return _Replicas(world)
+    tp, pp, cp = kinds.sizes.tp or 1, kinds.sizes.pp or 1, _cp_size(members, kinds)
+    if world % (tp * cp * pp):
+        raise ScenarioError(f"the traced job's {world} ranks do not split into TP {tp} x CP {cp} x PP {pp}, so its "
+                            "data parallelism is unknown", field="workload.dp",
+                            allowed="workload.traced_tp, traced_cp and traced_pp: the traced job's layout")
+    degree = world // (tp * cp * pp)
+    widened = set()
     for group, ranks in members.items():
-        if ranks != tuple(range(world)):
-            raise ScenarioError(f"process group {group!r} spans ranks {list(ranks)}, not the whole traced job, so "
-                                "the trace is not purely data-parallel", field="workload.dp",
-                                allowed="leave dp out for traces with model-parallel groups")
-    return {group: tuple(range(dp)) for group in members}
+        if kinds.groups[group] != "dp" or degree < 2:
+            continue
+        slices: dict[tuple[int, int, int], list[int]] = {}
+        for rank in sorted(set(ranks)):
+            slices.setdefault((rank % tp, rank // tp % cp, rank * pp // world), []).append(
+                rank // (tp * cp) % degree)
+        readings = {_reach(places, degree) for places in slices.values()}
+        if readings == {"across"}:
+            widened.add(group)
+        elif readings != {"inside"}:
+            example = next(places for places in slices.values() if _reach(places, degree) != "across")
+            raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) holds data-parallel "
+                                f"places {_spans(example)} of the traced job's {degree} (TP {tp} x CP {cp} x PP "
+                                f"{pp} on {world} ranks), so how it grows with dp is unknown", field="workload.dp",
+                                allowed=DP_GROUPS_ALLOWED)
+    if degree < 2:
+        raise ScenarioError(f"the traced job has no data parallelism (its {world} ranks are TP {tp} x CP {cp} x PP "
+                            f"{pp}), so the trace cannot tell the gradients' traffic of more replicas",
+                            field="workload.dp", allowed="leave dp out, or trace a job of 2 or more data-parallel "
+                            "replicas")
+    if not widened:
+        raise ScenarioError(f"the traced job has data parallelism of {degree} (its {world} ranks over TP {tp} x CP "
+                            f"{cp} x PP {pp}) but no process group spans its data-parallel places, so the trace cannot "
+                            "tell the gradients' traffic of more replicas", field="workload.dp",
+                            allowed="leave dp out, or a trace whose data-parallel groups' collectives (the "
+                            "gradients') it records")
+    if dp % degree:
+        raise ScenarioError(f"dp {dp} is not a multiple of the traced job's data parallelism of {degree}",
+                            field="workload.dp", allowed=f"multiples of {degree}")
+    return _Replicas(world, dp // degree, frozenset(widened))
+
+
+def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, tuple[int, ...]],
+                   transfers: list[Transfer]) -> str:
+    """Why the copies of the traced job cannot fold onto its traced ranks ('' where they can). A copy's own
+    traffic (its copied groups' collectives, its transfers) folds only where, in every copy, it stays inside one
+    NVLink domain over the same links as the traced ranks': the copies then meet alike what the run simulates
+    whole (the widened groups). Across the network a copy's hand-off may be hashed onto other spines, or
+    straddle hosts where the traced ranks' does not (a traced job of 6 ranks on hosts of 8 GPUs), and the fold
+    cannot vouch for it: the flow model's fold checks judge only mirrors that meet the simulated traffic, and
+    the analytic model's compare none, while the copies' ranks still join the widened groups when their own
+    traffic is done (docs/traces.md: 0.2522 ms folded against 0.2026 ms unfolded, 0.7323 against 0.9703)."""
+    domains = topology.gpu_domain
+    owned = [(f"process group {group!r}", ranks) for group, ranks in members.items()
+             if group not in replicas.widened and len(set(ranks)) > 1]
+    owned += [(f"transfer from rank {transfer.src} to rank {transfer.dst}", (transfer.src, transfer.dst))
+              for transfer in dict.fromkeys(transfers)]
+    for label, ranks in owned:
+        traced = _hops(topology, ranks)
+        for copy in range(replicas.copies):
+            moved = replicas.moved(ranks, copy)
+            which = f"copy {copy} of " if copy else ""
+            if len({domains[gpu] for gpu in moved}) > 1:
+                return (f"{which}the traced job's {label} crosses the network (GPUs {_spans(sorted(set(moved)))}): "
+                        "a copy's own traffic folds only inside NVLink domains")
+            if copy and _hops(topology, moved) != traced:
+                return (f"{which}the traced job's {label} takes other links (GPUs {_spans(sorted(set(moved)))}) than "
+                        f"the traced ranks' (GPUs {_spans(sorted(set(ranks)))})")
+    return ""
+
+
+def _hops(topology: Topology, ranks: tuple[int, ...]) -> list[list[tuple[float, str]]]:
+    """The bandwidth and class of each link from the first of ``ranks`` to each of the others, hop for hop."""
+    return [[(float(topology.link_bandwidth[link]), topology.link_class[link])
+             for link in topology.path(ranks[0], rank)] for rank in ranks[1:]]
+
+
+def _cp_size(members: dict[str, tuple[int, ...]], kinds: Dimensions) -> int:
+    """The traced job's CP size: declared or told (layout.py), else its CP groups' size, else 1."""
+    if kinds.sizes.cp is not None:
+        return kinds.sizes.cp
+    sizes = sorted({len(set(members[group])) for group, kind in kinds.groups.items() if kind == "cp"})
+    if len(sizes) > 1:
+        raise ScenarioError(f"the trace's CP groups have {' and '.join(map(str, sizes))} ranks, so the traced job's "
+                            "data parallelism is unknown", field="workload.dp",
+                            allowed="workload.traced_cp: the traced job's CP size")
+    return sizes[0] if sizes else 1
+
+
+def _reach(places: list[int], degree: int) -> str | None:
+    """How sorted data-parallel ``places`` of one slice of a group lie among the traced job's ``degree``:
+    'across' where they are every s-th place from one below s (all of them for s = 1), 'inside' where they are
+    an aligned block of consecutive places short of all (one place included), None otherwise."""
+    count = len(places)
+    if count > 1 and degree % count == 0 and places == list(range(places[0], degree, degree // count)):
+        return "across"
+    if degree % count == 0 and places[0] % count == 0 and places == list(range(places[0], places[0] + count)):
+        return "inside"
+    return None
 
 
 class _End(NamedTuple):
@@ -344,10 +499,12 @@ class _End(NamedTuple):
 class _Builder:
     """Ops of the simulated ranks, with collective keys matched across ranks."""
 
-    def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, sequenced: frozenset[str],
-                 scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
+    def __init__(self, members: dict[str, tuple[int, ...]], kinds: Dimensions, replicas: _Replicas, fold: bool,
+                 sequenced: frozenset[str], scale: float, host_gaps: bool, gemm_gpu: GPUSpec | None):
         self.members = members
         self.kinds = kinds
+        self.replicas = replicas
+        self.mirrored = fold and replicas.copies > 1
         self.sequenced = sequenced
         self.scale = scale
         self.host_gaps = host_gaps
@@ -398,14 +555,17 @@ class _Builder:
                     self.recosted += 1
             return ComputeOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                              category="compute", duration=duration, flops=flops)
+        copy = self.replicas.copy_of(rank)
+        name = self.replicas.name(op.group, copy) if op.kind == "collective" else op.group
+        peer = op.peer + copy * self.replicas.traced_world
         if op.kind == "collective":
-            group = self.members[op.group]
+            group = self.members[name]
             by_seq = op.group in self.sequenced
-            series: tuple = (op.group, f"seq{op.seq}") if by_seq else (op.group,)
+            series: tuple = (name, f"seq{op.seq}") if by_seq else (name,)
         else:
-            if op.peer == rank:
+            if peer == rank:
                 raise trace_error(source.file, source.where(op), f"rank {rank} sends to itself")
-            group = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
+            group = (rank, peer) if op.kind == "send" else (peer, rank)
             series = ("p2p", *group, op.group) if op.group else ("p2p", *group)
         counts[series] = counts.get(series, -1) + 1
         number = counts[series]
@@ -419,16 +579,18 @@ class _Builder:
             label = f"number {number + 1} of process group {op.group!r}"
         self._check_size(key, label, op, rank, source)
         if op.kind == "collective":
-            self._joined.setdefault(key, (op.group, op.seq if by_seq else -1, set()))[2].add(rank)
+            self._joined.setdefault(key, (name, op.seq if by_seq else -1, set()))[2].add(rank)
         else:
             self._transfers.setdefault(key, {})[op.kind] = _End(source.file, source.where(op), op.name, group[0],
                                                                 group[1], op.group, number)
             if op.kind == "send" and op.stream in ASYNC_STREAMS:
-                deps = self._send_order.issue((rank, op.peer, op.group), len(self.ops), deps)
+                deps = self._send_order.issue((rank, peer, op.group), len(self.ops), deps)
+        mirrored = self.mirrored and (op.kind != "collective" or op.group not in self.replicas.widened)
         collective = CollectiveOp(id=len(self.ops), rank=rank, stream=op.stream, name=op.name, deps=deps,
                                   category=self.kinds.groups[op.group] if op.kind == "collective"
-                                  else self.kinds.transfers[_transfer(rank, op)], op=op.op,
-                                  group=group, nbytes=op.nbytes, key=key)
+                                  else self.kinds.transfers[_transfer(source.rank, op)], op=op.op,
+                                  group=group, nbytes=op.nbytes, key=key,
+                                  mirrors=self.replicas.images(group) if mirrored else ())
         if op.op == "all_to_all":
             self._exchanges.setdefault(key, []).append((collective, TracedShares(
                 rank, source.file, source.where(op), op.nbytes, op.sends, op.receives)))
