@@ -83,10 +83,22 @@ def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingCo
         return ""
     from simulator.workload.memory import memory_remedies
 
-    stage = summary.get("peak_memory_stage")
-    where = f" on pipeline stage {stage} (rank {summary.get('peak_memory_rank')})" if stage is not None else ""
-    return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{where}, the GPU holds "
+    return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try {memory_remedies(parallelism, training)})")
+
+
+def _peak_place(summary: dict) -> str:
+    """Where the fullest GPU is: " on pipeline stage 2 (rank 16)"; a rank holding several virtual stages
+    (interleaved, the V of zbv and dualpipev) with all of them, " on rank 0 (stages 0, 7)", as the memory chart's
+    legend names it (its stage entry's `activation_per_virtual_stage` lists them); " on rank 3" without stages."""
+    stage, rank = summary.get("peak_memory_stage"), summary.get("peak_memory_rank")
+    if stage is None:
+        return f" on rank {rank}" if rank is not None else ""
+    entry: dict = next((e for e in summary.get("memory_per_stage_gib", []) if int(e["stage"]) == stage), {})
+    held = list(entry.get("activation_per_virtual_stage") or ())
+    if len(held) > 1:
+        return f" on rank {rank} (stages {', '.join(held)})"
+    return f" on pipeline stage {stage} (rank {rank})"
 
 
 def memory_line(summary: dict) -> str:
@@ -96,13 +108,11 @@ def memory_line(summary: dict) -> str:
     if not peak:
         return ""
     capacity = summary["memory_capacity_gib"]
-    stage, rank = summary.get("peak_memory_stage"), summary.get("peak_memory_rank")
-    where = f" on pipeline stage {stage} (rank {rank})" if stage is not None else f" on rank {rank}"
     parts = sorted(summary.get("memory_breakdown_gib", {}).items(), key=lambda part: -part[1])
     largest = ", ".join(f"{name} {size:,.1f} GiB" for name, size in parts[:3] if size)
     fits = ", OUT OF MEMORY" if summary.get("oom") else ""
-    return (f"peak memory per GPU: {peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits}){where}; "
-            f"largest parts: {largest}")
+    return (f"peak memory per GPU: {peak:,.1f} GiB of {capacity:.1f} GiB ({_share(peak / capacity)}{fits})"
+            f"{_peak_place(summary)}; largest parts: {largest}")
 
 
 def _layout_line(summary: dict) -> str:
