@@ -64,8 +64,29 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "empty-file": (scenario(""), RUN, 2, "a scenario must be a mapping"),
     "list-file": (scenario("- 1\n- 2\n"), RUN, 2, "a scenario must be a mapping"),
     "not-utf8": ({"s.yaml": b"cluster: {topology: dgx-h100}\n# caf\xe9\n"}, RUN, 2, "s.yaml:2: byte 0xe9 is not UTF-8"),
-    "missing-file": ({}, RUN, 2, "cannot read file: No such file or directory"),
-    "scenario-is-folder": ({"s.yaml/x": "1"}, RUN, 2, "cannot read file: Is a directory"),
+    "missing-file": ({}, RUN, 2, "cannot read file: No such file or directory (allowed: a readable file)"),
+    "scenario-is-folder": ({"s.yaml/x": "1"}, RUN, 2, "cannot read file: Is a directory (allowed: a readable file)"),
+    # a required field left out says what it takes, as a wrong value there does
+    "missing-cluster": (scenario("workload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
+                        "s.yaml:1: cluster: required field is missing (allowed: a section such as {topology: "),
+    "missing-topology": (scenario("cluster: {nodes: 2}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"), RUN, 2,
+                         "s.yaml:1: cluster.topology: required field is missing (allowed: a bundled topology's "
+                         "name"),
+    "missing-bytes": (scenario("cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce}\n"), RUN, 2,
+                      "s.yaml:3: workload[0].bytes: required field is missing (allowed: B, KB, MB, GB, TB, PB, KiB, "),
+    "missing-op": (scenario("cluster: {topology: dgx-h100}\nworkload:\n  - {bytes: 1 MiB}\n"), RUN, 2,
+                   "workload[0].op: required field is missing (allowed: broadcast, reduce, all_reduce, "),
+    "model-without-layers": (scenario("cluster: {topology: dgx-h100}\nmodel: {hidden: 1024, heads: 8}\n"), RUN, 2,
+                             "s.yaml:2: model: a model needs a preset, or at least layers, hidden and heads; layers "
+                             "missing (allowed: {preset: llama3-8b}, {layers: 32, hidden: 4096, heads: 32} or "
+                             "{synthetic: {stages, forward, backward}})"),
+    "model-and-synthetic": (scenario("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b, synthetic: "
+                                     "{stages: 2, forward: 1 ms, backward: 1 ms}}\n"), RUN, 2,
+                            "model: give either synthetic costs or a model (preset/dimensions/moe), not both "
+                            "(allowed: {synthetic: {...}} alone, or a preset and/or dimensions)"),
+    "missing-backward": (scenario("cluster: {topology: dgx-h100}\nmodel: {synthetic: {stages: 2, forward: 1 ms}}\n"
+                                  "training: {microbatches: 2}\n"), RUN, 2,
+                         "model.synthetic.backward: required field is missing (allowed: ns, us, ms, s, min, h, d)"),
     "deep-nesting": (scenario("cluster: " + "[" * 5000 + "]" * 5000 + "\n"), RUN, 2, "nested deeper than 64"),
     "deep-mapping": (scenario("run:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 100))), RUN, 2,
                      "nested deeper than 64"),
@@ -471,6 +492,33 @@ def test_bad_input_answers_in_one_line_and_writes_nothing(name, tmp_path, capsys
     assert re.match(r"^(error|simulation error): ", captured.err), captured.err
     assert words in captured.err, captured.err
     assert tree(tmp_path) == before
+
+
+def test_every_required_field_says_what_it_takes():
+    """Each field a scenario must give, found by walking the schema so that fields added later are checked too,
+    has an answer for "(allowed: ...)" when it is left out: "required field is missing" alone left a new user
+    guessing what `cluster.topology` or a workload item's `bytes` takes."""
+    from pydantic import BaseModel
+
+    from simulator.config.field_paths import model_in
+    from simulator.config.loader import _what_it_takes
+    from simulator.config.schema import Scenario
+
+    def required(model: type[BaseModel], path: tuple) -> list[tuple]:
+        found = []
+        for name, info in model.model_fields.items():
+            if info.is_required():
+                found.append(path + (name,))
+            listed, section = model_in(info.annotation, in_list=True), model_in(info.annotation)
+            if isinstance(listed, type) and listed is not section:
+                found += required(listed, path + (name, 0))
+            if isinstance(section, type):
+                found += required(section, path + (name,))
+        return found
+
+    paths = required(Scenario, ())
+    assert ("cluster", "topology") in paths and ("workload", 0, "bytes") in paths
+    assert [path for path in paths if not _what_it_takes(Scenario, path)] == []
 
 
 def test_a_closed_pipe_ends_quietly():

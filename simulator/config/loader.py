@@ -10,10 +10,10 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from simulator.config.bundled import resolve_scenario
@@ -195,19 +195,42 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
     return result, tuple(written)
 
 
-def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
-    """The field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
+def _section_at(model: type[BaseModel], loc: tuple) -> object:
+    """The schema model of the section at ``loc`` (None where the schema has none), walking from ``model``."""
     current: object = model
     for position, part in enumerate(loc):
         if isinstance(part, int):
             continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
-            return ""
+            return None
         annotation = fields[part].annotation
         current = model_in(annotation, in_list=position + 1 < len(loc) and isinstance(loc[position + 1], int))
-    fields = getattr(current, "model_fields", None)
+    return current
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> str:
+    """The field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
+    fields = getattr(_section_at(model, loc), "model_fields", None)
     return ", ".join(fields) if fields else ""
+
+
+def _what_it_takes(model: type[BaseModel], loc: tuple) -> str:
+    """What the missing field at ``loc`` takes: its schema description where it has one (a name or path the
+    schema cannot check alone), else what its own validation allows when given nothing (null), so a missing
+    `bytes` lists the size units its refusal of '25' lists."""
+    fields = getattr(_section_at(model, loc[:-1]), "model_fields", None)
+    info = fields.get(loc[-1]) if fields else None
+    if info is None:
+        return ""
+    if info.description:
+        return info.description
+    annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    try:
+        TypeAdapter(annotation).validate_json("null")
+    except ValidationError as exc:
+        return _problem(exc.errors(include_url=False)[0], loc, model)[1]
+    return ""
 
 
 _TYPE_TAGS = ("str", "int", "float", "bool", "list", "dict", "none")
@@ -276,6 +299,12 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
     deepest = max(range(len(errors)),
                   key=lambda i: (len(cleaned[i]), errors[i]["type"] == "extra_forbidden", -i))
     first, loc = errors[deepest], cleaned[deepest]
+    message, allowed = _problem(first, loc, model)
+    return located_error(loc, message, allowed, source, lines, overrides, error)
+
+
+def _problem(first: ErrorDetails, loc: tuple, model: type[BaseModel]) -> tuple[str, str]:
+    """A pydantic error at ``loc`` in plain words: the problem and what is allowed."""
     kind = first["type"]
     message = first["msg"]
     allowed = ""
@@ -287,6 +316,7 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         allowed = _allowed_keys(model, loc[:-1])
     elif kind == "missing":
         message = "required field is missing"
+        allowed = _what_it_takes(model, loc)
     elif kind in ("literal_error", "enum"):
         expected = first.get("ctx", {}).get("expected", "")
         message = f"{first.get('input')!r} is not a valid choice"
@@ -306,7 +336,7 @@ def validation_error(exc: ValidationError, model: type[BaseModel], source: str, 
         allowed = f"{words} {bound} item" + ("" if bound == 1 else "s")
     elif kind in _TYPE_PROBLEMS:
         message, allowed = f"expected {_TYPE_PROBLEMS[kind][0]}, got {first.get('input')!r}", _TYPE_PROBLEMS[kind][1]
-    return located_error(loc, message, allowed, source, lines, overrides, error)
+    return message, allowed
 
 
 M = TypeVar("M", bound=BaseModel)

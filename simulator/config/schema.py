@@ -97,7 +97,8 @@ class ClusterConfig(BaseModel):
     """`topology` is a bundled name or a path; every other key overrides a builder parameter of that topology."""
 
     model_config = ConfigDict(extra="allow", frozen=True, strict=True, defer_build=True)
-    topology: str
+    topology: str = Field(description="a bundled topology's name (topologies/, docs/topologies.md), or a YAML "
+                                      "file's path relative to the scenario")
 
     def overrides(self) -> dict:
         """The builder parameters the scenario sets, by name."""
@@ -229,9 +230,13 @@ class ModelConfig(Section):
     def _one_source(self) -> ModelConfig:
         explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
         if self.synthetic is not None and (self.preset or explicit or self.moe is not None):
-            raise ValueError("give either synthetic costs or a model (preset/dimensions/moe), not both")
+            raise ValueError("give either synthetic costs or a model (preset/dimensions/moe), not both (allowed: "
+                             "{synthetic: {...}} alone, or a preset and/or dimensions)")
         if self.synthetic is None and self.preset is None and len(explicit) < 3:
-            raise ValueError("a model needs a preset, or at least layers, hidden and heads")
+            missing = ", ".join(name for name in ("layers", "hidden", "heads") if name not in explicit)
+            raise ValueError(f"a model needs a preset, or at least layers, hidden and heads; {missing} missing "
+                             "(allowed: {preset: llama3-8b}, {layers: 32, hidden: 4096, heads: 32} or "
+                             "{synthetic: {stages, forward, backward}})")
         return self
 
 
@@ -424,7 +429,7 @@ class Scenario(Section):
     """A whole scenario file: a cluster plus either a training step (model, training, parallelism), a
     communication-only workload list, or a trace to replay (`workload: {trace: ...}`)."""
 
-    cluster: ClusterConfig
+    cluster: ClusterConfig = Field(description="a section such as {topology: dgx-h100-cluster, nodes: 16}")
     network: NetworkConfig = NetworkConfig()
     collectives: CollectivesConfig = CollectivesConfig()
     run: RunConfig = RunConfig()

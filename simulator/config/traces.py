@@ -41,7 +41,7 @@ class TraceWorkload(Section):
     by number (workload/traces/layout.py); left out, they are told by the trace's named groups or inferred.
     """
 
-    trace: str
+    trace: str = Field(description="a file or a glob, relative to the scenario's folder")
     format: TraceFormat = "kineto"
     compute_scale: float = Field(default=1.0, gt=0)
     traced_gpu: Annotated[str, AfterValidator(user_value(_gpu_name))] | None = None

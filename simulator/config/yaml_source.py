@@ -145,7 +145,8 @@ def read_user_text(path: str | Path, error: type[InputError], field: str = "", a
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise error(f"cannot read file: {exc.strerror}", field=field, allowed=allowed, file=str(path)) from None
+        raise error(f"cannot read file: {exc.strerror}", field=field, allowed=allowed or "a readable file",
+                    file=str(path)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
