@@ -224,7 +224,7 @@ def unequal_shapes(table: RouteTable, loads: np.ndarray) -> bytes:
     exactly when two plans meet the loads alike phase by phase, transfer for transfer in one matching for all
     the columns together, so that they then meet the sum of any of the columns alike too."""
     phases, heads, links = table
-    columns = loads.reshape(len(loads), -1)
+    columns = loads if loads.ndim == 2 else loads[:, None]
     met = np.vstack((columns, np.full((1, columns.shape[1]), -1.0)))[links]
     rows = np.hstack((heads, met.reshape(len(heads), -1)))
     return (np.array([phases, rows.shape[1]], dtype=np.int64).tobytes()
@@ -250,7 +250,7 @@ def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[i
 
     def combinations(shape: int) -> list[tuple[int, ...]]:
         met = np.array([instances[other].meet(ordering, arrays[shape]) for other in among]).T
-        return [tuple(others[row].tolist()) for row in np.unique(met, axis=0) if row.any()]
+        return [tuple(others[row].tolist()) for row in _distinct_rows(met) if row.any()]
 
     return combinations
 
@@ -300,9 +300,19 @@ def _rank_overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequ
     def combinations(shape: int) -> list[tuple[int, ...]]:
         ranks = sorted({first_rank[key] for key in keys[shape]})
         met = np.vstack([met_on(rank, shape) for rank in ranks])
-        return [tuple(others[row].tolist()) for row in np.unique(met, axis=0) if row.any()]
+        return [tuple(others[row].tolist()) for row in _distinct_rows(met) if row.any()]
 
     return combinations
+
+
+def _distinct_rows(met: np.ndarray) -> np.ndarray:
+    """The distinct rows of the boolean table ``met`` in `np.unique`'s order (lexicographic, False first): each
+    row packed into bytes, first column in the highest bit, so that comparing the bytes compares the rows (a
+    tenth of the time `np.unique(axis=0)` takes over one field per column)."""
+    packed = np.ascontiguousarray(np.packbits(met, axis=1))
+    width = packed.shape[1]
+    distinct = np.unique(packed.view(f"V{width}").reshape(-1)).view(np.uint8).reshape(-1, width)
+    return np.unpackbits(distinct, axis=1, count=met.shape[1]).astype(bool)
 
 
 def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
@@ -320,7 +330,10 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
     if not loads:
         return ""
     topology = plans.topology
-    overlaps = overlapping(shapes, order, sorted(loads))
+    among = sorted(loads)
+    column_of = {other: column for column, other in enumerate(among)}
+    every_load = np.column_stack([loads[other] for other in among])
+    overlaps = overlapping(shapes, order, among)
     for shape, op in enumerate(shapes.firsts):
         if op.op == "send_recv" or not op.mirrors or not op.nbytes:
             continue
@@ -328,10 +341,13 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
         if not combinations:
             continue
         own = route_table(topology, plans.phases(op, op.group))
-        mirrors = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
-                   for index in _class_firsts(plans, op)]
+        mirrored = [(op.mirrors[index], route_table(topology, plans.phases(op, op.mirrors[index])))
+                    for index in _class_firsts(plans, op)]
+        crossed, (own, *tables) = _on_links_crossed([own, *(table for _, table in mirrored)], len(every_load))
+        mirrors = list(zip((mirror for mirror, _ in mirrored), tables))
+        crossed_loads = every_load[crossed]
         for met_by in combinations:
-            met_loads = np.column_stack([loads[other] for other in met_by])
+            met_loads = crossed_loads[:, [column_of[other] for other in met_by]]
             met = unequal_shapes(own, met_loads)
             for mirror, table in mirrors:
                 if unequal_shapes(table, met_loads) != met:
@@ -339,6 +355,15 @@ def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrd
                             f"whose members send unlike amounts (a tree's inner ranks and leaves) otherwise than "
                             f"over the equivalent {list(mirror)}: the ranks of a stage are not alike")
     return ""
+
+
+def _on_links_crossed(tables: Sequence[RouteTable], links: int) -> tuple[np.ndarray, list[RouteTable]]:
+    """The links that ``tables`` cross (of ``links`` in all), in order, and the tables with each route's links
+    renumbered as their places among them (padding as the place one past the last): `unequal_shapes` then reads
+    the loads of those links alone, the same values it reads of every link's."""
+    every = np.unique(np.concatenate([table[2].reshape(-1) for table in tables]))
+    crossed = every[every < links]
+    return crossed, [(phases, heads, np.searchsorted(crossed, route)) for phases, heads, route in tables]
 
 
 def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
