@@ -237,3 +237,31 @@ def test_private_instances_of_a_program_too_large_to_order_are_private(monkeypat
     mirrors = {op.id: op.mirrors for op in ops if isinstance(op, CollectiveOp) and op.mirrors}
     private = sharing.private_collectives(ops, _own_links, ASYNC, mirrors)
     assert private and private <= _straightforward_private(ops, ASYNC, mirrors, _own_links)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_instance_columns_meet_as_each_shape_does_and_as_the_definition_says(seed):
+    """`InstanceColumns.meet`, every shape's instances at once, gives for each instance and each shape what
+    `Instances.meet` of that shape gives, and that is the definition: some other instance of the shape is
+    not ordered before or after it in the program's DAG (random programs with asynchronous sends)."""
+    ops = _random_program(seed, groups=2 + seed % 4)
+    ordering = Ordering(ops, ASYNC)
+    keys: dict[tuple, list[str]] = {}
+    for op in ops:
+        if isinstance(op, CollectiveOp) and op.key not in keys.get((op.op, op.group, op.nbytes), []):
+            keys.setdefault((op.op, op.group, op.nbytes), []).append(op.key)
+    nodes = [np.array([ordering.node_of_key[key] for key in shape_keys], dtype=np.int64)
+             for shape_keys in keys.values()]
+    instances = [sharing.Instances.of(ordering, shape_nodes) for shape_nodes in nodes]
+    columns = sharing.InstanceColumns(ordering, instances)
+    met_any = False
+    for shape_nodes in nodes:
+        met = columns.meet(shape_nodes)
+        assert met.shape == (len(shape_nodes), len(nodes))
+        for column, (found, other) in enumerate(zip(instances, nodes)):
+            assert met[:, column].tolist() == found.meet(ordering, shape_nodes).tolist()
+            assert met[:, column].tolist() == [any(node != each and not ordering.before(node, each)
+                                                   and not ordering.before(each, node) for each in other)
+                                               for node in shape_nodes.tolist()]
+        met_any |= bool(met.any())
+    assert met_any

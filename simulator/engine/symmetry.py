@@ -28,7 +28,7 @@ from simulator.collectives.phases import Phase, Transfer
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
-from simulator.engine.sharing import Instances
+from simulator.engine.sharing import InstanceColumns, Instances
 from simulator.network.isolated import run_isolated
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -245,11 +245,11 @@ def overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequence[i
     for op, shape in zip(shapes.ops, shapes.shape_of):
         nodes.setdefault(shape, []).append(ordering.node_of_key[op.key])
     arrays = {shape: np.unique(np.array(found, dtype=np.int64)) for shape, found in nodes.items()}
-    instances = {other: Instances.of(ordering, arrays[other]) for other in among}
+    instances = InstanceColumns(ordering, [Instances.of(ordering, arrays[other]) for other in among])
     others = np.array(among, dtype=np.int64)
 
     def combinations(shape: int) -> list[tuple[int, ...]]:
-        met = np.array([instances[other].meet(ordering, arrays[shape]) for other in among]).T
+        met = instances.meet(arrays[shape])
         return [tuple(others[row].tolist()) for row in _distinct_rows(met) if row.any()]
 
     return combinations
