@@ -1,16 +1,19 @@
 """Scale refused before it explodes: what a run will need (GPUs, simulated ranks, ops, flows, memory),
 estimated from the scenario and the topology's parameters before anything large is built, and the refusal of
 runs beyond the limits, with the estimate and what to change; `sized_topology` builds a run's cluster only
-once its layout fits the GPU count and its estimate the limits.
+once its layout fits the GPU count, the cluster is within MAX_GPUS and its estimate within the limits.
 
 The estimate counts the per-rank program the way `program/` builds it (a forward, a backward and a recompute
 op per block and micro-batch, split around the TP collectives as the builder splits them; TP/SP, EP, CP, P2P and
 DP collectives; folded mirror groups), and each collective's flows the way its plan posts them (a group across
-hosts runs a ring per channel, collectives/ring.py's count, an EP all-to-all a transfer to every other member,
-beside the folded replicas that meet it), within about a factor of two (tests/test_scale.py compares it with
-real programs and runs). Every collective is counted as NCCL's ring would post it, whatever
-`collectives.algorithm` says: a hierarchical one posts fewer flows (TP 16 over two hosts: 2.6 times fewer), so
-the estimate errs towards refusing there. `--force` runs past the limits.
+hosts runs a ring per channel, collectives/ring.py's count, an EP all-to-all or a userbuffers kernel a transfer
+to every other member, a ring exchange one per member, beside the folded replicas that meet it, of which a
+replica quotient sends only the first DP replicas'), within about a factor of two (tests/test_scale.py compares
+it with real programs and runs). A folded run's ops and flows stop growing with DP; building the cluster and
+the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused by their size. Every collective
+is counted as NCCL's ring would post it, whatever `collectives.algorithm` says: a hierarchical one posts fewer
+flows (TP 16 over two hosts: 2.6 times fewer), so the estimate errs towards refusing there.
+`--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
 the cluster, the collectives' symmetry on the flow model, the step's faults: program/unfolding.py),
@@ -53,8 +56,20 @@ def limits_text() -> str:
     test that lowers a limit sees its own)."""
     return f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows"
 
-TOPOLOGY_BYTES_PER_GPU = 5_000
-"""Graph, link arrays and routes per GPU (measured: 32,768 DGX H100 GPUs take ~0.16 GB)."""
+CLUSTER_SECONDS_PER_GPU = 133e-6
+"""CPU seconds a run spends per GPU of its cluster whatever it simulates: building the graph, link arrays and
+router (~18 us), the network model and the per-rank structures of the layout, folding and replica quotient. Measured
+by benchmarks/cluster_cost.py on 2026-12-04 (shared 2-core Xeon): the 405B step (TP8 PP16, DP = GPUs / 128,
+folded, run.timeline summary) took 3.25 s at 16,384 GPUs (198 us a GPU, 42 k ops and 165 k flows included),
+8.98 s at 65,536 (137 us; 11 k ops, 86 k flows) and 34.8 s at 262,144 (133 us; 3.5 k ops, 13 k flows): a
+folded run's ops and flows shrink as DP grows, its per-GPU structures do not."""
+TOPOLOGY_BYTES_PER_GPU = 8_100
+"""Memory per GPU of the cluster and the run's per-GPU structures (same measurement: peak RSS grew by 504 MiB at
+65,536 GPUs, 2,029 MiB at 262,144; the graph alone ~2.9 kB a GPU)."""
+MAX_GPUS = 2**18
+"""Refuse clusters of more GPUs than this, whatever the folding: 262,144 GPUs, the largest measured, cost ~35 s
+and ~2 GiB before the step's own ops and flows; a million would take over two minutes and ~8 GiB
+(`CLUSTER_SECONDS_PER_GPU`, `TOPOLOGY_BYTES_PER_GPU`), while a folded run's ops and flows stay few."""
 OP_BYTES = 1_000
 """An op object, its SimPy process state and its timeline row."""
 FLOW_BYTES = 700
@@ -123,24 +138,41 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
 
 
-def _tp_splits(par: ParallelismConfig) -> tuple[int, int]:
+def _tp_splits(par: ParallelismConfig) -> tuple[int, Counter[str]]:
     """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
-    pass around its collectives, and the TP collectives, as the builder posts them (parallel/overlap.py).
-    Without sequence parallelism an all-reduce after each block's forward and backward. With it, per block: the
-    forward's all-gather and reduce-scatter; the backward's all-gather, the input's all-gather again and the
-    reduce-scatter, the pass split into the rest, the input-gradient and the weight-gradient GEMMs. With
-    `tp_comm_overlap`, each all-gather before a GEMM is a ring exchange (and a pair swap where it aggregates)
-    beside the GEMM's first steps and then its last step, and the forward's reduce-scatter a chunk each of
-    `chunks` GEMM chunks."""
+    pass around its collectives, and the TP collectives by the plan that posts them (`TP_PLANS`), as the builder
+    posts them (parallel/overlap.py). Without sequence parallelism an all-reduce after each block's forward and
+    backward. With it, per block: the forward's all-gather and reduce-scatter; the backward's all-gather, the
+    input's all-gather again and the reduce-scatter, the pass split into the rest, the input-gradient and the
+    weight-gradient GEMMs. With `tp_comm_overlap`, each all-gather before a GEMM is a ring exchange (and a pair
+    swap where it aggregates) beside the GEMM's first steps and then its last step, the forward's reduce-scatter
+    a userbuffers kernel each of `chunks` GEMM chunks, and the backward's input all-gather and reduce-scatter
+    userbuffers kernels too."""
     if not par.sequence_parallel:
-        return 0, 4
-    compute, collectives = 2, 5
-    if par.tp_comm_overlap:
-        overlap = tp_overlap()
-        exchanges = 2 if overlap.aggregate and par.tp % 2 == 0 and par.tp > 2 else 1
-        compute += 2 + overlap.chunks + 2  # GEMM steps of the forward's and the backward's exchange; RS chunks
-        collectives += 2 * (exchanges - 1) + overlap.chunks - 1
-    return 2 * compute, 2 * collectives
+        return 0, Counter(ring=4)
+    if not par.tp_comm_overlap:
+        return 4, Counter(ring=10)
+    overlap = tp_overlap()
+    aggregate = overlap.aggregate and par.tp % 2 == 0 and par.tp > 2
+    compute = 2 + 2 + overlap.chunks + 2  # the split pass; GEMM steps of both exchanges; the RS chunks
+    plans = Counter(exchange=2, userbuffers=overlap.chunks + 2, **({"pair": 2} if aggregate else {}))
+    return 2 * compute, Counter({plan: 2 * count for plan, count in plans.items()})
+
+
+TP_PLANS = ("ring", "userbuffers", "exchange", "pair")
+"""How a TP collective posts its transfers: `ring`, NCCL's (the TP group's `CollectiveShape`); `userbuffers`,
+one phase of every member to every other (collectives/userbuffers.py); `exchange`, the ring exchange, one transfer
+per member of its ring (every other TP rank where the overlap aggregates, else all); `pair`, the aggregating
+overlap's pair swap, two transfers."""
+
+
+def _tp_transfers(par: ParallelismConfig, plans: Counter[str], ring: float) -> float:
+    """The transfers a TP collective posts on average over ``plans`` (`TP_PLANS`), NCCL's ring posting
+    ``ring``."""
+    tp = par.tp
+    exchange = tp // 2 if plans["pair"] else tp
+    per_plan = {"ring": ring, "userbuffers": tp * (tp - 1), "exchange": exchange, "pair": 2}
+    return sum(count * per_plan[plan] for plan, count in plans.items()) / max(sum(plans.values()), 1)
 
 
 def _ep_all_to_alls(recompute: str) -> int:
@@ -163,7 +195,7 @@ class CollectiveShape:
     traffic on the network: engine/sharing.py prunes the others, and those inside other hosts never meet it)."""
 
     members: int
-    transfers: int
+    transfers: float
     replicas: int
 
 
@@ -206,6 +238,29 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     return shapes
 
 
+def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
+    """The data-parallel replicas a folded run sends the flows of (engine/replicas.py `_shift_step`): the fewest
+    whose shift moves every GPU by whole periods of the fabric's spine hash, when DP is outermost over the whole
+    cluster; 0 when no shift is a symmetry (every replica then sends)."""
+    period, stride = hosts.period if hosts is not None else 0, layout.stride("dp")
+    if not period or layout.dp == 1 or stride * layout.dp != layout.world:
+        return 0
+    return next((step for step in range(1, layout.dp) if layout.dp % step == 0 and step * stride % period == 0), 0)
+
+
+def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape, ep: int) -> CollectiveShape:
+    """``shape`` under the replica quotient of ``step`` replicas: of a group that spans ``span`` DP replicas,
+    only the transfers from the first ``step`` are sent (a DP ring's step / dp), and of its copies per stage
+    at most those in the first ``step`` replicas (one per orbit of the shift)."""
+    if kind == "pp":
+        return shape
+    stride = layout.stride("dp")
+    span = len({rank // stride % layout.dp for rank in _first_group(layout, kind, ep)})
+    copies = layout.world // layout.pp // shape.members * max(step, span) // layout.dp
+    return CollectiveShape(shape.members, shape.transfers * min(step, span) / span,
+                           min(shape.replicas, max(1, copies)))
+
+
 def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) -> int:
     """Ranks a folded run simulates per stage: two where EP all-to-alls run beside rings across hosts, whose
     direction alternates from host to host (engine/rank_classes.py classes the hosts by it: the bundled MoE
@@ -235,11 +290,11 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
-    split_compute, tp_collectives = _tp_splits(par) if tp > 1 else (0, 0)
+    split_compute, tp_plans = _tp_splits(par) if tp > 1 else (0, Counter[str]())
     compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
                    + layers_per_rank * split_compute)
     comm = {
-        "tp": m * layers_per_rank * tp_collectives,
+        "tp": m * layers_per_rank * sum(tp_plans.values()),
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
@@ -249,12 +304,16 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     }
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
     shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels)
-    per_stage = tp * cp * dp
     ranks = pp * _rank_classes(comm, shapes) if fold else gpus
+    shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
+        quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
+            else 0
+        if quotient:
+            shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep) for kind, shape in shapes.items()}
         flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())
-        mirrors = pp * sum(comm.values()) * per_stage * 2
+        mirrors = pp * sum(comm.values()) * tp * cp * dp * 2
     else:
         flows = gpus * sum(count * shapes[kind].transfers / shapes[kind].members for kind, count in comm.items())
         mirrors = 0.0
@@ -367,6 +426,18 @@ def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     return ("model",) if scenario.model is not None else ("workload",)
 
 
+def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
+    """Raise a located ScenarioError when the cluster has more than MAX_GPUS GPUs: building it and the run's
+    per-GPU structures alone would take minutes, however few ops and flows a folded step posts."""
+    if gpus > MAX_GPUS:
+        field = ("cluster", "nodes") if "nodes" in loaded.scenario.cluster.overrides() else ("cluster",)
+        raise loaded.error(field, f"a cluster of {gpus:,} GPUs is too large to simulate (~"
+                                  f"{gpus * CLUSTER_SECONDS_PER_GPU:,.0f} s and ~"
+                                  f"{gpus * TOPOLOGY_BYTES_PER_GPU / 2**30:,.1f} GiB before the first op); the "
+                                  f"limit is {MAX_GPUS:,} GPUs",
+                           f"a cluster of at most {MAX_GPUS:,} GPUs (cluster.nodes); or pass --force")
+
+
 def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
     """Estimate the run and raise a located ScenarioError, with the estimate and advice, beyond the limits."""
     scenario = loaded.scenario
@@ -428,9 +499,11 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     if gpus is not None:
         located(loaded, lambda: refuse_wrong_layout(loaded.scenario, gpus))
         if not force:
+            located(loaded, lambda: refuse_too_many_gpus(loaded, gpus))
             located(loaded, lambda: refuse_if_too_large(loaded, gpus))
     topology = scenario_topology(loaded)
     if gpus is None and not force:
+        located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
         located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus))
     return topology
 

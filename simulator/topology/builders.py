@@ -420,6 +420,13 @@ FABRIC_PARAMETERS = {
 }
 
 
+def shift_period_hosts(hosts: int, p: dict) -> int:
+    """Hosts per period of the spine hash (`Fabric.shift_period`): a leaf group, or with tiers: 3 a pod's leaf
+    groups; read by `_add_network` and, before the cluster is built, by topology/size.py."""
+    groups = -(-hosts // p["leaf_ports"])
+    return p["leaf_ports"] * (-(-groups // p["pods"]) if p["tiers"] == 3 else 1)
+
+
 def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
     """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
     per_gpu_latency = p["nic_latency"] / 2
@@ -467,7 +474,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
         add_links(wiring, ((fabric.gpus[gpu], fabric.nic[gpu]) for gpu in members),
                   bandwidth=p["nic_pcie_bandwidth"], latency=per_gpu_latency, link_class="pcie")
     fabric.flow_keys = len(host_gpus) * sharing_nic
-    period_hosts = p["leaf_ports"] * (groups_per_pod if p["tiers"] == 3 else 1)
+    period_hosts = shift_period_hosts(len(host_gpus), p)
     fabric.shift_period = period_hosts * sharing_nic
     fabric.shift_gpus = period_hosts * len(host_gpus[0])
     uplink = p["leaf_ports"] * bandwidth / p["oversubscription"] / p["spines"]

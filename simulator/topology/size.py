@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.errors import TopologyError
-from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, read_graph_nodes
+from simulator.topology.builders import BUILDERS, GRAPH_PARAMETERS, NODE_TYPES, read_graph_nodes, shift_period_hosts
 from simulator.topology.loader import TopologySource
 from simulator.topology.parameters import read_parameters
 
@@ -65,6 +65,15 @@ class HostShape:
     gpus: int
     rails: int
     domain: int
+    period: int = 0
+    """GPU indices per period of the fabric's spine hash (`Fabric.shift_gpus`), whose whole multiples shift the
+    data-parallel replicas onto each other (engine/replicas.py); 0: one period spans the cluster."""
+
+
+def _period(hosts: int, host_gpus: int, params: dict) -> int:
+    """`HostShape.period` of ``hosts`` hosts of ``host_gpus`` GPUs (0 where one period holds every host)."""
+    period = shift_period_hosts(hosts, params)
+    return period * host_gpus if period < hosts else 0
 
 
 def host_shape(spec: TopologySource) -> HostShape | None:
@@ -74,12 +83,15 @@ def host_shape(spec: TopologySource) -> HostShape | None:
         if spec.kind == "cluster":
             params = read_parameters(BUILDERS["cluster"].parameters, dict(spec.params))
             gpus = _node_gpus(params["node"])
-            return HostShape(gpus, min(params["nics_per_node"] or gpus, gpus), gpus)
+            return HostShape(gpus, min(params["nics_per_node"] or gpus, gpus), gpus,
+                             _period(params["nodes"], gpus, params))
         if spec.kind == "nvl72":
             params = read_parameters(BUILDERS["nvl72"].parameters, dict(spec.params))
             tray = params["gpus_per_tray"]
             rails = min(params["nics_per_tray"], tray) if params["racks"] > 1 else 1
-            return HostShape(tray, rails, tray * params["trays"])
+            trays = params["racks"] * params["trays"]
+            period = _period(trays, tray, params) if params["racks"] > 1 else 0
+            return HostShape(tray, rails, tray * params["trays"], period)
     except TopologyError:
         return None
     return None
