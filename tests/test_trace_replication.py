@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from test_traces import EXACT, allreduce_time, chakra_job, run
+from test_traces import EXACT, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload
@@ -328,3 +328,37 @@ def test_a_data_parallel_group_neither_across_nor_inside_the_replicas_is_refused
         "places 0, 3 of the traced job's 4 (TP 1 x CP 1 x PP 2 on 8 ranks), so how it grows with dp is unknown "
         "(allowed: data-parallel groups over all of the traced job's data-parallel places, or every s-th of them "
         "(expert-data-parallel, HSDP replicate groups), or over a block of consecutive ones (HSDP shard groups))")
+
+
+def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
+    """Two traced ranks, EP 2 inside DP 2 (their default group all-reduces the gradients), whose all-to-all
+    sends 6 MiB one way and 2 MiB the other (test_traces.UNEVEN): at dp 4 each copy keeps its EP pair and its
+    shares (4 MiB of EP per GPU, as traced), dp 2 is the trace itself, and folded on one DGX H100 (the copy's
+    pair on NVLink beside the traced one, its mirror) equals unfolded. It was refused: replicas widened every
+    group, and no shares say what more members send."""
+    base = all_to_all_2rank(tmp_path, UNEVEN).replace("format: kineto", "format: kineto, traced_ep: 2@DP@")
+    on_dgx = base.replace(base.splitlines()[0], "cluster: {topology: dgx-h100}")
+    _, traced = run(on_dgx.replace("@DP@", ""), tmp_path)
+    _, same = run(on_dgx.replace("@DP@", ", dp: 2"), tmp_path)
+    assert same.summary["step_time_s"] == traced.summary["step_time_s"]
+    _, folded = run(on_dgx.replace("@DP@", ", dp: 4"), tmp_path)
+    _, unfolded = run(on_dgx.replace("@DP@", ", dp: 4") + "run: {fold: false}\n", tmp_path)
+    assert (folded.summary["simulated_ranks"], unfolded.summary["simulated_ranks"]) == (2, 4)
+    assert folded.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=EXACT)
+    for result in (folded, unfolded):
+        assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(
+            traced.summary["traffic_bytes_per_gpu"]["ep"], rel=EXACT)
+        assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
+
+
+def test_a_data_parallel_group_running_all_to_alls_is_refused(tmp_path):
+    """The uneven all-to-all's group described as dp_shard: it counts as data-parallel and spans both traced
+    replicas, so it would widen, but its shares say nothing of what more members send."""
+    text = all_to_all_2rank(tmp_path, UNEVEN).replace("format: kineto", "format: kineto, dp: 4")
+    for rank in (0, 1):
+        seq_args(tmp_path / "traces", rank, 1, **{"Process Group Description": "dp_shard"})
+    assert refusal_line(text.replace("nodes: 2", "nodes: 4"), tmp_path) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.dp: process group '5' (ranks 0-1) counts as data-parallel and "
+        "runs all-to-alls, whose shares more replicas cannot tell (allowed: leave dp out, or Process Group "
+        "Descriptions naming the group's dimension (an all-to-all's group is CP's or EP's, copied into each "
+        "replica))")

@@ -1718,13 +1718,13 @@ def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_ar
         f"({tmp_path / 'traces' / 'rank0.json'}: traceEvents[1])", "the same primitive and size on every member")
 
 
-def test_equal_split_sizes_replicate_as_an_even_all_to_all_and_unequal_ones_are_refused(tmp_path):
+def test_equal_split_sizes_replicate_as_an_even_all_to_all(tmp_path):
     """PyTorch's list-form all_to_all records one split per tensor, equal or not: with `dp: 4` the two traced
     ranks (EP 2 inside DP 2, whose default group all-reduces the gradients) are copied twice, and the
     all-to-all of 8 MiB in equal halves replicates as the even one does, each copy keeping its EP pair (1/2 x 8
-    = 4 MiB of EP per GPU), with the same step time (it was refused for listing splits); unequal splits are
-    refused. A CP 2 trace of the two ranks has no data parallelism, and is refused (it was spread over four
-    ranks, 6 MiB of CP per GPU, as if its CP group were the gradients')."""
+    = 4 MiB of EP per GPU), with the same step time (it was refused for listing splits). A CP 2 trace of the two
+    ranks has no data parallelism, and is refused (it was spread over four ranks, 6 MiB of CP per GPU, as if its
+    CP group were the gradients'). Unequal splits: tests/test_trace_replication.py."""
     halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
     results = []
     for name, splits in (("split", halves), ("even", EVEN)):
@@ -1732,12 +1732,10 @@ def test_equal_split_sizes_replicate_as_an_even_all_to_all_and_unequal_ones_are_
             "format: kineto", "format: kineto, traced_cp: 1, traced_ep: 2, dp: 4").replace("nodes: 2", "nodes: 4")
         results.append(run(text, tmp_path / name)[1].summary)
     assert results[0]["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
+    assert results[0]["step_time_s"] == results[1]["step_time_s"]
     text = all_to_all_2rank(tmp_path / "cp", halves).replace(
         "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")
     assert refusal(text, tmp_path / "cp").problem.startswith("the traced job has no data parallelism")
-    assert results[0]["step_time_s"] == results[1]["step_time_s"]
-    text = all_to_all_2rank(tmp_path / "uneven", UNEVEN).replace("format: kineto", "format: kineto, dp: 4")
-    assert refusal(text.replace("nodes: 2", "nodes: 4"), tmp_path / "uneven").field == "workload.dp"
 
 
 def cp_ring_job(folder: Path, ring_groups: str) -> None:

@@ -115,15 +115,9 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     kinds = dimensions(used, world, transfers,
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                        [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
-    replicas = _replicas(config.dp, members, kinds, world)
+    replicas = _replicas(config.dp, members, kinds, world, frozenset(_all_to_alls(traced)))
     groups = replicas.members(members)
-    if config.dp is not None:
-        if any(len(set(op.sends)) > 1 or len(set(op.receives)) > 1 for rank in traced for op in rank.ops):
-            raise ScenarioError("the trace's all-to-alls list unequal split sizes per traced rank (expert "
-                                "parallelism), which replicas cannot share", field="workload.dp",
-                                allowed="leave dp out for traces with uneven all-to-alls")
-        traced = _without_even_splits(traced)
-        world = replicas.world
+    world = replicas.world
     if world > topology.num_gpus:
         raise ScenarioError(f"the traced job spans {world} ranks; the cluster has only {topology.num_gpus} "
                             f"GPU{'s' if topology.num_gpus > 1 else ''}",
@@ -314,13 +308,6 @@ def _transfer(rank: int, op: TracedOp) -> Transfer:
     return Transfer(rank, op.peer, op.description) if op.kind == "send" else Transfer(op.peer, rank, op.description)
 
 
-def _without_even_splits(traced: list[TracedRank]) -> list[TracedRank]:
-    """The traced ranks with split sizes that are all equal left out: such an all-to-all (PyTorch's list form
-    records one split per tensor, equal or not) is an even one, which replicas of the traced group share as
-    one without splits."""
-    return [replace(rank, ops=tuple(replace(op, sends=(), receives=()) for op in rank.ops)) for rank in traced]
-
-
 @dataclass(frozen=True)
 class _Replicas:
     """The traced job's copies that `workload.dp` asks for (one: not replicated). The traced job holds d
@@ -373,7 +360,8 @@ DP_GROUPS_ALLOWED = ("data-parallel groups over all of the traced job's data-par
                      "groups)")
 
 
-def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int) -> _Replicas:
+def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int,
+              exchanging: frozenset[str]) -> _Replicas:
     """The copies of the traced job of ``world`` ranks that `workload.dp` = ``dp`` asks for. The traced job's
     data parallelism d is its ranks over TP x CP x PP as the layout read them (layout.py; never a group's size:
     Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP spans d x CP ranks, an expert-data-parallel group fewer than d);
@@ -381,7 +369,9 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
     in each of its slices (ranks alike but for their data-parallel place) it holds every place, or every s-th
     from one below s (_reach), and copied where it holds a block of consecutive places (an HSDP shard
     group, inside one replica's block); any other shape is refused, as is a trace whose d is 1 or that has no
-    widened group (it tells no gradient traffic), and a dp that is not a multiple of d."""
+    widened group (it tells no gradient traffic), a dp that is not a multiple of d, and a group that would widen
+    but runs all-to-alls (``exchanging``: a group described as data-parallel whose traced shares per pair, or even
+    split, say nothing of more members)."""
     if dp is None:
         return _Replicas(world)
     tp, pp, cp = kinds.sizes.tp or 1, kinds.sizes.pp or 1, _cp_size(members, kinds)
@@ -399,6 +389,11 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
             slices.setdefault((rank % tp, rank // tp % cp, rank * pp // world), []).append(
                 rank // (tp * cp) % degree)
         readings = {_reach(places, degree) for places in slices.values()}
+        if readings == {"across"} and group in exchanging:
+            raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) counts as data-parallel "
+                                "and runs all-to-alls, whose shares more replicas cannot tell", field="workload.dp",
+                                allowed="leave dp out, or Process Group Descriptions naming the group's dimension "
+                                "(an all-to-all's group is CP's or EP's, copied into each replica)")
         if readings == {"across"}:
             widened.add(group)
         elif readings != {"inside"}:
