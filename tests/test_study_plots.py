@@ -349,3 +349,34 @@ def test_quantities_on_a_chart_axis_go_smallest_first():
     mixed = frame.assign(forward=["4 ms", "fast", "100 us"] * 2)
     labels = heatmap_figure(mixed, "forward", "m", "step_time_s").axes[0].get_xticklabels()
     assert [text.get_text() for text in labels] == ["100 us", "4 ms", "fast"]  # pandas' own order of texts
+
+
+def test_a_heatmap_cell_of_several_points_says_it_is_their_mean():
+    """A sweep that varies more axes than --x and --y show puts several points in each cell; the cell showed
+    their mean under a title that said nothing of it (the sweep chart says how many share a place)."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"status": "ok", "m": [4, 4, 8, 8, 4], "schedule": ["gpipe"] * 4 + ["1f1b"],
+                          "forward": ["1 ms", "2 ms"] * 2 + ["1 ms"], "step_time_s": [1.0, 3.0, 5.0, 7.0, 2.0]})
+    figure = heatmap_figure(frame, "m", "schedule", "step_time_s")
+    assert figure.axes[0].images[0].get_array().tolist()[1] == [2.0, 6.0]  # gpipe: the mean of two points
+    assert figure.axes[0].get_title() == ("step_time_s over m x schedule\n"
+                                          "mean of up to 2 points per cell: more axes vary than --x and --y show")
+    single = heatmap_figure(frame[frame["forward"] == "1 ms"], "m", "schedule", "step_time_s")
+    assert single.axes[0].get_title() == "step_time_s over m x schedule"
+
+
+def test_a_heatmaps_long_axis_name_stays_clear_of_its_title():
+    """Two rows of `parallelism.pipeline.schedule`: the y label, taller than the two-row plot, ran up into the
+    title."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"status": "ok", "training.microbatches": [4, 8, 4, 8],
+                          "parallelism.pipeline.schedule": ["gpipe", "gpipe", "1f1b", "1f1b"],
+                          "bubble_fraction": [0.43, 0.27, 0.43, 0.27]})
+    figure = heatmap_figure(frame, "training.microbatches", "parallelism.pipeline.schedule", "bubble_fraction")
+    figure.draw_without_rendering()
+    ax = figure.axes[0]
+    label, title = ax.yaxis.label.get_window_extent(), ax.title.get_window_extent()
+    assert label.y1 <= title.y0
+    assert not label.overlaps(title)

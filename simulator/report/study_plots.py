@@ -79,9 +79,9 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
 
 
 def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
-    """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell);
-    refused when the three columns are not distinct or ``value`` holds something other than numbers (each was a
-    pandas traceback)."""
+    """``value`` over the grid of two sweep axes, each cell annotated (mean where several points share a cell,
+    which the title says); refused when the three columns are not distinct or ``value`` holds something other
+    than numbers (each was a pandas traceback)."""
     _check_columns(frame, {"--x": x, "--y": y, "--value": value})
     if len({x, y, value}) < 3:
         raise ScenarioError(f"--x {x}, --y {y} and --value {value} name one column twice", field="--x/--y/--value",
@@ -93,6 +93,7 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
                             allowed="a numeric column (a metric such as step_time_s)")
     table = rows.assign(**{value: numbers}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
+    shared = int(rows.groupby([y, x], dropna=False).size().max()) if len(rows) else 1
     figure = Figure(figsize=(1.2 + 1.1 * max(len(table.columns), 1), 1.4 + 0.6 * max(len(table.index), 1)),
                     layout="constrained")
     ax = figure.add_subplot()
@@ -105,8 +106,19 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     figure.colorbar(image, ax=ax, label=value)
-    ax.set_title(f"{value} over {x} x {y}")
+    ax.set_title(f"{value} over {x} x {y}" + (
+        f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else ""))
+    _fit_label_height(figure, ax)
     return figure
+
+
+def _fit_label_height(figure: Figure, ax) -> None:
+    """Make the figure tall enough for the y label beside the axes: a long axis name (parallelism.pipeline.
+    schedule) over a plot of two rows ran up into the title."""
+    figure.draw_without_rendering()
+    label, axes = ax.yaxis.label.get_window_extent(), ax.get_window_extent()
+    if label.height > axes.height:
+        figure.set_figheight(figure.get_figheight() + (label.height - axes.height) / figure.dpi + 0.2)
 
 
 def busbw_figure(rows: pd.DataFrame, *, label: str = "algorithm") -> Figure:
