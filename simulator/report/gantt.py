@@ -312,7 +312,7 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     layout = run_layout(summary)
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
-    chunks = f", {virtual_stages} chunks/stage" if virtual_stages > 1 else ""
+    chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 else ""
     ax.set_title(f"{run_name(summary)}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
                  f"dp={layout.dp}, {info.get('microbatches', '?')} micro-batches{chunks} — bubble "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
