@@ -409,6 +409,24 @@ def test_unsupported_primitive_names_the_algorithms_that_can():
     assert "does not implement all_to_all" in str(info.value) and "direct" in info.value.allowed
 
 
+@pytest.mark.parametrize("asked, op", [("collnet_direct", "all_reduce"), ("nvls_sharp", "all_reduce"),
+                                       ("userbuffers", "all_reduce"), ("nvls", "broadcast")])
+def test_an_algorithm_refused_on_a_topology_offers_those_that_run_there(asked, op):
+    """collnet_direct on one DGX H100 was refused "(allowed: ring, tree, hierarchical or auto)", leaving out nvls,
+    the fastest all-reduce there; userbuffers' refusal offered collnet_direct and nvls_sharp, which need SHARP
+    switches the node lacks. The offer is what plans on this topology, each checked by planning it."""
+    topology = load_topology("dgx-h100")
+    request = CollectiveRequest(op, tuple(range(8)), 64 * MIB)
+    with pytest.raises(ScenarioError) as info:
+        plan_collective(request, topology, asked)
+    offered = info.value.allowed.removesuffix(" or auto").split(", ")
+    assert offered and asked not in offered
+    for name in offered:
+        assert plan_collective(request, topology, name)
+    assert {"collnet_direct", "nvls_sharp"}.isdisjoint(offered)
+    assert ("nvls" in offered) == (op == "all_reduce")
+
+
 @pytest.mark.parametrize("bad", [dict(ranks=(0, 0)), dict(ranks=(0, 9)), dict(nbytes=-1.0),
                                  dict(root=2), dict(chunk_bytes=0.0)])
 def test_bad_requests_are_rejected(bad):

@@ -62,7 +62,7 @@ def check(request: CollectiveRequest, topology: Topology, name: str) -> list[lis
     reason = refusal(request.ranks, topology)
     if reason:
         raise ScenarioError(f"{name} needs a group across hosts on SHARP switches: {reason}",
-                            field="collectives.algorithm", allowed="ring, tree, hierarchical or auto")
+                            field="collectives.algorithm")
     return sorted(group_by_host(request.ranks, topology), key=lambda members: topology.gpu_host[members[0]])
 
 

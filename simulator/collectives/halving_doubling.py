@@ -34,11 +34,11 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Halving for reduce-scatter, doubling for all-gather, halving then doubling for all-reduce."""
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'halving_doubling' does not implement {request.op}",
-                            field="collectives.algorithm", allowed=f"halving_doubling for {', '.join(OPS)}")
+                            field="collectives.algorithm")
     size = len(request.ranks)
     if size & (size - 1):
         raise ScenarioError(f"halving_doubling needs a power-of-two group, got {size} ranks",
-                            field="collectives.algorithm", allowed="2, 4, 8, ... ranks; or ring for any size")
+                            field="collectives.algorithm")
     if request.op == "reduce_scatter":
         return halving(request.ranks, request.nbytes)
     if request.op == "all_gather":

@@ -24,8 +24,7 @@ def host_grid(request: CollectiveRequest, topology: Topology, name: str = "hiera
     sizes = sorted({len(members) for members in hosts})
     if len(sizes) > 1:
         raise ScenarioError(f"{name} {request.op} needs the same number of group members on every host, "
-                            f"got {', '.join(map(str, sizes))}", field="collectives.algorithm",
-                            allowed="ring, tree or direct for uneven groups")
+                            f"got {', '.join(map(str, sizes))}", field="collectives.algorithm")
     return hosts
 
 
@@ -49,8 +48,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Intra-host rings + per-rail inter-host rings (binomial trees for broadcast/reduce), rails in parallel."""
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'hierarchical' does not implement {request.op}",
-                            field="collectives.algorithm",
-                            allowed=f"hierarchical for {', '.join(OPS)}; direct for {request.op}")
+                            field="collectives.algorithm")
     hosts = host_grid(request, topology)
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]

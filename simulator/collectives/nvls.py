@@ -109,7 +109,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     if not topology.nvls or request.op != "all_reduce":
         raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
                             f"may span hosts whose switches reduce); {topology.name} does not fit",
-                            field="collectives.algorithm", allowed="ring, tree or hierarchical")
+                            field="collectives.algorithm")
     hosts = host_grid(request, topology, "nvls")
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]

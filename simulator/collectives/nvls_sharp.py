@@ -38,7 +38,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     if not fits(topology, hosts):
         raise ScenarioError(f"nvls_sharp needs NVLink SHARP inside the hosts (nvls: nvswitch3) and two or more GPUs "
                             f"of the group per host; {topology.name} with this group does not fit",
-                            field="collectives.algorithm", allowed="collnet_direct, ring, tree or auto")
+                            field="collectives.algorithm")
     g, n = len(hosts[0]), request.nbytes
     intra = nvls.in_switch(hosts, "all_reduce", n, topology)
     return [Phase(tuple(intra + sharp_transfers(hosts, n / g)), min_latency=LATENCY)]

@@ -57,17 +57,44 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
                     efficiency: Mapping[str, float] | None = None, protocol: ProtocolChoice = "simple"
                     ) -> list[Phase]:
     """Check ``request``, resolve ``algorithm`` and ``protocol`` (registered names, or "auto" for links that reach
-    ``efficiency``; the protocol is Simple unless asked) and return its phases under that protocol."""
+    ``efficiency``; the protocol is Simple unless asked) and return its phases under that protocol. An algorithm
+    that cannot run the request here is refused offering those that can (`runnable_algorithms`)."""
     check_request(request, topology)
     if len(request.ranks) < 2 or request.nbytes == 0:
         return []
     name, resolved = resolve(request, topology, algorithm, protocol, efficiency)
     chosen = ALGORITHMS[name]
     if request.op not in chosen.ops:
-        able = ", ".join(name for name, entry in ALGORITHMS.items() if request.op in entry.ops)
         raise ScenarioError(f"algorithm {name!r} does not implement {request.op}",
-                            field="collectives.algorithm", allowed=f"{able} or auto")
-    return protocols.apply(chosen.plan(request, topology), name, resolved)
+                            field="collectives.algorithm", allowed=_offered(request, topology))
+    try:
+        phases = chosen.plan(request, topology)
+    except ScenarioError as refused:
+        if refused.field != "collectives.algorithm":
+            raise
+        raise ScenarioError(refused.problem, field=refused.field, allowed=_offered(request, topology)) from None
+    return protocols.apply(phases, name, resolved)
+
+
+def runnable_algorithms(request: CollectiveRequest, topology: Topology) -> list[AlgorithmName]:
+    """The registered algorithms that plan ``request`` on ``topology``: each that implements its op and whose own
+    checks (SHARP switches, NVLink SHARP, hosts of equal share, a power-of-two group...) pass, found by planning
+    it, so that no list kept beside the checks can disagree with them."""
+    able = []
+    for name, entry in ALGORITHMS.items():
+        if request.op not in entry.ops:
+            continue
+        try:
+            entry.plan(request, topology)
+        except ScenarioError:
+            continue
+        able.append(name)
+    return able
+
+
+def _offered(request: CollectiveRequest, topology: Topology) -> str:
+    """What a refusal of an algorithm offers instead: the algorithms that run ``request`` here, or auto."""
+    return ", ".join(runnable_algorithms(request, topology)) + " or auto"
 
 
 def resolve(request: CollectiveRequest, topology: Topology, algorithm: AlgorithmChoice,

@@ -119,8 +119,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Ring all-reduce / reduce-scatter / all-gather as ONE phase (``repeat`` = ring steps); broadcast and
     reduce as a pipelined chain along each channel's ring, the buffer split over the channels."""
     if request.op not in OPS:
-        raise ScenarioError(f"algorithm 'ring' does not implement {request.op}", field="collectives.algorithm",
-                            allowed=f"ring for {', '.join(OPS)}; direct for {request.op}")
+        raise ScenarioError(f"algorithm 'ring' does not implement {request.op}", field="collectives.algorithm")
     size = len(request.ranks)
     hosts = group_by_host(request.ranks, topology)
     channels = channel_count(request, topology, hosts)

@@ -45,7 +45,7 @@ def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """One phase: every member sends its n/p slice to every other member (``topology`` only routes them)."""
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'userbuffers' does not implement {request.op}",
-                            field="collectives.algorithm", allowed=", ".join(OPS))
+                            field="collectives.algorithm")
     ranks = request.ranks
     share = request.nbytes / len(ranks)
     return [Phase(tuple(Transfer(src, dst, share) for src in ranks for dst in ranks if dst != src))]
