@@ -104,6 +104,18 @@ takes about twice its mirrors' time, 2.22 against 1.15 ms), and stage 1's groups
 the spine hash) are translates of stage 0's."""
 
 
+@pytest.mark.parametrize(("rows", "columns"), [(0, 3), (1, 1), (40, 3), (300, 64), (200, 70), (5, 0)])
+def test_distinct_rows_are_those_of_np_unique_in_its_order(rows, columns):
+    """The overlap tables' distinct rows, found packed into bytes, are `np.unique(axis=0)`'s, in its order, over
+    tables with no rows or no columns and past 64 columns (more than eight bytes a row)."""
+    rng = np.random.default_rng(rows * 100 + columns)
+    met = rng.random((rows, columns)) < 0.3
+    met[1::3] = met[: len(met[1::3])]
+    found = symmetry._distinct_rows(met)
+    expected = np.unique(met, axis=0)
+    assert found.dtype == bool and found.shape == expected.shape and (found == expected).all()
+
+
 @pytest.mark.parametrize("translations", [True, False], ids=["translations", "no translations"])
 def test_a_zero_byte_collective_first_hides_no_group(monkeypatch, translations):
     """A copy of stage 0's first DP all-reduce that sends nothing, put first in the program, changes nothing:

@@ -308,8 +308,9 @@ def _rank_overlapping(shapes: CollectiveShapes, order: ProgramOrder, among: Sequ
 def _distinct_rows(met: np.ndarray) -> np.ndarray:
     """The distinct rows of the boolean table ``met`` in `np.unique`'s order (lexicographic, False first): each
     row packed into bytes, first column in the highest bit, so that comparing the bytes compares the rows (a
-    tenth of the time `np.unique(axis=0)` takes over one field per column)."""
-    packed = np.ascontiguousarray(np.packbits(met, axis=1))
+    tenth of the time `np.unique(axis=0)` takes over one field per column); a False column after the last
+    changes no comparison and gives a table without columns a byte to pack."""
+    packed = np.packbits(np.hstack((met, np.zeros((len(met), 1), dtype=bool))), axis=1)
     width = packed.shape[1]
     distinct = np.unique(packed.view(f"V{width}").reshape(-1)).view(np.uint8).reshape(-1, width)
     return np.unpackbits(distinct, axis=1, count=met.shape[1]).astype(bool)
