@@ -10,9 +10,9 @@ hosts runs a ring per channel, collectives/ring.py's count, an EP all-to-all or 
 to every other member, a ring exchange one per member, beside the folded replicas that meet it, of which a
 replica quotient sends only the first DP replicas'), within about a factor of two (tests/test_scale.py compares
 it with real programs and runs). A folded run's ops and flows stop growing with DP; building the cluster and
-the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused by their size. Every collective
-is counted as NCCL's ring would post it, whatever `collectives.algorithm` says: a hierarchical one posts fewer
-flows (TP 16 over two hosts: 2.6 times fewer), so the estimate errs towards refusing there.
+the run's per-GPU structures does not, so clusters beyond MAX_GPUS are refused by their size. With
+`collectives.algorithm: hierarchical` the phases of collectives/hierarchical.py are counted; otherwise every
+collective counts as NCCL's ring would post it, whichever algorithm the tuner or the scenario picks.
 `--force` runs past the limits.
 
 A step asked to fold is estimated folded; when a fold check unfolds it anyway (the plan's context parallelism,
@@ -33,6 +33,7 @@ from simulator.collectives.ring import cross_host_channels, usable_rails
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
+from simulator.config.training_options import grad_buffer_bytes
 from simulator.errors import InputError
 from simulator.parallel.experts import ep_group
 from simulator.parallel.layout import Layout
@@ -138,7 +139,7 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
 
 
-def _tp_splits(par: ParallelismConfig) -> tuple[int, Counter[str]]:
+def _tp_splits(par: ParallelismConfig, recompute: str) -> tuple[int, Counter[str]]:
     """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
     pass around its collectives, and the TP collectives by the plan that posts them (`TP_PLANS`), as the builder
     posts them (parallel/overlap.py). Without sequence parallelism an all-reduce after each block's forward and
@@ -147,11 +148,13 @@ def _tp_splits(par: ParallelismConfig) -> tuple[int, Counter[str]]:
     weight-gradient GEMMs. With `tp_comm_overlap`, each all-gather before a GEMM is a ring exchange (and a pair
     swap where it aggregates) beside the GEMM's first steps and then its last step, the forward's reduce-scatter
     a userbuffers kernel each of `chunks` GEMM chunks, and the backward's input all-gather and reduce-scatter
-    userbuffers kernels too."""
+    userbuffers kernels too. A full recompute runs the forward's collectives again (counted without the
+    overlap; with it they are not)."""
+    again = recompute == "full"
     if not par.sequence_parallel:
-        return 0, Counter(ring=4)
+        return 0, Counter(ring=4 + 2 * again)
     if not par.tp_comm_overlap:
-        return 4, Counter(ring=10)
+        return 4, Counter(ring=10 + 4 * again)
     overlap = tp_overlap()
     aggregate = overlap.aggregate and par.tp % 2 == 0 and par.tp > 2
     compute = 2 + 2 + overlap.chunks + 2  # the split pass; GEMM steps of both exchanges; the RS chunks
@@ -181,10 +184,21 @@ def _ep_all_to_alls(recompute: str) -> int:
     return 4 + 2 * (recompute == "full")
 
 
-def _buckets_per_layer(layer_bytes: float, tensors: int, bucket: float) -> float:
-    """DDP buckets a layer's gradients fill: its bytes over the bucket size, but no more than its tensors, since a
-    tensor closes the bucket it joins (`ddp.bucket: 0 B` is one bucket per tensor)."""
-    return min(float(tensors), layer_bytes / bucket) if bucket > 0 else float(tensors)
+BUCKET_LAYERS = 64
+"""Layers whose DDP buckets `_buckets` fills one by one; a stage of more repeats their count per layer."""
+
+
+def _buckets(tensors: tuple[float, ...], layers: float, grad_bytes: float, bucket: float) -> float:
+    """DDP buckets that ``layers`` layers of a rank's ``tensors`` (a layer's, elements, in forward order) fill as
+    parallel/work.gradient_buckets fills them, in reverse: a bucket closes at the tensor that brings it to
+    ``bucket`` bytes, so a tensor larger than a bucket closes one alone (`ddp.bucket: 0 B`: one per tensor)."""
+    walked = max(1, min(round(layers), BUCKET_LAYERS))
+    count, size = 0, 0.0
+    for tensor in [tensor for tensor in reversed(tensors) if tensor > 0] * walked:
+        size += tensor * grad_bytes
+        if size >= bucket:
+            count, size = count + 1, 0.0
+    return (count + (size > 0)) * layers / walked
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,9 @@ class CollectiveShape:
     members: int
     transfers: float
     replicas: int
+    joined: bool = False
+    """Whether the replicas that meet it are joined to it by another dimension across hosts (DP's rings on
+    the same rails), so that they lie in other DP replicas rather than beside it in its own."""
 
 
 def _first_group(layout: Layout, kind: str, ep: int) -> tuple[int, ...]:
@@ -229,13 +246,30 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
         if len({rank // hosts.domain for rank in group}) == 1:  # trays of one NVL72 rack: no NIC shared
             kept = 1
         elif len(crossing) > 1:
-            joined = max(usable_rails(hosts.rails, fewest) for fewest in crossing.values())
-            kept = replicas * joined // hosts.rails
+            rails_joined = max(usable_rails(hosts.rails, fewest) for fewest in crossing.values())
+            kept = replicas * rails_joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
+        if crossing[kind] > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
+            kept = max(kept, hosts.gpus // crossing[kind])  # its hops inside a host cross the lanes of a group there
         transfers = members * (peers if kind == "ep" or channels else cross_host_channels(rails))
-        shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)))
+        shapes[kind] = CollectiveShape(members, transfers, min(replicas, max(1, kept)), len(crossing) > 1)
     return shapes
+
+
+def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool) -> int:
+    """The transfers of a collective of ``kind``'s group as collectives/hierarchical.py plans it: a phase of one
+    transfer per member for the rings inside the hosts (two around an all-reduce, where a host holds two members
+    or more), and one for the rails' rings across them (where the group spans hosts)."""
+    group = layout.group(kind, 0)
+    spanned = len({rank // hosts.gpus for rank in group})
+    return len(group) * ((spanned > 1) + (len(group) > spanned) * (2 if all_reduce else 1))
+
+
+TREE_ALGORITHMS = ("auto", "tree")
+"""Choices under which a DP all-reduce may run as NCCL's double binary tree (the tuner picks it for small
+buckets), a plan that no shift of the replicas maps onto itself: engine/replicas.py then finds no quotient
+(SC21 310.1B, DP 15)."""
 
 
 def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
@@ -251,14 +285,17 @@ def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
 def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape, ep: int) -> CollectiveShape:
     """``shape`` under the replica quotient of ``step`` replicas: of a group that spans ``span`` DP replicas,
     only the transfers from the first ``step`` are sent (a DP ring's step / dp), and of its copies per stage
-    at most those in the first ``step`` replicas (one per orbit of the shift)."""
+    one per orbit of the shift: those in the first ``step`` replicas, or, where the copies that meet it lie one
+    to each other replica (`CollectiveShape.joined`), that share of them."""
     if kind == "pp":
         return shape
     stride = layout.stride("dp")
     span = len({rank // stride % layout.dp for rank in _first_group(layout, kind, ep)})
-    copies = layout.world // layout.pp // shape.members * max(step, span) // layout.dp
-    return CollectiveShape(shape.members, shape.transfers * min(step, span) / span,
-                           min(shape.replicas, max(1, copies)))
+    kept = max(step, span)
+    copies = (shape.replicas * kept if shape.joined else layout.world // layout.pp // shape.members * kept
+              ) // layout.dp
+    return replace(shape, transfers=shape.transfers * min(step, span) / span,
+                   replicas=min(shape.replicas, max(1, copies)))
 
 
 def _rank_classes(comm: dict[str, float], shapes: dict[str, CollectiveShape]) -> int:
@@ -277,39 +314,50 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     model = scenario.model
     tp, cp, pp, v = par.tp, par.cp, par.pp, par.pipeline.virtual_stages
     dp = par.dp or max(gpus // (tp * cp * pp), 1)
-    if model is not None and model.synthetic is not None:
-        layers, blocks, layer_params, layer_tensor_count = model.synthetic.stages, float(model.synthetic.stages), 0, 0
+    synthetic = model.synthetic if model is not None else None
+    tensors: tuple[float, ...] = ()
+    if synthetic is not None:
+        layers, blocks = synthetic.stages, float(synthetic.stages * v)
         moe = False
     else:
         from simulator.workload.stage_work import layer_tensors
 
         spec = resolve_model(scenario)
-        layers, blocks, layer_params = spec.layers, 2.0 * spec.layers + 2, spec.layer_params()
-        layer_tensor_count = sum(len(block) for block in layer_tensors(spec, tp))
+        layers, blocks = spec.layers, 2.0 * spec.layers + 2
+        tensors = tuple(tensor for block in layer_tensors(spec, tp) for tensor in block)
         moe = spec.moe is not None
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
-    split_compute, tp_plans = _tp_splits(par) if tp > 1 else (0, Counter[str]())
+    split_compute, tp_plans = (_tp_splits(par, training.recompute) if tp > 1 and synthetic is None
+                               else (0, Counter[str]()))
     compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
                    + layers_per_rank * split_compute)
     comm = {
         "tp": m * layers_per_rank * sum(tp_plans.values()),
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
-        "pp": m * v * 4 * (pp - 1) / pp if pp > 1 else 0.0,
+        "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
-                              layers_per_rank * _buckets_per_layer(layer_params * 2 / tp, layer_tensor_count,
-                                                                   par.ddp.bucket)) if dp > 1 else 0.0,
+                              _buckets(tensors, layers_per_rank, grad_buffer_bytes(training.precision,
+                                                                                   training.grad_reduce_dtype),
+                                       par.ddp.bucket)) if dp > 1 else 0.0,
     }
+    if synthetic is not None:  # fixed costs: no TP, CP or DP traffic, and P2P free unless it has bytes
+        compute += comm["pp"] / 2 if synthetic.p2p_bytes <= 0 else 0.0  # a free hand-off per receive
+        comm = {kind: count if kind == "pp" and synthetic.p2p_bytes > 0 else 0.0 for kind, count in comm.items()}
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
     shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels)
     ranks = pp * _rank_classes(comm, shapes) if fold else gpus
+    if scenario.collectives.algorithm == "hierarchical" and hosts is not None:
+        all_reduce = {"tp": not par.sequence_parallel, "cp": False, "dp": par.zero_stage == 0}
+        shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce))
+                       for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
     ops = ranks * (compute + sum(comm.values()) + 1)
     if fold:
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
-            else 0
+            and not (par.zero_stage == 0 and scenario.collectives.algorithm in TREE_ALGORITHMS) else 0
         if quotient:
             shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep) for kind, shape in shapes.items()}
         flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())
@@ -340,13 +388,20 @@ def _ps_estimate(scenario: Scenario, gpus: int) -> ScaleEstimate:
     return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
 
 
-def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int) -> ScaleEstimate:
+def _comm_estimate(scenario: Scenario, items: list[CollectiveItem], gpus: int,
+                   hosts: HostShape | None) -> ScaleEstimate:
+    """A `workload:` list: an op per member of each item, and per member a transfer of its ring inside one host,
+    two across hosts (an all-reduce's channels), or one transfer for a send_recv."""
     ops = flows = 0.0
     for item in items:
-        size = gpus if item.group == "all" else len(item.group)
-        size = 2 if item.op == "send_recv" else size
+        group = (0, gpus - 1) if item.group == "all" else item.group  # "all": its ends tell the hosts it spans
+        size = 2 if item.op == "send_recv" else gpus if item.group == "all" else len(group)
+        across = hosts is not None and len({rank // hosts.gpus for rank in group}) > 1
         ops += size * item.repeat
-        flows += size * item.repeat * (2 if item.op == "all_reduce" else 1)
+        if item.op == "send_recv":
+            flows += item.repeat
+        else:
+            flows += item.repeat * size * (2 if across and item.op == "all_reduce" else 1)
     return _estimate(scenario, gpus, gpus, ops, flows, 0.0, False)
 
 
@@ -367,7 +422,7 @@ def estimate_scale(scenario: Scenario, gpus: int, hosts: HostShape | None = None
     if scenario.model is not None:
         return _training_estimate(scenario, gpus, scenario.run.fold, hosts)
     if isinstance(scenario.workload, list):
-        return _comm_estimate(scenario, scenario.workload, gpus)
+        return _comm_estimate(scenario, scenario.workload, gpus, hosts)
     return None
 
 
