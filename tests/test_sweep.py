@@ -369,6 +369,16 @@ def test_base_scenario_path_is_relative_to_the_sweep_file(tmp_path):
         load_sweep(tmp_path / "sweep.yaml")
 
 
+def test_a_sweep_without_a_base_says_what_a_base_is(tmp_path):
+    """A sweep file without `base` said "base: required field is missing (allowed: text)"."""
+    (tmp_path / "sweep.yaml").write_text("grid: {parallelism.pp: [1]}\n")
+    with pytest.raises(ScenarioError) as refused:
+        load_sweep(tmp_path / "sweep.yaml")
+    assert (refused.value.field, refused.value.problem) == ("base", "required field is missing")
+    assert refused.value.allowed == ("a scenario path relative to the sweep file, a bundled scenario's name "
+                                     "(trainsim scenarios), or an inline scenario")
+
+
 def test_base_scenario_by_bundled_name(tmp_path):
     """`base:` may name a bundled scenario, as `trainsim run NAME` does; a file beside the sweep comes first."""
     (tmp_path / "sweep.yaml").write_text("base: schedule-1f1b-p4-m8\ngrid: {training.microbatches: [4, 8]}\n")

@@ -92,10 +92,15 @@ class RandomAxes(Section):
     axes: dict[str, Axis | RandomRange] = Field(min_length=1)
 
 
+BASE_ALLOWED = ("a scenario path relative to the sweep file, a bundled scenario's name (trainsim scenarios), or an "
+                "inline scenario")
+"""What a sweep's `base` takes: said when it is missing and when it names no scenario."""
+
+
 class SweepFile(Section):
     """A sweep file as written."""
 
-    base: str | dict
+    base: str | dict = Field(description=BASE_ALLOWED)
     grid: dict[str, Axis] = {}
     zip: dict[str, Axis] = {}
     random: RandomAxes | None = None
@@ -215,9 +220,7 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     if not path.is_file():
         path = bundled_file(spec.base) or path
     if not path.is_file():
-        raise ScenarioError(f"no scenario file {folder / spec.base}", field="base",
-                            allowed="a scenario path relative to the sweep file, a bundled scenario's name "
-                            "(trainsim scenarios), or an inline scenario", file=source,
+        raise ScenarioError(f"no scenario file {folder / spec.base}", field="base", allowed=BASE_ALLOWED, file=source,
                             line=line_of(lines, ("base",)))
     data, base_lines = read_yaml(path, ScenarioError)
     if not isinstance(data, dict):
