@@ -2,7 +2,8 @@
 
 Folding is exact only where every replica meets what the representatives meet. Three checks, from the cheapest:
 the cluster (`fold_blocker`: an explicit graph, or hosts of unequal size), the folded program's collectives
-on the flow model (`engine/symmetry.py`: a mirror that would meet the links differently), and the step's
+(`engine/symmetry.py`: on the flow model a mirror that would meet the links differently, on the analytic model
+one whose plan alone takes another time), and the step's
 faults (`fold_with_faults`: link faults, or stragglers that do not slow a stage alike or stay in one replica
 whose traffic meets no other's on the flow model). A check that fails rebuilds the program unfolded and gives
 the reason, which the summary reports as `fold_off_reason`. `fold_verdict` is the rule the engine applies to a
@@ -31,7 +32,7 @@ from simulator.engine.plans import PlanCache
 from simulator.engine.rank_classes import rank_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
-from simulator.engine.symmetry import asymmetric_replicas
+from simulator.engine.symmetry import asymmetric_replicas, unlike_alone
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
@@ -150,15 +151,16 @@ def fold_verdict(program: StepProgram, plans: PlanCache, mode: NetworkMode, effi
                  faults: StepFaultPlan, shapes: CollectiveShapes, order: ProgramOrder
                  ) -> tuple[dict[int, Slowdown], Unfolding | None]:
     """Whether the folded ``program`` is exact, the engine's rule: on the flow model every replica's collectives
-    meet the links as the simulated copy's do (`engine/symmetry.py`; the analytic model runs each transfer
-    alone, so no mirror meets traffic there), and the step's ``faults`` keep the replicas alike
+    meet the links as the simulated copy's do (`engine/symmetry.py`); on the analytic model, which runs each
+    transfer alone, every mirror's plan takes its group's time (`unlike_alone`: no mirror meets traffic there,
+    but a replica's routes may take other hops); and the step's ``faults`` keep the replicas alike
     (`fold_with_faults`). Each representative's slowdown and None when it is, else every slowed GPU's (the
     step runs unfolded) and why not. ``shapes`` and ``order``: the program's indexes (`program_indexes`)."""
-    if mode == "flow":
-        capacity = effective_capacity(plans.topology, dict(efficiency))
-        blocker = asymmetric_replicas(program.ops, plans, capacity, shapes, order)
-        if blocker:
-            return faults.slowdown_of(), Unfolding("collectives", blocker)
+    capacity = effective_capacity(plans.topology, dict(efficiency))
+    blocker = (asymmetric_replicas(program.ops, plans, capacity, shapes, order) if mode == "flow"
+               else unlike_alone(plans, capacity, shapes))
+    if blocker:
+        return faults.slowdown_of(), Unfolding("collectives", blocker)
     folded, blocker = fold_with_faults(faults, program, plans, mode, shapes)
     return (faults.slowdown_of(), Unfolding("faults", blocker)) if blocker else (folded, None)
 

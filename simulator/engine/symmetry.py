@@ -24,6 +24,7 @@ from itertools import chain
 
 import numpy as np
 
+from simulator.collectives.execute import phase_arrays
 from simulator.collectives.phases import Phase, Transfer
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
@@ -166,6 +167,50 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
             return verdict
         translates.add(op, algorithm, reference)
     return _unequally_met(shapes, plans, order or ProgramOrder(ops, frozenset()))
+
+
+def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:
+    """Why folding would not be exact on the analytic model ('' when every collective's mirrors take the time
+    its group takes): there each transfer runs alone, so a collective's plan takes, phase after phase, its
+    slowest transfer's latency plus bytes over its route's narrowest link of ``capacity`` (bytes/s), as
+    network/model.py times it, and a mirror stands for its replica exactly when its plan takes the group's time.
+    No mirror meets traffic there, so neither the route shapes nor the lockstep check after the run (flow model
+    only) would see one that does not: a pipeline hand-off over NVLink in one replica and over the NICs in
+    another (stages not aligned to hosts) left the folded step up to 0.9% off the unfolded one (tp 2, pp 3,
+    dp 4 on three DGX hosts). Every collective shape is compared, pipeline send/recvs too, each size apart (the
+    slowest transfer of a phase may change with the bytes), against one mirror per class of translates by whole
+    periods of the fabric's spine hash, which route alike."""
+    topology = plans.topology
+    for op in shapes.firsts:
+        if not op.mirrors:
+            continue
+        own_s = _analytic_seconds(topology, capacity, plans.phases(op, op.group))
+        for index in _class_firsts(plans, op):
+            mirror = op.mirrors[index]
+            mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror))
+            if not math.isclose(mirror_s, own_s, rel_tol=SAME_TIME):
+                return (f"{op.op} {op.name!r} takes {own_s * 1e3:.6g} ms over GPUs {list(op.group)} but "
+                        f"{mirror_s * 1e3:.6g} ms over the equivalent {list(mirror)} on the analytic model: the "
+                        "replicas' routes differ in hops or bandwidth (as where stages not aligned to hosts hand "
+                        "on over NVLink in one replica and over the NICs in another)")
+    return ""
+
+
+def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase]) -> float:
+    """How long ``phases`` take one after another on the analytic model: per phase, its slowest transfer's
+    latency plus its bytes over its route's narrowest link of ``capacity`` (a transfer without bytes or
+    without links: its latency alone), the numbers network/model.py `_run_analytic` reads off the same items."""
+    total = 0.0
+    for phase in phases:
+        if not phase.transfers:
+            continue
+        arrays = phase_arrays(topology, phase)
+        on_route = arrays.routes >= 0
+        narrowest = np.where(on_route, capacity[arrays.routes], np.inf).min(axis=1, initial=np.inf)
+        moving = (arrays.nbytes > 0) & on_route.any(axis=1)
+        seconds = arrays.latency + np.where(moving, arrays.nbytes / np.where(moving, narrowest, 1.0), 0.0)
+        total += float(seconds.max())
+    return total
 
 
 def unequal_traffic(shapes: CollectiveShapes, plans: PlanCache) -> dict[int, np.ndarray]:
