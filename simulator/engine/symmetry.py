@@ -13,7 +13,8 @@ cannot see what a mirror meets only in the step: a collective whose members send
 inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
 load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), each
 overlapping collective's load on its own (a sum of mirror images is alike on every lane), or folding is off.
-A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does.
+A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does, and inside
+domains that are not stars (a PCIe server) as other collectives are.
 """
 
 from __future__ import annotations
@@ -120,13 +121,15 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     beside the simulated copy, and differs when the times do (a shared uplink wide enough for both flows costs
     nothing). Each group is compared once per algorithm (message sizes change the bytes, not the routes), at
     the size of its first op that sends anything (an empty plan shows no routes); a group that lies inside one
-    NVLink domain, as each of its mirrors does, never reaches the fabric's switches, so it is not compared (a
-    mirror across two domains is: wrong images of an intra-host group would otherwise fold unchecked); nor is
+    NVLink domain, as each of its mirrors does, never reaches the fabric's switches, so it is not compared where
+    the domains are stars (`star_domains`; a mirror across two domains is: wrong images of an intra-host group
+    would otherwise fold unchecked); nor is
     a group translated by whole periods of the fabric's spine hash from one already compared (`_Translates`).
     A send/recv (a pipeline hand-off) is compared by one test only: it and its mirrors must all stay inside one
     NVLink domain or all leave it (`_domain_crossing`); with pipeline stages not aligned to hosts one replica
     hands a stage on over NVLink and another over the NICs, and folding was 0.1-2.2% off (tp 4, pp 3, dp 2 on
-    three hosts). Pairs that all cross the fabric are not compared further: one inside a leaf group in one
+    three hosts); pairs all inside domains that are not stars are compared as other collectives are. Pairs that
+    all cross the fabric are not compared further: one inside a leaf group in one
     replica and across the spines in another differs by the hops and uplinks it takes (0.55% of the step on the
     small fabric of tests/test_folding.py), and turning folding off for that unfolded the published SC21 and
     Llama 3 cases into runs of tens of GiB.
@@ -136,6 +139,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     domains = np.asarray(topology.gpu_domain)
+    star = star_domains(topology)
     shapes = shapes or CollectiveShapes.of(ops)
     translates = _Translates(plans, link_kinds)
     sized: set[tuple] = set()
@@ -151,12 +155,14 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if (op.op, op.root, algorithm, gid) in seen:
             continue
         seen.add((op.op, op.root, algorithm, gid))
+        inside = _inside_domains(domains, op)
         if op.op == "send_recv":
             verdict = _domain_crossing(domains, op)
             if verdict:
                 return verdict
-            continue
-        if _inside_domains(domains, op):
+            if star or not inside:
+                continue
+        elif inside and star:
             continue
         if translates.known(op, algorithm):
             continue
@@ -410,6 +416,38 @@ def _on_links_crossed(tables: Sequence[RouteTable], links: int) -> tuple[np.ndar
     every = np.unique(np.concatenate([table[2].reshape(-1) for table in tables]))
     crossed = every[every < links]
     return crossed, [(phases, heads, np.searchsorted(crossed, route)) for phases, heads, route in tables]
+
+
+def star_domains(topology: Topology) -> bool:
+    """Whether the GPUs of an NVLink domain reach each other as through one switch: every route between two of
+    them is the source's own link in, then the destination's own link out, all those links of one bandwidth,
+    latency and class (an NVSwitch server, an NVL72 rack; on every channel NCCL may use, read on the first two).
+    Groups inside such domains meet links alike wherever they lie in them, so `asymmetric_replicas` need not
+    compare them. A PCIe server is no star: GPUs under one PCIe switch reach each other in two hops, GPUs
+    under two in four, through the host bridge, so a CP pair or a hand-off inside one host takes another time
+    than its mirror across the host's switches (cp 2, pp 4, dp 3 on four hosts of six GPUs, three per switch:
+    the folded step came out 60 ns slow, unchecked). The first domain stands for the others (`fold_blocker`
+    folds only hosts of one size, built alike)."""
+    members = np.flatnonzero(np.asarray(topology.gpu_domain) == topology.gpu_domain[0])
+    src, dst = (pair.reshape(-1) for pair in np.meshgrid(members, members, indexing="ij"))
+    src, dst = src[src != dst], dst[src != dst]
+    if not src.size:
+        return True
+    for channel in (0, 1):
+        routes, _ = topology.routes(src, dst, np.full(src.size, channel, dtype=np.int64))
+        if (routes[:, :2] < 0).any() or (routes[:, 2:] >= 0).any():
+            return False
+        ins, outs = routes[:, 0], routes[:, 1]
+        if (len(np.unique(ins)) != members.size or len(np.unique(outs)) != members.size
+                or len(np.unique(np.column_stack((src, ins)), axis=0)) != members.size
+                or len(np.unique(np.column_stack((dst, outs)), axis=0)) != members.size):
+            return False
+        links = np.concatenate((ins, outs))
+        kinds = {(topology.link_bandwidth[link], topology.link_latency[link], topology.link_class[link])
+                 for link in np.unique(links).tolist()}
+        if len(kinds) > 1:
+            return False
+    return True
 
 
 def _inside_domains(domains: np.ndarray, op: CollectiveOp) -> bool:
