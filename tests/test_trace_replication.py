@@ -7,12 +7,13 @@ stays inside NVLink domains; elsewhere it unfolds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from test_traces import EXACT, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
+from test_traces import EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload
@@ -330,24 +331,43 @@ def test_a_data_parallel_group_neither_across_nor_inside_the_replicas_is_refused
         "(expert-data-parallel, HSDP replicate groups), or over a block of consecutive ones (HSDP shard groups))")
 
 
+def uneven_ep_job(folder: Path) -> str:
+    """EP 2 inside DP 4 on four Kineto ranks (seq-2rank's two, twice): after a GEMM each EP pair [0, 1], [2, 3]
+    all-to-alls 8 MiB per rank, the first of each pair sending 6 MiB to the second and the second 2 MiB back
+    (test_traces.UNEVEN), then the default group of all four all-reduces 16 MiB of gradients. The scenario's
+    workload line, its knobs to follow."""
+    for rank in range(4):
+        doc = json.loads((SEQ_2RANK / f"rank{rank % 2}.json").read_text())
+        doc["distributedInfo"] |= {"rank": rank, "world_size": 4}
+        pair = [rank - rank % 2, rank - rank % 2 + 1]
+        in_splits, out_splits = UNEVEN[rank % 2]
+        exchange, reduce = (event["args"] for event in doc["traceEvents"][1:3])
+        exchange |= {"Collective name": "all_to_allv", "Process Group Name": f"ep{pair[0]}", "Seq": 1,
+                     "Process Group Description": "undefined", "Process Group Ranks": str(pair),
+                     "In split size": in_splits, "Out split size": out_splits}
+        reduce |= {"Group size": 4, "Process Group Ranks": "[0, 1, 2, 3]"}
+        for event in doc["traceEvents"]:
+            event["args"]["device"] = rank
+        (folder / f"rank{rank}.json").write_text(json.dumps(doc))
+    return f"workload: {{trace: '{folder}/rank*.json', format: kineto, traced_ep: 2"
+
+
 def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
-    """Two traced ranks, EP 2 inside DP 2 (their default group all-reduces the gradients), whose all-to-all
-    sends 6 MiB one way and 2 MiB the other (test_traces.UNEVEN): at dp 4 each copy keeps its EP pair and its
-    shares (4 MiB of EP per GPU, as traced), dp 2 is the trace itself, and folded on one DGX H100 (the copy's
-    pair on NVLink beside the traced one, its mirror) equals unfolded. It was refused: replicas widened every
-    group, and no shares say what more members send."""
-    base = all_to_all_2rank(tmp_path, UNEVEN).replace("format: kineto", "format: kineto, traced_ep: 2@DP@")
-    on_dgx = base.replace(base.splitlines()[0], "cluster: {topology: dgx-h100}")
-    _, traced = run(on_dgx.replace("@DP@", ""), tmp_path)
-    _, same = run(on_dgx.replace("@DP@", ", dp: 2"), tmp_path)
+    """EP 2 inside DP 4, its all-to-alls sending 6 MiB one way and 2 MiB the other: at dp 8 each copy keeps its
+    EP pairs and their shares (4 MiB of EP per GPU, as traced), dp 4 is the trace itself, and folded on one DGX
+    H100 (the copy's pairs on NVLink beside the traced ones, their mirrors) equals unfolded. It was refused:
+    replicas widened every group, and no shares say what more members send. (Its first fixture, EP 2 over the
+    two ranks of DP 2, leaves no expert data parallelism and is refused now.)"""
+    workload = uneven_ep_job(tmp_path)
+    head = "cluster: {topology: dgx-h100}\ncollectives: {algorithm: auto}\n"
+    _, traced = run(f"{head}{workload}}}\n", tmp_path)
+    _, same = run(f"{head}{workload}, dp: 4}}\n", tmp_path)
     assert same.summary["step_time_s"] == traced.summary["step_time_s"]
-    _, folded = run(on_dgx.replace("@DP@", ", dp: 4"), tmp_path)
-    _, unfolded = run(on_dgx.replace("@DP@", ", dp: 4") + "run: {fold: false}\n", tmp_path)
-    assert (folded.summary["simulated_ranks"], unfolded.summary["simulated_ranks"]) == (2, 4)
+    _, folded = run(f"{head}{workload}, dp: 8}}\n", tmp_path)
+    _, unfolded = run(f"{head}run: {{fold: false}}\n{workload}, dp: 8}}\n", tmp_path)
+    assert (folded.summary["simulated_ranks"], unfolded.summary["simulated_ranks"]) == (4, 8)
     assert folded.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=EXACT)
-    for result in (folded, unfolded):
-        assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(
-            traced.summary["traffic_bytes_per_gpu"]["ep"], rel=EXACT)
+    for result in (traced, folded, unfolded):
         assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
 
 
@@ -362,3 +382,74 @@ def test_a_data_parallel_group_running_all_to_alls_is_refused(tmp_path):
         "runs all-to-alls, whose shares more replicas cannot tell (allowed: leave dp out, or Process Group "
         "Descriptions naming the group's dimension (an all-to-all's group is CP's or EP's, copied into each "
         "replica))")
+
+
+def test_an_expert_group_over_every_data_parallel_place_is_refused_beyond_the_trace(tmp_path):
+    """EP 4 over DP 4 (TP 1, PP 1): each rank all-to-alls 8 MiB over its EXPERT_MODEL_PARALLEL_GROUP of all four
+    ranks and all-reduces 4 MiB over its DATA_PARALLEL_GROUP; its EXPERT_DATA_PARALLEL_GROUPs are single ranks.
+    The traced job's expert data parallelism is 1, so a job of more replicas all-reduces its expert gradients
+    over groups whose size the trace cannot tell: dp 8 and 16 are refused (they ran, dp 8 in 0.0672 ms, faster
+    than the traced 0.0689 ms, the expert gradients' all-reduce missing); dp 4 is the trace itself."""
+    named = ({"ep": ("EXPERT_MODEL_PARALLEL_GROUP", [0, 1, 2, 3]), "dp": ("DATA_PARALLEL_GROUP", [0, 1, 2, 3])}
+             | {f"edp{rank}": ("EXPERT_DATA_PARALLEL_GROUP", [rank]) for rank in range(4)})
+    chakra_job(tmp_path, {}, {rank: [("all_to_all", "ep", 8 * MIB), ("all_reduce", "dp", 4 * MIB)]
+                              for rank in range(4)}, named)
+
+    def text(dp: int | None) -> str:
+        return scenario(tmp_path, "traced_ep: 4", dp, "topology: dgx-h100-cluster, nodes: 2").replace(
+            "algorithm: ring, protocol: simple", "algorithm: auto")
+
+    _, traced = run(text(None), tmp_path)
+    _, same = run(text(4), tmp_path)
+    assert same.summary["step_time_s"] == traced.summary["step_time_s"]
+    for dp in (8, 16):
+        assert refusal_line(text(dp), tmp_path) == (
+            f"{tmp_path / 'scenario.yaml'}:3: workload.dp: process group 'ep' (ranks 0-3) is expert-parallel over "
+            "all of the traced job's 4 data-parallel places (TP 1 x CP 1 x PP 1 on 4 ranks): the traced job's expert "
+            "data parallelism is 1, so the trace cannot tell the expert gradients' traffic (allowed: 4 or dp left "
+            "out, or a trace whose expert-parallel groups span part of its data-parallel places)")
+
+
+def test_strided_groups_that_nothing_in_the_trace_explains_are_refused(tmp_path):
+    """TP 2 x DP 2 whose trace records no TP groups (Transformer Engine's userbuffers), its DP groups [0, 2] and
+    [1, 3] numbered: the layout reads TP 1 and DP 4, the groups every 2nd place, which no group over every place
+    or over blocks of 2 explains. Refused at every dp, naming traced_tp (dp 2 was refused as 'not a multiple of
+    4', dp 4 ran the trace itself where a TP 2 x DP 2 job at DP 4 is two copies); with traced_tp: 2, dp 4 runs
+    two copies on 8 GPUs."""
+    chakra_job(tmp_path, {"a": [0, 2], "b": [1, 3]}, {rank: [("all_reduce", "ab"[rank % 2], 4 * MIB)]
+                                                      for rank in range(4)})
+    cluster = "topology: dgx-h100-cluster, nodes: 2"
+    for dp in (2, 4):
+        assert refusal_line(scenario(tmp_path, "traced_pp: 1", dp, cluster), tmp_path) == (
+            f"{tmp_path / 'scenario.yaml'}:3: workload.dp: process group 'a' (ranks 0, 2) holds every 2nd "
+            "data-parallel place of the traced job's 4 (TP 1 x CP 1 x PP 1 on 4 ranks), but no group holds every "
+            "place or blocks of 2 consecutive ones, so the traced layout is in doubt (allowed: workload.traced_tp "
+            "(and traced_cp, traced_pp): the traced job's layout, where the trace records no TP groups)")
+    _, told = run(scenario(tmp_path, "traced_tp: 2", 4, cluster, fold=False), tmp_path)
+    assert told.summary["simulated_ranks"] == 8
+
+
+@pytest.mark.parametrize(("shards", "replicas", "found"), [
+    (([0, 2], [1, 3], [4, 6], [5, 7]), ([0, 1], [2, 3], [4, 5], [6, 7]),
+     "'shard0' (ranks 0, 2) is described as 'dp_shard' but holds every 2nd of the traced job's 4 data-parallel "
+     "places (TP 1 x CP 1 x PP 2 on 8 ranks), as an HSDP replicate group does (widened)"),
+    (([0], [1], [2], [3], [4], [5], [6], [7]), ([0, 1], [2, 3], [4, 5], [6, 7]),
+     "'rep0' (ranks 0-1) is described as 'dp_replicate' but holds a block of 2 consecutive ones of the traced job's "
+     "4 data-parallel places (TP 1 x CP 1 x PP 2 on 8 ranks), as an HSDP shard group does (copied)")])
+def test_an_hsdp_group_whose_shape_contradicts_its_description_is_refused(tmp_path, shards, replicas, found):
+    """HSDP groups are judged by shape (shard groups copied, replicate groups widened); a strided dp_shard group
+    or a consecutive dp_replicate one says the traced layout is not what the replay reads, and is refused (the
+    strided shard groups were widened and the consecutive replicate groups copied)."""
+    hsdp_job(tmp_path, shards, replicas)
+    text = scenario(tmp_path, "traced_pp: 2", 8, "topology: dgx-h100-cluster, nodes: 2")
+    assert refusal_line(text, tmp_path) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.dp: process group {found} (allowed: shard groups over blocks of "
+        "consecutive data-parallel places and replicate groups over every s-th (torchtitan's mesh order), or "
+        "workload.traced_tp, traced_cp and traced_pp giving the traced job's layout)")
+
+
+def test_a_replicated_job_too_big_for_the_cluster_is_refused_by_its_dp(tmp_path):
+    knobs = job("tp_dp_pp", tmp_path)
+    assert refusal_line(scenario(tmp_path, knobs, 16, "topology: dgx-h100-cluster, nodes: 2"), tmp_path) == (
+        f"{tmp_path / 'scenario.yaml'}:3: workload.dp: dp 16 gives 64 ranks; the cluster has only 16 GPUs (allowed: "
+        "a cluster of at least 64 GPUs)")

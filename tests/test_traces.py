@@ -1263,11 +1263,16 @@ def test_ranks_disagreeing_on_a_numbered_collective_name_it_and_both_events(tmp_
                              f"all_reduce of 16777216 bytes on rank 0 ({traces / 'rank0.json'}: traceEvents[2])")
 
 
+CHAKRA_COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "all_to_all": 6, "reduce_scatter": 7}
+"""Chakra's CollectiveCommType codes of the collectives chakra_job writes."""
+
+
 def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[tuple]],
                named: dict[str, tuple[str, list[int]]] | None = None) -> None:
     """Chakra traces of ``work``'s ranks: PyTorch's process-group metadata (``groups``, each described "undefined",
     as torch.distributed describes a group created without a description, and the ``named`` ones: name ->
-    (description, ranks)), then each rank's ops in a chain: ("all_reduce", group, bytes), ("send", peer, bytes)
+    (description, ranks)), then each rank's ops in a chain: ("all_reduce", group, bytes) (or another of
+    CHAKRA_COMM_TYPES), ("send", peer, bytes)
     or ("recv", peer, bytes), a send or receive with its group's name as a fourth item where it has one."""
     described = {name: ("undefined", ranks) for name, ranks in groups.items()} | (named or {})
     meta = [{"pg_name": name, "pg_desc": desc, "ranks": ranks, "group_size": len(ranks)}
@@ -1278,8 +1283,9 @@ def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[
         for number, (kind, target, nbytes, *pg_name) in enumerate(ops, start=2):
             attrs = [{"name": "comm_size", "int64Val": nbytes}, *({"name": "pg_name", "stringVal": name}
                                                                   for name in pg_name)]
-            if kind == "all_reduce":
-                node_type, attrs = "COMM_COLL_NODE", [*attrs, {"name": "comm_type", "int64Val": 0},
+            if kind in CHAKRA_COMM_TYPES:
+                code = CHAKRA_COMM_TYPES[kind]
+                node_type, attrs = "COMM_COLL_NODE", [*attrs, {"name": "comm_type", "int64Val": code},
                                                       {"name": "pg_name", "stringVal": target}]
             else:
                 peer = "comm_dst" if kind == "send" else "comm_src"

@@ -115,12 +115,14 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     kinds = dimensions(used, world, transfers,
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
                        [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
-    replicas = _replicas(config.dp, members, kinds, world, frozenset(_all_to_alls(traced)))
+    replicas = _replicas(config.dp, members, kinds, world, frozenset(_all_to_alls(traced)),
+                         {group: used[group].description for group in members})
     groups = replicas.members(members)
     world = replicas.world
     if world > topology.num_gpus:
-        raise ScenarioError(f"the traced job spans {world} ranks; the cluster has only {topology.num_gpus} "
-                            f"GPU{'s' if topology.num_gpus > 1 else ''}",
+        job = f"dp {config.dp} gives {world} ranks" if config.dp else f"the traced job spans {world} ranks"
+        plural = "s" if topology.num_gpus > 1 else ""
+        raise ScenarioError(f"{job}; the cluster has only {topology.num_gpus} GPU{plural}",
                             field="workload.dp" if config.dp else "workload.trace",
                             allowed=f"a cluster of at least {world} GPUs")
     blocker = _copies_unlike(topology, replicas, members, transfers) if fold and replicas.copies > 1 else ""
@@ -360,8 +362,17 @@ DP_GROUPS_ALLOWED = ("data-parallel groups over all of the traced job's data-par
                      "groups)")
 
 
+class _Reach(NamedTuple):
+    """How one slice of a group lies among the traced job's data-parallel places: 'across' every ``span``-th
+    place from one below it (all of them for span 1), or 'inside' an aligned block of ``span`` consecutive
+    places short of all (one place included)."""
+
+    shape: str
+    span: int
+
+
 def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimensions, world: int,
-              exchanging: frozenset[str]) -> _Replicas:
+              exchanging: frozenset[str], descriptions: dict[str, str]) -> _Replicas:
     """The copies of the traced job of ``world`` ranks that `workload.dp` = ``dp`` asks for. The traced job's
     data parallelism d is its ranks over TP x CP x PP as the layout read them (layout.py; never a group's size:
     Megatron-LM's DATA_PARALLEL_GROUP_WITH_CP spans d x CP ranks, an expert-data-parallel group fewer than d);
@@ -369,9 +380,14 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
     in each of its slices (ranks alike but for their data-parallel place) it holds every place, or every s-th
     from one below s (_reach), and copied where it holds a block of consecutive places (an HSDP shard
     group, inside one replica's block); any other shape is refused, as is a trace whose d is 1 or that has no
-    widened group (it tells no gradient traffic), a dp that is not a multiple of d, and a group that would widen
+    widened group (it tells no gradient traffic), a dp that is not a multiple of d, a group that would widen
     but runs all-to-alls (``exchanging``: a group described as data-parallel whose traced shares per pair, or even
-    split, say nothing of more members)."""
+    split, say nothing of more members), and a group whose description (``descriptions``) says HSDP shard or
+    replicate where its shape says the other. Every s-th place (s > 1) is believed only beside what makes it
+    so, a group over every place or groups over blocks of s (EP's, HSDP's shard groups): alone it is the sign of
+    a misread layout (TP groups the trace does not record, read as TP 1). An expert-parallel group over every
+    place of its slices leaves the traced job no expert data parallelism, whose gradients' traffic more copies
+    would add: refused where dp > d."""
     if dp is None:
         return _Replicas(world)
     tp, pp, cp = kinds.sizes.tp or 1, kinds.sizes.pp or 1, _cp_size(members, kinds)
@@ -380,28 +396,29 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
                             "data parallelism is unknown", field="workload.dp",
                             allowed="workload.traced_tp, traced_cp and traced_pp: the traced job's layout")
     degree = world // (tp * cp * pp)
+    layout = f"TP {tp} x CP {cp} x PP {pp} on {world} ranks"
+    slices = {group: _slices(ranks, tp, cp, pp, world, degree) for group, ranks in members.items()}
+    readings = {group: {_reach(places, degree) for places in group_slices.values()}
+                for group, group_slices in slices.items()}
     widened = set()
     for group, ranks in members.items():
         if kinds.groups[group] != "dp" or degree < 2:
             continue
-        slices: dict[tuple[int, int, int], list[int]] = {}
-        for rank in sorted(set(ranks)):
-            slices.setdefault((rank % tp, rank // tp % cp, rank * pp // world), []).append(
-                rank // (tp * cp) % degree)
-        readings = {_reach(places, degree) for places in slices.values()}
-        if readings == {"across"} and group in exchanging:
+        shapes = {reading.shape if reading else None for reading in readings[group]}
+        if shapes == {"across"} and group in exchanging:
             raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) counts as data-parallel "
                                 "and runs all-to-alls, whose shares more replicas cannot tell", field="workload.dp",
                                 allowed="leave dp out, or Process Group Descriptions naming the group's dimension "
                                 "(an all-to-all's group is CP's or EP's, copied into each replica)")
-        if readings == {"across"}:
+        if shapes == {"across"}:
             widened.add(group)
-        elif readings != {"inside"}:
-            example = next(places for places in slices.values() if _reach(places, degree) != "across")
+        elif shapes != {"inside"}:
+            example = next(places for places in slices[group].values()
+                           if (_reach(places, degree) or _Reach("", 0)).shape != "across")
             raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) holds data-parallel "
-                                f"places {_spans(example)} of the traced job's {degree} (TP {tp} x CP {cp} x PP "
-                                f"{pp} on {world} ranks), so how it grows with dp is unknown", field="workload.dp",
-                                allowed=DP_GROUPS_ALLOWED)
+                                f"places {_spans(example)} of the traced job's {degree} ({layout}), so how it grows "
+                                "with dp is unknown", field="workload.dp", allowed=DP_GROUPS_ALLOWED)
+        _check_hsdp_description(group, ranks, descriptions.get(group, ""), readings[group], degree, layout)
     if degree < 2:
         raise ScenarioError(f"the traced job has no data parallelism (its {world} ranks are TP {tp} x CP {cp} x PP "
                             f"{pp}), so the trace cannot tell the gradients' traffic of more replicas",
@@ -413,10 +430,84 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
                             "tell the gradients' traffic of more replicas", field="workload.dp",
                             allowed="leave dp out, or a trace whose data-parallel groups' collectives (the "
                             "gradients') it records")
+    _check_strides(widened, members, readings, degree, layout)
     if dp % degree:
         raise ScenarioError(f"dp {dp} is not a multiple of the traced job's data parallelism of {degree}",
                             field="workload.dp", allowed=f"multiples of {degree}")
+    if dp > degree:
+        _check_expert_data_parallelism(members, kinds, exchanging, readings, degree, layout)
     return _Replicas(world, dp // degree, frozenset(widened))
+
+
+def _slices(ranks: tuple[int, ...], tp: int, cp: int, pp: int, world: int, degree: int) -> dict[tuple[int, ...],
+                                                                                                list[int]]:
+    """A group's ``ranks`` by slice (their TP place, CP place and stage), each slice's data-parallel places,
+    sorted."""
+    slices: dict[tuple[int, ...], list[int]] = {}
+    for rank in sorted(set(ranks)):
+        slices.setdefault((rank % tp, rank // tp % cp, rank * pp // world), []).append(rank // (tp * cp) % degree)
+    return slices
+
+
+def _check_hsdp_description(group: str, ranks: tuple[int, ...], description: str, readings: set[_Reach | None],
+                            degree: int, layout: str) -> None:
+    """Refuse a data-parallel group whose description says HSDP shard (torchtitan's `dp_shard`, the inner,
+    consecutive places, copied) where its shape is every s-th place (s > 1, a replicate group's, widened), or
+    says replicate (`dp_replicate`, widened) where its shape is a block of consecutive places: the shape would
+    decide against the description, so the traced layout is not what the replay reads."""
+    words = set(re.split(r"[^a-z]+", description.lower()))
+    strided = next((reading.span for reading in readings if reading and reading.shape == "across" and reading.span > 1),
+                   0)
+    block = next((reading.span for reading in readings if reading and reading.shape == "inside" and reading.span > 1),
+                 0)
+    if "shard" in words and strided:
+        found = f"every {_ordinal(strided)} of", "as an HSDP replicate group does (widened)"
+    elif "replicate" in words and block:
+        found = f"a block of {block} consecutive ones of", "as an HSDP shard group does (copied)"
+    else:
+        return
+    raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) is described as "
+                        f"{description!r} but holds {found[0]} the traced job's {degree} data-parallel places "
+                        f"({layout}), {found[1]}",
+                        field="workload.dp", allowed="shard groups over blocks of consecutive data-parallel places "
+                        "and replicate groups over every s-th (torchtitan's mesh order), or workload.traced_tp, "
+                        "traced_cp and traced_pp giving the traced job's layout")
+
+
+def _check_strides(widened: set[str], members: dict[str, tuple[int, ...]], readings: dict[str, set[_Reach | None]],
+                   degree: int, layout: str) -> None:
+    """Refuse a widened group over every s-th data-parallel place (s > 1) where no group spans every place and
+    none spans blocks of s consecutive places (an EP group's, an HSDP shard group's): nothing in the trace then
+    explains the stride, which is what TP groups the trace does not record (Transformer Engine's userbuffers)
+    look like when the layout reads TP 1."""
+    spanned = {reading for group_readings in readings.values() for reading in group_readings if reading}
+    if _Reach("across", 1) in spanned:
+        return
+    for group in sorted(widened):
+        stride = max(reading.span for reading in readings[group] if reading)
+        if stride > 1 and _Reach("inside", stride) not in spanned:
+            raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(members[group])))}) holds every "
+                                f"{_ordinal(stride)} data-parallel place of the traced job's {degree} ({layout}), but "
+                                f"no group holds every place or blocks of {stride} consecutive ones, so the traced "
+                                "layout is in doubt", field="workload.dp",
+                                allowed="workload.traced_tp (and traced_cp, traced_pp): the traced job's layout, "
+                                "where the trace records no TP groups")
+
+
+def _check_expert_data_parallelism(members: dict[str, tuple[int, ...]], kinds: Dimensions, exchanging: frozenset[str],
+                                   readings: dict[str, set[_Reach | None]], degree: int, layout: str) -> None:
+    """Refuse an expert-parallel group (counted as EP, or running all-to-alls) that holds every data-parallel
+    place of each of its slices: the traced job's experts are then not replicated (expert data parallelism 1),
+    so its expert-data-parallel groups are single ranks with no traffic, while a job of more replicas
+    all-reduces its expert gradients over groups whose size the trace cannot tell."""
+    for group, ranks in members.items():
+        if (kinds.groups[group] == "ep" or group in exchanging) and readings[group] == {_Reach("across", 1)}:
+            raise ScenarioError(f"process group {group!r} (ranks {_spans(sorted(set(ranks)))}) is expert-parallel "
+                                f"over all of the traced job's {degree} data-parallel places ({layout}): the traced "
+                                "job's expert data parallelism is 1, so the trace cannot tell the expert gradients' "
+                                "traffic", field="workload.dp",
+                                allowed=f"{degree} or dp left out, or a trace whose expert-parallel groups span "
+                                "part of its data-parallel places")
 
 
 def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, tuple[int, ...]],
@@ -466,15 +557,14 @@ def _cp_size(members: dict[str, tuple[int, ...]], kinds: Dimensions) -> int:
     return sizes[0] if sizes else 1
 
 
-def _reach(places: list[int], degree: int) -> str | None:
+def _reach(places: list[int], degree: int) -> _Reach | None:
     """How sorted data-parallel ``places`` of one slice of a group lie among the traced job's ``degree``:
-    'across' where they are every s-th place from one below s (all of them for s = 1), 'inside' where they are
-    an aligned block of consecutive places short of all (one place included), None otherwise."""
+    every s-th place from one below s, an aligned block of consecutive places short of all, else None."""
     count = len(places)
     if count > 1 and degree % count == 0 and places == list(range(places[0], degree, degree // count)):
-        return "across"
+        return _Reach("across", degree // count)
     if degree % count == 0 and places[0] % count == 0 and places == list(range(places[0], places[0] + count)):
-        return "inside"
+        return _Reach("inside", count)
     return None
 
 
