@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from test_traces import EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
+from test_traces import EVEN, EXACT, SEQ_2RANK, UNEVEN, all_to_all_2rank, allreduce_time, chakra_job, run, seq_args
 
 from simulator.config.loader import scenario_from_text
 from simulator.config.traces import TraceWorkload
@@ -331,16 +331,16 @@ def test_a_data_parallel_group_neither_across_nor_inside_the_replicas_is_refused
         "(expert-data-parallel, HSDP replicate groups), or over a block of consecutive ones (HSDP shard groups))")
 
 
-def uneven_ep_job(folder: Path) -> str:
+def ep_job(folder: Path, splits: dict[int, tuple[str, str]] = UNEVEN) -> str:
     """EP 2 inside DP 4 on four Kineto ranks (seq-2rank's two, twice): after a GEMM each EP pair [0, 1], [2, 3]
-    all-to-alls 8 MiB per rank, the first of each pair sending 6 MiB to the second and the second 2 MiB back
-    (test_traces.UNEVEN), then the default group of all four all-reduces 16 MiB of gradients. The scenario's
-    workload line, its knobs to follow."""
+    all-to-alls 8 MiB per rank, the first of each pair splitting it as ``splits[0]`` says, the second as
+    ``splits[1]`` (by default test_traces.UNEVEN: 6 MiB to the second, 2 MiB back), then the default group of all
+    four all-reduces 16 MiB of gradients. The scenario's workload line, its knobs to follow."""
     for rank in range(4):
         doc = json.loads((SEQ_2RANK / f"rank{rank % 2}.json").read_text())
         doc["distributedInfo"] |= {"rank": rank, "world_size": 4}
         pair = [rank - rank % 2, rank - rank % 2 + 1]
-        in_splits, out_splits = UNEVEN[rank % 2]
+        in_splits, out_splits = splits[rank % 2]
         exchange, reduce = (event["args"] for event in doc["traceEvents"][1:3])
         exchange |= {"Collective name": "all_to_allv", "Process Group Name": f"ep{pair[0]}", "Seq": 1,
                      "Process Group Description": "undefined", "Process Group Ranks": str(pair),
@@ -358,7 +358,7 @@ def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
     H100 (the copy's pairs on NVLink beside the traced ones, their mirrors) equals unfolded. It was refused:
     replicas widened every group, and no shares say what more members send. (Its first fixture, EP 2 over the
     two ranks of DP 2, leaves no expert data parallelism and is refused now.)"""
-    workload = uneven_ep_job(tmp_path)
+    workload = ep_job(tmp_path)
     head = "cluster: {topology: dgx-h100}\ncollectives: {algorithm: auto}\n"
     _, traced = run(f"{head}{workload}}}\n", tmp_path)
     _, same = run(f"{head}{workload}, dp: 4}}\n", tmp_path)
@@ -369,6 +369,22 @@ def test_an_uneven_all_to_all_is_copied_with_its_shares(tmp_path):
     assert folded.summary["step_time_s"] == pytest.approx(unfolded.summary["step_time_s"], rel=EXACT)
     for result in (traced, folded, unfolded):
         assert result.summary["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
+
+
+def test_equal_split_sizes_replicate_as_an_even_all_to_all(tmp_path):
+    """PyTorch's list-form all_to_all records one split per tensor, equal or not: at dp 8 the EP 2 inside DP 4
+    job is copied twice, and the all-to-all of 8 MiB in equal halves replicates as the even one does, each copy
+    keeping its EP pairs (1/2 x 8 = 4 MiB of EP per GPU), with the same step time (it was refused for listing
+    splits)."""
+    halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
+    results = []
+    for name, splits in (("split", halves), ("even", EVEN)):
+        (tmp_path / name).mkdir()
+        workload = ep_job(tmp_path / name, splits)
+        text = f"cluster: {{topology: dgx-h100}}\ncollectives: {{algorithm: auto}}\n{workload}, traced_cp: 1, dp: 8}}\n"
+        results.append(run(text, tmp_path / name)[1].summary)
+    assert results[0]["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
+    assert results[0]["step_time_s"] == results[1]["step_time_s"]
 
 
 def test_a_data_parallel_group_running_all_to_alls_is_refused(tmp_path):

@@ -1724,21 +1724,11 @@ def test_even_all_to_alls_of_different_sizes_are_refused_as_other_collectives_ar
         f"({tmp_path / 'traces' / 'rank0.json'}: traceEvents[1])", "the same primitive and size on every member")
 
 
-def test_equal_split_sizes_replicate_as_an_even_all_to_all(tmp_path):
-    """PyTorch's list-form all_to_all records one split per tensor, equal or not: with `dp: 4` the two traced
-    ranks (EP 2 inside DP 2, whose default group all-reduces the gradients) are copied twice, and the
-    all-to-all of 8 MiB in equal halves replicates as the even one does, each copy keeping its EP pair (1/2 x 8
-    = 4 MiB of EP per GPU), with the same step time (it was refused for listing splits). A CP 2 trace of the two
-    ranks has no data parallelism, and is refused (it was spread over four ranks, 6 MiB of CP per GPU, as if its
-    CP group were the gradients'). Unequal splits: tests/test_trace_replication.py."""
+def test_a_cp_trace_of_two_ranks_has_no_data_parallelism_to_replicate(tmp_path):
+    """A CP 2 trace of the two ranks has no data parallelism, and `dp: 4` is refused (it was spread over four
+    ranks, 6 MiB of CP per GPU, as if its CP group were the gradients'). Split lists replicated:
+    tests/test_trace_replication.py."""
     halves = {rank: ("[2097152, 2097152]",) * 2 for rank in (0, 1)}
-    results = []
-    for name, splits in (("split", halves), ("even", EVEN)):
-        text = all_to_all_2rank(tmp_path / name, splits).replace(
-            "format: kineto", "format: kineto, traced_cp: 1, traced_ep: 2, dp: 4").replace("nodes: 2", "nodes: 4")
-        results.append(run(text, tmp_path / name)[1].summary)
-    assert results[0]["traffic_bytes_per_gpu"]["ep"] == pytest.approx(4 * MIB, rel=EXACT)
-    assert results[0]["step_time_s"] == results[1]["step_time_s"]
     text = all_to_all_2rank(tmp_path / "cp", halves).replace(
         "format: kineto", "format: kineto, traced_cp: 2, traced_ep: 1, dp: 4").replace("nodes: 2", "nodes: 4")
     assert refusal(text, tmp_path / "cp").problem.startswith("the traced job has no data parallelism")
@@ -1811,3 +1801,17 @@ def test_chakra_errors_name_the_metadata_node_that_stated_the_groups(tmp_path):
         simulate(scenario_from_text(chakra_scenario(tmp_path)))
     assert str(error.value).startswith(f"{tmp_path / 'rank0.json'}: nodes[0].inputs.values: process group '2' has "
                                        "ranks 0, 5, beyond the traced job's 2 ranks")
+
+
+def test_a_chakra_all_gathers_comm_size_is_its_shard(tmp_path):
+    """Chakra's converter puts a collective's input bytes in `comm_size` (the sum of the input tensors of the
+    record_param_comms op that launched it, mlcommons/chakra pytorch_node.py comm_size): an all-gather's is the
+    rank's shard, which the replay counts as the gathered output, shard x group size, as a Kineto all-gather's
+    `Out msg nelems` is. Two ranks all-gathering 4 MiB shards gather 8 MiB: each GPU sends (p-1)/p x 8 MiB =
+    4 MiB, in the all-gather time of 8 MiB. It ran as an all-gather of 4 MiB (2 MiB per GPU)."""
+    chakra_job(tmp_path, {"g": [0, 1]}, {rank: [("all_gather", "g", 4 * MIB)] for rank in (0, 1)})
+    text = ("cluster: {topology: ethernet-100g, nodes: 2}\ncollectives: {algorithm: ring}\n"
+            f"workload: {{trace: '{tmp_path}/rank*.json', format: chakra-json}}\n")
+    loaded, result = run(text, tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(4 * MIB, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(allreduce_time(loaded, 8 * MIB, 2, "all_gather"), rel=EXACT)

@@ -313,7 +313,7 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dic
         members = groups[group].members if group in groups else ()
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
                         group=group, members=members, group_size=len(members), description=description,
-                        group_inferred=inferred, deps=deps)
+                        group_inferred=inferred, deps=deps, input_bytes=primitive == "all_gather")
     send = kind == "COMM_SEND_NODE"
     call = "send" if send else "recv"
     group, description, inferred = _group(group, groups, only, launcher, call)

@@ -44,7 +44,9 @@ class TracedOp:
     group, of two ranks, has ``peer`` -1 and the group's ``members`` until the rank's number is known
     (with_group_peers). ``group_inferred``: the op's own record names no group, and ``group`` is the only one
     its rank's process-group metadata lists (groups.py lets a name that the other end of a transfer records
-    prevail over it)."""
+    prevail over it). ``input_bytes``: ``nbytes`` is the rank's input, as Chakra's `comm_size` gives it (the
+    converter sums the launching op's input tensors), where the convention counts the output: an all-gather's
+    shard, which program.py multiplies by the group's size once its members are known."""
 
     index: int
     name: str
@@ -67,6 +69,7 @@ class TracedOp:
     deps: tuple[int, ...] = ()
     gemm: GemmShape = ()
     dtype: str = ""
+    input_bytes: bool = False
 
     @property
     def end_s(self) -> float:

@@ -108,6 +108,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     world = traced_world = _world(traced)
     stated = _stated_groups(traced)
     members = _group_members(traced)
+    traced = [_gathered(rank, members) for rank in traced]
     assumed = _assumed_members(traced, members, world)
     descriptions = {op.group: op.description for rank in traced for op in rank.ops if op.description}
     used = {group: ProcessGroup(descriptions.get(group, ""), ranks) for group, ranks in members.items()}
@@ -266,6 +267,16 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
                                   "a trace of every member, or one that lists the group's ranks (Process Group "
                                   "Ranks, or Global rank start and stride)")
     return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
+
+
+def _gathered(rank: TracedRank, members: dict[str, tuple[int, ...]]) -> TracedRank:
+    """``rank`` with each collective whose bytes are its input (TracedOp.input_bytes: a Chakra all-gather's
+    `comm_size`, the rank's shard) counted as the gathered output, the shard times its group's ``members``, as
+    every collective's bytes are (nccl-tests convention: what a Kineto all-gather's `Out msg nelems` gives)."""
+    if not any(op.input_bytes for op in rank.ops):
+        return rank
+    return replace(rank, ops=tuple(replace(op, nbytes=op.nbytes * len(set(members[op.group])), input_bytes=False)
+                                   if op.input_bytes else op for op in rank.ops))
 
 
 def _assumed_members(traced: list[TracedRank], members: dict[str, tuple[int, ...]], world: int) -> tuple[str, ...]:
