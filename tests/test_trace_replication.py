@@ -261,23 +261,30 @@ def test_folded_replication_agrees_with_unfolded(tmp_path, name, dp, cluster, fo
                                                                     rel=EXACT)
 
 
-@pytest.mark.parametrize(("stages", "cluster", "reason"), [
-    (3, "topology: dgx-h100-cluster, nodes: 2",
-     "copy 1 of the traced job's transfer from rank 0 to rank 2 crosses the network (GPUs 6, 8): a copy's own "
-     "traffic folds only inside NVLink domains"),
-    (8, "topology: dgx-h100-cluster, nodes: 6, leaf_ports: 3",
-     "the traced job's transfer from rank 6 to rank 8 crosses the network (GPUs 6, 8): a copy's own traffic folds "
-     "only inside NVLink domains")])
-def test_copies_whose_own_traffic_crosses_the_network_unfold(tmp_path, stages, cluster, reason):
+CROSSING = "a copy's own traffic folds only inside NVLink domains"
+
+
+@pytest.mark.parametrize(("stages", "dp", "cluster", "reason"), [
+    (3, 4, "topology: dgx-h100-cluster, nodes: 2",
+     f"copy 1 of the traced job's transfer from rank 0 to rank 2 crosses the network (GPUs 6, 8): {CROSSING}"),
+    (3, 8, "topology: dgx-h100-cluster, nodes: 3}\nnetwork: {model: analytic",
+     f"copy 1 of the traced job's transfer from rank 0 to rank 2 crosses the network (GPUs 6, 8): {CROSSING}"),
+    (3, 4, "topology: dgx-h100-cluster, nodes: 1, node: {kind: pcie_node, gpus: 12, gpus_per_switch: 4}",
+     "copy 1 of the traced job's transfer from rank 0 to rank 2 takes other links (GPUs 6, 8) than the traced "
+     "ranks' (GPUs 0, 2)"),
+    (8, 6, "topology: dgx-h100-cluster, nodes: 6, leaf_ports: 3",
+     f"the traced job's transfer from rank 6 to rank 8 crosses the network (GPUs 6, 8): {CROSSING}")])
+def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stages, dp, cluster, reason):
     """DP 2 x PP 3 (six ranks) at dp 4 on DGX H100s: copy 1 straddles two hosts and hands stage 0 on over the
-    NICs where the traced ranks use NVLink (at dp 8 on three hosts the analytic model, whose fold checks compare
-    no mirrors, gave 0.2522 ms folded against 0.2026 ms unfolded). DP 2 x PP 8 (two hosts per copy) at dp 6 on
-    leaf groups of three hosts: every copy hands on across the spines, copy 1 into another leaf group, where the
-    other copies' gradient rings slow it (0.7323 ms folded, 0.9703 ms unfolded: the fold checks judged only the
-    mirrors that meet the simulated traffic). Both unfold, naming the transfer."""
+    NICs where the traced ranks use NVLink; so at dp 8 on three hosts on the analytic model, whose fold checks
+    compare no mirrors (folded regardless, 0.3070 ms against 0.2574 ms unfolded). On one PCIe host of 12 GPUs,
+    4 per switch, at dp 4 copy 1's hand-off from GPU 6 to GPU 8 crosses two switches where the traced one from
+    GPU 0 to GPU 2 stays under one (folded regardless, 0.9376 ms against 0.8096 ms). DP 2 x PP 8 (two hosts per
+    copy) at dp 6 on leaf groups of three hosts: every copy hands on across the spines, copy 1 into another leaf
+    group, where the other copies' gradient rings slow it (0.7967 ms folded, 1.0347 ms unfolded: the fold checks
+    judged only the mirrors that meet the simulated traffic). All unfold, naming the transfer."""
     dp_pp_job(tmp_path, stages)
     knobs = f"traced_tp: 1, traced_pp: {stages}"
-    dp = 4 if stages == 3 else 6
     _, folded = run(scenario(tmp_path, knobs, dp, cluster), tmp_path)
     _, unfolded = run(scenario(tmp_path, knobs, dp, cluster, fold=False), tmp_path)
     assert folded.summary["fold_off_reason"] == reason

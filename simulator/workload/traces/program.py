@@ -530,7 +530,7 @@ def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, t
     straddle hosts where the traced ranks' does not (a traced job of 6 ranks on hosts of 8 GPUs), and the fold
     cannot vouch for it: the flow model's fold checks judge only mirrors that meet the simulated traffic, and
     the analytic model's compare none, while the copies' ranks still join the widened groups when their own
-    traffic is done (docs/traces.md: 0.2522 ms folded against 0.2026 ms unfolded, 0.7323 against 0.9703)."""
+    traffic is done (docs/traces.md: 0.3070 ms folded against 0.2574 ms unfolded, 0.7967 against 1.0347)."""
     domains = topology.gpu_domain
     owned = [(f"process group {group!r}", ranks) for group, ranks in members.items()
              if group not in replicas.widened and len(set(ranks)) > 1]
