@@ -506,12 +506,14 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
 
 
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {
-    "plan": ("parallelism", "cp_load_balance"), "cluster": ("cluster",), "collectives": ("cluster",),
+    "plan": ("parallelism", "cp_load_balance"), "copies": ("workload", "dp"), "cluster": ("cluster",),
+    "collectives": ("cluster",),
     "faults": ("faults", "step")}
 """The field blamed when a fold check unfolds a step too large unfolded (the collectives' replicas meet the
 cluster's links unevenly)."""
 UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "plan": "true (every CP rank then does the same attention work)",
+    "copies": "a dp whose copies each fill NVLink domains alike, or a smaller dp",
     "cluster": "a generated topology whose hosts have equal GPU counts",
     "collectives": "network.model: analytic (each transfer alone, so the replicas fold)",
     "faults": "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",

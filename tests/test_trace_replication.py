@@ -282,12 +282,15 @@ def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stag
     GPU 0 to GPU 2 stays under one (folded regardless, 0.9376 ms against 0.8096 ms). DP 2 x PP 8 (two hosts per
     copy) at dp 6 on leaf groups of three hosts: every copy hands on across the spines, copy 1 into another leaf
     group, where the other copies' gradient rings slow it (0.7967 ms folded, 1.0347 ms unfolded: the fold checks
-    judged only the mirrors that meet the simulated traffic). All unfold, naming the transfer."""
+    judged only the mirrors that meet the simulated traffic). All unfold, naming the transfer, and the fold
+    given up says why (it said 'ranks of a stage do different work')."""
     dp_pp_job(tmp_path, stages)
     knobs = f"traced_tp: 1, traced_pp: {stages}"
     _, folded = run(scenario(tmp_path, knobs, dp, cluster), tmp_path)
     _, unfolded = run(scenario(tmp_path, knobs, dp, cluster, fold=False), tmp_path)
     assert folded.summary["fold_off_reason"] == reason
+    assert [(entry["why"], entry["reason"]) for entry in folded.summary["fold_given_up"]] == [
+        ("the traced job's copies meet the cluster unlike", reason)]
     assert folded.summary["simulated_ranks"] == unfolded.summary["simulated_ranks"] == 2 * stages * dp // 2
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
 

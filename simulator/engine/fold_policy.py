@@ -51,8 +51,11 @@ FoldKind = Literal["stage", "classes", "lanes", "routes", "meet"]
 CP lane (`lane_step`), per class by hand-off route loads (`route_step`) or by the meet of the last two
 (`meet_step`)."""
 
-REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work", "cluster": "cluster not symmetric",
-           "collectives": "mirrors would meet the links unlike", "faults": "step faults unlike across replicas"}
+REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
+                                 "copies": "the traced job's copies meet the cluster unlike",
+                                 "cluster": "cluster not symmetric",
+                                 "collectives": "mirrors would meet the links unlike",
+                                 "faults": "step faults unlike across replicas"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`): the stable short text
 of a `GivenUp`."""
 
@@ -212,7 +215,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     given_up: tuple[GivenUp, ...] = ()
     plan_blocker = str(program.details.get("fold_off_reason", ""))
     if fold and not program.folded and (blocker or plan_blocker):
-        refused = Unfolding("cluster", blocker) if blocker else Unfolding("plan", plan_blocker)
+        refused = Unfolding("cluster", blocker) if blocker else Unfolding(program.fold_off_check, plan_blocker)
         layout = program.layout
         given_up = (GivenUp("stage", None if layout is None else len(representatives(layout, True)), refused),)
     if program.folded and mode == "flow" and faults.empty:

@@ -11,6 +11,7 @@ from simulator.parallel.layout import Layout
 from simulator.program.contention import SmShare
 from simulator.program.ops import Op
 from simulator.program.ps_plan import PsPlan
+from simulator.program.unfolding import FoldCheck
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class StepProgram:
     ``parameter_server`` is a parameter-server run's plan, which its summary reads (None for other steps).
     ``training_ranks`` are the ranks that train when others only serve them (a parameter-server run's workers;
     None: every rank): the summary's communication times and losses are their means.
+    ``fold_off_check`` is the check whose reason ``details['fold_off_reason']`` gives, where the producer built
+    the step unfolded though asked to fold (the plan's, or a replicated trace's copies').
     """
 
     ops: tuple[Op, ...]
@@ -55,4 +58,5 @@ class StepProgram:
     sm_share: SmShare | None = None
     parameter_server: PsPlan | None = None
     training_ranks: tuple[int, ...] | None = None
+    fold_off_check: FoldCheck = "plan"
 

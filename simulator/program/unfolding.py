@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-FoldCheck = Literal["plan", "cluster", "collectives", "faults"]
+FoldCheck = Literal["plan", "copies", "cluster", "collectives", "faults"]
 """The check that unfolds a step: the plan's ranks of a stage doing different work
-(`parallel/program.plan_fold_blocker`), the cluster (`engine/fold_policy.fold_blocker`), its collectives on the
-flow model (`engine/symmetry.py`) or the step's faults (`engine/fold_policy.fold_with_faults`)."""
+(`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike
+the traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
+collectives on the flow model (`engine/symmetry.py`) or the step's faults (`engine/fold_policy.fold_with_faults`)."""
 
 
 @dataclass(frozen=True)

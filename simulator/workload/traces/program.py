@@ -128,7 +128,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                             allowed=f"a cluster of at least {world} GPUs")
     blocker = _copies_unlike(topology, replicas, members, transfers) if fold and replicas.copies > 1 else ""
     if blocker and guard is not None:
-        guard(Unfolding("plan", blocker))
+        guard(Unfolding("copies", blocker))
     fold = fold and not blocker
     scale = compute_scale(config, topology)
     by_rank = {rank.rank: rank for rank in traced}
@@ -166,7 +166,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        tokens_per_step=tokens, model_flops_per_step=tokens * (config.model_flops_per_token or 0.0),
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
-                       details=details)
+                       details=details, fold_off_check="copies")
 
 
 def compute_scale(config: TraceWorkload, topology: Topology) -> float:
