@@ -66,6 +66,11 @@ def check(request: CollectiveRequest, topology: Topology, name: str) -> list[lis
     return sorted(group_by_host(request.ranks, topology), key=lambda members: topology.gpu_host[members[0]])
 
 
+def hosts(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """`check` in CollNetDirect's name: the members per host, or why it cannot run ``request``."""
+    return check(request, topology, "collnet_direct")
+
+
 def sharp_transfers(hosts: list[list[int]], nbytes: float) -> list[Transfer]:
     """Each rail's in-network all-reduce of ``nbytes`` per NIC: every GPU of the rail sends that much to the same
     rail's GPU on the next host, so each NIC carries it once up and once down."""
@@ -76,8 +81,8 @@ def sharp_transfers(hosts: list[list[int]], nbytes: float) -> list[Transfer]:
 
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """One phase: the heads' scatter and broadcast over NVLink and the SHARP all-reduce of n/g per NIC at once."""
-    hosts = check(request, topology, "collnet_direct")
-    g, n = len(hosts[0]), request.nbytes
-    intra = [Transfer(members[i], members[(i + 1) % g], 2 * (g - 1) / g * n)
-             for members in hosts for i in range(g)] if g > 1 else []
-    return [Phase(tuple(intra + sharp_transfers(hosts, n / g)), min_latency=collnet_direct_latency(g))]
+    members = hosts(request, topology)
+    g, n = len(members[0]), request.nbytes
+    intra = [Transfer(host[i], host[(i + 1) % g], 2 * (g - 1) / g * n)
+             for host in members for i in range(g)] if g > 1 else []
+    return [Phase(tuple(intra + sharp_transfers(members, n / g)), min_latency=collnet_direct_latency(g))]

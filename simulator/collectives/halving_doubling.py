@@ -30,15 +30,20 @@ def doubling(ranks: tuple[int, ...], nbytes: float) -> list[Phase]:
     return list(reversed(halving(ranks, nbytes)))
 
 
+def check(request: CollectiveRequest, topology: Topology) -> None:
+    """Refuse a group whose size is not a power of two (``topology`` plays no part)."""
+    size = len(request.ranks)
+    if size & (size - 1):
+        raise ScenarioError(f"halving_doubling needs a power-of-two group, got {size} ranks",
+                            field="collectives.algorithm")
+
+
 def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
     """Halving for reduce-scatter, doubling for all-gather, halving then doubling for all-reduce."""
     if request.op not in OPS:
         raise ScenarioError(f"algorithm 'halving_doubling' does not implement {request.op}",
                             field="collectives.algorithm")
-    size = len(request.ranks)
-    if size & (size - 1):
-        raise ScenarioError(f"halving_doubling needs a power-of-two group, got {size} ranks",
-                            field="collectives.algorithm")
+    check(request, topology)
     if request.op == "reduce_scatter":
         return halving(request.ranks, request.nbytes)
     if request.op == "all_gather":

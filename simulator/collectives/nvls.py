@@ -99,18 +99,30 @@ def in_switch(groups: list[list[int]], op: Primitive, nbytes: float, topology: T
     return transfers
 
 
-def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """Inside one domain: one in-switch phase. Across hosts (all_reduce, NCCL's NVLS tree): the in-switch
-    all-reduce in every host and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
-    hosts: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
-    ranks = request.ranks
-    if supports(ranks, topology):
-        return [Phase(tuple(in_switch([list(ranks)], request.op, request.nbytes, topology)), min_latency=LATENCY)]
+def check(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """The group's members per host, or the error that says why NVLS cannot run ``request`` on ``topology``:
+    inside one NVLink domain it needs NVLink SHARP; across domains only all_reduce runs, over switches that reduce,
+    with the same count of members on every host."""
+    if supports(request.ranks, topology):
+        return [list(request.ranks)]
     if not topology.nvls or request.op != "all_reduce":
         raise ScenarioError(f"nvls {request.op} needs NVLink SHARP and a group inside one NVLink domain (all_reduce "
                             f"may span hosts whose switches reduce); {topology.name} does not fit",
                             field="collectives.algorithm")
     hosts = host_grid(request, topology, "nvls")
+    if len(hosts[0]) > 1:
+        in_switch_efficiency(topology)
+    return hosts
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """Inside one domain: one in-switch phase. Across hosts (all_reduce, NCCL's NVLS tree): the in-switch
+    all-reduce in every host and, at the same time, the rail rings that all-reduce each GPU's n/g slice across
+    hosts: NCCL pipelines the two levels chunk by chunk, so the step takes as long as the slower level."""
+    ranks = request.ranks
+    hosts = check(request, topology)
+    if supports(ranks, topology):
+        return [Phase(tuple(in_switch([list(ranks)], request.op, request.nbytes, topology)), min_latency=LATENCY)]
     g, count = len(hosts[0]), len(hosts)
     rails = [[members[j] for members in hosts] for j in range(g)]
     across = 2 * (count - 1) * request.nbytes / (g * count)

@@ -32,13 +32,19 @@ def fits(topology: Topology, hosts: list[list[int]]) -> bool:
     return nvls.available(topology) and len(hosts[0]) > 1
 
 
-def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
-    """One phase: the in-switch all-reduce in every host and the SHARP all-reduce of n/g per NIC at once."""
+def host_members(request: CollectiveRequest, topology: Topology) -> list[list[int]]:
+    """The group's members per host, or the error that says why NVLS with SHARP cannot run ``request`` here."""
     hosts = check(request, topology, "nvls_sharp")
     if not fits(topology, hosts):
         raise ScenarioError(f"nvls_sharp needs NVLink SHARP inside the hosts (nvls: nvswitch3) and two or more GPUs "
                             f"of the group per host; {topology.name} with this group does not fit",
                             field="collectives.algorithm")
+    return hosts
+
+
+def plan(request: CollectiveRequest, topology: Topology) -> list[Phase]:
+    """One phase: the in-switch all-reduce in every host and the SHARP all-reduce of n/g per NIC at once."""
+    hosts = host_members(request, topology)
     g, n = len(hosts[0]), request.nbytes
     intra = nvls.in_switch(hosts, "all_reduce", n, topology)
     return [Phase(tuple(intra + sharp_transfers(hosts, n / g)), min_latency=LATENCY)]

@@ -27,27 +27,31 @@ from simulator.errors import ScenarioError
 from simulator.topology.graph import Topology
 
 Planner = Callable[[CollectiveRequest, Topology], list[Phase]]
+Checker = Callable[[CollectiveRequest, Topology], object]
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A registered algorithm: its ``plan``, the primitives (``ops``) it implements, and whether NCCL runs it on
-    its NVLS channels (``nvls_channels``, the SMs its kernel holds; engine/contention.py)."""
+    """A registered algorithm: its ``plan``, the primitives (``ops``) it implements, whether NCCL runs it on
+    its NVLS channels (``nvls_channels``, the SMs its kernel holds; engine/contention.py), and the ``check`` its
+    plan starts with, which raises the algorithm's refusal of a request its ops include (None: it plans every
+    such request). The check builds no transfers, so asking which algorithms run a request costs no plan."""
 
     plan: Planner
     ops: tuple[Primitive, ...]
     nvls_channels: bool = False
+    check: Checker | None = None
 
 
 ALGORITHMS: dict[AlgorithmName, Algorithm] = {
     "ring": Algorithm(ring.plan, ring.OPS),
     "tree": Algorithm(tree.plan, tree.OPS),
-    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS),
+    "hierarchical": Algorithm(hierarchical.plan, hierarchical.OPS, check=hierarchical.host_grid),
     "direct": Algorithm(direct.plan, direct.OPS),
-    "halving_doubling": Algorithm(halving_doubling.plan, halving_doubling.OPS),
-    "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True),
-    "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS),
-    "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True),
+    "halving_doubling": Algorithm(halving_doubling.plan, halving_doubling.OPS, check=halving_doubling.check),
+    "nvls": Algorithm(nvls.plan, nvls.OPS, nvls_channels=True, check=nvls.check),
+    "collnet_direct": Algorithm(collnet_direct.plan, collnet_direct.OPS, check=collnet_direct.hosts),
+    "nvls_sharp": Algorithm(nvls_sharp.plan, nvls_sharp.OPS, nvls_channels=True, check=nvls_sharp.host_members),
     "userbuffers": Algorithm(userbuffers.plan, userbuffers.OPS),
     "ring_exchange": Algorithm(userbuffers.ring_exchange, userbuffers.RING_EXCHANGE_OPS),
 }
@@ -77,17 +81,19 @@ def plan_collective(request: CollectiveRequest, topology: Topology, algorithm: A
 
 
 def runnable_algorithms(request: CollectiveRequest, topology: Topology) -> list[AlgorithmName]:
-    """The registered algorithms that plan ``request`` on ``topology``: each that implements its op and whose own
-    checks (SHARP switches, NVLink SHARP, hosts of equal share, a power-of-two group...) pass, found by planning
-    it, so that no list kept beside the checks can disagree with them."""
+    """The registered algorithms that plan ``request`` on ``topology``: each that implements its op and whose
+    own check (SHARP switches, NVLink SHARP, hosts of equal share, a power-of-two group...) passes: the check
+    its plan runs, so that no list kept beside the checks can disagree with them, and no plan is built (a
+    direct plan over 4,096 GPUs is 16.8 M transfers)."""
     able = []
     for name, entry in ALGORITHMS.items():
         if request.op not in entry.ops:
             continue
-        try:
-            entry.plan(request, topology)
-        except ScenarioError:
-            continue
+        if entry.check is not None:
+            try:
+                entry.check(request, topology)
+            except ScenarioError:
+                continue
         able.append(name)
     return able
 
