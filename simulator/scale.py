@@ -39,7 +39,7 @@ from simulator.parallel.experts import ep_group
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
-from simulator.topology.size import HostShape, host_shape, topology_gpus
+from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
 from simulator.workload.calibrated import tp_overlap
 
 if TYPE_CHECKING:
@@ -481,16 +481,31 @@ def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     return ("model",) if scenario.model is not None else ("workload",)
 
 
+def _size_parameters(loaded: LoadedScenario) -> tuple[str, ...]:
+    """The parameters of the scenario's topology kind that set its GPU count (`SIZE_PARAMETERS`; none when the
+    topology cannot be read, whose build reports it)."""
+    cluster = loaded.scenario.cluster
+    try:
+        kind = read_topology(cluster.topology, cluster.overrides(), Path(loaded.source).parent).kind
+    except InputError:
+        return ()
+    return SIZE_PARAMETERS.get(kind, ())
+
+
 def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
     """Raise a located ScenarioError when the cluster has more than MAX_GPUS GPUs: building it and the run's
-    per-GPU structures alone would take minutes, however few ops and flows a folded step posts."""
+    per-GPU structures alone would take minutes, however few ops and flows a folded step posts. It is located
+    at the size parameter the scenario set (else at `cluster`) and names the ones its topology kind has."""
     if gpus > MAX_GPUS:
-        field = ("cluster", "nodes") if "nodes" in loaded.scenario.cluster.overrides() else ("cluster",)
+        sizes = _size_parameters(loaded)
+        written = [name for name in sizes if name in loaded.scenario.cluster.overrides()]
+        field = ("cluster", written[0]) if written else ("cluster",)
+        named = f" ({' or '.join(f'cluster.{name}' for name in sizes)})" if sizes else ""
         raise loaded.error(field, f"a cluster of {gpus:,} GPUs is too large to simulate (~"
                                   f"{gpus * CLUSTER_SECONDS_PER_GPU:,.0f} s and ~"
                                   f"{gpus * TOPOLOGY_BYTES_PER_GPU / 2**30:,.1f} GiB before the first op); the "
                                   f"limit is {MAX_GPUS:,} GPUs",
-                           f"a cluster of at most {MAX_GPUS:,} GPUs (cluster.nodes); or pass --force")
+                           f"a cluster of at most {MAX_GPUS:,} GPUs{named}; or pass --force")
 
 
 def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
@@ -562,6 +577,19 @@ def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     if gpus is None and not force:
         located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
         located(loaded, lambda: refuse_if_too_large(loaded, topology.num_gpus))
+    return topology
+
+
+def capped_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
+    """The scenario's cluster, refused beyond MAX_GPUS unless ``force``: before it is built where the topology's
+    parameters tell its GPU count, else once built. For the commands that check the step on that cluster by their
+    own rules (a job, a layout search): without it they built a 262,272-GPU cluster and ran for minutes."""
+    gpus = scenario_gpus(loaded)
+    if gpus is not None and not force:
+        located(loaded, lambda: refuse_too_many_gpus(loaded, gpus))
+    topology = scenario_topology(loaded)
+    if gpus is None and not force:
+        located(loaded, lambda: refuse_too_many_gpus(loaded, topology.num_gpus))
     return topology
 
 

@@ -13,9 +13,11 @@ from simulator import scale
 from simulator.cli import main
 from simulator.config.loader import load_scenario, scenario_from_text
 from simulator.parallel.layout import Layout
+from simulator.reliability.simulate import prepare_job
 from simulator.simulation import simulate, step_program
+from simulator.topology.builders import BUILDERS
 from simulator.topology.loader import list_bundled_topologies, load_topology, read_topology, scenario_topology
-from simulator.topology.size import topology_gpus
+from simulator.topology.size import SIZE_PARAMETERS, topology_gpus
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
@@ -420,3 +422,72 @@ def test_a_workload_list_counts_a_ring_inside_a_host_once_and_a_send_as_one_tran
     loaded = load_scenario(SCENARIOS / f"{name}.yaml")
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     assert estimate.flows == simulate(loaded).summary["flows_simulated"] == flows
+
+
+JOB_16K = str(SCENARIOS / "llama3-405b-16k-job.yaml")
+PAST_MAX_GPUS = ["--set", "cluster.nodes=32769"]  # 262,152 GPUs: MAX_GPUS + 8
+
+
+@pytest.mark.parametrize("command", [
+    ["run", JOB_16K], ["study", "checkpoint-interval", JOB_16K], ["study", "mtbf", JOB_16K],
+    ["search", LLAMA_405B, "--tp", "8", "--pp", "16", "--cp", "1"]])
+def test_jobs_studies_and_searches_refuse_a_cluster_past_max_gpus_before_building_it(command, monkeypatch,
+                                                                                      tmp_path, capsys):
+    """A job, a study and a layout search built the cluster without the check a plain run makes: at 262,272
+    GPUs `run` of the 16k job ran 127 s and wrote its outputs, `search` ran 312 s and failed every candidate
+    with this line, while `validate` refused the same input at once."""
+    monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
+    out = tmp_path / "out"
+    assert main([*command, *PAST_MAX_GPUS, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert ("--set cluster.nodes=32769: cluster.nodes: a cluster of 262,152 GPUs is too large to simulate" in err
+            and "(allowed: a cluster of at most 262,144 GPUs (cluster.nodes); or pass --force)\n" in err)
+    assert not out.exists()
+
+
+def test_force_runs_past_max_gpus(monkeypatch, tmp_path, capsys):
+    """--force skips MAX_GPUS as it skips the event and memory limits, for a plain run and for a job."""
+    monkeypatch.setattr(scale, "MAX_GPUS", 4)
+    scenario = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
+    assert main(["validate", scenario]) == 2
+    assert "a cluster of 8 GPUs is too large to simulate" in capsys.readouterr().err
+    assert main(["run", scenario, "--out", str(tmp_path / "out"), "--force", "--quiet"]) == 0
+    assert main(["validate", scenario, "--force", "--quiet"]) == 0
+    job = load_scenario(JOB_16K, ["cluster.nodes=2", "parallelism.tp=8", "parallelism.pp=1", "parallelism.dp=2",
+                                  "training.global_batch=2", "model.layers=2", "run.horizon=1 d",
+                                  "restart.spares=0"])
+    with pytest.raises(Exception, match="a cluster of 16 GPUs is too large to simulate"):
+        prepare_job(job)
+    assert prepare_job(job, force=True).healthy.step_s > 0
+
+
+@pytest.mark.parametrize("topology, overrides, field, named", [
+    ("gb200-nvl72", {"racks": 4096}, "cluster.racks", " (cluster.racks or cluster.trays)"),
+    ("dgx-h100-cluster", {"nodes": 32769}, "cluster.nodes", " (cluster.nodes)"),
+])
+def test_a_cluster_past_max_gpus_is_told_its_own_size_parameter(topology, overrides, field, named):
+    """The refusal named cluster.nodes for every topology: an NVL72 cluster, which rejects `nodes`, is told its
+    racks or trays; a graph, whose GPUs are its listed nodes, no parameter."""
+    cluster = ", ".join(f"{key}: {value}" for key, value in {"topology": topology, **overrides}.items())
+    loaded = scenario_from_text(f"cluster: {{{cluster}}}\nworkload:\n  - {{op: all_reduce, bytes: 1 GiB}}\n",
+                                "s.yaml")
+    with pytest.raises(Exception) as refused:
+        scale.refuse_too_many_gpus(loaded, scale.MAX_GPUS + 1)
+    assert refused.value.field == field
+    assert refused.value.allowed == f"a cluster of at most 262,144 GPUs{named}; or pass --force"
+
+
+def test_a_graph_past_max_gpus_names_no_size_parameter(tmp_path):
+    (tmp_path / "g.yaml").write_text(GRAPH_GPUS)
+    loaded = scenario_from_text("cluster: {topology: g.yaml}\nworkload:\n  - {op: all_reduce, bytes: 1 GiB}\n",
+                                str(tmp_path / "s.yaml"))
+    with pytest.raises(Exception) as refused:
+        scale.refuse_too_many_gpus(loaded, scale.MAX_GPUS + 1)
+    assert refused.value.field == "cluster"
+    assert refused.value.allowed == "a cluster of at most 262,144 GPUs; or pass --force"
+
+
+def test_every_topology_kind_names_its_size_parameters():
+    assert set(SIZE_PARAMETERS) == set(BUILDERS)
+

@@ -28,7 +28,7 @@ from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary, waiting_warning
-from simulator.topology.loader import scenario_topology
+from simulator.scale import capped_topology
 from simulator.units import counted, format_count, format_duration, format_size, parse_duration
 from simulator.workload.training import resolve_model
 
@@ -366,7 +366,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     horizon = scenario.run.horizon
     if horizon is None:
         raise ScenarioError("no job horizon", field="run.horizon", allowed="a duration such as '54 d'")
-    topology = scenario_topology(loaded)
+    topology = capped_topology(loaded, force)
     checks = check_job(loaded, topology)
     model, size, units = checks.model, checks.checkpoint_bytes, checks.units
     prepared = None if force else _refuse_unfolded_steps(loaded, model, topology)

@@ -16,6 +16,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
 from simulator.errors import ScenarioError
+from simulator.scale import capped_topology
 from simulator.simulation import network_settings
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
 from simulator.sweep.executors import Executor
@@ -32,7 +33,6 @@ from simulator.sweep.layouts import (
 )
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
-from simulator.topology.loader import scenario_topology
 from simulator.workload.memory import state_bytes_per_param
 from simulator.workload.training import resolve_model
 
@@ -78,7 +78,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                            "as jobs, then failed on their missing step figures)",
                            "a scenario without run.horizon, or --set run.horizon=null")
     space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
-    topology = scenario_topology(loaded)
+    topology = capped_topology(loaded, force)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     model = resolve_model(scenario)
     host_gpus = len(topology.host_gpus(0))

@@ -42,6 +42,12 @@ _COUNTERS: dict[str, Callable[[dict], int]] = {
 }
 """GPU count of each builder kind from its raw parameters; a kind without an entry is counted by building it."""
 
+SIZE_PARAMETERS: dict[str, tuple[str, ...]] = {
+    "nvswitch_node": ("gpus",), "pcie_node": ("gpus",), "cluster": ("nodes",), "nvl72": ("racks", "trays"),
+    "graph": ()}
+"""The parameters that set how many GPUs each builder kind has, which a cluster too large is told to lower (none
+for a graph, whose GPUs are its listed nodes)."""
+
 
 def topology_gpus(spec: TopologySource) -> int | None:
     """The number of GPUs ``spec`` would build, or None when it cannot be told without building (an unknown
