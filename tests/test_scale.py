@@ -491,3 +491,12 @@ def test_a_graph_past_max_gpus_names_no_size_parameter(tmp_path):
 def test_every_topology_kind_names_its_size_parameters():
     assert set(SIZE_PARAMETERS) == set(BUILDERS)
 
+
+def test_zero_dp_all_reduces_by_tree_get_no_replica_quotient_in_the_estimate():
+    """Without ZeRO, the DP all-reduces of `collectives.algorithm: auto` (or tree) run as trees, whose replicas
+    the engine does not fold into a quotient: the 405B run with `parallelism.fsdp=null` simulates 466,802 flows
+    (measured once on 2026-12-04, `replica_quotient` None; simulating takes minutes, so the figure is a
+    constant here). The estimate, 411,232, is 0.881 of it; 327,191 (0.70) when it took the quotient."""
+    loaded = load_scenario(LLAMA_405B, ["parallelism.fsdp=null"])
+    estimate = scale.estimate_scale(loaded.scenario, 8192, scale.scenario_hosts(loaded))
+    assert estimate.flows / 466_802 == pytest.approx(0.881, rel=0.03)
