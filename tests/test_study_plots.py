@@ -364,6 +364,9 @@ def test_a_heatmap_cell_of_several_points_says_it_is_their_mean():
                                           "mean of up to 2 points per cell: more axes vary than --x and --y show")
     single = heatmap_figure(frame[frame["forward"] == "1 ms"], "m", "schedule", "step_time_s")
     assert single.axes[0].get_title() == "step_time_s over m x schedule"
+    half_empty = frame.assign(step_time_s=[1.0, float("nan"), 5.0, float("nan"), 2.0])
+    assert heatmap_figure(half_empty, "m", "schedule", "step_time_s").axes[0].get_title() == (
+        "step_time_s over m x schedule")  # a point without a value is not in the cell's mean
 
 
 def test_a_heatmaps_long_axis_name_stays_clear_of_its_title():

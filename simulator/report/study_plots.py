@@ -93,7 +93,8 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
                             allowed="a numeric column (a metric such as step_time_s)")
     table = rows.assign(**{value: numbers}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
-    shared = int(rows.groupby([y, x], dropna=False).size().max()) if len(rows) else 1
+    valued = rows[numbers.notna()]
+    shared = int(valued.groupby([y, x], dropna=False).size().max()) if len(valued) else 1
     figure = Figure(figsize=(1.2 + 1.1 * max(len(table.columns), 1), 1.4 + 0.6 * max(len(table.index), 1)),
                     layout="constrained")
     ax = figure.add_subplot()
