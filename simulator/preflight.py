@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Verdict:
     """What `validate` found in a scenario that passed its checks: the memory entries of the summary
-    (``oom`` among them, empty for a communication-only workload), the layout warnings, a lower bound of the
+    (``oom`` among them, empty for a communication-only workload) with its ``layout``, which names the stages
+    each rank holds (`held_stages`), the layout warnings, a lower bound of the
     step time that needs no run (`step_floor`; 0 for a communication-only workload) and the GPUs the step spans
     (the summary's `gpus`: a replayed trace's ranks, which may be fewer than the cluster's; None for a
     communication-only workload, which spans the cluster)."""
@@ -64,7 +65,8 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
-    return Verdict(dict(program.memory), (*loaded.ignored_without_a_horizon(), *program.warnings),
+    layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
+    return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings),
                    step_floor(program.ops, set(prepared.step.slowdowns)), program.world)
 
 

@@ -170,19 +170,24 @@ def test_validate_prints_the_peak_memory_per_gpu(capsys):
         assert capsys.readouterr().out.count("\n") == 1
 
 
-def test_the_peak_memory_of_a_rank_holding_several_stages_names_them_all(tmp_path, capsys):
+@pytest.mark.parametrize(("schedule", "virtual_stages", "stages"), [
+    ("zbv", 2, "0, 7"), ("interleaved", 2, "0, 4"), ("interleaved", 4, "0, 4, 8, 12")])
+def test_the_peak_memory_of_a_rank_holding_several_stages_names_them_all(tmp_path, capsys, schedule,
+                                                                         virtual_stages, stages):
     """In the V of zbv rank 0 holds stages 0 and 7: validate and the out-of-memory warning said "on pipeline
-    stage 0 (rank 0)", as if rank 0 held stage 0 alone, where the memory chart names both."""
-    scenario = tmp_path / "zbv.yaml"
+    stage 0 (rank 0)", as if rank 0 held stage 0 alone, where the memory chart names both; interleaved, rank 0
+    holds every p-th stage. The stages are the memory chart's and the Gantt's (`held_stages`)."""
+    scenario = tmp_path / "pipeline.yaml"
     scenario.write_text("cluster: {topology: dgx-h100}\nmodel: {preset: llama3-8b}\n"
                         "training: {seq_len: 4096, global_batch: 8, micro_batch: 1}\n"
-                        "parallelism: {tp: 2, pp: 4, pipeline: {schedule: zbv, virtual_stages: 2}}\n")
+                        f"parallelism: {{tp: 2, pp: 4, pipeline: {{schedule: {schedule}, "
+                        f"virtual_stages: {virtual_stages}}}}}\n")
     assert main(["validate", str(scenario)]) == 0
-    assert ") on rank 0 (stages 0, 7); largest parts: " in capsys.readouterr().out
+    assert f") on rank 0 (stages {stages}); largest parts: " in capsys.readouterr().out
     assert main(["validate", str(scenario), "--set", "training.seq_len=32768"]) == 0
     captured = capsys.readouterr()
-    assert "OUT OF MEMORY) on rank 0 (stages 0, 7); largest parts: " in captured.out
-    assert " GiB needed on rank 0 (stages 0, 7), the GPU holds " in captured.err
+    assert f"OUT OF MEMORY) on rank 0 (stages {stages}); largest parts: " in captured.out
+    assert f" GiB needed on rank 0 (stages {stages}), the GPU holds " in captured.err
 
 
 def test_validate_counts_the_gpus_a_trace_spans_as_the_run_does(tmp_path, capsys):

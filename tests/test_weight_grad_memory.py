@@ -131,3 +131,13 @@ def test_zbv_memory_legend_names_both_stages_of_each_rank(run_yaml):
     unfolded = run_yaml(ZBV, "run.fold=false")
     named = memory_figure(unfolded.timeline, unfolded.summary, ranks=[5]).legends[0].get_texts()[0].get_text()
     assert named.startswith("rank 5 (stages 1, 6), peak ")
+
+
+@pytest.mark.parametrize(("virtual_stages", "held"), [(2, ["0, 4", "1, 5", "2, 6", "3, 7"]),
+                                                      (4, ["0, 4, 8, 12", "1, 5, 9, 13", "2, 6, 10, 14",
+                                                           "3, 7, 11, 15"])])
+def test_interleaved_memory_legend_names_every_stage_of_each_rank(run_yaml, virtual_stages, held):
+    """Interleaved, rank r holds stages r, r + p, ...: the legend names them all, as the Gantt rows do."""
+    result = run_yaml(ZBV.replace("zbv", "interleaved"), f"parallelism.pipeline.virtual_stages={virtual_stages}")
+    labels = [text.get_text() for text in memory_figure(result.timeline, result.summary).legends[0].get_texts()]
+    assert [label.split(", peak")[0] for label in labels[:-1]] == [f"rank {r} (stages {s})" for r, s in enumerate(held)]

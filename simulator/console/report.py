@@ -89,15 +89,16 @@ def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingCo
 
 def _peak_place(summary: dict) -> str:
     """Where the fullest GPU is: " on pipeline stage 2 (rank 16)"; a rank holding several virtual stages
-    (interleaved, the V of zbv and dualpipev) with all of them, " on rank 0 (stages 0, 7)", as the memory chart's
-    legend names it (its stage entry's `activation_per_virtual_stage` lists them); " on rank 3" without stages."""
+    (interleaved, the V of zbv and dualpipev) with all of them, " on rank 0 (stages 0, 7)", named by
+    `held_stages` as the memory chart's legend and the Gantt rows are; " on rank 3" without stages."""
+    from simulator.report.outputs import held_stages
+
     stage, rank = summary.get("peak_memory_stage"), summary.get("peak_memory_rank")
     if stage is None:
         return f" on rank {rank}" if rank is not None else ""
-    entry: dict = next((e for e in summary.get("memory_per_stage_gib", []) if int(e["stage"]) == stage), {})
-    held = list(entry.get("activation_per_virtual_stage") or ())
+    held = held_stages(summary, int(stage))
     if len(held) > 1:
-        return f" on rank {rank} (stages {', '.join(held)})"
+        return f" on rank {rank} (stages {', '.join(map(str, held))})"
     return f" on pipeline stage {stage} (rank {rank})"
 
 
