@@ -212,6 +212,9 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                   "not a multiple"),
     "ps-no-server-hosts": (scenario(PS + "ps: {servers: 0}\n"), RUN, 2,
                            "s.yaml:5: ps.servers: 0 server hosts: a parameter-server run needs at least one"),
+    "ps-no-servers": (scenario(PS + "ps: {mode: sync}\n"), RUN, 2,
+                      "s.yaml:5: ps.servers: required field is missing (allowed: a count of server hosts such as 2 "
+                      "(the cluster's last hosts), or a list of host indices such as [0, 3])"),
     "ps-no-section": (scenario(PS), RUN, 2, "s.yaml:4: parallelism.strategy: parameter_server needs a ps: section"),
     "ps-more-servers-than-hosts": (scenario(PS + "ps: {servers: 4}\n"), RUN, 2,
                                    "ps.servers: 4 servers: more servers than the cluster's 3 hosts"),

@@ -29,7 +29,8 @@ class ParameterServerConfig(Section):
     onto the least loaded server) or `round_robin`. `iterations` per worker are simulated; a worker's compute
     in each iteration is slowed by a factor drawn from `iteration_slowdown` (seeded by `run.seed`)."""
 
-    servers: int | list[int]
+    servers: int | list[int] = Field(description="a count of server hosts such as 2 (the cluster's last hosts), "
+                                                 "or a list of host indices such as [0, 3]")
     mode: PSMode = "sync"
     staleness: int | None = None
     sharding: Sharding = "by_size"
