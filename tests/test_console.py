@@ -67,8 +67,9 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
     assert printed(summary) == ["step time 1 s"]
     summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "cluster not symmetric",
                                  "reason": "hosts with different GPU counts"}]
-    assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; given up: stage fold (2 ranks): cluster not "
-                                   "symmetric (hosts with different GPU counts)")
+    assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 "
+                                   "ranks and copy them to the others, because cluster not symmetric: hosts with "
+                                   "different GPU counts")
     standing = {"step_time_s": 1.0, "simulated_ranks": 4, "gpus": 32, "folded": True,
                 "fold_not_exact": {"fold": "stage", "simulated_ranks": 4, "why": "hand-off out of step in its run",
                                    "reason": "send_recv 'send fwd mb0' ..."}}
@@ -445,9 +446,9 @@ def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     assert row.split("step faults")[1].strip() == ("GPU 1 compute x2 slower; leaf0.r0-spine0 down from 5 ms "
                                                    "(4 routes rerouted)")
     ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
-    assert " ".join(" ".join(lines[ranks:ranks + 2]).split()) == (
-        "ranks 4 of 4 ranks simulated; given up: stage fold (1 rank): step faults unlike across replicas (link "
-        "faults (replicas no longer see the same links))")
+    assert " ".join(" ".join(lines[ranks:ranks + 3]).split()) == (
+        "ranks 4 of 4 ranks simulated; gave up the stage fold, which would simulate 1 rank and copy it to the "
+        "others, because step faults unlike across replicas: link faults (replicas no longer see the same links)")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "step faults unlike across "
                                          "replicas", "reason": "link faults (replicas no longer see the same links)"}]

@@ -127,8 +127,9 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
     assert summary["fold_given_up"] == [{"fold": "classes", "simulated_ranks": 2, **refused},
                                         {"fold": "stage", "simulated_ranks": 1, **refused}]
     assert folding_text(summary) == (
-        "32 of 32 ranks simulated; given up: classes fold (2 ranks): mirrors would meet the links unlike (refused); "
-        "given up: stage fold (1 rank): mirrors would meet the links unlike (refused)")
+        "32 of 32 ranks simulated; gave up the classes fold, which would simulate 2 ranks and copy them to the "
+        "others, because mirrors would meet the links unlike: refused; gave up the stage fold, which would simulate "
+        "1 rank and copy it to the others, because mirrors would meet the links unlike: refused")
 
 
 WRAP_ON_UNLIKE_SPINES = """
@@ -230,10 +231,11 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     assert folded.pop("fold_off_reason").startswith(WRAP_LATE + " in the folded run (5 instances out of step, by "
                                                     "up to 0.357 ms)")
     assert folding_text(folded) == (
-        "32 of 32 ranks simulated; given up: stage fold (2 ranks): hand-off out of step in its run, send_recv 'send "
-        "bwd mb6' over GPUs [0, 16] ended between 57.84 ms and 58.19 ms (5 instances out of step, by up to 357 us); "
-        "given up: routes fold (4 ranks): hand-off out of step in its run, send_recv 'send bwd mb6' over GPUs "
-        "[0, 16] ended between 57.84 ms and 58.19 ms (10 instances out of step, by up to 357 us)")
+        "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
+        "because hand-off out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between 57.84 ms "
+        "and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would simulate 4 "
+        "ranks and copy them to the others, because hand-off out of step in its run: send_recv 'send bwd mb6' over "
+        "GPUs [0, 16] ended between 57.84 ms and 58.19 ms, 10 instances out of step by up to 357 us")
     stage, routes = folded.pop("fold_given_up")
     for entry, ranks, instances in ((stage, 2, 5), (routes, 4, 10)):
         assert entry["fold"] == ("stage" if ranks == 2 else "routes") and entry["simulated_ranks"] == ranks

@@ -131,17 +131,20 @@ def _layout_line(summary: dict) -> str:
 
 
 def _given_up_text(entry: dict) -> str:
-    """One fold given up (an entry of summary.json's `fold_given_up`): which, how many ranks it simulates, why,
-    and where its run fell out of step the first collective out of step with its figures, else the check's
-    reason."""
-    head = _fold_head(entry)
+    """One fold given up (an entry of summary.json's `fold_given_up`) in words a new user reads: which
+    shortcut was dropped, how many ranks it would have simulated for all, why, then the check's reason or,
+    where its run fell out of step, the first collective out of step with its figures."""
+    ranks = entry.get("simulated_ranks")
+    shortcut = "" if ranks is None else (f", which would simulate {counted(ranks, 'rank')} and copy "
+                                         f"{'it' if ranks == 1 else 'them'} to the others")
+    head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
     apart = entry.get("out_of_step")
     if not apart:
-        return f"{head}: {entry['why']} ({entry['reason']})"
+        return f"{head}: {entry['reason']}"
     first, last = apart["ended_s"]
-    return (f"{head}: {entry['why']}, {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between "
-            f"{format_seconds(first)} and {format_seconds(last)} ({counted(apart['instances'], 'instance')} out of "
-            f"step, by up to {format_seconds(apart['widest_s'])})")
+    return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between "
+            f"{format_seconds(first)} and {format_seconds(last)}, {counted(apart['instances'], 'instance')} out of "
+            f"step by up to {format_seconds(apart['widest_s'])}")
 
 
 def _fold_head(entry: dict) -> str:
@@ -160,7 +163,7 @@ def folding_text(summary: dict) -> str:
     text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
         " (folded)" if summary.get("folded") else "")
     given_up = summary.get("fold_given_up") or []
-    text += "".join(f"; given up: {_given_up_text(entry)}" for entry in given_up)
+    text += "".join(f"; {_given_up_text(entry)}" for entry in given_up)
     not_exact = summary.get("fold_not_exact")
     if not_exact:
         text += f"; not exact: {_fold_head(not_exact)}: {not_exact['why']} (see the warning)"
