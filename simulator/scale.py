@@ -530,7 +530,7 @@ UNFOLDING_ADVICE: dict[FoldCheck, str] = {
     "plan": "true (every CP rank then does the same attention work)",
     "copies": "a dp whose copies each fill NVLink domains alike, or a smaller dp",
     "cluster": "a generated topology whose hosts have equal GPU counts",
-    "collectives": "network.model: analytic (each transfer alone, so the replicas fold)",
+    "collectives": "network.model: analytic (each transfer alone: replicas whose routes take equal times fold)",
     "faults": "step faults that keep the replicas alike (no link faults; stragglers slowing whole stages)",
 }
 """What to change so that the check passes."""
