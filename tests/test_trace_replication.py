@@ -276,14 +276,13 @@ CROSSING = "a copy's own traffic folds only inside NVLink domains"
      f"the traced job's transfer from rank 6 to rank 8 crosses the network (GPUs 6, 8): {CROSSING}")])
 def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stages, dp, cluster, reason):
     """DP 2 x PP 3 (six ranks) at dp 4 on DGX H100s: copy 1 straddles two hosts and hands stage 0 on over the
-    NICs where the traced ranks use NVLink; so at dp 8 on three hosts on the analytic model, whose fold checks
-    compare no mirrors (folded regardless, 0.3070 ms against 0.2574 ms unfolded). On one PCIe host of 12 GPUs,
-    4 per switch, at dp 4 copy 1's hand-off from GPU 6 to GPU 8 crosses two switches where the traced one from
-    GPU 0 to GPU 2 stays under one (folded regardless, 0.9376 ms against 0.8096 ms). DP 2 x PP 8 (two hosts per
-    copy) at dp 6 on leaf groups of three hosts: every copy hands on across the spines, copy 1 into another leaf
-    group, where the other copies' gradient rings slow it (0.7967 ms folded, 1.0347 ms unfolded: the fold checks
-    judged only the mirrors that meet the simulated traffic). All unfold, naming the transfer, and the fold
-    given up says why (it said 'ranks of a stage do different work')."""
+    NICs where the traced ranks use NVLink; so at dp 8 on three hosts on the analytic model (folded regardless,
+    0.3070 ms against 0.2574 ms unfolded). On one PCIe host of 12 GPUs, 4 per switch, at dp 4 copy 1's hand-off
+    from GPU 6 to GPU 8 crosses two switches where the traced one from GPU 0 to GPU 2 stays under one (folded
+    regardless, 0.9376 ms against 0.8096 ms). DP 2 x PP 8 (two hosts per copy) at dp 6 on leaf groups of three
+    hosts: every copy hands on across the spines, copy 1 into another leaf group, where the other copies'
+    gradient rings slow it (folded regardless, 0.7967 ms against 1.0347 ms). All unfold, naming the transfer,
+    and the fold given up says why (it said 'ranks of a stage do different work')."""
     dp_pp_job(tmp_path, stages)
     knobs = f"traced_tp: 1, traced_pp: {stages}"
     _, folded = run(scenario(tmp_path, knobs, dp, cluster), tmp_path)

@@ -528,9 +528,9 @@ def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, t
     NVLink domain over the same links as the traced ranks': the copies then meet alike what the run simulates
     whole (the widened groups). Across the network a copy's hand-off may be hashed onto other spines, or
     straddle hosts where the traced ranks' does not (a traced job of 6 ranks on hosts of 8 GPUs), and the fold
-    cannot vouch for it: the flow model's fold checks judge only mirrors that meet the simulated traffic, and
-    the analytic model's compare none, while the copies' ranks still join the widened groups when their own
-    traffic is done (docs/traces.md: 0.3070 ms folded against 0.2574 ms unfolded, 0.7967 against 1.0347)."""
+    cannot vouch for it from the traced ranks, while the copies' ranks still join the widened groups when their
+    own traffic is done (folded anyway, docs/traces.md: 0.3070 ms against 0.2574 ms unfolded, 0.7967 against
+    1.0347). The engine's fold checks may catch such copies too; this names the copy's transfer first."""
     domains = topology.gpu_domain
     owned = [(f"process group {group!r}", ranks) for group, ranks in members.items()
              if group not in replicas.widened and len(set(ranks)) > 1]
