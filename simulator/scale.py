@@ -444,8 +444,9 @@ def scenario_hosts(loaded: LoadedScenario) -> HostShape | None:
         return None
 
 
-def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
-    """What to change to bring a run under the limits, most effective first."""
+def advice(estimate: ScaleEstimate, scenario: Scenario, sizes: tuple[str, ...]) -> str:
+    """What to change to bring a run under the limits, most effective first; ``sizes``: the cluster's size
+    parameters (`_size_parameters`)."""
     steps = []
     innermost = "TP innermost, inside one NVLink domain (parallelism.order starting with tp)"
     if estimate.tp_order:
@@ -461,15 +462,28 @@ def advice(estimate: ScaleEstimate, scenario: Scenario) -> str:
         steps.append("fewer micro-batches (training.global_batch or training.microbatches) or layers")
     if scenario.run.timeline == "full":
         steps.append("write less (run.timeline: summary)")
-    steps.append("a smaller cluster (cluster.nodes)")
+    steps.append(f"a smaller cluster{_named(sizes)}")
     return "; ".join(steps) + "; or pass --force"
 
 
-def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
+def _named(sizes: tuple[str, ...]) -> str:
+    """The cluster's size parameters as advice names them: ' (cluster.racks or cluster.trays)', '' for none."""
+    return f" ({' or '.join(f'cluster.{name}' for name in sizes)})" if sizes else ""
+
+
+def _size_field(loaded: LoadedScenario, sizes: tuple[str, ...]) -> tuple[str, ...]:
+    """The size parameter of ``sizes`` the scenario set, the field a refusal of its cluster's size points at;
+    else `cluster`."""
+    written = [name for name in sizes if name in loaded.scenario.cluster.overrides()]
+    return ("cluster", written[0]) if written else ("cluster",)
+
+
+def _cause(estimate: ScaleEstimate, loaded: LoadedScenario, sizes: tuple[str, ...]) -> tuple[str, ...]:
     """The field most to blame: unfolded ranks; else TP groups across NVLink domains (their degree, or the order
     that places them so); else the cluster when the ops alone
     would fit (the flows, mirrors and graph grow with it); else the work of the step (model and batch) or the
     workload list."""
+    scenario = loaded.scenario
     if scenario.uses_parameter_servers:
         return ("ps", "iterations")
     if not estimate.folded and scenario.model is not None:
@@ -477,7 +491,7 @@ def _cause(estimate: ScaleEstimate, scenario: Scenario) -> tuple[str, ...]:
     if estimate.tp_host_gpus:
         return ("parallelism", "order") if estimate.tp_order else ("parallelism", "tp")
     if estimate.ops <= MAX_EVENTS and estimate.ops * OP_BYTES <= MAX_MEMORY_BYTES:
-        return ("cluster", "nodes") if "nodes" in scenario.cluster.overrides() else ("cluster",)
+        return _size_field(loaded, sizes)
     return ("model",) if scenario.model is not None else ("workload",)
 
 
@@ -498,14 +512,11 @@ def refuse_too_many_gpus(loaded: LoadedScenario, gpus: int) -> None:
     at the size parameter the scenario set (else at `cluster`) and names the ones its topology kind has."""
     if gpus > MAX_GPUS:
         sizes = _size_parameters(loaded)
-        written = [name for name in sizes if name in loaded.scenario.cluster.overrides()]
-        field = ("cluster", written[0]) if written else ("cluster",)
-        named = f" ({' or '.join(f'cluster.{name}' for name in sizes)})" if sizes else ""
-        raise loaded.error(field, f"a cluster of {gpus:,} GPUs is too large to simulate (~"
+        raise loaded.error(_size_field(loaded, sizes), f"a cluster of {gpus:,} GPUs is too large to simulate (~"
                                   f"{gpus * CLUSTER_SECONDS_PER_GPU:,.0f} s and ~"
                                   f"{gpus * TOPOLOGY_BYTES_PER_GPU / 2**30:,.1f} GiB before the first op); the "
                                   f"limit is {MAX_GPUS:,} GPUs",
-                           f"a cluster of at most {MAX_GPUS:,} GPUs{named}; or pass --force")
+                           f"a cluster of at most {MAX_GPUS:,} GPUs{_named(sizes)}; or pass --force")
 
 
 def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | None:
@@ -513,10 +524,10 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
     scenario = loaded.scenario
     estimate = estimate_scale(scenario, gpus, scenario_hosts(loaded))
     if estimate is not None and estimate.over_limits():
-        field = _cause(estimate, scenario)
-        raise loaded.error(field, f"this run is too large to simulate: {estimate.describe()}; the limits are "
-                                  f"{limits_text()}",
-                           advice(estimate, scenario))
+        sizes = _size_parameters(loaded)
+        raise loaded.error(_cause(estimate, loaded, sizes), f"this run is too large to simulate: "
+                                                             f"{estimate.describe()}; the limits are {limits_text()}",
+                           advice(estimate, scenario, sizes))
     return estimate
 
 
@@ -559,7 +570,8 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
                        f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
                        f"the limits are {limits_text()}",
-                       f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster (cluster.nodes); or pass --force")
+                       f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster{_named(_size_parameters(loaded))}; "
+                       "or pass --force")
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:

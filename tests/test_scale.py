@@ -500,3 +500,17 @@ def test_zero_dp_all_reduces_by_tree_get_no_replica_quotient_in_the_estimate():
     loaded = load_scenario(LLAMA_405B, ["parallelism.fsdp=null"])
     estimate = scale.estimate_scale(loaded.scenario, 8192, scale.scenario_hosts(loaded))
     assert estimate.flows / 466_802 == pytest.approx(0.881, rel=0.03)
+
+
+def test_a_run_past_the_event_limits_is_told_its_own_size_parameter():
+    """The event and memory refusals advised 'a smaller cluster (cluster.nodes)' whatever the topology, and blamed
+    cluster.nodes: an NVL72 cluster, which rejects `nodes`, is told its racks or trays."""
+    loaded = scenario_from_text(
+        "cluster: {topology: gb200-nvl72, racks: 64}\nmodel: {preset: llama3-70b}\n"
+        "training: {seq_len: 4096, global_batch: 4608, micro_batch: 1, precision: bf16, recompute: full}\n"
+        "parallelism: {tp: 8, pp: 1, dp: 576}\nrun: {fold: false}\n", "s.yaml")
+    with pytest.raises(Exception) as refused:
+        scale.refuse_if_too_large(loaded, 4608)
+    assert refused.value.field == "run.fold"
+    assert refused.value.allowed.endswith("a smaller cluster (cluster.racks or cluster.trays); or pass --force")
+    assert "cluster.nodes" not in refused.value.allowed

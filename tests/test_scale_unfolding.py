@@ -103,6 +103,12 @@ CASES = {
 }
 
 
+SIZE_ADVICE = {"plan": " (cluster.gpus)", "cluster": "", "collectives": " (cluster.nodes)",
+               "faults": " (cluster.nodes)"}
+"""Each case's cluster's own size parameter (one DGX H100: its GPUs; a graph: none), which the advice names (it
+said cluster.nodes whatever the topology)."""
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, monkeypatch, tmp_path, capsys):
     """Each route that unfolds a step asked to fold: one located line at the field of the check, naming the
@@ -121,7 +127,7 @@ def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, m
     assert err.startswith(f"error: {path}:{line}: {field}: this run is too large to simulate unfolded ({reason}")
     assert (f"): {unfolded.describe()}; the limits are 16 GiB and {scale.MAX_EVENTS:,} ops + flows "
             f"(allowed: {advice}") in err
-    assert err.endswith("a smaller cluster (cluster.nodes); or pass --force)")
+    assert err.endswith(f"a smaller cluster{SIZE_ADVICE[case]}; or pass --force)")
     assert builds == built and not out.exists()
 
 
