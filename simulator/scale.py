@@ -34,6 +34,7 @@ from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
 from simulator.config.training_options import grad_buffer_bytes
+from simulator.engine.replicas import shift_step
 from simulator.errors import InputError
 from simulator.parallel.experts import ep_group
 from simulator.parallel.layout import Layout
@@ -276,10 +277,7 @@ def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
     """The data-parallel replicas a folded run sends the flows of (engine/replicas.py `_shift_step`): the fewest
     whose shift moves every GPU by whole periods of the fabric's spine hash, when DP is outermost over the whole
     cluster; 0 when no shift is a symmetry (every replica then sends)."""
-    period, stride = hosts.period if hosts is not None else 0, layout.stride("dp")
-    if not period or layout.dp == 1 or stride * layout.dp != layout.world:
-        return 0
-    return next((step for step in range(1, layout.dp) if layout.dp % step == 0 and step * stride % period == 0), 0)
+    return shift_step(layout, hosts.period if hosts is not None else 0)
 
 
 def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape, ep: int) -> CollectiveShape:

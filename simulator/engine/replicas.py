@@ -101,11 +101,17 @@ def replica_quotient(ops: Sequence[Op], layout: Layout, plans: PlanCache, mirror
 
 
 def _shift_step(layout: Layout, topology: Topology) -> int:
-    """The fewest data-parallel replicas whose shift moves every GPU index by whole periods of the fabric's
-    spine hash (0 when there is none): data parallelism outermost over every GPU of a fabric that has one."""
+    """`shift_step` on ``topology``'s fabric, when the layout covers every GPU of it."""
     period = topology.router.shift_gpus if isinstance(topology.router, Fabric) else 0
+    return shift_step(layout, period) if layout.world == topology.num_gpus else 0
+
+
+def shift_step(layout: Layout, period: int) -> int:
+    """The fewest data-parallel replicas whose shift moves every GPU index by whole ``period``s of the fabric's
+    spine hash (0 when there is none): data parallelism outermost over the layout's GPUs. The pre-run estimate
+    (scale.py) predicts the quotient with it from the topology's parameters."""
     stride = layout.stride("dp")
-    if not period or layout.dp == 1 or stride * layout.dp != layout.world or layout.world != topology.num_gpus:
+    if not period or layout.dp == 1 or stride * layout.dp != layout.world:
         return 0
     return next((step for step in range(1, layout.dp) if layout.dp % step == 0 and step * stride % period == 0), 0)
 
