@@ -171,10 +171,8 @@ def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndar
 
 
 def hop_signature(topology: Topology, pair: tuple[int, ...]) -> list[tuple[float, str]]:
-    """The bandwidth and class of each link the hand-off from ``pair[0]`` to ``pair[-1]`` crosses, hop for hop:
-    two hand-offs with equal signatures take the same time alone."""
-    return [(float(topology.link_bandwidth[link]), topology.link_class[link])
-            for link in topology.path(pair[0], pair[-1])]
+    """The hops the hand-off from ``pair[0]`` to ``pair[-1]`` crosses (`Topology.hop_signature`)."""
+    return topology.hop_signature(pair[0], pair[-1])
 
 
 def hops_apart(topology: Topology, op: CollectiveOp, mirrors: Mirrors) -> bool:

@@ -250,6 +250,11 @@ class Topology:
         """Directed link ids from GPU ``src`` to GPU ``dst``; ``channel`` picks among parallel routes."""
         return (self._routes.get((src, dst, channel)) or self.route(src, dst, channel))[0]
 
+    def hop_signature(self, src: int, dst: int) -> list[tuple[float, str]]:
+        """The bandwidth and class of each link from GPU ``src`` to GPU ``dst``, hop for hop: two transfers with
+        equal signatures take the same time alone (the fold checks compare hand-offs and copies by it)."""
+        return [(float(self.link_bandwidth[link]), self.link_class[link]) for link in self.path(src, dst)]
+
     def link_ids(self, nodes: list[str]) -> tuple[int, ...]:
         """The directed link ids along a path of node names."""
         try:

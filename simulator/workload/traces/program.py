@@ -551,9 +551,8 @@ def _copies_unlike(topology: Topology, replicas: _Replicas, members: dict[str, t
 
 
 def _hops(topology: Topology, ranks: tuple[int, ...]) -> list[list[tuple[float, str]]]:
-    """The bandwidth and class of each link from the first of ``ranks`` to each of the others, hop for hop."""
-    return [[(float(topology.link_bandwidth[link]), topology.link_class[link])
-             for link in topology.path(ranks[0], rank)] for rank in ranks[1:]]
+    """The hops from the first of ``ranks`` to each of the others (`Topology.hop_signature`)."""
+    return [topology.hop_signature(ranks[0], rank) for rank in ranks[1:]]
 
 
 def _cp_size(members: dict[str, tuple[int, ...]], kinds: Dimensions) -> int:
