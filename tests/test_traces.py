@@ -1263,6 +1263,74 @@ def test_ranks_disagreeing_on_a_numbered_collective_name_it_and_both_events(tmp_
                              f"all_reduce of 16777216 bytes on rank 0 ({traces / 'rank0.json'}: traceEvents[2])")
 
 
+def chakra_gathers(folder: Path, ranks: int, recorded: str, size: int, listed: list[int] | None = None) -> None:
+    """Chakra traces of ``ranks`` ranks, each all-gathering a 4 MiB shard over process group 'g' launched by a
+    record_param_comms node, as Chakra's converter writes them (no metadata, unless ``listed`` gives the group's
+    ranks). ``recorded``: where the trace records the group's ``size``: 'attr' (a `pg_size` attribute on the
+    node, PyTorch's execution-trace name for it), 'launcher' (the last argument its record_param_comms node
+    records: RECORD_PARAM_COMMS_DATA's worldSize), or 'none' (an older PyTorch's record, split sizes last)."""
+    for rank in range(ranks):
+        tail = {"attr": [[], []], "launcher": [[], [], 0, 1, size], "none": [[], []]}[recorded]
+        values = [[[7, 8, 0, 2 * MIB, 2, "cuda:0"]], [12, False], ["g", "undefined"], rank, "all_gather", *tail]
+        gather = {"id": 3, "name": "all_gather", "type": "COMM_COLL_NODE", "ctrlDeps": [2],
+                  "attr": [{"name": "comm_type", "int64Val": 2}, {"name": "comm_size", "int64Val": 4 * MIB},
+                           {"name": "pg_name", "stringVal": "g"},
+                           *([{"name": "pg_size", "int64Val": size}] if recorded == "attr" else [])]}
+        launcher = {"id": 2, "name": "record_param_comms", "type": "COMP_NODE",
+                    "inputs": {"values": str(values)}, "attr": [{"name": "is_cpu_op", "boolVal": True}]}
+        meta = [{"pg_name": "g", "pg_desc": "undefined", "ranks": listed, "group_size": len(listed)}] if listed else []
+        nodes = [{"id": 1, "name": "## process_group:init ##", "type": "METADATA_NODE",
+                  "inputs": {"values": str([json.dumps(meta)])}}] if meta else []
+        (folder / f"rank{rank}.json").write_text(json.dumps([*nodes, launcher, gather]))
+
+
+GATHER_SCENARIO = ("cluster: {{topology: ethernet-100g, nodes: 4}}\ncollectives: {{algorithm: ring}}\n"
+                   "workload: {{trace: '{}/rank*.json', format: chakra-json}}\n")
+
+
+@pytest.mark.parametrize("recorded", ["attr", "launcher"])
+def test_a_chakra_all_gather_gathers_from_the_group_size_its_trace_records(tmp_path, recorded):
+    """Four ranks' traces, no process-group metadata: the group's recorded size (4) confirms that the ranks using
+    it are all of it, and the 4 MiB shards gather 16 MiB: (p-1)/p x 16 MiB = 12 MiB per GPU."""
+    chakra_gathers(tmp_path, 4, recorded, 4)
+    loaded, result = run(GATHER_SCENARIO.format(tmp_path), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(12 * MIB, rel=EXACT)
+    assert result.summary["step_time_s"] == pytest.approx(allreduce_time(loaded, 16 * MIB, 4, "all_gather"),
+                                                          rel=EXACT)
+
+
+@pytest.mark.parametrize(("recorded", "stated"), [
+    ("attr", "pg_size"), ("launcher", "the size its record_param_comms node (id 2) records")])
+def test_a_chakra_all_gather_of_a_larger_group_than_its_traced_ranks_is_refused(tmp_path, recorded, stated):
+    """Two ranks' traces of a group whose record says it has 4 members, none listed: the group was taken as the
+    two ranks that use it and gathered 8 MiB (4 MiB per GPU, half its 12 MiB), without a warning (the two
+    traces were the whole job by the ranks they name); which two other ranks gather with them is unknown."""
+    chakra_gathers(tmp_path, 2, recorded, 4)
+    with pytest.raises(TraceError) as caught:
+        run(GATHER_SCENARIO.format(tmp_path), tmp_path)
+    assert caught.value.file.endswith("rank0.json") and caught.value.field == "nodes[1]"
+    assert caught.value.problem == (f"process group 'g' has 4 members ({stated}), but the trace does not tell which "
+                                    "and only ranks [0, 1] use it")
+
+
+def test_a_chakra_all_gather_without_a_recorded_size_is_its_users(tmp_path):
+    """An older PyTorch's record_param_comms records no group size: the group is the ranks that use it (here
+    every rank of the job), 8 MiB gathered, 4 MiB per GPU."""
+    chakra_gathers(tmp_path, 2, "none", 0)
+    _, result = run(GATHER_SCENARIO.format(tmp_path), tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(4 * MIB, rel=EXACT)
+
+
+def test_a_chakra_group_size_unlike_its_listed_ranks_is_refused(tmp_path):
+    chakra_gathers(tmp_path, 2, "launcher", 4, listed=[0, 1])
+    with pytest.raises(TraceError) as caught:
+        run(GATHER_SCENARIO.format(tmp_path), tmp_path)
+    assert caught.value.file.endswith("rank0.json") and caught.value.field == "nodes[2]"
+    assert caught.value.problem == ("'all_gather' records a process group of 4 ranks (the size its "
+                                    "record_param_comms node (id 2) records), but the process-group metadata lists 2 "
+                                    "ranks [0, 1] for 'g'")
+
+
 CHAKRA_COMM_TYPES = {"all_reduce": 0, "all_gather": 2, "all_to_all": 6, "reduce_scatter": 7}
 """Chakra's CollectiveCommType codes of the collectives chakra_job writes."""
 

@@ -44,6 +44,8 @@ PEER_ALLOWED = ("the peer rank as an attribute (comm_dst / comm_src), or the sen
                 "process group of two ranks (pg_name, else the group the launching record_param_comms node "
                 "names, else the process-group metadata's only group)")
 US = 1e-6
+GROUP_SIZE = "pg_size"
+"""The attribute of a collective's process-group size (PyTorch's execution-trace observer's name for it)."""
 PG_INIT = "process_group:init"
 DEFAULT_GROUP = "default_pg"
 """torch.distributed's description of the default process group, the one of every rank of the job: where its
@@ -311,9 +313,15 @@ def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dic
                                         if code in COLLECTIVE_TYPES)) from None
         group, description, inferred = _group(group, groups, only, launcher, None)
         members = groups[group].members if group in groups else ()
+        size, stated = _recorded_size(file, where, attrs, launcher)
+        if members and size and size != len(members):
+            raise trace_error(file, where, f"{name!r} records a process group of {size} ranks ({stated}), but the "
+                              f"process-group metadata lists {len(members)} ranks {list(members)} for {group!r}",
+                              "a group size equal to the number of the group's ranks in the metadata")
         return TracedOp(position, name, "comm", "collective", start, duration, op=primitive, nbytes=nbytes,
-                        group=group, members=members, group_size=len(members), description=description,
-                        group_inferred=inferred, deps=deps, input_bytes=primitive == "all_gather")
+                        group=group, members=members, group_size=len(members) or size, size_field=stated,
+                        description=description, group_inferred=inferred, deps=deps,
+                        input_bytes=primitive == "all_gather")
     send = kind == "COMM_SEND_NODE"
     call = "send" if send else "recv"
     group, description, inferred = _group(group, groups, only, launcher, call)
@@ -392,6 +400,33 @@ def _untold_peer(file: str, where: str, missing: str, group: str, groups: dict[s
     raise trace_error(file, where, f"{missing}, {why}", PEER_ALLOWED)
 
 
+def _recorded_size(file: str, where: str, attrs: dict[str, object], launcher: dict | None) -> tuple[int, str]:
+    """The size of a collective's process group as the trace records it, and where it says so: the node's
+    `pg_size` attribute (the name PyTorch's execution-trace observer gives it), else the group size that its
+    launching `record_param_comms` node records (`_launched_size`); (0, '') where neither does."""
+    value = attrs.get(GROUP_SIZE)
+    if value is not None:
+        try:
+            size = as_int(value)
+        except (TypeError, ValueError):
+            size = 0
+        if size < 1:
+            raise trace_error(file, where, f"{GROUP_SIZE} {value!r} is not a number of ranks", "a whole number >= 1")
+        return size, GROUP_SIZE
+    size = _launched_size(launcher)
+    return (size, f"the size its record_param_comms node (id {_launcher_id(launcher)}) records") if size else (0, "")
+
+
+def _launched_size(launcher: dict | None) -> int:
+    """The size of the process group that the `record_param_comms` node that launched a collective records: the
+    last of the arguments after the collective's name (RECORD_PARAM_COMMS_DATA: split sizes in and out, the
+    group's first global rank and stride, its size, ProcessGroupNCCL's getSize(), whatever the job's); 0 where
+    there is no such node, or its inputs do not read so (older PyTorch records the split sizes only)."""
+    after = _launch_call(launcher, None)[1]
+    size = after[4] if len(after) == 5 else None
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
+
+
 def _launcher_id(launcher: dict | None) -> object:
     """The id of a `record_param_comms` node, as the file writes it."""
     return (launcher or {}).get("id")
@@ -400,8 +435,8 @@ def _launcher_id(launcher: dict | None) -> object:
 def _launched_peer(launcher: dict | None, collective: str) -> int | None:
     """The peer's rank in its process group as the `record_param_comms` node that launched a send (recv) records
     it: ProcessGroupNCCL::send (recv) passes the destination (source) rank in the group as the rank of the call's
-    arguments (`_launch_arguments`). None where there is no such node, or its inputs do not read so."""
-    arguments = _launch_arguments(launcher, collective)
+    arguments (`_launch_call`). None where there is no such node, or its inputs do not read so."""
+    arguments = _launch_call(launcher, collective)[0]
     rank = arguments[-1] if arguments else None
     return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
 
@@ -409,8 +444,8 @@ def _launched_peer(launcher: dict | None, collective: str) -> int | None:
 def _launched_group(launcher: dict | None, call: str | None) -> tuple[str, str]:
     """The (name, description) of the process group that the `record_param_comms` node that launched a
     collective (``call`` None) or a send (recv) records: PyTorch passes them right before the rank
-    (`_launch_arguments`). '' each where there is no such node, or its inputs do not read so."""
-    arguments = _launch_arguments(launcher, call)
+    (`_launch_call`). '' each where there is no such node, or its inputs do not read so."""
+    arguments = _launch_call(launcher, call)[0]
     group = arguments[-2] if len(arguments) >= 2 else None
     fields = list(group) if isinstance(group, (list, tuple)) else []
     name, description = (fields + [None, None])[:2]
@@ -418,20 +453,21 @@ def _launched_group(launcher: dict | None, call: str | None) -> tuple[str, str]:
             description if isinstance(name, str) and isinstance(description, str) else "")
 
 
-def _launch_arguments(launcher: dict | None, call: str | None) -> list:
+def _launch_call(launcher: dict | None, call: str | None) -> tuple[list, list]:
     """The arguments a `record_param_comms` node records before the name of its call, ``call`` (any collective's
-    where None: the first text among them): PyTorch's RECORD_PARAM_COMMS_DATA takes (input tensors, seq, (group
-    name, description), rank, collective name, split sizes...), which Chakra's converter keeps as the Python text
-    of their list; [] where there is no such node, or its inputs do not read so."""
+    where None: the first text among them), and those after it: PyTorch's RECORD_PARAM_COMMS_DATA takes (input
+    tensors, seq, (group name, description), rank, collective name, split sizes in and out, the group's first
+    global rank, stride and size), which Chakra's converter keeps as the Python text of their list; ([], [])
+    where there is no such node, or its inputs do not read so."""
     inputs = launcher.get("inputs") if launcher is not None else None
     values = inputs.get("values") if isinstance(inputs, dict) else None
     try:
         parsed = ast.literal_eval(values) if isinstance(values, str) else values
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return []
+        return [], []
     if not isinstance(parsed, list):
-        return []
+        return [], []
     named = next((position for position in range(1, len(parsed)) if isinstance(parsed[position], str)), None)
     if named is None or (call is not None and parsed[named] != call):
-        return []
-    return parsed[:named]
+        return [], []
+    return parsed[:named], parsed[named + 1:]

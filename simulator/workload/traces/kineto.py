@@ -294,6 +294,7 @@ class _Parsed:
         shares = self._shares(info, nbytes, size, name, where) if primitive == "all_to_all" else _Shares()
         return TracedOp(index, name, stream, "collective", event["ts"] * US, event.get("dur", 0) * US,
                         op=primitive, nbytes=nbytes, group=group, members=members, group_size=size,
+                        size_field="Group size",
                         description=description, group_inferred=inferred, seq=_sequence(info),
                         uneven=shares.uneven, sends=shares.sends, receives=shares.receives)
 

@@ -46,7 +46,9 @@ class TracedOp:
     its rank's process-group metadata lists (groups.py lets a name that the other end of a transfer records
     prevail over it). ``input_bytes``: ``nbytes`` is the rank's input, as Chakra's `comm_size` gives it (the
     converter sums the launching op's input tensors), where the convention counts the output: an all-gather's
-    shard, which program.py multiplies by the group's size once its members are known."""
+    shard, which program.py multiplies by the group's size once its members are known. ``size_field``: where
+    the trace states ``group_size`` without listing the members (Kineto's `Group size`, Chakra's `pg_size` or
+    its launching node), for the refusal of a group whose traced users are fewer."""
 
     index: int
     name: str
@@ -70,6 +72,7 @@ class TracedOp:
     gemm: GemmShape = ()
     dtype: str = ""
     input_bytes: bool = False
+    size_field: str = ""
 
     @property
     def end_s(self) -> float:

@@ -262,10 +262,10 @@ def _group_members(traced: list[TracedRank]) -> dict[str, tuple[int, ...]]:
             if op.kind == "collective" and op.group not in listed and op.group_size not in (0, len(users[op.group])):
                 using = sorted(users[op.group])
                 raise trace_error(rank.file, rank.where(op), f"process group {op.group!r} has {op.group_size} members "
-                                  "(Group size), but the trace does not tell which and only "
+                                  f"({op.size_field}), but the trace does not tell which and only "
                                   + (f"ranks {using} use it" if len(using) > 1 else f"rank {using[0]} uses it"),
-                                  "a trace of every member, or one that lists the group's ranks (Process Group "
-                                  "Ranks, or Global rank start and stride)")
+                                  "a trace of every member, or one that lists the group's ranks (Kineto: Process "
+                                  "Group Ranks, or Global rank start and stride; Chakra: process-group metadata)")
     return {group: listed.get(group, tuple(sorted(ranks))) for group, ranks in users.items()}
 
 
