@@ -22,7 +22,7 @@ from simulator.config.locate import located
 from simulator.engine.contention import Contention, NcclChannels
 from simulator.engine.engine import Engine, EngineResult
 from simulator.engine.faults import compute_hook
-from simulator.engine.lockstep import Lockstep, hops_apart, lockstep
+from simulator.engine.lockstep import Lockstep, copies_apart, lockstep
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache, traffic_correction
 from simulator.engine.replicas import replica_quotient
@@ -119,7 +119,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     mirrors = kept_mirrors(ops, plans, shapes)
     replays = faults is None or not faults.changes_network
     private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes,
-                                   order=order, timed_apart=partial(hops_apart, topology))
+                                   order=order, timed_apart=partial(copies_apart, plans))
                if replays else frozenset())
     quotient = None
     if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):

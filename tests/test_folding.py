@@ -218,30 +218,61 @@ def _folded_and_unfolded(run_yaml, *overrides: str) -> tuple[dict, dict]:
 
 
 EXACT = 1e-9
-PP_ROUTES = 7.5e-3
-"""Pipeline pairs routed inside a leaf group in one replica and across the spines in another (every pair crossing
-hosts, so engine/symmetry.py compares them no further): folding keeps the simulated replica's routes, so the step
-is off by the hops and the spine uplinks those hand-offs take: 0.55% slow on the fabric below (0.39% while a
-hand-off with a mirror over other hops was replayed at the simulated replica's time, before f70232c)."""
 
 
-@pytest.mark.parametrize("nodes, leaf_ports, spines, oversubscription, channels, tp, pp, dp, nics, rel", [
-    (4, 2, 2, 2, 2, 4, 1, 8, 8, EXACT),     # TP 4: two replicas per host, DP rings over the spines
-    (8, 2, 4, 4, 2, 8, 2, 4, 8, EXACT),     # PP pairs inside leaf groups, DP rings over spines at 4:1
-    (4, 1, 2, 2, 1, 2, 2, 8, 8, EXACT),     # one host per leaf: every DP ring crosses the spines
-    (4, 3, 2, 2, 2, 8, 2, 2, 8, EXACT),     # replica 0's PP pair stays in a leaf group, replica 1's crosses it:
-                                            # hand-offs end with the crossing copy, never replayed alone
-    (4, 2, 2, 2, 4, 8, 2, 2, 4, EXACT),     # two GPUs per NIC: lanes hash apart, their rings timed alone agree
-    (6, 2, 3, 2, 4, 8, 3, 2, 8, PP_ROUTES),  # 3-host replicas on 2-host leaf groups: folded 0.55% slow
+@pytest.mark.parametrize("nodes, leaf_ports, spines, oversubscription, channels, tp, pp, dp, nics, ranks", [
+    (4, 2, 2, 2, 2, 4, 1, 8, 8, 1),  # TP 4: two replicas per host, DP rings over the spines
+    (8, 2, 4, 4, 2, 8, 2, 4, 8, 2),  # PP pairs inside leaf groups, DP rings over spines at 4:1
+    (4, 1, 2, 2, 1, 2, 2, 8, 8, 4),  # one host per leaf: every DP ring crosses the spines
+    (4, 3, 2, 2, 2, 8, 2, 2, 8, 4),  # replica 0's PP pair stays in a leaf group, replica 1's crosses it:
+                                     # their copies end apart, each replica simulated apart
+    (4, 2, 2, 2, 4, 8, 2, 2, 4, 2),  # two GPUs per NIC: lanes hash apart, their rings timed alone agree
+    (6, 2, 3, 2, 4, 8, 3, 2, 8, 6),  # 3-host replicas on 2-host leaf groups: each replica simulated apart
 ])
 def test_folded_and_unfolded_agree_on_small_fabrics(run_yaml, nodes, leaf_ports, spines, oversubscription, channels,
-                                                    tp, pp, dp, nics, rel):
+                                                    tp, pp, dp, nics, ranks):
+    """The last case hands stage 1 on to stage 2 inside a leaf group in replica 0 and across the spines in
+    replica 1: folded by stage, the step came out 0.55% slow (reported exact while a hand-off's mirrors over
+    other hops were not compared); its copies end apart in that run, and the step folds again with the
+    replicas' hosts classed by their hand-offs' hops (`fold_policy.route_step`), one rank per stage and
+    replica, exactly. So does the fourth, whose folded step was exact (its hand-offs ended with the crossing
+    copy) but held replica 0's ranks to replica 1's hand-offs."""
     folded, unfolded = _folded_and_unfolded(
         run_yaml, f"cluster.nodes={nodes}", f"cluster.leaf_ports={leaf_ports}", f"cluster.spines={spines}",
         f"cluster.oversubscription={oversubscription}", f"cluster.nics_per_node={nics}",
         f"collectives.channels={channels}", f"parallelism.tp={tp}", f"parallelism.pp={pp}", f"parallelism.dp={dp}")
-    assert folded["folded"] and "fold_off_reason" not in folded
-    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=rel)
+    assert folded["folded"] and folded["simulated_ranks"] == ranks and "fold_off_reason" not in folded
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
+
+
+LEAF_GROUPS_OF_THREE = """
+cluster: {topology: dgx-h100-cluster, nodes: 6, leaf_ports: 3}
+model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 2048, microbatches: 8}
+run: {timeline: summary}
+"""
+"""Six DGX H100 hosts in leaf groups of three, replicas of two hosts (dp 3, the middle one straddling both
+groups). A hand-off between hosts leaves its rail (stage 7 on GPU 7 to stage 8 on GPU 8 of the next host), so
+it crosses a spine (16, each leaf's uplink 9.375 GB/s) in every replica, over the same hops; but replicas 1 and
+2 hash onto one spine's downlink into the second group's rail-0 leaf, where replica 0's is alone, and take
+twice as long. Those two copies met only each other, so the folded send was replayed without them, and the
+folded step came out 0.79% fast with tp 2, pp 8 and 1.16% fast with tp 1, pp 16 (81.11 against 82.06 ms),
+reported exact."""
+
+
+@pytest.mark.parametrize("tp, pp, ranks", [(2, 8, 24), (1, 16, 48)])
+def test_hand_offs_whose_copies_meet_one_another_fold_by_route_class(run_yaml, tp, pp, ranks):
+    """The copies of a collective that share a link with one another are never replayed without them
+    (`lockstep.copies_apart`), so the folded run's forward sends end on replicas 1 and 2 after replica 0's (tp
+    1: 4.60 against 5.55 ms), and the step folds again with its hosts classed by their hand-offs' route loads:
+    one rank per stage and replica (the TP lanes still folded with tp 2), which is the unfolded step."""
+    overrides = (f"parallelism.tp={tp}", f"parallelism.pp={pp}", "parallelism.dp=3")
+    folded = run_yaml(LEAF_GROUPS_OF_THREE, *overrides).summary
+    unfolded = run_yaml(LEAF_GROUPS_OF_THREE, *overrides, "run.fold=false").summary
+    assert folded["folded"] and folded["simulated_ranks"] == ranks
+    assert "fold_off_reason" not in folded and "fold_not_exact" not in folded
+    assert folded["fold_routes_reason"].startswith("send_recv 'send fwd mb0' over GPUs")
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
 
 
 def test_hand_offs_whose_mirrors_fall_out_of_step_fold_by_route_class(run_yaml):
@@ -523,6 +554,21 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     assert folding_text(summary) == (
         f"4 of {summary['gpus']} ranks simulated (folded); not exact: stage fold (4 ranks): hand-off out of step in "
         "its run (see the warning)")
+
+
+def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():
+    """LEAF_GROUPS_OF_THREE with tp 1, pp 16, dp 3 where the step may not run unfolded (nor, then, refold): the
+    folded run stands, its forward sends out of step (stage 7's to stage 8 ended between 4.60 and 5.55 ms on
+    its copies), with the warning and `fold_not_exact`, not silently (it stood as exact at 81.11 ms, the
+    unfolded step 82.06)."""
+    summary = _refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n")
+    assert summary["folded"] and summary["simulated_ranks"] == 16 and "fold_given_up" not in summary
+    (warning,) = summary["warnings"]
+    assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
+                              "over GPUs [7, 8] ended on its mirrors between 4.60056 and 5.55246 ms")
+    entry = summary["fold_not_exact"]
+    assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == ("stage", 16, "hand-off out of step in its run")
+    assert entry["out_of_step"]["instances"] == 8
 
 
 def test_every_fold_check_has_its_refusal_text():

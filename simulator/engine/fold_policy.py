@@ -246,10 +246,11 @@ def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: Ne
 
 def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
                efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | GivenUp | None:
-    """The step with its ranks classed also by the loads their pipeline hand-offs meet on their routes
-    (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors out
-    of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
-    hand-off can share an uplink that its mirrors' do not); None where no such classes refine its own: no layout
+    """The step with its ranks classed also by the hops their pipeline hand-offs take and the loads they meet on
+    them (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors
+    out of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
+    hand-off can share an uplink that its mirrors' do not, and one replica's may cross the spines where
+    another's stays in its leaf group); None where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
     stage); `_refined_step` judges them before their run, ordered or not."""

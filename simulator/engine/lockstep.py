@@ -10,7 +10,9 @@ unequal traffic that may overlap it; they cannot see a lane whose flows meet ano
 own mirrors') flows on an uplink that the representative's do not, as when two GPUs share a NIC and their
 flows hash onto the spines unevenly. The run can: a mirror that ended later held the representative back,
 where an unfolded lane would not have waited, and one that ended sooner would have gone on sooner. This reads
-the ends off the event log after the run.
+the ends off the event log after the run. It sees only the copies the run simulated: a collective whose copies
+may end apart (`copies_apart`: other hops, or copies that meet one another on a link) is never replayed without
+its mirrors (engine/sharing.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Mirrors
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, Op
@@ -91,10 +94,12 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
     replicas' flows only; the others are exact images); per kind, the first collective (in the log's order of
     keys) that did not, with how many instances did not and by how much at most (the widest gap between the
     ends of one instance's plans), so that a warning says how far the folded run may be from exact. A pipeline
-    send/recv is held to it only by the mirrors whose hand-off takes the same hops as its own (`hop_signature`):
-    one routed inside a leaf group in one replica and across the spines in another is a known, accepted
-    difference (engine/symmetry.py). ``lanes``: each GPU's CP lane, where the run's layout has several, to say
-    whether copies of one lane ended apart."""
+    send/recv is held to it by every kept mirror, those whose hand-off takes other hops too (routed inside a
+    leaf group in one replica and across the spines in another, which the checks before the run let pass,
+    engine/symmetry.py): they end apart, and the step folds again with each replica's hosts classed by their
+    hand-offs' hops (engine/rank_classes.py), or unfolds, or stands with a warning (simulation.py).
+    ``lanes``: each GPU's CP lane, where the run's layout has several, to say whether copies of one lane ended
+    apart."""
     numbers: dict[tuple[int, tuple[int, ...], bool], int] = {}
     sets: list[tuple[CollectiveOp, Mirrors]] = []
     of_key: dict[str, int] = {}
@@ -161,12 +166,10 @@ def _apart_within(ends: np.ndarray, key_of: np.ndarray, lane: np.ndarray) -> boo
 
 def _plan_lookup(op: CollectiveOp, kept: Mirrors, topology: Topology) -> np.ndarray:
     """Per GPU, the index of the plan it sends in: 0 for ``op``'s group, i for its i-th kept mirror, -1 for a
-    GPU in none, or in a send/recv mirror whose hand-off takes other hops than the group's (`hop_signature`)."""
+    GPU in none."""
     lookup = np.full(topology.num_gpus, -1, dtype=np.int64)
-    own = hop_signature(topology, op.group) if op.op == "send_recv" else None
     for index, group in enumerate((op.group, *kept)):
-        if own is None or hop_signature(topology, group) == own:
-            lookup[np.array(group, dtype=np.int64)] = index
+        lookup[np.array(group, dtype=np.int64)] = index
     return lookup
 
 
@@ -175,10 +178,17 @@ def hop_signature(topology: Topology, pair: tuple[int, ...]) -> list[tuple[float
     return topology.hop_signature(pair[0], pair[-1])
 
 
-def hops_apart(topology: Topology, op: CollectiveOp, mirrors: Mirrors) -> bool:
-    """Whether ``op`` is a hand-off one of whose ``mirrors`` crosses other hops than its own (`hop_signature`),
-    so takes another time alone: the copies of a collective that the fold symmetry check lets differ."""
+def copies_apart(plans: PlanCache, op: CollectiveOp, mirrors: Mirrors) -> bool:
+    """Whether a copy of ``op`` over one of its kept ``mirrors`` may end at another time than its group's in the
+    run: a hand-off one of whose mirrors crosses other hops (`hop_signature`), so takes another time alone, or
+    mirrors that share a link with one another, so slow one another where the group's plan meets neither
+    (six DGX H100 hosts in leaf groups of three, tp 1, pp 16, dp 3: replicas 1 and 2 hand stage 7 on to stage
+    8 over one spine's downlink at half the time of replica 0's). Such an op is never replayed without its
+    mirrors (engine/sharing.py `private_collectives`), so that this certificate compares them."""
+    table = plans.link_table(op, mirrors)
+    if np.unique(table.links).size < table.links.size:
+        return True
     if op.op != "send_recv":
         return False
-    own = hop_signature(topology, op.group)
-    return any(hop_signature(topology, mirror) != own for mirror in mirrors)
+    own = hop_signature(plans.topology, op.group)
+    return any(hop_signature(plans.topology, mirror) != own for mirror in mirrors)

@@ -20,10 +20,11 @@ of every host of a large job. Classes of unequal size are not used (the summary'
 the simulated ranks, which must then stand for as many ranks each): the fold then stays one rank per stage, as
 the lockstep check after the run (engine/lockstep.py) guards.
 
-Where that check finds only pipeline hand-offs out of step, hosts are classed also by what their hand-offs
-between hosts meet on their routes (``routes``): the fabric hashes each source host's flows onto a spine of
-its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its mirrors'
-do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md).
+Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
+between hosts take and what they meet on them (``routes``): the fabric hashes each source host's flows onto a
+spine of its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its
+mirrors' do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md), and a
+replica's hand-off may cross the spines where another's stays in its leaf group.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
-from simulator.engine.symmetry import overlapping, padded, routed
+from simulator.engine.symmetry import link_kind_codes, overlapping, padded, routed
 from simulator.parallel.folding import RankClasses, representatives
 from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
@@ -46,10 +47,10 @@ def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShape
     """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart, None
     where its ranks are all alike (or the classes would not stand for as many ranks each). Only a program that
     simulates its layout's representatives is classed (a trace simulates the ranks it has). With ``routes``
-    (asked where a folded run's hand-offs fell out of step), hosts are classed also by the loads their pipeline
-    hand-offs meet on their routes (`_route_signatures`), and where that gives one class or classes of unequal
-    size, ranks are classed by their hosts (one class per host of each stage): route loads counted before the
-    run need not tell apart hosts whose hand-offs meet other flows at other times."""
+    (asked where a folded run's hand-offs fell out of step), hosts are classed also by the hops their pipeline hand-offs
+    take and the loads they meet on them (`_route_signatures`), and where that gives one class or classes of unequal
+    size, ranks are classed by their hosts (one class per host of each stage): route loads counted before the run
+    need not tell apart hosts whose hand-offs meet other flows at other times."""
     layout = program.layout
     if layout is None or not program.folded or program.ranks != tuple(representatives(layout, True)):
         return None
@@ -84,18 +85,20 @@ def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Progra
 
 def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
                       ) -> dict[int, bytes]:
-    """Per host, the loads its pipeline hand-offs between hosts meet on their routes, where the copies of a
-    hand-off (its group and mirrors) meet unlike loads: per hand-off shape and combination of collectives
-    between hosts that may overlap its instances (`overlapping`), for each copy with an end on the host, that
-    end's role and index in the host and, link by link along the copy's route, how many transfers between hosts
-    of its own copies and of the overlapping collectives' copies cross the link (empty where every copy meets
-    the same loads). The fabric hashes each source host's flows onto its own spine (topology/builders.py
-    `Fabric`), so one host's hand-off can share an uplink with another collective's flows where its mirrors' do
-    not, and end later (docs/architecture.md). The counts of a combination are summed, so loads that are mirror
-    images can cancel and leave hosts unparted that meet them unlike (engine/symmetry.py judges each load on its
-    own for that reason): these classes are a proposal, not a guard; a refold on classes too coarse is held to
-    the same checks as any fold (`fold_verdict` before its run, the lockstep check after it), and where it fails
-    them the next refold or the unfolded step runs."""
+    """Per host, the hops its pipeline hand-offs between hosts take and the loads they meet on them, where the copies of
+    a hand-off (its group and mirrors) take unlike hops or meet unlike loads: per hand-off shape and combination of
+    collectives between hosts that may overlap its instances (`overlapping`), for each copy with an end on the host,
+    that end's role and index in the host and, link by link along the copy's route, the link's kind (bandwidth and
+    class, its hop signature) and how many transfers between hosts of its own copies and of the overlapping
+    collectives' copies cross it (empty where every copy takes the same hops and meets the same loads). A copy
+    routed inside its leaf group takes fewer hops than one across the spines, so the replica whose hand-off crosses
+    the spines is simulated apart from one whose hand-off does not. The fabric hashes each source host's flows onto
+    its own spine (topology/builders.py `Fabric`), so one host's hand-off can share an uplink with another
+    collective's flows where its mirrors' do not, and end later (docs/architecture.md). The counts of a combination
+    are summed, so loads that are mirror images can cancel and leave hosts unparted that meet them unlike
+    (engine/symmetry.py judges each load on its own for that reason): these classes are a proposal, not a guard; a
+    refold on classes too coarse is held to the same checks as any fold (`fold_verdict` before its run, the lockstep
+    check after it), and where it fails them the next refold or the unfolded step runs."""
     topology = plans.topology
     local = np.asarray(topology.gpu_local, dtype=np.int64)
     between = [shape for shape, op in enumerate(shapes.firsts)
@@ -104,12 +107,14 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     routes = {shape: _copy_routes(plans, shapes.firsts[shape], host) for shape in between}
     counts = {shape: crossed for shape, (_, crossed) in routes.items()}
     overlaps = overlapping(shapes, order, between)
+    kinds = np.append(link_kind_codes(topology), -1)
     found: dict[int, list[bytes]] = {}
     for shape in hand_offs:
         op, table = shapes.firsts[shape], routes[shape][0]
         ends = np.array([(copy[0], copy[-1]) for copy in (op.group, *op.mirrors)], dtype=np.int64)
         for number, met_by in enumerate([(), *overlaps(shape)]):
-            load = np.append(sum((counts[other] for other in met_by), counts[shape]), -1)[table]
+            load = np.hstack((kinds[table], np.append(sum((counts[other] for other in met_by), counts[shape]),
+                                                      -1)[table]))
             if (load == load[0]).all():
                 continue
             for (src, dst), row in zip(ends.tolist(), load):

@@ -30,7 +30,8 @@ MirrorLinks = Callable[[CollectiveOp, Mirrors], frozenset[int]]
 """(op, mirrors) -> the directed links its plans over all of ``mirrors`` use together."""
 
 TimedApart = Callable[[CollectiveOp, Mirrors], bool]
-"""(op, mirrors) -> whether a plan over one of ``mirrors`` may take another time alone than the op's own."""
+"""(op, mirrors) -> whether a plan over one of ``mirrors`` may take another time in the run than the op's own
+alone (engine/lockstep.py `copies_apart`)."""
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,11 @@ def private_collectives(ops: Sequence[Op], links_of: LinkSet, async_streams: fro
     replays it without them. ``mirror_links`` gives the links of an op's kept mirrors together (default: the
     union of ``links_of`` over them); ``shapes`` is the index of ``ops``' collectives and ``order`` the ordering
     of ``ops`` with ``async_streams`` (shared with the fold symmetry check), when the caller has them.
-    Replaying without the mirrors is exact only where each mirror alone takes the op's time, as the fold
-    symmetry check makes sure for every collective but pipeline hand-offs: an op whose kept mirrors
-    ``timed_apart`` flags (a hand-off whose mirror crosses the spines where it stays in a leaf group) is never
-    private, so it ends when its slowest copy does, as it does where other traffic may overlap it."""
+    Replaying without the mirrors is exact only where each mirror takes the op's time alone, as the fold
+    symmetry check makes sure for every collective but pipeline hand-offs, and beside the other mirrors: an op
+    whose kept mirrors ``timed_apart`` flags (a hand-off whose mirror crosses the spines where it stays in a
+    leaf group, or mirrors that share a link with one another) is never private, so it ends when its slowest
+    copy does, as it does where other traffic may overlap it, and the lockstep check compares its copies."""
     shapes = shapes or CollectiveShapes.of(ops)
     if not shapes.ops:
         return frozenset()

@@ -13,8 +13,9 @@ cannot see what a mirror meets only in the step: a collective whose members send
 inner ranks and leaves) loads the ranks of a stage unlike, so every collective's mirrors must also meet that
 load along their routes as the simulated copy does where the two may overlap (`unequal_traffic`), each
 overlapping collective's load on its own (a sum of mirror images is alike on every lane), or folding is off.
-A send/recv is compared only in whether it stays inside one NVLink domain as each mirror does, and inside
-domains that are not stars (a PCIe server) as other collectives are.
+A send/recv is compared here only in whether it stays inside one NVLink domain as each mirror does, and inside
+domains that are not stars (a PCIe server) as other collectives are; its copies across the fabric are compared
+after the run (engine/lockstep.py).
 """
 
 from __future__ import annotations
@@ -129,10 +130,12 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     NVLink domain or all leave it (`_domain_crossing`); with pipeline stages not aligned to hosts one replica
     hands a stage on over NVLink and another over the NICs, and folding was 0.1-2.2% off (tp 4, pp 3, dp 2 on
     three hosts); pairs all inside domains that are not stars are compared as other collectives are. Pairs that
-    all cross the fabric are not compared further: one inside a leaf group in one
-    replica and across the spines in another differs by the hops and uplinks it takes (0.55% of the step on the
-    small fabric of tests/test_folding.py), and turning folding off for that unfolded the published SC21 and
-    Llama 3 cases into runs of tens of GiB.
+    all cross the fabric are not compared further here (turning folding off for them unfolded the published
+    SC21 and Llama 3 cases into runs of tens of GiB): one inside a leaf group in one replica and across the
+    spines in another differs by the hops and uplinks it takes (the step folded by stage 0.55% slow on the
+    small fabric of tests/test_folding.py), which the lockstep check after the run compares (engine/lockstep.py:
+    the step then folds again with the replicas' hosts classed by their hand-offs' hops, unfolds, or stands
+    with a warning where it is too large unfolded).
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
     ``shapes``: the index of ``ops``' collectives, when the caller has it; ``order``: the program's ordering
     (what may overlap what; default: ``ops`` with no asynchronous stream), shared with the sharing analysis."""
