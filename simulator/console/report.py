@@ -55,9 +55,12 @@ def _share(value: float) -> str:
 
 def _hfu(summary: dict) -> str:
     """HFU, or n/a for a trace whose ops carry no shapes: its executed FLOPs are unknown, not zero (summary.json
-    keeps `hfu` 0 there, as documented)."""
+    keeps `hfu` 0 there, as documented). A trace's counted FLOPs are its matrix multiplies' alone (attention and
+    the rest are not counted), so its HFU is a lower bound and says so."""
     if "trace" in summary and not summary.get("hardware_tflops_per_gpu"):
         return "HFU n/a: no op shapes in the trace"
+    if "trace" in summary:
+        return f"HFU >= {_share(summary['hfu'])}: matrix multiplies only"
     return f"HFU {_share(summary['hfu'])}"
 
 

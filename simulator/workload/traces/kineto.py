@@ -31,7 +31,6 @@ import orjson
 from simulator.collectives.names import Primitive
 from simulator.units import MAX_STEP_DURATION_S
 from simulator.workload.traces.model import (
-    GEMM_OPERANDS,
     OpKind,
     ProcessGroup,
     TracedOp,
@@ -187,7 +186,7 @@ class _Parsed:
         self.gpu: list[tuple[int, dict]] = []
         self.cpu: list[tuple[int, dict]] = []
         self.comms: dict[object, list[tuple[float, float, dict]]] = {}
-        self.gemms: dict[object, list[tuple[float, float, dict]]] = {}
+        self.cpu_spans: dict[object, list[tuple[float, float, dict]]] = {}
         self.launches: dict[object, tuple[float, object]] = {}
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
@@ -220,16 +219,18 @@ class _Parsed:
                     self.step_window = (ts * US, (ts + dur) * US)
             elif category == "cpu_op":
                 self.cpu.append((index, event))
+                self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, event))
                 if event.get("name") == "record_param_comms":
                     self.comms.setdefault(event.get("tid"), []).append((ts, ts + dur, args))
-                elif event.get("name") in GEMM_OPERANDS and "Input Dims" in args:
-                    self.gemms.setdefault(event.get("tid"), []).append((ts, ts + dur, event))
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
-        and transfers."""
+        and transfers. A matrix multiply's shape (for `recost_gemms`) goes to the first GEMM kernel that the
+        innermost CPU op around its launch, a matrix-multiply op with recorded shapes, launched: not to the casts
+        autocast launches inside aten::linear, nor to a second kernel of the same op (split-K's reduction)."""
         comms = {tid: _Spans(spans) for tid, spans in self.comms.items()}
-        gemms = {tid: _Spans(spans) for tid, spans in self.gemms.items()}
+        cpu_ops = {tid: _Spans(spans) for tid, spans in self.cpu_spans.items()}
+        shaped: set[int] = set()
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []
@@ -241,11 +242,15 @@ class _Parsed:
             nccl = name.lower().startswith("nccl")
             op = self._communication(index, event, args, name, stream, comms) if nccl else None
             if op is None:
-                if event.get("cat") == "kernel" and not nccl and not kernel_kind(name):
+                kind = kernel_kind(name)
+                if event.get("cat") == "kernel" and not nccl and not kind:
                     unknown.append((index, name))
-                launcher = _enclosing(gemms, self.launches.get(args.get("correlation")))
-                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US,
-                              **(_gemm_fields(launcher) if launcher is not None else {}))
+                launcher = _enclosing(cpu_ops, self.launches.get(args.get("correlation"))) \
+                    if kind == "matmul" else None
+                fields = _gemm_fields(launcher) if launcher is not None and id(launcher) not in shaped else {}
+                if fields:
+                    shaped.add(id(launcher))
+                op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US, **fields)
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)
         return self._with_waits(ops, by_stream, ordered), unknown

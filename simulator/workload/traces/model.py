@@ -137,14 +137,17 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 KERNEL_KINDS = (
-    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|mma|xmma|sm\d+_xmma|addmm|linear|bmm", re.I)),
-    ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|dropout|copy|fill|cat|index|scatter|"
-                               r"gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|mul|"
-                               r"triton", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|dot_do_o|convert_dq", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|linear|bmm", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|gammabeta|dropout|copy|fill|cat|index|"
+                               r"scatter|gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|"
+                               r"mul|radix|scan|unique|segment|triton", re.I)),
     ("memory", re.compile(r"memcpy|memset", re.I)),
 )
-"""Kernel kinds recognised by name; anything else is an unknown kernel (kept as compute, counted in warnings)."""
+"""Kernel kinds recognised by name, in this order (cuDNN's attention kernels name their wgmma instructions);
+anything else is an unknown kernel (kept as compute, counted in warnings). cuBLAS names its Hopper GEMMs
+nvjet_* from CUDA 12.8; cuDNN's attention backward runs dot_do_o and convert_dq helpers; PyTorch's embedding
+backward sorts and scans (cub radix_sort, scan, unique_by_key, partial segments)."""
 
 
 @lru_cache(maxsize=65536)

@@ -1,0 +1,68 @@
+"""A real GPU trace: one training step profiled with torch.profiler on an H200 (scenarios/trace-h200-step.yaml,
+made by benchmarks/gpu_kernels.py), replayed, with its GEMMs re-costed by the H200's kernel model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from simulator import simulate
+from simulator.config.loader import scenario_from_text
+from simulator.workload.traces.model import kernel_kind
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "trace-h200-step.yaml"
+TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
+MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
+LAYERS, LINEARS, PASSES = 4, 4, 3
+
+
+@cache
+def kernels() -> tuple[str, ...]:
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    return tuple(event["name"] for event in events if event.get("cat") == "kernel")
+
+
+@cache
+def replay(recost: bool):
+    """The bundled scenario run as it is, or with `workload.recost_gemms` (its workload section comes last)."""
+    text = SCENARIO.read_text() + ("  recost_gemms: true\n" if recost else "")
+    return simulate(scenario_from_text(text, source=str(SCENARIO)))
+
+
+def test_every_kernel_of_a_hopper_training_step_has_its_kind():
+    kinds = {name: kernel_kind(name) for name in kernels()}
+    assert len(kernels()) == 277 and all(kinds.values())
+    assert {kinds[name] for name in kinds if name.startswith("nvjet_sm90")} == {"matmul"}
+    assert {kinds[name] for name in kinds if "sdpa" in name or "cudnn::fusion" in name} == {"attention"}
+    assert {kinds[name] for name in kinds if "GammaBeta" in name or "radix_sort" in name} == {"elementwise"}
+
+
+def test_the_replay_takes_the_traced_step_a_little_over_the_unprofiled_one():
+    result = replay(False)
+    traced = result.summary["trace"]["traced_step_time_s"]
+    assert result.summary["step_time_s"] == pytest.approx(traced, rel=1e-3)
+    assert result.summary["trace"]["unknown_kernels"] == 0
+    unprofiled = json.loads(MEASURED.read_text())["profiled_step"]["step_wall_median_s"]
+    assert 1.0 < result.summary["step_time_s"] / unprofiled < 1.02    # +1.6%: the profiler's own cost
+
+
+def test_recost_gemms_recosts_each_gemm_kernel_once_and_nothing_else():
+    traced, recosted = replay(False), replay(True)
+    assert recosted.summary["trace"]["recosted_gemms"] == LAYERS * LINEARS * PASSES + PASSES  # and the head's
+    frame = recosted.timeline
+    shaped = frame[frame["flops"] > 0]
+    assert len(shaped) == 51 and shaped["name"].str.startswith("nvjet_sm90").all()
+    model = float((shaped["end_s"] - shaped["start_s"]).sum())
+    before = traced.timeline.loc[shaped.index]
+    assert (before["name"] == shaped["name"]).all()
+    measured = float((before["end_s"] - before["start_s"]).sum())
+    # steady rates at the power limit against a short step's GEMMs near the boost clock: 6.28 against 5.31 ms
+    assert model / measured == pytest.approx(1.184, abs=0.01)
+    others = frame["flops"] == 0
+    assert ((frame["end_s"] - frame["start_s"])[others].to_numpy() ==
+            pytest.approx((traced.timeline["end_s"] - traced.timeline["start_s"])[others].to_numpy(), rel=1e-9))
