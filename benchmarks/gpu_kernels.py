@@ -2,7 +2,7 @@
 
 Run on a machine with a CUDA GPU and PyTorch (trainsim itself never needs either):
 
-    OUT=/some/dir python benchmarks/gpu_kernels.py
+    OUT=/some/dir python benchmarks/gpu_kernels.py [SECTION ...]      # all sections, or those named
 
 It writes ``$OUT/gpu_kernels.json`` (every timing with its shape, the software versions and clocks) and
 ``$OUT/torch_gpu_step.json`` (a torch.profiler Chrome trace of one training step of a small decoder, with the
@@ -22,6 +22,8 @@ warm-up, the median of repeated calls of at least ``MIN_TIME_S`` in all:
   softmax forward and backward over attention scores, dropout and SwiGLU;
 - one GPU's share of a Llama 3 8B / 70B / 405B layer (TP 1 / 8 / 8, 8,192 tokens, no TP communication),
   forward and forward + backward, to check a whole layer's compute time against the sum of its kernels;
+- fp8 (e4m3) GEMMs through torch._scaled_mm: square sizes, and 8192^3 and the Llama 3 405B TP-8 layer GEMMs
+  steady;
 - steady rates: the Llama 3 70B / 405B layer GEMMs, cuDNN's causal attention and the three layers, each back to
   back for ``STEADY_S`` seconds after one of warm-up, with the clock after (the rate at the power limit, where a
   training job runs; the short timings above may catch the boost clock).
@@ -251,6 +253,27 @@ def steady_kernels() -> dict[str, list[dict[str, object]]]:
     return {"gemm": gemms, "attention": attention_rows, "layers": layers}
 
 
+def fp8_gemms() -> dict[str, object]:
+    """fp8 (e4m3) GEMMs through torch._scaled_mm with unit scales and a bf16 output, as Transformer Engine's fp8
+    linears run them: square sizes timed, and the 8192^3 one and the Llama 3 405B TP-8 layer GEMMs steady."""
+    def scaled(m: int, n: int, k: int) -> Callable[[], object]:
+        a = torch.randn(m, k, device=DEVICE).to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device=DEVICE).to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device=DEVICE)
+        return partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one, out_dtype=BF16)
+
+    square = []
+    for size in (2048, 4096, 8192, 16384):
+        result = timed(scaled(size, size, size))
+        square.append({"m": size, "n": size, "k": size, **result,
+                       "tflops": 2 * size**3 / result["median_s"] / 1e12})
+    layers = [{"gemm": name, "m": m, "n": n, "k": k, "layout": layout,
+               **steady(scaled(m, n, k), 2 * m * n * k)}
+              for name, m, n, k, layout in layer_shapes("llama3-405b-tp8")]
+    return {"square": square, "steady_8192": steady(scaled(8192, 8192, 8192), 2 * 8192**3, seconds=10.0),
+            "layers": layers}
+
+
 def sustained(size: int = 8192) -> list[dict[str, float]]:
     """TFLOP/s of ``size``^3 GEMMs back to back, per second of ``SUSTAIN_S``, with the GPU's state each second."""
     a, b = torch.randn(size, size, device=DEVICE, dtype=BF16), torch.randn(size, size, device=DEVICE, dtype=BF16)
@@ -408,6 +431,7 @@ def main() -> None:
         "gemm_skinny": lambda: [gemm(m, 8192, 8192, "fwd") for m in (64, 128, 256, 512, 1024, 2048)]
         + [gemm(8192, 8192, k, "fwd") for k in (128, 256, 512, 1024, 2048)],
         "gemm_layers": lambda: [row for name in LAYERS for row in layer_gemms(name)],
+        "fp8": fp8_gemms,
         "attention": lambda: [attempt(attention, backend, max(1, 16384 // seq), 16, 16, seq, head_dim, causal)
                               for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION")
                               for head_dim in (128, 64) for causal in (True, False)
@@ -420,7 +444,8 @@ def main() -> None:
         "steady": steady_kernels,
         "profiled_step": lambda: profiled_step(OUT / "torch_gpu_step.json"),
     }
-    for name, section in sections.items():
+    chosen = sys.argv[1:] or list(sections)
+    for name, section in ((name, sections[name]) for name in chosen):
         began = time.perf_counter()
         try:
             results[name] = section()
