@@ -61,9 +61,8 @@ LAYERS = {
 }
 
 
-def timed(fn: Callable[[], object], min_time: float = MIN_TIME_S) -> dict[str, float]:
-    """Seconds per call of ``fn`` on the GPU: median and minimum of single calls between CUDA events, and the
-    mean of the same calls issued back to back (what a stream of kernels sees)."""
+def probe(fn: Callable[[], object]) -> tuple[float, torch.cuda.Event, torch.cuda.Event]:
+    """Seconds of one call of ``fn`` after three warm-up calls, with the pair of CUDA events that timed it."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -72,7 +71,14 @@ def timed(fn: Callable[[], object], min_time: float = MIN_TIME_S) -> dict[str, f
     fn()
     end.record()
     torch.cuda.synchronize()
-    calls = max(5, min(500, int(min_time / max(start.elapsed_time(end) / 1e3, 1e-6))))
+    return start.elapsed_time(end) / 1e3, start, end
+
+
+def timed(fn: Callable[[], object], min_time: float = MIN_TIME_S) -> dict[str, float]:
+    """Seconds per call of ``fn`` on the GPU: median and minimum of single calls between CUDA events, and the
+    mean of the same calls issued back to back (what a stream of kernels sees)."""
+    once, start, end = probe(fn)
+    calls = max(5, min(500, int(min_time / max(once, 1e-6))))
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
     for begin, finish in events:
         begin.record()
@@ -198,15 +204,8 @@ def steady(fn: Callable[[], object], flops: float, seconds: float = STEADY_S) ->
     """``fn``'s rate under continuous load: called back to back for ``seconds`` after one second of warm-up, in
     batches timed between CUDA events, the median batch and the GPU's state after it (the clock a training
     job's kernels run at: the GPU at its power limit)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    batch = max(1, int(0.05 / max(start.elapsed_time(end) / 1e3, 1e-6)))
+    once, start, end = probe(fn)
+    batch = max(1, int(0.05 / max(once, 1e-6)))
     per_call, began = [], time.perf_counter()
     while time.perf_counter() - began < 1.0 + seconds:
         start.record()
