@@ -1363,6 +1363,35 @@ def chakra_job(folder: Path, groups: dict[str, list[int]], work: dict[int, list[
         (folder / f"rank{rank}.json").write_text(json.dumps(nodes))
 
 
+def idle_tp_job(folder: Path) -> None:
+    """TP 2 x DP 2 on four ranks, groups named only by number, whose traces record only the DP all-reduces (4 MiB):
+    the metadata lists the TP groups [0, 1] and [2, 3], which no op uses (TP traffic the trace does not record:
+    Transformer Engine's userbuffers)."""
+    groups = {"1": [0, 1], "2": [2, 3], "3": [0, 2], "4": [1, 3]}
+    dp_group = {0: "3", 1: "4", 2: "3", 3: "4"}
+    chakra_job(folder, groups, {rank: [("all_reduce", dp_group[rank], 4 * MIB)] for rank in range(4)})
+
+
+def test_tp_groups_listed_but_unused_refuse_a_tp_size_inferred_one(tmp_path):
+    """The TP size read from the groups in use was 1, silently (the layout that replication and the groups'
+    dimensions follow); now the listed run [0, 1] makes it unknown, refused naming traced_tp."""
+    idle_tp_job(tmp_path)
+    error = refusal(chakra_scenario(tmp_path), tmp_path)
+    assert (error.field, error.allowed.split(":")[0]) == ("workload.trace", "workload.traced_tp")
+    assert error.problem == ("process group '1' (ranks [0, 1]) is listed but used by no op; it is 2 consecutive ranks "
+                             "inside a pipeline stage of 4, as a TP group is, and the groups in use tell no TP size: "
+                             "TP 1 or 2 is unknown")
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_tp_groups_listed_but_unused_replay_with_the_declared_tp(tmp_path, tp):
+    """Declared, either TP size replays the DP all-reduces: the two-rank ring's n = 4 MiB per GPU."""
+    idle_tp_job(tmp_path)
+    text = chakra_scenario(tmp_path).replace("format: chakra-json}", f"format: chakra-json, traced_tp: {tp}}}")
+    _, result = run(text, tmp_path)
+    assert result.summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(4 * MIB, rel=EXACT)
+
+
 def test_numbered_groups_count_as_the_dimension_their_ranks_vary_along(tmp_path):
     """TP 2 x DP 2 on four ranks, groups named only by number: the runs of consecutive ranks [0, 1] and [2, 3] are
     TP (Megatron-LM's and torchtitan's order, TP innermost), the strided [0, 2] and [1, 3] DP. Each rank
@@ -1464,7 +1493,7 @@ def test_a_numbered_group_over_cp_ranks_that_fill_a_job_without_dp_is_refused_as
     with pytest.raises(ScenarioError) as caught:
         dimensions(groups, world, [], sizes)
     assert (caught.value.field, caught.value.allowed.split(":")[0]) == ("workload.trace", "workload.traced_cp")
-    described = [ProcessGroup("CONTEXT_PARALLEL_GROUP", (0, 1))]
+    described = {"6": ProcessGroup("CONTEXT_PARALLEL_GROUP", (0, 1))}
     assert dimensions(groups, world, [], sizes, described).groups == {"5": "dp"}
 
 

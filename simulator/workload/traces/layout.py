@@ -8,18 +8,18 @@ tell (a `TENSOR_MODEL_PARALLEL_GROUP` of 2 ranks: TP 2; a CP group's rank stride
 groups named only by number: a stage is the smallest rank distance of a point-to-point transfer (neighbouring stages),
 else the whole job; TP the size of the groups of consecutive ranks smaller than a stage (the TP groups every TP job's
 trace uses), else 1, unless the CP or EP size is that length too, where the layout that holds every group whole is taken
-(TP of the length, or TP 1) and neither or both are refused. A rank is then (t, r, p): its place in its TP group, in the
-rest of its stage (context, expert and data parallelism, r), and its stage; a group counts as the first of dp, cp, tp,
-pp that its ranks vary along, as a description naming several does: r varying over the whole rest of a stage or with a
-stride is dp (refused where CP or EP of that size could own the group as well and the trace does not tell their groups
-apart); over a run of consecutive values short of it cp or ep (both take the places next to TP), whichever of the CP and
-EP sizes the run can be; t alone tp; p alone pp. The group of every rank counts as dp (the default group: a DDP or FSDP
-job's gradients, a step's loss), unless the sizes leave the job no data parallelism (TP x CP x PP = its ranks). A
-point-to-point transfer counts as the dimension its group's description names, else as CP where its two ends are in one
-CP group (a ring attention's sends: a group described as CP, or the layout's CP group of the declared or told sizes),
-else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP nor DP (a Ulysses attention's
-or a token dispatch's): CP or EP, EP where one splits unevenly.
-"""
+(TP of the length, or TP 1) and neither or both are refused; TP 1 so inferred is refused where a numbered group that the
+trace lists but no collective uses is such a run (TP groups whose traffic it does not record). A rank is then (t, r, p):
+its place in its TP group, in the rest of its stage (context, expert and data parallelism, r), and its stage; a group
+counts as the first of dp, cp, tp, pp that its ranks vary along, as a description naming several does: r varying over
+the whole rest of a stage or with a stride is dp (refused where CP or EP of that size could own the group as well and
+the trace does not tell their groups apart); over a run of consecutive values short of it cp or ep (both take the places
+next to TP), whichever of the CP and EP sizes the run can be; t alone tp; p alone pp. The group of every rank counts as
+dp (the default group: a DDP or FSDP job's gradients, a step's loss), unless the sizes leave the job no data parallelism
+(TP x CP x PP = its ranks). A point-to-point transfer counts as the dimension its group's description names, else as CP
+where its two ends are in one CP group (a ring attention's sends: a group described as CP, or the layout's CP group of
+the declared or told sizes), else as PP; only the PP ones tell the stages. A group that runs all-to-alls is neither TP
+nor DP (a Ulysses attention's or a token dispatch's): CP or EP, EP where one splits unevenly."""
 
 from __future__ import annotations
 
@@ -121,15 +121,18 @@ def _transfer_kind(transfer: Transfer, sizes: TracedSizes, cp_groups: tuple[froz
 
 
 def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[Transfer], declared: TracedSizes,
-               stated: Iterable[ProcessGroup] = (), all_to_alls: Mapping[str, bool] | None = None) -> Dimensions:
+               stated: Mapping[str, ProcessGroup] | None = None,
+               all_to_alls: Mapping[str, bool] | None = None) -> Dimensions:
     """The dimension each of ``groups`` counts as: the one its description names, else the one its ranks vary
     along in the layout of a ``world``-rank job with the sizes ``declared``, else told by the descriptions of
-    these and the other ``stated`` groups (those the traces list but the step does not use), else inferred. Each
+    these and the other ``stated`` groups (those the traces list but no collective uses, by name), else inferred
+    (a TP size inferred 1 is refused where a numbered stated group is shaped as TP's, _refuse_idle_tp). Each
     of the ``transfers`` is classified once (_transfer_kind); only those that serve pipeline parallelism tell the
     stages. ``all_to_alls``: the groups that run all-to-alls, each with whether one splits unevenly; neither TP
     nor DP runs one, so such a group is CP (a Ulysses attention's) or EP (a token dispatch), EP where it splits
     unevenly."""
-    listed = [*groups.values(), *stated]
+    stated = stated or {}
+    listed = [*groups.values(), *stated.values()]
     sizes = _told_sizes(declared, listed)
     cp_groups = tuple(frozenset(group.members) for group in listed if named_kinds(group.description) == {"cp"})
     kinds = {transfer: _transfer_kind(transfer, sizes, cp_groups) for transfer in dict.fromkeys(transfers)}
@@ -141,6 +144,8 @@ def dimensions(groups: dict[str, ProcessGroup], world: int, transfers: Iterable[
     unnamed = {name: group.members for name, group in groups.items() if named[name] is None}
     stage = _stage_size(world, pipeline, sizes.pp)
     tensor = _tp_size(unnamed, stage, world, sizes, all_to_alls)
+    if sizes.tp is None and tensor == 1:
+        _refuse_idle_tp(stated, stage)
     return Dimensions(_group_kinds(named, unnamed, world, stage, tensor, declared, sizes, all_to_alls, identified),
                       kinds, TracedSizes(tensor, world // stage, sizes.cp, sizes.ep))
 
@@ -256,6 +261,24 @@ def _tp_size(groups: dict[str, tuple[int, ...]], stage: int, world: int, sizes: 
                             allowed=f"workload.traced_tp: {stage} or 1 (the traced job's TP size), or Process Group "
                             "Descriptions")
     return 1
+
+
+def _refuse_idle_tp(stated: Mapping[str, ProcessGroup], stage: int) -> None:
+    """Refuse a TP size inferred 1 (neither declared nor told, and no group in use shaped as TP's) where a group
+    that the trace lists but no collective uses (``stated``), named only by number, is a run of consecutive ranks
+    inside a pipeline stage and shorter than it, as a TP group is: the TP groups of a job whose TP traffic the
+    trace does not record (Transformer Engine's userbuffers, a trace without its forward) look so, and TP 1 would
+    then be a guess. (A numbered group carrying pipeline transfers spans two stages; one carrying CP's is in a CP
+    group whose stride tells TP.)"""
+    for name, group in stated.items():
+        ranks = sorted(set(group.members))
+        if (named_kind(group.description) is None and 1 < len(ranks) < stage and _stride(tuple(ranks)) == 1
+                and ranks[0] // stage == ranks[-1] // stage):
+            raise ScenarioError(f"process group {name!r} (ranks {ranks}) is listed but used by no op; it is "
+                                f"{len(ranks)} consecutive ranks inside a pipeline stage of {stage}, as a TP group "
+                                f"is, and the groups in use tell no TP size: TP 1 or {len(ranks)} is unknown",
+                                field="workload.trace", allowed="workload.traced_tp: the traced job's TP size (1 "
+                                "where it has none), or Process Group Descriptions naming the groups' dimensions")
 
 
 def _fitting_tp(groups: dict[str, tuple[int, ...]], run: str, stage: int, world: int, sizes: TracedSizes) -> int:

@@ -115,7 +115,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
     transfers = [_transfer(rank.rank, op) for rank in traced for op in rank.ops if op.kind in ("send", "recv")]
     kinds = dimensions(used, world, transfers,
                        TracedSizes(config.traced_tp, config.traced_pp, config.traced_cp, config.traced_ep),
-                       [group for name, group in stated.items() if name not in used], _all_to_alls(traced))
+                       {name: group for name, group in stated.items() if name not in used}, _all_to_alls(traced))
     replicas = _replicas(config.dp, members, kinds, world, frozenset(_all_to_alls(traced)),
                          {group: used[group].description for group in members})
     groups = replicas.members(members)
