@@ -65,16 +65,17 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
 
     summary = {"step_time_s": 1.0, "simulated_ranks": 32, "gpus": 32, "folded": False}
     assert printed(summary) == ["step time 1 s"]
-    summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "cluster not symmetric",
+    summary["fold_given_up"] = [{"fold": "stage", "simulated_ranks": 2, "why": "the cluster is not symmetric",
                                  "reason": "hosts with different GPU counts"}]
     assert printed(summary)[1] == ("ranks 32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 "
-                                   "ranks and copy them to the others, because cluster not symmetric: hosts with "
-                                   "different GPU counts")
+                                   "ranks and copy them to the others, because the cluster is not symmetric: hosts "
+                                   "with different GPU counts")
     standing = {"step_time_s": 1.0, "simulated_ranks": 4, "gpus": 32, "folded": True,
-                "fold_not_exact": {"fold": "stage", "simulated_ranks": 4, "why": "hand-off out of step in its run",
+                "fold_not_exact": {"fold": "stage", "simulated_ranks": 4,
+                                   "why": "a hand-off fell out of step in its run",
                                    "reason": "send_recv 'send fwd mb0' ..."}}
     assert printed(standing)[1] == ("ranks 4 of 32 ranks simulated (folded); not exact: stage fold (4 ranks): "
-                                    "hand-off out of step in its run (see the warning)")
+                                    "a hand-off fell out of step in its run (see the warning)")
 
 
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
@@ -448,10 +449,11 @@ def test_a_run_with_step_faults_prints_them(tmp_path, capsys):
     ranks = next(index for index, line in enumerate(lines) if line.strip().startswith("ranks "))
     assert " ".join(" ".join(lines[ranks:ranks + 3]).split()) == (
         "ranks 4 of 4 ranks simulated; gave up the stage fold, which would simulate 1 rank and copy it to the "
-        "others, because step faults unlike across replicas: link faults (replicas no longer see the same links)")
+        "others, because the step's faults differ across replicas: link faults (replicas no longer see the same links)")
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "step faults unlike across "
-                                         "replicas", "reason": "link faults (replicas no longer see the same links)"}]
+    assert summary["fold_given_up"] == [{"fold": "stage", "simulated_ranks": 1, "why": "the step's faults differ "
+                                         "across replicas", "reason": "link faults (replicas no longer see the same "
+                                         "links)"}]
     assert summary["fold_off_reason"] == "link faults (replicas no longer see the same links)"
     assert (summary["simulated_ranks"], summary["gpus"]) == (4, 4)
 

@@ -547,13 +547,14 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
                               "over GPUs [4, 8] ended on its mirrors")
     assert "fold_given_up" not in summary
     entry = summary["fold_not_exact"]
-    assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == ("stage", 4, "hand-off out of step in its run")
+    assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == (
+        "stage", 4, "a hand-off fell out of step in its run")
     assert entry["reason"] == warning.removeprefix("folded step not exact, and too large to simulate unfolded: ")
     assert (entry["out_of_step"]["op"], entry["out_of_step"]["name"]) == ("send_recv", "send fwd mb0")
     assert entry["out_of_step"]["group"] == [4, 8]
     assert folding_text(summary) == (
-        f"4 of {summary['gpus']} ranks simulated (folded); not exact: stage fold (4 ranks): hand-off out of step in "
-        "its run (see the warning)")
+        f"4 of {summary['gpus']} ranks simulated (folded); not exact: stage fold (4 ranks): a hand-off fell out of "
+        "step in its run (see the warning)")
 
 
 def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():
@@ -567,7 +568,8 @@ def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
                               "over GPUs [7, 8] ended on its mirrors between 4.60056 and 5.55246 ms")
     entry = summary["fold_not_exact"]
-    assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == ("stage", 16, "hand-off out of step in its run")
+    assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == (
+        "stage", 16, "a hand-off fell out of step in its run")
     assert entry["out_of_step"]["instances"] == 8
 
 

@@ -86,7 +86,7 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     assert "fold_given_up" not in summary
     not_exact = summary["fold_not_exact"]
     assert (not_exact["fold"], not_exact["simulated_ranks"], not_exact["why"]) == (
-        "stage", 16, "hand-off out of step in its run")
+        "stage", 16, "a hand-off fell out of step in its run")
     figures = not_exact["out_of_step"]
     assert (figures["name"], figures["group"], figures["instances"]) == ("send fwd mb3", [384, 512], 1328)
     assert figures["widest_s"] == pytest.approx(1.07e-3, abs=5e-6)

@@ -123,13 +123,14 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
     monkeypatch.setattr(fold_policy, "fold_verdict", lambda *args: ({}, Unfolding("collectives", "refused")))
     summary = simulate(scenario_from_text(ALTERNATING, "inline.yaml", [])).summary
     assert not summary["folded"] and summary["simulated_ranks"] == 32 and summary["fold_off_reason"] == "refused"
-    refused = {"why": "mirrors would meet the links unlike", "reason": "refused"}
+    refused = {"why": "mirrored collectives would load the links differently", "reason": "refused"}
     assert summary["fold_given_up"] == [{"fold": "classes", "simulated_ranks": 2, **refused},
                                         {"fold": "stage", "simulated_ranks": 1, **refused}]
     assert folding_text(summary) == (
         "32 of 32 ranks simulated; gave up the classes fold, which would simulate 2 ranks and copy them to the "
-        "others, because mirrors would meet the links unlike: refused; gave up the stage fold, which would simulate "
-        "1 rank and copy it to the others, because mirrors would meet the links unlike: refused")
+        "others, because mirrored collectives would load the links differently: refused; gave up the stage fold, "
+        "which would simulate 1 rank and copy it to the others, because mirrored collectives would load the links "
+        "differently: refused")
 
 
 WRAP_ON_UNLIKE_SPINES = """
@@ -232,14 +233,15 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
                                                     "up to 0.357 ms)")
     assert folding_text(folded) == (
         "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
-        "because hand-off out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between 57.84 ms "
-        "and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would simulate 4 "
-        "ranks and copy them to the others, because hand-off out of step in its run: send_recv 'send bwd mb6' over "
-        "GPUs [0, 16] ended between 57.84 ms and 58.19 ms, 10 instances out of step by up to 357 us")
+        "because a hand-off fell out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between "
+        "57.84 ms and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would "
+        "simulate 4 ranks and copy them to the others, because a hand-off fell out of step in its run: send_recv "
+        "'send bwd mb6' over GPUs [0, 16] ended between 57.84 ms and 58.19 ms, 10 instances out of step by up to "
+        "357 us")
     stage, routes = folded.pop("fold_given_up")
     for entry, ranks, instances in ((stage, 2, 5), (routes, 4, 10)):
         assert entry["fold"] == ("stage" if ranks == 2 else "routes") and entry["simulated_ranks"] == ranks
-        assert entry["why"] == "hand-off out of step in its run"
+        assert entry["why"] == "a hand-off fell out of step in its run"
         assert entry["reason"].startswith(f"{WRAP_LATE} in the folded run ({instances} instances out of step")
         apart = entry["out_of_step"]
         assert (apart["op"], apart["name"], apart["group"], apart["instances"]) == ("send_recv", "send bwd mb6",
@@ -325,7 +327,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     given_up = folded.pop("fold_given_up")
     assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["instances"]) for entry in given_up] == [
         ("stage", 2, 5), ("routes", 4, 10), ("lanes", 4, 10), ("meet", 8, 14)]
-    assert {entry["why"] for entry in given_up} == {"hand-off out of step in its run"}
+    assert {entry["why"] for entry in given_up} == {"a hand-off fell out of step in its run"}
     assert folded == unfolded
 
 
@@ -437,8 +439,9 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
                                           [])).summary
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in summary["fold_given_up"]] == [
-        ("stage", 2, "hand-off out of step in its run"), ("routes", 4, "mirrors would meet the links unlike"),
-        ("lanes", 4, "mirrors would meet the links unlike")]
+        ("stage", 2, "a hand-off fell out of step in its run"),
+        ("routes", 4, "mirrored collectives would load the links differently"),
+        ("lanes", 4, "mirrored collectives would load the links differently")]
 
 
 def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():

@@ -289,7 +289,7 @@ def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stag
     _, unfolded = run(scenario(tmp_path, knobs, dp, cluster, fold=False), tmp_path)
     assert folded.summary["fold_off_reason"] == reason
     assert [(entry["why"], entry["reason"]) for entry in folded.summary["fold_given_up"]] == [
-        ("the traced job's copies meet the cluster unlike", reason)]
+        ("the traced job's copies would use the cluster differently", reason)]
     assert folded.summary["simulated_ranks"] == unfolded.summary["simulated_ranks"] == 2 * stages * dp // 2
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
 

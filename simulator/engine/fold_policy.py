@@ -52,10 +52,10 @@ CP lane (`lane_step`), per class by hand-off route loads (`route_step`) or by th
 (`meet_step`)."""
 
 REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
-                                 "copies": "the traced job's copies meet the cluster unlike",
-                                 "cluster": "cluster not symmetric",
-                                 "collectives": "mirrors would meet the links unlike",
-                                 "faults": "step faults unlike across replicas"}
+                                 "copies": "the traced job's copies would use the cluster differently",
+                                 "cluster": "the cluster is not symmetric",
+                                 "collectives": "mirrored collectives would load the links differently",
+                                 "faults": "the step's faults differ across replicas"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`): the stable short text
 of a `GivenUp`."""
 
@@ -77,7 +77,7 @@ class GivenUp:
         """A short stable text: the check that refused the fold, or the kind of collective out of step."""
         if self.out_of_step is None:
             return REFUSED[self.unfolding.check]
-        return f"{'hand-off' if self.out_of_step.hand_off else 'collective'} out of step in its run"
+        return f"a {'hand-off' if self.out_of_step.hand_off else 'collective'} fell out of step in its run"
 
     def summary(self) -> dict:
         """What summary.json's `fold_given_up` lists of it, or `fold_not_exact` is (docs/training-step.md)."""
