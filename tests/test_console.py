@@ -424,6 +424,15 @@ def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     assert "compute idle             0.0%" in text
 
 
+def test_a_long_duration_takes_the_unit_of_its_rounded_value():
+    """A job's durations printed '60.0 min' for 3,597 s and '60 s' for 59.9996 s: the unit was chosen before
+    rounding to the digits shown."""
+    from simulator.console.report import long_duration
+
+    assert [long_duration(s) for s in (3597.0, 3600.0, 3500.0, 59.9996, 59.96, 90.0)] == [
+        "1.0 h", "1.0 h", "58.3 min", "1.0 min", "59.96 s", "1.5 min"]
+
+
 def test_a_moe_layout_line_names_its_expert_parallelism():
     """Mixtral-8x7B's run opened with 'TP2 CP1 PP1 DP16', its scenario's EP 8 nowhere in the printout."""
     from simulator.console.report import _layout_line

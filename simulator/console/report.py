@@ -370,10 +370,11 @@ def _mean_ci(interval: dict, text) -> str:
 
 
 def long_duration(seconds: float) -> str:
-    """A duration of a job's scale: hours, minutes or seconds, whichever reads best."""
-    if seconds >= 3600:
+    """A duration of a job's scale: hours, minutes or seconds, whichever reads best, chosen by the value as
+    rounded (a restart of 3,597 s printed '60.0 min', 59.9996 s '60 s': they are '1.0 h' and '1.0 min')."""
+    if float(f"{seconds / 60:.1f}") >= 60:
         return f"{seconds / 3600:,.1f} h"
-    if seconds >= 60:
+    if _rounds_to(seconds, 60):
         return f"{seconds / 60:.1f} min"
     return format_seconds(seconds)
 
