@@ -291,6 +291,22 @@ def test_a_slice_of_another_stage_than_its_ranks_kernels_carries_it(tmp_path):
     assert carried == {"fwd": None, "bwd": None, "rs": 1, "ag": None}
 
 
+def test_a_run_of_one_virtual_stage_in_all_names_none(tmp_path):
+    """Llama 3 8B, DP 8 on one DGX H100 (no pipeline) named its threads 'GPU 0 compute (virtual stage 0)' and
+    'GPU 0 dp (virtual stage 0)': every op of such a run is on stage 0, so the name tells nothing, and its DP
+    collectives are of no stage at all. Its threads are plain and no slice carries `chunk`."""
+    log = EventLog()
+    log.record("compute", 0, "compute", "fwd", "forward", 0, 0, 0.0, 1e-6, 0.0, 1e9)
+    log.record("collective", 0, "dp", "rs", "dp", 0, 0, 1e-6, 2e-6, 1024.0, 0.0, "k")
+    log.record("compute", 1, "compute", "fwd", "forward", 0, 0, 0.0, 1e-6, 0.0, 1e9)
+    path = tmp_path / "trace.json"
+    write_trace(path, log.columns(), SimpleNamespace(gpu_host=[0, 0]), flows=False, load=None, compress=False)
+    events = trace_events(path)
+    assert [e["args"]["name"] for e in events if e["name"] == "thread_name"] == [
+        "GPU 0 compute", "GPU 0 dp", "GPU 1 compute"]
+    assert not any("chunk" in e.get("args", {}) for e in events if e["ph"] == "X")
+
+
 def test_trace_text_of_unusual_names_and_counts(tmp_path):
     """Names are JSON strings whatever they hold (quotes, backslashes, control and non-ASCII characters);
     counts beyond an int64 stay numbers; a rank without a virtual stage has plain thread names."""

@@ -12,7 +12,8 @@ slice per network flow on the sending GPU's `net` thread. `run.trace_compress` g
 Times lie on a nanosecond grid: a slice's start and end are each rounded to the nanosecond and its duration is
 their difference, so slices that meet in the run meet in the trace (Perfetto reads times to the nanosecond).
 Bytes and FLOPs are integers, left out where zero. A rank whose kernels all work on one virtual stage (no
-interleaving) names it in its thread names, and only its slices of another stage carry `chunk`.
+interleaving) names it in its thread names, where the run has more than one (a run without a pipeline has only
+stage 0, and every thread of it would say so), and only its slices of another stage carry `chunk`.
 
 The events are encoded column by column rather than as one dict per event: what repeats across slices (a name,
 a category, a thread, an args object) is encoded once, the times by orjson straight from arrays, and a chunk's
@@ -88,7 +89,8 @@ class _Slices:
         single = _single_stages(rank, chunk, _matches(*kind, COMPUTE_KIND)[rows])
         self.start_ns = np.rint(columns["start_s"][0][rows] * 1e9)
         self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
-        thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, single, gpu_host,
+        named = single if (chunk > 0).any() else np.full_like(single, -1)  # one stage in all: nothing to tell
+        thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, named, gpu_host,
                                                               (self.start_ns, self.end_ns))
         name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
         own_category = ~_matches(*category, "")[rows]
