@@ -196,6 +196,23 @@ def test_the_job_trace_leaves_out_args_that_are_zero(tmp_path):
         assert isinstance(event.get("args", {}).get("step", 0), int), event
 
 
+def test_the_job_trace_names_events_as_the_printed_table_does(llama3_job):
+    """The 405B job's trace named its slices by the classes' keys, 'failure gpu_sram', and its restarts by
+    their cause's key, 'restart failure', where the printed table and job_summary.json's labels say 'GPU SRAM
+    memory': each failure now carries its class's label, each restart what it follows."""
+    from simulator.reliability.report import job_trace
+
+    labels = {name: klass["label"] for name, klass in llama3_job.summary["failure_model"].items()}
+    events = [event for event in job_trace(llama3_job.table, labels)["traceEvents"] if event["ph"] != "M"]
+    names = {event["cat"]: set() for event in events}
+    for event in events:
+        names[event["cat"]].add(event["name"])
+    assert "failure: GPU SRAM memory" in names["failure"] and "failure: faulty GPU" in names["failure"]
+    assert names["failure"] <= {f"failure: {label}" for label in labels.values()}
+    assert names["restart"] == {"restart after a failure", "restart after maintenance"}
+    assert names["checkpoint"] == {"checkpoint"}
+
+
 def test_a_job_gzips_its_trace_with_run_trace_compress(tmp_path):
     """`run.trace_compress: true` gives a job trace.json.gz (it wrote trace.json, the option silently ignored),
     the same events as the plain file, the same bytes on a rerun (no time stamp in the gzip header)."""

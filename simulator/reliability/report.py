@@ -19,6 +19,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from simulator.config.reliability import BuiltInCause
 from simulator.reliability.simulate import JobResult, simulate_job
 from simulator.report.run_folder import write_run_folder
 from simulator.report.trace import trace_name
@@ -29,10 +30,24 @@ if TYPE_CHECKING:
 
 TRACKS = {"failure": 1, "checkpoint": 2, "checkpoint_lost": 2, "restart": 3, "degraded": 4, "straggling": 4}
 TRACK_NAMES = {1: "failures", 2: "checkpoints", 3: "restarts", 4: "degraded and straggling"}
+RESTART_NAMES = {BuiltInCause.FAILURE: "restart after a failure", BuiltInCause.MAINTENANCE: "restart after maintenance",
+                 BuiltInCause.REGROW: "restart to regrow"}
 
 
-def job_trace(events: pa.Table, replication: int = 0) -> dict:
-    """Chrome trace events of one replication: one thread per track, failures as instants. ``events`` is
+def event_name(kind: str, cause: str, labels: dict[str, str]) -> str:
+    """A trace slice's name: the failure class's label where the event has one, as the printed table names
+    causes ('failure: GPU SRAM memory', not 'failure gpu_sram'), and what a restart follows in words ('restart
+    after a failure', not 'restart failure')."""
+    if kind == "restart":
+        return RESTART_NAMES[BuiltInCause(cause)]
+    if cause:
+        return f"{kind}: {labels[cause]}"
+    return kind.replace("_", " ")
+
+
+def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) -> dict:
+    """Chrome trace events of one replication: one thread per track, failures as instants, each event named by
+    `event_name` (``labels``: each failure class's label). ``events`` is
     sorted by replication. Times are in microseconds on a nanosecond grid, as in a step's trace (report/trace.py),
     and the file holds `traceEvents` alone: older Perfetto trace processors read a `displayTimeUnit` as the
     unit of `ts`. An event's args (`step`, whole steps as integers; `lost_work_s`; `hosts`) leave out what is
@@ -48,7 +63,7 @@ def job_trace(events: pa.Table, replication: int = 0) -> dict:
                                                     "hosts")]
     for kind, cause, start, end, step, lost, hosts in zip(*columns):
         start_ns, end_ns = round(start * 1e9), round(end * 1e9)
-        event = {"name": f"{kind} {cause}".strip(), "cat": kind, "pid": 0, "tid": TRACKS[kind],
+        event = {"name": event_name(kind, cause, labels), "cat": kind, "pid": 0, "tid": TRACKS[kind],
                  "ts": start_ns / 1e3}
         args = {"step": int(step) if step == int(step) else step, "lost_work_s": lost, "hosts": hosts}
         shown = {name: value for name, value in args.items() if value}
@@ -79,7 +94,8 @@ def write_job_outputs(out_dir: Path, job: JobResult, loaded: LoadedScenario) -> 
 
     def write(stage: Path) -> None:
         pq.write_table(job.table, stage / "job_events.parquet", use_dictionary=["kind", "cause"])
-        trace = orjson.dumps(job_trace(job.table))
+        labels = {name: klass["label"] for name, klass in job.summary["failure_model"].items()}
+        trace = orjson.dumps(job_trace(job.table, labels))
         (stage / trace_name(compress)).write_bytes(gzip.compress(trace, mtime=0) if compress else trace)
         write_summary(job.step_summary, stage / "summary.json")
         write_summary(job.summary, stage / "job_summary.json")
