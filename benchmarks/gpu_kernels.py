@@ -13,8 +13,8 @@ warm-up, the median of repeated calls of at least ``MIN_TIME_S`` in all:
   GEMMs of Llama 3 8B / 70B / 405B and GPT-3 175B layers at their tensor-parallel widths, in the layouts the
   framework runs them (y = x W^T, dx = dy W, dW = dy^T x), on normally distributed data (zeros draw less power
   and run faster);
-- the same 8192^3 GEMM back to back for ``SUSTAIN_S`` seconds, with the SM clock and power each second, for the
-  clock a GPU settles at under continuous load;
+- the same 8192^3 GEMM back to back for ``SUSTAIN_S`` seconds, in samples of 100 GEMMs (~0.19 s each) with the
+  SM clock and power after each, for the clock a GPU settles at under continuous load;
 - scaled-dot-product attention forward and backward (cuDNN and flash back ends, causal and not) at the shapes of
   the FlashAttention-3 paper (16 heads of 128, batch x sequence = 16k tokens) and Llama 3 405B's per-GPU shape
   at TP 8 (16 query heads sharing one KV head, 8k tokens);
@@ -26,7 +26,8 @@ warm-up, the median of repeated calls of at least ``MIN_TIME_S`` in all:
   steady;
 - steady rates: the Llama 3 70B / 405B layer GEMMs, cuDNN's causal attention and the three layers, each back to
   back for ``STEADY_S`` seconds after one of warm-up, with the clock after (the rate at the power limit, where a
-  training job runs; the short timings above may catch the boost clock).
+  training job runs; the short timings above may catch the boost clock); then (``steady_small``) attention at
+  256 and 512 keys and without the mask at 1k and 2k, skinny GEMMs and small squares, and the HBM copy.
 """
 
 from __future__ import annotations
@@ -200,10 +201,10 @@ def tensor_parallel_layers() -> list[dict[str, object]]:
     return rows
 
 
-def steady(fn: Callable[[], object], flops: float, seconds: float = STEADY_S) -> dict[str, object]:
+def steady(fn: Callable[[], object], flops: float | None, seconds: float = STEADY_S) -> dict[str, object]:
     """``fn``'s rate under continuous load: called back to back for ``seconds`` after one second of warm-up, in
     batches timed between CUDA events, the median batch and the GPU's state after it (the clock a training
-    job's kernels run at: the GPU at its power limit)."""
+    job's kernels run at: the GPU at its power limit); its TFLOP/s where ``flops`` is given."""
     once, start, end = probe(fn)
     batch = max(1, int(0.05 / max(once, 1e-6)))
     per_call, began = [], time.perf_counter()
@@ -216,8 +217,25 @@ def steady(fn: Callable[[], object], flops: float, seconds: float = STEADY_S) ->
         if time.perf_counter() - began > 1.0:
             per_call.append(start.elapsed_time(end) / 1e3 / batch)
     seconds_per_call = statistics.median(per_call)
-    return {"steady_s": seconds_per_call, "steady_tflops": flops / seconds_per_call / 1e12, "batches": len(per_call),
-            **gpu_state()}
+    rate = {} if flops is None else {"steady_tflops": flops / seconds_per_call / 1e12}
+    return {"steady_s": seconds_per_call, **rate, "batches": len(per_call), **gpu_state()}
+
+
+def steady_attention(seq: int, batch: int, kv_heads: int, causal: bool = True) -> dict[str, object]:
+    """Steady forward and backward rates of cuDNN's attention, 16 query heads of 128, FLOPs counted as
+    FlashAttention counts them."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        q = torch.randn(batch, 16, seq, 128, device=DEVICE, dtype=BF16, requires_grad=True)
+        k, v = (torch.randn(batch, kv_heads, seq, 128, device=DEVICE, dtype=BF16, requires_grad=True)
+                for _ in range(2))
+        forward = partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal, enable_gqa=kv_heads != 16)
+        out = forward()
+        flops = 4 * batch * 16 * seq * seq * 128 / (2 if causal else 1)
+        backward = partial(torch.autograd.grad, out, (q, k, v), torch.randn_like(out), retain_graph=True)
+        return {"seq": seq, "batch": batch, "kv_heads": kv_heads, "causal": causal,
+                "forward": steady(forward, flops), "backward": steady(backward, 2.5 * flops)}
 
 
 def steady_kernels() -> dict[str, list[dict[str, object]]]:
@@ -229,27 +247,34 @@ def steady_kernels() -> dict[str, list[dict[str, object]]]:
                **steady(partial(torch.mm, *operands(m, n, k, layout)), 2 * m * n * k)}
              for name in ("llama3-70b-tp8", "llama3-405b-tp8")
              for gemm_name, m, n, k, layout in layer_shapes(name)]
-    attention_rows = []
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        for seq, kv_heads in ((1024, 16), (2048, 16), (4096, 16), (8192, 16), (16384, 16), (32768, 16), (8192, 1)):
-            batch = max(1, 16384 // seq) if kv_heads == 16 else 1
-            q = torch.randn(batch, 16, seq, 128, device=DEVICE, dtype=BF16, requires_grad=True)
-            k, v = (torch.randn(batch, kv_heads, seq, 128, device=DEVICE, dtype=BF16, requires_grad=True)
-                    for _ in range(2))
-            forward = partial(F.scaled_dot_product_attention, q, k, v, is_causal=True, enable_gqa=kv_heads != 16)
-            out = forward()
-            flops = 4 * batch * 16 * seq * seq * 128 / 2
-            backward = partial(torch.autograd.grad, out, (q, k, v), torch.randn_like(out), retain_graph=True)
-            attention_rows.append({"seq": seq, "batch": batch, "kv_heads": kv_heads,
-                                   "forward": steady(forward, flops), "backward": steady(backward, 2.5 * flops)})
+    attention_rows = [steady_attention(seq, max(1, 16384 // seq) if kv_heads == 16 else 1, kv_heads)
+                      for seq, kv_heads in ((1024, 16), (2048, 16), (4096, 16), (8192, 16), (16384, 16),
+                                            (32768, 16), (8192, 1))]
     layers = []
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         for name in ("llama3-8b-tp1", "llama3-70b-tp8", "llama3-405b-tp8"):
             layer = TensorParallelLayer(name)
             x = torch.randn(LAYERS[name][-1], 1, LAYERS[name][0], device=DEVICE, dtype=BF16, requires_grad=True)
             layers.append({"layer": name, "forward_backward": steady(lambda layer=layer, x=x: layer(x).sum().backward(),
-                                                                     1.0, seconds=3.0)})
+                                                                     None, seconds=3.0)})
     return {"gemm": gemms, "attention": attention_rows, "layers": layers}
+
+
+def steady_small_kernels() -> dict[str, list[dict[str, object]]]:
+    """Steady rates of what the first runs timed only in bursts: cuDNN's causal attention at 256 and 512 keys
+    and without the mask at 1k and 2k (the mask's cost on short sequences), skinny GEMMs (one side 64 to 2,048
+    of 8,192) and small squares (the tile factor and the ramp), and the 2 GiB HBM copy."""
+    attention_rows = [steady_attention(256, 64, 16), steady_attention(512, 32, 16),
+                      steady_attention(1024, 16, 16, causal=False), steady_attention(2048, 8, 16, causal=False)]
+    shapes = [(m, 8192, 8192) for m in (64, 128, 256, 512, 1024, 2048)] + \
+        [(8192, 8192, k) for k in (128, 256, 512, 1024, 2048)] + [(n, n, n) for n in (1024, 2048, 4096)]
+    gemms = [{"m": m, "n": n, "k": k, "layout": "fwd",
+              **steady(partial(torch.mm, *operands(m, n, k, "fwd")), 2 * m * n * k)} for m, n, k in shapes]
+    source = torch.randn(1 << 30, device=DEVICE, dtype=BF16)
+    target = torch.empty_like(source)
+    copy = steady(partial(target.copy_, source), None, seconds=3.0)
+    return {"attention": attention_rows, "gemm": gemms,
+            "copy": {"bytes": 4 * source.numel(), **copy, "gbps": 4 * source.numel() / copy["steady_s"] / 1e9}}
 
 
 def fp8_gemms() -> dict[str, object]:
@@ -274,7 +299,8 @@ def fp8_gemms() -> dict[str, object]:
 
 
 def sustained(size: int = 8192) -> list[dict[str, float]]:
-    """TFLOP/s of ``size``^3 GEMMs back to back, per second of ``SUSTAIN_S``, with the GPU's state each second."""
+    """TFLOP/s of ``size``^3 GEMMs back to back over ``SUSTAIN_S``, per sample of 100 GEMMs, with the GPU's state
+    after each sample."""
     a, b = torch.randn(size, size, device=DEVICE, dtype=BF16), torch.randn(size, size, device=DEVICE, dtype=BF16)
     flops = 2 * size**3
     samples, began = [], time.perf_counter()
@@ -441,6 +467,7 @@ def main() -> None:
         "layers": tensor_parallel_layers,
         "sustained": sustained,
         "steady": steady_kernels,
+        "steady_small": steady_small_kernels,
         "profiled_step": lambda: profiled_step(OUT / "torch_gpu_step.json"),
     }
     chosen = sys.argv[1:] or list(sections)
