@@ -33,9 +33,10 @@ class TraceWorkload(Section):
     the idle time between a stream's ops that no dependency explains (kernel launch and Python overhead) as
     host time, so that a replay on the traced device reproduces the traced step. `recost_gemms` replaces the
     traced duration of every matrix multiply whose operand shapes the trace records (`record_shapes=True`) by
-    the kernel model's time on the cluster's GPU (docs/cost-model.md). A trace states no tokens: give
-    `tokens_per_step` (tokens one step of the traced job processes; replication multiplies them by the copies,
-    `dp` over d) and `model_flops_per_token` (e.g. 6N plus attention) for throughput and MFU. `traced_tp`,
+    the kernel model's time on the cluster's GPU (docs/cost-model.md), and warns where none records them. A
+    trace states no tokens: give `tokens_per_step` (tokens one step of the traced job processes; replication
+    multiplies them by the copies, `dp` over d) and `model_flops_per_token` (e.g. 6N plus attention) for
+    throughput and MFU. `traced_tp`,
     `traced_pp`, `traced_cp` and `traced_ep` are the traced job's tensor-parallel size, pipeline stages,
     context- and expert-parallel sizes, which tell the dimension of a process group that the trace names only
     by number (workload/traces/layout.py); left out, they are told by the trace's named groups or inferred.

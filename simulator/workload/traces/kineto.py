@@ -22,7 +22,6 @@ import re
 import zlib
 from dataclasses import replace
 from functools import lru_cache
-from itertools import accumulate
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -30,6 +29,7 @@ import orjson
 
 from simulator.collectives.names import Primitive
 from simulator.units import MAX_STEP_DURATION_S
+from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_fields
 from simulator.workload.traces.model import (
     OpKind,
     ProcessGroup,
@@ -38,7 +38,6 @@ from simulator.workload.traces.model import (
     as_int,
     checked_duration,
     checked_message,
-    gemm_shape,
     kernel_kind,
     trace_error,
 )
@@ -133,7 +132,8 @@ def read_kineto(path: Path) -> TracedRank:
                           "or memset, and no CPU op (cat cpu_op) in the profiled step",
                           "a profiler trace of one training step")
     traced = TracedRank(file=file, rank=rank, ops=tuple(ops), timed=True, events=len(events), unknown=tuple(unknown),
-                        untold_peers=tuple(parsed.untold_peers), window=None if parsed.gpu else parsed.step_window,
+                        untold_peers=tuple(parsed.untold_peers), lost_shapes=tuple(parsed.lost_shapes),
+                        repeated_gemms=tuple(parsed.repeated_gemms), window=None if parsed.gpu else parsed.step_window,
                         world=world, world_field="distributedInfo.world_size", groups=groups,
                         groups_field="distributedInfo.pg_config")
     if traced.span_s() > MAX_STEP_DURATION_S:
@@ -186,12 +186,14 @@ class _Parsed:
         self.gpu: list[tuple[int, dict]] = []
         self.cpu: list[tuple[int, dict]] = []
         self.comms: dict[object, list[tuple[float, float, dict]]] = {}
-        self.cpu_spans: dict[object, list[tuple[float, float, dict]]] = {}
+        self.cpu_spans: dict[object, list[tuple[float, float, tuple[int, dict]]]] = {}
         self.launches: dict[object, tuple[float, object]] = {}
         self.waits: list[dict] = []
         self.syncs: list[dict] = []
         self.step_window: tuple[float, float] | None = None
         self.untold_peers: list[tuple[int, str]] = []
+        self.lost_shapes: list[tuple[int, str]] = []
+        self.repeated_gemms: list[tuple[int, str, str]] = []
         for index, event in enumerate(events):
             if not isinstance(event, dict):
                 raise trace_error(file, f"traceEvents[{index}]", "an event is not an object")
@@ -219,18 +221,15 @@ class _Parsed:
                     self.step_window = (ts * US, (ts + dur) * US)
             elif category == "cpu_op":
                 self.cpu.append((index, event))
-                self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, event))
+                self.cpu_spans.setdefault(event.get("tid"), []).append((ts, ts + dur, (index, event)))
                 if event.get("name") == "record_param_comms":
                     self.comms.setdefault(event.get("tid"), []).append((ts, ts + dur, args))
 
     def gpu_ops(self) -> tuple[list[TracedOp], list[tuple[int, str]]]:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
-        and transfers. A matrix multiply's shape (for `recost_gemms`) goes to the first GEMM kernel that the
-        innermost CPU op around its launch, a matrix-multiply op with recorded shapes, launched: not to the casts
-        autocast launches inside aten::linear, nor to a second kernel of the same op (split-K's reduction)."""
-        comms = {tid: _Spans(spans) for tid, spans in self.comms.items()}
-        cpu_ops = {tid: _Spans(spans) for tid, spans in self.cpu_spans.items()}
-        shaped: set[int] = set()
+        and transfers; a GEMM kernel with the shape of the matrix multiply that launched it (launchers.py)."""
+        comms = {tid: Spans(spans) for tid, spans in self.comms.items()}
+        launchers = GemmLaunchers({tid: Spans(spans) for tid, spans in self.cpu_spans.items()})
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []
@@ -245,14 +244,14 @@ class _Parsed:
                 kind = kernel_kind(name)
                 if event.get("cat") == "kernel" and not nccl and not kind:
                     unknown.append((index, name))
-                launcher = _enclosing(cpu_ops, self.launches.get(args.get("correlation"))) \
-                    if kind == "matmul" else None
-                fields = _gemm_fields(launcher) if launcher is not None and id(launcher) not in shaped else {}
-                if fields:
-                    shaped.add(id(launcher))
+                fields = launchers.fields(self.launches.get(args.get("correlation")), name) \
+                    if kind == "matmul" else {}
                 op = TracedOp(index, name, stream, "compute", event["ts"] * US, event.get("dur", 0) * US, **fields)
             by_stream.setdefault(stream, []).append(len(ops))
             ops.append(op)
+        low, high = self.step_window or (float("-inf"), float("inf"))
+        self.lost_shapes = launchers.lost(lambda ts: low <= ts * US <= high)
+        self.repeated_gemms = launchers.repeated
         return self._with_waits(ops, by_stream, ordered), unknown
 
     def _in_step(self, gpu: list[tuple[int, dict]]) -> list[tuple[int, dict]]:
@@ -270,12 +269,12 @@ class _Parsed:
         return kept or gpu
 
     def _communication(self, index: int, event: dict, args: dict, name: str, stream: str,
-                       comms: dict[object, _Spans]) -> TracedOp | None:
+                       comms: dict[object, Spans[dict]]) -> TracedOp | None:
         """An NCCL kernel as a collective, or as a send or receive where the trace tells its peer; None for a
         point-to-point kernel whose peer it does not tell (replayed as traced compute, listed in
         ``untold_peers``)."""
         where = f"traceEvents[{index}]"
-        info = args if "Collective name" in args else _enclosing(comms, self.launches.get(args.get("correlation")))
+        info = args if "Collective name" in args else enclosing(comms, self.launches.get(args.get("correlation")))
         primitive, dtype = _from_kernel_name(name)
         if info is not None:
             primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
@@ -444,46 +443,8 @@ class _Parsed:
                 continue
             ends[tid] = ts + dur
             ops.append(TracedOp(index, str(event.get("name", "")), f"cpu thread {tid}", "compute", ts * US, dur * US,
-                                **_gemm_fields(event)))
+                                **gemm_fields(event)))
         return ops
-
-
-class _Spans:
-    """CPU ops of one thread (start, end, payload), to find the innermost one around a launch: sorted by
-    start, with the furthest end reached so far, so a search stops as soon as nothing earlier can contain it."""
-
-    def __init__(self, spans: list[tuple[float, float, dict]]):
-        spans.sort(key=lambda span: span[0])
-        self.starts = [span[0] for span in spans]
-        self.spans = spans
-        self.reach = list(accumulate((span[1] for span in spans), max))
-
-    def around(self, ts: float) -> dict | None:
-        position = bisect.bisect_right(self.starts, ts) - 1
-        while position >= 0 and self.reach[position] >= ts:
-            _, end, payload = self.spans[position]
-            if end >= ts:
-                return payload
-            position -= 1
-        return None
-
-
-def _enclosing(spans_by_thread: dict[object, _Spans], launch: tuple[float, object] | None) -> dict | None:
-    """The payload of the innermost CPU op on the launching thread that contains the launch time."""
-    if launch is None:
-        return None
-    spans = spans_by_thread.get(launch[1])
-    return spans.around(launch[0]) if spans is not None else None
-
-
-def _gemm_fields(event: dict) -> dict:
-    """gemm and dtype of a CPU op that is a matrix multiply with recorded shapes (else nothing)."""
-    args = event.get("args") or {}
-    shape = gemm_shape(str(event.get("name", "")), args.get("Input Dims"))
-    if not shape:
-        return {}
-    types = args.get("Input type") or [""]
-    return {"gemm": shape, "dtype": str(types[0]) if isinstance(types, list) else ""}
 
 
 def _replace_deps(op: TracedOp, deps: list[int]) -> TracedOp:

@@ -88,7 +88,10 @@ class TracedRank:
     start times are measurements (a profiler trace), so idle time between a stream's ops is real; ``events``
     counts the file's events (or nodes); ``unknown`` lists (event index, name) of kernels kept as compute
     because their kind is not recognised, ``untold_peers`` those of point-to-point kernels kept as compute
-    because the trace does not tell their peer; ``window`` is the traced step's (start, end) where the trace
+    because the trace does not tell their peer; ``lost_shapes`` (event index, name) of matrix multiplies with
+    recorded shapes that launched no GEMM kernel to take them, ``repeated_gemms`` (event index and name of the
+    op, name of the kernel) of GEMM kernels after the first of an op with recorded shapes, which keep their
+    traced time (kineto.py, launchers.py); ``window`` is the traced step's (start, end) where the trace
     marks it (a ProfilerStep annotation around host-only activity)."""
 
     file: str
@@ -98,6 +101,8 @@ class TracedRank:
     events: int
     unknown: tuple[tuple[int, str], ...] = ()
     untold_peers: tuple[tuple[int, str], ...] = ()
+    lost_shapes: tuple[tuple[int, str], ...] = ()
+    repeated_gemms: tuple[tuple[int, str, str], ...] = ()
     events_field: str = "traceEvents"
     window: tuple[float, float] | None = None
     world: int = 0
@@ -137,8 +142,9 @@ def with_group_peers(traced: TracedRank) -> TracedRank:
 
 
 KERNEL_KINDS = (
-    ("attention", re.compile(r"flash|fmha|attention|sdpa|dot_do_o|convert_dq", re.I)),
-    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|linear|bmm", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|sdpa|dot_do_o|convert_dq_to", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|cutlass|cublas|nvjet|[hiw]mma|xmma|addmm|(?<![a-z])(?<!upsample_)linear|"
+                          r"bmm|cijk_|triton_tem", re.I)),
     ("elementwise", re.compile(r"elementwise|vectorized|reduce|softmax|norm|gammabeta|dropout|copy|fill|cat|index|"
                                r"scatter|gather|embedding|adam|sgd|foreach|unrolled|pointwise|gelu|silu|relu|add|"
                                r"mul|radix|scan|unique|segment|triton", re.I)),
@@ -146,7 +152,9 @@ KERNEL_KINDS = (
 )
 """Kernel kinds recognised by name, in this order (cuDNN's attention kernels name their wgmma instructions);
 anything else is an unknown kernel (kept as compute, counted in warnings). cuBLAS names its Hopper GEMMs
-nvjet_* from CUDA 12.8; cuDNN's attention backward runs dot_do_o and convert_dq helpers; PyTorch's embedding
+nvjet_* from CUDA 12.8, rocBLAS and hipBLASLt theirs Cijk_* (Tensile), Inductor its GEMM templates triton_tem_*
+(tried before elementwise's 'triton'); 'linear' is a word of its own, not upsampling's bilinear or linear1d;
+cuDNN's attention backward runs dot_do_o and convert_dq_to_16bits helpers; PyTorch's embedding
 backward sorts and scans (cub radix_sort, scan, unique_by_key, partial segments)."""
 
 
@@ -159,8 +167,8 @@ def kernel_kind(name: str) -> str:
     return ""
 
 
-GEMM_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::bmm": 0, "aten::baddbmm": 1, "aten::matmul": 0,
-                 "aten::linear": 0}
+GEMM_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::addmm_": 1, "aten::_addmm_activation": 1, "aten::bmm": 0,
+                 "aten::baddbmm": 1, "aten::matmul": 0, "aten::linear": 0}
 """PyTorch ops that are one matrix multiply, with the position of their first operand in `Input Dims`."""
 
 

@@ -150,6 +150,7 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                       f"point-to-point kernel{'s' if len(rank.untold_peers) > 1 else ''} replayed at the traced "
                       f"duration, not re-costed: the trace does not tell the peer (first: {rank.untold_peers[0][1]!r})"
                       for rank in traced if rank.untold_peers)
+    warnings += _gemm_warnings(traced, config)
     warnings += settled + assumed + untraced
     details = {"trace": {"format": config.format, "files": len(traced), "events": sum(r.events for r in traced),
                          "traced_ranks": [rank.rank for rank in traced],
@@ -167,6 +168,37 @@ def trace_program(config: TraceWorkload, traced: list[TracedRank], topology: Top
                        peak_flops=gpu.peak(PEAK_PRECISION),
                        async_streams=ASYNC_STREAMS, folded=len(ranks) < world, warnings=warnings,
                        details=details, fold_off_check="copies")
+
+
+def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str, ...]:
+    """What keeps matrix multiplies from their shapes, one line per file and kind: ops whose recorded shape
+    reached no GEMM kernel (their FLOPs go uncounted, and their time uncosted with `recost_gemms`) and, with
+    `recost_gemms`, GEMM kernels after an op's first (they keep their traced time); with `recost_gemms`, a trace
+    that records no shapes at all."""
+    warnings = []
+    for rank in traced:
+        if rank.lost_shapes:
+            many = len(rank.lost_shapes) > 1
+            warnings.append(f"{rank.file}: {rank.events_field}[{rank.lost_shapes[0][0]}]: {len(rank.lost_shapes)} "
+                            f"matrix multipl{'ies' if many else 'y'} with recorded shapes reached no GEMM kernel (by "
+                            f"name), so {'their' if many else 'its'} FLOPs are not counted and no kernel takes "
+                            f"{'their' if many else 'its'} time from the kernel model "
+                            f"(first: {rank.lost_shapes[0][1]!r})")
+        if rank.repeated_gemms and config.recost_gemms:
+            index, op, kernel = rank.repeated_gemms[0]
+            ops, kernels = len({repeat[0] for repeat in rank.repeated_gemms}), len(rank.repeated_gemms)
+            warnings.append(f"{rank.file}: {rank.events_field}[{index}]: {ops} matrix multipl"
+                            f"{'ies' if ops > 1 else 'y'} launched more than one GEMM kernel: the first takes its "
+                            f"shape and the kernel model's time, the other {kernels} "
+                            f"{'keep their traced durations' if kernels > 1 else 'keeps its traced duration'} "
+                            f"(first: {op!r}, then {kernel!r})")
+    shaped = any(op.gemm for rank in traced for op in rank.ops) or any(rank.lost_shapes for rank in traced)
+    if config.recost_gemms and not shaped:
+        why = ("no matrix multiply in the trace records its operand shapes, so none is re-costed; profile with "
+               "torch.profiler.profile(record_shapes=True)" if config.format == "kineto" else
+               "trainsim reads matrix multiplies' operand shapes from Kineto traces alone, so none is re-costed")
+        warnings.append(f"{traced[0].file}: recost_gemms: {why}")
+    return tuple(warnings)
 
 
 def compute_scale(config: TraceWorkload, topology: Topology) -> float:
