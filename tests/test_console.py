@@ -387,6 +387,18 @@ def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, caps
     assert json.loads((out_dir / "summary.json").read_text())["hfu"] == 0.0
 
 
+def test_a_trace_with_op_shapes_prints_hfu_as_a_lower_bound(tmp_path, capsys):
+    """A trace counts its matrix multiplies' FLOPs alone (attention and the rest are not), so its HFU is a lower
+    bound: the H200 step's 25.5% printed plainly read as if the hardware did less work than the model's 40.7%."""
+    out_dir = tmp_path / "out"
+    assert main(["run", str(SCENARIOS / "trace-h200-step.yaml"), "--out", str(out_dir)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "TFLOP/s per GPU" in line)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    assert 0 < summary["hfu"] < summary["mfu"]
+    assert row.rstrip().endswith(f"(MFU {100 * summary['mfu']:.1f}%, HFU >= {100 * summary['hfu']:.1f}%: "
+                                 "matrix multiplies only)")
+
+
 def test_a_synthetic_model_says_so_instead_of_zero_throughput(tmp_path, capsys):
     """Synthetic stage costs have no tokens, FLOPs or memory: the table printed '0 tokens/s', 'MFU 0.0%' and
     '0.0 GiB of 79.6 GiB' for the bundled schedule studies."""
