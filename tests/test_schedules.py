@@ -91,6 +91,18 @@ def test_bubble_fraction_interleaved(p: int, v: int) -> None:
         assert timing.bubble_fraction == pytest.approx((p - 1) / (m * v + p - 1), rel=1e-3), (p, m, v)
 
 
+def test_interleaved_at_one_chunk_runs_with_1f1bs_bubble_as_the_table_says() -> None:
+    """docs/schedules.md's table said `interleaved` needs `v >= 2`, while the schedule runs at v = 1 (its text
+    below says so: ScheduleInterleaved1F1B on one stage per rank), and a sweep over schedules met it as a
+    silent 1F1B; the table now says what v = 1 does."""
+    for m in (4, 8):
+        timing = simulate_schedule(build_schedule("interleaved", 4, m, 1), f=1, b=2)
+        assert timing.bubble_fraction == pytest.approx(3 / (m + 3), rel=1e-9)
+    table = (Path(__file__).parents[1] / "docs" / "schedules.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| `interleaved` |"))
+    assert "needs `v >= 2`" not in row and "`v = 1`" in row
+
+
 @pytest.mark.parametrize("p, m, v, percent", [(4, 8, 1, 27.3), (8, 32, 1, 17.9), (8, 128, 1, 5.2),
                                               (8, 32, 2, 9.9), (8, 32, 4, 5.2)])
 def test_seed_bubble_figures(p: int, m: int, v: int, percent: float) -> None:
