@@ -83,3 +83,12 @@ def test_model_flops_per_token_follows_the_convention_of_a_presets_mfu():
     summary = replay(False).summary
     assert summary["mfu"] == pytest.approx(0.2805, abs=5e-4)
     assert summary["hfu"] < summary["mfu"] < summary["hfu"] * 1.15  # the GEMMs, and causal attention besides
+
+
+def test_replicating_the_one_traced_rank_is_refused_in_the_singular():
+    """`--set workload.dp=8` on the one-rank H200 step was refused with 'its 1 ranks are TP 1 x CP 1 x PP 1'."""
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as refused:
+        simulate(scenario_from_text(SCENARIO.read_text() + "  dp: 8\n", source=str(SCENARIO)))
+    assert "(its 1 rank is TP 1 x CP 1 x PP 1)" in str(refused.value)

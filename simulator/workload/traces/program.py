@@ -38,6 +38,7 @@ from simulator.program.send_order import SendOrder
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
+from simulator.units import counted
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.roofline import kernel_duration
 from simulator.workload.traces.chakra import P2P_STREAM, read_chakra
@@ -463,8 +464,9 @@ def _replicas(dp: int | None, members: dict[str, tuple[int, ...]], kinds: Dimens
                                 "with dp is unknown", field="workload.dp", allowed=DP_GROUPS_ALLOWED)
         _check_hsdp_description(group, ranks, descriptions.get(group, ""), readings[group], degree, layout)
     if degree < 2:
-        raise ScenarioError(f"the traced job has no data parallelism (its {world} ranks are TP {tp} x CP {cp} x PP "
-                            f"{pp}), so the trace cannot tell the gradients' traffic of more replicas",
+        raise ScenarioError(f"the traced job has no data parallelism (its {counted(world, 'rank')} "
+                            f"{'is' if world == 1 else 'are'} TP {tp} x CP {cp} x PP {pp}), so the trace cannot tell "
+                            "the gradients' traffic of more replicas",
                             field="workload.dp", allowed="leave dp out, or trace a job of 2 or more data-parallel "
                             "replicas")
     if not widened:
