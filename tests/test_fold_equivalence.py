@@ -51,6 +51,20 @@ across two, through the host bridge, so the CP rings inside a host are not alike
 groups inside one domain, and the folded step came out 60 ns slow (rel. 4.2e-7), reported exact; it compares
 them where a domain is not a star (`symmetry.star_domains`)."""
 UNLIKE_PCIE_PAIRS = "'cp ring L0.attn' takes"
+STRADDLING_CP_PAIRS = """
+cluster: {topology: dgx-h100-cluster, nodes: 3, nics_per_node: 1, leaf_ports: 3, spines: 3, oversubscription: 2,
+          node: {kind: nvswitch_node, gpus: 4, nvlink_bandwidth: 450 GB/s, nvlink_latency: 3.4 us, gpu_model: h100-sxm}}
+model: {layers: 24, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 2048, microbatches: 4}
+run: {timeline: summary}
+parallelism: {tp: 1, cp: 2, pp: 2, dp: 3, order: [dp, tp, cp, pp]}
+"""
+"""CP pairs {i, i + 3} on hosts of four GPUs: rank 0's pair [0, 3] stays inside host 0, rank 1's [1, 4] crosses
+to host 1. The ranks fell into classes by NVLink loads ({0, 1}, {2, 3}, {4, 5} of each stage), every CP pair held
+a representative, so no mirror was compared, and the folded step came out 0.39% slow (exposed pp 3.18 against
+2.49 ms), reported exact. Each class-mate's copy is now compared as a mirror (`fold_policy.unlike_class_mates`)
+and the step unfolds."""
+STRADDLING_PAIRS = "'cp ring L0.attn' takes 0.03447 ms over GPUs [0, 3] but 0.1999 ms over the equivalent [1, 4]"
 MIXED_HAND_OFFS = "stays inside one NVLink domain but its mirror"
 OUT_OF_STEP = "'all_gather expert params' over GPUs [0, 1, 8, 9, 16, 17, 24, 25] ended on its mirrors"
 """MoE with EP 4 and ZeRO-1: the expert parameters' all-gather over the representative's expert-DP group ended at
@@ -81,11 +95,12 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (MOE, ["parallelism.ep=8"], ""),
     (UNALIGNED, [], MIXED_HAND_OFFS),
     (PCIE_HOSTS, [], UNLIKE_PCIE_PAIRS),
+    (STRADDLING_CP_PAIRS, [], STRADDLING_PAIRS),
     (UNALIGNED, ["parallelism.tp=2", "parallelism.dp=4", "parallelism.fsdp=full_shard",
                  "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
 ], ids=["ddp", "zero1", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-pp2", "fsdp-interleaved", "fsdp-cp2",
         "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "pp3-unaligned",
-        "pcie-hosts-cp2", "pp3-unaligned-fsdp-interleaved"])
+        "pcie-hosts-cp2", "straddling-cp-pairs", "pp3-unaligned-fsdp-interleaved"])
 def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     """Each layout folds, or unfolds for the stated reason (``off_reason``, '' for folded), and the steps agree."""
     folded = simulate(scenario_from_text(text, "inline.yaml", overrides)).summary

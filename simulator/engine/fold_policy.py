@@ -26,17 +26,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from simulator.engine.lockstep import Lockstep, OutOfStep
+from simulator.engine.lockstep import Lockstep, OutOfStep, hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.rank_classes import rank_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
-from simulator.engine.symmetry import asymmetric_replicas, unlike_alone
+from simulator.engine.symmetry import asymmetric_replicas, unlike_alone, unlike_routes
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
-from simulator.parallel.folding import RankClasses, lane_classes, representatives
+from simulator.parallel.folding import RankClasses, class_copies, lane_classes, representatives
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -308,7 +308,8 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
                   efficiency: Mapping[str, float], faults: StepFaultPlan, shapes: CollectiveShapes,
                   order: ProgramOrder) -> FoldedStep | GivenUp | None:
     """The step folded with one representative per class of ranks (engine/rank_classes.py) where the folded
-    ``program``'s ranks are not all alike and the classed program passes `fold_verdict`; None where they are
+    ``program``'s ranks are not all alike and every class-mate keeps pace with its representative
+    (`unlike_class_mates`) and the classed program passes `fold_verdict`; None where they are
     all alike, the classed fold given up (`GivenUp`) where the check refuses it (the
     program with one rank per stage is then judged as before, and the lockstep check guards it after the run:
     the classed program's representatives of one stage have no order between their ops, so the check of
@@ -317,12 +318,45 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     classes = rank_classes(program, plans, shapes, order)
     if classes is None:
         return None
+    unlike = unlike_class_mates(program, classes, shapes, plans, mode, efficiency)
+    if unlike:
+        assert program.layout is not None
+        return GivenUp("classes", len(representatives(program.layout, True, classes)), Unfolding("collectives", unlike))
     classed = build(True, classes)
     classed_shapes, classed_order = program_indexes(classed)
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
     if unfolding is not None:
         return GivenUp("classes", len(classed.ranks), unfolding)
     return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes)
+
+
+def unlike_class_mates(stage_fold: StepProgram, classes: RankClasses, shapes: CollectiveShapes, plans: PlanCache,
+                       mode: NetworkMode, efficiency: Mapping[str, float]) -> str:
+    """Why a rank of some class would not keep pace with its representative in the step folded by ``classes``
+    ('' when every one would), read off ``stage_fold`` (folded by stage, ``shapes`` its collectives, whose
+    mirrors are every copy): `fold_verdict` compares each group of the classed program with the mirrors its
+    class stands for, but a mate's copy that holds another class's representative is simulated as that one's
+    group and compared with nothing, though the run times the mate as its own representative (order [dp, tp,
+    cp, pp], cp 2, odd dp: a class held rank 0, whose CP pair stays inside its host, and rank 1, whose pair
+    crosses hosts, and the step came out 0.4-1.6% off, reported exact). So each representative's copy of every
+    collective is held to its mates' copies as to mirrors (`class_copies`): their plans alone must take its time
+    (`unlike_routes`, `unlike_alone`), and a hand-off's must cross the same hops (`hop_signature`; the run's
+    lockstep check compares kept mirrors only)."""
+    layout = stage_fold.layout
+    assert layout is not None
+    topology = plans.topology
+    mates = {(op.group, copies): replace(op, group=own, mirrors=copies) for op in shapes.firsts
+             for own, copies in class_copies(layout, classes, (op.group, *op.mirrors))}
+    for op in mates.values():
+        hops = hop_signature(topology, op.group) if op.op == "send_recv" else []
+        unlike = next((copy for copy in op.mirrors if hops and hop_signature(topology, copy) != hops), None)
+        if unlike is not None:
+            return (f"{op.op} {op.name!r} over GPUs {list(op.group)} crosses other hops than over "
+                    f"{list(unlike)}, which a class-mate runs")
+    capacity = effective_capacity(topology, dict(efficiency))
+    mate_shapes = CollectiveShapes.of(list(mates.values()))
+    return (unlike_routes(plans, capacity, mate_shapes) if mode == "flow"
+            else unlike_alone(plans, capacity, mate_shapes))
 
 
 def unfolded_step(build: StepBuilder, faults: StepFaultPlan, unfolding: Unfolding,

@@ -139,11 +139,18 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
     ``shapes``: the index of ``ops``' collectives, when the caller has it; ``order``: the program's ordering
     (what may overlap what; default: ``ops`` with no asynchronous stream), shared with the sharing analysis."""
+    shapes = shapes or CollectiveShapes.of(ops)
+    return unlike_routes(plans, capacity, shapes) or _unequally_met(shapes, plans,
+                                                                     order or ProgramOrder(ops, frozenset()))
+
+
+def unlike_routes(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:
+    """Why some collective of ``shapes`` takes another time alone over a mirror than over its group on the flow
+    model ('' when none does): the comparisons of `asymmetric_replicas` before the unequal traffic met."""
     topology = plans.topology
     link_kinds = link_kind_codes(topology)
     domains = np.asarray(topology.gpu_domain)
     star = star_domains(topology)
-    shapes = shapes or CollectiveShapes.of(ops)
     translates = _Translates(plans, link_kinds)
     sized: set[tuple] = set()
     seen: set[tuple] = set()
@@ -175,7 +182,7 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
         if verdict:
             return verdict
         translates.add(op, algorithm, reference)
-    return _unequally_met(shapes, plans, order or ProgramOrder(ops, frozenset()))
+    return ""
 
 
 def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:

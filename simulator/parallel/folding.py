@@ -120,6 +120,28 @@ def class_images(layout: Layout, classes: RankClasses, group: tuple[int, ...],
                  if own and not simulated[np.array(image, dtype=np.int64)].any())
 
 
+def class_copies(layout: Layout, classes: RankClasses, orbit: Sequence[tuple[int, ...]]
+                 ) -> list[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]:
+    """Per representative under ``classes`` that ``orbit`` (every copy of one collective: a group and its mirrors
+    in the run folded by stage) reaches, its copy and its class-mates' other copies, where it has such: a run
+    folded by ``classes`` times each mate as its representative, whether the mate's copy is a mirror there or
+    the group of another class's representative (a CP pair inside a host for one rank of a class and across
+    hosts for another), so every one of them must take the representative's copy's time."""
+    holder = np.full(layout.world, -1, dtype=np.int64)
+    for index, copy in enumerate(orbit):
+        holder[np.array(copy, dtype=np.int64)] = index
+    of_position = np.array(classes.of_position, dtype=np.int64)
+    found = []
+    for rank in representatives(layout, True, classes):
+        own = int(holder[rank])
+        positions = np.flatnonzero(of_position == of_position[_stage_positions(layout, np.array([rank]))[0]])
+        held = np.unique(holder[_at_position(layout, np.full(positions.size, rank), positions)])
+        mates = tuple(orbit[index] for index in held.tolist() if index not in (own, -1))
+        if own >= 0 and mates:
+            found.append((orbit[own], mates))
+    return found
+
+
 def mirror_images(layout: Layout, group: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Every equivalent rank's copy of ``group`` other than the group itself, first occurrence kept: a slice of
     the DP x CP group as `_slice_images` lists them, any other group shifted (`_shifted_images`)."""
