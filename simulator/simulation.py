@@ -392,7 +392,9 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     summary, log, kept_pace = run(step)
     given_up = list(step.given_up)
-    not_exact = None
+    not_exact = step.not_exact
+    if not_exact is not None:
+        summary["warnings"].append(f"folded step not exact: {not_exact.unfolding.reason}")
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
     if out_of_step:
         unfolding = Unfolding("collectives", out_of_step)
