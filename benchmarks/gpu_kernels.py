@@ -27,7 +27,9 @@ warm-up, the median of repeated calls of at least ``MIN_TIME_S`` in all:
 - steady rates: the Llama 3 70B / 405B layer GEMMs, cuDNN's causal attention and the three layers, each back to
   back for ``STEADY_S`` seconds after one of warm-up, with the clock after (the rate at the power limit, where a
   training job runs; the short timings above may catch the boost clock); then (``steady_small``) attention at
-  256 and 512 keys and without the mask at 1k and 2k, skinny GEMMs and small squares, and the HBM copy.
+  256 and 512 keys and without the mask at 1k and 2k, skinny GEMMs and small squares, and the HBM copy;
+- (``sm_contention``, needs CuPy) 8192^3 GEMMs while a kernel on another stream holds 0 to 66 SMs, reading HBM
+  or only spinning: what a GEMM loses beside communication kernels that hold SMs.
 """
 
 from __future__ import annotations
@@ -277,6 +279,73 @@ def steady_small_kernels() -> dict[str, list[dict[str, object]]]:
             "copy": {"bytes": 4 * source.numel(), **copy, "gbps": 4 * source.numel() / copy["steady_s"] / 1e9}}
 
 
+HOLD_KERNEL = r"""
+extern "C" __global__ void hold(const float* buffer, long long length, long long cycles, int stream_memory,
+                                float* sink) {
+    extern __shared__ float scratch[];
+    long long start = clock64();
+    long long index = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    float total = 0.0f;
+    while (clock64() - start < cycles) {
+        if (stream_memory) {
+            total += buffer[index];
+            index += (long long)gridDim.x * blockDim.x;
+            if (index >= length) index -= length;
+        } else {
+            total = total * 0.999f + 1.0f;
+        }
+    }
+    scratch[threadIdx.x] = total;
+    if (total == -1.0f) sink[0] = scratch[threadIdx.x];
+}
+"""
+"""A kernel that holds its SMs for ``cycles`` of the SM clock: one block per SM (it asks for most of the SM's
+shared memory, so no GEMM block fits beside it), reading HBM in a grid-stride loop as NCCL's copy loops do, or
+only spinning."""
+
+
+def sm_contention(size: int = 8192, seconds: float = 2.0) -> list[dict[str, object]]:
+    """Steady rate of ``size``^3 bf16 GEMMs on one stream while `HOLD_KERNEL` holds 0 to 66 SMs on another
+    (NCCL's channels hold SMs so: one CTA per channel on an SM of its own), reading HBM or not: the compute
+    slowdown engine/contention.py charges while communication kernels hold SMs."""
+    import cupy
+
+    module = cupy.RawModule(code=HOLD_KERNEL)
+    hold = module.get_function("hold")
+    shared_bytes = 200 * 1024
+    hold.max_dynamic_shared_size_bytes = shared_bytes
+    buffer = cupy.ones(1 << 28, dtype=cupy.float32)
+    sink = cupy.zeros(1, dtype=cupy.float32)
+    a, b = operands(size, size, size, "fwd")
+    gemm_stream, hold_stream = torch.cuda.Stream(), torch.cuda.Stream()
+    cycles = 5_000_000   # ~3 ms a launch at the power limit's clock
+    rows = []
+    for stream_memory in (1, 0):
+        for sms in (0, 8, 16, 24, 32, 66):
+            with torch.cuda.stream(gemm_stream):
+                began = time.perf_counter()
+                samples = []
+                while time.perf_counter() - began < 1.0 + seconds:
+                    if sms:
+                        with cupy.cuda.ExternalStream(hold_stream.cuda_stream):
+                            for _ in range(40):
+                                hold((sms,), (512,), (buffer, cupy.int64(buffer.size), cupy.int64(cycles),
+                                                      cupy.int32(stream_memory), sink),
+                                     shared_mem=shared_bytes)
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record(gemm_stream)
+                    for _ in range(40):
+                        torch.mm(a, b)
+                    end.record(gemm_stream)
+                    torch.cuda.synchronize()
+                    if time.perf_counter() - began > 1.0:
+                        samples.append(start.elapsed_time(end) / 1e3 / 40)
+            seconds_per_gemm = statistics.median(samples)
+            rows.append({"held_sms": sms, "hold_reads_hbm": bool(stream_memory), "gemm_s": seconds_per_gemm,
+                         "tflops": 2 * size**3 / seconds_per_gemm / 1e12, "samples": len(samples), **gpu_state()})
+    return rows
+
+
 def fp8_gemms() -> dict[str, object]:
     """fp8 (e4m3) GEMMs through torch._scaled_mm with unit scales and a bf16 output, as Transformer Engine's fp8
     linears run them: square sizes timed, and the 8192^3 one and the Llama 3 405B TP-8 layer GEMMs steady."""
@@ -468,6 +537,7 @@ def main() -> None:
         "sustained": sustained,
         "steady": steady_kernels,
         "steady_small": steady_small_kernels,
+        "sm_contention": sm_contention,
         "profiled_step": lambda: profiled_step(OUT / "torch_gpu_step.json"),
     }
     chosen = sys.argv[1:] or list(sections)

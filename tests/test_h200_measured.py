@@ -15,7 +15,10 @@ from simulator.catalog.calibration import kernel_data
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import get_model
 from simulator.config.training_options import Precision
-from simulator.workload.calibrated import calibrated_efficiency
+from simulator.program.ops import CollectiveOp, ComputeOp
+from simulator.simulation import NetworkSettings, run_ops
+from simulator.topology.loader import load_topology
+from simulator.workload.calibrated import calibrated_efficiency, sm_share
 from simulator.workload.roofline import kernel_duration, kernels_duration
 from simulator.workload.transformer import Kernel, ShardShape, layer_kernels
 
@@ -110,3 +113,39 @@ def test_a_layer_runs_a_little_under_pytorch_eager(layer, model, tp, error):
     seconds = kernels_duration(kernels.forward + kernels.backward, get_gpu("h200"), "bf16",
                                calibrated_efficiency("h200"))
     assert seconds / row["forward_backward"]["steady_s"] - 1 == pytest.approx(error, abs=0.005)
+
+
+def test_the_sm_contention_curve_is_read_off_the_measured_gemm_rates():
+    # The GEMM beside a kernel that holds SMs and reads HBM (NCCL's copy loops), over its rate alone, at most 1.
+    rows = [row for row in measured()["sm_contention"] if row["hold_reads_hbm"]]
+    alone = next(row["tflops"] for row in rows if row["held_sms"] == 0)
+    curve = kernel_data()["gpus"]["h200"]["sm_contention"]
+    assert curve["held_sms"] == [row["held_sms"] for row in rows]
+    assert curve["rate"] == [round(min(1.0, row["tflops"] / alone), 4) for row in rows]
+    assert all(later <= earlier for earlier, later in zip(curve["rate"], curve["rate"][1:]))
+
+
+def test_held_sms_slow_an_h200_gemm_by_the_measured_curve_and_an_h100_by_their_share():
+    h200, h100 = sm_share("h200"), sm_share("h100-sxm")
+    assert [h200.rate(held) for held in (0, 8, 32, 66)] == [1.0, 1.0, 0.9275, 0.7692]
+    assert h200.rate(20) == pytest.approx((0.9956 + 0.9627) / 2)             # linear between measured points
+    assert h200.rate(99) == pytest.approx(0.7692 * 33 / 66)                  # beyond: the SMs left, from 66 on
+    assert h200.rate(500) == h200.rate(131) > 0                              # one SM stays with the compute
+    assert [h100.rate(held) for held in (8, 66)] == [124 / 132, 66 / 132]    # not measured: the SMs' share
+
+
+def test_an_overlapped_kernel_on_an_h200_takes_the_measured_rates_closed_form():
+    # A 10 ms kernel overlapped for L by an all-reduce whose 32 channels hold 32 SMs: T + L (1 - 0.9275).
+    ops = [ComputeOp(id=0, rank=0, stream="compute", name="gemm", duration=10e-3),
+           ComputeOp(id=1, rank=1, stream="compute", name="lead", duration=2e-3),
+           CollectiveOp(id=2, rank=0, stream="comm", name="ar", op="all_reduce", group=(0, 1), nbytes=256e6,
+                        key="ar", sms=32),
+           CollectiveOp(id=3, rank=1, stream="comm", name="ar", op="all_reduce", group=(0, 1), nbytes=256e6,
+                        key="ar", deps=(1,), sms=32)]
+    result, _ = run_ops(load_topology("dgx-h100", {"gpu_model": "h200"}), ops, NetworkSettings(),
+                        sm_share=sm_share("h200"))
+    frame = result.log.to_frame()
+    gemm, ar = (frame[(frame["name"] == name) & (frame["rank"] == 0)].iloc[0] for name in ("gemm", "ar"))
+    overlap = ar["end_s"] - ar["start_s"]
+    assert ar["end_s"] < gemm["end_s"]
+    assert gemm["end_s"] - gemm["start_s"] == pytest.approx(10e-3 + overlap * (1 - 0.9275), rel=1e-12)

@@ -3,8 +3,10 @@
 NCCL runs every collective and send/recv as a kernel of one CTA per channel, each CTA on an SM of its own that
 no compute kernel shares while it runs; Transformer Engine's userbuffers overlap of the TP collectives holds a
 set number of SMs the same way. A compute-bound kernel sharing the GPU with such kernels progresses at
-(SMs - held) / SMs of its speed. ``SmShare`` is the GPU's SM count and the NCCL channel counts per kind of
-collective, taken from simulator/catalog/kernels.yaml.
+(SMs - held) / SMs of its speed, or, where the GPU's slowdown was measured, at the measured rate: a GPU at its
+power limit clocks the SMs left to the compute higher, so it loses less than their share. ``SmShare`` is the
+GPU's SM count, the NCCL channel counts per kind of collective and any measured rates, taken from
+simulator/catalog/kernels.yaml.
 """
 
 from __future__ import annotations
@@ -25,11 +27,22 @@ class SmShare:
     network_channels: int
     nvls_channels: int
     max_channels: int
+    measured: tuple[tuple[int, float], ...] = ()
+    """(SMs held, speed of a compute-bound kernel) measured on this GPU, from (0, 1) up, the speeds not
+    increasing; empty where nothing was measured."""
 
     def rate(self, held: int) -> float:
         """The speed of a compute-bound kernel while communication kernels hold ``held`` SMs (one SM at least
-        stays with the compute)."""
-        return (self.sms - min(held, self.sms - 1)) / self.sms
+        stays with the compute): (SMs - held) / SMs, or linear between the measured points and, beyond the last,
+        its speed shrinking with the SMs left."""
+        held = min(held, self.sms - 1)
+        if not self.measured:
+            return (self.sms - held) / self.sms
+        for (low, low_rate), (high, high_rate) in zip(self.measured, self.measured[1:]):
+            if held <= high:
+                return low_rate + (held - low) / (high - low) * (high_rate - low_rate)
+        last, last_rate = self.measured[-1]
+        return last_rate * (self.sms - held) / (self.sms - last)
 
     def overlap_delay(self, overlap_s: float, held: int, compute_s: float, sm_bound: float) -> float:
         """How much longer ``compute_s`` seconds of compute, SM-bound for the share ``sm_bound`` of them, take

@@ -100,8 +100,11 @@ def sm_share(gpu_name: str) -> SmShare:
                             allowed=f"none, or a GPU of {', '.join(data['gpus'])}")
     nccl = data["nccl"]
     cap = int(nccl["max_channels"])
+    measured = entry.get("sm_contention")
     return SmShare(sms=int(entry["sms"]),
                    nvlink_channels=min(cap, int(nccl["channels_per_nvlink"]) * int(entry["nvlinks"])),
                    pcie_channels=int(nccl["pcie_channels"]),
                    network_channels=network_channels_per_nic(),
-                   nvls_channels=int(entry["nvls_channels"]), max_channels=cap)
+                   nvls_channels=int(entry["nvls_channels"]), max_channels=cap,
+                   measured=tuple((int(held), float(rate)) for held, rate in
+                                  zip(measured["held_sms"], measured["rate"])) if measured else ())
