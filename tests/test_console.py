@@ -389,12 +389,12 @@ def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, caps
 
 def test_a_trace_with_op_shapes_prints_hfu_as_a_lower_bound(tmp_path, capsys):
     """A trace counts its matrix multiplies' FLOPs alone (attention and the rest are not), so its HFU is a lower
-    bound: the H200 step's 25.5% printed plainly read as if the hardware did less work than the model's 40.7%."""
+    bound and says so: the H200 step's 25.5% printed plainly read as all the work its hardware did."""
     out_dir = tmp_path / "out"
     assert main(["run", str(SCENARIOS / "trace-h200-step.yaml"), "--out", str(out_dir)]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "TFLOP/s per GPU" in line)
     summary = json.loads((out_dir / "summary.json").read_text())
-    assert 0 < summary["hfu"] < summary["mfu"]
+    assert summary["hfu"] > 0
     assert row.rstrip().endswith(f"(MFU {100 * summary['mfu']:.1f}%, HFU >= {100 * summary['hfu']:.1f}%: "
                                  "matrix multiplies only)")
 
