@@ -259,6 +259,9 @@ def test_bundled_scenarios_are_listed_with_their_descriptions(capsys):
         first_sentence = " ".join(yaml.safe_load(path.read_text())["description"].split()).split(". ")[0]
         line = next(line for line in text.splitlines() if line.split()[0] == path.stem)
         assert " ".join(line.split()[1:]).rstrip(".") == first_sentence.rstrip("."), path.stem
+        # one line of a terminal beside its name: trace-h200-step's first sentence held the profiled model's
+        # whole recipe, 256 characters, in parentheses
+        assert len(first_sentence) <= 100, path.stem
 
 
 def test_a_bundled_scenario_runs_by_name_from_any_folder(tmp_path):
