@@ -311,7 +311,9 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
                   mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind) -> FoldedStep | GivenUp | None:
     """The step folded (as ``kind``) with one representative per class of ``classes``, to run again where
     ``folded``'s only mirrors out of step were pipeline hand-offs; None where there are no such classes or they
-    simulate the ranks ``folded`` did, given up (`GivenUp`) where `fold_verdict` refuses them. Every refold is
+    simulate the ranks ``folded`` did or every rank (such a refold is the unfolded step, which then runs as
+    such: folded false, with the reason; one rank per class of 48 cost 2.75 s against 2.48 unfolded), given up
+    (`GivenUp`) where `fold_verdict` refuses them. Every refold is
     judged as the first fold is, whether its program can be ordered (`ProgramOrder`) or not: that ``folded``
     passed the check does not vouch for it, since `engine/symmetry.py` judged the unequal traffic each mirror
     meets by ``folded``'s order, with its classes in lockstep, and refolds run because they were not. Unordered,
@@ -321,7 +323,10 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     unguarded. Refolds
     run only without step faults (`lane_step`, `route_step`), so the step is judged without any."""
     layout = folded.program.layout
-    if classes is None or layout is None or list(folded.program.ranks) == representatives(layout, True, classes):
+    if classes is None or layout is None:
+        return None
+    ranks = representatives(layout, True, classes)
+    if list(folded.program.ranks) == ranks or len(ranks) == layout.world:
         return None
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
