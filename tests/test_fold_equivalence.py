@@ -65,6 +65,23 @@ a representative, so no mirror was compared, and the folded step came out 0.39% 
 2.49 ms), reported exact. Each class-mate's copy is now compared as a mirror (`fold_policy.unlike_class_mates`)
 and the step unfolds."""
 STRADDLING_PAIRS = "'cp ring L0.attn' takes 0.03447 ms over GPUs [0, 3] but 0.1999 ms over the equivalent [1, 4]"
+TREE_CLASSES = """
+cluster: {topology: dgx-h100-cluster, nodes: 6, nics_per_node: 4, leaf_ports: 3, spines: 1, oversubscription: 2,
+          node: {kind: nvswitch_node, gpus: 4, nvlink_bandwidth: 450 GB/s, nvlink_latency: 3.4 us, gpu_model: h100-sxm}}
+model: {layers: 24, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 2048, microbatches: 4}
+run: {timeline: summary}
+parallelism: {tp: 2, cp: 2, pp: 1, dp: 6, order: [tp, dp, cp, pp]}
+collectives: {algorithm: tree}
+"""
+"""Tree collectives, whose inner ranks and leaves send unlike amounts: the ranks fell into three classes by
+NVLink loads, every class-mate's copy took its representative's time alone and met the trees' traffic as it
+did, and the classed step came out 9.3e-6 slow (exposed tp 10.446 against 10.466 ms, cp 56.164 against
+56.119), reported exact; with one rank per stage, the CP pair [0, 12] meets that traffic otherwise than its
+mirror [4, 16]. Classed folds are now held to that check too (`fold_policy.unlike_class_mates`), and the step
+unfolds."""
+UNLIKE_TREE_TRAFFIC = ("'cp ring L23.attn' over GPUs [0, 12] meets the traffic of collectives whose members send "
+                       "unlike amounts (a tree's inner ranks and leaves) otherwise than over the equivalent [4, 16]")
 MIXED_HAND_OFFS = "stays inside one NVLink domain but its mirror"
 OUT_OF_STEP = "'all_gather expert params' over GPUs [0, 1, 8, 9, 16, 17, 24, 25] ended on its mirrors"
 """MoE with EP 4 and ZeRO-1: the expert parameters' all-gather over the representative's expert-DP group ended at
@@ -96,11 +113,12 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (UNALIGNED, [], MIXED_HAND_OFFS),
     (PCIE_HOSTS, [], UNLIKE_PCIE_PAIRS),
     (STRADDLING_CP_PAIRS, [], STRADDLING_PAIRS),
+    (TREE_CLASSES, [], UNLIKE_TREE_TRAFFIC),
     (UNALIGNED, ["parallelism.tp=2", "parallelism.dp=4", "parallelism.fsdp=full_shard",
                  "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
 ], ids=["ddp", "zero1", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-pp2", "fsdp-interleaved", "fsdp-cp2",
         "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "pp3-unaligned",
-        "pcie-hosts-cp2", "straddling-cp-pairs", "pp3-unaligned-fsdp-interleaved"])
+        "pcie-hosts-cp2", "straddling-cp-pairs", "tree-classes", "pp3-unaligned-fsdp-interleaved"])
 def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     """Each layout folds, or unfolds for the stated reason (``off_reason``, '' for folded), and the steps agree."""
     folded = simulate(scenario_from_text(text, "inline.yaml", overrides)).summary
@@ -108,6 +126,17 @@ def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     assert folded["folded"] == (not off_reason)
     assert off_reason in folded.get("fold_off_reason", "")
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
+
+
+@pytest.mark.parametrize("text, reason", [(STRADDLING_CP_PAIRS, STRADDLING_PAIRS), (TREE_CLASSES, UNLIKE_TREE_TRAFFIC)],
+                         ids=["straddling-cp-pairs", "tree-classes"])
+def test_class_mates_refuse_the_classed_fold_first(text, reason):
+    """The classed fold is refused by its class-mates' check before it is built (the first fold given up), not
+    only by the stage fold's verdict after it: the copy named ([1, 4], [4, 16]) holds another class's
+    representative (rank 4), which the classed program's own verdict never compares with [0, 3] or [0, 12]."""
+    given_up = simulate(scenario_from_text(text, "inline.yaml", [])).summary["fold_given_up"]
+    assert [entry["fold"] for entry in given_up] == ["classes", "stage"]
+    assert reason in given_up[0]["reason"]
 
 
 def test_unaligned_stages_unfold_on_the_analytic_model():

@@ -136,12 +136,12 @@ def asymmetric_replicas(ops: Sequence[Op], plans: PlanCache, capacity: np.ndarra
     small fabric of tests/test_folding.py), which the lockstep check after the run compares (engine/lockstep.py:
     the step then folds again with the replicas' hosts classed by their hand-offs' hops, unfolds, or stands
     with a warning where it is too large unfolded).
-    Last, every collective's mirrors must meet the unequal traffic as its group does (`_unequally_met`).
+    Last, every collective's mirrors must meet the unequal traffic as its group does (`unequally_met`).
     ``shapes``: the index of ``ops``' collectives, when the caller has it; ``order``: the program's ordering
     (what may overlap what; default: ``ops`` with no asynchronous stream), shared with the sharing analysis."""
     shapes = shapes or CollectiveShapes.of(ops)
-    return unlike_routes(plans, capacity, shapes) or _unequally_met(shapes, plans,
-                                                                     order or ProgramOrder(ops, frozenset()))
+    return unlike_routes(plans, capacity, shapes) or unequally_met(shapes, plans,
+                                                                    order or ProgramOrder(ops, frozenset()))
 
 
 def unlike_routes(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShapes) -> str:
@@ -387,7 +387,7 @@ def _distinct_rows(met: np.ndarray) -> np.ndarray:
     return np.unpackbits(distinct, axis=1, count=met.shape[1]).astype(bool)
 
 
-def _unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
+def unequally_met(shapes: CollectiveShapes, plans: PlanCache, order: ProgramOrder) -> str:
     """Why folding would not be exact because a collective's mirror meets the unequal traffic
     (`unequal_traffic`) of the collectives that may overlap it otherwise than the simulated copy does ('' when
     every one meets it alike), instance by instance (`overlapping`), each overlapping collective's load a
