@@ -216,10 +216,21 @@ def unlike_alone(plans: PlanCache, capacity: np.ndarray, shapes: CollectiveShape
             mirror = op.mirrors[index]
             mirror_s = _analytic_seconds(topology, capacity, plans.phases(op, mirror))
             if not math.isclose(mirror_s, own_s, rel_tol=SAME_TIME):
-                return (f"{op.op} {op.name!r} takes {own_s * 1e3:.6g} ms over GPUs {list(op.group)} but "
-                        f"{mirror_s * 1e3:.6g} ms over the equivalent {list(mirror)} on the analytic model: the "
+                own_ms, mirror_ms = apart_figures(own_s * 1e3, mirror_s * 1e3)
+                return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
+                        f"{mirror_ms} ms over the equivalent {list(mirror)} on the analytic model: the "
                         "replicas' routes differ in hops or bandwidth")
     return ""
+
+
+def apart_figures(first: float, second: float) -> tuple[str, str]:
+    """``first`` and ``second`` printed with as few significant digits as show them apart, four at least: times
+    that differ by more than SAME_TIME can agree in their first six digits ('6.04 ms ... but 6.04')."""
+    for digits in range(4, 18):
+        shown = f"{first:.{digits}g}", f"{second:.{digits}g}"
+        if shown[0] != shown[1]:
+            return shown
+    return shown
 
 
 def _analytic_seconds(topology: Topology, capacity: np.ndarray, phases: Sequence[Phase]) -> float:
@@ -512,8 +523,9 @@ def _mirror_verdict(plans: PlanCache, op: CollectiveOp, phases: list[Phase], ref
                 timings[reference] = alone_s = run_isolated(topology, capacity, phases).duration_s
             mirror_s = timings[mirror_shapes] = run_isolated(topology, capacity, mirrored).duration_s
             if not math.isclose(mirror_s, alone_s, rel_tol=SAME_TIME):
-                return (f"{op.op} {op.name!r} takes {alone_s * 1e3:.4g} ms over GPUs {list(op.group)} but "
-                        f"{mirror_s * 1e3:.4g} ms over the equivalent {list(op.mirrors[compared[index]])}: "
+                own_ms, mirror_ms = apart_figures(alone_s * 1e3, mirror_s * 1e3)
+                return (f"{op.op} {op.name!r} takes {own_ms} ms over GPUs {list(op.group)} but "
+                        f"{mirror_ms} ms over the equivalent {list(op.mirrors[compared[index]])}: "
                         "their flows share the fabric's links unevenly (each flow hashed onto a spine by its "
                         "ends)")
     return ""
