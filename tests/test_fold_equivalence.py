@@ -139,6 +139,28 @@ def test_class_mates_refuse_the_classed_fold_first(text, reason):
     assert reason in given_up[0]["reason"]
 
 
+CLASSED_HAND_OFFS = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 5, spines: 2}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000, moe: {experts: 8, top_k: 2}}
+training: {seq_len: 1024, microbatches: 4}
+run: {timeline: summary}
+parallelism: {tp: 1, pp: 2, dp: 32, ep: 8, order: [tp, dp, cp, pp]}
+"""
+
+
+def test_class_mates_hand_offs_must_cross_the_same_hops():
+    """Stage 0 on hosts 0-3, stage 1 on hosts 4-7, leaf groups {0..4} and {5, 6, 7}: the ranks fall into classes
+    by NVLink loads with hosts 0 and 3 in one, but host 0 hands on inside its leaf group (GPUs 0 -> 32) and host
+    3 across the spines (24 -> 56), so the classed fold is refused before its run; the stage fold's hand-offs
+    then fall out of step and the step folds again by route (8 ranks), equal to the unfolded step."""
+    folded = simulate(scenario_from_text(CLASSED_HAND_OFFS, "inline.yaml", [])).summary
+    unfolded = simulate(scenario_from_text(CLASSED_HAND_OFFS, "inline.yaml", ["run.fold=false"])).summary
+    first = folded["fold_given_up"][0]
+    assert first["fold"] == "classes"
+    assert "'send fwd mb0' over GPUs [0, 32] crosses other hops than over [24, 56]" in first["reason"]
+    assert folded["folded"] and folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
+
+
 def test_unaligned_stages_unfold_on_the_analytic_model():
     """The analytic model runs each transfer alone, so its fold check cannot compare what mirrors meet; it must
     still compare what they take: with stages not aligned to hosts, replica 0's hand-off from stage 0 to 1 stays

@@ -374,13 +374,16 @@ def unlike_class_mates(stage_fold: StepProgram, classes: RankClasses, shapes: Co
     representative's copy of every collective (each collective apart: two over one group may differ in
     algorithm) is held to its mates' copies (`class_copies`) as to mirrors: their plans alone must take its
     time (`unlike_routes`), and a hand-off's must cross the same hops (`hop_signature`; the lockstep check after
-    the run compares kept mirrors only, and a mate's copy held by another representative is none). Last, every
-    copy must meet the unequal traffic (a tree's inner ranks and leaves) as the stage fold's representative
-    does (`unequally_met`, the stage fold's own check): classes part ranks by their NVLink ring loads only
-    (engine/rank_classes.py leaves the NICs' to engine/symmetry.py), and with tp 2, cp 2, dp 6 and tree
-    collectives on six hosts of four GPUs every mate met it as its representative did, yet the classed step
-    came out 9.3e-6 off (oversubscription 2; 3.4e-4 with two NICs per host in leaf groups of two), reported
-    exact. Classed folds run on the flow model only (`folded_step`), so there is no analytic comparison here."""
+    the run compares kept mirrors only, and a mate's copy held by another representative is none: with hosts 0
+    and 3 of a stage in one class, one handing on inside its leaf group and the other across the spines, the
+    classed run is refused before it runs, where it fell out of step after it, tests/test_fold_equivalence.py).
+    Last, every copy must meet the unequal traffic (a tree's inner ranks and leaves) as the stage fold's
+    representative does (`unequally_met`, the stage fold's own check): classes part ranks by their NVLink ring
+    loads only (engine/rank_classes.py leaves the NICs' to engine/symmetry.py), and with tp 2, cp 2, dp 6 and
+    tree collectives on six hosts of four GPUs every mate met it as its representative did, yet the classed
+    step came out 9.3e-6 off (oversubscription 2; 3.4e-4 with two NICs per host in leaf groups of two),
+    reported exact. Classed folds run on the flow model only (`folded_step`), so there is no analytic
+    comparison here."""
     layout = stage_fold.layout
     assert layout is not None
     topology = plans.topology
