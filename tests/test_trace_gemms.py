@@ -92,6 +92,34 @@ def test_of_two_ops_starting_together_the_inner_one_gives_its_shape(tmp_path):
     assert result.summary["trace"]["recosted_gemms"] == 1 and not result.summary["warnings"]
 
 
+@pytest.mark.parametrize("mm_first", [True, False])
+def test_of_two_ops_spanning_the_same_time_the_primitive_gemm_gives_its_shape(tmp_path, mm_first):
+    """The bf16 aten::mm and the fp32 aten::linear around it start and end at the same microseconds: the op
+    listed later was taken for the inner one, so with the mm first the GEMM took the linear's fp32 shape (2936
+    us on the H200 instead of 200.8); an op that launches its GEMM itself is inner among equal spans."""
+    trace = Trace()
+    ops = [("aten::mm", BF16_DIMS, None), ("aten::linear", LINEAR_DIMS, ["float", "float", "float"])]
+    for name, dims, types in ops if mm_first else ops[::-1]:
+        trace.op(name, 100, 50, dims, types)
+    trace.kernel(GEMM_KERNEL, 120, 180)
+    result = trace.replay(tmp_path)
+    assert durations(kernel_rows(result, GEMM_KERNEL)) == pytest.approx([bf16_gemm_s()], rel=EXACT)
+    assert result.summary["trace"]["recosted_gemms"] == 1 and not result.summary["warnings"]
+
+
+def test_a_gemm_launched_by_a_linear_after_its_addmm_ended_warns_of_nothing_lost(tmp_path):
+    """aten::linear [100, 200] around an aten::addmm [110, 130], the GEMM launched at 150 by the linear: the GEMM
+    takes the linear's shape, yet the addmm was reported as a shape that reached no GEMM kernel, its FLOPs not
+    counted, though they were (the linear's)."""
+    trace = Trace()
+    trace.op("aten::linear", 100, 100, LINEAR_DIMS)
+    trace.op("aten::addmm", 110, 20, [[N], [M, K], [K, N]])
+    trace.kernel(GEMM_KERNEL, 150, 180)
+    result = trace.replay(tmp_path)
+    assert kernel_rows(result, GEMM_KERNEL).loc[0, "flops"] == 2 * M * N * K
+    assert result.summary["trace"]["recosted_gemms"] == 1 and not result.summary["warnings"]
+
+
 @pytest.mark.parametrize("name", [
     "Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1",
     "triton_tem_fused_mm_0", "triton_tem_fused_addmm_relu_3"])
@@ -159,6 +187,8 @@ def test_a_shape_that_reaches_no_gemm_kernel_is_warned_once_with_a_count(tmp_pat
     assert lost == [f"{tmp_path / 'rank0.json'}: traceEvents[{first}]: 2 matrix multiplies with recorded shapes "
                     "reached no GEMM kernel (by name), so their FLOPs are not counted and no kernel takes their "
                     "time from the kernel model (first: 'aten::addmm')"]
+    plain = [line for line in trace.replay(tmp_path, recost=False).summary["warnings"] if "no GEMM kernel" in line]
+    assert plain == [lost[0].replace(" and no kernel takes their time from the kernel model", "")]
 
 
 def test_split_k_recosts_the_gemm_kernel_and_keeps_the_reduction_traced(tmp_path):

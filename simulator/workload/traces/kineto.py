@@ -29,7 +29,7 @@ import orjson
 
 from simulator.collectives.names import Primitive
 from simulator.units import MAX_STEP_DURATION_S
-from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_fields
+from simulator.workload.traces.launchers import GemmLaunchers, Spans, enclosing, gemm_depth, gemm_fields
 from simulator.workload.traces.model import (
     OpKind,
     ProcessGroup,
@@ -229,7 +229,7 @@ class _Parsed:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
         and transfers; a GEMM kernel with the shape of the matrix multiply that launched it (launchers.py)."""
         comms = {tid: Spans(spans) for tid, spans in self.comms.items()}
-        launchers = GemmLaunchers({tid: Spans(spans) for tid, spans in self.cpu_spans.items()})
+        launchers = GemmLaunchers({tid: Spans(spans, gemm_depth) for tid, spans in self.cpu_spans.items()})
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Generic, TypeVar
 
-from simulator.workload.traces.model import gemm_shape
+from simulator.workload.traces.model import GEMM_OPERANDS, gemm_shape
 
 Payload = TypeVar("Payload")
 Launch = tuple[float, object]
@@ -25,13 +25,14 @@ Launch = tuple[float, object]
 
 class Spans(Generic[Payload]):
     """CPU ops of one thread (start, end, payload), to find the innermost one around a launch. Sorted by start,
-    the longer first where two start together (an op and the first op inside it often do), with the furthest
-    end reached so far, so a search from the last start before the launch meets the innermost op first and stops
-    as soon as nothing earlier can contain the launch. ``parents``: each op's innermost enclosing op (its
-    position), -1 for an outermost one."""
+    the longer first where two start together (an op and the first op inside it often do), and where two span
+    the same time, by ``depth`` of their payloads (the deeper later: inner), with the furthest end reached so
+    far, so a search from the last start before the launch meets the innermost op first and stops as soon as
+    nothing earlier can contain the launch. ``parents``: each op's innermost enclosing op (its position), -1 for
+    an outermost one."""
 
-    def __init__(self, spans: list[tuple[float, float, Payload]]):
-        spans.sort(key=lambda span: (span[0], -span[1]))
+    def __init__(self, spans: list[tuple[float, float, Payload]], depth: Callable[[Payload], int] | None = None):
+        spans.sort(key=lambda span: (span[0], -span[1], depth(span[2]) if depth else 0))
         self.starts = [span[0] for span in spans]
         self.spans = spans
         self.reach = list(accumulate((span[1] for span in spans), max))
@@ -72,6 +73,17 @@ def enclosing(spans_by_thread: dict[object, Spans[Payload]], launch: Launch | No
         return None
     spans = spans_by_thread.get(launch[1])
     return spans.around(launch[0]) if spans is not None else None
+
+
+PRIMITIVE_GEMMS = frozenset(GEMM_OPERANDS) - {"aten::linear", "aten::matmul"}
+"""The matrix multiplies that launch their GEMM themselves; aten::linear and aten::matmul call one of them."""
+
+
+def gemm_depth(payload: tuple[int, dict]) -> int:
+    """How deep a CPU op sits among ops that span the same time: a matrix multiply that launches its GEMM itself
+    inside anything else (an aten::linear, a profiler's record function), so its shape and type are the kernel's
+    (a bf16 aten::mm, not the fp32 aten::linear around it under autocast)."""
+    return 1 if str(payload[1].get("name", "")) in PRIMITIVE_GEMMS else 0
 
 
 def gemm_fields(event: dict) -> dict:
@@ -120,12 +132,16 @@ class GemmLaunchers:
         """(position in traceEvents, name) of the matrix multiplies with recorded shapes that start in the
         profiled step (``in_step`` of their start, microseconds) and launched no GEMM kernel, in file order: those
         around no GEMM kernel's launch, but for one that a matrix multiply with recorded shapes inside it stands
-        for (an aten::linear's shape goes through the aten::addmm it runs, which alone is counted)."""
+        for (an aten::linear's shape goes through the aten::addmm it runs, which alone is counted), and for one
+        inside a matrix multiply that took a GEMM kernel itself (an aten::addmm that ended before the GEMM its
+        aten::linear launched)."""
         lost = []
         for thread, spans in self.ops.items():
             shaped = [position for position, (start, _, (_, event)) in enumerate(spans.spans)
                       if in_step(start) and gemm_fields(event)]
             outer = {around for position in shaped for around in spans.enclosing(spans.parents[position])}
+            taken = {position for owner, position in self.taken if owner == thread}
             lost += [spans.spans[position][2] for position in shaped
-                     if (thread, position) not in self.reached and position not in outer]
+                     if (thread, position) not in self.reached and position not in outer
+                     and taken.isdisjoint(spans.enclosing(spans.parents[position]))]
         return sorted((index, str(event.get("name", ""))) for index, event in lost)

@@ -182,9 +182,10 @@ def _gemm_warnings(traced: list[TracedRank], config: TraceWorkload) -> tuple[str
             many = len(rank.lost_shapes) > 1
             warnings.append(f"{rank.file}: {rank.events_field}[{rank.lost_shapes[0][0]}]: {len(rank.lost_shapes)} "
                             f"matrix multipl{'ies' if many else 'y'} with recorded shapes reached no GEMM kernel (by "
-                            f"name), so {'their' if many else 'its'} FLOPs are not counted and no kernel takes "
-                            f"{'their' if many else 'its'} time from the kernel model "
-                            f"(first: {rank.lost_shapes[0][1]!r})")
+                            f"name), so {'their' if many else 'its'} FLOPs are not counted"
+                            + (f" and no kernel takes {'their' if many else 'its'} time from the kernel model"
+                               if config.recost_gemms else "")
+                            + f" (first: {rank.lost_shapes[0][1]!r})")
         if rank.repeated_gemms and config.recost_gemms:
             index, op, kernel = rank.repeated_gemms[0]
             ops, kernels = len({repeat[0] for repeat in rank.repeated_gemms}), len(rank.repeated_gemms)
