@@ -412,6 +412,8 @@ SCENARIO_QUOTES = [
      "(`trainsim run mixtral-8x7b-ep8 --out DIR`: {s[moe][dropped_token_fraction]:.1%} dropped, MFU {s[mfu]:.1%}, "
      "nominal {s[nominal_mfu]:.1%})"),
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
+     "skew lowers HFU as it lowers MFU (`mixtral-8x7b-ep8`: HFU {s[hfu]:.1%}, MFU {s[mfu]:.1%})"),
+    ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "`mixtral-8x7b-ep8` sends {gb_ep:.2f} GB per GPU of it per step, `traffic_bytes_per_gpu.ep`, and leaves "
      "{s[exposed_comm_s][ep]:.3f} s exposed"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
