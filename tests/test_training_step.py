@@ -108,6 +108,22 @@ def test_data_parallel_traffic_per_gpu(run_yaml, zero, factor):
     assert summary["traffic_bytes_per_gpu"]["dp"] == pytest.approx(factor * 7 / 8 * param_bytes, rel=1e-9)
 
 
+@pytest.mark.parametrize("grad_reduce_dtype,grad_bytes", [("fp32", 4), ("bf16", 2)])
+def test_a_ddp_bucket_closes_at_its_size_in_the_gradient_buffers_bytes(run_yaml, grad_reduce_dtype, grad_bytes):
+    """A bucket closes once its gradients hold `ddp.bucket` bytes in the buffer's format (`grad_reduce_dtype`),
+    not in the parameters' `precision`: with bf16 training and the default fp32 buffer a 200 MiB bucket closes
+    after its first 235 MB MLP weight (58.7e6 gradients x 4 B), where counting 2 B per gradient would hold it
+    open past 400 MiB of fp32."""
+    bucket = 200 * 2**20
+    frame = run_yaml(LLAMA_8B_DP8, "parallelism.ddp.bucket=200 MiB", "collectives.algorithm=ring",
+                     f"training.grad_reduce_dtype={grad_reduce_dtype}").timeline
+    buckets = frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["category"] == "dp")]
+    closed = buckets["bytes"].iloc[:-1]
+    assert (closed >= bucket).all()
+    assert closed.min() < 2 * bucket
+    assert buckets["bytes"].sum() == get_model("llama3-8b").num_params() * grad_bytes
+
+
 def test_tensor_parallel_all_reduces_match_seed_003(run_yaml):
     """Seed 003: Llama-3.1-8B, TP = 8, 8192 tokens: 4 all-reduces of ~67 MB per layer, 128 per micro-batch."""
     result = run_yaml("""
