@@ -139,7 +139,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         raise loaded.error(("parallelism",), line, "a layout that fits in GPU memory", every_override=True)
     _warn(warnings, dict(verdict.memory), loaded.scenario)
     if not args.quiet:
-        gpus = counted(topology.num_gpus, "GPU")
+        gpus = counted(topology.num_gpus, f"{topology.gpu_model} GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
             gpus = f"{verdict.gpus:,} of the {gpus}"
         print(f"{args.scenario}: valid ({gpus} on {topology.name})")

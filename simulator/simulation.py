@@ -323,7 +323,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                traffic_correction=traffic_correction(ops, plans, shapes))
-    summary.update(topology=topology.name, gpus=program.world, **program.details, ops_executed=result.ops_executed,
+    summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,
+                   ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
     if result.log.flow_images > 1 and program.layout is not None:
@@ -522,6 +523,7 @@ def simulate_workload(loaded: LoadedScenario, workload: list[CollectiveItem], to
     run.summary.update({
         "scenario": loaded.source,
         "topology": topology.name,
+        "gpu_model": topology.gpu_model,
         "gpus": topology.num_gpus,
         "makespan_s": result.makespan_s,
         "collectives": collective_table(run.timeline, ops, lambda op: plans.resolved(op, op.group)),

@@ -151,7 +151,7 @@ def test_run_resumes_the_collector_unless_the_process_exits_after_it(tmp_path, c
 
 def test_validate_ok(capsys):
     assert main(["validate", str(SCENARIO)]) == 0
-    assert capsys.readouterr().out.strip().endswith("valid (16 GPUs on dgx-h100-cluster)")
+    assert capsys.readouterr().out.strip().endswith("valid (16 h100-sxm GPUs on dgx-h100-cluster)")
 
 
 HYBRID_TP8 = """cluster: {topology: dgx-h100-cluster}

@@ -44,7 +44,8 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert "OUT OF MEMORY" not in captured.out
     assert lines["bottleneck"].endswith(summary["bottleneck"].get("verdict", summary["bottleneck"]["constraint"]))
     assert "ranks" not in lines  # its fold holds: nothing given up
-    assert captured.out.splitlines()[0] == "llama3-8b on dgx-h100 (8 GPUs, TP1 CP1 PP1 DP8, 4 micro-batches per step)"
+    assert captured.out.splitlines()[0] == ("llama3-8b on dgx-h100 (8 h100-sxm GPUs, TP1 CP1 PP1 DP8, "
+                                            "4 micro-batches per step)")
     assert all(line == line.rstrip() for line in captured.out.splitlines()), "trailing blanks in a pipe"
 
 
@@ -89,7 +90,7 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     assert "OUT OF MEMORY" in captured.out  # and in the table's memory row
     assert main(["validate", scenario, *oom]) == 0
     captured = capsys.readouterr()
-    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB") and "valid (8 GPUs" in captured.out
+    assert captured.err.startswith("warning: OUT OF MEMORY: 153.6 GiB") and "valid (8 h100-sxm GPUs" in captured.out
     assert main(["validate", scenario, "--strict", *oom]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
@@ -151,7 +152,7 @@ def test_validate_prints_the_peak_memory_per_gpu(capsys):
     memory = validate(loaded, sized_topology(loaded, force=False)).memory
     assert main(["validate", scenario]) == 0
     valid, line = capsys.readouterr().out.splitlines()
-    assert valid == f"{scenario}: valid (8 GPUs on dgx-h100)"
+    assert valid == f"{scenario}: valid (8 h100-sxm GPUs on dgx-h100)"
     peak, capacity = memory["peak_memory_gib"], memory["memory_capacity_gib"]
     head = f"  peak memory per GPU: {peak:.1f} GiB of {capacity:.1f} GiB ({100 * peak / capacity:.1f}%) on pipeline"
     assert line.startswith(head + " stage 0 (rank 0); largest parts: ")
@@ -195,9 +196,9 @@ def test_the_peak_memory_of_a_rank_holding_several_stages_names_them_all(tmp_pat
 def test_validate_counts_the_gpus_a_trace_spans_as_the_run_does(tmp_path, capsys):
     """The two-rank Chakra trace on a DGX H100: `validate` said '8 GPUs', the run '2 GPUs'."""
     assert main(["validate", "trace-chakra-2rank"]) == 0
-    assert capsys.readouterr().out == "trace-chakra-2rank: valid (2 of the 8 GPUs on dgx-h100)\n"
+    assert capsys.readouterr().out == "trace-chakra-2rank: valid (2 of the 8 h100-sxm GPUs on dgx-h100)\n"
     assert main(["run", "trace-chakra-2rank", "--out", str(tmp_path / "out")]) == 0
-    assert capsys.readouterr().out.startswith("trace on dgx-h100 (2 GPUs)\n")
+    assert capsys.readouterr().out.startswith("trace on dgx-h100 (2 h100-sxm GPUs)\n")
 
 
 def test_quiet_prints_nothing_and_still_writes(tmp_path, capsys):
@@ -374,7 +375,7 @@ def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, cap
     """A replayed trace states no tokens or model FLOPs: the table printed '0 tokens/s' and 'MFU 0.0%'."""
     assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "trace on ethernet-100g (2 GPUs)"
+    assert out.splitlines()[0] == "trace on ethernet-100g (2 a100-80gb GPUs)"
     assert "n/a (the trace states no tokens: set workload.tokens_per_step" in out
     assert "TFLOP/s per GPU" not in out and "0 tokens/s" not in out
 
@@ -507,5 +508,23 @@ def test_a_communication_only_run_with_a_link_fault_prints_it(tmp_path, capsys):
         "faults: {step: {links: [{link: [leaf0.r0, spine0], at: 1 ms}]}}\n")
     assert main(["run", str(scenario), "--out", str(tmp_path / "out")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("dgx-h100-cluster (4 GPUs), makespan ")
+    assert lines[0].startswith("dgx-h100-cluster (4 h100-sxm GPUs), makespan ")
     assert lines[1] == "step faults: leaf0.r0-spine0 down from 1 ms (7 routes rerouted)"
+
+
+def test_every_kind_of_run_names_its_gpu_model(tmp_path, capsys):
+    """The headers said 'trace on dgx-h100 (1 GPU)' for a trace replayed on an H200 (`cluster.gpu_model: h200`)
+    and nothing of the GPU for a model's step or a job: each names the GPU model as the catalog does, and
+    summary.json (step, trace) and job_summary.json (job) carry it as `gpu_model`."""
+    trace = tmp_path / "trace"
+    assert main(["run", str(SCENARIOS / "trace-h200-step.yaml"), "--out", str(trace)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "trace on dgx-h100 (1 h200 GPU)"
+    assert json.loads((trace / "summary.json").read_text())["gpu_model"] == "h200"
+    job = tmp_path / "job"
+    assert main(["run", str(REPO / "tests" / "data" / "small-job.yaml"), "--out", str(job),
+                 "--set", "cluster.gpu_model=b200"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("llama3-8b on dgx-h100 (8 b200 GPUs, TP8 ")
+    assert json.loads((job / "job_summary.json").read_text())["gpu_model"] == "b200"
+    assert json.loads((job / "summary.json").read_text())["gpu_model"] == "b200"
+    assert main(["validate", str(SCENARIOS / "trace-h200-step.yaml")]) == 0
+    assert capsys.readouterr().out.endswith("valid (1 h200 GPU on dgx-h100)\n")

@@ -414,7 +414,7 @@ def test_a_scenario_reads_its_topology_file_relative_to_its_own_folder(tmp_path,
     scenario = folder / "s.yaml"
     scenario.write_text("cluster: {topology: mine.yaml}\nworkload: [{op: all_reduce, bytes: 1 MiB}]\n")
     assert main(["validate", str(scenario)]) == 0
-    assert capsys.readouterr().out == f"{scenario}: valid (4 GPUs on mine)\n"
+    assert capsys.readouterr().out == f"{scenario}: valid (4 h100-sxm GPUs on mine)\n"
     scenario.write_text("description: x\ncluster: {topology: sub/none.yaml}\n"
                         "workload: [{op: all_reduce, bytes: 1 MiB}]\n")
     assert main(["validate", str(scenario)]) == 2

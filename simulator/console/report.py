@@ -119,10 +119,17 @@ def memory_line(summary: dict) -> str:
             f"{_peak_place(summary)}; largest parts: {largest}")
 
 
+def cluster_gpus(summary: dict) -> str:
+    """The run's GPUs, counted and named as the catalog names their model: '16,384 h100-sxm GPUs', '1 h200 GPU'
+    (the cluster's name alone says nothing of its GPUs: `cluster.gpu_model` may set any)."""
+    model = summary.get("gpu_model")
+    return counted(summary.get("gpus", "?"), f"{model} GPU" if model else "GPU")
+
+
 def _layout_line(summary: dict) -> str:
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
-    head = f"{what} on {summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}"
+    head = f"{what} on {summary.get('topology', '?')} ({cluster_gpus(summary)}"
     if not layout:
         return head + ")"
     degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
@@ -335,16 +342,17 @@ def _print_table(console: Console, table: Table, *, whole: bool = False) -> None
 
 
 def print_run_report(summary: dict, console: Console) -> None:
-    """The table that ends a run: a training step's figures, or the collective table, under the makespan line and,
-    when `faults.step` acted, the `step faults` line (a communication-only run's link faults are no less real)."""
+    """The table that ends a run: a training step's figures under its layout line (one line, left for the terminal
+    to wrap), or the collective table, under the makespan line and, when `faults.step` acted, the `step faults`
+    line (a communication-only run's link faults are no less real)."""
     if "step_time_s" in summary:
-        console.print(_layout_line(summary), highlight=False)
+        console.print(_layout_line(summary), highlight=False, soft_wrap=True)
         table = training_table(summary)
         if "parameter_server" in summary:
             add_parameter_server_rows(table, summary["parameter_server"])
         _print_table(console, table)
     else:
-        console.print(f"{summary.get('topology', '?')} ({counted(summary.get('gpus', '?'), 'GPU')}), makespan "
+        console.print(f"{summary.get('topology', '?')} ({cluster_gpus(summary)}), makespan "
                       f"{format_seconds(summary.get('makespan_s', 0.0))}", highlight=False)
         if summary.get("faults"):
             console.print(f"step faults: {_step_faults(summary['faults'])}", highlight=False)
@@ -471,7 +479,8 @@ def horizon_span(horizon_s: float) -> str:
 
 
 def print_job_report(job: dict, step: dict, console: Console) -> None:
-    """The table that ends a job run: the healthy step's layout line (``step``, its summary), then the job's."""
+    """The table that ends a job run: the healthy step's layout line (``step``, its summary; one line, as a run's,
+    left for the terminal to wrap), then the job's."""
     console.print(f"{_layout_line(step)}, {horizon_span(job['horizon_s'])}, "
-                  f"{counted(job['replications'], 'replication')}", highlight=False)
+                  f"{counted(job['replications'], 'replication')}", highlight=False, soft_wrap=True)
     _print_table(console, job_table(job))

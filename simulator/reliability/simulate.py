@@ -344,8 +344,8 @@ def validate_job(loaded: LoadedScenario, topology: Topology, step_floor_s: float
 class PreparedJob:
     """A job checked and its healthy step simulated, before any replication: its plan, failure model and unit
     counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
-    (None for one without a route; the replications add theirs), the healthy step's summary and the job's
-    warnings known before it runs (`interval_past_horizon`)."""
+    (None for one without a route; the replications add theirs), the healthy step's summary, the job's
+    warnings known before it runs (`interval_past_horizon`) and the cluster's GPU model as the catalog names it."""
 
     plan: JobPlan
     model: FailureModel
@@ -355,6 +355,7 @@ class PreparedJob:
     cost_cache: dict[ClusterState, SegmentCosts | None]
     step_summary: dict
     warnings: tuple[str, ...]
+    gpu_model: str
 
 
 @collector_paused()
@@ -402,7 +403,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     assert healthy is not None
     warning = interval_past_horizon(loaded, healthy)
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
-                       () if warning is None else (warning,))
+                       () if warning is None else (warning,), topology.gpu_model)
 
 
 @collector_paused()
@@ -440,7 +441,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
         if progress is not None:
             progress(replication + 1, scenario.run.replications)
     met = {state: c for state, c in prepared.cost_cache.items() if c is not None}
-    summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met)
+    summary = job_summary(loaded, plan, counts, totals, healthy, prepared.checkpoint_bytes, met,
+                          prepared.gpu_model)
     waiting = waiting_warning(summary, scenario.restart.min_replicas)
     warnings = prepared.warnings + (() if waiting is None else (waiting,))
     return JobResult(summary, events, _with_warnings(prepared.step_summary, warnings), warnings, waiting)

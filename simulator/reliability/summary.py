@@ -103,8 +103,9 @@ def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[Re
 
 
 def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals: list[ReplicationTotals],
-                healthy: SegmentCosts, size: float, states: dict[ClusterState, SegmentCosts]) -> dict:
-    """The job_summary.json dict (the replica sizes read from the plan, which carries them once)."""
+                healthy: SegmentCosts, size: float, states: dict[ClusterState, SegmentCosts], gpu_model: str) -> dict:
+    """The job_summary.json dict (the replica sizes read from the plan, which carries them once; ``gpu_model``
+    the cluster's GPUs as the catalog names them)."""
     scenario = loaded.scenario
     horizon = plan.horizon_s
     expected, per_class = expected_interruptions(plan, counts)
@@ -120,6 +121,7 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "horizon_s": horizon,
         "replications": len(totals),
         "hosts": plan.hosts,
+        "gpu_model": gpu_model,
         "spare_hosts": plan.spares,
         "elastic": plan.elastic,
         "step_time_s": healthy.step_s,
