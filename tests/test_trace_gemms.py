@@ -120,6 +120,25 @@ def test_a_gemm_launched_by_a_linear_after_its_addmm_ended_warns_of_nothing_lost
     assert result.summary["trace"]["recosted_gemms"] == 1 and not result.summary["warnings"]
 
 
+def test_a_matrix_multiply_that_launched_nothing_ran_on_the_cpu_and_lost_no_shape(tmp_path):
+    """An fp32 aten::mm of CPU tensors (a data loader's, a metric's) launches no kernel by design, and Kineto records
+    no tensor's device: it was warned of as a shape that reached no GEMM kernel. One during which its thread
+    launched nothing on the GPU is not; one that launched a kernel not known for a GEMM still is."""
+    trace = Trace()
+    trace.op("aten::mm", 50, 30, BF16_DIMS, ["float", "float"])
+    trace.op("aten::mm", 100, 50, BF16_DIMS)
+    trace.kernel(GEMM_KERNEL, 120, 180)
+    trace.op("aten::mm", 200, 30, BF16_DIMS, ["float", "float"])
+    result = trace.replay(tmp_path)
+    assert result.summary["trace"]["recosted_gemms"] == 1 and not result.summary["warnings"]
+    vendor = trace.op("aten::mm", 300, 50, BF16_DIMS)
+    trace.kernel("vendor_kernel_a", 320, 180)
+    assert [line for line in trace.replay(tmp_path).summary["warnings"] if "reached no GEMM kernel" in line] == [
+        f"{tmp_path / 'rank0.json'}: traceEvents[{vendor}]: 1 matrix multiply with recorded shapes reached no GEMM "
+        "kernel (by name), so its FLOPs are not counted and no kernel takes its time from the kernel model (first: "
+        "'aten::mm')"]
+
+
 @pytest.mark.parametrize("name", [
     "Cijk_Ailk_Bljk_BBS_BH_MT128x128x64_MI16x16x16x1_SN_1LDSB0_APM1_ABV0_ACED0_AF0EM1_AF1EM1",
     "triton_tem_fused_mm_0", "triton_tem_fused_addmm_relu_3"])

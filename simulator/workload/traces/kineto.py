@@ -229,7 +229,12 @@ class _Parsed:
         """GPU ops per stream in start order, cross-stream waits as dependencies, NCCL kernels as collectives
         and transfers; a GEMM kernel with the shape of the matrix multiply that launched it (launchers.py)."""
         comms = {tid: Spans(spans) for tid, spans in self.comms.items()}
-        launchers = GemmLaunchers({tid: Spans(spans, gemm_depth) for tid, spans in self.cpu_spans.items()})
+        launched: dict[object, list[float]] = {}
+        for _, event in self.gpu:
+            launch = self.launches.get((event.get("args") or {}).get("correlation"))
+            if launch is not None:
+                launched.setdefault(launch[1], []).append(launch[0])
+        launchers = GemmLaunchers({tid: Spans(spans, gemm_depth) for tid, spans in self.cpu_spans.items()}, launched)
         ordered = sorted(self._in_step(self.gpu), key=lambda item: (item[1]["ts"], item[0]))
         ops: list[TracedOp] = []
         unknown: list[tuple[int, str]] = []

@@ -6,7 +6,8 @@ innermost of them launched it. A matrix multiply with recorded shapes gives its 
 (by name: model.py kernel_kind) it launched: not to the casts that autocast launches inside aten::linear (their
 innermost op is aten::copy_), nor to a second GEMM kernel of the same op (split-K's reduction), which keeps its
 traced time. What does not fit is told, for the run's warnings: shapes that reached no GEMM kernel, and the GEMM
-kernels after an op's first.
+kernels after an op's first. A matrix multiply during which its thread launched nothing on the GPU ran on the CPU
+(a multiply of CPU tensors launches no kernel by design, and Kineto records no tensor's device): it lost no shape.
 """
 
 from __future__ import annotations
@@ -98,11 +99,14 @@ def gemm_fields(event: dict) -> dict:
 
 class GemmLaunchers:
     """Hands each matrix multiply's shape to the first GEMM kernel it launched, kernel by kernel in start order.
-    ``ops``: each thread's CPU ops, their payload (position in traceEvents, event). ``repeated``: (position of
-    the op, its name, the kernel's name) of each GEMM kernel after an op's first, kept at its traced time."""
+    ``ops``: each thread's CPU ops, their payload (position in traceEvents, event). ``launches``: each thread's
+    launches of GPU work (the start of each runtime call that a GPU event names by its correlation id, in
+    microseconds). ``repeated``: (position of the op, its name, the kernel's name) of each GEMM kernel after an
+    op's first, kept at its traced time."""
 
-    def __init__(self, ops: dict[object, Spans[tuple[int, dict]]]):
+    def __init__(self, ops: dict[object, Spans[tuple[int, dict]]], launches: dict[object, list[float]]):
         self.ops = ops
+        self.launches = {thread: sorted(times) for thread, times in launches.items()}
         self.taken: set[tuple[object, int]] = set()
         self.reached: set[tuple[object, int]] = set()
         self.repeated: list[tuple[int, str, str]] = []
@@ -134,14 +138,21 @@ class GemmLaunchers:
         around no GEMM kernel's launch, but for one that a matrix multiply with recorded shapes inside it stands
         for (an aten::linear's shape goes through the aten::addmm it runs, which alone is counted), and for one
         inside a matrix multiply that took a GEMM kernel itself (an aten::addmm that ended before the GEMM its
-        aten::linear launched)."""
+        aten::linear launched); nor one during which its thread launched nothing on the GPU (`on_the_gpu`)."""
         lost = []
         for thread, spans in self.ops.items():
-            shaped = [position for position, (start, _, (_, event)) in enumerate(spans.spans)
-                      if in_step(start) and gemm_fields(event)]
+            shaped = [position for position, (start, end, (_, event)) in enumerate(spans.spans)
+                      if in_step(start) and gemm_fields(event) and self.on_the_gpu(thread, start, end)]
             outer = {around for position in shaped for around in spans.enclosing(spans.parents[position])}
             taken = {position for owner, position in self.taken if owner == thread}
             lost += [spans.spans[position][2] for position in shaped
                      if (thread, position) not in self.reached and position not in outer
                      and taken.isdisjoint(spans.enclosing(spans.parents[position]))]
         return sorted((index, str(event.get("name", ""))) for index, event in lost)
+
+    def on_the_gpu(self, thread: object, start: float, end: float) -> bool:
+        """Whether ``thread`` launched GPU work between ``start`` and ``end`` (microseconds): a CPU op during which
+        it launched none ran on the CPU (a matrix multiply of CPU tensors), and no kernel was its to reach."""
+        times = self.launches.get(thread, [])
+        first = bisect.bisect_left(times, start)
+        return first < len(times) and times[first] <= end
