@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, get_args
 
+from simulator.config.model_options import NORMS, Norm
 from simulator.errors import ScenarioError, lookup
-
-Norm = Literal["rmsnorm", "layernorm"]
-"""The normalisation layers a preset uses (workload/transformer.py costs each)."""
-NORMS: tuple[Norm, ...] = get_args(Norm)
 
 
 @dataclass(frozen=True)

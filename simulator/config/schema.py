@@ -14,6 +14,7 @@ from simulator.collectives.chunking import chunk_bytes
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.config.faults import FaultsConfig, StepDuration
 from simulator.config.link_classes import EfficiencyProfile, LinkClass
+from simulator.config.model_options import Norm
 from simulator.config.moe import MoEConfig
 from simulator.config.parallelism_options import CUSTOM_SCHEDULE, SCHEDULE_FIELD, SCHEDULE_NAMES, CpAlgorithm
 from simulator.config.parameter_server import WORKER_PARALLELISM, ParameterServerConfig, Strategy
@@ -23,11 +24,13 @@ from simulator.config.reliability import CheckpointConfig, Horizon, RestartConfi
 from simulator.config.sections import FieldProblem, Section, user_value
 from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import (
+    AUTOCAST_PRECISIONS,
     DEFAULT_GRAD_REDUCE,
     LOSS_SCALED,
     REDUCE_DTYPES_OF,
     AttentionKernel,
     GradReduceDtype,
+    KernelEra,
     Optimizer,
     Precision,
     Recompute,
@@ -213,7 +216,9 @@ class SyntheticModel(Section):
 
 
 class ModelConfig(Section):
-    """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model."""
+    """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model; `norm` and
+    `bias` override the preset's normalisation and linear biases (a model from dimensions alone: RMSNorm, no
+    biases)."""
 
     preset: Annotated[str, AfterValidator(user_value(_model_preset))] | None = None
     layers: int | None = Field(default=None, ge=1)
@@ -223,13 +228,16 @@ class ModelConfig(Section):
     kv_heads: int | None = Field(default=None, ge=1)
     vocab: int | None = Field(default=None, ge=1)
     gated_mlp: bool | None = None
+    norm: Norm | None = None
+    bias: bool | None = None
     moe: MoEConfig | None = None
     synthetic: SyntheticModel | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
-        if self.synthetic is not None and (self.preset or explicit or self.moe is not None):
+        shaped = self.norm is not None or self.bias is not None
+        if self.synthetic is not None and (self.preset or explicit or shaped or self.moe is not None):
             raise ValueError("give either synthetic costs or a model (preset/dimensions/moe), not both (allowed: "
                              "{synthetic: {...}} alone, or a preset and/or dimensions)")
         if self.synthetic is None and self.preset is None and len(explicit) < 3:
@@ -249,7 +257,8 @@ class TrainingConfig(Section):
     the logits once per pass; false runs Megatron-LM's unfused fp32 passes (SC21). `layernorm_fusion`: LayerNorm's
     backward reads x and dy once (Transformer Engine); false runs apex's 2021 two-pass kernel (SC21).
     `bias_grad_fusion`: the weight-gradient GEMMs produce the bias gradients; false runs one reduction per
-    linear layer (Megatron-LM 2021, SC21). `grad_reduce_dtype`: the
+    linear layer (Megatron-LM 2021, SC21). `kernels`: `fused` (Megatron-LM with Transformer Engine) or `eager`
+    (plain PyTorch under torch.autocast, unfused: workload/eager.py). `grad_reduce_dtype`: the
     gradient buffer's format, which the micro-batches accumulate into, the data-parallel reduction sends and
     memory holds (default Megatron-LM's: fp32 for bf16 and fp8, fp16 for fp16; bf16 is --grad-reduce-in-bf16)."""
 
@@ -265,6 +274,7 @@ class TrainingConfig(Section):
     cross_entropy_fusion: bool = True
     layernorm_fusion: bool = True
     bias_grad_fusion: bool = True
+    kernels: KernelEra = "fused"
     grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
 
@@ -282,6 +292,25 @@ class TrainingConfig(Section):
         if self.loss_scaling is not None and self.precision not in LOSS_SCALED:
             raise ValueError(f"loss_scaling applies to fp16, not {self.precision} (bf16, fp8 and fp32 keep an "
                              "exponent range that needs none)")
+        return self
+
+    @model_validator(mode="after")
+    def _eager_runs_pytorchs_kernels(self) -> TrainingConfig:
+        """`kernels: eager` is torch.autocast's mixed precision, with PyTorch's own kernels: the flags that pick
+        Megatron-LM's fused or 2021 kernels do not apply to it."""
+        if self.kernels != "eager":
+            return self
+        if self.precision not in AUTOCAST_PRECISIONS:
+            raise FieldProblem(("kernels",), f"eager kernels are modelled as torch.autocast runs them, which "
+                               f"trains in 16 bits, not {self.precision}", f"precision: "
+                               f"{' or '.join(AUTOCAST_PRECISIONS)} with eager, or kernels: fused")
+        megatron = {"cross_entropy_fusion": False, "layernorm_fusion": False, "bias_grad_fusion": False,
+                    "grad_accumulation_fusion": True}
+        for name, value in megatron.items():
+            if getattr(self, name) is value:
+                raise FieldProblem((name,), f"{name}: {str(value).lower()} picks one of Megatron-LM's kernels, "
+                                   "and kernels: eager runs PyTorch's own", f"leave {name} out with eager, or "
+                                   "kernels: fused")
         return self
 
     @model_validator(mode="after")
@@ -467,6 +496,29 @@ class Scenario(Section):
                                "--gradient-accumulation-fusion): its post-backward copies and adds the gradients "
                                "autograd wrote", "false or left out with parallelism.fsdp; true with Megatron-LM "
                                "or DeepSpeed layouts (zero)")
+        return self
+
+    @model_validator(mode="after")
+    def _eager_on_data_parallel_ranks(self) -> Scenario:
+        """`training.kernels: eager` models torch.autocast over each rank's own fp32 weights (plain PyTorch DDP):
+        sharded weights are cast by their framework (PyTorch FSDP's param_dtype, DeepSpeed's 16-bit copies),
+        experts and parameter-server workers run kernels the eager list does not cover."""
+        if self.training.kernels != "eager":
+            return self
+        par, model = self.parallelism, self.model
+        if par.fsdp is not None or par.zero:
+            field = "fsdp" if par.fsdp is not None else "zero"
+            raise FieldProblem(("parallelism", field), f"{field} {getattr(par, field)} shards the weights, which "
+                               "its framework casts to 16 bits itself; training.kernels: eager models autocast "
+                               "over each rank's fp32 weights", "plain data parallelism (zero 0, no fsdp) with "
+                               "eager, or training.kernels: fused")
+        if self.uses_parameter_servers:
+            raise FieldProblem(("training", "kernels"), "eager kernels are modelled for a collective step, not "
+                               "parameter-server workers", "fused with parallelism.strategy: parameter_server")
+        if model is not None and (model.moe is not None or (model.preset is not None
+                                                            and _preset_has_experts(model.preset))):
+            raise FieldProblem(("training", "kernels"), "eager kernels are modelled for dense layers; the "
+                               "experts' routing and grouped GEMMs are not", "fused with a mixture of experts")
         return self
 
     @model_validator(mode="after")

@@ -15,6 +15,11 @@ Recompute = Literal["none", "selective", "full"]
 """Activation recomputation: none, the attention core only (selective), or each layer's whole forward (full)."""
 AttentionKernel = Literal["flash", "standard"]
 """The attention core: fused flash attention, or Megatron-LM's unfused kernels through HBM."""
+KernelEra = Literal["fused", "eager"]
+"""How the step's kernels run: ``fused``, as Megatron-LM with Transformer Engine runs them (16-bit weights with an
+fp32 master copy in the optimizer; fused norms, cross-entropy and bias gradients); ``eager``, as plain PyTorch runs
+them under torch.autocast without torch.compile (fp32 weights cast to 16 bits for every linear, norms and the loss
+in fp32, each elementwise op its own kernel: workload/eager.py, docs/cost-model.md "PyTorch eager")."""
 GradReduceDtype = Literal["fp32", "bf16", "fp16"]
 """The format of the gradient buffer: gradients accumulate over micro-batches in it and the data-parallel
 all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP's ``reduce_dtype``)."""
@@ -22,6 +27,9 @@ all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP'
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
+KERNEL_ERAS: tuple[KernelEra, ...] = get_args(KernelEra)
+AUTOCAST_PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16")
+"""The precisions torch.autocast trains in: the ones `training.kernels: eager` models."""
 GRAD_REDUCE_DTYPES: tuple[GradReduceDtype, ...] = get_args(GradReduceDtype)
 
 LOSS_SCALED: tuple[Precision, ...] = ("fp16",)

@@ -136,7 +136,9 @@ def _layout_line(summary: dict) -> str:
     ep = (summary.get("moe") or {}).get("ep", 1)
     if ep > 1:  # the experts' split of the DP x CP ranks: a MoE layout read without it looks expert-replicated
         degrees += f" EP{ep}"
-    return f"{head}, {degrees}, {counted(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step)"
+    kernels = f", {layout['kernels']} kernels" if "kernels" in layout else ""
+    return (f"{head}, {degrees}, {counted(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step"
+            f"{kernels})")
 
 
 

@@ -187,7 +187,8 @@ def memory_bound_share(step: TrainingStep) -> float:
 def layout_summary(step: TrainingStep) -> dict:
     """The resolved layout and pipeline shape, for the summary; with ZeRO-3 under pipelining or without
     per-micro-batch sync (where PyTorch FSDP's no-sync can apply) also ``grad_sync``, when the gradients were
-    reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step)."""
+    reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step); with a
+    kernel era other than the default ``fused`` also ``kernels`` (so a default step's summary is unchanged)."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
@@ -196,6 +197,8 @@ def layout_summary(step: TrainingStep) -> dict:
              "model": step.model.name if step.model else "synthetic", "gpu": step.gpu.name}
     if sharding.stage == 3 and (layout.pp > 1 or sharding.defers_unit_grads):
         entry["grad_sync"] = sharding.grad_sync
+    if step.kernels != "fused":
+        entry["kernels"] = step.kernels
     return entry
 
 

@@ -12,6 +12,7 @@ from simulator.config.training_options import Precision, Recompute
 from simulator.parallel.context import ContextAttention
 from simulator.parallel.experts import ExpertWork
 from simulator.parallel.work import Block, StageWork, TpPattern
+from simulator.workload.eager import eager_embedding_kernels, eager_head_kernels, eager_layer_kernels
 from simulator.workload.experts import MoELayer
 from simulator.workload.memory import embedding_rank_params
 from simulator.workload.roofline import Efficiency, kernels_duration, roofline_table, sm_bound_duration
@@ -166,7 +167,9 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
     context parallelism the attention blocks carry their core's split (``cp_algorithm``, ``cp_balanced``);
     with experts every MLP block is the MoE block ``moe`` (workload/experts.py)."""
     t, c = shard.tp, shard.cp
-    layer = layer_kernels(model, shard, recompute, cost.attention)
+    layer = (eager_layer_kernels if shard.eager else layer_kernels)(model, shard, recompute, cost.attention)
+    embedding = (eager_embedding_kernels if shard.eager else embedding_kernels)(model, shard)
+    head = (eager_head_kernels if shard.eager else head_kernels)(model, shard)
     activation_bytes = shard.tokens * model.hidden * shard.dtype_bytes
     kv_bytes = 2 * shard.micro_batch * shard.seq_len * kv_heads_per_rank(model, t) * model.head_dim * shard.dtype_bytes
     cp_bytes = kv_bytes if c > 1 and cp_algorithm == "all_gather" else 0.0
@@ -188,7 +191,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
     for index, count in enumerate(counts):
         blocks = []
         if index == 0:
-            blocks.append(_block("embedding", -1, embedding_kernels(model, shard), cost,
+            blocks.append(_block("embedding", -1, embedding, cost,
                                  tp_bytes=activation_bytes, cp_bytes=0.0, tensors=(embedding_rank_params(model, t),),
                                  tp_pattern=TpPattern.EMBEDDING))
         for number in range(first_layer, first_layer + count):
@@ -197,9 +200,9 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
         first_layer += count
         if index == len(counts) - 1:
             output = (model.head_params() - model.norm_params()) / t
-            head = (float(model.norm_params()), *((output,) if output else ()))
-            blocks.append(_block("head", model.layers, head_kernels(model, shard), cost, tp_bytes=activation_bytes,
-                                 cp_bytes=0.0, tensors=head, tp_pattern=TpPattern.HEAD))
+            head_tensors = (float(model.norm_params()), *((output,) if output else ()))
+            blocks.append(_block("head", model.layers, head, cost, tp_bytes=activation_bytes,
+                                 cp_bytes=0.0, tensors=head_tensors, tp_pattern=TpPattern.HEAD))
         stages.append(StageWork(tuple(blocks), p2p_bytes))
     return tuple(stages)
 

@@ -20,6 +20,7 @@ from simulator.config.schema import (
 from simulator.config.training_options import (
     LOSS_SCALED,
     GradReduceDtype,
+    KernelEra,
     Optimizer,
     Precision,
     grad_buffer_bytes,
@@ -58,14 +59,19 @@ def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
 
 
 def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
-                              grad_reduce: GradReduceDtype | None = None) -> float:
+                              grad_reduce: GradReduceDtype | None = None, kernels: KernelEra = "fused") -> float:
     """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
     optimizer runs it (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params):
     ``main_param.grad = main_grad.float()`` copies a 16-bit gradient buffer to fp32 (read 2 B, write 4 B) and is
     no copy at all for an fp32 buffer (``grad_reduce``, by default fp32 for bf16: grad_buffer_bytes); fp16's
     loss scaler unscales the gradients and checks them for inf/NaN (read and write 4 B); every precision reads
     the fp32 gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the
-    fp32 master weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B."""
+    fp32 master weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B.
+    PyTorch eager under autocast (``kernels``) updates the fp32 weights and gradients themselves with
+    torch.optim's fused step (``fused=True``, as the H200 trace's step): no copy either way and no gradient
+    norm unless the script clips (not modelled); fp16's GradScaler still unscales: Adam 28 B, 36 B with fp16."""
+    if kernels == "eager":
+        return UPDATE_BYTES_PER_PARAM[optimizer] + (8.0 if precision in LOSS_SCALED else 0.0)
     buffer = grad_buffer_bytes(precision, grad_reduce)
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
@@ -88,13 +94,15 @@ class TrainingStep:
     nominal_model_flops_per_step: float | None = None
     """With experts, the architecture's model FLOPs: top_k routed experts for every token, dropped ones included
     (``model_flops_per_step`` counts only the token-expert assignments the capacity kept); None without."""
+    kernels: KernelEra = "fused"
+    """The kernel era the step's kernels were built for (`training.kernels`)."""
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
     """The preset with explicit dimensions applied, or a model from dimensions alone."""
     config = _model_section(scenario)
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
-                                                     "gated_mlp") if getattr(config, name) is not None}
+                                                     "gated_mlp", "norm", "bias") if getattr(config, name) is not None}
     try:
         if config.preset is not None:
             model = get_model(config.preset)
@@ -270,12 +278,14 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
         raise _invalid("parallelism.pp", f"{model.layers} layers do not split evenly over pp x "
                        f"virtual_stages = {layout.pp * v} stages",
                        "pp x virtual_stages dividing the layers (or layers + 2 with first_last_fewer_layers)")
+    eager = training.kernels == "eager"
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, par.sequence_parallel,
                        dtype_bytes=precision_bytes, grad_accum_bytes=int(sharding.grad_bytes),
-                       fused_grad_accumulation=training.fused_grad_accumulation(par.fsdp is not None),
+                       fused_grad_accumulation=training.fused_grad_accumulation(par.fsdp is not None) and not eager,
                        framework_copies=par.fsdp is not None,
                        fused_cross_entropy=training.cross_entropy_fusion,
-                       fused_layernorm=training.layernorm_fusion, fused_bias_grad=training.bias_grad_fusion)
+                       fused_layernorm=training.layernorm_fusion,
+                       fused_bias_grad=training.bias_grad_fusion and not eager, eager=eager)
     cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
@@ -286,7 +296,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
     seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision,
-                                                  training.grad_reduce_dtype) / (
+                                                  training.grad_reduce_dtype, training.kernels) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage])
@@ -308,7 +318,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
         model_flops -= experts.sample.dropped_fraction * routed_flops_per_token(model) * tokens
         nominal = nominal_flops
     return TrainingStep(plan, model, gpu, float(tokens), model_flops, training.seq_len, training.micro_batch,
-                        warnings, report, routed_tokens, nominal)
+                        warnings, report, routed_tokens, nominal, training.kernels)
 
 
 def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> float:

@@ -14,16 +14,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from simulator.catalog.models import ModelSpec, Norm
+from simulator.catalog.models import ModelSpec
+from simulator.config.model_options import Norm
 from simulator.config.training_options import RECOMPUTE_MODES, AttentionKernel, Recompute
 from simulator.errors import ScenarioError
 
 KernelKind = Literal["matmul", "attention", "elementwise"]
 """What bounds a kernel and which efficiency curve it follows (roofline.py): GEMMs, the attention core, the rest."""
-MemoryKind = Literal["score_passes", "layernorm"]
+MemoryKind = Literal["score_passes", "layernorm", "eager_layernorm", "eager_rmsnorm", "eager_softmax",
+                     "mixed_dtype"]
 """Memory-bound kernel families whose HBM efficiency a GPU's calibration may measure apart from a streaming
-kernel's (Kernel.memory_kind): the passes over unfused attention scores (softmax, dropout and their gradients)
-and the 2021 fused LayerNorm of apex and Megatron-LM."""
+kernel's (Kernel.memory_kind): the passes over unfused attention scores (softmax, dropout and their gradients),
+the 2021 fused LayerNorm of apex and Megatron-LM, and PyTorch eager's own kernels (workload/eager.py): its
+LayerNorm and RMSNorm, its log-softmax, and the elementwise kernels whose operands differ in dtype, which
+PyTorch runs unrolled rather than vectorized."""
 MEASURED_KERNELS: tuple[MemoryKind, ...] = get_args(MemoryKind)
 
 
@@ -95,7 +99,9 @@ class ShardShape:
     post-backward copies the fresh gradients, which the program charges, Sharding.grad_copy_bytes), whether the
     loss is one fused cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`), whether
     LayerNorm's backward is one pass (``fused_layernorm``; otherwise apex's two, _APEX_LAYERNORM) and whether the
-    weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`)."""
+    weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`).
+    ``eager``: the step runs PyTorch eager under torch.autocast (workload/eager.py builds its kernels from these,
+    with fresh 16-bit weight gradients and unfused bias gradients)."""
 
     micro_batch: int
     seq_len: int
@@ -109,6 +115,7 @@ class ShardShape:
     fused_cross_entropy: bool = True
     fused_layernorm: bool = True
     fused_bias_grad: bool = True
+    eager: bool = False
 
     @property
     def tokens(self) -> float:
@@ -226,8 +233,9 @@ def grad_accumulation(kernels: PassKernels, shard: ShardShape) -> PassKernels:
     (--gradient-accumulation-fusion, February 2022): after each weight-gradient GEMM of every micro-batch, the
     DDP hook adds the fresh gradient into the accumulation buffer (``main_grad.add_(grad)``), a memory-bound
     kernel that reads the fresh gradient and reads and writes the buffer (``grad_accum_bytes``). Unchanged when
-    the GEMM fuses it, or when the framework's own copies stand in for it (``framework_copies``)."""
-    if shard.fused_grad_accumulation or shard.framework_copies:
+    the GEMM fuses it, or when the framework's own copies stand in for it (``framework_copies``), or under
+    ``eager``, where autograd's casts of the fresh gradients to fp32 do (workload/eager.py)."""
+    if shard.fused_grad_accumulation or shard.framework_copies or shard.eager:
         return kernels
     moved = shard.dtype_bytes + 2 * shard.grad_accum_bytes
     adds = tuple(Kernel(f"{k.name}.accumulate", k.weights, moved * k.weights, "elementwise", backward=True)

@@ -1,0 +1,219 @@
+"""`training.kernels: eager` against the real step it models: the H200 trace's decoder (scenarios/h200-eager-step.yaml)
+modelled as plain PyTorch runs it, part by part against the trace's own kernels (traces/h200-step), and its step
+against the step measured unprofiled (docs/cost-model.md, "PyTorch eager")."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from simulator import load_scenario, simulate
+from simulator.catalog.gpus import get_gpu
+from simulator.config.loader import scenario_from_text
+from simulator.errors import InputError
+from simulator.workload.calibrated import calibrated_efficiency
+from simulator.workload.eager import eager_embedding_kernels, eager_head_kernels, eager_layer_kernels
+from simulator.workload.roofline import kernels_duration
+from simulator.workload.training import optimizer_bytes_per_param, resolve_model
+from simulator.workload.transformer import AttentionCost, ShardShape
+
+REPO = Path(__file__).resolve().parents[1]
+TWIN = REPO / "scenarios" / "h200-eager-step.yaml"
+TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
+MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
+LOGITS = [8192, 32000]
+LOSS_OPS = {"aten::cross_entropy_loss", "aten::ones_like", "NllLossBackward0", "LogSoftmaxBackward0"}
+ELEMENTWISE = ("norms", "residual", "activation", "bias_grads", "layout_copies")
+
+
+def trace_part(kernel: dict, launcher: dict, stack: list[str]) -> str:
+    """The part of the step a traced kernel belongs to, from its name and the CPU ops that launched it."""
+    name, dims = kernel["name"], launcher["args"].get("Input Dims") or [[]]
+    copy = "copy" in name
+    if name.startswith("nvjet"):
+        return "gemm"
+    if "sdpa" in name or "cudnn::fusion" in name:
+        return "attention"
+    if any("mbedding" in op for op in stack):
+        return "embedding"
+    if any("adamw" in op or "foreach" in op for op in stack):
+        return "optimizer"
+    if LOSS_OPS & set(stack) or (copy and dims[0] == LOGITS):
+        return "loss"
+    if copy and {"aten::to", "ToCopyBackward0"} & set(stack):
+        return "casts"
+    if "layer_norm" in name or "GammaBeta" in name:
+        return "norms"
+    if "CUDAFunctor_add" in name:
+        return "residual"
+    if "Gelu" in name:
+        return "activation"
+    if "reduce_kernel" in name:
+        return "bias_grads"
+    assert "CatArrayBatchedCopy" in name or copy, name
+    return "layout_copies"
+
+
+def model_part(name: str) -> str:
+    """The same parts for a modelled kernel, by its name (workload/eager.py)."""
+    if name.startswith("cross_entropy"):
+        return "loss"
+    if ".cast" in name or name.endswith(".grad_cast"):
+        return "casts"
+    if name.startswith("embedding"):
+        return "embedding"
+    if name in ("attention", "attention.bwd"):
+        return "attention"
+    if "_norm" in name:
+        return "norms"
+    if "_residual" in name:
+        return "residual"
+    if name.startswith("mlp_act"):
+        return "activation"
+    if name.endswith(".bgrad"):
+        return "bias_grads"
+    if ".grad_layout." in name:
+        return "layout_copies"
+    return "gemm"
+
+
+@cache
+def traced_parts() -> tuple[dict[str, float], Counter]:
+    """Seconds and kernel counts of the trace's step by part."""
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    ops = [event for event in events if event.get("cat") == "cpu_op"]
+    by_id = {op["args"]["External id"]: op for op in ops}
+    seconds: dict[str, float] = defaultdict(float)
+    counts: Counter = Counter()
+    for kernel in (event for event in events if event.get("cat") == "kernel"):
+        launcher = by_id[kernel["args"]["External id"]]
+        stack = [op["name"] for op in ops if op["tid"] == launcher["tid"] and op["ts"] <= launcher["ts"]
+                 and op["ts"] + op["dur"] >= launcher["ts"] + launcher["dur"]]
+        part = trace_part(kernel, launcher, stack)
+        seconds[part] += kernel["dur"] * 1e-6
+        counts[part] += 1
+    return dict(seconds), counts
+
+
+@cache
+def modelled_parts() -> tuple[dict[str, float], Counter]:
+    """Seconds and kernel counts of the twin scenario's modelled step by part, the optimizer as one."""
+    scenario = load_scenario(str(TWIN)).scenario
+    model, training = resolve_model(scenario), scenario.training
+    gpu = get_gpu("h200")
+    efficiency = calibrated_efficiency(gpu.name, training.precision)
+    shard = ShardShape(training.micro_batch, training.seq_len, fused_grad_accumulation=False, fused_bias_grad=False,
+                       eager=True)
+    units = ((eager_layer_kernels(model, shard, "none", AttentionCost()), model.layers),
+             (eager_head_kernels(model, shard), 1), (eager_embedding_kernels(model, shard), 1))
+    seconds: dict[str, float] = defaultdict(float)
+    counts: Counter = Counter()
+    for kernels, copies in units:
+        for kernel in kernels.forward + kernels.backward:
+            seconds[model_part(kernel.name)] += copies * kernels_duration([kernel], gpu, training.precision, efficiency)
+            counts[model_part(kernel.name)] += copies
+    seconds["optimizer"] = model.num_params() * optimizer_bytes_per_param(
+        training.optimizer, training.precision, kernels="eager") / (gpu.hbm_bandwidth * efficiency.memory_peak)
+    counts["optimizer"] = 1
+    return dict(seconds), counts
+
+
+@cache
+def twin_summary(kernels: str = "eager") -> dict:
+    return simulate(load_scenario(str(TWIN), [f"training.kernels={kernels}"])).summary
+
+
+def test_the_modelled_eager_step_lands_near_the_measured_one():
+    """The trace's decoder modelled eagerly: 14.67 ms against the 15.98 ms measured unprofiled (-8.2%); fused,
+    as Megatron-LM would run it, 10.09 ms (-36.8%). What the model leaves out is listed in docs/cost-model.md:
+    the host's launch gaps (the trace's kernels sum to 15.18 ms), and kernels below their streaming rate."""
+    measured = json.loads(MEASURED.read_text())["profiled_step"]["step_wall_median_s"]
+    eager, fused = twin_summary("eager"), twin_summary("fused")
+    assert eager["step_time_s"] / measured - 1 == pytest.approx(-0.082, abs=0.005)
+    assert abs(eager["step_time_s"] / measured - 1) < 0.09
+    assert fused["step_time_s"] / measured - 1 == pytest.approx(-0.368, abs=0.005)
+    assert eager["layout"]["kernels"] == "eager" and "kernels" not in fused["layout"]
+
+
+@pytest.mark.parametrize(("part", "error", "tolerance"), [
+    ("casts", 0.070, 0.08),
+    ("loss", 0.003, 0.01),
+    ("norms", -0.070, 0.08),
+    ("residual", 0.230, 0.25),
+    ("elementwise", -0.301, 0.31),
+])
+def test_each_added_part_is_near_the_traces_kernels_for_it(part, error, tolerance):
+    """Each eager part against the trace's own kernel time for it. The loss's rates were read off three of its
+    eight kernels (kernels.yaml, trainsim-h200-trace), so its agreement is mostly by construction; the casts
+    share one of those rates (the logits' cast: every 16 -> 32-bit copy); the norms' rates come from the
+    benchmark's own LayerNorm timings. Elementwise (norms, residual adds, GELU, bias-gradient reductions, the
+    QKV gradient's layout copies) falls 30% short: column reductions and strided copies run far below the
+    streaming rate they are charged at (docs/cost-model.md)."""
+    traced, _ = traced_parts()
+    modelled, _ = modelled_parts()
+    parts = ELEMENTWISE if part == "elementwise" else (part,)
+    ratio = sum(modelled[name] for name in parts) / sum(traced[name] for name in parts) - 1
+    assert ratio == pytest.approx(error, abs=0.005)
+    assert abs(ratio) < tolerance
+
+
+def test_the_eager_kernels_are_the_ones_the_trace_launches():
+    """Kernel for kernel: autocast's 94 traced casts are the model's 92 and the output layer's bias cast,
+    forward and backward (the trace's nn.Linear head has a bias, the model's head has none); every traced
+    residual add, GELU and layout copy has its modelled kernel; 16 bias reductions and the head's."""
+    _, traced = traced_parts()
+    _, modelled = modelled_parts()
+    assert traced["casts"] == modelled["casts"] + 2 == 94
+    assert traced["residual"] == modelled["residual"] == 16
+    assert traced["activation"] == modelled["activation"] == 8
+    assert traced["bias_grads"] == modelled["bias_grads"] + 1 == 17
+    assert traced["gemm"] == modelled["gemm"] == 51
+    assert traced["layout_copies"] - 1 == modelled["layout_copies"] == 8  # the token ids' reshape copy besides
+
+
+def test_the_rates_read_off_the_trace_reproduce_its_kernels():
+    """The three fractions read off the trace (kernels.yaml, trainsim-h200-trace) give back the kernels they were
+    read from, to the microsecond: the logits' cast, log-softmax forward and backward."""
+    events = json.loads(gzip.decompress(TRACE.read_bytes()))["traceEvents"]
+    durations = {name: next(event["dur"] * 1e-6 for event in events
+                            if event.get("cat") == "kernel" and name in event["name"])
+                 for name in ("cunn_SoftMaxForward", "cunn_SoftMaxBackward", "unrolled_elementwise_kernel<at::native"
+                                                                           "::direct_copy")}
+    scenario = load_scenario(str(TWIN)).scenario
+    head = eager_head_kernels(resolve_model(scenario), ShardShape(4, 2048, eager=True))
+    by_name = {kernel.name: kernel for kernel in head.forward + head.backward_input}
+    efficiency = calibrated_efficiency("h200", "bf16")
+    gpu = get_gpu("h200")
+    for kernel, traced in zip(("cross_entropy.log_softmax", "cross_entropy.log_softmax.bwd", "cross_entropy.cast"),
+                              durations.values(), strict=True):
+        assert kernels_duration([by_name[kernel]], gpu, "bf16", efficiency) == pytest.approx(traced, abs=1e-6)
+
+
+def test_eager_updates_the_fp32_weights_without_a_master_copy():
+    assert optimizer_bytes_per_param("adamw", "bf16", kernels="eager") == 28.0
+    assert optimizer_bytes_per_param("adamw", "fp16", kernels="eager") == 36.0
+    assert optimizer_bytes_per_param("adamw", "bf16") == 38.0
+
+
+def test_fused_is_the_default_and_leaves_the_summary_as_it_was():
+    text = TWIN.read_text().replace("  kernels: eager\n", "")
+    default = simulate(scenario_from_text(text, source=str(TWIN))).summary
+    fused = twin_summary("fused")
+    assert "kernels" not in default["layout"]
+    assert default["step_time_s"] == fused["step_time_s"]
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ("training.precision=fp8", "training.kernels"),
+    ("training.layernorm_fusion=false", "training.layernorm_fusion"),
+    ("parallelism.zero=1", "parallelism.zero"),
+])
+def test_eager_refuses_what_it_does_not_model(override, field):
+    with pytest.raises(InputError) as refused:
+        load_scenario(str(TWIN), [override])
+    assert refused.value.field == field
