@@ -7,7 +7,7 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import Path
@@ -99,7 +99,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
             serial_streams: frozenset[str] = frozenset(), plans: PlanCache | None = None,
             sm_share: SmShare | None = None, layout: Layout | None = None, shapes: CollectiveShapes | None = None,
-            order: ProgramOrder | None = None) -> tuple[EngineResult, Network]:
+            order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None
+            ) -> tuple[EngineResult, Network]:
     """Execute ops on a fresh environment and network; the shared core of every run. ``sm_share`` (None: off)
     slows compute-bound kernels while communication kernels hold SMs on their GPU. ``faults`` plays link and
     GPU events (collectives are then never replayed while the network changes); ``slowdowns`` slows the compute
@@ -109,7 +110,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     program's placement, whose data-parallel replicas run as one where they are exact images of each other
     (engine/replicas.py; not under step faults); ``shapes`` the index of ``ops``' collectives and ``order`` their
     ordering (with ``async_streams``) when the caller has made them (engine/shapes.py, engine/ordering.py: the
-    analyses before the run read them)."""
+    analyses before the run read them); ``weights``: how many ranks each simulated rank stands for where they
+    stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts."""
     env = simpy.Environment()
     log = EventLog()
     network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
@@ -133,7 +135,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     if sm_share is not None:
         cache = plans
         channels = NcclChannels(sm_share, topology, lambda op: cache.resolved_algorithm(op, op.group))
-        contention = Contention(env, sm_share, channels)
+        contention = Contention(env, sm_share, channels, weights)
     engine = Engine(
         env,
         plans=plans,
@@ -298,13 +300,16 @@ def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
 def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings, faults: FaultHooks | None = None,
              slowdowns: Mapping[int, Slowdown] | None = None, progress: Progress | None = None,
              plans: PlanCache | None = None, shapes: CollectiveShapes | None = None,
-             order: ProgramOrder | None = None) -> tuple[dict, EventLog, Lockstep]:
+             order: ProgramOrder | None = None, weights: Mapping[int, int] | None = None
+             ) -> tuple[dict, EventLog, Lockstep]:
     """Execute a step program and summarise it: the metrics see only the program and the log's columns (the
     log comes back for the timeline and the flows' routes, with whether a folded run's mirrors kept pace with
     their groups: engine/lockstep.py). The metrics are imported here, not at module
     level, so that `trainsim collective` never loads them. ``slowdowns``: each slowed rank's compute slowdown
     as the program places it (`FoldedStep.slowdowns`: onto the representatives when folded); ``shapes``: the
-    index of the program's collectives, and ``order`` its ordering, when the caller has them."""
+    index of the program's collectives, and ``order`` its ordering, when the caller has them; ``weights``: how
+    many ranks each simulated rank stands for, where a program folded by classes of unequal size simulates them
+    (`FoldedStep.weights`), which the per-GPU figures weigh them by (None: the plain mean)."""
     from simulator.metrics.step import StepRows
     from simulator.metrics.summary import sm_contention_summary, training_summary
 
@@ -314,15 +319,16 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     result, network = run_ops(topology, ops, settings, async_streams=program.async_streams,
                               faults=faults, slowdowns=slowdowns, progress=progress,
                               serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
-                              layout=program.layout if program.folded else None, shapes=shapes, order=order)
-    summary = training_summary(StepRows.of(result.log), step_time_s=result.makespan_s, gpus=program.world,
+                              layout=program.layout if program.folded else None, shapes=shapes, order=order,
+                              weights=weights)
+    summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,
                                simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                nominal_model_flops_per_step=program.nominal_model_flops_per_step,
                                training_ranks=program.training_ranks,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
-                               traffic_correction=traffic_correction(ops, plans, shapes))
+                               traffic_correction=traffic_correction(ops, plans, shapes, weights))
     summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,
                    ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
@@ -331,7 +337,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
         summary["replica_quotient"] = {"replicas": program.layout.dp,
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
-        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, len(program.ranks))
+        standing_for = len(program.ranks) if weights is None else sum(weights.values())
+        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, standing_for)
     return summary, result.log, result.lockstep
 
 
@@ -371,8 +378,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
-    rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' route loads
-    (`fold_policy.route_step`), route classes first where copies of one lane's hand-off ended apart, then by
+    rank per CP lane (`fold_policy.lane_step`) and with ranks classed by their hand-offs' routes
+    (`fold_policy.route_steps`), route classes first where copies of one lane's hand-off ended apart, then by
     the meet of the two (`fold_policy.meet_step`), each the unfolded run's timeline where its own mirrors keep
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
     first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
@@ -389,7 +396,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
     def run(step: FoldedStep) -> tuple[dict, EventLog, Lockstep]:
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
-                                                plans, step.shapes, step.order))
+                                                plans, step.shapes, step.order, step.weights))
 
     summary, log, kept_pace = run(step)
     given_up = list(step.given_up)
@@ -449,38 +456,50 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
               given_up: list[GivenUp]) -> tuple[FoldedStep, dict, EventLog, str] | None:
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
     its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
-    classed also by their hand-offs' route loads (`fold_policy.route_step`), route classes first where copies
-    of one CP lane's hand-off ended apart (one rank per lane would hold them to one representative again), then
-    by the meet of the two where both ran (`fold_policy.meet_step`), each where it applies until one whose
-    mirrors all keep pace (it is then the unfolded run): the step, its summary and log, and the summary key that
-    says why it ran; else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends
-    the tries (None: the step unfolds), the rule the first folded run follows: refolds are made for hand-offs
-    out of step, not for other collectives. Each refold refused before its run or out of step in it is appended
-    to ``given_up``."""
-    from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_step
+    classed also by their hand-offs' routes (`fold_policy.route_steps`, coarsest classes first, each finer one
+    where the one before fell out of step), route classes first where copies of one CP lane's hand-off ended
+    apart (one rank per lane would hold them to one representative again), then by the meet of lanes and the
+    last route classes that ran (`fold_policy.meet_step`), each where it applies until one whose mirrors all keep
+    pace (it is then the unfolded run): the step, its summary and log, and the summary key that says why it ran;
+    else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends the tries (None:
+    the step unfolds), the rule the first folded run follows: refolds are made for hand-offs out of step, not for
+    other collectives. Each refold refused before its run or out of step in it is appended to ``given_up``."""
+    from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
 
     build, folded = prepared.build, prepared.step
     judged = (prepared.plans, prepared.settings.mode, dict(prepared.settings.efficiency))
-    tried: list[FoldedStep] = []
-    tries: list[tuple[str, Callable[[], FoldedStep | GivenUp | None]]] = [
-        ("fold_lanes_reason", lambda: lane_step(build, folded, *judged, faults)),
-        ("fold_routes_reason", lambda: route_step(build, folded, *judged, faults))]
+    tried: dict[str, FoldedStep] = {}
+    tries: list[tuple[str, Callable[[], Iterator[FoldedStep | GivenUp | None]]]] = [
+        ("fold_lanes_reason", lambda: iter([lane_step(build, folded, *judged, faults)])),
+        ("fold_routes_reason", lambda: route_steps(build, folded, *judged, faults))]
     if kept_pace.hand_offs_within_lanes:
         tries.reverse()
-    tries.append(("fold_meet_reason", lambda: meet_step(build, folded, tried, *judged)))
-    for reason_key, refold in tries:
-        step = located(loaded, refold)
-        if step is None or isinstance(step, GivenUp):
-            given_up.extend(() if step is None else (step,))
-            continue
-        summary, log, refolded_pace = run(step)
-        if not refolded_pace.apart:
-            return step, summary, log, reason_key
-        given_up.append(fell_out_of_step(step, refolded_pace))
-        if refolded_pace.collectives:
-            return None
-        tried.append(step)
+    tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged)])))
+    for reason_key, refolds in tries:
+        for step in _each_located(loaded, located(loaded, refolds)):
+            if step is None or isinstance(step, GivenUp):
+                given_up.extend(() if step is None else (step,))
+                continue
+            summary, log, refolded_pace = run(step)
+            if not refolded_pace.apart:
+                return step, summary, log, reason_key
+            given_up.append(fell_out_of_step(step, refolded_pace))
+            if refolded_pace.collectives:
+                return None
+            tried[reason_key] = step
     return None
+
+
+def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp | None]
+                  ) -> Iterator[FoldedStep | GivenUp | None]:
+    """The ``items`` (refolds, each worked out as it is drawn), each drawn with its errors located at the
+    scenario's field (config/locate.py)."""
+    while True:
+        try:
+            item = located(loaded, partial(next, items))
+        except StopIteration:
+            return
+        yield item
 
 
 @collector_paused()

@@ -9,8 +9,12 @@ wrongly: each case says whether it folds, so a change that unfolded every case w
 from __future__ import annotations
 
 import pytest
+from test_rank_classes import _assert_same_figures
 
 from simulator.config.loader import scenario_from_text
+from simulator.engine.lockstep import OutOfStep
+from simulator.parallel.folding import RankClasses, rank_weights
+from simulator.parallel.layout import Layout
 from simulator.simulation import simulate
 
 FABRIC = """
@@ -190,7 +194,7 @@ def test_hand_offs_across_the_fabric_fold_on_both_models(model, ranks, rel):
     529.6B runs on that model as too large unfolded (~57.5 GiB for 1T); it folds by stage there, within 2e-4 of
     the unfolded step here, and stands `fold_not_exact` with a warning (docs/architecture.md, rank folding). On
     the flow model the copies end apart in the run folded by stage, and the step folds again with one rank per
-    stage and replica (`fold_policy.route_step`), which is the unfolded step."""
+    stage and replica (`fold_policy.route_steps`), which is the unfolded step."""
     overrides = [f"network.model={model}"]
     folded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", overrides)).summary
     unfolded = simulate(scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", [*overrides, "run.fold=false"])).summary
@@ -225,3 +229,80 @@ def test_tree_all_reduces_over_tp_lanes_unfold():
     folded = simulate(scenario_from_text(DENSE, "inline.yaml", overrides)).summary
     assert not folded["folded"]
     assert "members send unlike amounts" in folded["fold_off_reason"]
+
+
+SC21_LIKE = """
+cluster: {topology: dgx-a100-cluster, nodes: 24}
+model: {layers: 16, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 2048, global_batch: 48, micro_batch: 2, precision: fp16}
+parallelism: {tp: 8, pp: 8, pipeline: {schedule: interleaved, virtual_stages: 2}, ddp: {overlap: false}}
+run: {timeline: summary}
+"""
+"""The published SC21 145.6B row's geometry (DGX A100 hosts, leaf groups of 20 hosts, replicas of 8 hosts, one
+per stage, an interleaved schedule, the DP reduction after the last micro-batch) on 24 hosts in place of 192:
+replicas 0 and 1 hand on inside leaf group 0, replica 2 (hosts 16-23) hands stage 3 on to stage 4 across the
+spines (host 19 to host 20) and wraps back over them, a switch hop's latency later. Folded by stage, the copies of
+its hand-offs end 1 us apart, as the row's 'send fwd mb0' over GPUs [24, 32] did."""
+
+
+@pytest.mark.parametrize("nodes, overrides", [(24, []), (24, ["cluster.oversubscription=2"]),
+                                              (40, ["training.global_batch=80"])])
+def test_replicas_that_hand_on_across_the_spines_fold_once_per_kind_of_route(nodes, overrides):
+    """After the stage fold's hand-offs fell out of step, the step folds again with one representative per kind
+    of hand-off route (engine/rank_classes.py `route_classes`: the replicas that hand on inside their leaf group,
+    and those that cross the spines), each weighed by how many ranks it stands for (classes of 16 and 8
+    positions with 24 hosts, 32 and 8 with 40, where replicas 0, 1, 3 and 4 stay inside): 16 ranks, where
+    classing each replica apart simulated 8 per replica (the row: 192 of 1,536 ranks, 36 s and 1.7 GB against
+    about 5 s and 0.34 GB). Every figure of the summary is the unfolded run's, within 1e-12; unweighted, the
+    per-GPU means were off (exposed pp by 1e-4 on the row)."""
+    text = SC21_LIKE.replace("nodes: 24", f"nodes: {nodes}")
+    folded = simulate(scenario_from_text(text, "inline.yaml", overrides)).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, "run.fold=false"])).summary
+    assert folded["folded"] and folded["simulated_ranks"] == 16 and unfolded["simulated_ranks"] == 8 * nodes
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in folded["fold_given_up"]] == [("stage", 8)]
+    assert folded["fold_routes_reason"].startswith("send_recv 'send fwd mb0' over GPUs [24, 32] ended on its "
+                                                   "mirrors between")
+    assert folded["fold_routes_reason"].endswith(
+        "its copy over GPUs [24, 32] crosses 4 links and the one over [152, 160] 6: the replicas' hand-offs take "
+        "routes of other hops (as one inside a leaf group and one across the spines), so one rank cannot stand for "
+        "both")
+    assert folded["step_time_s"] == unfolded["step_time_s"]
+    _assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+
+
+def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_for():
+    """A representative's weight is its class's size (a rank of each stage per position); equal classes, or one
+    rank per stage, have none (the plain mean is the unfolded one, to the bit)."""
+    layout = Layout(tp=2, pp=2, dp=3)
+    unequal = RankClasses((0, 0, 0, 0, 1, 1))
+    assert unequal.sizes == (4, 2) and not unequal.equal
+    assert rank_weights(layout, unequal) == {0: 4, 8: 2, 2: 4, 10: 2}
+    assert sum(rank_weights(layout, unequal).values()) == layout.world
+    assert rank_weights(layout, RankClasses((0, 0, 0, 1, 1, 1))) is None
+    assert rank_weights(layout, None) is None
+    assert RankClasses.keyed([0, 0, 0, 0, 1, 1]) is None
+    assert RankClasses.keyed([0, 0, 0, 0, 1, 1], unequal=True) == unequal
+
+
+def test_out_of_step_reasons_say_what_differs_and_tell_the_two_times_apart():
+    """A reason names what differs: for a hand-off, its copies' routes (other hops, or as many links under other
+    flows), for another collective the loads the lanes of a stage met; the two ends are printed with as many digits
+    as tell them apart (`symmetry.apart_figures`: 1234.5671 and 1234.5674 ms, both 1234.57 at six digits)."""
+    apart = OutOfStep("send_recv", "send fwd mb0", (24, 32), 1.2345671, 1.2345674, 2, 3e-7, ((24, 32), (152, 160)),
+                      (4, 6))
+    assert apart.reason() == (
+        "send_recv 'send fwd mb0' over GPUs [24, 32] ended on its mirrors between 1234.5671 and 1234.5674 ms in the "
+        "folded run (2 instances out of step, by up to 0.0003 ms): its copy over GPUs [24, 32] crosses 4 links and "
+        "the one over [152, 160] 6: the replicas' hand-offs take routes of other hops (as one inside a leaf group "
+        "and one across the spines), so one rank cannot stand for both")
+    same_hops = OutOfStep("send_recv", "send fwd mb0", (7, 8), 4.60056e-3, 5.55246e-3, 8, 9.5e-4, ((7, 8), (55, 56)),
+                          (6, 6))
+    assert same_hops.reason().endswith(
+        "between 4.601 and 5.552 ms in the folded run (8 instances out of step, by up to 0.95 ms): its copies over "
+        "GPUs [7, 8] and [55, 56] cross as many links (6) but met other flows on them (the fabric hashes each source "
+        "host's flows onto a spine of its own), so one rank cannot stand for both")
+    ring = OutOfStep("all_reduce", "dp all_reduce", (0, 8), 0.05, 0.0501, 1, 1e-4, ((0, 8), (1, 9)))
+    assert ring.reason().endswith(
+        "(1 instance out of step, by up to 0.1 ms): the lanes of a stage met the fabric's traffic unlike (as flows "
+        "hashed onto the spines unevenly, or a ring that runs the other way round through every other host), so one "
+        "rank cannot stand for its stage")

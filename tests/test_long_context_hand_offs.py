@@ -66,7 +66,7 @@ def test_hand_offs_across_leaf_groups_hash_several_lanes_onto_one_uplink():
 
 def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_step():
     """Folded, a hand-off ends when its slowest lane's does (collectives/execute.py `run_plans`): the first one
-    out of step, stage 3's forward send of micro-batch 3, ends on its lanes between 173.285 and 173.338 ms, and
+    out of step, stage 3's forward send of micro-batch 3, ends on its lanes between 173.28 and 173.34 ms, and
     1,328 hand-off instances do, by up to 1.07 ms (lanes 5, 7, 13 and 14 behind the others on every forward send
     across a leaf group). The folded step is 11.296903 s and its exposed pipeline communication 487.1 ms per GPU
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
@@ -81,7 +81,7 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (warning,) = summary["warnings"]
     assert warning.startswith(
         "folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb3' over GPUs [384, 512] "
-        "ended on its mirrors between 173.285 and 173.338 ms in the folded run (1328 instances out of step, by up "
+        "ended on its mirrors between 173.28 and 173.34 ms in the folded run (1328 instances out of step, by up "
         "to 1.07 ms)")
     assert "fold_given_up" not in summary
     not_exact = summary["fold_not_exact"]
@@ -197,7 +197,7 @@ def test_without_sm_contention_the_folded_step_replayed_lane_by_lane_is_the_unfo
     communication ratio and bubble: the folded run holds what an exact per-lane account needs."""
     summary, log, kept_pace, program, unfolded = _folded_and_unfolded("collectives.sm_contention=none")
     assert not kept_pace.collectives and kept_pace.hand_offs.startswith(
-        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.32481 and 4.47527 ms in the "
+        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.325 and 4.475 ms in the "
         "folded run (24 instances out of step, by up to 0.166 ms)")
     assert summary["step_time_s"] == unfolded.summary["step_time_s"]
     assert summary["exposed_comm_s"]["pp"] == pytest.approx(0.0121019, abs=1e-7)
@@ -226,7 +226,7 @@ def test_the_step_folded_by_lane_is_the_unfolded_one_row_for_row_with_sm_content
     unfolded = simulate(scenario_from_text(SMALL_ANALOGUE, "inline.yaml", ["run.fold=false"]))
     assert lanes.summary["folded"] and lanes.summary["simulated_ranks"] == 16 and not lanes.summary["warnings"]
     assert lanes.summary["fold_lanes_reason"].startswith(
-        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.4283 and 4.57876 ms")
+        "send_recv 'send fwd mb0' over GPUs [32, 64] ended on its mirrors between 4.428 and 4.579 ms")
     assert lanes.summary["step_time_s"] == unfolded.summary["step_time_s"]
     columns = (*MATCHED, "start_s", "end_s")
     rows = lanes.log.op_columns(columns)

@@ -24,9 +24,9 @@ from simulator import simulation
 from simulator.config.loader import scenario_from_text
 from simulator.console.report import folding_text
 from simulator.engine import fold_policy
-from simulator.engine.fold_policy import FoldedStep, GivenUp, lane_step, meet_step, program_indexes, route_step
+from simulator.engine.fold_policy import FoldedStep, GivenUp, lane_step, meet_step, program_indexes, route_steps
 from simulator.engine.lockstep import Lockstep
-from simulator.engine.rank_classes import rank_classes
+from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.faults.step import StepFaultPlan
 from simulator.parallel.experts import ep_group, group_images
@@ -119,7 +119,8 @@ def test_the_all_to_all_beside_the_alternating_ring_folds_exactly_by_class():
 def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_them(monkeypatch):
     """With `fold_verdict` refusing every program, the alternating case's classed fold (ranks 0 and 8) and then
     its stage fold (rank 0) are given up before any run: the summary lists both, in that order, with the check's
-    short text and its reason, and the step runs unfolded with the stage fold's reason."""
+    short text and its reason, and the step runs unfolded with the stage fold's reason; the `ranks` line prints
+    the reason once, the stage fold given up 'for the same reason'."""
     monkeypatch.setattr(fold_policy, "fold_verdict", lambda *args: ({}, Unfolding("collectives", "refused")))
     summary = simulate(scenario_from_text(ALTERNATING, "inline.yaml", [])).summary
     assert not summary["folded"] and summary["simulated_ranks"] == 32 and summary["fold_off_reason"] == "refused"
@@ -129,8 +130,7 @@ def test_folds_refused_before_the_run_are_listed_with_the_check_that_refused_the
     assert folding_text(summary) == (
         "32 of 32 ranks simulated; gave up the classes fold, which would simulate 2 ranks and copy them to the "
         "others, because mirrored collectives would load the links differently: refused; gave up the stage fold, "
-        "which would simulate 1 rank and copy it to the others, because mirrored collectives would load the links "
-        "differently: refused")
+        "which would simulate 1 rank and copy it to the others, for the same reason")
 
 
 WRAP_ON_UNLIKE_SPINES = """
@@ -144,7 +144,7 @@ replicas), stage 1 on hosts 2 and 3, interleaved with two chunks per rank, so st
 gradients back to stage 1 (the wrap) over the spines while the stage's DP ring crosses them too."""
 BY_HOST = RankClasses((0,) * 8 + (1,) * 8)
 """Positions 0-7 (hosts 0 and 2) in one class, 8-15 (hosts 1 and 3) in the other."""
-OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.9125 and 57.091 ms"
+OUT_OF_STEP = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 56.91 and 57.09 ms"
 
 
 def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
@@ -171,9 +171,9 @@ def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
                                           "0.178 ms)")
     shapes, order = program_indexes(program)
     assert rank_classes(program, plans, shapes, order) is None
-    assert rank_classes(program, plans, shapes, order, routes=True) == BY_HOST
+    assert route_classes(program, plans, shapes, order) == [BY_HOST]
     prepared = prepare_training(loaded, topology, StepFaultPlan())
-    routed = route_step(prepared.build, prepared.step, plans, "flow", settings.efficiency, StepFaultPlan())
+    routed = next(route_steps(prepared.build, prepared.step, plans, "flow", settings.efficiency, StepFaultPlan()))
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
 
 
@@ -201,7 +201,7 @@ WRAP_OVER_SHARED_NICS = WRAP_ON_UNLIKE_SPINES.replace(
 """The wrap case with two GPUs per NIC and four spines: host 0's wraps to host 2 leave its even GPUs over spine 3
 and its odd GPUs over spine 1, so the TP rails of one host meet the fabric unlike, which classes of whole hosts
 cannot tell apart."""
-WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.8374 and 58.1944 ms"
+WRAP_LATE = "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 57.84 and 58.19 ms"
 
 
 def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
@@ -220,7 +220,8 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     settings = network_settings(loaded, topology)
     prepared = prepare_training(loaded, topology, StepFaultPlan())
     assert prepared.step.program.ranks == (0, 16)
-    routed = route_step(prepared.build, prepared.step, prepared.plans, "flow", settings.efficiency, StepFaultPlan())
+    routed = next(route_steps(prepared.build, prepared.step, prepared.plans, "flow", settings.efficiency,
+                              StepFaultPlan()))
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
     _, _, kept_pace = run_step(routed.program, topology, settings, plans=prepared.plans)
     assert kept_pace.collectives == ""
@@ -253,24 +254,28 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...] | None]]:
     """The refolds `simulate` tries after a folded run's hand-offs fell out of step, in order, each with the
-    ranks it simulates (None where it did not apply)."""
+    ranks it simulates (None where it did not apply); route classes as `route_step`, one entry per proposal
+    drawn from `route_steps`."""
     tried: list[tuple[str, tuple[int, ...] | None]] = []
 
-    def recorded(name: str, step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
-        def call(*args: object) -> FoldedStep | None:
-            found = step(*args)
-            tried.append((name, None if found is None else found.program.ranks))
-            return found
-        return call
+    def record(name: str, found: FoldedStep | None) -> FoldedStep | None:
+        tried.append((name, None if found is None else found.program.ranks))
+        return found
 
-    for name in ("lane_step", "route_step", "meet_step"):
+    def recorded(name: str, step: Callable[..., FoldedStep | None]) -> Callable[..., FoldedStep | None]:
+        return lambda *args: record(name, step(*args))
+
+    real_routes = fold_policy.route_steps
+    monkeypatch.setattr(fold_policy, "route_steps",
+                        lambda *args: (record("route_step", found) for found in real_routes(*args)))
+    for name in ("lane_step", "meet_step"):
         monkeypatch.setattr(fold_policy, name, recorded(name, getattr(fold_policy, name)))
     return tried
 
 
 @pytest.mark.parametrize("tp, cp, lanes, ended", [
-    (4, 2, (0, 4, 16, 20), "46.4155 and 46.594 ms"),
-    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "39.9811 and 40.1596 ms")])
+    (4, 2, (0, 4, 16, 20), "46.42 and 46.59 ms"),
+    (2, 4, (0, 2, 4, 6, 16, 18, 20, 22), "39.98 and 40.16 ms")])
 def test_hand_offs_apart_on_hosts_and_on_lanes_fold_exactly_by_their_meet(monkeypatch, tp, cp, lanes, ended):
     """The wrap case with TP x CP on each host: folded by stage, the wrap's copies in CP lane 0 on hosts 0 and 1
     ended apart (the spine hash tells the hosts apart, not the lanes), so route classes run first (4 of 32 ranks:
@@ -322,7 +327,7 @@ def test_a_meet_that_falls_out_of_step_too_runs_unfolded(monkeypatch):
     assert not folded["folded"] and folded["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & folded.keys()
     assert folded.pop("fold_off_reason").startswith(
-        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.3497 and 47.7067 ms in the "
+        "send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors between 47.35 and 47.71 ms in the "
         "folded run (5 instances")
     given_up = folded.pop("fold_given_up")
     assert [(entry["fold"], entry["simulated_ranks"], entry["out_of_step"]["instances"]) for entry in given_up] == [
@@ -351,19 +356,20 @@ def test_a_refold_whose_other_collectives_fall_out_of_step_unfolds_at_once(monke
     assert not summary["folded"] and summary["simulated_ranks"] == 32
     assert not {"fold_lanes_reason", "fold_routes_reason", "fold_meet_reason"} & summary.keys()
     assert summary["fold_off_reason"].startswith("send_recv 'send bwd mb6' over GPUs [0, 16] ended on its mirrors "
-                                                 "between 46.4155 and 46.594 ms in the folded run (5 instances")
+                                                 "between 46.42 and 46.59 ms in the folded run (5 instances")
     assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 2),
                                                                                                 ("routes", 4)]
 
 
 def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
     """The meet runs only after both refolds ran: with one (no CP lanes, say) it would be that one's classes again;
-    with lanes finer than the route classes, it is the lanes'. A meet of classes of unequal size is none."""
+    with lanes finer than the route classes, it is the lanes'. A meet of classes of unequal size is one too (its
+    run weighs each representative by its class's size)."""
     lanes = RankClasses((0, 1) * 8)
     hosts = RankClasses((0,) * 8 + (1,) * 8)
     by_host_and_lane = RankClasses((0, 1) * 4 + (2, 3) * 4)
     assert lanes.meet(hosts) == by_host_and_lane == by_host_and_lane.meet(lanes) == by_host_and_lane.meet(hosts)
-    assert lanes.meet(RankClasses((0,) * 4 + (1,) * 12)) is None
+    assert lanes.meet(RankClasses((0,) * 4 + (1,) * 12)) == RankClasses((0, 1) * 2 + (2, 3) * 6)
     folded = cast(FoldedStep, SimpleNamespace(classes=None, program=SimpleNamespace(layout=None)))
 
     def never(*args: object) -> StepProgram:
@@ -391,7 +397,7 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
     judged = (prepared.plans, "flow", prepared.settings.efficiency)
 
     def refolds() -> list[tuple[int, ...] | GivenUp | None]:
-        routes = route_step(build, folded, *judged, StepFaultPlan())
+        routes = next(route_steps(build, folded, *judged, StepFaultPlan()), None)
         lanes = lane_step(build, folded, *judged, StepFaultPlan())
         ran = [step for step in (routes, lanes) if isinstance(step, FoldedStep)]
         met = meet_step(build, folded, ran, *judged) if len(ran) == 2 else None
@@ -446,7 +452,7 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
 
 def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():
     """On the CP fabric of tests/test_folding.py the folded step is classed by NVLink loads (hosts 0 and 3, hosts
-    1 and 2 of each stage: 4 of 64 ranks), which route classes may add nothing to (`route_step` is then None):
+    1 and 2 of each stage: 4 of 64 ranks), which route classes may add nothing to (`route_steps` then gives none):
     where only the lanes ran (8 ranks) and fell out of step, the meet is one rank per CP lane of each of those
     classes (16 ranks); without a refold run, or with a stage fold and one refold, none."""
     loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
@@ -477,17 +483,19 @@ is a TP group of four GPUs on its own host (stage 0 on hosts 0, 2, 4 and 6)."""
 
 
 def test_route_classes_come_from_the_signature_and_fall_back_to_hosts(monkeypatch):
-    """On the cross-rail fabric the route signature puts a stage's replicas 0 and 2 in one class and 1 and 3 in
-    the other (two representatives per stage), where classing by host gives each replica its own (four). Where
-    the signature gives no classes of equal size (here, stubbed, no classes at all) ranks are classed by host:
-    the fallback that the DeepSeek search candidate's fold (docs/studies.md) rests on."""
+    """On the cross-rail fabric the route signatures (the hops alone, and with the loads met on them: the same
+    classes, proposed once) put a stage's replicas 0 and 2 in one class and 1 and 3 in the other (two
+    representatives per stage), and classing by host, proposed after them, gives each replica its own (four).
+    Where the signatures give no classes at all (here, stubbed) ranks are classed by host alone: the fallback that
+    the DeepSeek search candidate's fold (docs/studies.md) rests on."""
     loaded = scenario_from_text(CROSS_RAIL_PP, "inline.yaml", [])
     topology = scenario_topology(loaded)
     plans = plan_cache(topology, network_settings(loaded, topology))
     program = step_program(loaded, topology, fold=True)
     shapes, order = program_indexes(program)
+    by_host = RankClasses((0,) * 4 + (1,) * 4 + (2,) * 4 + (3,) * 4)
     assert rank_classes(program, plans, shapes, order) is None
-    assert rank_classes(program, plans, shapes, order, routes=True) == RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2)
+    assert route_classes(program, plans, shapes, order) == [RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2), by_host]
     monkeypatch.setattr("simulator.engine.rank_classes._route_signatures", lambda *args: {})
-    assert rank_classes(program, plans, shapes, order, routes=True) == RankClasses((0,) * 4 + (1,) * 4 + (2,) * 4
-                                                                                  + (3,) * 4)
+    monkeypatch.setattr("simulator.engine.rank_classes._hop_signatures", lambda *args: {})
+    assert route_classes(program, plans, shapes, order) == [by_host]

@@ -142,15 +142,19 @@ def _layout_line(summary: dict) -> str:
 
 
 
-def _given_up_text(entry: dict) -> str:
+def _given_up_text(entry: dict, before: dict | None = None) -> str:
     """One fold given up (an entry of summary.json's `fold_given_up`) in words a new user reads: which
     shortcut was dropped, how many ranks it would have simulated for all, why, then the check's reason or,
-    where its run fell out of step, the first collective out of step with its figures."""
+    where its run fell out of step, the first collective out of step with its figures; 'for the same reason'
+    where the entry ``before`` it was refused before its run as it was (a classed fold and then the stage fold)."""
     ranks = entry.get("simulated_ranks")
     shortcut = "" if ranks is None else (f", which would simulate {counted(ranks, 'rank')} and copy "
                                          f"{'it' if ranks == 1 else 'them'} to the others")
-    head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
     apart = entry.get("out_of_step")
+    if not apart and before is not None and not before.get("out_of_step") and (
+            before["why"], before["reason"]) == (entry["why"], entry["reason"]):
+        return f"gave up the {entry['fold']} fold{shortcut}, for the same reason"
+    head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
     if not apart:
         return f"{head}: {entry['reason']}"
     first, last = apart["ended_s"]
@@ -175,7 +179,7 @@ def folding_text(summary: dict) -> str:
     text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
         " (folded)" if summary.get("folded") else "")
     given_up = summary.get("fold_given_up") or []
-    text += "".join(f"; {_given_up_text(entry)}" for entry in given_up)
+    text += "".join(f"; {_given_up_text(entry, before)}" for entry, before in zip(given_up, [None, *given_up]))
     not_exact = summary.get("fold_not_exact")
     if not_exact:
         text += f"; not exact: {_fold_head(not_exact)}: {not_exact['why']} (see the warning)"

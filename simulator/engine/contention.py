@@ -15,7 +15,7 @@ runs at the share the more restrictive of the two leaves it.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -83,23 +83,28 @@ class Gpu:
     held: dict[str, int] = field(default_factory=dict)
     total: int = 0
     running: list[Kernel] = field(default_factory=list)
+    weight: float = 1.0
+    """How many ranks the GPU stands for in ``lost_s`` (a run folded by classes of unequal size)."""
 
 
 class Contention:
     """Per GPU, the SMs communication kernels hold (by op category) and the compute-bound kernels running;
     ``lost_s`` sums, per category of the holding collective, the kernel-seconds compute lost to it (over the
-    simulated ranks), and under RESERVED what kernels launched on fewer SMs lost while the SMs they left
-    stood idle.
+    simulated ranks, each weighed by ``weights``, how many ranks it stands for, where a run folded by classes of
+    unequal size gives them: parallel/folding.py `rank_weights`), and under RESERVED what kernels launched on
+    fewer SMs lost while the SMs they left stood idle.
 
     A kernel is started with `start`, waited for on its ``end`` (which may move: wait on the kernel's ``end``
     as it is after `start`, whose callbacks move along) and closed with `finish` first thing when it fires; a
     collective's kernel takes its SMs with `hold` and gives them back with `release`."""
 
-    def __init__(self, env: simpy.Environment, share: SmShare, kernel_sms: Callable[[CollectiveOp], int]):
+    def __init__(self, env: simpy.Environment, share: SmShare, kernel_sms: Callable[[CollectiveOp], int],
+                 weights: Mapping[int, int] | None = None):
         self.env = env
         self.share = share
         self.kernel_sms = kernel_sms
         self._gpus: dict[int, Gpu] = defaultdict(Gpu)
+        self._gpus.update((rank, Gpu(weight=weight)) for rank, weight in (weights or {}).items())
         self._sm_rates = [share.rate(held) for held in range(share.sms)]
         """``share.rate`` of each count of SMs held below the GPU's (beyond, the rate of one SM left)."""
         self.lost_s: dict[str, float] = defaultdict(float)
@@ -153,7 +158,7 @@ class Contention:
                 rate = kernel.rate
                 kernel.left = max(kernel.left - elapsed * rate, 0.0)
                 if rate < 1:
-                    per_sm = elapsed * (1 - rate) / max(total, kernel.reserved)
+                    per_sm = elapsed * (1 - rate) / max(total, kernel.reserved) * gpu.weight
                     for category, count in held.items():
                         lost[category] += count * per_sm
                     if kernel.reserved > total:

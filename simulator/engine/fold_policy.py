@@ -11,7 +11,8 @@ folded program; a job asks it of its straggler states before it meets them (`str
 guard hears of each unfolding (program/unfolding.py: which check, why) before the unfolded program is built,
 so that a step too large unfolded is refused (scale.py) before it takes minutes or memory. Where a folded run's
 only mirrors out of step were pipeline hand-offs, `lane_step` (one rank per CP lane of each stage,
-classes keyed by CP lane) and `route_step` (ranks classed also by their hand-offs' route loads) are tried before
+classes keyed by CP lane) and `route_steps` (ranks classed also by their hand-offs' routes: the hops, then the
+loads on them, then by host, coarsest first; classes of unequal size weighted, `FoldedStep.weights`) are tried before
 unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Lockstep.hand_offs_within_lanes`),
 then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
 step classed by NVLink loads (with those classes): the unfolded run
@@ -22,21 +23,21 @@ as the first fold is (`_refined_step`), and the lockstep check after its run cer
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from simulator.engine.lockstep import Lockstep, OutOfStep, hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
-from simulator.engine.rank_classes import rank_classes
+from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas, unequally_met, unlike_alone, unlike_routes
 from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
-from simulator.parallel.folding import RankClasses, class_copies, lane_classes, representatives
+from simulator.parallel.folding import RankClasses, class_copies, lane_classes, rank_weights, representatives
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -48,7 +49,7 @@ representative per stage)."""
 
 FoldKind = Literal["stage", "classes", "lanes", "routes", "meet"]
 """How a step is folded: one rank per pipeline stage, one per class of ranks by NVLink loads (`rank_classes`), per
-CP lane (`lane_step`), per class by hand-off route loads (`route_step`) or by the meet of the last two
+CP lane (`lane_step`), per class by hand-off routes (`route_steps`) or by the meet of the last two
 (`meet_step`)."""
 
 REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
@@ -114,6 +115,13 @@ class FoldedStep:
     """The folds refused before this step was chosen (`folded_step`'s classes, its stage fold), in order."""
     not_exact: GivenUp | None = None
     """This fold, where it stands though known before its run not to be exact (`unlike_hand_off_hops`)."""
+
+    @property
+    def weights(self) -> dict[int, int] | None:
+        """How many ranks each simulated rank stands for, where ``classes`` of unequal size make them unlike
+        (parallel/folding.py `rank_weights`); None where each stands for as many."""
+        layout = self.program.layout
+        return None if layout is None else rank_weights(layout, self.classes)
 
 
 def fold_blocker(topology: Topology) -> str:
@@ -271,34 +279,35 @@ def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: Ne
     return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, "lanes")
 
 
-def route_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-               efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | GivenUp | None:
-    """The step with its ranks classed also by the hops their pipeline hand-offs take and the loads they meet on
-    them (engine/rank_classes.py `rank_classes` with ``routes``), to run where the ``folded`` step's only mirrors
-    out of step were hand-offs (the fabric hashes each source host's flows onto its own spine, so one host's
-    hand-off can share an uplink that its mirrors' do not, and one replica's may cross the spines where
-    another's stays in its leaf group); None where no such classes refine its own: no layout
+def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
+                efficiency: Mapping[str, float], faults: StepFaultPlan) -> Iterator[FoldedStep | GivenUp | None]:
+    """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
+    `route_classes`: by the hops the copies take, then also by the loads they meet on them, then by host), the
+    coarsest first, the next to be drawn only where the one before fell out of step in its run; for a ``folded``
+    step whose only mirrors out of step were hand-offs (the fabric hashes each source host's flows onto its own
+    spine, so one host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the
+    spines where another's stays in its leaf group). Nothing where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
-    classes refine those of ``folded`` (hosts classed by their NVLink loads too, or one class per host of each
-    stage); `_refined_step` judges them before their run, ordered or not."""
+    classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
+    before its run, ordered or not."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:
-        return None
+        return
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
-    classes = rank_classes(stage_fold, plans, shapes, order, routes=True)
-    return _refined_step(build, folded, classes, plans, mode, efficiency, "routes")
+    for classes in route_classes(stage_fold, plans, shapes, order):
+        yield _refined_step(build, folded, classes, plans, mode, efficiency, "routes")
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
               mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | GivenUp | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
-    step (``tried``: `lane_step`'s and `route_step`'s, in the order they ran): one rank per CP lane of each class
-    of hosts by route, where route classes part the hosts but not a host's lanes and lanes the reverse. Where
-    only one ran and ``folded`` is classed (by NVLink loads, which route classes may add nothing to), ``folded``'s
-    classes stand for the hosts' side. None where fewer than two sides remain, or their meet is one of them (one
-    refines the other) or has classes of unequal size."""
+    step (``tried``: `lane_step`'s and the last of `route_steps`', in the order they ran): one rank per CP lane of
+    each class of hosts by route, where route classes part the hosts but not a host's lanes and lanes the
+    reverse. Where only one ran and ``folded`` is classed (by NVLink loads, which route classes may add nothing
+    to), ``folded``'s classes stand for the hosts' side. None where fewer than two sides remain, or their meet is
+    one of them (one refines the other); its classes may be of unequal size (`FoldedStep.weights`)."""
     sides = [*tried] if len(tried) == 2 or folded.classes is None else [folded, *tried]
     if len(sides) != 2 or sides[0].classes is None or sides[1].classes is None:
         return None
@@ -321,7 +330,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     refuses, the step tries the next refold or unfolds, exact either way, where an unjudged refold met unequal
     traffic (notably from mirrors that pruning dropped, which the lockstep check after the run does not compare)
     unguarded. Refolds
-    run only without step faults (`lane_step`, `route_step`), so the step is judged without any."""
+    run only without step faults (`lane_step`, `route_steps`), so the step is judged without any."""
     layout = folded.program.layout
     if classes is None or layout is None:
         return None

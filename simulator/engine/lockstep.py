@@ -24,6 +24,7 @@ import numpy as np
 
 from simulator.engine.plans import PlanCache
 from simulator.engine.sharing import Mirrors
+from simulator.engine.symmetry import apart_figures
 from simulator.metrics.events import EventLog
 from simulator.program.ops import CollectiveOp, Op
 from simulator.topology.graph import Topology
@@ -49,6 +50,10 @@ class OutOfStep:
     latest_s: float
     instances: int
     widest_s: float
+    copies: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
+    """The copies (the group or a kept mirror) that ended first and last in that instance."""
+    links: tuple[int, int] | None = None
+    """How many links each of ``copies`` crosses, for a hand-off (`hop_signature`); None for other collectives."""
 
     @property
     def hand_off(self) -> bool:
@@ -56,13 +61,28 @@ class OutOfStep:
         return self.op == "send_recv"
 
     def reason(self) -> str:
-        """The sentence a summary's fold reasons give (`fold_off_reason` and the refolds' keys)."""
-        return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between "
-                f"{self.earliest_s * 1e3:.6g} and {self.latest_s * 1e3:.6g} ms in the folded run ({self.instances} "
-                f"instance{'s' if self.instances > 1 else ''} out of step, by up to {self.widest_s * 1e3:.3g} ms): "
-                "the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, or "
-                "a ring that runs the other way round through every other host), so one rank cannot stand for its "
-                "stage")
+        """The sentence a summary's fold reasons give (`fold_off_reason` and the refolds' keys): the instance, when
+        its copies ended (as many digits as tell the two apart, symmetry.py `apart_figures`), and what differs."""
+        earliest, latest = apart_figures(self.earliest_s * 1e3, self.latest_s * 1e3)
+        return (f"{self.op} {self.name!r} over GPUs {list(self.group)} ended on its mirrors between {earliest} and "
+                f"{latest} ms in the folded run ({self.instances} instance{'s' if self.instances > 1 else ''} out "
+                f"of step, by up to {self.widest_s * 1e3:.3g} ms): {self._cause()}")
+
+    def _cause(self) -> str:
+        """What made the copies end apart: for a hand-off, the routes its copies take in other replicas (other
+        hops, or the same hops under other flows); for another collective, the loads the lanes of a stage met."""
+        first, last = (list(copy) for copy in self.copies)
+        if self.links is None:
+            return ("the lanes of a stage met the fabric's traffic unlike (as flows hashed onto the spines unevenly, "
+                    "or a ring that runs the other way round through every other host), so one rank cannot stand "
+                    "for its stage")
+        if self.links[0] != self.links[1]:
+            return (f"its copy over GPUs {first} crosses {self.links[0]} links and the one over {last} "
+                    f"{self.links[1]}: the replicas' hand-offs take routes of other hops (as one inside a leaf group "
+                    "and one across the spines), so one rank cannot stand for both")
+        return (f"its copies over GPUs {first} and {last} cross as many links ({self.links[0]}) but met other flows "
+                "on them (the fabric hashes each source host's flows onto a spine of its own), so one rank cannot "
+                "stand for both")
 
     def figures(self) -> dict:
         """Its figures as summary.json holds them (seconds)."""
@@ -146,10 +166,17 @@ def lockstep(log: EventLog, ops: Sequence[Op], mirrors: Mapping[int, Mirrors], t
         sends = np.array([key in op_of and op_of[key].op == "send_recv" for key in keys])[key_of]
         within = _apart_within(ends[sends], key_of[sends], lanes[src[order][starts]][sends])
     apart_of: dict[bool, OutOfStep] = {}
+    plan_of = plan[order][starts]
     for hand_off, index in sorted(first.items()):
-        op = op_of[keys[key_of[bounds[index]]]]
+        key = keys[key_of[bounds[index]]]
+        op, kept = op_of[key], sets[of_key[key]][1]
+        instance = slice(bounds[index], bounds[index + 1] if index + 1 < len(bounds) else len(ends))
+        copies = (op.group, *kept)
+        ended = (copies[plan_of[instance][np.argmin(ends[instance])]],
+                 copies[plan_of[instance][np.argmax(ends[instance])]])
+        links = (len(hop_signature(topology, ended[0])), len(hop_signature(topology, ended[1]))) if hand_off else None
         apart_of[hand_off] = OutOfStep(op.op, op.name, op.group, float(earliest[index]), float(latest[index]),
-                                       count[hand_off], widest[hand_off])
+                                       count[hand_off], widest[hand_off], ended, links)
     reasons = {hand_off: found.reason() for hand_off, found in apart_of.items()}
     return Lockstep(reasons.get(False, ""), reasons.get(True, ""), within, tuple(apart_of.values()))
 

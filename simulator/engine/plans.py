@@ -247,15 +247,16 @@ class PlanCache:
         return None if self.topology.routes_version else self._periods
 
 
-def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None
-                       ) -> dict[str, float]:
+def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveShapes | None = None,
+                       weights: Mapping[int, int] | None = None) -> dict[str, float]:
     """Per category, the bytes to add to the simulated ranks' flows so that they count what every GPU really
     sends (summed over their collective ops, worked out once per collective shape; ``shapes``, the index of
     ``ops``' collectives, made here unless the caller has it): in a folded run, what a group's members send on
     average beyond the simulated rank's own share (`PlanCache.send_excess`; a group whose members are all
     simulated, as in an unfolded run, already counts every member's flows), less the load its flows carry
     beyond the bytes sent (`PlanCache.unsent_bytes`: NVLS's), the members' mean where the group is partly
-    simulated."""
+    simulated. ``weights``: how many ranks each simulated rank stands for, where they stand for unlike numbers
+    (parallel/folding.py `rank_weights`), which its corrections count for."""
     simulated = {op.rank for op in ops}
     shapes = shapes or CollectiveShapes.of(ops)
     partly_simulated: dict[int, bool] = {}
@@ -269,7 +270,8 @@ def traffic_correction(ops: Sequence[Op], plans: PlanCache, shapes: CollectiveSh
     for op, shape in zip(shapes.ops, shapes.shape_of):
         extra = correction_of[shape]
         if extra is not None and extra[op.rank]:
-            correction[op.category] = correction.get(op.category, 0.0) + extra[op.rank]
+            weighed = extra[op.rank] if weights is None else extra[op.rank] * weights[op.rank]
+            correction[op.category] = correction.get(op.category, 0.0) + weighed
     return correction
 
 

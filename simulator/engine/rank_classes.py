@@ -16,15 +16,16 @@ several hosts are read (one inside a host is moved from host to host whole), and
 (engine/ordering.py) a collective that sends inside hosts and has mirrors on other hosts: where nothing mirrored
 meets a ring on NVLink, its direction changes no simulated time. What the NICs carry is left to the checks of
 engine/symmetry.py: a tree's hosts carry unlike loads there by role, and classing by them would simulate a rank
-of every host of a large job. Classes of unequal size are not used (the summary's per-GPU figures average over
-the simulated ranks, which must then stand for as many ranks each): the fold then stays one rank per stage, as
-the lockstep check after the run (engine/lockstep.py) guards.
+of every host of a large job. Classes of unequal size are not used there: the fold then stays one rank per
+stage, as the lockstep check after the run (engine/lockstep.py) guards.
 
 Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
-between hosts take and what they meet on them (``routes``): the fabric hashes each source host's flows onto a
-spine of its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its
-mirrors' do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md), and a
-replica's hand-off may cross the spines where another's stays in its leaf group.
+between hosts take, then also by what they meet on them (`route_classes`): a replica's hand-off may cross the
+spines where another's stays in its leaf group, and the fabric hashes each source host's flows onto a spine of
+its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its mirrors' do
+not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md). Those classes may be
+of unequal size: each representative then stands for its class's size of ranks (parallel/folding.py
+`rank_weights`), which the summary's per-GPU means weigh it by.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simulator.engine.lockstep import hop_signature
 from simulator.engine.ordering import ProgramOrder
 from simulator.engine.plans import PlanCache
 from simulator.engine.shapes import CollectiveShapes
@@ -42,28 +44,55 @@ from simulator.program.ops import CollectiveOp
 from simulator.program.step import StepProgram
 
 
-def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
-                 routes: bool = False) -> RankClasses | None:
-    """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart, None
-    where its ranks are all alike (or the classes would not stand for as many ranks each). Only a program that
-    simulates its layout's representatives is classed (a trace simulates the ranks it has). With ``routes``
-    (asked where a folded run's hand-offs fell out of step), hosts are classed also by the hops their pipeline hand-offs
-    take and the loads they meet on them (`_route_signatures`), and where that gives one class or classes of unequal
-    size, ranks are classed by their hosts (one class per host of each stage): route loads counted before the run
-    need not tell apart hosts whose hand-offs meet other flows at other times."""
+def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder
+                 ) -> RankClasses | None:
+    """The classes of ranks that ``program`` (folded, one representative per stage) must simulate apart by the
+    loads their NVLink links carry, None where its ranks are all alike or the classes are of unequal size (the
+    stage fold then runs, guarded by the lockstep check after it). Only a program that simulates its layout's
+    representatives is classed (a trace simulates the ranks it has)."""
+    host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
+    columns = _stage_hosts(program, host)
+    if columns is None:
+        return None
+    nvlink = _nvlink_signatures(plans, shapes, order, host)
+    return RankClasses.keyed([tuple(nvlink.get(h, ()) for h in column) for column in columns])
+
+
+def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder
+                  ) -> list[RankClasses]:
+    """The classes to fold ``program`` (folded, one representative per stage) again by where its run's hand-offs
+    fell out of step, coarsest first, each finer proposal to run only where the one before fell out of step in
+    its run: hosts classed by the hops their pipeline hand-offs' copies take (`_hop_signatures`: one
+    representative per kind of hand-off route, weighted by how many ranks it stands for), then also by the loads
+    the copies meet on those hops (`_route_signatures`), then one class per host of each stage (route loads
+    counted before the run need not tell apart hosts whose hand-offs meet other flows at other times); each
+    beside the hosts' NVLink loads (`_nvlink_signatures`), classes of unequal size allowed but for the last, a
+    proposal equal to an earlier one left out. On the published SC21 145.6B row (24 replicas, 5 of which hand on
+    across the spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give
+    seven (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192."""
+    host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
+    columns = _stage_hosts(program, host)
+    if columns is None:
+        return []
+    nvlink = _nvlink_signatures(plans, shapes, order, host)
+    proposals: list[RankClasses] = []
+    for signature in (_hop_signatures(plans, shapes, host), _route_signatures(plans, shapes, order, host)):
+        classes = RankClasses.keyed([tuple((nvlink.get(h, ()), signature.get(h, b"")) for h in column)
+                                     for column in columns], unequal=True)
+        if classes is not None and classes not in proposals:
+            proposals.append(classes)
+    by_host = RankClasses.keyed(columns)
+    return proposals if by_host is None or by_host in proposals else [*proposals, by_host]
+
+
+def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]] | None:
+    """Per position in a pipeline stage (`Layout.stage_ranks` order), the hosts (``host`` of each GPU) of its
+    ranks in every stage; None where ``program`` is not folded with one representative per stage of its layout."""
     layout = program.layout
     if layout is None or not program.folded or program.ranks != tuple(representatives(layout, True)):
         return None
-    host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
-    hosts = range(int(host.max()) + 1)
-    nvlink = _nvlink_signatures(plans, shapes, order, host)
-    by_route = _route_signatures(plans, shapes, order, host) if routes else {}
-    signature = {h: (nvlink.get(h, ()), by_route.get(h, b"")) for h in hosts}
-    stage_hosts = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
-    classes = RankClasses.keyed([tuple(signature[h] for h in column.tolist()) for column in stage_hosts.T])
-    if classes is None and routes:
-        classes = RankClasses.keyed([tuple(column.tolist()) for column in stage_hosts.T])
-    return classes
+    stages = np.array([host[np.array(layout.stage_ranks(stage), dtype=np.int64)] for stage in range(layout.pp)])
+    return [tuple(column.tolist()) for column in stages.T]
 
 
 def _nvlink_signatures(plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder, host: np.ndarray
@@ -122,6 +151,29 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
                 found.setdefault(int(host[src]), []).append(b"s" + entry)
                 found.setdefault(int(host[dst]), []).append(b"r" + entry)
     return {h: b"".join(sorted(entries)) for h, entries in found.items()}
+
+
+def _hop_signatures(plans: PlanCache, shapes: CollectiveShapes, host: np.ndarray) -> dict[int, tuple]:
+    """Per host, the hops its pipeline hand-offs' copies take (`hop_signature`), where the copies of a hand-off
+    (its group and mirrors) take unlike hops: per such hand-off shape, for each copy with an end on the host, that
+    end's role and index in the host and the copy's hops (empty where every hand-off's copies take the same hops).
+    A copy routed inside its leaf group crosses fewer hops than one across the spines, and ends a switch hop's
+    latency sooner alone."""
+    topology = plans.topology
+    local = np.asarray(topology.gpu_local, dtype=np.int64)
+    found: dict[int, list[tuple]] = {}
+    for shape, op in enumerate(shapes.firsts):
+        if op.op != "send_recv" or not op.nbytes or not op.mirrors:
+            continue
+        copies = (op.group, *op.mirrors)
+        hops = [tuple(hop_signature(topology, copy)) for copy in copies]
+        if len(set(hops)) == 1:
+            continue
+        for copy, route in zip(copies, hops):
+            entry = (shape, int(local[copy[0]]), int(local[copy[-1]]), route)
+            found.setdefault(int(host[copy[0]]), []).append(("s", *entry))
+            found.setdefault(int(host[copy[-1]]), []).append(("r", *entry))
+    return {h: tuple(sorted(entries)) for h, entries in found.items()}
 
 
 def _copy_routes(plans: PlanCache, op: CollectiveOp, host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -45,15 +45,31 @@ class StepRows:
 
     ops: Mapping[str, np.ndarray]
     flows: Mapping[str, np.ndarray]
+    weights: Mapping[int, int] | None = None
+    """How many ranks each rank with ops stands for, where a run folded by classes of unequal size simulates
+    them (parallel/folding.py `rank_weights`): the means over ranks weigh each by it. None: every rank weighs
+    the same (the plain mean, to the bit)."""
 
     @classmethod
-    def of(cls, log: EventLog) -> StepRows:
-        return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("key", "src", "bytes")))
+    def of(cls, log: EventLog, weights: Mapping[int, int] | None = None) -> StepRows:
+        return cls(log.op_columns(OP_COLUMNS), log.flow_columns(("key", "src", "bytes")), weights)
 
     def of_ranks(self, ranks: Collection[int]) -> StepRows:
         """The op rows of ``ranks`` alone (the flows unchanged)."""
         mine = np.isin(self.ops["rank"], np.fromiter(ranks, dtype=np.int64))
-        return StepRows({name: column[mine] for name, column in self.ops.items()}, self.flows)
+        return StepRows({name: column[mine] for name, column in self.ops.items()}, self.flows, self.weights)
+
+    def weights_of(self, ranks: np.ndarray) -> np.ndarray | None:
+        """The weights of ``ranks`` (None where every rank weighs the same)."""
+        if self.weights is None:
+            return None
+        return np.fromiter(map(self.weights.__getitem__, ranks.tolist()), dtype=np.float64, count=len(ranks))
+
+    def ranks_weight(self) -> float:
+        """How many ranks the ranks with ops stand for: their count, or their weights' sum."""
+        ranks = np.unique(self.ops["rank"])
+        weights = self.weights_of(ranks)
+        return float(len(ranks) if weights is None else weights.sum())
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:
@@ -125,7 +141,7 @@ def bubble_fraction(rows: StepRows) -> float:
     starts, ends = ops["start_s"][work][order], np.minimum(ops["end_s"][work], window)[order]
     bounds = np.flatnonzero(np.diff(ranks)) + 1
     idle = [1.0 - covered(s, e) / window for s, e in zip(np.split(starts, bounds), np.split(ends, bounds))]
-    return float(np.mean(np.clip(idle, 0.0, None))) if len(ranks) else 0.0
+    return _mean(np.clip(idle, 0.0, None).tolist(), rows.weights_of(ranks[np.append(0, bounds)])) if len(ranks) else 0.0
 
 
 def pipeline_window_s(rows: StepRows) -> float:
@@ -137,20 +153,29 @@ def pipeline_window_s(rows: StepRows) -> float:
 def optimizer_s(rows: StepRows) -> float:
     """Mean over the ranks with ops of their optimizer-step time."""
     ops = rows.ops
-    ranks = len(np.unique(ops["rank"]))
+    ranks = rows.ranks_weight()
     steps = ops["category"] == OPTIMIZER_CATEGORY
-    return float(np.sum(ops["end_s"][steps] - ops["start_s"][steps])) / ranks if ranks else 0.0
+    return float(_weighted_sum(rows, steps, ops["end_s"][steps] - ops["start_s"][steps])) / ranks if ranks else 0.0
 
 
 def executed_flops(rows: StepRows) -> float:
-    """The FLOPs of every compute op."""
-    return float(np.sum(rows.ops["flops"][rows.ops["kind"] == COMPUTE_KIND]))
+    """The FLOPs of every compute op (each counted for the ranks its rank stands for, `StepRows.weights`)."""
+    compute = rows.ops["kind"] == COMPUTE_KIND
+    return float(_weighted_sum(rows, compute, rows.ops["flops"][compute]))
+
+
+def _weighted_sum(rows: StepRows, chosen: np.ndarray, values: np.ndarray) -> float:
+    """The sum of ``values`` (of the op rows ``chosen``), each weighed by its rank's weight where ranks weigh
+    unlike."""
+    weights = rows.weights_of(rows.ops["rank"][chosen])
+    return float(np.sum(values if weights is None else values * weights))
 
 
 def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
     """comm_ratio (mean over ranks of time with any communication in flight / step time) and exposed
     communication per kind (mean over ranks of communication time not overlapped by compute), seconds."""
     arrays = _rank_arrays(rows.ops)
+    weights = rows.weights_of(np.fromiter(arrays, dtype=np.int64, count=len(arrays)))
     ratios: list[float] = []
     exposed: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
     totals: dict[str, list[float]] = {kind: [] for kind in COMM_CATEGORIES}
@@ -163,15 +188,17 @@ def communication_metrics(rows: StepRows, step_time_s: float) -> dict:
             totals[kind].append(covered(ks, ke))
             exposed[kind].append(uncovered(ks, ke, cs, ce))
     return {
-        "comm_ratio": _mean(ratios),
-        "exposed_comm_s": {kind: _mean(exposed[kind]) for kind in COMM_CATEGORIES},
-        "comm_s": {kind: _mean(totals[kind]) for kind in COMM_CATEGORIES},
+        "comm_ratio": _mean(ratios, weights),
+        "exposed_comm_s": {kind: _mean(exposed[kind], weights) for kind in COMM_CATEGORIES},
+        "comm_s": {kind: _mean(totals[kind], weights) for kind in COMM_CATEGORIES},
     }
 
 
-def _mean(values: list[float]) -> float:
-    """The mean over ranks, 0 where no rank has ops."""
-    return float(np.mean(values)) if values else 0.0
+def _mean(values: list[float], weights: np.ndarray | None = None) -> float:
+    """The mean over ranks (weighed by ``weights`` where ranks weigh unlike), 0 where no rank has ops."""
+    if not values:
+        return 0.0
+    return float(np.mean(values) if weights is None else np.average(values, weights=weights))
 
 
 def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None) -> dict:
@@ -186,9 +213,11 @@ def traffic_bytes(rows: StepRows, correction: Mapping[str, float] | None = None)
     if len(ranks) == 0:
         return {kind: 0.0 for kind in COMM_CATEGORIES}
     sent = np.isin(flows["src"], ranks)
+    sent_bytes = flows["bytes"][sent]
+    weights = rows.weights_of(flows["src"][sent])
     sums = grouped_sums(list(map(categories.get, flows["key"][sent].tolist(), repeat(""))),
-                        flows["bytes"][sent].tolist())
+                        (sent_bytes if weights is None else sent_bytes * weights).tolist())
     for kind, extra in (correction or {}).items():
         if extra:
             sums[kind] = sums.get(kind, 0.0) + extra
-    return {kind: float(sums.get(kind, 0.0)) / len(ranks) for kind in COMM_CATEGORIES}
+    return {kind: float(sums.get(kind, 0.0)) / rows.ranks_weight() for kind in COMM_CATEGORIES}

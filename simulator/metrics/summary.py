@@ -89,7 +89,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
-    flops_per_gpu = executed_flops(rows) / max(simulated_ranks, 1)
+    standing_for = simulated_ranks if rows.weights is None else sum(rows.weights.values())
+    flops_per_gpu = executed_flops(rows) / max(standing_for, 1)
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,
@@ -119,10 +120,11 @@ def _nominal_rates(flops_per_gpu: float, step_time_s: float, peak_flops: float) 
             "nominal_mfu": flops_per_gpu / (step_time_s * peak_flops) if step_time_s else 0.0}
 
 
-def sm_contention_summary(lost_s: dict[str, float], simulated_ranks: int) -> dict:
+def sm_contention_summary(lost_s: dict[str, float], simulated_ranks: float) -> dict:
     """The compute time lost per GPU while communication kernels held SMs (engine/contention.py): seconds by
     the category of the holding collective (tp, dp, pp...) and in all; kernel seconds, so a loss that a
-    pipeline bubble absorbs still counts."""
+    pipeline bubble absorbs still counts. ``simulated_ranks``: how many ranks the simulated ones stand for where
+    ``lost_s`` weighs each by it (a run folded by classes of unequal size), else their count."""
     ranks = max(simulated_ranks, 1)
     by_kind = {category: seconds / ranks for category, seconds in lost_s.items()}
     return {"compute_slowdown_s": by_kind, "total_compute_slowdown_s": sum(by_kind.values(), 0.0)}

@@ -11,6 +11,8 @@ carries a block across two blocks: its images are the other slices of the same k
 Where the ranks of a stage are not all alike (a ring that runs one way round through every other host: the
 classing rule is engine/rank_classes.py), folding simulates one representative per class and stage
 (`RankClasses`), and each group carries as mirrors only the images that its class stands for (`class_images`).
+Classes of unequal size (refolds by hand-off route) weigh each representative by its class's size in the
+summary's per-GPU means (`rank_weights`).
 """
 
 from __future__ import annotations
@@ -38,22 +40,30 @@ class RankClasses:
         """Each class's first position, in class order."""
         return tuple(self.of_position.index(number) for number in range(max(self.of_position) + 1))
 
+    @cached_property
+    def sizes(self) -> tuple[int, ...]:
+        """How many positions each class holds, in class order: how many ranks of its stage its representative
+        stands for."""
+        return tuple(np.bincount(np.array(self.of_position)).tolist())
+
+    @property
+    def equal(self) -> bool:
+        """Whether every class holds as many positions (each representative then weighs the same in a mean)."""
+        return len(set(self.sizes)) == 1
+
     @staticmethod
-    def keyed(keys: Sequence[Hashable]) -> RankClasses | None:
+    def keyed(keys: Sequence[Hashable], unequal: bool = False) -> RankClasses | None:
         """The classes of positions with equal ``keys``, numbered in order of first position; None where they are
-        one class or of unequal sizes (the summary's per-GPU figures average over the simulated ranks, which must
-        then stand for as many ranks each)."""
+        one class, or of unequal sizes unless ``unequal`` allows them (the summary's per-GPU figures then weigh
+        each representative by its class's size, `rank_weights`)."""
         numbers: dict[Hashable, int] = {}
-        of_position = tuple(numbers.setdefault(key, len(numbers)) for key in keys)
-        sizes = np.bincount(np.array(of_position))
-        if len(numbers) == 1 or (sizes != sizes[0]).any():
-            return None
-        return RankClasses(of_position)
+        classes = RankClasses(tuple(numbers.setdefault(key, len(numbers)) for key in keys))
+        return None if len(numbers) == 1 or not (unequal or classes.equal) else classes
 
     def meet(self, other: RankClasses) -> RankClasses | None:
         """The coarsest classes finer than both these and ``other`` (positions alike in both, the intersections
-        of their classes), None where those are of unequal sizes."""
-        return RankClasses.keyed(list(zip(self.of_position, other.of_position)))
+        of their classes), of any sizes."""
+        return RankClasses.keyed(list(zip(self.of_position, other.of_position)), unequal=True)
 
 
 def lane_classes(layout: Layout) -> RankClasses:
@@ -80,6 +90,16 @@ def representatives(layout: Layout, fold: bool, classes: RankClasses | None = No
         return [layout.rank_of(pp=stage) for stage in range(layout.pp)]
     return [ranks[position] for stage in range(layout.pp) for ranks in [layout.stage_ranks(stage)]
             for position in classes.firsts]
+
+
+def rank_weights(layout: Layout, classes: RankClasses | None) -> dict[int, int] | None:
+    """How many ranks each representative under ``classes`` stands for (its class's size: a rank of every pipeline
+    stage each), the weights of the per-GPU means of a run folded by them; None where every representative stands
+    for as many (one per stage, or classes of equal size), whose plain mean over the simulated ranks is the
+    unfolded run's."""
+    if classes is None or classes.equal:
+        return None
+    return dict(zip(representatives(layout, True, classes), classes.sizes * layout.pp))
 
 
 def _stage_positions(layout: Layout, ranks: np.ndarray) -> np.ndarray:
