@@ -501,17 +501,21 @@ class Scenario(Section):
     @model_validator(mode="after")
     def _eager_on_data_parallel_ranks(self) -> Scenario:
         """`training.kernels: eager` models torch.autocast over each rank's own fp32 weights (plain PyTorch DDP):
-        sharded weights are cast by their framework (PyTorch FSDP's param_dtype, DeepSpeed's 16-bit copies),
+        PyTorch FSDP casts in its gathers and a ZeRO optimizer keeps 16-bit weights with an fp32 master copy;
         experts and parameter-server workers run kernels the eager list does not cover."""
         if self.training.kernels != "eager":
             return self
         par, model = self.parallelism, self.model
-        if par.fsdp is not None or par.zero:
-            field = "fsdp" if par.fsdp is not None else "zero"
-            raise FieldProblem(("parallelism", field), f"{field} {getattr(par, field)} shards the weights, which "
-                               "its framework casts to 16 bits itself; training.kernels: eager models autocast "
-                               "over each rank's fp32 weights", "plain data parallelism (zero 0, no fsdp) with "
-                               "eager, or training.kernels: fused")
+        if par.fsdp is not None:
+            raise FieldProblem(("parallelism", "fsdp"), f"fsdp {par.fsdp}: PyTorch FSDP casts its weights to 16 bits "
+                               "in its own gathers (param_dtype), not through autocast's cast before every linear, "
+                               "which training.kernels: eager models", "no fsdp with eager (plain data "
+                               "parallelism), or training.kernels: fused")
+        if par.zero:
+            raise FieldProblem(("parallelism", "zero"), f"zero {par.zero} runs a sharded optimizer over 16-bit "
+                               "weights with an fp32 master copy (DeepSpeed, Megatron-LM's distributed optimizer); "
+                               "training.kernels: eager models autocast over each rank's own fp32 weights",
+                               "zero 0 with eager (plain data parallelism), or training.kernels: fused")
         if self.uses_parameter_servers:
             raise FieldProblem(("training", "kernels"), "eager kernels are modelled for a collective step, not "
                                "parameter-server workers", "fused with parallelism.strategy: parameter_server")
