@@ -32,6 +32,7 @@ from simulator.config.training_options import (
     GradReduceDtype,
     KernelEra,
     Optimizer,
+    OptimizerStep,
     Precision,
     Recompute,
 )
@@ -258,7 +259,8 @@ class TrainingConfig(Section):
     backward reads x and dy once (Transformer Engine); false runs apex's 2021 two-pass kernel (SC21).
     `bias_grad_fusion`: the weight-gradient GEMMs produce the bias gradients; false runs one reduction per
     linear layer (Megatron-LM 2021, SC21). `kernels`: `fused` (Megatron-LM with Transformer Engine) or `eager`
-    (plain PyTorch under torch.autocast, unfused: workload/eager.py). `grad_reduce_dtype`: the
+    (plain PyTorch under torch.autocast, unfused: workload/eager.py); `optimizer_step`: torch.optim's `fused`
+    update or its default `foreach` one (eager only). `grad_reduce_dtype`: the
     gradient buffer's format, which the micro-batches accumulate into, the data-parallel reduction sends and
     memory holds (default Megatron-LM's: fp32 for bf16 and fp8, fp16 for fp16; bf16 is --grad-reduce-in-bf16)."""
 
@@ -275,6 +277,7 @@ class TrainingConfig(Section):
     layernorm_fusion: bool = True
     bias_grad_fusion: bool = True
     kernels: KernelEra = "fused"
+    optimizer_step: OptimizerStep = "fused"
     grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
 
@@ -292,6 +295,14 @@ class TrainingConfig(Section):
         if self.loss_scaling is not None and self.precision not in LOSS_SCALED:
             raise ValueError(f"loss_scaling applies to fp16, not {self.precision} (bf16, fp8 and fp32 keep an "
                              "exponent range that needs none)")
+        return self
+
+    @model_validator(mode="after")
+    def _foreach_is_torch_optims(self) -> TrainingConfig:
+        if self.optimizer_step == "foreach" and self.kernels != "eager":
+            raise FieldProblem(("optimizer_step",), "foreach is torch.optim's multi-tensor update, which a plain "
+                               "PyTorch step runs; fused kernels update through Megatron-LM's fused optimizer",
+                               "fused, or foreach with kernels: eager")
         return self
 
     @model_validator(mode="after")

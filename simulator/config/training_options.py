@@ -20,6 +20,10 @@ KernelEra = Literal["fused", "eager"]
 fp32 master copy in the optimizer; fused norms, cross-entropy and bias gradients); ``eager``, as plain PyTorch runs
 them under torch.autocast without torch.compile (fp32 weights cast to 16 bits for every linear, norms and the loss
 in fp32, each elementwise op its own kernel: workload/eager.py, docs/cost-model.md "PyTorch eager")."""
+OptimizerStep = Literal["fused", "foreach"]
+"""How the optimizer's update runs: ``fused``, one pass over each parameter's tensors (apex's FusedAdam under
+Megatron-LM, torch.optim with ``fused=True``); ``foreach``, torch.optim's default on CUDA, one multi-tensor
+kernel per arithmetic op (training.py's FOREACH_BYTES_PER_PARAM), with `kernels: eager` only."""
 GradReduceDtype = Literal["fp32", "bf16", "fp16"]
 """The format of the gradient buffer: gradients accumulate over micro-batches in it and the data-parallel
 all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP's ``reduce_dtype``)."""

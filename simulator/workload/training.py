@@ -22,6 +22,7 @@ from simulator.config.training_options import (
     GradReduceDtype,
     KernelEra,
     Optimizer,
+    OptimizerStep,
     Precision,
     grad_buffer_bytes,
 )
@@ -49,6 +50,16 @@ v, write master, m and v; AdamW the same (its decoupled weight decay is one more
 already reads). SGD: read master and grad, write master; with momentum it also reads and writes the momentum."""
 
 
+FOREACH_BYTES_PER_PARAM: dict[Optimizer, float] = {"adam": 72.0, "adamw": 80.0, "sgd": 12.0, "sgd_momentum": 32.0}
+"""HBM bytes torch.optim's foreach update moves per parameter, one multi-tensor kernel per op
+(torch/optim/adam.py _multi_tensor_adam, not capturable; sgd.py _multi_tensor_sgd), fp32 throughout: Adam's
+lerp_ of m towards the gradient (read 8, write 4), mul_ of v (4 + 4), addcmul_ of the squared gradient into v
+(8 + 4), sqrt of v into a new list (4 + 4), div_ by the bias correction (4 + 4), add_ of eps (4 + 4) and the
+addcdiv_ of the update into the weights (12 + 4): 72 B; AdamW's decoupled decay multiplies the weights first
+(4 + 4): 80 B (the default weight decay, 0.01). SGD adds the gradient into the weights (8 + 4); with momentum
+mul_ of the buffer (4 + 4) and add_ of the gradient into it (8 + 4) first: 32 B."""
+
+
 def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
     """HBM bytes of the mixed-precision passes around the update with a gradient buffer of ``buffer_bytes``
     per element (see optimizer_bytes_per_param)."""
@@ -59,7 +70,8 @@ def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
 
 
 def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
-                              grad_reduce: GradReduceDtype | None = None, kernels: KernelEra = "fused") -> float:
+                              grad_reduce: GradReduceDtype | None = None, kernels: KernelEra = "fused",
+                              step: OptimizerStep = "fused") -> float:
     """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
     optimizer runs it (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params):
     ``main_param.grad = main_grad.float()`` copies a 16-bit gradient buffer to fp32 (read 2 B, write 4 B) and is
@@ -68,10 +80,12 @@ def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
     the fp32 gradients once for the gradient norm (4 B) and runs the update; 16-bit training then copies the
     fp32 master weights into the 16-bit ones (read 4 B, write 2 B). Adam with fp16 moves 52 B, with bf16 38 B.
     PyTorch eager under autocast (``kernels``) updates the fp32 weights and gradients themselves with
-    torch.optim's fused step (``fused=True``, as the H200 trace's step): no copy either way and no gradient
-    norm unless the script clips (not modelled); fp16's GradScaler still unscales: Adam 28 B, 36 B with fp16."""
+    torch.optim's update, ``fused=True`` (as the H200 trace's step) or its default foreach (``step``,
+    FOREACH_BYTES_PER_PARAM): no copy either way and no gradient norm unless the script clips (not modelled);
+    fp16's GradScaler still unscales: Adam fused 28 B, 36 B with fp16; AdamW foreach 80 B."""
     if kernels == "eager":
-        return UPDATE_BYTES_PER_PARAM[optimizer] + (8.0 if precision in LOSS_SCALED else 0.0)
+        update = FOREACH_BYTES_PER_PARAM if step == "foreach" else UPDATE_BYTES_PER_PARAM
+        return update[optimizer] + (8.0 if precision in LOSS_SCALED else 0.0)
     buffer = grad_buffer_bytes(precision, grad_reduce)
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
@@ -296,7 +310,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
     seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision,
-                                                  training.grad_reduce_dtype, training.kernels) / (
+                                                  training.grad_reduce_dtype, training.kernels,
+                                                  training.optimizer_step) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage])
