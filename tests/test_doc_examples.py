@@ -418,6 +418,10 @@ SCENARIO_QUOTES = [
      "{s[exposed_comm_s][ep]:.3f} s exposed"),
     ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
      "fully exposed: {ms_exposed_dp:.1f} ms of the {ms_dp:.0f} ms of DP communication"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
+     "Model FLOPs are {gflop_model_per_token:.1f} GFLOP"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", ()),
+     "the hardware count adds {gflop_hardware_extra_per_token:.1f} GFLOP per token"),
     ("docs/parameter_server.md", ("parameter-server-vs-allreduce", ()),
      "(sync: {ms_exchange:.0f} ms of exchange per iteration against a {ms_allreduce:.0f} ms all-reduce on an idle "
      "cluster; `busiest_link_bytes` {gib_busiest:.1f} GiB against {gib_allreduce_busiest:.1f} GiB)"),
@@ -436,6 +440,11 @@ def quoted_figures(summary: dict) -> dict:
     figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3}
+    if summary.get("tokens_per_s"):
+        flop_per_token = summary["gpus"] * 1e12 / summary["tokens_per_s"] / 1e9
+        figures["gflop_model_per_token"] = summary["tflops_per_gpu"] * flop_per_token
+        figures["gflop_hardware_extra_per_token"] = (
+            (summary["hardware_tflops_per_gpu"] - summary["tflops_per_gpu"]) * flop_per_token)
     if "memory_per_stage_gib" in summary:
         stage = summary["memory_per_stage_gib"][0]
         figures["gib_static_stage_0"] = stage["total"] - stage["activations"]
