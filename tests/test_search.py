@@ -252,6 +252,19 @@ def test_a_candidate_refused_when_its_scenario_is_read_keeps_the_one_line_reason
     assert checked.reason.startswith("refused: 4 chunks per rank: PyTorch FSDP under torch.distributed.pipelining")
 
 
+def test_the_trees_data_parallel_step_says_what_fits_and_its_memory():
+    """The tree's first step read 'the model trains on one GPU's memory with ZeRO-1 sharding' for a model that
+    fits on each GPU only with its optimizer state sharded over all of them, and it alone of the tree's steps
+    gave no memory figure (the others: 'pp4 fits (61.2 GiB)')."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    choice = seed_tree_choice(8, 8, 32, 32, True, lambda candidate: Checked(candidate, {}, None, 75.09))
+    assert choice.steps == ("every GPU holds the whole model with ZeRO-1 over all 8 GPUs (75.1 GiB): "
+                            "DP over every GPU",)
+    assert choice.candidate == Candidate(1, 1, 1, 8, 1, 1, "zero1", "none", 1)
+
+
 def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
     """A 46-character label with ' (tree)' overflowed the 48-character layout column and shifted that row."""
     import pandas as pd

@@ -37,7 +37,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     steps = []
     single = check(Candidate(1, 1, 1, world, 1, 1, "zero1", "none", ep))
     if not single.reason:
-        steps.append("the model trains on one GPU's memory with ZeRO-1 sharding: DP over every GPU")
+        steps.append(f"every GPU holds the whole model with ZeRO-1 over all {world} GPUs "
+                     f"({single.peak_memory_gib:,.1f} GiB): DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
     if layer_fits:
