@@ -60,13 +60,18 @@ addcdiv_ of the update into the weights (12 + 4): 72 B; AdamW's decoupled decay 
 mul_ of the buffer (4 + 4) and add_ of the gradient into it (8 + 4) first: 32 B."""
 
 
+def unscale_bytes_per_param(precision: Precision) -> float:
+    """HBM bytes per parameter of a loss-scaled precision's unscale and inf/NaN check of the fp32 gradients
+    before the update (read and write 4 B: Megatron-LM's and torch.amp's GradScaler alike); 0 without scaling."""
+    return 8.0 if precision in LOSS_SCALED else 0.0
+
+
 def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
     """HBM bytes of the mixed-precision passes around the update with a gradient buffer of ``buffer_bytes``
     per element (see optimizer_bytes_per_param)."""
     widen = 2.0 + 4.0 if buffer_bytes == 2 else 0.0
-    unscale = 8.0 if precision in LOSS_SCALED else 0.0
     master_to_model = 4.0 + 2.0 if PRECISION_BYTES[precision] == 2 else 0.0
-    return widen + unscale + master_to_model
+    return widen + unscale_bytes_per_param(precision) + master_to_model
 
 
 def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
@@ -85,7 +90,7 @@ def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
     fp16's GradScaler still unscales: Adam fused 28 B, 36 B with fp16; AdamW foreach 80 B."""
     if kernels == "eager":
         update = FOREACH_BYTES_PER_PARAM if step == "foreach" else UPDATE_BYTES_PER_PARAM
-        return update[optimizer] + (8.0 if precision in LOSS_SCALED else 0.0)
+        return update[optimizer] + unscale_bytes_per_param(precision)
     buffer = grad_buffer_bytes(precision, grad_reduce)
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
