@@ -572,6 +572,24 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
                        "or pass --force")
 
 
+def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int) -> str:
+    """Why a refold of the step of ``loaded`` (asked to fold and estimated so) that simulates ``ranks`` ranks is
+    too large to run, '' where it is within the limits: the folded estimate's ops, flows and memory beyond the
+    cluster's, each times ``ranks`` over the ranks it simulates. Flows grow with the ranks too: a refold's
+    representatives send their own copies of what the fold mirrored, pruned or replayed (the long-context row by
+    CP lane, 16 times the stage fold's ranks, posted or replayed 24.1 M flows against its 1.74 M). The budget of
+    refolds tried where the step may not run unfolded (`program/unfolding.RefoldBudget`)."""
+    folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded))
+    if folded is None or not folded.folded:
+        return ""
+    times = ranks / max(folded.simulated_ranks, 1)
+    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
+    estimate = replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
+                       flows=math.ceil(folded.flows * times),
+                       memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
+    return f"{estimate.describe()}; the limits are {limits_text()}" if estimate.over_limits() else ""
+
+
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:
     """The scenario's cluster, built only once a training layout's degrees multiply to its GPU count and split
     its global batch, and the run's estimate is within the limits (both from the topology's parameters when

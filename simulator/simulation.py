@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from simulator.faults.step import Slowdown, StepFaultPlan
     from simulator.parallel.folding import RankClasses
     from simulator.parallel.layout import Layout
-    from simulator.program.unfolding import UnfoldingGuard
+    from simulator.program.unfolding import RefoldBudget, UnfoldingGuard
 
 Progress = Callable[[int, int], None]
 """Called with (ops done, ops in total) while a run executes."""
@@ -374,7 +374,7 @@ def prepare_training(loaded: LoadedScenario, topology: Topology, faults: StepFau
 
 def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultHooks,
                       progress: Progress | None = None, guard: UnfoldingGuard | None = None,
-                      prepared: PreparedStep | None = None) -> Result:
+                      prepared: PreparedStep | None = None, budget: RefoldBudget | None = None) -> Result:
     """One training step (modelled or traced): the step ``prepared`` (`prepare_training` with ``guard`` when
     None), run under the step's faults, summarised. A folded run whose mirrors fell out of step with their
     groups (engine/lockstep.py) is run again unfolded, or where only pipeline hand-offs did, first with one
@@ -382,11 +382,12 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     (`fold_policy.route_steps`), route classes first where copies of one lane's hand-off ended apart, then by
     the meet of the two (`fold_policy.meet_step`), each the unfolded run's timeline where its own mirrors keep
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
-    first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the
-    folded run stands with a warning. Each fold given up on the way, refused before its run or out of step in
-    it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out
-    of step is not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same
-    shape)."""
+    first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the refolds
+    are tried those ``budget`` allows (`scale.refold_refusal`; None: none, as a job's states are run), and where
+    none keeps pace the folded run stands with a warning. Each fold given up on the way, refused before its run
+    or out of step in it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run
+    that stands out of step is not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures,
+    in the same shape)."""
     from simulator.engine.fold_policy import fell_out_of_step, unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -410,21 +411,27 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         try:
             if guard is not None:
                 guard(unfolding)
+            may_unfold = True
         except ScenarioError:
             if kept_pace.collectives:
                 raise
-            not_exact = fell_out
-            summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
-        else:
-            given_up.append(fell_out)
-            refolded = None if kept_pace.collectives else _refolded(loaded, prepared, faults.plan, run, kept_pace,
-                                                                   given_up)
+            may_unfold = False
+        refolds_given_up: list[GivenUp] = []
+        refolds = not kept_pace.collectives and (may_unfold or budget is not None)
+        refolded = _refolded(loaded, prepared, faults.plan, run, kept_pace, refolds_given_up,
+                             None if may_unfold else budget) if refolds else None
+        if refolded is not None or may_unfold:
+            given_up += [fell_out, *refolds_given_up]
             if refolded is not None:
                 step, summary, log, reason_key = refolded
                 summary[reason_key] = out_of_step
             else:
                 step = located(loaded, lambda: unfolded_step(build, faults.plan, unfolding))
                 summary, log, _ = run(step)
+        else:
+            given_up += refolds_given_up
+            not_exact = fell_out
+            summary["warnings"].append(f"folded step not exact, and too large to simulate unfolded: {out_of_step}")
     program, blocker = step.program, step.off_reason
     result = Result(summary, topology, log)
     summary.update(scenario=loaded.source, seed=loaded.scenario.run.seed)
@@ -453,7 +460,8 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
 
 def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultPlan,
               run: Callable[[FoldedStep], tuple[dict, EventLog, Lockstep]], kept_pace: Lockstep,
-              given_up: list[GivenUp]) -> tuple[FoldedStep, dict, EventLog, str] | None:
+              given_up: list[GivenUp], budget: RefoldBudget | None = None
+              ) -> tuple[FoldedStep, dict, EventLog, str] | None:
     """The ``prepared`` step, whose folded run's only mirrors out of step were pipeline hand-offs (``kept_pace``,
     its lockstep report), run again with one rank per CP lane (`fold_policy.lane_step`), else with its ranks
     classed also by their hand-offs' routes (`fold_policy.route_steps`, coarsest classes first, each finer one
@@ -463,18 +471,20 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     pace (it is then the unfolded run): the step, its summary and log, and the summary key that says why it ran;
     else None. A refold whose mirrors of other collectives than hand-offs fell out of step ends the tries (None:
     the step unfolds), the rule the first folded run follows: refolds are made for hand-offs out of step, not for
-    other collectives. Each refold refused before its run or out of step in it is appended to ``given_up``."""
+    other collectives. Each refold refused before its run (by the fold checks, or by ``budget`` where the step
+    may not unfold) or out of step in it is appended to ``given_up``."""
     from simulator.engine.fold_policy import GivenUp, fell_out_of_step, lane_step, meet_step, route_steps
 
     build, folded = prepared.build, prepared.step
     judged = (prepared.plans, prepared.settings.mode, dict(prepared.settings.efficiency))
     tried: dict[str, FoldedStep] = {}
     tries: list[tuple[str, Callable[[], Iterator[FoldedStep | GivenUp | None]]]] = [
-        ("fold_lanes_reason", lambda: iter([lane_step(build, folded, *judged, faults)])),
-        ("fold_routes_reason", lambda: route_steps(build, folded, *judged, faults))]
+        ("fold_lanes_reason", lambda: iter([lane_step(build, folded, *judged, faults, budget)])),
+        ("fold_routes_reason", lambda: route_steps(build, folded, *judged, faults, budget))]
     if kept_pace.hand_offs_within_lanes:
         tries.reverse()
-    tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged)])))
+    tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged,
+                                                               budget)])))
     for reason_key, refolds in tries:
         for step in _each_located(loaded, located(loaded, refolds)):
             if step is None or isinstance(step, GivenUp):
@@ -509,14 +519,15 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     unfolds too before they are built unfolded; ``progress(done, total)`` hears of the ops executed. The cyclic
     garbage collector is paused meanwhile (simulator/collector.py)."""
     from simulator.engine.faults import FaultHooks
-    from simulator.scale import refuse_unfolded, sized_topology
+    from simulator.scale import refold_refusal, refuse_unfolded, sized_topology
 
     topology = sized_topology(loaded, force)
     faults = FaultHooks(topology, step_faults(loaded, topology))
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
         guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
-        run = simulate_training(loaded, topology, faults, progress, guard)
+        budget = None if force else partial(refold_refusal, loaded, topology.num_gpus)
+        run = simulate_training(loaded, topology, faults, progress, guard, budget=budget)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     ignored = loaded.ignored_without_a_horizon()

@@ -9,6 +9,7 @@ wrongly: each case says whether it folds, so a change that unfolded every case w
 from __future__ import annotations
 
 import pytest
+from test_folding import NO_REFOLDS, _refused_unfolded
 from test_rank_classes import _assert_same_figures
 
 from simulator.config.loader import scenario_from_text
@@ -268,6 +269,29 @@ def test_replicas_that_hand_on_across_the_spines_fold_once_per_kind_of_route(nod
         "both")
     assert folded["step_time_s"] == unfolded["step_time_s"]
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+
+
+@pytest.mark.parametrize("refolds", [True, False, None])
+def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
+    """The SC21-like step where the guard refuses it unfolded (as the published 1T, 310.1B and 529.6B rows are
+    refused): its hand-offs out of step, the route refold by hops is tried all the same where the refold budget
+    allows it (scale.refold_refusal), and stands, exact (the unfolded step's figures within 1e-12), with the stage
+    fold given up; refused by the budget, it is given up before it is built and the stage fold stands, not exact,
+    with its warning. Until then the refold was never tried there, and the step stood `fold_not_exact`, as it
+    still does without a budget (a job's states)."""
+    summary = _refused_unfolded(SC21_LIKE, refolds=refolds)
+    assert summary["folded"]
+    if refolds:
+        unfolded = simulate(scenario_from_text(SC21_LIKE, "inline.yaml", ["run.fold=false"])).summary
+        assert summary["simulated_ranks"] == 16 and not summary["warnings"] and "fold_not_exact" not in summary
+        assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("stage", 8)]
+        _assert_same_figures(summary, unfolded, 1e-12, 1e-15, "fold_routes_reason")
+        return
+    assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
+    assert summary.get("fold_given_up") == (None if refolds is None else [
+        {"fold": "routes", "simulated_ranks": 16, "why": "the refold is too large to simulate", "reason": NO_REFOLDS}])
+    (warning,) = summary["warnings"]
+    assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0'")
 
 
 def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_for():

@@ -519,8 +519,14 @@ def test_hsdp_over_dp_and_cp_folds_exactly(run_yaml):
     assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=EXACT)
 
 
-def _refused_unfolded(text: str) -> dict:
-    """The summary of ``text`` run with a guard that refuses every unfolding (a step too large unfolded)."""
+NO_REFOLDS = "too large to refold"
+"""What a budget that refuses every refold says (`RefoldBudget`)."""
+
+
+def _refused_unfolded(text: str, refolds: bool | None = False) -> dict:
+    """The summary of ``text`` run with a guard that refuses every unfolding (a step too large unfolded), and a
+    refold budget that refuses every refold, or with ``refolds`` allows each (None: no budget, as a job's states
+    run, which tries no refold)."""
     from simulator.engine.faults import FaultHooks
     from simulator.errors import ScenarioError
     from simulator.simulation import simulate_training, step_faults
@@ -532,14 +538,16 @@ def _refused_unfolded(text: str) -> dict:
         raise ScenarioError(f"too large unfolded: {unfolding.reason}")
 
     return simulate_training(loaded, topology, FaultHooks(topology, step_faults(loaded, topology)),
-                             guard=refuse).summary
+                             guard=refuse,
+                             budget=None if refolds is None else lambda ranks: "" if refolds else NO_REFOLDS).summary
 
 
 def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_of_step():
     """Where a collective's mirrors fell out of step the guard's refusal stands (exit 2 at the CLI, as for the
     checks before the run); where only pipeline hand-offs did (ONE_NIC: 'send fwd mb0' and no other), the folded
-    run stands with a warning that says why it is not exact (the published long-context row), and its stage fold
-    is `fold_not_exact` with the figures of the hand-off out of step, not in `fold_given_up` (it ran and stands:
+    run stands, where no refold applies (a stage's ranks share a host, whose hand-offs all take one route), with
+    a warning that says why it is not exact (the published long-context row), and its stage fold is
+    `fold_not_exact` with the figures of the hand-off out of step, not in `fold_given_up` (it ran and stands:
     listed there, the `ranks` line said 'given up' of the fold whose figures were printed); the `ranks` line says
     'not exact' of it and leaves its figures to the warning."""
     from simulator.errors import ScenarioError
@@ -564,11 +572,12 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
 
 
 def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():
-    """LEAF_GROUPS_OF_THREE with tp 1, pp 16, dp 3 where the step may not run unfolded (nor, then, refold): the
-    folded run stands, its forward sends out of step (stage 7's to stage 8 ended between 4.60 and 5.55 ms on
-    its copies), with the warning and `fold_not_exact`, not silently (it stood as exact at 81.11 ms, the
-    unfolded step 82.06)."""
-    summary = _refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n")
+    """LEAF_GROUPS_OF_THREE with tp 1, pp 16, dp 3 where the step may not run unfolded: the folded run stands, its
+    forward sends out of step (stage 7's to stage 8 ended between 4.60 and 5.55 ms on its copies), with the
+    warning and `fold_not_exact`, not silently (it stood as exact at 81.11 ms, the unfolded step 82.06). No refold
+    applies there: its copies cross the same hops in every replica (they meet one another), and where the step
+    may not unfold route classes are proposed by hops only (`fold_policy.route_steps`)."""
+    summary = _refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n", refolds=True)
     assert summary["folded"] and summary["simulated_ranks"] == 16 and "fold_given_up" not in summary
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "

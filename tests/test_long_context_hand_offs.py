@@ -71,8 +71,10 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     across a leaf group). The folded step is 11.296903 s and its exposed pipeline communication 487.1 ms per GPU
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
     `_send`). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning and
-    its stage fold in `fold_not_exact` with these figures (the fold by CP lane is tried only where the step may
-    unfold); no collective other than a hand-off falls out of step. With every CP lane simulated (256 ranks, what
+    its stage fold in `fold_not_exact` with these figures; the fold by CP lane (256 ranks) is beyond the refold
+    budget (scale.refold_refusal: ~32.9 GiB), so it is given up before it is built, and the route classes by hops
+    are none (every lane's hand-off crosses the spines over the same hops); no collective other than a hand-off
+    falls out of step. With every CP lane simulated (256 ranks, what
     --force runs, not run here: 225 s of CPU, 10.6 GiB) no mirror falls out of step, the step is 11.296940 s and
     the exposed pipeline communication 453.1 ms per GPU (the stage fold 3.3e-6 short). Measured 2026-12-03; a
     change to the network model, the spine hash or the program moves these figures, and should be looked at here."""
@@ -83,7 +85,10 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
         "folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb3' over GPUs [384, 512] "
         "ended on its mirrors between 173.28 and 173.34 ms in the folded run (1328 instances out of step, by up "
         "to 1.07 ms)")
-    assert "fold_given_up" not in summary
+    (lanes,) = summary["fold_given_up"]
+    assert (lanes["fold"], lanes["simulated_ranks"], lanes["why"]) == ("lanes", 256, "the refold is too large to "
+                                                                                  "simulate")
+    assert lanes["reason"].startswith("16,384 GPUs, 256 simulated ranks (folded)")
     not_exact = summary["fold_not_exact"]
     assert (not_exact["fold"], not_exact["simulated_ranks"], not_exact["why"]) == (
         "stage", 16, "a hand-off fell out of step in its run")

@@ -171,7 +171,7 @@ def test_the_wrap_hand_off_meets_the_dp_ring_on_one_hosts_spine_uplink_only():
                                           "0.178 ms)")
     shapes, order = program_indexes(program)
     assert rank_classes(program, plans, shapes, order) is None
-    assert route_classes(program, plans, shapes, order) == [BY_HOST]
+    assert list(route_classes(program, plans, shapes, order)) == [BY_HOST]
     prepared = prepare_training(loaded, topology, StepFaultPlan())
     routed = next(route_steps(prepared.build, prepared.step, plans, "flow", settings.efficiency, StepFaultPlan()))
     assert routed is not None and routed.program.ranks == (0, 8, 16, 24)
@@ -495,7 +495,8 @@ def test_route_classes_come_from_the_signature_and_fall_back_to_hosts(monkeypatc
     shapes, order = program_indexes(program)
     by_host = RankClasses((0,) * 4 + (1,) * 4 + (2,) * 4 + (3,) * 4)
     assert rank_classes(program, plans, shapes, order) is None
-    assert route_classes(program, plans, shapes, order) == [RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2), by_host]
+    assert list(route_classes(program, plans, shapes, order)) == [RankClasses((0, 0, 0, 0, 1, 1, 1, 1) * 2),
+                                                                  by_host]
     monkeypatch.setattr("simulator.engine.rank_classes._route_signatures", lambda *args: {})
     monkeypatch.setattr("simulator.engine.rank_classes._hop_signatures", lambda *args: {})
-    assert route_classes(program, plans, shapes, order) == [by_host]
+    assert list(route_classes(program, plans, shapes, order)) == [by_host]

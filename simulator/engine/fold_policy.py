@@ -39,7 +39,7 @@ from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.parallel.folding import RankClasses, class_copies, lane_classes, rank_weights, representatives
 from simulator.program.step import StepProgram
-from simulator.program.unfolding import FoldCheck, Unfolding, UnfoldingGuard
+from simulator.program.unfolding import FoldCheck, RefoldBudget, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
 
 StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
@@ -57,7 +57,8 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "cluster": "the cluster is not symmetric",
                                  "collectives": "mirrored collectives would load the links differently",
                                  "faults": "the step's faults differ across replicas",
-                                 "hops": "the replicas' hand-offs cross other hops"}
+                                 "hops": "the replicas' hand-offs cross other hops",
+                                 "size": "the refold is too large to simulate"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`), or stands not exact
 (``hops``): the stable short text of a `GivenUp`."""
 
@@ -268,19 +269,21 @@ def unlike_hand_off_hops(shapes: CollectiveShapes, topology: Topology) -> str:
 
 
 def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-              efficiency: Mapping[str, float], faults: StepFaultPlan) -> FoldedStep | GivenUp | None:
+              efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
+              ) -> FoldedStep | GivenUp | None:
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
     run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
     stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the stages'
-    representatives); a lane program that `_refined_step` refuses is given up (`GivenUp`)."""
+    representatives); a lane program that `_refined_step` refuses (or ``budget``) is given up (`GivenUp`)."""
     layout = folded.program.layout
     if layout is None or layout.cp == 1 or not faults.empty:
         return None
-    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, "lanes")
+    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, "lanes", budget)
 
 
 def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
-                efficiency: Mapping[str, float], faults: StepFaultPlan) -> Iterator[FoldedStep | GivenUp | None]:
+                efficiency: Mapping[str, float], faults: StepFaultPlan, budget: RefoldBudget | None = None
+                ) -> Iterator[FoldedStep | GivenUp | None]:
     """The step with its ranks classed also by the routes of their pipeline hand-offs (engine/rank_classes.py
     `route_classes`: by the hops the copies take, then also by the loads they meet on them, then by host), the
     coarsest first, the next to be drawn only where the one before fell out of step in its run; for a ``folded``
@@ -289,19 +292,26 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     spines where another's stays in its leaf group). Nothing where no such classes refine its own: no layout
     (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
-    before its run, ordered or not."""
+    before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
+    than the one before. Where a ``budget`` is given (the step may not unfold), only the classes by hops are
+    proposed: the loads' signature took 183 s on the published SC21 529.6B row and 4 s on the long-context row,
+    whose classes by it (240 ranks) were then beyond the budget."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:
         return
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
-    for classes in route_classes(stage_fold, plans, shapes, order):
-        yield _refined_step(build, folded, classes, plans, mode, efficiency, "routes")
+    for classes in route_classes(stage_fold, plans, shapes, order, hops_only=budget is not None):
+        refold = _refined_step(build, folded, classes, plans, mode, efficiency, "routes", budget)
+        yield refold
+        if isinstance(refold, GivenUp) and refold.unfolding.check == "size":
+            return
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
-              mode: NetworkMode, efficiency: Mapping[str, float]) -> FoldedStep | GivenUp | None:
+              mode: NetworkMode, efficiency: Mapping[str, float], budget: RefoldBudget | None = None
+              ) -> FoldedStep | GivenUp | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
     step (``tried``: `lane_step`'s and the last of `route_steps`', in the order they ran): one rank per CP lane of
     each class of hosts by route, where route classes part the hosts but not a host's lanes and lanes the
@@ -313,11 +323,12 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
         return None
     met = sides[0].classes.meet(sides[1].classes)
     return None if met in (sides[0].classes, sides[1].classes) else _refined_step(build, folded, met, plans, mode,
-                                                                                 efficiency, "meet")
+                                                                                 efficiency, "meet", budget)
 
 
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
-                  mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind) -> FoldedStep | GivenUp | None:
+                  mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind,
+                  budget: RefoldBudget | None = None) -> FoldedStep | GivenUp | None:
     """The step folded (as ``kind``) with one representative per class of ``classes``, to run again where
     ``folded``'s only mirrors out of step were pipeline hand-offs; None where there are no such classes or they
     simulate the ranks ``folded`` did or every rank (such a refold is the unfolded step, which then runs as
@@ -330,13 +341,18 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     refuses, the step tries the next refold or unfolds, exact either way, where an unjudged refold met unequal
     traffic (notably from mirrors that pruning dropped, which the lockstep check after the run does not compare)
     unguarded. Refolds
-    run only without step faults (`lane_step`, `route_steps`), so the step is judged without any."""
+    run only without step faults (`lane_step`, `route_steps`), so the step is judged without any. Where the step
+    may not run unfolded, ``budget`` says whether the refold may (`program/unfolding.RefoldBudget`); one beyond it
+    is given up before its program is built."""
     layout = folded.program.layout
     if classes is None or layout is None:
         return None
     ranks = representatives(layout, True, classes)
     if list(folded.program.ranks) == ranks or len(ranks) == layout.world:
         return None
+    too_large = budget(len(ranks)) if budget is not None else ""
+    if too_large:
+        return GivenUp(kind, len(ranks), Unfolding("size", too_large))
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
     slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)

@@ -30,7 +30,7 @@ of unequal size: each representative then stands for its class's size of ranks (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -58,31 +58,39 @@ def rank_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShape
     return RankClasses.keyed([tuple(nvlink.get(h, ()) for h in column) for column in columns])
 
 
-def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder
-                  ) -> list[RankClasses]:
+def route_classes(program: StepProgram, plans: PlanCache, shapes: CollectiveShapes, order: ProgramOrder,
+                  hops_only: bool = False) -> Iterator[RankClasses]:
     """The classes to fold ``program`` (folded, one representative per stage) again by where its run's hand-offs
-    fell out of step, coarsest first, each finer proposal to run only where the one before fell out of step in
+    fell out of step, coarsest first, each worked out only when drawn, where the one before fell out of step in
     its run: hosts classed by the hops their pipeline hand-offs' copies take (`_hop_signatures`: one
     representative per kind of hand-off route, weighted by how many ranks it stands for), then also by the loads
-    the copies meet on those hops (`_route_signatures`), then one class per host of each stage (route loads
-    counted before the run need not tell apart hosts whose hand-offs meet other flows at other times); each
-    beside the hosts' NVLink loads (`_nvlink_signatures`), classes of unequal size allowed but for the last, a
-    proposal equal to an earlier one left out. On the published SC21 145.6B row (24 replicas, 5 of which hand on
-    across the spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give
-    seven (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192."""
+    the copies meet on those hops (`_route_signatures`, which took 183 s on the published SC21 529.6B row against
+    none for the hops), then one class per host of each stage (route loads counted before the run need not tell
+    apart hosts whose hand-offs meet other flows at other times); each beside the hosts' NVLink loads
+    (`_nvlink_signatures`), each proposal finer than or equal to the one before (keyed by its signatures and
+    the earlier ones'; by host the finest), so that none simulates fewer ranks than the one before; classes of
+    unequal size allowed but for the last, a proposal equal to an earlier one left out. With ``hops_only``, the
+    classes by hops alone, if any. On the published SC21 145.6B row (24 replicas, 5 of which hand on across the
+    spines) hops give two classes per stage, 16 of 1,536 ranks, and that run keeps pace; loads give seven
+    (replicas 0 and 23 and each crossing replica apart), 56 ranks; hosts 192."""
     host = np.asarray(plans.topology.gpu_host, dtype=np.int64)
     columns = _stage_hosts(program, host)
     if columns is None:
-        return []
+        return
     nvlink = _nvlink_signatures(plans, shapes, order, host)
-    proposals: list[RankClasses] = []
-    for signature in (_hop_signatures(plans, shapes, host), _route_signatures(plans, shapes, order, host)):
-        classes = RankClasses.keyed([tuple((nvlink.get(h, ()), signature.get(h, b"")) for h in column)
-                                     for column in columns], unequal=True)
-        if classes is not None and classes not in proposals:
-            proposals.append(classes)
-    by_host = RankClasses.keyed(columns)
-    return proposals if by_host is None or by_host in proposals else [*proposals, by_host]
+    keys: list[tuple] = [tuple(nvlink.get(h, ()) for h in column) for column in columns]
+    proposed: list[RankClasses] = []
+    signatures = (lambda: _hop_signatures(plans, shapes, host), lambda: _route_signatures(plans, shapes, order, host))
+    for signature_of in signatures[:1] if hops_only else signatures:
+        signature = signature_of()
+        keys = [(key, tuple(signature.get(h, b"") for h in column)) for key, column in zip(keys, columns)]
+        classes = RankClasses.keyed(keys, unequal=True)
+        if classes is not None and classes not in proposed:
+            proposed.append(classes)
+            yield classes
+    by_host = None if hops_only else RankClasses.keyed(columns)
+    if by_host is not None and by_host not in proposed:
+        yield by_host
 
 
 def _stage_hosts(program: StepProgram, host: np.ndarray) -> list[tuple[int, ...]] | None:

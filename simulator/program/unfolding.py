@@ -9,13 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-FoldCheck = Literal["plan", "copies", "cluster", "collectives", "faults", "hops"]
+FoldCheck = Literal["plan", "copies", "cluster", "collectives", "faults", "hops", "size"]
 """The check that unfolds a step: the plan's ranks of a stage doing different work
 (`parallel/program.plan_fold_blocker`), a replicated trace's copies whose own traffic meets the cluster unlike
 the traced ranks' (`workload/traces/program._copies_unlike`), the cluster (`engine/fold_policy.fold_blocker`), its
 collectives on the flow model (`engine/symmetry.py`) or the step's faults (`engine/fold_policy.fold_with_faults`);
 or that leaves a folded step standing not exact: on the analytic model, hand-offs whose replicas' copies cross
-other hops (`engine/fold_policy.unlike_hand_off_hops`)."""
+other hops (`engine/fold_policy.unlike_hand_off_hops`); or a refold beyond the scale limits, tried where the step
+may not unfold (`RefoldBudget`)."""
 
 
 @dataclass(frozen=True)
@@ -28,3 +29,7 @@ class Unfolding:
 
 UnfoldingGuard = Callable[[Unfolding], None]
 """Told of an unfolding before the unfolded program is built; raises to refuse the run."""
+
+RefoldBudget = Callable[[int], str]
+"""Why a refold of a step that may not run unfolded, simulating the given number of ranks, is too large to run
+(scale.refold_refusal: its estimate beyond the limits), '' where it may run."""
