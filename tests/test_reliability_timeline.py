@@ -1,8 +1,8 @@
 """Job timelines with failures placed by hand (the seeded draw replaced), checked against what must happen at
 those times: a degradation repaired while the job was restarting is over when the next one comes, and the
 maintenance windows that fell inside one long restart are taken once, right after it, a restart keeps
-every host in use whatever the hosts per replica, and a regrow or maintenance stop right after a restart writes no
-checkpoint."""
+every host in use whatever the hosts per replica, a regrow or maintenance stop right after a restart writes no
+checkpoint, and a spare standing in that fails during a restart's warm-up starts it over."""
 
 from __future__ import annotations
 
@@ -795,3 +795,33 @@ def test_restarts_that_mostly_wait_for_hosts_warn_above_5_percent_of_the_horizon
         assert warnings == [warning] and f"warning: {warning}" in printed.err
     else:
         assert warnings == [] and "waited" not in printed.err
+
+
+SPARE_JOB = WAIT_JOB.replace("warmup_steps: 0", "warmup_steps: 10, spares: 2")
+"""The one-GPU-host job above with 10 warm-up steps and two spare hosts."""
+
+
+@pytest.mark.parametrize("case", ["in-the-warm-up", "in-the-detection"])
+def test_a_spare_standing_in_that_fails_during_the_warm_up_starts_the_restart_over(job_with, case):
+    """GPU 0 fails at 1 h; its host goes to repair and a spare stands in its slot from the restart's rendezvous
+    (2 min detection + 3 min rescheduling), through the 5 min launch, the load L and the warm-up W. The spare's
+    GPU failing halfway through the warm-up interrupts that restart: it starts over with detection, on the second
+    spare, and ends a whole restart (10 min + L + W) after that failure; two interruptions, each sending a host to
+    repair (before, the slot counted as out until the restart ended: one interruption, the failure ignored). The
+    same slot failing 1 min after 1 h, during detection, hits the host already out: ignored, one restart."""
+    parts = job_with((1 * H, GPU, 0, 10 * H), text=SPARE_JOB).summary["restart"]
+    assert parts["warmup_s"] > 0
+    restart = 10 * 60 + parts["load_s"] + parts["warmup_s"]
+    again = {"in-the-warm-up": 1 * H + restart - parts["warmup_s"] / 2, "in-the-detection": 1 * H + 60}[case]
+    job = job_with((1 * H, GPU, 0, 10 * H), (again, GPU, 0, 10 * H), text=SPARE_JOB)
+    events = job.events
+    restarts = events[events["kind"] == "restart"][["cause", "start_s", "end_s"]].to_numpy().tolist()
+    failures = events[events["kind"] == "failure"][["start_s", "hosts"]].to_numpy().tolist()
+    if case == "in-the-warm-up":
+        assert restarts == [["failure", 1 * H, pytest.approx(again + restart, rel=1e-12)]]
+        assert failures == [[1 * H, 1], [again, 1]]
+    else:
+        assert restarts == [["failure", 1 * H, pytest.approx(1 * H + restart, rel=1e-12)]]
+        assert failures == [[1 * H, 1]]
+    assert job.summary["interruptions"]["unexpected"]["mean"] == len(failures)
+    assert job.summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, rel=1e-12)

@@ -7,9 +7,11 @@ interrupt: the clock rolls back to the last completed checkpoint, the hosts in t
 and the restart runs detection, rescheduling (spare hosts; when there are too few, waiting for repaired ones,
 or with `elastic` relaunching on the largest of the job's sizes the hosts fill, elastic.py, waiting only below
 the smallest), launch, checkpoint load and warm-up steps. The group is formed as launch begins (its rendezvous):
-every host back from repair by then joins it. One back later, during launch, load or warm-up, waits for the next
-restart, unless the job regrows `on_repair` and the hosts back then fill a larger size: then the group re-forms
-at once, from rescheduling (torchelastic agents restart their workers when a node waits at the rendezvous).
+every host back from repair by then joins it, and its hosts, spares standing in for those taken out included,
+are in use from then on (a host taken out is out until then). One back later, during launch, load or warm-up,
+waits for the next restart, unless the job regrows `on_repair` and the hosts back then fill a larger size: then
+the group re-forms at once, from rescheduling (torchelastic agents restart their workers when a node waits at
+the rendezvous).
 An interrupting failure during a restart starts it over. A shrunk elastic job grows back at its next
 restart, or with `regrow: on_repair` as soon as the hosts back from repair (and spares) fill a larger size
 whose GPUs all have a route: it stops cleanly (writes a checkpoint, as a maintenance stop does, but with no
@@ -383,13 +385,16 @@ class JobProcess:
             gate = max(stopped_until, now + self.plan.detection_s if detects else now)
             hosts_in_hand, rendezvous, replicas, costs = self._relaunch_plan(gate)
             end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
-            larger, back = self._grows_back(rendezvous, end, replicas)
-            arrival = self._skip_arrivals(min(end, back))
+            arrival = self._skip_arrivals(rendezvous)
             rejoin = INF
-            if arrival is None or self.times[arrival] >= min(end, back):
-                rejoin = self._rejoin_due(larger, back) if back < end else INF
-                if rejoin == INF:
-                    arrival = self._skip_arrivals(end)
+            if arrival is None or self.times[arrival] >= rendezvous:
+                self._form_group(rendezvous, replicas)
+                larger, back = self._grows_back(rendezvous, end, replicas)
+                arrival = self._skip_arrivals(min(end, back))
+                if arrival is None or self.times[arrival] >= min(end, back):
+                    rejoin = self._rejoin_due(larger, back) if back < end else INF
+                    if rejoin == INF:
+                        arrival = self._skip_arrivals(end)
             stop = min(end, rejoin, horizon)
             if arrival is not None and self.times[arrival] < stop:
                 stop = self.times[arrival]
@@ -415,7 +420,7 @@ class JobProcess:
                 continue
             if cause is BuiltInCause.REGROW:
                 self.regrow_restarts += 1
-            self._relaunch(end, replicas)
+            self._relaunch(replicas)
             self.events.add("restart", begin, end, cause=cause, step=self.clock.steps)
             return
 
@@ -459,12 +464,19 @@ class JobProcess:
         duration = self.plan.maintenance.duration_s if self.plan.maintenance else 0.0
         return write + (duration if cause is BuiltInCause.MAINTENANCE else 0.0)
 
-    def _relaunch(self, t: float, replicas: int) -> None:
-        self._collect_repairs(t)
+    def _form_group(self, rendezvous: float, replicas: int) -> None:
+        """The group a restart forms at its ``rendezvous`` on ``replicas``: its hosts (every slot of that size,
+        spares and hosts back from repair by then standing in for those out) are in use from then on, so that a
+        failure of any of them during launch, load or warm-up starts the restart over; the rest are spares."""
+        self._collect_repairs(rendezvous)
         available = self.in_use - len(self.missing) + self.spares
         self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
         self.missing.clear()
+
+    def _relaunch(self, replicas: int) -> None:
+        """A restart completed on ``replicas``: the job trains on that size (its group formed at the
+        rendezvous, `_form_group`), a shrink or a regrow when it changed."""
         if replicas != self.replicas:
             if replicas < self.replicas:
                 self.shrinks += 1
