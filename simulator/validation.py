@@ -89,7 +89,24 @@ def _facts(summary: dict) -> tuple[tuple[str, str], ...]:
         ("peak memory", f"{summary['peak_memory_gib']:,.1f} GiB{' (out of memory)' if summary['oom'] else ''}"),
         ("overlaps", ", ".join(name for name, on in summary.get("overlaps", {}).items() if on) or "none"),
         ("compute lost to SM contention", _contention(summary.get("sm_contention"))),
+        ("simulated", _folding(summary)),
     )
+
+
+def _folding(summary: dict) -> str:
+    """How the case was simulated, from its summary: folded exactly, folded though not exact (`fold_not_exact`:
+    which fold and why) or unfolded, with the ranks simulated of its GPUs and each fold given up on the way
+    (`fold_given_up`: which and why)."""
+    ranks, gpus = summary["simulated_ranks"], summary["gpus"]
+    not_exact = summary.get("fold_not_exact")
+    if not summary["folded"]:
+        how = f"unfolded, all {gpus:,} ranks"
+    elif not_exact:
+        how = f"folded by {not_exact['fold']}, not exact ({not_exact['why']}), {ranks:,} of {gpus:,} ranks"
+    else:
+        how = f"folded exactly, {ranks:,} of {gpus:,} ranks"
+    given_up = [f"{entry['fold']} fold given up: {entry['why']}" for entry in summary.get("fold_given_up") or ()]
+    return how + (f" ({'; '.join(given_up)})" if given_up else "")
 
 
 def _contention(entry: dict | None) -> str:

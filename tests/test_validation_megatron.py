@@ -8,6 +8,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -103,3 +104,39 @@ def test_a_report_with_no_folder_to_go_to_is_refused_before_the_cases_run(tmp_pa
     assert main(["validate-published", "--folder", str(FOLDER), "--out", str(missing)]) == 2
     assert capsys.readouterr().err == (f"error: command line: --out: no folder {missing.parent} to write the report "
                                        "into (allowed: a file in an existing folder)\n")
+
+
+def _summary(gpus: int, ranks: int, folded: bool, **folding) -> dict:
+    """A step's summary with the figures the report reads, each case's own folding."""
+    return {"step_time_s": 3.0, "gpus": gpus, "bubble_fraction": 0.1,
+            "exposed_comm_s": {"tp": 0.5, "pp": 0.2, "dp": 0.1}, "peak_memory_gib": 40.0, "oom": False,
+            "overlaps": {}, "simulated_ranks": ranks, "folded": folded, **folding}
+
+
+FOLDINGS = {
+    "megatron-sc21-1.7b": (_summary(32, 1, True),
+                           "folded exactly, 1 of 32 ranks"),
+    "megatron-sc21-1t": (_summary(3072, 64, True, fold_not_exact={
+        "fold": "stage", "simulated_ranks": 64, "why": "a hand-off fell out of step in its run", "reason": "r"}),
+        "folded by stage, not exact (a hand-off fell out of step in its run), 64 of 3,072 ranks"),
+    "megatron-sc21-18.4b": (_summary(256, 256, False, fold_given_up=[
+        {"fold": "classes", "simulated_ranks": 16, "why": "the cluster is not symmetric", "reason": "r"},
+        {"fold": "stage", "simulated_ranks": 8, "why": "a collective fell out of step in its run", "reason": "r"}]),
+        "unfolded, all 256 ranks (classes fold given up: the cluster is not symmetric; stage fold given up: a "
+        "collective fell out of step in its run)"),
+}
+
+
+def test_the_report_says_how_each_case_was_simulated(monkeypatch):
+    """docs/validation.md did not show which cases were folded exactly, which stood folded though not exact (the
+    SC21 1T, 310.1B and 529.6B rows: `fold_not_exact`) and which ran unfolded: "Where the time goes" says so from
+    each case's summary (these are made up, not run: the cases take minutes)."""
+    import simulator
+
+    monkeypatch.setattr(simulator, "simulate", lambda loaded: SimpleNamespace(
+        summary=FOLDINGS[Path(loaded.source).stem][0]))
+    text = render([run_case(FOLDER / f"{case}.yaml") for case in FOLDINGS])
+    header = text.split("## Where the time goes\n\n")[1].splitlines()[0]
+    assert header.endswith("| compute lost to SM contention | simulated |")
+    for case, (_, simulated) in FOLDINGS.items():
+        assert f"| {case} | 3.00 s | 10.0% | 0.50 / 0.20 / 0.10 s | 40.0 GiB | none | off | {simulated} |" in text
