@@ -8,7 +8,7 @@ pandas) are imported where a run needs them, so that `trainsim collective` start
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -283,10 +283,13 @@ def step_program(loaded: LoadedScenario, topology: Topology, *, fold: bool,
 
         return located(loaded, lambda: trace_program(workload, read_traces(workload, base_dir), topology,
                                                      fold=fold, guard=guard))
+    from simulator.recompute_check import selective_recompute_warning
     from simulator.workload.transformer_program import transformer_program
 
-    return located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
-                                                       guard=guard, classes=classes))
+    program = located(loaded, lambda: transformer_program(loaded.scenario, topology, base_dir, fold=fold,
+                                                          guard=guard, classes=classes))
+    warning = selective_recompute_warning(loaded, program)
+    return program if warning is None else replace(program, warnings=(*program.warnings, warning))
 
 
 def step_faults(loaded: LoadedScenario, topology: Topology) -> StepFaultPlan:
