@@ -524,7 +524,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from simulator.units import counted
 
     out = output_folder(args.out)
-    sweep = load_sweep(args.sweep, max_points=args.max_points)
+    sweep = load_sweep(args.sweep, max_points=args.max_points, overrides=args.set)
     executor = make_executor(args.executor, args.workers, args.scheduler)
     update, stop = progress_printer(args.quiet)
     try:
@@ -762,6 +762,8 @@ def _parser() -> argparse.ArgumentParser:
                        help=EXECUTOR_HELP)
     sweep.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
     sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
+    sweep.add_argument("--set", action="append", default=[], metavar="a.b=VALUE",
+                       help="override a field of the base scenario, before the axes (not one an axis sets)")
     sweep.add_argument("--max-points", type=_at_least(1), default=10_000, help="refuse sweeps with more points")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--force", action="store_true",

@@ -517,3 +517,55 @@ def test_a_job_point_writes_the_files_trainsim_run_writes(tmp_path):
         assert sorted(path.name for path in folder.iterdir()) == sorted(files)
         for name in files[:-1]:
             assert (folder / name).read_bytes() == (tmp_path / "run" / name).read_bytes(), name
+
+
+def test_a_set_overrides_the_base_of_every_point_before_its_axes(tmp_path, capsys):
+    """`trainsim sweep --set` writes into the base scenario, as `trainsim run --set` does, and the axes then
+    write each point's values: GPipe on 4 uniform stages steps in (m + 3)(F + B), 4 ms a micro-batch with
+    `--set model.synthetic.forward=2ms` against the file's 3 ms. A re-run with the same `--set` reuses every
+    point, one without it runs them all again (the point's key digests its whole scenario)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--set", "model.synthetic.forward=2ms", "--out", str(out), "--executor",
+                 "serial", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("sweep: 2 points (2 ok; 0 reused)")
+    frame = pd.read_parquet(out / "results.parquet")
+    assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 4e-3 for m in (4, 8)], rel=1e-9)
+    executor = CountingExecutor()
+    run_sweep(load_sweep(path, overrides=["model.synthetic.forward=2ms"]), out, executor)
+    assert executor.ran == []
+    run_sweep(load_sweep(path), out, executor)
+    assert executor.ran == [0, 1]
+    frame = pd.read_parquet(out / "results.parquet")
+    assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 3e-3 for m in (4, 8)], rel=1e-9)
+
+
+@pytest.mark.parametrize("override", ["training.microbatches=2", "training={microbatches: 2}"])
+def test_a_set_on_a_field_an_axis_sets_is_refused(tmp_path, capsys, override):
+    """An axis writes its field at every point, so a `--set` of that field (or of the section holding it) would
+    be dropped without a word, or would leave the axis's column naming values no point ran: refused at the
+    `--set`, naming the axis and its line; nothing is written."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
+    assert main(["sweep", str(path), "--set", override, "--out", str(tmp_path / "out")]) == 2
+    field = override.split("=")[0]
+    assert capsys.readouterr().err == (
+        f"error: --set {override}: {field}: the sweep's axis grid.training.microbatches ({path}:9) sets "
+        "training.microbatches at every point (allowed: a field no axis writes: vary it in the sweep file, or "
+        "leave out the --set)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_set_value_is_located_at_the_set(tmp_path, capsys):
+    """A value the schema refuses stops the sweep at the `--set`; one the simulator refuses when it builds a
+    point makes the points invalid, their error located at the `--set` too, not at the base's line."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
+    assert main(["sweep", str(path), "--set", "parallelism.dp=two", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("error: --set parallelism.dp=two: parallelism.dp: ")
+    run_sweep(load_sweep(path, overrides=["parallelism.pp=3"]), tmp_path / "pp3", SerialExecutor())
+    frame = pd.read_parquet(tmp_path / "pp3" / "results.parquet")
+    assert list(frame["status"]) == ["invalid", "invalid"]
+    assert frame["error"][0] == ("--set parallelism.pp=3: parallelism.pp: pp 3 differs from the synthetic model's 4 "
+                                 "stages (allowed: 4 (or leave it out))")

@@ -36,8 +36,8 @@ class PointTask:
     lines: dict
     outputs_dir: str | None
     overrides: tuple[Override, ...] = ()
-    """The point's axis values as overrides of the base: an error in a field an axis set is located at that
-    axis, as when the sweep is read."""
+    """The `--set` values and the point's axis values as overrides of the base: an error in a field one of
+    them set is located at it, as when the sweep is read."""
     force: bool = False
     """Run the point even beyond the scale limits (`trainsim sweep --force`), as `trainsim run --force` would."""
 

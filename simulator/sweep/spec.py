@@ -1,6 +1,7 @@
 """Sweep files: a base scenario plus axes (`grid:`, `zip:`, `random:`) over scenario field paths and
 constraints, expanded into the sweep's points. Every point's scenario is validated here, before anything runs, so
-a bad axis value is one located error and not 200 failed points.
+a bad axis value is one located error and not 200 failed points. `trainsim sweep --set` overrides the base
+scenario before the axes, and is refused on a field an axis sets.
 
 ```yaml
 base: ../scenarios/schedule-gpipe-p4-m8.yaml      # a path (relative to this file), a bundled name or an inline scenario
@@ -39,6 +40,7 @@ from simulator.config.field_paths import path_problem
 from simulator.config.loader import (
     LoadedScenario,
     Override,
+    apply_overrides,
     located_error,
     validate_as_json,
     validated_scenario,
@@ -114,8 +116,8 @@ class Point:
     """One point of a sweep: its index, its axis values (by field path, as written), the validated scenario
     data, a key that changes whenever the scenario does (what resuming matches on), the validated scenario's
     digest (what a reused point's run folder must name), for a point a constraint
-    rules out, why, and its axis values as overrides of the base, so that an error in a field an axis set is
-    located at the axis (as a `--set`'s is at the `--set`)."""
+    rules out, why, and the `--set` values and its axis values as overrides of the base, so that an error in a
+    field one of them set is located at it."""
 
     index: int
     values: tuple[tuple[str, object], ...]
@@ -139,22 +141,27 @@ class Sweep:
     outputs: bool
 
 
-def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
-    """Read a sweep file and expand it; any mistake is one located ScenarioError."""
+def load_sweep(path: str | Path, max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
+    """Read a sweep file and expand it, its base scenario overridden first by ``overrides`` (`--set a.b=value`);
+    any mistake is one located ScenarioError."""
     data, lines = read_yaml(path, ScenarioError)
-    return sweep_from_data(data, lines, str(path), Path(path).parent, max_points)
+    return sweep_from_data(data, lines, str(path), Path(path).parent, max_points, overrides)
 
 
 def sweep_from_text(text: str, source: str = "<sweep>", folder: Path = Path("."),
-                    max_points: int = DEFAULT_MAX_POINTS) -> Sweep:
+                    max_points: int = DEFAULT_MAX_POINTS, overrides: list[str] | None = None) -> Sweep:
     """Like `load_sweep` for YAML text already in memory; a relative base scenario is read from ``folder``."""
     data, lines = parse_yaml_text(text, source, ScenarioError)
-    return sweep_from_data(data, lines, source, folder, max_points)
+    return sweep_from_data(data, lines, source, folder, max_points, overrides)
 
 
-def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_points: int) -> Sweep:
+def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_points: int,
+                    overrides: list[str] | None = None) -> Sweep:
     """Parsed sweep YAML ``data`` validated and expanded into its points (at most ``max_points``), each a
-    validated scenario; any mistake is one ScenarioError located in ``source``."""
+    validated scenario: the base scenario with the ``overrides`` (`--set`, as `trainsim run` takes them) written
+    in, then the point's axis values. A `--set` on a field an axis sets (or on a section above one, or a field
+    below one) is refused: the axis would write over it at every point, and the `--set` would be dropped without
+    a word. Any mistake is one ScenarioError located in ``source``, or at the `--set` that wrote the value."""
     if not isinstance(data, dict):
         raise ScenarioError("a sweep file must be a mapping", allowed=", ".join(SweepFile.model_fields), file=source,
                             line=1)
@@ -164,7 +171,9 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         raise validation_error(exc, SweepFile, source, lines) from None
     locate = _locator(source, lines)
     base_data, base_source, base_lines = _base(spec, folder, source, lines)
+    base_data, set_by_hand = apply_overrides(base_data, overrides or [])
     axes = _axis_paths(spec, base_data, locate)
+    _refuse_sets_on_axes(set_by_hand, axes, source, lines)
     count = _count(spec)
     if not axes:
         raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
@@ -187,8 +196,9 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
         except ScenarioError as exc:
             failed = next(name for name, _ in values if dotted(parse_field(name)) == exc.field)
             raise locate(axes[failed], exc.problem, exc.allowed) from None
-        written = tuple(Override(parse_field(name), source, line_of(lines, axes[name]), dotted(axes[name]),
-                                 f"value {_shown(value)}: ") for name, value in values)
+        written = set_by_hand + tuple(Override(parse_field(name), source, line_of(lines, axes[name]),
+                                               dotted(axes[name]), f"value {_shown(value)}: ")
+                                      for name, value in values)
         scenario = validated_scenario(point_data, base_source, base_lines, written)
         skipped = _violated(constraints, scenario, index, locate)
         cluster = orjson.dumps(point_data.get("cluster"), option=orjson.OPT_SORT_KEYS)
@@ -250,6 +260,22 @@ def _axis_paths(spec: SweepFile, base_data: dict, locate) -> dict[str, FieldPath
     if len(lengths) > 1:
         raise locate(("zip",), f"zip axes have different lengths {sorted(lengths)}", "lists of equal length")
     return names
+
+
+def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, FieldPath], source: str,
+                         lines: dict) -> None:
+    """A `--set` whose field an axis also writes (the same field, a section holding the axis's, or a field
+    under the axis's) refused at the `--set`, naming the axis and its line."""
+    for override in set_by_hand:
+        written = tuple(str(part) for part in override.path)
+        for name, entry in axes.items():
+            axis = tuple(str(part) for part in parse_field(name))
+            common = min(len(written), len(axis))
+            if written[:common] == axis[:common]:
+                raise ScenarioError(f"the sweep's axis {dotted(entry)} ({source}:{line_of(lines, entry)}) sets "
+                                    f"{name} at every point", field=dotted(override.path), file=override.file,
+                                    allowed="a field no axis writes: vary it in the sweep file, or leave out the "
+                                            "--set")
 
 
 def _count(spec: SweepFile) -> int:
