@@ -572,17 +572,31 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
                        "or pass --force")
 
 
+REFOLD_COST_MULTIPLE = 2
+"""Where the step may not run unfolded, a refold is tried only while it simulates at most this many times the
+fold's ranks: a refold runs after the fold, whose answer the user then has (not exact, by how much it says), so a
+refold that doubles the ranks at most keeps the command within about three times the fold's run. Measured on the
+published rows (2026-12-04): the hop refold of SC21 310.1B (64 of the stage fold's 16 ranks) took the command
+from 7.5 s and 0.47 GB to 24 s and 1.7 GB to move the step by 8e-6 s of 37 s; 529.6B's (140 of 35) from 40 s and
+2.5 GB to 79 s and 5.1 GB and fell out of step, changing nothing."""
+
+
 def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int) -> str:
     """Why a refold of the step of ``loaded`` (asked to fold and estimated so) that simulates ``ranks`` ranks is
-    too large to run, '' where it is within the limits: the folded estimate's ops, flows and memory beyond the
-    cluster's, each times ``ranks`` over the ranks it simulates. Flows grow with the ranks too: a refold's
-    representatives send their own copies of what the fold mirrored, pruned or replayed (the long-context row by
-    CP lane, 16 times the stage fold's ranks, posted or replayed 24.1 M flows against its 1.74 M). The budget of
-    refolds tried where the step may not run unfolded (`program/unfolding.RefoldBudget`)."""
+    not tried, '' where it is: more than `REFOLD_COST_MULTIPLE` times the ranks the fold simulates, or the folded
+    estimate's ops, flows and memory beyond the cluster's, each times ``ranks`` over the ranks it simulates, beyond
+    the limits. Flows grow with the ranks too: a refold's representatives send their own copies of what the fold
+    mirrored, pruned or replayed (the long-context row by CP lane, 16 times the stage fold's ranks, posted or
+    replayed 24.1 M flows against its 1.74 M). The budget of refolds tried where the step may not run unfolded
+    (`program/unfolding.RefoldBudget`)."""
     folded = estimate_scale(loaded.scenario, gpus, scenario_hosts(loaded))
     if folded is None or not folded.folded:
         return ""
     times = ranks / max(folded.simulated_ranks, 1)
+    if times > REFOLD_COST_MULTIPLE:
+        return (f"the refold would cost {times:.3g} x the fold ({ranks:,} ranks simulated against "
+                f"{folded.simulated_ranks:,}); where the step may not unfold, a refold is tried within "
+                f"{REFOLD_COST_MULTIPLE} x the fold's ranks")
     cluster = gpus * TOPOLOGY_BYTES_PER_GPU
     estimate = replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
                        flows=math.ceil(folded.flows * times),

@@ -72,7 +72,8 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (11.299570 s and 488.8 ms before a rank's sends to one peer left in issue order, parallel/program.py
     `_send`). Unfolded the step is far beyond the scale limits, so the folded run stands with this warning and
     its stage fold in `fold_not_exact` with these figures; the fold by CP lane (256 ranks) is beyond the refold
-    budget (scale.refold_refusal: ~32.9 GiB), so it is given up before it is built, and the route classes by hops
+    budget (scale.refold_refusal: 16 times the stage fold's ranks, and ~32.9 GiB), so it is given up before it is
+    built, and the route classes by hops
     are none (every lane's hand-off crosses the spines over the same hops); no collective other than a hand-off
     falls out of step. With every CP lane simulated (256 ranks, what
     --force runs, not run here: 225 s of CPU, 10.6 GiB) no mirror falls out of step, the step is 11.296940 s and
@@ -88,7 +89,7 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     (lanes,) = summary["fold_given_up"]
     assert (lanes["fold"], lanes["simulated_ranks"], lanes["why"]) == ("lanes", 256, "the refold is too large to "
                                                                                   "simulate")
-    assert lanes["reason"].startswith("16,384 GPUs, 256 simulated ranks (folded)")
+    assert lanes["reason"].startswith("the refold would cost 16 x the fold (256 ranks simulated against 16)")
     not_exact = summary["fold_not_exact"]
     assert (not_exact["fold"], not_exact["simulated_ranks"], not_exact["why"]) == (
         "stage", 16, "a hand-off fell out of step in its run")

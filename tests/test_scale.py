@@ -524,3 +524,19 @@ def test_a_run_past_the_event_limits_is_told_its_own_size_parameter():
     assert refused.value.field == "run.fold"
     assert refused.value.allowed.endswith("a smaller cluster (cluster.racks or cluster.trays); or pass --force")
     assert "cluster.nodes" not in refused.value.allowed
+
+
+@pytest.mark.parametrize("row, ranks, refused", [("529.6b", 140, "4 x"), ("310.1b", 64, "4 x"),
+                                                 ("310.1b", 32, ""), ("1t", 128, "")])
+def test_a_refold_of_a_step_that_may_not_unfold_costs_at_most_twice_the_fold(row, ranks, refused):
+    """Where the step may not unfold, a refold is tried only within `REFOLD_COST_MULTIPLE` times the fold's
+    ranks: the published SC21 rows' hop refolds (140 of 529.6B's 35 ranks, 64 of 310.1B's 16) doubled the
+    command's time and memory (40 -> 79 s, 7.5 -> 24 s) to change nothing or 8e-6 s of 37 s, within the limits
+    as they were; a refold of twice the fold's ranks is still tried (1T's 128 of 64 within the limits too)."""
+    loaded = load_scenario(SCENARIOS / "published" / f"megatron-sc21-{row}.yaml")
+    refusal = scale.refold_refusal(loaded, scale.scenario_gpus(loaded), ranks)
+    if not refused:
+        assert refusal == ""
+        return
+    assert refusal.startswith(f"the refold would cost {refused} the fold ({ranks} ranks simulated against ")
+    assert refusal.endswith("a refold is tried within 2 x the fold's ranks")
