@@ -294,6 +294,33 @@ def test_a_step_that_may_not_unfold_refolds_by_route_within_the_budget(refolds):
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0'")
 
 
+ALIKE_HOPS = """
+cluster: {topology: dgx-h100-cluster, nodes: 10, leaf_ports: 3, spines: 2}
+model: {layers: 16, hidden: 1024, heads: 8, vocab: 32000}
+training: {seq_len: 1024, microbatches: 8}
+parallelism: {tp: 2, pp: 8, dp: 5, pipeline: {schedule: 1f1b}}
+collectives: {algorithm: hierarchical, sm_contention: none}
+run: {timeline: summary}
+"""
+"""Five replicas on ten hosts in leaf groups of three: copies of the first hand-off cross as many links (6) but
+meet other flows on them (the spines' hash), so the route classes by hops part no ranks."""
+
+
+def test_a_step_that_may_not_unfold_says_which_refolds_it_did_not_try():
+    """Where the step may not unfold only the route classes by hops are proposed; on `ALIKE_HOPS` they part no
+    ranks, so no refold runs and the stage fold stands, not exact. `fold_given_up` was then absent, only the
+    warning saying anything (reviewer's gap 4); it now lists the finer route classes as not tried, and why
+    (unfolded, main refolds 32 then 40 ranks, exact)."""
+    summary = _refused_unfolded(ALIKE_HOPS, refolds=True)
+    assert summary["simulated_ranks"] == 8 and summary["fold_not_exact"]["fold"] == "stage"
+    assert summary["fold_not_exact"]["out_of_step"]["widest_s"] > 0
+    (untried,) = summary["fold_given_up"]
+    assert (untried["fold"], untried["simulated_ranks"], untried["why"]) == (
+        "routes", None, "finer refolds are not tried where the step may not unfold")
+    assert untried["reason"].startswith("route classes by the loads the hand-offs' copies meet on their hops, and "
+                                        "by host, are not proposed where the step may not unfold")
+
+
 def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_for():
     """A representative's weight is its class's size (a rank of each stage per position); equal classes, or one
     rank per stage, have none (the plain mean is the unfolded one, to the bit)."""

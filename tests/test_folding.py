@@ -559,7 +559,8 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
                               "over GPUs [4, 8] ended on its mirrors")
-    assert "fold_given_up" not in summary
+    (untried,) = summary["fold_given_up"]
+    assert (untried["fold"], untried["why"]) == ("routes", "finer refolds are not tried where the step may not unfold")
     entry = summary["fold_not_exact"]
     assert (entry["fold"], entry["simulated_ranks"], entry["why"]) == (
         "stage", 4, "a hand-off fell out of step in its run")
@@ -567,8 +568,9 @@ def test_a_step_too_large_unfolded_is_refused_or_warned_as_its_mirrors_fell_out_
     assert (entry["out_of_step"]["op"], entry["out_of_step"]["name"]) == ("send_recv", "send fwd mb0")
     assert entry["out_of_step"]["group"] == [4, 8]
     assert folding_text(summary) == (
-        f"4 of {summary['gpus']} ranks simulated (folded); not exact: stage fold (4 ranks): a hand-off fell out of "
-        "step in its run (see the warning)")
+        f"4 of {summary['gpus']} ranks simulated (folded); gave up the routes fold, because finer refolds are not "
+        f"tried where the step may not unfold: {untried['reason']}; not exact: stage fold (4 ranks): a hand-off fell "
+        "out of step in its run (see the warning)")
 
 
 def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_cannot_unfold():
@@ -576,9 +578,11 @@ def test_hand_offs_whose_copies_meet_one_another_stand_not_exact_where_the_step_
     forward sends out of step (stage 7's to stage 8 ended between 4.60 and 5.55 ms on its copies), with the
     warning and `fold_not_exact`, not silently (it stood as exact at 81.11 ms, the unfolded step 82.06). No refold
     applies there: its copies cross the same hops in every replica (they meet one another), and where the step
-    may not unfold route classes are proposed by hops only (`fold_policy.route_steps`)."""
+    may not unfold route classes are proposed by hops only (`fold_policy.route_steps`), which part none: the finer
+    ones are listed as not tried."""
     summary = _refused_unfolded(LEAF_GROUPS_OF_THREE + "parallelism: {tp: 1, pp: 16, dp: 3}\n", refolds=True)
-    assert summary["folded"] and summary["simulated_ranks"] == 16 and "fold_given_up" not in summary
+    assert summary["folded"] and summary["simulated_ranks"] == 16
+    assert [(entry["fold"], entry["simulated_ranks"]) for entry in summary["fold_given_up"]] == [("routes", None)]
     (warning,) = summary["warnings"]
     assert warning.startswith("folded step not exact, and too large to simulate unfolded: send_recv 'send fwd mb0' "
                               "over GPUs [7, 8] ended on its mirrors between 4.601 and 5.552 ms")

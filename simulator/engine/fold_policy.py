@@ -58,7 +58,8 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "collectives": "mirrored collectives would load the links differently",
                                  "faults": "the step's faults differ across replicas",
                                  "hops": "the replicas' hand-offs cross other hops",
-                                 "size": "the refold is too large to simulate"}
+                                 "size": "the refold is too large to simulate",
+                                 "untried": "finer refolds are not tried where the step may not unfold"}
 """Why a fold is refused before its run, by the check that refused it (`Unfolding.check`), or stands not exact
 (``hops``): the stable short text of a `GivenUp`."""
 
@@ -295,7 +296,9 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
     than the one before. Where a ``budget`` is given (the step may not unfold), only the classes by hops are
     proposed: the loads' signature took 183 s on the published SC21 529.6B row and 4 s on the long-context row,
-    whose classes by it (240 ranks) were then beyond the budget."""
+    whose classes by it (240 ranks) were then beyond the budget. There, where the hops' classes ran and fell out
+    of step, or part no ranks ``folded`` did not (copies that cross as many links but meet other flows there),
+    the classes not proposed are given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
     program = folded.program
     layout = program.layout
     if layout is None or not faults.empty:
@@ -307,6 +310,14 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
         yield refold
         if isinstance(refold, GivenUp) and refold.unfolding.check == "size":
             return
+    if budget is not None:
+        yield GivenUp("routes", None, Unfolding("untried", UNTRIED_ROUTES))
+
+
+UNTRIED_ROUTES = ("route classes by the loads the hand-offs' copies meet on their hops, and by host, are not "
+                  "proposed where the step may not unfold (the loads' signature alone took 183 s on the published "
+                  "SC21 529.6B row), and no class by hops alone ran and kept pace")
+"""Why `route_steps` gives up the finer route classes of a step that may not unfold."""
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
