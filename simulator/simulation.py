@@ -35,7 +35,7 @@ from simulator.network.calibration import resolve_efficiency
 from simulator.network.isolated import is_large, run_isolated
 from simulator.network.model import Network, effective_capacity
 from simulator.network.modes import NetworkMode
-from simulator.parallel.folding import cp_lanes
+from simulator.parallel.folding import cp_lanes, ranks_stood_for
 from simulator.program.contention import SmShare
 from simulator.program.ops import CollectiveOp, Op
 from simulator.program.step import StepProgram
@@ -325,7 +325,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                               layout=program.layout if program.folded else None, shapes=shapes, order=order,
                               weights=weights)
     summary = training_summary(StepRows.of(result.log, weights), step_time_s=result.makespan_s, gpus=program.world,
-                               simulated_ranks=len(program.ranks), tokens_per_step=program.tokens_per_step,
+                               simulated=program.ranks, tokens_per_step=program.tokens_per_step,
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                nominal_model_flops_per_step=program.nominal_model_flops_per_step,
                                training_ranks=program.training_ranks,
@@ -340,8 +340,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
         summary["replica_quotient"] = {"replicas": program.layout.dp,
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
     if program.sm_share is not None:
-        standing_for = len(program.ranks) if weights is None else sum(weights.values())
-        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, standing_for)
+        summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, ranks_stood_for(program.ranks, weights))
     return summary, result.log, result.lockstep
 
 

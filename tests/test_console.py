@@ -79,6 +79,20 @@ def test_a_ranks_row_says_which_folds_were_given_up_and_why():
                                     "a hand-off fell out of step in its run (see the warning)")
 
 
+def test_a_fold_out_of_step_on_the_ranks_row_shows_its_two_ends_apart():
+    """A fold given up out of step gives when its first instance's copies ended with as many digits as tell them
+    apart (engine/symmetry.py `apart_figures`, as its reason does): SC21 310.1B's hop refold ended between
+    119.6 ms and 119.6 ms on the row, 1 us apart."""
+    from simulator.console.report import folding_text
+
+    summary = {"simulated_ranks": 16, "gpus": 1920, "folded": True, "fold_given_up": [
+        {"fold": "routes", "simulated_ranks": 64, "why": "a hand-off fell out of step in its run", "reason": "...",
+         "out_of_step": {"op": "send_recv", "name": "send fwd mb0", "group": [0, 128],
+                         "ended_s": [0.1195998, 0.1196008], "instances": 3, "widest_s": 1e-6}}]}
+    assert folding_text(summary).endswith("send_recv 'send fwd mb0' over GPUs [0, 128] ended between 119.6 and "
+                                          "119.601 ms, 3 instances out of step by up to 1 us")
+
+
 def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
     """Plain DDP of Llama 3 8B needs 153.6 GiB per GPU (docs/training-step.md): OOM on an 80 GB H100."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")

@@ -235,9 +235,9 @@ def test_a_route_classed_run_that_falls_out_of_step_too_runs_unfolded():
     assert folding_text(folded) == (
         "32 of 32 ranks simulated; gave up the stage fold, which would simulate 2 ranks and copy them to the others, "
         "because a hand-off fell out of step in its run: send_recv 'send bwd mb6' over GPUs [0, 16] ended between "
-        "57.84 ms and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would "
+        "57.84 and 58.19 ms, 5 instances out of step by up to 357 us; gave up the routes fold, which would "
         "simulate 4 ranks and copy them to the others, because a hand-off fell out of step in its run: send_recv "
-        "'send bwd mb6' over GPUs [0, 16] ended between 57.84 ms and 58.19 ms, 10 instances out of step by up to "
+        "'send bwd mb6' over GPUs [0, 16] ended between 57.84 and 58.19 ms, 10 instances out of step by up to "
         "357 us")
     stage, routes = folded.pop("fold_given_up")
     for entry, ranks, instances in ((stage, 2, 5), (routes, 4, 10)):

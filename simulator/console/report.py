@@ -157,10 +157,12 @@ def _given_up_text(entry: dict, before: dict | None = None) -> str:
     head = f"gave up the {entry['fold']} fold{shortcut}, because {entry['why']}"
     if not apart:
         return f"{head}: {entry['reason']}"
-    first, last = apart["ended_s"]
-    return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between "
-            f"{format_seconds(first)} and {format_seconds(last)}, {counted(apart['instances'], 'instance')} out of "
-            f"step by up to {format_seconds(apart['widest_s'])}")
+    from simulator.engine.symmetry import apart_figures
+
+    first, last = apart_figures(*(ended * 1e3 for ended in apart["ended_s"]))
+    return (f"{head}: {apart['op']} {apart['name']!r} over GPUs {apart['group']} ended between {first} and "
+            f"{last} ms, {counted(apart['instances'], 'instance')} out of step by up to "
+            f"{format_seconds(apart['widest_s'])}")
 
 
 def _fold_head(entry: dict) -> str:

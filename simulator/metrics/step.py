@@ -15,6 +15,7 @@ import numpy as np
 
 from simulator.metrics.events import COLLECTIVE_KIND, COMPUTE_KIND
 from simulator.metrics.intervals import covered, uncovered
+from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import (
     COMM_CATEGORIES,
     COMPUTE_STREAM,
@@ -67,9 +68,7 @@ class StepRows:
 
     def ranks_weight(self) -> float:
         """How many ranks the ranks with ops stand for: their count, or their weights' sum."""
-        ranks = np.unique(self.ops["rank"])
-        weights = self.weights_of(ranks)
-        return float(len(ranks) if weights is None else weights.sum())
+        return float(ranks_stood_for(np.unique(self.ops["rank"]).tolist(), self.weights))
 
 
 def grouped_sums(labels: list, values: list[float]) -> dict:

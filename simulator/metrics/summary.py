@@ -4,7 +4,7 @@ largest loss of the step (pipeline bubble, exposed communication of one kind, op
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from simulator.metrics.step import (
     StepRows,
@@ -15,6 +15,7 @@ from simulator.metrics.step import (
     pipeline_window_s,
     traffic_bytes,
 )
+from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import COMM_CATEGORIES
 
 COMMUNICATION_BOUND_RATIO = 0.30
@@ -71,7 +72,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
     return result
 
 
-def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated_ranks: int,
+def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated: Sequence[int],
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
                      memory_bound_share: float, pipelined: bool = True,
                      traffic_correction: Mapping[str, float] | None = None,
@@ -89,8 +90,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
-    standing_for = simulated_ranks if rows.weights is None else sum(rows.weights.values())
-    flops_per_gpu = executed_flops(rows) / max(standing_for, 1)
+    flops_per_gpu = executed_flops(rows) / max(ranks_stood_for(simulated, rows.weights), 1)
     model_flops_per_gpu = model_flops_per_step / gpus
     summary = {
         "step_time_s": step_time_s,

@@ -17,7 +17,7 @@ summary's per-GPU means (`rank_weights`).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -100,6 +100,12 @@ def rank_weights(layout: Layout, classes: RankClasses | None) -> dict[int, int] 
     if classes is None or classes.equal:
         return None
     return dict(zip(representatives(layout, True, classes), classes.sizes * layout.pp))
+
+
+def ranks_stood_for(ranks: Collection[int], weights: Mapping[int, int] | None) -> int:
+    """How many GPUs the simulated ``ranks`` stand for: one each, or where a fold by classes of unequal size
+    weighs them (`rank_weights`), their weights' sum; what the per-GPU means divide by."""
+    return len(ranks) if weights is None else sum(weights[rank] for rank in ranks)
 
 
 def _stage_positions(layout: Layout, ranks: np.ndarray) -> np.ndarray:
