@@ -339,6 +339,8 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     if result.log.flow_images > 1 and program.layout is not None:
         summary["replica_quotient"] = {"replicas": program.layout.dp,
                                        "replicas_sent": program.layout.dp // result.log.flow_images}
+    if weights is not None:
+        summary["rank_weights"] = {str(rank): weight for rank, weight in sorted(weights.items())}
     if program.sm_share is not None:
         summary["sm_contention"] = sm_contention_summary(result.sm_lost_s, ranks_stood_for(program.ranks, weights))
     return summary, result.log, result.lockstep

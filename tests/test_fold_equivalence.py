@@ -321,6 +321,42 @@ def test_a_step_that_may_not_unfold_says_which_refolds_it_did_not_try():
                                         "by host, are not proposed where the step may not unfold")
 
 
+SPINE_CROSSING_REPLICA = """
+cluster: {topology: dgx-h100-cluster, nodes: 6, leaf_ports: 3}
+model: {layers: 8, hidden: 1024, heads: 8, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 8, pp: 2, dp: 3}
+"""
+"""Three replicas of two hosts in leaf groups of three hosts: the middle one hands on across the spines, so the
+route refold simulates ranks 0 and 8 (replicas 0 and 2, 16 GPUs each) and 16 and 24 (replica 1, 8 each)."""
+
+
+def test_a_weighted_fold_says_how_many_gpus_each_shown_rank_stands_for(tmp_path, capsys):
+    """summary.json's `rank_weights`, the trace's thread names, the console's ranks row and the per-stage timeline
+    of a fold by classes of unequal size: before, none said so (the trace named 'GPU 16 pp (virtual stage 0)', the
+    row '4 of 48 ranks simulated (folded)') and the per-stage timeline kept only ranks 0 and 8, dropping the
+    replica across the spines (a plain mean over its ranks gave exposed pp 263.2 us against the summary's 236.2)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from simulator.cli import main
+
+    scenario = tmp_path / "spines.yaml"
+    scenario.write_text(SPINE_CROSSING_REPLICA)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--set", "run.timeline=per-stage"]) == 0
+    assert ("4 of 48 ranks simulated (folded), ranks 0, 8 standing for 16 GPUs each, 16, 24 for 8; gave up"
+            in " ".join(capsys.readouterr().out.split()))
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["rank_weights"] == {"0": 16, "8": 16, "16": 8, "24": 8}
+    events = json.loads((tmp_path / "out" / "trace.json").read_text())["traceEvents"]
+    names = {event["args"]["name"] for event in events if event.get("name") == "thread_name"}
+    assert "GPU 16 pp (virtual stage 0, stands for 8 GPUs)" in names
+    assert "GPU 0 pp (virtual stage 0, stands for 16 GPUs)" in names
+    ranks = pq.read_table(tmp_path / "out" / "timeline.parquet", columns=["rank"]).column("rank").to_pylist()
+    assert sorted(set(ranks)) == [0, 8, 16, 24]
+
+
 def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_for():
     """A representative's weight is its class's size (a rank of each stage per position); equal classes, or one
     rank per stage, have none (the plain mean is the unfolded one, to the bit)."""

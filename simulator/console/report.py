@@ -171,6 +171,19 @@ def _fold_head(entry: dict) -> str:
     return f"{entry['fold']} fold" + (f" ({counted(ranks, 'rank')})" if ranks is not None else "")
 
 
+def _weights_text(weights: dict[str, int] | None) -> str:
+    """How many GPUs each simulated rank of a fold by classes of unequal size stands for (the summary's
+    `rank_weights`), heaviest first: ', ranks 0, 8 standing for 16 GPUs each, 16, 24 for 8'; '' without weights."""
+    if not weights:
+        return ""
+    by_weight: dict[int, list[int]] = {}
+    for rank, weight in weights.items():
+        by_weight.setdefault(weight, []).append(int(rank))
+    (weight, ranks), *lighter = sorted(by_weight.items(), reverse=True)
+    text = f", ranks {number_ranges(sorted(ranks))} standing for {weight:,} GPUs each"
+    return text + "".join(f", {number_ranges(sorted(ranks))} for {weight:,}" for weight, ranks in lighter)
+
+
 def folding_text(summary: dict) -> str:
     """How many ranks the run simulated of its GPUs, each fold given up on the way with why (the summary's
     `fold_given_up`), and the fold that ran and stands though not exact (`fold_not_exact`: only which and why,
@@ -179,7 +192,7 @@ def folding_text(summary: dict) -> str:
     if ranks is None:
         return ""
     text = f"{ranks:,} of {counted(summary.get('gpus', '?'), 'rank')} simulated" + (
-        " (folded)" if summary.get("folded") else "")
+        " (folded)" if summary.get("folded") else "") + _weights_text(summary.get("rank_weights"))
     given_up = summary.get("fold_given_up") or []
     text += "".join(f"; {_given_up_text(entry, before)}" for entry, before in zip(given_up, [None, *given_up]))
     not_exact = summary.get("fold_not_exact")
@@ -243,7 +256,7 @@ def training_table(summary: dict) -> Table:
         table.add_row("step faults", _step_faults(summary["faults"]))
     if "bottleneck" in summary:
         table.add_row("bottleneck", _bottleneck(summary["bottleneck"]))
-    if summary.get("fold_given_up") or summary.get("fold_not_exact"):
+    if summary.get("fold_given_up") or summary.get("fold_not_exact") or summary.get("rank_weights"):
         table.add_row("ranks", folding_text(summary))
     return table
 

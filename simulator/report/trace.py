@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import gzip
 import heapq
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -54,11 +54,12 @@ def trace_name(compress: bool) -> str:
 
 
 def write_trace(path: Path, columns: Columns, topology: Topology, *, flows: bool, load: LinkLoad | None,
-                compress: bool) -> None:
+                compress: bool, weights: Mapping[int, int] | None = None) -> None:
     """Stream the trace of the timeline ``columns`` (kind, rank, stream, name, category, chunk, start_s, end_s,
     bytes, flops, src and dst at least) to ``path``: op slices, flow slices when ``flows``, and link counter
-    tracks when ``load`` is given."""
-    slices = _Slices(columns, topology.gpu_host, flows)
+    tracks when ``load`` is given; each GPU's threads named with how many GPUs it stands for where ``weights``
+    (a fold by classes of unequal size, the summary's `rank_weights`) gives it."""
+    slices = _Slices(columns, topology.gpu_host, flows, weights or {})
 
     def blobs() -> Iterator[bytes]:
         yield slices.metadata()
@@ -79,7 +80,7 @@ class _Slices:
     of encoded text for each of its name, category, thread and args, and its start and end on the nanosecond
     grid."""
 
-    def __init__(self, columns: Columns, gpu_host: list[int], flows: bool):
+    def __init__(self, columns: Columns, gpu_host: list[int], flows: bool, weights: Mapping[int, int]):
         kind, category = columns["kind"], columns["category"]
         shown = columns["rank"][0] >= 0
         if not flows:
@@ -91,7 +92,7 @@ class _Slices:
         self.end_ns = np.rint(columns["end_s"][0][rows] * 1e9)
         named = single if (chunk > 0).any() else np.full_like(single, -1)  # one stage in all: nothing to tell
         thread, thread_table, self.metadata_events = _threads(rank, columns["stream"], rows, named, gpu_host,
-                                                              (self.start_ns, self.end_ns))
+                                                              (self.start_ns, self.end_ns), weights)
         name, names = _used(columns["name"][0][rows], columns["name"][1] or [])
         own_category = ~_matches(*category, "")[rows]
         cat, cat_rows = _combos(own_category, category[0][rows], kind[0][rows])
@@ -121,11 +122,13 @@ class _Slices:
 
 
 def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows: np.ndarray, single: np.ndarray,
-             gpu_host: list[int], times_ns: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+             gpu_host: list[int], times_ns: tuple[np.ndarray, np.ndarray], weights: Mapping[int, int]
+             ) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     """Each row's thread (an index into the table), the table of each thread's pid, tid and ts key as text, and
     the process and thread name events: a process per host, a thread per GPU stream and lane (tids from 1 in
     (rank, stream, lane) order; `_lanes`), named with the rank's virtual stage where it has one (``single``,
-    else -1)."""
+    else -1) and how many GPUs it stands for where ``weights`` gives it ('GPU 16 pp (virtual stage 0, stands for
+    8 GPUs)')."""
     codes, values = stream[0][rows], stream[1] or []
     order = {value: position for position, value in enumerate(sorted(set(values)))}
     stream_order = np.array([order[value] for value in values] or [0])[codes]
@@ -141,10 +144,12 @@ def _threads(rank: np.ndarray, stream: tuple[np.ndarray, list[str] | None], rows
             hosts.add(host)
             events.append({"ph": "M", "name": "process_name", "pid": host, "tid": 0,
                            "args": {"name": f"host {host}"}})
-        stage = f" (virtual stage {single[gpu]})" if single[gpu] >= 0 else ""
+        notes = ([f"virtual stage {single[gpu]}"] if single[gpu] >= 0 else []) + (
+            [f"stands for {weights[gpu]} GPUs"] if gpu in weights else [])
         extra = f", lane {lane[row] + 1}" if lane[row] else ""
+        noted = f" ({', '.join(notes)})" if notes else ""
         events.append({"ph": "M", "name": "thread_name", "pid": host, "tid": tid,
-                       "args": {"name": f"GPU {gpu} {values[codes[row]]}{extra}{stage}"}})
+                       "args": {"name": f"GPU {gpu} {values[codes[row]]}{extra}{noted}"}})
         table.append(f',"pid":{host},"tid":{tid},"ts":')
     return thread, _objects(table), events
 

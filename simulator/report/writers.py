@@ -65,10 +65,12 @@ def timeline_rows(result: Result, timeline: TimelineLevel) -> tuple[pa.Table, Co
 
 def stage_timeline(frame: pd.DataFrame, summary: dict) -> pd.DataFrame:
     """The ops (no flows) of the lowest simulated rank of each pipeline stage; all ops when there is no
-    pipeline layout (communication-only runs)."""
+    pipeline layout (communication-only runs). A fold by classes of unequal size (`rank_weights`) keeps every
+    simulated rank, one per class of each stage: the lowest alone would drop a class that stands for other GPUs
+    (a replica handing on across the spines) and its time."""
     ops = frame[frame["kind"] != FLOW_KIND]
     layout = summary.get("layout")
-    if not layout:
+    if not layout or summary.get("rank_weights"):
         return ops.reset_index(drop=True)
     order = layout["order"]
     stride = 1
@@ -111,8 +113,10 @@ def write_outputs(out_dir: Path, result: Result, loaded: LoadedScenario) -> list
         if run.timeline != "summary":
             table, columns = timeline_rows(result, run.timeline)
             write_timeline(table, stage / "timeline.parquet")
+            weights = {int(rank): weight for rank, weight in result.summary.get("rank_weights", {}).items()}
             write_trace(stage / trace_name(run.trace_compress), columns, result.topology, flows=run.trace == "full",
-                        load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress)
+                        load=None if run.trace == "ops" else link_tracks(result), compress=run.trace_compress,
+                        weights=weights)
         write_summary(result.summary, stage / "summary.json")
 
     return write_run_folder(out_dir, run_identity(loaded), write)
