@@ -49,10 +49,12 @@ BY_HOST_PARITY = RankClasses((0,) * 8 + (1,) * 8 + (0,) * 8 + (1,) * 8)
 
 
 def _numbers(summary: dict, path: str = "") -> dict[str, object]:
-    """Every leaf of ``summary`` by its path, the fold's own entries (the folds given up among them) left out."""
+    """Every leaf of ``summary`` by its path, the fold's own entries (the folds given up, the ranks' weights among them)
+    left out."""
     if isinstance(summary, dict):
         return {key: value for name, entry in summary.items()
-                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated", "fold_given_up")
+                if name not in ("folded", "simulated_ranks", "ops_executed", "flows_simulated", "fold_given_up",
+                                "rank_weights")
                 for key, value in _numbers(entry, f"{path}.{name}").items()}
     return {path: summary}
 
