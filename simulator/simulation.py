@@ -392,7 +392,7 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     or out of step in it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run
     that stands out of step is not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures,
     in the same shape)."""
-    from simulator.engine.fold_policy import fell_out_of_step, unfolded_step
+    from simulator.engine.fold_policy import FoldedStep, fell_out_of_step, hop_refold, unfolded_step
     from simulator.program.unfolding import Unfolding
 
     if prepared is None:
@@ -403,9 +403,14 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
         return located(loaded, lambda: run_step(step.program, topology, settings, faults, step.slowdowns, progress,
                                                 plans, step.shapes, step.order, step.weights))
 
+    hop_refolded = hop_refold(build, step, plans, settings.mode, dict(settings.efficiency), faults.plan, budget)
+    if isinstance(hop_refolded, FoldedStep):
+        step, hop_refolded = hop_refolded, None
     summary, log, kept_pace = run(step)
-    given_up = list(step.given_up)
+    given_up = [*step.given_up, *([] if hop_refolded is None else [hop_refolded])]
     not_exact = step.not_exact
+    if step.kind == "routes" and not_exact is None and prepared.step.not_exact is not None:
+        summary["fold_routes_reason"] = prepared.step.not_exact.unfolding.reason
     if not_exact is not None:
         summary["warnings"].append(f"folded step not exact: {not_exact.unfolding.reason}")
     out_of_step = kept_pace.collectives or kept_pace.hand_offs
