@@ -338,7 +338,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
         "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
                               _buckets(tensors, layers_per_rank, grad_buffer_bytes(training.precision,
-                                                                                   training.grad_reduce_dtype),
+                                                                                   training.gradient_buffer_dtype()),
                                        par.ddp.bucket)) if dp > 1 else 0.0,
     }
     if synthetic is not None:  # fixed costs: no TP, CP or DP traffic, and P2P free unless it has bytes

@@ -26,6 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 TWIN = REPO / "scenarios" / "h200-eager-step.yaml"
 TRACE = REPO / "scenarios" / "traces" / "h200-step" / "rank0.json.gz"
 MEASURED = REPO / "benchmarks" / "results" / "h200-2026-12-04.json"
+DDP = """description: a small decoder on one DGX H100, plain PyTorch DDP
+cluster: {topology: dgx-h100}
+model: {layers: 4, hidden: 1024, heads: 16, vocab: 32000}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 4, precision: bf16, kernels: eager}
+parallelism: {tp: 1, pp: 1, dp: 8, ddp: {bucket: 25 MiB, overlap: true}}
+"""
+"""Eight DDP ranks of a small decoder under eager: the scenario the refusals and the step's per-rank counts
+are checked on."""
 LOGITS = [8192, 32000]
 LOSS_OPS = {"aten::cross_entropy_loss", "aten::ones_like", "NllLossBackward0", "LogSoftmaxBackward0"}
 ELEMENTWISE = ("norms", "residual", "activation", "bias_grads", "layout_copies")
@@ -234,3 +242,24 @@ def test_eager_refuses_what_it_does_not_model(override, field):
     with pytest.raises(InputError) as refused:
         load_scenario(str(TWIN), overrides)
     assert refused.value.field == (field or "training.optimizer_step")
+
+
+def ddp_run(*overrides: str) -> dict:
+    return simulate(scenario_from_text(DDP, source="ddp.yaml", overrides=list(overrides))).summary
+
+
+def test_eager_gradients_are_fp32_whatever_the_precision():
+    """Autocast's .grad of an fp32 weight is fp32 in fp16 training too, and DDP all-reduces it as it is: fp16
+    eager sends and holds 4 B per parameter as bf16 eager does (it sent 2 B, Megatron-LM's fp16 default)."""
+    bf16, fp16 = ddp_run(), ddp_run("training.precision=fp16")
+    params = resolve_model(scenario_from_text(DDP, source="ddp.yaml").scenario).num_params()
+    assert fp16["traffic_bytes_per_gpu"]["dp"] == bf16["traffic_bytes_per_gpu"]["dp"]
+    assert fp16["memory_breakdown_gib"]["grads"] == pytest.approx(4 * params / 2**30, rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_eager_refuses_a_16_bit_gradient_reduction(dtype):
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(DDP, source="ddp.yaml", overrides=[f"training.precision={dtype}",
+                                                              f"training.grad_reduce_dtype={dtype}"])
+    assert refused.value.field == "training.grad_reduce_dtype"

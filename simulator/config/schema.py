@@ -281,6 +281,14 @@ class TrainingConfig(Section):
     grad_reduce_dtype: GradReduceDtype | None = None
     loss_scaling: LossScalingConfig | None = None
 
+    def gradient_buffer_dtype(self) -> GradReduceDtype:
+        """The format the gradients accumulate, reduce and sit in: under eager autocast's fp32 ``.grad`` of the
+        fp32 weights, which DDP reduces as it is; else grad_reduce_dtype, or Megatron-LM's default for the
+        precision (DEFAULT_GRAD_REDUCE)."""
+        if self.kernels == "eager":
+            return "fp32"
+        return self.grad_reduce_dtype or DEFAULT_GRAD_REDUCE[self.precision]
+
     def fused_grad_accumulation(self, fsdp: bool) -> bool:
         """Whether the weight-gradient GEMMs accumulate into the gradient buffer (grad_accumulation_fusion),
         resolved for the data-parallel framework: the explicit choice, else true for Megatron-LM and DeepSpeed
@@ -315,6 +323,10 @@ class TrainingConfig(Section):
             raise FieldProblem(("kernels",), f"eager kernels are modelled as torch.autocast runs them, which "
                                f"trains in 16 bits, not {self.precision}", f"precision: "
                                f"{' or '.join(AUTOCAST_PRECISIONS)} with eager, or kernels: fused")
+        if self.grad_reduce_dtype not in (None, "fp32"):
+            raise FieldProblem(("grad_reduce_dtype",), f"grad_reduce_dtype {self.grad_reduce_dtype}: under "
+                               "kernels: eager the gradients are the fp32 weights' fp32 .grad, which DDP reduces as "
+                               "it is", "fp32 or left out with eager, or kernels: fused")
         megatron = {"cross_entropy_fusion": False, "layernorm_fusion": False, "bias_grad_fusion": False,
                     "grad_accumulation_fusion": True}
         for name, value in megatron.items():

@@ -101,7 +101,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                             allowed="tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1")
     checked = _prune(candidates, check, space)
     state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
-                                  scenario.training.grad_reduce_dtype)
+                                  scenario.training.gradient_buffer_dtype())
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,

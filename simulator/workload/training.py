@@ -223,7 +223,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
         _check_hybrid_blocks(layout, topology, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
-                    grad_bytes=grad_buffer_bytes(training.precision, training.grad_reduce_dtype),
+                    grad_bytes=grad_buffer_bytes(training.precision, training.gradient_buffer_dtype()),
                     param_bytes=PRECISION_BYTES[training.precision],
                     overlap_param_gather=par.ddp.overlap_param_gather,
                     reduce_every_microbatch=par.reduce_every_microbatch(layout.pp),
