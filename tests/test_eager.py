@@ -263,3 +263,12 @@ def test_eager_refuses_a_16_bit_gradient_reduction(dtype):
         scenario_from_text(DDP, source="ddp.yaml", overrides=[f"training.precision={dtype}",
                                                               f"training.grad_reduce_dtype={dtype}"])
     assert refused.value.field == "training.grad_reduce_dtype"
+
+
+def test_eager_pipeline_stages_hand_on_the_fp32_residual_stream():
+    """The residual stream autocast leaves in fp32, and its gradient, cross each pipeline boundary at 4 B per
+    element, twice the fused step's 16-bit hand-offs."""
+    eager = ddp_run("parallelism.pp=2", "parallelism.dp=4")
+    fused = ddp_run("parallelism.pp=2", "parallelism.dp=4", "training.kernels=fused")
+    assert fused["traffic_bytes_per_gpu"]["pp"] > 0
+    assert eager["traffic_bytes_per_gpu"]["pp"] == 2 * fused["traffic_bytes_per_gpu"]["pp"]

@@ -177,7 +177,7 @@ def transformer_stages(model: ModelSpec, shard: ShardShape, recompute: Recompute
     attention_tensors, mlp_tensors = layer_tensors(model, t)
     attention = _split(layer, attention=True)
     mlp = _split(layer, attention=False)
-    p2p_bytes = activation_bytes / t
+    p2p_bytes = shard.tokens * model.hidden * shard.stream_bytes / t
     # Every layer costs the same: time its two blocks once and rename copies per layer.
     attention_block = _block("", 0, attention, cost, tp_bytes=activation_bytes, cp_bytes=cp_bytes,
                              tensors=attention_tensors, context=context)

@@ -123,6 +123,12 @@ class ShardShape:
         return self.micro_batch * self.seq_len / self.cp
 
     @property
+    def stream_bytes(self) -> int:
+        """Bytes per element of the residual stream between layers and of its gradient, which a pipeline stage
+        hands to the next: fp32 under ``eager`` (autocast leaves the residual adds in fp32), else ``dtype_bytes``."""
+        return 4 if self.eager else self.dtype_bytes
+
+    @property
     def pointwise_tokens(self) -> float:
         """Tokens a rank's norms and residual adds process: 1/t of ``tokens`` with sequence parallelism."""
         return self.tokens / self.tp if self.sequence_parallel else self.tokens
