@@ -534,6 +534,10 @@ class Scenario(Section):
                                "in its own gathers (param_dtype), not through autocast's cast before every linear, "
                                "which training.kernels: eager models", "no fsdp with eager (plain data "
                                "parallelism), or training.kernels: fused")
+        if par.tp_comm_overlap:
+            raise FieldProblem(("parallelism", "tp_comm_overlap"), "tp_comm_overlap is Transformer Engine's "
+                               "userbuffers overlap of TP collectives with GEMM chunks, which plain PyTorch (training."
+                               "kernels: eager) does not run", "false with eager, or training.kernels: fused")
         if par.zero:
             raise FieldProblem(("parallelism", "zero"), f"zero {par.zero} runs a sharded optimizer over 16-bit "
                                "weights with an fp32 master copy (DeepSpeed, Megatron-LM's distributed optimizer); "
