@@ -280,3 +280,19 @@ def test_eager_refuses_transformer_engines_tp_overlap():
     with pytest.raises(InputError) as refused:
         scenario_from_text(DDP, source="ddp.yaml", overrides=["parallelism.tp_comm_overlap=true"])
     assert refused.value.field == "parallelism.tp_comm_overlap"
+
+
+def test_eager_adds_each_micro_batchs_gradients_into_grad_after_the_first():
+    """AccumulateGrad's ``.grad += grad`` (12 B per parameter) runs on every micro-batch but the first, charged
+    as half an add on each of two micro-batches: one add kernel per parameter tensor, 52 each (4 layers of 4
+    weights, 4 biases and 2 LayerNorms' weight and bias; the output layer's weight, the final LayerNorm's two;
+    the embedding table), each taking the roofline's ramp time besides its bytes. On one
+    GPU a step of m micro-batches takes m T + (m - 1) A + O, so t(2) - 2 t(1) = A - O, with O the fused AdamW's
+    28 B per parameter (before: -O alone)."""
+    one = twin_summary("eager")["step_time_s"]
+    two = simulate(load_scenario(str(TWIN), ["training.global_batch=8"])).summary["step_time_s"]
+    model = resolve_model(load_scenario(str(TWIN)).scenario)
+    efficiency = calibrated_efficiency("h200")
+    rate = get_gpu("h200").hbm_bandwidth * efficiency.memory_peak
+    adds = 12.0 * model.num_params() / rate + 2 * 52 * efficiency.ramp_time
+    assert two - 2 * one == pytest.approx(adds - 28.0 * model.num_params() / rate, rel=1e-9)

@@ -18,7 +18,10 @@ a profiled step, traces/h200-step; docs/cost-model.md "PyTorch eager" lists them
   packed QKV unbound into heads: stack, then reshape of the permuted stack), `qkv_proj.grad_layout`;
 - the loss on ``logits.float()``: the cast, log-softmax and NLL forward; the zeroed fp32 gradient, the NLL and
   log-softmax backward and the cast back;
-- the embedding's fp32 table: gathered and scattered in fp32, its gradient zeroed.
+- the embedding's fp32 table: gathered and scattered in fp32, its gradient zeroed;
+- AccumulateGrad's add of each fresh fp32 gradient into the parameter's ``.grad`` (read both, write 4 B) on every
+  micro-batch but the first, whose gradient becomes ``.grad`` as it is: charged as its (m - 1) / m share on
+  each micro-batch (``ShardShape.accumulating_share``), so the step's total is exact.
 
 Every added kernel is memory-bound and costed from its bytes at the GPU's HBM fraction, or a measured family's
 (Kernel.memory_kind, kernels.yaml). Kernels keep the fused list's names where they stand for the same work, so
@@ -156,22 +159,39 @@ def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: 
     return tuple(out)
 
 
+def _accumulate(name: str, params: float, shard: ShardShape) -> tuple[Kernel, ...]:
+    """AccumulateGrad's ``.grad += grad`` over ``params`` fp32 gradients (read 4 + 4, write 4 B), its share of
+    the step's micro-batches that add (none with one micro-batch)."""
+    if shard.accumulating_share == 0.0:
+        return ()
+    return (_stream(f"{name}.accumulate", params, 2 * FP32 * shard.accumulating_share,
+                    FP32 * shard.accumulating_share, backward=True),)
+
+
 def _grad_casts(kernels: tuple[Kernel, ...], shard: ShardShape) -> tuple[Kernel, ...]:
-    """Each 16-bit weight and bias gradient cast to its fp32 parameter's dtype after the kernel that made it."""
+    """Each 16-bit weight and bias gradient cast to its fp32 parameter's dtype after the kernel that made it,
+    then added into ``.grad``."""
     out: list[Kernel] = []
     for kernel in kernels:
         out.append(kernel)
         if kernel.weights > 0:
             out.append(_cast_up(f"{kernel.name}.cast", kernel.weights, shard, backward=True))
+            out.extend(_accumulate(kernel.name, kernel.weights, shard))
     return tuple(out)
 
 
 def _eager(kernels: PassKernels, model: ModelSpec, shard: ShardShape) -> PassKernels:
+    """A pass list run eagerly; the norms' fp32 weight (and bias) gradients, made in fp32 by their backward
+    kernels, are added into ``.grad`` like the linears', one AccumulateGrad per tensor."""
     weights, biases = _linear_weights(kernels)
     forward = _eager_forward(kernels.forward, model, shard, weights, biases)
     recompute = _eager_forward(kernels.recompute, model, shard, weights, biases)
     backward_input = _eager_backward_input(kernels.backward_input, model, shard)
-    return PassKernels(forward, recompute, backward_input, _grad_casts(kernels.backward_weight, shard))
+    norms = tuple(k.name for k in kernels.backward_input if k.name.endswith("_norm.bwd"))
+    tensors = ("weight", "bias") if model.norm == "layernorm" else ("weight",)
+    norm_adds = tuple(add for name in norms for tensor in tensors
+                      for add in _accumulate(f"{name}.{tensor}", model.hidden, shard))
+    return PassKernels(forward, recompute, backward_input, _grad_casts(kernels.backward_weight, shard) + norm_adds)
 
 
 def eager_layer_kernels(model: ModelSpec, shard: ShardShape, recompute: Recompute,
@@ -215,4 +235,7 @@ def eager_embedding_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
     forward = replace(fused.forward[0], hbm_bytes=(tables + 1) * FP32 * elements)
     zero = _stream("embedding.grad_zero", table, 0.0, FP32, backward=True)
     scatter = replace(fused.backward_weight[0], hbm_bytes=(FP32 + 2 * FP32 * tables) * elements)
-    return PassKernels((forward,), (), (), (zero, scatter))
+    adds = _accumulate("embedding", model.vocab / shard.tp * model.hidden, shard)
+    if model.learned_positions:
+        adds += _accumulate("embedding.positions", model.max_positions * model.hidden, shard)
+    return PassKernels((forward,), (), (), (zero, scatter, *adds))

@@ -304,7 +304,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        framework_copies=par.fsdp is not None,
                        fused_cross_entropy=training.cross_entropy_fusion,
                        fused_layernorm=training.layernorm_fusion,
-                       fused_bias_grad=training.bias_grad_fusion and not eager, eager=eager)
+                       fused_bias_grad=training.bias_grad_fusion and not eager, eager=eager,
+                       accumulating_share=(m - 1) / m if eager else 0.0)
     cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)

@@ -101,7 +101,9 @@ class ShardShape:
     LayerNorm's backward is one pass (``fused_layernorm``; otherwise apex's two, _APEX_LAYERNORM) and whether the
     weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`).
     ``eager``: the step runs PyTorch eager under torch.autocast (workload/eager.py builds its kernels from these,
-    with fresh 16-bit weight gradients and unfused bias gradients)."""
+    with fresh 16-bit weight gradients and unfused bias gradients); ``accumulating_share``: under eager, the
+    share of the step's micro-batches whose gradients autograd adds into an existing fp32 ``.grad``, all but
+    the first: (m - 1) / m."""
 
     micro_batch: int
     seq_len: int
@@ -116,6 +118,7 @@ class ShardShape:
     fused_layernorm: bool = True
     fused_bias_grad: bool = True
     eager: bool = False
+    accumulating_share: float = 0.0
 
     @property
     def tokens(self) -> float:
