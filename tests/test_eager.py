@@ -296,3 +296,23 @@ def test_eager_adds_each_micro_batchs_gradients_into_grad_after_the_first():
     rate = get_gpu("h200").hbm_bandwidth * efficiency.memory_peak
     adds = 12.0 * model.num_params() / rate + 2 * 52 * efficiency.ramp_time
     assert two - 2 * one == pytest.approx(adds - 28.0 * model.num_params() / rate, rel=1e-9)
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    (["parallelism.tp=2", "parallelism.dp=4"], "parallelism.tp"),
+    (["parallelism.cp=2", "parallelism.dp=4"], "parallelism.cp"),
+    (["parallelism.sequence_parallel=true"], "parallelism.sequence_parallel"),
+])
+def test_eager_refuses_tensor_context_and_sequence_parallelism(overrides, field):
+    """The eager list is a DDP rank's: autocast's casts around TP and CP collectives, and SP's split norms, are
+    not modelled, so they are refused rather than run as if they were."""
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(DDP, source="ddp.yaml", overrides=overrides)
+    assert refused.value.field == field
+
+
+def test_eager_refuses_a_synthetic_model():
+    """A synthetic model's stage costs are given, so eager changed nothing and was silently ignored."""
+    with pytest.raises(InputError) as refused:
+        load_scenario(str(REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"), ["training.kernels=eager"])
+    assert refused.value.field == "training.kernels"

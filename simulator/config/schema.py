@@ -523,9 +523,10 @@ class Scenario(Section):
 
     @model_validator(mode="after")
     def _eager_on_data_parallel_ranks(self) -> Scenario:
-        """`training.kernels: eager` models torch.autocast over each rank's own fp32 weights (plain PyTorch DDP):
-        PyTorch FSDP casts in its gathers and a ZeRO optimizer keeps 16-bit weights with an fp32 master copy;
-        experts and parameter-server workers run kernels the eager list does not cover."""
+        """`training.kernels: eager` models torch.autocast over each rank's own fp32 weights (plain PyTorch DDP,
+        optionally pipelined): PyTorch FSDP casts in its gathers and a ZeRO optimizer keeps 16-bit weights with an
+        fp32 master copy; experts, parameter-server workers, tensor, context and sequence parallelism run kernels
+        or casts the eager list does not cover, and a synthetic model has no kernels."""
         if self.training.kernels != "eager":
             return self
         par, model = self.parallelism, self.model
@@ -534,6 +535,20 @@ class Scenario(Section):
                                "in its own gathers (param_dtype), not through autocast's cast before every linear, "
                                "which training.kernels: eager models", "no fsdp with eager (plain data "
                                "parallelism), or training.kernels: fused")
+        if model is not None and model.synthetic is not None:
+            raise FieldProblem(("training", "kernels"), "a synthetic model gives its stages' costs, which no kernel "
+                               "list builds, so eager kernels would change nothing", "fused with model.synthetic, "
+                               "or a preset or dimensions with eager")
+        for name, degree in (("tp", par.tp), ("cp", par.cp)):
+            if degree > 1:
+                raise FieldProblem(("parallelism", name), f"{name} {degree}: eager kernels are modelled for plain "
+                                   "DDP ranks, where each rank's norms, casts and residual adds see whole tensors; "
+                                   "where autocast's casts sit around tensor- and context-parallel collectives is "
+                                   "not modelled", f"{name} 1 with training.kernels: eager (dp and pp), or fused")
+        if par.sequence_parallel:
+            raise FieldProblem(("parallelism", "sequence_parallel"), "sequence parallelism splits the norms and "
+                               "residual adds over a TP group, which training.kernels: eager does not model",
+                               "false with eager, or training.kernels: fused")
         if par.tp_comm_overlap:
             raise FieldProblem(("parallelism", "tp_comm_overlap"), "tp_comm_overlap is Transformer Engine's "
                                "userbuffers overlap of TP collectives with GEMM chunks, which plain PyTorch (training."
