@@ -14,6 +14,7 @@ import pytest
 
 from simulator import load_scenario, simulate
 from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError
 from simulator.workload.calibrated import calibrated_efficiency
@@ -316,3 +317,32 @@ def test_eager_refuses_a_synthetic_model():
     with pytest.raises(InputError) as refused:
         load_scenario(str(REPO / "scenarios" / "schedule-1f1b-p4-m8.yaml"), ["training.kernels=eager"])
     assert refused.value.field == "training.kernels"
+
+
+def test_a_gated_mlp_runs_silu_and_the_product_apart():
+    """``F.silu(g) * u`` in eager: SiLU and the product forward (2 + 2 and 4 + 2 B per element), the product's
+    two gradients and SiLU's backward (3 x 6 B): 10 and 18 B against the fused SwiGLU's 6 and 10. A Llama 3 8B
+    layer at 4 x 2,048 tokens: 14,336 x 8,192 = 117,440,512 elements."""
+    shard = ShardShape(4, 2048, eager=True)
+    layer = eager_layer_kernels(get_model("llama3-8b"), shard, "none", AttentionCost())
+    forward = [k for k in layer.forward if k.name.startswith("mlp_act")]
+    backward = [k for k in layer.backward_input if k.name.startswith("mlp_act")]
+    elements = 14336 * 8192
+    assert [k.name for k in forward] == ["mlp_act.silu", "mlp_act.mul"]
+    assert [k.name for k in backward] == ["mlp_act.mul.bwd_gate", "mlp_act.mul.bwd_up", "mlp_act.silu.bwd"]
+    assert sum(k.hbm_bytes for k in forward) == 10 * elements
+    assert sum(k.hbm_bytes for k in backward) == 18 * elements
+
+
+@pytest.mark.parametrize(("separate", "copies"), [(True, {"q": 4096, "k": 1024, "v": 1024}),
+                                                  (False, {"stack": 6144, "copy": 6144})])
+def test_the_qkv_gradient_copies_follow_the_projections_layout(separate, copies):
+    """Hugging Face's Llama (separate q_proj, k_proj, v_proj: the preset) copies each gradient out of the heads'
+    layout once; a packed QKV unbound into heads (the traced decoder's, any model given by dimensions) stacks
+    them and copies the stack: 2 + 2 B per element of the QKV width (Llama 3 8B: 4,096 + 2 x 1,024) per token."""
+    model = get_model("llama3-8b")
+    model = model if separate else ModelSpec(**{**model.__dict__, "separate_qkv": False})
+    backward = eager_layer_kernels(model, ShardShape(1, 2048, eager=True), "none", AttentionCost()).backward_input
+    found = {k.name.removeprefix("qkv_proj.grad_layout."): k.hbm_bytes / (4 * 2048)
+             for k in backward if ".grad_layout." in k.name}
+    assert found == copies

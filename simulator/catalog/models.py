@@ -39,7 +39,11 @@ class ModelSpec:
     """A decoder-only transformer: depth, widths, attention heads (``kv_heads`` < ``heads`` means GQA) and options.
 
     ``max_positions`` is the length of the learned position table when ``learned_positions`` (GPT style);
-    rotary models (Llama) have no position parameters.
+    rotary models (Llama) have no position parameters. ``separate_qkv``: q, k and v are three linear layers, as
+    Hugging Face's Llama and Mixtral write them (q_proj, k_proj, v_proj), not one packed projection split into
+    heads; the configuration cannot say which, so the Llama and Mixtral presets take Hugging Face's layout and
+    everything else the packed one. Only the eager backward's copies of their gradients (workload/eager.py)
+    differ.
     """
 
     name: str
@@ -57,6 +61,7 @@ class ModelSpec:
     max_positions: int = 0
     dropout: bool = False
     moe: MoESpec | None = None
+    separate_qkv: bool = False
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab"):
@@ -137,7 +142,7 @@ class ModelSpec:
 
 
 def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelSpec:
-    return ModelSpec(name, layers, hidden, ffn, heads, kv_heads=8, vocab=128256, gated_mlp=True)
+    return ModelSpec(name, layers, hidden, ffn, heads, kv_heads=8, vocab=128256, gated_mlp=True, separate_qkv=True)
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
@@ -169,7 +174,7 @@ MODELS: MappingProxyType = MappingProxyType({
         _llama("llama3-405b", 126, 16384, 53248, 128),
         _gpt("gpt3-175b", 96, 12288, 96),
         *(_gpt(name, layers, hidden, heads) for name, heads, hidden, layers in _MEGATRON_SC21),
-        ModelSpec("mixtral-8x7b", 32, 4096, 14336, 32, kv_heads=8, vocab=32000, gated_mlp=True,
+        ModelSpec("mixtral-8x7b", 32, 4096, 14336, 32, kv_heads=8, vocab=32000, gated_mlp=True, separate_qkv=True,
                   moe=MoESpec(experts=8, top_k=2, expert_ffn_hidden=14336)),
         ModelSpec("deepseek-v3-style", 61, 7168, 18432, 128, kv_heads=128, vocab=129280, gated_mlp=True,
                   moe=MoESpec(experts=256, top_k=8, expert_ffn_hidden=2048, shared_experts=1)),

@@ -14,8 +14,11 @@ a profiled step, traces/h200-step; docs/cost-model.md "PyTorch eager" lists them
   dtype kernel), and in the backward the skip's fp32 gradient is added to the norm's (add_) and cast to 16 bits
   for the branch;
 - the bias gradients as reductions over the output gradient, one per linear layer (AddmmBackward0's sum);
-- the attention block's backward copies of the QKV gradient from the heads' layout into the projection's (a
-  packed QKV unbound into heads: stack, then reshape of the permuted stack), `qkv_proj.grad_layout`;
+- the attention block's backward copies of the QKV gradient from the heads' layout into the projection's: a
+  packed QKV unbound into heads stacks the three and copies the permuted stack; separate q, k and v projections
+  (``ModelSpec.separate_qkv``, Hugging Face's Llama) copy each of the three once, `qkv_proj.grad_layout`;
+- a gated MLP as ``F.silu(gate) * up``: SiLU and the product, two kernels forward; the product's two gradients and
+  SiLU's backward, three kernels backward (Megatron-LM fuses SwiGLU into one each way);
 - the loss on ``logits.float()``: the cast, log-softmax and NLL forward; the zeroed fp32 gradient, the NLL and
   log-softmax backward and the cast back;
 - the embedding's fp32 table: gathered and scattered in fp32, its gradient zeroed;
@@ -103,14 +106,33 @@ def _linear_casts(gemm: Kernel, weights: float, biases: float, shard: ShardShape
     return tuple(casts)
 
 
+def _silu_times_up(fused: Kernel, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, ...]:
+    """A gated MLP's activation as ``F.silu(gate) * up`` launches it, from the fused SwiGLU kernel ``fused``
+    (its FLOPs split as SiLU's 4 and the product's 1 per element forward, 8 and 1 + 1 backward): forward SiLU
+    (read the gate, write) and the product (read both, write), 10 B per element at 16 bits against the fused 6;
+    backward the product's gradients, one per factor (read the output gradient and the other factor, write),
+    then SiLU's (read its output gradient and the gate, write), 18 B against 10."""
+    d = shard.dtype_bytes
+    elements = shard.tokens * model.ffn_hidden / shard.tp
+    if fused.name.endswith(".bwd"):
+        passes = (("mul.bwd_gate", 0.1), ("mul.bwd_up", 0.1), ("silu.bwd", 0.8))
+        return tuple(replace(fused, name=f"{fused.name.removesuffix('.bwd')}.{step}", flops=share * fused.flops,
+                             hbm_bytes=3 * d * elements) for step, share in passes)
+    return (replace(fused, name=f"{fused.name}.silu", flops=0.8 * fused.flops, hbm_bytes=2 * d * elements),
+            replace(fused, name=f"{fused.name}.mul", flops=0.2 * fused.flops, hbm_bytes=3 * d * elements))
+
+
 def _eager_forward(kernels: tuple[Kernel, ...], model: ModelSpec, shard: ShardShape,
                    weights: dict[str, float], biases: dict[str, float]) -> tuple[Kernel, ...]:
-    """A pass's forward kernels run eagerly: norms and residual adds in fp32, each linear's casts before it."""
+    """A pass's forward kernels run eagerly: norms and residual adds in fp32, each linear's casts before it, a
+    gated MLP's SiLU and product apart."""
     out: list[Kernel] = []
     for kernel in kernels:
         prefix = "recompute." if kernel.name.startswith("recompute.") else ""
         base = kernel.name.removeprefix(prefix)
-        if base.endswith("_norm"):
+        if base == "mlp_act" and model.gated_mlp:
+            out.extend(_silu_times_up(kernel, model, shard))
+        elif base.endswith("_norm"):
             out.append(_norm(kernel, model, shard))
         elif base.endswith("_residual"):
             out.append(replace(_residual(base, model, shard)[0], name=kernel.name))
@@ -129,10 +151,25 @@ def _linear_weights(layer: PassKernels) -> tuple[dict[str, float], dict[str, flo
     return weights, biases
 
 
+def _qkv_layout_copies(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, ...]:
+    """The attention's q, k and v gradients copied from the heads' layout into the projections' (read and write
+    16 bits): a packed QKV stacks the three and copies the permuted stack (the trace's two passes over the QKV
+    width); separate projections copy each once (the transpose and view of Hugging Face's Llama undone)."""
+    q = shard.tokens * model.heads * model.head_dim / shard.tp
+    kv = shard.tokens * kv_heads_per_rank(model, shard.tp) * model.head_dim
+    d = shard.dtype_bytes
+    if model.separate_qkv:
+        return tuple(_stream(f"qkv_proj.grad_layout.{name}", elements, d, d, backward=True)
+                     for name, elements in (("q", q), ("k", kv), ("v", kv)))
+    return tuple(_stream(f"qkv_proj.grad_layout.{step}", q + 2 * kv, d, d, backward=True)
+                 for step in ("stack", "copy"))
+
+
 def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: ShardShape) -> tuple[Kernel, ...]:
     """The input-gradient pass run eagerly: residual and norm backwards in fp32, each cast input's gradient
-    cast back to fp32 after its linear's input-gradient GEMM, the attention's QKV gradient copied twice into
-    the projection's layout, and a gated MLP's two input gradients of the norm's output summed."""
+    cast back to fp32 after its linear's input-gradient GEMM, the attention's QKV gradients copied into the
+    projections' layout, a gated MLP's SiLU and product backward apart and its two input gradients of the
+    norm's output summed."""
     out: list[Kernel] = []
     for kernel in kernels:
         base = kernel.name.removesuffix(".bwd")
@@ -143,12 +180,11 @@ def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: 
             out.append(_norm(kernel, model, shard))
         elif kernel.name.endswith(".bwd") and base.endswith("_residual"):
             out.extend(_residual(base, model, shard)[1])
+        elif kernel.name == "mlp_act.bwd" and model.gated_mlp:
+            out.extend(_silu_times_up(kernel, model, shard))
         elif kernel.name == "attention.bwd":
             out.append(kernel)
-            elements = shard.tokens * (model.heads * model.head_dim / shard.tp
-                                       + 2 * kv_heads_per_rank(model, shard.tp) * model.head_dim)
-            out.extend(_stream(f"qkv_proj.grad_layout.{step}", elements, shard.dtype_bytes, shard.dtype_bytes,
-                               backward=True) for step in ("stack", "copy"))
+            out.extend(_qkv_layout_copies(model, shard))
         elif kernel.name.endswith(".dgrad") and kernel.name.removesuffix(".dgrad") in CAST_INPUT:
             _, rows, columns = kernel.output or (1.0, 0.0, 0.0)
             out.append(kernel)
