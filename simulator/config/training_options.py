@@ -31,7 +31,6 @@ all-reduce / reduce-scatter sends it (Megatron-LM's ``main_grad``, PyTorch FSDP'
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 OPTIMIZERS: tuple[Optimizer, ...] = get_args(Optimizer)
 RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
-KERNEL_ERAS: tuple[KernelEra, ...] = get_args(KernelEra)
 AUTOCAST_PRECISIONS: tuple[Precision, ...] = ("bf16", "fp16")
 """The precisions torch.autocast trains in: the ones `training.kernels: eager` models."""
 GRAD_REDUCE_DTYPES: tuple[GradReduceDtype, ...] = get_args(GradReduceDtype)

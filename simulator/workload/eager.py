@@ -94,6 +94,15 @@ def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, t
              _cast_down(f"{name}.grad_cast", elements, shard)))
 
 
+def _output(gemm: Kernel) -> tuple[float, float]:
+    """(rows, columns) of a linear's GEMM output, which sizes the cast of its input or input gradient: every
+    GEMM of the fused list carries it (transformer.matmul_kernels)."""
+    if not gemm.output:
+        raise ValueError(f"{gemm.name} has no output shape, so its autocast cast cannot be sized")
+    _, rows, columns = gemm.output
+    return rows, columns
+
+
 def _linear_casts(gemm: Kernel, weights: float, biases: float, shard: ShardShape) -> tuple[Kernel, ...]:
     """autocast's casts before a linear's forward GEMM ``gemm`` (its output (1, rows, columns)): the fp32
     weight and bias to 16 bits, and the fp32 input of a linear after a norm."""
@@ -101,7 +110,7 @@ def _linear_casts(gemm: Kernel, weights: float, biases: float, shard: ShardShape
     if biases:
         casts.append(_cast_down(f"{gemm.name}.cast_bias", biases, shard))
     if gemm.name.removeprefix("recompute.") in CAST_INPUT:
-        _, rows, columns = gemm.output or (1.0, 0.0, 1.0)
+        rows, columns = _output(gemm)
         casts.append(_cast_down(f"{gemm.name}.cast_input", rows * weights / columns, shard))
     return tuple(casts)
 
@@ -186,7 +195,7 @@ def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: 
             out.append(kernel)
             out.extend(_qkv_layout_copies(model, shard))
         elif kernel.name.endswith(".dgrad") and kernel.name.removesuffix(".dgrad") in CAST_INPUT:
-            _, rows, columns = kernel.output or (1.0, 0.0, 0.0)
+            rows, columns = _output(kernel)
             out.append(kernel)
             out.append(_cast_up(f"{kernel.name.removesuffix('.dgrad')}.cast_input.bwd", rows * columns, shard,
                                 backward=True))
