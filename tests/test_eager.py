@@ -18,9 +18,11 @@ from simulator.catalog.calibration import kernel_data
 from simulator.catalog.gpus import get_gpu
 from simulator.catalog.models import ModelSpec, get_model
 from simulator.config.loader import scenario_from_text
+from simulator.console.report import oom_line
 from simulator.errors import InputError
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.eager import eager_embedding_kernels, eager_head_kernels, eager_layer_kernels
+from simulator.workload.memory import activation_bytes_per_layer
 from simulator.workload.roofline import kernels_duration
 from simulator.workload.training import optimizer_bytes_per_param, resolve_model
 from simulator.workload.transformer import AttentionCost, ShardShape
@@ -402,3 +404,42 @@ def test_the_headline_without_the_rates_read_off_the_trace():
     assert saved == pytest.approx(1.44e-3, abs=5e-6)
     assert step == pytest.approx(13.23e-3, abs=5e-6)
     assert step / measured - 1 == pytest.approx(-0.172, abs=0.0005)
+
+
+def test_eager_memory_holds_fp32_weights_without_a_master_copy_and_its_fp32_tensors():
+    """Counted by hand for the DDP decoder (N parameters; 4 layers of width 1,024, MLP 4,096; 4 x 2,048 tokens T;
+    vocabulary 32,000; Adam): fp32 weights 4 N and .grad 4 N, Adam's moments 8 N and no master copy (fused:
+    2 N, 4 N, 12 N); per layer the two norms' fp32 inputs, 2 x (4 - 2) B x T x 1,024, and each linear's 16-bit
+    weight copy, 2 B x 1,024 x (4 x 1,024 + 2 x 4,096); the loss's 14 B per logit against fp32 logits' 4."""
+    eager, fused = ddp_run()["memory_breakdown_gib"], ddp_run("training.kernels=fused")["memory_breakdown_gib"]
+    params = resolve_model(scenario_from_text(DDP, source="ddp.yaml").scenario).num_params()
+    gib = 2.0 ** 30
+    assert (eager["params"], eager["grads"], eager["optimizer"]) == pytest.approx(
+        (4 * params / gib, 4 * params / gib, 8 * params / gib), rel=1e-12)
+    assert (fused["params"], fused["optimizer"]) == pytest.approx((2 * params / gib, 12 * params / gib), rel=1e-12)
+    tokens, width = 4 * 2048, 1024
+    per_layer = 2 * 2 * tokens * width + 2 * width * (4 * width + 2 * 4096)
+    loss = (14 - 4) * tokens * 32000
+    assert (eager["activations"] - fused["activations"]) * gib == pytest.approx(4 * per_layer + loss, rel=1e-12)
+    stage = ddp_run()["memory_per_stage_gib"][0]
+    assert stage["activation_per_virtual_stage"]["0"] == pytest.approx(stage["activation_per_microbatch"], rel=1e-12)
+
+
+def test_a_gated_eager_layer_also_keeps_silus_output():
+    """Llama 3 8B, one layer, 2,048 tokens: eager keeps, beyond the fused count, the norms' fp32 inputs
+    (2 x 2 B x T x 4,096), SiLU's output for the product (2 B x T x 14,336) and the 16-bit weight copies
+    (2 B x 4,096 x (2 x 4,096 + 2 x 1,024 + 3 x 14,336))."""
+    model, tokens = get_model("llama3-8b"), 2048
+    extra = (activation_bytes_per_layer(model, ShardShape(1, tokens, eager=True))
+             - activation_bytes_per_layer(model, ShardShape(1, tokens)))
+    assert extra == 2 * 2 * tokens * 4096 + 2 * tokens * 14336 + 2 * 4096 * (2 * 4096 + 2 * 1024 + 3 * 14336)
+
+
+def test_an_eager_out_of_memory_offers_what_eager_accepts():
+    """Eager refuses ZeRO, FSDP and TP, so its out-of-memory remedies are fused kernels with sharding, full
+    recompute, pipelining and a smaller micro-batch (it was told to try ZeRO/FSDP and more tp)."""
+    overrides = ["training.micro_batch=80", "training.global_batch=640"]
+    summary = ddp_run(*overrides)
+    scenario = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides).scenario
+    assert oom_line(summary, scenario.parallelism, scenario.training).endswith(
+        "(try kernels: fused with ZeRO/FSDP, full recompute, more pp, a smaller micro_batch)")

@@ -71,13 +71,14 @@ class MemoryBreakdown:
 
 
 def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = "adam",
-                          grad_reduce: GradReduceDtype | None = None) -> StateBytes:
+                          grad_reduce: GradReduceDtype | None = None, eager: bool = False) -> StateBytes:
     """Bytes per parameter for a training precision, optimizer and gradient buffer format.
 
     16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, the gradient buffer
     (``grad_reduce``; by default fp32 for bf16 and fp8, fp16 for fp16: grad_buffer_bytes) and a 4 B fp32 master
-    copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy.
-    Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
+    copy inside the optimizer state; fp32 training, and PyTorch eager under autocast (``eager``: fp32 weights
+    and their fp32 ``.grad``, which the optimizer updates itself), holds 4 B weights and grads and no master
+    copy. Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
     """
     if precision not in PRECISIONS:
         raise ScenarioError(
@@ -89,17 +90,18 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
         )
     moments = OPTIMIZER_MOMENT_BYTES[optimizer]
     grad = float(grad_buffer_bytes(precision, grad_reduce))
-    if precision == "fp32":
+    if precision == "fp32" or eager:
         return StateBytes(4.0, grad, moments)
     return StateBytes(2.0, grad, 4.0 + moments)
 
 
 def model_state_memory(
     num_params: float, sharding: Sharding = UNSHARDED, precision: Precision = "bf16", optimizer: Optimizer = "adam",
-    grad_reduce: GradReduceDtype | None = None,
+    grad_reduce: GradReduceDtype | None = None, eager: bool = False,
 ) -> MemoryBreakdown:
     """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``,
-    gradients in the buffer format ``grad_reduce`` (state_bytes_per_param)."""
+    gradients in the buffer format ``grad_reduce``, PyTorch eager's fp32 weights when ``eager``
+    (state_bytes_per_param)."""
     if sharding.stage not in ZERO_STAGES:
         raise ScenarioError(
             f"unknown ZeRO stage {sharding.stage}", field="parallelism.zero", allowed="0, 1, 2, 3"
@@ -108,7 +110,7 @@ def model_state_memory(
         raise ScenarioError(
             f"shard degree {sharding.degree} must be >= 1", field="parallelism.dp", allowed="positive integers"
         )
-    per_param = state_bytes_per_param(precision, optimizer, grad_reduce)
+    per_param = state_bytes_per_param(precision, optimizer, grad_reduce, eager)
     n = sharding.degree
     return MemoryBreakdown(
         params=num_params * per_param.param / (n if sharding.stage >= 3 else 1),
@@ -193,6 +195,9 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     s b h (34 + 5 a s / h) without tensor parallelism, s b h (10 + 24/t + 5 a s/(h t)) with it, s b h/t (34 + ...)
     with sequence parallelism; selective recompute drops the score term; full recompute keeps the layer input.
     A MoE layer's MLP intermediates are its experts' (moe_activation_bytes, ``routed_tokens`` as there).
+    PyTorch eager under autocast (``shard.eager``) saves the norms' fp32 inputs, SiLU's output in a gated MLP,
+    and each linear's 16-bit copy of its fp32 weight (autocast's cast, which the backward multiplies by; the
+    bias's copy is not saved); under full recompute the fp32 layer input alone.
     """
     validate_shard(model, shard)
     if recompute not in RECOMPUTE_MODES:
@@ -203,20 +208,24 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     tokens, h = shard.tokens, model.hidden
     replicated_tokens = shard.pointwise_tokens
     if recompute == "full":
-        return d * replicated_tokens * h
+        return shard.stream_bytes * replicated_tokens * h
     mask = 1.0 if model.dropout else 0.0
     q_width = model.heads * model.head_dim / t
     kv_width = kv_heads_per_rank(model, t) * model.head_dim
     ffn = model.ffn_hidden / t
-    # Outside the tensor-parallel region (split by SP): two norm inputs, the QKV and MLP inputs, two dropout masks.
-    outside = replicated_tokens * (2 * d * h + 2 * d * h + 2 * mask * h)
-    # Inside it: Q, K, V, the output-projection input, and the MLP intermediates.
-    mlp_intermediates = 3 * d * ffn if model.gated_mlp else 2 * d * ffn
+    # Outside the tensor-parallel region (split by SP): two norm inputs (the residual stream's), the QKV and MLP
+    # inputs, two dropout masks.
+    outside = replicated_tokens * (2 * shard.stream_bytes * h + 2 * d * h + 2 * mask * h)
+    # Inside it: Q, K, V, the output-projection input, and the MLP intermediates (eager's F.silu(g) * u saves
+    # SiLU's output for the product besides the gate, the up and the product).
+    mlp_intermediates = (3 + shard.eager) * d * ffn if model.gated_mlp else 2 * d * ffn
     inside = tokens * (d * (q_width + 2 * kv_width) + d * q_width)
     if model.moe is not None:
         inside += moe_activation_bytes(model, shard, routed_tokens)
     else:
         inside += tokens * mlp_intermediates
+    if shard.eager:
+        inside += d * h * (2 * q_width + 2 * kv_width + (3 if model.gated_mlp else 2) * ffn)
     if recompute == "selective":
         return outside + inside
     # Scores: softmax output (d bytes), and with dropout its mask (1 byte) and dropped copy (d bytes), per head.
@@ -276,8 +285,12 @@ def head_weight_grad_bytes(model: ModelSpec, shard: ShardShape) -> float:
 
 
 def head_activation_bytes(model: ModelSpec, shard: ShardShape) -> float:
-    """Bytes the last stage keeps for the loss: fp32 logits, 4 s b V / t (Korthikanti et al.)."""
-    return 4.0 * shard.tokens * model.vocab / shard.tp
+    """Bytes the last stage keeps for the loss: fp32 logits, 4 s b V / t (Korthikanti et al.). PyTorch eager's
+    F.cross_entropy on ``logits.float()`` holds at its backward's peak the 16-bit logits, the saved fp32
+    log-probabilities, their zeroed fp32 gradient and log-softmax's fp32 input gradient: 14 B per logit at
+    16 bits."""
+    per_logit = 3 * 4.0 + shard.dtype_bytes if shard.eager else 4.0
+    return per_logit * shard.tokens * model.vocab / shard.tp
 
 
 def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_bytes: float = 2.0) -> float:
@@ -366,7 +379,7 @@ def rank_memory(
     """
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     routed = routed_params(model, layers, ep)
-    dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce)
+    dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce, shard.eager)
     experts = model_state_memory(routed, expert_sharding(sharding, ep, shard.tp), precision, optimizer, grad_reduce)
     state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
                             dense.optimizer + experts.optimizer)
@@ -387,13 +400,17 @@ def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig) ->
     recompute, more tp or pp'. It leaves out what the scenario already does to the full and steps that save it
     nothing: ZeRO-3 or FSDP's full_shard, full recompute, a micro-batch of 1; selective recompute is offered only
     beside standard attention, for flash attention keeps no score matrix for it to drop (docs/training-step.md),
-    so full recompute instead."""
-    if parallelism.hybrid_shard:  # sharded inside each NVLink domain only
+    so full recompute instead. Under `kernels: eager`, which refuses ZeRO, FSDP and tensor parallelism, only pp
+    (or kernels: fused, which shards)."""
+    eager = training.kernels == "eager"
+    if eager:
+        sharding = "kernels: fused with ZeRO/FSDP, "
+    elif parallelism.hybrid_shard:  # sharded inside each NVLink domain only
         sharding = "fsdp: full_shard, "
     else:
         sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
     selective_saves = training.recompute == "none" and training.attention == "standard"
     recompute = "" if training.recompute == "full" else "recompute, " if selective_saves else "full recompute, "
     micro_batch = ", a smaller micro_batch" if training.micro_batch > 1 else ""
-    return f"{sharding}{recompute}more tp or pp{micro_batch}"
+    return f"{sharding}{recompute}{'more pp' if eager else 'more tp or pp'}{micro_batch}"
 
