@@ -443,3 +443,22 @@ def test_an_eager_out_of_memory_offers_what_eager_accepts():
     scenario = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides).scenario
     assert oom_line(summary, scenario.parallelism, scenario.training).endswith(
         "(try kernels: fused with ZeRO/FSDP, full recompute, more pp, a smaller micro_batch)")
+
+
+def test_the_layout_search_tree_under_eager_tries_plain_ddp_and_pp_only():
+    """The tree tried ZeRO-1 (and then TP) at every step, which eager refuses, and ended 'nothing the tree tries
+    fits'. Under eager it keeps zero0 and tp 1: here the whole model does not fit, pp2 does."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Candidate, Checked, Pruned, Pruning
+
+    tried: list[Candidate] = []
+
+    def check(candidate: Candidate) -> Checked:
+        tried.append(candidate)
+        too_big = Pruning(Pruned.OUT_OF_MEMORY, "out of memory: 90.0 GiB") if candidate.pp < 2 else None
+        return Checked(candidate, {}, too_big, 90.0 if too_big else 50.0)
+
+    choice = seed_tree_choice(8, 8, 32, 64, True, check, eager=True)
+    assert choice.candidate == Candidate(1, 1, 2, 4, 1, 1, "zero0", "none", 1)
+    assert {(c.tp, c.sharding) for c in tried} == {(1, "zero0")}
+    assert choice.steps[0] == "one GPU: out of memory: 90.0 GiB"

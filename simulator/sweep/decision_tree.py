@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.sweep.layouts import Candidate, Checked, powers_of_two
-from simulator.sweep.options import Recompute
+from simulator.sweep.options import Recompute, Sharding
 
 MICROBATCHES_PER_STAGE = 4
 """Rule 2: m >= 4p keeps the 1F1B bubble (p-1)/(m+p-1) under about 20%."""
@@ -31,16 +31,28 @@ class TreeChoice:
 
 
 def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
-                     check: Callable[[Candidate], Checked], ep: int = 1) -> TreeChoice:
+                     check: Callable[[Candidate], Checked], ep: int = 1, eager: bool = False) -> TreeChoice:
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
-    state fits on a GPU, ``ep`` the scenario's expert parallelism."""
+    state fits on a GPU, ``ep`` the scenario's expert parallelism. Under ``eager`` (training.kernels: eager,
+    which runs plain DDP, pipelined or not) the tree shards nothing and tries no TP: DP, then PP + DP, then
+    PP + DP with recompute."""
     steps = []
-    single = check(Candidate(1, 1, 1, world, 1, 1, "zero1", "none", ep))
+    sharding: Sharding = "zero0" if eager else "zero1"
+    single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
+    whole = f"plain DDP over all {world} GPUs" if eager else f"ZeRO-1 over all {world} GPUs"
     if not single.reason:
-        steps.append(f"every GPU holds the whole model with ZeRO-1 over all {world} GPUs "
+        steps.append(f"every GPU holds the whole model with {whole} "
                      f"({single.peak_memory_gib:,.1f} GiB): DP over every GPU")
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
+    if eager:
+        found = _first_fit([1], ["none", "selective", "full"], world, layers, global_batch, check, steps, ep,
+                           sharding)
+        if found is not None:
+            return TreeChoice(found, tuple(steps))
+        steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP and PP only (no ZeRO, "
+                     "FSDP or TP)")
+        return TreeChoice(None, tuple(steps))
     if layer_fits:
         found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep)
         if found is not None:
@@ -60,7 +72,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
 
 
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
-               check: Callable[[Candidate], Checked], steps: list[str], ep: int) -> Candidate | None:
+               check: Callable[[Candidate], Checked], steps: list[str], ep: int,
+               sharding: Sharding = "zero1") -> Candidate | None:
     """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
     for recompute in recomputes:
         for tp in tps:
@@ -71,7 +84,7 @@ def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: 
                 dp = world // (tp * pp)
                 if global_batch % dp or global_batch // dp < MICROBATCHES_PER_STAGE * pp:
                     continue
-                checked = check(Candidate(tp, 1, pp, dp, 1, 1, "zero1", recompute, ep))
+                checked = check(Candidate(tp, 1, pp, dp, 1, 1, sharding, recompute, ep))
                 if not checked.reason:
                     steps.append(f"tp{tp} recompute={recompute}: pp{pp} fits ({checked.peak_memory_gib:,.1f} GiB)"
                                  + (f" after {', '.join(tried)}" if tried else ""))
