@@ -155,6 +155,12 @@ class JobProcess:
         self.regrow_restart_s = 0.0
         self.running_s: dict[int, float] = {}
 
+    @property
+    def hosts_in_hand(self) -> int:
+        """Hosts the job could form a group on now: those in use not out for repair, and the spares (hosts
+        back from repair among them, once collected)."""
+        return self.in_use - len(self.missing) + self.spares
+
     def run(self, env: simpy.Environment):
         """The SimPy process: train to the next event, handle it, repeat until the horizon."""
         horizon = self.plan.horizon_s
@@ -210,7 +216,7 @@ class JobProcess:
         """The next size above ``replicas`` and how many more hosts it needs back from repair beyond those in
         use and spare (0 or less: they are in hand)."""
         larger = next(size for size in self.plan.sizes.sizes if size > replicas)
-        return larger, self.plan.hosts_for(larger) - (self.in_use - len(self.missing) + self.spares)
+        return larger, self.plan.hosts_for(larger) - self.hosts_in_hand
 
     def _skip_windows(self, t: float) -> None:
         """After the window taken at ``t``, the next one due after ``t``: windows that came due while the
@@ -331,7 +337,7 @@ class JobProcess:
         largest of its sizes (all its replicas but for an elastic job) those hosts fill whose GPUs all have a
         route; else the largest they fill, once repairs give it its routes back (hosts back during that wait
         join the next restart; the wait for a route is not a wait for hosts)."""
-        have = self.in_use - len(self.missing) + self.spares
+        have = self.hosts_in_hand
         short = self.plan.hosts_for(self.plan.sizes.sizes[0]) - have
         formed = max(gate, self._returns(short)) if short > 0 else gate
         rendezvous = formed + self.plan.reschedule_s
@@ -383,7 +389,7 @@ class JobProcess:
             self._collect_repairs(now)
             self._end_degradations(now)
             gate = max(stopped_until, now + self.plan.detection_s if detects else now)
-            hosts_in_hand, rendezvous, replicas, costs = self._relaunch_plan(gate)
+            formed, rendezvous, replicas, costs = self._relaunch_plan(gate)
             end = rendezvous + self.plan.launch_s + costs.load_s + costs.warmup_s
             arrival = self._skip_arrivals(rendezvous)
             rejoin = INF
@@ -402,7 +408,7 @@ class JobProcess:
             maintenance = max(0.0, min(stop, maintained_until) - now)
             self.maintenance_s += maintenance
             self.restart_s += stop - now - maintenance
-            self.waiting_for_hosts_s += max(0.0, min(stop, hosts_in_hand) - gate)
+            self.waiting_for_hosts_s += max(0.0, min(stop, formed) - gate)
             if cause is BuiltInCause.REGROW:
                 self.regrow_restart_s += stop - now
             self.clock.settle_stop(stop)
@@ -469,7 +475,7 @@ class JobProcess:
         spares and hosts back from repair by then standing in for those out) are in use from then on, so that a
         failure of any of them during launch, load or warm-up starts the restart over; the rest are spares."""
         self._collect_repairs(rendezvous)
-        available = self.in_use - len(self.missing) + self.spares
+        available = self.hosts_in_hand
         self.in_use = self.plan.hosts_for(replicas)
         self.spares = available - self.in_use
         self.missing.clear()
