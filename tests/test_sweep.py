@@ -557,6 +557,21 @@ def test_a_set_on_a_field_an_axis_sets_is_refused(tmp_path, capsys, override):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_set_that_takes_away_an_axis_field_is_refused_at_the_set(tmp_path, capsys):
+    """A `--set` of a section above an axis that leaves the axis's path pointing at nothing (an empty straggler
+    list under an axis on its item [0]) is the `--set`'s fault, not the sweep file's: refused at the `--set`,
+    as any `--set` on an axis's field is, not blamed on the axis's line."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "  faults: {step: {stragglers: [{gpus: [0], slowdown: 1.5}]}}\n"
+                    "grid:\n  faults.step.stragglers[0].slowdown: [1.5, 2.0]\n")
+    override = "faults.step.stragglers=[]"
+    assert main(["sweep", str(path), "--set", override, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --set {override}: faults.step.stragglers: the sweep's axis grid.faults.step.stragglers[0].slowdown "
+        f"({path}:10) sets faults.step.stragglers[0].slowdown at every point (allowed: a field no axis writes: vary "
+        "it in the sweep file, or leave out the --set)\n")
+
+
 def test_a_bad_set_value_is_located_at_the_set(tmp_path, capsys):
     """A value the schema refuses stops the sweep at the `--set`; one the simulator refuses when it builds a
     point makes the points invalid, their error located at the `--set` too, not at the base's line."""

@@ -172,8 +172,9 @@ def sweep_from_data(data: object, lines: dict, source: str, folder: Path, max_po
     locate = _locator(source, lines)
     base_data, base_source, base_lines = _base(spec, folder, source, lines)
     base_data, set_by_hand = apply_overrides(base_data, overrides or [])
-    axes = _axis_paths(spec, base_data, locate)
+    axes = _axis_paths(spec, locate)
     _refuse_sets_on_axes(set_by_hand, axes, source, lines)
+    _check_axes_in_base(axes, base_data, locate)
     count = _count(spec)
     if not axes:
         raise locate(("grid",), "the sweep has no axis", "grid:, zip: or random: with at least one field path")
@@ -238,9 +239,9 @@ def _base(spec: SweepFile, folder: Path, source: str, lines: dict) -> tuple[dict
     return data, str(path), base_lines
 
 
-def _axis_paths(spec: SweepFile, base_data: dict, locate) -> dict[str, FieldPath]:
-    """Every axis name with the sweep-file path of its entry, checked against the scenario schema and the base
-    scenario (an index its list lacks); a name given in two blocks is an error."""
+def _axis_paths(spec: SweepFile, locate) -> dict[str, FieldPath]:
+    """Every axis name with the sweep-file path of its entry, checked to be a field path; a name given in two
+    blocks is an error."""
     blocks: list[tuple[str, dict]] = [("grid", spec.grid), ("zip", spec.zip)]
     if spec.random is not None:
         blocks.append(("random", spec.random.axes))
@@ -250,9 +251,6 @@ def _axis_paths(spec: SweepFile, base_data: dict, locate) -> dict[str, FieldPath
         for name in axes:
             if not is_field_path(name):
                 raise locate(prefix + (name,), "not a field path", FIELD_PATH_EXAMPLE)
-            problem = path_problem(parse_field(name), base_data)
-            if problem is not None:
-                raise locate(prefix + (name,), problem.problem, problem.allowed)
             if name in names:
                 raise locate(prefix + (name,), "axis given twice")
             names[name] = prefix + (name,)
@@ -276,6 +274,15 @@ def _refuse_sets_on_axes(set_by_hand: tuple[Override, ...], axes: dict[str, Fiel
                                     f"{name} at every point", field=dotted(override.path), file=override.file,
                                     allowed="a field no axis writes: vary it in the sweep file, or leave out the "
                                             "--set")
+
+
+def _check_axes_in_base(axes: dict[str, FieldPath], base_data: dict, locate) -> None:
+    """Each axis's path checked against the scenario schema and the base scenario (an index its list lacks),
+    after the `--set`s on axes are refused, so that one taking an axis's field away is blamed on the `--set`."""
+    for name, entry in axes.items():
+        problem = path_problem(parse_field(name), base_data)
+        if problem is not None:
+            raise locate(entry, problem.problem, problem.allowed)
 
 
 def _count(spec: SweepFile) -> int:
