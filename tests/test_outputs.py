@@ -423,6 +423,17 @@ def test_rerun_removes_the_files_of_an_earlier_run(tmp_path):
     assert set(one_run_only(out)["files"]) == {"summary.json", "timeline.parquet", "trace.json"}
 
 
+def test_the_manifest_records_each_set_as_typed(tmp_path):
+    """A run's `--set`s change its scenario without a trace in the scenario file: the manifest lists them as
+    typed, in order, so the run can be reproduced; none, an empty list."""
+    out = tmp_path / "out"
+    assert main(["run", str(SMALL), "--out", str(out), "--quiet", "--set", "run.timeline=summary",
+                 "--set", " run.seed=3"]) == 0
+    assert one_run_only(out)["overrides"] == ["run.timeline=summary", "run.seed=3"]
+    assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 0
+    assert one_run_only(out)["overrides"] == []
+
+
 def test_rerun_removes_a_chart_plotted_into_the_folder(tmp_path):
     out, elsewhere = tmp_path / "out", tmp_path / "gantt.png"
     assert main(["run", str(PIPELINE), "--out", str(out)]) == 0

@@ -532,6 +532,9 @@ def test_a_set_overrides_the_base_of_every_point_before_its_axes(tmp_path, capsy
     assert capsys.readouterr().out.startswith("sweep: 2 points (2 ok; 0 reused)")
     frame = pd.read_parquet(out / "results.parquet")
     assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 4e-3 for m in (4, 8)], rel=1e-9)
+    assert list(frame["overrides"]) == ['["model.synthetic.forward=2ms"]'] * 2
+    assert [record["overrides"] for record in map(orjson.loads, (out / "points.jsonl").read_text().splitlines())] == [
+        ["model.synthetic.forward=2ms"]] * 2
     executor = CountingExecutor()
     run_sweep(load_sweep(path, overrides=["model.synthetic.forward=2ms"]), out, executor)
     assert executor.ran == []
@@ -539,6 +542,7 @@ def test_a_set_overrides_the_base_of_every_point_before_its_axes(tmp_path, capsy
     assert executor.ran == [0, 1]
     frame = pd.read_parquet(out / "results.parquet")
     assert frame["step_time_s"].to_numpy() == pytest.approx([(m + 3) * 3e-3 for m in (4, 8)], rel=1e-9)
+    assert "overrides" not in frame
 
 
 @pytest.mark.parametrize("override", ["training.microbatches=2", "training={microbatches: 2}"])

@@ -48,6 +48,9 @@ class Override:
     field: str = ""
     """The field an error in the value names; '' for the scenario field at fault."""
     prefix: str = ""
+    typed: str = ""
+    """The `--set` as the user typed it (``a.b=value``), which a run's records keep so that it can be
+    reproduced; '' for a sweep axis or a command's option, which the sweep file or the command records."""
 
     @property
     def where(self) -> str:
@@ -56,6 +59,11 @@ class Override:
         if self.line is not None:
             return f"{self.file}:{self.line}"
         return f"{self.field} {self.prefix.removesuffix(': ')}" if self.field else self.file
+
+
+def sets_typed(overrides: tuple[Override, ...]) -> tuple[str, ...]:
+    """The `--set`s among ``overrides``, as typed, in order (sweep axes and command options left out)."""
+    return tuple(override.typed for override in overrides if override.typed)
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,11 @@ class LoadedScenario:
     lines: dict
     overrides: tuple[Override, ...] = ()
     """Each `--set` (or a sweep point's axis), so errors in a value it set point at it."""
+
+    @property
+    def sets(self) -> tuple[str, ...]:
+        """The `--set`s written over the file, as typed, in order."""
+        return sets_typed(self.overrides)
 
     def error(self, path: FieldPath, problem: str, allowed: str = "", every_override: bool = False) -> ScenarioError:
         """A ScenarioError located at ``path`` in this scenario's file (or the override that set it); with
@@ -191,7 +204,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> tuple[dict, tuple[Overr
         except ValueError as exc:
             raise ScenarioError(str(exc), field=dotted(parts), file=f"--set {item.strip()}",
                                 allowed=FIELD_PATH_EXAMPLE) from None
-        written.append(Override(parts, f"--set {item.strip()}"))
+        written.append(Override(parts, f"--set {item.strip()}", typed=item.strip()))
     return result, tuple(written)
 
 

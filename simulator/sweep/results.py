@@ -24,6 +24,8 @@ JOURNAL = "points.jsonl"
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 LEADING_COLUMNS = ("point", "status", "error")
+OVERRIDES_COLUMN = "overrides"
+"""The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class PointRecord:
     status: PointStatus
     error: str
     metrics: dict
+    overrides: tuple[str, ...] = ()
+    """The sweep's `--set`s the point ran with, as typed (read back from the journal as a list)."""
 
 
 def flatten(summary: dict, prefix: str = "") -> dict:
@@ -89,14 +93,18 @@ def read_records(out_dir: Path) -> dict[int, PointRecord]:
 
 
 def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict[int, PointRecord]) -> pd.DataFrame:
-    """One row per finished point, in point order: point, status, error, the axes, then the metrics (in the
-    order they first appear) that some point has a value for: a metric null in every point (the token figures
-    of a synthetic model's job, the confidence bounds of a single replication) would be a column of nothing.
-    An axis whose values are not all numbers (or all booleans) is written as text."""
+    """One row per finished point, in point order: point, status, error, the `--set`s it ran with (where some
+    point had any), the axes, then the metrics (in the order they first appear) that some point has a value
+    for: a metric null in every point (the token figures of a synthetic model's job, the confidence bounds of
+    a single replication) would be a column of nothing. An axis whose values are not all numbers (or all
+    booleans) is written as text."""
     rows = []
+    leading = [*LEADING_COLUMNS, OVERRIDES_COLUMN] if any(r.overrides for r in records.values()) else LEADING_COLUMNS
     for index in sorted(records):
         record = records[index]
         row = {"point": index, "status": record.status, "error": record.error}
+        if len(leading) > len(LEADING_COLUMNS):
+            row[OVERRIDES_COLUMN] = orjson.dumps(list(record.overrides)).decode()
         row.update(dict(values[index]))
         row.update({key: value for key, value in record.metrics.items() if key not in row and value is not None})
         rows.append(row)
@@ -107,7 +115,7 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
         logical = all(isinstance(v, bool) for v in column)
         if not (numeric or logical):
             frame[axis] = column.map(str)
-    for name in frame.columns[len(LEADING_COLUMNS) + len(axes):]:
+    for name in frame.columns[len(leading) + len(axes):]:
         if frame[name].dtype == object:
             frame[name] = frame[name].map(_cell_text)
     return frame

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.config.loader import LoadedScenario, Override
+from simulator.config.loader import LoadedScenario, Override, sets_typed
 from simulator.errors import InputError, SimulationError
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
@@ -67,6 +67,7 @@ def run_point(task: PointTask) -> PointRecord:
     from simulator.config.schema import Scenario
     from simulator.simulation import simulate
 
+    sets = sets_typed(task.overrides)
     try:
         loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides)
         if loaded.scenario.run.horizon is not None:
@@ -84,12 +85,12 @@ def run_point(task: PointTask) -> PointRecord:
 
                 write_outputs(Path(task.outputs_dir), result, loaded)
     except InputError as exc:
-        return PointRecord(task.index, task.key, "invalid", str(exc), {})
+        return PointRecord(task.index, task.key, "invalid", str(exc), {}, sets)
     except SimulationError as exc:
-        return PointRecord(task.index, task.key, "failed", str(exc), {})
+        return PointRecord(task.index, task.key, "failed", str(exc), {}, sets)
     except Exception as exc:  # a bug in one point must not end the sweep; its message is kept
-        return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {})
-    return PointRecord(task.index, task.key, "ok", "", flatten(summary))
+        return PointRecord(task.index, task.key, "failed", f"{type(exc).__name__}: {exc}", {}, sets)
+    return PointRecord(task.index, task.key, "ok", "", flatten(summary), sets)
 
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
@@ -109,7 +110,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
                 not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
             records[point.index] = previous
         elif point.skipped:
-            records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {})
+            records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {},
+                                               sets_typed(point.overrides))
             append_record(out_dir, records[point.index])
         else:
             todo.append(point)
