@@ -273,6 +273,17 @@ def test_three_tiers_over_one_leaf_group_names_the_tiers():
         "tiers: 2, or more than 32 hosts (nodes), or fewer leaf_ports")
 
 
+def test_pods_that_would_leave_a_pod_without_leaf_groups_are_refused_at_pods():
+    """3 pods over 4 leaf groups (8 hosts, 2 per leaf group) gave pods of 2, 2 and 0 groups, and the run failed on
+    the topology file's first line ('link spine2.0 <-> core0 has bandwidth 0.0') instead of at cluster.pods."""
+    with pytest.raises(TopologyError) as error:
+        build_topology("cluster", {"nodes": 8, "leaf_ports": 2, "tiers": 3, "pods": 3})
+    assert (error.value.field, error.value.problem, error.value.allowed) == (
+        "pods", "tiers: 3 with 3 pods over 4 leaf groups, which leaves a pod without leaf groups",
+        "2, 4 (one leaf group = 2 hosts)")
+    assert build_topology("cluster", {"nodes": 8, "leaf_ports": 2, "tiers": 3, "pods": 4}).num_gpus == 64
+
+
 def test_unknown_parameter_lists_allowed_names():
     with pytest.raises(TopologyError) as error:
         build_topology("cluster", {"leafports": 8})

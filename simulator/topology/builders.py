@@ -427,6 +427,12 @@ def shift_period_hosts(hosts: int, p: dict) -> int:
     return p["leaf_ports"] * (-(-groups // p["pods"]) if p["tiers"] == 3 else 1)
 
 
+def _pod_counts_filled(groups: int) -> list[int]:
+    """The pod counts (2 or more) that split ``groups`` leaf groups with none left empty: pods take
+    ceil(groups / pods) groups each in turn, so 3 pods over 4 groups would fill two and leave the third bare."""
+    return [pods for pods in range(2, groups + 1) if -(-groups // -(-groups // pods)) == pods]
+
+
 def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nics: int, p: dict) -> dict:
     """NICs on each host, per-rail leaves over groups of ``leaf_ports`` hosts, aggregated spine (and core) links."""
     per_gpu_latency = p["nic_latency"] / 2
@@ -440,10 +446,10 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
         raise TopologyError(f"3 splits leaf groups into pods, but {len(host_gpus)} hosts make one leaf group "
                             f"(up to {p['leaf_ports']} hosts)", field="tiers",
                             allowed=f"tiers: 2, or more than {p['leaf_ports']} hosts (nodes), or fewer leaf_ports")
-    if p["tiers"] == 3 and not 2 <= pods <= groups:
-        raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups", field="pods",
-                            allowed=f"{'2' if groups == 2 else f'2 to {groups}'} (one leaf group = "
-                                    f"{p['leaf_ports']} hosts)")
+    if p["tiers"] == 3 and pods not in (filled := _pod_counts_filled(groups)):
+        empty = ", which leaves a pod without leaf groups" if 2 <= pods <= groups else ""
+        raise TopologyError(f"tiers: 3 with {pods} pods over {groups} leaf groups{empty}", field="pods",
+                            allowed=f"{', '.join(map(str, filled))} (one leaf group = {p['leaf_ports']} hosts)")
     if p["sharp"] is not NetworkReduction.NONE and link_class != "infiniband":
         raise TopologyError(f"{p['sharp']} runs in InfiniBand switches, not on link_class {link_class}",
                             field="sharp", allowed="none, or link_class: infiniband")
