@@ -436,13 +436,14 @@ def test_a_gated_eager_layer_also_keeps_silus_output():
 
 
 def test_an_eager_out_of_memory_offers_what_eager_accepts():
-    """Eager refuses ZeRO, FSDP and TP, so its out-of-memory remedies are fused kernels with sharding, full
-    recompute, pipelining and a smaller micro-batch (it was told to try ZeRO/FSDP and more tp)."""
+    """Eager refuses ZeRO and TP, so its out-of-memory remedies are FSDP's full_shard (modelled under eager since
+    it was told 'kernels: fused with ZeRO/FSDP'), full recompute, pipelining and a smaller micro-batch (it was
+    told to try ZeRO/FSDP and more tp before that)."""
     overrides = ["training.micro_batch=80", "training.global_batch=640"]
     summary = ddp_run(*overrides)
     scenario = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides).scenario
     assert oom_line(summary, scenario.parallelism, scenario.training).endswith(
-        "(try kernels: fused with ZeRO/FSDP, full recompute, more pp, a smaller micro_batch)")
+        "(try fsdp: full_shard, full recompute, more pp, a smaller micro_batch)")
 
 
 def test_the_layout_search_tree_under_eager_tries_plain_ddp_and_pp_only():

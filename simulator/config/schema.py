@@ -282,11 +282,12 @@ class TrainingConfig(Section):
     loss_scaling: LossScalingConfig | None = None
 
     def gradient_buffer_dtype(self) -> GradReduceDtype:
-        """The format the gradients accumulate, reduce and sit in: under eager autocast's fp32 ``.grad`` of the
-        fp32 weights, which DDP reduces as it is; else grad_reduce_dtype, or Megatron-LM's default for the
+        """The format the gradients accumulate, reduce and sit in: under eager fp32 unless grad_reduce_dtype says
+        otherwise (autocast's fp32 ``.grad``, which DDP reduces as it is and the schema keeps fp32; PyTorch FSDP's
+        reduce_dtype, torchtitan's default fp32); else grad_reduce_dtype, or Megatron-LM's default for the
         precision (DEFAULT_GRAD_REDUCE)."""
         if self.kernels == "eager":
-            return "fp32"
+            return self.grad_reduce_dtype or "fp32"
         return self.grad_reduce_dtype or DEFAULT_GRAD_REDUCE[self.precision]
 
     def fused_grad_accumulation(self, fsdp: bool) -> bool:
@@ -323,10 +324,6 @@ class TrainingConfig(Section):
             raise FieldProblem(("kernels",), f"eager kernels are modelled as torch.autocast runs them, which "
                                f"trains in 16 bits, not {self.precision}", f"precision: "
                                f"{' or '.join(AUTOCAST_PRECISIONS)} with eager, or kernels: fused")
-        if self.grad_reduce_dtype not in (None, "fp32"):
-            raise FieldProblem(("grad_reduce_dtype",), f"grad_reduce_dtype {self.grad_reduce_dtype}: under "
-                               "kernels: eager the gradients are the fp32 weights' fp32 .grad, which DDP reduces as "
-                               "it is", "fp32 or left out with eager, or kernels: fused")
         megatron = {"cross_entropy_fusion": False, "layernorm_fusion": False, "bias_grad_fusion": False,
                     "grad_accumulation_fusion": True}
         for name, value in megatron.items():
@@ -524,17 +521,25 @@ class Scenario(Section):
     @model_validator(mode="after")
     def _eager_on_data_parallel_ranks(self) -> Scenario:
         """`training.kernels: eager` models torch.autocast over each rank's own fp32 weights (plain PyTorch DDP,
-        optionally pipelined): PyTorch FSDP casts in its gathers and a ZeRO optimizer keeps 16-bit weights with an
-        fp32 master copy; experts, parameter-server workers, tensor, context and sequence parallelism run kernels
-        or casts the eager list does not cover, and a synthetic model has no kernels."""
+        optionally pipelined) and PyTorch FSDP2's fully_shard over fp32 shards gathered in 16 bits (`fsdp:
+        full_shard | hybrid_shard`, as torchtitan runs it); shard_grad_op and no_shard are FSDP1 strategies it
+        does not model, and a ZeRO optimizer keeps 16-bit weights with an fp32 master copy; experts,
+        parameter-server workers, tensor, context and sequence parallelism run kernels or casts the eager list
+        does not cover, and a synthetic model has no kernels."""
         if self.training.kernels != "eager":
             return self
         par, model = self.parallelism, self.model
-        if par.fsdp is not None:
-            raise FieldProblem(("parallelism", "fsdp"), f"fsdp {par.fsdp}: PyTorch FSDP casts its weights to 16 bits "
-                               "in its own gathers (param_dtype), not through autocast's cast before every linear, "
-                               "which training.kernels: eager models", "no fsdp with eager (plain data "
-                               "parallelism), or training.kernels: fused")
+        if par.fsdp is not None and par.zero_stage != 3:
+            raise FieldProblem(("parallelism", "fsdp"), f"fsdp {par.fsdp}: eager kernels are modelled with FSDP2's "
+                               "fully_shard (its fp32 shards gathered in 16 bits per unit, torchtitan's default), "
+                               "not FSDP1's other strategies", "full_shard or hybrid_shard with eager, no fsdp "
+                               "(plain DDP), or training.kernels: fused")
+        if par.fsdp is None and self.training.grad_reduce_dtype not in (None, "fp32"):
+            raise FieldProblem(("training", "grad_reduce_dtype"), f"grad_reduce_dtype "
+                               f"{self.training.grad_reduce_dtype}: under kernels: eager without fsdp the gradients "
+                               "are the fp32 weights' fp32 .grad, which DDP reduces as it is", "fp32 or left out "
+                               "with eager DDP; a 16-bit reduce_dtype with parallelism.fsdp: full_shard, or "
+                               "kernels: fused")
         if model is not None and model.synthetic is not None:
             raise FieldProblem(("training", "kernels"), "a synthetic model gives its stages' costs, which no kernel "
                                "list builds, so eager kernels would change nothing", "fused with model.synthetic, "
@@ -556,8 +561,9 @@ class Scenario(Section):
         if par.zero:
             raise FieldProblem(("parallelism", "zero"), f"zero {par.zero} runs a sharded optimizer over 16-bit "
                                "weights with an fp32 master copy (DeepSpeed, Megatron-LM's distributed optimizer); "
-                               "training.kernels: eager models autocast over each rank's own fp32 weights",
-                               "zero 0 with eager (plain data parallelism), or training.kernels: fused")
+                               "training.kernels: eager shards its fp32 state with PyTorch FSDP instead",
+                               "fsdp: full_shard (or hybrid_shard) with eager, zero 0 (plain DDP), or "
+                               "training.kernels: fused")
         if self.uses_parameter_servers:
             raise FieldProblem(("training", "kernels"), "eager kernels are modelled for a collective step, not "
                                "parameter-server workers", "fused with parallelism.strategy: parameter_server")

@@ -27,6 +27,8 @@ from simulator.program.send_order import SendOrder
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
 
 ZERO_STREAM = "zero"
+COPY_IN_STREAM = "fsdp_copy_in"
+"""FSDP2's ``all_gather_copy_in_stream``, where a unit's shards are copied into its all-gather's input."""
 PP_STREAM = "pp"
 ALL_REDUCE_STREAM = "dp_all_reduce"
 """HSDP's all-reduces of each reduce-scattered shard across the replicas: FSDP2's ``all_reduce_stream``, which
@@ -606,8 +608,27 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._gathered.add(unit)
         group = self._shard_group(rank)
         key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
-        return [self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
-                                 params * sharding.param_bytes, key, window, "dp", mb)]
+        category: Category = "backward" if phase.input_grads else "forward"
+        return [self._unit_gather(rank, name, group, params, key, window, category, mb)]
+
+    def _unit_gather(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str, deps: list[int],
+                     category: Category, mb: int) -> int:
+        """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, with FSDP2's copies around it
+        where the shards are kept in another format (Sharding.gather_copy_bytes: the copy-in before it on its own
+        stream, which the gather waits for (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``), counted
+        with the data-parallel communication it precedes; the copy-out after it on the compute stream, in the
+        pass's ``category``); returns the op the unit's compute waits for."""
+        sharding = self.plan.sharding
+        copy_in, copy_out = sharding.gather_copy_bytes()
+        if copy_in > 0:
+            deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
+                                  "dp", stream=COPY_IN_STREAM, mb=mb, sm_bound_share=0.0)]
+        gather = self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
+                                  params * sharding.param_bytes, key, deps, "dp", mb)
+        if copy_out <= 0:
+            return gather
+        return self._compute(rank, f"fsdp copy-out {name}", params * copy_out / sharding.grad_copy_rate, [gather],
+                             category, mb=mb, sm_bound_share=0.0)
 
     def _unshard_chunks(self, rank: int, vstages: list[int]) -> None:
         """Pipelined FSDP on _PipelineScheduleRuntime: the UNSHARD actions ``_add_unshard_reshard`` puts before
@@ -623,9 +644,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._vstage = vstage
             for layer, (first, last, params) in self._units_of(vstage).items():
                 name = first if first == last else f"L{layer}"
-                self._unshards[rank, vstage] = self._collective(
-                    rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group, params * sharding.param_bytes,
-                    f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "dp")
+                self._unshards[rank, vstage] = self._unit_gather(
+                    rank, name, group, params, f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1)
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1
 

@@ -26,6 +26,13 @@ a profiled step, traces/h200-step; docs/cost-model.md "PyTorch eager" lists them
   micro-batch but the first, whose gradient becomes ``.grad`` as it is: charged as its (m - 1) / m share on
   each micro-batch (``ShardShape.accumulating_share``), so the step's total is exact.
 
+Under PyTorch FSDP (``ShardShape.fsdp_weights``) the layers see the 16-bit weights FSDP2 all-gathered in
+param_dtype, and torchtitan runs them without autocast: no cast of weights, inputs or weight gradients (the
+fp32 shard's cast is FSDP's copy-in, the reduce dtype's its reduce-scatter copy, parallel/sharding.py), the
+norms (PyTorch's own kernels, fp32 math inside), the residual stream and the embedding table in 16 bits, and no
+AccumulateGrad add (FSDP2 reduce-scatters each micro-batch's gradients and adds the shard); the loss still runs
+on ``logits.float()`` (torchtitan's cross_entropy_loss), SiLU and the product and the QKV layout copies apart.
+
 Every added kernel is memory-bound and costed from its bytes at the GPU's HBM fraction, or a measured family's
 (Kernel.memory_kind, kernels.yaml). Kernels keep the fused list's names where they stand for the same work, so
 a block's split into attention and MLP (stage_work.py) is unchanged.
@@ -59,6 +66,12 @@ CAST_INPUT = ("qkv_proj", "mlp_gate", "mlp_up", "mlp_fc1", "lm_head")
 """The linear layers whose input is a norm's fp32 output, which autocast casts to 16 bits before the GEMM."""
 
 
+def _table_bytes(shard: ShardShape) -> int:
+    """Bytes of an embedding-table element and of its gradient: autocast's fp32 table, or FSDP's gathered
+    16-bit one."""
+    return FP32 if shard.autocast else shard.dtype_bytes
+
+
 def _stream(name: str, elements: float, read: float, written: float, *, backward: bool = False,
             family: MemoryKind | None = None) -> Kernel:
     """A memory-bound kernel over ``elements``: ``read`` and ``written`` bytes per element."""
@@ -77,21 +90,26 @@ def _cast_up(name: str, elements: float, shard: ShardShape, backward: bool) -> K
 
 
 def _norm(kernel: Kernel, model: ModelSpec, shard: ShardShape) -> Kernel:
-    """A fused norm kernel (forward or backward, its FLOPs kept) run in fp32 by PyTorch's own kernels: forward
-    reads x and writes y; backward reads x and dy and writes dx (the weight-gradient kernel's second read is in
-    its family's measured rate, the benchmark having timed both kernels together)."""
+    """A fused norm kernel (forward or backward, its FLOPs kept) run by PyTorch's own kernels on the residual
+    stream's format (fp32 under autocast, else 16 bits): forward reads x and writes y; backward reads x and dy
+    and writes dx (the weight-gradient kernel's second read is in its family's measured rate, the benchmark
+    having timed both kernels together)."""
     elements = shard.pointwise_tokens * model.hidden
     tensors = 3 if kernel.backward else 2
-    return replace(kernel, hbm_bytes=tensors * FP32 * elements, memory_kind=NORM_FAMILY[model.norm])
+    return replace(kernel, hbm_bytes=tensors * shard.stream_bytes * elements, memory_kind=NORM_FAMILY[model.norm])
 
 
-def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, tuple[Kernel, Kernel]]:
-    """The fp32 residual stream plus a 16-bit branch (forward); backward the skip's fp32 gradient added to the
-    norm's input gradient (add_), then cast to 16 bits for the branch."""
+def _residual(name: str, model: ModelSpec, shard: ShardShape) -> tuple[Kernel, tuple[Kernel, ...]]:
+    """The residual stream plus a 16-bit branch (forward; under autocast an fp32 stream, a mixed-dtype add);
+    backward the skip's gradient added to the norm's input gradient (add_), then under autocast cast to 16 bits
+    for the branch."""
     elements = shard.pointwise_tokens * model.hidden
+    stream = shard.stream_bytes
+    backward = _stream(f"{name}.bwd", elements, 2 * stream, stream, backward=True)
+    if not shard.autocast:
+        return _stream(name, elements, 2 * stream, stream), (backward,)
     return (_stream(name, elements, FP32 + shard.dtype_bytes, FP32, family="mixed_dtype"),
-            (_stream(f"{name}.bwd", elements, 2 * FP32, FP32, backward=True),
-             _cast_down(f"{name}.grad_cast", elements, shard)))
+            (backward, _cast_down(f"{name}.grad_cast", elements, shard)))
 
 
 def _output(gemm: Kernel) -> tuple[float, float]:
@@ -105,7 +123,10 @@ def _output(gemm: Kernel) -> tuple[float, float]:
 
 def _linear_casts(gemm: Kernel, weights: float, biases: float, shard: ShardShape) -> tuple[Kernel, ...]:
     """autocast's casts before a linear's forward GEMM ``gemm`` (its output (1, rows, columns)): the fp32
-    weight and bias to 16 bits, and the fp32 input of a linear after a norm."""
+    weight and bias to 16 bits, and the fp32 input of a linear after a norm; none without autocast (FSDP's
+    gathered weights are 16-bit already, and so is the norm's output)."""
+    if not shard.autocast:
+        return ()
     casts = [_cast_down(f"{gemm.name}.cast_weight", weights, shard)]
     if biases:
         casts.append(_cast_down(f"{gemm.name}.cast_bias", biases, shard))
@@ -185,7 +206,8 @@ def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: 
         if kernel.name.endswith(".bwd") and base.endswith("_norm"):
             if base == "mlp_norm" and model.gated_mlp:
                 elements = shard.tokens * model.hidden
-                out.append(_stream("mlp_norm.grad_sum", elements, 2 * FP32, FP32, backward=True))
+                stream = shard.stream_bytes
+                out.append(_stream("mlp_norm.grad_sum", elements, 2 * stream, stream, backward=True))
             out.append(_norm(kernel, model, shard))
         elif kernel.name.endswith(".bwd") and base.endswith("_residual"):
             out.extend(_residual(base, model, shard)[1])
@@ -194,7 +216,8 @@ def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: 
         elif kernel.name == "attention.bwd":
             out.append(kernel)
             out.extend(_qkv_layout_copies(model, shard))
-        elif kernel.name.endswith(".dgrad") and kernel.name.removesuffix(".dgrad") in CAST_INPUT:
+        elif (shard.autocast and kernel.name.endswith(".dgrad")
+              and kernel.name.removesuffix(".dgrad") in CAST_INPUT):
             rows, columns = _output(kernel)
             out.append(kernel)
             out.append(_cast_up(f"{kernel.name.removesuffix('.dgrad')}.cast_input.bwd", rows * columns, shard,
@@ -214,8 +237,11 @@ def _accumulate(name: str, params: float, shard: ShardShape) -> tuple[Kernel, ..
 
 
 def _grad_casts(kernels: tuple[Kernel, ...], shard: ShardShape) -> tuple[Kernel, ...]:
-    """Each 16-bit weight and bias gradient cast to its fp32 parameter's dtype after the kernel that made it,
-    then added into ``.grad``."""
+    """Under autocast each 16-bit weight and bias gradient cast to its fp32 parameter's dtype after the kernel
+    that made it, then added into ``.grad``; under FSDP the gradients are the gathered 16-bit parameters', which
+    FSDP's own copies take from there (Sharding.grad_copy_bytes)."""
+    if not shard.autocast:
+        return kernels
     out: list[Kernel] = []
     for kernel in kernels:
         out.append(kernel)
@@ -270,16 +296,17 @@ def eager_head_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
 
 
 def eager_embedding_kernels(model: ModelSpec, shard: ShardShape) -> PassKernels:
-    """The fp32 table's lookup (gather fp32 rows, write the fp32 stream) and its gradient: the table's fp32
-    gradient zeroed, then the rows' gradients (fp32) scattered into it (embedding_dense_backward; its sort of
-    the token ids is not counted)."""
+    """The table's lookup (gather rows, write the stream) and its gradient: the table's gradient zeroed, then the
+    rows' gradients scattered into it (embedding_dense_backward; its sort of the token ids is not counted); in
+    fp32 under autocast, in 16 bits from FSDP's gathered table."""
     fused = embedding_kernels(model, shard)
     elements = shard.tokens * model.hidden
     tables = 2 if model.learned_positions else 1
     table = (model.vocab / shard.tp + (model.max_positions if model.learned_positions else 0)) * model.hidden
-    forward = replace(fused.forward[0], hbm_bytes=(tables + 1) * FP32 * elements)
-    zero = _stream("embedding.grad_zero", table, 0.0, FP32, backward=True)
-    scatter = replace(fused.backward_weight[0], hbm_bytes=(FP32 + 2 * FP32 * tables) * elements)
+    w = _table_bytes(shard)
+    forward = replace(fused.forward[0], hbm_bytes=(tables + 1) * w * elements)
+    zero = _stream("embedding.grad_zero", table, 0.0, w, backward=True)
+    scatter = replace(fused.backward_weight[0], hbm_bytes=(w + 2 * w * tables) * elements)
     adds = _accumulate("embedding", model.vocab / shard.tp * model.hidden, shard)
     if model.learned_positions:
         adds += _accumulate("embedding.positions", model.max_positions * model.hidden, shard)

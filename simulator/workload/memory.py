@@ -76,9 +76,10 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
 
     16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, the gradient buffer
     (``grad_reduce``; by default fp32 for bf16 and fp8, fp16 for fp16: grad_buffer_bytes) and a 4 B fp32 master
-    copy inside the optimizer state; fp32 training, and PyTorch eager under autocast (``eager``: fp32 weights
-    and their fp32 ``.grad``, which the optimizer updates itself), holds 4 B weights and grads and no master
-    copy. Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
+    copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy, and so does
+    PyTorch eager (``eager``: fp32 weights and their fp32 ``.grad``, which the optimizer updates itself; under
+    FSDP the fp32 sharded gradient whatever the reduce dtype, FSDP2 casting the reduce-scatter's output to the
+    parameter's dtype). Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
     """
     if precision not in PRECISIONS:
         raise ScenarioError(
@@ -90,7 +91,9 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
         )
     moments = OPTIMIZER_MOMENT_BYTES[optimizer]
     grad = float(grad_buffer_bytes(precision, grad_reduce))
-    if precision == "fp32" or eager:
+    if eager:
+        return StateBytes(4.0, 4.0, moments)
+    if precision == "fp32":
         return StateBytes(4.0, grad, moments)
     return StateBytes(2.0, grad, 4.0 + moments)
 
@@ -195,9 +198,10 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
     s b h (34 + 5 a s / h) without tensor parallelism, s b h (10 + 24/t + 5 a s/(h t)) with it, s b h/t (34 + ...)
     with sequence parallelism; selective recompute drops the score term; full recompute keeps the layer input.
     A MoE layer's MLP intermediates are its experts' (moe_activation_bytes, ``routed_tokens`` as there).
-    PyTorch eager under autocast (``shard.eager``) saves the norms' fp32 inputs, SiLU's output in a gated MLP,
-    and each linear's 16-bit copy of its fp32 weight (autocast's cast, which the backward multiplies by; the
-    bias's copy is not saved); under full recompute the fp32 layer input alone.
+    PyTorch eager (``shard.eager``) saves SiLU's output in a gated MLP; under autocast (``shard.autocast``) also
+    the norms' fp32 inputs and each linear's 16-bit copy of its fp32 weight (autocast's cast, which the backward
+    multiplies by; the bias's copy is not saved), and under full recompute the fp32 layer input alone. Under
+    FSDP the weights the backward multiplies by are the unit's, gathered again (the buffers).
     """
     validate_shard(model, shard)
     if recompute not in RECOMPUTE_MODES:
@@ -224,7 +228,7 @@ def activation_bytes_per_layer(model: ModelSpec, shard: ShardShape, recompute: R
         inside += moe_activation_bytes(model, shard, routed_tokens)
     else:
         inside += tokens * mlp_intermediates
-    if shard.eager:
+    if shard.autocast:
         inside += d * h * (2 * q_width + 2 * kv_width + (3 if model.gated_mlp else 2) * ffn)
     if recompute == "selective":
         return outside + inside
@@ -400,11 +404,11 @@ def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig) ->
     recompute, more tp or pp'. It leaves out what the scenario already does to the full and steps that save it
     nothing: ZeRO-3 or FSDP's full_shard, full recompute, a micro-batch of 1; selective recompute is offered only
     beside standard attention, for flash attention keeps no score matrix for it to drop (docs/training-step.md),
-    so full recompute instead. Under `kernels: eager`, which refuses ZeRO, FSDP and tensor parallelism, only pp
-    (or kernels: fused, which shards)."""
+    so full recompute instead. Under `kernels: eager`, which refuses ZeRO and tensor parallelism, FSDP's
+    full_shard and pp."""
     eager = training.kernels == "eager"
     if eager:
-        sharding = "kernels: fused with ZeRO/FSDP, "
+        sharding = "" if parallelism.fsdp == "full_shard" else "fsdp: full_shard, "
     elif parallelism.hybrid_shard:  # sharded inside each NVLink domain only
         sharding = "fsdp: full_shard, "
     else:

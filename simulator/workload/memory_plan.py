@@ -42,7 +42,8 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         return [(MemoryBreakdown(0.0, 0.0, 0.0), 0.0) for _ in range(layout.pp)]
     counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages, par.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
-                       dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager")
+                       dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager",
+                       fsdp_weights=scenario.parallelism.fsdp is not None)
     dp_ways = layout.dp * layout.cp
     stage = plan.sharding.stage  # with dp x cp = 1 the dense part shards over 1 rank; experts over tp / ep
     accumulates = stage == 2 and plan.microbatches > 1 and not plan.sharding.reduce_every_microbatch
@@ -152,7 +153,8 @@ def _per_virtual_stage(scenario: Scenario, step: TrainingStep,
     counts = layers_per_stage(model.layers, layout.pp * plan.virtual_stages,
                               scenario.parallelism.pipeline.first_last_fewer_layers)
     shard = ShardShape(training.micro_batch, training.seq_len, layout.tp, layout.cp, plan.sequence_parallel,
-                       dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager")
+                       dtype_bytes=int(plan.sharding.param_bytes), eager=training.kernels == "eager",
+                       fsdp_weights=scenario.parallelism.fsdp is not None)
     layer_bytes, head_bytes = sizes(model, shard)
     last_vstage = layout.pp * plan.virtual_stages - 1
     return [{vs: counts[vs] * layer_bytes + (head_bytes if vs == last_vstage else 0.0)

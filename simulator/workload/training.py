@@ -40,6 +40,8 @@ from simulator.workload.memory import expert_sharding
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
+FP32_BYTES = 4
+"""Bytes of an fp32 element: PyTorch eager's parameters (and, under FSDP, their shards)."""
 PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 """Bytes of a stored or communicated element (activations, weights, fresh gradients) per training precision:
 fp8 training runs its GEMMs in fp8 but keeps activations and weights, and their messages, in 16 bits. The
@@ -305,13 +307,15 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                        fused_cross_entropy=training.cross_entropy_fusion,
                        fused_layernorm=training.layernorm_fusion,
                        fused_bias_grad=training.bias_grad_fusion and not eager, eager=eager,
-                       accumulating_share=(m - 1) / m if eager else 0.0)
+                       fsdp_weights=par.fsdp is not None,
+                       accumulating_share=(m - 1) / m if eager and par.fsdp is None else 0.0)
     cost = CostContext(gpu, training.precision, calibrated_efficiency(gpu.name, training.precision),
                        AttentionCost.for_kernel(training.attention))
     _check_context(training.seq_len, layout.cp, par.cp_load_balance)
     _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
-        sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak)
+        sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
+                           shard_bytes=FP32_BYTES if eager else 0.0)
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)

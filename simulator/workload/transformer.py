@@ -100,10 +100,13 @@ class ShardShape:
     loss is one fused cross-entropy pass per direction (``fused_cross_entropy``; otherwise see `head_kernels`), whether
     LayerNorm's backward is one pass (``fused_layernorm``; otherwise apex's two, _APEX_LAYERNORM) and whether the
     weight-gradient GEMMs also produce the bias gradients (``fused_bias_grad``; otherwise see `_bias_grads`).
-    ``eager``: the step runs PyTorch eager under torch.autocast (workload/eager.py builds its kernels from these,
-    with fresh 16-bit weight gradients and unfused bias gradients); ``accumulating_share``: under eager, the
-    share of the step's micro-batches whose gradients autograd adds into an existing fp32 ``.grad``, all but
-    the first: (m - 1) / m."""
+    ``eager``: the step runs PyTorch's own unfused kernels (workload/eager.py builds its kernels from these, with
+    fresh 16-bit weight gradients and unfused bias gradients); ``fsdp_weights``: under eager, the 16-bit weights
+    are PyTorch FSDP's gathers in param_dtype (the layers then run in 16 bits throughout, as torchtitan runs FSDP,
+    without autocast), not torch.autocast's casts of each rank's fp32 weights before every linear (``autocast``:
+    plain DDP, norms, residual stream and ``.grad`` in fp32); ``accumulating_share``: under autocast, the share of
+    the step's micro-batches whose gradients autograd adds into an existing fp32 ``.grad``, all but the first:
+    (m - 1) / m."""
 
     micro_batch: int
     seq_len: int
@@ -118,6 +121,7 @@ class ShardShape:
     fused_layernorm: bool = True
     fused_bias_grad: bool = True
     eager: bool = False
+    fsdp_weights: bool = False
     accumulating_share: float = 0.0
 
     @property
@@ -126,10 +130,15 @@ class ShardShape:
         return self.micro_batch * self.seq_len / self.cp
 
     @property
+    def autocast(self) -> bool:
+        """Whether the step is PyTorch eager under torch.autocast over each rank's fp32 weights (not FSDP's)."""
+        return self.eager and not self.fsdp_weights
+
+    @property
     def stream_bytes(self) -> int:
         """Bytes per element of the residual stream between layers and of its gradient, which a pipeline stage
-        hands to the next: fp32 under ``eager`` (autocast leaves the residual adds in fp32), else ``dtype_bytes``."""
-        return 4 if self.eager else self.dtype_bytes
+        hands to the next: fp32 under ``autocast`` (which leaves the residual adds in fp32), else ``dtype_bytes``."""
+        return 4 if self.autocast else self.dtype_bytes
 
     @property
     def pointwise_tokens(self) -> float:

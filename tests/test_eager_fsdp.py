@@ -1,0 +1,171 @@
+"""`training.kernels: eager` with `parallelism.fsdp: full_shard`: PyTorch FSDP2's fully_shard as torchtitan runs it
+(MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), no autocast), checked by hand on a small decoder:
+the traffic per GPU, the copies around each all-gather and the gradient copies, the layer's kernels, the memory
+parts and the refusals (docs/cost-model.md, "PyTorch eager", "Under FSDP")."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import simulate
+from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import get_model
+from simulator.cli import main
+from simulator.config.loader import scenario_from_text
+from simulator.errors import InputError
+from simulator.workload.calibrated import calibrated_efficiency
+from simulator.workload.eager import eager_embedding_kernels, eager_head_kernels, eager_layer_kernels
+from simulator.workload.memory import activation_bytes_per_layer
+from simulator.workload.training import resolve_model
+from simulator.workload.transformer import AttentionCost, ShardShape
+
+FSDP = """description: a small decoder on one DGX H100, PyTorch FSDP2 in eager
+cluster: {topology: dgx-h100}
+model: {layers: 4, hidden: 1024, heads: 16, vocab: 32000}
+training: {seq_len: 2048, global_batch: 32, micro_batch: 4, precision: bf16, kernels: eager}
+parallelism:
+  dp: 8
+  fsdp: full_shard
+"""
+"""Eight FSDP ranks of a 116M decoder (4 layers of 12,584,960 parameters, an untied 32,000-row table and output
+layer), one micro-batch per step."""
+RANKS = 8
+TOKENS = 4 * 2048
+GIB = 2.0**30
+
+
+def fsdp_summary(*overrides: str) -> dict:
+    return simulate(scenario_from_text(FSDP, source="fsdp.yaml", overrides=list(overrides))).summary
+
+
+def params() -> tuple[float, float, float]:
+    """(all parameters N, one layer's, the head unit's: final norm and output layer)."""
+    model = resolve_model(scenario_from_text(FSDP, source="fsdp.yaml").scenario)
+    total = model.num_params()
+    return total, model.layer_params(), total - model.layers * model.layer_params() - model.embedding_params()
+
+
+@pytest.mark.parametrize(("overrides", "reduce_bytes", "microbatches"), [
+    ((), 4, 1),
+    (("training.grad_reduce_dtype=bf16",), 2, 1),
+    (("training.global_batch=64",), 4, 2),
+])
+def test_each_gpu_sends_the_16_bit_gathers_and_the_reduce_dtypes_reduce_scatters(overrides, reduce_bytes,
+                                                                                  microbatches):
+    """Per micro-batch every unit is all-gathered in 16 bits for the forward and again for the backward (reshard
+    after forward), but the head, which stays gathered from its forward to its backward, and reduce-scattered
+    once in the reduce dtype: (n - 1)/n x (2 B x (N + N - head) + 4 B x N) with fp32 reduce, 2 B with bf16
+    (753,792,256 B per GPU for one micro-batch at fp32)."""
+    total, _, head = params()
+    ring = (RANKS - 1) / RANKS
+    expected = microbatches * ring * (2 * (total + total - head) + reduce_bytes * total)
+    assert fsdp_summary(*overrides)["traffic_bytes_per_gpu"]["dp"] == pytest.approx(expected, rel=1e-12)
+    if not overrides:
+        assert expected == 753_792_256
+
+
+def test_the_copies_around_each_gather_and_the_reduce_scatters_input_by_hand():
+    """FSDP2's copies, memory-bound at the H100's HBM rate: before each gather of a layer (12,584,960 parameters)
+    its fp32 shard cast to bf16 and copied into the all-gather input, (4 + 2 + 2 + 2) B / 8 per parameter, on
+    FSDP2's copy-in stream; after it the copy-out of the whole output into the unsharded parameters, 2 + 2 B, on
+    the compute stream; after each block's backward chunk_cat's cast of its fresh bf16 gradient into the fp32
+    reduce-scatter input, 2 + 4 B (the MLP block: two linears and its norm's weight, 8,389,632 parameters)."""
+    timeline = simulate(scenario_from_text(FSDP, source="fsdp.yaml")).timeline
+    ops = timeline[(timeline["rank"] == 0) & (timeline["kind"] == "compute")]
+    seconds = dict(zip(ops["name"], ops["end_s"] - ops["start_s"], strict=False))
+    _, layer, _ = params()
+    rate = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm").memory_peak
+    assert seconds["fsdp copy-in L0"] == pytest.approx(layer * 10 / RANKS / rate, rel=1e-9)
+    assert seconds["fsdp copy-out L0"] == pytest.approx(layer * 4 / rate, rel=1e-9)
+    stream = dict(zip(ops["name"], ops["stream"], strict=False))
+    assert (stream["fsdp copy-in L0"], stream["fsdp copy-out L0"]) == ("fsdp_copy_in", "compute")
+    mlp = 2 * 1024 * 4096 + 1024
+    assert seconds["fsdp grad copy mb0 L0.mlp"] == pytest.approx(mlp * 6 / rate, rel=1e-9)
+    fused = simulate(scenario_from_text(FSDP, source="fsdp.yaml", overrides=["training.kernels=fused"])).timeline
+    assert not fused["name"].str.startswith("fsdp copy-").any()
+
+
+def test_the_layers_run_in_16_bits_without_autocasts_casts():
+    """Without autocast the layer has no weight, bias, input or weight-gradient cast and no AccumulateGrad add;
+    the norms read and write 16 bits (2 x 2 B per element forward), the residual add reads two 16-bit tensors
+    and writes one (6 B) and its backward adds the skip's gradient (6 B) with no cast after it; the loss still
+    runs on logits.float(), and the embedding table and its gradient are 16-bit."""
+    model = get_model("llama3-8b")
+    shard = ShardShape(1, 4096, eager=True, fsdp_weights=True, framework_copies=True, fused_grad_accumulation=False)
+    layer = eager_layer_kernels(model, shard, "none", AttentionCost.for_kernel("flash"))
+    kernels = {k.name: k for k in (*layer.forward, *layer.backward_input, *layer.backward_weight)}
+    assert not [name for name in kernels if "cast" in name or "accumulate" in name]
+    elements = 4096 * model.hidden
+    assert kernels["input_norm"].hbm_bytes == 2 * 2 * elements
+    assert kernels["attn_residual"].hbm_bytes == 6 * elements
+    assert kernels["attn_residual.bwd"].hbm_bytes == 6 * elements
+    head = eager_head_kernels(model, shard)
+    casts = [k.name for k in (*head.forward, *head.backward_input, *head.backward_weight) if "cast" in k.name]
+    assert casts == ["cross_entropy.cast", "cross_entropy.cast.bwd"]
+    embedding = eager_embedding_kernels(model, shard)
+    zero = next(k for k in embedding.backward_weight if k.name == "embedding.grad_zero")
+    assert zero.hbm_bytes == 2 * model.vocab * model.hidden
+    autocast = ShardShape(1, 4096, eager=True)
+    assert {k.name for k in eager_layer_kernels(model, autocast, "none", AttentionCost.for_kernel("flash")).forward
+            if k.name.endswith(".cast_weight")}
+
+
+def test_memory_parts_per_gpu_by_hand():
+    """fp32 shards of the weights and gradients and Adam's fp32 moments over 8 ranks (4 N / 8, 4 N / 8, 8 N / 8);
+    FSDP's buffers at their peak, the embedding's backward: its 16-bit parameters and, prefetched, none before it
+    (2 B x 32,768,000), its gradients and layer 0's in the fp32 reduce-scatter input (4 B x (32,768,000 +
+    12,584,960)): 246,947,840 B; beyond the fused FSDP step's activations only the loss's fp32 tensors
+    (14 - 4 B per logit), the layers saving no weight copy and a 16-bit stream."""
+    total, layer, _ = params()
+    memory = fsdp_summary()["memory_breakdown_gib"]
+    assert (memory["params"], memory["grads"], memory["optimizer"]) == pytest.approx(
+        (4 * total / RANKS / GIB, 4 * total / RANKS / GIB, 8 * total / RANKS / GIB), rel=1e-12)
+    table = 32000 * 1024
+    assert memory["buffers"] * GIB == pytest.approx(2 * table + 4 * (table + layer), rel=1e-12)
+    assert 2 * table + 4 * (table + layer) == 246_947_840
+    fused = fsdp_summary("training.kernels=fused")["memory_breakdown_gib"]
+    assert (memory["activations"] - fused["activations"]) * GIB == pytest.approx(10 * TOKENS * 32000, rel=1e-12)
+    reduced_in_bf16 = fsdp_summary("training.grad_reduce_dtype=bf16")["memory_breakdown_gib"]
+    assert reduced_in_bf16["grads"] == memory["grads"]
+
+
+def test_a_gated_fsdp_layer_keeps_silus_output_but_no_weight_copies():
+    """Llama 3 8B, one layer, 2,048 tokens: under FSDP eager keeps, beyond the fused count, SiLU's output alone
+    (2 B x T x 14,336); autocast's fp32 norm inputs and 16-bit weight copies are not there."""
+    model, tokens = get_model("llama3-8b"), 2048
+    extra = (activation_bytes_per_layer(model, ShardShape(1, tokens, eager=True, fsdp_weights=True))
+             - activation_bytes_per_layer(model, ShardShape(1, tokens)))
+    assert extra == 2 * tokens * 14336
+
+
+@pytest.mark.parametrize(("override", "field", "names"), [
+    ("parallelism.fsdp=shard_grad_op", "parallelism.fsdp", "full_shard or hybrid_shard"),
+    ("parallelism.fsdp=no_shard", "parallelism.fsdp", "full_shard or hybrid_shard"),
+    ("parallelism.zero=1", "parallelism.zero", "fsdp: full_shard"),
+])
+def test_eager_refuses_the_sharding_it_does_not_model_naming_full_shard(override, field, names):
+    overrides = [override] + (["parallelism.fsdp=null"] if "zero" in override else [])
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(FSDP, source="fsdp.yaml", overrides=overrides)
+    assert refused.value.field == field
+    assert names in refused.value.allowed
+
+
+def test_a_16_bit_reduce_is_fsdps_and_refused_without_it():
+    scenario_from_text(FSDP, source="fsdp.yaml", overrides=["training.grad_reduce_dtype=bf16"])
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(FSDP, source="fsdp.yaml", overrides=["training.grad_reduce_dtype=bf16",
+                                                                 "parallelism.fsdp=null"])
+    assert refused.value.field == "training.grad_reduce_dtype"
+    assert "fsdp: full_shard" in refused.value.allowed
+
+
+def test_a_refusal_is_one_line_with_file_line_and_field_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(FSDP.replace("fsdp: full_shard", "fsdp: shard_grad_op"))
+    assert main(["validate", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1
+    assert f"{path}:7" in lines[0] and "parallelism.fsdp" in lines[0]
