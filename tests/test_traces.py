@@ -945,6 +945,21 @@ def test_chakra_numbers_that_are_not_whole_or_not_ranks_are_refused(tmp_path, fi
     assert caught.value.field == "nodes[0]" and caught.value.problem == problem
 
 
+@pytest.mark.parametrize(("kind", "problem"), [
+    ('"COMP_NOD"', "unknown node type 'COMP_NOD'"), ("42", "unknown node type 42"), (None, "no node type")])
+def test_chakra_node_types_that_are_not_chakra_s_are_refused(tmp_path, kind, problem):
+    """A mistyped or missing node type used to drop the node without a word: a hand-written COMP_NOD of 300 us
+    left the step 300 us short."""
+    node = '{"id": 1, "name": "fwd", "duration_micros": 300' + (f', "type": {kind}' if kind else "") + "}"
+    (tmp_path / "rank0.json").write_text(SEND_TO_RANK_1.replace('[{"id": 1', '[' + node + ', {"id": 2'))
+    text = f"cluster: {{topology: dgx-h100}}\nworkload: {{trace: '{tmp_path / 'rank0.json'}', format: chakra-json}}\n"
+    with pytest.raises(TraceError) as caught:
+        run(text, tmp_path)
+    assert caught.value.field == "nodes[0].type" and caught.value.problem == problem
+    assert caught.value.allowed.startswith("INVALID_NODE (0), METADATA_NODE (1)")
+    assert caught.value.allowed.endswith("COMM_COLL_NODE (7)")
+
+
 def test_a_folder_as_the_trace_says_so(tmp_path):
     text = f"cluster: {{topology: dgx-h100}}\nworkload:\n  trace: '{KINETO_2RANK}'\n"
     with pytest.raises(Exception) as caught:

@@ -142,7 +142,8 @@ def _int(file: str, position: int, node: dict, name: str, default: int | None = 
     try:
         number = as_int(value)
     except (TypeError, ValueError):
-        raise trace_error(file, f"nodes[{position}].{name}", f"{value!r} is not an integer") from None
+        problem = "missing" if value is None else f"{value!r} is not an integer"
+        raise trace_error(file, f"nodes[{position}].{name}", problem, "a whole number") from None
     if number < 0:
         raise trace_error(file, f"nodes[{position}].{name}", f"{number} is negative", "a value >= 0")
     return number
@@ -274,14 +275,24 @@ def _launcher(nodes: list[dict], by_id: dict[int, int], node: dict) -> dict | No
     return None
 
 
+def _node_type(file: str, where: str, value: object) -> str:
+    """A node's type by name or number; an unknown or missing one is refused, not skipped, since a mistyped
+    COMP_NODE would silently drop its time from the step."""
+    kind = NODE_TYPES.get(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if kind not in NODE_TYPES.values():
+        problem = "no node type" if value is None else f"unknown node type {value!r}"
+        raise trace_error(file, f"{where}.type", problem,
+                          ", ".join(f"{name} ({number})" for number, name in NODE_TYPES.items()))
+    return str(kind)
+
+
 def _op(file: str, position: int, node: dict, deps: tuple[int, ...], groups: dict[str, ProcessGroup], only: str,
         launcher: dict | None) -> TracedOp | None:
     """A node as a traced op, or None for nodes that cost nothing (metadata, memory); ``only`` is the one group
     the process-group metadata lists ('' where it lists none or several), ``launcher`` the `record_param_comms`
     node that launched it, if the trace keeps one."""
     where = f"nodes[{position}]"
-    kind = _get(node, "type")
-    kind = NODE_TYPES.get(kind, str(kind)) if isinstance(kind, int) else str(kind)
+    kind = _node_type(file, where, _get(node, "type"))
     name = str(node.get("name", ""))
     start = _int(file, position, node, "start_time_micros", 0) * US
     duration = checked_duration(_int(file, position, node, "duration_micros", 0) * US, file, where, name)
