@@ -273,6 +273,21 @@ def test_cli_plot_names_a_replayed_trace_as_what_it_cannot_draw(tmp_path, capsys
         "a model))\n")
 
 
+@pytest.mark.parametrize("chart", ["gantt", "memory"])
+def test_cli_plot_names_a_parameter_server_run_as_what_it_cannot_draw(tmp_path, capsys, chart):
+    """A parameter-server run's folder was refused with "summary.json has no memory_per_stage_gib (not a
+    training-step run?)", though it is a training-step run; the refusal now says what it is and where its
+    workers' and servers' timeline is."""
+    scenario = Path(__file__).parent.parent / "scenarios" / "parameter-server-vs-allreduce.yaml"
+    assert main(["run", str(scenario), "--out", str(tmp_path / "ps"), "--quiet", "--set", "ps.iterations=1"]) == 0
+    capsys.readouterr()
+    assert main(["plot", chart, str(tmp_path / "ps")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'ps'}: OUTDIR: a parameter-server run has no pipeline stages or memory timeline to plot "
+        "(its workers and server GPUs are in trace.json, for Perfetto) (allowed: the folder of a training step of "
+        "collectives (not parallelism.strategy: parameter_server))\n")
+
+
 @pytest.mark.parametrize("ranks, error", [
     ("4", "--ranks: rank 4 has no ops in this run's timeline (folded into an equivalent rank, or not kept by "
           "run.timeline) (allowed: a simulated rank: 0, 1, 2, 3; or rerun with run.fold: false)"),

@@ -51,6 +51,11 @@ def load_run_outputs(out_dir: Path) -> RunOutputs:
         raise outdir_error(out_dir, "a replayed trace's run has no pipeline layout or memory to plot (its "
                                     "timeline is in trace.json, for Perfetto)",
                            "the folder of a modelled training step (a scenario with a model)")
+    if missing and "parameter_server" in summary:
+        raise outdir_error(out_dir, "a parameter-server run has no pipeline stages or memory timeline to plot (its "
+                                    "workers and server GPUs are in trace.json, for Perfetto)",
+                           "the folder of a training step of collectives (not parallelism.strategy: "
+                           "parameter_server)")
     if missing:
         raise outdir_error(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
     timeline = read_parquet_table(timeline_path, out_dir)
