@@ -614,14 +614,19 @@ def test_process_group_ranks_that_are_not_numbers(tmp_path):
     assert error.problem.startswith("process group ranks ['a', 'b']")
 
 
-def test_a_size_given_as_true_is_not_one_element(tmp_path):
+@pytest.mark.parametrize("size", [True, "lots", 1.5])
+def test_a_size_that_is_not_a_count_is_refused_naming_its_field(tmp_path, size):
+    """JSON's true is a bool, which Python would count as 1; 1.5 elements were taken as 3 bytes of bf16. The line
+    named neither the arg ('message size 'lots' ... is not a count of elements') nor what is allowed."""
     traces = copy_traces(KINETO_2RANK, tmp_path)
     doc = json.loads((traces / "rank0.json").read_text())
-    doc["traceEvents"][4]["args"]["In msg nelems"] = True
+    doc["traceEvents"][4]["args"]["In msg nelems"] = size
     (traces / "rank0.json").write_text(json.dumps(doc))
-    error = kineto_error(traces)  # JSON's true is a bool, which Python would count as 1
+    error = kineto_error(traces)
     assert error.file.endswith("rank0.json") and error.field == "traceEvents[8]"
-    assert error.problem == "message size True of 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL' is not a count of elements"
+    assert error.problem == (f"message size 'In msg nelems' {size!r} of 'ncclDevKernel_AllReduce_Sum_bf16_RING_LL' "
+                             "is not a count of elements")
+    assert error.allowed == "a whole number of elements >= 0, e.g. 16777216"
 
 
 def test_a_message_beyond_a_petabyte_is_refused_at_its_event(tmp_path):

@@ -387,9 +387,12 @@ class _Parsed:
         element = DTYPE_BYTES.get(dtype.lower())
         if element is None:
             raise trace_error(self.file, where, f"unknown data type {dtype!r} of {name!r}", ", ".join(DTYPE_BYTES))
-        count = info.get("Out msg nelems") if primitive == "all_gather" else info.get("In msg nelems")
-        if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
-            raise trace_error(self.file, where, f"message size {count!r} of {name!r} is not a count of elements")
+        field = "Out msg nelems" if primitive == "all_gather" else "In msg nelems"
+        count = info.get(field)
+        if (not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0
+                or (isinstance(count, float) and not count.is_integer())):
+            raise trace_error(self.file, where, f"message size {field!r} {count!r} of {name!r} is not a count of "
+                              "elements", "a whole number of elements >= 0, e.g. 16777216")
         return checked_message(float(count) * element, self.file, where, name)
 
     def _with_waits(self, ops: list[TracedOp], by_stream: dict[str, list[int]],
