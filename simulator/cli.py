@@ -288,7 +288,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     on_healthy_step: Callable[[dict], None] | None = warn
     if args.study == "checkpoint-interval" and args.intervals is None:
-        grid = default_grid(loaded, args.force, warn)
+        grid = default_grid(loaded, args.force, warn, multipliers)
         print(_grid_line(grid))
         intervals, on_healthy_step = grid.intervals_s, None
 
@@ -333,7 +333,8 @@ def _grid_line(grid: IntervalGrid) -> str:
     if grid.clamped:
         rounded.append(f"{grid.clamped} below half a step raised to one step")
     how = f" ({', '.join(rounded)})" if rounded else ""
-    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}, "
+    rate = f" at rate x {grid.rate_multiplier:.3g}" if grid.rate_multiplier != 1 else ""
+    return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}{rate}, "
             f"{len(DEFAULT_GRID_FACTORS)} points from 1/4 to 4 times it in ratios of sqrt 2 rounded to whole steps "
             f"of {format_seconds(grid.step_s)}{how}: {points} steps")
 
@@ -826,7 +827,8 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
                        help="checkpoint intervals (checkpoint-interval: default 1/4 to 4 times the job's Daly "
-                            "interval in ratios of sqrt 2, whole steps, printed; mtbf: default the scenario's own)")
+                            "interval at the geometric mean of --multipliers, in ratios of sqrt 2, whole steps, "
+                            "printed; mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",
                        help="failure-rate multipliers of the scenario's own rates (checkpoint-interval: "
                             "default 1)")

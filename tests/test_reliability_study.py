@@ -584,6 +584,28 @@ def test_the_default_grid_leaves_out_intervals_past_the_horizon(tmp_path, capsys
     assert not (tmp_path / "short").exists()
 
 
+def test_the_default_grid_is_built_around_daly_at_the_study_s_multipliers(tmp_path, capsys):
+    """C = 60 s, M = 3 h: at rate x 4 (M = 2,700 s) Daly's interval is 529.9 s, and --multipliers 4 builds the grid
+    around it (the geometric mean of 2,8 too); the grid sat around x 1's 1,098.8 s, twice too long, whatever the
+    multipliers, so a study of --multipliers 100 on a real job found its best point at the grid's shortest."""
+    from simulator.reliability.stats import daly_interval
+    from simulator.reliability.study import DEFAULT_GRID_FACTORS, default_grid
+
+    text = job_text("exponential", 1.0, "10 s").replace("horizon: 54 d, replications: 20",
+                                                        "horizon: 1 h, replications: 2")
+    daly = daly_interval(60.0, 2700.0)
+    assert daly == pytest.approx(529.9, abs=0.05)
+    for multipliers in ([4.0], [2.0, 8.0]):
+        grid = default_grid(scenario_from_text(text), multipliers=multipliers)
+        assert grid.daly_s == pytest.approx(daly, rel=1e-12) and grid.rate_multiplier == pytest.approx(4.0)
+        assert grid.steps == tuple(sorted({max(1, round(daly * f / grid.step_s)) for f in DEFAULT_GRID_FACTORS}))
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(text)
+    assert main(["study", "checkpoint-interval", str(scenario), "--out", str(tmp_path / "study"), "--quiet",
+                 "--multipliers", "4"]) == 0
+    assert f"times Daly's {format_seconds(daly)} at rate x 4, 9 points" in capsys.readouterr().out.splitlines()[0]
+
+
 @pytest.mark.parametrize("expected, shown", [
     (4250.0, "4,250 degradations"), (216.0, "216 degradations"), (99.94, "99.9 degradations"),
     (2.0736, "2.07 degradations"), (1.0, "1 degradation"), (0.9996, "1 degradation"), (1.0004, "1 degradation"),

@@ -11,7 +11,7 @@ checkpoint every T: cost b / T, lost work c T) to the grid: T* = sqrt(b / c) whe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +27,13 @@ from simulator.reliability.simulate import (
     refuse_long_job,
     simulate_job,
 )
-from simulator.reliability.summary import expected_slowdowns, no_failure_text, optimum_intervals
+from simulator.reliability.stats import daly_interval
+from simulator.reliability.summary import (
+    checkpoint_cost_s,
+    expected_slowdowns,
+    no_failure_text,
+    optimum_intervals,
+)
 from simulator.units import counted, format_count, format_duration, parse_duration
 
 
@@ -93,16 +99,17 @@ exponential (Weibull 0.5 with a 1 h restart: 1.38 times Daly, tests/test_reliabi
 
 @dataclass(frozen=True)
 class IntervalGrid:
-    """The default intervals of a checkpoint-interval study: Daly's interval of the job as the scenario gives it,
-    its healthy step, the distinct whole numbers of steps nearest Daly x DEFAULT_GRID_FACTORS (at least one),
-    ascending, with their durations, how many factors came out below half a step (run at one step) and how many
-    past the horizon (left out: a job would write no checkpoint)."""
+    """The default intervals of a checkpoint-interval study: Daly's interval of the job at ``rate_multiplier``
+    (the geometric mean of the study's multipliers), its healthy step, the distinct whole numbers of steps nearest
+    Daly x DEFAULT_GRID_FACTORS (at least one), ascending, with their durations, how many factors came out below
+    half a step (run at one step) and how many past the horizon (left out: a job would write no checkpoint)."""
 
     daly_s: float
     step_s: float
     steps: tuple[int, ...]
     clamped: int
     past_horizon: int
+    rate_multiplier: float = 1.0
 
     @property
     def intervals_s(self) -> list[float]:
@@ -110,17 +117,21 @@ class IntervalGrid:
 
 
 def default_grid(loaded: LoadedScenario, force: bool = False,
-                 on_healthy_step: Callable[[dict], None] | None = None) -> IntervalGrid:
+                 on_healthy_step: Callable[[dict], None] | None = None,
+                 multipliers: Sequence[float] = (1.0,)) -> IntervalGrid:
     """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
-    (its checkpoint cost at the scenario's interval, its failure rates as written), those past the horizon left
-    out; refused, at `--intervals`, for a job without failures that interrupt it, which has none
-    (`summary.no_failure_text` says which), and for one whose every point is past the horizon.
+    (its checkpoint cost at the scenario's interval, its failure rates as written times the geometric mean of
+    ``multipliers``: the study's curves, whose Daly intervals go as 1 / sqrt(multiplier), then straddle it),
+    those past the horizon left out; refused, at `--intervals`, for a job without failures that interrupt it,
+    which has none (`summary.no_failure_text` says which), and for one whose every point is past the horizon.
     ``on_healthy_step`` gets the healthy step's summary once it is simulated."""
     require_horizon(loaded)
     job = prepare_job(loaded, force=force)
     if on_healthy_step is not None:
         on_healthy_step(job.step_summary)
-    _, _, daly = optimum_intervals(job.plan, job.counts, job.healthy)
+    mtbf, _, _ = optimum_intervals(job.plan, job.counts, job.healthy)
+    centre = math.exp(sum(math.log(multiplier) for multiplier in multipliers) / len(multipliers))
+    daly = None if mtbf is None else daly_interval(checkpoint_cost_s(job.healthy), mtbf / centre)
     if daly is None:
         raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
                          "build the default grid around", field="--intervals",
@@ -136,7 +147,7 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                          "checkpoints to matter", field="--intervals",
                          allowed=f"durations under {format_duration(horizon)}, e.g. "
                                  + ",".join(format_duration(horizon * share) for share in (0.125, 0.25, 0.5)))
-    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest), past)
+    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest), past, centre)
 
 
 def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
