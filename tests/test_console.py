@@ -394,6 +394,17 @@ def test_a_trace_without_tokens_says_so_instead_of_zero_throughput(tmp_path, cap
     assert "TFLOP/s per GPU" not in out and "0 tokens/s" not in out
 
 
+def test_a_trace_prints_compute_idle_as_unknown_not_zero(tmp_path, capsys):
+    """A replayed trace's kernels are not forward or backward passes, so its bubble_fraction has no window and is
+    0: the table printed 'compute idle 0.0%' though rank 0 of the bundled two-rank trace waits 100 us of its
+    4.192 ms step for rank 1 at the all-reduce; summary.json keeps bubble_fraction 0 as before."""
+    out_dir = tmp_path / "out"
+    assert main(["run", str(SCENARIOS / "trace-allreduce-2rank.yaml"), "--out", str(out_dir)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "compute idle" in line)
+    assert row.split("compute idle")[1].strip().startswith("n/a (measured over forward and backward passes")
+    assert json.loads((out_dir / "summary.json").read_text())["bubble_fraction"] == 0.0
+
+
 def test_a_trace_without_op_shapes_prints_hfu_as_unknown_not_zero(tmp_path, capsys):
     """With tokens and model FLOPs given, a trace whose ops have no shapes printed 'MFU 31.4%, HFU 0.0%': its
     executed FLOPs are unknown, not zero, so HFU is n/a; summary.json keeps hfu 0 as documented."""

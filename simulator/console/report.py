@@ -236,7 +236,10 @@ def training_table(summary: dict) -> Table:
             dropped = (summary.get("moe") or {}).get("dropped_token_fraction", 0.0)
             table.add_row("nominal TFLOP/s per GPU", f"{summary['nominal_tflops_per_gpu']:.1f} (MFU "
                           f"{_share(summary['nominal_mfu'])}; top_k for every token, {_share(dropped)} dropped)")
-    if "bubble_fraction" in summary and not ps:
+    if "bubble_fraction" in summary and "trace" in summary:
+        table.add_row("compute idle", "n/a (measured over forward and backward passes, which a replayed trace's "
+                                      "kernels are not; the timeline shows each rank's waits)")
+    elif "bubble_fraction" in summary and not ps:
         pipelined = (summary.get("layout") or {}).get("pp", 1) > 1
         # Of the pipeline window, not of the step: the bottleneck row's "pipeline bubble, x% of the step" is the
         # same idle time over the whole step, and the two read as a contradiction without their bases.
