@@ -169,3 +169,14 @@ def test_a_refusal_is_one_line_with_file_line_and_field_and_exit_2(tmp_path, cap
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1
     assert f"{path}:7" in lines[0] and "parallelism.fsdp" in lines[0]
+
+
+def test_pipelined_fsdp_stages_hand_on_a_16_bit_stream_and_fold_exactly():
+    """Under FSDP the residual stream is 16-bit, so pipeline hand-offs send what the fused step's do (eager DDP's
+    fp32 stream sends twice that); the folded run (one rank per stage) equals the unfolded one."""
+    pipelined = ("parallelism.pp=2", "parallelism.dp=4", "training.global_batch=64")
+    eager = fsdp_summary(*pipelined)
+    assert eager["traffic_bytes_per_gpu"]["pp"] > 0
+    assert eager["traffic_bytes_per_gpu"]["pp"] == fsdp_summary(*pipelined, "training.kernels=fused")[
+        "traffic_bytes_per_gpu"]["pp"]
+    assert eager["step_time_s"] == fsdp_summary(*pipelined, "run.fold=false")["step_time_s"]
