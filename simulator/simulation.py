@@ -29,6 +29,7 @@ from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.errors import ScenarioError
+from simulator.faults.step import alike_in_stages
 from simulator.metrics.collectives import collective_table
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
@@ -108,7 +109,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     ``progress(done, total)`` is called every few thousand ops; ``plans`` is the run's plan cache when the
     caller has already planned with it (the run's settings, the same topology); ``layout`` is a folded
     program's placement, whose data-parallel replicas run as one where they are exact images of each other
-    (engine/replicas.py; not under step faults); ``shapes`` the index of ``ops``' collectives and ``order`` their
+    (engine/replicas.py; not under link faults or stragglers that slow some ranks of a stage and not others,
+    faults/step.py `alike_in_stages`); ``shapes`` the index of ``ops``' collectives and ``order`` their
     ordering (with ``async_streams``) when the caller has made them (engine/shapes.py, engine/ordering.py: the
     analyses before the run read them); ``weights``: how many ranks each simulated rank stands for where they
     stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts."""
@@ -124,7 +126,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
                                    order=order, timed_apart=partial(copies_apart, plans))
                if replays else frozenset())
     quotient = None
-    if layout is not None and settings.mode == "flow" and (faults is None or faults.plan.empty):
+    if layout is not None and settings.mode == "flow" and (faults is None or alike_in_stages(faults.plan, layout)):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
         if quotient is not None:
             log.stand_for_orbits(quotient.representative, quotient.images)
@@ -493,7 +495,7 @@ def _refolded(loaded: LoadedScenario, prepared: PreparedStep, faults: StepFaultP
     if kept_pace.hand_offs_within_lanes:
         tries.reverse()
     tries.append(("fold_meet_reason", lambda: iter([meet_step(build, folded, list(tried.values()), *judged,
-                                                               budget)])))
+                                                               faults, budget)])))
     for reason_key, refolds in tries:
         for step in _each_located(loaded, located(loaded, refolds)):
             if step is None or isinstance(step, GivenUp):

@@ -381,8 +381,8 @@ def test_no_meet_where_one_refold_did_not_run_or_refines_the_other():
         return cast(FoldedStep, SimpleNamespace(classes=classes))
 
     unused = (None, "flow", {})
-    assert meet_step(never, folded, [ran(lanes)], *unused) is None
-    assert meet_step(never, folded, [ran(hosts), ran(by_host_and_lane)], *unused) is None
+    assert meet_step(never, folded, [ran(lanes)], *unused, StepFaultPlan()) is None
+    assert meet_step(never, folded, [ran(hosts), ran(by_host_and_lane)], *unused, StepFaultPlan()) is None
 
 
 
@@ -402,7 +402,7 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
         routes = next(route_steps(build, folded, *judged, StepFaultPlan()), None)
         lanes = lane_step(build, folded, *judged, StepFaultPlan())
         ran = [step for step in (routes, lanes) if isinstance(step, FoldedStep)]
-        met = meet_step(build, folded, ran, *judged) if len(ran) == 2 else None
+        met = meet_step(build, folded, ran, *judged, StepFaultPlan()) if len(ran) == 2 else None
         return [step.program.ranks if isinstance(step, FoldedStep) else step for step in (routes, lanes, met)]
 
     cp_loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
@@ -466,11 +466,11 @@ def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the
     assert folded.program.ranks == (0, 8, 16, 24)
     lanes = lane_step(build, folded, *judged, StepFaultPlan())
     assert lanes is not None and lanes.program.ranks == (0, 4, 8, 12, 16, 20, 24, 28)
-    met = meet_step(build, folded, [lanes], *judged)
+    met = meet_step(build, folded, [lanes], *judged, StepFaultPlan())
     assert met is not None and met.classes == RankClasses(tuple(position // 4 for position in range(32)))
     assert met.program.ranks == (0, 4, 8, 12, 32, 36, 40, 44, 16, 20, 24, 28, 48, 52, 56, 60)
-    assert meet_step(build, folded, [], *judged) is None
-    assert meet_step(build, replace(folded, classes=None), [lanes], *judged) is None
+    assert meet_step(build, folded, [], *judged, StepFaultPlan()) is None
+    assert meet_step(build, replace(folded, classes=None), [lanes], *judged, StepFaultPlan()) is None
 
 
 CROSS_RAIL_PP = """

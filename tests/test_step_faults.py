@@ -4,12 +4,17 @@ aborting the step, GPU failures, the Python API for the job simulation, and bad 
 from __future__ import annotations
 
 import pytest
+from test_fold_equivalence import FABRIC_HAND_OFFS
+from test_folding import CP_FABRIC
+from test_rank_classes import ALTERNATING, WRAP_ON_UNLIKE_SPINES, _assert_same_figures
+from test_replicas import DP_FABRIC
 
 from simulator import simulate
 from simulator.cli import main
 from simulator.config.faults import GpuFailure, LinkFault, StepFaults, Straggler
 from simulator.config.loader import scenario_from_text
 from simulator.errors import StepAborted
+from simulator.parallel.layout import Layout
 from simulator.reliability.perturbed import perturbed_step
 from simulator.schedules.registry import build_schedule
 
@@ -137,6 +142,52 @@ def test_stragglers_in_one_replica_fold_on_the_analytic_model():
     assert folded["folded"] is True and folded["simulated_ranks"] == 2 and "fold_off_reason" not in folded
     assert folded["step_time_s"] == unfolded["step_time_s"]
     assert folded["step_time_s"] > healthy["step_time_s"] * 1.05
+
+
+LANES = ("cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
+         "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple")
+HOPS = ("network.model=analytic", "cluster.oversubscription=8")
+
+
+def _stragglers(layout: Layout | None, stage: int = 0, factor: float = 1.3) -> str:
+    """A `faults.step.stragglers` override slowing every GPU of pipeline ``stage`` of ``layout`` by ``factor``
+    (None: every GPU)."""
+    gpus = "all" if layout is None else str(layout.stage_ranks(stage))
+    return f"faults.step.stragglers=[{{gpus: {gpus}, slowdown: {factor}}}]"
+
+
+@pytest.mark.parametrize("text, overrides, layout, ranks, reason", [
+    (ALTERNATING, (), None, 2, ""),  # classes by NVLink loads (the ring's direction through each host)
+    (WRAP_ON_UNLIKE_SPINES, (), Layout(tp=8, pp=2, dp=2, order=("tp", "cp", "dp", "pp")), 4,
+     "fold_routes_reason"),  # route classes after the stage fold's run, stage 0 slowed
+    (CP_FABRIC, LANES, Layout(tp=4, cp=4, pp=2, dp=2), 8, "fold_lanes_reason"),  # one rank per CP lane
+    (FABRIC_HAND_OFFS, HOPS, Layout(tp=8, pp=3, dp=2), 6, "fold_routes_reason"),  # analytic: hops, before any run
+], ids=["classes", "routes", "lanes", "hops"])
+def test_stragglers_alike_on_every_rank_of_a_stage_refold_exactly(text, overrides, layout, ranks, reason):
+    """Stragglers that slow every rank of a stage alike leave the replicas and the ranks of a class alike, so
+    the classed step and every refold stay exact, each representative slowed as its stage is. They were not
+    tried under any step fault, and each of these steps ran unfolded (the hop refold's stood folded by stage,
+    not exact): folded, every figure is now the unfolded run's, and the stragglers slow the step."""
+    stragglers = _stragglers(layout)
+    folded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, stragglers])).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", [*overrides, stragglers, "run.fold=false"])).summary
+    healthy = simulate(scenario_from_text(text, "inline.yaml", list(overrides))).summary
+    assert folded["folded"] and folded["simulated_ranks"] == ranks and "fold_off_reason" not in folded
+    assert "fold_not_exact" not in folded and (not reason or reason in folded)
+    _assert_same_figures(folded, unfolded, 1e-9, 1e-15, reason)
+    assert folded["step_time_s"] > healthy["step_time_s"]
+
+
+def test_stragglers_alike_in_every_stage_keep_the_replica_quotient():
+    """Sixteen two-host replicas, one per leaf group (tests/test_replicas.py): with every GPU slowed alike the
+    folded run sends the first replica's flows only (it sent every replica's under any step fault), and gives
+    the unfolded step and traffic per GPU."""
+    stragglers = _stragglers(None, factor=1.1)
+    folded = simulate(scenario_from_text(DP_FABRIC, "inline.yaml", [stragglers])).summary
+    unfolded = simulate(scenario_from_text(DP_FABRIC, "inline.yaml", [stragglers, "run.fold=false"])).summary
+    assert folded["folded"] and folded["replica_quotient"] == {"replicas": 16, "replicas_sent": 1}
+    assert folded["step_time_s"] == pytest.approx(unfolded["step_time_s"], rel=1e-9)
+    assert folded["traffic_bytes_per_gpu"] == pytest.approx(unfolded["traffic_bytes_per_gpu"], rel=1e-12)
 
 
 def test_random_stragglers_follow_the_seed():

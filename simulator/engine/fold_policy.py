@@ -17,7 +17,8 @@ unfolding, lanes first unless copies of one CP lane's hand-off ended apart (`Loc
 then `meet_step` where both ran (their meet: one rank per CP lane of each class by route), or only lanes on a
 step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
-as the first fold is (`_refined_step`), and the lockstep check after its run certifies it.
+as the first fold is (`_refined_step`), and the lockstep check after its run certifies it. Classed folds and
+refolds are tried without step faults or under stragglers alike on every rank of a stage (`refoldable`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas, unequally_met, unlike_alone, unlike_routes
-from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, folded_slowdowns
+from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, alike_in_stages, folded_slowdowns
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.parallel.folding import RankClasses, class_copies, lane_classes, rank_weights, representatives
+from simulator.parallel.layout import Layout
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, RefoldBudget, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -141,6 +143,14 @@ SHARED_LINKS = "stragglers in one replica whose traffic shares links with the ot
 runs each transfer alone, folds them."""
 
 
+def refoldable(faults: StepFaultPlan, layout: Layout | None) -> bool:
+    """Whether a step under ``faults`` may fold by classes of ranks as well as by stage (`_classed_step` and the
+    refolds: `lane_step`, `route_steps`, `hop_refold`, `meet_step`): without faults, or with stragglers alike on
+    every rank of each stage (faults/step.py `alike_in_stages`), which slow each representative as its class-mates
+    whatever the classes. Stragglers in one replica fold onto one rank per stage only, and link faults unfold."""
+    return faults.empty or (layout is not None and alike_in_stages(faults, layout))
+
+
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                      shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
@@ -155,7 +165,7 @@ def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache
         return {}, ""
     if program.layout is None:
         return {}, "stragglers in a step without a parallel layout"
-    slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout)
+    slowdowns, needs_isolation, reason = folded_slowdowns(plan, program.layout, program.ranks)
     if reason or not needs_isolation:
         return slowdowns, reason
     if mode == "flow" and any(kept_mirrors(program.ops, plans, shapes).values()):
@@ -191,8 +201,9 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
     representative does (its stage is unlike unless it has one rank, and the answer is then whether that
     replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
-    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: a state's step
-    has faults, which `folded_step` folds no other way."""
+    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: a state's
+    stragglers slow one rank of a stage and not its mates (`refoldable` is false), and `folded_step` folds such a
+    step no other way."""
     program, shapes, layout = step.program, step.shapes, step.program.layout
     if layout is None:
         return "stragglers in a step without a parallel layout"
@@ -217,8 +228,9 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
                 guard: UnfoldingGuard | None = None) -> FoldedStep:
     """The step ``build(fold, None)`` makes, folded when ``fold`` asks for it and every check passes
     (`fold_blocker`, then `fold_verdict`), else rebuilt unfolded; ``guard`` hears why before the unfolded
-    program is built. Folded on the flow model without step faults, it is built again with one representative
-    per class of ranks where its ranks are not all alike (`_classed_step`)."""
+    program is built. Folded on the flow model without step faults or with stragglers alike on every rank of a
+    stage (`refoldable`), it is built again with one representative per class of ranks where its ranks are not
+    all alike (`_classed_step`)."""
     blocker = fold_blocker(topology) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("cluster", blocker))
@@ -231,7 +243,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
         refused = Unfolding("cluster", blocker) if blocker else Unfolding(program.fold_off_check, plan_blocker)
         layout = program.layout
         given_up = (GivenUp("stage", None if layout is None else len(representatives(layout, True)), refused),)
-    if program.folded and mode == "flow" and faults.empty:
+    if program.folded and mode == "flow" and refoldable(faults, program.layout):
         classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order)
         if isinstance(classed, FoldedStep):
             return classed
@@ -274,12 +286,12 @@ def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: Ne
               ) -> FoldedStep | GivenUp | None:
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
     run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
-    stand for them: no CP lanes, no layout (a trace), step faults (their stragglers fold onto the stages'
-    representatives); a lane program that `_refined_step` refuses (or ``budget``) is given up (`GivenUp`)."""
+    stand for them: no CP lanes, no layout (a trace), step faults that leave some stage's ranks unlike (not
+    `refoldable`); a lane program that `_refined_step` refuses (or ``budget``) is given up (`GivenUp`)."""
     layout = folded.program.layout
-    if layout is None or layout.cp == 1 or not faults.empty:
+    if layout is None or layout.cp == 1 or not refoldable(faults, layout):
         return None
-    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, "lanes", budget)
+    return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, faults, "lanes", budget)
 
 
 def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: NetworkMode,
@@ -291,7 +303,7 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     step whose only mirrors out of step were hand-offs (the fabric hashes each source host's flows onto its own
     spine, so one host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the
     spines where another's stays in its leaf group). Nothing where no such classes refine its own: no layout
-    (a trace), step faults (their stragglers fold onto the stages' representatives), or ranks all alike. The
+    (a trace), step faults that leave some stage's ranks unlike (not `refoldable`), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
     before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
     than the one before. Where a ``budget`` is given (the step may not unfold), only the classes by hops are
@@ -301,12 +313,12 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     the classes not proposed are given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
     program = folded.program
     layout = program.layout
-    if layout is None or not faults.empty:
+    if layout is None or not refoldable(faults, layout):
         return
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
     for classes in route_classes(stage_fold, plans, shapes, order, hops_only=budget is not None):
-        refold = _refined_step(build, folded, classes, plans, mode, efficiency, "routes", budget)
+        refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
         yield refold
         if isinstance(refold, GivenUp) and refold.unfolding.check == "size":
             return
@@ -328,15 +340,16 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     (`route_classes` with ``hops_only``), the stage fold given up: there each transfer runs alone, so copies
     over like hops take like times, and the refold is exact where none of its own hand-offs' copies crosses other
     hops, which is asked of it before its run (a refold that still has some is given up, as is one beyond
-    ``budget`` or refused by `fold_verdict`). None where ``folded`` is not such a fold, or has step faults. The
-    reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three, oversubscription 8): the stage
-    fold's exposed pp was 1.702 ms against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16, 8, 8) every
-    figure is the unfolded run's."""
+    ``budget`` or refused by `fold_verdict`). None where ``folded`` is not such a fold, or its step faults are not
+    `refoldable`. The reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three, oversubscription
+    8): the stage fold's exposed pp was 1.702 ms against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16,
+    8, 8) every figure is the unfolded run's."""
     program, stood = folded.program, folded.not_exact
-    if stood is None or stood.unfolding.check != "hops" or program.layout is None or not faults.empty:
+    if (stood is None or stood.unfolding.check != "hops" or program.layout is None
+            or not refoldable(faults, program.layout)):
         return None
     classes = next(route_classes(program, plans, folded.shapes, folded.order, hops_only=True), None)
-    refold = _refined_step(build, folded, classes, plans, mode, efficiency, "routes", budget)
+    refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
     if not isinstance(refold, FoldedStep):
         return refold
     unlike = unlike_hand_off_hops(refold.shapes, plans.topology)
@@ -346,8 +359,8 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
-              mode: NetworkMode, efficiency: Mapping[str, float], budget: RefoldBudget | None = None
-              ) -> FoldedStep | GivenUp | None:
+              mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan,
+              budget: RefoldBudget | None = None) -> FoldedStep | GivenUp | None:
     """The step classed by the meet of the classes of the two refolds of ``folded`` that ran and fell out of
     step (``tried``: `lane_step`'s and the last of `route_steps`', in the order they ran): one rank per CP lane of
     each class of hosts by route, where route classes part the hosts but not a host's lanes and lanes the
@@ -359,11 +372,11 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
         return None
     met = sides[0].classes.meet(sides[1].classes)
     return None if met in (sides[0].classes, sides[1].classes) else _refined_step(build, folded, met, plans, mode,
-                                                                                 efficiency, "meet", budget)
+                                                                                 efficiency, faults, "meet", budget)
 
 
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
-                  mode: NetworkMode, efficiency: Mapping[str, float], kind: FoldKind,
+                  mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan, kind: FoldKind,
                   budget: RefoldBudget | None = None) -> FoldedStep | GivenUp | None:
     """The step folded (as ``kind``) with one representative per class of ``classes``, to run again where
     ``folded``'s only mirrors out of step were pipeline hand-offs; None where there are no such classes or they
@@ -377,7 +390,8 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     refuses, the step tries the next refold or unfolds, exact either way, where an unjudged refold met unequal
     traffic (notably from mirrors that pruning dropped, which the lockstep check after the run does not compare)
     unguarded. Refolds
-    run only without step faults (`lane_step`, `route_steps`), so the step is judged without any. Where the step
+    run only under `refoldable` step faults, with which the step is judged (each representative slowed as its
+    stage is). Where the step
     may not run unfolded, ``budget`` says whether the refold may (`program/unfolding.RefoldBudget`); one beyond it
     is given up before its program is built."""
     layout = folded.program.layout
@@ -391,7 +405,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
         return GivenUp(kind, len(ranks), Unfolding("size", too_large))
     refined = build(True, classes)
     shapes, order = program_indexes(refined)
-    slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, StepFaultPlan(), shapes, order)
+    slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, faults, shapes, order)
     if unfolding is not None:
         return GivenUp(kind, len(refined.ranks), unfolding)
     return FoldedStep(refined, shapes, order, slowdowns, "", kind, classes)

@@ -8,6 +8,7 @@ and seed always slow the same GPUs by the same factors.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,23 +191,38 @@ def _link_event(entry: LinkFault, path: str, topology: Topology) -> LinkEvent:
     return LinkEvent(entry.at, up, entry.capacity, f"uplinks of {switch}")
 
 
-def folded_slowdowns(plan: StepFaultPlan, layout: Layout) -> tuple[dict[int, Slowdown], bool, str]:
-    """How stragglers fold: (slowdown of each stage's representative, whether that is exact only if no
-    replica's traffic shares a link with the representatives', why folding is off ('' when it is on)).
-
-    Every rank of a stage slowed alike keeps the replicas identical. Stragglers that all lie in one pipeline
-    replica (one TP, CP and DP coordinate) fold onto the representatives, which then play the slow replica:
-    the others wait for it at every collective they share, and folding is exact when their traffic never
-    meets it elsewhere (checked on the program's links by the caller)."""
+def alike_in_stages(plan: StepFaultPlan, layout: Layout) -> bool:
+    """Whether ``plan`` leaves the ranks of every pipeline stage alike: no link faults, and each stage's ranks
+    slowed alike (or none of them). Any fold of the step then stays as exact as without faults, by stage or by
+    classes of a stage's ranks (the classed and refolded steps of engine/fold_policy.py), each simulated rank
+    slowed as its stage is; a GPU failure aborts the step at its time whichever ranks are simulated."""
+    if plan.links:
+        return False
     slowed = plan.slowdown_of()
+    return all(len({slowed.get(rank, NOMINAL) for rank in layout.stage_ranks(stage)}) == 1
+               for stage in range(layout.pp))
+
+
+def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) -> tuple[dict[int, Slowdown], bool,
+                                                                                          str]:
+    """How the stragglers of ``plan`` (without link faults, which unfold a step first) fold onto the simulated
+    ``ranks``: (slowdown of each, whether that is exact only if no
+    replica's traffic shares a link with theirs, why folding is off ('' when it is on)).
+
+    Every rank of a stage slowed alike keeps the replicas identical: each simulated rank is slowed as its stage
+    is, however many a stage has. Stragglers that all lie in one pipeline replica (one TP, CP and DP coordinate)
+    fold onto one representative per stage, which then play the slow replica: the others wait for it at every
+    collective they share, and folding is exact when their traffic never meets it elsewhere (checked on the
+    program's links by the caller); more representatives per stage would not all be the slow replica's."""
+    slowed = plan.slowdown_of()
+    if alike_in_stages(plan, layout):
+        return {rank: slowed[rank] for rank in ranks if not slowed.get(rank, NOMINAL).nominal}, False, ""
     representatives = [layout.rank_of(pp=stage) for stage in range(layout.pp)]
-    per_stage = [{slowed.get(rank, NOMINAL) for rank in layout.stage_ranks(stage)} for stage in range(layout.pp)]
-    if all(len(kinds) == 1 for kinds in per_stage):
-        alike = {rank: next(iter(kinds)) for rank, kinds in zip(representatives, per_stage)}
-        return {rank: s for rank, s in alike.items() if not s.nominal}, False, ""
     replicas = {tuple(layout.coords(gpu)[dim] for dim in ("tp", "cp", "dp")) for gpu in slowed}
     if len(replicas) > 1:
         return {}, False, "stragglers in more than one pipeline replica"
+    if list(ranks) != representatives:
+        return {}, False, "stragglers in one pipeline replica fold onto one rank per stage only"
     tp, cp, dp = replicas.pop()
     return ({rank: slowed[gpu] for rank, gpu in ((rank, layout.rank_of(tp=tp, cp=cp, dp=dp, pp=stage))
                                                 for stage, rank in enumerate(representatives)) if gpu in slowed},
