@@ -239,6 +239,31 @@ def test_goodput_chart_of_a_study_without_failures(tmp_path):
     assert main(["plot", "goodput", str(out)]) == 0
 
 
+def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best_of_one_point():
+    """An `mtbf` study of a 32-GPU job at x 1, 10 and 100 (one interval each) labelled its curves 'MTBF 2.17e+03 h'
+    where its printed lines say 'MTBF 2,168.5 h', and starred each lone point as the 'simulated best', which the
+    printed lines rightly do not call it, and drew its 95% interval as a band of no width."""
+    from simulator.reliability.plots import goodput_figure
+
+    def curve(multiplier: float, intervals: list[float]) -> dict:
+        points = [{"interval_s": t, "ettr": 0.9, "ettr_ci95_low": 0.89, "ettr_ci95_high": 0.91,
+                   "goodput_tokens_per_s": 1e5} for t in intervals]
+        return {"rate_multiplier": multiplier, "mtbf_s": 7_806_607.0 / multiplier, "points": points,
+                "young_interval_s": 4479.0, "daly_interval_s": 4478.0, "best_interval_s": intervals[0],
+                "best_ettr": 0.9}
+
+    def legend(study: dict) -> list[str]:
+        return [text.get_text() for text in goodput_figure(study).axes[0].get_legend().get_texts()]
+
+    lone = {"scenario": "job.yaml", "curves": [curve(1, [1800.0]), curve(100, [1800.0]), curve(1e4, [1800.0])]}
+    assert legend(lone) == ["rate x 1 (MTBF 2,168.5 h)", "rate x 100 (MTBF 21.7 h)", "rate x 10000 (MTBF 13.01 min)",
+                            "Young", "Daly"]
+    assert not any(line.get_marker() == "*" for line in goodput_figure(lone).axes[0].get_lines())
+    assert len(goodput_figure(lone).axes[0].containers) == 3  # each lone point's 95% interval as an error bar
+    grid = {"scenario": "job.yaml", "curves": [curve(1, [900.0, 1800.0])]}
+    assert legend(grid)[-1] == "simulated best"
+
+
 def test_a_synthetic_models_study_charts_goodput_in_healthy_steps(tmp_path, capsys):
     """A synthetic model has no tokens: the job crashed dividing by them. Its study's points carry goodput in
     healthy-equivalent steps per second (tokens per second null), the chart draws those, and the job's table

@@ -12,6 +12,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 from simulator.errors import InputError
 from simulator.report.outputs import run_name
 from simulator.report.run_folder import OUTDIR_FIELD, checked_manifest
+from simulator.units import format_duration
 
 STUDY_FILE = "study.json"
 STUDY_ALLOWED = "a folder written by `trainsim study ... --out DIR`"
@@ -69,6 +70,13 @@ def load_study(folder: Path) -> dict:
     return study
 
 
+def _hours(seconds: float) -> str:
+    """An MTBF as the study's printed lines give it: hours with thousands separators ('2,168.5 h', not the
+    '2.17e+03 h' the legend showed), minutes or seconds below an hour."""
+    hours = seconds / 3600
+    return f"{hours:,.1f} h" if round(hours, 1) >= 1 else format_duration(seconds)
+
+
 def goodput_figure(study: dict) -> Figure:
     """Two panels sharing the interval axis (minutes, log scale): ETTR with its 95% band, and goodput (in
     healthy-equivalent steps per second when some point's model has no tokens)."""
@@ -80,10 +88,15 @@ def goodput_figure(study: dict) -> Figure:
         color = f"C{index}"
         points = curve["points"]
         minutes = [p["interval_s"] / 60 for p in points]
-        mtbf = f"MTBF {curve['mtbf_s'] / 3600:.3g} h" if curve["mtbf_s"] else "no failures"
+        mtbf = f"MTBF {_hours(curve['mtbf_s'])}" if curve["mtbf_s"] else "no failures"
         label = f"rate x {curve['rate_multiplier']:g} ({mtbf})"
         ettr_axis.plot(minutes, [p["ettr"] for p in points], "o-", color=color, label=label)
-        if all(p["ettr_ci95_low"] is not None for p in points):
+        if len(points) == 1 and points[0]["ettr_ci95_low"] is not None:  # a band of one point has no width
+            (point,) = points
+            ettr_axis.errorbar(minutes, [point["ettr"]], yerr=[[point["ettr"] - point["ettr_ci95_low"]],
+                                                                [point["ettr_ci95_high"] - point["ettr"]]],
+                               color=color, capsize=4, linestyle="none")
+        elif all(p["ettr_ci95_low"] is not None for p in points):
             ettr_axis.fill_between(minutes, [p["ettr_ci95_low"] for p in points],
                                    [p["ettr_ci95_high"] for p in points], color=color, alpha=0.15)
         goodput_axis.plot(minutes, [goodput(p) for p in points], "o-", color=color)
@@ -92,10 +105,12 @@ def goodput_figure(study: dict) -> Figure:
                 axis.axvline(curve["young_interval_s"] / 60, color=color, linestyle="--", linewidth=0.9)
             if curve["daly_interval_s"]:
                 axis.axvline(curve["daly_interval_s"] / 60, color=color, linestyle=":", linewidth=1.2)
-        ettr_axis.plot([curve["best_interval_s"] / 60], [curve["best_ettr"]], "*", color=color, markersize=14)
+        if len(points) > 1:
+            ettr_axis.plot([curve["best_interval_s"] / 60], [curve["best_ettr"]], "*", color=color, markersize=14)
     ettr_axis.plot([], [], "k--", linewidth=0.9, label="Young")
     ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
-    ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
+    if any(len(curve["points"]) > 1 for curve in study["curves"]):
+        ettr_axis.plot([], [], "k*", markersize=10, linestyle="none", label="simulated best")
     ettr_axis.set_xscale("log")
     ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda minutes, _: f"{minutes:g}"))
