@@ -262,6 +262,27 @@ def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
         assert axes_box.x0 <= extent.x0 and extent.x1 <= axes_box.x1  # not over the tick labels, nor squeezing the axes
 
 
+def test_busbw_chart_of_an_auto_table_says_which_algorithm_ran_and_on_how_many_ranks(tmp_path, capsys):
+    """`trainsim collective --json` of the auto rule on a 32-GPU cluster (tree to 8 MiB, ring above) drew one
+    line labelled 'auto' under the title 'all_reduce: bus bandwidth vs size': neither the algorithms drawn nor
+    the ranks."""
+    from simulator.report.study_plots import busbw_figure, collective_rows
+
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--set", "nodes=4", "--sizes", "1MiB:64MiB",
+                 "--json"]) == 0
+    (tmp_path / "rows.json").write_text(capsys.readouterr().out)
+    rows = collective_rows(tmp_path / "rows.json")
+    runs = []
+    for algorithm, size in zip(rows["resolved_algorithm"], rows["bytes"]):
+        runs = runs[:-1] + [(algorithm, size)] if runs and runs[-1][0] == algorithm else runs + [(algorithm, size)]
+    assert len(runs) > 1  # the rule switches along the line, which is what the label must tell
+    axis = busbw_figure(rows).axes[0]
+    sizes = {2.0**20 * 2**k: f"{2**k} MiB" for k in range(7)}
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == [
+        "auto: " + ", ".join(f"{algorithm} to {sizes[size]}" for algorithm, size in runs)]
+    assert axis.get_title() == "all_reduce on 32 ranks: bus bandwidth vs size"
+
+
 def test_busbw_of_a_sweep_of_training_steps_is_refused_in_one_line(tmp_path, capsys):
     """A sweep of training steps has no collective columns; the busbw chart raised pandas' ValueError."""
     folder = tmp_path / "sweep"

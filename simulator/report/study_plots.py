@@ -131,7 +131,7 @@ def busbw_figure(rows: pd.DataFrame, *, label: str = "algorithm") -> Figure:
     ax = figure.add_subplot()
     for value, group in rows.groupby(label, sort=True):
         ordered = group.sort_values("bytes")
-        ax.plot(ordered["bytes"], ordered["busbw_GBps"], marker="o", label=str(value))
+        ax.plot(ordered["bytes"], ordered["busbw_GBps"], marker="o", label=_resolved(str(value), ordered))
     sizes = np.sort(rows["bytes"].unique())
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [format_size(size) for size in sizes], rotation=45, fontsize=8)
@@ -141,8 +141,24 @@ def busbw_figure(rows: pd.DataFrame, *, label: str = "algorithm") -> Figure:
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(title=label, fontsize=8)
     ops = ", ".join(sorted(rows["op"].unique())) if "op" in rows.columns else "collective"
-    ax.set_title(f"{ops}: bus bandwidth vs size")
+    ranks = sorted(rows["ranks"].unique()) if "ranks" in rows.columns else []
+    on = f" on {int(ranks[0]):,} ranks" if len(ranks) == 1 else ""
+    ax.set_title(f"{ops}{on}: bus bandwidth vs size")
     return figure
+
+
+def _resolved(label: str, ordered: pd.DataFrame) -> str:
+    """A line's legend label; an `auto` line of `trainsim collective --json` rows also says which algorithm ran
+    at which sizes ('auto: tree to 8 MiB, ring to 4 GiB'), since the tuner switches along the line."""
+    if label != "auto" or "resolved_algorithm" not in ordered.columns:
+        return label
+    runs: list[tuple[str, float]] = []
+    for algorithm, size in zip(ordered["resolved_algorithm"], ordered["bytes"]):
+        if runs and runs[-1][0] == algorithm:
+            runs[-1] = (algorithm, size)
+        else:
+            runs.append((algorithm, size))
+    return "auto: " + ", ".join(f"{algorithm} to {format_size(size)}" for algorithm, size in runs)
 
 
 def pareto_front(points: pd.DataFrame, memory: str, throughput: str) -> pd.DataFrame:
