@@ -36,9 +36,9 @@ def test_llama3_70b_search_beats_or_ties_the_seed_decision_tree():
     finally:
         executor.close()
     table = result.table
-    # Seed tree: TP 1 never fits 8192-token activations, so TP + SP + selective recompute, the smallest TP and
-    # PP that fit with m >= 4p (pp 2 no longer fits with the fp32 gradient buffer).
-    assert result.tree.candidate == Candidate(4, 1, 4, 32, 1, 1, "zero1", "selective")
+    # Seed tree: TP 1 never fits 8192-token activations, so TP + SP, the smallest TP and PP that fit with m >= 4p
+    # (pp 2 no longer fits with the fp32 gradient buffer); no recompute, as selective saves nothing under flash.
+    assert result.tree.candidate == Candidate(4, 1, 4, 32, 1, 1, "zero1", "none")
     assert result.winner is not None and result.tree_row is not None
     assert result.winner["tokens_per_s"] >= result.tree_row["tokens_per_s"]
     assert result.winner["peak_memory_gib"] <= 81559 / 2**10
@@ -262,6 +262,43 @@ def test_the_trees_data_parallel_step_says_what_fits_and_its_memory():
     assert choice.steps == ("every GPU holds the whole model with ZeRO-1 over all 8 GPUs (75.1 GiB): "
                             "DP over every GPU",)
     assert choice.candidate == Candidate(1, 1, 1, 8, 1, 1, "zero1", "none", 1)
+
+
+def test_where_selective_recompute_saves_no_memory_the_tree_tries_none_in_its_place():
+    """Selective recompute drops the attention scores, which flash attention never stores: the tree tried
+    selective before full, and for Llama-3-70B on 64 DGX H100 picked tp4 pp4 recompute=selective, 2.5% slower
+    than the same layout without recompute and no lighter. Where selective saves nothing the tree tries no
+    recompute in its place and says why; where it saves memory (standard attention) the tree is unchanged."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Checked
+
+    lightest_first: list[Recompute] = ["none", "selective", "full"]
+    tried: list[Recompute] = []
+
+    def fits_from(tp: int, recompute: Recompute):
+        """A memory check where layouts fit from ``tp`` and ``recompute`` (or a heavier one) up."""
+        def check(candidate: Candidate) -> Checked:
+            tried.append(candidate.recompute)
+            fits = candidate.tp >= tp and lightest_first.index(candidate.recompute) >= lightest_first.index(recompute)
+            return Checked(candidate, {}, None if fits else Pruning(Pruned.OUT_OF_MEMORY, "out of memory"), 60.0)
+        return check
+
+    # one layer fits, PP + DP does not: TP + SP, with selective recompute (standard) or none (flash) first
+    flash = seed_tree_choice(8, 8, 32, 32, True, fits_from(2, "none"), selective_saves_memory=False)
+    assert flash.candidate == Candidate(2, 1, 1, 4, 1, 1, "zero1", "none", 1)
+    assert flash.steps[3] == ("selective recompute saves no memory under flash attention (no scores stored): "
+                              "none, then full")
+    standard = seed_tree_choice(8, 8, 32, 32, True, fits_from(2, "none"))
+    assert standard.candidate == Candidate(2, 1, 1, 4, 1, 1, "zero1", "selective", 1)
+    assert not any("flash" in step for step in standard.steps)
+    # one layer does not fit and only full recompute does: flash goes from none straight to full
+    full = Candidate(2, 1, 1, 4, 1, 1, "zero1", "full", 1)
+    tried.clear()
+    assert seed_tree_choice(8, 8, 32, 32, False, fits_from(2, "full"), selective_saves_memory=False).candidate == full
+    assert "selective" not in tried and "full" in tried
+    tried.clear()
+    assert seed_tree_choice(8, 8, 32, 32, False, fits_from(2, "full")).candidate == full
+    assert "selective" in tried
 
 
 def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():

@@ -4,7 +4,9 @@ and why the simulator's winner disagrees with it.
 The tree: if one GPU can train the model, use DP (with ZeRO-1/2 to save memory). Otherwise, if the parameters
 do not fit but one layer does, split layers with PP and use DP for the rest; if one layer does not fit, TP
 (no larger than the NVLink domain) is a must; if activations (long sequences) are what does not fit, TP +
-sequence parallelism + activation recompute. Its three rules: TP <= GPUs per host; PP <= layers and m >= 4p so
+sequence parallelism + activation recompute. Where selective recompute saves no memory (flash attention stores
+no attention scores for it to drop) the tree tries no recompute in its place, so it never pays the attention
+forward again for nothing. Its three rules: TP <= GPUs per host; PP <= layers and m >= 4p so
 that the bubble is small; DP takes every remaining GPU. Here every "does it fit" is the simulator's memory model,
 micro-batches are of 1 sequence, without CP or interleaving, the tree's DP shards with ZeRO-1, and a MoE
 model keeps the scenario's expert parallelism.
@@ -31,9 +33,11 @@ class TreeChoice:
 
 
 def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int, layer_fits: bool,
-                     check: Callable[[Candidate], Checked], ep: int = 1, eager: bool = False) -> TreeChoice:
+                     check: Callable[[Candidate], Checked], ep: int = 1, eager: bool = False,
+                     selective_saves_memory: bool = True) -> TreeChoice:
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
-    state fits on a GPU, ``ep`` the scenario's expert parallelism. Under ``eager`` (training.kernels: eager,
+    state fits on a GPU, ``ep`` the scenario's expert parallelism, ``selective_saves_memory`` whether selective
+    recompute keeps less than no recompute (not under flash attention). Under ``eager`` (training.kernels: eager,
     which runs plain DDP, pipelined or not) the tree shards nothing and tries no TP: DP, then PP + DP, then
     PP + DP with recompute."""
     steps = []
@@ -46,8 +50,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
     if eager:
-        found = _first_fit([1], ["none", "selective", "full"], world, layers, global_batch, check, steps, ep,
-                           sharding)
+        recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
+        found = _first_fit([1], recomputes, world, layers, global_batch, check, steps, ep, sharding)
         if found is not None:
             return TreeChoice(found, tuple(steps))
         steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP and PP only (no ZeRO, "
@@ -59,16 +63,26 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
             steps.append("the parameters did not fit but a layer does: PP across layers, DP for the rest")
             return TreeChoice(found, tuple(steps))
         steps.append("PP + DP alone does not fit: activations are what overflows, so TP + SP + recompute")
-        recomputes: list[Recompute] = ["selective", "full"]
+        recomputes = _recomputes(["selective", "full"], selective_saves_memory, steps)
     else:
         steps.append("one layer does not fit: TP is a must (no wider than the NVLink domain)")
-        recomputes = ["none", "selective", "full"]
+        recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
     tps = [tp for tp in powers_of_two(host_gpus) if tp > 1]
     found = _first_fit(tps, recomputes, world, layers, global_batch, check, steps, ep)
     if found is not None:
         return TreeChoice(found, tuple(steps))
     steps.append("nothing the tree tries fits in memory")
     return TreeChoice(None, tuple(steps))
+
+
+def _recomputes(tree_order: list[Recompute], selective_saves_memory: bool, steps: list[str]) -> list[Recompute]:
+    """The recomputes a branch of the tree tries, lightest first: its own order where selective recompute saves
+    memory; else no recompute in selective's place (the same memory, without the attention forward run again),
+    saying so in ``steps``."""
+    if selective_saves_memory:
+        return tree_order
+    steps.append("selective recompute saves no memory under flash attention (no scores stored): none, then full")
+    return list(dict.fromkeys("none" if recompute == "selective" else recompute for recompute in tree_order))
 
 
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,

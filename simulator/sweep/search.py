@@ -34,6 +34,7 @@ from simulator.sweep.layouts import (
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.workload.memory import state_bytes_per_param
+from simulator.workload.memory_plan import rematerialized_activations
 from simulator.workload.training import resolve_model
 
 DEFAULT_TOP = 8
@@ -106,7 +107,8 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
-                            layer_fits, check, scenario.parallelism.ep, eager)
+                            layer_fits, check, scenario.parallelism.ep, eager,
+                            selective_saves_memory=rematerialized_activations(scenario.training) == "none")
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
     rank_cut = chosen[-1].estimate_tokens_per_s if chosen else 0.0
