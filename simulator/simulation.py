@@ -389,10 +389,11 @@ def simulate_training(loaded: LoadedScenario, topology: Topology, faults: FaultH
     pace, at a fraction of its cost (a refold whose other collectives fell out of step unfolds it at once, as the
     first run does); where ``guard`` refuses the step unfolded and only hand-offs fell out of step, the refolds
     are tried those ``budget`` allows (`scale.refold_refusal`; None: none, as a job's states are run), and where
-    none keeps pace the folded run stands with a warning. Each fold given up on the way, refused before its run
-    or out of step in it, goes into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run
-    that stands out of step is not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures,
-    in the same shape)."""
+    none keeps pace the folded run stands with a warning. The analytic model's hop refold
+    (`fold_policy.hop_refold`) is tried within ``budget`` too (`simulate` gives one under --force as well: the
+    multiple, not the limits). Each fold given up on the way, refused before its run or out of step in it, goes
+    into the summary's `fold_given_up` with why (`fold_policy.GivenUp`); a folded run that stands out of step is
+    not given up, and goes into `fold_not_exact` (its fold and its hand-offs' figures, in the same shape)."""
     from simulator.engine.fold_policy import FoldedStep, fell_out_of_step, hop_refold, unfolded_step
     from simulator.program.unfolding import Unfolding
 
@@ -536,7 +537,7 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     workload = loaded.scenario.workload
     if loaded.scenario.model is not None or not isinstance(workload, list):
         guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
-        budget = None if force else partial(refold_refusal, loaded, topology.num_gpus)
+        budget = partial(refold_refusal, loaded, topology.num_gpus, force=force)
         run = simulate_training(loaded, topology, faults, progress, guard, budget=budget)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)

@@ -224,6 +224,29 @@ def test_analytic_hand_offs_over_other_hops_refold_by_hops():
     _assert_same_figures(folded, unfolded, 1e-12, 1e-15, "fold_routes_reason")
 
 
+def test_under_force_the_hop_refold_is_held_to_the_refold_multiple_not_to_the_limits(monkeypatch):
+    """--force skips the scale limits, and the hop refold ran unbounded under it, though it runs in place of the
+    stage fold the forced estimate was made for: on the published SC21 1T row (analytic) it simulated 320 of
+    3,072 ranks, 5 x the stage fold (118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB). It is now held to
+    `scale.REFOLD_COST_MULTIPLE` times the fold's ranks, forced or not: the case above (6 ranks against 3) still
+    refolds under --force with every refold beyond the limits, and with the multiple below 2 it is given up
+    (`size`) and the stage fold stands, not exact."""
+    from simulator import scale
+
+    loaded = scenario_from_text(FABRIC_HAND_OFFS, "inline.yaml", ["network.model=analytic",
+                                                                   "cluster.oversubscription=8"])
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1)
+    forced = simulate(loaded, force=True).summary
+    assert forced["simulated_ranks"] == 6 and "fold_not_exact" not in forced
+    monkeypatch.setattr(scale, "REFOLD_COST_MULTIPLE", 1.5)
+    held = simulate(loaded, force=True).summary
+    assert held["simulated_ranks"] == 3 and held["fold_not_exact"]["fold"] == "stage"
+    (refold,) = held["fold_given_up"]
+    assert (refold["fold"], refold["simulated_ranks"], refold["why"]) == ("routes", 6,
+                                                                        "the refold is too large to simulate")
+    assert refold["reason"].startswith("the refold would cost 2 x the fold (6 ranks simulated against 3)")
+
+
 def test_tree_all_reduces_over_tp_lanes_unfold():
     """NCCL's tree all-reduce over the DP groups of four TP lanes, with the TP all-reduces trees too: the TP
     tree's inner ranks (lanes 1 and 2) send and receive twice a leaf's bytes on their NVLink ports, where their

@@ -280,7 +280,7 @@ its replica quotient (one replica sent) keeps one of them."""
 @pytest.mark.parametrize("case", MOE_AND_OVERLAP)
 def test_the_estimate_counts_all_to_alls_tp_overlap_and_per_microbatch_reductions(case, monkeypatch):
     name, overrides, (ops_ratio, flows_ratio) = MOE_AND_OVERLAP[case]
-    monkeypatch.setattr(scale, "refold_refusal", lambda *args: "refused: the estimate is the stage fold's")
+    monkeypatch.setattr(scale, "refold_refusal", lambda *args, **kwargs: "refused: the estimate is the stage fold's")
     loaded = load_scenario(SCENARIOS / f"{name}.yaml", overrides)
     estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
     summary = simulate(loaded).summary

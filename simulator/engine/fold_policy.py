@@ -340,7 +340,8 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     (`route_classes` with ``hops_only``), the stage fold given up: there each transfer runs alone, so copies
     over like hops take like times, and the refold is exact where none of its own hand-offs' copies crosses other
     hops, which is asked of it before its run (a refold that still has some is given up, as is one beyond
-    ``budget`` or refused by `fold_verdict`). None where ``folded`` is not such a fold, or its step faults are not
+    ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
+    `fold_verdict`). None where ``folded`` is not such a fold, or its step faults are not
     `refoldable`. The reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three, oversubscription
     8): the stage fold's exposed pp was 1.702 ms against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16,
     8, 8) every figure is the unfolded run's."""
