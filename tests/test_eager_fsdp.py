@@ -69,7 +69,8 @@ def test_the_copies_around_each_gather_and_the_reduce_scatters_input_by_hand():
     its fp32 shard cast to bf16 and copied into the all-gather input, (4 + 2 + 2 + 2) B / 8 per parameter, on
     FSDP2's copy-in stream; after it the copy-out of the whole output into the unsharded parameters, 2 + 2 B, on
     the compute stream; after each block's backward chunk_cat's cast of its fresh bf16 gradient into the fp32
-    reduce-scatter input, 2 + 4 B (the MLP block: two linears and its norm's weight, 8,389,632 parameters)."""
+    reduce-scatter input, 2 + 4 B (the MLP block: two linears and its norm's weight, 8,389,632 parameters). The
+    fused path's 16-bit shards skip the cast: (2 + 2) B / 8 copied in, the same copy-out."""
     timeline = simulate(scenario_from_text(FSDP, source="fsdp.yaml")).timeline
     ops = timeline[(timeline["rank"] == 0) & (timeline["kind"] == "compute")]
     seconds = dict(zip(ops["name"], ops["end_s"] - ops["start_s"], strict=False))
@@ -82,7 +83,11 @@ def test_the_copies_around_each_gather_and_the_reduce_scatters_input_by_hand():
     mlp = 2 * 1024 * 4096 + 1024
     assert seconds["fsdp grad copy mb0 L0.mlp"] == pytest.approx(mlp * 6 / rate, rel=1e-9)
     fused = simulate(scenario_from_text(FSDP, source="fsdp.yaml", overrides=["training.kernels=fused"])).timeline
-    assert not fused["name"].str.startswith("fsdp copy-").any()
+    fused = fused[(fused["rank"] == 0) & (fused["kind"] == "compute")]
+    fused_seconds = dict(zip(fused["name"], fused["end_s"] - fused["start_s"], strict=False))
+    # 16-bit shards: no cast before the copy into the all-gather input; the same copy-out.
+    assert fused_seconds["fsdp copy-in L0"] == pytest.approx(layer * 4 / RANKS / rate, rel=1e-9)
+    assert fused_seconds["fsdp copy-out L0"] == pytest.approx(seconds["fsdp copy-out L0"], rel=1e-12)
 
 
 def test_the_layers_run_in_16_bits_without_autocasts_casts():

@@ -125,8 +125,10 @@ def test_interleaved_chunks_each_reduce_after_their_own_last_backward(run_yaml):
 def test_runtime_schedules_unshard_each_chunk_before_the_first_action(run_yaml):
     # Interleaved (v = 2) runs on _PipelineScheduleRuntime, whose _add_unshard_reshard puts an UNSHARD of every
     # chunk (at most 3) before the rank's first action: rank 0's units, chunk 0's (embedding, L0) then chunk
-    # 2's (L2), all-gathered back to back from the step's start, each alone on the NVSwitch (ring closed form);
-    # the chunk's first forward waits for all of its units (_assert_unsharded).
+    # 2's (L2), all-gathered back to back from the step's start, the first once FSDP2 has copied the embedding's
+    # shard into its input (2 + 2 B per shard element), each alone on the NVSwitch (ring closed form); the
+    # chunk's first action copies its units out (2 + 2 B per parameter, back to back on the compute stream) and
+    # its first forward waits for them (_assert_unsharded); chunk 2's are copied out before chunk 2 runs.
     result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
                       "parallelism.pipeline.virtual_stages=2")
     ops = _rank_ops(result, 0)
@@ -134,11 +136,16 @@ def test_runtime_schedules_unshard_each_chunk_before_the_first_action(run_yaml):
     units = {"embedding": EMBEDDING, "L0": LAYER, "L2": LAYER}
     assert list(gathers["name"].str.removeprefix("all_gather params ")) == list(units)
     assert list(gathers["chunk"]) == [0, 0, 2]
-    ends = np.cumsum([_ring_seconds(PARAM_BYTES * params) for params in units.values()])
-    assert gathers["start_s"].iloc[0] == 0.0
+    copy_in = 2 * PARAM_BYTES * EMBEDDING / DP / COPY_RATE
+    ends = copy_in + np.cumsum([_ring_seconds(PARAM_BYTES * params) for params in units.values()])
+    assert gathers["start_s"].iloc[0] == pytest.approx(copy_in, rel=1e-9)
     assert list(gathers["end_s"]) == pytest.approx(list(ends), rel=1e-9)
-    first_forward = ops[(ops["category"] == "forward") & (ops["chunk"] == 0)]["start_s"].min()
-    assert first_forward == pytest.approx(ends[1], rel=1e-9)
+    copy_out = {name: 2 * PARAM_BYTES * params / COPY_RATE for name, params in units.items()}
+    first_forward = ops[(ops["category"] == "forward") & (ops["chunk"] == 0) & (ops["kind"] == "compute")
+                        & ~ops["name"].str.startswith("fsdp copy-out")]["start_s"].min()
+    assert first_forward == pytest.approx(max(ends[0] + copy_out["embedding"], ends[1]) + copy_out["L0"], rel=1e-9)
+    chunk_2 = ops[ops["name"] == "fsdp copy-out L2"]
+    assert chunk_2["start_s"].iloc[0] > first_forward
 
 
 def _last_backward_send(ops):

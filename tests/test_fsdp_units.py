@@ -71,7 +71,7 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
     # FSDP2: in the forward, unit k's all-gather is queued behind unit k-2's copy-out, which runs once unit k-3
     # has finished; in the backward, behind unit k's own copy-out, after unit k+1's backward (k-1 gathered
     # while k runs), and unit k+1's post-backward copy of its gradients into the reduce-scatter input. Units in
-    # forward order: embedding, L0..L3, head.
+    # forward order: embedding, L0..L3, head. The gather waits for its copy-in, which waits for these.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
     ops = step_program(loaded, scenario_topology(loaded), fold=True).ops
     units = ["embedding", *(f"L{layer}" for layer in range(LAYERS)), "head"]
@@ -83,7 +83,9 @@ def test_fsdp_prefetches_one_unit_ahead_in_the_backward_and_two_in_the_forward()
     def gather_deps(phase: str, mb: int, unit: str) -> tuple[int, ...]:
         (op,) = [op for op in ops if isinstance(op, CollectiveOp) and op.rank == 0
                  and op.key.startswith(f"zero3.ag.{phase}.mb{mb}.vs0.{unit}.")]
-        return op.deps
+        (copy_in,) = op.deps
+        assert ops[copy_in].name == f"fsdp copy-in {unit}"
+        return ops[copy_in].deps
 
     for k in range(3, len(units)):
         assert gather_deps("fwd", 1, units[k]) == (last_compute(1, units[k - 3], "F"),)
@@ -96,7 +98,7 @@ def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
     # FSDP2's post_backward: the compute stream waits for the reduce-scatter issued before (the previous unit's)
     # before the next unit's backward continues, so at most one gradient reduce-scatter runs behind the compute.
     # After a micro-batch's backward the root's post-backward callback waits for its last one (the embedding's)
-    # before the next forward.
+    # before the next forward, whose first compute op is the copy-out of the embedding's gather.
     loaded = scenario_from_text(SHARDED_8B, "inline.yaml", ["parallelism.fsdp=full_shard"])
     ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
     scatters = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.")]
@@ -106,7 +108,7 @@ def test_fsdp_compute_waits_for_the_previous_reduce_scatter():
     for index, waiting in enumerate(waits[1:-1], start=1):  # the last one's successor is the optimizer (all)
         backward_ends = index % UNITS == UNITS - 1
         assert set(waiting.deps) & set(scatters) == {scatters[index] if backward_ends else scatters[index - 1]}
-        assert waiting.name.startswith("F1 embedding") == backward_ends
+        assert (waiting.name == "fsdp copy-out embedding" and waiting.category == "forward") == backward_ends
 
 
 @pytest.mark.parametrize("sharding, waits", [("parallelism.fsdp=full_shard", True), ("parallelism.zero=3", False)])
@@ -119,7 +121,9 @@ def test_fsdp_next_forward_gathers_after_the_last_reduce_scatter(sharding, waits
     ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
     (last,) = [op.id for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("grads.rs.embedding.vs0.op0.")]
     first = next(op for op in ops if isinstance(op, CollectiveOp) and op.key.startswith("zero3.ag.fwd.mb1."))
-    assert (last in first.deps) is waits
+    # FSDP's gather waits for its copy-in, which the all-gather streams' wait holds
+    deps = [dep for op in ops if op.id in first.deps and op.name.startswith("fsdp copy-in ") for dep in op.deps]
+    assert (last in [*first.deps, *deps]) is waits
 
 
 HSDP_8B = (SHARDED_8B.replace("{topology: dgx-h100}", "{topology: dgx-h100-cluster, nodes: 2}\n"

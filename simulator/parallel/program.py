@@ -112,9 +112,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._gathered: set[tuple[int, int, int]] = set()
         """Per rank, virtual stage and unit, the units gathered once for the step (``reshard_after_forward``
         false)."""
-        self._unshards: dict[tuple[int, int], int] = {}
-        """Per rank and virtual stage, the last all-gather of the runtime's UNSHARD of the chunk, which the
-        chunk's first action waits for."""
+        self._unshards: dict[tuple[int, int], list[tuple[str, float, int]]] = {}
+        """Per rank and virtual stage, the all-gathers of the runtime's UNSHARD of the chunk (unit name,
+        parameters, op), whose copy-outs the chunk's first action runs and waits for."""
         self._backward_sends: dict[tuple[int, int], list[int]] = {}
         """Per rank and virtual stage, its backward sends so far, which Schedule1F1B and ScheduleGPipe wait for
         before the stage reduces its gradients."""
@@ -318,7 +318,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         mb = action.microbatch
         deps = self._receive(rank, Pass.FORWARD, mb, vstage - 1, tag) if vstage > 0 else []
         if (rank, vstage) in self._unshards:
-            deps = [*deps, self._unshards.pop((rank, vstage))]
+            deps = [*deps, *[self._copy_out(rank, name, params, gather, "forward", -1)
+                             for name, params, gather in self._unshards.pop((rank, vstage))]]
         for block in work.blocks:
             deps = [*deps, *self._zero3_gather(rank, block, vstage, mb, Pass.FORWARD),
                     *self._param_gather(rank, vstage, block)]
@@ -613,18 +614,31 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
 
     def _unit_gather(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str, deps: list[int],
                      category: Category, mb: int) -> int:
-        """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, with FSDP2's copies around it
-        where the shards are kept in another format (Sharding.gather_copy_bytes: the copy-in before it on its own
-        stream, which the gather waits for (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``), counted
-        with the data-parallel communication it precedes; the copy-out after it on the compute stream, in the
-        pass's ``category``); returns the op the unit's compute waits for."""
+        """One FSDP unit's all-gather (`_gather_copied_in`) and its copy-out (`_copy_out`) in the pass's
+        ``category``; returns the op the unit's compute waits for."""
+        gather = self._gather_copied_in(rank, name, group, params, key, deps, mb)
+        return self._copy_out(rank, name, params, gather, category, mb)
+
+    def _gather_copied_in(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
+                          deps: list[int], mb: int) -> int:
+        """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, after FSDP2's copy-in of the
+        rank's shard (Sharding.gather_copy_bytes) on its own stream, which the gather waits for
+        (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``), counted with the data-parallel
+        communication it precedes."""
         sharding = self.plan.sharding
-        copy_in, copy_out = sharding.gather_copy_bytes()
+        copy_in, _ = sharding.gather_copy_bytes()
         if copy_in > 0:
             deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
                                   "dp", stream=COPY_IN_STREAM, mb=mb, sm_bound_share=0.0)]
-        gather = self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
-                                  params * sharding.param_bytes, key, deps, "dp", mb)
+        return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
+                                params * sharding.param_bytes, key, deps, "dp", mb)
+
+    def _copy_out(self, rank: int, name: str, params: float, gather: int, category: Category, mb: int) -> int:
+        """FSDP2's copy-out of a unit's all-gather output into its unsharded parameters, on the compute stream once
+        ``gather`` is done (wait_for_unshard; Sharding.gather_copy_bytes), in ``category``; ``gather`` itself
+        where none is charged."""
+        sharding = self.plan.sharding
+        _, copy_out = sharding.gather_copy_bytes()
         if copy_out <= 0:
             return gather
         return self._compute(rank, f"fsdp copy-out {name}", params * copy_out / sharding.grad_copy_rate, [gather],
@@ -635,7 +649,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         the rank's first action (with at most 3 chunks per rank, ``max_active_stages``, every chunk is among the
         next 3 stages to compute): every unit of each chunk in ``vstages`` (their order of first appearance)
         all-gathered on the prefetch stream at once (``unshard(async_op=True)``), in forward order; the chunk's
-        first action waits for all of them (``_assert_unsharded``) and no unit is gathered again."""
+        first action copies them out and waits for all of them (``_assert_unsharded``: the handle's wait is
+        wait_for_unshard) and no unit is gathered again."""
         sharding = self.plan.sharding
         if sharding.reshard_after_forward or self.plan.single_stage_loop or self._dp_size() == 1:
             return
@@ -644,8 +659,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._vstage = vstage
             for layer, (first, last, params) in self._units_of(vstage).items():
                 name = first if first == last else f"L{layer}"
-                self._unshards[rank, vstage] = self._unit_gather(
-                    rank, name, group, params, f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1)
+                gather = self._gather_copied_in(rank, name, group, params,
+                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], -1)
+                self._unshards.setdefault((rank, vstage), []).append((name, params, gather))
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1
 

@@ -37,9 +37,10 @@ class Sharding:
     torchtitan's ``reshard_after_forward=not pp_enabled``, and the pipeline stage's
     ``set_reshard_after_backward(False)`` on every backward) gathers each unit once per step, before its first
     forward, and keeps it unsharded until the chunk's last gradient action. ``grad_copy_rate`` (HBM bytes per
-    second; 0 charges none) times PyTorch FSDP's gradient copies on the compute stream (grad_copy_bytes), and,
-    where the shards are kept in ``shard_bytes`` per element (PyTorch eager FSDP's fp32 shards; 0 charges none,
-    as the fused path's 16-bit shards), the copies around each all-gather (gather_copy_bytes)."""
+    second; 0 charges none) times PyTorch FSDP's gradient copies on the compute stream (grad_copy_bytes) and
+    FSDP2's copies around each all-gather of its shards, kept in ``shard_bytes`` per element (gather_copy_bytes;
+    eager FSDP's fp32 shards, the fused path's in the training precision; 0 charges none: DeepSpeed ZeRO-3
+    gathers into flat buffers its modules' parameters are views of)."""
 
     stage: int = 0
     degree: int = 1
@@ -113,13 +114,16 @@ class Sharding:
         return (accumulate, 2 * reduced) if pipelined else (accumulate + 2 * reduced, 0.0)
 
     def gather_copy_bytes(self) -> tuple[float, float]:
-        """HBM bytes per parameter of a unit PyTorch FSDP2 moves around each all-gather of it when its shards are
-        kept in ``shard_bytes`` (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): (the
-        copy-in, on its own stream before the gather: _get_param_all_gather_inputs' foreach copy casts the local
-        shard to param_dtype (read ``shard_bytes``, write ``param_bytes``), then all_gather_copy_in copies it into
-        the all-gather input (read and write ``param_bytes``), each 1/degree of the unit; the copy-out, on the
-        compute stream once the gather is done: foreach_all_gather_copy_out's split_with_sizes_copy of the whole
-        output into the unsharded parameters (read and write ``param_bytes``)). (0, 0) without ``shard_bytes``."""
+        """HBM bytes per parameter of a unit PyTorch FSDP2 moves around each all-gather of it, its shards kept in
+        ``shard_bytes`` per element (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): (the
+        copy-in, on its own stream before the gather, 1/degree of the unit: where the shard's dtype is not
+        param_dtype, _get_param_all_gather_inputs' foreach copy casts it (read ``shard_bytes``, write
+        ``param_bytes``; where they agree FSDPParam clamps param_dtype to None and the shard itself is the
+        input), then all_gather_copy_in's foreach copy into the all-gather input (read and write
+        ``param_bytes``); the copy-out, on the compute stream once the gather is done:
+        foreach_all_gather_copy_out's split_with_sizes_copy of the whole output into the unsharded parameters
+        (read and write ``param_bytes``)). (0, 0) without ``shard_bytes``."""
         if self.shard_bytes <= 0:
             return 0.0, 0.0
-        return (self.shard_bytes + 3 * self.param_bytes) / self.degree, 2 * self.param_bytes
+        cast = self.shard_bytes + self.param_bytes if self.shard_bytes != self.param_bytes else 0.0
+        return (cast + 2 * self.param_bytes) / self.degree, 2 * self.param_bytes

@@ -278,8 +278,10 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
             beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
                                                   unit_work)
             blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
-            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking)
+            copy_outs = sum(unit.copy_out_s for unit in unit_work)
+            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
             work = max(work + sharded_toll + grad_copies_s(plan, params) / plan.microbatches
+                       + copy_outs
                        + backward_waits_s(plan, times, rank, unit_work, slowed)
                        + forward_sharing_s(plan, times, rank, blocks, slowed),
                        sum(seconds for seconds, _ in beside_compute))
@@ -322,7 +324,8 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     step. Under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) a unit waits for its own gather and the
     gather of unit k waits for unit k - 3's forward (FSDP2's implicit prefetch, `_zero3_gather`); under the
     runtime's other schedules every unit of the rank's chunks is gathered at the step's start, chunk by chunk,
-    and a chunk's first forward waits for all of its own (`_unshard_chunks`). The units the rank gathers while
+    and a chunk's first forward waits for all of its own (`_unshard_chunks`); FSDP2's copy-outs are charged on
+    the compute stream apart (`copy_outs_s`). The units the rank gathers while
     an earlier stage computes cost nothing, so only what outlasts the fill is charged: the first rank's first
     units, and any rank whose gathers are slower than its forward."""
     layout = plan.layout
@@ -720,27 +723,57 @@ def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primi
 class ShardedUnit:
     """One unit ZeRO-3 gathers and reduce-scatters on its own (`sharded_units`), with its kernels and blocking
     TP and CP collectives per micro-batch: in the forward, and in the backward (its recompute included) with its
-    gradients' FSDP copies; ``head`` where it holds the output layer, which FSDP keeps gathered from its forward
-    to its backward."""
+    gradients' FSDP copies, each with FSDP2's copy-out of its gathers in that pass (``copy_out_s`` the two
+    together, `copy_outs_s`); ``head`` where it holds the output layer, which FSDP keeps gathered from its
+    forward to its backward."""
 
     params: float
     forward_s: float
     backward_s: float
     head: bool
+    copy_out_s: float = 0.0
 
 
 def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block]) -> list[ShardedUnit]:
     """The units of ``blocks`` on ``rank`` in forward order, as the program builder splits them: one FSDP unit
     per layer (a layer's blocks together), else (DeepSpeed) one block at a time."""
     backward = (Pass.BACKWARD, Pass.RECOMPUTE)
-    return [ShardedUnit(
-        params=sum(block.params for block in unit),
-        forward_s=sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
-                      for block in unit),
-        backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
-                       + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
-        + grad_copies_s(plan, sum(block.params for block in unit)) / plan.microbatches,
-        head=any(block.tp_pattern is TpPattern.HEAD for block in unit)) for unit in unit_blocks(plan, blocks)]
+    units = []
+    for unit in unit_blocks(plan, blocks):
+        params = sum(block.params for block in unit)
+        head = any(block.tp_pattern is TpPattern.HEAD for block in unit)
+        forward_copy, backward_copy = copy_outs_s(plan, params, head)
+        units.append(ShardedUnit(
+            params=params,
+            forward_s=sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
+                          for block in unit) + forward_copy,
+            backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
+                           + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
+            + grad_copies_s(plan, params) / plan.microbatches + backward_copy,
+            head=head, copy_out_s=forward_copy + backward_copy))
+    return units
+
+
+def copy_out_s(plan: StepPlan, params: float) -> float:
+    """Seconds of FSDP2's copy-out of one gather of a unit of ``params`` parameters on the compute stream
+    (`Sharding.gather_copy_bytes` at ``grad_copy_rate``); 0 where none is charged. The copy-in, on its own
+    stream, 1/degree of the unit, is left out."""
+    sharding = plan.sharding
+    _, copy_out = sharding.gather_copy_bytes()
+    if copy_out <= 0 or params <= 0 or len(plan.layout.combined_group(("dp", "cp"), 0)) == 1:
+        return 0.0
+    return params * copy_out / sharding.grad_copy_rate
+
+
+def copy_outs_s(plan: StepPlan, params: float, head: bool) -> tuple[float, float]:
+    """Seconds per micro-batch of FSDP2's copy-outs of a unit (`copy_out_s`) in its forward and in its
+    backward: after each gather, every micro-batch's forward's and, but the ``head``'s (kept gathered), its
+    backward's; without ``reshard_after_forward`` (pipelined FSDP) once per step, before its first forward,
+    spread over the micro-batches' forwards."""
+    seconds = copy_out_s(plan, params)
+    if not plan.sharding.reshard_after_forward:
+        return seconds / plan.microbatches, 0.0
+    return seconds, 0.0 if head else seconds
 
 
 def unit_blocks(plan: StepPlan, blocks: list[Block]) -> list[list[Block]]:
@@ -826,7 +859,8 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     gather's ring crosses NVLink too, and a TP collective that starts while the gather moves data there shares
     the GPUs' NVLink ports with it (Llama-3-70B, tp 2 cp 2 dp 128: a 64 MiB reduce-scatter over the TP pair,
     0.10 ms alone, takes 0.37 ms). Walks the forward on the estimate's clock, kernels ``slowed`` times their own
-    (the SM toll, `sharded_toll_s`, spread over the micro-batch's kernels), each unit waiting for its gather, and
+    (the SM toll, `sharded_toll_s`, spread over the micro-batch's kernels), each unit waiting for its gather and
+    its copy-out (`copy_out_s`), and
     times the blocking collectives since the gather under way began one after another beside it
     (`CollectiveTimes.beside`, the engine's flow model): what they outlast their alone times by (nothing
     before the gather leaves its start-up latency, or after it ends)."""
@@ -853,7 +887,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     queue()
     for unit, params in units:
         if params > 0:
-            clock = max(clock, gathers[len(ends)][1])
+            clock = max(clock, gathers[len(ends)][1]) + copy_out_s(plan, params)
         steps = [step for block in unit for step in forward_steps(plan, times, block, rank)]
         last_kernel = max(index for index, step in enumerate(steps) if isinstance(step, float))
         for index, step in enumerate(steps):
@@ -955,8 +989,9 @@ def sharded_slowdown(spans: list[Span], times: CollectiveTimes, share: SmShare |
     """ZeRO-3's SM toll per micro-batch on ``blocks``' kernels (`sharded_toll_s` over ``spans``; none where
     ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`). The
     collectives run beside the compute stream's kernels and its ``blocking_s`` seconds of blocking TP and CP
-    collectives (`blocking_collectives_s`), which the engine does not slow (it slows a kernel by its SM-bound
-    share): each span is charged for the kernels' share of that time. FSDP's gradient copies are not in it: a
+    collectives (`blocking_collectives_s`) and FSDP2's copy-outs (`copy_outs_s`), which the engine does not slow
+    (it slows a kernel by its SM-bound share): each span is charged for the kernels' share of that time.
+    FSDP's gradient copies are not in it: a
     unit's reduce-scatter and the gather beside it start after the copy of its gradients and, where the compute
     is the longer, end within the next unit's backward, before its copy."""
     compute, sm_bound = kernels_s(blocks)

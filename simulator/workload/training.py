@@ -315,7 +315,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
-                           shard_bytes=FP32_BYTES if eager else 0.0)
+                           shard_bytes=FP32_BYTES if eager else sharding.param_bytes)
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)

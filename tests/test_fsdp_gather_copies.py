@@ -1,0 +1,72 @@
+"""FSDP2's copies around each all-gather (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) on
+the fused path, whose shards are kept in the training precision: no cast, all_gather_copy_in's copy of the shard
+into the all-gather input (2 + 2 B per shard element) on FSDP2's copy-in stream, and foreach_all_gather_copy_out's
+split_with_sizes_copy of the whole output into the unsharded parameters (2 + 2 B per parameter) on the compute
+stream; eager's fp32 shards add the cast. DeepSpeed ZeRO-3 and FSDP1's shard_grad_op copy nothing. Bytes,
+seconds at the HBM rate and streams, counted by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog.gpus import get_gpu
+from simulator.catalog.models import get_model
+from simulator.config.loader import scenario_from_text
+from simulator.parallel.sharding import Sharding
+from simulator.program.ops import ComputeOp
+from simulator.simulation import step_program
+from simulator.topology.loader import scenario_topology
+from simulator.workload.calibrated import calibrated_efficiency
+from simulator.workload.memory import rank_params
+
+RANKS, LAYERS, M = 8, 4, 4
+FSDP_8B = f"""
+cluster: {{topology: dgx-h100}}
+model: {{preset: llama3-8b, layers: {LAYERS}}}
+training: {{seq_len: 1024, global_batch: {RANKS * M}, micro_batch: 1}}
+parallelism: {{dp: {RANKS}, fsdp: full_shard}}
+"""
+COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm", "bf16").memory_peak
+"""HBM bytes per second of a memory-bound kernel on the H100 (the calibrated fraction of its bandwidth)."""
+
+
+def test_bytes_per_parameter_around_a_gather():
+    # 16-bit shards: param_dtype clamped to None, the shard is the input; copied in (read 2, write 2) / n.
+    assert Sharding(stage=3, degree=8, fsdp=True, shard_bytes=2).gather_copy_bytes() == (4 / 8, 4.0)
+    # fp32 shards: cast to bf16 (read 4, write 2), then copied in (read 2, write 2), / n; HSDP's shard group.
+    assert Sharding(stage=3, degree=8, fsdp=True, shard_bytes=4).gather_copy_bytes() == (10 / 8, 4.0)
+    assert Sharding(stage=3, degree=4, fsdp=True, shard_bytes=4).gather_copy_bytes() == (10 / 4, 4.0)
+    assert Sharding(stage=3, degree=8).gather_copy_bytes() == (0.0, 0.0)
+
+
+def _rank0_ops(*overrides: str) -> list[ComputeOp]:
+    loaded = scenario_from_text(FSDP_8B, "inline.yaml", list(overrides))
+    ops = step_program(loaded, scenario_topology(loaded), fold=True).ops
+    return [op for op in ops if isinstance(op, ComputeOp) and op.rank == 0]
+
+
+def test_fused_fsdp_copies_in_and_out_every_gather_by_hand():
+    # Reshard after forward: every unit gathered for each micro-batch's forward and, but the head (kept
+    # gathered), again for its backward: M x (2 N - head) parameters gathered on rank 0, each copied out at 4 B
+    # and, 1/8 of it, copied in at 4 B.
+    model = get_model("llama3-8b")
+    gathered = M * (2 * rank_params(model, 1, LAYERS, first_stage=True, last_stage=True) - model.head_params())
+    ops = _rank0_ops()
+    copy_in = [op for op in ops if op.name.startswith("fsdp copy-in ")]
+    copy_out = [op for op in ops if op.name.startswith("fsdp copy-out ")]
+    assert len(copy_in) == len(copy_out) == M * (2 * (LAYERS + 2) - 1)
+    assert sum(op.duration for op in copy_in) == pytest.approx(gathered * 4 / RANKS / COPY_RATE, rel=1e-12)
+    assert sum(op.duration for op in copy_out) == pytest.approx(gathered * 4 / COPY_RATE, rel=1e-12)
+    layer = next(op for op in copy_out if op.name == "fsdp copy-out L0")
+    assert layer.duration == pytest.approx(model.layer_params() * 4 / COPY_RATE, rel=1e-12)
+    assert {op.stream for op in copy_in} == {"fsdp_copy_in"}
+    assert {op.stream for op in copy_out} == {"compute"}
+    assert {op.category for op in copy_in} == {"dp"}
+    assert {op.category for op in copy_out} == {"forward", "backward"}
+
+
+@pytest.mark.parametrize("parallelism", ["parallelism.fsdp=shard_grad_op", "parallelism.fsdp=null"])
+def test_deepspeed_zero3_and_fsdp1s_shard_grad_op_copy_nothing_around_their_gathers(parallelism):
+    # DeepSpeed gathers into flat buffers its modules' parameters view; shard_grad_op gathers after the optimizer.
+    overrides = [parallelism] if parallelism.endswith("shard_grad_op") else [parallelism, "parallelism.zero=3"]
+    assert not [op for op in _rank0_ops(*overrides) if op.name.startswith("fsdp copy-")]
