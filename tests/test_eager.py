@@ -446,9 +446,10 @@ def test_an_eager_out_of_memory_offers_what_eager_accepts():
         "(try fsdp: full_shard, full recompute, more pp, a smaller micro_batch)")
 
 
-def test_the_layout_search_tree_under_eager_tries_plain_ddp_and_pp_only():
+def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():
     """The tree tried ZeRO-1 (and then TP) at every step, which eager refuses, and ended 'nothing the tree tries
-    fits'. Under eager it keeps zero0 and tp 1: here the whole model does not fit, pp2 does."""
+    fits'. Under eager it keeps tp 1 and shards with FSDP, not ZeRO: here neither plain DDP nor FSDP over every
+    GPU fits, pp2 with plain DDP does."""
     from simulator.sweep.decision_tree import seed_tree_choice
     from simulator.sweep.layouts import Candidate, Checked, Pruned, Pruning
 
@@ -461,5 +462,26 @@ def test_the_layout_search_tree_under_eager_tries_plain_ddp_and_pp_only():
 
     choice = seed_tree_choice(8, 8, 32, 64, True, check, eager=True)
     assert choice.candidate == Candidate(1, 1, 2, 4, 1, 1, "zero0", "none", 1)
-    assert {(c.tp, c.sharding) for c in tried} == {(1, "zero0")}
-    assert choice.steps[0] == "one GPU: out of memory: 90.0 GiB"
+    assert {(c.tp, c.sharding) for c in tried} == {(1, "zero0"), (1, "fsdp")}
+    assert choice.steps[:2] == ("one GPU: out of memory: 90.0 GiB", "FSDP over all 8 GPUs: out of memory: 90.0 GiB")
+
+
+@pytest.mark.parametrize(("fits", "picked"), [
+    (lambda c: c.sharding == "fsdp", (1, 8, "fsdp", "none")),
+    (lambda c: c.sharding == "fsdp" and c.pp == 2, (2, 4, "fsdp", "none")),
+    (lambda c: c.sharding == "zero0" and c.recompute == "full", (1, 8, "zero0", "full")),
+])
+def test_the_layout_search_tree_under_eager_shards_with_fsdp_where_plain_ddp_does_not_fit(fits, picked):
+    """eagerfsdp's llama3-8b-dgx-h100-eager-fsdp: plain DDP over the 8 GPUs needs 162 GiB; the search picks FSDP,
+    the tree picked PP + DDP. Now, as it shards with ZeRO-1 elsewhere, the tree shards with FSDP where plain DDP
+    does not fit: FSDP over every GPU, else PP + DDP (lighter recompute first), else PP + FSDP."""
+    from simulator.sweep.decision_tree import seed_tree_choice
+    from simulator.sweep.layouts import Candidate, Checked, Pruned, Pruning
+
+    def check(candidate: Candidate) -> Checked:
+        too_big = None if fits(candidate) else Pruning(Pruned.OUT_OF_MEMORY, "out of memory: 90.0 GiB")
+        return Checked(candidate, {}, too_big, 90.0 if too_big else 50.0)
+
+    choice = seed_tree_choice(8, 8, 32, 64, True, check, eager=True)
+    assert choice.candidate is not None
+    assert (choice.candidate.pp, choice.candidate.dp, choice.candidate.sharding, choice.candidate.recompute) == picked

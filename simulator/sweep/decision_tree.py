@@ -38,8 +38,9 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     """Walk the tree; ``check`` is the memory check the search uses, ``layer_fits`` whether one layer's model
     state fits on a GPU, ``ep`` the scenario's expert parallelism, ``selective_saves_memory`` whether selective
     recompute keeps less than no recompute (not under flash attention). Under ``eager`` (training.kernels: eager,
-    which runs plain DDP, pipelined or not) the tree shards nothing and tries no TP: DP, then PP + DP, then
-    PP + DP with recompute."""
+    which runs plain DDP or FSDP's full_shard, pipelined or not, and no ZeRO or TP) the tree's DP shards with
+    FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: DDP over every GPU, then FSDP over
+    every GPU, then PP + DDP, lighter recompute first, then PP + FSDP."""
     steps = []
     sharding: Sharding = "zero0" if eager else "zero1"
     single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
@@ -50,12 +51,21 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
     if eager:
+        sharded = check(Candidate(1, 1, 1, world, 1, 1, "fsdp", "none", ep))
+        if not sharded.reason:
+            steps.append(f"every GPU holds its shard of the model with FSDP (full_shard, eager's sharding) over all "
+                         f"{world} GPUs ({sharded.peak_memory_gib:,.1f} GiB): DP over every GPU")
+            return TreeChoice(sharded.candidate, tuple(steps))
+        steps.append(f"FSDP over all {world} GPUs: {sharded.reason}")
         recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
-        found = _first_fit([1], recomputes, world, layers, global_batch, check, steps, ep, sharding)
-        if found is not None:
-            return TreeChoice(found, tuple(steps))
-        steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP and PP only (no ZeRO, "
-                     "FSDP or TP)")
+        eager_shardings: dict[Sharding, str] = {"zero0": "plain DDP", "fsdp": "FSDP"}
+        for eager_sharding, name in eager_shardings.items():
+            steps.append(f"PP + DP with {name}")
+            found = _first_fit([1], recomputes, world, layers, global_batch, check, steps, ep, eager_sharding)
+            if found is not None:
+                return TreeChoice(found, tuple(steps))
+        steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP, FSDP and PP only (no "
+                     "ZeRO or TP)")
         return TreeChoice(None, tuple(steps))
     if layer_fits:
         found = _first_fit([1], ["none"], world, layers, global_batch, check, steps, ep)
