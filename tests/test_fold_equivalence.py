@@ -16,6 +16,8 @@ from simulator.config.loader import scenario_from_text
 from simulator.engine.lockstep import OutOfStep
 from simulator.parallel.folding import RankClasses, rank_weights
 from simulator.parallel.layout import Layout
+from simulator.report.gantt import gantt_figure
+from simulator.report.outputs import load_run_outputs
 from simulator.simulation import simulate
 
 FABRIC = """
@@ -363,7 +365,8 @@ def test_a_weighted_fold_says_how_many_gpus_each_shown_rank_stands_for(tmp_path,
     """summary.json's `rank_weights`, the trace's thread names, the console's ranks row and the per-stage timeline
     of a fold by classes of unequal size: before, none said so (the trace named 'GPU 16 pp (virtual stage 0)', the
     row '4 of 48 ranks simulated (folded)') and the per-stage timeline kept only ranks 0 and 8, dropping the
-    replica across the spines (a plain mean over its ranks gave exposed pp 263.2 us against the summary's 236.2)."""
+    replica across the spines (a plain mean over its ranks gave exposed pp 263.2 us against the summary's 236.2).
+    The Gantt chart's rows say it too (`plot gantt --by rank` drew 'rank 16 (stage 0)' like 'rank 0 (stage 0)')."""
     import json
 
     import pyarrow.parquet as pq
@@ -383,6 +386,14 @@ def test_a_weighted_fold_says_how_many_gpus_each_shown_rank_stands_for(tmp_path,
     assert "GPU 0 pp (virtual stage 0, stands for 16 GPUs)" in names
     ranks = pq.read_table(tmp_path / "out" / "timeline.parquet", columns=["rank"]).column("rank").to_pylist()
     assert sorted(set(ranks)) == [0, 8, 16, 24]
+    outputs = load_run_outputs(tmp_path / "out")
+    rows = gantt_figure(outputs.timeline, outputs.summary, by="rank").axes[0].get_yticklabels()
+    assert [label.get_text() for label in rows] == [
+        "rank 0 (stage 0, stands for 16 GPUs)", "rank 8 (stage 1, stands for 16 GPUs)",
+        "rank 16 (stage 0, stands for 8 GPUs)", "rank 24 (stage 1, stands for 8 GPUs)"]
+    stages = gantt_figure(outputs.timeline, outputs.summary, by="stage").axes[0].get_yticklabels()
+    assert [label.get_text() for label in stages] == ["stage 0 (rank 0, stands for 16 GPUs)",
+                                                      "stage 1 (rank 8, stands for 16 GPUs)"]
 
 
 def test_representatives_of_unequal_classes_weigh_as_many_ranks_as_they_stand_for():

@@ -159,7 +159,9 @@ def _chunk_colour(kind: Bar, chunk: int, virtual_stages: int) -> str | None:
 
 def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> tuple[list[int], list[str]]:
     """The rank drawn in each row and the row's label; a rank holding several virtual stages (interleaved or V
-    placement) is labelled by rank with its stages, chunk 0 first ("rank 1: stages 1, 6")."""
+    placement) is labelled by rank with its stages, chunk 0 first ("rank 1: stages 1, 6"). Where a fold by
+    classes of unequal size makes one row stand for more GPUs than another (the summary's `rank_weights`), each
+    label says how many ("rank 0 (stage 0, stands for 152 GPUs)"): drawn alike, the rows are not alike."""
     if by not in GANTT_ROWS:
         raise ValueError(f"by must be one of {', '.join(GANTT_ROWS)}, not {by!r}")
     if ranks is not None:
@@ -167,12 +169,15 @@ def _row_ranks(timeline: pd.DataFrame, summary: dict, by: GanttRows, ranks) -> t
     else:
         chosen = stage_representatives(timeline, summary) if by == "stage" else simulated_ranks(timeline)
     pp_ranks = [stage_of(summary, r) for r in chosen]
+    weights = {int(rank): weight for rank, weight in summary.get("rank_weights", {}).items()}
+    stood = [f"stands for {weights[r]} GPUs" if r in weights else "" for r in chosen]
     if int(summary["layout"].get("virtual_stages", 1)) > 1:
-        labels = [f"rank {r}: stages {', '.join(map(str, held_stages(summary, s)))}" for r, s in zip(chosen, pp_ranks)]
+        labels = [f"rank {r}: stages {', '.join(map(str, held_stages(summary, s)))}" + (f" ({w})" if w else "")
+                  for r, s, w in zip(chosen, pp_ranks, stood)]
     elif by == "stage":
-        labels = [f"stage {s} (rank {r})" for r, s in zip(chosen, pp_ranks)]
+        labels = [f"stage {s} (rank {r}{', ' + w if w else ''})" for r, s, w in zip(chosen, pp_ranks, stood)]
     else:
-        labels = [f"rank {r} (stage {s})" for r, s in zip(chosen, pp_ranks)]
+        labels = [f"rank {r} (stage {s}{', ' + w if w else ''})" for r, s, w in zip(chosen, pp_ranks, stood)]
     return chosen, labels
 
 
