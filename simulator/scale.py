@@ -588,7 +588,8 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
     the limits. Flows grow with the ranks too: a refold's representatives send their own copies of what the fold
     mirrored, pruned or replayed (the long-context row by CP lane, 16 times the stage fold's ranks, posted or
     replayed 24.1 M flows against its 1.74 M). The budget of refolds tried where the step may not run unfolded
-    (`program/unfolding.RefoldBudget`). ``force`` (--force) skips the limits but not the multiple: the analytic
+    (`program/unfolding.RefoldBudget`); where both refuse it, the reason names each (it named the multiple
+    alone). ``force`` (--force) skips the limits but not the multiple: the analytic
     model's hop refold (`fold_policy.hop_refold`) runs in place of the stage fold whose estimate --force let
     through, and unbounded it simulated 320 of the published SC21 1T row's 3,072 ranks on that model (5 x its
     stage fold: 118 s of CPU and 7.1 GB against 19.6 s and 1.5 GB), a cost the forced estimate never showed."""
@@ -596,17 +597,18 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
     if folded is None or not folded.folded:
         return ""
     times = ranks / max(folded.simulated_ranks, 1)
+    refusals = []
     if times > REFOLD_COST_MULTIPLE:
-        return (f"the refold would cost {times:.3g} x the fold ({ranks:,} ranks simulated against "
-                f"{folded.simulated_ranks:,}); where the step may not unfold, a refold is tried within "
-                f"{REFOLD_COST_MULTIPLE} x the fold's ranks")
-    if force:
-        return ""
+        refusals.append(f"the refold would cost {times:.3g} x the fold ({ranks:,} ranks simulated against "
+                        f"{folded.simulated_ranks:,}); where the step may not unfold, a refold is tried within "
+                        f"{REFOLD_COST_MULTIPLE} x the fold's ranks")
     cluster = gpus * TOPOLOGY_BYTES_PER_GPU
     estimate = replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
                        flows=math.ceil(folded.flows * times),
                        memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
-    return f"{estimate.describe()}; the limits are {limits_text()}" if estimate.over_limits() else ""
+    if not force and estimate.over_limits():
+        refusals.append(f"{estimate.describe()}; the limits are {limits_text()}")
+    return "; and beyond the limits too: ".join(refusals)
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:

@@ -92,6 +92,7 @@ def test_the_folded_long_context_step_reports_how_far_its_hand_offs_fell_out_of_
     assert (lanes["fold"], lanes["simulated_ranks"], lanes["why"]) == ("lanes", 256, "the refold is too large to "
                                                                                   "simulate")
     assert lanes["reason"].startswith("the refold would cost 16 x the fold (256 ranks simulated against 16)")
+    assert "x the fold's ranks; and beyond the limits too: " in lanes["reason"]  # it named the multiple alone
     not_exact = summary["fold_not_exact"]
     assert (not_exact["fold"], not_exact["simulated_ranks"], not_exact["why"]) == (
         "stage", 16, "a hand-off fell out of step in its run")

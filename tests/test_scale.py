@@ -540,3 +540,19 @@ def test_a_refold_of_a_step_that_may_not_unfold_costs_at_most_twice_the_fold(row
         return
     assert refusal.startswith(f"the refold would cost {refused} the fold ({ranks} ranks simulated against ")
     assert refusal.endswith("a refold is tried within 2 x the fold's ranks")
+
+
+def test_a_refold_beyond_both_the_multiple_and_the_limits_names_each(monkeypatch):
+    """Where the refold multiple and the scale limits both refuse a refold, its reason names each (it named the
+    multiple alone, though the limits would refuse it as well); --force keeps the multiple alone, and a refold
+    within the multiple is refused by the limits alone."""
+    loaded = load_scenario(SCENARIOS / "published" / "megatron-sc21-529.6b.yaml")
+    gpus = scale.scenario_gpus(loaded)
+    monkeypatch.setattr(scale, "MAX_EVENTS", 1)
+    multiple, limits = scale.refold_refusal(loaded, gpus, 140).split("; and beyond the limits too: ")
+    assert multiple.startswith("the refold would cost 4 x the fold (140 ranks simulated against 35)")
+    assert limits.startswith(f"{gpus:,} GPUs, 140 simulated ranks (folded)")
+    assert limits.endswith("the limits are 16 GiB and 1 ops + flows")
+    assert scale.refold_refusal(loaded, gpus, 140, force=True) == multiple
+    assert scale.refold_refusal(loaded, gpus, 70).startswith(f"{gpus:,} GPUs, 70 simulated ranks (folded)")
+    assert scale.refold_refusal(loaded, gpus, 70, force=True) == ""
