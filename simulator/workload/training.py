@@ -233,6 +233,21 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
+def _check_eager_shard_group(scenario: Scenario, sharding: Sharding) -> None:
+    """Eager FSDP needs a shard group of more than one rank: torchtitan applies fully_shard only when it shards
+    (``parallel_dims.fsdp_enabled``, dp_shard > 1) and otherwise trains the fp32 weights under autocast, which is
+    eager without fsdp; a one-rank group would drop autocast's costs without charging FSDP's."""
+    fsdp = scenario.parallelism.fsdp
+    if scenario.training.kernels != "eager" or fsdp is None or sharding.degree > 1:
+        return
+    group = ("GPU 0's DP x CP ranks in its NVLink domain" if scenario.parallelism.hybrid_shard
+             else "dp x cp")
+    raise _invalid("parallelism.fsdp", f"fsdp {fsdp} under kernels: eager shards over one rank ({group} = 1): "
+                   "torchtitan applies fully_shard only over more than one (otherwise autocast, as eager without "
+                   "fsdp)", "fsdp with a shard group of more than one rank (dp x cp > 1; hybrid_shard: more than "
+                   "one of them per NVLink domain), no fsdp with eager, or training.kernels: fused")
+
+
 def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
     """HSDP shards within the data-parallel ranks of one NVLink domain (the host, on hosts without NVSwitch):
     the shard groups are blocks of ``degree`` consecutive members of each DP x CP group (the program
@@ -282,6 +297,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
         check_schedule_runs(schedule, placement)
     precision_bytes = PRECISION_BYTES[training.precision]
     sharding = _sharding(scenario, layout, topology)
+    _check_eager_shard_group(scenario, sharding)
     warnings = layout_warnings(layout, topology, sharding, hybrid=par.hybrid_shard)
     if isinstance(source, SyntheticModel):
         if par.ep > 1:
