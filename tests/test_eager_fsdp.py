@@ -117,17 +117,20 @@ def test_the_layers_run_in_16_bits_without_autocasts_casts():
 
 def test_memory_parts_per_gpu_by_hand():
     """fp32 shards of the weights and gradients and Adam's fp32 moments over 8 ranks (4 N / 8, 4 N / 8, 8 N / 8);
-    FSDP's buffers at their peak, the embedding's backward: its 16-bit parameters and, prefetched, none before it
-    (2 B x 32,768,000), its gradients and layer 0's in the fp32 reduce-scatter input (4 B x (32,768,000 +
-    12,584,960)): 246,947,840 B; beyond the fused FSDP step's activations only the loss's fp32 tensors
-    (14 - 4 B per logit), the layers saving no weight copy and a 16-bit stream."""
-    total, layer, _ = params()
+    FSDP's buffers at their peak, the head's post-backward: layer 3 prefetched (2 B x 12,584,960), the head's
+    16-bit gradients and their fp32 reduce-scatter input (2 + 4 B x 32,769,024): 221,784,064 B. The embedding's
+    backward peaks lower, max(4 T + 4 L, 6 T) = 196,608,000 B: FSDP2 reshards a unit, then drops the previous
+    reduce-scatter input, then allocates the next, so its parameters with both inputs (2 T + 4 (T + L) =
+    246,947,840 B, counted before) never exist. Beyond the fused FSDP step's activations only the loss's fp32
+    tensors (14 - 4 B per logit), the layers saving no weight copy and a 16-bit stream."""
+    total, layer, head = params()
     memory = fsdp_summary()["memory_breakdown_gib"]
     assert (memory["params"], memory["grads"], memory["optimizer"]) == pytest.approx(
         (4 * total / RANKS / GIB, 4 * total / RANKS / GIB, 8 * total / RANKS / GIB), rel=1e-12)
     table = 32000 * 1024
-    assert memory["buffers"] * GIB == pytest.approx(2 * table + 4 * (table + layer), rel=1e-12)
-    assert 2 * table + 4 * (table + layer) == 246_947_840
+    assert memory["buffers"] * GIB == pytest.approx(2 * layer + 6 * head, rel=1e-12)
+    assert 2 * layer + 6 * head == 221_784_064
+    assert max(4 * table + 4 * layer, 6 * table) == 196_608_000
     fused = fsdp_summary("training.kernels=fused")["memory_breakdown_gib"]
     assert (memory["activations"] - fused["activations"]) * GIB == pytest.approx(10 * TOKENS * 32000, rel=1e-12)
     reduced_in_bf16 = fsdp_summary("training.grad_reduce_dtype=bf16")["memory_breakdown_gib"]

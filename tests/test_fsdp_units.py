@@ -180,24 +180,28 @@ def test_deepspeed_compute_does_not_wait_for_reduce_scatters():
 
 
 def test_fsdp_working_set_closed_forms():
-    # Uniform units u, parameters p bytes, gradients g bytes: forward u p (running) + 2 u p (two all-gather
-    # outputs), backward 2 u p (running, prefetched) + 2 u g (produced, being reduce-scattered).
+    # Uniform units u, parameters p bytes, reduce dtype g bytes: forward u p (running) + 2 u p (two all-gather
+    # outputs); backward 2 u p (running, prefetched) + u p (its fresh gradients) + u g (the next unit's
+    # reduce-scatter input); post-backward u p (prefetched) + u p + u g (the gradients copied into their own
+    # input, once the running unit is resharded and the next unit's input dropped).
     units = [1.0e8] * 6
-    assert fsdp_working_set_bytes(units, 2, 2) == 2 * 1e8 * 2 + 2 * 1e8 * 2
-    assert fsdp_working_set_bytes(units, 2, 4) == 2 * 1e8 * 2 + 2 * 1e8 * 4
+    assert fsdp_working_set_bytes(units, 2, 2) == 3 * 1e8 * 2 + 1e8 * 2
+    assert fsdp_working_set_bytes(units, 2, 4) == 3 * 1e8 * 2 + 1e8 * 4
     assert fsdp_working_set_bytes(units, 4, 0) == 3 * 1e8 * 4
-    assert fsdp_working_set_bytes([1.0e8], 2, 2) == 1e8 * 2 + 1e8 * 2
+    assert fsdp_working_set_bytes([1.0e8], 2, 4) == 1e8 * 2 + 1e8 * 4
+    # a large last unit: its post-backward (the previous unit prefetched, its gradients and their input)
+    assert fsdp_working_set_bytes([1.0e8, 5.0e8], 2, 4) == 1e8 * 2 + 5e8 * (2 + 4)
 
 
 def test_fsdp_memory_counts_the_unsharded_working_set(run_yaml):
-    # Llama 3 8B units: embedding E < head H (its norm too), each larger than a layer L. With fp32 gradients
-    # (bf16's buffer) the largest set is the embedding's backward: its parameters, its gradients and the first
-    # layer's still waiting for their reduce-scatter: 2 E + 4 (E + L) bytes.
+    # Llama 3 8B units: embedding E < head H (its norm too), each larger than a layer L. With fp32 reduce-scatters
+    # (bf16's buffer) the largest set is the head's post-backward: the last layer prefetched, the head's bf16
+    # gradients and their fp32 reduce-scatter input, 2 L + (2 + 4) H bytes (FSDP2 reshards the head and drops
+    # the previous input before allocating it; the embedding's 2 E + 4 (E + L), counted before, never exists).
     fsdp, _, _ = _dp_collectives(run_yaml, "parallelism.fsdp=full_shard")
     deepspeed, _, _ = _dp_collectives(run_yaml, "parallelism.zero=3")
     assert EMBEDDING < HEAD and LAYER < EMBEDDING
-    assert fsdp["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * EMBEDDING + 4 * (EMBEDDING + LAYER),
-                                                                            rel=1e-12)
+    assert fsdp["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * LAYER + 6 * HEAD, rel=1e-12)
     # DeepSpeed: two gathered layers (memory.unsharded_layers_bytes); the model state is ZeRO-3's either way.
     assert deepspeed["memory_breakdown_gib"]["buffers"] * 2**30 == pytest.approx(2 * LAYER * 2, rel=1e-12)
     for part in ("params", "grads", "optimizer"):

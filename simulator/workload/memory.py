@@ -304,19 +304,23 @@ def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_b
     return layers * math.ceil(model.layer_params() / tp) * element_bytes
 
 
-def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, grad_bytes: float) -> float:
+def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, reduce_bytes: float) -> float:
     """Peak bytes PyTorch FSDP2 holds beside its shards for a chain of wrapped units (each unit's parameters on
-    one TP rank, forward order). Forward of unit i: its unsharded parameters and the all-gather outputs of
-    units i+1 and i+2 (implicit prefetch keeps one all-gather result until the next copy-out, the copy-out
-    copies it into the unsharded parameters). Backward of unit i: its parameters and unit i-1's, prefetched and
-    copied out; the gradients it produces and unit i+1's, copied into the reduce-scatter's input, which lives
-    until the next unit's post_backward has waited for that reduce-scatter (FSDPParamGroup.post_backward)."""
+    one TP rank, forward order; torch 2.13 _fully_shard/_fsdp_param_group.py). Forward of unit i: its unsharded
+    parameters and the all-gather outputs of units i+1 and i+2 (implicit prefetch keeps one all-gather result
+    until the next copy-out, the copy-out copies it into the unsharded parameters). Backward of unit i: its
+    parameters, unit i-1's (prefetched), the gradients autograd gives it in the parameters' dtype, and unit
+    i+1's reduce-scatter input (``reduce_bytes`` per element, the reduce dtype), which lives until unit i's
+    post_backward. That reshards unit i first, then waits for unit i+1's reduce-scatter and drops its input,
+    then copies unit i's gradients into its own input (foreach_reduce's chunk_cat, the gradients freed after):
+    unit i-1's parameters, unit i's gradients and its reduce-scatter input. ``reduce_bytes`` 0: no
+    reduce-scatter in the backward (the gradients accumulate unsharded, counted apart)."""
     padded = [0.0, *units, 0.0, 0.0]
     inner = range(1, len(units) + 1)
     forward = max((padded[i] + padded[i + 1] + padded[i + 2]) * param_bytes for i in inner)
-    backward = max((padded[i - 1] + padded[i]) * param_bytes + (padded[i] + padded[i + 1]) * grad_bytes
-                   for i in inner)
-    return max(forward, backward)
+    backward = max((padded[i - 1] + 2 * padded[i]) * param_bytes + padded[i + 1] * reduce_bytes for i in inner)
+    reduce = max(padded[i - 1] * param_bytes + padded[i] * (param_bytes + reduce_bytes) for i in inner)
+    return max(forward, backward, reduce)
 
 
 def fsdp_pipelined_bytes(actions: Sequence[Action], chunk_units: Sequence[Sequence[float]], param_bytes: float,
