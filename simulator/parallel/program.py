@@ -616,20 +616,20 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                      category: Category, mb: int) -> int:
         """One FSDP unit's all-gather (`_gather_copied_in`) and its copy-out (`_copy_out`) in the pass's
         ``category``; returns the op the unit's compute waits for."""
-        gather = self._gather_copied_in(rank, name, group, params, key, deps, mb)
+        gather = self._gather_copied_in(rank, name, group, params, key, deps, category, mb)
         return self._copy_out(rank, name, params, gather, category, mb)
 
     def _gather_copied_in(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
-                          deps: list[int], mb: int) -> int:
+                          deps: list[int], category: Category, mb: int) -> int:
         """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, after FSDP2's copy-in of the
         rank's shard (Sharding.gather_copy_bytes) on its own stream, which the gather waits for
-        (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``), counted with the data-parallel
-        communication it precedes."""
+        (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``). The copy-in is an HBM copy, counted in
+        the pass's ``category`` as the copy-out and the gradient copies are, not as communication."""
         sharding = self.plan.sharding
         copy_in, _ = sharding.gather_copy_bytes()
         if copy_in > 0:
             deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
-                                  "dp", stream=COPY_IN_STREAM, mb=mb, sm_bound_share=0.0)]
+                                  category, stream=COPY_IN_STREAM, mb=mb, sm_bound_share=0.0)]
         return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
                                 params * sharding.param_bytes, key, deps, "dp", mb)
 
@@ -660,7 +660,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             for layer, (first, last, params) in self._units_of(vstage).items():
                 name = first if first == last else f"L{layer}"
                 gather = self._gather_copied_in(rank, name, group, params,
-                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], -1)
+                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1)
                 self._unshards.setdefault((rank, vstage), []).append((name, params, gather))
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1
