@@ -33,6 +33,7 @@ import shlex
 from enum import Enum
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from pydantic import BaseModel
@@ -43,7 +44,9 @@ from simulator.config import schema
 from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError
 from simulator.preflight import validate
+from simulator.program.ops import COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.scale import sized_topology
+from simulator.simulation import Result
 from simulator.units import parse_bandwidth, parse_duration, parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -433,6 +436,19 @@ SCENARIO_QUOTES = [
      "takes {s[step_time_s]:.3f} s and {s[peak_memory_gib]:.1f} GiB; with"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("parallelism.fsdp=null",)),
      "(eager DDP) {s[step_time_s]:.3f} s and {s[peak_memory_gib]:.1f} GiB, out of memory"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
+     "Per step on rank 0, eager FSDP's passes take {ms_passes:,.0f} ms of compute"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
+     "against the fused ones' {ms_passes:,.0f} ms"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
+     "its copy-ins {ms_copy_in:.1f} ms on their own stream"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
+     "against the fused step's {ms_copy_in:.1f} ms;"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
+     "the copy-outs ({ms_copy_out:.1f} ms on the compute stream), the gradient copies ({ms_grad_copies:.1f} ms) and "
+     "the traffic ({gb_dp:.1f} GB per GPU)"),
+    ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
+     "are the fused FSDP step's ({ms_copy_out:.1f} ms, {ms_grad_copies:.1f} ms, {gb_dp:.1f} GB)"),
     ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.0%} compute idle folded,"),
     ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
      "compute idle folded, {s[bubble_fraction]:.1%} with `--set run.fold=false`)"),
@@ -441,9 +457,11 @@ SCENARIO_QUOTES = [
 the text with its figures (`s` the summary, and the derived figures of `quoted_figures`)."""
 
 
-def quoted_figures(summary: dict) -> dict:
-    """The summary and the figures pages derive from it in other units."""
+def quoted_figures(result: Result) -> dict:
+    """The summary and the figures pages derive from it in other units, and from rank 0's ops (`rank_0_ms`)."""
+    summary = result.summary
     figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
+                     "gb_dp": summary["traffic_bytes_per_gpu"]["dp"] / 1e9, **rank_0_ms(result.timeline),
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
                      "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3}
     if summary.get("tokens_per_s"):
@@ -462,16 +480,30 @@ def quoted_figures(summary: dict) -> dict:
     return figures
 
 
+def rank_0_ms(timeline: pd.DataFrame) -> dict:
+    """Milliseconds per step of rank 0's ops: its passes' own work on the compute stream (`ms_passes`, PyTorch
+    FSDP's copies left out) and FSDP's copies: copy-outs, copy-ins and gradient copies."""
+    ops = timeline[(timeline["rank"] == 0) & (timeline["kind"] == "compute")]
+    seconds = ops["end_s"] - ops["start_s"]
+    fsdp = ops["name"].str.startswith("fsdp ")
+    passes = (ops["stream"] == COMPUTE_STREAM) & ops["category"].isin(PIPELINE_CATEGORIES) & ~fsdp
+    figures = {"ms_passes": seconds[passes].sum() * 1e3}
+    for figure, names in (("ms_copy_out", ("fsdp copy-out",)), ("ms_copy_in", ("fsdp copy-in",)),
+                          ("ms_grad_copies", ("fsdp grad copy", "fsdp reduce copy"))):
+        figures[figure] = seconds[ops["name"].str.startswith(names)].sum() * 1e3
+    return figures
+
+
 @functools.cache
-def bundled_summary(name: str, overrides: tuple[str, ...]) -> dict:
-    """The summary of a bundled scenario's run with ``overrides``, once per session."""
-    return simulate(load_scenario(name, list(overrides))).summary
+def bundled_result(name: str, overrides: tuple[str, ...]) -> Result:
+    """A bundled scenario's run with ``overrides``, once per session."""
+    return simulate(load_scenario(name, list(overrides)))
 
 
 @pytest.mark.parametrize(("page", "scenario", "quote"), SCENARIO_QUOTES,
                          ids=[f"{case[1][0]}-{index}" for index, case in enumerate(SCENARIO_QUOTES)])
 def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, quote):
-    now = quote.format(**quoted_figures(bundled_summary(*scenario)))
+    now = quote.format(**quoted_figures(bundled_result(*scenario)))
     assert now in flowing((ROOT / page).read_text()), f"{page} should now read: {now}"
 
 
