@@ -215,3 +215,16 @@ def test_the_copy_in_is_a_copy_in_its_pass_not_communication():
     assert len(copy_ins) > 0
     assert set(copy_ins["category"]) == {"forward", "backward"}
     assert set(timeline[timeline["category"] == "dp"]["kind"]) == {"collective"}
+
+
+@pytest.mark.parametrize(("override", "field", "says"), [
+    ("parallelism.tp=2", "parallelism.tp", "plain DDP or FSDP"),
+    ("parallelism.cp=2", "parallelism.cp", "plain DDP or FSDP"),
+    ("training.precision=fp32", "training.kernels", "FSDP's param_dtype"),
+])
+def test_eager_fsdps_refusals_name_fsdp_not_autocast_alone(override, field, says):
+    """Under FSDP there is no autocast: the tp/cp and precision refusals say what eager models with FSDP too."""
+    with pytest.raises(InputError) as refused:
+        scenario_from_text(FSDP, source="fsdp.yaml", overrides=[override])
+    assert refused.value.field == field
+    assert says in refused.value.problem

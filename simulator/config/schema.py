@@ -316,14 +316,14 @@ class TrainingConfig(Section):
 
     @model_validator(mode="after")
     def _eager_runs_pytorchs_kernels(self) -> TrainingConfig:
-        """`kernels: eager` is torch.autocast's mixed precision, with PyTorch's own kernels: the flags that pick
-        Megatron-LM's fused or 2021 kernels do not apply to it."""
+        """`kernels: eager` is PyTorch's 16-bit mixed precision (torch.autocast, or under FSDP its param_dtype),
+        with PyTorch's own kernels: the flags that pick Megatron-LM's fused or 2021 kernels do not apply to it."""
         if self.kernels != "eager":
             return self
         if self.precision not in AUTOCAST_PRECISIONS:
-            raise FieldProblem(("kernels",), f"eager kernels are modelled as torch.autocast runs them, which "
-                               f"trains in 16 bits, not {self.precision}", f"precision: "
-                               f"{' or '.join(AUTOCAST_PRECISIONS)} with eager, or kernels: fused")
+            raise FieldProblem(("kernels",), f"eager kernels are modelled as PyTorch's mixed precision runs them "
+                               f"(torch.autocast, or FSDP's param_dtype), in 16 bits, not {self.precision}",
+                               f"precision: {' or '.join(AUTOCAST_PRECISIONS)} with eager, or kernels: fused")
         megatron = {"cross_entropy_fusion": False, "layernorm_fusion": False, "bias_grad_fusion": False,
                     "grad_accumulation_fusion": True}
         for name, value in megatron.items():
@@ -546,10 +546,11 @@ class Scenario(Section):
                                "or a preset or dimensions with eager")
         for name, degree in (("tp", par.tp), ("cp", par.cp)):
             if degree > 1:
-                raise FieldProblem(("parallelism", name), f"{name} {degree}: eager kernels are modelled for plain "
-                                   "DDP ranks, where each rank's norms, casts and residual adds see whole tensors; "
-                                   "where autocast's casts sit around tensor- and context-parallel collectives is "
-                                   "not modelled", f"{name} 1 with training.kernels: eager (dp and pp), or fused")
+                raise FieldProblem(("parallelism", name), f"{name} {degree}: eager kernels are modelled for data-"
+                                   "parallel ranks (plain DDP or FSDP), where each rank's norms, residual adds and "
+                                   "autocast's casts see whole tensors; PyTorch's tensor and context parallelism "
+                                   "around them is not modelled",
+                                   f"{name} 1 with training.kernels: eager (dp and pp), or fused")
         if par.sequence_parallel:
             raise FieldProblem(("parallelism", "sequence_parallel"), "sequence parallelism splits the norms and "
                                "residual adds over a TP group, which training.kernels: eager does not model",

@@ -196,10 +196,10 @@ def _qkv_layout_copies(model: ModelSpec, shard: ShardShape) -> tuple[Kernel, ...
 
 
 def _eager_backward_input(kernels: tuple[Kernel, ...], model: ModelSpec, shard: ShardShape) -> tuple[Kernel, ...]:
-    """The input-gradient pass run eagerly: residual and norm backwards in fp32, each cast input's gradient
-    cast back to fp32 after its linear's input-gradient GEMM, the attention's QKV gradients copied into the
-    projections' layout, a gated MLP's SiLU and product backward apart and its two input gradients of the
-    norm's output summed."""
+    """The input-gradient pass run eagerly: residual and norm backwards on the stream's format (fp32 under
+    autocast, 16 bits under FSDP), under autocast each cast input's gradient cast back to fp32 after its linear's
+    input-gradient GEMM, the attention's QKV gradients copied into the projections' layout, a gated MLP's SiLU
+    and product backward apart and its two input gradients of the norm's output summed."""
     out: list[Kernel] = []
     for kernel in kernels:
         base = kernel.name.removesuffix(".bwd")
@@ -252,8 +252,9 @@ def _grad_casts(kernels: tuple[Kernel, ...], shard: ShardShape) -> tuple[Kernel,
 
 
 def _eager(kernels: PassKernels, model: ModelSpec, shard: ShardShape) -> PassKernels:
-    """A pass list run eagerly; the norms' fp32 weight (and bias) gradients, made in fp32 by their backward
-    kernels, are added into ``.grad`` like the linears', one AccumulateGrad per tensor."""
+    """A pass list run eagerly; under autocast the norms' fp32 weight (and bias) gradients, made in fp32 by
+    their backward kernels, are added into ``.grad`` like the linears', one AccumulateGrad per tensor (under
+    FSDP, as with one micro-batch, none: `_accumulate`)."""
     weights, biases = _linear_weights(kernels)
     forward = _eager_forward(kernels.forward, model, shard, weights, biases)
     recompute = _eager_forward(kernels.recompute, model, shard, weights, biases)
@@ -267,7 +268,8 @@ def _eager(kernels: PassKernels, model: ModelSpec, shard: ShardShape) -> PassKer
 
 def eager_layer_kernels(model: ModelSpec, shard: ShardShape, recompute: Recompute,
                         cost: AttentionCost) -> PassKernels:
-    """One layer's kernels for one micro-batch as PyTorch eager runs them under autocast."""
+    """One layer's kernels for one micro-batch as PyTorch eager runs them: under autocast over each rank's fp32
+    weights, or under FSDP on its gathered 16-bit weights (``shard.autocast``)."""
     return _eager(layer_kernels(model, shard, recompute, cost), model, shard)
 
 
