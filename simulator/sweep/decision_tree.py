@@ -39,8 +39,8 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
     state fits on a GPU, ``ep`` the scenario's expert parallelism, ``selective_saves_memory`` whether selective
     recompute keeps less than no recompute (not under flash attention). Under ``eager`` (training.kernels: eager,
     which runs plain DDP or FSDP's full_shard, pipelined or not, and no ZeRO or TP) the tree's DP shards with
-    FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: DDP over every GPU, then FSDP over
-    every GPU, then PP + DDP, lighter recompute first, then PP + FSDP."""
+    FSDP where plain DDP does not fit, as it shards with ZeRO-1 otherwise: for each recompute, lightest first,
+    DDP over every GPU, then FSDP over every GPU, then PP + DDP, then PP + FSDP."""
     steps = []
     sharding: Sharding = "zero0" if eager else "zero1"
     single = check(Candidate(1, 1, 1, world, 1, 1, sharding, "none", ep))
@@ -51,19 +51,9 @@ def seed_tree_choice(world: int, host_gpus: int, layers: int, global_batch: int,
         return TreeChoice(single.candidate, tuple(steps))
     steps.append(f"one GPU: {single.reason}")
     if eager:
-        sharded = check(Candidate(1, 1, 1, world, 1, 1, "fsdp", "none", ep))
-        if not sharded.reason:
-            steps.append(f"every GPU holds its shard of the model with FSDP (full_shard, eager's sharding) over all "
-                         f"{world} GPUs ({sharded.peak_memory_gib:,.1f} GiB): DP over every GPU")
-            return TreeChoice(sharded.candidate, tuple(steps))
-        steps.append(f"FSDP over all {world} GPUs: {sharded.reason}")
-        recomputes = _recomputes(["none", "selective", "full"], selective_saves_memory, steps)
-        eager_shardings: dict[Sharding, str] = {"zero0": "plain DDP", "fsdp": "FSDP"}
-        for eager_sharding, name in eager_shardings.items():
-            steps.append(f"PP + DP with {name}")
-            found = _first_fit([1], recomputes, world, layers, global_batch, check, steps, ep, eager_sharding)
-            if found is not None:
-                return TreeChoice(found, tuple(steps))
+        found = _eager_first_fit(world, layers, global_batch, check, steps, ep, selective_saves_memory)
+        if found is not None:
+            return TreeChoice(found, tuple(steps))
         steps.append("nothing the tree tries fits in memory: eager kernels run plain DDP, FSDP and PP only (no "
                      "ZeRO or TP)")
         return TreeChoice(None, tuple(steps))
@@ -95,14 +85,42 @@ def _recomputes(tree_order: list[Recompute], selective_saves_memory: bool, steps
     return list(dict.fromkeys("none" if recompute == "selective" else recompute for recompute in tree_order))
 
 
+def _eager_first_fit(world: int, layers: int, global_batch: int, check: Callable[[Candidate], Checked],
+                     steps: list[str], ep: int, selective_saves_memory: bool) -> Candidate | None:
+    """Eager's first layout that fits, lighter recompute first (recompute costs more than sharding or a
+    pipeline bubble): for each, plain DDP over every GPU, FSDP over every GPU, then PP + plain DDP, then
+    PP + FSDP. Plain DDP without recompute is the tree's first check, not repeated here."""
+    eager_shardings: dict[Sharding, str] = {"zero0": "plain DDP", "fsdp": "FSDP"}
+    for recompute in _recomputes(["none", "selective", "full"], selective_saves_memory, steps):
+        for sharding, name in eager_shardings.items():
+            if (sharding, recompute) == ("zero0", "none"):
+                continue
+            whole = check(Candidate(1, 1, 1, world, 1, 1, sharding, recompute, ep))
+            if not whole.reason:
+                steps.append(f"every GPU holds {'its shard of ' if sharding == 'fsdp' else ''}the model with "
+                             f"{name} over all {world} GPUs, recompute={recompute} "
+                             f"({whole.peak_memory_gib:,.1f} GiB): DP over every GPU")
+                return whole.candidate
+            steps.append(f"{name} over all {world} GPUs" + (f" recompute={recompute}" if recompute != "none" else "")
+                         + f": {whole.reason}")
+        for sharding, name in eager_shardings.items():
+            steps.append(f"PP + DP with {name}")
+            found = _first_fit([1], [recompute], world, layers, global_batch, check, steps, ep, sharding,
+                               smallest_pp=2)
+            if found is not None:
+                return found
+    return None
+
+
 def _first_fit(tps: list[int], recomputes: list[Recompute], world: int, layers: int, global_batch: int,
                check: Callable[[Candidate], Checked], steps: list[str], ep: int,
-               sharding: Sharding = "zero1") -> Candidate | None:
-    """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP (with m >= 4p)."""
+               sharding: Sharding = "zero1", smallest_pp: int = 1) -> Candidate | None:
+    """The first layout that fits: lighter recompute first, then smaller TP, then smaller PP from
+    ``smallest_pp`` (with m >= 4p)."""
     for recompute in recomputes:
         for tp in tps:
             tried: list[str] = []
-            for pp in range(1, layers + 1):
+            for pp in range(smallest_pp, layers + 1):
                 if layers % pp or world % (tp * pp):
                     continue
                 dp = world // (tp * pp)
