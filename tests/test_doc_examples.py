@@ -449,9 +449,9 @@ SCENARIO_QUOTES = [
      "the traffic ({gb_dp:.1f} GB per GPU)"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
      "are the fused FSDP step's ({ms_copy_out:.1f} ms, {ms_grad_copies:.1f} ms, {gb_dp:.1f} GB)"),
-    ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.0%} compute idle folded,"),
+    ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.1%} compute idle folded and"),
     ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
-     "compute idle folded, {s[bubble_fraction]:.1%} with `--set run.fold=false`)"),
+     "compute idle folded and {s[bubble_fraction]:.1%} with `--set run.fold=false`"),
 ]
 """Figures pages quote from a bundled scenario's summary: the scenario with the overrides the page names, and
 the text with its figures (`s` the summary, and the derived figures of `quoted_figures`)."""

@@ -214,7 +214,7 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     """The healthy step of CLASSED_CP simulates ranks 0 and 2, one per class, and has no mirrors at all: each
     class's CP ring stands only for itself and the all-reduce spans every rank. So a straggler on GPU 0 folded
     on it (the classed program's verdict was ''; stragglers in one replica now fold onto one rank per stage
-    only, and the verdict says so). A straggler state slows one rank of a stage, which `folded_step` never
+    or per straggler class only, and the verdict says so). A straggler state slows one rank of a stage, which `folded_step` never
     classes: it runs one rank per stage, rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose
     NVLink links the all-reduce's ring also takes: the slow replica's traffic meets another's, so the state runs
     unfolded, all 4 ranks. The blocker, asked of the classed program, said every straggler state folds; asked
@@ -236,7 +236,7 @@ def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(m
     assert classed.ranks == (0, 2) and not any(getattr(op, "mirrors", ()) for op in classed.ops)
     slowed = replace(faults, slowdowns=((0, Slowdown(1.5)),))
     assert fold_with_faults(slowed, classed, healthy.plans, healthy.settings.mode, healthy.step.shapes)[1] == (
-        "stragglers in one pipeline replica fold onto one rank per stage only")
+        "stragglers in one pipeline replica fold onto one rank per stage or per class only")
     why = straggler_blocker(healthy.step, healthy.build, healthy.plans, healthy.settings.mode, faults, 1.5)
     assert why == SHARES_LINKS
     state = simulation.simulate(scenario_from_text(

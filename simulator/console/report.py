@@ -180,7 +180,8 @@ def _weights_text(weights: dict[str, int] | None) -> str:
     for rank, weight in weights.items():
         by_weight.setdefault(weight, []).append(int(rank))
     (weight, ranks), *lighter = sorted(by_weight.items(), reverse=True)
-    text = f", ranks {number_ranges(sorted(ranks))} standing for {weight:,} GPUs each"
+    each = "s" if len(ranks) > 1 else ""
+    text = f", rank{each} {number_ranges(sorted(ranks))} standing for {weight:,} GPUs{' each' if each else ''}"
     return text + "".join(f", {number_ranges(sorted(ranks))} for {weight:,}" for weight, ranks in lighter)
 
 
@@ -268,6 +269,13 @@ SHOWN_FAULTS = 4
 """The most slowed GPUs and failed links the `step faults` row names one by one; more print as a count."""
 
 
+def _factor_range(low: float, high: float) -> str:
+    """Slowdown factors from ``low`` to ``high`` as the `step faults` row prints them: one where they print alike
+    ('1.5', not '1.5 to x1.5')."""
+    low_text, high_text = f"{low:.3g}", f"{high:.3g}"
+    return low_text if low_text == high_text else f"{low_text} to x{high_text}"
+
+
 def _step_faults(faults: dict) -> str:
     """What `faults.step` did to the step (summary.json's `faults`), so that a run with a straggler and a failed
     link does not print as a healthy one: the slowdown factors of a few slowed GPUs by index, of many as a count
@@ -279,7 +287,7 @@ def _step_faults(faults: dict) -> str:
         factors = sorted(entry["factor"] for _, entry in slowed)
         text = (", ".join(f"GPU {gpu} compute x{entry['factor']:.3g} slower" for gpu, entry in slowed)
                 if len(slowed) <= SHOWN_FAULTS
-                else f"{len(slowed):,} GPUs' compute x{factors[0]:.3g} to x{factors[-1]:.3g} slower")
+                else f"{len(slowed):,} GPUs' compute x{_factor_range(factors[0], factors[-1])} slower")
         parts.append(text + (" (with a swing)" if any(entry["swings"] for _, entry in slowed) else ""))
     links = faults.get("links") or []
     shown = [f"{link['link']} {'down' if link['capacity'] == 0 else 'degraded to ' + _share(link['capacity'])} "

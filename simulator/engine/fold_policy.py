@@ -18,7 +18,8 @@ then `meet_step` where both ran (their meet: one rank per CP lane of each class 
 step classed by NVLink loads (with those classes): the unfolded run
 where their own mirrors keep pace, at a fraction of its cost. Each is judged by `fold_verdict` before its run,
 as the first fold is (`_refined_step`), and the lockstep check after its run certifies it. Classed folds and
-refolds are tried without step faults or under stragglers alike on every rank of a stage (`refoldable`).
+refolds are tried without step faults or under stragglers alike on every rank of a stage (faults/step.py
+`alike_in_stages`); stragglers in one replica refold by the slow replica's coordinates (`straggler_step`).
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ from simulator.engine.rank_classes import rank_classes, route_classes
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import kept_mirrors
 from simulator.engine.symmetry import asymmetric_replicas, unequally_met, unlike_alone, unlike_routes
-from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, alike_in_stages, folded_slowdowns
+from simulator.faults.step import NOMINAL, Slowdown, StepFaultPlan, alike_in_stages, folded_slowdowns, straggler_classes
 from simulator.network.model import effective_capacity
 from simulator.network.modes import NetworkMode
 from simulator.parallel.folding import RankClasses, class_copies, lane_classes, rank_weights, representatives
-from simulator.parallel.layout import Layout
 from simulator.program.step import StepProgram
 from simulator.program.unfolding import FoldCheck, RefoldBudget, Unfolding, UnfoldingGuard
 from simulator.topology.graph import Topology
@@ -49,10 +49,10 @@ StepBuilder = Callable[[bool, RankClasses | None], StepProgram]
 representative per stage)."""
 
 
-FoldKind = Literal["stage", "classes", "lanes", "routes", "meet"]
-"""How a step is folded: one rank per pipeline stage, one per class of ranks by NVLink loads (`rank_classes`), per
-CP lane (`lane_step`), per class by hand-off routes (`route_steps`) or by the meet of the last two
-(`meet_step`)."""
+FoldKind = Literal["stage", "classes", "stragglers", "lanes", "routes", "meet"]
+"""How a step is folded: one rank per pipeline stage, one per class of ranks by NVLink loads (`rank_classes`) or
+by the slow replica's coordinates (`straggler_step`), per CP lane (`lane_step`), per class by hand-off routes
+(`route_steps`) or by the meet of the last two (`meet_step`)."""
 
 REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
                                  "copies": "the traced job's copies would use the cluster differently",
@@ -143,14 +143,6 @@ SHARED_LINKS = "stragglers in one replica whose traffic shares links with the ot
 runs each transfer alone, folds them."""
 
 
-def refoldable(faults: StepFaultPlan, layout: Layout | None) -> bool:
-    """Whether a step under ``faults`` may fold by classes of ranks as well as by stage (`_classed_step` and the
-    refolds: `lane_step`, `route_steps`, `hop_refold`, `meet_step`): without faults, or with stragglers alike on
-    every rank of each stage (faults/step.py `alike_in_stages`), which slow each representative as its class-mates
-    whatever the classes. Stragglers in one replica fold onto one rank per stage only, and link faults unfold."""
-    return faults.empty or (layout is not None and alike_in_stages(faults, layout))
-
-
 def fold_with_faults(plan: StepFaultPlan, program: StepProgram, plans: PlanCache, mode: NetworkMode,
                      shapes: CollectiveShapes | None = None) -> tuple[dict[int, Slowdown], str]:
     """Each representative's slowdown when folding ``program`` stays exact under the step's faults, else
@@ -201,9 +193,10 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     which `folded_step`'s guard hears before this is asked; otherwise all of them fold exactly when one slowed
     representative does (its stage is unlike unless it has one rank, and the answer is then whether that
     replica meets another's traffic, whichever stages), so one straggler of ``factor`` on the first stage asks
-    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: a state's
-    stragglers slow one rank of a stage and not its mates (`refoldable` is false), and `folded_step` folds such a
-    step no other way."""
+    it. A step folded by classes of ranks is asked as ``build`` folds it with one rank per stage: where a stage
+    has more than one rank, a state's stragglers slow one of them and not its mates (not `alike_in_stages`), and
+    `folded_step` judges such a step by its stage fold, then refolds it by the slow replica's classes
+    (`straggler_step`) or, where those are every rank (at most 2 per dimension), runs it unfolded."""
     program, shapes, layout = step.program, step.shapes, step.program.layout
     if layout is None:
         return "stragglers in a step without a parallel layout"
@@ -229,8 +222,9 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     """The step ``build(fold, None)`` makes, folded when ``fold`` asks for it and every check passes
     (`fold_blocker`, then `fold_verdict`), else rebuilt unfolded; ``guard`` hears why before the unfolded
     program is built. Folded on the flow model without step faults or with stragglers alike on every rank of a
-    stage (`refoldable`), it is built again with one representative per class of ranks where its ranks are not
-    all alike (`_classed_step`)."""
+    stage (`alike_in_stages`), it is built again with one representative per class of ranks where its ranks are not
+    all alike (`_classed_step`); folded by stage under stragglers in one replica, it is built again with the slow
+    replica's ranks apart (`straggler_step`)."""
     blocker = fold_blocker(topology) if fold else ""
     if blocker and guard is not None:
         guard(Unfolding("cluster", blocker))
@@ -243,7 +237,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
         refused = Unfolding("cluster", blocker) if blocker else Unfolding(program.fold_off_check, plan_blocker)
         layout = program.layout
         given_up = (GivenUp("stage", None if layout is None else len(representatives(layout, True)), refused),)
-    if program.folded and mode == "flow" and refoldable(faults, program.layout):
+    if program.folded and mode == "flow" and program.layout is not None and alike_in_stages(faults, program.layout):
         classed = _classed_step(build, program, plans, mode, efficiency, faults, shapes, order)
         if isinstance(classed, FoldedStep):
             return classed
@@ -256,8 +250,45 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
             return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, refused_stage))
         unlike = unlike_hand_off_hops(shapes, plans.topology) if mode == "analytic" else ""
         not_exact = GivenUp("stage", len(program.ranks), Unfolding("hops", unlike)) if unlike else None
-    return FoldedStep(program, shapes, order, slowdowns, blocker, "stage" if program.folded else None,
-                      given_up=given_up, not_exact=not_exact)
+        stage = FoldedStep(program, shapes, order, slowdowns, blocker, "stage", given_up=given_up, not_exact=not_exact)
+        return straggler_step(build, stage, plans, mode, efficiency, faults, guard)
+    return FoldedStep(program, shapes, order, slowdowns, blocker, None, given_up=given_up)
+
+
+def straggler_step(build: StepBuilder, stage: FoldedStep, plans: PlanCache, mode: NetworkMode,
+                   efficiency: Mapping[str, float], faults: StepFaultPlan, guard: UnfoldingGuard | None = None
+                   ) -> FoldedStep:
+    """The ``stage`` fold (one rank per stage, passed by `fold_verdict`) refolded by the classes of ranks that
+    stragglers in one pipeline replica part (faults/step.py `straggler_classes`), each slow rank simulated as
+    itself beside one rank of every other class, weighted by its class's size: in the stage fold the
+    representatives play the slow replica, so the step time is right but every per-GPU figure (bubble, exposed
+    communication, loss shares, SM contention) is the slow replica's, not the mean over the GPUs (TP 8, DP 4, GPU
+    9 slowed x2: bubble 0.0 against 0.378 unfolded). ``stage`` itself where no such stragglers are; the step
+    unfolded where the refold simulates every rank, or its class-mates would not keep pace (`unlike_class_mates`),
+    or `fold_verdict` refuses it. The lockstep check after its run certifies it, as any classed fold."""
+    layout = stage.program.layout
+    classes = None if layout is None else straggler_classes(faults, layout)
+    if classes is None or layout is None:
+        return stage
+    ranks = len(representatives(layout, True, classes))
+    if ranks == layout.world:
+        refused = GivenUp("stragglers", ranks, Unfolding("faults", EVERY_RANK_A_CLASS))
+    else:
+        unlike = unlike_class_mates(stage.program, classes, stage.shapes, stage.order, plans, efficiency)
+        refold = (GivenUp("stragglers", ranks, Unfolding("collectives", unlike)) if unlike
+                  else _refined_step(build, stage, classes, plans, mode, efficiency, faults, "stragglers"))
+        if isinstance(refold, FoldedStep):
+            unlike = unlike_hand_off_hops(refold.shapes, plans.topology) if mode == "analytic" else ""
+            not_exact = GivenUp("stragglers", ranks, Unfolding("hops", unlike)) if unlike else None
+            return replace(refold, given_up=stage.given_up, not_exact=not_exact)
+        assert refold is not None
+        refused = refold
+    return replace(unfolded_step(build, faults, refused.unfolding, guard), given_up=(*stage.given_up, refused))
+
+
+EVERY_RANK_A_CLASS = ("stragglers in one pipeline replica: one rank per class by the slow replica's coordinates "
+                      "is every rank")
+"""Why `straggler_step` runs a step unfolded whose straggler classes hold one rank each."""
 
 
 def unlike_hand_off_hops(shapes: CollectiveShapes, topology: Topology) -> str:
@@ -287,9 +318,9 @@ def lane_step(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: Ne
     """The step with one rank per CP lane of each stage (``build`` with parallel/folding.py `lane_classes`), to
     run where the ``folded`` step's only mirrors out of step were pipeline hand-offs; None where lanes cannot
     stand for them: no CP lanes, no layout (a trace), step faults that leave some stage's ranks unlike (not
-    `refoldable`); a lane program that `_refined_step` refuses (or ``budget``) is given up (`GivenUp`)."""
+    `alike_in_stages`); a lane program that `_refined_step` refuses (or ``budget``) is given up (`GivenUp`)."""
     layout = folded.program.layout
-    if layout is None or layout.cp == 1 or not refoldable(faults, layout):
+    if layout is None or layout.cp == 1 or not alike_in_stages(faults, layout):
         return None
     return _refined_step(build, folded, lane_classes(layout), plans, mode, efficiency, faults, "lanes", budget)
 
@@ -303,7 +334,7 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     step whose only mirrors out of step were hand-offs (the fabric hashes each source host's flows onto its own
     spine, so one host's hand-off can share an uplink that its mirrors' do not, and one replica's may cross the
     spines where another's stays in its leaf group). Nothing where no such classes refine its own: no layout
-    (a trace), step faults that leave some stage's ranks unlike (not `refoldable`), or ranks all alike. The
+    (a trace), step faults that leave some stage's ranks unlike (not `alike_in_stages`), or ranks all alike. The
     classes refine those of ``folded`` (hosts classed by their NVLink loads too); `_refined_step` judges each
     before its run, ordered or not, and against ``budget``: none is drawn after one beyond it, each being finer
     than the one before. Where a ``budget`` is given (the step may not unfold), only the classes by hops are
@@ -313,7 +344,7 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     the classes not proposed are given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
     program = folded.program
     layout = program.layout
-    if layout is None or not refoldable(faults, layout):
+    if layout is None or not alike_in_stages(faults, layout):
         return
     stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
     shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
@@ -341,14 +372,16 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     over like hops take like times, and the refold is exact where none of its own hand-offs' copies crosses other
     hops, which is asked of it before its run (a refold that still has some is given up, as is one beyond
     ``budget``, `scale.refold_refusal` whether forced or not, None for a job's states, or refused by
-    `fold_verdict`). None where ``folded`` is not such a fold, or its step faults are not
-    `refoldable`. The reviewer's c1 case (tp 8, pp 2, dp 3 on six hosts in leaf groups of three, oversubscription
-    8): the stage fold's exposed pp was 1.702 ms against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16,
-    8, 8) every figure is the unfolded run's."""
+    `fold_verdict`). None where ``folded`` is not such a fold; given up unbuilt where its step faults leave some
+    stage's ranks unlike (not faults/step.py `alike_in_stages`: route classes would fold a slow rank onto
+    healthy class-mates), so the summary says why the fold stands not exact. The reviewer's c1 case (tp 8, pp 2,
+    dp 3 on six hosts in leaf groups of three, oversubscription 8): the stage fold's exposed pp was 1.702 ms
+    against 0.687 unfolded; refolded by hops (4 ranks, weights 16, 16, 8, 8) every figure is the unfolded run's."""
     program, stood = folded.program, folded.not_exact
-    if (stood is None or stood.unfolding.check != "hops" or program.layout is None
-            or not refoldable(faults, program.layout)):
+    if stood is None or stood.unfolding.check != "hops" or program.layout is None:
         return None
+    if not alike_in_stages(faults, program.layout):
+        return GivenUp("routes", None, Unfolding("faults", UNREFOLDED_STRAGGLERS))
     classes = next(route_classes(program, plans, folded.shapes, folded.order, hops_only=True), None)
     refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
     if not isinstance(refold, FoldedStep):
@@ -357,6 +390,11 @@ def hop_refold(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: N
     if unlike:
         return GivenUp("routes", len(refold.program.ranks), Unfolding("hops", unlike))
     return replace(refold, given_up=(*folded.given_up, stood))
+
+
+UNREFOLDED_STRAGGLERS = ("stragglers slow some ranks of a stage and not others, so route classes, which fold a "
+                         "rank onto class-mates whatever their slowdowns, are not tried")
+"""Why `hop_refold` gives up refolding a step whose hand-offs cross other hops under such stragglers."""
 
 
 def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep], plans: PlanCache,
@@ -391,7 +429,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     refuses, the step tries the next refold or unfolds, exact either way, where an unjudged refold met unequal
     traffic (notably from mirrors that pruning dropped, which the lockstep check after the run does not compare)
     unguarded. Refolds
-    run only under `refoldable` step faults, with which the step is judged (each representative slowed as its
+    run only under step faults `alike_in_stages`, with which the step is judged (each representative slowed as its
     stage is). Where the step
     may not run unfolded, ``budget`` says whether the refold may (`program/unfolding.RefoldBudget`); one beyond it
     is given up before its program is built."""

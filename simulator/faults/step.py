@@ -16,6 +16,8 @@ import numpy as np
 from simulator.config.faults import LinkFault, SlowdownDraw, StepFaults, Straggler
 from simulator.config.reliability import MAX_SLOWDOWN, MIN_SLOWDOWN
 from simulator.errors import ScenarioError
+from simulator.parallel.folding import RankClasses
+from simulator.parallel.folding import representatives as folding_representatives
 from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 
@@ -203,6 +205,28 @@ def alike_in_stages(plan: StepFaultPlan, layout: Layout) -> bool:
                for stage in range(layout.pp))
 
 
+def straggler_classes(plan: StepFaultPlan, layout: Layout) -> RankClasses | None:
+    """The classes of a stage's ranks that a step with stragglers in one pipeline replica simulates apart: keyed
+    by which of the slow replica's TP, CP and DP coordinates each rank shares (the slow replica's own rank a class
+    of one; a rank of its TP group waits for it at every TP collective, one of its DP group at every gradient
+    reduction, the rest only through those). The summary's per-GPU means then weigh each representative by its
+    class's size (parallel/folding.py `rank_weights`), the slow rank as one GPU. None where the stragglers slow
+    every stage's ranks alike (one rank per stage stands for all) or lie in more than one replica."""
+    slowed = plan.slowdown_of()
+    replicas = {_replica(layout, gpu) for gpu in slowed}
+    if not slowed or len(replicas) > 1 or alike_in_stages(plan, layout):
+        return None
+    slow = replicas.pop()
+    return RankClasses.keyed([tuple(own == other for own, other in zip(_replica(layout, rank), slow))
+                              for rank in layout.stage_ranks(0)], unequal=True)
+
+
+def _replica(layout: Layout, rank: int) -> tuple[int, int, int]:
+    """The pipeline replica of ``rank``: its TP, CP and DP coordinates."""
+    coords = layout.coords(rank)
+    return coords["tp"], coords["cp"], coords["dp"]
+
+
 def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) -> tuple[dict[int, Slowdown], bool,
                                                                                           str]:
     """How the stragglers of ``plan`` (without link faults, which unfold a step first) fold onto the simulated
@@ -212,18 +236,21 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     Every rank of a stage slowed alike keeps the replicas identical: each simulated rank is slowed as its stage
     is, however many a stage has. Stragglers that all lie in one pipeline replica (one TP, CP and DP coordinate)
     fold onto one representative per stage, which then play the slow replica: the others wait for it at every
-    collective they share, and folding is exact when their traffic never meets it elsewhere (checked on the
-    program's links by the caller); more representatives per stage would not all be the slow replica's."""
+    collective they share, so the step time is exact when their traffic never meets it elsewhere (checked on the
+    program's links by the caller), but the per-GPU figures are the slow replica's; folded by the classes of
+    `straggler_classes`, the slow replica's ranks are simulated as themselves beside a rank of each other class.
+    Other simulated ranks are refused (a guard: the step builds no others under such stragglers)."""
     slowed = plan.slowdown_of()
     if alike_in_stages(plan, layout):
         return {rank: slowed[rank] for rank in ranks if not slowed.get(rank, NOMINAL).nominal}, False, ""
-    representatives = [layout.rank_of(pp=stage) for stage in range(layout.pp)]
-    replicas = {tuple(layout.coords(gpu)[dim] for dim in ("tp", "cp", "dp")) for gpu in slowed}
-    if len(replicas) > 1:
+    if len({_replica(layout, gpu) for gpu in slowed}) > 1:
         return {}, False, "stragglers in more than one pipeline replica"
+    representatives = folding_representatives(layout, True)
+    if list(ranks) == folding_representatives(layout, True, straggler_classes(plan, layout)):
+        return {rank: slowed[rank] for rank in ranks if rank in slowed}, True, ""
     if list(ranks) != representatives:
-        return {}, False, "stragglers in one pipeline replica fold onto one rank per stage only"
-    tp, cp, dp = replicas.pop()
+        return {}, False, "stragglers in one pipeline replica fold onto one rank per stage or per class only"
+    tp, cp, dp = _replica(layout, next(iter(slowed)))
     return ({rank: slowed[gpu] for rank, gpu in ((rank, layout.rank_of(tp=tp, cp=cp, dp=dp, pp=stage))
                                                 for stage, rank in enumerate(representatives)) if gpu in slowed},
             True, "")
