@@ -211,16 +211,16 @@ SHARES_LINKS = "stragglers in one replica whose traffic shares links with the ot
 
 
 def test_straggler_states_of_a_classed_step_are_judged_on_the_program_they_run(monkeypatch, tmp_path):
-    """The healthy step of CLASSED_CP simulates ranks 0 and 2, one per class, and has no mirrors at all: each
-    class's CP ring stands only for itself and the all-reduce spans every rank. So a straggler on GPU 0 folded
-    on it (the classed program's verdict was ''; stragglers in one replica now fold onto one rank per stage or
-    per straggler class only, and the verdict says so). A straggler state slows one rank of a stage, which
-    `folded_step` never classes by NVLink loads: it judges one rank per stage, rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose
-    NVLink links the all-reduce's ring also takes: the slow replica's traffic meets another's, so the state runs
-    unfolded, all 4 ranks. The blocker, asked of the classed program, said every straggler state folds; asked
-    of the one-rank-per-stage program, it names the reason the state's own run gives, and a job whose unfolded
-    states are beyond the scale limits is refused at its straggle class before it draws a failure (it was
-    refused only when a replication met the state)."""
+    """The healthy step of CLASSED_CP simulates ranks 0 and 2, one per class, and has no mirrors at all: each class's CP
+    ring stands only for itself and the all-reduce spans every rank. So a straggler on GPU 0 folded on it (the classed
+    program's verdict was ''; stragglers in one replica now fold onto one rank per stage or per straggler class only,
+    and the verdict says so). A straggler state slows one rank of a stage, which `folded_step` never classes by NVLink
+    loads: it judges one rank per stage, rank 0, whose CP ring (0, 1) is mirrored by (2, 3) on host 1, whose NVLink
+    links the all-reduce's ring also takes: the slow replica's traffic meets another's, so the state runs unfolded, all
+    4 ranks. The blocker, asked of the classed program, said every straggler state folds; asked of the
+    one-rank-per-stage program, it names the reason the state's own run gives, and a job whose unfolded states are
+    beyond the scale limits is refused at its straggle class before it draws a failure (it was refused only when a
+    replication met the state)."""
     from dataclasses import replace
 
     import simulator.reliability.simulate as job_simulation
