@@ -126,6 +126,47 @@ def test_straggler_folding_equals_the_unfolded_run(gpus, ranks):
     assert folded["step_time_s"] > healthy["step_time_s"] * 1.05
 
 
+@pytest.mark.parametrize("stragglers,weights", [
+    ("[{gpus: [8, 9, 10, 11, 12, 13, 14, 15], slowdown: 2}]", {"0": 24, "8": 8}),
+    ("[{gpus: all, slowdown: 1.1}, {gpus: [8, 9, 10, 11, 12, 13, 14, 15], slowdown: 2}]", {"0": 24, "8": 8}),
+    ("[{gpus: all, slowdown: 1.1}, {gpus: [9], slowdown: 2}]", {"0": 21, "1": 3, "8": 7, "9": 1}),
+], ids=["host", "host-on-background", "gpu-on-background"])
+def test_a_slow_replica_is_singled_out_by_as_few_coordinates_as_will_do(stragglers, weights):
+    """A whole slow TP group (host 1) is one replica of its DP coordinate: 2 ranks, every figure the unfolded
+    run's; keyed by all three coordinates its 8 GPUs were 8 replicas and the step ran unfolded (32 ranks, "more
+    than one pipeline replica") though GPU 9 alone folded. A background slowdown on every GPU is each stage's
+    common slowdown, the slow replica told apart from it (it unfolded likewise)."""
+    overrides = [f"faults.step.stragglers={stragglers}"]
+    folded = simulate(scenario_from_text(TP_DP, "inline.yaml", overrides)).summary
+    unfolded = simulate(scenario_from_text(TP_DP, "inline.yaml", [*overrides, "run.fold=false"])).summary
+    assert folded["folded"] is True and folded["rank_weights"] == weights
+    _assert_same_figures(folded, unfolded, rel=1e-9, absolute=1e-12)
+
+
+@pytest.mark.parametrize("text,ranks,quotient", [(ALTERNATING, 2, None), (DP_FABRIC, 4, {"replicas": 16,
+                                                                                         "replicas_sent": 1})],
+                         ids=["classes", "quotient"])
+def test_a_gpu_failure_after_the_step_keeps_the_classes_and_the_replica_quotient(text, ranks, quotient):
+    """A GPU failure aborts the step at its time whichever ranks are simulated, so a step whose only fault is one
+    folds as it does healthy: by the NVLink classes of the alternating ring (2 ranks), and with the replica
+    quotient (16 replicas, the first one's flows sent), every figure the unfolded run's; one during the step
+    aborts it at the same time folded or not."""
+    after = "faults.step.gpu_failures=[{gpu: 9, at: 10 s}]"
+    folded = simulate(scenario_from_text(text, "inline.yaml", [after])).summary
+    unfolded = simulate(scenario_from_text(text, "inline.yaml", [after, "run.fold=false"])).summary
+    assert folded["folded"] is True and folded["simulated_ranks"] == ranks
+    assert folded.get("replica_quotient") == quotient
+    own = {key: value for key, value in folded.items() if key != "replica_quotient"}
+    _assert_same_figures(own, unfolded, rel=1e-9, absolute=1e-12)
+    during = "faults.step.gpu_failures=[{gpu: 9, at: 10 ms}]"
+    aborted = []
+    for fold in ("true", "false"):
+        with pytest.raises(StepAborted) as caught:
+            simulate(scenario_from_text(text, "inline.yaml", [during, f"run.fold={fold}"]))
+        aborted.append(str(caught.value))
+    assert aborted[0] == aborted[1] == "step aborted at 0.01 s: GPU 9 (h1/gpu1) failed"
+
+
 def test_stragglers_that_break_replica_symmetry_switch_folding_off():
     pipeline = ["parallelism.pp=2", "parallelism.dp=2", "training.microbatches=4"]
     straggler = "faults.step.stragglers=[{gpus: [8], slowdown: 2}]"

@@ -8,8 +8,10 @@ and seed always slow the same GPUs by the same factors.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -205,26 +207,81 @@ def alike_in_stages(plan: StepFaultPlan, layout: Layout) -> bool:
                for stage in range(layout.pp))
 
 
+@dataclass(frozen=True)
+class SlowReplica:
+    """Where stragglers that do not slow each stage's ranks alike sit: the ranks whose coordinates along ``dims``
+    (of TP, CP and DP) are ``coords``, slowed alike in each stage, every other rank of a stage slowed as its
+    stage's others are (the common slowdown: nominal, or a background slowdown on every GPU). One GPU gives all
+    three dimensions; a whole slow TP group (a slow host) DP and CP only."""
+
+    dims: tuple[str, ...]
+    coords: tuple[int, ...]
+
+    def key(self, layout: Layout, rank: int) -> tuple[bool, ...]:
+        """Which of the slow replica's coordinates ``rank`` shares."""
+        coords = layout.coords(rank)
+        return tuple(coords[dim] == own for dim, own in zip(self.dims, self.coords))
+
+    def rank_in(self, layout: Layout, stage: int) -> int:
+        """The first rank of the slow replica in pipeline ``stage``."""
+        return layout.rank_of(pp=stage, **dict(zip(self.dims, self.coords)))
+
+
+REPLICA_DIMS = ("tp", "cp", "dp")
+"""The coordinates that tell a pipeline stage's ranks apart."""
+
+
+def slow_replica(plan: StepFaultPlan, layout: Layout) -> SlowReplica | None:
+    """The slow replica of ``plan``'s stragglers (`SlowReplica`), singled out by as few coordinates as will do
+    (coarsest first, so a slow TP group is one replica of DP and CP coordinates, not eight of all three); None
+    where the stragglers slow every stage's ranks alike or no one replica holds them all (two GPUs of a TP group
+    slowed unlike, or GPUs of two DP replicas)."""
+    if alike_in_stages(plan, layout):
+        return None
+    slowed = plan.slowdown_of()
+    stages = [[(rank, slowed.get(rank, NOMINAL)) for rank in layout.stage_ranks(stage)] for stage in range(layout.pp)]
+    dims = [dim for dim in REPLICA_DIMS if layout.degree(dim) > 1]
+    for size in range(1, len(dims) + 1):
+        for chosen in combinations(dims, size):
+            found = _singled_out(layout, stages, chosen)
+            if found is not None:
+                return found
+    return None
+
+
+def _singled_out(layout: Layout, stages: list[list[tuple[int, Slowdown]]], dims: tuple[str, ...]
+                 ) -> SlowReplica | None:
+    """The replica of ``dims`` coordinates whose ranks are slowed otherwise than the rest, where in each stage
+    the ranks of every replica of ``dims`` are slowed alike and all but that one alike; None otherwise. Of two
+    replicas slowed unlike (a degree of 2), the one with the larger factor is the slow one: either way each is a
+    class of its own."""
+    odd: set[tuple[int, ...]] = set()
+    for ranks in stages:
+        by_replica: dict[tuple[int, ...], set[Slowdown]] = {}
+        for rank, slowdown in ranks:
+            coords = layout.coords(rank)
+            by_replica.setdefault(tuple(coords[dim] for dim in dims), set()).add(slowdown)
+        if any(len(held) > 1 for held in by_replica.values()):
+            return None
+        counts = Counter(next(iter(held)) for held in by_replica.values())
+        if len(counts) > 2 or (len(counts) == 2 and len(by_replica) > 2 and min(counts.values()) > 1):
+            return None
+        if len(counts) == 2:
+            rare = min(counts, key=lambda slowdown: (counts[slowdown], -slowdown.factor))
+            odd |= {replica for replica, held in by_replica.items() if rare in held}
+    return SlowReplica(dims, odd.pop()) if len(odd) == 1 else None
+
+
 def straggler_classes(plan: StepFaultPlan, layout: Layout) -> RankClasses | None:
     """The classes of a stage's ranks that a step with stragglers in one pipeline replica simulates apart: keyed
-    by which of the slow replica's TP, CP and DP coordinates each rank shares (the slow replica's own rank a class
-    of one; a rank of its TP group waits for it at every TP collective, one of its DP group at every gradient
-    reduction, the rest only through those). The summary's per-GPU means then weigh each representative by its
-    class's size (parallel/folding.py `rank_weights`), the slow rank as one GPU. None where the stragglers slow
-    every stage's ranks alike (one rank per stage stands for all) or lie in more than one replica."""
-    slowed = plan.slowdown_of()
-    replicas = {_replica(layout, gpu) for gpu in slowed}
-    if not slowed or len(replicas) > 1 or alike_in_stages(plan, layout):
+    by which of the slow replica's coordinates each rank shares (`slow_replica`: one GPU's rank a class of one;
+    a rank of its TP group waits for it at every TP collective, one of its DP group at every gradient reduction,
+    the rest only through those). The summary's per-GPU means then weigh each representative by its class's size
+    (parallel/folding.py `rank_weights`), the slow rank as one GPU. None where there is no such replica."""
+    replica = slow_replica(plan, layout)
+    if replica is None:
         return None
-    slow = replicas.pop()
-    return RankClasses.keyed([tuple(own == other for own, other in zip(_replica(layout, rank), slow))
-                              for rank in layout.stage_ranks(0)], unequal=True)
-
-
-def _replica(layout: Layout, rank: int) -> tuple[int, int, int]:
-    """The pipeline replica of ``rank``: its TP, CP and DP coordinates."""
-    coords = layout.coords(rank)
-    return coords["tp"], coords["cp"], coords["dp"]
+    return RankClasses.keyed([replica.key(layout, rank) for rank in layout.stage_ranks(0)], unequal=True)
 
 
 def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) -> tuple[dict[int, Slowdown], bool,
@@ -243,14 +300,13 @@ def folded_slowdowns(plan: StepFaultPlan, layout: Layout, ranks: Sequence[int]) 
     slowed = plan.slowdown_of()
     if alike_in_stages(plan, layout):
         return {rank: slowed[rank] for rank in ranks if not slowed.get(rank, NOMINAL).nominal}, False, ""
-    if len({_replica(layout, gpu) for gpu in slowed}) > 1:
+    replica = slow_replica(plan, layout)
+    if replica is None:
         return {}, False, "stragglers in more than one pipeline replica"
-    representatives = folding_representatives(layout, True)
     if list(ranks) == folding_representatives(layout, True, straggler_classes(plan, layout)):
         return {rank: slowed[rank] for rank in ranks if rank in slowed}, True, ""
-    if list(ranks) != representatives:
+    if list(ranks) != folding_representatives(layout, True):
         return {}, False, "stragglers in one pipeline replica fold onto one rank per stage or per class only"
-    tp, cp, dp = _replica(layout, next(iter(slowed)))
-    return ({rank: slowed[gpu] for rank, gpu in ((rank, layout.rank_of(tp=tp, cp=cp, dp=dp, pp=stage))
-                                                for stage, rank in enumerate(representatives)) if gpu in slowed},
+    return ({rank: slowed[gpu] for rank, gpu in ((rank, replica.rank_in(layout, stage))
+                                                for stage, rank in enumerate(ranks)) if gpu in slowed},
             True, "")
