@@ -29,7 +29,6 @@ from simulator.engine.replicas import replica_quotient
 from simulator.engine.shapes import CollectiveShapes
 from simulator.engine.sharing import Sharing, kept_mirrors, private_collectives
 from simulator.errors import ScenarioError
-from simulator.faults.step import alike_in_stages
 from simulator.metrics.collectives import collective_table
 from simulator.metrics.events import EventLog, FlowBlock, FlowRoutes
 from simulator.network.calibration import resolve_efficiency
@@ -126,7 +125,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
                                    order=order, timed_apart=partial(copies_apart, plans))
                if replays else frozenset())
     quotient = None
-    if layout is not None and settings.mode == "flow" and (faults is None or alike_in_stages(faults.plan, layout)):
+    if layout is not None and settings.mode == "flow" and (faults is None or faults.keeps_stages_alike(layout)):
         quotient, mirrors = replica_quotient(ops, layout, plans, mirrors, private, shapes=shapes)
         if quotient is not None:
             log.stand_for_orbits(quotient.representative, quotient.images)

@@ -21,6 +21,7 @@ from simulator.topology.graph import Topology
 if TYPE_CHECKING:
     from simulator.faults.rerouting import Rerouter
     from simulator.faults.step import LinkEvent, Slowdown, StepFaultPlan
+    from simulator.parallel.layout import Layout
 
 
 def compute_hook(slowdowns: Mapping[int, Slowdown]) -> Callable[[int, float, float], float] | None:
@@ -62,6 +63,14 @@ class FaultHooks:
         """Whether link capacities or routes change during the step (collectives cannot be timed once and
         replayed then)."""
         return bool(self.plan.links)
+
+    def keeps_stages_alike(self, layout: Layout) -> bool:
+        """Whether the plan leaves the ranks of every pipeline stage of ``layout`` alike (faults/step.py
+        `alike_in_stages`: no link faults, each stage's ranks slowed alike), so a folded run's replicas stay images
+        of each other."""
+        from simulator.faults.step import alike_in_stages  # loaded with the plan; `collective` runs without faults
+
+        return alike_in_stages(self.plan, layout)
 
     def describe(self) -> dict:
         """The `faults` entry of the summary: what was injected, and how many routes took a detour."""
