@@ -70,3 +70,16 @@ def test_deepspeed_zero3_and_fsdp1s_shard_grad_op_copy_nothing_around_their_gath
     # DeepSpeed gathers into flat buffers its modules' parameters view; shard_grad_op gathers after the optimizer.
     overrides = [parallelism] if parallelism.endswith("shard_grad_op") else [parallelism, "parallelism.zero=3"]
     assert not [op for op in _rank0_ops(*overrides) if op.name.startswith("fsdp copy-")]
+
+
+@pytest.mark.parametrize(("schedule", "stream"), [("1f1b", "fsdp_copy_in"), ("interleaved", "compute")])
+def test_pipelined_unshards_copy_in_on_the_stream_fsdp2_picks(schedule, stream):
+    # Schedule1F1B gathers each unit in its pre-forward hook (async_op=False: the copy-in stream);
+    # _PipelineScheduleRuntime's UNSHARD calls unshard(async_op=True), and get_all_gather_streams then returns the
+    # current stream, so those copy-ins run on the compute stream (reviewer reviewfc N1).
+    overrides = ["parallelism.dp=4", "parallelism.pp=2", f"parallelism.pipeline.schedule={schedule}",
+                 "training.global_batch=16"]
+    if schedule == "interleaved":
+        overrides.append("parallelism.pipeline.virtual_stages=2")
+    copy_in = [op for op in _rank0_ops(*overrides) if op.name.startswith("fsdp copy-in ")]
+    assert copy_in and {op.stream for op in copy_in} == {stream}

@@ -620,16 +620,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return self._copy_out(rank, name, params, gather, category, mb)
 
     def _gather_copied_in(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
-                          deps: list[int], category: Category, mb: int) -> int:
+                          deps: list[int], category: Category, mb: int, copy_in_stream: str = COPY_IN_STREAM) -> int:
         """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, after FSDP2's copy-in of the
-        rank's shard (Sharding.gather_copy_bytes) on its own stream, which the gather waits for
-        (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``). The copy-in is an HBM copy, counted in
-        the pass's ``category`` as the copy-out and the gradient copies are, not as communication."""
+        rank's shard (Sharding.gather_copy_bytes) on ``copy_in_stream``, which the gather waits for
+        (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``; an ``unshard(async_op=True)`` copies in on
+        the current stream, get_all_gather_streams). The copy-in is an HBM copy, counted in the pass's
+        ``category`` as the copy-out and the gradient copies are, not as communication."""
         sharding = self.plan.sharding
         copy_in, _ = sharding.gather_copy_bytes()
         if copy_in > 0:
             deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
-                                  category, stream=COPY_IN_STREAM, mb=mb, sm_bound_share=0.0)]
+                                  category, stream=copy_in_stream, mb=mb, sm_bound_share=0.0)]
         return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
                                 params * sharding.param_bytes, key, deps, "dp", mb)
 
@@ -648,7 +649,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Pipelined FSDP on _PipelineScheduleRuntime: the UNSHARD actions ``_add_unshard_reshard`` puts before
         the rank's first action (with at most 3 chunks per rank, ``max_active_stages``, every chunk is among the
         next 3 stages to compute): every unit of each chunk in ``vstages`` (their order of first appearance)
-        all-gathered on the prefetch stream at once (``unshard(async_op=True)``), in forward order; the chunk's
+        all-gathered on the prefetch stream at once (``unshard(async_op=True)``, whose copy-ins
+        get_all_gather_streams puts on the current stream: the compute stream), in forward order; the chunk's
         first action copies them out and waits for all of them (``_assert_unsharded``: the handle's wait is
         wait_for_unshard) and no unit is gathered again."""
         sharding = self.plan.sharding
@@ -660,7 +662,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             for layer, (first, last, params) in self._units_of(vstage).items():
                 name = first if first == last else f"L{layer}"
                 gather = self._gather_copied_in(rank, name, group, params,
-                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1)
+                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1,
+                                                copy_in_stream=COMPUTE_STREAM)
                 self._unshards.setdefault((rank, vstage), []).append((name, params, gather))
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1
