@@ -259,33 +259,29 @@ def test_cli_plot_writes_pngs_and_rejects_a_bad_outdir(synthetic_1f1b, tmp_path,
     assert "timeline.parquet" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("chart", ["gantt", "memory"])
-def test_cli_plot_names_a_replayed_trace_as_what_it_cannot_draw(tmp_path, capsys, chart):
-    """A replayed trace's folder was refused with "summary.json has no layout, ... (not a training-step run?)";
-    the refusal now says it is a replayed trace and where its timeline is."""
-    scenario = Path(__file__).parent.parent / "scenarios" / "trace-allreduce-2rank.yaml"
-    assert main(["run", str(scenario), "--out", str(tmp_path / "trace"), "--quiet"]) == 0
-    capsys.readouterr()
-    assert main(["plot", chart, str(tmp_path / "trace")]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'trace'}: OUTDIR: a replayed trace's run has no pipeline layout or memory to plot (its "
-        "timeline is in trace.json, for Perfetto) (allowed: the folder of a modelled training step (a scenario with "
-        "a model))\n")
+NOT_A_STEP = [
+    ("trace-allreduce-2rank.yaml", [],
+     "a replayed trace's run has no pipeline layout or memory to plot (its timeline is in trace.json, for Perfetto) "
+     "(allowed: the folder of a modelled training step (a scenario with a model))"),
+    ("parameter-server-vs-allreduce.yaml", ["--set", "ps.iterations=1"],
+     "a parameter-server run has no pipeline stages or memory timeline to plot (its workers and server GPUs are in "
+     "trace.json, for Perfetto) (allowed: the folder of a training step of collectives (not parallelism.strategy: "
+     "parameter_server))"),
+]
+"""Runs gantt and memory cannot draw, with their refusals. Before, a replayed trace's folder was refused with
+"summary.json has no layout, ... (not a training-step run?)" and a parameter-server run's with "summary.json has
+no memory_per_stage_gib (not a training-step run?)", though the latter is a training-step run."""
 
 
 @pytest.mark.parametrize("chart", ["gantt", "memory"])
-def test_cli_plot_names_a_parameter_server_run_as_what_it_cannot_draw(tmp_path, capsys, chart):
-    """A parameter-server run's folder was refused with "summary.json has no memory_per_stage_gib (not a
-    training-step run?)", though it is a training-step run; the refusal now says what it is and where its
-    workers' and servers' timeline is."""
-    scenario = Path(__file__).parent.parent / "scenarios" / "parameter-server-vs-allreduce.yaml"
-    assert main(["run", str(scenario), "--out", str(tmp_path / "ps"), "--quiet", "--set", "ps.iterations=1"]) == 0
+@pytest.mark.parametrize("scenario, extra, refusal", NOT_A_STEP)
+def test_cli_plot_names_a_run_it_cannot_draw_as_what_it_is(tmp_path, capsys, chart, scenario, extra, refusal):
+    """The refusal says what the run is and where its timeline is."""
+    path = Path(__file__).parent.parent / "scenarios" / scenario
+    assert main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet", *extra]) == 0
     capsys.readouterr()
-    assert main(["plot", chart, str(tmp_path / "ps")]) == 2
-    assert capsys.readouterr().err == (
-        f"error: {tmp_path / 'ps'}: OUTDIR: a parameter-server run has no pipeline stages or memory timeline to plot "
-        "(its workers and server GPUs are in trace.json, for Perfetto) (allowed: the folder of a training step of "
-        "collectives (not parallelism.strategy: parameter_server))\n")
+    assert main(["plot", chart, str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'run'}: OUTDIR: {refusal}\n"
 
 
 @pytest.mark.parametrize("ranks, error", [
