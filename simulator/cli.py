@@ -721,7 +721,8 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"{', '.join(ALGORITHM_CHOICES)} (default auto: the rule's choice for each size)")
     coll.add_argument("--protocol", default="auto",
                       help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto)")
-    coll.add_argument("--ranks", type=_at_least(2), default=0, help="number of GPUs, 2 or more (default: all)")
+    coll.add_argument("--ranks", type=_at_least(2), default=0,
+                      help="number of GPUs, 2 or more (default: all); send_recv runs two, GPU 0 to GPU RANKS-1")
     coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", choices=list(EFFICIENCY_PROFILES), default="calibrated",

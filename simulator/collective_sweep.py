@@ -21,7 +21,8 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
                      chunk: str | None = None, protocol: str = "auto") -> list[dict]:
     """One row per size: op, algorithm and protocol (as asked), resolved_algorithm and resolved_protocol (the
     ones that ran: `auto`'s choice for this size, as NCCL_DEBUG=INFO names the algorithm and protocol NCCL's
-    tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes). The cyclic garbage collector
+    tuner picked), ranks, bytes, time_s, algbw_GBps, busbw_GBps (GB = 1e9 bytes); a send_recv's also its src and
+    dst GPUs (GPU 0 to GPU ``ranks`` - 1: ``ranks`` picks the receiver, two ranks run). The cyclic garbage collector
     is paused meanwhile (simulator/collector.py). ``op``, ``algorithm`` and ``protocol`` come from the command
     line, so they are checked here, against the sets the schema checks a scenario's against. ``cluster``: a
     topology's name or path, or its file already read (`trainsim collective` reads it once, to count its GPUs
@@ -61,21 +62,27 @@ def collective_sweep(cluster: str | TopologySource, overrides: dict, *, op: str,
         time_s = result.makespan_s
         algbw = nbytes / time_s / 1e9
         ran = plans.resolved(ops[0], group)
+        ends = {"src": group[0], "dst": group[-1]} if op == "send_recv" else {}
         rows.append({"op": op, "algorithm": algorithm, "resolved_algorithm": ran.algorithm, "protocol": protocol,
-                     "resolved_protocol": ran.protocol, "ranks": len(group), "bytes": nbytes, "time_s": time_s,
-                     "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
+                     "resolved_protocol": ran.protocol, "ranks": len(group), **ends, "bytes": nbytes,
+                     "time_s": time_s, "algbw_GBps": algbw, "busbw_GBps": algbw * bus_bandwidth_factor(op, len(group))})
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     """An nccl-tests-like table: size, time (us), algbw and busbw (GB/s), and the algorithm and protocol that
-    ran."""
+    ran; its title names the ranks that ran (a send_recv's two GPUs)."""
     header = (f"{'size':>12} {'bytes':>14} {'time (us)':>12} {'algbw (GB/s)':>13} {'busbw (GB/s)':>13}  "
               f"{'algorithm':<16} protocol")
-    lines = [f"# {rows[0]['op']} algorithm={rows[0]['algorithm']} protocol={rows[0]['protocol']} "
-             f"ranks={rows[0]['ranks']}" if rows else "", header]
+    lines = [_title(rows[0]) if rows else "", header]
     for row in rows:
         lines.append(f"{format_size(row['bytes']):>12} {int(row['bytes']):>14d} {row['time_s'] * 1e6:>12.2f} "
                      f"{row['algbw_GBps']:>13.2f} {row['busbw_GBps']:>13.2f}  {row['resolved_algorithm']:<16} "
                      f"{row['resolved_protocol']}")
     return "\n".join(lines)
+
+
+def _title(row: dict) -> str:
+    """The table's first line: the op, the algorithm and protocol asked, and the ranks that ran."""
+    ends = f" (GPU {row['src']} -> GPU {row['dst']})" if "src" in row else ""
+    return f"# {row['op']} algorithm={row['algorithm']} protocol={row['protocol']} ranks={row['ranks']}{ends}"

@@ -117,6 +117,18 @@ def test_calibrated_ndr_nic_send_recv(capsys):
         assert row["time_s"] == pytest.approx(NIC_LATENCY + row["bytes"] / (0.94 * NDR_NIC), rel=1e-9)
 
 
+def test_a_send_recv_table_names_the_two_gpus_that_ran(capsys):
+    """`--op send_recv --ranks 16` sends GPU 0 -> GPU 15; the table said only `ranks=2`, the same title as
+    `--ranks 8`'s NVLink transfer at a fifth of the time."""
+    assert main(["collective", "--topology", "dgx-h100-cluster", "--op", "send_recv", "--ranks", "16",
+                 "--sizes", "1MiB"]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert title == "# send_recv algorithm=auto protocol=auto ranks=2 (GPU 0 -> GPU 15)"
+    [row] = run_collective_cli(capsys, "--topology", "dgx-h100-cluster", "--op", "send_recv", "--ranks", "16",
+                               "--sizes", "1MiB")
+    assert (row["ranks"], row["src"], row["dst"]) == (2, 0, 15)
+
+
 # ------------------------------------------------------------------------------------- seed 000 Q5: TP 16 vs 8
 
 Q5_SIZES = parse_size_range("1MB:64MB") + [67e6]
