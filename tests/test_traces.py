@@ -1220,6 +1220,35 @@ def test_an_unsupported_chakra_collective_lists_the_types_by_name(tmp_path):
                              "REDUCE_SCATTER (7), REDUCE_SCATTER_BLOCK (8), BARRIER (9)")
 
 
+@pytest.mark.parametrize("kernel", ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclDevKernel_SendRecv"])
+def test_a_kineto_collective_of_an_unknown_name_is_refused_at_its_kernel(tmp_path, kernel):
+    """A `Collective name` outside the known ones gave way to the kernel name's: a 'gather' on an AllReduce
+    kernel ran as a 32 MiB all-reduce with no warning, and PyTorch's gather, NCCL's SendRecv kernel, as a
+    transfer 'whose peer the trace does not tell'."""
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, **{"Collective name": "gather"})
+        edit_event(traces / f"rank{rank}.json", 8, name=kernel)
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank0.json", "traceEvents[8]")
+    assert error.problem == f"NCCL kernel {kernel!r} runs collective 'gather', which trainsim does not model"
+    assert error.allowed.startswith("allreduce, all_reduce, allreduce_coalesced, allgather, ")
+    assert "gather" not in error.allowed.split(", ")
+
+
+def test_an_nccl_kernel_naming_no_collective_lists_the_kernel_words(tmp_path):
+    traces = copy_traces(KINETO_2RANK, tmp_path)
+    for rank in (0, 1):
+        comms_args(traces, rank, **{"Collective name": None})
+        edit_event(traces / f"rank{rank}.json", 8, name="ncclDevKernel_Generic_4")
+    error = kineto_error(traces)
+    assert (Path(error.file).name, error.field) == ("rank0.json", "traceEvents[8]")
+    assert error.problem == "NCCL kernel 'ncclDevKernel_Generic_4': cannot tell which collective it runs"
+    assert error.allowed == ("a kernel name with a word of allreduce, allgather, reducescatter, broadcast, reduce, "
+                             "alltoall, sendrecv, send, recv (ncclDevKernel_AllReduce_Sum_bf16_RING_LL), or a "
+                             "record_param_comms annotation")
+
+
 SEQ_2RANK = REPO / "tests" / "data" / "traces" / "seq-2rank"
 MIB = 2**20
 

@@ -282,7 +282,7 @@ class _Parsed:
         info = args if "Collective name" in args else enclosing(comms, self.launches.get(args.get("correlation")))
         primitive, dtype = _from_kernel_name(name)
         if info is not None:
-            primitive = COLLECTIVE_NAMES.get(str(info.get("Collective name", "")).lower(), primitive)
+            primitive = self._annotated(info, primitive, name, where)
             dtype = str(info.get("dtype", dtype)).lower()
         if primitive == "send_recv":
             transfer = self._transfer(index, event, name, stream, info, dtype)
@@ -291,7 +291,8 @@ class _Parsed:
             return transfer
         if not primitive:
             raise trace_error(self.file, where, f"NCCL kernel {name!r}: cannot tell which collective it runs",
-                              "a kernel named ncclDevKernel_<Collective>_... or a record_param_comms annotation")
+                              f"a kernel name with a word of {', '.join(KERNEL_PRIMITIVES)} "
+                              "(ncclDevKernel_AllReduce_Sum_bf16_RING_LL), or a record_param_comms annotation")
         if info is None:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} has no message size",
                               "kernel args or a record_param_comms op with 'In msg nelems'")
@@ -306,6 +307,20 @@ class _Parsed:
                         size_field="Group size",
                         description=description, group_inferred=inferred, seq=_sequence(info),
                         uneven=shares.uneven, sends=shares.sends, receives=shares.receives)
+
+    def _annotated(self, info: dict, primitive: Primitive | Literal[""], name: str,
+                   where: str) -> Primitive | Literal[""]:
+        """The primitive that an NCCL kernel's annotation names (`Collective name`), else the kernel name's. A name
+        outside COLLECTIVE_NAMES is refused, not passed over for the kernel name's: PyTorch runs a gather or a
+        scatter as NCCL's SendRecv kernel, which would otherwise pass for a transfer whose peer is not told."""
+        collective = info.get("Collective name")
+        if collective in (None, ""):
+            return primitive
+        known = COLLECTIVE_NAMES.get(str(collective).lower())
+        if known is None:
+            raise trace_error(self.file, where, f"NCCL kernel {name!r} runs collective {collective!r}, which trainsim "
+                              "does not model", ", ".join(COLLECTIVE_NAMES))
+        return known
 
     def _shares(self, info: dict, nbytes: float, size: int, name: str, where: str) -> _Shares:
         """An all-to-all's bytes to and from each member, in group order, from its `In split size` and `Out split
