@@ -41,6 +41,7 @@ model: {synthetic: {stages: 4, forward: 1 ms, backward: 2 ms}}
 training: {microbatches: 8}
 parallelism: {pp: 4, dp: 2, pipeline: {schedule: interleaved, virtual_stages: 2}}
 """
+ZBV = INTERLEAVED.replace("schedule: interleaved", "schedule: zbv")
 
 
 def _bars(figure, kind: str, row: int) -> np.ndarray:
@@ -83,6 +84,22 @@ def test_interleaved_chunks_are_numbered_and_shaded():
     labels = [text.get_text() for text in figure.legends[0].get_texts()]
     assert {"forward (F) chunk 0", "forward (F) chunk 1", "backward (B) chunk 1"} <= set(labels)
     assert "bubble 15.8%" in figure.axes[0].get_title()
+
+
+def test_zero_bubble_chunks_shade_their_input_and_weight_gradients():
+    """ZBV runs every backward as Bi then W: those bars were drawn in one colour whatever their chunk, so rank
+    0's stage-0 and stage-7 gradients looked alike. Each micro-batch's Bi and W run chunk 1 (stage 7) then
+    chunk 0 (stage 0), read from the chunk column or, without it, from the data dependencies."""
+    result = simulate(scenario_from_text(ZBV, "z.yaml"))
+    actions = pipeline_actions(compute_stream_work(result.timeline, 0))
+    for passes in (pipeline_passes(actions, 2, [0, 7]), pipeline_passes(actions, 2)):
+        for category in ("backward", "weight_grad"):
+            chunks = passes[passes["category"] == category].groupby("microbatch")["chunk"].apply(list)
+            assert chunks.tolist() == [[1, 0]] * 8
+    figure = gantt_figure(result.timeline, result.summary)
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert {f"{kind} chunk {chunk}" for kind in ("input-grad backward (Bi)", "weight-grad (W)")
+            for chunk in (0, 1)} <= set(labels)
 
 
 def test_window_and_ranks_zoom(tmp_path, capsys):

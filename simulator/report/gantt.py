@@ -86,9 +86,11 @@ COMMUNICATION_CLASSES = (Bar.TP_CP, Bar.EP, Bar.PP, Bar.DP, Bar.OTHER_COMM)
 get a white edge so that back-to-back actions of one kind stay apart."""
 
 CHUNK_SHADES = {Bar.FORWARD: ("#4C72B0", "#8FB3E0", "#27466E", "#B9CFEA"),
-                Bar.BACKWARD: ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD")}
-"""Colours of the forward and backward passes of chunk 0, 1, 2, 3 of an interleaved schedule (chunk c uses
-shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
+                Bar.BACKWARD: ("#DD8452", "#F2B68F", "#9E5224", "#F8D5BD"),
+                Bar.BACKWARD_INPUT: ("#F2C14E", "#F8DC96", "#B8901F", "#FBEBC4"),
+                Bar.WEIGHT_GRAD: ("#55A868", "#9BD0A8", "#2F6E3E", "#C7E6CE")}
+"""Colours of the forward, backward, input-grad and weight-grad passes of chunk 0, 1, 2, 3 of an interleaved
+or V schedule (chunk c uses shade c mod 4); one chunk keeps the BAR_CLASSES colours."""
 BACKWARD_PASS = (BACKWARD_CATEGORY, RECOMPUTE_CATEGORY)
 """Categories merged into one backward pass of a micro-batch: recompute runs block by block just before the
 block's backward, so drawn apart they would be hairlines; the pass draws its recompute time as one bar first."""
@@ -124,7 +126,8 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int
     (recompute_s: the recompute time inside it) and number each pass's chunk: the position of its virtual
     stage (the timeline's chunk column) in ``stages``, the rank's stages chunk 0 first, when both are there;
     otherwise a micro-batch's forwards on a rank run chunk 0, 1, ... in order, its backwards chunk v-1 down to 0
-    (the data dependencies force it)."""
+    (the data dependencies force it), and its weight gradients in its backwards' order (every built-in
+    schedule runs them so)."""
     if actions.empty:
         return actions.assign(recompute_s=pd.Series(dtype=float), chunk=pd.Series(dtype=int))
     durations = actions["end_s"] - actions["start_s"]
@@ -146,13 +149,13 @@ def pipeline_passes(actions: pd.DataFrame, virtual_stages: int, stages: list[int
         passes["chunk"] = chunk_of_stage.astype(int)
         return passes.drop(columns="stage")
     seen = passes.groupby([kind, passes["microbatch"]]).cumcount()
-    backward = kind == BACKWARD_CATEGORY
+    backward = kind.isin((BACKWARD_CATEGORY, WEIGHT_GRAD_CATEGORY))
     passes["chunk"] = seen.where(~backward, virtual_stages - 1 - seen).clip(lower=0) if virtual_stages > 1 else 0
     return passes.drop(columns="stage")
 
 
 def _chunk_colour(kind: Bar, chunk: int, virtual_stages: int) -> str | None:
-    """The shade of an interleaved chunk's forward or backward pass (None: the kind's own colour)."""
+    """The shade of an interleaved or V chunk's pass (None: the kind's own colour)."""
     shades = CHUNK_SHADES.get(kind)
     return shades[chunk % len(shades)] if shades and virtual_stages > 1 else None
 
