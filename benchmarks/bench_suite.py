@@ -117,6 +117,12 @@ def allreduce_cases() -> list[Case]:
     return cases
 
 
+THROTTLING_JOB = ("faults.components.throttling={unit: gpu, effect: straggle, slowdown: 1.3, mtbf: 5000 h, "
+                  "repair: 1 d}", "network.model=analytic", "run.replications=2")
+"""The bundled job with docs/reliability.md's GPU throttling class, whose straggler states fold on the analytic
+model: two replications meet ~68 sets of slowed stages, each a step simulated (100 replications meet 1,685)."""
+
+
 CASES: tuple[Case, ...] = (
     Case("llama3-8b", 8, "llama3-8b-dgx-h100-dp8.yaml"),
     Case("megatron-76b", 1024, "megatron-sc21-76.1b.yaml", target_s=3.0),
@@ -137,6 +143,8 @@ CASES: tuple[Case, ...] = (
     *scaling_cases(),
     Case("llama3-405b-16k-job", 16384, "llama3-405b-16k-job.yaml", target_s=10.0, command_target_s=10.0,
          note="job: 100 replications of 54 d, llama3 preset, step simulated once"),
+    Case("llama3-405b-16k-job-throttling", 16384, "llama3-405b-16k-job.yaml", THROTTLING_JOB,
+         note="job with docs/reliability.md's throttling class, analytic, 2 replications (~68 straggler states)"),
     Case("llama3-70b-unfolded", 1024, LLAMA_405B, UNFOLDED_70B, target_s=120.0,
          note="TP8 PP4 DP32, seq 8192, gb 256, run.fold=false"),
 )

@@ -111,6 +111,17 @@ class ScaleEstimate:
         """Whether the run needs more than MAX_MEMORY_BYTES or MAX_EVENTS."""
         return self.memory_bytes > MAX_MEMORY_BYTES or self.events > MAX_EVENTS
 
+    def beyond(self) -> str:
+        """Which limits the estimate passes, each with its value against the limit: what a refusal names ('' for
+        none). A refusal gave the estimate and both limits, leaving the user to find which one it passed."""
+        over = []
+        if self.events > MAX_EVENTS:
+            over.append(f"ops + flows ~{self.events:,} over the limit of {MAX_EVENTS:,}")
+        if self.memory_bytes > MAX_MEMORY_BYTES:
+            over.append(f"memory ~{self.memory_bytes / 2**30:,.1f} GiB over the limit of "
+                        f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB")
+        return " and ".join(over)
+
     def describe(self) -> str:
         """The estimate in words, for the refusal message."""
         return (f"{self.gpus:,} GPUs, {self.simulated_ranks:,} simulated ranks "
@@ -524,7 +535,7 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
     if estimate is not None and estimate.over_limits():
         sizes = _size_parameters(loaded)
         raise loaded.error(_cause(estimate, loaded, sizes), f"this run is too large to simulate: "
-                                                             f"{estimate.describe()}; the limits are {limits_text()}",
+                                                             f"{estimate.describe()}; {estimate.beyond()}",
                            advice(estimate, scenario, sizes))
     return estimate
 
@@ -567,7 +578,7 @@ def refuse_unfolded(loaded: LoadedScenario, gpus: int, unfolding: Unfolding, ste
         return
     raise loaded.error(UNFOLDING_FIELDS[unfolding.check],
                        f"{step} is too large to simulate unfolded ({unfolding.reason}): {estimate.describe()}; "
-                       f"the limits are {limits_text()}",
+                       f"{estimate.beyond()}",
                        f"{UNFOLDING_ADVICE[unfolding.check]}; a smaller cluster{_named(_size_parameters(loaded))}; "
                        "or pass --force")
 
@@ -602,13 +613,20 @@ def refold_refusal(loaded: LoadedScenario, gpus: int, ranks: int, force: bool = 
         refusals.append(f"the refold would cost {times:.3g} x the fold ({ranks:,} ranks simulated against "
                         f"{folded.simulated_ranks:,}); where the step may not unfold, a refold is tried within "
                         f"{REFOLD_COST_MULTIPLE} x the fold's ranks")
-    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
-    estimate = replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
-                       flows=math.ceil(folded.flows * times),
-                       memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
+    estimate = refold_estimate(folded, gpus, ranks)
     if not force and estimate.over_limits():
-        refusals.append(f"{estimate.describe()}; the limits are {limits_text()}")
+        refusals.append(f"{estimate.describe()}; {estimate.beyond()}")
     return "; and beyond the limits too: ".join(refusals)
+
+
+def refold_estimate(folded: ScaleEstimate, gpus: int, ranks: int) -> ScaleEstimate:
+    """The ``folded`` estimate of a step on ``gpus`` GPUs refolded to simulate ``ranks`` ranks: its ops, flows
+    and memory beyond the cluster's, each times ``ranks`` over the ranks the fold simulates."""
+    times = ranks / max(folded.simulated_ranks, 1)
+    cluster = gpus * TOPOLOGY_BYTES_PER_GPU
+    return replace(folded, simulated_ranks=ranks, ops=math.ceil(folded.ops * times),
+                   flows=math.ceil(folded.flows * times),
+                   memory_bytes=cluster + (folded.memory_bytes - cluster) * times)
 
 
 def sized_topology(loaded: LoadedScenario, force: bool = False) -> Topology:

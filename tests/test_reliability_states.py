@@ -12,10 +12,11 @@ import orjson
 import pandas as pd
 import pytest
 
-from simulator import scale, simulate
+from simulator import scale, simulate, simulation
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.errors import ScenarioError
+from simulator.reliability import states
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
 from simulator.sweep.executors import SerialExecutor
@@ -87,8 +88,9 @@ SHARED_NICS = ["cluster.nics_per_node=4", "cluster.oversubscription=2", "collect
     (SHARED_NICS, "", "their flows share the fabric's links unevenly"),
 ], ids=["folds", "shares-links", "own-straggler-in-replica-1", "analytic", "asymmetric-replicas"])
 def test_the_refusal_of_straggler_states_follows_the_engine(monkeypatch, overrides, own, reason):
-    """A job with a straggle class whose states are beyond the scale limits (lowered to 0 ops + flows here) is
-    refused exactly when the engine runs its straggler state unfolded, for the reason that state's own run
+    """A job with a straggle class whose states are beyond the scale limits unfolded (lowered here to the
+    ops + flows of the state's straggler refold, which runs) is refused exactly when the engine runs its straggler
+    state unfolded, for the reason that state's own run
     gives (`fold_off_reason`: the state is `simulate()` of the scenario with the representative GPU 0 slowed).
     The refusal used to ask only whether one straggler's replica shares links: it let through a state that
     the scenario's own straggler in replica 1 unfolds (two slow replicas), refused analytic-model states that
@@ -103,7 +105,9 @@ faults:
   components:
     throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 1000 h, repair: 6 h}
 """, "inline.yaml", [*overrides, f"faults.step.stragglers=[{own}]"])
-    monkeypatch.setattr(scale, "MAX_EVENTS", 0)
+    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
+    assert folded is not None
+    monkeypatch.setattr(scale, "MAX_EVENTS", scale.refold_estimate(folded, 32, 4 * folded.simulated_ranks).events)
     if reason:
         with pytest.raises(ScenarioError) as refused:
             simulate_job(job)
@@ -113,6 +117,49 @@ faults:
     else:
         straggling = [s for s in simulate_job(job).summary["states"] if s.get("slow_gpus") == {"0": 1.5}]
         assert [s["step_time_s"] for s in straggling] == [state["step_time_s"]]
+
+
+JOB64 = """
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 2}
+model: {layers: 8, hidden: 2048, heads: 16, vocab: 32000}
+training: {seq_len: 1024, microbatches: 4}
+parallelism: {tp: 2, pp: 4, dp: 8}
+network: {model: analytic}
+checkpoint: {interval: 30 min}
+storage: {capacity: 1 PB}
+run: {horizon: 2 d, replications: 2, seed: 1}
+faults:
+  components:
+    throttle: {unit: gpu, effect: straggle, slowdown: 1.5, mtbf: 200 h, repair: 12 h}
+"""
+
+
+def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch):
+    """A 64-GPU job (TP 2, PP 4, DP 8, analytic) whose throttled GPUs slow 9 sets of stages: every state's step is
+    simulated from one shared fold (the stage fold and its straggler refold built once, each state taking only
+    its own slowdowns, `fold_policy.refaulted`), and each state's whole summary equals `simulate()` of the
+    scenario with its stragglers as `faults.step`, which folds from scratch. Unshared, each state built and judged
+    both programs again: 10 of the 17 s of a state of the 16,384-GPU job."""
+    builds = []
+    step_program = simulation.step_program
+
+    def counted_build(*args, **kwargs):
+        builds.append(kwargs.get("classes"))
+        return step_program(*args, **kwargs)
+
+    monkeypatch.setattr(simulation, "step_program", counted_build)
+    loaded = scenario_from_text(JOB64, "job64.yaml")
+    job = simulate_job(loaded)
+    slowed = [state for state in job.summary["states"] if state["slow_gpus"]]
+    assert len(slowed) == 9
+    assert len(builds) == 2 and builds[0] is None and builds[1] is not None
+    monkeypatch.setattr(simulation, "step_program", step_program)
+    key = loaded.scenario.model_dump_json(exclude=states.JOB_SECTIONS)
+    for state in slowed:
+        stragglers = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
+        alone = simulate(scenario_from_text(JOB64, "job64.yaml", [f"faults.step.stragglers=[{stragglers}]"])).summary
+        slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
+        assert states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1] == alone
 
 
 def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
@@ -198,6 +245,33 @@ def test_bad_state_classes_are_one_located_line(component, line, field, tmp_path
     err = capsys.readouterr().err.strip()
     assert re.match(rf"^error: {re.escape(str(scenario))}:{line}: {re.escape(field)}: ", err), err
     assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_a_straggler_refold_beyond_the_limits_is_refused_before_the_healthy_step(monkeypatch, tmp_path, capsys):
+    """Each straggler state of the 64-GPU job simulates its step refolded by the slow GPU's classes (4 stages x 4
+    classes: sharing or not its TP and DP coordinates), four times the fold's ops and flows: with the limit
+    below that, `trainsim run` refuses the job in one line naming the class and the limit passed with its value,
+    before the healthy step runs. A plain run's refusal names the limit it passed the same way."""
+    job = scenario_from_text(JOB64, "job64.yaml")
+    folded = scale.estimate_scale(job.scenario, 64, scale.scenario_hosts(job))
+    assert folded is not None and folded.simulated_ranks == 4
+    refold = scale.refold_estimate(folded, 64, 16)
+    monkeypatch.setattr(scale, "MAX_EVENTS", refold.events - 1)
+    monkeypatch.setattr(simulation, "run_step", None)
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(JOB64)
+    out = tmp_path / "out"
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert err.startswith(f"error: {scenario}:12: faults.components.throttle: a throttle failure slows one GPU of a "
+                          "pipeline stage, and each such state is simulated refolded by the slow GPU's classes (4 "
+                          "stages x 4): 64 GPUs, 16 simulated ranks (folded)")
+    assert err.endswith(f"; ops + flows ~{refold.events:,} over the limit of {refold.events - 1:,} (allowed: a "
+                        "smaller cluster, or --force)")
+    monkeypatch.setattr(scale, "MAX_EVENTS", folded.events - 1)
+    assert main(["run", str(scenario), "--set", "run.horizon=null", "--out", str(out)]) == 2
+    assert f"ops + flows ~{folded.events:,} over the limit of {folded.events - 1:,}" in capsys.readouterr().err
 
 
 SMALL_JOB = (Path(__file__).parent / "data" / "small-job.yaml").read_text().replace(

@@ -125,7 +125,7 @@ def test_a_step_unfolded_beyond_the_limits_is_refused_before_it_is_built(case, m
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert err.startswith(f"error: {path}:{line}: {field}: this run is too large to simulate unfolded ({reason}")
-    assert (f"): {unfolded.describe()}; the limits are 16 GiB and {scale.MAX_EVENTS:,} ops + flows "
+    assert (f"): {unfolded.describe()}; ops + flows ~{unfolded.events:,} over the limit of {scale.MAX_EVENTS:,} "
             f"(allowed: {advice}") in err
     assert err.endswith(f"a smaller cluster{SIZE_ADVICE[case]}; or pass --force)")
     assert builds == built and not out.exists()

@@ -210,6 +210,20 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     return fold_with_faults(state, program, plans, mode, shapes)[1]
 
 
+def refaulted(step: FoldedStep, faults: StepFaultPlan) -> FoldedStep:
+    """``step``, as `folded_step` made it under faults of the same `fold_shape` as ``faults`` (faults/step.py),
+    with the slowdowns ``faults`` give its simulated ranks: the shape alone decides the folding path and the
+    programs built (no check reads the slowdowns' factors or which stages they slow), so the step under
+    ``faults`` is that one with these slowdowns, as `fold_verdict` gives them (every slowed GPU's where it runs
+    unfolded). A job's straggler states share one fold this way: on the 16,384-GPU job every state slowed a
+    representative of the first replica, and each built and judged the same 64-rank program again (10 of its 17 s)."""
+    layout = step.program.layout
+    assert layout is not None, "a step without a layout folds no stragglers"
+    if step.kind is None:
+        return replace(step, slowdowns=faults.slowdown_of())
+    return replace(step, slowdowns=folded_slowdowns(faults, layout, step.program.ranks)[0])
+
+
 def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrder]:
     """What the analyses before ``program``'s run share, made once per program: its collectives by shape and
     their ordering (built on first use)."""

@@ -174,7 +174,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
     from simulator.engine.fold_policy import SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
-    from simulator.scale import limits_text, unfolded_beyond_limits
+    from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
 
     scenario = loaded.scenario
@@ -184,8 +184,10 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         return None
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
     if estimate is None:
+        if straggling and scenario.run.fold:
+            _refuse_straggler_refold(loaded, straggling[0].name, topology.num_gpus)
         return None
-    limits = f"{estimate.describe()}, beyond the limits of {limits_text()}"
+    limits = f"{estimate.describe()}; {estimate.beyond()}"
     if not scenario.run.fold:
         raise loaded.error(("run", "fold"), f"the job's step is simulated unfolded: {limits}",
                            "true, a smaller cluster, or --force")
@@ -217,7 +219,32 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
                                                     healthy.settings.mode, faults, klass.slowdown))
     if why:
         refuse(why)
+    _refuse_straggler_refold(loaded, klass.name, topology.num_gpus)
     return healthy
+
+
+def _refuse_straggler_refold(loaded: LoadedScenario, name: str, gpus: int) -> None:
+    """Refuse, before the healthy step runs, a job whose straggler states of class ``name`` fold and would each
+    simulate a refold beyond the limits a plain run has (where they unfold, that refusal comes first): a state
+    slows one GPU of the first replica in some stages, and its step is refolded by the slow replica's classes
+    (`fold_policy.straggler_step`: per stage, a class for each combination of sharing or not the slow GPU's TP,
+    CP and DP coordinates), the folded estimate scaled by those ranks (`scale.refold_estimate`). The refusal
+    names the class and the limit passed, its value against it."""
+    from simulator.scale import estimate_scale, refold_estimate, scenario_hosts
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    scenario = loaded.scenario
+    folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded)))
+    if folded is None or not folded.folded:
+        return
+    layout = located(loaded, lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)))
+    classes = 2 ** sum(1 for degree in (layout.tp, layout.cp, layout.dp) if degree > 1)
+    refold = refold_estimate(folded, gpus, layout.pp * classes)
+    if refold.over_limits():
+        field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
+        raise loaded.error(field, f"a {name} failure slows one GPU of a pipeline stage, and each such state is "
+                           f"simulated refolded by the slow GPU's classes ({layout.pp} stages x {classes}): "
+                           f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
 
 
 def _check_inputs(loaded: LoadedScenario, hosts: int) -> None:

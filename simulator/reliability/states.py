@@ -26,23 +26,34 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from functools import partial
+from typing import TYPE_CHECKING
 
 from simulator.config.faults import LinkFault, StepFaults, Straggler
 from simulator.config.loader import LoadedScenario
+from simulator.config.locate import located
 from simulator.config.reliability import RestartConfig
 from simulator.config.schema import ClusterConfig, RunConfig
 from simulator.errors import StepAborted
 from simulator.faults.rerouting import split
+from simulator.faults.step import FoldShape, StepFaultPlan, fold_shape
 from simulator.parallel.layout import Layout
 from simulator.program.ops import TP_CATEGORY
 from simulator.program.unfolding import UnfoldingGuard
 from simulator.reliability.checkpoint import StepState
 from simulator.reliability.elastic import shrunk_scenario
 from simulator.reliability.perturbed import step_outcome, with_step_faults
-from simulator.scale import refuse_unfolded
-from simulator.simulation import PreparedStep, simulate_training
+from simulator.scale import refold_refusal, refuse_unfolded
+from simulator.simulation import PreparedStep, prepare_training, simulate_training
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
+
+if TYPE_CHECKING:
+    from simulator.engine.fold_policy import FoldedStep
+    from simulator.engine.plans import PlanCache
+    from simulator.parallel.folding import RankClasses
+    from simulator.program.step import StepProgram
+    from simulator.simulation import NetworkSettings
 
 JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
                       "restart": {name: True for name in RestartConfig.model_fields if name != "elastic_batch"},
@@ -96,6 +107,9 @@ class StepStates:
         self.force = force
         self.spines = _spines(topology)
         self.key = loaded.scenario.model_dump_json(exclude=JOB_SECTIONS)
+        self._network: tuple[NetworkSettings, PlanCache] | None = None
+        self._programs: dict[RankClasses | None, StepProgram] = {}
+        self._folds: dict[FoldShape, FoldedStep] = {}
         healthy_step, summary = self._cached(None, lambda: (loaded, topology), healthy)
         self.healthy_summary = {**summary, "scenario": loaded.source}
         """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
@@ -133,12 +147,55 @@ class StepStates:
         if cut:
             return self._store(key, (None, {"aborted_at_s": 0.0, "reason": f"every spine switch down: {cut}"}))
         guard = None if self.force else state_guard(loaded, topology, state)
-        outcome = step_outcome(lambda: simulate_training(loaded, topology,
-                                                         FaultHooks(topology, step_faults(loaded, topology)),
-                                                         guard=guard, prepared=prepared))
+        faults = step_faults(loaded, topology)
+        if state is None:
+            prepared = prepared or prepare_training(loaded, topology, faults, guard)
+            self._network = prepared.settings, prepared.plans
+            if prepared.step.program.folded:
+                self._programs[prepared.step.classes] = prepared.step.program
+        elif topology is self.topology and not faults.links:
+            prepared = self._shared_fold(loaded, faults, guard)
+        budget = partial(refold_refusal, loaded, topology.num_gpus, force=self.force)
+        outcome = step_outcome(lambda: simulate_training(loaded, topology, FaultHooks(topology, faults),
+                                                         guard=guard, prepared=prepared, budget=budget))
         if outcome.summary is None:
             return self._store(key, (None, {"aborted_at_s": outcome.aborted_at_s, "reason": outcome.reason}))
         return self._store(key, (_step_state(outcome.summary, topology), outcome.summary))
+
+    def _shared_fold(self, loaded: LoadedScenario, faults: StepFaultPlan, guard: UnfoldingGuard | None
+                     ) -> PreparedStep:
+        """The step of a state on the job's own cluster (stragglers; the replicas and links as healthy) under
+        ``faults`` (no link faults: those reroute the plans they meet), prepared from what the job's states
+        share: the cluster's network settings and plan cache, each folded program (step programs do not read
+        `faults.step`) and each fold by the faults' `fold_shape`, with only its slowdowns taken anew
+        (`fold_policy.refaulted`). Exactly the step `prepare_training` would make for it, at its run's cost."""
+        from simulator.engine.fold_policy import folded_step, refaulted
+        from simulator.simulation import network_settings, plan_cache, step_program
+
+        topology = self.topology
+        if self._network is None:
+            settings = network_settings(loaded, topology)
+            self._network = settings, plan_cache(topology, settings)
+        settings, plans = self._network
+
+        def build(fold: bool, classes: RankClasses | None) -> StepProgram:
+            program = self._programs.get(classes) if fold else None
+            if program is None:
+                program = step_program(loaded, topology, fold=fold, guard=guard, classes=classes)
+                if program.folded:
+                    self._programs[classes] = program
+            return program
+
+        shape = fold_shape(faults, self.layout)
+        step = self._folds.get(shape)
+        if step is None:
+            step = located(loaded, lambda: folded_step(build, topology, plans, settings.mode,
+                                                       dict(settings.efficiency), faults, loaded.scenario.run.fold,
+                                                       guard))
+            self._folds[shape] = step
+        else:
+            step = refaulted(step, faults)
+        return PreparedStep(settings, plans, step, build)
 
     @staticmethod
     def _store(key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
@@ -175,7 +232,8 @@ class StepStates:
             scenario = scenario.model_copy(update={"cluster": ClusterConfig(topology=scenario.cluster.topology,
                                                                             **overrides)})
         loaded = replace(self.loaded, scenario=scenario)
-        topology = scenario_topology(loaded)
+        on_own = scenario.cluster == self.loaded.scenario.cluster and not state.links_down
+        topology = self.topology if on_own else scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         if 0 < spines <= state.spines_down:
             links += tuple(LinkFault(link=pair) for pair in spine_links(topology))
