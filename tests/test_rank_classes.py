@@ -474,7 +474,7 @@ def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the
 
 
 CROSS_RAIL_PP = """
-cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 2, oversubscription: 3}
+cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
 collectives: {channels: 2, protocol: simple}
 model: {layers: 12, hidden: 2048, heads: 16, vocab: 32000}
 training: {seq_len: 1024, microbatches: 4}

@@ -7,6 +7,7 @@ Expected figures: NVLink 300 GB/s (A100) and 450 GB/s (H100) per direction, NVL7
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import warnings
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from simulator.cli import main
+from simulator.collectives.execute import time_collective
 from simulator.engine.fold_policy import fold_blocker
 from simulator.errors import TopologyError
 from simulator.faults.rerouting import Rerouter
@@ -119,6 +121,32 @@ def test_spine_choice_is_deterministic_and_spreads_over_channels():
     spines = {route(topo, 0, 13, channel)[3] for channel in range(64)}
     assert len(spines) > 8
     assert route(topo, 0, 13, 5) == build_topology("cluster", {"spines": 16, "leaf_ports": 32})._route_nodes(0, 13, 5)
+
+
+def test_cross_rail_flows_into_one_nic_land_on_spines_as_random_draws_do():
+    """32 hosts in one leaf group over 16 spines: the 7 flows from one host's other rails into one NIC cross the
+    spines; over every (source host, destination NIC) they use 5.82 distinct spines on average and all 7 in 21.7%
+    of cases, as 7 independent draws from 16 do (16 (1 - (15/16)^7) = 5.816; 16!/9!/16^7 = 21.5%). With the
+    rail left out of the hash all 7 took one spine, and its downlink into the destination's leaf carried them
+    all."""
+    fabric = build_topology("cluster", {"nodes": 32, "leaf_ports": 32, "spines": 16}).router
+    distinct = [len({fabric._hops(src * 8 + rail, dst * 8 + into, 0)[2] for rail in range(8) if rail != into})
+                for src in range(32) for dst in range(32) if dst != src for into in range(8)]
+    assert sum(distinct) / len(distinct) == pytest.approx(16 * (1 - (15 / 16) ** 7), abs=0.1)
+    assert distinct.count(7) / len(distinct) == pytest.approx(math.perm(16, 7) / 16**7, abs=0.03)
+
+
+def test_a_push_from_every_rail_of_a_host_into_one_nic_waits_for_the_nic_not_one_spine():
+    """Two hosts, one leaf group, 8 spines at 1:1 (each leaf uplink 2 x 50 / 8 = 12.5 GB/s): every GPU of host 0
+    sends 1 GB to GPU 0 of host 1 (a direct reduce: a parameter-server push into one server GPU). The 7 cross-rail
+    flows take 6 spines, at most 2 on one downlink (2 x 6.25 GB/s fits 12.5), so the 8 flows share the NIC's
+    50 GB/s: 8 GB / 50 GB/s + 14 us = 160.014 ms. With the rail left out of the hash the 7 took one spine's
+    12.5 GB/s downlink: 7 GB / 12.5 GB/s = 560.014 ms."""
+    topology = build_topology("cluster", {"nodes": 2, "leaf_ports": 2, "spines": 8})
+    spines = Counter(topology.router._hops(rail, 8, 0)[2] for rail in range(1, 8))
+    assert len(spines) == 6 and max(spines.values()) == 2
+    assert time_collective(topology, "reduce", "direct", 16, 1e9, root=8) == pytest.approx(8e9 / 50e9 + 14e-6,
+                                                                                         rel=REL)
 
 
 def test_shared_nics():

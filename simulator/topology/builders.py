@@ -71,15 +71,20 @@ class Fabric:
 
     ``uplinks[i]`` lists the nodes from GPU i up to the root of its NVLink/PCIe domain; GPUs of one domain meet
     at their lowest common node. Across domains the route is GPU -> NIC -> leaf [-> spine [-> core -> spine]]
-    -> leaf -> NIC -> GPU, with the spine/core picked by an integer mix of the two ends' `flow_key` and the
-    channel. A GPU's flow key is its host and its place among the GPUs sharing its NIC, not its rail: every
-    rail's leaves then spread their flows over the spines alike, so ranks that differ only in their rail (the
-    TP lanes of a rail-optimized fabric) see the same contention, as rank folding assumes (docs/architecture.md).
-    The mix reads the source's key within its `shift_period` (a leaf group, or a pod with tiers: 3) and the
-    destination's offset from it, not the two keys themselves: shifting both ends by whole periods (another
-    data-parallel replica, placed on the leaf groups of its own) moves the route onto the shifted switches, so
-    replicas are exact images of each other (engine/replicas.py). Among the flows that share any one leaf or
-    spine link, (position, offset) and (source, destination) determine each other, and the key is mixed by an
+    -> leaf -> NIC -> GPU, with the spine/core picked by an integer mix of the two ends' `flow_key`, the
+    difference of their rails and the channel. A GPU's flow key is its host and its place among the GPUs sharing
+    its NIC, not its rail, and the mix reads only the rails' difference (destination less source, modulo the
+    rails): ranks that differ only in their rail (the TP lanes of a rail-optimized fabric) send flows with the
+    same differences, so every rail's leaves spread them over the spines alike and the lanes see the same
+    contention, as rank folding assumes (docs/architecture.md); and flows from one host's rails into one NIC
+    spread over the spines as ECMP's hash of their headers (which differ per NIC) spreads them, where without
+    the difference they all took one spine's downlink into that NIC's leaf. A same-rail flow (difference 0) is
+    hashed from its keys and channel alone. The mix reads the source's key within its `shift_period` (a leaf
+    group, or a pod with tiers: 3) and the destination's offset from it, not the two keys themselves: shifting
+    both ends by whole periods (another data-parallel replica, placed on the leaf groups of its own) moves the
+    route onto the shifted switches, so replicas are exact images of each other (engine/replicas.py). Among the
+    flows that share any one leaf or spine link, (position, offset, rail difference) and (source, destination)
+    determine each other, and the key is mixed by an
     avalanche hash (`_avalanche`), so each of them lands on a spine as if drawn at random, like ECMP's hash of a
     flow's header. But every period repeats the same draw: a cross-replica collective's flows out of each leaf
     group collide on the spines as the first group's do, where per-flow ECMP draws each group independently
@@ -96,6 +101,9 @@ class Fabric:
     nic: list[str] = field(default_factory=list)
     flow_key: list[int] = field(default_factory=list)
     flow_keys: int = 1
+    rail: list[int] = field(default_factory=list)
+    """Each GPU's NIC index on its host (its rail), whose difference between a flow's two ends the hash mixes in."""
+    rails: int = 1
     shift_period: int = 1
     """Flow keys in the fabric, and per leaf group (per pod with tiers: 3): the period of the spine hash."""
     shift_gpus: int = 0
@@ -159,7 +167,8 @@ class Fabric:
         if apart.size:
             pods = arrays.leaf_pod[low[apart]], arrays.leaf_pod[high[apart]]
             hops[apart, 2], hops[apart, 3] = self._spine_and_core(
-                arrays.flow_key[src[apart]], arrays.flow_key[dst[apart]], channel[apart],
+                arrays.flow_key[src[apart]], arrays.flow_key[dst[apart]],
+                arrays.rail[dst[apart]] - arrays.rail[src[apart]], channel[apart],
                 arrays.pod_spines[pods[0]], pods[0] != pods[1])
         radix = [len(self.leaf_names), max(1, *map(len, self.spine_names)), max(len(self.core_names), 1)]
         codes = ((hops[:, 0] * radix[0] + hops[:, 1]) * radix[1] + hops[:, 2]) * radix[2] + hops[:, 3]
@@ -229,24 +238,28 @@ class Fabric:
 
     def _hops(self, src: int, dst: int, channel: int) -> tuple[int, ...]:
         """(leaf of src, leaf of dst, spine index, core index) between two domains: the spine (and core) hashed
-        from the source's flow key within its period, the destination's offset and the channel, as ECMP hashes
-        a flow, but with the same draw in every period (optimistic for cross-replica collectives, see
-        `Fabric`); just the two leaves when they are the same."""
+        from the source's flow key within its period, the destination's offset, the rails' difference and the
+        channel, as ECMP hashes a flow, but with the same draw in every period (optimistic for cross-replica
+        collectives, see `Fabric`); just the two leaves when they are the same."""
         low, high = self.leaf[src], self.leaf[dst]
         if low == high:
             return (low, high)
         pods = self.leaf_pod[low], self.leaf_pod[high]
-        return (low, high, *self._spine_and_core(self.flow_key[src], self.flow_key[dst], channel,
+        return (low, high, *self._spine_and_core(self.flow_key[src], self.flow_key[dst],
+                                                 self.rail[dst] - self.rail[src], channel,
                                                  len(self.spine_names[pods[0]]), pods[0] != pods[1]))
 
-    def _spine_and_core(self, key: Hashed, other: Hashed, channel: Hashed, spines: Hashed, across: Hashed
-                        ) -> tuple[Hashed, Hashed]:
+    def _spine_and_core(self, key: Hashed, other: Hashed, turn: Hashed, channel: Hashed, spines: Hashed,
+                        across: Hashed) -> tuple[Hashed, Hashed]:
         """The spine and core indices of flows from flow key ``key`` to flow key ``other`` on ``channel`` between
-        two leaves, ``spines`` the spine count of the source's pod and ``across`` whether the leaves lie in
-        different pods (core 0 when not): one flow as ints (`_hops`), or many as int64 arrays
-        (`_fill_across`), where the products wrap modulo 2^64 and keep the low 32 bits `_avalanche` reads."""
+        two leaves, ``turn`` the destination's rail less the source's, ``spines`` the spine count of the
+        source's pod and ``across`` whether the leaves lie in different pods (core 0 when not): one flow as ints
+        (`_hops`), or many as int64 arrays (`_fill_across`), where the products wrap modulo 2^64 and keep the
+        low 32 bits `_avalanche` reads. The turn (modulo the rails) is the most significant digit of the mixed
+        index, so a same-rail flow (turn 0) hashes as it did before the turn was mixed in."""
         offset = (other - key) % self.flow_keys
-        mix = _avalanche(((key % self.shift_period) * self.flow_keys + offset) * 0x9E3779B1 + channel)
+        place = (turn % self.rails) * self.shift_period + key % self.shift_period
+        mix = _avalanche((place * self.flow_keys + offset) * 0x9E3779B1 + channel)
         return mix % spines, (mix // spines) % max(len(self.core_names), 1) * across
 
     def _switch_hops(self, low: int, high: int, spine: int = 0, core: int = 0) -> list[str]:
@@ -309,6 +322,7 @@ class _FabricArrays:
         self.flat_domain = np.array([len(up) == 1 for up in fabric.uplinks], dtype=bool)
         self.leaf = np.array(fabric.leaf or [0] * gpus, dtype=np.int64)
         self.flow_key = np.array(fabric.flow_key or [0] * gpus, dtype=np.int64)
+        self.rail = np.array(fabric.rail or [0] * gpus, dtype=np.int64)
         self.leaf_pod = np.array(fabric.leaf_pod or [0], dtype=np.int64)
         self.pod_spines = np.array([len(spines) for spines in fabric.spine_names] or [0], dtype=np.int64)
         levels = max((len(up) for up in fabric.uplinks), default=1)
@@ -456,6 +470,8 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
     fabric.host_nic_bandwidth = nics * bandwidth
     fabric.nic = [""] * len(fabric.gpus)
     fabric.flow_key = [0] * len(fabric.gpus)
+    fabric.rail = [0] * len(fabric.gpus)
+    fabric.rails = nics
     fabric.leaf = [0] * len(fabric.gpus)
     fabric.leaf_names = [f"leaf{q}.r{r}" for q in range(groups) for r in range(nics)]
     groups_per_pod = -(-groups // pods)
@@ -475,6 +491,7 @@ def _add_network(wiring: Wiring, fabric: Fabric, host_gpus: list[list[int]], nic
             rail = local * nics // len(members)
             fabric.nic[gpu] = host_nics[rail]
             fabric.flow_key[gpu] = host * sharing_nic + slots[rail]
+            fabric.rail[gpu] = rail
             slots[rail] += 1
             fabric.leaf[gpu] = first_leaf + rail
         add_links(wiring, ((fabric.gpus[gpu], fabric.nic[gpu]) for gpu in members),
