@@ -443,7 +443,7 @@ SCENARIO_QUOTES = [
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
      "its copy-ins {ms_copy_in:.1f} ms on their own stream"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
-     "against the fused step's {ms_copy_in:.1f} ms;"),
+     "as the fused step's {ms_copy_in:.1f} ms;"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ()),
      "the copy-outs ({ms_copy_out:.1f} ms on the compute stream), the gradient copies ({ms_grad_copies:.1f} ms) and "
      "the traffic ({gb_dp:.1f} GB per GPU)"),

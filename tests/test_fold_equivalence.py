@@ -1,10 +1,10 @@
-"""Folding is exact across the ways data-parallel replicas share state: for DDP, ZeRO 1-3 (DeepSpeed), PyTorch
-FSDP (full shard, shard-grad-op reducing every micro-batch, under pipelining, with context parallelism, hybrid
-sharding), expert parallelism, DP-innermost placement and a V-shaped schedule, the step of the folded run (one rank
-per pipeline stage) equals the unfolded run's on a 2:1 oversubscribed fabric, where wrong mirror images would
-meet on the spines. A layout folding cannot reproduce must unfold (``folded`` false, with the reason stated:
-found before the run, or by the folded run's mirrors falling out of step with their groups), never fold
-wrongly: each case says whether it folds, so a change that unfolded every case would fail here."""
+"""Folding is exact across the ways data-parallel replicas share state: for DDP, ZeRO 1-3 (DeepSpeed), PyTorch FSDP
+(full shard, shard-grad-op reducing every micro-batch, under pipelining, with context parallelism, hybrid sharding,
+also over one-rank shard groups), expert parallelism, DP-innermost placement and a V-shaped schedule, the step of
+the folded run (one rank per pipeline stage) equals the unfolded run's on a 2:1 oversubscribed fabric, where wrong
+mirror images would meet on the spines. A layout folding cannot reproduce must unfold (``folded`` false, with the
+reason stated: found before the run, or by the folded run's mirrors falling out of step with their groups), never
+fold wrongly: each case says whether it folds, so a change that unfolded every case would fail here."""
 
 from __future__ import annotations
 
@@ -112,6 +112,9 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (DENSE, ["parallelism.fsdp=hybrid_shard"], ""),
     (DENSE, ["parallelism.fsdp=hybrid_shard", "parallelism.tp=1", "parallelism.dp=32"], ""),
     (DENSE, ["parallelism.fsdp=hybrid_shard", "parallelism.tp=2", "parallelism.pp=2", "parallelism.dp=8"], ""),
+    (DENSE, ["parallelism.fsdp=hybrid_shard", "parallelism.tp=8", "parallelism.dp=4"], ""),
+    (DENSE, ["parallelism.fsdp=hybrid_shard", "parallelism.tp=8", "parallelism.pp=2", "parallelism.dp=2",
+             "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
     (DENSE, ["parallelism.order=[dp,tp,cp,pp]", "parallelism.zero=1"], ""),
     (DENSE, [*PIPELINED, "parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2"], ""),
     (MOE, ["parallelism.ep=4"], ""),
@@ -124,7 +127,8 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (UNALIGNED, ["parallelism.tp=2", "parallelism.dp=4", "parallelism.fsdp=full_shard",
                  "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
 ], ids=["ddp", "zero1", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-pp2", "fsdp-interleaved", "fsdp-cp2",
-        "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "pp3-unaligned",
+        "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "hsdp-one-rank-shards", "hsdp-one-rank-shards-interleaved",
+        "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "pp3-unaligned",
         "pcie-hosts-cp2", "straddling-cp-pairs", "tree-classes", "pp3-unaligned-fsdp-interleaved"])
 def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     """Each layout folds, or unfolds for the stated reason (``off_reason``, '' for folded), and the steps agree."""

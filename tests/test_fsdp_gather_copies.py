@@ -1,9 +1,12 @@
-"""FSDP2's copies around each all-gather (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) on
-the fused path, whose shards are kept in the training precision: no cast, all_gather_copy_in's copy of the shard
-into the all-gather input (2 + 2 B per shard element) on FSDP2's copy-in stream, and foreach_all_gather_copy_out's
-split_with_sizes_copy of the whole output into the unsharded parameters (2 + 2 B per parameter) on the compute
-stream; eager's fp32 shards add the cast. DeepSpeed ZeRO-3 and FSDP1's shard_grad_op copy nothing. Bytes,
-seconds at the HBM rate and streams, counted by hand."""
+"""FSDP2's copies around each all-gather (torch 2.13, torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) and the
+state it keeps: `fsdp: full_shard | hybrid_shard` keeps fp32 shards under fused kernels as under eager (FSDPParam's
+sharded parameter keeps the parameter's own dtype; MixedPrecisionPolicy's param_dtype applies to what is gathered),
+so every copy-in casts (read 4, write 2) before all_gather_copy_in's copy into the all-gather input (2 + 2 B per
+shard element) on FSDP2's copy-in stream, and foreach_all_gather_copy_out's split_with_sizes_copy of the whole
+output into the unsharded parameters (2 + 2 B per parameter) runs on the compute stream. The model state is 4 + 4 +
+8 B / n per parameter with Adam (fp32 shard, fp32 sharded gradient, moments; no master copy) and the optimizer
+updates the shards in place. DeepSpeed ZeRO-3 and FSDP1's shard_grad_op copy nothing and keep 16-bit weights with
+an fp32 master copy. Bytes, seconds at the HBM rate and streams, counted by hand."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from simulator.simulation import step_program
 from simulator.topology.loader import scenario_topology
 from simulator.workload.calibrated import calibrated_efficiency
 from simulator.workload.memory import rank_params
+from simulator.workload.memory_plan import stage_memory
+from simulator.workload.training import UPDATE_BYTES_PER_PARAM, build_training_step
 
 RANKS, LAYERS, M = 8, 4, 4
 FSDP_8B = f"""
@@ -48,21 +53,59 @@ def _rank0_ops(*overrides: str) -> list[ComputeOp]:
 def test_fused_fsdp_copies_in_and_out_every_gather_by_hand():
     # Reshard after forward: every unit gathered for each micro-batch's forward and, but the head (kept
     # gathered), again for its backward: M x (2 N - head) parameters gathered on rank 0, each copied out at 4 B
-    # and, 1/8 of it, copied in at 4 B.
+    # and, 1/8 of it, cast and copied in at 10 B.
     model = get_model("llama3-8b")
     gathered = M * (2 * rank_params(model, 1, LAYERS, first_stage=True, last_stage=True) - model.head_params())
     ops = _rank0_ops()
     copy_in = [op for op in ops if op.name.startswith("fsdp copy-in ")]
     copy_out = [op for op in ops if op.name.startswith("fsdp copy-out ")]
     assert len(copy_in) == len(copy_out) == M * (2 * (LAYERS + 2) - 1)
-    assert sum(op.duration for op in copy_in) == pytest.approx(gathered * 4 / RANKS / COPY_RATE, rel=1e-12)
+    assert sum(op.duration for op in copy_in) == pytest.approx(gathered * 10 / RANKS / COPY_RATE, rel=1e-12)
     assert sum(op.duration for op in copy_out) == pytest.approx(gathered * 4 / COPY_RATE, rel=1e-12)
+    layer_in = next(op for op in copy_in if op.name == "fsdp copy-in L0")
+    assert layer_in.duration == pytest.approx(model.layer_params() * (4 + 2 + 2 + 2) / RANKS / COPY_RATE, rel=1e-12)
     layer = next(op for op in copy_out if op.name == "fsdp copy-out L0")
     assert layer.duration == pytest.approx(model.layer_params() * 4 / COPY_RATE, rel=1e-12)
     assert {op.stream for op in copy_in} == {"fsdp_copy_in"}
     assert {op.stream for op in copy_out} == {"compute"}
     # HBM copies, counted in the pass they gather for, not as communication
     assert {op.category for op in copy_in} == {op.category for op in copy_out} == {"forward", "backward"}
+
+
+def _step(*overrides: str):
+    loaded = scenario_from_text(FSDP_8B, "inline.yaml", list(overrides))
+    return loaded.scenario, build_training_step(loaded.scenario, scenario_topology(loaded))
+
+
+@pytest.mark.parametrize("reduce_dtype", ["fp32", "bf16"])
+def test_fused_fsdp_keeps_fp32_shards_and_their_fp32_gradients_without_a_master_copy(reduce_dtype):
+    # fp32 shard (4 B), fp32 sharded .grad (4 B: foreach_reduce casts the reduce-scatter output to the parameter's
+    # dtype whatever reduce_dtype is), Adam's moments (8 B), all / 8; no 16-bit weights, no fp32 master copy.
+    scenario, step = _step(f"training.grad_reduce_dtype={reduce_dtype}")
+    params = rank_params(get_model("llama3-8b"), 1, LAYERS, first_stage=True, last_stage=True)
+    (breakdown, _), = stage_memory(scenario, step)
+    assert breakdown.params == pytest.approx(params * 4 / RANKS, rel=1e-12)
+    assert breakdown.grads == pytest.approx(params * 4 / RANKS, rel=1e-12)
+    assert breakdown.optimizer == pytest.approx(params * 8 / RANKS, rel=1e-12)
+    assert step.plan.sharding.grad_bytes == {"fp32": 4, "bf16": 2}[reduce_dtype]  # what is reduce-scattered
+    # The optimizer updates the shards in place: Adam's 28 B and the gradient norm's read, no copy.
+    assert step.plan.optimizer_s[0] == pytest.approx(params / RANKS * (UPDATE_BYTES_PER_PARAM["adam"] + 4)
+                                                     / COPY_RATE, rel=1e-12)
+
+
+@pytest.mark.parametrize("parallelism", ["parallelism.fsdp=shard_grad_op", "parallelism.zero=3"])
+def test_shard_grad_op_and_deepspeed_keep_16_bit_weights_and_an_fp32_master_copy(parallelism):
+    # 2 B weights, the fp32 gradient buffer (4 B) and master weights + moments (12 B): ZeRO-3 all / 8, ZeRO-2 its
+    # weights whole (one micro-batch, so its gradients are reduce-scattered and sharded).
+    overrides = [parallelism, "training.global_batch=8"]
+    if parallelism.endswith("zero=3"):
+        overrides.insert(0, "parallelism.fsdp=null")
+    scenario, step = _step(*overrides)
+    params = rank_params(get_model("llama3-8b"), 1, LAYERS, first_stage=True, last_stage=True)
+    (breakdown, _), = stage_memory(scenario, step)
+    assert breakdown.params == pytest.approx(params * 2 / (RANKS if step.plan.sharding.stage == 3 else 1), rel=1e-12)
+    assert breakdown.optimizer == pytest.approx(params * 12 / RANKS, rel=1e-12)
+    assert not step.plan.sharding.fp32_shards
 
 
 @pytest.mark.parametrize("parallelism", ["parallelism.fsdp=shard_grad_op", "parallelism.fsdp=null"])

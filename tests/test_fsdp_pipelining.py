@@ -45,8 +45,9 @@ LAYER, EMBEDDING, HEAD = MODEL.layer_params(), MODEL.embedding_params(), MODEL.h
 STAGE_UNITS = ({"embedding": EMBEDDING, "L0": LAYER, "L1": LAYER}, {"L2": LAYER, "L3": LAYER, "head": HEAD})
 """Each pipeline rank's FSDP units (parameters) in forward order: rank 0 holds the embedding and layers 0-1,
 rank 1 layers 2-3 and the head (final norm and output layer)."""
-PARAM_BYTES, GRAD_BYTES = 2, 4
-"""bf16 parameters gathered, gradients reduced in fp32 (bf16's gradient buffer, FSDP2's reduce_dtype)."""
+PARAM_BYTES, GRAD_BYTES, SHARD_BYTES = 2, 4, 4
+"""bf16 parameters gathered, gradients reduced in fp32 (bf16's gradient buffer, FSDP2's reduce_dtype), fp32
+shards (FSDP2 keeps the parameter's own dtype)."""
 COPY_RATE = get_gpu("h100-sxm").hbm_bandwidth * calibrated_efficiency("h100-sxm", "bf16").memory_peak
 """HBM bytes per second of FSDP's gradient copies: the calibrated rate of a memory-bound kernel."""
 SCHEDULES = ["parallelism.pipeline.schedule=1f1b", "parallelism.pipeline.schedule=zb-h1",
@@ -123,12 +124,12 @@ def test_interleaved_chunks_each_reduce_after_their_own_last_backward(run_yaml):
 
 
 def test_runtime_schedules_unshard_each_chunk_before_the_first_action(run_yaml):
-    # Interleaved (v = 2) runs on _PipelineScheduleRuntime, whose _add_unshard_reshard puts an UNSHARD of every
-    # chunk (at most 3) before the rank's first action: rank 0's units, chunk 0's (embedding, L0) then chunk
-    # 2's (L2), all-gathered back to back from the step's start, the first once FSDP2 has copied the embedding's
-    # shard into its input (2 + 2 B per shard element), each alone on the NVSwitch (ring closed form); the
-    # chunk's first action copies its units out (2 + 2 B per parameter, back to back on the compute stream) and
-    # its first forward waits for them (_assert_unsharded); chunk 2's are copied out before chunk 2 runs.
+    # Interleaved (v = 2) runs on _PipelineScheduleRuntime, whose _add_unshard_reshard puts an UNSHARD of every chunk
+    # (at most 3) before the rank's first action: rank 0's units, chunk 0's (embedding, L0) then chunk 2's (L2),
+    # all-gathered back to back from the step's start, the first once FSDP2 has cast the embedding's fp32 shard to bf16
+    # and copied it into its input (4 + 2, then 2 + 2 B per shard element), each alone on the NVSwitch (ring closed
+    # form); the chunk's first action copies its units out (2 + 2 B per parameter, back to back on the compute stream)
+    # and its first forward waits for them (_assert_unsharded); chunk 2's are copied out before chunk 2 runs.
     result = run_yaml(PIPELINED_8B, "parallelism.pipeline.schedule=interleaved",
                       "parallelism.pipeline.virtual_stages=2")
     ops = _rank_ops(result, 0)
@@ -136,7 +137,7 @@ def test_runtime_schedules_unshard_each_chunk_before_the_first_action(run_yaml):
     units = {"embedding": EMBEDDING, "L0": LAYER, "L2": LAYER}
     assert list(gathers["name"].str.removeprefix("all_gather params ")) == list(units)
     assert list(gathers["chunk"]) == [0, 0, 2]
-    copy_in = 2 * PARAM_BYTES * EMBEDDING / DP / COPY_RATE
+    copy_in = (SHARD_BYTES + 3 * PARAM_BYTES) * EMBEDDING / DP / COPY_RATE
     ends = copy_in + np.cumsum([_ring_seconds(PARAM_BYTES * params) for params in units.values()])
     assert gathers["start_s"].iloc[0] == pytest.approx(copy_in, rel=1e-9)
     assert list(gathers["end_s"]) == pytest.approx(list(ends), rel=1e-9)

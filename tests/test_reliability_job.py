@@ -405,8 +405,8 @@ def stderr_before_each_draw(monkeypatch, capsys) -> list[str]:
 
 def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, capsys, monkeypatch):
     """48 layers of Llama 3 70B under TP 8 with hybrid_shard, whose shard group is one GPU (a layout
-    warning): 43.2e9 parameters / 8 at 18 B of plain data parallelism's state (bf16 weights, fp32 gradients,
-    Adam's 12 B) are 90.5 GiB per GPU, 95.8 GiB with activations and buffers, out of memory on an H100. Both
+    warning): 43.2e9 parameters / 8 at 16 B of FSDP2's unsharded fp32 state (fp32 weights and gradients, Adam's
+    8 B) are 80.5 GiB per GPU, 85.6 GiB with activations and buffers, out of memory on an H100. Both
     warnings are on stderr before the first replication draws its failures (they came after the whole job,
     which can take minutes), once, and the layout's once in summary.json's warnings. After the job only its own
     warning comes: without spares and with 6 h repairs its restarts mostly wait for hosts."""
@@ -419,7 +419,7 @@ def test_a_job_prints_its_steps_warnings_before_it_simulates_the_job(tmp_path, c
     lines = before[0].splitlines()
     assert [line.split(":")[:2] for line in lines] == [["warning", " parallelism.fsdp"],
                                                        ["warning", " OUT OF MEMORY"]]
-    assert "95.8 GiB needed" in lines[1]
+    assert "85.6 GiB needed" in lines[1]
     warnings = json.loads((tmp_path / "job" / "summary.json").read_text())["warnings"]
     assert warnings == [line.removeprefix("warning: ") for line in (lines[0], after[0])]
 

@@ -583,7 +583,10 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       copy-outs, 24 ms of it the SM toll the kernels no longer pay while a copy-out runs, which the estimate
       counts only in part), tp 2 dp 16 on four hosts 2.8% fast: the copy-outs put each unit's compute later
       against the prefetched gathers, and its TP collectives, sharing NVLink with them, take 111.3 ms a step
-      on rank 0 against 68.0 ms before, which `forward_sharing_s` does not follow;
+      on rank 0 against 68.0 ms before, which `forward_sharing_s` does not follow. Since FSDP's shards are fp32
+      under fused kernels too (each copy-in casts, 10 B / n per parameter against 4, on the copy-in stream the
+      gather waits for, which the estimate leaves out; the optimizer updates the shards without a master
+      copy): 0.9715 to 1.006 (today 0.9718 to 1.0054; tp 2 dp 16 on four hosts the lowest, 0.9723 before);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -596,8 +599,9 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       reduce-scatters where they hold the rank's compute (`chunk_reductions_s`); it was 1.0118 to 1.0299 on
       four hosts when every gather and reduce-scatter of the rank was charged after the pipeline. With
       FSDP2's copy-outs simulated, charged once per step spread over the micro-batches (`copy_outs_s`),
-      0.995 to 1.0015 (today 0.9951 to 1.0008; 1F1B pp 2 the lowest, 0.9955 on one host and 0.9951 on four:
-      rank 0's copy-outs before its first forward delay the fill, which the estimate does not place there).
+      0.995 to 1.0015 (0.9951 to 1.0008; 1F1B pp 2 the lowest, 0.9955 on one host and 0.9951 on four:
+      rank 0's copy-outs before its first forward delay the fill, which the estimate does not place there);
+      with fp32 shards 0.9945 to 1.001 (today 0.9950 to 1.0006, 1F1B pp 2 still the lowest).
 
     And any two layouts, FSDP included, more than 2% apart in the simulation are in the same order in the
     estimate (before, FSDP ranked above ZeRO-1 layouts it trails by 6% to 16%)."""
@@ -605,9 +609,9 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
             for candidate, estimated, _, summary in _dense_layouts(cluster)]
     for candidate, estimated, simulated in rows:
         if candidate.pp > 1:
-            low, high = (0.995, 1.0015) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
+            low, high = (0.9945, 1.001) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.972, 1.008) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (0.9715, 1.006) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:

@@ -112,7 +112,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         self._gathered: set[tuple[int, int, int]] = set()
         """Per rank, virtual stage and unit, the units gathered once for the step (``reshard_after_forward``
         false)."""
-        self._unshards: dict[tuple[int, int], list[tuple[str, float, int]]] = {}
+        self._unshards: dict[tuple[int, int], list[tuple[str, float, int | None]]] = {}
         """Per rank and virtual stage, the all-gathers of the runtime's UNSHARD of the chunk (unit name,
         parameters, op), whose copy-outs the chunk's first action runs and waits for."""
         self._backward_sends: dict[tuple[int, int], list[int]] = {}
@@ -479,9 +479,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             params = sum(item.params for item, _ in waiting)
             name = block.name if len(waiting) == 1 else f"L{block.layer}"
             group = self._shard_group(rank)
-            key = f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}"
-            rs = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
-                                  params * sharding.grad_bytes, key, [done for _, done in waiting], "dp")
+            rs = self._reduce_scatter(rank, name, group, params, f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}",
+                                      [done for _, done in waiting])
             if sharding.fsdp:
                 if (rank, vstage) in self._last_grad_rs:
                     self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
@@ -519,9 +518,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         last = after[-1]
         for layer, (first, final_block, params) in self._units_of(vstage).items():
             name = first if first == final_block else f"L{layer}"
-            last = self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
-                                    params * sharding.grad_bytes, f"grads.rs.{name}.vs{vstage}.{group[0]}",
-                                    after, "dp")
+            last = self._reduce_scatter(rank, name, group, params, f"grads.rs.{name}.vs{vstage}.{group[0]}", after)
             for block in blocks:
                 if block.layer == layer and block.params > 0:
                     self._grad_ready[(rank, vstage, id(block))] = last
@@ -530,6 +527,28 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                         replicas, params * sharding.grad_bytes / len(group),
                                         f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [last], "dp")
         self._compute_waits[rank] = last
+
+    def _reduce_scatter(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
+                        deps: list[int]) -> int:
+        """A unit's gradient reduce-scatter over its shard ``group`` on the ``dp`` stream (FSDP2's reduce-scatter
+        stream) once ``deps`` are done; over a one-rank group FSDP2 runs no collective but copies the
+        reduce-scatter input into its output on that stream (Sharding.one_rank_reduce_bytes), an HBM copy
+        counted in the backward."""
+        sharding = self.plan.sharding
+        if len(group) > 1:
+            return self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
+                                    params * sharding.grad_bytes, key, deps, "dp")
+        copy = self._compute(rank, f"fsdp reduce copy-out {name}",
+                             self._copy_s(params, sharding.one_rank_reduce_bytes()), deps, "backward",
+                             stream=DP_STREAM, sm_bound_share=0.0)
+        self._dp_ops.setdefault(rank, []).append(copy)
+        return copy
+
+    def _copy_s(self, params: float, bytes_per_param: float) -> float:
+        """Seconds of an FSDP copy of ``bytes_per_param`` over ``params`` parameters at the sharding's
+        ``grad_copy_rate``; 0 where none is charged (a synthetic model's FSDP, which has no rate)."""
+        rate = self.plan.sharding.grad_copy_rate
+        return params * bytes_per_param / rate if rate > 0 else 0.0
 
     def _layer_blocks(self, vstage: int, layer: int) -> int:
         """How many blocks with parameters layer ``layer`` has on virtual stage ``vstage``."""
@@ -615,8 +634,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _unit_gather(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str, deps: list[int],
                      category: Category, mb: int) -> int:
         """One FSDP unit's all-gather (`_gather_copied_in`) and its copy-out (`_copy_out`) in the pass's
-        ``category``; returns the op the unit's compute waits for."""
-        gather = self._gather_copied_in(rank, name, group, params, key, deps, category, mb)
+        ``category``; over a one-rank shard group only the copy-out's place takes FSDP2's copy from the shard
+        (`_copy_out`); returns the op the unit's compute waits for."""
+        gather = None if len(group) == 1 else self._gather_copied_in(rank, name, group, params, key, deps, category,
+                                                                     mb)
         return self._copy_out(rank, name, params, gather, category, mb)
 
     def _gather_copied_in(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
@@ -634,11 +655,17 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
                                 params * sharding.param_bytes, key, deps, "dp", mb)
 
-    def _copy_out(self, rank: int, name: str, params: float, gather: int, category: Category, mb: int) -> int:
+    def _copy_out(self, rank: int, name: str, params: float, gather: int | None, category: Category,
+                  mb: int) -> int:
         """FSDP2's copy-out of a unit's all-gather output into its unsharded parameters, on the compute stream once
         ``gather`` is done (wait_for_unshard; Sharding.gather_copy_bytes), in ``category``; ``gather`` itself
-        where none is charged."""
+        where none is charged. Without a gather (``gather`` None: a one-rank shard group) wait_for_unshard
+        copies the cast shard into the unsharded parameters instead, on the compute stream in its turn
+        (Sharding.unshard_copy_bytes)."""
         sharding = self.plan.sharding
+        if gather is None:
+            return self._compute(rank, f"fsdp unshard copy {name}", self._copy_s(params, sharding.unshard_copy_bytes()),
+                                 [], category, mb=mb, sm_bound_share=0.0)
         _, copy_out = sharding.gather_copy_bytes()
         if copy_out <= 0:
             return gather
@@ -661,9 +688,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             self._vstage = vstage
             for layer, (first, last, params) in self._units_of(vstage).items():
                 name = first if first == last else f"L{layer}"
-                gather = self._gather_copied_in(rank, name, group, params,
-                                                f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1,
-                                                copy_in_stream=COMPUTE_STREAM)
+                gather = None if len(group) == 1 else self._gather_copied_in(
+                    rank, name, group, params, f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1,
+                    copy_in_stream=COMPUTE_STREAM)
                 self._unshards.setdefault((rank, vstage), []).append((name, params, gather))
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1

@@ -9,6 +9,8 @@ from typing import Literal
 from simulator.collectives.names import Primitive
 
 ZERO_STAGES = (0, 1, 2, 3)
+FP32_BYTES = 4.0
+"""Bytes of an fp32 element: PyTorch FSDP2's shards (the parameters in their own dtype) and eager's weights."""
 
 GradSync = Literal["every_microbatch", "after_last_backward"]
 """When ZeRO-3's gradients are reduce-scattered (the summary's ``layout.grad_sync``): each micro-batch's, or
@@ -39,8 +41,9 @@ class Sharding:
     forward, and keeps it unsharded until the chunk's last gradient action. ``grad_copy_rate`` (HBM bytes per
     second; 0 charges none) times PyTorch FSDP's gradient copies on the compute stream (grad_copy_bytes) and
     FSDP2's copies around each all-gather of its shards, kept in ``shard_bytes`` per element (gather_copy_bytes;
-    eager FSDP's fp32 shards, the fused path's in the training precision; 0 charges none: DeepSpeed ZeRO-3
-    gathers into flat buffers its modules' parameters are views of)."""
+    ``fsdp: full_shard | hybrid_shard`` keeps fp32 shards under both kernel eras, fp32_shards; FSDP1's
+    shard_grad_op and no_shard the training precision; 0 charges none: DeepSpeed ZeRO-3 gathers into flat
+    buffers its modules' parameters are views of)."""
 
     stage: int = 0
     degree: int = 1
@@ -55,6 +58,16 @@ class Sharding:
     reshard_after_forward: bool = True
     grad_copy_rate: float = 0.0
     shard_bytes: float = 0.0
+
+    @property
+    def fp32_shards(self) -> bool:
+        """Whether the rank keeps its parameter shards in fp32 and the optimizer updates them in place, with no
+        master copy (PyTorch FSDP2: the sharded parameter keeps the original parameter's dtype, fp32, and
+        MixedPrecisionPolicy's param_dtype applies only to what is gathered), its sharded gradient fp32 too
+        whatever the reduce dtype (foreach_reduce casts the reduce-scatter's output to the parameter's dtype
+        before it accumulates it into ``.grad``): 4 + 4 B per parameter and the optimizer's moments, all over
+        the shard group."""
+        return self.shard_bytes == FP32_BYTES
 
     @property
     def grad_reduction(self) -> Primitive:
@@ -125,5 +138,24 @@ class Sharding:
         (read and write ``param_bytes``)). (0, 0) without ``shard_bytes``."""
         if self.shard_bytes <= 0:
             return 0.0, 0.0
+        return self.unshard_copy_bytes() / self.degree, 2 * self.param_bytes
+
+    def unshard_copy_bytes(self) -> float:
+        """HBM bytes per parameter of a unit FSDP2 moves to make its shard gatherable: where the shard's dtype is
+        not param_dtype a cast (read ``shard_bytes``, write ``param_bytes``; FSDPParam clamps param_dtype to
+        None where they agree), then a copy of the result (read and write ``param_bytes``). Over a shard group
+        of more than one rank that is the copy-in (gather_copy_bytes); over one rank (HSDP whose shard group is
+        a single GPU) FSDP2 gathers nothing: FSDPParamGroup.unshard only records an event and
+        wait_for_unshard, on the current stream, copies each parameter's ``all_gather_inputs`` (the cast shard)
+        into its all-gather output, which the unsharded parameter views (torch 2.13,
+        torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, ``world_size == 1``): no copy-in stream, no
+        all-gather, no copy-out."""
         cast = self.shard_bytes + self.param_bytes if self.shard_bytes != self.param_bytes else 0.0
-        return (cast + 2 * self.param_bytes) / self.degree, 2 * self.param_bytes
+        return cast + 2 * self.param_bytes
+
+    def one_rank_reduce_bytes(self) -> float:
+        """HBM bytes per parameter of a unit FSDP2's foreach_reduce moves on its reduce-scatter stream where the
+        shard group is one rank: no reduce-scatter, ``reduce_output.copy_(reduce_scatter_input)`` (read and
+        write ``grad_bytes``; the default gradient_divide_factor None divides nothing there), which HSDP then
+        all-reduces across the replicas (torch 2.13, _fsdp_collectives.py, ``world_size > 1`` else branch)."""
+        return 2 * self.grad_bytes

@@ -71,15 +71,16 @@ class MemoryBreakdown:
 
 
 def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = "adam",
-                          grad_reduce: GradReduceDtype | None = None, eager: bool = False) -> StateBytes:
+                          grad_reduce: GradReduceDtype | None = None, fp32_weights: bool = False) -> StateBytes:
     """Bytes per parameter for a training precision, optimizer and gradient buffer format.
 
     16-bit (and fp8, which keeps 16-bit weights) mixed precision holds 2 B weights, the gradient buffer
     (``grad_reduce``; by default fp32 for bf16 and fp8, fp16 for fp16: grad_buffer_bytes) and a 4 B fp32 master
-    copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy, and so does
-    PyTorch eager (``eager``: fp32 weights and their fp32 ``.grad``, which the optimizer updates itself; under
-    FSDP the fp32 sharded gradient whatever the reduce dtype, FSDP2 casting the reduce-scatter's output to the
-    parameter's dtype). Adam adds momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
+    copy inside the optimizer state; fp32 training holds 4 B weights and grads and no master copy, and so do
+    ``fp32_weights``: PyTorch eager's fp32 weights and their fp32 ``.grad``, which the optimizer updates itself,
+    and PyTorch FSDP2's fp32 shards under either kernel era (Sharding.fp32_shards: the fp32 sharded gradient
+    whatever the reduce dtype, FSDP2 casting the reduce-scatter's output to the parameter's dtype). Adam adds
+    momentum and variance (8 B), SGD with momentum 4 B, plain SGD nothing.
     """
     if precision not in PRECISIONS:
         raise ScenarioError(
@@ -91,7 +92,7 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
         )
     moments = OPTIMIZER_MOMENT_BYTES[optimizer]
     grad = float(grad_buffer_bytes(precision, grad_reduce))
-    if eager:
+    if fp32_weights:
         return StateBytes(4.0, 4.0, moments)
     if precision == "fp32":
         return StateBytes(4.0, grad, moments)
@@ -100,10 +101,10 @@ def state_bytes_per_param(precision: Precision = "bf16", optimizer: Optimizer = 
 
 def model_state_memory(
     num_params: float, sharding: Sharding = UNSHARDED, precision: Precision = "bf16", optimizer: Optimizer = "adam",
-    grad_reduce: GradReduceDtype | None = None, eager: bool = False,
+    grad_reduce: GradReduceDtype | None = None, fp32_weights: bool = False,
 ) -> MemoryBreakdown:
     """Weights, gradients and optimizer state one rank holds for ``num_params`` parameters under ``sharding``,
-    gradients in the buffer format ``grad_reduce``, PyTorch eager's fp32 weights when ``eager``
+    gradients in the buffer format ``grad_reduce``, fp32 weights without a master copy when ``fp32_weights``
     (state_bytes_per_param)."""
     if sharding.stage not in ZERO_STAGES:
         raise ScenarioError(
@@ -113,7 +114,7 @@ def model_state_memory(
         raise ScenarioError(
             f"shard degree {sharding.degree} must be >= 1", field="parallelism.dp", allowed="positive integers"
         )
-    per_param = state_bytes_per_param(precision, optimizer, grad_reduce, eager)
+    per_param = state_bytes_per_param(precision, optimizer, grad_reduce, fp32_weights)
     n = sharding.degree
     return MemoryBreakdown(
         params=num_params * per_param.param / (n if sharding.stage >= 3 else 1),
@@ -304,7 +305,8 @@ def unsharded_layers_bytes(model: ModelSpec, tp: int, layers: int = 2, element_b
     return layers * math.ceil(model.layer_params() / tp) * element_bytes
 
 
-def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, reduce_bytes: float) -> float:
+def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, reduce_bytes: float,
+                           prefetches: bool = True) -> float:
     """Peak bytes PyTorch FSDP2 holds beside its shards for a chain of wrapped units (each unit's parameters on
     one TP rank, forward order; torch 2.13 _fully_shard/_fsdp_param_group.py). Forward of unit i: its unsharded
     parameters and the all-gather outputs of units i+1 and i+2 (implicit prefetch keeps one all-gather result
@@ -314,12 +316,17 @@ def fsdp_working_set_bytes(units: Sequence[float], param_bytes: float, reduce_by
     post_backward. That reshards unit i first, then waits for unit i+1's reduce-scatter and drops its input,
     then copies unit i's gradients into its own input (foreach_reduce's chunk_cat, the gradients freed after):
     unit i-1's parameters, unit i's gradients and its reduce-scatter input. ``reduce_bytes`` 0: no
-    reduce-scatter in the backward (the gradients accumulate unsharded, counted apart)."""
+    reduce-scatter in the backward (the gradients accumulate unsharded, counted apart). Without ``prefetches``
+    (a one-rank shard group: FSDP2's unshard gathers nothing, and each unit's wait_for_unshard copies its shard
+    into its unsharded parameters when its own pass reaches it) no other unit's parameters are held: unit i's
+    alone forward, with its gradients and unit i+1's reduce-scatter input backward."""
     padded = [0.0, *units, 0.0, 0.0]
     inner = range(1, len(units) + 1)
-    forward = max((padded[i] + padded[i + 1] + padded[i + 2]) * param_bytes for i in inner)
-    backward = max((padded[i - 1] + 2 * padded[i]) * param_bytes + padded[i + 1] * reduce_bytes for i in inner)
-    reduce = max(padded[i - 1] * param_bytes + padded[i] * (param_bytes + reduce_bytes) for i in inner)
+    ahead = 1.0 if prefetches else 0.0
+    forward = max((padded[i] + ahead * (padded[i + 1] + padded[i + 2])) * param_bytes for i in inner)
+    backward = max((ahead * padded[i - 1] + 2 * padded[i]) * param_bytes + padded[i + 1] * reduce_bytes
+                   for i in inner)
+    reduce = max(ahead * padded[i - 1] * param_bytes + padded[i] * (param_bytes + reduce_bytes) for i in inner)
     return max(forward, backward, reduce)
 
 
@@ -387,7 +394,8 @@ def rank_memory(
     """
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     routed = routed_params(model, layers, ep)
-    dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce, shard.eager)
+    dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce,
+                               shard.eager or sharding.fp32_shards)
     experts = model_state_memory(routed, expert_sharding(sharding, ep, shard.tp), precision, optimizer, grad_reduce)
     state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
                             dense.optimizer + experts.optimizer)

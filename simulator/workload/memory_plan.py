@@ -87,25 +87,25 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
 
 
 def fsdp_buffer_bytes(step: TrainingStep, pp_rank: int) -> float:
-    """What PyTorch FSDP holds unsharded on a rank of pipeline rank ``pp_rank``: without pipelining the working
-    set of its units (memory.fsdp_working_set_bytes), plus the whole accumulated gradient in the reduce dtype
-    when it does not sync every micro-batch (``reduce_every_microbatch: false``, its parameters' working set
-    then without gradients); under pipelining (``stage_reduces_grads``) the chunks' parameters held from their
-    first forward to their last gradient action, and their accumulated gradients
-    (memory.fsdp_pipelined_bytes). gpipe and 1f1b gather a chunk before its first forward; the runtime of the
-    other schedules gathers every chunk at the step's start (program._unshard_chunks), which leaves the peak
-    where it is: no gradients are held before the rank's first gradient action, and a chunk's first gradient
-    action follows the forward of that micro-batch on every chunk of the rank, so every chunk is gathered by
-    then under both."""
+    """What PyTorch FSDP holds unsharded on a rank of pipeline rank ``pp_rank``: without pipelining the working set of
+    its units (memory.fsdp_working_set_bytes, without prefetched units over a one-rank shard group), plus the whole
+    accumulated gradient in the reduce dtype when it does not sync every micro-batch (``reduce_every_microbatch:
+    false``, its parameters' working set then without gradients); under pipelining (``stage_reduces_grads``) the
+    chunks' parameters held from their first forward to their last gradient action, and their accumulated gradients
+    (memory.fsdp_pipelined_bytes). gpipe and 1f1b gather a chunk before its first forward; the runtime of the other
+    schedules gathers every chunk at the step's start (program._unshard_chunks), which leaves the peak where it is:
+    no gradients are held before the rank's first gradient action, and a chunk's first gradient action follows the
+    forward of that micro-batch on every chunk of the rank, so every chunk is gathered by then under both."""
     sharding = step.plan.sharding
     chunk_units = [wrapped_units(step, vs) for vs in step.plan.rank_stages(pp_rank)]
     if sharding.stage_reduces_grads:
         return memory.fsdp_pipelined_bytes(step.plan.schedule[pp_rank], chunk_units, sharding.param_bytes,
                                            sharding.grad_bytes)
+    prefetches = sharding.degree > 1
     if sharding.defers_unit_grads:
-        return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, 0.0)
+        return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, 0.0, prefetches)
                    + sum(units) * sharding.grad_bytes for units in chunk_units)
-    return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, sharding.grad_bytes)
+    return max(memory.fsdp_working_set_bytes(units, sharding.param_bytes, sharding.grad_bytes, prefetches)
                for units in chunk_units)
 
 

@@ -29,7 +29,7 @@ from simulator.config.training_options import (
 from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
-from simulator.parallel.sharding import Sharding
+from simulator.parallel.sharding import FP32_BYTES, Sharding
 from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
@@ -40,8 +40,6 @@ from simulator.workload.memory import expert_sharding
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
-FP32_BYTES = 4
-"""Bytes of an fp32 element: PyTorch eager's parameters (and, under FSDP, their shards)."""
 PRECISION_BYTES: dict[Precision, int] = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 """Bytes of a stored or communicated element (activations, weights, fresh gradients) per training precision:
 fp8 training runs its GEMMs in fp8 but keeps activations and weights, and their messages, in 16 bits. The
@@ -78,7 +76,7 @@ def copy_bytes_per_param(precision: Precision, buffer_bytes: int) -> float:
 
 def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
                               grad_reduce: GradReduceDtype | None = None, kernels: KernelEra = "fused",
-                              step: OptimizerStep = "fused") -> float:
+                              step: OptimizerStep = "fused", fp32_shards: bool = False) -> float:
     """HBM bytes of one optimizer step per local parameter, pass by pass as Megatron-LM's mixed-precision
     optimizer runs it (megatron/optimizer/optimizer.py, Float16OptimizerWithFloat16Params):
     ``main_param.grad = main_grad.float()`` copies a 16-bit gradient buffer to fp32 (read 2 B, write 4 B) and is
@@ -89,10 +87,15 @@ def optimizer_bytes_per_param(optimizer: Optimizer, precision: Precision,
     PyTorch eager under autocast (``kernels``) updates the fp32 weights and gradients themselves with
     torch.optim's update, ``fused=True`` (as the H200 trace's step) or its default foreach (``step``,
     FOREACH_BYTES_PER_PARAM): no copy either way and no gradient norm unless the script clips (not modelled);
-    fp16's GradScaler still unscales: Adam fused 28 B, 36 B with fp16; AdamW foreach 80 B."""
+    fp16's GradScaler still unscales: Adam fused 28 B, 36 B with fp16; AdamW foreach 80 B. Fused kernels over
+    PyTorch FSDP2's fp32 shards (``fp32_shards``, Sharding.fp32_shards) update the shards and their fp32 sharded
+    gradients in place: the gradient norm, fp16's unscale and the update, no copy (no master weights, no 16-bit
+    gradient buffer to widen): Adam 32 B with bf16."""
     if kernels == "eager":
         update = FOREACH_BYTES_PER_PARAM if step == "foreach" else UPDATE_BYTES_PER_PARAM
         return update[optimizer] + unscale_bytes_per_param(precision)
+    if fp32_shards:
+        return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + unscale_bytes_per_param(precision)
     buffer = grad_buffer_bytes(precision, grad_reduce)
     return UPDATE_BYTES_PER_PARAM[optimizer] + 4.0 + copy_bytes_per_param(precision, buffer)
 
@@ -233,6 +236,19 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
+def _fsdp_shard_bytes(scenario: Scenario, layout: Layout, sharding: Sharding) -> float:
+    """Bytes per element of PyTorch FSDP's parameter shards: FSDP2's ``fully_shard`` (``fsdp: full_shard |
+    hybrid_shard`` over a DP x CP group of more than one rank, under either kernel era) keeps each shard in the
+    parameter's own dtype, fp32, and gathers it in MixedPrecisionPolicy's param_dtype (torchtitan's bf16
+    parameters, fp32 shards); FSDP1's shard_grad_op and no_shard, and a DP x CP group of one rank (nothing
+    sharded, nothing gathered), keep the training precision with an fp32 master copy in the optimizer, as the
+    fused path's Megatron-LM does. Eager's weights are fp32 whatever the strategy."""
+    par = scenario.parallelism
+    if scenario.training.kernels == "eager" or (par.gathers_per_unit and layout.dp * layout.cp > 1):
+        return FP32_BYTES
+    return sharding.param_bytes
+
+
 def _check_eager_shard_group(scenario: Scenario, sharding: Sharding) -> None:
     """Eager FSDP needs a shard group of more than one rank: torchtitan applies fully_shard only when it shards
     (``parallel_dims.fsdp_enabled``, dp_shard > 1) and otherwise trains the fp32 weights under autocast, which is
@@ -331,13 +347,13 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
-                           shard_bytes=FP32_BYTES if eager else sharding.param_bytes)
+                           shard_bytes=_fsdp_shard_bytes(scenario, layout, sharding))
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
     seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision,
                                                   training.grad_reduce_dtype, training.kernels,
-                                                  training.optimizer_step) / (
+                                                  training.optimizer_step, sharding.fp32_shards) / (
         gpu.hbm_bandwidth * cost.efficiency.memory_peak)
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage])
