@@ -332,6 +332,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                training_ranks=program.training_ranks,
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
+                               pipeline_stages=program.layout.pp if program.layout is not None else 1,
                                traffic_correction=traffic_correction(ops, plans, shapes, weights))
     summary.update(topology=topology.name, gpu_model=topology.gpu_model, gpus=program.world, **program.details,
                    ops_executed=result.ops_executed,

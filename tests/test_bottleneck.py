@@ -51,3 +51,20 @@ def test_waits_for_overlapped_tp_collectives_are_not_pipeline_bubble(tmp_path):
     assert summary["exposed_comm_s"]["tp"] > 0.1 * summary["step_time_s"]
     assert summary["bubble_fraction"] == 0.0
     assert summary["bottleneck"]["loss_shares"]["pipeline_bubble"] == 0.0
+
+
+def test_idle_without_a_pipeline_is_named_compute_idle(tmp_path):
+    """At pp = 1 the compute stream's waits are no pipeline bubble: here CP ranks without load balancing wait for
+    the rank holding the end of the sequence, (2i + 1)/cp of the mean attention. The console's row said
+    `compute idle 19.6%` while the verdict below it said `largest loss: pipeline bubble, 15.8% of the step`;
+    both now say compute idle (the loss keeps its key, `pipeline_bubble`)."""
+    path = tmp_path / "cp4.yaml"
+    path.write_text("cluster: {topology: dgx-h100}\nmodel: {layers: 2, hidden: 1024, heads: 8, vocab: 32000}\n"
+                    "training: {seq_len: 16384, global_batch: 2, micro_batch: 1, precision: bf16}\n"
+                    "parallelism: {tp: 1, cp: 4, dp: 2, cp_load_balance: false}\n")
+    summary = simulate(load_scenario(path)).summary
+    verdict = summary["bottleneck"]
+    assert verdict["largest_loss"]["name"] == "pipeline_bubble"
+    share = verdict["largest_loss"]["share_of_step"]
+    assert share > 0.1
+    assert verdict["verdict"] == f"compute-bound; largest loss: compute idle, {100 * share:.1f}% of the step"

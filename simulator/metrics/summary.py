@@ -29,6 +29,9 @@ bandwidth binds rather than compute: most of the compute then waits on HBM, not 
 LOSS_LABELS = {"pipeline_bubble": "pipeline bubble", "optimizer": "optimizer step",
                **{f"exposed_{kind}_comm": f"exposed {kind.upper()} communication" for kind in COMM_CATEGORIES}}
 """The losses a step is charged with, by key, and how the bottleneck's `verdict` names them."""
+IDLE_WITHOUT_PIPELINE = "compute idle"
+"""How the verdict names the `pipeline_bubble` loss of a step of one pipeline stage, as the console's row does:
+its compute stream waits for ZeRO-3 gathers, CP ranks of more attention work or stragglers, not for a pipeline."""
 
 
 def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimizer_time_s: float) -> dict[str, float]:
@@ -43,9 +46,10 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
 
 
 def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float,
-               losses: dict[str, float] | None = None) -> dict:
+               losses: dict[str, float] | None = None, *, pipeline_stages: int) -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
-    of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so."""
+    of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
+    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE)."""
     exposed = sum(comm["exposed_comm_s"].values())
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
@@ -66,7 +70,8 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         name = max(losses, key=lambda key: (losses[key], key))
         result["largest_loss"] = {"name": name, "share_of_step": losses[name]}
         result["loss_shares"] = losses
-        result["verdict"] = (f"{binding.replace('_', ' ')}-bound; largest loss: {LOSS_LABELS[name]}, "
+        label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
+        result["verdict"] = (f"{binding.replace('_', ' ')}-bound; largest loss: {label}, "
                              f"{100 * losses[name]:.1f}% of the step" if losses[name] > 0 else
                              f"{binding.replace('_', ' ')}-bound; no measurable loss")
     return result
@@ -74,7 +79,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
 
 def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated: Sequence[int],
                      tokens_per_step: float, model_flops_per_step: float, peak_flops: float, memory: dict,
-                     memory_bound_share: float, pipelined: bool = True,
+                     memory_bound_share: float, pipelined: bool = True, pipeline_stages: int = 1,
                      traffic_correction: Mapping[str, float] | None = None,
                      nominal_model_flops_per_step: float | None = None,
                      training_ranks: Collection[int] | None = None) -> dict:
@@ -82,7 +87,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
     adds the nominal rates, top_k experts for every token, as Megatron-LM and papers count them. A step that is
-    not ``pipelined`` has no bubble (StepProgram.pipelined). ``traffic_correction`` turns the flows into bytes
+    not ``pipelined`` has no bubble (StepProgram.pipelined); the verdict of a step of one ``pipeline_stages``
+    calls its idle time compute idle. ``traffic_correction`` turns the flows into bytes
     sent (`traffic_bytes`). ``training_ranks`` (None: every rank) are the ranks whose times the communication
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
     (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
@@ -110,7 +116,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     }
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
                          optimizer_s(timed))
-    summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses)
+    summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
+                                       pipeline_stages=pipeline_stages)
     return summary
 
 
