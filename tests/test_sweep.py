@@ -545,6 +545,27 @@ def test_a_set_overrides_the_base_of_every_point_before_its_axes(tmp_path, capsy
     assert "overrides" not in frame
 
 
+def test_a_reused_point_records_the_sets_of_the_run_that_reused_it(tmp_path):
+    """`--set model.synthetic.forward=1 ms` writes the base's own value, so every point's scenario and key are
+    the earlier run's and the points are reused; their records kept the earlier run's `--set`s (none), so the
+    table said they ran without the `--set` this run gave, and the other way round."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text(BASE + "grid:\n  training.microbatches: [4, 8]\n")
+    out, executor = tmp_path / "out", CountingExecutor()
+
+    def recorded() -> list[list[str]]:
+        return [record["overrides"] for record in map(orjson.loads, (out / "points.jsonl").read_text().splitlines())]
+
+    run_sweep(load_sweep(path), out, executor)
+    report = run_sweep(load_sweep(path, overrides=["model.synthetic.forward=1 ms"]), out, executor)
+    assert (executor.ran, report.reused) == ([0, 1], 2)
+    assert recorded() == [["model.synthetic.forward=1 ms"]] * 2
+    assert list(pd.read_parquet(out / "results.parquet")["overrides"]) == ['["model.synthetic.forward=1 ms"]'] * 2
+    run_sweep(load_sweep(path), out, executor)
+    assert executor.ran == [0, 1] and recorded() == [[], []]
+    assert "overrides" not in pd.read_parquet(out / "results.parquet")
+
+
 @pytest.mark.parametrize("override", ["training.microbatches=2", "training={microbatches: 2}"])
 def test_a_set_on_a_field_an_axis_sets_is_refused(tmp_path, capsys, override):
     """An axis writes its field at every point, so a `--set` of that field (or of the section holding it) would

@@ -38,7 +38,8 @@ class PointRecord:
     error: str
     metrics: dict
     overrides: tuple[str, ...] = ()
-    """The sweep's `--set`s the point ran with, as typed (read back from the journal as a list)."""
+    """The sweep's `--set`s the point ran with, as typed (read back from the journal as a list); a point reused
+    from an earlier run takes the reusing run's, which give the same scenario."""
 
 
 def flatten(summary: dict, prefix: str = "") -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simulator.config.loader import LoadedScenario, Override, sets_typed
@@ -103,19 +103,20 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     earlier = read_records(out_dir)
     records: dict[int, PointRecord] = {}
     todo: list[Point] = []
+    reused = 0
     outputs = point_outputs or sweep.outputs
     for point in sweep.points:
         previous = earlier.get(point.index)
         if previous is not None and previous.key == point.key and not (force and previous.status == "invalid") and (
                 not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
-            records[point.index] = previous
+            records[point.index] = _reused(previous, point)
+            reused += 1
         elif point.skipped:
             records[point.index] = PointRecord(point.index, point.key, "skipped", point.skipped, {},
                                                sets_typed(point.overrides))
             append_record(out_dir, records[point.index])
         else:
             todo.append(point)
-    reused = sum(1 for index, record in records.items() if earlier.get(index) is record)
     values = {point.index: point.values for point in sweep.points}
     tasks = [PointTask(p.index, p.key, p.data, sweep.base_source, sweep.base_lines,
                        str(point_folder(out_dir, p.index)) if outputs else None, p.overrides, force) for p in todo]
@@ -142,6 +143,14 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
 def point_folder(out_dir: Path, index: int) -> Path:
     """Where a point's run outputs go (`--point-outputs`, `outputs: true`)."""
     return out_dir / "points" / f"{index:05d}"
+
+
+def _reused(previous: PointRecord, point: Point) -> PointRecord:
+    """An earlier run's record of ``point`` (the same scenario: same key), with the `--set`s this run gave: other
+    `--set`s can write the same scenario (one giving the base's own value), and the record kept the earlier
+    run's, so the table said the point ran with `--set`s this run did not give."""
+    sets = sets_typed(point.overrides)
+    return previous if previous.overrides == sets else replace(previous, overrides=sets)
 
 
 def _has_outputs(folder: Path, point: Point) -> bool:
