@@ -118,11 +118,12 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("sharding,remedies", [
-    ("parallelism.zero=0", "(try ZeRO/FSDP, full recompute, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.zero=2", "(try ZeRO-3/FSDP, full recompute, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.zero=3", "(try full recompute, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.fsdp=full_shard", "(try full recompute, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.fsdp=hybrid_shard", "(try fsdp: full_shard, full recompute, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.zero=0", "(try zero: 3 or fsdp: full_shard, recompute: full, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.zero=2", "(try zero: 3 or fsdp: full_shard with zero: 0, recompute: full, more tp or pp, "
+                             "a smaller micro_batch)"),
+    ("parallelism.zero=3", "(try recompute: full, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.fsdp=full_shard", "(try recompute: full, more tp or pp, a smaller micro_batch)"),
+    ("parallelism.fsdp=hybrid_shard", "(try fsdp: full_shard, recompute: full, more tp or pp, a smaller micro_batch)"),
 ])
 def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, sharding, remedies):
     """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to try ZeRO/FSDP; hybrid_shard, sharded
@@ -138,10 +139,11 @@ def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, ca
 
 
 @pytest.mark.parametrize("settings,remedies", [
-    (["training.recompute=full"], "(try ZeRO/FSDP, more tp or pp)"),
-    (["training.recompute=selective"], "(try ZeRO/FSDP, full recompute, more tp or pp)"),
-    (["training.recompute=none"], "(try ZeRO/FSDP, full recompute, more tp or pp)"),
-    (["training.recompute=none", "training.attention=standard"], "(try ZeRO/FSDP, recompute, more tp or pp)"),
+    (["training.recompute=full"], "(try zero: 3 or fsdp: full_shard, more tp or pp)"),
+    (["training.recompute=selective"], "(try zero: 3 or fsdp: full_shard, recompute: full, more tp or pp)"),
+    (["training.recompute=none"], "(try zero: 3 or fsdp: full_shard, recompute: full, more tp or pp)"),
+    (["training.recompute=none", "training.attention=standard"],
+     "(try zero: 3 or fsdp: full_shard, recompute: selective, more tp or pp)"),
 ])
 def test_out_of_memory_remedies_leave_out_what_the_layout_already_does(capsys, settings, remedies):
     """A 70B user at micro_batch 1 was told to try "recompute, ..., a smaller micro_batch": micro_batch is at

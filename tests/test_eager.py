@@ -443,7 +443,7 @@ def test_an_eager_out_of_memory_offers_what_eager_accepts():
     summary = ddp_run(*overrides)
     scenario = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides).scenario
     assert oom_line(summary, scenario.parallelism, scenario.training).endswith(
-        "(try fsdp: full_shard, full recompute, more pp, a smaller micro_batch)")
+        "(try fsdp: full_shard, recompute: full, more pp, a smaller micro_batch)")
 
 
 def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
-from simulator.config.schema import ParallelismConfig, TrainingConfig
+from simulator.config.schema import MAX_UNSHARDED_STAGES, ParallelismConfig, TrainingConfig
 from simulator.config.training_options import (
     OPTIMIZERS,
     PRECISIONS,
@@ -411,22 +411,76 @@ def rank_memory(
     )
 
 
-def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig) -> str:
-    """What would lower the memory per GPU of a layout, for an out-of-memory message: 'ZeRO-3/FSDP, full
-    recompute, more tp or pp'. It leaves out what the scenario already does to the full and steps that save it
-    nothing: ZeRO-3 or FSDP's full_shard, full recompute, a micro-batch of 1; selective recompute is offered only
-    beside standard attention, for flash attention keeps no score matrix for it to drop (docs/training-step.md),
-    so full recompute instead. Under `kernels: eager`, which refuses ZeRO and tensor parallelism, FSDP's
-    full_shard and pp."""
-    eager = training.kernels == "eager"
-    if eager:
-        sharding = "" if parallelism.fsdp == "full_shard" else "fsdp: full_shard, "
-    elif parallelism.hybrid_shard:  # sharded inside each NVLink domain only
-        sharding = "fsdp: full_shard, "
-    else:
-        sharding = {0: "ZeRO/FSDP, ", 1: "ZeRO-3/FSDP, ", 2: "ZeRO-3/FSDP, "}.get(parallelism.zero_stage, "")
-    selective_saves = training.recompute == "none" and training.attention == "standard"
-    recompute = "" if training.recompute == "full" else "recompute, " if selective_saves else "full recompute, "
-    micro_batch = ", a smaller micro_batch" if training.micro_batch > 1 else ""
-    return f"{sharding}{recompute}{'more pp' if eager else 'more tp or pp'}{micro_batch}"
+@dataclass(frozen=True)
+class Remedy:
+    """One step that lowers a layout's memory per GPU: its text and the fields it sets, as `--set` paths (none
+    for a general one: 'more tp or pp')."""
 
+    text: str
+    settings: tuple[tuple[str, object], ...] = ()
+
+
+def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None) -> str:
+    """What would lower the memory per GPU of a layout, for an out-of-memory message: 'zero: 3 or fsdp:
+    full_shard, recompute: full, more tp or pp' (`remedies`, alternatives joined by 'or')."""
+    return ", ".join(" or ".join(remedy.text for remedy in choices)
+                     for choices in remedies(parallelism, training, shard_ranks))
+
+
+def remedies(parallelism: ParallelismConfig, training: TrainingConfig,
+             shard_ranks: int | None = None) -> tuple[tuple[Remedy, ...], ...]:
+    """The steps that would lower the memory per GPU of a layout, each a tuple of alternatives (ZeRO-3 or FSDP),
+    every one a setting the loader takes beside the scenario's others. ``shard_ranks``: the layout's DP x CP
+    ranks, which ZeRO and FSDP shard over; None where the caller does not know them: `dp` x `cp` where `dp` is
+    given, else more than one. Left out: what the scenario already does to the full; sharding with nothing to
+    shard over (one rank: it saves nothing, and eager refuses FSDP there); a sharding the loader refuses beside
+    the scenario's other fields; selective recompute beside flash attention, which keeps no score matrix for it
+    to drop (docs/training-step.md), so full recompute instead; a smaller micro-batch at 1. Eager kernels refuse
+    ZeRO and tensor parallelism; a parameter-server worker holds the whole model (no sharding, TP or PP)."""
+    servers = parallelism.strategy == "parameter_server"
+    if shard_ranks is None:
+        shard_ranks = parallelism.dp * parallelism.cp if parallelism.dp is not None else 2
+    found = [] if servers or shard_ranks < 2 else [_sharding_remedies(parallelism, training)]
+    if training.recompute != "full":
+        mode = "selective" if training.recompute == "none" and training.attention == "standard" else "full"
+        found.append((Remedy(f"recompute: {mode}", (("training.recompute", mode),)),))
+    if not servers:
+        found.append((Remedy("more pp" if training.kernels == "eager" else "more tp or pp"),))
+    if training.micro_batch > 1:
+        found.append((Remedy("a smaller micro_batch", (("training.micro_batch", training.micro_batch // 2),)),))
+    return tuple(choices for choices in found if choices)
+
+
+def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig) -> tuple[Remedy, ...]:
+    """Sharding further, over more than one rank. Where the step runs Megatron-LM or DeepSpeed's ZeRO (fused
+    kernels, no fsdp): ZeRO-3, which the loader refuses beside `overlap_param_gather` (ZeRO-1/2's) and without
+    `reduce_every_microbatch`; there ZeRO-2 reducing every micro-batch (without, it keeps the gradients whole
+    until the last micro-batch, as ZeRO-1: no saving), else ZeRO-1 from 0. PyTorch FSDP's full_shard, in place
+    of `zero`, where the loader takes it (`_takes_full_shard`)."""
+    if parallelism.zero_stage == 3 and not parallelism.hybrid_shard:
+        return ()
+    choices = []
+    if parallelism.fsdp is None and training.kernels != "eager":
+        every, overlap = parallelism.ddp.reduce_every_microbatch, parallelism.ddp.overlap_param_gather
+        if every is not False and not overlap:
+            choices.append(Remedy("zero: 3", (("parallelism.zero", 3),)))
+        elif overlap and not (parallelism.zero == 2 and every):
+            choices.append(Remedy("zero: 2 with ddp.reduce_every_microbatch: true",
+                                  (("parallelism.zero", 2), ("parallelism.ddp.reduce_every_microbatch", True))))
+        elif parallelism.zero == 0:
+            choices.append(Remedy("zero: 1", (("parallelism.zero", 1),)))
+    if _takes_full_shard(parallelism, training):
+        fsdp = (("parallelism.fsdp", "full_shard"),)
+        choices.append(Remedy("fsdp: full_shard with zero: 0", (*fsdp, ("parallelism.zero", 0))) if parallelism.zero
+                       else Remedy("fsdp: full_shard", fsdp))
+    return tuple(choices)
+
+
+def _takes_full_shard(parallelism: ParallelismConfig, training: TrainingConfig) -> bool:
+    """Whether the loader takes `fsdp: full_shard` beside the scenario's other fields (config/schema.py): not
+    with Megatron-LM's fused gradient accumulation, nor with `overlap_param_gather` (ZeRO-1/2's), nor under
+    pipelining with more than `MAX_UNSHARDED_STAGES` virtual stages or gradients reduced every micro-batch."""
+    ddp = parallelism.ddp
+    pipelined = parallelism.pp > 1 and (parallelism.pipeline.virtual_stages > MAX_UNSHARDED_STAGES
+                                        or bool(ddp.reduce_every_microbatch))
+    return not (training.grad_accumulation_fusion or ddp.overlap_param_gather or pipelined)

@@ -1,0 +1,75 @@
+"""Each out-of-memory remedy is a setting the loader accepts beside the scenario's other fields and that lowers
+the peak memory per GPU of the layout that ran: every remedy of a grid of layouts is loaded, validated and its
+peak compared (the line offered ZeRO/FSDP at dp x cp = 1, where they shard over one rank and eager refuses fsdp,
+and ZeRO-3 beside settings the loader refuses with it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator import load_scenario
+from simulator.preflight import validate
+from simulator.scale import sized_topology
+from simulator.workload.memory import memory_remedies, remedies
+
+SCENARIOS = Path(__file__).parent.parent / "scenarios"
+FUSED = str(SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml")
+EAGER = str(SCENARIOS / "llama3-8b-dgx-h100-eager-fsdp.yaml")
+BATCH = ["training.micro_batch=2", "training.global_batch=32"]
+
+
+def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int]:
+    """The validated layout's peak memory per GPU (GiB) and its DP x CP ranks."""
+    loaded = load_scenario(path, overrides)
+    memory = validate(loaded, sized_topology(loaded, force=False)).memory
+    layout = memory["layout"]
+    return memory["peak_memory_gib"], layout["dp"] * layout["cp"]
+
+
+@pytest.mark.parametrize("path,overrides", [
+    (FUSED, ["parallelism.zero=0"]),
+    (FUSED, ["parallelism.zero=1"]),
+    (FUSED, ["parallelism.zero=1", "parallelism.ddp.overlap_param_gather=true"]),
+    (FUSED, ["parallelism.zero=2", "parallelism.ddp.reduce_every_microbatch=false"]),
+    (FUSED, ["parallelism.zero=0", "parallelism.ddp.reduce_every_microbatch=false"]),
+    (FUSED, ["parallelism.zero=0", "training.grad_accumulation_fusion=true"]),
+    (FUSED, ["parallelism.zero=0", "parallelism.fsdp=shard_grad_op"]),
+    (FUSED, ["parallelism.zero=1", "parallelism.tp=8", "parallelism.dp=1"]),
+    (FUSED, ["parallelism.zero=0", "parallelism.cp=8", "parallelism.dp=1"]),
+    (FUSED, ["parallelism.zero=0", "parallelism.pp=2", "parallelism.dp=4", "parallelism.pipeline.virtual_stages=4",
+             "parallelism.pipeline.schedule=interleaved"]),
+    (EAGER, ["parallelism.fsdp=null"]),
+    (EAGER, ["parallelism.fsdp=null", "parallelism.pp=8", "parallelism.dp=1"]),
+    (EAGER, ["parallelism.fsdp=null", "training.attention=standard"]),
+], ids=lambda value: ",".join(value) if isinstance(value, list) else Path(value).stem)
+def test_every_remedy_loads_and_lowers_the_peak(path, overrides):
+    before, shard_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
+    scenario = load_scenario(path, [*overrides, *BATCH]).scenario
+    offered = remedies(scenario.parallelism, scenario.training, shard_ranks)
+    assert offered
+    for choices in offered:
+        for remedy in choices:
+            if not remedy.settings:
+                continue
+            settings = [f"{field}={value}" for field, value in remedy.settings]
+            after, _ = peak_and_shard_ranks(path, [*overrides, *BATCH, *settings])
+            assert after < before, (remedy.text, before, after)
+
+
+@pytest.mark.parametrize("path,overrides,expected", [
+    (FUSED, ["parallelism.zero=1", "parallelism.tp=8", "parallelism.dp=1"],
+     "recompute: full, more tp or pp, a smaller micro_batch"),
+    (FUSED, ["parallelism.zero=1", "parallelism.ddp.overlap_param_gather=true"],
+     "zero: 2 with ddp.reduce_every_microbatch: true, recompute: full, more tp or pp, a smaller micro_batch"),
+    (EAGER, ["parallelism.fsdp=null", "parallelism.pp=8", "parallelism.dp=1"],
+     "recompute: full, more pp, a smaller micro_batch"),
+])
+def test_no_sharding_is_offered_where_it_has_nothing_to_shard_over_or_is_refused(path, overrides, expected):
+    """At dp x cp = 1 ZeRO and FSDP shard over one rank (and eager refuses fsdp there); beside
+    overlap_param_gather (ZeRO-1/2's) ZeRO-3 and FSDP are refused, and ZeRO-2 saves on ZeRO-1 only reducing every
+    micro-batch."""
+    _, shard_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
+    scenario = load_scenario(path, [*overrides, *BATCH]).scenario
+    assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks) == expected
