@@ -44,12 +44,13 @@ class Verdict:
 @collector_paused()
 def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False) -> Verdict:
     """Every check a run makes before the clock starts, without running it: the scenario, the program of
-    every rank (`folded_step`'s, refused unfolded beyond the scale limits unless ``force``), and a plan for
+    every rank (`folded_step`'s, refused unfolded beyond the scale limits unless ``force``, a replayed trace's
+    beyond them once built), and a plan for
     every distinct collective (an algorithm may not support an op or a group). The cyclic garbage collector is
     paused meanwhile, as in a run (simulator/collector.py): the program's million ops are a heap that each
     full collection walks again (on the SC21 1T row, 64 stages x 512 micro-batches, 5.76 -> 4.45 s of CPU,
     means of two runs each)."""
-    from simulator.scale import refuse_unfolded
+    from simulator.scale import refuse_large_trace, refuse_unfolded
     from simulator.workload.comm_program import build_comm_program
 
     settings = network_settings(loaded, topology)
@@ -64,6 +65,8 @@ def validate(loaded: LoadedScenario, topology: Topology, *, force: bool = False)
     guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
     prepared = prepare_training(loaded, topology, faults, guard)
     program = prepared.step.program
+    if not force:
+        refuse_large_trace(loaded, topology.num_gpus, program)
     located(loaded, lambda: plan_every_collective(prepared.step.shapes.firsts, prepared.plans))
     layout = {"layout": program.details["layout"]} if "layout" in program.details and program.memory else {}
     return Verdict({**program.memory, **layout}, (*loaded.ignored_without_a_horizon(), *program.warnings),

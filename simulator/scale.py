@@ -33,6 +33,7 @@ from simulator.collectives.ring import cross_host_channels, usable_rails
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.schema import CollectiveItem, ParallelismConfig, Scenario
+from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
 from simulator.errors import InputError
@@ -41,9 +42,11 @@ from simulator.parallel.layout import Layout
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
+from simulator.units import counted
 from simulator.workload.calibrated import tp_overlap
 
 if TYPE_CHECKING:
+    from simulator.program.step import StepProgram
     from simulator.program.unfolding import FoldCheck, Unfolding
 
 MAX_MEMORY_BYTES = 16 * 2**30
@@ -538,6 +541,28 @@ def refuse_if_too_large(loaded: LoadedScenario, gpus: int) -> ScaleEstimate | No
                                                              f"{estimate.describe()}; {estimate.beyond()}",
                            advice(estimate, scenario, sizes))
     return estimate
+
+
+def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram) -> None:
+    """Raise a located ScenarioError when a replayed trace's step ``program`` on ``gpus`` GPUs holds more ops
+    than the limits allow. A trace is not estimated before it is read (`estimate_scale`: its ops are its files'),
+    but `workload.dp`'s copies, simulated where their traffic leaves NVLink domains, multiply them: the program
+    is checked once built, before the engine runs it, its ops alone (its flows are posted as its collectives
+    run). Located at `workload.dp` where the copies are simulated, else at `workload.trace`."""
+    workload = loaded.scenario.workload
+    if not isinstance(workload, TraceWorkload):
+        return
+    ops = len(program.ops)
+    estimate = _estimate(loaded.scenario, gpus, len(program.ranks), ops, 0.0, 0.0, program.folded)
+    if not estimate.over_limits():
+        return
+    replicated = workload.dp is not None and not program.folded  # copies simulated, not mirrored
+    raise loaded.error(("workload", "dp") if replicated else ("workload", "trace"),
+                       f"this run is too large to simulate: its traces replay {ops:,} ops on "
+                       f"{counted(len(program.ranks), 'simulated rank')} of {counted(gpus, 'GPU')} (~"
+                       f"{estimate.memory_bytes / 2**30:,.1f} GiB before their flows); the limits are {limits_text()}",
+                       ("a smaller dp, or one whose copies each fill NVLink domains alike (mirrored, not simulated); "
+                        if replicated else "") + "traces of one step; or pass --force")
 
 
 UNFOLDING_FIELDS: dict[FoldCheck, tuple[str, ...]] = {

@@ -528,10 +528,11 @@ def _each_located(loaded: LoadedScenario, items: Iterator[FoldedStep | GivenUp |
 def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress | None = None) -> Result:
     """Run a loaded scenario to completion: a training step when it has a model or a trace, else its workload
     list. Runs estimated beyond the scale limits are refused unless ``force``, folded steps that a fold check
-    unfolds too before they are built unfolded; ``progress(done, total)`` hears of the ops executed. The cyclic
-    garbage collector is paused meanwhile (simulator/collector.py)."""
+    unfolds too before they are built unfolded, and a replayed trace's step once built, before it runs;
+    ``progress(done, total)`` hears of the ops executed. The cyclic garbage collector is paused meanwhile
+    (simulator/collector.py)."""
     from simulator.engine.faults import FaultHooks
-    from simulator.scale import refold_refusal, refuse_unfolded, sized_topology
+    from simulator.scale import refold_refusal, refuse_large_trace, refuse_unfolded, sized_topology
 
     topology = sized_topology(loaded, force)
     faults = FaultHooks(topology, step_faults(loaded, topology))
@@ -539,7 +540,10 @@ def simulate(loaded: LoadedScenario, *, force: bool = False, progress: Progress 
     if loaded.scenario.model is not None or not isinstance(workload, list):
         guard = None if force else partial(refuse_unfolded, loaded, topology.num_gpus)
         budget = partial(refold_refusal, loaded, topology.num_gpus, force=force)
-        run = simulate_training(loaded, topology, faults, progress, guard, budget=budget)
+        prepared = prepare_training(loaded, topology, faults.plan, guard)
+        if not force:
+            refuse_large_trace(loaded, topology.num_gpus, prepared.step.program)
+        run = simulate_training(loaded, topology, faults, progress, guard, prepared, budget)
     else:
         run = simulate_workload(loaded, workload, topology, faults, progress)
     ignored = loaded.ignored_without_a_horizon()

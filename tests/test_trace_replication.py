@@ -294,6 +294,26 @@ def test_copies_whose_own_traffic_meets_the_cluster_unlike_unfold(tmp_path, stag
     assert folded.summary["step_time_s"] == unfolded.summary["step_time_s"]
 
 
+def test_copies_simulated_beyond_the_limits_are_refused_at_workload_dp(tmp_path, monkeypatch):
+    """DP 2 x PP 3 at dp 4 on two DGX H100s unfolds (above): 28 ops on 12 ranks where the traced job alone has 14
+    on 6. A trace is not estimated before it is read, so the copies' ops were never checked against the limits;
+    under a limit of 20 the traced job runs and its copies are refused at `workload.dp`, a smaller dp the
+    remedy."""
+    from simulator import scale
+
+    monkeypatch.setattr(scale, "MAX_EVENTS", 20)
+    dp_pp_job(tmp_path, 3)
+    knobs, cluster = "traced_tp: 1, traced_pp: 3", "topology: dgx-h100-cluster, nodes: 2"
+    run(scenario(tmp_path, knobs, None, cluster), tmp_path)
+    with pytest.raises(ScenarioError) as caught:
+        run(scenario(tmp_path, knobs, 4, cluster), tmp_path)
+    assert caught.value.field == "workload.dp"
+    assert caught.value.problem == ("this run is too large to simulate: its traces replay 28 ops on 12 simulated "
+                                    "ranks of 16 GPUs (~0.0 GiB before their flows); the limits are 16 GiB and 20 "
+                                    "ops + flows")
+    assert caught.value.allowed.startswith("a smaller dp, ")
+
+
 def test_tokens_grow_with_the_copies(tmp_path):
     knobs = job("tp_dp_pp", tmp_path)
     _, grown = run(scenario(tmp_path, knobs, 8, "topology: dgx-h100-cluster, nodes: 4", tokens=True), tmp_path)
