@@ -95,14 +95,16 @@ def _facts(summary: dict) -> tuple[tuple[str, str], ...]:
 
 def _folding(summary: dict) -> str:
     """How the case was simulated, from its summary: folded exactly, folded though not exact (`fold_not_exact`:
-    which fold and why) or unfolded, with the ranks simulated of its GPUs and each fold given up on the way
+    which fold and why, and the widest gap between the ends of one out-of-step instance's copies, `widest_s`) or
+    unfolded, with the ranks simulated of its GPUs and each fold given up on the way
     (`fold_given_up`: which and why)."""
     ranks, gpus = summary["simulated_ranks"], summary["gpus"]
     not_exact = summary.get("fold_not_exact")
     if not summary["folded"]:
         how = f"unfolded, all {gpus:,} ranks"
     elif not_exact:
-        how = f"folded by {not_exact['fold']}, not exact ({not_exact['why']}), {ranks:,} of {gpus:,} ranks"
+        bound = f", by up to {not_exact['out_of_step']['widest_s'] * 1e3:.3g} ms" if "out_of_step" in not_exact else ""
+        how = f"folded by {not_exact['fold']}, not exact ({not_exact['why']}{bound}), {ranks:,} of {gpus:,} ranks"
     else:
         how = f"folded exactly, {ranks:,} of {gpus:,} ranks"
     given_up = [f"{entry['fold']} fold given up: {entry['why']}" for entry in summary.get("fold_given_up") or ()]

@@ -117,8 +117,10 @@ FOLDINGS = {
     "megatron-sc21-1.7b": (_summary(32, 1, True),
                            "folded exactly, 1 of 32 ranks"),
     "megatron-sc21-1t": (_summary(3072, 64, True, fold_not_exact={
-        "fold": "stage", "simulated_ranks": 64, "why": "a hand-off fell out of step in its run", "reason": "r"}),
-        "folded by stage, not exact (a hand-off fell out of step in its run), 64 of 3,072 ranks"),
+        "fold": "stage", "simulated_ranks": 64, "why": "a hand-off fell out of step in its run", "reason": "r",
+        "out_of_step": {"op": "send_recv", "name": "n", "group": [0, 8], "ended_s": [1.0, 1.000123],
+                        "instances": 3, "widest_s": 0.000123}}),
+        "folded by stage, not exact (a hand-off fell out of step in its run, by up to 0.123 ms), 64 of 3,072 ranks"),
     "megatron-sc21-18.4b": (_summary(256, 256, False, fold_given_up=[
         {"fold": "classes", "simulated_ranks": 16, "why": "the cluster is not symmetric", "reason": "r"},
         {"fold": "stage", "simulated_ranks": 8, "why": "a collective fell out of step in its run", "reason": "r"}]),
@@ -129,8 +131,9 @@ FOLDINGS = {
 
 def test_the_report_says_how_each_case_was_simulated(monkeypatch):
     """docs/validation.md did not show which cases were folded exactly, which stood folded though not exact (the
-    SC21 1T, 310.1B and 529.6B rows: `fold_not_exact`) and which ran unfolded: "Where the time goes" says so from
-    each case's summary (these are made up, not run: the cases take minutes)."""
+    SC21 1T, 310.1B and 529.6B rows: `fold_not_exact`, with how far apart an instance's copies ended at most) and
+    which ran unfolded: "Where the time goes" says so from each case's summary (these are made up, not run: the
+    cases take minutes)."""
     import simulator
 
     monkeypatch.setattr(simulator, "simulate", lambda loaded: SimpleNamespace(
