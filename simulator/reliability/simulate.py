@@ -443,13 +443,17 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     ``on_healthy_step`` gets the healthy step's summary, its warnings followed by the job's known before it runs,
     once the job has passed its checks, before any replication is simulated: `trainsim run` prints them (out of
     memory above all, an interval that writes no checkpoint) then, not minutes later when the job ends.
-    ``progress(done, total)`` hears of each replication simulated."""
+    ``progress(done, total)`` hears of each replication simulated, and of none done once the healthy step is:
+    the bar (and its clock) then shows from the start of the first replication, which meets most of a job's
+    states (the throttling example's first took 10 minutes, with nothing on the screen)."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
     if on_healthy_step is not None:
         on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))
+    if progress is not None:
+        progress(0, scenario.run.replications)
     horizon = plan.horizon_s
     events = JobEvents()
     totals: list[ReplicationTotals] = []
