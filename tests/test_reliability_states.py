@@ -247,15 +247,6 @@ def test_bad_state_classes_are_one_located_line(component, line, field, tmp_path
     assert len(err.splitlines()) == 1 and not out.exists()
 
 
-def test_a_jobs_progress_starts_before_its_first_replication():
-    """The job's progress hears of 0 replications done once its healthy step is simulated, then of each: its
-    bar showed only after the first replication, which meets most straggler states (10 minutes on the 16,384-GPU
-    throttling example)."""
-    heard = []
-    simulate_job(scenario_from_text(JOB64, "job64.yaml"), progress=lambda done, total: heard.append((done, total)))
-    assert heard == [(0, 2), (1, 2), (2, 2)]
-
-
 def test_a_straggler_refold_beyond_the_limits_is_refused_before_the_healthy_step(monkeypatch, tmp_path, capsys):
     """Each straggler state of the 64-GPU job simulates its step refolded by the slow GPU's classes (4 stages x 4
     classes: sharing or not its TP and DP coordinates), four times the fold's ops and flows: with the limit
