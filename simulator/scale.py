@@ -242,9 +242,12 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     to every other member, collectives/direct.py, on no extra channel). A group across hosts keeps the replicas
     that share its NICs; when another dimension crosses hosts too, its collectives join replicas on other hosts
     to the simulated ones, on the rails they use (on every rail when one of them uses them all), so the sharing
-    search reaches that share of every dimension's replicas; a group across the trays of one NVL72 rack meets
-    no replica on a NIC. ``channels`` (`collectives.channels`, 0: NCCL's
-    choice) is the rings of every ring collective, inside a host too, as ring.py's `channel_count` reads it."""
+    search reaches that share of every dimension's replicas; an EP group with several members on a host sends
+    flows that turn rails between hosts, which the fabric hashes over every spine by the rails' difference
+    (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
+    Mixtral EP 8 keeps 0.90 of it); a group across the trays of one NVL72 rack meets no replica on a NIC.
+    ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
+    too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep) for kind in kinds if kind != "pp"}
     per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
                 for kind, group in groups.items()}
@@ -265,6 +268,8 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
             kept = replicas * rails_joined // hosts.rails
         else:
             kept = hosts.gpus // crossing[kind] * rails // hosts.rails
+        if kind == "ep" and crossing[kind] > 1 and hosts.rails > 1:
+            kept = replicas  # its flows turn rails between hosts, hashed over every spine: they meet every copy
         if crossing[kind] > 1 and any(len(other) > 1 for name, other in groups.items() if name not in crossing):
             kept = max(kept, hosts.gpus // crossing[kind])  # its hops inside a host cross the lanes of a group there
         transfers = members * (peers if kind == "ep" or channels else cross_host_channels(rails))
