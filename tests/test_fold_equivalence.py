@@ -429,8 +429,8 @@ def test_out_of_step_reasons_say_what_differs_and_tell_the_two_times_apart():
                           (6, 6))
     assert same_hops.reason().endswith(
         "between 4.601 and 5.552 ms in the folded run (8 instances out of step, by up to 0.95 ms): its copies over "
-        "GPUs [7, 8] and [55, 56] cross as many links (6) but met other flows on them (the fabric hashes each source "
-        "host's flows onto a spine of its own), so one rank cannot stand for both")
+        "GPUs [7, 8] and [55, 56] cross as many links (6) but met other flows on them (the fabric hashes each flow "
+        "onto a spine by its hosts, their rails' difference and its channel), so one rank cannot stand for both")
     ring = OutOfStep("all_reduce", "dp all_reduce", (0, 8), 0.05, 0.0501, 1, 1e-4, ((0, 8), (1, 9)))
     assert ring.reason().endswith(
         "(1 instance out of step, by up to 0.1 ms): the lanes of a stage met the fabric's traffic unlike (as flows "

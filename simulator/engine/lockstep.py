@@ -81,8 +81,8 @@ class OutOfStep:
                     f"{self.links[1]}: the replicas' hand-offs take routes of other hops (as one inside a leaf group "
                     "and one across the spines), so one rank cannot stand for both")
         return (f"its copies over GPUs {first} and {last} cross as many links ({self.links[0]}) but met other flows "
-                "on them (the fabric hashes each source host's flows onto a spine of its own), so one rank cannot "
-                "stand for both")
+                "on them (the fabric hashes each flow onto a spine by its hosts, their rails' difference and its "
+                "channel), so one rank cannot stand for both")
 
     def figures(self) -> dict:
         """Its figures as summary.json holds them (seconds)."""

@@ -21,11 +21,14 @@ stage, as the lockstep check after the run (engine/lockstep.py) guards.
 
 Where that check finds only pipeline hand-offs out of step, hosts are classed also by the hops their hand-offs
 between hosts take, then also by what they meet on them (`route_classes`): a replica's hand-off may cross the
-spines where another's stays in its leaf group, and the fabric hashes each source host's flows onto a spine of
-its own, so one host's hand-off can share a leaf's uplink with another collective's flows where its mirrors' do
-not (the DeepSeek search's interleaved wrap from stage 15 to stage 0, docs/architecture.md). Those classes may be
-of unequal size: each representative then stands for its class's size of ranks (parallel/folding.py
-`rank_weights`), which the summary's per-GPU means weigh it by.
+spines where another's stays in its leaf group, and the fabric hashes each flow onto a spine by its hosts, their
+rails' difference and its channel, so one host's hand-off can share a leaf's uplink with another collective's
+flows where its mirrors' do not (the DeepSeek search's interleaved wrap from stage 15 to stage 0,
+docs/architecture.md). Those classes may be of unequal size: each representative then stands for its class's
+size of ranks (parallel/folding.py `rank_weights`), which the summary's per-GPU means weigh it by. The finest
+are hosts: where two ranks of one host hand on between the same two hosts over other rails, their flows climb
+other leaves' uplinks and meet other collectives' cross-rail flows unlike, no refold holds and the step runs
+unfolded (tests/test_folding.py `test_cross_rail_contention_unlike_between_lanes_or_groups_runs_unfolded`).
 """
 
 from __future__ import annotations
@@ -129,8 +132,8 @@ def _route_signatures(plans: PlanCache, shapes: CollectiveShapes, order: Program
     class, its hop signature) and how many transfers between hosts of its own copies and of the overlapping
     collectives' copies cross it (empty where every copy takes the same hops and meets the same loads). A copy
     routed inside its leaf group takes fewer hops than one across the spines, so the replica whose hand-off crosses
-    the spines is simulated apart from one whose hand-off does not. The fabric hashes each source host's flows onto
-    its own spine (topology/builders.py `Fabric`), so one host's hand-off can share an uplink with another
+    the spines is simulated apart from one whose hand-off does not. The fabric hashes each flow onto a spine by
+    its hosts and rails (topology/builders.py `Fabric`), so one host's hand-off can share an uplink with another
     collective's flows where its mirrors' do not, and end later (docs/architecture.md). The counts of a combination
     are summed, so loads that are mirror images can cancel and leave hosts unparted that meet them unlike
     (engine/symmetry.py judges each load on its own for that reason): these classes are a proposal, not a guard; a
