@@ -437,3 +437,33 @@ def test_a_huge_micro_batch_routes_a_bounded_sample_scaled_to_all_its_tokens(mon
     assert drawn.sum(axis=1).tolist() == [512 * 2] * 4
     assert scaled == pytest.approx(drawn * (10_000 / 512), rel=1e-12)
     assert scaled.sum(axis=1) == pytest.approx([10_000 * 2] * 4, rel=1e-12)
+
+
+def test_fsdp_fp32_shards_optimizer_charges_experts_the_state_memory_holds_for_them():
+    """Under PyTorch FSDP's fp32 shards (full_shard) the dense parameters are fp32 shards updated in place (32 B
+    per parameter with Adam), but the routed experts keep their 16-bit weights whole (ZeRO-1-style over the
+    expert-data-parallel group), so their fp32 state is the master copy the memory model counts (2 + 4 + 12 B)
+    and the update writes it back to 16 bits (38 B). The optimizer charged the experts 32 B as well
+    (reviewer1 B1: one DGX H100, 8 experts top-2, tp1 dp8 ep8: 1.726 ms, exactly 32/38 of the experts' share)."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import calibrated_efficiency
+    from simulator.workload.memory import rank_params, routed_params
+    from simulator.workload.memory_plan import stage_memory
+    from simulator.workload.training import build_training_step
+
+    text = """
+cluster: {topology: dgx-h100}
+model: {layers: 4, hidden: 2048, heads: 16, vocab: 32000, moe: {experts: 8, top_k: 2}}
+training: {seq_len: 1024, global_batch: 8, micro_batch: 1}
+parallelism: {tp: 1, dp: 8, ep: 8, fsdp: full_shard}
+"""
+    loaded = scenario_from_text(text, "inline.yaml", [])
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
+    (memory, _), = stage_memory(loaded.scenario, step)
+    assert step.model is not None
+    routed = routed_params(step.model, 4, 8)
+    dense = rank_params(step.model, 1, 4, first_stage=True, last_stage=True, ep=8) - routed
+    assert memory.optimizer == pytest.approx(dense * 8 / 8 + routed * 12, rel=1e-12)
+    bandwidth = step.gpu.hbm_bandwidth * calibrated_efficiency(step.gpu.name, "bf16").memory_peak
+    assert step.plan.optimizer_s[0] * bandwidth == pytest.approx(dense / 8 * 32 + routed * 38, rel=1e-12)

@@ -351,13 +351,14 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
-    seconds_per_param = optimizer_bytes_per_param(training.optimizer, training.precision,
-                                                  training.grad_reduce_dtype, training.kernels,
-                                                  training.optimizer_step, sharding.fp32_shards) / (
-        gpu.hbm_bandwidth * cost.efficiency.memory_peak)
+    dense_s, expert_s = (optimizer_bytes_per_param(training.optimizer, training.precision,
+                                                   training.grad_reduce_dtype, training.kernels,
+                                                   training.optimizer_step, fp32) / (
+        gpu.hbm_bandwidth * cost.efficiency.memory_peak) for fp32 in (sharding.fp32_shards, False))
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
-    optimizer_s = tuple(sum(sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage])
-                        * seconds_per_param for stage in range(layout.pp))
+    optimizer_s = tuple(sum(dense * dense_s + routed * expert_s for dense, routed in
+                            (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
+                        for stage in range(layout.pp))
     if par.tp_comm_overlap and layout.tp > 1 and not par.sequence_parallel:
         raise _invalid("parallelism.tp_comm_overlap", "TP communication overlap needs sequence parallelism (as in "
                        "Megatron-LM)", "sequence_parallel: true, or tp_comm_overlap: false")
@@ -378,13 +379,16 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
                         warnings, report, routed_tokens, nominal, training.kernels)
 
 
-def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> float:
-    """Parameters a rank of a virtual stage updates: its blocks' share over the shard group and their routed
-    experts' share over the expert-data-parallel group (memory.expert_sharding)."""
+def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> tuple[float, float]:
+    """Parameters a rank of a virtual stage updates: (its blocks' share over the shard group, their routed
+    experts' share over the expert-data-parallel group (memory.expert_sharding)). The two are apart because
+    the optimizer moves different bytes for them under PyTorch FSDP2's fp32 shards: the routed experts keep
+    16-bit weights whole (no per-unit gather), so their update still writes the 16-bit copy from fp32 state
+    (memory.rank_memory counts that state as the master copy, in the same bytes)."""
     routed = sum(block.experts.params for block in work.blocks if block.experts is not None)
     dense_ways = sharding.degree if sharding.stage >= 1 else 1
     expert_ways = expert_sharding(sharding, ep, tp).degree if sharding.stage >= 1 else 1
-    return work.params / dense_ways + routed / expert_ways
+    return work.params / dense_ways, routed / expert_ways
 
 
 def check_schedule_runs(schedule, placement: Placement = "loop") -> None:
