@@ -41,7 +41,7 @@ class Sharding:
     forward, and keeps it unsharded until the chunk's last gradient action. ``grad_copy_rate`` (HBM bytes per
     second; 0 charges none) times PyTorch FSDP's gradient copies on the compute stream (grad_copy_bytes) and
     FSDP2's copies around each all-gather of its shards, kept in ``shard_bytes`` per element (gather_copy_bytes;
-    ``fsdp: full_shard | hybrid_shard`` keeps fp32 shards under both kernel eras, fp32_shards; FSDP1's
+    ``fsdp: full_shard | hybrid_shard`` keeps fp32 shards under both kernel eras, ``fp32_shards``; FSDP1's
     shard_grad_op and no_shard the training precision; 0 charges none: DeepSpeed ZeRO-3 gathers into flat
     buffers its modules' parameters are views of)."""
 
@@ -58,16 +58,14 @@ class Sharding:
     reshard_after_forward: bool = True
     grad_copy_rate: float = 0.0
     shard_bytes: float = 0.0
-
-    @property
-    def fp32_shards(self) -> bool:
-        """Whether the rank keeps its parameter shards in fp32 and the optimizer updates them in place, with no
-        master copy (PyTorch FSDP2: the sharded parameter keeps the original parameter's dtype, fp32, and
-        MixedPrecisionPolicy's param_dtype applies only to what is gathered), its sharded gradient fp32 too
-        whatever the reduce dtype (foreach_reduce casts the reduce-scatter's output to the parameter's dtype
-        before it accumulates it into ``.grad``): 4 + 4 B per parameter and the optimizer's moments, all over
-        the shard group."""
-        return self.shard_bytes == FP32_BYTES
+    fp32_shards: bool = False
+    """Whether the rank keeps its parameter shards in fp32 and the optimizer updates them in place, with no
+    master copy (PyTorch FSDP2, ``fsdp: full_shard | hybrid_shard``: the sharded parameter keeps the original
+    parameter's dtype, fp32, and MixedPrecisionPolicy's param_dtype applies only to what is gathered), its
+    sharded gradient fp32 too whatever the reduce dtype (foreach_reduce casts the reduce-scatter's output to the
+    parameter's dtype before it accumulates it into ``.grad``): 4 + 4 B per parameter and the optimizer's
+    moments, all over the shard group. Set by the strategy, not read off ``shard_bytes``: fp32 training keeps
+    4 B shards under shard_grad_op too, which are the training precision's weights beside no master copy."""
 
     @property
     def grad_reduction(self) -> Primitive:

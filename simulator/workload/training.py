@@ -236,15 +236,21 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
-def _fsdp_shard_bytes(scenario: Scenario, layout: Layout, sharding: Sharding) -> float:
-    """Bytes per element of PyTorch FSDP's parameter shards: FSDP2's ``fully_shard`` (``fsdp: full_shard |
-    hybrid_shard`` over a DP x CP group of more than one rank, under either kernel era) keeps each shard in the
-    parameter's own dtype, fp32, and gathers it in MixedPrecisionPolicy's param_dtype (torchtitan's bf16
-    parameters, fp32 shards); FSDP1's shard_grad_op and no_shard, and a DP x CP group of one rank (nothing
+def _fsdp2_fp32_shards(scenario: Scenario, layout: Layout) -> bool:
+    """Whether PyTorch FSDP keeps fp32 shards (Sharding.fp32_shards): FSDP2's ``fully_shard`` (``fsdp:
+    full_shard | hybrid_shard`` over a DP x CP group of more than one rank, under either kernel era) keeps each
+    shard in the parameter's own dtype, fp32, and gathers it in MixedPrecisionPolicy's param_dtype (torchtitan's
+    bf16 parameters, fp32 shards); FSDP1's shard_grad_op and no_shard, and a DP x CP group of one rank (nothing
     sharded, nothing gathered), keep the training precision with an fp32 master copy in the optimizer, as the
-    fused path's Megatron-LM does. Eager's weights are fp32 whatever the strategy."""
-    par = scenario.parallelism
-    if scenario.training.kernels == "eager" or (par.gathers_per_unit and layout.dp * layout.cp > 1):
+    fused path's Megatron-LM does."""
+    return scenario.parallelism.gathers_per_unit and layout.dp * layout.cp > 1
+
+
+def _fsdp_shard_bytes(scenario: Scenario, layout: Layout, sharding: Sharding) -> float:
+    """Bytes per element of PyTorch FSDP's parameter shards: fp32 where FSDP2 keeps fp32 shards
+    (_fsdp2_fp32_shards) and under eager, whose weights are fp32 whatever the strategy; otherwise the training
+    precision."""
+    if scenario.training.kernels == "eager" or _fsdp2_fp32_shards(scenario, layout):
         return FP32_BYTES
     return sharding.param_bytes
 
@@ -347,7 +353,8 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     _check_sequence_shards(training.seq_len, layout, par.sequence_parallel, model.moe is not None)
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
-                           shard_bytes=_fsdp_shard_bytes(scenario, layout, sharding))
+                           shard_bytes=_fsdp_shard_bytes(scenario, layout, sharding),
+                           fp32_shards=_fsdp2_fp32_shards(scenario, layout))
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
