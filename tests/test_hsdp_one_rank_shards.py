@@ -97,3 +97,31 @@ def test_memory_keeps_the_whole_fp32_state_and_no_prefetched_unit():
     # reduce-scatter input (2 + 4 B), no previous unit prefetched (a gathering group would add 2 B x a layer).
     assert HEAD > 2 * LAYER
     assert breakdown.buffers == pytest.approx(HEAD * (2 + 4), rel=1e-12)
+
+
+ONE_REPLICA = f"""
+cluster: {{topology: dgx-h100}}
+model: {{preset: llama3-8b, layers: {LAYERS}}}
+training: {{seq_len: 1024, global_batch: {M}, micro_batch: 1}}
+parallelism: {{tp: {TP}, dp: 1, sequence_parallel: true}}
+"""
+
+
+@pytest.mark.parametrize("strategy", ["full_shard", "hybrid_shard"])
+def test_one_data_parallel_rank_keeps_fp32_shards_and_the_one_rank_copies(strategy):
+    """fully_shard over a one-rank mesh (dp x cp = 1) takes the same world_size == 1 path: fp32 shards updated in
+    place (4 + 4 + 8 B, optimizer 32 B), an unshard copy per gather and a reduce copy per unit. It kept 16-bit
+    weights with a master copy (2 + 4 + 12 B, optimizer 38 B) and ran no copy, while one more replica (the HSDP
+    scenario above) switched to fp32 shards and lowered the state per GPU by 2 B/param (reviewer1 G1)."""
+    loaded = scenario_from_text(ONE_REPLICA, "inline.yaml", [f"parallelism.fsdp={strategy}"])
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
+    (breakdown, _), = stage_memory(loaded.scenario, step)
+    params = rank_params(MODEL, TP, LAYERS, first_stage=True, last_stage=True)
+    assert (breakdown.params, breakdown.grads, breakdown.optimizer) == pytest.approx(
+        (params * 4, params * 4, params * 8), rel=1e-12)
+    assert breakdown.buffers == pytest.approx(HEAD * (2 + 4), rel=1e-12)
+    assert step.plan.optimizer_s[0] == pytest.approx(params * 32 / COPY_RATE, rel=1e-12)
+    ops = [op for op in step_program(loaded, scenario_topology(loaded), fold=True).ops if op.rank == 0]
+    assert len([op for op in ops if op.name.startswith("fsdp unshard copy ")]) == M * (2 * (LAYERS + 2) - 1)
+    assert len([op for op in ops if op.name.startswith("fsdp reduce copy-out ")]) == M * (LAYERS + 2)
+    assert not [op for op in ops if isinstance(op, CollectiveOp) and op.stream.startswith("dp")]

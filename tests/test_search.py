@@ -153,8 +153,8 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     GPU), and the tree finds none either. The search said so and exited 0, so a script could not tell it from a
     found layout; it now exits 1 (the run found nothing; 2 stays for bad input), having written the files that
     say why each layout was pruned. The summary counts them by kind (it gave only the total): 2 micro-batches x
-    3 shardings x 3 recomputes, with dp 1 ZeRO-1 and FSDP the same layout as ZeRO-0 (12), ZeRO-0's 6 out of
-    memory."""
+    3 shardings x 3 recomputes, with dp 1 ZeRO-1 the same layout as ZeRO-0 (6), ZeRO-0's and FSDP's (fp32 shards,
+    16 B/param) 12 out of memory."""
     from simulator.cli import main
 
     out = tmp_path / "out"
@@ -164,8 +164,8 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     captured = capsys.readouterr()
     assert captured.err.strip() == (f"error: no layout of the search fits and simulates; {out}/candidates.csv says "
                                     "why each was pruned or failed")
-    assert ("0 simulated, 18 pruned, 0 failed\n  pruned, the same layout as another sharding (dp x cp = 1): "
-            "12 layouts\n  pruned, out of memory: 6 layouts\n") in captured.out
+    assert ("0 simulated, 18 pruned, 0 failed\n  pruned, out of memory: 12 layouts\n  pruned, the same layout as "
+            "another sharding (dp x cp = 1): 6 layouts\n") in captured.out
     # the tree's ten steps one a line (they were one line of 1,000 characters), none over 120 characters
     assert ("\ndecision tree (rules of thumb, docs/studies.md): one GPU: out of memory: 664.3 GiB > 79.6 GiB HBM\n"
             "  -> tp1 recompute=none: no pp with m >= 4p fits (pp8 out of memory: 328.6 GiB > 79.6 GiB HBM)\n"
@@ -173,26 +173,29 @@ def test_a_search_where_no_layout_fits_exits_1_with_its_files_written(tmp_path, 
     assert max(map(len, captured.out.splitlines()[:-1])) <= 120  # the last: where the files went
     table = pd.read_csv(out / "candidates.csv")
     assert len(table) == 18 and set(table["status"]) == {"pruned"} and table["reason"].str.len().min() > 0
-    assert table["reason_kind"].value_counts().to_dict() == {"same_layout": 12, "out_of_memory": 6}
+    assert table["reason_kind"].value_counts().to_dict() == {"same_layout": 6, "out_of_memory": 12}
     summary = json.loads((out / "search.json").read_text())
-    assert summary["pruned_by_kind"] == {"same_layout": 12, "out_of_memory": 6}
+    assert summary["pruned_by_kind"] == {"same_layout": 6, "out_of_memory": 12}
 
 
 def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
-    """dp x cp = 1: ZeRO and FSDP shard over one rank, so the three shardings are the same layout. The search
-    used to simulate each (the same tokens/s three times) and report that the tree's zero1 'differs in sharding'
-    from an fsdp winner of equal throughput. Now the first sharding of the space stands for them; the tree's
-    zero1 is still simulated and gives exactly the same step."""
+    """dp x cp = 1: the ZeRO stages shard over one rank, so they are the same layout. The search used to
+    simulate each (the same tokens/s again) and report that the tree's zero1 'differs in sharding' from a
+    zero0 winner of equal throughput. Now the first ZeRO sharding of the space stands for them; the tree's
+    zero1 is still simulated and gives exactly the same step. FSDP is a layout of its own even there: fp32
+    shards and fully_shard's one-rank unshard and reduce copies (it was pruned as zero0's layout)."""
     path = tmp_path / "one_gpu.yaml"
     path.write_text("cluster: {topology: ethernet-100g, nodes: 1}\nmodel: {preset: megatron-1.7b, layers: 2}\n"
                     "training: {seq_len: 2048, global_batch: 8}\n")
     space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,),
-                        sharding=("zero0", "zero1", "fsdp"), recompute=("none",))
+                        sharding=("zero0", "zero2", "fsdp"), recompute=("none",))
     result = search_layouts(path, SerialExecutor(), space=space, top=8)
     rows = result.table.set_index("label")
-    assert list(rows["status"]) == ["simulated", "pruned", "simulated"]  # zero0, fsdp, the tree's zero1
-    assert rows.loc["tp1 cp1 pp1 dp1 mb1 fsdp recompute=none", "reason"] == (
-        "same layout as zero0: with dp x cp = 1 there is nothing to shard")
+    assert list(rows["status"]) == ["simulated", "pruned", "simulated", "simulated"]  # zero0 zero2 fsdp, tree's zero1
+    assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero2 recompute=none", "reason"] == (
+        "same layout as zero0: with dp x cp = 1 ZeRO has nothing to shard")
+    assert rows.loc["tp1 cp1 pp1 dp1 mb1 fsdp recompute=none", "tokens_per_s"] < (
+        rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
     assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero1 recompute=none", "tokens_per_s"] == (
         rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
     assert result.comparison == "the search agrees with the decision tree: tp1 cp1 pp1 dp1 mb1 zero1 recompute=none"

@@ -467,9 +467,9 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         the chunk's last gradient action (_chunk_grad_sync)."""
         sharding = self.plan.sharding
         deferred = sharding.stage_reduces_grads or (sharding.defers_unit_grads and not final)
-        if deferred and block.params > 0 and self._dp_size() > 1:
+        if deferred and block.params > 0 and self._reduces_units():
             return
-        if sharding.sharded_grad_steps and block.params > 0 and self._dp_size() > 1:
+        if sharding.sharded_grad_steps and block.params > 0 and self._reduces_units():
             layer = (rank, vstage, block.layer, self._grad_count(rank, vstage, block))
             waiting = self._layer_grads.setdefault(layer, [])
             waiting.append((block, op_id))
@@ -511,7 +511,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         Schedule1F1B each cooldown send before the next); as a rank's sends to one peer end in issue order
         (`_send`, program/send_order.py), the last of them ends last."""
         sharding = self.plan.sharding
-        if not sharding.stage_reduces_grads or self._dp_size() == 1:
+        if not sharding.stage_reduces_grads or not self._reduces_units():
             return
         group, replicas = self._shard_group(rank), self._replica_group(rank)
         blocks = self.plan.stages[vstage].blocks
@@ -569,6 +569,12 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
     def _dp_size(self) -> int:
         return self.plan.layout.dp * self.plan.layout.cp
 
+    def _reduces_units(self) -> bool:
+        """Whether sharded steps run their per-unit gathers and gradient reductions: over more than one DP x CP
+        rank, or over one where FSDP2 keeps fp32 shards (fully_shard on a one-rank mesh takes its
+        ``world_size == 1`` path: an unshard copy per gather, a reduce copy per unit; Sharding.fp32_shards)."""
+        return self._dp_size() > 1 or self.plan.sharding.fp32_shards
+
     def _dp_group(self, rank: int) -> tuple[int, ...]:
         return self.plan.layout.combined_group(("dp", "cp"), rank)
 
@@ -606,7 +612,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         other schedule) gathers every chunk whole at the step's start instead (_unshard_chunks), so that none
         is left to gather here."""
         sharding = self.plan.sharding
-        if sharding.stage != 3 or block.params <= 0 or self._dp_size() == 1:
+        if sharding.stage != 3 or block.params <= 0 or not self._reduces_units():
             return []
         name, params = block.name, block.params
         if sharding.gather_per_layer:
@@ -681,7 +687,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         first action copies them out and waits for all of them (``_assert_unsharded``: the handle's wait is
         wait_for_unshard) and no unit is gathered again."""
         sharding = self.plan.sharding
-        if sharding.reshard_after_forward or self.plan.single_stage_loop or self._dp_size() == 1:
+        if sharding.reshard_after_forward or self.plan.single_stage_loop or not self._reduces_units():
             return
         group = self._shard_group(rank)
         for vstage in vstages:
@@ -726,7 +732,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                                    deps, "dp"))
         bucket_ops += self._expert_gradients(rank, ready, DP_STREAM)
         optimizer_deps = bucket_ops or grad_ops
-        if sharding.sharded_grad_steps and self._dp_size() > 1:
+        if sharding.sharded_grad_steps and self._reduces_units():
             optimizer_deps = self._dp_ops.get(rank, [])
         step = self._compute(rank, "optimizer step", plan.optimizer_s[pp_rank], optimizer_deps, "optimizer",
                              sm_bound_share=0.0)

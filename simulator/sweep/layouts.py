@@ -756,12 +756,15 @@ def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
 
 def copy_out_s(plan: StepPlan, params: float) -> float:
     """Seconds of FSDP2's copy-out of one gather of a unit of ``params`` parameters on the compute stream
-    (`Sharding.gather_copy_bytes` at ``grad_copy_rate``); 0 where none is charged. The copy-in, on its own
-    stream, 1/degree of the unit, is left out."""
+    (`Sharding.gather_copy_bytes` at ``grad_copy_rate``), or over a one-rank shard group of fp32 shards its
+    unshard copy in the copy-out's place (`Sharding.unshard_copy_bytes`); 0 where none is charged. The
+    copy-in, on its own stream, 1/degree of the unit, is left out."""
     sharding = plan.sharding
     _, copy_out = sharding.gather_copy_bytes()
-    if copy_out <= 0 or params <= 0 or len(plan.layout.combined_group(("dp", "cp"), 0)) == 1:
+    if copy_out <= 0 or params <= 0:
         return 0.0
+    if sharding.degree == 1:
+        return params * sharding.unshard_copy_bytes() / sharding.grad_copy_rate if sharding.fp32_shards else 0.0
     return params * copy_out / sharding.grad_copy_rate
 
 

@@ -31,6 +31,7 @@ from simulator.sweep.layouts import (
     enumerate_candidates,
     structural_reason,
 )
+from simulator.sweep.options import Sharding
 from simulator.sweep.runner import PointTask, run_point
 from simulator.sweep.spec import point_key
 from simulator.workload.memory import state_bytes_per_param
@@ -142,16 +143,24 @@ def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict
     return data
 
 
+def _one_rank_layout(sharding: Sharding, shardings: tuple[Sharding, ...]) -> Sharding:
+    """The sharding that stands for ``sharding`` in a layout with one data-parallel rank (dp x cp = 1): the ZeRO
+    stages then shard nothing and are one layout, the first of ``shardings``; PyTorch FSDP is its own, whose fp32
+    shards and one-rank unshard and reduce copies fully_shard keeps there too (Sharding.fp32_shards)."""
+    return next(kept for kept in shardings if (kept == "fsdp") == (sharding == "fsdp"))
+
+
 def _prune(candidates: list[Candidate], check, space: SearchSpace) -> list[Checked]:
     """Check each candidate; for one layout, once a recompute option fits, the heavier ones are dominated; with
-    one data-parallel rank (dp x cp = 1) every sharding is the same layout, so only the space's first is kept."""
+    one data-parallel rank (dp x cp = 1) the ZeRO stages are the same layout, so only the space's first of them
+    is kept (_one_rank_layout)."""
     result = []
     fitting: dict[Candidate, str] = {}
     for candidate in candidates:
-        if candidate.dp * candidate.cp == 1 and candidate.sharding != space.sharding[0]:
-            result.append(Checked(candidate, {}, Pruning(Pruned.SAME_LAYOUT, f"same layout as {space.sharding[0]}: "
-                                                                             "with dp x cp = 1 there is nothing to "
-                                                                             "shard")))
+        kept = _one_rank_layout(candidate.sharding, space.sharding)
+        if candidate.dp * candidate.cp == 1 and candidate.sharding != kept:
+            result.append(Checked(candidate, {}, Pruning(Pruned.SAME_LAYOUT, f"same layout as {kept}: with dp x "
+                                                                             "cp = 1 ZeRO has nothing to shard")))
             continue
         key = replace(candidate, recompute="none")
         if key in fitting:
@@ -200,10 +209,11 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
-    unsharded = all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
+    unsharded = (all(row["dp"] * row["cp"] == 1 for row in (winner, tree_row))
+                 and (winner["sharding"] == "fsdp") == (tree_row["sharding"] == "fsdp"))
     differ = [f"{name} {tree_row[name]} -> {winner[name]}" for name in CANDIDATE_COLUMNS
               if tree_row[name] != winner[name] and name != "dp" and not (name == "sharding" and unsharded)]
-    if not differ:  # the same layout (with one data-parallel rank the sharding names differ, nothing else)
+    if not differ:  # the same layout (with one data-parallel rank the ZeRO stages' names differ, nothing else)
         return f"the search agrees with the decision tree: {tree_row['label']}"
     gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
     return (f"the search's {winner['label']} runs {winner['tokens_per_s']:,.0f} tokens/s, {100 * gain:+.1f}% vs "

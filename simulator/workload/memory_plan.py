@@ -62,7 +62,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         else:
             in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
         buffers = 0.0
-        if dp_ways > 1 and plan.sharding.stage == 3 and plan.sharding.gather_per_layer:
+        if (dp_ways > 1 or plan.sharding.fp32_shards) and plan.sharding.stage == 3 and plan.sharding.gather_per_layer:
             buffers = fsdp_buffer_bytes(step, pp_rank)
         elif dp_ways > 1 and plan.sharding.stage == 3:
             buffers = memory.unsharded_layers_bytes(model, layout.tp, element_bytes=plan.sharding.param_bytes)

@@ -236,21 +236,21 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
                     reshard_after_forward=not par.pipelined_fsdp(layout.pp))
 
 
-def _fsdp2_fp32_shards(scenario: Scenario, layout: Layout) -> bool:
+def _fsdp2_fp32_shards(scenario: Scenario) -> bool:
     """Whether PyTorch FSDP keeps fp32 shards (Sharding.fp32_shards): FSDP2's ``fully_shard`` (``fsdp:
-    full_shard | hybrid_shard`` over a DP x CP group of more than one rank, under either kernel era) keeps each
-    shard in the parameter's own dtype, fp32, and gathers it in MixedPrecisionPolicy's param_dtype (torchtitan's
-    bf16 parameters, fp32 shards); FSDP1's shard_grad_op and no_shard, and a DP x CP group of one rank (nothing
-    sharded, nothing gathered), keep the training precision with an fp32 master copy in the optimizer, as the
-    fused path's Megatron-LM does."""
-    return scenario.parallelism.gathers_per_unit and layout.dp * layout.cp > 1
+    full_shard | hybrid_shard``, under either kernel era) keeps each shard in the parameter's own dtype, fp32,
+    and gathers it in MixedPrecisionPolicy's param_dtype (torchtitan's bf16 parameters, fp32 shards), over a
+    one-rank mesh too (its ``world_size == 1`` path copies the cast shard into the unsharded parameters,
+    Sharding.unshard_copy_bytes); FSDP1's shard_grad_op and no_shard keep the training precision with an fp32
+    master copy in the optimizer, as the fused path's Megatron-LM does."""
+    return scenario.parallelism.gathers_per_unit
 
 
 def _fsdp_shard_bytes(scenario: Scenario, layout: Layout, sharding: Sharding) -> float:
     """Bytes per element of PyTorch FSDP's parameter shards: fp32 where FSDP2 keeps fp32 shards
     (_fsdp2_fp32_shards) and under eager, whose weights are fp32 whatever the strategy; otherwise the training
     precision."""
-    if scenario.training.kernels == "eager" or _fsdp2_fp32_shards(scenario, layout):
+    if scenario.training.kernels == "eager" or _fsdp2_fp32_shards(scenario):
         return FP32_BYTES
     return sharding.param_bytes
 
@@ -354,7 +354,7 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     if par.fsdp is not None:
         sharding = replace(sharding, grad_copy_rate=gpu.hbm_bandwidth * cost.efficiency.memory_peak,
                            shard_bytes=_fsdp_shard_bytes(scenario, layout, sharding),
-                           fp32_shards=_fsdp2_fp32_shards(scenario, layout))
+                           fp32_shards=_fsdp2_fp32_shards(scenario))
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
