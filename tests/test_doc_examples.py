@@ -408,6 +408,10 @@ def test_a_collective_figure_a_page_quotes_is_what_the_command_prints(page, comm
 
 
 STRAIGHT_FAULTS = ("faults-straggler-and-spine-link", ("faults.step.links=[]",))
+HSDP_ONE_GPU_SHARDS = ("cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "training.global_batch=8",
+                       "parallelism.tp=8", "parallelism.dp=2", "parallelism.zero=0",
+                       "parallelism.sequence_parallel=true", "parallelism.fsdp=hybrid_shard")
+"""docs/training-step.md's HSDP over one-GPU shard groups: Llama 3 8B, TP 8, DP 2 on two DGX H100."""
 SCENARIO_QUOTES = [
     ("docs/training-step.md", ("mixtral-8x7b-ep8", ()),
      "(`mixtral-8x7b-ep8`: {mb_all_to_all:.1f} MB of the"),
@@ -449,6 +453,14 @@ SCENARIO_QUOTES = [
      "the traffic ({gb_dp:.1f} GB per GPU)"),
     ("docs/cost-model.md", ("llama3-8b-dgx-h100-eager-fsdp", ("training.kernels=fused",)),
      "are the fused FSDP step's ({ms_copy_out:.1f} ms, {ms_grad_copies:.1f} ms, {gb_dp:.1f} GB)"),
+    ("docs/training-step.md", ("llama3-8b-dgx-h100-dp8", HSDP_ONE_GPU_SHARDS),
+     "took 377.2 ms a step with fp32 shards, {ms_step:.1f} ms now"),
+    ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
+     "rank 0's copy-ins take {ms_copy_in:.3f} ms a step ({n_copy_in} copy-ins, on their own stream;"),
+    ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
+     "and its model state is {gib_model_state:.2f} GiB (36.97 GiB before"),
+    ("docs/training-step.md", ("llama3-70b-torchtitan-pp-fsdp", ()),
+     "optimizer step {ms_optimizer:.2f} ms (28.42 ms with the master copy's passes)"),
     ("docs/faults.md", STRAIGHT_FAULTS, "reports {s[bubble_fraction]:.1%} compute idle folded and"),
     ("docs/faults.md", (STRAIGHT_FAULTS[0], (*STRAIGHT_FAULTS[1], "run.fold=false")),
      "compute idle folded and {s[bubble_fraction]:.1%} with `--set run.fold=false`"),
@@ -463,7 +475,10 @@ def quoted_figures(result: Result) -> dict:
     figures: dict = {"s": summary, "gb_ep": summary["traffic_bytes_per_gpu"]["ep"] / 1e9,
                      "gb_dp": summary["traffic_bytes_per_gpu"]["dp"] / 1e9, **rank_0_ms(result.timeline),
                      "mb_all_to_all": summary.get("moe", {}).get("all_to_all_bytes_per_layer", 0) / 1e6,
-                     "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3}
+                     "ms_exposed_dp": summary["exposed_comm_s"]["dp"] * 1e3, "ms_dp": summary["comm_s"]["dp"] * 1e3,
+                     "ms_step": summary["step_time_s"] * 1e3,
+                     "gib_model_state": sum(summary["memory_breakdown_gib"][part]
+                                            for part in ("params", "grads", "optimizer"))}
     if summary.get("tokens_per_s"):
         flop_per_token = summary["gpus"] * 1e12 / summary["tokens_per_s"] / 1e9
         figures["gflop_model_per_token"] = summary["tflops_per_gpu"] * flop_per_token
@@ -482,12 +497,15 @@ def quoted_figures(result: Result) -> dict:
 
 def rank_0_ms(timeline: pd.DataFrame) -> dict:
     """Milliseconds per step of rank 0's ops: its passes' own work on the compute stream (`ms_passes`, PyTorch
-    FSDP's copies left out) and FSDP's copies: copy-outs, copy-ins and gradient copies."""
+    FSDP's copies left out), its optimizer step, and FSDP's copies: copy-outs, copy-ins (and their count) and
+    gradient copies."""
     ops = timeline[(timeline["rank"] == 0) & (timeline["kind"] == "compute")]
     seconds = ops["end_s"] - ops["start_s"]
     fsdp = ops["name"].str.startswith("fsdp ")
     passes = (ops["stream"] == COMPUTE_STREAM) & ops["category"].isin(PIPELINE_CATEGORIES) & ~fsdp
-    figures = {"ms_passes": seconds[passes].sum() * 1e3}
+    figures = {"ms_passes": seconds[passes].sum() * 1e3,
+               "ms_optimizer": seconds[ops["name"] == "optimizer step"].sum() * 1e3,
+               "n_copy_in": int(ops["name"].str.startswith("fsdp copy-in").sum())}
     for figure, names in (("ms_copy_out", ("fsdp copy-out",)), ("ms_copy_in", ("fsdp copy-in",)),
                           ("ms_grad_copies", ("fsdp grad copy", "fsdp reduce copy"))):
         figures[figure] = seconds[ops["name"].str.startswith(names)].sum() * 1e3
