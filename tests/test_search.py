@@ -589,7 +589,12 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       on rank 0 against 68.0 ms before, which `forward_sharing_s` does not follow. Since FSDP's shards are fp32
       under fused kernels too (each copy-in casts, 10 B / n per parameter against 4, on the copy-in stream the
       gather waits for, which the estimate leaves out; the optimizer updates the shards without a master
-      copy): 0.9715 to 1.006 (today 0.9718 to 1.0054; tp 2 dp 16 on four hosts the lowest, 0.9723 before);
+      copy): 0.9715 to 1.006 (0.9718 to 1.0054; tp 2 dp 16 on four hosts the lowest, 0.9723 before). Since the
+      copy-in is estimated where the gather waits for it (each forward's opening gathers, `microbatch_starts_s`,
+      and the prefetched ones, `forward_sharing_s`; `copy_in_s`): 0.972 to 1.0065 (today 0.97224 to 1.00596:
+      tp 2 dp 16 on four hosts the lowest, dp 8 on one host the highest, 1.0054 before, its copy-ins hidden
+      better in the simulation than the estimate places them; tp 4 dp 2 with 8 layers, not in this table,
+      0.9872 -> 0.9912);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -614,7 +619,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.9945, 1.001) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.9715, 1.006) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (0.972, 1.0065) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:

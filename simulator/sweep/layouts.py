@@ -758,7 +758,7 @@ def copy_out_s(plan: StepPlan, params: float) -> float:
     """Seconds of FSDP2's copy-out of one gather of a unit of ``params`` parameters on the compute stream
     (`Sharding.gather_copy_bytes` at ``grad_copy_rate``), or over a one-rank shard group of fp32 shards its
     unshard copy in the copy-out's place (`Sharding.unshard_copy_bytes`); 0 where none is charged. The
-    copy-in, on its own stream, 1/degree of the unit, is left out."""
+    copy-in, on its own stream, is `copy_in_s`, charged where the gather waits for it."""
     sharding = plan.sharding
     _, copy_out = sharding.gather_copy_bytes()
     if copy_out <= 0 or params <= 0:
@@ -766,6 +766,17 @@ def copy_out_s(plan: StepPlan, params: float) -> float:
     if sharding.degree == 1:
         return params * sharding.unshard_copy_bytes() / sharding.grad_copy_rate if sharding.fp32_shards else 0.0
     return params * copy_out / sharding.grad_copy_rate
+
+
+def copy_in_s(plan: StepPlan, params: float) -> float:
+    """Seconds of FSDP2's copy-in of one gather of a unit of ``params`` parameters, on its own stream before the
+    gather, which waits for it (`Sharding.gather_copy_bytes` at ``grad_copy_rate``: 1/degree of the unit, 10 B
+    per element from fp32 shards); 0 where none is charged or nothing is gathered (a one-rank shard group)."""
+    sharding = plan.sharding
+    copy_in, _ = sharding.gather_copy_bytes()
+    if copy_in <= 0 or params <= 0 or sharding.degree == 1:
+        return 0.0
+    return params * copy_in / sharding.grad_copy_rate
 
 
 def copy_outs_s(plan: StepPlan, params: float, head: bool) -> tuple[float, float]:
@@ -862,8 +873,8 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     gather's ring crosses NVLink too, and a TP collective that starts while the gather moves data there shares
     the GPUs' NVLink ports with it (Llama-3-70B, tp 2 cp 2 dp 128: a 64 MiB reduce-scatter over the TP pair,
     0.10 ms alone, takes 0.37 ms). Walks the forward on the estimate's clock, kernels ``slowed`` times their own
-    (the SM toll, `sharded_toll_s`, spread over the micro-batch's kernels), each unit waiting for its gather and
-    its copy-out (`copy_out_s`), and
+    (the SM toll, `sharded_toll_s`, spread over the micro-batch's kernels), each unit waiting for its gather (which
+    waits for its copy-in, `copy_in_s`) and its copy-out (`copy_out_s`), and
     times the blocking collectives since the gather under way began one after another beside it
     (`CollectiveTimes.beside`, the engine's flow model): what they outlast their alone times by (nothing
     before the gather leaves its start-up latency, or after it ends)."""
@@ -874,14 +885,19 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     units = [(unit, sum(block.params for block in unit)) for unit in unit_blocks(plan, blocks)]
     shapes: list[CollectiveShape] = [("all_gather", group, params * sharding.param_bytes)
                                      for _, params in units if params > 0]
+    copy_ins = [copy_in_s(plan, params) for _, params in units if params > 0]
     gathers: list[tuple[float, float, CollectiveShape]] = []  # (start, end, shape) on the prefetch stream
     ends: list[float] = []  # where each gathered unit's last kernel ends
+    copied = 0.0  # where the copy-in stream's last copy-in ends
 
     def queue() -> None:
-        """Start every gather whose turn has come: each after the one before, gather k after unit k - 3."""
+        """Start every gather whose turn has come: its copy-in after the one before and unit k - 3, the gather
+        after its copy-in and the gather before."""
+        nonlocal copied
         while len(gathers) < min(len(shapes), len(ends) + 3):
             k = len(gathers)
-            start = max(gathers[-1][1] if gathers else 0.0, ends[k - 3] if k >= 3 else 0.0)
+            copied = max(copied, ends[k - 3] if k >= 3 else 0.0) + copy_ins[k]
+            start = max(gathers[-1][1] if gathers else 0.0, copied)
             gathers.append((start, start + times.seconds(*shapes[k]), shapes[k]))
 
     clock = excess = 0.0
@@ -939,8 +955,9 @@ def forward_steps(plan: StepPlan, times: CollectiveTimes, block: Block, rank: in
 def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit]) -> float:
     """Seconds per step the forwards' starts hold ``rank``'s compute under ZeRO-3 gathering every micro-batch
     (``units`` in forward order): a forward waits for its first unit's gather and then for the second's (queued
-    behind it) less the first unit's forward. Every forward does (FSDP2's root pre-forward makes the all-gather
-    streams wait for the compute stream: the search's ZeRO-3 is PyTorch FSDP's). Under PyTorch FSDP without
+    behind it), each after its copy-in (`copy_in_s`), less the first unit's forward. Every forward does
+    (FSDP2's root pre-forward makes the all-gather streams wait for the compute stream: the search's ZeRO-3 is
+    PyTorch FSDP's). Under PyTorch FSDP without
     pipelining each forward after the first also waits, before its gathers, for the previous backward's last
     reduce-scatter, the first unit's, alone (FSDP2's root post-backward callback, `ProgramBuilder._end_backward`;
     the reduce-scatter before it is `backward_waits_s`'s, the step's last backward's
@@ -951,10 +968,12 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     if not shaped or len(group) == 1:
         return 0.0
     first = shaped[0]
-    opening = times.seconds("all_gather", group, first.params * sharding.param_bytes)
+    copied = copy_in_s(plan, first.params)
+    opening = copied + times.seconds("all_gather", group, first.params * sharding.param_bytes)
     if len(shaped) > 1:
-        second = times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
-        opening += max(second - first.forward_s, 0.0)
+        copied += copy_in_s(plan, shaped[1].params)
+        second = max(opening, copied) + times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
+        opening += max(second - opening - first.forward_s, 0.0)
     waits = (times.seconds(sharding.grad_reduction, group, first.params * sharding.grad_bytes)
              if waits_for_last_reduction(plan) else 0.0)
     return m * opening + (m - 1) * waits
