@@ -15,7 +15,7 @@ import pytest
 from simulator import scale, simulate, simulation
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
-from simulator.errors import ScenarioError
+from simulator.errors import InputError, ScenarioError
 from simulator.reliability import states
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
@@ -273,6 +273,27 @@ def test_a_straggler_refold_beyond_the_limits_is_refused_before_the_healthy_step
     assert main(["run", str(scenario), "--set", "run.horizon=null", "--out", str(out)]) == 2
     assert f"ops + flows ~{folded.events:,} over the limit of {folded.events - 1:,}" in capsys.readouterr().err
 
+
+
+def test_straggler_states_run_unfolded_are_held_to_the_unfolded_estimate(monkeypatch):
+    """TP 2, PP 8, DP 2 on 32 GPUs: the slow replica's classes are every rank, so each straggler state runs its
+    step unfolded (`fold_policy.EVERY_RANK_A_CLASS`), and the job is held to the unfolded estimate, not to the
+    linear refold of the fold (~4,000 ops + flows against 3,104): within the unfolded one it runs, below it
+    it is refused as an unfolded step."""
+    text = JOB64.replace("nodes: 8", "nodes: 4").replace("{tp: 2, pp: 4, dp: 8}", "{tp: 2, pp: 8, dp: 2}")
+    job = scenario_from_text(text, "job.yaml")
+    folded = scale.estimate_scale(job.scenario, 32, scale.scenario_hosts(job))
+    unfolded = scale.estimate_scale(job.scenario.model_copy(update={"run": job.scenario.run.model_copy(
+        update={"fold": False})}), 32, scale.scenario_hosts(job))
+    assert folded is not None and unfolded is not None
+    refold = scale.refold_estimate(folded, 32, 32)
+    assert refold.events > unfolded.events
+    monkeypatch.setattr(scale, "MAX_EVENTS", unfolded.events)
+    assert simulate_job(job).summary["states"]
+    monkeypatch.setattr(scale, "MAX_EVENTS", unfolded.events - 1)
+    with pytest.raises(InputError, match="simulated as an unfolded step \\(stragglers in one pipeline replica: "
+                       "one rank per class by the slow replica's coordinates is every rank\\)"):
+        simulate_job(job)
 
 SMALL_JOB = (Path(__file__).parent / "data" / "small-job.yaml").read_text().replace(
     "job_failure: {unit: host, effect: restart, mtbf: 3 h}",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from simulator.parallel.layout import Layout
     from simulator.simulation import PreparedStep
     from simulator.topology.graph import Topology
 
@@ -172,7 +173,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     The straggler states are asked of the healthy step, built here once and
     returned for the job to run: a fold check that unfolds it (other than its plan's, which refuses it as the
     job's step) unfolds every state for the same reason; else `fold_policy.straggler_blocker` answers."""
-    from simulator.engine.fold_policy import SHARED_LINKS, straggler_blocker
+    from simulator.engine.fold_policy import EVERY_RANK_A_CLASS, SHARED_LINKS, straggler_blocker
     from simulator.program.unfolding import Unfolding
     from simulator.scale import unfolded_beyond_limits
     from simulator.simulation import prepare_training, step_faults
@@ -217,28 +218,46 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     healthy = prepare_training(loaded, topology, faults, guard)
     why = located(loaded, lambda: straggler_blocker(healthy.step, healthy.build, healthy.plans,
                                                     healthy.settings.mode, faults, klass.slowdown))
+    if not why and _every_rank_a_class(loaded, topology.num_gpus):
+        why = EVERY_RANK_A_CLASS
     if why:
         refuse(why)
     _refuse_straggler_refold(loaded, klass.name, topology.num_gpus)
     return healthy
 
 
+def _slow_replica_classes(loaded: LoadedScenario, gpus: int) -> tuple[Layout, int]:
+    """The job's layout and how many classes of ranks a straggler state's slow replica parts each stage into
+    (`fold_policy.straggler_step`: one for each combination of sharing or not the slow GPU's TP, CP and DP
+    coordinates)."""
+    from simulator.workload.training import pipeline_depth, resolve_layout
+
+    layout = located(loaded, lambda: resolve_layout(loaded.scenario, gpus, pipeline_depth(loaded.scenario)))
+    return layout, 2 ** sum(1 for degree in (layout.tp, layout.cp, layout.dp) if degree > 1)
+
+
+def _every_rank_a_class(loaded: LoadedScenario, gpus: int) -> bool:
+    """Whether the slow replica's classes hold one rank each (every degree but PP at most 2), so that
+    `fold_policy.straggler_step` runs each straggler state unfolded rather than refolded."""
+    layout, classes = _slow_replica_classes(loaded, gpus)
+    return layout.pp * classes >= layout.world
+
+
 def _refuse_straggler_refold(loaded: LoadedScenario, name: str, gpus: int) -> None:
     """Refuse, before the healthy step runs, a job whose straggler states of class ``name`` fold and would each
-    simulate a refold beyond the limits a plain run has (where they unfold, that refusal comes first): a state
-    slows one GPU of the first replica in some stages, and its step is refolded by the slow replica's classes
-    (`fold_policy.straggler_step`: per stage, a class for each combination of sharing or not the slow GPU's TP,
-    CP and DP coordinates), the folded estimate scaled by those ranks (`scale.refold_estimate`). The refusal
-    names the class and the limit passed, its value against it."""
+    simulate a refold beyond the limits a plain run has: a state slows one GPU of the first replica in some
+    stages, and its step is refolded by the slow replica's classes (`_slow_replica_classes`), the folded
+    estimate scaled by those ranks (`scale.refold_estimate`). Where those classes are every rank the state runs
+    unfolded, and the unfolded estimate (`_refuse_unfolded_steps`) is the one that holds: the linear refold
+    overstates it (TP 2, CP 2, PP 4, DP 2: ~14,528 ops + flows against 10,880 unfolded). The refusal names
+    the class and the limit passed, its value against it."""
     from simulator.scale import estimate_scale, refold_estimate, scenario_hosts
-    from simulator.workload.training import pipeline_depth, resolve_layout
 
     scenario = loaded.scenario
     folded = located(loaded, lambda: estimate_scale(scenario, gpus, scenario_hosts(loaded)))
-    if folded is None or not folded.folded:
+    if folded is None or not folded.folded or _every_rank_a_class(loaded, gpus):
         return
-    layout = located(loaded, lambda: resolve_layout(scenario, gpus, pipeline_depth(scenario)))
-    classes = 2 ** sum(1 for degree in (layout.tp, layout.cp, layout.dp) if degree > 1)
+    layout, classes = _slow_replica_classes(loaded, gpus)
     refold = refold_estimate(folded, gpus, layout.pp * classes)
     if refold.over_limits():
         field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
