@@ -50,13 +50,21 @@ COLLECTIVE_NAMES: dict[str, Primitive] = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
     "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
     "all_gather_into_tensor": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+    "all_gather_into_tensor_coalesced": "all_gather", "_broadcast_oop": "broadcast", "_reduce_oop": "reduce",
     "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter", "_reduce_scatter_base": "reduce_scatter",
     "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
     "broadcast": "broadcast", "reduce": "reduce", "all_to_all": "all_to_all", "alltoall": "all_to_all",
     "alltoall_base": "all_to_all", "all_to_allv": "all_to_all", "barrier": "all_reduce",
     "send": "send_recv", "recv": "send_recv", "recv_any_source": "send_recv",
 }
-"""`record_param_comms` collective names (lower-cased) -> trainsim primitives (send_recv: a send or a receive)."""
+"""`record_param_comms` collective names (lower-cased) -> trainsim primitives (send_recv: a send or a receive).
+ProcessGroupNCCL runs an all-gather or reduce-scatter of uneven sizes as `_broadcast_oop` / `_reduce_oop` on
+Broadcast / Reduce kernels."""
+
+MISREAD_COLLECTIVES = ("gather", "scatter")
+"""`Collective name`s that trainsim does not model and whose kernel would pass for another collective: PyTorch
+runs a gather or a scatter as NCCL's SendRecv kernel (a transfer whose peer is not told) and a gather on an
+AllReduce kernel ran as an all-reduce."""
 
 KERNEL_PRIMITIVES: dict[str, Primitive] = {
     "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter", "broadcast": "broadcast",
@@ -310,17 +318,19 @@ class _Parsed:
 
     def _annotated(self, info: dict, primitive: Primitive | Literal[""], name: str,
                    where: str) -> Primitive | Literal[""]:
-        """The primitive that an NCCL kernel's annotation names (`Collective name`), else the kernel name's. A name
-        outside COLLECTIVE_NAMES is refused, not passed over for the kernel name's: PyTorch runs a gather or a
-        scatter as NCCL's SendRecv kernel, which would otherwise pass for a transfer whose peer is not told."""
+        """The primitive that an NCCL kernel's annotation names (`Collective name`), else the kernel name's: a
+        name outside COLLECTIVE_NAMES (PyTorch's `coalesced` for a batch of collectives) is the kernel's
+        collective, unless it is one of MISREAD_COLLECTIVES or the kernel name tells none, which are refused."""
         collective = info.get("Collective name")
         if collective in (None, ""):
             return primitive
         known = COLLECTIVE_NAMES.get(str(collective).lower())
-        if known is None:
+        if known is not None:
+            return known
+        if not primitive or str(collective).lower() in MISREAD_COLLECTIVES:
             raise trace_error(self.file, where, f"NCCL kernel {name!r} runs collective {collective!r}, which trainsim "
                               "does not model", ", ".join(COLLECTIVE_NAMES))
-        return known
+        return primitive
 
     def _shares(self, info: dict, nbytes: float, size: int, name: str, where: str) -> _Shares:
         """An all-to-all's bytes to and from each member, in group order, from its `In split size` and `Out split
