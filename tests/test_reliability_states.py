@@ -162,6 +162,26 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
         assert states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1] == alone
 
 
+
+def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_topology():
+    """With a link of the scenario's own down from the start (`faults.step.links`), each straggler state ran
+    its fault hooks on the healthy run's topology, whose routes were already rerouted around that link: its
+    summary counted 0 rerouted routes against `simulate()`'s 8 (each run reroutes its own topology)."""
+    text = JOB64.replace("analytic", "flow")
+    link = ["faults.step.links=[{link: [leaf0.r0, spine0]}]"]
+    loaded = scenario_from_text(text, "job.yaml", link)
+    job = simulate_job(loaded)
+    key = loaded.scenario.model_dump_json(exclude=states.JOB_SECTIONS)
+    slowed = [state for state in job.summary["states"] if state["slow_gpus"]]
+    assert slowed
+    state = slowed[0]
+    stragglers = ", ".join(f"{{gpus: [{gpu}], slowdown: {factor}}}" for gpu, factor in state["slow_gpus"].items())
+    alone = simulate(scenario_from_text(text, "job.yaml", [*link, f"faults.step.stragglers=[{stragglers}]"])).summary
+    slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
+    summary = states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1]
+    assert alone["faults"]["rerouted_routes"] > 0
+    assert summary["faults"] == alone["faults"]
+
 def test_a_degraded_leaf_runs_at_the_step_time_of_its_links_down():
     """DGX hosts, eight rails: a leaf down leaves its rail's GPUs routing over NVLink through their peers'
     NICs (PXN). The job keeps training at that state's step time, which is `simulate()` of the scenario with

@@ -240,7 +240,8 @@ class StepStates:
             scenario = scenario.model_copy(update={"cluster": ClusterConfig(topology=scenario.cluster.topology,
                                                                             **overrides)})
         loaded = replace(self.loaded, scenario=scenario)
-        on_own = scenario.cluster == self.loaded.scenario.cluster and not state.links_down
+        on_own = (scenario.cluster == self.loaded.scenario.cluster and not state.links_down
+                  and not scenario.faults.step.links)
         topology = self.topology if on_own else scenario_topology(loaded)
         links = tuple(LinkFault(link=pair) for pair in state.links_down if topology.wiring.has_edge(*pair))
         if 0 < spines <= state.spines_down:
