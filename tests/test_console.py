@@ -117,20 +117,27 @@ def test_out_of_memory_is_loud_and_strict_validate_refuses_it(tmp_path, capsys):
            "memory)\n" in capsys.readouterr().err
 
 
+HOSTS2 = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "parallelism.dp=16", "training.global_batch=256"]
+
+
 @pytest.mark.parametrize("sharding,remedies", [
-    ("parallelism.zero=0", "(try zero: 3 or fsdp: full_shard, recompute: full, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.zero=2", "(try zero: 3 or fsdp: full_shard with zero: 0, recompute: full, more tp or pp, "
+    (["parallelism.zero=0"], "(try zero: 3 or fsdp: full_shard, recompute: full, more tp or pp, a smaller "
+                             "micro_batch)"),
+    (["parallelism.zero=2"], "(try zero: 3 or fsdp: full_shard with zero: 0, recompute: full, more tp or pp, "
                              "a smaller micro_batch)"),
-    ("parallelism.zero=3", "(try recompute: full, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.fsdp=full_shard", "(try recompute: full, more tp or pp, a smaller micro_batch)"),
-    ("parallelism.fsdp=hybrid_shard", "(try fsdp: full_shard, recompute: full, more tp or pp, a smaller micro_batch)"),
-])
+    (["parallelism.zero=3"], "(try recompute: full, more tp or pp, a smaller micro_batch)"),
+    (["parallelism.fsdp=full_shard"], "(try recompute: full, more tp or pp, a smaller micro_batch)"),
+    (["parallelism.fsdp=hybrid_shard"], "(try recompute: full, more tp or pp, a smaller micro_batch)"),
+    (["parallelism.fsdp=hybrid_shard", *HOSTS2], "(try fsdp: full_shard, recompute: full, more tp or pp, a smaller "
+                                                 "micro_batch)"),
+], ids=lambda value: ",".join(value) if isinstance(value, list) else None)
 def test_out_of_memory_remedies_leave_out_the_sharding_already_done(tmp_path, capsys, sharding, remedies):
-    """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to try ZeRO/FSDP; hybrid_shard, sharded
-    inside each NVLink domain only, is told full_shard: run, validate alike."""
+    """A layout already sharded to ZeRO-3 or FSDP's full_shard is not told to try ZeRO/FSDP, nor is hybrid_shard
+    on one 8-GPU host, whose NVLink domain holds every DP rank (full_shard held as much: it was offered);
+    hybrid_shard on two hosts, sharded inside each NVLink domain only, is told full_shard: run, validate alike."""
     scenario = str(SCENARIOS / f"{LLAMA_8B}.yaml")
-    too_big = ["--set", "parallelism.zero=0", "--set", sharding, "--set", "training.micro_batch=16", "--set",
-               "training.global_batch=128"]
+    settings = ["parallelism.zero=0", "training.micro_batch=16", "training.global_batch=128", *sharding]
+    too_big = [arg for setting in settings for arg in ("--set", setting)]
     assert main(["validate", scenario, *too_big]) == 0
     validated = capsys.readouterr().err
     assert "OUT OF MEMORY" in validated and validated.split("\n")[0].endswith(remedies)

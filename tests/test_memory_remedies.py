@@ -20,12 +20,14 @@ EAGER = str(SCENARIOS / "llama3-8b-dgx-h100-eager-fsdp.yaml")
 BATCH = ["training.micro_batch=2", "training.global_batch=32"]
 
 
-def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int]:
-    """The validated layout's peak memory per GPU (GiB) and its DP x CP ranks."""
+def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int, int]:
+    """The validated layout's peak memory per GPU (GiB), its DP x CP ranks and those its sharding shards over
+    (fewer under hybrid sharding across NVLink domains)."""
     loaded = load_scenario(path, overrides)
     memory = validate(loaded, sized_topology(loaded, force=False)).memory
     layout = memory["layout"]
-    return memory["peak_memory_gib"], layout["dp"] * layout["cp"]
+    shard_ranks = layout["dp"] * layout["cp"]
+    return memory["peak_memory_gib"], shard_ranks, layout.get("shard_ranks", shard_ranks)
 
 
 @pytest.mark.parametrize("path,overrides", [
@@ -40,21 +42,23 @@ def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int]:
     (FUSED, ["parallelism.zero=0", "parallelism.cp=8", "parallelism.dp=1"]),
     (FUSED, ["parallelism.zero=0", "parallelism.pp=2", "parallelism.dp=4", "parallelism.pipeline.virtual_stages=4",
              "parallelism.pipeline.schedule=interleaved"]),
+    # hybrid_shard on one 8-GPU host shards over all DP ranks: full_shard was offered, at 170.0 GiB either way
+    (FUSED, ["parallelism.zero=0", "parallelism.fsdp=hybrid_shard", "training.seq_len=16384"]),
     (EAGER, ["parallelism.fsdp=null"]),
     (EAGER, ["parallelism.fsdp=null", "parallelism.pp=8", "parallelism.dp=1"]),
     (EAGER, ["parallelism.fsdp=null", "training.attention=standard"]),
 ], ids=lambda value: ",".join(value) if isinstance(value, list) else Path(value).stem)
 def test_every_remedy_loads_and_lowers_the_peak(path, overrides):
-    before, shard_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
+    before, shard_ranks, hybrid_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
     scenario = load_scenario(path, [*overrides, *BATCH]).scenario
-    offered = remedies(scenario.parallelism, scenario.training, shard_ranks)
+    offered = remedies(scenario.parallelism, scenario.training, shard_ranks, hybrid_ranks)
     assert offered
     for choices in offered:
         for remedy in choices:
             if not remedy.settings:
                 continue
             settings = [f"{field}={value}" for field, value in remedy.settings]
-            after, _ = peak_and_shard_ranks(path, [*overrides, *BATCH, *settings])
+            after, _, _ = peak_and_shard_ranks(path, [*overrides, *BATCH, *settings])
             assert after < before, (remedy.text, before, after)
 
 
@@ -70,6 +74,6 @@ def test_no_sharding_is_offered_where_it_has_nothing_to_shard_over_or_is_refused
     """At dp x cp = 1 ZeRO and FSDP shard over one rank (and eager refuses fsdp there); beside
     overlap_param_gather (ZeRO-1/2's) ZeRO-3 and FSDP are refused, and ZeRO-2 saves on ZeRO-1 only reducing every
     micro-batch."""
-    _, shard_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
+    _, shard_ranks, hybrid_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
     scenario = load_scenario(path, [*overrides, *BATCH]).scenario
-    assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks) == expected
+    assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks, hybrid_ranks) == expected

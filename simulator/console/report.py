@@ -82,15 +82,17 @@ def _bottleneck(value: object) -> str:
 def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingConfig) -> str:
     """The out-of-memory message of a summary ('' when the run fits), with the remedies that would help this
     scenario (``parallelism``, ``training``; `memory.memory_remedies`) on the layout that ran (the summary's
-    `layout`: its DP x CP ranks, which ZeRO and FSDP shard over)."""
+    `layout`: its DP x CP ranks, which ZeRO and FSDP shard over, and hybrid sharding's `shard_ranks` of them)."""
     if not summary.get("oom"):
         return ""
     from simulator.workload.memory import memory_remedies
 
     layout = summary.get("layout")
     shard_ranks = layout.get("dp", 1) * layout.get("cp", 1) if isinstance(layout, dict) else None
+    hybrid_ranks = layout.get("shard_ranks", shard_ranks) if isinstance(layout, dict) else None
+    tried = memory_remedies(parallelism, training, shard_ranks, hybrid_ranks)
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
-            f"{summary['memory_capacity_gib']:.1f} GiB (try {memory_remedies(parallelism, training, shard_ranks)})")
+            f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
 
 
 def _peak_place(summary: dict) -> str:

@@ -420,27 +420,29 @@ class Remedy:
     settings: tuple[tuple[str, object], ...] = ()
 
 
-def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None) -> str:
+def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None,
+                    hybrid_ranks: int | None = None) -> str:
     """What would lower the memory per GPU of a layout, for an out-of-memory message: 'zero: 3 or fsdp:
     full_shard, recompute: full, more tp or pp' (`remedies`, alternatives joined by 'or')."""
     return ", ".join(" or ".join(remedy.text for remedy in choices)
-                     for choices in remedies(parallelism, training, shard_ranks))
+                     for choices in remedies(parallelism, training, shard_ranks, hybrid_ranks))
 
 
-def remedies(parallelism: ParallelismConfig, training: TrainingConfig,
-             shard_ranks: int | None = None) -> tuple[tuple[Remedy, ...], ...]:
+def remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None,
+             hybrid_ranks: int | None = None) -> tuple[tuple[Remedy, ...], ...]:
     """The steps that would lower the memory per GPU of a layout, each a tuple of alternatives (ZeRO-3 or FSDP),
     every one a setting the loader takes beside the scenario's others. ``shard_ranks``: the layout's DP x CP
     ranks, which ZeRO and FSDP shard over; None where the caller does not know them: `dp` x `cp` where `dp` is
-    given, else more than one. Left out: what the scenario already does to the full; sharding with nothing to
-    shard over (one rank: it saves nothing, and eager refuses FSDP there); a sharding the loader refuses beside
-    the scenario's other fields; selective recompute beside flash attention, which keeps no score matrix for it
+    given, else more than one; ``hybrid_ranks`` those `fsdp: hybrid_shard` shards over, where known. Left out:
+    what the scenario already does to the full; sharding with nothing to shard over (one rank: it saves nothing,
+    and eager refuses FSDP there) or no more than it does; a sharding the loader refuses beside the scenario's
+    other fields; selective recompute beside flash attention, which keeps no score matrix for it
     to drop (docs/training-step.md), so full recompute instead; a smaller micro-batch at 1. Eager kernels refuse
     ZeRO and tensor parallelism; a parameter-server worker holds the whole model (no sharding, TP or PP)."""
     servers = parallelism.strategy == "parameter_server"
     if shard_ranks is None:
         shard_ranks = parallelism.dp * parallelism.cp if parallelism.dp is not None else 2
-    found = [] if servers or shard_ranks < 2 else [_sharding_remedies(parallelism, training)]
+    found = [] if servers or shard_ranks < 2 else [_sharding_remedies(parallelism, training, shard_ranks, hybrid_ranks)]
     if training.recompute != "full":
         mode = "selective" if training.recompute == "none" and training.attention == "standard" else "full"
         found.append((Remedy(f"recompute: {mode}", (("training.recompute", mode),)),))
@@ -451,13 +453,18 @@ def remedies(parallelism: ParallelismConfig, training: TrainingConfig,
     return tuple(choices for choices in found if choices)
 
 
-def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig) -> tuple[Remedy, ...]:
+def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int,
+                       hybrid_ranks: int | None) -> tuple[Remedy, ...]:
     """Sharding further, over more than one rank. Where the step runs Megatron-LM or DeepSpeed's ZeRO (fused
     kernels, no fsdp): ZeRO-3, which the loader refuses beside `overlap_param_gather` (ZeRO-1/2's) and without
     `reduce_every_microbatch`; there ZeRO-2 reducing every micro-batch (without, it keeps the gradients whole
     until the last micro-batch, as ZeRO-1: no saving), else ZeRO-1 from 0. PyTorch FSDP's full_shard, in place
-    of `zero`, where the loader takes it (`_takes_full_shard`)."""
+    of `zero`, where the loader takes it (`_takes_full_shard`); in place of `hybrid_shard` only where that shards
+    over fewer than the ``shard_ranks`` (``hybrid_ranks``): over all of them full_shard holds as much (an 8-GPU
+    DP 8 at 170.0 GiB either way)."""
     if parallelism.zero_stage == 3 and not parallelism.hybrid_shard:
+        return ()
+    if parallelism.hybrid_shard and hybrid_ranks is not None and hybrid_ranks >= shard_ranks:
         return ()
     choices = []
     if parallelism.fsdp is None and training.kernels != "eager":

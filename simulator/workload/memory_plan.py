@@ -190,7 +190,9 @@ def layout_summary(step: TrainingStep) -> dict:
     """The resolved layout and pipeline shape, for the summary; with ZeRO-3 under pipelining or without
     per-micro-batch sync (where PyTorch FSDP's no-sync can apply) also ``grad_sync``, when the gradients were
     reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step); with a
-    kernel era other than the default ``fused`` also ``kernels`` (so a default step's summary is unchanged)."""
+    kernel era other than the default ``fused`` also ``kernels`` (so a default step's summary is unchanged);
+    with hybrid sharding over fewer ranks than DP x CP also ``shard_ranks``, its shard group's size (what an
+    out-of-memory message weighs `fsdp: full_shard` against)."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
@@ -201,6 +203,8 @@ def layout_summary(step: TrainingStep) -> dict:
         entry["grad_sync"] = sharding.grad_sync
     if step.kernels != "fused":
         entry["kernels"] = step.kernels
+    if sharding.degree != layout.dp * layout.cp:
+        entry["shard_ranks"] = sharding.degree
     return entry
 
 
