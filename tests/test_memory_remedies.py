@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulator import load_scenario
+from simulator.console.report import oom_line
 from simulator.preflight import validate
 from simulator.scale import sized_topology
 from simulator.workload.memory import memory_remedies, remedies
@@ -77,3 +78,38 @@ def test_no_sharding_is_offered_where_it_has_nothing_to_shard_over_or_is_refused
     _, shard_ranks, hybrid_ranks = peak_and_shard_ranks(path, [*overrides, *BATCH])
     scenario = load_scenario(path, [*overrides, *BATCH]).scenario
     assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks, hybrid_ranks) == expected
+
+
+LONG = ["training.seq_len=131072", "training.micro_batch=1", "training.global_batch=8"]
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["parallelism.cp=2", "parallelism.dp=4"], "cp: 4 with dp: 2"),
+    (["parallelism.cp=2", "parallelism.dp=null"], "cp: 4"),
+    (["parallelism.cp=1", "parallelism.dp=null", "parallelism.cp_load_balance=false"], "cp: 2"),
+])
+def test_more_cp_is_offered_where_activations_are_the_largest_part_and_lowers_the_peak(overrides, expected):
+    """A long sequence's activations (303.3 GiB of 359.5 at seq 131072 cp 2 on eight H100s) no sharding touches:
+    the line offers the next cp that divides the DP x CP ranks and splits the sequence, which loads and lowers
+    the peak (it offered only ZeRO-3/FSDP, recompute and more tp or pp)."""
+    loaded = load_scenario(FUSED, [*LONG, *overrides])
+    memory = validate(loaded, sized_topology(loaded, force=False)).memory
+    assert max(memory["memory_breakdown_gib"].items(), key=lambda part: part[1])[0] == "activations"
+    line = oom_line(dict(memory), loaded.scenario.parallelism, loaded.scenario.training)
+    assert f", {expected}, " in line
+    layout = memory["layout"]
+    offered = remedies(loaded.scenario.parallelism, loaded.scenario.training, layout["dp"] * layout["cp"],
+                       activations_largest=True)
+    context = next(choice for choices in offered for choice in choices if choice.text == expected)
+    after, _, _ = peak_and_shard_ranks(FUSED, [*LONG, *overrides, *(f"{f}={v}" for f, v in context.settings)])
+    assert after < memory["peak_memory_gib"]
+
+
+def test_more_cp_is_not_offered_where_activations_are_not_the_largest_part():
+    """The 8B dp8 step at micro_batch 1 peaks on its gradients (29.9 GiB over 19.0 GiB of activations): more cp
+    would split the smaller part only."""
+    loaded = load_scenario(FUSED, ["training.micro_batch=1", "training.global_batch=32"])
+    memory = dict(validate(loaded, sized_topology(loaded, force=False)).memory)
+    assert max(memory["memory_breakdown_gib"].items(), key=lambda part: part[1])[0] != "activations"
+    memory["oom"] = True
+    assert "cp:" not in oom_line(memory, loaded.scenario.parallelism, loaded.scenario.training)

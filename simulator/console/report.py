@@ -82,7 +82,9 @@ def _bottleneck(value: object) -> str:
 def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingConfig) -> str:
     """The out-of-memory message of a summary ('' when the run fits), with the remedies that would help this
     scenario (``parallelism``, ``training``; `memory.memory_remedies`) on the layout that ran (the summary's
-    `layout`: its DP x CP ranks, which ZeRO and FSDP shard over, and hybrid sharding's `shard_ranks` of them)."""
+    `layout`: its DP x CP ranks, which ZeRO and FSDP shard over, and hybrid sharding's `shard_ranks` of them),
+    more cp among them where the activations are the largest part of the peak (`memory_breakdown_gib`) of a
+    model with a sequence to split (not synthetic)."""
     if not summary.get("oom"):
         return ""
     from simulator.workload.memory import memory_remedies
@@ -90,7 +92,10 @@ def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingCo
     layout = summary.get("layout")
     shard_ranks = layout.get("dp", 1) * layout.get("cp", 1) if isinstance(layout, dict) else None
     hybrid_ranks = layout.get("shard_ranks", shard_ranks) if isinstance(layout, dict) else None
-    tried = memory_remedies(parallelism, training, shard_ranks, hybrid_ranks)
+    parts = summary.get("memory_breakdown_gib") or {}
+    activations_largest = (bool(parts) and max(parts, key=parts.__getitem__) == "activations"
+                           and isinstance(layout, dict) and layout.get("model") != "synthetic")
+    tried = memory_remedies(parallelism, training, shard_ranks, hybrid_ranks, activations_largest)
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
 

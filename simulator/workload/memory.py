@@ -421,15 +421,15 @@ class Remedy:
 
 
 def memory_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None,
-                    hybrid_ranks: int | None = None) -> str:
+                    hybrid_ranks: int | None = None, activations_largest: bool = False) -> str:
     """What would lower the memory per GPU of a layout, for an out-of-memory message: 'zero: 3 or fsdp:
     full_shard, recompute: full, more tp or pp' (`remedies`, alternatives joined by 'or')."""
     return ", ".join(" or ".join(remedy.text for remedy in choices)
-                     for choices in remedies(parallelism, training, shard_ranks, hybrid_ranks))
+                     for choices in remedies(parallelism, training, shard_ranks, hybrid_ranks, activations_largest))
 
 
 def remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int | None = None,
-             hybrid_ranks: int | None = None) -> tuple[tuple[Remedy, ...], ...]:
+             hybrid_ranks: int | None = None, activations_largest: bool = False) -> tuple[tuple[Remedy, ...], ...]:
     """The steps that would lower the memory per GPU of a layout, each a tuple of alternatives (ZeRO-3 or FSDP),
     every one a setting the loader takes beside the scenario's others. ``shard_ranks``: the layout's DP x CP
     ranks, which ZeRO and FSDP shard over; None where the caller does not know them: `dp` x `cp` where `dp` is
@@ -438,7 +438,10 @@ def remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ran
     and eager refuses FSDP there) or no more than it does; a sharding the loader refuses beside the scenario's
     other fields; selective recompute beside flash attention, which keeps no score matrix for it
     to drop (docs/training-step.md), so full recompute instead; a smaller micro-batch at 1. Eager kernels refuse
-    ZeRO and tensor parallelism; a parameter-server worker holds the whole model (no sharding, TP or PP)."""
+    ZeRO and tensor parallelism; a parameter-server worker holds the whole model (no sharding, TP or PP).
+    Where the activations are the largest part of the peak (``activations_largest``: a long sequence's, which
+    no sharding touches) of a single-sequence micro-batch also more context parallelism (`_context_remedy`);
+    a larger micro-batch halves first, without CP's traffic."""
     servers = parallelism.strategy == "parameter_server"
     if shard_ranks is None:
         shard_ranks = parallelism.dp * parallelism.cp if parallelism.dp is not None else 2
@@ -446,11 +449,31 @@ def remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ran
     if training.recompute != "full":
         mode = "selective" if training.recompute == "none" and training.attention == "standard" else "full"
         found.append((Remedy(f"recompute: {mode}", (("training.recompute", mode),)),))
+    if activations_largest and training.micro_batch == 1 and not servers and training.kernels != "eager":
+        found.append(_context_remedy(parallelism, training, shard_ranks))
     if not servers:
         found.append((Remedy("more pp" if training.kernels == "eager" else "more tp or pp"),))
     if training.micro_batch > 1:
         found.append((Remedy("a smaller micro_batch", (("training.micro_batch", training.micro_batch // 2),)),))
     return tuple(choices for choices in found if choices)
+
+
+def _context_remedy(parallelism: ParallelismConfig, training: TrainingConfig,
+                    shard_ranks: int) -> tuple[Remedy, ...]:
+    """The next cp the loader takes in the same GPUs, which splits each rank's sequence, and so its activations,
+    further: one that divides the DP x CP ranks (``shard_ranks``; dp becomes their rest, so ZeRO and FSDP shard
+    over as many ranks as before), splits seq_len into cp shares (2 x cp with `cp_load_balance`) and, under tensor
+    parallelism, into cp x tp (sequence parallelism and the experts' routing give each TP rank its share); dp is
+    set with it where the scenario gives dp. None where no such cp is left (eager kernels refuse cp)."""
+    for cp in range(parallelism.cp + 1, shard_ranks + 1):
+        chunks = 2 * cp if parallelism.cp_load_balance else cp
+        if shard_ranks % cp or training.seq_len % chunks or training.seq_len % (cp * parallelism.tp):
+            continue
+        dp = shard_ranks // cp
+        if parallelism.dp is None:
+            return (Remedy(f"cp: {cp}", (("parallelism.cp", cp),)),)
+        return (Remedy(f"cp: {cp} with dp: {dp}", (("parallelism.cp", cp), ("parallelism.dp", dp))),)
+    return ()
 
 
 def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int,
