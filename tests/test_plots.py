@@ -21,7 +21,7 @@ from simulator.errors import InputError
 from simulator.program.ops import Category
 from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, gantt_figure
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
-from simulator.report.outputs import simulated_ranks
+from simulator.report.outputs import parallel_degrees, simulated_ranks
 
 STAGES, MICROBATCHES = 4, 8
 FORWARD_MS, BACKWARD_MS = 1.0, 2.0
@@ -98,8 +98,20 @@ def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     assert f"bubble {100 * summary['bubble_fraction']:.1f}%" in figure.axes[0].get_title()
     # Titled by the scenario's file name: the summary's path (absolute for a bundled scenario run by name)
     # filled half the title.
-    assert figure.axes[0].get_title().startswith("1f1b.yaml: tp=1 cp=1 pp=4 dp=2")
+    assert figure.axes[0].get_title().startswith("1f1b.yaml: pp=4 dp=2, ")
     assert memory_figure(synthetic_1f1b.timeline, summary).axes[0].get_title().startswith("1f1b.yaml: memory")
+
+
+@pytest.mark.parametrize("layout,moe,degrees", [
+    ({"tp": 2, "cp": 1, "pp": 1, "dp": 16}, {"ep": 8}, "tp=2 dp=16 ep=8"),
+    ({"tp": 8, "cp": 4, "pp": 2, "dp": 1}, None, "tp=8 cp=4 pp=2"),
+    ({"tp": 1, "cp": 1, "pp": 1, "dp": 1}, {"ep": 1}, "one rank"),
+])
+def test_gantt_title_names_every_parallel_degree_but_1(layout, moe, degrees):
+    """The title named tp, cp, pp and dp whatever their degree, and never ep: Mixtral's TP2 EP8 DP16 read
+    'tp=2 cp=1 pp=1 dp=16', as if its experts were replicated."""
+    summary = {"layout": layout, **({"moe": moe} if moe else {})}
+    assert parallel_degrees(summary) == degrees
 
 
 def test_gantt_by_rank_and_row_limit(synthetic_1f1b):

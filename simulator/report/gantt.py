@@ -28,8 +28,8 @@ from simulator.report.outputs import (
     compute_stream_work,
     held_stages,
     input_grad_ops,
+    parallel_degrees,
     pipeline_actions,
-    run_layout,
     run_name,
     simulated_ranks,
     stage_of,
@@ -317,12 +317,11 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     ax.set_xlabel(f"time ({unit})")
     ax.grid(axis="x", color="#BBBBBB", linewidth=0.5, zorder=0)
     ax.set_axisbelow(True)
-    layout = run_layout(summary)
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
     chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 else ""
-    ax.set_title(f"{run_name(summary)}: tp={layout.tp} cp={layout.cp} pp={layout.pp} "
-                 f"dp={layout.dp}, {info.get('microbatches', '?')} micro-batches{chunks} — bubble "
+    ax.set_title(f"{run_name(summary)}: {parallel_degrees(summary)}, {info.get('microbatches', '?')} "
+                 f"micro-batches{chunks} — bubble "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
     figure.legend(handles=_legend(used, virtual_stages), loc="outside lower center", ncol=6, fontsize=8,
                   frameon=False)

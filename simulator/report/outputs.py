@@ -86,6 +86,17 @@ def run_layout(summary: dict) -> Layout:
                   dp=int(info.get("dp", 1)), order=order)
 
 
+def parallel_degrees(summary: dict) -> str:
+    """The run's parallel degrees other than 1, as a plot's title names them: 'tp=8 pp=16 dp=128', with ep from
+    the summary's `moe` (the experts' split of the DP x CP ranks, which summary['layout'] does not hold);
+    'one rank' where every degree is 1."""
+    layout = run_layout(summary)
+    degrees = {name: getattr(layout, name) for name in ("tp", "cp", "pp", "dp")}
+    degrees["ep"] = int((summary.get("moe") or {}).get("ep", 1))
+    named = [f"{name}={degree}" for name, degree in degrees.items() if degree != 1]
+    return " ".join(named) or "one rank"
+
+
 def stage_of(summary: dict, rank: int) -> int:
     """The pipeline stage ``rank`` belongs to."""
     return run_layout(summary).coords(rank)["pp"]
