@@ -474,6 +474,23 @@ def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():
     assert "compute idle             0.0%" in text
 
 
+def test_communication_hidden_under_compute_is_shown_beside_the_exposed():
+    """A CP ring wholly overlapped with attention showed nowhere in the console, only in summary.json's comm_s:
+    the row names it with its hidden time, and a kind partly hidden its hidden part (none where the two print
+    alike)."""
+    from rich.console import Console
+
+    from simulator.console.report import training_table
+
+    summary = {"step_time_s": 2.0, "bubble_fraction": 0.0,
+               "comm_s": {"cp": 0.7927, "dp": 0.1192, "tp": 0.4704, "ep": 0.0, "pp": 0.0},
+               "exposed_comm_s": {"cp": 0.0, "dp": 0.04342, "tp": 0.47039999999, "ep": 0.0, "pp": 0.0}}
+    console = Console(width=200, record=True)
+    console.print(training_table(summary))
+    assert ("exposed communication    tp 470.4 ms (23.5%), cp none (792.7 ms hidden), dp 43.42 ms (2.2%; 75.78 ms "
+            "hidden)") in console.export_text()
+
+
 def test_a_long_duration_takes_the_unit_of_its_rounded_value():
     """A job's durations printed '60.0 min' for 3,597 s and '60 s' for 59.9996 s: the unit was chosen before
     rounding to the digits shown."""

@@ -259,8 +259,9 @@ def training_table(summary: dict) -> Table:
                       else _share(summary["bubble_fraction"]))
     exposed = summary.get("exposed_comm_s") or {}
     if exposed and step:
-        shown = [f"{kind} {format_seconds(exposed[kind])} ({_share(exposed[kind] / step)})" for kind in COMM_CATEGORIES
-                 if exposed.get(kind)]
+        shown = [text for kind in COMM_CATEGORIES
+                 if (text := _exposed_text(kind, exposed.get(kind, 0.0), (summary.get("comm_s") or {}).get(kind, 0.0),
+                                           step))]
         table.add_row("exposed communication", ", ".join(shown) or "none")
     if "peak_memory_gib" in summary and "memory_capacity_gib" in summary and not synthetic:
         peak, capacity = summary["peak_memory_gib"], summary["memory_capacity_gib"]
@@ -273,6 +274,19 @@ def training_table(summary: dict) -> Table:
     if summary.get("fold_given_up") or summary.get("fold_not_exact") or summary.get("rank_weights"):
         table.add_row("ranks", folding_text(summary))
     return table
+
+
+def _exposed_text(kind: str, exposed_s: float, comm_s: float, step_s: float) -> str:
+    """One kind's communication on the critical path and what of it overlapped compute: 'dp 43.42 ms (3.0%; 75.78
+    ms hidden)', 'cp none (792.7 ms hidden)' for a ring wholly under attention (which the row left out, as if
+    the run had no CP traffic), '' for a kind that did not communicate; the hidden part only where it shows at
+    four significant digits."""
+    hidden = comm_s - exposed_s
+    shows_hidden = hidden > 0 and format_seconds(comm_s) != format_seconds(exposed_s)
+    if not exposed_s:
+        return f"{kind} none ({format_seconds(comm_s)} hidden)" if comm_s > 0 else ""
+    return (f"{kind} {format_seconds(exposed_s)} ({_share(exposed_s / step_s)}"
+            f"{f'; {format_seconds(hidden)} hidden' if shows_hidden else ''})")
 
 
 SHOWN_FAULTS = 4
