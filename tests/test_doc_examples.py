@@ -484,9 +484,9 @@ def quoted_figures(result: Result) -> dict:
         figures["gflop_model_per_token"] = summary["tflops_per_gpu"] * flop_per_token
         figures["gflop_hardware_extra_per_token"] = (
             (summary["hardware_tflops_per_gpu"] - summary["tflops_per_gpu"]) * flop_per_token)
-    if "memory_per_stage_gib" in summary:
-        stage = summary["memory_per_stage_gib"][0]
-        figures["gib_static_stage_0"] = stage["total"] - stage["activations"]
+    if "memory_per_stage" in summary:
+        stage = summary["memory_per_stage"][0]
+        figures["gib_static_stage_0"] = stage["total_gib"] - stage["activations_gib"]
     if "parameter_server" in summary:
         servers = summary["parameter_server"]
         figures |= {"ms_exchange": servers["exchange_s"] * 1e3, "ms_allreduce": servers["allreduce"]["time_s"] * 1e3,
@@ -527,9 +527,9 @@ def test_a_figure_a_page_quotes_from_a_bundled_run_is_the_runs(page, scenario, q
 
 def test_the_memory_training_step_md_quotes_for_deepseek_without_recompute_is_what_validate_gives():
     loaded = load_scenario("deepseek-v3-style-1024-gpus", ["training.recompute=none"])
-    stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage_gib"][1]
-    state = stage["params"] + stage["grads"] + stage["optimizer"]
+    stage = validate(loaded, sized_topology(loaded, force=False)).memory["memory_per_stage"][1]
+    state = stage["params_gib"] + stage["grads_gib"] + stage["optimizer_gib"]
     now = (f"without it stage 1 would keep {stage['in_flight_microbatches']:.0f} micro-batches of "
-           f"{stage['activation_per_microbatch']:.1f} GiB next to {state:.1f} GiB of model state "
-           f"({stage['total']:.1f} GiB)")
+           f"{stage['activation_per_microbatch_gib']:.1f} GiB next to {state:.1f} GiB of model state "
+           f"({stage['total_gib']:.1f} GiB)")
     assert now in flowing((ROOT / "docs" / "training-step.md").read_text()), now

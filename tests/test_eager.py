@@ -421,8 +421,9 @@ def test_eager_memory_holds_fp32_weights_without_a_master_copy_and_its_fp32_tens
     per_layer = 2 * 2 * tokens * width + 2 * width * (4 * width + 2 * 4096)
     loss = (14 - 4) * tokens * 32000
     assert (eager["activations"] - fused["activations"]) * gib == pytest.approx(4 * per_layer + loss, rel=1e-12)
-    stage = ddp_run()["memory_per_stage_gib"][0]
-    assert stage["activation_per_virtual_stage"]["0"] == pytest.approx(stage["activation_per_microbatch"], rel=1e-12)
+    stage = ddp_run()["memory_per_stage"][0]
+    assert stage["activation_per_virtual_stage_gib"]["0"] == pytest.approx(stage["activation_per_microbatch_gib"],
+                                                                           rel=1e-12)
 
 
 def test_a_gated_eager_layer_also_keeps_silus_output():

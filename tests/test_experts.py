@@ -418,7 +418,7 @@ def test_expert_optimizer_state_is_sharded_over_tp_when_dp_and_cp_are_one(run_ya
                          "parallelism.zero=0").summary
     model = get_model("mixtral-8x7b")
     routed = 2 * 8 * 3 * model.hidden * model.moe.expert_ffn_hidden  # 2 layers x 8 experts, whole on every rank
-    saved = unsharded["memory_per_stage_gib"][0]["optimizer"] - summary["memory_per_stage_gib"][0]["optimizer"]
+    saved = unsharded["memory_per_stage"][0]["optimizer_gib"] - summary["memory_per_stage"][0]["optimizer_gib"]
     assert saved * 2**30 == pytest.approx(12 * routed * 7 / 8, rel=1e-9)
 
 

@@ -211,11 +211,11 @@ def test_more_than_three_chunks_per_rank_are_refused(validation_error):
 def test_pipelined_memory_holds_the_stage_unsharded(run_yaml):
     # Under pipelining a rank holds its chunk's parameters unsharded (bf16) for the whole step and its
     # accumulated unsharded gradients in fp32; sharded model state is ZeRO-3's.
-    memory = run_yaml(PIPELINED_8B).summary["memory_per_stage_gib"]
+    memory = run_yaml(PIPELINED_8B).summary["memory_per_stage"]
     for stage, units in enumerate(STAGE_UNITS):
         params = sum(units.values())
-        assert memory[stage]["buffers"] * 2**30 == pytest.approx(params * (PARAM_BYTES + GRAD_BYTES), rel=1e-12)
-        assert memory[stage]["grads"] * 2**30 == pytest.approx(params * GRAD_BYTES / DP, rel=1e-12)
+        assert memory[stage]["buffers_gib"] * 2**30 == pytest.approx(params * (PARAM_BYTES + GRAD_BYTES), rel=1e-12)
+        assert memory[stage]["grads_gib"] * 2**30 == pytest.approx(params * GRAD_BYTES / DP, rel=1e-12)
 
 
 def test_pipelined_memory_walks_the_chunks_lifetimes():
@@ -244,7 +244,7 @@ def test_interleaved_chunks_free_their_gradients_before_the_other_accumulates(ru
                       "parallelism.pipeline.virtual_stages=2", f"training.global_batch={DP * PP}")
     first, second = EMBEDDING + LAYER, LAYER
     expected = max((first + second) * PARAM_BYTES + second * GRAD_BYTES, first * (PARAM_BYTES + GRAD_BYTES))
-    buffers = result.summary["memory_per_stage_gib"][0]["buffers"] * 2**30
+    buffers = result.summary["memory_per_stage"][0]["buffers_gib"] * 2**30
     assert buffers == pytest.approx(expected, rel=1e-12)
 
 

@@ -160,9 +160,9 @@ def test_gantt_draws_the_expert_all_to_alls_as_their_own_kind(tmp_path):
 
 
 def _static_and_unit(summary: dict, stage: int) -> tuple[float, float]:
-    entry = summary["memory_per_stage_gib"][stage]
-    static = sum(entry[part] for part in ("params", "grads", "optimizer", "buffers")) * GIB
-    return static, entry["activation_per_microbatch"] * GIB
+    entry = summary["memory_per_stage"][stage]
+    static = sum(entry[f"{part}_gib"] for part in ("params", "grads", "optimizer", "buffers")) * GIB
+    return static, entry["activation_per_microbatch_gib"] * GIB
 
 
 @pytest.mark.parametrize("schedule, in_flight", [("1f1b", STAGES), ("gpipe", MICROBATCHES)])
@@ -182,7 +182,7 @@ def test_memory_peak_matches_the_summary_for_every_stage(small_model_runs):
     for run in small_model_runs.values():
         for stage, rank in enumerate(range(0, 2 * STAGES, 2)):
             curve = memory_timeline(run.timeline, run.summary, rank)
-            total = run.summary["memory_per_stage_gib"][stage]["total"] * GIB
+            total = run.summary["memory_per_stage"][stage]["total_gib"] * GIB
             assert curve["bytes"].max() == pytest.approx(total, rel=REL)
 
 
@@ -196,7 +196,7 @@ def test_memory_with_interleaving_and_recompute_returns_to_the_static_state(tmp_
     for stage, rank in enumerate(range(0, 2 * STAGES, 2)):
         static, _ = _static_and_unit(run.summary, stage)
         curve = memory_timeline(run.timeline, run.summary, rank)
-        assert curve["bytes"].max() == pytest.approx(run.summary["memory_per_stage_gib"][stage]["total"] * GIB,
+        assert curve["bytes"].max() == pytest.approx(run.summary["memory_per_stage"][stage]["total_gib"] * GIB,
                                                      rel=REL)
         assert curve["bytes"].min() == pytest.approx(static, rel=REL)
         assert curve["bytes"].iloc[-1] == pytest.approx(static, rel=REL)

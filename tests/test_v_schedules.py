@@ -15,6 +15,7 @@ from simulator.schedules import Action, build_schedule, load_schedule_csv, sched
 from simulator.schedules.base import rank_stages, stage_rank
 from simulator.schedules.custom_csv import load_table_placement
 from simulator.schedules.registry import schedule_placement
+from simulator.workload.memory_plan import MEMORY_PARTS
 
 PYTORCH_ORDERS = Path(__file__).parent / "data" / "pytorch_schedules.txt"
 CLASS_NAMES = {"ScheduleLoopedBFS": "looped-bfs", "ScheduleInterleaved1F1B": "interleaved",
@@ -288,18 +289,30 @@ def test_v_placement_memory(run_yaml) -> None:
     holds one chunk of stage 7 (its backward follows its forward at the V's turn) and 8 (ZBV 7) of stage 0,
     the loop's rank 3 one of stage 7 and 4 of stage 3."""
     def stages(schedule: str) -> list[dict]:
-        return run_yaml(LLAMA_8B_PP4.format(schedule=schedule)).summary["memory_per_stage_gib"]
+        return run_yaml(LLAMA_8B_PP4.format(schedule=schedule)).summary["memory_per_stage"]
 
     loop, dualpipe, zb_v = stages("interleaved"), stages("dualpipev"), stages("zbv")
-    head = loop[3]["params"] - loop[1]["params"]
+    head = loop[3]["params_gib"] - loop[1]["params_gib"]
     assert head > 0.5
-    assert dualpipe[0]["params"] == pytest.approx(loop[0]["params"] + head, rel=1e-12)
+    assert dualpipe[0]["params_gib"] == pytest.approx(loop[0]["params_gib"] + head, rel=1e-12)
     for rank in (1, 2, 3):
-        assert dualpipe[rank]["params"] == pytest.approx(loop[1]["params"], rel=1e-12)
+        assert dualpipe[rank]["params_gib"] == pytest.approx(loop[1]["params_gib"], rel=1e-12)
     assert [entry["in_flight_microbatches"] for entry in dualpipe[1:]] == [4.5] * 3
     assert [entry["in_flight_microbatches"] for entry in zb_v[1:]] == [4.0] * 3
     assert [entry["in_flight_microbatches"] for entry in loop[:3]] == [5.5, 4.5, 3.5]
     for entry, own_stage, own_chunks in ((dualpipe[0], "0", 8), (zb_v[0], "0", 7), (loop[3], "3", 4)):
-        sizes = entry["activation_per_virtual_stage"]
+        sizes = entry["activation_per_virtual_stage_gib"]
         assert sizes["7"] > sizes[own_stage]
-        assert entry["activations"] == pytest.approx(own_chunks * sizes[own_stage] + sizes["7"], rel=1e-9)
+        assert entry["activations_gib"] == pytest.approx(own_chunks * sizes[own_stage] + sizes["7"], rel=1e-9)
+
+
+def test_per_stage_memory_keys_say_their_units(run_yaml) -> None:
+    """summary.json's per-stage memory was `memory_per_stage_gib` although its entries hold a stage index and a
+    count of micro-batches: the list is `memory_per_stage`, its sizes end in `_gib` (per virtual stage too) and
+    the two others are the index `stage` and the count `in_flight_microbatches`."""
+    entries = run_yaml(LLAMA_8B_PP4.format(schedule="dualpipev")).summary["memory_per_stage"]
+    for index, entry in enumerate(entries):
+        assert entry["stage"] == index
+        unitless = {key for key in entry if not key.endswith("_gib")}
+        assert unitless == {"stage", "in_flight_microbatches"}
+        assert entry["total_gib"] == pytest.approx(sum(entry[f"{part}_gib"] for part in MEMORY_PARTS), rel=1e-12)

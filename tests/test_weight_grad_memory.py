@@ -78,18 +78,18 @@ def test_zb_h1_step_memory_and_timeline(run_yaml):
     layers = model.layers // 4
     held = layers * activation_bytes_per_layer(model, shard, "selective")
     kept = layers * weight_grad_bytes_per_layer(model, shard)
-    stages = result.summary["memory_per_stage_gib"]
+    stages = result.summary["memory_per_stage"]
     for r in range(3):
-        assert stages[r]["activations"] * GIB == pytest.approx((4 - r) * held + r * kept, rel=1e-12)
+        assert stages[r]["activations_gib"] * GIB == pytest.approx((4 - r) * held + r * kept, rel=1e-12)
     last_held = held + head_activation_bytes(model, shard)
     last_kept = kept + head_weight_grad_bytes(model, shard)
-    assert stages[3]["activations"] * GIB == pytest.approx(max(last_held + 3 * last_kept, 4 * last_kept),
+    assert stages[3]["activations_gib"] * GIB == pytest.approx(max(last_held + 3 * last_kept, 4 * last_kept),
                                                            rel=1e-12)
-    assert stages[3]["weight_grad_per_virtual_stage"] == {"3": pytest.approx(last_kept / GIB, rel=1e-12)}
+    assert stages[3]["weight_grad_per_virtual_stage_gib"] == {"3": pytest.approx(last_kept / GIB, rel=1e-12)}
     for rank in stage_representatives(result.timeline, result.summary):
         curve = memory_timeline(result.timeline, result.summary, rank)
         entry = next(e for e in stages if e["stage"] == stage_of(result.summary, rank))
-        assert curve["bytes"].max() / GIB == pytest.approx(entry["total"], rel=1e-12)
+        assert curve["bytes"].max() / GIB == pytest.approx(entry["total_gib"], rel=1e-12)
 
 
 ZBV = """

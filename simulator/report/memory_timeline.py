@@ -4,8 +4,8 @@ ops; and a figure of it against the GPU's capacity.
 
 A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
 (category backward: the full B or the input-grad Bi) ends; after a Bi it keeps what its deferred W needs
-(the summary's `weight_grad_per_virtual_stage`) until that W ends. With interleaving (v > 1 chunks per rank)
-the same holds per virtual stage: its activations (the summary's `activation_per_virtual_stage`; 1/v of a
+(the summary's `weight_grad_per_virtual_stage_gib`) until that W ends. With interleaving (v > 1 chunks per rank)
+the same holds per virtual stage: its activations (the summary's `activation_per_virtual_stage_gib`; 1/v of a
 micro-batch's in summaries without it) enter with the micro-batch's first forward op on that chunk and leave
 with its last backward op there, recompute ops in between or not.
 """
@@ -37,7 +37,7 @@ CYCLE = [f"C{index}" for index in range(10)]
 
 
 def _stage_entry(summary: dict, stage: int) -> dict:
-    for entry in summary["memory_per_stage_gib"]:
+    for entry in summary["memory_per_stage"]:
         if int(entry["stage"]) == stage:
             return entry
     raise ValueError(f"summary has no memory entry for pipeline stage {stage}")
@@ -46,8 +46,8 @@ def _stage_entry(summary: dict, stage: int) -> dict:
 def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarray, np.ndarray]:
     """When activations enter (positive bytes) and leave (negative) the rank: a micro-batch's, or with v > 1
     one virtual stage's of one micro-batch, from its first forward op's start to its last backward op's end."""
-    per_microbatch = float(entry["activation_per_microbatch"]) * GIB
-    sizes = entry.get("activation_per_virtual_stage")
+    per_microbatch = float(entry["activation_per_microbatch_gib"]) * GIB
+    sizes = entry.get("activation_per_virtual_stage_gib")
     if chunks == 1:
         keys = ["microbatch"]
     elif "chunk" in work and bool((work["chunk"] >= 0).all()):
@@ -78,9 +78,9 @@ def _allocations_by_action(work: pd.DataFrame, unit: float) -> tuple[np.ndarray,
 
 
 def _weight_grad_holds(work: pd.DataFrame, entry: dict) -> tuple[np.ndarray, np.ndarray]:
-    """What a deferred W keeps (the summary's ``weight_grad_per_virtual_stage``): held from the end of its
+    """What a deferred W keeps (the summary's ``weight_grad_per_virtual_stage_gib``): held from the end of its
     micro-batch's input-grad backward (Bi) on that virtual stage to the end of its W."""
-    sizes = entry.get("weight_grad_per_virtual_stage")
+    sizes = entry.get("weight_grad_per_virtual_stage_gib")
     if not sizes or "chunk" not in work:
         return np.empty(0), np.empty(0)
     keys = ["microbatch", "chunk"]
@@ -103,7 +103,7 @@ def memory_timeline(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.Data
 def _rank_memory(timeline: pd.DataFrame, summary: dict, rank: int) -> pd.DataFrame:
     """memory_timeline for a rank already known to have ops of its own."""
     entry = _stage_entry(summary, stage_of(summary, rank))
-    static = sum(float(entry[part]) for part in STATIC_PARTS) * GIB
+    static = sum(float(entry[f"{part}_gib"]) for part in STATIC_PARTS) * GIB
     chunks = max(int(summary["layout"].get("virtual_stages", 1)), 1)
     work = compute_stream_work(timeline, rank)
     times, deltas = _allocations(work, entry, chunks)

@@ -20,7 +20,7 @@ from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CA
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 from simulator.schedules.base import rank_stages
 
-REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage_gib", "memory_capacity_gib")
+REQUIRED_SUMMARY_KEYS = ("layout", "bubble_fraction", "memory_per_stage", "memory_capacity_gib")
 REQUIRED_TIMELINE_COLUMNS = ("kind", "rank", "stream", "name", "category", "microbatch", "start_s", "end_s")
 GAP_TOLERANCE_S = 1e-9
 """Two ops closer than this (one nanosecond) count as back to back: the clock adds durations in floating point."""

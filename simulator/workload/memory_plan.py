@@ -215,20 +215,22 @@ def memory_summary(per_stage: list[tuple[MemoryBreakdown, float]], capacity_byte
                    stage_rank: list[int], chunk_bytes: list[dict[int, float]],
                    kept_for_w: list[dict[int, float]]) -> dict:
     """Peak memory over pipeline stages, its breakdown in GiB, whether it exceeds the GPU's HBM, and each
-    stage's breakdown with its activation memory per in-flight micro-batch and per virtual stage it holds
+    stage's breakdown (`memory_per_stage`: the index `stage`, the count `in_flight_microbatches` and sizes whose
+    keys end in `_gib`) with its activation memory per in-flight micro-batch and per virtual stage it holds
     (``chunk_bytes``, from chunk_activation_bytes; for memory timelines) and what a deferred W keeps per
     virtual stage (``kept_for_w``, from chunk_weight_grad_bytes). ``stage_rank`` names the first rank
     of each stage, reported as the rank at the peak (every rank of a stage holds the same)."""
     worst_stage = max(range(len(per_stage)), key=lambda i: per_stage[i][0].total)
     stages = []
     for index, (stage, in_flight) in enumerate(per_stage):
-        entry: dict[str, object] = dict(breakdown_gib(stage))
-        entry.update(stage=index, total=stage.total / GIB, in_flight_microbatches=in_flight,
-                     activation_per_microbatch=stage.activations / in_flight / GIB if in_flight else 0.0,
-                     activation_per_virtual_stage={str(vs): size / GIB for vs, size in chunk_bytes[index].items()},
-                     weight_grad_per_virtual_stage={str(vs): size / GIB for vs, size in kept_for_w[index].items()})
+        entry: dict[str, object] = {f"{part}_gib": size for part, size in breakdown_gib(stage).items()}
+        entry.update(stage=index, total_gib=stage.total / GIB, in_flight_microbatches=in_flight,
+                     activation_per_microbatch_gib=stage.activations / in_flight / GIB if in_flight else 0.0,
+                     activation_per_virtual_stage_gib={str(vs): size / GIB for vs, size in chunk_bytes[index].items()},
+                     weight_grad_per_virtual_stage_gib={str(vs): size / GIB
+                                                        for vs, size in kept_for_w[index].items()})
         stages.append(entry)
-    return {"memory_per_stage_gib": stages, "peak_memory_stage": worst_stage,
+    return {"memory_per_stage": stages, "peak_memory_stage": worst_stage,
             **peak_memory_entries(per_stage[worst_stage][0], stage_rank[worst_stage], capacity_bytes)}
 
 
