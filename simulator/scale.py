@@ -56,11 +56,6 @@ MAX_EVENTS = 20_000_000
 8,192-GPU Llama 3 405B run has ~0.4 M)."""
 
 
-def limits_text() -> str:
-    """The two limits as every refusal states them: '16 GiB and 20,000,000 ops + flows' (read when asked, so a
-    test that lowers a limit sees its own)."""
-    return f"{MAX_MEMORY_BYTES / 2**30:.0f} GiB and {MAX_EVENTS:,} ops + flows"
-
 CLUSTER_SECONDS_PER_GPU = 133e-6
 """CPU seconds a run spends per GPU of its cluster whatever it simulates: building the graph, link arrays and
 router (~18 us), the network model and the per-rank structures of the layout, folding and replica quotient. Measured
@@ -565,7 +560,7 @@ def refuse_large_trace(loaded: LoadedScenario, gpus: int, program: StepProgram) 
     raise loaded.error(("workload", "dp") if replicated else ("workload", "trace"),
                        f"this run is too large to simulate: its traces replay {ops:,} ops on "
                        f"{counted(len(program.ranks), 'simulated rank')} of {counted(gpus, 'GPU')} (~"
-                       f"{estimate.memory_bytes / 2**30:,.1f} GiB before their flows); the limits are {limits_text()}",
+                       f"{estimate.memory_bytes / 2**30:,.1f} GiB before their flows); {estimate.beyond()}",
                        ("a smaller dp, or one whose copies each fill NVLink domains alike (mirrored, not simulated); "
                         if replicated else "") + "traces of one step; or pass --force")
 

@@ -156,14 +156,15 @@ def test_force_runs_past_the_limits(monkeypatch, tmp_path, capsys):
 def test_a_replayed_trace_beyond_the_limits_is_refused_once_built(monkeypatch, tmp_path, capsys):
     """A trace is not estimated before it is read, so a replayed step ran whatever its size (651 ops of the H200
     trace under a limit of 5); its program is checked once built, before it runs, as `validate` checks it
-    (tests/test_trace_replication.py: copies of the traced job simulated, blamed on `workload.dp`)."""
+    (tests/test_trace_replication.py: copies of the traced job simulated, blamed on `workload.dp`). The refusal
+    names the limit passed with its value, as every other does (it gave both limits, `ScaleEstimate.beyond`)."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 5)
     scenario = str(SCENARIOS / "trace-allreduce-2rank.yaml")
     for command in (["validate", scenario], ["run", scenario, "--out", str(tmp_path / "out")]):
         assert main(command) == 2
         assert capsys.readouterr().err == (
             f"error: {scenario}:9: workload.trace: this run is too large to simulate: its traces replay 6 ops on 2 "
-            "simulated ranks of 2 GPUs (~0.0 GiB before their flows); the limits are 16 GiB and 5 ops + flows "
+            "simulated ranks of 2 GPUs (~0.0 GiB before their flows); ops + flows ~6 over the limit of 5 "
             "(allowed: traces of one step; or pass --force)\n")
     assert main(["run", scenario, "--out", str(tmp_path / "forced"), "--force", "--quiet"]) == 0
 
