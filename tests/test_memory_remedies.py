@@ -37,6 +37,7 @@ def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int, i
     (FUSED, ["parallelism.zero=1", "parallelism.ddp.overlap_param_gather=true"]),
     (FUSED, ["parallelism.zero=2", "parallelism.ddp.reduce_every_microbatch=false"]),
     (FUSED, ["parallelism.zero=0", "parallelism.ddp.reduce_every_microbatch=false"]),
+    (FUSED, ["parallelism.zero=1", "parallelism.ddp.reduce_every_microbatch=false"]),
     (FUSED, ["parallelism.zero=0", "training.grad_accumulation_fusion=true"]),
     (FUSED, ["parallelism.zero=0", "parallelism.fsdp=shard_grad_op"]),
     (FUSED, ["parallelism.zero=1", "parallelism.tp=8", "parallelism.dp=1"]),
@@ -113,3 +114,13 @@ def test_more_cp_is_not_offered_where_activations_are_not_the_largest_part():
     assert max(memory["memory_breakdown_gib"].items(), key=lambda part: part[1])[0] != "activations"
     memory["oom"] = True
     assert "cp:" not in oom_line(memory, loaded.scenario.parallelism, loaded.scenario.training)
+
+
+def test_zero_1_accumulating_unsharded_gradients_is_offered_zero_3_reducing_every_microbatch():
+    """ZeRO-3 refuses `ddp.reduce_every_microbatch: false`, so beside it no ZeRO remedy was offered, though ZeRO-3
+    reducing every micro-batch loads and lowers the peak (the grid above checks it)."""
+    overrides = ["parallelism.zero=1", "parallelism.ddp.reduce_every_microbatch=false", *BATCH]
+    _, shard_ranks, hybrid_ranks = peak_and_shard_ranks(FUSED, overrides)
+    scenario = load_scenario(FUSED, overrides).scenario
+    assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks, hybrid_ranks).startswith(
+        "zero: 3 with ddp.reduce_every_microbatch: true or fsdp: full_shard with zero: 0, ")

@@ -479,9 +479,10 @@ def _context_remedy(parallelism: ParallelismConfig, training: TrainingConfig,
 def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int,
                        hybrid_ranks: int | None) -> tuple[Remedy, ...]:
     """Sharding further, over more than one rank. Where the step runs Megatron-LM or DeepSpeed's ZeRO (fused
-    kernels, no fsdp): ZeRO-3, which the loader refuses beside `overlap_param_gather` (ZeRO-1/2's) and without
-    `reduce_every_microbatch`; there ZeRO-2 reducing every micro-batch (without, it keeps the gradients whole
-    until the last micro-batch, as ZeRO-1: no saving), else ZeRO-1 from 0. PyTorch FSDP's full_shard, in place
+    kernels, no fsdp): ZeRO-3, which the loader refuses beside `overlap_param_gather` (ZeRO-1/2's), and with
+    `reduce_every_microbatch: true` where the scenario sets it false (which ZeRO-3 refuses: no ZeRO remedy was
+    offered to ZeRO-1 there); beside `overlap_param_gather` ZeRO-2 reducing every micro-batch (without, it
+    keeps the gradients whole until the last micro-batch, as ZeRO-1: no saving). PyTorch FSDP's full_shard, in place
     of `zero`, where the loader takes it (`_takes_full_shard`); in place of `hybrid_shard` only where that shards
     over fewer than the ``shard_ranks`` (``hybrid_ranks``): over all of them full_shard holds as much (an 8-GPU
     DP 8 at 170.0 GiB either way)."""
@@ -492,13 +493,14 @@ def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig,
     choices = []
     if parallelism.fsdp is None and training.kernels != "eager":
         every, overlap = parallelism.ddp.reduce_every_microbatch, parallelism.ddp.overlap_param_gather
-        if every is not False and not overlap:
-            choices.append(Remedy("zero: 3", (("parallelism.zero", 3),)))
-        elif overlap and not (parallelism.zero == 2 and every):
+        every_setting = ("parallelism.ddp.reduce_every_microbatch", True)
+        if not overlap:
+            choices.append(Remedy("zero: 3", (("parallelism.zero", 3),)) if every is not False else
+                           Remedy("zero: 3 with ddp.reduce_every_microbatch: true",
+                                  (("parallelism.zero", 3), every_setting)))
+        elif not (parallelism.zero == 2 and every):
             choices.append(Remedy("zero: 2 with ddp.reduce_every_microbatch: true",
-                                  (("parallelism.zero", 2), ("parallelism.ddp.reduce_every_microbatch", True))))
-        elif parallelism.zero == 0:
-            choices.append(Remedy("zero: 1", (("parallelism.zero", 1),)))
+                                  (("parallelism.zero", 2), every_setting)))
     if _takes_full_shard(parallelism, training):
         fsdp = (("parallelism.fsdp", "full_shard"),)
         choices.append(Remedy("fsdp: full_shard with zero: 0", (*fsdp, ("parallelism.zero", 0))) if parallelism.zero
