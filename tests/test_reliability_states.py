@@ -292,6 +292,12 @@ def test_a_straggler_refold_beyond_the_limits_is_refused_before_the_healthy_step
     monkeypatch.setattr(scale, "MAX_EVENTS", folded.events - 1)
     assert main(["run", str(scenario), "--set", "run.horizon=null", "--out", str(out)]) == 2
     assert f"ops + flows ~{folded.events:,} over the limit of {folded.events - 1:,}" in capsys.readouterr().err
+    # a host's straggle class: it slowed 'one GPU of a pipeline stage', which a host's failure does not
+    scenario.write_text(JOB64.replace("unit: gpu", "unit: host"))
+    monkeypatch.setattr(scale, "MAX_EVENTS", refold.events - 1)
+    assert main(["run", str(scenario), "--out", str(out)]) == 2
+    assert ("a throttle failure slows a host's GPUs (a state: one GPU of each pipeline stage they serve), and each "
+            "such state is simulated refolded by the slow GPU's classes (4 stages x 4)") in capsys.readouterr().err
 
 
 

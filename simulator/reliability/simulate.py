@@ -21,7 +21,7 @@ from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError, ScenarioError
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
-from simulator.reliability.components import FailureModel, failure_model
+from simulator.reliability.components import FailureClass, FailureModel, failure_model
 from simulator.reliability.elastic import ElasticSizes, elastic_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
@@ -186,7 +186,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
     estimate = unfolded_beyond_limits(loaded, topology.num_gpus)
     if estimate is None:
         if straggling and scenario.run.fold:
-            _refuse_straggler_refold(loaded, straggling[0].name, topology.num_gpus)
+            _refuse_straggler_refold(loaded, straggling[0], topology.num_gpus)
         return None
     limits = f"{estimate.describe()}; {estimate.beyond()}"
     if not scenario.run.fold:
@@ -222,7 +222,7 @@ def _refuse_unfolded_steps(loaded: LoadedScenario, model: FailureModel, topology
         why = EVERY_RANK_A_CLASS
     if why:
         refuse(why)
-    _refuse_straggler_refold(loaded, klass.name, topology.num_gpus)
+    _refuse_straggler_refold(loaded, klass, topology.num_gpus)
     return healthy
 
 
@@ -243,14 +243,14 @@ def _every_rank_a_class(loaded: LoadedScenario, gpus: int) -> bool:
     return layout.pp * classes >= layout.world
 
 
-def _refuse_straggler_refold(loaded: LoadedScenario, name: str, gpus: int) -> None:
-    """Refuse, before the healthy step runs, a job whose straggler states of class ``name`` fold and would each
-    simulate a refold beyond the limits a plain run has: a state slows one GPU of the first replica in some
-    stages, and its step is refolded by the slow replica's classes (`_slow_replica_classes`), the folded
-    estimate scaled by those ranks (`scale.refold_estimate`). Where those classes are every rank the state runs
-    unfolded, and the unfolded estimate (`_refuse_unfolded_steps`) is the one that holds: the linear refold
-    overstates it (TP 2, CP 2, PP 4, DP 2: ~14,528 ops + flows against 10,880 unfolded). The refusal names
-    the class and the limit passed, its value against it."""
+def _refuse_straggler_refold(loaded: LoadedScenario, klass: FailureClass, gpus: int) -> None:
+    """Refuse, before the healthy step runs, a job whose straggler states of class ``klass`` fold and would each
+    simulate a refold beyond the limits a plain run has: a state slows one GPU of the first replica in each stage
+    its unit's GPUs serve, and its step is refolded by the slow replica's classes (`_slow_replica_classes`), the
+    folded estimate scaled by those ranks (`scale.refold_estimate`). Where those classes are every rank the state
+    runs unfolded, and the unfolded estimate (`_refuse_unfolded_steps`) is the one that holds: the linear refold
+    overstates it (TP 2, CP 2, PP 4, DP 2: ~14,528 ops + flows against 10,880 unfolded). The refusal names the
+    class, what its unit slows and the limit passed, its value against it."""
     from simulator.scale import estimate_scale, refold_estimate, scenario_hosts
 
     scenario = loaded.scenario
@@ -260,8 +260,11 @@ def _refuse_straggler_refold(loaded: LoadedScenario, name: str, gpus: int) -> No
     layout, classes = _slow_replica_classes(loaded, gpus)
     refold = refold_estimate(folded, gpus, layout.pp * classes)
     if refold.over_limits():
+        name, unit = klass.name, klass.unit.replace("_", " ")
+        slowed = ("one GPU of a pipeline stage" if klass.unit == "gpu" else
+                  f"a {unit}'s GPUs (a state: one GPU of each pipeline stage they serve)")
         field = ("faults", "components", name) if name in scenario.faults.components else ("faults",)
-        raise loaded.error(field, f"a {name} failure slows one GPU of a pipeline stage, and each such state is "
+        raise loaded.error(field, f"a {name} failure slows {slowed}, and each such state is "
                            f"simulated refolded by the slow GPU's classes ({layout.pp} stages x {classes}): "
                            f"{refold.describe()}; {refold.beyond()}", "a smaller cluster, or --force")
 
