@@ -4,6 +4,7 @@ stage 0 is p micro-batches for 1F1B and m for GPipe; plus the `trainsim plot` co
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import get_args
 
@@ -22,6 +23,7 @@ from simulator.program.ops import Category
 from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, gantt_figure
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
 from simulator.report.outputs import parallel_degrees, simulated_ranks
+from simulator.report.run_folder import MANIFEST, file_digest
 
 STAGES, MICROBATCHES = 4, 8
 FORWARD_MS, BACKWARD_MS = 1.0, 2.0
@@ -409,3 +411,24 @@ def test_a_folder_without_a_timeline_says_why_and_what_to_run(tmp_path, capsys):
     assert main(["plot", "memory", str(job)]) == 2
     assert ("wrote no timeline.parquet (a job over weeks writes its events, not a step's timeline: run the step "
             "without run.horizon)") in capsys.readouterr().err
+
+
+def test_cli_plot_names_a_run_folder_of_an_earlier_version(tmp_path, capsys):
+    """summary.json's memory_per_stage_gib became memory_per_stage (8a86ad6); a folder written before was refused
+    as 'summary.json has no memory_per_stage (not a training-step run?)', though it is one."""
+    out = tmp_path / "run"
+    scenario = tmp_path / "1f1b.yaml"
+    scenario.write_text(SYNTHETIC.replace("{schedule}", "1f1b"))
+    assert main(["run", str(scenario), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    summary["memory_per_stage_gib"] = summary.pop("memory_per_stage")
+    (out / "summary.json").write_text(json.dumps(summary))
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["files"]["summary.json"] = {"bytes": (out / "summary.json").stat().st_size,
+                                         "sha256": file_digest(out / "summary.json")}
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    assert main(["plot", "memory", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {out}: OUTDIR: summary.json was written by an earlier trainsim (memory_per_stage_gib, now "
+        "memory_per_stage) (allowed: a run folder of this version: run the scenario again)\n")

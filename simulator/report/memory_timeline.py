@@ -5,9 +5,9 @@ ops; and a figure of it against the GPU's capacity.
 A micro-batch enters when its first forward op on the rank starts and leaves when its last backward op
 (category backward: the full B or the input-grad Bi) ends; after a Bi it keeps what its deferred W needs
 (the summary's `weight_grad_per_virtual_stage_gib`) until that W ends. With interleaving (v > 1 chunks per rank)
-the same holds per virtual stage: its activations (the summary's `activation_per_virtual_stage_gib`; 1/v of a
-micro-batch's in summaries without it) enter with the micro-batch's first forward op on that chunk and leave
-with its last backward op there, recompute ops in between or not.
+the same holds per virtual stage: its activations (the summary's `activation_per_virtual_stage_gib`) enter
+with the micro-batch's first forward op on that chunk and leave with its last backward op there, recompute ops
+in between or not.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarr
     """When activations enter (positive bytes) and leave (negative) the rank: a micro-batch's, or with v > 1
     one virtual stage's of one micro-batch, from its first forward op's start to its last backward op's end."""
     per_microbatch = float(entry["activation_per_microbatch_gib"]) * GIB
-    sizes = entry.get("activation_per_virtual_stage_gib")
+    sizes = entry["activation_per_virtual_stage_gib"]
     if chunks == 1:
         keys = ["microbatch"]
     elif "chunk" in work and bool((work["chunk"] >= 0).all()):
@@ -60,8 +60,6 @@ def _allocations(work: pd.DataFrame, entry: dict, chunks: int) -> tuple[np.ndarr
     def unit(held: pd.Series) -> np.ndarray:
         if chunks == 1:
             return np.full(len(held), per_microbatch)
-        if sizes is None:
-            return np.full(len(held), per_microbatch / chunks)
         return np.array([float(sizes[str(int(chunk))]) * GIB for chunk in held.index.get_level_values("chunk")])
 
     return (np.concatenate([forward.to_numpy(), backward.to_numpy()]),

@@ -56,6 +56,9 @@ def load_run_outputs(out_dir: Path) -> RunOutputs:
                                     "workers and server GPUs are in trace.json, for Perfetto)",
                            "the folder of a training step of collectives (not parallelism.strategy: "
                            "parameter_server)")
+    if missing == ["memory_per_stage"] and "memory_per_stage_gib" in summary:
+        raise outdir_error(out_dir, "summary.json was written by an earlier trainsim (memory_per_stage_gib, now "
+                                    "memory_per_stage)", "a run folder of this version: run the scenario again")
     if missing:
         raise outdir_error(out_dir, f"summary.json has no {', '.join(missing)} (not a training-step run?)")
     timeline = read_parquet_table(timeline_path, out_dir)
