@@ -124,3 +124,40 @@ def test_zero_1_accumulating_unsharded_gradients_is_offered_zero_3_reducing_ever
     scenario = load_scenario(FUSED, overrides).scenario
     assert memory_remedies(scenario.parallelism, scenario.training, shard_ranks, hybrid_ranks).startswith(
         "zero: 3 with ddp.reduce_every_microbatch: true or fsdp: full_shard with zero: 0, ")
+
+
+THREE_NODES = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=3", "parallelism.zero=1", "training.seq_len=98304",
+               "parallelism.tp=4", "parallelism.cp=2"]
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["parallelism.dp=3", "training.global_batch=3"], "cp: 6 with dp: 1"),
+    (["parallelism.dp=null", "training.global_batch=3"], "cp: 6"),
+])
+def test_more_cp_leaves_a_dp_that_splits_the_global_batch(overrides, expected):
+    """DP 3 x CP 2 with a global batch of 3: cp 3 leaves dp 2, which the loader refuses (3 is no multiple of
+    micro_batch x dp = 2); cp 6 leaves dp 1, which loads and lowers the peak."""
+    loaded = load_scenario(FUSED, [*THREE_NODES, *overrides])
+    memory = validate(loaded, sized_topology(loaded, force=False)).memory
+    layout = memory["layout"]
+    offered = remedies(loaded.scenario.parallelism, loaded.scenario.training, layout["dp"] * layout["cp"],
+                       activations_largest=True)
+    context = [choice for choices in offered for choice in choices if choice.text.startswith("cp:")]
+    assert [choice.text for choice in context] == [expected]
+    after, _, _ = peak_and_shard_ranks(FUSED, [*THREE_NODES, *overrides,
+                                               *(f"{f}={v}" for f, v in context[0].settings)])
+    assert after < memory["peak_memory_gib"]
+
+
+@pytest.mark.parametrize("path,overrides", [
+    (EAGER, ["training.seq_len=65536", "training.micro_batch=1", "training.global_batch=8"]),
+    (str(SCENARIOS / "parameter-server-vs-allreduce.yaml"), ["training.seq_len=65536", "training.micro_batch=1"]),
+    (FUSED, ["training.seq_len=65537", "training.micro_batch=1", "training.global_batch=8"]),
+    (FUSED, ["training.seq_len=65536", "training.micro_batch=2", "training.global_batch=16"]),
+], ids=lambda value: ",".join(value) if isinstance(value, list) else Path(value).stem)
+def test_more_cp_is_not_offered_where_the_loader_refuses_it_or_a_larger_micro_batch_halves_first(path, overrides):
+    """No cp under eager kernels (which refuse it), parameter-server workers (each holds the whole model), a
+    sequence no larger cp splits evenly, or a micro-batch above 1 (halving it comes first, without CP's traffic)."""
+    scenario = load_scenario(path, overrides).scenario
+    line = memory_remedies(scenario.parallelism, scenario.training, 8, activations_largest=True)
+    assert "cp:" not in line, line

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.catalog.models import ModelSpec
-from simulator.config.schema import MAX_UNSHARDED_STAGES, ParallelismConfig, TrainingConfig
+from simulator.config.schema import MAX_MICROBATCHES, MAX_UNSHARDED_STAGES, ParallelismConfig, TrainingConfig
 from simulator.config.training_options import (
     OPTIMIZERS,
     PRECISIONS,
@@ -464,16 +464,29 @@ def _context_remedy(parallelism: ParallelismConfig, training: TrainingConfig,
     further: one that divides the DP x CP ranks (``shard_ranks``; dp becomes their rest, so ZeRO and FSDP shard
     over as many ranks as before), splits seq_len into cp shares (2 x cp with `cp_load_balance`) and, under tensor
     parallelism, into cp x tp (sequence parallelism and the experts' routing give each TP rank its share); dp is
-    set with it where the scenario gives dp. None where no such cp is left (eager kernels refuse cp)."""
+    set with it where the scenario gives dp. Its dp must still split the global batch (`_splits_batch`). None where
+    no such cp is left (eager kernels refuse cp)."""
     for cp in range(parallelism.cp + 1, shard_ranks + 1):
         chunks = 2 * cp if parallelism.cp_load_balance else cp
         if shard_ranks % cp or training.seq_len % chunks or training.seq_len % (cp * parallelism.tp):
             continue
         dp = shard_ranks // cp
+        if not _splits_batch(training, dp):
+            continue
         if parallelism.dp is None:
             return (Remedy(f"cp: {cp}", (("parallelism.cp", cp),)),)
         return (Remedy(f"cp: {cp} with dp: {dp}", (("parallelism.cp", cp), ("parallelism.dp", dp))),)
     return ()
+
+
+def _splits_batch(training: TrainingConfig, dp: int) -> bool:
+    """Whether the loader takes ``dp`` beside the scenario's batch (workload/training.py:microbatch_count): given
+    `microbatches`, any; else a global batch that is a multiple of micro_batch x dp, in at most
+    `MAX_MICROBATCHES` micro-batches."""
+    if training.microbatches is not None or training.global_batch is None:
+        return True
+    per_step = training.micro_batch * dp
+    return training.global_batch % per_step == 0 and training.global_batch // per_step <= MAX_MICROBATCHES
 
 
 def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig, shard_ranks: int,
