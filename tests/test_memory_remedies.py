@@ -44,6 +44,9 @@ def peak_and_shard_ranks(path: str, overrides: list[str]) -> tuple[float, int, i
     (FUSED, ["parallelism.zero=0", "parallelism.cp=8", "parallelism.dp=1"]),
     (FUSED, ["parallelism.zero=0", "parallelism.pp=2", "parallelism.dp=4", "parallelism.pipeline.virtual_stages=4",
              "parallelism.pipeline.schedule=interleaved"]),
+    # under 1F1B FSDP keeps the weights and gradients unsharded through the step: full_shard raised ZeRO-1's peak
+    (FUSED, ["parallelism.zero=1", "parallelism.pp=2", "parallelism.dp=4"]),
+    (FUSED, ["parallelism.zero=0", "parallelism.pp=2", "parallelism.dp=4"]),
     # hybrid_shard on one 8-GPU host shards over all DP ranks: full_shard was offered, at 170.0 GiB either way
     (FUSED, ["parallelism.zero=0", "parallelism.fsdp=hybrid_shard", "training.seq_len=16384"]),
     (EAGER, ["parallelism.fsdp=null"]),

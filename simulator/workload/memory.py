@@ -496,9 +496,12 @@ def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig,
     `reduce_every_microbatch: true` where the scenario sets it false (which ZeRO-3 refuses: no ZeRO remedy was
     offered to ZeRO-1 there); beside `overlap_param_gather` ZeRO-2 reducing every micro-batch (without, it
     keeps the gradients whole until the last micro-batch, as ZeRO-1: no saving). PyTorch FSDP's full_shard, in place
-    of `zero`, where the loader takes it (`_takes_full_shard`); in place of `hybrid_shard` only where that shards
-    over fewer than the ``shard_ranks`` (``hybrid_ranks``): over all of them full_shard holds as much (an 8-GPU
-    DP 8 at 170.0 GiB either way)."""
+    of `zero`, where the loader takes it (`_takes_full_shard`) and, under pipelining, only in place of plain data
+    parallelism: there FSDP keeps each chunk's weights and gradients unsharded through the step
+    (`fsdp_pipelined_bytes`), 6 B a parameter beside its 16/n of shards, more than ZeRO-1's 6 + 12/n (Llama 3 8B,
+    PP 2 x DP 4, seq 65536: 305.7 GiB under ZeRO-1, 309.4 under full_shard); in place of `hybrid_shard` only
+    where that shards over fewer than the ``shard_ranks`` (``hybrid_ranks``): over all of them full_shard holds as
+    much (an 8-GPU DP 8 at 170.0 GiB either way)."""
     if parallelism.zero_stage == 3 and not parallelism.hybrid_shard:
         return ()
     if parallelism.hybrid_shard and hybrid_ranks is not None and hybrid_ranks >= shard_ranks:
@@ -514,7 +517,7 @@ def _sharding_remedies(parallelism: ParallelismConfig, training: TrainingConfig,
         elif not (parallelism.zero == 2 and every):
             choices.append(Remedy("zero: 2 with ddp.reduce_every_microbatch: true",
                                   (("parallelism.zero", 2), every_setting)))
-    if _takes_full_shard(parallelism, training):
+    if _takes_full_shard(parallelism, training) and not (parallelism.pp > 1 and parallelism.zero):
         fsdp = (("parallelism.fsdp", "full_shard"),)
         choices.append(Remedy("fsdp: full_shard with zero: 0", (*fsdp, ("parallelism.zero", 0))) if parallelism.zero
                        else Remedy("fsdp: full_shard", fsdp))
