@@ -609,3 +609,19 @@ def test_a_bad_set_value_is_located_at_the_set(tmp_path, capsys):
     assert list(frame["status"]) == ["invalid", "invalid"]
     assert frame["error"][0] == ("--set parallelism.pp=3: parallelism.pp: pp 3 differs from the synthetic model's 4 "
                                  "stages (allowed: 4 (or leave it out))")
+
+
+def test_a_point_recorded_under_earlier_summary_names_runs_again(tmp_path):
+    """A record from before `SUMMARY_SCHEMA` (none in its journal line) was reused beside new ones, and the table
+    held both the old and the new memory columns, each NaN in the other's rows; now it runs again."""
+    sweep = sweep_from_text(BASE + "grid:\n  training.microbatches: [4, 8]\n", "s.yaml")
+    run_sweep(sweep, tmp_path, SerialExecutor())
+    journal = tmp_path / "points.jsonl"
+    lines = journal.read_bytes().splitlines()
+    old = orjson.loads(lines[0])
+    old.pop("summary_schema", None)
+    journal.write_bytes(b"\n".join([orjson.dumps(old), *lines[1:]]) + b"\n")
+    executor = CountingExecutor()
+    report = run_sweep(sweep, tmp_path, executor)
+    assert executor.ran == [0]
+    assert (report.ran, report.reused) == (1, 1)

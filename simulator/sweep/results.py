@@ -26,6 +26,11 @@ RESULTS_CSV = "results.csv"
 LEADING_COLUMNS = ("point", "status", "error")
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
+SUMMARY_SCHEMA = 1
+"""The version of the summary's field names a record's metrics carry, raised when a field is renamed or changes
+meaning, so that a resumed sweep runs again the points recorded under earlier names rather than mixing both in
+one table (1: `memory_per_stage[i].total_gib`, which replaced `memory_per_stage_gib[i].total` in 8a86ad6; records
+from before carry none, read as 0)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,8 @@ class PointRecord:
     overrides: tuple[str, ...] = ()
     """The sweep's `--set`s the point ran with, as typed (read back from the journal as a list); a point reused
     from an earlier run takes the reusing run's, which give the same scenario."""
+    summary_schema: int = SUMMARY_SCHEMA
+    """The `SUMMARY_SCHEMA` its metrics were recorded under."""
 
 
 def flatten(summary: dict, prefix: str = "") -> dict:
@@ -86,7 +93,7 @@ def read_records(out_dir: Path) -> dict[int, PointRecord]:
         return records
     for line in path.read_bytes().splitlines():
         try:
-            record = PointRecord(**orjson.loads(line))
+            record = PointRecord(**{"summary_schema": 0, **orjson.loads(line)})
         except (orjson.JSONDecodeError, TypeError):
             continue
         records[record.index] = record

@@ -14,6 +14,7 @@ from simulator.config.loader import LoadedScenario, Override, sets_typed
 from simulator.errors import InputError, SimulationError
 from simulator.sweep.executors import Executor
 from simulator.sweep.results import (
+    SUMMARY_SCHEMA,
     PointRecord,
     append_record,
     flatten,
@@ -95,7 +96,8 @@ def run_point(task: PointTask) -> PointRecord:
 
 def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs: bool = False, force: bool = False,
               on_progress: Callable[[int, int], None] | None = None) -> SweepReport:
-    """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key) and
+    """Run every point of ``sweep`` not already finished in ``out_dir`` (same index, same scenario key, metrics
+    under the current `SUMMARY_SCHEMA`) and
     write the results table. ``force`` runs points beyond the scale limits, and runs again those an earlier run
     found invalid (a point refused for its size is one). ``on_progress(done, total)`` is called after each
     point."""
@@ -107,7 +109,8 @@ def run_sweep(sweep: Sweep, out_dir: Path, executor: Executor, *, point_outputs:
     outputs = point_outputs or sweep.outputs
     for point in sweep.points:
         previous = earlier.get(point.index)
-        if previous is not None and previous.key == point.key and not (force and previous.status == "invalid") and (
+        if previous is not None and previous.key == point.key and previous.summary_schema == SUMMARY_SCHEMA and not (
+                force and previous.status == "invalid") and (
                 not outputs or previous.status != "ok" or _has_outputs(point_folder(out_dir, point.index), point)):
             records[point.index] = _reused(previous, point)
             reused += 1
