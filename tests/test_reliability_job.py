@@ -362,6 +362,34 @@ def test_an_async_write_longer_than_the_interval_costs_its_wait():
     assert summary["ettr"]["mean"] == pytest.approx(step / (checkpoint["write_s"] + checkpoint["stall_s"]), rel=2e-4)
 
 
+@pytest.mark.parametrize(("host_write", "write_s"), [("100 GB/s", 10.0), ("1 GB/s", 1000.0)])
+def test_young_and_daly_take_the_cost_of_an_interval_that_holds_the_async_write(host_write, write_s):
+    """Async checkpoints of 1 TB on 8 GPUs (a 2.5 s snapshot) written in W = 10 s or 1,000 s, failures every
+    3 h: Young's and Daly's intervals are those of C = snapshot + slowdown share, the cost once the interval holds
+    the write, and at least the write's W / (1 + sigma); every step (0.31 s) or every 30 min, the same. At one
+    step C is W + S - t (12.19 s), which holds only below the write's length: Young's interval at it was 513 s
+    (4,653 s for the slower write) against 232 s at 30 min, and a study's Young moved with its shortest interval.
+    With the 1,000 s write, sqrt(2 C M) = 232 s is shorter than the write, so both are the write's length."""
+    text = SEED003.replace("run: {horizon: 54 d, replications: 10, seed: 3}",
+                           "run: {horizon: 1 d, replications: 2, seed: 3}")
+    text = text.replace("storage: {host_write: 1 TB/s,", f"storage: {{host_write: {host_write},")
+    figures = []
+    for interval in ("1 steps", "30 min"):
+        changed = text.replace("checkpoint: {interval: 30 min, size: 1 GB}",
+                               f"checkpoint: {{interval: {interval}, size: 1 TB, mode: async}}")
+        summary = simulate_job(scenario_from_text(changed)).summary
+        figures.append((summary["checkpoint"], summary["young_interval_s"], summary["daly_interval_s"]))
+    (every_step, young, daly), (holding, *held) = figures
+    assert every_step["write_s"] == pytest.approx(write_s) and every_step["write_s"] > 10 * summary["step_time_s"]
+    assert holding["write_s"] <= holding["interval_s"] * (1 + holding["slowdown"])
+    mtbf = 3 * 3600.0
+    cost = every_step["stall_s"] + write_s * every_step["slowdown"] / (1 + every_step["slowdown"])
+    floor = write_s / (1 + every_step["slowdown"])
+    assert young == pytest.approx(max(floor, math.sqrt(2 * cost * mtbf)), rel=1e-9)
+    assert (young, daly) == pytest.approx(tuple(held), rel=1e-9)
+    assert young < math.sqrt(2 * every_step["cost_s"] * mtbf) / 2
+
+
 
 @pytest.mark.parametrize("slowdown", [0.0, 0.05])
 def test_the_docs_example_of_an_async_write_outlasting_its_interval_costs_9_4_s(slowdown):

@@ -27,12 +27,11 @@ from simulator.reliability.simulate import (
     refuse_long_job,
     simulate_job,
 )
-from simulator.reliability.stats import daly_interval
 from simulator.reliability.summary import (
-    checkpoint_cost_s,
     expected_slowdowns,
     no_failure_text,
     optimum_intervals,
+    young_daly_intervals,
 )
 from simulator.units import counted, format_count, format_duration, parse_duration
 
@@ -120,7 +119,7 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None,
                  multipliers: Sequence[float] = (1.0,)) -> IntervalGrid:
     """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
-    (its checkpoint cost at the scenario's interval, its failure rates as written times the geometric mean of
+    (`summary.young_daly_intervals`, its failure rates as written times the geometric mean of
     ``multipliers``: the study's curves, whose Daly intervals go as 1 / sqrt(multiplier), then straddle it),
     those past the horizon left out; refused, at `--intervals`, for a job without failures that interrupt it,
     which has none (`summary.no_failure_text` says which), and for one whose every point is past the horizon.
@@ -131,7 +130,7 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
         on_healthy_step(job.step_summary)
     mtbf, _, _ = optimum_intervals(job.plan, job.counts, job.healthy)
     centre = math.exp(sum(math.log(multiplier) for multiplier in multipliers) / len(multipliers))
-    daly = None if mtbf is None else daly_interval(checkpoint_cost_s(job.healthy), mtbf / centre)
+    daly = None if mtbf is None else young_daly_intervals(job.healthy, mtbf / centre)[1]
     if daly is None:
         raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
                          "build the default grid around", field="--intervals",

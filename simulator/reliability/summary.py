@@ -5,6 +5,8 @@ checkpoint and restart costs, the failure model's expected counts, Young's and D
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from typing import Any
 
 from simulator.config.loader import LoadedScenario
@@ -69,16 +71,36 @@ def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
     return "no failure"
 
 
+def write_fitting_interval_s(costs: SegmentCosts) -> float:
+    """The shortest training time between async checkpoints within which the background write ends (its steps
+    slowed by the write take 1 + sigma times longer: W / (1 + sigma)); 0 for sync. A shorter interval waits for
+    the write at each trigger."""
+    return costs.write_s / (1.0 + costs.slowdown) if costs.mode == "async" else 0.0
+
+
+def young_daly_intervals(costs: SegmentCosts, mtbf_s: float) -> tuple[float, float]:
+    """Young's and Daly's intervals for system MTBF ``mtbf_s`` and the checkpoint cost C of the intervals they
+    pick. Sync: C is the write. Async: C is the cost of a checkpoint whose background write ends within its
+    interval (the snapshot and the write's slowdown share: `checkpoint_cost_s` at the scenario's interval, or at
+    the fewest steps that hold the write where that interval is shorter), and each interval is at least that
+    write (`write_fitting_interval_s`). The cost at an interval the write outlasts (W + S - k t) holds only
+    below the write's length, never at the interval the formulas give for it: with it a study's Young and Daly
+    moved with its shortest interval."""
+    floor = write_fitting_interval_s(costs)
+    cost = checkpoint_cost_s(replace(costs, interval_steps=max(costs.interval_steps, math.ceil(floor / costs.step_s))))
+    return max(floor, young_interval(cost, mtbf_s)), max(floor, daly_interval(cost, mtbf_s))
+
+
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
                       ) -> tuple[float | None, float | None, float | None]:
     """The job's system MTBF M (horizon / unexpected interruptions expected) and Young's and Daly's intervals for
-    M and the healthy checkpoint's cost C (`checkpoint_cost_s`); all None without failures that interrupt the job
-    (`no_failure_text`)."""
+    M and the healthy step's checkpoint costs (`young_daly_intervals`); all None without failures that interrupt
+    the job (`no_failure_text`)."""
     expected, _ = expected_interruptions(plan, counts)
     if not expected:
         return None, None, None
-    mtbf, cost = plan.horizon_s / expected, checkpoint_cost_s(healthy)
-    return mtbf, young_interval(cost, mtbf), daly_interval(cost, mtbf)
+    mtbf = plan.horizon_s / expected
+    return mtbf, *young_daly_intervals(healthy, mtbf)
 
 
 def replica_figures(loaded: LoadedScenario, sizes: ElasticSizes, totals: list[ReplicationTotals]) -> dict:
