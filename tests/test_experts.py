@@ -314,10 +314,9 @@ def test_expert_gradients_are_summed_over_the_tp_ranks_holding_the_same_experts(
     takes every TP coordinate (Megatron-Core's tp x dp x cp / ep ranks with expert TP 1): it held only the
     ranks of one TP coordinate, so the TP ranks' partial expert gradients were never summed and the
     distributed optimizer sharded expert state over tp times fewer ranks."""
-    from simulator.parallel.experts import expert_dp_group
+    from simulator.parallel.experts import expert_dp_group, expert_sharding
     from simulator.parallel.layout import Layout
     from simulator.parallel.sharding import Sharding
-    from simulator.workload.memory import expert_sharding
 
     layout = Layout(tp=2, dp=8)
     group = expert_dp_group(layout, 0, 4)
@@ -441,10 +440,11 @@ def test_a_huge_micro_batch_routes_a_bounded_sample_scaled_to_all_its_tokens(mon
 
 def test_fsdp_fp32_shards_optimizer_charges_experts_the_state_memory_holds_for_them():
     """Under PyTorch FSDP's fp32 shards (full_shard) the dense parameters are fp32 shards updated in place (32 B
-    per parameter with Adam), but the routed experts keep their 16-bit weights whole (ZeRO-1-style over the
-    expert-data-parallel group), so their fp32 state is the master copy the memory model counts (2 + 4 + 12 B)
-    and the update writes it back to 16 bits (38 B). The optimizer charged the experts 32 B as well
-    (reviewer1 B1: one DGX H100, 8 experts top-2, tp1 dp8 ep8: 1.726 ms, exactly 32/38 of the experts' share)."""
+    per parameter with Adam), and so are the routed experts, fully sharded over the ranks holding them as
+    torchtitan shards them (here tp1 dp8 ep8: one rank holds each expert, so a one-rank shard, whole): 4 + 4 +
+    8 B of state each, updated at 32 B. They kept 16-bit weights whole with an fp32 master (2 + 4 + 12 B, 38 B
+    to update) as Megatron-Core's distributed optimizer does (reviewer1 B1 had the optimizer charge them 32 B
+    against memory's master copy; one DGX H100, 8 experts top-2)."""
     from simulator.config.loader import scenario_from_text
     from simulator.topology.loader import scenario_topology
     from simulator.workload.calibrated import calibrated_efficiency
@@ -464,6 +464,7 @@ parallelism: {tp: 1, dp: 8, ep: 8, fsdp: full_shard}
     assert step.model is not None
     routed = routed_params(step.model, 4, 8)
     dense = rank_params(step.model, 1, 4, first_stage=True, last_stage=True, ep=8) - routed
-    assert memory.optimizer == pytest.approx(dense * 8 / 8 + routed * 12, rel=1e-12)
+    assert memory.params == pytest.approx(dense * 4 / 8 + routed * 4, rel=1e-12)
+    assert memory.optimizer == pytest.approx(dense * 8 / 8 + routed * 8, rel=1e-12)
     bandwidth = step.gpu.hbm_bandwidth * calibrated_efficiency(step.gpu.name, "bf16").memory_peak
-    assert step.plan.optimizer_s[0] * bandwidth == pytest.approx(dense / 8 * 32 + routed * 38, rel=1e-12)
+    assert step.plan.optimizer_s[0] * bandwidth == pytest.approx(dense / 8 * 32 + routed * 32, rel=1e-12)

@@ -120,6 +120,8 @@ pace (engine/lockstep.py) and runs the step unfolded."""
     (MOE, ["parallelism.ep=4"], ""),
     (MOE, ["parallelism.ep=4", "parallelism.zero=1"], OUT_OF_STEP),
     (MOE, ["parallelism.ep=8"], ""),
+    (MOE, ["parallelism.ep=4", "parallelism.fsdp=hybrid_shard"], ""),
+    (MOE, ["parallelism.ep=2", "parallelism.fsdp=hybrid_shard"], ""),
     (UNALIGNED, [], MIXED_HAND_OFFS),
     (PCIE_HOSTS, [], UNLIKE_PCIE_PAIRS),
     (STRADDLING_CP_PAIRS, [], STRADDLING_PAIRS),
@@ -128,7 +130,7 @@ pace (engine/lockstep.py) and runs the step unfolded."""
                  "parallelism.pipeline.schedule=interleaved", "parallelism.pipeline.virtual_stages=2"], ""),
 ], ids=["ddp", "zero1", "zero3", "fsdp", "fsdp-shard-grad-op", "fsdp-pp2", "fsdp-interleaved", "fsdp-cp2",
         "hsdp-tp4", "hsdp-tp1", "hsdp-pp2", "hsdp-one-rank-shards", "hsdp-one-rank-shards-interleaved",
-        "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "pp3-unaligned",
+        "dp-innermost", "zbv", "ep4", "ep4-zero1", "ep8", "ep4-hsdp", "ep2-hsdp", "pp3-unaligned",
         "pcie-hosts-cp2", "straddling-cp-pairs", "tree-classes", "pp3-unaligned-fsdp-interleaved"])
 def test_folded_step_equals_the_unfolded_step(text, overrides, off_reason):
     """Each layout folds, or unfolds for the stated reason (``off_reason``, '' for folded), and the steps agree."""

@@ -148,8 +148,8 @@ class BlockPasses(BuilderCore):
         """ZeRO: the distributed optimizer updates each routed expert's parameters shard by shard over the
         expert-data-parallel group, so that group all-gathers ``experts``' parameters before they are used
         again, as the DP x CP group gathers the rest: Megatron-Core's expert-parallel buffers, whose gathers run
-        on their own communicator beside the dense buckets' (``EXPERT_DP_STREAM``). Under ZeRO-3 too: routed
-        experts keep their weights and gradients whole at every stage (memory.expert_sharding), their
+        on their own communicator beside the dense buckets' (``EXPERT_DP_STREAM``). Under ``zero: 3`` too: routed
+        experts keep their weights and gradients whole at every stage (experts.expert_sharding), their
         gradients reduced once after the last micro-batch, so only their optimizer state is sharded. None
         when the group is one rank."""
         gather = expert_param_gather(self.plan.layout, rank, experts, self.plan.sharding)

@@ -5,7 +5,9 @@ consecutive members of its DP x CP group (same TP coordinate, same pipeline stag
 j E/ep .. (j+1) E/ep - 1 whole. Each TP rank routes its own 1/t of the micro-batch's tokens, so the MoE block
 needs no TP collective with sequence parallelism and an all-gather across TP without it. The expert-data-parallel
 group (ranks holding the same experts: stride ``ep`` in the DP x CP groups of every TP coordinate, tp x dp x cp /
-ep ranks) reduces the experts' gradients.
+ep ranks) reduces the experts' gradients. Under PyTorch FSDP2 (``fsdp: full_shard | hybrid_shard``) the experts
+are fully sharded over those of them in the rank's shard group instead, as torchtitan's ``efsdp`` mesh shards
+them (`expert_shard_groups`), gathered and reduced layer by layer with their layer's unit.
 
 A MoE MLP block runs: the router, permutation and shared experts; the dispatch all-to-all; the routed experts'
 GEMMs; the combine all-to-all (the backward runs the two all-to-alls in reverse around the experts' backward).
@@ -17,7 +19,7 @@ the hottest EP rank's experts, since every rank of the group waits for that rank
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, assert_never
 
@@ -112,6 +114,50 @@ def expert_dp_group(layout: Layout, rank: int, ep: int) -> tuple[int, ...]:
     return _across_tp(layout, _expert_slice(layout, rank, ep))
 
 
+def expert_sharding(sharding: Sharding, ep: int, tp: int) -> Sharding:
+    """How routed experts' state is sharded: over the ranks of a shard group of ``sharding.degree`` DP x CP ranks
+    that hold the same experts, with their TP peers (every TP rank holds them whole): tp x degree / ep ranks, or
+    the TP group alone where ep exceeds the shard group (`expert_shard_groups`). Under PyTorch FSDP2
+    (Sharding.shards_experts) as the dense units are, ZeRO-3 over those ranks: torchtitan's ``fully_shard`` of
+    the experts over its ``efsdp`` mesh, dp_shard x cp x tp / ep ranks. Otherwise Megatron-Core's distributed
+    optimizer, over that group, not over the whole data-parallel group, and only their optimizer state at any
+    ZeRO stage (ZeRO-1's sharding): the step keeps the experts' weights whole (no per-layer gather; the
+    optimizer's updates are all-gathered after it) and accumulates their gradients whole until one
+    reduce-scatter after the last micro-batch (parallel/block_passes.py)."""
+    degree = tp * max(1, sharding.degree // ep)
+    if sharding.shards_experts:
+        return replace(sharding, degree=degree)
+    return replace(sharding, stage=min(sharding.stage, 1), degree=degree)
+
+
+@lru_cache(maxsize=4096)
+def expert_shard_groups(layout: Layout, rank: int, ep: int, degree: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """PyTorch FSDP2's groups for ``rank``'s routed experts (Sharding.shards_experts), its dense shard group being
+    a block of ``degree`` consecutive members of its DP x CP group (the whole group under full_shard): (the
+    shard group, the members of that block holding its experts (stride ``ep``) with their TP peers, torchtitan's
+    ``efsdp`` mesh; the replica group, the ranks of its TP coordinate holding its experts at its place in the
+    other blocks, HSDP's ``dp_replicate``, () where there are none). The shard group's size is
+    expert_sharding's degree."""
+    group = layout.combined_group(("dp", "cp"), rank)
+    position = group.index(rank)
+    start = position - position % degree
+    shard = tuple(member for index, member in enumerate(group[start:start + degree], start)
+                  if (index - position) % ep == 0)
+    replicas = tuple(member for index, member in enumerate(group)
+                     if (index - position) % degree == 0 and (index - position) % ep == 0)
+    return _across_tp(layout, shard), replicas if len(replicas) > 1 else ()
+
+
+@lru_cache(maxsize=256)
+def expert_shard_images(layout: Layout, rank: int, ep: int, degree: int) -> tuple[tuple[int, ...], ...]:
+    """Every other expert shard group of ``rank``'s pipeline stage (`expert_shard_groups`), once each in rank
+    order of first occurrence: the folded replicas' copies of its experts' gathers and reduce-scatters."""
+    own = expert_shard_groups(layout, rank, ep, degree)[0]
+    stage = (member for member in layout.stage_ranks(layout.coords(rank)["pp"]) if layout.coords(member)["tp"] == 0)
+    groups = dict.fromkeys(expert_shard_groups(layout, member, ep, degree)[0] for member in stage)
+    return tuple(group for group in groups if group != own)
+
+
 @dataclass(frozen=True, slots=True)
 class ExpertStateCollective:
     """A collective of the routed experts' gradients or parameters over the expert-data-parallel group: ``op``
@@ -126,14 +172,20 @@ def expert_gradient_reduction(layout: Layout, rank: int, experts: Sequence[Exper
                               sharding: Sharding) -> ExpertStateCollective | None:
     """The routed experts' gradients of ``rank``'s pipeline stage (``experts``: its MoE blocks'), reduced once
     over the expert-data-parallel group after the last micro-batch: all-reduce, or reduce-scatter under ZeRO.
-    None without experts or when the group is one rank."""
+    None without experts, when the group is one rank, or under PyTorch FSDP2, which reduce-scatters them with
+    their layer's unit (Sharding.shards_experts)."""
+    if sharding.shards_experts:
+        return None
     return _expert_state(layout, rank, experts, sharding.grad_reduction, sharding.grad_bytes)
 
 
 def expert_param_gather(layout: Layout, rank: int, experts: Sequence[ExpertWork],
                         sharding: Sharding) -> ExpertStateCollective | None:
     """ZeRO: the all-gather of ``experts``' parameters over the expert-data-parallel group, which the
-    distributed optimizer updated shard by shard. None without experts or when the group is one rank."""
+    distributed optimizer updated shard by shard. None without experts, when the group is one rank, or under
+    PyTorch FSDP2, which gathers them with their layer's unit (Sharding.shards_experts)."""
+    if sharding.shards_experts:
+        return None
     return _expert_state(layout, rank, experts, "all_gather", sharding.param_bytes)
 
 

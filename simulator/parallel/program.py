@@ -16,12 +16,13 @@ from dataclasses import dataclass, replace
 from simulator.collectives.names import AlgorithmChoice, Primitive, ProtocolChoice
 from simulator.parallel.block_passes import BlockPasses
 from simulator.parallel.context import context_fold_blocker, gathered_kv_op
+from simulator.parallel.experts import expert_shard_groups, expert_shard_images, expert_sharding
 from simulator.parallel.folding import RankClasses, class_images, mirror_images, representatives
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.sharding import Sharding
-from simulator.parallel.work import Block, StageWork, TpPattern, gradient_buckets, layer_units
+from simulator.parallel.work import Block, StageWork, TpPattern, gradient_buckets, layer_experts, layer_units
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
 from simulator.schedules.base import Action, Placement, Schedule, rank_stages, stage_rank
@@ -126,6 +127,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         """Per rank, the reduce-scatter the next forward's first all-gather waits for (`_end_backward`)."""
         self._vstage = -1
         """The virtual stage of the action being built, which its ops carry (-1 outside actions)."""
+        self._layer_experts: dict[int, dict[int, tuple[float, int]]] = {}
+        """Per virtual stage, its layers' routed experts (`_experts_of`)."""
 
     def _compute(self, rank: int, name: str, duration: float, deps: list[int], category: Category,
                  flops: float = 0.0, stream: str = COMPUTE_STREAM, mb: int = -1, sm_bound_share: float = 1.0,
@@ -411,7 +414,8 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         input gradient's TP collective) are done; returns (that op, or None when there is nothing to copy in
         the backward; the seconds of the reduce's copy that a pipelined stage runs after the action). FSDP2
         runs them once per unit, in its post-backward when the unit's input gradient is done: the same bytes
-        on the same stream, here block by block."""
+        on the same stream, here block by block; a MoE block's routed experts' with it where FSDP2 shards them
+        (Sharding.shards_experts)."""
         sharding = self.plan.sharding
         if sharding.grad_copy_rate <= 0 or block.params <= 0:
             return None, 0.0
@@ -419,10 +423,11 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         first = key not in self._copied
         self._copied.add(key)
         now, at_reduce = sharding.grad_copy_bytes(first, final, self.plan.layout.pp > 1)
-        later = block.params * at_reduce / sharding.grad_copy_rate
+        params = block.params + (block.experts.params if block.experts and sharding.shards_experts else 0.0)
+        later = params * at_reduce / sharding.grad_copy_rate
         if now <= 0:
             return None, later
-        return self._compute(rank, f"fsdp grad copy mb{mb} {block.name}", block.params * now / sharding.grad_copy_rate,
+        return self._compute(rank, f"fsdp grad copy mb{mb} {block.name}", params * now / sharding.grad_copy_rate,
                              after, category, mb=mb, sm_bound_share=0.0), later
 
     def _grads_or_copy(self, rank: int, vstage: int, block: Block, op_id: int, final: bool, seconds: float,
@@ -479,17 +484,20 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             params = sum(item.params for item, _ in waiting)
             name = block.name if len(waiting) == 1 else f"L{block.layer}"
             group = self._shard_group(rank)
+            done = [done for _, done in waiting]
             rs = self._reduce_scatter(rank, name, group, params, f"grads.rs.{name}.vs{vstage}.op{layer[3]}.{group[0]}",
-                                      [done for _, done in waiting])
-            if sharding.fsdp:
-                if (rank, vstage) in self._last_grad_rs:
-                    self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
-                self._last_grad_rs[rank, vstage] = rs
+                                      done)
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
                 self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
                                  params * sharding.grad_bytes / len(group), f"hsdp.ar.{name}.vs{vstage}."
                                  f"{replicas[0]}", [rs], "dp")
+            rs = next(iter(self._expert_reduce(rank, vstage, block.layer, ("grads.rs", f".vs{vstage}.op{layer[3]}"),
+                                               done, final)), rs)
+            if sharding.fsdp:
+                if (rank, vstage) in self._last_grad_rs:
+                    self._compute_waits[rank] = self._last_grad_rs[rank, vstage]
+                self._last_grad_rs[rank, vstage] = rs
             if final:
                 for item, _ in waiting:
                     self._grad_ready[(rank, vstage, id(item))] = rs
@@ -518,18 +526,22 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         last = after[-1]
         for layer, (first, final_block, params) in self._units_of(vstage).items():
             name = first if first == final_block else f"L{layer}"
-            last = self._reduce_scatter(rank, name, group, params, f"grads.rs.{name}.vs{vstage}.{group[0]}", after)
-            for block in blocks:
-                if block.layer == layer and block.params > 0:
-                    self._grad_ready[(rank, vstage, id(block))] = last
+            reduced = last = self._reduce_scatter(rank, name, group, params,
+                                                  f"grads.rs.{name}.vs{vstage}.{group[0]}", after)
             if replicas:
                 last = self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce",
                                         replicas, params * sharding.grad_bytes / len(group),
                                         f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [last], "dp")
+            experts = self._expert_reduce(rank, vstage, layer, ("grads.rs", f".vs{vstage}"), after, True)
+            if experts:
+                reduced, last = experts[0], experts[-1]
+            for block in blocks:
+                if block.layer == layer and block.params > 0:
+                    self._grad_ready[(rank, vstage, id(block))] = reduced
         self._compute_waits[rank] = last
 
     def _reduce_scatter(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
-                        deps: list[int]) -> int:
+                        deps: list[int], mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
         """A unit's gradient reduce-scatter over its shard ``group`` on the ``dp`` stream (FSDP2's reduce-scatter
         stream) once ``deps`` are done; over a one-rank group FSDP2 runs no collective but copies the
         reduce-scatter input into its output on that stream (Sharding.one_rank_reduce_bytes), an HBM copy
@@ -537,7 +549,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         sharding = self.plan.sharding
         if len(group) > 1:
             return self._collective(rank, DP_STREAM, f"reduce_scatter grads {name}", "reduce_scatter", group,
-                                    params * sharding.grad_bytes, key, deps, "dp")
+                                    params * sharding.grad_bytes, key, deps, "dp", mirrors=mirrors)
         copy = self._compute(rank, f"fsdp reduce copy-out {name}",
                              self._copy_s(params, sharding.one_rank_reduce_bytes()), deps, "backward",
                              stream=DP_STREAM, sm_bound_share=0.0)
@@ -633,9 +645,13 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                 return []
             self._gathered.add(unit)
         group = self._shard_group(rank)
-        key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}.{name}.{group[0]}"
+        key = f"zero3.ag.{phase}.mb{mb}.vs{vstage}"
         category: Category = "backward" if phase.input_grads else "forward"
-        return [self._unit_gather(rank, name, group, params, key, window, category, mb)]
+        gathers = [self._unit_gather(rank, name, group, params, f"{key}.{name}.{group[0]}", window, category, mb)]
+        experts = self._expert_gather(rank, vstage, block.layer, key, window, category, mb)
+        if experts is not None:
+            gathers.append(self._copy_out(rank, *experts, category, mb))
+        return gathers
 
     def _unit_gather(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str, deps: list[int],
                      category: Category, mb: int) -> int:
@@ -647,19 +663,77 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return self._copy_out(rank, name, params, gather, category, mb)
 
     def _gather_copied_in(self, rank: int, name: str, group: tuple[int, ...], params: float, key: str,
-                          deps: list[int], category: Category, mb: int, copy_in_stream: str = COPY_IN_STREAM) -> int:
+                          deps: list[int], category: Category, mb: int, copy_in_stream: str = COPY_IN_STREAM,
+                          sharding: Sharding | None = None, mirrors: tuple[tuple[int, ...], ...] | None = None) -> int:
         """One FSDP unit's all-gather on the prefetch stream once ``deps`` are done, after FSDP2's copy-in of the
         rank's shard (Sharding.gather_copy_bytes) on ``copy_in_stream``, which the gather waits for
         (``all_gather_stream.wait_stream(all_gather_copy_in_stream)``; an ``unshard(async_op=True)`` copies in on
         the current stream, get_all_gather_streams). The copy-in is an HBM copy, counted in the pass's
-        ``category`` as the copy-out and the gradient copies are, not as communication."""
-        sharding = self.plan.sharding
+        ``category`` as the copy-out and the gradient copies are, not as communication. ``sharding``: the
+        unit's (the plan's, or the routed experts' over their own shard group), ``mirrors`` its group's
+        folded copies (by default the builder's)."""
+        sharding = sharding or self.plan.sharding
         copy_in, _ = sharding.gather_copy_bytes()
         if copy_in > 0:
             deps = [self._compute(rank, f"fsdp copy-in {name}", params * copy_in / sharding.grad_copy_rate, deps,
                                   category, stream=copy_in_stream, mb=mb, sm_bound_share=0.0)]
         return self._collective(rank, ZERO_STREAM, f"all_gather params {name}", "all_gather", group,
-                                params * sharding.param_bytes, key, deps, "dp", mb)
+                                params * sharding.param_bytes, key, deps, "dp", mb, mirrors=mirrors)
+
+    def _expert_gather(self, rank: int, vstage: int, layer: int, key: str, deps: list[int], category: Category,
+                       mb: int, copy_in_stream: str = COPY_IN_STREAM) -> tuple[str, float, int | None] | None:
+        """PyTorch FSDP2's all-gather of layer ``layer``'s routed experts on virtual stage ``vstage``, issued right
+        after its layer's unit's on the same streams (Sharding.shards_experts: torchtitan shards them with their
+        layer, over the ``efsdp`` mesh, and prefetches them with it), over their own shard group
+        (`expert_shard_groups`), 1/degree of them copied in; (the unit's name, its parameters, the gather, or
+        None over a one-rank group: its unshard copy takes the copy-out's place), which the caller copies out
+        (`_copy_out`). None where the layer has no routed experts or they are not sharded so."""
+        found = self._experts_of(vstage).get(layer)
+        if found is None or not self.plan.sharding.shards_experts:
+            return None
+        params, ep = found
+        name = f"L{layer}.experts"
+        degree = self.plan.sharding.degree
+        group, _ = expert_shard_groups(self.plan.layout, rank, ep, degree)
+        if len(group) == 1:
+            return name, params, None
+        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.fold else ()
+        sharding = expert_sharding(self.plan.sharding, ep, self.plan.layout.tp)
+        return name, params, self._gather_copied_in(rank, name, group, params, f"{key}.{name}.{group[0]}", deps,
+                                                    category, mb, copy_in_stream, sharding, mirrors)
+
+    def _expert_reduce(self, rank: int, vstage: int, layer: int, key: tuple[str, str], deps: list[int],
+                       final: bool) -> list[int]:
+        """PyTorch FSDP2's reduce-scatter of layer ``layer``'s routed experts' gradients over their shard group
+        (`expert_shard_groups`; ``key``: what its key has before and after the unit's name), issued on the
+        reduce-scatter stream right after its layer's unit's, once
+        ``deps`` are done (their post-backward with their layer's: Sharding.shards_experts), under HSDP in the
+        ``final`` reduction then all-reduced across their replicas on the all-reduce stream, as a unit's shard
+        is; returns the reduce-scatter and the all-reduce after it, none where the layer has no routed experts
+        or they are not sharded so."""
+        found = self._experts_of(vstage).get(layer)
+        if found is None or not self.plan.sharding.shards_experts:
+            return []
+        params, ep = found
+        name = f"L{layer}.experts"
+        degree = self.plan.sharding.degree
+        group, replicas = expert_shard_groups(self.plan.layout, rank, ep, degree)
+        mirrors = expert_shard_images(self.plan.layout, rank, ep, degree) if self.fold else ()
+        reduced = self._reduce_scatter(rank, name, group, params, f"{key[0]}.{name}{key[1]}.{group[0]}", deps,
+                                       mirrors)
+        if not (final and replicas):
+            return [reduced]
+        return [reduced, self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce",
+                                          replicas, params * self.plan.sharding.grad_bytes / len(group),
+                                          f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [reduced], "dp")]
+
+    def _experts_of(self, vstage: int) -> dict[int, tuple[float, int]]:
+        """Per layer of virtual stage ``vstage``, its routed experts' parameters on one rank and their EP degree
+        (work.layer_experts), found once."""
+        found = self._layer_experts.get(vstage)
+        if found is None:
+            found = self._layer_experts[vstage] = layer_experts(self.plan.stages[vstage].blocks)
+        return found
 
     def _copy_out(self, rank: int, name: str, params: float, gather: int | None, category: Category,
                   mb: int) -> int:
@@ -698,6 +772,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                     rank, name, group, params, f"zero3.unshard.vs{vstage}.{name}.{group[0]}", [], "forward", -1,
                     copy_in_stream=COMPUTE_STREAM)
                 self._unshards.setdefault((rank, vstage), []).append((name, params, gather))
+                experts = self._expert_gather(rank, vstage, layer, f"zero3.unshard.vs{vstage}", [], "forward", -1,
+                                              copy_in_stream=COMPUTE_STREAM)
+                if experts is not None:
+                    self._unshards[(rank, vstage)].append(experts)
                 self._gathered.add((rank, vstage, layer))
         self._vstage = -1
 

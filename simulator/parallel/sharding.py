@@ -68,6 +68,15 @@ class Sharding:
     4 B shards under shard_grad_op too, which are the training precision's weights beside no master copy."""
 
     @property
+    def shards_experts(self) -> bool:
+        """Whether the routed experts are fully sharded as the dense units are (PyTorch FSDP2, ``fsdp: full_shard
+        | hybrid_shard``, as torchtitan's apply_fsdp shards them: ``fully_shard`` of each layer's experts over
+        the ``efsdp`` mesh, the data-parallel ranks left after EP, dp_shard x cp x tp / ep of them; their fp32
+        shards all-gathered with their layer's unit and their gradients reduce-scattered with it), rather than
+        kept whole with only their optimizer state sharded (Megatron-Core's distributed optimizer, ``zero``)."""
+        return self.gather_per_layer
+
+    @property
     def grad_reduction(self) -> Primitive:
         """The collective that reduces gradients over their data-parallel group: an all-reduce without ZeRO (every
         rank keeps the whole sum), a reduce-scatter with it (each rank its shard)."""

@@ -126,6 +126,17 @@ def layer_units(blocks: Iterable[Block]) -> dict[int, tuple[str, str, float]]:
     return units
 
 
+def layer_experts(blocks: Iterable[Block]) -> dict[int, tuple[float, int]]:
+    """Per layer of ``blocks`` with routed experts, in forward order: their parameters on one rank and their EP
+    degree (PyTorch FSDP2 shards them beside the layer's unit, Sharding.shards_experts)."""
+    found: dict[int, tuple[float, int]] = {}
+    for block in blocks:
+        if block.experts is not None:
+            params, _ = found.get(block.layer, (0.0, 1))
+            found[block.layer] = (params + block.experts.params, block.experts.ep)
+    return found
+
+
 def gradient_buckets(ready: Iterable[tuple[Key, Block]], grad_bytes: float,
                      bucket_bytes: float) -> list[tuple[list[Key], float]]:
     """PyTorch DDP's gradient buckets: the parameter tensors of the blocks in ``ready``, given in the order

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.catalog.models import ModelSpec
 from simulator.config.schema import MAX_MICROBATCHES, MAX_UNSHARDED_STAGES, ParallelismConfig, TrainingConfig
@@ -27,6 +27,7 @@ from simulator.config.training_options import (
     grad_buffer_bytes,
 )
 from simulator.errors import ScenarioError
+from simulator.parallel.experts import expert_sharding
 from simulator.parallel.sharding import ZERO_STAGES, Sharding
 from simulator.schedules.base import Action
 from simulator.workload.transformer import ShardShape, kv_heads_per_rank, validate_shard
@@ -121,16 +122,6 @@ def model_state_memory(
         grads=num_params * per_param.grad / (n if sharding.stage >= 2 else 1),
         optimizer=num_params * per_param.optimizer / (n if sharding.stage >= 1 else 1),
     )
-
-
-def expert_sharding(sharding: Sharding, ep: int, tp: int) -> Sharding:
-    """How routed experts' state is sharded: over the expert-data-parallel group (the ranks holding the same
-    experts: every TP rank holds them whole, so tp / ep times the data-parallel ranks), as Megatron-Core's
-    distributed optimizer shards expert parameters over that group, not over the whole data-parallel group.
-    Only their optimizer state, at any ZeRO stage (ZeRO-1's sharding): the step keeps the experts' weights
-    whole (no per-layer gather; the optimizer's updates are all-gathered after it) and accumulates their
-    gradients whole until one reduce-scatter after the last micro-batch (parallel/block_passes.py)."""
-    return replace(sharding, stage=min(sharding.stage, 1), degree=max(1, sharding.degree * tp // ep))
 
 
 def routed_params(model: ModelSpec, layers: int, ep: int) -> float:
@@ -389,14 +380,16 @@ def rank_memory(
     ``in_flight`` comes from the pipeline schedule (1F1B: p - stage index; GPipe: all micro-batches);
     ``grad_reduce`` is the gradient buffer's format (state_bytes_per_param); ``buffer_bytes`` are communication
     buffers and workspaces the caller accounts for; ``ep`` splits the routed experts, whose state is sharded
-    over the expert-data-parallel group (expert_sharding); ``routed_tokens`` are the tokens the rank's experts
+    over the ranks holding the same experts (parallel/experts.expert_sharding: under PyTorch FSDP2 as fp32 shards
+    as the dense part, otherwise only their optimizer state); ``routed_tokens`` are the tokens the rank's experts
     receive per micro-batch (moe_activation_bytes).
     """
     params = rank_params(model, shard.tp, layers, first_stage, last_stage, ep)
     routed = routed_params(model, layers, ep)
     dense = model_state_memory(params - routed, sharding, precision, optimizer, grad_reduce,
                                shard.eager or sharding.fp32_shards)
-    experts = model_state_memory(routed, expert_sharding(sharding, ep, shard.tp), precision, optimizer, grad_reduce)
+    experts = model_state_memory(routed, expert_sharding(sharding, ep, shard.tp), precision, optimizer, grad_reduce,
+                                 sharding.shards_experts and (shard.eager or sharding.fp32_shards))
     state = MemoryBreakdown(dense.params + experts.params, dense.grads + experts.grads,
                             dense.optimizer + experts.optimizer)
     per_micro_batch = layers * activation_bytes_per_layer(model, shard, recompute, routed_tokens)

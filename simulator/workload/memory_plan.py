@@ -9,7 +9,7 @@ from dataclasses import replace
 from simulator.catalog.models import ModelSpec
 from simulator.config.schema import Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
-from simulator.parallel.work import layer_units
+from simulator.parallel.work import layer_experts, layer_units
 from simulator.schedules.timing import peak_held_weight, peak_in_flight
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
@@ -121,8 +121,12 @@ def fsdp_accumulator_bytes(step: TrainingStep, pp_rank: int) -> float:
 
 def wrapped_units(step: TrainingStep, vstage: int) -> list[float]:
     """Parameters per FSDP unit on one TP rank of virtual stage ``vstage``, in forward order: the blocks of
-    one layer together, the embedding and the head (final norm and output layer) each a unit of its own."""
-    return [params for _, _, params in layer_units(step.plan.stages[vstage].blocks).values()]
+    one layer together, the embedding and the head (final norm and output layer) each a unit of its own; a MoE
+    layer's with its routed experts where FSDP2 shards them (Sharding.shards_experts: gathered, held and
+    reduced with their layer's unit)."""
+    blocks = step.plan.stages[vstage].blocks
+    experts = layer_experts(blocks) if step.plan.sharding.shards_experts else {}
+    return [params + experts.get(layer, (0.0, 1))[0] for layer, (_, _, params) in layer_units(blocks).items()]
 
 
 def chunk_activation_bytes(scenario: Scenario, step: TrainingStep) -> list[dict[int, float]]:

@@ -27,6 +27,7 @@ from simulator.config.training_options import (
     grad_buffer_bytes,
 )
 from simulator.errors import ScenarioError, SimulationError
+from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
 from simulator.parallel.sharding import FP32_BYTES, Sharding
@@ -36,7 +37,6 @@ from simulator.schedules.timing import simulate_schedule
 from simulator.topology.graph import Topology
 from simulator.workload.calibrated import calibrated_efficiency, tp_overlap
 from simulator.workload.experts import moe_report, plan_experts
-from simulator.workload.memory import expert_sharding
 from simulator.workload.stage_work import CostContext, layers_per_stage, synthetic_stages, transformer_stages
 from simulator.workload.transformer import AttentionCost, ShardShape, six_n_flops_per_token
 
@@ -227,6 +227,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
     if par.hybrid_shard:
         degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
         _check_hybrid_blocks(layout, topology, degree)
+        _check_hybrid_experts(par.ep, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
                     grad_bytes=grad_buffer_bytes(training.precision, training.gradient_buffer_dtype()),
                     param_bytes=PRECISION_BYTES[training.precision],
@@ -268,6 +269,17 @@ def _check_eager_shard_group(scenario: Scenario, sharding: Sharding) -> None:
                    "torchtitan applies fully_shard only over more than one (otherwise autocast, as eager without "
                    "fsdp)", "fsdp with a shard group of more than one rank (dp x cp > 1; hybrid_shard: more than "
                    "one of them per NVLink domain), no fsdp with eager, or training.kernels: fused")
+
+
+def _check_hybrid_experts(ep: int, degree: int) -> None:
+    """HSDP shards each MoE layer's routed experts over the ranks of a shard group (``degree`` consecutive DP x
+    CP ranks) that hold the same experts (parallel/experts.expert_shard_groups), which are as many in every
+    group only where the EP blocks of ``ep`` ranks tile the shard groups or the shard groups tile them
+    (torchtitan's efsdp x ep mesh covers the ranks of each replica)."""
+    if ep > 1 and degree % ep and ep % degree:
+        raise _invalid("parallelism.ep", f"ep {ep} beside fsdp: hybrid_shard's shard groups of {degree} DP x CP "
+                       "ranks: neither divides the other, so the ranks holding the same experts are not as many in "
+                       "every shard group", f"an ep that divides {degree} or a multiple of it, or fsdp: full_shard")
 
 
 def _check_hybrid_blocks(layout: Layout, topology: Topology, degree: int) -> None:
@@ -358,10 +370,11 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
     experts = plan_experts(scenario, model, layout, shard, cost)
     stages = transformer_stages(model, shard, training.recompute, cost, counts, par.cp_algorithm,
                                 par.cp_load_balance, experts.layer if experts else None)
+    expert_fp32 = sharding.fp32_shards and sharding.shards_experts
     dense_s, expert_s = (optimizer_bytes_per_param(training.optimizer, training.precision,
                                                    training.grad_reduce_dtype, training.kernels,
                                                    training.optimizer_step, fp32) / (
-        gpu.hbm_bandwidth * cost.efficiency.memory_peak) for fp32 in (sharding.fp32_shards, False))
+        gpu.hbm_bandwidth * cost.efficiency.memory_peak) for fp32 in (sharding.fp32_shards, expert_fp32))
     held = [rank_stages(stage, layout.pp, v, placement) for stage in range(layout.pp)]
     optimizer_s = tuple(sum(dense * dense_s + routed * expert_s for dense, routed in
                             (sharded_params(stages[vstage], sharding, par.ep, par.tp) for vstage in held[stage]))
@@ -388,10 +401,10 @@ def build_training_step(scenario: Scenario, topology: Topology, base_dir: Path =
 
 def sharded_params(work, sharding: Sharding, ep: int, tp: int) -> tuple[float, float]:
     """Parameters a rank of a virtual stage updates: (its blocks' share over the shard group, their routed
-    experts' share over the expert-data-parallel group (memory.expert_sharding)). The two are apart because
-    the optimizer moves different bytes for them under PyTorch FSDP2's fp32 shards: the routed experts keep
-    16-bit weights whole (no per-unit gather), so their update still writes the 16-bit copy from fp32 state
-    (memory.rank_memory counts that state as the master copy, in the same bytes)."""
+    experts' share over the ranks sharding them (parallel/experts.expert_sharding)). The two are apart because
+    the optimizer moves different bytes for them under ZeRO: the routed experts keep 16-bit weights whole, so
+    their update writes the 16-bit copy from fp32 state (memory.rank_memory counts that state as the master
+    copy); under PyTorch FSDP2 both are fp32 shards updated in place (Sharding.shards_experts)."""
     routed = sum(block.experts.params for block in work.blocks if block.experts is not None)
     dense_ways = sharding.degree if sharding.stage >= 1 else 1
     expert_ways = expert_sharding(sharding, ep, tp).degree if sharding.stage >= 1 else 1

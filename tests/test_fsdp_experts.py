@@ -1,0 +1,170 @@
+"""Routed experts under PyTorch FSDP2 as torchtitan shards them: ``fully_shard`` of each layer's experts over the
+ranks left after EP (its ``efsdp`` mesh, dp_shard x cp x tp / ep ranks), fp32 shards all-gathered with their
+layer's unit in every forward and backward and their gradients reduce-scattered with it; checked by hand on a
+small Mixtral-like case. Before, the experts stayed whole (16-bit weights, fp32 master) with only their optimizer
+state sharded, as Megatron-Core's distributed optimizer keeps them, and nothing gathered them per layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.catalog.models import get_model
+
+TP, DP, EP, LAYERS, MICROBATCHES = 2, 8, 4, 2, 2
+SCENARIO = f"""
+cluster: {{topology: dgx-h100-cluster, nodes: 2}}
+model:
+  preset: mixtral-8x7b
+  layers: {LAYERS}
+  moe: {{experts: 8, top_k: 2, routing: {{balance: uniform}}}}
+training: {{seq_len: 4096, microbatches: {MICROBATCHES}, precision: bf16}}
+parallelism: {{tp: {TP}, dp: {DP}, ep: {EP}, sequence_parallel: true, fsdp: full_shard}}
+run: {{seed: 3}}
+"""
+MIXTRAL = get_model("mixtral-8x7b")
+LAYER_EXPERTS = 8 // EP * 3 * MIXTRAL.hidden * 14336
+"""Routed-expert parameters of one layer on one rank: 8 / EP experts of three hidden x expert_ffn_hidden
+(14,336) matrices (SwiGLU)."""
+SHARD = [0, 1, 8, 9]
+"""Rank 0's expert shard group: the DP ranks holding its experts (DP positions 0 and 4 of ranks 0, 2, .., 14:
+stride EP) with their TP peers, TP x DP / EP = 4 ranks."""
+
+
+def _ops(frame, name: str):
+    return frame[(frame["kind"] == "collective") & (frame["rank"] == 0) & (frame["name"] == name)]
+
+
+def _sent(frame, ops) -> float:
+    return float(frame[(frame["kind"] == "flow") & (frame["src"] == 0) & frame["name"].isin(set(ops["key"]))]
+                 ["bytes"].sum())
+
+
+def test_each_layer_gathers_and_reduce_scatters_its_experts_over_the_expert_shard_group(run_yaml):
+    """Per layer and micro-batch: one all-gather of the rank's experts in bf16 before the forward and one before
+    the backward (reshard_after_forward), each sending the rank's 1/4 shard to the 3 others ((n - 1)/n of the
+    gathered bytes leave GPU 0 over a ring); one reduce-scatter of their fp32 gradients after the backward. None
+    of Megatron's after-step expert reduction or gather is left."""
+    frame = run_yaml(SCENARIO).timeline
+    for layer in range(LAYERS):
+        gathers = _ops(frame, f"all_gather params L{layer}.experts")
+        reduces = _ops(frame, f"reduce_scatter grads L{layer}.experts")
+        assert len(gathers) == 2 * MICROBATCHES and len(reduces) == MICROBATCHES
+        assert gathers["bytes"].tolist() == pytest.approx([LAYER_EXPERTS * 2] * 2 * MICROBATCHES, rel=1e-12)
+        assert reduces["bytes"].tolist() == pytest.approx([LAYER_EXPERTS * 4] * MICROBATCHES, rel=1e-12)
+        assert _sent(frame, gathers) == pytest.approx(2 * MICROBATCHES * 3 / 4 * LAYER_EXPERTS * 2, rel=1e-12)
+        assert _sent(frame, reduces) == pytest.approx(MICROBATCHES * 3 / 4 * LAYER_EXPERTS * 4, rel=1e-12)
+        assert all(key.endswith(".0") for key in gathers["key"])
+    ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)]
+    assert not ops["name"].isin(["reduce_scatter expert grads", "all_gather expert params"]).any()
+
+
+def test_expert_shard_group_is_the_data_parallel_ranks_left_after_ep_with_their_tp_peers():
+    """torchtitan's efsdp = dp_shard x cp x tp / ep: here 8 x 2 / 4 = 4, the same for every member; HSDP shards
+    within each replica (a host's 4 DP ranks: the one holding the experts, with its TP peer) and all-reduces
+    across the replicas at its TP coordinate."""
+    from simulator.parallel.experts import expert_shard_groups
+    from simulator.parallel.layout import Layout
+
+    layout = Layout(tp=TP, dp=DP)
+    shard, replicas = expert_shard_groups(layout, 0, EP, DP)
+    assert (list(shard), replicas) == (SHARD, ())
+    assert all(expert_shard_groups(layout, member, EP, DP)[0] == shard for member in shard)
+    assert expert_shard_groups(layout, 0, EP, 4) == ((0, 1), (0, 8))
+    assert expert_shard_groups(layout, 0, 8, 4) == ((0, 1), ())
+
+
+def test_experts_memory_is_fp32_shards_over_the_expert_shard_group():
+    """Per rank the experts hold 4 B of fp32 shard, 4 B of fp32 gradient shard and Adam's 8 B over the group of
+    4, as the dense FSDP2 shards do, instead of whole 16-bit weights and fp32 gradients with 12 B of optimizer
+    state over it (2 + 4 + 12/4 = 9 B a parameter against 16/4 = 4 B). The gathered units (each layer's dense
+    parameters and experts) are the FSDP working set of the buffers."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.parallel.sharding import Sharding
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.memory import rank_memory, rank_params, routed_params
+    from simulator.workload.memory_plan import wrapped_units
+    from simulator.workload.training import build_training_step
+    from simulator.workload.transformer import ShardShape
+
+    shard = ShardShape(1, 4096, TP, 1, True, dtype_bytes=2)
+    fsdp = Sharding(stage=3, degree=DP, gather_per_layer=True, fsdp=True, fp32_shards=True)
+    zero = Sharding(stage=3, degree=DP)
+    routed = routed_params(MIXTRAL, LAYERS, EP)
+    assert routed == LAYERS * LAYER_EXPERTS
+    held, whole = (rank_memory(MIXTRAL, shard, layers=LAYERS, in_flight=1, sharding=sharding, first_stage=False,
+                               last_stage=False, ep=EP) for sharding in (fsdp, zero))
+    dense = rank_params(MIXTRAL, TP, LAYERS, first_stage=False, last_stage=False, ep=EP) - routed
+    assert held.params == pytest.approx(4 * (dense / DP + routed / 4), rel=1e-12)
+    assert held.grads == pytest.approx(4 * (dense / DP + routed / 4), rel=1e-12)
+    assert held.optimizer == pytest.approx(8 * (dense / DP + routed / 4), rel=1e-12)
+    assert whole.params == pytest.approx(2 * (dense / DP + routed), rel=1e-12)
+    assert whole.grads == pytest.approx(4 * (dense / DP + routed), rel=1e-12)
+    assert whole.optimizer == pytest.approx(12 * (dense / DP + routed / 4), rel=1e-12)
+
+    loaded = scenario_from_text(SCENARIO, "inline.yaml", [])
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
+    units = wrapped_units(step, 0)
+    dense_units = [sum(block.params for block in step.plan.stages[0].blocks if block.layer == layer)
+                   for layer in sorted({block.layer for block in step.plan.stages[0].blocks})]
+    assert [unit - own for unit, own in zip(units, dense_units, strict=True)] == pytest.approx(
+        [0.0, LAYER_EXPERTS, LAYER_EXPERTS, 0.0], rel=1e-12)
+
+
+def test_optimizer_updates_expert_shards_as_the_dense_shards(run_yaml):
+    """FSDP2 updates the experts' fp32 shards in place, 32 B per parameter of its shard with Adam, as the dense
+    ones: the optimizer step's time is that of all its shards, at a quarter of the experts each."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import calibrated_efficiency
+    from simulator.workload.training import build_training_step
+
+    loaded = scenario_from_text(SCENARIO, "inline.yaml", [])
+    step = build_training_step(loaded.scenario, scenario_topology(loaded))
+    dense = step.plan.stages[0].params
+    bandwidth = step.gpu.hbm_bandwidth * calibrated_efficiency(step.gpu.name, "bf16").memory_peak
+    assert step.plan.optimizer_s[0] * bandwidth == pytest.approx(32 * (dense / DP + LAYERS * LAYER_EXPERTS / 4),
+                                                                 rel=1e-12)
+
+
+def test_hybrid_shard_all_reduces_each_expert_shard_across_the_replicas(run_yaml):
+    """hybrid_shard on two 8-GPU hosts: a host's 4 DP ranks shard, and of them one holds rank 0's experts, so the
+    experts' shard group is rank 0 and its TP peer; after the last backward each layer's expert gradient shard
+    (half of them, fp32) is all-reduced with the other host's copy."""
+    frame = run_yaml(SCENARIO, "parallelism.fsdp=hybrid_shard").timeline
+    for layer in range(LAYERS):
+        reduces = _ops(frame, f"reduce_scatter grads L{layer}.experts")
+        shards = _ops(frame, f"all_reduce shard L{layer}.experts")
+        assert reduces["bytes"].tolist() == pytest.approx([LAYER_EXPERTS * 4] * MICROBATCHES, rel=1e-12)
+        assert shards["bytes"].tolist() == pytest.approx([LAYER_EXPERTS * 4 / 2], rel=1e-12)
+        assert _sent(frame, _ops(frame, f"all_gather params L{layer}.experts")) == pytest.approx(
+            2 * MICROBATCHES / 2 * LAYER_EXPERTS * 2, rel=1e-12)
+
+
+def test_pipelined_fsdp_gathers_and_reduces_the_experts_once_a_step(run_yaml):
+    """Under pipelining torchtitan keeps each unit gathered from its first forward to the chunk's last gradient
+    action (reshard_after_forward=not pp_enabled), and the stage reduces once: one gather and one reduce-scatter
+    of each layer's experts per step."""
+    frame = run_yaml(SCENARIO, "parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2").timeline
+    gathers = _ops(frame, "all_gather params L0.experts")
+    reduces = _ops(frame, "reduce_scatter grads L0.experts")
+    assert len(gathers) == 1 and len(reduces) == 1
+    assert float(reduces["bytes"].iloc[0]) == pytest.approx(2 * LAYER_EXPERTS * 4, rel=1e-12)  # 4 experts a rank
+
+
+def test_megatron_zero_keeps_the_experts_whole(run_yaml):
+    """`zero: 3` without fsdp (DeepSpeed / Megatron style) is as before: no per-layer expert gathers, one
+    reduction of the experts' gradients after the last micro-batch."""
+    frame = run_yaml(SCENARIO.replace("fsdp: full_shard", "zero: 3")).timeline
+    ops = frame[(frame["kind"] == "collective") & (frame["rank"] == 0)]
+    assert not ops["name"].str.contains(r"L\d\.experts").any()
+    assert (ops["name"] == "reduce_scatter expert grads").sum() == 1
+
+
+def test_hybrid_shard_refuses_an_ep_that_does_not_tile_its_shard_groups(validation_error):
+    """A host's 4 DP ranks shard under hybrid_shard; EP 8 tiles them (its groups span two shard groups) and EP 2
+    splits them, but an EP of 3 (24 experts over 48 DP ranks) holds its experts on unlike numbers of ranks per
+    shard group."""
+    error = validation_error(SCENARIO.replace("nodes: 2", "nodes: 12").replace("experts: 8", "experts: 24"),
+                             "parallelism.fsdp=hybrid_shard", "parallelism.dp=48", "parallelism.ep=3")
+    assert error.field == "parallelism.ep"
+    assert "neither divides the other" in str(error)
