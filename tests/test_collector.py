@@ -4,12 +4,14 @@ beneath `simulate()` and `collective_sweep()` runs with it off, and it is back o
 from __future__ import annotations
 
 import gc
+import weakref
 
 import simulator.collective_sweep as collective_module
 import simulator.preflight as preflight
 import simulator.simulation as simulation
 from simulator import load_scenario, simulate
 from simulator.collective_sweep import collective_sweep
+from simulator.metrics.events import EventLog
 from simulator.topology.loader import scenario_topology
 
 COMM = "cluster: {topology: dgx-h100}\nworkload:\n  - {op: all_reduce, bytes: 64 MiB}\n"
@@ -48,3 +50,21 @@ def test_validate_builds_the_program_with_the_collector_paused(monkeypatch, tmp_
     loaded = load_scenario(str(scenario))
     preflight.validate(loaded, scenario_topology(loaded))
     assert seen == [False] and gc.isenabled()
+
+
+def test_an_event_log_read_as_columns_is_freed_without_the_collector():
+    """A log whose flows were read as columns holds the table it split them into; the table's reference back
+    to the log made the pair a cycle, so with the collector paused every finished run's rows stayed until
+    `gc.collect` (a 16,384-GPU job's straggler state left ~0.6 M tuples, 0.35 s to collect)."""
+    log = EventLog()
+    log.flow("k", 0, 1, 0.0, 1.0, 8.0, (0, 1))
+    assert list(log.flow_columns()["bytes"]) == [8.0]
+    freed = weakref.ref(log)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del log
+        assert freed() is None
+    finally:
+        if enabled:
+            gc.enable()
