@@ -196,6 +196,34 @@ def test_analytic_mode_uses_the_path_bottleneck_and_logs_each_transfer():
     assert sorted(frame["end_s"]) == pytest.approx([0.1, 1.0], rel=EXACT)
 
 
+def test_an_analytic_phase_posted_again_is_timed_once_and_logs_its_rows_at_each_start(monkeypatch):
+    """A plan runner posts one `Transfers` per phase for every instance: the analytic network times it once and
+    logs each instance's flow rows as that block shifted to its start, the rows a transfer-by-transfer log
+    gives (start, start + duration: 1.3 + 1.0 and 1.3 + 0.1, to the last bit), in order, with routes and keys."""
+    topo = line_topology()
+    env = simpy.Environment()
+    log = EventLog()
+    net = Network(env, topo, mode="analytic", log=log)
+    phase = Transfers([(topo.path(0, 2), 1 * GB, 0.0, 0, 2), (topo.path(0, 1), 1 * GB, 0.0, 0, 1)])
+    timed = []
+    bottleneck_of = net._bottleneck_of
+    monkeypatch.setattr(net, "_bottleneck_of", lambda path: timed.append(path) or bottleneck_of(path))
+
+    def twice():
+        yield net.run_phase(phase, key="first")
+        yield env.timeout(0.3)
+        yield net.run_phase(phase, key="second")
+
+    env.process(twice())
+    env.run()
+    assert len(timed) == 2
+    flows = log.flow_columns()
+    assert list(flows["key"]) == ["first", "first", "second", "second"]
+    assert list(flows["start_s"]) == [0.0, 0.0, 1.3, 1.3]
+    assert list(flows["end_s"]) == [1.0, 0.1, 1.3 + 1.0, 1.3 + 0.1]
+    assert log.flow_routes() == [topo.path(0, 2), topo.path(0, 1)] * 2
+
+
 def test_efficiency_scales_capacity_of_its_link_class_only():
     topo = line_topology()
     env = simpy.Environment()
