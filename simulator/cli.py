@@ -33,8 +33,9 @@ from simulator.sweep.options import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from simulator.config.schema import Scenario
+    from simulator.config.loader import LoadedScenario
     from simulator.reliability.study import IntervalGrid
+    from simulator.topology.graph import Topology
 
 EXIT_INPUT = 2
 """A user's input is wrong (scenario, topology, table, option): one located line on stderr."""
@@ -64,7 +65,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = simulate(loaded, force=args.force, progress=progress)
         progress.phase("writing outputs")
         files = write_outputs(out, result, loaded)
-    _warn(result.summary.get("warnings", []), result.summary, loaded.scenario)
+    _warn(result.summary.get("warnings", []), result.summary, loaded, result.topology)
     if not args.quiet:
         from rich.console import Console
 
@@ -75,9 +76,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warn(warnings: list[str] | tuple[str, ...], memory: dict, scenario: Scenario) -> None:
+def _warn(warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedScenario,
+          topology: Topology | None = None) -> None:
     """Layout warnings on stderr, and an out-of-memory verdict in bold red where stderr is a terminal (rich
-    imported only then), with the remedies the scenario's parallelism and training leave (`oom_line`)."""
+    imported only then), with the remedies computed for ``loaded`` on ``topology`` (built where not given:
+    `oom_line`)."""
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if memory.get("oom"):
@@ -85,7 +88,7 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, scenario: Scenari
 
         from simulator.console.report import oom_line
 
-        line = oom_line(memory, scenario.parallelism, scenario.training)
+        line = oom_line(memory, loaded, topology)
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {line}", style="bold red")
 
 
@@ -99,8 +102,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
 
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
         job, files = run_job(loaded, out, force=force, progress=progress,
-                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary,
-                                                                   loaded.scenario))
+                             on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, loaded))
     if job.waiting is not None:
         print(f"warning: {job.waiting}", file=sys.stderr)
     if not quiet:
@@ -135,9 +137,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         skipped = f"elastic sizes: {number_ranges(sizes.sizes)}; {text}" if text else ""
         warnings += [w for w in (interval_past_horizon(loaded, None),) if w is not None]
     if args.strict and verdict.memory.get("oom"):
-        line = oom_line(dict(verdict.memory), loaded.scenario.parallelism, loaded.scenario.training)
+        line = oom_line(dict(verdict.memory), loaded, topology)
         raise loaded.error(("parallelism",), line, "a layout that fits in GPU memory", every_override=True)
-    _warn(warnings, dict(verdict.memory), loaded.scenario)
+    _warn(warnings, dict(verdict.memory), loaded, topology)
     if not args.quiet:
         gpus = counted(topology.num_gpus, f"{topology.gpu_model} GPU")
         if verdict.gpus not in (None, topology.num_gpus):  # a trace of fewer ranks than the cluster has
@@ -280,11 +282,10 @@ def _cmd_study(args: argparse.Namespace) -> int:
     from simulator import load_scenario
     from simulator.console.progress import RunProgress
 
-    loaded = load_scenario(args.scenario, args.set)
-    scenario = loaded.scenario  # the points change no layout or training
+    loaded = load_scenario(args.scenario, args.set)  # the points change no layout or training
 
     def warn(summary: dict) -> None:
-        _warn(summary.get("warnings", []), summary, scenario)
+        _warn(summary.get("warnings", []), summary, loaded)
 
     on_healthy_step: Callable[[dict], None] | None = warn
     if args.study == "checkpoint-interval" and args.intervals is None:
@@ -293,7 +294,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         intervals, on_healthy_step = grid.intervals_s, None
 
     def warn_points(warned: list[dict]) -> None:
-        _warn([f"{_point_name(w)}: {w['warning']}" for w in warned], {}, scenario)
+        _warn([f"{_point_name(w)}: {w['warning']}" for w in warned], {}, loaded)
 
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
@@ -303,7 +304,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
         if curve["warnings"]:
             where = _point_name({"rate_multiplier": curve["rate_multiplier"],
                                  "interval_s": curve["warnings_interval_s"]})
-            _warn([f"{where}: {warning}" for warning in curve["warnings"]], {}, scenario)
+            _warn([f"{where}: {warning}" for warning in curve["warnings"]], {}, loaded)
         print(_study_line(curve))
     print(f"wrote {args.out}: {', '.join(files)}")
     return 0

@@ -437,14 +437,17 @@ def test_a_gated_eager_layer_also_keeps_silus_output():
 
 
 def test_an_eager_out_of_memory_offers_what_eager_accepts():
-    """Eager refuses ZeRO and TP, so its out-of-memory remedies are FSDP's full_shard (modelled under eager since
-    it was told 'kernels: fused with ZeRO/FSDP'), full recompute, pipelining and a smaller micro-batch (it was
-    told to try ZeRO/FSDP and more tp before that)."""
+    """Eager refuses ZeRO, TP and CP, so its out-of-memory remedies, each built through the loader, are a smaller
+    micro-batch, pipelining, full recompute and FSDP's full_shard (modelled under eager since it was told
+    'kernels: fused with ZeRO/FSDP'; it was told to try ZeRO/FSDP and more tp before that), the most saving
+    first."""
     overrides = ["training.micro_batch=80", "training.global_batch=640"]
     summary = ddp_run(*overrides)
-    scenario = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides).scenario
-    assert oom_line(summary, scenario.parallelism, scenario.training).endswith(
-        "(try fsdp: full_shard, recompute: full, more pp, a smaller micro_batch)")
+    loaded = scenario_from_text(DDP, source="ddp.yaml", overrides=overrides)
+    assert oom_line(summary, loaded).endswith(
+        "(try --set training.micro_batch=40 (-45.4 GiB, fits); --set parallelism.pp=4 --set parallelism.dp=2 "
+        "(-18.0 GiB, fits); --set training.recompute=full (-15.1 GiB, fits); --set parallelism.fsdp=full_shard "
+        "(-3.9 GiB))")
 
 
 def test_the_layout_search_tree_under_eager_tries_plain_ddp_fsdp_and_pp_only():

@@ -534,9 +534,10 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
     assert error == (
         f"error: {scenario}:{line}: restart.elastic: the elastic job fits in GPU memory on none of its "
         "smaller sizes: shrunk to 3 replicas it needs 95.3 GiB per GPU, the GPU holds 79.6 GiB (allowed: less "
-        "memory per GPU on fewer replicas (recompute: full, more tp or pp), or restart.elastic: false)\n")
-    # the remedies are the out-of-memory line's: ZeRO-3 and a micro-batch of 1 already, flash attention (it said
-    # 'recompute, more tp or pp, a smaller micro_batch' whatever the job did)
+        "memory per GPU on fewer replicas (--set training.recompute=full (-2.5 GiB)), or restart.elastic: false)\n")
+    # the remedies are computed on the job shrunk to 3 replicas, the out-of-memory line's way: ZeRO-3 and a
+    # micro-batch of 1 already, flash attention; a layout remedy would change the replicas, so none is tried (it
+    # said 'recompute, more tp or pp, a smaller micro_batch' whatever the job did)
 
 
 def test_an_elastic_jobs_sizes_print_runs_as_ranges():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -91,6 +91,10 @@ class LoadedScenario:
     lines: dict
     overrides: tuple[Override, ...] = ()
     """Each `--set` (or a sweep point's axis), so errors in a value it set point at it."""
+    written: dict | None = field(default=None, compare=False, repr=False)
+    """The data validated into ``scenario`` (the file with the overrides written over it), from which a changed
+    scenario is built as `--set` builds one (memory_remedies.py); None where the scenario was made otherwise. A
+    copy by `dataclasses.replace` keeps it: one changing what the memory plan reads sets it too."""
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -399,7 +403,7 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     for setting in settings:
         set_field(data, setting.path, setting.value)
     written += tuple(setting.override() for setting in settings)
-    return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written)
+    return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written, data)
 
 
 def validated_scenario(data: dict, source: str, lines: dict, overrides: tuple[Override, ...] = ()) -> Scenario:

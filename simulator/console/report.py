@@ -16,7 +16,8 @@ from simulator.program.ops import COMM_CATEGORIES
 from simulator.units import counted, format_size, number_ranges
 
 if TYPE_CHECKING:
-    from simulator.config.schema import ParallelismConfig, TrainingConfig
+    from simulator.config.loader import LoadedScenario
+    from simulator.topology.graph import Topology
 
 
 def format_seconds(value: float) -> str:
@@ -79,23 +80,15 @@ def _bottleneck(value: object) -> str:
     return text
 
 
-def oom_line(summary: dict, parallelism: ParallelismConfig, training: TrainingConfig) -> str:
-    """The out-of-memory message of a summary ('' when the run fits), with the remedies that would help this
-    scenario (``parallelism``, ``training``; `memory.memory_remedies`) on the layout that ran (the summary's
-    `layout`: its DP x CP ranks, which ZeRO and FSDP shard over, and hybrid sharding's `shard_ranks` of them),
-    more cp among them where the activations are the largest part of the peak (`memory_breakdown_gib`) of a
-    model with a sequence to split (not synthetic)."""
+def oom_line(summary: dict, loaded: LoadedScenario, topology: Topology | None = None) -> str:
+    """The out-of-memory message of a summary ('' when the run fits), with the remedies for ``loaded`` on
+    ``topology`` (its cluster, built where not given): each a setting the loader takes that lowers the peak, by
+    how much (`memory_remedies`)."""
     if not summary.get("oom"):
         return ""
-    from simulator.workload.memory import memory_remedies
+    from simulator.memory_remedies import memory_remedies, remedies_text
 
-    layout = summary.get("layout")
-    shard_ranks = layout.get("dp", 1) * layout.get("cp", 1) if isinstance(layout, dict) else None
-    hybrid_ranks = layout.get("shard_ranks", shard_ranks) if isinstance(layout, dict) else None
-    parts = summary.get("memory_breakdown_gib") or {}
-    activations_largest = (bool(parts) and max(parts, key=parts.__getitem__) == "activations"
-                           and isinstance(layout, dict) and layout.get("model") != "synthetic")
-    tried = memory_remedies(parallelism, training, shard_ranks, hybrid_ranks, activations_largest)
+    tried = remedies_text(memory_remedies(loaded, topology))
     return (f"OUT OF MEMORY: {summary['peak_memory_gib']:,.1f} GiB needed{_peak_place(summary)}, the GPU holds "
             f"{summary['memory_capacity_gib']:.1f} GiB (try {tried})")
 

@@ -25,19 +25,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 
 from simulator.config.loader import LoadedScenario
 from simulator.config.locate import located
 from simulator.config.reliability import ElasticBatch
 from simulator.config.schema import MAX_MICROBATCHES, ClusterConfig, Scenario
 from simulator.errors import InputError
+from simulator.memory_remedies import memory_remedies, peak_memory, remedies_text
 from simulator.topology.graph import Topology
 from simulator.topology.loader import scenario_topology
 from simulator.units import counted
-from simulator.workload.memory import memory_remedies
-from simulator.workload.memory_plan import GIB, stage_memory
-from simulator.workload.training import build_training_step, microbatch_count, pipeline_depth, resolve_layout
+from simulator.workload.memory_plan import GIB
+from simulator.workload.training import microbatch_count, pipeline_depth, resolve_layout
 
 
 def shrunk_microbatches(batch: ElasticBatch, dp: int, microbatches: int, replicas: int) -> int:
@@ -60,6 +59,14 @@ def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, 
         "cluster": ClusterConfig(topology=cluster.topology, **{**cluster.overrides(), "nodes": nodes}),
         "parallelism": scenario.parallelism.model_copy(update={"dp": replicas}),
         "training": scenario.training.model_copy(update={"microbatches": count, "global_batch": None})})
+
+
+def shrunk_settings(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> tuple[str, ...]:
+    """`shrunk_scenario` as `--set`s, the shrunk job's memory remedies are weighed on (`memory_remedies`
+    ``base_settings``; none of them touches these fields, so each still applies to the whole job)."""
+    count = shrunk_microbatches(scenario.restart.elastic_batch, dp, microbatches, replicas)
+    return (f"cluster.nodes={replicas * (hosts // dp)}", f"parallelism.dp={replicas}",
+            f"training.microbatches={count}", "training.global_batch=null")
 
 
 def allowed_sizes(dp: int, cp: int, ep: int, smallest: int, batch_microbatches: int | None = None) -> tuple[int, ...]:
@@ -140,11 +147,12 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
             fitting.append(size)
     if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology)[0] <= capacity:
         largest, peak = out_of_memory[0]
+        shrink = shrunk_settings(loaded.scenario, topology.num_hosts, layout.dp, microbatches, largest)
+        tried = remedies_text(memory_remedies(loaded, base_settings=shrink))
         raise loaded.error(("restart", "elastic"), f"the elastic job fits in GPU memory on none of its "
                            f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
                            f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
-                           f"({memory_remedies(loaded.scenario.parallelism, loaded.scenario.training)}), or "
-                           "restart.elastic: false")
+                           f"({tried}), or restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
 
 
@@ -179,5 +187,5 @@ def _peak_memory(loaded: LoadedScenario, topology: Topology) -> tuple[float, flo
     """The scenario's step resolved on ``topology`` (no op built): its peak memory per GPU, as the step summary
     gives it, and the GPU's, in bytes. A parameter-server scenario never gets here: it has no job simulation
     (the schema refuses `run.horizon` with parameter servers)."""
-    step = located(loaded, lambda: build_training_step(loaded.scenario, topology, Path(loaded.source).parent))
-    return max(breakdown.total for breakdown, _ in stage_memory(loaded.scenario, step)), step.gpu.hbm_bytes
+    peak = located(loaded, lambda: peak_memory(loaded, topology))
+    return peak.bytes, peak.capacity

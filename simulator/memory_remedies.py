@@ -1,0 +1,196 @@
+"""What would lower a layout's peak memory per GPU, for the out-of-memory line and the elastic refusal.
+
+Each candidate is a few `--set`s (sharding further, recompute, more cp, tp, pp or ep, a smaller micro-batch). It
+is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
+validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
+it is kept only where the loader and the step's checks take it, its step warns of nothing new and its peak is at
+least `MIN_SAVING_BYTES` lower. Nothing here restates what the loader refuses or what the memory plan computes, so
+a remedy cannot raise the peak or be refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from simulator.config.loader import LoadedScenario, scenario_from_data
+from simulator.config.yaml_source import parse_field, parse_value
+from simulator.errors import InputError
+from simulator.parallel.layout import Layout
+from simulator.topology.graph import Topology
+from simulator.topology.loader import scenario_topology
+from simulator.workload.memory_plan import GIB, stage_memory
+from simulator.workload.training import build_training_step
+
+MIN_SAVING_BYTES = GIB
+"""The least a remedy must save to be offered: 1 GiB. The memory plan leaves out the CUDA context, NCCL's
+buffers and the caching allocator's fragmentation (docs/cost-model.md), together about a GiB, so a smaller
+saving (ZeRO-3 on a MoE model's long sequence saves 0.15 GiB of its 1,000) is within what it does not count and
+would not be seen in a real job."""
+
+LAYOUT_STEPS = 3
+"""How many multiples of tp, pp, cp or ep a layout remedy tries: the smallest factors that keep the GPUs."""
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One change that lowers the peak: its `--set`s (``a.b=value``, as typed), what it saves (bytes), and whether
+    the peak it leaves fits in the GPU."""
+
+    settings: tuple[str, ...]
+    saved_bytes: float
+    fits: bool
+
+    @property
+    def text(self) -> str:
+        """The settings as a user pastes them and what they save: '--set parallelism.zero=3 (-12.4 GiB)'."""
+        sets = " ".join(f"--set {setting}" for setting in self.settings)
+        return f"{sets} (-{self.saved_bytes / GIB:,.1f} GiB{', fits' if self.fits else ''})"
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout and whether its
+    model has experts (None for a parameter-server run, which has no layout to change), and the fields its
+    step's warnings name (`parallelism.tp` for a TP group across NVLink domains)."""
+
+    bytes: float
+    capacity: float
+    layout: Layout | None
+    experts: bool = False
+    warned: frozenset[str] = frozenset()
+
+
+def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
+    """The peak memory per GPU the run's summary reports, without building its ops: the transformer's memory
+    plan over its pipeline stages (`stage_memory`), or a parameter-server run's fuller GPU, worker or server."""
+    scenario = loaded.scenario
+    if scenario.uses_parameter_servers:
+        from simulator.parameter_server.program import ps_program
+
+        memory = ps_program(scenario, topology).memory
+        return Peak(cast(float, memory["peak_memory_gib"]) * GIB, cast(float, memory["memory_capacity_gib"]) * GIB,
+                    None)
+    step = build_training_step(scenario, topology, Path(loaded.source).parent)
+    peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
+    experts = step.model is not None and step.model.moe is not None
+    warned = frozenset(warning.split(":")[0] for warning in step.warnings)
+    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, experts, warned)
+
+
+def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
+                    base_settings: Sequence[str] = ()) -> tuple[Remedy, ...]:
+    """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given), the one
+    that saves most first. Of each knob's candidates (`candidates`, smallest change first) the first whose peak
+    fits, else the one that saves most. ``base_settings``: `--set`s that make the scenario whose memory is
+    weighed (an elastic job shrunk to fewer replicas); a remedy never touches the fields they set, and they are
+    not printed. Empty where the scenario cannot be rebuilt from its data (`LoadedScenario.written`), or has no
+    modelled memory (a trace, a communication-only workload)."""
+    if loaded.written is None or loaded.scenario.workload or loaded.scenario.model is None:
+        return ()
+    base = _rebuilt(loaded, base_settings) if base_settings else loaded
+    topology = topology if topology is not None else scenario_topology(base)
+    before = peak_memory(base, topology)
+    fixed = {parse_field(setting.split("=", 1)[0]) for setting in base_settings}
+    found = []
+    for index, group in enumerate(candidates(loaded, before)):
+        best: Remedy | None = None
+        for settings in group:
+            if any(parse_field(setting.split("=", 1)[0]) in fixed for setting in settings):
+                continue
+            remedy = _tried(loaded, topology, before, base_settings, settings)
+            if remedy is not None and (best is None or remedy.saved_bytes > best.saved_bytes):
+                best = remedy
+            if best is not None and best.fits:
+                break
+        if best is not None:
+            found.append((-best.saved_bytes, index, best))
+    return tuple(remedy for _, _, remedy in sorted(found, key=lambda item: item[:2]))
+
+
+def remedies_text(remedies: Sequence[Remedy]) -> str:
+    """The remedies joined for one line, or what to do where none is found."""
+    if not remedies:
+        return "no single setting saves 1 GiB or more: a larger GPU, or more GPUs"
+    return "; ".join(remedy.text for remedy in remedies)
+
+
+def _rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
+    """``loaded``'s data with ``settings`` written over it and validated, as `--set` does."""
+    assert loaded.written is not None
+    return scenario_from_data(loaded.written, loaded.lines, loaded.source, list(settings))
+
+
+def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settings: Sequence[str],
+           settings: tuple[str, ...]) -> Remedy | None:
+    """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
+    than MIN_SAVING_BYTES, or where the step warns of a field it did not warn of before (a TP group stretched
+    across NVLink domains fits, and crawls)."""
+    try:
+        after = peak_memory(_rebuilt(loaded, [*base_settings, *settings]), topology)
+    except InputError:
+        return None
+    saved = before.bytes - after.bytes
+    if saved < MIN_SAVING_BYTES or not after.warned <= before.warned:
+        return None
+    return Remedy(settings, saved, after.bytes <= after.capacity)
+
+
+def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]]:
+    """The candidate changes by knob, each knob's smallest change first, leaving out settings the scenario
+    already has: sharding (ZeRO-2 or -3, the reduce-scatter every micro-batch they may need, FSDP's
+    full_shard), recompute, then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
+    with dp divided by as much where the scenario gives dp, and for a model with experts ep, by a factor of the
+    DP x CP ranks per expert group; and a smaller micro-batch."""
+    scenario = loaded.scenario
+    every = "parallelism.ddp.reduce_every_microbatch=true"
+    groups: list[list[tuple[str, ...]]] = [
+        [("parallelism.zero=2", every), ("parallelism.zero=3",), ("parallelism.zero=3", every),
+         ("parallelism.fsdp=full_shard", "parallelism.zero=0")],
+        [("training.recompute=selective",), ("training.recompute=full",)],
+    ]
+    if peak.layout is not None:
+        layout = peak.layout
+        dp_given = scenario.parallelism.dp is not None
+        knobs = [("cp", layout.cp), ("tp", layout.tp), ("pp", layout.pp)]
+        knobs += [("ep", scenario.parallelism.ep)] if peak.experts else []
+        for name, value in knobs:
+            spare = layout.dp * layout.cp // value if name == "ep" else layout.dp
+            groups.append([(f"parallelism.{name}={value * factor}",
+                            *((f"parallelism.dp={layout.dp // factor}",) if dp_given and name != "ep" else ()))
+                           for factor in _factors(spare)])
+    groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
+    return [_unique(loaded, group) for group in groups]
+
+
+def _factors(spare: int) -> list[int]:
+    """The first `LAYOUT_STEPS` factors above 1 of ``spare``, the ranks a layout knob can take from dp (the DP x
+    CP ranks per expert group for ep), so the layout keeps its GPUs."""
+    return [factor for factor in range(2, spare + 1) if spare % factor == 0][:LAYOUT_STEPS]
+
+
+def _halvings(size: int) -> Iterator[int]:
+    while size > 1:
+        size //= 2
+        yield size
+
+
+def _unique(loaded: LoadedScenario, group: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """``group`` without the settings the scenario already has, and without what is left empty or repeated."""
+    kept: list[tuple[str, ...]] = []
+    for settings in group:
+        changed = tuple(setting for setting in settings if not _already(loaded, setting))
+        if changed and changed not in kept:
+            kept.append(changed)
+    return kept
+
+
+def _already(loaded: LoadedScenario, setting: str) -> bool:
+    """Whether the scenario already holds the value ``setting`` writes."""
+    key, text = setting.split("=", 1)
+    node: object = loaded.scenario
+    for part in parse_field(key):
+        node = getattr(node, str(part), None)
+    return getattr(node, "value", node) == parse_value(text)
