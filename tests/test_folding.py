@@ -363,6 +363,53 @@ a host's eight GPUs, its DP x CP gradient reduction leaves the host from every l
 the TP all-reduces cross hosts too (TP pairs 0-8, 1-9, ...)."""
 
 
+DEEPSEEK_DUALPIPEV = ("training.global_batch=2048", "parallelism.pipeline.schedule=dualpipev",
+                      "parallelism.pipeline.virtual_stages=2")
+"""The bundled DeepSeek-V3-style scenario (PP 16 x DP 64 on 128 DGX H100, leaf groups of 32 hosts, so every stage
+is 8 hosts and stages 7 | 8 and 11 | 12 meet across the spines) under DualPipeV at global batch 2048: its class
+fold (32 ranks) falls out of step at a hand-off and the step refolds by route class to 112 ranks."""
+
+
+def test_deepseek_dualpipev_hand_off_copies_meet_on_one_spine_uplink():
+    """Why the class fold falls out of step there (usertest10: 'recv bwd mb0' over GPUs [512, 448], 95
+    instances, up to 105 us): a real asymmetry of the fabric's per-flow spine hash, not a fold bug. Stage 8's
+    backward hand-offs into stage 7 leave leaf group 2 on each host's rail; hosts 0 and 5 of the stage (GPUs 512
+    and 552) hash onto spine 10, host 2 (GPU 528, the same NVLink class as host 0) onto spine 9 alone, and stage
+    11's forward hand-off into stage 12 from its host 6 (GPU 752) climbs the same leaf's uplink to spine 10. That
+    uplink carries two NICs' worth (100 GB/s against 50), so two copies pass at full rate and the third flow,
+    when DualPipeV's slots make it overlap them, slows all three: in the folded run GPU 512's copy ended 34 us
+    after GPU 528's (2289.308 against 2289.274 ms)."""
+    loaded = load_scenario(SCENARIO_DIR / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
+    topology = scenario_topology(loaded)
+
+    def uplink(src: int, dst: int) -> tuple[str, str]:
+        return next(topology.link_ends[link] for link in topology.path(src, dst)
+                    if topology.link_ends[link][1].startswith("spine"))
+
+    assert uplink(512, 448) == uplink(552, 488) == uplink(752, 816) == ("leaf2.r0", "spine10")
+    assert uplink(528, 464) == ("leaf2.r0", "spine9")
+    nic, spine = (topology.link_bandwidth[topology.link_index[edge]] for edge in
+                  (("h64/nic0", "leaf2.r0"), ("leaf2.r0", "spine10")))
+    assert spine == 2 * nic
+
+
+def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
+    """The refold to 112 ranks has 254,639 ops on 336 in-order streams, 2^26.35 clock entries: past the earlier
+    cap of 2^26 it got no ordering, so none of its 112,833 collectives was found private (engine/sharing.py), its
+    EP all-to-alls ran on the network with their mirrors instead of being replayed, and the whole `trainsim run`
+    took 100 s (now 31 s) against 8 s for 1F1B. Ordered, 82,211 are private and the refold's run is the same
+    step (8.0866 s, within float rounding of the replays)."""
+    loaded = load_scenario(SCENARIO_DIR / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    assert (prepared.step.kind, len(prepared.step.program.ranks)) == ("classes", 32)
+    settings = prepared.settings
+    refold = next(step for step in fold_policy.route_steps(prepared.build, prepared.step, prepared.plans,
+                                                           settings.mode, dict(settings.efficiency), StepFaultPlan())
+                  if isinstance(step, fold_policy.FoldedStep))
+    assert len(refold.program.ranks) == 112
+    assert refold.order.ordering is not None
+
+
 def test_lanes_meeting_another_collective_unevenly_on_the_spines_unfold(run_yaml):
     """The blind spot of the checks before the run: each collective's mirrors alone meet the links as its group
     does, but the DP x CP reduction's flows out of lanes 6 and 7 (one NIC) hash onto one spine uplink where
