@@ -254,9 +254,10 @@ class MaintenanceConfig(Section):
 
 class CheckpointConfig(Section):
     """What a checkpoint holds and how it is written. `size` defaults to the model's parameters times
-    `bytes_per_param` (16: bf16 weights and gradients plus fp32 master, m and v for Adam); every host of the
-    job writes its shard. `async`: the training stalls only for the HBM -> host snapshot, the write then runs
-    in the background and slows steps (docs/reliability.md)."""
+    `bytes_per_param` (16: bf16 weights and gradients plus fp32 master, m and v for Adam, the whole training
+    state; frameworks save no gradients, 14); every host of the job writes its shard. `async`: the training
+    stalls only for the HBM -> host snapshot, the write then runs in the background and slows steps
+    (docs/reliability.md)."""
 
     interval: Interval = 1800.0
     mode: CheckpointMode = "sync"

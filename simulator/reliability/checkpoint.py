@@ -1,14 +1,14 @@
 """Checkpoint and restart costs of one cluster state, from the checkpoint, storage and restart sections.
 
-Size: the model's parameters times `bytes_per_param` (16 B: bf16 weights and gradients plus fp32 master
-weights, Adam m and v; seed 003: 405B -> 6.48 TB) unless `checkpoint.size` is given. Every host of the job
-writes its shard: write time = size / min(hosts x per-host write bandwidth, aggregate write cap); a restart
-reads it back the same way. `sync`: training stalls for the write. `async`: it stalls for the snapshot of each
-GPU's shard from HBM to host memory (size / GPUs / snapshot bandwidth), then the write runs in the background
-and shares the host's network links with training traffic: the write takes a share f = per-host write rate /
-host network bandwidth of every link, so the step's exposed network communication (every category but
-tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write runs; the step slows by
-sigma = exposed network share x f / (1 - f).
+Size: the model's parameters times `bytes_per_param` (16 B: bf16 weights and gradients plus fp32 master weights,
+Adam m and v; seed 003: 405B -> 6.48 TB; a framework's checkpoint, without gradients, is 14 B) unless
+`checkpoint.size` is given. Every host of the job writes its shard: write time = size / min(hosts x per-host write
+bandwidth, aggregate write cap); a restart reads it back the same way. `sync`: training stalls for the write.
+`async`: it stalls for the snapshot of each GPU's shard from HBM to host memory (size / GPUs / snapshot bandwidth),
+then the write runs in the background and shares the host's network links with training traffic: the write takes a
+share f = per-host write rate / host network bandwidth of every link, so the step's exposed network communication
+(every category but tensor-parallel, which stays on NVLink) stretches by 1 / (1 - f) while a write runs; the step
+slows by sigma = exposed network share x f / (1 - f).
 """
 
 from __future__ import annotations
