@@ -95,7 +95,13 @@ def test_a_spine_repaired_during_a_restart_does_not_block_the_next_one(job_with)
     resumed = float(restarts["end_s"][restarts["cause"] == "failure"].max())
     stopped = restarts[(restarts["cause"] == "maintenance") & (restarts["end_s"] < 25 * H)]
     training = 25 * H - resumed - float((stopped["end_s"] - stopped["start_s"]).sum())
-    expected = training * (1 - healthy / degraded)
+    # each stop cuts the step in flight (no checkpoint in 1000 d: the segment since the last restart is steps)
+    ends = restarts["end_s"].to_numpy()
+    cuts = sum((start - ends[index - 1]) % degraded for index, (start, end, cause) in
+               enumerate(restarts[["start_s", "end_s", "cause"]].itertuples(index=False))
+               if cause == "maintenance" and end < 25 * H and start >= resumed)
+    assert 0 < cuts < len(stopped) * degraded
+    expected = (training - cuts) * (1 - healthy / degraded)
     assert summary["time_s"]["slow_steps_s"]["mean"] == pytest.approx(expected, rel=1e-9)
     assert summary["slow_steps_by_cause_s"]["spine_switch"]["mean"] == pytest.approx(expected, rel=1e-9)
 
@@ -166,9 +172,13 @@ def test_a_failure_during_a_maintenance_stop_does_not_shorten_it(job_with, after
     parts, before = struck.summary["time_s"], quiet.summary["time_s"]
     for part in ("maintenance_s", "restart_s", "checkpoint_stall_s"):
         assert parts[part]["mean"] == pytest.approx(before[part]["mean"], abs=1e-6), part
-    interval = quiet.summary["checkpoint"]["interval_s"]
-    lost = 3 * H - 2 * 60.0 - 2 * interval if after_s < 60 else 0.0
-    assert parts["lost_work_s"]["mean"] == pytest.approx(lost, abs=1e-6)
+    interval, step = quiet.summary["checkpoint"]["interval_s"], quiet.summary["step_time_s"]
+    cycle = interval + 60.0  # k steps and the 60 s write
+    cut_3 = ((3 * H) % cycle) % step  # the step in flight at each stop is cut: a checkpoint holds whole steps
+    cut_9 = ((9 * H - back[0]) % cycle) % step
+    assert before["lost_work_s"]["mean"] == pytest.approx(cut_3 + cut_9, abs=1e-6)
+    lost = 3 * H - 2 * 60.0 - 2 * interval - cut_3 if after_s < 60 else 0.0
+    assert parts["lost_work_s"]["mean"] == pytest.approx(before["lost_work_s"]["mean"] + lost, abs=1e-6)
     assert parts["productive_s"]["mean"] == pytest.approx(before["productive_s"]["mean"] - lost, abs=1e-6)
     assert ((struck.events["kind"] == "checkpoint_lost").sum() == 1) == (after_s < 60)
 
@@ -327,17 +337,19 @@ def test_goodput_and_ettr_count_a_shrunk_job_by_its_throughput(job_with):
         alone = simulate(scenario_from_text(RAILS, "inline.yaml", [f"cluster.nodes={replicas}",
                                                                     f"parallelism.dp={replicas}"])).summary
         assert rate[replicas] == pytest.approx(alone["tokens_per_s"], rel=1e-12)
-    at_3, at_4 = 5 * H - t1, 8 * H - t2
+    step_3 = next(state["step_time_s"] for state in summary["states"] if state["replicas"] == 3)
+    cut = (5 * H - t1) % step_3  # the maintenance stop cuts the step in flight: a checkpoint holds whole steps
+    at_3, at_4 = 5 * H - t1 - cut, 8 * H - t2
     assert summary["goodput_tokens_per_s"]["mean"] * 8 * H == pytest.approx(at_3 * rate[3] + at_4 * rate[4],
                                                                              rel=1e-9)
     assert summary["ettr"]["mean"] * 8 * H == pytest.approx(at_3 * rate[3] / rate[4] + at_4, rel=1e-9)
-    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, abs=1e-6)
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H + cut, abs=1e-6)
     assert summary["slow_steps_by_cause_s"]["elastic_shrink"]["mean"] == pytest.approx(
         at_3 * (1 - rate[3] / rate[4]), rel=1e-9)
     replicas = summary["replicas"]
     assert (replicas["shrinks"]["mean"], replicas["regrows"]["mean"]) == (1, 1)
     assert {size: value["mean"] for size, value in replicas["running_s"].items()} == pytest.approx(
-        {"4": 1 * H + at_4, "3": at_3}, abs=1e-6)
+        {"4": 1 * H + at_4, "3": at_3 + cut}, abs=1e-6)
 
 
 def test_losing_the_last_spine_stops_the_job_until_a_repair(job_with):
@@ -537,9 +549,12 @@ def test_a_job_regrows_on_repair_or_at_its_next_restart(job_with, regrow):
                                     abs=1e-6)
     checkpoints = events[events["kind"] == "checkpoint"][["start_s", "end_s"]].to_numpy().ravel().tolist()
     assert checkpoints == pytest.approx([3 * H, 3 * H + write[2], 5 * H, 5 * H + write[3]], rel=1e-12)
-    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H, abs=1e-6)  # only the first hour
+    step = {state["replicas"]: state["step_time_s"] for state in summary["states"]}
+    cut = {2: running[2] % step[2], 3: running[3] % step[3]}  # each regrow's stop cuts the step in flight
+    # the first hour, and the steps in flight at 3 h and 5 h: a checkpoint holds whole steps
+    assert summary["time_s"]["lost_work_s"]["mean"] == pytest.approx(1 * H + cut[2] + cut[3], abs=1e-6)
     rate = {state["replicas"]: state["tokens_per_step"] / state["step_time_s"] for state in summary["states"]}
-    trained = {4: running[4] - 1 * H, 3: running[3], 2: running[2]}  # the hour on 4 replicas is lost
+    trained = {4: running[4] - 1 * H, 3: running[3] - cut[3], 2: running[2] - cut[2]}  # the hour on 4 is lost
     assert summary["goodput_tokens_per_s"]["mean"] * 8 * H == pytest.approx(
         sum(trained[count] * rate[count] for count in trained), rel=1e-9)
 

@@ -198,7 +198,7 @@ class JobProcess:
         completed one already holds every step: nothing trained since it was loaded (a stop right after a
         restart) or written. An async one still being written is not durable, and does not spare the write."""
         if not self.clock.saved:
-            self.clock.stop_cleanly(t, t + self.running.write_s)
+            self.clock.stop_cleanly(t, t + self.running.write_s, self.running)
 
     def _regrow_due(self, now: float) -> float:
         """When a shrunk job with `regrow: on_repair` restarts to grow: now if the hosts in use, spare and back

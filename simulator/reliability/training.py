@@ -185,32 +185,47 @@ class CheckpointClock:
         self.slow_s += cycles * slow
         return t + cycles * period
 
-    def fail(self, t: float) -> float:
-        """A failure at ``t``: roll back to the last completed checkpoint; return the work lost (s)."""
-        lost = self.wall - self.mark.wall
+    def _roll_back(self, to: Mark) -> float:
+        """Count the training since ``to`` as lost, resume from its steps and make it the last completed
+        checkpoint at the training time reached (later losses count from here); return the work lost (s)."""
+        lost = self.wall - to.wall
         self.lost_wall += lost
         if self.slow_spans:
-            self.lost_spans.append((self.mark.wall, self.wall))
-        self.lost_equiv += self.equiv - self.mark.equiv
+            self.lost_spans.append((to.wall, self.wall))
+        self.lost_equiv += self.equiv - to.equiv
+        self.steps = to.steps
+        self.mark = to._replace(wall=self.wall, equiv=self.equiv)
+        return lost
+
+    def fail(self, t: float) -> float:
+        """A failure at ``t``: roll back to the last completed checkpoint; return the work lost (s)."""
         for mark in (self.stall_mark, self.write_mark, self.stop_mark):
             if mark is not None:
                 self.events.add("checkpoint_lost", mark.time, t, step=mark.steps)
-        self.steps = self.mark.steps
-        self.mark = self.mark._replace(wall=self.wall, equiv=self.equiv)
+        lost = self._roll_back(self.mark)
         self.since = 0.0
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
         self.stop_mark = None
         return lost
 
-    def stop_cleanly(self, t: float, written: float) -> None:
+    def stop_cleanly(self, t: float, written: float, c: SegmentCosts) -> None:
         """A planned stop at ``t``: training ends (a checkpoint in flight is superseded) and the job writes a
-        checkpoint of its progress, complete at ``written`` (`settle_stop`; its time is the maintenance's). A
-        failure before then loses it (`fail`), as it does any checkpoint being written."""
+        checkpoint of its whole steps, complete at ``written`` (`settle_stop`; its time is the maintenance's),
+        or none where they are the last completed checkpoint's. A failure before then loses it (`fail`), as it
+        does any checkpoint being written. The step in flight is cut: a checkpoint holds whole steps (the
+        optimizer updates at a step's end), so its part trained is lost work once the checkpoint is complete
+        (it was saved as a fraction of a step)."""
         self.stall_end, self.stall_mark, self.stall_kind = None, None, ""
         self.write_end, self.write_mark = None, None
-        self.stop_mark, self.stop_written = self._progress(t), written
         self.since = 0.0
+        whole = float(math.floor(self.steps + STEP_EPS))
+        cut = max(self.steps - whole, 0.0)
+        kept = Mark(whole, self.wall - cut * c.step_s, self.equiv - cut * c.equivalent_step_s, t)
+        if whole == self.mark.steps:
+            self._roll_back(kept)
+        else:
+            self.stop_mark, self.stop_written = kept, written
 
     @property
     def saved(self) -> bool:
@@ -227,6 +242,7 @@ class CheckpointClock:
         """Complete the planned stop's checkpoint once its write has ended by ``t``."""
         if self.stop_mark is not None and t >= self.stop_written - EPS:
             self._complete(self.stop_mark, self.stop_written)
+            self._roll_back(self.stop_mark)
             self.stop_mark = None
 
     def slow_by_cause(self) -> dict[str, float]:
