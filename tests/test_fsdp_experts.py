@@ -168,3 +168,29 @@ def test_hybrid_shard_refuses_an_ep_that_does_not_tile_its_shard_groups(validati
                              "parallelism.fsdp=hybrid_shard", "parallelism.dp=48", "parallelism.ep=3")
     assert error.field == "parallelism.ep"
     assert "neither divides the other" in str(error)
+
+
+@pytest.mark.parametrize("overrides", [(), ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")],
+                         ids=["fsdp", "fsdp-pp2"])
+def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides):
+    """`trainsim search`'s ranking estimate times each layer's expert all-gathers and reduce-scatters over their
+    shard group beside the dense units' and FSDP2's copies of their gradients: 4 layers, 4 micro-batches, within
+    2% of the simulated step. Without them it estimated 0.179 s against 0.420 s simulated (sim/est 2.35), and
+    0.117 s against 0.209 s pipelined (1.79)."""
+    from simulator import simulate
+    from simulator.config.loader import scenario_from_text
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import CollectiveTimes, estimate_step_s
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import contention_share
+    from simulator.workload.training import build_training_step
+
+    text = SCENARIO.replace(f"layers: {LAYERS}", "layers: 4").replace(f"microbatches: {MICROBATCHES}",
+                                                                       "microbatches: 4")
+    loaded = scenario_from_text(text, "inline.yaml", ["run.timeline=summary", *overrides])
+    topology = scenario_topology(loaded)
+    step = build_training_step(loaded.scenario, topology)
+    estimate = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
+                               contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
+    simulated = simulate(loaded).summary["step_time_s"]
+    assert simulated / estimate == pytest.approx(1.0, abs=0.02)

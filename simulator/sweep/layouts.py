@@ -18,7 +18,7 @@ from simulator.config.yaml_source import parse_field
 from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
 from simulator.parallel.context import ContextAttention, gathered_kv_op
-from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather
+from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather, expert_shard_groups
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
@@ -280,7 +280,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
             blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
             copy_outs = sum(unit.copy_out_s for unit in unit_work)
             sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
-            work = max(work + sharded_toll + grad_copies_s(plan, params) / plan.microbatches
+            copied = params + sharded_expert_params(plan, blocks)
+            work = max(work + sharded_toll + grad_copies_s(plan, copied) / plan.microbatches
                        + copy_outs
                        + backward_waits_s(plan, times, rank, unit_work, slowed)
                        + forward_sharing_s(plan, times, rank, blocks, slowed),
@@ -308,10 +309,13 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
 
 def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
     """Seconds of pipelined FSDP's reduce-scatters of each of pipeline rank ``pp_rank``'s chunks (chunk 0
-    first): the chunk's units one after another over the DP x CP group, timed alone (`_chunk_grad_sync`)."""
+    first): the chunk's units one after another over the DP x CP group, and their routed experts' over their
+    shard group where FSDP2 shards them, timed alone (`_chunk_grad_sync`)."""
     rank = plan.layout.rank_of(pp=pp_rank)
     return [data_parallel_s(plan, times, rank, plan.sharding.grad_reduction,
                             sharded_units(plan, list(plan.stages[vstage].blocks)), plan.sharding.grad_bytes)
+            + sum(times.seconds(*shapes[1]) for unit in unit_blocks(plan, list(plan.stages[vstage].blocks))
+                  if (shapes := expert_unit_shapes(plan, rank, unit)) is not None)
             for vstage in plan.rank_stages(pp_rank)]
 
 
@@ -320,9 +324,10 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     step: how much later the first micro-batch's forward leaves the last virtual stage than without them. It
     runs the chain of that forward through the virtual stages, each taking the stage's forward kernels and
     blocking TP and CP collectives after the previous stage's (the pipeline's fill, on whose end the step
-    waits), while each rank's gathers, timed alone one after another on its prefetch stream, start with the
-    step. Under Schedule1F1B and ScheduleGPipe (``single_stage_loop``) a unit waits for its own gather and the
-    gather of unit k waits for unit k - 3's forward (FSDP2's implicit prefetch, `_zero3_gather`); under the
+    waits), while each rank's gathers (a unit's routed experts' after it where FSDP2 shards them), timed
+    alone one after another on its prefetch stream, start with the step. Under Schedule1F1B and ScheduleGPipe
+    (``single_stage_loop``) a unit waits for its own gather (and its experts') and the gather of unit k waits
+    for unit k - 3's forward (FSDP2's implicit prefetch, `_zero3_gather`); under the
     runtime's other schedules every unit of the rank's chunks is gathered at the step's start, chunk by chunk,
     and a chunk's first forward waits for all of its own (`_unshard_chunks`); FSDP2's copy-outs are charged on
     the compute stream apart (`copy_outs_s`). The units the rank gathers while
@@ -334,13 +339,14 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     for vstage, stage in enumerate(plan.stages):
         rank = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
         group = layout.combined_group(("dp", "cp"), rank)
-        layers: dict[int, tuple[float, float]] = {}  # per layer (FSDP unit), in forward order: params, forward
-        for block in stage.blocks:
-            params, forward = layers.get(block.layer, (0.0, 0.0))
-            layers[block.layer] = (params + block.params, forward + block.forward_s
-                                   + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,)))
-        units = [(times.seconds("all_gather", group, params * plan.sharding.param_bytes) if params > 0 else 0.0,
-                  forward) for params, forward in layers.values()]
+        units = []  # per layer (FSDP unit), in forward order: its gathers (its experts' after), its forward
+        for unit in unit_blocks(plan, list(stage.blocks)):
+            params = sum(block.params for block in unit)
+            experts = expert_unit_shapes(plan, rank, unit)
+            units.append(((times.seconds("all_gather", group, params * plan.sharding.param_bytes) if params > 0
+                           else 0.0) + (times.seconds(*experts[0]) if experts is not None else 0.0),
+                          sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
+                              for block in unit)))
         plain += sum(forward for _, forward in units)
         if plan.single_stage_loop:
             ends: list[float] = []
@@ -725,13 +731,15 @@ class ShardedUnit:
     TP and CP collectives per micro-batch: in the forward, and in the backward (its recompute included) with its
     gradients' FSDP copies, each with FSDP2's copy-out of its gathers in that pass (``copy_out_s`` the two
     together, `copy_outs_s`); ``head`` where it holds the output layer, which FSDP keeps gathered from its
-    forward to its backward."""
+    forward to its backward; ``experts`` the all-gather and gradient reduce-scatter of its routed experts over
+    their own shard group where PyTorch FSDP2 shards them with it (`expert_unit_shapes`)."""
 
     params: float
     forward_s: float
     backward_s: float
     head: bool
     copy_out_s: float = 0.0
+    experts: tuple[CollectiveShape, CollectiveShape] | None = None
 
 
 def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block]) -> list[ShardedUnit]:
@@ -741,17 +749,47 @@ def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     units = []
     for unit in unit_blocks(plan, blocks):
         params = sum(block.params for block in unit)
+        copied = params + sharded_expert_params(plan, unit)
         head = any(block.tp_pattern is TpPattern.HEAD for block in unit)
-        forward_copy, backward_copy = copy_outs_s(plan, params, head)
+        forward_copy, backward_copy = copy_outs_s(plan, copied, head)
         units.append(ShardedUnit(
             params=params,
             forward_s=sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
                           for block in unit) + forward_copy,
             backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
                            + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
-            + grad_copies_s(plan, params) / plan.microbatches + backward_copy,
-            head=head, copy_out_s=forward_copy + backward_copy))
+            + grad_copies_s(plan, copied) / plan.microbatches + backward_copy,
+            head=head, copy_out_s=forward_copy + backward_copy, experts=expert_unit_shapes(plan, rank, unit)))
     return units
+
+
+def sharded_expert_params(plan: StepPlan, blocks: list[Block]) -> float:
+    """The routed-expert parameters among ``blocks`` (one FSDP unit's) that PyTorch FSDP2 gathers, copies and
+    reduces with the unit (Sharding.shards_experts); 0 otherwise."""
+    if not plan.sharding.shards_experts:
+        return 0.0
+    return sum(block.experts.params for block in blocks if block.experts is not None)
+
+
+def expert_unit_shapes(plan: StepPlan, rank: int,
+                       blocks: list[Block]) -> tuple[CollectiveShape, CollectiveShape] | None:
+    """The all-gather of the routed experts among ``blocks`` (one FSDP unit's) and the reduce-scatter of their
+    gradients over their own shard group (`expert_shard_groups`), where PyTorch FSDP2 shards them with their
+    layer's unit (`ProgramBuilder._expert_gather`, `_expert_reduce`); None otherwise, or over one rank."""
+    params = sharded_expert_params(plan, blocks)
+    ep = next((block.experts.ep for block in blocks if block.experts is not None), 1)
+    if params <= 0:
+        return None
+    sharding = plan.sharding
+    group, _ = expert_shard_groups(plan.layout, rank, ep, sharding.degree)
+    if len(group) == 1:
+        return None
+    return ("all_gather", group, params * sharding.param_bytes), ("reduce_scatter", group, params * sharding.grad_bytes)
+
+
+def expert_unit_s(times: CollectiveTimes, unit: ShardedUnit, which: int) -> float:
+    """Seconds of ``unit``'s experts' all-gather (``which`` 0) or reduce-scatter (1) alone; 0 without them."""
+    return times.seconds(*unit.experts[which]) if unit.experts is not None else 0.0
 
 
 def copy_out_s(plan: StepPlan, params: float) -> float:
@@ -816,14 +854,26 @@ def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
     gathers: list[CollectiveShape] = [("all_gather", group, u.params * sharding.param_bytes) for u in shaped]
     reductions: list[CollectiveShape] = [(sharding.grad_reduction, group, u.params * sharding.grad_bytes)
                                          for u in shaped]
+    experts = [u.experts for u in shaped if u.experts is not None]
+    reductions_alone: list[Span] = [(times.seconds(*r), (r,)) for r in [*(e[1] for e in experts), *reductions]]
     if not sharding.reshard_after_forward:
-        return [(times.seconds(*r), (r,)) for r in reductions] if sharding.reduce_every_microbatch else []
-    spans: list[Span] = [(times.seconds(*g), (g,)) for g in gathers]
+        return reductions_alone if sharding.reduce_every_microbatch else []
+    spans: list[Span] = [(times.seconds(*g), (g,)) for g in [*gathers, *(e[0] for e in experts)]]
     regathered = [g for g, u in zip(gathers, shaped) if not (u.head and sharding.gather_per_layer)]
     if not sharding.reduce_every_microbatch:
-        return spans + [(times.seconds(*g), (g,)) for g in regathered]
-    backward_gathers, backward_reductions = regathered[::-1], reductions[::-1]
-    spans.append((times.seconds(*backward_gathers[0]), (backward_gathers[0],)))
+        return spans + [(times.seconds(*g), (g,)) for g in [*(e[0] for e in experts), *regathered]]
+    return [*spans, *_backward_spans(times, [e[0] for e in experts], [e[1] for e in experts]),
+            *_backward_spans(times, regathered, reductions)]
+
+
+def _backward_spans(times: CollectiveTimes, gathers: list[CollectiveShape],
+                    reductions: list[CollectiveShape]) -> list[Span]:
+    """The backward's spans of units' ``gathers`` and ``reductions`` (forward order): the second unit's gather
+    (in backward order) alone, then each unit's reduce-scatter beside the gather of the unit two after it."""
+    if not reductions:
+        return []
+    backward_gathers, backward_reductions = gathers[::-1], reductions[::-1]
+    spans: list[Span] = [(times.seconds(*backward_gathers[0]), (backward_gathers[0],))] if backward_gathers else []
     for index, reduction in enumerate(backward_reductions):
         gather = backward_gathers[index + 1] if index + 1 < len(backward_gathers) else None
         if gather is None:
@@ -859,7 +909,7 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
         beside = regathered[index + 1] if index + 1 < len(regathered) else None
         ends = (times.together(reduction, ("all_gather", group, beside.params * sharding.param_bytes))
                 if beside is not None else (times.seconds(*reduction),))
-        waits += max(max(ends) - slowed * following.backward_s, 0.0)
+        waits += max(max(ends) + expert_unit_s(times, unit, 1) - slowed * following.backward_s, 0.0)
     return waits
 
 
@@ -972,7 +1022,8 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     opening = copied + times.seconds("all_gather", group, first.params * sharding.param_bytes)
     if len(shaped) > 1:
         copied += copy_in_s(plan, shaped[1].params)
-        second = max(opening, copied) + times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
+        second = (max(opening, copied) + times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
+                  + expert_unit_s(times, shaped[1], 0))
         opening += max(second - opening - first.forward_s, 0.0)
     waits = (times.seconds(sharding.grad_reduction, group, first.params * sharding.grad_bytes)
              if waits_for_last_reduction(plan) else 0.0)
