@@ -129,10 +129,10 @@ class ScaleEstimate:
 
 def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float, buckets: float) -> float:
     """Data-parallel collectives of one rank per step: ZeRO-3 all-gathers each block (DeepSpeed) or each
-    wrapped unit (PyTorch FSDP: a layer, the embedding, the head) in every forward and backward and
-    reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets, or, where the step reduces
-    every micro-batch's gradients (`ddp.reduce_every_microbatch`), each micro-batch's (PyTorch FSDP's per unit),
-    and the optimizer's gather."""
+    wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
+    forward and backward and reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets,
+    or, where the step reduces every micro-batch's gradients (`ddp.reduce_every_microbatch`), each
+    micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather."""
     if par.gathers_per_unit:
         return units * 3 * m
     if par.zero == 3:
@@ -350,7 +350,7 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
-        "dp": _dp_collectives(par, m, blocks_per_rank, (layers + 2.0) / pp,
+        "dp": _dp_collectives(par, m, blocks_per_rank, (layers * (1 + (moe and par.gathers_per_unit)) + 2.0) / pp,
                               _buckets(tensors, layers_per_rank, grad_buffer_bytes(training.precision,
                                                                                    training.gradient_buffer_dtype()),
                                        par.ddp.bucket)) if dp > 1 else 0.0,
