@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import orjson
@@ -16,7 +17,8 @@ from simulator import scale, simulate, simulation
 from simulator.cli import main
 from simulator.config.loader import scenario_from_text
 from simulator.errors import InputError, ScenarioError
-from simulator.reliability import states
+from simulator.reliability import ahead, states
+from simulator.reliability import simulate as reliability_simulate
 from simulator.reliability.simulate import simulate_job
 from simulator.reliability.summary import TIME_PARTS
 from simulator.sweep.executors import SerialExecutor
@@ -172,6 +174,29 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
         slow = tuple((int(gpu), factor) for gpu, factor in state["slow_gpus"].items())
         assert states._CACHE[key, states.ClusterState(8, slow_gpus=slow)][1] == alone
 
+
+
+def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
+    """The 64-GPU job's 9 straggler states foreseen by a first pass over its replications (`ahead.states_foreseen`,
+    the healthy step standing in for each), the first simulated in the job's process and the other 8 in two
+    forked workers: the job summary and event table equal those of the job run on one core, each state
+    simulated as met."""
+    loaded = scenario_from_text(JOB64, "job64.yaml")
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda: 1)
+    one_core = simulate_job(loaded)
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda: 2)
+    monkeypatch.setattr(ahead, "cores", lambda: 2)
+    monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    forked = []
+    simulate_ahead = ahead.simulate_ahead
+    monkeypatch.setattr(reliability_simulate, "simulate_ahead",
+                        lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    two_cores = simulate_job(loaded)
+    assert forked == [8]
+    assert two_cores.summary == one_core.summary
+    assert two_cores.table.equals(one_core.table)
 
 
 def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_topology():

@@ -19,13 +19,14 @@ from simulator.config.locate import located
 from simulator.config.reliability import UNIT_KINDS, Effect
 from simulator.config.yaml_source import FieldPath
 from simulator.errors import InputError, ScenarioError
+from simulator.reliability.ahead import cores, simulate_ahead, states_foreseen
 from simulator.reliability.blast import ClusterUnits, cluster_units
 from simulator.reliability.checkpoint import SegmentCosts, checkpoint_bytes, segment_costs
 from simulator.reliability.components import FailureClass, FailureModel, failure_model
 from simulator.reliability.elastic import ElasticSizes, elastic_sizes
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
-from simulator.reliability.processes import draw_arrivals
+from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
 from simulator.reliability.summary import job_summary, waiting_warning
 from simulator.scale import capped_topology
@@ -405,6 +406,7 @@ class PreparedJob:
     step_summary: dict
     warnings: tuple[str, ...]
     gpu_model: str
+    states: StepStates
 
 
 @collector_paused()
@@ -452,7 +454,7 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     assert healthy is not None
     warning = interval_past_horizon(loaded, healthy)
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
-                       () if warning is None else (warning,), topology.gpu_model)
+                       () if warning is None else (warning,), topology.gpu_model, states)
 
 
 @collector_paused()
@@ -467,24 +469,30 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     memory above all, an interval that writes no checkpoint) then, not minutes later when the job ends.
     ``progress(done, total)`` hears of each replication simulated, and of none done once the healthy step is:
     the bar (and its clock) then shows from the start of the first replication, which meets most of a job's
-    states (the throttling example's first took 10 minutes, with nothing on the screen)."""
+    states (the throttling example's first took 10 minutes, with nothing on the screen), or of the states
+    simulated ahead on the other cores (reliability/ahead.py) where there are."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
     refuse_long_job(loaded, model, counts, healthy.interval_steps * healthy.step_s, force=force)
     if on_healthy_step is not None:
         on_healthy_step(_with_warnings(prepared.step_summary, prepared.warnings))
+    horizon = plan.horizon_s
+
+    def arrivals(replication: int) -> Arrivals:
+        return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
+
     if progress is not None:
         progress(0, scenario.run.replications)
-    horizon = plan.horizon_s
+    if cores() > 1 and any(klass.effect is Effect.STRAGGLE for klass in model.classes):
+        simulate_ahead(prepared.states, states_foreseen(plan, map(arrivals, range(scenario.run.replications)),
+                                                        prepared.cost_cache, healthy))
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):
-        rng = np.random.default_rng([scenario.run.seed, replication])
-        arrivals = draw_arrivals(rng, model.classes, counts, horizon)
         events.replication = replication
         env = simpy.Environment()
-        job = JobProcess(plan, arrivals, events)
+        job = JobProcess(plan, arrivals(replication), events)
         env.process(job.run(env))
         try:
             env.run()

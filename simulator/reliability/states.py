@@ -111,6 +111,8 @@ class StepStates:
         self._network: tuple[NetworkSettings, PlanCache] | None = None
         self._programs: dict[RankClasses | None, StepProgram] = {}
         self._folds: dict[FoldShape, FoldedStep] = {}
+        self._ahead: dict[ClusterState, tuple[StepState | None, dict]] = {}
+        """States simulated ahead of the job (reliability/ahead.py), each handed out once, when met."""
         healthy_step, summary = self._cached(None, lambda: (loaded, topology), healthy)
         self.healthy_summary = {**summary, "scenario": loaded.source}
         """The healthy step's summary, naming this scenario's file (the cached step may be another file's with
@@ -128,7 +130,19 @@ class StepStates:
         """The state's step; None when its links down leave some GPU without a route."""
         if state == self.healthy:
             return self.healthy_step
-        return self._cached(state, lambda: self._scenario_of(state))[0]
+        return self.entry(state)[0]
+
+    def entry(self, state: ClusterState) -> tuple[StepState | None, dict]:
+        """The step of a state other than the healthy one, and its summary (or the reason it has no step)."""
+        return self._cached(state, lambda: self._scenario_of(state))
+
+    def known(self, state: ClusterState) -> bool:
+        """Whether the state's step is at hand: the healthy one, cached, or simulated ahead."""
+        return state == self.healthy or (self.key, state) in _CACHE or state in self._ahead
+
+    def simulated_ahead(self, state: ClusterState, entry: tuple[StepState | None, dict]) -> None:
+        """The state's `entry`, simulated in another process, to hand out when the job meets it."""
+        self._ahead[state] = entry
 
     def representative(self, gpu: int) -> int:
         """The GPU a straggler on ``gpu`` is simulated on: the first GPU of its pipeline stage."""
@@ -146,6 +160,8 @@ class StepStates:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
+        if state in self._ahead:
+            return self._store(key, self._ahead.pop(state))
         from simulator.engine.faults import FaultHooks
         from simulator.simulation import step_faults
 
