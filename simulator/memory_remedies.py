@@ -1,6 +1,6 @@
 """What would lower a layout's peak memory per GPU, for the out-of-memory line and the elastic refusal.
 
-Each candidate is a few `--set`s (sharding further, recompute, more cp, tp, pp or ep, a smaller micro-batch). It
+Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch). It
 is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
 validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
 it is kept only where the loader and the step's checks take it, its step warns of nothing new and its peak is at
@@ -31,7 +31,11 @@ saving (ZeRO-3 on a MoE model's long sequence saves 0.15 GiB of its 1,000) is wi
 would not be seen in a real job."""
 
 LAYOUT_STEPS = 3
-"""How many multiples of tp, pp, cp or ep a layout remedy tries: the smallest factors that keep the GPUs."""
+"""How many multiples of tp, pp or cp a layout remedy tries: the smallest factors of dp, which keep the GPUs."""
+
+MAX_LAYOUT_FACTOR = 8
+"""The most a layout remedy multiplies tp, pp or cp by: beyond it the layout is another job's, and weighing it
+costs seconds (pp 315 for the 529.6B row's 105 layers built its schedule for 6 s before the step refused it)."""
 
 
 @dataclass(frozen=True)
@@ -52,14 +56,13 @@ class Remedy:
 
 @dataclass(frozen=True)
 class Peak:
-    """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout and whether its
-    model has experts (None for a parameter-server run, which has no layout to change), and the fields its
-    step's warnings name (`parallelism.tp` for a TP group across NVLink domains)."""
+    """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
+    parameter-server run, which has no layout to change) and the fields its step's warnings name
+    (`parallelism.tp` for a TP group across NVLink domains)."""
 
     bytes: float
     capacity: float
     layout: Layout | None
-    experts: bool = False
     warned: frozenset[str] = frozenset()
 
 
@@ -75,9 +78,8 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
                     None)
     step = build_training_step(scenario, topology, Path(loaded.source).parent)
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
-    experts = step.model is not None and step.model.moe is not None
     warned = frozenset(warning.split(":")[0] for warning in step.warnings)
-    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, experts, warned)
+    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, warned)
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
@@ -142,8 +144,9 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
     """The candidate changes by knob, each knob's smallest change first, leaving out settings the scenario
     already has: sharding (ZeRO-2 or -3, the reduce-scatter every micro-batch they may need, FSDP's
     full_shard), recompute, then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
-    with dp divided by as much where the scenario gives dp, and for a model with experts ep, by a factor of the
-    DP x CP ranks per expert group; and a smaller micro-batch."""
+    with dp divided by as much where the scenario gives dp, and a smaller micro-batch. Not ep: a larger EP
+    group samples the routing again for each of its ranks (9 to 31 s a candidate on the DeepSeek-V3-style step
+    at seq 65536, where the step itself takes 5 s)."""
     scenario = loaded.scenario
     every = "parallelism.ddp.reduce_every_microbatch=true"
     groups: list[list[tuple[str, ...]]] = [
@@ -154,21 +157,18 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
     if peak.layout is not None:
         layout = peak.layout
         dp_given = scenario.parallelism.dp is not None
-        knobs = [("cp", layout.cp), ("tp", layout.tp), ("pp", layout.pp)]
-        knobs += [("ep", scenario.parallelism.ep)] if peak.experts else []
-        for name, value in knobs:
-            spare = layout.dp * layout.cp // value if name == "ep" else layout.dp
+        for name, value in (("cp", layout.cp), ("tp", layout.tp), ("pp", layout.pp)):
             groups.append([(f"parallelism.{name}={value * factor}",
-                            *((f"parallelism.dp={layout.dp // factor}",) if dp_given and name != "ep" else ()))
-                           for factor in _factors(spare)])
+                            *((f"parallelism.dp={layout.dp // factor}",) if dp_given else ()))
+                           for factor in _factors(layout.dp)])
     groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
     return [_unique(loaded, group) for group in groups]
 
 
-def _factors(spare: int) -> list[int]:
-    """The first `LAYOUT_STEPS` factors above 1 of ``spare``, the ranks a layout knob can take from dp (the DP x
-    CP ranks per expert group for ep), so the layout keeps its GPUs."""
-    return [factor for factor in range(2, spare + 1) if spare % factor == 0][:LAYOUT_STEPS]
+def _factors(dp: int) -> list[int]:
+    """The first `LAYOUT_STEPS` factors of ``dp`` from 2 to `MAX_LAYOUT_FACTOR`: what a layout knob can multiply
+    by, dp divided by as much, so the layout keeps its GPUs."""
+    return [factor for factor in range(2, MAX_LAYOUT_FACTOR + 1) if dp % factor == 0][:LAYOUT_STEPS]
 
 
 def _halvings(size: int) -> Iterator[int]:

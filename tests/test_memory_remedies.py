@@ -148,3 +148,19 @@ def test_a_scenario_from_text_and_a_sweep_point_get_remedies_as_a_file_does():
     assert from_text.written is not None
     point = LoadedScenario(validate_as_json(Scenario, from_text.written), FUSED, {}, (), from_text.written)
     assert [remedy.settings for remedy in memory_remedies(point)] == expected
+
+
+def test_no_remedy_is_offered_whose_step_warns_of_a_new_field():
+    """TP 16 on two 8-GPU hosts loads and lowers the peak (199.1 -> 167.3 GiB), but its TP group spans two NVLink
+    domains, a layout warning the scenario's step did not give: the line leaves it out (it would fit the 405B
+    with TP 32 across four domains, and crawl)."""
+    overrides = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=2", "parallelism.tp=8", "parallelism.dp=2",
+                 *LONG]
+    loaded = load_scenario(FUSED, [*overrides, "parallelism.tp=16", "parallelism.dp=1"])
+    verdict = validate(loaded, sized_topology(loaded, force=False))
+    assert verdict.memory["peak_memory_gib"] < validated_peak(FUSED, overrides)["peak_memory_gib"] - 30
+    assert [warning.split(":")[0] for warning in verdict.warnings] == ["parallelism.tp"]
+    base = load_scenario(FUSED, overrides)
+    assert validate(base, sized_topology(base, force=False)).warnings == ()
+    offered = offered_settings(FUSED, overrides)
+    assert offered and not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
