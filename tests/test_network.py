@@ -224,6 +224,32 @@ def test_an_analytic_phase_posted_again_is_timed_once_and_logs_its_rows_at_each_
     assert log.flow_routes() == [topo.path(0, 2), topo.path(0, 1)] * 2
 
 
+def test_an_analytic_phase_posted_again_after_a_degrade_takes_the_new_capacity():
+    """The timing of a posted `Transfers` holds the capacities of when it was timed: a degrade forgets it, so the
+    same phase posted again takes 1 GB over the b-c link at a tenth of 1 GB/s, as a fresh phase does (it kept
+    the healthy 1 s)."""
+    topo = line_topology()
+    env = simpy.Environment()
+    net = Network(env, topo, mode="analytic")
+    phase = Transfers([(topo.path(0, 2), 1 * GB, 0.0, 0, 2)])
+    took = []
+
+    def timed(transfers):
+        start = env.now
+        yield net.run_phase(transfers, key="p")
+        took.append(env.now - start)
+
+    def degrade_between():
+        yield from timed(phase)
+        net.scale_capacity(list(topo.path(0, 2)), 0.1)
+        yield from timed(phase)
+        yield from timed(Transfers([(topo.path(0, 2), 1 * GB, 0.0, 0, 2)]))
+
+    env.process(degrade_between())
+    env.run()
+    assert took == pytest.approx([1.0, 10.0, 10.0], rel=EXACT)
+
+
 def test_efficiency_scales_capacity_of_its_link_class_only():
     topo = line_topology()
     env = simpy.Environment()

@@ -342,6 +342,32 @@ def test_a_degraded_link_slows_the_flows_crossing_it():
     assert degraded["faults"]["rerouted_routes"] == 0
 
 
+PIPELINE_OVER_SPINES = """
+cluster: {topology: dgx-h100-cluster, nodes: 4, node: {kind: nvswitch_node, gpus: 1}, nics_per_node: 1,
+          leaf_ports: 2, spines: 2, oversubscription: 2}
+model: {layers: 8, hidden: 4096, heads: 32, vocab: 32000}
+training: {seq_len: 4096, microbatches: 8}
+parallelism: {pp: 4}
+"""
+
+
+@pytest.mark.parametrize("at", ["100 ms", "150 ms"])
+def test_a_mid_step_degrade_slows_the_analytic_pipeline_as_it_does_the_flow_one(at):
+    """Pipeline hand-offs over the spines, every leaf-spine link down to 1% at ``at``, between hand-offs (the
+    analytic model times a transfer at its start): each runs alone, so the analytic model's step is the flow
+    model's. The analytic network kept the healthy timing of the
+    hand-offs it had posted before the degrade (at 100 ms: 0.26058 s, the healthy step, for 1.07021 s)."""
+    links = ", ".join(f"{{link: [leaf{leaf}.r0, spine{spine}], at: {at}, capacity: 0.01}}"
+                      for leaf in range(2) for spine in range(2))
+    faults = f"faults.step.links=[{links}]"
+    steps = {model: simulate(scenario_from_text(PIPELINE_OVER_SPINES, "inline.yaml",
+                                                [faults, f"network.model={model}"])).summary["step_time_s"]
+             for model in ("analytic", "flow")}
+    healthy = simulate(scenario_from_text(PIPELINE_OVER_SPINES, "inline.yaml", ["network.model=analytic"]))
+    assert steps["analytic"] == pytest.approx(steps["flow"], rel=1e-12)
+    assert steps["analytic"] > 3 * healthy.summary["step_time_s"]
+
+
 def test_all_uplinks_of_a_leaf_down_abort_the_step_with_the_reason(tmp_path, capsys):
     with pytest.raises(StepAborted) as aborted:
         simulate(scenario_from_text(SPINES, "inline.yaml", ["faults.step.links=[{uplinks_of: leaf0.r0, at: 2 ms}]"]))

@@ -303,7 +303,8 @@ class Network:
 
     def _run_analytic(self, transfers: Sequence[tuple] | Transfers, key: str) -> simpy.Event:
         """Contention-free phase: each transfer takes latency + bytes / bottleneck capacity of its route. A phase
-        posted as `Transfers` (a plan runner's, posted once per instance) is timed once; each instance logs its
+        posted as `Transfers` (a plan runner's, posted once per instance) is timed once while no capacity or route
+        changes (`scale_capacity` and `take_down` forget the timings); each instance logs its
         flow rows as that block shifted to its start (`EventLog.replayed_flows`: the same rows, start + 0 and
         duration + start being the row's start and start + duration to the last bit), where row by row they
         cost a job's 16,384-GPU straggler state ~0.4 s for its ~400 k flows."""
@@ -328,6 +329,11 @@ class Network:
         """Log an analytic phase's flow rows at its end, shifted to its ``start``."""
         assert self.log is not None
         self.log.replayed_flows(key, start, block)
+
+    def _forget_timings(self) -> None:
+        """Drop the route bottlenecks and analytic phase timings: they hold the capacities and routes of before."""
+        self._bottleneck.clear()
+        self._analytic.clear()
 
     def _bottleneck_of(self, path: tuple[int, ...]) -> float:
         bottleneck = self._bottleneck.get(path)
@@ -368,7 +374,7 @@ class Network:
         if not self.capacity.flags.writeable:
             self.capacity = self.capacity.copy()
         self.capacity[list(links)] *= fraction
-        self._bottleneck.clear()
+        self._forget_timings()
         self._forget_solves()
         self._touched_links.update(links)
         self._request_batch()
@@ -379,7 +385,7 @@ class Network:
         and those whose latency ended at this instant (not yet on the links) now. The moved flows of a cohort
         stay one cohort (one new heap entry); the solve at the end of the instant parts them by rate."""
         self._down.update(links)
-        self._bottleneck.clear()
+        self._forget_timings()
         self._starting = list(chain.from_iterable(map(self._rerouted, self._starting)))
         moving = {flow for link in links for group in self._link_groups.get(link, ()) for flow in group.flows}
         now = self.env.now
