@@ -56,7 +56,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = output_folder(args.out)
     loaded = load_scenario(args.scenario, args.set)
     if loaded.scenario.run.horizon is not None:
-        return _run_job(loaded, out, quiet=args.quiet, force=args.force)
+        return _run_job(loaded, out, quiet=args.quiet, force=args.force, workers=args.workers)
     from simulator import simulate
     from simulator.console.progress import RunProgress
     from simulator.report.writers import write_outputs
@@ -92,7 +92,7 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedSce
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {line}", style="bold red")
 
 
-def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
+def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> int:
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
     gives them and the job's known before it runs (an interval that writes no checkpoint), printed as soon as
     that step is simulated, before the job (which can take minutes); then its outputs, the warning that its
@@ -101,7 +101,8 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool) -> int:
     from simulator.reliability.report import run_job
 
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
-        job, files = run_job(loaded, out, force=force, progress=progress,
+        job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
+                             states_progress=progress.counting("states", "simulating straggler states ahead"),
                              on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, loaded))
     if job.waiting is not None:
         print(f"warning: {job.waiting}", file=sys.stderr)
@@ -691,6 +692,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
+    run.add_argument("--workers", type=_at_least(0), default=0,
+                     help="a job's processes simulating its straggler states ahead (default, or 0: all cores, as "
+                          "many as the free memory holds)")
     run.set_defaults(func=_cmd_run, one_run=True)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it",

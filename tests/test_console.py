@@ -385,6 +385,32 @@ def test_job_progress_bar_counts_replications(monkeypatch):
     assert b"1,500/2,000 replications" in drawn and b"simulating the job" in drawn
 
 
+def test_job_progress_bar_counts_the_states_simulated_ahead_then_the_replications(monkeypatch):
+    """A job whose straggler states are simulated ahead counts them in its bar first (the 16,384-GPU throttling
+    job sat at 0 replications for the ~25 minutes they took), then its replications."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    drawn = b""
+    with os.fdopen(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("TERM", "xterm-256color")
+        with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
+            progress.started -= 10
+            progress.counting("states", "simulating straggler states ahead")(420, 1_685)
+            assert progress.bar is not None
+            progress.bar.refresh()
+            progress(3, 100)
+            progress.bar.refresh()
+        terminal.flush()
+        while select.select([master], [], [], 0.5)[0]:
+            drawn += os.read(master, 65536)
+    os.close(master)
+    assert b"420/1,685 states" in drawn and b"simulating straggler states ahead" in drawn
+    assert b"3/100 replications" in drawn
+
+
 def test_progress_bar_is_full_once_the_simulation_is_over(monkeypatch):
     """The engine reports every 1,024 ops: a run of 38,381 ops went on to 'writing outputs' at 37,888."""
     import pty

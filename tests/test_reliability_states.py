@@ -5,6 +5,7 @@ a leaf that cannot be routed around interrupting the job instead."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import OrderedDict
 from pathlib import Path
@@ -183,11 +184,11 @@ def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_jo
     simulated as met."""
     loaded = scenario_from_text(JOB64, "job64.yaml")
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
-    monkeypatch.setattr(reliability_simulate, "cores", lambda: 1)
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     one_core = simulate_job(loaded)
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
-    monkeypatch.setattr(reliability_simulate, "cores", lambda: 2)
-    monkeypatch.setattr(ahead, "cores", lambda: 2)
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
     forked = []
     simulate_ahead = ahead.simulate_ahead
@@ -197,6 +198,104 @@ def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_jo
     assert forked == [8]
     assert two_cores.summary == one_core.summary
     assert two_cores.table.equals(one_core.table)
+
+
+def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkeypatch):
+    """The 64-GPU job's 9 states ahead: ``states_progress`` hears 0, 1 (the one simulated in the job's process)
+    and each worker's state up to 9/9; a worker that dies on one state (os._exit, as the kernel's OOM killer
+    would end it) breaks the pool, and the job simulates what is left as it meets it, to the one-core job's
+    summary and events."""
+    import os
+
+    loaded = scenario_from_text(JOB64, "job64.yaml")
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
+    one_core = simulate_job(loaded)
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
+    monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
+    monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    heard: list[tuple[int, int]] = []
+    two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
+    assert heard[:2] == [(0, 9), (1, 9)] and heard[-1] == (9, 9) and len(heard) == 10
+    assert two_cores.summary == one_core.summary
+
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    entry, job_process, calls = states.StepStates.entry, os.getpid(), []
+
+    def dies_in_a_worker(self, state):
+        calls.append(state)
+        if os.getpid() != job_process and len(calls) == 2:
+            os._exit(9)
+        return entry(self, state)
+
+    monkeypatch.setattr(states.StepStates, "entry", dies_in_a_worker)
+    forked = []
+    simulate_ahead = ahead.simulate_ahead
+    monkeypatch.setattr(reliability_simulate, "simulate_ahead",
+                        lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    broken = simulate_job(loaded)
+    assert forked == [0]
+    assert broken.summary == one_core.summary
+    assert broken.table.equals(one_core.table)
+
+
+INTERRUPTED_AHEAD = """
+import os, signal, sys
+from simulator.cli import main
+from simulator.reliability import ahead, states
+
+entry, job_process = states.StepStates.entry, os.getpid()
+
+
+def interrupted_in_a_worker(self, state):
+    if os.getpid() != job_process:
+        os.killpg(0, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole process group
+        signal.pause()
+    return entry(self, state)
+
+
+states.StepStates.entry = interrupted_in_a_worker
+ahead.AHEAD_MIN_STATES = 2
+ahead.cores = lambda workers=0: 2
+sys.exit(main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"]))
+"""
+
+
+def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_traceback(tmp_path):
+    """Ctrl-C (SIGINT to the process group) while the workers simulate the 64-GPU job's states: `trainsim run`
+    says 'interrupted' and exits 130, no process prints a traceback, no worker is left running, and the output
+    folder holds nothing of the job."""
+    import subprocess
+    import sys
+
+    scenario = tmp_path / "job64.yaml"
+    scenario.write_text(JOB64)
+    out = tmp_path / "out"
+    job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           cwd=Path(__file__).parent.parent)
+    _, stderr = job.communicate(timeout=300)
+    assert job.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert not (out / "job_summary.json").exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(job.pid, 0)
+
+
+def test_workers_ahead_are_capped_by_the_option_and_by_the_hosts_free_memory(monkeypatch):
+    """`trainsim run --workers N` caps the processes as a sweep's --workers does (0: every core of the affinity
+    mask); the host's MemAvailable over this process's resident size caps them again, never below 1, and a
+    host that does not say leaves them be."""
+    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5})
+    assert (ahead.cores(), ahead.cores(2), ahead.cores(64)) == (6, 2, 6)
+    monkeypatch.setattr(ahead, "_resident_bytes", lambda: 600 << 20)
+    monkeypatch.setattr(ahead, "_meminfo_available", lambda: 1900 << 20)
+    assert ahead.memory_room(6) == 3
+    monkeypatch.setattr(ahead, "_meminfo_available", lambda: 100 << 20)
+    assert ahead.memory_room(6) == 1
+    monkeypatch.setattr(ahead, "_meminfo_available", lambda: None)
+    assert ahead.memory_room(6) == 6
 
 
 def test_a_straggler_state_reroutes_the_scenarios_own_failed_link_on_its_own_topology():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,6 +29,14 @@ class RunProgress:
         self.description = description
 
     def __call__(self, done: int, total: int) -> None:
+        self._show(done, total, self.unit, self.description)
+
+    def counting(self, unit: str, description: str) -> Callable[[int, int], None]:
+        """A ``progress(done, total)`` for a phase counting ``unit`` under ``description`` in the same bar (a
+        job's states simulated ahead, before its replications)."""
+        return lambda done, total: self._show(done, total, unit, description)
+
+    def _show(self, done: int, total: int, unit: str, description: str) -> None:
         if not self.enabled:
             return
         if self.bar is None:
@@ -37,13 +46,13 @@ class RunProgress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             # the counts with separators, as the run's last line gives its events ('83877/83877' did not)
-            counts = TextColumn(f"{{task.completed:,.0f}}/{{task.total:,.0f}} {self.unit}")
+            counts = TextColumn("{task.completed:,.0f}/{task.total:,.0f} {task.fields[unit]}")
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), counts, TimeElapsedColumn(),
                                 console=Console(stderr=True), transient=True)
             self.bar.start()
-            self.task = self.bar.add_task(self.description, total=total)
+            self.task = self.bar.add_task(description, total=total, unit=unit)
         if self.task is not None:
-            self.bar.update(self.task, completed=done, total=total, description=self.description)
+            self.bar.update(self.task, completed=done, total=total, description=description, unit=unit)
 
     def phase(self, description: str) -> None:
         """Show ``description`` (e.g. "writing outputs") in place of the op count's label. The simulation is over
