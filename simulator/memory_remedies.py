@@ -3,9 +3,11 @@
 Each candidate is a few `--set`s (sharding further, recompute, more cp, tp or pp, a smaller micro-batch). It
 is built the way `--set` builds a scenario (the loaded data with the settings written over it, then the loader's
 validation), its step resolved and its memory plan computed (a few ms each once the run has costed its kernels);
-it is kept only where the loader and the step's checks take it, its step warns of nothing new and its peak is at
-least `MIN_SAVING_BYTES` lower. Nothing here restates what the loader refuses or what the memory plan computes, so
-a remedy cannot raise the peak or be refused.
+it is kept only where the loader and the step's checks take it, its step warns of nothing new, its peak is at
+least `MIN_SAVING_BYTES` lower and, for a job over weeks (`run.horizon`), the whole job with it passes the
+checks of the sizes an elastic job restarts on (`reliability/elastic.check_sizes`: min_replicas, each smaller
+size's step, a smaller size that fits). Nothing here restates what those checks refuse or what the memory plan
+computes. The job's other checks (spares, failures, checkpoint, the horizon against one step) are not run.
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ class Remedy:
 @dataclass(frozen=True)
 class Peak:
     """A scenario's peak memory per GPU and the GPU's capacity (bytes), with its resolved layout (None for a
-    parameter-server run, which has no layout to change) and the fields its step's warnings name
-    (`parallelism.tp` for a TP group across NVLink domains)."""
+    parameter-server run, which has no layout to change), its transformer layers (None without), and the fields
+    its step's warnings name (`parallelism.tp` for a TP group across NVLink domains)."""
 
     bytes: float
     capacity: float
     layout: Layout | None
+    layers: int | None = None
     warned: frozenset[str] = frozenset()
 
 
@@ -79,19 +82,19 @@ def peak_memory(loaded: LoadedScenario, topology: Topology) -> Peak:
     step = build_training_step(scenario, topology, Path(loaded.source).parent)
     peak = max(breakdown.total for breakdown, _ in stage_memory(scenario, step))
     warned = frozenset(warning.split(":")[0] for warning in step.warnings)
-    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, warned)
+    return Peak(peak, step.gpu.hbm_bytes, step.plan.layout, step.model.layers if step.model else None, warned)
 
 
 def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
-                    base_settings: Sequence[str] = ()) -> tuple[Remedy, ...]:
+                    base_settings: Sequence[str] = ()) -> tuple[Remedy, ...] | None:
     """The remedies for ``loaded``'s layout on ``topology`` (its cluster, built here when not given), the one
     that saves most first. Of each knob's candidates (`candidates`, smallest change first) the first whose peak
     fits, else the one that saves most. ``base_settings``: `--set`s that make the scenario whose memory is
     weighed (an elastic job shrunk to fewer replicas); a remedy never touches the fields they set, and they are
-    not printed. Empty where the scenario cannot be rebuilt from its data (`LoadedScenario.written`), or has no
-    modelled memory (a trace, a communication-only workload)."""
+    not printed. None (nothing weighed) where the scenario cannot be rebuilt from its data
+    (`LoadedScenario.written`), or has no modelled memory (a trace, a communication-only workload)."""
     if loaded.written is None or loaded.scenario.workload or loaded.scenario.model is None:
-        return ()
+        return None
     base = _rebuilt(loaded, base_settings) if base_settings else loaded
     topology = topology if topology is not None else scenario_topology(base)
     before = peak_memory(base, topology)
@@ -112,10 +115,12 @@ def memory_remedies(loaded: LoadedScenario, topology: Topology | None = None,
     return tuple(remedy for _, _, remedy in sorted(found, key=lambda item: item[:2]))
 
 
-def remedies_text(remedies: Sequence[Remedy]) -> str:
-    """The remedies joined for one line, or what to do where none is found."""
+def remedies_text(remedies: Sequence[Remedy] | None) -> str:
+    """The remedies joined for one line, or what to do where none is found, or where none was weighed (None)."""
+    if remedies is None:
+        return "sharding further, recompute, a smaller micro-batch, a larger GPU or more GPUs: no setting weighed"
     if not remedies:
-        return "no single setting saves 1 GiB or more: a larger GPU, or more GPUs"
+        return "no single setting the checks take saves 1 GiB or more: a larger GPU, or more GPUs"
     return "; ".join(remedy.text for remedy in remedies)
 
 
@@ -128,23 +133,37 @@ def _rebuilt(loaded: LoadedScenario, settings: Sequence[str]) -> LoadedScenario:
 def _tried(loaded: LoadedScenario, topology: Topology, before: Peak, base_settings: Sequence[str],
            settings: tuple[str, ...]) -> Remedy | None:
     """``settings`` as a remedy, or None where the loader or the step's checks refuse them, where they save less
-    than MIN_SAVING_BYTES, or where the step warns of a field it did not warn of before (a TP group stretched
-    across NVLink domains fits, and crawls)."""
+    than MIN_SAVING_BYTES, where the step warns of a field it did not warn of before (a TP group stretched
+    across NVLink domains fits, and crawls), or where the whole job with them fails its elastic sizes' checks
+    (`_check_job`)."""
     try:
-        after = peak_memory(_rebuilt(loaded, [*base_settings, *settings]), topology)
+        changed = _rebuilt(loaded, [*base_settings, *settings])
+        after = peak_memory(changed, topology)
+        saved = before.bytes - after.bytes
+        if saved < MIN_SAVING_BYTES or not after.warned <= before.warned:
+            return None
+        if loaded.scenario.run.horizon is not None:
+            _check_job(_rebuilt(loaded, settings) if base_settings else changed, None if base_settings else topology)
     except InputError:
         return None
-    saved = before.bytes - after.bytes
-    if saved < MIN_SAVING_BYTES or not after.warned <= before.warned:
-        return None
     return Remedy(settings, saved, after.bytes <= after.capacity)
+
+
+def _check_job(job: LoadedScenario, topology: Topology | None) -> None:
+    """Raise what the sizes of ``job`` (on ``topology``, its cluster, built here when not given) an elastic job
+    restarts on fail, as `trainsim validate` does: a remedy of its step that leaves min_replicas above its
+    replicas, or none of its smaller sizes in GPU memory, would be refused."""
+    from simulator.reliability.elastic import check_sizes
+
+    check_sizes(job, topology if topology is not None else scenario_topology(job))
 
 
 def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]]:
     """The candidate changes by knob, each knob's smallest change first, leaving out settings the scenario
     already has: sharding (ZeRO-2 or -3, the reduce-scatter every micro-batch they may need, FSDP's
     full_shard), recompute, then (with a layout) cp, tp and pp, each multiplied by a factor of dp (`_factors`)
-    with dp divided by as much where the scenario gives dp, and a smaller micro-batch. Not ep: a larger EP
+    with dp divided by as much where the scenario gives dp, pp no more than the model's layers (a stage without
+    a layer), and a smaller micro-batch. Not ep: a larger EP
     group samples the routing again for each of its ranks (9 to 31 s a candidate on the DeepSeek-V3-style step
     at seq 65536, where the step itself takes 5 s)."""
     scenario = loaded.scenario
@@ -160,7 +179,8 @@ def candidates(loaded: LoadedScenario, peak: Peak) -> list[list[tuple[str, ...]]
         for name, value in (("cp", layout.cp), ("tp", layout.tp), ("pp", layout.pp)):
             groups.append([(f"parallelism.{name}={value * factor}",
                             *((f"parallelism.dp={layout.dp // factor}",) if dp_given else ()))
-                           for factor in _factors(layout.dp)])
+                           for factor in _factors(layout.dp)
+                           if name != "pp" or peak.layers is None or value * factor <= peak.layers])
     groups.append([(f"training.micro_batch={size}",) for size in _halvings(scenario.training.micro_batch)])
     return [_unique(loaded, group) for group in groups]
 

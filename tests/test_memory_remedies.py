@@ -6,15 +6,20 @@ refused (cp leaving a dp that did not split the batch), or that saved 0.15 GiB (
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from simulator import load_scenario
 from simulator.console.report import oom_line
-from simulator.memory_remedies import MIN_SAVING_BYTES, memory_remedies
+from simulator.errors import InputError
+from simulator.memory_remedies import MIN_SAVING_BYTES, candidates, memory_remedies, peak_memory, remedies_text
 from simulator.preflight import validate
+from simulator.reliability.elastic import shrunk_scenario, shrunk_settings
+from simulator.reliability.simulate import validate_job
 from simulator.scale import sized_topology
+from simulator.topology.loader import scenario_topology
 from simulator.workload.memory_plan import GIB
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
@@ -27,12 +32,22 @@ LONG = ["training.seq_len=131072", "training.micro_batch=1", "training.global_ba
 THREE_NODES = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=3", "parallelism.zero=1", "training.seq_len=98304",
                "parallelism.tp=4", "parallelism.cp=2", "training.global_batch=3"]
 MOE_LONG = ["training.seq_len=131072", "training.global_batch=16"]
+ELASTIC = ["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "cluster.node.kind=nvswitch_node",
+           "cluster.node.gpus=1", "cluster.nics_per_node=1", "cluster.leaf_ports=4", "cluster.spines=2",
+           "run.horizon=2 d", "restart.elastic=true", "restart.min_replicas=5"]
+"""Eight one-GPU hosts, an elastic job that restarts on no fewer than 5 replicas: pp 2 or cp 2 with dp 4 lower
+its step's peak, and `trainsim validate` refuses them (min_replicas above the replicas)."""
 
 
 def validated_peak(path: str, overrides: list[str]) -> dict:
-    """The memory entries `trainsim validate` gives the scenario with ``overrides`` (every check of a run)."""
+    """The memory entries `trainsim validate` gives the scenario with ``overrides`` (every check of a run, and of
+    a job where it has a horizon)."""
     loaded = load_scenario(path, overrides)
-    return dict(validate(loaded, sized_topology(loaded, force=False)).memory)
+    topology = sized_topology(loaded, force=False)
+    verdict = validate(loaded, topology)
+    if loaded.scenario.run.horizon is not None:
+        validate_job(loaded, topology, verdict.step_floor_s)
+    return dict(verdict.memory)
 
 
 def offered_settings(path: str, overrides: list[str]) -> list[tuple[str, ...]]:
@@ -62,6 +77,7 @@ GRID = [
              "training.global_batch=32"]),
     (EAGER, ["training.seq_len=65536", "training.micro_batch=1", "training.global_batch=8"]),
     (MIXTRAL, MOE_LONG),
+    (FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH]),
     (SERVERS, ["training.seq_len=65536", "training.micro_batch=1"]),
 ]
 
@@ -146,7 +162,8 @@ def test_a_scenario_from_text_and_a_sweep_point_get_remedies_as_a_file_does():
     from_text = scenario_from_text(Path(FUSED).read_text(), FUSED, overrides)
     assert [remedy.settings for remedy in memory_remedies(from_text)] == expected
     assert from_text.written is not None
-    point = LoadedScenario(validate_as_json(Scenario, from_text.written), FUSED, {}, (), from_text.written)
+    scenario = validate_as_json(Scenario, from_text.written)
+    point = LoadedScenario(scenario, FUSED, {}, (), (scenario, from_text.written))
     assert [remedy.settings for remedy in memory_remedies(point)] == expected
 
 
@@ -164,3 +181,52 @@ def test_no_remedy_is_offered_whose_step_warns_of_a_new_field():
     assert validate(base, sized_topology(base, force=False)).warnings == ()
     offered = offered_settings(FUSED, overrides)
     assert offered and not any(setting.startswith("parallelism.tp") for settings in offered for setting in settings)
+
+
+def test_an_elastic_job_is_offered_no_layout_that_leaves_fewer_replicas_than_it_needs():
+    """pp 2 and cp 2 with dp 4 each lower the elastic job's peak by 19 GiB or more (the grid checks what is
+    offered), but leave 4 replicas where `restart.min_replicas` asks for 5: `trainsim validate` refuses both."""
+    overrides = [*ELASTIC, "parallelism.zero=1", *BATCH]
+    for layout in (["parallelism.pp=2", "parallelism.dp=4"], ["parallelism.cp=2", "parallelism.dp=4"]):
+        with pytest.raises(InputError, match="min_replicas 5 is above the layout's 4 replicas"):
+            validated_peak(FUSED, [*overrides, *layout])
+    offered = offered_settings(FUSED, overrides)
+    assert offered and not any("parallelism.dp=4" in settings for settings in offered)
+
+
+def test_a_copy_with_another_scenario_has_no_data_to_rebuild_from():
+    """`LoadedScenario.written` describes only the scenario validated from it: a copy with another scenario (a
+    shrunk job's) has none, so no remedy is weighed on the data of a job it no longer describes."""
+    loaded = load_scenario(FUSED, BATCH)
+    assert loaded.written is not None
+    assert replace(loaded, source="elsewhere.yaml").written is loaded.written
+    shrunk = loaded.scenario.model_copy(update={"training": loaded.scenario.training.model_copy(
+        update={"micro_batch": 1})})
+    assert replace(loaded, scenario=shrunk).written is None
+    assert memory_remedies(replace(loaded, scenario=shrunk)) is None
+
+
+def test_the_line_says_so_where_nothing_was_weighed():
+    """No setting weighed (a scenario not built from its data) is not 'no single setting ... saves 1 GiB'."""
+    weighed_none = remedies_text(())
+    unweighed = remedies_text(None)
+    assert weighed_none.startswith("no single setting the checks take saves 1 GiB")
+    assert unweighed != weighed_none and "no setting weighed" in unweighed
+
+
+def test_no_pipeline_stage_is_offered_without_a_layer():
+    """Llama 3 8B's 32 layers on pp 8 x dp 8: dp's factors 2, 4 and 8 would make pp 16, 32 and 64; 64 stages
+    for 32 layers is not offered."""
+    loaded = load_scenario(FUSED, ["cluster.topology=dgx-h100-cluster", "cluster.nodes=8", "parallelism.pp=8",
+                                   "parallelism.dp=8", "training.global_batch=64"])
+    pipelines = [settings for group in candidates(loaded, peak_memory(loaded, scenario_topology(loaded)))
+                 for settings in group if settings[0].startswith("parallelism.pp")]
+    assert pipelines == [("parallelism.pp=16", "parallelism.dp=4"), ("parallelism.pp=32", "parallelism.dp=2")]
+
+
+def test_the_shrink_settings_write_the_shrunk_scenario():
+    """`shrunk_settings` over the job's data load as the scenario `shrunk_scenario` builds."""
+    loaded = load_scenario(FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH])
+    settings = shrunk_settings(loaded.scenario, 8, 8, 2, 5)
+    assert load_scenario(FUSED, [*ELASTIC, "parallelism.zero=1", *BATCH, *settings]).scenario == shrunk_scenario(
+        loaded.scenario, 8, 8, 2, 5)

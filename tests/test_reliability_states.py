@@ -658,10 +658,12 @@ def test_an_elastic_job_skips_the_sizes_whose_step_does_not_fit_in_memory(tmp_pa
     assert error == (
         f"error: {scenario}:{line}: restart.elastic: the elastic job fits in GPU memory on none of its "
         "smaller sizes: shrunk to 3 replicas it needs 95.3 GiB per GPU, the GPU holds 79.6 GiB (allowed: less "
-        "memory per GPU on fewer replicas (--set training.recompute=full (-2.5 GiB)), or restart.elastic: false)\n")
+        "memory per GPU on fewer replicas (no single setting the checks take saves 1 GiB or more: a larger GPU, "
+        "or more GPUs), or restart.elastic: false)\n")
     # the remedies are computed on the job shrunk to 3 replicas, the out-of-memory line's way: ZeRO-3 and a
     # micro-batch of 1 already, flash attention; a layout remedy would change the replicas, so none is tried (it
-    # said 'recompute, more tp or pp, a smaller micro_batch' whatever the job did)
+    # said 'recompute, more tp or pp, a smaller micro_batch' whatever the job did). recompute: full saves 2.5 GiB
+    # there, too little: the job with it is refused the same way, so it is not offered (it was)
 
 
 def test_an_elastic_jobs_sizes_print_runs_as_ranges():

@@ -91,10 +91,17 @@ class LoadedScenario:
     lines: dict
     overrides: tuple[Override, ...] = ()
     """Each `--set` (or a sweep point's axis), so errors in a value it set point at it."""
-    written: dict | None = field(default=None, compare=False, repr=False)
-    """The data validated into ``scenario`` (the file with the overrides written over it), from which a changed
-    scenario is built as `--set` builds one (memory_remedies.py); None where the scenario was made otherwise. A
-    copy by `dataclasses.replace` keeps it: one changing what the memory plan reads sets it too."""
+    validated_from: tuple[Scenario, dict] | None = field(default=None, compare=False, repr=False)
+    """A scenario and the data validated into it (the file with the overrides written over it): `written`."""
+
+    @property
+    def written(self) -> dict | None:
+        """The data validated into ``scenario``, from which a changed scenario is built as `--set` builds one
+        (memory_remedies.py); None where the scenario was made otherwise, as in a copy by `dataclasses.replace`
+        with another scenario (a shrunk or perturbed job's), which that data no longer describes."""
+        if self.validated_from is None or self.validated_from[0] is not self.scenario:
+            return None
+        return self.validated_from[1]
 
     @property
     def sets(self) -> tuple[str, ...]:
@@ -403,7 +410,8 @@ def scenario_from_data(data: object, lines: dict, source: str, overrides: list[s
     for setting in settings:
         set_field(data, setting.path, setting.value)
     written += tuple(setting.override() for setting in settings)
-    return LoadedScenario(validated_scenario(data, source, lines, written), source, lines, written, data)
+    scenario = validated_scenario(data, source, lines, written)
+    return LoadedScenario(scenario, source, lines, written, (scenario, data))
 
 
 def validated_scenario(data: dict, source: str, lines: dict, overrides: tuple[Override, ...] = ()) -> Scenario:

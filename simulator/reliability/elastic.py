@@ -62,11 +62,11 @@ def shrunk_scenario(scenario: Scenario, hosts: int, dp: int, microbatches: int, 
 
 
 def shrunk_settings(scenario: Scenario, hosts: int, dp: int, microbatches: int, replicas: int) -> tuple[str, ...]:
-    """`shrunk_scenario` as `--set`s, the shrunk job's memory remedies are weighed on (`memory_remedies`
-    ``base_settings``; none of them touches these fields, so each still applies to the whole job)."""
-    count = shrunk_microbatches(scenario.restart.elastic_batch, dp, microbatches, replicas)
-    return (f"cluster.nodes={replicas * (hosts // dp)}", f"parallelism.dp={replicas}",
-            f"training.microbatches={count}", "training.global_batch=null")
+    """The fields `shrunk_scenario` changes, as `--set`s of its values: what the shrunk job's memory remedies are
+    weighed on (`memory_remedies` ``base_settings``; none of them touches these fields)."""
+    shrunk = shrunk_scenario(scenario, hosts, dp, microbatches, replicas)
+    return (f"cluster.nodes={shrunk.cluster.overrides()['nodes']}", f"parallelism.dp={shrunk.parallelism.dp}",
+            f"training.microbatches={shrunk.training.microbatches}", "training.global_batch=null")
 
 
 def allowed_sizes(dp: int, cp: int, ep: int, smallest: int, batch_microbatches: int | None = None) -> tuple[int, ...]:
@@ -112,10 +112,18 @@ def elastic_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     return _CHECKED[key]
 
 
-def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
+def check_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
+    """`elastic_sizes` checked afresh, its refusal of a job none of whose smaller sizes fits without the
+    remedies it weighs: what a memory remedy must pass (`memory_remedies`), which would otherwise weigh remedies
+    of its own remedies."""
+    return _checked_sizes(loaded, topology, weigh_remedies=False)
+
+
+def _checked_sizes(loaded: LoadedScenario, topology: Topology, weigh_remedies: bool = True) -> ElasticSizes:
     """The job's sizes (elastic_sizes), refusing a `min_replicas` it cannot use, a size it cannot run on and
     an elastic job that fits in GPU memory on none of its smaller sizes while its layout fits (one whose layout
-    does not is warned about as a plain job is, by its step's summary)."""
+    does not is warned about as a plain job is, by its step's summary), with the remedies of its largest such
+    size where ``weigh_remedies``."""
     scenario = loaded.scenario
     restart = scenario.restart
     layout = located(loaded, lambda: resolve_layout(scenario, topology.num_gpus, pipeline_depth(scenario)))
@@ -148,11 +156,11 @@ def _checked_sizes(loaded: LoadedScenario, topology: Topology) -> ElasticSizes:
     if len(fitting) == 1 and out_of_memory and _peak_memory(loaded, topology)[0] <= capacity:
         largest, peak = out_of_memory[0]
         shrink = shrunk_settings(loaded.scenario, topology.num_hosts, layout.dp, microbatches, largest)
-        tried = remedies_text(memory_remedies(loaded, base_settings=shrink))
+        tried = f" ({remedies_text(memory_remedies(loaded, base_settings=shrink))})" if weigh_remedies else ""
         raise loaded.error(("restart", "elastic"), f"the elastic job fits in GPU memory on none of its "
                            f"smaller sizes: shrunk to {counted(largest, 'replica')} it needs {peak / GIB:.1f} GiB "
-                           f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas "
-                           f"({tried}), or restart.elastic: false")
+                           f"per GPU, the GPU holds {capacity / GIB:.1f} GiB", "less memory per GPU on fewer replicas"
+                           f"{tried}, or restart.elastic: false")
     return ElasticSizes(tuple(reversed(fitting)), tuple(reversed(out_of_memory)), capacity if out_of_memory else 0.0)
 
 

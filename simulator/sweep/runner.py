@@ -70,8 +70,8 @@ def run_point(task: PointTask) -> PointRecord:
 
     sets = sets_typed(task.overrides)
     try:
-        loaded = LoadedScenario(validate_as_json(Scenario, task.data), task.source, task.lines, task.overrides,
-                                task.data)
+        scenario = validate_as_json(Scenario, task.data)
+        loaded = LoadedScenario(scenario, task.source, task.lines, task.overrides, (scenario, task.data))
         if loaded.scenario.run.horizon is not None:
             from simulator.reliability.report import run_job
 
