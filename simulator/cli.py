@@ -321,19 +321,24 @@ def _point_name(point: dict) -> str:
 def _grid_line(grid: IntervalGrid) -> str:
     """The default intervals of a checkpoint-interval study: the range they span over the Daly interval they are
     built around, and each in whole steps with its duration; where rounding to whole steps merged points or
-    raised them to one step, how many (the 405B job's 1/4 to 4 times Daly is 1 to 5 steps, 0.75 to 3.75 times)."""
+    raised them to one step or the async write floor, how many, and the point added below that floor."""
     from simulator.console.report import format_seconds
     from simulator.reliability.study import DEFAULT_GRID_FACTORS
     from simulator.units import counted
 
     points = ", ".join(f"{steps:,} ({format_seconds(steps * grid.step_s)})" for steps in grid.steps)
     low, high = (steps * grid.step_s / grid.daly_s for steps in (grid.steps[0], grid.steps[-1]))
-    merged = len(DEFAULT_GRID_FACTORS) - len(grid.steps) - grid.past_horizon
+    merged = len(DEFAULT_GRID_FACTORS) - len(grid.steps) + (grid.cliff_steps is not None) - grid.past_horizon
     rounded = [f"{counted(merged, 'point')} merged in rounding"] if merged else []
     if grid.past_horizon:
         rounded.append(f"{grid.past_horizon} past run.horizon left out")
-    if grid.clamped:
+    if grid.clamped and grid.floor_steps > 1:
+        rounded.append(f"{grid.clamped} below the {counted(grid.floor_steps, 'step')} that hold the async write "
+                       f"raised to them")
+    elif grid.clamped:
         rounded.append(f"{grid.clamped} below half a step raised to one step")
+    if grid.cliff_steps is not None:
+        rounded.append(f"{counted(grid.cliff_steps, 'step')} kept below them: checkpoints that wait for the write")
     how = f" ({', '.join(rounded)})" if rounded else ""
     rate = f" at rate x {grid.rate_multiplier:.3g}" if grid.rate_multiplier != 1 else ""
     return (f"intervals (no --intervals): {low:.3g} to {high:.3g} times Daly's {format_seconds(grid.daly_s)}{rate}, "
@@ -363,11 +368,11 @@ def _optimum_text(curve: dict) -> str:
     """Young's and Daly's intervals, or why there are none: no failure interrupts the job. Its degradations and
     stragglers, where it expects some, are named with their count: they cost time though they take no restart
     (the line said "no failures expected" of a job losing time to them)."""
-    from simulator.console.report import format_seconds, horizon_span
+    from simulator.console.report import horizon_span, young_daly_text
     from simulator.units import expected_count
 
     if curve["young_interval_s"] is not None:
-        return f"Young {format_seconds(curve['young_interval_s'])}, Daly {format_seconds(curve['daly_interval_s'])}"
+        return young_daly_text(curve)
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
     expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")

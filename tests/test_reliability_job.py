@@ -386,10 +386,16 @@ def test_young_and_daly_take_the_cost_of_an_interval_that_holds_the_async_write(
     (every_step, young, daly), (holding, *held) = figures
     assert every_step["write_s"] == pytest.approx(write_s) and every_step["write_s"] > 10 * summary["step_time_s"]
     assert holding["write_s"] <= holding["interval_s"] * (1 + holding["slowdown"])
-    mtbf = 3 * 3600.0
-    cost = every_step["stall_s"] + write_s * every_step["slowdown"] / (1 + every_step["slowdown"])
-    floor = write_s / (1 + every_step["slowdown"])
-    assert young == pytest.approx(max(floor, math.sqrt(2 * cost * mtbf)), rel=1e-9)
+    mtbf, step, sigma = 3 * 3600.0, summary["step_time_s"], every_step["slowdown"]
+    cost = every_step["stall_s"] + write_s * sigma / (1 + sigma)
+    floor_steps = math.ceil(write_s / (1 + sigma) / step)  # a checkpoint falls at a step's end
+    assert (floor_steps - 1) * step * (1 + sigma) < write_s <= floor_steps * step * (1 + sigma)
+    assert summary["young_daly_cost_s"] == pytest.approx(cost, rel=1e-9)
+    assert (summary["write_floor_steps"], summary["write_floor_s"]) == (floor_steps, pytest.approx(floor_steps * step))
+    ratio = cost / (2 * mtbf)
+    closed_daly = math.sqrt(2 * cost * mtbf) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - cost
+    assert young == pytest.approx(max(floor_steps * step, math.sqrt(2 * cost * mtbf)), rel=1e-9)
+    assert daly == pytest.approx(max(floor_steps * step, closed_daly), rel=1e-9)
     assert (young, daly) == pytest.approx(tuple(held), rel=1e-9)
     assert young < math.sqrt(2 * every_step["cost_s"] * mtbf) / 2
 

@@ -513,12 +513,24 @@ def job_table(job: dict) -> Table:
                       f"{'; ' + skipped if skipped else ''}; {replicas['elastic_batch']}, "
                       f"regrow {replicas['regrow']}); running on " + (running or "none"))
     checkpoint = job["checkpoint"]
-    optimum = (f"; Young {format_seconds(job['young_interval_s'])}, Daly {format_seconds(job['daly_interval_s'])}"
-               if job.get("young_interval_s") is not None else "")
+    optimum = f"; {young_daly_text(job)}" if job.get("young_interval_s") is not None else ""
     table.add_row("checkpoints", f"{checkpoint['mode']} every {counted(checkpoint['interval_steps'], 'step')} "
                   f"({format_seconds(checkpoint['interval_s'])}), {format_seconds(checkpoint['cost_s'])} of training "
                   "each" + optimum)
     return table
+
+
+def young_daly_text(figures: dict) -> str:
+    """Young's and Daly's intervals of a job_summary.json or study curve, and, where an async write takes more
+    than a step, the cost C they take and the write floor they stop at (`summary.young_daly_cost_s`,
+    `summary.write_floor_steps`): the scenario's cost per checkpoint beside them is that of its own interval,
+    which may wait for the write (22.28 s against C 8.3 ms on the 405B job checkpointing every step)."""
+    text = f"Young {format_seconds(figures['young_interval_s'])}, Daly {format_seconds(figures['daly_interval_s'])}"
+    steps = figures.get("write_floor_steps") or 0
+    if steps > 1:
+        text += (f" (for C {format_seconds(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
+                 f"write: {counted(steps, 'step')}, {format_seconds(figures['write_floor_s'])}, or more)")
+    return text
 
 
 def horizon_span(horizon_s: float) -> str:

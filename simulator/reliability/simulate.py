@@ -28,7 +28,13 @@ from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess, ReplicationTotals
 from simulator.reliability.processes import Arrivals, draw_arrivals
 from simulator.reliability.states import ClusterState, Degradation, StepStates, state_guard
-from simulator.reliability.summary import job_summary, waiting_warning
+from simulator.reliability.summary import (
+    job_summary,
+    optimum_intervals,
+    waiting_warning,
+    write_wait_warning,
+    young_daly_warning,
+)
 from simulator.scale import capped_topology
 from simulator.units import counted, format_count, format_duration, format_size, parse_duration
 from simulator.workload.training import resolve_model
@@ -395,7 +401,8 @@ class PreparedJob:
     """A job checked and its healthy step simulated, before any replication: its plan, failure model and unit
     counts per class, the healthy state's costs, the checkpoint's bytes, the costs of the states met so far
     (None for one without a route; the replications add theirs), the healthy step's summary, the job's
-    warnings known before it runs (`interval_past_horizon`) and the cluster's GPU model as the catalog names it."""
+    warnings known before it runs (`interval_past_horizon`, `summary.write_wait_warning`,
+    `summary.young_daly_warning`) and the cluster's GPU model as the catalog names it."""
 
     plan: JobPlan
     model: FailureModel
@@ -452,9 +459,10 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
     counts = [units.count(klass.unit) for klass in model.classes]
     healthy = costs(states.healthy)
     assert healthy is not None
-    warning = interval_past_horizon(loaded, healthy)
+    mtbf, _, _ = optimum_intervals(plan, counts, healthy)
+    warnings = (interval_past_horizon(loaded, healthy), write_wait_warning(healthy), young_daly_warning(healthy, mtbf))
     return PreparedJob(plan, model, counts, healthy, size, cost_cache, states.healthy_summary,
-                       () if warning is None else (warning,), topology.gpu_model, states)
+                       tuple(warning for warning in warnings if warning is not None), topology.gpu_model, states)
 
 
 @collector_paused()

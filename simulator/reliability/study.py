@@ -5,7 +5,8 @@ Every point reruns the job simulation of the scenario with one override; the ste
 (states.py caches them) and every point uses the same seeds, so all points see the same failure arrivals
 (common random numbers: differences between points are not drowned in replication noise). The simulated
 optimum is the best grid point, refined by fitting ETTR(T) = a - b / T - c T (the first-order waste of a
-checkpoint every T: cost b / T, lost work c T) to the grid: T* = sqrt(b / c) when the fit is concave.
+checkpoint every T: cost b / T, lost work c T) to the grid points that hold an async write (below them each
+checkpoint waits for it and the form does not hold): T* = sqrt(b / c) when the fit is concave and T* holds it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from simulator.reliability.summary import (
     expected_slowdowns,
     no_failure_text,
     optimum_intervals,
+    write_floor_steps,
     young_daly_intervals,
 )
 from simulator.units import counted, format_count, format_duration, parse_duration
@@ -100,8 +102,11 @@ exponential (Weibull 0.5 with a 1 h restart: 1.38 times Daly, tests/test_reliabi
 class IntervalGrid:
     """The default intervals of a checkpoint-interval study: Daly's interval of the job at ``rate_multiplier``
     (the geometric mean of the study's multipliers), its healthy step, the distinct whole numbers of steps nearest
-    Daly x DEFAULT_GRID_FACTORS (at least one), ascending, with their durations, how many factors came out below
-    half a step (run at one step) and how many past the horizon (left out: a job would write no checkpoint)."""
+    Daly x DEFAULT_GRID_FACTORS, none below the floor (the write floor, `summary.write_floor_steps`, of an async
+    checkpoint; one step), ascending, with their durations; how many factors came out below the floor (raised to
+    it) and how many past the horizon (left out: a job would write no checkpoint); and, where some came out
+    below an async write floor, the one point below it that shows the cliff there (``cliff_steps``, the longest
+    of those: its checkpoints wait for the write; the others below it only waited longer)."""
 
     daly_s: float
     step_s: float
@@ -109,6 +114,8 @@ class IntervalGrid:
     clamped: int
     past_horizon: int
     rate_multiplier: float = 1.0
+    floor_steps: int = 1
+    cliff_steps: int | None = None
 
     @property
     def intervals_s(self) -> list[float]:
@@ -121,9 +128,9 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
     """The intervals a checkpoint-interval study runs without `--intervals`, around the job's own Daly interval
     (`summary.young_daly_intervals`, its failure rates as written times the geometric mean of
     ``multipliers``: the study's curves, whose Daly intervals go as 1 / sqrt(multiplier), then straddle it),
-    those past the horizon left out; refused, at `--intervals`, for a job without failures that interrupt it,
-    which has none (`summary.no_failure_text` says which), and for one whose every point is past the horizon.
-    ``on_healthy_step`` gets the healthy step's summary once it is simulated."""
+    those past the horizon left out (`IntervalGrid` says which it keeps); refused, at `--intervals`, for a job
+    without failures that interrupt it, which has none (`summary.no_failure_text` says which), and for one whose
+    every point is past the horizon. ``on_healthy_step`` gets the healthy step's summary once it is simulated."""
     require_horizon(loaded)
     job = prepare_job(loaded, force=force)
     if on_healthy_step is not None:
@@ -136,27 +143,36 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
                          "build the default grid around", field="--intervals",
                          allowed="durations with units, e.g. 5min,10min,30min,1h")
     step, horizon, write = job.healthy.step_s, job.plan.horizon_s, job.healthy.write_s
+    floor = max(1, write_floor_steps(job.healthy))
     nearest = [round(daly * factor / step) for factor in DEFAULT_GRID_FACTORS]
-    writes = [max(1, n) * step + write < horizon for n in nearest]  # the first write ends within the horizon
-    past = writes.count(False)
-    steps = sorted({max(1, n) for n, written in zip(nearest, writes, strict=True) if written})
+    below = sum(n < floor for n in nearest)
+    cliff = max((n for n in nearest if 1 <= n < floor), default=None)
+    candidates = [max(floor, n) for n in nearest] + ([] if cliff is None else [cliff])
+    writes = [n * step + write < horizon for n in candidates]  # the first write ends within the horizon
+    past = writes[:len(nearest)].count(False)
+    steps = sorted({n for n, written in zip(candidates, writes, strict=True) if written})
     if not steps:
         raise InputError(f"Daly's interval ({format_duration(daly)}) x {min(DEFAULT_GRID_FACTORS):g} is longer "
                          f"than run.horizon ({format_duration(horizon)}): failures are too rare in the horizon for "
                          "checkpoints to matter", field="--intervals",
                          allowed=f"durations under {format_duration(horizon)}, e.g. "
                                  + ",".join(format_duration(horizon * share) for share in (0.125, 0.25, 0.5)))
-    return IntervalGrid(daly, step, tuple(steps), sum(n < 1 for n in nearest), past, centre)
+    return IntervalGrid(daly, step, tuple(steps), below, past, centre, floor,
+                        cliff if cliff in steps else None)
 
 
-def fitted_optimum(intervals: list[float], ettr: list[float]) -> float | None:
-    """T* of the least-squares fit ETTR = a - b / T - c T, when b and c come out positive."""
-    if len(intervals) < 3:
+def fitted_optimum(intervals: list[float], ettr: list[float], floor_s: float = 0.0) -> float | None:
+    """T* of the least-squares fit ETTR = a - b / T - c T to the points at or above ``floor_s`` (the async write
+    floor, `summary.write_floor_steps`: below it each checkpoint waits for the write, ETTR goes as T / (W + S),
+    and the form does not hold), when b and c come out positive and T* is not below the floor; else None (the
+    best point then says more: the floor, or below it where the write nears the MTBF)."""
+    kept = [(t, value) for t, value in zip(intervals, ettr, strict=True) if t >= floor_s * (1 - 1e-12)]
+    if len(kept) < 3:
         return None
-    t = np.asarray(intervals, dtype=float)
+    t = np.asarray([t for t, _ in kept], dtype=float)
     design = np.column_stack([np.ones_like(t), -1.0 / t, -t])
-    (_, b, c), *_ = np.linalg.lstsq(design, np.asarray(ettr, dtype=float), rcond=None)
-    if b <= 0 or c <= 0:
+    (_, b, c), *_ = np.linalg.lstsq(design, np.asarray([value for _, value in kept], dtype=float), rcond=None)
+    if b <= 0 or c <= 0 or math.sqrt(b / c) < floor_s:
         return None
     return math.sqrt(b / c)
 
@@ -179,10 +195,13 @@ def curve_summary(points: list[StudyPoint]) -> dict:
         "restart_s": first["restart"]["total_s"],
         "young_interval_s": first["young_interval_s"],
         "daly_interval_s": first["daly_interval_s"],
+        "young_daly_cost_s": first["young_daly_cost_s"],
+        "write_floor_steps": first["write_floor_steps"],
+        "write_floor_s": first["write_floor_s"],
         "best_interval_s": best.interval_s,
         "best_ettr": best.summary["ettr"]["mean"],
         "fitted_optimum_s": fitted_optimum([p.interval_s for p in points],
-                                           [p.summary["ettr"]["mean"] for p in points]),
+                                           [p.summary["ettr"]["mean"] for p in points], first["write_floor_s"]),
         "points": [p.row() for p in points],
         "warnings": [] if waited is None or waited.waiting is None else [waited.waiting],
         "warnings_interval_s": None if waited is None else waited.interval_s,
@@ -233,10 +252,17 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
 
 def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob]) -> list[dict]:
     """The warnings each study point gives before it runs (`PreparedJob.warnings`), with its rate multiplier and
-    the interval it runs (in whole steps), in the study's order."""
-    return [{"rate_multiplier": multiplier, "interval_s": job.healthy.interval_steps * job.healthy.step_s,
-             "warning": warning}
-            for (multiplier, _), job in zip(points, jobs, strict=True) for warning in job.warnings]
+    the interval it runs (in whole steps), in the study's order; a warning its multiplier's earlier point gave
+    word for word (`summary.young_daly_warning`, the same at every interval) only there."""
+    told: set[tuple[float, str]] = set()
+    warned = []
+    for (multiplier, _), job in zip(points, jobs, strict=True):
+        for warning in job.warnings:
+            if (multiplier, warning) not in told:
+                told.add((multiplier, warning))
+                warned.append({"rate_multiplier": multiplier,
+                               "interval_s": job.healthy.interval_steps * job.healthy.step_s, "warning": warning})
+    return warned
 
 
 def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multiplier: float, multiplier: float,

@@ -71,24 +71,78 @@ def no_failure_text(plan: JobPlan, counts: list[int]) -> str:
     return "no failure"
 
 
-def write_fitting_interval_s(costs: SegmentCosts) -> float:
-    """The shortest training time between async checkpoints within which the background write ends (its steps
-    slowed by the write take 1 + sigma times longer: W / (1 + sigma)); 0 for sync. A shorter interval waits for
-    the write at each trigger."""
-    return costs.write_s / (1.0 + costs.slowdown) if costs.mode == "async" else 0.0
+def write_floor_steps(costs: SegmentCosts) -> int:
+    """The fewest whole steps between async checkpoints within which the background write ends (its steps slowed
+    by the write take 1 + sigma times longer: k step (1 + sigma) >= W, `SegmentCosts.cycle`'s test); 0 for sync.
+    A shorter interval waits for the write at each trigger. A checkpoint falls at a step's end, so the write's
+    W / (1 + sigma) rounds up: 3.19 steps is 4 (3 wait for the write)."""
+    if costs.mode != "async":
+        return 0
+    steps = max(1, math.ceil(costs.write_s / (costs.step_s * (1.0 + costs.slowdown))))
+    while steps > 1 and costs.write_s <= (steps - 1) * costs.step_s * (1.0 + costs.slowdown):
+        steps -= 1
+    return steps
+
+
+def young_daly_cost_s(costs: SegmentCosts) -> float:
+    """The checkpoint cost C Young's and Daly's intervals take: `checkpoint_cost_s` at the scenario's interval,
+    or, async, at the write floor (`write_floor_steps`) where that interval is shorter: the snapshot and the
+    write's slowdown share. The cost at an interval the write outlasts (W + S - k t) holds only below the floor,
+    never at the interval the formulas give for it: with it a study's Young and Daly moved with its shortest
+    interval."""
+    return checkpoint_cost_s(replace(costs, interval_steps=max(costs.interval_steps, write_floor_steps(costs))))
 
 
 def young_daly_intervals(costs: SegmentCosts, mtbf_s: float) -> tuple[float, float]:
-    """Young's and Daly's intervals for system MTBF ``mtbf_s`` and the checkpoint cost C of the intervals they
-    pick. Sync: C is the write. Async: C is the cost of a checkpoint whose background write ends within its
-    interval (the snapshot and the write's slowdown share: `checkpoint_cost_s` at the scenario's interval, or at
-    the fewest steps that hold the write where that interval is shorter), and each interval is at least that
-    write (`write_fitting_interval_s`). The cost at an interval the write outlasts (W + S - k t) holds only
-    below the write's length, never at the interval the formulas give for it: with it a study's Young and Daly
-    moved with its shortest interval."""
-    floor = write_fitting_interval_s(costs)
-    cost = checkpoint_cost_s(replace(costs, interval_steps=max(costs.interval_steps, math.ceil(floor / costs.step_s))))
+    """Young's and Daly's intervals for system MTBF ``mtbf_s`` and the cost C of the intervals they pick
+    (`young_daly_cost_s`), each at least the write floor in whole steps (`write_floor_steps`: 32.47 s of write is
+    4 steps of 10.19 s, 40.78 s, where 3 steps wait 1.9 s a checkpoint for it)."""
+    floor, cost = write_floor_steps(costs) * costs.step_s, young_daly_cost_s(costs)
     return max(floor, young_interval(cost, mtbf_s)), max(floor, daly_interval(cost, mtbf_s))
+
+
+WRITE_NEAR_MTBF_SHARE = 0.5
+"""Warn that Young and Daly do not apply when an async write floor F reaches this share of the system MTBF M.
+Renewal argument: after each restart the k-th checkpoint is safe only once its write ends, so with exponential
+failures the work a failure-to-failure cycle keeps is T sum_k exp(-t_k / M). At or above the floor the writes
+end at k T + W: T exp(-W / M) / (exp(T / M) - 1), which falls with T, so the floor is best; below it every
+checkpoint waits for the previous write and they end near T + k W: T exp(-T / M) / (exp(W / M) - 1), which
+rises with T up to T = M. So once F > M the optimum leaves the floor for about M, below it (W = 1,000 s,
+M = 10 min: 599.9 s 7.69% ETTR against 6.66% at the floor), and Young's and Daly's first-order waste
+(C / T + T / 2M) no longer describes the curve well before that: the first checkpoint after a restart needs
+T + W >= 2F failure-free, which at F = M / 2 happens only 1 / e of the time. Warn from M / 2, before the
+crossing, and let the study answer."""
+
+
+def young_daly_warning(costs: SegmentCosts, mtbf_s: float | None) -> str | None:
+    """A warning when the async write floor (`write_floor_steps`) reaches WRITE_NEAR_MTBF_SHARE of the system
+    MTBF ``mtbf_s``: Young's and Daly's intervals (the floor there) are no optimum; None otherwise."""
+    steps = write_floor_steps(costs)
+    floor = steps * costs.step_s
+    if mtbf_s is None or not steps or floor < WRITE_NEAR_MTBF_SHARE * mtbf_s:
+        return None
+    return (f"the async checkpoint write needs {counted(steps, 'step')} ({format_duration(floor)}) to end, "
+            f"{floor / mtbf_s:.2g} x the system MTBF ({format_duration(mtbf_s)}; from {WRITE_NEAR_MTBF_SHARE:g} x "
+            "warns): Young's and Daly's intervals (first-order in the write over the MTBF) do not apply, and "
+            "shorter intervals that wait for the write can do better (about the MTBF once the write outlasts it): "
+            "the optimum is a study's (`trainsim study checkpoint-interval`)")
+
+
+def write_wait_warning(costs: SegmentCosts) -> str | None:
+    """A warning when an async interval is shorter than its write floor (`write_floor_steps`): each checkpoint
+    waits for the previous write, which the cost per checkpoint shows against that at the floor; None when the
+    interval holds its write, or for sync."""
+    steps = write_floor_steps(costs)
+    if costs.interval_steps >= steps:
+        return None
+    waiting = checkpoint_cost_s(costs)
+    holding = checkpoint_cost_s(replace(costs, interval_steps=steps))
+    return (f"async checkpoints every {counted(costs.interval_steps, 'step')} "
+            f"({format_duration(costs.interval_steps * costs.step_s)}) do not hold their write of "
+            f"{format_duration(costs.write_s)} (the fewest that do: {steps:,}, "
+            f"{format_duration(steps * costs.step_s)}): each checkpoint waits for the previous write and costs "
+            f"{format_duration(waiting)} of training, against "
+            f"{format_duration(holding)} from {counted(steps, 'step')} (checkpoint.interval)")
 
 
 def optimum_intervals(plan: JobPlan, counts: list[int], healthy: SegmentCosts
@@ -162,6 +216,9 @@ def job_summary(loaded: LoadedScenario, plan: JobPlan, counts: list[int], totals
         "mtbf_s": mtbf,
         "young_interval_s": young,
         "daly_interval_s": daly,
+        "young_daly_cost_s": young_daly_cost_s(healthy),
+        "write_floor_steps": write_floor_steps(healthy),
+        "write_floor_s": write_floor_steps(healthy) * healthy.step_s,
         "ettr": mean_interval([t.productive_s / horizon for t in totals], bounds=(0.0, 1.0)),
         "goodput_tokens_per_s": mean_interval([t.equivalent_steps * tokens / horizon for t in totals]) if tokens
         else None,
