@@ -341,6 +341,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
     plans = plans or plan_cache(topology, settings)
     ops = list(program.ops)
     shapes = shapes or CollectiveShapes.of(ops)
+    order = order or ProgramOrder(ops, program.async_streams)
     result, network = run_ops(topology, ops, settings, async_streams=program.async_streams,
                               faults=faults, slowdowns=slowdowns, progress=progress,
                               serial_streams=program.serial_streams, plans=plans, sm_share=program.sm_share,
@@ -359,6 +360,10 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                    ops_executed=result.ops_executed,
                    flows_simulated=int(network.flows_simulated + result.replayed_flows), folded=program.folded,
                    simulated_ranks=len(program.ranks), warnings=list(program.warnings))
+    skipped = order.skipped_when_asked
+    if skipped is not None:
+        summary["ordering_skipped"] = skipped.summary()
+        summary["warnings"].append(skipped.warning())
     if result.log.flow_images > 1 and program.layout is not None:
         summary["replica_quotient"] = {"replicas": program.layout.dp,
                                        "replicas_sent": program.layout.dp // result.log.flow_images}

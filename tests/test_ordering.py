@@ -3,6 +3,8 @@ an instance that no concurrent traffic meets is timed alone, which must not chan
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -265,3 +267,24 @@ def test_instance_columns_meet_as_each_shape_does_and_as_the_definition_says(see
                                                for node in shape_nodes.tolist()]
         met_any |= bool(met.any())
     assert met_any
+
+
+def test_a_program_over_the_ordering_limit_says_so_and_runs_the_same_step(monkeypatch):
+    """Over the clock table's limit (here 2^15 entries, under the Mixtral step's 4,508 ops x 8 streams) no
+    ordering is built and each collective is judged on one rank's ops: the summary's `ordering_skipped` and a
+    warning say so, with what it costs: the same step, but fewer collectives proved alone and replayed, so more
+    flows on the network (124,524 -> 140,288). Within the limit neither appears."""
+    from simulator import simulate
+    from simulator.config.loader import load_scenario
+    from simulator.engine import ordering
+
+    scenario = Path(__file__).parent.parent / "scenarios" / "mixtral-8x7b-ep8.yaml"
+    ordered = simulate(load_scenario(scenario)).summary
+    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 1 << 15)
+    unordered = simulate(load_scenario(scenario)).summary
+    assert "ordering_skipped" not in ordered
+    assert unordered["ordering_skipped"] == {"ops": 4508, "components": 8, "entries_log2": 15.14}
+    assert unordered["warnings"][-1].startswith("collectives not ordered: 4,508 ops on 8 in-order streams need "
+                                                "2^15.14 clock entries (0.1 MiB), over the limit of 32,768 (0.1 MiB)")
+    assert unordered["step_time_s"] == pytest.approx(ordered["step_time_s"], rel=1e-12)
+    assert unordered["flows_simulated"] > ordered["flows_simulated"]

@@ -21,6 +21,7 @@ The fold symmetry check and the sharing analysis both ask it of the same program
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -46,9 +47,42 @@ holds 4 bytes an entry (512 MiB at the limit); the reach-mark table, nodes x the
 bytes an entry (a 64-bit component and a 32-bit position), has 2 columns in that step."""
 
 
+CLOCK_ENTRY_BYTES = 4
+"""Bytes of one clock-table entry (a 32-bit position)."""
+
+
 def affordable(ops: int, components: int) -> bool:
     """Whether a program of ``ops`` ops on ``components`` in-order streams gets an ordering."""
     return ops * components <= MAX_CLOCK_ENTRIES
+
+
+@dataclass(frozen=True)
+class SkippedOrdering:
+    """A program too large to order (over MAX_CLOCK_ENTRIES): its ops and in-order components. The analyses
+    that asked for its ordering judged each collective on one rank's ops instead, which proves fewer of them
+    alone on their links, so more run on the network with their mirrors rather than being replayed: the same
+    step, at more CPU and memory (the DeepSeek-V3-style 1,024-GPU DualPipeV refold at 2^26.35 entries over the
+    earlier 2^26 cap: 68.4 against 27.9 s of CPU, 6.79 against 2.96 GB at the peak). Said in the summary's
+    ``ordering_skipped`` and a warning, not silently."""
+
+    ops: int
+    components: int
+
+    @property
+    def entries_log2(self) -> float:
+        return math.log2(self.ops * self.components)
+
+    def summary(self) -> dict[str, int | float]:
+        return {"ops": self.ops, "components": self.components, "entries_log2": round(self.entries_log2, 2)}
+
+    def warning(self) -> str:
+        needed = self.ops * self.components * CLOCK_ENTRY_BYTES / 2**20
+        limit = MAX_CLOCK_ENTRIES * CLOCK_ENTRY_BYTES / 2**20
+        return (f"collectives not ordered: {self.ops:,} ops on {self.components:,} in-order streams need "
+                f"2^{self.entries_log2:.2f} clock entries ({needed:,.1f} MiB), over the limit of "
+                f"{MAX_CLOCK_ENTRIES:,} ({limit:,.1f} MiB); each collective was judged on one "
+                f"rank's ops, so fewer are replayed alone and more run on the network: the same step at more "
+                f"CPU time and memory")
 
 
 UNREACHED = np.iinfo(np.int32).max
@@ -61,7 +95,7 @@ CHUNK_ENTRIES = 1 << 21
 @dataclass(frozen=True, eq=False)
 class ProgramOrder:
     """A program (its ops and asynchronous streams) and its `Ordering`, built when first asked for (None when
-    too large to afford: `Ordering.if_affordable`). A run makes one per program and passes it to each analysis
+    too large to afford: `skipped`). A run makes one per program and passes it to each analysis
     that orders the program's collectives, so they share one ordering; the ops must not change meanwhile."""
 
     ops: Sequence[Op]
@@ -69,7 +103,22 @@ class ProgramOrder:
 
     @cached_property
     def ordering(self) -> Ordering | None:
-        return Ordering.if_affordable(self.ops, self.async_streams)
+        return None if self.skipped is not None else Ordering(self.ops, self.async_streams, self._components)
+
+    @cached_property
+    def skipped(self) -> SkippedOrdering | None:
+        """Why the program gets no ordering (too large), None when it gets one."""
+        columns = self._components[1]
+        return None if affordable(len(self.ops), columns) else SkippedOrdering(len(self.ops), columns)
+
+    @property
+    def skipped_when_asked(self) -> SkippedOrdering | None:
+        """`skipped` where an analysis asked for the ordering; None where none did (none went without it)."""
+        return self.skipped if "ordering" in vars(self) else None
+
+    @cached_property
+    def _components(self) -> tuple[np.ndarray, int]:
+        return _components(self.ops, self.async_streams)
 
     def rank_ordering(self, rank: int) -> Ordering:
         """The ordering of ``rank``'s ops alone (a part of the program, affordable where the whole is not): a
@@ -95,12 +144,6 @@ class ProgramOrder:
 class Ordering:
     """Vector clocks of a program's nodes (compute ops, and collectives by key), built once in O(ops) Python
     steps plus one vectorized step per wave."""
-
-    @staticmethod
-    def if_affordable(ops: Sequence[Op], async_streams: frozenset[str]) -> Ordering | None:
-        """The ordering of ``ops``, or None when its clock table would exceed MAX_CLOCK_ENTRIES."""
-        components = _components(ops, async_streams)
-        return Ordering(ops, async_streams, components) if affordable(len(ops), components[1]) else None
 
     def __init__(self, ops: Sequence[Op], async_streams: frozenset[str],
                  components: tuple[np.ndarray, int] | None = None, *, part: bool = False):
