@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
@@ -156,22 +157,23 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     return result, network
 
 
-_SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool], tuple[dict[int, Mirrors], frozenset[int]]]] = (
-    WeakKeyDictionary())
+_SHARING: WeakKeyDictionary[ProgramOrder, dict[tuple[PlanCache, bool], tuple[Mapping[int, Mirrors], frozenset[int]]]
+                            ] = WeakKeyDictionary()
 
 
 def program_sharing(ops: Sequence[Op], plans: PlanCache, async_streams: frozenset[str], shapes: CollectiveShapes,
-                    order: ProgramOrder | None, replays: bool) -> tuple[dict[int, Mirrors], frozenset[int]]:
+                    order: ProgramOrder | None, replays: bool) -> tuple[Mapping[int, Mirrors], frozenset[int]]:
     """The mirrors each collective of ``ops`` keeps (`kept_mirrors`) and, where the run replays collectives
     (``replays``: no link event changes the network), those that run alone on their links
     (`private_collectives`). Neither reads a duration or a slowdown, only the program, its ordering and the
     plans' links, so runs of one ``order`` (one per program) on one plan cache share one analysis: a job's
     straggler states each run the same fold with other slowdowns (`fold_policy.refaulted`), and each spent
-    0.4 s of its 2.8 s on the 16,384-GPU job redoing it."""
+    0.4 s of its 2.8 s on the 16,384-GPU job redoing it. The mirrors come read-only: every run of the order
+    gets the same mapping."""
     known = _SHARING.setdefault(order, {}) if order is not None else {}
     found = known.get((plans, replays))
     if found is None:
-        mirrors = kept_mirrors(ops, plans, shapes)
+        mirrors = MappingProxyType(kept_mirrors(ops, plans, shapes))
         private = (private_collectives(ops, plans.links, async_streams, mirrors, plans.mirror_links, shapes=shapes,
                                        order=order, timed_apart=partial(copies_apart, plans))
                    if replays else frozenset())
