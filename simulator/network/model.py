@@ -250,7 +250,7 @@ class Network:
         self.wake_ups = 0
         self.heap_entries = 0
         self._bottleneck: dict[tuple[int, ...], float] = {}
-        self._analytic: dict[int, tuple[Transfers, float, FlowBlock]] = {}
+        self._analytic: dict[int, tuple[Transfers, float, FlowBlock | None]] = {}
         """Per phase posted as `Transfers` (by identity, kept referenced), its analytic timing: the phase's
         duration and its flow rows relative to its start."""
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
@@ -307,21 +307,23 @@ class Network:
         changes (`scale_capacity` and `take_down` forget the timings); each instance logs its
         flow rows as that block shifted to its start (`EventLog.replayed_flows`: the same rows, start + 0 and
         duration + start being the row's start and start + duration to the last bit), where row by row they
-        cost a job's 16,384-GPU straggler state ~0.4 s for its ~400 k flows."""
+        cost a job's 16,384-GPU straggler state ~0.4 s for its ~400 k flows. Without a log (collectives timed
+        alone, the layout search's) no block is built."""
         timed = self._analytic.get(id(transfers))
         if timed is None:
             posted = transfers
             transfers = posted if isinstance(posted, Transfers) else Transfers(posted)
             durations = [latency + (nbytes / self._bottleneck_of(route) if nbytes > 0 and route else 0.0)
                          for route, nbytes, latency in zip(transfers.routes, transfers.nbytes, transfers.latency)]
-            block = FlowBlock.of(transfers.src, transfers.dst, np.zeros(len(durations)), durations,
-                                 transfers.nbytes, FlowRoutes.of(list(transfers.routes)))
+            block = (FlowBlock.of(transfers.src, transfers.dst, np.zeros(len(durations)), durations,
+                                  transfers.nbytes, FlowRoutes.of(list(transfers.routes)))
+                     if self.log is not None else None)
             timed = (transfers, max(durations), block)
             if posted is transfers:
                 self._analytic[id(transfers)] = timed
         self.flows_simulated += timed[0].count
         done = self.env.timeout(timed[1])
-        if self.log is not None:
+        if timed[2] is not None:
             done.callbacks.append(partial(self._log_analytic, key, self.env.now, timed[2]))
         return done
 
