@@ -324,7 +324,8 @@ class _FlowTable:
         """The log, which owns this table: a strong reference back made the pair a cycle, which only the cyclic
         collector frees (paused while a simulation runs, simulator/collector.py), so every finished run's rows
         waited for it (a 16,384-GPU job's straggler state: ~0.6 M tuples, most of the 0.35 s `gc.collect(0)`
-        after it)."""
+        after it). A weak proxy: a table kept after its log is freed raises ReferenceError when it reads the log,
+        so keep the log, not the table."""
         self.layout = _Layout(log)
         self.logged = (len(log._flows), len(log._replays))
         self._numbers: dict[str, np.ndarray] = {}
