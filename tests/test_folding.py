@@ -22,7 +22,15 @@ from simulator.parallel.layout import Layout
 from simulator.parallel.program import ProgramBuilder
 from simulator.program.ops import CollectiveOp
 from simulator.program.unfolding import FoldCheck, Unfolding
-from simulator.simulation import network_settings, plan_cache, prepare_training, run_step, simulate, step_program
+from simulator.simulation import (
+    network_settings,
+    plan_cache,
+    prepare_training,
+    program_sharing,
+    run_step,
+    simulate,
+    step_program,
+)
 from simulator.topology.loader import scenario_topology
 
 LAYOUT = Layout(tp=2, cp=1, pp=2, dp=2)  # rank = tp + 2 * pp + 4 * dp
@@ -398,7 +406,8 @@ def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
     cap of 2^26 it got no ordering, so none of its 112,833 collectives was found private (engine/sharing.py), its
     EP all-to-alls ran on the network with their mirrors instead of being replayed, and the whole `trainsim run`
     took 100 s (now 31 s) against 8 s for 1F1B. Ordered, 82,211 are private and the refold's run is the same
-    step (8.0866 s, within float rounding of the replays)."""
+    step (8.0866 s, within float rounding of the replays). Pinned: the collective ops found private and the EP
+    all-to-alls among them, which the ordering's presence alone did not say."""
     loaded = load_scenario(SCENARIO_DIR / "deepseek-v3-style-1024-gpus.yaml", list(DEEPSEEK_DUALPIPEV))
     prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
     assert (prepared.step.kind, len(prepared.step.program.ranks)) == ("classes", 32)
@@ -408,6 +417,12 @@ def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
                   if isinstance(step, fold_policy.FoldedStep))
     assert len(refold.program.ranks) == 112
     assert refold.order.ordering is not None
+    ops = refold.program.ops
+    _, private = program_sharing(ops, prepared.plans, refold.program.async_streams, refold.shapes, refold.order,
+                                 replays=True)
+    collectives = [op for op in ops if isinstance(op, CollectiveOp)]
+    all_to_alls = sum(op.op == "all_to_all" for op in collectives if op.id in private)
+    assert (len(private), all_to_alls, len(collectives)) == (82_211, 79_716, 112_833)
 
 
 def test_lanes_meeting_another_collective_unevenly_on_the_spines_unfold(run_yaml):
