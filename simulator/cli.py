@@ -299,7 +299,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
-                          on_healthy_step=on_healthy_step, on_point_warnings=warn_points)
+                          on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
+                          states_progress=progress.counting("states", "simulating straggler states ahead"))
     files = write_study(out, study)
     for curve in study["curves"]:
         if curve["warnings"]:
@@ -677,6 +678,8 @@ class _Parser(argparse.ArgumentParser):
 SCENARIO_HELP = "a scenario file, or the name of a bundled one (trainsim scenarios)"
 EXECUTOR_HELP = "local process pool (default), serial (this process) or dask"
 WORKERS_HELP = "pool or LocalCluster workers (default, or 0: all cores)"
+AHEAD_WORKERS_HELP = ("a job's processes simulating its straggler states ahead (default, or 0: all cores, as many as "
+                      "the free memory holds)")
 SCHEDULER_HELP = "Dask scheduler address (default: start a LocalCluster)"
 
 
@@ -697,9 +700,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
-    run.add_argument("--workers", type=_at_least(0), default=0,
-                     help="a job's processes simulating its straggler states ahead (default, or 0: all cores, as "
-                          "many as the free memory holds)")
+    run.add_argument("--workers", type=_at_least(0), default=0, help=AHEAD_WORKERS_HELP)
     run.set_defaults(func=_cmd_run, one_run=True)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it",
@@ -846,6 +847,7 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.add_argument("--quiet", action="store_true", help="no progress bar (the results are printed all the same)")
+    study.add_argument("--workers", type=_at_least(0), default=0, help=AHEAD_WORKERS_HELP)
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology",

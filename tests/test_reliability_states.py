@@ -240,6 +240,30 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     assert broken.table.equals(one_core.table)
 
 
+def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(monkeypatch, tmp_path):
+    """`trainsim study` runs its points one after another in its own process, so the first point's 9 straggler
+    states go ahead in two workers (``states_progress`` up to 9/9) and the second point (another interval, the
+    same steps) finds them all; ``workers=1`` forks none, to the same study."""
+    from simulator.reliability.study import run_study
+
+    scenario = tmp_path / "job64.yaml"
+    scenario.write_text(JOB64)
+    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    forked = []
+    simulate_ahead = ahead.simulate_ahead
+    monkeypatch.setattr(reliability_simulate, "simulate_ahead",
+                        lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    heard: list[tuple[int, int]] = []
+    ahead_study = run_study(scenario, [], [1800.0, 3600.0], [1.0],
+                            states_progress=lambda done, total: heard.append((done, total)))
+    assert forked == [8, 0] and heard[-1] == (9, 9) and len(heard) == 10
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    assert run_study(scenario, [], [1800.0, 3600.0], [1.0], workers=1) == ahead_study
+    assert forked == [8, 0]
+
+
 INTERRUPTED_AHEAD = """
 import os, signal, sys
 from simulator.cli import main
