@@ -274,7 +274,11 @@ entry, job_process = states.StepStates.entry, os.getpid()
 
 def interrupted_in_a_worker(self, state):
     if os.getpid() != job_process:
-        os.killpg(0, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole process group
+        try:  # one Ctrl-C: only the first worker to get here presses it
+            os.close(os.open(sys.argv[3], os.O_CREAT | os.O_EXCL))
+            os.killpg(0, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole process group
+        except FileExistsError:
+            pass
         signal.pause()
     return entry(self, state)
 
@@ -296,7 +300,8 @@ def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_tra
     scenario = tmp_path / "job64.yaml"
     scenario.write_text(JOB64)
     out = tmp_path / "out"
-    job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out)],
+    pressed = tmp_path / "pressed"
+    job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out), str(pressed)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                            cwd=Path(__file__).parent.parent)
     _, stderr = job.communicate(timeout=300)
