@@ -339,32 +339,9 @@ def test_every_bundled_scenario_validates_by_name(name, capsys):
     assert main(["validate", name, "--quiet"]) == 0
 
 
-def test_progress_bar_draws_on_a_terminal(monkeypatch):
-    """With stderr on a pseudo-terminal, a run past one second shows the phase and the op count."""
-    import pty
-    import select
-
-    master, slave = pty.openpty()
-    drawn = b""
-    with os.fdopen(slave, "w") as terminal:
-        monkeypatch.setattr(sys, "stderr", terminal)
-        monkeypatch.setenv("TERM", "xterm-256color")  # rich draws no live display on a dumb terminal
-        with RunProgress(enabled=True) as progress:
-            progress(1024, 4096)
-            assert progress.bar is None  # not yet a second
-            progress.started -= 10
-            progress(2048, 4096)
-            assert progress.bar is not None
-            progress.bar.refresh()
-        terminal.flush()  # the bar is stopped: nothing more is written
-        while select.select([master], [], [], 0.5)[0]:
-            drawn += os.read(master, 65536)
-    os.close(master)
-    assert b"2,048/4,096 ops" in drawn and b"simulating" in drawn
-
-
-def test_job_progress_bar_counts_replications(monkeypatch):
-    """A job's bar counts replications, not ops (`trainsim run` of a scenario with run.horizon)."""
+def _drawn_on_a_terminal(monkeypatch, draw, **bar) -> bytes:
+    """What a RunProgress(enabled=True, **bar) writes while ``draw(progress)`` runs with stderr on a
+    pseudo-terminal (rich draws no live display on a dumb terminal), read after the bar has stopped."""
     import pty
     import select
 
@@ -373,40 +350,53 @@ def test_job_progress_bar_counts_replications(monkeypatch):
     with os.fdopen(slave, "w") as terminal:
         monkeypatch.setattr(sys, "stderr", terminal)
         monkeypatch.setenv("TERM", "xterm-256color")
-        with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
-            progress.started -= 10
-            progress(1_500, 2_000)
-            assert progress.bar is not None
-            progress.bar.refresh()
-        terminal.flush()
+        with RunProgress(enabled=True, **bar) as progress:
+            draw(progress)
+        terminal.flush()  # the bar is stopped: nothing more is written
         while select.select([master], [], [], 0.5)[0]:
             drawn += os.read(master, 65536)
     os.close(master)
+    return drawn
+
+
+def test_progress_bar_draws_on_a_terminal(monkeypatch):
+    """With stderr on a pseudo-terminal, a run past one second shows the phase and the op count."""
+    def draw(progress):
+        progress(1024, 4096)
+        assert progress.bar is None  # not yet a second
+        progress.started -= 10
+        progress(2048, 4096)
+        assert progress.bar is not None
+        progress.bar.refresh()
+
+    drawn = _drawn_on_a_terminal(monkeypatch, draw)
+    assert b"2,048/4,096 ops" in drawn and b"simulating" in drawn
+
+
+def test_job_progress_bar_counts_replications(monkeypatch):
+    """A job's bar counts replications, not ops (`trainsim run` of a scenario with run.horizon)."""
+    def draw(progress):
+        progress.started -= 10
+        progress(1_500, 2_000)
+        assert progress.bar is not None
+        progress.bar.refresh()
+
+    drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
     assert b"1,500/2,000 replications" in drawn and b"simulating the job" in drawn
 
 
 def test_job_progress_bar_counts_the_states_simulated_ahead_then_the_replications(monkeypatch):
     """A job whose straggler states are simulated ahead counts them in its bar first (the 16,384-GPU throttling
     job sat at 0 replications for the ~25 minutes they took), then its replications."""
-    import pty
-    import select
+    def draw(progress):
+        progress.started -= 10
+        progress.counting("states", "simulating straggler states ahead")(420, 1_685)
+        assert progress.bar is not None
+        progress.bar.refresh()
+        progress(3, 100)
+        progress.bar.refresh()
 
-    master, slave = pty.openpty()
-    drawn = b""
-    with os.fdopen(slave, "w") as terminal:
-        monkeypatch.setattr(sys, "stderr", terminal)
-        monkeypatch.setenv("TERM", "xterm-256color")
-        with RunProgress(enabled=True, unit="replications", description="simulating the job") as progress:
-            progress.started -= 10
-            progress.counting("states", "simulating straggler states ahead")(420, 1_685)
-            assert progress.bar is not None
-            progress.bar.refresh()
-            progress(3, 100)
-            progress.bar.refresh()
-        terminal.flush()
-        while select.select([master], [], [], 0.5)[0]:
-            drawn += os.read(master, 65536)
-    os.close(master)
+    drawn = _drawn_on_a_terminal(monkeypatch, draw, unit="replications", description="simulating the job")
     assert b"420/1,685 states" in drawn and b"simulating straggler states ahead" in drawn
     assert b"3/100 replications" in drawn
 

@@ -177,11 +177,9 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
 
 
 
-def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
-    """The 64-GPU job's 9 straggler states foreseen by a first pass over its replications (`ahead.states_foreseen`,
-    the healthy step standing in for each), the first simulated in the job's process and the other 8 in two
-    forked workers: the job summary and event table equal those of the job run on one core, each state
-    simulated as met."""
+def _one_core_job_then_two_cores(monkeypatch):
+    """The 64-GPU job run on one core (its states simulated as met), then the machine set to two cores and the
+    ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the one-core result."""
     loaded = scenario_from_text(JOB64, "job64.yaml")
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
@@ -190,10 +188,25 @@ def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_jo
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
-    forked = []
+    return loaded, one_core
+
+
+def _counting_states_ahead(monkeypatch) -> list[int]:
+    """A list that hears how many states each call of `simulate_ahead` handed back from its workers."""
+    forked: list[int] = []
     simulate_ahead = ahead.simulate_ahead
     monkeypatch.setattr(reliability_simulate, "simulate_ahead",
                         lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    return forked
+
+
+def test_straggler_states_simulated_ahead_in_forked_workers_give_the_one_core_job(monkeypatch):
+    """The 64-GPU job's 9 straggler states foreseen by a first pass over its replications (`ahead.states_foreseen`,
+    the healthy step standing in for each), the first simulated in the job's process and the other 8 in two
+    forked workers: the job summary and event table equal those of the job run on one core, each state
+    simulated as met."""
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
+    forked = _counting_states_ahead(monkeypatch)
     two_cores = simulate_job(loaded)
     assert forked == [8]
     assert two_cores.summary == one_core.summary
@@ -207,14 +220,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     summary and events."""
     import os
 
-    loaded = scenario_from_text(JOB64, "job64.yaml")
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
-    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
-    one_core = simulate_job(loaded)
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
-    monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
-    monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
-    monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
     heard: list[tuple[int, int]] = []
     two_cores = simulate_job(loaded, states_progress=lambda done, total: heard.append((done, total)))
     assert heard[:2] == [(0, 9), (1, 9)] and heard[-1] == (9, 9) and len(heard) == 10
@@ -230,10 +236,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
         return entry(self, state)
 
     monkeypatch.setattr(states.StepStates, "entry", dies_in_a_worker)
-    forked = []
-    simulate_ahead = ahead.simulate_ahead
-    monkeypatch.setattr(reliability_simulate, "simulate_ahead",
-                        lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    forked = _counting_states_ahead(monkeypatch)
     broken = simulate_job(loaded)
     assert forked == [0]
     assert broken.summary == one_core.summary
@@ -251,10 +254,7 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
     monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
-    forked = []
-    simulate_ahead = ahead.simulate_ahead
-    monkeypatch.setattr(reliability_simulate, "simulate_ahead",
-                        lambda *args: forked.append(simulate_ahead(*args)) or forked[-1])
+    forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
     ahead_study = run_study(scenario, [], [1800.0, 3600.0], [1.0],
                             states_progress=lambda done, total: heard.append((done, total)))
