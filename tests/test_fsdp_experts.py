@@ -175,7 +175,7 @@ def test_hybrid_shard_refuses_an_ep_that_does_not_tile_its_shard_groups(validati
 def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides):
     """`trainsim search`'s ranking estimate times each layer's expert all-gathers and reduce-scatters over their
     shard group beside the dense units' and FSDP2's copies of their gradients: 4 layers, 4 micro-batches, within
-    2% of the simulated step. Without them it estimated 0.179 s against 0.420 s simulated (sim/est 2.35), and
+    0.8% of the simulated step. Without them it estimated 0.179 s against 0.420 s simulated (sim/est 2.35), and
     0.117 s against 0.209 s pipelined (1.79)."""
     from simulator import simulate
     from simulator.config.loader import scenario_from_text
@@ -193,4 +193,4 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     estimate = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
                                contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
     simulated = simulate(loaded).summary["step_time_s"]
-    assert simulated / estimate == pytest.approx(1.0, abs=0.02)
+    assert simulated / estimate == pytest.approx(1.0, abs=0.008)  # today 1.0029 and 0.9942
