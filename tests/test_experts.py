@@ -205,6 +205,26 @@ def test_a_moe_section_over_a_preset_keeps_the_fields_it_leaves_out(section, exp
     assert (moe.experts, moe.top_k, moe.expert_ffn_hidden, moe.shared_experts, moe.capacity_factor) == expected
 
 
+@pytest.mark.parametrize(("preset", "ffn_hidden"), [("mixtral-8x7b", 14336), ("deepseek-v3-style", 18432)])
+def test_moe_null_drops_a_presets_experts(preset, ffn_hidden):
+    """`--set model.moe=null` used to keep the preset's experts and only reset their routing to uniform: null is
+    "no experts", the preset's dense twin with an `ffn_hidden`-wide MLP in every layer."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.workload.training import resolve_model
+
+    text = f"cluster: {{topology: dgx-h100-cluster, nodes: 1}}\nmodel: {{preset: {preset}}}\n"
+    scenario = scenario_from_text(text, "inline.yaml", ["model.moe=null"]).scenario
+    model = resolve_model(scenario)
+    assert not scenario.model.has_experts()
+    assert (model.moe, model.ffn_hidden) == (None, ffn_hidden)
+    assert model.num_params() == replace(get_model(preset), moe=None).num_params() < get_model(preset).num_params()
+
+
+def test_moe_null_leaves_no_experts_for_expert_parallelism(validation_error, assert_located):
+    error = validation_error(SCENARIO, "model.moe=null")
+    assert_located(error, (), "parallelism.ep", "ep 8 needs a model with experts")
+
+
 @pytest.mark.parametrize(("text", "overrides", "field", "problem"), [
     (SCENARIO.replace("experts: 8, top_k: 2, ", ""), ["model.moe.experts=1"], "model.moe.experts",
      "1 experts are fewer than the preset's top_k 2"),

@@ -248,6 +248,18 @@ class ModelConfig(Section):
                              "{synthetic: {stages, forward, backward}})")
         return self
 
+    @property
+    def drops_experts(self) -> bool:
+        """`moe: null` given: the model has no experts, a preset's own included (mixtral-8x7b's dense twin)."""
+        return self.moe is None and "moe" in self.model_fields_set
+
+    def has_experts(self) -> bool:
+        """Whether the model this section describes routes tokens to experts: a `moe:` section, or a preset with
+        experts of its own that `moe: null` does not drop."""
+        if self.moe is not None:
+            return True
+        return self.preset is not None and not self.drops_experts and _preset_has_experts(self.preset)
+
 
 class TrainingConfig(Section):
     """Batch, sequence, precision and recompute; `microbatches` overrides global_batch/(micro_batch x dp);
@@ -568,8 +580,7 @@ class Scenario(Section):
         if self.uses_parameter_servers:
             raise FieldProblem(("training", "kernels"), "eager kernels are modelled for a collective step, not "
                                "parameter-server workers", "fused with parallelism.strategy: parameter_server")
-        if model is not None and (model.moe is not None or (model.preset is not None
-                                                            and _preset_has_experts(model.preset))):
+        if model is not None and model.has_experts():
             raise FieldProblem(("training", "kernels"), "eager kernels are modelled for dense layers; the "
                                "experts' routing and grouped GEMMs are not", "fused with a mixture of experts")
         return self
@@ -626,7 +637,7 @@ class Scenario(Section):
         if model is None or model.synthetic is not None or model.moe is not None:
             raise FieldProblem(("model",), "parameter servers need a dense transformer model (its parameters are "
                                "what they hold)", "a preset or dimensions, without synthetic or moe")
-        if model.preset is not None and _preset_has_experts(model.preset):
+        if model.has_experts():
             raise FieldProblem(("model", "preset"), f"preset {model.preset} is a mixture of experts; parameter "
                                "servers need a dense transformer model (its parameters are what they hold)",
                                "a dense preset or dimensions")

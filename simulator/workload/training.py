@@ -132,6 +132,8 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
             model = get_model(config.preset)
             if config.moe is not None:
                 dims["moe"] = _experts(config.moe, model.moe, dims.get("ffn_hidden", model.ffn_hidden))
+            if config.drops_experts:
+                dims["moe"] = None
             return replace(model, **dims)
         hidden = dims["hidden"]
         dims.setdefault("ffn_hidden", 4 * hidden)
