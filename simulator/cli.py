@@ -217,7 +217,7 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
     if not args.case and not out.parent.is_dir():
         raise InputError(f"no folder {out.parent} to write the report into", field="--out",
                          allowed="a file in an existing folder")
-    results = run_cases(paths, jobs=args.jobs)
+    results = run_cases(paths, workers=_published_workers(args))
     for result in results:
         print(f"{result.case}: {UNITS[result.metric]}: published {result.published:g}, simulated "
               f"{result.simulated:.1f} ({result.error:+.1%}, tolerance {result.tolerance:.0%})")
@@ -225,6 +225,18 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
         out.write_text(render(results))
         print(f"wrote {out}")
     return 0 if all(result.within for result in results) else 1
+
+
+def _published_workers(args: argparse.Namespace) -> int:
+    """validate-published's worker processes: --workers, or the deprecated --jobs (its name before the CLI
+    called parallel worker processes --workers everywhere), with a note on stderr."""
+    if args.jobs is None:
+        return PUBLISHED_WORKERS if args.workers is None else int(args.workers)
+    if args.workers is not None:
+        raise InputError("--jobs is the old name of --workers; give one of them", field="--jobs",
+                         allowed="--workers N alone")
+    print("trainsim validate-published: --jobs is deprecated, use --workers", file=sys.stderr)
+    return int(args.jobs)
 
 
 def _refuse_large_cluster(spec, command: str, purpose: str, *, force: bool) -> None:
@@ -681,6 +693,8 @@ WORKERS_HELP = "pool or LocalCluster workers (default, or 0: all cores)"
 AHEAD_WORKERS_HELP = ("a job's processes simulating its straggler states ahead (default, or 0: all cores, as many as "
                       "the free memory holds)")
 SCHEDULER_HELP = "Dask scheduler address (default: start a LocalCluster)"
+PUBLISHED_WORKERS = 1
+"""validate-published's default worker processes: one, the cases one after another (each may hold GiBs)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -793,7 +807,10 @@ def _parser() -> argparse.ArgumentParser:
                            help="folder of published cases (default: the bundled scenarios/published)")
     published.add_argument("--out", default=None,
                            help="report to write (default: docs/validation.md beside the bundled scenarios)")
-    published.add_argument("--jobs", type=_at_least(1), default=1, help="cases simulated in parallel processes")
+    published.add_argument("--workers", type=_at_least(0), default=None,
+                           help="processes simulating the cases at once (default 1; 0: all cores)")
+    published.add_argument("--jobs", type=_at_least(1), default=None, metavar="N",
+                           help="deprecated: the old name of --workers")
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")
     published.set_defaults(func=_cmd_validate_published)

@@ -7,6 +7,7 @@ compare against closed forms rather than published runs are listed with their te
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -134,11 +135,12 @@ def run_case(path: Path) -> CaseResult:
                       fitted=published.fitted, facts=_facts(summary))
 
 
-def run_cases(paths: list[Path], jobs: int = 1) -> list[CaseResult]:
-    """Every case, in ``jobs`` worker processes; results in the order of ``paths``."""
-    if jobs <= 1:
+def run_cases(paths: list[Path], workers: int = 1) -> list[CaseResult]:
+    """Every case, in ``workers`` worker processes (0: one per core); results in the order of ``paths``."""
+    workers = workers or os.cpu_count() or 1
+    if workers == 1:
         return [run_case(path) for path in paths]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(run_case, path) for path in paths]
         results = []
         for future in futures:
@@ -147,7 +149,7 @@ def run_cases(paths: list[Path], jobs: int = 1) -> list[CaseResult]:
             except BrokenProcessPool:
                 unfinished = ", ".join(p.stem for p in paths[len(results):])
                 raise ExecutorError(f"a worker process was killed (out of memory?) before these cases finished: "
-                                    f"{unfinished}; rerun them one at a time with --jobs 1 --case NAME") from None
+                                    f"{unfinished}; rerun them one at a time with --workers 1 --case NAME") from None
         return results
 
 

@@ -82,11 +82,25 @@ class _KilledWorkers:
 
 def test_a_killed_worker_is_one_line_naming_the_unfinished_cases(monkeypatch, capsys):
     monkeypatch.setattr(validation, "ProcessPoolExecutor", _KilledWorkers)
-    code = main(["validate-published", "--folder", str(FOLDER), "--jobs", "2", "--case", "nccl-sendrecv-ndr",
+    code = main(["validate-published", "--folder", str(FOLDER), "--workers", "2", "--case", "nccl-sendrecv-ndr",
                  "--case", "nccl-allreduce-8x-a100"])
     err = capsys.readouterr().err.strip()
     assert code == 1 and "\n" not in err and "Traceback" not in err
-    assert "nccl-allreduce-8x-a100, nccl-sendrecv-ndr" in err and "--jobs 1" in err
+    assert "nccl-allreduce-8x-a100, nccl-sendrecv-ndr" in err and "--workers 1" in err
+
+
+@pytest.mark.parametrize(("flags", "workers", "note"), [
+    ([], 1, ""), (["--workers", "3"], 3, ""),
+    (["--jobs", "3"], 3, "trainsim validate-published: --jobs is deprecated, use --workers\n"),
+])
+def test_validate_published_takes_workers_and_its_old_name_jobs_with_a_note(monkeypatch, capsys, flags, workers,
+                                                                             note):
+    """--workers names the parallel worker processes in every command; --jobs, validate-published's spelling
+    before, still works and says so."""
+    asked = []
+    monkeypatch.setattr(validation, "run_cases", lambda paths, workers: asked.append(workers) or [])
+    assert main(["validate-published", "--folder", str(FOLDER), "--case", "nccl-sendrecv-ndr", *flags]) == 0
+    assert asked == [workers] and capsys.readouterr().err == note
 
 
 def test_the_bundled_cases_are_found_from_any_working_folder(tmp_path, monkeypatch, capsys):
