@@ -225,7 +225,7 @@ def test_a_program_too_large_to_order_decides_a_group_on_two_streams_on_one_rank
     ops = _two_stream_group()
     expected = frozenset(op.id for op in ops if op.key in "AB")
     assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
-    monkeypatch.setattr("simulator.engine.ordering.MAX_CLOCK_ENTRIES", 0)
+    monkeypatch.setattr("simulator.engine.ordering.ORDERING_BUDGET_BYTES", 0)
     assert sharing.private_collectives(ops, _links, ASYNC, {}) == expected
 
 
@@ -234,7 +234,7 @@ def test_private_instances_of_a_program_too_large_to_order_are_private(monkeypat
     """Judged on one rank's ops, a group alone on its links (each group its own link here; their instances on
     several streams) has instances found private, and only where the pair-by-pair definition finds them so
     (that rank knows less of what happens before what, never more)."""
-    monkeypatch.setattr("simulator.engine.ordering.MAX_CLOCK_ENTRIES", 0)
+    monkeypatch.setattr("simulator.engine.ordering.ORDERING_BUDGET_BYTES", 0)
     ops = _random_program(seed, groups=2 + seed % 4)
     mirrors = {op.id: op.mirrors for op in ops if isinstance(op, CollectiveOp) and op.mirrors}
     private = sharing.private_collectives(ops, _own_links, ASYNC, mirrors)
@@ -269,22 +269,47 @@ def test_instance_columns_meet_as_each_shape_does_and_as_the_definition_says(see
     assert met_any
 
 
-def test_a_program_over_the_ordering_limit_says_so_and_runs_the_same_step(monkeypatch):
-    """Over the clock table's limit (here 2^15 entries, under the Mixtral step's 4,508 ops x 8 streams) no
-    ordering is built and each collective is judged on one rank's ops: the summary's `ordering_skipped` and a
-    warning say so, with what it costs: the same step, but fewer collectives proved alone and replayed, so more
-    flows on the network (124,524 -> 140,288). Within the limit neither appears."""
+def test_a_program_over_the_ordering_budget_says_so_and_runs_the_same_step(monkeypatch):
+    """With a budget of exactly the bytes the Mixtral step's ordering takes (4,508 ops on 8 streams, 1.4 MiB)
+    it is ordered; a byte less and no ordering is built, each collective is judged on one rank's ops, and the
+    summary's `ordering_skipped` and a warning say so, with what it costs: the same step, but fewer collectives
+    proved alone and replayed, so more flows on the network (124,524 -> 140,288)."""
     from simulator import simulate
     from simulator.config.loader import load_scenario
     from simulator.engine import ordering
 
     scenario = Path(__file__).parent.parent / "scenarios" / "mixtral-8x7b-ep8.yaml"
+    needed = ordering.ordering_bytes(4508, 8)
+    monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", needed)
     ordered = simulate(load_scenario(scenario)).summary
-    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 1 << 15)
+    monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", needed - 1)
     unordered = simulate(load_scenario(scenario)).summary
     assert "ordering_skipped" not in ordered
-    assert unordered["ordering_skipped"] == {"ops": 4508, "components": 8, "entries_log2": 15.14}
+    assert unordered["ordering_skipped"] == {"ops": 4508, "components": 8, "mib": 1.4}
     assert unordered["warnings"][-1].startswith("collectives not ordered: 4,508 ops on 8 in-order streams need "
-                                                "2^15.14 clock entries (0.1 MiB), over the limit of 32,768 (0.1 MiB)")
+                                                "1.4 MiB to order, over the budget of 1.4 MiB")
     assert unordered["step_time_s"] == pytest.approx(ordered["step_time_s"], rel=1e-12)
-    assert unordered["flows_simulated"] > ordered["flows_simulated"]
+    assert (ordered["flows_simulated"], unordered["flows_simulated"]) == (124_524, 140_288)
+
+
+def test_the_ordering_takes_the_bytes_its_budget_counts():
+    """`ordering_bytes`, which the budget is checked against, is within 15% of the peak that tracemalloc
+    measures while the ordering of a folded step is built (Llama 3 70B PP 2: 17,260 ops on 10 streams, 5.6 MiB
+    counted, 5.8 measured), so the budget bounds what it protects."""
+    import tracemalloc
+
+    from simulator.config.loader import load_scenario
+    from simulator.engine import ordering
+    from simulator.simulation import step_program
+    from simulator.topology.loader import scenario_topology
+
+    loaded = load_scenario(Path(__file__).parent.parent / "scenarios" / "llama3-70b-torchtitan-pp-fsdp.yaml")
+    program = step_program(loaded, scenario_topology(loaded), fold=True)
+    components = ordering._components(program.ops, program.async_streams)
+    tracemalloc.start()
+    try:
+        ordering.Ordering(program.ops, program.async_streams, components)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert ordering.ordering_bytes(len(program.ops), components[1]) / peak == pytest.approx(1.0, abs=0.15)

@@ -427,8 +427,8 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
 
 
 def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monkeypatch):
-    """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`MAX_CLOCK_ENTRIES` 0, as
-    beyond the clock table's limit) and a check that passes the stage fold but refuses every refold. The stage
+    """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`ORDERING_BUDGET_BYTES` 0, as
+    beyond the ordering.s budget) and a check that passes the stage fold but refuses every refold. The stage
     fold runs and its wrap falls out of step; route classes and lanes are each refused before their run (they ran
     unjudged before, and route classes kept pace), no meet is tried (none ran), and the step runs unfolded: the
     folds given up say so in the order tried."""
@@ -441,7 +441,7 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
             return {}, Unfolding("collectives", "refused")
         return real(program, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 0)
+    monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", 0)
     monkeypatch.setattr(fold_policy, "fold_verdict", refuse_refolds)
     summary = simulate(scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml",
                                           [])).summary

@@ -301,7 +301,7 @@ def test_a_program_too_large_to_order_is_judged_on_its_ranks_own_orders(monkeypa
     from simulator.engine import ordering
     from simulator.engine.ordering import ProgramOrder
 
-    monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", 0)
+    monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", 0)
     after = {"tp": [("T", CHAIN_0123, ())], "dp": [("S", (0, 4), ("T",))]}
     assert ProgramOrder(_lanes_ops(after, range(1)), frozenset()).ordering is None
     assert _lanes_verdict(after) == ""
@@ -367,7 +367,7 @@ def test_an_order_through_another_rank_hides_no_mirror_image_loads(monkeypatch, 
     from simulator.simulation import NetworkSettings, plan_cache, run_ops
 
     if limit is not None:
-        monkeypatch.setattr(ordering, "MAX_CLOCK_ENTRIES", limit)
+        monkeypatch.setattr(ordering, "ORDERING_BUDGET_BYTES", limit)
     topology = build_topology("cluster", {"nodes": 1})
     ops = _handoff_ops((0, 3), True)
     order = ProgramOrder(ops, frozenset())

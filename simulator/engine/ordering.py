@@ -21,7 +21,6 @@ The fold symmetry check and the sharing analysis both ask it of the same program
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,58 +30,68 @@ import numpy as np
 
 from simulator.program.ops import CollectiveOp, Op
 
-MAX_CLOCK_ENTRIES = 1 << 27
-"""Largest ops x components table allowed; beyond it (unfolded runs of many ranks) no ordering, and the sharing
-analysis judges a group on one member rank's ops alone (`ProgramOrder.rank_ordering`), which sees fewer
-collectives as private (engine/sharing.py). The limit admits the folded steps
-of many micro-batches: the 405B step at 1,024 GPUs (DP 8, 256 micro-batches per replica, sequence parallelism's
-re-gathers on a second stream) has 664,485 ops on 48 components, 2^24.9 entries; its ordering costs 2.4 s of
-CPU and 300 MiB at the peak, and saves the 20 s and 1 GiB its collectives took on the network unordered. It
-admits the refolds by route class too: the DeepSeek-V3-style step on 1,024 GPUs with DualPipeV at global batch
-2048, refolded to 112 ranks, has 254,639 ops on 336 components, 2^26.35 entries (past the earlier 2^26 cap);
-ordered (4.1 s of CPU, 384 MiB at the peak), 82,211 of its 112,833 collectives (79,716 EP all-to-alls) run
-alone and are replayed, where unordered none was private and the refold's run took 108.7 s of CPU
-against 12.6 (side by side, the machine shared). The clock table
-holds 4 bytes an entry (512 MiB at the limit); the reach-mark table, nodes x the most marks of one node, 12
-bytes an entry (a 64-bit component and a 32-bit position), has 2 columns in that step."""
-
+ORDERING_BUDGET_BYTES = 512 * 2**20
+"""Most bytes an ordering may take at its peak while it is built (`ordering_bytes`); beyond it (unfolded runs of many
+ranks) no ordering, and the sharing analysis judges a group on one member rank's ops alone
+(`ProgramOrder.rank_ordering`), which sees fewer collectives as private (engine/sharing.py). 512 MiB, a
+thirty-second of the 16 GiB a run may be estimated to need (scale.MAX_MEMORY_BYTES), admits the folded steps of many
+micro-batches: the 405B step at 1,024 GPUs (DP 8, 256 micro-batches per replica, sequence parallelism's re-gathers
+on a second stream) has 664,485 ops on 48 components, 312 MiB (300 MiB measured at the peak); its ordering costs 2.4
+s of CPU and saves the 20 s and 1 GiB its collectives took on the network unordered. It admits the refolds by route
+class too: the DeepSeek-V3-style step on 1,024 GPUs with DualPipeV at global batch 2048, refolded to 112 ranks, has
+254,639 ops on 336 components, 399 MiB (381.8 MiB measured at the peak, 4.4 s of CPU); ordered, 82,211 of its
+112,833 collectives (79,716 EP all-to-alls) run alone and are replayed, where unordered none was private and the
+refold's run took 108.7 s of CPU against 12.6 (side by side, the machine shared). The earlier cap, 2^27 ops x
+components, counted the clock table alone: on 48 streams it admitted 2.8 M ops, whose per-op tables bring the
+ordering to 1.3 GiB."""
 
 CLOCK_ENTRY_BYTES = 4
 """Bytes of one clock-table entry (a 32-bit position)."""
 
+BYTES_PER_OP = 300
+"""Bytes an ordering takes per op beyond its clock table, at its peak: the node, place, edge and wave arrays
+and lists, the reach marks and the wave's gathered clock rows. Measured (tracemalloc, the peak while
+`Ordering` builds, less the clock table) on the DeepSeek-V3-style DualPipeV programs at global batch 2048:
+36,377 ops on 48 streams 10.9 MiB, 72,754 ops on 96 streams 21.6 MiB, 254,639 ops on 336 streams 75.5 MiB
+(296 to 314 B an op); tests/test_ordering.py checks the estimate against the measured peak."""
+
+
+def ordering_bytes(ops: int, components: int) -> int:
+    """Bytes an ordering of ``ops`` ops on ``components`` in-order streams takes at its peak while it is built:
+    its clock table (a row per node, at most one per op, a column per stream) and `BYTES_PER_OP` per op."""
+    return ops * (max(components, 1) * CLOCK_ENTRY_BYTES + BYTES_PER_OP)
+
 
 def affordable(ops: int, components: int) -> bool:
     """Whether a program of ``ops`` ops on ``components`` in-order streams gets an ordering."""
-    return ops * components <= MAX_CLOCK_ENTRIES
+    return ordering_bytes(ops, components) <= ORDERING_BUDGET_BYTES
 
 
 @dataclass(frozen=True)
 class SkippedOrdering:
-    """A program too large to order (over MAX_CLOCK_ENTRIES): its ops and in-order components. The analyses
-    that asked for its ordering judged each collective on one rank's ops instead, which proves fewer of them
-    alone on their links, so more run on the network with their mirrors rather than being replayed: the same
-    step, at more CPU and memory (the DeepSeek-V3-style 1,024-GPU DualPipeV refold at 2^26.35 entries over the
-    earlier 2^26 cap: 68.4 against 27.9 s of CPU, 6.79 against 2.96 GB at the peak). Said in the summary's
+    """A program too large to order (its ordering over ORDERING_BUDGET_BYTES): its ops and in-order
+    components. The analyses that asked for its ordering judged each collective on one rank's ops instead,
+    which proves fewer of them alone on their links, so more run on the network with their mirrors rather than
+    being replayed: the same step, at more CPU and memory (the DeepSeek-V3-style 1,024-GPU DualPipeV refold
+    unordered: 68.4 against 27.9 s of CPU, 6.79 against 2.96 GB at the peak). Said in the summary's
     ``ordering_skipped`` and a warning, not silently."""
 
     ops: int
     components: int
 
     @property
-    def entries_log2(self) -> float:
-        return math.log2(self.ops * self.components)
+    def mib(self) -> float:
+        """The ordering's bytes at its peak, in MiB."""
+        return ordering_bytes(self.ops, self.components) / 2**20
 
     def summary(self) -> dict[str, int | float]:
-        return {"ops": self.ops, "components": self.components, "entries_log2": round(self.entries_log2, 2)}
+        return {"ops": self.ops, "components": self.components, "mib": round(self.mib, 1)}
 
     def warning(self) -> str:
-        needed = self.ops * self.components * CLOCK_ENTRY_BYTES / 2**20
-        limit = MAX_CLOCK_ENTRIES * CLOCK_ENTRY_BYTES / 2**20
         return (f"collectives not ordered: {self.ops:,} ops on {self.components:,} in-order streams need "
-                f"2^{self.entries_log2:.2f} clock entries ({needed:,.1f} MiB), over the limit of "
-                f"{MAX_CLOCK_ENTRIES:,} ({limit:,.1f} MiB); each collective was judged on one "
-                f"rank's ops, so fewer are replayed alone and more run on the network: the same step at more "
-                f"CPU time and memory")
+                f"{self.mib:,.1f} MiB to order, over the budget of {ORDERING_BUDGET_BYTES / 2**20:,.1f} MiB; "
+                f"each collective was judged on one rank's ops, so fewer are replayed alone and more run on the "
+                f"network: the same step at more CPU time and memory")
 
 
 UNREACHED = np.iinfo(np.int32).max
@@ -95,7 +104,7 @@ CHUNK_ENTRIES = 1 << 21
 @dataclass(frozen=True, eq=False)
 class ProgramOrder:
     """A program (its ops and asynchronous streams) and its `Ordering`, built when first asked for (None when
-    too large to afford: `skipped`). A run makes one per program and passes it to each analysis
+    its bytes over ORDERING_BUDGET_BYTES: `skipped`). A run makes one per program and passes it to each analysis
     that orders the program's collectives, so they share one ordering; the ops must not change meanwhile."""
 
     ops: Sequence[Op]
