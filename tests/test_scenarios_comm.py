@@ -14,6 +14,7 @@ Reference figures (copied here; the source is the project's reference set, hardw
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,15 +31,7 @@ NVLINK_H100 = 450e9      # B/s per direction (H100 datasheet)
 ETHERNET_100G = 12.5e9   # B/s per direction (100 GbE)
 NDR_NIC = 50e9           # B/s per direction (NDR 400 Gb/s)
 
-EIGHT_HOSTS_400G = """\
-name: eight-hosts-400g
-description: eight single-GPU hosts, one 400 Gb/s NIC each, one switch
-kind: cluster
-nodes: 8
-node: {kind: nvswitch_node, gpus: 1}
-nics_per_node: 1
-nic_bandwidth: 400 Gb/s
-"""
+EIGHT_HOSTS_400G = Path(__file__).resolve().parent / "data" / "eight-hosts-400g.yaml"
 
 
 def collective_times(text: str) -> dict[str, float]:
@@ -82,9 +75,8 @@ def test_seed003_llama8b_dp_all_reduce_nvlink():
     assert time_s == pytest.approx(0.06, rel=0.05)
 
 
-def test_seed003_llama8b_dp_all_reduce_400g(tmp_path):
-    (tmp_path / "hosts.yaml").write_text(EIGHT_HOSTS_400G)
-    time_s = collective_times(one_all_reduce(str(tmp_path / "hosts.yaml"), "16.06e9 B"))["ar"]
+def test_seed003_llama8b_dp_all_reduce_400g():
+    time_s = collective_times(one_all_reduce(str(EIGHT_HOSTS_400G), "16.06e9 B"))["ar"]
     assert time_s == pytest.approx(ring_all_reduce_time(16.06e9, 8, NDR_NIC, NIC_LATENCY), rel=1e-9)
     assert time_s == pytest.approx(0.56, rel=0.05)
 
