@@ -7,6 +7,7 @@ docs/worked-examples.md lists every worked example with the test that checks it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -346,3 +347,14 @@ def test_llama3_405b_layouts_cover_their_clusters_with_16m_token_batches(name, g
     training = loaded.scenario.training
     assert training.seq_len == seq_len
     assert training.global_batch * training.seq_len / 1e6 == pytest.approx(16, rel=0.05)
+
+
+def test_the_worked_examples_page_names_tests_that_exist():
+    """docs/worked-examples.md names a test for each example (`worked::name` is this file's); a renamed or
+    dropped test would leave the page pointing at nothing."""
+    page = (REPO / "docs" / "worked-examples.md").read_text()
+    named = set(re.findall(r"`(worked|test_\w+\.py)::(\w+)`", page))
+    assert len(named) > 30
+    for module, name in named:
+        path = Path(__file__) if module == "worked" else Path(__file__).parent / module
+        assert f"def {name}(" in path.read_text(), (module, name)
