@@ -17,6 +17,7 @@ from simulator.catalog.models import get_model
 from simulator.config.loader import scenario_from_text
 from simulator.preflight import validate
 from simulator.topology.loader import load_topology, scenario_topology
+from simulator.workload.stage_work import layers_per_stage
 from simulator.workload.transformer import kv_heads_per_rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,6 +119,21 @@ def test_pipeline_sends_n_d_elements_twice_per_micro_batch_and_boundary(run_yaml
     assert set(sends["bytes"]) == {1024 * 4096 * 2}
     boundaries, microbatches = 3, 8
     assert len(sends) == 2 * microbatches * boundaries
+
+
+def test_first_and_last_stages_hold_one_layer_fewer(run_yaml):
+    """Seed 003, pipeline parallelism: the first stage also embeds and the last computes the output layer and
+    the loss, so Llama 3 gives each one layer fewer (126 layers on 16 stages: 7 + 14 x 8 + 7). Here 14 layers
+    on 4 stages: 3 + 4 + 4 + 3."""
+    frame = run_yaml("""
+cluster: {topology: dgx-h100}
+model: {layers: 14, hidden: 1024, heads: 8, ffn_hidden: 4096, vocab: 1024}
+training: {seq_len: 512, global_batch: 8, micro_batch: 1}
+parallelism: {pp: 4, dp: 2, pipeline: {first_last_fewer_layers: true}}
+""").timeline
+    layers = frame[(frame["kind"] == "compute") & frame["name"].str.match(r"F0 L\d+\.attn")]
+    assert [len(layers[layers["rank"] == stage]) for stage in range(4)] == [3, 4, 4, 3]
+    assert layers_per_stage(126, 16, fewer_on_ends=True) == [7] + [8] * 14 + [7]
 
 
 # ------------------------------------------------------------------------------------- memory (001 3.1, 3.5)
