@@ -4,6 +4,8 @@ memory timeline that shows it, and Gantt rows labelled by rank and the stages it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simulator.catalog.models import get_model
@@ -11,7 +13,7 @@ from simulator.report.gantt import gantt_figure, pipeline_passes
 from simulator.report.memory_timeline import memory_figure, memory_timeline
 from simulator.report.outputs import compute_stream_work, pipeline_actions, stage_of, stage_representatives
 from simulator.schedules.registry import build_schedule
-from simulator.schedules.timing import peak_held_weight, peak_in_flight
+from simulator.schedules.timing import peak_held_weight, peak_in_flight, transient_excess
 from simulator.workload.memory import (
     activation_bytes_per_layer,
     head_activation_bytes,
@@ -60,6 +62,43 @@ def test_zb_h1_peak_follows_the_order(w):
     # recompute (M_B only the layer input) the deferred W's inputs push rank p-1 above rank 0.
     assert (max(zb) == max(one_f_one_b)) == (w <= 1.0)
     assert [peak_in_flight(actions) for actions in build_schedule("zb-h1", p, m, 1)] == [4, 3, 2, 1]
+
+
+@pytest.mark.parametrize(("schedule", "w", "excess"), [
+    ("1f1b", 1.0, 0.25), ("1f1b", 16.0, 0.25), ("zb-h1", 1.0, 0.25), ("zb-h1", 16.0, 0.0), ("zb-h1", 1.2, 0.05),
+])
+def test_a_layer_being_recomputed_adds_to_the_peak_only_where_it_is_live(schedule, w, excess):
+    """A pass holds the layer it recomputes (0.25 of a chunk here) on top of what is stored: a forward at its
+    end, a backward at its start. 1F1B peaks after a forward, so all of it adds; zb-h1's last rank (p = 4,
+    m = 8) with deferred W's of 16 chunks' worth (full recompute) peaks after a B, when no layer is being
+    recomputed, 4 w = 64 against 3 w + 1 + 0.25 after its last forward: nothing adds. At w = 1.2, 4.8 after
+    the B against 3.6 + 1 + 0.25 = 4.85 after the forward: 0.05."""
+    last = build_schedule(schedule, 4, 8, 1)[3]
+    assert transient_excess(last, [1.0], [w], [0.25]) == pytest.approx(excess, abs=1e-12)
+
+
+def test_full_recompute_does_not_raise_a_zero_bubble_peak_set_by_deferred_weight_gradients():
+    """Llama 3 70B, torchtitan's PP 2 x FSDP 2 x TP 8 under zb-h1: the last stage's peak is two deferred W's,
+    2 x 19.48 GiB, with or without recompute, so full recompute leaves its 96.46 GiB; counting the recomputed
+    layer on top made it 96.71. Under 1F1B the layer is live at
+    the peak and counted: stage 1's buffers grow by it."""
+    from simulator.config.loader import load_scenario
+    from simulator.preflight import validate
+    from simulator.topology.loader import scenario_topology
+
+    def stages(*overrides: str) -> list[dict]:
+        loaded = load_scenario(Path(__file__).parent.parent / "scenarios" / "llama3-70b-torchtitan-pp-fsdp.yaml",
+                               list(overrides))
+        return validate(loaded, scenario_topology(loaded)).memory["memory_per_stage"]
+
+    zb = {rc: stages("parallelism.pipeline.schedule=zb-h1", f"training.recompute={rc}")[1]
+          for rc in ("none", "full")}
+    assert zb["full"]["activations_gib"] == zb["none"]["activations_gib"] == pytest.approx(2 * 19.479, abs=1e-3)
+    assert zb["full"]["total_gib"] == pytest.approx(zb["none"]["total_gib"], rel=1e-12)
+    assert zb["full"]["total_gib"] == pytest.approx(96.46, abs=0.005)
+    one_f_one_b = {rc: stages(f"training.recompute={rc}")[1] for rc in ("none", "full")}
+    assert one_f_one_b["full"]["buffers_gib"] - one_f_one_b["none"]["buffers_gib"] == pytest.approx(0.24609375,
+                                                                                                     rel=1e-9)
 
 
 GPT_ZB_H1 = """

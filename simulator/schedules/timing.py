@@ -11,7 +11,7 @@ rank). The two halves of an overlapped slot run back to back, each when its own 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from simulator.errors import SimulationError
@@ -214,9 +214,36 @@ def peak_held_weight(actions: list[Action], chunk_weight: list[float],
     first chunk and head-only last chunk do. With ``kept_for_w``, walking the order, an input-grad backward
     (B) frees its chunk's activations but keeps ``kept_for_w[chunk]`` (its weight GEMMs' inputs and output
     gradients) until its W; a whole backward (BW) frees everything at once."""
+    return max((after for _, _, after in _held_walk(actions, chunk_weight, kept_for_w)), default=0.0)
+
+
+def transient_excess(actions: list[Action], chunk_weight: list[float], kept_for_w: list[float] | None,
+                     transient: list[float]) -> float:
+    """What a pass's ``transient[chunk]`` (bytes held on top while it runs one layer: the layer that recompute
+    rematerializes) adds to `peak_held_weight`. A forward holds it over the chunk's last layer, when the rest
+    of the chunk's activations are stored: at its end; a backward (B or BW) over the chunk's first layer
+    backward, when nothing is freed yet: at its start. Later in a B, each layer's backward frees the layer's
+    recomputed activations but what its W needs (more than the layer input the recompute stored), so the B's
+    end, where `peak_held_weight` counts it, holds more than any moment of the B before. So it adds the whole
+    transient where the peak comes after a forward (1F1B and every schedule without deferred W's) and nothing
+    where a B's deferred W's set the peak above every forward's end plus its transient."""
+    peak = peak_held_weight(actions, chunk_weight, kept_for_w)
+    excess = 0.0
+    for action, before, after in _held_walk(actions, chunk_weight, kept_for_w):
+        if action.kind == "F":
+            excess = max(excess, transient[action.chunk] - (peak - after))
+        elif action.kind in ("B", "BW"):
+            excess = max(excess, transient[action.chunk] - (peak - before))
+    return excess
+
+
+def _held_walk(actions: list[Action], chunk_weight: list[float], kept_for_w: list[float] | None
+               ) -> Iterator[tuple[Action, float, float]]:
+    """Each action of the order with the weight held before and after it (`peak_held_weight`'s walk)."""
     kept = kept_for_w if kept_for_w is not None else [0.0] * len(chunk_weight)
-    held = peak = 0.0
+    held = 0.0
     for action in actions:
+        before = held
         if action.kind == "F":
             held += chunk_weight[action.chunk]
         elif action.kind == "B":
@@ -225,5 +252,4 @@ def peak_held_weight(actions: list[Action], chunk_weight: list[float],
             held -= chunk_weight[action.chunk]
         else:
             held -= kept[action.chunk]
-        peak = max(peak, held)
-    return peak
+        yield action, before, held

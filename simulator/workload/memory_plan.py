@@ -10,7 +10,7 @@ from simulator.catalog.models import ModelSpec
 from simulator.config.schema import Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
 from simulator.parallel.work import layer_experts, layer_units
-from simulator.schedules.timing import peak_held_weight, peak_in_flight
+from simulator.schedules.timing import peak_held_weight, peak_in_flight, transient_excess
 from simulator.workload import memory
 from simulator.workload.memory import MemoryBreakdown
 from simulator.workload.stage_work import layers_per_stage
@@ -35,7 +35,9 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
     (fsdp_accumulator_bytes). Buffers: PyTorch FSDP's unsharded working set of wrapped units
     (memory.fsdp_working_set_bytes), DeepSpeed ZeRO-3's two gathered layers, two layers of gradients for
     sharded gradient steps, or DDP's two buckets (with shard_grad_op's accumulators); with recompute, also the
-    layer the backward recomputes (memory.recompute_working_bytes), on every stage that holds layers."""
+    layer the backward recomputes (memory.recompute_working_bytes), on every stage that holds layers, by what it
+    adds to the peak of the rank's order (timing.transient_excess): all of it after a forward, nothing where
+    deferred W's set the peak after a B (zero-bubble schedules)."""
     plan, model = step.plan, step.model
     layout, training, par = plan.layout, scenario.training, scenario.parallelism
     if model is None:
@@ -56,11 +58,16 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
         vstages = plan.rank_stages(pp_rank)
         layers = sum(counts[vs] for vs in vstages)
         chunk_bytes = [per_vstage[vs] for vs in vstages]
+        working = memory.recompute_working_bytes(model, shard, stored_activations(training),
+                                                 rematerialized_activations(training), step.routed_tokens)
         if sum(chunk_bytes) > 0:
             chunk_kept = [kept_for_w[pp_rank][vs] for vs in vstages]
             in_flight = peak_held_weight(plan.schedule[pp_rank], chunk_bytes, chunk_kept) / sum(chunk_bytes)
+            recomputing = transient_excess(plan.schedule[pp_rank], chunk_bytes, chunk_kept,
+                                           [working if counts[vs] else 0.0 for vs in vstages])
         else:
             in_flight = peak_in_flight(plan.schedule[pp_rank]) / plan.virtual_stages
+            recomputing = working if layers else 0.0
         buffers = 0.0
         if (dp_ways > 1 or plan.sharding.fp32_shards) and plan.sharding.stage == 3 and plan.sharding.gather_per_layer:
             buffers = fsdp_buffer_bytes(step, pp_rank)
@@ -72,9 +79,7 @@ def stage_memory(scenario: Scenario, step: TrainingStep) -> list[tuple[MemoryBre
             buffers = DDP_BUCKET_COPIES * plan.sharding.bucket_bytes
             if accumulates and plan.sharding.fsdp:
                 buffers += fsdp_accumulator_bytes(step, pp_rank)
-        if layers:
-            buffers += memory.recompute_working_bytes(model, shard, stored_activations(training),
-                                                      rematerialized_activations(training), step.routed_tokens)
+        buffers += recomputing
         breakdown = memory.rank_memory(
             model, shard, layers=layers, in_flight=in_flight, recompute=stored_activations(training),
             sharding=sharding,
