@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -891,6 +892,15 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _interrupted_once(_signum: int, _frame: object) -> None:
+    """Ctrl-C in a process that ends after `main`: KeyboardInterrupt once, every later one ignored, so that a
+    second press while the first is handled (workers ended, temporary outputs removed, the interpreter's exit)
+    neither prints a traceback nor kills the process halfway (Python's handler raised it there, and at exit the
+    default one ended the process by SIGINT, status -2)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush into a closed pipe stays quiet."""
     try:
@@ -928,6 +938,8 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         args = _parser().parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
         return exc.code if isinstance(exc.code, int) else EXIT_INPUT
+    if exiting:
+        signal.signal(signal.SIGINT, _interrupted_once)
     if exiting and getattr(args, "one_run", False):
         gc.disable()
     try:

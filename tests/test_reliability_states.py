@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -266,50 +270,104 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
 
 INTERRUPTED_AHEAD = """
 import os, signal, sys
-from simulator.cli import main
+from simulator.cli import console
 from simulator.reliability import ahead, states
 
-entry, job_process = states.StepStates.entry, os.getpid()
+entry, job_process, (scenario, out, reached, presses) = states.StepStates.entry, os.getpid(), sys.argv[1:]
 
 
 def interrupted_in_a_worker(self, state):
     if os.getpid() != job_process:
-        try:  # one Ctrl-C: only the first worker to get here presses it
-            os.close(os.open(sys.argv[3], os.O_CREAT | os.O_EXCL))
-            os.killpg(0, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole process group
+        try:  # only the first worker to get here says so (and, where it presses, presses Ctrl-C once)
+            os.close(os.open(reached, os.O_CREAT | os.O_EXCL))
+            if presses == "worker":
+                os.killpg(0, signal.SIGINT)  # Ctrl-C at the terminal reaches the whole process group
+            if presses == "killed":
+                os.kill(job_process, signal.SIGKILL)  # the kernel's out-of-memory killer
+                return entry(self, state)
         except FileExistsError:
             pass
-        signal.pause()
+        if presses != "killed":
+            signal.pause()
     return entry(self, state)
 
 
 states.StepStates.entry = interrupted_in_a_worker
 ahead.AHEAD_MIN_STATES = 2
 ahead.cores = lambda workers=0: 2
-sys.exit(main(["run", sys.argv[1], "--out", sys.argv[2], "--quiet"]))
+sys.argv = ["trainsim", "run", scenario, "--out", out, "--quiet"]
+sys.exit(console())
 """
+
+
+def _interrupted_ahead(tmp_path, presses: str) -> tuple[subprocess.Popen, Path, Path]:
+    """`trainsim run` of the 64-GPU job in a process group of its own, its workers stopped on their first
+    state: the process, its output folder and the file that says a worker got there; ``presses``: "worker"
+    (the first worker there presses Ctrl-C), "test" (the caller does) or "killed" (the first worker there
+    kills the job's process and the workers go on)."""
+    scenario = tmp_path / "job64.yaml"
+    scenario.write_text(JOB64)
+    out, reached = tmp_path / "out", tmp_path / "reached"
+    job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out), str(reached), presses],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           cwd=Path(__file__).parent.parent)
+    return job, out, reached
+
+
+def _ended_quietly(job: subprocess.Popen, stderr: str, out: Path) -> None:
+    """The interrupted job said 'interrupted' and exited 130, no process printed a traceback, none is left
+    running, and the output folder holds nothing of the job."""
+    assert job.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    assert not (out / "job_summary.json").exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(job.pid, 0)
 
 
 def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_traceback(tmp_path):
     """Ctrl-C (SIGINT to the process group) while the workers simulate the 64-GPU job's states: `trainsim run`
     says 'interrupted' and exits 130, no process prints a traceback, no worker is left running, and the output
     folder holds nothing of the job."""
-    import subprocess
-    import sys
-
-    scenario = tmp_path / "job64.yaml"
-    scenario.write_text(JOB64)
-    out = tmp_path / "out"
-    pressed = tmp_path / "pressed"
-    job = subprocess.Popen([sys.executable, "-c", INTERRUPTED_AHEAD, str(scenario), str(out), str(pressed)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                           cwd=Path(__file__).parent.parent)
+    job, out, _ = _interrupted_ahead(tmp_path, "worker")
     _, stderr = job.communicate(timeout=300)
-    assert job.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
-    assert not (out / "job_summary.json").exists()
-    with pytest.raises(ProcessLookupError):
-        os.killpg(job.pid, 0)
+    _ended_quietly(job, stderr, out)
+
+
+def test_ctrl_c_pressed_again_and_again_while_the_job_stops_still_ends_it_quietly(tmp_path):
+    """Ctrl-C pressed every 2 ms from the moment a worker is busy until the job's process is gone: the presses
+    after the first land while it ends its workers and exits; it still says 'interrupted' once and exits 130,
+    with no traceback, no worker left and no output. Before, one of them raised KeyboardInterrupt in the pool's
+    shutdown, in multiprocessing's clean-up or in the console script's exit (a traceback, status -2: killed
+    by SIGINT)."""
+    job, out, reached = _interrupted_ahead(tmp_path, "test")
+    deadline = time.monotonic() + 240
+    while not reached.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    presses = 0
+    while job.poll() is None and time.monotonic() < deadline:
+        os.killpg(job.pid, signal.SIGINT)
+        presses += 1
+        time.sleep(0.002)
+    _, stderr = job.communicate(timeout=60)
+    assert presses > 1
+    _ended_quietly(job, stderr, out)
+
+
+def test_workers_end_with_the_jobs_process_when_it_is_killed(tmp_path):
+    """The job's process killed (SIGKILL, as the out-of-memory killer ends it) while its workers simulate
+    states: each worker finds its pipe ended and exits within seconds, none is left behind. Before, the pool's
+    workers waited on its call queue, which the others held open, forever."""
+    job, _, _ = _interrupted_ahead(tmp_path, "killed")
+    assert job.wait(timeout=300) == -signal.SIGKILL  # not communicate: its pipes end only with the workers
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            os.killpg(job.pid, 0)
+            time.sleep(0.05)
+    except ProcessLookupError:
+        return
+    os.killpg(job.pid, signal.SIGKILL)
+    pytest.fail("workers left running after the job's process was killed")
 
 
 def test_workers_ahead_are_capped_by_the_option_and_by_the_hosts_free_memory(monkeypatch):

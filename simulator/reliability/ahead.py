@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from multiprocessing import get_all_start_methods, get_context, parent_process
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 
 import simpy
 
@@ -31,6 +31,7 @@ from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess
 from simulator.reliability.processes import Arrivals
 from simulator.reliability.states import ClusterState, StepStates
+from simulator.report.run_folder import interrupts_held
 
 AHEAD_MIN_STATES = 16
 """Fewer states than this foreseen are simulated as the job meets them: forking the job's process costs about
@@ -119,8 +120,9 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     they share) and the rest in worker processes (one per core, at most ``workers`` where not 0, and no more
     than the host's free memory holds), for ``states`` to hand out when the job meets them; nothing where there
     are fewer than AHEAD_MIN_STATES, one core, or the first raised. ``progress(done, total)`` hears of each
-    state simulated. Ctrl-C ends the workers without a word and raises KeyboardInterrupt here. How many the
-    workers simulated."""
+    state simulated. A worker that dies (the kernel's out-of-memory killer) ends them all: the job simulates
+    the states left as it meets them. Ctrl-C ends the workers without a word and raises KeyboardInterrupt here.
+    How many the workers simulated."""
     global _FORKED
     todo = [state for state in wanted if straggling(state, states.healthy) and not states.known(state)]
     if len(todo) < AHEAD_MIN_STATES or min(cores(workers), len(todo) - 1) < 2:
@@ -135,39 +137,102 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     if pool_size < 2:
         return 0
     _FORKED = states
-    done = 0
-    pool = ProcessPoolExecutor(pool_size, mp_context=get_context("fork"), initializer=_quiet_on_interrupt)
     try:
-        futures = {pool.submit(_simulated, state): state for state in todo[1:]}
-        for finished, future in enumerate(as_completed(futures), start=2):
-            entry = future.result()
-            if entry is not None:
-                states.simulated_ahead(futures[future], entry)
-                done += 1
-            if progress is not None:
-                progress(finished, len(todo))
-    except BrokenProcessPool:  # a worker died (out of memory): the job simulates the rest as it meets them
-        pass
-    except BaseException:  # Ctrl-C: end the workers before the job's process stops
-        for process in list(pool._processes.values()):
-            process.terminate()
-        raise
+        return _simulated_in_workers(states, todo, pool_size, progress)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
         _FORKED = None
+
+
+def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool_size: int,
+                          progress: Callable[[int, int], None] | None) -> int:
+    """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
+    ``todo[1:]`` on its own pipe as it hands one back, all ended before this returns or raises. A worker's end
+    of its pipe is in no other process, so one that dies is seen at once (its pipe ends). How many states they
+    simulated."""
+    waiting = list(reversed(todo[1:]))
+    pool: list[_Worker] = []
+    for _ in range(pool_size):
+        pool.append(_Worker.forked([worker.pipe for worker in pool]))
+    busy: dict[Connection, tuple[_Worker, ClusterState]] = {}
+    done = 0
+    try:
+        for worker in pool[:len(waiting)]:
+            busy[worker.pipe] = worker, worker.hand(waiting.pop())
+        while busy:
+            ready = wait(list(busy))
+            for pipe in [pipe for pipe in busy if pipe in ready]:
+                worker, state = busy.pop(pipe)
+                entry = pipe.recv()
+                if entry is not None:
+                    states.simulated_ahead(state, entry)
+                    done += 1
+                if progress is not None:
+                    progress(len(todo) - len(waiting) - len(busy), len(todo))
+                if waiting:
+                    busy[pipe] = worker, worker.hand(waiting.pop())
+    except (EOFError, BrokenPipeError):  # a worker died (out of memory): the job simulates the rest as it meets them
+        pass
+    finally:
+        _ended(pool)
     return done
 
 
-def _quiet_on_interrupt() -> None:
-    """In a worker: Ctrl-C (sent to the whole process group) ends it at once without a traceback; the job's
-    process stops the pool and reports the interrupt once."""
+def _ended(pool: Sequence[_Worker]) -> None:
+    """End every worker of ``pool`` (SIGTERM: none holds anything to flush) and wait for it; a second Ctrl-C
+    meanwhile is held back and raised once they are gone, so that none is left running."""
+    with interrupts_held():
+        for worker in pool:
+            worker.process.terminate()
+        for worker in pool:
+            worker.process.join()
+            worker.pipe.close()
+
+
+class _Worker:
+    """A worker process forked from the job's, and this process's end of its pipe."""
+
+    def __init__(self, process: BaseProcess, pipe: Connection) -> None:
+        self.process = process
+        self.pipe = pipe
+
+    @classmethod
+    def forked(cls, others: Sequence[Connection]) -> _Worker:
+        """A worker forked now, serving `_serve` on its end of a new pipe; ``others``: this process's ends of the
+        pipes of the workers forked before, which it closes (so that each pipe ends with the job's process).
+        Ctrl-C is blocked across the fork, so that the worker sets its own handler before one can reach it
+        (Python's would raise KeyboardInterrupt inside multiprocessing's start-up and print a traceback)."""
+        context = get_context("fork")
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, [ours, *others]), daemon=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        theirs.close()
+        return cls(process, ours)
+
+    def hand(self, state: ClusterState) -> ClusterState:
+        """Send ``state`` to the worker to simulate; the state."""
+        self.pipe.send(state)
+        return state
+
+
+def _serve(pipe: Connection, inherited: Sequence[Connection]) -> None:
+    """In a worker: simulate each state the job's process sends, in the job's states as forked, and send back
+    its `_simulated_here` entry, until the job's process ends the worker (or itself: the pipe ends). Ctrl-C
+    (sent to the whole process group) ends it at once without a traceback; the job's process ends the others
+    and reports the interrupt once."""
     signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(130))
-
-
-def _simulated(state: ClusterState) -> tuple | None:
-    """In a worker: `_simulated_here` in the job's states as forked."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    for connection in inherited:
+        connection.close()
     assert _FORKED is not None
-    return _simulated_here(_FORKED, state)
+    try:
+        while True:
+            pipe.send(_simulated_here(_FORKED, pipe.recv()))
+    except (EOFError, BrokenPipeError):
+        return
 
 
 def _simulated_here(states: StepStates, state: ClusterState) -> tuple | None:
