@@ -46,6 +46,8 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C, as a shell reports a process ended by SIGINT (128 + 2)."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (`trainsim topo describe ... | head`), as a shell reports SIGPIPE (128 + 13)."""
+FORESEEING = "foreseeing straggler states"
+"""The bar's phase while a job's first pass over its replications finds the straggler states to simulate ahead."""
 
 
 @collector_paused()
@@ -104,6 +106,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
     with RunProgress(enabled=not quiet, unit="replications", description="simulating the job") as progress:
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
                              states_progress=progress.counting("states", "simulating straggler states ahead"),
+                             foresight_progress=progress.counting("replications", FORESEEING),
                              on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, loaded))
     if job.waiting is not None:
         print(f"warning: {job.waiting}", file=sys.stderr)
@@ -313,7 +316,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
     with RunProgress(enabled=not args.quiet, unit="points", description="simulating the study") as progress:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
                           on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
-                          states_progress=progress.counting("states", "simulating straggler states ahead"))
+                          states_progress=progress.counting("states", "simulating straggler states ahead"),
+                          foresight_progress=progress.counting("replications", FORESEEING))
     files = write_study(out, study)
     for curve in study["curves"]:
         if curve["warnings"]:

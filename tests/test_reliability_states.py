@@ -247,6 +247,25 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     assert broken.table.equals(one_core.table)
 
 
+def test_the_pass_that_foresees_the_states_reports_its_replications_before_the_states_and_the_job(monkeypatch):
+    """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
+    (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2).
+    Before, the job's bar said 0 replications done from the start, through the first pass (~15 s on the
+    16,384-GPU throttling job) with nothing moving."""
+    loaded, _ = _one_core_job_then_two_cores(monkeypatch)
+    heard: list[tuple[str, int, int]] = []
+
+    def hearing(phase: str):
+        return lambda done, total: heard.append((phase, done, total))
+
+    simulate_job(loaded, progress=hearing("job"), states_progress=hearing("states"),
+                 foresight_progress=hearing("foresight"))
+    phases = [phase for index, (phase, _, _) in enumerate(heard) if index == 0 or heard[index - 1][0] != phase]
+    assert phases == ["foresight", "states", "job"]
+    assert [entry for entry in heard if entry[0] == "foresight"] == [("foresight", done, 2) for done in range(3)]
+    assert heard[-1] == ("job", 2, 2)
+
+
 def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(monkeypatch, tmp_path):
     """`trainsim study` runs its points one after another in its own process, so the first point's 9 straggler
     states go ahead in two workers (``states_progress`` up to 9/9) and the second point (another interval, the

@@ -80,13 +80,15 @@ def job_trace(events: pa.Table, labels: dict[str, str], replication: int = 0) ->
 def run_job(loaded: LoadedScenario, out_dir: Path | None, *, force: bool = False,
             on_healthy_step: Callable[[dict], None] | None = None,
             progress: Callable[[int, int], None] | None = None, workers: int = 0,
-            states_progress: Callable[[int, int], None] | None = None) -> tuple[JobResult, list[str]]:
+            states_progress: Callable[[int, int], None] | None = None,
+            foresight_progress: Callable[[int, int], None] | None = None) -> tuple[JobResult, list[str]]:
     """Simulate the job over `run.horizon` and write its run folder into ``out_dir`` (nothing when None), as
     `trainsim run` and a sweep point do; return the result and the names of the files written.
-    ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``: simulate_job's (the healthy step before
-    the job; each replication; the cap on the processes simulating states ahead, and each state they do)."""
+    ``on_healthy_step``, ``progress``, ``workers``, ``states_progress``, ``foresight_progress``: simulate_job's
+    (the healthy step before the job; each replication; the cap on the processes simulating states ahead, each
+    state they do, and each replication of the pass that foresees those states)."""
     job = simulate_job(loaded, force=force, on_healthy_step=on_healthy_step, progress=progress, workers=workers,
-                       states_progress=states_progress)
+                       states_progress=states_progress, foresight_progress=foresight_progress)
     return job, [] if out_dir is None else write_job_outputs(out_dir, job, loaded)
 
 

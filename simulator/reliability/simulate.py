@@ -469,18 +469,21 @@ def prepare_job(loaded: LoadedScenario, *, force: bool = False) -> PreparedJob:
 def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None,
                  progress: Callable[[int, int], None] | None = None, workers: int = 0,
-                 states_progress: Callable[[int, int], None] | None = None) -> JobResult:
+                 states_progress: Callable[[int, int], None] | None = None,
+                 foresight_progress: Callable[[int, int], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
     ``on_healthy_step`` gets the healthy step's summary, its warnings followed by the job's known before it runs,
     once the job has passed its checks, before any replication is simulated: `trainsim run` prints them (out of
     memory above all, an interval that writes no checkpoint) then, not minutes later when the job ends.
-    ``progress(done, total)`` hears of each replication simulated, and of none done once the healthy step is:
-    the bar (and its clock) then shows from the start of the first replication, which meets most of a job's
-    states (the throttling example's first took 10 minutes, with nothing on the screen). Where the job's
-    straggler states are simulated ahead on the other cores (reliability/ahead.py, at most ``workers`` of them
-    where not 0), ``states_progress(done, total)`` hears of each state simulated before the replications run."""
+    ``progress(done, total)`` hears of each replication simulated, and of none done once the healthy step is
+    (and any states ahead): the bar (and its clock) then shows from the start of the first replication, which
+    meets most of a job's states (the throttling example's first took 10 minutes, with nothing on the screen).
+    Where the job's straggler states are simulated ahead on the other cores (reliability/ahead.py, at most
+    ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication of the
+    pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
+    replications run."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
@@ -492,11 +495,12 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     def arrivals(replication: int) -> Arrivals:
         return draw_arrivals(np.random.default_rng([scenario.run.seed, replication]), model.classes, counts, horizon)
 
+    if cores(workers) > 1 and any(klass.effect is Effect.STRAGGLE for klass in model.classes):
+        foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
+                                   foresight_progress)
+        simulate_ahead(prepared.states, foreseen, workers, states_progress)
     if progress is not None:
         progress(0, scenario.run.replications)
-    if cores(workers) > 1 and any(klass.effect is Effect.STRAGGLE for klass in model.classes):
-        simulate_ahead(prepared.states, states_foreseen(plan, map(arrivals, range(scenario.run.replications)),
-                                                        prepared.cost_cache, healthy), workers, states_progress)
     events = JobEvents()
     totals: list[ReplicationTotals] = []
     for replication in range(scenario.run.replications):

@@ -213,7 +213,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
               on_healthy_step: Callable[[dict], None] | None = None,
               on_point_warnings: Callable[[list[dict]], None] | None = None,
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
-              states_progress: Callable[[int, int], None] | None = None) -> dict:
+              states_progress: Callable[[int, int], None] | None = None,
+              foresight_progress: Callable[[int, int], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
@@ -225,7 +226,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     writes no checkpoint), which `trainsim study` prints, and study.json keeps as `point_warnings`.
     ``progress(done, total)`` hears of each point simulated. The points run one after another in this process,
     so each simulates its straggler states ahead on the other cores as `trainsim run` does (at most ``workers``
-    processes where not 0; ``states_progress`` hears of each state), unless this process is itself a worker; a
+    processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees them,
+    ``states_progress`` of each state), unless this process is itself a worker; a
     later point finds the states an earlier one simulated (the points change no step)."""
     base = load_scenario(scenario, overrides)
     require_horizon(base)
@@ -245,7 +247,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     for row in grid:
         done: list[StudyPoint] = []
         for multiplier, loaded in row:
-            result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress)
+            result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress,
+                                  foresight_progress=foresight_progress)
             done.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
                                    result.waiting))
             if progress is not None:
