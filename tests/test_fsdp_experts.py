@@ -170,13 +170,23 @@ def test_hybrid_shard_refuses_an_ep_that_does_not_tile_its_shard_groups(validati
     assert "neither divides the other" in str(error)
 
 
-@pytest.mark.parametrize("overrides", [(), ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")],
-                         ids=["fsdp", "fsdp-pp2"])
-def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides):
+HYBRID = "parallelism.fsdp=hybrid_shard"
+PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
+
+
+@pytest.mark.parametrize("overrides, tolerance", [
+    ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.02), ((HYBRID, "parallelism.ep=8"), 0.04),
+    ((HYBRID, *PIPELINED), 0.008)], ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2"])
+def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides, tolerance):
     """`trainsim search`'s ranking estimate times each layer's expert all-gathers and reduce-scatters over their
-    shard group beside the dense units' and FSDP2's copies of their gradients: 4 layers, 4 micro-batches, within
-    0.8% of the simulated step. Without them it estimated 0.179 s against 0.420 s simulated (sim/est 2.35), and
-    0.117 s against 0.209 s pipelined (1.79)."""
+    shard group beside the dense units' and FSDP2's copies of their gradients, and under HSDP each reduced shard's
+    all-reduce across its replicas after the last backward (`unit_reductions`): 4 layers, 4 micro-batches, each
+    within just over today's error. full_shard: 1.0029, pipelined 0.9942 (without the experts' collectives it
+    estimated 0.179 s against 0.420 s simulated, sim/est 2.35, and 0.117 s against 0.209 s pipelined, 1.79).
+    hybrid_shard: ep 4 (dividing the shard group of 4) 0.9844, ep 8 (a multiple of it: the experts' shard group
+    is the TP pair, with no replicas) 0.9657, pipelined (shard group 2, ep 2) 1.0057; before the estimate knew
+    HSDP (every collective over the whole DP group, no all-reduce across replicas) 1.1307, 0.9571 and 1.3396,
+    where the 4 expert all-reduces of 15.0 ms each across the hosts that end the simulated step were missing."""
     from simulator import simulate
     from simulator.config.loader import scenario_from_text
     from simulator.simulation import network_settings
@@ -193,4 +203,36 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     estimate = estimate_step_s(step, CollectiveTimes(topology, network_settings(loaded, topology)),
                                contention_share(loaded.scenario.collectives.sm_contention, step.gpu.name))
     simulated = simulate(loaded).summary["step_time_s"]
-    assert simulated / estimate == pytest.approx(1.0, abs=0.008)  # today 1.0029 and 0.9942
+    assert simulated / estimate == pytest.approx(1.0, abs=tolerance)
+
+
+DENSE_LAYER = (2 * MIXTRAL.hidden**2 + 2 * MIXTRAL.hidden * 1024) // TP + 2 * MIXTRAL.hidden + MIXTRAL.hidden * 8
+"""Dense parameters of one layer on one rank: Q and O (hidden x hidden), K and V (hidden x 8 KV heads of 128)
+split over TP, the two norms and the router (hidden x 8 experts) whole."""
+
+
+@pytest.mark.parametrize("overrides, dense, experts", [
+    ((HYBRID,), ((0, 2, 4, 6), (0, 8)), ((0, 1), (0, 8), 8 // EP)),
+    ((HYBRID, "parallelism.ep=8"), ((0, 2, 4, 6), (0, 8)), ((0, 1), (), 1)),
+    ((HYBRID, *PIPELINED), ((0, 4), (0, 8)), ((0, 1), (0, 8), 4)),
+], ids=["ep4", "ep8", "pp2-ep2"])
+def test_layout_search_estimate_reduces_hsdp_shards_over_the_programs_groups(overrides, dense, experts):
+    """A layer's reductions in the estimate's last backward under hybrid_shard, by hand. Dense: reduce-scattered
+    over rank 0's shard group (the DP ranks of its host: 4 of stride TP, or 2 with pp 2 dp 4) in fp32, then
+    1/d of that all-reduced with the other host's copy. Experts (E/ep of 3 x 4096 x 14336 on a rank): over
+    tp x d / ep ranks, the TP pair (d/ep = 1, or ep a multiple of d), then 1/2 of that all-reduced across the
+    hosts, except with ep 8, where every DP rank holds other experts: no replica."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.sweep.layouts import unit_blocks, unit_reductions
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.training import build_training_step
+
+    loaded = scenario_from_text(SCENARIO, "inline.yaml", list(overrides))
+    plan = build_training_step(loaded.scenario, scenario_topology(loaded)).plan
+    layer = next(unit for unit in unit_blocks(plan, list(plan.stages[0].blocks)) if unit[0].name == "L0.attn")
+    (shard, replicas), (expert_shard, expert_replicas, held) = dense, experts
+    expert_params = held * 3 * MIXTRAL.hidden * 14336
+    expected = [(("reduce_scatter", shard, DENSE_LAYER * 4), ("all_reduce", replicas, DENSE_LAYER * 4 / len(shard))),
+                (("reduce_scatter", expert_shard, expert_params * 4),
+                 ("all_reduce", expert_replicas, expert_params * 4 / 2) if expert_replicas else None)]
+    assert unit_reductions(plan, 0, layer) == expected

@@ -21,7 +21,7 @@ from simulator.parallel.folding import RankClasses, class_images, mirror_images,
 from simulator.parallel.layout import Layout
 from simulator.parallel.overlap import DP_STREAM, OverlapMixin, TPOverlap, tp_op
 from simulator.parallel.passes import Pass
-from simulator.parallel.sharding import Sharding
+from simulator.parallel.sharding import Sharding, replica_group, shard_group
 from simulator.parallel.work import Block, StageWork, TpPattern, gradient_buckets, layer_experts, layer_units
 from simulator.program.ops import COMPUTE_STREAM, Category, CollectiveOp, ComputeOp, Op
 from simulator.program.send_order import SendOrder
@@ -591,21 +591,10 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         return self.plan.layout.combined_group(("dp", "cp"), rank)
 
     def _shard_group(self, rank: int) -> tuple[int, ...]:
-        group = self._dp_group(rank)
-        size = self.plan.sharding.degree
-        if size >= len(group):
-            return group
-        position = group.index(rank)
-        start = position - position % size
-        return group[start:start + size]
+        return shard_group(self.plan.layout, rank, self.plan.sharding.degree)
 
     def _replica_group(self, rank: int) -> tuple[int, ...]:
-        size = self.plan.sharding.degree
-        group = self._dp_group(rank)
-        if size >= len(group):
-            return ()
-        position = group.index(rank) % size
-        return group[position::size]
+        return replica_group(self.plan.layout, rank, self.plan.sharding.degree)
 
     def _zero3_gather(self, rank: int, block: Block, vstage: int, mb: int, phase: Pass) -> list[int]:
         """ZeRO-3 gathers parameters before use, on the prefetch stream: DeepSpeed one block at a time, PyTorch

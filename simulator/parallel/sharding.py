@@ -4,9 +4,12 @@ collectives run) and the memory model (which bytes a rank holds)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from simulator.collectives.names import Primitive
+
+if TYPE_CHECKING:
+    from simulator.parallel.layout import Layout
 
 ZERO_STAGES = (0, 1, 2, 3)
 FP32_BYTES = 4.0
@@ -166,3 +169,23 @@ class Sharding:
         write ``grad_bytes``; the default gradient_divide_factor None divides nothing there), which HSDP then
         all-reduces across the replicas (torch 2.13, _fsdp_collectives.py, ``world_size > 1`` else branch)."""
         return 2 * self.grad_bytes
+
+
+def shard_group(layout: Layout, rank: int, degree: int) -> tuple[int, ...]:
+    """The ranks ``rank``'s sharded state is split over: the block of ``degree`` consecutive members of its DP x
+    CP group that holds it (HSDP's ``dp_shard``), the whole group where ``degree`` covers it."""
+    group = layout.combined_group(("dp", "cp"), rank)
+    if degree >= len(group):
+        return group
+    position = group.index(rank)
+    start = position - position % degree
+    return group[start:start + degree]
+
+
+def replica_group(layout: Layout, rank: int, degree: int) -> tuple[int, ...]:
+    """The ranks at ``rank``'s place in every shard group of its DP x CP group (`shard_group`), across which HSDP
+    all-reduces each gradient shard (``dp_replicate``); () where one shard group covers the DP x CP group."""
+    group = layout.combined_group(("dp", "cp"), rank)
+    if degree >= len(group):
+        return ()
+    return group[group.index(rank) % degree::degree]

@@ -22,6 +22,7 @@ from simulator.parallel.experts import ep_group, expert_gradient_reduction, expe
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
+from simulator.parallel.sharding import replica_group, shard_group
 from simulator.parallel.work import Block, TpPattern, gradient_buckets, layer_units
 from simulator.program.contention import SmShare
 from simulator.program.ops import COMPUTE_STREAM, CollectiveOp
@@ -242,12 +243,15 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the
     previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking
     collectives outlast their alone times by beside the gather under way (`forward_sharing_s`) join it, and the
-    longer of the two fills the micro-batch's slot. The pipeline is the plan's schedule run on the ideal
-    executor with each virtual stage's forward, input-grad and weight-grad actions
+    longer of the two fills the micro-batch's slot; PyTorch FSDP's collectives run over the rank's shard group
+    (`shard_group`, a block of the DP x CP group under HSDP) and the routed experts' over theirs. The pipeline
+    is the plan's schedule run on the ideal executor with each virtual stage's forward, input-grad and
+    weight-grad actions
     (`stage_actions_s`) stretched to its rank's slot and the slowest hop between ranks (`pipeline_ends_s`): its
     fill, drain and exposed hand-offs are the schedule's own. Then what the gradient reduction over the DP x CP
     group leaves after each rank's last action (`reduction_tail_s`, less the time the rank ends before the last;
-    pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`), the routed experts'
+    pipelined FSDP's reduce-scatters of each rank's chunk 0 after it, `chunk_reductions_s`; under HSDP each
+    shard's all-reduce across its replicas after its reduce-scatter), the routed experts'
     reduction and gather (`expert_state_s`), the optimizer step and ZeRO-1/2's parameter all-gather after it. ZeRO-3
     gathering every micro-batch adds what the forwards' starts wait for (`microbatch_starts_s`, the slowest
     rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
@@ -268,7 +272,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
         own = {vstage: stage_actions_s(plan, times, vstage, rank, share) for vstage in plan.rank_stages(pp_rank)}
         for vstage, stage_actions in with_hand_off_toll(own, toll).items():
             actions[vstage] = stage_actions
-        work = sum(sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
+        work = plain = sum(sum(actions[vstage]) for vstage in plan.rank_stages(pp_rank))
         params = sum(block.params for block in blocks)
         gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
                   if sharding.stage in (1, 2) else 0.0)
@@ -288,7 +292,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
                        sum(seconds for seconds, _ in beside_compute))
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         slots.append(work)
-        tails.append(reduction_tail_s(plan, times, rank, share)
+        tails.append(reduction_tail_s(plan, times, rank, share, work / plain if plain > 0 else 1.0)
                      + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
     ends = pipeline_ends_s(plan, times, actions, slots)
@@ -308,14 +312,14 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
 
 
 def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
-    """Seconds of pipelined FSDP's reduce-scatters of each of pipeline rank ``pp_rank``'s chunks (chunk 0
-    first): the chunk's units one after another over the DP x CP group, and their routed experts' over their
-    shard group where FSDP2 shards them, timed alone (`_chunk_grad_sync`)."""
+    """Seconds of pipelined FSDP's reductions of each of pipeline rank ``pp_rank``'s chunks (chunk 0 first),
+    whose last the rank's compute waits for: the chunk's units' reduce-scatters one after another over their
+    shard groups (their routed experts' after each where FSDP2 shards them) and, under HSDP, each reduced
+    shard's all-reduce across its replicas on its own stream (`unit_reductions`, `reductions_end_s`), timed
+    alone (`_chunk_grad_sync`)."""
     rank = plan.layout.rank_of(pp=pp_rank)
-    return [data_parallel_s(plan, times, rank, plan.sharding.grad_reduction,
-                            sharded_units(plan, list(plan.stages[vstage].blocks)), plan.sharding.grad_bytes)
-            + sum(times.seconds(*shapes[1]) for unit in unit_blocks(plan, list(plan.stages[vstage].blocks))
-                  if (shapes := expert_unit_shapes(plan, rank, unit)) is not None)
+    return [max(reductions_end_s(times, [(0.0, unit_reductions(plan, rank, unit))
+                                         for unit in unit_blocks(plan, list(plan.stages[vstage].blocks))]))
             for vstage in plan.rank_stages(pp_rank)]
 
 
@@ -338,7 +342,7 @@ def unshard_delay_s(plan: StepPlan, times: CollectiveTimes) -> float:
     plain = gathered = 0.0  # the first micro-batch's forward: where it ends without the gathers, and with them
     for vstage, stage in enumerate(plan.stages):
         rank = layout.rank_of(pp=stage_rank(vstage, layout.pp, plan.placement))
-        group = layout.combined_group(("dp", "cp"), rank)
+        group = shard_group(layout, rank, plan.sharding.degree)
         units = []  # per layer (FSDP unit), in forward order: its gathers (its experts' after), its forward
         for unit in unit_blocks(plan, list(stage.blocks)):
             params = sum(block.params for block in unit)
@@ -569,8 +573,8 @@ def opening_collective(plan: StepPlan, rank: int, vstage: int, phase: Pass) -> C
     return op, layout.group("tp", rank), block.tp_bytes
 
 
-def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
-                     share: SmShare | None) -> float:
+def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: SmShare | None,
+                     stretch: float = 1.0) -> float:
     """Seconds ``rank``'s gradient reduction outlasts the rank's last action by. The program's
     reduction collectives queue on the data-parallel stream, each sent as its gradients are finished: DDP's
     and ZeRO-1/2's buckets (`gradient_buckets`; all of them at the end without overlap), ZeRO-3's
@@ -581,10 +585,14 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
     go out well before the end. The kernels' SMs slow the kernels beside them
     (`SmShare.overlap_delay`): the last reduction starts that much later, unless the queue already ended
     later. Where every micro-batch reduce-scatters, its slot holds the reductions and their toll: only the
-    last unit's is left. Pipelined FSDP reduces after the chunk (`estimate_step_s`), and stages without
-    weights have nothing to reduce: no tail there."""
+    last unit's is left. Under HSDP each unit's reduced shards (dense and routed experts') are then all-reduced
+    across their replicas in the last backward, each on its own stream once its reduce-scatter ends
+    (`unit_reductions`, `reductions_end_s`), on the cool-down's clock ``stretch``ed to the slot (the slot's
+    seconds over its actions': FSDP's toll, copies and waits spread over the micro-batch); what that chain
+    outlasts the rank's last action by is the tail where it is longer. Pipelined FSDP reduces after the chunk
+    (`estimate_step_s`), and stages without weights have nothing to reduce: no tail there."""
     layout, sharding = plan.layout, plan.sharding
-    group = layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(layout, rank, sharding.degree)
     if len(group) == 1 or sharding.stage_reduces_grads:
         return 0.0
     ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
@@ -602,13 +610,18 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int,
         last = times.seconds(sharding.grad_reduction, group, nbytes)
         end = max(end, ready_s) + last
         busy += last
+    replicated = 0.0
+    if sharding.stage == 3 and replica_group(layout, rank, sharding.degree):
+        replicated = reductions_end_s(times, [(stretch * finished[index], unit_reductions(
+            plan, rank, [block for block in ready if block.layer == layer])) for layer, index in firsts.items()]
+        )[1] - stretch * clock
     if sharding.stage == 3 and sharding.reduce_every_microbatch:
-        return last  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
+        return max(last, replicated)  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
     delay = 0.0
     if share is not None and compute > 0:
         held = times.sms(sharding.grad_reduction, group, queue[0][1], share)
         delay = share.overlap_delay(min(busy, clock), held, compute, sm_bound / compute)
-    return max(end - clock, delay + last)
+    return max(end - clock, delay + last, replicated)
 
 
 _ACTION_PASSES: dict[str, tuple[Pass, ...]] = {
@@ -721,7 +734,7 @@ def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primi
                     bytes_per_param: float) -> float:
     """Seconds of collective ``op`` over ``rank``'s DP x CP group, once for each of ``units`` (parameters,
     ``bytes_per_param`` each per rank), one after another (0 with one data-parallel rank)."""
-    group = plan.layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(plan.layout, rank, plan.sharding.degree)
     return sum(times.seconds(op, group, params * bytes_per_param) for params in units) if len(group) > 1 else 0.0
 
 
@@ -787,6 +800,45 @@ def expert_unit_shapes(plan: StepPlan, rank: int,
     return ("all_gather", group, params * sharding.param_bytes), ("reduce_scatter", group, params * sharding.grad_bytes)
 
 
+def unit_reductions(plan: StepPlan, rank: int, blocks: list[Block]) -> list[tuple[CollectiveShape | None,
+                                                                                 CollectiveShape | None]]:
+    """One FSDP unit's (``blocks``') gradient reductions in the step's last reduction as the program issues them
+    (`ProgramBuilder._grads_done`, `_chunk_grad_sync`), per shard (its dense parameters', then its routed
+    experts' where FSDP2 shards them): (the reduce-scatter over its shard group, HSDP's all-reduce of the
+    reduced shard across its replicas, 1/size of the shard group of the gradients), each None where there is
+    none (a one-rank shard group; full_shard, or experts that one shard group alone holds: no replicas)."""
+    sharding = plan.sharding
+    shards: list[tuple[tuple[int, ...], tuple[int, ...], float]] = []
+    params = sum(block.params for block in blocks)
+    if params > 0:
+        shards.append((shard_group(plan.layout, rank, sharding.degree),
+                       replica_group(plan.layout, rank, sharding.degree), params))
+    experts = sharded_expert_params(plan, blocks)
+    if experts > 0:
+        ep = next(block.experts.ep for block in blocks if block.experts is not None)
+        shards.append((*expert_shard_groups(plan.layout, rank, ep, sharding.degree), experts))
+    return [((sharding.grad_reduction, group, params * sharding.grad_bytes) if len(group) > 1 else None,
+             ("all_reduce", replicas, params * sharding.grad_bytes / len(group)) if replicas else None)
+            for group, replicas, params in shards]
+
+
+def reductions_end_s(times: CollectiveTimes,
+                     units: list[tuple[float, list[tuple[CollectiveShape | None, CollectiveShape | None]]]]
+                     ) -> tuple[float, float]:
+    """When a rank's unit reductions end on the reduce-scatter stream and on HSDP's all-reduce stream, ``units``
+    in issue order as (when the unit's gradients are ready, its `unit_reductions`), each timed alone: each
+    reduce-scatter queues on its stream once ready, each all-reduce on its own (FSDP2's ``all_reduce_stream``)
+    once its reduce-scatter has ended."""
+    scattered = reduced = 0.0
+    for ready, shards in units:
+        scattered = max(scattered, ready)
+        for scatter, all_reduce in shards:
+            scattered += times.seconds(*scatter) if scatter is not None else 0.0
+            if all_reduce is not None:
+                reduced = max(reduced, scattered) + times.seconds(*all_reduce)
+    return scattered, reduced
+
+
 def expert_unit_s(times: CollectiveTimes, unit: ShardedUnit, which: int) -> float:
     """Seconds of ``unit``'s experts' all-gather (``which`` 0) or reduce-scatter (1) alone; 0 without them."""
     return times.seconds(*unit.experts[which]) if unit.experts is not None else 0.0
@@ -847,7 +899,7 @@ def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
     (`CollectiveTimes.together`: both while the shorter runs, then the longer alone); FSDP's no-sync defers the
     reduce-scatters to the step's end."""
     sharding = plan.sharding
-    group = plan.layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(plan.layout, rank, plan.sharding.degree)
     if len(group) == 1:
         return []
     shaped = [u for u in units if u.params > 0]
@@ -898,7 +950,7 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
     reduce-scatter beside it is not. The last unit's reduce-scatter is waited for only in the next micro-batch
     (the step's last: `reduction_tail_s`)."""
     sharding = plan.sharding
-    group = plan.layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(plan.layout, rank, plan.sharding.degree)
     if not (sharding.fsdp and sharding.reduce_every_microbatch) or len(group) == 1:
         return 0.0
     backward = [u for u in reversed(units) if u.params > 0]
@@ -929,7 +981,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     (`CollectiveTimes.beside`, the engine's flow model): what they outlast their alone times by (nothing
     before the gather leaves its start-up latency, or after it ends)."""
     sharding = plan.sharding
-    group = plan.layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(plan.layout, rank, plan.sharding.degree)
     if not (sharding.fsdp and sharding.reshard_after_forward) or len(group) == 1:
         return 0.0
     units = [(unit, sum(block.params for block in unit)) for unit in unit_blocks(plan, blocks)]
@@ -1013,7 +1065,7 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     the reduce-scatter before it is `backward_waits_s`'s, the step's last backward's
     `reduction_tail_s`'s)."""
     sharding, m = plan.sharding, plan.microbatches
-    group = plan.layout.combined_group(("dp", "cp"), rank)
+    group = shard_group(plan.layout, rank, plan.sharding.degree)
     shaped = [u for u in units if u.params > 0]
     if not shaped or len(group) == 1:
         return 0.0
