@@ -37,8 +37,9 @@ from simulator.config.traces import TraceWorkload
 from simulator.config.training_options import grad_buffer_bytes
 from simulator.engine.replicas import shift_step
 from simulator.errors import InputError
-from simulator.parallel.experts import ep_group
+from simulator.parallel.experts import ep_group, expert_shard_groups
 from simulator.parallel.layout import Layout
+from simulator.parallel.sharding import replica_group, shard_group
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
@@ -132,7 +133,10 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     wrapped unit (PyTorch FSDP: a layer, a MoE layer's routed experts, the embedding, the head) in every
     forward and backward and reduce-scatters each unit's gradients every micro-batch; otherwise DDP buckets,
     or, where the step reduces every micro-batch's gradients (`ddp.reduce_every_microbatch`), each
-    micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather."""
+    micro-batch's (PyTorch FSDP's per unit), and the optimizer's gather. PyTorch FSDP under pipelining gathers
+    each unit once a step and reduce-scatters it once, after its chunk's last backward."""
+    if par.pipelined_fsdp(par.pp):
+        return units * 2
     if par.gathers_per_unit:
         return units * 3 * m
     if par.zero == 3:
@@ -140,6 +144,14 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     if par.reduce_every_microbatch(par.pp):
         return (units if par.fsdp is not None else buckets) * m + 2
     return buckets + 2
+
+
+def _hybrid_degree(layout: Layout, hosts: HostShape | None) -> int:
+    """HSDP's shard group size: rank 0's DP x CP ranks in its NVLink domain (workload/training.py `_sharding`); 0
+    where they are the whole group (one host: no replicas)."""
+    group = layout.combined_group(("dp", "cp"), 0)
+    degree = sum(1 for rank in group if hosts is None or rank // hosts.domain == 0)
+    return degree if degree < len(group) else 0
 
 
 def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
@@ -226,13 +238,23 @@ class CollectiveShape:
     the same rails), so that they lie in other DP replicas rather than beside it in its own."""
 
 
-def _first_group(layout: Layout, kind: str, ep: int) -> tuple[int, ...]:
-    """Rank 0's group of ``kind``: its EP block of the DP x CP group for `ep` (parallel/experts.py)."""
+def _first_group(layout: Layout, kind: str, ep: int, degree: int = 0) -> tuple[int, ...]:
+    """Rank 0's group of ``kind``: its EP block of the DP x CP group for `ep` (parallel/experts.py); under HSDP
+    (``degree``, the shard group's size, below the DP x CP group's; 0: no HSDP) for ``dp`` its shard group and for
+    ``replicas`` the ranks at its place in the other shard groups (parallel/sharding.py); for ``experts`` and
+    ``expert_replicas`` those of its routed experts under PyTorch FSDP2 (`expert_shard_groups`)."""
+    size = layout.dp * layout.cp
+    if kind in ("experts", "expert_replicas"):
+        return expert_shard_groups(layout, 0, ep, degree or size)[kind == "expert_replicas"]
+    if kind == "replicas":
+        return replica_group(layout, 0, degree or size)
+    if kind == "dp" and 0 < degree < size:
+        return shard_group(layout, 0, degree)
     return ep_group(layout, 0, ep) if kind == "ep" else layout.group(kind, 0)
 
 
 def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None,
-                       ep: int = 1, channels: int = 0) -> dict[str, CollectiveShape]:
+                       ep: int = 1, channels: int = 0, degree: int = 0) -> dict[str, CollectiveShape]:
     """The `CollectiveShape` of each kind's collectives (a P2P send is one transfer; an EP all-to-all posts one
     to every other member, collectives/direct.py, on no extra channel). A group across hosts keeps the replicas
     that share its NICs; when another dimension crosses hosts too, its collectives join replicas on other hosts
@@ -243,7 +265,7 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     Mixtral EP 8 keeps 0.90 of it); a group across the trays of one NVL72 rack meets no replica on a NIC.
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
     too, as ring.py's `channel_count` reads it."""
-    groups = {kind: _first_group(layout, kind, ep) for kind in kinds if kind != "pp"}
+    groups = {kind: _first_group(layout, kind, ep, degree) for kind in kinds if kind != "pp"}
     per_host = {kind: Counter(rank // hosts.gpus for rank in group) if hosts is not None else Counter()
                 for kind, group in groups.items()}
     crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
@@ -294,7 +316,8 @@ def _quotient_step(layout: Layout, hosts: HostShape | None) -> int:
     return shift_step(layout, hosts.period if hosts is not None else 0)
 
 
-def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape, ep: int) -> CollectiveShape:
+def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape, ep: int,
+                    degree: int = 0) -> CollectiveShape:
     """``shape`` under the replica quotient of ``step`` replicas: of a group that spans ``span`` DP replicas,
     only the transfers from the first ``step`` are sent (a DP ring's step / dp), and of its copies per stage
     one per orbit of the shift: those in the first ``step`` replicas, or, where the copies that meet it lie one
@@ -302,7 +325,7 @@ def _quotient_shape(layout: Layout, step: int, kind: str, shape: CollectiveShape
     if kind == "pp":
         return shape
     stride = layout.stride("dp")
-    span = len({rank // stride % layout.dp for rank in _first_group(layout, kind, ep)})
+    span = len({rank // stride % layout.dp for rank in _first_group(layout, kind, ep, degree)})
     kept = max(step, span)
     copies = (shape.replicas * kept if shape.joined else layout.world // layout.pp // shape.members * kept
               ) // layout.dp
@@ -345,21 +368,33 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
                                else (0, Counter[str]()))
     compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
                    + layers_per_rank * split_compute)
+    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
+    degree = _hybrid_degree(layout, hosts) if par.hybrid_shard else 0
+    dense_units, expert_units = (layers + 2.0) / pp, layers_per_rank if moe and par.gathers_per_unit else 0.0
     comm = {
         "tp": m * layers_per_rank * sum(tp_plans.values()),
         "ep": m * layers_per_rank * _ep_all_to_alls(training.recompute) if moe and par.ep > 1 else 0.0,
         "cp": m * layers_per_rank * _cp_collectives(par, training.recompute) if cp > 1 else 0.0,
         "pp": m * 4 * (pp * v - 1) / pp if pp > 1 else 0.0,
-        "dp": _dp_collectives(par, m, blocks_per_rank, (layers * (1 + (moe and par.gathers_per_unit)) + 2.0) / pp,
+        "dp": _dp_collectives(par, m, blocks_per_rank, dense_units,
                               _buckets(tensors, layers_per_rank, grad_buffer_bytes(training.precision,
                                                                                    training.gradient_buffer_dtype()),
                                        par.ddp.bucket)) if dp > 1 else 0.0,
     }
+    if expert_units and dp > 1:  # FSDP2's expert units: over their own shard group, or copies in its place
+        expert_collectives = _dp_collectives(par, m, 0.0, expert_units, 0.0)
+        if len(_first_group(layout, "experts", par.ep, degree)) > 1:
+            comm["experts"] = expert_collectives
+        else:
+            compute += expert_collectives
+    if degree:  # HSDP: each unit's shards all-reduced across the replicas once a step
+        comm["replicas"] = dense_units
+        if expert_units and _first_group(layout, "expert_replicas", par.ep, degree):
+            comm["expert_replicas"] = expert_units
     if synthetic is not None:  # fixed costs: no TP, CP or DP traffic, and P2P free unless it has bytes
         compute += comm["pp"] / 2 if synthetic.p2p_bytes <= 0 else 0.0  # a free hand-off per receive
         comm = {kind: count if kind == "pp" and synthetic.p2p_bytes > 0 else 0.0 for kind, count in comm.items()}
-    layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
-    shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels)
+    shapes = _collective_shapes(layout, comm, hosts, par.ep, scenario.collectives.channels, degree)
     ranks = pp * _rank_classes(comm, shapes) if fold else gpus
     if scenario.collectives.algorithm == "hierarchical" and hosts is not None:
         all_reduce = {"tp": not par.sequence_parallel, "cp": False, "dp": par.zero_stage == 0}
@@ -371,7 +406,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
         quotient = _quotient_step(layout, hosts) if scenario.network.model == "flow" and scenario.faults.step.empty \
             and not (par.zero_stage == 0 and scenario.collectives.algorithm in TREE_ALGORITHMS) else 0
         if quotient:
-            shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep) for kind, shape in shapes.items()}
+            shapes = {kind: _quotient_shape(layout, quotient, kind, shape, par.ep, degree)
+                      for kind, shape in shapes.items()}
         flows = pp * sum(count * shapes[kind].transfers * shapes[kind].replicas for kind, count in comm.items())
         mirrors = pp * sum(comm.values()) * tp * cp * dp * 2
     else:

@@ -262,7 +262,8 @@ replicas the DP collectives join to it (the run that passed the check at 1,320 f
     (SCENARIOS / "megatron-sc21-18.4b.yaml", ["model.layers=4"]),
 ])
 def test_the_estimate_counts_the_flows_the_collective_plans_make(path, overrides):
-    """Estimate / flows_simulated: 1.03, 0.93, 1.20, 0.81, 1.04 (0.78, 0.66, 0.88, 0.83, 1.05 before DDP buckets
+    """Estimate / flows_simulated: 0.94, 0.93, 1.14, 0.81, 1.04 (1.03, 0.93, 1.20 for the pipelined FSDP runs while
+    their units counted three collectives a micro-batch, not two a step; 0.78, 0.66, 0.88, 0.83, 1.05 before DDP buckets
     were filled tensor by tensor and a full recompute's TP collectives counted; 0.65, 0.53, 0.72 before the TP
     collectives counted as the builder posts them with sequence parallelism; TP 16 across hosts was 0.07, 0.01
     before the estimate counted a ring per channel and the replicas beside it)."""
@@ -307,6 +308,60 @@ def test_the_estimate_counts_all_to_alls_tp_overlap_and_per_microbatch_reduction
     assert estimate.simulated_ranks == summary["simulated_ranks"]
     assert estimate.ops / summary["ops_executed"] == pytest.approx(ops_ratio, rel=0.08)
     assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.08)
+
+
+MIXTRAL_FSDP = ["model.layers=4", "run.fold=false", "parallelism.zero=0"]
+"""mixtral-8x7b-ep8 (tp 2, dp 16 on four DGX H100, 4 micro-batches) cut to 4 layers under PyTorch FSDP2, unfolded
+so that every rank's collectives are counted as the program posts them."""
+
+
+@pytest.mark.parametrize("overrides, ops_ratio, flows_ratio", [
+    (["parallelism.fsdp=full_shard", "parallelism.ep=4"], 0.787, 1.122),
+    (["parallelism.fsdp=hybrid_shard", "parallelism.ep=4"], 0.791, 1.160),
+    (["parallelism.fsdp=hybrid_shard", "parallelism.ep=8"], 0.791, 1.100),
+    (["parallelism.fsdp=full_shard", "parallelism.pp=2"], 1.015, 1.127),
+    (["parallelism.fsdp=full_shard", "parallelism.tp=1", "cluster.nodes=1", "parallelism.ep=8",
+      "training.global_batch=16"], 0.630, 1.008),
+], ids=["full-ep4", "hybrid-ep4", "hybrid-ep8", "full-pp2", "one-rank-experts"])
+def test_the_estimate_counts_expert_collectives_under_fsdp_over_their_own_groups(overrides, ops_ratio, flows_ratio):
+    """Estimate / simulated ops and flows of MoE steps under PyTorch FSDP2, held within 5% of today's ratio. The
+    estimate counted each layer's routed-experts unit as one more unit over the whole DP group (a ring per rail
+    across the hosts, 4 transfers a rank here) and knew no HSDP: flows 1.268, 1.962, 1.600, 1.521 (ops 1.298
+    pipelined) and, on one host at tp 1 ep 8, where each rank holds its experts alone and FSDP2 copies instead of
+    gathering, 1.100. Now the experts' gathers and reduce-scatters go over their shard group (tp x dp / ep ranks: [0, 1,
+    16, 17] under full_shard ep 8, 2 transfers a rank; the TP pair under hybrid_shard), HSDP's dense ones over the
+    host's 4 DP ranks, each unit's shard all-reduced once a step across the 4 hosts, and pipelined FSDP gathers and
+    reduce-scatters each unit once a step (per rank 4 layers x 3 x 4 micro-batches = 48 expert collectives, 4
+    all-reduces of them and 6 of the dense units under HSDP; 2 a unit pipelined: 6 dense, 4 expert on 2 layers)."""
+    loaded = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", [*MIXTRAL_FSDP, *overrides])
+    estimate = scale.estimate_scale(loaded.scenario, scale.scenario_gpus(loaded), scale.scenario_hosts(loaded))
+    summary = simulate(loaded).summary
+    assert estimate.simulated_ranks == summary["simulated_ranks"] == scale.scenario_gpus(loaded)
+    assert estimate.ops / summary["ops_executed"] == pytest.approx(ops_ratio, rel=0.05)
+    assert estimate.flows / summary["flows_simulated"] == pytest.approx(flows_ratio, rel=0.05)
+
+
+def test_the_estimate_finds_the_expert_and_hsdp_groups_and_counts_their_collectives():
+    """By hand on mixtral-8x7b-ep8's layout (tp 2, dp 16, rank 0's DP group 0, 2, .., 30 over four 8-GPU hosts):
+    full_shard ep 8 shards its experts over DP positions 0 and 8 with their TP peers; hybrid_shard shards within a
+    host's 4 DP ranks, replicates across the hosts (positions 0, 4, 8, 12), and with ep 4 shards the experts over
+    the TP pair alone, replicated like the dense shards, with ep 8 the TP pair too, its experts held again at DP
+    position 8 only (one EP block spans two hosts' shard groups). Collectives per rank: 3 a
+    unit and micro-batch, 2 a unit and step under pipelining (4 micro-batches, 6 units)."""
+    layout = Layout(tp=2, dp=16)
+    assert scale._first_group(layout, "experts", 8) == (0, 1, 16, 17)
+    assert scale._first_group(layout, "dp", 8) == layout.group("dp", 0)
+    assert scale._first_group(layout, "dp", 4, 4) == (0, 2, 4, 6)
+    assert scale._first_group(layout, "replicas", 4, 4) == (0, 8, 16, 24)
+    assert scale._first_group(layout, "experts", 4, 4) == (0, 1)
+    assert scale._first_group(layout, "expert_replicas", 4, 4) == (0, 8, 16, 24)
+    assert scale._first_group(layout, "experts", 8, 4) == (0, 1)
+    assert scale._first_group(layout, "expert_replicas", 8, 4) == (0, 16)
+    fsdp = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", ["parallelism.zero=0", "parallelism.fsdp=full_shard"])
+    pipelined = load_scenario(SCENARIOS / "mixtral-8x7b-ep8.yaml", ["parallelism.zero=0", "parallelism.fsdp=full_shard",
+                                                                   "parallelism.pp=2"])
+    assert scale._dp_collectives(fsdp.scenario.parallelism, 4, 0.0, 6.0, 0.0) == 72
+    assert scale._dp_collectives(pipelined.scenario.parallelism, 4, 0.0, 6.0, 0.0) == 12
 
 
 DP8_TWO_LAYERS = SCENARIOS / "llama3-8b-dgx-h100-dp8.yaml"
@@ -383,8 +438,9 @@ def test_a_tp_group_across_hosts_counts_a_ring_per_rail_and_its_replicas():
 
 
 def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_run(monkeypatch, tmp_path, capsys):
-    """With the limit at 50,000 events the TP-16 step (~123,912 flows estimated, 103,392 real) is refused at
-    parallelism.tp before the cluster is built; the old estimate (1,320 flows) let it run."""
+    """With the limit at 50,000 events the TP-16 step (~117,768 flows estimated, 103,392 real; 123,912 while
+    pipelined FSDP's units counted three collectives a micro-batch) is refused at parallelism.tp before the
+    cluster is built; the old estimate (1,320 flows) let it run."""
     monkeypatch.setattr(scale, "MAX_EVENTS", 50_000)
     monkeypatch.setattr(scale, "scenario_topology", lambda _loaded: pytest.fail("the cluster was built"))
     args = [str(TORCHTITAN_70B), *(word for item in TP16_DP8 for word in ("--set", item))]
@@ -392,7 +448,7 @@ def test_tp_across_hosts_beyond_the_limits_is_refused_at_its_field_before_the_ru
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()
     assert ("--set parallelism.tp=16: parallelism.tp: this run is too large to simulate: 256 GPUs, 2 simulated ranks "
-            "(folded), ~250 ops, ~123,912 flows") in err
+            "(folded), ~226 ops, ~117,768 flows") in err
     assert "(allowed: TP inside one NVLink domain (parallelism.tp at most 8, the GPUs of a host or NVL72 rack);" in err
 
 
