@@ -777,7 +777,7 @@ def test_the_estimates_fsdp_sm_toll_is_the_simulated_compute_slowdown(cluster):
     units = sharded_unit_work(plan, times, 0, blocks)
     spans = sharded_microbatch_spans(plan, times, 0, units)
     copy_outs = sum(unit.copy_out_s for unit in units)
-    toll = plan.microbatches * sharded_slowdown(spans_beside_compute(plan, spans, units), times, share, blocks,
+    toll = plan.microbatches * sharded_slowdown(spans_beside_compute(plan, 0, spans, units), times, share, blocks,
                                                 copy_outs)[0]
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
     assert toll == pytest.approx(summary["sm_contention"]["compute_slowdown_s"]["dp"], rel=0.09)
@@ -856,7 +856,7 @@ def test_the_estimates_fsdp_sm_toll_spares_the_compute_streams_tp_collectives():
     plan, blocks = step.plan, list(step.plan.stages[0].blocks)
     share = contention_share(scenario.collectives.sm_contention, step.gpu.name)
     units = sharded_unit_work(plan, times, 0, blocks)
-    spans = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, 0, units), units)
+    spans = spans_beside_compute(plan, 0, sharded_microbatch_spans(plan, times, 0, units), units)
     blocking = sum(blocking_collectives_s(plan, times, block, 0) for block in blocks)
     copy_outs = sum(unit.copy_out_s for unit in units)
     toll = plan.microbatches * sharded_slowdown(spans, times, share, blocks, blocking + copy_outs)[0]
@@ -925,7 +925,7 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
         step = build_training_step(scenario, topology)
         plan, blocks = step.plan, list(step.plan.stages[0].blocks)
         units = sharded_unit_work(plan, times, 0, blocks)
-        spans = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, 0, units), units)
+        spans = spans_beside_compute(plan, 0, sharded_microbatch_spans(plan, times, 0, units), units)
         blocking = sum(blocking_collectives_s(plan, times, block, 0) for block in blocks)
         _, slowed = sharded_slowdown(spans, times, contention_share(scenario.collectives.sm_contention,
                                                                     step.gpu.name), blocks, blocking)

@@ -279,7 +279,7 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
         if sharding.stage == 3:
             unit_work = sharded_unit_work(plan, times, rank, blocks)
             # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
-            beside_compute = spans_beside_compute(plan, sharded_microbatch_spans(plan, times, rank, unit_work),
+            beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
                                                   unit_work)
             blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
             copy_outs = sum(unit.copy_out_s for unit in unit_work)
@@ -589,32 +589,35 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
     across their replicas in the last backward, each on its own stream once its reduce-scatter ends
     (`unit_reductions`, `reductions_end_s`), on the cool-down's clock ``stretch``ed to the slot (the slot's
     seconds over its actions': FSDP's toll, copies and waits spread over the micro-batch); what that chain
-    outlasts the rank's last action by is the tail where it is longer. Pipelined FSDP reduces after the chunk
+    outlasts the rank's last action by is the tail where it is longer. So is a one-rank shard group's: it
+    reduce-scatters no dense unit, but its routed experts' reductions and the replicas' all-reduces still run
+    (tp 8 on a DGX H100). Pipelined FSDP reduces after the chunk
     (`estimate_step_s`), and stages without weights have nothing to reduce: no tail there."""
     layout, sharding = plan.layout, plan.sharding
     group = shard_group(layout, rank, sharding.degree)
-    if len(group) == 1 or sharding.stage_reduces_grads:
+    if sharding.stage_reduces_grads or (len(group) == 1 and sharding.stage != 3):
         return 0.0
     ready, finished, clock, compute, sm_bound = _cool_down(plan, times, rank, share)
+    replicated = 0.0
     if sharding.stage == 3:
         units = layer_units(reversed(ready))
         firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
-        queue = [(finished[index], units[layer][2] * sharding.grad_bytes) for layer, index in firsts.items()]
+        queue = [(finished[index], units[layer][2] * sharding.grad_bytes)
+                 for layer, index in firsts.items()] if len(group) > 1 else []
+        if replica_group(layout, rank, sharding.degree) or len(group) == 1:
+            replicated = max(reductions_end_s(times, [(stretch * finished[index], unit_reductions(
+                plan, rank, [block for block in ready if block.layer == layer])) for layer, index in firsts.items()]
+            )) - stretch * clock
     else:
         queue = [(finished[keys[-1]] if sharding.overlap else clock, nbytes)
                  for keys, nbytes in gradient_buckets(enumerate(ready), sharding.grad_bytes, sharding.bucket_bytes)]
-    if not queue:  # stages without weights (a synthetic model's): nothing to reduce
-        return 0.0
+    if not queue:  # stages without weights (a synthetic model's), or a one-rank shard group: its chain alone
+        return max(replicated, 0.0)
     end, last, busy = 0.0, 0.0, 0.0
     for ready_s, nbytes in queue:
         last = times.seconds(sharding.grad_reduction, group, nbytes)
         end = max(end, ready_s) + last
         busy += last
-    replicated = 0.0
-    if sharding.stage == 3 and replica_group(layout, rank, sharding.degree):
-        replicated = reductions_end_s(times, [(stretch * finished[index], unit_reductions(
-            plan, rank, [block for block in ready if block.layer == layer])) for layer, index in firsts.items()]
-        )[1] - stretch * clock
     if sharding.stage == 3 and sharding.reduce_every_microbatch:
         return max(last, replicated)  # the slots hold every reduce-scatter and its SMs' toll but the last unit's
     delay = 0.0
@@ -900,18 +903,17 @@ def sharded_microbatch_spans(plan: StepPlan, times: CollectiveTimes, rank: int,
     reduce-scatters to the step's end."""
     sharding = plan.sharding
     group = shard_group(plan.layout, rank, plan.sharding.degree)
-    if len(group) == 1:
-        return []
     shaped = [u for u in units if u.params > 0]
-    gathers: list[CollectiveShape] = [("all_gather", group, u.params * sharding.param_bytes) for u in shaped]
+    dense = shaped if len(group) > 1 else []  # a one-rank shard group gathers and reduces no dense unit
+    gathers: list[CollectiveShape] = [("all_gather", group, u.params * sharding.param_bytes) for u in dense]
     reductions: list[CollectiveShape] = [(sharding.grad_reduction, group, u.params * sharding.grad_bytes)
-                                         for u in shaped]
+                                         for u in dense]
     experts = [u.experts for u in shaped if u.experts is not None]
     reductions_alone: list[Span] = [(times.seconds(*r), (r,)) for r in [*(e[1] for e in experts), *reductions]]
     if not sharding.reshard_after_forward:
         return reductions_alone if sharding.reduce_every_microbatch else []
     spans: list[Span] = [(times.seconds(*g), (g,)) for g in [*gathers, *(e[0] for e in experts)]]
-    regathered = [g for g, u in zip(gathers, shaped) if not (u.head and sharding.gather_per_layer)]
+    regathered = [g for g, u in zip(gathers, dense) if not (u.head and sharding.gather_per_layer)]
     if not sharding.reduce_every_microbatch:
         return spans + [(times.seconds(*g), (g,)) for g in [*(e[0] for e in experts), *regathered]]
     return [*spans, *_backward_spans(times, [e[0] for e in experts], [e[1] for e in experts]),
@@ -951,7 +953,7 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
     (the step's last: `reduction_tail_s`)."""
     sharding = plan.sharding
     group = shard_group(plan.layout, rank, plan.sharding.degree)
-    if not (sharding.fsdp and sharding.reduce_every_microbatch) or len(group) == 1:
+    if not (sharding.fsdp and sharding.reduce_every_microbatch):
         return 0.0
     backward = [u for u in reversed(units) if u.params > 0]
     regathered = [u for u in backward if sharding.reshard_after_forward and not u.head]
@@ -959,8 +961,12 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
     for index, (unit, following) in enumerate(zip(backward, backward[1:])):
         reduction: CollectiveShape = (sharding.grad_reduction, group, unit.params * sharding.grad_bytes)
         beside = regathered[index + 1] if index + 1 < len(regathered) else None
-        ends = (times.together(reduction, ("all_gather", group, beside.params * sharding.param_bytes))
-                if beside is not None else (times.seconds(*reduction),))
+        if len(group) == 1:  # no dense reduce-scatter or gather: only the unit's experts' reduce-scatter
+            ends: tuple[float, ...] = (0.0,)
+        elif beside is not None:
+            ends = times.together(reduction, ("all_gather", group, beside.params * sharding.param_bytes))
+        else:
+            ends = (times.seconds(*reduction),)
         waits += max(max(ends) + expert_unit_s(times, unit, 1) - slowed * following.backward_s, 0.0)
     return waits
 
@@ -1067,18 +1073,22 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     sharding, m = plan.sharding, plan.microbatches
     group = shard_group(plan.layout, rank, plan.sharding.degree)
     shaped = [u for u in units if u.params > 0]
-    if not shaped or len(group) == 1:
+    if not shaped:
         return 0.0
+
+    def gathered_s(unit: ShardedUnit) -> float:
+        """Seconds of the unit's dense gather (none over a one-rank shard group)."""
+        return times.seconds("all_gather", group, unit.params * sharding.param_bytes) if len(group) > 1 else 0.0
+
     first = shaped[0]
     copied = copy_in_s(plan, first.params)
-    opening = copied + times.seconds("all_gather", group, first.params * sharding.param_bytes)
+    opening = copied + gathered_s(first)
     if len(shaped) > 1:
         copied += copy_in_s(plan, shaped[1].params)
-        second = (max(opening, copied) + times.seconds("all_gather", group, shaped[1].params * sharding.param_bytes)
-                  + expert_unit_s(times, shaped[1], 0))
+        second = max(opening, copied) + gathered_s(shaped[1]) + expert_unit_s(times, shaped[1], 0)
         opening += max(second - opening - first.forward_s, 0.0)
     waits = (times.seconds(sharding.grad_reduction, group, first.params * sharding.grad_bytes)
-             if waits_for_last_reduction(plan) else 0.0)
+             if waits_for_last_reduction(plan) and len(group) > 1 else 0.0)
     return m * opening + (m - 1) * waits
 
 
@@ -1089,12 +1099,15 @@ def waits_for_last_reduction(plan: StepPlan) -> bool:
     return sharding.fsdp and sharding.reduce_every_microbatch and plan.layout.pp == 1
 
 
-def spans_beside_compute(plan: StepPlan, spans: list[Span], units: list[ShardedUnit]) -> list[Span]:
-    """Of ``spans`` (`sharded_microbatch_spans` of ``units``: the forward's gathers first, one per unit with
-    parameters, the backward's last reduce-scatter last), those that run beside the compute: under PyTorch FSDP
-    not the first two units' gathers, which each forward's start waits for, nor the backward's last
-    reduce-scatter where the next forward waits for it (`microbatch_starts_s`)."""
+def spans_beside_compute(plan: StepPlan, rank: int, spans: list[Span], units: list[ShardedUnit]) -> list[Span]:
+    """Of ``spans`` (`sharded_microbatch_spans` of ``units`` on ``rank``: the forward's gathers first, one per
+    unit with parameters, the backward's last reduce-scatter last), those that run beside the compute: under
+    PyTorch FSDP not the first two units' gathers, which each forward's start waits for, nor the backward's last
+    reduce-scatter where the next forward waits for it (`microbatch_starts_s`). Over a one-rank shard group
+    there are neither (the spans are the routed experts' alone): all of them."""
     if not (plan.sharding.fsdp and plan.sharding.reshard_after_forward):
+        return spans
+    if len(shard_group(plan.layout, rank, plan.sharding.degree)) == 1:
         return spans
     opening = min(2, sum(1 for unit in units if unit.params > 0))
     return spans[opening:-1] if waits_for_last_reduction(plan) else spans[opening:]
