@@ -1186,3 +1186,22 @@ def test_each_pruned_kind_carries_its_own_words():
     assert len({kind.label for kind in Pruned}) == len(Pruned) == 9
     assert Pruned("dominated").label == "dominated by a lighter recompute that fits"
     assert Pruned.BELOW_TOP == "below_top" and Pruned.BELOW_TOP.label == "estimate ranks below --top"
+
+
+def test_the_comparison_calls_a_layout_without_a_pipeline_idle_not_bubbled():
+    """Llama 3 70B on 1,024 H100: the search's tp4 pp1 FSDP winner was said to have a 'bubble 1.8%' beside the
+    tree's pp 4 layout, though it has no pipeline; its run's printout and verdict call that share compute idle
+    (waits for FSDP gathers)."""
+    from simulator.sweep.decision_tree import TreeChoice
+    from simulator.sweep.search import CANDIDATE_COLUMNS, compare
+
+    def row(pp: int, dp: int, sharding: str, tokens: float, bubble: float) -> dict:
+        candidate = Candidate(4, 1, pp, dp, 1, 1, sharding, "none")
+        return {**{name: getattr(candidate, name) for name in CANDIDATE_COLUMNS},
+                "label": candidate.label(), "tokens_per_s": tokens, "mfu": 0.48, "bubble_fraction": bubble,
+                "bottleneck.verdict": "compute-bound"}
+
+    tree = TreeChoice(Candidate(4, 1, 4, 64, 1, 1, "zero1", "none"), ("fits",))
+    text = compare(row(1, 256, "fsdp", 1_089_810.0, 0.018), row(4, 64, "zero1", 1_049_849.0, 0.115), tree)
+    assert "Tree: compute-bound, bubble 11.5%" in text
+    assert "Search: compute-bound, compute idle 1.8%" in text and "bubble 1.8%" not in text

@@ -16,6 +16,7 @@ from simulator.catalog.gpus import get_gpu
 from simulator.config.loader import LoadedScenario, apply_overrides, load_scenario
 from simulator.config.yaml_source import read_yaml
 from simulator.errors import ScenarioError
+from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.scale import capped_topology
 from simulator.simulation import network_settings
 from simulator.sweep.decision_tree import TreeChoice, seed_tree_choice
@@ -203,6 +204,13 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def _idle(row: dict) -> str:
+    """A layout's idle share of its compute stream, named as the run's printout names it: a pipeline's bubble,
+    or, with one stage, compute idle (waits for ZeRO-3 gathers and the like, no pipeline)."""
+    name = "bubble" if row["pp"] > 1 else IDLE_WITHOUT_PIPELINE
+    return f"{name} {100 * row['bubble_fraction']:.1f}%"
+
+
 def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str:
     """Where and why the search's winner and the decision tree's choice disagree, in a few sentences."""
     if winner is None:
@@ -218,9 +226,8 @@ def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str
     gain = winner["tokens_per_s"] / tree_row["tokens_per_s"] - 1 if tree_row.get("tokens_per_s") else float("nan")
     return (f"the search's {winner['label']} runs {winner['tokens_per_s']:,.0f} tokens/s, {100 * gain:+.1f}% vs "
             f"the decision tree's {tree_row['label']} ({tree_row['tokens_per_s']:,.0f} tokens/s). They differ in "
-            f"{'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, bubble "
-            f"{100 * tree_row['bubble_fraction']:.1f}%, MFU {100 * tree_row['mfu']:.1f}%. Search: "
-            f"{winner['bottleneck.verdict']}, bubble {100 * winner['bubble_fraction']:.1f}%, MFU "
+            f"{'; '.join(differ)}. Tree: {tree_row['bottleneck.verdict']}, {_idle(tree_row)}, MFU "
+            f"{100 * tree_row['mfu']:.1f}%. Search: {winner['bottleneck.verdict']}, {_idle(winner)}, MFU "
             f"{100 * winner['mfu']:.1f}%. The tree stops at the first layout that fits in memory (lightest "
             f"recompute, then smallest TP, then smallest PP with m >= 4p); it never weighs throughput.")
 
