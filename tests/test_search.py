@@ -1205,3 +1205,20 @@ def test_the_comparison_calls_a_layout_without_a_pipeline_idle_not_bubbled():
     text = compare(row(1, 256, "fsdp", 1_089_810.0, 0.018), row(4, 64, "zero1", 1_049_849.0, 0.115), tree)
     assert "Tree: compute-bound, bubble 11.5%" in text
     assert "Search: compute-bound, compute idle 1.8%" in text and "bubble 1.8%" not in text
+
+
+def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it():
+    """The tree's layout is simulated for the comparison even where --tp, --sharding... leave it out. With
+    nothing of the space fitting (Llama 3 70B on 1,024 H100, --tp 1,2 --pp 1), it ranked first, the search
+    'agreed with the decision tree' on a layout the user had excluded and exited 0. Here ZeRO-0 alone over one
+    DGX H100 does not fit Llama-3-8B; the tree's ZeRO-1 does: no winner (exit status 1), the tree's row said apart."""
+    space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero0",),
+                        recompute=("none",))
+    result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
+    rows = result.table.set_index("label")
+    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero0 recompute=none", "reason_kind"] == "out_of_memory"
+    tree = rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=none"]
+    assert tree["tree_choice"] and tree["status"] == "simulated"
+    assert result.winner is None
+    assert result.comparison.startswith("no layout of the searched space survived the checks and simulated; the "
+                                        "decision tree's tp1 cp1 pp1 dp8 mb1 zero1 recompute=none, outside it, runs ")

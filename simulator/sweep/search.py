@@ -102,6 +102,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         raise ScenarioError(f"no layout of the search space fits the {topology.num_gpus} GPUs",
                             field="--tp/--cp/--pp/--virtual-stages",
                             allowed="tp x cp x pp dividing the GPU count; virtual stages above 1 with pp above 1")
+    space_layouts = set(candidates)
     checked = _prune(candidates, check, space)
     eager = scenario.training.kernels == "eager"
     state = state_bytes_per_param(scenario.training.precision, scenario.training.optimizer,
@@ -122,8 +123,11 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
     runs = _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress)
     table = _table(checked, runs, tree.candidate)
-    simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"],
-                                                                  ascending=[False, True])
+    # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
+    # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
+    searched = pd.Series([c.candidate in space_layouts for c in checked], index=table.index)
+    simulated = table[(table["status"] == "simulated") & searched].sort_values(["tokens_per_s", "label"],
+                                                                               ascending=[False, True])
     winner = simulated.iloc[0].to_dict() if len(simulated) else None
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
@@ -214,6 +218,9 @@ def _idle(row: dict) -> str:
 def compare(winner: dict | None, tree_row: dict | None, tree: TreeChoice) -> str:
     """Where and why the search's winner and the decision tree's choice disagree, in a few sentences."""
     if winner is None:
+        if tree_row is not None and tree_row["status"] == "simulated":
+            return (f"no layout of the searched space survived the checks and simulated; the decision tree's "
+                    f"{tree_row['label']}, outside it, runs {tree_row['tokens_per_s']:,.0f} tokens/s")
         return "no layout survived the checks and simulated"
     if tree_row is None or tree.candidate is None:
         return f"the decision tree finds no layout that fits ({tree.steps[-1]}); the search's best is {winner['label']}"
