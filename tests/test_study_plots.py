@@ -421,3 +421,27 @@ def test_a_heatmaps_long_axis_name_stays_clear_of_its_title():
     label, title = ax.yaxis.label.get_window_extent(), ax.title.get_window_extent()
     assert label.y1 <= title.y0
     assert not label.overlaps(title)
+
+
+def test_a_whole_number_axis_has_whole_number_ticks():
+    """Llama 3 70B tokens/s against parallelism.pp in {4, 8}: the sweep chart's x axis read 4.0, 4.5, 5.0, ...
+    8.0, ticks at pipeline depths no layout has."""
+    from simulator.report.study_plots import sweep_figure
+
+    frame = pd.DataFrame({"point": range(4), "status": "ok", "parallelism.pp": [4, 8, 4, 8],
+                          "cluster.nodes": [128, 128, 256, 256], "tokens_per_s": [9.5e5, 9.1e5, 1.88e6, 1.73e6]})
+    ticks = sweep_figure(frame, "parallelism.pp", "tokens_per_s", "cluster.nodes").axes[0].get_xticks()
+    assert len(ticks) and all(tick == int(tick) for tick in ticks)
+    assert {4, 8} <= set(ticks)
+
+
+def test_a_heatmap_writes_its_light_cells_in_black():
+    """Llama 3 70B MFU over pp x nodes: the best cell's '0.423' was white on viridis's yellow, barely legible;
+    light cells are annotated in black, dark ones in white."""
+    from simulator.report.study_plots import heatmap_figure
+
+    frame = pd.DataFrame({"point": range(4), "status": "ok", "parallelism.pp": [4, 8, 4, 8],
+                          "cluster.nodes": [128, 128, 256, 256], "mfu": [0.423, 0.404, 0.400, 0.382]})
+    texts = {text.get_text(): text.get_color() for text in heatmap_figure(frame, "parallelism.pp", "cluster.nodes",
+                                                                          "mfu").axes[0].texts}
+    assert texts == {"0.423": "black", "0.404": "white", "0.4": "white", "0.382": "white"}

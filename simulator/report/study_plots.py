@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import StrMethodFormatter
+from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from simulator.errors import ScenarioError
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
@@ -23,6 +23,9 @@ SEARCH_ALLOWED = "a folder written by `trainsim search ... --out DIR` (candidate
 BUSBW_ALLOWED = "a sweep of a collectives scenario, or a `trainsim collective --json` file"
 COLLECTIVE_JSON_COLUMNS = ("bytes", "busbw_GBps", "algorithm")
 """What the busbw chart reads of each row of `trainsim collective --json`."""
+LIGHT_CELLS = 0.6
+"""Above this share of the colour scale viridis turns green to yellow, where white annotations washed out:
+they are written in black there."""
 SHOWN_COLUMNS = 24
 """Columns a refusal names; a sweep's table has its axes first (after point, status, error), then 100 or so
 metrics, which results.csv's header lists."""
@@ -67,6 +70,8 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
         ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
+    elif pd.api.types.is_integer_dtype(rows[x]):  # pp, nodes, micro-batches: no tick at 4.5 between 4 and 8
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     ax.grid(color="#DDDDDD", linewidth=0.6)
@@ -103,7 +108,8 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     ax.set_yticks(range(len(table.index)), [shown_value(i) for i in table.index])
     for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
         if np.isfinite(cell):
-            ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8, color="white")
+            ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8,
+                    color="black" if image.norm(cell) > LIGHT_CELLS else "white")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     figure.colorbar(image, ax=ax, label=value)
