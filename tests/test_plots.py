@@ -432,3 +432,17 @@ def test_cli_plot_names_a_run_folder_of_an_earlier_version(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"error: {out}: OUTDIR: summary.json was written by an earlier trainsim (memory_per_stage_gib, now "
         "memory_per_stage) (allowed: a run folder of this version: run the scenario again)\n")
+
+
+def test_gantt_of_one_stage_calls_its_idle_time_compute_idle(tmp_path):
+    """Llama 3 70B tp 4 dp 256 FSDP on 1,024 H100: the chart of a run without a pipeline was titled 'bubble 1.8%'
+    and its grey bars 'idle (bubble)', where the run's printout says compute idle (waits for FSDP gathers)."""
+    path = tmp_path / "fsdp.yaml"
+    path.write_text(SMALL_MODEL.replace("{schedule}", "1f1b").replace(f"tp: 2, pp: {STAGES}, dp: 1",
+                                                                      "tp: 1, pp: 1, dp: 8, zero: 3"))
+    result = simulator.simulate(simulator.load_scenario(str(path)))
+    figure = gantt_figure(result.timeline, result.summary)
+    title = figure.axes[0].get_title()
+    assert f"— compute idle {100 * result.summary['bubble_fraction']:.1f}%" in title and "bubble" not in title
+    legend = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert "idle" in legend and "idle (bubble)" not in legend

@@ -13,6 +13,7 @@ from matplotlib.patches import Patch
 
 from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.intervals import merge
+from simulator.metrics.summary import IDLE_WITHOUT_PIPELINE
 from simulator.program.ops import (
     BACKWARD_CATEGORY,
     COMPUTE_STREAM,
@@ -320,17 +321,20 @@ def gantt_figure(timeline: pd.DataFrame, summary: dict, *, by: GanttRows = "stag
     info = summary["layout"]
     shown = f" (first {len(rows)} of {total_rows} rows)" if total_rows > len(rows) else ""
     chunks = f", {virtual_stages} chunks per rank" if virtual_stages > 1 else ""
+    pipelined = int(info.get("pp", 1)) > 1
+    idle = "bubble" if pipelined else IDLE_WITHOUT_PIPELINE
     ax.set_title(f"{run_name(summary)}: {parallel_degrees(summary)}, {info.get('microbatches', '?')} "
-                 f"micro-batches{chunks} — bubble "
+                 f"micro-batches{chunks} — {idle} "
                  f"{100 * summary['bubble_fraction']:.1f}%{shown}")
-    figure.legend(handles=_legend(used, virtual_stages), loc="outside lower center", ncol=6, fontsize=8,
-                  frameon=False)
+    figure.legend(handles=_legend(used, virtual_stages, pipelined), loc="outside lower center", ncol=6,
+                  fontsize=8, frameon=False)
     return figure
 
 
-def _legend(used: set[tuple[Bar, int]], virtual_stages: int) -> list[Patch]:
+def _legend(used: set[tuple[Bar, int]], virtual_stages: int, pipelined: bool) -> list[Patch]:
     """One entry per kind of bar visible (``used``: (kind, chunk) pairs, chunk -1 for a kind of one colour);
-    with interleaving, one per chunk visible for forward and backward passes."""
+    with interleaving, one per chunk visible for forward and backward passes. Idle time is a bubble only where
+    there is a pipeline; with one stage the compute stream waits for gathers and the like."""
     handles = []
     for kind, (label, colour) in BAR_CLASSES.items():
         chunks = sorted(chunk for drawn, chunk in used if drawn == kind)
@@ -340,5 +344,5 @@ def _legend(used: set[tuple[Bar, int]], virtual_stages: int) -> list[Patch]:
             handles += [Patch(facecolor=_chunk_colour(kind, chunk, virtual_stages), label=f"{label} chunk {chunk}")
                         for chunk in chunks]
         else:
-            handles.append(Patch(facecolor=colour, label=label))
+            handles.append(Patch(facecolor=colour, label=label if pipelined or kind != Bar.IDLE else "idle"))
     return handles
