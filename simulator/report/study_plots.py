@@ -106,10 +106,11 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     image = ax.imshow(table.to_numpy(dtype=float), aspect="auto", cmap="viridis")
     ax.set_xticks(range(len(table.columns)), [shown_value(c) for c in table.columns])
     ax.set_yticks(range(len(table.index)), [shown_value(i) for i in table.index])
+    shares = np.asarray(image.norm(table.to_numpy(dtype=float)), dtype=float)
     for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
         if np.isfinite(cell):
             ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8,
-                    color="black" if image.norm(cell) > LIGHT_CELLS else "white")
+                    color="black" if shares[row, column] > LIGHT_CELLS else "white")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     figure.colorbar(image, ax=ax, label=value)
