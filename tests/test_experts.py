@@ -220,6 +220,44 @@ def test_moe_null_drops_a_presets_experts(preset, ffn_hidden):
     assert model.num_params() == replace(get_model(preset), moe=None).num_params() < get_model(preset).num_params()
 
 
+JOB = """
+cluster: {topology: dgx-h100-cluster, nodes: 1}
+model: {preset: mixtral-8x7b, layers: 2}
+training: {seq_len: 2048, global_batch: 8, precision: bf16}
+parallelism: {tp: 2, pp: 1, ep: 1, sequence_parallel: true, zero: 1}
+run: {horizon: 2 h, replications: 1, seed: 0}
+faults: {preset: llama3}
+checkpoint: {interval: 30 min, mode: async}
+restart: {detection: 2 min, reschedule: 3 min, launch: 5 min, warmup_steps: 10}
+"""
+
+
+def test_moe_null_is_a_value_that_dumps_digests_and_job_caches_see():
+    """`moe: null` was known only from model_fields_set, which ==, model_dump and so the step cache's key and the
+    manifest digest ignore: a job of Mixtral's dense twin run after Mixtral's (or before) in one process reported
+    the other's step time. Now a value (`experts_dropped`), dumped only when true."""
+    from simulator.config.loader import scenario_from_text
+    from simulator.reliability.simulate import simulate_job
+    from simulator.report.writers import scenario_digest
+
+    def loaded(overrides):
+        return scenario_from_text(JOB, "inline.yaml", overrides)
+
+    moe, dense = loaded([]), loaded(["model.moe=null"])
+    assert moe.scenario != dense.scenario
+    assert scenario_digest(moe) != scenario_digest(dense)
+    assert "experts_dropped" not in moe.scenario.model_dump()["model"]
+    again = type(dense.scenario.model).model_validate(dense.scenario.model.model_dump())
+    assert again == dense.scenario.model and not again.has_experts()
+    steps = [simulate_job(job).summary["step_time_s"] for job in (moe, dense, loaded([]))]
+    assert steps[0] == steps[2] > 1.1 * steps[1]
+
+
+def test_experts_dropped_beside_a_moe_section_is_refused(validation_error, assert_located):
+    error = validation_error(SCENARIO, "model.experts_dropped=true")
+    assert_located(error, (), "model", "experts_dropped and a moe section contradict")
+
+
 def test_moe_null_leaves_no_experts_for_expert_parallelism(validation_error, assert_located):
     error = validation_error(SCENARIO, "model.moe=null")
     assert_located(error, (), "parallelism.ep", "ep 8 needs a model with experts")

@@ -6,7 +6,7 @@ Sections grow with features; each is optional except `cluster`. Quantities stay 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -219,7 +219,8 @@ class SyntheticModel(Section):
 class ModelConfig(Section):
     """A preset name, explicit dimensions (overriding the preset's), or a synthetic cost model; `norm` and
     `bias` override the preset's normalisation and linear biases (a model from dimensions alone: RMSNorm, no
-    biases)."""
+    biases). `experts_dropped` (what `moe: null` sets): no experts, a preset's own included (mixtral-8x7b's dense
+    twin); dumped only when true, so every other scenario's dump and digest stay as they were."""
 
     preset: Annotated[str, AfterValidator(user_value(_model_preset))] | None = None
     layers: int | None = Field(default=None, ge=1)
@@ -232,13 +233,26 @@ class ModelConfig(Section):
     norm: Norm | None = None
     bias: bool | None = None
     moe: MoEConfig | None = None
+    experts_dropped: bool = Field(default=False, exclude_if=lambda dropped: not dropped)
     synthetic: SyntheticModel | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _record_dropped_experts(cls, data: Any) -> Any:
+        """`moe: null` as a value, `experts_dropped: true`: whether a field was given is invisible to ==,
+        model_dump and so to every cache key and digest, which would take the dense twin for its preset."""
+        if isinstance(data, dict) and "moe" in data and data["moe"] is None and "experts_dropped" not in data:
+            return {**data, "experts_dropped": True}
+        return data
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         explicit = [name for name in ("layers", "hidden", "heads") if getattr(self, name) is not None]
         shaped = self.norm is not None or self.bias is not None
-        if self.synthetic is not None and (self.preset or explicit or shaped or self.moe is not None):
+        if self.experts_dropped and self.moe is not None:
+            raise ValueError("experts_dropped and a moe section contradict (allowed: a moe section, or moe: null)")
+        if self.synthetic is not None and (self.preset or explicit or shaped or self.moe is not None
+                                           or self.experts_dropped):
             raise ValueError("give either synthetic costs or a model (preset/dimensions/moe), not both (allowed: "
                              "{synthetic: {...}} alone, or a preset and/or dimensions)")
         if self.synthetic is None and self.preset is None and len(explicit) < 3:
@@ -248,17 +262,12 @@ class ModelConfig(Section):
                              "{synthetic: {stages, forward, backward}})")
         return self
 
-    @property
-    def drops_experts(self) -> bool:
-        """`moe: null` given: the model has no experts, a preset's own included (mixtral-8x7b's dense twin)."""
-        return self.moe is None and "moe" in self.model_fields_set
-
     def has_experts(self) -> bool:
         """Whether the model this section describes routes tokens to experts: a `moe:` section, or a preset with
         experts of its own that `moe: null` does not drop."""
         if self.moe is not None:
             return True
-        return self.preset is not None and not self.drops_experts and _preset_has_experts(self.preset)
+        return self.preset is not None and not self.experts_dropped and _preset_has_experts(self.preset)
 
 
 class TrainingConfig(Section):

@@ -132,7 +132,7 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
             model = get_model(config.preset)
             if config.moe is not None:
                 dims["moe"] = _experts(config.moe, model.moe, dims.get("ffn_hidden", model.ffn_hidden))
-            if config.drops_experts:
+            if config.experts_dropped:
                 dims["moe"] = None
             return replace(model, **dims)
         hidden = dims["hidden"]
