@@ -22,7 +22,7 @@ The fold symmetry check and the sharing analysis both ask it of the same program
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import chain
 
@@ -31,15 +31,16 @@ import numpy as np
 from simulator.program.ops import CollectiveOp, Op
 
 ORDERING_BUDGET_BYTES = 512 * 2**20
-"""Most bytes an ordering may take at its peak while it is built (`ordering_bytes`); beyond it (unfolded runs of many
-ranks) no ordering, and the sharing analysis judges a group on one member rank's ops alone
+"""Most bytes an ordering may take at its peak while it is built (`OrderingSize.bytes`); beyond it (unfolded runs of
+many ranks) no ordering, and the sharing analysis judges a group on one member rank's ops alone
 (`ProgramOrder.rank_ordering`), which sees fewer collectives as private (engine/sharing.py). 512 MiB, a
 thirty-second of the 16 GiB a run may be estimated to need (scale.MAX_MEMORY_BYTES), admits the folded steps of many
 micro-batches: the 405B step at 1,024 GPUs (DP 8, 256 micro-batches per replica, sequence parallelism's re-gathers
-on a second stream) has 664,485 ops on 48 components, 312 MiB (300 MiB measured at the peak); its ordering costs 2.4
+on a second stream) has 664,485 ops on 48 components (300 MiB measured at the peak); its ordering costs 2.4
 s of CPU and saves the 20 s and 1 GiB its collectives took on the network unordered. It admits the refolds by route
 class too: the DeepSeek-V3-style step on 1,024 GPUs with DualPipeV at global batch 2048, refolded to 112 ranks, has
-254,639 ops on 336 components, 399 MiB (381.8 MiB measured at the peak, 4.4 s of CPU); ordered, 82,211 of its
+254,639 ops (238,949 nodes) on 336 components, 379 MiB of clock table and per-op tables (381.8 MiB measured at
+the peak, 4.4 s of CPU); ordered, 82,211 of its
 112,833 collectives (79,716 EP all-to-alls) run alone and are replayed, where unordered none was private and the
 refold's run took 108.7 s of CPU against 12.6 (side by side, the machine shared). The earlier cap, 2^27 ops x
 components, counted the clock table alone: on 48 streams it admitted 2.8 M ops, whose per-op tables bring the
@@ -49,49 +50,68 @@ CLOCK_ENTRY_BYTES = 4
 """Bytes of one clock-table entry (a 32-bit position)."""
 
 BYTES_PER_OP = 300
-"""Bytes an ordering takes per op beyond its clock table, at its peak: the node, place, edge and wave arrays
-and lists, the reach marks and the wave's gathered clock rows. Measured (tracemalloc, the peak while
-`Ordering` builds, less the clock table) on the DeepSeek-V3-style DualPipeV programs at global batch 2048:
+"""Bytes an ordering takes per op beyond its clock table and passed pairs, at its peak: the node, place, edge
+and wave arrays and lists, the reach marks and the wave's gathered clock rows. Measured (tracemalloc, the peak
+while `Ordering` builds, less the clock table) on the DeepSeek-V3-style DualPipeV programs at global batch 2048:
 36,377 ops on 48 streams 10.9 MiB, 72,754 ops on 96 streams 21.6 MiB, 254,639 ops on 336 streams 75.5 MiB
 (296 to 314 B an op); tests/test_ordering.py checks the estimate against the measured peak."""
 
+BYTES_PER_PASSED_PAIR = 24
+"""Bytes an ordering takes per pair of asynchronous nodes one passes on the way to its reach marks (each
+node's sorted array of those it passes, and the one sorted array of all pairs' codes): 8 B each, and 8 B of
+the concatenation they are sorted from. An asynchronous send chain of n nodes has n (n - 1) / 2 of them, so
+they outgrow the per-op tables on long chains (DualPipeV at global batch 8192: 979,200 pairs, 40 MiB while
+they were kept in frozensets)."""
 
-def ordering_bytes(ops: int, components: int) -> int:
-    """Bytes an ordering of ``ops`` ops on ``components`` in-order streams takes at its peak while it is built:
-    its clock table (a row per node, at most one per op, a column per stream) and `BYTES_PER_OP` per op."""
-    return ops * (max(components, 1) * CLOCK_ENTRY_BYTES + BYTES_PER_OP)
 
+@dataclass(frozen=True)
+class OrderingSize:
+    """What an ordering's bytes at its peak are counted from: ``ops``, ``nodes`` (the clock table's rows: a
+    collective's member ops are one node), in-order ``components`` (its columns) and ``passed_pairs`` (0 until
+    the nodes' graph is known)."""
 
-def affordable(ops: int, components: int) -> bool:
-    """Whether a program of ``ops`` ops on ``components`` in-order streams gets an ordering."""
-    return ordering_bytes(ops, components) <= ORDERING_BUDGET_BYTES
+    ops: int
+    nodes: int
+    components: int
+    passed_pairs: int = 0
+
+    @property
+    def bytes(self) -> int:
+        """Its clock table, `BYTES_PER_OP` per op and `BYTES_PER_PASSED_PAIR` per passed pair."""
+        return (self.nodes * max(self.components, 1) * CLOCK_ENTRY_BYTES + self.ops * BYTES_PER_OP
+                + self.passed_pairs * BYTES_PER_PASSED_PAIR)
+
+    @property
+    def affordable(self) -> bool:
+        """Whether a program of this size gets an ordering: its bytes within ORDERING_BUDGET_BYTES."""
+        return self.bytes <= ORDERING_BUDGET_BYTES
 
 
 @dataclass(frozen=True)
 class SkippedOrdering:
-    """A program too large to order (its ordering over ORDERING_BUDGET_BYTES): its ops and in-order
-    components. The analyses that asked for its ordering judged each collective on one rank's ops instead,
-    which proves fewer of them alone on their links, so more run on the network with their mirrors rather than
-    being replayed: the same step, at more CPU and memory (the DeepSeek-V3-style 1,024-GPU DualPipeV refold
-    unordered: 68.4 against 27.9 s of CPU, 6.79 against 2.96 GB at the peak). Said in the summary's
-    ``ordering_skipped`` and a warning, not silently."""
+    """A program too large to order (its ordering over ORDERING_BUDGET_BYTES): its size. The analyses that asked
+    for its ordering judged each collective on one rank's ops instead, which proves fewer of them alone on their
+    links, so more run on the network with their mirrors rather than being replayed: the same step, often at more
+    CPU and memory (the DeepSeek-V3-style 1,024-GPU DualPipeV refold unordered: 68.4 against 27.9 s of CPU, 6.79
+    against 2.96 GB at the peak), not always (Llama 3 70B unfolded at global batch 36: 6.6 s and 0.55 GiB
+    unordered, 7.7 s and 0.76 GiB ordered). Said in the summary's ``ordering_skipped`` and a warning, not
+    silently."""
 
-    ops: int
-    components: int
+    size: OrderingSize
 
     @property
     def mib(self) -> float:
         """The ordering's bytes at its peak, in MiB."""
-        return ordering_bytes(self.ops, self.components) / 2**20
+        return self.size.bytes / 2**20
 
     def summary(self) -> dict[str, int | float]:
-        return {"ops": self.ops, "components": self.components, "mib": round(self.mib, 1)}
+        return {"ops": self.size.ops, "components": self.size.components, "mib": round(self.mib, 1)}
 
     def warning(self) -> str:
-        return (f"collectives not ordered: {self.ops:,} ops on {self.components:,} in-order streams need "
+        return (f"collectives not ordered: {self.size.ops:,} ops on {self.size.components:,} in-order streams need "
                 f"{self.mib:,.1f} MiB to order, over the budget of {ORDERING_BUDGET_BYTES / 2**20:,.1f} MiB; "
                 f"each collective was judged on one rank's ops, so fewer are replayed alone and more run on the "
-                f"network: the same step at more CPU time and memory")
+                f"network: the same step, which may take more CPU time and memory")
 
 
 UNREACHED = np.iinfo(np.int32).max
@@ -110,24 +130,28 @@ class ProgramOrder:
     ops: Sequence[Op]
     async_streams: frozenset[str]
 
-    @cached_property
+    @property
     def ordering(self) -> Ordering | None:
-        return None if self.skipped is not None else Ordering(self.ops, self.async_streams, self._components)
-
-    @cached_property
-    def skipped(self) -> SkippedOrdering | None:
-        """Why the program gets no ordering (too large), None when it gets one."""
-        columns = self._components[1]
-        return None if affordable(len(self.ops), columns) else SkippedOrdering(len(self.ops), columns)
+        return self._outcome if isinstance(self._outcome, Ordering) else None
 
     @property
     def skipped_when_asked(self) -> SkippedOrdering | None:
-        """`skipped` where an analysis asked for the ordering; None where none did (none went without it)."""
-        return self.skipped if "ordering" in vars(self) else None
+        """Why the program got no ordering (too large) where an analysis asked for it; None where it got one or
+        none asked (none went without it)."""
+        outcome = vars(self).get("_outcome")
+        return outcome if isinstance(outcome, SkippedOrdering) else None
 
     @cached_property
-    def _components(self) -> tuple[np.ndarray, int]:
-        return _components(self.ops, self.async_streams)
+    def _outcome(self) -> Ordering | SkippedOrdering:
+        """The ordering, or why not, checked in two steps so that neither takes much more than the budget: the
+        size from the ops alone, then with the passed pairs that the nodes' graph (per-op tables) shows."""
+        op_components, columns, nodes = _components(self.ops, self.async_streams)
+        size = OrderingSize(len(self.ops), nodes, columns)
+        if not size.affordable:
+            return SkippedOrdering(size)
+        graph = _graph(self.ops, op_components)
+        size = replace(size, passed_pairs=graph.passed_pairs)
+        return Ordering(graph, columns) if size.affordable else SkippedOrdering(size)
 
     def rank_ordering(self, rank: int) -> Ordering:
         """The ordering of ``rank``'s ops alone (a part of the program, affordable where the whole is not): a
@@ -135,7 +159,7 @@ class ProgramOrder:
         since each op of the rank is part of its collective's node; what the other ranks add is not seen."""
         known = self._rank_orderings.get(rank)
         if known is None:
-            known = self._rank_orderings[rank] = Ordering(self._ops_by_rank[rank], self.async_streams, part=True)
+            known = self._rank_orderings[rank] = Ordering.of(self._ops_by_rank[rank], self.async_streams, part=True)
         return known
 
     @cached_property
@@ -150,36 +174,72 @@ class ProgramOrder:
         return found
 
 
-class Ordering:
-    """Vector clocks of a program's nodes (compute ops, and collectives by key), built once in O(ops) Python
-    steps plus one vectorized step per wave."""
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """A program's nodes (compute ops, and collectives by key) and the edges between them, in waves, and how
+    many pairs of asynchronous nodes its ordering keeps as passed (`_passed_counts`)."""
 
-    def __init__(self, ops: Sequence[Op], async_streams: frozenset[str],
-                 components: tuple[np.ndarray, int] | None = None, *, part: bool = False):
-        """``components``: `_components` of ``ops``, when the caller has them. ``part``: ``ops`` are part of a
-        program (one rank's, `ProgramOrder.rank_ordering`): their dependencies on other ops are left out."""
-        op_components, columns = components or _components(ops, async_streams)
-        self.node_of_key: dict[str, int] = {}
-        nodes = np.fromiter((self.node_of_key.setdefault(op.key, len(self.node_of_key))
-                             if isinstance(op, CollectiveOp) else -1 for op in ops), dtype=np.int64, count=len(ops))
-        compute = np.flatnonzero(nodes < 0)
-        nodes[compute] = len(self.node_of_key) + np.arange(len(compute))
-        self._op_ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
-        self._nodes = nodes
-        count = len(self.node_of_key) + len(compute)
-        places, stream_edges = _places(nodes, op_components)
-        predecessors = _predecessors(ops, self._op_ids, nodes, stream_edges, count, part)
-        successors = _successors(predecessors, count)
-        waves = _waves(predecessors, successors)
-        self.first_component, self.first_position = _first_places(count, *places)
-        self.clocks = _clocks(places, predecessors, waves, columns)
+    node_of_key: dict[str, int]
+    nodes: np.ndarray
+    """Each op's node, in op order."""
+    op_ids: np.ndarray
+    places: Places
+    predecessors: Csr
+    successors: Csr
+    waves: list[list[int]]
+    first_component: np.ndarray
+    first_position: np.ndarray
+    passed_pairs: int
+
+    @property
+    def count(self) -> int:
+        return len(self.first_component)
+
+
+def _graph(ops: Sequence[Op], op_components: np.ndarray, part: bool = False) -> Graph:
+    """The `Graph` of ``ops`` on their in-order components (`_components`); ``part``: ``ops`` are part of a
+    program (one rank's, `ProgramOrder.rank_ordering`): their dependencies on other ops are left out."""
+    node_of_key: dict[str, int] = {}
+    nodes = np.fromiter((node_of_key.setdefault(op.key, len(node_of_key)) if isinstance(op, CollectiveOp) else -1
+                         for op in ops), dtype=np.int64, count=len(ops))
+    compute = np.flatnonzero(nodes < 0)
+    nodes[compute] = len(node_of_key) + np.arange(len(compute))
+    op_ids = np.fromiter((op.id for op in ops), dtype=np.int64, count=len(ops))
+    count = len(node_of_key) + len(compute)
+    places, stream_edges = _places(nodes, op_components)
+    predecessors = _predecessors(ops, op_ids, nodes, stream_edges, count, part)
+    successors = _successors(predecessors, count)
+    waves = _waves(predecessors, successors)
+    first_component, first_position = _first_places(count, *places)
+    passed_pairs = sum(_passed_counts(first_component < 0, successors, waves).values())
+    return Graph(node_of_key, nodes, op_ids, places, predecessors, successors, waves, first_component,
+                 first_position, passed_pairs)
+
+
+class Ordering:
+    """Vector clocks of a program's nodes (its `Graph`), built once in O(ops) Python steps plus one vectorized
+    step per wave."""
+
+    def __init__(self, graph: Graph, columns: int):
+        """``columns``: the program's in-order components (`_components`)."""
+        self.node_of_key = graph.node_of_key
+        self._op_ids = graph.op_ids
+        self._nodes = graph.nodes
+        self.first_component, self.first_position = graph.first_component, graph.first_position
+        self.clocks = _clocks(graph.places, graph.predecessors, graph.waves, columns)
         self._mark_components, self._mark_positions, passed = _reach_marks(
-            self.first_component, self.first_position, successors, waves)
-        self._count = count
+            self.first_component, self.first_position, graph.successors, graph.waves)
+        self._count = count = graph.count
         self._passing = np.zeros(count, dtype=bool)
         self._passing[list(passed)] = True
-        self._passed_pairs = np.sort(np.fromiter(
-            (node * count + other for node, others in passed.items() for other in others), dtype=np.int64))
+        codes = [node * count + others for node, others in passed.items()]
+        self._passed_pairs = np.sort(np.concatenate(codes)) if codes else np.zeros(0, dtype=np.int64)
+
+    @classmethod
+    def of(cls, ops: Sequence[Op], async_streams: frozenset[str], *, part: bool = False) -> Ordering:
+        """The ordering of ``ops`` whatever its size; ``part`` as for `_graph`."""
+        op_components, columns, _ = _components(ops, async_streams)
+        return cls(_graph(ops, op_components, part), columns)
 
     @cached_property
     def node_of_op(self) -> dict[int, int]:
@@ -230,13 +290,15 @@ class Ordering:
         return self._passed_pairs[np.minimum(found, len(self._passed_pairs) - 1)] == codes
 
 
-def _components(ops: Sequence[Op], async_streams: frozenset[str]) -> tuple[np.ndarray, int]:
-    """Each op's in-order (rank, stream), numbered from 0 (-1 for an op on an asynchronous stream), and how
-    many there are: the clock table's columns."""
+def _components(ops: Sequence[Op], async_streams: frozenset[str]) -> tuple[np.ndarray, int, int]:
+    """Each op's in-order (rank, stream), numbered from 0 (-1 for an op on an asynchronous stream), how many
+    there are (the clock table's columns) and how many nodes the ops make (its rows: a collective's member ops
+    are one)."""
     slots: dict[tuple[int, str], int] = {}
     components = np.fromiter((-1 if op.stream in async_streams else slots.setdefault((op.rank, op.stream), len(slots))
                               for op in ops), dtype=np.int64, count=len(ops))
-    return components, len(slots)
+    collectives = [op.key for op in ops if isinstance(op, CollectiveOp)]
+    return components, len(slots), len(ops) - len(collectives) + len(set(collectives))
 
 
 Places = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -352,34 +414,53 @@ def _input_rows(predecessors: Csr, order: np.ndarray) -> tuple[np.ndarray, np.nd
     return starts, ends, inputs
 
 
-def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, successors: Csr,
-                 waves: list[list[int]]) -> tuple[np.ndarray, np.ndarray, dict[int, frozenset[int]]]:
-    """Per node its reach marks, padded to one width with UNREACHED positions (components, positions: an
-    in-order node's first place; an asynchronous node's earliest first-in-order-op-after-it per component),
-    and the asynchronous nodes an asynchronous node passes on the way to them (only those passing some)."""
-    pointers, targets = successors
-    floating = first_component < 0
-    earliest: dict[int, dict[int, int]] = {}
-    passed: dict[int, frozenset[int]] = {}
+def _floating_last_first(floating: np.ndarray, waves: list[list[int]]) -> list[int]:
+    """The asynchronous nodes, last wave first: each after every asynchronous node it reaches."""
     order = np.fromiter(chain.from_iterable(waves), dtype=np.int64)
     wave_of = np.repeat(np.arange(len(waves)), [len(wave) for wave in waves])
     last_first = np.argsort(-wave_of[floating[order]], kind="stable")
-    for node in order[floating[order]][last_first].tolist():
+    return order[floating[order]][last_first].tolist()
+
+
+def _passed_counts(floating: np.ndarray, successors: Csr, waves: list[list[int]]) -> dict[int, int]:
+    """Per asynchronous node, at least as many as the asynchronous nodes it passes on the way to its reach
+    marks (`_reach_marks`): the sum over its asynchronous successors of one and theirs, exact where no two
+    paths meet (a send chain of n nodes: n - 1, ..., 1, 0), an upper bound where they do (at most all the other
+    asynchronous nodes); counted without building the sets."""
+    pointers, targets = successors
+    most = max(int(floating.sum()) - 1, 0)
+    counts: dict[int, int] = {}
+    for node in _floating_last_first(floating, waves):
+        after = targets[pointers[node]:pointers[node + 1]]
+        counts[node] = min(most, sum(1 + counts[other] for other in after[floating[after]].tolist()))
+    return counts
+
+
+def _reach_marks(first_component: np.ndarray, first_position: np.ndarray, successors: Csr,
+                 waves: list[list[int]]) -> tuple[np.ndarray, np.ndarray, dict[int, np.ndarray]]:
+    """Per node its reach marks, padded to one width with UNREACHED positions (components, positions: an
+    in-order node's first place; an asynchronous node's earliest first-in-order-op-after-it per component),
+    and the asynchronous nodes an asynchronous node passes on the way to them (only those passing some, each
+    a sorted array)."""
+    pointers, targets = successors
+    floating = first_component < 0
+    earliest: dict[int, dict[int, int]] = {}
+    passed: dict[int, np.ndarray] = {}
+    for node in _floating_last_first(floating, waves):
         marks: dict[int, int] = {}
-        through: set[int] = set()
+        through: list[np.ndarray] = []
         for after in targets[pointers[node]:pointers[node + 1]].tolist():
             reached: Iterable[tuple[int, int]]
             if floating[after]:
                 reached = earliest[after].items()
-                through.add(after)
-                through |= passed.get(after, frozenset())
+                through += [np.array([after]), passed.get(after, np.zeros(0, dtype=np.int64))]
             else:
                 reached = [(int(first_component[after]), int(first_position[after]))]
             for component, position in reached:
                 marks[component] = min(position, marks.get(component, position))
         earliest[node] = marks
         if through:
-            passed[node] = frozenset(through)
+            passed[node] = np.unique(np.concatenate(through))
     width = max([1, *map(len, earliest.values())])
     components = np.zeros((len(first_component), width), dtype=np.int64)
     positions = np.full((len(first_component), width), UNREACHED, dtype=np.int32)
