@@ -392,6 +392,27 @@ def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
     assert result.tree.candidate is not None and result.tree.candidate.ep == 8
 
 
+def test_a_search_of_a_dense_twin_refuses_expert_parallelism_and_seeds_the_tree_with_the_spaces_ep(tmp_path, capsys):
+    """mixtral-8x7b-ep8 with `model.moe=null` searched with its ep 8: every candidate failed on it (exit 1), and
+    with --ep 1 the tree, still seeded with ep 8, fitted nothing. ep 8 is refused before anything runs, at the
+    scenario's line or at --ep; with the space's ep 1 the tree picks a dense layout."""
+    from simulator.cli import main
+
+    out = tmp_path / "out"
+    assert main(["search", "mixtral-8x7b-ep8", "--set", "model.moe=null", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.endswith("parallelism.ep: ep 8 needs a model with experts (allowed: 1 "
+                                            "(model.moe is null: no experts); or --ep 1)\n")
+    assert main(["search", "mixtral-8x7b-ep8", "--set", "model.moe=null", "--ep", "8", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("error: command line: --ep: ep 8 needs a model with experts (allowed: 1 "
+                                       "(model.moe is null: no experts))\n")
+    assert not out.exists()
+    space = SearchSpace(tp=(2,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
+                        recompute=("none",), ep=(1,))
+    result = search_layouts("mixtral-8x7b-ep8", SerialExecutor(), space=space, top=1, overrides=["model.moe=null"])
+    assert result.tree.candidate is not None and result.tree.candidate.ep == 1
+    assert result.tree_row is not None and result.tree_row["status"] == "simulated"
+
+
 def test_ep_values_that_do_not_divide_the_data_parallel_ranks_are_pruned():
     assert structural_reason(Candidate(8, 1, 1, 4, 1, 1, "zero1", "none", 8), layers=32, global_batch=64,
                              host_gpus=8, fewer_on_ends=False) == Pruning(

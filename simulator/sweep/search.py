@@ -80,7 +80,9 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
                            "scenario with run.horizon runs each as a job over weeks (it simulated the candidates "
                            "as jobs, then failed on their missing step figures)",
                            "a scenario without run.horizon, or --set run.horizon=null")
+    _refuse_expert_parallelism_without_experts(loaded, space.ep)
     space = replace(space, ep=space.ep or (scenario.parallelism.ep,))
+    tree_ep = scenario.parallelism.ep if scenario.parallelism.ep in space.ep else min(space.ep)
     topology = capped_topology(loaded, force)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     model = resolve_model(scenario)
@@ -110,7 +112,7 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     layer_state = model.layer_params() * (state.param + state.grad + state.optimizer)
     layer_fits = layer_state <= get_gpu(topology.gpu_model).hbm_bytes
     tree = seed_tree_choice(topology.num_gpus, host_gpus, model.layers, scenario.training.global_batch,
-                            layer_fits, check, scenario.parallelism.ep, eager,
+                            layer_fits, check, tree_ep, eager,
                             selective_saves_memory=rematerialized_activations(scenario.training) == "none")
     survivors = sorted((c for c in checked if not c.reason), key=lambda c: (-c.estimate_tokens_per_s, c.candidate))
     chosen = survivors[:top]
@@ -132,6 +134,20 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
     return SearchResult(table, winner, tree, tree_row, compare(winner, tree_row, tree))
+
+
+def _refuse_expert_parallelism_without_experts(loaded: LoadedScenario, given_ep: tuple[int, ...]) -> None:
+    """Refuse an ep above 1 (the space's, given, or else the scenario's) for a model without experts: every
+    candidate would fail on it, and the tree, seeded with it, would fit nothing."""
+    model = loaded.scenario.model
+    ep = max(given_ep or (loaded.scenario.parallelism.ep,))
+    if ep == 1 or model is None or model.has_experts():
+        return
+    problem = f"ep {ep} needs a model with experts"
+    allowed = "1 (model.moe is null: no experts)" if model.experts_dropped else "1, or add model.moe"
+    if given_ep:
+        raise ScenarioError(problem, field="--ep", allowed=allowed)
+    raise loaded.error(("parallelism", "ep"), problem, f"{allowed}; or --ep 1")
 
 
 def search_base(path: str | Path, overrides: list[str] | None, scenario) -> dict:

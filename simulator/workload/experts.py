@@ -76,8 +76,9 @@ def plan_experts(scenario: Scenario, model: ModelSpec, layout: Layout, shard: Sh
     moe = model.moe
     if moe is None:
         if ep > 1:
+            dropped = scenario.model is not None and scenario.model.experts_dropped
             raise ScenarioError(f"ep {ep} needs a model with experts", field="parallelism.ep",
-                                allowed="1, or add model.moe")
+                                allowed="1 (model.moe is null: no experts)" if dropped else "1, or add model.moe")
         return None
     if moe.experts % ep:
         raise ScenarioError(f"ep {ep} does not divide the {moe.experts} experts", field="parallelism.ep",
