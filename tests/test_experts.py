@@ -258,6 +258,24 @@ def test_experts_dropped_beside_a_moe_section_is_refused(validation_error, asser
     assert_located(error, (), "model", "experts_dropped and a moe section contradict")
 
 
+@pytest.mark.parametrize(("scenario", "field", "problem"), [
+    ("llama3-8b-dgx-h100-eager-fsdp", "training.kernels", "eager kernels are modelled for dense layers"),
+    ("parameter-server-vs-allreduce", "model.preset", "preset mixtral-8x7b is a mixture of experts"),
+], ids=["eager", "parameter-servers"])
+def test_a_presets_experts_are_refused_where_only_dense_layers_are_modelled_and_its_dense_twin_is_not(
+        scenario, field, problem):
+    """Eager kernels and parameter servers model dense layers: Mixtral's preset (experts of its own, no moe
+    section) is refused at the field that asks for them; its dense twin (`moe: null`) loads, without experts."""
+    from simulator.config.loader import load_scenario
+    from simulator.errors import ScenarioError
+
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(scenario, ["model.preset=mixtral-8x7b"])
+    assert (info.value.field, problem in info.value.problem) == (field, True)
+    dense = load_scenario(scenario, ["model.preset=mixtral-8x7b", "model.moe=null"]).scenario
+    assert dense.model.preset == "mixtral-8x7b" and not dense.model.has_experts()
+
+
 def test_moe_null_leaves_no_experts_for_expert_parallelism(validation_error, assert_located):
     error = validation_error(SCENARIO, "model.moe=null")
     assert_located(error, (), "parallelism.ep", "ep 8 needs a model with experts")
