@@ -88,11 +88,11 @@ def test_llama3_interruptions_match_the_paper(llama3_job):
 
 
 def test_llama3_failures_come_every_3_hours_and_a_checkpoint_holds_6_48_tb(llama3_job):
-    """Seed 003, failures at scale: 419 unexpected interruptions in 54 days are nearly 8 a day, one about every
-    3 h (the job's system MTBF, 3.09 h); a full checkpoint of 405B at 16 B per parameter is ~6.48 TB (the
-    preset's 405.8e9 parameters: 6.49 TB)."""
+    """Seed 003, failures at scale: 419 unexpected interruptions in 54 days are nearly 8 a day (7.76), one
+    about every 3 h (the job's system MTBF, 54 d / 419 = 3.09 h); a full checkpoint of 405B at 16 B per
+    parameter is ~6.48 TB (the preset's 405.8e9 parameters: 6.49 TB)."""
     summary = llama3_job.summary
-    assert 86400 / summary["mtbf_s"] == pytest.approx(8, abs=0.25)
+    assert summary["mtbf_s"] == pytest.approx(54 * 86400 / 419, rel=1e-9)
     assert summary["mtbf_s"] / 3600 == pytest.approx(3, abs=0.1)
     assert summary["checkpoint"]["size_bytes"] / 1e12 == pytest.approx(6.48, rel=0.005)
 
@@ -134,7 +134,6 @@ def test_seed003_lost_work_per_failure_is_half_the_interval():
     assert lost_min == pytest.approx(15.0, rel=0.05)
     mtbf, tau = 180.0, 30.0
     exact = mtbf - tau * math.exp(-tau / mtbf) / (1 - math.exp(-tau / mtbf))
-    assert exact == pytest.approx(14.58, abs=0.005)
     assert lost_min == pytest.approx(exact, rel=0.02)  # today 0.3% low; standard error of the mean 0.9%
     assert job.summary["restart"]["total_s"] == pytest.approx(60 + 1e9 / 1e12, rel=1e-9)
 

@@ -78,12 +78,12 @@ def test_gpipe_p4_m8_takes_33_slots_with_9_idle_per_stage(run_yaml):
     for stage in range(4):
         busy = (work[work["rank"] == stage]["end_s"] - work[work["rank"] == stage]["start_s"]).sum()
         assert 33 * slot - busy == pytest.approx(9 * slot, rel=1e-9)
-    assert result.summary["bubble_fraction"] == pytest.approx(0.27, abs=0.005)
+    assert result.summary["bubble_fraction"] == pytest.approx(9 / 33, rel=1e-9)
 
 
 def test_p4_m32_bubble_is_about_9_percent(run_yaml):
     """Seed 003: 32 micro-batches bring the 4-stage bubble down to 3/35, "about 9%" (8.6%)."""
-    assert synthetic_step(run_yaml, 4, 32).summary["bubble_fraction"] == pytest.approx(0.09, abs=0.005)
+    assert synthetic_step(run_yaml, 4, 32).summary["bubble_fraction"] == pytest.approx(3 / 35, rel=1e-9)
 
 
 def test_smallest_m_for_a_bubble_under_5_percent_at_p8(run_yaml):
@@ -167,8 +167,8 @@ training: {seq_len: 1024, global_batch: 1, micro_batch: 1, precision: fp16}
     assert state["params"] == pytest.approx(3, rel=0.01)
     assert state["grads"] == pytest.approx(3, rel=0.01)
     moments, master = 8 * params / GB, 4 * params / GB
-    assert moments == pytest.approx(12, rel=0.01)
     assert state["optimizer"] == pytest.approx(moments + master, rel=1e-9)
+    assert state["optimizer"] == pytest.approx(18, rel=0.01)
     chapter_total = state["params"] + state["grads"] + moments
     assert chapter_total == pytest.approx(18, rel=0.01)
     assert sum(state.values()) - chapter_total == pytest.approx(6, rel=0.01)
@@ -255,12 +255,11 @@ def test_llama8b_tp8_traffic_and_time_on_nvlink_and_across_hosts(run_yaml):
     NCCL's base latency, which the test adds back by hand."""
     nvlink = run_yaml(TP8_8B.format(topology="dgx-h100")).summary
     hosts = run_yaml(TP8_8B.format(topology=EIGHT_HOSTS_400G)).summary
-    layer_bytes = 128 * 2 * 7 / 8 * 8192 * 4096 * 2
-    assert layer_bytes / GB == pytest.approx(15, rel=0.01)
+    all_reduces = 130
     traffic = nvlink["traffic_bytes_per_gpu"]["tp"]
     assert traffic == hosts["traffic_bytes_per_gpu"]["tp"]
-    assert traffic == pytest.approx(layer_bytes, rel=0.02)
-    all_reduces = 130
+    assert traffic == pytest.approx(all_reduces * 2 * 7 / 8 * 8192 * 4096 * 2, rel=1e-9)
+    assert traffic * 128 / all_reduces / GB == pytest.approx(15, rel=0.01)
     nvlink_latency = all_reduces * (RING_BASE + 14 * 3.4e-6)  # 3.4 us GPU to GPU through the NVSwitch
     nvlink_bandwidth_s = nvlink["comm_s"]["tp"] - nvlink_latency
     assert nvlink_bandwidth_s == pytest.approx(traffic / 450e9, rel=1e-6)
@@ -294,7 +293,7 @@ parallelism: {{tp: {tp}}}
                  & rank["name"].str.contains("all_reduce L0.", regex=False)]
     assert len(layer) == 4
     assert set(layer["bytes"]) == {n * d * 2}
-    assert 4 * n * d * h / (n * d * 2) == 2 * h  # FLOPs per element of one all-reduce: of order h
+    assert mlp_flops * tp / layer["bytes"].iloc[0] == pytest.approx(2 * h, rel=0.01)  # FLOPs per byte: of order h
 
 
 def test_sequence_parallel_moves_the_all_reduces_bytes_plus_the_backward_regather(run_yaml):
@@ -359,10 +358,10 @@ def test_llama3_405b_layouts_cover_their_clusters_with_16m_token_batches(name, g
     shown = verdict.memory["layout"]
     assert (shown["tp"], shown["cp"], shown["pp"], shown["dp"]) == layout
     assert verdict.gpus == gpus == layout[0] * layout[1] * layout[2] * layout[3]
-    assert layout[0] * layout[2] == 128
+    assert shown["tp"] * shown["pp"] == 128
     training = loaded.scenario.training
     assert training.seq_len == seq_len
-    assert training.global_batch * training.seq_len / 1e6 == pytest.approx(16, rel=0.05)
+    assert training.global_batch * training.seq_len == 2**24
 
 
 def test_the_worked_examples_page_names_tests_that_exist():
