@@ -420,7 +420,8 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
     monkeypatch.setattr(fold_policy, "fold_verdict", refuse)
     assert refolds() == [GivenUp("routes", 4, refused), GivenUp("lanes", 4, refused), None]
     monkeypatch.setattr(fold_policy, "program_indexes", lambda program: (CollectiveShapes.of(program.ops),
-                                                                         SimpleNamespace(ordering=None)))
+                                                                         SimpleNamespace(ordering=None,
+                                                                                         skipped_when_asked=None)))
     assert refolds() == [GivenUp("routes", 4, refused), GivenUp("lanes", 4, refused), None]
     assert lane_step(classed.build, classed.step, classed.plans, "flow", classed.settings.efficiency,
                      StepFaultPlan()) == GivenUp("lanes", 8, refused)
@@ -428,16 +429,18 @@ def test_every_refold_is_judged_as_the_first_fold_is_ordered_or_not(monkeypatch)
 
 def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monkeypatch):
     """End to end, the same rule: the wrap case with TP 4 x CP 2, no program ordered (`ORDERING_BUDGET_BYTES` 0, as
-    beyond the ordering.s budget) and a check that passes the stage fold but refuses every refold. The stage
-    fold runs and its wrap falls out of step; route classes and lanes are each refused before their run (they ran
-    unjudged before, and route classes kept pace), no meet is tried (none ran), and the step runs unfolded: the
-    folds given up say so in the order tried."""
+    beyond the ordering's budget) and a check that passes the stage fold but refuses every refold, asking for
+    their ordering as the real check does. The stage fold runs and its wrap falls out of step; route classes and
+    lanes are each refused before their run (they ran unjudged before, and route classes kept pace), no meet is
+    tried (none ran), and the step runs unfolded: the folds given up say so in the order tried, the refused ones
+    `unordered` (only the program that ran reached `ordering_skipped` before)."""
     from simulator.engine import ordering
 
     real = fold_policy.fold_verdict
 
     def refuse_refolds(program: StepProgram, *args: object) -> tuple[dict, Unfolding | None]:
         if program.ranks != (0, 16):
+            assert args[-1].ordering is None  # type: ignore[attr-defined]
             return {}, Unfolding("collectives", "refused")
         return real(program, *args)  # type: ignore[arg-type]
 
@@ -446,10 +449,11 @@ def test_refolds_too_large_to_order_that_the_check_refuses_unfold_the_step(monke
     summary = simulate(scenario_from_text(WRAP_ON_UNLIKE_SPINES.replace("tp: 8,", "tp: 4, cp: 2,"), "inline.yaml",
                                           [])).summary
     assert not summary["folded"] and summary["simulated_ranks"] == 32
-    assert [(entry["fold"], entry["simulated_ranks"], entry["why"]) for entry in summary["fold_given_up"]] == [
-        ("stage", 2, "a hand-off fell out of step in its run"),
-        ("routes", 4, "mirrored collectives would load the links differently"),
-        ("lanes", 4, "mirrored collectives would load the links differently")]
+    assert [(entry["fold"], entry["simulated_ranks"], entry["why"], entry.get("unordered", False))
+            for entry in summary["fold_given_up"]] == [
+        ("stage", 2, "a hand-off fell out of step in its run", False),
+        ("routes", 4, "mirrored collectives would load the links differently", True),
+        ("lanes", 4, "mirrored collectives would load the links differently", True)]
 
 
 def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the_hosts():

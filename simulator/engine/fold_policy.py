@@ -70,13 +70,16 @@ REFUSED: dict[FoldCheck, str] = {"plan": "ranks of a stage do different work",
 class GivenUp:
     """A fold given up: which (`FoldKind`) and how many ranks it simulates, why (the check that refused it before
     its run, `Unfolding`), and where its run's mirrors fell out of step (engine/lockstep.py), the figures of the
-    first instance out of step."""
+    first instance out of step. ``unordered``: the check that refused it ran without the program's ordering
+    (too large to order, engine/ordering.py), judging each collective on one rank's ops, which sees more of them
+    overlap: it may have refused a fold that an ordered check would have passed."""
 
     fold: FoldKind
     ranks: int | None
     """None where the fold's program was never built (refused by the cluster or the plan) and has no layout."""
     unfolding: Unfolding
     out_of_step: OutOfStep | None = None
+    unordered: bool = False
 
     @property
     def why(self) -> str:
@@ -87,7 +90,8 @@ class GivenUp:
 
     def summary(self) -> dict:
         """What summary.json's `fold_given_up` lists of it, or `fold_not_exact` is (docs/training-step.md)."""
-        entry = {"fold": self.fold, "simulated_ranks": self.ranks, "why": self.why, "reason": self.unfolding.reason}
+        entry = {"fold": self.fold, "simulated_ranks": self.ranks, "why": self.why, "reason": self.unfolding.reason,
+                 **({"unordered": True} if self.unordered else {})}
         return entry if self.out_of_step is None else {**entry, "out_of_step": self.out_of_step.figures()}
 
 
@@ -260,7 +264,7 @@ def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: 
     if program.folded:
         slowdowns, unfolding = fold_verdict(program, plans, mode, efficiency, faults, shapes, order)
         if unfolding is not None:
-            refused_stage = GivenUp("stage", len(program.ranks), unfolding)
+            refused_stage = GivenUp("stage", len(program.ranks), unfolding, unordered=_unordered(order))
             return replace(unfolded_step(build, faults, unfolding, guard), given_up=(*given_up, refused_stage))
         unlike = unlike_hand_off_hops(shapes, plans.topology) if mode == "analytic" else ""
         not_exact = GivenUp("stage", len(program.ranks), Unfolding("hops", unlike)) if unlike else None
@@ -428,6 +432,11 @@ def meet_step(build: StepBuilder, folded: FoldedStep, tried: Sequence[FoldedStep
                                                                                  efficiency, faults, "meet", budget)
 
 
+def _unordered(order: ProgramOrder) -> bool:
+    """Whether a check asked for the ordering of ``order``'s program and went without it (too large)."""
+    return order.skipped_when_asked is not None
+
+
 def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses | None, plans: PlanCache,
                   mode: NetworkMode, efficiency: Mapping[str, float], faults: StepFaultPlan, kind: FoldKind,
                   budget: RefoldBudget | None = None) -> FoldedStep | GivenUp | None:
@@ -460,7 +469,7 @@ def _refined_step(build: StepBuilder, folded: FoldedStep, classes: RankClasses |
     shapes, order = program_indexes(refined)
     slowdowns, unfolding = fold_verdict(refined, plans, mode, efficiency, faults, shapes, order)
     if unfolding is not None:
-        return GivenUp(kind, len(refined.ranks), unfolding)
+        return GivenUp(kind, len(refined.ranks), unfolding, unordered=_unordered(order))
     return FoldedStep(refined, shapes, order, slowdowns, "", kind, classes)
 
 
@@ -486,7 +495,7 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     classed_shapes, classed_order = program_indexes(classed)
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
     if unfolding is not None:
-        return GivenUp("classes", len(classed.ranks), unfolding)
+        return GivenUp("classes", len(classed.ranks), unfolding, unordered=_unordered(classed_order))
     return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes)
 
 
