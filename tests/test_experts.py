@@ -216,7 +216,7 @@ def test_moe_null_drops_a_presets_experts(preset, ffn_hidden):
     scenario = scenario_from_text(text, "inline.yaml", ["model.moe=null"]).scenario
     model = resolve_model(scenario)
     assert not scenario.model.has_experts()
-    assert (model.moe, model.ffn_hidden) == (None, ffn_hidden)
+    assert (model.moe, model.ffn_hidden, model.name) == (None, ffn_hidden, f"{preset} (dense)")
     assert model.num_params() == replace(get_model(preset), moe=None).num_params() < get_model(preset).num_params()
 
 

@@ -123,7 +123,8 @@ class TrainingStep:
 
 
 def resolve_model(scenario: Scenario) -> ModelSpec:
-    """The preset with explicit dimensions applied, or a model from dimensions alone."""
+    """The preset with explicit dimensions applied (`moe: null`: its dense twin, named "PRESET (dense)"), or a
+    model from dimensions alone."""
     config = _model_section(scenario)
     dims = {name: getattr(config, name) for name in ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab",
                                                      "gated_mlp", "norm", "bias") if getattr(config, name) is not None}
@@ -133,7 +134,7 @@ def resolve_model(scenario: Scenario) -> ModelSpec:
             if config.moe is not None:
                 dims["moe"] = _experts(config.moe, model.moe, dims.get("ffn_hidden", model.ffn_hidden))
             if config.experts_dropped:
-                dims["moe"] = None
+                dims.update(moe=None, name=f"{model.name} (dense)")
             return replace(model, **dims)
         hidden = dims["hidden"]
         dims.setdefault("ffn_hidden", 4 * hidden)
