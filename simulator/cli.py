@@ -237,8 +237,10 @@ def _published_workers(args: argparse.Namespace) -> int:
     if args.jobs is None:
         return PUBLISHED_WORKERS if args.workers is None else int(args.workers)
     if args.workers is not None:
-        raise InputError("--jobs is the old name of --workers; give one of them", field="--jobs",
-                         allowed="--workers N alone")
+        from simulator.console.paths import option_error
+
+        raise option_error("trainsim validate-published: --jobs", "--jobs is the old name of --workers; give one "
+                           "of them", "--workers N alone")
     print("trainsim validate-published: --jobs is deprecated, use --workers", file=sys.stderr)
     return int(args.jobs)
 
@@ -814,7 +816,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="report to write (default: docs/validation.md beside the bundled scenarios)")
     published.add_argument("--workers", type=_at_least(0), default=None,
                            help="processes simulating the cases at once (default 1; 0: all cores)")
-    published.add_argument("--jobs", type=_at_least(1), default=None, metavar="N",
+    published.add_argument("--jobs", type=_at_least(0), default=None, metavar="N",
                            help="deprecated: the old name of --workers")
     published.add_argument("--case", action="append", default=[], metavar="NAME",
                            help="run only this case (file name without .yaml); the report is not written")

@@ -478,14 +478,13 @@ def test_chunking_off_reads_as_yaml_writes_it():
      "trainsim sweep: --workers: '-3' is below 0 (allowed: a whole number, 0 or more)"),
     (["sweep", "SWEEP", "--out", "OUT", "--max-points", "0"],
      "trainsim sweep: --max-points: '0' is below 1 (allowed: a whole number, 1 or more)"),
-    (["validate-published", "--jobs", "0"],
-     "trainsim validate-published: --jobs: '0' is below 1 (allowed: a whole number, 1 or more)"),
-    (["validate-published", "--jobs", "-3"],
-     "trainsim validate-published: --jobs: '-3' is below 1 (allowed: a whole number, 1 or more)"),
+    (["validate-published", "--jobs", "-3"],  # 0 is all cores, as --workers 0, whose old name it is
+     "trainsim validate-published: --jobs: '-3' is below 0 (allowed: a whole number, 0 or more)"),
     (["validate-published", "--workers", "-3"],
      "trainsim validate-published: --workers: '-3' is below 0 (allowed: a whole number, 0 or more)"),
     (["validate-published", "--workers", "2", "--jobs", "2"],
-     "--jobs: --jobs is the old name of --workers; give one of them (allowed: --workers N alone)"),
+     "trainsim validate-published: --jobs: --jobs is the old name of --workers; give one of them (allowed: "
+     "--workers N alone)"),
     (["search", "S", "--out", "OUT", "--workers", "x"],
      "trainsim search: --workers: 'x' is not a whole number (allowed: a whole number, 0 or more)"),
     (["search", "S", "--out", "OUT", "--top", "x"],  # argparse's own 'invalid int value: 'x'', nothing allowed
@@ -506,7 +505,7 @@ def test_chunking_off_reads_as_yaml_writes_it():
 def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     """--ranks 0 ran every GPU as if the flag were absent; --workers -3 made the Dask LocalCluster wait for
     workers forever (the local pool: a ValueError traceback); --max-points -1 refused every sweep;
-    validate-published --jobs 0 or -3 ran the cases serially as if the flag were absent. Each refusal says
+    validate-published --jobs -3 ran the cases serially as if the flag were absent. Each refusal says
     what the flag allows, as every other bad input does (argparse's said none, and 'argument --ranks')."""
     args = [str(tmp_path / "out") if arg == "OUT" else arg for arg in args]
     assert main(args) == 2
