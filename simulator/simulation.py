@@ -118,9 +118,10 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
     stand for unlike numbers (parallel/folding.py `rank_weights`), which the SM time lost counts."""
     env = simpy.Environment()
     log = EventLog()
-    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log)
-
     plans = plans or plan_cache(topology, settings)
+    own_plans = plans.topology is topology and plans.efficiency == dict(settings.efficiency)
+    network = Network(env, topology, efficiency=dict(settings.efficiency), mode=settings.mode, log=log,
+                      timings=plans.analytic if own_plans else None)
     shapes = shapes or CollectiveShapes.of(ops)
     replays = faults is None or not faults.changes_network
     mirrors, private = program_sharing(ops, plans, async_streams, shapes, order, replays)
@@ -131,7 +132,7 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
             log.stand_for_orbits(quotient.representative, quotient.images)
     if faults is not None:
         faults.install(env, network)
-    runner = PlanRunner(network, topology, quotient)
+    runner = PlanRunner(network, topology, quotient, plans.parsed if own_plans else None)
     contention = None
     if sm_share is not None:
         cache = plans
@@ -142,7 +143,8 @@ def run_ops(topology: Topology, ops: Sequence[Op], settings: NetworkSettings,
         plans=plans,
         run_plan=runner.run_plan,
         run_plans=runner.run_plans,
-        isolated=lambda phases: run_alone(topology, settings, phases),
+        isolated=(partial(plans.alone, settings.mode, partial(run_alone, topology, settings)) if own_plans
+                  else partial(run_alone, topology, settings)),
         log=log,
         async_streams=async_streams,
         serial_streams=serial_streams,

@@ -181,6 +181,31 @@ def test_straggler_states_share_one_fold_and_each_equals_its_own_run(monkeypatch
 
 
 
+def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_first_run(monkeypatch):
+    """A straggler state of the 64-GPU job simulated a second time (its cached step dropped): its plans are
+    neither parsed into `Transfers`, nor timed by the analytic model, nor its private collectives run alone
+    again (the state's plan cache keeps them for every run on it, `PlanCache.parsed`, `.analytic`, `.alone`),
+    and its summary is the first run's. Before, each of a job's straggler states did all three anew."""
+    from simulator.network import model
+    from simulator.reliability.simulate import prepare_job
+
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    job_states = prepare_job(scenario_from_text(JOB64, "job64.yaml")).states
+    state = states.ClusterState(8, slow_gpus=((job_states.representative(20), 1.5),))
+    first = job_states.entry(state)
+    calls: list[str] = []
+    run_alone, transfers, bottleneck = simulation.run_alone, model.Transfers.__init__, model.Network._bottleneck_of
+    monkeypatch.setattr(simulation, "run_alone", lambda *args: calls.append("alone") or run_alone(*args))
+    monkeypatch.setattr(model.Transfers, "__init__",
+                        lambda self, items: calls.append("parsed") or transfers(self, items))
+    monkeypatch.setattr(model.Network, "_bottleneck_of",
+                        lambda self, path: calls.append("timed") or bottleneck(self, path))
+    states._CACHE.clear()
+    again = job_states.entry(state)
+    assert calls == []
+    assert again[1] == first[1]
+
+
 def _one_core_job_then_two_cores(monkeypatch):
     """The 64-GPU job run on one core (its states simulated as met), then the machine set to two cores and the
     ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the one-core result."""

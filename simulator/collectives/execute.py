@@ -7,8 +7,8 @@ the same as k separate batches while rates stay constant.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -98,41 +98,54 @@ def step_latencies(phase: Phase, latencies: list[float], chunk_seconds: Callable
     return latencies
 
 
+@dataclass
+class ParsedPhases:
+    """Phases' items and their `Transfers` (those of plans run together, joined), by phase (kept referenced, so
+    its id stays unique), with the routes version they were worked out under: a plan runner's own, or one that
+    the runs on one plan cache share (`PlanCache.parsed`), since a phase's items are a function of the phase
+    and the cluster's routes alone (a job's straggler states each parsed the same ~500 phases again, ~0.15 s
+    of a state's ~2 s)."""
+
+    items: dict[int, tuple[Phase, int, list[tuple]]] = field(default_factory=dict)
+    transfers: dict[Hashable, tuple[object, int, Transfers]] = field(default_factory=dict)
+
+
 class PlanRunner:
     """Runs plans on one network. A phase's items are worked out (and parsed as `Transfers`) once and reused
     while the routes stay the same: the plan cache hands out one phase object for every instance of a
     collective, and one list of plans for every instance of a collective with its mirrors."""
 
-    def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None):
+    def __init__(self, network: Network, topology: Topology, quotient: ReplicaQuotient | None = None,
+                 parsed: ParsedPhases | None = None):
         self.network = network
         self.topology = topology
         self.quotient = quotient
-        self._items: dict[int, tuple[Phase, int, list[tuple]]] = {}
-        self._transfers: dict[int, tuple[object, int, Transfers]] = {}
+        self._parsed_phases = parsed if parsed is not None and quotient is None else ParsedPhases()
 
     def items(self, phase: Phase) -> list[tuple]:
         """`phase_items` of ``phase`` under the current routes (the phase is kept referenced, so its id stays
         unique); with a replica ``quotient``, only the kept sources' items, with the paths they contend on."""
         version = self.topology.routes_version
-        cached = self._items.get(id(phase))
+        cached = self._parsed_phases.items.get(id(phase))
         if cached is None or cached[1] != version:
             items = phase_items(self.topology, phase)
             if self.quotient is not None:
                 items = self.quotient.items(items)
-            cached = self._items[id(phase)] = (phase, version, items)
+            cached = self._parsed_phases.items[id(phase)] = (phase, version, items)
         return cached[2]
 
     def transfers(self, phase: Phase) -> Transfers:
         """`items` of ``phase`` parsed, under the current routes."""
-        return self._parsed(phase, lambda: self.items(phase))
+        return self._parsed(id(phase), phase, lambda: self.items(phase))
 
-    def _parsed(self, source: object, items: Callable[[], list[tuple]]) -> Transfers:
-        """``items()`` parsed once per ``source`` (a phase, or a list of plans, kept referenced so its id stays
-        unique) while the routes stay the same."""
+    def _parsed(self, key: Hashable, source: object, items: Callable[[], list[tuple]]) -> Transfers:
+        """``items()`` parsed once per ``key`` (the id of a phase, or the ids of the first phases of plans run
+        together; ``source``, kept referenced with it so those ids stay unique) while the routes stay the same."""
         version = self.topology.routes_version
-        cached = self._transfers.get(id(source))
+        cache = self._parsed_phases.transfers
+        cached = cache.get(key)
         if cached is None or cached[1] != version:
-            cached = self._transfers[id(source)] = (source, version, Transfers(items()))
+            cached = cache[key] = (source, version, Transfers(items()))
         return cached[2]
 
     def run_plan(self, env: simpy.Environment, phases: Iterable[Phase], key: str = ""):
@@ -150,7 +163,8 @@ class PlanRunner:
             if len(plans) == 1:
                 yield self.network.run_phase(self.transfers(plans[0][0]), key=key)
             else:
-                joined = self._parsed(plans, lambda: [item for plan in plans for item in self.items(plan[0])])
+                joined = self._parsed(tuple(id(plan[0]) for plan in plans), plans,
+                                      lambda: [item for plan in plans for item in self.items(plan[0])])
                 yield self.network.run_phase(joined, key=key)
             return
         if self.quotient is not None:

@@ -14,6 +14,7 @@ import math
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, count
 from operator import attrgetter, itemgetter
@@ -227,6 +228,18 @@ class _EndOfInstant(simpy.Event):
         env.schedule(self, _AFTER_NORMAL_EVENTS)
 
 
+@dataclass
+class AnalyticTimings:
+    """The analytic model's timings on the cluster's own capacities, which networks of one topology and link
+    efficiency that log their flows may share (a plan cache's runs, `PlanCache.analytic`: a job's straggler
+    states each timed the same ~500 phases again, ~0.08 s of a state's ~2 s): each route's bottleneck, and
+    per phase posted as `Transfers` (by identity, kept referenced) its duration and its flow rows relative to
+    its start. A network whose capacities or routes change takes new ones of its own."""
+
+    bottleneck: dict[tuple[int, ...], float] = field(default_factory=dict)
+    phases: dict[int, tuple[Transfers, float, FlowBlock | None]] = field(default_factory=dict)
+
+
 class Network:
     """Transfers over a compiled ``Topology``; ``efficiency`` scales each link class's bandwidth.
 
@@ -237,7 +250,7 @@ class Network:
     """
 
     def __init__(self, env: simpy.Environment, topology: Topology, *, efficiency: Mapping[str, float] | None = None,
-                 mode: NetworkMode = "flow", log: EventLog | None = None):
+                 mode: NetworkMode = "flow", log: EventLog | None = None, timings: AnalyticTimings | None = None):
         self.env = env
         self.topology = topology
         self.mode = mode
@@ -249,10 +262,9 @@ class Network:
         self.max_min_solves = 0
         self.wake_ups = 0
         self.heap_entries = 0
-        self._bottleneck: dict[tuple[int, ...], float] = {}
-        self._analytic: dict[int, tuple[Transfers, float, FlowBlock | None]] = {}
-        """Per phase posted as `Transfers` (by identity, kept referenced), its analytic timing: the phase's
-        duration and its flow rows relative to its start."""
+        timings = timings if timings is not None and log is not None else AnalyticTimings()
+        self._bottleneck = timings.bottleneck
+        self._analytic = timings.phases
         self._groups: dict[tuple[int, ...], _PathGroup] = {}
         self._link_groups: defaultdict[int, set[_PathGroup]] = defaultdict(set)
         self._solved: dict[tuple[tuple[int, ...], tuple[int, ...]], array[float]] = {}
@@ -333,9 +345,10 @@ class Network:
         self.log.replayed_flows(key, start, block)
 
     def _forget_timings(self) -> None:
-        """Drop the route bottlenecks and analytic phase timings: they hold the capacities and routes of before."""
-        self._bottleneck.clear()
-        self._analytic.clear()
+        """Drop the route bottlenecks and analytic phase timings: they hold the capacities and routes of before
+        (new ones of this network's own: others may share the old ones, `AnalyticTimings`)."""
+        timings = AnalyticTimings()
+        self._bottleneck, self._analytic = timings.bottleneck, timings.phases
 
     def _bottleneck_of(self, path: tuple[int, ...]) -> float:
         bottleneck = self._bottleneck.get(path)
