@@ -591,7 +591,8 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
     seconds over its actions': FSDP's toll, copies and waits spread over the micro-batch); what that chain
     outlasts the rank's last action by is the tail where it is longer. So is a one-rank shard group's: it
     reduce-scatters no dense unit, but its routed experts' reductions and the replicas' all-reduces still run
-    (tp 8 on a DGX H100). Pipelined FSDP reduces after the chunk
+    (tp 8 on a DGX H100), and, reducing in the last backward alone, the routed experts' reduce-scatters there.
+    Pipelined FSDP reduces after the chunk
     (`estimate_step_s`), and stages without weights have nothing to reduce: no tail there."""
     layout, sharding = plan.layout, plan.sharding
     group = shard_group(layout, rank, sharding.degree)
@@ -604,7 +605,8 @@ def reduction_tail_s(plan: StepPlan, times: CollectiveTimes, rank: int, share: S
         firsts = {block.layer: index for index, block in enumerate(ready) if block.params > 0}
         queue = [(finished[index], units[layer][2] * sharding.grad_bytes)
                  for layer, index in firsts.items()] if len(group) > 1 else []
-        if replica_group(layout, rank, sharding.degree) or len(group) == 1:
+        if (replica_group(layout, rank, sharding.degree) or len(group) == 1
+                or (not sharding.reduce_every_microbatch and sharded_expert_params(plan, ready) > 0)):
             replicated = max(reductions_end_s(times, [(stretch * finished[index], unit_reductions(
                 plan, rank, [block for block in ready if block.layer == layer])) for layer, index in firsts.items()]
             )) - stretch * clock
