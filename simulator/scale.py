@@ -294,11 +294,13 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     return shapes
 
 
-def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool) -> int:
-    """The transfers of a collective of ``kind``'s group as collectives/hierarchical.py plans it: a phase of one
-    transfer per member for the rings inside the hosts (two around an all-reduce, where a host holds two members
-    or more), and one for the rails' rings across them (where the group spans hosts)."""
-    group = layout.group(kind, 0)
+def _hierarchical_transfers(layout: Layout, kind: str, hosts: HostShape, all_reduce: bool, ep: int,
+                            degree: int) -> int:
+    """The transfers of a collective of ``kind``'s group (`_first_group`: HSDP's shard group for ``dp``) as
+    collectives/hierarchical.py plans it: a phase of one transfer per member for the rings inside the hosts (two
+    around an all-reduce, where a host holds two members or more), and one for the rails' rings across them
+    (where the group spans hosts)."""
+    group = _first_group(layout, kind, ep, degree)
     spanned = len({rank // hosts.gpus for rank in group})
     return len(group) * ((spanned > 1) + (len(group) > spanned) * (2 if all_reduce else 1))
 
@@ -398,7 +400,8 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     ranks = pp * _rank_classes(comm, shapes) if fold else gpus
     if scenario.collectives.algorithm == "hierarchical" and hosts is not None:
         all_reduce = {"tp": not par.sequence_parallel, "cp": False, "dp": par.zero_stage == 0}
-        shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce))
+        shapes.update({kind: replace(shapes[kind], transfers=_hierarchical_transfers(layout, kind, hosts, reduce,
+                                                                                   par.ep, degree))
                        for kind, reduce in all_reduce.items() if shapes[kind].members > 1})
     shapes["tp"] = replace(shapes["tp"], transfers=_tp_transfers(par, tp_plans, shapes["tp"].transfers))
     ops = ranks * (compute + sum(comm.values()) + 1)
