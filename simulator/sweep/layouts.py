@@ -727,25 +727,18 @@ def ring_exposed_s(plan: StepPlan, times: CollectiveTimes, context: ContextAtten
     return max(times.seconds("all_gather", plan.layout.group("cp", rank), nbytes, algorithm="ring") - beside, 0.0)
 
 
-def sharded_units(plan: StepPlan, blocks: list[Block]) -> list[float]:
-    """The parameters of each unit ZeRO-3 gathers and reduce-scatters on its own, as the program builder
-    splits ``blocks``: one FSDP unit per layer (`layer_units`), else (DeepSpeed) one block at a time."""
-    if plan.sharding.gather_per_layer:
-        return [params for _, _, params in layer_units(blocks).values()]
-    return [block.params for block in blocks if block.params > 0]
-
-
 def data_parallel_s(plan: StepPlan, times: CollectiveTimes, rank: int, op: Primitive, units: list[float],
                     bytes_per_param: float) -> float:
-    """Seconds of collective ``op`` over ``rank``'s DP x CP group, once for each of ``units`` (parameters,
-    ``bytes_per_param`` each per rank), one after another (0 with one data-parallel rank)."""
+    """Seconds of collective ``op`` over ``rank``'s shard group (`shard_group`: its DP x CP group, a block of it
+    under HSDP), once for each of ``units`` (parameters, ``bytes_per_param`` each per rank), one after another
+    (0 over one rank)."""
     group = shard_group(plan.layout, rank, plan.sharding.degree)
     return sum(times.seconds(op, group, params * bytes_per_param) for params in units) if len(group) > 1 else 0.0
 
 
 @dataclass(frozen=True)
 class ShardedUnit:
-    """One unit ZeRO-3 gathers and reduce-scatters on its own (`sharded_units`), with its kernels and blocking
+    """One unit ZeRO-3 gathers and reduce-scatters on its own (`unit_blocks`), with its kernels and blocking
     TP and CP collectives per micro-batch: in the forward, and in the backward (its recompute included) with its
     gradients' FSDP copies, each with FSDP2's copy-out of its gathers in that pass (``copy_out_s`` the two
     together, `copy_outs_s`); ``head`` where it holds the output layer, which FSDP keeps gathered from its
