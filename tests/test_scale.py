@@ -350,7 +350,6 @@ def test_the_estimate_finds_the_expert_and_hsdp_groups_and_counts_their_collecti
     unit and micro-batch, 2 a unit and step under pipelining (4 micro-batches, 6 units)."""
     layout = Layout(tp=2, dp=16)
     assert scale._first_group(layout, "experts", 8) == (0, 1, 16, 17)
-    assert scale._first_group(layout, "dp", 8) == layout.group("dp", 0)
     assert scale._first_group(layout, "dp", 4, 4) == (0, 2, 4, 6)
     assert scale._first_group(layout, "replicas", 4, 4) == (0, 8, 16, 24)
     assert scale._first_group(layout, "experts", 4, 4) == (0, 1)
