@@ -39,7 +39,7 @@ from simulator.engine.replicas import shift_step
 from simulator.errors import InputError
 from simulator.parallel.experts import ep_group, expert_shard_groups
 from simulator.parallel.layout import Layout
-from simulator.parallel.sharding import replica_group, shard_group
+from simulator.parallel.sharding import hybrid_degree, replica_group, shard_group
 from simulator.topology.graph import Topology
 from simulator.topology.loader import read_topology, scenario_topology
 from simulator.topology.size import SIZE_PARAMETERS, HostShape, host_shape, topology_gpus
@@ -147,11 +147,13 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
 
 
 def _hybrid_degree(layout: Layout, hosts: HostShape | None) -> int:
-    """HSDP's shard group size: rank 0's DP x CP ranks in its NVLink domain (workload/training.py `_sharding`); 0
-    where they are the whole group (one host: no replicas)."""
-    group = layout.combined_group(("dp", "cp"), 0)
-    degree = sum(1 for rank in group if hosts is None or rank // hosts.domain == 0)
-    return degree if degree < len(group) else 0
+    """HSDP's shard group size: rank 0's DP x CP ranks in its NVLink domain (parallel/sharding.py `hybrid_degree`,
+    the program's rule, with ``hosts``' domains of consecutive GPUs for the topology's); 0 where they are the
+    whole group (one host: no replicas)."""
+    if hosts is None:
+        return 0
+    degree = hybrid_degree(layout, lambda rank: rank // hosts.domain)
+    return degree if degree < layout.dp * layout.cp else 0
 
 
 def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:

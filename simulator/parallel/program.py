@@ -490,7 +490,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
             if final and self._replica_group(rank):
                 replicas = self._replica_group(rank)
                 self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce", replicas,
-                                 params * sharding.grad_bytes / len(group), f"hsdp.ar.{name}.vs{vstage}."
+                                 sharding.replica_reduce_bytes(params, group), f"hsdp.ar.{name}.vs{vstage}."
                                  f"{replicas[0]}", [rs], "dp")
             rs = next(iter(self._expert_reduce(rank, vstage, block.layer, ("grads.rs", f".vs{vstage}.op{layer[3]}"),
                                                done, final)), rs)
@@ -530,7 +530,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
                                                   f"grads.rs.{name}.vs{vstage}.{group[0]}", after)
             if replicas:
                 last = self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce",
-                                        replicas, params * sharding.grad_bytes / len(group),
+                                        replicas, sharding.replica_reduce_bytes(params, group),
                                         f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [last], "dp")
             experts = self._expert_reduce(rank, vstage, layer, ("grads.rs", f".vs{vstage}"), after, True)
             if experts:
@@ -713,7 +713,7 @@ class ProgramBuilder(OverlapMixin, BlockPasses):
         if not (final and replicas):
             return [reduced]
         return [reduced, self._collective(rank, ALL_REDUCE_STREAM, f"all_reduce shard {name}", "all_reduce",
-                                          replicas, params * self.plan.sharding.grad_bytes / len(group),
+                                          replicas, self.plan.sharding.replica_reduce_bytes(params, group),
                                           f"hsdp.ar.{name}.vs{vstage}.{replicas[0]}", [reduced], "dp")]
 
     def _experts_of(self, vstage: int) -> dict[int, tuple[float, int]]:

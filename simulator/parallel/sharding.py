@@ -3,6 +3,7 @@ collectives run) and the memory model (which bytes a rank holds)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -150,6 +151,11 @@ class Sharding:
             return 0.0, 0.0
         return self.unshard_copy_bytes() / self.degree, 2 * self.param_bytes
 
+    def replica_reduce_bytes(self, params: float, group: tuple[int, ...]) -> float:
+        """Bytes per rank of HSDP's all-reduce across the replicas of a unit of ``params`` parameters reduce-
+        scattered over ``group``: the reduced shard, 1/len(group) of its gradients in the reduce dtype."""
+        return params * self.grad_bytes / len(group)
+
     def unshard_copy_bytes(self) -> float:
         """HBM bytes per parameter of a unit FSDP2 moves to make its shard gatherable: where the shard's dtype is
         not param_dtype a cast (read ``shard_bytes``, write ``param_bytes``; FSDPParam clamps param_dtype to
@@ -169,6 +175,11 @@ class Sharding:
         write ``grad_bytes``; the default gradient_divide_factor None divides nothing there), which HSDP then
         all-reduces across the replicas (torch 2.13, _fsdp_collectives.py, ``world_size > 1`` else branch)."""
         return 2 * self.grad_bytes
+
+
+def hybrid_degree(layout: Layout, domain: Callable[[int], int]) -> int:
+    """HSDP's shard group size: rank 0's DP x CP ranks in its NVLink domain (``domain``: a GPU's)."""
+    return sum(1 for rank in layout.combined_group(("dp", "cp"), 0) if domain(rank) == domain(0))
 
 
 def shard_group(layout: Layout, rank: int, degree: int) -> tuple[int, ...]:

@@ -816,7 +816,7 @@ def unit_reductions(plan: StepPlan, rank: int, blocks: list[Block]) -> list[tupl
         ep = next(block.experts.ep for block in blocks if block.experts is not None)
         shards.append((*expert_shard_groups(plan.layout, rank, ep, sharding.degree), experts))
     return [((sharding.grad_reduction, group, params * sharding.grad_bytes) if len(group) > 1 else None,
-             ("all_reduce", replicas, params * sharding.grad_bytes / len(group)) if replicas else None)
+             ("all_reduce", replicas, sharding.replica_reduce_bytes(params, group)) if replicas else None)
             for group, replicas, params in shards]
 
 

@@ -30,7 +30,7 @@ from simulator.errors import ScenarioError, SimulationError
 from simulator.parallel.experts import expert_sharding
 from simulator.parallel.layout import Layout
 from simulator.parallel.program import StepPlan
-from simulator.parallel.sharding import FP32_BYTES, Sharding
+from simulator.parallel.sharding import FP32_BYTES, Sharding, hybrid_degree
 from simulator.schedules.base import Placement, rank_stages
 from simulator.schedules.registry import SINGLE_STAGE, build_schedule, schedule_placement
 from simulator.schedules.timing import simulate_schedule
@@ -228,7 +228,7 @@ def _sharding(scenario: Scenario, layout: Layout, topology: Topology) -> Shardin
     group = layout.combined_group(("dp", "cp"), 0)
     degree = len(group)
     if par.hybrid_shard:
-        degree = sum(1 for rank in group if topology.gpu_domain[rank] == topology.gpu_domain[0])
+        degree = hybrid_degree(layout, lambda rank: topology.gpu_domain[rank])
         _check_hybrid_blocks(layout, topology, degree)
         _check_hybrid_experts(par.ep, degree)
     return Sharding(stage=par.zero_stage, degree=degree, bucket_bytes=par.ddp.bucket, overlap=par.ddp.overlap,
