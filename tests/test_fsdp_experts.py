@@ -243,22 +243,15 @@ def test_layout_search_estimate_times_the_collectives_left_over_a_one_gpu_shard_
     assert _simulated_over_estimate(text, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
-DENSE_LAYER = (2 * MIXTRAL.hidden**2 + 2 * MIXTRAL.hidden * 1024) // TP + 2 * MIXTRAL.hidden + MIXTRAL.hidden * 8
-"""Dense parameters of one layer on one rank: Q and O (hidden x hidden), K and V (hidden x 8 KV heads of 128)
-split over TP, the two norms and the router (hidden x 8 experts) whole."""
-
-
-@pytest.mark.parametrize("overrides, dense, experts", [
-    ((HYBRID,), ((0, 2, 4, 6), (0, 8)), ((0, 1), (0, 8), 8 // EP)),
-    ((HYBRID, "parallelism.ep=8"), ((0, 2, 4, 6), (0, 8)), ((0, 1), (), 1)),
-    ((HYBRID, *PIPELINED), ((0, 4), (0, 8)), ((0, 1), (0, 8), 4)),
-], ids=["ep4", "ep8", "pp2-ep2"])
-def test_layout_search_estimate_reduces_hsdp_shards_over_the_programs_groups(overrides, dense, experts):
-    """A layer's reductions in the estimate's last backward under hybrid_shard, by hand. Dense: reduce-scattered
-    over rank 0's shard group (the DP ranks of its host: 4 of stride TP, or 2 with pp 2 dp 4) in fp32, then
-    1/d of that all-reduced with the other host's copy. Experts (E/ep of 3 x 4096 x 14336 on a rank): over
-    tp x d / ep ranks, the TP pair (d/ep = 1, or ep a multiple of d), then 1/2 of that all-reduced across the
-    hosts, except with ep 8, where every DP rank holds other experts: no replica."""
+@pytest.mark.parametrize("overrides", [(HYBRID,), (HYBRID, "parallelism.ep=8"), (HYBRID, *PIPELINED),
+                                       (*ONE_GPU_SHARDS, "parallelism.ep=2")],
+                         ids=["ep4", "ep8", "pp2-ep2", "one-gpu-shards"])
+def test_layout_search_estimate_reduces_hsdp_shards_as_the_program_does(run_yaml, overrides):
+    """A layer's reductions in the estimate's last backward under hybrid_shard (`unit_reductions`: dense, then
+    routed experts') are the program's: each reduce-scatter and all-reduce of rank 0's last backward with the
+    bytes and the members its flows run between (dense over the host's DP ranks, experts over tp x d / ep ranks,
+    each shard all-reduced with the other host's copy; none where a group has one member: ep 8's experts, which
+    no other DP rank holds, or tp 8's dense shards, one GPU a host)."""
     from simulator.config.loader import scenario_from_text
     from simulator.sweep.layouts import unit_blocks, unit_reductions
     from simulator.topology.loader import scenario_topology
@@ -267,9 +260,21 @@ def test_layout_search_estimate_reduces_hsdp_shards_over_the_programs_groups(ove
     loaded = scenario_from_text(SCENARIO, "inline.yaml", list(overrides))
     plan = build_training_step(loaded.scenario, scenario_topology(loaded)).plan
     layer = next(unit for unit in unit_blocks(plan, list(plan.stages[0].blocks)) if unit[0].name == "L0.attn")
-    (shard, replicas), (expert_shard, expert_replicas, held) = dense, experts
-    expert_params = held * 3 * MIXTRAL.hidden * 14336
-    expected = [(("reduce_scatter", shard, DENSE_LAYER * 4), ("all_reduce", replicas, DENSE_LAYER * 4 / len(shard))),
-                (("reduce_scatter", expert_shard, expert_params * 4),
-                 ("all_reduce", expert_replicas, expert_params * 4 / 2) if expert_replicas else None)]
-    assert unit_reductions(plan, 0, layer) == expected
+    frame = run_yaml(SCENARIO, "run.fold=false", *overrides).timeline
+    flows = frame[frame["kind"] == "flow"]
+
+    def issued(name: str) -> tuple[str, tuple[int, ...], float] | None:
+        """The last of rank 0's collectives called ``name``: (op, the ranks its flows run between, bytes)."""
+        ops = _ops(frame, name)
+        if ops.empty:
+            return None
+        op = ops.iloc[-1]
+        sent = flows[flows["name"] == op["key"]]
+        return op["name"].split()[0], tuple(sorted({*sent["src"], *sent["dst"]})), float(op["bytes"])
+
+    program = [(issued(f"reduce_scatter grads {name}"), issued(f"all_reduce shard {name}"))
+               for name in ("L0", "L0.experts")]
+    estimate = [tuple(None if shape is None else (shape[0], shape[1], pytest.approx(shape[2], rel=1e-12))
+                      for shape in shard) for shard in unit_reductions(plan, 0, layer)]
+    assert estimate == [shard for shard in program if shard != (None, None)]
+    assert any(all_reduce is not None for _, all_reduce in program)
