@@ -175,7 +175,7 @@ PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
 
 
 @pytest.mark.parametrize("overrides, tolerance", [
-    ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.02), ((HYBRID, "parallelism.ep=8"), 0.04),
+    ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.02), ((HYBRID, "parallelism.ep=8"), 0.036),
     ((HYBRID, *PIPELINED), 0.008), (("parallelism.ddp.reduce_every_microbatch=false",), 0.18)],
     ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2", "fsdp-no-sync"])
 def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides, tolerance):
@@ -188,6 +188,10 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     is the TP pair, with no replicas) 0.9657, pipelined (shard group 2, ep 2) 1.0057; before the estimate knew
     HSDP (every collective over the whole DP group, no all-reduce across replicas) 1.1307, 0.9571 and 1.3396,
     where the 4 expert all-reduces of 15.0 ms each across the hosts that end the simulated step were missing.
+    hybrid_shard ep 8's 3.4% over-estimate is not pinned down; full_shard ep 8 (1.0051) likely hides one of that
+    size: its 32 EP combines share the NICs with the DP gathers and reduce-scatters across the hosts (34.2 ms
+    against 24.3 under hybrid_shard, whose DP collectives stay inside a host), which the estimate, timing each
+    all-to-all alone, leaves out.
     full_shard reducing in the last backward alone (no-sync): 1.1711, 1.2856 when the estimate left the experts'
     four 11.3 ms reduce-scatters of that backward out of its tail; what is left is the compute waiting for each
     reduce-scatter there (FSDP2's post-backward, `backward_waits_s`, charged only where every micro-batch
