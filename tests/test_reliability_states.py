@@ -272,6 +272,30 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     assert broken.table.equals(one_core.table)
 
 
+def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_job(monkeypatch):
+    """Each worker hands back its first state and dies (os._exit, as the OOM killer ends it) once the next one
+    sits unread in its pipe: the job's end of the pipe reads ConnectionResetError, not EOFError, and the job
+    still simulates the states left as it meets them, to the one-core job's summary and events. Before, the
+    reset ended the job: 'error: Connection reset by peer', exit 1, no outputs."""
+    from multiprocessing.connection import Connection
+
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
+    send, job_process = Connection.send, os.getpid()
+
+    def dies_holding_the_next_state(self, obj):
+        send(self, obj)
+        if os.getpid() != job_process:
+            self.poll(None)  # the job's process has sent the next state: it lies unread in the pipe
+            os._exit(9)
+
+    monkeypatch.setattr(Connection, "send", dies_holding_the_next_state)
+    forked = _counting_states_ahead(monkeypatch)
+    broken = simulate_job(loaded)
+    assert forked in ([1], [2])  # the other worker's first state handed back before the reset is read, or not
+    assert broken.summary == one_core.summary
+    assert broken.table.equals(one_core.table)
+
+
 def test_the_pass_that_foresees_the_states_reports_its_replications_before_the_states_and_the_job(monkeypatch):
     """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
     (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2).

@@ -154,7 +154,8 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
                           progress: Callable[[int, int], None] | None) -> int:
     """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
     ``todo[1:]`` on its own pipe as it hands one back, all ended before this returns or raises. A worker's end
-    of its pipe is in no other process, so one that dies is seen at once (its pipe ends). How many states they
+    of its pipe is in no other process, so one that dies is seen at once: its pipe ends (EOFError), or is reset
+    where it died with a state unread in it (ConnectionResetError, an OSError). How many states they
     simulated."""
     waiting = list(reversed(todo[1:]))
     pool: list[_Worker] = []
@@ -177,7 +178,7 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
                     progress(len(todo) - len(waiting) - len(busy), len(todo))
                 if waiting:
                     busy[pipe] = worker, worker.hand(waiting.pop())
-    except (EOFError, BrokenPipeError):  # a worker died (out of memory): the job simulates the rest as it meets them
+    except (EOFError, OSError):  # a worker died (out of memory): the job simulates the rest as it meets them
         pass
     finally:
         _ended(pool)
@@ -238,7 +239,7 @@ def _serve(pipe: Connection, inherited: Sequence[Connection]) -> None:
     try:
         while True:
             pipe.send(_simulated_here(_FORKED, pipe.recv()))
-    except (EOFError, BrokenPipeError):
+    except (EOFError, OSError):  # the job's process is gone (a broken pipe, or one reset with a state unread)
         return
 
 
