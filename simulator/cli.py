@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.console.paths import figure_file, output_folder
-from simulator.errors import ExecutorError, InputError, SimulationError
+from simulator.errors import ExecutorError, InputError, InterruptedWritten, SimulationError
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
 from simulator.sweep.options import (
@@ -907,6 +907,13 @@ def _interrupted_once(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore_interrupts(exiting: bool) -> None:
+    """In a process that ends after `main`, every later Ctrl-C ignored: it is stopping already, whichever
+    handler raised the KeyboardInterrupt it stops on."""
+    if exiting:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush into a closed pipe stays quiet."""
     try:
@@ -958,7 +965,12 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         return _fail(f"simulation error: {exc}", EXIT_RUNTIME)
     except ExecutorError as exc:
         return _fail(f"error: {exc}", EXIT_RUNTIME)
+    except InterruptedWritten as exc:
+        _ignore_interrupts(exiting)
+        return _fail(f"interrupted: the run's files were written to {exc.out_dir} before it stopped",
+                     EXIT_INTERRUPTED)
     except KeyboardInterrupt:
+        _ignore_interrupts(exiting)
         return _fail("interrupted", EXIT_INTERRUPTED)
     except BrokenPipeError:
         _silence_stdout()

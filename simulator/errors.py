@@ -7,6 +7,7 @@ before exiting with status 2.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -95,3 +96,12 @@ class StepAborted(SimulationError):
 
     def __str__(self) -> str:
         return f"step aborted at {self.at_s:.6g} s: {self.reason}"
+
+
+class InterruptedWritten(KeyboardInterrupt):
+    """Ctrl-C pressed while a run's files were moved into its folder: held back until the move ended, so the
+    folder holds the complete run (with its manifest) and the command stops after writing it."""
+
+    def __init__(self, out_dir: Path) -> None:
+        super().__init__(str(out_dir))
+        self.out_dir = out_dir

@@ -470,6 +470,57 @@ def test_interrupts_are_held_while_files_move():
     assert moved
 
 
+def test_a_press_held_back_goes_to_the_handler_it_was_held_from():
+    """A press held back is handed on when the hold ends: the console script's handler raises KeyboardInterrupt
+    and ignores every later press; an outer hold keeps it until its own end; SIG_IGN drops it. Before, the hold
+    raised KeyboardInterrupt itself and put the console script's handler back armed, so a second press while
+    the job stopped printed a traceback and ended it by SIGINT (status -2)."""
+    from simulator.cli import _interrupted_once
+
+    original = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, _interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # a second press, ignored
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_held():
+                with interrupts_held():
+                    os.kill(os.getpid(), signal.SIGINT)
+                inner_ended = True
+        assert inner_ended
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with interrupts_held():
+            os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeypatch, capsys):
+    """Ctrl-C pressed while a run's files are moved into its folder is held back until they are all there: the
+    folder holds the new complete run, and `trainsim run` exits 130 saying its files were written. Before, it
+    said only 'interrupted', as if nothing of the run had been written."""
+    from simulator.report import run_folder
+
+    out = tmp_path / "out"
+    replace, pressed = os.replace, []
+
+    def pressing_replace(source, target):
+        if not pressed:
+            pressed.append(os.kill(os.getpid(), signal.SIGINT))
+        replace(source, target)
+
+    monkeypatch.setattr(run_folder.os, "replace", pressing_replace)
+    assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 130
+    assert capsys.readouterr().err == f"interrupted: the run's files were written to {out} before it stopped\n"
+    assert pressed and one_run_only(out)["scenario"] == str(SMALL)
+
+
 @pytest.mark.parametrize("delay_s", [0.4, 0.9, 1.6])
 def test_sigint_midway_leaves_exactly_one_run(tmp_path, delay_s):
     """Interrupt `trainsim run` at several moments into a folder holding another run: whenever it lands,

@@ -4,8 +4,9 @@ did not write are removed (charts `plot` saved into the folder included: it list
 readers check the manifest before trusting a folder.
 
 The move is a handful of renames within one file system, done with Ctrl-C held back, and the old manifest
-is removed first and the new one written last: an interrupted run leaves the previous complete run, and a
-killed one at worst a folder without a manifest, which `plot` refuses.
+is removed first and the new one written last: a run interrupted before the move leaves the previous complete
+run, one interrupted during it the new complete run, and a killed one at worst a folder without a manifest,
+which `plot` refuses.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from simulator.errors import ScenarioError
+from simulator.errors import InterruptedWritten, ScenarioError
 from simulator.report.atomic import write_bytes
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ def file_digest(path: Path) -> str:
 
 @contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold back SIGINT for the duration (main thread only) and raise KeyboardInterrupt after it, if one came."""
+    """Hold back SIGINT for the duration (main thread only), then hand a press that came to the handler held
+    back from: Python's raises KeyboardInterrupt, the console script's raises it and ignores later presses, an
+    outer hold holds it in turn, SIG_IGN ignores it (SIG_DFL, or a handler set outside Python: KeyboardInterrupt).
+    Raising KeyboardInterrupt here instead put the console script's handler back where it had switched to
+    ignoring, so that a second press printed a traceback at exit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,7 +79,11 @@ def interrupts_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received:
+    if not received:
+        return
+    if callable(previous):
+        previous(signal.SIGINT, None)
+    elif previous != signal.SIG_IGN:
         raise KeyboardInterrupt
 
 
@@ -114,7 +123,8 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
     """Call ``write(stage)`` to write a run's files into a fresh temporary folder beside ``out_dir``, add
     manifest.json (``identity`` plus each file's size and SHA-256), then move everything into ``out_dir`` and
     remove the stale files of an earlier run. Returns the file names written, manifest last. On any error or
-    Ctrl-C before the move, ``out_dir`` is left as it was and the temporary folder is removed."""
+    Ctrl-C before the move, ``out_dir`` is left as it was and the temporary folder is removed; Ctrl-C during
+    the move is held back to its end and then raised as InterruptedWritten: the folder holds the new run."""
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
@@ -127,13 +137,16 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
                                                     option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
         out_dir.mkdir(exist_ok=True)
         stale = (_previous_files(out_dir) | set(RUN_OUTPUTS)) - set(names) - {MANIFEST}
-        with interrupts_held():
-            (out_dir / MANIFEST).unlink(missing_ok=True)
-            for name in names:
-                os.replace(stage / name, out_dir / name)
-            for name in sorted(stale):
-                (out_dir / name).unlink(missing_ok=True)
-            os.replace(stage / MANIFEST, out_dir / MANIFEST)
+        try:
+            with interrupts_held():
+                (out_dir / MANIFEST).unlink(missing_ok=True)
+                for name in names:
+                    os.replace(stage / name, out_dir / name)
+                for name in sorted(stale):
+                    (out_dir / name).unlink(missing_ok=True)
+                os.replace(stage / MANIFEST, out_dir / MANIFEST)
+        except KeyboardInterrupt:
+            raise InterruptedWritten(out_dir) from None
         return [*names, MANIFEST]
     finally:
         shutil.rmtree(stage, ignore_errors=True)
