@@ -217,6 +217,7 @@ def _one_core_job_then_two_cores(monkeypatch):
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers: workers)  # not the loaded host's free memory
     return loaded, one_core
 
 
@@ -325,6 +326,7 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
     scenario.write_text(JOB64)
     monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
+    monkeypatch.setattr(ahead, "memory_room", lambda workers: workers)
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
@@ -363,6 +365,7 @@ def interrupted_in_a_worker(self, state):
 states.StepStates.entry = interrupted_in_a_worker
 ahead.AHEAD_MIN_STATES = 2
 ahead.cores = lambda workers=0: 2
+ahead.memory_room = lambda workers: workers  # a loaded host's free memory must not leave the job without workers
 sys.argv = ["trainsim", "run", scenario, "--out", out, "--quiet"]
 sys.exit(console())
 """
@@ -411,6 +414,7 @@ def test_ctrl_c_pressed_again_and_again_while_the_job_stops_still_ends_it_quietl
     deadline = time.monotonic() + 240
     while not reached.exists() and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
+    assert reached.exists(), job.communicate()[1]
     presses = 0
     while job.poll() is None and time.monotonic() < deadline:
         os.killpg(job.pid, signal.SIGINT)
