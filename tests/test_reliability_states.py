@@ -297,7 +297,37 @@ def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_
     assert broken.table.equals(one_core.table)
 
 
-def test_the_pass_that_foresees_the_states_reports_its_replications_before_the_states_and_the_job(monkeypatch):
+def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_it(monkeypatch):
+    """The second worker's fork refused (ENOMEM, as a host out of memory refuses it): the one worker forked
+    simulates the 8 states ahead, to the one-core job's outputs; every fork refused, none goes ahead and the
+    job simulates them as met. Before, the refusal ended the job: 'error: Cannot allocate memory', exit 1."""
+    import errno
+
+    loaded, one_core = _one_core_job_then_two_cores(monkeypatch)
+    fork, forks, allowed = os.fork, [], [1]
+
+    def refused_after_the_allowed(*args):
+        forks.append(None)
+        if len(forks) > allowed[0]:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return fork(*args)
+
+    monkeypatch.setattr(os, "fork", refused_after_the_allowed)
+    forked = _counting_states_ahead(monkeypatch)
+    one_worker = simulate_job(loaded)
+    assert forked == [8] and len(forks) == 2
+    assert one_worker.summary == one_core.summary
+    assert one_worker.table.equals(one_core.table)
+
+    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    allowed[0] = 0
+    no_worker = simulate_job(loaded)
+    assert forked == [8, 0]
+    assert no_worker.summary == one_core.summary
+    assert no_worker.table.equals(one_core.table)
+
+
+
     """The 64-GPU job on two cores reports three phases in order: the first pass over its 2 replications
     (``foresight_progress``, 0 to 2), the 9 states simulated ahead (0 to 9), then its replications (0 to 2).
     Before, the job's bar said 0 replications done from the start, through the first pass (~15 s on the

@@ -159,11 +159,10 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
     simulated."""
     waiting = list(reversed(todo[1:]))
     pool: list[_Worker] = []
-    for _ in range(pool_size):
-        pool.append(_Worker.forked([worker.pipe for worker in pool]))
     busy: dict[Connection, tuple[_Worker, ClusterState]] = {}
     done = 0
     try:
+        _forked_into(pool, pool_size)
         for worker in pool[:len(waiting)]:
             busy[worker.pipe] = worker, worker.hand(waiting.pop())
         while busy:
@@ -183,6 +182,17 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
     finally:
         _ended(pool)
     return done
+
+
+def _forked_into(pool: list[_Worker], size: int) -> None:
+    """Fork workers into ``pool`` up to ``size``; a fork the host refuses (ENOMEM, EAGAIN: out of memory or of
+    processes) leaves those forked so far, none at worst, and the job simulates the rest of its states as met.
+    Before, the refusal ended the job ('error: Cannot allocate memory', exit 1)."""
+    try:
+        while len(pool) < size:
+            pool.append(_Worker.forked([worker.pipe for worker in pool]))
+    except OSError:
+        pass
 
 
 def _ended(pool: Sequence[_Worker]) -> None:
@@ -215,6 +225,10 @@ class _Worker:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process.start()
+        except OSError:  # the fork refused: neither end of the pipe is any process's
+            ours.close()
+            theirs.close()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         theirs.close()
