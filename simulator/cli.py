@@ -95,6 +95,11 @@ def _warn(warnings: list[str] | tuple[str, ...], memory: dict, loaded: LoadedSce
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"warning: {line}", style="bold red")
 
 
+def _warn_line(warning: str) -> None:
+    """One warning on stderr as it happens (a worker simulating straggler states ahead lost mid-job)."""
+    print(f"warning: {warning}", file=sys.stderr)
+
+
 def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> int:
     """A job over weeks (`run.horizon`): its healthy step's warnings (out of memory among them) as a plain run
     gives them and the job's known before it runs (an interval that writes no checkpoint), printed as soon as
@@ -107,6 +112,7 @@ def _run_job(loaded, out: Path, *, quiet: bool, force: bool, workers: int) -> in
         job, files = run_job(loaded, out, force=force, progress=progress, workers=workers,
                              states_progress=progress.counting("states", "simulating straggler states ahead"),
                              foresight_progress=progress.counting("replications", FORESEEING),
+                             workers_warning=_warn_line,
                              on_healthy_step=lambda summary: _warn(summary.get("warnings", []), summary, loaded))
     if job.waiting is not None:
         print(f"warning: {job.waiting}", file=sys.stderr)
@@ -319,7 +325,8 @@ def _cmd_study(args: argparse.Namespace) -> int:
         study = run_study(args.scenario, args.set, intervals, multipliers, force=args.force, progress=progress,
                           on_healthy_step=on_healthy_step, on_point_warnings=warn_points, workers=args.workers,
                           states_progress=progress.counting("states", "simulating straggler states ahead"),
-                          foresight_progress=progress.counting("replications", FORESEEING))
+                          foresight_progress=progress.counting("replications", FORESEEING),
+                          workers_warning=_warn_line)
     files = write_study(out, study)
     for curve in study["curves"]:
         if curve["warnings"]:

@@ -267,8 +267,11 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
 
     monkeypatch.setattr(states.StepStates, "entry", dies_in_a_worker)
     forked = _counting_states_ahead(monkeypatch)
-    broken = simulate_job(loaded)
+    warned: list[str] = []
+    broken = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [0]
+    assert warned == ["a worker simulating straggler states ahead ended (exit status 9); the job simulates the 8 "
+                      "states left as it meets them, on one core"]
     assert broken.summary == one_core.summary
     assert broken.table.equals(one_core.table)
 
@@ -291,8 +294,11 @@ def test_a_worker_killed_with_a_state_unread_in_its_pipe_leaves_the_rest_to_the_
 
     monkeypatch.setattr(Connection, "send", dies_holding_the_next_state)
     forked = _counting_states_ahead(monkeypatch)
-    broken = simulate_job(loaded)
+    warned: list[str] = []
+    broken = simulate_job(loaded, workers_warning=warned.append)
     assert forked in ([1], [2])  # the other worker's first state handed back before the reset is read, or not
+    assert warned == [f"a worker simulating straggler states ahead ended (exit status 9); the job simulates the "
+                      f"{8 - forked[0]} states left as it meets them, on one core"]
     assert broken.summary == one_core.summary
     assert broken.table.equals(one_core.table)
 
@@ -314,15 +320,20 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
 
     monkeypatch.setattr(os, "fork", refused_after_the_allowed)
     forked = _counting_states_ahead(monkeypatch)
-    one_worker = simulate_job(loaded)
+    warned: list[str] = []
+    one_worker = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [8] and len(forks) == 2
+    assert warned == ["the host refused to fork a worker to simulate straggler states ahead (Cannot allocate "
+                      "memory): 1 of 2 forked"]
     assert one_worker.summary == one_core.summary
     assert one_worker.table.equals(one_core.table)
 
     monkeypatch.setattr(states, "_CACHE", OrderedDict())
     allowed[0] = 0
-    no_worker = simulate_job(loaded)
+    no_worker = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [8, 0]
+    assert warned[1:] == ["the host refused to fork a worker to simulate straggler states ahead (Cannot allocate "
+                          "memory): 0 of 2 forked; the job simulates them as it meets them"]
     assert no_worker.summary == one_core.summary
     assert no_worker.table.equals(one_core.table)
 

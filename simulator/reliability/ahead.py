@@ -122,14 +122,16 @@ def straggling(state: ClusterState, healthy: ClusterState) -> bool:
 
 
 def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: int = 0,
-                   progress: Callable[[int, int], None] | None = None) -> int:
+                   progress: Callable[[int, int], None] | None = None,
+                   warning: Callable[[str], None] | None = None) -> int:
     """Simulate the straggling states of ``wanted`` that ``states`` has not, the first here (building the fold
     they share) and the rest in worker processes (one per core, at most ``workers`` where not 0, and no more
     than the host's free memory holds), for ``states`` to hand out when the job meets them; nothing where there
     are fewer than AHEAD_MIN_STATES, one core, or the first raised. ``progress(done, total)`` hears of each
     state simulated. A worker that dies (the kernel's out-of-memory killer) ends them all: the job simulates
-    the states left as it meets them. Ctrl-C ends the workers without a word and raises KeyboardInterrupt here.
-    How many the workers simulated."""
+    the states left as it meets them; a fork the host refuses leaves the workers forked before it. ``warning``
+    hears one line of either (the job went on on fewer cores than it was given, which nothing else showed).
+    Ctrl-C ends the workers without a word and raises KeyboardInterrupt here. How many the workers simulated."""
     global _FORKED
     todo = [state for state in wanted if straggling(state, states.healthy) and not states.known(state)]
     if len(todo) < AHEAD_MIN_STATES or min(cores(workers), len(todo) - 1) < 2:
@@ -145,24 +147,31 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
         return 0
     _FORKED = states
     try:
-        return _simulated_in_workers(states, todo, pool_size, progress)
+        return _simulated_in_workers(states, todo, pool_size, progress, warning)
     finally:
         _FORKED = None
 
 
 def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool_size: int,
-                          progress: Callable[[int, int], None] | None) -> int:
+                          progress: Callable[[int, int], None] | None,
+                          warning: Callable[[str], None] | None) -> int:
     """`simulate_ahead`'s workers: ``pool_size`` processes forked from this one, each handed the next state of
     ``todo[1:]`` on its own pipe as it hands one back, all ended before this returns or raises. A worker's end
     of its pipe is in no other process, so one that dies is seen at once: its pipe ends (EOFError), or is reset
-    where it died with a state unread in it (ConnectionResetError, an OSError). How many states they
-    simulated."""
+    where it died with a state unread in it (ConnectionResetError, an OSError). ``warning``: `simulate_ahead`'s.
+    How many states they simulated."""
     waiting = list(reversed(todo[1:]))
     pool: list[_Worker] = []
     busy: dict[Connection, tuple[_Worker, ClusterState]] = {}
     done = 0
+    worker: _Worker | None = None
+    lost: _Worker | None = None
     try:
-        _forked_into(pool, pool_size)
+        refused = _forked_into(pool, pool_size)
+        if refused is not None and warning is not None:
+            unforked = "" if pool else "; the job simulates them as it meets them"
+            warning(f"the host refused to fork a worker to simulate straggler states ahead ({refused}): "
+                    f"{len(pool)} of {pool_size} forked{unforked}")
         for worker in pool[:len(waiting)]:
             busy[worker.pipe] = worker, worker.hand(waiting.pop())
         while busy:
@@ -178,21 +187,33 @@ def _simulated_in_workers(states: StepStates, todo: Sequence[ClusterState], pool
                 if waiting:
                     busy[pipe] = worker, worker.hand(waiting.pop())
     except (EOFError, OSError):  # a worker died (out of memory): the job simulates the rest as it meets them
-        pass
+        lost = worker
     finally:
         _ended(pool)
+    if lost is not None and warning is not None:
+        warning(f"a worker simulating straggler states ahead ended ({_how_it_ended(lost.process.exitcode)}); the "
+                f"job simulates the {len(todo) - 1 - done:,} states left as it meets them, on one core")
     return done
 
 
-def _forked_into(pool: list[_Worker], size: int) -> None:
+def _how_it_ended(exitcode: int | None) -> str:
+    """A worker's end as `multiprocessing` reports it (minus a signal's number), in words."""
+    if exitcode is not None and exitcode < 0:
+        oom = ", SIGKILL: the kernel's out-of-memory killer?" if -exitcode == signal.SIGKILL else ""
+        return f"signal {-exitcode}{oom}"
+    return f"exit status {exitcode}"
+
+
+def _forked_into(pool: list[_Worker], size: int) -> str | None:
     """Fork workers into ``pool`` up to ``size``; a fork the host refuses (ENOMEM, EAGAIN: out of memory or of
     processes) leaves those forked so far, none at worst, and the job simulates the rest of its states as met.
-    Before, the refusal ended the job ('error: Cannot allocate memory', exit 1)."""
+    Before, the refusal ended the job ('error: Cannot allocate memory', exit 1). Why the host refused, or None."""
     try:
         while len(pool) < size:
             pool.append(_Worker.forked([worker.pipe for worker in pool]))
-    except OSError:
-        pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _ended(pool: Sequence[_Worker]) -> None:

@@ -470,7 +470,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
                  on_healthy_step: Callable[[dict], None] | None = None,
                  progress: Callable[[int, int], None] | None = None, workers: int = 0,
                  states_progress: Callable[[int, int], None] | None = None,
-                 foresight_progress: Callable[[int, int], None] | None = None) -> JobResult:
+                 foresight_progress: Callable[[int, int], None] | None = None,
+                 workers_warning: Callable[[str], None] | None = None) -> JobResult:
     """Run the job simulation of a scenario with `run.horizon` set (the garbage collector paused); one
     expected to handle more than MAX_JOB_EVENTS events, or whose healthy step (`run.fold: false`) or degraded
     or straggling states are unfolded steps beyond the scale limits, is refused unless ``force``.
@@ -483,7 +484,8 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     Where the job's straggler states are simulated ahead on the other cores (reliability/ahead.py, at most
     ``workers`` of them where not 0), ``foresight_progress(done, total)`` first hears of each replication of the
     pass that foresees them, then ``states_progress(done, total)`` of each state simulated, before the
-    replications run."""
+    replications run; ``workers_warning`` hears one line where a worker ended early or could not be forked
+    (the outputs are the same; only the time differs)."""
     scenario = loaded.scenario
     prepared = prepare_job(loaded, force=force)
     plan, model, counts, healthy = prepared.plan, prepared.model, prepared.counts, prepared.healthy
@@ -498,7 +500,7 @@ def simulate_job(loaded: LoadedScenario, *, force: bool = False,
     if cores(workers) > 1 and any(klass.effect is Effect.STRAGGLE for klass in model.classes):
         foreseen = states_foreseen(plan, arrivals, scenario.run.replications, prepared.cost_cache, healthy,
                                    foresight_progress)
-        simulate_ahead(prepared.states, foreseen, workers, states_progress)
+        simulate_ahead(prepared.states, foreseen, workers, states_progress, workers_warning)
     if progress is not None:
         progress(0, scenario.run.replications)
     events = JobEvents()

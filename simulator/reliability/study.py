@@ -214,7 +214,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
               on_point_warnings: Callable[[list[dict]], None] | None = None,
               progress: Callable[[int, int], None] | None = None, workers: int = 0,
               states_progress: Callable[[int, int], None] | None = None,
-              foresight_progress: Callable[[int, int], None] | None = None) -> dict:
+              foresight_progress: Callable[[int, int], None] | None = None,
+              workers_warning: Callable[[str], None] | None = None) -> dict:
     """Simulate every (multiplier, interval) point; one curve summary per multiplier. A multiplier scales the
     scenario's own failure rates, its `faults.rate_multiplier` included (x 1 is the scenario as written).
     Without intervals, each multiplier has one point at the scenario's own interval (a checkpoint-interval
@@ -227,7 +228,8 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     ``progress(done, total)`` hears of each point simulated. The points run one after another in this process,
     so each simulates its straggler states ahead on the other cores as `trainsim run` does (at most ``workers``
     processes where not 0; ``foresight_progress`` hears of each replication of the pass that foresees them,
-    ``states_progress`` of each state), unless this process is itself a worker; a
+    ``states_progress`` of each state, ``workers_warning`` of a worker that ended early or was not forked),
+    unless this process is itself a worker; a
     later point finds the states an earlier one simulated (the points change no step)."""
     base = load_scenario(scenario, overrides)
     require_horizon(base)
@@ -248,7 +250,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
         done: list[StudyPoint] = []
         for multiplier, loaded in row:
             result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress,
-                                  foresight_progress=foresight_progress)
+                                  foresight_progress=foresight_progress, workers_warning=workers_warning)
             done.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
                                    result.waiting))
             if progress is not None:
