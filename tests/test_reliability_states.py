@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import orjson
@@ -189,7 +188,7 @@ def test_a_straggler_state_run_again_shares_its_plans_parsed_and_timed_with_the_
     from simulator.network import model
     from simulator.reliability.simulate import prepare_job
 
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     job_states = prepare_job(scenario_from_text(JOB64, "job64.yaml")).states
     state = states.ClusterState(8, slow_gpus=((job_states.representative(20), 1.5),))
     first = job_states.entry(state)
@@ -210,10 +209,10 @@ def _one_core_job_then_two_cores(monkeypatch):
     """The 64-GPU job run on one core (its states simulated as met), then the machine set to two cores and the
     ahead path opened from 2 states, each run with a fresh state cache: the loaded job and the one-core result."""
     loaded = scenario_from_text(JOB64, "job64.yaml")
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 1)
     one_core = simulate_job(loaded)
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     monkeypatch.setattr(reliability_simulate, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "cores", lambda workers=0: 2)
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
@@ -256,7 +255,7 @@ def test_states_simulated_ahead_report_progress_and_survive_a_dead_worker(monkey
     assert heard[:2] == [(0, 9), (1, 9)] and heard[-1] == (9, 9) and len(heard) == 10
     assert two_cores.summary == one_core.summary
 
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     entry, job_process, calls = states.StepStates.entry, os.getpid(), []
 
     def dies_in_a_worker(self, state):
@@ -328,7 +327,7 @@ def test_a_fork_the_host_refuses_leaves_the_states_to_the_workers_forked_before_
     assert one_worker.summary == one_core.summary
     assert one_worker.table.equals(one_core.table)
 
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     allowed[0] = 0
     no_worker = simulate_job(loaded, workers_warning=warned.append)
     assert forked == [8, 0]
@@ -368,15 +367,50 @@ def test_a_study_simulates_its_points_states_ahead_once_capped_by_its_workers(mo
     monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
     monkeypatch.setattr(ahead, "AHEAD_MIN_STATES", 2)
     monkeypatch.setattr(ahead, "memory_room", lambda workers: workers)
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     forked = _counting_states_ahead(monkeypatch)
     heard: list[tuple[int, int]] = []
     ahead_study = run_study(scenario, [], [1800.0, 3600.0], [1.0],
                             states_progress=lambda done, total: heard.append((done, total)))
     assert forked == [8, 0] and heard[-1] == (9, 9) and len(heard) == 10
-    monkeypatch.setattr(states, "_CACHE", OrderedDict())
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
     assert run_study(scenario, [], [1800.0, 3600.0], [1.0], workers=1) == ahead_study
     assert forked == [8, 0]
+
+
+def test_a_study_with_more_states_than_the_old_count_of_64_simulates_each_once(monkeypatch, tmp_path):
+    """A 64-GPU job (PP 8) with 101 straggler states over 12 replications: its study's first point simulates
+    them (100 in two workers) and the second finds every one cached. Before, the cache kept 64 states, so the
+    second point simulated 38 of them again (37 in the workers)."""
+    from simulator.reliability.study import run_study
+
+    scenario = tmp_path / "job64pp8.yaml"
+    scenario.write_text(JOB64.replace("microbatches: 4", "microbatches: 8").replace("pp: 4, dp: 8", "pp: 8, dp: 4")
+                        .replace("horizon: 2 d, replications: 2", "horizon: 7 d, replications: 12")
+                        .replace("mtbf: 200 h", "mtbf: 30 h"))
+    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(ahead, "memory_room", lambda workers: workers)
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    forked = _counting_states_ahead(monkeypatch)
+    run_study(scenario, [], [1800.0, 3600.0], [1.0])
+    assert forked == [100, 0]
+    assert len(states._CACHE) == 102 and states._CACHE.bytes < states.CACHE_BYTES  # the healthy step too
+
+
+def test_the_state_cache_drops_the_least_recently_used_beyond_its_budget():
+    """The cache counts its entries pickled and drops the least recently used past its budget, keeping the
+    newest entry whatever its size."""
+    cache = states.StateCache(budget=3000)
+    entries = {name: (None, {"reason": name * 1000}) for name in "abcd"}
+    for name in "abc":
+        cache.store(("job", states.ClusterState(ord(name))), entries[name])
+    assert len(cache) == 2 and ("job", states.ClusterState(ord("a"))) not in cache
+    cache.used(("job", states.ClusterState(ord("b"))))
+    cache.store(("job", states.ClusterState(ord("d"))), entries["d"])
+    assert [key in cache for key in (("job", states.ClusterState(ord(name))) for name in "bcd")] == [True, False, True]
+    assert cache.bytes <= 3000
+    cache.store(("job", states.ClusterState(0)), (None, {"reason": "e" * 5000}))
+    assert len(cache) == 1 and cache.bytes > 3000
 
 
 INTERRUPTED_AHEAD = """

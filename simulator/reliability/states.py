@@ -18,13 +18,14 @@ the hosts it uses, each replica keeping its micro-batches or taking its share of
 (`restart.elastic_batch`, elastic.shrunk_scenario). The cache lives for the process, keyed by the scenario's
 step-relevant sections (run.seed among them: it draws random stragglers and routing samples;
 restart.elastic_batch), so studies and notebooks that change only failure or checkpoint settings simulate each
-state once. A state's step that a fold check unfolds beyond the scale limits is refused before it is built
-unfolded (scale.refuse_unfolded), unless the job is forced.
+state once, within a memory budget (`StateCache`). A state's step that a fold check unfolds beyond the scale
+limits is refused before it is built unfolded (scale.refuse_unfolded), unless the job is forced.
 """
 
 from __future__ import annotations
 
 import gc
+import pickle
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from functools import partial
@@ -64,8 +65,56 @@ JOB_SECTIONS: dict = {"checkpoint": True, "storage": True, "description": True,
 does: it draws random stragglers and a MoE model's routing sample; restart.elastic_batch sets a shrunk state's
 micro-batches)."""
 
-_CACHE: OrderedDict[tuple[str, ClusterState | None], tuple[StepState | None, dict]] = OrderedDict()
-_CACHE_SIZE = 64
+CACHE_BYTES = 16 << 20
+"""What the states cached in a process may hold, their entries counted pickled: ~4 KB a straggler state of the
+64-GPU job (its summary; ~6x that in memory, ~25 KB), so ~4,000 states in ~100 MB. A count of 64 states kept a
+study's later points simulating again all but 63 of the states an earlier point did (38 of 101 states a
+point; on the 1,685-state throttling job, nearly all)."""
+
+
+class StateCache:
+    """Each state's step and summary simulated in this process, by the scenario's step key and the state, for
+    a job's replications and a study's later points to find: the least recently used dropped once the entries,
+    counted pickled (`CACHE_BYTES`), pass ``budget`` bytes (the newest kept whatever its size)."""
+
+    def __init__(self, budget: int = CACHE_BYTES) -> None:
+        self.budget = budget
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[str, ClusterState | None], tuple[tuple[StepState | None, dict], int]] = \
+            OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __getitem__(self, key: tuple[str, ClusterState | None]) -> tuple[StepState | None, dict]:
+        return self._entries[key][0]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def used(self, key: tuple[str, ClusterState | None]) -> tuple[StepState | None, dict]:
+        """The entry of ``key``, now the most recently used."""
+        self._entries.move_to_end(key)
+        return self[key]
+
+    def store(self, key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
+              ) -> tuple[StepState | None, dict]:
+        """Keep ``entry`` under ``key``, dropping the least recently used beyond the budget; the entry."""
+        size = len(pickle.dumps(entry, pickle.HIGHEST_PROTOCOL))
+        if key in self._entries:
+            self.bytes -= self._entries.pop(key)[1]
+        self._entries[key] = entry, size
+        self.bytes += size
+        while self.bytes > self.budget and len(self._entries) > 1:
+            self.bytes -= self._entries.popitem(last=False)[1][1]
+        return entry
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+
+_CACHE = StateCache()
 
 
 @dataclass(frozen=True, order=True)
@@ -158,8 +207,7 @@ class StepStates:
         run's stepping closures, its isolated runs' environments) takes ~0.01 s and keeps the job at ~0.6 GB."""
         key = (self.key, state)
         if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
+            return _CACHE.used(key)
         if state in self._ahead:
             return self._store(key, self._ahead.pop(state))
         from simulator.engine.faults import FaultHooks
@@ -225,10 +273,7 @@ class StepStates:
     @staticmethod
     def _store(key: tuple[str, ClusterState | None], entry: tuple[StepState | None, dict]
                ) -> tuple[StepState | None, dict]:
-        _CACHE[key] = entry
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-        return entry
+        return _CACHE.store(key, entry)
 
     def _cut_by_spines(self, topology: Topology, state: ClusterState | None) -> str:
         """With every spine down, which GPUs of the state's cluster no longer reach each other ('' for none:
