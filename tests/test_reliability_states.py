@@ -413,6 +413,29 @@ def test_the_state_cache_drops_the_least_recently_used_beyond_its_budget():
     assert len(cache) == 1 and cache.bytes > 3000
 
 
+def test_a_study_shows_its_points_again_once_a_points_states_ahead_are_done(monkeypatch, tmp_path):
+    """Each point of a study on two cores first foresees its states (``foresight_progress``); the bar then
+    counts points again (0 of 2, then 1 of 2 through the second point) while the point's replications run.
+    Before, it heard of the points only as each ended, so it showed 'foreseeing straggler states 2/2
+    replications' through each point's replications."""
+    from simulator.reliability.study import run_study
+
+    scenario = tmp_path / "job64.yaml"
+    scenario.write_text(JOB64)
+    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1})
+    monkeypatch.setattr(states, "_CACHE", states.StateCache())
+    heard: list[tuple[str, int, int]] = []
+
+    def hearing(phase: str):
+        return lambda done, total: heard.append((phase, done, total))
+
+    run_study(scenario, [], [1800.0, 3600.0], [1.0], progress=hearing("points"),
+              foresight_progress=hearing("foresight"), states_progress=hearing("states"))
+    changes = [entry for index, entry in enumerate(heard) if index == 0 or heard[index - 1][0] != entry[0]]
+    assert changes == [("foresight", 0, 2), ("points", 0, 2), ("foresight", 0, 2), ("points", 1, 2)]
+    assert heard[-1] == ("points", 2, 2)
+
+
 INTERRUPTED_AHEAD = """
 import os, signal, sys
 from simulator.cli import console

@@ -250,14 +250,26 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     for row in grid:
         done: list[StudyPoint] = []
         for multiplier, loaded in row:
+            finished = len(curves) * len(at) + len(done)
             result = simulate_job(loaded, force=force, workers=workers, states_progress=states_progress,
-                                  foresight_progress=foresight_progress, workers_warning=workers_warning)
+                                  foresight_progress=foresight_progress, workers_warning=workers_warning,
+                                  progress=_points_shown(progress, finished, len(points)))
             done.append(StudyPoint(result.summary["checkpoint"]["interval_s"], multiplier, result.summary,
                                    result.waiting))
             if progress is not None:
-                progress(len(curves) * len(at) + len(done), len(points))
+                progress(finished + 1, len(points))
         curves.append(curve_summary(done))
     return {"scenario": str(scenario), "overrides": list(overrides), "point_warnings": warned, "curves": curves}
+
+
+def _points_shown(progress: Callable[[int, int], None] | None, finished: int, total: int
+                  ) -> Callable[[int, int], None] | None:
+    """A point's replication progress that shows the study's points instead (``finished`` of ``total``), so
+    that the bar goes back to counting points once the point's states ahead are done; it stayed on the last
+    phase ('foreseeing straggler states 4/4 replications') while the point's replications ran."""
+    if progress is None:
+        return None
+    return lambda _done, _replications: progress(finished, total)
 
 
 def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[PreparedJob]) -> list[dict]:
