@@ -401,6 +401,30 @@ def test_deepseek_dualpipev_hand_off_copies_meet_on_one_spine_uplink():
     assert spine == 2 * nic
 
 
+def test_a_later_run_of_an_order_gets_the_sharing_its_first_run_found(monkeypatch):
+    """`program_sharing` analyses an order once per plan cache: a second call on the same order (a job's next
+    straggler state) finds the first's mirrors (the same read-only mapping) and its private collectives, kept
+    as an array, back as an equal set, without running the analysis again."""
+    from simulator import simulation
+
+    loaded = load_scenario(SCENARIO_DIR / "megatron-sc21-18.4b.yaml")
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    step, analysed = prepared.step, []
+    private_collectives = simulation.private_collectives
+    monkeypatch.setattr(simulation, "private_collectives",
+                        lambda *args, **kwargs: analysed.append(None) or private_collectives(*args, **kwargs))
+
+    def sharing() -> tuple:
+        return program_sharing(step.program.ops, prepared.plans, step.program.async_streams, step.shapes,
+                               step.order, replays=True)
+
+    first_mirrors, first_private = sharing()
+    again_mirrors, again_private = sharing()
+    assert len(analysed) == 1 and len(first_private) == 1089
+    assert again_mirrors is first_mirrors
+    assert isinstance(again_private, frozenset) and again_private == first_private
+
+
 def test_deepseek_dualpipev_refold_by_route_class_is_ordered():
     """The refold to 112 ranks has 254,639 ops on 336 in-order streams, 2^26.35 clock entries: past the earlier
     cap of 2^26 it got no ordering, so none of its 112,833 collectives was found private (engine/sharing.py), its
