@@ -316,7 +316,7 @@ def test_the_report_table_keeps_its_columns_when_the_tree_choice_is_marked():
               Candidate(8, 1, 2, 32, 1, 1, "zero1", "none").label()]
     table = pd.DataFrame({"label": labels, "status": "simulated", "tokens_per_s": [2e5, 1e5], "mfu": [0.4, 0.2],
                           "peak_memory_gib": [60.0, 70.0], "bottleneck.verdict": "compute-bound",
-                          "tree_choice": [True, False], "reason_kind": None})
+                          "tree_choice": [True, False], "searched": True, "reason_kind": None})
     text = format_search(SearchResult(table, None, TreeChoice(None, ("one layer fits",)), None, ""))
     lines = text.splitlines()[:3]
     assert "(tree)" in lines[1]
@@ -339,7 +339,8 @@ def test_a_search_that_simulates_nothing_prints_no_empty_table_and_the_leanest_l
                                      "out of memory: 913.0 GiB > 79.6 GiB HBM",
                                      "40 layers do not split over pp x virtual_stages = 3 stages"],
                           "reason_kind": ["out_of_memory", "out_of_memory", "layers_do_not_split"],
-                          "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False})
+                          "memory_model_peak_gib": [853.0, 913.0, None], "tokens_per_s": None, "tree_choice": False,
+                          "searched": True})
     lines = format_search(SearchResult(table, None, TreeChoice(None, ("none fits",)), None, "")).splitlines()
     assert lines[:4] == ["3 layouts: 0 simulated, 3 pruned, 0 failed",
                          "  pruned, out of memory: 2 layouts",
@@ -1101,7 +1102,7 @@ def _search_result(tokens_per_s: float) -> SearchResult:
     row = {"label": "tp8 cp1 pp1 dp8 mb1 zero1 recompute=none", "tp": 8, "cp": 1, "pp": 1, "dp": 8, "ep": 1,
            "virtual_stages": 1, "micro_batch": 1, "sharding": "zero1", "recompute": "none", "status": "simulated",
            "reason": "", "reason_kind": None, "memory_model_peak_gib": 71.23456789, "estimate_tokens_per_s": 1.0e5 / 3,
-           "tree_choice": True, "tokens_per_s": tokens_per_s, "mfu": 0.4, "step_time_s": 0.5,
+           "tree_choice": True, "searched": True, "tokens_per_s": tokens_per_s, "mfu": 0.4, "step_time_s": 0.5,
            "peak_memory_gib": 71.23456789, "bubble_fraction": 0.0, "bottleneck.verdict": "compute-bound"}
     return SearchResult(pd.DataFrame([row]), row, TreeChoice(None, ("tp8",)), row, "the search agrees")
 
@@ -1117,7 +1118,7 @@ def test_search_files_are_written_as_one_set_or_not_at_all(tmp_path, monkeypatch
     manifest = json.loads((out / "manifest.json").read_text())
     assert (manifest["scenario"], manifest["overrides"]) == ("s.yaml", ["run.seed=2"])
     assert sorted(manifest["files"]) == files[:-1]
-    assert ",71.2346,33333.3,True,1000," in (out / "candidates.csv").read_text()
+    assert ",71.2346,33333.3,True,True,1000," in (out / "candidates.csv").read_text()
     assert pd.read_parquet(out / "candidates.parquet")["estimate_tokens_per_s"][0] == 1.0e5 / 3
     before = {path.name: path.read_bytes() for path in out.iterdir()}
 
@@ -1239,7 +1240,12 @@ def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it()
     rows = result.table.set_index("label")
     assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero0 recompute=none", "reason_kind"] == "out_of_memory"
     tree = rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=none"]
-    assert tree["tree_choice"] and tree["status"] == "simulated"
+    assert tree["tree_choice"] and tree["status"] == "simulated" and not tree["searched"]
+    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero0 recompute=none", "searched"]
     assert result.winner is None
     assert result.comparison.startswith("no layout of the searched space survived the checks and simulated; the "
                                         "decision tree's tp1 cp1 pp1 dp8 mb1 zero1 recompute=none, outside it, runs ")
+    from simulator.sweep.report import format_search
+
+    ranking = format_search(result).splitlines()[1]  # the tree's row is shown, marked and not ranked
+    assert ranking.startswith("   -  tp1 cp1 pp1 dp8 mb1 zero1 recompute=none (tree, outside the space)")

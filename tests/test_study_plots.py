@@ -224,7 +224,8 @@ def test_study_charts_from_a_sweep_a_collective_table_and_a_search(tmp_path, cap
     assert main(["plot", "busbw", str(tmp_path / "rows.json"), "-o", str(tmp_path / "rows.png")]) == 0
     candidates = pd.DataFrame({"label": ["a", "b", "c", "d"], "status": ["simulated"] * 3 + ["pruned"],
                                "peak_memory_gib": [40.0, 50.0, 60.0, None],
-                               "tokens_per_s": [1.0, 3.0, 2.0, None], "tree_choice": [False, False, True, False]})
+                               "tokens_per_s": [1.0, 3.0, 2.0, None], "tree_choice": [False, False, True, False],
+                               "searched": True})
     write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
                      lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
     assert main(["plot", "front", str(tmp_path / "search")]) == 0
@@ -248,9 +249,23 @@ def test_the_front_reads_tokens_per_second_with_thousands_separators():
     from simulator.report.study_plots import front_figure
 
     candidates = pd.DataFrame({"label": ["a", "b"], "status": ["simulated"] * 2, "peak_memory_gib": [68.9, 72.3],
-                               "tokens_per_s": [465_432.0, 480_576.0], "tree_choice": [True, False]})
+                               "tokens_per_s": [465_432.0, 480_576.0], "tree_choice": [True, False], "searched": True})
     axis = front_figure(candidates).axes[0].yaxis
     assert axis.get_major_formatter()(480_000, 0) == "480,000"
+
+
+def test_the_front_labels_the_best_of_the_searched_space_not_the_trees_layout_outside_it():
+    """The tree's layout is simulated for the comparison even where the space leaves it out; with nothing of the
+    space simulated, the front labelled it 'best' where search.json has no winner."""
+    from simulator.report.study_plots import front_figure
+
+    candidates = pd.DataFrame({"label": ["in", "tree"], "status": ["simulated"] * 2, "peak_memory_gib": [60.0, 50.0],
+                               "tokens_per_s": [300_000.0, 400_000.0], "tree_choice": [False, True],
+                               "searched": [True, False]})
+    texts = [text.get_text() for text in front_figure(candidates).axes[0].texts]
+    assert "best: in" in texts and "tree: tree" in texts
+    texts = [text.get_text() for text in front_figure(candidates[candidates["tree_choice"]]).axes[0].texts]
+    assert texts == ["tree: tree"]
 
 
 @pytest.mark.parametrize("best_memory_gib", [10.0, 90.0])
@@ -266,7 +281,8 @@ def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
     candidates = pd.DataFrame({"label": ["tp8 cp1 pp2 dp4 mb1 zero1 recompute=selective",
                                          "tp4 cp1 pp4 dp4 mb1 zero1 recompute=none", "c"],
                                "status": ["simulated"] * 3, "peak_memory_gib": [best_memory_gib, tree_memory_gib, 50.0],
-                               "tokens_per_s": [500_000.0, 300_000.0, 400_000.0], "tree_choice": [False, True, False]})
+                               "tokens_per_s": [500_000.0, 300_000.0, 400_000.0], "tree_choice": [False, True, False],
+                               "searched": True})
     figure = front_figure(candidates)
     renderer = FigureCanvasAgg(figure).get_renderer()
     figure.draw(renderer)
@@ -316,7 +332,7 @@ def test_a_search_folder_is_refused_by_the_sweep_charts_with_the_chart_it_has(tm
     """`plot sweep` and `plot heatmap` read a sweep's results.parquet alone, yet their refusal of a search folder
     offered 'or `trainsim search` (candidates.parquet)', the very folder it refused."""
     candidates = pd.DataFrame({"label": ["a"], "status": ["simulated"], "peak_memory_gib": [40.0],
-                               "tokens_per_s": [1.0], "tree_choice": [False], "tp": [8], "pp": [1]})
+                               "tokens_per_s": [1.0], "tree_choice": [False], "searched": True, "tp": [8], "pp": [1]})
     write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
                      lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
     refusal = (f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front`, "

@@ -192,8 +192,9 @@ def _label_inwards(ax, text: str, x: float, y: float, xs: pd.Series, rise: float
 
 def front_figure(candidates: pd.DataFrame) -> Figure:
     """The layout search's simulated layouts: tokens/s against peak memory, the Pareto front joined, the
-    winner and the decision tree's choice labelled (a search folder's candidates.parquet)."""
-    for column in ("status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice"):
+    winner (the best of the searched space, none where nothing of it simulated) and the decision tree's choice
+    labelled (a search folder's candidates.parquet)."""
+    for column in ("status", "peak_memory_gib", "tokens_per_s", "label", "tree_choice", "searched"):
         _check_columns(candidates, {"OUTDIR": column})
     simulated = candidates[candidates["status"] == "simulated"]
     figure = Figure(figsize=(8, 5), layout="constrained")
@@ -202,8 +203,9 @@ def front_figure(candidates: pd.DataFrame) -> Figure:
     front = pareto_front(simulated, "peak_memory_gib", "tokens_per_s")
     ax.plot(front["peak_memory_gib"], front["tokens_per_s"], color="#C44E52", label="throughput-memory front")
     memories = simulated["peak_memory_gib"]
-    if len(simulated):
-        winner = simulated.sort_values("tokens_per_s", ascending=False).iloc[0]
+    searched = simulated[simulated["searched"].astype(bool)]
+    if len(searched):
+        winner = searched.sort_values("tokens_per_s", ascending=False).iloc[0]
         _label_inwards(ax, f"best: {winner['label']}", winner["peak_memory_gib"], winner["tokens_per_s"], memories, 5)
     for _, tree in simulated[simulated["tree_choice"].astype(bool)].iterrows():
         ax.scatter([tree["peak_memory_gib"]], [tree["tokens_per_s"]], color="#DD8452", marker="s", s=60,

@@ -20,16 +20,22 @@ WIDTH = 118
 """The width the comparison's sentences are wrapped to (one line of 600 characters ran off every terminal)."""
 
 
+_TREE_MARKS = {True: " (tree)", False: " (tree, outside the space)"}
+"""How the decision tree's layout is marked in the ranking, by whether it is a layout of the searched space."""
+
+
 def format_search(result: SearchResult) -> str:
     """The best simulated layouts as a table, the status counts with the pruned ones by kind, the tree's steps
     one a line (they were one line of up to a thousand characters) and the comparison, wrapped."""
     table = result.table
     simulated = table[table["status"] == "simulated"].sort_values(["tokens_per_s", "label"], ascending=[False, True])
     rows = simulated.head(SHOWN).to_dict("records")
-    layouts = [row["label"] + (" (tree)" if row["tree_choice"] else "") for row in rows]
+    layouts = [row["label"] + (_TREE_MARKS[bool(row["searched"])] if row["tree_choice"] else "") for row in rows]
     width = max([48, *map(len, layouts)])
     lines = [f"{'rank':>4}  {'layout':<{width}} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8}  verdict"] if rows else []
-    for rank, (row, layout) in enumerate(zip(rows, layouts), start=1):
+    ranks = iter(range(1, len(rows) + 1))  # the tree's layout outside the searched space is shown, not ranked
+    for row, layout in zip(rows, layouts):
+        rank = next(ranks) if row["searched"] else "-"
         lines.append(f"{rank:>4}  {layout:<{width}} {row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% "
                      f"{row['peak_memory_gib']:>8.1f}  {row['bottleneck.verdict']}")
     counts = table["status"].value_counts().to_dict()

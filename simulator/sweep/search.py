@@ -124,12 +124,11 @@ def search_layouts(scenario_path: str | Path, executor: Executor, *, space: Sear
     if tree.candidate is not None:  # simulated whatever its rank, even where a lighter recompute dominates it
         checked = [c for c in checked if c.candidate != tree.candidate] + [check(tree.candidate)]
     runs = _simulate([c for c in checked if not c.reason], loaded, executor, force, on_progress)
-    table = _table(checked, runs, tree.candidate)
+    table = _table(checked, runs, tree.candidate, space_layouts)
     # The tree's layout is simulated for the comparison even where the space (--tp, --pp, ...) leaves it out;
     # the winner is the space's: else a space with nothing that fits "agreed with the tree" and exited 0.
-    searched = pd.Series([c.candidate in space_layouts for c in checked], index=table.index)
-    simulated = table[(table["status"] == "simulated") & searched].sort_values(["tokens_per_s", "label"],
-                                                                               ascending=[False, True])
+    simulated = table[(table["status"] == "simulated") & table["searched"]].sort_values(["tokens_per_s", "label"],
+                                                                                        ascending=[False, True])
     winner = simulated.iloc[0].to_dict() if len(simulated) else None
     tree_rows = table[table["tree_choice"]]
     tree_row = tree_rows.iloc[0].to_dict() if len(tree_rows) else None
@@ -208,7 +207,9 @@ def _simulate(survivors: list[Checked], loaded: LoadedScenario, executor: Execut
     return runs
 
 
-def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.DataFrame:
+def _table(checked: list[Checked], runs: dict, tree: Candidate | None, space: set[Candidate]) -> pd.DataFrame:
+    """One row per candidate; `searched` says whether it is a layout of the searched space (the tree's layout,
+    simulated for the comparison, may lie outside it and never wins)."""
     rows = []
     for c in checked:
         row: dict = {"label": c.candidate.label(), **{name: getattr(c.candidate, name) for name in CANDIDATE_COLUMNS}}
@@ -217,7 +218,8 @@ def _table(checked: list[Checked], runs: dict, tree: Candidate | None) -> pd.Dat
         row.update(status=status, reason=c.reason or (record.error if record is not None else ""),
                    reason_kind=c.pruning.kind.value if c.pruning is not None else None,
                    memory_model_peak_gib=c.peak_memory_gib or None,
-                   estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree)
+                   estimate_tokens_per_s=c.estimate_tokens_per_s or None, tree_choice=c.candidate == tree,
+                   searched=c.candidate in space)
         metrics = record.metrics if record is not None else {}
         row.update({name: metrics.get(name) for name in REPORTED_METRICS})
         rows.append(row)
