@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -137,16 +138,19 @@ def test_run_into_existing_folder_twice_is_identical(tmp_path, capsys):
 def test_run_resumes_the_collector_unless_the_process_exits_after_it(tmp_path, capsys):
     """In-process callers get the cyclic collector back after a run; the console script (``exiting``) leaves it
     off after a one-run command, since the first collection would only walk the run's garbage before the
-    process ends, and on for the others."""
+    process ends, and on for the others. (``exiting`` also installs the console script's Ctrl-C handler, which
+    must not outlive this test: a later in-process Ctrl-C test then met a handler that ignored its press.)"""
     assert gc.isenabled()
     assert main(["run", str(SCENARIO), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     assert gc.isenabled()
-    assert main(["scenarios"], exiting=True) == 0 and gc.isenabled()
+    handler = signal.getsignal(signal.SIGINT)
     try:
+        assert main(["scenarios"], exiting=True) == 0 and gc.isenabled()
         assert main(["run", str(SCENARIO), "--out", str(tmp_path / "b"), "--quiet"], exiting=True) == 0
         assert not gc.isenabled()
     finally:
         gc.enable()
+        signal.signal(signal.SIGINT, handler)
 
 
 def test_validate_ok(capsys):

@@ -516,7 +516,11 @@ def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeyp
         replace(source, target)
 
     monkeypatch.setattr(run_folder.os, "replace", pressing_replace)
-    assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 130
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, whatever a test before left
+    try:
+        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert capsys.readouterr().err == f"interrupted: the run's files were written to {out} before it stopped\n"
     assert pressed and one_run_only(out)["scenario"] == str(SMALL)
 
