@@ -100,20 +100,24 @@ def test_gantt_idle_share_is_the_bubble_fraction(synthetic_1f1b):
     assert f"bubble {100 * summary['bubble_fraction']:.1f}%" in figure.axes[0].get_title()
     # Titled by the scenario's file name: the summary's path (absolute for a bundled scenario run by name)
     # filled half the title.
-    assert figure.axes[0].get_title().startswith("1f1b.yaml: pp=4 dp=2, ")
+    assert figure.axes[0].get_title().startswith("1f1b.yaml: TP1 CP1 PP4 DP2, ")
     assert memory_figure(synthetic_1f1b.timeline, summary).axes[0].get_title().startswith("1f1b.yaml: memory")
 
 
 @pytest.mark.parametrize("layout,moe,degrees", [
-    ({"tp": 2, "cp": 1, "pp": 1, "dp": 16}, {"ep": 8}, "tp=2 dp=16 ep=8"),
-    ({"tp": 8, "cp": 4, "pp": 2, "dp": 1}, None, "tp=8 cp=4 pp=2"),
-    ({"tp": 1, "cp": 1, "pp": 1, "dp": 1}, {"ep": 1}, "one rank"),
+    ({"tp": 2, "cp": 1, "pp": 1, "dp": 16}, {"ep": 8}, "TP2 CP1 PP1 DP16 EP8"),
+    ({"tp": 8, "cp": 4, "pp": 2, "dp": 1}, None, "TP8 CP4 PP2 DP1"),
+    ({"tp": 1, "cp": 1, "pp": 1, "dp": 1}, {"ep": 1}, "TP1 CP1 PP1 DP1"),
 ])
-def test_gantt_title_names_every_parallel_degree_but_1(layout, moe, degrees):
-    """The title named tp, cp, pp and dp whatever their degree, and never ep: Mixtral's TP2 EP8 DP16 read
-    'tp=2 cp=1 pp=1 dp=16', as if its experts were replicated."""
+def test_gantt_title_names_the_layout_as_the_console_does(layout, moe, degrees):
+    """The title named the layout 'tp=2 dp=16 ep=8' where the run's console line said 'TP2 CP1 PP1 DP16 EP8', two
+    spellings from two copies of the logic: both now come from parallel_degrees. It never named ep before:
+    Mixtral's TP2 EP8 DP16 read 'tp=2 cp=1 pp=1 dp=16', as if its experts were replicated."""
+    from simulator.console.report import _layout_line
+
     summary = {"layout": layout, **({"moe": moe} if moe else {})}
     assert parallel_degrees(summary) == degrees
+    assert f", {degrees}, " in _layout_line(summary)
 
 
 def test_gantt_by_rank_and_row_limit(synthetic_1f1b):

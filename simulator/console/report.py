@@ -130,19 +130,17 @@ def cluster_gpus(summary: dict) -> str:
 
 
 def _layout_line(summary: dict) -> str:
+    """A run's first line: its model, cluster, GPUs, parallel degrees and micro-batches per step."""
+    from simulator.report.outputs import parallel_degrees
+
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
     head = f"{what} on {summary.get('topology', '?')} ({cluster_gpus(summary)}"
     if not layout:
         return head + ")"
-    degrees = " ".join(f"{dim.upper()}{layout[dim]}" for dim in ("tp", "cp", "pp", "dp") if dim in layout)
-    ep = (summary.get("moe") or {}).get("ep", 1)
-    if ep > 1:  # the experts' split of the DP x CP ranks: a MoE layout read without it looks expert-replicated
-        degrees += f" EP{ep}"
     kernels = f", {layout['kernels']} kernels" if "kernels" in layout else ""
-    return (f"{head}, {degrees}, {counted(layout.get('microbatches', '?'), 'micro-batch', 'micro-batches')} per step"
-            f"{kernels})")
-
+    microbatches = counted(layout.get("microbatches", "?"), "micro-batch", "micro-batches")
+    return f"{head}, {parallel_degrees(summary)}, {microbatches} per step{kernels})"
 
 
 def _given_up_text(entry: dict, before: dict | None = None) -> str:

@@ -90,14 +90,13 @@ def run_layout(summary: dict) -> Layout:
 
 
 def parallel_degrees(summary: dict) -> str:
-    """The run's parallel degrees other than 1, as a plot's title names them: 'tp=8 pp=16 dp=128', with ep from
-    the summary's `moe` (the experts' split of the DP x CP ranks, which summary['layout'] does not hold);
-    'one rank' where every degree is 1."""
+    """The run's parallel degrees, as the console's layout line and a Gantt chart's title both name them:
+    'TP8 CP1 PP16 DP128', then EP from the summary's `moe` where above 1 (the experts' split of the DP x CP ranks,
+    which summary['layout'] does not hold; a MoE layout read without it looks expert-replicated)."""
     layout = run_layout(summary)
-    degrees = {name: getattr(layout, name) for name in ("tp", "cp", "pp", "dp")}
-    degrees["ep"] = int((summary.get("moe") or {}).get("ep", 1))
-    named = [f"{name}={degree}" for name, degree in degrees.items() if degree != 1]
-    return " ".join(named) or "one rank"
+    degrees = " ".join(f"{name.upper()}{getattr(layout, name)}" for name in ("tp", "cp", "pp", "dp"))
+    experts = int((summary.get("moe") or {}).get("ep", 1))
+    return f"{degrees} EP{experts}" if experts > 1 else degrees
 
 
 def stage_of(summary: dict, rank: int) -> int:
