@@ -155,15 +155,19 @@ def parse_size_range(text: str) -> list[float]:
 
 
 # The units the formatters below choose from, largest first: (name, its size in bytes, seconds or bytes/s).
-_SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("TiB", "GiB", "MiB", "KiB")), ("B", 1.0))
-_DURATION_STEPS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
-_BANDWIDTH_STEPS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+SIZE_STEPS = (*((unit, SIZE_UNITS[unit]) for unit in ("TiB", "GiB", "MiB", "KiB")), ("B", 1.0))
+DURATION_STEPS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+BANDWIDTH_STEPS = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3), ("B/s", 1.0))
+
+
+def fitting_unit(value: float, units: tuple[tuple[str, float], ...]) -> tuple[str, float]:
+    """The first of ``units`` (largest first) whose scale ``value`` reaches, the last one when it reaches none."""
+    return next(((unit, scale) for unit, scale in units if abs(value) >= scale), units[-1])
 
 
 def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
-    """``value`` to 4 significant digits in the first of ``units`` (largest first) whose scale it reaches, the
-    last one when it reaches none."""
-    unit, scale = next(((unit, scale) for unit, scale in units if abs(value) >= scale), units[-1])
+    """``value`` to 4 significant digits in its fitting unit of ``units``."""
+    unit, scale = fitting_unit(value, units)
     return f"{value / scale:.4g} {unit}"
 
 
@@ -249,14 +253,14 @@ def format_count(count: float) -> str:
 
 def format_size(nbytes: float) -> str:
     """A human-readable binary size: 1073741824 -> '1 GiB'."""
-    return _scaled(nbytes, _SIZE_STEPS)
+    return _scaled(nbytes, SIZE_STEPS)
 
 
 def format_duration(seconds: float) -> str:
     """A human-readable duration: 0.0123 -> '12.3 ms'."""
-    return _scaled(seconds, _DURATION_STEPS)
+    return _scaled(seconds, DURATION_STEPS)
 
 
 def format_bandwidth(bytes_per_s: float) -> str:
     """A human-readable bandwidth in bytes per second: 5e10 -> '50 GB/s'."""
-    return _scaled(bytes_per_s, _BANDWIDTH_STEPS)
+    return _scaled(bytes_per_s, BANDWIDTH_STEPS)

@@ -396,10 +396,10 @@ def test_quantities_on_a_chart_axis_go_smallest_first():
                           "step_time_s": [0.042, 0.189, 0.0147, 0.066, 0.297, 0.0231]})
     heatmap = heatmap_figure(frame, "forward", "m", "step_time_s")
     assert [text.get_text() for text in heatmap.axes[0].get_xticklabels()] == ["100 us", "4 ms", "25 ms"]
-    assert heatmap.axes[0].images[0].get_array()[0].tolist() == [0.0147, 0.042, 0.189]
+    assert heatmap.axes[0].images[0].get_array()[0].tolist() == pytest.approx([14.7, 42.0, 189.0])  # in ms
     lines = sweep_figure(frame, "forward", "step_time_s", hue="m")
-    assert [list(line.get_ydata()) for line in lines.axes[0].get_lines()] == [[0.0147, 0.042, 0.189],
-                                                                              [0.0231, 0.066, 0.297]]
+    assert [list(line.get_ydata()) for line in lines.axes[0].get_lines()] == [pytest.approx([14.7, 42.0, 189.0]),
+                                                                              pytest.approx([23.1, 66.0, 297.0])]
     mixed = frame.assign(forward=["4 ms", "fast", "100 us"] * 2)
     labels = heatmap_figure(mixed, "forward", "m", "step_time_s").axes[0].get_xticklabels()
     assert [text.get_text() for text in labels] == ["100 us", "4 ms", "fast"]  # pandas' own order of texts
@@ -460,4 +460,36 @@ def test_a_heatmap_writes_its_light_cells_in_black():
                           "cluster.nodes": [128, 128, 256, 256], "mfu": [0.423, 0.404, 0.400, 0.382]})
     texts = {text.get_text(): text.get_color() for text in heatmap_figure(frame, "parallelism.pp", "cluster.nodes",
                                                                           "mfu").axes[0].texts}
-    assert texts == {"0.423": "black", "0.404": "white", "0.4": "white", "0.382": "white"}
+    assert texts == {"42.3": "black", "40.4": "white", "40": "white", "38.2": "white"}  # MFU in percent
+
+
+def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
+    """Llama 3 8B over ddp.bucket x micro_batch: the y axis read `traffic_bytes_per_gpu.dp` under a '1e10' offset,
+    `step_time_s` with ticks 1.4360 to 1.4395 and no unit, `mfu` as 0.5552; the legend went '1 MiB, 100 MiB,
+    25 MiB' and the heatmap's cells read '9.1e+04' for 91,043 and 91,060 tokens/s alike. Each axis now names its
+    unit (bytes and seconds in the unit that fits, fractions in percent), ticks are plain numbers, the legend
+    goes by size and the cells read whole tokens/s."""
+    from simulator.report.study_plots import heatmap_figure, sweep_figure
+
+    frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "100 MiB", "25 MiB"] * 2, "m": [1, 1, 1, 2, 2, 2],
+                          "traffic_bytes_per_gpu.dp": [42_159_763_456.0] * 6,
+                          "exposed_comm_s.dp": [0.04342, 0.04339, 0.04342, 0.04336, 0.04333, 0.04336],
+                          "mfu": [0.5552, 0.5553, 0.5552, 0.5566, 0.5567, 0.5566],
+                          "tokens_per_s": [91043.0, 91060.0, 91043.0, 91268.0, 91284.0, 91268.0]})
+    expected = {"traffic_bytes_per_gpu.dp": "traffic_bytes_per_gpu.dp (GiB)",
+                "exposed_comm_s.dp": "exposed_comm_s.dp (ms)", "mfu": "mfu (%)",
+                "tokens_per_s": "tokens_per_s (tokens/s)"}
+    for column, label in expected.items():
+        figure = sweep_figure(frame, "m", column, hue="bucket")
+        figure.draw_without_rendering()
+        ax = figure.axes[0]
+        assert ax.get_ylabel() == label
+        assert ax.yaxis.get_offset_text().get_text() == ""
+        assert all("e" not in tick.get_text() for tick in ax.get_yticklabels())
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == [
+        "bucket = 1 MiB", "bucket = 25 MiB", "bucket = 100 MiB"]
+    assert "91,250" in [tick.get_text() for tick in ax.get_yticklabels()]
+    heatmap = heatmap_figure(frame, "m", "bucket", "tokens_per_s")
+    assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91,043", "91,043", "91,060", "91,268",
+                                                                       "91,268", "91,284"]
+    assert heatmap.axes[1].get_ylabel() == "tokens_per_s (tokens/s)"

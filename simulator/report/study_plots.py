@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, StrMethodFormatter
 
 from simulator.errors import ScenarioError
+from simulator.report.column_units import PLAIN, ColumnScale, PlainFormatter, cell_text, column_scale
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
 from simulator.units import format_size, magnitude, shown_value
@@ -54,6 +55,23 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
 
 
+def _numeric_scale(rows: pd.DataFrame, column: str) -> ColumnScale | None:
+    """The scale a numeric column is shown in (None for a column of texts or quantities, shown as written)."""
+    if not pd.api.types.is_numeric_dtype(rows[column]):
+        return None
+    return column_scale(column, rows[column].dropna())
+
+
+def _groups(rows: pd.DataFrame, hue: str | None) -> list[tuple[object, pd.DataFrame]]:
+    """The sweep chart's lines: one per value of ``hue``, smallest first (by size where the values are quantities:
+    a legend read '1 MiB, 100 MiB, 25 MiB'); all rows on one line without it."""
+    if hue is None:
+        return [(None, rows)]
+    groups = dict(list(rows.groupby(hue, sort=False)))
+    values = pd.Series(list(groups), dtype=object)
+    return [(value, groups[value]) for value in values.sort_values(key=_by_magnitude, kind="stable")]
+
+
 def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *, log_x: bool = False) -> Figure:
     """``y`` against ``x`` over a sweep's simulated points, one line per value of ``hue``. Points of one line at
     one place (the sweep varies an axis the chart does not show) are joined in point order, and the title says
@@ -62,18 +80,22 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     rows = _ok(frame)
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
-    groups = rows.groupby(hue, sort=True) if hue else [(None, rows)]
+    x_scale, y_scale = _numeric_scale(rows, x), _numeric_scale(rows, y)
     shared = 1
-    for value, group in groups:
+    for value, group in _groups(rows, hue):
         ordered = group.sort_values(x, key=_by_magnitude, kind="stable")
         shared = max(shared, int(ordered[x].value_counts().max()) if len(ordered) else 1)
-        ax.plot(ordered[x], ordered[y], marker="o", label=f"{hue} = {shown_value(value)}" if hue else y)
+        ax.plot(x_scale.scaled(ordered[x]) if x_scale else ordered[x],
+                y_scale.scaled(ordered[y]) if y_scale else ordered[y], marker="o",
+                label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
-    elif pd.api.types.is_integer_dtype(rows[x]):  # pp, nodes, micro-batches: no tick at 4.5 between 4 and 8
+    elif pd.api.types.is_integer_dtype(rows[x]) and x_scale == PLAIN:  # pp, nodes: no tick at 4.5 between 4 and 8
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    for axis, scale, column in ((ax.xaxis, x_scale, x), (ax.yaxis, y_scale, y)):
+        axis.set_label_text(scale.label(column) if scale else column)
+        if scale and not (log_x and axis is ax.xaxis):
+            axis.set_major_formatter(PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
     split = "more axes vary than --x and --hue show" if hue else "--hue splits them"
@@ -96,7 +118,8 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     if (numbers.isna() & rows[value].notna()).any():
         raise ScenarioError(f"column {value!r} holds values that are not numbers", field="--value",
                             allowed="a numeric column (a metric such as step_time_s)")
-    table = rows.assign(**{value: numbers}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
+    scale = column_scale(value, numbers.dropna())
+    table = rows.assign(**{value: scale.scaled(numbers)}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
     valued = rows[numbers.notna()]
     shared = int(valued.groupby([y, x], dropna=False).size().max()) if len(valued) else 1
@@ -109,11 +132,12 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
     shares = np.asarray(image.norm(table.to_numpy(dtype=float)), dtype=float)
     for (row, column), cell in np.ndenumerate(table.to_numpy(dtype=float)):
         if np.isfinite(cell):
-            ax.text(column, row, f"{cell:.3g}", ha="center", va="center", fontsize=8,
+            ax.text(column, row, cell_text(cell), ha="center", va="center", fontsize=8,
                     color="black" if shares[row, column] > LIGHT_CELLS else "white")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    figure.colorbar(image, ax=ax, label=value)
+    colorbar = figure.colorbar(image, ax=ax, label=scale.label(value))
+    colorbar.ax.yaxis.set_major_formatter(PlainFormatter())
     ax.set_title(f"{value} over {x} x {y}" + (
         f"\nmean of up to {shared} points per cell: more axes vary than --x and --y show" if shared > 1 else ""))
     _fit_label_height(figure, ax)

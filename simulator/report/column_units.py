@@ -1,0 +1,93 @@
+"""A results table's column on a chart: the unit its name carries (summary.json's keys end in it: `step_time_s`,
+`peak_memory_gib`, `busbw_GBps`, `tokens_per_s`; `mfu`, `ettr` and `*_fraction` are fractions) and the scale that
+shows it without an exponent or an offset: a byte axis read '1e10' above its ticks and a step-time axis
+'1.4360 ... 1.4395' under the bare name `step_time_s`."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from matplotlib.ticker import ScalarFormatter
+
+from simulator.units import DURATION_STEPS, SIZE_STEPS, fitting_unit
+
+FRACTION_NAMES = frozenset({"mfu", "hfu", "ettr"})
+"""Whole key names of fractions of one; any key ending in one of FRACTION_ENDINGS is one too."""
+FRACTION_ENDINGS = frozenset({"fraction", "share", "shares", "ratio"})
+_INDEX = re.compile(r"\[\d+\]")
+
+
+@dataclass(frozen=True)
+class ColumnScale:
+    """How a column's values are shown: divided by ``divisor``, in ``unit`` ('' for a count or a plain number)."""
+
+    unit: str
+    divisor: float
+
+    def label(self, column: str) -> str:
+        """The axis label: the column's name, which --x, --y and --value take, with the unit shown."""
+        return f"{column} ({self.unit})" if self.unit else column
+
+    def scaled(self, values):
+        """``values`` (a number, Series or array) in the shown unit."""
+        return values / self.divisor
+
+
+PLAIN = ColumnScale("", 1.0)
+
+
+def column_scale(column: str, values: Iterable[float]) -> ColumnScale:
+    """The unit of ``column``, read from the last key of its flattened name that carries one (statistics such as
+    `.mean` and keys such as `.dp` carry none), scaled so that its largest finite value in ``values`` reads
+    without an exponent: seconds as us to days, bytes as B to TiB, fractions as percent."""
+    finite = [abs(float(value)) for value in values if value is not None and math.isfinite(float(value))]
+    largest = max(finite, default=0.0)
+    for key in reversed(_INDEX.sub("", column).split(".")):
+        scale = _key_scale(key, largest)
+        if scale is not None:
+            return scale
+    return PLAIN
+
+
+def _key_scale(key: str, largest: float) -> ColumnScale | None:
+    """The scale one key of a column's name says, None where it says no unit."""
+    words = key.split("_")
+    if key.endswith("_per_s"):  # tokens_per_s, goodput_steps_per_s
+        return ColumnScale(f"{words[-3]}/s", 1.0)
+    if key.startswith("tflops") or key.startswith("hardware_tflops"):
+        return ColumnScale("TFLOP/s per GPU", 1.0)
+    if words[-1] == "GBps":
+        return ColumnScale("GB/s", 1.0)
+    if words[-1] == "gib":
+        return ColumnScale("GiB", 1.0)
+    if "bytes" in words:
+        return ColumnScale(*fitting_unit(largest, SIZE_STEPS))
+    if len(words) > 1 and words[-1] == "s":
+        return ColumnScale(*fitting_unit(largest, DURATION_STEPS))
+    if key in FRACTION_NAMES or words[-1] in FRACTION_ENDINGS:
+        return ColumnScale("%", 0.01)
+    return None
+
+
+class PlainFormatter(ScalarFormatter):
+    """Tick labels as plain numbers with thousands separators: no '1e6' above the axis, no offset beside it (a
+    step time from 1.4358 s to 1.4397 s read '+1.436'), the decimals matplotlib chooses for the ticks' spacing."""
+
+    def __init__(self) -> None:
+        super().__init__(useOffset=False)
+        self.set_scientific(False)
+
+    def __call__(self, x, pos=None) -> str:
+        text = super().__call__(x, pos)
+        whole, dot, decimals = text.partition(".")
+        digits = whole.lstrip("-\N{MINUS SIGN}")
+        return f"{whole[:len(whole) - len(digits)]}{int(digits):,}{dot}{decimals}" if digits.isdigit() else text
+
+
+def cell_text(value: float) -> str:
+    """A heat-map cell's figure: whole with thousands separators from 1,000 on, four significant digits below
+    ('{:.3g}' printed 91,043 tokens/s as '9.1e+04', the same as 91,268)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
