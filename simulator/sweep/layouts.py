@@ -5,7 +5,7 @@ survivors before the simulator decides."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import lru_cache
 
@@ -256,7 +256,9 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     gathering every micro-batch adds what the forwards' starts wait for (`microbatch_starts_s`, the slowest
     rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
     (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid
-    the drain, the longest rank's for each chunk."""
+    the drain, the longest rank's for each chunk. PyTorch FSDP's no-sync (`no_sync`) walks each micro-batch's
+    gathers across its passes (`gather_waits_s`), and its last micro-batch, which reduce-scatters as its backward
+    goes, takes the slot and tail of one reducing every micro-batch."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     slots, tails, gathers, starts = [], [], [], []
@@ -276,23 +278,21 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
         params = sum(block.params for block in blocks)
         gather = (data_parallel_s(plan, times, rank, "all_gather", [params], sharding.param_bytes)
                   if sharding.stage in (1, 2) else 0.0)
+        tail_plan, last_slot = plan, 0.0
         if sharding.stage == 3:
+            slot = sharded_slot_s(plan, times, rank, blocks, share, work)
             unit_work = sharded_unit_work(plan, times, rank, blocks)
-            # what each forward's start waits for is charged apart (`microbatch_starts_s`), the rest beside
-            beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
-                                                  unit_work)
-            blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
-            copy_outs = sum(unit.copy_out_s for unit in unit_work)
-            sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
-            copied = params + sharded_expert_params(plan, blocks)
-            work = max(work + sharded_toll + grad_copies_s(plan, copied) / plan.microbatches
-                       + copy_outs
-                       + backward_waits_s(plan, times, rank, unit_work, slowed)
-                       + forward_sharing_s(plan, times, rank, blocks, slowed),
-                       sum(seconds for seconds, _ in beside_compute))
+            if no_sync(plan):
+                # the last micro-batch reduces as it goes: its slot and tail are those of one that always does, but
+                # for its forward's opening, which is the steady state's
+                tail_plan = replace(plan, sharding=replace(sharding, reduce_every_microbatch=True))
+                last_slot = (sharded_slot_s(tail_plan, times, rank, blocks, share, work, plan)
+                             + sum(gather_walk(plan, times, rank, unit_work)[2][:2]) - slot)
+            work = slot
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         slots.append(work)
-        tails.append(reduction_tail_s(plan, times, rank, share, work / plain if plain > 0 else 1.0)
+        tails.append(last_slot + reduction_tail_s(tail_plan, times, rank, share,
+                                                  (work + last_slot) / plain if plain > 0 else 1.0)
                      + (chunk_reductions[pp_rank][0] if chunk_reductions else 0.0))
         gathers.append(gather)
     ends = pipeline_ends_s(plan, times, actions, slots)
@@ -309,6 +309,90 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     else:
         after = max(gathers) if sharding.stage else 0.0
     return pipeline + exposed + experts + optimizer + after
+
+
+def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block], share: SmShare | None,
+                   actions_s: float, copies: StepPlan | None = None) -> float:
+    """Seconds of ``rank``'s micro-batch slot under ZeRO-3 (``blocks`` its stage's, ``actions_s`` its pipeline
+    actions' seconds): its units' gathers and reduce-scatters run beside its work (`sharded_microbatch_spans`),
+    slowing its kernels by the SMs of every collective running (`sharded_toll_s`); FSDP's gradient copies
+    (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
+    compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
+    reduce-scatter (`backward_waits_s`), and what its forward's blocking collectives outlast their alone times by
+    beside the gather under way (`forward_sharing_s`) join it; the slot is the longer of that and the
+    collectives beside the compute. What each forward's start waits for is charged apart
+    (`microbatch_starts_s`)."""
+    unit_work = sharded_unit_work(plan, times, rank, blocks)
+    beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
+                                          unit_work)
+    blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
+    copy_outs = sum(unit.copy_out_s for unit in unit_work)
+    sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
+    copied = sum(block.params for block in blocks) + sharded_expert_params(plan, blocks)
+    copies = copies or plan
+    return max(actions_s + sharded_toll + grad_copies_s(copies, copied) / copies.microbatches + copy_outs
+               + gather_waits_s(plan, times, rank, unit_work, slowed)
+               + backward_waits_s(plan, times, rank, unit_work, slowed)
+               + forward_sharing_s(plan, times, rank, blocks, slowed),
+               sum(seconds for seconds, _ in beside_compute))
+
+
+def gather_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit],
+                   slowed: float = 1.0) -> float:
+    """Seconds per micro-batch PyTorch FSDP's compute on ``rank`` waits for its units' gathers (``units`` in
+    forward order) under no-sync, in the steady state (`gather_walk`), its forward's opening included (what the
+    first micro-batch waits for beyond it is `microbatch_starts_s`'s). Where every micro-batch reduce-scatters,
+    none: its collectives' spans (`sharded_microbatch_spans`), the forward's gathers among them, bound the slot,
+    and its backward's waits are `backward_waits_s`'s."""
+    if not no_sync(plan):
+        return 0.0
+    return sum(sum(waits) for waits in gather_walk(plan, times, rank, units, slowed)[2:])
+
+
+def no_sync(plan: StepPlan) -> bool:
+    """Whether PyTorch FSDP accumulates the unsharded gradients and reduce-scatters each unit in the last
+    backward (its no-sync without pipelining: `Sharding.defers_unit_grads`, resharding after each forward)."""
+    return plan.sharding.defers_unit_grads and plan.sharding.reshard_after_forward
+
+
+def gather_walk(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit],
+                slowed: float = 1.0) -> list[list[float]]:
+    """Seconds PyTorch FSDP's compute on ``rank`` waits for each unit's gather under no-sync (`no_sync`: no
+    reduce-scatter in the backwards but the last), ``units`` in forward order, over two micro-batches back to
+    back, the first and one in the steady state: [first forward, first backward, steady forward, steady
+    backward]. Each gather is the unit's copy-in, then its dense all-gather and its routed experts', one after
+    another on the all-gather stream (the head's backward gathers nothing: it stays gathered). The gathers are
+    issued in the units' order across the passes and micro-batches (FSDP2's prefetch, `ProgramBuilder.
+    _zero3_gather`): a forward's once the unit three before it has finished, a backward's once the unit two
+    before it has; each unit's work (``slowed`` times its own: the SM toll) waits for its gather. Where the
+    gathers outlast the compute beside them (a layer's routed experts gathered over a NIC), the pass runs at the
+    gathers' pace; the next forward's first gathers run beside the backward's last units."""
+    sharding = plan.sharding
+    group = shard_group(plan.layout, rank, sharding.degree)
+    gathered = [unit for unit in units if unit.params > 0]
+
+    def gather_s(unit: ShardedUnit) -> tuple[float, float]:
+        dense = times.seconds("all_gather", group, unit.params * sharding.param_bytes) if len(group) > 1 else 0.0
+        return copy_in_s(plan, unit.params), dense + expert_unit_s(times, unit, 0)
+
+    forward = [(slowed * unit.forward_s, gather_s(unit), 3) for unit in gathered]
+    backward = [(slowed * unit.backward_s, None if unit.head and sharding.gather_per_layer else gather_s(unit), 2)
+                for unit in reversed(gathered)]
+    clock = copied = queued = 0.0
+    ends: list[float] = []  # where each unit's work ended, in issue order
+    walked = []
+    for work in (forward, backward, forward, backward):
+        waits = []
+        for seconds, gather, lag in work:
+            if gather is not None:  # the copy-in on its own stream, then the gathers
+                copied = max(copied, ends[-lag] if len(ends) >= lag else 0.0) + gather[0]
+                queued = max(queued, copied) + gather[1]
+                waits.append(max(queued - clock, 0.0))
+                clock = max(clock, queued)
+            clock += seconds
+            ends.append(clock)
+        walked.append(waits)
+    return walked
 
 
 def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
@@ -1064,12 +1148,17 @@ def microbatch_starts_s(plan: StepPlan, times: CollectiveTimes, rank: int, units
     pipelining each forward after the first also waits, before its gathers, for the previous backward's last
     reduce-scatter, the first unit's, alone (FSDP2's root post-backward callback, `ProgramBuilder._end_backward`;
     the reduce-scatter before it is `backward_waits_s`'s, the step's last backward's
-    `reduction_tail_s`'s)."""
+    `reduction_tail_s`'s). Under no-sync (`no_sync`) no reduce-scatter holds them, and a forward's first gathers
+    run beside the backward before it: what the first micro-batch waits for beyond one in the steady state
+    (`gather_walk`), whose waits `gather_waits_s` charges to every slot."""
     sharding, m = plan.sharding, plan.microbatches
     group = shard_group(plan.layout, rank, plan.sharding.degree)
     shaped = [u for u in units if u.params > 0]
     if not shaped:
         return 0.0
+    if no_sync(plan):
+        walked = [sum(waits) for waits in gather_walk(plan, times, rank, units)]
+        return sum(walked[:2]) - sum(walked[2:])
 
     def gathered_s(unit: ShardedUnit) -> float:
         """Seconds of the unit's dense gather (none over a one-rank shard group)."""
