@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 from simulator.collectives.names import ALGORITHM_CHOICES, PRIMITIVES, PROTOCOL_CHOICES
 from simulator.collector import collector_paused
 from simulator.console.paths import figure_file, output_folder
-from simulator.errors import ExecutorError, InputError, InterruptedWritten, SimulationError
+from simulator.errors import (
+    STOP_SIGNALS,
+    ExecutorError,
+    InputError,
+    InterruptedWritten,
+    SimulationError,
+    Terminated,
+)
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
 from simulator.sweep.options import (
@@ -44,6 +51,8 @@ EXIT_RUNTIME = 1
 """The run could not finish (deadlock, a file that could not be written, memory): one line on stderr."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C, as a shell reports a process ended by SIGINT (128 + 2)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (`kill PID`, a scheduler's stop), as a shell reports a process ended by it (128 + 15)."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (`trainsim topo describe ... | head`), as a shell reports SIGPIPE (128 + 13)."""
 FORESEEING = "foreseeing straggler states"
@@ -565,11 +574,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         report = run_sweep(sweep, out, executor, point_outputs=args.point_outputs, force=args.force,
                            on_progress=update)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         stop()
-        print(f"interrupted: the finished points are in {out}/results.parquet; run again to resume",
-              file=sys.stderr)
-        return 130
+        word, code = _stopped_by(exc)
+        print(f"{word}: the finished points are in {out}/results.parquet; run again to resume", file=sys.stderr)
+        return code
     finally:
         stop()
         executor.close()
@@ -905,20 +914,31 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-def _interrupted_once(_signum: int, _frame: object) -> None:
-    """Ctrl-C in a process that ends after `main`: KeyboardInterrupt once, every later one ignored, so that a
-    second press while the first is handled (workers ended, temporary outputs removed, the interpreter's exit)
-    neither prints a traceback nor kills the process halfway (Python's handler raised it there, and at exit the
-    default one ended the process by SIGINT, status -2)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
+def _interrupted_once(signum: int, _frame: object) -> None:
+    """Ctrl-C or SIGTERM in a process that ends after `main`: KeyboardInterrupt (Terminated for SIGTERM) once,
+    every later one of either ignored, so that a second press while the first is handled (workers ended,
+    temporary outputs removed, the interpreter's exit) neither prints a traceback nor kills the process halfway
+    (Python's handler raised it there, and at exit the default one ended the process by SIGINT, status -2).
+    Without it, SIGTERM ended the process at once and left its pool's workers blocked on their pipes."""
+    for held in STOP_SIGNALS:
+        signal.signal(held, signal.SIG_IGN)
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _ignore_interrupts(exiting: bool) -> None:
-    """In a process that ends after `main`, every later Ctrl-C ignored: it is stopping already, whichever
-    handler raised the KeyboardInterrupt it stops on."""
+    """In a process that ends after `main`, every later Ctrl-C or SIGTERM ignored: it is stopping already,
+    whichever handler raised the KeyboardInterrupt it stops on."""
     if exiting:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for held in STOP_SIGNALS:
+            signal.signal(held, signal.SIG_IGN)
+
+
+def _stopped_by(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """What stopped a command, in a word, and its exit status: SIGTERM (`Terminated`, or one held back while a
+    run's files moved into place) or Ctrl-C."""
+    if isinstance(exc, Terminated) or (isinstance(exc, InterruptedWritten) and exc.terminated):
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 def _silence_stdout() -> None:
@@ -950,16 +970,18 @@ def _negative_values_attached(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
     """Entry point of the `trainsim` console script: every failure ends as one line on stderr and an exit
-    status (2 input, 1 runtime, 130 interrupted), never a traceback. ``exiting``: the process ends right after
-    (the console script); a command that makes one run (`run`, `collective`) then leaves the cyclic collector
-    off to the end: switching it back on started a full collection that walked the 173k objects of cyclic
-    garbage the 405B 8,192-GPU run leaves (0.12-0.14 s CPU) only to free memory the exit frees anyway."""
+    status (2 input, 1 runtime, 130 interrupted, 143 terminated), never a traceback. ``exiting``: the process
+    ends right after (the console script); a command that makes one run (`run`, `collective`) then leaves the
+    cyclic collector off to the end: switching it back on started a full collection that walked the 173k
+    objects of cyclic garbage the 405B 8,192-GPU run leaves (0.12-0.14 s CPU) only to free memory the exit frees
+    anyway."""
     try:
         args = _parser().parse_args(_negative_values_attached(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help, --version and usage errors end here, having printed their text
         return exc.code if isinstance(exc.code, int) else EXIT_INPUT
     if exiting:
-        signal.signal(signal.SIGINT, _interrupted_once)
+        for held in STOP_SIGNALS:
+            signal.signal(held, _interrupted_once)
     if exiting and getattr(args, "one_run", False):
         gc.disable()
     try:
@@ -974,11 +996,11 @@ def main(argv: list[str] | None = None, *, exiting: bool = False) -> int:
         return _fail(f"error: {exc}", EXIT_RUNTIME)
     except InterruptedWritten as exc:
         _ignore_interrupts(exiting)
-        return _fail(f"interrupted: the run's files were written to {exc.out_dir} before it stopped",
-                     EXIT_INTERRUPTED)
-    except KeyboardInterrupt:
+        word, status = _stopped_by(exc)
+        return _fail(f"{word}: the run's files were written to {exc.out_dir} before it stopped", status)
+    except KeyboardInterrupt as exc:
         _ignore_interrupts(exiting)
-        return _fail("interrupted", EXIT_INTERRUPTED)
+        return _fail(*_stopped_by(exc))
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE

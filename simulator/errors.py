@@ -6,6 +6,7 @@ before exiting with status 2.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -98,10 +99,23 @@ class StepAborted(SimulationError):
         return f"step aborted at {self.at_s:.6g} s: {self.reason}"
 
 
-class InterruptedWritten(KeyboardInterrupt):
-    """Ctrl-C pressed while a run's files were moved into its folder: held back until the move ended, so the
-    folder holds the complete run (with its manifest) and the command stops after writing it."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""The signals that stop a command: Ctrl-C and `kill`'s SIGTERM (held back while a run's files move into place;
+a worker process leaves both to the process that started it)."""
 
-    def __init__(self, out_dir: Path) -> None:
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a batch scheduler's or a container's stop), raised where Ctrl-C raises KeyboardInterrupt,
+    so that a command stops as it does on Ctrl-C (its workers ended, nothing half-written) and exits 143
+    (128 + 15) instead of vanishing with its workers left blocked on their pipes."""
+
+
+class InterruptedWritten(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM: ``terminated``) while a run's files were moved into its folder: held back until the
+    move ended, so the folder holds the complete run (with its manifest) and the command stops after writing
+    it."""
+
+    def __init__(self, out_dir: Path, terminated: bool = False) -> None:
         super().__init__(str(out_dir))
         self.out_dir = out_dir
+        self.terminated = terminated

@@ -7,9 +7,7 @@ compare against closed forms rather than published runs are listed with their te
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from simulator.config.bundled import BUNDLED_DIR
 from simulator.errors import ExecutorError, ScenarioError
+from simulator.machine import usable_cores
 
 if TYPE_CHECKING:
     from simulator.config.published import Metric
@@ -136,21 +135,26 @@ def run_case(path: Path) -> CaseResult:
 
 
 def run_cases(paths: list[Path], workers: int = 1) -> list[CaseResult]:
-    """Every case, in ``workers`` worker processes (0: one per core); results in the order of ``paths``."""
-    workers = workers or os.cpu_count() or 1
+    """Every case, in ``workers`` worker processes (0: one per usable core, `machine.usable_cores`); results in
+    the order of ``paths``. Ctrl-C or SIGTERM ends the workers (`PoolExecutor.close`) rather than waiting for
+    the cases they run."""
+    from simulator.sweep.executors import PoolExecutor
+
+    workers = workers or usable_cores()
     if workers == 1:
         return [run_case(path) for path in paths]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_case, path) for path in paths]
-        results = []
-        for future in futures:
-            try:
-                results.append(future.result())
-            except BrokenProcessPool:
-                unfinished = ", ".join(p.stem for p in paths[len(results):])
-                raise ExecutorError(f"a worker process was killed (out of memory?) before these cases finished: "
-                                    f"{unfinished}; rerun them one at a time with --workers 1 --case NAME") from None
-        return results
+    executor = PoolExecutor(workers)
+    by_case: dict[str, CaseResult] = {}
+    try:
+        for result in executor.map_unordered(run_case, paths):
+            by_case[result.case] = result
+    except BrokenProcessPool:
+        unfinished = ", ".join(path.stem for path in paths if path.stem not in by_case)
+        raise ExecutorError(f"a worker process was killed (out of memory?) before these cases finished: "
+                            f"{unfinished}; rerun them one at a time with --workers 1 --case NAME") from None
+    finally:
+        executor.close()
+    return [by_case[path.stem] for path in paths]
 
 
 UNITS = {"tflops_per_gpu": "TFLOP/s per GPU (6N + causal attention)",

@@ -470,6 +470,25 @@ def test_interrupts_are_held_while_files_move():
     assert moved
 
 
+def test_sigterm_is_held_while_files_move_and_handed_to_its_handler():
+    """SIGTERM is held back as Ctrl-C is, then handed to the console script's handler: Terminated, a
+    KeyboardInterrupt, and both signals ignored after it."""
+    from simulator.cli import _interrupted_once
+    from simulator.errors import Terminated
+
+    handlers = {held: signal.signal(held, _interrupted_once) for held in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(Terminated):
+            with interrupts_held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                moved = True
+        assert moved
+        assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        for held, handler in handlers.items():
+            signal.signal(held, handler)
+
+
 def test_a_press_held_back_goes_to_the_handler_it_was_held_from():
     """A press held back is handed on when the hold ends: the console script's handler raises KeyboardInterrupt
     and ignores every later press; an outer hold keeps it until its own end; SIG_IGN drops it. Before, the hold
@@ -501,44 +520,84 @@ def test_a_press_held_back_goes_to_the_handler_it_was_held_from():
         signal.signal(signal.SIGINT, original)
 
 
-def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeypatch, capsys):
-    """Ctrl-C pressed while a run's files are moved into its folder is held back until they are all there: the
-    folder holds the new complete run, and `trainsim run` exits 130 saying its files were written. Before, it
-    said only 'interrupted', as if nothing of the run had been written."""
-    from simulator.report import run_folder
+@pytest.mark.parametrize(("signum", "said", "status"), [(signal.SIGINT, "interrupted", 130),
+                                                      (signal.SIGTERM, "terminated", 143)])
+def test_ctrl_c_while_the_files_move_in_says_they_were_written(tmp_path, monkeypatch, capsys, signum, said, status):
+    """Ctrl-C (or SIGTERM) while a run's files are moved into its folder is held back until they are all there:
+    the folder holds the new complete run, and `trainsim run` exits 130 (143) saying its files were written.
+    Before, it said only 'interrupted', as if nothing of the run had been written, and SIGTERM ended it
+    halfway through the move."""
+    from simulator.cli import _interrupted_once
 
     out = tmp_path / "out"
     replace, pressed = os.replace, []
 
     def pressing_replace(source, target):
         if not pressed:
-            pressed.append(os.kill(os.getpid(), signal.SIGINT))
+            pressed.append(os.kill(os.getpid(), signum))
         replace(source, target)
 
     monkeypatch.setattr(run_folder.os, "replace", pressing_replace)
-    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's, whatever a test before left
+    # Python's SIGINT handler, whatever a test before left; the console script's SIGTERM handler
+    handlers = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupted_once)}
     try:
-        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == 130
+        assert main(["run", str(SMALL), "--out", str(out), "--quiet"]) == status
     finally:
-        signal.signal(signal.SIGINT, handler)
-    assert capsys.readouterr().err == f"interrupted: the run's files were written to {out} before it stopped\n"
+        for held, handler in handlers.items():
+            signal.signal(held, handler)
+    assert capsys.readouterr().err == f"{said}: the run's files were written to {out} before it stopped\n"
     assert pressed and one_run_only(out)["scenario"] == str(SMALL)
 
 
-@pytest.mark.parametrize("delay_s", [0.4, 0.9, 1.6])
-def test_sigint_midway_leaves_exactly_one_run(tmp_path, delay_s):
-    """Interrupt `trainsim run` at several moments into a folder holding another run: whenever it lands,
+MARKED_RUN = """
+import sys
+from pathlib import Path
+
+from simulator.cli import console
+from simulator.console import progress
+from simulator.report import run_folder
+
+marks, enter, digest = Path(sys.argv[1]), progress.RunProgress.__enter__, run_folder.file_digest
+
+
+def entering(self):
+    (marks / "simulating").touch()
+    return enter(self)
+
+
+def digesting(path):
+    (marks / "written").touch()
+    return digest(path)
+
+
+progress.RunProgress.__enter__, run_folder.file_digest = entering, digesting
+sys.argv = ["trainsim", *sys.argv[2:]]
+sys.exit(console())
+"""
+"""`trainsim` that marks where it got to with a file: `simulating` as its progress starts, the scenario loaded,
+`written` once its files are in the temporary folder, before they move into --out."""
+
+
+@pytest.mark.parametrize("moment", ["simulating", "written"])
+def test_sigint_midway_leaves_exactly_one_run(tmp_path, moment):
+    """Interrupt `trainsim run` at several moments into a folder holding another run (once it marks that it got
+    there; before, after fixed sleeps, which a loaded machine could spend still importing): wherever it lands,
     the folder holds one complete run (the old or the new one) and no temporary folder."""
-    out = tmp_path / "out"
+    out, marks = tmp_path / "out", tmp_path / "marks"
+    marks.mkdir()
     assert main(["run", str(SMALL), "--out", str(out)]) == 0
     old = one_run_only(out)
-    child = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", str(TRAINING), "--out", str(out)],
+    child = subprocess.Popen([sys.executable, "-c", MARKED_RUN, str(marks), "run", str(TRAINING), "--out", str(out)],
                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(delay_s)
+    while not (marks / moment).exists() and child.poll() is None:
+        time.sleep(0.001)
+    assert (marks / moment).exists()
     child.send_signal(signal.SIGINT)
-    child.wait(timeout=120)
+    assert child.wait(timeout=120) in (0, 130)
     manifest = one_run_only(out)
     assert manifest["scenario"] in (old["scenario"], str(TRAINING))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["marks", "out"]
 
 
 def test_plot_refuses_a_mixed_or_incomplete_folder(tmp_path, capsys):

@@ -483,11 +483,12 @@ def _interrupted_ahead(tmp_path, presses: str) -> tuple[subprocess.Popen, Path, 
     return job, out, reached
 
 
-def _ended_quietly(job: subprocess.Popen, stderr: str, out: Path) -> None:
-    """The interrupted job said 'interrupted' and exited 130, no process printed a traceback, none is left
-    running, and the output folder holds nothing of the job."""
-    assert job.returncode == 130, stderr
-    assert "Traceback" not in stderr and "interrupted" in stderr
+def _ended_quietly(job: subprocess.Popen, stderr: str, out: Path, word: str = "interrupted",
+                   status: int = 130) -> None:
+    """The interrupted job said ``word`` ('interrupted') and exited ``status`` (130), no process printed a
+    traceback, none is left running, and the output folder holds nothing of the job."""
+    assert job.returncode == status, stderr
+    assert "Traceback" not in stderr and word in stderr
     assert not (out / "job_summary.json").exists()
     with pytest.raises(ProcessLookupError):
         os.killpg(job.pid, 0)
@@ -500,6 +501,31 @@ def test_ctrl_c_while_states_are_simulated_ahead_stops_the_workers_without_a_tra
     job, out, _ = _interrupted_ahead(tmp_path, "worker")
     _, stderr = job.communicate(timeout=300)
     _ended_quietly(job, stderr, out)
+
+
+def test_sigterm_to_the_jobs_process_while_states_are_simulated_ahead_ends_its_workers(tmp_path):
+    """SIGTERM to the job's process alone (`kill PID`, a scheduler's stop) while a worker simulates a state:
+    it ends its workers, says 'terminated' and exits 143, with no traceback and no output. Before, SIGTERM
+    ended it at once (status -15) and left its workers behind."""
+    job, out, reached = _interrupted_ahead(tmp_path, "test")
+    deadline = time.monotonic() + 240
+    while not reached.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert reached.exists(), job.communicate()[1]
+    job.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = job.communicate(timeout=60)
+        _ended_quietly(job, stderr, out, "terminated", 143)
+    finally:
+        _killed_group(job.pid)
+
+
+def _killed_group(group: int) -> None:
+    """End whatever of a test's process group is left, so that a failing test leaves no process behind."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def test_ctrl_c_pressed_again_and_again_while_the_job_stops_still_ends_it_quietly(tmp_path):
@@ -540,18 +566,18 @@ def test_workers_end_with_the_jobs_process_when_it_is_killed(tmp_path):
     pytest.fail("workers left running after the job's process was killed")
 
 
-def test_workers_ahead_are_capped_by_the_option_and_by_the_hosts_free_memory(monkeypatch):
-    """`trainsim run --workers N` caps the processes as a sweep's --workers does (0: every core of the affinity
-    mask); the host's MemAvailable over this process's resident size caps them again, never below 1, and a
-    host that does not say leaves them be."""
-    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5})
+def test_workers_ahead_are_capped_by_the_option_and_by_the_free_memory(monkeypatch):
+    """`trainsim run --workers N` caps the processes as a sweep's --workers does (0: every usable core, the
+    affinity mask capped by the cgroup's CPU quota: tests/test_machine.py); the memory this process may still
+    take over its resident size caps them again, never below 1, and a host that does not say leaves them be."""
+    monkeypatch.setattr(ahead, "usable_cores", lambda: 6)
     assert (ahead.cores(), ahead.cores(2), ahead.cores(64)) == (6, 2, 6)
     monkeypatch.setattr(ahead, "_resident_bytes", lambda: 600 << 20)
-    monkeypatch.setattr(ahead, "_meminfo_available", lambda: 1900 << 20)
+    monkeypatch.setattr(ahead, "available_memory", lambda: 1900 << 20)
     assert ahead.memory_room(6) == 3
-    monkeypatch.setattr(ahead, "_meminfo_available", lambda: 100 << 20)
+    monkeypatch.setattr(ahead, "available_memory", lambda: 100 << 20)
     assert ahead.memory_room(6) == 1
-    monkeypatch.setattr(ahead, "_meminfo_available", lambda: None)
+    monkeypatch.setattr(ahead, "available_memory", lambda: None)
     assert ahead.memory_room(6) == 6
 
 

@@ -26,6 +26,8 @@ from multiprocessing.process import BaseProcess
 
 import simpy
 
+from simulator.errors import STOP_SIGNALS
+from simulator.machine import available_memory, usable_cores
 from simulator.reliability.checkpoint import SegmentCosts
 from simulator.reliability.events import JobEvents
 from simulator.reliability.job import JobPlan, JobProcess
@@ -42,36 +44,25 @@ _FORKED: StepStates | None = None
 
 
 def cores(cap: int = 0) -> int:
-    """The cores this process may run on where worker processes can be forked from it, at most ``cap`` (0: no
-    cap; `trainsim run --workers`): 1 on a platform without `fork`, and in a process that is itself a worker (a
-    sweep's points run in parallel, each job on its core)."""
+    """The cores this process may use (`machine.usable_cores`) where worker processes can be forked from it, at
+    most ``cap`` (0: no cap; `trainsim run --workers`): 1 on a platform without `fork`, and in a process that is
+    itself a worker (a sweep's points run in parallel, each job on its core)."""
     if "fork" not in get_all_start_methods() or parent_process() is not None:
         return 1
-    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = usable_cores()
     return min(count, cap) if cap else count
 
 
 def memory_room(workers: int) -> int:
-    """How many of ``workers`` the host's available memory holds, each counted at this process's resident size
-    (a forked worker shares the job's pages until it writes them, and Python's reference counts write most of
+    """How many of ``workers`` the memory this process may still take holds (the host's, or its container's
+    where that limits it less, `machine.available_memory`), each counted at this process's resident size (a
+    forked worker shares the job's pages until it writes them, and Python's reference counts write most of
     those it reads; a state's own step then adds a few hundred MB on the 16,384-GPU job): at least 1, all of
-    them where the host does not say (no /proc/meminfo)."""
-    available, resident = _meminfo_available(), _resident_bytes()
+    them where neither says (no /proc/meminfo, no limit)."""
+    available, resident = available_memory(), _resident_bytes()
     if available is None or not resident:
         return workers
     return max(1, min(workers, available // resident))
-
-
-def _meminfo_available() -> int | None:
-    """The host's MemAvailable in bytes, None where there is no /proc/meminfo."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def _resident_bytes() -> int:
@@ -131,7 +122,8 @@ def simulate_ahead(states: StepStates, wanted: Sequence[ClusterState], workers: 
     state simulated. A worker that dies (the kernel's out-of-memory killer) ends them all: the job simulates
     the states left as it meets them; a fork the host refuses leaves the workers forked before it. ``warning``
     hears one line of either (the job went on on fewer cores than it was given, which nothing else showed).
-    Ctrl-C ends the workers without a word and raises KeyboardInterrupt here. How many the workers simulated."""
+    Ctrl-C or SIGTERM ends the workers without a word and raises KeyboardInterrupt (Terminated) here. How many
+    the workers simulated."""
     global _FORKED
     todo = [state for state in wanted if straggling(state, states.healthy) and not states.known(state)]
     if len(todo) < AHEAD_MIN_STATES or min(cores(workers), len(todo) - 1) < 2:
@@ -217,8 +209,8 @@ def _forked_into(pool: list[_Worker], size: int) -> str | None:
 
 
 def _ended(pool: Sequence[_Worker]) -> None:
-    """End every worker of ``pool`` (SIGTERM: none holds anything to flush) and wait for it; a second Ctrl-C
-    meanwhile is held back and raised once they are gone, so that none is left running."""
+    """End every worker of ``pool`` (SIGTERM: none holds anything to flush) and wait for it; a second Ctrl-C or
+    a SIGTERM meanwhile is held back and raised once they are gone, so that none is left running."""
     with interrupts_held():
         for worker in pool:
             worker.process.terminate()
@@ -238,12 +230,13 @@ class _Worker:
     def forked(cls, others: Sequence[Connection]) -> _Worker:
         """A worker forked now, serving `_serve` on its end of a new pipe; ``others``: this process's ends of the
         pipes of the workers forked before, which it closes (so that each pipe ends with the job's process).
-        Ctrl-C is blocked across the fork, so that the worker sets its own handler before one can reach it
-        (Python's would raise KeyboardInterrupt inside multiprocessing's start-up and print a traceback)."""
+        Ctrl-C and SIGTERM are blocked across the fork, so that the worker sets its own handlers before one can
+        reach it (Python's, or the console script's, would raise KeyboardInterrupt inside multiprocessing's
+        start-up and print a traceback)."""
         context = get_context("fork")
         ours, theirs = context.Pipe()
         process = context.Process(target=_serve, args=(theirs, [ours, *others]), daemon=True)
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             process.start()
         except OSError:  # the fork refused: neither end of the pipe is any process's
@@ -251,7 +244,7 @@ class _Worker:
             theirs.close()
             raise
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         theirs.close()
         return cls(process, ours)
 
@@ -265,9 +258,11 @@ def _serve(pipe: Connection, inherited: Sequence[Connection]) -> None:
     """In a worker: simulate each state the job's process sends, in the job's states as forked, and send back
     its `_simulated_here` entry, until the job's process ends the worker (or itself: the pipe ends). Ctrl-C
     (sent to the whole process group) ends it at once without a traceback; the job's process ends the others
-    and reports the interrupt once."""
+    and reports the interrupt once. SIGTERM, which the job's process ends it with (`_ended`), takes its default
+    action: the handler the console script set in the job's process would raise KeyboardInterrupt here."""
     signal.signal(signal.SIGINT, lambda _signum, _frame: os._exit(130))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     for connection in inherited:
         connection.close()
     assert _FORKED is not None

@@ -3,10 +3,10 @@ in only once all of them exist, with a manifest.json naming them; files an earli
 did not write are removed (charts `plot` saved into the folder included: it lists them in the manifest);
 readers check the manifest before trusting a folder.
 
-The move is a handful of renames within one file system, done with Ctrl-C held back, and the old manifest
-is removed first and the new one written last: a run interrupted before the move leaves the previous complete
-run, one interrupted during it the new complete run, and a killed one at worst a folder without a manifest,
-which `plot` refuses.
+The move is a handful of renames within one file system, done with Ctrl-C and SIGTERM held back, and the old
+manifest is removed first and the new one written last: a run interrupted before the move leaves the previous
+complete run, one interrupted during it the new complete run, and a killed one (SIGKILL) at worst a folder
+without a manifest, which `plot` refuses.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from simulator.errors import InterruptedWritten, ScenarioError
+from simulator.errors import STOP_SIGNALS, InterruptedWritten, ScenarioError, Terminated
 from simulator.report.atomic import write_bytes
 
 if TYPE_CHECKING:
@@ -65,25 +65,33 @@ def file_digest(path: Path) -> str:
 
 @contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold back SIGINT for the duration (main thread only), then hand a press that came to the handler held
-    back from: Python's raises KeyboardInterrupt, the console script's raises it and ignores later presses, an
-    outer hold holds it in turn, SIG_IGN ignores it (SIG_DFL, or a handler set outside Python: KeyboardInterrupt).
-    Raising KeyboardInterrupt here instead put the console script's handler back where it had switched to
-    ignoring, so that a second press printed a traceback at exit."""
+    """Hold back SIGINT and SIGTERM for the duration (main thread only), then hand the first that came to the
+    handler it was held back from: Python's raises KeyboardInterrupt, the console script's raise it (Terminated
+    for SIGTERM) and ignore later ones, an outer hold holds it in turn, SIG_IGN ignores it (SIG_DFL, or a handler
+    set outside Python: KeyboardInterrupt for SIGINT, the default end of the process for SIGTERM). Raising
+    KeyboardInterrupt here instead put the console script's handler back where it had switched to ignoring,
+    so that a second press printed a traceback at exit."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    received: list[signal.Signals] = []
+    previous = {signum: signal.signal(signum, lambda signum, _frame: received.append(signal.Signals(signum)))
+                for signum in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if not received:
         return
-    if callable(previous):
-        previous(signal.SIGINT, None)
-    elif previous != signal.SIG_IGN:
+    signum, handler = received[0], previous[received[0]]
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_IGN:
+        return
+    elif signum == signal.SIGTERM and handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
+    else:
         raise KeyboardInterrupt
 
 
@@ -145,8 +153,8 @@ def write_run_folder(out_dir: Path, identity: dict, write: Callable[[Path], None
                 for name in sorted(stale):
                     (out_dir / name).unlink(missing_ok=True)
                 os.replace(stage / MANIFEST, out_dir / MANIFEST)
-        except KeyboardInterrupt:
-            raise InterruptedWritten(out_dir) from None
+        except KeyboardInterrupt as stop:
+            raise InterruptedWritten(out_dir, terminated=isinstance(stop, Terminated)) from None
         return [*names, MANIFEST]
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -5,12 +5,14 @@ yields results as they finish; the runner orders them, so every executor gives t
 from __future__ import annotations
 
 import logging
-import os
+import signal
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Protocol
 
-from simulator.errors import ExecutorError
+from simulator.errors import STOP_SIGNALS, ExecutorError
+from simulator.machine import usable_cores
+from simulator.report.run_folder import interrupts_held
 from simulator.sweep.options import ExecutorName
 
 DASK_CONNECT_TIMEOUT_S = 10
@@ -23,7 +25,9 @@ class Executor(Protocol):
 
     def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the workers; tasks still running (the caller stopped reading: Ctrl-C, SIGTERM, an error)
+        are ended, not waited for."""
 
 
 class SerialExecutor:
@@ -39,22 +43,45 @@ class SerialExecutor:
 
 
 class PoolExecutor:
-    """A local process pool, one worker per core by default. All tasks are submitted before the first result
-    is read, so the workers are forked before any progress-bar thread starts."""
+    """A local process pool, one worker per usable core by default (`machine.usable_cores`). All tasks are
+    submitted before the first result is read, so the workers are forked before any progress-bar thread starts,
+    with Ctrl-C and SIGTERM blocked until each worker has left both to this process (`_worker_started`): Ctrl-C
+    at a terminal reaches the whole process group, and this process alone decides to stop. Closed with tasks
+    still running, it ends its workers: before, SIGTERM ended this process at once and left a worker blocked on
+    its pipe forever, and Ctrl-C sent to this process alone waited for the running points to finish."""
 
     def __init__(self, workers: int = 0):
-        self.workers = workers or os.cpu_count() or 1
-        self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        self.workers = workers or usable_cores()
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_started)
+        self._pending: set[Future] = set()
 
     def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator:
-        pending = {self._pool.submit(fn, task) for task in tasks}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self._pending = {self._pool.submit(fn, task) for task in tasks}
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        while self._pending:
+            done, self._pending = wait(self._pending, return_when=FIRST_COMPLETED)
             for future in done:
                 yield future.result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        running = any(not future.done() for future in self._pending)
+        with interrupts_held():
+            if running:
+                for process in list((self._pool._processes or {}).values()):  # public only from Python 3.14
+                    process.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_started() -> None:
+    """In a pool worker, before its first task: Ctrl-C ignored and SIGTERM's default restored (the handlers it
+    was forked with would raise KeyboardInterrupt inside a point and print a traceback), then both unblocked
+    (`PoolExecutor.map_unordered` forks it with them blocked). The pool's process ends it with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 class DaskExecutor:
@@ -73,7 +100,7 @@ class DaskExecutor:
             except (OSError, TimeoutError) as exc:
                 raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler} ({type(exc).__name__})") from None
         else:
-            self._cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1,
+            self._cluster = LocalCluster(n_workers=workers or usable_cores(), threads_per_worker=1,
                                          processes=True, dashboard_address=None,
                                          silence_logs=logging.ERROR)
             self._client = Client(self._cluster, set_as_default=False)

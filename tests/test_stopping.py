@@ -1,0 +1,82 @@
+"""Commands that run points on a pool of worker processes (`trainsim sweep`, `search`, `validate-published`) stop
+as a user on a shared machine expects: SIGTERM to the command's process (`kill PID`) or Ctrl-C (SIGINT to it
+alone, or to the whole process group as a terminal sends it) ends its workers at once, rather than waiting for
+the points they run or leaving them behind, and the command exits 143 or 130 with one line. The workers here
+block on their first point until they are ended, so a worker left behind is seen, and the signal is sent only
+once a worker says it holds a point (a file), never after a fixed sleep."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parent.parent
+PUBLISHED = REPO / "scenarios" / "published"
+
+BLOCKED_WORKERS = """
+import os, signal, sys
+from simulator import validation
+from simulator.cli import console
+from simulator.sweep import runner
+
+reached, command = sys.argv[1], sys.argv[2:]
+main_process = os.getpid()
+
+
+def blocked(task):
+    if os.getpid() != main_process:
+        try:
+            os.close(os.open(reached, os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+    signal.pause()
+
+
+runner.run_point = validation.run_case = blocked
+sys.argv = ["trainsim", *command]
+sys.exit(console())
+"""
+
+COMMANDS = {
+    "sweep": ["sweep", str(REPO / "tests" / "data" / "sweep_200.yaml"), "--workers", "2", "--quiet"],
+    "validate-published": ["validate-published", "--folder", str(PUBLISHED), "--workers", "2",
+                           "--case", "nccl-sendrecv-ndr", "--case", "nccl-allreduce-8x-a100"],
+}
+STOPS = {"SIGTERM": (signal.SIGTERM, False, 143), "Ctrl-C to the process": (signal.SIGINT, False, 130),
+         "Ctrl-C to the group": (signal.SIGINT, True, 130)}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+@pytest.mark.parametrize("stop", STOPS)
+def test_a_stopped_pool_command_ends_its_workers_and_exits_at_once(tmp_path, command, stop):
+    """Before, SIGTERM ended the sweep's process (status -15) and left each worker blocked on its pipe for
+    good, and Ctrl-C sent to the process alone waited for the points running."""
+    signum, to_group, status = STOPS[stop]
+    reached = tmp_path / "reached"
+    argv = [*COMMANDS[command], *(["--out", str(tmp_path / "out")] if command == "sweep" else [])]
+    process = subprocess.Popen([sys.executable, "-c", BLOCKED_WORKERS, str(reached), *argv], cwd=tmp_path,
+                               env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not reached.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert reached.exists(), process.communicate(timeout=10)
+        (os.killpg if to_group else os.kill)(process.pid, signum)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == status, stderr
+        assert "Traceback" not in stderr and stderr.count("\n") == 1
+        assert stderr.startswith("terminated" if signum == signal.SIGTERM else "interrupted")
+        with pytest.raises(ProcessLookupError):
+            os.killpg(process.pid, 0)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
