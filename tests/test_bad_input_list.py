@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -534,20 +533,32 @@ def test_a_closed_pipe_ends_quietly():
     assert stderr == ""
 
 
+PROGRESS_EVERY_TENTH_S = ("import sys; from simulator.console import progress; progress.PLAIN_EVERY_S = 0.1; "
+                          "from simulator.cli import console; sys.argv[0] = 'trainsim'; sys.exit(console())")
+"""`trainsim` with its plain progress lines (stderr off a terminal) every tenth of a second: the first says the
+engine is simulating."""
+
+
 def test_ctrl_c_prints_interrupted_exits_130_and_writes_nothing(tmp_path):
     """SIGINT while the 8,192-GPU scenario, with 256 micro-batches per step (about a minute of simulation), is
-    being simulated: one line, status 130, no output folder. The child gets the default SIGINT disposition
-    (a test run in the background of a shell would hand it SIGINT ignored, as a terminal never does)."""
+    being simulated (its first progress line read; before, a fixed 5 s sleep, which a loaded machine could
+    spend still importing): one line, status 130, no output folder. The child gets the default SIGINT
+    disposition (a test run in the background of a shell would hand it SIGINT ignored, as a terminal never
+    does)."""
     out = tmp_path / "out"
-    process = subprocess.Popen([sys.executable, "-m", "simulator.cli", "run", "scenarios/llama3-405b-8192-gpus.yaml",
-                                "--out", str(out), "--set", "training.global_batch=16384"], cwd=REPO,
+    process = subprocess.Popen([sys.executable, "-c", PROGRESS_EVERY_TENTH_S, "run",
+                                "scenarios/llama3-405b-8192-gpus.yaml", "--out", str(out),
+                                "--set", "training.global_batch=16384"], cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(5)
+    first = process.stderr.readline()
+    assert first.startswith("simulating: ") and first.endswith(" elapsed\n"), first
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
-    assert (stdout, stderr) == ("", "interrupted\n")
+    *progress, last = stderr.splitlines()
+    assert stdout == "" and last == "interrupted"
+    assert all(line.startswith("simulating: ") and line.endswith(" elapsed") for line in progress)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -18,9 +18,11 @@ import yaml
 
 from simulator.cli import main
 from simulator.config import bundled
-from simulator.console.progress import RunProgress
+from simulator.console import progress as progress_module
+from simulator.console.progress import PLAIN_EVERY_S, PlainProgress, RunProgress
 
 REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
 SCENARIOS = REPO / "scenarios"
 LLAMA_8B = "llama3-8b-dgx-h100-dp8"
 
@@ -267,13 +269,44 @@ def test_the_collective_table_gives_each_size_in_a_unit_it_reads_in(tmp_path, ca
     assert [row["bytes"] for row in summary["collectives"]] == [1, 3000, 2**30, 0]
 
 
-def test_progress_bar_stays_silent_off_a_terminal(capsys):
+def test_progress_off_a_terminal_is_a_plain_line_every_ten_seconds(capsys):
+    """Off a terminal no bar is drawn: a plain line at most every PLAIN_EVERY_S seconds, the first that long
+    after the start, each phase's count in its own words."""
+    now = [0.0]
+    plain = PlainProgress("replications", "simulating the job", clock=lambda: now[0])
+    for now[0], done in ((0.0, 1), (9.9, 5), (10.0, 12), (19.0, 20)):
+        plain(done, 100)
+    now[0] = 3725.0
+    plain.show(420, 1_685, "states", "simulating straggler states ahead")
+    plain(0, 0)
+    assert capsys.readouterr() == ("", "simulating the job: 12/100 replications (12%), 0:00:10 elapsed\n"
+                                       "simulating straggler states ahead: 420/1,685 states (25%), 1:02:05 elapsed\n")
+
+
+def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
     with RunProgress(enabled=True) as progress:
-        progress.started -= 10  # as if the run had been going for ten seconds
+        assert progress.bar is None and progress.plain is not None
+        progress.plain.last -= PLAIN_EVERY_S
         progress(1024, 4096)
         progress.phase("writing outputs")
         assert progress.bar is None
-    assert capsys.readouterr() == ("", "")
+    assert capsys.readouterr() == ("", "simulating: 1,024/4,096 ops (25%), 0:00:00 elapsed\n")
+    assert RunProgress(enabled=False).plain is None
+
+
+@pytest.mark.parametrize(("command", "line"), [
+    (["run", str(DATA / "small-job.yaml"), "--set", "run.replications=3"], "simulating the job: 3/3 replications"),
+    (["sweep", str(DATA / "sweep_200.yaml"), "--executor", "serial"], "sweep: 200/200 points"),
+])
+def test_a_long_command_piped_says_how_far_it_got(command, line, tmp_path, monkeypatch, capsys):
+    """A job (or a sweep, a search, a study, a run) with its output piped prints plain progress lines on
+    stderr (here one at every count, PLAIN_EVERY_S set to 0), none with --quiet; before, a job printed
+    nothing until its end and a sweep nothing at all."""
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
+    assert main([*command, "--out", str(tmp_path / "out")]) == 0
+    assert f"{line} (100%)" in capsys.readouterr().err
+    assert main([*command, "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    assert "elapsed" not in capsys.readouterr().err
 
 
 def test_version(capsys):

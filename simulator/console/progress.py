@@ -1,6 +1,7 @@
-"""A progress bar for runs longer than a second: drawn on stderr with rich, only when stderr is a terminal and
-the user did not ask for --quiet, so logs, pipes and tests see nothing of it (nor import rich's progress
-module)."""
+"""Progress of a long run on stderr, unless the user asked for --quiet: on a terminal a rich bar for runs longer
+than a second; off one (a pipe, a log file, a batch job's output) a plain line every PLAIN_EVERY_S seconds, so
+that a job of minutes shows it is alive without filling a log with a bar's redraws (nor importing rich's
+progress module). Before, off a terminal a job printed nothing until its end."""
 
 from __future__ import annotations
 
@@ -14,14 +15,45 @@ if TYPE_CHECKING:
 
 SHOW_AFTER_S = 1.0
 """A run that finishes within this many seconds never shows the bar."""
+PLAIN_EVERY_S = 10.0
+"""Off a terminal, a progress line at most this often, the first this long after the start (a run shorter than
+this prints none)."""
+
+
+class PlainProgress:
+    """Progress off a terminal: `DESCRIPTION: DONE/TOTAL UNIT (P%), H:MM:SS elapsed` on stderr, at most every
+    PLAIN_EVERY_S seconds of ``clock``; callable as ``progress(done, total)`` for one ``unit`` and
+    ``description``, or `show` for others (a job's phases)."""
+
+    def __init__(self, unit: str = "ops", description: str = "simulating",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.unit = unit
+        self.description = description
+        self.clock = clock
+        self.started = self.last = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        self.show(done, total, self.unit, self.description)
+
+    def show(self, done: int, total: int, unit: str, description: str) -> None:
+        now = self.clock()
+        if now - self.last < PLAIN_EVERY_S:
+            return
+        self.last = now
+        share = f" ({done / total:.0%})" if total else ""
+        elapsed = int(now - self.started)
+        print(f"{description}: {done:,}/{total:,} {unit}{share}, {elapsed // 3600}:{elapsed // 60 % 60:02d}:"
+              f"{elapsed % 60:02d} elapsed", file=sys.stderr, flush=True)
 
 
 class RunProgress:
     """Callable as ``progress(done, total)`` from the engine (ops), a job (replications) or a study (points):
-    ``unit`` names what is counted; ``phase`` names what the run does next."""
+    ``unit`` names what is counted; ``phase`` names what the run does next. Off a terminal its plain lines
+    (`PlainProgress`)."""
 
     def __init__(self, enabled: bool, unit: str = "ops", description: str = "simulating"):
         self.enabled = enabled and sys.stderr.isatty()
+        self.plain = PlainProgress(unit, description) if enabled and not self.enabled else None
         self.started = time.monotonic()
         self.bar: Progress | None = None
         self.task: TaskID | None = None
@@ -37,6 +69,8 @@ class RunProgress:
         return lambda done, total: self._show(done, total, unit, description)
 
     def _show(self, done: int, total: int, unit: str, description: str) -> None:
+        if self.plain is not None:
+            self.plain.show(done, total, unit, description)
         if not self.enabled:
             return
         if self.bar is None:

@@ -172,10 +172,14 @@ def _has_outputs(folder: Path, point: Point) -> bool:
 
 
 def progress_printer(quiet: bool, label: str = "sweep") -> tuple[Callable[[int, int], None], Callable[[], None]]:
-    """A rich progress bar named ``label`` with ETA on a terminal (nothing when quiet or not a terminal):
-    (update, stop)."""
-    if quiet or not sys.stderr.isatty():
+    """A rich progress bar named ``label`` with ETA on a terminal, plain lines off one (`PlainProgress`, as a
+    run's and a job's), nothing when quiet: (update, stop)."""
+    if quiet:
         return (lambda done, total: None), (lambda: None)
+    if not sys.stderr.isatty():
+        from simulator.console.progress import PlainProgress
+
+        return PlainProgress("points", label), (lambda: None)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
