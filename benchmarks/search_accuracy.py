@@ -5,11 +5,11 @@ as `trainsim search` checks a candidate (`check_memory`: the simulator's own bui
 `estimate_step_s`) and then simulated by `simulate()`: one table row with both tokens/s and their ratio, and the
 bands of that ratio per family. The searches are whole `trainsim search` runs (on a serial executor inside one
 worker), reported by their pick, its estimate and simulated tokens/s, and the decision tree's layout. Cases run in
-`--jobs` worker processes; the report lists them in the declared order, so it is the same whatever finishes
-first, apart from its date line.
+`--workers` worker processes (as every trainsim command names them; `--jobs`, the old name, still works); the
+report lists them in the declared order, so it is the same whatever finishes first, apart from its date line.
 `--reuse FILE` keeps each simulation's figures with the files it read, so that after a change to the estimate alone
 (simulator/sweep/) a rerun simulates nothing again.
-Run: python benchmarks/search_accuracy.py [--jobs N] [--case PATTERN ...] [--long] [--reuse FILE] [--write-doc PATH]
+Run: python benchmarks/search_accuracy.py [--workers N] [--case PATTERN ...] [--long] [--reuse FILE] [--write-doc PATH]
 """
 
 from __future__ import annotations
@@ -249,18 +249,18 @@ def run_search(search: SearchCase) -> SearchOutcome:
                          result.tree_row or {})
 
 
-def run_all(tasks: Sequence[Case | SearchCase], jobs: int, known: dict[str, dict],
+def run_all(tasks: Sequence[Case | SearchCase], workers: int, known: dict[str, dict],
             done: Callable[[Measured | SearchOutcome, float], None]) -> list[Measured | SearchOutcome]:
-    """Every task in ``jobs`` worker processes (here, with 1), results in the order of ``tasks`` (``known``: the
+    """Every task in ``workers`` worker processes (here, with 1), results in the order of ``tasks`` (``known``: the
     simulations to reuse); ``done`` hears of each as it finishes, with its worker's CPU seconds."""
-    if jobs <= 1:
+    if workers <= 1:
         results = []
         for task in tasks:
             result, cpu_s = timed(task, known)
             done(result, cpu_s)
             results.append(result)
         return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
         # the largest clusters come last in the declared order: started first, they do not finish alone
         futures = {pool.submit(timed, task, known): task for task in reversed(tasks)}
         finished = {}
@@ -365,7 +365,8 @@ def selected(patterns: Sequence[str], long: bool) -> list[Case | SearchCase]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default 1; 0: one per core)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="deprecated: the old name of --workers")
     parser.add_argument("--case", nargs="+", default=[], metavar="PATTERN",
                         help="run only the cases and searches matching these names (shell patterns); no doc written")
     parser.add_argument("--long", action="store_true",
@@ -382,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.case and args.write_doc:
         parser.error("--write-doc writes the whole report; it does not take --case")
+    if args.jobs is not None and args.workers is not None:
+        parser.error("--jobs is the old name of --workers; give one of them")
+    if args.jobs is not None:
+        print("search_accuracy.py: --jobs is deprecated, use --workers", file=sys.stderr)
+    workers = next(count for count in (args.workers, args.jobs, 1) if count is not None) or os.cpu_count() or 1
     tasks = selected(args.case, args.long)
     if not tasks:
         parser.error(f"no case or search matches {' '.join(args.case)} (see --list)")
@@ -397,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
             kept[result.key] = result.kept
             args.reuse.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
 
-    results = run_all(tasks, args.jobs, known, done)
+    results = run_all(tasks, workers, known, done)
     rows = [r for r in results if isinstance(r, Measured)]
     outcomes = [r for r in results if isinstance(r, SearchOutcome)]
     typed = " ".join(["python benchmarks/search_accuracy.py", *(argv if argv is not None else sys.argv[1:])])
