@@ -264,6 +264,26 @@ def test_goodput_chart_legend_gives_the_mtbf_as_the_printed_lines_do_and_no_best
     assert legend(grid)[-1] == "simulated best"
 
 
+def test_goodput_chart_gives_ettr_in_percent_as_the_printed_lines_do():
+    """The study printed 'ETTR 91.99%' and its chart's ETTR axis read 0.92 under 'ETTR (effective training time
+    ratio)': the points, their band and the star are in percent, and the label says so."""
+    from simulator.reliability.plots import goodput_figure
+
+    points = [{"interval_s": t, "ettr": e, "ettr_ci95_low": e - 0.01, "ettr_ci95_high": e + 0.01,
+               "goodput_tokens_per_s": 1e6} for t, e in ((300.0, 0.9199), (600.0, 0.9077))]
+    study = {"scenario": "job.yaml", "curves": [{"rate_multiplier": 1, "mtbf_s": 11135.0, "points": points,
+                                                 "young_interval_s": 13.6, "daly_interval_s": 13.6,
+                                                 "best_interval_s": 300.0, "best_ettr": 0.9199}]}
+    axis = goodput_figure(study).axes[0]
+    assert axis.get_ylabel() == "ETTR, effective training time ratio (%)"
+    curve, star = (line for line in axis.get_lines() if len(line.get_ydata()) and line.get_linestyle() != "--"
+                   and line.get_linestyle() != ":")
+    assert list(curve.get_ydata()) == pytest.approx([91.99, 90.77])
+    assert list(star.get_ydata()) == pytest.approx([91.99])
+    band = axis.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(89.77) and band.max() == pytest.approx(92.99)
+
+
 def test_a_synthetic_models_study_charts_goodput_in_healthy_steps(tmp_path, capsys):
     """A synthetic model has no tokens: the job crashed dividing by them. Its study's points carry goodput in
     healthy-equivalent steps per second (tokens per second null), the chart draws those, and the job's table

@@ -78,7 +78,8 @@ def _hours(seconds: float) -> str:
 
 
 def goodput_figure(study: dict) -> Figure:
-    """Two panels sharing the interval axis (minutes, log scale): ETTR with its 95% band, and goodput (in
+    """Two panels sharing the interval axis (minutes, log scale): ETTR in percent, as the study's printed lines
+    and the job's table give it (the axis read 0.92 beside '91.99%'), with its 95% band, and goodput (in
     healthy-equivalent steps per second when some point's model has no tokens)."""
     figure = Figure(figsize=(8, 6.5), constrained_layout=True)
     ettr_axis, goodput_axis = figure.subplots(2, 1, sharex=True)
@@ -90,15 +91,16 @@ def goodput_figure(study: dict) -> Figure:
         minutes = [p["interval_s"] / 60 for p in points]
         mtbf = f"MTBF {_hours(curve['mtbf_s'])}" if curve["mtbf_s"] else "no failures"
         label = f"rate x {curve['rate_multiplier']:g} ({mtbf})"
-        ettr_axis.plot(minutes, [p["ettr"] for p in points], "o-", color=color, label=label)
+        ettr_axis.plot(minutes, [100 * p["ettr"] for p in points], "o-", color=color, label=label)
         if len(points) == 1 and points[0]["ettr_ci95_low"] is not None:  # a band of one point has no width
             (point,) = points
-            ettr_axis.errorbar(minutes, [point["ettr"]], yerr=[[point["ettr"] - point["ettr_ci95_low"]],
-                                                                [point["ettr_ci95_high"] - point["ettr"]]],
+            ettr_axis.errorbar(minutes, [100 * point["ettr"]],
+                               yerr=[[100 * (point["ettr"] - point["ettr_ci95_low"])],
+                                     [100 * (point["ettr_ci95_high"] - point["ettr"])]],
                                color=color, capsize=4, linestyle="none")
         elif all(p["ettr_ci95_low"] is not None for p in points):
-            ettr_axis.fill_between(minutes, [p["ettr_ci95_low"] for p in points],
-                                   [p["ettr_ci95_high"] for p in points], color=color, alpha=0.15)
+            ettr_axis.fill_between(minutes, [100 * p["ettr_ci95_low"] for p in points],
+                                   [100 * p["ettr_ci95_high"] for p in points], color=color, alpha=0.15)
         goodput_axis.plot(minutes, [goodput(p) for p in points], "o-", color=color)
         for axis in (ettr_axis, goodput_axis):
             if curve["young_interval_s"]:
@@ -106,7 +108,8 @@ def goodput_figure(study: dict) -> Figure:
             if curve["daly_interval_s"]:
                 axis.axvline(curve["daly_interval_s"] / 60, color=color, linestyle=":", linewidth=1.2)
         if len(points) > 1:
-            ettr_axis.plot([curve["best_interval_s"] / 60], [curve["best_ettr"]], "*", color=color, markersize=14)
+            ettr_axis.plot([curve["best_interval_s"] / 60], [100 * curve["best_ettr"]], "*", color=color,
+                           markersize=14)
     ettr_axis.plot([], [], "k--", linewidth=0.9, label="Young")
     ettr_axis.plot([], [], "k:", linewidth=1.2, label="Daly")
     if any(len(curve["points"]) > 1 for curve in study["curves"]):
@@ -115,7 +118,7 @@ def goodput_figure(study: dict) -> Figure:
     ettr_axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     ettr_axis.xaxis.set_major_formatter(FuncFormatter(lambda minutes, _: f"{minutes:g}"))
     ettr_axis.minorticks_off()
-    ettr_axis.set_ylabel("ETTR (effective training time ratio)")
+    ettr_axis.set_ylabel("ETTR, effective training time ratio (%)")
     ettr_axis.legend(fontsize=8)
     ettr_axis.grid(True, alpha=0.3)
     goodput_axis.set_ylabel("goodput (M tokens/s)" if tokens else "goodput (healthy-equivalent steps/s)")
