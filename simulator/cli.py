@@ -699,10 +699,18 @@ class _Parser(argparse.ArgumentParser):
     """argparse with its usage errors in the same one-line form as every other error (status 2): a refused
     value as `command line: FLAG: problem (allowed: ...)`, argparse's own choices among them."""
 
+    def _arguments_allowed(self) -> str:
+        """What a command missing an argument takes: its subcommands, else what its help lists."""
+        commands = next((action.choices for action in self._actions
+                         if isinstance(action, argparse._SubParsersAction)), None)
+        listed = f"{', '.join(commands)}; " if commands else ""
+        return f"{listed}`{self.prog} --help` says what each takes"
+
     def error(self, message: str):
         argument = ARGUMENT_ERROR.fullmatch(_one_line(message))
-        if argument is None:
-            self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)}\n")
+        if argument is None:  # a missing argument: bare `trainsim` said "required: command" and named none
+            self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {_one_line(message)} (allowed: "
+                                  f"{self._arguments_allowed()})\n")
         field, problem = argument["field"], argument["problem"]
         choice = CHOICES.fullmatch(problem)
         if choice is not None:

@@ -517,6 +517,22 @@ def test_counts_on_the_command_line_are_checked(tmp_path, capsys, args, error):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args, error", [
+    ([], "trainsim: the following arguments are required: command (allowed: run, validate, scenarios, collective, "
+         "plot, sweep, validate-published, search, study, topo; `trainsim --help` says what each takes)"),
+    (["plot"], "trainsim plot: the following arguments are required: chart, OUTDIR (allowed: `trainsim plot --help` "
+               "says what each takes)"),
+    (["run", "S"], "trainsim run: the following arguments are required: --out (allowed: `trainsim run --help` says "
+                   "what each takes)"),
+])
+def test_a_missing_argument_says_where_to_find_what_it_takes(capsys, args, error):
+    """Bare `trainsim`, a new user's first try, said 'the following arguments are required: command' and named
+    no command; a missing argument now says what is allowed as every other refusal does: the commands, or the
+    help that lists the arguments."""
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"error: command line: {error}\n"
+
+
 def test_topo_describe_bad_file(tmp_path, capsys):
     (tmp_path / "t.yaml").write_text("kind: cluster\nnodes: 2\nnic_bandwidth: 400\n")
     assert main(["topo", "describe", str(tmp_path / "t.yaml")]) == 2
