@@ -26,6 +26,7 @@ from simulator.errors import (
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
 from simulator.sweep.options import (
+    DEFAULT_MAX_POINTS,
     EXECUTORS,
     GANTT_ROWS,
     RECOMPUTES,
@@ -822,7 +823,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     sweep.add_argument("--set", action="append", default=[], metavar="a.b=VALUE",
                        help="override a field of the base scenario, before the axes (not one an axis sets)")
-    sweep.add_argument("--max-points", type=_at_least(1), default=10_000, help="refuse sweeps with more points")
+    sweep.add_argument("--max-points", type=_at_least(1), default=DEFAULT_MAX_POINTS, metavar="N",
+                       help=f"refuse sweeps with more points (default {DEFAULT_MAX_POINTS:,})")
     sweep.add_argument("--point-outputs", action="store_true", help="write each point's outputs in OUT/points/")
     sweep.add_argument("--force", action="store_true",
                        help="run points even beyond the scale limits (and again those refused before)")

@@ -12,6 +12,8 @@ SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 RECOMPUTES: tuple[Recompute, ...] = RECOMPUTE_MODES
 """Recompute options (`training.recompute`'s set) from the least extra compute to the most: a lighter one that
 fits dominates."""
+DEFAULT_MAX_POINTS = 10_000
+"""The most points a sweep runs without --max-points (a typo such as a 1,000-value axis is refused, not run)."""
 SEARCH_CP: tuple[int, ...] = (1, 2)
 SEARCH_VIRTUAL_STAGES: tuple[int, ...] = (1, 2, 4)
 SEARCH_MICRO_BATCHES: tuple[int, ...] = (1, 2)

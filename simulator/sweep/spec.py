@@ -62,6 +62,7 @@ from simulator.errors import InputError, ScenarioError, TopologyError
 from simulator.report.writers import scenario_digest
 from simulator.sweep.constraints import EVALUABLE, Constraint, parse_constraint
 from simulator.sweep.fields import with_values
+from simulator.sweep.options import DEFAULT_MAX_POINTS
 from simulator.topology.loader import (
     TopologySource,
     checked_parameters,
@@ -72,7 +73,6 @@ from simulator.topology.loader import (
 from simulator.units import QuantityKind, parse_quantity, shown_value
 
 Axis = Annotated[list, Field(min_length=1)]
-DEFAULT_MAX_POINTS = 10_000
 _BASE_UNITS: dict[QuantityKind, str] = {"size": "B", "duration": "s", "bandwidth": "B/s"}
 
 
