@@ -719,6 +719,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INPUT, f"error: command line: {self.prog}: {field}: {problem}\n")
 
 
+COLLECTIVE_SIZES = "1MiB:1GiB"
+"""`trainsim collective`'s message sizes without --sizes: 1 MiB to 1 GiB, doubling."""
 SCENARIO_HELP = "a scenario file, or the name of a bundled one (trainsim scenarios)"
 EXECUTOR_HELP = "local process pool (default), serial (this process) or dask"
 WORKERS_HELP = "pool or LocalCluster workers (default, or 0: all cores)"
@@ -780,7 +782,8 @@ def _parser() -> argparse.ArgumentParser:
                       help=f"NCCL protocol: {', '.join(PROTOCOL_CHOICES)} (default auto)")
     coll.add_argument("--ranks", type=_at_least(2), default=0,
                       help="number of GPUs, 2 or more (default: all); send_recv runs two, GPU 0 to GPU RANKS-1")
-    coll.add_argument("--sizes", default="1MiB:1GiB", help="LOW:HIGH (doubling) or a comma list, with units")
+    coll.add_argument("--sizes", default=COLLECTIVE_SIZES,
+                      help=f"LOW:HIGH (doubling) or a comma list, with units (default {COLLECTIVE_SIZES})")
     coll.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE", help="topology parameter")
     coll.add_argument("--efficiency", choices=list(EFFICIENCY_PROFILES), default="calibrated",
                       help="calibrated (default) or ideal (line rate); per link class only in a scenario's "

@@ -660,12 +660,14 @@ def test_run_help_names_the_files_a_step_and_a_job_write(tmp_path, capsys):
     assert [name for name in sorted(written) if name not in shown] == []
 
 
-def test_sweep_help_gives_the_point_limit_it_applies(capsys):
-    """`trainsim sweep --help` said '--max-points MAX_POINTS  refuse sweeps with more points' and not how many:
-    a 12,000-point sweep was refused at a limit the help never named (docs/studies.md: 10,000). The help and the
-    refusal take the figure from one constant."""
-    from simulator.sweep.options import DEFAULT_MAX_POINTS
-
-    assert main(["sweep", "--help"]) == 0
-    assert f"--max-points N        refuse sweeps with more points (default {DEFAULT_MAX_POINTS:,})" in (
-        capsys.readouterr().out)
+@pytest.mark.parametrize("command, shown", [
+    ("sweep", "--max-points N refuse sweeps with more points (default 10,000)"),
+    ("collective", "--sizes SIZES LOW:HIGH (doubling) or a comma list, with units (default 1MiB:1GiB)"),
+])
+def test_help_gives_the_defaults_the_command_applies(capsys, command, shown):
+    """`trainsim sweep --help` said '--max-points MAX_POINTS  refuse sweeps with more points' and not how many (a
+    12,000-point sweep was refused at a limit the help never named), and `trainsim collective --help` gave --sizes
+    no default, though a run without it times 1 MiB to 1 GiB. Both defaults are in the help now, each from the
+    constant the command uses."""
+    assert main([command, "--help"]) == 0
+    assert shown in " ".join(capsys.readouterr().out.split())  # however wide the terminal wraps it
