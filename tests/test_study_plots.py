@@ -493,3 +493,26 @@ def test_a_sweep_charts_axes_carry_their_units_without_exponents_or_offsets():
     assert sorted(text.get_text() for text in heatmap.axes[0].texts) == ["91,043", "91,043", "91,060", "91,268",
                                                                        "91,268", "91,284"]
     assert heatmap.axes[1].get_ylabel() == "tokens_per_s (tokens/s)"
+
+
+def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
+    """`--log-x` over ddp.bucket (1 MiB, 25 MiB, 100 MiB) drew the texts at category places 0, 1, 2 on a log
+    axis: ticks '2^0' and '2^1', the first point at log(0), off the chart, and no size named; over micro_batch
+    (1, 2) the ticks read '2^0', '2^1'. Quantities now stand at their sizes, ticked as written, and numbers read
+    1, 2; a column of texts that are not quantities is refused at --log-x."""
+    from simulator.errors import ScenarioError
+    from simulator.report.study_plots import sweep_figure
+
+    frame = pd.DataFrame({"status": "ok", "bucket": ["1 MiB", "100 MiB", "25 MiB"] * 2, "m": [1, 1, 1, 2, 2, 2],
+                          "step_time_s": [1.4397, 1.4394, 1.4397, 1.4361, 1.4359, 1.4361]})
+    figure = sweep_figure(frame, "bucket", "step_time_s", hue="m", log_x=True)
+    figure.draw_without_rendering()
+    ax = figure.axes[0]
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == ["1 MiB", "25 MiB", "100 MiB"]
+    assert list(ax.get_lines()[0].get_xdata()) == [2.0**20, 25 * 2.0**20, 100 * 2.0**20]
+    figure = sweep_figure(frame, "m", "step_time_s", hue="bucket", log_x=True)
+    figure.draw_without_rendering()
+    shown = [tick.get_text() for tick in figure.axes[0].get_xticklabels()]
+    assert {"1", "2"} <= set(shown) and not any("^" in text or text.endswith(".0") for text in shown)
+    with pytest.raises(ScenarioError, match="neither numbers nor quantities"):
+        sweep_figure(frame.assign(bucket=["a", "b", "c"] * 2), "bucket", "step_time_s", log_x=True)

@@ -87,6 +87,12 @@ class PlainFormatter(ScalarFormatter):
         return f"{whole[:len(whole) - len(digits)]}{int(digits):,}{dot}{decimals}" if digits.isdigit() else text
 
 
+def power_tick(value: float, position: int | None = None) -> str:
+    """A tick of a base-2 log axis as a plain number: '1', '2', '1,024', '0.5' (matplotlib wrote 2^0, 2^10, and a
+    linear formatter '1.0', '2.0')."""
+    return f"{value:,.0f}" if value >= 1 and value == round(value) else f"{value:.4g}"
+
+
 def cell_text(value: float) -> str:
     """A heat-map cell's figure: whole with thousands separators from 1,000 on, four significant digits below
     ('{:.3g}' printed 91,043 tokens/s as '9.1e+04', the same as 91,268)."""

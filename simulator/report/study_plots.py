@@ -10,10 +10,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, StrMethodFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullLocator, StrMethodFormatter
 
 from simulator.errors import ScenarioError
-from simulator.report.column_units import PLAIN, ColumnScale, PlainFormatter, cell_text, column_scale
+from simulator.report.column_units import (
+    PLAIN,
+    ColumnScale,
+    PlainFormatter,
+    cell_text,
+    column_scale,
+    power_tick,
+)
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
 from simulator.units import format_size, magnitude, shown_value
@@ -81,21 +88,30 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
     x_scale, y_scale = _numeric_scale(rows, x), _numeric_scale(rows, y)
+    sized = log_x and x_scale is None  # quantities on a log axis: placed by size, labelled as written
+    if sized and rows[x].map(magnitude).isna().any():
+        raise ScenarioError(f"column {x!r} holds values that are neither numbers nor quantities", field="--log-x",
+                            allowed="an --x column of numbers or of quantities with units (1 MiB, 4 ms)")
     shared = 1
     for value, group in _groups(rows, hue):
         ordered = group.sort_values(x, key=_by_magnitude, kind="stable")
         shared = max(shared, int(ordered[x].value_counts().max()) if len(ordered) else 1)
-        ax.plot(x_scale.scaled(ordered[x]) if x_scale else ordered[x],
-                y_scale.scaled(ordered[y]) if y_scale else ordered[y], marker="o",
+        places = (ordered[x].map(magnitude).astype(float) if sized else
+                  x_scale.scaled(ordered[x]) if x_scale else ordered[x])
+        ax.plot(places, y_scale.scaled(ordered[y]) if y_scale else ordered[y], marker="o",
                 label=f"{hue} = {shown_value(value)}" if hue else y)
     if log_x:
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_minor_locator(NullLocator())
     elif pd.api.types.is_integer_dtype(rows[x]) and x_scale == PLAIN:  # pp, nodes: no tick at 4.5 between 4 and 8
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if sized:  # a tick at each value, as written ('2^0', '2^1' stood at the categories' places 0, 1, 2)
+        written = dict(sorted(zip(rows[x].map(magnitude).astype(float), rows[x]), key=lambda pair: pair[0]))
+        ax.set_xticks(list(written), [shown_value(value) for value in written.values()])
     for axis, scale, column in ((ax.xaxis, x_scale, x), (ax.yaxis, y_scale, y)):
         axis.set_label_text(scale.label(column) if scale else column)
-        if scale and not (log_x and axis is ax.xaxis):
-            axis.set_major_formatter(PlainFormatter())
+        if scale:
+            axis.set_major_formatter(FuncFormatter(power_tick) if log_x and axis is ax.xaxis else PlainFormatter())
     ax.grid(color="#DDDDDD", linewidth=0.6)
     ax.legend(fontsize=8)
     split = "more axes vary than --x and --hue show" if hue else "--hue splits them"
