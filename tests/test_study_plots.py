@@ -165,8 +165,9 @@ def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path,
     assert main(["run", "llama3-8b-dgx-h100-dp8", "--out", str(run), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["plot", chart, str(run)]) == 2
-    assert capsys.readouterr().err == (f"error: {run}: OUTDIR: has no results.parquet (allowed: a folder written by "
-                                       "`trainsim sweep` (results.parquet))\n")
+    assert capsys.readouterr().err == (f"error: {run}: OUTDIR: a run's folder: its charts are `trainsim plot gantt` "
+                                       "and `memory` (allowed: a folder written by `trainsim sweep` (results.parquet))"
+                                       "\n")
     _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", chart, str(tmp_path / "sweep")]) == 2
@@ -335,8 +336,8 @@ def test_a_search_folder_is_refused_by_the_sweep_charts_with_the_chart_it_has(tm
                                "tokens_per_s": [1.0], "tree_choice": [False], "searched": True, "tp": [8], "pp": [1]})
     write_run_folder(tmp_path / "search", {"scenario": "s.yaml"},
                      lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
-    refusal = (f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front`, "
-               "not `trainsim plot heatmap` (allowed: a folder written by `trainsim sweep` (results.parquet))\n")
+    refusal = (f"error: {tmp_path / 'search'}: OUTDIR: a layout search's folder: its chart is `trainsim plot front` "
+               "(allowed: a folder written by `trainsim sweep` (results.parquet))\n")
     assert main(["plot", "heatmap", str(tmp_path / "search"), "--x", "tp", "--y", "pp", "--value", "tokens_per_s"]) == 2
     assert capsys.readouterr().err == refusal
     assert main(["plot", "heatmap", str(tmp_path / "search")]) == 2  # told the folder is wrong before the options
@@ -516,3 +517,26 @@ def test_a_log_x_axis_places_quantities_by_size_and_reads_plain_numbers():
     assert {"1", "2"} <= set(shown) and not any("^" in text or text.endswith(".0") for text in shown)
     with pytest.raises(ScenarioError, match="neither numbers nor quantities"):
         sweep_figure(frame.assign(bucket=["a", "b", "c"] * 2), "bucket", "step_time_s", log_x=True)
+
+
+@pytest.mark.parametrize("chart, folder, told", [
+    ("gantt", "search", "a layout search's folder: its chart is `trainsim plot front`"),
+    ("memory", "sweep", "a sweep's folder: its charts are `trainsim plot sweep`, `heatmap` and `busbw`"),
+    ("goodput", "run", "a run's folder: its charts are `trainsim plot gantt` and `memory`"),
+    ("front", "sweep", "a sweep's folder: its charts are `trainsim plot sweep`, `heatmap` and `busbw`"),
+])
+def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys, chart, folder, told):
+    """`plot gantt` of a search's folder said 'this run wrote no summary.json', `plot memory` of a sweep's 'has no
+    manifest.json (not a complete trainsim run ...)', `plot goodput` of a run's 'has no study.json': each now says
+    what the folder is and which charts read it."""
+    candidates = pd.DataFrame({"label": ["a"], "status": ["simulated"], "peak_memory_gib": [40.0],
+                               "tokens_per_s": [1.0], "tree_choice": [False], "searched": True})
+    paths = {"search": tmp_path / "search", "sweep": tmp_path / "sweep", "run": tmp_path / "run"}
+    write_run_folder(paths["search"], {"scenario": "s.yaml"},
+                     lambda stage: candidates.to_parquet(stage / "candidates.parquet"))
+    paths["sweep"].mkdir()
+    pd.DataFrame({"point": [0], "status": ["ok"]}).to_parquet(paths["sweep"] / "results.parquet")
+    write_run_folder(paths["run"], {"scenario": "s.yaml"},
+                     lambda stage: [(stage / name).write_text("{}") for name in ("summary.json", "timeline.parquet")])
+    assert main(["plot", chart, str(paths[folder])]) == 2
+    assert f"OUTDIR: {told} (allowed: " in capsys.readouterr().err

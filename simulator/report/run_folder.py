@@ -42,6 +42,19 @@ FIGURES = "figures"
 """Manifest key: the images `trainsim plot` saved into the run folder (removed by the next run into it)."""
 OUTDIR_FIELD = "OUTDIR"
 OUTDIR_ALLOWED = "a folder written by `trainsim run SCENARIO --out DIR` (with its manifest.json)"
+FOLDER_CHARTS = {"results.parquet": "a sweep's folder: its charts are `trainsim plot sweep`, `heatmap` and `busbw`",
+                 "candidates.parquet": "a layout search's folder: its chart is `trainsim plot front`",
+                 "study.json": "a study's folder: its chart is `trainsim plot goodput`",
+                 "timeline.parquet": "a run's folder: its charts are `trainsim plot gantt` and `memory`"}
+"""The file that tells each kind of output folder apart, and the charts that read it: a chart given another
+kind's folder says which it is (`plot gantt` of a search's folder said 'this run wrote no summary.json')."""
+
+
+def other_kind(out_dir: Path, needed: tuple[str, ...]) -> str | None:
+    """What ``out_dir`` is, with its charts, where it holds another kind's file than the ``needed`` ones; None
+    where it holds none (or is not a folder)."""
+    return next((kind for marker, kind in FOLDER_CHARTS.items()
+                 if marker not in needed and (Path(out_dir) / marker).is_file()), None)
 
 
 def trainsim_version() -> str:
@@ -190,7 +203,8 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTD
         raise refuse("no such folder")
     path = out_dir / MANIFEST
     if not path.is_file():
-        raise refuse("has no manifest.json (not a complete trainsim run, or written before manifests)")
+        raise refuse(other_kind(out_dir, needed)
+                     or "has no manifest.json (not a complete trainsim run, or written before manifests)")
     try:
         manifest = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:
@@ -201,7 +215,7 @@ def checked_manifest(out_dir: Path, needed: tuple[str, ...], allowed: str = OUTD
     for name in needed:
         if name not in files:
             why = "" if name != "timeline.parquet" else NO_JOB_TIMELINE if "job_summary.json" in files else NO_TIMELINE
-            raise refuse(f"this run wrote no {name}{why}")
+            raise refuse(other_kind(out_dir, needed) or f"this run wrote no {name}{why}")
     for name, entry in sorted(files.items()):
         target = out_dir / str(name)
         if not target.is_file():

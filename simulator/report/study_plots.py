@@ -21,7 +21,7 @@ from simulator.report.column_units import (
     column_scale,
     power_tick,
 )
-from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
+from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
 from simulator.units import format_size, magnitude, shown_value
 
@@ -267,7 +267,8 @@ def _read_table(path: Path, name: str, manifest_allowed: str | None = None) -> p
     has none: it is appended to point by point)."""
     table = path / name if path.is_dir() else path
     if not table.is_file():
-        raise outdir_error(path, f"has no {name}", manifest_allowed or TABLE_ALLOWED)
+        raise outdir_error(path, (path.is_dir() and other_kind(path, (name,))) or f"has no {name}",
+                           manifest_allowed or TABLE_ALLOWED)
     if manifest_allowed is not None:
         checked_manifest(table.parent, (table.name,), manifest_allowed)
     return read_parquet_table(table, path, TABLE_ALLOWED)
@@ -304,9 +305,6 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
         return front_figure(_read_table(path, "candidates.parquet", SEARCH_ALLOWED))
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
-    if path.is_dir() and not (path / "results.parquet").exists() and (path / "candidates.parquet").exists():
-        raise outdir_error(path, f"a layout search's folder: its chart is `trainsim plot front`, not "
-                           f"`trainsim plot {chart}`", TABLE_ALLOWED)
     frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags
     if x is None or y is None or (chart == "heatmap" and value is None):
         needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
