@@ -748,7 +748,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     run.add_argument("--quiet", action="store_true", help="print nothing but warnings and errors")
     run.add_argument("--force", action="store_true", help="run even beyond the scale limits (memory, ops)")
-    run.add_argument("--workers", type=_at_least(0), default=0, help=AHEAD_WORKERS_HELP)
+    run.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=AHEAD_WORKERS_HELP)
     run.set_defaults(func=_cmd_run, one_run=True)
 
     validate = sub.add_parser("validate", help="check a scenario and its topology without running it",
@@ -822,7 +822,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--out", required=True, help="output folder (a re-run resumes, skipping finished points)")
     sweep.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0],
                        help=EXECUTOR_HELP)
-    sweep.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
+    sweep.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=WORKERS_HELP)
     sweep.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     sweep.add_argument("--set", action="append", default=[], metavar="a.b=VALUE",
                        help="override a field of the base scenario, before the axes (not one an axis sets)")
@@ -843,7 +843,7 @@ def _parser() -> argparse.ArgumentParser:
                            help="folder of published cases (default: the bundled scenarios/published)")
     published.add_argument("--out", default=None,
                            help="report to write (default: docs/validation.md beside the bundled scenarios)")
-    published.add_argument("--workers", type=_at_least(0), default=None,
+    published.add_argument("--workers", type=_at_least(0), default=None, metavar="N",
                            help="processes simulating the cases at once (default 1; 0: all cores)")
     published.add_argument("--jobs", type=_at_least(0), default=None, metavar="N",
                            help="deprecated: the old name of --workers")
@@ -863,7 +863,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="survivors simulated, best estimates first (default 8)")
     search.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     search.add_argument("--executor", choices=EXECUTORS, default=EXECUTORS[0], help=EXECUTOR_HELP)
-    search.add_argument("--workers", type=_at_least(0), default=0, help=WORKERS_HELP)
+    search.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=WORKERS_HELP)
     search.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786", help=SCHEDULER_HELP)
     search.add_argument("--force", action="store_true", help="simulate candidates even beyond the scale limits")
     search.add_argument("--quiet", action="store_true",
@@ -900,7 +900,7 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("--set", action="append", default=[], metavar="a.b=VALUE", help="override a scenario field")
     study.add_argument("--force", action="store_true", help="run points even beyond the job-event and scale limits")
     study.add_argument("--quiet", action="store_true", help="no progress bar (the results are printed all the same)")
-    study.add_argument("--workers", type=_at_least(0), default=0, help=AHEAD_WORKERS_HELP)
+    study.add_argument("--workers", type=_at_least(0), default=0, metavar="N", help=AHEAD_WORKERS_HELP)
     study.set_defaults(func=_cmd_study)
 
     topo = sub.add_parser("topo", help="describe or draw a topology",

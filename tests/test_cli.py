@@ -671,3 +671,12 @@ def test_help_gives_the_defaults_the_command_applies(capsys, command, shown):
     constant the command uses."""
     assert main([command, "--help"]) == 0
     assert shown in " ".join(capsys.readouterr().out.split())  # however wide the terminal wraps it
+
+
+def test_every_commands_worker_count_is_shown_alike(capsys):
+    """validate-published's help read '[--workers WORKERS] [--jobs N]', the same count under two names; every
+    command that takes --workers shows it as '--workers N', as benchmarks/search_accuracy.py does."""
+    for command in ("run", "sweep", "validate-published", "search", "study"):
+        assert main([command, "--help"]) == 0
+        shown = capsys.readouterr().out
+        assert "[--workers N]" in shown and "WORKERS" not in shown, command
