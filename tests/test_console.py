@@ -322,7 +322,7 @@ def test_bundled_scenarios_are_listed_with_their_descriptions(capsys):
     for path in files:
         first_sentence = " ".join(yaml.safe_load(path.read_text())["description"].split()).split(". ")[0]
         line = next(line for line in text.splitlines() if line.split()[0] == path.stem)
-        assert " ".join(line.split()[1:]).rstrip(".") == first_sentence.rstrip("."), path.stem
+        assert " ".join(line.split()[1:]) == first_sentence.removesuffix("."), path.stem  # none ends in '.'
         # one line of a terminal beside its name: trace-h200-step's first sentence held the profiled model's
         # whole recipe, 256 characters, in parentheses
         assert len(first_sentence) <= 100, path.stem

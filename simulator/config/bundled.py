@@ -26,7 +26,8 @@ def bundled_scenarios() -> list[str]:
 
 
 def scenario_description(name: str) -> str:
-    """The first sentence of a bundled scenario's `description:`, on one line ('' when it has none)."""
+    """The first sentence of a bundled scenario's `description:`, on one line and without its full stop, as the
+    one-line descriptions are written (the list ended four of its 23 lines with '.', the others without)."""
     try:
         data = yaml.safe_load((BUNDLED_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -36,7 +37,7 @@ def scenario_description(name: str) -> str:
         return ""
     text = " ".join(description.split())
     end = text.find(". ")
-    return text if end < 0 else text[:end + 1]
+    return (text if end < 0 else text[:end]).removesuffix(".")
 
 
 def resolve_scenario(name_or_path: str | Path) -> Path:
