@@ -434,6 +434,15 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                      "--intervals", "-5min,10min"], 2,
                                 "error: command line: --intervals: '-5min,10min' needs positive, finite values "
                                 "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
+    # 'cannot read '5'', where the unit was all it lacked, and 'cannot read '1,x'' for one bad value of a list
+    "study-interval-without-unit": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
+                                         "--intervals", "5"], 2,
+                                    "error: command line: --intervals: duration '5' has no unit (allowed: durations "
+                                    "with units, e.g. 5min,10min,30min,1h)"),
+    "study-multiplier-not-a-number": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
+                                           "--multipliers", "1,x"], 2,
+                                      "error: command line: --multipliers: 'x' is not a number (allowed: numbers, "
+                                      "e.g. 0.5,1,2,4)"),
     "study-interval-twice": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                   "--intervals", "10min,600s"], 2,
                              "error: command line: --intervals: '10min,600s' gives 600 s twice (allowed: distinct "

@@ -63,10 +63,14 @@ class StudyPoint:
 
 def parse_list(text: str, parse, option: str, example: str) -> list[float]:
     """A comma list of distinct positive values (durations or numbers) from the command line."""
-    try:
-        values = [parse(part.strip()) for part in text.split(",") if part.strip()]
-    except (InputError, ValueError):
-        raise InputError(f"cannot read {text!r}", field=option, allowed=example) from None
+    values = []
+    for part in (part.strip() for part in text.split(",") if part.strip()):
+        try:
+            values.append(parse(part))
+        except InputError as exc:  # says why: '5' read 'cannot read', where the unit was all it lacked
+            raise InputError(exc.problem, field=option, allowed=example) from None
+        except ValueError:
+            raise InputError(f"{part!r} is not a number", field=option, allowed=example) from None
     if not values or any(not 0 < value < math.inf for value in values):
         raise InputError(f"{text!r} needs positive, finite values", field=option, allowed=example)
     twice = next((value for index, value in enumerate(values) if value in values[:index]), None)
