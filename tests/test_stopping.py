@@ -23,7 +23,7 @@ BLOCKED_WORKERS = """
 import os, signal, sys
 from simulator import validation
 from simulator.cli import console
-from simulator.sweep import runner
+from simulator.sweep import runner, search
 
 reached, command = sys.argv[1], sys.argv[2:]
 main_process = os.getpid()
@@ -38,13 +38,15 @@ def blocked(task):
     signal.pause()
 
 
-runner.run_point = validation.run_case = blocked
+runner.run_point = search.run_point = validation.run_case = blocked
 sys.argv = ["trainsim", *command]
 sys.exit(console())
 """
 
 COMMANDS = {
     "sweep": ["sweep", str(REPO / "tests" / "data" / "sweep_200.yaml"), "--workers", "2", "--quiet"],
+    "search": ["search", str(REPO / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"), "--tp", "1,2", "--pp", "1",
+               "--cp", "1", "--top", "2", "--workers", "2", "--quiet"],
     "validate-published": ["validate-published", "--folder", str(PUBLISHED), "--workers", "2",
                            "--case", "nccl-sendrecv-ndr", "--case", "nccl-allreduce-8x-a100"],
 }
@@ -59,7 +61,7 @@ def test_a_stopped_pool_command_ends_its_workers_and_exits_at_once(tmp_path, com
     good, and Ctrl-C sent to the process alone waited for the points running."""
     signum, to_group, status = STOPS[stop]
     reached = tmp_path / "reached"
-    argv = [*COMMANDS[command], *(["--out", str(tmp_path / "out")] if command == "sweep" else [])]
+    argv = [*COMMANDS[command], *(["--out", str(tmp_path / "out")] if command != "validate-published" else [])]
     process = subprocess.Popen([sys.executable, "-c", BLOCKED_WORKERS, str(reached), *argv], cwd=tmp_path,
                                env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, start_new_session=True)
