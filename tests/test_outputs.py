@@ -580,10 +580,12 @@ sys.exit(console())
 
 
 @pytest.mark.parametrize("moment", ["simulating", "written"])
-def test_sigint_midway_leaves_exactly_one_run(tmp_path, moment):
-    """Interrupt `trainsim run` at several moments into a folder holding another run (once it marks that it got
-    there; before, after fixed sleeps, which a loaded machine could spend still importing): wherever it lands,
-    the folder holds one complete run (the old or the new one) and no temporary folder."""
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_midway_leaves_exactly_one_run(tmp_path, moment, signum, status):
+    """Interrupt `trainsim run` (Ctrl-C or SIGTERM) at several moments into a folder holding another run (once
+    it marks that it got there; before, after fixed sleeps, which a loaded machine could spend still
+    importing): wherever it lands, the folder holds one complete run (the old or the new one) and no temporary
+    folder."""
     out, marks = tmp_path / "out", tmp_path / "marks"
     marks.mkdir()
     assert main(["run", str(SMALL), "--out", str(out)]) == 0
@@ -593,8 +595,8 @@ def test_sigint_midway_leaves_exactly_one_run(tmp_path, moment):
     while not (marks / moment).exists() and child.poll() is None:
         time.sleep(0.001)
     assert (marks / moment).exists()
-    child.send_signal(signal.SIGINT)
-    assert child.wait(timeout=120) in (0, 130)
+    child.send_signal(signum)
+    assert child.wait(timeout=120) in (0, status)
     manifest = one_run_only(out)
     assert manifest["scenario"] in (old["scenario"], str(TRAINING))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["marks", "out"]
