@@ -36,6 +36,7 @@ if str(REPO) not in sys.path:  # run as a script from a checkout: the package be
 
 from simulator import load_scenario, simulate  # noqa: E402
 from simulator.config.loader import scenario_from_data  # noqa: E402
+from simulator.machine import usable_cores  # noqa: E402
 from simulator.simulation import network_settings  # noqa: E402
 from simulator.sweep.executors import SerialExecutor  # noqa: E402
 from simulator.sweep.layouts import Candidate, CollectiveTimes, SearchSpace, check_memory  # noqa: E402
@@ -365,7 +366,8 @@ def selected(patterns: Sequence[str], long: bool) -> list[Case | SearchCase]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=None, help="worker processes (default 1; 0: one per core)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default 1; 0: one per usable core)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="deprecated: the old name of --workers")
     parser.add_argument("--case", nargs="+", default=[], metavar="PATTERN",
                         help="run only the cases and searches matching these names (shell patterns); no doc written")
@@ -387,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs is the old name of --workers; give one of them")
     if args.jobs is not None:
         print("search_accuracy.py: --jobs is deprecated, use --workers", file=sys.stderr)
-    workers = next(count for count in (args.workers, args.jobs, 1) if count is not None) or os.cpu_count() or 1
+    workers = next(count for count in (args.workers, args.jobs, 1) if count is not None) or usable_cores()
     tasks = selected(args.case, args.long)
     if not tasks:
         parser.error(f"no case or search matches {' '.join(args.case)} (see --list)")
