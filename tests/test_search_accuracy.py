@@ -98,14 +98,16 @@ def test_a_search_row_says_when_the_tree_s_layout_has_no_simulated_figure(script
 
 def test_worker_processes_are_given_as_every_command_gives_them(script, monkeypatch, capsys):
     """`trainsim sweep|search|validate-published --workers N`, but `search_accuracy.py --jobs N`: --workers was
-    refused (exit 2). It is the option now, 0 meaning one per core as elsewhere; --jobs still works, with a note."""
+    refused (exit 2). It is the option now, 0 meaning one per usable core as elsewhere; --jobs still works, with a
+    note."""
     counts = []
     monkeypatch.setattr(script, "run_all", lambda tasks, workers, known, done: counts.append(workers) or [])
     monkeypatch.setattr(script, "render", lambda rows, outcomes, typed: "")
     first = script.selected([], long=True)[0].name
-    for flags in (["--workers", "3"], ["--jobs", "2"], []):
+    monkeypatch.setattr(script, "usable_cores", lambda: 5)  # the cores this process may use (machine.py)
+    for flags in (["--workers", "3"], ["--jobs", "2"], [], ["--workers", "0"]):
         assert script.main([*flags, "--case", first]) == 0
-    assert counts == [3, 2, 1]
+    assert counts == [3, 2, 1, 5]
     assert "--jobs is deprecated, use --workers" in capsys.readouterr().err
     with pytest.raises(SystemExit) as refused:
         script.main(["--workers", "2", "--jobs", "2", "--case", first])
