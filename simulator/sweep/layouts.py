@@ -315,7 +315,9 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
                    actions_s: float, copies: StepPlan | None = None) -> float:
     """Seconds of ``rank``'s micro-batch slot under ZeRO-3 (``blocks`` its stage's, ``actions_s`` its pipeline
     actions' seconds): its units' gathers and reduce-scatters run beside its work (`sharded_microbatch_spans`),
-    slowing its kernels by the SMs of every collective running (`sharded_toll_s`); FSDP's gradient copies
+    slowing its kernels by the SMs of every collective running (`sharded_toll_s`, `sharded_slowdown`: charged
+    for the kernels' share of the compute stream's time, beside its blocking collectives, MoE all-to-alls and
+    copy-outs); FSDP's gradient copies
     (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
     compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
     reduce-scatter (`backward_waits_s`), and what its forward's blocking collectives outlast their alone times by
@@ -325,7 +327,9 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     unit_work = sharded_unit_work(plan, times, rank, blocks)
     beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
                                           unit_work)
-    blocking = sum(blocking_collectives_s(plan, times, block, rank) for block in blocks)
+    blocking = sum(blocking_collectives_s(plan, times, block, rank) + block_exchanges_s(plan, times, block, rank,
+                                                                                      PASSES)
+                   for block in blocks)
     copy_outs = sum(unit.copy_out_s for unit in unit_work)
     sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
     copied = sum(block.params for block in blocks) + sharded_expert_params(plan, blocks)
@@ -1211,8 +1215,9 @@ def sharded_slowdown(spans: list[Span], times: CollectiveTimes, share: SmShare |
     """ZeRO-3's SM toll per micro-batch on ``blocks``' kernels (`sharded_toll_s` over ``spans``; none where
     ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`). The
     collectives run beside the compute stream's kernels and its ``blocking_s`` seconds of blocking TP and CP
-    collectives (`blocking_collectives_s`) and FSDP2's copy-outs (`copy_outs_s`), which the engine does not slow
-    (it slows a kernel by its SM-bound share): each span is charged for the kernels' share of that time.
+    collectives (`blocking_collectives_s`), MoE all-to-alls (`block_exchanges_s`) and FSDP2's copy-outs
+    (`copy_outs_s`), which the engine does not slow (it slows a kernel by its SM-bound share): each span is
+    charged for the kernels' share of that time.
     FSDP's gradient copies are not in it: a
     unit's reduce-scatter and the gather beside it start after the copy of its gradients and, where the compute
     is the longer, end within the next unit's backward, before its copy."""
