@@ -146,6 +146,19 @@ def _dp_collectives(par: ParallelismConfig, m: int, blocks: float, units: float,
     return buckets + 2
 
 
+def _fsdp_copies(par: ParallelismConfig, m: int, blocks: float, units: float) -> float:
+    """PyTorch FSDP2's copies of one rank per step (parallel/program.py), compute ops beside its collectives:
+    each block's gradient copy every micro-batch (`_grad_copy`) and, under pipelining, its reduce copy once
+    (`_reduce_copies`); with `full_shard | hybrid_shard` a copy-in and a copy-out around each all-gather of
+    its ``units`` gathered over more than one rank (`_gather_copied_in`, `_copy_out`): every forward's and
+    every backward's but the head's, which stays gathered, or once a step under pipelining."""
+    pipelined = par.pipelined_fsdp(par.pp)
+    copies = blocks * (m + pipelined)
+    if par.gathers_per_unit:
+        copies += 2 * (units if pipelined else units * 2 * m - m / par.pp)
+    return copies
+
+
 def _hybrid_degree(layout: Layout, hosts: HostShape | None) -> int:
     """HSDP's shard group size: rank 0's DP x CP ranks in its NVLink domain (parallel/sharding.py `hybrid_degree`,
     the program's rule, with ``hosts``' domains of consecutive GPUs for the topology's); 0 where they are the
@@ -163,22 +176,24 @@ def _cp_collectives(par: ParallelismConfig, recompute: str) -> int:
     return 1 + (recompute == "full") + (2 if par.cp_algorithm == "all_gather" else 1)
 
 
-def _tp_splits(par: ParallelismConfig, recompute: str) -> tuple[int, Counter[str]]:
+def _tp_splits(par: ParallelismConfig, recompute: str, moe: bool) -> tuple[int, Counter[str]]:
     """Per layer and micro-batch (two blocks, attention and MLP), the compute ops TP adds by splitting a block's
     pass around its collectives, and the TP collectives by the plan that posts them (`TP_PLANS`), as the builder
     posts them (parallel/overlap.py). Without sequence parallelism an all-reduce after each block's forward and
-    backward. With it, per block: the forward's all-gather and reduce-scatter; the backward's all-gather, the
-    input's all-gather again and the reduce-scatter, the pass split into the rest, the input-gradient and the
-    weight-gradient GEMMs. With `tp_comm_overlap`, each all-gather before a GEMM is a ring exchange (and a pair
-    swap where it aggregates) beside the GEMM's first steps and then its last step, the forward's reduce-scatter
-    a userbuffers kernel each of `chunks` GEMM chunks, and the backward's input all-gather and reduce-scatter
-    userbuffers kernels too. A full recompute runs the forward's collectives again (counted without the
-    overlap; with it they are not)."""
+    backward (a MoE block's an all-gather). With it, per block: the forward's all-gather and reduce-scatter; the
+    backward's all-gather, the input's all-gather again and the reduce-scatter, the pass split into the rest, the
+    input-gradient and the weight-gradient GEMMs; a ``moe`` layer's MLP block runs its routed experts on the
+    whole sequence with no TP collective (`TpPattern.EXPERTS`). With `tp_comm_overlap`, each all-gather before
+    a GEMM is a ring exchange (and a pair swap where it aggregates) beside the GEMM's first steps and then its
+    last step, the forward's reduce-scatter a userbuffers kernel each of `chunks` GEMM chunks, and the
+    backward's input all-gather and reduce-scatter userbuffers kernels too. A full recompute runs the forward's
+    collectives again (counted without the overlap; with it they are not)."""
     again = recompute == "full"
     if not par.sequence_parallel:
         return 0, Counter(ring=4 + 2 * again)
     if not par.tp_comm_overlap:
-        return 4, Counter(ring=10 + 4 * again)
+        blocks = 1 if moe else 2
+        return 2 * blocks, Counter(ring=blocks * (5 + 2 * again))
     overlap = tp_overlap()
     aggregate = overlap.aggregate and par.tp % 2 == 0 and par.tp > 2
     compute = 2 + 2 + overlap.chunks + 2  # the split pass; GEMM steps of both exchanges; the RS chunks
@@ -240,19 +255,40 @@ class CollectiveShape:
     the same rails), so that they lie in other DP replicas rather than beside it in its own."""
 
 
-def _first_group(layout: Layout, kind: str, ep: int, degree: int = 0) -> tuple[int, ...]:
-    """Rank 0's group of ``kind``: its EP block of the DP x CP group for `ep` (parallel/experts.py); under HSDP
-    (``degree``, the shard group's size, below the DP x CP group's; 0: no HSDP) for ``dp`` its shard group and for
-    ``replicas`` the ranks at its place in the other shard groups (parallel/sharding.py); for ``experts`` and
-    ``expert_replicas`` those of its routed experts under PyTorch FSDP2 (`expert_shard_groups`)."""
+def _first_group(layout: Layout, kind: str, ep: int, degree: int = 0, rank: int = 0) -> tuple[int, ...]:
+    """Rank 0's (or ``rank``'s) group of ``kind``: its EP block of the DP x CP group for `ep`
+    (parallel/experts.py); under HSDP (``degree``, the shard group's size, below the DP x CP group's; 0: no HSDP)
+    for ``dp`` its shard group and for ``replicas`` the ranks at its place in the other shard groups
+    (parallel/sharding.py); for ``experts`` and ``expert_replicas`` those of its routed experts under PyTorch
+    FSDP2 (`expert_shard_groups`)."""
     size = layout.dp * layout.cp
     if kind in ("experts", "expert_replicas"):
-        return expert_shard_groups(layout, 0, ep, degree or size)[kind == "expert_replicas"]
+        return expert_shard_groups(layout, rank, ep, degree or size)[kind == "expert_replicas"]
     if kind == "replicas":
-        return replica_group(layout, 0, degree or size)
+        return replica_group(layout, rank, degree or size)
     if kind == "dp" and 0 < degree < size:
-        return shard_group(layout, 0, degree)
-    return ep_group(layout, 0, ep) if kind == "ep" else layout.group(kind, 0)
+        return shard_group(layout, rank, degree)
+    return ep_group(layout, rank, ep) if kind == "ep" else layout.group(kind, rank)
+
+
+def _domain_copies(layout: Layout, kinds: Iterable[str], hosts: HostShape, ep: int, degree: int) -> dict[str, int]:
+    """The copies of each of ``kinds``' groups (each inside one NVLink domain) in rank 0's domain that meet its
+    simulated traffic there: every such group of several members crosses its GPUs' NVLink ports, so a copy of
+    one kind's group that shares a GPU with a copy of another's is reached (engine/sharing.py: connected
+    through shared links), and so on: under TP 2 HSDP's shard group of the host's DP ranks reaches every TP pair
+    of the host, and they every other shard group there. A ring across domains reaches further through its
+    hops inside them, which this leaves to `_collective_shapes`' rules for the kinds that cross."""
+    domain = range(hosts.domain)
+    linking = [kind for kind in kinds if len(_first_group(layout, kind, ep, degree)) > 1]
+    reached, frontier = {0}, [0]
+    while frontier:
+        rank = frontier.pop()
+        for kind in linking:
+            for member in _first_group(layout, kind, ep, degree, rank):
+                if member in domain and member not in reached:
+                    reached.add(member)
+                    frontier.append(member)
+    return {kind: len({_first_group(layout, kind, ep, degree, rank) for rank in reached}) for kind in kinds}
 
 
 def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | None,
@@ -264,7 +300,8 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
     search reaches that share of every dimension's replicas; an EP group with several members on a host sends
     flows that turn rails between hosts, which the fabric hashes over every spine by the rails' difference
     (topology/builders.py `Fabric`), so they share spine links with every copy of the group, all kept (a bound:
-    Mixtral EP 8 keeps 0.90 of it); a group across the trays of one NVL72 rack meets no replica on a NIC.
+    Mixtral EP 8 keeps 0.90 of it); a group across the trays of one NVL72 rack meets no replica on a NIC. A
+    group inside one host keeps the copies there that the host's other groups join to it (`_domain_copies`).
     ``channels`` (`collectives.channels`, 0: NCCL's choice) is the rings of every ring collective, inside a host
     too, as ring.py's `channel_count` reads it."""
     groups = {kind: _first_group(layout, kind, ep, degree) for kind in kinds if kind != "pp"}
@@ -272,11 +309,13 @@ def _collective_shapes(layout: Layout, kinds: Iterable[str], hosts: HostShape | 
                 for kind, group in groups.items()}
     crossing = {kind: min(counts.values()) for kind, counts in per_host.items() if len(counts) > 1}
     shapes = {"pp": CollectiveShape(1, 1, 1)}
+    inside = [kind for kind in groups if kind not in crossing]
+    copies = _domain_copies(layout, inside, hosts, ep, degree) if hosts is not None else {}
     for kind, group in groups.items():
         members = len(group)
         peers = members - 1 if kind == "ep" else channels or 1
         if kind not in crossing or hosts is None:
-            shapes[kind] = CollectiveShape(members, members * peers, 1)
+            shapes[kind] = CollectiveShape(members, members * peers, copies.get(kind, 1))
             continue
         rails = usable_rails(hosts.rails, crossing[kind])
         replicas = layout.world // layout.pp // members
@@ -368,8 +407,10 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
     m = training.microbatches or max(1, (training.global_batch or 1) // max(training.micro_batch * dp, 1))
     blocks_per_rank, layers_per_rank = blocks / pp, layers / pp
     backward = 2 if par.pipeline.schedule in SPLIT_BACKWARD_SCHEDULES else 1
-    split_compute, tp_plans = (_tp_splits(par, training.recompute) if tp > 1 and synthetic is None
+    split_compute, tp_plans = (_tp_splits(par, training.recompute, moe) if tp > 1 and synthetic is None
                                else (0, Counter[str]()))
+    if moe:  # a MoE block runs its routed experts as a part of their own in each pass that runs them
+        split_compute += 2 + (training.recompute == "full")
     compute = m * (blocks_per_rank * (1 + backward + RECOMPUTE_SHARE[training.recompute])
                    + layers_per_rank * split_compute)
     layout = Layout(tp=tp, cp=cp, pp=pp, dp=dp, order=tuple(par.order))
@@ -391,6 +432,13 @@ def _training_estimate(scenario: Scenario, gpus: int, fold: bool, hosts: HostSha
             comm["experts"] = expert_collectives
         else:
             compute += expert_collectives
+    if par.fsdp is not None and synthetic is None:
+        sharded = len(shard_group(layout, 0, degree or dp * cp)) > 1
+        gathered = dense_units * sharded + expert_units * ("experts" in comm)
+        compute += _fsdp_copies(par, m, blocks_per_rank, gathered)
+        if par.gathers_per_unit and not sharded:  # a one-rank shard group copies where it would gather or reduce
+            compute += _dp_collectives(par, m, blocks_per_rank, dense_units, 0.0)
+            comm["dp"] = 0.0
     if degree:  # HSDP: each unit's shards all-reduced across the replicas once a step
         comm["replicas"] = dense_units
         if expert_units and _first_group(layout, "expert_replicas", par.ep, degree):

@@ -439,12 +439,12 @@ def refused_16k_job(tmp_path, capsys, setting: str) -> str:
 
 def test_degraded_states_beyond_the_scale_limits_are_refused(tmp_path, capsys):
     """A leaf switch that degrades (the docs' example) on the 16,384-GPU job: each leaf struck is a cluster
-    state simulated as an unfolded step, ~62 million ops + flows and ~51 GiB, past the limits a plain run has.
+    state simulated as an unfolded step, ~66 million ops + flows and ~55 GiB, past the limits a plain run has.
     The job is refused in one located line before its healthy step (it ran on for hours without a word, one
     unfolded step per leaf); `--force` is the way past, as for a plain run."""
     err = refused_16k_job(tmp_path, capsys, "faults.components={leaf_switch: {mtbf: 365 d, repair: 4 h}}")
     assert "faults.components.leaf_switch: a leaf_switch failure degrades the cluster" in err
-    assert "16,384 simulated ranks (not folded), ~38,917,888 ops, ~23,014,912 flows, ~51.4 GiB of memory" in err
+    assert "16,384 simulated ranks (not folded), ~43,079,424 ops, ~23,014,912 flows, ~55.2 GiB of memory" in err
     assert "or --force)" in err
 
 
