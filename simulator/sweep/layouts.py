@@ -847,10 +847,12 @@ def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     backward = (Pass.BACKWARD, Pass.RECOMPUTE)
     units = []
     for unit in unit_blocks(plan, blocks):
-        params = sum(block.params for block in unit)
-        copied = params + sharded_expert_params(plan, unit)
+        params, expert_params = sum(block.params for block in unit), sharded_expert_params(plan, unit)
+        copied = params + expert_params
         head = any(block.tp_pattern is TpPattern.HEAD for block in unit)
-        forward_copy, backward_copy = copy_outs_s(plan, copied, head)
+        experts = expert_unit_shapes(plan, rank, unit)
+        forward_copy, backward_copy = (dense + routed for dense, routed in zip(
+            copy_outs_s(plan, params, head), copy_outs_s(plan, expert_params, head, one_rank=experts is None)))
         units.append(ShardedUnit(
             params=params,
             forward_s=sum(block.forward_s + blocking_collectives_s(plan, times, block, rank, (Pass.FORWARD,))
@@ -858,7 +860,7 @@ def sharded_unit_work(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
             backward_s=sum(block.backward_input_s + block.backward_weight_s + block.recompute_s
                            + blocking_collectives_s(plan, times, block, rank, backward) for block in unit)
             + grad_copies_s(plan, copied) / plan.microbatches + backward_copy,
-            head=head, copy_out_s=forward_copy + backward_copy, experts=expert_unit_shapes(plan, rank, unit)))
+            head=head, copy_out_s=forward_copy + backward_copy, experts=experts))
     return units
 
 
@@ -930,16 +932,17 @@ def expert_unit_s(times: CollectiveTimes, unit: ShardedUnit, which: int) -> floa
     return times.seconds(*unit.experts[which]) if unit.experts is not None else 0.0
 
 
-def copy_out_s(plan: StepPlan, params: float) -> float:
+def copy_out_s(plan: StepPlan, params: float, one_rank: bool | None = None) -> float:
     """Seconds of FSDP2's copy-out of one gather of a unit of ``params`` parameters on the compute stream
     (`Sharding.gather_copy_bytes` at ``grad_copy_rate``), or over a one-rank shard group of fp32 shards its
     unshard copy in the copy-out's place (`Sharding.unshard_copy_bytes`); 0 where none is charged. The
-    copy-in, on its own stream, is `copy_in_s`, charged where the gather waits for it."""
+    copy-in, on its own stream, is `copy_in_s`, charged where the gather waits for it. ``one_rank``: whether
+    the parameters' shard group is one rank (routed experts over their own group); by default the plan's."""
     sharding = plan.sharding
     _, copy_out = sharding.gather_copy_bytes()
     if copy_out <= 0 or params <= 0:
         return 0.0
-    if sharding.degree == 1:
+    if sharding.degree == 1 if one_rank is None else one_rank:
         return params * sharding.unshard_copy_bytes() / sharding.grad_copy_rate if sharding.fp32_shards else 0.0
     return params * copy_out / sharding.grad_copy_rate
 
@@ -955,12 +958,12 @@ def copy_in_s(plan: StepPlan, params: float) -> float:
     return params * copy_in / sharding.grad_copy_rate
 
 
-def copy_outs_s(plan: StepPlan, params: float, head: bool) -> tuple[float, float]:
-    """Seconds per micro-batch of FSDP2's copy-outs of a unit (`copy_out_s`) in its forward and in its
-    backward: after each gather, every micro-batch's forward's and, but the ``head``'s (kept gathered), its
-    backward's; without ``reshard_after_forward`` (pipelined FSDP) once per step, before its first forward,
-    spread over the micro-batches' forwards."""
-    seconds = copy_out_s(plan, params)
+def copy_outs_s(plan: StepPlan, params: float, head: bool, one_rank: bool | None = None) -> tuple[float, float]:
+    """Seconds per micro-batch of FSDP2's copy-outs of a unit (`copy_out_s`, ``one_rank`` its) in its forward
+    and in its backward: after each gather, every micro-batch's forward's and, but the ``head``'s (kept
+    gathered), its backward's; without ``reshard_after_forward`` (pipelined FSDP) once per step, before its
+    first forward, spread over the micro-batches' forwards."""
+    seconds = copy_out_s(plan, params, one_rank)
     if not plan.sharding.reshard_after_forward:
         return seconds / plan.microbatches, 0.0
     return seconds, 0.0 if head else seconds
