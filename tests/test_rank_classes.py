@@ -477,6 +477,34 @@ def test_where_only_lanes_ran_the_meet_takes_a_classed_steps_own_classes_for_the
     assert meet_step(build, replace(folded, classes=None), [lanes], *judged, StepFaultPlan()) is None
 
 
+def test_a_classed_steps_route_refolds_class_the_stage_fold_it_was_classed_from():
+    """A step classed by NVLink loads keeps the stage fold it was classed from, with its indexes, so that its route
+    refolds (`route_steps`) class that fold's ranks without building it or ordering its collectives again (the
+    DeepSeek-V3-style DualPipeV step at global batch 2048 built its 36,377-op stage fold twice); dropped, the
+    stage fold is built again, and the refolds drawn are the same."""
+    loaded = scenario_from_text(CP_FABRIC, "inline.yaml", [
+        "cluster.nodes=8", "cluster.leaf_ports=2", "parallelism.tp=4", "parallelism.cp=4", "parallelism.pp=2",
+        "parallelism.dp=2", "parallelism.cp_algorithm=all_gather", "collectives.protocol=simple"])
+    prepared = prepare_training(loaded, scenario_topology(loaded), StepFaultPlan())
+    folded = prepared.step
+    assert folded.kind == "classes" and folded.stage_fold is not None
+    assert folded.stage_fold.program.ranks == (0, 16) and folded.stage_fold.order.ordering is not None
+    built: list[RankClasses | None] = []
+
+    def build(fold: bool, classes: RankClasses | None) -> StepProgram:
+        built.append(classes)
+        return prepared.build(fold, classes)
+
+    judged = (prepared.plans, "flow", prepared.settings.efficiency, StepFaultPlan())
+    kept = [step if not isinstance(step, FoldedStep) else step.program.ranks
+            for step in route_steps(build, folded, *judged)]
+    assert None not in built
+    built.clear()
+    rebuilt = [step if not isinstance(step, FoldedStep) else step.program.ranks
+               for step in route_steps(build, replace(folded, stage_fold=None), *judged)]
+    assert built[0] is None and rebuilt == kept
+
+
 CROSS_RAIL_PP = """
 cluster: {topology: dgx-h100-cluster, nodes: 8, leaf_ports: 4, spines: 3, oversubscription: 3}
 collectives: {channels: 2, protocol: simple}

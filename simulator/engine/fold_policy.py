@@ -105,6 +105,17 @@ def fell_out_of_step(step: FoldedStep, kept_pace: Lockstep) -> GivenUp:
 
 
 @dataclass(frozen=True)
+class StageFold:
+    """The step folded with one rank per stage and the indexes its analyses share (`program_indexes`), kept by a
+    step folded otherwise from it, so that what reads the stage fold again (`route_steps`, `straggler_blocker`)
+    neither builds it nor orders its collectives a second time."""
+
+    program: StepProgram
+    shapes: CollectiveShapes
+    order: ProgramOrder
+
+
+@dataclass(frozen=True)
 class FoldedStep:
     """The step program to run, folded where that is exact: its collectives by shape and their ordering (what
     the analyses before the run share), each GPU's compute slowdown under the step's faults (onto the
@@ -123,6 +134,9 @@ class FoldedStep:
     """The folds refused before this step was chosen (`folded_step`'s classes, its stage fold), in order."""
     not_exact: GivenUp | None = None
     """This fold, where it stands though known before its run not to be exact (`unlike_hand_off_hops`)."""
+    stage_fold: StageFold | None = None
+    """The stage fold this step was classed from (`_classed_step`); None where the step is that fold, or unfolded,
+    or was refolded from a fold the caller holds."""
 
     @property
     def weights(self) -> dict[int, int] | None:
@@ -205,8 +219,8 @@ def straggler_blocker(step: FoldedStep, build: StepBuilder, plans: PlanCache, mo
     if layout is None:
         return "stragglers in a step without a parallel layout"
     if program.folded and list(program.ranks) != representatives(layout, True):
-        program = build(True, None)
-        shapes = CollectiveShapes.of(program.ops)
+        stage_fold = stage_fold_of(step, build)
+        program, shapes = stage_fold.program, stage_fold.shapes
     representative = layout.rank_of(pp=0)
     slowed = faults.slowdown_of()
     slowed[representative] = slowed.get(representative, NOMINAL).times(Slowdown(factor))
@@ -232,6 +246,19 @@ def program_indexes(program: StepProgram) -> tuple[CollectiveShapes, ProgramOrde
     """What the analyses before ``program``'s run share, made once per program: its collectives by shape and
     their ordering (built on first use)."""
     return CollectiveShapes.of(program.ops), ProgramOrder(program.ops, program.async_streams)
+
+
+def stage_fold_of(step: FoldedStep, build: StepBuilder) -> StageFold:
+    """The stage fold of ``step`` (folded, with a layout) with its indexes: ``step`` itself where it simulates one
+    rank per stage, the one it was classed from where it kept it, else built (and indexed) by ``build``."""
+    layout = step.program.layout
+    assert layout is not None
+    if list(step.program.ranks) == representatives(layout, True):
+        return StageFold(step.program, step.shapes, step.order)
+    if step.stage_fold is not None:
+        return step.stage_fold
+    program = build(True, None)
+    return StageFold(program, *program_indexes(program))
 
 
 def folded_step(build: StepBuilder, topology: Topology, plans: PlanCache, mode: NetworkMode,
@@ -360,13 +387,12 @@ def route_steps(build: StepBuilder, folded: FoldedStep, plans: PlanCache, mode: 
     whose classes by it (240 ranks) were then beyond the budget. There, where the hops' classes ran and fell out
     of step, or part no ranks ``folded`` did not (copies that cross as many links but meet other flows there),
     the classes not proposed are given up unbuilt (`UNTRIED_ROUTES`), so the summary says what was not tried."""
-    program = folded.program
-    layout = program.layout
+    layout = folded.program.layout
     if layout is None or not alike_in_stages(faults, layout):
         return
-    stage_fold = program if list(program.ranks) == representatives(layout, True) else build(True, None)
-    shapes, order = (folded.shapes, folded.order) if stage_fold is program else program_indexes(stage_fold)
-    for classes in route_classes(stage_fold, plans, shapes, order, hops_only=budget is not None):
+    stage_fold = stage_fold_of(folded, build)
+    for classes in route_classes(stage_fold.program, plans, stage_fold.shapes, stage_fold.order,
+                                 hops_only=budget is not None):
         refold = _refined_step(build, folded, classes, plans, mode, efficiency, faults, "routes", budget)
         yield refold
         if isinstance(refold, GivenUp) and refold.unfolding.check == "size":
@@ -496,7 +522,8 @@ def _classed_step(build: StepBuilder, program: StepProgram, plans: PlanCache, mo
     slowdowns, unfolding = fold_verdict(classed, plans, mode, efficiency, faults, classed_shapes, classed_order)
     if unfolding is not None:
         return GivenUp("classes", len(classed.ranks), unfolding, unordered=_unordered(classed_order))
-    return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes)
+    return FoldedStep(classed, classed_shapes, classed_order, slowdowns, "", "classes", classes,
+                      stage_fold=StageFold(program, shapes, order))
 
 
 def unlike_class_mates(stage_fold: StepProgram, classes: RankClasses, shapes: CollectiveShapes, order: ProgramOrder,
