@@ -182,6 +182,35 @@ def test_flow_columns_split_once_and_again_after_more_flows():
     assert first["key"].tolist() == ["a"]
 
 
+def test_rows_moved_into_arrays_in_chunks_give_the_same_log(monkeypatch):
+    """A log moves its rows into arrays every ROWS_PER_CHUNK rows: with chunks of two rows, op rows, single flows
+    and a replay interleaved (a chunk moved mid-way, some rows pending when first read, more logged after a read)
+    give every column, the routes and the DataFrame as one chunk holding every row does."""
+    from simulator.metrics import events
+
+    block = FlowBlock.of([1, 2], [2, 3], [0.0, 0.1], [0.5, 0.6], [8.0, 4.0], FlowRoutes.of([(1, 3), (4,)]))
+
+    def logged() -> EventLog:
+        log = EventLog()
+        for index in range(5):
+            log.record("compute", index, "compute", f"op{index}", "forward", index, -1, float(index), index + 0.5,
+                       0.0, 2.0 * index)
+            log.flow(f"k{index % 2}", index, index + 1, index + 0.25, index + 0.75, 8.0 * index, (index, index + 2))
+            if index == 2:
+                log.replayed_flows("r", 2.5, block)
+                log.columns()
+        return log
+
+    whole = logged()
+    monkeypatch.setattr(events, "ROWS_PER_CHUNK", 2)
+    chunked = logged()
+    assert len(chunked) == len(whole) == 12 and chunked._op_rows.pending == []
+    for name, (values, distinct) in whole.columns().items():
+        assert decoded(*chunked.columns()[name]).tolist() == decoded(values, distinct).tolist(), name
+    assert chunked.flow_routes() == whole.flow_routes() and chunked.flow_keys()[1] == whole.flow_keys()[1]
+    pd.testing.assert_frame_equal(chunked.to_frame(), whole.to_frame())
+
+
 def test_group_ids_equal_tuples_share_an_id():
     ids = GroupIds()
     group = tuple(range(16))

@@ -1,5 +1,5 @@
 """The columnar event log: one row per executed op or network flow, appended cheaply while the clock runs and
-turned into columns at the end: numpy arrays for the metrics, an Arrow table for timeline.parquet and, on
+moved into columns as it goes: numpy arrays for the metrics, an Arrow table for timeline.parquet and, on
 request, a DataFrame.
 
 Op rows and flow rows are kept apart, each with only the columns that vary for them (a flow row's kind, stream,
@@ -7,12 +7,14 @@ category, micro-batch, chunk and FLOPs are constants, an op row's src and dst), 
 flow rows came before it, so the DataFrame puts every row back in recording order. A row goes in as one tuple
 appended to a list, and so does a replay: the engine logs some 70 k op rows and a quarter of a million flow
 rows a step, and an append costs a quarter of an op row's three extends of typed `array` buffers (a third of a
-flow row's seven appends to column arrays). That costs memory: about 220 bytes a row (the tuple and its float
-objects) instead of about 56 (flow) or 120 (op) in arrays, some 35 MB more on the long-context row's 220 k
-single flows and 7 MB on its 71 k op rows (its peak is about 300 MB), 3 MB on the 16k row's 17 k flows. Each op
-column is built from its own field of the tuples when first read and kept for the next reader (`op_columns`,
-`columns`: the step metrics and then the timeline); the flow tuples are split once, when the columns are first
-read (`_FlowTable`, column by column), and the metrics and the DataFrame share that split. The flows of a
+flow row's seven appends to column arrays). Every `ROWS_PER_CHUNK` rows the tuples are moved into one array per
+field (`_Rows`) and dropped: a tuple and its float objects cost about 250 bytes a row where the arrays cost 8 a
+field (104 an op row, 56 a flow row), and a run's tuples, made while the cyclic collector is paused, all waited
+for the first collection after it, which walked them (Llama 3 70B unfolded, 3.47 M op rows and 1.87 M flow
+rows: 2.2 s of CPU, and about 0.9 GB more at the peak). A column is the concatenation of its field's arrays,
+made when first read and kept for the next reader (`op_columns`, `columns`: the step metrics and then the
+timeline); the flow columns are put in flow order once, when first read (`_FlowTable`, column by column), and
+the metrics and the DataFrame share them. The flows of a
 replayed collective (engine/engine.py) are kept as one block: a reference to the rows of its timing
 alone plus the time they are shifted by, expanded with numpy at the end. Each flow row also keeps its route
 (the tuple of directed link ids, shared with the topology's route cache), in flow order, for the per-link
@@ -57,6 +59,9 @@ OP_ROW = ("kind", "rank", "stream", "name", "category", "microbatch", "chunk", "
           "key", "flows_before")
 """The fields of an op row's tuple, in order: `EventLog.record`'s arguments, then how many flow rows came before
 the row (which places it among them)."""
+ROWS_PER_CHUNK = 1 << 16
+"""Rows a log holds as tuples before it moves them into arrays (`_Rows`): large enough that the move is a few
+numpy calls per field over many rows, small enough that the tuples are a few MB."""
 OP_CONSTANTS = {"src": -1, "dst": -1}
 """The value of every op row in the columns that only flows fill."""
 Columns = dict[str, tuple[np.ndarray, list[str] | None]]
@@ -137,6 +142,47 @@ class FlowRoutes:
         return [tuple(route.tolist()) for route in np.split(self.links, np.cumsum(self.lengths)[:-1])]
 
 
+class _Rows:
+    """Rows of one kind (the fields ``fields``) appended as tuples to ``pending`` and moved every `ROWS_PER_CHUNK`
+    into one read-only array per field (numbers typed, text and routes as object arrays), so that a run holds
+    arrays rather than millions of small objects; a column is its field's arrays joined, kept for the next
+    reader."""
+
+    def __init__(self, fields: tuple[str, ...]):
+        self.fields = fields
+        self.pending: list[tuple] = []
+        self._parts: dict[str, list[np.ndarray]] = {name: [] for name in fields}
+        self._moved = 0
+
+    def __len__(self) -> int:
+        return self._moved + len(self.pending)
+
+    def move(self) -> None:
+        """The pending rows into arrays, one per field."""
+        rows = self.pending
+        if not rows:
+            return
+        for index, name in enumerate(self.fields):
+            values = map(itemgetter(index), rows)
+            part = (np.fromiter(values, dtype=object, count=len(rows)) if _is_object(name)
+                    else np.fromiter(values, dtype=_numpy_type(name), count=len(rows)))
+            part.flags.writeable = False
+            self._parts[name].append(part)
+        self._moved += len(rows)
+        rows.clear()
+
+    def column(self, name: str) -> np.ndarray:
+        """Field ``name`` of every row, in order (read-only)."""
+        self.move()
+        parts = self._parts[name]
+        if len(parts) != 1:
+            joined = (np.concatenate(parts) if parts
+                      else np.empty(0, dtype=object if _is_object(name) else _numpy_type(name)))
+            joined.flags.writeable = False
+            parts[:] = [joined]
+        return parts[0]
+
+
 class EventLog:
     """Append-only columns. ``kind`` is one of compute, collective, flow; ``rank`` is a global GPU index
     (-1 for rows that belong to no single rank); ``src``/``dst`` are set for flows; ``microbatch`` is the
@@ -144,13 +190,10 @@ class EventLog:
     route of the i-th flow row."""
 
     def __init__(self) -> None:
-        self._op_rows: list[tuple] = []
-        """Per op row, a tuple of its OP_ROW fields and how many flow rows came before it."""
-        self._op_table: dict[str, np.ndarray] = {}
-        self._op_table_rows = 0
-        """The op columns read so far (`_op_column`), and how many op rows they hold."""
-        self._flows: list[tuple] = []
-        """Per single flow row, a tuple of its FLOW_ROW fields."""
+        self._op_rows = _Rows(OP_ROW)
+        """The op rows: their OP_ROW fields, the last of them how many flow rows came before each."""
+        self._flows = _Rows(FLOW_ROW)
+        """The single flow rows: their FLOW_ROW fields."""
         self._table: _FlowTable | None = None
         """The flow rows split into columns, made when first read (`_flow_table`)."""
         self._blocks: list[FlowBlock] = []
@@ -173,13 +216,19 @@ class EventLog:
                start_s: float, end_s: float, nbytes: float = 0.0, flops: float = 0.0, key: str = "") -> None:
         """One op row (compute or collective). The engine passes every argument by position: a call by keyword
         costs twice as much, and this is called once per op."""
-        self._op_rows.append((kind, rank, stream, name, category, microbatch, chunk, start_s, end_s, nbytes, flops,
-                              key, len(self._flows) + self._replayed_rows))
+        rows = self._op_rows.pending
+        rows.append((kind, rank, stream, name, category, microbatch, chunk, start_s, end_s, nbytes, flops, key,
+                     len(self._flows) + self._replayed_rows))
+        if len(rows) == ROWS_PER_CHUNK:
+            self._op_rows.move()
 
     def flow(self, key: str, src: int, dst: int, start_s: float, end_s: float, nbytes: float,
              route: tuple[int, ...]) -> None:
         """One flow row of collective ``key``: ``nbytes`` from GPU ``src`` to ``dst`` over ``route``."""
-        self._flows.append((key, src, dst, start_s, end_s, nbytes, route))
+        rows = self._flows.pending
+        rows.append((key, src, dst, start_s, end_s, nbytes, route))
+        if len(rows) == ROWS_PER_CHUNK:
+            self._flows.move()
 
     def replayed_flows(self, key: str, shift_s: float, block: FlowBlock) -> None:
         """The rows of ``block`` as flows of collective ``key``, their times moved on by ``shift_s``."""
@@ -198,24 +247,14 @@ class EventLog:
         return len(self._op_rows)
 
     def _op_column(self, name: str) -> np.ndarray:
-        """Column ``name`` of the op rows (numbers as arrays, text as object arrays), built from that field alone
-        (a reader wants a few columns, not the whole transpose of the rows) when first read and kept, read-only,
+        """Column ``name`` of the op rows (numbers as arrays, text as object arrays), read-only: kept by the log
         for the next reader (the step metrics read some that the timeline then reads again); a row recorded
-        since makes them anew."""
-        rows = len(self._op_rows)
-        if self._op_table_rows != rows:
-            self._op_table, self._op_table_rows = {}, rows
-        column = self._op_table.get(name)
-        if column is None:
-            if name in OP_CONSTANTS:
-                column = np.full(rows, OP_CONSTANTS[name], dtype=np.int64)
-            else:
-                values = map(itemgetter(OP_ROW.index(name)), self._op_rows)
-                column = (_objects(values, rows) if name in TEXT_COLUMNS
-                          else np.fromiter(values, dtype=_numpy_type(name), count=rows))
+        since is in the next read."""
+        if name in OP_CONSTANTS:
+            column = np.full(len(self._op_rows), OP_CONSTANTS[name], dtype=np.int64)
             column.flags.writeable = False
-            self._op_table[name] = column
-        return column
+            return column
+        return self._op_rows.column(name)
 
     def _flow_table(self) -> _FlowTable:
         """The flow rows as columns, split once and made again only if flows were logged since."""
@@ -336,7 +375,7 @@ class _FlowTable:
         if name not in self._numbers:
             log, layout = self.log, self.layout
             dtype = np.int64 if name in INT_COLUMNS else np.float64
-            own = np.fromiter(map(itemgetter(FLOW_ROW.index(name)), log._flows), dtype=dtype, count=self.logged[0])
+            own = log._flows.column(name)[:self.logged[0]]
             field = "nbytes" if name == "bytes" else name
             pool = np.concatenate([getattr(block, field) for block in log._blocks] or [np.empty(0, dtype)])
             replayed = pool[layout.gather]
@@ -352,7 +391,7 @@ class _FlowTable:
         if self._keys is None:
             log, (singles, replays) = self.log, self.logged
             first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
-            single_first = np.fromiter(map(first.setdefault, map(itemgetter(0), log._flows), count()),
+            single_first = np.fromiter(map(first.setdefault, log._flows.column("key")[:singles], count()),
                                        dtype=np.int64, count=singles)
             replay_first = np.fromiter(map(first.setdefault, self.layout.keys, count(singles)), dtype=np.int64,
                                        count=replays)
@@ -364,7 +403,7 @@ class _FlowTable:
 
     def routes(self) -> list[tuple[int, ...]]:
         """The single rows' routes, in logging order."""
-        return list(map(itemgetter(FLOW_ROW.index("route")), self.log._flows))
+        return self.log._flows.column("route")[:self.logged[0]].tolist()
 
 
 class _Layout:
@@ -406,6 +445,11 @@ def _codes(values: Sequence[str], distinct: list[str]) -> np.ndarray:
     code_at[list(first.values())] = np.arange(len(distinct), len(distinct) + len(first))
     distinct.extend(first)
     return code_at[first_at]
+
+
+def _is_object(name: str) -> bool:
+    """Whether a row field is held as Python objects (text, a flow's route) rather than as numbers."""
+    return name in TEXT_COLUMNS or name == "route"
 
 
 def _numpy_type(name: str) -> type:
