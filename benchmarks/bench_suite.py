@@ -150,12 +150,6 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
-
-
 def pin_to_one_core() -> int | None:
     """Pin this process to the lowest core it may use; None where the OS has no affinity call."""
     if not hasattr(os, "sched_setaffinity"):
@@ -304,6 +298,8 @@ def run_trace(case: Case) -> dict:
 
 def child(name: str) -> int:
     """Run one case in this (fresh) process and print its measurements as one JSON line."""
+    from bench_collective import peak_rss_mib
+
     core = pin_to_one_core()
     case = next(c for c in CASES if c.name == name)
     if case.trace_events:
