@@ -391,7 +391,7 @@ class _FlowTable:
         if self._keys is None:
             log, (singles, replays) = self.log, self.logged
             first: dict[str, int] = {}  # each key's first position in the single rows' keys, then the replays'
-            single_first = np.fromiter(map(first.setdefault, log._flows.column("key")[:singles], count()),
+            single_first = np.fromiter(map(first.setdefault, log._flows.column("key")[:singles].tolist(), count()),
                                        dtype=np.int64, count=singles)
             replay_first = np.fromiter(map(first.setdefault, self.layout.keys, count(singles)), dtype=np.int64,
                                        count=replays)
