@@ -609,6 +609,7 @@ class Network:
             if stamp == cohort.stamp:
                 cohort.stamp = -1
                 finished += cohort.flows
+                cohort.flows.clear()  # each flow refers to its cohort: a cycle the paused collector would keep
         self._unlink(finished)
         self._active -= len(finished)
         done: list[tuple[float, int, _Phase, int, tuple[int, ...]]] = []
