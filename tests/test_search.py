@@ -906,8 +906,8 @@ def test_a_transfer_beside_another_from_its_gpu_takes_half_the_link():
     send = ("send_recv", (0, 1), nbytes)
     doubled = times.seconds("send_recv", (0, 1), 2 * nbytes)
     assert times.seconds(*under_way) > 1e-3 + 2 * doubled
-    assert times.beside(under_way, ((1e-3, send),)) == pytest.approx(doubled, rel=1e-12)
-    assert times.beside(under_way, ((1e-3, send), (0.0, ("send_recv", (3, 1), nbytes)))) == pytest.approx(
+    assert times.beside((under_way,), ((1e-3, send),)) == pytest.approx(doubled, rel=1e-12)
+    assert times.beside((under_way,), ((1e-3, send), (0.0, ("send_recv", (3, 1), nbytes)))) == pytest.approx(
         times.seconds(*send), rel=1e-12)
 
 

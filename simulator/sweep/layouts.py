@@ -48,6 +48,8 @@ from simulator.workload.training import TrainingStep, build_training_step
 GIB = 2.0**30
 CollectiveShape = tuple[Primitive, tuple[int, ...], float]
 """A collective as `CollectiveTimes` times it: (op, group, bytes per rank)."""
+Exchange = tuple[Primitive, tuple[int, ...], float, tuple[tuple[float, ...], ...]]
+"""An uneven all-to-all as `CollectiveTimes.beside` times it: (op, group, bytes per rank, bytes per pair)."""
 Span = tuple[float, tuple[CollectiveShape, ...]]
 """Seconds during which the collectives named run beside the compute (`sharded_microbatch_spans`)."""
 PASSES = (Pass.FORWARD, Pass.BACKWARD, Pass.RECOMPUTE)
@@ -320,8 +322,9 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     copy-outs); FSDP's gradient copies
     (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
     compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
-    reduce-scatter (`backward_waits_s`), and what its forward's blocking collectives outlast their alone times by
-    beside the gather under way (`forward_sharing_s`) join it; the slot is the longer of that and the
+    reduce-scatter (`backward_waits_s`), what its backward's EP combines (`backward_exchange_sharing_s`) and its
+    forward's blocking collectives (`forward_sharing_s`) outlast their alone times by beside the collectives
+    under way join it; the slot is the longer of that and the
     collectives beside the compute. What each forward's start waits for is charged apart
     (`microbatch_starts_s`)."""
     unit_work = sharded_unit_work(plan, times, rank, blocks)
@@ -337,6 +340,7 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     return max(actions_s + sharded_toll + grad_copies_s(copies, copied) / copies.microbatches + copy_outs
                + gather_waits_s(plan, times, rank, unit_work, slowed)
                + backward_waits_s(plan, times, rank, unit_work, slowed)
+               + backward_exchange_sharing_s(plan, times, rank, blocks, unit_work)
                + forward_sharing_s(plan, times, rank, blocks, slowed),
                sum(seconds for seconds, _ in beside_compute))
 
@@ -1057,6 +1061,46 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
     return waits
 
 
+def backward_exchange_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
+                                units: list[ShardedUnit]) -> float:
+    """Seconds per micro-batch the backward's EP combines on ``rank`` (``blocks``, split into ``units`` in
+    forward order) outlast their alone times by where they share links with the FSDP collectives that start
+    beside them, reducing every micro-batch: as a unit's backward ends, its reduce-scatters and the gathers of
+    the unit two after it start (`backward_waits_s`), and the next unit's backward opens, after its copy-out,
+    with its MoE block's combine (`CollectiveTimes.beside`: the reduce-scatters and gathers, the routed
+    experts' with the dense ones, started together; the combine after the copy-out). Where the FSDP
+    collectives and the EP group both cross the NICs (full_shard over several hosts) the combine slows."""
+    sharding = plan.sharding
+    if not (sharding.fsdp and sharding.reshard_after_forward and sharding.reduce_every_microbatch):
+        return 0.0
+    group = shard_group(plan.layout, rank, sharding.degree)
+    dense = len(group) > 1
+    backward = [(work, unit) for unit, work in zip(unit_blocks(plan, blocks), units, strict=True) if work.params > 0]
+    backward.reverse()
+    regathered = [work for work, _ in backward if not (work.head and sharding.gather_per_layer)]
+    excess = 0.0
+    for index, ((done, _), (work, unit)) in enumerate(zip(backward, backward[1:])):
+        moe = next((block.experts for block in unit
+                    if block.experts is not None and block.experts.exchanges(Pass.BACKWARD)), None)
+        if moe is None:
+            continue
+        running: list[CollectiveShape] = []
+        if dense:
+            running.append((sharding.grad_reduction, group, done.params * sharding.grad_bytes))
+        if done.experts is not None:
+            running.append(done.experts[1])
+        beside = regathered[index + 1] if index + 1 < len(regathered) else None
+        if beside is not None and dense:
+            running.append(("all_gather", group, beside.params * sharding.param_bytes))
+        if beside is not None and beside.experts is not None:
+            running.append(beside.experts[0])
+        combine: Exchange = ("all_to_all", ep_group(plan.layout, rank, moe.ep), moe.dispatch_bytes,
+                             moe.pairs("combine", backward=True))
+        if running:  # after the unit's backward copy-out, as long as its forward's (a MoE layer is not the head)
+            excess += times.beside(tuple(running), ((work.copy_out_s / 2, combine),)) - times.seconds(*combine)
+    return excess
+
+
 def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
                       slowed: float = 1.0) -> float:
     """Seconds per micro-batch PyTorch FSDP's forward on ``rank`` (``blocks``, in forward order) loses to its
@@ -1116,7 +1160,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
                 if under_way != chained:
                     chain, chained, chain_end = [], under_way, gathers[under_way][0]
                 chain.append((clock - chain_end, step))
-                took = times.beside(gathers[under_way][2], tuple(chain))
+                took = times.beside((gathers[under_way][2],), tuple(chain))
                 chain_end = clock + took
             excess += took - alone
             clock += took
@@ -1312,7 +1356,8 @@ class CollectiveTimes:
         self._plans = plan_cache(topology, settings)
         self._seconds: dict[tuple, float] = {}
         self._ends: dict[tuple[CollectiveShape, ...], tuple[float, ...]] = {}
-        self._beside: dict[tuple[CollectiveShape, tuple[tuple[float, CollectiveShape], ...]], float] = {}
+        self._beside: dict[tuple[tuple[CollectiveShape, ...], tuple[tuple[float, CollectiveShape | Exchange], ...]],
+                           float] = {}
         self._channels: dict[SmShare, NcclChannels] = {}
 
     def seconds(self, op: Primitive, group: tuple[int, ...], nbytes: float,
@@ -1332,22 +1377,23 @@ class CollectiveTimes:
             self._ends[shapes] = together_ends(self.topology, self.settings, [self._phases(s) for s in shapes])
         return self._ends[shapes]
 
-    def beside(self, running: CollectiveShape, chain: tuple[tuple[float, CollectiveShape], ...]) -> float:
+    def beside(self, running: tuple[CollectiveShape, ...],
+               chain: tuple[tuple[float, CollectiveShape | Exchange], ...]) -> float:
         """Seconds the last collective of ``chain`` takes where the collectives of ``chain`` run one after another
-        on one stream, each ``wait`` seconds (its pair's first) after the one before it ended, and ``running``
-        starts with the first wait, on the idle network (`simulation.chain_ends`): they share links with what of
-        it is still under way. Waits are keyed to the nanosecond, so that the identical layers of a model, whose
-        clocks differ by float rounding, share one timing."""
+        on one stream, each ``wait`` seconds (its pair's first) after the one before it ended, and the
+        collectives ``running`` start together with the first wait, on the idle network (`simulation.chain_ends`):
+        they share links with what of them is still under way. Waits are keyed to the nanosecond, so that the
+        identical layers of a model, whose clocks differ by float rounding, share one timing."""
         key = (running, tuple((round(wait, 9), shape) for wait, shape in chain))
         if key not in self._beside:
-            ends = chain_ends(self.topology, self.settings, [self._phases(running)],
+            ends = chain_ends(self.topology, self.settings, [self._phases(shape) for shape in running],
                               [(wait, self._phases(shape)) for wait, shape in key[1]])
             self._beside[key] = ends[-1] - (ends[-2] if len(ends) > 1 else 0.0) - key[1][-1][0]
         return self._beside[key]
 
-    def _phases(self, shape: CollectiveShape) -> list:
-        op, group, nbytes = shape
-        return self._plans.phases(_collective(op, group, nbytes), group)
+    def _phases(self, shape: CollectiveShape | Exchange) -> list:
+        op, group, nbytes = shape[:3]
+        return self._plans.phases(_collective(op, group, nbytes, shape[3] if len(shape) > 3 else ()), group)
 
     def sms(self, op: Primitive, group: tuple[int, ...], nbytes: float, share: SmShare) -> int:
         """The SMs the kernel of collective ``op`` over ``group``, ``nbytes`` per rank, holds on each member, as
