@@ -22,6 +22,7 @@ from simulator.errors import (
     InterruptedWritten,
     SimulationError,
     Terminated,
+    WorkerKilled,
 )
 from simulator.network.calibration import PROFILES as EFFICIENCY_PROFILES
 from simulator.network.modes import NETWORK_MODES
@@ -580,6 +581,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         word, code = _stopped_by(exc)
         print(f"{word}: the finished points are in {out}/results.parquet; run again to resume", file=sys.stderr)
         return code
+    except WorkerKilled as exc:
+        raise WorkerKilled(f"{exc}; the finished points are in {out}/results.parquet; run again to resume") from None
     finally:
         stop()
         executor.close()
@@ -658,6 +661,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     try:
         result = search_layouts(args.scenario, executor, space=SearchSpace(**given), top=args.top,
                                 overrides=args.set, force=args.force, on_progress=update)
+    except WorkerKilled as exc:
+        raise WorkerKilled(f"{exc}; the search wrote nothing; run it again, with fewer --workers if memory is "
+                           "short") from None
     finally:
         stop()
         executor.close()

@@ -87,6 +87,11 @@ class ExecutorError(TrainsimError):
     """The machinery that runs a sweep's points failed, e.g. an unreachable Dask scheduler (exit status 1)."""
 
 
+class WorkerKilled(ExecutorError):
+    """A pool's worker process was ended from outside (the out-of-memory killer, `kill -9`) before its points
+    finished; each command says what of its work is kept."""
+
+
 class StepAborted(SimulationError):
     """A fault stopped the step at ``at_s``: a GPU failed, or failed links left some GPUs unable to reach others."""
 

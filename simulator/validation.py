@@ -8,13 +8,12 @@ compare against closed forms rather than published runs are listed with their te
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simulator.config.bundled import BUNDLED_DIR
-from simulator.errors import ExecutorError, ScenarioError
+from simulator.errors import ExecutorError, ScenarioError, WorkerKilled
 from simulator.machine import usable_cores
 
 if TYPE_CHECKING:
@@ -148,7 +147,7 @@ def run_cases(paths: list[Path], workers: int = 1) -> list[CaseResult]:
     try:
         for result in executor.map_unordered(run_case, paths):
             by_case[result.case] = result
-    except BrokenProcessPool:
+    except WorkerKilled:
         unfinished = ", ".join(path.stem for path in paths if path.stem not in by_case)
         raise ExecutorError(f"a worker process was killed (out of memory?) before these cases finished: "
                             f"{unfinished}; rerun them one at a time with --workers 1 --case NAME") from None
