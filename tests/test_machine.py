@@ -1,6 +1,7 @@
-"""The share of the machine a process may use (simulator/machine.py), read from fake cgroup v2 and meminfo files:
-cores from the affinity mask and the CPU quota, memory from MemAvailable and the memory limit less its usage;
-and every `--workers 0` counting its workers by it."""
+"""The share of the machine a process may use (simulator/machine.py), read from fake cgroup (v2 and v1), cgroup
+membership and meminfo files: cores from the affinity mask and the CPU quotas, memory from MemAvailable and the
+memory limits less their usage, along the process's cgroup path; and every `--workers 0` counting its workers by
+it."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ GIB = 1 << 30
 
 @pytest.fixture
 def cgroup(tmp_path, monkeypatch):
-    """A fake cgroup folder, standing for /sys/fs/cgroup, on a host whose affinity mask holds 8 CPUs."""
+    """A fake cgroup v2 folder, standing for /sys/fs/cgroup, the process in its root cgroup (a container's own
+    namespace), on a host whose affinity mask holds 8 CPUs."""
     folder = tmp_path / "cgroup"
     folder.mkdir()
-    monkeypatch.setattr(machine, "CGROUP", folder)
+    membership = tmp_path / "membership"
+    membership.write_text("0::/\n")
+    monkeypatch.setattr(machine, "CGROUP_ROOT", folder)
+    monkeypatch.setattr(machine, "MEMBERSHIP", membership)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))
     return folder
 
@@ -91,3 +96,49 @@ def test_a_jobs_workers_ahead_fit_the_containers_memory_not_the_hosts(cgroup, tm
     (cgroup / "memory.max").write_text(f"{8 * GIB}\n")
     (cgroup / "memory.current").write_text(f"{8 * GIB - (1900 << 20)}\n")
     assert ahead.memory_room(6) == 3
+
+
+def _write(folder, files: dict[str, str]):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text + "\n")
+
+
+def test_a_v2_cgroup_path_takes_the_tightest_quota_and_memory_of_its_parents(cgroup, tmp_path):
+    """A process in /user.slice/job.scope of the host's hierarchy (no namespace of its own: Slurm, systemd-run):
+    before, only /sys/fs/cgroup's own files were read, the host's, and neither limit was seen."""
+    (tmp_path / "membership").write_text("0::/user.slice/job.scope\n")
+    _write(cgroup / "user.slice", {"cpu.max": "300000 100000", "memory.max": str(16 * GIB),
+                                   "memory.current": str(4 * GIB), "memory.stat": f"anon 1\ninactive_file {GIB}"})
+    _write(cgroup / "user.slice" / "job.scope", {"cpu.max": "max 100000", "memory.max": str(20 * GIB),
+                                                 "memory.current": str(2 * GIB)})
+    assert machine.usable_cores() == 3
+    assert machine.available_memory(meminfo=_meminfo(tmp_path, 100 * GIB >> 10)) == 13 * GIB
+    _write(cgroup / "user.slice" / "job.scope", {"cpu.max": "150000 100000", "memory.max": str(6 * GIB)})
+    assert machine.usable_cores() == 2
+    assert machine.available_memory(meminfo=_meminfo(tmp_path, 100 * GIB >> 10)) == 4 * GIB
+
+
+def test_cgroup_v1_quota_and_memory_are_read_from_their_hierarchies(cgroup, tmp_path):
+    """cgroup v1 (cpu.cfs_quota_us over cpu.cfs_period_us; memory.limit_in_bytes less memory.usage_in_bytes, less
+    total_inactive_file's page cache): before, ignored, so a v1 container counted the host. A container without
+    its own namespace names its host's path, not mounted there: its hierarchy's root is its own cgroup."""
+    (tmp_path / "membership").write_text("4:memory:/docker/abc\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    _write(cgroup / "cpu,cpuacct", {"cpu.cfs_quota_us": "250000", "cpu.cfs_period_us": "100000"})
+    _write(cgroup / "memory", {"memory.limit_in_bytes": str(8 * GIB), "memory.usage_in_bytes": str(5 * GIB),
+                               "memory.stat": f"cache {GIB}\ntotal_inactive_file {GIB}"})
+    assert machine.usable_cores() == 3
+    assert machine.available_memory(meminfo=_meminfo(tmp_path, 100 * GIB >> 10)) == 4 * GIB
+    _write(cgroup / "cpu,cpuacct", {"cpu.cfs_quota_us": "-1"})
+    _write(cgroup / "memory", {"memory.limit_in_bytes": "9223372036854771712"})
+    assert machine.usable_cores() == 8
+    assert machine.available_memory(meminfo=_meminfo(tmp_path, 100 * GIB >> 10)) == 100 * GIB
+
+
+@pytest.mark.parametrize("usage", [None, "garbage", ""])
+def test_a_memory_limit_whose_usage_cannot_be_read_still_caps(cgroup, tmp_path, usage):
+    """Before, memory.max without a readable memory.current dropped the limit: the host's 100 GiB, not 8."""
+    (cgroup / "memory.max").write_text(f"{8 * GIB}\n")
+    if usage is not None:
+        (cgroup / "memory.current").write_text(usage)
+    assert machine.available_memory(meminfo=_meminfo(tmp_path, 100 * GIB >> 10)) == 8 * GIB
