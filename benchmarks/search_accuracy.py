@@ -20,12 +20,13 @@ import hashlib
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,10 @@ if str(REPO) not in sys.path:  # run as a script from a checkout: the package be
 
 from simulator import load_scenario, simulate  # noqa: E402
 from simulator.config.loader import scenario_from_data  # noqa: E402
+from simulator.errors import Terminated  # noqa: E402
 from simulator.machine import usable_cores  # noqa: E402
 from simulator.simulation import network_settings  # noqa: E402
-from simulator.sweep.executors import SerialExecutor  # noqa: E402
+from simulator.sweep.executors import PoolExecutor, SerialExecutor  # noqa: E402
 from simulator.sweep.layouts import Candidate, CollectiveTimes, SearchSpace, check_memory  # noqa: E402
 from simulator.sweep.options import Recompute, Sharding  # noqa: E402
 from simulator.sweep.search import search_base, search_layouts  # noqa: E402
@@ -261,15 +263,26 @@ def run_all(tasks: Sequence[Case | SearchCase], workers: int, known: dict[str, d
             done(result, cpu_s)
             results.append(result)
         return results
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    executor = PoolExecutor(workers)  # stopped, it ends its workers (before, a pool of its own left them running)
+    finished: dict[str, Measured | SearchOutcome] = {}
+    try:
         # the largest clusters come last in the declared order: started first, they do not finish alone
-        futures = {pool.submit(timed, task, known): task for task in reversed(tasks)}
-        finished = {}
-        for future in as_completed(futures):
-            result, cpu_s = future.result()
+        for result, cpu_s in executor.map_unordered(partial(timed, known=known), list(reversed(tasks))):
             done(result, cpu_s)
-            finished[futures[future].name] = result
-        return [finished[task.name] for task in tasks]
+            finished[result_name(result)] = result
+    finally:
+        executor.close()
+    return [finished[task.name] for task in tasks]
+
+
+def result_name(result: Measured | SearchOutcome) -> str:
+    """The name of the case or search a result is of."""
+    return result.case.name if isinstance(result, Measured) else result.search.name
+
+
+def terminated(_signum: int, _frame: object) -> None:
+    """SIGTERM raised as Ctrl-C is, so that `run_all` ends its workers before this process ends."""
+    raise Terminated
 
 
 def timed(task: Case | SearchCase, known: dict[str, dict]) -> tuple[Measured | SearchOutcome, float]:
@@ -389,7 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--jobs is the old name of --workers; give one of them")
     if args.jobs is not None:
         print("search_accuracy.py: --jobs is deprecated, use --workers", file=sys.stderr)
-    workers = next(count for count in (args.workers, args.jobs, 1) if count is not None) or usable_cores()
+    workers = next(count for count in (args.workers, args.jobs, 1) if count is not None)
+    if workers < 0:
+        parser.error(f"--workers {workers} is below 0 (allowed: a whole number, 0 or more; 0: one per usable core)")
+    workers = workers or usable_cores()
     tasks = selected(args.case, args.long)
     if not tasks:
         parser.error(f"no case or search matches {' '.join(args.case)} (see --list)")
@@ -399,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def done(result: Measured | SearchOutcome, cpu_s: float) -> None:
         """A progress line; a new simulation kept in the --reuse file at once (a run stopped midway keeps it)."""
-        name = result.case.name if isinstance(result, Measured) else result.search.name
-        print(f"{name}: {cpu_s:.1f} s CPU", file=sys.stderr, flush=True)
+        print(f"{result_name(result)}: {cpu_s:.1f} s CPU", file=sys.stderr, flush=True)
         if args.reuse and isinstance(result, Measured) and result.key and kept.get(result.key) != result.kept:
             kept[result.key] = result.kept
             args.reuse.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
@@ -417,4 +432,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as stop:
+        print("search_accuracy.py: " + ("terminated" if isinstance(stop, Terminated) else "interrupted"),
+              file=sys.stderr)
+        sys.exit(143 if isinstance(stop, Terminated) else 130)

@@ -7,7 +7,11 @@ key."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +116,60 @@ def test_worker_processes_are_given_as_every_command_gives_them(script, monkeypa
     with pytest.raises(SystemExit) as refused:
         script.main(["--workers", "2", "--jobs", "2", "--case", first])
     assert refused.value.code == 2
+
+
+STOPPED_RUN = """
+import importlib.util, os, signal, sys
+from types import SimpleNamespace
+
+spec = importlib.util.spec_from_file_location("search_accuracy", sys.argv[1])
+script = importlib.util.module_from_spec(spec)
+sys.modules["search_accuracy"] = script
+spec.loader.exec_module(script)
+reached = sys.argv[2]
+
+
+def blocked(task, known):
+    os.close(os.open(os.path.join(reached, str(os.getpid())), os.O_CREAT | os.O_EXCL))
+    signal.pause()
+
+
+script.timed = blocked
+signal.signal(signal.SIGTERM, script.terminated)
+script.run_all([SimpleNamespace(name=str(n)) for n in range(4)], 2, {}, lambda result, cpu_s: None)
+"""
+
+
+def test_a_stopped_run_ends_its_workers(tmp_path):
+    """SIGTERM to the benchmark while its workers hold cases: before, its own ProcessPoolExecutor left both
+    workers running (25 s later, still there) and waited on them; now the workers end with it. The signal is
+    sent once both workers say they hold a case (a file each), never after a fixed sleep."""
+    reached = tmp_path / "reached"
+    reached.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", STOPPED_RUN, str(SCRIPT), str(reached)], cwd=tmp_path,
+                               env={**os.environ, "PYTHONPATH": str(SCRIPT.parents[1])}, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        while len(list(reached.iterdir())) < 2 and process.poll() is None:
+            time.sleep(0.01)
+        workers = [int(path.name) for path in reached.iterdir()]
+        assert len(workers) == 2, process.communicate(timeout=10)
+        process.terminate()
+        _, stderr = process.communicate(timeout=60)
+        assert "Terminated" in stderr
+        for pid in workers:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_negative_worker_count_is_refused(script, capsys):
+    """Before, --workers -1 ran every case in this process, silently; trainsim refuses it with status 2."""
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--workers", "-1", "--case", script.selected([], long=True)[0].name])
+    assert refused.value.code == 2
+    assert "--workers -1 is below 0 (allowed: a whole number, 0 or more" in capsys.readouterr().err
