@@ -540,3 +540,19 @@ def test_a_chart_given_another_commands_folder_names_its_charts(tmp_path, capsys
                      lambda stage: [(stage / name).write_text("{}") for name in ("summary.json", "timeline.parquet")])
     assert main(["plot", chart, str(paths[folder])]) == 2
     assert f"OUTDIR: {told} (allowed: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("column", "values", "label"), [
+    ("bottleneck.largest_loss.share_of_step", [0.127, 0.2], "bottleneck.largest_loss.share_of_step (%)"),
+    ("ettr_ci95_low", [0.906], "ettr_ci95_low (%)"), ("ettr_ci95_high", [0.909], "ettr_ci95_high (%)"),
+    ("exposed_comm_s.dp", [0.0, 0.0], "exposed_comm_s.dp (s)"),
+    ("traffic_bytes_per_gpu.dp", [0.0], "traffic_bytes_per_gpu.dp (B)"),
+    ("failures.gpu.rate_per_unit_per_h", [1e-5], "failures.gpu.rate_per_unit_per_h (per unit per h)"),
+])
+def test_every_column_reads_in_its_unit_as_its_siblings_do(column, values, label):
+    """Before: share_of_step plotted 0.127 while the bottleneck's other shares read %, the ETTR bounds 0.906
+    beside ettr's 90.7 %, a seconds column of zeros '(ns)' and a byte one '(B)' by luck, rate_per_unit_per_h no
+    unit at all."""
+    from simulator.report.column_units import column_scale
+
+    assert column_scale(column, values).label(column) == label

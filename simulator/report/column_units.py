@@ -1,7 +1,8 @@
 """A results table's column on a chart: the unit its name carries (summary.json's keys end in it: `step_time_s`,
-`peak_memory_gib`, `busbw_GBps`, `tokens_per_s`; `mfu`, `ettr` and `*_fraction` are fractions) and the scale that
-shows it without an exponent or an offset: a byte axis read '1e10' above its ticks and a step-time axis
-'1.4360 ... 1.4395' under the bare name `step_time_s`."""
+`peak_memory_gib`, `busbw_GBps`, `tokens_per_s`, `rate_per_unit_per_h`; `mfu`, `ettr` and its confidence bounds
+`ettr_ci95_*`, `*_fraction` and `share_of_*` are fractions) and the scale that shows it without an exponent or an
+offset: a byte axis read '1e10' above its ticks and a step-time axis '1.4360 ... 1.4395' under the bare name
+`step_time_s`."""
 
 from __future__ import annotations
 
@@ -57,17 +58,20 @@ def _key_scale(key: str, largest: float) -> ColumnScale | None:
     words = key.split("_")
     if key.endswith("_per_s"):  # tokens_per_s, goodput_steps_per_s
         return ColumnScale(f"{words[-3]}/s", 1.0)
+    if key.endswith("_per_h"):  # rate_per_unit_per_h
+        return ColumnScale(" ".join(words[words.index("per"):]), 1.0)
     if key.startswith("tflops") or key.startswith("hardware_tflops"):
         return ColumnScale("TFLOP/s per GPU", 1.0)
     if words[-1] == "GBps":
         return ColumnScale("GB/s", 1.0)
     if words[-1] == "gib":
         return ColumnScale("GiB", 1.0)
-    if "bytes" in words:
-        return ColumnScale(*fitting_unit(largest, SIZE_STEPS))
+    if "bytes" in words:  # a column of zeros in the base unit, not the smallest
+        return ColumnScale(*fitting_unit(largest, SIZE_STEPS)) if largest else ColumnScale("B", 1.0)
     if len(words) > 1 and words[-1] == "s":
-        return ColumnScale(*fitting_unit(largest, DURATION_STEPS))
-    if key in FRACTION_NAMES or words[-1] in FRACTION_ENDINGS:
+        return ColumnScale(*fitting_unit(largest, DURATION_STEPS)) if largest else ColumnScale("s", 1.0)
+    if key in FRACTION_NAMES or words[-1] in FRACTION_ENDINGS or words[:2] == ["share", "of"] or (
+            words[0] in FRACTION_NAMES and words[1].startswith("ci")):  # share_of_step, ettr_ci95_low
         return ColumnScale("%", 0.01)
     return None
 
