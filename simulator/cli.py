@@ -230,6 +230,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate_published(args: argparse.Namespace) -> int:
+    from simulator.report.atomic import write_bytes
     from simulator.validation import DEFAULT_FOLDER, DEFAULT_REPORT, UNITS, published_cases, render, run_cases
 
     folder = Path(args.folder) if args.folder else DEFAULT_FOLDER
@@ -242,8 +243,8 @@ def _cmd_validate_published(args: argparse.Namespace) -> int:
     for result in results:
         print(f"{result.case}: {UNITS[result.metric]}: published {result.published:g}, simulated "
               f"{result.simulated:.1f} ({result.error:+.1%}, tolerance {result.tolerance:.0%})")
-    if not args.case:
-        out.write_text(render(results))
+    if not args.case:  # the report moved in whole: a write stopped halfway left the earlier one cut short
+        write_bytes(out, render(results).encode())
         print(f"wrote {out}")
     return 0 if all(result.within for result in results) else 1
 

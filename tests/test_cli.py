@@ -680,3 +680,18 @@ def test_every_commands_worker_count_is_shown_alike(capsys):
         assert main([command, "--help"]) == 0
         shown = capsys.readouterr().out
         assert "[--workers N]" in shown and "WORKERS" not in shown, command
+
+
+def test_validate_published_replaces_its_report_whole_or_not_at_all(tmp_path, monkeypatch, capsys):
+    """A report whose writing fails halfway (here a text that cannot be encoded; a signal or a full disk
+    alike) leaves the earlier report as it was: before, write_text had cut it to nothing first."""
+    from simulator import validation
+
+    out = tmp_path / "validation.md"
+    out.write_text("the earlier report\n")
+    monkeypatch.setattr(validation, "run_cases", lambda paths, workers: [])
+    monkeypatch.setattr(validation, "render", lambda results: "# new report\n\udcff")
+    with pytest.raises(UnicodeEncodeError):
+        main(["validate-published", "--out", str(out)])
+    assert out.read_text() == "the earlier report\n"
+    assert [path.name for path in tmp_path.iterdir()] == ["validation.md"]
