@@ -280,7 +280,7 @@ def test_progress_off_a_terminal_is_a_plain_line_every_ten_seconds(capsys):
     plain.show(420, 1_685, "states", "simulating straggler states ahead")
     plain(0, 0)
     assert capsys.readouterr() == ("", "simulating the job: 12/100 replications (12%), 0:00:10 elapsed\n"
-                                       "simulating straggler states ahead: 420/1,685 states (25%), 1:02:05 elapsed\n")
+                                       "simulating straggler states ahead: 420/1,685 states (24%), 1:02:05 elapsed\n")
 
 
 def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
@@ -292,6 +292,18 @@ def test_run_progress_off_a_terminal_prints_plain_lines_unless_quiet(capsys):
         assert progress.bar is None
     assert capsys.readouterr() == ("", "simulating: 1,024/4,096 ops (25%), 0:00:00 elapsed\n")
     assert RunProgress(enabled=False).plain is None
+
+
+def test_plain_progress_says_100_percent_only_when_all_are_done(capsys):
+    """Rounded, 199 of 200 points read '(100%)' while one still ran; the share is floored now."""
+    now = [0.0]
+    plain = PlainProgress("points", "sweep", clock=lambda: now[0])
+    now[0] = PLAIN_EVERY_S
+    plain(199, 200)
+    now[0] += PLAIN_EVERY_S
+    plain(200, 200)
+    assert capsys.readouterr().err == ("sweep: 199/200 points (99%), 0:00:10 elapsed\n"
+                                       "sweep: 200/200 points (100%), 0:00:20 elapsed\n")
 
 
 @pytest.mark.parametrize(("command", "line"), [

@@ -40,7 +40,7 @@ class PlainProgress:
         if now - self.last < PLAIN_EVERY_S:
             return
         self.last = now
-        share = f" ({done / total:.0%})" if total else ""
+        share = f" ({done * 100 // total}%)" if total else ""  # floored: '100%' only once all are done
         elapsed = int(now - self.started)
         print(f"{description}: {done:,}/{total:,} {unit}{share}, {elapsed // 3600}:{elapsed // 60 % 60:02d}:"
               f"{elapsed % 60:02d} elapsed", file=sys.stderr, flush=True)
