@@ -259,7 +259,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
     (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid
     the drain, the longest rank's for each chunk. PyTorch FSDP's no-sync (`no_sync`) walks each micro-batch's
-    gathers across its passes (`gather_waits_s`), and its last micro-batch, which reduce-scatters as its backward
+    gathers across its passes (`gather_waits_s`) and times its backward's blocking TP collectives beside the
+    gathers under way (`backward_sharing_s`), and its last micro-batch, which reduce-scatters as its backward
     goes, takes the slot and tail of one reducing every micro-batch."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
@@ -322,10 +323,10 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     copy-outs); FSDP's gradient copies
     (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
     compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
-    reduce-scatter (`backward_waits_s`), what its backward's EP combines (`backward_exchange_sharing_s`) and its
-    forward's blocking collectives (`forward_sharing_s`) outlast their alone times by beside the collectives
-    under way join it; the slot is the longer of that and the
-    collectives beside the compute. What each forward's start waits for is charged apart
+    reduce-scatter (`backward_waits_s`), what its backward's EP combines (`backward_exchange_sharing_s`), its
+    forward's blocking collectives (`forward_sharing_s`) and, under no-sync, its backward's
+    (`backward_sharing_s`) outlast their alone times by beside the collectives under way join it; the slot is
+    the longer of that and the collectives beside the compute. What each forward's start waits for is charged apart
     (`microbatch_starts_s`)."""
     unit_work = sharded_unit_work(plan, times, rank, blocks)
     beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
@@ -341,7 +342,8 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
                + gather_waits_s(plan, times, rank, unit_work, slowed)
                + backward_waits_s(plan, times, rank, unit_work, slowed)
                + backward_exchange_sharing_s(plan, times, rank, blocks, unit_work)
-               + forward_sharing_s(plan, times, rank, blocks, slowed),
+               + forward_sharing_s(plan, times, rank, blocks, slowed)
+               + backward_sharing_s(plan, times, rank, blocks, unit_work, slowed),
                sum(seconds for seconds, _ in beside_compute))
 
 
@@ -368,39 +370,114 @@ def gather_walk(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[S
     """Seconds PyTorch FSDP's compute on ``rank`` waits for each unit's gather under no-sync (`no_sync`: no
     reduce-scatter in the backwards but the last), ``units`` in forward order, over two micro-batches back to
     back, the first and one in the steady state: [first forward, first backward, steady forward, steady
-    backward]. Each gather is the unit's copy-in, then its dense all-gather and its routed experts', one after
-    another on the all-gather stream (the head's backward gathers nothing: it stays gathered). The gathers are
-    issued in the units' order across the passes and micro-batches (FSDP2's prefetch, `ProgramBuilder.
-    _zero3_gather`): a forward's once the unit three before it has finished, a backward's once the unit two
-    before it has; each unit's work (``slowed`` times its own: the SM toll) waits for its gather. Where the
-    gathers outlast the compute beside them (a layer's routed experts gathered over a NIC), the pass runs at the
-    gathers' pace; the next forward's first gathers run beside the backward's last units."""
+    backward] (`walked_gathers`)."""
+    return walked_gathers(plan, times, rank, units, slowed).waits
+
+
+@dataclass(frozen=True)
+class WalkedGathers:
+    """`walked_gathers`' clock over two micro-batches under no-sync, per pass ([first forward, first backward,
+    steady forward, steady backward]): ``waits`` for each unit's gather, where each unit's work ``starts`` (after
+    its wait; the backward's units in backward order) and the collectives on the all-gather stream as (start,
+    end, shape), in issue order."""
+
+    waits: list[list[float]]
+    starts: list[list[float]]
+    gathers: list[tuple[float, float, CollectiveShape]]
+
+
+def walked_gathers(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit],
+                   slowed: float = 1.0) -> WalkedGathers:
+    """PyTorch FSDP's gathers on ``rank`` under no-sync walked across the passes of two micro-batches back to
+    back (``units`` in forward order). Each gather is the unit's copy-in, then its dense all-gather and its
+    routed experts', one after another on the all-gather stream (the head's backward gathers nothing: it stays
+    gathered). The gathers are issued in the units' order across the passes and micro-batches (FSDP2's
+    prefetch, `ProgramBuilder._zero3_gather`): a forward's once the unit three before it has finished, a
+    backward's once the unit two before it has; each unit's work (``slowed`` times its own: the SM toll) waits
+    for its gather. Where the gathers outlast the compute beside them (a layer's routed experts gathered over a
+    NIC), the pass runs at the gathers' pace; the next forward's first gathers run beside the backward's last
+    units."""
     sharding = plan.sharding
     group = shard_group(plan.layout, rank, sharding.degree)
     gathered = [unit for unit in units if unit.params > 0]
 
-    def gather_s(unit: ShardedUnit) -> tuple[float, float]:
-        dense = times.seconds("all_gather", group, unit.params * sharding.param_bytes) if len(group) > 1 else 0.0
-        return copy_in_s(plan, unit.params), dense + expert_unit_s(times, unit, 0)
+    def gather_shapes(unit: ShardedUnit) -> tuple[float, list[CollectiveShape]]:
+        dense: list[CollectiveShape] = ([("all_gather", group, unit.params * sharding.param_bytes)]
+                                        if len(group) > 1 else [])
+        return copy_in_s(plan, unit.params), dense + ([unit.experts[0]] if unit.experts is not None else [])
 
-    forward = [(slowed * unit.forward_s, gather_s(unit), 3) for unit in gathered]
-    backward = [(slowed * unit.backward_s, None if unit.head and sharding.gather_per_layer else gather_s(unit), 2)
-                for unit in reversed(gathered)]
+    forward = [(slowed * unit.forward_s, gather_shapes(unit), 3) for unit in gathered]
+    backward = [(slowed * unit.backward_s, None if unit.head and sharding.gather_per_layer else gather_shapes(unit),
+                 2) for unit in reversed(gathered)]
     clock = copied = queued = 0.0
     ends: list[float] = []  # where each unit's work ended, in issue order
-    walked = []
+    walked, starts, gathers = [], [], []
     for work in (forward, backward, forward, backward):
-        waits = []
+        waits, began = [], []
         for seconds, gather, lag in work:
             if gather is not None:  # the copy-in on its own stream, then the gathers
-                copied = max(copied, ends[-lag] if len(ends) >= lag else 0.0) + gather[0]
-                queued = max(queued, copied) + gather[1]
+                copy_in, shapes = gather
+                copied = max(copied, ends[-lag] if len(ends) >= lag else 0.0) + copy_in
+                queued = max(queued, copied)
+                for shape in shapes:
+                    gathers.append((queued, queued + times.seconds(*shape), shape))
+                    queued = gathers[-1][1]
                 waits.append(max(queued - clock, 0.0))
                 clock = max(clock, queued)
+            began.append(clock)
             clock += seconds
             ends.append(clock)
         walked.append(waits)
-    return walked
+        starts.append(began)
+    return WalkedGathers(walked, starts, gathers)
+
+
+def backward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
+                       units: list[ShardedUnit], slowed: float = 1.0) -> float:
+    """Seconds per micro-batch PyTorch FSDP's backward on ``rank`` (``blocks``, split into ``units`` in forward
+    order) loses under no-sync (`no_sync`) to its blocking TP collectives sharing links with the parameter
+    gathers on the all-gather stream, as `forward_sharing_s` charges the forward's: a backward's gather starts
+    once the unit two before it in issue order has finished (`walked_gathers`), so while a unit's backward
+    runs, the next unit's gather is under way (llama3-8b, tp 2 dp 8 full_shard over 2 hosts: a 4 MiB TP
+    all-gather, 0.057 ms alone, takes 0.193 ms beside a layer's gather, 0.68 ms a micro-batch over 4 layers).
+    Walks the steady micro-batch's backward from each unit's start on that clock: its backward copy-out, then
+    per block its TP collective before the kernels, its kernels (``slowed`` times their own, the SM toll), the
+    one after, each collective timed with those since the dense gather under way began one after another beside
+    it (`CollectiveTimes.beside`); as in the forward, the routed experts' gathers are not timed against them,
+    nor anything over a one-rank shard group. Reducing every micro-batch, the backward's gathers run beside
+    reduce-scatters, which this does not time (`backward_waits_s`)."""
+    sharding, layout = plan.sharding, plan.layout
+    shards = shard_group(layout, rank, sharding.degree)
+    if not no_sync(plan) or layout.tp == 1 or plan.tp_overlap is not None or len(shards) == 1:
+        return 0.0
+    walked = walked_gathers(plan, times, rank, units, slowed)
+    dense = [gather for gather in walked.gathers if gather[2][1] == shards]
+    backward = [(unit, work) for unit, work in zip(unit_blocks(plan, blocks), units, strict=True)
+                if work.params > 0][::-1]
+    group = layout.group("tp", rank)
+    excess, chained, chain_end = 0.0, -1, 0.0
+    chain: list[tuple[float, CollectiveShape]] = []
+    for (unit, work), start in zip(backward, walked.starts[3], strict=True):
+        clock = start + (0.0 if work.head else copy_out_s(plan, work.params))
+        for block in reversed(unit):
+            for before in (True, False):
+                op = (tp_op(block.tp_pattern, True, before, plan.sequence_parallel)
+                      if block.tp_bytes > 0 else None)
+                if op is not None:
+                    shape: CollectiveShape = (op, group, block.tp_bytes)
+                    alone = took = times.seconds(*shape)
+                    under_way = next((k for k, (begun, end, _) in enumerate(dense) if begun <= clock < end), -1)
+                    if under_way >= 0:
+                        if under_way != chained:
+                            chain, chained, chain_end = [], under_way, dense[under_way][0]
+                        chain.append((clock - chain_end, shape))
+                        took = times.beside((dense[under_way][2],), tuple(chain))
+                        chain_end = clock + took
+                    excess += took - alone
+                    clock += took
+                if before:
+                    clock += slowed * (block.backward_input_s + block.backward_weight_s + block.recompute_s)
+    return excess
 
 
 def chunk_reductions_s(plan: StepPlan, times: CollectiveTimes, pp_rank: int) -> list[float]:
