@@ -54,6 +54,10 @@ Span = tuple[float, tuple[CollectiveShape, ...]]
 """Seconds during which the collectives named run beside the compute (`sharded_microbatch_spans`)."""
 PASSES = (Pass.FORWARD, Pass.BACKWARD, Pass.RECOMPUTE)
 """The passes of a block a micro-batch runs (the recompute where it has one)."""
+OPENING_GATHERS = 2
+"""The units whose gathers open each forward under PyTorch FSDP: its first unit's gather and the second's,
+queued behind it, hold the forward's start (`microbatch_starts_s`), so a slot's spans leave them out
+(`spans_beside_compute`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -287,10 +291,12 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
             unit_work = sharded_unit_work(plan, times, rank, blocks)
             if no_sync(plan):
                 # the last micro-batch reduces as it goes: its slot and tail are those of one that always does, but
-                # for its forward's opening, which is the steady state's
+                # for its forward's opening. That slot leaves its first OPENING_GATHERS gathers to the forward's
+                # start, which under no-sync microbatch_starts_s charges the first micro-batch alone; the last
+                # waits for them as a steady micro-batch does: the steady forward's first waits in gather_walk
                 tail_plan = replace(plan, sharding=replace(sharding, reduce_every_microbatch=True))
-                last_slot = (sharded_slot_s(tail_plan, times, rank, blocks, share, work, plan)
-                             + sum(gather_walk(plan, times, rank, unit_work)[2][:2]) - slot)
+                opening = gather_walk(plan, times, rank, unit_work)[2][:OPENING_GATHERS]
+                last_slot = sharded_slot_s(tail_plan, times, rank, blocks, share, work, plan) + sum(opening) - slot
             work = slot
             starts.append(microbatch_starts_s(plan, times, rank, unit_work))
         slots.append(work)
@@ -1321,7 +1327,7 @@ def spans_beside_compute(plan: StepPlan, rank: int, spans: list[Span], units: li
         return spans
     if len(shard_group(plan.layout, rank, plan.sharding.degree)) == 1:
         return spans
-    opening = min(2, sum(1 for unit in units if unit.params > 0))
+    opening = min(OPENING_GATHERS, sum(1 for unit in units if unit.params > 0))
     return spans[opening:-1] if waits_for_last_reduction(plan) else spans[opening:]
 
 
