@@ -65,6 +65,15 @@ def test_structural_rules(candidate, problem):
     assert (problem in pruning.reason) if problem else pruning is None
 
 
+def test_a_candidate_label_spells_its_degrees_as_the_run_line_does():
+    from simulator.report.outputs import parallel_degrees
+
+    candidate = Candidate(tp=2, cp=1, pp=4, dp=16, virtual_stages=2, micro_batch=1, sharding="zero1",
+                          recompute="none", ep=8)
+    summary = {"layout": {"tp": 2, "cp": 1, "pp": 4, "dp": 16}, "moe": {"ep": 8}}
+    assert candidate.label() == f"{parallel_degrees(summary)} v2 mb1 zero1 recompute=none"
+
+
 def test_search_takes_a_bundled_scenario_by_name():
     """`trainsim search NAME` finds the bundled scenario as `trainsim run NAME` does (it used to read the name
     as a file path when building the candidates' base scenario)."""
@@ -73,7 +82,7 @@ def test_search_takes_a_bundled_scenario_by_name():
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
     rows = result.table.set_index("label")
     bundled = simulate(load_scenario("llama3-8b-dgx-h100-dp8")).summary["tokens_per_s"]
-    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled, rel=1e-12)
+    assert rows.loc["TP1 CP1 PP1 DP8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled, rel=1e-12)
 
 
 def test_a_search_reports_progress_over_its_simulated_candidates(tmp_path, capsys):
@@ -104,7 +113,7 @@ def test_force_simulates_a_candidate_beyond_the_scale_limits(monkeypatch):
     space = SearchSpace(tp=(1,), cp=(1,), pp=(1,), virtual_stages=(1,), micro_batch=(1,), sharding=("zero1",),
                         recompute=("selective",))
     refused, forced = (search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1, force=force)
-                       .table.set_index("label").loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=selective"]
+                       .table.set_index("label").loc["TP1 CP1 PP1 DP8 mb1 zero1 recompute=selective"]
                        for force in (False, True))
     assert refused["status"] == "failed" and refused["reason"].endswith("or pass --force)")
     assert forced["status"] == "simulated" and forced["tokens_per_s"] > 0
@@ -192,13 +201,13 @@ def test_with_one_data_parallel_rank_the_shardings_are_one_layout(tmp_path):
     result = search_layouts(path, SerialExecutor(), space=space, top=8)
     rows = result.table.set_index("label")
     assert list(rows["status"]) == ["simulated", "pruned", "simulated", "simulated"]  # zero0 zero2 fsdp, tree's zero1
-    assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero2 recompute=none", "reason"] == (
+    assert rows.loc["TP1 CP1 PP1 DP1 mb1 zero2 recompute=none", "reason"] == (
         "same layout as zero0: with dp x cp = 1 ZeRO has nothing to shard")
-    assert rows.loc["tp1 cp1 pp1 dp1 mb1 fsdp recompute=none", "tokens_per_s"] < (
-        rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
-    assert rows.loc["tp1 cp1 pp1 dp1 mb1 zero1 recompute=none", "tokens_per_s"] == (
-        rows.loc["tp1 cp1 pp1 dp1 mb1 zero0 recompute=none", "tokens_per_s"])
-    assert result.comparison == "the search agrees with the decision tree: tp1 cp1 pp1 dp1 mb1 zero1 recompute=none"
+    assert rows.loc["TP1 CP1 PP1 DP1 mb1 fsdp recompute=none", "tokens_per_s"] < (
+        rows.loc["TP1 CP1 PP1 DP1 mb1 zero0 recompute=none", "tokens_per_s"])
+    assert rows.loc["TP1 CP1 PP1 DP1 mb1 zero1 recompute=none", "tokens_per_s"] == (
+        rows.loc["TP1 CP1 PP1 DP1 mb1 zero0 recompute=none", "tokens_per_s"])
+    assert result.comparison == "the search agrees with the decision tree: TP1 CP1 PP1 DP1 mb1 zero1 recompute=none"
 
 
 @pytest.mark.parametrize(("schedule", "v", "runs"), [
@@ -233,8 +242,8 @@ def test_a_v_schedule_is_not_held_to_the_interleaved_groups_of_pp():
                             overrides=["parallelism.pipeline.schedule=zbv", "parallelism.pipeline.virtual_stages=2",
                                        "training.global_batch=20"])
     rows = result.table.set_index("label")
-    assert rows.loc["tp1 cp1 pp2 dp4 v2 mb1 zero1 recompute=selective", "status"] == "simulated"
-    assert rows.loc["tp1 cp1 pp2 dp4 v4 mb1 zero1 recompute=selective", "reason"] == (
+    assert rows.loc["TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=selective", "status"] == "simulated"
+    assert rows.loc["TP1 CP1 PP2 DP4 v4 mb1 zero1 recompute=selective", "reason"] == (
         "refused: interleaved schedules need micro-batches in whole groups of p = 2, got 5 (micro-batches = "
         "global_batch / (micro_batch x dp) = 5)")
 
@@ -388,7 +397,7 @@ def test_a_moe_search_keeps_the_scenarios_expert_parallelism():
     rows = result.table.set_index("label")
     assert set(rows["ep"]) == {8}
     bundled = simulate(load_scenario("mixtral-8x7b-ep8")).summary["tokens_per_s"]
-    assert rows.loc["tp2 cp1 pp1 dp16 ep8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled,
+    assert rows.loc["TP2 CP1 PP1 DP16 EP8 mb1 zero1 recompute=none", "tokens_per_s"] == pytest.approx(bundled,
                                                                                                        rel=1e-12)
     assert result.tree.candidate is not None and result.tree.candidate.ep == 8
 
@@ -1099,7 +1108,7 @@ def test_the_estimates_sm_toll_is_the_engines_closed_form():
 def _search_result(tokens_per_s: float) -> SearchResult:
     """A search's result made by hand: one simulated layout at ``tokens_per_s`` (no simulation needed to test
     what is written)."""
-    row = {"label": "tp8 cp1 pp1 dp8 mb1 zero1 recompute=none", "tp": 8, "cp": 1, "pp": 1, "dp": 8, "ep": 1,
+    row = {"label": "TP8 CP1 PP1 DP8 mb1 zero1 recompute=none", "tp": 8, "cp": 1, "pp": 1, "dp": 8, "ep": 1,
            "virtual_stages": 1, "micro_batch": 1, "sharding": "zero1", "recompute": "none", "status": "simulated",
            "reason": "", "reason_kind": None, "memory_model_peak_gib": 71.23456789, "estimate_tokens_per_s": 1.0e5 / 3,
            "tree_choice": True, "searched": True, "tokens_per_s": tokens_per_s, "mfu": 0.4, "step_time_s": 0.5,
@@ -1238,14 +1247,14 @@ def test_the_winner_is_a_layout_of_the_searched_space_not_the_trees_outside_it()
                         recompute=("none",))
     result = search_layouts("llama3-8b-dgx-h100-dp8", SerialExecutor(), space=space, top=1)
     rows = result.table.set_index("label")
-    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero0 recompute=none", "reason_kind"] == "out_of_memory"
-    tree = rows.loc["tp1 cp1 pp1 dp8 mb1 zero1 recompute=none"]
+    assert rows.loc["TP1 CP1 PP1 DP8 mb1 zero0 recompute=none", "reason_kind"] == "out_of_memory"
+    tree = rows.loc["TP1 CP1 PP1 DP8 mb1 zero1 recompute=none"]
     assert tree["tree_choice"] and tree["status"] == "simulated" and not tree["searched"]
-    assert rows.loc["tp1 cp1 pp1 dp8 mb1 zero0 recompute=none", "searched"]
+    assert rows.loc["TP1 CP1 PP1 DP8 mb1 zero0 recompute=none", "searched"]
     assert result.winner is None
     assert result.comparison.startswith("no layout of the searched space survived the checks and simulated; the "
-                                        "decision tree's tp1 cp1 pp1 dp8 mb1 zero1 recompute=none, outside it, runs ")
+                                        "decision tree's TP1 CP1 PP1 DP8 mb1 zero1 recompute=none, outside it, runs ")
     from simulator.sweep.report import format_search
 
     ranking = format_search(result).splitlines()[1]  # the tree's row is shown, marked and not ranked
-    assert ranking.startswith("   -  tp1 cp1 pp1 dp8 mb1 zero1 recompute=none (tree, outside the space)")
+    assert ranking.startswith("   -  TP1 CP1 PP1 DP8 mb1 zero1 recompute=none (tree, outside the space)")

@@ -70,10 +70,10 @@ def test_the_reports_row_is_the_estimate_and_the_simulation_called_directly(scri
     text = script.render([measured, refused], [], "python benchmarks/search_accuracy.py")
     assert text.startswith(script.HEADER + "\n")
     ratio = summary["tokens_per_s"] * estimate_s / step.tokens_per_step
-    assert (f"| dp8 | Llama-3-8B | tp1 cp1 pp1 dp8 mb1 zero1 recompute=none | "
+    assert (f"| dp8 | Llama-3-8B | TP1 CP1 PP1 DP8 mb1 zero1 recompute=none | "
             f"{step.tokens_per_step / estimate_s:,.0f} | {summary['tokens_per_s']:,.0f} | {estimate_s:.4f} | "
             f"{summary['step_time_s']:.4f} | {ratio:.4f} |") in text.splitlines()
-    assert f"| tp16 | Llama-3-8B | tp16 cp1 pp1 dp1 mb1 zero1 recompute=none | {refused.reason} | | | | |" in text
+    assert f"| tp16 | Llama-3-8B | TP16 CP1 PP1 DP1 mb1 zero1 recompute=none | {refused.reason} | | | | |" in text
     # the refused layout has no ratio, so the family's band is the one measured layout's
     assert f"| Llama-3-8B | 1 | {ratio:.4f} (dp8) | {ratio:.4f} (dp8) |" in text.splitlines()
 

@@ -279,8 +279,8 @@ def test_the_front_labels_stay_inside_the_axes(best_memory_gib):
     from simulator.report.study_plots import front_figure
 
     tree_memory_gib = 100.0 - best_memory_gib
-    candidates = pd.DataFrame({"label": ["tp8 cp1 pp2 dp4 mb1 zero1 recompute=selective",
-                                         "tp4 cp1 pp4 dp4 mb1 zero1 recompute=none", "c"],
+    candidates = pd.DataFrame({"label": ["TP8 CP1 PP2 DP4 mb1 zero1 recompute=selective",
+                                         "TP4 CP1 PP4 DP4 mb1 zero1 recompute=none", "c"],
                                "status": ["simulated"] * 3, "peak_memory_gib": [best_memory_gib, tree_memory_gib, 50.0],
                                "tokens_per_s": [500_000.0, 300_000.0, 400_000.0], "tree_choice": [False, True, False],
                                "searched": True})

@@ -13,6 +13,13 @@ from functools import cached_property
 DIMENSIONS = ("tp", "cp", "pp", "dp")
 
 
+def degrees_name(tp: int, cp: int, pp: int, dp: int, ep: int = 1) -> str:
+    """Parallel degrees as every user-facing line spells them (the run's first line, a Gantt chart's title, a
+    search's candidate labels): 'TP8 CP1 PP16 DP128', then 'EP8' where the experts are split (ep above 1)."""
+    degrees = f"TP{tp} CP{cp} PP{pp} DP{dp}"
+    return f"{degrees} EP{ep}" if ep > 1 else degrees
+
+
 @dataclass(frozen=True)
 class Layout:
     """Degrees per dimension and their order (innermost first)."""

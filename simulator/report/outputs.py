@@ -14,7 +14,7 @@ import pandas as pd
 from simulator.errors import InputError
 from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
-from simulator.parallel.layout import DIMENSIONS, Layout
+from simulator.parallel.layout import DIMENSIONS, Layout, degrees_name
 from simulator.parallel.passes import Pass
 from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CATEGORIES
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
@@ -94,9 +94,7 @@ def parallel_degrees(summary: dict) -> str:
     'TP8 CP1 PP16 DP128', then EP from the summary's `moe` where above 1 (the experts' split of the DP x CP ranks,
     which summary['layout'] does not hold; a MoE layout read without it looks expert-replicated)."""
     layout = run_layout(summary)
-    degrees = " ".join(f"{name.upper()}{getattr(layout, name)}" for name in ("tp", "cp", "pp", "dp"))
-    experts = int((summary.get("moe") or {}).get("ep", 1))
-    return f"{degrees} EP{experts}" if experts > 1 else degrees
+    return degrees_name(layout.tp, layout.cp, layout.pp, layout.dp, int((summary.get("moe") or {}).get("ep", 1)))
 
 
 def stage_of(summary: dict, rank: int) -> int:

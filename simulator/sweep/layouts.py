@@ -19,6 +19,7 @@ from simulator.engine.contention import NcclChannels
 from simulator.errors import InputError
 from simulator.parallel.context import ContextAttention, gathered_kv_op
 from simulator.parallel.experts import ep_group, expert_gradient_reduction, expert_param_gather, expert_shard_groups
+from simulator.parallel.layout import degrees_name
 from simulator.parallel.overlap import regathers_input, tp_op
 from simulator.parallel.passes import Pass
 from simulator.parallel.program import StepPlan
@@ -93,9 +94,10 @@ class Candidate:
         }
 
     def label(self) -> str:
+        """The layout in one line: its degrees spelled as `trainsim run` spells them (`degrees_name`), then the
+        interleaving depth, micro-batch size, sharding and recompute: 'TP1 CP1 PP2 DP4 v2 mb1 zero1 recompute=none'."""
         interleave = f" v{self.virtual_stages}" if self.virtual_stages > 1 else ""
-        experts = f" ep{self.ep}" if self.ep > 1 else ""
-        return (f"tp{self.tp} cp{self.cp} pp{self.pp} dp{self.dp}{experts}{interleave} mb{self.micro_batch} "
+        return (f"{degrees_name(self.tp, self.cp, self.pp, self.dp, self.ep)}{interleave} mb{self.micro_batch} "
                 f"{self.sharding} recompute={self.recompute}")
 
 
