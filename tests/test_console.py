@@ -46,7 +46,7 @@ def test_run_report_shows_the_summary_figures(tmp_path, capsys):
     assert "OUT OF MEMORY" not in captured.out
     assert lines["bottleneck"].endswith(summary["bottleneck"].get("verdict", summary["bottleneck"]["constraint"]))
     assert "ranks" not in lines  # its fold holds: nothing given up
-    assert captured.out.splitlines()[0] == ("llama3-8b on dgx-h100 (8 h100-sxm GPUs, TP1 CP1 PP1 DP8, "
+    assert captured.out.splitlines()[0] == ("llama3-8b on dgx-h100 (8 h100-sxm GPUs, TP1 CP1 PP1 DP8 ZeRO-1, "
                                             "4 micro-batches per step)")
     assert all(line == line.rstrip() for line in captured.out.splitlines()), "trailing blanks in a pipe"
 
@@ -523,6 +523,34 @@ def test_one_gpu_and_one_micro_batch_read_in_the_singular():
     summary = {"topology": "dgx-h100", "gpus": 1,
                "layout": {"model": "m", "tp": 1, "cp": 1, "pp": 1, "dp": 1, "microbatches": 1}}
     assert _layout_line(summary) == "m on dgx-h100 (1 GPU, TP1 CP1 PP1 DP1, 1 micro-batch per step)"
+
+
+@pytest.mark.parametrize("sharding, named", [
+    ({"zero_stage": 0}, "DP8 DDP,"), ({"zero_stage": 1}, "DP8 ZeRO-1,"), ({"zero_stage": 3}, "DP8 ZeRO-3,"),
+    ({"zero_stage": 3, "fsdp": "full_shard"}, "DP8 FSDP full_shard (ZeRO-3),"),
+    ({"zero_stage": 2, "fsdp": "shard_grad_op"}, "DP8 FSDP shard_grad_op (ZeRO-2),"),
+    ({"zero_stage": 3, "fsdp": "hybrid_shard", "shard_ranks": 4},
+     "DP8 FSDP hybrid_shard (ZeRO-3, HSDP shards of 4 ranks),"),
+    ({}, "DP8, 4 micro-batches")])
+def test_the_first_line_names_the_sharding(sharding, named):
+    """`llama3-8b-dgx-h100-zero3` opened with 'TP1 CP1 PP1 DP8', its FSDP full shard nowhere in the line."""
+    from simulator.console.report import _layout_line
+
+    summary = {"topology": "dgx-h100", "gpus": 8,
+               "layout": {"model": "m", "tp": 1, "cp": 1, "pp": 1, "dp": 8, "microbatches": 4, **sharding}}
+    assert named in _layout_line(summary)
+
+
+def test_a_run_records_its_fsdp_strategy_for_the_first_line():
+    from simulator import load_scenario
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.memory_plan import layout_summary
+    from simulator.workload.training import build_training_step
+
+    loaded = load_scenario("scenarios/llama3-8b-dgx-h100-zero3.yaml")
+    fsdp = loaded.scenario.parallelism.fsdp
+    layout = layout_summary(build_training_step(loaded.scenario, scenario_topology(loaded)), fsdp)
+    assert (layout["zero_stage"], layout["fsdp"]) == (3, "full_shard")
 
 
 def test_a_share_too_small_for_a_tenth_of_a_percent_is_not_printed_as_none():

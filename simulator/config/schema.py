@@ -401,6 +401,8 @@ class DDPConfig(Section):
 FsdpStrategy = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
 """PyTorch FSDP's sharding strategies, each run as the ZeRO stage of `FSDP_ZERO_STAGE`."""
 FSDP_ZERO_STAGE: dict[FsdpStrategy, int] = {"no_shard": 0, "shard_grad_op": 2, "full_shard": 3, "hybrid_shard": 3}
+ZERO_STAGE_NAMES = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+"""How a run names `zero: 0 | 1 | 2 | 3` (index: the stage): plain DDP, then Megatron-LM / DeepSpeed's ZeRO stages."""
 MAX_UNSHARDED_STAGES = 3
 """The local stages torch.distributed.pipelining's runtime keeps unsharded at once under FSDP
 (`_add_unshard_reshard(max_active_stages=3)` in torch/distributed/pipelining/schedules.py)."""

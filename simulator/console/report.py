@@ -130,8 +130,8 @@ def cluster_gpus(summary: dict) -> str:
 
 
 def _layout_line(summary: dict) -> str:
-    """A run's first line: its model, cluster, GPUs, parallel degrees and micro-batches per step."""
-    from simulator.report.outputs import parallel_degrees
+    """A run's first line: its model, cluster, GPUs, parallel degrees, sharding and micro-batches per step."""
+    from simulator.report.outputs import parallel_degrees, sharding_name
 
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
@@ -140,7 +140,9 @@ def _layout_line(summary: dict) -> str:
         return head + ")"
     kernels = f", {layout['kernels']} kernels" if "kernels" in layout else ""
     microbatches = counted(layout.get("microbatches", "?"), "micro-batch", "micro-batches")
-    return f"{head}, {parallel_degrees(summary)}, {microbatches} per step{kernels})"
+    sharding = sharding_name(summary)
+    degrees = f"{parallel_degrees(summary)} {sharding}" if sharding else parallel_degrees(summary)
+    return f"{head}, {degrees}, {microbatches} per step{kernels})"
 
 
 def _given_up_text(entry: dict, before: dict | None = None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.config.schema import ZERO_STAGE_NAMES
 from simulator.errors import InputError
 from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
@@ -95,6 +96,21 @@ def parallel_degrees(summary: dict) -> str:
     which summary['layout'] does not hold; a MoE layout read without it looks expert-replicated)."""
     layout = run_layout(summary)
     return degrees_name(layout.tp, layout.cp, layout.pp, layout.dp, int((summary.get("moe") or {}).get("ep", 1)))
+
+
+def sharding_name(summary: dict) -> str:
+    """How the run shards its data-parallel state, as its first line names it: 'DDP', 'ZeRO-1' .. 'ZeRO-3'
+    (`ZERO_STAGE_NAMES`), or PyTorch FSDP by the scenario's strategy with the ZeRO stage it runs as ('FSDP
+    full_shard (ZeRO-3)'), a hybrid one with its shard groups' size ('FSDP hybrid_shard (ZeRO-3, HSDP shards of
+    8 ranks)'); '' where the layout names no ZeRO stage (a parameter server, a trace)."""
+    layout = summary.get("layout") or {}
+    if "zero_stage" not in layout:
+        return ""
+    stage = ZERO_STAGE_NAMES[int(layout["zero_stage"])]
+    if "fsdp" not in layout:
+        return stage
+    shards = f", HSDP shards of {layout['shard_ranks']} ranks" if "shard_ranks" in layout else ""
+    return f"FSDP {layout['fsdp']} ({stage}{shards})"
 
 
 def stage_of(summary: dict, rank: int) -> int:

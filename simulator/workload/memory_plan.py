@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from simulator.catalog.models import ModelSpec
-from simulator.config.schema import Scenario, TrainingConfig
+from simulator.config.schema import FsdpStrategy, Scenario, TrainingConfig
 from simulator.config.training_options import Recompute
 from simulator.parallel.work import layer_experts, layer_units
 from simulator.schedules.timing import peak_held_weight, peak_in_flight, transient_excess
@@ -195,13 +195,14 @@ def memory_bound_share(step: TrainingStep) -> float:
     return bound / total if total else 0.0
 
 
-def layout_summary(step: TrainingStep) -> dict:
+def layout_summary(step: TrainingStep, fsdp: FsdpStrategy | None) -> dict:
     """The resolved layout and pipeline shape, for the summary; with ZeRO-3 under pipelining or without
     per-micro-batch sync (where PyTorch FSDP's no-sync can apply) also ``grad_sync``, when the gradients were
     reduce-scattered: ``every_microbatch`` or ``after_last_backward`` (each chunk's, once per step); with a
     kernel era other than the default ``fused`` also ``kernels`` (so a default step's summary is unchanged);
     with hybrid sharding over fewer ranks than DP x CP also ``shard_ranks``, its shard group's size (what an
-    out-of-memory message weighs `fsdp: full_shard` against)."""
+    out-of-memory message weighs `fsdp: full_shard` against); under PyTorch FSDP also ``fsdp``, the scenario's
+    strategy (``fsdp``, `FsdpStrategy`), which the run's first line names beside the ZeRO stage it runs as."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     entry = {"tp": layout.tp, "cp": layout.cp, "pp": layout.pp, "dp": layout.dp, "order": list(layout.order),
@@ -214,6 +215,8 @@ def layout_summary(step: TrainingStep) -> dict:
         entry["kernels"] = step.kernels
     if sharding.degree != layout.dp * layout.cp:
         entry["shard_ranks"] = sharding.degree
+    if fsdp is not None:
+        entry["fsdp"] = fsdp
     return entry
 
 
