@@ -294,7 +294,7 @@ def test_a_job_run_prints_its_figures_and_quiet_prints_nothing(tmp_path, capsys)
     job = json.loads((tmp_path / "loud" / "job_summary.json").read_text())
     ettr = job["ettr"]
     assert f"ETTR             {100 * ettr['mean']:.1f}% (95%: {100 * ettr['ci95_low']:.1f}%" in printed
-    assert f"{job['interruptions']['unexpected']['mean']:,.1f} (95%:" in printed
+    assert f"interruptions    means: {job['interruptions']['unexpected']['mean']:,.1f} (95%:" in printed
     assert "time lost        restarts" in printed and "job_failure" in printed
     lost = job["lost_work_per_failure_s"]  # a failure every 3 h, a checkpoint every 30 min: about 15 min
     assert (f"per failure {format_seconds(lost['mean'])} (95%: {format_seconds(lost['ci95_low'])} to "
@@ -338,6 +338,13 @@ def test_a_study_of_a_job_that_only_straggles_counts_its_stragglers(tmp_path, ca
     assert curve["expected_slowdowns"] == pytest.approx(8 * 54 * 24 / 5000, rel=1e-12)
     assert curve["horizon_s"] == 54 * 86400
     assert curve["points"][0]["ettr"] < 1  # the stragglers cost time
+
+
+def test_one_replications_counts_print_as_whole_numbers(tmp_path, capsys):
+    """`trainsim run llama3-8b-dgx-h100-dp8 --set run.horizon=1d` printed 'interruptions 0.0 unexpected, 0.0
+    planned': one replication's counts are counts, not means."""
+    assert main(["run", "llama3-8b-dgx-h100-dp8", "--set", "run.horizon=1d", "--out", str(tmp_path / "job")]) == 0
+    assert "interruptions    0 unexpected, 0 planned\n" in capsys.readouterr().out
 
 
 def test_the_job_table_names_only_causes_that_struck(tmp_path, capsys):

@@ -7,6 +7,7 @@ Reads only summary.json's keys and shows those present, so a summary that gains 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -436,13 +437,27 @@ def long_duration(seconds: float) -> str:
     return format_seconds(seconds)
 
 
-def _regrowing(replicas: dict) -> str:
-    """The restarts an elastic job took only to regrow, those a failure cut short, and their time ('' for none)."""
+def count_text(replications: int) -> Callable[[float], str]:
+    """How a job's counts read: one replication's as the whole numbers they are ('0 unexpected'), several
+    replications' as their means with one decimal (the row then says 'means:', `means_prefix`)."""
+    if replications == 1:
+        return lambda value: f"{round(value):,}"
+    return lambda value: f"{value:,.1f}"
+
+
+def means_prefix(replications: int) -> str:
+    """'means: ' before a row of counts averaged over several replications, '' for one replication's counts."""
+    return "" if replications == 1 else "means: "
+
+
+def _regrowing(replicas: dict, count: Callable[[float], str]) -> str:
+    """The restarts an elastic job took only to regrow, those a failure cut short, and their time ('' for none),
+    the counts as ``count`` writes them."""
     restarts, cut = replicas["regrow_restarts"]["mean"], replicas["regrow_restarts_cut_short"]["mean"]
     if not restarts and not cut:
         return ""
-    short = f", {cut:,.1f} more cut short by a failure" if cut else ""
-    return f", {restarts:,.1f} restarts to regrow ({long_duration(replicas['regrow_restart_s']['mean'])}{short})"
+    short = f", {count(cut)} more cut short by a failure" if cut else ""
+    return f", {count(restarts)} restarts to regrow ({long_duration(replicas['regrow_restart_s']['mean'])}{short})"
 
 
 def skipped_sizes_text(out_of_memory_gib: dict[str, float], capacity_gib: float | None) -> str:
@@ -479,12 +494,13 @@ def job_table(job: dict) -> Table:
     table.add_row("ETTR", _mean_ci(job["ettr"], _share))
     table.add_row("goodput", _mean_ci(goodput, text) + f", {_share(goodput['mean'] / ideal)} of healthy")
     interruptions, labels = job["interruptions"], job.get("failure_model", {})
+    count, means = count_text(job["replications"]), means_prefix(job["replications"])
     causes = sorted(((name, value) for name, value in interruptions["by_cause"].items() if value["mean"] > 0),
                     key=lambda item: (-item[1]["mean"], item[0]))[:3]
-    most = ", ".join(f"{labels.get(name, {}).get('label', name)} {value['mean']:,.1f}" for name, value in causes)
+    most = ", ".join(f"{labels.get(name, {}).get('label', name)} {count(value['mean'])}" for name, value in causes)
     mtbf = f" (MTBF {long_duration(job['mtbf_s'])})" if job.get("mtbf_s") else ""
-    table.add_row("interruptions", _mean_ci(interruptions["unexpected"], lambda value: f"{value:,.1f}")
-                  + f" unexpected{mtbf}, {interruptions['planned']['mean']:,.1f} planned"
+    table.add_row("interruptions", means + _mean_ci(interruptions["unexpected"], count)
+                  + f" unexpected{mtbf}, {count(interruptions['planned']['mean'])} planned"
                   + (f"; most: {most}" if most else ""))
     times = job["time_s"]
     waiting = (job.get("restart_waiting_for_hosts_s") or {}).get("mean") or 0.0
@@ -508,8 +524,9 @@ def job_table(job: dict) -> Table:
                             f"({_share(value['mean'] / horizon)})"
                             for size, value in replicas["running_s"].items() if value["mean"])
         skipped = skipped_sizes_text(replicas["out_of_memory_gib"], replicas["memory_capacity_gib"])
-        table.add_row("elastic", f"{replicas['shrinks']['mean']:,.1f} shrinks, {replicas['regrows']['mean']:,.1f} "
-                      f"regrows{_regrowing(replicas)} (sizes {number_ranges(replicas['sizes'])}"
+        table.add_row("elastic", f"{means}{count(replicas['shrinks']['mean'])} shrinks, "
+                      f"{count(replicas['regrows']['mean'])} regrows{_regrowing(replicas, count)} "
+                      f"(sizes {number_ranges(replicas['sizes'])}"
                       f"{'; ' + skipped if skipped else ''}; {replicas['elastic_batch']}, "
                       f"regrow {replicas['regrow']}); running on " + (running or "none"))
     checkpoint = job["checkpoint"]
