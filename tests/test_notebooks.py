@@ -30,3 +30,21 @@ def test_notebook_runs_and_draws(path):
 
 def test_the_studies_notebooks_are_there():
     assert {"pipeline_bubbles", "collectives", "llama3_405b"} <= {path.stem for path in NOTEBOOKS.glob("*.ipynb")}
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
+@pytest.mark.parametrize("cwd", [NOTEBOOKS.parent, NOTEBOOKS], ids=["from the root", "from notebooks"])
+def test_a_notebook_finds_the_repository_root_from_either_folder(path, cwd, monkeypatch):
+    """The MTBF notebook put Path("..") on sys.path and read its scenario through it, so it ran only from
+    notebooks/; each notebook defines REPO, the checkout's root from the root or from notebooks/, and reaches
+    the repository's files through it alone."""
+    sources = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    definition = next((line for source in sources for line in source.splitlines() if line.startswith("REPO = ")),
+                      None)
+    assert definition is not None, f"{path.name} does not define REPO"
+    assert not any('Path("..")' in source for source in sources), f"{path.name} reads files through Path('..')"
+    monkeypatch.chdir(cwd)
+    namespace: dict = {"Path": Path}
+    exec(definition, namespace)
+    assert namespace["REPO"].resolve() == NOTEBOOKS.parent
+
