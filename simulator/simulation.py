@@ -361,6 +361,7 @@ def run_step(program: StepProgram, topology: Topology, settings: NetworkSettings
                                model_flops_per_step=program.model_flops_per_step, peak_flops=program.peak_flops,
                                nominal_model_flops_per_step=program.nominal_model_flops_per_step,
                                training_ranks=program.training_ranks,
+                               span="run" if program.parameter_server is not None else "step",
                                memory=dict(program.memory), memory_bound_share=program.memory_bound_share,
                                pipelined=program.pipelined,
                                pipeline_stages=program.layout.pp if program.layout is not None else 1,

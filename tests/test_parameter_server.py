@@ -75,6 +75,8 @@ def test_workers_waiting_for_the_servers_is_exposed_communication_not_a_bubble(r
     assert bottleneck["largest_loss"]["name"] == "exposed_dp_comm"
     assert bottleneck["loss_shares"]["exposed_dp_comm"] == pytest.approx(
         summary["exposed_comm_s"]["dp"] / summary["step_time_s"], rel=1e-12)
+    # the run's time is its iterations' ('run time (6 iterations) 3.52 s'), and its verdict said '% of the step'
+    assert bottleneck["verdict"].endswith(f"{100 * bottleneck['loss_shares']['exposed_dp_comm']:.1f}% of the run")
 
 
 def test_rates_count_every_gpu_of_the_run_and_waiting_times_only_the_workers(run_yaml):

@@ -5,6 +5,7 @@ largest loss of the step (pipeline bubble, exposed communication of one kind, op
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 from simulator.metrics.step import (
     StepRows,
@@ -18,6 +19,9 @@ from simulator.metrics.step import (
 from simulator.parallel.folding import ranks_stood_for
 from simulator.program.ops import COMM_CATEGORIES
 
+SimulatedSpan = Literal["step", "run"]
+"""What a training summary's simulated time spans: one training step, or a parameter-server run of several
+iterations (the console's 'run time (6 iterations)')."""
 COMMUNICATION_BOUND_RATIO = 0.30
 """Exposed communication above this share of the step makes communication the binding constraint (the seed
 chapter's rule of thumb: under ~10% scales well, over ~30% stop adding GPUs)."""
@@ -46,10 +50,11 @@ def loss_shares(step_time_s: float, comm: dict, bubble_s: float | None, optimize
 
 
 def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share: float, bubble: float,
-               losses: dict[str, float] | None = None, *, pipeline_stages: int) -> dict:
+               losses: dict[str, float] | None = None, *, pipeline_stages: int, span: SimulatedSpan = "step") -> dict:
     """Which constraint binds, with the evidence that decided it, and the step's largest loss with its share
     of the step, so that a compute-bound step that idles 27% in its pipeline bubble says so (with one
-    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE)."""
+    ``pipeline_stages``, that it idles: IDLE_WITHOUT_PIPELINE); the verdict names the time simulated by
+    ``span``, as the console's first row does ('65.1% of the run' beside a parameter server's run time)."""
     exposed = sum(comm["exposed_comm_s"].values())
     evidence = {
         "exposed_comm_share": exposed / step_time_s if step_time_s else 0.0,
@@ -72,7 +77,7 @@ def bottleneck(step_time_s: float, comm: dict, memory: dict, memory_bound_share:
         result["loss_shares"] = losses
         label = IDLE_WITHOUT_PIPELINE if name == "pipeline_bubble" and pipeline_stages == 1 else LOSS_LABELS[name]
         result["verdict"] = (f"{binding.replace('_', ' ')}-bound; largest loss: {label}, "
-                             f"{100 * losses[name]:.1f}% of the step" if losses[name] > 0 else
+                             f"{100 * losses[name]:.1f}% of the {span}" if losses[name] > 0 else
                              f"{binding.replace('_', ' ')}-bound; no measurable loss")
     return result
 
@@ -82,7 +87,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
                      memory_bound_share: float, pipelined: bool = True, pipeline_stages: int = 1,
                      traffic_correction: Mapping[str, float] | None = None,
                      nominal_model_flops_per_step: float | None = None,
-                     training_ranks: Collection[int] | None = None) -> dict:
+                     training_ranks: Collection[int] | None = None, span: SimulatedSpan = "step") -> dict:
     """The summary keys of a training step. FLOP rates are per GPU; MFU counts model FLOPs without recompute
     (with experts, only for the token-expert assignments the capacity kept, so dropping tokens never raises it),
     HFU the FLOPs the GPUs really executed (recompute included). ``nominal_model_flops_per_step`` (experts only)
@@ -92,7 +97,8 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     sent (`traffic_bytes`). ``training_ranks`` (None: every rank) are the ranks whose times the communication
     figures and the losses average: the workers of a parameter-server run, whose waits are the run's losses
     (a server has no compute to hide a transfer behind, and its updates are what the workers wait for); the
-    FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies."""
+    FLOP rates and the traffic stay per GPU of the whole run, servers included, which the run occupies.
+    ``span`` is what ``step_time_s`` spans, which the bottleneck's verdict names (`SimulatedSpan`)."""
     timed = rows if training_ranks is None else rows.of_ranks(training_ranks)
     comm = communication_metrics(timed, step_time_s)
     bubble = bubble_fraction(timed) if pipelined else 0.0
@@ -117,7 +123,7 @@ def training_summary(rows: StepRows, *, step_time_s: float, gpus: int, simulated
     losses = loss_shares(step_time_s, comm, bubble * pipeline_window_s(timed) if pipelined else None,
                          optimizer_s(timed))
     summary["bottleneck"] = bottleneck(step_time_s, comm, memory, memory_bound_share, bubble, losses,
-                                       pipeline_stages=pipeline_stages)
+                                       pipeline_stages=pipeline_stages, span=span)
     return summary
 
 
