@@ -461,9 +461,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if args.chart == "goodput":
         return _plot_goodput(args)
     if args.chart in STUDY_CHARTS:
-        from simulator.report.study_plots import study_figure
+        from simulator.report.study_plots import default_sweep_x, study_figure
 
-        figure = study_figure(args.chart, Path(args.outdir), x=args.x, y=args.y, hue=args.hue, value=args.value,
+        x = args.x
+        if args.chart == "sweep" and x is None:
+            x = default_sweep_x(Path(args.outdir))
+            print(f"--x {x}: the one field the sweep varies")
+        figure = study_figure(args.chart, Path(args.outdir), x=x, y=args.y, hue=args.hue, value=args.value,
                               log_x=args.log_x)
         folder = Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent
         output = figure_file(args.output or str(folder / f"{args.chart}.png"))

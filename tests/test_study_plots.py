@@ -141,8 +141,9 @@ grid:
      "--x/--y/--value: --x workload[0].bytes, --y collectives.algorithm and --value workload[0].bytes name one "
      "column twice (allowed: three different columns: two axes and a metric)"),
     (["--x", "workload[0].bytes", "--y", "collectives.algorithm", "--value", "status"],
-     "--value: column 'status' holds values that are not numbers (allowed: a numeric column (a metric such as "
-     "step_time_s))"),
+     "--value: column 'status' holds values that are not numbers (allowed: a numeric column: gpus, makespan_s, "
+     "collectives[0].ranks, collectives[0].bytes, collectives[0].time_s, collectives[0].algbw_GBps, "
+     "collectives[0].busbw_GBps, ops_executed, flows_simulated, seed)"),
 ])
 def test_a_heatmap_of_a_column_twice_or_of_text_is_refused(tmp_path, capsys, flags, error):
     """A heat map over one column twice (pandas: 'Grouper ... not 1-dimensional') or of a text column (pandas:
@@ -172,6 +173,43 @@ def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path,
     capsys.readouterr()
     assert main(["plot", chart, str(tmp_path / "sweep")]) == 2
     assert f"a {chart} chart needs --x and --y" in capsys.readouterr().err
+
+
+def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, capsys):
+    """`plot sweep --y bottleneck.constraint` drew the texts as a category axis, where `heatmap --value` refuses
+    them: --y is refused the same way, naming the numeric columns."""
+    _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
+    capsys.readouterr()
+    assert main(["plot", "sweep", str(tmp_path / "sweep"), "--x", "workload[0].bytes", "--y",
+                 "collectives.algorithm", "-o", str(tmp_path / "s.png")]) == 2
+    assert capsys.readouterr().err == (
+        "error: command line: --y: column 'collectives.algorithm' holds values that are not numbers (allowed: a "
+        "numeric column: gpus, makespan_s, collectives[0].ranks, collectives[0].bytes, collectives[0].time_s, "
+        "collectives[0].algbw_GBps, collectives[0].busbw_GBps, ops_executed, flows_simulated, seed)\n")
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_a_sweep_chart_defaults_x_to_the_one_swept_field_and_says_so(tmp_path, capsys):
+    """Without --x, a sweep of one field draws against it and says so; a sweep of two is refused naming them."""
+    sweep = sweep_from_text("""
+base:
+  cluster: {topology: dgx-h100}
+  workload: [{op: all_reduce, bytes: 1 MiB}]
+grid:
+  workload[0].bytes: [1 MiB, 16 MiB]
+""", "one.yaml")
+    run_sweep(sweep, tmp_path / "one", SerialExecutor())
+    capsys.readouterr()
+    assert main(["plot", "sweep", str(tmp_path / "one"), "--y", "collectives[0].busbw_GBps", "-o",
+                 str(tmp_path / "one.png")]) == 0
+    assert capsys.readouterr().out.startswith("--x workload[0].bytes: the one field the sweep varies\n")
+    assert (tmp_path / "one.png").stat().st_size > 0
+    _all_reduce_sweep(tmp_path / "two", "1 MiB, 16 MiB")
+    capsys.readouterr()
+    assert main(["plot", "sweep", str(tmp_path / "two"), "--y", "collectives[0].busbw_GBps"]) == 2
+    assert capsys.readouterr().err == ("error: command line: --x: a sweep chart needs --x and --y: 2 fields are "
+                                       "swept (allowed: one of the swept fields: collectives.algorithm, "
+                                       "workload[0].bytes)\n")
 
 
 def test_a_line_through_points_that_share_a_place_says_so(tmp_path):

@@ -23,6 +23,7 @@ from simulator.report.column_units import (
 )
 from simulator.report.run_folder import checked_manifest, other_kind, outdir_error, read_parquet_table
 from simulator.sweep.options import StudyChart
+from simulator.sweep.results import AXES_ATTR
 from simulator.units import format_size, magnitude, shown_value
 
 COLUMN_ALLOWED = "a column of the results table (an axis or a flattened summary metric)"
@@ -48,6 +49,43 @@ def _check_columns(frame: pd.DataFrame, named: dict[str, str | None]) -> None:
             more = len(columns) - SHOWN_COLUMNS
             shown = ", ".join(columns[:SHOWN_COLUMNS]) + (f", ... ({more} more)" if more > 0 else "")
             raise ScenarioError(f"no column {name!r}", field=field, allowed=f"a column of the table: {shown}")
+
+
+def swept_fields(frame: pd.DataFrame) -> tuple[str, ...]:
+    """The fields a sweep's results table varies, as its sweep file names them (none for a table written before
+    `results_table` kept them)."""
+    return tuple(frame.attrs.get(AXES_ATTR, ()))
+
+
+def default_sweep_x(path: Path) -> str:
+    """A sweep chart's --x where it is not given: the one field the sweep at ``path`` varies; a sweep of several
+    fields is refused naming them to choose from."""
+    fields = swept_fields(_read_table(path, "results.parquet"))
+    if len(fields) == 1:
+        return fields[0]
+    if not fields:
+        raise ScenarioError("a sweep chart needs --x and --y", field="--x", allowed=COLUMN_ALLOWED)
+    raise ScenarioError(f"a sweep chart needs --x and --y: {len(fields)} fields are swept", field="--x",
+                        allowed=f"one of the swept fields: {', '.join(fields)}")
+
+
+def _numbers(rows: pd.DataFrame, column: str, field: str) -> pd.Series:
+    """The column as numbers; a column holding text (a bottleneck's constraint, a status) is refused at ``field``
+    naming the numeric columns there are (the first SHOWN_COLUMNS)."""
+    numbers = pd.to_numeric(rows[column], errors="coerce")
+    if (numbers.isna() & rows[column].notna()).any():
+        raise ScenarioError(f"column {column!r} holds values that are not numbers", field=field,
+                            allowed=_numeric_columns(rows))
+    return numbers
+
+
+def _numeric_columns(frame: pd.DataFrame) -> str:
+    """The numeric columns of a results table, as a refusal names them: the first SHOWN_COLUMNS, then how many more
+    (results.csv's header lists every column)."""
+    columns = [str(c) for c in frame.columns if c != "point" and pd.api.types.is_numeric_dtype(frame[c])]
+    more = len(columns) - SHOWN_COLUMNS
+    return "a numeric column: " + ", ".join(columns[:SHOWN_COLUMNS]) + (
+        f", ... ({more} more; results.csv's header lists them)" if more > 0 else "")
 
 
 def _by_magnitude(values):
@@ -85,6 +123,7 @@ def sweep_figure(frame: pd.DataFrame, x: str, y: str, hue: str | None = None, *,
     so (the zigzag read as a curve), suggesting --hue where it is not set."""
     _check_columns(frame, {"--x": x, "--y": y, "--hue": hue})
     rows = _ok(frame)
+    _numbers(rows, y, "--y")
     figure = Figure(figsize=(8, 5), layout="constrained")
     ax = figure.add_subplot()
     x_scale, y_scale = _numeric_scale(rows, x), _numeric_scale(rows, y)
@@ -130,10 +169,7 @@ def heatmap_figure(frame: pd.DataFrame, x: str, y: str, value: str) -> Figure:
         raise ScenarioError(f"--x {x}, --y {y} and --value {value} name one column twice", field="--x/--y/--value",
                             allowed="three different columns: two axes and a metric")
     rows = _ok(frame)
-    numbers = pd.to_numeric(rows[value], errors="coerce")
-    if (numbers.isna() & rows[value].notna()).any():
-        raise ScenarioError(f"column {value!r} holds values that are not numbers", field="--value",
-                            allowed="a numeric column (a metric such as step_time_s)")
+    numbers = _numbers(rows, value, "--value")
     scale = column_scale(value, numbers.dropna())
     table = rows.assign(**{value: scale.scaled(numbers)}).pivot_table(index=y, columns=x, values=value, aggfunc="mean")
     table = table.sort_index(key=_by_magnitude).sort_index(axis=1, key=_by_magnitude)
@@ -306,6 +342,8 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
     if chart == "busbw":
         return busbw_figure(collective_rows(path))
     frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags
+    if chart == "sweep" and x is not None and y is None:
+        raise ScenarioError("a sweep chart needs --y", field="--y", allowed=_numeric_columns(_ok(frame)))
     if x is None or y is None or (chart == "heatmap" and value is None):
         needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
         raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)

@@ -24,6 +24,9 @@ JOURNAL = "points.jsonl"
 RESULTS_PARQUET = "results.parquet"
 RESULTS_CSV = "results.csv"
 LEADING_COLUMNS = ("point", "status", "error")
+AXES_ATTR = "axes"
+"""The key of a results table's `attrs` (kept in results.parquet) listing the fields its sweep varies, as the
+sweep file names them: what `trainsim plot sweep` defaults --x to when there is one."""
 OVERRIDES_COLUMN = "overrides"
 """The `--set`s a point ran with, a JSON list; only in a table where some point had one."""
 SUMMARY_SCHEMA = 1
@@ -105,7 +108,7 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
     point had any), the axes, then the metrics (in the order they first appear) that some point has a value
     for: a metric null in every point (the token figures of a synthetic model's job, the confidence bounds of
     a single replication) would be a column of nothing. An axis whose values are not all numbers (or all
-    booleans) is written as text."""
+    booleans) is written as text. The axes' names are kept in the table's attrs (`AXES_ATTR`)."""
     rows = []
     leading = [*LEADING_COLUMNS, OVERRIDES_COLUMN] if any(r.overrides for r in records.values()) else LEADING_COLUMNS
     for index in sorted(records):
@@ -126,6 +129,7 @@ def results_table(axes: tuple[str, ...], values: dict[int, tuple], records: dict
     for name in frame.columns[len(leading) + len(axes):]:
         if frame[name].dtype == object:
             frame[name] = frame[name].map(_cell_text)
+    frame.attrs[AXES_ATTR] = list(axes)
     return frame
 
 
