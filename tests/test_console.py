@@ -675,3 +675,16 @@ def test_every_kind_of_run_names_its_gpu_model(tmp_path, capsys):
     assert json.loads((job / "summary.json").read_text())["gpu_model"] == "b200"
     assert main(["validate", str(SCENARIOS / "trace-h200-step.yaml")]) == 0
     assert capsys.readouterr().out.endswith("valid (1 h200 GPU on dgx-h100)\n")
+
+
+def test_a_summary_only_run_imports_neither_pandas_nor_pyarrow(tmp_path):
+    """`trainsim run` under `run.timeline: summary` writes summary.json and prints its report from the log's
+    columns: importing pandas (0.2 s of CPU) to name the layout on the first line made the 405B 8k command 1.35x
+    its simulate() against the 1.3x target (90d048d imported report/outputs.py for the degrees)."""
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "llama3-8b-dgx-h100-dp8.yaml"
+    code = ("import sys\nfrom simulator.cli import main\n"
+            f"code = main(['run', {str(scenario)!r}, '--out', {str(tmp_path / 'out')!r}, "
+            "'--set', 'run.timeline=summary'])\n"
+            "print(code, 'pandas' in sys.modules, 'pyarrow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "0 False False"

@@ -21,8 +21,9 @@ from simulator.cli import main
 from simulator.errors import InputError
 from simulator.program.ops import Category
 from simulator.report.gantt import BAR_CLASSES, OP_BARS, PASS_BARS, Bar, _bar_class, gantt_figure
+from simulator.report.layout_names import parallel_degrees
 from simulator.report.memory_timeline import GIB, memory_figure, memory_timeline
-from simulator.report.outputs import parallel_degrees, simulated_ranks
+from simulator.report.outputs import simulated_ranks
 from simulator.report.run_folder import MANIFEST, file_digest
 
 STAGES, MICROBATCHES = 4, 8

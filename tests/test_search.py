@@ -66,7 +66,7 @@ def test_structural_rules(candidate, problem):
 
 
 def test_a_candidate_label_spells_its_degrees_as_the_run_line_does():
-    from simulator.report.outputs import parallel_degrees
+    from simulator.report.layout_names import parallel_degrees
 
     candidate = Candidate(tp=2, cp=1, pp=4, dp=16, virtual_stages=2, micro_batch=1, sharding="zero1",
                           recompute="none", ep=8)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.program.ops import COMM_CATEGORIES
+from simulator.report.layout_names import parallel_degrees, sharding_name
 from simulator.units import counted, format_size, number_ranges
 
 if TYPE_CHECKING:
@@ -132,8 +133,6 @@ def cluster_gpus(summary: dict) -> str:
 
 def _layout_line(summary: dict) -> str:
     """A run's first line: its model, cluster, GPUs, parallel degrees, sharding and micro-batches per step."""
-    from simulator.report.outputs import parallel_degrees, sharding_name
-
     layout = summary.get("layout") or {}
     what = layout.get("model") or ("trace" if "trace" in summary else "model")
     head = f"{what} on {summary.get('topology', '?')} ({cluster_gpus(summary)}"

@@ -25,11 +25,11 @@ from simulator.program.ops import (
     Category,
     PipelineCategory,
 )
+from simulator.report.layout_names import parallel_degrees
 from simulator.report.outputs import (
     compute_stream_work,
     held_stages,
     input_grad_ops,
-    parallel_degrees,
     pipeline_actions,
     run_name,
     simulated_ranks,

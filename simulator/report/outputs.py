@@ -11,13 +11,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.config.schema import ZERO_STAGE_NAMES
 from simulator.errors import InputError
 from simulator.metrics.events import FLOW_KIND
 from simulator.metrics.step import STAGE_WORK_CATEGORIES
-from simulator.parallel.layout import DIMENSIONS, Layout, degrees_name
 from simulator.parallel.passes import Pass
 from simulator.program.ops import BACKWARD_CATEGORY, COMPUTE_STREAM, PIPELINE_CATEGORIES
+from simulator.report.layout_names import run_layout
 from simulator.report.run_folder import checked_manifest, outdir_error, read_parquet_table
 from simulator.schedules.base import rank_stages
 
@@ -80,37 +79,6 @@ def run_name(summary: dict) -> str:
     """What a run's charts are titled by: its scenario's file name (the summary holds the path as given,
     absolute for a bundled scenario run by name, which filled half a title), else 'training step'."""
     return Path(summary["scenario"]).name if summary.get("scenario") else "training step"
-
-
-def run_layout(summary: dict) -> Layout:
-    """The 4D layout the run used, from summary['layout']."""
-    info = summary["layout"]
-    order = tuple(info.get("order", DIMENSIONS))
-    return Layout(tp=int(info.get("tp", 1)), cp=int(info.get("cp", 1)), pp=int(info.get("pp", 1)),
-                  dp=int(info.get("dp", 1)), order=order)
-
-
-def parallel_degrees(summary: dict) -> str:
-    """The run's parallel degrees, as the console's layout line and a Gantt chart's title both name them:
-    'TP8 CP1 PP16 DP128', then EP from the summary's `moe` where above 1 (the experts' split of the DP x CP ranks,
-    which summary['layout'] does not hold; a MoE layout read without it looks expert-replicated)."""
-    layout = run_layout(summary)
-    return degrees_name(layout.tp, layout.cp, layout.pp, layout.dp, int((summary.get("moe") or {}).get("ep", 1)))
-
-
-def sharding_name(summary: dict) -> str:
-    """How the run shards its data-parallel state, as its first line names it: 'DDP', 'ZeRO-1' .. 'ZeRO-3'
-    (`ZERO_STAGE_NAMES`), or PyTorch FSDP by the scenario's strategy with the ZeRO stage it runs as ('FSDP
-    full_shard (ZeRO-3)'), a hybrid one with its shard groups' size ('FSDP hybrid_shard (ZeRO-3, HSDP shards of
-    8 ranks)'); '' where the layout names no ZeRO stage (a parameter server, a trace)."""
-    layout = summary.get("layout") or {}
-    if "zero_stage" not in layout:
-        return ""
-    stage = ZERO_STAGE_NAMES[int(layout["zero_stage"])]
-    if "fsdp" not in layout:
-        return stage
-    shards = f", HSDP shards of {layout['shard_ranks']} ranks" if "shard_ranks" in layout else ""
-    return f"FSDP {layout['fsdp']} ({stage}{shards})"
 
 
 def stage_of(summary: dict, rank: int) -> int:
