@@ -8,9 +8,10 @@ Run: python benchmarks/bench_collective.py [--nodes 128] [--size 1GiB] [--algori
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
+
+from process_memory import peak_rss_mib
 
 from simulator.collectives.busbw import bus_bandwidth_factor
 from simulator.network.calibration import calibrated
@@ -18,20 +19,6 @@ from simulator.program.ops import COMM_STREAM, CollectiveOp
 from simulator.simulation import NetworkSettings, run_ops
 from simulator.topology.loader import load_topology
 from simulator.units import parse_size
-
-
-def peak_rss_mib() -> float:
-    """Peak resident set size of this process in MiB: on Linux its own high-water mark (`VmHWM`), since
-    `ru_maxrss` of a process started by `subprocess` is at least its parent's peak (Linux keeps the larger of
-    the two across exec), so bench_suite's second child of a case read the peak of the suite itself after it
-    parsed the first run's trace.json (llama3-70b-unfolded: 4,638 MiB against its own 2,886); elsewhere
-    `ru_maxrss` (KiB on Linux, bytes on macOS)."""
-    try:
-        with open("/proc/self/status") as status:
-            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 2**10
-    except (OSError, StopIteration):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def all_reduce_ops(ranks: int, nbytes: float, algorithm: str) -> list[CollectiveOp]:

@@ -298,7 +298,7 @@ def run_trace(case: Case) -> dict:
 
 def child(name: str) -> int:
     """Run one case in this (fresh) process and print its measurements as one JSON line."""
-    from bench_collective import peak_rss_mib
+    from process_memory import peak_rss_mib
 
     core = pin_to_one_core()
     case = next(c for c in CASES if c.name == name)
