@@ -440,6 +440,31 @@ def walked_gathers(plan: StepPlan, times: CollectiveTimes, rank: int, units: lis
     return WalkedGathers(walked, starts, gathers)
 
 
+class BesideGathers:
+    """Blocking collectives timed on an estimate's clock beside the FSDP gathers under way (``gathers``: start,
+    end and shape, a list the caller may extend as it walks): a collective that starts while gather k moves data
+    is timed with the ones since gather k began, one after another beside it (`CollectiveTimes.beside`, the
+    engine's flow model); one outside every gather takes its time alone. The forward's and the no-sync
+    backward's walks (`forward_sharing_s`, `backward_sharing_s`) share it."""
+
+    def __init__(self, times: CollectiveTimes, gathers: list[tuple[float, float, CollectiveShape]]) -> None:
+        self.times, self.gathers = times, gathers
+        self.chain: list[tuple[float, CollectiveShape]] = []  # the collectives since the gather under way began
+        self.chained, self.chain_end = -1, 0.0  # which gather that is; where the chain's last collective ended
+
+    def time(self, clock: float, shape: CollectiveShape) -> tuple[float, float]:
+        """(seconds the collective starting at ``clock`` takes, seconds it takes alone)."""
+        alone = took = self.times.seconds(*shape)
+        under_way = next((k for k, (start, end, _) in enumerate(self.gathers) if start <= clock < end), -1)
+        if under_way >= 0:
+            if under_way != self.chained:
+                self.chain, self.chained, self.chain_end = [], under_way, self.gathers[under_way][0]
+            self.chain.append((clock - self.chain_end, shape))
+            took = self.times.beside((self.gathers[under_way][2],), tuple(self.chain))
+            self.chain_end = clock + took
+        return took, alone
+
+
 def backward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
                        units: list[ShardedUnit], slowed: float = 1.0) -> float:
     """Seconds per micro-batch PyTorch FSDP's backward on ``rank`` (``blocks``, split into ``units`` in forward
@@ -463,8 +488,7 @@ def backward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks
     backward = [(unit, work) for unit, work in zip(unit_blocks(plan, blocks), units, strict=True)
                 if work.params > 0][::-1]
     group = layout.group("tp", rank)
-    excess, chained, chain_end = 0.0, -1, 0.0
-    chain: list[tuple[float, CollectiveShape]] = []
+    excess, beside = 0.0, BesideGathers(times, dense)
     for (unit, work), start in zip(backward, walked.starts[3], strict=True):
         clock = start + (0.0 if work.head else copy_out_s(plan, work.params))
         for block in reversed(unit):
@@ -472,15 +496,7 @@ def backward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks
                 op = (tp_op(block.tp_pattern, True, before, plan.sequence_parallel)
                       if block.tp_bytes > 0 else None)
                 if op is not None:
-                    shape: CollectiveShape = (op, group, block.tp_bytes)
-                    alone = took = times.seconds(*shape)
-                    under_way = next((k for k, (begun, end, _) in enumerate(dense) if begun <= clock < end), -1)
-                    if under_way >= 0:
-                        if under_way != chained:
-                            chain, chained, chain_end = [], under_way, dense[under_way][0]
-                        chain.append((clock - chain_end, shape))
-                        took = times.beside((dense[under_way][2],), tuple(chain))
-                        chain_end = clock + took
+                    took, alone = beside.time(clock, (op, group, block.tp_bytes))
                     excess += took - alone
                     clock += took
                 if before:
@@ -1224,8 +1240,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
             gathers.append((start, start + times.seconds(*shapes[k]), shapes[k]))
 
     clock = excess = 0.0
-    chain: list[tuple[float, CollectiveShape]] = []  # the blocking collectives since the gather under way began
-    chained, chain_end = -1, 0.0  # which gather that is; where the chain's last collective ended
+    beside = BesideGathers(times, gathers)
     queue()
     for unit, params in units:
         if params > 0:
@@ -1239,14 +1254,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
                     ends.append(clock)
                     queue()
                 continue
-            alone = took = times.seconds(*step)
-            under_way = next((k for k, (start, end, _) in enumerate(gathers) if start <= clock < end), -1)
-            if under_way >= 0:
-                if under_way != chained:
-                    chain, chained, chain_end = [], under_way, gathers[under_way][0]
-                chain.append((clock - chain_end, step))
-                took = times.beside((gathers[under_way][2],), tuple(chain))
-                chain_end = clock + took
+            took, alone = beside.time(clock, step)
             excess += took - alone
             clock += took
     return excess
