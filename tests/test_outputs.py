@@ -354,6 +354,24 @@ def test_trace_text_of_unusual_names_and_counts(tmp_path):
         "ar", "tp", {"bytes": 1024}, 0.5, 1.5)
 
 
+def test_trace_counts_of_a_few_values_over_a_wide_range(tmp_path):
+    """Byte and FLOP counts that repeat a few values spread far wider than the rows (numbered among their distinct
+    values by bisection, not counted in their range) still give each slice its own counts, those beyond an int64
+    as numbers."""
+    sizes = [0.0, 3.0, 2.0**40, 5e18, 2.0**70]
+    counts = [(sizes[row % 5], sizes[row // 5 % 5]) for row in range(200)]
+    log = EventLog()
+    for row, (nbytes, flops) in enumerate(counts):
+        log.record("compute", 0, "compute", f"op {row}", "forward", 0, -1, row * 1e-6, (row + 0.5) * 1e-6, nbytes,
+                   flops)
+    path = tmp_path / "trace.json"
+    write_trace(path, log.columns(), SimpleNamespace(gpu_host=[0]), flows=False, load=None, compress=False)
+    slices = [e for e in trace_events(path) if e["ph"] == "X"]
+    assert [(e["name"], e.get("args", {})) for e in slices] == [
+        (f"op {row}", {key: value for key, value in (("bytes", nbytes), ("flops", flops)) if value})
+        for row, (nbytes, flops) in enumerate(counts)]
+
+
 def overlapping_slices(events: list[dict]) -> list[tuple[str, str]]:
     """Pairs of slices on one thread that overlap without nesting (on the nanosecond grid Perfetto reads):
     the trace format forbids them, and Perfetto drops them."""
