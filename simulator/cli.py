@@ -461,13 +461,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if args.chart == "goodput":
         return _plot_goodput(args)
     if args.chart in STUDY_CHARTS:
-        from simulator.report.study_plots import default_sweep_x, study_figure
+        from simulator.report.study_plots import default_heatmap_axes, default_sweep_x, study_figure
 
-        x = args.x
+        x, y = args.x, args.y
         if args.chart == "sweep" and x is None:
             x = default_sweep_x(Path(args.outdir))
             print(f"--x {x}: the one field the sweep varies")
-        figure = study_figure(args.chart, Path(args.outdir), x=x, y=args.y, hue=args.hue, value=args.value,
+        if args.chart == "heatmap" and args.value is not None and (x is None or y is None):
+            x, y = default_heatmap_axes(Path(args.outdir), x, y)
+            filled = [f"{flag} {name}" for flag, name, given in (("--x", x, args.x), ("--y", y, args.y)) if not given]
+            print(f"{' '.join(filled)}: the {'two fields' if len(filled) == 2 else 'other field'} the sweep varies")
+        figure = study_figure(args.chart, Path(args.outdir), x=x, y=y, hue=args.hue, value=args.value,
                               log_x=args.log_x)
         folder = Path(args.outdir) if Path(args.outdir).is_dir() else Path(args.outdir).parent
         output = figure_file(args.output or str(folder / f"{args.chart}.png"))

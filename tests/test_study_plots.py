@@ -172,7 +172,7 @@ def test_a_folder_that_is_no_sweeps_is_told_so_before_the_missing_axes(tmp_path,
     _all_reduce_sweep(tmp_path / "sweep", "1 MiB, 16 MiB")
     capsys.readouterr()
     assert main(["plot", chart, str(tmp_path / "sweep")]) == 2
-    assert f"a {chart} chart needs --x and --y" in capsys.readouterr().err
+    assert f"a {chart} chart needs --{'value' if chart == 'heatmap' else 'x and --y'}" in capsys.readouterr().err
 
 
 def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, capsys):
@@ -209,6 +209,39 @@ grid:
     assert main(["plot", "sweep", str(tmp_path / "two"), "--y", "collectives[0].busbw_GBps"]) == 2
     assert capsys.readouterr().err == ("error: command line: --x: a sweep chart needs --x and --y: 2 fields are "
                                        "swept (allowed: one of the swept fields: collectives.algorithm, "
+                                       "workload[0].bytes)\n")
+
+
+def test_a_heatmap_defaults_its_axes_to_the_two_swept_fields_and_says_so(tmp_path, capsys):
+    """`plot heatmap DIR --value M` of a sweep of two fields said only 'needs --x and --y and --value', at --x, where
+    `plot sweep` defaults --x to a sweep's one field: it now draws over the two fields (or the one --x or --y leaves)
+    and says so; a missing --value is refused at --value, naming the numeric columns; a sweep of one field is
+    refused naming it."""
+    _all_reduce_sweep(tmp_path / "two", "1 MiB, 16 MiB")
+    capsys.readouterr()
+    two, value = str(tmp_path / "two"), "collectives[0].busbw_GBps"
+    assert main(["plot", "heatmap", two, "--value", value, "-o", str(tmp_path / "h.png")]) == 0
+    assert capsys.readouterr().out.startswith("--x collectives.algorithm --y workload[0].bytes: the two fields the "
+                                              "sweep varies\n")
+    assert (tmp_path / "h.png").stat().st_size > 0
+    assert main(["plot", "heatmap", two, "--value", value, "--x", "workload[0].bytes", "-o",
+                 str(tmp_path / "g.png")]) == 0
+    assert capsys.readouterr().out.startswith("--y collectives.algorithm: the other field the sweep varies\n")
+    assert main(["plot", "heatmap", two, "--x", "collectives.algorithm", "--y", "workload[0].bytes"]) == 2
+    assert capsys.readouterr().err.startswith("error: command line: --value: a heatmap chart needs --value (allowed: "
+                                              "a numeric column: gpus, makespan_s,")
+    sweep = sweep_from_text("""
+base:
+  cluster: {topology: dgx-h100}
+  workload: [{op: all_reduce, bytes: 1 MiB}]
+grid:
+  workload[0].bytes: [1 MiB, 16 MiB]
+""", "one.yaml")
+    run_sweep(sweep, tmp_path / "one", SerialExecutor())
+    capsys.readouterr()
+    assert main(["plot", "heatmap", str(tmp_path / "one"), "--value", value]) == 2
+    assert capsys.readouterr().err == ("error: command line: --x: a heatmap chart needs --x and --y: 1 field is swept "
+                                       "(allowed: two columns of the results table; the swept fields: "
                                        "workload[0].bytes)\n")
 
 

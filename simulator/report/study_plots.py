@@ -69,6 +69,23 @@ def default_sweep_x(path: Path) -> str:
                         allowed=f"one of the swept fields: {', '.join(fields)}")
 
 
+def default_heatmap_axes(path: Path, x: str | None, y: str | None) -> tuple[str, str]:
+    """A heat map's --x and --y where either is not given: the two fields the sweep at ``path`` varies, in the
+    order its file names them (or the one that --x or --y does not name); a sweep of another number of fields
+    is refused naming them."""
+    fields = swept_fields(_read_table(path, "results.parquet"))
+    left = [field for field in fields if field not in (x, y)]
+    missing = [flag for flag, name in (("--x", x), ("--y", y)) if name is None]
+    if len(fields) == 2 and len(left) == len(missing):
+        filled = iter(left)
+        return x or next(filled), y or next(filled)
+    if not fields:
+        raise ScenarioError("a heatmap chart needs --x and --y", field=missing[0], allowed=COLUMN_ALLOWED)
+    swept = f"{len(fields)} field{'s are' if len(fields) > 1 else ' is'} swept"
+    raise ScenarioError(f"a heatmap chart needs --x and --y: {swept}", field=missing[0],
+                        allowed=f"two columns of the results table; the swept fields: {', '.join(fields)}")
+
+
 def _numbers(rows: pd.DataFrame, column: str, field: str) -> pd.Series:
     """The column as numbers; a column holding text (a bottleneck's constraint, a status) is refused at ``field``
     naming the numeric columns there are (the first SHOWN_COLUMNS)."""
@@ -344,9 +361,10 @@ def study_figure(chart: StudyChart, path: Path, *, x: str | None = None, y: str 
     frame = _read_table(path, "results.parquet")  # a folder that is no sweep's is told so before the flags
     if chart == "sweep" and x is not None and y is None:
         raise ScenarioError("a sweep chart needs --y", field="--y", allowed=_numeric_columns(_ok(frame)))
-    if x is None or y is None or (chart == "heatmap" and value is None):
-        needed = "--x and --y" + (" and --value" if chart == "heatmap" else "")
-        raise ScenarioError(f"a {chart} chart needs {needed}", field="--x", allowed=COLUMN_ALLOWED)
+    if chart == "heatmap" and value is None:
+        raise ScenarioError("a heatmap chart needs --value", field="--value", allowed=_numeric_columns(_ok(frame)))
+    if x is None or y is None:
+        raise ScenarioError(f"a {chart} chart needs --x and --y", field="--x", allowed=COLUMN_ALLOWED)
     if chart == "heatmap":
         return heatmap_figure(frame, x, y, value or "")
     return sweep_figure(frame, x, y, hue, log_x=log_x)
