@@ -89,6 +89,8 @@ BAD = {
     "a class named as the elastic shrink": (("    gpu:", "    elastic_shrink:\n      unit: gpu"), 15,
                                             "faults.components.elastic_shrink"),
     "a rate per a bare unit": (("      mtbf: 1000 h", "      rate: 0.5 per h"), 16, "faults.components.gpu.rate"),
+    "maintenance without a period or a preset": (("  components:", "  maintenance: {duration: 10 min}\n"
+                                                  "  components:"), 14, "faults.maintenance.every"),
 }
 
 
@@ -104,6 +106,24 @@ def test_bad_job_input_is_one_located_line(case, tmp_path, capsys):
     assert len(err.splitlines()) == 1
     assert re.match(rf"^error: {re.escape(str(scenario))}:{line}: {re.escape(field)}: ", err), err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_maintenance_duration_alone_keeps_the_presets_period(capsys):
+    """`faults: {preset: llama3, maintenance: {duration: 30 min}}` was refused ('faults.maintenance.every: required
+    field is missing'): giving the preset's 47 windows a length meant restating their period, 54 d / 47. `every`
+    now defaults to the preset's; a stop as long as that period is refused naming it, and without a preset
+    `every` is still required (BAD above)."""
+    from simulator.config.faults import FaultsConfig
+    from simulator.reliability.components import Maintenance, failure_model
+
+    faults = FaultsConfig.model_validate({"preset": "llama3", "maintenance": {"duration": "30 min"}})
+    assert failure_model(faults).maintenance == Maintenance(54 * 86400 / 47, 1800.0)
+    faults = FaultsConfig.model_validate({"preset": "llama3", "maintenance": {"every": "1 d", "duration": "30 min"}})
+    assert failure_model(faults).maintenance == Maintenance(86400.0, 1800.0)
+    assert main(["validate", "llama3-405b-16k-job", "--set", "faults.maintenance.duration=2 d"]) == 2
+    assert capsys.readouterr().err == (
+        "error: --set faults.maintenance.duration=2 d: faults.maintenance: a 2 d stop every 1.149 d leaves no time to "
+        "train, the period of faults.preset llama3 (allowed: a duration shorter than every)\n")
 
 
 def test_an_unknown_effect_names_the_choices(tmp_path, capsys):

@@ -238,17 +238,31 @@ class ComponentSpec(Section):
         return 1.0 / self.mtbf if self.mtbf is not None else float(self.rate or 0.0)
 
 
-class MaintenanceConfig(Section):
-    """Planned maintenance: every `every` the job checkpoints, stops for `duration`, then restarts."""
+MAINTENANCE_ALLOWED = "a duration shorter than every"
+"""What a maintenance stop that leaves no time to train is told."""
 
-    every: PositiveDuration
+
+def no_time_to_train(duration: float, every: float) -> str | None:
+    """Why a maintenance stop of ``duration`` every ``every`` seconds cannot be (it leaves no time to train), or
+    None."""
+    if duration < every:
+        return None
+    return f"a {format_duration(duration)} stop every {format_duration(every)} leaves no time to train"
+
+
+class MaintenanceConfig(Section):
+    """Planned maintenance: every `every` the job checkpoints, stops for `duration`, then restarts. Beside a
+    `faults.preset`, `every` defaults to the preset's period (components.failure_model), so that `duration`
+    alone gives the preset's windows a length."""
+
+    every: PositiveDuration | None = None
     duration: Duration = 0.0
 
     @model_validator(mode="after")
     def _time_to_train(self) -> MaintenanceConfig:
-        if self.duration >= self.every:
-            raise ValueError(f"a {format_duration(self.duration)} stop every {format_duration(self.every)} leaves "
-                             "no time to train (allowed: a duration shorter than every)")
+        problem = no_time_to_train(self.duration, self.every) if self.every is not None else None
+        if problem:
+            raise ValueError(f"{problem} (allowed: {MAINTENANCE_ALLOWED})")
         return self
 
 

@@ -15,7 +15,15 @@ from types import MappingProxyType
 
 from simulator.catalog.failures import FAILURE_PRESETS
 from simulator.config.faults import FaultsConfig
-from simulator.config.reliability import EFFECT_UNITS, Effect, FailureDistribution, RepairDistribution, UnitKind
+from simulator.config.reliability import (
+    EFFECT_UNITS,
+    MAINTENANCE_ALLOWED,
+    Effect,
+    FailureDistribution,
+    RepairDistribution,
+    UnitKind,
+    no_time_to_train,
+)
 from simulator.errors import ScenarioError
 
 
@@ -142,7 +150,15 @@ def failure_model(faults: FaultsConfig) -> FailureModel:
                                      spec.repair_distribution, label=previous.label if previous else name,
                                      slowdown=spec.slowdown or 1.0)
     if faults.maintenance is not None:
-        maintenance = Maintenance(faults.maintenance.every, faults.maintenance.duration)
+        every = faults.maintenance.every or (maintenance.every_s if maintenance else None)
+        if every is None:
+            raise ScenarioError("required without a faults.preset, whose period it would otherwise keep",
+                                field="faults.maintenance.every", allowed="a duration, e.g. 27.6 h")
+        problem = no_time_to_train(faults.maintenance.duration, every)
+        if problem:
+            raise ScenarioError(f"{problem}, the period of faults.preset {faults.preset}", field="faults.maintenance",
+                                allowed=MAINTENANCE_ALLOWED)
+        maintenance = Maintenance(every, faults.maintenance.duration)
     scaled = tuple(FailureClass(c.name, c.unit, c.effect, c.rate_per_unit_s * faults.rate_multiplier, c.distribution,
                                 c.shape, c.repair_s, c.repair_distribution, c.label, c.slowdown)
                    for c in classes.values())
