@@ -148,6 +148,8 @@ def parse_size_range(text: str) -> list[float]:
             sizes.append(size)
             size *= 2
         return sizes
+    if "," in text and any(not part.strip() for part in text.split(",")):
+        raise InputError(f"{text!r} has an empty item between commas", allowed="e.g. 1MiB,64MiB")
     sizes = [parse_message_size(part) for part in text.split(",")]
     if any(size < 1 for size in sizes):
         raise InputError(f"sizes {text!r} must be 1 B or more (whole bytes)", allowed="e.g. 1MiB,64MiB")

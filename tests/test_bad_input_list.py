@@ -439,6 +439,19 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                          "--intervals", "5"], 2,
                                     "error: command line: --intervals: duration '5' has no unit (allowed: durations "
                                     "with units, e.g. 5min,10min,30min,1h)"),
+    # '5min,,10min' ran 5 and 10 min, and '0.5,,1' two multipliers, where search and collective refuse the gap
+    "study-empty-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
+                                  "--intervals", "5min,,10min"], 2,
+                             "error: command line: --intervals: '5min,,10min' has an empty item between commas "
+                             "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
+    "study-empty-multiplier": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st", "--multipliers",
+                                    "0.5,1,"], 2,
+                               "error: command line: --multipliers: '0.5,1,' has an empty item between commas "
+                               "(allowed: numbers, e.g. 0.5,1,2,4)"),
+    # was "cannot read size ''"
+    "collective-empty-size": ({}, ["collective", "--topology", "dgx-h100", "--sizes", "1MiB,,2MiB"], 2,
+                              "error: command line: --sizes: '1MiB,,2MiB' has an empty item between commas "
+                              "(allowed: e.g. 1MiB,64MiB)"),
     "study-multiplier-not-a-number": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
                                            "--multipliers", "1,x"], 2,
                                       "error: command line: --multipliers: 'x' is not a number (allowed: numbers, "

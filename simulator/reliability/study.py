@@ -62,7 +62,10 @@ class StudyPoint:
 
 
 def parse_list(text: str, parse, option: str, example: str) -> list[float]:
-    """A comma list of distinct positive values (durations or numbers) from the command line."""
+    """A comma list of distinct positive values (durations or numbers) from the command line; an empty item
+    is refused, as `trainsim search --tp 4,,8` and `trainsim collective --sizes 1MiB,,2MiB` refuse it."""
+    if text.strip() and any(not part.strip() for part in text.split(",")):
+        raise InputError(f"{text!r} has an empty item between commas", field=option, allowed=example)
     values = []
     for part in (part.strip() for part in text.split(",") if part.strip()):
         try:
