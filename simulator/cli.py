@@ -41,7 +41,7 @@ from simulator.sweep.options import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from simulator.config.loader import LoadedScenario
     from simulator.reliability.study import IntervalGrid
@@ -314,7 +314,7 @@ def _cmd_study(args: argparse.Namespace) -> int:
     from simulator.reliability.study import default_grid, parse_intervals, parse_multipliers, run_study, write_study
 
     out = output_folder(args.out)
-    intervals = parse_intervals(args.intervals) if args.intervals is not None else []
+    intervals: Sequence[float | str] = parse_intervals(args.intervals) if args.intervals is not None else []
     multipliers = parse_multipliers(args.multipliers) if args.multipliers is not None else [1.0]
     from simulator import load_scenario
     from simulator.console.progress import RunProgress
@@ -906,7 +906,8 @@ def _parser() -> argparse.ArgumentParser:
     study.add_argument("scenario", help=SCENARIO_HELP + " with run.horizon")
     study.add_argument("--out", required=True, help="output folder: study.json, study.csv")
     study.add_argument("--intervals", default=None, metavar="5min,10min,...",
-                       help="checkpoint intervals (checkpoint-interval: default 1/4 to 4 times the job's Daly "
+                       help="checkpoint intervals, durations or whole steps (10steps) (checkpoint-interval: "
+                            "default 1/4 to 4 times the job's Daly "
                             "interval at the geometric mean of --multipliers, in ratios of sqrt 2, whole steps, "
                             "printed; mtbf: default the scenario's own)")
     study.add_argument("--multipliers", default=None, metavar="0.5,1,2",

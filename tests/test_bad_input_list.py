@@ -433,17 +433,19 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "study-negative-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                      "--intervals", "-5min,10min"], 2,
                                 "error: command line: --intervals: '-5min,10min' needs positive, finite values "
-                                "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
+                                "(allowed: durations with units or whole steps, e.g. 5min,10min,30min,1h or "
+                                "10steps,20steps)"),
     # 'cannot read '5'', where the unit was all it lacked, and 'cannot read '1,x'' for one bad value of a list
     "study-interval-without-unit": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                          "--intervals", "5"], 2,
                                     "error: command line: --intervals: duration '5' has no unit (allowed: durations "
-                                    "with units, e.g. 5min,10min,30min,1h)"),
+                                    "with units or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps)"),
     # '5min,,10min' ran 5 and 10 min, and '0.5,,1' two multipliers, where search and collective refuse the gap
     "study-empty-interval": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                   "--intervals", "5min,,10min"], 2,
                              "error: command line: --intervals: '5min,,10min' has an empty item between commas "
-                             "(allowed: durations with units, e.g. 5min,10min,30min,1h)"),
+                             "(allowed: durations with units or whole steps, e.g. 5min,10min,30min,1h or "
+                             "10steps,20steps)"),
     "study-empty-multiplier": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st", "--multipliers",
                                     "0.5,1,"], 2,
                                "error: command line: --multipliers: '0.5,1,' has an empty item between commas "
@@ -459,7 +461,8 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
     "study-interval-twice": ({}, ["study", "checkpoint-interval", "llama3-405b-16k-job", "--out", "TMP/st",
                                   "--intervals", "10min,600s"], 2,
                              "error: command line: --intervals: '10min,600s' gives 600 s twice (allowed: distinct "
-                             "values, durations with units, e.g. 5min,10min,30min,1h)"),
+                             "values, durations with units or whole steps, e.g. 5min,10min,30min,1h or "
+                             "10steps,20steps)"),
     "study-multiplier-twice": ({}, ["study", "mtbf", "llama3-405b-16k-job", "--out", "TMP/st",
                                     "--multipliers", "1,1,2"], 2,
                                "error: command line: --multipliers: '1,1,2' gives 1 twice (allowed: distinct "

@@ -425,6 +425,24 @@ def test_study_multipliers_are_positive_finite_numbers(multipliers, tmp_path, ca
     assert not out.exists()
 
 
+def test_study_intervals_may_be_whole_steps_as_checkpoint_interval_is(tmp_path, capsys):
+    """`checkpoint.interval` takes '200 steps' or a duration, but `--intervals 2steps` was refused ("unknown
+    duration unit 'steps'") though every point runs whole steps: it now runs those steps exactly, and a step count
+    that is not whole is refused at the option as the field refuses it."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(BASE)
+    out = tmp_path / "out"
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "2steps,4 steps", "--out", str(out),
+                 "--quiet"]) == 0
+    points = json.loads((out / "study.json").read_text())["curves"][0]["points"]
+    assert [point["interval_steps"] for point in points] == [2, 4]
+    capsys.readouterr()
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "1.5steps", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == ("error: command line: --intervals: interval '1.5steps' must be a whole number "
+                                       "of steps, at least one (allowed: durations with units or whole steps, e.g. "
+                                       "5min,10min,30min,1h or 10steps,20steps)\n")
+
+
 def test_a_study_value_beyond_the_event_limit_is_blamed_on_its_option(tmp_path, capsys):
     """16 GPUs failing every 1000 h for 2 d expect 16 x 48 h / 1000 h = 0.768 failures; x 1e12, 768 billion. The
     refusal named the scenario's `faults` line, which the user did not change, and a multiplier that overflowed

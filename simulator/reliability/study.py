@@ -12,6 +12,7 @@ checkpoint waits for it and the form does not hold): T* = sqrt(b / c) when the f
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.config.loader import LoadedScenario, OptionSetting, load_scenario
+from simulator.config.reliability import parse_interval
 from simulator.errors import InputError
 from simulator.reliability.simulate import (
     PreparedJob,
@@ -61,9 +63,10 @@ class StudyPoint:
                 "young_interval_s": s["young_interval_s"], "daly_interval_s": s["daly_interval_s"]}
 
 
-def parse_list(text: str, parse, option: str, example: str) -> list[float]:
-    """A comma list of distinct positive values (durations or numbers) from the command line; an empty item
-    is refused, as `trainsim search --tp 4,,8` and `trainsim collective --sizes 1MiB,,2MiB` refuse it."""
+def parse_list(text: str, parse, option: str, example: str) -> list:
+    """A comma list of distinct positive values (durations, numbers, or a number of steps as text: '10 steps')
+    from the command line; an empty item is refused, as `trainsim search --tp 4,,8` and `trainsim collective
+    --sizes 1MiB,,2MiB` refuse it."""
     if text.strip() and any(not part.strip() for part in text.split(",")):
         raise InputError(f"{text!r} has an empty item between commas", field=option, allowed=example)
     values = []
@@ -74,18 +77,34 @@ def parse_list(text: str, parse, option: str, example: str) -> list[float]:
             raise InputError(exc.problem, field=option, allowed=example) from None
         except ValueError:
             raise InputError(f"{part!r} is not a number", field=option, allowed=example) from None
-    if not values or any(not 0 < value < math.inf for value in values):
+    if not values or any(not 0 < value < math.inf for value in values if not isinstance(value, str)):
         raise InputError(f"{text!r} needs positive, finite values", field=option, allowed=example)
     twice = next((value for index, value in enumerate(values) if value in values[:index]), None)
     if twice is not None:  # the same point simulated twice, a duplicate row in the curve and its fit
-        raise InputError(f"{text!r} gives {twice:g}{' s' if parse is parse_duration else ''} twice", field=option,
+        shown = twice if isinstance(twice, str) else f"{twice:g}{' s' if parse is _interval else ''}"
+        raise InputError(f"{text!r} gives {shown} twice", field=option,
                          allowed=f"distinct values, {example}")
     return values
 
 
-def parse_intervals(text: str) -> list[float]:
-    """``--intervals``: comma-separated positive durations, in seconds."""
-    return parse_list(text, parse_duration, "--intervals", "durations with units, e.g. 5min,10min,30min,1h")
+INTERVALS_ALLOWED = "durations with units or whole steps, e.g. 5min,10min,30min,1h or 10steps,20steps"
+
+
+def parse_intervals(text: str) -> list[float | str]:
+    """``--intervals``: comma-separated positive durations, in seconds, or numbers of steps, as text that
+    `checkpoint.interval` reads ('10 steps')."""
+    return parse_list(text, _interval, "--intervals", INTERVALS_ALLOWED)
+
+
+def _interval(part: str) -> float | str:
+    """One `--intervals` item: a duration in seconds, or 'N steps' as `checkpoint.interval` takes it (the
+    option took durations only, where the scenario's field takes either)."""
+    if not re.search(r"steps?\s*$", part):
+        return parse_duration(part)
+    try:
+        return f"{parse_interval(part)} steps"
+    except ValueError as exc:
+        raise InputError(str(exc).split(" (allowed: ")[0]) from None
 
 
 def parse_multipliers(text: str) -> list[float]:
@@ -147,8 +166,7 @@ def default_grid(loaded: LoadedScenario, force: bool = False,
     daly = None if mtbf is None else young_daly_intervals(job.healthy, mtbf / centre)[1]
     if daly is None:
         raise InputError(f"the job expects {no_failure_text(job.plan, job.counts)}, so it has no Daly interval to "
-                         "build the default grid around", field="--intervals",
-                         allowed="durations with units, e.g. 5min,10min,30min,1h")
+                         "build the default grid around", field="--intervals", allowed=INTERVALS_ALLOWED)
     step, horizon, write = job.healthy.step_s, job.plan.horizon_s, job.healthy.write_s
     floor = max(1, write_floor_steps(job.healthy))
     nearest = [round(daly * factor / step) for factor in DEFAULT_GRID_FACTORS]
@@ -215,7 +233,7 @@ def curve_summary(points: list[StudyPoint]) -> dict:
     }
 
 
-def run_study(scenario: str | Path, overrides: list[str], intervals: list[float],
+def run_study(scenario: str | Path, overrides: list[str], intervals: Sequence[float | str],
               multipliers: list[float], force: bool = False,
               on_healthy_step: Callable[[dict], None] | None = None,
               on_point_warnings: Callable[[list[dict]], None] | None = None,
@@ -242,7 +260,7 @@ def run_study(scenario: str | Path, overrides: list[str], intervals: list[float]
     base = load_scenario(scenario, overrides)
     require_horizon(base)
     own = base.scenario.faults.rate_multiplier
-    at: list[float | None] = [*intervals] if intervals else [None]
+    at: list[float | str | None] = [*intervals] if intervals else [None]
     grid = [[(multiplier, study_point_scenario(scenario, overrides, own * multiplier, multiplier, interval))
              for interval in at] for multiplier in multipliers]
     points = [point for row in grid for point in row]
@@ -295,11 +313,14 @@ def point_warnings(points: list[tuple[float, LoadedScenario]], jobs: list[Prepar
 
 
 def study_point_scenario(scenario: str | Path, overrides: list[str], rate_multiplier: float, multiplier: float,
-                         interval: float | None) -> LoadedScenario:
+                         interval: float | str | None) -> LoadedScenario:
     """The scenario of one study point: ``rate_multiplier`` (the scenario's own times ``multiplier``, which
-    `--multipliers` names) and, where given, the checkpoint interval (`--intervals`)."""
+    `--multipliers` names) and, where given, the checkpoint interval (`--intervals`: seconds, or a number of
+    steps as text)."""
     settings = [OptionSetting("--multipliers", ("faults", "rate_multiplier"), rate_multiplier, f"x {multiplier:g}")]
-    if interval is not None:
+    if isinstance(interval, str):
+        settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), interval, interval))
+    elif interval is not None:
         settings.append(OptionSetting("--intervals", ("checkpoint", "interval"), f"{interval!r} s",
                                       format_duration(interval)))
     return load_scenario(scenario, overrides, tuple(settings))
