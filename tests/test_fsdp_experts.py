@@ -249,11 +249,15 @@ def _simulated_over_estimate(text: str, overrides: tuple[str, ...]) -> float:
     return simulate(loaded).summary["step_time_s"] / estimate
 
 
-@pytest.mark.parametrize("overrides, tolerance", [((NO_SYNC,), 0.002), ((HYBRID, NO_SYNC), 0.008)],
+@pytest.mark.parametrize("overrides, tolerance", [((NO_SYNC,), 0.006), ((HYBRID, NO_SYNC), 0.01)],
                          ids=["fsdp", "hsdp"])
 def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
     """The dense twin reducing in the last backward alone (no-sync), each within just over today's error:
-    full_shard 1.0007, hybrid_shard 0.9931; 1.0099 and 0.9954 while the backward's TP collectives were timed
+    full_shard 0.9945, hybrid_shard 0.9911; 1.0007 and 0.9931 while the last micro-batch, costed as one that
+    reduces every micro-batch, timed its backward's TP collectives alone, though they run beside the
+    reduce-scatter and the gather that start with each unit's backward (`backward_sharing_s`: 1.09 ms for the
+    full_shard one, 0.95 ms simulated; the steady micro-batches' 0.54 ms each against 0.81 ms simulated, which
+    that had balanced); 1.0099 and 0.9954 while the backward's TP collectives were timed
     alone, though each shares links with the next unit's gather (`backward_sharing_s`: 0.54 and 0.14 ms a
     micro-batch); 0.9697 and 0.9848 while each forward was charged its opening gathers (`microbatch_starts_s`):
     but the first, the next forward's first gathers run beside the backward's last units (2.5 ms of the
@@ -265,11 +269,11 @@ def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
     (ESTIMATED, ("training.microbatches=16",), 0.013), (ESTIMATED, ("model.layers=16",), 0.021),
     (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.033), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.002),
     (ESTIMATED, (HYBRID, "model.layers=16"), 0.021),
-    (DENSE_ESTIMATED, ("training.microbatches=2",), 0.007), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.006),
-    (DENSE_ESTIMATED, ("model.layers=16",), 0.005),
-    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=2"), 0.013),
+    (DENSE_ESTIMATED, ("training.microbatches=2",), 0.018), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.004),
+    (DENSE_ESTIMATED, ("model.layers=16",), 0.006),
+    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=2"), 0.016),
     (DENSE_ESTIMATED, (HYBRID, "training.microbatches=16"), 0.004),
-    (DENSE_ESTIMATED, (HYBRID, "model.layers=16"), 0.006),
+    (DENSE_ESTIMATED, (HYBRID, "model.layers=16"), 0.008),
 ], ids=["moe-fsdp-m16", "moe-fsdp-16-layers", "moe-hsdp-m2", "moe-hsdp-m16", "moe-hsdp-16-layers",
         "dense-fsdp-m2", "dense-fsdp-m16", "dense-fsdp-16-layers", "dense-hsdp-m2", "dense-hsdp-m16",
         "dense-hsdp-16-layers"])
@@ -277,8 +281,10 @@ def test_layout_search_estimate_of_a_no_sync_step_over_micro_batches_and_depth(t
     """The no-sync estimate beyond 4 layers x 4 micro-batches, each within just over today's error. MoE
     full_shard: 16 micro-batches 0.9885, 16 layers 0.9798 (2 micro-batches: the next test); hybrid_shard: 2
     micro-batches 0.9686, 16 1.0004, 16 layers 0.9805 (with 2, the first and the last micro-batch alone, its
-    estimate is over by 3%: not yet explained). Dense full_shard 0.9940, 1.0046 and 1.0036, hybrid_shard 0.9886,
-    0.9972 and 0.9952; full_shard rose with either, 0.9997, 1.0171 and 1.0170, while the backward's TP
+    estimate is over by 3%: not yet explained). Dense full_shard 0.9828, 1.0030 and 0.9949, hybrid_shard 0.9849,
+    0.9966 and 0.9923; 0.9940, 1.0046 and 1.0036, 0.9886, 0.9972 and 0.9952 while the last micro-batch's
+    backward TP collectives were timed alone (the previous test); full_shard rose with either, 0.9997, 1.0171
+    and 1.0170, while the backward's TP
     collectives were timed alone (`backward_sharing_s`), a term per layer and steady micro-batch."""
     assert _simulated_over_estimate(text, (NO_SYNC, *overrides)) == pytest.approx(1.0, abs=tolerance)
 

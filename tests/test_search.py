@@ -625,7 +625,12 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
       and the prefetched ones, `forward_sharing_s`; `copy_in_s`): 0.972 to 1.0065 (today 0.97224 to 1.00596:
       tp 2 dp 16 on four hosts the lowest, dp 8 on one host the highest, 1.0054 before, its copy-ins hidden
       better in the simulation than the estimate places them; tp 4 dp 2 with 8 layers, not in this table,
-      0.9872 -> 0.9912);
+      0.9872 -> 0.9912). Since the backward's TP collectives are timed beside the reduce-scatter and the gather
+      that start as each unit's backward begins (`backward_sharing_s`; tp 2 dp 16 on four hosts: a unit's first
+      TP all-gather, 0.057 ms alone, takes 0.33 ms beside them, 34.8 ms a step estimated against 34.3 ms
+      simulated, timed alone before): 1.003 to 1.009 (today 1.0039 to 1.0081, tp 2 dp 16 on four hosts the
+      highest, 0.9722 before; with that term in, the estimate's SM toll, 45.7 ms a step against 38.1 ms
+      simulated, is what is left over);
     - with pipelining, 0.9915 to 1.0005 (today 0.9921 to 0.9998; 0.9915 to 1.0018 before the hand-offs'
       toll on the compute stream, `hand_off_toll_s`, and the interleaved cool-down, `_cool_down`, were
       estimated: tp 2 pp 2 v 2 was 0.9945 on one host and 1.0018 on four, now 0.9962 and 0.9969; 0.9877 to
@@ -650,7 +655,7 @@ def test_the_estimate_follows_the_simulation_for_dense_layouts(cluster):
         if candidate.pp > 1:
             low, high = (0.9945, 1.001) if candidate.sharding == "fsdp" else (0.9915, 1.0005)
         else:
-            low, high = (0.972, 1.0065) if candidate.sharding == "fsdp" else (0.987, 1.001)
+            low, high = (1.003, 1.009) if candidate.sharding == "fsdp" else (0.987, 1.001)
         assert low <= simulated / estimated <= high, candidate.label()
     for (a, estimated_a, simulated_a), (b, estimated_b, simulated_b) in itertools.combinations(rows, 2):
         if abs(simulated_a / simulated_b - 1) > 0.02:
@@ -839,7 +844,10 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     reduce-scatter against the backward slowed by the estimate's SM toll (`backward_waits_s`). With FSDP2's
     copy-outs simulated, 0.983 to 1.009 (today 0.9846, 1.0075 and 0.9835; tp 4 lost 4.1% simulated, 557,819
     to 535,118 tokens/s): the estimate charges the copy-outs but not the TP collectives they push beside the
-    gathers on NVLink, as on four hosts (`test_the_estimate_follows_the_simulation_for_dense_layouts`)."""
+    gathers on NVLink, as on four hosts (`test_the_estimate_follows_the_simulation_for_dense_layouts`). Since
+    the backward's TP collectives are timed beside the reduce-scatter and the gather that start with each
+    unit's backward (`backward_sharing_s`), 0.999 to 1.008 (today 1.0016, 1.0075 and 1.0000: tp 4 and tp 2 cp 2
+    were 0.9846 and 0.9835; tp 8, one member of the DP group a host, unchanged)."""
     from simulator.config.loader import scenario_from_data
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import check_memory
@@ -851,7 +859,7 @@ def test_the_estimate_follows_the_simulation_for_fsdp_over_64_hosts(tp, cp):
     checked = check_memory(search_base(loaded.source, None, loaded.scenario),
                            Candidate(tp, cp, 1, 512 // (tp * cp), 1, 1, "fsdp", "none"), "1f1b", times)
     summary = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).summary
-    assert 0.983 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.009
+    assert 0.999 <= summary["tokens_per_s"] / checked.estimate_tokens_per_s <= 1.008
 
 
 def test_the_estimates_fsdp_sm_toll_spares_the_compute_streams_tp_collectives():
@@ -973,6 +981,59 @@ def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
                  for name, nbytes in zip(forward["name"], forward["bytes"])]
         simulated = float((forward["end_s"] - forward["start_s"]).sum()) - sum(alone)
         assert estimated == pytest.approx(simulated, rel=0.03)
+
+
+def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_scatter_and_gather():
+    """Llama-3-8B FSDP tp 2 dp 16 on four DGX H100, reducing every micro-batch: as each unit's backward begins
+    (but the first's), the reduce-scatter of the unit before it and the gather of the unit after it start
+    together, both rings crossing NVLink (4 DP members a host), and the backward's TP collectives that start while
+    they move data there share the GPUs' NVLink ports with them: a unit's first TP all-gather, 0.057 ms alone,
+    takes 0.33 ms simulated. The estimate walks each unit's backward beside that pair (`backward_sharing_s`): m
+    micro-batches of it are the simulated backward TP collectives' time beyond their alone times within 3% (34.8
+    ms against 34.3 ms a step; timed alone before, nothing, when this layout was its family's lowest row,
+    sim/est 0.9722, now 1.0081)."""
+    from simulator.config.loader import scenario_from_data
+    from simulator.config.schema import Scenario
+    from simulator.simulation import network_settings
+    from simulator.sweep.layouts import (
+        backward_sharing_s,
+        blocking_collectives_s,
+        check_memory,
+        sharded_microbatch_spans,
+        sharded_slowdown,
+        sharded_unit_work,
+        spans_beside_compute,
+    )
+    from simulator.topology.loader import scenario_topology
+    from simulator.workload.calibrated import contention_share
+    from simulator.workload.training import build_training_step
+
+    overrides, _ = DENSE_CLUSTERS["four DGX H100"]
+    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
+    topology = scenario_topology(loaded)
+    times = CollectiveTimes(topology, network_settings(loaded, topology))
+    checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
+                           Candidate(2, 1, 1, 16, 1, 1, "fsdp", "none"), "1f1b", times)
+    scenario = Scenario.model_validate(checked.data)
+    step = build_training_step(scenario, topology)
+    plan, blocks = step.plan, list(step.plan.stages[0].blocks)
+    units = sharded_unit_work(plan, times, 0, blocks)
+    spans = spans_beside_compute(plan, 0, sharded_microbatch_spans(plan, times, 0, units), units)
+    blocking = sum(blocking_collectives_s(plan, times, block, 0) for block in blocks)
+    copy_outs = sum(unit.copy_out_s for unit in units)
+    _, slowed = sharded_slowdown(spans, times, contention_share(scenario.collectives.sm_contention, step.gpu.name),
+                                 blocks, blocking + copy_outs)
+    estimated = plan.microbatches * backward_sharing_s(plan, times, 0, blocks, units, slowed)
+    timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
+    rank = timeline[timeline["rank"] == 0]
+    forward_ends = rank[rank["category"] == "forward"].groupby("microbatch")["end_s"].max()
+    tp_ops = rank[(rank["kind"] == "collective") & (rank["stream"] == "compute") & (rank["category"] == "tp")]
+    backward = tp_ops[tp_ops["start_s"] >= tp_ops["microbatch"].map(forward_ends)]
+    alone = [times.seconds("all_gather" if "all_gather" in name else "reduce_scatter", (0, 1), nbytes)
+             for name, nbytes in zip(backward["name"], backward["bytes"])]
+    simulated = float((backward["end_s"] - backward["start_s"]).sum()) - sum(alone)
+    assert simulated > 0.03
+    assert estimated == pytest.approx(simulated, rel=0.03)
 
 
 def test_the_last_backward_hand_off_shares_the_senders_nic_with_its_gradient_buckets(monkeypatch):

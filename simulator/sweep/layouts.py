@@ -250,7 +250,8 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     (`sharded_microbatch_spans`) run beside that work, slowing its kernels by the SMs of every collective running
     (`sharded_toll_s`), FSDP's gradient copies (`grad_copies_s`), its compute's waits in the backward for the
     previous unit's reduce-scatter and the next unit's gather (`backward_waits_s`) and what its forward's blocking
-    collectives outlast their alone times by beside the gather under way (`forward_sharing_s`) join it, and the
+    collectives outlast their alone times by beside the gather under way (`forward_sharing_s`), and its
+    backward's TP collectives beside the reduce-scatter and gather under way (`backward_sharing_s`), join it, and the
     longer of the two fills the micro-batch's slot; PyTorch FSDP's collectives run over the rank's shard group
     (`shard_group`, a block of the DP x CP group under HSDP) and the routed experts' over theirs. The pipeline
     is the plan's schedule run on the ideal executor with each virtual stage's forward, input-grad and
@@ -265,9 +266,9 @@ def estimate_step_s(step: TrainingStep, times: CollectiveTimes, share: SmShare |
     rank's). Pipelined FSDP's once-per-step gathers add what they delay the pipeline's fill by
     (`unshard_delay_s`), and the reduce-scatters of a rank's later chunks, which hold its compute stream amid
     the drain, the longest rank's for each chunk. PyTorch FSDP's no-sync (`no_sync`) walks each micro-batch's
-    gathers across its passes (`gather_waits_s`) and times its backward's blocking TP collectives beside the
-    gathers under way (`backward_sharing_s`), and its last micro-batch, which reduce-scatters as its backward
-    goes, takes the slot and tail of one reducing every micro-batch."""
+    gathers across its passes (`gather_waits_s`), beside which its backward's blocking TP collectives run
+    (`backward_sharing_s`), and its last micro-batch, which reduce-scatters as its backward goes, takes the slot
+    and tail of one reducing every micro-batch."""
     plan = step.plan
     layout, sharding = plan.layout, plan.sharding
     slots, tails, gathers, starts = [], [], [], []
@@ -332,8 +333,8 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
     compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
     reduce-scatter (`backward_waits_s`), what its backward's EP combines (`backward_exchange_sharing_s`), its
-    forward's blocking collectives (`forward_sharing_s`) and, under no-sync, its backward's
-    (`backward_sharing_s`) outlast their alone times by beside the collectives under way join it; the slot is
+    forward's blocking collectives (`forward_sharing_s`) and its backward's TP collectives (`backward_sharing_s`)
+    outlast their alone times by beside the collectives under way join it; the slot is
     the longer of that and the collectives beside the compute. What each forward's start waits for is charged apart
     (`microbatch_starts_s`)."""
     unit_work = sharded_unit_work(plan, times, rank, blocks)
@@ -441,16 +442,17 @@ def walked_gathers(plan: StepPlan, times: CollectiveTimes, rank: int, units: lis
 
 
 class BesideGathers:
-    """Blocking collectives timed on an estimate's clock beside the FSDP gathers under way (``gathers``: start,
-    end and shape, a list the caller may extend as it walks): a collective that starts while gather k moves data
-    is timed with the ones since gather k began, one after another beside it (`CollectiveTimes.beside`, the
-    engine's flow model); one outside every gather takes its time alone. The forward's and the no-sync
-    backward's walks (`forward_sharing_s`, `backward_sharing_s`) share it."""
+    """Blocking collectives timed on an estimate's clock beside the FSDP collectives under way (``gathers``: start,
+    end and the collectives started together then, a list the caller may extend as it walks): a collective that
+    starts while entry k moves data is timed with the ones since entry k began, one after another beside it
+    (`CollectiveTimes.beside`, the engine's flow model); one outside every entry takes its time alone. The
+    forward's walk and the backward's (`forward_sharing_s`, `backward_sharing_s`) share it."""
 
-    def __init__(self, times: CollectiveTimes, gathers: list[tuple[float, float, CollectiveShape]]) -> None:
+    def __init__(self, times: CollectiveTimes,
+                 gathers: list[tuple[float, float, tuple[CollectiveShape, ...]]]) -> None:
         self.times, self.gathers = times, gathers
-        self.chain: list[tuple[float, CollectiveShape]] = []  # the collectives since the gather under way began
-        self.chained, self.chain_end = -1, 0.0  # which gather that is; where the chain's last collective ended
+        self.chain: list[tuple[float, CollectiveShape]] = []  # the collectives since the entry under way began
+        self.chained, self.chain_end = -1, 0.0  # which entry that is; where the chain's last collective ended
 
     def time(self, clock: float, shape: CollectiveShape) -> tuple[float, float]:
         """(seconds the collective starting at ``clock`` takes, seconds it takes alone)."""
@@ -460,7 +462,7 @@ class BesideGathers:
             if under_way != self.chained:
                 self.chain, self.chained, self.chain_end = [], under_way, self.gathers[under_way][0]
             self.chain.append((clock - self.chain_end, shape))
-            took = self.times.beside((self.gathers[under_way][2],), tuple(self.chain))
+            took = self.times.beside(self.gathers[under_way][2], tuple(self.chain))
             self.chain_end = clock + took
         return took, alone
 
@@ -468,39 +470,60 @@ class BesideGathers:
 def backward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
                        units: list[ShardedUnit], slowed: float = 1.0) -> float:
     """Seconds per micro-batch PyTorch FSDP's backward on ``rank`` (``blocks``, split into ``units`` in forward
-    order) loses under no-sync (`no_sync`) to its blocking TP collectives sharing links with the parameter
-    gathers on the all-gather stream, as `forward_sharing_s` charges the forward's: a backward's gather starts
-    once the unit two before it in issue order has finished (`walked_gathers`), so while a unit's backward
-    runs, the next unit's gather is under way (llama3-8b, tp 2 dp 8 full_shard over 2 hosts: a 4 MiB TP
-    all-gather, 0.057 ms alone, takes 0.193 ms beside a layer's gather, 0.68 ms a micro-batch over 4 layers).
-    Walks the steady micro-batch's backward from each unit's start on that clock: its backward copy-out, then
-    per block its TP collective before the kernels, its kernels (``slowed`` times their own, the SM toll), the
-    one after, each collective timed with those since the dense gather under way began one after another beside
-    it (`CollectiveTimes.beside`); as in the forward, the routed experts' gathers are not timed against them,
-    nor anything over a one-rank shard group. Reducing every micro-batch, the backward's gathers run beside
-    reduce-scatters, which this does not time (`backward_waits_s`)."""
+    order) loses to its blocking TP collectives sharing links with the FSDP collectives under way, as
+    `forward_sharing_s` charges the forward's. Under no-sync (`no_sync`) those are the parameter gathers on the
+    all-gather stream: a backward's gather starts once the unit two before it in issue order has finished
+    (`walked_gathers`), so while a unit's backward runs, the next unit's gather is under way (llama3-8b, tp 2 dp
+    8 full_shard over 2 hosts: a 4 MiB TP all-gather, 0.057 ms alone, takes 0.193 ms beside a layer's gather,
+    0.68 ms a micro-batch over 4 layers); the steady micro-batch's backward is walked from each unit's start on
+    that clock, and the routed experts' gathers are not timed against it, as in the forward. Reducing every
+    micro-batch, each unit's backward but the first runs beside the reduce-scatters of the unit before it and
+    the gathers of the unit after it, started together as it begins (`backward_collectives`): llama3-8b tp 2 dp
+    16 over four hosts, a unit's first TP all-gather, 0.057 ms alone, takes 0.33 ms beside them. Each unit's
+    walk: its backward copy-out, then per block its TP collective before the kernels, its kernels (``slowed``
+    times their own, the SM toll), the one after, each collective timed with those since the collectives under
+    way began one after another beside them (`BesideGathers`); nothing over a one-rank shard group."""
     sharding, layout = plan.sharding, plan.layout
     shards = shard_group(layout, rank, sharding.degree)
-    if not no_sync(plan) or layout.tp == 1 or plan.tp_overlap is not None or len(shards) == 1:
+    if not (sharding.fsdp and sharding.reshard_after_forward) or layout.tp == 1 or plan.tp_overlap is not None \
+            or len(shards) == 1:
         return 0.0
-    walked = walked_gathers(plan, times, rank, units, slowed)
-    dense = [gather for gather in walked.gathers if gather[2][1] == shards]
     backward = [(unit, work) for unit, work in zip(unit_blocks(plan, blocks), units, strict=True)
                 if work.params > 0][::-1]
-    group = layout.group("tp", rank)
-    excess, beside = 0.0, BesideGathers(times, dense)
-    for (unit, work), start in zip(backward, walked.starts[3], strict=True):
-        clock = start + (0.0 if work.head else copy_out_s(plan, work.params))
-        for block in reversed(unit):
-            for before in (True, False):
-                op = (tp_op(block.tp_pattern, True, before, plan.sequence_parallel)
-                      if block.tp_bytes > 0 else None)
-                if op is not None:
-                    took, alone = beside.time(clock, (op, group, block.tp_bytes))
-                    excess += took - alone
-                    clock += took
-                if before:
-                    clock += slowed * (block.backward_input_s + block.backward_weight_s + block.recompute_s)
+    if no_sync(plan):
+        walked = walked_gathers(plan, times, rank, units, slowed)
+        dense = BesideGathers(times, [(start, end, (shape,)) for start, end, shape in walked.gathers
+                                      if shape[1] == shards])
+        return sum(_backward_tp_excess(plan, times, rank, unit, dense, start + (
+            0.0 if work.head else copy_out_s(plan, work.params)), slowed)
+                   for (unit, work), start in zip(backward, walked.starts[3], strict=True))
+    if not sharding.reduce_every_microbatch:
+        return 0.0
+    works = [work for _, work in backward]
+    excess = 0.0
+    for index, (unit, work) in enumerate(backward[1:], start=1):
+        running = backward_collectives(plan, shards, works, index)
+        if running:
+            beside = BesideGathers(times, [(0.0, max(times.together(*running)), running)])
+            excess += _backward_tp_excess(plan, times, rank, unit, beside, work.copy_out_s / 2, slowed)
+    return excess
+
+
+def _backward_tp_excess(plan: StepPlan, times: CollectiveTimes, rank: int, unit: list[Block],
+                        beside: BesideGathers, clock: float, slowed: float) -> float:
+    """Seconds the blocking TP collectives of ``unit``'s backward, walked from ``clock``, outlast their alone
+    times by beside the collectives of ``beside`` (`backward_sharing_s`)."""
+    group = plan.layout.group("tp", rank)
+    excess = 0.0
+    for block in reversed(unit):
+        for before in (True, False):
+            op = tp_op(block.tp_pattern, True, before, plan.sequence_parallel) if block.tp_bytes > 0 else None
+            if op is not None:
+                took, alone = beside.time(clock, (op, group, block.tp_bytes))
+                excess += took - alone
+                clock += took
+            if before:
+                clock += slowed * (block.backward_input_s + block.backward_weight_s + block.recompute_s)
     return excess
 
 
@@ -1162,12 +1185,35 @@ def backward_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: l
     return waits
 
 
+def backward_collectives(plan: StepPlan, group: tuple[int, ...], backward: list[ShardedUnit],
+                         index: int) -> tuple[CollectiveShape, ...]:
+    """The FSDP collectives that start together as the backward of ``backward[index]`` begins (units in backward
+    order), reducing every micro-batch (`backward_waits_s`): the reduce-scatters of the unit before it, dense
+    over the shard group ``group`` where it has several members, then its routed experts', and the gathers of
+    the unit after it (the head stays gathered where each layer is a unit)."""
+    sharding = plan.sharding
+    dense = len(group) > 1
+    done = backward[index - 1]
+    regathered = [work for work in backward if not (work.head and sharding.gather_per_layer)]
+    running: list[CollectiveShape] = []
+    if dense:
+        running.append((sharding.grad_reduction, group, done.params * sharding.grad_bytes))
+    if done.experts is not None:
+        running.append(done.experts[1])
+    beside = regathered[index] if index < len(regathered) else None
+    if beside is not None and dense:
+        running.append(("all_gather", group, beside.params * sharding.param_bytes))
+    if beside is not None and beside.experts is not None:
+        running.append(beside.experts[0])
+    return tuple(running)
+
+
 def backward_exchange_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block],
                                 units: list[ShardedUnit]) -> float:
     """Seconds per micro-batch the backward's EP combines on ``rank`` (``blocks``, split into ``units`` in
     forward order) outlast their alone times by where they share links with the FSDP collectives that start
     beside them, reducing every micro-batch: as a unit's backward ends, its reduce-scatters and the gathers of
-    the unit two after it start (`backward_waits_s`), and the next unit's backward opens, after its copy-out,
+    the unit two after it start (`backward_collectives`), and the next unit's backward opens, after its copy-out,
     with its MoE block's combine (`CollectiveTimes.beside`: the reduce-scatters and gathers, the routed
     experts' with the dense ones, started together; the combine after the copy-out). Where the FSDP
     collectives and the EP group both cross the NICs (full_shard over several hosts) the combine slows."""
@@ -1175,30 +1221,20 @@ def backward_exchange_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: in
     if not (sharding.fsdp and sharding.reshard_after_forward and sharding.reduce_every_microbatch):
         return 0.0
     group = shard_group(plan.layout, rank, sharding.degree)
-    dense = len(group) > 1
     backward = [(work, unit) for unit, work in zip(unit_blocks(plan, blocks), units, strict=True) if work.params > 0]
     backward.reverse()
-    regathered = [work for work, _ in backward if not (work.head and sharding.gather_per_layer)]
+    works = [work for work, _ in backward]
     excess = 0.0
-    for index, ((done, _), (work, unit)) in enumerate(zip(backward, backward[1:])):
+    for index, (work, unit) in enumerate(backward[1:], start=1):
         moe = next((block.experts for block in unit
                     if block.experts is not None and block.experts.exchanges(Pass.BACKWARD)), None)
         if moe is None:
             continue
-        running: list[CollectiveShape] = []
-        if dense:
-            running.append((sharding.grad_reduction, group, done.params * sharding.grad_bytes))
-        if done.experts is not None:
-            running.append(done.experts[1])
-        beside = regathered[index + 1] if index + 1 < len(regathered) else None
-        if beside is not None and dense:
-            running.append(("all_gather", group, beside.params * sharding.param_bytes))
-        if beside is not None and beside.experts is not None:
-            running.append(beside.experts[0])
+        running = backward_collectives(plan, group, works, index)
         combine: Exchange = ("all_to_all", ep_group(plan.layout, rank, moe.ep), moe.dispatch_bytes,
                              moe.pairs("combine", backward=True))
         if running:  # after the unit's backward copy-out, as long as its forward's (a MoE layer is not the head)
-            excess += times.beside(tuple(running), ((work.copy_out_s / 2, combine),)) - times.seconds(*combine)
+            excess += times.beside(running, ((work.copy_out_s / 2, combine),)) - times.seconds(*combine)
     return excess
 
 
@@ -1225,7 +1261,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
     shapes: list[CollectiveShape] = [("all_gather", group, params * sharding.param_bytes)
                                      for _, params in units if params > 0]
     copy_ins = [copy_in_s(plan, params) for _, params in units if params > 0]
-    gathers: list[tuple[float, float, CollectiveShape]] = []  # (start, end, shape) on the prefetch stream
+    gathers: list[tuple[float, float, tuple[CollectiveShape, ...]]] = []  # (start, end, (shape,)): prefetch stream
     ends: list[float] = []  # where each gathered unit's last kernel ends
     copied = 0.0  # where the copy-in stream's last copy-in ends
 
@@ -1237,7 +1273,7 @@ def forward_sharing_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks:
             k = len(gathers)
             copied = max(copied, ends[k - 3] if k >= 3 else 0.0) + copy_ins[k]
             start = max(gathers[-1][1] if gathers else 0.0, copied)
-            gathers.append((start, start + times.seconds(*shapes[k]), shapes[k]))
+            gathers.append((start, start + times.seconds(*shapes[k]), (shapes[k],)))
 
     clock = excess = 0.0
     beside = BesideGathers(times, gathers)
