@@ -176,9 +176,9 @@ PIPELINED = ("parallelism.pp=2", "parallelism.dp=4", "parallelism.ep=2")
 
 
 @pytest.mark.parametrize("overrides, tolerance", [
-    ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.024), ((HYBRID, "parallelism.ep=8"), 0.026),
-    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.015), ((NO_SYNC,), 0.015),
-    ((NO_SYNC, "parallelism.ep=8"), 0.008), ((HYBRID, NO_SYNC), 0.018)],
+    ((), 0.008), (PIPELINED, 0.008), ((HYBRID,), 0.018), ((HYBRID, "parallelism.ep=8"), 0.023),
+    ((HYBRID, *PIPELINED), 0.008), (("parallelism.ep=8",), 0.012), ((NO_SYNC,), 0.012),
+    ((NO_SYNC, "parallelism.ep=8"), 0.008), ((HYBRID, NO_SYNC), 0.014)],
     ids=["fsdp", "fsdp-pp2", "hsdp-ep4", "hsdp-ep8", "hsdp-pp2", "fsdp-ep8", "fsdp-no-sync", "fsdp-no-sync-ep8",
          "hsdp-no-sync"])
 def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(overrides, tolerance):
@@ -213,7 +213,10 @@ def test_layout_search_estimate_counts_the_experts_gathers_and_reduce_scatters(o
     across the passes and micro-batches, as FSDP2 prefetches them, where the next forward's first gathers run
     beside the backward's last units), and the last backward, which reduce-scatters, waits for each
     reduce-scatter (the first, 22.5 ms, shares its links with two expert gathers), 25 ms more than an
-    accumulating one: it is costed as a backward that reduces every micro-batch."""
+    accumulating one: it is costed as a backward that reduces every micro-batch. Since the SM toll counts FSDP's
+    gradient copies among the compute stream's work the engine does not slow (`unslowed_s`): hybrid_shard ep 4
+    0.9825, ep 8 0.9774, full_shard ep 8 0.9882, no-sync full_shard 0.9884, ep 8 1.0066, hybrid_shard 0.9868;
+    the rest unchanged."""
     assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -249,7 +252,7 @@ def _simulated_over_estimate(text: str, overrides: tuple[str, ...]) -> float:
     return simulate(loaded).summary["step_time_s"] / estimate
 
 
-@pytest.mark.parametrize("overrides, tolerance", [((NO_SYNC,), 0.006), ((HYBRID, NO_SYNC), 0.01)],
+@pytest.mark.parametrize("overrides, tolerance", [((NO_SYNC,), 0.005), ((HYBRID, NO_SYNC), 0.006)],
                          ids=["fsdp", "hsdp"])
 def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
     """The dense twin reducing in the last backward alone (no-sync), each within just over today's error:
@@ -261,19 +264,21 @@ def test_layout_search_estimate_of_a_dense_no_sync_step(overrides, tolerance):
     alone, though each shares links with the next unit's gather (`backward_sharing_s`: 0.54 and 0.14 ms a
     micro-batch); 0.9697 and 0.9848 while each forward was charged its opening gathers (`microbatch_starts_s`):
     but the first, the next forward's first gathers run beside the backward's last units (2.5 ms of the
-    embedding's beside layer 0's backward), its last backward as an accumulating one."""
+    embedding's beside layer 0's backward), its last backward as an accumulating one. Since the SM toll counts
+    FSDP's gradient copies among the compute stream's work the engine does not slow (`unslowed_s`): 0.9959 and
+    0.9944."""
     assert _simulated_over_estimate(DENSE_ESTIMATED, overrides) == pytest.approx(1.0, abs=tolerance)
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [
-    (ESTIMATED, ("training.microbatches=16",), 0.013), (ESTIMATED, ("model.layers=16",), 0.021),
-    (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.033), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.002),
-    (ESTIMATED, (HYBRID, "model.layers=16"), 0.021),
-    (DENSE_ESTIMATED, ("training.microbatches=2",), 0.018), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.004),
-    (DENSE_ESTIMATED, ("model.layers=16",), 0.006),
-    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=2"), 0.016),
-    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=16"), 0.004),
-    (DENSE_ESTIMATED, (HYBRID, "model.layers=16"), 0.008),
+    (ESTIMATED, ("training.microbatches=16",), 0.011), (ESTIMATED, ("model.layers=16",), 0.02),
+    (ESTIMATED, (HYBRID, "training.microbatches=2"), 0.029), (ESTIMATED, (HYBRID, "training.microbatches=16"), 0.005),
+    (ESTIMATED, (HYBRID, "model.layers=16"), 0.017),
+    (DENSE_ESTIMATED, ("training.microbatches=2",), 0.016), (DENSE_ESTIMATED, ("training.microbatches=16",), 0.005),
+    (DENSE_ESTIMATED, ("model.layers=16",), 0.004),
+    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=2"), 0.011),
+    (DENSE_ESTIMATED, (HYBRID, "training.microbatches=16"), 0.002),
+    (DENSE_ESTIMATED, (HYBRID, "model.layers=16"), 0.005),
 ], ids=["moe-fsdp-m16", "moe-fsdp-16-layers", "moe-hsdp-m2", "moe-hsdp-m16", "moe-hsdp-16-layers",
         "dense-fsdp-m2", "dense-fsdp-m16", "dense-fsdp-16-layers", "dense-hsdp-m2", "dense-hsdp-m16",
         "dense-hsdp-16-layers"])
@@ -285,7 +290,10 @@ def test_layout_search_estimate_of_a_no_sync_step_over_micro_batches_and_depth(t
     0.9966 and 0.9923; 0.9940, 1.0046 and 1.0036, 0.9886, 0.9972 and 0.9952 while the last micro-batch's
     backward TP collectives were timed alone (the previous test); full_shard rose with either, 0.9997, 1.0171
     and 1.0170, while the backward's TP
-    collectives were timed alone (`backward_sharing_s`), a term per layer and steady micro-batch."""
+    collectives were timed alone (`backward_sharing_s`), a term per layer and steady micro-batch. Since the SM
+    toll counts FSDP's gradient copies among the compute stream's work the engine does not slow (`unslowed_s`):
+    MoE full_shard 0.9897 and 0.9808, hybrid_shard 0.9720, 1.0041 and 0.9839; dense full_shard 0.9847, 1.0041
+    and 0.9964, hybrid_shard 0.9892, 0.9991 and 0.9952."""
     assert _simulated_over_estimate(text, (NO_SYNC, *overrides)) == pytest.approx(1.0, abs=tolerance)
 
 
@@ -294,9 +302,10 @@ def test_layout_search_estimate_charges_the_last_no_sync_micro_batch_its_forward
     forward's first `OPENING_GATHERS` gathers to the forward's start (`spans_beside_compute`); the estimate adds
     what a steady forward waits for them (`gather_walk`). MoE full_shard over 2 micro-batches, where layer 0's
     routed experts gathered over the NICs outlast the embedding's forward: 0.9890; 1.0198 adding no wait or the
-    first unit's alone, 0.9758 adding the third's too."""
+    first unit's alone, 0.9758 adding the third's too; 0.9896 since the SM toll counts FSDP's gradient copies
+    among the compute stream's work the engine does not slow (`unslowed_s`)."""
     overrides = (NO_SYNC, "training.microbatches=2")
-    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.012)
+    assert _simulated_over_estimate(ESTIMATED, overrides) == pytest.approx(1.0, abs=0.011)
 
 
 @pytest.mark.parametrize("text, overrides, tolerance", [

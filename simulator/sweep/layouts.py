@@ -328,8 +328,8 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     """Seconds of ``rank``'s micro-batch slot under ZeRO-3 (``blocks`` its stage's, ``actions_s`` its pipeline
     actions' seconds): its units' gathers and reduce-scatters run beside its work (`sharded_microbatch_spans`),
     slowing its kernels by the SMs of every collective running (`sharded_toll_s`, `sharded_slowdown`: charged
-    for the kernels' share of the compute stream's time, beside its blocking collectives, MoE all-to-alls and
-    copy-outs); FSDP's gradient copies
+    for the kernels' share of the compute stream's time, beside its blocking collectives, MoE all-to-alls,
+    copy-outs and gradient copies, `unslowed_s`); FSDP's gradient copies
     (`grad_copies_s`, ``copies``' where given: the step's own, spread over its micro-batches), its copy-outs, its
     compute's waits for the gathers (`gather_waits_s`) and, in the backward, for the previous unit's
     reduce-scatter (`backward_waits_s`), what its backward's EP combines (`backward_exchange_sharing_s`), its
@@ -340,20 +340,38 @@ def sharded_slot_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: li
     unit_work = sharded_unit_work(plan, times, rank, blocks)
     beside_compute = spans_beside_compute(plan, rank, sharded_microbatch_spans(plan, times, rank, unit_work),
                                           unit_work)
-    blocking = sum(blocking_collectives_s(plan, times, block, rank) + block_exchanges_s(plan, times, block, rank,
-                                                                                      PASSES)
-                   for block in blocks)
-    copy_outs = sum(unit.copy_out_s for unit in unit_work)
-    sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks, blocking + copy_outs)
-    copied = sum(block.params for block in blocks) + sharded_expert_params(plan, blocks)
     copies = copies or plan
-    return max(actions_s + sharded_toll + grad_copies_s(copies, copied) / copies.microbatches + copy_outs
+    sharded_toll, slowed = sharded_slowdown(beside_compute, times, share, blocks,
+                                            unslowed_s(plan, times, rank, blocks, unit_work, copies))
+    return max(actions_s + sharded_toll + grad_copies_per_microbatch_s(copies, blocks)
+               + sum(unit.copy_out_s for unit in unit_work)
                + gather_waits_s(plan, times, rank, unit_work, slowed)
                + backward_waits_s(plan, times, rank, unit_work, slowed)
                + backward_exchange_sharing_s(plan, times, rank, blocks, unit_work)
                + forward_sharing_s(plan, times, rank, blocks, slowed)
                + backward_sharing_s(plan, times, rank, blocks, unit_work, slowed),
                sum(seconds for seconds, _ in beside_compute))
+
+
+def unslowed_s(plan: StepPlan, times: CollectiveTimes, rank: int, blocks: list[Block], units: list[ShardedUnit],
+               copies: StepPlan | None = None) -> float:
+    """Seconds per micro-batch ``rank``'s compute stream spends under ZeRO-3 (``blocks``, split into ``units``) in
+    work the engine does not slow by the SMs of the collectives beside it (`sharded_slowdown`): its blocking TP
+    and CP collectives (`blocking_collectives_s`), MoE all-to-alls (`block_exchanges_s`), and FSDP2's copy-outs
+    and gradient copies (`grad_copies_s`, ``copies``' where given), copies the program launches with no SM-bound
+    share."""
+    blocking = sum(blocking_collectives_s(plan, times, block, rank) + block_exchanges_s(plan, times, block, rank,
+                                                                                      PASSES)
+                   for block in blocks)
+    return (blocking + sum(unit.copy_out_s for unit in units)
+            + grad_copies_per_microbatch_s(copies or plan, blocks))
+
+
+def grad_copies_per_microbatch_s(plan: StepPlan, blocks: list[Block]) -> float:
+    """Seconds of PyTorch FSDP's gradient copies of ``blocks`` (their routed experts' included where FSDP2
+    shards them) per micro-batch of ``plan``: its step's (`grad_copies_s`) spread over its micro-batches."""
+    copied = sum(block.params for block in blocks) + sharded_expert_params(plan, blocks)
+    return grad_copies_s(plan, copied) / plan.microbatches
 
 
 def gather_waits_s(plan: StepPlan, times: CollectiveTimes, rank: int, units: list[ShardedUnit],
@@ -1390,13 +1408,12 @@ def sharded_slowdown(spans: list[Span], times: CollectiveTimes, share: SmShare |
                      blocks: list[Block], blocking_s: float) -> tuple[float, float]:
     """ZeRO-3's SM toll per micro-batch on ``blocks``' kernels (`sharded_toll_s` over ``spans``; none where
     ``share`` is None) and the factor it slows them by: 1 + the toll over their seconds (`kernels_s`). The
-    collectives run beside the compute stream's kernels and its ``blocking_s`` seconds of blocking TP and CP
-    collectives (`blocking_collectives_s`), MoE all-to-alls (`block_exchanges_s`) and FSDP2's copy-outs
-    (`copy_outs_s`), which the engine does not slow (it slows a kernel by its SM-bound share): each span is
-    charged for the kernels' share of that time.
-    FSDP's gradient copies are not in it: a
-    unit's reduce-scatter and the gather beside it start after the copy of its gradients and, where the compute
-    is the longer, end within the next unit's backward, before its copy."""
+    collectives run beside the compute stream's kernels and its ``blocking_s`` seconds of work the engine does
+    not slow (it slows a kernel by its SM-bound share; `unslowed_s`: blocking TP and CP collectives, MoE
+    all-to-alls, FSDP2's copy-outs and gradient copies): each span is charged for the kernels' share of that
+    time. The gradient copies count: a unit's reduce-scatter and the gather beside it start after the copy of
+    its gradients, but a layer's unit copies each block's as its backward ends, and the pair runs on past the
+    first (Llama-3-8B tp 2 dp 16 over four hosts: a layer's 3.36 ms reduce-scatter past its MLP's copy)."""
     compute, sm_bound = kernels_s(blocks)
     if share is None or compute <= 0:
         return 0.0, 1.0
