@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import traceback
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from queue import SimpleQueue
+from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 from simulator.errors import STOP_SIGNALS, ExecutorError, WorkerKilled
@@ -45,64 +46,118 @@ class SerialExecutor:
 
 
 class PoolExecutor:
-    """A local process pool, one worker per usable core by default (`machine.usable_cores`). All tasks are
-    submitted before the first result is read, so the workers are forked before any progress-bar thread starts,
-    with Ctrl-C and SIGTERM blocked until each worker has left both to this process (`_worker_started`): Ctrl-C
-    at a terminal reaches the whole process group, and this process alone decides to stop. Closed with tasks
-    still running, it ends its workers: before, SIGTERM ended this process at once and left a worker blocked on
-    its pipe forever, and Ctrl-C sent to this process alone waited for the running points to finish."""
+    """A local pool of worker processes of its own, one per usable core by default (`machine.usable_cores`), each
+    handed one task at a time over its own pipe. Its workers are forked when a map starts, with Ctrl-C and
+    SIGTERM held back until each has left both to this process (`_worker_started`): Ctrl-C at a terminal reaches
+    the whole process group, and this process alone decides to stop. `close` kills the workers (SIGKILL) and
+    reads nothing more, so it returns at once wherever a stop landed. Before, over concurrent.futures'
+    ProcessPoolExecutor, a stop that landed while this thread held a future's lock (a signal handler raising as
+    `add_done_callback` had just taken it, which a Ctrl-C can do once another thread such as the progress bar's
+    may take the signal) left the pool's own thread waiting on that lock, and `close` waited on the thread for
+    good (4 stops in 121 of many cheap points, on 2 cores beside two busy processes)."""
 
     def __init__(self, workers: int = 0):
         self.workers = workers or usable_cores()
-        self._pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_started)
-        self._futures: list[Future] = []
+        self._workers: list[tuple[BaseProcess, Connection]] = []
 
     def map_unordered(self, fn: Callable, tasks: Iterable) -> Iterator:
-        """Each task's result as it finishes. Each future hands its outcome to a queue from the pool's thread,
-        and this thread takes them one by one (`SimpleQueue.get`, which holds no lock of Python's when a signal
-        stops it): before, `concurrent.futures.wait` took every pending future's lock at each call, so Ctrl-C or
-        SIGTERM there left locks held and `close` waited on them forever (1 stop in 8 of a sweep of cheap
-        points), and the waits grew with the square of the tasks (8,000 trivial tasks: 10 s of this process's
-        CPU). A worker ended from outside (the out-of-memory killer, `kill -9`) is a WorkerKilled, not a
-        traceback."""
-        outcomes: SimpleQueue[tuple[bool, Any]] = SimpleQueue()
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            self._futures = [self._pool.submit(fn, task) for task in tasks]
-            for future in self._futures:
-                future.add_done_callback(lambda done: outcomes.put(_outcome(done)))
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        for _ in self._futures:
-            failed, value = outcomes.get()
-            if isinstance(value, BrokenProcessPool):
-                raise WorkerKilled("a worker process was killed (out of memory?)") from None
-            if failed:
-                raise value
-            yield value
+        """Each task's result as it finishes; a task's exception is raised here, with the worker's traceback as
+        its cause. A worker ended from outside (the out-of-memory killer, `kill -9`) is a WorkerKilled, not a
+        traceback: its end of the pipe closes, which this process sees even in the middle of a result."""
+        todo = list(tasks)
+        self.close()
+        self._start(fn, min(self.workers, len(todo)))
+        waiting = iter(todo)
+        busy = [pipe for _, pipe in self._workers if _hand_out(pipe, waiting)]
+        while busy:
+            ready = wait(busy)
+            for pipe in [pipe for pipe in busy if pipe in ready]:
+                try:
+                    failed, value, remote_traceback = pipe.recv()
+                    if not _hand_out(pipe, waiting):
+                        busy.remove(pipe)
+                except (EOFError, OSError):
+                    raise WorkerKilled("a worker process was killed (out of memory?)") from None
+                if failed:
+                    raise value from RemoteTraceback(remote_traceback)
+                yield value
+
+    def _start(self, fn: Callable, count: int) -> None:
+        """Fork ``count`` workers running ``fn``, each known to `close` before a stop can end this method. Each
+        closes the pipes of the workers before it, so that a pipe's only ends are this process and its worker."""
+        context = get_context()
+        with interrupts_held():
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+            try:
+                for _ in range(count):
+                    mine, theirs = context.Pipe()
+                    others = [pipe for _, pipe in self._workers]
+                    process = context.Process(target=_serve, args=(fn, theirs, others), name="trainsim pool worker")
+                    process.start()
+                    theirs.close()
+                    self._workers.append((process, mine))
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def close(self) -> None:
-        running = any(not future.done() for future in self._futures)
+        """Kill the workers, busy or idle (a point leaves nothing to clean up), and reap them."""
         with interrupts_held():
-            if running:
-                for process in list((self._pool._processes or {}).values()):  # public only from Python 3.14
-                    process.terminate()
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            for process, _ in self._workers:
+                process.kill()
+            for process, pipe in self._workers:
+                process.join()
+                pipe.close()
+            self._workers = []
 
 
-def _outcome(future: Future) -> tuple[bool, Any]:
-    """A finished future's (failed, result or exception), taken in the pool's thread, where no signal handler
-    runs, so the thread that reads it never takes the future's lock."""
-    if future.cancelled():
-        return True, CancelledError()
-    exception = future.exception()
-    return (True, exception) if exception is not None else (False, future.result())
+def _hand_out(pipe: Connection, waiting: Iterator) -> bool:
+    """Send the next waiting task down ``pipe``; False when none is left."""
+    task = next(waiting, _NONE_LEFT)
+    if task is _NONE_LEFT:
+        return False
+    pipe.send(task)
+    return True
+
+
+_NONE_LEFT = object()
+
+
+def _serve(fn: Callable, pipe: Connection, others: list[Connection]) -> None:
+    """A worker's life: each task read from ``pipe`` answered with (failed, result or exception, the exception's
+    traceback as text), until the pipe closes. ``others``: the earlier workers' pipes, inherited and not ours."""
+    _worker_started()
+    for other in others:
+        other.close()
+    while True:
+        try:
+            task = pipe.recv()
+        except EOFError:
+            return
+        try:
+            outcome: tuple[bool, Any, str] = (False, fn(task), "")
+        except BaseException as exc:
+            outcome = (True, exc, _traceback(exc))
+        try:
+            pipe.send(outcome)
+        except Exception as exc:  # a result or exception that cannot be pickled
+            pipe.send((True, exc, _traceback(exc)))
+
+
+class RemoteTraceback(Exception):
+    """A worker's exception's traceback, as text: the cause of that exception re-raised in this process."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _traceback(exc: BaseException) -> str:
+    return "\n" + "".join(traceback.format_exception(exc))
 
 
 def _worker_started() -> None:
     """In a pool worker, before its first task: Ctrl-C ignored and SIGTERM's default restored (the handlers it
     was forked with would raise KeyboardInterrupt inside a point and print a traceback), then both unblocked
-    (`PoolExecutor.map_unordered` forks it with them blocked). The pool's process ends it with SIGTERM."""
+    (`PoolExecutor._start` forks it with them blocked)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
