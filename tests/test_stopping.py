@@ -210,6 +210,61 @@ def test_a_pool_stopped_at_any_return_of_its_reading_thread_closes_every_time():
     assert run.returncode == 0 and run.stdout == "closed every time\n", run.stdout + run.stderr
 
 
+KILLED_WHILE_WORKING = """
+import os, signal, sys
+from pathlib import Path
+from simulator.sweep.executors import PoolExecutor
+
+reached = Path(sys.argv[1])
+
+
+def blocked(task):
+    (reached / str(os.getpid())).touch()
+    signal.pause()
+
+
+for _ in PoolExecutor(2).map_unordered(blocked, range(2)):
+    pass
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a worker asks to die with its parent through Linux's prctl")
+def test_the_workers_of_a_pool_killed_with_sigkill_end_with_it(tmp_path):
+    """`kill -9` of a sweep or search (or the out-of-memory killer choosing it) ends its workers too: before, they
+    ran on with their points, here blocked for good. The wait for them is bounded, never a fixed sleep."""
+    process = subprocess.Popen([sys.executable, "-c", KILLED_WHILE_WORKING, str(tmp_path)],
+                               env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2 and process.poll() is None and time.monotonic() < deadline:
+            workers = [int(path.name) for path in tmp_path.iterdir()]
+            time.sleep(0.01)
+        assert len(workers) == 2
+        process.kill()
+        process.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not any(_alive(pid) for pid in workers)
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.kill()
+        process.wait(timeout=60)
+
+
 def _killed(_task):
     os.kill(os.getpid(), signal.SIGKILL)
 

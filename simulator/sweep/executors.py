@@ -4,8 +4,11 @@ yields results as they finish; the runner orders them, so every executor gives t
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import get_context
@@ -92,7 +95,8 @@ class PoolExecutor:
                 for _ in range(count):
                     mine, theirs = context.Pipe()
                     others = [pipe for _, pipe in self._workers]
-                    process = context.Process(target=_serve, args=(fn, theirs, others), name="trainsim pool worker")
+                    process = context.Process(target=_serve, args=(fn, theirs, others, os.getpid()),
+                                              name="trainsim pool worker")
                     process.start()
                     theirs.close()
                     self._workers.append((process, mine))
@@ -122,10 +126,11 @@ def _hand_out(pipe: Connection, waiting: Iterator) -> bool:
 _NONE_LEFT = object()
 
 
-def _serve(fn: Callable, pipe: Connection, others: list[Connection]) -> None:
+def _serve(fn: Callable, pipe: Connection, others: list[Connection], parent: int) -> None:
     """A worker's life: each task read from ``pipe`` answered with (failed, result or exception, the exception's
-    traceback as text), until the pipe closes. ``others``: the earlier workers' pipes, inherited and not ours."""
-    _worker_started()
+    traceback as text), until the pipe closes. ``others``: the earlier workers' pipes, inherited and not ours;
+    ``parent``: the process that forked it."""
+    _worker_started(parent)
     for other in others:
         other.close()
     while True:
@@ -154,13 +159,22 @@ def _traceback(exc: BaseException) -> str:
     return "\n" + "".join(traceback.format_exception(exc))
 
 
-def _worker_started() -> None:
+def _worker_started(parent: int) -> None:
     """In a pool worker, before its first task: Ctrl-C ignored and SIGTERM's default restored (the handlers it
     was forked with would raise KeyboardInterrupt inside a point and print a traceback), then both unblocked
-    (`PoolExecutor._start` forks it with them blocked)."""
+    (`PoolExecutor._start` forks it with them blocked); and, on Linux, killed when the thread that forked it
+    ends, which it does when ``parent`` ends, even by SIGKILL (before, the workers of a killed sweep ran on)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it ended before the request: nothing will send the signal
+            os._exit(1)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl's option that has the kernel send a signal to this process when its parent thread ends (linux/prctl.h)."""
 
 
 class DaskExecutor:
