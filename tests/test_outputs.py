@@ -13,6 +13,7 @@ import inspect
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -507,6 +508,28 @@ def test_a_failure_while_writing_leaves_the_previous_run(tmp_path, monkeypatch):
     assert main(["run", str(SMALL), "--out", str(out)]) == 130  # "interrupted", as after Ctrl-C
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
     one_run_only(out)
+
+
+def test_a_stop_while_the_temporary_folder_goes_leaves_no_partial_folder(tmp_path, monkeypatch):
+    """Ctrl-C landing as the temporary folder is removed (after an earlier stop, or after the move) is held back
+    until it is gone: before, the KeyboardInterrupt cut the removal short and left `.out.partial-*` beside
+    the run (1 stop in 12 at the moment the files were written, on a loaded machine)."""
+    out = tmp_path / "out"
+    assert main(["run", str(PIPELINE), "--out", str(out)]) == 0
+    remove = shutil.rmtree
+
+    def pressed_first(path, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        remove(path, *args, **kwargs)
+
+    monkeypatch.setattr("simulator.report.run_folder.shutil.rmtree", pressed_first)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, whatever ran before
+    try:
+        assert main(["run", str(SMALL), "--out", str(out)]) == 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+    assert one_run_only(out)["scenario"] == str(SMALL)
 
 
 def test_interrupts_are_held_while_files_move():
