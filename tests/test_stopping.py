@@ -210,6 +210,29 @@ def test_a_pool_stopped_at_any_return_of_its_reading_thread_closes_every_time():
     assert run.returncode == 0 and run.stdout == "closed every time\n", run.stdout + run.stderr
 
 
+LEFT_OPEN = """
+import sys
+from simulator.sweep.executors import PoolExecutor
+
+executor = PoolExecutor(2)
+results = executor.map_unordered(abs, [-1, -2, -3, -4, -5])
+print(next(results), flush=True)
+if sys.argv[1] == "raise":
+    raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("how", ["return", "raise"])
+def test_a_program_that_never_closes_its_pool_still_exits(how):
+    """A program that maps and leaves without `close` (its end, or an exception that skips a `finally`-less
+    close) exits at once: the workers are daemonic, ended at exit. Before, the interpreter waited at exit for
+    workers blocked on pipes it still held (killed here after 60 s)."""
+    run = subprocess.run([sys.executable, "-c", LEFT_OPEN, how], env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == (0 if how == "return" else 3), run.stderr
+    assert run.stdout.strip() in {"1", "2", "3", "4", "5"}
+
+
 KILLED_WHILE_WORKING = """
 import os, signal, sys
 from pathlib import Path

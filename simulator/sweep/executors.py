@@ -87,8 +87,11 @@ class PoolExecutor:
 
     def _start(self, fn: Callable, count: int) -> None:
         """Fork ``count`` workers running ``fn``, each known to `close` before a stop can end this method. Each
-        closes the pipes of the workers before it, so that a pipe's only ends are this process and its worker."""
-        context = get_context()
+        closes the pipes of the workers before it, so that a pipe's only ends are this process and its worker.
+        Forked by name (Python 3.14 makes forkserver Linux's default), and daemonic: a program that leaves
+        without `close` (an exception that skips it, a script that never calls it) has them ended at exit, where
+        before the interpreter waited for workers blocked on pipes it still held, for good."""
+        context = get_context("fork")
         with interrupts_held():
             signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
@@ -96,7 +99,7 @@ class PoolExecutor:
                     mine, theirs = context.Pipe()
                     others = [pipe for _, pipe in self._workers]
                     process = context.Process(target=_serve, args=(fn, theirs, others, os.getpid()),
-                                              name="trainsim pool worker")
+                                              name="trainsim pool worker", daemon=True)
                     process.start()
                     theirs.close()
                     self._workers.append((process, mine))
