@@ -351,10 +351,11 @@ def _cmd_study(args: argparse.Namespace) -> int:
 
 
 def _point_name(point: dict) -> str:
-    """A study point as its warnings name it: 'rate x 1, interval 600.3 s'."""
-    from simulator.console.report import format_seconds
+    """A study point as its warnings name it: 'rate x 1, interval 10 min' (format_duration, as the intervals
+    the warnings quote: a 60 d point read 'interval 5,184,000 s' before '... every 60 d is longer than ...')."""
+    from simulator.units import format_duration
 
-    return f"rate x {point['rate_multiplier']:g}, interval {format_seconds(point['interval_s'])}"
+    return f"rate x {point['rate_multiplier']:g}, interval {format_duration(point['interval_s'])}"
 
 
 def _grid_line(grid: IntervalGrid) -> str:
@@ -388,11 +389,12 @@ def _grid_line(grid: IntervalGrid) -> str:
 def _study_line(curve: dict) -> str:
     """One multiplier's line: its system MTBF, the best interval tried (or, with one interval, that interval and
     its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals."""
-    from simulator.console.report import format_seconds, long_duration
+    from simulator.console.report import long_duration
+    from simulator.units import format_duration
 
     mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""
     steps, edge = _steps_and_edge(curve)
-    interval = format_seconds(curve["best_interval_s"])
+    interval = format_duration(curve["best_interval_s"])
     if len(curve["points"]) == 1:
         point = curve["points"][0]
         spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%"

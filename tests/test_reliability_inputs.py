@@ -309,8 +309,8 @@ def test_an_interval_past_the_horizon_is_a_warning_with_its_bound(tmp_path, caps
     most = math.ceil((2 * 86400 - write) / step) - 1
     problem = ("a checkpoint every 3 d is longer than run.horizon (2 d): the job writes none, and each failure loses "
                "the work since its start or the last maintenance stop")
-    warning = (f"--set checkpoint.interval=3 d: checkpoint.interval: {problem} (allowed: at most {most:,} steps or a "
-               f"duration up to {most * step:,.1f} s for checkpoints to be written)")
+    warning = (f"--set checkpoint.interval=3 d: checkpoint.interval: {problem} (allowed: at most {most:,} steps (about "
+               f"{format_duration(most * step)}) for checkpoints to be written)")
     assert capsys.readouterr().err == f"warning: {warning}\n"
     assert json.loads((out / "summary.json").read_text())["warnings"] == [warning]
     assert "checkpoint" not in set(pd.read_parquet(out / "job_events.parquet")["kind"].astype(str))
@@ -349,7 +349,7 @@ def test_an_interval_whose_first_write_ends_at_the_horizon_warns_and_the_bound_i
     assert written == 0
     assert (f"finishes no write before run.horizon (172,800.0 s): its first, after {steps:,} steps and a "
             f"{format_duration(write)} write, would end at {steps * step + write:,.2f} s: the job writes none") in err
-    assert f"(allowed: at most {most:,} steps or a duration up to {most * step:,.1f} s for" in err
+    assert f"(allowed: at most {most:,} steps (about {format_duration(most * step)}) for" in err
 
 
 def test_force_refuses_a_job_no_machine_could_simulate(tmp_path, capsys):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -185,9 +186,9 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
     ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
-    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 1200 s, 3,888 steps (ETTR {ettr[0]:.2f}%); Young 805 s, "
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20 min, 3,888 steps (ETTR {ettr[0]:.2f}%); Young 805 s, "
                          "Daly 765.5 s",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
-                         f"rate x 2 (MTBF 45.0 min): interval 1200 s, 3,888 steps (ETTR {ettr[1]:.2f}%); "
+                         f"rate x 2 (MTBF 45.0 min): interval 20 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
                          "Young 569.2 s, Daly 529.9 s"]
 
 
@@ -411,6 +412,21 @@ def test_an_astronomical_duration_prints_four_significant_digits():
         "1e+15 s", "999,490,000,000,000 s", "1e+15 s", "1.424e+153 s"]
 
 
+def test_a_study_names_a_long_interval_and_its_bound_in_days(tmp_path, capsys):
+    """A 60 d interval past a 54 d horizon printed 'interval 5,184,000 s' in its warning's prefix and its study
+    line, and its bound as 'a duration up to 4,665,594.1 s', beside the '60 d' and '54 d' of the warning itself:
+    every interval and horizon figure of a study reads as format_duration writes it."""
+    scenario = tmp_path / "job.yaml"
+    scenario.write_text(job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1"))
+    assert main(["study", "checkpoint-interval", str(scenario), "--intervals", "60d", "--out",
+                 str(tmp_path / "study"), "--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.startswith("warning: rate x 1, interval 60 d: command line: --intervals: 60 d: a checkpoint "
+                                  "every 60 d is longer than run.horizon (54 d)")
+    assert re.search(r"\(allowed: at most [0-9,]+ steps \(about 54 d\) for checkpoints", printed.err)
+    assert printed.out.startswith("rate x 1 (MTBF 3.0 h): interval 60 d, ")
+
+
 def test_a_study_prints_its_steps_warnings_once_before_its_first_point(tmp_path, capsys, monkeypatch):
     """The out-of-memory job with a hybrid_shard warning (tests/test_reliability_job.py): its study printed no
     warning at all, where a run of it prints both. Now both come once, before the first point's job draws a
@@ -569,7 +585,7 @@ def test_a_study_keeps_the_jobs_waiting_for_hosts_figure_and_warns_once_per_curv
         "restarts waited 1.517 h per replication for spare or repaired hosts, 5.1% of the horizon")
     err = capsys.readouterr().err
     assert err.count("restarts waited") == 1
-    assert (f"warning: rate x 1, interval {format_seconds(curve['points'][0]['interval_s'])}: "
+    assert (f"warning: rate x 1, interval {format_duration(curve['points'][0]['interval_s'])}: "
             f"{curve['warnings'][0]}\n") in err
 
 
@@ -599,7 +615,7 @@ def test_each_point_that_writes_no_checkpoint_warns_before_any_point_runs(tmp_pa
     err = capsys.readouterr().err
     assert err.count("warning: ") == 4
     for w in warned:
-        assert (f"warning: rate x {w['rate_multiplier']:g}, interval {format_seconds(w['interval_s'])}: "
+        assert (f"warning: rate x {w['rate_multiplier']:g}, interval {format_duration(w['interval_s'])}: "
                 "command line: --intervals: ") in err
     assert json.loads((tmp_path / "study" / "study.json").read_text())["point_warnings"] == warned
 
