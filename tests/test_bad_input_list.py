@@ -132,6 +132,11 @@ CASES: dict[str, tuple[dict[str, str | bytes], list[str], int, str]] = {
                                   "s.yaml:4: parallelism.pp: pp 1 differs from the synthetic model's 2 stages "
                                   "(allowed: 2 (or leave it out))"),
     "fold-one": (scenario(COMM + "run: {fold: 1}\n"), RUN, 2, "run.fold: expected true or false"),
+    # YAML 1.1's yes/no/on/off were read as booleans, so `fold: yes` ran though the types are strict
+    "fold-yes": (scenario(COMM + "run: {fold: yes}\n"), RUN, 2,
+                 "s.yaml:4: run.fold: expected true or false, got 'yes' (allowed: true, false)"),
+    "fold-off-override": (scenario(COMM), RUN + ["--set", "run.fold=off"], 2,
+                          "--set run.fold=off: run.fold: expected true or false, got 'off' (allowed: true, false)"),
     "channels-true": (scenario(COMM + "collectives: {channels: true}\n"), RUN, 2, "collectives.channels: expected"),
     "repeat-true": (scenario(COMM.replace("64 MiB}", "64 MiB, repeat: true}")), RUN, 2,
                     "workload[0].repeat: expected a whole number"),

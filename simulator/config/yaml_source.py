@@ -48,6 +48,13 @@ _LineLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 """Numbers such as 4.8e10 and 1e9 are floats, as in YAML 1.2 and JSON (YAML 1.1 read them as strings)."""
 
+BOOL_TAG = "tag:yaml.org,2002:bool"
+_LineLoader.yaml_implicit_resolvers = {first: [(tag, regexp) for tag, regexp in resolvers if tag != BOOL_TAG]
+                                       for first, resolvers in _LineLoader.yaml_implicit_resolvers.items()}
+_LineLoader.add_implicit_resolver(BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+"""Booleans are true and false alone, as in YAML 1.2 and JSON: YAML 1.1's yes, no, on and off are words, which a
+boolean field refuses at their line (`restart.elastic: yes` ran as true though the types are strict)."""
+
 
 INDENTATION = "the keys of one section indented alike, deeper than the key above them (spaces, not tabs)"
 """What a misindented key breaks, for PyYAML's 'expected <block end>, but found ...'."""
