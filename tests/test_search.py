@@ -935,75 +935,12 @@ def test_a_transfer_beside_another_from_its_gpu_takes_half_the_link():
         times.seconds(*send), rel=1e-12)
 
 
-def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
-    """Llama-3-8B FSDP on four DGX H100: with tp 2 the DP group (dp 16) has 4 members in each host, so each
-    unit's gather runs its ring over NVLink too, and the TP collectives of the forward that start while it moves
-    data there share the GPUs' NVLink ports with it. The estimate walks the forward on its clock, each unit's
-    gather started as FSDP2's prefetch starts it, and times each TP collective beside the gather under way
-    (`forward_sharing_s`): m micro-batches of it are the simulated forward TP collectives' time beyond their
-    alone times within 3% (8.68 ms against 8.75 ms a step; not estimated before, when tp 2 was this family's
-    lowest row, 0.9907, now 1.0004). With tp 8 (dp 4, one member a host) the gathers cross only the NICs and
-    the term is nothing."""
-    from simulator.config.loader import scenario_from_data
+def _fsdp_tp_terms(tp: int):
+    """Llama-3-8B FSDP at tp ``tp`` over 32 GPUs on four DGX H100, as the search checks it: the checked
+    candidate, its collective times, plan, first stage's blocks and units, and the SM toll's slowed spans."""
     from simulator.config.schema import Scenario
     from simulator.simulation import network_settings
     from simulator.sweep.layouts import (
-        check_memory,
-        forward_sharing_s,
-        sharded_microbatch_spans,
-        sharded_slowdown,
-        sharded_unit_work,
-        spans_beside_compute,
-        unslowed_s,
-    )
-    from simulator.topology.loader import scenario_topology
-    from simulator.workload.calibrated import contention_share
-    from simulator.workload.training import build_training_step
-
-    overrides, _ = DENSE_CLUSTERS["four DGX H100"]
-    loaded = load_scenario("llama3-8b-dgx-h100-dp8", overrides)
-    topology = scenario_topology(loaded)
-    times = CollectiveTimes(topology, network_settings(loaded, topology))
-    base = search_base(loaded.source, overrides, loaded.scenario)
-    for tp in (2, 8):
-        checked = check_memory(base, Candidate(tp, 1, 1, 32 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
-        scenario = Scenario.model_validate(checked.data)
-        step = build_training_step(scenario, topology)
-        plan, blocks = step.plan, list(step.plan.stages[0].blocks)
-        units = sharded_unit_work(plan, times, 0, blocks)
-        spans = spans_beside_compute(plan, 0, sharded_microbatch_spans(plan, times, 0, units), units)
-        _, slowed = sharded_slowdown(spans, times, contention_share(scenario.collectives.sm_contention,
-                                                                    step.gpu.name), blocks,
-                                     unslowed_s(plan, times, 0, blocks, units))
-        estimated = plan.microbatches * forward_sharing_s(plan, times, 0, blocks, slowed)
-        if tp == 8:
-            assert estimated == pytest.approx(0.0, abs=1e-12)
-            continue
-        timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
-        rank = timeline[timeline["rank"] == 0]
-        forward_ends = rank[rank["category"] == "forward"].groupby("microbatch")["end_s"].max()
-        tp_ops = rank[(rank["kind"] == "collective") & (rank["stream"] == "compute") & (rank["category"] == "tp")]
-        forward = tp_ops[tp_ops["start_s"] < tp_ops["microbatch"].map(forward_ends)]
-        alone = [times.seconds("all_gather" if "all_gather" in name else "reduce_scatter", (0, 1), nbytes)
-                 for name, nbytes in zip(forward["name"], forward["bytes"])]
-        simulated = float((forward["end_s"] - forward["start_s"]).sum()) - sum(alone)
-        assert estimated == pytest.approx(simulated, rel=0.03)
-
-
-def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_scatter_and_gather():
-    """Llama-3-8B FSDP tp 2 dp 16 on four DGX H100, reducing every micro-batch: as each unit's backward begins
-    (but the first's), the reduce-scatter of the unit before it and the gather of the unit after it start
-    together, both rings crossing NVLink (4 DP members a host), and the backward's TP collectives that start while
-    they move data there share the GPUs' NVLink ports with them: a unit's first TP all-gather, 0.057 ms alone,
-    takes 0.33 ms simulated. The estimate walks each unit's backward beside that pair (`backward_sharing_s`): m
-    micro-batches of it are the simulated backward TP collectives' time beyond their alone times within 3% (34.8
-    ms against 34.3 ms a step; timed alone before, nothing, when this layout was its family's lowest row,
-    sim/est 0.9722, now 1.0081)."""
-    from simulator.config.loader import scenario_from_data
-    from simulator.config.schema import Scenario
-    from simulator.simulation import network_settings
-    from simulator.sweep.layouts import (
-        backward_sharing_s,
         check_memory,
         sharded_microbatch_spans,
         sharded_slowdown,
@@ -1020,7 +957,7 @@ def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_sca
     topology = scenario_topology(loaded)
     times = CollectiveTimes(topology, network_settings(loaded, topology))
     checked = check_memory(search_base(loaded.source, overrides, loaded.scenario),
-                           Candidate(2, 1, 1, 16, 1, 1, "fsdp", "none"), "1f1b", times)
+                           Candidate(tp, 1, 1, 32 // tp, 1, 1, "fsdp", "none"), "1f1b", times)
     scenario = Scenario.model_validate(checked.data)
     step = build_training_step(scenario, topology)
     plan, blocks = step.plan, list(step.plan.stages[0].blocks)
@@ -1028,15 +965,59 @@ def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_sca
     spans = spans_beside_compute(plan, 0, sharded_microbatch_spans(plan, times, 0, units), units)
     _, slowed = sharded_slowdown(spans, times, contention_share(scenario.collectives.sm_contention, step.gpu.name),
                                  blocks, unslowed_s(plan, times, 0, blocks, units))
-    estimated = plan.microbatches * backward_sharing_s(plan, times, 0, blocks, units, slowed)
+    return loaded, checked, times, plan, blocks, units, slowed
+
+
+def _simulated_tp_excess_s(loaded, checked, times, backward: bool) -> float:
+    """Rank 0's blocking TP collectives of the forwards (or of the backwards) in the simulated step: their time
+    beyond what each takes alone."""
+    from simulator.config.loader import scenario_from_data
+
     timeline = simulate(scenario_from_data(checked.data, {}, loaded.source, None)).timeline
     rank = timeline[timeline["rank"] == 0]
     forward_ends = rank[rank["category"] == "forward"].groupby("microbatch")["end_s"].max()
     tp_ops = rank[(rank["kind"] == "collective") & (rank["stream"] == "compute") & (rank["category"] == "tp")]
-    backward = tp_ops[tp_ops["start_s"] >= tp_ops["microbatch"].map(forward_ends)]
+    starts, forward_end = tp_ops["start_s"], tp_ops["microbatch"].map(forward_ends)
+    chosen = tp_ops[starts >= forward_end] if backward else tp_ops[starts < forward_end]
     alone = [times.seconds("all_gather" if "all_gather" in name else "reduce_scatter", (0, 1), nbytes)
-             for name, nbytes in zip(backward["name"], backward["bytes"])]
-    simulated = float((backward["end_s"] - backward["start_s"]).sum()) - sum(alone)
+             for name, nbytes in zip(chosen["name"], chosen["bytes"])]
+    return float((chosen["end_s"] - chosen["start_s"]).sum()) - sum(alone)
+
+
+def test_the_estimate_times_the_forwards_tp_collectives_beside_fsdps_gathers():
+    """Llama-3-8B FSDP on four DGX H100: with tp 2 the DP group (dp 16) has 4 members in each host, so each
+    unit's gather runs its ring over NVLink too, and the TP collectives of the forward that start while it moves
+    data there share the GPUs' NVLink ports with it. The estimate walks the forward on its clock, each unit's
+    gather started as FSDP2's prefetch starts it, and times each TP collective beside the gather under way
+    (`forward_sharing_s`): m micro-batches of it are the simulated forward TP collectives' time beyond their
+    alone times within 3% (8.68 ms against 8.75 ms a step; not estimated before, when tp 2 was this family's
+    lowest row, 0.9907, now 1.0004). With tp 8 (dp 4, one member a host) the gathers cross only the NICs and
+    the term is nothing."""
+    from simulator.sweep.layouts import forward_sharing_s
+
+    for tp in (2, 8):
+        loaded, checked, times, plan, blocks, _, slowed = _fsdp_tp_terms(tp)
+        estimated = plan.microbatches * forward_sharing_s(plan, times, 0, blocks, slowed)
+        if tp == 8:
+            assert estimated == pytest.approx(0.0, abs=1e-12)
+            continue
+        assert estimated == pytest.approx(_simulated_tp_excess_s(loaded, checked, times, backward=False), rel=0.03)
+
+
+def test_the_estimate_times_the_backwards_tp_collectives_beside_fsdps_reduce_scatter_and_gather():
+    """Llama-3-8B FSDP tp 2 dp 16 on four DGX H100, reducing every micro-batch: as each unit's backward begins
+    (but the first's), the reduce-scatter of the unit before it and the gather of the unit after it start
+    together, both rings crossing NVLink (4 DP members a host), and the backward's TP collectives that start while
+    they move data there share the GPUs' NVLink ports with them: a unit's first TP all-gather, 0.057 ms alone,
+    takes 0.33 ms simulated. The estimate walks each unit's backward beside that pair (`backward_sharing_s`): m
+    micro-batches of it are the simulated backward TP collectives' time beyond their alone times within 3% (34.8
+    ms against 34.3 ms a step; timed alone before, nothing, when this layout was its family's lowest row,
+    sim/est 0.9722, now 1.0081)."""
+    from simulator.sweep.layouts import backward_sharing_s
+
+    loaded, checked, times, plan, blocks, units, slowed = _fsdp_tp_terms(2)
+    estimated = plan.microbatches * backward_sharing_s(plan, times, 0, blocks, units, slowed)
+    simulated = _simulated_tp_excess_s(loaded, checked, times, backward=True)
     assert simulated > 0.03
     assert estimated == pytest.approx(simulated, rel=0.03)
 

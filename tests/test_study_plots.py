@@ -120,6 +120,18 @@ def test_window_and_ranks_zoom(tmp_path, capsys):
     assert not (tmp_path / "bad.png").exists()
 
 
+def _one_field_sweep(out) -> None:
+    """A sweep of ring all-reduces on one DGX H100 over two sizes (one field swept), written to ``out``."""
+    sweep = sweep_from_text("""
+base:
+  cluster: {topology: dgx-h100}
+  workload: [{op: all_reduce, bytes: 1 MiB}]
+grid:
+  workload[0].bytes: [1 MiB, 16 MiB]
+""", "one.yaml")
+    run_sweep(sweep, out, SerialExecutor())
+
+
 def _all_reduce_sweep(out, sizes: str) -> None:
     """A sweep of ring and tree all-reduces on one DGX H100 over ``sizes``, written to ``out``."""
     sweep = sweep_from_text(f"""
@@ -191,14 +203,7 @@ def test_a_sweep_chart_of_a_text_column_is_refused_as_a_heatmap_is(tmp_path, cap
 
 def test_a_sweep_chart_defaults_x_to_the_one_swept_field_and_says_so(tmp_path, capsys):
     """Without --x, a sweep of one field draws against it and says so; a sweep of two is refused naming them."""
-    sweep = sweep_from_text("""
-base:
-  cluster: {topology: dgx-h100}
-  workload: [{op: all_reduce, bytes: 1 MiB}]
-grid:
-  workload[0].bytes: [1 MiB, 16 MiB]
-""", "one.yaml")
-    run_sweep(sweep, tmp_path / "one", SerialExecutor())
+    _one_field_sweep(tmp_path / "one")
     capsys.readouterr()
     assert main(["plot", "sweep", str(tmp_path / "one"), "--y", "collectives[0].busbw_GBps", "-o",
                  str(tmp_path / "one.png")]) == 0
@@ -230,14 +235,7 @@ def test_a_heatmap_defaults_its_axes_to_the_two_swept_fields_and_says_so(tmp_pat
     assert main(["plot", "heatmap", two, "--x", "collectives.algorithm", "--y", "workload[0].bytes"]) == 2
     assert capsys.readouterr().err.startswith("error: command line: --value: a heatmap chart needs --value (allowed: "
                                               "a numeric column: gpus, makespan_s,")
-    sweep = sweep_from_text("""
-base:
-  cluster: {topology: dgx-h100}
-  workload: [{op: all_reduce, bytes: 1 MiB}]
-grid:
-  workload[0].bytes: [1 MiB, 16 MiB]
-""", "one.yaml")
-    run_sweep(sweep, tmp_path / "one", SerialExecutor())
+    _one_field_sweep(tmp_path / "one")
     capsys.readouterr()
     assert main(["plot", "heatmap", str(tmp_path / "one"), "--value", value]) == 2
     assert capsys.readouterr().err == ("error: command line: --x: a heatmap chart needs --x and --y: 1 field is swept "
