@@ -298,8 +298,9 @@ def _combos(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _ranked(key: np.ndarray) -> tuple[np.ndarray, int]:
     """Each row's place among the distinct values of ``key`` (in sorted order) and how many there are; integers
     spanning a range no wider than about twice the rows are counted in it, others sorted and each row's place
-    found by bisection (np.unique's inverse sorts the rows themselves: 5-10x slower where a few values repeat over
-    many rows, as byte and FLOP counts do)."""
+    found by bisection among the distinct values (the 405B 8k trace's slice tables, whose byte and FLOP counts
+    take a dozen values over 83,877 rows: 0.069 -> 0.049 s of CPU against np.unique's inverse; not faster where
+    most values are distinct, which these tables do not meet)."""
     if not len(key):
         return np.zeros(0, dtype=np.int64), 0
     low = int(key.min())
