@@ -388,13 +388,15 @@ def _grid_line(grid: IntervalGrid) -> str:
 
 def _study_line(curve: dict) -> str:
     """One multiplier's line: its system MTBF, the best interval tried (or, with one interval, that interval and
-    its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals."""
+    its ETTR's 95% interval: an `mtbf` study's point is no optimum), Young's and Daly's intervals, all of these
+    intervals in one unit (`durations_alike`: 'interval 20 min; Young 805 s' had them compared across units)."""
     from simulator.console.report import long_duration
-    from simulator.units import format_duration
+    from simulator.units import durations_alike
 
     mtbf = f" (MTBF {long_duration(curve['mtbf_s'])})" if curve["mtbf_s"] is not None else ""
     steps, edge = _steps_and_edge(curve)
-    interval = format_duration(curve["best_interval_s"])
+    in_unit = durations_alike(_printed_intervals(curve))
+    interval = in_unit(curve["best_interval_s"])
     if len(curve["points"]) == 1:
         point = curve["points"][0]
         spread = (f", 95%: {100 * point['ettr_ci95_low']:.2f}% to {100 * point['ettr_ci95_high']:.2f}%"
@@ -402,10 +404,18 @@ def _study_line(curve: dict) -> str:
         result = f"interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%{spread})"
     else:
         result = f"best interval {interval}, {steps} (ETTR {100 * curve['best_ettr']:.2f}%){edge}"
-    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}; {_optimum_text(curve)}"
+    return f"rate x {curve['rate_multiplier']:g}{mtbf}: {result}; {_optimum_text(curve, in_unit)}"
 
 
-def _optimum_text(curve: dict) -> str:
+def _printed_intervals(curve: dict) -> list[float]:
+    """The intervals a study curve's line prints: the best tried, Young's and Daly's where failures interrupt the
+    job, and the async write floor where it is more than a step (`young_daly_text`)."""
+    young_daly = [curve["young_interval_s"], curve["daly_interval_s"]] if curve["young_interval_s"] is not None else []
+    floor = [curve["write_floor_s"]] if young_daly and (curve["write_floor_steps"] or 0) > 1 else []
+    return [curve["best_interval_s"], *young_daly, *floor]
+
+
+def _optimum_text(curve: dict, interval: Callable[[float], str]) -> str:
     """Young's and Daly's intervals, or why there are none: no failure interrupts the job. Its degradations and
     stragglers, where it expects some, are named with their count: they cost time though they take no restart
     (the line said "no failures expected" of a job losing time to them)."""
@@ -413,7 +423,7 @@ def _optimum_text(curve: dict) -> str:
     from simulator.units import expected_count
 
     if curve["young_interval_s"] is not None:
-        return young_daly_text(curve)
+        return young_daly_text(curve, interval)
     if not curve["expected_slowdowns"]:
         return "no failures expected, so no Young or Daly interval"
     expected = expected_count(curve["expected_slowdowns"], "degradation or straggler", "degradations or stragglers")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from simulator.errors import InputError
@@ -261,6 +261,20 @@ def format_size(nbytes: float) -> str:
 def format_duration(seconds: float) -> str:
     """A human-readable duration: 0.0123 -> '12.3 ms'."""
     return _scaled(seconds, DURATION_STEPS)
+
+
+def durations_alike(seconds: Iterable[float]) -> Callable[[float], str]:
+    """A formatter for durations read side by side: one unit, the largest the shortest of ``seconds`` reaches, to
+    four significant digits (a study line read 'interval 20 min ...; Young 805 s', two figures to compare in two
+    units), where the longest then reads in at most four digits; figures further apart than that each in their
+    own unit, as `format_duration` writes them (a 60 d interval beside Young's 19 min read '86,400 min')."""
+    positive = [value for value in seconds if value > 0]
+    if not positive:
+        return format_duration
+    unit, scale = fitting_unit(min(positive), DURATION_STEPS)
+    if float(f"{max(positive) / scale:.4g}") >= 1e4:
+        return format_duration
+    return lambda value: f"{value / scale:.4g} {unit}"
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

@@ -31,7 +31,7 @@ from simulator.config.loader import scenario_from_text
 from simulator.console.report import format_seconds
 from simulator.reliability.study import write_study
 from simulator.report.run_folder import write_run_folder
-from simulator.units import expected_count, format_duration
+from simulator.units import durations_alike, expected_count, format_duration
 
 M, C = 3 * 3600.0, 60.0
 JOB = """
@@ -159,7 +159,7 @@ def test_study_command_writes_the_curve_and_plot(tmp_path, capsys):
     young = math.sqrt(2 * first["checkpoint_cost_s"] * M)  # sqrt(2 C M), C = 60 s: 1,138.42 s
     assert first["young_interval_s"] == pytest.approx(young, rel=1e-12)
     printed = capsys.readouterr().out.splitlines()[0]
-    assert printed.startswith("rate x 1 (MTBF 3.0 h): best interval ") and "; Young 1138 s, Daly " in printed
+    assert printed.startswith("rate x 1 (MTBF 3.0 h): best interval ") and "; Young 18.97 min, Daly " in printed
     assert f"(ETTR {100 * first['best_ettr']:.2f}%)" in printed  # a percentage, as the job's table prints it
     rows = pd.read_csv(out / "study.csv", dtype=str)
     assert set(rows["young_interval_s"]) == {"1138.42", f"{young / math.sqrt(2):.6g}"}  # x 2: M / 2
@@ -173,7 +173,8 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     x 1 curve is that scenario, MTBF 1.5 h, and x 2 is 0.75 h. The study set the field to the multiplier
     instead, so a checkpoint-interval study (multiplier 1 by default) ran the job at half its failure rate
     and its Young and Daly intervals were those of a 3 h MTBF. Each line names its MTBF, and with one interval
-    that interval's ETTR, not a 'best interval' (the only one tried)."""
+    that interval's ETTR, not a 'best interval' (the only one tried). Its intervals read in one unit, the one
+    the shortest of them reaches ('interval 20 min ...; Young 805 s, Daly 765.5 s' before)."""
     scenario = tmp_path / "job.yaml"
     text = job_text("exponential", 1.0, "10 s").replace("replications: 20", "replications: 1")
     scenario.write_text(text.replace("faults:\n", "faults:\n  rate_multiplier: 2\n"))
@@ -186,10 +187,10 @@ def test_study_multipliers_scale_the_scenarios_own_rate_multiplier(tmp_path, cap
     assert curves[0]["young_interval_s"] == pytest.approx(math.sqrt(2 * C * M / 2), rel=1e-12)
     lines = capsys.readouterr().out.splitlines()
     ettr = [100 * curve["points"][0]["ettr"] for curve in curves]
-    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20 min, 3,888 steps (ETTR {ettr[0]:.2f}%); Young 805 s, "
-                         "Daly 765.5 s",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
+    assert lines[:2] == [f"rate x 1 (MTBF 1.5 h): interval 20 min, 3,888 steps (ETTR {ettr[0]:.2f}%); "
+                         "Young 13.42 min, Daly 12.76 min",  # sqrt(2 C M) and Daly's for C = 60 s, M = 1.5 h
                          f"rate x 2 (MTBF 45.0 min): interval 20 min, 3,888 steps (ETTR {ettr[1]:.2f}%); "
-                         "Young 569.2 s, Daly 529.9 s"]
+                         "Young 9.487 min, Daly 8.832 min"]
 
 
 def test_force_runs_a_study_point_past_the_job_event_limit(tmp_path, monkeypatch, capsys):
@@ -401,6 +402,21 @@ def test_a_duration_takes_the_unit_of_its_rounded_value():
     printed '1000 ms' and 9999.99 s '1e+04 s'."""
     assert [format_seconds(value) for value in (0.0009999999999763531, 0.99999, 9999.99, 0.00099949, 0.99994)] == [
         "1 ms", "1 s", "10,000 s", "999.5 us", "999.9 ms"]
+
+
+def test_durations_read_side_by_side_share_the_unit_the_shortest_reaches():
+    """A study line printed its interval with format_duration and Young's and Daly's with format_seconds ('interval
+    20 min; Young 805 s'): one unit for all, the largest the shortest reaches, with four significant digits;
+    figures too far apart for four digits in that unit (9,999.6 s rounds to 1e+04 s beside 19.22 s) each in
+    their own unit."""
+    minutes = durations_alike([1200.0, 805.0, 765.5])
+    assert [minutes(value) for value in (1200.0, 805.0, 765.5)] == ["20 min", "13.42 min", "12.76 min"]
+    seconds = durations_alike([295.6, 19.22, 9999.4])
+    assert [seconds(value) for value in (295.6, 19.22, 9999.4)] == ["295.6 s", "19.22 s", "9999 s"]
+    apart = durations_alike([295.6, 19.22, 9999.6])
+    assert [apart(value) for value in (295.6, 19.22, 9999.6)] == ["4.927 min", "19.22 s", "2.778 h"]
+    assert durations_alike([86400.0 * 60, 2 * 86400.0])(86400.0 * 2) == "2 d"
+    assert durations_alike([])(1.5) == "1.5 s"
 
 
 def test_an_astronomical_duration_prints_four_significant_digits():
@@ -688,7 +704,9 @@ def test_an_expected_count_is_whole_from_100_and_singular_for_one(expected, show
 def test_a_study_line_counts_its_expected_slowdowns_in_words(expected, words):
     """The study line of a job whose failures only slow it, with the count as `expected_count` writes it."""
     from simulator.cli import _optimum_text
+    from simulator.units import format_duration
 
     curve = {"young_interval_s": None, "expected_slowdowns": expected, "horizon_s": 86400.0}
-    assert _optimum_text(curve) == (f"no failure expected that interrupts the job, only {words} in 1 day (slower "
-                                    "steps, no restart), so no Young or Daly interval")
+    assert _optimum_text(curve, format_duration) == (
+        f"no failure expected that interrupts the job, only {words} in 1 day (slower steps, no restart), so no "
+        "Young or Daly interval")

@@ -536,16 +536,17 @@ def job_table(job: dict) -> Table:
     return table
 
 
-def young_daly_text(figures: dict) -> str:
+def young_daly_text(figures: dict, interval: Callable[[float], str] = format_seconds) -> str:
     """Young's and Daly's intervals of a job_summary.json or study curve, and, where an async write takes more
     than a step, the cost C they take and the write floor they stop at (`summary.young_daly_cost_s`,
     `summary.write_floor_steps`): the scenario's cost per checkpoint beside them is that of its own interval,
-    which may wait for the write (22.28 s against C 8.3 ms on the 405B job checkpointing every step)."""
-    text = f"Young {format_seconds(figures['young_interval_s'])}, Daly {format_seconds(figures['daly_interval_s'])}"
+    which may wait for the write (22.28 s against C 8.3 ms on the 405B job checkpointing every step). The
+    intervals read as ``interval`` writes them (a study line: in the unit of the interval it tried)."""
+    text = f"Young {interval(figures['young_interval_s'])}, Daly {interval(figures['daly_interval_s'])}"
     steps = figures.get("write_floor_steps") or 0
     if steps > 1:
         text += (f" (for C {format_seconds(figures['young_daly_cost_s'])} a checkpoint once the interval holds the "
-                 f"write: {counted(steps, 'step')}, {format_seconds(figures['write_floor_s'])}, or more)")
+                 f"write: {counted(steps, 'step')}, {interval(figures['write_floor_s'])}, or more)")
     return text
 
 
